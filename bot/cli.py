@@ -1,0 +1,412 @@
+"""The ``approvald`` command line.
+
+User mistakes (unknown agent or run, bad URL, bad flag) are one line on stderr and a
+non-zero exit, never a traceback. Exit codes: 0 ok (a run completed or is waiting for
+approval), 1 a run failed or was cancelled, 2 usage or input error, 3 a run needs
+attention, 4 a decision was refused, 5 the audit log does not verify.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import getpass
+import json
+import logging
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from bot import documents
+from bot.config import Settings, load_settings
+from bot.wiring import build_engine, open_database
+from runtime import audit
+from runtime.decide import Actor
+from runtime.engine import Engine
+from runtime.errors import ApprovaldError, DecisionRefused
+from runtime.outcomes import Outcome
+
+EXIT = {"completed": 0, "awaiting_approval": 0, "running": 0, "failed": 1, "cancelled": 1,
+        "needs_attention": 3}
+
+
+class UsageError(ApprovaldError):
+    pass
+
+
+def operator() -> str:
+    try:
+        return f"cli:{getpass.getuser()}"
+    except Exception:
+        return "cli:unknown"
+
+
+def out(obj: Any) -> None:
+    print(json.dumps(obj, indent=2, ensure_ascii=False))
+
+
+def describe(outcome: Outcome) -> str:
+    extra = ""
+    for attr in ("result", "error", "reason"):
+        value = getattr(outcome, attr, None)
+        if value:
+            extra = f": {value}"
+            break
+    ids = getattr(outcome, "approval_ids", ())
+    if ids:
+        extra = f" (approval {', '.join(ids)})"
+    return f"run {outcome.run_id}: {outcome.status}{extra}"
+
+
+# -- commands --------------------------------------------------------------------------
+
+async def cmd_db_upgrade(s: Settings, a: argparse.Namespace) -> int:
+    db = await open_database(s, quiet=True)
+    from store import migrate
+
+    rev = await migrate.current_revision(db)
+    await db.close()
+    print(f"database {db.display_url} is at schema {rev}")
+    return 0
+
+
+async def with_engine(s: Settings, fn: Callable[[Engine], Awaitable[int]]) -> int:
+    db = await open_database(s)
+    try:
+        return await fn(build_engine(s, db))
+    finally:
+        await db.close()
+
+
+async def cmd_run(s: Settings, a: argparse.Namespace) -> int:
+    async def go(engine: Engine) -> int:
+        engine.registry.get(a.agent)
+        run_id = await engine.start_run(a.agent, a.task, requested_by=a.requested_by or operator())
+        print(run_id, flush=True)
+        outcome = await engine.advance(run_id)
+        print(describe(outcome), file=sys.stderr)
+        return EXIT.get(outcome.status, 1)
+    return await with_engine(s, go)
+
+
+async def cmd_runs_list(s: Settings, a: argparse.Namespace) -> int:
+    async def go(engine: Engine) -> int:
+        async with engine.db.read() as tx:
+            runs = await tx.runs.recent(status=a.status, limit=a.limit)
+        if a.json:
+            out([documents.run_summary(r) for r in runs])
+            return 0
+        if not runs:
+            print("no runs")
+        for r in runs:
+            print(f"{r.id}  {r.status:<18} step {r.step:<5} {r.agent:<14} "
+                  f"{r.created_at:%Y-%m-%d %H:%M:%S}  {r.requested_by}")
+        return 0
+    return await with_engine(s, go)
+
+
+async def cmd_runs_show(s: Settings, a: argparse.Namespace) -> int:
+    async def go(engine: Engine) -> int:
+        run = await engine.resolve_run(a.id)
+        state = await engine.state(run.id)
+        async with engine.db.read() as tx:
+            approvals = await tx.approvals.for_run(run.id)
+        doc = documents.run_document(run, state, approvals)
+        if a.json:
+            out(doc)
+            return 0
+        print(f"run {doc['id']}\n  agent: {doc['agent']}\n  status: {doc['status']}\n"
+              f"  step: {doc['step']}\n  requested by: {doc['requested_by']}\n"
+              f"  task: {doc['task']}")
+        if doc["result"] is not None:
+            print(f"  result: {doc['result']}")
+        if doc["error"]:
+            print(f"  error: {doc['error']}")
+        for p in doc["pending"]:
+            print(f"  pending: approval {p['approval_id']} {p['tool']} "
+                  f"{json.dumps(p['args'], ensure_ascii=False)}")
+        print("  transcript:")
+        for m in doc["transcript"]:
+            if m["role"] == "assistant":
+                if m.get("content"):
+                    print(f"    assistant: {m['content']}")
+                for c in m.get("tool_calls", []):
+                    print(f"    -> {c['name']}({json.dumps(c['arguments'], ensure_ascii=False)})"
+                          f" [{c['id']}]")
+            elif m["role"] == "tool":
+                text = json.dumps(m["content"], ensure_ascii=False)
+                print(f"    <- {m['name']}: {text[:200]}{'…' if len(text) > 200 else ''}")
+            else:
+                print(f"    {m['role']}: {m['content']}")
+        return 0
+    return await with_engine(s, go)
+
+
+async def cmd_runs_cancel(s: Settings, a: argparse.Namespace) -> int:
+    async def go(engine: Engine) -> int:
+        run = await engine.resolve_run(a.id)
+        result = await engine.cancel(run.id, actor=Actor(operator(), "cli"))
+        if result == "cancelled":
+            print(f"run {run.id}: cancelled")
+        else:
+            print(f"run {run.id}: cancellation requested; the worker stops at its next step")
+        return 0
+    return await with_engine(s, go)
+
+
+async def cmd_recover(s: Settings, a: argparse.Namespace) -> int:
+    async def go(engine: Engine) -> int:
+        outcomes = await engine.recover()
+        for o in outcomes:
+            print(describe(o))
+        attention = [o for o in outcomes if o.status == "needs_attention"]
+        print(f"recovered {len(outcomes)} run(s); {len(attention)} need attention",
+              file=sys.stderr)
+        return 3 if attention else 0
+    return await with_engine(s, go)
+
+
+async def cmd_approvals_list(s: Settings, a: argparse.Namespace) -> int:
+    async def go(engine: Engine) -> int:
+        status = None if a.all else a.status
+        async with engine.db.read() as tx:
+            rows = await tx.approvals.recent(status=status, run_id=a.run, limit=a.limit)
+        if a.json:
+            out([documents.approval_document(r) for r in rows])
+            return 0
+        if not rows:
+            print("no approvals" if status is None else f"no {status} approvals")
+        for r in rows:
+            when = r.expires_at.strftime("%Y-%m-%d %H:%M:%S") if r.kind == "tool_call" else "-"
+            print(f"{r.id}  {r.status:<10} {r.tool:<20} run {r.run_id[:12]}  "
+                  f"expires {when}  {json.dumps(r.effective_args(), ensure_ascii=False)[:80]}")
+        return 0
+    return await with_engine(s, go)
+
+
+async def cmd_approvals_show(s: Settings, a: argparse.Namespace) -> int:
+    async def go(engine: Engine) -> int:
+        r = await engine.decider.get(a.id)
+        doc = documents.approval_document(r)
+        async with engine.db.read() as tx:
+            doc["votes"] = [{"actor": v.actor, "verdict": v.verdict, "via": v.via,
+                             "at": v.at.isoformat()} for v in await tx.approvals.votes(r.id)]
+        if a.json:
+            out(doc)
+            return 0
+        for key in ("id", "run_id", "kind", "tool", "status", "approvers", "quorum", "approvals",
+                    "requested_by", "requested_at", "expires_at", "decided_by", "verdict",
+                    "reason", "digest"):
+            print(f"{key:>13}: {doc[key]}")
+        print(f"{'args':>13}: {json.dumps(doc['args'], ensure_ascii=False, indent=2)}")
+        if doc["edited_args"] is not None:
+            print(f"{'edited args':>13}: {json.dumps(doc['edited_args'], ensure_ascii=False)}")
+        packet = doc["packet"]
+        print(f"{'doing':>13}: {packet.get('doing')}\n{'why':>13}: {packet.get('why')}")
+        if packet.get("impact"):
+            print(f"{'impact':>13}: {packet['impact']}")
+        return 0
+    return await with_engine(s, go)
+
+
+def decide_command(verdict: str) -> Callable[[Settings, argparse.Namespace], Awaitable[int]]:
+    async def cmd(s: Settings, a: argparse.Namespace) -> int:
+        async def go(engine: Engine) -> int:
+            args = None
+            if verdict == "edit":
+                try:
+                    args = json.loads(a.args)
+                except json.JSONDecodeError as exc:
+                    raise UsageError(f"--args is not valid JSON: {exc}") from None
+            v = a.outcome if verdict == "resolve" else verdict
+            actor = Actor(a.as_user, f"cli:{operator().removeprefix('cli:')}")
+            decision = await engine.decide(a.id, actor=actor, verdict=v,
+                                           reason=getattr(a, "reason", None), args=args)
+            rec = decision.approval
+            if decision.outcome == "voted":
+                print(f"approval {rec.id}: {decision.approvals} of {decision.quorum} approvals")
+            else:
+                print(f"approval {rec.id}: {decision.outcome} by {a.as_user}")
+            if decision.run_ready and not a.no_resume:
+                outcome = await engine.advance(rec.run_id)
+                print(describe(outcome))
+                return EXIT.get(outcome.status, 1)
+            return 0
+        return await with_engine(s, go)
+    return cmd
+
+
+async def cmd_audit_verify(s: Settings, a: argparse.Namespace) -> int:
+    db = await open_database(s)
+    try:
+        report = await audit.verify(db)
+    finally:
+        await db.close()
+    if report.ok:
+        print(f"audit log OK: {report.entries} entries, chain intact")
+        return 0
+    for p in report.problems:
+        print(f"audit log BROKEN: {p}")
+    return 5
+
+
+async def cmd_audit_export(s: Settings, a: argparse.Namespace) -> int:
+    since = None
+    if a.since:
+        try:
+            since = datetime.fromisoformat(a.since)
+        except ValueError:
+            raise UsageError(f"--since is not an ISO date/time: {a.since!r}") from None
+        if since.tzinfo is None:
+            since = since.replace(tzinfo=UTC)
+    db = await open_database(s)
+    try:
+        chunks = [c async for c in audit.export(db, run_id=a.run, since=since, fmt=a.format)]
+        if a.output:
+            await asyncio.to_thread(_write_file, a.output, "".join(chunks))
+        else:
+            sys.stdout.write("".join(chunks))
+    finally:
+        await db.close()
+    return 0
+
+
+def _write_file(path: str, text: str) -> None:
+    with open(path, "w", encoding="utf-8", newline="") as fh:
+        fh.write(text)
+
+
+async def cmd_serve(s: Settings, a: argparse.Namespace) -> int:
+    from bot.serve import serve
+
+    return await serve(s)
+
+
+async def cmd_sandbox(s: Settings, a: argparse.Namespace) -> int:
+    from bot.sandbox.server import run_forever
+
+    await run_forever(host=a.host, port=a.port)
+    return 0
+
+
+# -- parser ----------------------------------------------------------------------------
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # one line, exit 2
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="approvald", description="Durable agent runs with human approval.")
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+
+    db = sub.add_parser("db", help="database schema").add_subparsers(dest="sub", required=True)
+    db.add_parser("upgrade", help="apply migrations").set_defaults(fn=cmd_db_upgrade)
+
+    run = sub.add_parser("run", help="start a run and advance it until it finishes or pauses")
+    run.add_argument("agent")
+    run.add_argument("--task", required=True)
+    run.add_argument("--requested-by", help="who asked for this run (default cli:<os user>)")
+    run.set_defaults(fn=cmd_run)
+
+    runs = sub.add_parser("runs", help="inspect and cancel runs").add_subparsers(
+        dest="sub", required=True)
+    ls = runs.add_parser("list")
+    ls.add_argument("--status")
+    ls.add_argument("--limit", type=int, default=50)
+    ls.add_argument("--json", action="store_true")
+    ls.set_defaults(fn=cmd_runs_list)
+    show = runs.add_parser("show")
+    show.add_argument("id")
+    show.add_argument("--json", action="store_true")
+    show.set_defaults(fn=cmd_runs_show)
+    cancel = runs.add_parser("cancel")
+    cancel.add_argument("id")
+    cancel.set_defaults(fn=cmd_runs_cancel)
+
+    sub.add_parser("recover", help="resume runs whose worker died").set_defaults(fn=cmd_recover)
+
+    ap = sub.add_parser("approvals", help="list and decide approval requests").add_subparsers(
+        dest="sub", required=True)
+    al = ap.add_parser("list")
+    al.add_argument("--status", default="pending")
+    al.add_argument("--all", action="store_true", help="every status")
+    al.add_argument("--run")
+    al.add_argument("--limit", type=int, default=100)
+    al.add_argument("--json", action="store_true")
+    al.set_defaults(fn=cmd_approvals_list)
+    ash = ap.add_parser("show")
+    ash.add_argument("id")
+    ash.add_argument("--json", action="store_true")
+    ash.set_defaults(fn=cmd_approvals_show)
+    for name, verdict in (("approve", "approve"), ("deny", "deny"), ("edit", "edit"),
+                          ("resolve", "resolve")):
+        c = ap.add_parser(name)
+        c.add_argument("id")
+        c.add_argument("--as", dest="as_user", required=True,
+                       help="the Slack user id you act as (checked against the policy)")
+        c.add_argument("--no-resume", action="store_true",
+                       help="record the decision only; leave resuming to `approvald serve`")
+        if name == "deny":
+            c.add_argument("--reason", required=True)
+        elif name == "edit":
+            c.add_argument("--args", required=True, help="the new arguments as a JSON object")
+            c.add_argument("--reason")
+        elif name == "resolve":
+            c.add_argument("--outcome", required=True, choices=["retry", "mark_done", "abort"])
+            c.add_argument("--reason")
+        else:
+            c.add_argument("--reason")
+        c.set_defaults(fn=decide_command(verdict))
+
+    au = sub.add_parser("audit", help="verify and export the audit log").add_subparsers(
+        dest="sub", required=True)
+    au.add_parser("verify").set_defaults(fn=cmd_audit_verify)
+    ex = au.add_parser("export")
+    ex.add_argument("--run")
+    ex.add_argument("--since", help="ISO date or date-time (UTC if no zone)")
+    ex.add_argument("--format", choices=["jsonl", "csv"], default="jsonl")
+    ex.add_argument("--output", "-o", help="write to a file instead of stdout")
+    ex.set_defaults(fn=cmd_audit_export)
+
+    sub.add_parser("serve", help="run the service: Slack app, scheduler, worker, outbox").\
+        set_defaults(fn=cmd_serve)
+    sb = sub.add_parser("sandbox", help="run the local Slack Web API emulator")
+    sb.add_argument("--host", default="127.0.0.1")
+    sb.add_argument("--port", type=int, default=8900)
+    sb.set_defaults(fn=cmd_sandbox)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        settings = load_settings()
+        level = settings.log_level if args.cmd == "serve" or settings.log_level == "DEBUG" \
+            else "WARNING"
+        logging.basicConfig(level=level,
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                            stream=sys.stderr)
+        code: int = asyncio.run(args.fn(settings, args))
+    except UsageError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    except DecisionRefused as exc:
+        print(f"approvald: refused: {exc}", file=sys.stderr)
+        return 4
+    except ApprovaldError as exc:
+        print(f"approvald: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # a bug, not a user mistake: say so in one line, log the rest
+        logging.getLogger("approvald").debug("internal error", exc_info=True)
+        print(f"approvald: internal error: {type(exc).__name__}: {exc} "
+              "(set APPROVALD_LOG_LEVEL=DEBUG for the traceback)", file=sys.stderr)
+        return 70
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""Settings: environment variables read once into one pydantic-settings object.
+
+A missing or malformed setting stops start-up with one line naming the variable.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from runtime.errors import ConfigError
+from store.db import DEFAULT_URL
+
+
+def _env(name: str) -> AliasChoices:
+    return AliasChoices(name)
+
+
+class Settings(BaseSettings):
+    """Every knob approvald reads from the environment."""
+
+    model_config = SettingsConfigDict(case_sensitive=True, extra="ignore",
+                                      populate_by_name=False)
+
+    slack_bot_token: SecretStr | None = Field(None, validation_alias=_env("SLACK_BOT_TOKEN"))
+    slack_signing_secret: SecretStr | None = Field(
+        None, validation_alias=_env("SLACK_SIGNING_SECRET"))
+    slack_app_token: SecretStr | None = Field(None, validation_alias=_env("SLACK_APP_TOKEN"))
+    slack_api_url: str = Field("https://slack.com/api/", validation_alias=_env("SLACK_API_URL"))
+    database_url: str = Field(DEFAULT_URL, validation_alias=_env("APPROVALD_DATABASE_URL"))
+    channel: str | None = Field(None, validation_alias=_env("APPROVALD_CHANNEL"))
+    ops_channel: str | None = Field(None, validation_alias=_env("APPROVALD_OPS_CHANNEL"))
+    port: int = Field(3000, ge=1, le=65535, validation_alias=_env("APPROVALD_PORT"))
+    host: str = Field("0.0.0.0", validation_alias=_env("APPROVALD_HOST"))
+    policy_file: Path | None = Field(None, validation_alias=_env("APPROVALD_POLICY_FILE"))
+    agents: str | None = Field(None, validation_alias=_env("APPROVALD_AGENTS"))
+    demo_ledger: str | None = Field(None, validation_alias=_env("APPROVALD_DEMO_LEDGER"))
+    secret: SecretStr | None = Field(None, validation_alias=_env("APPROVALD_SECRET"))
+    lease_ttl: float = Field(30.0, gt=0, le=3600, validation_alias=_env("APPROVALD_LEASE_TTL"))
+    max_payload: int = Field(256 * 1024, ge=1024, le=64 * 1024 * 1024,
+                             validation_alias=_env("APPROVALD_MAX_PAYLOAD"))
+    poll_interval: float = Field(2.0, gt=0, le=600,
+                                 validation_alias=_env("APPROVALD_POLL_INTERVAL"))
+    sweep_interval: float = Field(15.0, gt=0, le=3600,
+                                  validation_alias=_env("APPROVALD_SWEEP_INTERVAL"))
+    log_level: str = Field("INFO", validation_alias=_env("APPROVALD_LOG_LEVEL"))
+
+    @field_validator("slack_api_url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        if not v.startswith(("http://", "https://")):
+            raise ValueError("must be an http(s) URL")
+        return v if v.endswith("/") else v + "/"
+
+    @field_validator("log_level")
+    @classmethod
+    def _level(cls, v: str) -> str:
+        v = v.upper()
+        if v not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+            raise ValueError("must be DEBUG, INFO, WARNING or ERROR")
+        return v
+
+    @property
+    def slack_configured(self) -> bool:
+        return any((self.slack_bot_token, self.slack_signing_secret, self.slack_app_token))
+
+    def token_secret(self) -> str | None:
+        """The key approval tokens are derived from (APPROVALD_SECRET, else a Slack secret)."""
+        for s in (self.secret, self.slack_signing_secret, self.slack_app_token):
+            if s is not None and s.get_secret_value():
+                return s.get_secret_value()
+        return None
+
+
+_ALIASES = {name: (f.validation_alias.choices[0] if isinstance(f.validation_alias, AliasChoices)
+                   else name).__str__() for name, f in Settings.model_fields.items()}
+
+
+def load_settings() -> Settings:
+    """Read the environment; raise :class:`ConfigError` naming the first bad variable."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = str(err["loc"][0]) if err["loc"] else "environment"
+        var = _ALIASES.get(loc, loc)
+        got = err.get("input")
+        shown = f" (got {got!r})" if isinstance(got, str | int | float) else ""
+        raise ConfigError(f"{var}: {err['msg']}{shown}") from None

@@ -1,0 +1,79 @@
+"""The stable JSON documents the CLI prints with ``--json`` (documented in the README)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from runtime.state import RunState
+from store.records import ApprovalRecord, RunRecord
+
+
+def iso(value: Any) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def approval_document(a: ApprovalRecord) -> dict[str, Any]:
+    return {
+        "id": a.id,
+        "run_id": a.run_id,
+        "call_id": a.call_id,
+        "kind": a.kind,
+        "tool": a.tool,
+        "args": a.args_value(),
+        "digest": a.digest,
+        "edited_args": json.loads(a.edited_args) if a.edited_args else None,
+        "edited_digest": a.edited_digest,
+        "status": a.status,
+        "rung": a.rung,
+        "supersedes": a.supersedes,
+        "approvers": a.approvers_value(),
+        "quorum": a.quorum,
+        "approvals": a.approve_count,
+        "requested_by": a.requested_by,
+        "requested_at": iso(a.requested_at),
+        "expires_at": iso(a.expires_at),
+        "decided_at": iso(a.decided_at),
+        "decided_by": a.decided_by,
+        "decided_via": a.decided_via,
+        "verdict": a.verdict,
+        "reason": a.reason,
+        "packet": json.loads(a.packet),
+    }
+
+
+def run_summary(r: RunRecord) -> dict[str, Any]:
+    return {
+        "id": r.id, "agent": r.agent, "status": r.status, "step": r.step,
+        "requested_by": r.requested_by, "created_at": iso(r.created_at),
+        "updated_at": iso(r.updated_at),
+    }
+
+
+def run_document(run: RunRecord, state: RunState,
+                 approvals: list[ApprovalRecord]) -> dict[str, Any]:
+    pending = [
+        {"approval_id": a.id, "kind": a.kind, "tool": a.tool, "args": a.effective_args(),
+         "expires_at": iso(a.expires_at) if a.kind == "tool_call" else None,
+         "approvers": a.approvers_value()}
+        for a in approvals if a.status == "pending"
+    ]
+    return {
+        "id": run.id,
+        "agent": run.agent,
+        "status": run.status,
+        "step": run.step,
+        "task": run.task,
+        "requested_by": run.requested_by,
+        "instructions_version": run.instructions_version,
+        "created_at": iso(run.created_at),
+        "updated_at": iso(run.updated_at),
+        "result": run.result if run.status == "completed" else None,
+        "error": run.error,
+        "cancel_requested": run.cancel_requested,
+        "pending": pending,
+        "approvals": [{"id": a.id, "tool": a.tool, "status": a.status, "kind": a.kind,
+                       "decided_by": a.decided_by, "reason": a.reason} for a in approvals],
+        "transcript": [m.model_dump(mode="json") for m in state.messages],
+        "schema_version": state.schema_version,
+    }

@@ -1,0 +1,108 @@
+"""Agent definitions and the registry the CLI and workers look agents up in."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from runtime.canonical import canonical_json, sha256_hex
+from runtime.errors import ConfigError, NotFound
+from runtime.models.base import Model, ToolSpec
+from runtime.policy import PolicyFile
+from runtime.tools import Tool
+
+
+@dataclass
+class Agent:
+    """An agent: a name, its instructions, a model and the tools it may call."""
+
+    name: str
+    instructions: str
+    model: Model
+    tools: Sequence[Tool]
+    max_steps: int = 50
+    _by_name: dict[str, Tool] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._by_name = {}
+        for t in self.tools:
+            if t.name in self._by_name:
+                raise ConfigError(f"agent {self.name!r} defines tool {t.name!r} twice")
+            self._by_name[t.name] = t
+
+    def tool(self, name: str) -> Tool | None:
+        return self._by_name.get(name)
+
+    def tool_specs(self) -> list[ToolSpec]:
+        return [ToolSpec(t.name, t.description, t.json_schema()) for t in self.tools]
+
+    @property
+    def instructions_version(self) -> str:
+        """A short digest of the instructions and tool schemas, recorded with each run."""
+        doc = {
+            "instructions": self.instructions,
+            "tools": [
+                {"name": s.name, "description": s.description, "parameters": s.parameters}
+                for s in self.tool_specs()
+            ],
+        }
+        return sha256_hex(canonical_json(doc))[:16]
+
+
+class Registry:
+    """Agents by name, with the deployment's policy file applied to their tools."""
+
+    def __init__(self, agents: Iterable[Agent] = (), policy: PolicyFile | None = None) -> None:
+        self._agents: dict[str, Agent] = {}
+        self.policy = policy or PolicyFile()
+        for a in agents:
+            self.add(a)
+
+    def add(self, agent: Agent) -> None:
+        if agent.name in self._agents:
+            raise ConfigError(f"two agents are named {agent.name!r}")
+        self._agents[agent.name] = agent
+        for t in agent.tools:  # fail at start-up, not at the first gated call
+            self.policy.effective(t.name, t.policy, t.approval)
+
+    def get(self, name: str) -> Agent:
+        try:
+            return self._agents[name]
+        except KeyError:
+            known = ", ".join(sorted(self._agents)) or "none"
+            raise NotFound(f"unknown agent {name!r} (known: {known})") from None
+
+    def names(self) -> list[str]:
+        return sorted(self._agents)
+
+    def check_policy(self) -> None:
+        """Refuse a policy file that names a tool no agent defines (likely a typo)."""
+        defined = {t.name for a in self._agents.values() for t in a.tools}
+        for name in self.policy.tools:
+            if name not in defined:
+                raise ConfigError(
+                    f"APPROVALD_POLICY_FILE: {self.policy.source or 'policy'}: "
+                    f"tools.{name}: no agent defines a tool named {name!r}"
+                )
+
+    def load_modules(self, spec: str) -> None:
+        """Import ``APPROVALD_AGENTS`` modules (comma-separated) and add their agents.
+
+        A module contributes every module-level :class:`Agent`, or, if it defines
+        ``AGENTS``, exactly that list.
+        """
+        for modname in (s.strip() for s in spec.split(",")):
+            if not modname:
+                continue
+            try:
+                module = importlib.import_module(modname)
+            except ImportError as exc:
+                raise ConfigError(f"APPROVALD_AGENTS: cannot import {modname!r}: {exc}") from None
+            found = getattr(module, "AGENTS", None)
+            if found is None:
+                found = [v for v in vars(module).values() if isinstance(v, Agent)]
+            if not found:
+                raise ConfigError(f"APPROVALD_AGENTS: module {modname!r} defines no Agent")
+            for a in found:
+                self.add(a)

@@ -1,0 +1,223 @@
+"""Built-in demo agents, driven by :class:`ScriptedModel`, for the README, tests and benchmarks.
+
+``demo-refund`` looks an order up, asks to refund it (``approve_before``), then emails the
+customer (``notify_after``); a denial or an expiry ends the run with a message saying so.
+``demo-steps`` calls ``tick(i)`` N times. Every demo tool appends one JSON line per real
+invocation to ``APPROVALD_DEMO_LEDGER`` (when set), so side effects can be counted
+independently of the runtime's own bookkeeping.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from datetime import timedelta
+from typing import Any
+
+from runtime.agent import Agent
+from runtime.models.base import ModelReply, Transcript
+from runtime.models.scripted import ScriptedModel, assistant_turns, reply
+from runtime.policy import ApprovalPolicy
+from runtime.state import ToolMessage
+from runtime.tools import Reconciled, ToolContext, tool
+
+
+class DemoLedger:
+    """An append-only JSON-lines file standing in for the outside world's records."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = path
+
+    def record(self, ctx: ToolContext, name: str, args: dict[str, Any]) -> None:
+        if not self.path:
+            return
+        line = json.dumps({"tool": name, "args": args, "idempotency_key": ctx.idempotency_key,
+                           "at": ctx.clock.now().isoformat()}, sort_keys=True) + "\n"
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line.encode())  # one write: a line is there whole or not at all
+        finally:
+            os.close(fd)
+
+    def find(self, key: str) -> dict[str, Any] | None:
+        """The recorded invocation under ``key``, if the outside world has seen it."""
+        if not self.path or not os.path.exists(self.path):
+            return None
+        with open(self.path, encoding="utf-8") as fh:
+            for line in fh:
+                if line.strip():
+                    entry: dict[str, Any] = json.loads(line)
+                    if entry.get("idempotency_key") == key:
+                        return entry
+        return None
+
+
+# -- demo-refund --------------------------------------------------------------------------
+
+_ORDER = re.compile(r"\b([A-Z]{1,3}-\d{3,8})\b")
+
+
+def _cents(value: int) -> str:
+    return f"${value / 100:,.2f}"
+
+
+def _last_result(messages: Transcript) -> ToolMessage | None:
+    for m in reversed(messages):
+        if isinstance(m, ToolMessage):
+            return m
+    return None
+
+
+def _unwrap(content: Any) -> Any:
+    if isinstance(content, dict) and content.get("status") == "executed_with_edits":
+        return content.get("result")
+    return content
+
+
+def refund_script(messages: Transcript) -> ModelReply:
+    """What a careful support agent would do, as a pure function of the transcript."""
+    turn = assistant_turns(messages)
+    task = messages[0].content if messages and isinstance(messages[0].content, str) else ""
+    match = _ORDER.search(task)
+    order_id = match.group(1) if match else "A-1001"
+    last = _last_result(messages)
+    if last is None:
+        return reply("I'll look the order up first.", ("lookup_order", {"order_id": order_id}),
+                     turn=turn)
+    content = _unwrap(last.content)
+    status = content.get("status") if isinstance(content, dict) else None
+    if last.name == "lookup_order":
+        if status in ("error", "not_found"):
+            return reply(f"I could not find order {order_id}, so I issued no refund.", turn=turn)
+        amount = int(content["duplicate_charge_cents"])
+        return reply(
+            f"Order {order_id} was charged twice; I will refund the duplicate charge of "
+            f"{_cents(amount)}.",
+            ("issue_refund", {"order_id": order_id, "amount_cents": amount,
+                              "reason": "duplicate charge"}),
+            turn=turn)
+    if last.name == "issue_refund":
+        if status == "denied":
+            by = content.get("by") or "an approver"
+            return reply(f"I did not issue the refund: {by} denied it, saying "
+                         f"\"{content.get('reason', '')}\".", turn=turn)
+        if status == "expired":
+            return reply("The refund request expired without a decision, so no refund was "
+                         "issued.", turn=turn)
+        if status in ("error", "cancelled", "forbidden", "invalid_arguments"):
+            return reply(f"The refund did not go through ({status}): "
+                         f"{content.get('error') or content.get('reason') or ''}".rstrip(": "),
+                         turn=turn)
+        return reply(
+            "The refund is issued; I'll let the customer know.",
+            ("send_customer_email", {
+                "order_id": order_id,
+                "subject": f"Your refund for order {order_id}",
+                "body": f"We refunded {_cents(int(content['amount_cents']))} "
+                        f"(refund {content['refund_id']}).",
+            }),
+            turn=turn)
+    refund: dict[str, Any] = next((_unwrap(m.content) for m in messages
+                   if isinstance(m, ToolMessage) and m.name == "issue_refund"), {})
+    return reply(
+        f"Refund {refund.get('refund_id')} of {_cents(int(refund.get('amount_cents', 0)))} for "
+        f"order {order_id} was issued and the customer was emailed.", turn=turn)
+
+
+REFUND_POLICY = ApprovalPolicy(
+    approvers=[], quorum=1, ttl=timedelta(minutes=30), reminders=[0.5, 0.9],
+    on_expire="cancel", risk="high",
+    why="Refunds move money back to a customer's card and cannot be undone.",
+)
+
+
+def refund_agent(ledger: DemoLedger, *, approval: ApprovalPolicy = REFUND_POLICY) -> Agent:
+    @tool(permission="read")
+    async def lookup_order(ctx: ToolContext, order_id: str) -> dict[str, Any]:
+        """Look an order up: its customer, what was charged, and any duplicate charge."""
+        ledger.record(ctx, "lookup_order", {"order_id": order_id})
+        return {"order_id": order_id, "customer_email": "dana@example.com",
+                "charged_cents": 8400, "duplicate_charge_cents": 4200, "currency": "USD"}
+
+    async def refund_reconcile(ctx: ToolContext, args: dict[str, Any]) -> Reconciled | None:
+        # the payment provider deduplicates by idempotency key; ask it what it saw
+        seen = ledger.find(ctx.idempotency_key)
+        if seen is None:
+            return Reconciled(happened=False)
+        return Reconciled(happened=True, result=_refund_result(ctx, args))
+
+    @tool(permission="execute", policy="approve_before", approval=approval,
+          reconcile=refund_reconcile,
+          impact=lambda a: f"{_cents(int(a['amount_cents']))} goes back to the customer's card "
+                           f"for order {a['order_id']}.")
+    async def issue_refund(ctx: ToolContext, order_id: str, amount_cents: int,
+                           reason: str) -> dict[str, Any]:
+        """Refund part or all of an order's charge to the customer's card."""
+        if amount_cents <= 0:
+            raise ValueError("amount_cents must be positive")
+        args = {"order_id": order_id, "amount_cents": amount_cents, "reason": reason}
+        ledger.record(ctx, "issue_refund", args)
+        return _refund_result(ctx, args)
+
+    @tool(permission="execute", policy="notify_after")
+    async def send_customer_email(ctx: ToolContext, order_id: str, subject: str,
+                                  body: str) -> dict[str, Any]:
+        """Email the customer about their order."""
+        ledger.record(ctx, "send_customer_email",
+                      {"order_id": order_id, "subject": subject, "body": body})
+        return {"sent": True, "to": "dana@example.com"}
+
+    return Agent(
+        name="demo-refund",
+        instructions="You are a support agent. Verify an order before refunding it; refunds "
+                     "need human approval. Tell the customer when money moves.",
+        model=ScriptedModel(refund_script),
+        tools=[lookup_order, issue_refund, send_customer_email],
+    )
+
+
+def _refund_result(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
+    digest = hashlib.sha256(ctx.idempotency_key.encode()).hexdigest()
+    return {"refund_id": "rf_" + digest[:12],
+            "order_id": args["order_id"], "amount_cents": args["amount_cents"],
+            "status": "issued"}
+
+
+# -- demo-steps ---------------------------------------------------------------------------
+
+def steps_script(messages: Transcript) -> ModelReply:
+    turn = assistant_turns(messages)
+    task = messages[0].content if messages else "0"
+    try:
+        n = int(str(task).strip().split()[0])
+    except (ValueError, IndexError):
+        return reply(f"The task must be a number of ticks, got {task!r}.", turn=turn)
+    if turn < n:
+        return reply(None, ("tick", {"i": turn}), turn=turn)
+    return reply(f"Ticked {n} times.", turn=turn)
+
+
+def steps_agent(ledger: DemoLedger, *, payload_bytes: int = 0, name: str = "demo-steps") -> Agent:
+    pad = "x" * payload_bytes
+
+    async def tick_reconcile(ctx: ToolContext, args: dict[str, Any]) -> Reconciled | None:
+        seen = ledger.find(ctx.idempotency_key)
+        if seen is None:
+            return Reconciled(happened=False)
+        return Reconciled(happened=True, result={"i": args["i"], "pad": pad})
+
+    @tool(permission="read", reconcile=tick_reconcile)
+    async def tick(ctx: ToolContext, i: int) -> dict[str, Any]:
+        """Count one tick."""
+        ledger.record(ctx, "tick", {"i": i})
+        return {"i": i, "pad": pad}
+
+    return Agent(name=name, instructions="Tick the number of times the task says.",
+                 model=ScriptedModel(steps_script), tools=[tick], max_steps=1_000_000)
+
+
+def demo_agents(ledger_path: str | None = None) -> list[Agent]:
+    ledger = DemoLedger(ledger_path)
+    return [refund_agent(ledger), steps_agent(ledger)]

@@ -1,0 +1,31 @@
+"""Who belongs to an approver group. The Slack bot resolves user groups; tests use a table."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+from runtime.errors import ApprovaldError
+
+
+class DirectoryError(ApprovaldError):
+    """Group membership could not be looked up (the directory is down or refused)."""
+
+
+class Directory(Protocol):
+    async def members(self, group_id: str) -> frozenset[str]:
+        """User ids in ``group_id``; raises :class:`DirectoryError` if unknown or unreachable."""
+        ...
+
+
+class StaticDirectory:
+    """Membership from a mapping, e.g. the ``[groups]`` table of the policy file."""
+
+    def __init__(self, groups: Mapping[str, Sequence[str]] | None = None) -> None:
+        self._groups = {k: frozenset(v) for k, v in (groups or {}).items()}
+
+    async def members(self, group_id: str) -> frozenset[str]:
+        try:
+            return self._groups[group_id]
+        except KeyError:
+            raise DirectoryError(f"unknown group {group_id}") from None

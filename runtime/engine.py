@@ -1,0 +1,201 @@
+"""The runtime's front door: start, advance, decide, cancel, recover.
+
+An :class:`Engine` is cheap and holds no run state of its own: any number of engines in
+any number of processes can serve the same database. What one process learns (a decision
+it recorded, a request it opened) it announces to local listeners so it can act at once;
+other processes find the same facts by polling the database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from runtime import audit
+from runtime.agent import Registry
+from runtime.clock import Clock, SystemClock
+from runtime.decide import Actor, Decider, Decision, Verdict
+from runtime.directory import Directory, StaticDirectory
+from runtime.errors import ApprovaldError, NotFound, PayloadTooLarge
+from runtime.expiry import Expiry
+from runtime.gate import Gate
+from runtime.ids import TokenSigner, new_id, owner_is_dead, worker_id
+from runtime.ledger import Ledger
+from runtime.outcomes import Outcome
+from runtime.runner import Runner
+from runtime.state import FINAL_STATUSES, RunState, UserMessage
+from runtime.tools import Tool
+from runtime.transcript import build_state, encode
+from store.db import Database
+from store.records import ApprovalRecord, RunRecord
+
+log = logging.getLogger("approvald.engine")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    lease_ttl: timedelta = timedelta(seconds=30)
+    max_payload_bytes: int = 256 * 1024
+
+
+class Engine:
+    def __init__(self, db: Database, registry: Registry, *, clock: Clock | None = None,
+                 config: EngineConfig | None = None, directory: Directory | None = None,
+                 signer: TokenSigner | None = None, owner: str | None = None,
+                 require_tokens: bool = False) -> None:
+        self.db = db
+        self.registry = registry
+        self.clock: Clock = clock or SystemClock()
+        self.config = config or EngineConfig()
+        self.directory: Directory = directory or StaticDirectory(registry.policy.groups)
+        self.signer = signer
+        self.require_tokens = require_tokens
+        self.owner = owner or worker_id()
+        self.ledger = Ledger(db, self.clock, max_result_bytes=self.config.max_payload_bytes,
+                             lease_ttl=self.config.lease_ttl)
+        self.gate = Gate(self)
+        self.decider = Decider(self)
+        self.runner = Runner(self)
+        self.expiry = Expiry(self)
+        self._ready_listeners: list[Callable[[str], None]] = []
+        self._opened_listeners: list[Callable[[str], None]] = []
+
+    # -- local notifications ------------------------------------------------------------
+    def on_ready(self, fn: Callable[[str], None]) -> None:
+        """Call ``fn(run_id)`` when this process learns a run can be advanced."""
+        self._ready_listeners.append(fn)
+
+    def on_opened(self, fn: Callable[[str], None]) -> None:
+        """Call ``fn(approval_id)`` when this process opens an approval request."""
+        self._opened_listeners.append(fn)
+
+    def notify_ready(self, run_id: str) -> None:
+        for fn in self._ready_listeners:
+            fn(run_id)
+
+    def notify_opened(self, approval_id: str) -> None:
+        for fn in self._opened_listeners:
+            fn(approval_id)
+
+    # -- helpers ----------------------------------------------------------------------
+    def check_payload(self, text: str, *, what: str) -> None:
+        size = len(text.encode())
+        if size > self.config.max_payload_bytes:
+            raise PayloadTooLarge(
+                f"{what} is {size} bytes, over the {self.config.max_payload_bytes}-byte cap")
+
+    async def tool_for(self, a: ApprovalRecord) -> Tool:
+        """The tool an approval is about (looked up through the run's agent)."""
+        async with self.db.read() as tx:
+            run = await tx.runs.get(a.run_id)
+        if run is None:
+            raise NotFound(f"no run {a.run_id}", run_id=a.run_id)
+        name = run.agent
+        tool = self.registry.get(name).tool(a.tool)
+        if tool is None:
+            raise NotFound(f"agent {name!r} no longer defines tool {a.tool!r}",
+                           approval_id=a.id, run_id=a.run_id)
+        return tool
+
+    async def resolve_run(self, run_id: str) -> RunRecord:
+        """A run by id or unambiguous id prefix (at least 6 characters)."""
+        async with self.db.read() as tx:
+            run = await tx.runs.get(run_id)
+            if run is None and len(run_id) >= 6:
+                found = await tx.runs.find(run_id)
+                if len(found) > 1:
+                    raise NotFound(f"run id prefix {run_id!r} is ambiguous")
+                run = found[0] if found else None
+        if run is None:
+            raise NotFound(f"no run {run_id}", run_id=run_id)
+        return run
+
+    # -- runs ---------------------------------------------------------------------------
+    async def start_run(self, agent: str, task: str, *, requested_by: str) -> str:
+        """Create a run (status ``running``) with the task as its first message."""
+        a = self.registry.get(agent)
+        self.check_payload(task, what="the task")
+        run_id = new_id()
+        now = self.clock.now()
+        async with self.db.write() as tx:
+            await tx.runs.create(run_id=run_id, agent=a.name, task=task,
+                                 requested_by=requested_by,
+                                 instructions_version=a.instructions_version, now=now)
+            nxt = await tx.events.append(run_id, 0, 0, [encode(UserMessage(content=task))])
+            await tx.runs.update(run_id, next_seq=nxt)
+        return run_id
+
+    async def advance(self, run_id: str, *, stop: asyncio.Event | None = None,
+                      stale_owners: tuple[str, ...] = ()) -> Outcome:
+        """Drive the run until it completes, fails, pauses, or ``stop`` is set."""
+        outcome = await self.runner.advance(run_id, stop=stop, stale_owners=stale_owners)
+        if outcome.status == "awaiting_approval":
+            for approval_id in getattr(outcome, "approval_ids", ()):
+                self.notify_opened(approval_id)
+        return outcome
+
+    async def run(self, agent: str, task: str, *, requested_by: str) -> Outcome:
+        run_id = await self.start_run(agent, task, requested_by=requested_by)
+        return await self.advance(run_id)
+
+    async def state(self, run_id: str) -> RunState:
+        async with self.db.read() as tx:
+            run = await tx.runs.get(run_id)
+            if run is None:
+                raise NotFound(f"no run {run_id}", run_id=run_id)
+            events = await tx.events.load(run_id)
+            executions = await tx.executions.for_run(run_id)
+        return build_state(run, events, executions)
+
+    async def cancel(self, run_id: str, *, actor: Actor) -> str:
+        """Cancel a run: at once if no worker is mid-step, else at its next step boundary.
+
+        Returns ``cancelled`` or ``cancel_requested``.
+        """
+        now = self.clock.now()
+        stale = tuple(await self.stale_owners())
+        async with self.db.write() as tx:
+            run = await tx.runs.get(run_id)
+            if run is None:
+                raise NotFound(f"no run {run_id}", run_id=run_id)
+            if run.status in FINAL_STATUSES:
+                raise ApprovaldError(f"run {run_id} is already {run.status}", run_id=run_id)
+            error = f"cancelled by {actor.id}"
+            if await tx.runs.cancel_if_idle(run_id, now=now, error=error, stale_owners=stale):
+                await self.gate.cancel_pending(tx, run_id, actor=actor.id, via=actor.via)
+                await audit.append(tx, at=now, action="cancelled", actor=actor.id,
+                                   via=actor.via, run_id=run_id, details={"was": run.status})
+                return "cancelled"
+            await tx.runs.update(run_id, cancel_requested=True, updated_at=now)
+            return "cancel_requested"
+
+    async def stale_owners(self) -> list[str]:
+        """Lease holders that ran on this host and whose process is gone."""
+        async with self.db.read() as tx:
+            owners = await tx.runs.lease_owners()
+        return [o for o in owners if o != self.owner and owner_is_dead(o)]
+
+    async def recover(self, *, limit: int = 1000) -> list[Outcome]:
+        """Advance every run left ``running`` without a live worker (expired or dead lease)."""
+        stale = tuple(await self.stale_owners())
+        async with self.db.read() as tx:
+            runs = await tx.runs.runnable(now=self.clock.now(), limit=limit, stale_owners=stale)
+        outcomes = []
+        for run in runs:
+            outcomes.append(await self.advance(run.id, stale_owners=stale))
+        return outcomes
+
+    # -- approvals ----------------------------------------------------------------------
+    async def decide(self, approval_id: str, *, actor: Actor, verdict: Verdict,
+                     reason: str | None = None, args: Any = None,
+                     token: str | None = None) -> Decision:
+        """Record a decision (see :class:`runtime.decide.Decider`); wakes the run if ready."""
+        decision = await self.decider.decide(approval_id, actor=actor, verdict=verdict,
+                                             reason=reason, args=args, token=token)
+        if decision.run_ready:
+            self.notify_ready(decision.approval.run_id)
+        return decision

@@ -1,0 +1,123 @@
+"""Silence never approves: expire, escalate and remind, by compare-and-set.
+
+The sweep is the source of truth: it finds overdue approvals and due reminders in the
+database and settles them. Scheduler jobs (:mod:`runtime.scheduler`) only make it prompt.
+Expiry races clicks through the same conditional UPDATE, so exactly one outcome wins.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from runtime import audit
+from runtime.canonical import compact_json
+from runtime.gate import CARD_UPDATE, REMINDER, first_reminder
+from runtime.policy import ApprovalPolicy
+from store.records import ApprovalRecord
+from store.repos import Tx
+
+if TYPE_CHECKING:
+    from runtime.engine import Engine
+
+
+@dataclass
+class SweepResult:
+    expired: list[str] = field(default_factory=list)
+    escalated: list[tuple[str, str]] = field(default_factory=list)  # (old, new)
+    reminded: list[str] = field(default_factory=list)
+    runs_ready: set[str] = field(default_factory=set)
+
+    def merge(self, other: SweepResult) -> None:
+        self.expired += other.expired
+        self.escalated += other.escalated
+        self.reminded += other.reminded
+        self.runs_ready |= other.runs_ready
+
+
+class Expiry:
+    def __init__(self, engine: Engine) -> None:
+        self.e = engine
+
+    async def sweep(self, *, limit: int = 5000, batch: int = 250,
+                    only: Sequence[str] | None = None) -> SweepResult:
+        """Settle everything overdue as of the clock's now (or just the ids in ``only``)."""
+        now = self.e.clock.now()
+        result = SweepResult()
+        if only is None:
+            async with self.e.db.read() as tx:
+                due = await tx.approvals.due_for_expiry(now, limit)
+        else:
+            due = list(only)
+        for i in range(0, len(due), batch):
+            async with self.e.db.write() as tx:
+                for a in await tx.approvals.expire_batch(due[i:i + batch], now=now):
+                    await self._settle(tx, a, now, result)
+        await self._remind(now, limit, result, only)
+        for run_id in result.runs_ready:
+            self.e.notify_ready(run_id)
+        for _old, new in result.escalated:
+            self.e.notify_opened(new)
+        return result
+
+    async def _settle(self, tx: Tx, a: ApprovalRecord, now: datetime,
+                      result: SweepResult) -> None:
+        policy = ApprovalPolicy.from_snapshot(json.loads(a.policy))
+        if a.kind == "tool_call" and a.rung + 1 < policy.rungs:
+            old = await tx.approvals.transition(a.id, to="superseded", from_=("expired",))
+            assert old is not None
+            new_id = await self.e.gate.insert_approval(
+                tx, run=None, call_id=a.call_id, kind=a.kind, tool=a.tool, args=a.args_value(),
+                policy=policy, rung=a.rung + 1, packet=json.loads(a.packet), supersedes=a)
+            await audit.append(tx, at=now, action="superseded", actor="system:expiry",
+                               via="scheduler", run_id=a.run_id, approval_id=a.id,
+                               digest=a.digest, details={"tool": a.tool, "superseded_by": new_id})
+            await audit.append(tx, at=now, action="escalated", actor="system:expiry",
+                               via="scheduler", run_id=a.run_id, approval_id=new_id,
+                               digest=a.digest,
+                               details={"tool": a.tool, "from": a.id, "rung": a.rung + 1,
+                                        "approvers": policy.rung(a.rung + 1)[0]})
+            await tx.outbox.add(kind=CARD_UPDATE, group_key=a.id,
+                                payload=compact_json({"approval_id": a.id}), now=now)
+            result.escalated.append((a.id, new_id))
+            return
+        await audit.append(tx, at=now, action="expired", actor="system:expiry", via="scheduler",
+                           run_id=a.run_id, approval_id=a.id, digest=a.digest,
+                           details={"tool": a.tool, "args": a.args_value(), "rung": a.rung})
+        await tx.outbox.add(kind=CARD_UPDATE, group_key=a.id,
+                            payload=compact_json({"approval_id": a.id}), now=now)
+        result.expired.append(a.id)
+        if await tx.approvals.count_pending(a.run_id, kind="tool_call") == 0 and \
+                await tx.runs.update(a.run_id, expect_status=["awaiting_approval"],
+                                     status="running", updated_at=now):
+            result.runs_ready.add(a.run_id)
+
+    async def _remind(self, now: datetime, limit: int, result: SweepResult,
+                      only: Sequence[str] | None) -> None:
+        async with self.e.db.read() as tx:
+            due = await tx.approvals.due_for_reminder(now, limit)
+        if only is not None:
+            due = [a for a in due if a.id in set(only)]
+        for a in due:
+            policy = ApprovalPolicy.from_snapshot(json.loads(a.policy))
+            ttl = a.expires_at - a.requested_at
+            if a.kind != "tool_call":
+                ttl = policy.ttl
+            nxt = first_reminder(policy, a.requested_at, ttl, a.reminders_sent + 1)
+            async with self.e.db.write() as tx:
+                if not await tx.approvals.advance_reminder(a.id, sent=a.reminders_sent,
+                                                           next_at=nxt):
+                    continue  # another replica sent it
+                await tx.outbox.add(
+                    kind=REMINDER, group_key=a.id,
+                    payload=compact_json({"approval_id": a.id, "n": a.reminders_sent + 1}),
+                    now=now)
+                await audit.append(tx, at=now, action="reminded", actor="system:expiry",
+                                   via="scheduler", run_id=a.run_id, approval_id=a.id,
+                                   digest=a.digest,
+                                   details={"tool": a.tool, "n": a.reminders_sent + 1,
+                                            "expires_at": a.expires_at.isoformat()})
+            result.reminded.append(a.id)

@@ -1,0 +1,52 @@
+"""Named crash points at durability boundaries, armed by ``APPROVALD_FAILPOINTS``.
+
+``APPROVALD_FAILPOINTS=after_intent`` makes the process SIGKILL itself the first time it
+reaches ``after_intent``; ``after_intent@3`` on the third time. Several points are
+comma-separated. With the variable unset, :func:`failpoint` is one falsy check.
+
+Known points: ``mid_model_call``, ``after_intent``, ``after_result``,
+``before_result``, ``before_checkpoint``, ``after_checkpoint``, ``after_request_commit``,
+``after_decision``, ``after_commit_before_post``, ``after_post_before_mark``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+_ENV = "APPROVALD_FAILPOINTS"
+
+
+def _parse(spec: str) -> dict[str, int]:
+    armed: dict[str, int] = {}
+    for item in spec.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        name, _, nth = item.partition("@")
+        armed[name] = int(nth) if nth else 1
+    return armed
+
+
+_armed: dict[str, int] = _parse(os.environ.get(_ENV, ""))
+_hits: dict[str, int] = {}
+
+
+def failpoint(name: str) -> None:
+    """SIGKILL this process if ``name`` is armed and this is the armed hit."""
+    if not _armed:
+        return
+    target = _armed.get(name)
+    if target is None:
+        return
+    hit = _hits.get(name, 0) + 1
+    _hits[name] = hit
+    if hit == target:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def arm(spec: str) -> None:
+    """Re-arm from a spec string (tests in-process use this; subprocesses use the env)."""
+    global _armed
+    _armed = _parse(spec)
+    _hits.clear()

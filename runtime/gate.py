@@ -1,0 +1,177 @@
+"""Opening approval requests: persist first, deliver later.
+
+Everything here runs inside the caller's transaction (the step's checkpoint), so the run's
+events, the approval row with the exact arguments, the outbox row that will post the card
+and the audit entry commit together or not at all. Nothing is sent from here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from runtime import audit
+from runtime.canonical import call_digest, compact_json
+from runtime.ids import new_id, new_nonce
+from runtime.policy import ApprovalPolicy
+from runtime.state import AssistantMessage, ToolCall, ToolMessage
+from runtime.tools import Tool
+from store.records import ApprovalRecord, ExecutionRecord, RunRecord
+from store.repos import Tx
+
+if TYPE_CHECKING:
+    from runtime.engine import Engine
+
+# outbox kinds the delivery side understands
+CARD_POST = "approval.requested"
+CARD_UPDATE = "approval.updated"
+REMINDER = "approval.reminder"
+NOTICE = "tool.notice"
+
+# an outcome question has no deadline: silence must not resolve it either way
+QUESTION_TTL = timedelta(days=3650)
+EVIDENCE_ITEMS = 3
+EVIDENCE_CHARS = 400
+
+
+@dataclass(frozen=True)
+class GateRequest:
+    """A gated call the step wants to run: the exact, validated arguments and the policy."""
+
+    call: ToolCall
+    tool: Tool
+    args: dict[str, Any]
+    policy: ApprovalPolicy
+
+
+def build_packet(transcript: Sequence[Any], call: ToolCall, tool: Tool, args: dict[str, Any],
+                 policy: ApprovalPolicy, run: RunRecord) -> dict[str, Any]:
+    """The decision packet shown to approvers: what, why, on what evidence, with what impact."""
+    doing: str | None = None
+    evidence: list[dict[str, Any]] = []
+    for msg in transcript:
+        if isinstance(msg, AssistantMessage) and any(c.id == call.id for c in msg.tool_calls):
+            doing = msg.content
+    results = [m for m in transcript if isinstance(m, ToolMessage) and m.call_id != call.id]
+    for m in results[::-1]:
+        content = m.content
+        if isinstance(content, dict) and content.get("status") in (
+                "error", "denied", "expired", "forbidden", "invalid_arguments"):
+            continue
+        text = compact_json(content)
+        if len(text) > EVIDENCE_CHARS:
+            text = text[:EVIDENCE_CHARS] + "…"
+        evidence.append({"tool": m.name, "call_id": m.call_id, "result": text})
+        if len(evidence) == EVIDENCE_ITEMS:
+            break
+    impact = None
+    if tool.impact is not None:
+        try:
+            impact = tool.impact(args)
+        except Exception as exc:  # a broken hook must not block the request
+            impact = f"(impact unavailable: {type(exc).__name__})"
+    return {
+        "agent": run.agent,
+        "task": run.task[:500],
+        "requested_by": run.requested_by,
+        "doing": doing or f"The agent wants to call {tool.name}.",
+        "evidence": evidence[::-1],
+        "impact": impact,
+        "risk": policy.risk,
+        "why": policy.why or f"{tool.name} is a {tool.permission} tool that needs approval.",
+        "description": tool.description,
+    }
+
+
+def first_reminder(policy: ApprovalPolicy, requested_at: datetime, ttl: timedelta,
+                   sent: int = 0) -> datetime | None:
+    """When reminder number ``sent`` is due, or None when all have gone out."""
+    if sent >= len(policy.reminders):
+        return None
+    return requested_at + ttl * policy.reminders[sent]
+
+
+class Gate:
+    def __init__(self, engine: Engine) -> None:
+        self.e = engine
+
+    async def open_requests(self, tx: Tx, run: RunRecord, transcript: Sequence[Any], step: int,
+                            gates: Sequence[GateRequest]) -> list[str]:
+        """Insert one pending approval (+ outbox row + audit entry) per gated call."""
+        ids = []
+        for g in gates:
+            packet = build_packet(transcript, g.call, g.tool, g.args, g.policy, run)
+            ids.append(await self.insert_approval(
+                tx, run=run, call_id=g.call.id, kind="tool_call", tool=g.tool.name,
+                args=g.args, policy=g.policy, rung=0, packet=packet))
+        return ids
+
+    async def insert_approval(self, tx: Tx, *, run: RunRecord | None, call_id: str, kind: str,
+                              tool: str, args: dict[str, Any], policy: ApprovalPolicy, rung: int,
+                              packet: dict[str, Any], supersedes: ApprovalRecord | None = None,
+                              ttl: timedelta | None = None) -> str:
+        now = self.e.clock.now()
+        approvers, rung_ttl, quorum = policy.rung(rung)
+        ttl = ttl or rung_ttl
+        approval_id = new_id()
+        digest = call_digest(tool, args)
+        run_id = run.id if run else supersedes.run_id if supersedes else ""
+        requested_by = (run.requested_by if run else
+                        supersedes.requested_by if supersedes else "")
+        await tx.approvals.insert(
+            id=approval_id, run_id=run_id, call_id=call_id, kind=kind, tool=tool,
+            args=compact_json(args), digest=digest, status="pending", rung=rung,
+            supersedes=supersedes.id if supersedes else None,
+            approvers=compact_json(approvers), quorum=quorum, approve_count=0,
+            policy=compact_json(policy.snapshot()), packet=compact_json(packet),
+            requested_by=requested_by, token_nonce=new_nonce(), requested_at=now,
+            expires_at=now + ttl, reminders_sent=0,
+            next_reminder_at=first_reminder(policy, now, ttl if kind == "tool_call"
+                                            else policy.ttl),
+        )
+        await tx.outbox.add(kind=CARD_POST, group_key=approval_id,
+                            payload=compact_json({"approval_id": approval_id}), now=now)
+        await audit.append(
+            tx, at=now, action="requested", actor=f"agent:{packet.get('agent', '')}",
+            via="runtime", run_id=run_id, approval_id=approval_id, digest=digest,
+            details={"kind": kind, "tool": tool, "args": args, "call_id": call_id,
+                     "approvers": approvers, "quorum": quorum, "rung": rung,
+                     "expires_at": (now + ttl).isoformat(), "risk": policy.risk,
+                     "supersedes": supersedes.id if supersedes else None},
+        )
+        return approval_id
+
+    async def open_question(self, tx: Tx, run: RunRecord, call: ToolCall, tool: Tool,
+                            rec: ExecutionRecord, args: dict[str, Any]) -> str:
+        """Ask a human whether a call whose outcome is unknown took effect."""
+        _, policy = self.e.registry.policy.effective(tool.name, tool.policy, tool.approval)
+        packet: dict[str, Any] = {
+            "agent": run.agent, "task": run.task[:500], "requested_by": run.requested_by,
+            "doing": (f"{tool.name} started (attempt {rec.attempts}, "
+                      f"{rec.started_at.isoformat()}) but the process stopped before its "
+                      "result was recorded. Did it take effect?"),
+            "evidence": [], "impact": None, "risk": policy.risk,
+            "why": f"{tool.name} is not idempotent, so it is never re-run without a human.",
+            "description": tool.description, "idempotency_key": rec.idempotency_key,
+        }
+        approval_id = await self.insert_approval(
+            tx, run=run, call_id=call.id, kind="outcome_unknown", tool=tool.name,
+            args=args, policy=policy, rung=0, packet=packet, ttl=QUESTION_TTL)
+        await audit.append(
+            tx, at=self.e.clock.now(), action="outcome_unknown", actor="system:runtime",
+            via="runtime", run_id=run.id, approval_id=approval_id, digest=rec.args_digest,
+            details={"tool": tool.name, "call_id": call.id,
+                     "idempotency_key": rec.idempotency_key, "attempts": rec.attempts})
+        return approval_id
+
+    async def cancel_pending(self, tx: Tx, run_id: str, *, actor: str, via: str) -> None:
+        """Close every pending approval of a cancelled run and update its cards."""
+        now = self.e.clock.now()
+        for a in await tx.approvals.cancel_pending_for_run(run_id, now=now, by=actor):
+            await tx.outbox.add(kind=CARD_UPDATE, group_key=a.id,
+                                payload=compact_json({"approval_id": a.id}), now=now)
+            await audit.append(tx, at=now, action="cancelled", actor=actor, via=via,
+                               run_id=run_id, approval_id=a.id, digest=a.digest,
+                               details={"tool": a.tool})

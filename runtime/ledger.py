@@ -1,0 +1,205 @@
+"""The execution ledger: an approved (or automatic) call runs at most once.
+
+Before a tool runs, an intent row under the call's idempotency key ``(run_id, call_id)``
+is committed; after it returns, its result. Re-entering the same call (a resumed run, a
+second replica, a double click) finds the row:
+
+* a recorded result is reused, never re-run;
+* an intent with no result is *outcome unknown*: an idempotent tool is re-run under the
+  same key, a tool's ``reconcile`` hook may decide, and otherwise the caller is told so it
+  can ask a human. A non-idempotent tool is never blindly re-run.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from runtime import audit
+from runtime.canonical import compact_json
+from runtime.clock import Clock
+from runtime.errors import DigestMismatch, LeaseLost
+from runtime.failpoints import failpoint
+from runtime.tools import Tool, ToolContext
+from store.db import Database
+from store.records import ExecutionRecord
+from store.repos import Tx
+
+# extra writes that must land in the same transaction as the result (outbox notices, audit)
+AfterResult = Callable[[Tx, ExecutionRecord | None, Any], Awaitable[None]]
+# writes that must land in the same transaction as the intent (the step's journaled reply)
+WithIntent = Callable[[Tx], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Executed:
+    """The call has a recorded outcome; ``observation`` is what the model will read."""
+
+    observation: Any
+    reused: bool
+
+
+@dataclass(frozen=True)
+class OutcomeUnknown:
+    """The call started in an earlier attempt and nobody knows whether it took effect."""
+
+    record: ExecutionRecord
+
+
+def observation_of(rec: ExecutionRecord) -> Any:
+    """What the model reads for a recorded execution."""
+    if rec.status == "succeeded":
+        return rec.result_value()
+    return {"status": "error", "error_class": rec.error_class, "error": rec.error}
+
+
+class Ledger:
+    def __init__(self, db: Database, clock: Clock, *, max_result_bytes: int,
+                 lease_ttl: timedelta) -> None:
+        self.db = db
+        self.clock = clock
+        self.max_result_bytes = max_result_bytes
+        self.lease_ttl = lease_ttl
+
+    async def execute(
+        self,
+        *,
+        tool: Tool,
+        ctx: ToolContext,
+        step: int,
+        args: dict[str, Any],
+        digest: str,
+        existing: ExecutionRecord | None,
+        owner: str,
+        with_intent: WithIntent | None = None,
+        after_result: AfterResult | None = None,
+        retry_sanctioned: bool = False,
+    ) -> Executed | OutcomeUnknown:
+        """Run ``tool`` once under ``ctx.idempotency_key`` (or reuse what is recorded)."""
+        attempt = 1
+        if existing is not None:
+            if existing.args_digest != digest:
+                raise DigestMismatch(
+                    f"call {ctx.call_id} was recorded with different arguments "
+                    f"({existing.args_digest[:12]} != {digest[:12]}); refusing to run it",
+                    run_id=ctx.run_id,
+                )
+            if existing.status in ("succeeded", "failed"):
+                return Executed(observation_of(existing), reused=True)
+            # started or unknown: the earlier attempt may or may not have taken effect
+            if not (retry_sanctioned or tool.idempotent):
+                if tool.reconcile is not None:
+                    verdict = await tool.reconcile(ctx, args)
+                    if verdict is not None and verdict.happened:
+                        return await self._record(ctx, tool, existing, verdict.result,
+                                                  None, 0.0, owner, after_result)
+                    if verdict is None:
+                        return OutcomeUnknown(existing)
+                    # reconcile says it did not happen: safe to run again under the same key
+                else:
+                    return OutcomeUnknown(existing)
+            attempt = existing.attempts + 1
+            async with self.db.write() as tx:
+                await self._check_lease(tx, ctx.run_id, owner)
+                await tx.executions.retry_intent(run_id=ctx.run_id, call_id=ctx.call_id,
+                                                 now=self.clock.now())
+                if with_intent is not None:
+                    await with_intent(tx)
+        else:
+            async with self.db.write() as tx:
+                await self._check_lease(tx, ctx.run_id, owner)
+                fresh = await tx.executions.record_intent(
+                    run_id=ctx.run_id, call_id=ctx.call_id, step=step, tool=tool.name,
+                    digest=digest, now=self.clock.now(),
+                )
+                if with_intent is not None:
+                    await with_intent(tx)
+            if not fresh:  # somebody else recorded it between our read and our write
+                async with self.db.read() as tx:
+                    again = await tx.executions.get(ctx.run_id, ctx.call_id)
+                return await self.execute(tool=tool, ctx=ctx, step=step, args=args,
+                                          digest=digest, existing=again, owner=owner,
+                                          after_result=after_result)
+        failpoint("after_intent")
+
+        run_ctx = ToolContext(**{**ctx.__dict__, "attempt": attempt})
+        t0 = time.perf_counter()
+        error: BaseException | None = None
+        result: Any = None
+        try:
+            result = await tool.invoke(run_ctx, args)
+        except Exception as exc:  # a tool failure is an observation, not a crash
+            error = exc
+        latency = (time.perf_counter() - t0) * 1000.0
+        failpoint("before_result")
+        return await self._record(ctx, tool, None, result, error, latency, owner, after_result)
+
+    async def _record(self, ctx: ToolContext, tool: Tool, existing: ExecutionRecord | None,
+                      result: Any, error: BaseException | None, latency_ms: float, owner: str,
+                      after_result: AfterResult | None) -> Executed:
+        status, text, err_class, err_text = "succeeded", None, None, None
+        if error is None:
+            try:
+                text = compact_json(result)
+            except (TypeError, ValueError) as exc:
+                error = exc
+                err_class, err_text = "UnserializableResult", f"tool result is not JSON: {exc}"
+            else:
+                if len(text.encode()) > self.max_result_bytes:
+                    err_class = "PayloadTooLarge"
+                    err_text = (f"tool result of {len(text.encode())} bytes exceeds the "
+                                f"{self.max_result_bytes}-byte cap")
+                    text = None
+        else:
+            err_class, err_text = type(error).__name__, str(error)[:4000]
+        if err_class is not None:
+            status = "failed"
+        async with self.db.write() as tx:
+            recorded = await tx.executions.record_result(
+                run_id=ctx.run_id, call_id=ctx.call_id, status=status, result=text,
+                error_class=err_class, error=err_text, now=self.clock.now(),
+                latency_ms=latency_ms,
+            )
+            if not recorded:
+                raise LeaseLost(
+                    f"call {ctx.call_id} was settled by someone else while it ran",
+                    run_id=ctx.run_id,
+                )
+            if after_result is not None:
+                rec = await tx.executions.get(ctx.run_id, ctx.call_id)
+                await after_result(tx, rec, None if text is None else json.loads(text))
+        failpoint("after_result")
+        if status == "succeeded":
+            return Executed(None if text is None else json.loads(text), reused=False)
+        return Executed({"status": "error", "error_class": err_class, "error": err_text},
+                        reused=False)
+
+    async def _check_lease(self, tx: Tx, run_id: str, owner: str) -> None:
+        """Renew our lease as part of the intent write; a lost lease stops the write."""
+        until = self.clock.now() + self.lease_ttl
+        if not await tx.runs.renew_lease(run_id, owner=owner, until=until):
+            raise LeaseLost(f"lost the lease on run {run_id}", run_id=run_id)
+
+
+async def audit_execution(tx: Tx, *, at: Any, approval_id: str, rec: ExecutionRecord | None,
+                          tool: str, digest: str) -> None:
+    """Audit entry for an approved call's execution (with its result)."""
+    if rec is None:
+        return
+    await audit.append(
+        tx, at=at, action="executed", actor="system:runtime", via="runtime",
+        run_id=rec.run_id, approval_id=approval_id, digest=digest,
+        details={"tool": tool, "status": rec.status, "idempotency_key": rec.idempotency_key,
+                 "result": _short(rec.result), "error": rec.error,
+                 "latency_ms": rec.latency_ms},
+    )
+
+
+def _short(text: str | None, limit: int = 2000) -> Any:
+    if text is None:
+        return None
+    return json.loads(text) if len(text) <= limit else text[:limit] + "…"

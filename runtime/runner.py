@@ -1,0 +1,408 @@
+"""The agent loop: one step = model call, the step's tool calls, then ONE checkpoint.
+
+A worker advances a run only while it holds the run's lease. Everything it needs is
+loaded from the store, so any process can pick a run up where another left it: after a
+crash, a redeploy, or an approval that arrived days later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from runtime.agent import Agent
+from runtime.canonical import call_digest, compact_json
+from runtime.errors import DigestMismatch, InvalidArguments, LeaseLost, ModelError, NotFound
+from runtime.failpoints import failpoint
+from runtime.gate import GateRequest
+from runtime.ledger import Executed, OutcomeUnknown, audit_execution
+from runtime.outcomes import (
+    Busy,
+    Cancelled,
+    Completed,
+    Failed,
+    NeedsAttention,
+    Outcome,
+    Paused,
+    Yielded,
+)
+from runtime.state import AssistantMessage, RunState, ToolCall, ToolMessage
+from runtime.tools import ToolContext
+from runtime.transcript import build_state, encode
+from store.records import ApprovalRecord, ExecutionRecord, RunRecord
+from store.repos import Tx
+
+if TYPE_CHECKING:
+    from runtime.engine import Engine
+
+log = logging.getLogger("approvald.runner")
+Extra = Callable[[Tx], Awaitable[None]]
+
+
+@dataclass
+class _Pending:
+    """What a step produced before its checkpoint."""
+
+    messages: list[tuple[Any, bool]] = field(default_factory=list)  # (message, ledger_ref)
+    gates: list[GateRequest] = field(default_factory=list)
+    waiting: list[ApprovalRecord] = field(default_factory=list)
+    unknown: list[tuple[ToolCall, ExecutionRecord, dict[str, Any]]] = field(default_factory=list)
+
+
+class _Live:
+    """The in-memory view of a run while this worker holds its lease."""
+
+    def __init__(self, run: RunRecord, state: RunState,
+                 executions: dict[str, ExecutionRecord],
+                 approvals: list[ApprovalRecord]) -> None:
+        self.run = run
+        self.state = state
+        self.seq = run.next_seq
+        self.step = run.step
+        self.executions = executions
+        self.by_call: dict[str, ApprovalRecord] = {}
+        self.questions: dict[str, ApprovalRecord] = {}
+        for a in approvals:  # ordered by requested_at: later rungs overwrite earlier
+            (self.by_call if a.kind == "tool_call" else self.questions)[a.call_id] = a
+        self.inflight: dict[str, Any] | None = json.loads(run.inflight) if run.inflight else None
+
+
+class Runner:
+    def __init__(self, engine: Engine) -> None:
+        self.e = engine
+
+    # -- entry -----------------------------------------------------------------------
+    async def advance(self, run_id: str, *, stop: asyncio.Event | None = None,
+                      stale_owners: tuple[str, ...] = ()) -> Outcome:
+        e = self.e
+        now = e.clock.now()
+        async with e.db.write() as tx:
+            got = await tx.runs.acquire_lease(run_id, owner=e.owner, now=now,
+                                              until=now + e.config.lease_ttl,
+                                              stale_owners=stale_owners)
+            run = await tx.runs.get(run_id)
+        if run is None:
+            raise NotFound(f"no run {run_id}", run_id=run_id)
+        if not got:
+            return Busy(run_id, run.status, holder=run.lease_owner)
+        try:
+            async with self._heartbeat(run_id) as lost:
+                return await self._drive(run_id, stop or asyncio.Event(), lost)
+        except LeaseLost as exc:
+            log.warning("run %s: %s; backing off", run_id, exc)
+            return Busy(run_id, "running", holder=None)
+        finally:
+            with contextlib.suppress(Exception):
+                async with e.db.write() as tx:
+                    await tx.runs.release_lease(run_id, owner=e.owner)
+
+    @contextlib.asynccontextmanager
+    async def _heartbeat(self, run_id: str) -> AsyncIterator[asyncio.Event]:
+        """Keep the lease alive during long tool calls; flag it if someone took it."""
+        lost = asyncio.Event()
+        interval = self.e.config.lease_ttl.total_seconds() / 3
+
+        async def beat() -> None:
+            while True:
+                await asyncio.sleep(interval)
+                async with self.e.db.write() as tx:
+                    ok = await tx.runs.renew_lease(
+                        run_id, owner=self.e.owner,
+                        until=self.e.clock.now() + self.e.config.lease_ttl)
+                if not ok:
+                    lost.set()
+                    return
+
+        task = asyncio.create_task(beat())
+        try:
+            yield lost
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    # -- the loop ----------------------------------------------------------------------
+    async def _load(self, run_id: str) -> _Live:
+        async with self.e.db.read() as tx:
+            run = await tx.runs.get(run_id)
+            if run is None:
+                raise NotFound(f"no run {run_id}", run_id=run_id)
+            events = await tx.events.load(run_id)
+            executions = await tx.executions.for_run(run_id)
+            approvals = await tx.approvals.for_run(run_id)
+        return _Live(run, build_state(run, events, executions), executions, approvals)
+
+    async def _drive(self, run_id: str, stop: asyncio.Event, lost: asyncio.Event) -> Outcome:
+        live = await self._load(run_id)
+        status = live.run.status
+        if status != "running":
+            return await self._status_outcome(live)
+        agent = self.e.registry.get(live.run.agent)
+        if live.run.instructions_version != agent.instructions_version:
+            log.warning("run %s started with instructions %s; continuing with %s", run_id,
+                        live.run.instructions_version, agent.instructions_version)
+        cancel = live.run.cancel_requested
+        while True:
+            if cancel:
+                return await self._cancel(live, by=None)
+            if lost.is_set():
+                raise LeaseLost(f"lost the lease on run {run_id}", run_id=run_id)
+            if stop.is_set():
+                return Yielded(run_id, "running")
+            calls = live.state.unresolved_calls()
+            pending = _Pending()
+            fresh: AssistantMessage | None = None
+            if not calls:
+                if live.step >= agent.max_steps:
+                    return await self._fail(
+                        live, f"stopped after {agent.max_steps} steps without a final answer")
+                try:
+                    fresh = await self._next_reply(live, agent)
+                except ModelError as exc:
+                    return await self._fail(live, f"model error: {exc}")
+                live.step += 1
+                pending.messages.append((fresh, False))
+                if not fresh.tool_calls:
+                    cancel = await self._checkpoint(
+                        live, pending, status="completed", result=fresh.content or "",
+                        release=True)
+                    return Completed(run_id, "completed", result=fresh.content or "")
+                calls = list(fresh.tool_calls)
+            journal = fresh is not None and live.inflight is None
+            for call in calls:
+                try:
+                    journal = await self._handle_call(live, agent, call, pending,
+                                                      journal_reply=fresh if journal else None)
+                except DigestMismatch as exc:
+                    return await self._fail(live, str(exc))
+            outcome = await self._settle_step(live, pending)
+            if outcome is not None:
+                return outcome
+            cancel = live.run.cancel_requested
+
+    async def _next_reply(self, live: _Live, agent: Agent) -> AssistantMessage:
+        """The step's model reply: the journaled one if a crash interrupted this step."""
+        inflight = live.inflight
+        if inflight is not None and inflight.get("step") == live.step + 1:
+            return AssistantMessage.model_validate(inflight["reply"])
+        reply = await agent.model.complete(instructions=agent.instructions,
+                                           messages=live.state.messages,
+                                           tools=agent.tool_specs())
+        failpoint("mid_model_call")
+        seen = live.state.call_ids()
+        calls: list[ToolCall] = []
+        for i, c in enumerate(reply.tool_calls):
+            cid = c.id
+            if not cid or cid in seen or len(cid) > 96 or not cid.isprintable():
+                cid = f"call_{live.step + 1}_{i}"
+            seen.add(cid)
+            calls.append(ToolCall(id=cid, name=c.name, arguments=c.arguments))
+        return AssistantMessage(content=reply.content, tool_calls=calls)
+
+    async def _handle_call(self, live: _Live, agent: Agent, call: ToolCall, pending: _Pending,
+                           *, journal_reply: AssistantMessage | None) -> bool:
+        """Process one call; returns whether the reply still needs journaling."""
+        e = self.e
+
+        def observe(content: Any, *, ledger_ref: bool = False) -> None:
+            pending.messages.append(
+                (ToolMessage(call_id=call.id, name=call.name, content=content), ledger_ref))
+
+        tool = agent.tool(call.name)
+        if tool is None:
+            observe({"status": "error", "error": f"unknown tool {call.name!r}",
+                     "available": [t.name for t in agent.tools]})
+            return journal_reply is not None
+        kind, policy = e.registry.policy.effective(tool.name, tool.policy, tool.approval)
+        try:
+            args = tool.validate(call.arguments)
+            e.check_payload(compact_json(args), what=f"arguments of {tool.name}")
+        except InvalidArguments as exc:
+            observe({"status": "invalid_arguments", "errors": exc.errors})
+            return journal_reply is not None
+        except Exception as exc:  # PayloadTooLarge
+            observe({"status": "error", "error": str(exc)})
+            return journal_reply is not None
+        if kind == "forbidden":
+            observe({"status": "forbidden",
+                     "reason": f"{tool.name} is forbidden by this deployment's policy"})
+            return journal_reply is not None
+
+        approval: ApprovalRecord | None = None
+        if kind == "approve_before":
+            approval = live.by_call.get(call.id)
+            if approval is None:
+                pending.gates.append(GateRequest(call=call, tool=tool, args=args, policy=policy))
+                return journal_reply is not None
+            if approval.status == "pending":
+                pending.waiting.append(approval)
+                return journal_reply is not None
+            if approval.status != "approved":
+                observe(_refusal(approval))
+                return journal_reply is not None
+            args = approval.effective_args()
+            if (approval.tool != call.name
+                    or call_digest(call.name, args) != approval.effective_digest):
+                raise DigestMismatch(
+                    f"approval {approval.id} does not match call {call.id}: refusing to execute",
+                    run_id=live.run.id, approval_id=approval.id)
+
+        digest = approval.effective_digest if approval else call_digest(call.name, args)
+        existing = live.executions.get(call.id)
+        question = live.questions.get(call.id)
+        sanctioned = bool(question and question.status == "approved"
+                          and question.verdict == "retry")
+        if existing is not None and existing.status in ("started", "unknown") and question:
+            if question.status == "pending":
+                pending.unknown.append((call, existing, args))
+                return journal_reply is not None
+
+        async def with_intent(tx: Tx) -> None:
+            if journal_reply is not None:
+                await tx.runs.update_owned(
+                    live.run.id, owner=e.owner,
+                    inflight=compact_json({"step": live.step,
+                                           "reply": journal_reply.model_dump(mode="json")}))
+
+        async def after_result(tx: Tx, rec: ExecutionRecord | None, _result: Any) -> None:
+            if approval is not None:
+                await audit_execution(tx, at=e.clock.now(), approval_id=approval.id, rec=rec,
+                                      tool=tool.name, digest=digest)
+            if kind == "notify_after":
+                await tx.outbox.add(kind="tool.notice", group_key=live.run.id,
+                                    payload=compact_json({"run_id": live.run.id,
+                                                          "call_id": call.id}),
+                                    now=e.clock.now())
+
+        ctx = ToolContext(run_id=live.run.id, call_id=call.id,
+                          idempotency_key=f"{live.run.id}:{call.id}",
+                          requested_by=live.run.requested_by, agent=agent.name, clock=e.clock)
+        result = await e.ledger.execute(
+            tool=tool, ctx=ctx, step=live.step, args=args, digest=digest, existing=existing,
+            owner=e.owner, with_intent=with_intent if journal_reply is not None else None,
+            after_result=after_result if (approval or kind == "notify_after") else None,
+            retry_sanctioned=sanctioned,
+        )
+        if isinstance(result, OutcomeUnknown):
+            pending.unknown.append((call, result.record, args))
+            return journal_reply is not None
+        assert isinstance(result, Executed)
+        if approval is not None and approval.edited_args is not None:
+            observe({"status": "executed_with_edits", "arguments": args,
+                     "edited_by": approval.decided_by, "result": result.observation})
+        else:
+            observe(result.observation, ledger_ref=True)
+        return False
+
+    async def _settle_step(self, live: _Live, pending: _Pending) -> Outcome | None:
+        """Checkpoint the step; pause or stop if it left calls waiting on humans."""
+        e = self.e
+        run_id = live.run.id
+        if pending.unknown:
+            async def ask(tx: Tx) -> None:
+                for call, rec, args in pending.unknown:
+                    if call.id in live.questions and live.questions[call.id].status == "pending":
+                        continue
+                    agent = e.registry.get(live.run.agent)
+                    tool = agent.tool(call.name)
+                    assert tool is not None
+                    await tx.executions.mark_unknown(run_id=run_id, call_id=call.id)
+                    await e.gate.open_question(tx, live.run, call, tool, rec, args)
+            await self._checkpoint(live, pending, status="needs_attention", extra=ask,
+                                   release=True)
+            call = pending.unknown[0][0]
+            return NeedsAttention(run_id, "needs_attention", call_id=call.id,
+                                  reason=f"outcome of {call.name} ({call.id}) is unknown")
+        if pending.gates or pending.waiting:
+            opened: list[str] = []
+            transcript = [*live.state.messages, *(m for m, _ in pending.messages)]
+
+            async def request(tx: Tx) -> None:
+                opened.extend(await e.gate.open_requests(tx, live.run, transcript, live.step,
+                                                         pending.gates))
+            await self._checkpoint(live, pending, status="awaiting_approval", extra=request,
+                                   release=True)
+            failpoint("after_request_commit")
+            ids = tuple(opened) + tuple(a.id for a in pending.waiting)
+            return Paused(run_id, "awaiting_approval", approval_ids=ids)
+        await self._checkpoint(live, pending)
+        return None
+
+    async def _checkpoint(self, live: _Live, pending: _Pending, *, status: str = "running",
+                          result: str | None = None, error: str | None = None,
+                          extra: Extra | None = None, release: bool = False) -> bool:
+        """ONE transaction: the step's new events, the run row, and ``extra`` writes."""
+        e = self.e
+        failpoint("before_checkpoint")
+        now = e.clock.now()
+        events = [encode(m, ledger_ref=ref) for m, ref in pending.messages]
+        values: dict[str, Any] = {"step": live.step, "next_seq": live.seq + len(events),
+                                  "status": status, "updated_at": now, "inflight": None,
+                                  "lease_expires_at": now + e.config.lease_ttl}
+        if result is not None:
+            values["result"] = result
+        if error is not None:
+            values["error"] = error
+        if release:
+            values.update(lease_owner=None, lease_expires_at=None)
+        async with e.db.write() as tx:
+            await tx.events.append(live.run.id, live.seq, live.step, events)
+            cancel = await tx.runs.checkpoint(live.run.id, owner=e.owner, **values)
+            if cancel is None:
+                raise LeaseLost(f"lost the lease on run {live.run.id}", run_id=live.run.id)
+            if extra is not None:
+                await extra(tx)
+        failpoint("after_checkpoint")
+        live.seq += len(events)
+        live.inflight = None
+        live.state.messages.extend(m for m, _ in pending.messages)
+        live.run = _replace(live.run, cancel_requested=cancel, status=status)
+        return cancel
+
+    async def _fail(self, live: _Live, error: str) -> Outcome:
+        log.error("run %s failed: %s", live.run.id, error)
+        await self._checkpoint(live, _Pending(), status="failed", error=error, release=True)
+        return Failed(live.run.id, "failed", error=error)
+
+    async def _cancel(self, live: _Live, by: str | None) -> Outcome:
+        e = self.e
+
+        async def close(tx: Tx) -> None:
+            await e.gate.cancel_pending(tx, live.run.id, actor=by or "system:runtime",
+                                        via="runtime")
+        await self._checkpoint(live, _Pending(), status="cancelled", extra=close, release=True)
+        return Cancelled(live.run.id, "cancelled")
+
+    async def _status_outcome(self, live: _Live) -> Outcome:
+        run = live.run
+        if run.status == "completed":
+            return Completed(run.id, run.status, result=run.result)
+        if run.status == "failed":
+            return Failed(run.id, run.status, error=run.error or "")
+        if run.status == "cancelled":
+            return Cancelled(run.id, run.status)
+        if run.status == "needs_attention":
+            q = next((a for a in live.questions.values() if a.status == "pending"), None)
+            return NeedsAttention(run.id, run.status, call_id=q.call_id if q else "",
+                                  reason="outcome unknown")
+        ids = tuple(a.id for a in live.by_call.values() if a.status == "pending")
+        return Paused(run.id, run.status, approval_ids=ids)
+
+
+def _refusal(approval: ApprovalRecord) -> dict[str, Any]:
+    """The tool result a model reads when its gated call did not run."""
+    if approval.status == "denied":
+        return {"status": "denied", "reason": approval.reason or "", "by": approval.decided_by}
+    if approval.status == "expired":
+        return {"status": "expired"}
+    return {"status": approval.status}
+
+
+def _replace(run: RunRecord, **values: Any) -> RunRecord:
+    return replace(run, **values)
+

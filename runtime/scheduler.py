@@ -1,0 +1,105 @@
+"""APScheduler jobs that make expiry and reminders prompt.
+
+The database is the source of truth, not a job store: at start the schedule is rebuilt
+from pending approvals (one job per approval, at its next reminder or its expiry), and a
+periodic sweep catches anything a job missed (a restart, another replica's request, a
+clock jump). Jobs and the sweep both go through :class:`runtime.expiry.Expiry`.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+if TYPE_CHECKING:
+    from runtime.engine import Engine
+
+log = logging.getLogger("approvald.scheduler")
+
+
+def _job_id(approval_id: str) -> str:
+    return f"approval:{approval_id}"
+
+
+class ExpiryScheduler:
+    def __init__(self, engine: Engine, *,
+                 sweep_interval: timedelta = timedelta(seconds=15)) -> None:
+        self.e = engine
+        self.sweep_interval = sweep_interval
+        self.scheduler = AsyncIOScheduler(timezone=UTC)
+        self._known: set[str] = set()
+
+    async def rebuild(self) -> int:
+        """(Re)create one job per pending approval from the database; returns the count."""
+        async with self.e.db.read() as tx:
+            rows = await tx.approvals.pending_schedule()
+        live = set()
+        for approval_id, expires_at, next_reminder in rows:
+            when = min(expires_at, next_reminder) if next_reminder else expires_at
+            self.schedule(approval_id, when)
+            live.add(approval_id)
+        for gone in self._known - live:
+            job = self.scheduler.get_job(_job_id(gone))
+            if job is not None:
+                job.remove()
+        self._known = live
+        return len(rows)
+
+    def schedule(self, approval_id: str, when: datetime) -> None:
+        # run_date is wall-clock: the job only *triggers* a check against the engine's clock
+        self.scheduler.add_job(
+            self._due, "date", run_date=max(when, datetime.now(UTC)), args=[approval_id],
+            id=_job_id(approval_id), replace_existing=True, misfire_grace_time=None,
+            coalesce=True,
+        )
+        self._known.add(approval_id)
+
+    async def _due(self, approval_id: str) -> None:
+        try:
+            await self.e.expiry.sweep(only=[approval_id])
+            async with self.e.db.read() as tx:
+                a = await tx.approvals.get(approval_id)
+            if a is not None and a.status == "pending":
+                nxt = min(a.expires_at, a.next_reminder_at or a.expires_at)
+                self.schedule(approval_id, nxt)
+            else:
+                self._known.discard(approval_id)
+        except Exception:
+            log.exception("expiry job for approval %s failed; the sweep will retry", approval_id)
+
+    async def sweep(self) -> None:
+        try:
+            result = await self.e.expiry.sweep()
+            if result.expired or result.escalated or result.reminded:
+                log.info("sweep: %d expired, %d escalated, %d reminded", len(result.expired),
+                         len(result.escalated), len(result.reminded))
+            await self.rebuild()
+        except Exception:
+            log.exception("expiry sweep failed; retrying at the next interval")
+
+    async def start(self) -> int:
+        n = await self.rebuild()
+        self.scheduler.add_job(self.sweep, "interval",
+                               seconds=self.sweep_interval.total_seconds(), id="sweep",
+                               replace_existing=True, coalesce=True, max_instances=1)
+        self.scheduler.start()
+        self.e.on_opened(self._opened)
+        return n
+
+    def _opened(self, approval_id: str) -> None:
+        """A request opened in this process: schedule it without waiting for the sweep."""
+        self.scheduler.add_job(self._reschedule, args=[approval_id],
+                               id=f"open:{approval_id}", replace_existing=True)
+
+    async def _reschedule(self, approval_id: str) -> None:
+        async with self.e.db.read() as tx:
+            a = await tx.approvals.get(approval_id)
+        if a is not None and a.status == "pending":
+            self.schedule(approval_id, min(a.expires_at, a.next_reminder_at or a.expires_at))
+
+    def shutdown(self) -> None:
+        if self.scheduler.running:
+            self.scheduler.shutdown(wait=False)

@@ -1,0 +1,114 @@
+"""Engines, connections and transactions; every dialect detail lives here.
+
+SQLite (the embedded default) runs in WAL mode with ``synchronous=FULL``, foreign keys and
+a busy timeout, and write transactions start with ``BEGIN IMMEDIATE`` so two writers
+queue on the lock instead of failing a read-to-write upgrade. PostgreSQL runs through
+asyncpg at READ COMMITTED; the queries' compare-and-set and row locks do the rest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from store.errors import ConfigError
+from store.repos import Tx
+
+DEFAULT_URL = "sqlite+aiosqlite:///approvald.db"
+_DRIVERS = {
+    "sqlite": "sqlite+aiosqlite",
+    "sqlite+aiosqlite": "sqlite+aiosqlite",
+    "postgres": "postgresql+asyncpg",
+    "postgresql": "postgresql+asyncpg",
+    "postgresql+asyncpg": "postgresql+asyncpg",
+}
+
+
+def normalize_url(raw: str) -> URL:
+    """Parse a database URL and pick the async driver; a bad URL is one clear error."""
+    try:
+        url = make_url(raw)
+    except ArgumentError:
+        raise ConfigError(
+            f"APPROVALD_DATABASE_URL: not a database URL: {raw!r} "
+            "(expected e.g. sqlite+aiosqlite:///approvald.db or postgresql+asyncpg://host/db)"
+        ) from None
+    driver = _DRIVERS.get(url.drivername)
+    if driver is None:
+        raise ConfigError(
+            f"APPROVALD_DATABASE_URL: unsupported database {url.drivername!r} "
+            "(approvald supports SQLite and PostgreSQL)"
+        )
+    url = url.set(drivername=driver)
+    if driver.startswith("sqlite") and not url.database:
+        raise ConfigError("APPROVALD_DATABASE_URL: a SQLite URL needs a file path "
+                          "(in-memory databases cannot be shared between processes)")
+    return url
+
+
+class Database:
+    """An async engine plus the transaction helpers the repositories run in."""
+
+    def __init__(self, url: str = DEFAULT_URL, *, busy_timeout_ms: int = 10_000,
+                 pool_size: int = 10) -> None:
+        self.url = normalize_url(url)
+        self.dialect = "sqlite" if self.url.drivername.startswith("sqlite") else "postgresql"
+        kwargs: dict[str, Any] = {}
+        if self.dialect == "postgresql":
+            kwargs.update(pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+        else:
+            kwargs.update(connect_args={"timeout": busy_timeout_ms / 1000})
+        self.engine: AsyncEngine = create_async_engine(self.url, **kwargs)
+        if self.dialect == "sqlite":
+            _configure_sqlite(self.engine, busy_timeout_ms)
+
+    @property
+    def display_url(self) -> str:
+        return self.url.render_as_string(hide_password=True)
+
+    @asynccontextmanager
+    async def write(self) -> AsyncIterator[Tx]:
+        """A read-write transaction, committed on exit, rolled back on error."""
+        async with self.engine.connect() as conn:
+            if self.dialect == "sqlite":
+                await conn.execution_options(approvald_begin="IMMEDIATE")
+            async with conn.begin():
+                yield Tx(conn, self.dialect)
+
+    @asynccontextmanager
+    async def read(self) -> AsyncIterator[Tx]:
+        """A read-only transaction (a consistent snapshot on both dialects)."""
+        async with self.engine.connect() as conn, conn.begin():
+            yield Tx(conn, self.dialect)
+
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[AsyncConnection]:
+        async with self.engine.connect() as conn:
+            yield conn
+
+    async def close(self) -> None:
+        await self.engine.dispose()
+
+
+def _configure_sqlite(engine: AsyncEngine, busy_timeout_ms: int) -> None:
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # take transaction control away from the driver so we can say BEGIN IMMEDIATE
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA synchronous=FULL")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+        cur.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        mode = conn.get_execution_options().get("approvald_begin", "DEFERRED")
+        conn.exec_driver_sql(f"BEGIN {mode}")

@@ -1,0 +1,37 @@
+"""The root of approvald's error hierarchy lives at the bottom layer so every layer can use it.
+
+:mod:`runtime.errors` re-exports these and adds the runtime's own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ApprovaldError(Exception):
+    """Root of approvald's errors. ``str(err)`` is a one-line, user-facing message."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        run_id: str | None = None,
+        approval_id: str | None = None,
+        **fields: Any,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.run_id = run_id
+        self.approval_id = approval_id
+        self.fields = fields
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class ConfigError(ApprovaldError):
+    """A setting, policy file or agent definition is missing or malformed."""
+
+
+class SchemaOutOfDate(ApprovaldError):
+    """The database schema is older or newer than this code's migrations."""

@@ -1,0 +1,214 @@
+"""The schema: one set of tables for SQLite and PostgreSQL.
+
+JSON payloads are stored as compact text (not a JSON column type) so the bytes written
+per step are the bytes we chose, identical on both dialects. Every time is UTC-aware.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import (
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    SmallInteger,
+    String,
+    Text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from store.types import UTCDateTime
+
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class Run(Base):
+    """One agent run: its status, step counter, lease, and final answer."""
+
+    __tablename__ = "runs"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    agent: Mapped[str] = mapped_column(String(100))
+    status: Mapped[str] = mapped_column(String(20))
+    step: Mapped[int] = mapped_column(Integer, default=0)
+    next_seq: Mapped[int] = mapped_column(Integer, default=0)
+    task: Mapped[str] = mapped_column(Text)
+    requested_by: Mapped[str] = mapped_column(String(200))
+    instructions_version: Mapped[str] = mapped_column(String(64))
+    result: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(Text)
+    # the model reply of the step in progress, journaled with the step's first side
+    # effect so a retried step replays the same calls instead of asking the model again
+    inflight: Mapped[str | None] = mapped_column(Text)
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    lease_owner: Mapped[str | None] = mapped_column(String(200))
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (Index(None, "status", "updated_at"),)
+
+
+class RunEvent(Base):
+    """Append-only transcript of a run, one message per row, each with its schema version."""
+
+    __tablename__ = "run_events"
+
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), primary_key=True)
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    step: Mapped[int] = mapped_column(Integer)
+    v: Mapped[int] = mapped_column(SmallInteger)
+    body: Mapped[str] = mapped_column(Text)
+
+
+class ToolExecution(Base):
+    """The execution ledger: intent before a tool runs, result after, one row per call.
+
+    The primary key (run_id, call_id) *is* the idempotency key.
+    """
+
+    __tablename__ = "tool_executions"
+
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), primary_key=True)
+    call_id: Mapped[str] = mapped_column(String(100), primary_key=True)
+    step: Mapped[int] = mapped_column(Integer)
+    tool: Mapped[str] = mapped_column(String(100))
+    args_digest: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(16))  # started|succeeded|failed|unknown
+    result: Mapped[str | None] = mapped_column(Text)
+    error_class: Mapped[str | None] = mapped_column(String(200))
+    error: Mapped[str | None] = mapped_column(Text)
+    attempts: Mapped[int] = mapped_column(Integer, default=1)
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    latency_ms: Mapped[float | None] = mapped_column(Float)
+
+
+class Approval(Base):
+    """A request for a human decision about one exact call (or an unknown outcome)."""
+
+    __tablename__ = "approvals"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
+    call_id: Mapped[str] = mapped_column(String(100))
+    kind: Mapped[str] = mapped_column(String(20))  # tool_call | outcome_unknown
+    tool: Mapped[str] = mapped_column(String(100))
+    args: Mapped[str] = mapped_column(Text)
+    digest: Mapped[str] = mapped_column(String(64))
+    edited_args: Mapped[str | None] = mapped_column(Text)
+    edited_digest: Mapped[str | None] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(16))
+    rung: Mapped[int] = mapped_column(SmallInteger, default=0)
+    supersedes: Mapped[str | None] = mapped_column(String(32))
+    approvers: Mapped[str] = mapped_column(Text)  # JSON list for this rung
+    quorum: Mapped[int] = mapped_column(SmallInteger, default=1)
+    approve_count: Mapped[int] = mapped_column(SmallInteger, default=0)
+    policy: Mapped[str] = mapped_column(Text)  # JSON snapshot
+    packet: Mapped[str] = mapped_column(Text)  # JSON decision packet
+    requested_by: Mapped[str] = mapped_column(String(200))
+    token_nonce: Mapped[str] = mapped_column(String(64))
+    requested_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    reminders_sent: Mapped[int] = mapped_column(SmallInteger, default=0)
+    next_reminder_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    decided_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    decided_by: Mapped[str | None] = mapped_column(String(200))
+    decided_via: Mapped[str | None] = mapped_column(String(200))
+    verdict: Mapped[str | None] = mapped_column(String(20))
+    reason: Mapped[str | None] = mapped_column(Text)
+    channel: Mapped[str | None] = mapped_column(String(40))
+    message_ts: Mapped[str | None] = mapped_column(String(40))
+
+    __table_args__ = (
+        Index(None, "status", "expires_at"),
+        Index(None, "status", "next_reminder_at"),
+        Index(None, "run_id", "call_id"),
+    )
+
+
+class ApprovalVote(Base):
+    """One person's vote on an approval; the key makes the same person count once."""
+
+    __tablename__ = "approval_votes"
+
+    approval_id: Mapped[str] = mapped_column(ForeignKey("approvals.id"), primary_key=True)
+    actor: Mapped[str] = mapped_column(String(200), primary_key=True)
+    verdict: Mapped[str] = mapped_column(String(20))
+    digest: Mapped[str] = mapped_column(String(64))
+    via: Mapped[str] = mapped_column(String(200))
+    at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class Outbox(Base):
+    """Messages to the outside world, written in the same transaction as the state they describe."""
+
+    __tablename__ = "outbox"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    kind: Mapped[str] = mapped_column(String(40))
+    group_key: Mapped[str] = mapped_column(String(64))  # delivered in id order per group
+    payload: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(16))  # pending|delivered|dead
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    not_before: Mapped[datetime] = mapped_column(UTCDateTime())
+    claimed_by: Mapped[str | None] = mapped_column(String(200))
+    claimed_until: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    delivered_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    last_error: Mapped[str | None] = mapped_column(Text)
+    result: Mapped[str | None] = mapped_column(Text)
+
+    __table_args__ = (Index(None, "status", "group_key", "id"),)
+
+
+class AuditEntry(Base):
+    """Append-only, hash-chained record of every approval transition."""
+
+    __tablename__ = "audit_log"
+
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    at: Mapped[datetime] = mapped_column(UTCDateTime())
+    action: Mapped[str] = mapped_column(String(40))
+    actor: Mapped[str] = mapped_column(String(200))
+    via: Mapped[str] = mapped_column(String(200))
+    run_id: Mapped[str | None] = mapped_column(String(32), index=True)
+    approval_id: Mapped[str | None] = mapped_column(String(32))
+    digest: Mapped[str | None] = mapped_column(String(64))
+    details: Mapped[str] = mapped_column(Text)
+    prev_hash: Mapped[str] = mapped_column(String(64))
+    hash: Mapped[str] = mapped_column(String(64))
+
+
+class AuditHead(Base):
+    """The chain's tip. Appends lock this one row, so concurrent writers cannot fork the chain."""
+
+    __tablename__ = "audit_head"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    seq: Mapped[int] = mapped_column(Integer)
+    hash: Mapped[str] = mapped_column(String(64))
+
+
+class RunThread(Base):
+    """Where a run's ops thread lives in chat (written by the bot, read by the bot)."""
+
+    __tablename__ = "run_threads"
+
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), primary_key=True)
+    channel: Mapped[str] = mapped_column(String(40))
+    ts: Mapped[str] = mapped_column(String(40))

@@ -1,0 +1,158 @@
+"""Plain, typed rows handed out by the repositories (no ORM identity, no lazy loading)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    id: str
+    agent: str
+    status: str
+    step: int
+    next_seq: int
+    task: str
+    requested_by: str
+    instructions_version: str
+    result: str | None
+    error: str | None
+    inflight: str | None
+    cancel_requested: bool
+    lease_owner: str | None
+    lease_expires_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class EventRecord:
+    run_id: str
+    seq: int
+    step: int
+    v: int
+    body: str
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionRecord:
+    run_id: str
+    call_id: str
+    step: int
+    tool: str
+    args_digest: str
+    status: str
+    result: str | None
+    error_class: str | None
+    error: str | None
+    attempts: int
+    started_at: datetime
+    finished_at: datetime | None
+    latency_ms: float | None
+
+    @property
+    def idempotency_key(self) -> str:
+        return f"{self.run_id}:{self.call_id}"
+
+    def result_value(self) -> Any:
+        return None if self.result is None else json.loads(self.result)
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRecord:
+    id: str
+    run_id: str
+    call_id: str
+    kind: str
+    tool: str
+    args: str
+    digest: str
+    edited_args: str | None
+    edited_digest: str | None
+    status: str
+    rung: int
+    supersedes: str | None
+    approvers: str
+    quorum: int
+    approve_count: int
+    policy: str
+    packet: str
+    requested_by: str
+    token_nonce: str
+    requested_at: datetime
+    expires_at: datetime
+    reminders_sent: int
+    next_reminder_at: datetime | None
+    decided_at: datetime | None
+    decided_by: str | None
+    decided_via: str | None
+    verdict: str | None
+    reason: str | None
+    channel: str | None
+    message_ts: str | None
+
+    def args_value(self) -> dict[str, Any]:
+        value: dict[str, Any] = json.loads(self.args)
+        return value
+
+    def effective_args(self) -> dict[str, Any]:
+        """The arguments that will run if approved: the edit if there is one."""
+        value: dict[str, Any] = json.loads(self.edited_args or self.args)
+        return value
+
+    @property
+    def effective_digest(self) -> str:
+        return self.edited_digest or self.digest
+
+    def approvers_value(self) -> list[str]:
+        value: list[str] = json.loads(self.approvers)
+        return value
+
+
+@dataclass(frozen=True, slots=True)
+class VoteRecord:
+    approval_id: str
+    actor: str
+    verdict: str
+    digest: str
+    via: str
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxRecord:
+    id: int
+    kind: str
+    group_key: str
+    payload: str
+    status: str
+    attempts: int
+    not_before: datetime
+    claimed_by: str | None
+    claimed_until: datetime | None
+    created_at: datetime
+    delivered_at: datetime | None
+    last_error: str | None
+    result: str | None
+
+    def payload_value(self) -> dict[str, Any]:
+        value: dict[str, Any] = json.loads(self.payload)
+        return value
+
+
+@dataclass(frozen=True, slots=True)
+class AuditRecord:
+    seq: int
+    at: datetime
+    action: str
+    actor: str
+    via: str
+    run_id: str | None
+    approval_id: str | None
+    digest: str | None
+    details: str
+    prev_hash: str
+    hash: str

@@ -1,0 +1,70 @@
+"""Audit log rows and the chain head. Hashing rules live in :mod:`runtime.audit`."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import datetime
+from typing import Any, cast
+
+from sqlalchemy import Table, select, update
+
+from store.models import AuditEntry, AuditHead
+from store.records import AuditRecord
+from store.repos.base import Repo
+
+GENESIS = "0" * 64
+_T = cast(Table, AuditEntry.__table__)
+
+
+class AuditRepo(Repo):
+    async def lock_head(self) -> tuple[int, str]:
+        """Lock the chain head row and return (last seq, last hash).
+
+        The no-op UPDATE takes the row lock on PostgreSQL (SQLite's write transaction
+        already holds the database lock), so appends are serialized and the chain cannot fork.
+        """
+        row = (await self.conn.execute(
+            update(AuditHead).where(AuditHead.id == 1).values(seq=AuditHead.seq)
+            .returning(AuditHead.seq, AuditHead.hash)
+        )).first()
+        if row is None:
+            await self.conn.execute(
+                self.insert_ignore(AuditHead), {"id": 1, "seq": 0, "hash": GENESIS}
+            )
+            return await self.lock_head()
+        return int(row[0]), str(row[1])
+
+    async def append(self, **values: Any) -> None:
+        await self.conn.execute(_T.insert(), values)
+        await self.conn.execute(
+            update(AuditHead).where(AuditHead.id == 1)
+            .values(seq=values["seq"], hash=values["hash"])
+        )
+
+    async def head(self) -> tuple[int, str]:
+        row = (await self.conn.execute(select(AuditHead.seq, AuditHead.hash))).first()
+        return (0, GENESIS) if row is None else (int(row[0]), str(row[1]))
+
+    async def iterate(self, *, batch: int = 1000) -> AsyncIterator[AuditRecord]:
+        """Every entry in seq order, fetched in batches."""
+        last = 0
+        while True:
+            rows = list(await self.conn.execute(
+                select(_T).where(AuditEntry.seq > last).order_by(AuditEntry.seq).limit(batch)
+            ))
+            if not rows:
+                return
+            for r in rows:
+                yield AuditRecord(**r._mapping)
+            last = rows[-1].seq
+
+    async def query(self, *, run_id: str | None = None, since: datetime | None = None,
+                    approval_id: str | None = None) -> list[AuditRecord]:
+        stmt = select(_T).order_by(AuditEntry.seq)
+        if run_id:
+            stmt = stmt.where(AuditEntry.run_id == run_id)
+        if since:
+            stmt = stmt.where(AuditEntry.at >= since)
+        if approval_id:
+            stmt = stmt.where(AuditEntry.approval_id == approval_id)
+        return [AuditRecord(**r._mapping) for r in await self.conn.execute(stmt)]

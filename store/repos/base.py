@@ -1,0 +1,36 @@
+"""Shared plumbing for repositories."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from sqlalchemy import Insert, Row
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.orm import DeclarativeBase
+
+R = TypeVar("R")
+
+
+class Repo:
+    """A repository bound to one connection inside one transaction."""
+
+    def __init__(self, conn: AsyncConnection, dialect: str) -> None:
+        self.conn = conn
+        self.dialect = dialect
+
+    def insert_ignore(self, model: type[DeclarativeBase]) -> Insert:
+        """``INSERT ... ON CONFLICT DO NOTHING`` for this dialect."""
+        stmt: Any
+        if self.dialect == "postgresql":
+            stmt = postgresql.insert(model).on_conflict_do_nothing()
+        else:
+            stmt = sqlite.insert(model).on_conflict_do_nothing()
+        assert isinstance(stmt, Insert)
+        return stmt
+
+
+def to_record(cls: type[R], row: Row[Any] | None) -> R | None:
+    if row is None:
+        return None
+    return cls(**row._mapping)

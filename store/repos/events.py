@@ -1,0 +1,37 @@
+"""Run events: the append-only transcript."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import insert, select
+
+from store.models import RunEvent
+from store.records import EventRecord
+from store.repos.base import Repo
+
+_INSERT = insert(RunEvent)
+
+
+class EventsRepo(Repo):
+    async def append(self, run_id: str, first_seq: int, step: int,
+                     events: Sequence[tuple[int, str]]) -> int:
+        """Append ``(schema_version, body)`` events from ``first_seq``; returns the next seq.
+
+        The (run_id, seq) key makes a duplicate append fail instead of forking history.
+        """
+        if events:
+            await self.conn.execute(
+                _INSERT,
+                [
+                    {"run_id": run_id, "seq": first_seq + i, "step": step, "v": v, "body": body}
+                    for i, (v, body) in enumerate(events)
+                ],
+            )
+        return first_seq + len(events)
+
+    async def load(self, run_id: str) -> list[EventRecord]:
+        rows = await self.conn.execute(
+            select(RunEvent.__table__).where(RunEvent.run_id == run_id).order_by(RunEvent.seq)
+        )
+        return [EventRecord(**r._mapping) for r in rows]

@@ -1,0 +1,69 @@
+"""The execution ledger's rows: intent first, result after, keyed by (run_id, call_id)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import select, update
+
+from store.models import ToolExecution
+from store.records import ExecutionRecord
+from store.repos.base import Repo, to_record
+
+_COLS = ToolExecution.__table__
+
+
+class ExecutionsRepo(Repo):
+    async def get(self, run_id: str, call_id: str) -> ExecutionRecord | None:
+        row = (await self.conn.execute(
+            select(_COLS).where(ToolExecution.run_id == run_id, ToolExecution.call_id == call_id)
+        )).first()
+        return to_record(ExecutionRecord, row)
+
+    async def for_run(self, run_id: str) -> dict[str, ExecutionRecord]:
+        rows = await self.conn.execute(select(_COLS).where(ToolExecution.run_id == run_id))
+        return {r.call_id: ExecutionRecord(**r._mapping) for r in rows}
+
+    async def record_intent(self, *, run_id: str, call_id: str, step: int, tool: str,
+                            digest: str, now: datetime) -> bool:
+        """Insert the intent row; False if one already exists for this key."""
+        res = await self.conn.execute(
+            self.insert_ignore(ToolExecution),
+            {
+                "run_id": run_id, "call_id": call_id, "step": step, "tool": tool,
+                "args_digest": digest, "status": "started", "attempts": 1, "started_at": now,
+            },
+        )
+        return bool(res.rowcount == 1)
+
+    async def retry_intent(self, *, run_id: str, call_id: str, now: datetime) -> bool:
+        """Move an unknown/started row back to started for a sanctioned retry."""
+        res = await self.conn.execute(
+            update(ToolExecution)
+            .where(ToolExecution.run_id == run_id, ToolExecution.call_id == call_id,
+                   ToolExecution.status.in_(["started", "unknown"]))
+            .values(status="started", attempts=ToolExecution.attempts + 1, started_at=now,
+                    finished_at=None, result=None, error=None, error_class=None)
+        )
+        return bool(res.rowcount == 1)
+
+    async def record_result(self, *, run_id: str, call_id: str, status: str,
+                            result: str | None, error_class: str | None, error: str | None,
+                            now: datetime, latency_ms: float | None) -> bool:
+        """Record the outcome of a started call; False if it was not in ``started``."""
+        res = await self.conn.execute(
+            update(ToolExecution)
+            .where(ToolExecution.run_id == run_id, ToolExecution.call_id == call_id,
+                   ToolExecution.status.in_(["started", "unknown"]))
+            .values(status=status, result=result, error_class=error_class, error=error,
+                    finished_at=now, latency_ms=latency_ms)
+        )
+        return bool(res.rowcount == 1)
+
+    async def mark_unknown(self, *, run_id: str, call_id: str) -> None:
+        await self.conn.execute(
+            update(ToolExecution)
+            .where(ToolExecution.run_id == run_id, ToolExecution.call_id == call_id,
+                   ToolExecution.status == "started")
+            .values(status="unknown")
+        )

@@ -1,0 +1,104 @@
+"""The outbox: rows written with the state they describe, delivered in order per group."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any, cast
+
+from sqlalchemy import Table, and_, func, or_, select, update
+from sqlalchemy.orm import aliased
+
+from store.models import Outbox
+from store.records import OutboxRecord
+from store.repos.base import Repo, to_record
+
+_T = cast(Table, Outbox.__table__)
+
+
+class OutboxRepo(Repo):
+    async def add(self, *, kind: str, group_key: str, payload: str, now: datetime) -> int:
+        res = await self.conn.execute(
+            _T.insert().returning(Outbox.id),
+            {"kind": kind, "group_key": group_key, "payload": payload, "status": "pending",
+             "attempts": 0, "not_before": now, "created_at": now},
+        )
+        return int(res.scalar_one())
+
+    async def get(self, outbox_id: int) -> OutboxRecord | None:
+        row = (await self.conn.execute(select(_T).where(Outbox.id == outbox_id))).first()
+        return to_record(OutboxRecord, row)
+
+    async def recent(self, *, status: str | None = None, kind: str | None = None,
+                   limit: int = 1000) -> list[OutboxRecord]:
+        stmt = select(_T).order_by(Outbox.id).limit(limit)
+        if status:
+            stmt = stmt.where(Outbox.status == status)
+        if kind:
+            stmt = stmt.where(Outbox.kind == kind)
+        return [OutboxRecord(**r._mapping) for r in await self.conn.execute(stmt)]
+
+    async def heads(self, *, now: datetime, limit: int) -> list[OutboxRecord]:
+        """The oldest pending row of each group, if it is due and not claimed by a live worker.
+
+        Later rows of a group wait for the head, so a card is posted before it is updated.
+        """
+        earlier = aliased(Outbox)
+        blocked = (
+            select(earlier.id)
+            .where(earlier.group_key == Outbox.group_key, earlier.status == "pending",
+                   earlier.id < Outbox.id)
+            .exists()
+        )
+        rows = await self.conn.execute(
+            select(_T)
+            .where(Outbox.status == "pending", Outbox.not_before <= now,
+                   or_(Outbox.claimed_until.is_(None), Outbox.claimed_until < now),
+                   ~blocked)
+            .order_by(Outbox.id).limit(limit)
+        )
+        return [OutboxRecord(**r._mapping) for r in rows]
+
+    async def claim(self, outbox_id: int, *, owner: str, now: datetime, until: datetime) -> bool:
+        res = await self.conn.execute(
+            update(_T)
+            .where(Outbox.id == outbox_id, Outbox.status == "pending",
+                   or_(Outbox.claimed_until.is_(None), Outbox.claimed_until < now))
+            .values(claimed_by=owner, claimed_until=until, attempts=Outbox.attempts + 1)
+        )
+        return bool(res.rowcount == 1)
+
+    async def delivered(self, outbox_id: int, *, owner: str, now: datetime,
+                        result: str | None) -> bool:
+        res = await self.conn.execute(
+            update(_T).where(Outbox.id == outbox_id, Outbox.claimed_by == owner,
+                             Outbox.status == "pending")
+            .values(status="delivered", delivered_at=now, result=result, claimed_until=None,
+                    last_error=None)
+        )
+        return bool(res.rowcount == 1)
+
+    async def failed(self, outbox_id: int, *, owner: str, error: str, retry_at: datetime,
+                     dead: bool) -> None:
+        await self.conn.execute(
+            update(_T).where(Outbox.id == outbox_id, Outbox.claimed_by == owner,
+                             Outbox.status == "pending")
+            .values(status="dead" if dead else "pending", last_error=error[:2000],
+                    not_before=retry_at, claimed_until=None)
+        )
+
+    async def stats(self) -> dict[str, int]:
+        rows = await self.conn.execute(select(Outbox.status, func.count()).group_by(Outbox.status))
+        return {s: int(n) for s, n in rows}
+
+    async def delivered_result(self, *, kind: str, group_key: str) -> dict[str, Any] | None:
+        """The recorded result of the first delivered row of ``kind`` in ``group_key``."""
+        row = (await self.conn.execute(
+            select(Outbox.result).where(and_(Outbox.kind == kind, Outbox.group_key == group_key,
+                                             Outbox.status == "delivered"))
+            .order_by(Outbox.id).limit(1)
+        )).first()
+        if row is None or row[0] is None:
+            return None
+        value: dict[str, Any] = json.loads(row[0])
+        return value
