@@ -89,8 +89,10 @@ def refund_script(messages: Transcript) -> ModelReply:
     content = _unwrap(last.content)
     status = content.get("status") if isinstance(content, dict) else None
     if last.name == "lookup_order":
-        if status in ("error", "not_found"):
-            return reply(f"I could not find order {order_id}, so I issued no refund.", turn=turn)
+        if status is not None or not isinstance(content, dict) \
+                or "duplicate_charge_cents" not in content:
+            return reply(f"I could not look order {order_id} up ({status or 'no data'}), so I "
+                         "issued no refund.", turn=turn)
         amount = int(content["duplicate_charge_cents"])
         return reply(
             f"Order {order_id} was charged twice; I will refund the duplicate charge of "

@@ -165,6 +165,12 @@ class Runner:
                     fresh = await self._next_reply(live, agent)
                 except ModelError as exc:
                     return await self._fail(live, f"model error: {exc}")
+                except LeaseLost:
+                    raise
+                except Exception as exc:  # a broken model adapter must not wedge the run
+                    log.exception("run %s: the model raised", run_id)
+                    return await self._fail(
+                        live, f"model error: {type(exc).__name__}: {exc}")
                 live.step += 1
                 pending.messages.append((fresh, False))
                 if not fresh.tool_calls:

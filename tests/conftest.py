@@ -1,0 +1,153 @@
+"""Shared fixtures: real databases (a SQLite file per test; PostgreSQL when reachable).
+
+Store and runtime tests take the ``db_url`` fixture, which is parametrized over both
+dialects, so the same suite runs against SQLite and PostgreSQL. PostgreSQL tests use a
+database created for this session; set APPROVALD_REQUIRE_PG=1 (CI does) to make an
+unreachable server a failure instead of a skip.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runtime.agent import Agent, Registry
+from runtime.clock import ManualClock
+from runtime.demo import DemoLedger, refund_agent, steps_agent
+from runtime.engine import Engine, EngineConfig
+from runtime.ids import TokenSigner
+from runtime.policy import PolicyFile
+from store import migrate
+from store.db import Database
+
+PG_ADMIN_URL = os.environ.get("APPROVALD_TEST_PG_URL",
+                              "postgresql://postgres@127.0.0.1:5432/test")
+TABLES = ("approval_votes", "approvals", "audit_log", "audit_head", "outbox", "run_threads",
+          "run_events", "tool_executions", "runs")
+
+
+async def _pg_admin(sql: str) -> None:
+    import asyncpg  # type: ignore[import-untyped]
+
+    conn = await asyncpg.connect(PG_ADMIN_URL.replace("+asyncpg", ""), timeout=5)
+    try:
+        await conn.execute(sql)
+    finally:
+        await conn.close()
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> Iterator[str | None]:
+    name = f"approvald_test_{uuid.uuid4().hex[:10]}"
+    try:
+        asyncio.run(_pg_admin(f'CREATE DATABASE "{name}"'))
+    except Exception as exc:  # server absent: skip or fail, as configured
+        if os.environ.get("APPROVALD_REQUIRE_PG") == "1":
+            raise RuntimeError(f"PostgreSQL required but unreachable: {exc}") from exc
+        yield None
+        return
+    base = PG_ADMIN_URL.rsplit("/", 1)[0]
+    url = f"{base}/{name}".replace("postgresql://", "postgresql+asyncpg://")
+
+    async def upgrade() -> None:
+        db = Database(url)
+        await migrate.upgrade(db)
+        await db.close()
+
+    asyncio.run(upgrade())
+    yield url
+    asyncio.run(_pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("template") / "template.db"
+
+    async def upgrade() -> None:
+        db = Database(f"sqlite+aiosqlite:///{path}")
+        await migrate.upgrade(db)
+        await db.close()
+
+    asyncio.run(upgrade())
+    return path
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path, sqlite_template: Path) -> str:
+    """A migrated, empty database of each dialect."""
+    if request.param == "sqlite":
+        path = tmp_path / "approvald.db"
+        shutil.copy(sqlite_template, path)
+        return f"sqlite+aiosqlite:///{path}"
+    url = request.getfixturevalue("pg_url")
+    if url is None:
+        pytest.skip("PostgreSQL is not reachable (set APPROVALD_TEST_PG_URL)")
+
+    async def truncate() -> None:
+        db = Database(url)
+        async with db.connection() as conn:
+            from sqlalchemy import text
+
+            await conn.execute(text(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE"))
+            await conn.commit()
+        await db.close()
+
+    asyncio.run(truncate())
+    return str(url)
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path, sqlite_template: Path) -> str:
+    path = tmp_path / "approvald.db"
+    shutil.copy(sqlite_template, path)
+    return f"sqlite+aiosqlite:///{path}"
+
+
+@pytest.fixture
+async def db(db_url: str) -> AsyncIterator[Database]:
+    database = Database(db_url)
+    yield database
+    await database.close()
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def ledger_path(tmp_path: Path) -> Path:
+    return tmp_path / "ledger.jsonl"
+
+
+def ledger_lines(path: Path) -> list[dict[str, Any]]:
+    import json
+
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+SIGNER = TokenSigner("test-secret-0123456789abcdef")
+
+
+@pytest.fixture
+def make_engine(db: Database, clock: ManualClock, ledger_path: Path) -> Callable[..., Engine]:
+    """Build an engine over the test database; extra agents/policy/config as keywords."""
+
+    def make(*, agents: list[Agent] | None = None, policy: PolicyFile | None = None,
+             owner: str | None = None, **config: Any) -> Engine:
+        ledger = DemoLedger(str(ledger_path))
+        registry = Registry(agents if agents is not None
+                            else [refund_agent(ledger), steps_agent(ledger)], policy=policy)
+        return Engine(db, registry, clock=clock, config=EngineConfig(**config), owner=owner,
+                      signer=SIGNER)
+
+    return make
