@@ -25,7 +25,5 @@ class StaticDirectory:
         self._groups = {k: frozenset(v) for k, v in (groups or {}).items()}
 
     async def members(self, group_id: str) -> frozenset[str]:
-        try:
-            return self._groups[group_id]
-        except KeyError:
-            raise DirectoryError(f"unknown group {group_id}") from None
+        # an unlisted group has no members: safe (nobody gains authority by a typo)
+        return self._groups.get(group_id, frozenset())

@@ -131,7 +131,14 @@ class Tool:
 
 
 def _build_args_model(fn: ToolFn, name: str) -> tuple[bool, str | None, type[BaseModel]]:
-    hints = get_type_hints(fn)
+    try:
+        # ToolContext is offered as a local so tools defined inside functions resolve it
+        hints = get_type_hints(fn, localns={"ToolContext": ToolContext})
+    except NameError as exc:
+        raise ConfigError(
+            f"tool {name!r}: cannot resolve a type hint ({exc}); define the types it uses at "
+            "module level"
+        ) from None
     params = list(inspect.signature(fn).parameters.values())
     wants_ctx = bool(params) and hints.get(params[0].name) is ToolContext
     if wants_ctx:

@@ -1,0 +1,405 @@
+"""The approval lifecycle: persist-then-request, decide once, deny as data, expire, escalate."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import select
+
+from runtime.decide import Actor
+from runtime.demo import REFUND_POLICY, DemoLedger, refund_agent
+from runtime.directory import StaticDirectory
+from runtime.errors import DecisionRefused
+from runtime.outcomes import Completed, Paused
+from runtime.policy import ApprovalPolicy, Rung
+from runtime.state import ToolMessage
+from store.models import Outbox
+from tests.conftest import SIGNER, ledger_lines
+
+ALICE = Actor("U_ALICE", "slack")
+BOB = Actor("U_BOB", "slack")
+CAROL = Actor("U_CAROL", "slack")
+DANA = "U_DANA"  # the requester
+TASK = "Refund order A-1001, customer was double charged"
+
+
+def refunds(engine_factory, ledger_path, **policy):
+    base = REFUND_POLICY.model_dump()
+    base.update(policy)
+    agent = refund_agent(DemoLedger(str(ledger_path)),
+                         approval=ApprovalPolicy.model_validate(base))
+    return engine_factory(agents=[agent])
+
+
+async def pause(engine) -> Paused:
+    outcome = await engine.run("demo-refund", TASK, requested_by=DANA)
+    assert isinstance(outcome, Paused), outcome
+    return outcome
+
+
+def refund_lines(ledger_path):
+    return [e for e in ledger_lines(ledger_path) if e["tool"] == "issue_refund"]
+
+
+async def test_request_is_committed_with_exact_args_before_anything_is_delivered(make_engine, db):
+    engine = make_engine()
+    outcome = await pause(engine)
+    [approval_id] = outcome.approval_ids
+    async with db.read() as tx:
+        a = await tx.approvals.get(approval_id)
+        run = await tx.runs.get(outcome.run_id)
+        posts = await tx.outbox.recent(kind="approval.requested")
+        trail = await tx.audit.query(approval_id=approval_id)
+    assert run.status == "awaiting_approval" and run.lease_owner is None
+    assert a.status == "pending" and a.tool == "issue_refund"
+    assert a.args_value() == {"order_id": "A-1001", "amount_cents": 4200,
+                              "reason": "duplicate charge"}
+    from runtime.canonical import call_digest
+
+    assert a.digest == call_digest("issue_refund", a.args_value())
+    assert len(a.token_nonce) == 32  # 128 random bits; the token itself is never stored
+    assert a.expires_at - a.requested_at == timedelta(minutes=30)
+    packet = json.loads(a.packet)
+    assert "charged twice" in packet["doing"]
+    assert packet["evidence"][0]["tool"] == "lookup_order"
+    assert packet["impact"].startswith("$42.00") and packet["risk"] == "high"
+    assert [p.status for p in posts] == ["pending"]  # queued, not sent
+    assert json.loads(posts[0].payload) == {"approval_id": approval_id}
+    assert [t.action for t in trail] == ["requested"]
+
+
+async def test_approve_executes_the_refund_once_then_emails_and_finishes(make_engine, ledger_path):
+    engine = make_engine()
+    outcome = await pause(engine)
+    decision = await engine.decide(outcome.approval_ids[0], actor=ALICE, verdict="approve")
+    assert decision.outcome == "approved" and decision.run_ready
+    done = await engine.advance(outcome.run_id)
+    assert isinstance(done, Completed) and "was issued" in (done.result or "")
+    assert len(refund_lines(ledger_path)) == 1
+    again = await engine.advance(outcome.run_id)  # a second resume changes nothing
+    assert again.status == "completed" and len(refund_lines(ledger_path)) == 1
+    assert [e["tool"] for e in ledger_lines(ledger_path)] == [
+        "lookup_order", "issue_refund", "send_customer_email"]
+
+
+async def test_deny_reaches_the_model_as_a_tool_result_and_is_quoted(make_engine, ledger_path):
+    engine = make_engine()
+    outcome = await pause(engine)
+    await engine.decide(outcome.approval_ids[0], actor=ALICE, verdict="deny",
+                        reason="Customer already got a credit")
+    done = await engine.advance(outcome.run_id)
+    assert done.status == "completed"
+    state = await engine.state(outcome.run_id)
+    result = next(m for m in state.messages
+                  if isinstance(m, ToolMessage) and m.name == "issue_refund")
+    assert result.content == {"status": "denied", "reason": "Customer already got a credit",
+                              "by": "U_ALICE"}
+    assert '"Customer already got a credit"' in (done.result or "")
+    assert refund_lines(ledger_path) == []
+
+
+async def test_expiry_cancels_and_the_model_is_told(make_engine, clock, ledger_path):
+    engine = make_engine()
+    outcome = await pause(engine)
+    clock.advance(timedelta(minutes=29))
+    assert (await engine.expiry.sweep()).expired == []
+    clock.advance(timedelta(minutes=1))
+    swept = await engine.expiry.sweep()
+    assert swept.expired == list(outcome.approval_ids)
+    assert swept.runs_ready == {outcome.run_id}
+    done = await engine.advance(outcome.run_id)
+    assert "expired" in (done.result or "")
+    state = await engine.state(outcome.run_id)
+    assert any(isinstance(m, ToolMessage) and m.content == {"status": "expired"}
+               for m in state.messages)
+    assert refund_lines(ledger_path) == []
+    with pytest.raises(DecisionRefused) as late:
+        await engine.decide(outcome.approval_ids[0], actor=ALICE, verdict="approve")
+    assert late.value.reason == "not_pending" and "expired" in str(late.value)
+
+
+@pytest.mark.parametrize("actor,code", [
+    (Actor(DANA, "slack"), "self_approval"),
+    (Actor("U_MALLORY", "slack"), "not_authorized"),
+])
+async def test_requester_and_strangers_are_refused_and_change_nothing(
+        make_engine, ledger_path, db, actor, code):
+    engine = refunds(make_engine, ledger_path, approvers=["U_ALICE", "S_FINANCE"])
+    outcome = await pause(engine)
+    with pytest.raises(DecisionRefused) as err:
+        await engine.decide(outcome.approval_ids[0], actor=actor, verdict="approve")
+    assert err.value.reason == code
+    async with db.read() as tx:
+        a = await tx.approvals.get(outcome.approval_ids[0])
+        votes = await tx.approvals.votes(a.id)
+    assert a.status == "pending" and votes == []
+
+
+async def test_group_members_may_approve(make_engine, ledger_path):
+    engine = refunds(make_engine, ledger_path, approvers=["S_FINANCE"])
+    engine.directory = StaticDirectory({"S_FINANCE": ["U_BOB"]})
+    outcome = await pause(engine)
+    with pytest.raises(DecisionRefused):
+        await engine.decide(outcome.approval_ids[0], actor=ALICE, verdict="approve")
+    decision = await engine.decide(outcome.approval_ids[0], actor=BOB, verdict="approve")
+    assert decision.outcome == "approved"
+
+
+async def test_tokens_bind_a_click_to_one_live_request(make_engine, db):
+    engine = make_engine()
+    outcome = await pause(engine)
+    async with db.read() as tx:
+        a = await tx.approvals.get(outcome.approval_ids[0])
+    token = SIGNER.token(a.id, a.token_nonce)
+    for bad in ("", "x" * 32, token[:-1] + ("A" if token[-1] != "A" else "B")):
+        with pytest.raises(DecisionRefused) as err:
+            await engine.decide(a.id, actor=ALICE, verdict="approve", token=bad)
+        assert err.value.reason == "bad_token"
+    decision = await engine.decide(a.id, actor=ALICE, verdict="approve", token=token)
+    assert decision.outcome == "approved"
+
+
+async def test_quorum_two_of_three(make_engine, ledger_path):
+    engine = refunds(make_engine, ledger_path, approvers=["U_ALICE", "U_BOB", "U_CAROL"],
+                     quorum=2)
+    outcome = await pause(engine)
+    aid = outcome.approval_ids[0]
+    first = await engine.decide(aid, actor=ALICE, verdict="approve")
+    assert (first.outcome, first.approvals, first.quorum, first.run_ready) == ("voted", 1, 2,
+                                                                               False)
+    with pytest.raises(DecisionRefused) as twice:
+        await engine.decide(aid, actor=ALICE, verdict="approve")
+    assert twice.value.reason == "already_voted"  # the same person twice is not two
+    second = await engine.decide(aid, actor=BOB, verdict="approve")
+    assert second.outcome == "approved" and second.run_ready
+    done = await engine.advance(outcome.run_id)
+    assert done.status == "completed" and len(refund_lines(ledger_path)) == 1
+
+
+async def test_quorum_any_denial_denies(make_engine, ledger_path):
+    engine = refunds(make_engine, ledger_path, approvers=["U_ALICE", "U_BOB", "U_CAROL"],
+                     quorum=2)
+    outcome = await pause(engine)
+    aid = outcome.approval_ids[0]
+    await engine.decide(aid, actor=ALICE, verdict="approve")
+    denied = await engine.decide(aid, actor=CAROL, verdict="deny", reason="wrong amount")
+    assert denied.outcome == "denied" and denied.run_ready
+    with pytest.raises(DecisionRefused):
+        await engine.decide(aid, actor=BOB, verdict="approve")
+    done = await engine.advance(outcome.run_id)
+    assert "wrong amount" in (done.result or "") and refund_lines(ledger_path) == []
+
+
+async def test_edit_with_invalid_arguments_is_refused_and_changes_nothing(make_engine, db):
+    engine = make_engine()
+    outcome = await pause(engine)
+    aid = outcome.approval_ids[0]
+    for bad in ({"order_id": "A-1001", "amount_cents": "lots", "reason": "x"},
+                {"order_id": "A-1001"}, {"order_id": "A-1001", "amount_cents": 1, "reason": "x",
+                                         "extra": True}, ["not", "an", "object"]):
+        with pytest.raises(DecisionRefused) as err:
+            await engine.decide(aid, actor=ALICE, verdict="edit", args=bad)
+        assert err.value.reason == "invalid_arguments"
+    async with db.read() as tx:
+        a = await tx.approvals.get(aid)
+        trail = await tx.audit.query(approval_id=aid)
+    assert a.status == "pending" and a.edited_args is None
+    assert [t.action for t in trail] == ["requested"]
+
+
+async def test_valid_edit_executes_the_edited_arguments_and_audit_shows_both(
+        make_engine, db, ledger_path):
+    engine = make_engine()
+    outcome = await pause(engine)
+    aid = outcome.approval_ids[0]
+    edited = {"order_id": "A-1001", "amount_cents": 2100, "reason": "half of the duplicate"}
+    decision = await engine.decide(aid, actor=ALICE, verdict="edit", args=edited)
+    assert decision.outcome == "approved"
+    await engine.advance(outcome.run_id)
+    assert [e["args"] for e in refund_lines(ledger_path)] == [edited]
+    async with db.read() as tx:
+        a = await tx.approvals.get(aid)
+        trail = await tx.audit.query(approval_id=aid)
+    from runtime.canonical import call_digest
+
+    assert a.edited_digest == call_digest("issue_refund", edited) != a.digest
+    edit_entry = next(t for t in trail if t.action == "edited")
+    details = json.loads(edit_entry.details)
+    assert details["args"] == edited and details["original_args"]["amount_cents"] == 4200
+    assert details["original_digest"] == a.digest
+    assert [t.action for t in trail] == ["requested", "edited", "approved", "executed"]
+    state = await engine.state(outcome.run_id)
+    obs = next(m for m in state.messages if isinstance(m, ToolMessage) and m.name == "issue_refund")
+    assert obs.content["status"] == "executed_with_edits"
+
+
+async def test_executor_refuses_an_approval_whose_arguments_were_tampered_with(
+        make_engine, db, ledger_path):
+    engine = make_engine()
+    outcome = await pause(engine)
+    aid = outcome.approval_ids[0]
+    await engine.decide(aid, actor=ALICE, verdict="approve")
+    from sqlalchemy import update
+
+    from store.models import Approval
+
+    async with db.write() as tx:  # somebody rewrites the approved arguments in the database
+        await tx.conn.execute(update(Approval).where(Approval.id == aid).values(
+            args=json.dumps({"order_id": "A-1001", "amount_cents": 999999, "reason": "x"})))
+    done = await engine.advance(outcome.run_id)
+    assert done.status == "failed" and "does not match" in done.error  # type: ignore[attr-defined]
+    assert refund_lines(ledger_path) == []
+
+
+async def test_fifty_concurrent_decisions_racing_expiry_have_one_outcome(
+        make_engine, db, clock, ledger_path):
+    engine = refunds(make_engine, ledger_path, approvers=["U_A0", "U_A1", "U_A2", "U_A3",
+                                                          "U_A4", "U_A5"])
+    outcome = await pause(engine)
+    aid = outcome.approval_ids[0]
+    clock.advance(timedelta(minutes=30))  # due right now: expiry races the clicks
+    rnd = random.Random(7)
+    attempts = []
+    for i in range(50):
+        kind = rnd.choice(["approver", "approver", "requester", "stranger"])
+        who = {"approver": f"U_A{i % 6}", "requester": DANA, "stranger": f"U_X{i}"}[kind]
+        verdict = rnd.choice(["approve", "deny"])
+        attempts.append(engine.decide(aid, actor=Actor(who, "slack"), verdict=verdict,
+                                      reason="no" if verdict == "deny" else None))
+    attempts.append(engine.expiry.sweep())
+    results = await asyncio.gather(*attempts, return_exceptions=True)
+    decisions = [r for r in results[:-1] if not isinstance(r, BaseException)]
+    refusals = [r for r in results[:-1] if isinstance(r, DecisionRefused)]
+    others = [r for r in results[:-1] if isinstance(r, BaseException)
+              and not isinstance(r, DecisionRefused)]
+    assert others == []
+    swept = results[-1]
+    winners = len(decisions) + len(swept.expired)
+    assert winners == 1, (decisions, swept)
+    assert len(refusals) == 50 - len(decisions)
+    assert {r.reason for r in refusals} <= {"not_pending", "self_approval", "not_authorized",
+                                            "already_voted"}
+    async with db.read() as tx:
+        a = await tx.approvals.get(aid)
+        trail = await tx.audit.query(approval_id=aid)
+    decided = [t.action for t in trail if t.action in ("approved", "denied", "expired")]
+    assert len(decided) == 1 and a.status in ("approved", "denied", "expired")
+    done = await engine.advance(outcome.run_id)
+    assert done.status == "completed"
+    assert len(refund_lines(ledger_path)) == (1 if a.status == "approved" else 0)
+
+
+async def test_escalation_ladder_reminds_escalates_then_cancels(make_engine, db, clock,
+                                                               ledger_path):
+    engine = refunds(make_engine, ledger_path, approvers=["U_ALICE"], ttl="30m",
+                     reminders=["50%", "90%"], on_expire="escalate",
+                     escalate=[Rung(approvers=["U_CFO"], ttl="1h")])
+    outcome = await pause(engine)
+    first = outcome.approval_ids[0]
+    async with db.read() as tx:
+        a = await tx.approvals.get(first)
+    old_token = SIGNER.token(a.id, a.token_nonce)
+
+    clock.advance(timedelta(minutes=15))
+    assert (await engine.expiry.sweep()).reminded == [first]
+    assert (await engine.expiry.sweep()).reminded == []  # once per reminder
+    clock.advance(timedelta(minutes=12))
+    assert (await engine.expiry.sweep()).reminded == [first]
+    clock.advance(timedelta(minutes=3))
+    swept = await engine.expiry.sweep()
+    assert swept.expired == [] and len(swept.escalated) == 1
+    old, new = swept.escalated[0]
+    assert old == first
+    async with db.read() as tx:
+        a_old = await tx.approvals.get(first)
+        a_new = await tx.approvals.get(new)
+        run = await tx.runs.get(outcome.run_id)
+    assert a_old.status == "superseded" and a_new.status == "pending"
+    assert a_new.approvers_value() == ["U_CFO"] and a_new.rung == 1 and a_new.supersedes == first
+    assert a_new.token_nonce != a_old.token_nonce
+    assert a_new.expires_at - a_new.requested_at == timedelta(hours=1)
+    assert run.status == "awaiting_approval"
+    with pytest.raises(DecisionRefused) as err:  # the old card's button stops working
+        await engine.decide(first, actor=ALICE, verdict="approve", token=old_token)
+    assert err.value.reason == "not_pending" and "escalated" in str(err.value)
+    with pytest.raises(DecisionRefused) as err:  # and the old token does not fit the new one
+        await engine.decide(new, actor=Actor("U_CFO", "slack"), verdict="approve",
+                            token=old_token)
+    assert err.value.reason == "bad_token"
+    with pytest.raises(DecisionRefused):  # rung 0's approver is not on rung 1
+        await engine.decide(new, actor=ALICE, verdict="approve")
+
+    clock.advance(timedelta(minutes=30))
+    assert (await engine.expiry.sweep()).reminded == [new]
+    clock.advance(timedelta(minutes=30))
+    final = await engine.expiry.sweep()
+    assert final.expired == [new] and final.escalated == []  # end of the ladder: cancel
+    done = await engine.advance(outcome.run_id)
+    assert "expired" in (done.result or "") and refund_lines(ledger_path) == []
+    async with db.read() as tx:
+        actions = [t.action for t in await tx.audit.query(run_id=outcome.run_id)]
+    assert actions == ["requested", "reminded", "reminded", "requested", "superseded",
+                       "escalated", "reminded", "expired"]
+
+
+async def test_silence_never_approves(make_engine, db, clock, ledger_path):
+    """Whatever the policy, sweeping forever never runs a gated call."""
+    engine = refunds(make_engine, ledger_path, on_expire="escalate",
+                     escalate=[Rung(approvers=["U_X"], ttl="1m"),
+                               Rung(approvers=["U_Y"], ttl="1m")])
+    outcome = await pause(engine)
+    for _ in range(20):
+        clock.advance(timedelta(hours=1))
+        await engine.expiry.sweep()
+    done = await engine.advance(outcome.run_id)
+    assert done.status == "completed" and refund_lines(ledger_path) == []
+    async with db.read() as tx:
+        statuses = [a.status for a in await tx.approvals.for_run(outcome.run_id)]
+    assert statuses == ["superseded", "superseded", "expired"]
+
+
+async def test_several_gated_calls_resume_only_when_all_are_decided(make_engine, ledger_path):
+    from runtime.agent import Agent
+    from runtime.models.scripted import ScriptedModel, reply
+    from runtime.tools import ToolContext, tool
+
+    ran: list[int] = []
+
+    @tool(permission="execute")
+    async def pay(ctx: ToolContext, n: int) -> int:
+        """Pays n."""
+        ran.append(n)
+        return n
+
+    agent = Agent(name="payer", instructions="", tools=[pay], model=ScriptedModel.sequence([
+        reply("three payments", ("pay", {"n": 1}), ("pay", {"n": 2}), ("pay", {"n": 3})),
+        reply("done", turn=1)]))
+    engine = make_engine(agents=[agent])
+    outcome = await engine.run("payer", "pay", requested_by=DANA)
+    assert isinstance(outcome, Paused) and len(outcome.approval_ids) == 3
+    a1, a2, a3 = outcome.approval_ids
+    assert not (await engine.decide(a1, actor=ALICE, verdict="approve")).run_ready
+    assert not (await engine.decide(a2, actor=ALICE, verdict="deny", reason="no")).run_ready
+    assert (await engine.advance(outcome.run_id)).status == "awaiting_approval"
+    assert ran == []
+    assert (await engine.decide(a3, actor=ALICE, verdict="approve")).run_ready
+    done = await engine.advance(outcome.run_id)
+    assert done.status == "completed" and ran == [1, 3]
+    state = await engine.state(outcome.run_id)
+    results = [m.content for m in state.messages if isinstance(m, ToolMessage)]
+    assert results == [1, {"status": "denied", "reason": "no", "by": "U_ALICE"}, 3]
+
+
+async def test_outbox_rows_per_transition(make_engine, db):
+    engine = make_engine()
+    outcome = await pause(engine)
+    await engine.decide(outcome.approval_ids[0], actor=ALICE, verdict="approve")
+    async with db.read() as tx:
+        rows = (await tx.conn.execute(select(Outbox.kind, Outbox.group_key)
+                                      .order_by(Outbox.id))).all()
+    aid = outcome.approval_ids[0]
+    assert rows == [("approval.requested", aid), ("approval.updated", aid)]
