@@ -73,9 +73,13 @@ async def cmd_db_upgrade(s: Settings, a: argparse.Namespace) -> int:
 
 async def with_engine(s: Settings, fn: Callable[[Engine], Awaitable[int]]) -> int:
     db = await open_database(s)
+    engine = None
     try:
-        return await fn(build_engine(s, db))
+        engine = build_engine(s, db)
+        return await fn(engine)
     finally:
+        if engine is not None:
+            await engine.registry.aclose()
         await db.close()
 
 

@@ -76,6 +76,13 @@ class Registry:
     def names(self) -> list[str]:
         return sorted(self._agents)
 
+    async def aclose(self) -> None:
+        """Close model clients that hold connections (those with an ``aclose`` method)."""
+        for agent in self._agents.values():
+            close = getattr(agent.model, "aclose", None)
+            if close is not None:
+                await close()
+
     def check_policy(self) -> None:
         """Refuse a policy file that names a tool no agent defines (likely a typo)."""
         defined = {t.name for a in self._agents.values() for t in a.tools}
