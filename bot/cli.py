@@ -164,8 +164,10 @@ async def cmd_recover(s: Settings, a: argparse.Namespace) -> int:
         outcomes = await engine.recover()
         for o in outcomes:
             print(describe(o))
-        attention = [o for o in outcomes if o.status == "needs_attention"]
-        print(f"recovered {len(outcomes)} run(s); {len(attention)} need attention",
+        async with engine.db.read() as tx:
+            attention = (await tx.runs.count_by_status()).get("needs_attention", 0)
+        hint = " (see `approvald approvals list`)" if attention else ""
+        print(f"recovered {len(outcomes)} run(s); {attention} need attention{hint}",
               file=sys.stderr)
         return 3 if attention else 0
     return await with_engine(s, go)
@@ -239,6 +241,17 @@ def decide_command(verdict: str) -> Callable[[Settings, argparse.Namespace], Awa
             return 0
         return await with_engine(s, go)
     return cmd
+
+
+async def cmd_approvals_sweep(s: Settings, a: argparse.Namespace) -> int:
+    async def go(engine: Engine) -> int:
+        result = await engine.expiry.sweep()
+        print(f"{len(result.expired)} expired, {len(result.escalated)} escalated, "
+              f"{len(result.reminded)} reminders queued")
+        for run_id in sorted(result.runs_ready):
+            print(describe(await engine.advance(run_id)))
+        return 0
+    return await with_engine(s, go)
 
 
 async def cmd_audit_verify(s: Settings, a: argparse.Namespace) -> int:
@@ -364,6 +377,9 @@ def build_parser() -> argparse.ArgumentParser:
             c.add_argument("--reason")
         c.set_defaults(fn=decide_command(verdict))
 
+    ap.add_parser("sweep", help="expire, escalate and remind now (what serve does on a "
+                  "schedule)").set_defaults(fn=cmd_approvals_sweep)
+
     au = sub.add_parser("audit", help="verify and export the audit log").add_subparsers(
         dest="sub", required=True)
     au.add_parser("verify").set_defaults(fn=cmd_audit_verify)
@@ -392,6 +408,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.basicConfig(level=level,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                             stream=sys.stderr)
+        for noisy in ("alembic", "apscheduler"):  # their INFO lines are not ours to show
+            logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
         code: int = asyncio.run(args.fn(settings, args))
     except UsageError as exc:
         print(str(exc), file=sys.stderr)

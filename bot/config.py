@@ -46,6 +46,8 @@ class Settings(BaseSettings):
     sweep_interval: float = Field(15.0, gt=0, le=3600,
                                   validation_alias=_env("APPROVALD_SWEEP_INTERVAL"))
     log_level: str = Field("INFO", validation_alias=_env("APPROVALD_LOG_LEVEL"))
+    # testing hook: time read from this file (see runtime.clock.FileClock)
+    clock_file: str | None = Field(None, validation_alias=_env("APPROVALD_CLOCK_FILE"))
 
     @field_validator("slack_api_url")
     @classmethod

@@ -7,6 +7,7 @@ from datetime import timedelta
 
 from bot.config import Settings
 from runtime.agent import Registry
+from runtime.clock import FileClock, SystemClock
 from runtime.demo import demo_agents
 from runtime.engine import Engine, EngineConfig
 from runtime.ids import TokenSigner
@@ -28,6 +29,7 @@ def build_engine(settings: Settings, db: Database, *, require_tokens: bool = Fal
     secret = settings.token_secret()
     return Engine(
         db, build_registry(settings),
+        clock=FileClock(settings.clock_file) if settings.clock_file else SystemClock(),
         config=EngineConfig(lease_ttl=timedelta(seconds=settings.lease_ttl),
                             max_payload_bytes=settings.max_payload),
         signer=TokenSigner(secret) if secret else None,

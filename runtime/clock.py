@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
@@ -42,3 +43,29 @@ class ManualClock:
         if when.tzinfo is None:
             raise ValueError("needs a timezone-aware time")
         self._now = when
+
+
+class FileClock:
+    """Time read from a file holding an ISO-8601 instant: an injected clock for subprocesses.
+
+    Crash and acceptance tests start real ``approvald`` processes with
+    ``APPROVALD_CLOCK_FILE`` pointing at such a file and move time by rewriting it, so
+    expiry is tested without sleeping. Without the file, wall-clock time is used.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._cache: tuple[float, datetime] | None = None
+
+    def now(self) -> datetime:
+        try:
+            mtime = os.stat(self.path).st_mtime_ns
+        except FileNotFoundError:
+            return datetime.now(UTC)
+        if self._cache is None or self._cache[0] != mtime:
+            with open(self.path, encoding="utf-8") as fh:
+                when = datetime.fromisoformat(fh.read().strip())
+            if when.tzinfo is None:
+                raise ValueError(f"{self.path}: the clock file needs a timezone-aware time")
+            self._cache = (mtime, when.astimezone(UTC))
+        return self._cache[1]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Callable
 
 _ENV = "APPROVALD_FAILPOINTS"
 
@@ -28,8 +29,13 @@ def _parse(spec: str) -> dict[str, int]:
     return armed
 
 
+def _kill(name: str) -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
 _armed: dict[str, int] = _parse(os.environ.get(_ENV, ""))
 _hits: dict[str, int] = {}
+_action: Callable[[str], None] = _kill
 
 
 def failpoint(name: str) -> None:
@@ -42,11 +48,16 @@ def failpoint(name: str) -> None:
     hit = _hits.get(name, 0) + 1
     _hits[name] = hit
     if hit == target:
-        os.kill(os.getpid(), signal.SIGKILL)
+        _action(name)
 
 
-def arm(spec: str) -> None:
-    """Re-arm from a spec string (tests in-process use this; subprocesses use the env)."""
-    global _armed
+def arm(spec: str, action: Callable[[str], None] | None = None) -> None:
+    """Re-arm from a spec string, optionally with an in-process ``action`` instead of SIGKILL.
+
+    In-process tests raise from ``action`` to abandon work at a boundary; crash tests run
+    real subprocesses with ``APPROVALD_FAILPOINTS`` and get a real SIGKILL.
+    """
+    global _armed, _action
     _armed = _parse(spec)
+    _action = action or _kill
     _hits.clear()

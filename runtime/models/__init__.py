@@ -1,9 +1,23 @@
-"""Model adapters."""
+"""Model adapters. ``OpenAIChatModel`` is imported on first use (it pulls in aiohttp)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from runtime.models.base import Model, ModelReply, ToolSpec, Transcript
-from runtime.models.openai import OpenAIChatModel
 from runtime.models.scripted import ScriptedModel, reply
+
+if TYPE_CHECKING:
+    from runtime.models.openai import OpenAIChatModel
 
 __all__ = [
     "Model", "ModelReply", "OpenAIChatModel", "ScriptedModel", "ToolSpec", "Transcript", "reply",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "OpenAIChatModel":
+        from runtime.models.openai import OpenAIChatModel
+
+        return OpenAIChatModel
+    raise AttributeError(name)

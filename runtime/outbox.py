@@ -1,0 +1,140 @@
+"""Draining the outbox: deliver each row once, in order per group, retrying with backoff.
+
+Rows were committed with the state they describe, so nothing is delivered about a thing
+the database does not hold, and a crash between commit and delivery loses nothing: the
+row is still pending and the next drain (in any process) delivers it. A delivery that
+fails is retried with backoff (or after the ``Retry-After`` the far side asked for);
+later rows of the same group wait, so a card is never updated before it is posted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Protocol
+
+from runtime.canonical import compact_json
+from runtime.errors import ApprovaldError
+from runtime.failpoints import failpoint
+from store.records import OutboxRecord
+
+if TYPE_CHECKING:
+    from runtime.engine import Engine
+
+log = logging.getLogger("approvald.outbox")
+
+
+class RetryLater(ApprovaldError):
+    """The far side is busy or down; try this row again after ``after`` seconds (if given)."""
+
+    def __init__(self, message: str, *, after: float | None = None) -> None:
+        super().__init__(message)
+        self.after = after
+
+
+class Undeliverable(ApprovaldError):
+    """The row can never be delivered (bad channel, message too long): park it as dead."""
+
+
+class Deliverer(Protocol):
+    """Turns one outbox row into an effect in the outside world; returns what to remember."""
+
+    async def deliver(self, row: OutboxRecord) -> dict[str, Any] | None: ...
+
+
+@dataclass(frozen=True)
+class DrainConfig:
+    batch: int = 50
+    claim_ttl: timedelta = timedelta(seconds=60)
+    max_attempts: int = 25
+    backoff: float = 1.0
+    max_backoff: float = 300.0
+
+
+class OutboxDrain:
+    def __init__(self, engine: Engine, deliverer: Deliverer,
+                 config: DrainConfig | None = None) -> None:
+        self.e = engine
+        self.deliverer = deliverer
+        self.config = config or DrainConfig()
+        self._wake = asyncio.Event()
+
+    def wake(self) -> None:
+        """Drain now rather than at the next poll (a local commit added rows)."""
+        self._wake.set()
+
+    async def drain_once(self) -> int:
+        """Deliver every due group head once; returns how many rows were delivered.
+
+        Groups are independent, so their heads go out concurrently; within a group the
+        next row becomes the head only after this one is delivered.
+        """
+        delivered = 0
+        while True:
+            now = self.e.clock.now()
+            async with self.e.db.read() as tx:
+                heads = await tx.outbox.heads(now=now, limit=self.config.batch)
+            if not heads:
+                return delivered
+            results = await asyncio.gather(*(self._one(row) for row in heads))
+            progressed = sum(results)
+            delivered += progressed
+            if progressed == 0:
+                return delivered
+
+    async def _one(self, row: OutboxRecord) -> bool:
+        e = self.e
+        now = e.clock.now()
+        async with e.db.write() as tx:
+            if not await tx.outbox.claim(row.id, owner=e.owner, now=now,
+                                         until=now + self.config.claim_ttl):
+                return False  # another replica has it
+        attempts = row.attempts + 1
+        try:
+            result = await self.deliverer.deliver(row)
+        except RetryLater as exc:
+            await self._failed(row, attempts, str(exc), exc.after)
+            return False
+        except Undeliverable as exc:
+            log.error("outbox %d (%s) is undeliverable: %s", row.id, row.kind, exc)
+            await self._failed(row, attempts, str(exc), None, dead=True)
+            return False
+        except Exception as exc:
+            log.warning("outbox %d (%s) failed: %s: %s", row.id, row.kind,
+                        type(exc).__name__, exc)
+            await self._failed(row, attempts, f"{type(exc).__name__}: {exc}", None)
+            return False
+        failpoint("after_post_before_mark")
+        async with e.db.write() as tx:
+            await tx.outbox.delivered(row.id, owner=e.owner, now=e.clock.now(),
+                                      result=None if result is None else compact_json(result))
+        return True
+
+    async def _failed(self, row: OutboxRecord, attempts: int, error: str, after: float | None,
+                      *, dead: bool = False) -> None:
+        if after is None:
+            after = min(self.config.max_backoff, self.config.backoff * 2 ** (attempts - 1))
+            after *= 0.8 + 0.4 * random.random()  # spread replicas' retries apart
+        dead = dead or attempts >= self.config.max_attempts
+        async with self.e.db.write() as tx:
+            await tx.outbox.failed(row.id, owner=self.e.owner, error=error,
+                                   retry_at=self.e.clock.now() + timedelta(seconds=after),
+                                   dead=dead)
+
+    async def run(self, stop: asyncio.Event, *, interval: float = 1.0) -> None:
+        """Drain until ``stop`` is set: at every wake-up, and every ``interval`` seconds."""
+        while not stop.is_set():
+            try:
+                await self.drain_once()
+            except Exception:
+                log.exception("outbox drain failed; retrying")
+            self._wake.clear()
+            waiters = [asyncio.create_task(self._wake.wait()), asyncio.create_task(stop.wait())]
+            _, pending = await asyncio.wait(waiters, timeout=interval,
+                                            return_when=asyncio.FIRST_COMPLETED)
+            for t in pending:
+                t.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
