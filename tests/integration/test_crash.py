@@ -105,7 +105,7 @@ def test_crash_after_approving_refund_runs_exactly_once(cli: Cli, point: str) ->
 
 
 def test_a_double_approve_after_a_crash_is_refused(cli: Cli) -> None:
-    run_id, approval_id = pause_refund(cli)
+    _run_id, approval_id = pause_refund(cli)
     cli("approvals", "approve", approval_id, "--as", "U_ALICE", failpoints="after_decision")
     again = cli("approvals", "approve", approval_id, "--as", "U_BOB")
     assert again.returncode == 4 and "already approved by U_ALICE" in again.stderr
