@@ -1,0 +1,163 @@
+"""The execution ledger: a recorded result is reused; an unknown outcome is never blindly re-run."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from runtime import failpoints
+from runtime.agent import Agent
+from runtime.decide import Actor
+from runtime.errors import DecisionRefused
+from runtime.models.scripted import ScriptedModel, reply
+from runtime.outcomes import Cancelled, Completed, NeedsAttention
+from runtime.tools import Reconciled, ToolContext, tool
+from store.models import ToolExecution
+
+
+class Crash(BaseException):
+    """Stands in for the process dying at a failpoint (in-process tests cannot SIGKILL)."""
+
+
+def _crash(name: str) -> None:
+    raise Crash(name)
+
+
+@pytest.fixture(autouse=True)
+def disarm() -> Iterator[None]:
+    yield
+    failpoints.arm("")
+
+
+def charge_agent(calls: list[dict[str, Any]], *, idempotent: bool = False,
+                 reconcile: Any = None) -> Agent:
+    @tool(permission="execute", policy="auto", idempotent=idempotent, reconcile=reconcile)
+    async def charge(ctx: ToolContext, cents: int) -> dict[str, Any]:
+        """Charges a card."""
+        calls.append({"key": ctx.idempotency_key, "attempt": ctx.attempt})
+        return {"charged": cents}
+
+    return Agent(name="charger", instructions="", tools=[charge], model=ScriptedModel.sequence(
+        [reply(None, ("charge", {"cents": 500})), reply("charged", turn=1)]))
+
+
+async def crash_then_resume(engine, point: str = "before_result") -> str:
+    failpoints.arm(point, _crash)
+    run_id = await engine.start_run("charger", "charge", requested_by="U_DANA")
+    with pytest.raises(Crash):
+        await engine.advance(run_id)
+    failpoints.arm("")
+    return run_id
+
+
+async def test_recorded_result_is_reused_not_rerun(make_engine):
+    calls: list[dict[str, Any]] = []
+    engine = make_engine(agents=[charge_agent(calls)])
+    run_id = await crash_then_resume(engine, "after_result")
+    outcome = await engine.advance(run_id)
+    assert isinstance(outcome, Completed) and len(calls) == 1
+
+
+async def test_unknown_outcome_asks_a_human_and_retry_reruns_under_the_same_key(make_engine, db):
+    calls: list[dict[str, Any]] = []
+    engine = make_engine(agents=[charge_agent(calls)])
+    run_id = await crash_then_resume(engine)
+    outcome = await engine.advance(run_id)
+    assert isinstance(outcome, NeedsAttention) and outcome.call_id == "call_0_0"
+    assert len(calls) == 1
+    again = await engine.advance(run_id)
+    assert again.status == "needs_attention" and len(calls) == 1
+    async with db.read() as tx:
+        [question] = [a for a in await tx.approvals.for_run(run_id) if a.status == "pending"]
+        status = (await tx.conn.execute(select(ToolExecution.status))).scalar()
+    assert question.kind == "outcome_unknown" and status == "unknown"
+    with pytest.raises(DecisionRefused) as err:
+        await engine.decide(question.id, actor=Actor("U_OPS", "slack"), verdict="approve")
+    assert err.value.reason == "wrong_kind"
+    decision = await engine.decide(question.id, actor=Actor("U_OPS", "slack"), verdict="retry")
+    assert decision.run_ready
+    done = await engine.advance(run_id)
+    assert isinstance(done, Completed)
+    assert [c["attempt"] for c in calls] == [1, 2]
+    assert calls[0]["key"] == calls[1]["key"] == f"{run_id}:call_0_0"
+
+
+async def test_mark_done_records_the_outcome_without_running_it(make_engine):
+    calls: list[dict[str, Any]] = []
+    engine = make_engine(agents=[charge_agent(calls)])
+    run_id = await crash_then_resume(engine)
+    outcome = await engine.advance(run_id)
+    qid = await _question(engine, run_id)
+    await engine.decide(qid, actor=Actor("U_OPS", "slack"), verdict="mark_done",
+                        reason="the card statement shows it")
+    done = await engine.advance(outcome.run_id)
+    assert isinstance(done, Completed) and len(calls) == 1
+    state = await engine.state(run_id)
+    obs = state.messages[2].content  # type: ignore[union-attr]
+    assert obs == {"status": "done", "confirmed_by": "U_OPS",
+                   "note": "the card statement shows it"}
+
+
+async def test_abort_cancels_the_run(make_engine):
+    calls: list[dict[str, Any]] = []
+    engine = make_engine(agents=[charge_agent(calls)])
+    run_id = await crash_then_resume(engine)
+    await engine.advance(run_id)
+    qid = await _question(engine, run_id)
+    with pytest.raises(DecisionRefused) as err:
+        await engine.decide(qid, actor=Actor("U_OPS", "slack"), verdict="abort")
+    assert err.value.reason == "reason_required"
+    await engine.decide(qid, actor=Actor("U_OPS", "slack"), verdict="abort", reason="unsure")
+    assert isinstance(await engine.advance(run_id), Cancelled)
+    assert len(calls) == 1
+
+
+async def test_idempotent_tools_are_rerun_under_the_same_key(make_engine):
+    calls: list[dict[str, Any]] = []
+    engine = make_engine(agents=[charge_agent(calls, idempotent=True)])
+    run_id = await crash_then_resume(engine)
+    assert isinstance(await engine.advance(run_id), Completed)
+    assert len(calls) == 2 and calls[0]["key"] == calls[1]["key"]
+
+
+@pytest.mark.parametrize("verdict,expected_calls,status", [
+    (Reconciled(happened=True, result={"charged": 500, "from": "provider"}), 1, "completed"),
+    (Reconciled(happened=False), 2, "completed"),
+    (None, 1, "needs_attention"),
+])
+async def test_reconcile_hook_decides(make_engine, verdict, expected_calls, status):
+    calls: list[dict[str, Any]] = []
+
+    async def reconcile(ctx: ToolContext, args: dict[str, Any]) -> Reconciled | None:
+        assert ctx.idempotency_key.endswith(":call_0_0") and args == {"cents": 500}
+        return verdict
+
+    engine = make_engine(agents=[charge_agent(calls, reconcile=reconcile)])
+    run_id = await crash_then_resume(engine)
+    outcome = await engine.advance(run_id)
+    assert outcome.status == status and len(calls) == expected_calls
+    if verdict is not None and verdict.happened:
+        state = await engine.state(run_id)
+        assert state.messages[2].content == {"charged": 500, "from": "provider"}  # type: ignore[union-attr]
+
+
+async def test_a_crashed_step_replays_the_journaled_reply_not_a_new_model_call(make_engine):
+    """A real model would answer differently the second time; the journal prevents that."""
+    calls: list[dict[str, Any]] = []
+    agent = charge_agent(calls, idempotent=True)
+    engine = make_engine(agents=[agent])
+    run_id = await crash_then_resume(engine, "after_result")
+    model = agent.model
+    before = model.calls  # type: ignore[attr-defined]
+    await engine.advance(run_id)
+    assert model.calls == before + 1  # only the final turn; step 1 came from the journal
+    assert len(calls) == 1
+
+
+async def _question(engine, run_id: str) -> str:
+    async with engine.db.read() as tx:
+        [q] = [a for a in await tx.approvals.for_run(run_id) if a.status == "pending"]
+    return q.id

@@ -1,0 +1,73 @@
+"""Tool definitions: schemas from type hints, validation, context injection."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import pytest
+from pydantic import BaseModel, Field
+
+from runtime.clock import ManualClock
+from runtime.errors import ConfigError, InvalidArguments
+from runtime.tools import ToolContext, tool
+
+
+@tool(permission="execute")
+async def transfer(ctx: ToolContext, account: str, cents: int, memo: str = "") -> dict[str, object]:
+    """Move money between accounts."""
+    return {"key": ctx.idempotency_key, "account": account, "cents": cents, "memo": memo}
+
+
+class Ticket(BaseModel):
+    title: str = Field(max_length=80)
+    priority: Literal["low", "high"] = "low"
+
+
+@tool(permission="draft")
+async def open_ticket(ticket: Ticket) -> str:
+    """Open a ticket."""
+    return f"{ticket.priority}:{ticket.title}"
+
+
+def test_schema_from_type_hints_and_defaults() -> None:
+    schema = transfer.json_schema()
+    assert schema["required"] == ["account", "cents"]
+    assert schema["properties"]["cents"]["type"] == "integer"
+    assert schema["additionalProperties"] is False
+    assert transfer.description == "Move money between accounts."
+    assert transfer.policy == "approve_before"  # execute tools need approval by default
+    assert open_ticket.policy == "auto"
+
+
+def test_validation_normalizes_and_refuses() -> None:
+    assert transfer.validate({"account": "A", "cents": 5}) == {"account": "A", "cents": 5,
+                                                               "memo": ""}
+    with pytest.raises(InvalidArguments) as err:
+        transfer.validate({"account": "A", "cents": "five", "extra": 1})
+    assert {tuple(e["loc"]) for e in err.value.errors} == {("cents",), ("extra",)}
+    with pytest.raises(InvalidArguments):
+        transfer.validate(["A", 5])
+
+
+async def test_pydantic_model_parameter_and_context() -> None:
+    assert open_ticket.json_schema()["properties"]["priority"]["enum"] == ["low", "high"]
+    ctx = ToolContext(run_id="r", call_id="c", idempotency_key="r:c", requested_by="U",
+                      agent="a", clock=ManualClock())
+    args = open_ticket.validate({"title": "printer on fire", "priority": "high"})
+    assert await open_ticket.invoke(ctx, args) == "high:printer on fire"
+    out = await transfer.invoke(ctx, transfer.validate({"account": "A", "cents": 1}))
+    assert out["key"] == "r:c"
+
+
+def test_definition_errors_are_clear() -> None:
+    def sync_tool(x: int) -> int:
+        return x
+
+    with pytest.raises(ConfigError, match="must be an async function"):
+        tool(sync_tool)  # type: ignore[arg-type]
+
+    async def untyped(x):  # type: ignore[no-untyped-def]
+        return x
+
+    with pytest.raises(ConfigError, match="needs a type hint"):
+        tool(untyped)
