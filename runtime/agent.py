@@ -23,6 +23,7 @@ class Agent:
     tools: Sequence[Tool]
     max_steps: int = 50
     _by_name: dict[str, Tool] = field(init=False, repr=False)
+    _specs: list[ToolSpec] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._by_name = {}
@@ -35,7 +36,10 @@ class Agent:
         return self._by_name.get(name)
 
     def tool_specs(self) -> list[ToolSpec]:
-        return [ToolSpec(t.name, t.description, t.json_schema()) for t in self.tools]
+        """What the model is told about the tools (computed once: schemas do not change)."""
+        if self._specs is None:
+            self._specs = [ToolSpec(t.name, t.description, t.json_schema()) for t in self.tools]
+        return self._specs
 
     @property
     def instructions_version(self) -> str:

@@ -31,8 +31,6 @@ from store.repos import Tx
 
 # extra writes that must land in the same transaction as the result (outbox notices, audit)
 AfterResult = Callable[[Tx, ExecutionRecord | None, Any], Awaitable[None]]
-# writes that must land in the same transaction as the intent (the step's journaled reply)
-WithIntent = Callable[[Tx], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -75,7 +73,7 @@ class Ledger:
         digest: str,
         existing: ExecutionRecord | None,
         owner: str,
-        with_intent: WithIntent | None = None,
+        journal: str | None = None,
         after_result: AfterResult | None = None,
         retry_sanctioned: bool = False,
     ) -> Executed | OutcomeUnknown:
@@ -104,20 +102,18 @@ class Ledger:
                     return OutcomeUnknown(existing)
             attempt = existing.attempts + 1
             async with self.db.write() as tx:
-                await self._check_lease(tx, ctx.run_id, owner)
+                await self._check_lease(tx, ctx.run_id, owner, journal)
                 await tx.executions.retry_intent(run_id=ctx.run_id, call_id=ctx.call_id,
                                                  now=self.clock.now())
-                if with_intent is not None:
-                    await with_intent(tx)
         else:
             async with self.db.write() as tx:
-                await self._check_lease(tx, ctx.run_id, owner)
+                # the step's model reply is journaled with its first side effect, so a
+                # retried step replays these exact calls instead of asking the model again
+                await self._check_lease(tx, ctx.run_id, owner, journal)
                 fresh = await tx.executions.record_intent(
                     run_id=ctx.run_id, call_id=ctx.call_id, step=step, tool=tool.name,
                     digest=digest, now=self.clock.now(),
                 )
-                if with_intent is not None:
-                    await with_intent(tx)
             if not fresh:  # somebody else recorded it between our read and our write
                 async with self.db.read() as tx:
                     again = await tx.executions.get(ctx.run_id, ctx.call_id)
@@ -178,10 +174,11 @@ class Ledger:
         return Executed({"status": "error", "error_class": err_class, "error": err_text},
                         reused=False)
 
-    async def _check_lease(self, tx: Tx, run_id: str, owner: str) -> None:
+    async def _check_lease(self, tx: Tx, run_id: str, owner: str,
+                           journal: str | None = None) -> None:
         """Renew our lease as part of the intent write; a lost lease stops the write."""
         until = self.clock.now() + self.lease_ttl
-        if not await tx.runs.renew_lease(run_id, owner=owner, until=until):
+        if not await tx.runs.renew_lease(run_id, owner=owner, until=until, journal=journal):
             raise LeaseLost(f"lost the lease on run {run_id}", run_id=run_id)
 
 

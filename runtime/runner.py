@@ -70,6 +70,7 @@ class _Live:
         for a in approvals:  # ordered by requested_at: later rungs overwrite earlier
             (self.by_call if a.kind == "tool_call" else self.questions)[a.call_id] = a
         self.inflight: dict[str, Any] | None = json.loads(run.inflight) if run.inflight else None
+        self.call_ids = state.call_ids()  # kept up to date, so a step costs O(1) in history
 
 
 class Runner:
@@ -200,7 +201,7 @@ class Runner:
                                            messages=live.state.messages,
                                            tools=agent.tool_specs())
         failpoint("mid_model_call")
-        seen = live.state.call_ids()
+        seen = live.call_ids
         calls: list[ToolCall] = []
         for i, c in enumerate(reply.tool_calls):
             cid = c.id
@@ -268,13 +269,6 @@ class Runner:
                 pending.unknown.append((call, existing, args))
                 return journal_reply is not None
 
-        async def with_intent(tx: Tx) -> None:
-            if journal_reply is not None:
-                await tx.runs.update_owned(
-                    live.run.id, owner=e.owner,
-                    inflight=compact_json({"step": live.step,
-                                           "reply": journal_reply.model_dump(mode="json")}))
-
         async def after_result(tx: Tx, rec: ExecutionRecord | None, _result: Any) -> None:
             if approval is not None:
                 await audit_execution(tx, at=e.clock.now(), approval_id=approval.id, rec=rec,
@@ -290,7 +284,9 @@ class Runner:
                           requested_by=live.run.requested_by, agent=agent.name, clock=e.clock)
         result = await e.ledger.execute(
             tool=tool, ctx=ctx, step=live.step, args=args, digest=digest, existing=existing,
-            owner=e.owner, with_intent=with_intent if journal_reply is not None else None,
+            owner=e.owner,
+            journal=None if journal_reply is None else compact_json(
+                {"step": live.step, "reply": journal_reply.model_dump(mode="json")}),
             after_result=after_result if (approval or kind == "notify_after") else None,
             retry_sanctioned=sanctioned,
         )
@@ -347,18 +343,12 @@ class Runner:
         failpoint("before_checkpoint")
         now = e.clock.now()
         events = [encode(m, ledger_ref=ref) for m, ref in pending.messages]
-        values: dict[str, Any] = {"step": live.step, "next_seq": live.seq + len(events),
-                                  "status": status, "updated_at": now, "inflight": None,
-                                  "lease_expires_at": now + e.config.lease_ttl}
-        if result is not None:
-            values["result"] = result
-        if error is not None:
-            values["error"] = error
-        if release:
-            values.update(lease_owner=None, lease_expires_at=None)
         async with e.db.write() as tx:
             await tx.events.append(live.run.id, live.seq, live.step, events)
-            cancel = await tx.runs.checkpoint(live.run.id, owner=e.owner, **values)
+            cancel = await tx.runs.checkpoint(
+                live.run.id, owner=e.owner, step=live.step, next_seq=live.seq + len(events),
+                status=status, now=now, lease_until=now + e.config.lease_ttl, release=release,
+                result=result, error=error)
             if cancel is None:
                 raise LeaseLost(f"lost the lease on run {live.run.id}", run_id=live.run.id)
             if extra is not None:
@@ -366,6 +356,9 @@ class Runner:
         failpoint("after_checkpoint")
         live.seq += len(events)
         live.inflight = None
+        for m, _ in pending.messages:  # a journaled reply's ids too, not only fresh ones
+            if isinstance(m, AssistantMessage):
+                live.call_ids.update(c.id for c in m.tool_calls)
         live.state.messages.extend(m for m, _ in pending.messages)
         live.run = _replace(live.run, cancel_requested=cancel, status=status)
         return cancel

@@ -32,9 +32,12 @@ def encode(msg: Message, *, ledger_ref: bool = False) -> tuple[int, str]:
         body: dict[str, Any] = {"role": "tool", "call_id": msg.call_id, "name": msg.name,
                                 "content_ref": LEDGER_REF}
     else:
-        body = msg.model_dump(mode="json", exclude_defaults=False)
-        if isinstance(msg, AssistantMessage) and not msg.tool_calls:
-            body.pop("tool_calls")
+        body = msg.model_dump(mode="json")
+        if isinstance(msg, AssistantMessage):  # omit empty parts: they are the defaults
+            if not msg.tool_calls:
+                body.pop("tool_calls")
+            if msg.content is None:
+                body.pop("content")
     return SCHEMA_VERSION, compact_json(body)
 
 

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
-from sqlalchemy import insert, select
+from sqlalchemy import Table, insert, select
 
 from store.models import RunEvent
 from store.records import EventRecord
 from store.repos.base import Repo
 
-_INSERT = insert(RunEvent)
+_INSERT = insert(cast(Table, RunEvent.__table__))
 
 
 class EventsRepo(Repo):

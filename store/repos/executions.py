@@ -3,14 +3,27 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any, cast
 
-from sqlalchemy import select, update
+from sqlalchemy import Insert, Table, and_, bindparam, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 
 from store.models import ToolExecution
 from store.records import ExecutionRecord
 from store.repos.base import Repo, to_record
 
-_COLS = ToolExecution.__table__
+_COLS = cast(Table, ToolExecution.__table__)
+_KEY = and_(_COLS.c.run_id == bindparam("rid"), _COLS.c.call_id == bindparam("cid"))
+_RESULT = (
+    update(_COLS).where(_KEY, _COLS.c.status.in_(["started", "unknown"]))
+    .values(status=bindparam("status"), result=bindparam("result"),
+            error_class=bindparam("error_class"), error=bindparam("error"),
+            finished_at=bindparam("now"), latency_ms=bindparam("latency_ms"))
+)
+_INTENT: dict[str, Insert] = {
+    "sqlite": cast(Any, sqlite.insert(_COLS)).on_conflict_do_nothing(),
+    "postgresql": cast(Any, postgresql.insert(_COLS)).on_conflict_do_nothing(),
+}
 
 
 class ExecutionsRepo(Repo):
@@ -28,7 +41,7 @@ class ExecutionsRepo(Repo):
                             digest: str, now: datetime) -> bool:
         """Insert the intent row; False if one already exists for this key."""
         res = await self.conn.execute(
-            self.insert_ignore(ToolExecution),
+            _INTENT[self.dialect],
             {
                 "run_id": run_id, "call_id": call_id, "step": step, "tool": tool,
                 "args_digest": digest, "status": "started", "attempts": 1, "started_at": now,
@@ -51,13 +64,10 @@ class ExecutionsRepo(Repo):
                             result: str | None, error_class: str | None, error: str | None,
                             now: datetime, latency_ms: float | None) -> bool:
         """Record the outcome of a started call; False if it was not in ``started``."""
-        res = await self.conn.execute(
-            update(ToolExecution)
-            .where(ToolExecution.run_id == run_id, ToolExecution.call_id == call_id,
-                   ToolExecution.status.in_(["started", "unknown"]))
-            .values(status=status, result=result, error_class=error_class, error=error,
-                    finished_at=now, latency_ms=latency_ms)
-        )
+        res = await self.conn.execute(_RESULT, {
+            "rid": run_id, "cid": call_id, "status": status, "result": result,
+            "error_class": error_class, "error": error, "now": now, "latency_ms": latency_ms,
+        })
         return bool(res.rowcount == 1)
 
     async def mark_unknown(self, *, run_id: str, call_id: str) -> None:

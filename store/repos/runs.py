@@ -4,20 +4,37 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import and_, func, insert, or_, select, update
+from sqlalchemy import Table, and_, bindparam, func, insert, or_, select, update
+from sqlalchemy.sql.functions import coalesce
 
 from store.models import Run
 from store.records import RunRecord
 from store.repos.base import Repo, to_record
+
+# hot-path statements, built once: a step runs them thousands of times
+_T = cast(Table, Run.__table__)
+_OWNED = and_(_T.c.id == bindparam("rid"), _T.c.lease_owner == bindparam("owner"))
+_RENEW = update(_T).where(_OWNED).values(lease_expires_at=bindparam("until"))
+_RENEW_JOURNAL = update(_T).where(_OWNED).values(lease_expires_at=bindparam("until"),
+                                                 inflight=bindparam("inflight"))
+_CHECKPOINT = (
+    update(_T).where(_OWNED)
+    .values(step=bindparam("step"), next_seq=bindparam("next_seq"), status=bindparam("status"),
+            updated_at=bindparam("now"), inflight=None,
+            lease_owner=bindparam("new_owner"), lease_expires_at=bindparam("until"),
+            result=coalesce(bindparam("result"), _T.c.result),
+            error=coalesce(bindparam("error"), _T.c.error))
+    .returning(_T.c.cancel_requested)
+)
 
 
 class RunsRepo(Repo):
     async def create(self, *, run_id: str, agent: str, task: str, requested_by: str,
                      instructions_version: str, now: datetime, status: str = "running") -> None:
         await self.conn.execute(
-            insert(Run),
+            insert(_T),
             {
                 "id": run_id, "agent": agent, "status": status, "step": 0, "next_seq": 0,
                 "task": task, "requested_by": requested_by,
@@ -64,11 +81,14 @@ class RunsRepo(Repo):
         )
         return bool(res.rowcount == 1)
 
-    async def renew_lease(self, run_id: str, *, owner: str, until: datetime) -> bool:
-        res = await self.conn.execute(
-            update(Run).where(Run.id == run_id, Run.lease_owner == owner)
-            .values(lease_expires_at=until)
-        )
+    async def renew_lease(self, run_id: str, *, owner: str, until: datetime,
+                          journal: str | None = None) -> bool:
+        """Extend our lease (and journal the step's model reply); False if it is not ours."""
+        if journal is None:
+            res = await self.conn.execute(_RENEW, {"rid": run_id, "owner": owner, "until": until})
+        else:
+            res = await self.conn.execute(_RENEW_JOURNAL, {"rid": run_id, "owner": owner,
+                                                           "until": until, "inflight": journal})
         return bool(res.rowcount == 1)
 
     async def release_lease(self, run_id: str, *, owner: str) -> None:
@@ -111,16 +131,21 @@ class RunsRepo(Repo):
         )
         return [str(r[0]) for r in rows if r[0] is not None]
 
-    async def checkpoint(self, run_id: str, *, owner: str, **values: Any) -> bool | None:
+    async def checkpoint(self, run_id: str, *, owner: str, step: int, next_seq: int,
+                         status: str, now: datetime, lease_until: datetime | None,
+                         release: bool, result: str | None = None,
+                         error: str | None = None) -> bool | None:
         """Write the step's run-row changes while we hold the lease.
 
-        Returns the run's ``cancel_requested`` flag (seen at this step boundary), or None if
-        the lease is no longer ours and nothing was written.
+        Clears the journaled reply, renews (or releases) the lease, and returns the run's
+        ``cancel_requested`` flag as seen at this step boundary, or None if the lease is no
+        longer ours and nothing was written.
         """
-        row = (await self.conn.execute(
-            update(Run).where(Run.id == run_id, Run.lease_owner == owner)
-            .values(**values).returning(Run.cancel_requested)
-        )).first()
+        row = (await self.conn.execute(_CHECKPOINT, {
+            "rid": run_id, "owner": owner, "step": step, "next_seq": next_seq,
+            "status": status, "now": now, "new_owner": None if release else owner,
+            "until": None if release else lease_until, "result": result, "error": error,
+        })).first()
         return None if row is None else bool(row[0])
 
     async def cancel_if_idle(self, run_id: str, *, now: datetime, error: str,

@@ -1,0 +1,416 @@
+"""Pure Block Kit builders for approval cards: records in, Block Kit dicts out.
+
+No I/O, no database, no clock: the caller passes ``now``. Blocks are built with
+slack_sdk's models and returned as ``.to_dict()``, so a shape or length Slack would reject
+fails here, in tests, and not in production. All wording comes from :mod:`bot.texts`;
+all agent-written text goes through :mod:`bot.mrkdwn` (invariant 9).
+
+A button carries ``"{approval_id}:{token}"`` and nothing else: the arguments a click
+approves are the ones stored with the approval, never something the payload brings back.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from slack_sdk.models.blocks import ActionsBlock, Block, ButtonElement, ConfirmObject
+
+from bot import texts as T
+from bot.mrkdwn import (
+    CARD_TEXT_BUDGET,
+    FALLBACK_MAX,
+    INPUT_MAX,
+    SECTION_MAX,
+    approver,
+    clip,
+    code_block,
+    code_span,
+    context,
+    escape_mrkdwn,
+    header,
+    json_escapes,
+    md,
+    safe_cut,
+    safe_url,
+    section,
+    slack_date,
+    text_length,
+    units,
+    who,
+)
+from store.records import ApprovalRecord, VoteRecord
+
+__all__ = [
+    "ABORT", "ACTION_IDS", "APPROVE", "ARGS_BLOCK", "ARGS_INPUT", "DENY", "DENY_MODAL", "EDIT",
+    "EDIT_MODAL", "MARK_DONE", "REASON_BLOCK", "REASON_INPUT", "RESOLVE_MODAL", "RETRY",
+    "VIEW_ARGS", "approval_card", "approver_ids", "args_text", "as_text", "button_value",
+    "buttons", "compact_blocks", "editable_text", "escape_mrkdwn", "json_object", "parse_value",
+    "recent_line", "risk_of",
+]
+
+# action ids, callback ids and input ids the handlers dispatch on
+APPROVE = "approvald.approve"
+DENY = "approvald.deny"
+EDIT = "approvald.edit"
+VIEW_ARGS = "approvald.view_args"
+RETRY = "approvald.retry"
+MARK_DONE = "approvald.mark_done"
+ABORT = "approvald.abort"
+ACTION_IDS = (APPROVE, DENY, EDIT, VIEW_ARGS, RETRY, MARK_DONE, ABORT)
+DENY_MODAL = "approvald.deny_modal"
+EDIT_MODAL = "approvald.edit_modal"
+RESOLVE_MODAL = "approvald.resolve_modal"
+REASON_BLOCK, REASON_INPUT = "reason", "reason_input"
+ARGS_BLOCK, ARGS_INPUT = "args", "args_input"
+
+_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
+
+
+def _safe_id(text: str, limit: int) -> bool:
+    return 0 < len(text) <= limit and all(c in _SAFE for c in text)
+
+
+def button_value(approval_id: str, token: str) -> str:
+    """``"{approval_id}:{token}"``: all a button carries, far below Slack's 2,000 characters."""
+    if not _safe_id(approval_id, 128) or not _safe_id(token, 512):
+        raise ValueError("an approval id and token are short and url-safe")
+    return f"{approval_id}:{token}"
+
+
+def parse_value(value: str) -> tuple[str, str]:
+    """``(approval_id, token)`` from a button value; ValueError when it is not one of ours."""
+    approval_id, sep, token = (value if isinstance(value, str) else "").partition(":")
+    if not sep or not _safe_id(approval_id, 128) or not _safe_id(token, 512):
+        raise ValueError("not an approvald button value")
+    return approval_id, token
+
+
+# -- reading a record defensively: a malformed packet must not stop a card ------------------
+
+def json_object(raw: str | None) -> dict[str, Any]:
+    """A JSON-object column as a dict; {} when it is missing or malformed."""
+    try:
+        value = json.loads(raw or "{}")
+    except (TypeError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def risk_of(a: ApprovalRecord) -> str:
+    """low, medium or high: from the packet, else the policy snapshot, else medium."""
+    for source in (json_object(a.packet), json_object(a.policy)):
+        if source.get("risk") in T.RISK_EMOJI:
+            return str(source["risk"])
+    return "medium"
+
+
+def as_text(value: Any) -> str:
+    """A packet field as text: strings as they are, anything else as compact JSON."""
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False,
+                                                           default=str)
+
+
+def args_text(raw: str | None, *, indent: int | None = 2) -> str:
+    """A stored JSON column as display JSON (pretty, or compact with ``indent=None``)."""
+    try:
+        value = json.loads(raw or "{}")
+    except ValueError:
+        return raw or ""
+    separators = None if indent else (",", ":")
+    return json_escapes(json.dumps(value, indent=indent, separators=separators,
+                                   ensure_ascii=False, default=str))
+
+
+def editable_text(a: ApprovalRecord) -> str | None:
+    """The edit box's starting text: pretty JSON, compact if that is too long, else None.
+
+    Bidi controls and lone surrogates become ``\\uXXXX`` escapes, which parse back to the
+    same value, so submitting an untouched box changes nothing.
+    """
+    for indent in (2, None):
+        text = args_text(a.edited_args or a.args, indent=indent)
+        if units(text) <= INPUT_MAX:
+            return text
+    return None
+
+
+def approver_ids(a: ApprovalRecord) -> list[str]:
+    """The request's approver ids ([] if the column is somehow not a JSON list)."""
+    try:
+        people = a.approvers_value()
+    except (TypeError, ValueError):
+        return []
+    return [str(p) for p in people] if isinstance(people, list) else []
+
+
+def _approvers(a: ApprovalRecord, limit: int = 10) -> str:
+    people = approver_ids(a)
+    if not people:
+        return T.CTX_ANYONE
+    more = f" +{len(people) - limit}" if len(people) > limit else ""
+    return T.CTX_APPROVERS.format(who=", ".join(approver(p) for p in people[:limit]) + more)
+
+
+def _voters(a: ApprovalRecord, votes: Sequence[VoteRecord]) -> list[str]:
+    """Who approved the arguments that will run: a vote on a pre-edit digest does not count."""
+    return [v.actor for v in votes if v.verdict == "approve" and v.digest == a.effective_digest]
+
+
+def _quorum(a: ApprovalRecord, votes: Sequence[VoteRecord]) -> str | None:
+    if a.quorum <= 1 or a.kind != "tool_call":
+        return None
+    names = _voters(a, votes)
+    count = max(a.approve_count, len(names))
+    if not names:
+        return T.CTX_QUORUM.format(count=count, quorum=a.quorum)
+    return T.CTX_QUORUM_BY.format(count=count, quorum=a.quorum,
+                                  who=", ".join(who(n) for n in names[:10]))
+
+
+def _button(label: str, action_id: str, value: str, style: str | None = None,
+            confirm: ConfirmObject | None = None) -> ButtonElement:
+    return ButtonElement(text=label, action_id=action_id, value=value, style=style,
+                         confirm=confirm)
+
+
+def buttons(a: ApprovalRecord, token: str, *, view_args: bool) -> ActionsBlock:
+    """Live buttons: Approve/Deny/Edit for a call, Retry/Mark done/Abort for a question."""
+    value = button_value(a.id, token)
+    if a.kind == "outcome_unknown":
+        retry = ConfirmObject(title=T.CONFIRM_RETRY_TITLE, text=md(T.CONFIRM_RETRY_TEXT),
+                              confirm=T.CONFIRM_RETRY_YES, deny=T.CONFIRM_NO)
+        elements = [_button(T.BUTTON_RETRY, RETRY, value, confirm=retry),
+                    _button(T.BUTTON_MARK_DONE, MARK_DONE, value, "primary"),
+                    _button(T.BUTTON_ABORT, ABORT, value, "danger")]
+    else:
+        confirm = None
+        if risk_of(a) == "high":  # one more deliberate click for what cannot be undone
+            confirm = ConfirmObject(
+                title=T.CONFIRM_APPROVE_TITLE,
+                text=md(T.CONFIRM_APPROVE_TEXT.format(tool=code_span(a.tool, 80))),
+                confirm=T.CONFIRM_APPROVE_YES, deny=T.CONFIRM_NO, style="primary")
+        elements = [_button(T.BUTTON_APPROVE, APPROVE, value, "primary", confirm),
+                    _button(T.BUTTON_DENY, DENY, value, "danger")]
+        if editable_text(a) is not None:  # longer than Slack's text box: CLI only
+            elements.append(_button(T.BUTTON_EDIT, EDIT, value))
+    if view_args:
+        elements.append(_button(T.BUTTON_VIEW_ARGS, VIEW_ARGS, value))
+    return ActionsBlock(elements=elements)
+
+
+# -- the card ---------------------------------------------------------------------------------
+
+def _headline(a: ApprovalRecord) -> str:
+    if a.status == "pending":
+        if a.kind == "outcome_unknown":
+            return T.HEADER_QUESTION.format(tool=a.tool)
+        return T.HEADER_PENDING.format(emoji=T.RISK_EMOJI[risk_of(a)], tool=a.tool, risk=risk_of(a))
+    if a.kind == "outcome_unknown" and a.status in ("approved", "denied"):
+        return T.HEADER_QUESTION_DONE.format(tool=a.tool)
+    template = T.HEADER_DONE.get(a.status, T.HEADER_OTHER)
+    return template.format(tool=a.tool, status=T.STATUS_WORDS.get(a.status, T.CLOSED_WORD))
+
+
+def _intro(a: ApprovalRecord, p: dict[str, Any], thread_url: str | None) -> str:
+    template = (T.INTRO_QUESTION if a.kind == "outcome_unknown"
+                else T.INTRO if a.status == "pending" else T.INTRO_DONE)
+    text = template.format(agent=clip(as_text(p.get("agent")) or "agent", 60),
+                          tool=code_span(a.tool, 80),
+                          requester=who(a.requested_by or as_text(p.get("requested_by"))))
+    thread = safe_url(thread_url)
+    if thread:
+        text += T.INTRO_THREAD.format(url=thread)
+    task = as_text(p.get("task"))
+    return text + ("\n" + T.INTRO_TASK.format(task=clip(task, 300)) if task else "")
+
+
+def _evidence(p: dict[str, Any]) -> str | None:
+    items = p.get("evidence")
+    if not isinstance(items, list) or not items:
+        return None
+    lines = [T.SECTION_EVIDENCE]
+    for item in items[:5]:
+        item = item if isinstance(item, dict) else {"result": item}
+        lines.append(T.EVIDENCE_ITEM.format(tool=code_span(as_text(item.get("tool")) or "?", 60),
+                                            result=clip(as_text(item.get("result")), 300)))
+    return "\n".join(lines)
+
+
+def _decision(a: ApprovalRecord, votes: Sequence[VoteRecord], superseded_by: str | None) -> str:
+    """What happened, by whom and when, for a card without buttons."""
+    emoji = T.STATUS_EMOJI.get(a.status, T.UNKNOWN_EMOJI)
+    when = slack_date(a.decided_at or a.expires_at, T.DATE_AT)
+    fields = {"emoji": emoji, "who": who(a.decided_by), "date": when,
+              "via": T.DECIDED_VIA_CLI if (a.decided_via or "").startswith("cli") else ""}
+    if a.status == "pending":
+        text = T.WAITING.format(emoji=emoji)
+    elif a.kind == "outcome_unknown" and a.verdict in ("retry", "mark_done", "abort"):
+        text = {"retry": T.DECIDED_RETRY, "mark_done": T.DECIDED_MARK_DONE,
+                "abort": T.DECIDED_ABORT}[a.verdict].format(**fields)
+    elif a.status == "approved":
+        edited = a.edited_args is not None
+        text = (T.DECIDED_APPROVED_EDITED if edited else T.DECIDED_APPROVED).format(**fields)
+        names = _voters(a, votes)
+        if len(names) > 1:
+            text += "\n" + T.DECIDED_VOTERS.format(who=", ".join(who(n) for n in names[:10]))
+    elif a.status == "denied":
+        text = T.DECIDED_DENIED.format(**fields)
+    elif a.status == "expired":
+        text = T.DECIDED_EXPIRED.format(emoji=emoji, date=slack_date(a.expires_at, T.DATE_AT))
+    elif a.status == "superseded":
+        text = T.DECIDED_SUPERSEDED.format(emoji=emoji, date=slack_date(a.expires_at, T.DATE_AT))
+        new = safe_url(superseded_by)
+        if new:
+            text += T.DECIDED_SUPERSEDED_URL.format(url=new)
+        elif superseded_by:
+            text += T.DECIDED_SUPERSEDED_ID.format(id=code_span(superseded_by, 80))
+    elif a.status == "cancelled":
+        by = T.DECIDED_CANCELLED_BY.format(who=who(a.decided_by)) if a.decided_by else ""
+        text = T.DECIDED_CANCELLED.format(emoji=emoji, by=by, date=when)
+    else:
+        text = T.DECIDED_OTHER.format(emoji=emoji, status=clip(a.status, 40))
+    if a.reason:
+        text += "\n" + T.DECIDED_REASON.format(reason=clip(a.reason, 1000))
+    return text
+
+
+def _context(a: ApprovalRecord, votes: Sequence[VoteRecord], now: datetime,
+             supersedes_url: str | None) -> list[str]:
+    """Deadline, quorum, what silence does, who may decide, and the request id."""
+    parts: list[str] = []
+    if a.status == "pending" and a.kind == "tool_call":
+        if now < a.expires_at:
+            parts.append(T.CTX_EXPIRES.format(date=slack_date(a.expires_at, T.DATE_EXPIRES)))
+        else:
+            parts.append(T.CTX_OVERDUE.format(date=slack_date(a.expires_at, T.DATE_EXPIRED)))
+        quorum = _quorum(a, votes)
+        if quorum:
+            parts.append(quorum)
+        pol = json_object(a.policy)
+        ladder = pol.get("escalate")
+        escalates = (pol.get("on_expire") == "escalate" and isinstance(ladder, list)
+                     and a.rung < len(ladder))
+        parts.append(T.CTX_ON_EXPIRE["escalate" if escalates else "cancel"])
+    parts.append(_approvers(a))
+    if a.supersedes:
+        earlier = safe_url(supersedes_url)
+        parts.append(T.CTX_ESCALATED_FROM_URL.format(url=earlier) if earlier
+                     else T.CTX_ESCALATED_FROM)
+    parts.append(T.CTX_ID.format(id=code_span(a.id, 64)))
+    return parts
+
+
+def approval_card(a: ApprovalRecord, *, token: str | None, now: datetime,
+                  votes: Sequence[VoteRecord] = (), thread_url: str | None = None,
+                  superseded_by: str | None = None,
+                  supersedes_url: str | None = None) -> dict[str, Any]:
+    """The approval card: ``{"text": notification fallback, "blocks": [...]}``.
+
+    Buttons only while ``a`` is pending and a ``token`` is given; otherwise a line saying
+    what was decided, by whom, when and why. ``superseded_by`` is the permalink (or id)
+    of the request that replaced this one; ``supersedes_url`` that of the one it replaces.
+    """
+    p = json_object(a.packet)
+    live = token is not None and a.status == "pending"
+    blocks: list[Block] = [header(_headline(a)), section(_intro(a, p, thread_url))]
+    optional: list[Block] = []  # dropped, in this order, if the card is still too long
+    doing = as_text(p.get("doing"))
+    if doing:
+        blocks.append(section(T.SECTION_DOING.format(text=clip(doing, 800))))
+    if a.kind == "outcome_unknown":
+        blocks.append(section(T.QUESTION_ASK + (
+            "\n" + T.SECTION_QUESTION.format(key=code_span(as_text(p["idempotency_key"]), 200))
+            if p.get("idempotency_key") else "")))
+    evidence = _evidence(p)
+    if evidence:
+        optional.append(section(evidence))
+        blocks.append(optional[-1])
+    if p.get("impact"):
+        optional.append(section(T.SECTION_IMPACT.format(text=clip(as_text(p["impact"]), 500))))
+        blocks.append(optional[-1])
+    if p.get("why"):
+        why = T.SECTION_WHY_QUESTION if a.kind == "outcome_unknown" else T.SECTION_WHY
+        blocks.append(section(why.format(text=clip(as_text(p["why"]), 500))))
+    edited = a.edited_args is not None
+    title = T.SECTION_ARGS_ORIGINAL if edited else T.SECTION_ARGS
+    # with an edit, the original yields room to the arguments that will actually run
+    budget = (1500 if edited else SECTION_MAX) - units(title) - 1
+    code, cut = code_block(args_text(a.args), budget)
+    blocks.append(section(f"{title}\n{code}"))
+    if edited:
+        code, more = code_block(args_text(a.edited_args), 2400)
+        blocks.append(section(f"{T.SECTION_EDITED}\n{code}"))
+        cut += more
+    if not live:
+        blocks.append(section(_decision(a, votes, superseded_by)))
+    blocks.append(context(_context(a, votes, now, supersedes_url)))
+    if live and token is not None:
+        blocks.append(buttons(a, token, view_args=cut > 0))
+    out = [b.to_dict() for b in blocks]
+    for extra in optional:  # never expected with the caps above; a guard, not a plan
+        if text_length(out) <= CARD_TEXT_BUDGET:
+            break
+        out.pop(blocks.index(extra))
+        blocks.remove(extra)
+    return {"text": _fallback(a, p), "blocks": out}
+
+
+def _fallback(a: ApprovalRecord, p: dict[str, Any]) -> str:
+    agent, tool = clip(as_text(p.get("agent")) or "agent", 80), clip(a.tool, 80)
+    if a.status != "pending":
+        text = T.FALLBACK_DONE.format(tool=tool,
+                                     status=T.STATUS_WORDS.get(a.status, T.CLOSED_WORD))
+    elif a.kind == "outcome_unknown":
+        text = T.FALLBACK_QUESTION.format(agent=agent, tool=tool)
+    else:
+        text = T.FALLBACK_PENDING.format(agent=agent, tool=tool, risk=risk_of(a))
+    return safe_cut(text, FALLBACK_MAX)
+
+
+# -- compact cards and lines (App Home, /approvals) -----------------------------------------
+
+def compact_blocks(a: ApprovalRecord, token: str | None, *,
+                   now: datetime) -> list[dict[str, Any]]:
+    """A short summary section of a request, plus its live buttons when ``token`` is given."""
+    p = json_object(a.packet)
+    agent, requester = clip(as_text(p.get("agent")) or "agent", 60), who(a.requested_by)
+    if a.kind == "outcome_unknown":
+        lines = [T.COMPACT_QUESTION_LINE.format(emoji=T.STATUS_EMOJI["pending"],
+                                                tool=code_span(a.tool, 80), agent=agent,
+                                                requester=requester)]
+    else:
+        lines = [T.COMPACT_LINE.format(emoji=T.RISK_EMOJI[risk_of(a)], tool=code_span(a.tool, 80),
+                                       risk=risk_of(a), agent=agent, requester=requester)]
+    doing = as_text(p.get("doing"))
+    if doing:
+        lines.append(clip(doing, 160))
+    code, cut = code_block(args_text(a.edited_args or a.args, indent=None), 300)
+    lines.append(code)
+    tail = []
+    if a.kind == "tool_call" and a.status == "pending":
+        tail.append(slack_date(a.expires_at, T.DATE_EXPIRES if now < a.expires_at
+                               else T.DATE_EXPIRED))
+        tail.append(_quorum(a, ()) or "")  # the count only: names cost space here
+    lines.append(" · ".join(t for t in tail if t) or T.CTX_ID.format(id=code_span(a.id, 64)))
+    blocks: list[Block] = [section("\n".join(lines))]
+    if token is not None and a.status == "pending":
+        blocks.append(buttons(a, token, view_args=cut > 0))
+    return [b.to_dict() for b in blocks]
+
+
+def recent_line(a: ApprovalRecord) -> str:
+    """One line about a decided request: ":white_check_mark: `tool` approved by @x <date>"."""
+    status = T.STATUS_WORDS.get(a.status, clip(a.status, 20))
+    if a.kind == "outcome_unknown" and a.verdict in T.VERDICT_WORDS:
+        status = T.VERDICT_WORDS[a.verdict]
+    elif a.status == "approved" and a.edited_args is not None:
+        status = T.EDITED_WORD
+    fields = {"emoji": T.STATUS_EMOJI.get(a.status, T.UNKNOWN_EMOJI),
+              "tool": code_span(a.tool, 80), "status": status, "who": who(a.decided_by),
+              "date": slack_date(a.decided_at or a.expires_at, T.DATE_AT)}
+    return (T.RECENT_LINE if a.decided_by else T.RECENT_LINE_NOBODY).format(**fields)

@@ -1,0 +1,220 @@
+"""Pure builders for the text messages around approvals: refusals, reminders, notices, and a
+run's ops-channel parent message and thread replies.
+
+Like :mod:`bot.cards`, nothing here reads a clock or does I/O, wording comes from
+:mod:`bot.texts`, and agent-written text (tasks, results, errors, answers, reasons) is
+escaped and cut by :mod:`bot.mrkdwn`. Thread lines are short on purpose; :func:`coalesce`
+packs a burst of them into as few messages as Slack allows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from slack_sdk.models.blocks import Block
+
+from bot import texts as T
+from bot.cards import approver_ids, args_text, as_text, json_object
+from bot.mrkdwn import (
+    FALLBACK_MAX,
+    SECTION_MAX,
+    approver,
+    clip,
+    code_block,
+    code_span,
+    context,
+    duration,
+    pretty_json,
+    safe_cut,
+    safe_url,
+    section,
+    slack_date,
+    units,
+    who,
+)
+from store.records import ApprovalRecord, RunRecord
+
+TERMINAL_RUN_STATUSES = ("completed", "failed", "cancelled")
+
+
+def refusal_text(code: str, *, status: str | None = None, detail: str | None = None) -> str:
+    """The ephemeral reply to a refused click, one wording per ``DecisionRefused.reason``.
+
+    ``status`` (the approval's status now) words a late click; ``detail`` is escaped.
+    """
+    if code == "not_pending":
+        text = T.REFUSAL_NOT_PENDING.get(status or "", T.REFUSAL_NOT_PENDING_OTHER)
+    else:
+        text = T.REFUSAL.get(code, T.REFUSAL_UNKNOWN)
+    if detail:
+        text += T.REFUSAL_DETAIL.format(detail=clip(detail, 500))
+    return text
+
+
+def reminder_text(a: ApprovalRecord, *, now: datetime, card_url: str | None = None) -> str:
+    """A reminder about a still-pending request; it mentions the approvers, so it notifies."""
+    agent = clip(as_text(json_object(a.packet).get("agent")) or "agent", 60)
+    tool = code_span(a.tool, 80)
+    if a.kind == "outcome_unknown":
+        text = T.REMINDER_QUESTION.format(tool=tool, agent=agent)
+    elif now >= a.expires_at:
+        text = T.REMINDER_OVERDUE.format(tool=tool, agent=agent)
+    else:
+        progress = (T.REMINDER_PROGRESS.format(count=a.approve_count, quorum=a.quorum)
+                    if a.quorum > 1 else "")
+        text = T.REMINDER.format(tool=tool, agent=agent, progress=progress,
+                                 expires=slack_date(a.expires_at, T.DATE_EXPIRES),
+                                 left=duration(a.expires_at - now))
+    people = approver_ids(a)[:10]
+    if people:
+        text += T.REMINDER_WHO.format(who=" ".join(approver(p) for p in people))
+    url = safe_url(card_url)
+    if url:
+        text += T.REMINDER_LINK.format(url=url)
+    return safe_cut(text, FALLBACK_MAX)
+
+
+def notice_text(tool: str, args: Any, result: Any) -> str:
+    """What a ``notify_after`` tool did: posted after it ran, so nobody is asked anything."""
+    shown_args, _ = code_block(pretty_json(args), 1500)
+    shown_result, _ = code_block(_result_text(result), 1000)
+    text = (f"{T.NOTICE.format(tool=code_span(tool, 80))}\n{T.NOTICE_ARGS}\n{shown_args}\n"
+            f"{T.NOTICE_RESULT}\n{shown_result}")
+    return safe_cut(text, FALLBACK_MAX)
+
+
+def _result_text(result: Any) -> str:
+    return result if isinstance(result, str) else pretty_json(result)
+
+
+# -- a run's parent message in the ops channel ---------------------------------------------
+
+def run_parent(run: RunRecord, *, now: datetime, approvals_pending: int = 0) -> dict[str, Any]:
+    """The ops-channel message a run's thread hangs from: ``{"text", "blocks"}``.
+
+    Updated in place as the run moves; ``now`` only words how long it has been going.
+    """
+    emoji, status = T.RUN_STATUS.get(run.status, (T.UNKNOWN_EMOJI, clip(run.status, 40)))
+    agent = clip(run.agent, 80)
+    lines = [T.RUN_HEADLINE.format(emoji=emoji, agent=agent, status=status),
+             T.RUN_TASK.format(task=clip(run.task, 600))]
+    if run.error and run.status != "completed":
+        lines.append(T.RUN_ERROR.format(error=clip(run.error, 600)))
+    if run.result and run.status == "completed":
+        lines.append(T.RUN_RESULT.format(result=clip(run.result, 900)))
+    if run.status in TERMINAL_RUN_STATUSES:
+        elapsed = T.RUN_TOOK.format(elapsed=duration(run.updated_at - run.created_at))
+    else:
+        elapsed = T.RUN_RUNNING_FOR.format(elapsed=duration(now - run.created_at))
+    parts = [T.RUN_REQUESTED_BY.format(who=who(run.requested_by)),
+             T.RUN_STEP.format(step=run.step), elapsed]
+    if approvals_pending > 0:
+        parts.append(T.RUN_PENDING.format(n=approvals_pending))
+    if run.cancel_requested and run.status not in TERMINAL_RUN_STATUSES:
+        parts.append(T.RUN_CANCEL_REQUESTED)
+    parts.append(T.RUN_ID.format(id=code_span(run.id, 64)))
+    blocks: list[Block] = [section("\n".join(lines)), context(parts)]
+    return {"text": safe_cut(T.RUN_FALLBACK.format(agent=agent, status=status), FALLBACK_MAX),
+            "blocks": [b.to_dict() for b in blocks]}
+
+
+# -- thread replies ---------------------------------------------------------------------------
+
+def thread_tool_call(tool: str, result: Any, *, failed: bool = False) -> str:
+    """One line for a tool call that ran: its name and the start of its result."""
+    text = clip(result if isinstance(result, str) else as_text(result), 300)
+    template = T.THREAD_TOOL_FAILED if failed else T.THREAD_TOOL_OK
+    return template.format(tool=code_span(tool, 80), result=text)
+
+
+def thread_approval_requested(a: ApprovalRecord, *, card_url: str | None = None) -> str:
+    """The run is waiting for this request (or asking whether a call took effect)."""
+    tool = code_span(a.tool, 80)
+    if a.kind == "outcome_unknown":
+        text = T.THREAD_REQUESTED_QUESTION.format(tool=tool)
+    else:
+        progress = T.REMINDER_PROGRESS.format(count=a.approve_count, quorum=a.quorum) \
+            if a.quorum > 1 else ""
+        text = T.THREAD_REQUESTED.format(tool=tool, progress=progress)
+    url = safe_url(card_url)
+    return text + (T.THREAD_CARD_LINK.format(url=url) if url else "")
+
+
+def thread_approval_decided(a: ApprovalRecord) -> str:
+    """How a request ended: approved, denied (with the reason), expired, escalated…"""
+    status = T.STATUS_WORDS.get(a.status, clip(a.status, 20))
+    if a.kind == "outcome_unknown" and a.verdict in T.VERDICT_WORDS:
+        status = T.VERDICT_WORDS[a.verdict]
+    elif a.status == "approved" and a.edited_args is not None:
+        status = T.EDITED_WORD
+    reason = T.THREAD_REASON.format(reason=clip(a.reason, 300)) if a.reason else ""
+    fields = {"emoji": T.STATUS_EMOJI.get(a.status, T.UNKNOWN_EMOJI),
+              "tool": code_span(a.tool, 80), "status": status, "reason": reason}
+    if a.decided_by and a.status not in ("expired", "superseded"):
+        return T.THREAD_DECIDED.format(who=who(a.decided_by), **fields)
+    return T.THREAD_DECIDED_NOBODY.format(**fields)
+
+
+def thread_edited_args(a: ApprovalRecord) -> str | None:
+    """The edited arguments of a request approved with edits, as a code block; else None."""
+    if a.edited_args is None:
+        return None
+    return code_block(args_text(a.edited_args), 2000)[0]
+
+
+def thread_error(error: str) -> str:
+    """A run's error, escaped and cut."""
+    return T.THREAD_ERROR.format(error=clip(error, 1000))
+
+
+def thread_final(answer: Any) -> str:
+    """The agent's final answer."""
+    text = answer if isinstance(answer, str) else as_text(answer)
+    return T.THREAD_FINAL.format(answer=clip(text, SECTION_MAX - 100))
+
+
+def coalesce(lines: Sequence[str], limit: int = SECTION_MAX) -> list[str]:
+    """Pack lines, in order, into as few newline-joined messages of ``limit`` units as fit.
+
+    A line longer than ``limit`` is split where no entity (``&lt;``) or markup (``<@U1>``)
+    is cut in two. Empty lines are dropped: Slack refuses an empty message.
+    """
+    if limit < 16:
+        raise ValueError("limit too small")
+    messages: list[str] = []
+    current: list[str] = []
+    size = 0
+    for line in lines:
+        for piece in _split(line, limit):
+            add = units(piece) + (1 if current else 0)
+            if current and size + add > limit:
+                messages.append("\n".join(current))
+                current, size, add = [], 0, units(piece)
+            current.append(piece)
+            size += add
+    if current:
+        messages.append("\n".join(current))
+    return messages
+
+
+def _split(line: str, limit: int) -> list[str]:
+    pieces: list[str] = []
+    while units(line) > limit:
+        cut, used = 0, 0
+        for i, ch in enumerate(line):
+            used += 2 if ord(ch) > 0xFFFF else 1
+            if used > limit:
+                cut = i
+                break
+        head = line[:cut]
+        # step back over a half-written entity or <…> markup
+        amp, lt = head.rfind("&"), head.rfind("<")
+        back = min([p for p in (amp if amp > head.rfind(";") else -1,
+                                lt if lt > head.rfind(">") else -1) if p > 0], default=cut)
+        pieces.append(line[:back])
+        line = line[back:]
+    if line:
+        pieces.append(line)
+    return pieces

@@ -1,0 +1,275 @@
+"""Safe mrkdwn and Block Kit primitives shared by the card, view and thread builders.
+
+Invariant 9, agent-written text is data: everything that comes from the agent or from tool
+results goes through :func:`clip` or :func:`code_block`, which escape ``& < >`` (so no
+``<!channel>``, ``<@U…>`` or ``<http://evil|bank.com>`` can ping or fake a link), break up
+runs of backticks (so no input opens or closes a code block), show bidi overrides instead of
+obeying them, and cut
+to a length budget without splitting an entity, a character or a grapheme. Every mrkdwn
+text object is ``verbatim`` so Slack does not auto-link URLs or auto-parse mentions in it.
+
+Lengths are budgeted in UTF-16 code units, never fewer than characters, so a limit holds
+whichever way Slack counts. Everything here is pure.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import unicodedata
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from urllib.parse import quote
+
+from slack_sdk.models.blocks import (
+    ContextBlock,
+    HeaderBlock,
+    MarkdownTextObject,
+    PlainTextObject,
+    SectionBlock,
+)
+
+from bot import texts as T
+
+# Slack's limits, and our own budgets below them
+SECTION_MAX = 3000
+HEADER_MAX = 150
+MESSAGE_BLOCKS_MAX = 50
+VIEW_BLOCKS_MAX = 100
+CARD_TEXT_BUDGET = 12_000  # Slack answers msg_blocks_too_long a little above 13,000
+BUTTON_VALUE_MAX = 2000
+FALLBACK_MAX = 3000
+INPUT_MAX = 3000  # a plain_text_input holds at most 3,000 characters
+REASON_MAX = 2000  # runtime.decide.MAX_REASON
+
+_USER = re.compile(r"[UW][A-Z0-9]{2,31}")
+_GROUP = re.compile(r"S[A-Z0-9]{2,31}")
+# explicit direction overrides, embeddings and isolates can make text read differently from
+# what it is ("‮moc.knab"); plain right-to-left letters and marks are left alone
+_BIDI = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+_ZWSP = "\u200b"
+_ZWJ = "\u200d"
+_ESCAPES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+
+
+def units(text: str) -> int:
+    """Length in UTF-16 code units: what a JavaScript ``length`` says, never below ``len``."""
+    return len(text) + sum(1 for ch in text if ord(ch) > 0xFFFF)
+
+
+def escape_mrkdwn(text: str) -> str:
+    """Escape ``&``, ``<`` and ``>`` so text can only ever render as itself in mrkdwn."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _joins(text: str, i: int) -> bool:
+    """True when a cut just before ``text[i]`` would split a grapheme (accent, emoji, ZWJ)."""
+    ch = text[i]
+    if i > 0 and text[i - 1] == _ZWJ:
+        return True
+    return (ch == _ZWJ or "\ufe00" <= ch <= "\ufe0f" or "\U0001f3fb" <= ch <= "\U0001f3ff"
+            or "\U000e0020" <= ch <= "\U000e007f" or unicodedata.combining(ch) > 0
+            or unicodedata.category(ch) in ("Mn", "Me", "Mc"))
+
+
+def _piece(text: str, i: int, code: bool) -> str:
+    """How ``text[i]`` is shown: escaped, neutralized, or as itself."""
+    ch = text[i]
+    if ch in _ESCAPES:
+        return _ESCAPES[ch]
+    o = ord(ch)
+    # a lone surrogate (valid in JSON, "\\ud800") cannot even be encoded to send
+    if ch in _BIDI or 0xD800 <= o <= 0xDFFF:
+        return f"\\u{o:04x}" if code else f"[U+{o:04X}]"
+    if o < 0x20 and ch not in "\n\t":
+        return f"\\u{o:04x}" if code else "\ufffd"
+    if ch == "`" and i > 0 and text[i - 1] == "`":
+        # no run of backticks, so input can neither close our code fence nor open one
+        return _ZWSP + ch
+    return ch
+
+
+def _fit(text: str, start: int, budget: int, code: bool) -> tuple[str, int]:
+    """Display form of ``text[start:end]`` within ``budget`` units, and ``end``."""
+    out: list[str] = []
+    used, i, n = 0, start, len(text)
+    while i < n:
+        piece = _piece(text, i, code)
+        size = units(piece)
+        if used + size > budget:
+            break
+        out.append(piece)
+        used += size
+        i += 1
+    end = i
+    if i < n:  # back off so that no grapheme is split, unless it is pathologically long
+        while end > start and i - end < 32 and _joins(text, end):
+            end -= 1
+        if end == start or _joins(text, end):
+            end = i
+        out = out[:end - start]
+    return "".join(out), end
+
+
+def clip(text: str, limit: int) -> str:
+    """Escape prose for mrkdwn and cut it to ``limit`` units, ending in "…" when cut."""
+    shown, end = _fit(text, 0, limit, code=False)
+    if end == len(text):
+        return shown
+    shown, _ = _fit(text, 0, limit - 1, code=False)
+    return shown + T.ELLIPSIS
+
+
+def code_block(text: str, limit: int) -> tuple[str, int]:
+    """A fenced block of ``text`` within ``limit`` units, and how many characters were cut.
+
+    A cut block ends with a visible "… truncated, N more characters" note.
+    """
+    fence = 8  # "```\n" and "\n```"
+    shown, end = _fit(text, 0, limit - fence, code=True)
+    cut = len(text) - end
+    if cut:
+        note = "\n" + T.TRUNCATED.format(n=len(text))  # as long as any real note
+        shown, end = _fit(text, 0, limit - fence - units(note), code=True)
+        cut = len(text) - end
+        return f"```\n{shown}\n```\n{T.TRUNCATED.format(n=cut)}", cut
+    return f"```\n{shown}\n```", 0
+
+
+def code_chunks(text: str, size: int) -> Iterable[tuple[str, int]]:
+    """Successive fenced blocks of at most ``size`` units showing all of ``text``.
+
+    Yields each block with the index of ``text`` it shows up to, so a caller that must
+    stop early can say how much was left out.
+    """
+    start = 0
+    while start < len(text):
+        shown, end = _fit(text, start, size - 8, code=True)
+        if end == start:  # no single piece is longer than 7 units
+            raise ValueError("chunk size too small")
+        yield f"```\n{shown}\n```", end
+        start = end
+
+
+def code_span(text: str, limit: int) -> str:
+    """Escaped text for inside a template's `…` span: a backtick could end the span early."""
+    return clip(text, limit).replace("`", "\u02cb")
+
+
+def duration(delta: timedelta) -> str:
+    """``timedelta(hours=2, minutes=5)`` -> ``"2h 5m"``: the two largest units."""
+    seconds = max(0, int(delta.total_seconds()))
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if seconds >= size:
+            parts.append(f"{seconds // size}{unit}")
+            seconds %= size
+    return " ".join(parts[:2]) or "0s"
+
+
+def safe_cut(text: str, limit: int) -> str:
+    """Cut already-built mrkdwn to ``limit`` units without leaving half an entity or tag."""
+    if units(text) <= limit:
+        return text
+    head, _ = _fit_raw(text, limit - 1)
+    amp, lt = head.rfind("&"), head.rfind("<")
+    if amp > head.rfind(";"):
+        head = head[:amp]
+    if lt > head.rfind(">"):
+        head = head[:lt]
+    return head + T.ELLIPSIS
+
+
+def _fit_raw(text: str, budget: int) -> tuple[str, int]:
+    used = 0
+    for i, ch in enumerate(text):
+        used += 2 if ord(ch) > 0xFFFF else 1
+        if used > budget:
+            return text[:i], i
+    return text, len(text)
+
+
+def json_escapes(text: str) -> str:
+    """JSON text with bidi controls and lone surrogates as ``\\uXXXX`` escapes.
+
+    Only valid inside JSON strings, where they mean exactly the same value: the text still
+    parses to the same data, but can neither reorder what is shown nor fail to encode.
+    """
+    return "".join(f"\\u{ord(c):04x}" if c in _BIDI or "\ud800" <= c <= "\udfff" else c
+                   for c in text)
+
+
+def pretty_json(value: Any) -> str:
+    """Indented JSON as approvers read it, non-ASCII kept (see :func:`json_escapes`)."""
+    return json_escapes(json.dumps(value, indent=2, ensure_ascii=False, default=str))
+
+
+def who(actor: str | None) -> str:
+    """A Slack user id as a mention; anything else (``cli:alice``) as escaped text."""
+    if not actor:
+        return "—"
+    if _USER.fullmatch(actor):
+        return f"<@{actor}>"
+    return clip(actor, 80)
+
+
+def approver(actor: str) -> str:
+    """Like :func:`who`, but a user-group id (``S…``) becomes a group mention."""
+    return f"<!subteam^{actor}>" if _GROUP.fullmatch(actor) else who(actor)
+
+
+def slack_date(when: datetime, tokens: str) -> str:
+    """``<!date^…>``: Slack renders it in each reader's time zone; UTC as the fallback."""
+    when = when if when.tzinfo else when.replace(tzinfo=UTC)
+    fallback = when.astimezone(UTC).strftime(T.DATE_FALLBACK)
+    return f"<!date^{int(when.timestamp())}^{tokens}|{fallback}>"
+
+
+def safe_url(url: str | None) -> str | None:
+    """An http(s) URL we produced (a permalink), ready for ``<url|label>``; else None.
+
+    Characters that would end the link markup are percent-encoded, ``&`` is escaped.
+    """
+    if not url or not re.match(r"https?://\S", url, re.IGNORECASE) or len(url) > 500:
+        return None
+    return escape_mrkdwn(re.sub(r"[\s|<>]", lambda m: quote(m.group(), safe=""), url))
+
+
+def md(text: str) -> MarkdownTextObject:
+    """A verbatim mrkdwn text object: our markup works, nothing is auto-linked or pinged."""
+    return MarkdownTextObject(text=text, verbatim=True)
+
+
+def plain(text: str) -> PlainTextObject:
+    return PlainTextObject(text=text, emoji=True)
+
+
+def section(text: str, block_id: str | None = None) -> SectionBlock:
+    """A mrkdwn section; the cut is a last resort, builders budget below it."""
+    return SectionBlock(text=md(safe_cut(text, SECTION_MAX)), block_id=block_id)
+
+
+def header(text: str) -> HeaderBlock:
+    return HeaderBlock(text=plain(cut_plain(text, HEADER_MAX)))
+
+
+def context(parts: Sequence[str]) -> ContextBlock:
+    return ContextBlock(elements=[md(safe_cut(p, SECTION_MAX)) for p in parts[:10]])
+
+
+def cut_plain(text: str, limit: int) -> str:
+    """Cut plain text (never parsed by Slack, so not escaped) to ``limit`` units."""
+    if units(text) <= limit:
+        return text
+    return _fit_raw(text, limit - 1)[0] + T.ELLIPSIS
+
+
+def text_length(value: Any) -> int:
+    """Units of every ``text`` string in a block tree: what Slack's size limit counts."""
+    if isinstance(value, Mapping):
+        return sum(units(v) if k == "text" and isinstance(v, str) else text_length(v)
+                   for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return sum(text_length(v) for v in value)
+    return 0

@@ -1,0 +1,254 @@
+"""Every user-facing string approvald shows in Slack, so wording is reviewed in one place.
+
+Templates use :meth:`str.format` with named fields. Values put into them by the builders
+(:mod:`bot.cards`, :mod:`bot.views`, :mod:`bot.threads`) are already escaped for mrkdwn;
+nothing here escapes. Modal titles and button labels are plain text with Slack's small caps
+(24 and 75 characters); tests build every one of them.
+Slack date token strings (``DATE_*``) contain ``{date_short_pretty}``-style tokens that Slack
+itself fills in, so they are never passed through ``str.format``.
+"""
+
+from __future__ import annotations
+
+# -- approval cards -------------------------------------------------------------------------
+
+HEADER_PENDING = "{emoji} Approval needed: {tool} · {risk} risk"
+HEADER_QUESTION = ":warning: Did this happen? {tool}"
+HEADER_DONE = {
+    "approved": "Approved: {tool}",
+    "denied": "Denied: {tool}",
+    "expired": "Expired: {tool}",
+    "superseded": "Escalated: {tool}",
+    "cancelled": "Cancelled: {tool}",
+}
+HEADER_QUESTION_DONE = "Resolved: {tool}"
+HEADER_OTHER = "{tool}: {status}"
+FALLBACK_PENDING = "{agent} needs approval to run {tool} ({risk} risk)"
+FALLBACK_QUESTION = "{agent}: did {tool} take effect? A human needs to answer"
+FALLBACK_DONE = "{tool}: {status}"
+
+RISK_EMOJI = {"low": ":large_green_circle:", "medium": ":large_yellow_circle:",
+              "high": ":red_circle:"}
+STATUS_EMOJI = {
+    "pending": ":hourglass_flowing_sand:", "approved": ":white_check_mark:",
+    "denied": ":no_entry:", "expired": ":hourglass:", "superseded": ":arrow_double_up:",
+    "cancelled": ":heavy_multiplication_x:",
+}
+UNKNOWN_EMOJI = ":grey_question:"
+
+INTRO = "*{agent}* wants to run `{tool}` for {requester}."
+INTRO_DONE = "*{agent}* asked to run `{tool}` for {requester}."
+INTRO_QUESTION = "*{agent}* started `{tool}` for {requester}; whether it took effect is unknown."
+INTRO_THREAD = " <{url}|Open the run's thread>"
+INTRO_TASK = "*Task:* {task}"
+SECTION_DOING = "*What the agent is doing*\n{text}"
+SECTION_EVIDENCE = "*Evidence it used*"
+EVIDENCE_ITEM = "• `{tool}`: {result}"
+SECTION_IMPACT = "*Expected impact*\n{text}"
+SECTION_WHY = "*Why approval is needed*\n{text}"
+SECTION_WHY_QUESTION = "*Why a human is asked*\n{text}"
+SECTION_ARGS = "*Exact arguments*"
+SECTION_ARGS_ORIGINAL = "*Arguments as originally requested*"
+SECTION_EDITED = "*Edited by an approver: these arguments run instead*"
+SECTION_QUESTION = "*Idempotency key:* `{key}`"
+TRUNCATED = "_… truncated, {n:,} more characters_"
+NOT_SHOWN = "_{n:,} more characters not shown: run `approvald approvals show {id}`_"
+
+CTX_EXPIRES = ":alarm_clock: {date}"
+CTX_OVERDUE = ":alarm_clock: The deadline passed {date}; closing this request"
+CTX_APPROVERS = "Approvers: {who}"
+CTX_ANYONE = "Approvers: anyone but the requester"
+CTX_QUORUM = "*{count} of {quorum} approvals*"
+CTX_QUORUM_BY = "*{count} of {quorum} approvals* ({who})"
+CTX_ON_EXPIRE = {"cancel": "If nobody decides: cancelled, never approved",
+                 "escalate": "If nobody decides: escalated to the next approvers"}
+CTX_ID = "Request `{id}`"
+CTX_ESCALATED_FROM = ":arrow_double_up: Escalated from an earlier request nobody answered in time"
+CTX_ESCALATED_FROM_URL = (":arrow_double_up: Escalated from an <{url}|earlier request> "
+                          "nobody answered in time")
+
+# Slack date tokens (filled in by Slack in the reader's time zone)
+DATE_EXPIRES = "expires {date_short_pretty} at {time}"
+DATE_EXPIRED = "{date_short_pretty} at {time}"
+DATE_AT = "{date_short_pretty} at {time}"
+DATE_FALLBACK = "%Y-%m-%d %H:%M UTC"
+
+BUTTON_APPROVE = "Approve"
+BUTTON_DENY = "Deny"
+BUTTON_EDIT = "Edit"
+BUTTON_VIEW_ARGS = "View full arguments"
+BUTTON_RETRY = "Retry"
+BUTTON_MARK_DONE = "Mark done"
+BUTTON_ABORT = "Abort"
+CONFIRM_APPROVE_TITLE = "Approve a high-risk call?"
+CONFIRM_APPROVE_TEXT = ("`{tool}` is high risk. The exact arguments on this card run as soon "
+                        "as enough approvers agree.")
+CONFIRM_APPROVE_YES = "Approve"
+CONFIRM_RETRY_TITLE = "Run it again?"
+CONFIRM_RETRY_TEXT = ("If the first attempt did take effect, retrying makes it happen twice. "
+                      "Retry only if you checked that it did not.")
+CONFIRM_RETRY_YES = "Retry"
+CONFIRM_NO = "Cancel"
+
+DECIDED_APPROVED = "{emoji} *Approved* by {who} {date}{via}"
+DECIDED_APPROVED_EDITED = "{emoji} *Approved with edits* by {who} {date}{via}"
+DECIDED_VOTERS = "Approvals: {who}"
+DECIDED_DENIED = "{emoji} *Denied* by {who} {date}{via}"
+DECIDED_REASON = "*Reason:* {reason}"
+DECIDED_EXPIRED = ("{emoji} *Expired* {date} with no decision. Silence never approves: "
+                   "the call did not run.")
+DECIDED_SUPERSEDED = ("{emoji} *Expired and escalated* {date}: the request went to the next "
+                      "approvers.")
+DECIDED_SUPERSEDED_URL = " <{url}|See the new request>"
+DECIDED_SUPERSEDED_ID = " New request: `{id}`"
+DECIDED_CANCELLED = ("{emoji} *Cancelled*{by} {date}: the run was cancelled, so this call "
+                     "will not run.")
+DECIDED_CANCELLED_BY = " by {who}"
+DECIDED_RETRY = "{emoji} *Retry* chosen by {who} {date}{via}: the call runs again."
+DECIDED_MARK_DONE = ("{emoji} *Marked done* by {who} {date}{via}: the run continues as if "
+                     "it succeeded.")
+DECIDED_ABORT = "{emoji} *Aborted* by {who} {date}{via}: the run was cancelled."
+DECIDED_OTHER = "{emoji} *{status}*"
+DECIDED_VIA_CLI = " (from the command line)"
+WAITING = "{emoji} Waiting for a decision."
+QUESTION_ASK = ("The process stopped before this call's result was recorded. "
+                "Check the system it acts on, then tell the agent what happened.")
+
+# -- compact cards (App Home, /approvals) ---------------------------------------------------
+
+COMPACT_LINE = "{emoji} *`{tool}`* · {risk} risk · *{agent}* for {requester}"
+COMPACT_QUESTION_LINE = "{emoji} *Did `{tool}` happen?* · *{agent}* for {requester}"
+RECENT_LINE = "{emoji} `{tool}` {status} by {who} {date}"
+RECENT_LINE_NOBODY = "{emoji} `{tool}` {status} {date}"
+STATUS_WORDS = {"approved": "approved", "denied": "denied", "expired": "expired",
+                "superseded": "escalated", "cancelled": "cancelled", "pending": "pending"}
+VERDICT_WORDS = {"retry": "retried", "mark_done": "marked done", "abort": "aborted"}
+EDITED_WORD = "approved with edits"
+CLOSED_WORD = "closed"
+
+HOME_TITLE = "Waiting for your approval"
+HOME_EMPTY = ":sparkles: Nothing is waiting for your approval."
+HOME_MORE = "Showing {shown} of {total}. Decide these first, or use `approvald approvals list`."
+HOME_RECENT_TITLE = "Recent decisions"
+HOME_RECENT_EMPTY = "No decisions yet."
+LIST_TITLE = "*{n} request(s) waiting for your approval*"
+LIST_EMPTY = ":sparkles: Nothing is waiting for your approval."
+LIST_MORE = "… and {n} more. Open approvald's App Home tab to see them all."
+LIST_FALLBACK = "{n} approval request(s) waiting for you"
+
+# -- modals (titles, submit and close labels are at most 24 characters) ---------------------
+
+MODAL_ARGS_TITLE = "Full arguments"
+MODAL_ARGS_INTRO = "Arguments of `{tool}` (request `{id}`), {n:,} characters:"
+MODAL_CLOSE = "Close"
+MODAL_CANCEL = "Cancel"
+MODAL_DENY_TITLE = "Deny request"
+MODAL_DENY_SUBMIT = "Deny"
+MODAL_DENY_INTRO = ("You are denying `{tool}`. The agent receives your reason as the call's "
+                    "result and may try another way.")
+MODAL_DENY_INTRO_NO_TOOL = ("The agent receives your reason as the call's result and may try "
+                            "another way.")
+MODAL_REASON_LABEL = "Reason"
+MODAL_DENY_PLACEHOLDER = "Why not? The agent will read this."
+MODAL_EDIT_TITLE = "Edit arguments"
+MODAL_EDIT_SUBMIT = "Approve with edits"
+MODAL_EDIT_INTRO = ("Edit the arguments of `{tool}` as JSON. Your edit is validated against "
+                    "the tool's schema; submitting approves the edited call, and the original "
+                    "is kept in the audit log.")
+MODAL_EDIT_LABEL = "Arguments (JSON)"
+MODAL_EDIT_HINT = "Checked against the schema of {tool} before anything is approved."
+MODAL_EDIT_TOO_BIG = ("These arguments are {n:,} characters long, more than Slack lets a text "
+                      "box hold ({limit:,}). Edit them from the command line:\n"
+                      "`approvald approvals edit {id} --as YOUR_USER_ID --args 'JSON'`")
+MODAL_ABORT_TITLE = "Abort the run"
+MODAL_ABORT_SUBMIT = "Abort"
+MODAL_ABORT_INTRO = ("Aborting cancels the whole run. `{tool}` is not run again and is not "
+                     "marked done.")
+MODAL_ABORT_INTRO_NO_TOOL = "Aborting cancels the whole run."
+MODAL_ABORT_PLACEHOLDER = "What happened? This goes into the audit log."
+
+EDIT_ERROR_JSON = "Not valid JSON: {error}"
+EDIT_ERROR_OBJECT = "The arguments must be a JSON object, like {\"amount\": 10}."
+EDIT_ERROR_ITEM = "{loc}: {msg}"
+EDIT_ERROR_TOP = "{msg}"
+EDIT_ERROR_GENERIC = "These arguments were refused by the tool's schema."
+EDIT_ERROR_MORE = " (and {n} more)"
+
+# -- ephemeral refusals ---------------------------------------------------------------------
+
+REFUSAL = {
+    "bad_token": "This button no longer belongs to a live request.",
+    "not_authorized": "You're not an approver for this request.",
+    "self_approval": ("You started this run, so you can't approve its calls. "
+                      "Another approver has to decide."),
+    "already_voted": ("You already approved this request. It needs another approver "
+                      "before it can run."),
+    "invalid_arguments": "Those arguments don't match the tool's schema.",
+    "wrong_kind": "That button doesn't apply to this kind of request.",
+    "reason_required": "Please give a reason: the agent reads it and can re-plan.",
+    "reason_too_long": "That reason is too long: 2,000 characters at most.",
+    "directory_unavailable": ("I couldn't check your approver group membership just now, so "
+                              "nothing changed. Please try again in a minute."),
+}
+REFUSAL_NOT_PENDING = {
+    "approved": "Too late: this request was already approved.",
+    "denied": "Too late: this request was already denied.",
+    "expired": "Too late: this request expired before anyone decided, so the call did not run.",
+    "superseded": ("Too late: this request expired and went to the next approvers. "
+                   "This button is no longer live."),
+    "cancelled": "Too late: the run was cancelled, so this request is closed.",
+}
+REFUSAL_NOT_PENDING_OTHER = "This request has already been decided."
+REFUSAL_UNKNOWN = "That didn't go through, and nothing changed."
+REFUSAL_DETAIL = " ({detail})"
+
+# -- reminders, notices, run threads ---------------------------------------------------------
+
+REMINDER = (":alarm_clock: Reminder: `{tool}` for *{agent}* is still waiting for approval"
+            "{progress}. It {expires} ({left} left).")
+REMINDER_OVERDUE = (":alarm_clock: Reminder: `{tool}` for *{agent}* is still waiting; its "
+                    "deadline has passed and it is being closed.")
+REMINDER_QUESTION = (":alarm_clock: Reminder: someone still needs to say whether `{tool}` "
+                     "took effect. The run of *{agent}* is stopped until then.")
+REMINDER_PROGRESS = " ({count} of {quorum} approvals)"
+REMINDER_WHO = " {who}"
+REMINDER_LINK = " <{url}|Open the request>"
+
+NOTICE = ":information_source: `{tool}` ran without approval (its policy is notify-after)."
+NOTICE_ARGS = "*Arguments*"
+NOTICE_RESULT = "*Result*"
+
+RUN_STATUS = {
+    "running": (":arrows_counterclockwise:", "running"),
+    "awaiting_approval": (":hourglass_flowing_sand:", "waiting for approval"),
+    "needs_attention": (":warning:", "needs attention"),
+    "completed": (":white_check_mark:", "completed"),
+    "failed": (":x:", "failed"),
+    "cancelled": (":no_entry_sign:", "cancelled"),
+}
+RUN_HEADLINE = "{emoji} *{agent}* · {status}"
+RUN_TASK = "*Task:* {task}"
+RUN_REQUESTED_BY = "Requested by {who}"
+RUN_STEP = "Step {step}"
+RUN_RUNNING_FOR = "running for {elapsed}"
+RUN_TOOK = "took {elapsed}"
+RUN_ID = "Run `{id}`"
+RUN_PENDING = ":hourglass_flowing_sand: {n} approval(s) pending"
+RUN_ERROR = "*Error:* {error}"
+RUN_RESULT = "*Result:* {result}"
+RUN_FALLBACK = "{agent} run: {status}"
+RUN_CANCEL_REQUESTED = ":octagonal_sign: cancellation requested"
+
+THREAD_TOOL_OK = ":white_small_square: `{tool}` → {result}"
+THREAD_TOOL_FAILED = ":small_red_triangle: `{tool}` failed: {result}"
+THREAD_REQUESTED = ":hourglass_flowing_sand: Waiting for approval to run `{tool}`{progress}."
+THREAD_REQUESTED_QUESTION = (":warning: `{tool}` may or may not have taken effect; "
+                             "a human needs to say which.")
+THREAD_CARD_LINK = " <{url}|Open the request>"
+THREAD_DECIDED = "{emoji} `{tool}` {status} by {who}{reason}"
+THREAD_DECIDED_NOBODY = "{emoji} `{tool}` {status}{reason}"
+THREAD_REASON = ": {reason}"
+THREAD_ERROR = ":x: *Error:* {error}"
+THREAD_FINAL = ":checkered_flag: *Final answer*\n{answer}"
+ELLIPSIS = "…"
+

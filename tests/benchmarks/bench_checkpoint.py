@@ -1,0 +1,217 @@
+"""Checkpoint cost per step as a run grows: approvald vs LangGraph vs the raw SQLite floor.
+
+Workload: one agent step per iteration, each appending a ~1 KB tool result, checkpointed
+durably on SQLite (WAL, synchronous=FULL), 1,000 steps. Prints the median per-step time
+early and late in the run, their ratio, and the bytes the database holds per step.
+
+    python tests/benchmarks/bench_checkpoint.py [--steps 1000] [--payload 1000]
+
+The LangGraph comparison runs when the ``bench`` extra is installed
+(``pip install -e '.[bench]'``); the raw-sqlite floor always runs, as the in-run baseline.
+Targets (issue 2): late/early ratio <= 1.3, bytes/step <= payload + 1 KB, median <= 2 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import operator
+import os
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Annotated, Any, TypedDict
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from runtime.agent import Registry  # noqa: E402
+from runtime.demo import DemoLedger, steps_agent  # noqa: E402
+from runtime.engine import Engine  # noqa: E402
+from runtime.runner import Runner  # noqa: E402
+from store import migrate  # noqa: E402
+from store.db import Database  # noqa: E402
+
+WINDOW = 50
+
+
+class GraphState(TypedDict):
+    """LangGraph state for the comparison: the transcript grows by one message per step."""
+
+    messages: Annotated[list[dict[str, Any]], operator.add]
+    n: int
+
+
+def median_ms(samples: list[float]) -> float:
+    return statistics.median(samples) * 1000 if samples else float("nan")
+
+
+def db_bytes(path: str) -> tuple[int, int]:
+    """(main file, main + WAL) sizes."""
+    main = os.path.getsize(path)
+    wal = path + "-wal"
+    return main, main + (os.path.getsize(wal) if os.path.exists(wal) else 0)
+
+
+async def bench_approvald(steps: int, payload: int) -> dict[str, Any]:
+    path = os.path.join(tempfile.mkdtemp(), "approvald.db")
+    db = Database(f"sqlite+aiosqlite:///{path}")
+    await migrate.upgrade(db)
+    base_main, _ = db_bytes(path)
+    engine = Engine(db, Registry([steps_agent(DemoLedger(None), payload_bytes=payload)]))
+
+    checkpoint_times: list[float] = []
+    step_stamps: list[float] = []
+    original = Runner._checkpoint
+
+    async def timed(self: Runner, *args: Any, **kwargs: Any) -> bool:
+        t0 = time.perf_counter()
+        result = await original(self, *args, **kwargs)
+        t1 = time.perf_counter()
+        checkpoint_times.append(t1 - t0)
+        step_stamps.append(t1)
+        return result
+
+    Runner._checkpoint = timed  # type: ignore[method-assign]
+    try:
+        t0 = time.perf_counter()
+        outcome = await engine.run("demo-steps", str(steps), requested_by="bench")
+        total = time.perf_counter() - t0
+    finally:
+        Runner._checkpoint = original  # type: ignore[method-assign]
+    assert outcome.status == "completed", outcome
+    _, with_wal = db_bytes(path)
+    async with db.connection() as conn:
+        await conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+    await db.close()
+    main, _ = db_bytes(path)
+    step_times = [b - a for a, b in zip(step_stamps, step_stamps[1:], strict=False)]
+    return {
+        "total_s": total,
+        "ckpt_early": median_ms(checkpoint_times[:WINDOW]),
+        "ckpt_late": median_ms(checkpoint_times[steps - WINDOW:steps]),
+        "step_early": median_ms(step_times[:WINDOW]),
+        "step_late": median_ms(step_times[steps - WINDOW - 1:steps - 1]),
+        "db_bytes": main - base_main,
+        "db_wal_bytes": with_wal,
+    }
+
+
+def bench_floor(steps: int, payload: int) -> dict[str, Any]:
+    """The physical floor: one payload-sized INSERT + COMMIT per step, raw sqlite3."""
+    path = os.path.join(tempfile.mkdtemp(), "floor.db")
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    conn.execute("CREATE TABLE e (run TEXT, seq INT, body BLOB, PRIMARY KEY (run, seq))")
+    times = []
+    body = b"x" * payload
+    for i in range(steps):
+        t0 = time.perf_counter()
+        conn.execute("BEGIN")
+        conn.execute("INSERT INTO e VALUES ('r', ?, ?)", (i, body))
+        conn.execute("COMMIT")
+        times.append(time.perf_counter() - t0)
+    conn.close()
+    return {"early": median_ms(times[:WINDOW]), "late": median_ms(times[-WINDOW:]),
+            "db_bytes": db_bytes(path)[1]}
+
+
+async def bench_langgraph(steps: int, payload: int) -> dict[str, Any] | None:
+    """The same workload through LangGraph's AsyncSqliteSaver (durability="sync")."""
+    try:
+        from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+        from langgraph.graph import END, StateGraph
+    except ImportError:
+        return None
+
+    stamps: list[float] = []
+    pad = "x" * payload
+
+    def step(state: GraphState) -> dict[str, Any]:
+        stamps.append(time.perf_counter())
+        return {"messages": [{"role": "tool", "content": pad, "i": state["n"]}],
+                "n": state["n"] + 1}
+
+    def route(state: GraphState) -> str:
+        return END if state["n"] >= steps else "step"
+
+    path = os.path.join(tempfile.mkdtemp(), "langgraph.db")
+    graph = StateGraph(GraphState)
+    graph.add_node("step", step)
+    graph.set_entry_point("step")
+    graph.add_conditional_edges("step", route)
+    async with AsyncSqliteSaver.from_conn_string(path) as saver:
+        app = graph.compile(checkpointer=saver)
+        t0 = time.perf_counter()
+        await app.ainvoke({"messages": [], "n": 0},
+                          {"configurable": {"thread_id": "bench"},
+                           "recursion_limit": steps * 3},
+                          durability="sync")
+        total = time.perf_counter() - t0
+    gaps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
+    return {"total_s": total, "step_early": median_ms(gaps[:WINDOW]),
+            "step_late": median_ms(gaps[-WINDOW:]), "db_bytes": db_bytes(path)[1]}
+
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "FAIL"
+
+
+async def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=1000)
+    parser.add_argument("--payload", type=int, default=1000)
+    parser.add_argument("--skip-langgraph", action="store_true")
+    a = parser.parse_args()
+    steps, payload = a.steps, a.payload
+
+    ours = await bench_approvald(steps, payload)
+    floor = bench_floor(steps, payload)
+    lg = None if a.skip_langgraph else await bench_langgraph(steps, payload)
+
+    ratio = ours["ckpt_late"] / ours["ckpt_early"]
+    step_ratio = ours["step_late"] / ours["step_early"]
+    per_step = ours["db_bytes"] / steps
+    print(f"workload: {steps} steps, {payload}-byte tool result per step, SQLite WAL "
+          f"synchronous=FULL, {os.cpu_count()} CPUs")
+    print("approvald")
+    print(f"  checkpoint txn  median ms: steps 1-{WINDOW}: {ours['ckpt_early']:.3f}   "
+          f"steps {steps - WINDOW + 1}-{steps}: {ours['ckpt_late']:.3f}   ratio {ratio:.2f}")
+    print(f"  whole step      median ms: steps 1-{WINDOW}: {ours['step_early']:.3f}   "
+          f"steps {steps - WINDOW + 1}-{steps}: {ours['step_late']:.3f}   "
+          f"ratio {step_ratio:.2f}   (model + ledger intent/result + checkpoint)")
+    print(f"  database: {ours['db_bytes']:,} bytes after checkpointing the WAL "
+          f"({ours['db_wal_bytes']:,} with the WAL) = {per_step:,.0f} bytes/step")
+    print(f"  total: {ours['total_s']:.2f} s")
+    print("raw sqlite3 floor (1 INSERT+COMMIT per step)")
+    print(f"  median ms: early {floor['early']:.3f}   late {floor['late']:.3f}")
+    if lg is None:
+        print("langgraph: skipped (pip install -e '.[bench]' to compare)")
+    else:
+        lg_ratio = lg["step_late"] / lg["step_early"]
+        print("langgraph AsyncSqliteSaver durability=sync")
+        print(f"  whole step median ms: early {lg['step_early']:.3f}   late {lg['step_late']:.3f}"
+              f"   ratio {lg_ratio:.2f}")
+        print(f"  database: {lg['db_bytes']:,} bytes = {lg['db_bytes'] / steps:,.0f} bytes/step"
+              f"   total {lg['total_s']:.2f} s")
+        print(f"  approvald vs langgraph, late whole step: "
+              f"{ours['step_late'] / lg['step_late']:.2f}x the time, "
+              f"{ours['db_wal_bytes'] / lg['db_bytes']:.3f}x the bytes")
+    print(f"approvald vs floor: checkpoint txn {ours['ckpt_late'] / floor['late']:.1f}x, "
+          f"whole step {ours['step_late'] / floor['late']:.1f}x the raw commit")
+    print("targets")
+    print(f"  checkpoint ratio late/early <= 1.3: {ratio:.2f}  {verdict(ratio <= 1.3)}")
+    print(f"  bytes/step <= payload + 1 KB ({payload + 1024}): {per_step:,.0f}  "
+          f"{verdict(per_step <= payload + 1024)}")
+    print(f"  median checkpoint <= 2 ms: {ours['ckpt_late']:.3f}  "
+          f"{verdict(ours['ckpt_late'] <= 2.0)}")
+    print(f"  median whole step <= 2 ms: {ours['step_late']:.3f}  "
+          f"{verdict(ours['step_late'] <= 2.0)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))
