@@ -22,17 +22,18 @@ import statistics
 import sys
 import tempfile
 import time
+from itertools import pairwise
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from runtime.agent import Registry  # noqa: E402
-from runtime.demo import DemoLedger, steps_agent  # noqa: E402
-from runtime.engine import Engine  # noqa: E402
-from runtime.runner import Runner  # noqa: E402
-from store import migrate  # noqa: E402
-from store.db import Database  # noqa: E402
+from runtime.agent import Registry
+from runtime.demo import DemoLedger, steps_agent
+from runtime.engine import Engine
+from runtime.runner import Runner
+from store import migrate
+from store.db import Database
 
 WINDOW = 50
 
@@ -87,7 +88,7 @@ async def bench_approvald(steps: int, payload: int) -> dict[str, Any]:
         await conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
     await db.close()
     main, _ = db_bytes(path)
-    step_times = [b - a for a, b in zip(step_stamps, step_stamps[1:], strict=False)]
+    step_times = [b - a for a, b in pairwise(step_stamps)]
     return {
         "total_s": total,
         "ckpt_early": median_ms(checkpoint_times[:WINDOW]),
@@ -151,7 +152,7 @@ async def bench_langgraph(steps: int, payload: int) -> dict[str, Any] | None:
                            "recursion_limit": steps * 3},
                           durability="sync")
         total = time.perf_counter() - t0
-    gaps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
+    gaps = [b - a for a, b in pairwise(stamps)]
     return {"total_s": total, "step_early": median_ms(gaps[:WINDOW]),
             "step_late": median_ms(gaps[-WINDOW:]), "db_bytes": db_bytes(path)[1]}
 

@@ -64,7 +64,8 @@ def test_the_documented_example_loads_and_applies(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("text,message", [
-    ("[tools.issue_refund]\nttl = \"soon\"\n", "tools.issue_refund.ttl: Value error, not a duration"),
+    ("[tools.issue_refund]\nttl = \"soon\"\n",
+     "tools.issue_refund.ttl: Value error, not a duration"),
     ("[tools.issue_refund]\ncolour = \"red\"\n", "tools.issue_refund.colour: Extra inputs"),
     ("[tools.issue_refund]\nreminders = [\"150%\"]\n", "tools.issue_refund.reminders"),
     ("[tools.issue_refund]\non_expire = \"approve\"\n", "tools.issue_refund.on_expire"),
