@@ -54,6 +54,41 @@ async def append(tx: Tx, *, at: datetime, action: str, actor: str, via: str,
     return seq
 
 
+@dataclass(frozen=True)
+class Entry:
+    """One audit entry to append (see :func:`append_many`)."""
+
+    action: str
+    actor: str
+    via: str
+    run_id: str | None = None
+    approval_id: str | None = None
+    digest: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+async def append_many(tx: Tx, entries: list[Entry], *, at: datetime) -> None:
+    """Append several entries under one lock of the chain head (a sweep's batch)."""
+    if not entries:
+        return
+    for e in entries:
+        if e.action not in ACTIONS:
+            raise ValueError(f"unknown audit action {e.action!r}")
+    seq, prev = await tx.audit.lock_head()
+    rows = []
+    for e in entries:
+        seq += 1
+        text = compact_json(e.details)
+        h = entry_hash(prev, seq=seq, at=at, action=e.action, actor=e.actor, via=e.via,
+                       run_id=e.run_id, approval_id=e.approval_id, digest=e.digest,
+                       details=text)
+        rows.append({"seq": seq, "at": at, "action": e.action, "actor": e.actor, "via": e.via,
+                     "run_id": e.run_id, "approval_id": e.approval_id, "digest": e.digest,
+                     "details": text, "prev_hash": prev, "hash": h})
+        prev = h
+    await tx.audit.append_rows(rows)
+
+
 @dataclass
 class VerifyReport:
     entries: int = 0

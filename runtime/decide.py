@@ -87,7 +87,7 @@ class Decider:
 
     async def authorize(self, a: ApprovalRecord, actor: Actor) -> None:
         """Raise :class:`DecisionRefused` unless ``actor`` may decide ``a`` under its snapshot."""
-        policy = ApprovalPolicy.from_snapshot(json.loads(a.policy))
+        policy = ApprovalPolicy.from_snapshot(a.policy)
         if actor.id == a.requested_by and not policy.allow_self_approval:
             raise _refuse(a, "self_approval",
                           f"{actor.id} started this run and may not approve its calls")

@@ -54,8 +54,8 @@ class Expiry:
             due = list(only)
         for i in range(0, len(due), batch):
             async with self.e.db.write() as tx:
-                for a in await tx.approvals.expire_batch(due[i:i + batch], now=now):
-                    await self._settle(tx, a, now, result)
+                expired = await tx.approvals.expire_batch(due[i:i + batch], now=now)
+                await self._settle(tx, expired, now, result)
         await self._remind(now, limit, result, only)
         for run_id in result.runs_ready:
             self.e.notify_ready(run_id)
@@ -63,37 +63,47 @@ class Expiry:
             self.e.notify_opened(new)
         return result
 
-    async def _settle(self, tx: Tx, a: ApprovalRecord, now: datetime,
+    async def _settle(self, tx: Tx, expired: list[ApprovalRecord], now: datetime,
                       result: SweepResult) -> None:
-        policy = ApprovalPolicy.from_snapshot(json.loads(a.policy))
-        if a.kind == "tool_call" and a.rung + 1 < policy.rungs:
-            old = await tx.approvals.transition(a.id, to="superseded", from_=("expired",))
-            assert old is not None
-            new_id = await self.e.gate.insert_approval(
-                tx, run=None, call_id=a.call_id, kind=a.kind, tool=a.tool, args=a.args_value(),
-                policy=policy, rung=a.rung + 1, packet=json.loads(a.packet), supersedes=a)
-            await audit.append(tx, at=now, action="superseded", actor="system:expiry",
-                               via="scheduler", run_id=a.run_id, approval_id=a.id,
-                               digest=a.digest, details={"tool": a.tool, "superseded_by": new_id})
-            await audit.append(tx, at=now, action="escalated", actor="system:expiry",
-                               via="scheduler", run_id=a.run_id, approval_id=new_id,
-                               digest=a.digest,
-                               details={"tool": a.tool, "from": a.id, "rung": a.rung + 1,
-                                        "approvers": policy.rung(a.rung + 1)[0]})
-            await tx.outbox.add(kind=CARD_UPDATE, group_key=a.id,
-                                payload=compact_json({"approval_id": a.id}), now=now)
-            result.escalated.append((a.id, new_id))
-            return
-        await audit.append(tx, at=now, action="expired", actor="system:expiry", via="scheduler",
-                           run_id=a.run_id, approval_id=a.id, digest=a.digest,
-                           details={"tool": a.tool, "args": a.args_value(), "rung": a.rung})
-        await tx.outbox.add(kind=CARD_UPDATE, group_key=a.id,
-                            payload=compact_json({"approval_id": a.id}), now=now)
-        result.expired.append(a.id)
-        if await tx.approvals.count_pending(a.run_id, kind="tool_call") == 0 and \
-                await tx.runs.update(a.run_id, expect_status=["awaiting_approval"],
-                                     status="running", updated_at=now):
-            result.runs_ready.add(a.run_id)
+        """Escalate or finally expire a batch that just lost its compare-and-set to silence."""
+        entries: list[audit.Entry] = []
+        cards: list[tuple[str, str, str]] = []
+        finals: list[ApprovalRecord] = []
+        for a in expired:
+            cards.append((CARD_UPDATE, a.id, compact_json({"approval_id": a.id})))
+            policy = ApprovalPolicy.from_snapshot(a.policy)
+            if a.kind == "tool_call" and a.rung + 1 < policy.rungs:
+                await self._escalate(tx, a, policy, now, result)
+                continue
+            finals.append(a)
+            entries.append(audit.Entry(
+                action="expired", actor="system:expiry", via="scheduler", run_id=a.run_id,
+                approval_id=a.id, digest=a.digest,
+                details={"tool": a.tool, "args": a.args_value(), "rung": a.rung}))
+            result.expired.append(a.id)
+        await audit.append_many(tx, entries, at=now)
+        await tx.outbox.add_many(cards, now=now)
+        run_ids = list(dict.fromkeys(a.run_id for a in finals))
+        idle = await tx.approvals.runs_without_pending(run_ids, kind="tool_call")
+        result.runs_ready.update(await tx.runs.wake(idle, now=now))
+
+    async def _escalate(self, tx: Tx, a: ApprovalRecord, policy: ApprovalPolicy, now: datetime,
+                        result: SweepResult) -> None:
+        """Replace ``a`` with a request to the next rung of the ladder (new id, new token)."""
+        old = await tx.approvals.transition(a.id, to="superseded", from_=("expired",))
+        assert old is not None
+        new_id = await self.e.gate.insert_approval(
+            tx, run=None, call_id=a.call_id, kind=a.kind, tool=a.tool, args=a.args_value(),
+            policy=policy, rung=a.rung + 1, packet=json.loads(a.packet), supersedes=a)
+        await audit.append(tx, at=now, action="superseded", actor="system:expiry",
+                           via="scheduler", run_id=a.run_id, approval_id=a.id,
+                           digest=a.digest, details={"tool": a.tool, "superseded_by": new_id})
+        await audit.append(tx, at=now, action="escalated", actor="system:expiry",
+                           via="scheduler", run_id=a.run_id, approval_id=new_id,
+                           digest=a.digest,
+                           details={"tool": a.tool, "from": a.id, "rung": a.rung + 1,
+                                    "approvers": policy.rung(a.rung + 1)[0]})
+        result.escalated.append((a.id, new_id))
 
     async def _remind(self, now: datetime, limit: int, result: SweepResult,
                       only: Sequence[str] | None) -> None:
@@ -102,7 +112,7 @@ class Expiry:
         if only is not None:
             due = [a for a in due if a.id in set(only)]
         for a in due:
-            policy = ApprovalPolicy.from_snapshot(json.loads(a.policy))
+            policy = ApprovalPolicy.from_snapshot(a.policy)
             ttl = a.expires_at - a.requested_at
             if a.kind != "tool_call":
                 ttl = policy.ttl

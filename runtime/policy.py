@@ -18,6 +18,8 @@ never changes the rules of a request already made.
 
 from __future__ import annotations
 
+import functools
+import json
 import re
 import tomllib
 from collections.abc import Mapping
@@ -180,7 +182,10 @@ class ApprovalPolicy(BaseModel):
         return self.model_dump(mode="json")
 
     @classmethod
-    def from_snapshot(cls, data: Mapping[str, Any]) -> ApprovalPolicy:
+    def from_snapshot(cls, data: Mapping[str, Any] | str) -> ApprovalPolicy:
+        """Rebuild from a stored snapshot (a dict, or its JSON text, which is cached)."""
+        if isinstance(data, str):
+            return _from_snapshot_text(data)
         return cls.model_validate(dict(data))
 
 
@@ -259,3 +264,9 @@ def _first_error(exc: ValidationError, prefix: str = "") -> str:
     err = exc.errors()[0]
     where = ".".join(str(x) for x in (prefix, *err["loc"]) if x != "")
     return f"{where}: {err['msg']}" if where else str(err["msg"])
+
+
+@functools.lru_cache(maxsize=256)
+def _from_snapshot_text(text: str) -> ApprovalPolicy:
+    # approvals of one tool share one snapshot text; parse it once (the model is frozen)
+    return ApprovalPolicy.model_validate(json.loads(text))

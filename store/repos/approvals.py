@@ -175,6 +175,17 @@ class ApprovalsRepo(Repo):
         )
         return [ApprovalRecord(**r._mapping) for r in rows]
 
+    async def runs_without_pending(self, run_ids: Sequence[str], *, kind: str) -> list[str]:
+        """Those of ``run_ids`` with no pending approval of ``kind`` left."""
+        if not run_ids:
+            return []
+        rows = await self.conn.execute(
+            select(Approval.run_id).where(Approval.run_id.in_(list(run_ids)),
+                                          Approval.status == "pending", Approval.kind == kind)
+            .distinct())
+        busy = {r[0] for r in rows}
+        return [r for r in run_ids if r not in busy]
+
     async def count_pending(self, run_id: str, *, kind: str | None = None) -> int:
         stmt = select(func.count()).select_from(Approval).where(
             Approval.run_id == run_id, Approval.status == "pending")

@@ -41,6 +41,14 @@ class AuditRepo(Repo):
             .values(seq=values["seq"], hash=values["hash"])
         )
 
+    async def append_rows(self, rows: list[dict[str, Any]]) -> None:
+        """Insert consecutive entries and move the head to the last one."""
+        await self.conn.execute(_T.insert(), rows)
+        await self.conn.execute(
+            update(AuditHead).where(AuditHead.id == 1)
+            .values(seq=rows[-1]["seq"], hash=rows[-1]["hash"])
+        )
+
     async def head(self) -> tuple[int, str]:
         row = (await self.conn.execute(select(AuditHead.seq, AuditHead.hash))).first()
         return (0, GENESIS) if row is None else (int(row[0]), str(row[1]))

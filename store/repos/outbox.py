@@ -25,6 +25,13 @@ class OutboxRepo(Repo):
         )
         return int(res.scalar_one())
 
+    async def add_many(self, rows: list[tuple[str, str, str]], *, now: datetime) -> None:
+        """Insert ``(kind, group_key, payload)`` rows in one statement."""
+        if rows:
+            await self.conn.execute(_T.insert(), [
+                {"kind": k, "group_key": g, "payload": p, "status": "pending", "attempts": 0,
+                 "not_before": now, "created_at": now} for k, g, p in rows])
+
     async def get(self, outbox_id: int) -> OutboxRecord | None:
         row = (await self.conn.execute(select(_T).where(Outbox.id == outbox_id))).first()
         return to_record(OutboxRecord, row)

@@ -113,6 +113,15 @@ class RunsRepo(Repo):
         res = await self.conn.execute(stmt.values(**values))
         return bool(res.rowcount == 1)
 
+    async def wake(self, run_ids: Sequence[str], *, now: datetime) -> list[str]:
+        """Move waiting runs back to ``running``; returns those that were waiting."""
+        if not run_ids:
+            return []
+        rows = await self.conn.execute(
+            update(_T).where(_T.c.id.in_(list(run_ids)), _T.c.status == "awaiting_approval")
+            .values(status="running", updated_at=now).returning(_T.c.id))
+        return [r[0] for r in rows]
+
     async def runnable(self, *, now: datetime, limit: int = 100,
                        stale_owners: Sequence[str] = ()) -> list[RunRecord]:
         """Runs that are ``running`` and not held by a live lease: ready to advance."""
