@@ -7,7 +7,6 @@ The decision commits first; resuming the run is the caller's next, separate step
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 

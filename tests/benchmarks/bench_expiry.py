@@ -24,18 +24,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from sqlalchemy import insert  # noqa: E402
+from sqlalchemy import insert
 
-from runtime.agent import Registry  # noqa: E402
-from runtime.canonical import call_digest  # noqa: E402
-from runtime.clock import ManualClock  # noqa: E402
-from runtime.demo import REFUND_POLICY, demo_agents  # noqa: E402
-from runtime.engine import Engine  # noqa: E402
-from runtime.ids import new_id, new_nonce  # noqa: E402
-from runtime.scheduler import ExpiryScheduler  # noqa: E402
-from store import migrate  # noqa: E402
-from store.db import Database  # noqa: E402
-from store.models import Approval, Run  # noqa: E402
+from runtime.agent import Registry
+from runtime.canonical import call_digest
+from runtime.clock import ManualClock
+from runtime.demo import REFUND_POLICY, demo_agents
+from runtime.engine import Engine
+from runtime.ids import new_id, new_nonce
+from runtime.scheduler import ExpiryScheduler
+from store import migrate
+from store.db import Database
+from store.models import Approval, Run
 
 PER_RUN = 10
 
