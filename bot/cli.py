@@ -178,8 +178,14 @@ async def cmd_approvals_list(s: Settings, a: argparse.Namespace) -> int:
         status = None if a.all else a.status
         async with engine.db.read() as tx:
             rows = await tx.approvals.recent(status=status, run_id=a.run, limit=a.limit)
+        if a.ids:
+            rows = rows[::-1]
         if a.json:
             out([documents.approval_document(r) for r in rows])
+            return 0
+        if a.ids:
+            for r in rows:
+                print(r.id)
             return 0
         if not rows:
             print("no approvals" if status is None else f"no {status} approvals")
@@ -352,6 +358,7 @@ def build_parser() -> argparse.ArgumentParser:
     al.add_argument("--run")
     al.add_argument("--limit", type=int, default=100)
     al.add_argument("--json", action="store_true")
+    al.add_argument("--ids", action="store_true", help="print only ids, oldest first")
     al.set_defaults(fn=cmd_approvals_list)
     ash = ap.add_parser("show")
     ash.add_argument("id")

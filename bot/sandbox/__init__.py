@@ -1,0 +1,15 @@
+"""A local stand-in for Slack, for tests and demos that must never reach slack.com.
+
+- :class:`SlackEmulator` serves the Web API methods approvald uses, Socket Mode and
+  response URLs, with fault injection and a record of every call.
+- :class:`SlackClientSim` plays Slack towards the app: signed button clicks, modal
+  submissions, slash commands and events.
+"""
+
+from bot.sandbox.client import AppResponse, SlackClientSim
+from bot.sandbox.hooks import ResponseUrlPost
+from bot.sandbox.server import Call, SlackEmulator, run_forever
+from bot.sandbox.state import Workspace
+
+__all__ = ["AppResponse", "Call", "ResponseUrlPost", "SlackClientSim", "SlackEmulator",
+           "Workspace", "run_forever"]
