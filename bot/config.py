@@ -32,7 +32,7 @@ class Settings(BaseSettings):
     database_url: str = Field(DEFAULT_URL, validation_alias=_env("APPROVALD_DATABASE_URL"))
     channel: str | None = Field(None, validation_alias=_env("APPROVALD_CHANNEL"))
     ops_channel: str | None = Field(None, validation_alias=_env("APPROVALD_OPS_CHANNEL"))
-    port: int = Field(3000, ge=1, le=65535, validation_alias=_env("APPROVALD_PORT"))
+    port: int = Field(3000, ge=0, le=65535, validation_alias=_env("APPROVALD_PORT"))  # 0: any
     host: str = Field("0.0.0.0", validation_alias=_env("APPROVALD_HOST"))
     policy_file: Path | None = Field(None, validation_alias=_env("APPROVALD_POLICY_FILE"))
     agents: str | None = Field(None, validation_alias=_env("APPROVALD_AGENTS"))

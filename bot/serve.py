@@ -1,8 +1,9 @@
 """``approvald serve``: the long-running process.
 
 It runs the expiry scheduler, the resume worker and the outbox drain, and (when Slack is
-configured) the Slack app. SIGTERM or SIGINT stops it cleanly: in-flight runs stop at
-their next step boundary and release their leases, so another process can continue them.
+configured) the Slack app and the run-thread follower. SIGTERM or SIGINT stops it
+cleanly: in-flight runs stop at their next step boundary and release their leases, so
+another process can continue them.
 """
 
 from __future__ import annotations
@@ -17,66 +18,96 @@ from datetime import timedelta
 from bot.config import Settings
 from bot.log_delivery import LogDeliverer
 from bot.wiring import build_engine, open_database
+from runtime.clock import Clock
+from runtime.engine import Engine
 from runtime.outbox import Deliverer, OutboxDrain
 from runtime.scheduler import ExpiryScheduler
 from runtime.worker import ResumeWorker
+from store.db import Database
 
 log = logging.getLogger("approvald.serve")
 
 
-async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> int:
-    db = await open_database(settings)
-    engine = build_engine(settings, db, require_tokens=False)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+class Service:
+    """Everything ``serve`` runs, startable and stoppable in-process (tests use it too)."""
 
-    slack = None
-    deliverer: Deliverer
-    if settings.slack_configured:
-        from bot.app import SlackService
+    def __init__(self, settings: Settings, db: Database, *, clock: Clock | None = None) -> None:
+        self.settings = settings
+        self.db = db
+        self.engine: Engine = build_engine(settings, db)
+        if clock is not None:
+            self.engine.clock = clock
+            self.engine.ledger.clock = clock
+        self.stop_event = asyncio.Event()
+        self.slack = None
+        deliverer: Deliverer
+        if settings.slack_configured:
+            from bot.app import SlackService
 
-        slack = SlackService(settings, engine)
-        deliverer = slack.deliverer
-    else:
-        log.warning("no Slack settings: approval requests are logged; decide with "
-                    "`approvald approvals approve|deny|edit`")
-        deliverer = LogDeliverer()
+            self.slack = SlackService(settings, self.engine)
+            deliverer = self.slack.deliverer
+        else:
+            deliverer = LogDeliverer()
+        self.drain = OutboxDrain(self.engine, deliverer)
+        self.worker = ResumeWorker(self.engine, poll_interval=settings.poll_interval)
+        self.scheduler = ExpiryScheduler(
+            self.engine, sweep_interval=timedelta(seconds=settings.sweep_interval))
+        self.engine.on_outbox(self.drain.wake)
+        self._tasks: list[asyncio.Task[None]] = []
+        self.pending_scheduled = 0
 
-    drain = OutboxDrain(engine, deliverer)
-    worker = ResumeWorker(engine, poll_interval=settings.poll_interval)
-    scheduler = ExpiryScheduler(engine,
-                                sweep_interval=timedelta(seconds=settings.sweep_interval))
-    engine.on_opened(lambda _id: drain.wake())
-    engine.on_ready(lambda _id: drain.wake())
-    tasks: list[asyncio.Task[None]] = []
-    try:
-        if slack is not None:
-            await slack.start()
-        pending = await scheduler.start()
-        tasks = [asyncio.create_task(worker.run(stop), name="worker"),
-                 asyncio.create_task(drain.run(stop), name="outbox")]
-        if slack is not None:
-            tasks.append(asyncio.create_task(slack.follow_threads(stop), name="threads"))
-        print(f"approvald: serving on {db.display_url} ({pending} pending approvals scheduled"
-              f"{', Slack ' + slack.mode if slack else ', no Slack'}); SIGTERM stops",
-              file=sys.stderr, flush=True)
-        if ready is not None:
-            ready.set()
-        await stop.wait()
-        log.info("stopping: letting runs reach a step boundary")
-    finally:
-        stop.set()
-        scheduler.shutdown()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
-        if slack is not None:
+    async def start(self, *, background: bool = True) -> None:
+        """Start the Slack face and scheduler; with ``background``, the worker, outbox
+        drain and thread follower too (tests may drive those by hand instead)."""
+        if self.slack is not None:
+            await self.slack.start()
+        else:
+            log.warning("no Slack settings: approval requests are logged; decide with "
+                        "`approvald approvals approve|deny|edit`")
+        self.pending_scheduled = await self.scheduler.start()
+        if not background:
+            return
+        stop = self.stop_event
+        self._tasks = [asyncio.create_task(self.worker.run(stop), name="worker"),
+                       asyncio.create_task(self.drain.run(stop), name="outbox")]
+        if self.slack is not None:
+            self._tasks.append(asyncio.create_task(self.slack.threads.run(stop),
+                                                   name="threads"))
+
+    async def stop(self) -> None:
+        self.stop_event.set()
+        self.scheduler.shutdown()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.slack is not None:
             with contextlib.suppress(Exception):
-                await slack.stop()
-        await engine.registry.aclose()
-        await db.close()
+                await self.slack.stop()
+        await self.engine.registry.aclose()
+
+    def describe(self) -> str:
+        face = f"Slack {self.slack.mode}" if self.slack else "no Slack"
+        return (f"serving on {self.db.display_url} ({self.pending_scheduled} pending approvals "
+                f"scheduled, {face})")
+
+
+async def serve(settings: Settings) -> int:
+    db = await open_database(settings)
+    loop = asyncio.get_running_loop()
+    try:
+        service = Service(settings, db)
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)
+            loop.add_signal_handler(sig, service.stop_event.set)
+        try:
+            await service.start()
+            print(f"approvald: {service.describe()}; SIGTERM stops", file=sys.stderr,
+                  flush=True)
+            await service.stop_event.wait()
+            log.info("stopping: letting runs reach a step boundary")
+        finally:
+            await service.stop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+    finally:
+        await db.close()
     print("approvald: stopped", file=sys.stderr, flush=True)
     return 0

@@ -252,3 +252,9 @@ THREAD_ERROR = ":x: *Error:* {error}"
 THREAD_FINAL = ":checkered_flag: *Final answer*\n{answer}"
 ELLIPSIS = "…"
 
+
+# -- replies from the Slack handlers ----------------------------------------------------------
+REPLY_UNKNOWN_APPROVAL = ":grey_question: That request doesn't exist (any more)."
+REPLY_MALFORMED = ":warning: That button is damaged; nothing was changed."
+REPLY_VOTED = ":ballot_box_with_check: Your approval is recorded: {count} of {quorum}."
+REPLY_ERROR = ":warning: Something went wrong recording that; nothing was changed. ({error})"

@@ -63,6 +63,7 @@ class Engine:
         self.expiry = Expiry(self)
         self._ready_listeners: list[Callable[[str], None]] = []
         self._opened_listeners: list[Callable[[str], None]] = []
+        self._outbox_listeners: list[Callable[[], None]] = []
 
     # -- local notifications ------------------------------------------------------------
     def on_ready(self, fn: Callable[[str], None]) -> None:
@@ -72,6 +73,14 @@ class Engine:
     def on_opened(self, fn: Callable[[str], None]) -> None:
         """Call ``fn(approval_id)`` when this process opens an approval request."""
         self._opened_listeners.append(fn)
+
+    def on_outbox(self, fn: Callable[[], None]) -> None:
+        """Call ``fn()`` when this process has committed outbox rows (deliver them now)."""
+        self._outbox_listeners.append(fn)
+
+    def notify_outbox(self) -> None:
+        for fn in self._outbox_listeners:
+            fn()
 
     def notify_ready(self, run_id: str) -> None:
         for fn in self._ready_listeners:
@@ -136,6 +145,7 @@ class Engine:
         if outcome.status == "awaiting_approval":
             for approval_id in getattr(outcome, "approval_ids", ()):
                 self.notify_opened(approval_id)
+        self.notify_outbox()  # cards, notices
         return outcome
 
     async def run(self, agent: str, task: str, *, requested_by: str) -> Outcome:
@@ -169,9 +179,11 @@ class Engine:
                 await self.gate.cancel_pending(tx, run_id, actor=actor.id, via=actor.via)
                 await audit.append(tx, at=now, action="cancelled", actor=actor.id,
                                    via=actor.via, run_id=run_id, details={"was": run.status})
-                return "cancelled"
-            await tx.runs.update(run_id, cancel_requested=True, updated_at=now)
-            return "cancel_requested"
+            else:
+                await tx.runs.update(run_id, cancel_requested=True, updated_at=now)
+                return "cancel_requested"
+        self.notify_outbox()
+        return "cancelled"
 
     async def stale_owners(self) -> list[str]:
         """Lease holders that ran on this host and whose process is gone."""
@@ -196,6 +208,7 @@ class Engine:
         """Record a decision (see :class:`runtime.decide.Decider`); wakes the run if ready."""
         decision = await self.decider.decide(approval_id, actor=actor, verdict=verdict,
                                              reason=reason, args=args, token=token)
+        self.notify_outbox()  # the card update
         if decision.run_ready:
             self.notify_ready(decision.approval.run_id)
         return decision

@@ -61,6 +61,8 @@ class Expiry:
             self.e.notify_ready(run_id)
         for _old, new in result.escalated:
             self.e.notify_opened(new)
+        if result.expired or result.escalated or result.reminded:
+            self.e.notify_outbox()
         return result
 
     async def _settle(self, tx: Tx, expired: list[ApprovalRecord], now: datetime,

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -59,7 +60,8 @@ class _Live:
 
     def __init__(self, run: RunRecord, state: RunState,
                  executions: dict[str, ExecutionRecord],
-                 approvals: list[ApprovalRecord]) -> None:
+                 approvals: list[ApprovalRecord], owner: str) -> None:
+        self.owner = owner  # this attempt's lease id
         self.run = run
         self.state = state
         self.seq = run.next_seq
@@ -82,8 +84,11 @@ class Runner:
                       stale_owners: tuple[str, ...] = ()) -> Outcome:
         e = self.e
         now = e.clock.now()
+        # one lease id per attempt, not per process: two tasks of one process (a worker
+        # and a CLI command, say) must not both believe they hold the run
+        owner = f"{e.owner}/{secrets.token_hex(3)}"
         async with e.db.write() as tx:
-            got = await tx.runs.acquire_lease(run_id, owner=e.owner, now=now,
+            got = await tx.runs.acquire_lease(run_id, owner=owner, now=now,
                                               until=now + e.config.lease_ttl,
                                               stale_owners=stale_owners)
             run = await tx.runs.get(run_id)
@@ -92,18 +97,18 @@ class Runner:
         if not got:
             return Busy(run_id, run.status, holder=run.lease_owner)
         try:
-            async with self._heartbeat(run_id) as lost:
-                return await self._drive(run_id, stop or asyncio.Event(), lost)
+            async with self._heartbeat(run_id, owner) as lost:
+                return await self._drive(run_id, owner, stop or asyncio.Event(), lost)
         except LeaseLost as exc:
             log.warning("run %s: %s; backing off", run_id, exc)
             return Busy(run_id, "running", holder=None)
         finally:
             with contextlib.suppress(Exception):
                 async with e.db.write() as tx:
-                    await tx.runs.release_lease(run_id, owner=e.owner)
+                    await tx.runs.release_lease(run_id, owner=owner)
 
     @contextlib.asynccontextmanager
-    async def _heartbeat(self, run_id: str) -> AsyncIterator[asyncio.Event]:
+    async def _heartbeat(self, run_id: str, owner: str) -> AsyncIterator[asyncio.Event]:
         """Keep the lease alive during long tool calls; flag it if someone took it."""
         lost = asyncio.Event()
         interval = self.e.config.lease_ttl.total_seconds() / 3
@@ -113,7 +118,7 @@ class Runner:
                 await asyncio.sleep(interval)
                 async with self.e.db.write() as tx:
                     ok = await tx.runs.renew_lease(
-                        run_id, owner=self.e.owner,
+                        run_id, owner=owner,
                         until=self.e.clock.now() + self.e.config.lease_ttl)
                 if not ok:
                     lost.set()
@@ -128,7 +133,7 @@ class Runner:
                 await task
 
     # -- the loop ----------------------------------------------------------------------
-    async def _load(self, run_id: str) -> _Live:
+    async def _load(self, run_id: str, owner: str) -> _Live:
         async with self.e.db.read() as tx:
             run = await tx.runs.get(run_id)
             if run is None:
@@ -136,10 +141,11 @@ class Runner:
             events = await tx.events.load(run_id)
             executions = await tx.executions.for_run(run_id)
             approvals = await tx.approvals.for_run(run_id)
-        return _Live(run, build_state(run, events, executions), executions, approvals)
+        return _Live(run, build_state(run, events, executions), executions, approvals, owner)
 
-    async def _drive(self, run_id: str, stop: asyncio.Event, lost: asyncio.Event) -> Outcome:
-        live = await self._load(run_id)
+    async def _drive(self, run_id: str, owner: str, stop: asyncio.Event,
+                     lost: asyncio.Event) -> Outcome:
+        live = await self._load(run_id, owner)
         status = live.run.status
         if status != "running":
             return await self._status_outcome(live)
@@ -284,7 +290,7 @@ class Runner:
                           requested_by=live.run.requested_by, agent=agent.name, clock=e.clock)
         result = await e.ledger.execute(
             tool=tool, ctx=ctx, step=live.step, args=args, digest=digest, existing=existing,
-            owner=e.owner,
+            owner=live.owner,
             journal=None if journal_reply is None else compact_json(
                 {"step": live.step, "reply": journal_reply.model_dump(mode="json")}),
             after_result=after_result if (approval or kind == "notify_after") else None,
@@ -346,7 +352,7 @@ class Runner:
         async with e.db.write() as tx:
             await tx.events.append(live.run.id, live.seq, live.step, events)
             cancel = await tx.runs.checkpoint(
-                live.run.id, owner=e.owner, step=live.step, next_seq=live.seq + len(events),
+                live.run.id, owner=live.owner, step=live.step, next_seq=live.seq + len(events),
                 status=status, now=now, lease_until=now + e.config.lease_ttl, release=release,
                 result=result, error=error)
             if cancel is None:

@@ -205,10 +205,12 @@ class AuditHead(Base):
 
 
 class RunThread(Base):
-    """Where a run's ops thread lives in chat (written by the bot, read by the bot)."""
+    """Where a run's ops thread lives in chat, and how far it has been told (bot-owned)."""
 
     __tablename__ = "run_threads"
 
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), primary_key=True)
     channel: Mapped[str] = mapped_column(String(40))
     ts: Mapped[str] = mapped_column(String(40))
+    posted_seq: Mapped[int] = mapped_column(Integer, default=0)  # events before it are posted
+    posted_status: Mapped[str] = mapped_column(String(20))  # the status the parent shows

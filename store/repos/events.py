@@ -31,8 +31,10 @@ class EventsRepo(Repo):
             )
         return first_seq + len(events)
 
-    async def load(self, run_id: str) -> list[EventRecord]:
+    async def load(self, run_id: str, *, since: int = 0) -> list[EventRecord]:
+        """Events of a run in order, from seq ``since`` on."""
         rows = await self.conn.execute(
-            select(RunEvent.__table__).where(RunEvent.run_id == run_id).order_by(RunEvent.seq)
+            select(RunEvent.__table__)
+            .where(RunEvent.run_id == run_id, RunEvent.seq >= since).order_by(RunEvent.seq)
         )
         return [EventRecord(**r._mapping) for r in rows]

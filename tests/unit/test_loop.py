@@ -78,13 +78,24 @@ async def test_two_workers_race_for_one_run_one_advances_other_backs_off(make_en
     first = asyncio.create_task(a.advance(run_id))
     await entered.wait()
     second = await b.advance(run_id)
-    assert isinstance(second, Busy) and second.holder == "host-a:1:aa"
+    assert isinstance(second, Busy) and (second.holder or "").startswith("host-a:1:aa/")
     gate.set()
     done = await first
     assert isinstance(done, Completed) and done.result == "finished"
     async with db.read() as tx:
         n = (await tx.conn.execute(select(func.count()).select_from(ToolExecution))).scalar()
     assert n == 1
+
+
+async def test_one_process_two_tasks_one_run(make_engine, db):
+    """A worker and a command in the same process must not both advance a run."""
+    engine = make_engine()
+    run_id = await engine.start_run("demo-steps", "3", requested_by="U1")
+    first, second = await asyncio.gather(engine.advance(run_id), engine.advance(run_id))
+    assert sorted(type(o).__name__ for o in (first, second)) in (
+        ["Busy", "Completed"], ["Completed", "Completed"])
+    state = await engine.state(run_id)
+    assert state.status == "completed" and state.step == 4
 
 
 async def test_expired_lease_lets_another_worker_take_over(make_engine, db, clock):

@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises:
-Create Date: 2026-11-30 16:06:58.745235
+Create Date: 2026-11-30
 """
 
 from __future__ import annotations
@@ -155,6 +155,8 @@ def upgrade() -> None:
         sa.Column("run_id", sa.String(length=32), nullable=False),
         sa.Column("channel", sa.String(length=40), nullable=False),
         sa.Column("ts", sa.String(length=40), nullable=False),
+        sa.Column("posted_seq", sa.Integer(), nullable=False),
+        sa.Column("posted_status", sa.String(length=20), nullable=False),
         sa.ForeignKeyConstraint(["run_id"], ["runs.id"], name=op.f("fk_run_threads_run_id_runs")),
         sa.PrimaryKeyConstraint("run_id", name=op.f("pk_run_threads")),
     )

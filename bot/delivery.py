@@ -1,0 +1,215 @@
+"""Outbox rows -> Slack calls: post cards, update them, remind, notify.
+
+Every call is about something the database already holds. A card is posted once: its
+channel and ts are stored on the approval, and a retry after an unknown outcome (the post
+may have landed before the process died) first looks for the card by its message
+metadata, so Slack being slow, down or rate-limiting never produces a second card.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from datetime import timedelta
+from typing import Any
+
+import aiohttp
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot import cards, messages
+from runtime.engine import Engine
+from runtime.gate import CARD_POST, CARD_UPDATE, NOTICE, REMINDER
+from runtime.outbox import RetryLater, Undeliverable
+from runtime.policy import ApprovalPolicy
+from store.records import ApprovalRecord, OutboxRecord
+
+log = logging.getLogger("approvald.slack")
+
+CARD_EVENT = "approvald_card"
+# errors that retrying cannot fix: park the row (it stays visible as dead)
+PERMANENT = {"channel_not_found", "not_in_channel", "is_archived", "msg_too_long",
+             "invalid_blocks", "invalid_blocks_format", "no_text", "too_many_attachments",
+             "restricted_action", "cant_update_message", "edit_window_closed"}
+TRANSIENT_AUTH = {"invalid_auth", "not_authed", "account_inactive", "token_revoked",
+                  "token_expired"}
+
+
+def classify(exc: BaseException) -> Exception:
+    """Map a Slack or network failure to RetryLater / Undeliverable for the drain."""
+    if isinstance(exc, SlackApiError):
+        resp = exc.response
+        status = getattr(resp, "status_code", 0)
+        error = resp.get("error") if resp is not None else None
+        if status == 429 or error == "ratelimited":
+            after = resp.headers.get("Retry-After") if resp is not None else None
+            return RetryLater("Slack rate limit", after=float(after) if after else 1.0)
+        if status >= 500:
+            return RetryLater(f"Slack answered HTTP {status}")
+        if error in TRANSIENT_AUTH:
+            return RetryLater(f"Slack refused the token ({error}); fix SLACK_BOT_TOKEN",
+                              after=60.0)
+        if error in PERMANENT:
+            return Undeliverable(f"Slack said {error}")
+        return RetryLater(f"Slack said {error}")
+    if isinstance(exc, aiohttp.ClientError | asyncio.TimeoutError | ConnectionError):
+        return RetryLater(f"Slack unreachable: {type(exc).__name__}: {exc}")
+    return RetryLater(f"{type(exc).__name__}: {exc}")
+
+
+class SlackDeliverer:
+    def __init__(self, engine: Engine, client: AsyncWebClient, *, channel: str,
+                 ops_channel: str) -> None:
+        self.e = engine
+        self.client = client
+        self.channel = channel
+        self.ops_channel = ops_channel
+        self._permalinks: dict[tuple[str, str], str] = {}
+
+    async def deliver(self, row: OutboxRecord) -> dict[str, Any] | None:
+        payload = row.payload_value()
+        try:
+            if row.kind == NOTICE:
+                return await self._notice(payload)
+            async with self.e.db.read() as tx:
+                a = await tx.approvals.get(payload["approval_id"])
+            if a is None:
+                raise Undeliverable(f"approval {payload['approval_id']} does not exist")
+            if row.kind == CARD_POST:
+                return await self._post(row, a)
+            if row.kind == CARD_UPDATE:
+                return await self._update(row, a)
+            if row.kind == REMINDER:
+                return await self._remind(a)
+        except (RetryLater, Undeliverable):
+            raise
+        except Exception as exc:
+            raise classify(exc) from exc
+        raise Undeliverable(f"unknown outbox kind {row.kind!r}")
+
+    # -- cards -----------------------------------------------------------------------
+    async def render(self, a: ApprovalRecord) -> dict[str, Any]:
+        """The card for ``a`` as it stands in the database now."""
+        async with self.e.db.read() as tx:
+            votes = await tx.approvals.votes(a.id)
+            thread = await tx.threads.get(a.run_id)
+            newer = None
+            if a.status == "superseded":
+                newer = next((x for x in await tx.approvals.for_run(a.run_id)
+                              if x.supersedes == a.id), None)
+            older = await tx.approvals.get(a.supersedes) if a.supersedes else None
+        token = None
+        if a.status == "pending" and self.e.signer is not None:
+            token = self.e.signer.token(a.id, a.token_nonce)
+        thread_url = await self._permalink(thread.channel, thread.ts) if thread else None
+        superseded_by = None
+        if newer is not None:
+            superseded_by = (await self._permalink(newer.channel, newer.message_ts)
+                             if newer.channel and newer.message_ts else None) or newer.id
+        supersedes_url = None
+        if older is not None and older.channel and older.message_ts:
+            supersedes_url = await self._permalink(older.channel, older.message_ts)
+        return cards.approval_card(a, token=token, now=self.e.clock.now(), votes=votes,
+                                   thread_url=thread_url, superseded_by=superseded_by,
+                                   supersedes_url=supersedes_url)
+
+    def channel_for(self, a: ApprovalRecord) -> str:
+        policy = ApprovalPolicy.from_snapshot(a.policy)
+        return policy.channel or self.channel
+
+    async def _post(self, row: OutboxRecord, a: ApprovalRecord) -> dict[str, Any]:
+        if a.channel and a.message_ts:  # posted before; only the bookkeeping was lost
+            return {"channel": a.channel, "ts": a.message_ts, "reused": True}
+        channel = self.channel_for(a)
+        if row.attempts > 1:
+            found = await self._find_posted(channel, row)
+            if found is not None:
+                await self._remember(a, channel, found)
+                return {"channel": channel, "ts": found, "reused": True}
+        card = await self.render(a)
+        resp = await self.client.chat_postMessage(
+            channel=channel, text=card["text"], blocks=card["blocks"], unfurl_links=False,
+            unfurl_media=False,
+            metadata={"event_type": CARD_EVENT,
+                      "event_payload": {"approval_id": a.id, "outbox_id": row.id}})
+        ts = str(resp["ts"])
+        channel = str(resp.get("channel") or channel)
+        await self._remember(a, channel, ts)
+        return {"channel": channel, "ts": ts}
+
+    async def _find_posted(self, channel: str, row: OutboxRecord) -> str | None:
+        """The ts of a card an earlier attempt of ``row`` posted, if it did."""
+        oldest = (row.created_at - timedelta(minutes=1)).timestamp()
+        resp = await self.client.conversations_history(
+            channel=channel, oldest=f"{oldest:.6f}", include_all_metadata=True, limit=200)
+        for m in resp.get("messages") or []:
+            meta = m.get("metadata") or {}
+            if meta.get("event_type") == CARD_EVENT and \
+                    (meta.get("event_payload") or {}).get("outbox_id") == row.id:
+                return str(m["ts"])
+        return None
+
+    async def _remember(self, a: ApprovalRecord, channel: str, ts: str) -> None:
+        async with self.e.db.write() as tx:
+            await tx.approvals.set_message(a.id, channel=channel, ts=ts)
+
+    async def _update(self, row: OutboxRecord, a: ApprovalRecord) -> dict[str, Any]:
+        if not (a.channel and a.message_ts):
+            log.warning("approval %s has no card to update (its post failed); skipping", a.id)
+            return {"skipped": "no card"}
+        card = await self.render(a)
+        try:
+            await self.client.chat_update(channel=a.channel, ts=a.message_ts, text=card["text"],
+                                          blocks=card["blocks"])
+        except SlackApiError as exc:
+            if exc.response is not None and exc.response.get("error") == "message_not_found":
+                # someone deleted the card: post it again so the decision is visible
+                resp = await self.client.chat_postMessage(
+                    channel=a.channel, text=card["text"], blocks=card["blocks"],
+                    metadata={"event_type": CARD_EVENT,
+                              "event_payload": {"approval_id": a.id, "outbox_id": row.id}})
+                await self._remember(a, a.channel, str(resp["ts"]))
+                return {"channel": a.channel, "ts": str(resp["ts"]), "reposted": True}
+            raise
+        return {"channel": a.channel, "ts": a.message_ts}
+
+    async def _remind(self, a: ApprovalRecord) -> dict[str, Any]:
+        if a.status != "pending" or not (a.channel and a.message_ts):
+            return {"skipped": a.status}
+        url = await self._permalink(a.channel, a.message_ts)
+        resp = await self.client.chat_postMessage(
+            channel=a.channel, thread_ts=a.message_ts,
+            text=messages.reminder_text(a, now=self.e.clock.now(), card_url=url))
+        return {"channel": a.channel, "ts": str(resp["ts"])}
+
+    async def _notice(self, payload: dict[str, Any]) -> dict[str, Any]:
+        async with self.e.db.read() as tx:
+            rec = await tx.executions.get(payload["run_id"], payload["call_id"])
+            thread = await tx.threads.get(payload["run_id"])
+            events = await tx.events.load(payload["run_id"])
+        if rec is None:
+            raise Undeliverable("the notice's execution record is gone")
+        args: Any = None
+        for ev in events:
+            body = json.loads(ev.body)
+            for call in body.get("tool_calls") or []:
+                if call.get("id") == payload["call_id"]:
+                    args = call.get("arguments")
+        text = messages.notice_text(rec.tool, args, rec.result_value()
+                                    if rec.status == "succeeded" else {"error": rec.error})
+        channel, thread_ts = (thread.channel, thread.ts) if thread else (self.ops_channel, None)
+        resp = await self.client.chat_postMessage(channel=channel, thread_ts=thread_ts, text=text)
+        return {"channel": channel, "ts": str(resp["ts"])}
+
+    async def _permalink(self, channel: str | None, ts: str | None) -> str | None:
+        if not channel or not ts:
+            return None
+        key = (channel, ts)
+        if key not in self._permalinks:
+            try:
+                resp = await self.client.chat_getPermalink(channel=channel, message_ts=ts)
+                self._permalinks[key] = str(resp["permalink"])
+            except Exception:  # a link is a nicety; never block delivery on it
+                return None
+        return self._permalinks[key]

@@ -1,0 +1,246 @@
+"""Slack listeners: buttons, modals, the /approvals command and the App Home.
+
+Every listener acks first (Slack waits at most 3 seconds; a ``trigger_id`` expires in 3),
+then does the work. Identity comes only from Slack's signed payload (bolt verified the
+signature before any listener runs). A refused click changes nothing and gets an
+ephemeral explanation; the card itself is updated through the outbox.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncRespond
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot import cards, messages, texts, views
+from runtime.decide import Actor, Decision, Verdict
+from runtime.errors import ApprovaldError, DecisionRefused, InvalidArguments, NotFound
+from store.records import ApprovalRecord
+
+if TYPE_CHECKING:
+    from bot.app import SlackService
+
+log = logging.getLogger("approvald.slack")
+
+
+class Handlers:
+    def __init__(self, svc: SlackService) -> None:
+        self.svc = svc
+        self.e = svc.engine
+
+    def register(self, app: AsyncApp) -> None:
+        for action_id, verdict in ((cards.APPROVE, "approve"), (cards.RETRY, "retry"),
+                                   (cards.MARK_DONE, "mark_done")):
+            app.action(action_id)(self._direct(verdict))
+        app.action(cards.DENY)(self.on_deny_click)
+        app.action(cards.ABORT)(self.on_abort_click)
+        app.action(cards.EDIT)(self.on_edit_click)
+        app.action(cards.VIEW_ARGS)(self.on_view_args)
+        app.view(cards.DENY_MODAL)(self.on_reason_submit("deny"))
+        app.view(cards.RESOLVE_MODAL)(self.on_reason_submit("abort"))
+        app.view(cards.EDIT_MODAL)(self.on_edit_submit)
+        app.command("/approvals")(self.on_command)
+        app.event("app_home_opened")(self.on_home_opened)
+        app.error(self.on_error)
+
+    # -- helpers -------------------------------------------------------------------------
+    @staticmethod
+    def _where(body: dict[str, Any]) -> tuple[str | None, str | None]:
+        channel = (body.get("channel") or {}).get("id")
+        ts = (body.get("message") or {}).get("ts") or (body.get("container") or {}).get(
+            "message_ts")
+        return channel, ts
+
+    async def _tell(self, client: AsyncWebClient, user: str, channel: str | None,
+                    text: str) -> None:
+        """An ephemeral reply in the card's channel, or a DM when there is none (App Home)."""
+        try:
+            if channel:
+                await client.chat_postEphemeral(channel=channel, user=user, text=text)
+            else:
+                await client.chat_postMessage(channel=user, text=text)
+        except Exception as exc:  # telling is best effort: the refusal already changed nothing
+            log.warning("could not tell %s: %s", user, exc)
+
+    def _refusal(self, exc: Exception) -> str:
+        if isinstance(exc, DecisionRefused):
+            return messages.refusal_text(exc.reason, status=exc.status, detail=str(exc))
+        if isinstance(exc, NotFound):
+            return texts.REPLY_UNKNOWN_APPROVAL
+        return texts.REPLY_ERROR.format(error=type(exc).__name__)
+
+    async def _preflight(self, approval_id: str, token: str, actor: Actor) -> ApprovalRecord:
+        """Would a decision by ``actor`` be accepted now? Raises like ``decide`` would."""
+        a = await self.e.decider.get(approval_id)
+        signer = self.e.signer
+        if signer is None or not signer.verify(a.id, a.token_nonce, token):
+            raise DecisionRefused("bad token", reason="bad_token", status=a.status)
+        if a.status != "pending":
+            from runtime.decide import not_pending_message
+
+            raise DecisionRefused(not_pending_message(a), reason="not_pending", status=a.status)
+        await self.e.decider.authorize(a, actor)
+        return a
+
+    async def _decide(self, client: AsyncWebClient, *, approval_id: str, token: str,
+                      user: str, channel: str | None, verdict: Verdict,
+                      reason: str | None = None, args: Any = None) -> Decision | None:
+        try:
+            decision = await self.e.decide(approval_id, actor=Actor(user, "slack"),
+                                           verdict=verdict, reason=reason, args=args,
+                                           token=token)
+        except (ApprovaldError, ValueError) as exc:
+            await self._tell(client, user, channel, self._refusal(exc))
+            return None
+        if decision.outcome == "voted":
+            await self._tell(client, user, channel, texts.REPLY_VOTED.format(
+                count=decision.approvals, quorum=decision.quorum))
+        if channel is None:
+            await self.publish_home(client, user)
+        return decision
+
+    # -- buttons ------------------------------------------------------------------------
+    def _direct(self, verdict: Verdict) -> Any:
+        async def handler(ack: AsyncAck, body: dict[str, Any], client: AsyncWebClient) -> None:
+            await ack()
+            user = body["user"]["id"]
+            channel, _ = self._where(body)
+            try:
+                approval_id, token = cards.parse_value(body["actions"][0]["value"])
+            except (ValueError, KeyError, IndexError):
+                await self._tell(client, user, channel, texts.REPLY_MALFORMED)
+                return
+            await self._decide(client, approval_id=approval_id, token=token, user=user,
+                               channel=channel, verdict=verdict)
+        return handler
+
+    async def _open_for(self, body: dict[str, Any], client: AsyncWebClient,
+                        build: Any, *, check: bool = True) -> None:
+        user = body["user"]["id"]
+        channel, ts = self._where(body)
+        try:
+            approval_id, token = cards.parse_value(body["actions"][0]["value"])
+            if check:
+                a = await self._preflight(approval_id, token, Actor(user, "slack"))
+            else:
+                a = await self.e.decider.get(approval_id)
+        except (ValueError, KeyError, IndexError):
+            await self._tell(client, user, channel, texts.REPLY_MALFORMED)
+            return
+        except ApprovaldError as exc:
+            await self._tell(client, user, channel, self._refusal(exc))
+            return
+        await client.views_open(trigger_id=body["trigger_id"],
+                                view=build(a, token, channel or a.channel, ts or a.message_ts))
+
+    async def on_deny_click(self, ack: AsyncAck, body: dict[str, Any],
+                            client: AsyncWebClient) -> None:
+        await ack()
+        await self._open_for(body, client, lambda a, t, c, ts: views.deny_modal(
+            a.id, t, c, ts, tool=a.tool))
+
+    async def on_abort_click(self, ack: AsyncAck, body: dict[str, Any],
+                             client: AsyncWebClient) -> None:
+        await ack()
+        await self._open_for(body, client, lambda a, t, c, ts: views.resolve_abort_modal(
+            a.id, t, c, ts, tool=a.tool))
+
+    async def on_edit_click(self, ack: AsyncAck, body: dict[str, Any],
+                            client: AsyncWebClient) -> None:
+        await ack()
+        await self._open_for(body, client, views.edit_modal)
+
+    async def on_view_args(self, ack: AsyncAck, body: dict[str, Any],
+                           client: AsyncWebClient) -> None:
+        await ack()
+        await self._open_for(body, client, lambda a, t, c, ts: views.args_modal(a), check=False)
+
+    # -- modals -------------------------------------------------------------------------
+    def on_reason_submit(self, verdict: Verdict) -> Any:
+        block = cards.REASON_BLOCK
+        field = cards.REASON_INPUT
+
+        async def handler(ack: AsyncAck, body: dict[str, Any], client: AsyncWebClient) -> None:
+            view = body["view"]
+            value = (((view.get("state") or {}).get("values") or {}).get(block) or {}).get(
+                field) or {}
+            reason = (value.get("value") or "").strip()
+            if not reason:
+                await ack(response_action="errors", errors={block: messages.refusal_text(
+                    "reason_required")})
+                return
+            await ack()
+            target = views.parse_metadata(view.get("private_metadata") or "")
+            await self._decide(client, approval_id=target.approval_id, token=target.token,
+                               user=body["user"]["id"], channel=target.channel,
+                               verdict=verdict, reason=reason)
+        return handler
+
+    async def on_edit_submit(self, ack: AsyncAck, body: dict[str, Any],
+                             client: AsyncWebClient) -> None:
+        view = body["view"]
+        raw = (((view.get("state") or {}).get("values") or {}).get(cards.ARGS_BLOCK) or {}).get(
+            cards.ARGS_INPUT) or {}
+        args, errors = views.parse_edit(raw.get("value") or "")
+        if errors is not None:
+            await ack(**errors)
+            return
+        target = views.parse_metadata(view.get("private_metadata") or "")
+        try:
+            a = await self.e.decider.get(target.approval_id)
+            tool = await self.e.tool_for(a)
+            tool.validate(args)
+        except InvalidArguments as exc:
+            await ack(**views.edit_errors(exc.errors))
+            return
+        except ApprovaldError as exc:
+            await ack(response_action="errors",
+                      errors={cards.ARGS_BLOCK: self._refusal(exc)[:1000]})
+            return
+        await ack()
+        await self._decide(client, approval_id=target.approval_id, token=target.token,
+                           user=body["user"]["id"], channel=target.channel, verdict="edit",
+                           args=args)
+
+    # -- lists ----------------------------------------------------------------------------
+    async def actionable(self, user: str, *, limit: int) -> list[tuple[ApprovalRecord, str]]:
+        """Pending requests ``user`` may decide, with the tokens for their buttons."""
+        async with self.e.db.read() as tx:
+            pending = await tx.approvals.pending_for_actor_candidates(limit=500)
+        out = []
+        signer = self.e.signer
+        for a in pending:
+            try:
+                await self.e.decider.authorize(a, Actor(user, "slack"))
+            except DecisionRefused:
+                continue
+            if signer is not None:
+                out.append((a, signer.token(a.id, a.token_nonce)))
+            if len(out) >= limit:
+                break
+        return out
+
+    async def on_command(self, ack: AsyncAck, body: dict[str, Any],
+                         respond: AsyncRespond) -> None:
+        await ack()
+        pending = await self.actionable(body["user_id"], limit=views.LIST_MAX_PENDING + 1)
+        msg = views.approvals_list_message(pending, now=self.e.clock.now())
+        await respond(response_type="ephemeral", **msg)
+
+    async def publish_home(self, client: AsyncWebClient, user: str) -> None:
+        pending = await self.actionable(user, limit=views.HOME_MAX_PENDING + 1)
+        async with self.e.db.read() as tx:
+            recent = [a for a in await tx.approvals.recent(limit=200)
+                      if a.decided_by == user][:views.HOME_MAX_RECENT]
+        await client.views_publish(user_id=user, view=views.home_view(
+            pending, recent, now=self.e.clock.now()))
+
+    async def on_home_opened(self, event: dict[str, Any], client: AsyncWebClient) -> None:
+        if event.get("tab", "home") == "home":
+            await self.publish_home(client, event["user"])
+
+    async def on_error(self, error: Exception, body: dict[str, Any]) -> None:
+        log.error("Slack listener failed: %s: %s", type(error).__name__, error,
+                  exc_info=error)
