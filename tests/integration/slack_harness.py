@@ -78,11 +78,11 @@ class Harness:
                 if e["tool"] == "issue_refund"]
 
 
-async def wait_for(predicate: Callable[[], Any], *, timeout: float = 10.0,
+async def wait_for(predicate: Callable[[], Any], *, within: float = 10.0,
                    what: str = "the condition") -> Any:
     """Poll ``predicate`` (sync or async) until truthy: other tasks in this process
     (bolt's listener after its ack, the outbox drain, the worker) finish their work."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + within
     while True:
         value = predicate()
         if asyncio.iscoroutine(value):

@@ -130,7 +130,7 @@ async def test_edit_modal_shows_errors_inline_then_executes_the_edit(sqlite_url,
         assert (await h.approval(aid)).status == "pending"
         ok = await submit(json.dumps({"order_id": "A-1001", "amount_cents": 1500,
                                       "reason": "partial refund"}))
-        assert ok.status == 200 and ok.body in ("", "{}") or ok.json() == {}
+        assert ok.status == 200 and ok.body in ("", "{}")
         await wait_for(lambda: _status(h, paused.run_id, "completed"), what="completion")
         assert [r["args"]["amount_cents"] for r in h.refunds()] == [1500]
 
