@@ -122,7 +122,7 @@ class SlackDeliverer:
         if a.channel and a.message_ts:  # posted before; only the bookkeeping was lost
             return {"channel": a.channel, "ts": a.message_ts, "reused": True}
         channel = self.channel_for(a)
-        if row.attempts > 1:
+        if row.attempts > 0:  # an earlier attempt was claimed: it may have posted
             found = await self._find_posted(channel, row)
             if found is not None:
                 await self._remember(a, channel, found)

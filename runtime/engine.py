@@ -186,10 +186,11 @@ class Engine:
         return "cancelled"
 
     async def stale_owners(self) -> list[str]:
-        """Lease holders that ran on this host and whose process is gone."""
+        """Lease and claim holders that ran on this host and whose process is gone."""
         async with self.db.read() as tx:
-            owners = await tx.runs.lease_owners()
-        return [o for o in owners if o != self.owner and owner_is_dead(o)]
+            owners = set(await tx.runs.lease_owners()) | set(await tx.outbox.claimers())
+        return sorted(o for o in owners
+                      if not o.startswith(self.owner) and owner_is_dead(o))
 
     async def recover(self, *, limit: int = 1000) -> list[Outcome]:
         """Advance every run left ``running`` without a live worker (expired or dead lease)."""

@@ -73,24 +73,27 @@ class OutboxDrain:
         next row becomes the head only after this one is delivered.
         """
         delivered = 0
+        stale = tuple(await self.e.stale_owners())
         while True:
             now = self.e.clock.now()
             async with self.e.db.read() as tx:
-                heads = await tx.outbox.heads(now=now, limit=self.config.batch)
+                heads = await tx.outbox.heads(now=now, limit=self.config.batch,
+                                              stale_owners=stale)
             if not heads:
                 return delivered
-            results = await asyncio.gather(*(self._one(row) for row in heads))
+            results = await asyncio.gather(*(self._one(row, stale) for row in heads))
             progressed = sum(results)
             delivered += progressed
             if progressed == 0:
                 return delivered
 
-    async def _one(self, row: OutboxRecord) -> bool:
+    async def _one(self, row: OutboxRecord, stale: tuple[str, ...]) -> bool:
         e = self.e
         now = e.clock.now()
         async with e.db.write() as tx:
             if not await tx.outbox.claim(row.id, owner=e.owner, now=now,
-                                         until=now + self.config.claim_ttl):
+                                         until=now + self.config.claim_ttl,
+                                         stale_owners=stale):
                 return False  # another replica has it
         attempts = row.attempts + 1
         try:

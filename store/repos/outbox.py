@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, cast
 
@@ -16,7 +17,21 @@ from store.repos.base import Repo, to_record
 _T = cast(Table, Outbox.__table__)
 
 
+def _free(now: datetime, stale_owners: Sequence[str]) -> Any:
+    free = or_(Outbox.claimed_until.is_(None), Outbox.claimed_until < now)
+    if stale_owners:
+        free = or_(free, Outbox.claimed_by.in_(list(stale_owners)))
+    return free
+
+
 class OutboxRepo(Repo):
+    async def claimers(self) -> list[str]:
+        """Workers holding a claim on a pending row (to spot dead ones)."""
+        rows = await self.conn.execute(
+            select(Outbox.claimed_by).where(Outbox.status == "pending",
+                                            Outbox.claimed_by.is_not(None)).distinct())
+        return [str(r[0]) for r in rows]
+
     async def add(self, *, kind: str, group_key: str, payload: str, now: datetime) -> int:
         res = await self.conn.execute(
             _T.insert().returning(Outbox.id),
@@ -45,10 +60,12 @@ class OutboxRepo(Repo):
             stmt = stmt.where(Outbox.kind == kind)
         return [OutboxRecord(**r._mapping) for r in await self.conn.execute(stmt)]
 
-    async def heads(self, *, now: datetime, limit: int) -> list[OutboxRecord]:
+    async def heads(self, *, now: datetime, limit: int,
+                    stale_owners: Sequence[str] = ()) -> list[OutboxRecord]:
         """The oldest pending row of each group, if it is due and not claimed by a live worker.
 
         Later rows of a group wait for the head, so a card is posted before it is updated.
+        A claim by a worker known to be dead (``stale_owners``) does not count.
         """
         earlier = aliased(Outbox)
         blocked = (
@@ -60,17 +77,17 @@ class OutboxRepo(Repo):
         rows = await self.conn.execute(
             select(_T)
             .where(Outbox.status == "pending", Outbox.not_before <= now,
-                   or_(Outbox.claimed_until.is_(None), Outbox.claimed_until < now),
-                   ~blocked)
+                   _free(now, stale_owners), ~blocked)
             .order_by(Outbox.id).limit(limit)
         )
         return [OutboxRecord(**r._mapping) for r in rows]
 
-    async def claim(self, outbox_id: int, *, owner: str, now: datetime, until: datetime) -> bool:
+    async def claim(self, outbox_id: int, *, owner: str, now: datetime, until: datetime,
+                    stale_owners: Sequence[str] = ()) -> bool:
         res = await self.conn.execute(
             update(_T)
             .where(Outbox.id == outbox_id, Outbox.status == "pending",
-                   or_(Outbox.claimed_until.is_(None), Outbox.claimed_until < now))
+                   _free(now, stale_owners))
             .values(claimed_by=owner, claimed_until=until, attempts=Outbox.attempts + 1)
         )
         return bool(res.rowcount == 1)

@@ -1,0 +1,164 @@
+"""``approvald serve`` as a real process against the Slack emulator, killed with SIGKILL."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import socket
+from datetime import timedelta
+from pathlib import Path
+
+import aiohttp
+
+from bot import cards
+from bot.sandbox import SlackEmulator
+from runtime.ids import TokenSigner
+from store.db import Database
+from tests.helpers import APPROVALD, Cli, make_cli
+from tests.integration.slack_harness import APP_TOKEN, BOT_TOKEN, CHANNEL, OPS, SECRET, wait_for
+
+TOKEN_SECRET = "approvald-test-secret-0123456789"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def start_serve(cli: Cli, port: int, **extra: str) -> asyncio.subprocess.Process:
+    env = cli.env(APPROVALD_PORT=str(port), APPROVALD_HOST="127.0.0.1",
+                  APPROVALD_POLL_INTERVAL="0.1", APPROVALD_LOG_LEVEL="INFO", **extra)
+    proc = await asyncio.create_subprocess_exec(APPROVALD, "serve", env=env, cwd=cli.workdir,
+                                                stdout=asyncio.subprocess.DEVNULL,
+                                                stderr=asyncio.subprocess.PIPE)
+
+    async def healthy() -> bool:
+        if proc.returncode is not None:
+            raise AssertionError(f"serve exited with {proc.returncode}")
+        try:
+            async with aiohttp.ClientSession() as s, \
+                    s.get(f"http://127.0.0.1:{port}/healthz") as r:
+                return r.status == 200
+        except aiohttp.ClientError:
+            return False
+    await wait_for(healthy, within=30, what="serve to listen")
+    return proc
+
+
+async def run_cli(cli: Cli, *args: str) -> str:
+    proc = await asyncio.create_subprocess_exec(APPROVALD, *args, env=cli.env(),
+                                                cwd=cli.workdir, stdout=asyncio.subprocess.PIPE,
+                                                stderr=asyncio.subprocess.PIPE)
+    out, err = await proc.communicate()
+    assert proc.returncode == 0, err.decode()
+    return out.decode()
+
+
+async def setup(tmp_path: Path, db_url: str) -> tuple[SlackEmulator, Cli]:
+    emulator = SlackEmulator(bot_token=BOT_TOKEN, app_token=APP_TOKEN, signing_secret=SECRET)
+    for ch in (CHANNEL, OPS):
+        emulator.add_channel(ch)
+    emulator.add_user("U_ALICE", "alice")
+    url = await emulator.start()
+    cli = make_cli(db_url, tmp_path)
+    cli.env_extra.update(SLACK_BOT_TOKEN=BOT_TOKEN, SLACK_SIGNING_SECRET=SECRET,
+                         SLACK_API_URL=url, APPROVALD_CHANNEL=CHANNEL, APPROVALD_OPS_CHANNEL=OPS,
+                         APPROVALD_SECRET=TOKEN_SECRET)
+    return emulator, cli
+
+
+def card_messages(emulator: SlackEmulator) -> list[dict]:
+    return [m for m in emulator.messages(CHANNEL)
+            if (m.get("metadata") or {}).get("event_type") == "approvald_card"]
+
+
+async def approval_row(db_url: str) -> dict:
+    db = Database(db_url)
+    try:
+        async with db.read() as tx:
+            [a] = await tx.approvals.recent()
+            run = await tx.runs.get(a.run_id)
+        return {"a": a, "run": run}
+    finally:
+        await db.close()
+
+
+async def test_kill_serve_while_a_card_waits_restart_and_click(sqlite_url: str,
+                                                               tmp_path: Path) -> None:
+    emulator, cli = await setup(tmp_path, sqlite_url)
+    port = free_port()
+    procs: list[asyncio.subprocess.Process] = []
+    try:
+        run_id = (await run_cli(cli, "run", "demo-refund", "--task", "Refund order A-1001",
+                                "--requested-by", "U_DANA")).strip()
+        procs.append(await start_serve(cli, port))
+        await wait_for(lambda: card_messages(emulator), within=30, what="the card")
+        procs[0].send_signal(signal.SIGKILL)
+        assert await procs[0].wait() == -signal.SIGKILL
+
+        procs.append(await start_serve(cli, port))
+        row = await approval_row(sqlite_url)
+        a = row["a"]
+        value = f"{a.id}:{TokenSigner(TOKEN_SECRET).token(a.id, a.token_nonce)}"
+        async with emulator.client(f"http://127.0.0.1:{port}/slack/events") as slack:
+            resp = await slack.click(cards.APPROVE, value, user_id="U_ALICE",
+                                     channel_id=CHANNEL, message_ts=a.message_ts)
+        assert resp.status == 200
+
+        async def completed() -> bool:
+            return (await approval_row(sqlite_url))["run"].status == "completed"
+        await wait_for(completed, within=30, what="the run to complete after restart")
+        refunds = [e for e in cli.ledger_lines() if e["tool"] == "issue_refund"]
+        assert len(refunds) == 1 and refunds[0]["idempotency_key"].startswith(run_id)
+
+        async def card_updated() -> bool:
+            [card] = card_messages(emulator)
+            return "Approved" in json.dumps(card)
+        await wait_for(card_updated, within=30, what="the card update")
+    finally:
+        for p in procs:
+            if p.returncode is None:
+                p.send_signal(signal.SIGTERM)
+                await p.wait()
+        await emulator.stop()
+    assert procs[-1].returncode == 0
+
+
+async def test_serve_killed_after_posting_before_marking_posts_once(sqlite_url: str,
+                                                                    tmp_path: Path) -> None:
+    emulator, cli = await setup(tmp_path, sqlite_url)
+    port = free_port()
+    procs: list[asyncio.subprocess.Process] = []
+    try:
+        await run_cli(cli, "run", "demo-refund", "--task", "Refund order A-1001",
+                      "--requested-by", "U_DANA")
+        env = cli.env(APPROVALD_PORT=str(port), APPROVALD_HOST="127.0.0.1",
+                      APPROVALD_FAILPOINTS="after_post_before_mark")
+        doomed = await asyncio.create_subprocess_exec(APPROVALD, "serve", env=env,
+                                                      cwd=cli.workdir,
+                                                      stderr=asyncio.subprocess.DEVNULL)
+        assert await asyncio.wait_for(doomed.wait(), 30) == -signal.SIGKILL
+        assert len(card_messages(emulator)) == 1
+        cli.advance_time(timedelta(minutes=2))  # the dead process's claim on the row lapses
+        procs.append(await start_serve(cli, port))
+
+        async def delivered() -> bool:
+            db = Database(sqlite_url)
+            try:
+                async with db.read() as tx:
+                    rows = await tx.outbox.recent()
+            finally:
+                await db.close()
+            return all(r.status == "delivered" for r in rows)
+        await wait_for(delivered, within=30, what="the outbox to drain")
+        assert len(card_messages(emulator)) == 1
+        assert len([c for c in emulator.calls("chat.postMessage")
+                    if c.params.get("channel") == CHANNEL]) == 1
+    finally:
+        for p in procs:
+            if p.returncode is None:
+                p.send_signal(signal.SIGTERM)
+                await p.wait()
+        await emulator.stop()

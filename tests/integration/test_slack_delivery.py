@@ -1,0 +1,234 @@
+"""Delivery while Slack misbehaves, quorum and escalation cards, questions, Socket Mode."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from bot import cards
+from runtime import failpoints
+from runtime.clock import ManualClock
+from runtime.decide import Actor
+from tests.integration.slack_harness import CHANNEL, harness, wait_for
+from tests.integration.test_slack import _status, assert_valid_blocks, text_of
+
+
+class Crash(BaseException):
+    pass
+
+
+def _crash(name: str) -> None:
+    raise Crash(name)
+
+
+def card_messages(h) -> list[dict]:
+    return [m for m in h.emulator.messages(CHANNEL)
+            if (m.get("metadata") or {}).get("event_type") == "approvald_card"]
+
+
+def slack_calls(h, *methods: str) -> list[str]:
+    return [c.method for c in h.emulator.calls() if c.method in methods and c.ok]
+
+
+async def test_slack_down_then_back_delivers_each_card_and_update_once_in_order(
+        sqlite_url, tmp_path):
+    clock = ManualClock()
+    async with harness(sqlite_url, tmp_path, clock=clock, background=False) as h:
+        await h.emulator.down()
+        paused = await h.pause_refund()
+        [aid] = paused.approval_ids
+        assert (await h.approval(aid)).status == "pending"  # state first, whatever Slack does
+        assert await h.service.drain.drain_once() == 0
+        await h.engine.decide(aid, actor=Actor("U_ALICE", "cli:ops"), verdict="approve")
+        assert await h.service.drain.drain_once() == 0
+        await h.emulator.up()
+        h.emulator.fail_next(2, status=500)
+        for _ in range(6):  # backoff doubles; move time past each retry
+            clock.advance(timedelta(minutes=2))
+            await h.service.drain.drain_once()
+        assert slack_calls(h, "chat.postMessage", "chat.update") == ["chat.postMessage",
+                                                                     "chat.update"]
+        [card] = card_messages(h)
+        assert "Approved" in text_of(card)
+        async with h.engine.db.read() as tx:
+            rows = await tx.outbox.recent()
+        assert [(r.kind, r.status) for r in rows] == [("approval.requested", "delivered"),
+                                                      ("approval.updated", "delivered")]
+        assert rows[0].attempts >= 2
+
+
+async def test_rate_limited_delivery_waits_for_retry_after(sqlite_url, tmp_path):
+    clock = ManualClock()
+    async with harness(sqlite_url, tmp_path, clock=clock, background=False) as h:
+        h.emulator.rate_limit_next(1, retry_after=30)
+        paused = await h.pause_refund()
+        assert await h.service.drain.drain_once() == 0
+        async with h.engine.db.read() as tx:
+            [row] = await tx.outbox.recent()
+        assert row.not_before - clock.now() == timedelta(seconds=30)
+        clock.advance(timedelta(seconds=29))
+        assert await h.service.drain.drain_once() == 0
+        clock.advance(timedelta(seconds=1))
+        assert await h.service.drain.drain_once() == 1
+        assert len(card_messages(h)) == 1
+        assert (await h.approval(paused.approval_ids[0])).message_ts
+
+
+async def test_crash_after_post_before_mark_does_not_post_twice(sqlite_url, tmp_path):
+    clock = ManualClock()
+    async with harness(sqlite_url, tmp_path, clock=clock, background=False) as h:
+        await h.pause_refund()
+        failpoints.arm("after_post_before_mark", _crash)
+        try:
+            with pytest.raises(Crash):
+                await h.service.drain.drain_once()
+        finally:
+            failpoints.arm("")
+        assert len(card_messages(h)) == 1
+        async with h.engine.db.write() as tx:  # what a restart sees: bookkeeping lost too
+            from sqlalchemy import update
+
+            from store.models import Approval
+            await tx.conn.execute(update(Approval).values(channel=None, message_ts=None))
+        clock.advance(timedelta(minutes=5))  # the dead worker's claim expires
+        assert await h.service.drain.drain_once() == 1
+        assert len(card_messages(h)) == 1  # found by its metadata, not posted again
+        async with h.engine.db.read() as tx:
+            [row] = await tx.outbox.recent()
+        assert json.loads(row.result)["reused"] is True
+
+
+async def test_quorum_card_shows_progress_and_keeps_its_buttons(sqlite_url, tmp_path):
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[tools.issue_refund]\napprovers = ["U_ALICE", "U_BOB", "U_CAROL"]\n'
+                      'quorum = 2\n')
+    async with harness(sqlite_url, tmp_path, APPROVALD_POLICY_FILE=str(policy)) as h:
+        paused = await h.pause_refund()
+        [aid] = paused.approval_ids
+        await h.card(aid)
+        a = await h.approval(aid)
+        await h.slack.click(cards.APPROVE, h.value(a), user_id="U_ALICE", channel_id=CHANNEL)
+        said = await wait_for(lambda: h.emulator.ephemeral(CHANNEL, "U_ALICE"), what="reply")
+        assert "1 of 2" in said[0]["text"]
+
+        async def progress():
+            msg = h.emulator.message(a.channel, a.message_ts)
+            return msg if "1 of 2" in text_of(msg) else None
+        card = await wait_for(progress, what="the card to show 1 of 2")
+        assert [b for b in card["blocks"] if b["type"] == "actions"]  # still open
+        await h.slack.click(cards.APPROVE, h.value(a), user_id="U_BOB", channel_id=CHANNEL)
+        await wait_for(lambda: _status(h, paused.run_id, "completed"), what="completion")
+        assert len(h.refunds()) == 1
+
+
+async def test_escalation_updates_the_old_card_and_posts_a_linked_new_one(sqlite_url,
+                                                                         tmp_path):
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[tools.issue_refund]\napprovers = ["U_ALICE"]\nttl = "30m"\n'
+                      'on_expire = "escalate"\nescalate = [{ approvers = ["U_CFO"], '
+                      'ttl = "1h" }]\n')
+    clock = ManualClock()
+    async with harness(sqlite_url, tmp_path, clock=clock, background=False,
+                       APPROVALD_POLICY_FILE=str(policy)) as h:
+        paused = await h.pause_refund()
+        [old_id] = paused.approval_ids
+        await h.service.drain.drain_once()
+        old = await h.approval(old_id)
+        clock.advance(timedelta(minutes=31))
+        swept = await h.engine.expiry.sweep()
+        [(_, new_id)] = swept.escalated
+        for _ in range(3):
+            await h.service.drain.drain_once()
+        cards_now = card_messages(h)
+        assert len(cards_now) == 2
+        old_card = h.emulator.message(old.channel, old.message_ts)
+        assert not [b for b in old_card["blocks"] if b["type"] == "actions"]
+        assert "scalat" in text_of(old_card)  # escalated
+        new = await h.approval(new_id)
+        new_card = h.emulator.message(new.channel, new.message_ts)
+        assert_valid_blocks(new_card["blocks"])
+        assert "U_CFO" in text_of(new_card)
+        # the old button is dead; the new one works for the next rung
+        await h.slack.click(cards.APPROVE, h.value(old), user_id="U_ALICE", channel_id=CHANNEL)
+        said = await wait_for(lambda: h.emulator.ephemeral(CHANNEL, "U_ALICE"), what="reply")
+        assert said
+        await h.slack.click(cards.APPROVE, h.value(new), user_id="U_CFO", channel_id=CHANNEL)
+        await wait_for(lambda: _approved(h, new_id), what="the escalated approval")
+
+
+async def _approved(h, approval_id):
+    a = await h.approval(approval_id)
+    return a.status == "approved"
+
+
+async def test_click_after_expiry_is_explained(sqlite_url, tmp_path):
+    clock = ManualClock()
+    async with harness(sqlite_url, tmp_path, clock=clock) as h:
+        paused = await h.pause_refund()
+        [aid] = paused.approval_ids
+        await h.card(aid)
+        a = await h.approval(aid)
+        clock.advance(timedelta(minutes=31))
+        await h.engine.expiry.sweep()
+        await h.slack.click(cards.APPROVE, h.value(a), user_id="U_ALICE", channel_id=CHANNEL)
+        said = await wait_for(lambda: h.emulator.ephemeral(CHANNEL, "U_ALICE"), what="reply")
+        assert "expired" in said[0]["text"].lower()
+        await wait_for(lambda: _status(h, paused.run_id, "completed"), what="completion")
+        assert h.refunds() == []
+
+
+async def test_outcome_question_is_answered_from_slack(sqlite_url, tmp_path):
+    async with harness(sqlite_url, tmp_path, background=False) as h:
+        paused = await h.pause_refund()
+        await h.engine.decide(paused.approval_ids[0], actor=Actor("U_ALICE", "slack"),
+                              verdict="approve")
+        failpoints.arm("before_result@2", _crash)  # the email ran; its result is lost
+        try:
+            with pytest.raises(Crash):
+                await h.engine.advance(paused.run_id)
+        finally:
+            failpoints.arm("")
+        outcome = await h.engine.advance(paused.run_id)
+        assert outcome.status == "needs_attention"
+        async with h.engine.db.read() as tx:
+            [q] = [a for a in await tx.approvals.for_run(paused.run_id) if a.status == "pending"]
+        for _ in range(3):
+            await h.service.drain.drain_once()
+        q = await h.approval(q.id)
+        card = h.emulator.message(q.channel, q.message_ts)
+        assert_valid_blocks(card["blocks"])
+        actions = {e["action_id"] for b in card["blocks"] if b["type"] == "actions"
+                   for e in b["elements"]}
+        assert {cards.RETRY, cards.MARK_DONE, cards.ABORT} <= actions
+        await h.slack.click(cards.MARK_DONE, h.value(q), user_id="U_ALICE", channel_id=CHANNEL)
+        await wait_for(lambda: _ready(h, paused.run_id), what="the run to be ready")
+        done = await h.engine.advance(paused.run_id)
+        assert done.status == "completed"
+        emails = [e for e in map(json.loads, h.ledger.read_text().splitlines())
+                  if e["tool"] == "send_customer_email"]
+        assert len(emails) == 1
+
+
+async def _ready(h, run_id):
+    run = await h.run(run_id)
+    return run.status == "running"
+
+
+async def test_socket_mode_click(sqlite_url: str, tmp_path: Path) -> None:
+    async with harness(sqlite_url, tmp_path, SLACK_APP_TOKEN="xapp-approvald-test",
+                       SLACK_SIGNING_SECRET=None) as h:
+        assert h.service.slack.mode == "Socket Mode"
+        await h.emulator.wait_connected(5)
+        paused = await h.pause_refund()
+        [aid] = paused.approval_ids
+        await h.card(aid)
+        a = await h.approval(aid)
+        payload = h.slack.envelope_for_click(cards.APPROVE, h.value(a), user_id="U_ALICE",
+                                             channel_id=CHANNEL, message_ts=a.message_ts)
+        ack = await h.emulator.send_envelope("interactive", payload)
+        assert ack["envelope_id"]
+        await wait_for(lambda: _status(h, paused.run_id, "completed"), what="completion")
+        assert len(h.refunds()) == 1
