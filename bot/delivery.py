@@ -90,9 +90,10 @@ class SlackDeliverer:
 
     # -- cards -----------------------------------------------------------------------
     async def render(self, a: ApprovalRecord) -> dict[str, Any]:
-        """The card for ``a`` as it stands in the database now."""
+        """The card for ``a`` as it stands in the database now (one read transaction)."""
         async with self.e.db.read() as tx:
-            votes = await tx.approvals.votes(a.id)
+            # only a quorum card shows individual votes; only escalations link cards
+            votes = await tx.approvals.votes(a.id) if a.quorum > 1 else []
             thread = await tx.threads.get(a.run_id)
             newer = None
             if a.status == "superseded":

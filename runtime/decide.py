@@ -179,9 +179,13 @@ class Decider:
                                         "reason": reason})
             ready = await self._run_ready(tx, done)
             return Decision(done, "denied", done.approve_count, done.quorum, ready)
-        count = await tx.approvals.count_approve(a.id, digest)
-        if count is None:
-            raise await self._lost(tx, a)
+        if a.quorum == 1:
+            count = 1  # this vote decides; the compare-and-set below is the arbiter
+        else:
+            counted = await tx.approvals.count_approve(a.id, digest)
+            if counted is None:
+                raise await self._lost(tx, a)
+            count = counted
         if count < a.quorum:
             await audit.append(tx, at=now, action="voted", actor=actor.id, via=actor.via,
                                run_id=a.run_id, approval_id=a.id, digest=digest,
@@ -193,11 +197,12 @@ class Decider:
             return Decision(fresh, "voted", count, a.quorum, False)
         done = await tx.approvals.transition(
             a.id, to="approved", decided_at=now, decided_by=actor.id, decided_via=actor.via,
-            verdict=verdict, reason=reason)
+            verdict=verdict, reason=reason, approve_count=count)
         if done is None:
             raise await self._lost(tx, a)
-        voters = [v.actor for v in await tx.approvals.votes(a.id)
-                  if v.verdict == "approve" and v.digest == digest]
+        voters = [actor.id] if a.quorum == 1 else [
+            v.actor for v in await tx.approvals.votes(a.id)
+            if v.verdict == "approve" and v.digest == digest]
         await audit.append(tx, at=now, action="approved", actor=actor.id, via=actor.via,
                            run_id=a.run_id, approval_id=a.id, digest=digest,
                            details={"tool": a.tool, "args": done.effective_args(),
@@ -236,19 +241,14 @@ class Decider:
                                run_id=a.run_id, approval_id=a.id, digest=a.digest,
                                details={"reason": reason})
             return Decision(done, verdict, 0, 1, False)
-        ready = False
-        if await tx.approvals.count_pending(a.run_id, kind="outcome_unknown") == 0:
-            ready = await tx.runs.update(a.run_id, expect_status=["needs_attention"],
-                                         status="running", updated_at=now)
+        ready = await tx.runs.wake_if_idle(a.run_id, kind="outcome_unknown", now=now,
+                                           from_status="needs_attention")
         return Decision(done, verdict, 1, 1, ready)
 
     async def _run_ready(self, tx: Tx, a: ApprovalRecord) -> bool:
         """Card update, and wake the run when its last pending request is decided."""
         await self._update_card(tx, a)
-        if await tx.approvals.count_pending(a.run_id, kind="tool_call") > 0:
-            return False
-        return await tx.runs.update(a.run_id, expect_status=["awaiting_approval"],
-                                    status="running", updated_at=self.e.clock.now())
+        return await tx.runs.wake_if_idle(a.run_id, kind="tool_call", now=self.e.clock.now())
 
     async def _update_card(self, tx: Tx, a: ApprovalRecord) -> None:
         await tx.outbox.add(kind=CARD_UPDATE, group_key=a.id,

@@ -70,51 +70,52 @@ class OutboxDrain:
         """Deliver every due group head once; returns how many rows were delivered.
 
         Groups are independent, so their heads go out concurrently; within a group the
-        next row becomes the head only after this one is delivered.
+        next row becomes the head only after this one is delivered. Heads are claimed in
+        one statement and marked delivered in one transaction.
         """
+        e = self.e
         delivered = 0
-        stale = tuple(await self.e.stale_owners())
+        stale = tuple(await e.stale_owners())
         while True:
-            now = self.e.clock.now()
-            async with self.e.db.read() as tx:
+            now = e.clock.now()
+            async with e.db.read() as tx:
                 heads = await tx.outbox.heads(now=now, limit=self.config.batch,
                                               stale_owners=stale)
             if not heads:
                 return delivered
-            results = await asyncio.gather(*(self._one(row, stale) for row in heads))
-            progressed = sum(results)
-            delivered += progressed
-            if progressed == 0:
+            async with e.db.write() as tx:
+                claimed = await tx.outbox.claim_many(
+                    [r.id for r in heads], owner=e.owner, now=now,
+                    until=now + self.config.claim_ttl, stale_owners=stale)
+            mine = [r for r in heads if r.id in claimed]
+            results = await asyncio.gather(*(self._one(row) for row in mine))
+            done = [(row.id, res) for row, (ok, res) in zip(mine, results, strict=True) if ok]
+            if done:
+                failpoint("after_post_before_mark")
+                async with e.db.write() as tx:
+                    await tx.outbox.delivered_many(done, owner=e.owner, now=e.clock.now())
+            delivered += len(done)
+            if not done:
                 return delivered
 
-    async def _one(self, row: OutboxRecord, stale: tuple[str, ...]) -> bool:
-        e = self.e
-        now = e.clock.now()
-        async with e.db.write() as tx:
-            if not await tx.outbox.claim(row.id, owner=e.owner, now=now,
-                                         until=now + self.config.claim_ttl,
-                                         stale_owners=stale):
-                return False  # another replica has it
+    async def _one(self, row: OutboxRecord) -> tuple[bool, str | None]:
+        """Deliver one claimed row: (delivered, result JSON); failures are recorded here."""
         attempts = row.attempts + 1
         try:
             result = await self.deliverer.deliver(row)
         except RetryLater as exc:
             await self._failed(row, attempts, str(exc), exc.after)
-            return False
+            return False, None
         except Undeliverable as exc:
             log.error("outbox %d (%s) is undeliverable: %s", row.id, row.kind, exc)
             await self._failed(row, attempts, str(exc), None, dead=True)
-            return False
+            return False, None
         except Exception as exc:
             log.warning("outbox %d (%s) failed: %s: %s", row.id, row.kind,
                         type(exc).__name__, exc)
             await self._failed(row, attempts, f"{type(exc).__name__}: {exc}", None)
-            return False
-        failpoint("after_post_before_mark")
-        async with e.db.write() as tx:
-            await tx.outbox.delivered(row.id, owner=e.owner, now=e.clock.now(),
-                                      result=None if result is None else compact_json(result))
-        return True
+            return False, None
+        return True, None if result is None else compact_json(result)
 
     async def _failed(self, row: OutboxRecord, attempts: int, error: str, after: float | None,
                       *, dead: bool = False) -> None:

@@ -62,6 +62,7 @@ class _Live:
                  executions: dict[str, ExecutionRecord],
                  approvals: list[ApprovalRecord], owner: str) -> None:
         self.owner = owner  # this attempt's lease id
+        self.released = [False]  # set once a checkpoint gave the lease back
         self.run = run
         self.state = state
         self.seq = run.next_seq
@@ -91,21 +92,32 @@ class Runner:
             got = await tx.runs.acquire_lease(run_id, owner=owner, now=now,
                                               until=now + e.config.lease_ttl,
                                               stale_owners=stale_owners)
-            run = await tx.runs.get(run_id)
-        if run is None:
-            raise NotFound(f"no run {run_id}", run_id=run_id)
-        if not got:
-            return Busy(run_id, run.status, holder=run.lease_owner)
+        if got is None:
+            return await self._not_ours(run_id)
+        released = [False]
         try:
             async with self._heartbeat(run_id, owner) as lost:
-                return await self._drive(run_id, owner, stop or asyncio.Event(), lost)
+                return await self._drive(run_id, owner, stop or asyncio.Event(), lost,
+                                         released)
         except LeaseLost as exc:
             log.warning("run %s: %s; backing off", run_id, exc)
             return Busy(run_id, "running", holder=None)
         finally:
-            with contextlib.suppress(Exception):
-                async with e.db.write() as tx:
-                    await tx.runs.release_lease(run_id, owner=owner)
+            if not released[0]:
+                with contextlib.suppress(Exception):
+                    async with e.db.write() as tx:
+                        await tx.runs.release_lease(run_id, owner=owner)
+
+    async def _not_ours(self, run_id: str) -> Outcome:
+        """Why the lease was not taken: the run is not running, or someone else holds it."""
+        async with self.e.db.read() as tx:
+            run = await tx.runs.get(run_id)
+            approvals = await tx.approvals.for_run(run_id) if run else []
+        if run is None:
+            raise NotFound(f"no run {run_id}", run_id=run_id)
+        if run.status != "running":
+            return status_outcome(run, approvals)
+        return Busy(run_id, run.status, holder=run.lease_owner)
 
     @contextlib.asynccontextmanager
     async def _heartbeat(self, run_id: str, owner: str) -> AsyncIterator[asyncio.Event]:
@@ -144,11 +156,12 @@ class Runner:
         return _Live(run, build_state(run, events, executions), executions, approvals, owner)
 
     async def _drive(self, run_id: str, owner: str, stop: asyncio.Event,
-                     lost: asyncio.Event) -> Outcome:
+                     lost: asyncio.Event, released: list[bool]) -> Outcome:
         live = await self._load(run_id, owner)
-        status = live.run.status
-        if status != "running":
-            return await self._status_outcome(live)
+        live.released = released
+        if live.run.status != "running":
+            return status_outcome(live.run, list(live.by_call.values())
+                                  + list(live.questions.values()))
         agent = self.e.registry.get(live.run.agent)
         if live.run.instructions_version != agent.instructions_version:
             log.warning("run %s started with instructions %s; continuing with %s", run_id,
@@ -360,6 +373,8 @@ class Runner:
             if extra is not None:
                 await extra(tx)
         failpoint("after_checkpoint")
+        if release:
+            live.released[0] = True
         live.seq += len(events)
         live.inflight = None
         for m, _ in pending.messages:  # a journaled reply's ids too, not only fresh ones
@@ -383,20 +398,21 @@ class Runner:
         await self._checkpoint(live, _Pending(), status="cancelled", extra=close, release=True)
         return Cancelled(live.run.id, "cancelled")
 
-    async def _status_outcome(self, live: _Live) -> Outcome:
-        run = live.run
-        if run.status == "completed":
-            return Completed(run.id, run.status, result=run.result)
-        if run.status == "failed":
-            return Failed(run.id, run.status, error=run.error or "")
-        if run.status == "cancelled":
-            return Cancelled(run.id, run.status)
-        if run.status == "needs_attention":
-            q = next((a for a in live.questions.values() if a.status == "pending"), None)
-            return NeedsAttention(run.id, run.status, call_id=q.call_id if q else "",
-                                  reason="outcome unknown")
-        ids = tuple(a.id for a in live.by_call.values() if a.status == "pending")
-        return Paused(run.id, run.status, approval_ids=ids)
+def status_outcome(run: RunRecord, approvals: list[ApprovalRecord]) -> Outcome:
+    """The outcome describing a run that is not ``running`` (nothing to advance)."""
+    if run.status == "completed":
+        return Completed(run.id, run.status, result=run.result)
+    if run.status == "failed":
+        return Failed(run.id, run.status, error=run.error or "")
+    if run.status == "cancelled":
+        return Cancelled(run.id, run.status)
+    pending = [a for a in approvals if a.status == "pending"]
+    if run.status == "needs_attention":
+        q = next((a for a in pending if a.kind == "outcome_unknown"), None)
+        return NeedsAttention(run.id, run.status, call_id=q.call_id if q else "",
+                              reason="outcome unknown")
+    return Paused(run.id, run.status,
+                  approval_ids=tuple(a.id for a in pending if a.kind == "tool_call"))
 
 
 def _refusal(approval: ApprovalRecord) -> dict[str, Any]:

@@ -25,28 +25,33 @@ class ResumeWorker:
         self.concurrency = concurrency
         self.poll_interval = poll_interval
         self._queue: asyncio.Queue[str] = asyncio.Queue()
+        self._queued: set[str] = set()  # a run waits in the queue at most once
         self._active: dict[str, asyncio.Task[None]] = {}
         self._slots = asyncio.Semaphore(concurrency)
         self._stop = asyncio.Event()
+        self._stale: tuple[str, ...] = ()
         engine.on_ready(self.wake)
 
     def wake(self, run_id: str) -> None:
-        self._queue.put_nowait(run_id)
+        if run_id not in self._queued and run_id not in self._active:
+            self._queued.add(run_id)
+            self._queue.put_nowait(run_id)
 
     async def poll_once(self) -> int:
         """Queue every ready run not already being advanced here; returns how many."""
         stale = tuple(await self.e.stale_owners())
         async with self.e.db.read() as tx:
             runs = await tx.runs.runnable(now=self.e.clock.now(), limit=100, stale_owners=stale)
-        fresh = [r.id for r in runs if r.id not in self._active]
+        fresh = [r.id for r in runs if r.id not in self._active and r.id not in self._queued]
         for run_id in fresh:
-            self._queue.put_nowait(run_id)
+            self.wake(run_id)
+        self._stale = stale
         return len(fresh)
 
     async def _advance(self, run_id: str) -> None:
         try:
-            stale = tuple(await self.e.stale_owners())
-            outcome = await self.e.advance(run_id, stop=self._stop, stale_owners=stale)
+            # dead owners as of the last poll: a woken run needs none, a polled one may
+            outcome = await self.e.advance(run_id, stop=self._stop, stale_owners=self._stale)
             log.info("run %s: %s", run_id, outcome.status)
         except Exception:
             log.exception("run %s: advancing failed; it stays resumable", run_id)
@@ -71,6 +76,7 @@ class ResumeWorker:
                 if getter not in done:
                     break
                 run_id = getter.result()
+                self._queued.discard(run_id)
                 if run_id in self._active:
                     continue
                 await self._slots.acquire()

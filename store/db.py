@@ -8,6 +8,7 @@ asyncpg at READ COMMITTED; the queries' compare-and-set and row locks do the res
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -68,8 +69,14 @@ class Database:
             kwargs.update(connect_args={"timeout": busy_timeout_ms / 1000},
                           pool_reset_on_return=None)
         self.engine: AsyncEngine = create_async_engine(self.url, **kwargs)
+        # SQLite has one writer. Queueing this process's writers here costs nothing; left
+        # to SQLite they spin in its busy handler, which sleeps up to 100 ms per retry.
+        # Correctness never rests on this lock: other processes, and every compare-and-set,
+        # go through SQLite's own locking (BEGIN IMMEDIATE + busy timeout).
+        self._write_lock: asyncio.Lock | None = None
         if self.dialect == "sqlite":
             _configure_sqlite(self.engine, busy_timeout_ms)
+            self._write_lock = asyncio.Lock()
 
     @property
     def display_url(self) -> str:
@@ -78,9 +85,12 @@ class Database:
     @asynccontextmanager
     async def write(self) -> AsyncIterator[Tx]:
         """A read-write transaction, committed on exit, rolled back on error."""
-        async with self.engine.connect() as conn:
-            if self.dialect == "sqlite":
-                await conn.execution_options(approvald_begin="IMMEDIATE")
+        if self._write_lock is None:
+            async with self.engine.connect() as conn, conn.begin():
+                yield Tx(conn, self.dialect)
+            return
+        async with self._write_lock, self.engine.connect() as conn:
+            await conn.execution_options(approvald_begin="IMMEDIATE")
             async with conn.begin():
                 yield Tx(conn, self.dialect)
 

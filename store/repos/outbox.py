@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, and_, func, or_, select, update
+from sqlalchemy import Table, and_, bindparam, func, or_, select, update
 from sqlalchemy.orm import aliased
 
 from store.models import Outbox
@@ -32,13 +32,12 @@ class OutboxRepo(Repo):
                                             Outbox.claimed_by.is_not(None)).distinct())
         return [str(r[0]) for r in rows]
 
-    async def add(self, *, kind: str, group_key: str, payload: str, now: datetime) -> int:
-        res = await self.conn.execute(
-            _T.insert().returning(Outbox.id),
+    async def add(self, *, kind: str, group_key: str, payload: str, now: datetime) -> None:
+        await self.conn.execute(
+            _T.insert(),
             {"kind": kind, "group_key": group_key, "payload": payload, "status": "pending",
              "attempts": 0, "not_before": now, "created_at": now},
         )
-        return int(res.scalar_one())
 
     async def add_many(self, rows: list[tuple[str, str, str]], *, now: datetime) -> None:
         """Insert ``(kind, group_key, payload)`` rows in one statement."""
@@ -91,6 +90,31 @@ class OutboxRepo(Repo):
             .values(claimed_by=owner, claimed_until=until, attempts=Outbox.attempts + 1)
         )
         return bool(res.rowcount == 1)
+
+    async def claim_many(self, ids: Sequence[int], *, owner: str, now: datetime,
+                         until: datetime, stale_owners: Sequence[str] = ()) -> set[int]:
+        """Claim every row of ``ids`` still free, in one statement; returns those claimed."""
+        if not ids:
+            return set()
+        rows = await self.conn.execute(
+            update(_T)
+            .where(Outbox.id.in_(list(ids)), Outbox.status == "pending",
+                   _free(now, stale_owners))
+            .values(claimed_by=owner, claimed_until=until, attempts=Outbox.attempts + 1)
+            .returning(Outbox.id))
+        return {int(r[0]) for r in rows}
+
+    async def delivered_many(self, results: Sequence[tuple[int, str | None]], *, owner: str,
+                             now: datetime) -> None:
+        """Mark ``(id, result)`` rows delivered (only those this owner still claims)."""
+        if results:
+            await self.conn.execute(
+                update(_T)
+                .where(Outbox.id == bindparam("oid"), Outbox.claimed_by == owner,
+                       Outbox.status == "pending")
+                .values(status="delivered", delivered_at=now, result=bindparam("res"),
+                        claimed_until=None, last_error=None),
+                [{"oid": oid, "res": res} for oid, res in results])
 
     async def delivered(self, outbox_id: int, *, owner: str, now: datetime,
                         result: str | None) -> bool:

@@ -65,8 +65,9 @@ class RunsRepo(Repo):
         return {status: int(n) for status, n in rows}
 
     async def acquire_lease(self, run_id: str, *, owner: str, now: datetime, until: datetime,
-                            stale_owners: Sequence[str] = ()) -> bool:
-        """Take the run's lease if it is free, expired, ours, or held by a dead owner."""
+                            stale_owners: Sequence[str] = ()) -> RunRecord | None:
+        """Take the lease of a ``running`` run that is free, expired, ours, or held by a dead
+        owner; returns the run, or None when it is not ours to advance."""
         free = or_(
             Run.lease_owner.is_(None),
             Run.lease_expires_at < now,
@@ -74,12 +75,13 @@ class RunsRepo(Repo):
         )
         if stale_owners:
             free = or_(free, Run.lease_owner.in_(list(stale_owners)))
-        res = await self.conn.execute(
-            update(Run)
-            .where(and_(Run.id == run_id, free))
+        row = (await self.conn.execute(
+            update(_T)
+            .where(and_(_T.c.id == run_id, _T.c.status == "running", free))
             .values(lease_owner=owner, lease_expires_at=until)
-        )
-        return bool(res.rowcount == 1)
+            .returning(_T)
+        )).first()
+        return to_record(RunRecord, row)
 
     async def renew_lease(self, run_id: str, *, owner: str, until: datetime,
                           journal: str | None = None) -> bool:
@@ -111,6 +113,19 @@ class RunsRepo(Repo):
         if expect_status is not None:
             stmt = stmt.where(Run.status.in_(list(expect_status)))
         res = await self.conn.execute(stmt.values(**values))
+        return bool(res.rowcount == 1)
+
+    async def wake_if_idle(self, run_id: str, *, kind: str, now: datetime,
+                           from_status: str = "awaiting_approval") -> bool:
+        """Set the run ``running`` if it waits and no request of ``kind`` is pending."""
+        from store.models import Approval
+
+        pending = (select(Approval.id)
+                   .where(Approval.run_id == run_id, Approval.status == "pending",
+                          Approval.kind == kind).exists())
+        res = await self.conn.execute(
+            update(_T).where(_T.c.id == run_id, _T.c.status == from_status, ~pending)
+            .values(status="running", updated_at=now))
         return bool(res.rowcount == 1)
 
     async def wake(self, run_ids: Sequence[str], *, now: datetime) -> list[str]:

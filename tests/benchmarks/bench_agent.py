@@ -1,0 +1,33 @@
+"""The gated agent ``bench_clicks`` drives (loaded by ``approvald serve`` via APPROVALD_AGENTS).
+
+Its tool appends ``<run id> <wall-clock time>`` to ``BENCH_TOOL_LOG`` the moment it
+starts, so the benchmark can measure click -> tool start across processes.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from runtime.agent import Agent
+from runtime.models.scripted import ScriptedModel, reply
+from runtime.tools import ToolContext, tool
+
+
+@tool(permission="execute")
+async def deploy(ctx: ToolContext, service: str) -> str:
+    """Deploy a service (the benchmark's gated call)."""
+    started = time.time()
+    path = os.environ.get("BENCH_TOOL_LOG")
+    if path:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, f"{ctx.run_id} {started:.6f}\n".encode())
+        finally:
+            os.close(fd)
+    return f"deployed {service}"
+
+
+AGENTS = [Agent(name="bench-deploy", instructions="", tools=[deploy],
+                model=ScriptedModel.sequence([reply("deploying", ("deploy", {"service": "web"})),
+                                              reply("done", turn=1)]))]

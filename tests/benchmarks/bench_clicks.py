@@ -1,0 +1,218 @@
+"""Approve clicks under load: signed HTTP clicks on waiting runs, N at a time.
+
+    python tests/benchmarks/bench_clicks.py [--runs 200] [--concurrency 20] [--mode effect|ack]
+
+``approvald serve`` runs as its own process (Slack app over HTTP, worker, outbox drain,
+run threads, scheduler) on a temp SQLite file; this process plays Slack: the Web API
+emulator the app calls, and the signed clicks it sends. ``--runs`` runs pause on a gated
+call; every card then gets one signed Approve click, ``--concurrency`` at a time:
+
+* ``--mode effect`` (default): a click is in flight until its tool starts, like 20
+  approvers each watching their call run;
+* ``--mode ack``: until the HTTP response, an open-loop flood that measures sustained
+  throughput (latency is then mostly queueing behind earlier clicks).
+
+Prints p50/p99 of click -> HTTP response (the ack) and click -> the approved tool
+starting. The in-run baseline is the same signed request path doing no work (Slack's
+url_verification). Targets (issue 4, SQLite): p99 ack <= 100 ms, p99 tool start <= 250 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[1]))
+sys.path.insert(0, str(HERE))
+
+import aiohttp
+from bench_agent import AGENTS
+
+from bot import cards
+from bot.sandbox import SlackEmulator
+from runtime.agent import Registry
+from runtime.engine import Engine
+from runtime.ids import TokenSigner
+from store import migrate
+from store.db import Database
+
+SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
+TOKEN_SECRET = "bench-token-secret-0123456789abcd"
+CHANNEL, OPS = "C_APPROVALS", "C_OPS"
+
+
+def pct(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] * 1000
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ToolLog:
+    """Tails the tool-start log the serve process writes; one event per run id."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.started: dict[str, float] = {}
+        self.events: dict[str, asyncio.Event] = {}
+        self._offset = 0
+
+    def event(self, run_id: str) -> asyncio.Event:
+        return self.events.setdefault(run_id, asyncio.Event())
+
+    def poll(self) -> None:
+        if not self.path.exists():
+            return
+        with self.path.open("rb") as fh:
+            fh.seek(self._offset)
+            data = fh.read()
+        complete = data[:data.rfind(b"\n") + 1]
+        self._offset += len(complete)
+        for line in complete.decode().splitlines():
+            run_id, _, t = line.partition(" ")
+            self.started[run_id] = float(t)
+            self.event(run_id).set()
+
+    async def follow(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            self.poll()
+            try:
+                await asyncio.wait_for(stop.wait(), 0.002)
+            except TimeoutError:
+                pass
+
+
+async def bench(runs: int, concurrency: int, mode: str, db_url: str | None) -> None:
+    tmp = Path(tempfile.mkdtemp())
+    db_url = db_url or f"sqlite+aiosqlite:///{tmp / 'clicks.db'}"
+    log = tmp / "tool-starts.log"
+    emulator = SlackEmulator(bot_token="xoxb-bench", signing_secret=SECRET)
+    for ch in (CHANNEL, OPS):
+        emulator.add_channel(ch)
+    emulator.add_user("U_ALICE", "alice")
+    url = await emulator.start()
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("APPROVALD_", "SLACK_"))}
+    env.update(SLACK_BOT_TOKEN="xoxb-bench", SLACK_SIGNING_SECRET=SECRET, SLACK_API_URL=url,
+               APPROVALD_DATABASE_URL=db_url, APPROVALD_CHANNEL=CHANNEL,
+               APPROVALD_OPS_CHANNEL=OPS, APPROVALD_PORT=str(port),
+               APPROVALD_HOST="127.0.0.1", APPROVALD_SECRET=TOKEN_SECRET,
+               APPROVALD_AGENTS="bench_agent", APPROVALD_LOG_LEVEL="WARNING",
+               BENCH_TOOL_LOG=str(log),
+               PYTHONPATH=os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")]))
+    db = Database(db_url)
+    await migrate.upgrade(db)
+    engine = Engine(db, Registry(AGENTS))
+    serve = await asyncio.create_subprocess_exec(
+        *(os.environ.get("BENCH_SERVE_CMD", "").split()  # e.g. python -m cProfile ... -m bot.cli
+          or [str(Path(sys.executable).parent / "approvald")]), "serve", env=env,
+        stderr=asyncio.subprocess.DEVNULL)
+    try:
+        async with aiohttp.ClientSession() as http:
+            for _ in range(300):
+                try:
+                    async with http.get(f"http://127.0.0.1:{port}/healthz") as r:
+                        if r.status == 200:
+                            break
+                except aiohttp.ClientError:
+                    await asyncio.sleep(0.1)
+        print(f"database: {db.display_url}; {os.cpu_count()} CPUs; approvald serve pid "
+              f"{serve.pid}")
+        t0 = time.perf_counter()
+        approvals = []
+        for _ in range(runs):
+            outcome = await engine.run("bench-deploy", "deploy web", requested_by="U_DANA")
+            approvals.append(outcome.approval_ids[0])  # type: ignore[attr-defined]
+        print(f"paused {runs} runs in {time.perf_counter() - t0:.2f} s")
+        signer = TokenSigner(TOKEN_SECRET)
+        while True:  # every card posted by serve first, as in real life
+            async with engine.db.read() as tx:
+                rows = [await tx.approvals.get(a) for a in approvals]
+            if all(r and r.message_ts for r in rows):
+                break
+            await asyncio.sleep(0.05)
+        values = {r.id: (r, f"{r.id}:{signer.token(r.id, r.token_nonce)}")
+                  for r in rows if r}
+        async with emulator.client(f"http://127.0.0.1:{port}/slack/events") as slack:
+            floor = []
+            for _ in range(50):
+                t = time.perf_counter()
+                assert (await slack.url_verification()).status == 200
+                floor.append(time.perf_counter() - t)
+            sem = asyncio.Semaphore(concurrency)
+            acks: list[float] = []
+            sent: dict[str, float] = {}
+            tool_log = ToolLog(log)
+            stop = asyncio.Event()
+            tailer = asyncio.create_task(tool_log.follow(stop))
+
+            async def click(aid: str) -> None:
+                a, value = values[aid]
+                async with sem:
+                    sent[a.run_id] = time.time()
+                    t = time.perf_counter()
+                    r = await slack.click(cards.APPROVE, value, user_id="U_ALICE",
+                                          channel_id=CHANNEL, message_ts=a.message_ts)
+                    acks.append(time.perf_counter() - t)
+                    assert r.status == 200, r.body
+                    if mode == "effect":
+                        await tool_log.event(a.run_id).wait()
+
+            t0 = time.perf_counter()
+            await asyncio.gather(*(click(aid) for aid in approvals))
+            await asyncio.wait_for(
+                asyncio.gather(*(tool_log.event(values[a][0].run_id).wait()
+                                 for a in approvals)), 300)
+            wall = time.perf_counter() - t0
+            stop.set()
+            await tailer
+        started = tool_log.started
+        starts = [started[r] - sent[r] for r in sent]
+        print(f"{runs} signed Approve clicks, {concurrency} at a time, over HTTP to a separate "
+              f"serve process: {wall:.2f} s wall ({runs / wall:.0f} approvals/s)")
+        print("  a click is in flight until " + (
+            "its tool starts (approvers each watching their call run)" if mode == "effect"
+            else "the ack (open loop: clicks arrive as fast as acks return)"))
+        print(f"  click -> HTTP response (ack): p50 {pct(acks, .5):.1f} ms   "
+              f"p99 {pct(acks, .99):.1f} ms   max {max(acks) * 1000:.1f} ms")
+        print(f"  click -> tool start:          p50 {pct(starts, .5):.1f} ms   "
+              f"p99 {pct(starts, .99):.1f} ms   max {max(starts) * 1000:.1f} ms")
+        print(f"  baseline, signed url_verification round trip: p50 {pct(floor, .5):.1f} ms  "
+              f"p99 {pct(floor, .99):.1f} ms  (mean {statistics.mean(floor) * 1000:.1f})")
+        ok_ack, ok_start = pct(acks, .99) <= 100, pct(starts, .99) <= 250
+        print("targets")
+        print(f"  p99 ack <= 100 ms: {pct(acks, .99):.1f}  {'PASS' if ok_ack else 'FAIL'}")
+        print(f"  p99 click -> tool start <= 250 ms: {pct(starts, .99):.1f}  "
+              f"{'PASS' if ok_start else 'FAIL'}")
+    finally:
+        serve.terminate()
+        await serve.wait()
+        await db.close()
+        await emulator.stop()
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--runs", type=int, default=200)
+    p.add_argument("--concurrency", type=int, default=20)
+    p.add_argument("--mode", choices=["effect", "ack"], default="effect")
+    p.add_argument("--db", default=None, help="database URL (default: a temp SQLite file)")
+    a = p.parse_args()
+    asyncio.run(bench(a.runs, a.concurrency, a.mode, a.db))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
