@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import aiohttp
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.async_app import AsyncApp
@@ -47,8 +48,10 @@ class SlackService:
         assert settings.slack_bot_token is not None and settings.channel is not None
         self.settings = settings
         self.engine = engine
+        # one pooled HTTP session: without it slack_sdk opens a new connection per call
+        self.http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
         self.client = AsyncWebClient(token=settings.slack_bot_token.get_secret_value(),
-                                     base_url=settings.slack_api_url)
+                                     base_url=settings.slack_api_url, session=self.http)
         engine.directory = SlackDirectory(self.client)
         socket = settings.slack_app_token is not None
         self.mode = "Socket Mode" if socket else f"HTTP on port {settings.port}"
@@ -106,4 +109,4 @@ class SlackService:
             await self._socket.close_async()
         if self._runner is not None:
             await self._runner.cleanup()
-        await self.client.session.close() if self.client.session else None
+        await self.http.close()

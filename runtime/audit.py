@@ -106,7 +106,7 @@ def _describe(e: AuditRecord) -> str:
 async def verify(db: Database) -> VerifyReport:
     """Walk the chain; report the first entry where it breaks and what kind of break."""
     report = VerifyReport()
-    async with db.read() as tx:
+    async with db.read(snapshot=True) as tx:  # the entries and the head must agree
         prev_seq, prev_hash = 0, GENESIS
         async for e in tx.audit.iterate():
             report.entries += 1

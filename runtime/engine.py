@@ -145,7 +145,6 @@ class Engine:
         if outcome.status == "awaiting_approval":
             for approval_id in getattr(outcome, "approval_ids", ()):
                 self.notify_opened(approval_id)
-        self.notify_outbox()  # cards, notices
         return outcome
 
     async def run(self, agent: str, task: str, *, requested_by: str) -> Outcome:

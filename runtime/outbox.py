@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol
@@ -52,6 +53,8 @@ class DrainConfig:
     max_attempts: int = 25
     backoff: float = 1.0
     max_backoff: float = 300.0
+    stale_check: float = 5.0  # seconds between looks for dead claimers
+    gather: float = 0.02  # after a wake, let a burst of rows pile up, then send as a batch
 
 
 class OutboxDrain:
@@ -61,6 +64,14 @@ class OutboxDrain:
         self.deliverer = deliverer
         self.config = config or DrainConfig()
         self._wake = asyncio.Event()
+        self._stale: tuple[float, tuple[str, ...]] = (-1e9, ())
+
+    async def _stale_owners(self) -> tuple[str, ...]:
+        """Dead claimers, looked up at most every few seconds (only takeovers need it)."""
+        now = time.monotonic()
+        if now - self._stale[0] > self.config.stale_check:
+            self._stale = (now, tuple(await self.e.stale_owners()))
+        return self._stale[1]
 
     def wake(self) -> None:
         """Drain now rather than at the next poll (a local commit added rows)."""
@@ -75,7 +86,7 @@ class OutboxDrain:
         """
         e = self.e
         delivered = 0
-        stale = tuple(await e.stale_owners())
+        stale = await self._stale_owners()
         while True:
             now = e.clock.now()
             async with e.db.read() as tx:
@@ -142,3 +153,5 @@ class OutboxDrain:
             for t in pending:
                 t.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
+            if self._wake.is_set() and not stop.is_set():
+                await asyncio.sleep(self.config.gather)

@@ -146,6 +146,8 @@ class Runner:
 
     # -- the loop ----------------------------------------------------------------------
     async def _load(self, run_id: str, owner: str) -> _Live:
+        # no snapshot needed: we hold the lease, so only we write this run's events and
+        # ledger rows, and a ledger row is always committed before the event naming it
         async with self.e.db.read() as tx:
             run = await tx.runs.get(run_id)
             if run is None:
@@ -309,6 +311,8 @@ class Runner:
             after_result=after_result if (approval or kind == "notify_after") else None,
             retry_sanctioned=sanctioned,
         )
+        if kind == "notify_after" and isinstance(result, Executed) and not result.reused:
+            e.notify_outbox()  # the notice
         if isinstance(result, OutcomeUnknown):
             pending.unknown.append((call, result.record, args))
             return journal_reply is not None
@@ -336,6 +340,7 @@ class Runner:
                     await e.gate.open_question(tx, live.run, call, tool, rec, args)
             await self._checkpoint(live, pending, status="needs_attention", extra=ask,
                                    release=True)
+            e.notify_outbox()
             call = pending.unknown[0][0]
             return NeedsAttention(run_id, "needs_attention", call_id=call.id,
                                   reason=f"outcome of {call.name} ({call.id}) is unknown")
@@ -349,6 +354,7 @@ class Runner:
             await self._checkpoint(live, pending, status="awaiting_approval", extra=request,
                                    release=True)
             failpoint("after_request_commit")
+            e.notify_outbox()
             ids = tuple(opened) + tuple(a.id for a in pending.waiting)
             return Paused(run_id, "awaiting_approval", approval_ids=ids)
         await self._checkpoint(live, pending)
@@ -396,6 +402,7 @@ class Runner:
             await e.gate.cancel_pending(tx, live.run.id, actor=by or "system:runtime",
                                         via="runtime")
         await self._checkpoint(live, _Pending(), status="cancelled", extra=close, release=True)
+        e.notify_outbox()
         return Cancelled(live.run.id, "cancelled")
 
 def status_outcome(run: RunRecord, approvals: list[ApprovalRecord]) -> Outcome:

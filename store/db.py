@@ -18,6 +18,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
+from store import sqlite_driver
 from store.errors import ConfigError
 from store.repos import Tx
 
@@ -64,10 +65,15 @@ class Database:
         if self.dialect == "postgresql":
             kwargs.update(pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
         else:
+            path = self.url.database
+            assert path is not None
+
+            async def creator() -> Any:
+                return await sqlite_driver.connect(path, busy_timeout=busy_timeout_ms / 1000)
+
             # every transaction ends in an explicit COMMIT or ROLLBACK, so the pool's extra
             # rollback on check-in is a wasted round trip to the driver thread
-            kwargs.update(connect_args={"timeout": busy_timeout_ms / 1000},
-                          pool_reset_on_return=None)
+            kwargs.update(async_creator=creator, pool_reset_on_return=None)
         self.engine: AsyncEngine = create_async_engine(self.url, **kwargs)
         # SQLite has one writer. Queueing this process's writers here costs nothing; left
         # to SQLite they spin in its busy handler, which sleeps up to 100 ms per retry.
@@ -95,10 +101,17 @@ class Database:
                 yield Tx(conn, self.dialect)
 
     @asynccontextmanager
-    async def read(self) -> AsyncIterator[Tx]:
-        """A read-only transaction (a consistent snapshot on both dialects)."""
-        async with self.engine.connect() as conn, conn.begin():
-            yield Tx(conn, self.dialect)
+    async def read(self, *, snapshot: bool = False) -> AsyncIterator[Tx]:
+        """Reads. By default each statement sees the latest commit (on SQLite no
+        BEGIN/COMMIT round trips at all); ``snapshot=True`` gives one consistent
+        transaction across statements, for readers that compare rows with each other."""
+        async with self.engine.connect() as conn:
+            if self.dialect == "sqlite" and not snapshot:
+                await conn.execution_options(approvald_begin=None)
+                yield Tx(conn, self.dialect)
+                return
+            async with conn.begin():
+                yield Tx(conn, self.dialect)
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[AsyncConnection]:
@@ -124,4 +137,5 @@ def _configure_sqlite(engine: AsyncEngine, busy_timeout_ms: int) -> None:
     @event.listens_for(engine.sync_engine, "begin")
     def _on_begin(conn: Any) -> None:
         mode = conn.get_execution_options().get("approvald_begin", "DEFERRED")
-        conn.exec_driver_sql(f"BEGIN {mode}")
+        if mode is not None:  # None: statement-at-a-time reads in autocommit
+            conn.exec_driver_sql(f"BEGIN {mode}")

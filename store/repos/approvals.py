@@ -2,17 +2,34 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, func, select, update
+from sqlalchemy import Insert, Table, Update, bindparam, func, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 
 from store.models import Approval, ApprovalVote
 from store.records import ApprovalRecord, VoteRecord
 from store.repos.base import Repo, to_record
 
 _T = cast(Table, Approval.__table__)
+_V = cast(Table, ApprovalVote.__table__)
+# statements built once: SQLAlchemy then skips construction and cache-key work per call
+_GET = select(_T).where(_T.c.id == bindparam("aid"))
+_FOR_RUN = select(_T).where(_T.c.run_id == bindparam("rid")).order_by(_T.c.requested_at)
+_VOTES = select(_V).where(_V.c.approval_id == bindparam("aid")).order_by(_V.c.at)
+_VOTE: dict[str, Insert] = {
+    "sqlite": cast(Any, sqlite.insert(_V)).on_conflict_do_nothing(),
+    "postgresql": cast(Any, postgresql.insert(_V)).on_conflict_do_nothing(),
+}
+
+
+@functools.lru_cache(maxsize=64)
+def _transition(to: str, from_: tuple[str, ...], keys: tuple[str, ...]) -> Update:
+    return (update(_T).where(_T.c.id == bindparam("aid"), _T.c.status.in_(from_))
+            .values(status=to, **{k: bindparam(f"v_{k}") for k in keys}).returning(_T))
 
 
 class ApprovalsRepo(Repo):
@@ -20,7 +37,7 @@ class ApprovalsRepo(Repo):
         await self.conn.execute(_T.insert(), values)
 
     async def get(self, approval_id: str) -> ApprovalRecord | None:
-        row = (await self.conn.execute(select(_T).where(Approval.id == approval_id))).first()
+        row = (await self.conn.execute(_GET, {"aid": approval_id})).first()
         return to_record(ApprovalRecord, row)
 
     async def find(self, prefix: str) -> list[ApprovalRecord]:
@@ -38,9 +55,7 @@ class ApprovalsRepo(Repo):
         return to_record(ApprovalRecord, row)
 
     async def for_run(self, run_id: str) -> list[ApprovalRecord]:
-        rows = await self.conn.execute(
-            select(_T).where(Approval.run_id == run_id).order_by(Approval.requested_at)
-        )
+        rows = await self.conn.execute(_FOR_RUN, {"rid": run_id})
         return [ApprovalRecord(**r._mapping) for r in rows]
 
     async def recent(self, *, status: str | None = None, run_id: str | None = None,
@@ -78,9 +93,10 @@ class ApprovalsRepo(Repo):
     async def transition(self, approval_id: str, *, to: str, from_: Sequence[str] = ("pending",),
                          **values: Any) -> ApprovalRecord | None:
         """Compare-and-set ``status`` from one of ``from_`` to ``to``; None if we lost."""
+        keys = tuple(sorted(values))
         row = (await self.conn.execute(
-            update(_T).where(Approval.id == approval_id, Approval.status.in_(list(from_)))
-            .values(status=to, **values).returning(_T)
+            _transition(to, tuple(from_), keys),
+            {"aid": approval_id, **{f"v_{k}": values[k] for k in keys}},
         )).first()
         return to_record(ApprovalRecord, row)
 
@@ -124,17 +140,14 @@ class ApprovalsRepo(Repo):
                        via: str, at: datetime) -> bool:
         """Record a vote; False if this actor already voted on this approval."""
         res = await self.conn.execute(
-            self.insert_ignore(ApprovalVote),
+            _VOTE[self.dialect],
             {"approval_id": approval_id, "actor": actor, "verdict": verdict, "digest": digest,
              "via": via, "at": at},
         )
         return bool(res.rowcount == 1)
 
     async def votes(self, approval_id: str) -> list[VoteRecord]:
-        rows = await self.conn.execute(
-            select(ApprovalVote.__table__).where(ApprovalVote.approval_id == approval_id)
-            .order_by(ApprovalVote.at)
-        )
+        rows = await self.conn.execute(_VOTES, {"aid": approval_id})
         return [VoteRecord(**r._mapping) for r in rows]
 
     async def set_edit(self, approval_id: str, *, edited_args: str, edited_digest: str) -> bool:

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, select, update
+from sqlalchemy import Table, bindparam, select, update
 
 from store.models import AuditEntry, AuditHead
 from store.records import AuditRecord
@@ -14,6 +14,11 @@ from store.repos.base import Repo
 
 GENESIS = "0" * 64
 _T = cast(Table, AuditEntry.__table__)
+_H = cast(Table, AuditHead.__table__)
+_INSERT = _T.insert()
+# the no-op SET takes the row lock on PostgreSQL
+_LOCK = update(_H).where(_H.c.id == 1).values(seq=_H.c.seq).returning(_H.c.seq, _H.c.hash)
+_MOVE = update(_H).where(_H.c.id == 1).values(seq=bindparam("s"), hash=bindparam("h"))
 
 
 class AuditRepo(Repo):
@@ -23,10 +28,7 @@ class AuditRepo(Repo):
         The no-op UPDATE takes the row lock on PostgreSQL (SQLite's write transaction
         already holds the database lock), so appends are serialized and the chain cannot fork.
         """
-        row = (await self.conn.execute(
-            update(AuditHead).where(AuditHead.id == 1).values(seq=AuditHead.seq)
-            .returning(AuditHead.seq, AuditHead.hash)
-        )).first()
+        row = (await self.conn.execute(_LOCK)).first()
         if row is None:
             await self.conn.execute(
                 self.insert_ignore(AuditHead), {"id": 1, "seq": 0, "hash": GENESIS}
@@ -35,19 +37,13 @@ class AuditRepo(Repo):
         return int(row[0]), str(row[1])
 
     async def append(self, **values: Any) -> None:
-        await self.conn.execute(_T.insert(), values)
-        await self.conn.execute(
-            update(AuditHead).where(AuditHead.id == 1)
-            .values(seq=values["seq"], hash=values["hash"])
-        )
+        await self.conn.execute(_INSERT, values)
+        await self.conn.execute(_MOVE, {"s": values["seq"], "h": values["hash"]})
 
     async def append_rows(self, rows: list[dict[str, Any]]) -> None:
         """Insert consecutive entries and move the head to the last one."""
-        await self.conn.execute(_T.insert(), rows)
-        await self.conn.execute(
-            update(AuditHead).where(AuditHead.id == 1)
-            .values(seq=rows[-1]["seq"], hash=rows[-1]["hash"])
-        )
+        await self.conn.execute(_INSERT, rows)
+        await self.conn.execute(_MOVE, {"s": rows[-1]["seq"], "h": rows[-1]["hash"]})
 
     async def head(self) -> tuple[int, str]:
         row = (await self.conn.execute(select(AuditHead.seq, AuditHead.hash))).first()

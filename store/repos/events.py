@@ -5,13 +5,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import cast
 
-from sqlalchemy import Table, insert, select
+from sqlalchemy import Table, bindparam, insert, select
 
 from store.models import RunEvent
 from store.records import EventRecord
 from store.repos.base import Repo
 
-_INSERT = insert(cast(Table, RunEvent.__table__))
+_E = cast(Table, RunEvent.__table__)
+_INSERT = insert(_E)
+_LOAD = (select(_E).where(_E.c.run_id == bindparam("rid"), _E.c.seq >= bindparam("since"))
+         .order_by(_E.c.seq))
 
 
 class EventsRepo(Repo):
@@ -33,8 +36,5 @@ class EventsRepo(Repo):
 
     async def load(self, run_id: str, *, since: int = 0) -> list[EventRecord]:
         """Events of a run in order, from seq ``since`` on."""
-        rows = await self.conn.execute(
-            select(RunEvent.__table__)
-            .where(RunEvent.run_id == run_id, RunEvent.seq >= since).order_by(RunEvent.seq)
-        )
+        rows = await self.conn.execute(_LOAD, {"rid": run_id, "since": since})
         return [EventRecord(**r._mapping) for r in rows]

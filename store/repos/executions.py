@@ -20,6 +20,8 @@ _RESULT = (
             error_class=bindparam("error_class"), error=bindparam("error"),
             finished_at=bindparam("now"), latency_ms=bindparam("latency_ms"))
 )
+_GET = select(_COLS).where(_KEY)
+_FOR_RUN = select(_COLS).where(_COLS.c.run_id == bindparam("rid"))
 _INTENT: dict[str, Insert] = {
     "sqlite": cast(Any, sqlite.insert(_COLS)).on_conflict_do_nothing(),
     "postgresql": cast(Any, postgresql.insert(_COLS)).on_conflict_do_nothing(),
@@ -28,13 +30,11 @@ _INTENT: dict[str, Insert] = {
 
 class ExecutionsRepo(Repo):
     async def get(self, run_id: str, call_id: str) -> ExecutionRecord | None:
-        row = (await self.conn.execute(
-            select(_COLS).where(ToolExecution.run_id == run_id, ToolExecution.call_id == call_id)
-        )).first()
+        row = (await self.conn.execute(_GET, {"rid": run_id, "cid": call_id})).first()
         return to_record(ExecutionRecord, row)
 
     async def for_run(self, run_id: str) -> dict[str, ExecutionRecord]:
-        rows = await self.conn.execute(select(_COLS).where(ToolExecution.run_id == run_id))
+        rows = await self.conn.execute(_FOR_RUN, {"rid": run_id})
         return {r.call_id: ExecutionRecord(**r._mapping) for r in rows}
 
     async def record_intent(self, *, run_id: str, call_id: str, step: int, tool: str,

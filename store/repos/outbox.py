@@ -17,6 +17,25 @@ from store.repos.base import Repo, to_record
 _T = cast(Table, Outbox.__table__)
 
 
+_INSERT = _T.insert()
+
+
+def _heads(with_stale: bool) -> Any:
+    earlier = aliased(Outbox)
+    blocked = (select(earlier.id)
+               .where(earlier.group_key == Outbox.group_key, earlier.status == "pending",
+                      earlier.id < Outbox.id).exists())
+    free = or_(_T.c.claimed_until.is_(None), _T.c.claimed_until < bindparam("now"))
+    if with_stale:
+        free = or_(free, _T.c.claimed_by.in_(bindparam("stale", expanding=True)))
+    return (select(_T).where(_T.c.status == "pending", _T.c.not_before <= bindparam("now"),
+                             free, ~blocked)
+            .order_by(_T.c.id).limit(bindparam("lim")))
+
+
+_HEADS = {False: _heads(False), True: _heads(True)}
+
+
 def _free(now: datetime, stale_owners: Sequence[str]) -> Any:
     free = or_(Outbox.claimed_until.is_(None), Outbox.claimed_until < now)
     if stale_owners:
@@ -34,7 +53,7 @@ class OutboxRepo(Repo):
 
     async def add(self, *, kind: str, group_key: str, payload: str, now: datetime) -> None:
         await self.conn.execute(
-            _T.insert(),
+            _INSERT,
             {"kind": kind, "group_key": group_key, "payload": payload, "status": "pending",
              "attempts": 0, "not_before": now, "created_at": now},
         )
@@ -66,19 +85,10 @@ class OutboxRepo(Repo):
         Later rows of a group wait for the head, so a card is posted before it is updated.
         A claim by a worker known to be dead (``stale_owners``) does not count.
         """
-        earlier = aliased(Outbox)
-        blocked = (
-            select(earlier.id)
-            .where(earlier.group_key == Outbox.group_key, earlier.status == "pending",
-                   earlier.id < Outbox.id)
-            .exists()
-        )
-        rows = await self.conn.execute(
-            select(_T)
-            .where(Outbox.status == "pending", Outbox.not_before <= now,
-                   _free(now, stale_owners), ~blocked)
-            .order_by(Outbox.id).limit(limit)
-        )
+        params: dict[str, Any] = {"now": now, "lim": limit}
+        if stale_owners:
+            params["stale"] = list(stale_owners)
+        rows = await self.conn.execute(_HEADS[bool(stale_owners)], params)
         return [OutboxRecord(**r._mapping) for r in rows]
 
     async def claim(self, outbox_id: int, *, owner: str, now: datetime, until: datetime,

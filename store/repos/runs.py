@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, cast
@@ -19,6 +20,31 @@ _OWNED = and_(_T.c.id == bindparam("rid"), _T.c.lease_owner == bindparam("owner"
 _RENEW = update(_T).where(_OWNED).values(lease_expires_at=bindparam("until"))
 _RENEW_JOURNAL = update(_T).where(_OWNED).values(lease_expires_at=bindparam("until"),
                                                  inflight=bindparam("inflight"))
+_GET = select(_T).where(_T.c.id == bindparam("rid"))
+_RELEASE = update(_T).where(_OWNED).values(lease_owner=None, lease_expires_at=None)
+
+
+def _acquire(with_stale: bool) -> Any:
+    free = or_(_T.c.lease_owner.is_(None), _T.c.lease_expires_at < bindparam("now"),
+               _T.c.lease_owner == bindparam("owner"))
+    if with_stale:
+        free = or_(free, _T.c.lease_owner.in_(bindparam("stale", expanding=True)))
+    return (update(_T).where(_T.c.id == bindparam("rid"), _T.c.status == "running", free)
+            .values(lease_owner=bindparam("owner"), lease_expires_at=bindparam("until"))
+            .returning(_T))
+
+
+_ACQUIRE = {False: _acquire(False), True: _acquire(True)}
+
+
+@functools.lru_cache(maxsize=64)
+def _update(keys: tuple[str, ...], with_status: bool) -> Any:
+    stmt = update(_T).where(_T.c.id == bindparam("rid"))
+    if with_status:
+        stmt = stmt.where(_T.c.status.in_(bindparam("expect", expanding=True)))
+    return stmt.values({k: bindparam(f"v_{k}") for k in keys})
+
+
 _CHECKPOINT = (
     update(_T).where(_OWNED)
     .values(step=bindparam("step"), next_seq=bindparam("next_seq"), status=bindparam("status"),
@@ -44,7 +70,7 @@ class RunsRepo(Repo):
         )
 
     async def get(self, run_id: str) -> RunRecord | None:
-        row = (await self.conn.execute(select(Run.__table__).where(Run.id == run_id))).first()
+        row = (await self.conn.execute(_GET, {"rid": run_id})).first()
         return to_record(RunRecord, row)
 
     async def find(self, prefix: str) -> list[RunRecord]:
@@ -68,19 +94,10 @@ class RunsRepo(Repo):
                             stale_owners: Sequence[str] = ()) -> RunRecord | None:
         """Take the lease of a ``running`` run that is free, expired, ours, or held by a dead
         owner; returns the run, or None when it is not ours to advance."""
-        free = or_(
-            Run.lease_owner.is_(None),
-            Run.lease_expires_at < now,
-            Run.lease_owner == owner,
-        )
+        params: dict[str, Any] = {"rid": run_id, "owner": owner, "now": now, "until": until}
         if stale_owners:
-            free = or_(free, Run.lease_owner.in_(list(stale_owners)))
-        row = (await self.conn.execute(
-            update(_T)
-            .where(and_(_T.c.id == run_id, _T.c.status == "running", free))
-            .values(lease_owner=owner, lease_expires_at=until)
-            .returning(_T)
-        )).first()
+            params["stale"] = list(stale_owners)
+        row = (await self.conn.execute(_ACQUIRE[bool(stale_owners)], params)).first()
         return to_record(RunRecord, row)
 
     async def renew_lease(self, run_id: str, *, owner: str, until: datetime,
@@ -94,10 +111,7 @@ class RunsRepo(Repo):
         return bool(res.rowcount == 1)
 
     async def release_lease(self, run_id: str, *, owner: str) -> None:
-        await self.conn.execute(
-            update(Run).where(Run.id == run_id, Run.lease_owner == owner)
-            .values(lease_owner=None, lease_expires_at=None)
-        )
+        await self.conn.execute(_RELEASE, {"rid": run_id, "owner": owner})
 
     async def update_owned(self, run_id: str, *, owner: str, **values: Any) -> bool:
         """Update the run only while ``owner`` holds its lease; False means the lease is gone."""
@@ -109,10 +123,11 @@ class RunsRepo(Repo):
     async def update(self, run_id: str, *, expect_status: Sequence[str] | None = None,
                      **values: Any) -> bool:
         """Update the run, optionally only if its status is one of ``expect_status``."""
-        stmt = update(Run).where(Run.id == run_id)
+        keys = tuple(sorted(values))
+        params: dict[str, Any] = {"rid": run_id, **{f"v_{k}": values[k] for k in keys}}
         if expect_status is not None:
-            stmt = stmt.where(Run.status.in_(list(expect_status)))
-        res = await self.conn.execute(stmt.values(**values))
+            params["expect"] = list(expect_status)
+        res = await self.conn.execute(_update(keys, expect_status is not None), params)
         return bool(res.rowcount == 1)
 
     async def wake_if_idle(self, run_id: str, *, kind: str, now: datetime,

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import cast
 
-from sqlalchemy import Table, or_, select, update
+from sqlalchemy import Table, bindparam, or_, select, update
 
 from store.models import Run, RunThread
 from store.records import RunRecord
@@ -14,6 +14,7 @@ from store.repos.base import Repo
 
 _T = cast(Table, RunThread.__table__)
 _R = cast(Table, Run.__table__)
+_GET = select(_T).where(_T.c.run_id == bindparam("rid"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +28,7 @@ class ThreadRecord:
 
 class ThreadsRepo(Repo):
     async def get(self, run_id: str) -> ThreadRecord | None:
-        row = (await self.conn.execute(select(_T).where(_T.c.run_id == run_id))).first()
+        row = (await self.conn.execute(_GET, {"rid": run_id})).first()
         return None if row is None else ThreadRecord(**row._mapping)
 
     async def create(self, run_id: str, *, channel: str, ts: str, posted_status: str) -> None:

@@ -49,6 +49,15 @@ TOKEN_SECRET = "bench-token-secret-0123456789abcd"
 CHANNEL, OPS = "C_APPROVALS", "C_OPS"
 
 
+def cpu_seconds(pid: int | None) -> float:
+    """User + system CPU a process has used (Linux /proc), to show where the time goes."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return float("nan")
+
+
 def pct(samples: list[float], q: float) -> float:
     ordered = sorted(samples)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] * 1000
@@ -171,17 +180,21 @@ async def bench(runs: int, concurrency: int, mode: str, db_url: str | None) -> N
                         await tool_log.event(a.run_id).wait()
 
             t0 = time.perf_counter()
+            cpu0 = cpu_seconds(serve.pid)
             await asyncio.gather(*(click(aid) for aid in approvals))
             await asyncio.wait_for(
                 asyncio.gather(*(tool_log.event(values[a][0].run_id).wait()
                                  for a in approvals)), 300)
             wall = time.perf_counter() - t0
+            serve_cpu = cpu_seconds(serve.pid) - cpu0
             stop.set()
             await tailer
         started = tool_log.started
         starts = [started[r] - sent[r] for r in sent]
         print(f"{runs} signed Approve clicks, {concurrency} at a time, over HTTP to a separate "
               f"serve process: {wall:.2f} s wall ({runs / wall:.0f} approvals/s)")
+        print(f"  serve process CPU during the clicks: {serve_cpu:.2f} s "
+              f"({serve_cpu / wall:.0%} of one core; {serve_cpu / runs * 1000:.1f} ms/approval)")
         print("  a click is in flight until " + (
             "its tool starts (approvers each watching their call run)" if mode == "effect"
             else "the ack (open loop: clicks arrive as fast as acks return)"))
