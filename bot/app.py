@@ -77,7 +77,12 @@ class SlackService:
         app = web.Application(client_max_size=MAX_REQUEST_BYTES)
 
         async def events(request: web.Request) -> web.StreamResponse:
-            resp = await self.app.async_dispatch(await to_bolt_request(request))
+            try:
+                bolt_request = await to_bolt_request(request)
+            except ValueError:  # a body bolt cannot even parse: nothing to verify or act on
+                return web.json_response({"ok": False, "error": "malformed request"},
+                                         status=400)
+            resp = await self.app.async_dispatch(bolt_request)
             return await to_aiohttp_response(resp)
 
         async def health(_request: web.Request) -> web.StreamResponse:

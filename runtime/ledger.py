@@ -29,8 +29,21 @@ from store.db import Database
 from store.records import ExecutionRecord
 from store.repos import Tx
 
+
+@dataclass(frozen=True)
+class Recorded:
+    """A result as it is being committed (handed to writes that must share its transaction)."""
+
+    run_id: str
+    idempotency_key: str
+    status: str
+    result: str | None
+    error: str | None
+    latency_ms: float | None
+
+
 # extra writes that must land in the same transaction as the result (outbox notices, audit)
-AfterResult = Callable[[Tx, ExecutionRecord | None, Any], Awaitable[None]]
+AfterResult = Callable[[Tx, Recorded], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -166,8 +179,9 @@ class Ledger:
                     run_id=ctx.run_id,
                 )
             if after_result is not None:
-                rec = await tx.executions.get(ctx.run_id, ctx.call_id)
-                await after_result(tx, rec, None if text is None else json.loads(text))
+                await after_result(tx, Recorded(
+                    run_id=ctx.run_id, idempotency_key=ctx.idempotency_key, status=status,
+                    result=text, error=err_text, latency_ms=latency_ms))
         failpoint("after_result")
         if status == "succeeded":
             return Executed(None if text is None else json.loads(text), reused=False)
@@ -182,11 +196,9 @@ class Ledger:
             raise LeaseLost(f"lost the lease on run {run_id}", run_id=run_id)
 
 
-async def audit_execution(tx: Tx, *, at: Any, approval_id: str, rec: ExecutionRecord | None,
+async def audit_execution(tx: Tx, *, at: Any, approval_id: str, rec: Recorded,
                           tool: str, digest: str) -> None:
     """Audit entry for an approved call's execution (with its result)."""
-    if rec is None:
-        return
     await audit.append(
         tx, at=at, action="executed", actor="system:runtime", via="runtime",
         run_id=rec.run_id, approval_id=approval_id, digest=digest,

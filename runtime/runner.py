@@ -21,7 +21,7 @@ from runtime.canonical import call_digest, compact_json
 from runtime.errors import DigestMismatch, InvalidArguments, LeaseLost, ModelError, NotFound
 from runtime.failpoints import failpoint
 from runtime.gate import GateRequest
-from runtime.ledger import Executed, OutcomeUnknown, audit_execution
+from runtime.ledger import Executed, OutcomeUnknown, Recorded, audit_execution
 from runtime.outcomes import (
     Busy,
     Cancelled,
@@ -97,8 +97,7 @@ class Runner:
         released = [False]
         try:
             async with self._heartbeat(run_id, owner) as lost:
-                return await self._drive(run_id, owner, stop or asyncio.Event(), lost,
-                                         released)
+                return await self._drive(got, owner, stop or asyncio.Event(), lost, released)
         except LeaseLost as exc:
             log.warning("run %s: %s; backing off", run_id, exc)
             return Busy(run_id, "running", holder=None)
@@ -145,21 +144,19 @@ class Runner:
                 await task
 
     # -- the loop ----------------------------------------------------------------------
-    async def _load(self, run_id: str, owner: str) -> _Live:
+    async def _load(self, run: RunRecord, owner: str) -> _Live:
         # no snapshot needed: we hold the lease, so only we write this run's events and
         # ledger rows, and a ledger row is always committed before the event naming it
         async with self.e.db.read() as tx:
-            run = await tx.runs.get(run_id)
-            if run is None:
-                raise NotFound(f"no run {run_id}", run_id=run_id)
-            events = await tx.events.load(run_id)
-            executions = await tx.executions.for_run(run_id)
-            approvals = await tx.approvals.for_run(run_id)
+            events = await tx.events.load(run.id)
+            executions = await tx.executions.for_run(run.id)
+            approvals = await tx.approvals.for_run(run.id)
         return _Live(run, build_state(run, events, executions), executions, approvals, owner)
 
-    async def _drive(self, run_id: str, owner: str, stop: asyncio.Event,
+    async def _drive(self, run: RunRecord, owner: str, stop: asyncio.Event,
                      lost: asyncio.Event, released: list[bool]) -> Outcome:
-        live = await self._load(run_id, owner)
+        run_id = run.id
+        live = await self._load(run, owner)
         live.released = released
         if live.run.status != "running":
             return status_outcome(live.run, list(live.by_call.values())
@@ -290,7 +287,7 @@ class Runner:
                 pending.unknown.append((call, existing, args))
                 return journal_reply is not None
 
-        async def after_result(tx: Tx, rec: ExecutionRecord | None, _result: Any) -> None:
+        async def after_result(tx: Tx, rec: Recorded) -> None:
             if approval is not None:
                 await audit_execution(tx, at=e.clock.now(), approval_id=approval.id, rec=rec,
                                       tool=tool.name, digest=digest)

@@ -41,9 +41,8 @@ class ExpiryScheduler:
             when = min(expires_at, next_reminder) if next_reminder else expires_at
             self.schedule(approval_id, when)
             live.add(approval_id)
-        for gone in self._known - live:
-            job = self.scheduler.get_job(_job_id(gone))
-            if job is not None:
+        for job in self.scheduler.get_jobs():  # decided elsewhere: drop its job
+            if job.id.startswith("approval:") and job.id.removeprefix("approval:") not in live:
                 job.remove()
         self._known = live
         return len(rows)

@@ -284,3 +284,23 @@ async def test_thread_is_created_and_kept_current(sqlite_url, tmp_path):
         assert body.count("tick") >= 12 and "Ticked 12 times." in body
         # coalesced: far fewer messages than steps
         assert len([m for m in replies if m["ts"] != t.ts]) < 6
+
+
+async def test_too_large_or_malformed_requests_are_refused_and_change_nothing(sqlite_url,
+                                                                             tmp_path):
+    async with harness(sqlite_url, tmp_path) as h:
+        paused = await h.pause_refund()
+        [aid] = paused.approval_ids
+        import io
+
+        import aiohttp
+
+        async with aiohttp.ClientSession() as http, http.post(
+                h.slack.app_url, data=io.BytesIO(b"payload=" + b"x" * (2 * 1024 * 1024)),
+                headers={"Content-Type": "application/x-www-form-urlencoded"}) as resp:
+            assert resp.status == 413
+        garbled = await h.slack.post("payload=%7Bnot-json", "application/x-www-form-urlencoded")
+        assert garbled.status == 400 and "malformed" in garbled.body
+        assert (await h.approval(aid)).status == "pending"
+        async with h.engine.db.read() as tx:
+            assert await tx.approvals.votes(aid) == []

@@ -1,0 +1,68 @@
+"""The APScheduler wiring: jobs rebuilt from the database, one per pending approval."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from runtime.scheduler import ExpiryScheduler
+
+
+async def test_rebuild_schedules_each_pending_approval_at_its_next_event(make_engine, db, clock):
+    engine = make_engine()
+    first = await engine.run("demo-refund", "Refund order A-1001", requested_by="U_DANA")
+    second = await engine.run("demo-refund", "Refund order B-2002", requested_by="U_DANA")
+    scheduler = ExpiryScheduler(engine)
+    assert await scheduler.rebuild() == 2
+    jobs = {j.id: j for j in scheduler.scheduler.get_jobs()}
+    for outcome in (first, second):
+        [aid] = outcome.approval_ids
+        async with db.read() as tx:
+            a = await tx.approvals.get(aid)
+        job = jobs[f"approval:{aid}"]
+        # the first reminder (50% of 30m) comes before the expiry
+        assert a.next_reminder_at == a.requested_at + timedelta(minutes=15)
+        expected = max(a.next_reminder_at, datetime.now(UTC))
+        assert abs((job.trigger.run_date - expected).total_seconds()) < 5
+    # a decided request drops out at the next rebuild
+    from runtime.decide import Actor
+
+    await engine.decide(first.approval_ids[0], actor=Actor("U_ALICE", "slack"),
+                        verdict="approve")
+    assert await scheduler.rebuild() == 1
+    assert {j.id for j in scheduler.scheduler.get_jobs()} == {
+        f"approval:{second.approval_ids[0]}"}
+
+
+async def test_a_due_job_settles_through_the_same_sweep_and_reschedules(make_engine, db, clock):
+    engine = make_engine()
+    outcome = await engine.run("demo-refund", "Refund order A-1001", requested_by="U_DANA")
+    [aid] = outcome.approval_ids
+    scheduler = ExpiryScheduler(engine)
+    await scheduler.rebuild()
+    clock.advance(timedelta(minutes=15))
+    await scheduler._due(aid)  # what APScheduler calls at the job's time
+    async with db.read() as tx:
+        a = await tx.approvals.get(aid)
+    assert a.reminders_sent == 1 and a.status == "pending"
+    job = scheduler.scheduler.get_job(f"approval:{aid}")
+    assert job is not None  # the next event (the 90% reminder) is scheduled
+    clock.advance(timedelta(minutes=20))
+    await scheduler._due(aid)
+    async with db.read() as tx:
+        a = await tx.approvals.get(aid)
+    assert a.status == "expired"
+    assert await scheduler.rebuild() == 0
+    assert scheduler.scheduler.get_job(f"approval:{aid}") is None
+
+
+async def test_a_job_that_fires_early_changes_nothing(make_engine, db, clock):
+    """Jobs only trigger a check against the engine's clock: silence never approves, and
+    nothing expires before its time even if a job runs early (a clock jump, a replica)."""
+    engine = make_engine()
+    outcome = await engine.run("demo-refund", "Refund order A-1001", requested_by="U_DANA")
+    [aid] = outcome.approval_ids
+    scheduler = ExpiryScheduler(engine)
+    await scheduler._due(aid)
+    async with db.read() as tx:
+        a = await tx.approvals.get(aid)
+    assert a.status == "pending" and a.reminders_sent == 0
