@@ -40,6 +40,20 @@ def check_slack_settings(s: Settings) -> None:
         raise ConfigError("APPROVALD_CHANNEL is not set (the channel approval cards go to)")
 
 
+class _DropTokenNotice(logging.Filter):
+    # bolt reads SLACK_BOT_TOKEN itself and then notes that our client's token wins;
+    # that is exactly the intent, so the notice is noise in every start-up log
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "`token` will be unused" not in record.getMessage()
+
+
+def _bolt_logger() -> logging.Logger:
+    logger = logging.getLogger("approvald.slack.bolt")
+    if not any(isinstance(f, _DropTokenNotice) for f in logger.filters):
+        logger.addFilter(_DropTokenNotice())
+    return logger
+
+
 class SlackService:
     def __init__(self, settings: Settings, engine: Engine) -> None:
         check_slack_settings(settings)
@@ -58,6 +72,7 @@ class SlackService:
         secret = settings.slack_signing_secret
         self.app = AsyncApp(
             client=self.client,
+            logger=_bolt_logger(),
             signing_secret=None if secret is None else secret.get_secret_value(),
             request_verification_enabled=not socket or secret is not None,
             process_before_response=False,
