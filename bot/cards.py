@@ -403,13 +403,18 @@ def compact_blocks(a: ApprovalRecord, token: str | None, *,
     return [b.to_dict() for b in blocks]
 
 
+def status_word(a: ApprovalRecord) -> str:
+    """How a request ended, in a word or two ("approved with edits", "marked done")."""
+    if a.kind == "outcome_unknown" and a.verdict in T.VERDICT_WORDS:
+        return T.VERDICT_WORDS[a.verdict]
+    if a.status == "approved" and a.edited_args is not None:
+        return T.EDITED_WORD
+    return T.STATUS_WORDS.get(a.status, clip(a.status, 20))
+
+
 def recent_line(a: ApprovalRecord) -> str:
     """One line about a decided request: ":white_check_mark: `tool` approved by @x <date>"."""
-    status = T.STATUS_WORDS.get(a.status, clip(a.status, 20))
-    if a.kind == "outcome_unknown" and a.verdict in T.VERDICT_WORDS:
-        status = T.VERDICT_WORDS[a.verdict]
-    elif a.status == "approved" and a.edited_args is not None:
-        status = T.EDITED_WORD
+    status = status_word(a)
     fields = {"emoji": T.STATUS_EMOJI.get(a.status, T.UNKNOWN_EMOJI),
               "tool": code_span(a.tool, 80), "status": status, "who": who(a.decided_by),
               "date": slack_date(a.decided_at or a.expires_at, T.DATE_AT)}

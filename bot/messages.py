@@ -16,7 +16,7 @@ from typing import Any
 from slack_sdk.models.blocks import Block
 
 from bot import texts as T
-from bot.cards import approver_ids, args_text, as_text, json_object
+from bot.cards import approver_ids, args_text, as_text, json_object, status_word
 from bot.mrkdwn import (
     FALLBACK_MAX,
     SECTION_MAX,
@@ -144,11 +144,7 @@ def thread_approval_requested(a: ApprovalRecord, *, card_url: str | None = None)
 
 def thread_approval_decided(a: ApprovalRecord) -> str:
     """How a request ended: approved, denied (with the reason), expired, escalated…"""
-    status = T.STATUS_WORDS.get(a.status, clip(a.status, 20))
-    if a.kind == "outcome_unknown" and a.verdict in T.VERDICT_WORDS:
-        status = T.VERDICT_WORDS[a.verdict]
-    elif a.status == "approved" and a.edited_args is not None:
-        status = T.EDITED_WORD
+    status = status_word(a)
     reason = T.THREAD_REASON.format(reason=clip(a.reason, 300)) if a.reason else ""
     fields = {"emoji": T.STATUS_EMOJI.get(a.status, T.UNKNOWN_EMOJI),
               "tool": code_span(a.tool, 80), "status": status, "reason": reason}

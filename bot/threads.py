@@ -9,7 +9,6 @@ channel gets at most one post per second, so a fast run stays under Slack's rate
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from datetime import timedelta
@@ -20,6 +19,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot import messages
 from runtime.engine import Engine
+from runtime.periodic import repeat
 from runtime.state import AssistantMessage, ToolMessage
 from runtime.transcript import decode
 from store.records import ApprovalRecord, RunRecord
@@ -42,13 +42,7 @@ class ThreadFollower:
         self._permalink = permalink
 
     async def run(self, stop: asyncio.Event, *, poll: float = 0.5) -> None:
-        while not stop.is_set():
-            try:
-                await self.sync_once()
-            except Exception:
-                log.exception("run threads: sync failed; retrying")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=poll)
+        await repeat(self.sync_once, stop=stop, every=poll, what="run threads sync")
 
     def _ready(self, channel: str) -> bool:
         return time.monotonic() >= self._next_ok.get(channel, 0.0)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from runtime.canonical import compact_json
 from runtime.errors import ApprovaldError
 from runtime.failpoints import failpoint
+from runtime.periodic import repeat
 from store.records import OutboxRecord
 
 if TYPE_CHECKING:
@@ -141,17 +142,5 @@ class OutboxDrain:
 
     async def run(self, stop: asyncio.Event, *, interval: float = 1.0) -> None:
         """Drain until ``stop`` is set: at every wake-up, and every ``interval`` seconds."""
-        while not stop.is_set():
-            try:
-                await self.drain_once()
-            except Exception:
-                log.exception("outbox drain failed; retrying")
-            self._wake.clear()
-            waiters = [asyncio.create_task(self._wake.wait()), asyncio.create_task(stop.wait())]
-            _, pending = await asyncio.wait(waiters, timeout=interval,
-                                            return_when=asyncio.FIRST_COMPLETED)
-            for t in pending:
-                t.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
-            if self._wake.is_set() and not stop.is_set():
-                await asyncio.sleep(self.config.gather)
+        await repeat(self.drain_once, stop=stop, every=interval, what="outbox drain",
+                     wake=self._wake, settle=self.config.gather)

@@ -25,14 +25,15 @@ import tomllib
 from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
+    PlainSerializer,
     ValidationError,
-    field_serializer,
     field_validator,
     model_validator,
 )
@@ -96,23 +97,18 @@ def _parse_fraction(value: object) -> float:
     return number
 
 
+# a TTL: "30m", "1h30m", seconds or a timedelta in; "30m" out (snapshots stay readable)
+Duration = Annotated[timedelta, BeforeValidator(parse_duration), PlainSerializer(format_duration)]
+
+
 class Rung(BaseModel):
     """One step of the escalation ladder: who is asked next, and for how long."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     approvers: list[str] = Field(min_length=1)
-    ttl: timedelta
+    ttl: Duration
     quorum: int = Field(default=1, ge=1)
-
-    @field_validator("ttl", mode="before")
-    @classmethod
-    def _ttl(cls, v: object) -> timedelta:
-        return parse_duration(v)
-
-    @field_serializer("ttl")
-    def _ttl_out(self, v: timedelta) -> str:
-        return format_duration(v)
 
 
 class ApprovalPolicy(BaseModel):
@@ -123,22 +119,13 @@ class ApprovalPolicy(BaseModel):
     approvers: list[str] = Field(default_factory=list)
     quorum: int = Field(default=1, ge=1, le=20)
     allow_self_approval: bool = False
-    ttl: timedelta = timedelta(minutes=30)
+    ttl: Duration = timedelta(minutes=30)
     reminders: list[float] = Field(default_factory=lambda: [0.5, 0.9])
     on_expire: Literal["cancel", "escalate"] = "cancel"
     escalate: list[Rung] = Field(default_factory=list)
     risk: Literal["low", "medium", "high"] = "medium"
     why: str = ""
     channel: str | None = None
-
-    @field_validator("ttl", mode="before")
-    @classmethod
-    def _ttl(cls, v: object) -> timedelta:
-        return parse_duration(v)
-
-    @field_serializer("ttl")
-    def _ttl_out(self, v: timedelta) -> str:
-        return format_duration(v)
 
     @field_validator("reminders", mode="before")
     @classmethod

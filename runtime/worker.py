@@ -13,6 +13,8 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING
 
+from runtime.periodic import repeat
+
 if TYPE_CHECKING:
     from runtime.engine import Engine
 
@@ -90,10 +92,5 @@ class ResumeWorker:
                 await asyncio.gather(*self._active.values(), return_exceptions=True)
 
     async def _poll(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            try:
-                await self.poll_once()
-            except Exception:
-                log.exception("polling for ready runs failed")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=self.poll_interval)
+        await repeat(self.poll_once, stop=stop, every=self.poll_interval,
+                     what="polling for ready runs")

@@ -69,6 +69,15 @@ async def setup(tmp_path: Path, db_url: str) -> tuple[SlackEmulator, Cli]:
     return emulator, cli
 
 
+async def stop_all(procs: list[asyncio.subprocess.Process], emulator: SlackEmulator) -> None:
+    """SIGTERM every serve still running (a clean stop), then the emulator."""
+    for p in procs:
+        if p.returncode is None:
+            p.send_signal(signal.SIGTERM)
+            await p.wait()
+    await emulator.stop()
+
+
 def card_messages(emulator: SlackEmulator) -> list[dict]:
     return [m for m in emulator.messages(CHANNEL)
             if (m.get("metadata") or {}).get("event_type") == "approvald_card"]
@@ -118,11 +127,7 @@ async def test_kill_serve_while_a_card_waits_restart_and_click(sqlite_url: str,
             return "Approved" in json.dumps(card)
         await wait_for(card_updated, within=30, what="the card update")
     finally:
-        for p in procs:
-            if p.returncode is None:
-                p.send_signal(signal.SIGTERM)
-                await p.wait()
-        await emulator.stop()
+        await stop_all(procs, emulator)
     assert procs[-1].returncode == 0
 
 
@@ -157,8 +162,4 @@ async def test_serve_killed_after_posting_before_marking_posts_once(sqlite_url: 
         assert len([c for c in emulator.calls("chat.postMessage")
                     if c.params.get("channel") == CHANNEL]) == 1
     finally:
-        for p in procs:
-            if p.returncode is None:
-                p.send_signal(signal.SIGTERM)
-                await p.wait()
-        await emulator.stop()
+        await stop_all(procs, emulator)
