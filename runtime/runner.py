@@ -53,6 +53,8 @@ class _Pending:
     gates: list[GateRequest] = field(default_factory=list)
     waiting: list[ApprovalRecord] = field(default_factory=list)
     unknown: list[tuple[ToolCall, ExecutionRecord, dict[str, Any]]] = field(default_factory=list)
+    # the step's fresh model reply, journaled with the step's first side effect (then None)
+    journal: str | None = None
 
 
 class _Live:
@@ -156,11 +158,8 @@ class Runner:
     async def _drive(self, run: RunRecord, owner: str, stop: asyncio.Event,
                      lost: asyncio.Event, released: list[bool]) -> Outcome:
         run_id = run.id
-        live = await self._load(run, owner)
+        live = await self._load(run, owner)  # acquire_lease took it only if ``running``
         live.released = released
-        if live.run.status != "running":
-            return status_outcome(live.run, list(live.by_call.values())
-                                  + list(live.questions.values()))
         agent = self.e.registry.get(live.run.agent)
         if live.run.instructions_version != agent.instructions_version:
             log.warning("run %s started with instructions %s; continuing with %s", run_id,
@@ -192,17 +191,18 @@ class Runner:
                         live, f"model error: {type(exc).__name__}: {exc}")
                 live.step += 1
                 pending.messages.append((fresh, False))
+                if live.inflight is None:  # else it is the journaled reply already
+                    pending.journal = compact_json(
+                        {"step": live.step, "reply": fresh.model_dump(mode="json")})
                 if not fresh.tool_calls:
                     cancel = await self._checkpoint(
                         live, pending, status="completed", result=fresh.content or "",
                         release=True)
                     return Completed(run_id, "completed", result=fresh.content or "")
                 calls = list(fresh.tool_calls)
-            journal = fresh is not None and live.inflight is None
             for call in calls:
                 try:
-                    journal = await self._handle_call(live, agent, call, pending,
-                                                      journal_reply=fresh if journal else None)
+                    await self._handle_call(live, agent, call, pending)
                 except DigestMismatch as exc:
                     return await self._fail(live, str(exc))
             outcome = await self._settle_step(live, pending)
@@ -229,9 +229,9 @@ class Runner:
             calls.append(ToolCall(id=cid, name=c.name, arguments=c.arguments))
         return AssistantMessage(content=reply.content, tool_calls=calls)
 
-    async def _handle_call(self, live: _Live, agent: Agent, call: ToolCall, pending: _Pending,
-                           *, journal_reply: AssistantMessage | None) -> bool:
-        """Process one call; returns whether the reply still needs journaling."""
+    async def _handle_call(self, live: _Live, agent: Agent, call: ToolCall,
+                           pending: _Pending) -> None:
+        """Process one call: run it, refuse it, or leave it waiting for a human."""
         e = self.e
 
         def observe(content: Any, *, ledger_ref: bool = False) -> None:
@@ -242,34 +242,34 @@ class Runner:
         if tool is None:
             observe({"status": "error", "error": f"unknown tool {call.name!r}",
                      "available": [t.name for t in agent.tools]})
-            return journal_reply is not None
+            return
         kind, policy = e.registry.policy.effective(tool.name, tool.policy, tool.approval)
         try:
             args = tool.validate(call.arguments)
             e.check_payload(compact_json(args), what=f"arguments of {tool.name}")
         except InvalidArguments as exc:
             observe({"status": "invalid_arguments", "errors": exc.errors})
-            return journal_reply is not None
+            return
         except Exception as exc:  # PayloadTooLarge
             observe({"status": "error", "error": str(exc)})
-            return journal_reply is not None
+            return
         if kind == "forbidden":
             observe({"status": "forbidden",
                      "reason": f"{tool.name} is forbidden by this deployment's policy"})
-            return journal_reply is not None
+            return
 
         approval: ApprovalRecord | None = None
         if kind == "approve_before":
             approval = live.by_call.get(call.id)
             if approval is None:
                 pending.gates.append(GateRequest(call=call, tool=tool, args=args, policy=policy))
-                return journal_reply is not None
+                return
             if approval.status == "pending":
                 pending.waiting.append(approval)
-                return journal_reply is not None
+                return
             if approval.status != "approved":
                 observe(_refusal(approval))
-                return journal_reply is not None
+                return
             args = approval.effective_args()
             if (approval.tool != call.name
                     or call_digest(call.name, args) != approval.effective_digest):
@@ -285,7 +285,7 @@ class Runner:
         if existing is not None and existing.status in ("started", "unknown") and question:
             if question.status == "pending":
                 pending.unknown.append((call, existing, args))
-                return journal_reply is not None
+                return
 
         async def after_result(tx: Tx, rec: Recorded) -> None:
             if approval is not None:
@@ -302,24 +302,21 @@ class Runner:
                           requested_by=live.run.requested_by, agent=agent.name, clock=e.clock)
         result = await e.ledger.execute(
             tool=tool, ctx=ctx, step=live.step, args=args, digest=digest, existing=existing,
-            owner=live.owner,
-            journal=None if journal_reply is None else compact_json(
-                {"step": live.step, "reply": journal_reply.model_dump(mode="json")}),
+            owner=live.owner, journal=pending.journal,
             after_result=after_result if (approval or kind == "notify_after") else None,
             retry_sanctioned=sanctioned,
         )
+        pending.journal = None  # journaled (or the step's calls were recorded before)
         if kind == "notify_after" and isinstance(result, Executed) and not result.reused:
             e.notify_outbox()  # the notice
         if isinstance(result, OutcomeUnknown):
             pending.unknown.append((call, result.record, args))
-            return journal_reply is not None
-        assert isinstance(result, Executed)
+            return
         if approval is not None and approval.edited_args is not None:
             observe({"status": "executed_with_edits", "arguments": args,
                      "edited_by": approval.decided_by, "result": result.observation})
         else:
             observe(result.observation, ledger_ref=True)
-        return False
 
     async def _settle_step(self, live: _Live, pending: _Pending) -> Outcome | None:
         """Checkpoint the step; pause or stop if it left calls waiting on humans."""
@@ -384,7 +381,7 @@ class Runner:
             if isinstance(m, AssistantMessage):
                 live.call_ids.update(c.id for c in m.tool_calls)
         live.state.messages.extend(m for m, _ in pending.messages)
-        live.run = _replace(live.run, cancel_requested=cancel, status=status)
+        live.run = replace(live.run, cancel_requested=cancel, status=status)
         return cancel
 
     async def _fail(self, live: _Live, error: str) -> Outcome:
@@ -401,6 +398,7 @@ class Runner:
         await self._checkpoint(live, _Pending(), status="cancelled", extra=close, release=True)
         e.notify_outbox()
         return Cancelled(live.run.id, "cancelled")
+
 
 def status_outcome(run: RunRecord, approvals: list[ApprovalRecord]) -> Outcome:
     """The outcome describing a run that is not ``running`` (nothing to advance)."""
@@ -427,7 +425,4 @@ def _refusal(approval: ApprovalRecord) -> dict[str, Any]:
         return {"status": "expired"}
     return {"status": approval.status}
 
-
-def _replace(run: RunRecord, **values: Any) -> RunRecord:
-    return replace(run, **values)
 

@@ -46,14 +46,6 @@ class ApprovalsRepo(Repo):
         )
         return [ApprovalRecord(**r._mapping) for r in rows]
 
-    async def for_call(self, run_id: str, call_id: str) -> ApprovalRecord | None:
-        """The latest approval (highest rung, newest) for one call."""
-        row = (await self.conn.execute(
-            select(_T).where(Approval.run_id == run_id, Approval.call_id == call_id)
-            .order_by(Approval.requested_at.desc(), Approval.rung.desc()).limit(1)
-        )).first()
-        return to_record(ApprovalRecord, row)
-
     async def for_run(self, run_id: str) -> list[ApprovalRecord]:
         rows = await self.conn.execute(_FOR_RUN, {"rid": run_id})
         return [ApprovalRecord(**r._mapping) for r in rows]
@@ -199,9 +191,3 @@ class ApprovalsRepo(Repo):
         busy = {r[0] for r in rows}
         return [r for r in run_ids if r not in busy]
 
-    async def count_pending(self, run_id: str, *, kind: str | None = None) -> int:
-        stmt = select(func.count()).select_from(Approval).where(
-            Approval.run_id == run_id, Approval.status == "pending")
-        if kind:
-            stmt = stmt.where(Approval.kind == kind)
-        return int((await self.conn.execute(stmt)).scalar_one())

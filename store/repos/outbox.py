@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, and_, bindparam, func, or_, select, update
+from sqlalchemy import Table, bindparam, or_, select, update
 from sqlalchemy.orm import aliased
 
 from store.models import Outbox
@@ -91,16 +90,6 @@ class OutboxRepo(Repo):
         rows = await self.conn.execute(_HEADS[bool(stale_owners)], params)
         return [OutboxRecord(**r._mapping) for r in rows]
 
-    async def claim(self, outbox_id: int, *, owner: str, now: datetime, until: datetime,
-                    stale_owners: Sequence[str] = ()) -> bool:
-        res = await self.conn.execute(
-            update(_T)
-            .where(Outbox.id == outbox_id, Outbox.status == "pending",
-                   _free(now, stale_owners))
-            .values(claimed_by=owner, claimed_until=until, attempts=Outbox.attempts + 1)
-        )
-        return bool(res.rowcount == 1)
-
     async def claim_many(self, ids: Sequence[int], *, owner: str, now: datetime,
                          until: datetime, stale_owners: Sequence[str] = ()) -> set[int]:
         """Claim every row of ``ids`` still free, in one statement; returns those claimed."""
@@ -126,16 +115,6 @@ class OutboxRepo(Repo):
                         claimed_until=None, last_error=None),
                 [{"oid": oid, "res": res} for oid, res in results])
 
-    async def delivered(self, outbox_id: int, *, owner: str, now: datetime,
-                        result: str | None) -> bool:
-        res = await self.conn.execute(
-            update(_T).where(Outbox.id == outbox_id, Outbox.claimed_by == owner,
-                             Outbox.status == "pending")
-            .values(status="delivered", delivered_at=now, result=result, claimed_until=None,
-                    last_error=None)
-        )
-        return bool(res.rowcount == 1)
-
     async def failed(self, outbox_id: int, *, owner: str, error: str, retry_at: datetime,
                      dead: bool) -> None:
         await self.conn.execute(
@@ -145,18 +124,3 @@ class OutboxRepo(Repo):
                     not_before=retry_at, claimed_until=None)
         )
 
-    async def stats(self) -> dict[str, int]:
-        rows = await self.conn.execute(select(Outbox.status, func.count()).group_by(Outbox.status))
-        return {s: int(n) for s, n in rows}
-
-    async def delivered_result(self, *, kind: str, group_key: str) -> dict[str, Any] | None:
-        """The recorded result of the first delivered row of ``kind`` in ``group_key``."""
-        row = (await self.conn.execute(
-            select(Outbox.result).where(and_(Outbox.kind == kind, Outbox.group_key == group_key,
-                                             Outbox.status == "delivered"))
-            .order_by(Outbox.id).limit(1)
-        )).first()
-        if row is None or row[0] is None:
-            return None
-        value: dict[str, Any] = json.loads(row[0])
-        return value

@@ -113,13 +113,6 @@ class RunsRepo(Repo):
     async def release_lease(self, run_id: str, *, owner: str) -> None:
         await self.conn.execute(_RELEASE, {"rid": run_id, "owner": owner})
 
-    async def update_owned(self, run_id: str, *, owner: str, **values: Any) -> bool:
-        """Update the run only while ``owner`` holds its lease; False means the lease is gone."""
-        res = await self.conn.execute(
-            update(Run).where(Run.id == run_id, Run.lease_owner == owner).values(**values)
-        )
-        return bool(res.rowcount == 1)
-
     async def update(self, run_id: str, *, expect_status: Sequence[str] | None = None,
                      **values: Any) -> bool:
         """Update the run, optionally only if its status is one of ``expect_status``."""
