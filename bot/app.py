@@ -58,7 +58,8 @@ class SlackService:
     def __init__(self, settings: Settings, engine: Engine) -> None:
         check_slack_settings(settings)
         if engine.signer is None:
-            raise ConfigError("APPROVALD_SECRET is not set (no key for approval tokens)")
+            raise ConfigError("APPROVALD_SECRET is not set or shorter than 16 characters "
+                              "(the key approval-button tokens are derived from)")
         assert settings.slack_bot_token is not None and settings.channel is not None
         self.settings = settings
         self.engine = engine

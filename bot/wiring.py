@@ -32,7 +32,9 @@ def build_engine(settings: Settings, db: Database, *, require_tokens: bool = Fal
         clock=FileClock(settings.clock_file) if settings.clock_file else SystemClock(),
         config=EngineConfig(lease_ttl=timedelta(seconds=settings.lease_ttl),
                             max_payload_bytes=settings.max_payload),
-        signer=TokenSigner(secret) if secret else None,
+        # a secret too short to key tokens leaves the engine without one; the Slack face
+        # refuses to start without it, while CLI-only use never needs one
+        signer=TokenSigner(secret) if secret and len(secret.encode()) >= 16 else None,
         require_tokens=require_tokens,
     )
 

@@ -126,6 +126,13 @@ def test_cancel_a_waiting_run(cli: Cli) -> None:
     (["runs", "list"], {"APPROVALD_POLICY_FILE": "/nonexistent.toml"}, "does not exist"),
     (["frobnicate"], {}, "invalid choice: 'frobnicate'"),
     (["approvals", "deny", "x", "--as", "U1"], {}, "--reason"),
+    (["serve"], {"SLACK_BOT_TOKEN": "xoxb-1"}, "SLACK_SIGNING_SECRET is not set"),
+    (["serve"], {"SLACK_SIGNING_SECRET": "s" * 32}, "SLACK_BOT_TOKEN is not set"),
+    (["serve"], {"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_APP_TOKEN": "xapp-1"},
+     "APPROVALD_CHANNEL is not set"),
+    (["serve"], {"SLACK_API_URL": "ftp://nope"}, "SLACK_API_URL: "),
+    (["serve"], {"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_APP_TOKEN": "xapp-1",
+                 "APPROVALD_CHANNEL": "C1"}, "APPROVALD_SECRET is not set or shorter"),
 ])
 def test_user_mistakes_are_one_line_and_nonzero(cli: Cli, args: list[str],
                                                 env: dict[str, str], message: str) -> None:

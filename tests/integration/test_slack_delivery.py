@@ -173,6 +173,12 @@ async def test_click_after_expiry_is_explained(sqlite_url, tmp_path):
         a = await h.approval(aid)
         clock.advance(timedelta(minutes=31))
         await h.engine.expiry.sweep()
+
+        async def card_expired():
+            msg = h.emulator.message(a.channel, a.message_ts)
+            return msg if "xpired" in text_of(msg) else None
+        card = await wait_for(card_expired, what="the card to show the expiry")
+        assert not [b for b in card["blocks"] if b["type"] == "actions"]
         await h.slack.click(cards.APPROVE, h.value(a), user_id="U_ALICE", channel_id=CHANNEL)
         said = await wait_for(lambda: h.emulator.ephemeral(CHANNEL, "U_ALICE"), what="reply")
         assert "expired" in said[0]["text"].lower()
