@@ -4,9 +4,12 @@
 reaches ``after_intent``; ``after_intent@3`` on the third time. Several points are
 comma-separated. With the variable unset, :func:`failpoint` is one falsy check.
 
-Known points: ``mid_model_call``, ``after_intent``, ``after_result``,
-``before_result``, ``before_checkpoint``, ``after_checkpoint``, ``after_request_commit``,
-``after_decision``, ``after_commit_before_post``, ``after_post_before_mark``.
+Known points, in the order a gated call meets them: ``mid_model_call`` (the reply came
+back, nothing recorded yet), ``after_intent``, ``before_result`` (the tool ran, its result
+is not recorded), ``after_result``, ``before_checkpoint``, ``after_checkpoint``,
+``after_commit_before_post`` (a request is committed, its card not yet sent),
+``after_decision``, ``after_post_before_mark`` (Slack has the card, the outbox row does
+not know it yet).
 """
 
 from __future__ import annotations

@@ -347,7 +347,7 @@ class Runner:
                                                          pending.gates))
             await self._checkpoint(live, pending, status="awaiting_approval", extra=request,
                                    release=True)
-            failpoint("after_request_commit")
+            failpoint("after_commit_before_post")
             e.notify_outbox()
             ids = tuple(opened) + tuple(a.id for a in pending.waiting)
             return Paused(run_id, "awaiting_approval", approval_ids=ids)

@@ -143,7 +143,7 @@ def test_unknown_outcome_of_a_non_idempotent_tool_is_reported_not_rerun(cli: Cli
 
 def test_crash_between_request_commit_and_delivery_delivers_once(cli: Cli, db_url: str) -> None:
     done = cli("run", "demo-refund", "--task", "Refund order A-1001", "--requested-by", "U_DANA",
-               failpoints="after_request_commit")
+               failpoints="after_commit_before_post")
     assert done.returncode == KILLED
     [approval] = cli.json("approvals", "list", "--json")
 
