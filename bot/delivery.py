@@ -66,6 +66,7 @@ class SlackDeliverer:
         self.channel = channel
         self.ops_channel = ops_channel
         self._permalinks: dict[tuple[str, str], str] = {}
+        self._threads: dict[str, tuple[str, str]] = {}  # a run's thread never moves
 
     async def deliver(self, row: OutboxRecord) -> dict[str, Any] | None:
         payload = row.payload_value()
@@ -94,7 +95,11 @@ class SlackDeliverer:
         async with self.e.db.read() as tx:
             # only a quorum card shows individual votes; only escalations link cards
             votes = await tx.approvals.votes(a.id) if a.quorum > 1 else []
-            thread = await tx.threads.get(a.run_id)
+            thread = self._threads.get(a.run_id)
+            if thread is None:
+                found = await tx.threads.get(a.run_id)
+                if found is not None:
+                    thread = self._threads[a.run_id] = (found.channel, found.ts)
             newer = None
             if a.status == "superseded":
                 newer = next((x for x in await tx.approvals.for_run(a.run_id)
@@ -103,7 +108,7 @@ class SlackDeliverer:
         token = None
         if a.status == "pending" and self.e.signer is not None:
             token = self.e.signer.token(a.id, a.token_nonce)
-        thread_url = await self._permalink(thread.channel, thread.ts) if thread else None
+        thread_url = await self._permalink(*thread) if thread else None
         superseded_by = None
         if newer is not None:
             superseded_by = (await self._permalink(newer.channel, newer.message_ts)
