@@ -15,6 +15,9 @@ call; every card then gets one signed Approve click, ``--concurrency`` at a time
 Prints p50/p99 of click -> HTTP response (the ack) and click -> the approved tool
 starting. The in-run baseline is the same signed request path doing no work (Slack's
 url_verification). Targets (issue 4, SQLite): p99 ack <= 100 ms, p99 tool start <= 250 ms.
+
+To profile the serve process, set ``BENCH_SERVE_CMD`` to a command that runs
+``bot.cli`` (e.g. ``python -m cProfile -o serve.prof -m bot.cli``); ``serve`` is appended.
 """
 
 from __future__ import annotations
