@@ -74,13 +74,7 @@ class Handlers:
     async def _preflight(self, approval_id: str, token: str, actor: Actor) -> ApprovalRecord:
         """Would a decision by ``actor`` be accepted now? Raises like ``decide`` would."""
         a = await self.e.decider.get(approval_id)
-        signer = self.e.signer
-        if signer is None or not signer.verify(a.id, a.token_nonce, token):
-            raise DecisionRefused("bad token", reason="bad_token", status=a.status)
-        if a.status != "pending":
-            from runtime.decide import not_pending_message
-
-            raise DecisionRefused(not_pending_message(a), reason="not_pending", status=a.status)
+        self.e.decider.check_open(a, token)
         await self.e.decider.authorize(a, actor)
         return a
 

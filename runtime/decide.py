@@ -105,22 +105,27 @@ class Decider:
                       f"{actor.id} is not an approver for this request "
                       f"(approvers: {', '.join(approvers)})")
 
+    def check_open(self, a: ApprovalRecord, token: str | None) -> None:
+        """Refuse a stale or foreign button, or a request that is no longer pending."""
+        if token is not None or self.e.require_tokens:
+            signer = self.e.signer
+            if token is None or signer is None or not signer.verify(a.id, a.token_nonce, token):
+                raise _refuse(a, "bad_token", "this button does not belong to a live request")
+        if a.status != "pending":
+            raise _refuse(a, "not_pending", not_pending_message(a))
+
     async def decide(self, approval_id: str, *, actor: Actor, verdict: Verdict,
                      reason: str | None = None, args: Any = None,
                      token: str | None = None) -> Decision:
         """Record one decision; raises :class:`DecisionRefused` and changes nothing on refusal."""
         a = await self.get(approval_id)
-        if token is not None or self.e.require_tokens:
-            signer = self.e.signer
-            if token is None or signer is None or not signer.verify(a.id, a.token_nonce, token):
-                raise _refuse(a, "bad_token", "this button does not belong to a live request")
         allowed = TOOL_VERDICTS if a.kind == "tool_call" else QUESTION_VERDICTS
         if verdict not in allowed:
+            self.check_open(a, token)  # a stale button outranks a wrong verdict
             raise _refuse(a, "wrong_kind",
                           f"{verdict!r} does not answer a {a.kind} request "
                           f"(use one of: {', '.join(allowed)})")
-        if a.status != "pending":
-            raise _refuse(a, "not_pending", not_pending_message(a))
+        self.check_open(a, token)
         reason = (reason or "").strip() or None
         if verdict in ("deny", "abort") and not reason:
             raise _refuse(a, "reason_required", "a denial needs a reason")

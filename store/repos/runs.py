@@ -10,7 +10,7 @@ from typing import Any, cast
 from sqlalchemy import Table, and_, bindparam, func, insert, or_, select, update
 from sqlalchemy.sql.functions import coalesce
 
-from store.models import Run
+from store.models import Approval, Run
 from store.records import RunRecord
 from store.repos.base import Repo, to_record
 
@@ -44,6 +44,15 @@ def _update(keys: tuple[str, ...], with_status: bool) -> Any:
         stmt = stmt.where(_T.c.status.in_(bindparam("expect", expanding=True)))
     return stmt.values({k: bindparam(f"v_{k}") for k in keys})
 
+
+_A = cast(Table, Approval.__table__)
+_WAKE_IF_IDLE = (
+    update(_T)
+    .where(_T.c.id == bindparam("rid"), _T.c.status == bindparam("from"),
+           ~select(_A.c.id).where(_A.c.run_id == bindparam("rid"), _A.c.status == "pending",
+                                  _A.c.kind == bindparam("kind")).exists())
+    .values(status="running", updated_at=bindparam("now"))
+)
 
 _CHECKPOINT = (
     update(_T).where(_OWNED)
@@ -126,14 +135,8 @@ class RunsRepo(Repo):
     async def wake_if_idle(self, run_id: str, *, kind: str, now: datetime,
                            from_status: str = "awaiting_approval") -> bool:
         """Set the run ``running`` if it waits and no request of ``kind`` is pending."""
-        from store.models import Approval
-
-        pending = (select(Approval.id)
-                   .where(Approval.run_id == run_id, Approval.status == "pending",
-                          Approval.kind == kind).exists())
-        res = await self.conn.execute(
-            update(_T).where(_T.c.id == run_id, _T.c.status == from_status, ~pending)
-            .values(status="running", updated_at=now))
+        res = await self.conn.execute(_WAKE_IF_IDLE, {"rid": run_id, "kind": kind, "now": now,
+                                                      "from": from_status})
         return bool(res.rowcount == 1)
 
     async def wake(self, run_ids: Sequence[str], *, now: datetime) -> list[str]:
