@@ -32,7 +32,7 @@ FAILED = ("denied", "expired", "forbidden", "invalid_arguments", "error", "cance
 class ThreadFollower:
     def __init__(self, engine: Engine, client: AsyncWebClient, *, channel: str,
                  per_channel_interval: float = 1.0, lookback: timedelta = timedelta(hours=1),
-                 permalink: Any = None) -> None:
+                 permalink: Any = None, patience: float = 0.5) -> None:
         self.e = engine
         self.client = client
         self.channel = channel
@@ -40,6 +40,7 @@ class ThreadFollower:
         self.since = engine.clock.now() - lookback
         self._next_ok: dict[str, float] = {}
         self._permalink = permalink
+        self.patience = patience  # how long each post defers to decided runs
 
     async def run(self, stop: asyncio.Event, *, poll: float = 0.5) -> None:
         await repeat(self.sync_once, stop=stop, every=poll, what="run threads sync")
@@ -59,6 +60,7 @@ class ThreadFollower:
             channel = thread.channel if thread else self.channel
             if not self._ready(channel):
                 continue
+            await self.e.urgency.settle(self.patience)
             try:
                 posts += await self._sync(run, thread)
             except SlackApiError as exc:

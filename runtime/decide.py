@@ -136,7 +136,7 @@ class Decider:
             edited = await self._validate_edit(a, args)
         await self.authorize(a, actor)
 
-        async with self.e.db.write() as tx:
+        async with self.e.db.write(urgent=True) as tx:  # the clicker is waiting
             if a.kind == "tool_call":
                 result = await self._decide_call(tx, a, actor, verdict, reason, edited)
             else:

@@ -30,6 +30,7 @@ from runtime.runner import Runner
 from runtime.state import FINAL_STATUSES, RunState, UserMessage
 from runtime.tools import Tool
 from runtime.transcript import build_state, encode
+from runtime.urgency import Urgency
 from store.db import Database
 from store.records import ApprovalRecord, RunRecord
 
@@ -61,6 +62,7 @@ class Engine:
         self.decider = Decider(self)
         self.runner = Runner(self)
         self.expiry = Expiry(self)
+        self.urgency = Urgency()  # decided runs go before background deliveries
         self._ready_listeners: list[Callable[[str], None]] = []
         self._opened_listeners: list[Callable[[str], None]] = []
         self._outbox_listeners: list[Callable[[], None]] = []
@@ -141,7 +143,10 @@ class Engine:
     async def advance(self, run_id: str, *, stop: asyncio.Event | None = None,
                       stale_owners: tuple[str, ...] = ()) -> Outcome:
         """Drive the run until it completes, fails, pauses, or ``stop`` is set."""
-        outcome = await self.runner.advance(run_id, stop=stop, stale_owners=stale_owners)
+        try:
+            outcome = await self.runner.advance(run_id, stop=stop, stale_owners=stale_owners)
+        finally:
+            self.urgency.end(run_id)
         if outcome.status == "awaiting_approval":
             for approval_id in getattr(outcome, "approval_ids", ()):
                 self.notify_opened(approval_id)
@@ -206,9 +211,15 @@ class Engine:
                      reason: str | None = None, args: Any = None,
                      token: str | None = None) -> Decision:
         """Record a decision (see :class:`runtime.decide.Decider`); wakes the run if ready."""
-        decision = await self.decider.decide(approval_id, actor=actor, verdict=verdict,
-                                             reason=reason, args=args, token=token)
+        deciding = object()
+        self.urgency.begin(deciding)
+        try:
+            decision = await self.decider.decide(approval_id, actor=actor, verdict=verdict,
+                                                 reason=reason, args=args, token=token)
+        finally:
+            self.urgency.end(deciding)
         self.notify_outbox()  # the card update
         if decision.run_ready:
+            self.urgency.begin(decision.approval.run_id)  # until its next tool call starts
             self.notify_ready(decision.approval.run_id)
         return decision

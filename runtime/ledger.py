@@ -89,8 +89,12 @@ class Ledger:
         journal: str | None = None,
         after_result: AfterResult | None = None,
         retry_sanctioned: bool = False,
+        urgent: bool = False,
     ) -> Executed | OutcomeUnknown:
-        """Run ``tool`` once under ``ctx.idempotency_key`` (or reuse what is recorded)."""
+        """Run ``tool`` once under ``ctx.idempotency_key`` (or reuse what is recorded).
+
+        ``urgent``: someone is waiting for this call to start (its intent write goes first).
+        """
         attempt = 1
         if existing is not None:
             if existing.args_digest != digest:
@@ -114,12 +118,12 @@ class Ledger:
                 else:
                     return OutcomeUnknown(existing)
             attempt = existing.attempts + 1
-            async with self.db.write() as tx:
+            async with self.db.write(urgent=urgent) as tx:
                 await self._check_lease(tx, ctx.run_id, owner, journal)
                 await tx.executions.retry_intent(run_id=ctx.run_id, call_id=ctx.call_id,
                                                  now=self.clock.now())
         else:
-            async with self.db.write() as tx:
+            async with self.db.write(urgent=urgent) as tx:
                 # the step's model reply is journaled with its first side effect, so a
                 # retried step replays these exact calls instead of asking the model again
                 await self._check_lease(tx, ctx.run_id, owner, journal)

@@ -56,6 +56,8 @@ class DrainConfig:
     max_backoff: float = 300.0
     stale_check: float = 5.0  # seconds between looks for dead claimers
     gather: float = 0.02  # after a wake, let a burst of rows pile up, then send as a batch
+    patience: float = 0.2  # how long a batch defers to decided runs on their way to a tool
+    busy_batch: int = 10  # rows per batch while decided runs are still pressing
 
 
 class OutboxDrain:
@@ -83,16 +85,19 @@ class OutboxDrain:
 
         Groups are independent, so their heads go out concurrently; within a group the
         next row becomes the head only after this one is delivered. Heads are claimed in
-        one statement and marked delivered in one transaction.
+        one statement and marked delivered in one transaction. Each batch first lets
+        decided runs reach their tool calls (see :mod:`runtime.urgency`).
         """
         e = self.e
         delivered = 0
         stale = await self._stale_owners()
         while True:
+            quiet = await e.urgency.settle(self.config.patience)
             now = e.clock.now()
             async with e.db.read() as tx:
-                heads = await tx.outbox.heads(now=now, limit=self.config.batch,
-                                              stale_owners=stale)
+                heads = await tx.outbox.heads(
+                    now=now, limit=self.config.batch if quiet else self.config.busy_batch,
+                    stale_owners=stale)
             if not heads:
                 return delivered
             async with e.db.write() as tx:

@@ -90,7 +90,7 @@ class Runner:
         # one lease id per attempt, not per process: two tasks of one process (a worker
         # and a CLI command, say) must not both believe they hold the run
         owner = f"{e.owner}/{secrets.token_hex(3)}"
-        async with e.db.write() as tx:
+        async with e.db.write(urgent=e.urgency.presses(run_id)) as tx:
             got = await tx.runs.acquire_lease(run_id, owner=owner, now=now,
                                               until=now + e.config.lease_ttl,
                                               stale_owners=stale_owners)
@@ -300,11 +300,13 @@ class Runner:
         ctx = ToolContext(run_id=live.run.id, call_id=call.id,
                           idempotency_key=f"{live.run.id}:{call.id}",
                           requested_by=live.run.requested_by, agent=agent.name, clock=e.clock)
+        urgent = e.urgency.presses(live.run.id)
+        e.urgency.end(live.run.id)  # a decision that resumed this run has reached its call
         result = await e.ledger.execute(
             tool=tool, ctx=ctx, step=live.step, args=args, digest=digest, existing=existing,
             owner=live.owner, journal=pending.journal,
             after_result=after_result if (approval or kind == "notify_after") else None,
-            retry_sanctioned=sanctioned,
+            retry_sanctioned=sanctioned, urgent=urgent,
         )
         pending.journal = None  # journaled (or the step's calls were recorded before)
         if kind == "notify_after" and isinstance(result, Executed) and not result.reused:

@@ -50,7 +50,7 @@ class ResumeWorker:
         self._stale = stale
         return len(fresh)
 
-    async def _advance(self, run_id: str) -> None:
+    async def _advance(self, run_id: str, slot: bool) -> None:
         try:
             # dead owners as of the last poll: a woken run needs none, a polled one may
             outcome = await self.e.advance(run_id, stop=self._stop, stale_owners=self._stale)
@@ -59,7 +59,8 @@ class ResumeWorker:
             log.exception("run %s: advancing failed; it stays resumable", run_id)
         finally:
             self._active.pop(run_id, None)
-            self._slots.release()
+            if slot:
+                self._slots.release()
 
     async def run(self, stop: asyncio.Event) -> None:
         """Serve until ``stop`` is set, then let in-flight runs reach a step boundary."""
@@ -81,8 +82,11 @@ class ResumeWorker:
                 self._queued.discard(run_id)
                 if run_id in self._active:
                     continue
-                await self._slots.acquire()
-                self._active[run_id] = asyncio.create_task(self._advance(run_id))
+                # a run a human just decided does not queue behind background runs
+                slot = not self.e.urgency.presses(run_id)
+                if slot:
+                    await self._slots.acquire()
+                self._active[run_id] = asyncio.create_task(self._advance(run_id, slot))
         finally:
             self._stop.set()  # in-flight runs stop at their next step boundary
             poller.cancel()

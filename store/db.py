@@ -9,6 +9,7 @@ asyncpg at READ COMMITTED; the queries' compare-and-set and row locks do the res
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -79,26 +80,34 @@ class Database:
         # to SQLite they spin in its busy handler, which sleeps up to 100 ms per retry.
         # Correctness never rests on this lock: other processes, and every compare-and-set,
         # go through SQLite's own locking (BEGIN IMMEDIATE + busy timeout).
-        self._write_lock: asyncio.Lock | None = None
+        self._write_lock: WriteLock | None = None
         if self.dialect == "sqlite":
             _configure_sqlite(self.engine, busy_timeout_ms)
-            self._write_lock = asyncio.Lock()
+            self._write_lock = WriteLock()
 
     @property
     def display_url(self) -> str:
         return self.url.render_as_string(hide_password=True)
 
     @asynccontextmanager
-    async def write(self) -> AsyncIterator[Tx]:
-        """A read-write transaction, committed on exit, rolled back on error."""
+    async def write(self, *, urgent: bool = False) -> AsyncIterator[Tx]:
+        """A read-write transaction, committed on exit, rolled back on error.
+
+        ``urgent`` writes (someone is waiting on them) take this process's SQLite write
+        queue ahead of the others; the order of commits is all it changes.
+        """
         if self._write_lock is None:
             async with self.engine.connect() as conn, conn.begin():
                 yield Tx(conn, self.dialect)
             return
-        async with self._write_lock, self.engine.connect() as conn:
-            await conn.execution_options(approvald_begin="IMMEDIATE")
-            async with conn.begin():
-                yield Tx(conn, self.dialect)
+        await self._write_lock.acquire(urgent=urgent)
+        try:
+            async with self.engine.connect() as conn:
+                await conn.execution_options(approvald_begin="IMMEDIATE")
+                async with conn.begin():
+                    yield Tx(conn, self.dialect)
+        finally:
+            self._write_lock.release()
 
     @asynccontextmanager
     async def read(self, *, snapshot: bool = False) -> AsyncIterator[Tx]:
@@ -120,6 +129,47 @@ class Database:
 
     async def close(self) -> None:
         await self.engine.dispose()
+
+
+class WriteLock:
+    """A mutex with two queues of waiters, each served in order: urgent ones go first,
+    but after ``streak`` urgent hand-overs in a row a waiting ordinary writer gets its
+    turn, so a stream of urgent writes slows ordinary ones down but never starves them."""
+
+    def __init__(self, *, streak: int = 4) -> None:
+        self.streak = streak
+        self._held = False
+        self._urgent: deque[asyncio.Future[None]] = deque()
+        self._ordinary: deque[asyncio.Future[None]] = deque()
+        self._run = 0  # urgent hand-overs since an ordinary writer last had the lock
+
+    async def acquire(self, *, urgent: bool = False) -> None:
+        if not self._held and not self._urgent and not self._ordinary:
+            self._held = True
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        (self._urgent if urgent else self._ordinary).append(fut)
+        try:
+            await fut  # release() hands the lock over by resolving it
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():  # handed over just as we were cancelled
+                self.release()
+            raise
+
+    def release(self) -> None:
+        for queue in self._order():
+            while queue:
+                fut = queue.popleft()
+                if not fut.done():  # skip waiters cancelled while queued
+                    self._run = self._run + 1 if queue is self._urgent else 0
+                    fut.set_result(None)  # ownership passes straight on: _held stays True
+                    return
+        self._held = False
+
+    def _order(self) -> tuple[deque[asyncio.Future[None]], ...]:
+        if self._run >= self.streak and self._ordinary:
+            return self._ordinary, self._urgent
+        return self._urgent, self._ordinary
 
 
 def _configure_sqlite(engine: AsyncEngine, busy_timeout_ms: int) -> None:

@@ -1,0 +1,215 @@
+"""Decided runs go first: the urgency marks, the two-lane SQLite write queue, the worker."""
+
+from __future__ import annotations
+
+import asyncio
+
+from runtime.agent import Agent
+from runtime.decide import Actor
+from runtime.models.scripted import ScriptedModel, reply
+from runtime.outbox import DrainConfig, OutboxDrain
+from runtime.tools import ToolContext, tool
+from runtime.urgency import Urgency
+from runtime.worker import ResumeWorker
+from store.db import Database, WriteLock
+
+ALICE = Actor("U_ALICE", "slack")
+
+
+class Ticks:
+    """An injected monotonic clock."""
+
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+async def test_settle_is_immediate_when_nothing_presses() -> None:
+    u = Urgency()
+    assert u.pressing == 0
+    assert await u.settle(60) is True
+
+
+async def test_settle_returns_when_the_last_mark_ends() -> None:
+    u = Urgency()
+    u.begin("run-a")
+    u.begin("run-b")
+    waiter = asyncio.create_task(u.settle(60))
+    await asyncio.sleep(0)
+    u.end("run-a")
+    await asyncio.sleep(0)
+    assert not waiter.done()  # run-b still presses
+    u.end("run-b")
+    assert await asyncio.wait_for(waiter, 5) is True
+    u.end("never-begun")  # harmless
+
+
+async def test_patience_bounds_the_wait_and_marks_expire_on_their_own() -> None:
+    ticks = Ticks()
+    u = Urgency(hold=5.0, monotonic=ticks)
+    u.begin("run-a")
+    assert u.presses("run-a") and u.pressing == 1
+    assert await u.settle(0) is False  # out of patience: go ahead anyway
+    ticks.t += 5.0  # decided here, advanced elsewhere: the mark must not hold forever
+    assert not u.presses("run-a")
+    assert u.pressing == 0
+    assert await u.settle(60) is True
+
+
+async def test_write_lock_serves_urgent_waiters_first_each_lane_in_order() -> None:
+    lock = WriteLock()
+    await lock.acquire()
+    order: list[str] = []
+
+    async def writer(name: str, urgent: bool) -> None:
+        await lock.acquire(urgent=urgent)
+        order.append(name)
+        lock.release()
+
+    tasks = [asyncio.create_task(writer(n, u)) for n, u in
+             (("slow-1", False), ("slow-2", False), ("click-1", True), ("click-2", True))]
+    await asyncio.sleep(0)
+    lock.release()
+    await asyncio.gather(*tasks)
+    assert order == ["click-1", "click-2", "slow-1", "slow-2"]
+
+
+async def test_write_lock_never_starves_ordinary_writers() -> None:
+    """A stream of urgent writes (a burst of clicks) still lets a lease renewal or a
+    result write through after ``streak`` urgent hand-overs."""
+    lock = WriteLock(streak=2)
+    await lock.acquire()
+    order: list[str] = []
+
+    async def writer(name: str, urgent: bool) -> None:
+        await lock.acquire(urgent=urgent)
+        order.append(name)
+        lock.release()
+
+    names = [("renew", False)] + [(f"click-{i}", True) for i in range(1, 6)]
+    tasks = [asyncio.create_task(writer(n, u)) for n, u in names]
+    await asyncio.sleep(0)
+    lock.release()
+    await asyncio.gather(*tasks)
+    assert order == ["click-1", "click-2", "renew", "click-3", "click-4", "click-5"]
+
+
+async def test_write_lock_skips_cancelled_waiters_and_frees_when_idle() -> None:
+    lock = WriteLock()
+    await lock.acquire()
+    gone = asyncio.create_task(lock.acquire(urgent=True))
+    stays = asyncio.create_task(lock.acquire())
+    await asyncio.sleep(0)
+    gone.cancel()
+    await asyncio.sleep(0)
+    lock.release()  # goes past the cancelled waiter
+    await asyncio.wait_for(stays, 5)
+    lock.release()
+    await asyncio.wait_for(lock.acquire(), 1)  # free again: no one is left holding it
+    lock.release()
+
+
+async def test_urgent_sqlite_write_commits_ahead_of_queued_writes(sqlite_url) -> None:
+    db = Database(sqlite_url)
+    order: list[str] = []
+
+    async def write(name: str, urgent: bool) -> None:
+        async with db.write(urgent=urgent) as tx:
+            await tx.conn.exec_driver_sql("SELECT 1")
+            order.append(name)
+
+    try:
+        async with db.write():
+            tasks = [asyncio.create_task(write("background", False)),
+                     asyncio.create_task(write("click", True))]
+            for _ in range(3):
+                await asyncio.sleep(0)  # both are queued behind the open transaction
+        await asyncio.gather(*tasks)
+    finally:
+        await db.close()
+    assert order == ["click", "background"]
+
+
+async def test_a_decided_run_does_not_wait_for_a_worker_slot(make_engine) -> None:
+    """concurrency=1 and the slot is held by a run whose tool hangs: a run a human just
+    approved still starts its call, instead of queueing behind background work."""
+    release = asyncio.Event()
+    started: list[str] = []
+
+    @tool(permission="read")
+    async def crawl(ctx: ToolContext, site: str) -> str:
+        """A long background call."""
+        started.append(f"crawl {site}")
+        await release.wait()
+        return "crawled"
+
+    @tool(permission="execute")
+    async def deploy(ctx: ToolContext, service: str) -> str:
+        """Deploy (gated)."""
+        started.append(f"deploy {service}")
+        return "deployed"
+
+    crawler = Agent(name="crawler", instructions="", tools=[crawl], model=ScriptedModel.sequence(
+        [reply("crawling", ("crawl", {"site": "a"})), reply("done", turn=1)]))
+    deployer = Agent(name="deployer", instructions="", tools=[deploy],
+                     model=ScriptedModel.sequence(
+                         [reply("deploying", ("deploy", {"service": "web"})),
+                          reply("done", turn=1)]))
+    engine = make_engine(agents=[crawler, deployer])
+    paused = await engine.run("deployer", "deploy web", requested_by="U_DANA")
+    worker = ResumeWorker(engine, concurrency=1, poll_interval=3600)
+    stop = asyncio.Event()
+    serving = asyncio.create_task(worker.run(stop))
+    try:
+        background = await engine.start_run("crawler", "crawl a", requested_by="U_DANA")
+        worker.wake(background)
+        for _ in range(500):
+            if started:
+                break
+            await asyncio.sleep(0.01)
+        assert started == ["crawl a"]  # the only slot is now held
+        await engine.decide(paused.approval_ids[0], actor=ALICE, verdict="approve")
+        for _ in range(500):
+            if len(started) == 2:
+                break
+            await asyncio.sleep(0.01)
+        assert started == ["crawl a", "deploy web"]
+        assert engine.urgency.pressing == 0  # the mark ended when the call started
+    finally:
+        release.set()
+        stop.set()
+        await asyncio.wait_for(serving, 10)
+
+
+async def test_outbox_batches_shrink_while_a_decision_presses(make_engine, db) -> None:
+    """With a decided run pressing, the drain sends small batches (and once it is quiet,
+    full ones); every row is still delivered exactly once."""
+    engine = make_engine()
+    for i in range(5):
+        await engine.run("demo-refund", f"Refund order A-100{i}", requested_by="U_DANA")
+    batches: list[int] = []
+
+    class Counting:
+        inflight = 0
+
+        async def deliver(self, row):  # type: ignore[no-untyped-def]
+            Counting.inflight += 1
+            batches.append(Counting.inflight)
+            await asyncio.sleep(0)
+            Counting.inflight -= 1
+            return {"ok": True}
+
+    ticks = Ticks()
+    engine.urgency = Urgency(monotonic=ticks)
+    engine.urgency.begin("someone's run")
+    drain = OutboxDrain(engine, Counting(), DrainConfig(patience=0, busy_batch=2))
+    assert await drain.drain_once() == 5
+    assert max(batches) == 2
+    for i in range(5, 10):
+        await engine.run("demo-refund", f"Refund order A-100{i}", requested_by="U_DANA")
+    batches.clear()
+    engine.urgency.end("someone's run")
+    assert await drain.drain_once() == 5
+    assert max(batches) == 5
