@@ -76,7 +76,9 @@ class SlackService:
             logger=_bolt_logger(),
             signing_secret=None if secret is None else secret.get_secret_value(),
             request_verification_enabled=not socket or secret is not None,
-            process_before_response=False,
+            # listeners ack, then hand their work to tasks (see bot/handlers.py): the
+            # response goes out as soon as the listener returns, with no polling for it
+            process_before_response=True,
         )
         self.handlers = Handlers(self)
         self.handlers.register(self.app)
@@ -126,6 +128,7 @@ class SlackService:
         self.mode = f"HTTP on port {self.port}"
 
     async def stop(self) -> None:
+        await self.handlers.drain()
         if self._socket is not None:
             await self._socket.close_async()
         if self._runner is not None:

@@ -1,14 +1,19 @@
 """Slack listeners: buttons, modals, the /approvals command and the App Home.
 
 Every listener acks first (Slack waits at most 3 seconds; a ``trigger_id`` expires in 3),
-then does the work. Identity comes only from Slack's signed payload (bolt verified the
+then hands the work to a task of its own, so the HTTP response goes out at once (bolt runs
+with ``process_before_response``: nothing waits on a polling loop). A modal submission
+that fails validation is the one case that answers after work: its errors are the ack.
+Identity comes only from Slack's signed payload (bolt verified the
 signature before any listener runs). A refused click changes nothing and gets an
 ephemeral explanation; the card itself is updated through the outbox.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncRespond
@@ -29,6 +34,25 @@ class Handlers:
     def __init__(self, svc: SlackService) -> None:
         self.svc = svc
         self.e = svc.engine
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def _later(self, work: Coroutine[Any, Any, Any]) -> None:
+        """Run ``work`` after the ack; a failure is logged (the click already got its 200)."""
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            exc = task.exception()
+            log.error("Slack listener work failed: %s: %s", type(exc).__name__, exc,
+                      exc_info=exc)
+
+    async def drain(self) -> None:
+        """Wait for work handed off after acks (used when stopping)."""
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
 
     def register(self, app: AsyncApp) -> None:
         for action_id, verdict in ((cards.APPROVE, "approve"), (cards.RETRY, "retry"),
@@ -104,10 +128,10 @@ class Handlers:
             try:
                 approval_id, token = cards.parse_value(body["actions"][0]["value"])
             except (ValueError, KeyError, IndexError):
-                await self._tell(client, user, channel, texts.REPLY_MALFORMED)
+                self._later(self._tell(client, user, channel, texts.REPLY_MALFORMED))
                 return
-            await self._decide(client, approval_id=approval_id, token=token, user=user,
-                               channel=channel, verdict=verdict)
+            self._later(self._decide(client, approval_id=approval_id, token=token, user=user,
+                                     channel=channel, verdict=verdict))
         return handler
 
     async def _open_for(self, body: dict[str, Any], client: AsyncWebClient,
@@ -132,24 +156,25 @@ class Handlers:
     async def on_deny_click(self, ack: AsyncAck, body: dict[str, Any],
                             client: AsyncWebClient) -> None:
         await ack()
-        await self._open_for(body, client, lambda a, t, c, ts: views.deny_modal(
-            a.id, t, c, ts, tool=a.tool))
+        self._later(self._open_for(body, client, lambda a, t, c, ts: views.deny_modal(
+            a.id, t, c, ts, tool=a.tool)))
 
     async def on_abort_click(self, ack: AsyncAck, body: dict[str, Any],
                              client: AsyncWebClient) -> None:
         await ack()
-        await self._open_for(body, client, lambda a, t, c, ts: views.resolve_abort_modal(
-            a.id, t, c, ts, tool=a.tool))
+        self._later(self._open_for(body, client, lambda a, t, c, ts: views.resolve_abort_modal(
+            a.id, t, c, ts, tool=a.tool)))
 
     async def on_edit_click(self, ack: AsyncAck, body: dict[str, Any],
                             client: AsyncWebClient) -> None:
         await ack()
-        await self._open_for(body, client, views.edit_modal)
+        self._later(self._open_for(body, client, views.edit_modal))
 
     async def on_view_args(self, ack: AsyncAck, body: dict[str, Any],
                            client: AsyncWebClient) -> None:
         await ack()
-        await self._open_for(body, client, lambda a, t, c, ts: views.args_modal(a), check=False)
+        self._later(self._open_for(body, client, lambda a, t, c, ts: views.args_modal(a),
+                                   check=False))
 
     # -- modals -------------------------------------------------------------------------
     def on_reason_submit(self, verdict: Verdict) -> Any:
@@ -167,9 +192,9 @@ class Handlers:
                 return
             await ack()
             target = views.parse_metadata(view.get("private_metadata") or "")
-            await self._decide(client, approval_id=target.approval_id, token=target.token,
-                               user=body["user"]["id"], channel=target.channel,
-                               verdict=verdict, reason=reason)
+            self._later(self._decide(client, approval_id=target.approval_id,
+                                     token=target.token, user=body["user"]["id"],
+                                     channel=target.channel, verdict=verdict, reason=reason))
         return handler
 
     async def on_edit_submit(self, ack: AsyncAck, body: dict[str, Any],
@@ -194,9 +219,9 @@ class Handlers:
                       errors={cards.ARGS_BLOCK: self._refusal(exc)[:1000]})
             return
         await ack()
-        await self._decide(client, approval_id=target.approval_id, token=target.token,
-                           user=body["user"]["id"], channel=target.channel, verdict="edit",
-                           args=args)
+        self._later(self._decide(client, approval_id=target.approval_id, token=target.token,
+                                 user=body["user"]["id"], channel=target.channel,
+                                 verdict="edit", args=args))
 
     # -- lists ----------------------------------------------------------------------------
     async def actionable(self, user: str, *, limit: int) -> list[tuple[ApprovalRecord, str]]:
@@ -219,7 +244,10 @@ class Handlers:
     async def on_command(self, ack: AsyncAck, body: dict[str, Any],
                          respond: AsyncRespond) -> None:
         await ack()
-        pending = await self.actionable(body["user_id"], limit=views.LIST_MAX_PENDING + 1)
+        self._later(self._list_for(body["user_id"], respond))
+
+    async def _list_for(self, user: str, respond: AsyncRespond) -> None:
+        pending = await self.actionable(user, limit=views.LIST_MAX_PENDING + 1)
         msg = views.approvals_list_message(pending, now=self.e.clock.now())
         await respond(response_type="ephemeral", **msg)
 
@@ -233,7 +261,7 @@ class Handlers:
 
     async def on_home_opened(self, event: dict[str, Any], client: AsyncWebClient) -> None:
         if event.get("tab", "home") == "home":
-            await self.publish_home(client, event["user"])
+            self._later(self.publish_home(client, event["user"]))
 
     async def on_error(self, error: Exception, body: dict[str, Any]) -> None:
         log.error("Slack listener failed: %s: %s", type(error).__name__, error,
