@@ -13,7 +13,10 @@ call; every card then gets one signed Approve click, ``--concurrency`` at a time
   throughput (latency is then mostly queueing behind earlier clicks).
 
 Prints p50/p99 of click -> HTTP response (the ack) and click -> the approved tool
-starting. The in-run baseline is the same signed request path doing no work (Slack's
+starting; then, since decided runs go first (``runtime/urgency.py``) and the card
+updates and the rest of each run wait their turn, also click -> card updated in Slack and
+click -> run completed, so the cost of that ordering is on the same page.
+The in-run baseline is the same signed request path doing no work (Slack's
 url_verification). Targets (issue 4, SQLite): p99 ack <= 100 ms, p99 tool start <= 250 ms.
 
 To profile the serve process, set ``BENCH_SERVE_CMD`` to a command that runs
@@ -31,6 +34,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
@@ -104,6 +108,31 @@ class ToolLog:
                 await asyncio.wait_for(stop.wait(), 0.002)
             except TimeoutError:
                 pass
+
+
+async def follow_up(engine: Engine, emulator: SlackEmulator,
+                    values: dict[str, tuple[Any, str]]) -> tuple[dict[str, float],
+                                                                  dict[str, float]]:
+    """When each card was updated (the emulator's record) and each run completed (the
+    database); waits up to 60 s for the stragglers."""
+    cards_at = {r.message_ts: aid for aid, (r, _) in values.items()}
+    updated: dict[str, float] = {}
+    completed: dict[str, float] = {}
+    for _ in range(600):
+        for call in emulator.calls("chat.update"):
+            aid = cards_at.get(call.params.get("ts"))
+            if aid is not None and aid not in updated:
+                updated[aid] = call.at.timestamp()
+        async with engine.db.read() as tx:
+            for r, _ in values.values():
+                if r.run_id not in completed:
+                    run = await tx.runs.get(r.run_id)
+                    if run is not None and run.status == "completed":
+                        completed[r.run_id] = run.updated_at.timestamp()
+        if len(updated) == len(values) and len(completed) == len(values):
+            break
+        await asyncio.sleep(0.1)
+    return updated, completed
 
 
 async def bench(runs: int, concurrency: int, mode: str, db_url: str | None) -> None:
@@ -192,6 +221,7 @@ async def bench(runs: int, concurrency: int, mode: str, db_url: str | None) -> N
             serve_cpu = cpu_seconds(serve.pid) - cpu0
             stop.set()
             await tailer
+            updated, completed = await follow_up(engine, emulator, values)
         started = tool_log.started
         starts = [started[r] - sent[r] for r in sent]
         print(f"{runs} signed Approve clicks, {concurrency} at a time, over HTTP to a separate "
@@ -205,6 +235,13 @@ async def bench(runs: int, concurrency: int, mode: str, db_url: str | None) -> N
               f"p99 {pct(acks, .99):.1f} ms   max {max(acks) * 1000:.1f} ms")
         print(f"  click -> tool start:          p50 {pct(starts, .5):.1f} ms   "
               f"p99 {pct(starts, .99):.1f} ms   max {max(starts) * 1000:.1f} ms")
+        by_run = {values[a][0].run_id: a for a in approvals}
+        card_lag = [updated[by_run[r]] - sent[r] for r in sent if by_run[r] in updated]
+        done_lag = [completed[r] - sent[r] for r in sent if r in completed]
+        print(f"  click -> card updated:        p50 {pct(card_lag, .5):.1f} ms   "
+              f"p99 {pct(card_lag, .99):.1f} ms   ({len(card_lag)} of {runs} cards)")
+        print(f"  click -> run completed:       p50 {pct(done_lag, .5):.1f} ms   "
+              f"p99 {pct(done_lag, .99):.1f} ms   ({len(done_lag)} of {runs} runs)")
         print(f"  baseline, signed url_verification round trip: p50 {pct(floor, .5):.1f} ms  "
               f"p99 {pct(floor, .99):.1f} ms  (mean {statistics.mean(floor) * 1000:.1f})")
         ok_ack, ok_start = pct(acks, .99) <= 100, pct(starts, .99) <= 250
