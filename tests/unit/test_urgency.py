@@ -137,11 +137,13 @@ async def test_a_decided_run_does_not_wait_for_a_worker_slot(make_engine) -> Non
     approved still starts its call, instead of queueing behind background work."""
     release = asyncio.Event()
     started: list[str] = []
+    crawling, deploying = asyncio.Event(), asyncio.Event()
 
     @tool(permission="read")
     async def crawl(ctx: ToolContext, site: str) -> str:
         """A long background call."""
         started.append(f"crawl {site}")
+        crawling.set()
         await release.wait()
         return "crawled"
 
@@ -149,6 +151,7 @@ async def test_a_decided_run_does_not_wait_for_a_worker_slot(make_engine) -> Non
     async def deploy(ctx: ToolContext, service: str) -> str:
         """Deploy (gated)."""
         started.append(f"deploy {service}")
+        deploying.set()
         return "deployed"
 
     crawler = Agent(name="crawler", instructions="", tools=[crawl], model=ScriptedModel.sequence(
@@ -165,16 +168,11 @@ async def test_a_decided_run_does_not_wait_for_a_worker_slot(make_engine) -> Non
     try:
         background = await engine.start_run("crawler", "crawl a", requested_by="U_DANA")
         worker.wake(background)
-        for _ in range(500):
-            if started:
-                break
-            await asyncio.sleep(0.01)
+        await asyncio.wait_for(crawling.wait(), 10)
         assert started == ["crawl a"]  # the only slot is now held
         await engine.decide(paused.approval_ids[0], actor=ALICE, verdict="approve")
-        for _ in range(500):
-            if len(started) == 2:
-                break
-            await asyncio.sleep(0.01)
+        # without the bypass this times out: the only slot stays held until release
+        await asyncio.wait_for(deploying.wait(), 10)
         assert started == ["crawl a", "deploy web"]
         assert engine.urgency.pressing == 0  # the mark ended when the call started
     finally:
