@@ -58,8 +58,8 @@ async def test_patience_bounds_the_wait_and_marks_expire_on_their_own() -> None:
     assert await u.settle(60) is True
 
 
-async def test_write_lock_serves_urgent_waiters_first_each_lane_in_order() -> None:
-    lock = WriteLock()
+async def hand_over_order(lock: WriteLock, writers: list[tuple[str, bool]]) -> list[str]:
+    """Queue ``writers`` (name, urgent) behind a held ``lock``; the order they got it."""
     await lock.acquire()
     order: list[str] = []
 
@@ -68,31 +68,24 @@ async def test_write_lock_serves_urgent_waiters_first_each_lane_in_order() -> No
         order.append(name)
         lock.release()
 
-    tasks = [asyncio.create_task(writer(n, u)) for n, u in
-             (("slow-1", False), ("slow-2", False), ("click-1", True), ("click-2", True))]
+    tasks = [asyncio.create_task(writer(n, u)) for n, u in writers]
     await asyncio.sleep(0)
     lock.release()
     await asyncio.gather(*tasks)
+    return order
+
+
+async def test_write_lock_serves_urgent_waiters_first_each_lane_in_order() -> None:
+    order = await hand_over_order(WriteLock(), [
+        ("slow-1", False), ("slow-2", False), ("click-1", True), ("click-2", True)])
     assert order == ["click-1", "click-2", "slow-1", "slow-2"]
 
 
 async def test_write_lock_never_starves_ordinary_writers() -> None:
     """A stream of urgent writes (a burst of clicks) still lets a lease renewal or a
     result write through after ``streak`` urgent hand-overs."""
-    lock = WriteLock(streak=2)
-    await lock.acquire()
-    order: list[str] = []
-
-    async def writer(name: str, urgent: bool) -> None:
-        await lock.acquire(urgent=urgent)
-        order.append(name)
-        lock.release()
-
-    names = [("renew", False)] + [(f"click-{i}", True) for i in range(1, 6)]
-    tasks = [asyncio.create_task(writer(n, u)) for n, u in names]
-    await asyncio.sleep(0)
-    lock.release()
-    await asyncio.gather(*tasks)
+    order = await hand_over_order(WriteLock(streak=2), [("renew", False)] + [
+        (f"click-{i}", True) for i in range(1, 6)])
     assert order == ["click-1", "click-2", "renew", "click-3", "click-4", "click-5"]
 
 
