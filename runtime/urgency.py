@@ -4,9 +4,9 @@ A human who clicks Approve is waiting for the call to run. From the moment a dec
 being recorded until the resumed run starts its next tool call (or parks, or finishes),
 the run is *pressing*, and this process serves it first:
 
-* its writes (the decision, the lease, the ledger intent) are ``urgent``: they take the
-  front of the SQLite write queue (:class:`store.db.WriteLock`, which still hands every
-  fifth turn to an ordinary writer, so nothing starves);
+* its writes (the decision, the lease, the ledger intent) are ``urgent``: where the
+  store queues writers in-process, they go to the front of that queue (the store still
+  gives ordinary writers a regular turn, so nothing starves);
 * the resume worker starts it without waiting for a concurrency slot;
 * loops that only tell people about things (the outbox drain, run threads) call
   :meth:`Urgency.settle` before each batch: it returns at once when nothing presses,
