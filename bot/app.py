@@ -1,20 +1,28 @@
 """The Slack face of ``approvald serve``: a slack-bolt ``AsyncApp`` over HTTP or Socket Mode.
 
 HTTP mode (``SLACK_SIGNING_SECRET``): events, interactivity and the slash command arrive
-at ``POST /slack/events``; bolt verifies each request's signature and timestamp (a bad or
-stale one gets 401 and reaches no listener). Socket Mode (``SLACK_APP_TOKEN``): the app
+at ``POST /slack/events``. The signature and timestamp are checked on the raw bytes before
+anything parses the body: an unauthenticated request gets 401 and is never parsed, an
+authenticated one that does not parse gets 400, neither reaches a listener (bolt checks
+the signature again when it dispatches). Socket Mode (``SLACK_APP_TOKEN``): the app
 dials out over a websocket, no public URL needed. Web API calls go to ``SLACK_API_URL``.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
+import re
+from collections.abc import Mapping
 from typing import Any
 
 import aiohttp
 from aiohttp import web
-from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.async_app import AsyncApp
+from slack_bolt.request.async_request import AsyncBoltRequest
+from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.config import Settings
@@ -27,6 +35,14 @@ from runtime.errors import ConfigError
 
 log = logging.getLogger("approvald.slack")
 MAX_REQUEST_BYTES = 1024 * 1024  # Slack's own payloads are far smaller; refuse floods
+# Slack's timestamp is Unix seconds in ASCII digits; anything else (a sign, spaces, other
+# scripts' digits, thousands of digits that int() refuses) is simply not a valid request
+_TIMESTAMP = re.compile(r"[0-9]{1,16}")
+# slack_sdk's compare_digest raises on non-ASCII text, so the shape is checked first
+_SIGNATURE = re.compile(r"v0=[0-9a-f]{64}")
+# What parsing a signed but malformed body can raise, in bolt's parse_body (json, form) or in
+# the context it extracts from the parsed body (a list or a string where a dict belongs)
+_UNPARSEABLE = (ValueError, TypeError, AttributeError, LookupError, RecursionError)
 
 
 def check_slack_settings(s: Settings) -> None:
@@ -52,6 +68,42 @@ def _bolt_logger() -> logging.Logger:
     if not any(isinstance(f, _DropTokenNotice) for f in logger.filters):
         logger.addFilter(_DropTokenNotice())
     return logger
+
+
+class _RawBodyVerifier(SignatureVerifier):
+    """slack_sdk's verifier (timestamp window, constant-time compare) over the raw bytes.
+
+    slack_sdk decodes a bytes body as UTF-8 before hashing and raises on one that is not;
+    Slack signs the bytes, so those are hashed as they are, and an authentic body that is
+    not UTF-8 is told apart from a forged one (400, not 401).
+    """
+
+    def generate_signature(self, *, timestamp: str, body: str | bytes) -> str | None:
+        if isinstance(body, bytes):
+            try:
+                body.decode("utf-8")
+            except UnicodeDecodeError:
+                base = b"v0:" + timestamp.encode("ascii") + b":" + body
+                digest = hmac.new(self.signing_secret.encode(), base, hashlib.sha256)
+                return f"v0={digest.hexdigest()}"
+        return super().generate_signature(timestamp=timestamp, body=body)
+
+
+def authentic(verifier: SignatureVerifier | None, body: bytes,
+              headers: Mapping[str, str]) -> bool:
+    """Whether ``body`` is signed by Slack under a timestamp within five minutes.
+
+    The window is slack_sdk's, either way, on the system clock that bolt's own check uses.
+    Reads only the two headers and hashes the bytes: nothing here parses the body, so an
+    unauthenticated request costs one HMAC whatever it holds.
+    """
+    timestamp = headers.get("X-Slack-Request-Timestamp")
+    signature = headers.get("X-Slack-Signature")
+    if verifier is None or timestamp is None or signature is None:
+        return False
+    if not _TIMESTAMP.fullmatch(timestamp) or not _SIGNATURE.fullmatch(signature):
+        return False
+    return verifier.is_valid(body=body, timestamp=timestamp, signature=signature)
 
 
 class SlackService:
@@ -94,10 +146,28 @@ class SlackService:
     def web_app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_REQUEST_BYTES)
 
+        # Without a signing secret (Socket Mode alone) nothing sent here can be authenticated,
+        # so every request gets the same 401 as a forged one, not a 404: one rule for the
+        # route, and the fix it points at (set SLACK_SIGNING_SECRET) is the one that makes
+        # HTTP events work. Socket Mode does not serve this route in the first place.
+        secret = self.settings.slack_signing_secret
+        verifier = None if secret is None else _RawBodyVerifier(secret.get_secret_value())
+
         async def events(request: web.Request) -> web.StreamResponse:
+            raw = await request.read()  # past client_max_size aiohttp answers 413 itself
+            if not authentic(verifier, raw, request.headers):
+                log.debug("refused a Slack request without a valid signature")
+                return web.json_response({"ok": False, "error": "invalid signature"},
+                                         status=401)
+            # Authentic from here on: only now is the body decoded and parsed
             try:
-                bolt_request = await to_bolt_request(request)
-            except ValueError:  # a body bolt cannot even parse: nothing to verify or act on
+                text = raw.decode("utf-8")  # what Slack sends and what bolt re-verifies
+                bolt_request = AsyncBoltRequest(body=text, query=request.query_string,
+                                                headers=request.headers)  # type: ignore[arg-type]
+                if not isinstance(bolt_request.body, dict):
+                    raise TypeError("not a JSON object or a form")
+            except _UNPARSEABLE as exc:  # no traceback: the body is the sender's fault
+                log.warning("a signed Slack request did not parse: %s", type(exc).__name__)
                 return web.json_response({"ok": False, "error": "malformed request"},
                                          status=400)
             resp = await self.app.async_dispatch(bolt_request)
