@@ -25,6 +25,7 @@ from runtime import audit
 from runtime.decide import Actor
 from runtime.engine import Engine
 from runtime.errors import ApprovaldError, DecisionRefused
+from runtime.identity import InvalidIdentity, normalize_user_id
 from runtime.outcomes import Outcome
 
 EXIT = {"completed": 0, "awaiting_approval": 0, "running": 0, "failed": 1, "cancelled": 1,
@@ -40,6 +41,14 @@ def operator() -> str:
         return f"cli:{getpass.getuser()}"
     except Exception:
         return "cli:unknown"
+
+
+def slack_user(flag: str, value: str) -> str:
+    """The Slack user id a flag names, upper-cased; anything else is a usage error (exit 2)."""
+    try:
+        return normalize_user_id(value)
+    except InvalidIdentity as exc:
+        raise UsageError(f"{flag}: {exc}") from None
 
 
 def out(obj: Any) -> None:
@@ -84,9 +93,13 @@ async def with_engine(s: Settings, fn: Callable[[Engine], Awaitable[int]]) -> in
 
 
 async def cmd_run(s: Settings, a: argparse.Namespace) -> int:
+    # the default names the operator (not a Slack id); a value given must be a Slack user id
+    requested_by = (operator() if a.requested_by is None
+                    else slack_user("--requested-by", a.requested_by))
+
     async def go(engine: Engine) -> int:
         engine.registry.get(a.agent)
-        run_id = await engine.start_run(a.agent, a.task, requested_by=a.requested_by or operator())
+        run_id = await engine.start_run(a.agent, a.task, requested_by=requested_by)
         print(run_id, flush=True)
         outcome = await engine.advance(run_id)
         print(describe(outcome), file=sys.stderr)
@@ -224,6 +237,8 @@ async def cmd_approvals_show(s: Settings, a: argparse.Namespace) -> int:
 
 def decide_command(verdict: str) -> Callable[[Settings, argparse.Namespace], Awaitable[int]]:
     async def cmd(s: Settings, a: argparse.Namespace) -> int:
+        as_user = slack_user("--as", a.as_user)  # refused before the database is opened
+
         async def go(engine: Engine) -> int:
             args = None
             if verdict == "edit":
@@ -232,14 +247,14 @@ def decide_command(verdict: str) -> Callable[[Settings, argparse.Namespace], Awa
                 except json.JSONDecodeError as exc:
                     raise UsageError(f"--args is not valid JSON: {exc}") from None
             v = a.outcome if verdict == "resolve" else verdict
-            actor = Actor(a.as_user, f"cli:{operator().removeprefix('cli:')}")
+            actor = Actor(as_user, f"cli:{operator().removeprefix('cli:')}")
             decision = await engine.decide(a.id, actor=actor, verdict=v,
                                            reason=getattr(a, "reason", None), args=args)
             rec = decision.approval
             if decision.outcome == "voted":
                 print(f"approval {rec.id}: {decision.approvals} of {decision.quorum} approvals")
             else:
-                print(f"approval {rec.id}: {decision.outcome} by {a.as_user}")
+                print(f"approval {rec.id}: {decision.outcome} by {as_user}")
             if decision.run_ready and not a.no_resume:
                 outcome = await engine.advance(rec.run_id)
                 print(describe(outcome))
@@ -330,7 +345,8 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="start a run and advance it until it finishes or pauses")
     run.add_argument("agent")
     run.add_argument("--task", required=True)
-    run.add_argument("--requested-by", help="who asked for this run (default cli:<os user>)")
+    run.add_argument("--requested-by",
+                     help="the Slack user id who asked for this run (default cli:<os user>)")
     run.set_defaults(fn=cmd_run)
 
     runs = sub.add_parser("runs", help="inspect and cancel runs").add_subparsers(
