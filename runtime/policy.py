@@ -11,9 +11,13 @@ per deployment by a TOML file named by ``APPROVALD_POLICY_FILE``::
     on_expire = "escalate"
     escalate = [{ approvers = ["U_CFO"], ttl = "1h" }]
 
-Unknown keys and bad values are a :class:`ConfigError` naming the file and the key.
-A snapshot of the effective policy is stored with each approval, so editing the file
-never changes the rules of a request already made.
+Unknown keys and bad values are a :class:`ConfigError` naming the file and the key, and so
+is a policy that could never be satisfied: an id that is not a Slack user (``U…``/``W…``) or
+user-group (``S…``) id, a quorum above the users listed, a ladder that ``on_expire =
+"cancel"`` would never use. Ids are normalised to Slack's upper-case form (``u_alice`` is
+``U_ALICE``). A snapshot of the effective policy is stored with each approval, so editing
+the file never changes the rules of a request already made; a stored snapshot is read back
+by the rules it was written under (see :func:`_stored`).
 """
 
 from __future__ import annotations
@@ -22,23 +26,31 @@ import functools
 import json
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
     PlainSerializer,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 
 from runtime.errors import ConfigError
+from runtime.identity import (
+    InvalidIdentity,
+    normalize_approver,
+    normalize_group_id,
+    normalize_user_id,
+)
 
 PolicyKind = Literal["auto", "notify_after", "approve_before", "forbidden"]
 POLICY_KINDS: tuple[str, ...] = ("auto", "notify_after", "approve_before", "forbidden")
@@ -100,15 +112,69 @@ def _parse_fraction(value: object) -> float:
 # a TTL: "30m", "1h30m", seconds or a timedelta in; "30m" out (snapshots stay readable)
 Duration = Annotated[timedelta, BeforeValidator(parse_duration), PlainSerializer(format_duration)]
 
+_STORED = "stored_snapshot"  # validation context key set by ApprovalPolicy.from_snapshot
+_UNUSED_LADDER = ("an escalate ladder is never used with on_expire = 'cancel' "
+                  "(set on_expire = 'escalate', or remove the ladder)")
+
+
+def _stored(info: ValidationInfo) -> bool:
+    """Is this a snapshot stored with an approval, rather than a policy being declared?
+
+    The stored request decides (invariant 12): an approval already made is governed by its
+    snapshot as it was accepted then, so the rules added since (Slack id forms, rung quorums,
+    unused ladders) apply to policies being declared or loaded, never to stored snapshots.
+    A snapshot that could no longer be read would stall its sweep and its decisions.
+    """
+    return bool(info.context and info.context.get(_STORED))
+
+
+def _slack_id(normalize: Callable[[str], str]) -> Callable[[str, ValidationInfo], str]:
+    def check(value: str, info: ValidationInfo) -> str:
+        if _stored(info):
+            return value  # checked, by the rules of its day, when it was written
+        try:
+            return normalize(value)
+        except InvalidIdentity as exc:  # pydantic reports ValueErrors with their location
+            raise ValueError(str(exc)) from None
+    return check
+
+
+# a Slack user or user-group id, upper-cased: "u_alice" in a file is U_ALICE
+Approver = Annotated[str, AfterValidator(_slack_id(normalize_approver))]
+UserId = Annotated[str, AfterValidator(_slack_id(normalize_user_id))]
+GroupId = Annotated[str, AfterValidator(_slack_id(normalize_group_id))]
+
+
+def _reachable(quorum: int, approvers: list[str]) -> None:
+    """A quorum above the number of listed users could never be met (groups may be larger)."""
+    if approvers and not any(is_group(a) for a in approvers) and quorum > len(approvers):
+        raise ValueError(f"quorum {quorum} needs more approvers than the {len(approvers)} listed")
+
+
+def _refuse_unused_ladder(escalate: list[Any] | None, info: ValidationInfo) -> None:
+    if escalate and info.data.get("on_expire") == "cancel" and not _stored(info):
+        raise ValueError(_UNUSED_LADDER)
+
 
 class Rung(BaseModel):
     """One step of the escalation ladder: who is asked next, and for how long."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    approvers: list[str] = Field(min_length=1)
+    approvers: list[Approver] = Field(min_length=1)
     ttl: Duration
     quorum: int = Field(default=1, ge=1)
+
+    @field_validator("approvers")
+    @classmethod
+    def _distinct(cls, v: list[str]) -> list[str]:
+        return list(dict.fromkeys(v))
+
+    @model_validator(mode="after")
+    def _satisfiable(self, info: ValidationInfo) -> Rung:
+        if not _stored(info):
+            _reachable(self.quorum, self.approvers)
+        return self
 
 
 class ApprovalPolicy(BaseModel):
@@ -116,7 +182,7 @@ class ApprovalPolicy(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    approvers: list[str] = Field(default_factory=list)
+    approvers: list[Approver] = Field(default_factory=list)  # [] = anyone but the requester
     quorum: int = Field(default=1, ge=1, le=20)
     allow_self_approval: bool = False
     ttl: Duration = timedelta(minutes=30)
@@ -136,19 +202,18 @@ class ApprovalPolicy(BaseModel):
 
     @field_validator("approvers")
     @classmethod
-    def _approver_ids(cls, v: list[str]) -> list[str]:
-        for a in v:
-            if not re.fullmatch(r"[A-Za-z0-9_:.@-]{1,64}", a):
-                raise ValueError(f"not a user or group id: {a!r}")
+    def _distinct(cls, v: list[str]) -> list[str]:
         return list(dict.fromkeys(v))
+
+    @field_validator("escalate")
+    @classmethod
+    def _ladder_used(cls, v: list[Rung], info: ValidationInfo) -> list[Rung]:
+        _refuse_unused_ladder(v, info)
+        return v
 
     @model_validator(mode="after")
     def _consistent(self) -> ApprovalPolicy:
-        only_users = self.approvers and not any(is_group(a) for a in self.approvers)
-        if only_users and self.quorum > len(self.approvers):
-            raise ValueError(
-                f"quorum {self.quorum} needs more approvers than the {len(self.approvers)} listed"
-            )
+        _reachable(self.quorum, self.approvers)
         if self.on_expire == "escalate" and not self.escalate:
             raise ValueError("on_expire = 'escalate' needs an escalate ladder")
         return self
@@ -173,7 +238,7 @@ class ApprovalPolicy(BaseModel):
         """Rebuild from a stored snapshot (a dict, or its JSON text, which is cached)."""
         if isinstance(data, str):
             return _from_snapshot_text(data)
-        return cls.model_validate(dict(data))
+        return cls.model_validate(dict(data), context={_STORED: True})
 
 
 def is_group(approver: str) -> bool:
@@ -187,19 +252,27 @@ class ToolOverride(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     policy: PolicyKind | None = None
-    approvers: list[str] | None = None
+    approvers: list[Approver] | None = None
     quorum: int | None = None
     allow_self_approval: bool | None = None
     ttl: str | int | None = None
     reminders: list[str | float] | None = None
     on_expire: Literal["cancel", "escalate"] | None = None
-    escalate: list[dict[str, Any]] | None = None
+    escalate: list[Rung] | None = None
     risk: Literal["low", "medium", "high"] | None = None
     why: str | None = None
     channel: str | None = None
 
+    @field_validator("escalate")
+    @classmethod
+    def _ladder_used(cls, v: list[Rung] | None, info: ValidationInfo) -> list[Rung] | None:
+        _refuse_unused_ladder(v, info)  # both in the file: refused at load
+        return v
+
     def apply(self, base: ApprovalPolicy) -> ApprovalPolicy:
         fields = self.model_dump(exclude_none=True, exclude={"policy"})
+        if self.on_expire == "cancel" and self.escalate is None:
+            fields["escalate"] = []  # the deployment turns the code's ladder off
         return ApprovalPolicy.model_validate({**base.model_dump(), **fields})
 
 
@@ -209,7 +282,7 @@ class PolicyFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     tools: dict[str, ToolOverride] = Field(default_factory=dict)
-    groups: dict[str, list[str]] = Field(default_factory=dict)
+    groups: dict[GroupId, list[UserId]] = Field(default_factory=dict)
     source: str = Field(default="", exclude=True)
 
     def effective(
@@ -249,11 +322,12 @@ def load_policy_file(path: str | Path) -> PolicyFile:
 
 def _first_error(exc: ValidationError, prefix: str = "") -> str:
     err = exc.errors()[0]
-    where = ".".join(str(x) for x in (prefix, *err["loc"]) if x != "")
+    # a bad [groups] key is located at (groups, <key>, "[key]"); the key names it already
+    where = ".".join(str(x) for x in (prefix, *err["loc"]) if x not in ("", "[key]"))
     return f"{where}: {err['msg']}" if where else str(err["msg"])
 
 
 @functools.lru_cache(maxsize=256)
 def _from_snapshot_text(text: str) -> ApprovalPolicy:
     # approvals of one tool share one snapshot text; parse it once (the model is frozen)
-    return ApprovalPolicy.model_validate(json.loads(text))
+    return ApprovalPolicy.model_validate(json.loads(text), context={_STORED: True})

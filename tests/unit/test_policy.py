@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -10,7 +12,13 @@ import pytest
 from runtime.agent import Registry
 from runtime.demo import demo_agents
 from runtime.errors import ConfigError
-from runtime.policy import ApprovalPolicy, format_duration, load_policy_file, parse_duration
+from runtime.policy import (
+    ApprovalPolicy,
+    Rung,
+    format_duration,
+    load_policy_file,
+    parse_duration,
+)
 
 EXAMPLE = '''
 [tools.issue_refund]
@@ -74,6 +82,38 @@ def test_the_documented_example_loads_and_applies(tmp_path: Path) -> None:
     ("[tools.no_such_tool]\nttl = \"1h\"\n", "no agent defines a tool named 'no_such_tool'"),
     ("[surprise]\nx = 1\n", "surprise: Extra inputs"),
     ("this is = = not toml", "not valid TOML"),
+    # policies that could never be satisfied (issue 8, defect 13)
+    ("[tools.issue_refund]\napprovers = [\"U_A\", \"u_a\"]\nquorum = 2\n",
+     "tools.issue_refund: Value error, quorum 2 needs more approvers than the 1 listed"),
+    ('[tools.issue_refund]\non_expire = "escalate"\n'
+     'escalate = [{ approvers = ["U_CFO", "U_CEO"], ttl = "1h", quorum = 3 }]\n',
+     "tools.issue_refund.escalate.0: Value error, quorum 3 needs more approvers than the 2"),
+    ('[tools.issue_refund]\non_expire = "escalate"\nescalate = [{ approvers = ["U_CFO"], '
+     'ttl = "1h" }, { approvers = ["U_CEO"], ttl = "1h", quorum = 2 }]\n',
+     "tools.issue_refund.escalate.1: Value error, quorum 2 needs more approvers than the 1"),
+    ('[tools.issue_refund]\non_expire = "cancel"\n'
+     'escalate = [{ approvers = ["U_CFO"], ttl = "1h" }]\n',
+     "tools.issue_refund.escalate: Value error, an escalate ladder is never used with "
+     "on_expire = 'cancel'"),
+    ('[tools.issue_refund]\nescalate = [{ approvers = ["U_CFO"], ttl = "1h" }]\n',
+     "tools.issue_refund.escalate: Value error, an escalate ladder is never used"),  # code: cancel
+    ('[tools.issue_refund]\napprovers = ["U_ALICE", "finance"]\n',
+     "tools.issue_refund.approvers.1: Value error, 'finance' is not a Slack user or user-group "
+     "id (expected U…, W… or S…"),
+    ('[tools.issue_refund]\napprovers = ["<!channel>"]\n',
+     "tools.issue_refund.approvers.0: Value error, '<!channel>' is not a Slack user or"),
+    ('[tools.issue_refund]\napprovers = [""]\n', "tools.issue_refund.approvers.0: "),
+    ('[tools.issue_refund]\napprovers = ["C_FINANCE"]\n', "tools.issue_refund.approvers.0: "),
+    ('[tools.issue_refund]\non_expire = "escalate"\n'
+     'escalate = [{ approvers = ["cfo@example.com"], ttl = "1h" }]\n',
+     "tools.issue_refund.escalate.0.approvers.0: Value error, 'cfo@example.com' is not a Slack"),
+    ('[groups]\nfinance = ["U_BOB"]\n',
+     "groups.finance: Value error, 'finance' is not a Slack user-group id (expected S…"),
+    ('[groups]\nU_BOB = ["U_CAROL"]\n', "groups.U_BOB: Value error, 'U_BOB' is not a Slack user-"),
+    ('[groups]\nS_FINANCE = ["U_BOB", "carol"]\n',
+     "groups.S_FINANCE.1: Value error, 'carol' is not a Slack user id (expected U… or W…"),
+    ('[groups]\nS_FINANCE = ["S_AUDIT"]\n',
+     "groups.S_FINANCE.0: Value error, 'S_AUDIT' is not a Slack user id"),
 ])
 def test_bad_policy_files_are_one_clear_error(tmp_path: Path, text: str, message: str) -> None:
     path = tmp_path / "policy.toml"
@@ -83,6 +123,64 @@ def test_bad_policy_files_are_one_clear_error(tmp_path: Path, text: str, message
     assert message in str(err.value)
     assert str(err.value).startswith("APPROVALD_POLICY_FILE: ")
     assert "\n" not in str(err.value)
+
+
+def test_ids_in_a_policy_file_are_normalised(tmp_path: Path) -> None:
+    path = tmp_path / "policy.toml"
+    path.write_text('[tools.issue_refund]\n'
+                    'approvers = ["u_alice", " <@U_DAVE|dave> ", "s_finance"]\n'
+                    'quorum = 2\non_expire = "escalate"\n'
+                    'escalate = [{ approvers = ["u_cfo", "S_EXEC"], ttl = "1h", quorum = 3 }]\n'
+                    '[groups]\ns_finance = ["u_bob", "U_CAROL"]\n')
+    policy = load_policy_file(path)
+    refund = Registry(demo_agents(), policy=policy).get("demo-refund").tool("issue_refund")
+    assert refund is not None
+    _, effective = policy.effective("issue_refund", refund.policy, refund.approval)
+    assert effective.approvers == ["U_ALICE", "U_DAVE", "S_FINANCE"]
+    assert effective.rung(1) == (["U_CFO", "S_EXEC"], timedelta(hours=1), 3)  # a group: may
+    assert policy.groups == {"S_FINANCE": ["U_BOB", "U_CAROL"]}
+
+
+def test_anyone_but_the_requester_stays_valid(tmp_path: Path) -> None:
+    assert ApprovalPolicy(approvers=[], quorum=2).approvers == []
+    path = tmp_path / "policy.toml"
+    path.write_text("[tools.issue_refund]\napprovers = []\nquorum = 3\n")
+    policy = load_policy_file(path)
+    Registry(demo_agents(), policy=policy).check_policy()
+
+
+def test_a_file_that_cancels_on_expiry_turns_the_codes_ladder_off(tmp_path: Path) -> None:
+    base = ApprovalPolicy(approvers=["U_ALICE"], on_expire="escalate",
+                          escalate=[Rung(approvers=["U_CFO"], ttl="1h")])
+    path = tmp_path / "policy.toml"
+    path.write_text('[tools.issue_refund]\non_expire = "cancel"\n')
+    _, effective = load_policy_file(path).effective("issue_refund", "approve_before", base)
+    assert effective.on_expire == "cancel" and effective.escalate == [] and effective.rungs == 1
+
+
+@pytest.mark.parametrize("declare", [
+    lambda: Rung(approvers=["U_CFO"], ttl="1h", quorum=2),
+    lambda: ApprovalPolicy(escalate=[Rung(approvers=["U_CFO"], ttl="1h")]),
+    lambda: ApprovalPolicy(approvers=["cli:dana"]),
+    lambda: ApprovalPolicy(on_expire="escalate", escalate=[Rung(approvers=["@cfo"], ttl="1h")]),
+])
+def test_policies_declared_in_code_follow_the_same_rules(declare: Callable[[], object]) -> None:
+    with pytest.raises(ValueError):  # pydantic's ValidationError
+        declare()
+
+
+def test_stored_snapshots_are_read_by_the_rules_they_were_written_under() -> None:
+    # written before ids, rung quorums and unused ladders were checked: the stored request
+    # decides (invariant 12), so reading it back must neither fail nor change it
+    legacy = {"approvers": ["u_alice", "ops@example"], "quorum": 1, "ttl": "30m",
+              "reminders": [0.5], "on_expire": "cancel", "risk": "high",
+              "escalate": [{"approvers": ["cfo", "ceo"], "ttl": "1h", "quorum": 5}]}
+    for stored in (legacy, json.dumps(legacy)):
+        policy = ApprovalPolicy.from_snapshot(stored)
+        assert policy.approvers == ["u_alice", "ops@example"]
+        assert policy.escalate[0].approvers == ["cfo", "ceo"] and policy.rungs == 1
+    fresh = ApprovalPolicy(approvers=["u_alice"])
+    assert ApprovalPolicy.from_snapshot(fresh.snapshot()).approvers == ["U_ALICE"]
 
 
 def test_missing_policy_file(tmp_path: Path) -> None:
