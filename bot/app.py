@@ -136,7 +136,7 @@ class SlackService:
         self.handlers.register(self.app)
         ops = settings.ops_channel or settings.channel
         self.deliverer = SlackDeliverer(engine, self.client, channel=settings.channel,
-                                        ops_channel=ops)
+                                        ops_channel=ops, audit_channel=settings.audit_channel)
         self.threads = ThreadFollower(engine, self.client, channel=ops,
                                       permalink=self.deliverer._permalink)
         self._runner: web.AppRunner | None = None

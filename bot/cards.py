@@ -161,11 +161,27 @@ def _voters(a: ApprovalRecord, votes: Sequence[VoteRecord]) -> list[str]:
     return [v.actor for v in votes if v.verdict == "approve" and v.digest == a.effective_digest]
 
 
+def _edit_note(a: ApprovalRecord, votes: Sequence[VoteRecord]) -> list[str]:
+    """Who edited a pending request, and whose earlier approvals stopped counting."""
+    if a.status != "pending" or a.kind != "tool_call" or not a.edited_by:
+        return []
+    date = slack_date(a.edited_at or a.requested_at, T.DATE_AT)
+    propose = json_object(a.policy).get("edits") == "propose"
+    parts = [(T.CTX_PROPOSED if propose else T.CTX_EDITED).format(who=who(a.edited_by),
+                                                                  date=date)]
+    current = set(_voters(a, votes))
+    reset = list(dict.fromkeys(v.actor for v in votes if v.verdict == "approve"
+                               and v.digest != a.effective_digest and v.actor not in current))
+    if reset:
+        parts.append(T.CTX_VOTES_RESET.format(who=", ".join(who(n) for n in reset[:10])))
+    return parts
+
+
 def _quorum(a: ApprovalRecord, votes: Sequence[VoteRecord]) -> str | None:
     if a.quorum <= 1 or a.kind != "tool_call":
         return None
     names = _voters(a, votes)
-    count = max(a.approve_count, len(names))
+    count = len(names) if votes else a.approve_count
     if not names:
         return T.CTX_QUORUM.format(count=count, quorum=a.quorum)
     return T.CTX_QUORUM_BY.format(count=count, quorum=a.quorum,
@@ -291,6 +307,7 @@ def _context(a: ApprovalRecord, votes: Sequence[VoteRecord], now: datetime,
         quorum = _quorum(a, votes)
         if quorum:
             parts.append(quorum)
+        parts.extend(_edit_note(a, votes))
         pol = json_object(a.policy)
         ladder = pol.get("escalate")
         escalates = (pol.get("on_expire") == "escalate" and isinstance(ladder, list)

@@ -163,7 +163,7 @@ async def cmd_runs_show(s: Settings, a: argparse.Namespace) -> int:
 async def cmd_runs_cancel(s: Settings, a: argparse.Namespace) -> int:
     async def go(engine: Engine) -> int:
         run = await engine.resolve_run(a.id)
-        result = await engine.cancel(run.id, actor=Actor(operator(), "cli"))
+        result = await engine.cancel(run.id, actor=Actor(operator(), "cli"), reason=a.reason)
         if result == "cancelled":
             print(f"run {run.id}: cancelled")
         else:
@@ -215,8 +215,11 @@ async def cmd_approvals_show(s: Settings, a: argparse.Namespace) -> int:
         r = await engine.decider.get(a.id)
         doc = documents.approval_document(r)
         async with engine.db.read() as tx:
+            # a vote counts only for the arguments it was cast on
             doc["votes"] = [{"actor": v.actor, "verdict": v.verdict, "via": v.via,
-                             "at": v.at.isoformat()} for v in await tx.approvals.votes(r.id)]
+                             "at": v.at.isoformat(), "digest": v.digest,
+                             "counts": v.digest == r.effective_digest}
+                            for v in await tx.approvals.votes(r.id)]
         if a.json:
             out(doc)
             return 0
@@ -227,6 +230,11 @@ async def cmd_approvals_show(s: Settings, a: argparse.Namespace) -> int:
         print(f"{'args':>13}: {json.dumps(doc['args'], ensure_ascii=False, indent=2)}")
         if doc["edited_args"] is not None:
             print(f"{'edited args':>13}: {json.dumps(doc['edited_args'], ensure_ascii=False)}")
+            print(f"{'edited by':>13}: {doc['edited_by']} at {doc['edited_at']} "
+                  f"(digest {doc['edited_digest']})")
+        for v in doc["votes"]:
+            counts = "" if v["counts"] else " (on earlier arguments: does not count)"
+            print(f"{'vote':>13}: {v['actor']} {v['verdict']} {v['digest'][:12]}{counts}")
         packet = doc["packet"]
         print(f"{'doing':>13}: {packet.get('doing')}\n{'why':>13}: {packet.get('why')}")
         if packet.get("impact"):
@@ -249,12 +257,20 @@ def decide_command(verdict: str) -> Callable[[Settings, argparse.Namespace], Awa
             v = a.outcome if verdict == "resolve" else verdict
             actor = Actor(as_user, f"cli:{operator().removeprefix('cli:')}")
             decision = await engine.decide(a.id, actor=actor, verdict=v,
-                                           reason=getattr(a, "reason", None), args=args)
+                                           reason=getattr(a, "reason", None), args=args,
+                                           expect_digest=getattr(a, "digest", None))
             rec = decision.approval
             if decision.outcome == "voted":
-                print(f"approval {rec.id}: {decision.approvals} of {decision.quorum} approvals")
+                print(f"approval {rec.id}: {decision.approvals} of {decision.quorum} approvals "
+                      f"on arguments {rec.effective_digest[:12]}")
+            elif decision.outcome == "edited":
+                print(f"approval {rec.id}: arguments replaced by {as_user} (now "
+                      f"{rec.effective_digest[:12]}); someone else must approve them")
             else:
                 print(f"approval {rec.id}: {decision.outcome} by {as_user}")
+            if decision.discarded:
+                print(f"  earlier approvals by {', '.join(decision.discarded)} were on the "
+                      "previous arguments and no longer count; they must approve again")
             if decision.run_ready and not a.no_resume:
                 outcome = await engine.advance(rec.run_id)
                 print(describe(outcome))
@@ -276,13 +292,27 @@ async def cmd_approvals_sweep(s: Settings, a: argparse.Namespace) -> int:
 
 
 async def cmd_audit_verify(s: Settings, a: argparse.Namespace) -> int:
+    expect = None
+    if a.expect:
+        try:
+            expect = audit.parse_head(a.expect)
+        except ValueError as exc:
+            raise UsageError(f"--expect: {exc}") from None
+    keys = s.audit_keys()
     db = await open_database(s)
     try:
-        report = await audit.verify(db)
+        report = await audit.verify(db, keys=keys, expect=expect,
+                                    unkeyed_until=s.audit_unkeyed_until)
     finally:
         await db.close()
+    # the head is printed every time: record it somewhere the database's writers cannot
+    # reach, and a later `--expect` proves that nothing up to it has changed since
+    print(f"head {report.head_text}")
     if report.ok:
-        print(f"audit log OK: {report.entries} entries, chain intact")
+        keyed = "keyed" if keys else "unkeyed"
+        print(f"audit log OK: {report.entries} entries, chain intact ({keyed})")
+        for note in report.notes:
+            print(f"  note: {note}")
         return 0
     for p in report.problems:
         print(f"audit log BROKEN: {p}")
@@ -362,6 +392,7 @@ def build_parser() -> argparse.ArgumentParser:
     show.set_defaults(fn=cmd_runs_show)
     cancel = runs.add_parser("cancel")
     cancel.add_argument("id")
+    cancel.add_argument("--reason", help="why (recorded in the audit log and on the cards)")
     cancel.set_defaults(fn=cmd_runs_cancel)
 
     sub.add_parser("recover", help="resume runs whose worker died").set_defaults(fn=cmd_recover)
@@ -388,6 +419,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="the Slack user id you act as (checked against the policy)")
         c.add_argument("--no-resume", action="store_true",
                        help="record the decision only; leave resuming to `approvald serve`")
+        if name != "resolve":
+            c.add_argument("--digest", metavar="PREFIX",
+                           help="decide only if the arguments are still the ones with this "
+                                "digest (as `approvals show` printed it)")
         if name == "deny":
             c.add_argument("--reason", required=True)
         elif name == "edit":
@@ -405,7 +440,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     au = sub.add_parser("audit", help="verify and export the audit log").add_subparsers(
         dest="sub", required=True)
-    au.add_parser("verify").set_defaults(fn=cmd_audit_verify)
+    av = au.add_parser("verify", help="check the chain (with APPROVALD_AUDIT_KEY) and print "
+                       "its head")
+    av.add_argument("--expect", metavar="SEQ:HASH",
+                    help="a head recorded earlier: prove nothing up to it changed or was cut")
+    av.set_defaults(fn=cmd_audit_verify)
     ex = au.add_parser("export")
     ex.add_argument("--run")
     ex.add_argument("--since", help="ISO date or date-time (UTC if no zone)")

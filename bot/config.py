@@ -10,6 +10,7 @@ from pathlib import Path
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from runtime.audit import AuditKey
 from runtime.errors import ConfigError
 from store.db import DEFAULT_URL
 
@@ -38,6 +39,15 @@ class Settings(BaseSettings):
     agents: str | None = Field(None, validation_alias=_env("APPROVALD_AGENTS"))
     demo_ledger: str | None = Field(None, validation_alias=_env("APPROVALD_DEMO_LEDGER"))
     secret: SecretStr | None = Field(None, validation_alias=_env("APPROVALD_SECRET"))
+    # the audit chain's HMAC key: kept out of the database (see runtime/audit.py)
+    audit_key: SecretStr | None = Field(None, validation_alias=_env("APPROVALD_AUDIT_KEY"))
+    audit_old_keys: SecretStr | None = Field(
+        None, validation_alias=_env("APPROVALD_AUDIT_OLD_KEYS"))  # comma-separated, retired
+    audit_unkeyed_until: int = Field(0, ge=0,
+                                     validation_alias=_env("APPROVALD_AUDIT_UNKEYED_UNTIL"))
+    audit_channel: str | None = Field(None, validation_alias=_env("APPROVALD_AUDIT_CHANNEL"))
+    audit_head_interval: float = Field(3600.0, ge=60, le=7 * 86400,
+                                       validation_alias=_env("APPROVALD_AUDIT_HEAD_INTERVAL"))
     lease_ttl: float = Field(30.0, gt=0, le=3600, validation_alias=_env("APPROVALD_LEASE_TTL"))
     max_payload: int = Field(256 * 1024, ge=1024, le=64 * 1024 * 1024,
                              validation_alias=_env("APPROVALD_MAX_PAYLOAD"))
@@ -67,6 +77,26 @@ class Settings(BaseSettings):
     @property
     def slack_configured(self) -> bool:
         return any((self.slack_bot_token, self.slack_signing_secret, self.slack_app_token))
+
+    @field_validator("audit_key")
+    @classmethod
+    def _audit_key(cls, v: SecretStr | None) -> SecretStr | None:
+        if v is not None and len(v.get_secret_value().encode()) < 16:
+            raise ValueError("an audit key needs at least 16 bytes")
+        return v
+
+    def audit_keys(self) -> list[AuditKey]:
+        """The current audit key first, then the retired ones (for ``audit verify``)."""
+        keys = [AuditKey(self.audit_key.get_secret_value())] if self.audit_key else []
+        if self.audit_old_keys is not None:
+            for raw in self.audit_old_keys.get_secret_value().split(","):
+                if raw.strip():
+                    try:
+                        keys.append(AuditKey(raw.strip()))
+                    except ConfigError:
+                        raise ConfigError("APPROVALD_AUDIT_OLD_KEYS: each key needs at least "
+                                          "16 bytes") from None
+        return keys
 
     def token_secret(self) -> str | None:
         """The key approval tokens are derived from (APPROVALD_SECRET, else a Slack secret)."""

@@ -11,14 +11,16 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import aiohttp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot import cards, messages
+from bot import cards, messages, texts
+from bot.mrkdwn import slack_date
+from runtime.audit import HEAD_POST
 from runtime.engine import Engine
 from runtime.gate import CARD_POST, CARD_UPDATE, NOTICE, REMINDER
 from runtime.outbox import RetryLater, Undeliverable
@@ -60,11 +62,12 @@ def classify(exc: BaseException) -> Exception:
 
 class SlackDeliverer:
     def __init__(self, engine: Engine, client: AsyncWebClient, *, channel: str,
-                 ops_channel: str) -> None:
+                 ops_channel: str, audit_channel: str | None = None) -> None:
         self.e = engine
         self.client = client
         self.channel = channel
         self.ops_channel = ops_channel
+        self.audit_channel = audit_channel
         self._permalinks: dict[tuple[str, str], str] = {}
         self._threads: dict[str, tuple[str, str]] = {}  # a run's thread never moves
 
@@ -73,6 +76,8 @@ class SlackDeliverer:
         try:
             if row.kind == NOTICE:
                 return await self._notice(payload)
+            if row.kind == HEAD_POST:
+                return await self._audit_head(payload)
             async with self.e.db.read() as tx:
                 a = await tx.approvals.get(payload["approval_id"])
             if a is None:
@@ -105,9 +110,7 @@ class SlackDeliverer:
                 newer = next((x for x in await tx.approvals.for_run(a.run_id)
                               if x.supersedes == a.id), None)
             older = await tx.approvals.get(a.supersedes) if a.supersedes else None
-        token = None
-        if a.status == "pending" and self.e.signer is not None:
-            token = self.e.signer.token(a.id, a.token_nonce)
+        token = self.e.button_token(a) if a.status == "pending" else None
         thread_url = await self._permalink(*thread) if thread else None
         superseded_by = None
         if newer is not None:
@@ -207,6 +210,16 @@ class SlackDeliverer:
         channel, thread_ts = (thread.channel, thread.ts) if thread else (self.ops_channel, None)
         resp = await self.client.chat_postMessage(channel=channel, thread_ts=thread_ts, text=text)
         return {"channel": channel, "ts": str(resp["ts"])}
+
+    async def _audit_head(self, payload: dict[str, Any]) -> dict[str, Any]:
+        if not self.audit_channel:
+            raise Undeliverable("APPROVALD_AUDIT_CHANNEL is not set")
+        head = f"{int(payload['seq'])}:{payload['hash']}"
+        when = datetime.fromisoformat(str(payload["at"]))
+        resp = await self.client.chat_postMessage(
+            channel=self.audit_channel, unfurl_links=False,
+            text=texts.AUDIT_HEAD.format(head=head, date=slack_date(when, texts.DATE_AT)))
+        return {"channel": self.audit_channel, "ts": str(resp["ts"])}
 
     async def _permalink(self, channel: str | None, ts: str | None) -> str | None:
         if not channel or not ts:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from slack_sdk.errors import SlackApiError
@@ -13,9 +14,13 @@ from runtime.directory import DirectoryError
 class SlackDirectory:
     """Resolves ``S…`` approver groups; a failed lookup refuses the click, never grants it."""
 
-    def __init__(self, client: AsyncWebClient, *, ttl: float = 60.0) -> None:
+    def __init__(self, client: AsyncWebClient, *, ttl: float = 60.0,
+                 timeout: float = 2.0) -> None:
         self.client = client
         self.ttl = ttl
+        # a click is acknowledged only after its decision commits, and Slack waits 3 s:
+        # a lookup slower than this refuses the click (try again) rather than time it out
+        self.timeout = timeout
         self._cache: dict[str, tuple[float, frozenset[str]]] = {}
 
     async def members(self, group_id: str) -> frozenset[str]:
@@ -23,7 +28,10 @@ class SlackDirectory:
         if hit is not None and time.monotonic() - hit[0] < self.ttl:
             return hit[1]
         try:
-            resp = await self.client.usergroups_users_list(usergroup=group_id)
+            async with asyncio.timeout(self.timeout):
+                resp = await self.client.usergroups_users_list(usergroup=group_id)
+        except TimeoutError:
+            raise DirectoryError(f"Slack did not answer within {self.timeout:g} s") from None
         except SlackApiError as exc:
             error = exc.response.get("error") if exc.response is not None else None
             if error == "no_such_subteam":

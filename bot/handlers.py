@@ -1,9 +1,12 @@
 """Slack listeners: buttons, modals, the /approvals command and the App Home.
 
-Every listener acks first (Slack waits at most 3 seconds; a ``trigger_id`` expires in 3),
-then hands the work to a task of its own, so the HTTP response goes out at once (bolt runs
-with ``process_before_response``: nothing waits on a polling loop). A modal submission
-that fails validation is the one case that answers after work: its errors are the ack.
+A decision is committed before its click is acknowledged (invariant 13): Slack never
+sees a 200 for a decision a crash could lose. A decision commit takes milliseconds and
+Slack allows 3 seconds; a slow group lookup is bounded by the directory's own timeout.
+Everything else a listener does (telling the clicker, opening a modal, refreshing the App
+Home, resuming the run) happens after the ack, in a task of its own (bolt runs with
+``process_before_response``: nothing waits on a polling loop). A modal submission that
+is refused or fails validation answers with its errors inline: they are the ack.
 Identity comes only from Slack's signed payload (bolt verified the
 signature before any listener runs). A refused click changes nothing and gets an
 ephemeral explanation; the card itself is updated through the outbox.
@@ -102,36 +105,57 @@ class Handlers:
         await self.e.decider.authorize(a, actor)
         return a
 
-    async def _decide(self, client: AsyncWebClient, *, approval_id: str, token: str,
-                      user: str, channel: str | None, verdict: Verdict,
-                      reason: str | None = None, args: Any = None) -> Decision | None:
+    async def _decide(self, *, approval_id: str, token: str, user: str, verdict: Verdict,
+                      reason: str | None = None,
+                      args: Any = None) -> tuple[Decision | None, str | None]:
+        """Record a decision now, before the caller acks: ``(decision, None)`` once it is
+        committed, or ``(None, what to tell the clicker)`` when nothing was recorded."""
         try:
             decision = await self.e.decide(approval_id, actor=Actor(user, "slack"),
                                            verdict=verdict, reason=reason, args=args,
                                            token=token)
         except (ApprovaldError, ValueError) as exc:
-            await self._tell(client, user, channel, self._refusal(exc))
-            return None
+            return None, self._refusal(exc)
+        except Exception as exc:  # the database failed: nothing was committed; say so
+            log.error("decision on approval %s by %s failed: %s: %s", approval_id, user,
+                      type(exc).__name__, exc, exc_info=exc)
+            return None, texts.REPLY_ERROR.format(error=type(exc).__name__)
+        return decision, None
+
+    async def _after(self, client: AsyncWebClient, user: str, channel: str | None,
+                     decision: Decision | None, refusal: str | None) -> None:
+        """After the ack: tell the clicker what happened, refresh their App Home."""
+        if refusal is not None:
+            await self._tell(client, user, channel, refusal)
+            return
+        assert decision is not None
+        reset = (texts.REPLY_VOTES_RESET.format(who=", ".join(decision.discarded))
+                 if decision.discarded else "")
         if decision.outcome == "voted":
             await self._tell(client, user, channel, texts.REPLY_VOTED.format(
-                count=decision.approvals, quorum=decision.quorum))
+                count=decision.approvals, quorum=decision.quorum) + reset)
+        elif decision.outcome == "edited":
+            await self._tell(client, user, channel, texts.REPLY_PROPOSED + reset)
+        elif reset:
+            await self._tell(client, user, channel, reset.strip())
         if channel is None:
             await self.publish_home(client, user)
-        return decision
 
     # -- buttons ------------------------------------------------------------------------
     def _direct(self, verdict: Verdict) -> Any:
         async def handler(ack: AsyncAck, body: dict[str, Any], client: AsyncWebClient) -> None:
-            await ack()
             user = body["user"]["id"]
             channel, _ = self._where(body)
             try:
                 approval_id, token = cards.parse_value(body["actions"][0]["value"])
             except (ValueError, KeyError, IndexError):
+                await ack()
                 self._later(self._tell(client, user, channel, texts.REPLY_MALFORMED))
                 return
-            self._later(self._decide(client, approval_id=approval_id, token=token, user=user,
-                                     channel=channel, verdict=verdict))
+            decision, refusal = await self._decide(approval_id=approval_id, token=token,
+                                                   user=user, verdict=verdict)
+            await ack()  # only now: the decision is committed (or nothing changed)
+            self._later(self._after(client, user, channel, decision, refusal))
         return handler
 
     async def _open_for(self, body: dict[str, Any], client: AsyncWebClient,
@@ -190,11 +214,20 @@ class Handlers:
                 await ack(response_action="errors", errors={block: messages.refusal_text(
                     "reason_required")})
                 return
+            try:
+                target = views.parse_metadata(view.get("private_metadata") or "")
+            except ValueError:
+                await ack(response_action="errors", errors={block: texts.REPLY_MALFORMED})
+                return
+            user = body["user"]["id"]
+            decision, refusal = await self._decide(approval_id=target.approval_id,
+                                                   token=target.token, user=user,
+                                                   verdict=verdict, reason=reason)
+            if refusal is not None:  # shown in the modal, which stays open to read it
+                await ack(response_action="errors", errors={block: refusal[:1000]})
+                return
             await ack()
-            target = views.parse_metadata(view.get("private_metadata") or "")
-            self._later(self._decide(client, approval_id=target.approval_id,
-                                     token=target.token, user=body["user"]["id"],
-                                     channel=target.channel, verdict=verdict, reason=reason))
+            self._later(self._after(client, user, target.channel, decision, None))
         return handler
 
     async def on_edit_submit(self, ack: AsyncAck, body: dict[str, Any],
@@ -206,22 +239,27 @@ class Handlers:
         if errors is not None:
             await ack(**errors)
             return
-        target = views.parse_metadata(view.get("private_metadata") or "")
         try:
+            target = views.parse_metadata(view.get("private_metadata") or "")
             a = await self.e.decider.get(target.approval_id)
             tool = await self.e.tool_for(a)
             tool.validate(args)
         except InvalidArguments as exc:
             await ack(**views.edit_errors(exc.errors))
             return
-        except ApprovaldError as exc:
+        except (ApprovaldError, ValueError) as exc:
             await ack(response_action="errors",
                       errors={cards.ARGS_BLOCK: self._refusal(exc)[:1000]})
             return
+        user = body["user"]["id"]
+        decision, refusal = await self._decide(approval_id=target.approval_id,
+                                               token=target.token, user=user, verdict="edit",
+                                               args=args)
+        if refusal is not None:
+            await ack(response_action="errors", errors={cards.ARGS_BLOCK: refusal[:1000]})
+            return
         await ack()
-        self._later(self._decide(client, approval_id=target.approval_id, token=target.token,
-                                 user=body["user"]["id"], channel=target.channel,
-                                 verdict="edit", args=args))
+        self._later(self._after(client, user, target.channel, decision, None))
 
     # -- lists ----------------------------------------------------------------------------
     async def actionable(self, user: str, *, limit: int) -> list[tuple[ApprovalRecord, str]]:
@@ -229,14 +267,14 @@ class Handlers:
         async with self.e.db.read() as tx:
             pending = await tx.approvals.pending_for_actor_candidates(limit=500)
         out = []
-        signer = self.e.signer
         for a in pending:
             try:
                 await self.e.decider.authorize(a, Actor(user, "slack"))
             except DecisionRefused:
                 continue
-            if signer is not None:
-                out.append((a, signer.token(a.id, a.token_nonce)))
+            token = self.e.button_token(a)
+            if token is not None:
+                out.append((a, token))
             if len(out) >= limit:
                 break
         return out

@@ -18,6 +18,7 @@ from datetime import timedelta
 from bot.config import Settings
 from bot.log_delivery import LogDeliverer
 from bot.wiring import build_engine, open_database
+from runtime import audit
 from runtime.clock import Clock
 from runtime.engine import Engine
 from runtime.outbox import Deliverer, OutboxDrain
@@ -65,6 +66,9 @@ class Service:
             log.warning("no Slack settings: approval requests are logged; decide with "
                         "`approvald approvals approve|deny|edit`")
         self.pending_scheduled = await self.scheduler.start()
+        if self.slack is not None and self.settings.audit_channel:
+            self.scheduler.every("audit-head", self.post_audit_head,
+                                 self.settings.audit_head_interval)
         if not background:
             return
         stop = self.stop_event
@@ -73,6 +77,12 @@ class Service:
         if self.slack is not None:
             self._tasks.append(asyncio.create_task(self.slack.threads.run(stop),
                                                    name="threads"))
+
+    async def post_audit_head(self) -> None:
+        """Queue the audit chain's head for the audit channel: a witness outside the
+        database that ``audit verify --expect`` can be checked against later."""
+        if await audit.queue_head(self.db, now=self.engine.clock.now()):
+            self.engine.notify_outbox()
 
     async def stop(self) -> None:
         self.stop_event.set()

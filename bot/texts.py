@@ -111,6 +111,10 @@ DECIDED_ABORT = "{emoji} *Aborted* by {who} {date}{via}: the run was cancelled."
 DECIDED_OTHER = "{emoji} *{status}*"
 DECIDED_VIA_CLI = " (from the command line)"
 WAITING = "{emoji} Waiting for a decision."
+CTX_EDITED = ":pencil2: Arguments edited by {who} {date}"
+CTX_PROPOSED = ":pencil2: Arguments proposed by {who} {date}: someone else must approve them"
+CTX_VOTES_RESET = ("earlier approvals by {who} were on the previous arguments and no longer "
+                   "count: approve again to count")
 QUESTION_ASK = ("The process stopped before this call's result was recorded. "
                 "Check the system it acts on, then tell the agent what happened.")
 
@@ -155,6 +159,11 @@ MODAL_EDIT_SUBMIT = "Approve with edits"
 MODAL_EDIT_INTRO = ("Edit the arguments of `{tool}` as JSON. Your edit is validated against "
                     "the tool's schema; submitting approves the edited call, and the original "
                     "is kept in the audit log.")
+MODAL_PROPOSE_SUBMIT = "Propose edit"
+MODAL_PROPOSE_INTRO = ("Edit the arguments of `{tool}` as JSON. Your edit is validated against "
+                       "the tool's schema and replaces the arguments on the card; someone "
+                       "other than you must then approve them. Earlier approvals stop "
+                       "counting. The original is kept in the audit log.")
 MODAL_EDIT_LABEL = "Arguments (JSON)"
 MODAL_EDIT_HINT = "Checked against the schema of {tool} before anything is approved."
 MODAL_EDIT_TOO_BIG = ("These arguments are {n:,} characters long, more than Slack lets a text "
@@ -181,8 +190,16 @@ REFUSAL = {
     "not_authorized": "You're not an approver for this request.",
     "self_approval": ("You started this run, so you can't approve its calls. "
                       "Another approver has to decide."),
-    "already_voted": ("You already approved this request. It needs another approver "
+    "already_voted": ("You already voted on these arguments. It needs another approver "
                       "before it can run."),
+    "stale_card": ("The arguments were edited after this card was drawn, so your click "
+                   "didn't count. The card now shows the new arguments: review them and "
+                   "decide again."),
+    "expired": ("Too late: this request expired before your decision, so it didn't count. "
+                "The request is closed (or went to the next approvers)."),
+    "own_edit": ("You proposed these arguments, so someone else has to approve them "
+                 "(this tool's policy separates editing from approving)."),
+    "unchanged": "Those are the current arguments; nothing was changed.",
     "invalid_arguments": "Those arguments don't match the tool's schema.",
     "wrong_kind": "That button doesn't apply to this kind of request.",
     "reason_required": "Please give a reason: the agent reads it and can re-plan.",
@@ -257,4 +274,14 @@ ELLIPSIS = "…"
 REPLY_UNKNOWN_APPROVAL = ":grey_question: That request doesn't exist (any more)."
 REPLY_MALFORMED = ":warning: That button is damaged; nothing was changed."
 REPLY_VOTED = ":ballot_box_with_check: Your approval is recorded: {count} of {quorum}."
+REPLY_PROPOSED = (":pencil2: Your edit is recorded. Someone else has to approve the new "
+                  "arguments before they run.")
+REPLY_VOTES_RESET = (" Earlier approvals by {who} were on the previous arguments and no "
+                     "longer count; they have been asked on the card to approve again.")
 REPLY_ERROR = ":warning: Something went wrong recording that; nothing was changed. ({error})"
+
+
+# -- the audit channel ------------------------------------------------------------------------
+AUDIT_HEAD = (":lock: Audit log head, {date}: `{head}`\nKeep this message: "
+              "`approvald audit verify --expect {head}` proves later that no entry up to it "
+              "was changed, and none after it cut off.")

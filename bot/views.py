@@ -28,6 +28,7 @@ from bot.cards import (
     button_value,
     compact_blocks,
     editable_text,
+    json_object,
     parse_value,
     recent_line,
 )
@@ -179,8 +180,10 @@ def edit_modal(a: ApprovalRecord, token: str, channel: str | None,
         blocks: list[Block] = [section(T.MODAL_EDIT_TOO_BIG.format(
             n=size, limit=INPUT_MAX, id=code_span(a.id, 64)))]
         return _modal(T.MODAL_EDIT_TITLE, blocks, metadata=metadata)
+    propose = json_object(a.policy).get("edits") == "propose"
+    intro = T.MODAL_PROPOSE_INTRO if propose else T.MODAL_EDIT_INTRO
     blocks = [
-        section(T.MODAL_EDIT_INTRO.format(tool=code_span(a.tool, 80))),
+        section(intro.format(tool=code_span(a.tool, 80))),
         InputBlock(block_id=ARGS_BLOCK, label=plain(T.MODAL_EDIT_LABEL), optional=False,
                    hint=plain(cut_plain(T.MODAL_EDIT_HINT.format(tool=a.tool), 2000)),
                    element=PlainTextInputElement(action_id=ARGS_INPUT, multiline=True,
@@ -188,7 +191,8 @@ def edit_modal(a: ApprovalRecord, token: str, channel: str | None,
                                                  max_length=INPUT_MAX)),
     ]
     return _modal(T.MODAL_EDIT_TITLE, blocks, callback_id=EDIT_MODAL,
-                  submit=T.MODAL_EDIT_SUBMIT, metadata=metadata)
+                  submit=T.MODAL_PROPOSE_SUBMIT if propose else T.MODAL_EDIT_SUBMIT,
+                  metadata=metadata)
 
 
 def _loc(loc: Any) -> str:

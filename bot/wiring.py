@@ -7,6 +7,7 @@ from datetime import timedelta
 
 from bot.config import Settings
 from runtime.agent import Registry
+from runtime.audit import AuditKey
 from runtime.clock import FileClock, SystemClock
 from runtime.demo import demo_agents
 from runtime.engine import Engine, EngineConfig
@@ -36,6 +37,7 @@ def build_engine(settings: Settings, db: Database, *, require_tokens: bool = Fal
         # refuses to start without it, while CLI-only use never needs one
         signer=TokenSigner(secret) if secret and len(secret.encode()) >= 16 else None,
         require_tokens=require_tokens,
+        audit_key=AuditKey(settings.audit_key.get_secret_value()) if settings.audit_key else None,
     )
 
 

@@ -1,20 +1,32 @@
-"""The audit log: append-only, hash-chained, verifiable, exportable.
+"""The audit log: append-only, chained with a key kept outside the database.
 
-Each entry's hash covers its own fields and the previous entry's hash, so editing,
-deleting or reordering any entry breaks the chain at a point :func:`verify` names.
+Each entry's MAC covers its own fields and the previous entry's MAC, so editing, deleting
+or reordering any entry breaks the chain at a point :func:`verify` names. With a key
+(``APPROVALD_AUDIT_KEY``, never stored in the database) the MAC is an HMAC: someone who
+can write the database but does not hold the key cannot recompute the chain after a
+change. A head (``seq:mac``) recorded outside the database (printed by every
+``audit verify``, optionally posted to Slack) proves that nothing up to it was changed,
+even by someone who does hold the key, and that nothing was cut off the end.
+
+Entries are recorded inside the caller's transaction and chained as its last
+statements (a ``before_commit`` hook), so the chain head's lock is held briefly and
+always last (see :mod:`store.db` for the lock order).
 """
 
 from __future__ import annotations
 
 import csv
+import hashlib
+import hmac
 import io
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from runtime.canonical import canonical_json, compact_json, sha256_hex
+from runtime.errors import ConfigError
 from store.db import Database
 from store.records import AuditRecord
 from store.repos import Tx
@@ -23,41 +35,46 @@ from store.repos.audit import GENESIS
 ACTIONS = frozenset({
     "requested", "reminded", "voted", "approved", "denied", "edited", "expired", "escalated",
     "superseded", "executed", "outcome_unknown", "outcome_resolved", "cancelled",
+    "cancel_requested", "refused",
 })
+_PENDING = "audit.pending"  # Tx.scratch key: entries recorded, not yet chained
 
 
-def entry_hash(prev_hash: str, *, seq: int, at: datetime, action: str, actor: str, via: str,
-               run_id: str | None, approval_id: str | None, digest: str | None,
-               details: str) -> str:
-    body = canonical_json({
+class AuditKey:
+    """The chain's HMAC key. Its fingerprint (``id``) is stored with each entry so that
+    after a rotation :func:`verify` knows which key each entry needs."""
+
+    def __init__(self, secret: str | bytes) -> None:
+        raw = secret.encode() if isinstance(secret, str) else secret
+        if len(raw) < 16:
+            raise ConfigError("APPROVALD_AUDIT_KEY: a key needs at least 16 bytes")
+        self._key = hashlib.sha256(b"approvald-audit-v1\x00" + raw).digest()
+        self.id = hashlib.sha256(b"approvald-audit-key-id\x00" + raw).hexdigest()[:12]
+
+    def mac(self, text: str) -> str:
+        return hmac.new(self._key, text.encode("utf-8"), hashlib.sha256).hexdigest()
+
+
+def entry_hash(key: AuditKey | None, prev_hash: str, *, seq: int, at: datetime, action: str,
+               actor: str, via: str, run_id: str | None, approval_id: str | None,
+               digest: str | None, details: str) -> str:
+    """The MAC of one entry: HMAC with ``key``, or plain SHA-256 for an unkeyed entry."""
+    fields: dict[str, Any] = {
         "seq": seq, "at": at.isoformat(), "action": action, "actor": actor, "via": via,
         "run_id": run_id, "approval_id": approval_id, "digest": digest,
         "details": json.loads(details),
-    })
-    return sha256_hex(prev_hash + "\n" + body)
-
-
-async def append(tx: Tx, *, at: datetime, action: str, actor: str, via: str,
-                 run_id: str | None = None, approval_id: str | None = None,
-                 digest: str | None = None, details: dict[str, Any] | None = None) -> int:
-    """Append one entry inside the caller's transaction; returns its seq."""
-    if action not in ACTIONS:
-        raise ValueError(f"unknown audit action {action!r}")
-    last_seq, last_hash = await tx.audit.lock_head()
-    seq = last_seq + 1
-    text = compact_json(details or {})
-    h = entry_hash(last_hash, seq=seq, at=at, action=action, actor=actor, via=via,
-                   run_id=run_id, approval_id=approval_id, digest=digest, details=text)
-    await tx.audit.append(seq=seq, at=at, action=action, actor=actor, via=via, run_id=run_id,
-                          approval_id=approval_id, digest=digest, details=text,
-                          prev_hash=last_hash, hash=h)
-    return seq
+    }
+    if key is not None:  # bound in, so an entry cannot be passed off as another key's
+        fields["kid"] = key.id
+    text = prev_hash + "\n" + canonical_json(fields)
+    return key.mac(text) if key is not None else sha256_hex(text)
 
 
 @dataclass(frozen=True)
 class Entry:
-    """One audit entry to append (see :func:`append_many`)."""
+    """One audit entry waiting to be chained."""
 
+    at: datetime
     action: str
     actor: str
     via: str
@@ -67,48 +84,126 @@ class Entry:
     details: dict[str, Any] = field(default_factory=dict)
 
 
-async def append_many(tx: Tx, entries: list[Entry], *, at: datetime) -> None:
-    """Append several entries under one lock of the chain head (a sweep's batch)."""
-    if not entries:
-        return
-    for e in entries:
-        if e.action not in ACTIONS:
-            raise ValueError(f"unknown audit action {e.action!r}")
-    seq, prev = await tx.audit.lock_head()
-    rows = []
-    for e in entries:
-        seq += 1
-        text = compact_json(e.details)
-        h = entry_hash(prev, seq=seq, at=at, action=e.action, actor=e.actor, via=e.via,
-                       run_id=e.run_id, approval_id=e.approval_id, digest=e.digest,
-                       details=text)
-        rows.append({"seq": seq, "at": at, "action": e.action, "actor": e.actor, "via": e.via,
-                     "run_id": e.run_id, "approval_id": e.approval_id, "digest": e.digest,
-                     "details": text, "prev_hash": prev, "hash": h})
-        prev = h
-    await tx.audit.append_rows(rows)
+class AuditTrail:
+    """Records entries in the caller's transaction; they are chained when it commits."""
 
+    def __init__(self, key: AuditKey | None = None) -> None:
+        self.key = key
+
+    def record(self, tx: Tx, *, at: datetime, action: str, actor: str, via: str,
+               run_id: str | None = None, approval_id: str | None = None,
+               digest: str | None = None, details: dict[str, Any] | None = None) -> None:
+        """Add one entry to ``tx`` (chained, in recording order, just before COMMIT)."""
+        self.record_many(tx, [Entry(at=at, action=action, actor=actor, via=via, run_id=run_id,
+                                    approval_id=approval_id, digest=digest,
+                                    details=details or {})])
+
+    def record_many(self, tx: Tx, entries: Sequence[Entry]) -> None:
+        for e in entries:
+            if e.action not in ACTIONS:
+                raise ValueError(f"unknown audit action {e.action!r}")
+        pending: list[Entry] | None = tx.scratch.get(_PENDING)
+        if pending is None:
+            pending = tx.scratch[_PENDING] = []
+            tx.before_commit(self._chain)
+        pending.extend(entries)
+
+    async def _chain(self, tx: Tx) -> None:
+        entries: list[Entry] = tx.scratch.pop(_PENDING, [])
+        if not entries:
+            return
+        seq, prev = await tx.audit.lock_head()
+        kid = self.key.id if self.key is not None else ""
+        rows = []
+        for e in entries:
+            seq += 1
+            text = compact_json(e.details)
+            h = entry_hash(self.key, prev, seq=seq, at=e.at, action=e.action, actor=e.actor,
+                           via=e.via, run_id=e.run_id, approval_id=e.approval_id,
+                           digest=e.digest, details=text)
+            rows.append({"seq": seq, "at": e.at, "action": e.action, "actor": e.actor,
+                         "via": e.via, "run_id": e.run_id, "approval_id": e.approval_id,
+                         "digest": e.digest, "details": text, "key_id": kid,
+                         "prev_hash": prev, "hash": h})
+            prev = h
+        await tx.audit.append_rows(rows)
+
+
+# -- a witness outside the database ----------------------------------------------------
+
+HEAD_POST = "audit.head"  # outbox kind: post the chain head where the database cannot reach
+
+
+async def queue_head(db: Database, *, now: datetime) -> tuple[int, str] | None:
+    """Queue the chain head for posting (to the audit channel), unless the last one queued
+    is already this head; returns the head queued, or None."""
+    async with db.write() as tx:
+        seq, digest = await tx.audit.head()
+        last = await tx.outbox.latest(HEAD_POST)
+        if seq == 0 or (last is not None and last.payload_value().get("seq") == seq):
+            return None
+        await tx.outbox.add(kind=HEAD_POST, group_key=HEAD_POST, now=now,
+                            payload=compact_json({"seq": seq, "hash": digest,
+                                                  "at": now.isoformat()}))
+    return seq, digest
+
+
+# -- verification ----------------------------------------------------------------------
 
 @dataclass
 class VerifyReport:
     entries: int = 0
+    head: tuple[int, str] = (0, GENESIS)
     problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    unkeyed: int = 0  # entries that only a recorded head protects against a writer
 
     @property
     def ok(self) -> bool:
         return not self.problems
+
+    @property
+    def head_text(self) -> str:
+        return f"{self.head[0]}:{self.head[1]}"
+
+
+def parse_head(text: str) -> tuple[int, str]:
+    """``"SEQ:HASH"`` as printed by ``audit verify``; ValueError when it is not one."""
+    seq, sep, digest = text.strip().partition(":")
+    if not sep or not seq.isdigit() or len(digest) != 64 or \
+            any(c not in "0123456789abcdef" for c in digest):
+        raise ValueError(f"not an audit head {text!r} (expected SEQ:HASH as printed by "
+                         "`approvald audit verify`)")
+    return int(seq), digest
 
 
 def _describe(e: AuditRecord) -> str:
     return f"entry {e.seq} ({e.action} by {e.actor} at {e.at.isoformat()})"
 
 
-async def verify(db: Database) -> VerifyReport:
-    """Walk the chain; report the first entry where it breaks and what kind of break."""
+async def verify(db: Database, *, keys: Sequence[AuditKey] = (),
+                 expect: tuple[int, str] | None = None,
+                 unkeyed_until: int = 0) -> VerifyReport:
+    """Walk the chain up to its head; report the first break and what kind it is.
+
+    ``keys``: the current key and any retired ones (entries name theirs by fingerprint).
+    With keys, every entry must be keyed except the first ``unkeyed_until`` (written
+    before the deployment had a key: a number the operator keeps outside the database,
+    so a writer cannot pass a rewritten chain off as old and unkeyed).
+    ``expect``: a head recorded earlier outside the database; the chain must still pass
+    through it, and must not end before it.
+    """
     report = VerifyReport()
-    async with db.read(snapshot=True) as tx:  # the entries and the head must agree
+    by_id = {k.id: k for k in keys}
+    # one snapshot, and the head read first: entries appended during the walk are not
+    # the walk's business, and cannot look like entries deleted from the end
+    async with db.read(snapshot=True) as tx:
+        head_seq, head_hash = await tx.audit.head()
+        report.head = (head_seq, head_hash)
         prev_seq, prev_hash = 0, GENESIS
-        async for e in tx.audit.iterate():
+        seen_keyed = False
+        expected_hash: str | None = None
+        async for e in tx.audit.iterate(upto=head_seq):
             report.entries += 1
             if e.seq != prev_seq + 1:
                 missing = (f"entry {prev_seq + 1}" if e.seq == prev_seq + 2
@@ -119,33 +214,75 @@ async def verify(db: Database) -> VerifyReport:
             if e.prev_hash != prev_hash:
                 report.problems.append(
                     f"{_describe(e)} does not follow entry {prev_seq}: reordered, or the "
-                    "entry before it was rewritten"
-                )
+                    "entry before it was rewritten")
                 return report
-            recomputed = entry_hash(e.prev_hash, seq=e.seq, at=e.at, action=e.action,
-                                    actor=e.actor, via=e.via, run_id=e.run_id,
-                                    approval_id=e.approval_id, digest=e.digest, details=e.details)
-            if recomputed != e.hash:
+            key: AuditKey | None = None
+            if e.key_id:
+                key = by_id.get(e.key_id)
+                if key is None:
+                    report.problems.append(
+                        f"{_describe(e)} is signed with audit key {e.key_id}, which was not "
+                        "given: set APPROVALD_AUDIT_KEY (or APPROVALD_AUDIT_OLD_KEYS for a "
+                        "retired key)")
+                    return report
+                seen_keyed = True
+            elif seen_keyed or (keys and e.seq > unkeyed_until):
                 report.problems.append(
-                    f"{_describe(e)} was edited: its content does not match its hash"
-                )
+                    f"{_describe(e)} is not keyed, but entries after {unkeyed_until} must be: "
+                    "it was rewritten by someone without the key (if it predates the key, "
+                    "set APPROVALD_AUDIT_UNKEYED_UNTIL to the last entry written before it)")
                 return report
-            prev_seq, prev_hash = e.seq, e.hash
-        head_seq, head_hash = await tx.audit.head()
-        if (head_seq, head_hash) != (prev_seq, prev_hash):
-            if head_seq > prev_seq:
-                report.problems.append(
-                    f"entries {prev_seq + 1}-{head_seq} deleted from the end of the log"
-                )
             else:
+                report.unkeyed += 1
+            recomputed = entry_hash(key, e.prev_hash, seq=e.seq, at=e.at, action=e.action,
+                                    actor=e.actor, via=e.via, run_id=e.run_id,
+                                    approval_id=e.approval_id, digest=e.digest,
+                                    details=e.details)
+            if not hmac.compare_digest(recomputed, e.hash):
                 report.problems.append(
-                    f"the chain head (entry {head_seq}) does not match the last entry {prev_seq}"
-                )
+                    f"{_describe(e)} was edited: its content does not match its MAC")
+                return report
+            if expect is not None and e.seq == expect[0]:
+                expected_hash = e.hash
+            prev_seq, prev_hash = e.seq, e.hash
+    if (head_seq, head_hash) != (prev_seq, prev_hash):
+        if head_seq > prev_seq:
+            report.problems.append(
+                f"entries {prev_seq + 1}-{head_seq} deleted from the end of the log")
+        else:
+            report.problems.append(
+                f"the chain head (entry {head_seq}) does not match the last entry {prev_seq}")
+        return report
+    if expect is not None:
+        seq, digest = expect
+        if seq > head_seq:
+            report.problems.append(
+                f"the log ends at entry {head_seq}, but a head at entry {seq} was recorded: "
+                f"entries {head_seq + 1}-{seq} were deleted")
+        elif seq > 0 and expected_hash != digest:
+            report.problems.append(
+                f"entry {seq} is not the one recorded ({digest[:16]}…): the history up to it "
+                "was rewritten")
+        else:
+            report.notes.append(f"the chain passes through the recorded head {seq}:{digest}")
+    if report.unkeyed and keys:
+        report.notes.append(
+            f"{report.unkeyed} entries were written without an audit key: only a head "
+            "recorded outside the database protects them from someone who can write it")
+    elif report.unkeyed:
+        report.notes.append(
+            "no audit key is set (APPROVALD_AUDIT_KEY): the chain detects accidental damage, "
+            "but someone who can write the database can rewrite it; compare the head with "
+            "one recorded elsewhere (--expect)")
     return report
 
 
+# -- export ------------------------------------------------------------------------------
+
 EXPORT_FIELDS = ("seq", "at", "action", "actor", "via", "run_id", "approval_id", "tool", "digest",
-                 "args", "reason", "details", "prev_hash", "hash")
+                 "args", "reason", "details", "key_id", "prev_hash", "hash")
+# a cell a spreadsheet would read as a formula (OWASP's CSV injection guidance)
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
 def export_row(e: AuditRecord) -> dict[str, Any]:
@@ -154,32 +291,44 @@ def export_row(e: AuditRecord) -> dict[str, Any]:
         "seq": e.seq, "at": e.at.isoformat(), "action": e.action, "actor": e.actor,
         "via": e.via, "run_id": e.run_id, "approval_id": e.approval_id,
         "tool": details.get("tool"), "digest": e.digest, "args": details.get("args"),
-        "reason": details.get("reason"), "details": details, "prev_hash": e.prev_hash,
-        "hash": e.hash,
+        "reason": details.get("reason"), "details": details, "key_id": e.key_id,
+        "prev_hash": e.prev_hash, "hash": e.hash,
     }
 
 
+def csv_cell(value: Any) -> Any:
+    """A cell that a spreadsheet shows as text: a leading ``'`` before anything that
+    starts like a formula. The JSON lines export keeps every value exactly as recorded."""
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        return "'" + value
+    return value
+
+
 async def export(db: Database, *, run_id: str | None = None, since: datetime | None = None,
-                 fmt: str = "jsonl") -> AsyncIterator[str]:
-    """Yield the matching entries as JSON lines or CSV text (header first)."""
+                 fmt: str = "jsonl", batch: int = 500) -> AsyncIterator[str]:
+    """Yield the matching entries as JSON lines or CSV text (header first), reading the
+    log in batches so an export of any size runs in constant memory."""
     if fmt not in ("jsonl", "csv"):
         raise ValueError(f"unknown export format {fmt!r} (jsonl or csv)")
-    async with db.read() as tx:
-        rows = await tx.audit.query(run_id=run_id, since=since)
-    if fmt == "jsonl":
-        for e in rows:
-            yield json.dumps(export_row(e), ensure_ascii=False) + "\n"
-        return
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=EXPORT_FIELDS)
-    writer.writeheader()
-    for e in rows:
-        row = export_row(e)
-        for key in ("args", "details"):
-            row[key] = "" if row[key] is None else canonical_json(row[key])
-        writer.writerow(row)
-        yield buf.getvalue()
-        buf.seek(0)
-        buf.truncate()
-    if buf.getvalue():
-        yield buf.getvalue()
+    if fmt == "csv":
+        writer.writeheader()
+        yield _take(buf)
+    async with db.read(snapshot=True) as tx:
+        async for e in tx.audit.iterate(run_id=run_id, since=since, batch=batch):
+            row = export_row(e)
+            if fmt == "jsonl":
+                yield json.dumps(row, ensure_ascii=False) + "\n"
+                continue
+            for key in ("args", "details"):
+                row[key] = "" if row[key] is None else canonical_json(row[key])
+            writer.writerow({k: csv_cell(v) for k, v in row.items()})
+            yield _take(buf)
+
+
+def _take(buf: io.StringIO) -> str:
+    text = buf.getvalue()
+    buf.seek(0)
+    buf.truncate()
+    return text

@@ -1,19 +1,29 @@
-"""Deciding an approval: exactly one outcome, by compare-and-set, checked against the policy.
+"""Deciding an approval: one outcome, on exactly the arguments the approver saw, in time.
 
-Clicks, CLI commands, expiry and other replicas all race through the same conditional
-UPDATEs on ``approvals.status``; one wins, every other attempt is refused with a reason.
-The decision commits first; resuming the run is the caller's next, separate step.
+A decision is one transaction that locks the run row, then the approval row, and checks
+everything against that fresh row: a live button for these exact arguments (the token
+binds the digest the card showed), still pending, not past ``expires_at``, an authorised
+actor who has not voted on these arguments yet. The status change itself is a
+compare-and-set on status, expiry and the effective digest, so clicks, CLI commands, the
+expiry sweep and other replicas race to exactly one winner.
+
+A refused attempt changes nothing (its transaction rolls back) except the audit log,
+which records it with its reason code in a transaction of its own; when the reason is
+that the request has expired, that transaction applies the expiry too, whatever the
+sweep has or has not done. The decision commits before anything else happens; resuming
+the run is the caller's next, separate step.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-from runtime import audit
 from runtime.canonical import call_digest, compact_json
 from runtime.directory import DirectoryError
 from runtime.errors import DecisionRefused, InvalidArguments, NotFound
+from runtime.expiry import SweepResult
 from runtime.failpoints import failpoint
 from runtime.gate import CARD_UPDATE
 from runtime.policy import ApprovalPolicy, is_group
@@ -42,22 +52,42 @@ class Actor:
 
 @dataclass(frozen=True)
 class Decision:
-    """The committed result of one decision attempt."""
+    """The committed result of one decision attempt.
+
+    ``outcome``: approved | denied | voted | edited (a proposal waiting for others) |
+    retry | mark_done | abort. ``discarded``: approvers whose votes were on the arguments
+    an edit replaced, and who must vote again for them to count.
+    """
 
     approval: ApprovalRecord
-    outcome: str  # approved | denied | voted | retry | mark_done | abort
+    outcome: str
     approvals: int
     quorum: int
     run_ready: bool
+    discarded: tuple[str, ...] = ()
 
     @property
     def final(self) -> bool:
-        return self.outcome != "voted"
+        return self.outcome not in ("voted", "edited")
 
 
-def _refuse(a: ApprovalRecord, code: str, message: str) -> DecisionRefused:
+@dataclass
+class _Attempt:
+    """One decision attempt, as checked before its transaction."""
+
+    actor: Actor
+    verdict: str
+    reason: str | None
+    token: str | None
+    expect_digest: str | None
+    edited: dict[str, Any] | None = None
+    refusal: DecisionRefused | None = None  # found before the transaction (kept for order)
+    side: SweepResult = field(default_factory=SweepResult)  # an expiry applied on the way
+
+
+def _refuse(a: ApprovalRecord, code: str, message: str, **fields: Any) -> DecisionRefused:
     return DecisionRefused(message, reason=code, status=a.status, approval_id=a.id,
-                           run_id=a.run_id)
+                           run_id=a.run_id, **fields)
 
 
 def not_pending_message(a: ApprovalRecord) -> str:
@@ -105,132 +135,195 @@ class Decider:
                       f"{actor.id} is not an approver for this request "
                       f"(approvers: {', '.join(approvers)})")
 
-    def check_open(self, a: ApprovalRecord, token: str | None) -> None:
-        """Refuse a stale or foreign button, or a request that is no longer pending."""
+    def check_open(self, a: ApprovalRecord, token: str | None, *,
+                   now: datetime | None = None) -> None:
+        """Refuse a stale or foreign button, a closed request, or one past its expiry.
+
+        Decisions run this on the row they locked; opening a modal runs it as a preflight.
+        """
         if token is not None or self.e.require_tokens:
             signer = self.e.signer
-            if token is None or signer is None or not signer.verify(a.id, a.token_nonce, token):
+            check = "bad" if token is None or signer is None else signer.check(
+                a.id, a.token_nonce, token, digest=a.effective_digest, original=a.digest)
+            if check == "stale":
+                raise _refuse(a, "stale_card",
+                              "the arguments were edited after this card was drawn; the card "
+                              "now shows the new ones: review them and decide again")
+            if check != "ok":
                 raise _refuse(a, "bad_token", "this button does not belong to a live request")
         if a.status != "pending":
             raise _refuse(a, "not_pending", not_pending_message(a))
+        if (now or self.e.clock.now()) >= a.expires_at:
+            raise _refuse(a, "expired",
+                          f"approval {a.id} expired at {a.expires_at.isoformat()}; "
+                          "a decision after that does not count")
 
     async def decide(self, approval_id: str, *, actor: Actor, verdict: Verdict,
-                     reason: str | None = None, args: Any = None,
-                     token: str | None = None) -> Decision:
-        """Record one decision; raises :class:`DecisionRefused` and changes nothing on refusal."""
-        a = await self.get(approval_id)
-        allowed = TOOL_VERDICTS if a.kind == "tool_call" else QUESTION_VERDICTS
-        if verdict not in allowed:
-            self.check_open(a, token)  # a stale button outranks a wrong verdict
-            raise _refuse(a, "wrong_kind",
-                          f"{verdict!r} does not answer a {a.kind} request "
-                          f"(use one of: {', '.join(allowed)})")
-        self.check_open(a, token)
-        reason = (reason or "").strip() or None
-        if verdict in ("deny", "abort") and not reason:
-            raise _refuse(a, "reason_required", "a denial needs a reason")
-        if reason and len(reason) > MAX_REASON:
-            raise _refuse(a, "reason_too_long", f"a reason is at most {MAX_REASON} characters")
-        edited: dict[str, Any] | None = None
-        if verdict == "edit":
-            edited = await self._validate_edit(a, args)
-        await self.authorize(a, actor)
+                     reason: str | None = None, args: Any = None, token: str | None = None,
+                     expect_digest: str | None = None) -> Decision:
+        """Record one decision; on refusal, record only the refusal and raise it.
 
-        async with self.e.db.write(urgent=True) as tx:  # the clicker is waiting
-            if a.kind == "tool_call":
-                result = await self._decide_call(tx, a, actor, verdict, reason, edited)
-            else:
-                result = await self._answer_question(tx, a, actor, verdict, reason)
+        ``expect_digest`` (a prefix is enough): decide only if the arguments are still the
+        ones with this digest (a card's token carries it; the CLI takes ``--digest``).
+        """
+        a0 = await self.get(approval_id)
+        at = _Attempt(actor=actor, verdict=verdict, reason=(reason or "").strip() or None,
+                      token=token, expect_digest=expect_digest)
+        try:
+            await self._precheck(a0, at, args)
+        except DecisionRefused as exc:
+            at.refusal = exc
+
+        async def attempt(tx: Tx) -> Decision:
+            return await self._decide_in(tx, a0, at)
+
+        try:
+            decision = await self.e.db.transact(attempt, urgent=True,  # the clicker waits
+                                                what=f"decision on approval {a0.id}")
+        except DecisionRefused as refusal:
+            await self._record_refusal(a0, at, refusal)
+            raise
         failpoint("after_decision")
-        return result
+        return decision
+
+    # -- before the transaction: nothing here reads state that can change ---------------
+    async def _precheck(self, a: ApprovalRecord, at: _Attempt, args: Any) -> None:
+        allowed = TOOL_VERDICTS if a.kind == "tool_call" else QUESTION_VERDICTS
+        if at.verdict not in allowed:
+            raise _refuse(a, "wrong_kind",
+                          f"{at.verdict!r} does not answer a {a.kind} request "
+                          f"(use one of: {', '.join(allowed)})")
+        if at.verdict in ("deny", "abort") and not at.reason:
+            raise _refuse(a, "reason_required", "a denial needs a reason")
+        if at.reason and len(at.reason) > MAX_REASON:
+            raise _refuse(a, "reason_too_long", f"a reason is at most {MAX_REASON} characters")
+        if at.verdict == "edit":
+            at.edited = await self._validate_edit(a, args)
+        # who may decide is fixed per request (an escalation is a new request), so the
+        # directory lookup, which may be slow, happens before any lock is taken
+        await self.authorize(a, at.actor)
 
     async def _validate_edit(self, a: ApprovalRecord, args: Any) -> dict[str, Any]:
-        tool = await self.e.tool_for(a)
+        try:
+            tool = await self.e.tool_for(a)
+        except NotFound as exc:
+            raise _refuse(a, "invalid_arguments", str(exc)) from None
         try:
             edited = tool.validate(args)
             self.e.check_payload(compact_json(edited), what="edited arguments")
         except InvalidArguments as exc:
-            raise DecisionRefused(str(exc), reason="invalid_arguments", status=a.status,
-                                  approval_id=a.id, run_id=a.run_id, errors=exc.errors) from None
+            raise _refuse(a, "invalid_arguments", str(exc), errors=exc.errors) from None
+        except Exception as exc:  # PayloadTooLarge
+            raise _refuse(a, "invalid_arguments", str(exc)) from None
         return edited
 
-    async def _decide_call(self, tx: Tx, a: ApprovalRecord, actor: Actor, verdict: str,
-                           reason: str | None, edited: dict[str, Any] | None) -> Decision:
+    # -- the transaction ------------------------------------------------------------------
+    async def _decide_in(self, tx: Tx, a0: ApprovalRecord, at: _Attempt) -> Decision:
         now = self.e.clock.now()
+        await tx.runs.lock(a0.run_id)  # the one lock order: run, approval, audit head
+        a = await tx.approvals.lock(a0.id)
+        assert a is not None  # approvals are never deleted
+        self.check_open(a, at.token, now=now)  # a stale button outranks everything else
+        if at.refusal is not None:
+            raise at.refusal
+        if at.expect_digest and not a.effective_digest.startswith(at.expect_digest):
+            raise _refuse(a, "stale_card",
+                          f"the arguments of approval {a.id} changed (digest now "
+                          f"{a.effective_digest[:12]}): review them and decide again")
+        if a.kind == "tool_call":
+            return await self._decide_call(tx, a, at, now)
+        return await self._answer_question(tx, a, at, now)
+
+    async def _decide_call(self, tx: Tx, a: ApprovalRecord, at: _Attempt,
+                           now: datetime) -> Decision:
+        actor, verdict = at.actor, at.verdict
+        policy = ApprovalPolicy.from_snapshot(a.policy)
         digest = a.effective_digest
-        if edited is not None:
-            digest = call_digest(a.tool, edited)
-            if not await tx.approvals.set_edit(a.id, edited_args=compact_json(edited),
-                                               edited_digest=digest):
-                raise await self._lost(tx, a)
-            await audit.append(
-                tx, at=now, action="edited", actor=actor.id, via=actor.via, run_id=a.run_id,
-                approval_id=a.id, digest=digest,
-                details={"tool": a.tool, "args": edited, "original_args": a.args_value(),
-                         "original_digest": a.digest, "reason": reason})
+        discarded: tuple[str, ...] = ()
+        if at.edited is not None:
+            new = call_digest(a.tool, at.edited)
+            if new == digest and policy.edits == "propose":
+                raise _refuse(a, "unchanged", "the edited arguments are the current ones")
+            if new != digest:
+                earlier = await tx.approvals.approvers_on(a.id, digest)
+                if not await tx.approvals.set_edit(
+                        a.id, edited_args=compact_json(at.edited), edited_digest=new,
+                        edited_by=actor.id, edited_at=now, expect_digest=digest):
+                    raise _refuse(a, "not_pending", not_pending_message(a))
+                discarded = tuple(v for v in earlier if v != actor.id)
+                self.e.audit.record(
+                    tx, at=now, action="edited", actor=actor.id, via=actor.via,
+                    run_id=a.run_id, approval_id=a.id, digest=new,
+                    details={"tool": a.tool, "args": at.edited, "mode": policy.edits,
+                             "previous_args": a.effective_args(), "previous_digest": digest,
+                             "original_args": a.args_value(), "original_digest": a.digest,
+                             "discarded_votes": list(discarded), "reason": at.reason})
+                digest = new
+                if policy.edits == "propose":  # someone other than the editor decides
+                    fresh = await self._card(tx, a.id)
+                    return Decision(fresh, "edited", 0, a.quorum, False, discarded)
         vote = "deny" if verdict == "deny" else "approve"
+        if vote == "approve" and at.edited is None and policy.edits == "propose" \
+                and a.edited_by == actor.id and a.edited_digest == digest:
+            raise _refuse(a, "own_edit",
+                          f"{actor.id} proposed these arguments; someone else must approve them")
         if not await tx.approvals.add_vote(approval_id=a.id, actor=actor.id, verdict=vote,
                                            digest=digest, via=actor.via, at=now):
-            raise _refuse(a, "already_voted", f"{actor.id} already voted on approval {a.id}")
+            if at.edited is None:
+                raise _refuse(a, "already_voted",
+                              f"{actor.id} already voted on these arguments of approval {a.id}")
+            # an edit back to arguments this editor had approved: that vote stands
         if vote == "deny":
             done = await tx.approvals.transition(
-                a.id, to="denied", decided_at=now, decided_by=actor.id, decided_via=actor.via,
-                verdict="deny", reason=reason)
+                a.id, to="denied", digest=digest, before=now, decided_at=now,
+                decided_by=actor.id, decided_via=actor.via, verdict="deny", reason=at.reason)
             if done is None:
-                raise await self._lost(tx, a)
-            await audit.append(tx, at=now, action="denied", actor=actor.id, via=actor.via,
-                               run_id=a.run_id, approval_id=a.id, digest=digest,
-                               details={"tool": a.tool, "args": done.effective_args(),
-                                        "reason": reason})
+                raise _refuse(a, "not_pending", not_pending_message(a))
+            self.e.audit.record(tx, at=now, action="denied", actor=actor.id, via=actor.via,
+                                run_id=a.run_id, approval_id=a.id, digest=digest,
+                                details={"tool": a.tool, "args": done.effective_args(),
+                                         "reason": at.reason})
             ready = await self._run_ready(tx, done)
-            return Decision(done, "denied", done.approve_count, done.quorum, ready)
-        if a.quorum == 1:
-            count = 1  # this vote decides; the compare-and-set below is the arbiter
-        else:
-            counted = await tx.approvals.count_approve(a.id, digest)
-            if counted is None:
-                raise await self._lost(tx, a)
-            count = counted
-        if count < a.quorum:
-            await audit.append(tx, at=now, action="voted", actor=actor.id, via=actor.via,
-                               run_id=a.run_id, approval_id=a.id, digest=digest,
-                               details={"tool": a.tool, "args": edited or a.effective_args(),
-                                        "approvals": count, "quorum": a.quorum})
-            await self._update_card(tx, a)
-            fresh = await tx.approvals.get(a.id)
-            assert fresh is not None
-            return Decision(fresh, "voted", count, a.quorum, False)
+            return Decision(done, "denied", done.approve_count, done.quorum, ready, discarded)
+        voters = [actor.id] if a.quorum == 1 else await tx.approvals.approvers_on(a.id, digest)
+        if len(voters) < a.quorum:
+            await tx.approvals.set_count(a.id, len(voters))
+            self.e.audit.record(tx, at=now, action="voted", actor=actor.id, via=actor.via,
+                                run_id=a.run_id, approval_id=a.id, digest=digest,
+                                details={"tool": a.tool, "args": at.edited or a.effective_args(),
+                                         "approvals": len(voters), "quorum": a.quorum,
+                                         "voters": voters})
+            fresh = await self._card(tx, a.id)
+            return Decision(fresh, "voted", len(voters), a.quorum, False, discarded)
         done = await tx.approvals.transition(
-            a.id, to="approved", decided_at=now, decided_by=actor.id, decided_via=actor.via,
-            verdict=verdict, reason=reason, approve_count=count)
+            a.id, to="approved", digest=digest, before=now, decided_at=now,
+            decided_by=actor.id, decided_via=actor.via, verdict=verdict, reason=at.reason,
+            approve_count=len(voters))
         if done is None:
-            raise await self._lost(tx, a)
-        voters = [actor.id] if a.quorum == 1 else [
-            v.actor for v in await tx.approvals.votes(a.id)
-            if v.verdict == "approve" and v.digest == digest]
-        await audit.append(tx, at=now, action="approved", actor=actor.id, via=actor.via,
-                           run_id=a.run_id, approval_id=a.id, digest=digest,
-                           details={"tool": a.tool, "args": done.effective_args(),
-                                    "approvers": voters, "quorum": a.quorum,
-                                    "edited": done.edited_args is not None})
+            raise _refuse(a, "not_pending", not_pending_message(a))
+        self.e.audit.record(tx, at=now, action="approved", actor=actor.id, via=actor.via,
+                            run_id=a.run_id, approval_id=a.id, digest=digest,
+                            details={"tool": a.tool, "args": done.effective_args(),
+                                     "approvers": voters, "quorum": a.quorum,
+                                     "edited": done.edited_args is not None})
         ready = await self._run_ready(tx, done)
-        return Decision(done, "approved", count, a.quorum, ready)
+        return Decision(done, "approved", len(voters), a.quorum, ready, discarded)
 
-    async def _answer_question(self, tx: Tx, a: ApprovalRecord, actor: Actor, verdict: str,
-                               reason: str | None) -> Decision:
-        now = self.e.clock.now()
+    async def _answer_question(self, tx: Tx, a: ApprovalRecord, at: _Attempt,
+                               now: datetime) -> Decision:
+        actor, verdict, reason = at.actor, at.verdict, at.reason
         to = "denied" if verdict == "abort" else "approved"
         done = await tx.approvals.transition(
-            a.id, to=to, decided_at=now, decided_by=actor.id, decided_via=actor.via,
-            verdict=verdict, reason=reason)
+            a.id, to=to, before=now, decided_at=now, decided_by=actor.id,
+            decided_via=actor.via, verdict=verdict, reason=reason)
         if done is None:
-            raise await self._lost(tx, a)
+            raise _refuse(a, "not_pending", not_pending_message(a))
         await tx.approvals.add_vote(approval_id=a.id, actor=actor.id, verdict=verdict,
                                     digest=a.digest, via=actor.via, at=now)
-        await audit.append(tx, at=now, action="outcome_resolved", actor=actor.id, via=actor.via,
-                           run_id=a.run_id, approval_id=a.id, digest=a.digest,
-                           details={"tool": a.tool, "args": a.args_value(), "verdict": verdict,
-                                    "reason": reason})
+        self.e.audit.record(tx, at=now, action="outcome_resolved", actor=actor.id,
+                            via=actor.via, run_id=a.run_id, approval_id=a.id, digest=a.digest,
+                            details={"tool": a.tool, "args": a.args_value(), "verdict": verdict,
+                                     "reason": reason})
         if verdict == "mark_done":
             await tx.executions.record_result(
                 run_id=a.run_id, call_id=a.call_id, status="succeeded",
@@ -241,10 +334,11 @@ class Decider:
         if verdict == "abort":
             await tx.runs.update(a.run_id, expect_status=["needs_attention"], status="cancelled",
                                  error=f"aborted by {actor.id}: {reason}", updated_at=now)
-            await self.e.gate.cancel_pending(tx, a.run_id, actor=actor.id, via=actor.via)
-            await audit.append(tx, at=now, action="cancelled", actor=actor.id, via=actor.via,
-                               run_id=a.run_id, approval_id=a.id, digest=a.digest,
-                               details={"reason": reason})
+            await self.e.gate.cancel_pending(tx, a.run_id, actor=actor.id, via=actor.via,
+                                             reason=reason)
+            self.e.audit.record(tx, at=now, action="cancelled", actor=actor.id, via=actor.via,
+                                run_id=a.run_id, approval_id=a.id, digest=a.digest,
+                                details={"reason": reason})
             return Decision(done, verdict, 0, 1, False)
         ready = await tx.runs.wake_if_idle(a.run_id, kind="outcome_unknown", now=now,
                                            from_status="needs_attention")
@@ -255,12 +349,34 @@ class Decider:
         await self._update_card(tx, a)
         return await tx.runs.wake_if_idle(a.run_id, kind="tool_call", now=self.e.clock.now())
 
+    async def _card(self, tx: Tx, approval_id: str) -> ApprovalRecord:
+        """Queue a card update and return the row as it now stands."""
+        fresh = await tx.approvals.get(approval_id)
+        assert fresh is not None
+        await self._update_card(tx, fresh)
+        return fresh
+
     async def _update_card(self, tx: Tx, a: ApprovalRecord) -> None:
         await tx.outbox.add(kind=CARD_UPDATE, group_key=a.id,
                             payload=compact_json({"approval_id": a.id}), now=self.e.clock.now())
 
-    async def _lost(self, tx: Tx, a: ApprovalRecord) -> DecisionRefused:
-        """The compare-and-set lost: report what won."""
-        now_rec = await tx.approvals.get(a.id)
-        return _refuse(now_rec or a, "not_pending", not_pending_message(now_rec or a))
+    # -- a refusal: the audit entry, and an overdue request settled on the way ----------
+    async def _record_refusal(self, a0: ApprovalRecord, at: _Attempt,
+                              refusal: DecisionRefused) -> None:
+        async def record(tx: Tx) -> SweepResult:
+            now = self.e.clock.now()
+            await tx.runs.lock(a0.run_id)
+            a = await tx.approvals.lock(a0.id)
+            assert a is not None
+            settled = SweepResult()
+            if a.status == "pending" and now >= a.expires_at:
+                settled = await self.e.expiry.settle_overdue(tx, [a.id], now=now)
+            self.e.audit.record(
+                tx, at=now, action="refused", actor=at.actor.id, via=at.actor.via,
+                run_id=a.run_id, approval_id=a.id, digest=a.effective_digest,
+                details={"reason": refusal.reason, "verdict": at.verdict, "tool": a.tool,
+                         "status": a.status, "message": str(refusal)[:500]})
+            return settled
 
+        at.side = await self.e.db.transact(record, what=f"refusal on approval {a0.id}")
+        self.e.expiry.announce(at.side)

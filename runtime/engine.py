@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from runtime import audit
 from runtime.agent import Registry
+from runtime.audit import AuditKey, AuditTrail
 from runtime.clock import Clock, SystemClock
 from runtime.decide import Actor, Decider, Decision, Verdict
 from runtime.directory import Directory, StaticDirectory
@@ -33,6 +33,7 @@ from runtime.transcript import build_state, encode
 from runtime.urgency import Urgency
 from store.db import Database
 from store.records import ApprovalRecord, RunRecord
+from store.repos import Tx
 
 log = logging.getLogger("approvald.engine")
 
@@ -47,7 +48,7 @@ class Engine:
     def __init__(self, db: Database, registry: Registry, *, clock: Clock | None = None,
                  config: EngineConfig | None = None, directory: Directory | None = None,
                  signer: TokenSigner | None = None, owner: str | None = None,
-                 require_tokens: bool = False) -> None:
+                 require_tokens: bool = False, audit_key: AuditKey | None = None) -> None:
         self.db = db
         self.registry = registry
         self.clock: Clock = clock or SystemClock()
@@ -56,6 +57,7 @@ class Engine:
         self.signer = signer
         self.require_tokens = require_tokens
         self.owner = owner or worker_id()
+        self.audit = AuditTrail(audit_key)  # chained with a key kept outside the database
         self.ledger = Ledger(db, self.clock, max_result_bytes=self.config.max_payload_bytes,
                              lease_ttl=self.config.lease_ttl)
         self.gate = Gate(self)
@@ -98,6 +100,12 @@ class Engine:
         if size > self.config.max_payload_bytes:
             raise PayloadTooLarge(
                 f"{what} is {size} bytes, over the {self.config.max_payload_bytes}-byte cap")
+
+    def button_token(self, a: ApprovalRecord) -> str | None:
+        """The token a card showing ``a``'s current arguments carries (None: no signer)."""
+        if self.signer is None:
+            return None
+        return self.signer.token(a.id, a.token_nonce, a.effective_digest)
 
     async def tool_for(self, a: ApprovalRecord) -> Tool:
         """The tool an approval is about (looked up through the run's agent)."""
@@ -165,29 +173,42 @@ class Engine:
             executions = await tx.executions.for_run(run_id)
         return build_state(run, events, executions)
 
-    async def cancel(self, run_id: str, *, actor: Actor) -> str:
-        """Cancel a run: at once if no worker is mid-step, else at its next step boundary.
+    async def cancel(self, run_id: str, *, actor: Actor, reason: str | None = None) -> str:
+        """Cancel a run: at once if no worker is mid-step, else at its next step boundary
+        (where the worker ends it instead of opening any request). Either way who asked,
+        when and why is audited.
 
         Returns ``cancelled`` or ``cancel_requested``.
         """
-        now = self.clock.now()
+        reason = (reason or "").strip() or None
         stale = tuple(await self.stale_owners())
-        async with self.db.write() as tx:
-            run = await tx.runs.get(run_id)
+
+        async def work(tx: Tx) -> str:
+            now = self.clock.now()
+            run = await tx.runs.get_locked(run_id)  # the one lock order: run first
             if run is None:
                 raise NotFound(f"no run {run_id}", run_id=run_id)
             if run.status in FINAL_STATUSES:
                 raise ApprovaldError(f"run {run_id} is already {run.status}", run_id=run_id)
-            error = f"cancelled by {actor.id}"
-            if await tx.runs.cancel_if_idle(run_id, now=now, error=error, stale_owners=stale):
-                await self.gate.cancel_pending(tx, run_id, actor=actor.id, via=actor.via)
-                await audit.append(tx, at=now, action="cancelled", actor=actor.id,
-                                   via=actor.via, run_id=run_id, details={"was": run.status})
-            else:
-                await tx.runs.update(run_id, cancel_requested=True, updated_at=now)
-                return "cancel_requested"
-        self.notify_outbox()
-        return "cancelled"
+            error = f"cancelled by {actor.id}" + (f": {reason}" if reason else "")
+            details = {"was": run.status, "step": run.step, "reason": reason}
+            if await tx.runs.cancel_if_idle(run_id, now=now, error=error, by=actor.id,
+                                            reason=reason, stale_owners=stale):
+                await self.gate.cancel_pending(tx, run_id, actor=actor.id, via=actor.via,
+                                               reason=reason)
+                self.audit.record(tx, at=now, action="cancelled", actor=actor.id,
+                                  via=actor.via, run_id=run_id, details=details)
+                return "cancelled"
+            await tx.runs.request_cancel(run_id, by=actor.id, reason=reason, now=now)
+            self.audit.record(tx, at=now, action="cancel_requested", actor=actor.id,
+                              via=actor.via, run_id=run_id,
+                              details={**details, "worker": run.lease_owner})
+            return "cancel_requested"
+
+        result = await self.db.transact(work, what=f"cancel of run {run_id}")
+        if result == "cancelled":
+            self.notify_outbox()
+        return result
 
     async def stale_owners(self) -> list[str]:
         """Lease and claim holders that ran on this host and whose process is gone."""
@@ -208,14 +229,15 @@ class Engine:
 
     # -- approvals ----------------------------------------------------------------------
     async def decide(self, approval_id: str, *, actor: Actor, verdict: Verdict,
-                     reason: str | None = None, args: Any = None,
-                     token: str | None = None) -> Decision:
+                     reason: str | None = None, args: Any = None, token: str | None = None,
+                     expect_digest: str | None = None) -> Decision:
         """Record a decision (see :class:`runtime.decide.Decider`); wakes the run if ready."""
         deciding = object()
         self.urgency.begin(deciding)
         try:
             decision = await self.decider.decide(approval_id, actor=actor, verdict=verdict,
-                                                 reason=reason, args=args, token=token)
+                                                 reason=reason, args=args, token=token,
+                                                 expect_digest=expect_digest)
         finally:
             self.urgency.end(deciding)
         self.notify_outbox()  # the card update

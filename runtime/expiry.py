@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from runtime import audit
+from runtime.audit import Entry
 from runtime.canonical import compact_json
 from runtime.gate import CARD_UPDATE, REMINDER, first_reminder
 from runtime.policy import ApprovalPolicy
@@ -53,22 +53,39 @@ class Expiry:
         else:
             due = list(only)
         for i in range(0, len(due), batch):
-            async with self.e.db.write() as tx:
-                expired = await tx.approvals.expire_batch(due[i:i + batch], now=now)
-                await self._settle(tx, expired, now, result)
+            chunk = due[i:i + batch]
+
+            async def settle(tx: Tx, chunk: Sequence[str] = chunk) -> SweepResult:
+                return await self.settle_overdue(tx, chunk, now=now)
+
+            result.merge(await self.e.db.transact(settle, what="expiry sweep"))
         await self._remind(now, limit, result, only)
+        self.announce(result)
+        return result
+
+    def announce(self, result: SweepResult) -> None:
+        """Tell this process's listeners what a committed settlement changed."""
         for run_id in result.runs_ready:
             self.e.notify_ready(run_id)
         for _old, new in result.escalated:
             self.e.notify_opened(new)
         if result.expired or result.escalated or result.reminded:
             self.e.notify_outbox()
+
+    async def settle_overdue(self, tx: Tx, ids: Sequence[str], *, now: datetime) -> SweepResult:
+        """In ``tx``: expire (compare-and-set) those of ``ids`` still pending and overdue,
+        then escalate them or wake their runs. The caller announces the result after commit.
+        """
+        result = SweepResult()
+        await tx.runs.lock_many(await tx.approvals.run_ids(ids))  # the one lock order
+        expired = await tx.approvals.expire_batch(ids, now=now)
+        await self._settle(tx, expired, now, result)
         return result
 
     async def _settle(self, tx: Tx, expired: list[ApprovalRecord], now: datetime,
                       result: SweepResult) -> None:
         """Escalate or finally expire a batch that just lost its compare-and-set to silence."""
-        entries: list[audit.Entry] = []
+        entries: list[Entry] = []
         cards: list[tuple[str, str, str]] = []
         finals: list[ApprovalRecord] = []
         for a in expired:
@@ -78,12 +95,12 @@ class Expiry:
                 await self._escalate(tx, a, policy, now, result)
                 continue
             finals.append(a)
-            entries.append(audit.Entry(
-                action="expired", actor="system:expiry", via="scheduler", run_id=a.run_id,
-                approval_id=a.id, digest=a.digest,
-                details={"tool": a.tool, "args": a.args_value(), "rung": a.rung}))
+            entries.append(Entry(
+                at=now, action="expired", actor="system:expiry", via="scheduler",
+                run_id=a.run_id, approval_id=a.id, digest=a.effective_digest,
+                details={"tool": a.tool, "args": a.effective_args(), "rung": a.rung}))
             result.expired.append(a.id)
-        await audit.append_many(tx, entries, at=now)
+        self.e.audit.record_many(tx, entries)
         await tx.outbox.add_many(cards, now=now)
         run_ids = list(dict.fromkeys(a.run_id for a in finals))
         idle = await tx.approvals.runs_without_pending(run_ids, kind="tool_call")
@@ -94,25 +111,27 @@ class Expiry:
         """Replace ``a`` with a request to the next rung of the ladder (new id, new token)."""
         old = await tx.approvals.transition(a.id, to="superseded", from_=("expired",))
         assert old is not None
+        # the next rung is asked about the arguments as they stand (a proposed edit
+        # included); the original ones stay on the superseded request and in the audit log
         new_id = await self.e.gate.insert_approval(
-            tx, run=None, call_id=a.call_id, kind=a.kind, tool=a.tool, args=a.args_value(),
-            policy=policy, rung=a.rung + 1, packet=json.loads(a.packet), supersedes=a)
-        await audit.append(tx, at=now, action="superseded", actor="system:expiry",
-                           via="scheduler", run_id=a.run_id, approval_id=a.id,
-                           digest=a.digest, details={"tool": a.tool, "superseded_by": new_id})
-        await audit.append(tx, at=now, action="escalated", actor="system:expiry",
-                           via="scheduler", run_id=a.run_id, approval_id=new_id,
-                           digest=a.digest,
-                           details={"tool": a.tool, "from": a.id, "rung": a.rung + 1,
-                                    "approvers": policy.rung(a.rung + 1)[0]})
+            tx, run=None, call_id=a.call_id, kind=a.kind, tool=a.tool,
+            args=a.effective_args(), policy=policy, rung=a.rung + 1,
+            packet=json.loads(a.packet), supersedes=a)
+        self.e.audit.record(tx, at=now, action="superseded", actor="system:expiry",
+                            via="scheduler", run_id=a.run_id, approval_id=a.id,
+                            digest=a.effective_digest,
+                            details={"tool": a.tool, "superseded_by": new_id})
+        self.e.audit.record(tx, at=now, action="escalated", actor="system:expiry",
+                            via="scheduler", run_id=a.run_id, approval_id=new_id,
+                            digest=a.effective_digest,
+                            details={"tool": a.tool, "from": a.id, "rung": a.rung + 1,
+                                     "approvers": policy.rung(a.rung + 1)[0]})
         result.escalated.append((a.id, new_id))
 
     async def _remind(self, now: datetime, limit: int, result: SweepResult,
                       only: Sequence[str] | None) -> None:
         async with self.e.db.read() as tx:
-            due = await tx.approvals.due_for_reminder(now, limit)
-        if only is not None:
-            due = [a for a in due if a.id in set(only)]
+            due = await tx.approvals.due_for_reminder(now, limit, only=only)
         for a in due:
             policy = ApprovalPolicy.from_snapshot(a.policy)
             ttl = a.expires_at - a.requested_at
@@ -127,9 +146,9 @@ class Expiry:
                     kind=REMINDER, group_key=a.id,
                     payload=compact_json({"approval_id": a.id, "n": a.reminders_sent + 1}),
                     now=now)
-                await audit.append(tx, at=now, action="reminded", actor="system:expiry",
-                                   via="scheduler", run_id=a.run_id, approval_id=a.id,
-                                   digest=a.digest,
-                                   details={"tool": a.tool, "n": a.reminders_sent + 1,
-                                            "expires_at": a.expires_at.isoformat()})
+                self.e.audit.record(tx, at=now, action="reminded", actor="system:expiry",
+                                    via="scheduler", run_id=a.run_id, approval_id=a.id,
+                                    digest=a.effective_digest,
+                                    details={"tool": a.tool, "n": a.reminders_sent + 1,
+                                             "expires_at": a.expires_at.isoformat()})
             result.reminded.append(a.id)

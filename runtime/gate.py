@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from runtime import audit
 from runtime.canonical import call_digest, compact_json
 from runtime.ids import new_id, new_nonce
 from runtime.policy import ApprovalPolicy
@@ -133,13 +132,13 @@ class Gate:
         )
         await tx.outbox.add(kind=CARD_POST, group_key=approval_id,
                             payload=compact_json({"approval_id": approval_id}), now=now)
-        await audit.append(
+        self.e.audit.record(
             tx, at=now, action="requested", actor=f"agent:{packet.get('agent', '')}",
             via="runtime", run_id=run_id, approval_id=approval_id, digest=digest,
             details={"kind": kind, "tool": tool, "args": args, "call_id": call_id,
-                     "approvers": approvers, "quorum": quorum, "rung": rung,
-                     "expires_at": (now + ttl).isoformat(), "risk": policy.risk,
-                     "supersedes": supersedes.id if supersedes else None},
+                     "requested_by": requested_by, "approvers": approvers, "quorum": quorum,
+                     "rung": rung, "expires_at": (now + ttl).isoformat(), "risk": policy.risk,
+                     "edits": policy.edits, "supersedes": supersedes.id if supersedes else None},
         )
         return approval_id
 
@@ -159,19 +158,23 @@ class Gate:
         approval_id = await self.insert_approval(
             tx, run=run, call_id=call.id, kind="outcome_unknown", tool=tool.name,
             args=args, policy=policy, rung=0, packet=packet, ttl=QUESTION_TTL)
-        await audit.append(
+        self.e.audit.record(
             tx, at=self.e.clock.now(), action="outcome_unknown", actor="system:runtime",
             via="runtime", run_id=run.id, approval_id=approval_id, digest=rec.args_digest,
             details={"tool": tool.name, "call_id": call.id,
                      "idempotency_key": rec.idempotency_key, "attempts": rec.attempts})
         return approval_id
 
-    async def cancel_pending(self, tx: Tx, run_id: str, *, actor: str, via: str) -> None:
-        """Close every pending approval of a cancelled run and update its cards."""
+    async def cancel_pending(self, tx: Tx, run_id: str, *, actor: str, via: str,
+                             reason: str | None = None) -> None:
+        """Close every pending approval of a cancelled run and update its cards (the
+        caller holds the run's row lock)."""
         now = self.e.clock.now()
-        for a in await tx.approvals.cancel_pending_for_run(run_id, now=now, by=actor):
+        for a in await tx.approvals.cancel_pending_for_run(run_id, now=now, by=actor,
+                                                           reason=reason):
             await tx.outbox.add(kind=CARD_UPDATE, group_key=a.id,
                                 payload=compact_json({"approval_id": a.id}), now=now)
-            await audit.append(tx, at=now, action="cancelled", actor=actor, via=via,
-                               run_id=run_id, approval_id=a.id, digest=a.digest,
-                               details={"tool": a.tool})
+            self.e.audit.record(tx, at=now, action="cancelled", actor=actor, via=via,
+                                run_id=run_id, approval_id=a.id, digest=a.effective_digest,
+                                details={"tool": a.tool, "args": a.effective_args(),
+                                         "reason": reason})

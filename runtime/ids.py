@@ -9,6 +9,9 @@ import os
 import secrets
 import socket
 import uuid
+from typing import Literal
+
+DIGEST_PREFIX = 12  # digest characters a token shows in clear (for humans and logs)
 
 
 def new_id() -> str:
@@ -46,13 +49,17 @@ def owner_is_dead(owner: str) -> bool:
     return False
 
 
-class TokenSigner:
-    """Approval tokens: HMAC-SHA256(secret, approval id | nonce), 192 bits, url-safe.
+TokenCheck = Literal["ok", "stale", "bad"]
 
-    The database stores only the random nonce. A token can be recomputed (to render the
-    same buttons on a card, an App Home view or a quorum update) only with the secret,
-    so read access to the database does not let anyone click. Escalation makes a new
-    approval with a new nonce, so the old card's token stops matching anything pending.
+
+class TokenSigner:
+    """Approval-button tokens: ``"<digest prefix>.<HMAC>"``, url-safe.
+
+    The HMAC (SHA-256, 192 bits kept) covers the approval id, its random nonce and the
+    digest of the exact arguments the card showed. The database stores only the nonce, so
+    read access to it does not let anyone click; and a card drawn before an edit carries
+    the old digest, so it can never approve the edited arguments. Escalation makes a new
+    approval with a new nonce, so an old card stops matching anything pending.
     """
 
     def __init__(self, secret: str | bytes) -> None:
@@ -61,9 +68,31 @@ class TokenSigner:
             raise ValueError("the token secret must be at least 16 bytes")
         self._key = hashlib.sha256(b"approvald-token-v1\x00" + raw).digest()
 
-    def token(self, approval_id: str, nonce: str) -> str:
-        mac = hmac.new(self._key, f"{approval_id}|{nonce}".encode(), hashlib.sha256).digest()
+    def _mac(self, text: str) -> str:
+        mac = hmac.new(self._key, text.encode(), hashlib.sha256).digest()
         return base64.urlsafe_b64encode(mac[:24]).decode().rstrip("=")
 
-    def verify(self, approval_id: str, nonce: str, token: str) -> bool:
-        return hmac.compare_digest(self.token(approval_id, nonce), token)
+    def token(self, approval_id: str, nonce: str, digest: str) -> str:
+        """The token for a card showing the arguments with ``digest``."""
+        return f"{digest[:DIGEST_PREFIX]}.{self._mac(f'v2|{approval_id}|{nonce}|{digest}')}"
+
+    def check(self, approval_id: str, nonce: str, token: str, *, digest: str,
+              original: str) -> TokenCheck:
+        """``ok``: a card showing the arguments with ``digest`` (the current ones);
+        ``stale``: a genuine card drawn before an edit (it showed ``original``);
+        ``bad``: anything else (forged, another request's, or from an intermediate edit).
+
+        Tokens minted before digests were bound in (``HMAC(id|nonce)``, no ``.``) stay
+        valid until the first edit: such a card showed the original arguments.
+        """
+        if "." not in token:
+            legacy = hmac.compare_digest(self._mac(f"{approval_id}|{nonce}"), token)
+            if not legacy:
+                return "bad"
+            return "ok" if digest == original else "stale"
+        if hmac.compare_digest(self.token(approval_id, nonce, digest), token):
+            return "ok"
+        if original != digest and hmac.compare_digest(
+                self.token(approval_id, nonce, original), token):
+            return "stale"
+        return "bad"

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from runtime import audit
+from runtime.audit import AuditTrail
 from runtime.canonical import compact_json
 from runtime.clock import Clock
 from runtime.errors import DigestMismatch, LeaseLost
@@ -200,15 +200,16 @@ class Ledger:
             raise LeaseLost(f"lost the lease on run {run_id}", run_id=run_id)
 
 
-async def audit_execution(tx: Tx, *, at: Any, approval_id: str, rec: Recorded,
-                          tool: str, digest: str) -> None:
-    """Audit entry for an approved call's execution (with its result)."""
-    await audit.append(
+def audit_execution(trail: AuditTrail, tx: Tx, *, at: Any, approval_id: str, rec: Recorded,
+                    tool: str, digest: str, args: dict[str, Any]) -> None:
+    """Audit entry for an approved call's execution: the exact arguments that ran (beside
+    the proposed and edited ones in earlier entries) and what came of them."""
+    trail.record(
         tx, at=at, action="executed", actor="system:runtime", via="runtime",
         run_id=rec.run_id, approval_id=approval_id, digest=digest,
-        details={"tool": tool, "status": rec.status, "idempotency_key": rec.idempotency_key,
-                 "result": _short(rec.result), "error": rec.error,
-                 "latency_ms": rec.latency_ms},
+        details={"tool": tool, "args": args, "status": rec.status,
+                 "idempotency_key": rec.idempotency_key, "result": _short(rec.result),
+                 "error": rec.error, "latency_ms": rec.latency_ms},
     )
 
 

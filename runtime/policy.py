@@ -192,6 +192,9 @@ class ApprovalPolicy(BaseModel):
     risk: Literal["low", "medium", "high"] = "medium"
     why: str = ""
     channel: str | None = None
+    # "approve": an edit is the editor's approval of the new arguments; "propose": the edit
+    # replaces the arguments and someone other than the editor must approve them
+    edits: Literal["approve", "propose"] = "approve"
 
     @field_validator("reminders", mode="before")
     @classmethod

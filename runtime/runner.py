@@ -32,7 +32,7 @@ from runtime.outcomes import (
     Paused,
     Yielded,
 )
-from runtime.state import AssistantMessage, RunState, ToolCall, ToolMessage
+from runtime.state import FINAL_STATUSES, AssistantMessage, RunState, ToolCall, ToolMessage
 from runtime.tools import ToolContext
 from runtime.transcript import build_state, encode
 from store.records import ApprovalRecord, ExecutionRecord, RunRecord
@@ -164,10 +164,9 @@ class Runner:
         if live.run.instructions_version != agent.instructions_version:
             log.warning("run %s started with instructions %s; continuing with %s", run_id,
                         live.run.instructions_version, agent.instructions_version)
-        cancel = live.run.cancel_requested
+        if live.run.cancel_requested:
+            return await self._cancel(live)
         while True:
-            if cancel:
-                return await self._cancel(live, by=None)
             if lost.is_set():
                 raise LeaseLost(f"lost the lease on run {run_id}", run_id=run_id)
             if stop.is_set():
@@ -195,9 +194,8 @@ class Runner:
                     pending.journal = compact_json(
                         {"step": live.step, "reply": fresh.model_dump(mode="json")})
                 if not fresh.tool_calls:
-                    cancel = await self._checkpoint(
-                        live, pending, status="completed", result=fresh.content or "",
-                        release=True)
+                    await self._checkpoint(live, pending, status="completed",
+                                           result=fresh.content or "", release=True)
                     return Completed(run_id, "completed", result=fresh.content or "")
                 calls = list(fresh.tool_calls)
             for call in calls:
@@ -208,7 +206,6 @@ class Runner:
             outcome = await self._settle_step(live, pending)
             if outcome is not None:
                 return outcome
-            cancel = live.run.cancel_requested
 
     async def _next_reply(self, live: _Live, agent: Agent) -> AssistantMessage:
         """The step's model reply: the journaled one if a crash interrupted this step."""
@@ -243,42 +240,46 @@ class Runner:
             observe({"status": "error", "error": f"unknown tool {call.name!r}",
                      "available": [t.name for t in agent.tools]})
             return
-        kind, policy = e.registry.policy.effective(tool.name, tool.policy, tool.approval)
-        try:
-            args = tool.validate(call.arguments)
-            e.check_payload(compact_json(args), what=f"arguments of {tool.name}")
-        except InvalidArguments as exc:
-            observe({"status": "invalid_arguments", "errors": exc.errors})
-            return
-        except Exception as exc:  # PayloadTooLarge
-            observe({"status": "error", "error": str(exc)})
-            return
-        if kind == "forbidden":
-            observe({"status": "forbidden",
-                     "reason": f"{tool.name} is forbidden by this deployment's policy"})
-            return
-
-        approval: ApprovalRecord | None = None
-        if kind == "approve_before":
-            approval = live.by_call.get(call.id)
-            if approval is None:
-                pending.gates.append(GateRequest(call=call, tool=tool, args=args, policy=policy))
-                return
+        # the stored request decides (invariant 12): once an approval exists for this call,
+        # its status alone says what happens, whatever the policy file says today; a call
+        # with a ledger row ran under the rules of its time and is settled from the ledger
+        approval = live.by_call.get(call.id)
+        existing = live.executions.get(call.id)
+        kind: str
+        if approval is not None:
             if approval.status == "pending":
                 pending.waiting.append(approval)
                 return
             if approval.status != "approved":
                 observe(_refusal(approval))
                 return
+            kind = "approve_before"
             args = approval.effective_args()
             if (approval.tool != call.name
                     or call_digest(call.name, args) != approval.effective_digest):
                 raise DigestMismatch(
                     f"approval {approval.id} does not match call {call.id}: refusing to execute",
                     run_id=live.run.id, approval_id=approval.id)
+        else:
+            try:
+                args = tool.validate(call.arguments)
+                e.check_payload(compact_json(args), what=f"arguments of {tool.name}")
+            except InvalidArguments as exc:
+                observe({"status": "invalid_arguments", "errors": exc.errors})
+                return
+            except Exception as exc:  # PayloadTooLarge
+                observe({"status": "error", "error": str(exc)})
+                return
+            kind, policy = e.registry.policy.effective(tool.name, tool.policy, tool.approval)
+            if existing is None and kind == "forbidden":
+                observe({"status": "forbidden",
+                         "reason": f"{tool.name} is forbidden by this deployment's policy"})
+                return
+            if existing is None and kind == "approve_before":
+                pending.gates.append(GateRequest(call=call, tool=tool, args=args, policy=policy))
+                return
 
         digest = approval.effective_digest if approval else call_digest(call.name, args)
-        existing = live.executions.get(call.id)
         question = live.questions.get(call.id)
         sanctioned = bool(question and question.status == "approved"
                           and question.verdict == "retry")
@@ -289,8 +290,8 @@ class Runner:
 
         async def after_result(tx: Tx, rec: Recorded) -> None:
             if approval is not None:
-                await audit_execution(tx, at=e.clock.now(), approval_id=approval.id, rec=rec,
-                                      tool=tool.name, digest=digest)
+                audit_execution(e.audit, tx, at=e.clock.now(), approval_id=approval.id,
+                                rec=rec, tool=tool.name, digest=digest, args=args)
             if kind == "notify_after":
                 await tx.outbox.add(kind="tool.notice", group_key=live.run.id,
                                     payload=compact_json({"run_id": live.run.id,
@@ -316,12 +317,17 @@ class Runner:
             return
         if approval is not None and approval.edited_args is not None:
             observe({"status": "executed_with_edits", "arguments": args,
-                     "edited_by": approval.decided_by, "result": result.observation})
+                     "edited_by": approval.edited_by or approval.decided_by,
+                     "result": result.observation})
         else:
             observe(result.observation, ledger_ref=True)
 
     async def _settle_step(self, live: _Live, pending: _Pending) -> Outcome | None:
-        """Checkpoint the step; pause or stop if it left calls waiting on humans."""
+        """Checkpoint the step; pause or stop if it left calls waiting on humans.
+
+        A cancel requested while the step ran wins at this boundary: the step's results are
+        recorded, but no request is opened for a run that will not go on.
+        """
         e = self.e
         run_id = live.run.id
         if pending.unknown:
@@ -334,8 +340,9 @@ class Runner:
                     assert tool is not None
                     await tx.executions.mark_unknown(run_id=run_id, call_id=call.id)
                     await e.gate.open_question(tx, live.run, call, tool, rec, args)
-            await self._checkpoint(live, pending, status="needs_attention", extra=ask,
-                                   release=True)
+            if await self._checkpoint(live, pending, status="needs_attention", extra=ask,
+                                      release=True):
+                return self._cancelled(live)
             e.notify_outbox()
             call = pending.unknown[0][0]
             return NeedsAttention(run_id, "needs_attention", call_id=call.id,
@@ -347,35 +354,45 @@ class Runner:
             async def request(tx: Tx) -> None:
                 opened.extend(await e.gate.open_requests(tx, live.run, transcript, live.step,
                                                          pending.gates))
-            await self._checkpoint(live, pending, status="awaiting_approval", extra=request,
-                                   release=True)
+            if await self._checkpoint(live, pending, status="awaiting_approval", extra=request,
+                                      release=True):
+                return self._cancelled(live)
             failpoint("after_commit_before_post")
             e.notify_outbox()
             ids = tuple(opened) + tuple(a.id for a in pending.waiting)
             return Paused(run_id, "awaiting_approval", approval_ids=ids)
-        await self._checkpoint(live, pending)
+        if await self._checkpoint(live, pending):
+            return self._cancelled(live)
         return None
 
     async def _checkpoint(self, live: _Live, pending: _Pending, *, status: str = "running",
                           result: str | None = None, error: str | None = None,
                           extra: Extra | None = None, release: bool = False) -> bool:
-        """ONE transaction: the step's new events, the run row, and ``extra`` writes."""
+        """ONE transaction: the step's new events, the run row, and ``extra`` writes.
+
+        If a cancel was requested and the run would go on (or wait), the same transaction
+        ends it instead: ``extra`` is skipped, pending requests are closed, the cancel is
+        audited under the name of whoever asked. Returns True when that happened.
+        """
         e = self.e
         failpoint("before_checkpoint")
         now = e.clock.now()
         events = [encode(m, ledger_ref=ref) for m, ref in pending.messages]
         async with e.db.write() as tx:
             await tx.events.append(live.run.id, live.seq, live.step, events)
-            cancel = await tx.runs.checkpoint(
+            req = await tx.runs.checkpoint(
                 live.run.id, owner=live.owner, step=live.step, next_seq=live.seq + len(events),
                 status=status, now=now, lease_until=now + e.config.lease_ttl, release=release,
                 result=result, error=error)
-            if cancel is None:
+            if req is None:
                 raise LeaseLost(f"lost the lease on run {live.run.id}", run_id=live.run.id)
-            if extra is not None:
+            cancelled = bool(req) and status not in FINAL_STATUSES
+            if cancelled:
+                await self._cancel_in(tx, live, req.by, req.reason, was=status)
+            elif extra is not None:
                 await extra(tx)
         failpoint("after_checkpoint")
-        if release:
+        if release or cancelled:
             live.released[0] = True
         live.seq += len(events)
         live.inflight = None
@@ -383,23 +400,39 @@ class Runner:
             if isinstance(m, AssistantMessage):
                 live.call_ids.update(c.id for c in m.tool_calls)
         live.state.messages.extend(m for m, _ in pending.messages)
-        live.run = replace(live.run, cancel_requested=cancel, status=status)
-        return cancel
+        live.run = replace(live.run, cancel_requested=bool(req),
+                           status="cancelled" if cancelled else status)
+        return cancelled
+
+    async def _cancel_in(self, tx: Tx, live: _Live, by: str | None, reason: str | None, *,
+                         was: str) -> None:
+        """End the run as cancelled inside the checkpoint's transaction (its row is locked)."""
+        e = self.e
+        now = e.clock.now()
+        who = by or "system:runtime"
+        await tx.runs.update(live.run.id, status="cancelled", lease_owner=None,
+                             lease_expires_at=None, inflight=None, updated_at=now,
+                             error=f"cancelled by {who}" + (f": {reason}" if reason else ""))
+        await e.gate.cancel_pending(tx, live.run.id, actor=who, via="runtime", reason=reason)
+        e.audit.record(tx, at=now, action="cancelled", actor=who, via="runtime",
+                       run_id=live.run.id,
+                       details={"was": was, "step": live.step, "reason": reason,
+                                "at_step_boundary": True})
+
+    def _cancelled(self, live: _Live) -> Outcome:
+        self.e.notify_outbox()  # card updates of the requests it closed
+        return Cancelled(live.run.id, "cancelled")
 
     async def _fail(self, live: _Live, error: str) -> Outcome:
         log.error("run %s failed: %s", live.run.id, error)
-        await self._checkpoint(live, _Pending(), status="failed", error=error, release=True)
+        if await self._checkpoint(live, _Pending(), status="failed", error=error, release=True):
+            return self._cancelled(live)
         return Failed(live.run.id, "failed", error=error)
 
-    async def _cancel(self, live: _Live, by: str | None) -> Outcome:
-        e = self.e
-
-        async def close(tx: Tx) -> None:
-            await e.gate.cancel_pending(tx, live.run.id, actor=by or "system:runtime",
-                                        via="runtime")
-        await self._checkpoint(live, _Pending(), status="cancelled", extra=close, release=True)
-        e.notify_outbox()
-        return Cancelled(live.run.id, "cancelled")
+    async def _cancel(self, live: _Live) -> Outcome:
+        """The run was flagged before this worker took it: an empty checkpoint ends it."""
+        await self._checkpoint(live, _Pending(), release=True)
+        return self._cancelled(live)
 
 
 def status_outcome(run: RunRecord, approvals: list[ApprovalRecord]) -> Outcome:

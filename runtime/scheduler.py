@@ -9,6 +9,7 @@ clock jump). Jobs and the sweep both go through :class:`runtime.expiry.Expiry`.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -87,6 +88,16 @@ class ExpiryScheduler:
         self.scheduler.start()
         self.e.on_opened(self._opened)
         return n
+
+    def every(self, name: str, work: Callable[[], Awaitable[object]], seconds: float) -> None:
+        """Run ``work`` every ``seconds`` (a failure is logged and retried next time)."""
+        async def job() -> None:
+            try:
+                await work()
+            except Exception:
+                log.exception("%s failed; retrying at the next interval", name)
+        self.scheduler.add_job(job, "interval", seconds=seconds, id=name,
+                               replace_existing=True, coalesce=True, max_instances=1)
 
     def _opened(self, approval_id: str) -> None:
         """A request opened in this process: schedule it without waiting for the sweep."""

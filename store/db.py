@@ -4,26 +4,48 @@ SQLite (the embedded default) runs in WAL mode with ``synchronous=FULL``, foreig
 a busy timeout, and write transactions start with ``BEGIN IMMEDIATE`` so two writers
 queue on the lock instead of failing a read-to-write upgrade. PostgreSQL runs through
 asyncpg at READ COMMITTED; the queries' compare-and-set and row locks do the rest.
+
+One lock order, everywhere: a transaction that changes a run's approvals locks the run
+row first (``RunsRepo.lock``), then the approval rows, and the audit chain head last (audit
+entries are chained by a ``before_commit`` hook). Two transactions about one run therefore
+queue on its run row and cannot deadlock each other; :meth:`Database.transact` still
+retries the rare deadlock or serialization failure a bounded number of times.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import event
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from store import sqlite_driver
 from store.errors import ConfigError
 from store.repos import Tx
 
+log = logging.getLogger("approvald.store")
+T = TypeVar("T")
 DEFAULT_URL = "sqlite+aiosqlite:///approvald.db"
+# PostgreSQL's "try the transaction again" codes: serialization failure, deadlock detected
+RETRYABLE_SQLSTATES = frozenset({"40001", "40P01"})
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """A failure that rolled the whole transaction back and may succeed if run again:
+    a deadlock or serialization failure on PostgreSQL, a lock wait that ran out on SQLite."""
+    if not isinstance(exc, DBAPIError):
+        return False
+    code = getattr(exc.orig, "sqlstate", None) or getattr(exc.orig, "pgcode", None)
+    if code in RETRYABLE_SQLSTATES:
+        return True
+    return isinstance(exc, OperationalError) and "database is locked" in str(exc.orig)
 _DRIVERS = {
     "sqlite": "sqlite+aiosqlite",
     "sqlite+aiosqlite": "sqlite+aiosqlite",
@@ -98,16 +120,37 @@ class Database:
         """
         if self._write_lock is None:
             async with self.engine.connect() as conn, conn.begin():
-                yield Tx(conn, self.dialect)
+                tx = Tx(conn, self.dialect)
+                yield tx
+                await tx.prepare_commit()
             return
         await self._write_lock.acquire(urgent=urgent)
         try:
             async with self.engine.connect() as conn:
                 await conn.execution_options(approvald_begin="IMMEDIATE")
                 async with conn.begin():
-                    yield Tx(conn, self.dialect)
+                    tx = Tx(conn, self.dialect)
+                    yield tx
+                    await tx.prepare_commit()
         finally:
             self._write_lock.release()
+
+    async def transact(self, work: Callable[[Tx], Awaitable[T]], *, urgent: bool = False,
+                       attempts: int = 4, what: str = "transaction") -> T:
+        """Run ``work(tx)`` in a write transaction, again from the start (a bounded number
+        of times) when the database rolled it back to break a deadlock or a serialization
+        conflict. ``work`` must do nothing outside the transaction it is handed."""
+        for attempt in range(1, attempts + 1):
+            try:
+                async with self.write(urgent=urgent) as tx:
+                    return await work(tx)
+            except DBAPIError as exc:
+                if attempt == attempts or not is_retryable(exc):
+                    raise
+                log.info("%s rolled back (%s); retrying (attempt %d of %d)", what,
+                         type(exc.orig).__name__, attempt + 1, attempts)
+                await asyncio.sleep(0.005 * attempt)
+        raise AssertionError("unreachable")
 
     @asynccontextmanager
     async def read(self, *, snapshot: bool = False) -> AsyncIterator[Tx]:
@@ -119,6 +162,10 @@ class Database:
                 await conn.execution_options(approvald_begin=None)
                 yield Tx(conn, self.dialect)
                 return
+            if snapshot and self.dialect == "postgresql":
+                # READ COMMITTED gives each statement its own snapshot; a reader that
+                # compares rows with each other needs one snapshot for the whole read
+                await conn.execution_options(isolation_level="REPEATABLE READ")
             async with conn.begin():
                 yield Tx(conn, self.dialect)
 

@@ -55,6 +55,9 @@ class Run(Base):
     # effect so a retried step replays the same calls instead of asking the model again
     inflight: Mapped[str | None] = mapped_column(Text)
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    # who asked for the cancel and why, kept until the worker honours it at a step boundary
+    cancel_requested_by: Mapped[str | None] = mapped_column(String(200))
+    cancel_reason: Mapped[str | None] = mapped_column(Text)
     lease_owner: Mapped[str | None] = mapped_column(String(200))
     lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
@@ -112,6 +115,8 @@ class Approval(Base):
     digest: Mapped[str] = mapped_column(String(64))
     edited_args: Mapped[str | None] = mapped_column(Text)
     edited_digest: Mapped[str | None] = mapped_column(String(64))
+    edited_by: Mapped[str | None] = mapped_column(String(200))  # who made the current edit
+    edited_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     status: Mapped[str] = mapped_column(String(16))
     rung: Mapped[int] = mapped_column(SmallInteger, default=0)
     supersedes: Mapped[str | None] = mapped_column(String(32))
@@ -142,14 +147,19 @@ class Approval(Base):
 
 
 class ApprovalVote(Base):
-    """One person's vote on an approval; the key makes the same person count once."""
+    """One person's vote on one version of an approval's arguments.
+
+    The key makes a person count once per digest: a vote is about the exact arguments it
+    was cast on, so an edit does not carry earlier votes over, and does not stop their
+    authors from voting again on the new arguments.
+    """
 
     __tablename__ = "approval_votes"
 
     approval_id: Mapped[str] = mapped_column(ForeignKey("approvals.id"), primary_key=True)
     actor: Mapped[str] = mapped_column(String(200), primary_key=True)
+    digest: Mapped[str] = mapped_column(String(64), primary_key=True)
     verdict: Mapped[str] = mapped_column(String(20))
-    digest: Mapped[str] = mapped_column(String(64))
     via: Mapped[str] = mapped_column(String(200))
     at: Mapped[datetime] = mapped_column(UTCDateTime())
 
@@ -190,6 +200,8 @@ class AuditEntry(Base):
     approval_id: Mapped[str | None] = mapped_column(String(32))
     digest: Mapped[str | None] = mapped_column(String(64))
     details: Mapped[str] = mapped_column(Text)
+    # fingerprint of the key the entry's MAC was made with ("" for an unkeyed SHA-256)
+    key_id: Mapped[str] = mapped_column(String(16), default="", server_default="")
     prev_hash: Mapped[str] = mapped_column(String(64))
     hash: Mapped[str] = mapped_column(String(64))
 

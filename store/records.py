@@ -22,6 +22,8 @@ class RunRecord:
     error: str | None
     inflight: str | None
     cancel_requested: bool
+    cancel_requested_by: str | None
+    cancel_reason: str | None
     lease_owner: str | None
     lease_expires_at: datetime | None
     created_at: datetime
@@ -72,6 +74,8 @@ class ApprovalRecord:
     digest: str
     edited_args: str | None
     edited_digest: str | None
+    edited_by: str | None
+    edited_at: datetime | None
     status: str
     rung: int
     supersedes: str | None
@@ -154,5 +158,6 @@ class AuditRecord:
     approval_id: str | None
     digest: str | None
     details: str
+    key_id: str
     prev_hash: str
     hash: str

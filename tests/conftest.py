@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from runtime.agent import Agent, Registry
+from runtime.audit import AuditKey
 from runtime.clock import ManualClock
 from runtime.demo import DemoLedger, refund_agent, steps_agent
 from runtime.engine import Engine, EngineConfig
@@ -143,11 +144,12 @@ def make_engine(db: Database, clock: ManualClock, ledger_path: Path) -> Callable
     """Build an engine over the test database; extra agents/policy/config as keywords."""
 
     def make(*, agents: list[Agent] | None = None, policy: PolicyFile | None = None,
-             owner: str | None = None, **config: Any) -> Engine:
+             owner: str | None = None, audit_key: AuditKey | None = None,
+             **config: Any) -> Engine:
         ledger = DemoLedger(str(ledger_path))
         registry = Registry(agents if agents is not None
                             else [refund_agent(ledger), steps_agent(ledger)], policy=policy)
         return Engine(db, registry, clock=clock, config=EngineConfig(**config), owner=owner,
-                      signer=SIGNER)
+                      signer=SIGNER, audit_key=audit_key)
 
     return make

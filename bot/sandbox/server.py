@@ -77,6 +77,7 @@ class SlackEmulator:
         self.hooks = ResponseUrls(self.api)
         self._calls: list[Call] = []
         self._faults: deque[_Fault] = deque()
+        self._delays: dict[str, float] = {}
         self._down: DownMode | None = None
         self._runner: web.AppRunner | None = None
         self._site: web.TCPSite | None = None
@@ -222,6 +223,13 @@ class SlackEmulator:
         """Answer the next ``n`` calls with HTTP 429, ``Retry-After`` and ``ratelimited``."""
         self._faults.extend(_Fault(429, method, retry_after) for _ in range(n))
 
+    def delay(self, method: str, seconds: float) -> None:
+        """Answer every call to ``method`` ``seconds`` late (0 ends it): a slow Slack."""
+        if seconds > 0:
+            self._delays[method] = seconds
+        else:
+            self._delays.pop(method, None)
+
     def _take_fault(self, method: str) -> _Fault | None:
         for fault in self._faults:
             if fault.method in (None, method):
@@ -308,6 +316,8 @@ class SlackEmulator:
         token = pop_token(request, values)
         if self._down is not None:  # "503" mode, or a request that raced a "refuse" stop
             return self._plain(method, values, 503)
+        if method in self._delays:
+            await asyncio.sleep(self._delays[method])
         fault = self._take_fault(method)
         if fault is not None and fault.retry_after is not None:
             return self._answer(method, values, {"ok": False, "error": "ratelimited"},

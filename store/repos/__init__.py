@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from typing import Any
+
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store.repos.approvals import ApprovalsRepo
@@ -14,14 +17,22 @@ from store.repos.threads import ThreadsRepo
 
 
 class Tx:
-    """One open transaction and the repositories that work inside it."""
+    """One open transaction and the repositories that work inside it.
 
-    __slots__ = ("approvals", "audit", "conn", "dialect", "events", "executions", "outbox",
-                 "runs", "threads")
+    ``scratch`` holds per-transaction state of the layers above (the audit entries a
+    transaction has recorded, say); ``before_commit`` hooks run, in order, as the last
+    statements of a write transaction, so work that takes a global lock (chaining audit
+    entries under the chain head) holds it for the shortest time and always last.
+    """
+
+    __slots__ = ("_hooks", "approvals", "audit", "conn", "dialect", "events", "executions",
+                 "outbox", "runs", "scratch", "threads")
 
     def __init__(self, conn: AsyncConnection, dialect: str) -> None:
         self.conn = conn
         self.dialect = dialect
+        self.scratch: dict[str, Any] = {}
+        self._hooks: list[Callable[[Tx], Awaitable[None]]] = []
         self.runs = RunsRepo(conn, dialect)
         self.events = EventsRepo(conn, dialect)
         self.executions = ExecutionsRepo(conn, dialect)
@@ -29,6 +40,15 @@ class Tx:
         self.outbox = OutboxRepo(conn, dialect)
         self.audit = AuditRepo(conn, dialect)
         self.threads = ThreadsRepo(conn, dialect)
+
+    def before_commit(self, hook: Callable[[Tx], Awaitable[None]]) -> None:
+        """Run ``hook(tx)`` at the end of this write transaction, just before COMMIT."""
+        self._hooks.append(hook)
+
+    async def prepare_commit(self) -> None:
+        """Run the ``before_commit`` hooks (the transaction helpers call this)."""
+        while self._hooks:
+            await self._hooks.pop(0)(self)
 
 
 __all__ = ["ApprovalsRepo", "AuditRepo", "EventsRepo", "ExecutionsRepo", "OutboxRepo",

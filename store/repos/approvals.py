@@ -18,6 +18,12 @@ _T = cast(Table, Approval.__table__)
 _V = cast(Table, ApprovalVote.__table__)
 # statements built once: SQLAlchemy then skips construction and cache-key work per call
 _GET = select(_T).where(_T.c.id == bindparam("aid"))
+# FOR NO KEY UPDATE on PostgreSQL (votes' foreign-key checks still pass), nothing on SQLite,
+# whose write transaction already holds the database lock
+_LOCK = _GET.with_for_update(key_share=True)
+_VOTERS = (select(_V.c.actor).where(_V.c.approval_id == bindparam("aid"),
+                                    _V.c.verdict == "approve", _V.c.digest == bindparam("d"))
+           .order_by(_V.c.at, _V.c.actor))
 _FOR_RUN = select(_T).where(_T.c.run_id == bindparam("rid")).order_by(_T.c.requested_at)
 _VOTES = select(_V).where(_V.c.approval_id == bindparam("aid")).order_by(_V.c.at)
 _VOTE: dict[str, Insert] = {
@@ -27,9 +33,14 @@ _VOTE: dict[str, Insert] = {
 
 
 @functools.lru_cache(maxsize=64)
-def _transition(to: str, from_: tuple[str, ...], keys: tuple[str, ...]) -> Update:
-    return (update(_T).where(_T.c.id == bindparam("aid"), _T.c.status.in_(from_))
-            .values(status=to, **{k: bindparam(f"v_{k}") for k in keys}).returning(_T))
+def _transition(to: str, from_: tuple[str, ...], keys: tuple[str, ...], on_digest: bool,
+                in_time: bool) -> Update:
+    stmt = update(_T).where(_T.c.id == bindparam("aid"), _T.c.status.in_(from_))
+    if on_digest:  # the arguments are still the ones the decision was made on
+        stmt = stmt.where(func.coalesce(_T.c.edited_digest, _T.c.digest) == bindparam("d"))
+    if in_time:  # a decision after expires_at is no decision
+        stmt = stmt.where(_T.c.expires_at > bindparam("now"))
+    return stmt.values(status=to, **{k: bindparam(f"v_{k}") for k in keys}).returning(_T)
 
 
 class ApprovalsRepo(Repo):
@@ -39,6 +50,21 @@ class ApprovalsRepo(Repo):
     async def get(self, approval_id: str) -> ApprovalRecord | None:
         row = (await self.conn.execute(_GET, {"aid": approval_id})).first()
         return to_record(ApprovalRecord, row)
+
+    async def lock(self, approval_id: str) -> ApprovalRecord | None:
+        """Read the approval and hold its row until the transaction ends (lock the run
+        row first: see :mod:`store.db` for the one lock order)."""
+        row = (await self.conn.execute(_LOCK, {"aid": approval_id})).first()
+        return to_record(ApprovalRecord, row)
+
+    async def run_ids(self, approval_ids: Sequence[str]) -> list[str]:
+        """The distinct runs of ``approval_ids``, in id order (the order to lock them in)."""
+        if not approval_ids:
+            return []
+        rows = await self.conn.execute(
+            select(_T.c.run_id).where(_T.c.id.in_(list(approval_ids))).distinct()
+            .order_by(_T.c.run_id))
+        return [r[0] for r in rows]
 
     async def find(self, prefix: str) -> list[ApprovalRecord]:
         rows = await self.conn.execute(
@@ -74,21 +100,31 @@ class ApprovalsRepo(Repo):
         )
         return [r[0] for r in rows]
 
-    async def due_for_reminder(self, now: datetime, limit: int) -> list[ApprovalRecord]:
-        rows = await self.conn.execute(
-            select(_T).where(Approval.status == "pending", Approval.next_reminder_at <= now,
-                             Approval.expires_at > now)
-            .order_by(Approval.next_reminder_at).limit(limit)
-        )
+    async def due_for_reminder(self, now: datetime, limit: int,
+                               only: Sequence[str] | None = None) -> list[ApprovalRecord]:
+        stmt = select(_T).where(Approval.status == "pending", Approval.next_reminder_at <= now,
+                                Approval.expires_at > now)
+        if only is not None:
+            stmt = stmt.where(Approval.id.in_(list(only)))
+        rows = await self.conn.execute(stmt.order_by(Approval.next_reminder_at).limit(limit))
         return [ApprovalRecord(**r._mapping) for r in rows]
 
     async def transition(self, approval_id: str, *, to: str, from_: Sequence[str] = ("pending",),
+                         digest: str | None = None, before: datetime | None = None,
                          **values: Any) -> ApprovalRecord | None:
-        """Compare-and-set ``status`` from one of ``from_`` to ``to``; None if we lost."""
+        """Compare-and-set ``status`` from one of ``from_`` to ``to``; None if we lost.
+
+        ``digest``: only while the effective arguments still have this digest;
+        ``before``: only while the request has not expired at that instant.
+        """
         keys = tuple(sorted(values))
+        params: dict[str, Any] = {"aid": approval_id, **{f"v_{k}": values[k] for k in keys}}
+        if digest is not None:
+            params["d"] = digest
+        if before is not None:
+            params["now"] = before
         row = (await self.conn.execute(
-            _transition(to, tuple(from_), keys),
-            {"aid": approval_id, **{f"v_{k}": values[k] for k in keys}},
+            _transition(to, tuple(from_), keys, digest is not None, before is not None), params,
         )).first()
         return to_record(ApprovalRecord, row)
 
@@ -106,31 +142,18 @@ class ApprovalsRepo(Repo):
         )
         return [ApprovalRecord(**r._mapping) for r in rows]
 
-    async def count_approve(self, approval_id: str, digest: str) -> int | None:
-        """Recount approve votes on ``digest`` while locking the row; None if not pending.
+    async def approvers_on(self, approval_id: str, digest: str) -> list[str]:
+        """Who has voted to approve exactly the arguments with ``digest``, oldest first."""
+        rows = await self.conn.execute(_VOTERS, {"aid": approval_id, "d": digest})
+        return [r[0] for r in rows]
 
-        The UPDATE takes the row lock first, so on PostgreSQL a concurrent voter waits
-        and then sees this vote: quorum cannot be missed by two simultaneous clicks.
-        """
-        res = (await self.conn.execute(
-            update(_T).where(Approval.id == approval_id, Approval.status == "pending")
-            .values(approve_count=Approval.approve_count).returning(Approval.id)
-        )).first()
-        if res is None:
-            return None
-        n = (await self.conn.execute(
-            select(func.count()).select_from(ApprovalVote)
-            .where(ApprovalVote.approval_id == approval_id, ApprovalVote.verdict == "approve",
-                   ApprovalVote.digest == digest)
-        )).scalar_one()
+    async def set_count(self, approval_id: str, count: int) -> None:
         await self.conn.execute(
-            update(_T).where(Approval.id == approval_id).values(approve_count=n)
-        )
-        return int(n)
+            update(_T).where(_T.c.id == approval_id).values(approve_count=count))
 
     async def add_vote(self, *, approval_id: str, actor: str, verdict: str, digest: str,
                        via: str, at: datetime) -> bool:
-        """Record a vote; False if this actor already voted on this approval."""
+        """Record a vote; False if this actor already voted on these exact arguments."""
         res = await self.conn.execute(
             _VOTE[self.dialect],
             {"approval_id": approval_id, "actor": actor, "verdict": verdict, "digest": digest,
@@ -142,10 +165,16 @@ class ApprovalsRepo(Repo):
         rows = await self.conn.execute(_VOTES, {"aid": approval_id})
         return [VoteRecord(**r._mapping) for r in rows]
 
-    async def set_edit(self, approval_id: str, *, edited_args: str, edited_digest: str) -> bool:
+    async def set_edit(self, approval_id: str, *, edited_args: str, edited_digest: str,
+                       edited_by: str, edited_at: datetime, expect_digest: str) -> bool:
+        """Replace the arguments of a pending request (compare-and-set on the arguments the
+        editor saw); votes on earlier arguments stop counting."""
         res = await self.conn.execute(
-            update(_T).where(Approval.id == approval_id, Approval.status == "pending")
-            .values(edited_args=edited_args, edited_digest=edited_digest, approve_count=0)
+            update(_T).where(
+                Approval.id == approval_id, Approval.status == "pending",
+                func.coalesce(Approval.edited_digest, Approval.digest) == expect_digest)
+            .values(edited_args=edited_args, edited_digest=edited_digest, edited_by=edited_by,
+                    edited_at=edited_at, approve_count=0)
         )
         return bool(res.rowcount == 1)
 
@@ -164,11 +193,12 @@ class ApprovalsRepo(Repo):
             update(_T).where(Approval.id == approval_id).values(channel=channel, message_ts=ts)
         )
 
-    async def cancel_pending_for_run(self, run_id: str, *, now: datetime,
-                                     by: str) -> list[ApprovalRecord]:
+    async def cancel_pending_for_run(self, run_id: str, *, now: datetime, by: str,
+                                     reason: str | None = None) -> list[ApprovalRecord]:
         rows = await self.conn.execute(
             update(_T).where(Approval.run_id == run_id, Approval.status == "pending")
-            .values(status="cancelled", decided_at=now, decided_by=by, verdict="cancelled")
+            .values(status="cancelled", decided_at=now, decided_by=by, verdict="cancelled",
+                    reason=reason)
             .returning(_T)
         )
         return [ApprovalRecord(**r._mapping) for r in rows]

@@ -36,10 +36,6 @@ class AuditRepo(Repo):
             return await self.lock_head()
         return int(row[0]), str(row[1])
 
-    async def append(self, **values: Any) -> None:
-        await self.conn.execute(_INSERT, values)
-        await self.conn.execute(_MOVE, {"s": values["seq"], "h": values["hash"]})
-
     async def append_rows(self, rows: list[dict[str, Any]]) -> None:
         """Insert consecutive entries and move the head to the last one."""
         await self.conn.execute(_INSERT, rows)
@@ -49,13 +45,20 @@ class AuditRepo(Repo):
         row = (await self.conn.execute(select(AuditHead.seq, AuditHead.hash))).first()
         return (0, GENESIS) if row is None else (int(row[0]), str(row[1]))
 
-    async def iterate(self, *, batch: int = 1000) -> AsyncIterator[AuditRecord]:
-        """Every entry in seq order, fetched in batches."""
+    async def iterate(self, *, batch: int = 1000, upto: int | None = None,
+                      run_id: str | None = None,
+                      since: datetime | None = None) -> AsyncIterator[AuditRecord]:
+        """Entries in seq order (up to seq ``upto``, of one run, from a time), in batches."""
         last = 0
         while True:
-            rows = list(await self.conn.execute(
-                select(_T).where(AuditEntry.seq > last).order_by(AuditEntry.seq).limit(batch)
-            ))
+            stmt = select(_T).where(AuditEntry.seq > last)
+            if upto is not None:
+                stmt = stmt.where(AuditEntry.seq <= upto)
+            if run_id:
+                stmt = stmt.where(AuditEntry.run_id == run_id)
+            if since:
+                stmt = stmt.where(AuditEntry.at >= since)
+            rows = list(await self.conn.execute(stmt.order_by(AuditEntry.seq).limit(batch)))
             if not rows:
                 return
             for r in rows:

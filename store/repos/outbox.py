@@ -77,6 +77,12 @@ class OutboxRepo(Repo):
             stmt = stmt.where(Outbox.kind == kind)
         return [OutboxRecord(**r._mapping) for r in await self.conn.execute(stmt)]
 
+    async def latest(self, kind: str) -> OutboxRecord | None:
+        """The newest row of ``kind``, whatever its status."""
+        row = (await self.conn.execute(
+            select(_T).where(Outbox.kind == kind).order_by(Outbox.id.desc()).limit(1))).first()
+        return to_record(OutboxRecord, row)
+
     async def heads(self, *, now: datetime, limit: int,
                     stale_owners: Sequence[str] = ()) -> list[OutboxRecord]:
         """The oldest pending row of each group, if it is due and not claimed by a live worker.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
@@ -14,6 +15,19 @@ from store.models import Approval, Run
 from store.records import RunRecord
 from store.repos.base import Repo, to_record
 
+
+@dataclass(frozen=True, slots=True)
+class CancelRequest:
+    """A run's cancel flag as a checkpoint saw it, with who asked and why."""
+
+    requested: bool
+    by: str | None = None
+    reason: str | None = None
+
+    def __bool__(self) -> bool:
+        return self.requested
+
+
 # hot-path statements, built once: a step runs them thousands of times
 _T = cast(Table, Run.__table__)
 _OWNED = and_(_T.c.id == bindparam("rid"), _T.c.lease_owner == bindparam("owner"))
@@ -21,6 +35,9 @@ _RENEW = update(_T).where(_OWNED).values(lease_expires_at=bindparam("until"))
 _RENEW_JOURNAL = update(_T).where(_OWNED).values(lease_expires_at=bindparam("until"),
                                                  inflight=bindparam("inflight"))
 _GET = select(_T).where(_T.c.id == bindparam("rid"))
+# see store.db: the run row is the first lock of every transaction about a run's approvals
+_LOCK = select(_T.c.id).where(_T.c.id == bindparam("rid")).with_for_update(key_share=True)
+_GET_LOCKED = _GET.with_for_update(key_share=True)
 _RELEASE = update(_T).where(_OWNED).values(lease_owner=None, lease_expires_at=None)
 
 
@@ -61,7 +78,7 @@ _CHECKPOINT = (
             lease_owner=bindparam("new_owner"), lease_expires_at=bindparam("until"),
             result=coalesce(bindparam("result"), _T.c.result),
             error=coalesce(bindparam("error"), _T.c.error))
-    .returning(_T.c.cancel_requested)
+    .returning(_T.c.cancel_requested, _T.c.cancel_requested_by, _T.c.cancel_reason)
 )
 
 
@@ -80,6 +97,24 @@ class RunsRepo(Repo):
 
     async def get(self, run_id: str) -> RunRecord | None:
         row = (await self.conn.execute(_GET, {"rid": run_id})).first()
+        return to_record(RunRecord, row)
+
+    async def lock(self, run_id: str) -> None:
+        """Hold the run's row until the transaction ends: the first lock of any transaction
+        that changes the run's approvals (SQLite's write transaction holds it already)."""
+        if self.dialect == "postgresql":
+            await self.conn.execute(_LOCK, {"rid": run_id})
+
+    async def lock_many(self, run_ids: Sequence[str]) -> None:
+        """:meth:`lock` several runs, in id order (one order, so lockers cannot deadlock)."""
+        if self.dialect == "postgresql" and run_ids:
+            await self.conn.execute(
+                select(_T.c.id).where(_T.c.id.in_(sorted(set(run_ids)))).order_by(_T.c.id)
+                .with_for_update(key_share=True))
+
+    async def get_locked(self, run_id: str) -> RunRecord | None:
+        """:meth:`get`, holding the row like :meth:`lock`."""
+        row = (await self.conn.execute(_GET_LOCKED, {"rid": run_id})).first()
         return to_record(RunRecord, row)
 
     async def find(self, prefix: str) -> list[RunRecord]:
@@ -169,22 +204,30 @@ class RunsRepo(Repo):
     async def checkpoint(self, run_id: str, *, owner: str, step: int, next_seq: int,
                          status: str, now: datetime, lease_until: datetime | None,
                          release: bool, result: str | None = None,
-                         error: str | None = None) -> bool | None:
+                         error: str | None = None) -> CancelRequest | None:
         """Write the step's run-row changes while we hold the lease.
 
         Clears the journaled reply, renews (or releases) the lease, and returns the run's
-        ``cancel_requested`` flag as seen at this step boundary, or None if the lease is no
-        longer ours and nothing was written.
+        cancel request as seen at this step boundary, or None if the lease is no longer
+        ours and nothing was written.
         """
         row = (await self.conn.execute(_CHECKPOINT, {
             "rid": run_id, "owner": owner, "step": step, "next_seq": next_seq,
             "status": status, "now": now, "new_owner": None if release else owner,
             "until": None if release else lease_until, "result": result, "error": error,
         })).first()
-        return None if row is None else bool(row[0])
+        return None if row is None else CancelRequest(bool(row[0]), row[1], row[2])
 
-    async def cancel_if_idle(self, run_id: str, *, now: datetime, error: str,
-                             stale_owners: Sequence[str] = ()) -> bool:
+    async def request_cancel(self, run_id: str, *, by: str, reason: str | None,
+                             now: datetime) -> None:
+        """Flag the run for its worker to cancel at its next step boundary."""
+        await self.conn.execute(
+            update(_T).where(_T.c.id == run_id)
+            .values(cancel_requested=True, cancel_requested_by=by, cancel_reason=reason,
+                    updated_at=now))
+
+    async def cancel_if_idle(self, run_id: str, *, now: datetime, error: str, by: str,
+                             reason: str | None, stale_owners: Sequence[str] = ()) -> bool:
         """Cancel at once unless a live worker is mid-step (then only the flag is set)."""
         idle = or_(
             Run.status.in_(["awaiting_approval", "needs_attention"]),
@@ -194,7 +237,8 @@ class RunsRepo(Repo):
         )
         res = await self.conn.execute(
             update(Run).where(Run.id == run_id, idle)
-            .values(status="cancelled", cancel_requested=True, error=error, updated_at=now,
+            .values(status="cancelled", cancel_requested=True, cancel_requested_by=by,
+                    cancel_reason=reason, error=error, updated_at=now,
                     lease_owner=None, lease_expires_at=None, inflight=None)
         )
         return bool(res.rowcount == 1)

@@ -110,7 +110,7 @@ async def test_kill_serve_while_a_card_waits_restart_and_click(sqlite_url: str,
         procs.append(await start_serve(cli, port))
         row = await approval_row(sqlite_url)
         a = row["a"]
-        value = f"{a.id}:{TokenSigner(TOKEN_SECRET).token(a.id, a.token_nonce)}"
+        value = f"{a.id}:{TokenSigner(TOKEN_SECRET).token(a.id, a.token_nonce, a.digest)}"
         async with emulator.client(f"http://127.0.0.1:{port}/slack/events") as slack:
             resp = await slack.click(cards.APPROVE, value, user_id="U_ALICE",
                                      channel_id=CHANNEL, message_ts=a.message_ts)

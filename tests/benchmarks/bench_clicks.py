@@ -184,7 +184,7 @@ async def bench(runs: int, concurrency: int, mode: str, db_url: str | None) -> N
             if all(r and r.message_ts for r in rows):
                 break
             await asyncio.sleep(0.05)
-        values = {r.id: (r, f"{r.id}:{signer.token(r.id, r.token_nonce)}")
+        values = {r.id: (r, f"{r.id}:{signer.token(r.id, r.token_nonce, r.effective_digest)}")
                   for r in rows if r}
         async with emulator.client(f"http://127.0.0.1:{port}/slack/events") as slack:
             floor = []

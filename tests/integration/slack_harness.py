@@ -65,8 +65,10 @@ class Harness:
         return bool(a and a.message_ts)
 
     def token(self, a: Any) -> str:
-        assert self.engine.signer is not None
-        return str(self.engine.signer.token(a.id, a.token_nonce))
+        """The token of a card drawn now for ``a`` (bound to its current arguments)."""
+        token = self.engine.button_token(a)
+        assert token is not None
+        return str(token)
 
     def value(self, a: Any) -> str:
         return f"{a.id}:{self.token(a)}"

@@ -83,3 +83,71 @@ def test_bad_database_urls_are_one_clear_error(url: str, msg: str) -> None:
 
     with pytest.raises(ConfigError, match=msg):
         Database(url)
+
+
+async def test_0002_keeps_existing_votes_and_entries_and_lets_a_voter_vote_again(
+        tmp_path: Path, pg_url) -> None:
+    """Upgrading a database that has votes and audit entries from 0001: nothing is lost,
+    old entries are unkeyed, and a vote is now per (approval, actor, digest)."""
+    from tests.conftest import _pg_admin
+
+    urls = [f"sqlite+aiosqlite:///{tmp_path / 'old.db'}"]
+    if pg_url is not None:
+        urls.append(await _fresh_pg(pg_url))
+    try:
+        for url in urls:
+            await _upgrade_with_data(url)
+    finally:
+        if len(urls) > 1:
+            await _pg_admin(f'DROP DATABASE IF EXISTS "{urls[1].rsplit("/", 1)[1]}" WITH (FORCE)')
+
+
+async def _upgrade_with_data(url: str) -> None:
+    from alembic import command
+
+    db = Database(url)
+    async with db.connection() as conn:
+        def to_0001(sync_conn):  # type: ignore[no-untyped-def]
+            cfg = migrate.alembic_config()
+            cfg.attributes["connection"] = sync_conn
+            command.upgrade(cfg, "0001")
+        await conn.run_sync(to_0001)
+        now = "2026-06-01 09:00:00"
+        for sql in (
+            "INSERT INTO runs (id, agent, status, step, next_seq, task, requested_by, "
+            "instructions_version, cancel_requested, created_at, updated_at) VALUES ('r1', "
+            f"'demo-refund', 'awaiting_approval', 1, 3, 't', 'U_DANA', 'v', false, '{now}', "
+            f"'{now}')",
+            "INSERT INTO approvals (id, run_id, call_id, kind, tool, args, digest, status, rung, "
+            "approvers, quorum, approve_count, policy, packet, requested_by, token_nonce, "
+            "requested_at, expires_at, reminders_sent) VALUES ('a1', 'r1', 'c1', 'tool_call', "
+            "'issue_refund', '{}', 'd1', 'pending', 0, '[]', 2, 1, '{}', '{}', 'U_DANA', 'n', "
+            f"'{now}', '{now}', 0)",
+            "INSERT INTO approval_votes (approval_id, actor, verdict, digest, via, at) VALUES "
+            f"('a1', 'U_ALICE', 'approve', 'd1', 'slack', '{now}')",
+            "INSERT INTO audit_log (seq, at, action, actor, via, details, prev_hash, hash) "
+            f"VALUES (1, '{now}', 'requested', 'agent:x', 'runtime', '{{}}', 'p', 'h')",
+        ):
+            await conn.execute(text(sql))
+        await conn.commit()
+    result = await migrate.upgrade(db)
+    assert (result.before, result.after) == ("0001", migrate.HEAD)
+    async with db.write() as tx:
+        [vote] = await tx.approvals.votes("a1")
+        assert (vote.actor, vote.digest) == ("U_ALICE", "d1")
+        # the same person, other arguments: a vote of its own
+        from datetime import UTC, datetime
+
+        at = datetime(2026, 6, 1, 9, 5, tzinfo=UTC)
+        assert await tx.approvals.add_vote(approval_id="a1", actor="U_ALICE",
+                                           verdict="approve", digest="d2", via="slack", at=at)
+        assert not await tx.approvals.add_vote(approval_id="a1", actor="U_ALICE",
+                                               verdict="approve", digest="d1", via="slack",
+                                               at=at)
+        [entry] = await tx.audit.query()
+        assert entry.key_id == ""
+        run = await tx.runs.get("r1")
+        assert run is not None and run.cancel_requested_by is None
+    async with db.connection() as conn:
+        assert await conn.run_sync(migrate.compare) == []
+    await db.close()

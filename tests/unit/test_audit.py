@@ -1,16 +1,23 @@
-"""The audit log is append-only and hash-chained; tampering is detected and named."""
+"""The audit log is append-only and chained with a key kept outside the database;
+tampering is detected and named, and a head recorded elsewhere proves the past."""
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import io
 import json
 
+import pytest
 from sqlalchemy import delete, select, update
 
 from runtime import audit
+from runtime.audit import AuditKey
 from runtime.decide import Actor
-from store.models import AuditEntry
+from store.models import AuditEntry, AuditHead
+from store.repos.audit import AuditRepo
+
+KEY = AuditKey("audit-key-kept-in-a-vault-0123456789")
 
 
 async def _history(engine) -> str:
@@ -59,7 +66,7 @@ async def test_an_edited_actor_is_detected_even_with_a_recomputed_own_hash(make_
 
     async def forge(conn):
         e = (await conn.execute(select(AuditEntry.__table__).where(AuditEntry.seq == 2))).one()
-        h = audit.entry_hash(e.prev_hash, seq=2, at=e.at, action=e.action, actor="U_MALLORY",
+        h = audit.entry_hash(None, e.prev_hash, seq=2, at=e.at, action=e.action, actor="U_MALLORY",
                              via=e.via, run_id=e.run_id, approval_id=e.approval_id,
                              digest=e.digest, details=e.details)
         await conn.execute(update(AuditEntry).where(AuditEntry.seq == 2)
@@ -118,3 +125,131 @@ async def test_export_has_every_decision_with_the_exact_arguments(make_engine, d
     rows = list(csv.DictReader(io.StringIO(text)))
     assert len(rows) == 5 and rows[1]["action"] == "approved"
     assert json.loads(rows[1]["args"])["amount_cents"] == 4200
+
+
+async def _rewrite_everything(conn, *, actor: str, key: AuditKey | None) -> None:
+    """What someone with write access to the database does: change an actor, then
+    recompute every entry's hash and the head, with ``key`` (None: plain SHA-256)."""
+    rows = (await conn.execute(select(AuditEntry.__table__).order_by(AuditEntry.seq))).all()
+    prev = audit.GENESIS
+    for e in rows:
+        who = actor if e.action == "approved" else e.actor
+        h = audit.entry_hash(key, prev, seq=e.seq, at=e.at, action=e.action, actor=who,
+                             via=e.via, run_id=e.run_id, approval_id=e.approval_id,
+                             digest=e.digest, details=e.details)
+        await conn.execute(update(AuditEntry).where(AuditEntry.seq == e.seq).values(
+            actor=who, prev_hash=prev, hash=h, key_id=key.id if key else ""))
+        prev = h
+    await conn.execute(update(AuditHead).where(AuditHead.id == 1).values(hash=prev))
+
+
+async def test_without_the_key_a_rewritten_chain_does_not_verify(make_engine, db):
+    await _history(make_engine(audit_key=KEY))
+    assert (await audit.verify(db, keys=[KEY])).ok
+    async with db.write() as tx:  # the forger has the database, not the key
+        await _rewrite_everything(tx.conn, actor="U_MALLORY", key=None)
+    report = await audit.verify(db, keys=[KEY])
+    assert not report.ok and report.problems[0].startswith("entry 1 ")
+    assert "not keyed" in report.problems[0]
+    async with db.write() as tx:  # nor does a guessed key help
+        await _rewrite_everything(tx.conn, actor="U_MALLORY",
+                                  key=AuditKey("a-guessed-key-0123456789abcdef"))
+    report = await audit.verify(db, keys=[KEY])
+    assert not report.ok and "was not given" in report.problems[0]
+
+
+async def test_a_keyed_entry_edited_with_its_own_mac_recomputed_is_caught(make_engine, db):
+    await _history(make_engine(audit_key=KEY))
+
+    async with db.write() as tx:
+        await tx.conn.execute(update(AuditEntry).where(AuditEntry.seq == 2)
+                              .values(actor="U_MALLORY"))
+    report = await audit.verify(db, keys=[KEY])
+    assert len(report.problems) == 1
+    assert report.problems[0].startswith("entry 2 (approved by U_MALLORY")
+
+
+async def test_a_rotated_key_verifies_with_the_old_one_kept(make_engine, db):
+    await _history(make_engine(audit_key=KEY))
+    new = AuditKey("the-next-audit-key-0123456789abcdef")
+    await _history(make_engine(audit_key=new))
+    assert (await audit.verify(db, keys=[new, KEY])).ok
+    missing = await audit.verify(db, keys=[new])
+    assert not missing.ok and KEY.id in missing.problems[0]
+
+
+async def test_entries_from_before_the_key_verify_only_up_to_the_declared_point(
+        make_engine, db):
+    await _history(make_engine())  # 5 unkeyed entries, before the deployment had a key
+    await _history(make_engine(audit_key=KEY))
+    assert not (await audit.verify(db, keys=[KEY])).ok
+    report = await audit.verify(db, keys=[KEY], unkeyed_until=5)
+    assert report.ok and report.unkeyed == 5
+    assert any("without an audit key" in n for n in report.notes)
+
+
+async def test_a_recorded_head_proves_nothing_was_cut_off_the_end(make_engine, db):
+    await _history(make_engine(audit_key=KEY))
+    recorded = (await audit.verify(db, keys=[KEY])).head
+    assert recorded[0] == 5 and len(recorded[1]) == 64
+    async with db.write() as tx:  # drop the denial and "fix" the head, as a forger would
+        third = (await tx.conn.execute(select(AuditEntry.hash).where(AuditEntry.seq == 3))
+                 ).scalar_one()
+        await tx.conn.execute(delete(AuditEntry).where(AuditEntry.seq >= 4))
+        await tx.conn.execute(update(AuditHead).values(seq=3, hash=third))
+    assert (await audit.verify(db, keys=[KEY])).ok  # the chain alone cannot tell
+    report = await audit.verify(db, keys=[KEY], expect=recorded)
+    assert not report.ok and "entries 4-5 were deleted" in report.problems[0]
+
+
+async def test_a_recorded_head_proves_the_history_before_it(make_engine, db):
+    await _history(make_engine())  # unkeyed: anyone can recompute the chain...
+    recorded = (await audit.verify(db)).head
+    async with db.write() as tx:
+        await _rewrite_everything(tx.conn, actor="U_MALLORY", key=None)
+    assert (await audit.verify(db)).ok  # ...and without a key it verifies
+    report = await audit.verify(db, expect=recorded)
+    assert not report.ok and "rewritten" in report.problems[0]
+    assert (await audit.verify(db, expect=(3, "0" * 64))).problems  # a wrong head fails
+    assert audit.parse_head(f"{recorded[0]}:{recorded[1]}") == recorded
+    with pytest.raises(ValueError):
+        audit.parse_head("5:nothex")
+
+
+async def test_csv_cells_that_look_like_formulas_are_neutralised(make_engine, db):
+    engine = make_engine()
+    first = await engine.run("demo-refund", "Refund order A-1001", requested_by="U_DANA")
+    evil = '=HYPERLINK("http://evil.example","x")'
+    await engine.decide(first.approval_ids[0], actor=Actor("U_BOB", "cli:root"),
+                        verdict="deny", reason=evil)
+    text = "".join([c async for c in audit.export(db, fmt="csv")])
+    rows = list(csv.DictReader(io.StringIO(text)))
+    denied = next(r for r in rows if r["action"] == "denied")
+    assert denied["reason"] == "'" + evil
+    for cell in (c for r in rows for c in r.values()):
+        assert not cell.startswith(("=", "+", "-", "@", "\t", "\r")), cell
+    jsonl = [json.loads(x) async for x in audit.export(db, fmt="jsonl")]
+    assert next(x for x in jsonl if x["action"] == "denied")["reason"] == evil  # exact
+
+
+async def test_an_entry_appended_during_verification_is_no_false_alarm(make_engine, db,
+                                                                       monkeypatch):
+    engine = make_engine()
+    await _history(engine)
+    walk = AuditRepo.iterate
+    appended = asyncio.Event()
+
+    async def walk_while_someone_appends(self, **kw):
+        async for e in walk(self, **kw):
+            if not appended.is_set():
+                appended.set()
+                # another process decides while the walk is under way
+                other = await engine.run("demo-refund", "Refund order C-3003",
+                                         requested_by="U_DANA")
+                assert other.approval_ids
+            yield e
+    monkeypatch.setattr(AuditRepo, "iterate", walk_while_someone_appends)
+    report = await audit.verify(db)
+    assert report.ok, report.problems
+    monkeypatch.undo()
+    assert (await audit.verify(db)).entries == 6

@@ -46,7 +46,10 @@ def approval(*, args: Any = None, packet_: dict[str, Any] | None = None,
         tool="issue_refund", args=json.dumps(args if args is not None else
                                               {"order": "1234", "amount": 42}),
         digest="d1", edited_args=None if edited_args is None else json.dumps(edited_args),
-        edited_digest=None if edited_args is None else "d2", status="pending", rung=0,
+        edited_digest=None if edited_args is None else "d2",
+        edited_by=None if edited_args is None else "U0CAROL",
+        edited_at=None if edited_args is None else NOW - timedelta(minutes=2),
+        status="pending", rung=0,
         supersedes=None, approvers=json.dumps(list(approvers)), quorum=1, approve_count=0,
         policy=json.dumps(policy or {"approvers": list(approvers), "quorum": 1, "ttl": "30m",
                                      "on_expire": "cancel", "escalate": [], "risk": "medium"}),
@@ -74,7 +77,8 @@ def run(status: str, **kw: Any) -> RunRecord:
     fields: dict[str, Any] = dict(
         id="run1", agent="support-bot", status=status, step=7, next_seq=12,
         task="Refund <!channel> order", requested_by="U0ALICE", instructions_version="v1",
-        result=None, error=None, inflight=None, cancel_requested=False, lease_owner=None,
+        result=None, error=None, inflight=None, cancel_requested=False,
+        cancel_requested_by=None, cancel_reason=None, lease_owner=None,
         lease_expires_at=None, created_at=NOW - timedelta(minutes=90),
         updated_at=NOW - timedelta(minutes=1))
     fields.update(kw)
@@ -264,6 +268,31 @@ def test_pending_card_with_an_edit_awaiting_quorum() -> None:
     card = cards.approval_card(a, token=TOKEN, now=NOW, votes=[vote("U0BOB", "d2")])
     check_message(card)
     assert T.SECTION_EDITED in dump(card) and "1 of 2 approvals" in dump(card)
+    assert "Arguments edited by <@U0CAROL>" in dump(card)
+
+
+def test_an_edit_says_whose_earlier_approvals_stopped_counting() -> None:
+    a = approval(edited_args={"amount": 1}, quorum=2, approve_count=1)
+    votes = [vote("U0DAN", "d1"), vote("U0CAROL", "d2")]  # Dan approved the old amount
+    card = cards.approval_card(a, token=TOKEN, now=NOW, votes=votes)
+    check_message(card)
+    text = dump(card)
+    assert "1 of 2 approvals" in text and "<@U0CAROL>" in text
+    assert "earlier approvals by <@U0DAN> were on the previous arguments" in text
+    # once Dan approves the new amount too, nothing is stale any more
+    both = cards.approval_card(a, token=TOKEN, now=NOW, votes=[*votes, vote("U0DAN", "d2")])
+    assert "no longer count" not in dump(both) and "2 of 2 approvals" in dump(both)
+
+
+def test_a_proposed_edit_says_someone_else_must_approve() -> None:
+    policy = {"approvers": ["U0BOB"], "quorum": 1, "ttl": "30m", "on_expire": "cancel",
+              "escalate": [], "risk": "medium", "edits": "propose"}
+    a = approval(edited_args={"amount": 1}, policy=policy)
+    card = cards.approval_card(a, token=TOKEN, now=NOW)
+    check_message(card)
+    assert "proposed by <@U0CAROL>" in dump(card) and "someone else must approve" in dump(card)
+    modal = views.edit_modal(a, TOKEN, "C0OPS", "1.2")
+    assert modal["submit"]["text"] == T.MODAL_PROPOSE_SUBMIT
 
 
 def test_quorum_approval_lists_every_approver() -> None:
