@@ -60,6 +60,11 @@ class Run(Base):
     cancel_reason: Mapped[str | None] = mapped_column(Text)
     lease_owner: Mapped[str | None] = mapped_column(String(200))
     lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # a run that waits (a rate limit, an outage, a backoff after an error) is still
+    # ``running``: nobody advances it before wait_until, and wait_reason says why
+    wait_until: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    wait_reason: Mapped[str | None] = mapped_column(Text)
+    failures: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
 
@@ -99,6 +104,10 @@ class ToolExecution(Base):
     started_at: Mapped[datetime] = mapped_column(UTCDateTime())
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     latency_ms: Mapped[float | None] = mapped_column(Float)
+    # the lease id of the worker running the current attempt, and when it was last heard
+    # from (its lease renewals): whether an attempt may still be running is decided on these
+    owner: Mapped[str | None] = mapped_column(String(200))
+    heard_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
 
 class Approval(Base):
@@ -182,6 +191,9 @@ class Outbox(Base):
     delivered_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     last_error: Mapped[str | None] = mapped_column(Text)
     result: Mapped[str | None] = mapped_column(Text)
+    # delivery gives up by time, not by count: waiting for a busy Slack is not a failure
+    give_up_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    waits: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
     __table_args__ = (Index(None, "status", "group_key", "id"),)
 
@@ -217,12 +229,32 @@ class AuditHead(Base):
 
 
 class RunThread(Base):
-    """Where a run's ops thread lives in chat, and how far it has been told (bot-owned)."""
+    """Where a run's ops thread lives in chat, and how far it has been told (bot-owned).
+
+    A replica claims a thread's work (compare-and-set on ``claimed_by``/``claimed_until``)
+    before posting; ``ts`` is empty until the parent message is known to exist.
+    """
 
     __tablename__ = "run_threads"
 
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), primary_key=True)
     channel: Mapped[str] = mapped_column(String(40))
-    ts: Mapped[str] = mapped_column(String(40))
+    ts: Mapped[str | None] = mapped_column(String(40))
     posted_seq: Mapped[int] = mapped_column(Integer, default=0)  # events before it are posted
     posted_status: Mapped[str] = mapped_column(String(20))  # the status the parent shows
+    claimed_by: Mapped[str | None] = mapped_column(String(200))
+    claimed_until: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    next_attempt_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    failures: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    reposts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+
+
+class Limit(Base):
+    """A shared limit across processes: a token bucket (model calls per minute) or the
+    row whose lock serialises a concurrency check (runs advancing at once per agent)."""
+
+    __tablename__ = "limits"
+
+    key: Mapped[str] = mapped_column(String(120), primary_key=True)
+    tokens: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())

@@ -26,6 +26,9 @@ class RunRecord:
     cancel_reason: str | None
     lease_owner: str | None
     lease_expires_at: datetime | None
+    wait_until: datetime | None
+    wait_reason: str | None
+    failures: int
     created_at: datetime
     updated_at: datetime
 
@@ -54,6 +57,8 @@ class ExecutionRecord:
     started_at: datetime
     finished_at: datetime | None
     latency_ms: float | None
+    owner: str | None
+    heard_at: datetime | None
 
     @property
     def idempotency_key(self) -> str:
@@ -141,6 +146,8 @@ class OutboxRecord:
     delivered_at: datetime | None
     last_error: str | None
     result: str | None
+    give_up_at: datetime | None
+    waits: int
 
     def payload_value(self) -> dict[str, Any]:
         value: dict[str, Any] = json.loads(self.payload)

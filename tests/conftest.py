@@ -30,8 +30,8 @@ from store.db import Database
 
 PG_ADMIN_URL = os.environ.get("APPROVALD_TEST_PG_URL",
                               "postgresql://postgres@127.0.0.1:5432/test")
-TABLES = ("approval_votes", "approvals", "audit_log", "audit_head", "outbox", "run_threads",
-          "run_events", "tool_executions", "runs")
+TABLES = ("approval_votes", "approvals", "audit_log", "audit_head", "limits", "outbox",
+          "run_threads", "run_events", "tool_executions", "runs")
 
 
 async def _pg_admin(sql: str) -> None:

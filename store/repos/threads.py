@@ -21,9 +21,14 @@ _GET = select(_T).where(_T.c.run_id == bindparam("rid"))
 class ThreadRecord:
     run_id: str
     channel: str
-    ts: str
+    ts: str | None
     posted_seq: int
     posted_status: str
+    claimed_by: str | None = None
+    claimed_until: datetime | None = None
+    next_attempt_at: datetime | None = None
+    failures: int = 0
+    reposts: int = 0
 
 
 class ThreadsRepo(Repo):

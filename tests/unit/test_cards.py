@@ -79,8 +79,8 @@ def run(status: str, **kw: Any) -> RunRecord:
         task="Refund <!channel> order", requested_by="U0ALICE", instructions_version="v1",
         result=None, error=None, inflight=None, cancel_requested=False,
         cancel_requested_by=None, cancel_reason=None, lease_owner=None,
-        lease_expires_at=None, created_at=NOW - timedelta(minutes=90),
-        updated_at=NOW - timedelta(minutes=1))
+        lease_expires_at=None, wait_until=None, wait_reason=None, failures=0,
+        created_at=NOW - timedelta(minutes=90), updated_at=NOW - timedelta(minutes=1))
     fields.update(kw)
     return RunRecord(**fields)
 
