@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from slack_sdk.models.blocks import Block
 
 from bot import cards
+from runtime.clock import ManualClock
 from runtime.state import ToolMessage
 from tests.integration.slack_harness import CHANNEL, OPS, harness, wait_for
 
@@ -201,6 +203,31 @@ async def test_double_click_and_late_click(sqlite_url, tmp_path):
         async with h.engine.db.read() as tx:
             votes = await tx.approvals.votes(aid)
         assert [v.actor for v in votes] == ["U_ALICE"]
+
+
+async def test_a_click_after_expiry_is_refused_and_the_card_says_expired(sqlite_url, tmp_path):
+    # engine time runs a day ahead of the wall clock, so no scheduler job fires by itself
+    clock = ManualClock(datetime.now(UTC) + timedelta(days=1))
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[tools.issue_refund]\nttl = "2s"\nreminders = []\n')
+    async with harness(sqlite_url, tmp_path, clock=clock,
+                       APPROVALD_POLICY_FILE=str(policy)) as h:
+        paused = await h.pause_refund()
+        [aid] = paused.approval_ids
+        await h.card(aid)
+        a = await h.approval(aid)
+        clock.advance(4)  # 2 s past expiry, and no sweep has run
+        resp = await h.slack.click(cards.APPROVE, h.value(a), user_id="U_ALICE",
+                                   channel_id=CHANNEL, message_ts=a.message_ts)
+        assert resp.status == 200
+        said = await wait_for(lambda: h.emulator.ephemeral(CHANNEL, "U_ALICE"),
+                              what="the refusal")
+        assert "too late" in said[0]["text"].lower()
+        assert (await h.approval(aid)).status == "expired"  # applied by the click itself
+        run = await wait_for(lambda: _status(h, paused.run_id, "completed"),
+                             what="the run to end")
+        assert "expired" in run.result and h.refunds() == []
+        await wait_for(lambda: _updated_card(h, aid, "Expired"), what="the expired card")
 
 
 async def test_group_member_approves_via_slack_usergroups(sqlite_url, tmp_path):

@@ -1,0 +1,113 @@
+"""The audit log, the expiry of a decision and cancels, from the ``approvald`` command."""
+
+from __future__ import annotations
+
+import csv
+import io
+import sqlite3
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import Cli, make_cli
+
+KEY = "an-audit-key-from-the-vault-0123456789"
+
+
+@pytest.fixture
+def cli(sqlite_url: str, tmp_path: Path) -> Cli:
+    c = make_cli(sqlite_url, tmp_path)
+    c.env_extra["APPROVALD_AUDIT_KEY"] = KEY
+    return c
+
+
+def pause(cli: Cli, task: str = "Refund order A-1001, double charged") -> tuple[str, str]:
+    run_id = cli.ok("run", "demo-refund", "--task", task, "--requested-by", "U_DANA").strip()
+    [approval_id] = cli.ok("approvals", "list", "--ids", "--run", run_id).split()
+    return run_id, approval_id
+
+
+def db_path(cli: Cli) -> str:
+    return cli.db_url.split("///", 1)[1]
+
+
+def test_verify_prints_the_head_and_a_recorded_head_proves_the_past(cli: Cli) -> None:
+    run_id, approval_id = pause(cli)
+    cli.ok("approvals", "approve", approval_id, "--as", "U_ALICE")
+    out = cli.ok("audit", "verify")
+    head = out.splitlines()[0].removeprefix("head ")
+    assert head.startswith("3:") and len(head) == 2 + 64
+    assert "audit log OK: 3 entries, chain intact (keyed)" in out
+    pause(cli, "Refund order B-2002")  # the log goes on; the recorded head stays provable
+    assert "passes through the recorded head" in cli.ok("audit", "verify", "--expect", head)
+
+    # someone with write access drops the newest entries and moves the head back
+    with sqlite3.connect(db_path(cli)) as conn:
+        conn.execute("DELETE FROM audit_log WHERE seq > 2")
+        seq2 = conn.execute("SELECT hash FROM audit_log WHERE seq = 2").fetchone()[0]
+        conn.execute("UPDATE audit_head SET seq = 2, hash = ?", (seq2,))
+    assert cli("audit", "verify").returncode == 0  # the chain alone cannot tell...
+    done = cli("audit", "verify", "--expect", head)
+    assert done.returncode == 5  # ...the recorded head can
+    assert "entries 3-3 were deleted" in done.stdout
+    bad = cli("audit", "verify", "--expect", "3:zz")
+    assert bad.returncode == 2 and "--expect" in bad.stderr
+
+
+def test_without_the_key_a_rewritten_log_is_broken(cli: Cli) -> None:
+    _, approval_id = pause(cli)
+    cli.ok("approvals", "approve", approval_id, "--as", "U_ALICE")
+    with sqlite3.connect(db_path(cli)) as conn:  # an edit, with the old hash left in place
+        conn.execute("UPDATE audit_log SET actor = 'U_MALLORY' WHERE action = 'approved'")
+    done = cli("audit", "verify")
+    assert done.returncode == 5 and "was edited" in done.stdout
+    assert done.stdout.startswith("head 3:")
+    wrong_key = cli("audit", "verify", APPROVALD_AUDIT_KEY="not-the-key-0123456789abcdef")
+    assert wrong_key.returncode == 5 and "was not given" in wrong_key.stdout
+
+
+def test_an_expired_request_cannot_be_approved_from_the_cli(cli: Cli, tmp_path: Path) -> None:
+    (tmp_path / "policy.toml").write_text('[tools.issue_refund]\nttl = "2s"\nreminders = []\n')
+    cli.env_extra["APPROVALD_POLICY_FILE"] = str(tmp_path / "policy.toml")
+    run_id, approval_id = pause(cli)
+    cli.advance_time(timedelta(seconds=4))  # no sweep runs
+    done = cli("approvals", "approve", approval_id, "--as", "U_ALICE")
+    assert done.returncode == 4 and "expired" in done.stderr
+    doc = cli.json("approvals", "show", approval_id, "--json")
+    assert doc["status"] == "expired"
+    assert [e for e in cli.ledger_lines() if e["tool"] == "issue_refund"] == []
+    cli.ok("recover")
+    assert "expired" in cli.json("runs", "show", run_id, "--json")["result"]
+
+
+def test_cancel_records_who_and_why_and_the_export_neutralises_formulas(cli: Cli) -> None:
+    run_id, _ = pause(cli)
+    out = cli.ok("runs", "cancel", run_id, "--reason", "=HYPERLINK(\"http://evil\",\"x\")")
+    assert f"run {run_id}: cancelled" in out
+    doc = cli.json("runs", "show", run_id, "--json")
+    assert doc["status"] == "cancelled" and doc["cancel_reason"].startswith("=HYPERLINK")
+    assert doc["cancel_requested_by"].startswith("cli:")
+    rows = list(csv.DictReader(io.StringIO(cli.ok("audit", "export", "--format", "csv"))))
+    cancelled = [r for r in rows if r["action"] == "cancelled"]
+    assert cancelled and all(r["reason"].startswith("'=HYPERLINK") for r in cancelled)
+
+
+def test_a_pinned_digest_refuses_arguments_that_changed(cli: Cli, tmp_path: Path) -> None:
+    (tmp_path / "policy.toml").write_text(
+        '[tools.issue_refund]\napprovers = ["U_ALICE", "U_BOB"]\nquorum = 2\n')
+    cli.env_extra["APPROVALD_POLICY_FILE"] = str(tmp_path / "policy.toml")
+    _, approval_id = pause(cli)
+    seen = cli.json("approvals", "show", approval_id, "--json")["digest"][:12]
+    cli.ok("approvals", "approve", approval_id, "--as", "U_ALICE")
+    out = cli.ok("approvals", "edit", approval_id, "--as", "U_BOB", "--args",
+                 '{"order_id": "A-1001", "amount_cents": 100, "reason": "partial"}')
+    assert "earlier approvals by U_ALICE were on the previous arguments" in out
+    refused = cli("approvals", "approve", approval_id, "--as", "U_ALICE", "--digest", seen)
+    assert refused.returncode == 4 and "changed" in refused.stderr
+    shown = cli.ok("approvals", "show", approval_id)
+    assert "does not count" in shown
+    done = cli.ok("approvals", "approve", approval_id, "--as", "U_ALICE")
+    assert "approved by U_ALICE" in done
+    [refund] = [e for e in cli.ledger_lines() if e["tool"] == "issue_refund"]
+    assert refund["args"]["amount_cents"] == 100
