@@ -121,6 +121,12 @@ class SlackEmulator:
         found.messages.append(message)
         return ts
 
+    def delete_message(self, channel: str, ts: str) -> None:
+        """Delete a message as a person would (an admin may delete the bot's posts too);
+        afterwards chat.update on it answers ``message_not_found``."""
+        if not self._channel(channel).remove(ts):
+            raise KeyError(f"no message {ts} in {channel}")
+
     def issue_trigger_id(self, user_id: str | None = None) -> str:
         """Mint a trigger id that views.open accepts for 3 s of emulator-clock time."""
         return self.state.issue_trigger(self.clock.now(), user_id)

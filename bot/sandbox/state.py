@@ -51,6 +51,13 @@ class Channel:
                 return message
         return None
 
+    def remove(self, ts: str) -> bool:
+        """Delete the message ``ts``. Its replies stay, as in Slack (which shows a deleted
+        parent that has replies as a tombstone; here it is simply gone)."""
+        before = len(self.messages)
+        self.messages = [m for m in self.messages if m["ts"] != ts]
+        return len(self.messages) < before
+
 
 @dataclass
 class User:

@@ -37,6 +37,7 @@ METHODS: dict[str, MethodSpec] = {
     "auth.test": MethodSpec("auth_test", get=True),
     "chat.postMessage": MethodSpec("chat_post_message"),
     "chat.update": MethodSpec("chat_update"),
+    "chat.delete": MethodSpec("chat_delete"),
     "chat.postEphemeral": MethodSpec("chat_post_ephemeral"),
     "chat.getPermalink": MethodSpec("chat_get_permalink", get=True),
     "views.open": MethodSpec("views_open"),
@@ -119,6 +120,17 @@ class WebApi:
                              "ts": self.state.ts.next(self.clock.now())}
         return {"ok": True, "channel": channel.id, "ts": message["ts"],
                 "text": message.get("text", ""), "message": clone(message)}
+
+    def chat_delete(self, p: Params) -> JSON:
+        channel = self._channel(p.arg("channel"))
+        ts = p.arg("ts")
+        message = channel.find(ts) if ts else None
+        if message is None:
+            raise SlackError("message_not_found")
+        if message.get("bot_id") != self.state.workspace.bot_id:
+            raise SlackError("cant_delete_message")  # a bot token deletes only its own
+        channel.remove(message["ts"])
+        return {"ok": True, "channel": channel.id, "ts": message["ts"]}
 
     def chat_post_ephemeral(self, p: Params) -> JSON:
         channel = self._channel(p.arg("channel"))
