@@ -3,8 +3,9 @@ run's ops-channel parent message and thread replies.
 
 Like :mod:`bot.cards`, nothing here reads a clock or does I/O, wording comes from
 :mod:`bot.texts`, and agent-written text (tasks, results, errors, answers, reasons) is
-escaped and cut by :mod:`bot.mrkdwn`. Thread lines are short on purpose; :func:`coalesce`
-packs a burst of them into as few messages as Slack allows.
+escaped and cut by :mod:`bot.mrkdwn`. Thread lines are short on purpose; :func:`thread_reply`
+packs a burst of them, whole events at a time, into one reply, and :func:`coalesce` packs
+any lines into as few messages as Slack allows.
 """
 
 from __future__ import annotations
@@ -169,6 +170,35 @@ def thread_final(answer: Any) -> str:
     """The agent's final answer."""
     text = answer if isinstance(answer, str) else as_text(answer)
     return T.THREAD_FINAL.format(answer=clip(text, SECTION_MAX - 100))
+
+
+def thread_reply(groups: Sequence[tuple[int, Sequence[str]]], *,
+                 limit: int = SECTION_MAX) -> tuple[str, int]:
+    """The next thread reply for a run's untold events, and the seq it tells up to.
+
+    ``groups`` are ``(seq, lines)`` per event, in order. The reply holds whole events
+    only, as many as fit in ``limit`` units (one event's lines are cut to fit alone), so
+    "events before the returned seq are told" is true after the reply and false before
+    it. Events without lines ride along for free; with no lines at all the text is empty.
+    """
+    parts: list[str] = []
+    size = 0
+    upto = groups[0][0] if groups else 0
+    for seq, lines in groups:
+        text = safe_cut("\n".join(line for line in lines if line), limit)
+        if text:
+            add = units(text) + (1 if parts else 0)
+            if parts and size + add > limit:
+                break
+            parts.append(text)
+            size += add
+        upto = seq + 1
+    return "\n".join(parts), upto
+
+
+def thread_status(lines: Sequence[str], *, limit: int = SECTION_MAX) -> str:
+    """What a run now waits for (or why it stopped), as one reply cut to ``limit``."""
+    return safe_cut("\n".join(line for line in lines if line), limit)
 
 
 def coalesce(lines: Sequence[str], limit: int = SECTION_MAX) -> list[str]:

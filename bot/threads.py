@@ -2,8 +2,23 @@
 
 The follower tails the runs table and each run's events (the database is the source, so a
 restart or another replica picks up where the last left off) and posts what happened as
-thread replies. Lines that pile up between posts are coalesced into one message, and each
-channel gets at most one post per second, so a fast run stays under Slack's rate limit.
+thread replies.
+
+Several replicas may follow the same runs, so each thread's work is claimed first: a
+compare-and-set on its row (inserted already claimed, before the parent exists) gives one
+replica a lease, and only the holder posts for that run until the lease ends. Every post
+carries message metadata: the parent names its run, a reply names the seq its events run
+up to. What a turn posted is recorded as the claim is released; when a claim is taken over
+uncleanly (the last holder crashed or failed after posting, before recording), the new
+holder first looks in Slack for what its predecessor posted (``conversations.history``
+for the parent, ``conversations.replies`` for the last reply) and carries on from there,
+so nothing is posted twice.
+
+A turn does a bounded amount of work (at most one new message, one parent update, and the
+lookups those need), each channel gets at most one post per ``per_channel_interval``, and
+threads are served least recently served first, a failing one only after its backoff: one
+thread cannot hold up the others. A parent someone deleted is posted again once; lost a
+second time, that run's thread is left alone.
 """
 
 from __future__ import annotations
@@ -11,7 +26,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from datetime import timedelta
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 from slack_sdk.errors import SlackApiError
@@ -19,28 +35,65 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot import messages
 from runtime.engine import Engine
+from runtime.failpoints import failpoint
 from runtime.periodic import repeat
 from runtime.state import AssistantMessage, ToolMessage
 from runtime.transcript import decode
-from store.records import ApprovalRecord, RunRecord
+from store.records import ApprovalRecord, EventRecord, ExecutionRecord, RunRecord
 from store.repos.threads import ThreadRecord
 
 log = logging.getLogger("approvald.threads")
 FAILED = ("denied", "expired", "forbidden", "invalid_arguments", "error", "cancelled")
+THREAD_EVENT = "approvald_thread"  # metadata of a run's parent message: {run_id}
+REPLY_EVENT = "approvald_thread_reply"  # of a reply: {run_id, upto[, status]}
+MAX_REPOSTS = 1  # a deleted parent is posted again once; after that the thread is let go
+GONE = frozenset({"message_not_found", "thread_not_found"})
+_HISTORY_PAGES = 5  # pages of 200 searched for a parent an unclean claim may have posted
+_REPLY_PAGES = 20
+
+
+class _OutOfLease(Exception):
+    """Too little of the claim is left to start a post that must land inside it."""
+
+
+@dataclass
+class _Turn:
+    """One claimed thread's work this round, and what it has done so far."""
+
+    thread: ThreadRecord  # as claimed
+    lease_end: datetime
+    unsure: bool  # something may be in Slack that neither the row nor ``progress`` shows
+    progress: dict[str, Any] = field(default_factory=dict)
+    told_status: str | None = None  # status lines known posted at ``posted_seq``
+    posts: int = 0
+
+    @property
+    def ts(self) -> str | None:
+        return self.progress.get("ts", self.thread.ts)
+
+    @property
+    def posted_seq(self) -> int:
+        return int(self.progress.get("posted_seq", self.thread.posted_seq))
 
 
 class ThreadFollower:
     def __init__(self, engine: Engine, client: AsyncWebClient, *, channel: str,
                  per_channel_interval: float = 1.0, lookback: timedelta = timedelta(hours=1),
-                 permalink: Any = None, patience: float = 0.5) -> None:
+                 permalink: Any = None, patience: float = 0.5,
+                 claim_ttl: timedelta = timedelta(seconds=90), batch: int = 100,
+                 backoff: float = 2.0, max_backoff: float = 600.0) -> None:
         self.e = engine
         self.client = client
         self.channel = channel
         self.interval = per_channel_interval
         self.since = engine.clock.now() - lookback
+        self.claim_ttl = claim_ttl
+        self.batch = batch
+        self.backoff = backoff
+        self.max_backoff = max_backoff
         self._next_ok: dict[str, float] = {}
         self._permalink = permalink
-        self.patience = patience  # how long each post defers to decided runs
+        self.patience = patience  # how long each turn defers to decided runs
 
     async def run(self, stop: asyncio.Event, *, poll: float = 0.5) -> None:
         await repeat(self.sync_once, stop=stop, every=poll, what="run threads sync")
@@ -52,62 +105,262 @@ class ThreadFollower:
         self._next_ok[channel] = time.monotonic() + (pause or self.interval)
 
     async def sync_once(self) -> int:
-        """Bring every lagging thread up to date (as far as pacing allows); returns posts."""
+        """Give each lagging thread one turn (as far as pacing allows); returns posts."""
         async with self.e.db.read() as tx:
-            behind = await tx.threads.behind(since=self.since, limit=100)
+            behind = await tx.threads.behind(now=self.e.clock.now(), since=self.since,
+                                             limit=self.batch, max_reposts=MAX_REPOSTS)
         posts = 0
-        for run, thread in behind:
-            channel = thread.channel if thread else self.channel
+        for run, seen in behind:
+            channel = seen.channel if seen else self.channel
             if not self._ready(channel):
                 continue
             await self.e.urgency.settle(self.patience)
+            posts += await self._turn(run, seen, channel)
+        return posts
+
+    # -- one claimed turn ----------------------------------------------------------------
+
+    async def _turn(self, run: RunRecord, seen: ThreadRecord | None, channel: str) -> int:
+        now = self.e.clock.now()
+        until = now + self.claim_ttl
+        async with self.e.db.write() as tx:
+            if seen is None:
+                claimed = await tx.threads.open(run.id, channel=channel, owner=self.e.owner,
+                                                until=until)
+            else:
+                claimed = await tx.threads.claim(run.id, owner=self.e.owner, now=now,
+                                                 until=until, seen_by=seen.claimed_by)
+        if claimed is None:
+            return 0  # another replica has this thread
+        # claimed_by left set: the last holder may have posted more than it recorded
+        turn = _Turn(claimed, lease_end=until,
+                     unsure=seen is not None and seen.claimed_by is not None)
+        try:
             try:
-                posts += await self._sync(run, thread)
+                await self._work(turn)
+            except _OutOfLease:
+                pass
+            async with self.e.db.write() as tx:
+                kept = await tx.threads.finish(run.id, owner=self.e.owner,
+                                               now=self.e.clock.now(), **turn.progress)
+            if not kept:
+                log.warning("run %s: thread claim lapsed before its turn was recorded", run.id)
+        except Exception as exc:
+            await self._failed(turn, exc)
+        return turn.posts
+
+    async def _failed(self, turn: _Turn, exc: Exception) -> None:
+        t = turn.thread
+        now = self.e.clock.now()
+        resp = exc.response if isinstance(exc, SlackApiError) else None
+        limited = resp is not None and (resp.status_code == 429
+                                        or resp.get("error") == "ratelimited")
+        if limited and resp is not None:
+            after = float(resp.headers.get("Retry-After", 1))
+            self._posted(t.channel, after)
+        else:
+            after = min(self.max_backoff, self.backoff * 2 ** min(t.failures, 20))
+            log.warning("run %s: thread update failed (%d in a row; next try in %.0f s): %s",
+                        t.run_id, t.failures + 1, after, exc)
+        try:
+            async with self.e.db.write() as tx:
+                await tx.threads.fail(t.run_id, owner=self.e.owner, now=now,
+                                      retry_at=now + timedelta(seconds=after),
+                                      unsure=turn.unsure, failed=not limited, **turn.progress)
+        except Exception as db_exc:  # the claim then lapses on its own at its lease end
+            log.warning("run %s: could not record a failed thread turn: %s", t.run_id, db_exc)
+
+    async def _work(self, turn: _Turn) -> None:
+        t = turn.thread
+        async with self.e.db.read(snapshot=True) as tx:
+            run = await tx.runs.get(t.run_id)
+            approvals = await tx.approvals.for_run(t.run_id)
+            events = await tx.events.load(t.run_id, since=t.posted_seq)
+            executions = await tx.executions.for_run(t.run_id) if events else {}
+        if run is None:
+            return
+        if turn.unsure:
+            await self._reconcile(turn, run)
+        if turn.ts is None:
+            await self._post_parent(turn, run, approvals)
+            return
+        events = [ev for ev in events if ev.seq >= turn.posted_seq]
+        if events:
+            text, upto = messages.thread_reply(self._event_lines(events, executions, approvals))
+            if text:
+                await self._reply(turn, run, text, approvals, upto=upto)
+                return
+            turn.progress["posted_seq"] = upto
+        if turn.posted_seq < run.next_seq or run.status == t.posted_status:
+            return
+        # the parent first (an update is idempotent), then what the run now waits for
+        if not await self._update_parent(turn, run, approvals):
+            return
+        if turn.told_status != run.status:
+            lines = await self._status_lines(run, approvals)
+            if lines and not await self._reply(turn, run, messages.thread_status(lines),
+                                               approvals, upto=run.next_seq,
+                                               status=run.status):
+                return
+        turn.progress["posted_status"] = run.status
+
+    # -- Slack calls ---------------------------------------------------------------------
+
+    async def _post(self, turn: _Turn, **kwargs: Any) -> str:
+        """chat.postMessage, started only while the claim outlasts the call's timeout;
+        returns the new message's ts."""
+        margin = timedelta(seconds=float(self.client.timeout or 30))
+        if self.e.clock.now() + margin >= turn.lease_end:
+            raise _OutOfLease
+        turn.unsure = True
+        try:
+            resp = await self.client.chat_postMessage(**kwargs)
+        except SlackApiError as exc:
+            if exc.response is not None and exc.response.status_code < 500:
+                turn.unsure = False  # Slack answered: nothing was posted
+            raise
+        self._posted(kwargs["channel"])
+        turn.posts += 1
+        failpoint("after_thread_post_before_record")
+        return str(resp["ts"])
+
+    async def _post_parent(self, turn: _Turn, run: RunRecord,
+                           approvals: list[ApprovalRecord]) -> None:
+        parent = messages.run_parent(run, now=self.e.clock.now(),
+                                     approvals_pending=_pending(approvals))
+        turn.progress["ts"] = await self._post(turn, channel=turn.thread.channel,
+                                               metadata=_parent_metadata(run.id), **parent)
+        if turn.posted_seq >= run.next_seq and not _has_status_lines(run, approvals):
+            turn.progress["posted_status"] = run.status  # nothing more to tell: caught up
+        turn.unsure = False
+
+    async def _reply(self, turn: _Turn, run: RunRecord, text: str,
+                     approvals: list[ApprovalRecord], *, upto: int,
+                     status: str | None = None) -> bool:
+        """Post a reply telling events before ``upto`` (and ``status``); False if the
+        parent turned out to be gone (the turn is then over)."""
+        payload: dict[str, Any] = {"run_id": run.id, "upto": upto}
+        if status is not None:
+            payload["status"] = status
+        try:
+            await self._post(turn, channel=turn.thread.channel, thread_ts=turn.ts, text=text,
+                             metadata={"event_type": REPLY_EVENT, "event_payload": payload})
+        except SlackApiError as exc:
+            if _error(exc) not in GONE:
+                raise
+            await self._parent_lost(turn, run, approvals)
+            return False
+        turn.progress["posted_seq"] = upto
+        turn.unsure = False
+        return True
+
+    async def _update_parent(self, turn: _Turn, run: RunRecord,
+                             approvals: list[ApprovalRecord]) -> bool:
+        """Show the run's status on its parent; False if the parent was gone."""
+        parent = messages.run_parent(run, now=self.e.clock.now(),
+                                     approvals_pending=_pending(approvals))
+        assert turn.ts is not None
+        try:
+            await self.client.chat_update(channel=turn.thread.channel, ts=turn.ts,
+                                          metadata=_parent_metadata(run.id), **parent)
+            return True
+        except SlackApiError as exc:
+            if _error(exc) not in GONE:
+                raise
+        await self._parent_lost(turn, run, approvals)
+        return False
+
+    async def _parent_lost(self, turn: _Turn, run: RunRecord,
+                           approvals: list[ApprovalRecord]) -> None:
+        """Someone deleted the parent: post it again, once; after that let the thread go."""
+        t = turn.thread
+        if t.reposts >= MAX_REPOSTS:
+            log.warning("run %s: its thread's parent message was deleted again; no longer "
+                        "following that thread", t.run_id)
+            turn.progress["reposts"] = t.reposts + 1
+            return
+        found = None
+        if turn.unsure:  # the last holder may have re-posted it without recording that
+            found = await self._find_parent(t.channel, run, not_ts=turn.ts)
+        if found is None:
+            parent = messages.run_parent(run, now=self.e.clock.now(),
+                                         approvals_pending=_pending(approvals))
+            found = await self._post(turn, channel=t.channel,
+                                     metadata=_parent_metadata(run.id), **parent)
+            log.info("run %s: its thread's parent message was deleted; posted it again",
+                     t.run_id)
+        turn.progress.update(ts=found, reposts=t.reposts + 1)
+        turn.unsure = False
+
+    # -- finding what an unclean claim posted ------------------------------------------
+
+    async def _reconcile(self, turn: _Turn, run: RunRecord) -> None:
+        t = turn.thread
+        if t.ts is None:
+            found = await self._find_parent(t.channel, run)
+            if found is not None:
+                turn.progress["ts"] = found
+        else:
+            upto, status = await self._last_reply(t.channel, t.ts, run.id)
+            if upto is not None and upto > t.posted_seq:
+                turn.progress["posted_seq"] = upto
+            if upto is not None and upto == turn.posted_seq:
+                turn.told_status = status
+        turn.unsure = False
+
+    async def _find_parent(self, channel: str, run: RunRecord, *,
+                           not_ts: str | None = None) -> str | None:
+        """The newest parent message of ``run`` in ``channel`` (other than ``not_ts``).
+
+        Only an unclean claim asks, and what it looks for was posted during that claim, so
+        it sits near the newest end: a few pages suffice, and no clock has to agree with
+        Slack's."""
+        cursor = None
+        for _ in range(_HISTORY_PAGES):
+            resp = await self.client.conversations_history(
+                channel=channel, include_all_metadata=True, limit=200, cursor=cursor)
+            for m in resp.get("messages") or []:
+                if _meta(m, THREAD_EVENT, run.id) is not None and m.get("ts") != not_ts:
+                    return str(m["ts"])
+            cursor = (resp.get("response_metadata") or {}).get("next_cursor")
+            if not cursor:
+                break
+        return None
+
+    async def _last_reply(self, channel: str, ts: str,
+                          run_id: str) -> tuple[int | None, str | None]:
+        """``(upto, status)`` of the newest reply of ours under ``ts``, if any."""
+        last: dict[str, Any] | None = None
+        cursor = None
+        for _ in range(_REPLY_PAGES):
+            try:
+                resp = await self.client.conversations_replies(
+                    channel=channel, ts=ts, include_all_metadata=True, limit=200,
+                    cursor=cursor)
             except SlackApiError as exc:
-                resp = exc.response
-                if resp is not None and (resp.status_code == 429
-                                         or resp.get("error") == "ratelimited"):
-                    self._posted(channel, float(resp.headers.get("Retry-After", 1)))
-                else:
-                    log.warning("run %s: thread update failed: %s", run.id, exc)
-                    self._posted(channel, 5.0)
-            except Exception as exc:  # Slack unreachable: try again next round
-                log.warning("run %s: thread update failed: %s", run.id, exc)
-                self._posted(channel, 5.0)
-        return posts
+                if _error(exc) in GONE:
+                    break
+                raise
+            for m in resp.get("messages") or []:
+                if m.get("ts") != ts and _meta(m, REPLY_EVENT, run_id) is not None:
+                    last = m
+            cursor = (resp.get("response_metadata") or {}).get("next_cursor")
+            if not cursor:
+                break
+        payload = _meta(last, REPLY_EVENT, run_id) if last else None
+        if payload is None:
+            return None, None
+        status = payload.get("status")
+        return int(payload["upto"]), str(status) if status is not None else None
 
-    async def _sync(self, run: RunRecord, thread: ThreadRecord | None) -> int:
-        async with self.e.db.read() as tx:
-            approvals = await tx.approvals.for_run(run.id)
-        pending = sum(a.status == "pending" for a in approvals)
-        if thread is None:
-            parent = messages.run_parent(run, now=self.e.clock.now(), approvals_pending=pending)
-            resp = await self.client.chat_postMessage(channel=self.channel, **parent)
-            self._posted(self.channel)
-            async with self.e.db.write() as tx:
-                await tx.threads.create(run.id, channel=self.channel, ts=str(resp["ts"]),
-                                        posted_status=run.status)
-                thread = await tx.threads.get(run.id)
-            assert thread is not None
-            status_changed = True
-            return 1 + await self._replies(run, thread, approvals, status_changed)
-        status_changed = thread.posted_status != run.status
-        posts = await self._replies(run, thread, approvals, status_changed)
-        if status_changed:
-            parent = messages.run_parent(run, now=self.e.clock.now(), approvals_pending=pending)
-            await self.client.chat_update(channel=thread.channel, ts=thread.ts, **parent)
-            async with self.e.db.write() as tx:
-                await tx.threads.advance(run.id, posted_status=run.status)
-        return posts
+    # -- what to tell ------------------------------------------------------------------
 
-    async def _replies(self, run: RunRecord, thread: ThreadRecord,
-                       approvals: list[ApprovalRecord], status_changed: bool) -> int:
-        async with self.e.db.read() as tx:
-            events = await tx.events.load(run.id, since=thread.posted_seq)
-            executions = await tx.executions.for_run(run.id) if events else {}
+    def _event_lines(self, events: list[EventRecord], executions: dict[str, ExecutionRecord],
+                     approvals: list[ApprovalRecord]) -> list[tuple[int, list[str]]]:
         by_call = {a.call_id: a for a in approvals if a.kind == "tool_call"}
-        lines: list[str] = []
+        groups: list[tuple[int, list[str]]] = []
         for ev in events:
+            lines: list[str] = []
             msg = decode(ev, executions)
             if isinstance(msg, ToolMessage):
                 a = by_call.get(msg.call_id)
@@ -119,19 +372,8 @@ class ThreadFollower:
                                                            failed=status in FAILED))
             elif isinstance(msg, AssistantMessage) and not msg.tool_calls and msg.content:
                 lines.append(messages.thread_final(msg.content))
-        if status_changed:
-            lines.extend(await self._status_lines(run, approvals))
-        last_seq = events[-1].seq + 1 if events else thread.posted_seq
-        posts = 0
-        for chunk in messages.coalesce(lines):
-            await self.client.chat_postMessage(channel=thread.channel, thread_ts=thread.ts,
-                                               text=chunk)
-            self._posted(thread.channel)
-            posts += 1
-        if last_seq != thread.posted_seq:
-            async with self.e.db.write() as tx:
-                await tx.threads.advance(run.id, posted_seq=last_seq)
-        return posts
+            groups.append((ev.seq, lines))
+        return groups
 
     async def _status_lines(self, run: RunRecord, approvals: list[ApprovalRecord]) -> list[str]:
         if run.status in ("awaiting_approval", "needs_attention"):
@@ -146,3 +388,32 @@ class ThreadFollower:
         if run.status in ("failed", "cancelled") and run.error:
             return [messages.thread_error(run.error)]
         return []
+
+
+def _has_status_lines(run: RunRecord, approvals: list[ApprovalRecord]) -> bool:
+    """Whether :meth:`ThreadFollower._status_lines` has anything to say (no Slack calls)."""
+    if run.status in ("awaiting_approval", "needs_attention"):
+        return _pending(approvals) > 0
+    return run.status in ("failed", "cancelled") and bool(run.error)
+
+
+def _pending(approvals: list[ApprovalRecord]) -> int:
+    return sum(a.status == "pending" for a in approvals)
+
+
+def _parent_metadata(run_id: str) -> dict[str, Any]:
+    return {"event_type": THREAD_EVENT, "event_payload": {"run_id": run_id}}
+
+
+def _meta(message: dict[str, Any] | None, event_type: str,
+          run_id: str) -> dict[str, Any] | None:
+    """The metadata payload of ``message`` if it is ours, of ``event_type``, for ``run_id``."""
+    meta = (message or {}).get("metadata") or {}
+    payload = meta.get("event_payload") or {}
+    if meta.get("event_type") == event_type and payload.get("run_id") == run_id:
+        return dict(payload)
+    return None
+
+
+def _error(exc: SlackApiError) -> str | None:
+    return exc.response.get("error") if exc.response is not None else None

@@ -1,12 +1,18 @@
-"""Each run's ops thread in chat: where it is and how far it has been told."""
+"""Each run's ops thread in chat: where it is, how far it has been told, and who is telling it.
+
+A replica claims a thread (compare-and-set on ``claimed_by``/``claimed_until``) before it
+posts anything for the run, and records what it posted while the claim is still its own.
+``claimed_by`` stays set after work that may have reached chat without being recorded (a
+failure, a crash): the next claimer then knows to look in chat before posting again.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import cast
+from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, or_, select, update
+from sqlalchemy import Table, and_, bindparam, func, or_, select, update
 
 from store.models import Run, RunThread
 from store.records import RunRecord
@@ -15,20 +21,30 @@ from store.repos.base import Repo
 _T = cast(Table, RunThread.__table__)
 _R = cast(Table, Run.__table__)
 _GET = select(_T).where(_T.c.run_id == bindparam("rid"))
+_FREE = or_(_T.c.claimed_until.is_(None), _T.c.claimed_until <= bindparam("now"))
+_DUE = or_(_T.c.next_attempt_at.is_(None), _T.c.next_attempt_at <= bindparam("now"))
+_CLAIM = (update(_T)
+          .where(_T.c.run_id == bindparam("rid"),
+                 _T.c.claimed_by.is_not_distinct_from(bindparam("seen")), _FREE, _DUE)
+          .values(claimed_by=bindparam("owner"), claimed_until=bindparam("until"))
+          .returning(*_T.c))
+_THREAD_COLS = [c.name for c in _T.c if c.name != "run_id"]
 
 
 @dataclass(frozen=True, slots=True)
 class ThreadRecord:
+    """A run's thread: ``ts`` is None until its parent message is known to be posted."""
+
     run_id: str
     channel: str
     ts: str | None
-    posted_seq: int
-    posted_status: str
-    claimed_by: str | None = None
-    claimed_until: datetime | None = None
-    next_attempt_at: datetime | None = None
-    failures: int = 0
-    reposts: int = 0
+    posted_seq: int  # events before this seq are told in the thread
+    posted_status: str  # the run status the parent shows and the status lines were told for
+    claimed_by: str | None  # set: a claim is held, or work under it may be unrecorded
+    claimed_until: datetime | None  # the claim's lease; only its holder posts before then
+    next_attempt_at: datetime | None  # no turn before; candidates are served oldest first
+    failures: int  # consecutive failed turns (backoff grows with them)
+    reposts: int  # parents posted again after the previous one was deleted
 
 
 class ThreadsRepo(Repo):
@@ -36,49 +52,88 @@ class ThreadsRepo(Repo):
         row = (await self.conn.execute(_GET, {"rid": run_id})).first()
         return None if row is None else ThreadRecord(**row._mapping)
 
-    async def create(self, run_id: str, *, channel: str, ts: str, posted_status: str) -> None:
-        await self.conn.execute(
-            self.insert_ignore(RunThread),
-            {"run_id": run_id, "channel": channel, "ts": ts, "posted_seq": 1,
-             "posted_status": posted_status})
+    async def open(self, run_id: str, *, channel: str, owner: str,
+                   until: datetime) -> ThreadRecord | None:
+        """Create the run's thread row already claimed by ``owner``, before its parent is
+        posted; None when another replica created it first."""
+        stmt = self.insert_ignore(RunThread).returning(*_T.c)
+        row = (await self.conn.execute(stmt, {
+            "run_id": run_id, "channel": channel, "ts": None, "posted_seq": 1,
+            "posted_status": "", "claimed_by": owner, "claimed_until": until,
+            "next_attempt_at": None, "failures": 0, "reposts": 0})).first()
+        return None if row is None else ThreadRecord(**row._mapping)
 
-    async def advance(self, run_id: str, *, posted_seq: int | None = None,
-                      posted_status: str | None = None) -> None:
-        values: dict[str, object] = {}
-        if posted_seq is not None:
-            values["posted_seq"] = posted_seq
-        if posted_status is not None:
-            values["posted_status"] = posted_status
-        if values:
-            await self.conn.execute(update(_T).where(_T.c.run_id == run_id).values(values))
+    async def claim(self, run_id: str, *, owner: str, seen_by: str | None, now: datetime,
+                    until: datetime) -> ThreadRecord | None:
+        """Compare-and-set: take the thread until ``until`` if its claim is free, its turn
+        is due and ``claimed_by`` is still ``seen_by``; returns the row as now claimed.
 
-    async def behind(self, *, since: datetime, limit: int) -> list[tuple[RunRecord,
-                                                                        ThreadRecord | None]]:
-        """Runs whose thread is missing or behind their events or status.
+        Matching ``seen_by`` tells the caller whether the claim it takes over was left
+        unclean (``seen_by`` set), which a plain "is it free" test could not.
+        """
+        row = (await self.conn.execute(_CLAIM, {"rid": run_id, "seen": seen_by, "now": now,
+                                                "owner": owner, "until": until})).first()
+        return None if row is None else ThreadRecord(**row._mapping)
+
+    async def finish(self, run_id: str, *, owner: str, now: datetime,
+                     **progress: Any) -> bool:
+        """Record what ``owner`` posted (``ts``, ``posted_seq``, ``posted_status``,
+        ``reposts``) and release its claim cleanly; False if the claim is no longer its."""
+        res = await self.conn.execute(
+            update(_T).where(_T.c.run_id == run_id, _T.c.claimed_by == owner)
+            .values(claimed_by=None, claimed_until=None, failures=0, next_attempt_at=now,
+                    **progress))
+        return bool(res.rowcount == 1)
+
+    async def fail(self, run_id: str, *, owner: str, now: datetime, retry_at: datetime,
+                   unsure: bool, failed: bool = True, **progress: Any) -> bool:
+        """Give the claim back after a failed turn, to be tried again at ``retry_at``.
+
+        ``unsure``: something may have reached chat unrecorded, so ``claimed_by`` stays
+        set for the next claimer to see. ``failed=False`` (a rate limit) is waiting, not
+        failing: the failure count is left alone.
+        """
+        values: dict[str, Any] = {"claimed_until": now, "next_attempt_at": retry_at,
+                                  **progress}
+        if not unsure:
+            values["claimed_by"] = None
+        if failed:
+            values["failures"] = _T.c.failures + 1
+        res = await self.conn.execute(
+            update(_T).where(_T.c.run_id == run_id, _T.c.claimed_by == owner).values(values))
+        return bool(res.rowcount == 1)
+
+    async def behind(self, *, now: datetime, since: datetime, limit: int,
+                     max_reposts: int) -> list[tuple[RunRecord, ThreadRecord | None]]:
+        """Runs whose thread is missing, unposted or behind their events or status, and
+        whose turn is due and not claimed by someone else; the longest waiting first.
 
         Only runs updated since ``since`` are considered for a missing thread, so turning
-        the Slack face on does not post a thread for every run in history.
+        the Slack face on does not post a thread for every run in history. A thread whose
+        parent was lost more than ``max_reposts`` times is left alone. The order is by
+        when a thread was last served (``next_attempt_at``; a new one by when its run
+        began), so a thread that keeps failing waits its backoff and then its turn behind
+        the others instead of sorting first every round.
         """
         j = _R.outerjoin(_T, _T.c.run_id == _R.c.id)
         rows = await self.conn.execute(
-            select(_R, _T.c.channel, _T.c.ts, _T.c.posted_seq, _T.c.posted_status)
+            select(_R, *(_T.c[name].label(f"t_{name}") for name in _THREAD_COLS))
             .select_from(j)
             .where(or_(
-                (_T.c.run_id.is_(None)) & (_R.c.updated_at >= since),
-                _T.c.posted_seq < _R.c.next_seq,
-                _T.c.posted_status != _R.c.status,
+                and_(_T.c.run_id.is_(None), _R.c.updated_at >= since),
+                and_(_T.c.run_id.is_not(None), _FREE, _DUE,
+                     _T.c.reposts <= max_reposts,
+                     or_(_T.c.ts.is_(None), _T.c.posted_seq < _R.c.next_seq,
+                         _T.c.posted_status != _R.c.status)),
             ))
-            .order_by(_R.c.updated_at).limit(limit))
+            .order_by(func.coalesce(_T.c.next_attempt_at, _R.c.created_at), _R.c.id)
+            .limit(limit), {"now": now})
         out: list[tuple[RunRecord, ThreadRecord | None]] = []
         for r in rows:
             m = dict(r._mapping)
-            thread = None
-            if m["ts"] is not None:
-                thread = ThreadRecord(run_id=m["id"], channel=m.pop("channel"), ts=m.pop("ts"),
-                                      posted_seq=m.pop("posted_seq"),
-                                      posted_status=m.pop("posted_status"))
-            else:
-                for k in ("channel", "ts", "posted_seq", "posted_status"):
-                    m.pop(k)
-            out.append((RunRecord(**m), thread))
+            fields = {name: m.pop(f"t_{name}") for name in _THREAD_COLS}
+            run = RunRecord(**m)
+            thread = None if fields["channel"] is None else ThreadRecord(run_id=run.id,
+                                                                         **fields)
+            out.append((run, thread))
         return out

@@ -1,0 +1,97 @@
+"""Run-thread bookkeeping: the claim compare-and-set, the turn order, and reply packing."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from bot import messages
+from bot.mrkdwn import units
+from runtime.clock import ManualClock
+
+
+async def _run(make_engine) -> str:
+    outcome = await make_engine().run("demo-steps", "2", requested_by="U_DANA")
+    return str(outcome.run_id)
+
+
+async def test_one_claim_wins_and_an_unclean_one_is_seen_by_its_taker(make_engine, db,
+                                                                      clock: ManualClock):
+    run_id = await _run(make_engine)
+    now = clock.now()
+    lease = now + timedelta(seconds=90)
+    async with db.write() as tx:
+        first = await tx.threads.open(run_id, channel="C_OPS", owner="a", until=lease)
+        second = await tx.threads.open(run_id, channel="C_OPS", owner="b", until=lease)
+    assert first is not None and first.claimed_by == "a" and first.ts is None
+    assert second is None  # the row exists: b must claim, and cannot while a holds it
+    async with db.write() as tx:
+        assert await tx.threads.claim(run_id, owner="b", seen_by="a", now=now,
+                                      until=lease) is None
+    # a dies without recording; after the lease b takes over, knowing a left it unclean
+    later = lease + timedelta(seconds=1)
+    async with db.write() as tx:
+        assert await tx.threads.claim(run_id, owner="b", seen_by=None, now=later,
+                                      until=later + timedelta(seconds=90)) is None
+        taken = await tx.threads.claim(run_id, owner="b", seen_by="a", now=later,
+                                       until=later + timedelta(seconds=90))
+        assert taken is not None and taken.claimed_by == "b"
+        # a, back from the dead, can record nothing any more
+        assert not await tx.threads.finish(run_id, owner="a", now=later, ts="1.000100")
+        assert await tx.threads.finish(run_id, owner="b", now=later, ts="1.000200")
+    async with db.read() as tx:
+        done = await tx.threads.get(run_id)
+    assert done is not None and done.ts == "1.000200" and done.claimed_by is None
+    assert done.claimed_until is None and done.next_attempt_at == later
+
+
+async def test_a_failing_thread_waits_its_backoff_then_goes_behind_the_others(make_engine, db,
+                                                                            clock: ManualClock):
+    engine = make_engine()
+    ids = [(await engine.run("demo-steps", "1", requested_by="U_DANA")).run_id
+           for _ in range(3)]
+    now = clock.now()
+    async with db.write() as tx:
+        for rid in ids:
+            assert await tx.threads.open(rid, channel="C", owner="me",
+                                         until=now + timedelta(seconds=90))
+        # the first failed (unsure: kept claimed_by), the others were served just now
+        assert await tx.threads.fail(ids[0], owner="me", now=now,
+                                     retry_at=now + timedelta(seconds=30), unsure=True)
+        for rid in ids[1:]:
+            assert await tx.threads.finish(rid, owner="me", now=now)
+
+    async def order(at):
+        async with db.read() as tx:
+            rows = await tx.threads.behind(now=at, since=at - timedelta(hours=1), limit=10,
+                                           max_reposts=1)
+        return [run.id for run, _ in rows]
+
+    assert ids[0] not in await order(now)  # backing off
+    clock.advance(timedelta(seconds=35))
+    async with db.write() as tx:  # one of the others is served again meanwhile
+        assert await tx.threads.claim(ids[1], owner="me", seen_by=None, now=clock.now(),
+                                      until=clock.now() + timedelta(seconds=90))
+        assert await tx.threads.finish(ids[1], owner="me", now=clock.now())
+    clock.advance(timedelta(seconds=5))
+    assert await order(clock.now()) == [ids[2], ids[0], ids[1]]  # least recently served
+    async with db.read() as tx:
+        failed = await tx.threads.get(ids[0])
+    assert failed is not None and failed.failures == 1 and failed.claimed_by == "me"
+    async with db.write() as tx:  # a thread let go (its parent lost twice) is left alone
+        assert await tx.threads.claim(ids[2], owner="me", seen_by=None, now=clock.now(),
+                                      until=clock.now() + timedelta(seconds=90))
+        assert await tx.threads.finish(ids[2], owner="me", now=clock.now(), reposts=2)
+    assert ids[2] not in await order(clock.now())
+
+
+def test_a_reply_holds_whole_events_and_says_how_far_it_goes() -> None:
+    groups = [(1, ["a" * 1000]), (2, []), (3, ["b" * 1000, "c" * 900]), (4, ["d" * 500]),
+              (5, [])]
+    text, upto = messages.thread_reply(groups, limit=3000)
+    assert upto == 4 and text == "\n".join(["a" * 1000, "b" * 1000, "c" * 900])
+    text, upto = messages.thread_reply(groups[3:], limit=3000)
+    assert (text, upto) == ("d" * 500, 6)  # a trailing event without lines rides along
+    assert messages.thread_reply([(7, []), (8, [""])]) == ("", 9)
+    big, upto = messages.thread_reply([(1, ["x" * 5000]), (2, ["y"])], limit=3000)
+    assert upto == 2 and units(big) <= 3000 and big.endswith("…")  # cut, never split
+    assert units(messages.thread_status(["z" * 4000], limit=3000)) <= 3000
