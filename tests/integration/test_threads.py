@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.sandbox import SlackEmulator
@@ -283,3 +284,25 @@ async def test_status_lines_are_told_once_when_the_parent_is_gone(db_url, tmp_pa
                 if "cancelled by U_ALICE" in m.get("text", "")]
         assert len(said) == 1  # the error line, once, under the re-posted parent
         assert said[0]["thread_ts"] == (await w.thread(waiting.run_id)).ts
+
+
+async def test_the_emulator_deletes_like_slack(tmp_path):
+    emulator = SlackEmulator(bot_token=BOT)
+    emulator.add_channel(OPS)
+    client = AsyncWebClient(token=BOT, base_url=await emulator.start())
+    try:
+        ts = (await client.chat_postMessage(channel=OPS, text="parent"))["ts"]
+        await client.chat_postMessage(channel=OPS, text="reply", thread_ts=ts)
+        human = emulator.add_message(OPS, "mine", user="U_DANA")
+        with pytest.raises(SlackApiError) as refused:
+            await client.chat_delete(channel=OPS, ts=human)
+        assert refused.value.response["error"] == "cant_delete_message"
+        assert (await client.chat_delete(channel=OPS, ts=ts))["ts"] == ts
+        assert [m["text"] for m in emulator.messages(OPS)] == ["reply", "mine"]
+        for call in (lambda: client.chat_update(channel=OPS, ts=ts, text="x"),
+                     lambda: client.chat_delete(channel=OPS, ts=ts)):
+            with pytest.raises(SlackApiError) as gone:
+                await call()
+            assert gone.value.response["error"] == "message_not_found"
+    finally:
+        await emulator.stop()
