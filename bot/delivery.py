@@ -4,6 +4,12 @@ Every call is about something the database already holds. A card is posted once:
 channel and ts are stored on the approval, and a retry after an unknown outcome (the post
 may have landed before the process died) first looks for the card by its message
 metadata, so Slack being slow, down or rate-limiting never produces a second card.
+
+:func:`classify` tells the drain how to treat a failure: a rate limit is a wait (Slack said
+when to come back), a 5xx, the network or a refused token is a failure to back off from
+(retried until the row's deadline: the token may be fixed meanwhile), and an error no
+retry can fix makes the row dead at once. A dead row is reported to ops (in the run's
+thread when it has one) by a ``delivery.dead`` row, delivered here like any other.
 """
 
 from __future__ import annotations
@@ -19,39 +25,52 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot import cards, messages, texts
-from bot.mrkdwn import slack_date
+from bot.mrkdwn import clip, code_span, safe_cut, slack_date
 from runtime.audit import HEAD_POST
 from runtime.engine import Engine
 from runtime.gate import CARD_POST, CARD_UPDATE, NOTICE, REMINDER
-from runtime.outbox import RetryLater, Undeliverable
+from runtime.outbox import DEAD_REPORT, RetryLater, Undeliverable
 from runtime.policy import ApprovalPolicy
 from store.records import ApprovalRecord, OutboxRecord
 
 log = logging.getLogger("approvald.slack")
 
 CARD_EVENT = "approvald_card"
+DEAD_REPORT_MAX = 3000  # characters of a dead-delivery report (the error is clipped first)
 # errors that retrying cannot fix: park the row (it stays visible as dead)
 PERMANENT = {"channel_not_found", "not_in_channel", "is_archived", "msg_too_long",
              "invalid_blocks", "invalid_blocks_format", "no_text", "too_many_attachments",
              "restricted_action", "cant_update_message", "edit_window_closed"}
+# the token is wrong or revoked: a failure (not a wait) until someone fixes SLACK_BOT_TOKEN
 TRANSIENT_AUTH = {"invalid_auth", "not_authed", "account_inactive", "token_revoked",
                   "token_expired"}
 
 
+def _retry_after(resp: Any) -> float:
+    """Slack's ``Retry-After`` in seconds (1 when it is missing or unreadable)."""
+    try:
+        value = float(resp.headers.get("Retry-After") or 1.0)
+    except (AttributeError, TypeError, ValueError):
+        return 1.0
+    return value if value > 0 else 1.0
+
+
 def classify(exc: BaseException) -> Exception:
-    """Map a Slack or network failure to RetryLater / Undeliverable for the drain."""
+    """Map a Slack or network failure to RetryLater / Undeliverable for the drain.
+
+    Only a rate limit carries ``after`` (a wait); everything transient is a failure the
+    drain backs off from, and nothing but the row's deadline makes it give up.
+    """
     if isinstance(exc, SlackApiError):
         resp = exc.response
         status = getattr(resp, "status_code", 0)
         error = resp.get("error") if resp is not None else None
         if status == 429 or error == "ratelimited":
-            after = resp.headers.get("Retry-After") if resp is not None else None
-            return RetryLater("Slack rate limit", after=float(after) if after else 1.0)
+            return RetryLater("Slack rate limit", after=_retry_after(resp))
         if status >= 500:
             return RetryLater(f"Slack answered HTTP {status}")
         if error in TRANSIENT_AUTH:
-            return RetryLater(f"Slack refused the token ({error}); fix SLACK_BOT_TOKEN",
-                              after=60.0)
+            return RetryLater(f"Slack refused the token ({error}); fix SLACK_BOT_TOKEN")
         if error in PERMANENT:
             return Undeliverable(f"Slack said {error}")
         return RetryLater(f"Slack said {error}")
@@ -78,6 +97,8 @@ class SlackDeliverer:
                 return await self._notice(payload)
             if row.kind == HEAD_POST:
                 return await self._audit_head(payload)
+            if row.kind == DEAD_REPORT:
+                return await self._dead_report(payload)
             async with self.e.db.read() as tx:
                 a = await tx.approvals.get(payload["approval_id"])
             if a is None:
@@ -221,6 +242,36 @@ class SlackDeliverer:
             text=texts.AUDIT_HEAD.format(head=head, date=slack_date(when, texts.DATE_AT)))
         return {"channel": self.audit_channel, "ts": str(resp["ts"])}
 
+    async def _dead_report(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """Tell ops that a row was given up: in its run's thread when the run has one."""
+        approval_id, run_id = payload.get("approval_id"), payload.get("run_id")
+        async with self.e.db.read() as tx:
+            a = await tx.approvals.get(str(approval_id)) if approval_id else None
+            run_id = a.run_id if a is not None else run_id
+            thread = await tx.threads.get(str(run_id)) if run_id else None
+        tool = a.tool if a is not None else None
+        if tool is None and run_id and payload.get("kind") == NOTICE:
+            tool = await self._notice_tool(payload)
+        text = dead_report_text(payload, tool=tool,
+                                open_request=a is not None and a.status == "pending"
+                                and a.expires_at > self.e.clock.now())
+        channel, thread_ts = self.ops_channel, None
+        if thread is not None and thread.ts:  # a thread still being started has no ts yet
+            channel, thread_ts = thread.channel, thread.ts
+        resp = await self.client.chat_postMessage(channel=channel, thread_ts=thread_ts,
+                                                  text=text, unfurl_links=False)
+        return {"channel": channel, "ts": str(resp["ts"])}
+
+    async def _notice_tool(self, payload: dict[str, Any]) -> str | None:
+        """The tool a dead notice was about (the report row carries only ids)."""
+        async with self.e.db.read() as tx:
+            dead = await tx.outbox.get(int(payload["outbox_id"]))
+            if dead is None:
+                return None
+            about = dead.payload_value()
+            rec = await tx.executions.get(str(about.get("run_id")), str(about.get("call_id")))
+        return rec.tool if rec is not None else None
+
     async def _permalink(self, channel: str | None, ts: str | None) -> str | None:
         if not channel or not ts:
             return None
@@ -232,3 +283,28 @@ class SlackDeliverer:
             except Exception:  # a link is a nicety; never block delivery on it
                 return None
         return self._permalinks[key]
+
+
+DEAD_WHAT = {CARD_POST: texts.DEAD_CARD_POST, CARD_UPDATE: texts.DEAD_CARD_UPDATE,
+             REMINDER: texts.DEAD_REMINDER, NOTICE: texts.DEAD_NOTICE,
+             HEAD_POST: texts.DEAD_AUDIT_HEAD}
+
+
+def dead_report_text(payload: dict[str, Any], *, tool: str | None = None,
+                     open_request: bool = False) -> str:
+    """What ops reads when a delivery was given up: what is missing, why, and the command
+    that re-drives it (``open_request``: the card was never posted and the request is
+    still pending, so it can be decided from a terminal meanwhile). The error is Slack's
+    or an exception's text: shown escaped, never as markup."""
+    kind = str(payload.get("kind"))
+    approval = str(payload.get("approval_id") or "?")
+    what = DEAD_WHAT.get(kind, texts.DEAD_OTHER).format(
+        tool=code_span(tool or "?", 80), kind=code_span(kind, 40),
+        approval=code_span(approval, 40))
+    text = texts.DEAD_DELIVERY.format(
+        what=what, error=clip(str(payload.get("error") or "?"), 500),
+        attempts=int(payload.get("attempts") or 0), waits=int(payload.get("waits") or 0),
+        retry=texts.DEAD_RETRY.format(id=int(payload["outbox_id"])))
+    if open_request and kind == CARD_POST:
+        text += texts.DEAD_DECIDE_HERE.format(approval=code_span(approval, 40))
+    return safe_cut(text, DEAD_REPORT_MAX)

@@ -285,3 +285,19 @@ REPLY_ERROR = ":warning: Something went wrong recording that; nothing was change
 AUDIT_HEAD = (":lock: Audit log head, {date}: `{head}`\nKeep this message: "
               "`approvald audit verify --expect {head}` proves later that no entry up to it "
               "was changed, and none after it cut off.")
+
+
+# -- a delivery that was given up (posted to the ops channel, in the run's thread if any) -----
+DEAD_CARD_POST = ("The approval card for `{tool}` (request `{approval}`) was never posted, so "
+                  "nobody has been asked to decide it")
+DEAD_CARD_UPDATE = ("The card for `{tool}` (request `{approval}`) could not be updated, so it "
+                    "may not show the request as it now stands")
+DEAD_REMINDER = "A reminder about `{tool}` (request `{approval}`) could not be posted"
+DEAD_NOTICE = "The notice that `{tool}` ran could not be posted"
+DEAD_AUDIT_HEAD = "The audit log head could not be posted to the audit channel"
+DEAD_OTHER = "A `{kind}` message could not be delivered"
+DEAD_DELIVERY = (":rotating_light: *Delivery given up.* {what}.\n"
+                 "Last error: {error} ({attempts} attempt(s), {waits} wait(s)).\n{retry}")
+DEAD_RETRY = "Once the cause is fixed, re-drive it with `approvald outbox retry {id}`."
+DEAD_DECIDE_HERE = ("\nThe request is still open; it can also be decided from a terminal: "
+                    "`approvald approvals approve|deny {approval} --as YOUR_SLACK_USER_ID`.")

@@ -1,10 +1,20 @@
-"""Draining the outbox: deliver each row once, in order per group, retrying with backoff.
+"""Draining the outbox: deliver each row once, in order per group, until its time is up.
 
 Rows were committed with the state they describe, so nothing is delivered about a thing
 the database does not hold, and a crash between commit and delivery loses nothing: the
-row is still pending and the next drain (in any process) delivers it. A delivery that
-fails is retried with backoff (or after the ``Retry-After`` the far side asked for);
-later rows of the same group wait, so a card is never updated before it is posted.
+row is still pending and the next drain (in any process) delivers it. Later rows of a
+group wait for its head, so a card is never updated before it is posted.
+
+Waiting is not failing. When the far side says "not now, try in N seconds" (Slack's
+``Retry-After``), the row waits exactly that long and the wait is counted apart from
+failures (``waits``). Other failures (5xx, the network, a revoked token) back off
+exponentially with jitter, up to a cap. A row gives up by time, never by count: once its
+``give_up_at`` has passed (see :func:`give_up_time`; for an approval card, no later than
+the request's expiry), a row that still cannot be delivered is parked as ``dead``, as is
+one the far side can never accept (:class:`Undeliverable`). A dead row is logged and
+reported through the outbox itself (a :data:`DEAD_REPORT` row written in the transaction
+that parks it), so ops learns what is missing and how to re-drive it
+(``approvald outbox retry ID``).
 """
 
 from __future__ import annotations
@@ -14,23 +24,33 @@ import logging
 import random
 import time
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 from runtime.canonical import compact_json
 from runtime.errors import ApprovaldError
 from runtime.failpoints import failpoint
+from runtime.gate import CARD_POST, CARD_UPDATE, REMINDER
 from runtime.periodic import repeat
 from store.records import OutboxRecord
 
 if TYPE_CHECKING:
     from runtime.engine import Engine
+    from store.repos import Tx
 
 log = logging.getLogger("approvald.outbox")
 
+DEAD_REPORT = "delivery.dead"  # outbox kind: tell ops that another row could not be delivered
+WINDOW = timedelta(hours=24)  # how long a row that is not about a live request keeps trying
+APPROVAL_KINDS = frozenset({CARD_POST, CARD_UPDATE, REMINDER})
+
 
 class RetryLater(ApprovaldError):
-    """The far side is busy or down; try this row again after ``after`` seconds (if given)."""
+    """The row could not be delivered now; try again later.
+
+    With ``after`` the far side said when (a rate limit's ``Retry-After``): that is a wait,
+    not a failure, and the row tries again exactly then. Without it the row backs off.
+    """
 
     def __init__(self, message: str, *, after: float | None = None) -> None:
         super().__init__(message)
@@ -51,13 +71,47 @@ class Deliverer(Protocol):
 class DrainConfig:
     batch: int = 50
     claim_ttl: timedelta = timedelta(seconds=60)
-    max_attempts: int = 25
-    backoff: float = 1.0
+    window: timedelta = WINDOW  # the give-up window of rows not bound to a request's expiry
+    backoff: float = 1.0  # seconds before the first retry after a failure; doubles each time
     max_backoff: float = 300.0
     stale_check: float = 5.0  # seconds between looks for dead claimers
     gather: float = 0.02  # after a wake, let a burst of rows pile up, then send as a batch
     patience: float = 0.2  # how long a batch defers to decided runs on their way to a tool
     busy_batch: int = 10  # rows per batch while decided runs are still pressing
+
+
+def give_up_time(row: OutboxRecord, expires_at: datetime | None,
+                 window: timedelta = WINDOW) -> datetime:
+    """When to stop trying to deliver ``row``; ``expires_at`` is its request's expiry
+    (for the approval kinds; None when there is no such request).
+
+    A deadline stored on the row wins. A card post or a reminder is pointless once its
+    request has expired, so it gives up then. A card update draws the request as it
+    stands, so it keeps trying while the request is live and for at least ``window``
+    after it was queued (a decision or an expiry should still reach the card). Anything
+    else (notices, audit heads, dead-delivery reports, rows written before deadlines
+    existed) gives up ``window`` after it was queued.
+    """
+    if row.give_up_at is not None:
+        return row.give_up_at
+    default = row.created_at + window
+    if expires_at is None:
+        return default
+    if row.kind in (CARD_POST, REMINDER):
+        return expires_at
+    if row.kind == CARD_UPDATE:
+        return max(expires_at, default)
+    return default
+
+
+async def deadline(tx: Tx, row: OutboxRecord, window: timedelta = WINDOW) -> datetime:
+    """:func:`give_up_time`, reading the request's expiry when the row is about one."""
+    expires_at = None
+    if row.give_up_at is None and row.kind in APPROVAL_KINDS:
+        approval_id = row.payload_value().get("approval_id")
+        a = await tx.approvals.get(str(approval_id)) if approval_id else None
+        expires_at = a.expires_at if a is not None else None
+    return give_up_time(row, expires_at, window)
 
 
 class OutboxDrain:
@@ -117,35 +171,92 @@ class OutboxDrain:
 
     async def _one(self, row: OutboxRecord) -> tuple[bool, str | None]:
         """Deliver one claimed row: (delivered, result JSON); failures are recorded here."""
-        attempts = row.attempts + 1
         try:
             result = await self.deliverer.deliver(row)
         except RetryLater as exc:
-            await self._failed(row, attempts, str(exc), exc.after)
+            await self._failed(row, str(exc), after=exc.after)
             return False, None
         except Undeliverable as exc:
-            log.error("outbox %d (%s) is undeliverable: %s", row.id, row.kind, exc)
-            await self._failed(row, attempts, str(exc), None, dead=True)
+            await self._failed(row, str(exc), undeliverable=True)
             return False, None
         except Exception as exc:
-            log.warning("outbox %d (%s) failed: %s: %s", row.id, row.kind,
-                        type(exc).__name__, exc)
-            await self._failed(row, attempts, f"{type(exc).__name__}: {exc}", None)
+            await self._failed(row, f"{type(exc).__name__}: {exc}")
             return False, None
         return True, None if result is None else compact_json(result)
 
-    async def _failed(self, row: OutboxRecord, attempts: int, error: str, after: float | None,
-                      *, dead: bool = False) -> None:
-        if after is None:
-            after = min(self.config.max_backoff, self.config.backoff * 2 ** (attempts - 1))
-            after *= 0.8 + 0.4 * random.random()  # spread replicas' retries apart
-        dead = dead or attempts >= self.config.max_attempts
-        async with self.e.db.write() as tx:
-            await tx.outbox.failed(row.id, owner=self.e.owner, error=error,
-                                   retry_at=self.e.clock.now() + timedelta(seconds=after),
-                                   dead=dead)
+    def _backoff(self, row: OutboxRecord) -> float:
+        """Seconds to the next try after a failure: doubling per failure (waits do not
+        count), jittered so replicas spread apart, never above the cap."""
+        failures = max(1, row.attempts + 1 - row.waits)  # row.attempts is from before the claim
+        delay = self.config.backoff * 2.0 ** min(failures - 1, 32)
+        return float(min(self.config.max_backoff, delay * (0.8 + 0.4 * random.random())))
+
+    async def _failed(self, row: OutboxRecord, error: str, *, after: float | None = None,
+                      undeliverable: bool = False) -> None:
+        """Record a try that did not deliver: wait, back off, or (past its deadline, or
+        never deliverable) park the row as dead and queue a report about it, atomically."""
+        e, config = self.e, self.config
+        waited = after is not None and not undeliverable
+        async with e.db.write() as tx:
+            now = e.clock.now()
+            give_up = await deadline(tx, row, config.window)
+            dead = undeliverable or now >= give_up
+            if dead:
+                retry_at = now
+            elif waited:
+                retry_at = now + timedelta(seconds=max(0.0, after or 0.0))
+            else:  # the last try falls on the deadline, so giving up is not late
+                retry_at = min(now + timedelta(seconds=self._backoff(row)), give_up)
+            if not await tx.outbox.failed(row.id, owner=e.owner, error=error,
+                                          retry_at=retry_at, give_up_at=give_up, dead=dead,
+                                          waited=waited):
+                return  # another worker took the row over; its try is the one that counts
+            if dead and row.kind != DEAD_REPORT:  # a report that dies is only logged
+                await tx.outbox.add(kind=DEAD_REPORT, group_key=f"{DEAD_REPORT}:{row.id}",
+                                    payload=compact_json(self._report(row, error, waited)),
+                                    now=now, give_up_at=now + config.window)
+        attempts, waits = row.attempts + 1, row.waits + waited
+        if dead:
+            log.error("outbox %d (%s%s) is dead after %d attempt(s) and %d wait(s)%s: %s; "
+                      "re-drive it with `approvald outbox retry %d`", row.id, row.kind,
+                      _subject(row), attempts, waits,
+                      "" if undeliverable else f", gave up at {give_up.isoformat()}", error,
+                      row.id)
+            if row.kind != DEAD_REPORT:
+                self.wake()
+        elif waited:
+            # the first wait says Slack is pushing back; the rest would only be noise
+            log.log(logging.INFO if row.waits == 0 else logging.DEBUG,
+                    "outbox %d (%s) waits %.0f s as asked: %s", row.id, row.kind, after, error)
+        else:
+            log.warning("outbox %d (%s) failed (attempt %d), next try %s, gives up at %s: %s",
+                        row.id, row.kind, attempts, retry_at.isoformat(),
+                        give_up.isoformat(), error)
+
+    @staticmethod
+    def _report(row: OutboxRecord, error: str, waited: bool) -> dict[str, Any]:
+        payload = row.payload_value()
+        report: dict[str, Any] = {"outbox_id": row.id, "kind": row.kind,
+                                  "attempts": row.attempts + 1, "waits": row.waits + waited,
+                                  "error": error[:500]}
+        for key in ("approval_id", "run_id"):
+            if isinstance(payload.get(key), str):
+                report[key] = payload[key]
+        return report
 
     async def run(self, stop: asyncio.Event, *, interval: float = 1.0) -> None:
         """Drain until ``stop`` is set: at every wake-up, and every ``interval`` seconds."""
         await repeat(self.drain_once, stop=stop, every=interval, what="outbox drain",
                      wake=self._wake, settle=self.config.gather)
+
+
+def _subject(row: OutboxRecord) -> str:
+    """", approval X" / ", run X": what a row is about, for log lines."""
+    try:
+        payload = row.payload_value()
+    except ValueError:
+        return ""
+    for key in ("approval_id", "run_id", "outbox_id"):
+        if key in payload:
+            return f", {key.removesuffix('_id')} {payload[key]}"
+    return ""

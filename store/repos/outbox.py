@@ -1,4 +1,9 @@
-"""The outbox: rows written with the state they describe, delivered in order per group."""
+"""The outbox: rows written with the state they describe, delivered in order per group.
+
+A row is ``pending`` until delivered (``delivered``) or given up (``dead``). Giving up is
+by time (``give_up_at``), never by count: ``attempts`` counts claims, ``waits`` counts
+the tries the far side answered with "not now" (a rate limit), which are not failures.
+"""
 
 from __future__ import annotations
 
@@ -50,19 +55,24 @@ class OutboxRepo(Repo):
                                             Outbox.claimed_by.is_not(None)).distinct())
         return [str(r[0]) for r in rows]
 
-    async def add(self, *, kind: str, group_key: str, payload: str, now: datetime) -> None:
+    async def add(self, *, kind: str, group_key: str, payload: str, now: datetime,
+                  give_up_at: datetime | None = None) -> None:
+        """Queue one row. Without ``give_up_at`` the drain works the deadline out from
+        the row's kind the first time a delivery fails (see ``runtime.outbox``)."""
         await self.conn.execute(
             _INSERT,
             {"kind": kind, "group_key": group_key, "payload": payload, "status": "pending",
-             "attempts": 0, "not_before": now, "created_at": now},
+             "attempts": 0, "not_before": now, "created_at": now, "give_up_at": give_up_at},
         )
 
-    async def add_many(self, rows: list[tuple[str, str, str]], *, now: datetime) -> None:
+    async def add_many(self, rows: list[tuple[str, str, str]], *, now: datetime,
+                       give_up_at: datetime | None = None) -> None:
         """Insert ``(kind, group_key, payload)`` rows in one statement."""
         if rows:
             await self.conn.execute(_T.insert(), [
                 {"kind": k, "group_key": g, "payload": p, "status": "pending", "attempts": 0,
-                 "not_before": now, "created_at": now} for k, g, p in rows])
+                 "not_before": now, "created_at": now, "give_up_at": give_up_at}
+                for k, g, p in rows])
 
     async def get(self, outbox_id: int) -> OutboxRecord | None:
         row = (await self.conn.execute(select(_T).where(Outbox.id == outbox_id))).first()
@@ -76,6 +86,15 @@ class OutboxRepo(Repo):
         if kind:
             stmt = stmt.where(Outbox.kind == kind)
         return [OutboxRecord(**r._mapping) for r in await self.conn.execute(stmt)]
+
+    async def newest(self, *, statuses: Sequence[str] = (), limit: int = 50
+                     ) -> list[OutboxRecord]:
+        """The newest ``limit`` rows (of ``statuses``, if given), oldest first."""
+        stmt = select(_T).order_by(Outbox.id.desc()).limit(limit)
+        if statuses:
+            stmt = stmt.where(Outbox.status.in_(list(statuses)))
+        rows = [OutboxRecord(**r._mapping) for r in await self.conn.execute(stmt)]
+        return rows[::-1]
 
     async def latest(self, kind: str) -> OutboxRecord | None:
         """The newest row of ``kind``, whatever its status."""
@@ -122,11 +141,35 @@ class OutboxRepo(Repo):
                 [{"oid": oid, "res": res} for oid, res in results])
 
     async def failed(self, outbox_id: int, *, owner: str, error: str, retry_at: datetime,
-                     dead: bool) -> None:
-        await self.conn.execute(
+                     give_up_at: datetime, dead: bool, waited: bool = False) -> bool:
+        """Record a try that did not deliver (only if this owner still claims the row):
+        try again at ``retry_at``, or park the row as dead. ``waited``: the far side asked
+        us to wait, which is counted apart from failures. Returns whether it was recorded."""
+        values: dict[str, Any] = {"status": "dead" if dead else "pending",
+                                  "last_error": error[:2000], "not_before": retry_at,
+                                  "claimed_until": None, "give_up_at": give_up_at}
+        if waited:
+            values["waits"] = Outbox.waits + 1
+        rows = await self.conn.execute(
             update(_T).where(Outbox.id == outbox_id, Outbox.claimed_by == owner,
                              Outbox.status == "pending")
-            .values(status="dead" if dead else "pending", last_error=error[:2000],
-                    not_before=retry_at, claimed_until=None)
-        )
+            .values(values).returning(Outbox.id))
+        return rows.first() is not None
+
+    async def redrive(self, ids: Sequence[int] | None, *, now: datetime,
+                      give_up_at: datetime) -> list[OutboxRecord]:
+        """Put rows back to work now, with a new deadline: the dead ones among ``ids``
+        and the pending ones (their next try moves to now), or with ``ids=None`` every
+        dead row. Delivered rows are never touched. Returns the rows as they now stand."""
+        if ids is None:
+            which = Outbox.status == "dead"
+        elif not ids:
+            return []
+        else:
+            which = Outbox.id.in_(list(ids)) & Outbox.status.in_(("dead", "pending"))
+        rows = await self.conn.execute(
+            update(_T).where(which)
+            .values(status="pending", not_before=now, give_up_at=give_up_at)
+            .returning(*_T.c))
+        return sorted((OutboxRecord(**r._mapping) for r in rows), key=lambda r: r.id)
 
