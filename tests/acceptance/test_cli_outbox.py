@@ -1,0 +1,131 @@
+"""``approvald outbox list`` and ``approvald outbox retry``, run as an operator runs them.
+
+The rows are made by the real ``approvald run`` command and by an outbox drain in this
+process (its deliverer stands in for a Slack that refuses the card); the commands then
+look at and re-drive them in subprocesses, against the same database (both dialects).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runtime.clock import ManualClock
+from runtime.outbox import DrainConfig, OutboxDrain, Undeliverable
+from store.records import OutboxRecord
+from tests.helpers import START, Cli, make_cli
+
+
+@pytest.fixture
+def cli(db_url: str, tmp_path: Path) -> Cli:
+    return make_cli(db_url, tmp_path)
+
+
+class Slack:
+    """Refuses every delivery while ``broken`` (the bot is not in the channel)."""
+
+    def __init__(self) -> None:
+        self.broken = True
+        self.delivered: list[tuple[int, str]] = []
+
+    async def deliver(self, row: OutboxRecord) -> dict[str, Any] | None:
+        if self.broken:
+            raise Undeliverable("Slack said channel_not_found")
+        self.delivered.append((row.id, row.kind))
+        return {"ok": True}
+
+
+def start_refund(cli: Cli, order: str = "A-1001") -> str:
+    done = cli("run", "demo-refund", "--task", f"Refund order {order}, double charged",
+               "--requested-by", "U_DANA")
+    assert done.returncode == 0, done.stderr
+    [pending] = [p for p in cli.json("approvals", "list", "--json") if order in str(p["args"])]
+    return str(pending["id"])
+
+
+async def test_list_dead_rows_and_retry_one_delivers_it_exactly_once(
+        cli: Cli, make_engine, clock: ManualClock) -> None:
+    approval_id = start_refund(cli)
+    listed = cli.ok("outbox", "list")
+    assert "pending" in listed and "approval.requested" in listed
+    assert f"approval {approval_id}" in listed and "next try" in listed
+    assert "gives up 2026-06-01 09:30:00" in listed  # the card gives up when the request expires
+    assert cli.ok("outbox", "list", "--dead") == "no dead outbox rows\n"
+
+    clock.set(START)
+    engine = make_engine()
+    slack = Slack()
+    drain = OutboxDrain(engine, slack, DrainConfig(patience=0))
+    await drain.drain_once()
+    await drain.drain_once()  # the report about the dead card is refused as well
+
+    dead = cli.ok("outbox", "list", "--dead")
+    lines = dead.splitlines()
+    assert len(lines) == 2 and all(" dead " in x for x in lines)
+    assert "approval.requested" in lines[0] and f"approval {approval_id}" in lines[0]
+    assert "last error: Slack said channel_not_found" in lines[0]
+    assert "delivery.dead" in lines[1]
+    docs = cli.json("outbox", "list", "--dead", "--json")
+    card = docs[0]
+    assert {k: card[k] for k in ("kind", "status", "attempts", "waits", "last_error")} == {
+        "kind": "approval.requested", "status": "dead", "attempts": 1, "waits": 0,
+        "last_error": "Slack said channel_not_found"}
+    assert card["payload"] == {"approval_id": approval_id}
+    assert card["died_at"] == START.isoformat() and card["next_try_at"] is None
+    assert docs[1]["payload"]["outbox_id"] == card["id"]
+    assert len(cli.json("outbox", "list", "--dead", "--json", "--limit", "1")) == 1
+
+    slack.broken = False  # the bot was invited to the channel
+    out = cli.ok("outbox", "retry", str(card["id"]))
+    assert out == (f"outbox {card['id']} (approval.requested, approval {approval_id}): "
+                   "dead -> pending, next try now, gives up 2026-06-02 09:00:00\n")
+    [again] = [d for d in cli.json("outbox", "list", "--json") if d["id"] == card["id"]]
+    assert again["status"] == "pending" and again["next_try_at"] == START.isoformat()
+    assert again["last_error"] == "Slack said channel_not_found"  # kept until delivered
+    assert await drain.drain_once() == 1
+    assert await drain.drain_once() == 0
+    assert slack.delivered == [(card["id"], "approval.requested")]  # exactly once
+    [done] = cli.json("outbox", "list", "--all", "--json", "--limit", "2")[:1]
+    assert done["status"] == "delivered" and done["last_error"] is None
+    assert f"{card['id']}" in cli.ok("outbox", "list", "--all")
+
+    refused = cli("outbox", "retry", str(card["id"]))
+    assert refused.returncode == 2 and "was delivered" in refused.stderr
+    assert refused.stdout == ""
+
+
+async def test_retry_all_redrives_every_dead_row(cli: Cli, make_engine,
+                                                 clock: ManualClock) -> None:
+    first, second = start_refund(cli, "A-1001"), start_refund(cli, "A-1002")
+    clock.set(START)
+    engine = make_engine()
+    slack = Slack()
+    drain = OutboxDrain(engine, slack, DrainConfig(patience=0))
+    for _ in range(3):
+        await drain.drain_once()
+    assert len(cli.json("outbox", "list", "--dead", "--json")) == 4  # 2 cards, 2 reports
+    slack.broken = False
+    out = cli.ok("outbox", "retry", "--all").splitlines()
+    assert len(out) == 4 and all("dead -> pending" in x for x in out)
+    assert f"approval {first}" in out[0] and f"approval {second}" in out[1]
+    assert cli.ok("outbox", "retry", "--all") == "no dead outbox rows\n"
+    for _ in range(3):
+        await drain.drain_once()
+    assert sorted(k for _, k in slack.delivered) == ["approval.requested"] * 2 + \
+        ["delivery.dead"] * 2
+    assert cli.ok("outbox", "list") == "nothing waiting in the outbox\n"
+
+
+@pytest.mark.parametrize("args, says", [
+    (("outbox", "retry"), "give one outbox ID or --all"),
+    (("outbox", "retry", "7", "--all"), "give one outbox ID or --all"),
+    (("outbox", "retry", "999"), "no outbox row 999"),
+    (("outbox", "retry", "seven"), "invalid int value"),
+])
+def test_retry_mistakes_are_one_line_and_exit_2(sqlite_url: str, tmp_path: Path,
+                                                args: tuple[str, ...], says: str) -> None:
+    done = make_cli(sqlite_url, tmp_path)(*args)
+    assert done.returncode == 2 and says in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
