@@ -411,7 +411,7 @@ async def cmd_outbox_list(s: Settings, a: argparse.Namespace) -> int:
 
 
 async def cmd_outbox_retry(s: Settings, a: argparse.Namespace) -> int:
-    from runtime.outbox import WINDOW
+    from runtime.outbox import WINDOW, deadline
 
     if (a.id is None) == (not a.all):
         raise UsageError("approvald outbox retry: give one outbox ID or --all")
@@ -429,14 +429,16 @@ async def cmd_outbox_retry(s: Settings, a: argparse.Namespace) -> int:
                                      f"{_when(before.delivered_at)}; nothing to retry")
             rows = await tx.outbox.redrive(None if a.all else [a.id], now=now,
                                            give_up_at=now + WINDOW)
+            give_up = {r.id: await deadline(tx, r) for r in rows}
         if before is not None and not rows:  # delivered between the look and the change
             raise UsageError(f"outbox {a.id} is no longer waiting; nothing to retry")
         if not rows:
             print("no dead outbox rows")
         for r in rows:
             was = before.status if before is not None else "dead"
-            print(f"outbox {r.id} ({r.kind}, {_outbox_about(r.payload_value())}): {was} -> "
-                  f"pending, next try now, gives up {_when(r.give_up_at)}")
+            change = "dead -> pending" if was == "dead" else "pending"
+            print(f"outbox {r.id} ({r.kind}, {_outbox_about(r.payload_value())}): {change}, "
+                  f"next try now, gives up {_when(give_up[r.id])}")
         return 0
     return await with_engine(s, go)
 
@@ -538,19 +540,26 @@ def build_parser() -> argparse.ArgumentParser:
     ob = sub.add_parser("outbox", help="see and re-drive deliveries to Slack").add_subparsers(
         dest="sub", required=True)
     ol = ob.add_parser("list", help="rows not yet delivered (pending and dead), newest last")
-    ol.add_argument("--dead", action="store_true", help="only rows that were given up")
-    ol.add_argument("--all", action="store_true", help="every status, delivered too")
+    which = ol.add_mutually_exclusive_group()
+    which.add_argument("--dead", action="store_true", help="only rows that were given up")
+    which.add_argument("--all", action="store_true", help="every status, delivered too")
     ol.add_argument("--limit", type=int, default=50)
     ol.add_argument("--json", action="store_true")
     ol.set_defaults(fn=cmd_outbox_list)
-    orr = ob.add_parser("retry", help="deliver a dead (or waiting) row again, now, with a "
-                        "fresh give-up window")
+    orr = ob.add_parser("retry", help="put a dead row back to work now, with a fresh "
+                        "give-up window (a waiting row: try it now)")
     orr.add_argument("id", nargs="?", type=int)
     orr.add_argument("--all", action="store_true", help="every dead row")
     orr.set_defaults(fn=cmd_outbox_retry)
 
-    sub.add_parser("serve", help="run the service: Slack app, scheduler, worker, outbox").\
-        set_defaults(fn=cmd_serve)
+    sub.add_parser(
+        "serve", help="run the service: Slack app, scheduler, worker, outbox",
+        description="Run the scheduler, the resume worker and the outbox drain, then the Slack "
+        "face (it connects in the background while Slack is unreachable). SIGTERM or SIGINT "
+        "stops it: in-flight runs get APPROVALD_SHUTDOWN_GRACE seconds to reach a step "
+        "boundary, then what is left is cut off (exit 0); a second signal exits at once "
+        "(130 after SIGINT, 143 after SIGTERM). Exit 2: a missing setting, or a token Slack "
+        "refuses.").set_defaults(fn=cmd_serve)
     sb = sub.add_parser("sandbox", help="run the local Slack Web API emulator")
     sb.add_argument("--host", default="127.0.0.1")
     sb.add_argument("--port", type=int, default=8900)

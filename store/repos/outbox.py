@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, or_, select, update
+from sqlalchemy import Table, bindparam, case, or_, select, update
 from sqlalchemy.orm import aliased
 
 from store.models import Outbox
@@ -158,9 +158,10 @@ class OutboxRepo(Repo):
 
     async def redrive(self, ids: Sequence[int] | None, *, now: datetime,
                       give_up_at: datetime) -> list[OutboxRecord]:
-        """Put rows back to work now, with a new deadline: the dead ones among ``ids``
-        and the pending ones (their next try moves to now), or with ``ids=None`` every
-        dead row. Delivered rows are never touched. Returns the rows as they now stand."""
+        """Put rows back to work now: the dead ones among ``ids`` with the new deadline
+        ``give_up_at``, the pending ones keeping theirs (only their next try moves to now);
+        with ``ids=None`` every dead row. Delivered rows are never touched. Returns the rows
+        as they now stand."""
         if ids is None:
             which = Outbox.status == "dead"
         elif not ids:
@@ -169,7 +170,9 @@ class OutboxRepo(Repo):
             which = Outbox.id.in_(list(ids)) & Outbox.status.in_(("dead", "pending"))
         rows = await self.conn.execute(
             update(_T).where(which)
-            .values(status="pending", not_before=now, give_up_at=give_up_at)
+            .values(status="pending", not_before=now,
+                    give_up_at=case((Outbox.status == "dead", give_up_at),
+                                    else_=Outbox.give_up_at))
             .returning(*_T.c))
         return sorted((OutboxRecord(**r._mapping) for r in rows), key=lambda r: r.id)
 

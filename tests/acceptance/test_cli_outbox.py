@@ -7,6 +7,7 @@ look at and re-drive them in subprocesses, against the same database (both diale
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +112,13 @@ async def test_retry_all_redrives_every_dead_row(cli: Cli, make_engine,
     assert len(out) == 4 and all("dead -> pending" in x for x in out)
     assert f"approval {first}" in out[0] and f"approval {second}" in out[1]
     assert cli.ok("outbox", "retry", "--all") == "no dead outbox rows\n"
+    waiting = cli.json("outbox", "list", "--json")[0]
+    cli.advance_time(timedelta(minutes=5))
+    assert cli.ok("outbox", "retry", str(waiting["id"])).endswith(  # a nudge keeps the deadline
+        "): pending, next try now, gives up 2026-06-02 09:00:00\n")
+    [nudged] = [d for d in cli.json("outbox", "list", "--json") if d["id"] == waiting["id"]]
+    assert nudged["next_try_at"] == (START + timedelta(minutes=5)).isoformat()
+    clock.advance(timedelta(minutes=5))
     for _ in range(3):
         await drain.drain_once()
     assert sorted(k for _, k in slack.delivered) == ["approval.requested"] * 2 + \
@@ -123,6 +131,7 @@ async def test_retry_all_redrives_every_dead_row(cli: Cli, make_engine,
     (("outbox", "retry", "7", "--all"), "give one outbox ID or --all"),
     (("outbox", "retry", "999"), "no outbox row 999"),
     (("outbox", "retry", "seven"), "invalid int value"),
+    (("outbox", "list", "--dead", "--all"), "not allowed with argument"),
 ])
 def test_retry_mistakes_are_one_line_and_exit_2(sqlite_url: str, tmp_path: Path,
                                                 args: tuple[str, ...], says: str) -> None:

@@ -246,6 +246,12 @@ async def test_redrive_revives_dead_rows_and_leaves_delivered_ones(make_engine,
     async with engine.db.write() as tx:  # --all: only dead rows (the report)
         again = await tx.outbox.redrive(None, now=clock.now(), give_up_at=clock.now())
     assert [x.kind for x in again] == [DEAD_REPORT]
+    clock.advance(timedelta(minutes=1))
+    async with engine.db.write() as tx:  # a waiting row: only its next try moves
+        [nudged] = await tx.outbox.redrive([dead_id], now=clock.now(),
+                                           give_up_at=clock.now() + timedelta(days=9))
+    assert (nudged.not_before, nudged.give_up_at) == (clock.now(),
+                                                      r.give_up_at)
 
 
 def _slack_error(status: int, body: dict[str, Any],
