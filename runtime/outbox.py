@@ -81,16 +81,18 @@ class DrainConfig:
 
 
 def give_up_time(row: OutboxRecord, expires_at: datetime | None,
-                 window: timedelta = WINDOW) -> datetime:
+                 window: timedelta = WINDOW, *, decided: bool = False) -> datetime:
     """When to stop trying to deliver ``row``; ``expires_at`` is its request's expiry
-    (for the approval kinds; None when there is no such request).
+    (for the approval kinds; None when there is no such request), ``decided`` whether
+    that request is closed (decided, expired, cancelled) by now.
 
     A deadline stored on the row wins. A card post or a reminder is pointless once its
     request has expired, so it gives up then. A card update draws the request as it
-    stands, so it keeps trying while the request is live and for at least ``window``
-    after it was queued (a decision or an expiry should still reach the card). Anything
-    else (notices, audit heads, dead-delivery reports, rows written before deadlines
-    existed) gives up ``window`` after it was queued.
+    stands: for an open request it keeps trying until the request expires, and at least
+    ``window`` after it was queued; for a closed one (a decision or an expiry should
+    still reach the card) ``window`` after it was queued. Anything else (notices, audit
+    heads, dead-delivery reports, rows written before deadlines existed) gives up
+    ``window`` after it was queued.
     """
     if row.give_up_at is not None:
         return row.give_up_at
@@ -99,19 +101,19 @@ def give_up_time(row: OutboxRecord, expires_at: datetime | None,
         return default
     if row.kind in (CARD_POST, REMINDER):
         return expires_at
-    if row.kind == CARD_UPDATE:
+    if row.kind == CARD_UPDATE and not decided:
         return max(expires_at, default)
     return default
 
 
 async def deadline(tx: Tx, row: OutboxRecord, window: timedelta = WINDOW) -> datetime:
     """:func:`give_up_time`, reading the request's expiry when the row is about one."""
-    expires_at = None
     if row.give_up_at is None and row.kind in APPROVAL_KINDS:
         approval_id = row.payload_value().get("approval_id")
         a = await tx.approvals.get(str(approval_id)) if approval_id else None
-        expires_at = a.expires_at if a is not None else None
-    return give_up_time(row, expires_at, window)
+        if a is not None:
+            return give_up_time(row, a.expires_at, window, decided=a.status != "pending")
+    return give_up_time(row, None, window)
 
 
 class OutboxDrain:

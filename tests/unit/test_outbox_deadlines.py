@@ -201,6 +201,28 @@ async def test_an_approval_card_gives_up_at_the_request_expiry(make_engine, cloc
     assert card.status == "dead" and card.give_up_at == a.expires_at
 
 
+async def test_the_update_of_a_decided_request_keeps_trying_for_a_day(make_engine,
+                                                                      clock) -> None:
+    from runtime.decide import Actor
+
+    engine = make_engine()
+    paused = await engine.run("demo-refund", "Refund order A-1001, double charged",
+                              requested_by="U_DANA")
+    [aid] = paused.approval_ids
+    drain = drain_for(engine, Scripted(
+        lambda r: RetryLater("HTTP 503") if r.kind == "approval.updated" else None))
+    await drain.drain_once()  # the card is posted
+    clock.advance(timedelta(minutes=20))
+    await engine.decide(aid, actor=Actor("U_ALICE", "cli:ops"), verdict="deny",
+                        reason="no")
+    decided_at = clock.now()
+    clock.advance(timedelta(hours=2))  # past the request's expiry: the update still tries
+    await drain.drain_once()
+    [update] = [r for r in await rows(engine) if r.kind == "approval.updated"]
+    assert update.status == "pending"
+    assert update.give_up_at == decided_at + timedelta(hours=24)
+
+
 def test_deadlines_by_kind() -> None:
     from runtime.outbox import give_up_time
 
@@ -216,9 +238,12 @@ def test_deadlines_by_kind() -> None:
     day = t0 + timedelta(hours=24)
     assert give_up_time(rec("approval.requested"), soon) == soon
     assert give_up_time(rec("approval.reminder"), soon) == soon
-    # an update shows a decision or an expiry: at least a day, longer if the request lives on
+    # an update of an open request: while it lives, and at least a day
     assert give_up_time(rec("approval.updated"), soon) == day
     assert give_up_time(rec("approval.updated"), late) == late
+    # of a closed one (the decision or the expiry should reach the card): a day
+    assert give_up_time(rec("approval.updated"), late, decided=True) == day
+    assert give_up_time(rec("approval.requested"), soon, decided=True) == soon
     for kind in ("tool.notice", "audit.head", DEAD_REPORT, "something.else"):
         assert give_up_time(rec(kind), None) == day  # written before deadlines: a day
     assert give_up_time(rec("approval.requested"), None) == day  # its approval is gone
