@@ -6,13 +6,21 @@ anything parses the body: an unauthenticated request gets 401 and is never parse
 authenticated one that does not parse gets 400, neither reaches a listener (bolt checks
 the signature again when it dispatches). Socket Mode (``SLACK_APP_TOKEN``): the app
 dials out over a websocket, no public URL needed. Web API calls go to ``SLACK_API_URL``.
+
+Starting binds the HTTP listener (a local act) and nothing else; :meth:`SlackService.connect`
+then checks the bot token with ``auth.test`` and, in Socket Mode, opens the websocket, in
+the background, retrying with backoff while Slack is unreachable. A token Slack refuses
+outright stops start-up (:class:`SlackRefused`); an unreachable Slack never does.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import hmac
 import logging
+import random
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -22,6 +30,7 @@ from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.request.async_request import AsyncBoltRequest
+from slack_sdk.errors import SlackApiError
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -43,6 +52,43 @@ _SIGNATURE = re.compile(r"v0=[0-9a-f]{64}")
 # What parsing a signed but malformed body can raise, in bolt's parse_body (json, form) or in
 # the context it extracts from the parsed body (a list or a string where a dict belongs)
 _UNPARSEABLE = (ValueError, TypeError, AttributeError, LookupError, RecursionError)
+# Slack's answers that refuse a token outright: no retry can fix them, a person must
+REFUSED = frozenset({"invalid_auth", "not_authed", "token_revoked", "account_inactive",
+                     "token_expired", "not_allowed_token_type"})
+CONNECT_TIMEOUT = 15.0  # one connect attempt (auth.test, then the websocket), at most
+BACKOFF_BASE = 1.0
+BACKOFF_MAX = 30.0
+CLOSE_TIMEOUT = 3.0  # closing the websocket, or the listener's last requests, at most
+
+
+class SlackRefused(ConfigError):
+    """Slack refused a token (``invalid_auth`` and the like): fix it, then restart."""
+
+
+def backoff(failures: int, *, base: float = BACKOFF_BASE, cap: float = BACKOFF_MAX) -> float:
+    """Seconds to wait after ``failures`` failed attempts in a row: doubling from ``base``
+    up to ``cap``, then spread over the upper half so that replicas do not retry in step."""
+    delay = min(cap, base * 2.0 ** min(failures - 1, 30))
+    return delay / 2 + random.random() * delay / 2
+
+
+def _refusal(exc: SlackApiError, variable: str) -> SlackRefused | None:
+    data = exc.response.data if isinstance(exc.response.data, dict) else {}
+    error = data.get("error")
+    if error not in REFUSED:
+        return None
+    return SlackRefused(f"Slack refused {variable} ({error}): set a valid token and restart")
+
+
+def _why(exc: BaseException) -> str:
+    """A failed connect attempt in a few words (no traceback: the cause is elsewhere)."""
+    if isinstance(exc, SlackApiError):
+        data = exc.response.data if isinstance(exc.response.data, dict) else {}
+        error = data.get("error")
+        return f"HTTP {exc.response.status_code}" + (f", {error}" if error else "")
+    if isinstance(exc, TimeoutError):
+        return f"no answer within {CONNECT_TIMEOUT:.0f} s"
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 def check_slack_settings(s: Settings) -> None:
@@ -67,6 +113,25 @@ def _bolt_logger() -> logging.Logger:
     logger = logging.getLogger("approvald.slack.bolt")
     if not any(isinstance(f, _DropTokenNotice) for f in logger.filters):
         logger.addFilter(_DropTokenNotice())
+    return logger
+
+
+class _NoTraceback(logging.Filter):
+    # slack_sdk logs every failed Socket Mode reconnect with a traceback, every few seconds
+    # for as long as Slack is away; the message already names the error, so keep that
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info:
+            record.msg, record.args = record.getMessage(), None
+            record.exc_info = record.exc_text = None
+            if record.levelno > logging.WARNING:
+                record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
+def _socket_logger() -> logging.Logger:
+    logger = logging.getLogger("approvald.slack.socket")
+    if not any(isinstance(f, _NoTraceback) for f in logger.filters):
+        logger.addFilter(_NoTraceback())
     return logger
 
 
@@ -142,6 +207,9 @@ class SlackService:
         self._runner: web.AppRunner | None = None
         self._socket: Any = None
         self.port: int | None = None
+        self.identity: dict[str, Any] | None = None  # auth.test's answer, once it came
+        self.connected = False  # the token checked and, in Socket Mode, the socket open
+        self.tried = asyncio.Event()  # the first connect attempt is over, however it ended
 
     def web_app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_REQUEST_BYTES)
@@ -174,22 +242,27 @@ class SlackService:
             return await to_aiohttp_response(resp)
 
         async def health(_request: web.Request) -> web.StreamResponse:
-            return web.json_response({"ok": True, "mode": self.mode})
+            # the durable parts run whether or not Slack is reachable: this stays ok
+            return web.json_response({"ok": True, "mode": self.mode,
+                                      "slack": "connected" if self.connected else "connecting"})
 
         app.router.add_post("/slack/events", events)
         app.router.add_get("/healthz", health)
         return app
 
     async def start(self) -> None:
+        """Set the face up without talking to Slack: bind the HTTP listener (HTTP mode) or
+        prepare the Socket Mode client. :meth:`connect` does the talking."""
         if self.settings.slack_app_token is not None:
             from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
 
             self._socket = AsyncSocketModeHandler(
                 self.app, self.settings.slack_app_token.get_secret_value(),
-                web_client=self.client)
-            await self._socket.connect_async()
+                logger=_socket_logger(), web_client=self.client)
             return
-        self._runner = web.AppRunner(self.web_app(), access_log=None)
+        # in-flight requests get a few seconds to finish when the listener closes
+        self._runner = web.AppRunner(self.web_app(), access_log=None,
+                                     shutdown_timeout=CLOSE_TIMEOUT)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.settings.host, self.settings.port)
         await site.start()
@@ -197,10 +270,76 @@ class SlackService:
         self.port = sockets[0].getsockname()[1] if sockets else self.settings.port
         self.mode = f"HTTP on port {self.port}"
 
-    async def stop(self) -> None:
-        await self.handlers.drain()
+    async def connect(self, stop: asyncio.Event) -> None:
+        """Check the bot token with ``auth.test``, then (Socket Mode) open the websocket.
+
+        While Slack is unreachable (refused connection, timeout, HTTP 5xx) try again with
+        exponential backoff and jitter, one WARNING line per failure, until connected or
+        ``stop`` is set. Raises :class:`SlackRefused` when Slack refuses a token.
+        """
+        failures = 0
+        while not stop.is_set():
+            try:
+                async with asyncio.timeout(CONNECT_TIMEOUT):
+                    if self.identity is None:
+                        self.identity = await self._check_token()
+                    if self._socket is not None:
+                        await self._open_socket()
+            except SlackRefused:
+                self.tried.set()
+                raise
+            except Exception as exc:  # Slack is away; it comes back, the token stays valid
+                failures += 1
+                delay = backoff(failures)
+                log.warning("cannot reach Slack at %s (%s); trying again in %.1f s",
+                            self.settings.slack_api_url, _why(exc), delay)
+                self.tried.set()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), delay)
+                continue
+            self.connected = True
+            self.tried.set()
+            who = self.identity or {}
+            log.info("connected to Slack as %s in %s (%s)", who.get("user", "?"),
+                     who.get("team", "?"), self.mode)
+            return
+
+    async def _check_token(self) -> dict[str, Any]:
+        try:
+            resp = await self.client.auth_test()
+        except SlackApiError as exc:
+            refused = _refusal(exc, "SLACK_BOT_TOKEN")
+            if refused is not None:
+                raise refused from None
+            raise
+        return dict(resp.data) if isinstance(resp.data, dict) else {}
+
+    async def _open_socket(self) -> None:
+        assert self.settings.slack_app_token is not None
+        client = self._socket.client
+        try:  # what slack_sdk's connect would do first, but failing here, not retrying
+            resp = await self.client.apps_connections_open(
+                app_token=self.settings.slack_app_token.get_secret_value())
+        except SlackApiError as exc:
+            refused = _refusal(exc, "SLACK_APP_TOKEN")
+            if refused is not None:
+                raise refused from None
+            raise
+        client.wss_uri = resp["url"]
+        try:
+            await self._socket.connect_async()
+        except BaseException:
+            client.wss_uri = None  # the next attempt asks for a fresh URL
+            raise
+
+    async def stop(self, *, within: float = 30.0) -> None:
+        """Give work handed off after acks up to ``within`` seconds (then cancel it), and
+        close the websocket or listener and the HTTP session, each in bounded time."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.handlers.drain(), within)
         if self._socket is not None:
-            await self._socket.close_async()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._socket.close_async(), CLOSE_TIMEOUT)
         if self._runner is not None:
             await self._runner.cleanup()
         await self.http.close()

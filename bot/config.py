@@ -56,6 +56,10 @@ class Settings(BaseSettings):
     sweep_interval: float = Field(15.0, gt=0, le=3600,
                                   validation_alias=_env("APPROVALD_SWEEP_INTERVAL"))
     log_level: str = Field("INFO", validation_alias=_env("APPROVALD_LOG_LEVEL"))
+    # how long `serve` lets in-flight runs reach a step boundary after SIGTERM/SIGINT;
+    # a tool call still running then is cut off (the ledger makes it outcome-unknown)
+    shutdown_grace: float = Field(30.0, ge=0, le=3600,
+                                  validation_alias=_env("APPROVALD_SHUTDOWN_GRACE"))
     # testing hook: time read from this file (see runtime.clock.FileClock)
     clock_file: str | None = Field(None, validation_alias=_env("APPROVALD_CLOCK_FILE"))
 

@@ -1,9 +1,17 @@
 """``approvald serve``: the long-running process.
 
 It runs the expiry scheduler, the resume worker and the outbox drain, and (when Slack is
-configured) the Slack app and the run-thread follower. SIGTERM or SIGINT stops it
-cleanly: in-flight runs stop at their next step boundary and release their leases, so
-another process can continue them.
+configured) the Slack app and the run-thread follower. The durable parts start first and
+never wait for Slack: while Slack is unreachable, runs resume, requests expire and the CLI
+can decide; deliveries wait in the outbox, and the Slack face keeps trying to connect in
+the background. A token Slack refuses stops start-up (exit 2).
+
+Stopping: the first SIGTERM or SIGINT stops taking new work and lets in-flight runs reach
+a step boundary for up to ``APPROVALD_SHUTDOWN_GRACE`` seconds; what is left then is
+cancelled (a tool call cut off that way has an intent row and no result: the next process
+treats it as outcome unknown) and the process exits 0. A second signal exits at once, with
+128 + the signal number (130 for SIGINT, 143 for SIGTERM), as does a stop that overruns
+the grace by :data:`HARD_MARGIN` seconds (something that ignores cancellation, say).
 """
 
 from __future__ import annotations
@@ -11,9 +19,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
+import threading
 from datetime import timedelta
+from types import FrameType
+from typing import Any
 
 from bot.config import Settings
 from bot.log_delivery import LogDeliverer
@@ -21,25 +33,31 @@ from bot.wiring import build_engine, open_database
 from runtime import audit
 from runtime.clock import Clock
 from runtime.engine import Engine
+from runtime.errors import ConfigError
 from runtime.outbox import Deliverer, OutboxDrain
 from runtime.scheduler import ExpiryScheduler
 from runtime.worker import ResumeWorker
 from store.db import Database
 
 log = logging.getLogger("approvald.serve")
+AFTER_CANCEL = 3.0  # once the grace is over: how long cancelled work gets to unwind
+# past the grace, the watchdog exits whatever is still running: more than the bounded steps
+# of Service.stop after the grace (unwinding, the socket, the listener) can take together
+HARD_MARGIN = 15.0
 
 
 class Service:
     """Everything ``serve`` runs, startable and stoppable in-process (tests use it too)."""
 
-    def __init__(self, settings: Settings, db: Database, *, clock: Clock | None = None) -> None:
+    def __init__(self, settings: Settings, db: Database, *, clock: Clock | None = None,
+                 stop_event: asyncio.Event | None = None) -> None:
         self.settings = settings
         self.db = db
         self.engine: Engine = build_engine(settings, db)
         if clock is not None:
             self.engine.clock = clock
             self.engine.ledger.clock = clock
-        self.stop_event = asyncio.Event()
+        self.stop_event = stop_event or asyncio.Event()
         self.slack = None
         deliverer: Deliverer
         if settings.slack_configured:
@@ -55,28 +73,59 @@ class Service:
             self.engine, sweep_interval=timedelta(seconds=settings.sweep_interval))
         self.engine.on_outbox(self.drain.wake)
         self._tasks: list[asyncio.Task[None]] = []
+        self._connector: asyncio.Task[None] | None = None
         self.pending_scheduled = 0
+        self.fatal: ConfigError | None = None  # why the service stopped itself
 
     async def start(self, *, background: bool = True) -> None:
-        """Start the Slack face and scheduler; with ``background``, the worker, outbox
-        drain and thread follower too (tests may drive those by hand instead)."""
-        if self.slack is not None:
-            await self.slack.start()
-        else:
-            log.warning("no Slack settings: approval requests are logged; decide with "
-                        "`approvald approvals approve|deny|edit`")
+        """Start the durable parts, then the Slack face.
+
+        First the scheduler and (with ``background``) the resume worker and the outbox
+        drain, so runs resume and requests expire whatever Slack is doing (tests may drive
+        the worker and the drain by hand instead); then the Slack face, which binds its
+        listener and connects in the background. Returns once the first connect attempt is
+        over: connected, refused (:attr:`fatal` is set and so is the stop event), or
+        failed, in which case connecting goes on in the background.
+        """
         self.pending_scheduled = await self.scheduler.start()
         if self.slack is not None and self.settings.audit_channel:
             self.scheduler.every("audit-head", self.post_audit_head,
                                  self.settings.audit_head_interval)
-        if not background:
-            return
         stop = self.stop_event
-        self._tasks = [asyncio.create_task(self.worker.run(stop), name="worker"),
-                       asyncio.create_task(self.drain.run(stop), name="outbox")]
-        if self.slack is not None:
+        if background:
+            self._tasks = [asyncio.create_task(self.worker.run(stop), name="worker"),
+                           asyncio.create_task(self.drain.run(stop), name="outbox")]
+        if self.slack is None:
+            log.warning("no Slack settings: approval requests are logged; decide with "
+                        "`approvald approvals approve|deny|edit`")
+            return
+        await self.slack.start()
+        self._connector = asyncio.create_task(self._connect(), name="slack-connect")
+        await self._first_attempt()
+        if background and not stop.is_set():
             self._tasks.append(asyncio.create_task(self.slack.threads.run(stop),
                                                    name="threads"))
+
+    async def _connect(self) -> None:
+        assert self.slack is not None
+        from bot.app import SlackRefused
+
+        try:
+            await self.slack.connect(self.stop_event)
+        except SlackRefused as exc:
+            self.fatal = exc
+            self.stop_event.set()
+
+    async def _first_attempt(self) -> None:
+        assert self.slack is not None
+        waits = [asyncio.ensure_future(self.slack.tried.wait()),
+                 asyncio.ensure_future(self.stop_event.wait())]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+            await asyncio.gather(*waits, return_exceptions=True)
 
     async def post_audit_head(self) -> None:
         """Queue the audit chain's head for the audit channel: a witness outside the
@@ -84,40 +133,126 @@ class Service:
         if await audit.queue_head(self.db, now=self.engine.clock.now()):
             self.engine.notify_outbox()
 
-    async def stop(self) -> None:
+    async def stop(self, *, grace: float | None = None) -> None:
+        """Stop taking new work; give in-flight runs up to ``grace`` seconds (default
+        ``APPROVALD_SHUTDOWN_GRACE``) to reach a step boundary, then cancel what is left."""
+        grace = self.settings.shutdown_grace if grace is None else grace
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
         self.stop_event.set()
         self.scheduler.shutdown()
+        if self._connector is not None:  # connecting is not work in flight: stop it now
+            self._connector.cancel()
+            await asyncio.gather(self._connector, return_exceptions=True)
         if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+            _, pending = await asyncio.wait(self._tasks, timeout=grace)
+            if pending:
+                log.warning("still busy after APPROVALD_SHUTDOWN_GRACE (%g s): cancelling; "
+                            "a tool call cut off now is outcome unknown to the next process",
+                            grace)
+                for task in pending:
+                    task.cancel()
+                await asyncio.wait(pending, timeout=AFTER_CANCEL)
         if self.slack is not None:
+            from bot.app import CLOSE_TIMEOUT
+
+            within = max(0.0, deadline - loop.time())
             with contextlib.suppress(Exception):
-                await self.slack.stop()
-        await self.engine.registry.aclose()
+                await asyncio.wait_for(self.slack.stop(within=within),
+                                       within + AFTER_CANCEL + 2 * CLOSE_TIMEOUT)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.engine.registry.aclose(), AFTER_CANCEL)
 
     def describe(self) -> str:
-        face = f"Slack {self.slack.mode}" if self.slack else "no Slack"
+        if self.slack is None:
+            face = "no Slack"
+        elif self.slack.connected:
+            face = f"Slack {self.slack.mode}"
+        else:
+            face = f"Slack {self.slack.mode}, not connected yet: retrying in the background"
         return (f"serving on {self.db.display_url} ({self.pending_scheduled} pending approvals "
                 f"scheduled, {face})")
 
 
-async def serve(settings: Settings) -> int:
-    db = await open_database(settings)
-    loop = asyncio.get_running_loop()
-    try:
-        service = Service(settings, db)
+class Signals:
+    """SIGTERM and SIGINT for ``serve``: the first sets ``stop`` and arms a watchdog, a
+    second one exits at once.
+
+    Installed with :func:`signal.signal`, not the loop's handlers: those run only when the
+    event loop gets control, and a stuck loop must not make the process unkillable short
+    of SIGKILL. Nothing is lost by exiting at once: every state change is already
+    committed, and a cut-off tool call is the ledger's outcome-unknown case.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, stop: asyncio.Event,
+                 grace: float) -> None:
+        self.loop = loop
+        self.stop = stop
+        self.grace = grace
+        self.received: int | None = None
+        self._previous: dict[int, Any] = {}
+        self._watchdog: threading.Timer | None = None
+
+    def install(self) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, service.stop_event.set)
+            self._previous[sig] = signal.signal(sig, self._handle)
+
+    def restore(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def _handle(self, signum: int, _frame: FrameType | None) -> None:
+        if self.received is not None:
+            _exit_now(signum, f"{signal.Signals(signum).name} again: exiting at once")
+        self.received = signum
+        self.loop.call_soon_threadsafe(self.stop.set)
+        self._watchdog = threading.Timer(
+            self.grace + HARD_MARGIN, _exit_now,
+            args=(signum, f"still stopping {self.grace + HARD_MARGIN:g} s after "
+                          f"{signal.Signals(signum).name}: exiting at once"))
+        self._watchdog.daemon = True
+        self._watchdog.start()
+
+
+def _exit_now(signum: int, why: str) -> None:
+    # no print(): this may run inside a signal handler, in the middle of another write
+    with contextlib.suppress(OSError):
+        os.write(sys.stderr.fileno(), f"approvald: {why}\n".encode())
+    os._exit(128 + signum)
+
+
+async def serve(settings: Settings) -> int:
+    """Run until SIGTERM or SIGINT; 0 after a graceful stop. A token Slack refuses raises
+    :class:`ConfigError` (one line, exit 2); a second signal exits at once (see above)."""
+    stop = asyncio.Event()
+    signals = Signals(asyncio.get_running_loop(), stop, settings.shutdown_grace)
+    signals.install()  # before anything slow: a SIGTERM during migrations is heard too
+    try:
+        db = await open_database(settings)
         try:
-            await service.start()
-            print(f"approvald: {service.describe()}; SIGTERM stops", file=sys.stderr,
-                  flush=True)
-            await service.stop_event.wait()
-            log.info("stopping: letting runs reach a step boundary")
+            fatal = await _run(Service(settings, db, stop_event=stop))
         finally:
-            await service.stop()
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.remove_signal_handler(sig)
+            await db.close()
     finally:
-        await db.close()
+        signals.restore()
+    if fatal is not None:
+        raise fatal
     print("approvald: stopped", file=sys.stderr, flush=True)
     return 0
+
+
+async def _run(service: Service) -> ConfigError | None:
+    try:
+        await service.start()  # a refused token ends it, before the banner
+        if not service.stop_event.is_set():
+            print(f"approvald: {service.describe()}; SIGTERM stops", file=sys.stderr,
+                  flush=True)
+        await service.stop_event.wait()
+        if service.fatal is None:
+            log.info("stopping: letting runs reach a step boundary (at most %g s)",
+                     service.settings.shutdown_grace)
+    finally:
+        await service.stop()
+    return service.fatal

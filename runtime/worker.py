@@ -93,7 +93,13 @@ class ResumeWorker:
             with contextlib.suppress(asyncio.CancelledError):
                 await poller
             if self._active:
-                await asyncio.gather(*self._active.values(), return_exceptions=True)
+                running = sorted(self._active)
+                try:
+                    await asyncio.gather(*self._active.values(), return_exceptions=True)
+                except asyncio.CancelledError:  # the caller's grace ran out: they are cut off
+                    log.warning("stopped mid-step: run(s) %s (a tool call cut off here is "
+                                "outcome unknown to the next process)", ", ".join(running))
+                    raise
 
     async def _poll(self, stop: asyncio.Event) -> None:
         await repeat(self.poll_once, stop=stop, every=self.poll_interval,
