@@ -55,6 +55,14 @@ def _retry_after(resp: Any) -> float:
     return value if value > 0 else 1.0
 
 
+def slack_error(exc: SlackApiError) -> str | None:
+    """Slack's error code (``channel_not_found``...), if the answer had a JSON body (an
+    edge's 5xx answers in plain text)."""
+    data = getattr(exc.response, "data", None)
+    error = data.get("error") if isinstance(data, dict) else None
+    return str(error) if error is not None else None
+
+
 def classify(exc: BaseException) -> Exception:
     """Map a Slack or network failure to RetryLater / Undeliverable for the drain.
 
@@ -63,8 +71,8 @@ def classify(exc: BaseException) -> Exception:
     """
     if isinstance(exc, SlackApiError):
         resp = exc.response
-        status = getattr(resp, "status_code", 0)
-        error = resp.get("error") if resp is not None else None
+        status = getattr(resp, "status_code", 0) or 0
+        error = slack_error(exc)
         if status == 429 or error == "ratelimited":
             return RetryLater("Slack rate limit", after=_retry_after(resp))
         if status >= 500:
@@ -193,7 +201,7 @@ class SlackDeliverer:
             await self.client.chat_update(channel=a.channel, ts=a.message_ts, text=card["text"],
                                           blocks=card["blocks"])
         except SlackApiError as exc:
-            if exc.response is not None and exc.response.get("error") == "message_not_found":
+            if slack_error(exc) == "message_not_found":
                 # someone deleted the card: post it again so the decision is visible
                 resp = await self.client.chat_postMessage(
                     channel=a.channel, text=card["text"], blocks=card["blocks"],
@@ -245,13 +253,15 @@ class SlackDeliverer:
     async def _dead_report(self, payload: dict[str, Any]) -> dict[str, Any]:
         """Tell ops that a row was given up: in its run's thread when the run has one."""
         approval_id, run_id = payload.get("approval_id"), payload.get("run_id")
+        call_id = payload.get("call_id")
         async with self.e.db.read() as tx:
             a = await tx.approvals.get(str(approval_id)) if approval_id else None
             run_id = a.run_id if a is not None else run_id
             thread = await tx.threads.get(str(run_id)) if run_id else None
-        tool = a.tool if a is not None else None
-        if tool is None and run_id and payload.get("kind") == NOTICE:
-            tool = await self._notice_tool(payload)
+            # a notice names its tool through the execution it reports
+            rec = (await tx.executions.get(str(run_id), str(call_id))
+                   if a is None and run_id and call_id else None)
+        tool = a.tool if a is not None else rec.tool if rec is not None else None
         text = dead_report_text(payload, tool=tool,
                                 open_request=a is not None and a.status == "pending"
                                 and a.expires_at > self.e.clock.now())
@@ -261,16 +271,6 @@ class SlackDeliverer:
         resp = await self.client.chat_postMessage(channel=channel, thread_ts=thread_ts,
                                                   text=text, unfurl_links=False)
         return {"channel": channel, "ts": str(resp["ts"])}
-
-    async def _notice_tool(self, payload: dict[str, Any]) -> str | None:
-        """The tool a dead notice was about (the report row carries only ids)."""
-        async with self.e.db.read() as tx:
-            dead = await tx.outbox.get(int(payload["outbox_id"]))
-            if dead is None:
-                return None
-            about = dead.payload_value()
-            rec = await tx.executions.get(str(about.get("run_id")), str(about.get("call_id")))
-        return rec.tool if rec is not None else None
 
     async def _permalink(self, channel: str | None, ts: str | None) -> str | None:
         if not channel or not ts:

@@ -241,7 +241,7 @@ class OutboxDrain:
         report: dict[str, Any] = {"outbox_id": row.id, "kind": row.kind,
                                   "attempts": row.attempts + 1, "waits": row.waits + waited,
                                   "error": error[:500]}
-        for key in ("approval_id", "run_id"):
+        for key in ("approval_id", "run_id", "call_id"):
             if isinstance(payload.get(key), str):
                 report[key] = payload[key]
         return report

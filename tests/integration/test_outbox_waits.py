@@ -87,6 +87,7 @@ async def test_a_5xx_outage_longer_than_the_old_budget_still_delivers(
             clock.set(row.not_before)
             tries += 1
         assert tries > 25 and row.waits == 0
+        assert row.last_error == "Slack answered HTTP 503"
         await h.emulator.up()
         assert await h.service.drain.drain_once() == 1
         assert len(card_messages(h)) == 1 and len(posts_to(h, CHANNEL)) == 1
@@ -191,3 +192,44 @@ async def test_a_report_that_cannot_be_delivered_does_not_cascade(
         assert [(r.kind, r.status) for r in rows] == [(CARD_POST, "dead"),
                                                       (DEAD_REPORT, "dead")]
         assert len(errors(caplog)) == 2
+
+
+async def test_after_a_day_long_outage_ops_hear_which_update_and_notice_were_lost(
+        db_url: str, tmp_path: Path) -> None:
+    clock = ManualClock()
+    async with harness(db_url, tmp_path, clock=clock, background=False) as h:
+        paused = await h.pause_refund()
+        [aid] = paused.approval_ids
+        assert await h.service.drain.drain_once() == 1  # the card is up
+        assert h.service.slack is not None
+        await h.service.slack.threads.sync_once()
+        async with h.engine.db.read() as tx:
+            thread = await tx.threads.get(paused.run_id)
+        assert thread is not None and thread.ts
+        await h.emulator.down("503")
+        from runtime.decide import Actor
+
+        await h.engine.decide(aid, actor=Actor("U_ALICE", "cli:ops"), verdict="approve")
+        assert (await h.engine.advance(paused.run_id)).status == "completed"
+        await h.service.drain.drain_once()
+        [update] = await outbox(h, "approval.updated")
+        [notice] = await outbox(h, "tool.notice")
+        assert (update.status, notice.status) == ("pending", "pending")
+        clock.advance(timedelta(hours=24, minutes=1))  # both were queued a day ago
+        await h.service.drain.drain_once()
+        assert [r.status for r in await outbox(h, "approval.updated")] == ["dead"]
+        assert [r.status for r in await outbox(h, "tool.notice")] == ["dead"]
+        await h.emulator.up()
+        reports = await outbox(h, DEAD_REPORT)
+        assert len(reports) == 2
+        clock.set(max(r.not_before for r in reports))
+        await h.service.drain.drain_once()
+        assert [r.status for r in await outbox(h, DEAD_REPORT)] == ["delivered"] * 2
+        said = [text_of(m) for m in h.emulator.thread(OPS, thread.ts)
+                if "outbox retry" in text_of(m)]
+        assert len(said) == 2
+        [about_update] = [t for t in said if f"outbox retry {update.id}`" in t]
+        assert "could not be updated" in about_update and "issue_refund" in about_update
+        assert "HTTP 503" in about_update
+        [about_notice] = [t for t in said if f"outbox retry {notice.id}`" in t]
+        assert "send_customer_email" in about_notice and "HTTP 503" in about_notice

@@ -307,5 +307,16 @@ def test_a_rate_limit_is_a_wait_for_retry_after() -> None:
     assert isinstance(got, RetryLater) and got.after == 1.0
     got = classify(_slack_error(503, {"ok": False, "error": "service_unavailable"}))
     assert isinstance(got, RetryLater) and got.after is None
+
+
+def test_a_plain_text_5xx_is_named_as_such() -> None:
+    from bot.delivery import classify
+
+    resp = AsyncSlackResponse(client=None, http_verb="POST", api_url="chat.postMessage",
+                              req_args={}, data="Service Unavailable",  # type: ignore[arg-type]
+                              headers={}, status_code=503)
+    got = classify(SlackApiError("failed", resp))
+    assert isinstance(got, RetryLater) and got.after is None
+    assert str(got) == "Slack answered HTTP 503"
     assert isinstance(classify(_slack_error(200, {"ok": False, "error": "channel_not_found"})),
                       Undeliverable)
