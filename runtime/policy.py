@@ -265,6 +265,7 @@ class ToolOverride(BaseModel):
     risk: Literal["low", "medium", "high"] | None = None
     why: str | None = None
     channel: str | None = None
+    edits: Literal["approve", "propose"] | None = None
 
     @field_validator("escalate")
     @classmethod

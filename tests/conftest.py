@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 
 from runtime.agent import Agent, Registry
 from runtime.audit import AuditKey
@@ -27,6 +28,10 @@ from runtime.ids import TokenSigner
 from runtime.policy import PolicyFile
 from store import migrate
 from store.db import Database
+
+# model-based tests: a few hundred schedules in CI; `--hypothesis-profile=long` for 10,000
+hypothesis_settings.register_profile("ci", max_examples=150)
+hypothesis_settings.register_profile("long", max_examples=10_000)
 
 PG_ADMIN_URL = os.environ.get("APPROVALD_TEST_PG_URL",
                               "postgresql://postgres@127.0.0.1:5432/test")

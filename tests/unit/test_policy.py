@@ -191,3 +191,15 @@ def test_missing_policy_file(tmp_path: Path) -> None:
 def test_silence_cannot_be_configured_to_approve() -> None:
     with pytest.raises(ValueError):
         ApprovalPolicy.model_validate({"on_expire": "approve"})
+
+
+def test_edits_mode_is_a_policy_key_and_lands_in_the_snapshot(tmp_path) -> None:
+    path = tmp_path / "p.toml"
+    path.write_text('[tools.issue_refund]\nedits = "propose"\n')
+    pf = load_policy_file(path)
+    _, policy = pf.effective("issue_refund", "approve_before", ApprovalPolicy())
+    assert policy.edits == "propose" and policy.snapshot()["edits"] == "propose"
+    assert ApprovalPolicy().edits == "approve"  # the default: an edit is an approval
+    path.write_text('[tools.issue_refund]\nedits = "silently"\n')
+    with pytest.raises(ConfigError, match="tools.issue_refund.edits"):
+        load_policy_file(path)

@@ -1,0 +1,408 @@
+"""A model-based test of the gate: random interleavings, invariants after every step.
+
+Hypothesis drives one database (SQLite or PostgreSQL) through random sequences of: runs
+opened under random policies (quorum, approver lists and groups, ttl, escalate or
+cancel, ``edits``), approve / deny / edit / answer by random actors (approvers, group
+members, the requester, strangers) with fresh, stale, forged and no tokens, policy-file
+changes (relaxed to ``auto`` or tightened to ``forbidden``), clock moves and sweeps,
+resumes and recoveries, cancels, and crashes at the durability failpoints (the
+"process" dies; a new engine, a new owner, carries on). After every step it checks,
+against the database and the demo ledger (the outside world's own record):
+
+* every executed refund was approved on its exact digest, before its expiry, by a quorum
+  of distinct authorised approvers, none of them the requester;
+* no denied, expired, superseded or cancelled call ever executes (the approval of every
+  executed call is ``approved``, and it is the call's last request);
+* each call executes at most once;
+* every decision attempt, accepted or refused, left an audit entry naming its actor;
+* the audit chain verifies.
+
+``pytest --hypothesis-profile=long tests/integration/test_gate_model.py`` runs 10,000
+schedules per dialect (BENCHMARKS.md records how many ran with zero violations).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from collections import Counter
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from runtime import audit, failpoints
+from runtime.agent import Registry
+from runtime.canonical import call_digest
+from runtime.clock import ManualClock
+from runtime.decide import Actor
+from runtime.demo import DemoLedger, refund_agent
+from runtime.directory import StaticDirectory
+from runtime.engine import Engine, EngineConfig
+from runtime.errors import ApprovaldError
+from runtime.policy import ApprovalPolicy, PolicyFile
+from store.db import Database
+from tests.conftest import SIGNER, TABLES
+
+REQUESTER = "U_REQ"
+ACTORS = ["U_A", "U_B", "U_C", "W_D", REQUESTER, "U_X"]
+GROUPS = {"S_FIN": ["U_B", "U_C"]}
+DECISIONS = {"voted", "approved", "denied", "edited", "refused", "outcome_resolved"}
+CRASH_POINTS = ["after_intent", "before_result", "after_result", "before_checkpoint",
+                "after_checkpoint", "after_commit_before_post"]
+LEASE = timedelta(seconds=30)
+
+
+class Crash(BaseException):
+    """The simulated process dies at a failpoint (a BaseException: nothing swallows it)."""
+
+
+def _crash(name: str) -> None:
+    raise Crash(name)
+
+
+STATS: Counter[str] = Counter()  # what the schedules reached (a blind model proves nothing)
+
+
+def event(what: str) -> None:
+    STATS[what] += 1
+
+
+APPROVERS = st.sampled_from([[], ["U_A"], ["U_A", "U_B"], ["U_A", "S_FIN"], ["S_FIN"],
+                             ["U_A", "U_B", "U_C"], ["W_D", "S_FIN"]])
+
+
+@st.composite
+def policies(draw: st.DrawFn) -> dict[str, Any]:
+    approvers = draw(APPROVERS)
+    users = [a for a in approvers if not a.startswith("S")]
+    groups = approvers != users
+    most = 2 if not approvers or groups else len(users)
+    policy: dict[str, Any] = {
+        "approvers": approvers, "quorum": draw(st.integers(1, min(most, 3))),
+        "ttl": draw(st.sampled_from(["30s", "5m", "1h"])),
+        "reminders": draw(st.sampled_from([[], ["50%"]])),
+        "edits": draw(st.sampled_from(["approve", "propose"])),
+        "on_expire": "cancel", "escalate": [],
+    }
+    if draw(st.booleans()):
+        policy["on_expire"] = "escalate"
+        policy["escalate"] = draw(st.sampled_from([
+            [{"approvers": ["W_D"], "ttl": "5m"}],
+            [{"approvers": ["W_D", "U_A"], "ttl": "5m", "quorum": 2},
+             {"approvers": ["S_FIN"], "ttl": "1h"}]]))
+    return policy
+
+
+class GateMachine(RuleBasedStateMachine):
+    """One database, one clock, one demo ledger; engines come and go like processes."""
+
+    make_url: Any = None  # set by the test: returns a fresh database URL per example
+    workdir: Path = Path(".")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop = asyncio.new_event_loop()
+        self.clock = ManualClock()
+        GateMachine.serial = getattr(GateMachine, "serial", 0) + 1
+        self.ledger_path = self.workdir / f"ledger-{GateMachine.serial}.jsonl"
+        self.db = Database(self.make_url())
+        self.policy = PolicyFile()
+        self.relaxed = False  # the policy file lets refunds run without asking
+        self.engine = self._engine()
+        self.runs: list[str] = []
+        self.tokens: dict[str, list[str]] = {}  # approval id -> tokens of cards drawn
+        self.attempts: dict[tuple[str, str], int] = {}  # (actor, approval) -> attempts
+
+    # -- plumbing ----------------------------------------------------------------------
+    def run(self, coro: Any) -> Any:
+        return self.loop.run_until_complete(coro)
+
+    def _engine(self) -> Engine:
+        """A new "process": its own owner id, the same database, clock and outside world."""
+        ledger = DemoLedger(str(self.ledger_path))
+        registry = Registry([refund_agent(ledger)], policy=self.policy)
+        engine = Engine(self.db, registry, clock=self.clock,
+                        config=EngineConfig(lease_ttl=LEASE), signer=SIGNER,
+                        directory=StaticDirectory(GROUPS))
+        return engine
+
+    def _restart(self) -> None:
+        failpoints.arm("")
+        self.engine = self._engine()
+
+    def teardown(self) -> None:
+        event("schedules")
+        failpoints.arm("")
+        self.run(self.db.close())
+        self.loop.close()
+
+    async def _approvals(self) -> list[Any]:
+        async with self.db.read() as tx:
+            out = []
+            for run_id in self.runs:
+                out += await tx.approvals.for_run(run_id)
+            return out
+
+    def _set_policy(self, override: dict[str, Any]) -> None:
+        self.policy = PolicyFile.model_validate({"tools": {"issue_refund": override},
+                                                 "groups": GROUPS})
+        self.engine.registry.policy = self.policy
+
+    # -- rules -------------------------------------------------------------------------
+    @initialize()
+    def empty(self) -> None:
+        assert self.runs == []
+
+    @precondition(lambda self: len(self.runs) < 4 and not self.relaxed)
+    @rule(policy=policies())
+    def start_run(self, policy: dict[str, Any]) -> None:
+        self._set_policy(policy)
+        outcome = self.run(self.engine.run("demo-refund", f"Refund order A-{len(self.runs)}",
+                                           requested_by=REQUESTER))
+        assert outcome.status == "awaiting_approval", outcome
+        self.runs.append(outcome.run_id)
+        self.draw_cards()
+
+    @rule()
+    def draw_cards(self) -> None:
+        """Cards are (re)drawn: approvers now hold a token for the current arguments."""
+        for a in self.run(self._approvals()):
+            token = self.engine.button_token(a)
+            if a.status == "pending" and token is not None:
+                self.tokens.setdefault(a.id, []).append(token)
+
+    @precondition(lambda self: bool(self.runs))
+    @rule(i=st.integers(0, 50), actor=st.sampled_from([*ACTORS, "U_A", "U_B", "U_C"]),
+          verdict=st.sampled_from(["approve", "approve", "approve", "deny", "edit", "edit",
+                                   "retry", "mark_done", "abort"]),
+          token=st.sampled_from(["fresh", "fresh", "fresh", "stale", "stale", "forged",
+                                 "none"]),
+          amount=st.sampled_from([100, 4200, 9900]), crash=st.booleans())
+    def decide(self, i: int, actor: str, verdict: str, token: str, amount: int,
+               crash: bool) -> None:
+        self._decide(i, actor, verdict, token, amount, crash, self.run(self._approvals()))
+
+    def _decide(self, i: int, actor: str, verdict: str, token: str, amount: int,
+                crash: bool, approvals: list[Any]) -> None:
+        a = approvals[i % len(approvals)]
+        if a.kind == "outcome_unknown" and verdict in ("retry", "mark_done"):
+            # the person asked looks at the outside world before answering (a person who
+            # says "retry" about a call that did happen is not something a gate can stop)
+            verdict = "mark_done" if self._happened(a) else "retry"
+        held = self.tokens.get(a.id) or [None]
+        chosen = {"fresh": self.engine.button_token(a), "stale": held[i % len(held)],
+                  "forged": "x" * 12 + ".forged", "none": None}[token]
+        args = None
+        if verdict == "edit":
+            args = {"order_id": a.effective_args().get("order_id", "A-0"),
+                    "amount_cents": amount, "reason": "edited"}
+        before = self.run(self._head())
+        if crash:
+            failpoints.arm("after_decision", _crash)
+        try:
+            self.run(self.engine.decide(a.id, actor=Actor(actor, "slack"), verdict=verdict,
+                                        reason="because" if verdict != "approve" else None,
+                                        args=args, token=chosen))
+        except ApprovaldError as exc:
+            event(f"decision refused: {getattr(exc, 'reason', type(exc).__name__)}")
+        except Crash:
+            event("crashed after a decision")
+            self._restart()
+        else:
+            event(f"decision accepted: {verdict}")
+        finally:
+            failpoints.arm("")
+        self.attempts[(actor, a.id)] = self.attempts.get((actor, a.id), 0) + 1
+        entries = self.run(self._entries_after(before))
+        mine = [e for e in entries if e.actor == actor and e.approval_id == a.id
+                and e.action in DECISIONS]
+        assert mine, f"no audit entry for {actor}'s {verdict} on {a.id}: {entries}"
+
+    @precondition(lambda self: bool(self.runs))
+    @rule(i=st.integers(0, 50), j=st.integers(0, 5))
+    def approve_as_an_approver(self, i: int, j: int) -> None:
+        """The common case: an approver clicks Approve on the card in front of them."""
+        approvals = [a for a in self.run(self._approvals()) if a.status == "pending"]
+        if not approvals:
+            return
+        a = approvals[i % len(approvals)]
+        named = a.approvers_value() or [x for x in ACTORS if x != REQUESTER]
+        people = sorted({m for n in named for m in GROUPS.get(n, [n])})
+        verdict = "approve" if a.kind == "tool_call" else "retry"
+        self._decide(approvals.index(a), people[j % len(people)], verdict, "fresh", 0, False,
+                     approvals)
+
+    @rule(seconds=st.sampled_from([1, 1, 5, 20, 45, 300, 3600]))
+    def advance_clock(self, seconds: int) -> None:
+        self.clock.advance(seconds)
+
+    @rule()
+    def sweep(self) -> None:
+        self.run(self.engine.expiry.sweep())
+
+    @precondition(lambda self: bool(self.runs))
+    @rule(i=st.integers(0, 50), crash=st.sampled_from([None, None, *CRASH_POINTS]))
+    def resume(self, i: int, crash: str | None) -> None:
+        run_id = self.runs[i % len(self.runs)]
+        if crash:
+            failpoints.arm(crash, _crash)
+        try:
+            event(f"resumed: {self.run(self.engine.advance(run_id)).status}")
+        except Crash:
+            event(f"crashed at {crash}")
+            self._restart()
+        except ApprovaldError:
+            pass
+        finally:
+            failpoints.arm("")
+
+    @rule()
+    def recover(self) -> None:
+        self.run(self.engine.recover())
+
+    @precondition(lambda self: bool(self.runs))
+    @rule(i=st.integers(0, 50), roll=st.integers(0, 3))
+    def cancel(self, i: int, roll: int) -> None:
+        if roll:  # cancels are rarer than decisions, or few calls would ever run
+            return
+        try:
+            self.run(self.engine.cancel(self.runs[i % len(self.runs)],
+                                        actor=Actor("U_OPS", "cli:ops"), reason="model"))
+        except ApprovaldError:
+            pass
+
+    @rule(kind=st.sampled_from(["auto", "forbidden", "notify_after"]))
+    def change_policy(self, kind: str) -> None:
+        """Someone edits the policy file: requests already made keep their own rules."""
+        self._set_policy({"policy": kind})
+        self.relaxed = kind != "forbidden"
+
+    @precondition(lambda self: self.relaxed)
+    @rule()
+    def restore_policy(self) -> None:
+        self._set_policy({})
+        self.relaxed = False
+
+    # -- invariants --------------------------------------------------------------------
+    @invariant()
+    def nothing_runs_that_was_not_approved_exactly_in_time(self) -> None:
+        self.run(self._check())
+
+    def _happened(self, a: Any) -> bool:
+        key = f"{a.run_id}:{a.call_id}"
+        return self.ledger_path.exists() and key in self.ledger_path.read_text()
+
+    async def _head(self) -> int:
+        async with self.db.read() as tx:
+            return (await tx.audit.head())[0]
+
+    async def _entries_after(self, seq: int) -> list[Any]:
+        async with self.db.read() as tx:
+            return [e async for e in tx.audit.iterate() if e.seq > seq]
+
+    async def _check(self) -> None:
+        lines = [json.loads(x) for x in (self.ledger_path.read_text().splitlines()
+                                         if self.ledger_path.exists() else []) if x.strip()]
+        for name in ("issue_refund", "send_customer_email"):
+            keys = [e["idempotency_key"] for e in lines if e["tool"] == name]
+            assert len(keys) == len(set(keys)), f"{name} ran twice: {keys}"
+        async with self.db.read() as tx:
+            by_call: dict[tuple[str, str], list[Any]] = {}
+            for run_id in self.runs:
+                for a in await tx.approvals.for_run(run_id):
+                    if a.kind == "tool_call":
+                        by_call.setdefault((a.run_id, a.call_id), []).append(a)
+            votes = {a.id: await tx.approvals.votes(a.id)
+                     for rows in by_call.values() for a in rows if a.status == "approved"}
+        for rows in by_call.values():
+            for a in rows:
+                if a.status == "approved":
+                    self._check_approved(a, votes[a.id])
+        for line in (e for e in lines if e["tool"] == "issue_refund"):
+            run_id, call_id = line["idempotency_key"].split(":", 1)
+            rows = by_call.get((run_id, call_id), [])
+            assert rows, f"refund {line['idempotency_key']} ran without any request"
+            last = rows[-1]  # later rungs replace earlier ones; only the last may run
+            assert last.status == "approved", f"refund ran on a {last.status} request"
+            assert line["args"] == last.effective_args()
+            assert call_digest("issue_refund", line["args"]) == last.effective_digest
+        report = await audit.verify(self.db)
+        assert report.ok, report.problems
+        if any(e["tool"] == "issue_refund" for e in lines):
+            event("refund executed")
+
+    def _check_approved(self, a: Any, votes: list[Any]) -> None:
+        assert a.decided_at is not None and a.decided_at < a.expires_at, \
+            f"{a.id} approved at {a.decided_at}, expiry {a.expires_at}"
+        voters = {v.actor for v in votes
+                  if v.verdict == "approve" and v.digest == a.effective_digest}
+        assert len(voters) >= a.quorum, f"{a.id}: {voters} on {a.effective_digest[:8]}"
+        assert a.requested_by not in voters
+        policy = ApprovalPolicy.from_snapshot(a.policy)
+        if policy.edits == "propose" and a.edited_by:
+            assert a.edited_by not in voters, f"{a.id}: the editor approved own proposal"
+        approvers = a.approvers_value()
+        if approvers:
+            allowed = set(approvers) | {m for g in approvers for m in GROUPS.get(g, [])}
+            assert voters <= allowed, f"{a.id}: {voters - allowed} are not approvers"
+
+
+def _profile(name: str) -> settings:
+    return settings(settings.get_profile(name), stateful_step_count=30, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow,
+                                           HealthCheck.filter_too_much,
+                                           HealthCheck.data_too_large])
+
+
+def test_the_gate_holds_under_random_interleavings(db_url: str, tmp_path: Path,
+                                                   sqlite_template: Path,
+                                                   request: pytest.FixtureRequest) -> None:
+    counter = iter(range(10**9))
+
+    def fresh_url() -> str:
+        if db_url.startswith("sqlite"):
+            path = tmp_path / f"model-{next(counter)}.db"
+            shutil.copy(sqlite_template, path)
+            return f"sqlite+aiosqlite:///{path}"
+        asyncio.run(_truncate(db_url))
+        return db_url
+
+    class Machine(GateMachine):
+        make_url = staticmethod(fresh_url)
+        workdir = tmp_path
+
+    profile = request.config.getoption("hypothesis_profile", None) or "ci"
+    STATS.clear()
+    run_state_machine_as_test(Machine, settings=_profile(profile))
+    print(f"\n{db_url.split(':')[0]}: {STATS['schedules']} schedules, zero violations; "
+          + ", ".join(f"{k}: {v}" for k, v in sorted(STATS.items())))
+    # the schedules must reach the states the invariants are about
+    assert STATS["refund executed"] > 0 and STATS["decision accepted: edit"] > 0
+    for reason in ("expired", "stale_card", "not_authorized", "self_approval", "not_pending"):
+        assert STATS[f"decision refused: {reason}"] > 0, reason
+    assert sum(v for k, v in STATS.items() if k.startswith("crashed")) > 0
+
+
+async def _truncate(url: str) -> None:
+    from sqlalchemy import text
+
+    db = Database(url)
+    try:
+        async with db.connection() as conn:
+            await conn.execute(text(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE"))
+            await conn.commit()
+    finally:
+        await db.close()
