@@ -201,5 +201,5 @@ def test_edits_mode_is_a_policy_key_and_lands_in_the_snapshot(tmp_path) -> None:
     assert policy.edits == "propose" and policy.snapshot()["edits"] == "propose"
     assert ApprovalPolicy().edits == "approve"  # the default: an edit is an approval
     path.write_text('[tools.issue_refund]\nedits = "silently"\n')
-    with pytest.raises(ConfigError, match="tools.issue_refund.edits"):
+    with pytest.raises(ConfigError, match=r"tools\.issue_refund\.edits"):
         load_policy_file(path)
