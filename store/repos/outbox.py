@@ -143,8 +143,9 @@ class OutboxRepo(Repo):
     async def failed(self, outbox_id: int, *, owner: str, error: str, retry_at: datetime,
                      give_up_at: datetime, dead: bool, waited: bool = False) -> bool:
         """Record a try that did not deliver (only if this owner still claims the row):
-        try again at ``retry_at``, or park the row as dead. ``waited``: the far side asked
-        us to wait, which is counted apart from failures. Returns whether it was recorded."""
+        try again at ``retry_at``, or park the row as dead (then ``retry_at`` is when it
+        was given up, which ``not_before`` keeps). ``waited``: the far side asked us to
+        wait, which is counted apart from failures. Returns whether it was recorded."""
         values: dict[str, Any] = {"status": "dead" if dead else "pending",
                                   "last_error": error[:2000], "not_before": retry_at,
                                   "claimed_until": None, "give_up_at": give_up_at}
