@@ -37,15 +37,34 @@ DEFAULT_URL = "sqlite+aiosqlite:///approvald.db"
 RETRYABLE_SQLSTATES = frozenset({"40001", "40P01"})
 
 
+# What asyncpg says when the server ended the connection under it (pg_terminate_backend, a
+# restart, a failover) and the socket's end has not been read yet: the protocol is left
+# mid-message, so the next use fails with a client-side "internal" error, not a disconnect
+_GONE_MESSAGES = ("another operation", "protocol is in an unexpected state",
+                  "terminating connection")
+
+
 def is_retryable(exc: BaseException) -> bool:
     """A failure that rolled the whole transaction back and may succeed if run again:
-    a deadlock or serialization failure on PostgreSQL, a lock wait that ran out on SQLite."""
+    a deadlock or serialization failure on PostgreSQL, a lock wait that ran out on SQLite,
+    or a connection that died while a statement ran (so COMMIT was never sent)."""
     if not isinstance(exc, DBAPIError):
         return False
     code = getattr(exc.orig, "sqlstate", None) or getattr(exc.orig, "pgcode", None)
     if code in RETRYABLE_SQLSTATES:
         return True
+    # a connection lost at COMMIT (no statement) may or may not have committed: not retried
+    if exc.connection_invalidated and exc.statement is not None:
+        return True
     return isinstance(exc, OperationalError) and "database is locked" in str(exc.orig)
+
+
+def _server_gone(exc: BaseException) -> bool:
+    code = getattr(exc, "sqlstate", None) or ""
+    return code.startswith("08") or code in ("57P01", "57P02", "57P03") or any(
+        m in str(exc) for m in _GONE_MESSAGES)
+
+
 _DRIVERS = {
     "sqlite": "sqlite+aiosqlite",
     "sqlite+aiosqlite": "sqlite+aiosqlite",
@@ -98,6 +117,8 @@ class Database:
             # rollback on check-in is a wasted round trip to the driver thread
             kwargs.update(async_creator=creator, pool_reset_on_return=None)
         self.engine: AsyncEngine = create_async_engine(self.url, **kwargs)
+        if self.dialect == "postgresql":
+            _configure_postgresql(self.engine)
         # SQLite has one writer. Queueing this process's writers here costs nothing; left
         # to SQLite they spin in its busy handler, which sleeps up to 100 ms per retry.
         # Correctness never rests on this lock: other processes, and every compare-and-set,
@@ -138,8 +159,10 @@ class Database:
     async def transact(self, work: Callable[[Tx], Awaitable[T]], *, urgent: bool = False,
                        attempts: int = 4, what: str = "transaction") -> T:
         """Run ``work(tx)`` in a write transaction, again from the start (a bounded number
-        of times) when the database rolled it back to break a deadlock or a serialization
-        conflict. ``work`` must do nothing outside the transaction it is handed."""
+        of times) when the database rolled it back: to break a deadlock or a serialization
+        conflict, or because the connection died before COMMIT (the server restarted, or
+        terminated its backend). ``work`` must do nothing outside the transaction it is
+        handed."""
         for attempt in range(1, attempts + 1):
             try:
                 async with self.write(urgent=urgent) as tx:
@@ -217,6 +240,16 @@ class WriteLock:
         if self._run >= self.streak and self._ordinary:
             return self._ordinary, self._urgent
         return self._urgent, self._ordinary
+
+
+def _configure_postgresql(engine: AsyncEngine) -> None:
+    @event.listens_for(engine.sync_engine, "handle_error")
+    def _on_error(context: Any) -> None:
+        # Count a connection the server ended as a disconnect, however asyncpg words it:
+        # pool_pre_ping then replaces it instead of failing the checkout, and a statement
+        # that hits it invalidates the pool (its other connections died with it).
+        if not context.is_disconnect and _server_gone(context.original_exception):
+            context.is_disconnect = True
 
 
 def _configure_sqlite(engine: AsyncEngine, busy_timeout_ms: int) -> None:
