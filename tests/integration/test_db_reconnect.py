@@ -1,0 +1,128 @@
+"""PostgreSQL connections the server ends (a restart, ``pg_terminate_backend``, a failover).
+
+A transaction whose connection died before COMMIT was rolled back by the server, so
+:meth:`Database.transact` runs it again on a fresh connection; one that died at COMMIT may
+or may not have committed, so it is not run again. A pooled connection the server ended is
+replaced on checkout (``pool_pre_ping``), however asyncpg words the failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import asyncpg  # type: ignore[import-untyped]
+import pytest
+from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
+
+from store.db import Database
+from store.repos import Tx
+from tests.conftest import PG_ADMIN_URL
+
+pytestmark = pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+
+
+async def admin(db: Database) -> Any:
+    """A connection to the test database outside ``db``'s pool."""
+    return await asyncpg.connect(f"{PG_ADMIN_URL.rsplit('/', 1)[0]}/{db.url.database}",
+                                 timeout=5)
+
+
+@pytest.fixture
+async def probe(db: Database) -> None:
+    """A table of its own for these tests to write to (the schema's are not theirs)."""
+    async with db.write() as tx:
+        await tx.conn.execute(text("CREATE TABLE IF NOT EXISTS reconnect_probe "
+                                   "(id TEXT PRIMARY KEY, note TEXT NOT NULL)"))
+        await tx.conn.execute(text("DELETE FROM reconnect_probe"))
+
+
+async def write(tx: Tx, row_id: str, note: str) -> None:
+    await tx.conn.execute(text("INSERT INTO reconnect_probe VALUES (:id, :note)"),
+                          {"id": row_id, "note": note})
+
+
+async def rows(db: Database, note: str) -> int:
+    async with db.read() as tx:
+        found = await tx.conn.execute(
+            text("SELECT count(*) FROM reconnect_probe WHERE note = :n"), {"n": note})
+        return int(found.scalar_one())
+
+
+async def test_a_transaction_whose_connection_died_runs_again(db: Database,
+                                                             probe: None) -> None:
+    attempts = 0
+
+    async def work(tx: Tx) -> str:
+        nonlocal attempts
+        attempts += 1
+        await write(tx, f"row-{attempts}", "reconnect")
+        if attempts == 1:  # the server ends the connection in the middle of the transaction
+            await tx.conn.execute(text("SELECT pg_terminate_backend(pg_backend_pid())"))
+        return f"row-{attempts}"
+
+    assert await db.transact(work, what="a doomed transaction") == "row-2"
+    assert attempts == 2
+    assert await rows(db, "reconnect") == 1  # the first attempt was rolled back
+
+
+async def test_a_connection_lost_at_commit_is_not_run_again(db: Database,
+                                                            probe: None) -> None:
+    attempts = 0
+    killer = await admin(db)
+
+    async def work(tx: Tx) -> None:
+        nonlocal attempts
+        attempts += 1
+        await write(tx, f"row-{attempts}", "ambiguous")
+        pid = (await tx.conn.execute(text("SELECT pg_backend_pid()"))).scalar_one()
+        await killer.execute("SELECT pg_terminate_backend($1)", pid)
+        await asyncio.sleep(0.2)  # the connection is gone before COMMIT is sent
+
+    try:
+        with pytest.raises(DBAPIError):
+            await db.transact(work, what="a transaction that dies at COMMIT")
+    finally:
+        await killer.close()
+    # had COMMIT reached the server, running it again could have done it twice
+    assert attempts == 1
+    assert await rows(db, "ambiguous") == 0
+
+
+async def test_pooled_connections_the_server_ended_are_replaced(db: Database) -> None:
+    async def one() -> int:
+        async with db.read() as tx:
+            return int((await tx.conn.execute(text("SELECT 1"))).scalar_one())
+
+    assert await asyncio.gather(*(one() for _ in range(5))) == [1] * 5  # five in the pool
+    killer = await admin(db)
+    try:
+        await killer.fetch("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                           "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+    finally:
+        await killer.close()
+    assert await asyncio.gather(*(one() for _ in range(5))) == [1] * 5
+
+
+async def test_pre_ping_replaces_a_connection_asyncpg_calls_busy(
+        db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    # When the server ends a connection, asyncpg reads its last message before the end of
+    # the socket; a use in between fails with "another operation is in progress" rather
+    # than "connection is closed". That is the server gone too: the ping must reconnect.
+    async with db.read() as tx:
+        await tx.conn.execute(text("SELECT 1"))  # one pooled connection
+    failed: list[str] = []
+    fetchrow = asyncpg.connection.Connection.fetchrow
+
+    async def gone_once(self: Any, query: str, *args: Any, **kwargs: Any) -> Any:
+        if query == ";" and not failed:  # SQLAlchemy's ping
+            failed.append(query)
+            raise asyncpg.exceptions.InternalClientError(
+                "cannot switch to state 12; another operation (2) is in progress")
+        return await fetchrow(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(asyncpg.connection.Connection, "fetchrow", gone_once)
+    async with db.read() as tx:
+        assert (await tx.conn.execute(text("SELECT 2"))).scalar_one() == 2
+    assert failed == [";"]
