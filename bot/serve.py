@@ -198,8 +198,8 @@ class Signals:
             self._previous[sig] = signal.signal(sig, self._handle)
 
     def restore(self) -> None:
-        if self._watchdog is not None:
-            self._watchdog.cancel()
+        # the watchdog stays armed: it also covers the event loop's own teardown, and a
+        # daemon thread never holds up a process that exits in time
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
 
@@ -245,7 +245,8 @@ async def serve(settings: Settings) -> int:
 
 async def _run(service: Service) -> ConfigError | None:
     try:
-        await service.start()  # a refused token ends it, before the banner
+        if not service.stop_event.is_set():  # a signal during migrations: do not start
+            await service.start()  # a refused token ends it, before the banner
         if not service.stop_event.is_set():
             print(f"approvald: {service.describe()}; SIGTERM stops", file=sys.stderr,
                   flush=True)
