@@ -3,7 +3,9 @@
 User mistakes (unknown agent or run, bad URL, bad flag) are one line on stderr and a
 non-zero exit, never a traceback. Exit codes: 0 ok (a run completed or is waiting for
 approval), 1 a run failed or was cancelled, 2 usage or input error, 3 a run needs
-attention, 4 a decision was refused, 5 the audit log does not verify.
+attention, 4 a decision was refused, 5 the audit log does not verify, 6 the run goes on
+without this command (another process is advancing it, or it waits for a rate limit or
+an outage to pass; `approvald serve` resumes it).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import getpass
 import json
 import logging
 import sys
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -26,10 +29,38 @@ from runtime.decide import Actor
 from runtime.engine import Engine
 from runtime.errors import ApprovaldError, DecisionRefused
 from runtime.identity import InvalidIdentity, normalize_user_id
-from runtime.outcomes import Outcome
+from runtime.outcomes import Busy, Outcome, Waiting, Yielded
+from runtime.runner import status_outcome
+from store.records import ApprovalRecord
 
 EXIT = {"completed": 0, "awaiting_approval": 0, "running": 0, "failed": 1, "cancelled": 1,
         "needs_attention": 3}
+ELSEWHERE = 6  # the run goes on without this command: another process, or a wait
+POLL = 0.2  # seconds between looks at a run another process is advancing
+
+
+def exit_code(outcome: Outcome) -> int:
+    if isinstance(outcome, Busy | Waiting | Yielded):
+        return ELSEWHERE
+    return EXIT.get(outcome.status, 1)
+
+
+async def follow(engine: Engine, outcome: Outcome, *, patience: float) -> Outcome:
+    """While another process advances the run, wait (up to ``patience`` seconds) for it to
+    complete, fail or pause, taking over if that process lets go of it."""
+    deadline = time.monotonic() + patience
+    while isinstance(outcome, Busy) and time.monotonic() < deadline:
+        await asyncio.sleep(POLL)
+        async with engine.db.read() as tx:
+            run = await tx.runs.get(outcome.run_id)
+            approvals = await tx.approvals.for_run(outcome.run_id) if run else []
+        if run is None:
+            break
+        if run.status != "running":
+            return status_outcome(run, approvals)
+        if run.lease_owner is None:  # let go of (or waiting): try it here
+            outcome = await engine.advance(run.id)
+    return outcome
 
 
 class UsageError(ApprovaldError):
@@ -65,6 +96,14 @@ def describe(outcome: Outcome) -> str:
     ids = getattr(outcome, "approval_ids", ())
     if ids:
         extra = f" (approval {', '.join(ids)})"
+    if isinstance(outcome, Busy):
+        return (f"run {outcome.run_id}: being advanced by another process "
+                f"({outcome.holder or 'unknown'}); follow it with `approvald runs show "
+                f"{outcome.run_id}`")
+    if isinstance(outcome, Waiting):
+        until = outcome.until.isoformat() if outcome.until else "later"
+        return (f"run {outcome.run_id}: waiting until {until} ({outcome.reason}); "
+                "`approvald serve` (or `approvald recover` then) resumes it")
     return f"run {outcome.run_id}: {outcome.status}{extra}"
 
 
@@ -101,9 +140,9 @@ async def cmd_run(s: Settings, a: argparse.Namespace) -> int:
         engine.registry.get(a.agent)
         run_id = await engine.start_run(a.agent, a.task, requested_by=requested_by)
         print(run_id, flush=True)
-        outcome = await engine.advance(run_id)
+        outcome = await follow(engine, await engine.advance(run_id), patience=a.wait)
         print(describe(outcome), file=sys.stderr)
-        return EXIT.get(outcome.status, 1)
+        return exit_code(outcome)
     return await with_engine(s, go)
 
 
@@ -116,9 +155,12 @@ async def cmd_runs_list(s: Settings, a: argparse.Namespace) -> int:
             return 0
         if not runs:
             print("no runs")
+        now = engine.clock.now()
         for r in runs:
+            waits = (f"  waiting until {r.wait_until:%Y-%m-%d %H:%M:%S}: {r.wait_reason}"
+                     if r.wait_until is not None and r.wait_until > now else "")
             print(f"{r.id}  {r.status:<18} step {r.step:<5} {r.agent:<14} "
-                  f"{r.created_at:%Y-%m-%d %H:%M:%S}  {r.requested_by}")
+                  f"{r.created_at:%Y-%m-%d %H:%M:%S}  {r.requested_by}{waits}")
         return 0
     return await with_engine(s, go)
 
@@ -140,6 +182,8 @@ async def cmd_runs_show(s: Settings, a: argparse.Namespace) -> int:
             print(f"  result: {doc['result']}")
         if doc["error"]:
             print(f"  error: {doc['error']}")
+        if doc["waiting"]:
+            print(f"  waiting until {doc['waiting']['until']}: {doc['waiting']['reason']}")
         for p in doc["pending"]:
             print(f"  pending: approval {p['approval_id']} {p['tool']} "
                   f"{json.dumps(p['args'], ensure_ascii=False)}")
@@ -256,9 +300,25 @@ def decide_command(verdict: str) -> Callable[[Settings, argparse.Namespace], Awa
                     raise UsageError(f"--args is not valid JSON: {exc}") from None
             v = a.outcome if verdict == "resolve" else verdict
             actor = Actor(as_user, f"cli:{operator().removeprefix('cli:')}")
-            decision = await engine.decide(a.id, actor=actor, verdict=v,
-                                           reason=getattr(a, "reason", None), args=args,
-                                           expect_digest=getattr(a, "digest", None))
+            try:
+                decision = await engine.decide(a.id, actor=actor, verdict=v,
+                                               reason=getattr(a, "reason", None), args=args,
+                                               expect_digest=getattr(a, "digest", None))
+            except DecisionRefused as exc:
+                standing = await decision_stands(engine, a.id, v, exc)
+                if standing is None:
+                    raise
+                # the same decision was already made (say the process died right after
+                # committing it): it stands, and the run still needs resuming
+                print(f"approval {standing.id}: already {standing.status} by "
+                      f"{standing.decided_by} at {iso(standing.decided_at)}; the decision "
+                      "stands")
+                if a.no_resume:
+                    return 0
+                outcome = await follow(engine, await engine.advance(standing.run_id),
+                                       patience=60.0)
+                print(describe(outcome))
+                return exit_code(outcome)
             rec = decision.approval
             if decision.outcome == "voted":
                 print(f"approval {rec.id}: {decision.approvals} of {decision.quorum} approvals "
@@ -274,10 +334,29 @@ def decide_command(verdict: str) -> Callable[[Settings, argparse.Namespace], Awa
             if decision.run_ready and not a.no_resume:
                 outcome = await engine.advance(rec.run_id)
                 print(describe(outcome))
-                return EXIT.get(outcome.status, 1)
+                return exit_code(outcome)
             return 0
         return await with_engine(s, go)
     return cmd
+
+
+RESULTING = {"approve": "approved", "edit": "approved", "deny": "denied",
+             "retry": "approved", "mark_done": "approved", "abort": "denied"}
+
+
+async def decision_stands(engine: Engine, approval_id: str, verdict: str,
+                          refused: DecisionRefused) -> ApprovalRecord | None:
+    """The approval, when a refused decision is the one already recorded (it was approved
+    and this is an approval, say): repeating a decision is not a mistake to report but a
+    run to resume."""
+    if refused.reason != "not_pending":
+        return None
+    a = await engine.decider.get(approval_id)
+    if a.status != RESULTING.get(verdict):
+        return None
+    if a.kind == "outcome_unknown" and a.verdict != verdict:
+        return None
+    return a
 
 
 async def cmd_approvals_sweep(s: Settings, a: argparse.Namespace) -> int:
@@ -289,6 +368,10 @@ async def cmd_approvals_sweep(s: Settings, a: argparse.Namespace) -> int:
             print(describe(await engine.advance(run_id)))
         return 0
     return await with_engine(s, go)
+
+
+def iso(value: datetime | None) -> str:
+    return value.isoformat() if value else "an unknown time"
 
 
 async def cmd_audit_verify(s: Settings, a: argparse.Namespace) -> int:
@@ -462,6 +545,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--task", required=True)
     run.add_argument("--requested-by",
                      help="the Slack user id who asked for this run (default cli:<os user>)")
+    run.add_argument("--wait", type=float, default=60.0, metavar="SECONDS",
+                     help="if another process is advancing the run, wait this long for it to "
+                          "complete, fail or pause (default 60)")
     run.set_defaults(fn=cmd_run)
 
     runs = sub.add_parser("runs", help="inspect and cancel runs").add_subparsers(

@@ -44,11 +44,22 @@ def approval_document(a: ApprovalRecord) -> dict[str, Any]:
     }
 
 
+def waiting(r: RunRecord) -> dict[str, Any] | None:
+    """Why a ``running`` run is not being advanced, and until when (None: it is not waiting).
+
+    A wait is a field, not a status: the run is still running, only paused for a rate
+    limit, an outage, a backoff after an error or a free slot.
+    """
+    if r.status != "running" or r.wait_until is None:
+        return None
+    return {"until": iso(r.wait_until), "reason": r.wait_reason, "failures": r.failures}
+
+
 def run_summary(r: RunRecord) -> dict[str, Any]:
     return {
         "id": r.id, "agent": r.agent, "status": r.status, "step": r.step,
         "requested_by": r.requested_by, "created_at": iso(r.created_at),
-        "updated_at": iso(r.updated_at),
+        "updated_at": iso(r.updated_at), "waiting": waiting(r),
     }
 
 
@@ -75,6 +86,7 @@ def run_document(run: RunRecord, state: RunState,
         "cancel_requested": run.cancel_requested,
         "cancel_requested_by": run.cancel_requested_by,
         "cancel_reason": run.cancel_reason,
+        "waiting": waiting(run),
         "pending": pending,
         "approvals": [{"id": a.id, "tool": a.tool, "status": a.status, "kind": a.kind,
                        "decided_by": a.decided_by, "reason": a.reason} for a in approvals],

@@ -22,10 +22,18 @@ class Agent:
     model: Model
     tools: Sequence[Tool]
     max_steps: int = 50
+    # shared by every process through the database: at most this many runs of the agent
+    # advance at once, and at most this many model calls start per minute (None: no limit)
+    max_concurrent_runs: int | None = None
+    model_calls_per_minute: int | None = None
     _by_name: dict[str, Tool] = field(init=False, repr=False)
     _specs: list[ToolSpec] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
+        for knob in ("max_concurrent_runs", "model_calls_per_minute"):
+            value = getattr(self, knob)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ConfigError(f"agent {self.name!r}: {knob} must be a positive integer")
         self._by_name = {}
         for t in self.tools:
             if t.name in self._by_name:

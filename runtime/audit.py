@@ -35,7 +35,7 @@ from store.repos.audit import GENESIS
 ACTIONS = frozenset({
     "requested", "reminded", "voted", "approved", "denied", "edited", "expired", "escalated",
     "superseded", "executed", "outcome_unknown", "outcome_resolved", "cancelled",
-    "cancel_requested", "refused",
+    "cancel_requested", "refused", "failed", "needs_attention", "resumed",
 })
 _PENDING = "audit.pending"  # Tx.scratch key: entries recorded, not yet chained
 

@@ -13,7 +13,8 @@ from store.errors import ApprovaldError, ConfigError, SchemaOutOfDate
 
 __all__ = [
     "ApprovaldError", "AuditChainBroken", "ConfigError", "DecisionRefused", "DigestMismatch",
-    "InvalidArguments", "LeaseLost", "ModelError", "NotFound", "PayloadTooLarge",
+    "InvalidArguments", "LeaseLost", "ModelError", "ModelUnavailable", "NotFound",
+    "PayloadTooLarge",
     "SchemaOutOfDate", "StateVersionError",
 ]
 
@@ -40,6 +41,16 @@ class InvalidArguments(ApprovaldError):
 
 class ModelError(ApprovaldError):
     """The model provider failed or answered something that is not a valid reply."""
+
+
+class ModelUnavailable(ModelError):
+    """The provider is busy or down (a rate limit, 5xx, a timeout): the run waits and tries
+    again, ``retry_after`` seconds from now when the provider said so. Waiting is not
+    failing (invariant 14)."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.retry_after = retry_after
 
 
 class LeaseLost(ApprovaldError):

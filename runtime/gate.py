@@ -143,17 +143,25 @@ class Gate:
         return approval_id
 
     async def open_question(self, tx: Tx, run: RunRecord, call: ToolCall, tool: Tool,
-                            rec: ExecutionRecord, args: dict[str, Any]) -> str:
-        """Ask a human whether a call whose outcome is unknown took effect."""
+                            rec: ExecutionRecord, args: dict[str, Any],
+                            reconcile: str = "the tool has no reconcile hook") -> str:
+        """Ask a human whether a call whose outcome is unknown took effect, with what they
+        need to find out: which attempt, when it started and was last heard from, the
+        idempotency key to look up, the exact arguments and what reconcile said. Their
+        answer ("retry") sanctions exactly this attempt's successor, no other."""
         _, policy = self.e.registry.policy.effective(tool.name, tool.policy, tool.approval)
+        heard = rec.heard_at or rec.started_at
         packet: dict[str, Any] = {
             "agent": run.agent, "task": run.task[:500], "requested_by": run.requested_by,
             "doing": (f"{tool.name} started (attempt {rec.attempts}, "
-                      f"{rec.started_at.isoformat()}) but the process stopped before its "
-                      "result was recorded. Did it take effect?"),
+                      f"{rec.started_at.isoformat()}) but its result was never recorded: "
+                      f"its worker was last heard from at {heard.isoformat()}. "
+                      "Did it take effect?"),
             "evidence": [], "impact": None, "risk": policy.risk,
             "why": f"{tool.name} is not idempotent, so it is never re-run without a human.",
             "description": tool.description, "idempotency_key": rec.idempotency_key,
+            "attempt": rec.attempts, "started_at": rec.started_at.isoformat(),
+            "heard_at": heard.isoformat(), "worker": rec.owner, "reconcile": reconcile,
         }
         approval_id = await self.insert_approval(
             tx, run=run, call_id=call.id, kind="outcome_unknown", tool=tool.name,
@@ -161,8 +169,10 @@ class Gate:
         self.e.audit.record(
             tx, at=self.e.clock.now(), action="outcome_unknown", actor="system:runtime",
             via="runtime", run_id=run.id, approval_id=approval_id, digest=rec.args_digest,
-            details={"tool": tool.name, "call_id": call.id,
-                     "idempotency_key": rec.idempotency_key, "attempts": rec.attempts})
+            details={"tool": tool.name, "call_id": call.id, "args": args,
+                     "idempotency_key": rec.idempotency_key, "attempts": rec.attempts,
+                     "started_at": rec.started_at.isoformat(),
+                     "heard_at": heard.isoformat(), "reconcile": reconcile})
         return approval_id
 
     async def cancel_pending(self, tx: Tx, run_id: str, *, actor: str, via: str,

@@ -8,15 +8,25 @@ second replica, a double click) finds the row:
 * an intent with no result is *outcome unknown*: an idempotent tool is re-run under the
   same key, a tool's ``reconcile`` hook may decide, and otherwise the caller is told so it
   can ask a human. A non-idempotent tool is never blindly re-run.
+
+"It did not happen" is only believed once the earlier attempt has provably ended: its
+process is gone (a dead process on this host, or an attempt this process no longer
+runs) or the tool's ``timeout`` has passed since it started (the attempt cancels itself
+then). Until then the attempt may still be on its way to the provider, and running the
+call again could do it twice: the run waits out the timeout, or a person is asked. A
+person's "retry" sanctions exactly the one attempt it was asked about.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from runtime.audit import AuditTrail
@@ -24,7 +34,8 @@ from runtime.canonical import compact_json
 from runtime.clock import Clock
 from runtime.errors import DigestMismatch, LeaseLost
 from runtime.failpoints import failpoint
-from runtime.tools import Tool, ToolContext
+from runtime.ids import owner_is_dead, parse_worker_id
+from runtime.tools import Reconciled, Tool, ToolContext
 from store.db import Database
 from store.records import ExecutionRecord
 from store.repos import Tx
@@ -56,9 +67,29 @@ class Executed:
 
 @dataclass(frozen=True)
 class OutcomeUnknown:
-    """The call started in an earlier attempt and nobody knows whether it took effect."""
+    """The call started in an earlier attempt and nobody knows whether it took effect.
+
+    ``reconcile``: what the tool's reconcile hook said, in words, for the person asked.
+    """
 
     record: ExecutionRecord
+    reconcile: str = "the tool has no reconcile hook"
+
+
+@dataclass(frozen=True)
+class WaitForAttempt:
+    """An earlier attempt may still be running; it has certainly ended by ``until``."""
+
+    until: datetime
+    reason: str
+
+
+TIMEOUT_MARGIN = timedelta(seconds=5)  # past a tool's timeout, an attempt has surely ended
+
+
+# attempts this process is running now, by idempotency key: process-wide, since an
+# attempt is "this process's" whichever engine in it started the attempt
+_RUNNING: set[str] = set()
 
 
 def observation_of(rec: ExecutionRecord) -> Any:
@@ -76,6 +107,22 @@ class Ledger:
         self.max_result_bytes = max_result_bytes
         self.lease_ttl = lease_ttl
 
+    def attempt_ended(self, rec: ExecutionRecord, tool: Tool) -> str | None:
+        """How we know the attempt recorded in ``rec`` is over, or None if we do not."""
+        if rec.owner is not None:
+            parsed = parse_worker_id(rec.owner)
+            if parsed is not None and parsed == (socket.gethostname(), os.getpid()):
+                if rec.idempotency_key not in _RUNNING:
+                    return "it was this process's, and it is no longer running here"
+                return None
+            if owner_is_dead(rec.owner):
+                return f"its process ({rec.owner}) is gone"
+        if tool.timeout is not None:
+            deadline = rec.started_at + timedelta(seconds=tool.timeout) + TIMEOUT_MARGIN
+            if self.clock.now() >= deadline:
+                return f"its {tool.timeout:g} s timeout has passed"
+        return None
+
     async def execute(
         self,
         *,
@@ -90,7 +137,7 @@ class Ledger:
         after_result: AfterResult | None = None,
         retry_sanctioned: bool = False,
         urgent: bool = False,
-    ) -> Executed | OutcomeUnknown:
+    ) -> Executed | OutcomeUnknown | WaitForAttempt:
         """Run ``tool`` once under ``ctx.idempotency_key`` (or reuse what is recorded).
 
         ``urgent``: someone is waiting for this call to start (its intent write goes first).
@@ -107,21 +154,19 @@ class Ledger:
                 return Executed(observation_of(existing), reused=True)
             # started or unknown: the earlier attempt may or may not have taken effect
             if not (retry_sanctioned or tool.idempotent):
-                if tool.reconcile is not None:
-                    verdict = await tool.reconcile(ctx, args)
-                    if verdict is not None and verdict.happened:
-                        return await self._record(ctx, tool, existing, verdict.result,
-                                                  None, 0.0, owner, after_result)
-                    if verdict is None:
-                        return OutcomeUnknown(existing)
-                    # reconcile says it did not happen: safe to run again under the same key
-                else:
-                    return OutcomeUnknown(existing)
+                decided = await self._settle_unknown(tool, ctx, args, existing, owner,
+                                                     after_result)
+                if decided is not None:
+                    return decided
+                # it provably did not happen: run it again under the same key
             attempt = existing.attempts + 1
             async with self.db.write(urgent=urgent) as tx:
                 await self._check_lease(tx, ctx.run_id, owner, journal)
-                await tx.executions.retry_intent(run_id=ctx.run_id, call_id=ctx.call_id,
-                                                 now=self.clock.now())
+                if not await tx.executions.retry_intent(
+                        run_id=ctx.run_id, call_id=ctx.call_id, now=self.clock.now(),
+                        owner=owner, attempts=existing.attempts):
+                    raise LeaseLost(f"call {ctx.call_id} was retried by someone else",
+                                    run_id=ctx.run_id)
         else:
             async with self.db.write(urgent=urgent) as tx:
                 # the step's model reply is journaled with its first side effect, so a
@@ -129,7 +174,7 @@ class Ledger:
                 await self._check_lease(tx, ctx.run_id, owner, journal)
                 fresh = await tx.executions.record_intent(
                     run_id=ctx.run_id, call_id=ctx.call_id, step=step, tool=tool.name,
-                    digest=digest, now=self.clock.now(),
+                    digest=digest, now=self.clock.now(), owner=owner,
                 )
             if not fresh:  # somebody else recorded it between our read and our write
                 async with self.db.read() as tx:
@@ -143,19 +188,86 @@ class Ledger:
         t0 = time.perf_counter()
         error: BaseException | None = None
         result: Any = None
+        _RUNNING.add(ctx.idempotency_key)
         try:
-            result = await tool.invoke(run_ctx, args)
+            async with asyncio.timeout(tool.timeout):
+                result = await tool.invoke(run_ctx, args)
+        except TimeoutError as exc:
+            error = exc
         except Exception as exc:  # a tool failure is an observation, not a crash
             error = exc
+        finally:
+            _RUNNING.discard(ctx.idempotency_key)
         latency = (time.perf_counter() - t0) * 1000.0
         failpoint("before_result")
+        if isinstance(error, TimeoutError) and tool.timeout is not None:
+            return await self._timed_out(tool, ctx, args, owner, after_result, latency)
         return await self._record(ctx, tool, None, result, error, latency, owner, after_result)
+
+    async def _reconcile(self, tool: Tool, ctx: ToolContext,
+                         args: dict[str, Any]) -> tuple[Reconciled | None, str]:
+        """Ask the tool's reconcile hook; a hook that raises knows nothing (unknown)."""
+        if tool.reconcile is None:
+            return None, "the tool has no reconcile hook"
+        try:
+            verdict = await tool.reconcile(ctx, args)
+        except Exception as exc:
+            return None, f"its reconcile hook raised {type(exc).__name__}: {str(exc)[:300]}"
+        if verdict is None:
+            return None, "its reconcile hook could not tell"
+        return verdict, ("its reconcile hook says it happened" if verdict.happened
+                         else "its reconcile hook says it did not happen")
+
+    async def _settle_unknown(self, tool: Tool, ctx: ToolContext, args: dict[str, Any],
+                              existing: ExecutionRecord, owner: str,
+                              after_result: AfterResult | None,
+                              ) -> Executed | OutcomeUnknown | WaitForAttempt | None:
+        """An attempt with no result: record it, ask for a person, wait, or (None) run it
+        again because it provably did not take effect."""
+        verdict, said = await self._reconcile(tool, ctx, args)
+        if verdict is not None and verdict.happened:
+            return await self._record(ctx, tool, existing, verdict.result, None, 0.0, owner,
+                                      after_result)
+        if verdict is None:
+            return OutcomeUnknown(existing, said)
+        ended = self.attempt_ended(existing, tool)
+        if ended is not None:
+            return None
+        # "not happened" while the attempt may still be running is not an answer yet
+        heard = (existing.heard_at or existing.started_at).isoformat()
+        if tool.timeout is not None:
+            until = existing.started_at + timedelta(seconds=tool.timeout) + TIMEOUT_MARGIN
+            return WaitForAttempt(until, f"attempt {existing.attempts} of {tool.name} "
+                                         f"(last heard from {heard}) may still be running; "
+                                         f"its timeout ends by {until.isoformat()}")
+        return OutcomeUnknown(existing, f"{said}, but attempt {existing.attempts} (by "
+                                        f"{existing.owner or 'an unknown worker'}, last heard "
+                                        f"from {heard}) may still be running")
+
+    async def _timed_out(self, tool: Tool, ctx: ToolContext, args: dict[str, Any], owner: str,
+                         after_result: AfterResult | None,
+                         latency: float) -> Executed | OutcomeUnknown:
+        """The call was cancelled at its timeout: did it take effect before that?"""
+        verdict, said = await self._reconcile(tool, ctx, args)
+        if verdict is not None and verdict.happened:
+            return await self._record(ctx, tool, None, verdict.result, None, latency, owner,
+                                      after_result)
+        if verdict is not None or tool.idempotent:  # it did not (or running it is harmless)
+            err = TimeoutError(f"{tool.name} was cancelled after {tool.timeout:g} s ({said})")
+            return await self._record(ctx, tool, None, None, err, latency, owner, after_result)
+        async with self.db.read() as tx:
+            rec = await tx.executions.get(ctx.run_id, ctx.call_id)
+        assert rec is not None
+        return OutcomeUnknown(rec, f"it was cancelled after its {tool.timeout:g} s timeout "
+                                   f"and {said}")
 
     async def _record(self, ctx: ToolContext, tool: Tool, existing: ExecutionRecord | None,
                       result: Any, error: BaseException | None, latency_ms: float, owner: str,
                       after_result: AfterResult | None) -> Executed:
         status, text, err_class, err_text = "succeeded", None, None, None
-        if error is None:
+        if isinstance(error, TimeoutError):
+            err_class, err_text = "ToolTimeout", str(error)[:4000]
+        elif error is None:
             try:
                 text = compact_json(result)
             except (TypeError, ValueError) as exc:
@@ -167,11 +279,11 @@ class Ledger:
                     err_text = (f"tool result of {len(text.encode())} bytes exceeds the "
                                 f"{self.max_result_bytes}-byte cap")
                     text = None
-        else:
+        elif err_class is None:
             err_class, err_text = type(error).__name__, str(error)[:4000]
         if err_class is not None:
             status = "failed"
-        async with self.db.write() as tx:
+        async def write(tx: Tx) -> None:
             recorded = await tx.executions.record_result(
                 run_id=ctx.run_id, call_id=ctx.call_id, status=status, result=text,
                 error_class=err_class, error=err_text, now=self.clock.now(),
@@ -186,6 +298,10 @@ class Ledger:
                 await after_result(tx, Recorded(
                     run_id=ctx.run_id, idempotency_key=ctx.idempotency_key, status=status,
                     result=text, error=err_text, latency_ms=latency_ms))
+
+        # the call has run: a connection lost before COMMIT must not turn its outcome
+        # into an unknown one, so the write is retried (it is a compare-and-set)
+        await self.db.transact(write, what=f"result of {ctx.idempotency_key}")
         failpoint("after_result")
         if status == "succeeded":
             return Executed(None if text is None else json.loads(text), reused=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,15 @@ class Busy(Outcome):
     """Another worker holds the run's lease; this one backed off."""
 
     holder: str | None = None
+
+
+@dataclass(frozen=True)
+class Waiting(Outcome):
+    """The run waits until ``until`` (a rate limit, an outage, a backoff after an error, a
+    slot to free up); it is durable and any process resumes it then."""
+
+    until: datetime | None = None
+    reason: str = ""
 
 
 @dataclass(frozen=True)

@@ -11,17 +11,34 @@ import asyncio
 import contextlib
 import json
 import logging
+import random
 import secrets
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from runtime.agent import Agent
 from runtime.canonical import call_digest, compact_json
-from runtime.errors import DigestMismatch, InvalidArguments, LeaseLost, ModelError, NotFound
+from runtime.errors import (
+    DigestMismatch,
+    InvalidArguments,
+    LeaseLost,
+    ModelError,
+    ModelUnavailable,
+    NotFound,
+    StateVersionError,
+)
 from runtime.failpoints import failpoint
 from runtime.gate import GateRequest
-from runtime.ledger import Executed, OutcomeUnknown, Recorded, audit_execution
+from runtime.ledger import (
+    Executed,
+    OutcomeUnknown,
+    Recorded,
+    WaitForAttempt,
+    audit_execution,
+)
 from runtime.outcomes import (
     Busy,
     Cancelled,
@@ -30,6 +47,7 @@ from runtime.outcomes import (
     NeedsAttention,
     Outcome,
     Paused,
+    Waiting,
     Yielded,
 )
 from runtime.state import FINAL_STATUSES, AssistantMessage, RunState, ToolCall, ToolMessage
@@ -43,6 +61,25 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("approvald.runner")
 Extra = Callable[[Tx], Awaitable[None]]
+MAX_FAILURES = 5  # consecutive errors before a run is ended instead of retried (invariant 15)
+BACKOFF = timedelta(seconds=2)  # after the first error; doubles, jittered
+MAX_BACKOFF = timedelta(minutes=5)
+SLOT_WAIT = (0.5, 2.0)  # seconds a run over its agent's max_concurrent_runs waits for a slot
+
+
+def backoff(failures: int, *, base: timedelta = BACKOFF, cap: timedelta = MAX_BACKOFF,
+            jitter: float = 0.2) -> timedelta:
+    """Exponential backoff with jitter: ``base * 2**(failures-1)``, capped."""
+    delay = min(cap.total_seconds(), base.total_seconds() * 2.0 ** max(failures - 1, 0))
+    return timedelta(seconds=delay * (1 - jitter + 2 * jitter * random.random()))
+
+
+class _Throttled(Exception):
+    """The agent's model calls per minute are used up: wait ``seconds``."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"{seconds:.1f}s")
+        self.seconds = seconds
 
 
 @dataclass
@@ -52,7 +89,9 @@ class _Pending:
     messages: list[tuple[Any, bool]] = field(default_factory=list)  # (message, ledger_ref)
     gates: list[GateRequest] = field(default_factory=list)
     waiting: list[ApprovalRecord] = field(default_factory=list)
-    unknown: list[tuple[ToolCall, ExecutionRecord, dict[str, Any]]] = field(default_factory=list)
+    unknown: list[tuple[ToolCall, ExecutionRecord, dict[str, Any], str]] = field(
+        default_factory=list)  # (call, record, args, what reconcile said)
+    wait: WaitForAttempt | None = None  # an earlier attempt may still be running
     # the step's fresh model reply, journaled with the step's first side effect (then None)
     journal: str | None = None
 
@@ -90,12 +129,17 @@ class Runner:
         # one lease id per attempt, not per process: two tasks of one process (a worker
         # and a CLI command, say) must not both believe they hold the run
         owner = f"{e.owner}/{secrets.token_hex(3)}"
+        queued: Outcome | None = None
         async with e.db.write(urgent=e.urgency.presses(run_id)) as tx:
             got = await tx.runs.acquire_lease(run_id, owner=owner, now=now,
                                               until=now + e.config.lease_ttl,
                                               stale_owners=stale_owners)
+            if got is not None:
+                queued = await self._over_limit(tx, got, owner, now)
         if got is None:
             return await self._not_ours(run_id)
+        if queued is not None:
+            return queued
         released = [False]
         try:
             async with self._heartbeat(run_id, owner) as lost:
@@ -103,6 +147,11 @@ class Runner:
         except LeaseLost as exc:
             log.warning("run %s: %s; backing off", run_id, exc)
             return Busy(run_id, "running", holder=None)
+        except Exception as exc:
+            if released[0]:
+                raise
+            released[0] = True
+            return await self._poisoned(got, owner, exc)
         finally:
             if not released[0]:
                 with contextlib.suppress(Exception):
@@ -118,32 +167,151 @@ class Runner:
             raise NotFound(f"no run {run_id}", run_id=run_id)
         if run.status != "running":
             return status_outcome(run, approvals)
+        if run.wait_until is not None and run.wait_until > self.e.clock.now():
+            return Waiting(run_id, run.status, until=run.wait_until,
+                           reason=run.wait_reason or "")
         return Busy(run_id, run.status, holder=run.lease_owner)
 
     @contextlib.asynccontextmanager
     async def _heartbeat(self, run_id: str, owner: str) -> AsyncIterator[asyncio.Event]:
-        """Keep the lease alive during long tool calls; flag it if someone took it."""
+        """Keep the lease alive during long tool calls; flag it once it cannot be kept.
+
+        A renewal that fails (a locked database, a pool timeout) is retried; only when the
+        lease could have expired since the last good renewal, or someone else holds it,
+        is ``lost`` set, and the worker then stops before any further side effect (the
+        ledger re-checks the lease with every intent). Nothing raised here ever replaces
+        the outcome of the run's step.
+        """
         lost = asyncio.Event()
-        interval = self.e.config.lease_ttl.total_seconds() / 3
+        ttl = self.e.config.lease_ttl.total_seconds()
+        interval = ttl / 3
+
+        async def renew() -> bool:
+            now = self.e.clock.now()
+            async with self.e.db.write() as tx:
+                ok = await tx.runs.renew_lease(run_id, owner=owner,
+                                               until=now + self.e.config.lease_ttl)
+                if ok:  # the attempt in flight, if any, was heard from
+                    await tx.executions.heard(run_id, owner=owner, now=now)
+            return ok
 
         async def beat() -> None:
+            last_ok = time.monotonic()
+            wait = interval
             while True:
-                await asyncio.sleep(interval)
-                async with self.e.db.write() as tx:
-                    ok = await tx.runs.renew_lease(
-                        run_id, owner=owner,
-                        until=self.e.clock.now() + self.e.config.lease_ttl)
+                await asyncio.sleep(wait)
+                try:
+                    ok = await renew()
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    if time.monotonic() - last_ok >= ttl * 0.9:  # it may have lapsed now
+                        log.error("run %s: lease renewal keeps failing (%s: %s); stopping "
+                                  "before any further side effect", run_id,
+                                  type(exc).__name__, exc)
+                        lost.set()
+                        return
+                    log.warning("run %s: lease renewal failed (%s: %s); retrying", run_id,
+                                type(exc).__name__, exc)
+                    wait = min(interval, 1.0)
+                    continue
                 if not ok:
                     lost.set()
                     return
+                last_ok, wait = time.monotonic(), interval
 
         task = asyncio.create_task(beat())
         try:
             yield lost
         finally:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            with contextlib.suppress(BaseException):
                 await task
+
+    # -- limits, waits and poison ----------------------------------------------------------
+    async def _over_limit(self, tx: Tx, run: RunRecord, owner: str,
+                          now: datetime) -> Outcome | None:
+        """Queue the run (a short wait) if its agent already runs ``max_concurrent_runs``."""
+        try:
+            agent = self.e.registry.get(run.agent)
+        except NotFound:
+            return None  # the step will find out, and fail the run properly
+        limit = agent.max_concurrent_runs
+        if limit is None:
+            return None
+        # the agent's limits row serialises the count across processes (after the run row)
+        await tx.limits.lock(f"runs:{agent.name}", tokens=0.0, now=now)
+        busy = await tx.runs.count_leased(agent.name, now=now, excluding=run.id)
+        if busy < limit:
+            return None
+        until = now + timedelta(seconds=random.uniform(*SLOT_WAIT))
+        reason = f"queued: {busy} runs of {agent.name} are in progress (max {limit})"
+        await tx.runs.park(run.id, owner=owner, until=until, reason=reason,
+                           failures=run.failures, now=now)
+        return Waiting(run.id, "running", until=until, reason=reason)
+
+    async def _take_model_call(self, agent: Agent) -> None:
+        """One of the agent's model calls per minute, shared by every process through the
+        database (a token bucket); raises :class:`_Throttled` when there is none left."""
+        rate = agent.model_calls_per_minute
+        if rate is None:
+            return
+        per_second = rate / 60.0
+        key = f"model:{agent.name}"
+        async with self.e.db.write() as tx:
+            now = self.e.clock.now()
+            tokens, since = await tx.limits.lock(key, tokens=float(rate), now=now)
+            tokens = min(float(rate), tokens + max((now - since).total_seconds(), 0.0)
+                         * per_second)
+            if tokens >= 1.0:
+                await tx.limits.set(key, tokens=tokens - 1.0, now=now)
+                return
+            await tx.limits.set(key, tokens=tokens, now=now)
+        raise _Throttled((1.0 - tokens) / per_second)
+
+    async def _park(self, live: _Live, *, until: datetime, reason: str,
+                    failures: int) -> Outcome:
+        """Give the lease back and leave the run waiting until ``until`` (still running)."""
+        e = self.e
+        async with e.db.write() as tx:
+            if not await tx.runs.park(live.run.id, owner=live.owner, until=until,
+                                      reason=reason, failures=failures, now=e.clock.now()):
+                raise LeaseLost(f"lost the lease on run {live.run.id}", run_id=live.run.id)
+        live.released[0] = True
+        log.info("run %s waits until %s: %s", live.run.id, until.isoformat(), reason)
+        return Waiting(live.run.id, "running", until=until, reason=reason)
+
+    async def _poisoned(self, run: RunRecord, owner: str, exc: Exception) -> Outcome:
+        """An error that retrying the same way may not fix: back off, and after
+        ``MAX_FAILURES`` in a row end the run (``needs_attention`` when a person can fix
+        the cause by redeploying, else ``failed``), recorded, audited and told."""
+        e = self.e
+        failures = run.failures + 1
+        error = f"{type(exc).__name__}: {exc}"[:2000]
+        now = e.clock.now()
+        log.error("run %s: attempt %d of %d failed: %s", run.id, failures, MAX_FAILURES,
+                  error, exc_info=failures == 1)
+        async with e.db.write() as tx:
+            if failures < MAX_FAILURES:
+                until = now + backoff(failures)
+                await tx.runs.park(run.id, owner=owner, until=until, failures=failures,
+                                   reason=f"retrying after an error ({failures} of "
+                                          f"{MAX_FAILURES}): {error}", now=now)
+                return Waiting(run.id, "running", until=until, reason=error)
+            # an agent no longer deployed, or state from a newer approvald: a person can
+            # fix the cause and resume the run; anything else ends it as failed
+            fixable = isinstance(exc, NotFound | StateVersionError)
+            status = "needs_attention" if fixable else "failed"
+            ended = f"gave up after {failures} attempts: {error}"
+            await tx.runs.end(run.id, owner=owner, status=status, error=ended, now=now)
+            await e.gate.cancel_pending(tx, run.id, actor="system:runtime", via="runtime",
+                                        reason=ended)
+            e.audit.record(tx, at=now, action=status, actor="system:runtime", via="runtime",
+                           run_id=run.id, details={"error": error, "attempts": failures})
+        e.notify_outbox()
+        if status == "failed":
+            return Failed(run.id, "failed", error=ended)
+        return NeedsAttention(run.id, "needs_attention", reason=ended)
 
     # -- the loop ----------------------------------------------------------------------
     async def _load(self, run: RunRecord, owner: str) -> _Live:
@@ -180,6 +348,18 @@ class Runner:
                         live, f"stopped after {agent.max_steps} steps without a final answer")
                 try:
                     fresh = await self._next_reply(live, agent)
+                except ModelUnavailable as exc:  # waiting is not failing (invariant 14)
+                    failures = live.run.failures + 1
+                    wait = (timedelta(seconds=exc.retry_after) if exc.retry_after is not None
+                            else backoff(failures))
+                    return await self._park(live, until=self.e.clock.now() + wait,
+                                            failures=failures,
+                                            reason=f"model unavailable: {exc}")
+                except _Throttled as exc:
+                    return await self._park(
+                        live, until=self.e.clock.now() + timedelta(seconds=exc.seconds),
+                        failures=live.run.failures,
+                        reason=f"model calls per minute of {agent.name} used up")
                 except ModelError as exc:
                     return await self._fail(live, f"model error: {exc}")
                 except LeaseLost:
@@ -212,6 +392,7 @@ class Runner:
         inflight = live.inflight
         if inflight is not None and inflight.get("step") == live.step + 1:
             return AssistantMessage.model_validate(inflight["reply"])
+        await self._take_model_call(agent)
         reply = await agent.model.complete(instructions=agent.instructions,
                                            messages=live.state.messages,
                                            tools=agent.tool_specs())
@@ -281,11 +462,11 @@ class Runner:
 
         digest = approval.effective_digest if approval else call_digest(call.name, args)
         question = live.questions.get(call.id)
-        sanctioned = bool(question and question.status == "approved"
-                          and question.verdict == "retry")
+        # a person's "retry" sanctions exactly the attempt after the one they were asked about
+        sanctioned = bool(question and existing and _sanctions(question, existing))
         if existing is not None and existing.status in ("started", "unknown") and question:
             if question.status == "pending":
-                pending.unknown.append((call, existing, args))
+                pending.unknown.append((call, existing, args, ""))
                 return
 
         async def after_result(tx: Tx, rec: Recorded) -> None:
@@ -313,7 +494,10 @@ class Runner:
         if kind == "notify_after" and isinstance(result, Executed) and not result.reused:
             e.notify_outbox()  # the notice
         if isinstance(result, OutcomeUnknown):
-            pending.unknown.append((call, result.record, args))
+            pending.unknown.append((call, result.record, args, result.reconcile))
+            return
+        if isinstance(result, WaitForAttempt):
+            pending.wait = result
             return
         if approval is not None and approval.edited_args is not None:
             observe({"status": "executed_with_edits", "arguments": args,
@@ -332,14 +516,15 @@ class Runner:
         run_id = live.run.id
         if pending.unknown:
             async def ask(tx: Tx) -> None:
-                for call, rec, args in pending.unknown:
+                for call, rec, args, said in pending.unknown:
                     if call.id in live.questions and live.questions[call.id].status == "pending":
                         continue
                     agent = e.registry.get(live.run.agent)
                     tool = agent.tool(call.name)
                     assert tool is not None
                     await tx.executions.mark_unknown(run_id=run_id, call_id=call.id)
-                    await e.gate.open_question(tx, live.run, call, tool, rec, args)
+                    await e.gate.open_question(tx, live.run, call, tool, rec, args,
+                                               said or "the tool has no reconcile hook")
             if await self._checkpoint(live, pending, status="needs_attention", extra=ask,
                                       release=True):
                 return self._cancelled(live)
@@ -363,6 +548,9 @@ class Runner:
             return Paused(run_id, "awaiting_approval", approval_ids=ids)
         if await self._checkpoint(live, pending):
             return self._cancelled(live)
+        if pending.wait is not None:  # the step's other results are in; this call waits
+            return await self._park(live, until=pending.wait.until, reason=pending.wait.reason,
+                                    failures=live.run.failures)
         return None
 
     async def _checkpoint(self, live: _Live, pending: _Pending, *, status: str = "running",
@@ -450,6 +638,18 @@ def status_outcome(run: RunRecord, approvals: list[ApprovalRecord]) -> Outcome:
                               reason="outcome unknown")
     return Paused(run.id, run.status,
                   approval_ids=tuple(a.id for a in pending if a.kind == "tool_call"))
+
+
+def _sanctions(question: ApprovalRecord, rec: ExecutionRecord) -> bool:
+    """Does this answered question sanction running ``rec``'s call once more? Only a
+    "retry" about exactly the attempt ``rec`` records (a question from before attempts
+    were noted: only if it was answered after that attempt started)."""
+    if question.status != "approved" or question.verdict != "retry":
+        return False
+    attempt = json.loads(question.packet).get("attempt")
+    if isinstance(attempt, int):
+        return attempt == rec.attempts
+    return question.decided_at is not None and question.decided_at >= rec.started_at
 
 
 def _refusal(approval: ApprovalRecord) -> dict[str, Any]:

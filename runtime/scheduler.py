@@ -49,9 +49,12 @@ class ExpiryScheduler:
         return len(rows)
 
     def schedule(self, approval_id: str, when: datetime) -> None:
-        # run_date is wall-clock: the job only *triggers* a check against the engine's clock
+        # run_date is wall-clock and ``when`` is engine time: wake up after the same span
+        # (an injected clock may run ahead of or behind the wall clock); the job only
+        # *triggers* a check against the engine's clock
+        delay = max(when - self.e.clock.now(), timedelta(0))
         self.scheduler.add_job(
-            self._due, "date", run_date=max(when, datetime.now(UTC)), args=[approval_id],
+            self._due, "date", run_date=datetime.now(UTC) + delay, args=[approval_id],
             id=_job_id(approval_id), replace_existing=True, misfire_grace_time=None,
             coalesce=True,
         )

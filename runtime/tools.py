@@ -72,9 +72,10 @@ class Tool:
         permission: Permission = "read",
         policy: PolicyKind | None = None,
         approval: ApprovalPolicy | None = None,
-        idempotent: bool = False,
+        idempotent: bool | None = None,
         reconcile: ReconcileFn | None = None,
         impact: ImpactFn | None = None,
+        timeout: float | None = None,
     ) -> None:
         if not inspect.iscoroutinefunction(fn):
             raise ConfigError(f"tool {fn.__name__!r} must be an async function")
@@ -86,7 +87,11 @@ class Tool:
         self.permission: Permission = permission
         self.policy: PolicyKind = policy or _DEFAULT_POLICY[permission]
         self.approval = approval or ApprovalPolicy()
-        self.idempotent = idempotent
+        # a read changes nothing, so running it twice is harmless: idempotent by default
+        self.idempotent = permission == "read" if idempotent is None else idempotent
+        if timeout is not None and not timeout > 0:
+            raise ConfigError(f"tool {self.name!r}: timeout must be a positive number of seconds")
+        self.timeout = timeout
         self.reconcile = reconcile
         self.impact = impact
         self._wants_ctx, self._model_param, self.args_model = _build_args_model(fn, self.name)
@@ -173,9 +178,10 @@ def tool(
     permission: Permission = "read",
     policy: PolicyKind | None = None,
     approval: ApprovalPolicy | None = None,
-    idempotent: bool = False,
+    idempotent: bool | None = None,
     reconcile: ReconcileFn | None = None,
     impact: ImpactFn | None = None,
+    timeout: float | None = None,
 ) -> Callable[[ToolFn], Tool]: ...
 
 
@@ -188,23 +194,27 @@ def tool(
     permission: Permission = "read",
     policy: PolicyKind | None = None,
     approval: ApprovalPolicy | None = None,
-    idempotent: bool = False,
+    idempotent: bool | None = None,
     reconcile: ReconcileFn | None = None,
     impact: ImpactFn | None = None,
+    timeout: float | None = None,
 ) -> Tool | Callable[[ToolFn], Tool]:
     """Declare an async function as a tool.
 
     ``permission`` says what the tool does (``read``, ``draft``, ``execute``); ``policy``
     says what the runtime does before running it (``auto``, ``notify_after``,
     ``approve_before``, ``forbidden``) and defaults from the permission: execute tools
-    need approval. ``idempotent=True`` lets the runtime re-run a call whose outcome is
-    unknown; otherwise ``reconcile`` decides, or a human is asked.
+    need approval. ``idempotent=True`` (the default for ``read`` tools) lets the runtime
+    re-run a call whose outcome is unknown; otherwise ``reconcile`` decides, or a human is
+    asked. ``timeout`` (seconds) cancels a call that runs longer, and bounds how long an
+    attempt whose worker went silent may still be running.
     """
 
     def wrap(f: ToolFn) -> Tool:
         return Tool(
             f, name=name, description=description, permission=permission, policy=policy,
             approval=approval, idempotent=idempotent, reconcile=reconcile, impact=impact,
+            timeout=timeout,
         )
 
     return wrap(fn) if fn is not None else wrap

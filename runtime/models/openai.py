@@ -6,8 +6,11 @@ the runtime's transcript to chat messages, hands the agent's tools over as ``fun
 tools, and turns the first choice back into a :class:`~runtime.models.base.ModelReply`.
 
 Transient failures (HTTP 429/500/502/503/504, connection errors, timeouts) are retried
-with exponential backoff, honouring ``Retry-After``; everything else becomes a
-:class:`~runtime.errors.ModelError` at once, which fails the run with a one-line reason.
+with exponential backoff, honouring ``Retry-After``; when they persist, or the provider
+asks for a longer pause than ``max_in_call_wait``, the call raises
+:class:`~runtime.errors.ModelUnavailable` and the run waits durably (its lease released)
+until then. Everything else becomes a :class:`~runtime.errors.ModelError` at once, which
+fails the run with a one-line reason.
 The API key never appears in an error message.
 
 Configuration comes from the constructor or, failing that, the environment:
@@ -34,7 +37,7 @@ import aiohttp
 from yarl import URL
 
 from runtime.canonical import compact_json
-from runtime.errors import ConfigError, ModelError
+from runtime.errors import ConfigError, ModelError, ModelUnavailable
 from runtime.models.base import ModelReply, ToolSpec, Transcript
 from runtime.state import AssistantMessage, ToolCall, ToolMessage, UserMessage
 
@@ -79,6 +82,7 @@ class OpenAIChatModel:
         max_retries: int = 4,
         backoff: float = 0.5,
         max_backoff: float = 30.0,
+        max_in_call_wait: float = 5.0,
         temperature: float | None = None,
         sleep: Sleep = asyncio.sleep,
     ) -> None:
@@ -111,6 +115,7 @@ class OpenAIChatModel:
         self.max_retries = max_retries
         self.backoff = backoff
         self.max_backoff = max_backoff
+        self.max_in_call_wait = max_in_call_wait
         self.temperature = temperature
         self._api_key = key
         self._url = url
@@ -205,7 +210,7 @@ class OpenAIChatModel:
                     retry_after = resp.headers.get("Retry-After")
             except (aiohttp.ClientError, TimeoutError) as exc:
                 if last:
-                    raise ModelError(
+                    raise ModelUnavailable(
                         f"model provider at {self._where} failed after {attempts} "
                         f"attempt(s): {self._describe(exc)}",
                         model=self.model,
@@ -217,7 +222,13 @@ class OpenAIChatModel:
                     return json.loads(raw)
                 except ValueError:
                     raise self._not_a_completion(raw) from None
-            if status in RETRY_STATUSES and not last:
+            if status in RETRY_STATUSES:
+                hinted = _parse_retry_after(retry_after)
+                if last or (hinted is not None and hinted > self.max_in_call_wait):
+                    # not worth holding the run for: it waits durably instead
+                    err = self._http_error(status, raw, attempts=attempt + 1)
+                    raise ModelUnavailable(str(err), retry_after=hinted, model=self.model,
+                                           status=status)
                 await self._sleep(self._delay(attempt, retry_after))
                 continue
             raise self._http_error(status, raw, attempts=attempt + 1)

@@ -11,6 +11,7 @@ from store.repos.approvals import ApprovalsRepo
 from store.repos.audit import AuditRepo
 from store.repos.events import EventsRepo
 from store.repos.executions import ExecutionsRepo
+from store.repos.limits import LimitsRepo
 from store.repos.outbox import OutboxRepo
 from store.repos.runs import RunsRepo
 from store.repos.threads import ThreadsRepo
@@ -26,7 +27,7 @@ class Tx:
     """
 
     __slots__ = ("_hooks", "approvals", "audit", "conn", "dialect", "events", "executions",
-                 "outbox", "runs", "scratch", "threads")
+                 "limits", "outbox", "runs", "scratch", "threads")
 
     def __init__(self, conn: AsyncConnection, dialect: str) -> None:
         self.conn = conn
@@ -40,6 +41,7 @@ class Tx:
         self.outbox = OutboxRepo(conn, dialect)
         self.audit = AuditRepo(conn, dialect)
         self.threads = ThreadsRepo(conn, dialect)
+        self.limits = LimitsRepo(conn, dialect)
 
     def before_commit(self, hook: Callable[[Tx], Awaitable[None]]) -> None:
         """Run ``hook(tx)`` at the end of this write transaction, just before COMMIT."""
@@ -51,5 +53,6 @@ class Tx:
             await self._hooks.pop(0)(self)
 
 
-__all__ = ["ApprovalsRepo", "AuditRepo", "EventsRepo", "ExecutionsRepo", "OutboxRepo",
+__all__ = ["ApprovalsRepo", "AuditRepo", "EventsRepo", "ExecutionsRepo", "LimitsRepo",
+           "OutboxRepo",
            "RunsRepo", "ThreadsRepo", "Tx"]

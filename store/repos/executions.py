@@ -38,27 +38,41 @@ class ExecutionsRepo(Repo):
         return {r.call_id: ExecutionRecord(**r._mapping) for r in rows}
 
     async def record_intent(self, *, run_id: str, call_id: str, step: int, tool: str,
-                            digest: str, now: datetime) -> bool:
-        """Insert the intent row; False if one already exists for this key."""
+                            digest: str, now: datetime, owner: str | None = None) -> bool:
+        """Insert the intent row (``owner``: the lease id of the attempt); False if one
+        already exists for this key."""
         res = await self.conn.execute(
             _INTENT[self.dialect],
             {
                 "run_id": run_id, "call_id": call_id, "step": step, "tool": tool,
                 "args_digest": digest, "status": "started", "attempts": 1, "started_at": now,
+                "owner": owner, "heard_at": now,
             },
         )
         return bool(res.rowcount == 1)
 
-    async def retry_intent(self, *, run_id: str, call_id: str, now: datetime) -> bool:
-        """Move an unknown/started row back to started for a sanctioned retry."""
+    async def retry_intent(self, *, run_id: str, call_id: str, now: datetime,
+                           owner: str | None = None, attempts: int | None = None) -> bool:
+        """Start the next attempt of an unknown/started call (compare-and-set on the
+        attempt number it follows, when given)."""
+        stmt = (update(ToolExecution)
+                .where(ToolExecution.run_id == run_id, ToolExecution.call_id == call_id,
+                       ToolExecution.status.in_(["started", "unknown"])))
+        if attempts is not None:
+            stmt = stmt.where(ToolExecution.attempts == attempts)
         res = await self.conn.execute(
-            update(ToolExecution)
-            .where(ToolExecution.run_id == run_id, ToolExecution.call_id == call_id,
-                   ToolExecution.status.in_(["started", "unknown"]))
-            .values(status="started", attempts=ToolExecution.attempts + 1, started_at=now,
-                    finished_at=None, result=None, error=None, error_class=None)
-        )
+            stmt.values(status="started", attempts=ToolExecution.attempts + 1, started_at=now,
+                        finished_at=None, result=None, error=None, error_class=None,
+                        owner=owner, heard_at=now))
         return bool(res.rowcount == 1)
+
+    async def heard(self, run_id: str, *, owner: str, now: datetime) -> None:
+        """The attempt ``owner`` is running is still alive (its lease was renewed)."""
+        await self.conn.execute(
+            update(ToolExecution)
+            .where(ToolExecution.run_id == run_id, ToolExecution.owner == owner,
+                   ToolExecution.status == "started")
+            .values(heard_at=now))
 
     async def record_result(self, *, run_id: str, call_id: str, status: str,
                             result: str | None, error_class: str | None, error: str | None,

@@ -41,12 +41,15 @@ _GET_LOCKED = _GET.with_for_update(key_share=True)
 _RELEASE = update(_T).where(_OWNED).values(lease_owner=None, lease_expires_at=None)
 
 
+_DUE = or_(_T.c.wait_until.is_(None), _T.c.wait_until <= bindparam("now"))
+
+
 def _acquire(with_stale: bool) -> Any:
     free = or_(_T.c.lease_owner.is_(None), _T.c.lease_expires_at < bindparam("now"),
                _T.c.lease_owner == bindparam("owner"))
     if with_stale:
         free = or_(free, _T.c.lease_owner.in_(bindparam("stale", expanding=True)))
-    return (update(_T).where(_T.c.id == bindparam("rid"), _T.c.status == "running", free)
+    return (update(_T).where(_T.c.id == bindparam("rid"), _T.c.status == "running", free, _DUE)
             .values(lease_owner=bindparam("owner"), lease_expires_at=bindparam("until"))
             .returning(_T))
 
@@ -77,7 +80,8 @@ _CHECKPOINT = (
             updated_at=bindparam("now"), inflight=None,
             lease_owner=bindparam("new_owner"), lease_expires_at=bindparam("until"),
             result=coalesce(bindparam("result"), _T.c.result),
-            error=coalesce(bindparam("error"), _T.c.error))
+            error=coalesce(bindparam("error"), _T.c.error),
+            wait_until=None, wait_reason=None, failures=0)  # a step went through
     .returning(_T.c.cancel_requested, _T.c.cancel_requested_by, _T.c.cancel_reason)
 )
 
@@ -189,8 +193,9 @@ class RunsRepo(Repo):
         free = or_(Run.lease_owner.is_(None), Run.lease_expires_at < now)
         if stale_owners:
             free = or_(free, Run.lease_owner.in_(list(stale_owners)))
+        due = or_(Run.wait_until.is_(None), Run.wait_until <= now)  # a waiting run waits
         rows = await self.conn.execute(
-            select(Run.__table__).where(Run.status == "running", free)
+            select(Run.__table__).where(Run.status == "running", free, due)
             .order_by(Run.updated_at).limit(limit)
         )
         return [RunRecord(**r._mapping) for r in rows]
@@ -217,6 +222,40 @@ class RunsRepo(Repo):
             "until": None if release else lease_until, "result": result, "error": error,
         })).first()
         return None if row is None else CancelRequest(bool(row[0]), row[1], row[2])
+
+    async def park(self, run_id: str, *, owner: str, until: datetime, reason: str,
+                   failures: int, now: datetime) -> bool:
+        """Leave the run ``running`` but untouchable until ``until``, and give the lease back
+        (a rate limit, an outage, a backoff after an error); False if not ours."""
+        res = await self.conn.execute(
+            update(_T).where(_T.c.id == run_id, _T.c.lease_owner == owner)
+            .values(wait_until=until, wait_reason=reason[:2000], failures=failures,
+                    lease_owner=None, lease_expires_at=None, updated_at=now))
+        return bool(res.rowcount == 1)
+
+    async def end(self, run_id: str, *, owner: str, status: str, error: str,
+                  now: datetime) -> bool:
+        """End a run that cannot go on (``failed`` or ``needs_attention``), releasing it."""
+        res = await self.conn.execute(
+            update(_T).where(_T.c.id == run_id, _T.c.lease_owner == owner)
+            .values(status=status, error=error[:4000], lease_owner=None, lease_expires_at=None,
+                    wait_until=None, wait_reason=None, inflight=None, updated_at=now))
+        return bool(res.rowcount == 1)
+
+    async def count_leased(self, agent: str, *, now: datetime, excluding: str) -> int:
+        """Runs of ``agent`` some worker holds a live lease on (other than ``excluding``)."""
+        n = (await self.conn.execute(
+            select(func.count()).select_from(_T).where(
+                _T.c.agent == agent, _T.c.status == "running", _T.c.id != excluding,
+                _T.c.lease_owner.is_not(None), _T.c.lease_expires_at >= now))).scalar_one()
+        return int(n)
+
+    async def waiting(self, *, now: datetime, limit: int = 100) -> list[RunRecord]:
+        """Runs that wait (a rate limit, an outage, a backoff), soonest first."""
+        rows = await self.conn.execute(
+            select(_T).where(_T.c.status == "running", _T.c.wait_until > now)
+            .order_by(_T.c.wait_until).limit(limit))
+        return [RunRecord(**r._mapping) for r in rows]
 
     async def request_cancel(self, run_id: str, *, by: str, reason: str | None,
                              now: datetime) -> None:

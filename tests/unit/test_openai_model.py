@@ -16,7 +16,7 @@ from aiohttp import web
 
 from runtime.agent import Agent, Registry
 from runtime.engine import Engine
-from runtime.errors import ApprovaldError, ConfigError, ModelError
+from runtime.errors import ApprovaldError, ConfigError, ModelError, ModelUnavailable
 from runtime.models import OpenAIChatModel, ToolSpec
 from runtime.models.openai import INVALID_JSON_KEY
 from runtime.outcomes import Completed
@@ -292,15 +292,35 @@ async def test_429_honours_retry_after(provider: FakeProvider,
                                        make: Callable[..., Made]) -> None:
     provider.script = [
         Answer(status=429, json={"error": {"message": "Rate limit reached"}},
-               headers={"Retry-After": "7"}),
+               headers={"Retry-After": "3"}),
         Answer(json=completion("ok")),
     ]
     m = make()
     reply = await ask(m.model)
     assert reply.content == "ok"
-    assert m.sleeps == [7.0]
+    assert m.sleeps == [3.0]
     assert len(provider.seen) == 2
     assert provider.seen[0].body == provider.seen[1].body
+
+
+async def test_a_long_retry_after_is_a_durable_wait_not_an_in_call_sleep(
+        provider: FakeProvider, make: Callable[..., Made]) -> None:
+    provider.script = [Answer(status=429, json={"error": {"message": "Rate limit reached"}},
+                              headers={"Retry-After": "30"})]
+    m = make()
+    with pytest.raises(ModelUnavailable) as err:
+        await ask(m.model)
+    assert err.value.retry_after == 30.0 and m.sleeps == [] and len(provider.seen) == 1
+    assert "429" in str(err.value)
+
+
+async def test_an_outage_that_outlasts_the_retries_is_unavailable_not_an_error(
+        provider: FakeProvider, make: Callable[..., Made]) -> None:
+    provider.default = Answer(status=503, text="overloaded")
+    m = make(max_retries=2)
+    with pytest.raises(ModelUnavailable) as err:
+        await ask(m.model)
+    assert err.value.retry_after is None and len(provider.seen) == 3
 
 
 async def test_5xx_retried_with_exponential_backoff(provider: FakeProvider,
@@ -323,16 +343,16 @@ async def test_5xx_retried_with_exponential_backoff(provider: FakeProvider,
 async def test_backoff_is_capped(provider: FakeProvider, make: Callable[..., Made]) -> None:
     provider.script = [
         *[Answer(status=502, text="x")] * 3,
-        Answer(status=429, text="slow down", headers={"Retry-After": "3600"}),
+        Answer(status=429, text="slow down", headers={"Retry-After": "4.5"}),
         Answer(json=completion("ok")),
     ]
-    m = make(backoff=2.0, max_backoff=5.0)
+    m = make(backoff=2.0, max_backoff=4.0)
     assert (await ask(m.model)).content == "ok"
     assert len(m.sleeps) == 4
     assert 2.0 <= m.sleeps[0] <= 2.2
     assert 4.0 <= m.sleeps[1] <= 4.4
-    assert 5.0 <= m.sleeps[2] <= 5.5
-    assert m.sleeps[3] == 5.0  # Retry-After is capped at max_backoff too
+    assert 4.0 <= m.sleeps[2] <= 4.4
+    assert m.sleeps[3] == 4.0  # Retry-After is capped at max_backoff too
 
 
 async def test_5xx_forever_gives_up(provider: FakeProvider, make: Callable[..., Made]) -> None:
