@@ -33,7 +33,7 @@ def db_path(cli: Cli) -> str:
 
 
 def test_verify_prints_the_head_and_a_recorded_head_proves_the_past(cli: Cli) -> None:
-    run_id, approval_id = pause(cli)
+    _, approval_id = pause(cli)
     cli.ok("approvals", "approve", approval_id, "--as", "U_ALICE")
     out = cli.ok("audit", "verify")
     head = out.splitlines()[0].removeprefix("head ")
