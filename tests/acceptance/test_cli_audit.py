@@ -111,3 +111,42 @@ def test_a_pinned_digest_refuses_arguments_that_changed(cli: Cli, tmp_path: Path
     assert "approved by U_ALICE" in done
     [refund] = [e for e in cli.ledger_lines() if e["tool"] == "issue_refund"]
     assert refund["args"]["amount_cents"] == 100
+
+
+def test_repeating_a_decision_after_a_crash_says_it_stands_and_resumes_the_run(
+        cli: Cli) -> None:
+    run_id, approval_id = pause(cli)
+    crashed = cli("approvals", "approve", approval_id, "--as", "U_ALICE",
+                  failpoints="after_decision")  # committed, then the process died
+    assert crashed.returncode == -9
+    assert cli.json("runs", "show", run_id, "--json")["status"] == "running"
+    again = cli("approvals", "approve", approval_id, "--as", "U_ALICE")
+    assert again.returncode == 0, again.stderr
+    assert "already approved by U_ALICE" in again.stdout and "stands" in again.stdout
+    assert f"run {run_id}: completed" in again.stdout
+    assert len([e for e in cli.ledger_lines() if e["tool"] == "issue_refund"]) == 1
+    other = cli("approvals", "deny", approval_id, "--as", "U_ALICE", "--reason", "no")
+    assert other.returncode == 4  # a different decision is still refused
+
+
+def test_runs_show_says_why_and_until_when_a_run_waits(cli: Cli, tmp_path: Path) -> None:
+    (tmp_path / "flaky.py").write_text('''
+from runtime.agent import Agent
+from runtime.errors import ModelUnavailable
+
+
+class Down:
+    async def complete(self, **kw):
+        raise ModelUnavailable("provider answered HTTP 429: slow down", retry_after=120)
+
+
+AGENTS = [Agent(name="flaky", instructions="", model=Down(), tools=[])]
+''')
+    cli.env_extra.update(APPROVALD_AGENTS="flaky", PYTHONPATH=str(tmp_path))
+    done = cli("run", "flaky", "--task", "hello")
+    assert done.returncode == 6, done.stderr  # not failed: it waits, and serve resumes it
+    run_id = done.stdout.strip()
+    assert "waiting until" in done.stderr and "429" in done.stderr
+    doc = cli.json("runs", "show", run_id, "--json")
+    assert doc["status"] == "running" and "429" in doc["waiting"]["reason"]
+    assert "waiting until" in cli.ok("runs", "list")
