@@ -245,6 +245,28 @@ def _intro(a: ApprovalRecord, p: dict[str, Any], thread_url: str | None) -> str:
     return text + ("\n" + T.INTRO_TASK.format(task=clip(task, 300)) if task else "")
 
 
+def _attempt(p: dict[str, Any]) -> str:
+    """For an outcome question: which attempt, when it started and was last heard from,
+    and what reconcile said (what a person needs to go and check)."""
+    text = ""
+    started, heard = _when(p.get("started_at")), _when(p.get("heard_at"))
+    if isinstance(p.get("attempt"), int) and started and heard:
+        text += "\n" + T.SECTION_ATTEMPT.format(attempt=p["attempt"], started=started,
+                                                heard=heard)
+        if p.get("worker"):
+            text += T.SECTION_WORKER.format(worker=code_span(as_text(p["worker"]), 120))
+    if p.get("reconcile"):
+        text += "\n" + T.SECTION_RECONCILE.format(text=clip(as_text(p["reconcile"]), 400))
+    return text
+
+
+def _when(value: Any) -> str | None:
+    try:
+        return slack_date(datetime.fromisoformat(str(value)), T.DATE_AT) if value else None
+    except ValueError:
+        return None
+
+
 def _evidence(p: dict[str, Any]) -> str | None:
     items = p.get("evidence")
     if not isinstance(items, list) or not items:
@@ -342,7 +364,7 @@ def approval_card(a: ApprovalRecord, *, token: str | None, now: datetime,
     if a.kind == "outcome_unknown":
         blocks.append(section(T.QUESTION_ASK + (
             "\n" + T.SECTION_QUESTION.format(key=code_span(as_text(p["idempotency_key"]), 200))
-            if p.get("idempotency_key") else "")))
+            if p.get("idempotency_key") else "") + _attempt(p)))
     evidence = _evidence(p)
     if evidence:
         optional.append(section(evidence))

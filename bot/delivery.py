@@ -28,7 +28,7 @@ from bot import cards, messages, texts
 from bot.mrkdwn import clip, code_span, safe_cut, slack_date
 from runtime.audit import HEAD_POST
 from runtime.engine import Engine
-from runtime.gate import CARD_POST, CARD_UPDATE, NOTICE, REMINDER
+from runtime.gate import CARD_POST, CARD_UPDATE, NOTICE, REMINDER, RUN_WAITING
 from runtime.outbox import DEAD_REPORT, RetryLater, Undeliverable
 from runtime.policy import ApprovalPolicy
 from store.records import ApprovalRecord, OutboxRecord
@@ -105,6 +105,8 @@ class SlackDeliverer:
                 return await self._notice(payload)
             if row.kind == HEAD_POST:
                 return await self._audit_head(payload)
+            if row.kind == RUN_WAITING:
+                return await self._run_waiting(payload)
             if row.kind == DEAD_REPORT:
                 return await self._dead_report(payload)
             async with self.e.db.read() as tx:
@@ -238,6 +240,20 @@ class SlackDeliverer:
                                     if rec.status == "succeeded" else {"error": rec.error})
         channel, thread_ts = (thread.channel, thread.ts) if thread else (self.ops_channel, None)
         resp = await self.client.chat_postMessage(channel=channel, thread_ts=thread_ts, text=text)
+        return {"channel": channel, "ts": str(resp["ts"])}
+
+    async def _run_waiting(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """A run started waiting: say why and until when, in its thread (or the ops channel)."""
+        async with self.e.db.read() as tx:
+            thread = await tx.threads.get(str(payload["run_id"]))
+        until = datetime.fromisoformat(str(payload["until"]))
+        text = texts.RUN_WAITING.format(date=slack_date(until, texts.DATE_AT),
+                                        reason=clip(str(payload.get("reason") or ""), 500))
+        channel, thread_ts = self.ops_channel, None
+        if thread is not None and thread.ts:
+            channel, thread_ts = thread.channel, thread.ts
+        resp = await self.client.chat_postMessage(channel=channel, thread_ts=thread_ts,
+                                                  text=text, unfurl_links=False)
         return {"channel": channel, "ts": str(resp["ts"])}
 
     async def _audit_head(self, payload: dict[str, Any]) -> dict[str, Any]:

@@ -51,6 +51,10 @@ SECTION_ARGS = "*Exact arguments*"
 SECTION_ARGS_ORIGINAL = "*Arguments as originally requested*"
 SECTION_EDITED = "*Edited by an approver: these arguments run instead*"
 SECTION_QUESTION = "*Idempotency key:* `{key}`"
+SECTION_ATTEMPT = ("*Attempt {attempt}* started {started}; its worker was last heard from "
+                   "{heard}.")
+SECTION_WORKER = " Worker: {worker}."
+SECTION_RECONCILE = "*What the tool's reconcile hook said:* {text}"
 TRUNCATED = "_… truncated, {n:,} more characters_"
 NOT_SHOWN = "_{n:,} more characters not shown: run `approvald approvals show {id}`_"
 
@@ -266,6 +270,8 @@ THREAD_DECIDED = "{emoji} `{tool}` {status} by {who}{reason}"
 THREAD_DECIDED_NOBODY = "{emoji} `{tool}` {status}{reason}"
 THREAD_REASON = ": {reason}"
 THREAD_ERROR = ":x: *Error:* {error}"
+RUN_WAITING = (":hourglass: Waiting until {date}: {reason}. Nothing failed; the run resumes "
+               "by itself then.")
 THREAD_FINAL = ":checkered_flag: *Final answer*\n{answer}"
 ELLIPSIS = "…"
 

@@ -28,6 +28,7 @@ CARD_POST = "approval.requested"
 CARD_UPDATE = "approval.updated"
 REMINDER = "approval.reminder"
 NOTICE = "tool.notice"
+RUN_WAITING = "run.waiting"  # a run started waiting (an outage, a rate limit, a backoff)
 
 # an outcome question has no deadline: silence must not resolve it either way
 QUESTION_TTL = timedelta(days=3650)

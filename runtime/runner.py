@@ -31,7 +31,7 @@ from runtime.errors import (
     StateVersionError,
 )
 from runtime.failpoints import failpoint
-from runtime.gate import GateRequest
+from runtime.gate import RUN_WAITING, GateRequest
 from runtime.ledger import (
     Executed,
     OutcomeUnknown,
@@ -271,15 +271,28 @@ class Runner:
 
     async def _park(self, live: _Live, *, until: datetime, reason: str,
                     failures: int) -> Outcome:
-        """Give the lease back and leave the run waiting until ``until`` (still running)."""
+        """Give the lease back and leave the run waiting until ``until`` (still running);
+        the first wait of a spell is told in the run's thread."""
         e = self.e
         async with e.db.write() as tx:
+            now = e.clock.now()
             if not await tx.runs.park(live.run.id, owner=live.owner, until=until,
-                                      reason=reason, failures=failures, now=e.clock.now()):
+                                      reason=reason, failures=failures, now=now):
                 raise LeaseLost(f"lost the lease on run {live.run.id}", run_id=live.run.id)
+            if failures <= 1 and live.run.wait_until is None:
+                await self._tell_waiting(tx, live.run.id, until, reason, now)
         live.released[0] = True
+        if failures <= 1 and live.run.wait_until is None:
+            e.notify_outbox()
         log.info("run %s waits until %s: %s", live.run.id, until.isoformat(), reason)
         return Waiting(live.run.id, "running", until=until, reason=reason)
+
+    @staticmethod
+    async def _tell_waiting(tx: Tx, run_id: str, until: datetime, reason: str,
+                            now: datetime) -> None:
+        await tx.outbox.add(kind=RUN_WAITING, group_key=run_id, now=now,
+                            payload=compact_json({"run_id": run_id, "until": until.isoformat(),
+                                                  "reason": reason[:1000]}))
 
     async def _poisoned(self, run: RunRecord, owner: str, exc: Exception) -> Outcome:
         """An error that retrying the same way may not fix: back off, and after
@@ -294,9 +307,11 @@ class Runner:
         async with e.db.write() as tx:
             if failures < MAX_FAILURES:
                 until = now + backoff(failures)
+                reason = f"retrying after an error ({failures} of {MAX_FAILURES}): {error}"
                 await tx.runs.park(run.id, owner=owner, until=until, failures=failures,
-                                   reason=f"retrying after an error ({failures} of "
-                                          f"{MAX_FAILURES}): {error}", now=now)
+                                   reason=reason, now=now)
+                if failures == 1:
+                    await self._tell_waiting(tx, run.id, until, reason, now)
                 return Waiting(run.id, "running", until=until, reason=error)
             # an agent no longer deployed, or state from a newer approvald: a person can
             # fix the cause and resume the run; anything else ends it as failed

@@ -331,3 +331,25 @@ async def test_too_large_or_malformed_requests_are_refused_and_change_nothing(sq
         assert (await h.approval(aid)).status == "pending"
         async with h.engine.db.read() as tx:
             assert await tx.approvals.votes(aid) == []
+
+
+async def test_a_run_that_starts_waiting_says_why_and_until_when_in_ops(sqlite_url, tmp_path):
+    from runtime.agent import Agent
+    from runtime.errors import ModelUnavailable
+
+    class Down:
+        async def complete(self, **kw):  # type: ignore[no-untyped-def]
+            raise ModelUnavailable("provider answered HTTP 503", retry_after=600)
+
+    async with harness(sqlite_url, tmp_path) as h:
+        h.engine.registry.add(Agent(name="flaky", instructions="", model=Down(), tools=[]))
+        outcome = await h.engine.run("flaky", "hello", requested_by="U_DANA")
+        assert outcome.status == "running" and "503" in outcome.reason
+
+        def told() -> bool:
+            return any("Waiting until" in m.get("text", "") and "503" in m.get("text", "")
+                       for m in h.emulator.messages(OPS))
+        await wait_for(told, what="the waiting line in ops")
+        again = await h.engine.advance(outcome.run_id)  # still waiting: told once
+        assert again.status == "running"
+        assert sum("Waiting until" in m.get("text", "") for m in h.emulator.messages(OPS)) == 1

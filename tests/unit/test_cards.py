@@ -347,6 +347,20 @@ def test_outcome_question_asks_with_retry_mark_done_abort() -> None:
     assert "expires" not in body  # a question never expires on its own
 
 
+def test_outcome_question_shows_the_attempt_and_what_reconcile_said() -> None:
+    a = question()
+    p = json.loads(a.packet)
+    p.update(attempt=2, started_at=(NOW - timedelta(minutes=9)).isoformat(),
+             heard_at=(NOW - timedelta(minutes=7)).isoformat(), worker="host-a:77:ab/cd",
+             reconcile="its reconcile hook raised ConnectionError: <!channel> down")
+    card = cards.approval_card(replace(a, packet=json.dumps(p)), token=TOKEN, now=NOW)
+    check_message(card)
+    body = dump(card)
+    assert "*Attempt 2* started" in body and "last heard from" in body
+    assert "host-a:77:ab/cd" in body and "raised ConnectionError" in body
+    assert "<!channel>" not in body  # reconcile's words are escaped like any agent text
+
+
 @pytest.mark.parametrize(("verdict", "status", "words"), [
     ("retry", "approved", "*Retry* chosen"), ("mark_done", "approved", "*Marked done*"),
     ("abort", "denied", "*Aborted*")])
