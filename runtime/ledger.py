@@ -311,8 +311,9 @@ class Ledger:
     async def _check_lease(self, tx: Tx, run_id: str, owner: str,
                            journal: str | None = None) -> None:
         """Renew our lease as part of the intent write; a lost lease stops the write."""
-        until = self.clock.now() + self.lease_ttl
-        if not await tx.runs.renew_lease(run_id, owner=owner, until=until, journal=journal):
+        now = self.clock.now()
+        if not await tx.runs.renew_lease(run_id, owner=owner, now=now,
+                                         until=now + self.lease_ttl, journal=journal):
             raise LeaseLost(f"lost the lease on run {run_id}", run_id=run_id)
 
 

@@ -189,7 +189,7 @@ class Runner:
         async def renew() -> bool:
             now = self.e.clock.now()
             async with self.e.db.write() as tx:
-                ok = await tx.runs.renew_lease(run_id, owner=owner,
+                ok = await tx.runs.renew_lease(run_id, owner=owner, now=now,
                                                until=now + self.e.config.lease_ttl)
                 if ok:  # the attempt in flight, if any, was heard from
                     await tx.executions.heard(run_id, owner=owner, now=now)

@@ -100,9 +100,13 @@ class Database:
     """An async engine plus the transaction helpers the repositories run in."""
 
     def __init__(self, url: str = DEFAULT_URL, *, busy_timeout_ms: int = 10_000,
-                 pool_size: int = 10) -> None:
+                 pool_size: int = 10, server_time: bool | None = None) -> None:
         self.url = normalize_url(url)
         self.dialect = "sqlite" if self.url.drivername.startswith("sqlite") else "postgresql"
+        # leases on PostgreSQL use the database's clock (replicas' clocks may disagree);
+        # tests that move an injected clock across a lease turn it off
+        self.server_time = (self.dialect == "postgresql") if server_time is None \
+            else server_time and self.dialect == "postgresql"
         kwargs: dict[str, Any] = {}
         if self.dialect == "postgresql":
             kwargs.update(pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
@@ -141,7 +145,7 @@ class Database:
         """
         if self._write_lock is None:
             async with self.engine.connect() as conn, conn.begin():
-                tx = Tx(conn, self.dialect)
+                tx = Tx(conn, self.dialect, server_time=self.server_time)
                 yield tx
                 await tx.prepare_commit()
             return
@@ -150,7 +154,7 @@ class Database:
             async with self.engine.connect() as conn:
                 await conn.execution_options(approvald_begin="IMMEDIATE")
                 async with conn.begin():
-                    tx = Tx(conn, self.dialect)
+                    tx = Tx(conn, self.dialect, server_time=self.server_time)
                     yield tx
                     await tx.prepare_commit()
         finally:
@@ -183,14 +187,14 @@ class Database:
         async with self.engine.connect() as conn:
             if self.dialect == "sqlite" and not snapshot:
                 await conn.execution_options(approvald_begin=None)
-                yield Tx(conn, self.dialect)
+                yield Tx(conn, self.dialect, server_time=self.server_time)
                 return
             if snapshot and self.dialect == "postgresql":
                 # READ COMMITTED gives each statement its own snapshot; a reader that
                 # compares rows with each other needs one snapshot for the whole read
                 await conn.execution_options(isolation_level="REPEATABLE READ")
             async with conn.begin():
-                yield Tx(conn, self.dialect)
+                yield Tx(conn, self.dialect, server_time=self.server_time)
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[AsyncConnection]:

@@ -29,12 +29,13 @@ class Tx:
     __slots__ = ("_hooks", "approvals", "audit", "conn", "dialect", "events", "executions",
                  "limits", "outbox", "runs", "scratch", "threads")
 
-    def __init__(self, conn: AsyncConnection, dialect: str) -> None:
+    def __init__(self, conn: AsyncConnection, dialect: str, *,
+                 server_time: bool = False) -> None:
         self.conn = conn
         self.dialect = dialect
         self.scratch: dict[str, Any] = {}
         self._hooks: list[Callable[[Tx], Awaitable[None]]] = []
-        self.runs = RunsRepo(conn, dialect)
+        self.runs = RunsRepo(conn, dialect, server_time=server_time)
         self.events = EventsRepo(conn, dialect)
         self.executions = ExecutionsRepo(conn, dialect)
         self.approvals = ApprovalsRepo(conn, dialect)

@@ -15,9 +15,11 @@ R = TypeVar("R")
 class Repo:
     """A repository bound to one connection inside one transaction."""
 
-    def __init__(self, conn: AsyncConnection, dialect: str) -> None:
+    def __init__(self, conn: AsyncConnection, dialect: str, *,
+                 server_time: bool = False) -> None:
         self.conn = conn
         self.dialect = dialect
+        self.server_time = server_time  # lease times from the database's clock
 
     def insert_ignore(self, model: type[DeclarativeBase]) -> Insert:
         """``INSERT ... ON CONFLICT DO NOTHING`` for this dialect."""

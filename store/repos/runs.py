@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, and_, bindparam, func, insert, or_, select, update
+from sqlalchemy import Interval, Table, and_, bindparam, func, insert, or_, select, update
 from sqlalchemy.sql.functions import coalesce
 
 from store.models import Approval, Run
@@ -31,9 +31,29 @@ class CancelRequest:
 # hot-path statements, built once: a step runs them thousands of times
 _T = cast(Table, Run.__table__)
 _OWNED = and_(_T.c.id == bindparam("rid"), _T.c.lease_owner == bindparam("owner"))
-_RENEW = update(_T).where(_OWNED).values(lease_expires_at=bindparam("until"))
-_RENEW_JOURNAL = update(_T).where(_OWNED).values(lease_expires_at=bindparam("until"),
-                                                 inflight=bindparam("inflight"))
+
+
+# Lease times. With ``server_time`` (PostgreSQL's default) they are read and written with
+# the database's own clock, so replicas whose clocks disagree still agree on when a lease
+# lapses; otherwise they come from the caller's clock (SQLite: one host, one clock).
+def _lease_now(server: bool) -> Any:
+    return func.clock_timestamp() if server else bindparam("now")
+
+
+def _lease_until(server: bool) -> Any:
+    if server:
+        return func.clock_timestamp() + bindparam("ttl", type_=Interval())
+    return bindparam("until")
+
+
+@functools.lru_cache(maxsize=8)
+def _renew(server: bool, journal: bool) -> Any:
+    values: dict[str, Any] = {"lease_expires_at": _lease_until(server)}
+    if journal:
+        values["inflight"] = bindparam("inflight")
+    return update(_T).where(_OWNED).values(values)
+
+
 _GET = select(_T).where(_T.c.id == bindparam("rid"))
 # see store.db: the run row is the first lock of every transaction about a run's approvals
 _LOCK = select(_T.c.id).where(_T.c.id == bindparam("rid")).with_for_update(key_share=True)
@@ -44,17 +64,15 @@ _RELEASE = update(_T).where(_OWNED).values(lease_owner=None, lease_expires_at=No
 _DUE = or_(_T.c.wait_until.is_(None), _T.c.wait_until <= bindparam("now"))
 
 
-def _acquire(with_stale: bool) -> Any:
-    free = or_(_T.c.lease_owner.is_(None), _T.c.lease_expires_at < bindparam("now"),
+@functools.lru_cache(maxsize=8)
+def _acquire(with_stale: bool, server: bool) -> Any:
+    free = or_(_T.c.lease_owner.is_(None), _T.c.lease_expires_at < _lease_now(server),
                _T.c.lease_owner == bindparam("owner"))
     if with_stale:
         free = or_(free, _T.c.lease_owner.in_(bindparam("stale", expanding=True)))
     return (update(_T).where(_T.c.id == bindparam("rid"), _T.c.status == "running", free, _DUE)
-            .values(lease_owner=bindparam("owner"), lease_expires_at=bindparam("until"))
+            .values(lease_owner=bindparam("owner"), lease_expires_at=_lease_until(server))
             .returning(_T))
-
-
-_ACQUIRE = {False: _acquire(False), True: _acquire(True)}
 
 
 @functools.lru_cache(maxsize=64)
@@ -74,16 +92,19 @@ _WAKE_IF_IDLE = (
     .values(status="running", updated_at=bindparam("now"))
 )
 
-_CHECKPOINT = (
-    update(_T).where(_OWNED)
-    .values(step=bindparam("step"), next_seq=bindparam("next_seq"), status=bindparam("status"),
-            updated_at=bindparam("now"), inflight=None,
-            lease_owner=bindparam("new_owner"), lease_expires_at=bindparam("until"),
-            result=coalesce(bindparam("result"), _T.c.result),
-            error=coalesce(bindparam("error"), _T.c.error),
-            wait_until=None, wait_reason=None, failures=0)  # a step went through
-    .returning(_T.c.cancel_requested, _T.c.cancel_requested_by, _T.c.cancel_reason)
-)
+@functools.lru_cache(maxsize=8)
+def _checkpoint(server: bool, release: bool) -> Any:
+    return (
+        update(_T).where(_OWNED)
+        .values(step=bindparam("step"), next_seq=bindparam("next_seq"),
+                status=bindparam("status"), updated_at=bindparam("now"), inflight=None,
+                lease_owner=None if release else bindparam("owner"),
+                lease_expires_at=None if release else _lease_until(server),
+                result=coalesce(bindparam("result"), _T.c.result),
+                error=coalesce(bindparam("error"), _T.c.error),
+                wait_until=None, wait_reason=None, failures=0)  # a step went through
+        .returning(_T.c.cancel_requested, _T.c.cancel_requested_by, _T.c.cancel_reason)
+    )
 
 
 class RunsRepo(Repo):
@@ -102,6 +123,10 @@ class RunsRepo(Repo):
     async def get(self, run_id: str) -> RunRecord | None:
         row = (await self.conn.execute(_GET, {"rid": run_id})).first()
         return to_record(RunRecord, row)
+
+    def _now(self, now: datetime) -> Any:
+        """"Now" for comparing lease expiries: the database's clock, or the caller's."""
+        return func.clock_timestamp() if self.server_time else now
 
     async def lock(self, run_id: str) -> None:
         """Hold the run's row until the transaction ends: the first lock of any transaction
@@ -142,20 +167,25 @@ class RunsRepo(Repo):
                             stale_owners: Sequence[str] = ()) -> RunRecord | None:
         """Take the lease of a ``running`` run that is free, expired, ours, or held by a dead
         owner; returns the run, or None when it is not ours to advance."""
-        params: dict[str, Any] = {"rid": run_id, "owner": owner, "now": now, "until": until}
+        params: dict[str, Any] = {"rid": run_id, "owner": owner, "now": now,
+                                  **self._lease(now, until)}
         if stale_owners:
             params["stale"] = list(stale_owners)
-        row = (await self.conn.execute(_ACQUIRE[bool(stale_owners)], params)).first()
+        stmt = _acquire(bool(stale_owners), self.server_time)
+        row = (await self.conn.execute(stmt, params)).first()
         return to_record(RunRecord, row)
 
-    async def renew_lease(self, run_id: str, *, owner: str, until: datetime,
+    def _lease(self, now: datetime, until: datetime) -> dict[str, Any]:
+        """Bind a lease's expiry: a span from the database's clock, or an instant."""
+        return {"ttl": until - now} if self.server_time else {"until": until}
+
+    async def renew_lease(self, run_id: str, *, owner: str, now: datetime, until: datetime,
                           journal: str | None = None) -> bool:
         """Extend our lease (and journal the step's model reply); False if it is not ours."""
-        if journal is None:
-            res = await self.conn.execute(_RENEW, {"rid": run_id, "owner": owner, "until": until})
-        else:
-            res = await self.conn.execute(_RENEW_JOURNAL, {"rid": run_id, "owner": owner,
-                                                           "until": until, "inflight": journal})
+        params: dict[str, Any] = {"rid": run_id, "owner": owner, **self._lease(now, until)}
+        if journal is not None:
+            params["inflight"] = journal
+        res = await self.conn.execute(_renew(self.server_time, journal is not None), params)
         return bool(res.rowcount == 1)
 
     async def release_lease(self, run_id: str, *, owner: str) -> None:
@@ -190,7 +220,7 @@ class RunsRepo(Repo):
     async def runnable(self, *, now: datetime, limit: int = 100,
                        stale_owners: Sequence[str] = ()) -> list[RunRecord]:
         """Runs that are ``running`` and not held by a live lease: ready to advance."""
-        free = or_(Run.lease_owner.is_(None), Run.lease_expires_at < now)
+        free = or_(Run.lease_owner.is_(None), Run.lease_expires_at < self._now(now))
         if stale_owners:
             free = or_(free, Run.lease_owner.in_(list(stale_owners)))
         due = or_(Run.wait_until.is_(None), Run.wait_until <= now)  # a waiting run waits
@@ -216,11 +246,13 @@ class RunsRepo(Repo):
         cancel request as seen at this step boundary, or None if the lease is no longer
         ours and nothing was written.
         """
-        row = (await self.conn.execute(_CHECKPOINT, {
+        params: dict[str, Any] = {
             "rid": run_id, "owner": owner, "step": step, "next_seq": next_seq,
-            "status": status, "now": now, "new_owner": None if release else owner,
-            "until": None if release else lease_until, "result": result, "error": error,
-        })).first()
+            "status": status, "now": now, "result": result, "error": error}
+        if not release:
+            assert lease_until is not None
+            params.update(self._lease(now, lease_until))
+        row = (await self.conn.execute(_checkpoint(self.server_time, release), params)).first()
         return None if row is None else CancelRequest(bool(row[0]), row[1], row[2])
 
     async def park(self, run_id: str, *, owner: str, until: datetime, reason: str,
@@ -247,7 +279,8 @@ class RunsRepo(Repo):
         n = (await self.conn.execute(
             select(func.count()).select_from(_T).where(
                 _T.c.agent == agent, _T.c.status == "running", _T.c.id != excluding,
-                _T.c.lease_owner.is_not(None), _T.c.lease_expires_at >= now))).scalar_one()
+                _T.c.lease_owner.is_not(None),
+                _T.c.lease_expires_at >= self._now(now)))).scalar_one()
         return int(n)
 
     async def waiting(self, *, now: datetime, limit: int = 100) -> list[RunRecord]:
@@ -271,7 +304,7 @@ class RunsRepo(Repo):
         idle = or_(
             Run.status.in_(["awaiting_approval", "needs_attention"]),
             and_(Run.status == "running",
-                 or_(Run.lease_owner.is_(None), Run.lease_expires_at < now,
+                 or_(Run.lease_owner.is_(None), Run.lease_expires_at < self._now(now),
                      Run.lease_owner.in_(list(stale_owners)))),
         )
         res = await self.conn.execute(

@@ -295,3 +295,44 @@ async def test_events_table_rejects_a_forked_history(db: Database, make_engine):
     async with db.read() as tx:
         n = (await tx.conn.execute(select(func.count()).select_from(RunEvent))).scalar()
     assert n == 1
+
+
+async def test_postgres_leases_follow_the_database_clock_not_a_replicas(db_url, clock):
+    """A replica whose clock runs ten minutes ahead cannot take a live lease on PostgreSQL."""
+    if not db_url.startswith("postgresql"):
+        pytest.skip("SQLite serves one host: one clock")
+    from datetime import UTC, datetime, timedelta
+
+    from runtime.agent import Registry
+    from runtime.clock import ManualClock
+    from runtime.engine import Engine, EngineConfig
+
+    db = Database(db_url)  # the production default: server_time on PostgreSQL
+    assert db.server_time
+    try:
+        ttl = timedelta(seconds=1)
+        honest = ManualClock(datetime.now(UTC))
+        ahead = ManualClock(datetime.now(UTC) + timedelta(minutes=10))
+        steps = steps_agent_for_test()
+        a = Engine(db, Registry([steps]), clock=honest, config=EngineConfig(lease_ttl=ttl),
+                   owner="host-a:1:aa")
+        b = Engine(db, Registry([steps]), clock=ahead, config=EngineConfig(lease_ttl=ttl),
+                   owner="host-b:2:bb")
+        run_id = await a.start_run("demo-steps", "2", requested_by="U1")
+        async with db.write() as tx:  # replica a holds the lease, by the database's clock
+            now = honest.now()
+            assert await tx.runs.acquire_lease(run_id, owner="host-a:1:aa", now=now,
+                                               until=now + ttl)
+        assert isinstance(await b.advance(run_id), Busy)  # b's fast clock does not matter
+        async with db.read() as tx:
+            assert [r.id for r in await tx.runs.runnable(now=ahead.now())] == []
+        await asyncio.sleep(1.2)  # the lease lapses by the database's clock
+        assert isinstance(await b.advance(run_id), Completed)
+    finally:
+        await db.close()
+
+
+def steps_agent_for_test():  # type: ignore[no-untyped-def]
+    from runtime.demo import DemoLedger, steps_agent
+
+    return steps_agent(DemoLedger(None))
