@@ -305,7 +305,7 @@ def decide_command(verdict: str) -> Callable[[Settings, argparse.Namespace], Awa
                                                reason=getattr(a, "reason", None), args=args,
                                                expect_digest=getattr(a, "digest", None))
             except DecisionRefused as exc:
-                standing = await decision_stands(engine, a.id, v, exc)
+                standing = await decision_stands(engine, a.id, v, exc, actor=as_user)
                 if standing is None:
                     raise
                 # the same decision was already made (say the process died right after
@@ -345,14 +345,14 @@ RESULTING = {"approve": "approved", "edit": "approved", "deny": "denied",
 
 
 async def decision_stands(engine: Engine, approval_id: str, verdict: str,
-                          refused: DecisionRefused) -> ApprovalRecord | None:
-    """The approval, when a refused decision is the one already recorded (it was approved
-    and this is an approval, say): repeating a decision is not a mistake to report but a
-    run to resume."""
+                          refused: DecisionRefused, *, actor: str) -> ApprovalRecord | None:
+    """The approval, when a refused decision is the very one already recorded (the same
+    person approved it, say): repeating one's own decision is not a mistake to report but
+    a run to resume. Anyone else's attempt stays refused."""
     if refused.reason != "not_pending":
         return None
     a = await engine.decider.get(approval_id)
-    if a.status != RESULTING.get(verdict):
+    if a.status != RESULTING.get(verdict) or a.decided_by != actor:
         return None
     if a.kind == "outcome_unknown" and a.verdict != verdict:
         return None

@@ -215,7 +215,9 @@ def steps_agent(ledger: DemoLedger, *, payload_bytes: int = 0, name: str = "demo
             return Reconciled(happened=False)
         return Reconciled(happened=True, result={"i": args["i"], "pad": pad})
 
-    @tool(permission="read", reconcile=tick_reconcile)
+    # a read by name, but each tick is a side effect the crash tests count exactly once:
+    # not idempotent, so an interrupted tick is settled by its reconcile hook
+    @tool(permission="read", idempotent=False, reconcile=tick_reconcile)
     async def tick(ctx: ToolContext, i: int) -> dict[str, Any]:
         """Count one tick."""
         ledger.record(ctx, "tick", {"i": i})
