@@ -8,6 +8,7 @@ import time
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.delivery import slack_error
 from runtime.directory import DirectoryError
 
 
@@ -33,7 +34,7 @@ class SlackDirectory:
         except TimeoutError:
             raise DirectoryError(f"Slack did not answer within {self.timeout:g} s") from None
         except SlackApiError as exc:
-            error = exc.response.get("error") if exc.response is not None else None
+            error = slack_error(exc)
             if error == "no_such_subteam":
                 members: frozenset[str] = frozenset()
             else:

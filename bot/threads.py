@@ -34,6 +34,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot import messages
+from bot.delivery import slack_error
 from runtime.engine import Engine
 from runtime.failpoints import failpoint
 from runtime.periodic import repeat
@@ -154,7 +155,7 @@ class ThreadFollower:
         now = self.e.clock.now()
         resp = exc.response if isinstance(exc, SlackApiError) else None
         limited = resp is not None and (resp.status_code == 429
-                                        or resp.get("error") == "ratelimited")
+                                        or _error(exc) == "ratelimited")
         if limited and resp is not None:
             after = float(resp.headers.get("Retry-After", 1))
             self._posted(t.channel, after)
@@ -415,5 +416,6 @@ def _meta(message: dict[str, Any] | None, event_type: str,
     return None
 
 
-def _error(exc: SlackApiError) -> str | None:
-    return exc.response.get("error") if exc.response is not None else None
+def _error(exc: BaseException) -> str | None:
+    """Slack's error code, if the answer had a JSON body (a 5xx may be plain text)."""
+    return slack_error(exc) if isinstance(exc, SlackApiError) else None

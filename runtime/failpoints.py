@@ -9,7 +9,8 @@ back, nothing recorded yet), ``after_intent``, ``before_result`` (the tool ran, 
 is not recorded), ``after_result``, ``before_checkpoint``, ``after_checkpoint``,
 ``after_commit_before_post`` (a request is committed, its card not yet sent),
 ``after_decision``, ``after_post_before_mark`` (Slack has the card, the outbox row does
-not know it yet).
+not know it yet), ``after_thread_post_before_record`` (a run-thread message is posted,
+the thread row does not know it yet).
 """
 
 from __future__ import annotations
