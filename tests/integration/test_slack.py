@@ -353,3 +353,27 @@ async def test_a_run_that_starts_waiting_says_why_and_until_when_in_ops(sqlite_u
         again = await h.engine.advance(outcome.run_id)  # still waiting: told once
         assert again.status == "running"
         assert sum("Waiting until" in m.get("text", "") for m in h.emulator.messages(OPS)) == 1
+
+
+async def test_the_audit_head_is_posted_to_the_audit_channel_as_a_witness(sqlite_url, tmp_path):
+    from runtime import audit
+
+    async with harness(sqlite_url, tmp_path, APPROVALD_AUDIT_CHANNEL="C_AUDIT") as h:
+        h.emulator.add_channel("C_AUDIT")
+        paused = await h.pause_refund()
+        await h.service.post_audit_head()
+        await h.service.post_audit_head()  # nothing new: not posted twice
+
+        def posted() -> list[dict]:
+            return [m for m in h.emulator.messages("C_AUDIT") if "Audit log head" in
+                    m.get("text", "")]
+        [message] = await wait_for(posted, what="the head in the audit channel")
+        report = await audit.verify(h.engine.db)
+        assert report.head_text in message["text"]
+        assert f"approvald audit verify --expect {report.head_text}" in message["text"]
+        from runtime.decide import Actor
+
+        await h.engine.decide(paused.approval_ids[0], actor=Actor("U_ALICE", "slack"),
+                              verdict="approve")
+        await h.service.post_audit_head()  # the head moved: a new witness
+        await wait_for(lambda: len(posted()) == 2, what="the second head")
