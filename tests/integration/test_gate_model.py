@@ -196,13 +196,13 @@ class GateMachine(RuleBasedStateMachine):
         self._decide(i, actor, verdict, token, amount, crash, self.run(self._approvals()))
 
     def _decide(self, i: int, actor: str, verdict: str, token: str, amount: int,
-                crash: bool, approvals: list[Any]) -> None:
+                crash: bool, approvals: list[Any], held_token: str | None = None) -> None:
         a = approvals[i % len(approvals)]
         if a.kind == "outcome_unknown" and verdict in ("retry", "mark_done"):
             # the person asked looks at the outside world before answering (a person who
             # says "retry" about a call that did happen is not something a gate can stop)
             verdict = "mark_done" if self._happened(a) else "retry"
-        held = self.tokens.get(a.id) or [None]
+        held = [held_token] if held_token else self.tokens.get(a.id) or [None]
         chosen = {"fresh": self.engine.button_token(a), "stale": held[i % len(held)],
                   "forged": "x" * 12 + ".forged", "none": None}[token]
         args = None
@@ -232,8 +232,8 @@ class GateMachine(RuleBasedStateMachine):
         assert mine, f"no audit entry for {actor}'s {verdict} on {a.id}: {entries}"
 
     @precondition(lambda self: bool(self.runs))
-    @rule(i=st.integers(0, 50), j=st.integers(0, 5))
-    def approve_as_an_approver(self, i: int, j: int) -> None:
+    @rule(i=st.integers(0, 50), j=st.integers(0, 5), crash=st.booleans())
+    def approve_as_an_approver(self, i: int, j: int, crash: bool) -> None:
         """The common case: an approver clicks Approve on the card in front of them."""
         approvals = [a for a in self.run(self._approvals()) if a.status == "pending"]
         if not approvals:
@@ -242,8 +242,78 @@ class GateMachine(RuleBasedStateMachine):
         named = a.approvers_value() or [x for x in ACTORS if x != REQUESTER]
         people = sorted({m for n in named for m in GROUPS.get(n, [n])})
         verdict = "approve" if a.kind == "tool_call" else "retry"
-        self._decide(approvals.index(a), people[j % len(people)], verdict, "fresh", 0, False,
+        self._decide(approvals.index(a), people[j % len(people)], verdict, "fresh", 0, crash,
                      approvals)
+
+    # The rules below steer towards the attacks the gate exists to refuse, so that every
+    # schedule set (including CI's derandomized one) reaches them, not just lucky seeds.
+    def _pending(self, i: int, kind: str = "tool_call") -> Any:
+        approvals = self.run(self._approvals())
+        pending = [a for a in approvals if a.status == "pending" and a.kind == kind]
+        return (pending[i % len(pending)], approvals) if pending else (None, approvals)
+
+    def _people(self, a: Any) -> list[str]:
+        named = a.approvers_value() or [x for x in ACTORS if x != REQUESTER]
+        return sorted({m for n in named for m in GROUPS.get(n, [n])} - {REQUESTER})
+
+    @precondition(lambda self: bool(self.runs))
+    @rule(i=st.integers(0, 50), j=st.integers(0, 5), amount=st.sampled_from([100, 9900]),
+          k=st.integers(0, 5))
+    def edit_then_vote_on_the_old_card(self, i: int, j: int, amount: int, k: int) -> None:
+        """An approver edits; another, still looking at the old card, clicks Approve."""
+        a, approvals = self._pending(i)
+        if a is None:
+            return
+        old = self.engine.button_token(a)
+        people = self._people(a)
+        self._decide(approvals.index(a), people[j % len(people)], "edit", "fresh", amount,
+                     False, approvals)
+        after = self.run(self._approvals())
+        if old is not None:
+            self.tokens.setdefault(a.id, []).append(old)
+            mine = next(x for x in after if x.id == a.id)
+            self._decide(after.index(mine), people[k % len(people)], "approve", "stale", 0,
+                         False, after, held_token=old)
+
+    @precondition(lambda self: bool(self.runs))
+    @rule(i=st.integers(0, 50), j=st.integers(0, 5), roll=st.integers(0, 2))
+    def approve_just_past_expiry(self, i: int, j: int, roll: int) -> None:
+        """No sweep has run: the clock passes ``expires_at`` and an approver clicks."""
+        a, approvals = self._pending(i)
+        if a is None or roll:  # rarer than the rest, or every request would lapse
+            return
+        self.clock.set(max(self.clock.now(), a.expires_at + timedelta(seconds=1)))
+        people = self._people(a)
+        self._decide(approvals.index(a), people[j % len(people)], "approve", "fresh", 0,
+                     False, approvals)
+
+    @precondition(lambda self: bool(self.runs))
+    @rule(i=st.integers(0, 50))
+    def whole_quorum_approves(self, i: int) -> None:
+        """Every approver on the card clicks Approve in turn, then the run goes on."""
+        a, approvals = self._pending(i)
+        if a is None:
+            return
+        for person in self._people(a):
+            approvals = self.run(self._approvals())
+            current = next(x for x in approvals if x.id == a.id)
+            if current.status != "pending":
+                break
+            self._decide(approvals.index(current), person, "approve", "fresh", 0, False,
+                         approvals)
+        try:
+            event(f"resumed: {self.run(self.engine.advance(a.run_id)).status}")
+        except ApprovaldError:
+            pass
+
+    @precondition(lambda self: bool(self.runs))
+    @rule(i=st.integers(0, 50), who=st.sampled_from([REQUESTER, "U_X"]))
+    def outsider_approves(self, i: int, who: str) -> None:
+        """The requester approving their own call, or someone with no say at all."""
+        a, approvals = self._pending(i)
+        if a is None:
+            return
+        self._decide(approvals.index(a), who, "approve", "fresh", 0, False, approvals)
 
     @rule(seconds=st.sampled_from([1, 1, 5, 20, 45, 300, 3600]))
     def advance_clock(self, seconds: int) -> None:
