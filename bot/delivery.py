@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections import OrderedDict
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -36,6 +37,7 @@ from store.records import ApprovalRecord, OutboxRecord
 log = logging.getLogger("approvald.slack")
 
 CARD_EVENT = "approvald_card"
+PERMALINKS_KEPT = 4096  # cached message permalinks (one chat.getPermalink each, else)
 DEAD_REPORT_MAX = 3000  # characters of a dead-delivery report (the error is clipped first)
 # errors that retrying cannot fix: park the row (it stays visible as dead)
 PERMANENT = {"channel_not_found", "not_in_channel", "is_archived", "msg_too_long",
@@ -95,8 +97,8 @@ class SlackDeliverer:
         self.channel = channel
         self.ops_channel = ops_channel
         self.audit_channel = audit_channel
-        self._permalinks: dict[tuple[str, str], str] = {}
-        self._threads: dict[str, tuple[str, str]] = {}  # a run's thread never moves
+        # a message's permalink never changes; the cache is bounded (serve runs for months)
+        self._permalinks: OrderedDict[tuple[str, str], str] = OrderedDict()
 
     async def deliver(self, row: OutboxRecord) -> dict[str, Any] | None:
         payload = row.payload_value()
@@ -131,11 +133,9 @@ class SlackDeliverer:
         async with self.e.db.read() as tx:
             # only a quorum card shows individual votes; only escalations link cards
             votes = await tx.approvals.votes(a.id) if a.quorum > 1 else []
-            thread = self._threads.get(a.run_id)
-            if thread is None:
-                found = await tx.threads.get(a.run_id)
-                if found is not None:
-                    thread = self._threads[a.run_id] = (found.channel, found.ts)
+            # read each time: a thread still being started has no ts, a re-posted one moves
+            found = await tx.threads.get(a.run_id)
+            thread = (found.channel, found.ts) if found is not None and found.ts else None
             newer = None
             if a.status == "superseded":
                 newer = next((x for x in await tx.approvals.for_run(a.run_id)
@@ -224,13 +224,14 @@ class SlackDeliverer:
         return {"channel": a.channel, "ts": str(resp["ts"])}
 
     async def _notice(self, payload: dict[str, Any]) -> dict[str, Any]:
+        args: Any = payload.get("args")
         async with self.e.db.read() as tx:
             rec = await tx.executions.get(payload["run_id"], payload["call_id"])
             thread = await tx.threads.get(payload["run_id"])
-            events = await tx.events.load(payload["run_id"])
+            # notices queued before the arguments rode in the payload: read the transcript
+            events = await tx.events.load(payload["run_id"]) if "args" not in payload else []
         if rec is None:
             raise Undeliverable("the notice's execution record is gone")
-        args: Any = None
         for ev in events:
             body = json.loads(ev.body)
             for call in body.get("tool_calls") or []:
@@ -292,13 +293,18 @@ class SlackDeliverer:
         if not channel or not ts:
             return None
         key = (channel, ts)
-        if key not in self._permalinks:
-            try:
-                resp = await self.client.chat_getPermalink(channel=channel, message_ts=ts)
-                self._permalinks[key] = str(resp["permalink"])
-            except Exception:  # a link is a nicety; never block delivery on it
-                return None
-        return self._permalinks[key]
+        link = self._permalinks.get(key)
+        if link is not None:
+            self._permalinks.move_to_end(key)
+            return link
+        try:
+            resp = await self.client.chat_getPermalink(channel=channel, message_ts=ts)
+        except Exception:  # a link is a nicety; never block delivery on it
+            return None
+        link = self._permalinks[key] = str(resp["permalink"])
+        while len(self._permalinks) > PERMALINKS_KEPT:
+            self._permalinks.popitem(last=False)
+        return link
 
 
 DEAD_WHAT = {CARD_POST: texts.DEAD_CARD_POST, CARD_UPDATE: texts.DEAD_CARD_UPDATE,

@@ -491,7 +491,8 @@ class Runner:
             if kind == "notify_after":
                 await tx.outbox.add(kind="tool.notice", group_key=live.run.id,
                                     payload=compact_json({"run_id": live.run.id,
-                                                          "call_id": call.id}),
+                                                          "call_id": call.id,
+                                                          "args": args}),
                                     now=e.clock.now())
 
         ctx = ToolContext(run_id=live.run.id, call_id=call.id,

@@ -268,6 +268,42 @@ async def test_a_deleted_parent_is_posted_again_once_and_others_keep_going(
         assert len(w.emulator.calls()) == calls_now  # nothing more is tried for it
 
 
+async def test_a_card_links_the_thread_where_it_is_now_and_permalinks_stay_bounded(
+        db_url, tmp_path, monkeypatch):
+    """The card's "follow the run" link follows a re-posted parent (a serve process that
+    drew the card before must not keep the deleted parent's link), and the permalink cache
+    of a long-lived serve process keeps at most ``PERMALINKS_KEPT`` entries."""
+    from bot import delivery
+
+    async with world(db_url, tmp_path) as w:
+        waiting = await w.refund()
+        deliverer = delivery.SlackDeliverer(w.engine, w.followers[0].client,
+                                            channel="C_APPROVALS", ops_channel=OPS)
+        async with w.engine.db.read() as tx:
+            a = await tx.approvals.get(waiting.approval_ids[0])
+        def p(ts: str) -> str:  # how a parent's permalink names it
+            return f"/p{ts.replace('.', '')}"
+
+        assert f"archives/{OPS}" not in json.dumps(await deliverer.render(a))  # no thread yet
+        await rounds(w, lambda: w.caught_up(waiting.run_id))
+        first = (await w.thread(waiting.run_id)).ts
+        assert p(first) in json.dumps(await deliverer.render(a))
+
+        w.emulator.delete_message(OPS, first)
+        w.clock.advance(1)
+        await w.engine.cancel(waiting.run_id, actor=Actor("U_ALICE", "slack"))
+        await rounds(w, lambda: w.caught_up(waiting.run_id))
+        second = (await w.thread(waiting.run_id)).ts
+        assert second != first
+        card = json.dumps(await deliverer.render(a))
+        assert p(second) in card and p(first) not in card
+
+        monkeypatch.setattr(delivery, "PERMALINKS_KEPT", 3)
+        links = [await deliverer._permalink(OPS, m["ts"]) for m in w.emulator.messages(OPS)]
+        assert len(links) > 3 and all(links)
+        assert len(deliverer._permalinks) == 3
+
+
 async def test_status_lines_are_told_once_when_the_parent_is_gone(db_url, tmp_path):
     async with world(db_url, tmp_path) as w:
         waiting = await w.refund()
