@@ -1,7 +1,9 @@
 """Built-in demo agents, driven by :class:`ScriptedModel`, for the README, tests and benchmarks.
 
-``demo-refund`` looks an order up, asks to refund it (``approve_before``), then emails the
-customer (``notify_after``); a denial or an expiry ends the run with a message saying so.
+``demo-refund`` looks up the order its task names ("Refund order A-1": A-1), asks to refund
+the amount the task names ("$25.00"; else the order's duplicate charge) (``approve_before``),
+then emails the customer (``notify_after``); a denial or an expiry ends the run with a
+message saying so.
 ``demo-steps`` calls ``tick(i)`` N times. Every demo tool appends one JSON line per real
 invocation to ``APPROVALD_DEMO_LEDGER`` (when set), so side effects can be counted
 independently of the runtime's own bookkeeping.
@@ -56,7 +58,27 @@ class DemoLedger:
 
 # -- demo-refund --------------------------------------------------------------------------
 
-_ORDER = re.compile(r"\b([A-Z]{1,3}-\d{3,8})\b")
+_ORDER = re.compile(r"\b([A-Z]{1,3}-\d{1,8})\b")
+# "$25", "$1,250.50", "25.00 USD": an amount the task names is the amount to refund
+_AMOUNT = re.compile(r"\$\s?(\d{1,3}(?:,\d{3})+|\d+)(?:\.(\d{1,2}))?(?!\d)"
+                     r"|\b(\d+)(?:\.(\d{1,2}))?\s?USD\b")
+
+
+def task_amount(task: str) -> int | None:
+    """The amount in cents that ``task`` names ("$25.00", "25 USD"), if it names one."""
+    found = _AMOUNT.search(task)
+    if found is None:
+        return None
+    whole, frac = (found.group(1), found.group(2)) if found.group(1) else (found.group(3),
+                                                                          found.group(4))
+    cents = int(whole.replace(",", "")) * 100 + int((frac or "0").ljust(2, "0"))
+    return cents or None
+
+
+def task_order(task: str) -> str:
+    """The order id ``task`` names ("A-1", "B-1042"), else the demo's usual A-1001."""
+    found = _ORDER.search(task)
+    return found.group(1) if found else "A-1001"
 
 
 def _cents(value: int) -> str:
@@ -80,8 +102,7 @@ def refund_script(messages: Transcript) -> ModelReply:
     """What a careful support agent would do, as a pure function of the transcript."""
     turn = assistant_turns(messages)
     task = messages[0].content if messages and isinstance(messages[0].content, str) else ""
-    match = _ORDER.search(task)
-    order_id = match.group(1) if match else "A-1001"
+    order_id = task_order(task)
     last = _last_result(messages)
     if last is None:
         return reply("I'll look the order up first.", ("lookup_order", {"order_id": order_id}),
@@ -93,10 +114,12 @@ def refund_script(messages: Transcript) -> ModelReply:
                 or "duplicate_charge_cents" not in content:
             return reply(f"I could not look order {order_id} up ({status or 'no data'}), so I "
                          "issued no refund.", turn=turn)
-        amount = int(content["duplicate_charge_cents"])
+        asked = task_amount(task)
+        amount = asked if asked is not None else int(content["duplicate_charge_cents"])
+        what = ("the amount asked for" if asked is not None
+                else "the duplicate charge")
         return reply(
-            f"Order {order_id} was charged twice; I will refund the duplicate charge of "
-            f"{_cents(amount)}.",
+            f"Order {order_id} was charged twice; I will refund {what}: {_cents(amount)}.",
             ("issue_refund", {"order_id": order_id, "amount_cents": amount,
                               "reason": "duplicate charge"}),
             turn=turn)
