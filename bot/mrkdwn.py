@@ -43,8 +43,8 @@ FALLBACK_MAX = 3000
 INPUT_MAX = 3000  # a plain_text_input holds at most 3,000 characters
 REASON_MAX = 2000  # runtime.decide.MAX_REASON
 
-_USER = re.compile(r"[UW][A-Z0-9]{2,31}")
-_GROUP = re.compile(r"S[A-Z0-9]{2,31}")
+_USER = re.compile(r"[UW][A-Z0-9_]{2,31}")  # U_ALICE as the README writes ids, too
+_GROUP = re.compile(r"S[A-Z0-9_]{2,31}")
 # explicit direction overrides, embeddings and isolates can make text read differently from
 # what it is ("‮moc.knab"); plain right-to-left letters and marks are left alone
 _BIDI = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
