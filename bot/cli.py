@@ -435,10 +435,18 @@ async def cmd_serve(s: Settings, a: argparse.Namespace) -> int:
 
 
 async def cmd_sandbox(s: Settings, a: argparse.Namespace) -> int:
-    from bot.sandbox.server import run_forever
+    if a.slack_only:
+        from bot.sandbox.server import run_forever
 
-    await run_forever(host=a.host, port=a.port)
-    return 0
+        try:
+            await run_forever(host=a.host, port=a.port)
+        except OSError as exc:
+            raise UsageError(f"approvald sandbox: cannot listen on {a.host}:{a.port}: "
+                             f"{exc.strerror or exc}") from None
+        return 0
+    from bot.sandbox.workspace import run_sandbox
+
+    return await run_sandbox(s, host=a.host, port=a.port)
 
 
 def _when(t: datetime | None) -> str:
@@ -646,9 +654,21 @@ def build_parser() -> argparse.ArgumentParser:
         "boundary, then what is left is cut off (exit 0); a second signal exits at once "
         "(130 after SIGINT, 143 after SIGTERM). Exit 2: a missing setting, or a token Slack "
         "refuses.").set_defaults(fn=cmd_serve)
-    sb = sub.add_parser("sandbox", help="run the local Slack Web API emulator")
-    sb.add_argument("--host", default="127.0.0.1")
-    sb.add_argument("--port", type=int, default=8900)
+    sb = sub.add_parser(
+        "sandbox", help="the whole product locally: Slack in your browser, serve, the demos",
+        description="Run a local Slack workspace (its Web API emulator and a page that shows "
+        "it: the approvals channel, threads, App Home, modals, with a user switcher and a "
+        "form to start demo runs) and `serve` pointed at it, in one process, on the "
+        "database APPROVALD_DATABASE_URL names. The workspace is kept beside a SQLite "
+        "database, so stopping and starting again resumes what was waiting. SIGTERM or "
+        "SIGINT stops it.")
+    sb.add_argument("--host", default="127.0.0.1",
+                    help="the address the page and the emulator listen on (default 127.0.0.1)")
+    sb.add_argument("--port", type=int, default=8300,
+                    help="the port of the page and the emulator's Web API (default 8300)")
+    sb.add_argument("--slack-only", action="store_true",
+                    help="run only the Slack Web API and Socket Mode emulator (tokens "
+                         "xoxb-test and xapp-test), for an `approvald serve` started apart")
     sb.set_defaults(fn=cmd_sandbox)
     return p
 

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import signal
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
@@ -29,6 +30,11 @@ if TYPE_CHECKING:
     from bot.sandbox.client import SlackClientSim
 
 DownMode = Literal["refuse", "503"]
+#: Web API methods that change the workspace (what a watcher of it has to redraw)
+CHANGING = frozenset({"chat.postMessage", "chat.update", "chat.delete", "chat.postEphemeral",
+                      "views.open", "views.update", "views.publish"})
+#: told of every change: the method (or "response_url", "add_message"), its params and answer
+ChangeListener = Callable[[str, dict[str, Any], JSON], None]
 
 
 @dataclass(frozen=True)
@@ -83,6 +89,17 @@ class SlackEmulator:
         self._site: web.TCPSite | None = None
         self._host = "127.0.0.1"
         self._port = 0
+        self._listeners: list[ChangeListener] = []
+
+    def on_change(self, listener: ChangeListener) -> None:
+        """Call ``listener`` after each successful change to the workspace, before the
+        caller gets its answer (so a listener that saves the workspace saves it before the
+        app learns a message's ts)."""
+        self._listeners.append(listener)
+
+    def _changed(self, method: str, params: dict[str, Any], body: JSON) -> None:
+        for listener in self._listeners:
+            listener(method, params, body)
 
     # -- workspace setup ---------------------------------------------------------------------
 
@@ -119,6 +136,7 @@ class SlackEmulator:
         if thread_ts:
             self.api.attach_reply(found, message, thread_ts, broadcast=False)
         found.messages.append(message)
+        self._changed("add_message", {"channel": found.id}, {"ok": True, "ts": ts})
         return ts
 
     def delete_message(self, channel: str, ts: str) -> None:
@@ -153,13 +171,19 @@ class SlackEmulator:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
-        """Listen on ``host:port`` (0 = any free port); return the Web API base URL."""
-        app = web.Application()
+    async def start(self, host: str = "127.0.0.1", port: int = 0, *,
+                    app: web.Application | None = None) -> str:
+        """Listen on ``host:port`` (0 = any free port); return the Web API base URL.
+
+        ``app`` lets a caller serve its own routes (the sandbox page) beside the Web API.
+        """
+        app = app or web.Application()
         app.router.add_route("*", "/api/{method}", self._handle_api)
+        app.router.add_route("*", "/api/{path:.*}", self._handle_not_a_method)
         app.router.add_get("/socket-mode/{ticket}", self._handle_socket)
         app.router.add_post("/response/{hook}", self._handle_response_url)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False,
+                                     shutdown_timeout=2.0)
         await self._runner.setup()
         self._host = host
         self._site = web.TCPSite(self._runner, host, port)
@@ -313,6 +337,15 @@ class SlackEmulator:
 
     # -- HTTP handlers -----------------------------------------------------------------------
 
+    async def _handle_not_a_method(self, request: web.Request) -> web.StreamResponse:
+        # "/api//chat.postMessage" (a base URL that already ends in "/" joined with "/") or
+        # "/api/": say so in Slack's shape instead of a bare 404 page
+        path = request.match_info["path"]
+        hint = ("an empty path segment: SLACK_API_URL ends in /api/, so join method names "
+                "to it without another /" if path.startswith("/") else "not a Web API method")
+        return web.json_response({"ok": False, "error": "unknown_method",
+                                  "req_method": path, "detail": hint}, status=404)
+
     async def _handle_api(self, request: web.Request) -> web.StreamResponse:
         method = request.match_info["method"]
         try:
@@ -340,6 +373,8 @@ class SlackEmulator:
             body = self.api.call(method, Params(values, host=request.host))
         except SlackError as exc:
             body = exc.body()
+        if body.get("ok") and method in CHANGING:
+            self._changed(method, values, body)
         return self._answer(method, values, body)
 
     async def _handle_socket(self, request: web.Request) -> web.StreamResponse:
@@ -350,7 +385,10 @@ class SlackEmulator:
     async def _handle_response_url(self, request: web.Request) -> web.StreamResponse:
         if self._down is not None:
             return web.Response(status=503, text="Service Unavailable")
-        return await self.hooks.handle(request)
+        response = await self.hooks.handle(request)
+        if response.status == 200:
+            self._changed("response_url", {"hook": request.match_info["hook"]}, {"ok": True})
+        return response
 
     def _answer(self, method: str, params: dict[str, Any], body: JSON, *, status: int = 200,
                 headers: dict[str, str] | None = None) -> web.Response:
@@ -365,13 +403,10 @@ class SlackEmulator:
 
 
 def seed_defaults(emulator: SlackEmulator) -> None:
-    """The sandbox workspace `approvald sandbox` starts with."""
-    emulator.add_channel("C_APPROVALS", "approvals")
-    emulator.add_channel("C_GENERAL", "general")
-    emulator.add_user("U_ALICE", "alice", "Alice Approver", email="alice@example.com")
-    emulator.add_user("U_BOB", "bob", "Bob Reviewer", email="bob@example.com")
-    emulator.add_user("U_CAROL", "carol", "Carol Requester", email="carol@example.com")
-    emulator.add_usergroup("S_APPROVERS", ["U_ALICE", "U_BOB"], handle="approvers")
+    """The sandbox workspace: the README's people, @finance, #approvals (see people.py)."""
+    from bot.sandbox.people import seed
+
+    seed(emulator)
 
 
 async def run_forever(host: str, port: int) -> None:
@@ -379,10 +414,11 @@ async def run_forever(host: str, port: int) -> None:
     emulator = SlackEmulator()
     seed_defaults(emulator)
     url = await emulator.start(host, port)
+    state = emulator.state
     print(f"Slack sandbox listening: {url}\n"
           f"  bot token {emulator.bot_token}, app token {emulator.app_token}\n"
-          "  channels C_APPROVALS C_GENERAL; users U_ALICE U_BOB U_CAROL; group S_APPROVERS",
-          flush=True)
+          f"  channels {' '.join(state.channels)}; users {' '.join(state.users)}; "
+          f"group {' '.join(state.usergroups)}", flush=True)
     stopped = asyncio.Event()
     loop = asyncio.get_running_loop()
     with contextlib.suppress(NotImplementedError):  # no signal handlers on Windows loops

@@ -109,13 +109,13 @@ class TsSource:
     STEP = 100  # microseconds between colliding stamps; looks like real Slack ts suffixes
 
     def __init__(self) -> None:
-        self._last = 0
+        self.last = 0  # the newest stamp issued, in microseconds (kept across restarts)
 
     def next(self, now: datetime) -> str:
         micros = int(now.timestamp()) * 1_000_000 + now.microsecond
-        if micros <= self._last:
-            micros = self._last + self.STEP
-        self._last = micros
+        if micros <= self.last:
+            micros = self.last + self.STEP
+        self.last = micros
         return f"{micros // 1_000_000}.{micros % 1_000_000:06d}"
 
 
@@ -133,8 +133,16 @@ class SandboxState:
         self.ephemerals: dict[tuple[str, str], list[JSON]] = {}
         self.triggers: dict[str, Trigger] = {}
         self.ts = TsSource()
+        # chat.postMessage to a user id posts in the bot's DM with them (as Slack does);
+        # off unless asked for, so tests of plain channel rules see channel_not_found
+        self.direct_messages = False
+        self.trigger_ttl = TRIGGER_TTL  # Slack's 3 s; a sandbox for people may allow more
         self._view_seq = itertools.count(1)
         self._trigger_seq = itertools.count(1000)
+
+    def restart_view_ids(self, start: int) -> None:
+        """Issue view ids from ``start`` on (after loading a saved workspace)."""
+        self._view_seq = itertools.count(start)
 
     # -- channels and messages ------------------------------------------------------------
 
@@ -145,7 +153,18 @@ class SandboxState:
         if ref in self.channels:
             return self.channels[ref]
         name = ref.removeprefix("#")
-        return next((c for c in self.channels.values() if c.name == name), None)
+        found = next((c for c in self.channels.values() if c.name == name), None)
+        if found is None and self.direct_messages and ref in self.users:
+            found = self.dm(ref)
+        return found
+
+    def dm(self, user_id: str) -> Channel:
+        """The bot's direct-message conversation with ``user_id`` (opened on first use)."""
+        channel_id = f"D_{user_id.removeprefix('U_').removeprefix('U')}"
+        if channel_id not in self.channels:
+            self.channels[channel_id] = Channel(channel_id, f"dm-{user_id.lower()}",
+                                                is_private=True)
+        return self.channels[channel_id]
 
     def thread(self, channel: Channel, ts: str) -> list[JSON]:
         """The parent message and its replies, oldest first; empty if ``ts`` is unknown."""

@@ -15,7 +15,7 @@ from typing import Literal
 
 from bot.sandbox.blocks import MAX_VIEW_BLOCKS, block_problems
 from bot.sandbox.request import Params, SlackError
-from bot.sandbox.state import JSON, TRIGGER_TTL, Channel, SandboxState, clone
+from bot.sandbox.state import JSON, Channel, SandboxState, clone
 from runtime.clock import Clock
 
 MAX_TEXT = 40_000
@@ -207,7 +207,7 @@ class WebApi:
             raise SlackError("invalid_trigger_id")
         if trigger.exchanged:
             raise SlackError("exchanged_trigger_id")
-        if self.clock.now() - trigger.issued_at >= TRIGGER_TTL:
+        if self.clock.now() - trigger.issued_at >= self.state.trigger_ttl:
             raise SlackError("expired_trigger_id")
         view = self._view_arg(p, "modal")
         external_id = view.get("external_id") or ""

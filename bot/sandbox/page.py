@@ -1,0 +1,329 @@
+"""The sandbox page's one HTML document: layout, style and a small script, no build step.
+
+The server draws every message, modal and App Home (see :mod:`bot.sandbox.render`); the
+script only fetches those fragments for the chosen user, swaps them in when the event
+stream says something changed, and turns clicks and form submissions into POSTs.
+"""
+
+from __future__ import annotations
+
+PAGE = """<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>approvald sandbox</title>
+<style>
+* { box-sizing: border-box; }
+body { margin: 0; font: 15px/1.46 -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif;
+       color: #1d1c1d; background: #fff; }
+#app { display: grid; grid-template-columns: 260px 1fr auto; height: 100vh; overflow: hidden; }
+#app > * { min-height: 0; }
+aside { background: #3f0e40; color: #f3eef3; padding: 14px; overflow-y: auto; }
+aside .team { font-weight: 800; font-size: 18px; margin-bottom: 12px; }
+aside label { display: block; font-size: 13px; margin: 10px 0 4px; color: #d9cfd9; }
+aside select, aside input { width: 100%; padding: 5px; border-radius: 4px; border: 1px solid #9a7a9b;
+                            font-size: 14px; }
+#role { font-size: 12px; color: #cdbccd; margin-top: 4px; }
+nav a { display: block; color: #f3eef3; padding: 4px 8px; border-radius: 4px; text-decoration: none; }
+nav a.on { background: #1164a3; }
+nav h4, aside h4 { margin: 16px 0 6px; font-size: 13px; text-transform: uppercase; color: #cdbccd; }
+#start button { margin-top: 8px; width: 100%; }
+#start-result { font-size: 12px; margin-top: 6px; word-break: break-all; }
+main { display: flex; flex-direction: column; min-width: 0; border-right: 1px solid #ddd;
+       overflow: hidden; }
+.text, .field, .ctx { overflow-wrap: anywhere; }
+main > header { padding: 12px 18px; border-bottom: 1px solid #ddd; font-weight: 800; font-size: 18px; }
+#pane { flex: 1; overflow-y: auto; padding: 8px 0; }
+#composer { padding: 10px 18px; border-top: 1px solid #ddd; }
+#composer input { width: 100%; padding: 8px; border: 1px solid #aaa; border-radius: 6px; }
+#thread { width: 480px; display: flex; flex-direction: column; overflow: hidden; }
+#thread[hidden] { display: none; }
+#thread header { padding: 12px 18px; border-bottom: 1px solid #ddd; font-weight: 800; display: flex;
+                 justify-content: space-between; }
+#thread-body { flex: 1; overflow-y: auto; padding: 8px 0; }
+.msg { padding: 8px 18px; border-left: 3px solid transparent; }
+.msg:hover { background: #f8f8f8; }
+.msg.ephemeral { background: #f4f0f7; border-left-color: #9b59b6; }
+.who { font-size: 15px; }
+.time, .edited, .only-you { color: #616061; font-size: 12px; }
+.only-you { font-style: italic; }
+.b { margin: 4px 0; }
+.b-header h3 { margin: 6px 0; font-size: 17px; }
+.b-context { color: #616061; font-size: 13px; display: flex; flex-wrap: wrap; gap: 4px 14px; }
+.fields { display: grid; grid-template-columns: 1fr 1fr; gap: 6px 16px; }
+.b-actions { display: flex; gap: 8px; flex-wrap: wrap; margin-top: 8px; }
+hr { border: none; border-top: 1px solid #ddd; }
+pre { background: #f6f6f6; border: 1px solid #e0e0e0; border-radius: 4px; padding: 8px;
+      white-space: pre-wrap; word-break: break-word; font-size: 13px; margin: 4px 0; }
+code { background: #f6f6f6; border: 1px solid #e0e0e0; border-radius: 3px; padding: 0 3px;
+       color: #c01343; font-size: 13px; }
+pre code { border: none; color: inherit; }
+.mention { background: #e8f5fa; color: #1264a3; border-radius: 3px; padding: 0 2px; }
+.mention.broadcast { background: #fff3c4; color: #6b5200; }
+.btn { font: inherit; font-size: 14px; font-weight: 700; padding: 4px 14px; border-radius: 4px;
+       border: 1px solid #bbb; background: #fff; cursor: pointer; }
+.btn:hover { background: #f3f3f3; }
+.btn.primary { background: #007a5a; color: #fff; border-color: #007a5a; }
+.btn.danger { background: #e01e5a; color: #fff; border-color: #e01e5a; }
+.btn[disabled] { opacity: .5; }
+a.replies { display: inline-block; margin-top: 4px; font-size: 13px; font-weight: 700; color: #1264a3; }
+.empty { color: #888; padding: 12px 18px; }
+.b-unknown { color: #a00; font-style: italic; }
+dialog.confirm { border: none; border-radius: 8px; box-shadow: 0 10px 40px rgba(0,0,0,.35);
+                 max-width: 440px; padding: 18px 22px; }
+dialog.confirm .buttons { display: flex; justify-content: flex-end; gap: 8px; margin-top: 14px; }
+#modal-layer { position: fixed; inset: 0; background: rgba(0,0,0,.45); display: flex;
+               align-items: center; justify-content: center; }
+#modal-layer[hidden] { display: none; }
+form.modal { background: #fff; border-radius: 8px; width: 560px; max-height: 90vh; display: flex;
+             flex-direction: column; box-shadow: 0 18px 50px rgba(0,0,0,.4); }
+form.modal header { padding: 14px 20px; border-bottom: 1px solid #ddd; }
+form.modal header h2 { margin: 0; font-size: 20px; }
+.modal-body { padding: 10px 20px; overflow-y: auto; }
+form.modal footer { padding: 12px 20px; border-top: 1px solid #ddd; display: flex;
+                    justify-content: flex-end; gap: 8px; }
+.b-input .label { display: block; font-weight: 700; margin: 8px 0 4px; }
+.b-input textarea, .b-input input { width: 100%; font: 14px/1.4 Menlo, Consolas, monospace;
+                                    padding: 8px; border: 1px solid #888; border-radius: 4px; }
+.input-error { color: #e01e5a; font-size: 13px; margin-top: 4px; white-space: pre-wrap; }
+.hint { color: #616061; font-size: 13px; margin-top: 4px; }
+.optional { font-weight: 400; color: #616061; }
+.home-tab { padding: 0 18px; }
+section.dm { border-top: 1px solid #eee; }
+main h4 { margin: 14px 18px 4px; }
+#toast { position: fixed; bottom: 18px; left: 50%; transform: translateX(-50%); background: #1d1c1d;
+         color: #fff; padding: 8px 16px; border-radius: 6px; font-size: 14px; }
+#toast:empty { display: none; }
+</style>
+</head>
+<body data-version="-1">
+<div id="app">
+<aside>
+  <div class="team">approvald sandbox</div>
+  <label for="user">Acting as</label>
+  <select id="user"></select>
+  <div id="role"></div>
+  <nav id="nav"></nav>
+  <form id="start" autocomplete="off">
+    <h4>Start a demo run</h4>
+    <label for="agent">Agent</label>
+    <select id="agent" name="agent">
+      <option value="demo-refund">demo-refund</option>
+      <option value="demo-steps">demo-steps</option>
+    </select>
+    <div class="refund-only">
+      <label for="order">Order</label><input id="order" name="order" value="A-1">
+      <label for="amount">Amount in $ (empty: the duplicate charge)</label>
+      <input id="amount" name="amount" placeholder="e.g. 25.00">
+    </div>
+    <div class="steps-only" hidden>
+      <label for="ticks">Ticks</label><input id="ticks" name="ticks" value="3">
+    </div>
+    <button class="btn primary" type="submit">Start run</button>
+    <div id="start-result"></div>
+  </form>
+</aside>
+<main>
+  <header id="title">#approvals</header>
+  <div id="pane"></div>
+  <form id="composer" autocomplete="off">
+    <input id="command" placeholder="Type /approvals to list what you may decide">
+  </form>
+</main>
+<section id="thread" hidden>
+  <header><span>Thread</span><button type="button" class="btn" id="close-thread">Close</button></header>
+  <div id="thread-body"></div>
+</section>
+</div>
+<div id="modal-layer" hidden></div>
+<div id="toast"></div>
+<script>
+"use strict";
+const $ = (s) => document.querySelector(s);
+const params = new URLSearchParams(location.search);
+const S = {user: params.get("user") || localStorage.getItem("approvald.user") || "U_DANA",
+           pane: params.get("pane") || "C_APPROVALS", thread: "", modalKey: null, people: []};
+
+function toast(text) {
+  $("#toast").textContent = text;
+  clearTimeout(toast.timer);
+  toast.timer = setTimeout(() => { $("#toast").textContent = ""; }, 6000);
+}
+
+async function post(path, body) {
+  const r = await fetch(path, {method: "POST", headers: {"Content-Type": "application/json"},
+                               body: JSON.stringify(body)});
+  let d = {};
+  try { d = await r.json(); } catch (e) { d = {ok: false, error: "HTTP " + r.status}; }
+  if (!d.ok) toast(d.error || ("HTTP " + r.status));
+  return d;
+}
+
+function drawNav(channels) {
+  const nav = $("#nav");
+  const items = [{id: "home", label: "Home (approvald app)"}].concat(
+    channels.map((c) => ({id: c.id, label: "# " + c.name})));
+  nav.innerHTML = "<h4>Channels</h4>";
+  for (const item of items) {
+    const a = document.createElement("a");
+    a.href = "#"; a.textContent = item.label; a.dataset.pane = item.id;
+    if (item.id === S.pane) a.className = "on";
+    nav.appendChild(a);
+  }
+}
+
+function drawPeople(people) {
+  const select = $("#user");
+  if (select.options.length !== people.length) {
+    select.innerHTML = "";
+    for (const p of people) {
+      const o = document.createElement("option");
+      o.value = p.id; o.textContent = p.name + " (" + p.id + ")";
+      select.appendChild(o);
+    }
+  }
+  select.value = S.user;
+  const me = people.find((p) => p.id === S.user);
+  $("#role").textContent = me ? me.role : "";
+}
+
+async function refresh() {
+  const q = new URLSearchParams({user: S.user, pane: S.pane, thread: S.thread});
+  const r = await fetch("/ui/state?" + q);
+  const d = await r.json();
+  if (!d.ok) { toast(d.error); return; }
+  drawPeople(d.people);
+  drawNav(d.channels);
+  $("#title").textContent = d.title;
+  const pane = $("#pane");
+  const stick = (el) => el.scrollHeight - el.scrollTop - el.clientHeight < 80;
+  const paneAtEnd = stick(pane), paneWas = pane.scrollTop;
+  const threadBody = $("#thread-body"), threadAtEnd = stick(threadBody);
+  pane.innerHTML = d.main;
+  pane.scrollTop = paneAtEnd ? pane.scrollHeight : paneWas;
+  pane.dataset.channel = S.pane === "home" ? "" : S.pane;
+  $("#composer").hidden = S.pane === "home";
+  const thread = $("#thread");
+  thread.hidden = !(S.thread && d.thread);
+  const threadWas = threadBody.scrollTop;
+  threadBody.innerHTML = d.thread;
+  threadBody.dataset.channel = S.pane;
+  threadBody.scrollTop = threadAtEnd ? threadBody.scrollHeight : threadWas;
+  if (d.modal_key !== S.modalKey) {
+    S.modalKey = d.modal_key;
+    $("#modal-layer").innerHTML = d.modal;
+    $("#modal-layer").hidden = !d.modal;
+    const first = $("#modal-layer textarea, #modal-layer input");
+    if (first) first.focus();
+  }
+  document.body.dataset.version = d.version;
+  document.body.dataset.ready = d.ready ? "1" : "0";
+}
+
+let busy = false, again = false;
+async function schedule() {
+  if (busy) { again = true; return; }
+  busy = true;
+  try { await refresh(); } catch (e) { toast(String(e)); }
+  finally { busy = false; if (again) { again = false; schedule(); } }
+}
+
+async function press(button) {
+  const body = {user: S.user, action_id: button.dataset.actionId};
+  const view = button.closest("[data-view-id]");
+  const msg = button.closest(".msg");
+  if (msg) {
+    body.ts = msg.dataset.ts;
+    body.channel = msg.closest("[data-channel]").dataset.channel;
+  } else if (view) {
+    body.view_id = view.dataset.viewId;
+  }
+  button.disabled = true;
+  try { await post("/ui/action", body); } finally { button.disabled = false; schedule(); }
+}
+
+async function openHome() {
+  await post("/ui/home", {user: S.user});
+  schedule();
+}
+
+document.addEventListener("click", async (ev) => {
+  const t = ev.target.closest("a, button");
+  if (!t) return;
+  if (t.dataset.pane) {
+    ev.preventDefault(); S.pane = t.dataset.pane; S.thread = "";
+    if (S.pane === "home") openHome(); else schedule();
+    return;
+  }
+  if (t.matches("a.replies")) { ev.preventDefault(); S.thread = t.dataset.thread; schedule(); return; }
+  if (t.matches("a.permalink")) {
+    ev.preventDefault(); S.pane = t.dataset.channel; S.thread = t.dataset.thread;
+    schedule(); return;
+  }
+  if (t.id === "close-thread") { S.thread = ""; schedule(); return; }
+  if (t.dataset.confirm) {
+    const dialog = t.closest("dialog");
+    dialog.close();
+    if (t.dataset.confirm === "yes") await press(dialog.parentElement.querySelector("button[data-action-id]"));
+    return;
+  }
+  if (t.dataset.close) {
+    const form = t.closest("form.modal");
+    await post("/ui/close", {user: S.user, view_id: form.dataset.viewId});
+    schedule();
+    return;
+  }
+  if (t.tagName === "BUTTON" && t.dataset.actionId) {
+    const wrap = t.closest(".confirmable");
+    if (wrap) { wrap.querySelector("dialog").showModal(); return; }
+    await press(t);
+  }
+});
+
+document.addEventListener("submit", async (ev) => {
+  const form = ev.target;
+  ev.preventDefault();
+  if (form.matches("form.modal")) {
+    const values = {};
+    for (const el of form.querySelectorAll("textarea[data-block-id], input[data-block-id]")) {
+      (values[el.dataset.blockId] = values[el.dataset.blockId] || {})[el.dataset.actionId] = el.value;
+    }
+    const submit = form.querySelector("[data-submit]");
+    if (submit) submit.disabled = true;
+    try { await post("/ui/submit", {user: S.user, view_id: form.dataset.viewId, values}); }
+    finally { if (submit) submit.disabled = false; schedule(); }
+  } else if (form.id === "start") {
+    const f = new FormData(form);
+    const body = {user: S.user, agent: f.get("agent"), order: f.get("order"),
+                  amount: f.get("amount"), ticks: f.get("ticks")};
+    const d = await post("/ui/runs", body);
+    if (d.ok) $("#start-result").textContent = "Started run " + d.run_id.slice(0, 12) + ": " + d.task;
+  } else if (form.id === "composer") {
+    const text = $("#command").value.trim();
+    if (!text) return;
+    const d = await post("/ui/command", {user: S.user, channel: S.pane, text});
+    if (d.ok) $("#command").value = "";
+    schedule();
+  }
+});
+
+$("#user").addEventListener("change", (ev) => {
+  S.user = ev.target.value;
+  localStorage.setItem("approvald.user", S.user);
+  S.modalKey = null;
+  if (S.pane === "home") openHome(); else schedule();
+});
+$("#agent").addEventListener("change", (ev) => {
+  const steps = ev.target.value === "demo-steps";
+  document.querySelector(".refund-only").hidden = steps;
+  document.querySelector(".steps-only").hidden = !steps;
+});
+
+const stream = new EventSource("/ui/events");
+stream.onmessage = () => schedule();
+schedule();
+</script>
+</body>
+</html>
+"""

@@ -1,0 +1,114 @@
+"""``approvald sandbox`` as a real process, and the page's own HTTP routes to act on it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from tests.helpers import APPROVALD
+
+T = TypeVar("T")
+START_WITHIN = 90.0  # a loaded CI machine migrates and starts slowly; a healthy one in ~2 s
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(check: Callable[[], T | None], *, within: float, what: str) -> T:
+    """Poll ``check`` until it returns something truthy; fail naming ``what`` after
+    ``within`` seconds. (Waiting for a condition, not sleeping as an assertion.)"""
+    deadline = time.monotonic() + within
+    while True:
+        found = check()
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {within:g} s waiting for {what}")
+        time.sleep(0.05)
+
+
+class Sandbox:
+    """One ``approvald sandbox`` subprocess on a temp SQLite file and a free port."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.dir = tmp_path
+        self.db = tmp_path / "sandbox.db"
+        self.ledger = tmp_path / "ledger.jsonl"
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("APPROVALD_", "SLACK_"))}
+        env.update(APPROVALD_DATABASE_URL=f"sqlite+aiosqlite:///{self.db}",
+                   APPROVALD_DEMO_LEDGER=str(self.ledger), APPROVALD_LOG_LEVEL="WARNING",
+                   APPROVALD_SHUTDOWN_GRACE="10")
+        return env
+
+    def start(self) -> None:
+        self.starts += 1
+        with open(self.dir / f"sandbox-{self.starts}.log", "wb") as log:
+            self.proc = subprocess.Popen([APPROVALD, "sandbox", "--port", str(self.port)],
+                                         env=self.env(), cwd=self.dir, stdout=log,
+                                         stderr=subprocess.STDOUT)
+        wait_until(self._ready, within=START_WITHIN, what="the sandbox to start")
+
+    def _ready(self) -> bool:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise AssertionError(f"the sandbox exited with {self.proc.returncode}: "
+                                 f"{self.output()}")
+        try:
+            return bool(self.state("U_DANA").get("ready"))
+        except (OSError, ValueError):
+            return False
+
+    def output(self) -> str:
+        return (self.dir / f"sandbox-{self.starts}.log").read_text(errors="replace")
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        return self.proc.wait(timeout=60)
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+
+    # -- the page's routes --------------------------------------------------------------
+
+    def state(self, user: str, **query: str) -> dict[str, Any]:
+        q = "&".join(f"{k}={v}" for k, v in {"user": user, **query}.items())
+        with urllib.request.urlopen(f"{self.url}ui/state?{q}", timeout=10) as r:
+            data: dict[str, Any] = json.load(r)
+        return data
+
+    def post(self, path: str, body: Any) -> tuple[int, dict[str, Any]]:
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        request = urllib.request.Request(f"{self.url}ui/{path}", data=data, method="POST",
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=30) as r:
+                return r.status, json.load(r)
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read() or b"{}")
+
+    def ledger_lines(self) -> list[dict[str, Any]]:
+        if not self.ledger.exists():
+            return []
+        return [json.loads(x) for x in self.ledger.read_text().splitlines() if x.strip()]

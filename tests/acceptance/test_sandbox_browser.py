@@ -1,0 +1,183 @@
+"""The sandbox page in a real browser (Playwright driving Debian's chromium, headless).
+
+A newcomer's first hour, clicked through: start a refund from the page, see its card; a
+stranger's Approve and the requester's own Approve are refused (each sees why, nobody
+else does); an approver denies with a reason and the agent re-plans in the thread; a
+second refund is edited, first to an invalid amount (the modal shows the error inline),
+then to a valid one, and the edited amount is what gets refunded. A screenshot of each
+state is saved under ``test-artifacts/sandbox/``.
+
+Without chromium (or Playwright) the test is skipped, saying what to install, unless
+``APPROVALD_REQUIRE_BROWSER=1`` (CI sets it) makes that a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.acceptance.sandbox_proc import Sandbox, wait_until
+
+CHROMIUM = os.environ.get("APPROVALD_CHROMIUM", "/usr/bin/chromium")
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "sandbox"
+WAIT_MS = 60_000  # what the page must show within, on a loaded 2-core CI machine
+
+
+def _need(reason: str) -> None:
+    if os.environ.get("APPROVALD_REQUIRE_BROWSER") == "1":
+        pytest.fail(f"APPROVALD_REQUIRE_BROWSER=1 but {reason}")
+    pytest.skip(reason)
+
+
+def _playwright() -> Any:
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _need("Playwright is not installed (pip install -e '.[dev]')")
+    if not (os.path.exists(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
+        _need(f"no chromium at {CHROMIUM} (apt-get install -y chromium)")
+    return sync_playwright
+
+
+def test_a_newcomer_clicks_through_refusals_a_denial_and_an_edit(tmp_path: Path) -> None:
+    sync_playwright = _playwright()
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=WAIT_MS)
+    shutil.rmtree(ARTIFACTS, ignore_errors=True)
+    ARTIFACTS.mkdir(parents=True)
+    sb = Sandbox(tmp_path)
+    try:
+        sb.start()
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                         args=["--no-sandbox", "--disable-gpu"])
+            try:
+                page = browser.new_page(viewport={"width": 1500, "height": 1000})
+                page.set_default_timeout(WAIT_MS)
+                _click_through(page, expect, sb)
+            finally:
+                browser.close()
+        assert sb.stop() == 0
+    finally:
+        sb.close()
+
+
+def _click_through(page: Any, expect: Any, sb: Sandbox) -> None:
+    step = iter(range(1, 100))
+
+    def shot(name: str) -> None:
+        page.screenshot(path=str(ARTIFACTS / f"{next(step):02d}-{name}.png"))
+
+    def act_as(user: str) -> None:
+        page.select_option("#user", user)
+        expect(page.locator("#user")).to_have_value(user)
+
+    page.goto(sb.url + "?user=U_DANA")
+    expect(page.locator("body")).to_have_attribute("data-ready", "1")
+    expect(page.locator("#title")).to_have_text("#approvals")
+    cards = page.locator("#pane .msg:has(.b-header)")
+    refusals = page.locator("#pane .msg.ephemeral")
+
+    # -- Dana starts a refund of order A-1 from the page, and its card appears ---------------
+    page.fill("#order", "A-1")
+    page.fill("#amount", "")
+    page.click("#start button[type=submit]")
+    expect(page.locator("#start-result")).to_contain_text("Refund order A-1,")
+    first = cards.nth(0)
+    expect(first).to_contain_text("Approval needed: issue_refund")
+    expect(first).to_contain_text('"order_id": "A-1"')
+    expect(first).to_contain_text('"amount_cents": 4200')
+    expect(first.locator("[data-action-id='approvald.approve']")).to_be_visible()
+    shot("card")
+
+    def approve(card: Any) -> None:
+        card.locator("button[data-action-id='approvald.approve']").click()
+        dialog = card.locator("dialog[open]")  # high risk: Slack's confirm dialog first
+        expect(dialog).to_contain_text("Approve a high-risk call?")
+        dialog.locator("[data-confirm=yes]").click()
+
+    # -- a stranger is refused, and only they see why -----------------------------------------
+    act_as("U_EVE")
+    approve(first)
+    expect(refusals).to_have_count(1)
+    expect(refusals.first).to_contain_text("not an approver")
+    expect(refusals.first).to_contain_text("Only visible to you")
+    shot("stranger-refused")
+
+    # -- so is the requester (self-approval), who does not see Eve's reply ------------------------
+    act_as("U_DANA")
+    expect(refusals).to_have_count(0)
+    approve(first)
+    expect(refusals).to_have_count(1)
+    expect(refusals.first).to_contain_text("You started this run")
+    expect(first.locator("[data-action-id='approvald.approve']")).to_be_visible()  # unchanged
+    shot("requester-refused")
+
+    # -- an approver denies with a reason; the card turns, the agent re-plans in the thread ----
+    act_as("U_ALICE")
+    first.locator("button[data-action-id='approvald.deny']").click()
+    modal = page.locator("#modal-layer form.modal")
+    expect(modal).to_contain_text("Deny request")
+    modal.locator("[data-submit]").click()  # no reason yet: the modal says so inline
+    expect(modal.locator(".input-error")).to_contain_text("reason")
+    shot("deny-needs-a-reason")
+    modal.locator("textarea").fill("Customer already got store credit for <this>")
+    modal.locator("[data-submit]").click()
+    expect(modal).to_have_count(0)
+    expect(first.locator(".b-header")).to_contain_text("Denied")
+    expect(first.locator("button[data-action-id]")).to_have_count(0)
+    shot("denied")
+    first.locator("a.permalink", has_text="thread").click()
+    thread = page.locator("#thread-body")
+    expect(thread).to_contain_text("I did not issue the refund")
+    expect(thread).to_contain_text("Customer already got store credit for <this>")
+    shot("denied-thread")
+    page.click("#close-thread")
+
+    # -- a second refund: an edit to an invalid amount is refused inline, a valid one runs -----
+    act_as("U_DANA")
+    page.fill("#order", "A-2")
+    page.fill("#amount", "30")
+    page.click("#start button[type=submit]")
+    second = cards.nth(1)
+    expect(second).to_contain_text("Approval needed: issue_refund")
+    expect(second).to_contain_text('"amount_cents": 3000')
+    run_parent = page.locator("#pane .msg:not(:has(.b-header))", has_text="Refund order A-2")
+    run_parent.locator("a.replies").click()
+    expect(thread).to_contain_text("Waiting for approval to run issue_refund")
+    second.scroll_into_view_if_needed()
+    shot("second-card-and-its-thread")  # the README's screenshot (docs/sandbox.png)
+    act_as("U_BOB")  # in @finance, the approvers' group
+    second.locator("button[data-action-id='approvald.edit']").click()
+    expect(modal).to_contain_text("Edit arguments")
+    editor = modal.locator("textarea")
+    expect(editor).to_have_value(re.compile(r'"amount_cents": 3000'))
+    editor.fill(json.dumps({"order_id": "A-2", "amount_cents": "lots",
+                            "reason": "duplicate charge"}))
+    modal.locator("[data-submit]").click()
+    expect(modal.locator(".input-error")).to_contain_text("amount_cents")
+    expect(editor).to_have_value(re.compile("lots"))  # what was typed stays
+    shot("edit-invalid")
+    editor.fill(json.dumps({"order_id": "A-2", "amount_cents": 1250,
+                            "reason": "duplicate charge"}, indent=2))
+    modal.locator("[data-submit]").click()
+    expect(modal).to_have_count(0)
+    expect(second.locator(".b-header")).to_contain_text("Approved")
+    expect(run_parent).to_contain_text("of $12.50 for order A-2 was issued")
+    expect(thread).to_contain_text("of $12.50 for order A-2 was issued")
+    shot("edited-and-refunded")
+
+    def refunds() -> list[dict[str, Any]]:
+        return [e for e in sb.ledger_lines() if e["tool"] == "issue_refund"]
+    done = wait_until(refunds, within=30, what="the refund in the demo ledger")
+    assert [e["args"] for e in done] == [{"order_id": "A-2", "amount_cents": 1250,
+                                           "reason": "duplicate charge"}]
+    looked_up = [e["args"]["order_id"] for e in sb.ledger_lines() if e["tool"] == "lookup_order"]
+    assert looked_up == ["A-1", "A-2"]

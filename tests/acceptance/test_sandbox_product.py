@@ -1,0 +1,106 @@
+"""``approvald sandbox`` as a user runs it: one process, the page's routes, restarts.
+
+Stopped with SIGTERM or killed with SIGKILL while a card waits, the sandbox started again
+on the same database still shows the card, and a click on it completes the run.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from pathlib import Path
+
+import pytest
+
+from tests.acceptance.sandbox_proc import Sandbox, wait_until
+
+APPROVE = "approvald.approve"
+_MESSAGE = re.compile(r'<div class="msg[^"]*" data-ts="([\d.]+)"')
+
+
+def messages(html: str) -> list[tuple[str, str]]:
+    """(ts, html) of each message in a drawn pane."""
+    starts = [(m.start(), m.group(1)) for m in _MESSAGE.finditer(html)]
+    ends = [s for s, _ in starts[1:]] + ([len(html)] if starts else [])
+    return [(ts, html[start:end]) for (start, ts), end in zip(starts, ends, strict=True)]
+
+
+def pending_card(sb: Sandbox, user: str = "U_DANA") -> str | None:
+    """The ts of the (one) card that still has an Approve button, as ``user`` sees it."""
+    found = [ts for ts, html in messages(sb.state(user)["main"]) if APPROVE in html]
+    assert len(found) <= 1, found
+    return found[0] if found else None
+
+
+def refunds(sb: Sandbox) -> list[dict]:
+    return [e for e in sb.ledger_lines() if e["tool"] == "issue_refund"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
+def test_a_card_waiting_across_a_restart_is_still_clickable_and_completes_the_run(
+        tmp_path: Path, sig: int) -> None:
+    sb = Sandbox(tmp_path)
+    try:
+        sb.start()
+        status, started = sb.post("runs", {"user": "U_DANA", "agent": "demo-refund",
+                                           "order": "A-7", "amount": "12.50"})
+        assert status == 200, started
+        assert started["task"].startswith("Refund order A-7 for $12.50")
+        ts = wait_until(lambda: pending_card(sb), within=60, what="the card")
+        assert sb.stop(sig) == (0 if sig == signal.SIGTERM else -signal.SIGKILL)
+
+        sb.start()
+        assert pending_card(sb) == ts  # the same card, still waiting, buttons and all
+        status, answer = sb.post("action", {"user": "U_ALICE", "channel": "C_APPROVALS",
+                                            "ts": ts, "action_id": APPROVE})
+        assert (status, answer.get("status")) == (200, 200), answer
+        [refund] = wait_until(lambda: refunds(sb), within=60, what="the approved refund")
+        assert refund["args"] == {"order_id": "A-7", "amount_cents": 1250,
+                                  "reason": "duplicate charge"}
+
+        def approved_card() -> bool:
+            html = dict(messages(sb.state("U_DANA")["main"]))[ts]
+            return "Approved" in html and APPROVE not in html
+        wait_until(approved_card, within=60, what="the card to say Approved")
+        assert len(refunds(sb)) == 1
+        assert sb.stop(signal.SIGTERM) == 0
+    finally:
+        sb.close()
+
+
+def test_page_routes_refuse_bad_input_and_change_nothing(tmp_path: Path) -> None:
+    sb = Sandbox(tmp_path)
+    try:
+        sb.start()
+        before = sb.state("U_DANA")
+        bad = [
+            ("runs", {"user": "U_NOBODY", "agent": "demo-refund", "order": "A-1"}, 400),
+            ("runs", {"user": "<script>", "agent": "demo-refund", "order": "A-1"}, 400),
+            ("runs", {"user": "U_DANA", "agent": "rm -rf", "order": "A-1"}, 400),
+            ("runs", {"user": "U_DANA", "agent": "demo-refund", "order": "A-1; drop"}, 400),
+            ("runs", {"user": "U_DANA", "agent": "demo-refund", "order": "A-1",
+                      "amount": "-5"}, 400),
+            ("runs", {"user": "U_DANA", "agent": "demo-steps", "ticks": "1000000"}, 400),
+            ("runs", b"not json", 400),
+            ("runs", b"[1, 2]", 400),
+            ("runs", b"{" + b" " * 70_000 + b"}", 413),
+            ("action", {"user": "U_ALICE", "channel": "C_APPROVALS", "ts": "1.000001",
+                        "action_id": APPROVE}, 400),
+            ("action", {"user": "U_ALICE", "channel": "C_NOPE", "ts": "1.000001",
+                        "action_id": APPROVE}, 400),
+            ("submit", {"user": "U_ALICE", "view_id": "V00000001",
+                        "values": {"reason": {"reason_input": "x"}}}, 400),
+            ("close", {"user": "U_ALICE", "view_id": "V00000001"}, 400),
+            ("command", {"user": "U_ALICE", "channel": "C_APPROVALS", "text": "/kick"}, 400),
+            ("home", {"user": "U_BOT"}, 400),
+        ]
+        for path, body, code in bad:
+            status, answer = sb.post(path, body)
+            assert status == code, (path, body, answer)
+            assert answer["ok"] is False and answer["error"], answer
+        after = sb.state("U_DANA")
+        assert after["version"] == before["version"] and after["main"] == before["main"]
+        assert sb.ledger_lines() == []
+        assert sb.stop() == 0
+    finally:
+        sb.close()
