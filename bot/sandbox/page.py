@@ -240,8 +240,11 @@ async function press(button) {
     body.view_id = view.dataset.viewId;
   }
   button.disabled = true;
-  try { await post("/ui/action", body); } finally { button.disabled = false; schedule(); }
+  try { await post("/ui/action", body); } finally { button.disabled = false; afterAct(); }
 }
+
+// the App Home is drawn when it is opened: open it again after acting from it
+function afterAct() { if (S.pane === "home") openHome(); else schedule(); }
 
 async function openHome() {
   await post("/ui/home", {user: S.user});
@@ -292,7 +295,7 @@ document.addEventListener("submit", async (ev) => {
     const submit = form.querySelector("[data-submit]");
     if (submit) submit.disabled = true;
     try { await post("/ui/submit", {user: S.user, view_id: form.dataset.viewId, values}); }
-    finally { if (submit) submit.disabled = false; schedule(); }
+    finally { if (submit) submit.disabled = false; afterAct(); }
   } else if (form.id === "start") {
     const f = new FormData(form);
     const body = {user: S.user, agent: f.get("agent"), order: f.get("order"),

@@ -143,7 +143,7 @@ class SandboxWeb:
             workspace_url=self.state.workspace.url)
 
     def author(self, m: JSON) -> str:
-        if m.get("bot_id"):
+        if m.get("bot_id") or not m.get("user"):  # response_url replies carry no user
             return f"{self.state.workspace.bot_name} (app)"
         user = self.state.users.get(str(m.get("user", "")))
         return user.real_name if user else str(m.get("user", "someone"))

@@ -104,3 +104,34 @@ def test_page_routes_refuse_bad_input_and_change_nothing(tmp_path: Path) -> None
         assert sb.stop() == 0
     finally:
         sb.close()
+
+
+def test_the_app_home_lists_what_a_user_may_decide_and_its_buttons_work(tmp_path: Path) -> None:
+    sb = Sandbox(tmp_path)
+    try:
+        sb.start()
+        status, _ = sb.post("runs", {"user": "U_DANA", "agent": "demo-refund", "order": "B-5"})
+        assert status == 200
+        wait_until(lambda: pending_card(sb), within=60, what="the card")
+
+        def home(user: str) -> str | None:
+            assert sb.post("home", {"user": user})[0] == 200
+            drawn: str = sb.state(user, pane="home")["main"]
+            return drawn if "data-view-id" in drawn else None
+        alice = wait_until(lambda: home("U_ALICE"), within=30, what="Alice's App Home")
+        assert APPROVE in alice and '"order_id":"B-5"' in alice.replace("&quot;", '"')
+        eve = wait_until(lambda: home("U_EVE"), within=30, what="Eve's App Home")
+        assert APPROVE not in eve  # nothing Eve may decide
+        view_id = re.search(r'class="home" data-view-id="(\w+)"', alice)
+        assert view_id
+        status, answer = sb.post("action", {"user": "U_ALICE", "view_id": view_id.group(1),
+                                            "action_id": APPROVE})
+        assert (status, answer.get("status")) == (200, 200), answer
+        # Eve may not press buttons on Alice's Home
+        assert sb.post("action", {"user": "U_EVE", "view_id": view_id.group(1),
+                                  "action_id": APPROVE})[0] == 400
+        [refund] = wait_until(lambda: refunds(sb), within=60, what="the approved refund")
+        assert refund["args"]["order_id"] == "B-5" and refund["args"]["amount_cents"] == 4200
+        assert sb.stop() == 0
+    finally:
+        sb.close()
