@@ -178,7 +178,8 @@ class Decider:
             return await self._decide_in(tx, a0, at)
 
         try:
-            decision = await self.e.db.transact(attempt, urgent=True,  # the clicker waits
+            # the clicker's request is held open until this commits: it goes first
+            decision = await self.e.db.transact(attempt, urgent=True, answer=True,
                                                 what=f"decision on approval {a0.id}")
         except DecisionRefused as refusal:
             await self._record_refusal(a0, at, refusal)
@@ -378,5 +379,6 @@ class Decider:
                          "status": a.status, "message": str(refusal)[:500]})
             return settled
 
-        at.side = await self.e.db.transact(record, what=f"refusal on approval {a0.id}")
+        at.side = await self.e.db.transact(record, answer=True,
+                                           what=f"refusal on approval {a0.id}")
         self.e.expiry.announce(at.side)

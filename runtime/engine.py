@@ -233,7 +233,7 @@ class Engine:
                      expect_digest: str | None = None) -> Decision:
         """Record a decision (see :class:`runtime.decide.Decider`); wakes the run if ready."""
         deciding = object()
-        self.urgency.begin(deciding)
+        self.urgency.begin_answer(deciding)
         try:
             decision = await self.decider.decide(approval_id, actor=actor, verdict=verdict,
                                                  reason=reason, args=args, token=token,

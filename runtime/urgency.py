@@ -10,7 +10,11 @@ the run is *pressing*, and this process serves it first:
 * the resume worker starts it without waiting for a concurrency slot;
 * loops that only tell people about things (the outbox drain, run threads) call
   :meth:`Urgency.settle` before each batch: it returns at once when nothing presses,
-  else when the pressing runs are through or ``patience`` has passed.
+  else when the pressing runs are through or ``patience`` has passed;
+* while a decision is being recorded for someone whose request is held open until it
+  commits (a click is acknowledged only then), the worker starts no run, not even a
+  decided one (:meth:`Urgency.answered`): a burst of clicks is answered first, and the
+  runs it decided start right after, in the order they were decided.
 
 Each mark also expires on its own (``hold``), so a run decided here but advanced by
 another process cannot hold anything back for long. This is scheduling inside one
@@ -32,6 +36,9 @@ class Urgency:
         self._marks: dict[Hashable, float] = {}  # key -> monotonic deadline
         self._quiet = asyncio.Event()
         self._quiet.set()
+        self._answers: set[Hashable] = set()  # decisions someone's open request waits on
+        self._no_answers = asyncio.Event()
+        self._no_answers.set()
 
     def begin(self, key: Hashable) -> None:
         """``key`` (a run id, or a token for a decision in progress) is pressing."""
@@ -42,6 +49,25 @@ class Urgency:
         """``key`` is no longer pressing (ending an unknown key is fine)."""
         if self._marks.pop(key, None) is not None and not self._marks:
             self._quiet.set()
+        self._answers.discard(key)
+        if not self._answers:
+            self._no_answers.set()
+
+    def begin_answer(self, key: Hashable) -> None:
+        """``key`` presses, and someone's request is held open until it ends."""
+        self.begin(key)
+        self._answers.add(key)
+        self._no_answers.clear()
+
+    async def answered(self, patience: float) -> bool:
+        """Wait until no answer is being recorded, at most ``patience`` s; True if none."""
+        if not self._answers:
+            return True
+        try:
+            await asyncio.wait_for(self._no_answers.wait(), timeout=patience)
+        except TimeoutError:
+            return False
+        return True
 
     def presses(self, key: Hashable) -> bool:
         """Is ``key`` pressing now?"""

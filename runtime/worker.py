@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from runtime.engine import Engine
 
 log = logging.getLogger("approvald.worker")
+ANSWER_PATIENCE = 0.25  # s a woken run waits, at most, for clicks being answered
 
 
 class ResumeWorker:
@@ -79,6 +80,8 @@ class ResumeWorker:
                 if getter not in done:
                     break
                 run_id = getter.result()
+                # clicks being answered go first; the runs they decide start right after
+                await self.e.urgency.answered(ANSWER_PATIENCE)
                 self._queued.discard(run_id)
                 if run_id in self._active:
                     continue

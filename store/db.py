@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -32,7 +33,6 @@ from store.repos import Tx
 
 log = logging.getLogger("approvald.store")
 T = TypeVar("T")
-DEFAULT_URL = "sqlite+aiosqlite:///approvald.db"
 # PostgreSQL's "try the transaction again" codes: serialization failure, deadlock detected
 RETRYABLE_SQLSTATES = frozenset({"40001", "40P01"})
 
@@ -93,13 +93,16 @@ def normalize_url(raw: str) -> URL:
     if driver.startswith("sqlite") and not url.database:
         raise ConfigError("APPROVALD_DATABASE_URL: a SQLite URL needs a file path "
                           "(in-memory databases cannot be shared between processes)")
+    if driver.startswith("sqlite") and url.database and url.database != ":memory:":
+        # a relative path is resolved once, so what is shown is the file actually used
+        url = url.set(database=os.path.abspath(url.database))
     return url
 
 
 class Database:
     """An async engine plus the transaction helpers the repositories run in."""
 
-    def __init__(self, url: str = DEFAULT_URL, *, busy_timeout_ms: int = 10_000,
+    def __init__(self, url: str, *, busy_timeout_ms: int = 10_000,
                  pool_size: int = 10, server_time: bool | None = None) -> None:
         self.url = normalize_url(url)
         self.dialect = "sqlite" if self.url.drivername.startswith("sqlite") else "postgresql"
@@ -137,11 +140,13 @@ class Database:
         return self.url.render_as_string(hide_password=True)
 
     @asynccontextmanager
-    async def write(self, *, urgent: bool = False) -> AsyncIterator[Tx]:
+    async def write(self, *, urgent: bool = False, answer: bool = False) -> AsyncIterator[Tx]:
         """A read-write transaction, committed on exit, rolled back on error.
 
         ``urgent`` writes (someone is waiting on them) take this process's SQLite write
-        queue ahead of the others; the order of commits is all it changes.
+        queue ahead of the others; ``answer`` writes (a person's request is held open
+        until they commit: a click's decision, acknowledged only once it is durable) go
+        ahead of those too. The order of commits is all it changes.
         """
         if self._write_lock is None:
             async with self.engine.connect() as conn, conn.begin():
@@ -149,7 +154,7 @@ class Database:
                 yield tx
                 await tx.prepare_commit()
             return
-        await self._write_lock.acquire(urgent=urgent)
+        await self._write_lock.acquire(urgent=urgent, answer=answer)
         try:
             async with self.engine.connect() as conn:
                 await conn.execution_options(approvald_begin="IMMEDIATE")
@@ -161,7 +166,8 @@ class Database:
             self._write_lock.release()
 
     async def transact(self, work: Callable[[Tx], Awaitable[T]], *, urgent: bool = False,
-                       attempts: int = 4, what: str = "transaction") -> T:
+                       answer: bool = False, attempts: int = 4,
+                       what: str = "transaction") -> T:
         """Run ``work(tx)`` in a write transaction, again from the start (a bounded number
         of times) when the database rolled it back: to break a deadlock or a serialization
         conflict, or because the connection died before COMMIT (the server restarted, or
@@ -169,7 +175,7 @@ class Database:
         handed."""
         for attempt in range(1, attempts + 1):
             try:
-                async with self.write(urgent=urgent) as tx:
+                async with self.write(urgent=urgent, answer=answer) as tx:
                     return await work(tx)
             except DBAPIError as exc:
                 if attempt == attempts or not is_retryable(exc):
@@ -206,23 +212,27 @@ class Database:
 
 
 class WriteLock:
-    """A mutex with two queues of waiters, each served in order: urgent ones go first,
-    but after ``streak`` urgent hand-overs in a row a waiting ordinary writer gets its
-    turn, so a stream of urgent writes slows ordinary ones down but never starves them."""
+    """A mutex with three queues of waiters, each served in order: answers (a person's
+    request is held open on the commit) first, then urgent writes, then ordinary ones;
+    but after ``streak`` hand-overs in a row to the first two a waiting ordinary writer
+    gets its turn, so a stream of urgent writes slows ordinary ones down but never
+    starves them."""
 
     def __init__(self, *, streak: int = 4) -> None:
         self.streak = streak
         self._held = False
+        self._answer: deque[asyncio.Future[None]] = deque()
         self._urgent: deque[asyncio.Future[None]] = deque()
         self._ordinary: deque[asyncio.Future[None]] = deque()
-        self._run = 0  # urgent hand-overs since an ordinary writer last had the lock
+        self._run = 0  # hand-overs ahead of the line since an ordinary writer had the lock
 
-    async def acquire(self, *, urgent: bool = False) -> None:
-        if not self._held and not self._urgent and not self._ordinary:
+    async def acquire(self, *, urgent: bool = False, answer: bool = False) -> None:
+        if not self._held and not self._answer and not self._urgent and not self._ordinary:
             self._held = True
             return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        (self._urgent if urgent else self._ordinary).append(fut)
+        queue = self._answer if answer else self._urgent if urgent else self._ordinary
+        queue.append(fut)
         try:
             await fut  # release() hands the lock over by resolving it
         except asyncio.CancelledError:
@@ -235,15 +245,15 @@ class WriteLock:
             while queue:
                 fut = queue.popleft()
                 if not fut.done():  # skip waiters cancelled while queued
-                    self._run = self._run + 1 if queue is self._urgent else 0
+                    self._run = 0 if queue is self._ordinary else self._run + 1
                     fut.set_result(None)  # ownership passes straight on: _held stays True
                     return
         self._held = False
 
     def _order(self) -> tuple[deque[asyncio.Future[None]], ...]:
         if self._run >= self.streak and self._ordinary:
-            return self._ordinary, self._urgent
-        return self._urgent, self._ordinary
+            return self._ordinary, self._answer, self._urgent
+        return self._answer, self._urgent, self._ordinary
 
 
 def _configure_postgresql(engine: AsyncEngine) -> None:

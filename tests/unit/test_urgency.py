@@ -58,13 +58,14 @@ async def test_patience_bounds_the_wait_and_marks_expire_on_their_own() -> None:
     assert await u.settle(60) is True
 
 
-async def hand_over_order(lock: WriteLock, writers: list[tuple[str, bool]]) -> list[str]:
-    """Queue ``writers`` (name, urgent) behind a held ``lock``; the order they got it."""
+async def hand_over_order(lock: WriteLock, writers: list[tuple[str, bool | str]]) -> list[str]:
+    """Queue ``writers`` (name, urgent, or "answer") behind a held ``lock``; the order
+    they got it."""
     await lock.acquire()
     order: list[str] = []
 
-    async def writer(name: str, urgent: bool) -> None:
-        await lock.acquire(urgent=urgent)
+    async def writer(name: str, urgent: bool | str) -> None:
+        await lock.acquire(urgent=bool(urgent), answer=urgent == "answer")
         order.append(name)
         lock.release()
 
@@ -79,6 +80,30 @@ async def test_write_lock_serves_urgent_waiters_first_each_lane_in_order() -> No
     order = await hand_over_order(WriteLock(), [
         ("slow-1", False), ("slow-2", False), ("click-1", True), ("click-2", True)])
     assert order == ["click-1", "click-2", "slow-1", "slow-2"]
+
+
+async def test_write_lock_serves_held_open_answers_before_urgent_runs() -> None:
+    """A click's decision (its HTTP request is held open until the commit) goes ahead of
+    the lease and intent writes of runs already decided; ordinary writers still get a
+    turn after ``streak`` hand-overs ahead of them."""
+    order = await hand_over_order(WriteLock(streak=3), [
+        ("renew", False), ("lease-1", True), ("click-1", "answer"), ("intent-1", True),
+        ("click-2", "answer"), ("click-3", "answer")])
+    assert order == ["click-1", "click-2", "click-3", "renew", "lease-1", "intent-1"]
+
+
+async def test_a_woken_run_waits_for_clicks_being_answered_within_patience() -> None:
+    u = Urgency()
+    assert await u.answered(0.0) is True  # nothing being answered: no wait at all
+    u.begin_answer("click")
+    assert u.presses("click")
+    assert await u.answered(0.01) is False  # patience is bounded
+    waiter = asyncio.create_task(u.answered(60))
+    await asyncio.sleep(0)
+    assert not waiter.done()
+    u.end("click")
+    assert await asyncio.wait_for(waiter, 5) is True
+    assert u.pressing == 0
 
 
 async def test_write_lock_never_starves_ordinary_writers() -> None:
