@@ -221,8 +221,13 @@ async function refresh() {
   document.body.dataset.ready = d.ready ? "1" : "0";
 }
 
-let busy = false, again = false;
+let busy = false, again = false, deferred = false;
 async function schedule() {
+  // redrawing would take an open confirm dialog away from under the reader: wait for it
+  if (document.querySelector("#pane dialog[open], #thread-body dialog[open]")) {
+    deferred = true;
+    return;
+  }
   if (busy) { again = true; return; }
   busy = true;
   try { await refresh(); } catch (e) { toast(String(e)); }
@@ -322,6 +327,10 @@ $("#agent").addEventListener("change", (ev) => {
   document.querySelector(".refund-only").hidden = steps;
   document.querySelector(".steps-only").hidden = !steps;
 });
+
+document.addEventListener("close", () => {
+  if (deferred) { deferred = false; schedule(); }
+}, true);
 
 const stream = new EventSource("/ui/events");
 stream.onmessage = () => schedule();
