@@ -20,6 +20,7 @@ import contextlib
 import hashlib
 import hmac
 import logging
+import os
 import random
 import re
 from collections.abc import Mapping
@@ -265,7 +266,12 @@ class SlackService:
                                      shutdown_timeout=CLOSE_TIMEOUT)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.settings.host, self.settings.port)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as exc:  # the port is taken, or not ours to bind
+            raise ConfigError(f"APPROVALD_HOST/APPROVALD_PORT: cannot listen on "
+                              f"{self.settings.host}:{self.settings.port}: "
+                              f"{os.strerror(exc.errno) if exc.errno else exc}") from None
         sockets = site._server.sockets if site._server is not None else []  # type: ignore[union-attr]
         self.port = sockets[0].getsockname()[1] if sockets else self.settings.port
         self.mode = f"HTTP on port {self.port}"

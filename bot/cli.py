@@ -1,11 +1,13 @@
 """The ``approvald`` command line.
 
-User mistakes (unknown agent or run, bad URL, bad flag) are one line on stderr and a
-non-zero exit, never a traceback. Exit codes: 0 ok (a run completed or is waiting for
-approval), 1 a run failed or was cancelled, 2 usage or input error, 3 a run needs
+User mistakes (unknown agent or run, bad URL, bad flag) and an environment that refuses
+(a database that cannot be reached, a port in use) are one line on stderr and a non-zero
+exit, never a traceback. Exit codes: 0 ok (a run completed or is waiting for approval),
+1 a run failed or was cancelled, 2 usage, input or configuration error, 3 a run needs
 attention, 4 a decision was refused, 5 the audit log does not verify, 6 the run goes on
 without this command (another process is advancing it, or it waits for a rate limit or
-an outage to pass; `approvald serve` resumes it).
+an outage to pass; `approvald serve` resumes it), 70 an internal error (a bug). Output
+whose reader has gone (``| head -1``) is dropped quietly.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import asyncio
 import getpass
 import json
 import logging
+import math
+import os
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -23,7 +27,7 @@ from typing import Any
 
 from bot import documents
 from bot.config import Settings, load_settings
-from bot.wiring import build_engine, open_database
+from bot.wiring import build_engine, check_environment, open_database
 from runtime import audit
 from runtime.decide import Actor
 from runtime.engine import Engine
@@ -234,9 +238,13 @@ async def cmd_approvals_list(s: Settings, a: argparse.Namespace) -> int:
     async def go(engine: Engine) -> int:
         status = None if a.all else a.status
         async with engine.db.read() as tx:
-            rows = await tx.approvals.recent(status=status, run_id=a.run, limit=a.limit)
-        if a.ids:
-            rows = rows[::-1]
+            rows = await tx.approvals.oldest(status=status, run_id=a.run, limit=a.limit)
+            total = (await tx.approvals.count(status=status, run_id=a.run)
+                     if len(rows) == a.limit else len(rows))
+        if total > len(rows):  # on stderr: `--ids | head -1` stays the oldest, and clean
+            what = "approvals" if status is None else f"{status} approvals"
+            print(f"approvald: showing the oldest {len(rows)} of {total} {what}; "
+                  "--limit N shows more", file=sys.stderr)
         if a.json:
             out([documents.approval_document(r) for r in rows])
             return 0
@@ -541,60 +549,114 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message}")
 
 
+def count(text: str) -> int:
+    """A ``--limit``: a whole number of 1 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of 1 or more (got {text!r})")
+    return value
+
+
+def port(text: str) -> int:
+    """A TCP port: 0 (any free one) to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port from 0 to 65535 (got {text!r})")
+    return value
+
+
+def seconds(text: str) -> float:
+    """A duration in seconds: 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, 0 or more "
+                                         f"(got {text!r})")
+    return value
+
+
+RUN_ID = "a run id (or a unique prefix of one)"
+APPROVAL_ID = "an approval request id (or a unique prefix of one)"
+JSON = "print a JSON document (stable keys; see the README)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="approvald", description="Durable agent runs with human approval.")
-    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser, metavar="COMMAND")
 
-    db = sub.add_parser("db", help="database schema").add_subparsers(dest="sub", required=True)
-    db.add_parser("upgrade", help="apply migrations").set_defaults(fn=cmd_db_upgrade)
+    db = sub.add_parser("db", help="database schema").add_subparsers(
+        dest="sub", required=True, metavar="COMMAND")
+    db.add_parser("upgrade", help="apply migrations and print the schema revision"
+                  ).set_defaults(fn=cmd_db_upgrade)
 
     run = sub.add_parser("run", help="start a run and advance it until it finishes or pauses")
-    run.add_argument("agent")
-    run.add_argument("--task", required=True)
-    run.add_argument("--requested-by",
+    run.add_argument("agent", help="the agent's name (a demo agent, or one APPROVALD_AGENTS "
+                     "loads)")
+    run.add_argument("--task", required=True, help="what the agent is asked to do")
+    run.add_argument("--requested-by", metavar="USER",
                      help="the Slack user id who asked for this run (default cli:<os user>)")
-    run.add_argument("--wait", type=float, default=60.0, metavar="SECONDS",
+    run.add_argument("--wait", type=seconds, default=60.0, metavar="SECONDS",
                      help="if another process is advancing the run, wait this long for it to "
                           "complete, fail or pause (default 60)")
     run.set_defaults(fn=cmd_run)
 
     runs = sub.add_parser("runs", help="inspect and cancel runs").add_subparsers(
-        dest="sub", required=True)
-    ls = runs.add_parser("list")
-    ls.add_argument("--status")
-    ls.add_argument("--limit", type=int, default=50)
-    ls.add_argument("--json", action="store_true")
+        dest="sub", required=True, metavar="COMMAND")
+    ls = runs.add_parser("list", help="recent runs, newest first (a waiting run shows why "
+                         "and until when)")
+    ls.add_argument("--status", help="only runs with this status (running, "
+                    "awaiting_approval, completed, failed, cancelled, needs_attention)")
+    ls.add_argument("--limit", type=count, default=50, metavar="N",
+                    help="show at most N runs (default 50)")
+    ls.add_argument("--json", action="store_true", help=JSON)
     ls.set_defaults(fn=cmd_runs_list)
-    show = runs.add_parser("show")
-    show.add_argument("id")
-    show.add_argument("--json", action="store_true")
+    show = runs.add_parser("show", help="one run with its transcript")
+    show.add_argument("id", help=RUN_ID)
+    show.add_argument("--json", action="store_true", help=JSON)
     show.set_defaults(fn=cmd_runs_show)
-    cancel = runs.add_parser("cancel")
-    cancel.add_argument("id")
+    cancel = runs.add_parser("cancel", help="cancel a run now, or at its next step boundary "
+                             "if a worker is mid-step")
+    cancel.add_argument("id", help=RUN_ID)
     cancel.add_argument("--reason", help="why (recorded in the audit log and on the cards)")
     cancel.set_defaults(fn=cmd_runs_cancel)
 
     sub.add_parser("recover", help="resume runs whose worker died").set_defaults(fn=cmd_recover)
 
     ap = sub.add_parser("approvals", help="list and decide approval requests").add_subparsers(
-        dest="sub", required=True)
-    al = ap.add_parser("list")
-    al.add_argument("--status", default="pending")
+        dest="sub", required=True, metavar="COMMAND")
+    al = ap.add_parser("list", help="pending (or all) approval requests, oldest first")
+    al.add_argument("--status", default="pending",
+                    help="only requests with this status (default pending; also approved, "
+                         "denied, expired, superseded, cancelled)")
     al.add_argument("--all", action="store_true", help="every status")
-    al.add_argument("--run")
-    al.add_argument("--limit", type=int, default=100)
-    al.add_argument("--json", action="store_true")
+    al.add_argument("--run", metavar="RUN_ID", help="only the requests of this run")
+    al.add_argument("--limit", type=count, default=100, metavar="N",
+                    help="show the oldest N (default 100); stderr says when more are left out")
+    al.add_argument("--json", action="store_true", help=JSON)
     al.add_argument("--ids", action="store_true", help="print only ids, oldest first")
     al.set_defaults(fn=cmd_approvals_list)
-    ash = ap.add_parser("show")
-    ash.add_argument("id")
-    ash.add_argument("--json", action="store_true")
+    ash = ap.add_parser("show", help="one request: exact arguments, digest, editor, packet, "
+                        "votes")
+    ash.add_argument("id", help=APPROVAL_ID)
+    ash.add_argument("--json", action="store_true", help=JSON)
     ash.set_defaults(fn=cmd_approvals_show)
-    for name, verdict in (("approve", "approve"), ("deny", "deny"), ("edit", "edit"),
-                          ("resolve", "resolve")):
-        c = ap.add_parser(name)
-        c.add_argument("id")
-        c.add_argument("--as", dest="as_user", required=True,
+    for name, verdict, what in (
+            ("approve", "approve", "approve a request as a Slack user"),
+            ("deny", "deny", "deny a request; the model receives the reason"),
+            ("edit", "edit", "replace a request's arguments (an approval too, unless the "
+             "policy says edits = \"propose\")"),
+            ("resolve", "resolve", "answer an \"outcome unknown\" question")):
+        c = ap.add_parser(name, help=what)
+        c.add_argument("id", help=APPROVAL_ID)
+        c.add_argument("--as", dest="as_user", required=True, metavar="USER",
                        help="the Slack user id you act as (checked against the policy)")
         c.add_argument("--no-resume", action="store_true",
                        help="record the decision only; leave resuming to `approvald serve`")
@@ -603,46 +665,51 @@ def build_parser() -> argparse.ArgumentParser:
                            help="decide only if the arguments are still the ones with this "
                                 "digest (as `approvals show` printed it)")
         if name == "deny":
-            c.add_argument("--reason", required=True)
+            c.add_argument("--reason", required=True, help="why (the model receives it)")
         elif name == "edit":
             c.add_argument("--args", required=True, help="the new arguments as a JSON object")
-            c.add_argument("--reason")
+            c.add_argument("--reason", help="why (recorded in the audit log)")
         elif name == "resolve":
-            c.add_argument("--outcome", required=True, choices=["retry", "mark_done", "abort"])
-            c.add_argument("--reason")
+            c.add_argument("--outcome", required=True, choices=["retry", "mark_done", "abort"],
+                           help="retry: run the call once more; mark_done: it happened; "
+                                "abort: it did not, and is not to be retried")
+            c.add_argument("--reason", help="why (recorded in the audit log)")
         else:
-            c.add_argument("--reason")
+            c.add_argument("--reason", help="why (recorded in the audit log)")
         c.set_defaults(fn=decide_command(verdict))
 
     ap.add_parser("sweep", help="expire, escalate and remind now (what serve does on a "
                   "schedule)").set_defaults(fn=cmd_approvals_sweep)
 
     au = sub.add_parser("audit", help="verify and export the audit log").add_subparsers(
-        dest="sub", required=True)
+        dest="sub", required=True, metavar="COMMAND")
     av = au.add_parser("verify", help="check the chain (with APPROVALD_AUDIT_KEY) and print "
                        "its head")
     av.add_argument("--expect", metavar="SEQ:HASH",
                     help="a head recorded earlier: prove nothing up to it changed or was cut")
     av.set_defaults(fn=cmd_audit_verify)
-    ex = au.add_parser("export")
-    ex.add_argument("--run")
+    ex = au.add_parser("export", help="every transition with the exact arguments")
+    ex.add_argument("--run", metavar="RUN_ID", help="only the entries of this run")
     ex.add_argument("--since", help="ISO date or date-time (UTC if no zone)")
-    ex.add_argument("--format", choices=["jsonl", "csv"], default="jsonl")
-    ex.add_argument("--output", "-o", help="write to a file instead of stdout")
+    ex.add_argument("--format", choices=["jsonl", "csv"], default="jsonl",
+                    help="JSON lines (exact values, the default) or CSV")
+    ex.add_argument("--output", "-o", metavar="FILE", help="write to a file instead of stdout")
     ex.set_defaults(fn=cmd_audit_export)
 
     ob = sub.add_parser("outbox", help="see and re-drive deliveries to Slack").add_subparsers(
-        dest="sub", required=True)
+        dest="sub", required=True, metavar="COMMAND")
     ol = ob.add_parser("list", help="rows not yet delivered (pending and dead), newest last")
     which = ol.add_mutually_exclusive_group()
     which.add_argument("--dead", action="store_true", help="only rows that were given up")
     which.add_argument("--all", action="store_true", help="every status, delivered too")
-    ol.add_argument("--limit", type=int, default=50)
-    ol.add_argument("--json", action="store_true")
+    ol.add_argument("--limit", type=count, default=50, metavar="N",
+                    help="show the newest N rows (default 50)")
+    ol.add_argument("--json", action="store_true", help=JSON)
     ol.set_defaults(fn=cmd_outbox_list)
     orr = ob.add_parser("retry", help="put a dead row back to work now, with a fresh "
                         "give-up window (a waiting row: try it now)")
-    orr.add_argument("id", nargs="?", type=int)
+    orr.add_argument("id", nargs="?", type=int, help="the outbox row's number (as `outbox "
+                     "list` shows it)")
     orr.add_argument("--all", action="store_true", help="every dead row")
     orr.set_defaults(fn=cmd_outbox_retry)
 
@@ -664,7 +731,7 @@ def build_parser() -> argparse.ArgumentParser:
         "SIGINT stops it.")
     sb.add_argument("--host", default="127.0.0.1",
                     help="the address the page and the emulator listen on (default 127.0.0.1)")
-    sb.add_argument("--port", type=int, default=8300,
+    sb.add_argument("--port", type=port, default=8300,
                     help="the port of the page and the emulator's Web API (default 8300)")
     sb.add_argument("--slack-only", action="store_true",
                     help="run only the Slack Web API and Socket Mode emulator (tokens "
@@ -673,10 +740,60 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+class ClosedPipeSafe:
+    """A text stream that goes quiet once its reader has gone (``| head -1``): the command
+    finishes what it is doing (a decision, a run) and exits as it would have, its
+    remaining output dropped, instead of failing with BrokenPipeError."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.gone = False
+
+    def write(self, text: str) -> int:
+        if not self.gone:
+            try:
+                return int(self.stream.write(text))
+            except BrokenPipeError:
+                self._drop()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.gone:
+            try:
+                self.stream.flush()
+            except BrokenPipeError:
+                self._drop()
+
+    def _drop(self) -> None:
+        self.gone = True
+        # what is still buffered (flushed again at exit) goes nowhere, silently
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, self.stream.fileno())
+        finally:
+            os.close(devnull)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; every error a user can meet is one line on stderr and an exit code."""
+    stdout, stderr = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = ClosedPipeSafe(stdout), ClosedPipeSafe(stderr)
+    try:
+        return _main(argv)
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        sys.stdout, sys.stderr = stdout, stderr
+
+
+def _main(argv: Sequence[str] | None) -> int:
     try:
         args = build_parser().parse_args(argv)
         settings = load_settings()
+        check_environment(settings)
         level = settings.log_level if args.cmd == "serve" or settings.log_level == "DEBUG" \
             else "WARNING"
         logging.basicConfig(level=level,
@@ -684,6 +801,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                             stream=sys.stderr)
         for noisy in ("alembic", "apscheduler"):  # their INFO lines are not ours to show
             logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
+        if args.cmd != "serve" and level != "DEBUG":
+            # every other command prints the outcome of each run it advances: once is enough
+            logging.getLogger("approvald.outcomes").setLevel(logging.CRITICAL)
         code: int = asyncio.run(args.fn(settings, args))
     except UsageError as exc:
         print(str(exc), file=sys.stderr)
@@ -696,12 +816,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
-    except Exception as exc:  # a bug, not a user mistake: say so in one line, log the rest
-        logging.getLogger("approvald").debug("internal error", exc_info=True)
-        print(f"approvald: internal error: {type(exc).__name__}: {exc} "
-              "(set APPROVALD_LOG_LEVEL=DEBUG for the traceback)", file=sys.stderr)
-        return 70
+    except OSError as exc:
+        if exc.errno is None:
+            return _internal_error(exc)
+        # the system refused something (a port in use, a file that cannot be written):
+        # the environment, not a bug
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"approvald: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:
+        return _internal_error(exc)
     return code
+
+
+def _internal_error(exc: Exception) -> int:
+    """A bug, not a user mistake: say so in one line, log the rest (exit 70)."""
+    logging.getLogger("approvald").debug("internal error", exc_info=True)
+    first = (str(exc).strip().splitlines() or [""])[0]
+    print(f"approvald: internal error: {type(exc).__name__}: {first} "
+          "(set APPROVALD_LOG_LEVEL=DEBUG for the traceback)", file=sys.stderr)
+    return 70
 
 
 if __name__ == "__main__":

@@ -7,12 +7,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import platformdirs
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from runtime.audit import AuditKey
 from runtime.errors import ConfigError
-from store.db import DEFAULT_URL
+
+
+def default_database_path() -> Path:
+    """The embedded database when ``APPROVALD_DATABASE_URL`` is unset: one file per user
+    (platformdirs' user data directory, e.g. ``~/.local/share/approvald/approvald.db``), so
+    every command finds the same runs whatever directory it is started from."""
+    return Path(platformdirs.user_data_dir("approvald", appauthor=False)) / "approvald.db"
+
+
+def default_database_url() -> str:
+    return f"sqlite+aiosqlite:///{default_database_path()}"
 
 
 def _env(name: str) -> AliasChoices:
@@ -30,7 +41,8 @@ class Settings(BaseSettings):
         None, validation_alias=_env("SLACK_SIGNING_SECRET"))
     slack_app_token: SecretStr | None = Field(None, validation_alias=_env("SLACK_APP_TOKEN"))
     slack_api_url: str = Field("https://slack.com/api/", validation_alias=_env("SLACK_API_URL"))
-    database_url: str = Field(DEFAULT_URL, validation_alias=_env("APPROVALD_DATABASE_URL"))
+    database_url: str = Field(default_factory=default_database_url,
+                              validation_alias=_env("APPROVALD_DATABASE_URL"))
     channel: str | None = Field(None, validation_alias=_env("APPROVALD_CHANNEL"))
     ops_channel: str | None = Field(None, validation_alias=_env("APPROVALD_OPS_CHANNEL"))
     port: int = Field(3000, ge=0, le=65535, validation_alias=_env("APPROVALD_PORT"))  # 0: any

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 from datetime import timedelta
+from pathlib import Path
 
-from bot.config import Settings
+from sqlalchemy.exc import DBAPIError
+
+from bot.config import Settings, default_database_path
+from runtime import failpoints
 from runtime.agent import Registry
 from runtime.audit import AuditKey
 from runtime.clock import FileClock, SystemClock
 from runtime.demo import demo_agents
 from runtime.engine import Engine, EngineConfig
+from runtime.errors import ConfigError
 from runtime.ids import TokenSigner
 from runtime.policy import PolicyFile, load_policy_file
 from store import migrate
@@ -21,6 +28,12 @@ def build_registry(settings: Settings) -> Registry:
     policy = load_policy_file(settings.policy_file) if settings.policy_file else PolicyFile()
     registry = Registry(demo_agents(settings.demo_ledger), policy=policy)
     if settings.agents:
+        # `python -m` semantics: modules in the current directory are importable, so
+        # APPROVALD_AGENTS=myagents finds ./myagents.py (and what it imports beside it)
+        with contextlib.suppress(OSError):  # a directory since deleted adds nothing
+            cwd = os.getcwd()
+            if cwd not in sys.path:
+                sys.path.insert(0, cwd)
         registry.load_modules(settings.agents)
     registry.check_policy()
     return registry
@@ -41,16 +54,66 @@ def build_engine(settings: Settings, db: Database, *, require_tokens: bool = Fal
     )
 
 
+def check_environment(settings: Settings) -> None:
+    """Refuse malformed testing hooks before anything starts (:class:`ConfigError`): an
+    unreadable clock file would otherwise fail a run in the middle of a step, and a
+    misspelt failpoint would let a crash test pass without crashing."""
+    failpoints.check()
+    if settings.clock_file:
+        FileClock(settings.clock_file).now()
+
+
 async def open_database(settings: Settings, *, quiet: bool = False) -> Database:
-    """Open the database and bring its schema up to date, saying so when it changes."""
+    """Open the database and bring its schema up to date, saying so when it changes.
+
+    A database that cannot be reached or opened (a server that does not answer, a
+    database or a directory that does not exist) is a :class:`ConfigError` naming
+    ``APPROVALD_DATABASE_URL``. The default SQLite file's directory is created; a SQLite
+    file being created is announced with its absolute path.
+    """
     db = Database(settings.database_url)
+    created = _sqlite_file_to_create(db)
     try:
+        await _reach(db)
         result = await migrate.upgrade(db)
     except Exception:
         await db.close()
         raise
-    if result.changed and not quiet:
+    if quiet:
+        return db
+    if created is not None:
+        print(f"approvald: created database {created} (schema {result.after}); set "
+              "APPROVALD_DATABASE_URL to use another", file=sys.stderr)
+    elif result.changed:
         before = result.before or "empty"
         print(f"approvald: database {db.display_url} upgraded from {before} to schema "
               f"{result.after}", file=sys.stderr)
     return db
+
+
+def _sqlite_file_to_create(db: Database) -> Path | None:
+    """The SQLite file this open will create (None: it exists, or not SQLite). The
+    default file's directory is made; a directory named in the URL must exist."""
+    if db.dialect != "sqlite" or not db.url.database:
+        return None
+    path = Path(db.url.database)
+    if path.exists():
+        return None
+    if path == default_database_path():
+        path.parent.mkdir(parents=True, exist_ok=True)
+    elif not path.parent.is_dir():
+        raise ConfigError(f"APPROVALD_DATABASE_URL: directory {path.parent} does not exist "
+                          f"(for the SQLite file {path})")
+    return path
+
+
+async def _reach(db: Database) -> None:
+    """Connect once, so an unreachable or missing database is one clear line."""
+    try:
+        async with db.connection():
+            pass
+    except (OSError, TimeoutError, DBAPIError) as exc:
+        cause = exc.orig if isinstance(exc, DBAPIError) else exc
+        why = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
+        raise ConfigError(f"APPROVALD_DATABASE_URL: cannot open {db.display_url}: "
+                          f"{why}") from None

@@ -6,6 +6,8 @@ import os
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
+from runtime.errors import ConfigError
+
 
 class Clock(Protocol):
     """Source of timezone-aware UTC time."""
@@ -64,8 +66,13 @@ class FileClock:
             return datetime.now(UTC)
         if self._cache is None or self._cache[0] != mtime:
             with open(self.path, encoding="utf-8") as fh:
-                when = datetime.fromisoformat(fh.read().strip())
-            if when.tzinfo is None:
-                raise ValueError(f"{self.path}: the clock file needs a timezone-aware time")
+                text = fh.read().strip()
+            try:
+                when = datetime.fromisoformat(text)
+            except ValueError:
+                when = None
+            if when is None or when.tzinfo is None:
+                raise ConfigError(f"APPROVALD_CLOCK_FILE: {self.path} holds {text[:40]!r}, not "
+                                  "an ISO-8601 instant with a time zone")
             self._cache = (mtime, when.astimezone(UTC))
         return self._cache[1]

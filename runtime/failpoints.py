@@ -19,25 +19,50 @@ import os
 import signal
 from collections.abc import Callable
 
+from runtime.errors import ConfigError
+
 _ENV = "APPROVALD_FAILPOINTS"
+KNOWN = ("mid_model_call", "after_intent", "before_result", "after_result",
+         "before_checkpoint", "after_checkpoint", "after_commit_before_post", "after_decision",
+         "after_post_before_mark", "after_thread_post_before_record")
 
 
 def _parse(spec: str) -> dict[str, int]:
+    """``name`` or ``name@N`` items, comma-separated; a typo is a :class:`ConfigError`
+    (an armed point that can never fire would make a crash test pass without crashing)."""
     armed: dict[str, int] = {}
     for item in spec.split(","):
         item = item.strip()
         if not item:
             continue
-        name, _, nth = item.partition("@")
-        armed[name] = int(nth) if nth else 1
+        name, at, nth = item.partition("@")
+        if name not in KNOWN:
+            raise ConfigError(f"{_ENV}: unknown failpoint {name!r} (known: {', '.join(KNOWN)})")
+        if at and not (nth.isdigit() and int(nth) >= 1):
+            raise ConfigError(f"{_ENV}: {item!r}: the count after @ must be a whole number "
+                              "of 1 or more")
+        armed[name] = int(nth) if at else 1
     return armed
+
+
+def check() -> None:
+    """Raise :class:`ConfigError` if ``APPROVALD_FAILPOINTS`` is malformed (the module
+    itself arms nothing then, rather than fail at import)."""
+    _parse(os.environ.get(_ENV, ""))
+
+
+def _from_env() -> dict[str, int]:
+    try:
+        return _parse(os.environ.get(_ENV, ""))
+    except ConfigError:
+        return {}  # reported by check(), which the command line calls first
 
 
 def _kill(name: str) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-_armed: dict[str, int] = _parse(os.environ.get(_ENV, ""))
+_armed: dict[str, int] = _from_env()
 _hits: dict[str, int] = {}
 _action: Callable[[str], None] = _kill
 

@@ -60,6 +60,9 @@ if TYPE_CHECKING:
     from runtime.engine import Engine
 
 log = logging.getLogger("approvald.runner")
+# how a run ended: `serve` logs it; a command that prints the outcome itself silences this
+# logger, so a failure is said once
+outcome_log = logging.getLogger("approvald.outcomes")
 Extra = Callable[[Tx], Awaitable[None]]
 MAX_FAILURES = 5  # consecutive errors before a run is ended instead of retried (invariant 15)
 BACKOFF = timedelta(seconds=2)  # after the first error; doubles, jittered
@@ -380,7 +383,7 @@ class Runner:
                 except LeaseLost:
                     raise
                 except Exception as exc:  # a broken model adapter must not wedge the run
-                    log.exception("run %s: the model raised", run_id)
+                    outcome_log.exception("run %s: the model raised", run_id)
                     return await self._fail(
                         live, f"model error: {type(exc).__name__}: {exc}")
                 live.step += 1
@@ -628,7 +631,7 @@ class Runner:
         return Cancelled(live.run.id, "cancelled")
 
     async def _fail(self, live: _Live, error: str) -> Outcome:
-        log.error("run %s failed: %s", live.run.id, error)
+        outcome_log.error("run %s failed: %s", live.run.id, error)
         if await self._checkpoint(live, _Pending(), status="failed", error=error, release=True):
             return self._cancelled(live)
         return Failed(live.run.id, "failed", error=error)

@@ -49,6 +49,16 @@ async def _pg_admin(sql: str) -> None:
         await conn.close()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def user_data_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """No test (nor any ``approvald`` it starts) touches the real per-user database: the
+    default one resolves under a temporary ``XDG_DATA_HOME``."""
+    home = tmp_path_factory.mktemp("xdg-data")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XDG_DATA_HOME", str(home))
+        yield home
+
+
 @pytest.fixture(scope="session")
 def pg_url() -> Iterator[str | None]:
     name = f"approvald_test_{uuid.uuid4().hex[:10]}"

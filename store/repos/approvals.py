@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Insert, Table, Update, bindparam, func, select, update
+from sqlalchemy import Insert, Select, Table, Update, bindparam, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from store.models import Approval, ApprovalVote
@@ -84,6 +84,19 @@ class ApprovalsRepo(Repo):
         if run_id:
             stmt = stmt.where(Approval.run_id == run_id)
         return [ApprovalRecord(**r._mapping) for r in await self.conn.execute(stmt)]
+
+    async def oldest(self, *, status: str | None = None, run_id: str | None = None,
+                     limit: int = 100) -> list[ApprovalRecord]:
+        """The ``limit`` oldest requests (of ``status``, of ``run_id``), oldest first: the
+        head of the queue, whatever its length."""
+        stmt = select(_T).order_by(Approval.requested_at, Approval.id).limit(limit)
+        return [ApprovalRecord(**r._mapping)
+                for r in await self.conn.execute(_where(stmt, status, run_id))]
+
+    async def count(self, *, status: str | None = None, run_id: str | None = None) -> int:
+        """How many requests there are (of ``status``, of ``run_id``)."""
+        stmt = _where(select(func.count()).select_from(Approval), status, run_id)
+        return int((await self.conn.execute(stmt)).scalar_one())
 
     async def pending_schedule(self) -> list[tuple[str, datetime, datetime | None]]:
         """(id, expires_at, next_reminder_at) of every pending approval."""
@@ -221,3 +234,10 @@ class ApprovalsRepo(Repo):
         busy = {r[0] for r in rows}
         return [r for r in run_ids if r not in busy]
 
+
+def _where(stmt: Select[Any], status: str | None, run_id: str | None) -> Select[Any]:
+    if status:
+        stmt = stmt.where(Approval.status == status)
+    if run_id:
+        stmt = stmt.where(Approval.run_id == run_id)
+    return stmt
