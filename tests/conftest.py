@@ -59,6 +59,19 @@ def user_data_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         yield home
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test that reaches PostgreSQL ``postgres`` (and SQLite ones ``sqlite``), so
+    ``pytest -m postgres`` selects them: the ``db_url`` params carry their marks, but a test
+    that picks its dialect (``indirect`` params) or asks for ``pg_url`` itself does not."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        dialect = callspec.params.get("db_url") if callspec is not None else None
+        if dialect in ("sqlite", "postgres"):
+            item.add_marker(dialect)
+        if "pg_url" in getattr(item, "fixturenames", ()):
+            item.add_marker("postgres")
+
+
 @pytest.fixture(scope="session")
 def pg_url() -> Iterator[str | None]:
     name = f"approvald_test_{uuid.uuid4().hex[:10]}"
@@ -95,7 +108,8 @@ def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=[pytest.param("sqlite", marks=pytest.mark.sqlite),
+                        pytest.param("postgres", marks=pytest.mark.postgres)])
 def db_url(request: pytest.FixtureRequest, tmp_path: Path, sqlite_template: Path) -> str:
     """A migrated, empty database of each dialect."""
     if request.param == "sqlite":
