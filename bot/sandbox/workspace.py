@@ -89,7 +89,6 @@ class Sandbox:
                                   f"{exc}; move it away to start afresh") from None
         if "secret" not in self.extra:
             self.extra["secret"] = secrets.token_urlsafe(32)
-        self.save()
 
     def save(self, *_: Any) -> None:
         if self.file is not None:
@@ -125,7 +124,14 @@ class Sandbox:
                               f"{exc.strerror or exc}") from None
         self.url = self.emulator.root_url
         settings = self.serve_settings()
-        db = await open_database(settings)
+        db = await open_database(settings)  # makes the default database's directory
+        try:
+            self.save()  # the key of the cards' tokens too, before any card is posted
+        except OSError as exc:
+            await db.close()
+            path = self.file.path if self.file else ""
+            raise ConfigError(f"sandbox: cannot write the workspace to {path}: "
+                              f"{exc.strerror or exc}") from None
         self.service = Service(settings, db, stop_event=self.stop_event)
         await self.service.start()
         slack = self.service.slack
@@ -143,7 +149,8 @@ class Sandbox:
         if self.web is not None:
             await self.web.close()
         await self.emulator.stop()
-        self.save()
+        if self.service is not None:  # started: the workspace file's directory exists
+            self.save()
 
 
 async def run_sandbox(settings: Settings, *, host: str, port: int) -> int:

@@ -42,9 +42,13 @@ def wait_until(check: Callable[[], T | None], *, within: float, what: str) -> T:
 class Sandbox:
     """One ``approvald sandbox`` subprocess on a temp SQLite file and a free port."""
 
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, *, home: Path | None = None) -> None:
+        """On ``sandbox.db`` in ``tmp_path``; with ``home``, on the default database of a
+        user whose home directory that is (nothing set but ``HOME``)."""
         self.dir = tmp_path
-        self.db = tmp_path / "sandbox.db"
+        self.home = home
+        self.db = (home / ".local" / "share" / "approvald" / "approvald.db" if home
+                   else tmp_path / "sandbox.db")
         self.ledger = tmp_path / "ledger.jsonl"
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/"
@@ -53,10 +57,13 @@ class Sandbox:
 
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("APPROVALD_", "SLACK_"))}
-        env.update(APPROVALD_DATABASE_URL=f"sqlite+aiosqlite:///{self.db}",
-                   APPROVALD_DEMO_LEDGER=str(self.ledger), APPROVALD_LOG_LEVEL="WARNING",
+               if not k.startswith(("APPROVALD_", "SLACK_", "XDG_"))}
+        env.update(APPROVALD_DEMO_LEDGER=str(self.ledger), APPROVALD_LOG_LEVEL="WARNING",
                    APPROVALD_SHUTDOWN_GRACE="10")
+        if self.home is not None:
+            env["HOME"] = str(self.home)
+        else:
+            env["APPROVALD_DATABASE_URL"] = f"sqlite+aiosqlite:///{self.db}"
         return env
 
     def start(self) -> None:

@@ -135,3 +135,17 @@ def test_the_app_home_lists_what_a_user_may_decide_and_its_buttons_work(tmp_path
         assert sb.stop() == 0
     finally:
         sb.close()
+
+
+def test_a_first_start_on_a_fresh_machine_makes_the_default_database_and_workspace(
+        tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    sb = Sandbox(tmp_path, home=home)
+    try:
+        sb.start()  # the README's first command: nothing configured, no data directory yet
+        assert sb.db.exists() and sb.db.with_name("approvald.db.sandbox.json").exists()
+        assert f"open {sb.url}" in sb.output() and str(sb.db) in sb.output()
+        assert sb.stop() == 0
+    finally:
+        sb.close()
