@@ -234,6 +234,25 @@ async def cmd_recover(s: Settings, a: argparse.Namespace) -> int:
     return await with_engine(s, go)
 
 
+async def cmd_prune(s: Settings, a: argparse.Namespace) -> int:
+    from runtime.policy import parse_duration
+    from runtime.retention import prune
+
+    try:
+        horizon = parse_duration(a.older_than)
+    except ValueError as exc:
+        raise UsageError(f"--older-than: {exc}") from None
+
+    async def go(engine: Engine) -> int:
+        try:
+            report = await prune(engine.db, engine.clock, horizon, dry_run=a.dry_run)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        print(report.summary())
+        return 0
+    return await with_engine(s, go)
+
+
 async def cmd_approvals_list(s: Settings, a: argparse.Namespace) -> int:
     async def go(engine: Engine) -> int:
         status = None if a.all else a.status
@@ -629,6 +648,14 @@ def build_parser() -> argparse.ArgumentParser:
     cancel.set_defaults(fn=cmd_runs_cancel)
 
     sub.add_parser("recover", help="resume runs whose worker died").set_defaults(fn=cmd_recover)
+
+    pr = sub.add_parser("prune", help="delete finished runs' transcripts, execution records "
+                        "and settled outbox rows past a horizon (never an audit entry)")
+    pr.add_argument("--older-than", required=True, metavar="AGE",
+                    help="finished (or settled) before this long ago, e.g. 90d; at least 1d")
+    pr.add_argument("--dry-run", action="store_true",
+                    help="count what would be deleted, delete nothing")
+    pr.set_defaults(fn=cmd_prune)
 
     ap = sub.add_parser("approvals", help="list and decide approval requests").add_subparsers(
         dest="sub", required=True, metavar="COMMAND")

@@ -60,6 +60,9 @@ class Settings(BaseSettings):
     audit_channel: str | None = Field(None, validation_alias=_env("APPROVALD_AUDIT_CHANNEL"))
     audit_head_interval: float = Field(3600.0, ge=60, le=7 * 86400,
                                        validation_alias=_env("APPROVALD_AUDIT_HEAD_INTERVAL"))
+    # serve prunes finished runs older than this once a day (e.g. "90d"); unset: never
+    prune_older_than: str | None = Field(None,
+                                         validation_alias=_env("APPROVALD_PRUNE_OLDER_THAN"))
     lease_ttl: float = Field(30.0, gt=0, le=3600, validation_alias=_env("APPROVALD_LEASE_TTL"))
     max_payload: int = Field(256 * 1024, ge=1024, le=64 * 1024 * 1024,
                              validation_alias=_env("APPROVALD_MAX_PAYLOAD"))
@@ -93,6 +96,17 @@ class Settings(BaseSettings):
     @property
     def slack_configured(self) -> bool:
         return any((self.slack_bot_token, self.slack_signing_secret, self.slack_app_token))
+
+    @field_validator("prune_older_than")
+    @classmethod
+    def _prune_horizon(cls, v: str | None) -> str | None:
+        if v is None or not v.strip():
+            return None
+        from runtime.policy import parse_duration
+        from runtime.retention import MIN_HORIZON
+        if parse_duration(v) < MIN_HORIZON:
+            raise ValueError("must be at least 1d")
+        return v
 
     @field_validator("audit_key")
     @classmethod

@@ -30,16 +30,19 @@ from typing import Any
 from bot.config import Settings
 from bot.log_delivery import LogDeliverer
 from bot.wiring import build_engine, open_database
-from runtime import audit
+from runtime import audit, retention
 from runtime.clock import Clock
 from runtime.engine import Engine
 from runtime.errors import ConfigError
 from runtime.outbox import Deliverer, OutboxDrain
+from runtime.policy import parse_duration
 from runtime.scheduler import ExpiryScheduler
 from runtime.worker import ResumeWorker
 from store.db import Database
+from store.wakeups import Wakeups
 
 log = logging.getLogger("approvald.serve")
+PRUNE_EVERY = 86400.0  # s between scheduled prunes (APPROVALD_PRUNE_OLDER_THAN)
 AFTER_CANCEL = 3.0  # once the grace is over: how long cancelled work gets to unwind
 # past the grace, the watchdog exits whatever is still running: more than the bounded steps
 # of Service.stop after the grace (unwinding, the socket, the listener) can take together
@@ -72,6 +75,11 @@ class Service:
         self.scheduler = ExpiryScheduler(
             self.engine, sweep_interval=timedelta(seconds=settings.sweep_interval))
         self.engine.on_outbox(self.drain.wake)
+        # other replicas on the same PostgreSQL database hear of what this one commits
+        self.wakeups = Wakeups(db, origin=self.engine.owner, on_signal=self._woken)
+        self.engine.on_ready(lambda run_id: self.wakeups.publish("ready", run_id))
+        self.engine.on_opened(lambda approval_id: self.wakeups.publish("opened", approval_id))
+        self.engine.on_outbox(lambda: self.wakeups.publish("outbox"))
         self._tasks: list[asyncio.Task[None]] = []
         self._connector: asyncio.Task[None] | None = None
         self.pending_scheduled = 0
@@ -88,9 +96,12 @@ class Service:
         failed, in which case connecting goes on in the background.
         """
         self.pending_scheduled = await self.scheduler.start()
+        await self.wakeups.start()
         if self.slack is not None and self.settings.audit_channel:
             self.scheduler.every("audit-head", self.post_audit_head,
                                  self.settings.audit_head_interval)
+        if self.settings.prune_older_than:
+            self.scheduler.every("prune", self.prune, PRUNE_EVERY)
         stop = self.stop_event
         if background:
             self._tasks = [asyncio.create_task(self.worker.run(stop), name="worker"),
@@ -133,6 +144,23 @@ class Service:
         if await audit.queue_head(self.db, now=self.engine.clock.now()):
             self.engine.notify_outbox()
 
+    def _woken(self, kind: str, key: str) -> None:
+        """Another replica committed something: wake what acts on it here (the database
+        decides, by compare-and-set, which replica gets each piece of work)."""
+        if kind == "ready" and key:
+            self.engine.notify_ready(key)
+        elif kind == "opened" and key:
+            self.engine.notify_opened(key)
+        elif kind == "outbox":
+            self.engine.notify_outbox()
+
+    async def prune(self) -> None:
+        """Prune finished runs past ``APPROVALD_PRUNE_OLDER_THAN`` (see ``approvald prune``)."""
+        assert self.settings.prune_older_than
+        report = await retention.prune(self.db, self.engine.clock,
+                                       parse_duration(self.settings.prune_older_than))
+        log.info("%s", report.summary())
+
     async def stop(self, *, grace: float | None = None) -> None:
         """Stop taking new work; give in-flight runs up to ``grace`` seconds (default
         ``APPROVALD_SHUTDOWN_GRACE``) to reach a step boundary, then cancel what is left."""
@@ -141,6 +169,7 @@ class Service:
         deadline = loop.time() + grace
         self.stop_event.set()
         self.scheduler.shutdown()
+        await self.wakeups.close()
         if self._connector is not None:  # connecting is not work in flight: stop it now
             self._connector.cancel()
             await asyncio.gather(self._connector, return_exceptions=True)

@@ -13,6 +13,7 @@ from store.repos.events import EventsRepo
 from store.repos.executions import ExecutionsRepo
 from store.repos.limits import LimitsRepo
 from store.repos.outbox import OutboxRepo
+from store.repos.retention import RetentionRepo
 from store.repos.runs import RunsRepo
 from store.repos.threads import ThreadsRepo
 
@@ -27,7 +28,7 @@ class Tx:
     """
 
     __slots__ = ("_hooks", "approvals", "audit", "conn", "dialect", "events", "executions",
-                 "limits", "outbox", "runs", "scratch", "threads")
+                 "limits", "outbox", "retention", "runs", "scratch", "threads")
 
     def __init__(self, conn: AsyncConnection, dialect: str, *,
                  server_time: bool = False) -> None:
@@ -43,6 +44,7 @@ class Tx:
         self.audit = AuditRepo(conn, dialect)
         self.threads = ThreadsRepo(conn, dialect)
         self.limits = LimitsRepo(conn, dialect)
+        self.retention = RetentionRepo(conn, dialect)
 
     def before_commit(self, hook: Callable[[Tx], Awaitable[None]]) -> None:
         """Run ``hook(tx)`` at the end of this write transaction, just before COMMIT."""
@@ -55,5 +57,5 @@ class Tx:
 
 
 __all__ = ["ApprovalsRepo", "AuditRepo", "EventsRepo", "ExecutionsRepo", "LimitsRepo",
-           "OutboxRepo",
+           "OutboxRepo", "RetentionRepo",
            "RunsRepo", "ThreadsRepo", "Tx"]

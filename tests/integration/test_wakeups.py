@@ -1,0 +1,109 @@
+"""Cross-replica wake-ups on PostgreSQL (issue 14): a decision committed by one process
+is acted on by another within moments, not at its next poll (set to 10 minutes here)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bot.config import Settings
+from bot.serve import Service
+from runtime.decide import Actor
+from store.db import Database
+from store.wakeups import Wakeups
+
+
+async def eventually(check: Any, what: str, within: float = 20.0) -> None:
+    deadline = time.monotonic() + within
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+def settings(url: str, tmp_path: Path) -> Settings:
+    return Settings(APPROVALD_DATABASE_URL=url, APPROVALD_POLL_INTERVAL="600",
+                    APPROVALD_SWEEP_INTERVAL="600",
+                    APPROVALD_DEMO_LEDGER=str(tmp_path / "ledger.jsonl"))
+
+
+async def test_a_decision_on_one_replica_wakes_another_at_once(pg_url, tmp_path) -> None:
+    if pg_url is None:
+        pytest.skip("PostgreSQL is not available")
+    db_a, db_b = Database(pg_url), Database(pg_url)
+    a = Service(settings(pg_url, tmp_path), db_a)  # started without its worker: busy elsewhere
+    b = Service(settings(pg_url, tmp_path), db_b)
+    try:
+        await a.scheduler.start()
+        assert await a.wakeups.start()
+        await b.start()  # worker, drain, scheduler: all polling every 10 minutes
+        async with asyncio.timeout(10):
+            await a.wakeups.listening()
+            await b.wakeups.listening()
+        paused = await a.engine.run("demo-refund", "Refund order A-7", requested_by="U_DANA")
+        assert paused.status == "awaiting_approval"
+        # B heard of the new request and schedules its expiry too
+        await eventually(lambda: _true(b.wakeups.received >= 1), "B to hear of the request")
+        await a.engine.decide(paused.approval_ids[0], actor=Actor("U_ALICE", "cli"),
+                              verdict="approve")
+
+        async def completed() -> bool:
+            async with db_a.read() as tx:
+                run = await tx.runs.get(paused.run_id)
+            return run is not None and run.status == "completed"
+        await eventually(completed, "replica B to advance the run A's decision woke")
+        assert a.wakeups.sent >= 2  # opened, ready (and outbox)
+        assert b.wakeups.sent >= 1  # B's own commits while advancing (outbox rows)
+        lines = (tmp_path / "ledger.jsonl").read_text().splitlines()
+        assert sum('"issue_refund"' in line for line in lines) == 1
+    finally:
+        await b.stop(grace=5)
+        await a.stop(grace=5)
+        await db_a.close()
+        await db_b.close()
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+async def test_a_process_does_not_hear_itself_and_sqlite_needs_nothing(pg_url, sqlite_url
+                                                                        ) -> None:
+    heard: list[tuple[str, str]] = []
+    lite = Database(sqlite_url)
+    try:
+        w = Wakeups(lite, origin="one", on_signal=lambda k, v: heard.append((k, v)))
+        assert await w.start() is False
+        w.publish("ready", "x")  # a no-op
+        assert w.sent == 0
+    finally:
+        await lite.close()
+    if pg_url is None:
+        pytest.skip("PostgreSQL is not available")
+    db = Database(pg_url)
+    mine: list[tuple[str, str]] = []
+    theirs: list[tuple[str, str]] = []
+    one = Wakeups(db, origin="one", on_signal=lambda k, v: mine.append((k, v)))
+    two = Wakeups(db, origin="two", on_signal=lambda k, v: (theirs.append((k, v)),
+                                                             two.publish("echo", v)))
+    try:
+        await one.start()
+        await two.start()
+        async with asyncio.timeout(10):
+            await one.listening()
+            await two.listening()
+        one.publish("ready", "run-1")
+        one.publish("outbox")
+        await eventually(lambda: _true(len(theirs) == 2), "the other process to hear")
+        assert theirs == [("ready", "run-1"), ("outbox", "")]
+        await asyncio.sleep(0.2)
+        assert mine == []  # never its own, and a relayed wake-up is not sent on again
+        assert two.sent == 0
+    finally:
+        await one.close()
+        await two.close()
+        await db.close()
