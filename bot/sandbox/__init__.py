@@ -4,6 +4,10 @@
   response URLs, with fault injection and a record of every call.
 - :class:`SlackClientSim` plays Slack towards the app: signed button clicks, modal
   submissions, slash commands and events.
+
+``approvald sandbox`` (:mod:`bot.sandbox.workspace`) runs the emulator, ``serve`` and a page
+that shows the workspace in a browser (:mod:`bot.sandbox.web`, drawn by
+:mod:`bot.sandbox.render`, kept across restarts by :mod:`bot.sandbox.persist`).
 """
 
 from bot.sandbox.client import AppResponse, SlackClientSim

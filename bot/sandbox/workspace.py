@@ -34,6 +34,7 @@ from bot.sandbox.web import SandboxWeb
 from bot.serve import Service, Signals
 from bot.wiring import open_database
 from runtime.errors import ConfigError
+from store.db import Database
 
 DEFAULT_PORT = 8300
 
@@ -90,6 +91,22 @@ class Sandbox:
         if "secret" not in self.extra:
             self.extra["secret"] = secrets.token_urlsafe(32)
 
+    async def _match(self, db: Database) -> None:
+        """A workspace kept from a database that is gone (deleted to start over) would show
+        cards nothing can decide: with no run in the database, start a fresh one."""
+        state = self.emulator.state
+        if not any(c.messages for c in state.channels.values()):
+            return
+        async with db.read() as tx:
+            if any((await tx.runs.count_by_status()).values()):
+                return
+        for kept in (state.channels, state.users, state.usergroups, state.views,
+                     state.view_users, state.home_views, state.ephemerals):
+            kept.clear()
+        seed(self.emulator)
+        print("approvald sandbox: the database holds no runs: starting with a fresh "
+              "workspace", file=sys.stderr, flush=True)
+
     def save(self, *_: Any) -> None:
         if self.file is not None:
             self.file.write(dump(self.emulator.state, self.extra))
@@ -126,6 +143,7 @@ class Sandbox:
         settings = self.serve_settings()
         db = await open_database(settings)  # makes the default database's directory
         try:
+            await self._match(db)
             self.save()  # the key of the cards' tokens too, before any card is posted
         except OSError as exc:
             await db.close()

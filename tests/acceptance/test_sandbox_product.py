@@ -149,3 +149,22 @@ def test_a_first_start_on_a_fresh_machine_makes_the_default_database_and_workspa
         assert sb.stop() == 0
     finally:
         sb.close()
+
+
+def test_a_workspace_whose_database_was_deleted_starts_afresh(tmp_path: Path) -> None:
+    sb = Sandbox(tmp_path)
+    try:
+        sb.start()
+        assert sb.post("runs", {"user": "U_DANA", "agent": "demo-refund", "order": "C-1"})[0] \
+            == 200
+        wait_until(lambda: pending_card(sb), within=60, what="the card")
+        assert sb.stop() == 0
+        for leftover in tmp_path.glob("sandbox.db*"):
+            if not leftover.name.endswith(".sandbox.json"):
+                leftover.unlink()  # "start over": the database goes, the workspace file stays
+        sb.start()
+        assert pending_card(sb) is None  # no card nothing could decide any more
+        assert "starting with a fresh workspace" in sb.output()
+        assert sb.stop() == 0
+    finally:
+        sb.close()
