@@ -11,6 +11,7 @@ import aiohttp
 import pytest
 
 from bot.sandbox import SlackEmulator
+from bot.sandbox.server import seed_defaults
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -36,6 +37,7 @@ def curl_arguments(api_url: str, command: str) -> list[str]:
 @pytest.fixture
 async def emulator() -> AsyncIterator[SlackEmulator]:
     emu = SlackEmulator()
+    seed_defaults(emu)  # the workspace `approvald sandbox --slack-only` serves
     await emu.start()
     yield emu
     await emu.stop()
@@ -51,7 +53,6 @@ async def test_the_readme_curl_reads_the_channel_from_the_emulator(
     headers = dict(args[i + 1].split(": ", 1) for i, a in enumerate(args) if a == "-H")
     channel = re.search(r"channel=(\w+)", url)
     assert channel, url
-    emulator.add_channel(channel.group(1))
     emulator.add_message(channel.group(1), "the card", user="U_ALICE")
     async with aiohttp.ClientSession() as http, http.get(url, headers=headers) as resp:
         assert resp.status == 200, (url, await resp.text())
