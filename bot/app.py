@@ -23,7 +23,7 @@ import logging
 import os
 import random
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import aiohttp
@@ -173,8 +173,10 @@ def authentic(verifier: SignatureVerifier | None, body: bytes,
 
 
 class SlackService:
-    def __init__(self, settings: Settings, engine: Engine) -> None:
+    def __init__(self, settings: Settings, engine: Engine, *,
+                 ops_routes: Callable[[web.Application], None] | None = None) -> None:
         check_slack_settings(settings)
+        self.ops_routes = ops_routes  # /healthz, /readyz, /metrics (see bot/metrics.py)
         if engine.signer is None:
             raise ConfigError("APPROVALD_SECRET is not set or shorter than 16 characters "
                               "(the key approval-button tokens are derived from)")
@@ -248,8 +250,15 @@ class SlackService:
                                       "slack": "connected" if self.connected else "connecting"})
 
         app.router.add_post("/slack/events", events)
-        app.router.add_get("/healthz", health)
+        if self.ops_routes is not None:
+            self.ops_routes(app)
+        else:
+            app.router.add_get("/healthz", health)
         return app
+
+    def status(self) -> dict[str, Any]:
+        """What ``/healthz`` says about the Slack face."""
+        return {"mode": self.mode, "slack": "connected" if self.connected else "connecting"}
 
     async def start(self) -> None:
         """Set the face up without talking to Slack: bind the HTTP listener (HTTP mode) or

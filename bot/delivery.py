@@ -26,6 +26,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot import cards, messages, texts
+from bot.metrics import slack_method
 from bot.mrkdwn import clip, code_span, safe_cut, slack_date
 from runtime.audit import HEAD_POST
 from runtime.engine import Engine
@@ -124,6 +125,10 @@ class SlackDeliverer:
         except (RetryLater, Undeliverable):
             raise
         except Exception as exc:
+            if isinstance(exc, SlackApiError):
+                note = getattr(self.e.meter, "slack_error", None)
+                if note is not None:
+                    note(*slack_method(exc))
             raise classify(exc) from exc
         raise Undeliverable(f"unknown outbox kind {row.kind!r}")
 

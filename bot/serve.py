@@ -27,8 +27,11 @@ from datetime import timedelta
 from types import FrameType
 from typing import Any
 
+from aiohttp import web
+
 from bot.config import Settings
 from bot.log_delivery import LogDeliverer
+from bot.metrics import PrometheusMeter, add_routes
 from bot.wiring import build_engine, open_database
 from runtime import audit, retention
 from runtime.clock import Clock
@@ -61,12 +64,16 @@ class Service:
             self.engine.clock = clock
             self.engine.ledger.clock = clock
         self.stop_event = stop_event or asyncio.Event()
+        self.meter = PrometheusMeter()
+        self.engine.meter = self.meter
         self.slack = None
+        self._ops_runner: web.AppRunner | None = None
+        self.ops_port: int | None = None
         deliverer: Deliverer
         if settings.slack_configured:
             from bot.app import SlackService
 
-            self.slack = SlackService(settings, self.engine)
+            self.slack = SlackService(settings, self.engine, ops_routes=self._ops_routes)
             deliverer = self.slack.deliverer
         else:
             deliverer = LogDeliverer()
@@ -106,6 +113,9 @@ class Service:
         if background:
             self._tasks = [asyncio.create_task(self.worker.run(stop), name="worker"),
                            asyncio.create_task(self.drain.run(stop), name="outbox")]
+        if (self.slack is None or self.settings.slack_app_token is not None) \
+                and "port" in self.settings.model_fields_set:
+            await self._start_ops_listener()  # no Slack HTTP listener to share
         if self.slack is None:
             log.warning("no Slack settings: approval requests are logged; decide with "
                         "`approvald approvals approve|deny|edit`")
@@ -143,6 +153,32 @@ class Service:
         database that ``audit verify --expect`` can be checked against later."""
         if await audit.queue_head(self.db, now=self.engine.clock.now()):
             self.engine.notify_outbox()
+
+    def _ops_routes(self, app: web.Application) -> None:
+        def describe() -> dict[str, Any]:
+            return self.slack.status() if self.slack is not None else {"slack": "off"}
+        add_routes(app, self.engine, self.meter, describe)
+
+    async def _start_ops_listener(self) -> None:
+        """``/healthz``, ``/readyz`` and ``/metrics`` on ``APPROVALD_PORT`` when no Slack
+        HTTP listener serves them (Socket Mode, or no Slack at all) and the port is set
+        explicitly (several such processes on one host need no port at all)."""
+        app = web.Application()
+        self._ops_routes(app)
+        self._ops_runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        await self._ops_runner.setup()
+        site = web.TCPSite(self._ops_runner, self.settings.host, self.settings.port)
+        try:
+            await site.start()
+        except OSError as exc:
+            await self._ops_runner.cleanup()
+            self._ops_runner = None
+            raise ConfigError(f"APPROVALD_HOST/APPROVALD_PORT: cannot listen on "
+                              f"{self.settings.host}:{self.settings.port} for /healthz, "
+                              f"/readyz and /metrics: "
+                              f"{os.strerror(exc.errno) if exc.errno else exc}") from None
+        sockets = site._server.sockets if site._server is not None else []  # type: ignore[union-attr]
+        self.ops_port = sockets[0].getsockname()[1] if sockets else self.settings.port
 
     def _woken(self, kind: str, key: str) -> None:
         """Another replica committed something: wake what acts on it here (the database
@@ -189,6 +225,10 @@ class Service:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.slack.stop(within=within),
                                        within + AFTER_CANCEL + 2 * CLOSE_TIMEOUT)
+        if self._ops_runner is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._ops_runner.cleanup(), AFTER_CANCEL)
+            self._ops_runner = None
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.engine.registry.aclose(), AFTER_CANCEL)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -20,11 +21,12 @@ from runtime.audit import AuditKey, AuditTrail
 from runtime.clock import Clock, SystemClock
 from runtime.decide import Actor, Decider, Decision, Verdict
 from runtime.directory import Directory, StaticDirectory
-from runtime.errors import ApprovaldError, NotFound, PayloadTooLarge
+from runtime.errors import ApprovaldError, DecisionRefused, NotFound, PayloadTooLarge
 from runtime.expiry import Expiry
 from runtime.gate import Gate
 from runtime.ids import TokenSigner, new_id, owner_is_dead, worker_id
 from runtime.ledger import Ledger
+from runtime.metrics import DecidedRuns, Meter
 from runtime.outcomes import Outcome
 from runtime.runner import Runner
 from runtime.state import FINAL_STATUSES, RunState, UserMessage
@@ -65,6 +67,8 @@ class Engine:
         self.runner = Runner(self)
         self.expiry = Expiry(self)
         self.urgency = Urgency()  # decided runs go before background deliveries
+        self.meter = Meter()  # what the process reports about itself (serve exports it)
+        self.decided_runs = DecidedRuns()  # click -> tool start, measured in-process
         self._ready_listeners: list[Callable[[str], None]] = []
         self._opened_listeners: list[Callable[[str], None]] = []
         self._outbox_listeners: list[Callable[[], None]] = []
@@ -234,14 +238,20 @@ class Engine:
         """Record a decision (see :class:`runtime.decide.Decider`); wakes the run if ready."""
         deciding = object()
         self.urgency.begin_answer(deciding)
+        started = time.monotonic()
         try:
             decision = await self.decider.decide(approval_id, actor=actor, verdict=verdict,
                                                  reason=reason, args=args, token=token,
                                                  expect_digest=expect_digest)
+        except DecisionRefused as refused:
+            self.meter.decision(f"refused:{refused.reason}", time.monotonic() - started)
+            raise
         finally:
             self.urgency.end(deciding)
+        self.meter.decision(decision.outcome, time.monotonic() - started)
         self.notify_outbox()  # the card update
         if decision.run_ready:
             self.urgency.begin(decision.approval.run_id)  # until its next tool call starts
+            self.decided_runs.decided(decision.approval.run_id)
             self.notify_ready(decision.approval.run_id)
         return decision

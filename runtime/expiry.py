@@ -71,6 +71,12 @@ class Expiry:
             self.e.notify_opened(new)
         if result.expired or result.escalated or result.reminded:
             self.e.notify_outbox()
+        if result.expired:
+            self.e.meter.expired(len(result.expired))
+        if result.escalated:
+            self.e.meter.escalated(len(result.escalated))
+        if result.reminded:
+            self.e.meter.reminded(len(result.reminded))
 
     async def settle_overdue(self, tx: Tx, ids: Sequence[str], *, now: datetime) -> SweepResult:
         """In ``tx``: expire (compare-and-set) those of ``ids`` still pending and overdue,

@@ -503,6 +503,9 @@ class Runner:
                           requested_by=live.run.requested_by, agent=agent.name, clock=e.clock)
         urgent = e.urgency.presses(live.run.id)
         e.urgency.end(live.run.id)  # a decision that resumed this run has reached its call
+        since = e.decided_runs.reached(live.run.id)
+        if since is not None:
+            e.meter.tool_started(since)
         result = await e.ledger.execute(
             tool=tool, ctx=ctx, step=live.step, args=args, digest=digest, existing=existing,
             owner=live.owner, journal=pending.journal,

@@ -15,6 +15,7 @@ from store.repos.limits import LimitsRepo
 from store.repos.outbox import OutboxRepo
 from store.repos.retention import RetentionRepo
 from store.repos.runs import RunsRepo
+from store.repos.stats import StatsRepo
 from store.repos.threads import ThreadsRepo
 
 
@@ -28,7 +29,8 @@ class Tx:
     """
 
     __slots__ = ("_hooks", "approvals", "audit", "conn", "dialect", "events", "executions",
-                 "limits", "outbox", "retention", "runs", "scratch", "threads")
+                 "limits", "outbox", "retention", "runs", "scratch", "stats",
+                 "threads")
 
     def __init__(self, conn: AsyncConnection, dialect: str, *,
                  server_time: bool = False) -> None:
@@ -45,6 +47,7 @@ class Tx:
         self.threads = ThreadsRepo(conn, dialect)
         self.limits = LimitsRepo(conn, dialect)
         self.retention = RetentionRepo(conn, dialect)
+        self.stats = StatsRepo(conn, dialect)
 
     def before_commit(self, hook: Callable[[Tx], Awaitable[None]]) -> None:
         """Run ``hook(tx)`` at the end of this write transaction, just before COMMIT."""
@@ -58,4 +61,4 @@ class Tx:
 
 __all__ = ["ApprovalsRepo", "AuditRepo", "EventsRepo", "ExecutionsRepo", "LimitsRepo",
            "OutboxRepo", "RetentionRepo",
-           "RunsRepo", "ThreadsRepo", "Tx"]
+           "RunsRepo", "StatsRepo", "ThreadsRepo", "Tx"]

@@ -1,0 +1,152 @@
+"""Health, readiness and Prometheus metrics for ``serve``: ``/healthz``, ``/readyz`` and
+``/metrics`` on its HTTP listener (the Slack listener in HTTP mode; in Socket Mode, and
+without Slack, a listener of their own on ``APPROVALD_PORT``).
+
+* ``/healthz``: the process is up (200 whatever Slack or the database is doing);
+* ``/readyz``: the database answers within 2 s and its schema is the one this code
+  expects; 503 with the reason otherwise (a load balancer stops sending it clicks);
+* ``/metrics``: the Prometheus text format. Gauges are read from the database at scrape
+  time (so every replica reports the same backlog); counters and histograms count what
+  this process did since it started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import generate_latest
+
+from runtime.engine import Engine
+from runtime.metrics import Meter
+from store import migrate
+
+log = logging.getLogger("approvald.metrics")
+
+READY_TIMEOUT = 2.0  # s the database gets to answer a readiness check
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class PrometheusMeter(Meter):
+    """The runtime's events as Prometheus counters and histograms, plus the database
+    gauges refreshed on each scrape. One registry per process (tests make several)."""
+
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.decisions = Counter("approvald_decisions", "Decision attempts by outcome "
+                                 "(approved, denied, voted, edited, refused:<reason>, ...)",
+                                 ["outcome"], registry=r)
+        self.decision_seconds = Histogram("approvald_decision_seconds", "Time to record a "
+                                          "decision (the click's answer waits for it)",
+                                          buckets=LATENCY_BUCKETS, registry=r)
+        self.tool_start_seconds = Histogram(
+            "approvald_click_to_tool_start_seconds", "From a decision recorded here to the "
+            "approved call starting here", buckets=LATENCY_BUCKETS, registry=r)
+        self.expiries = Counter("approvald_expiries", "Requests expired by silence", registry=r)
+        self.escalations = Counter("approvald_escalations", "Expired requests escalated to "
+                                   "the next rung", registry=r)
+        self.reminders = Counter("approvald_reminders", "Reminders sent", registry=r)
+        self.slack_errors = Counter("approvald_slack_api_errors", "Slack Web API calls that "
+                                    "failed, by method and error", ["method", "error"],
+                                    registry=r)
+        self.runs = Gauge("approvald_runs", "Runs by status", ["status"], registry=r)
+        self.pending = Gauge("approvald_pending_approvals", "Requests waiting for a "
+                             "decision", registry=r)
+        self.pending_age = Gauge("approvald_oldest_pending_approval_age_seconds",
+                                 "Age of the oldest request waiting for a decision",
+                                 registry=r)
+        self.outbox = Gauge("approvald_outbox_backlog", "Deliveries to Slack not made yet",
+                            registry=r)
+        self.outbox_age = Gauge("approvald_outbox_oldest_age_seconds", "Age of the oldest "
+                                "delivery not made yet", registry=r)
+        self.dead = Gauge("approvald_dead_deliveries", "Deliveries given up (see `approvald "
+                          "outbox list --dead`)", registry=r)
+
+    # -- the runtime's events ------------------------------------------------------------
+    def decision(self, outcome: str, seconds: float) -> None:
+        self.decisions.labels(outcome=outcome).inc()
+        self.decision_seconds.observe(seconds)
+
+    def tool_started(self, seconds: float) -> None:
+        self.tool_start_seconds.observe(seconds)
+
+    def expired(self, n: int) -> None:
+        self.expiries.inc(n)
+
+    def escalated(self, n: int) -> None:
+        self.escalations.inc(n)
+
+    def reminded(self, n: int) -> None:
+        self.reminders.inc(n)
+
+    def slack_error(self, method: str, error: str) -> None:
+        self.slack_errors.labels(method=method or "unknown", error=error or "unknown").inc()
+
+    # -- a scrape ------------------------------------------------------------------------
+    async def refresh(self, engine: Engine) -> None:
+        async with engine.db.read() as tx:
+            s = await tx.stats.snapshot()
+        now = engine.clock.now()
+        self.runs.clear()
+        for status, n in s.runs.items():
+            self.runs.labels(status=status).set(n)
+        self.pending.set(s.pending_approvals)
+        self.pending_age.set(_age(now, s.oldest_pending_at))
+        self.outbox.set(s.outbox_pending)
+        self.outbox_age.set(_age(now, s.oldest_outbox_at))
+        self.dead.set(s.outbox_dead)
+
+
+def _age(now: datetime, since: datetime | None) -> float:
+    return 0.0 if since is None else max(0.0, (now - since).total_seconds())
+
+
+def slack_method(exc: BaseException) -> tuple[str, str]:
+    """(method, error) of a failed Slack call, as far as the exception tells."""
+    response = getattr(exc, "response", None)
+    url = str(getattr(response, "api_url", "") or "")
+    method = url.rstrip("/").rsplit("/", 1)[-1] if url else ""
+    data = getattr(response, "data", None)
+    error = data.get("error") if isinstance(data, dict) else None
+    status = getattr(response, "status_code", None)
+    return method, str(error or (f"http_{status}" if status else type(exc).__name__))
+
+
+def add_routes(app: web.Application, engine: Engine, meter: PrometheusMeter,
+               describe: Callable[[], dict[str, Any]]) -> None:
+    """Add ``/healthz``, ``/readyz`` and ``/metrics`` to ``app``."""
+
+    async def healthz(_request: web.Request) -> web.StreamResponse:
+        return web.json_response({"ok": True, **describe()})
+
+    async def readyz(_request: web.Request) -> web.StreamResponse:
+        try:
+            async with asyncio.timeout(READY_TIMEOUT):
+                revision = await migrate.current_revision(engine.db)
+        except Exception as exc:  # unreachable, refused, timed out: not ready, say why
+            return web.json_response(
+                {"ok": False, "database": f"unreachable: {type(exc).__name__}: {exc}"[:300]},
+                status=503)
+        if revision != migrate.HEAD:
+            return web.json_response(
+                {"ok": False, "database": f"schema {revision or 'none'}, this code needs "
+                 f"{migrate.HEAD}: run `approvald db upgrade`"}, status=503)
+        return web.json_response({"ok": True, "database": "reachable",
+                                  "schema": revision})
+
+    async def metrics(_request: web.Request) -> web.StreamResponse:
+        try:
+            await meter.refresh(engine)
+        except Exception as exc:  # still serve the process's own counters
+            log.warning("metrics: cannot read the database (%s: %s)", type(exc).__name__, exc)
+        body = generate_latest(meter.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)

@@ -1,0 +1,91 @@
+"""``/healthz``, ``/readyz`` and ``/metrics`` (issue 14): scraped over HTTP from a running
+service and parsed with prometheus-client's own parser."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+from bot.config import Settings
+from bot.serve import Service
+from runtime.decide import Actor
+from runtime.errors import ApprovaldError
+from store import migrate
+from store.db import Database
+
+
+def scrape(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+async def get(port: int, path: str) -> tuple[int, Any]:
+    async with aiohttp.ClientSession() as http, \
+            http.get(f"http://127.0.0.1:{port}{path}") as r:
+        body = await (r.text() if path == "/metrics" else r.json())
+        return r.status, body
+
+
+async def test_health_readiness_and_metrics_without_slack(db_url: str, tmp_path: Path,
+                                                          monkeypatch) -> None:
+    db = Database(db_url)
+    settings = Settings(APPROVALD_DATABASE_URL=db_url, APPROVALD_PORT="0",
+                        APPROVALD_HOST="127.0.0.1", APPROVALD_POLL_INTERVAL="600",
+                        APPROVALD_DEMO_LEDGER=str(tmp_path / "ledger.jsonl"))
+    service = Service(settings, db)
+    try:
+        await service.start()
+        port = service.ops_port
+        assert port
+        assert await get(port, "/healthz") == (200, {"ok": True, "slack": "off"})
+        status, body = await get(port, "/readyz")
+        assert (status, body["schema"]) == (200, migrate.HEAD)
+
+        engine = service.engine
+        paused = await engine.run("demo-refund", "Refund order A-9", requested_by="U_DANA")
+        status, text = await get(port, "/metrics")
+        m = scrape(text)
+        assert m[("approvald_pending_approvals", ())] == 1
+        assert m[("approvald_runs", (("status", "awaiting_approval"),))] == 1
+        assert m[("approvald_outbox_backlog", ())] >= 0
+        try:  # the requester may not approve: a refusal is counted with its reason
+            await engine.decide(paused.approval_ids[0], actor=Actor("U_DANA", "cli"),
+                                verdict="approve")
+        except ApprovaldError:
+            pass
+        await engine.decide(paused.approval_ids[0], actor=Actor("U_ALICE", "cli"),
+                            verdict="approve")
+        deadline = time.monotonic() + 20
+        while True:  # the worker resumes the decided run and reaches the refund
+            m = scrape((await get(port, "/metrics"))[1])
+            if m.get(("approvald_click_to_tool_start_seconds_count", ())) == 1:
+                break
+            assert time.monotonic() < deadline, "the decided run did not reach its call"
+            await asyncio.sleep(0.05)
+        assert m[("approvald_decisions_total", (("outcome", "approved"),))] == 1
+        assert m[("approvald_decisions_total", (("outcome", "refused:self_approval"),))] == 1
+        assert m[("approvald_decision_seconds_count", ())] == 2
+        assert m[("approvald_pending_approvals", ())] == 0
+
+        # not ready: a schema this code does not expect, or a database that does not answer
+        monkeypatch.setattr(migrate, "HEAD", "9999")
+        status, body = await get(port, "/readyz")
+        assert status == 503 and "approvald db upgrade" in body["database"]
+
+        async def down(_db: Database) -> str:
+            raise ConnectionRefusedError("connection refused")
+        monkeypatch.setattr(migrate, "current_revision", down)
+        status, body = await get(port, "/readyz")
+        assert status == 503 and "unreachable" in body["database"]
+        assert (await get(port, "/healthz"))[0] == 200  # still alive, only not ready
+    finally:
+        await service.stop(grace=5)
+        await db.close()
