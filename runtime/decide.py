@@ -287,6 +287,10 @@ class Decider:
             ready = await self._run_ready(tx, done)
             return Decision(done, "denied", done.approve_count, done.quorum, ready, discarded)
         voters = [actor.id] if a.quorum == 1 else await tx.approvals.approvers_on(a.id, digest)
+        if policy.edits == "propose" and a.edited_by and a.edited_digest == digest:
+            # four eyes on a proposal: its author's vote on these arguments (one cast before
+            # they proposed them again, say) never counts towards the quorum
+            voters = [v for v in voters if v != a.edited_by]
         if len(voters) < a.quorum:
             await tx.approvals.set_count(a.id, len(voters))
             self.e.audit.record(tx, at=now, action="voted", actor=actor.id, via=actor.via,

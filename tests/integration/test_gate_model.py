@@ -422,8 +422,9 @@ class GateMachine(RuleBasedStateMachine):
         assert len(voters) >= a.quorum, f"{a.id}: {voters} on {a.effective_digest[:8]}"
         assert a.requested_by not in voters
         policy = ApprovalPolicy.from_snapshot(a.policy)
-        if policy.edits == "propose" and a.edited_by:
-            assert a.edited_by not in voters, f"{a.id}: the editor approved own proposal"
+        if policy.edits == "propose" and a.edited_by:  # the proposer never counts
+            assert len(voters - {a.edited_by}) >= a.quorum, \
+                f"{a.id}: {voters} approved {a.edited_by}'s proposal"
         approvers = a.approvers_value()
         if approvers:
             allowed = set(approvers) | {m for g in approvers for m in GROUPS.get(g, [])}

@@ -297,6 +297,35 @@ async def test_propose_mode_needs_someone_other_than_the_editor(make_engine, db,
     assert entries["executed"]["args"] == proposed
 
 
+async def test_a_proposal_needs_a_quorum_besides_its_author_even_one_who_voted_before(
+        make_engine, db, ledger_path):
+    """Found by the model test's long profile: in propose mode with quorum 2, Alice
+    approves the original arguments, Bob edits them, Alice proposes the original ones
+    again. Her first vote is on those very arguments; it must not count towards the
+    quorum of her own proposal, or one other person would approve what she chose."""
+    engine = engine_with(make_engine, ledger_path, approvers=[], quorum=2, edits="propose")
+    paused = await pause(engine)
+    [aid] = paused.approval_ids
+    original = (await approval(db, aid)).effective_args()
+    voted = await engine.decide(aid, actor=ALICE, verdict="approve",
+                                token=card_token(await approval(db, aid)))
+    assert voted.outcome == "voted"
+    other = {**original, "amount_cents": 1_00}
+    await engine.decide(aid, actor=BOB, verdict="edit", args=other,
+                        token=card_token(await approval(db, aid)))
+    back = await engine.decide(aid, actor=ALICE, verdict="edit", args=original,
+                               token=card_token(await approval(db, aid)))
+    assert back.outcome == "edited"
+    one = await engine.decide(aid, actor=BOB, verdict="approve",
+                              token=card_token(await approval(db, aid)))
+    assert one.outcome == "voted" and one.approvals == 1, "Alice's old vote counted"
+    done = await engine.decide(aid, actor=CAROL, verdict="approve",
+                               token=card_token(await approval(db, aid)))
+    assert done.outcome == "approved" and done.approvals == 2
+    entries = [json.loads(e.details) for e in await trail(db, aid) if e.action == "approved"]
+    assert entries[0]["approvers"] == ["U_BOB", "U_CAROL"]
+
+
 # -- 7. a cancel leaves a trace, and wins over a step that parks ----------------------------
 
 async def test_cancel_of_an_idle_run_records_who_when_and_why(make_engine, db, clock,
