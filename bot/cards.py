@@ -41,6 +41,7 @@ from bot.mrkdwn import (
     units,
     who,
 )
+from runtime.decide import counted
 from store.records import ApprovalRecord, VoteRecord
 
 __all__ = [
@@ -157,8 +158,10 @@ def _approvers(a: ApprovalRecord, limit: int = 10) -> str:
 
 
 def _voters(a: ApprovalRecord, votes: Sequence[VoteRecord]) -> list[str]:
-    """Who approved the arguments that will run: a vote on a pre-edit digest does not count."""
-    return [v.actor for v in votes if v.verdict == "approve" and v.digest == a.effective_digest]
+    """Who approved the arguments that will run: a vote on a pre-edit digest does not
+    count, nor a proposal's author's own (see :func:`runtime.decide.counted`)."""
+    return counted(a, [v.actor for v in votes
+                       if v.verdict == "approve" and v.digest == a.effective_digest])
 
 
 def _edit_note(a: ApprovalRecord, votes: Sequence[VoteRecord]) -> list[str]:

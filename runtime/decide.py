@@ -16,6 +16,7 @@ the run is the caller's next, separate step.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
@@ -98,6 +99,18 @@ def not_pending_message(a: ApprovalRecord) -> str:
     who = f" by {a.decided_by}" if a.decided_by else ""
     when = f" at {a.decided_at.isoformat()}" if a.decided_at else ""
     return f"approval {a.id} is already {a.status}{who}{when}"
+
+
+def counted(a: ApprovalRecord, voters: Sequence[str], digest: str | None = None) -> list[str]:
+    """Those of ``voters`` (approvers of ``digest``, by default the arguments that will
+    run) who count towards ``a``'s quorum. Four eyes on a proposal: with
+    ``edits = "propose"`` its author's vote on the proposed arguments (one cast before
+    they proposed them again, say) never counts."""
+    digest = digest or a.effective_digest
+    if a.edited_by and a.edited_digest == digest \
+            and ApprovalPolicy.from_snapshot(a.policy).edits == "propose":
+        return [v for v in voters if v != a.edited_by]
+    return list(voters)
 
 
 class Decider:
@@ -287,10 +300,7 @@ class Decider:
             ready = await self._run_ready(tx, done)
             return Decision(done, "denied", done.approve_count, done.quorum, ready, discarded)
         voters = [actor.id] if a.quorum == 1 else await tx.approvals.approvers_on(a.id, digest)
-        if policy.edits == "propose" and a.edited_by and a.edited_digest == digest:
-            # four eyes on a proposal: its author's vote on these arguments (one cast before
-            # they proposed them again, say) never counts towards the quorum
-            voters = [v for v in voters if v != a.edited_by]
+        voters = counted(a, voters, digest)
         if len(voters) < a.quorum:
             await tx.approvals.set_count(a.id, len(voters))
             self.e.audit.record(tx, at=now, action="voted", actor=actor.id, via=actor.via,
