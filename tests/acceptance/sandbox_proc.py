@@ -72,7 +72,10 @@ class Sandbox:
             self.proc = subprocess.Popen([APPROVALD, "sandbox", "--port", str(self.port)],
                                          env=self.env(), cwd=self.dir, stdout=log,
                                          stderr=subprocess.STDOUT)
-        wait_until(self._ready, within=START_WITHIN, what="the sandbox to start")
+        try:
+            wait_until(self._ready, within=START_WITHIN, what="the sandbox to start")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; it said: {self.output()}") from None
 
     def _ready(self) -> bool:
         if self.proc is not None and self.proc.poll() is not None:

@@ -134,7 +134,10 @@ def _click_through(page: Any, expect: Any, sb: Sandbox) -> None:
     expect(first.locator(".b-header")).to_contain_text("Denied")
     expect(first.locator("button[data-action-id]")).to_have_count(0)
     shot("denied")
-    first.locator("a.permalink", has_text="thread").click()
+    # the run's thread: its parent in the channel, "N replies" (the card links to it too,
+    # once the thread exists when the card is drawn)
+    page.locator("#pane .msg:not(:has(.b-header))", has_text="Refund order A-1,") \
+        .locator("a.replies").click()
     thread = page.locator("#thread-body")
     expect(thread).to_contain_text("I did not issue the refund")
     expect(thread).to_contain_text("Customer already got store credit for <this>")

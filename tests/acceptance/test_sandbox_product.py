@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import re
 import signal
+import time
+import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -168,3 +171,35 @@ def test_a_workspace_whose_database_was_deleted_starts_afresh(tmp_path: Path) ->
         assert sb.stop() == 0
     finally:
         sb.close()
+
+
+def test_the_page_hears_of_every_change_and_demo_steps_ticks_as_asked(tmp_path: Path) -> None:
+    sb = Sandbox(tmp_path)
+    try:
+        sb.start()
+        with urllib.request.urlopen(f"{sb.url}ui/events", timeout=30) as stream:
+            assert stream.headers["Content-Type"] == "text/event-stream"
+            first = _event(stream)
+            status, started = sb.post("runs", {"user": "U_CAROL", "agent": "demo-steps",
+                                               "ticks": "3"})
+            assert status == 200 and started["task"] == "3"
+            assert _event(stream) > first  # the run's thread was posted: the page redraws
+        ticks = wait_until(lambda: [e for e in sb.ledger_lines() if e["tool"] == "tick"]
+                           if len(sb.ledger_lines()) >= 3 else None,
+                           within=60, what="three ticks")
+        assert [e["args"]["i"] for e in ticks] == [0, 1, 2]
+        assert sb.stop() == 0
+    finally:
+        sb.close()
+
+
+def _event(stream: Any, within: float = 60.0) -> int:
+    """The version in the stream's next ``data:`` line (comments are heartbeats, every
+    15 s, so each read returns within the 30 s socket timeout)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        line = stream.readline().decode()
+        assert line, "the event stream ended"
+        if line.startswith("data: "):
+            return int(line.removeprefix("data: "))
+    raise AssertionError(f"no change announced within {within:g} s")
