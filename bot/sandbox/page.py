@@ -188,28 +188,38 @@ function drawPeople(people) {
   $("#role").textContent = me ? me.role : "";
 }
 
+const dialogOpen = () => document.querySelector("#pane dialog[open], #thread-body dialog[open]");
+
 async function refresh() {
-  const q = new URLSearchParams({user: S.user, pane: S.pane, thread: S.thread});
+  const asked = S.user;
+  const q = new URLSearchParams({user: asked, pane: S.pane, thread: S.thread});
   const r = await fetch("/ui/state?" + q);
   const d = await r.json();
   if (!d.ok) { toast(d.error); return; }
+  // a confirm dialog opened while this was on its way: draw once it is closed
+  if (dialogOpen()) { deferred = true; return; }
   drawPeople(d.people);
   drawNav(d.channels);
   $("#title").textContent = d.title;
-  const pane = $("#pane");
+  const pane = $("#pane"), threadBody = $("#thread-body");
   const stick = (el) => el.scrollHeight - el.scrollTop - el.clientHeight < 80;
-  const paneAtEnd = stick(pane), paneWas = pane.scrollTop;
-  const threadBody = $("#thread-body"), threadAtEnd = stick(threadBody);
-  pane.innerHTML = d.main;
-  pane.scrollTop = paneAtEnd ? pane.scrollHeight : paneWas;
+  // only what changed is redrawn: a button being pressed is not swapped under the pointer
+  if (S.drawnMain !== d.main) {
+    const atEnd = stick(pane), was = pane.scrollTop;
+    pane.innerHTML = d.main;
+    S.drawnMain = d.main;
+    pane.scrollTop = atEnd ? pane.scrollHeight : was;
+  }
   pane.dataset.channel = S.pane === "home" ? "" : S.pane;
   $("#composer").hidden = S.pane === "home";
-  const thread = $("#thread");
-  thread.hidden = !(S.thread && d.thread);
-  const threadWas = threadBody.scrollTop;
-  threadBody.innerHTML = d.thread;
+  $("#thread").hidden = !(S.thread && d.thread);
+  if (S.drawnThread !== d.thread) {
+    const atEnd = stick(threadBody), was = threadBody.scrollTop;
+    threadBody.innerHTML = d.thread;
+    S.drawnThread = d.thread;
+    threadBody.scrollTop = atEnd ? threadBody.scrollHeight : was;
+  }
   threadBody.dataset.channel = S.pane;
-  threadBody.scrollTop = threadAtEnd ? threadBody.scrollHeight : threadWas;
   if (d.modal_key !== S.modalKey) {
     S.modalKey = d.modal_key;
     $("#modal-layer").innerHTML = d.modal;
@@ -219,15 +229,13 @@ async function refresh() {
   }
   document.body.dataset.version = d.version;
   document.body.dataset.ready = d.ready ? "1" : "0";
+  document.body.dataset.user = asked;  // drawn for this user (tests wait for it)
 }
 
 let busy = false, again = false, deferred = false;
 async function schedule() {
   // redrawing would take an open confirm dialog away from under the reader: wait for it
-  if (document.querySelector("#pane dialog[open], #thread-body dialog[open]")) {
-    deferred = true;
-    return;
-  }
+  if (dialogOpen()) { deferred = true; return; }
   if (busy) { again = true; return; }
   busy = true;
   try { await refresh(); } catch (e) { toast(String(e)); }

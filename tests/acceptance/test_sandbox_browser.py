@@ -77,7 +77,8 @@ def _click_through(page: Any, expect: Any, sb: Sandbox) -> None:
 
     def act_as(user: str) -> None:
         page.select_option("#user", user)
-        expect(page.locator("#user")).to_have_value(user)
+        # the page has been drawn for them (their replies shown, the others' not)
+        expect(page.locator("body")).to_have_attribute("data-user", user)
 
     page.goto(sb.url + "?user=U_DANA")
     expect(page.locator("body")).to_have_attribute("data-ready", "1")
