@@ -188,6 +188,19 @@ function drawPeople(people) {
   $("#role").textContent = me ? me.role : "";
 }
 
+// Redraw ``container`` as ``html``, replacing only the messages that changed (keyed by
+// their ts): a card being clicked is not swapped out because its thread moved on.
+function morph(container, html) {
+  const t = document.createElement("template");
+  t.innerHTML = html;
+  const fresh = Array.from(t.content.children), old = Array.from(container.children);
+  const key = (el) => el.dataset.ts || "";
+  const same = fresh.length >= old.length && old.every((el, i) => key(el) && key(el) === key(fresh[i]));
+  if (!same) { container.replaceChildren(...fresh); return; }
+  old.forEach((el, i) => { if (el.outerHTML !== fresh[i].outerHTML) el.replaceWith(fresh[i]); });
+  for (const el of fresh.slice(old.length)) container.appendChild(el);
+}
+
 const dialogOpen = () => document.querySelector("#pane dialog[open], #thread-body dialog[open]");
 
 async function refresh() {
@@ -206,7 +219,7 @@ async function refresh() {
   // only what changed is redrawn: a button being pressed is not swapped under the pointer
   if (S.drawnMain !== d.main) {
     const atEnd = stick(pane), was = pane.scrollTop;
-    pane.innerHTML = d.main;
+    morph(pane, d.main);
     S.drawnMain = d.main;
     pane.scrollTop = atEnd ? pane.scrollHeight : was;
   }
@@ -215,7 +228,7 @@ async function refresh() {
   $("#thread").hidden = !(S.thread && d.thread);
   if (S.drawnThread !== d.thread) {
     const atEnd = stick(threadBody), was = threadBody.scrollTop;
-    threadBody.innerHTML = d.thread;
+    morph(threadBody, d.thread);
     S.drawnThread = d.thread;
     threadBody.scrollTop = atEnd ? threadBody.scrollHeight : was;
   }
