@@ -65,6 +65,26 @@ def cpu_seconds(pid: int | None) -> float:
         return float("nan")
 
 
+def serve_command() -> list[str]:
+    """``approvald serve``, or ``$BENCH_SERVE_CMD serve`` (e.g. ``python -m cProfile -o
+    serve.prof -m bot.cli``) to profile or trace the serve process."""
+    return (os.environ.get("BENCH_SERVE_CMD", "").split()
+            or [str(Path(sys.executable).parent / "approvald")]) + ["serve"]
+
+
+async def wait_healthy(port: int, tries: int = 300) -> None:
+    """Until ``serve`` answers ``/healthz`` on ``port`` (at most ``tries`` / 10 s)."""
+    async with aiohttp.ClientSession() as http:
+        for _ in range(tries):
+            try:
+                async with http.get(f"http://127.0.0.1:{port}/healthz") as r:
+                    if r.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.1)
+
+
 def pct(samples: list[float], q: float) -> float:
     ordered = sorted(samples)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] * 1000
@@ -156,19 +176,10 @@ async def bench(runs: int, concurrency: int, mode: str, db_url: str | None) -> N
     db = Database(db_url)
     await migrate.upgrade(db)
     engine = Engine(db, Registry(AGENTS))
-    serve = await asyncio.create_subprocess_exec(
-        *(os.environ.get("BENCH_SERVE_CMD", "").split()  # e.g. python -m cProfile ... -m bot.cli
-          or [str(Path(sys.executable).parent / "approvald")]), "serve", env=env,
-        stderr=asyncio.subprocess.DEVNULL)
+    serve = await asyncio.create_subprocess_exec(*serve_command(), env=env,
+                                                 stderr=asyncio.subprocess.DEVNULL)
     try:
-        async with aiohttp.ClientSession() as http:
-            for _ in range(300):
-                try:
-                    async with http.get(f"http://127.0.0.1:{port}/healthz") as r:
-                        if r.status == 200:
-                            break
-                except aiohttp.ClientError:
-                    await asyncio.sleep(0.1)
+        await wait_healthy(port)
         print(f"database: {db.display_url}; {os.cpu_count()} CPUs; approvald serve pid "
               f"{serve.pid}")
         t0 = time.perf_counter()

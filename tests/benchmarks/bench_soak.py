@@ -41,6 +41,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 
+from bench_clicks import serve_command, wait_healthy
+
 from runtime.agent import Agent
 from runtime.models.scripted import ScriptedModel, reply
 from runtime.policy import ApprovalPolicy
@@ -133,7 +135,6 @@ async def wait_until(check: Any, what: str, within: float = 300.0) -> Any:
 
 
 async def bench(runs: int, batch: int, concurrency: int, db_url: str | None) -> int:
-    import aiohttp
     from sqlalchemy import func, select
 
     from bot import cards
@@ -171,23 +172,13 @@ async def bench(runs: int, batch: int, concurrency: int, db_url: str | None) -> 
     stop = asyncio.Event()
     ticking = asyncio.create_task(clock.run(stop))
     log = (tmp / "serve.log").open("wb")
-    serve = await asyncio.create_subprocess_exec(
-        *(os.environ.get("BENCH_SERVE_CMD", "").split()
-          or [str(Path(sys.executable).parent / "approvald")]), "serve", env=env,
-        stderr=log)
+    serve = await asyncio.create_subprocess_exec(*serve_command(), env=env, stderr=log)
     intended: dict[str, str] = {}  # approval id -> outcome
     run_of: dict[str, str] = {}  # approval id -> run id
     samples: list[tuple[int, int]] = []
     reclicks: list[str] = []  # modals that never opened (trigger expired): clicked again
     try:
-        async with aiohttp.ClientSession() as http:
-            for _ in range(300):
-                try:
-                    async with http.get(f"http://127.0.0.1:{port}/healthz") as r:
-                        if r.status == 200:
-                            break
-                except aiohttp.ClientError:
-                    await asyncio.sleep(0.1)
+        await wait_healthy(port)
         await asyncio.sleep(1.0)  # let start-up settle (first sweep, first polls)
         assert serve.pid is not None
         baseline = rss_kb(serve.pid)
