@@ -155,7 +155,10 @@ async def follow_up(engine: Engine, emulator: SlackEmulator,
     return updated, completed
 
 
-async def bench(runs: int, concurrency: int, mode: str, db_url: str | None) -> None:
+async def bench(runs: int, concurrency: int, mode: str, db_url: str | None,
+                replicas: int = 1) -> dict[str, float]:
+    """Run the benchmark (``replicas`` serve processes, clicks spread over them in turn)
+    and print its figures; returns the main ones."""
     tmp = Path(tempfile.mkdtemp())
     db_url = db_url or f"sqlite+aiosqlite:///{tmp / 'clicks.db'}"
     log = tmp / "tool-starts.log"
@@ -164,7 +167,8 @@ async def bench(runs: int, concurrency: int, mode: str, db_url: str | None) -> N
         emulator.add_channel(ch)
     emulator.add_user("U_ALICE", "alice")
     url = await emulator.start()
-    port = free_port()
+    ports = [free_port() for _ in range(replicas)]
+    port = ports[0]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("APPROVALD_", "SLACK_"))}
     env.update(SLACK_BOT_TOKEN="xoxb-bench", SLACK_SIGNING_SECRET=SECRET, SLACK_API_URL=url,
                APPROVALD_DATABASE_URL=db_url, APPROVALD_CHANNEL=CHANNEL,
@@ -176,12 +180,14 @@ async def bench(runs: int, concurrency: int, mode: str, db_url: str | None) -> N
     db = Database(db_url)
     await migrate.upgrade(db)
     engine = Engine(db, Registry(AGENTS))
-    serve = await asyncio.create_subprocess_exec(*serve_command(), env=env,
-                                                 stderr=asyncio.subprocess.DEVNULL)
+    serves = [await asyncio.create_subprocess_exec(
+        *serve_command(), env={**env, "APPROVALD_PORT": str(p)},
+        stderr=asyncio.subprocess.DEVNULL) for p in ports]
     try:
-        await wait_healthy(port)
-        print(f"database: {db.display_url}; {os.cpu_count()} CPUs; approvald serve pid "
-              f"{serve.pid}")
+        for p in ports:
+            await wait_healthy(p)
+        print(f"database: {db.display_url}; {os.cpu_count()} CPUs; approvald serve pid(s) "
+              f"{', '.join(str(x.pid) for x in serves)}")
         t0 = time.perf_counter()
         approvals = []
         for _ in range(runs):
@@ -197,7 +203,10 @@ async def bench(runs: int, concurrency: int, mode: str, db_url: str | None) -> N
             await asyncio.sleep(0.05)
         values = {r.id: (r, f"{r.id}:{signer.token(r.id, r.token_nonce, r.effective_digest)}")
                   for r in rows if r}
+        extra = [emulator.client(f"http://127.0.0.1:{p}/slack/events") for p in ports[1:]]
+        others = [await c.__aenter__() for c in extra]
         async with emulator.client(f"http://127.0.0.1:{port}/slack/events") as slack:
+            spread = [slack, *others]  # the load balancer: each click to the next replica
             floor = []
             for _ in range(50):
                 t = time.perf_counter()
@@ -210,33 +219,38 @@ async def bench(runs: int, concurrency: int, mode: str, db_url: str | None) -> N
             stop = asyncio.Event()
             tailer = asyncio.create_task(tool_log.follow(stop))
 
-            async def click(aid: str) -> None:
+            async def click(i: int, aid: str) -> None:
                 a, value = values[aid]
                 async with sem:
                     sent[a.run_id] = time.time()
                     t = time.perf_counter()
-                    r = await slack.click(cards.APPROVE, value, user_id="U_ALICE",
-                                          channel_id=CHANNEL, message_ts=a.message_ts)
+                    r = await spread[i % len(spread)].click(
+                        cards.APPROVE, value, user_id="U_ALICE", channel_id=CHANNEL,
+                        message_ts=a.message_ts)
                     acks.append(time.perf_counter() - t)
                     assert r.status == 200, r.body
                     if mode == "effect":
                         await tool_log.event(a.run_id).wait()
 
             t0 = time.perf_counter()
-            cpu0 = cpu_seconds(serve.pid)
-            await asyncio.gather(*(click(aid) for aid in approvals))
+            cpu0 = sum(cpu_seconds(x.pid) for x in serves)
+            await asyncio.gather(*(click(i, aid) for i, aid in enumerate(approvals)))
             await asyncio.wait_for(
                 asyncio.gather(*(tool_log.event(values[a][0].run_id).wait()
                                  for a in approvals)), 300)
             wall = time.perf_counter() - t0
-            serve_cpu = cpu_seconds(serve.pid) - cpu0
+            serve_cpu = sum(cpu_seconds(x.pid) for x in serves) - cpu0
             stop.set()
             await tailer
             updated, completed = await follow_up(engine, emulator, values)
+            for c in extra:
+                await c.__aexit__(None, None, None)
         started = tool_log.started
         starts = [started[r] - sent[r] for r in sent]
-        print(f"{runs} signed Approve clicks, {concurrency} at a time, over HTTP to a separate "
-              f"serve process: {wall:.2f} s wall ({runs / wall:.0f} approvals/s)")
+        where = ("a separate serve process" if replicas == 1
+                 else f"{replicas} serve replicas, in turn")
+        print(f"{runs} signed Approve clicks, {concurrency} at a time, over HTTP to {where}: "
+              f"{wall:.2f} s wall ({runs / wall:.0f} approvals/s)")
         print(f"  serve process CPU during the clicks: {serve_cpu:.2f} s "
               f"({serve_cpu / wall:.0%} of one core; {serve_cpu / runs * 1000:.1f} ms/approval)")
         print("  a click is in flight until " + (
@@ -260,9 +274,13 @@ async def bench(runs: int, concurrency: int, mode: str, db_url: str | None) -> N
         print(f"  p99 ack <= 100 ms: {pct(acks, .99):.1f}  {'PASS' if ok_ack else 'FAIL'}")
         print(f"  p99 click -> tool start <= 250 ms: {pct(starts, .99):.1f}  "
               f"{'PASS' if ok_start else 'FAIL'}")
+        return {"per_second": runs / wall, "cpu_ms": serve_cpu / runs * 1000,
+                "ack_p99": pct(acks, .99), "start_p99": pct(starts, .99)}
     finally:
-        serve.terminate()
-        await serve.wait()
+        for x in serves:
+            x.terminate()
+        for x in serves:
+            await x.wait()
         await db.close()
         await emulator.stop()
 

@@ -1,0 +1,62 @@
+"""Replicas on PostgreSQL: does a second and third ``serve`` add capacity?
+
+    python tests/benchmarks/bench_replicas.py [--db postgresql+asyncpg://…] [--runs 200]
+
+Runs ``bench_clicks`` (200 signed Approve clicks, 20 at a time, each in flight until its
+tool starts) twice on the same PostgreSQL database: against one ``serve`` process (the
+in-run baseline), then against three replicas with the clicks spread over them in turn,
+as a load balancer would. Prints decisions per second, p99 click -> tool start and the
+serve CPU per decision for both. Targets (issue 14): three replicas at least 2x the
+decisions per second of one, and p99 click -> tool start <= 300 ms with three. On a
+machine with fewer cores than replicas the machine is the limit: the CPU per decision
+then says whether the replicas share the work or fight over it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[1]))
+
+from bench_clicks import bench
+
+DEFAULT_DB = "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
+
+
+async def main_async(db: str, runs: int) -> int:
+    print("== one serve process (baseline)")
+    one = await bench(runs, 20, "effect", db, replicas=1)
+    print("\n== three serve replicas, clicks spread over them")
+    three = await bench(runs, 20, "effect", db, replicas=3)
+    ratio = three["per_second"] / one["per_second"]
+    print(f"\n{os.cpu_count()} CPUs")
+    print(f"  decisions/s:        1 replica {one['per_second']:.0f}   3 replicas "
+          f"{three['per_second']:.0f}   ({ratio:.2f}x)")
+    print(f"  CPU per decision:   1 replica {one['cpu_ms']:.1f} ms   3 replicas "
+          f"{three['cpu_ms']:.1f} ms (all replicas together)")
+    print(f"  p99 click -> tool start: 1 replica {one['start_p99']:.0f} ms   3 replicas "
+          f"{three['start_p99']:.0f} ms")
+    print("targets")
+    ok_scale, ok_p99 = ratio >= 2.0, three["start_p99"] <= 300
+    print(f"  3 replicas >= 2x the decisions/s of 1: {ratio:.2f}x  "
+          f"{'PASS' if ok_scale else 'FAIL'}")
+    print(f"  p99 click -> tool start <= 300 ms with 3: {three['start_p99']:.0f}  "
+          f"{'PASS' if ok_p99 else 'FAIL'}")
+    return 0 if ok_scale and ok_p99 else 1
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--db", default=DEFAULT_DB, help="a PostgreSQL URL (tables are reused)")
+    p.add_argument("--runs", type=int, default=200)
+    a = p.parse_args()
+    return asyncio.run(main_async(a.db, a.runs))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
