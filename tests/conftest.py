@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from hypothesis import settings as hypothesis_settings
 
+from runtime import failpoints
 from runtime.agent import Agent, Registry
 from runtime.audit import AuditKey
 from runtime.clock import ManualClock
@@ -47,6 +48,13 @@ async def _pg_admin(sql: str) -> None:
         await conn.execute(sql)
     finally:
         await conn.close()
+
+
+@pytest.fixture(autouse=True)
+def disarm_failpoints() -> Iterator[None]:
+    """No failpoint armed by a test outlives it."""
+    yield
+    failpoints.arm("")
 
 
 @pytest.fixture(scope="session", autouse=True)

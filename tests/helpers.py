@@ -82,3 +82,13 @@ def make_cli(db_url: str, tmp_path: Path) -> Cli:
     cli = Cli(db_url=db_url, workdir=tmp_path)
     cli.set_time(START)
     return cli
+
+
+class Crash(BaseException):
+    """The process dies at a failpoint (in-process tests cannot SIGKILL themselves); a
+    BaseException, so nothing on the way swallows it."""
+
+
+def crash(name: str) -> None:
+    """A failpoint action: die here (``failpoints.arm(name, crash)``)."""
+    raise Crash(name)

@@ -55,6 +55,8 @@ from runtime.errors import ApprovaldError
 from runtime.policy import ApprovalPolicy, PolicyFile
 from store.db import Database
 from tests.conftest import SIGNER, TABLES
+from tests.helpers import Crash
+from tests.helpers import crash as _crash
 
 REQUESTER = "U_REQ"
 ACTORS = ["U_A", "U_B", "U_C", "W_D", REQUESTER, "U_X"]
@@ -63,14 +65,6 @@ DECISIONS = {"voted", "approved", "denied", "edited", "refused", "outcome_resolv
 CRASH_POINTS = ["after_intent", "before_result", "after_result", "before_checkpoint",
                 "after_checkpoint", "after_commit_before_post"]
 LEASE = timedelta(seconds=30)
-
-
-class Crash(BaseException):
-    """The simulated process dies at a failpoint (a BaseException: nothing swallows it)."""
-
-
-def _crash(name: str) -> None:
-    raise Crash(name)
 
 
 STATS: Counter[str] = Counter()  # what the schedules reached (a blind model proves nothing)

@@ -12,16 +12,10 @@ from bot import cards
 from runtime import failpoints
 from runtime.clock import ManualClock
 from runtime.decide import Actor
+from tests.helpers import Crash
+from tests.helpers import crash as _crash
 from tests.integration.slack_harness import CHANNEL, harness, wait_for
 from tests.integration.test_slack import _status, assert_valid_blocks, text_of
-
-
-class Crash(BaseException):
-    pass
-
-
-def _crash(name: str) -> None:
-    raise Crash(name)
 
 
 def card_messages(h) -> list[dict]:

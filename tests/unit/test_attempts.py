@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -19,22 +18,14 @@ from runtime.models.scripted import ScriptedModel, reply
 from runtime.outcomes import Completed, NeedsAttention, Waiting
 from runtime.tools import Reconciled, ToolContext, tool
 from store.repos.runs import RunsRepo
+from tests.helpers import Crash
+from tests.helpers import crash as _crash
 
 OPS = Actor("U_OPS", "slack")
 
 
-class Crash(BaseException):
-    """The process dies at a failpoint (in-process tests cannot SIGKILL themselves)."""
 
 
-def _crash(name: str) -> None:
-    raise Crash(name)
-
-
-@pytest.fixture(autouse=True)
-def disarm() -> Iterator[None]:
-    yield
-    failpoints.arm("")
 
 
 class Provider:

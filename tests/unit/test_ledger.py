@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -16,20 +15,8 @@ from runtime.models.scripted import ScriptedModel, reply
 from runtime.outcomes import Cancelled, Completed, NeedsAttention
 from runtime.tools import Reconciled, ToolContext, tool
 from store.models import ToolExecution
-
-
-class Crash(BaseException):
-    """Stands in for the process dying at a failpoint (in-process tests cannot SIGKILL)."""
-
-
-def _crash(name: str) -> None:
-    raise Crash(name)
-
-
-@pytest.fixture(autouse=True)
-def disarm() -> Iterator[None]:
-    yield
-    failpoints.arm("")
+from tests.helpers import Crash
+from tests.helpers import crash as _crash
 
 
 def charge_agent(calls: list[dict[str, Any]], *, idempotent: bool = False,
