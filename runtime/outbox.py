@@ -140,9 +140,10 @@ class OutboxDrain:
         """Deliver every due group head once; returns how many rows were delivered.
 
         Groups are independent, so their heads go out concurrently; within a group the
-        next row becomes the head only after this one is delivered. Heads are claimed in
-        one statement and marked delivered in one transaction. Each batch first lets
-        decided runs reach their tool calls (see :mod:`runtime.urgency`).
+        next row becomes the head only after this one is delivered. Heads are selected
+        and claimed in one transaction, passing over those another replica is claiming
+        (see ``OutboxRepo.claim_heads``), and marked delivered in one transaction. Each
+        batch first lets decided runs reach their tool calls (see :mod:`runtime.urgency`).
         """
         e = self.e
         delivered = 0
@@ -150,17 +151,13 @@ class OutboxDrain:
         while True:
             quiet = await e.urgency.settle(self.config.patience)
             now = e.clock.now()
-            async with e.db.read() as tx:
-                heads = await tx.outbox.heads(
-                    now=now, limit=self.config.batch if quiet else self.config.busy_batch,
-                    stale_owners=stale)
-            if not heads:
-                return delivered
             async with e.db.write() as tx:
-                claimed = await tx.outbox.claim_many(
-                    [r.id for r in heads], owner=e.owner, now=now,
-                    until=now + self.config.claim_ttl, stale_owners=stale)
-            mine = [r for r in heads if r.id in claimed]
+                mine = await tx.outbox.claim_heads(
+                    owner=e.owner, now=now, until=now + self.config.claim_ttl,
+                    limit=self.config.batch if quiet else self.config.busy_batch,
+                    stale_owners=stale)
+            if not mine:
+                return delivered
             results = await asyncio.gather(*(self._one(row) for row in mine))
             done = [(row.id, res) for row, (ok, res) in zip(mine, results, strict=True) if ok]
             if done:

@@ -38,6 +38,10 @@ def _heads(with_stale: bool) -> Any:
 
 
 _HEADS = {False: _heads(False), True: _heads(True)}
+# the same heads as a claim: rows another transaction holds are passed over, never waited
+# for (PostgreSQL; SQLAlchemy leaves FOR UPDATE out on SQLite, whose writer is alone)
+_CLAIM_HEADS = {k: v.with_for_update(skip_locked=True, key_share=True, of=_T)
+                for k, v in _HEADS.items()}
 
 
 def _free(now: datetime, stale_owners: Sequence[str]) -> Any:
@@ -114,6 +118,26 @@ class OutboxRepo(Repo):
             params["stale"] = list(stale_owners)
         rows = await self.conn.execute(_HEADS[bool(stale_owners)], params)
         return [OutboxRecord(**r._mapping) for r in rows]
+
+    async def claim_heads(self, *, owner: str, now: datetime, until: datetime, limit: int,
+                          stale_owners: Sequence[str] = ()) -> list[OutboxRecord]:
+        """Claim up to ``limit`` of :meth:`heads` for ``owner`` until ``until``; returns
+        the rows claimed, as they were before the claim (``attempts`` not yet counted).
+
+        Run it in a write transaction. On PostgreSQL the heads are selected ``FOR NO KEY
+        UPDATE SKIP LOCKED``: heads another replica is claiming right now are passed over
+        (not waited for), so replicas claiming at once get disjoint rows and each still
+        gets up to ``limit``. The compare-and-set of :meth:`claim_many` follows in the same
+        transaction and stays the guarantee; skipping locked rows only removes the waiting.
+        """
+        params: dict[str, Any] = {"now": now, "lim": limit}
+        if stale_owners:
+            params["stale"] = list(stale_owners)
+        rows = [OutboxRecord(**r._mapping) for r in
+                await self.conn.execute(_CLAIM_HEADS[bool(stale_owners)], params)]
+        claimed = await self.claim_many([r.id for r in rows], owner=owner, now=now,
+                                        until=until, stale_owners=stale_owners)
+        return [r for r in rows if r.id in claimed]
 
     async def claim_many(self, ids: Sequence[int], *, owner: str, now: datetime,
                          until: datetime, stale_owners: Sequence[str] = ()) -> set[int]:
