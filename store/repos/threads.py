@@ -23,8 +23,12 @@ _R = cast(Table, Run.__table__)
 _GET = select(_T).where(_T.c.run_id == bindparam("rid"))
 _FREE = or_(_T.c.claimed_until.is_(None), _T.c.claimed_until <= bindparam("now"))
 _DUE = or_(_T.c.next_attempt_at.is_(None), _T.c.next_attempt_at <= bindparam("now"))
+# the row, unless another transaction holds it (a replica claiming it right now): then the
+# claim fails at once instead of waiting to fail (PostgreSQL; SQLite has one writer)
+_UNLOCKED = (select(_T.c.run_id).where(_T.c.run_id == bindparam("rid"))
+             .with_for_update(skip_locked=True, key_share=True))
 _CLAIM = (update(_T)
-          .where(_T.c.run_id == bindparam("rid"),
+          .where(_T.c.run_id.in_(_UNLOCKED),
                  _T.c.claimed_by.is_not_distinct_from(bindparam("seen")), _FREE, _DUE)
           .values(claimed_by=bindparam("owner"), claimed_until=bindparam("until"))
           .returning(*_T.c))
@@ -69,7 +73,9 @@ class ThreadsRepo(Repo):
         is due and ``claimed_by`` is still ``seen_by``; returns the row as now claimed.
 
         Matching ``seen_by`` tells the caller whether the claim it takes over was left
-        unclean (``seen_by`` set), which a plain "is it free" test could not.
+        unclean (``seen_by`` set), which a plain "is it free" test could not. A row another
+        transaction holds (on PostgreSQL) is not waited for: the claim returns None at once,
+        as it would once that replica's claim committed.
         """
         row = (await self.conn.execute(_CLAIM, {"rid": run_id, "seen": seen_by, "now": now,
                                                 "owner": owner, "until": until})).first()
