@@ -44,14 +44,19 @@ class Expiry:
 
     async def sweep(self, *, limit: int = 5000, batch: int = 250,
                     only: Sequence[str] | None = None) -> SweepResult:
-        """Settle everything overdue as of the clock's now (or just the ids in ``only``)."""
+        """Settle everything overdue as of the clock's now (or just the ids in ``only``).
+
+        A sweep claims its work a batch at a time (``ApprovalsRepo.claim_overdue``):
+        requests another replica's sweep is settling at that moment are passed over, so
+        replicas sweeping together split the work instead of queueing on the same rows.
+        ``only`` (a job for requests due now) waits for the rows it names instead: it is
+        there to settle them promptly, and a holder of their run may not be settling them.
+        """
         now = self.e.clock.now()
         result = SweepResult()
         if only is None:
-            async with self.e.db.read() as tx:
-                due = await tx.approvals.due_for_expiry(now, limit)
-        else:
-            due = list(only)
+            await self._claim_and_settle(now, limit, batch, result)
+        due = list(only or ())
         for i in range(0, len(due), batch):
             chunk = due[i:i + batch]
 
@@ -77,6 +82,27 @@ class Expiry:
             self.e.meter.escalated(len(result.escalated))
         if result.reminded:
             self.e.meter.reminded(len(result.reminded))
+
+    async def _claim_and_settle(self, now: datetime, limit: int, batch: int,
+                                result: SweepResult) -> None:
+        """Claim and settle overdue requests, ``batch`` per transaction, until a claim
+        comes back short (nothing left that nobody else holds) or ``limit`` is reached."""
+        left = limit
+        while left > 0:
+            size = min(batch, left)
+
+            async def settle(tx: Tx, size: int = size) -> tuple[int, SweepResult]:
+                claimed = await tx.approvals.claim_overdue(now=now, limit=size)
+                settled = SweepResult()  # the claim holds the runs' rows and the requests'
+                await self._settle(tx, await tx.approvals.expire_batch(claimed, now=now),
+                                   now, settled)
+                return len(claimed), settled
+
+            n, settled = await self.e.db.transact(settle, what="expiry sweep")
+            result.merge(settled)
+            left -= n
+            if n < size:
+                return
 
     async def settle_overdue(self, tx: Tx, ids: Sequence[str], *, now: datetime) -> SweepResult:
         """In ``tx``: expire (compare-and-set) those of ``ids`` still pending and overdue,

@@ -10,12 +10,13 @@ from typing import Any, cast
 from sqlalchemy import Insert, Select, Table, Update, bindparam, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
-from store.models import Approval, ApprovalVote
+from store.models import Approval, ApprovalVote, Run
 from store.records import ApprovalRecord, VoteRecord
 from store.repos.base import Repo, to_record
 
 _T = cast(Table, Approval.__table__)
 _V = cast(Table, ApprovalVote.__table__)
+_R = cast(Table, Run.__table__)
 # statements built once: SQLAlchemy then skips construction and cache-key work per call
 _GET = select(_T).where(_T.c.id == bindparam("aid"))
 # FOR NO KEY UPDATE on PostgreSQL (votes' foreign-key checks still pass), nothing on SQLite,
@@ -26,6 +27,16 @@ _VOTERS = (select(_V.c.actor).where(_V.c.approval_id == bindparam("aid"),
            .order_by(_V.c.at, _V.c.actor))
 _FOR_RUN = select(_T).where(_T.c.run_id == bindparam("rid")).order_by(_T.c.requested_at)
 _VOTES = select(_V).where(_V.c.approval_id == bindparam("aid")).order_by(_V.c.at)
+# the request's row unless another transaction holds it (then nothing, at once)
+_UNLOCKED = (select(_T.c.id).where(_T.c.id == bindparam("aid"))
+             .with_for_update(skip_locked=True, key_share=True))
+# overdue requests as a claim: each with its run's row, both locked FOR NO KEY UPDATE, and
+# rows another transaction holds passed over (PostgreSQL; nothing on SQLite: one writer)
+_CLAIM_OVERDUE = (
+    select(_T.c.id).join(_R, _R.c.id == _T.c.run_id)
+    .where(_T.c.status == "pending", _T.c.expires_at <= bindparam("now"))
+    .order_by(_T.c.expires_at, _T.c.id).limit(bindparam("lim"))
+    .with_for_update(skip_locked=True, key_share=True, of=[_R, _T]))
 _VOTE: dict[str, Insert] = {
     "sqlite": cast(Any, sqlite.insert(_V)).on_conflict_do_nothing(),
     "postgresql": cast(Any, postgresql.insert(_V)).on_conflict_do_nothing(),
@@ -113,6 +124,21 @@ class ApprovalsRepo(Repo):
         )
         return [r[0] for r in rows]
 
+    async def claim_overdue(self, *, now: datetime, limit: int) -> list[str]:
+        """Claim up to ``limit`` pending requests past their expiry, oldest first: hold
+        each one's row and its run's row until the transaction ends; returns their ids.
+
+        For a sweep's write transaction, followed there by :meth:`expire_batch` (the
+        compare-and-set that decides). On PostgreSQL requests whose row or run row another
+        transaction holds (another replica's sweep, a click being recorded) are passed
+        over, never waited for: replicas sweeping at once split the overdue requests, and
+        since a skipping lock never waits it cannot deadlock with the one lock order
+        (run, approvals, audit head) of a transaction holding a run and waiting for one
+        of its approvals. A request passed over is settled by its holder or the next sweep.
+        """
+        rows = await self.conn.execute(_CLAIM_OVERDUE, {"now": now, "lim": limit})
+        return [r[0] for r in rows]
+
     async def due_for_reminder(self, now: datetime, limit: int,
                                only: Sequence[str] | None = None) -> list[ApprovalRecord]:
         stmt = select(_T).where(Approval.status == "pending", Approval.next_reminder_at <= now,
@@ -193,11 +219,15 @@ class ApprovalsRepo(Repo):
 
     async def advance_reminder(self, approval_id: str, *, sent: int,
                                next_at: datetime | None) -> bool:
-        """Count one reminder as sent, if nobody else did already (compare-and-set)."""
+        """Count one reminder as sent, if nobody else did already (compare-and-set).
+
+        A request whose row another transaction holds (another replica sending this very
+        reminder, a click being recorded) is not waited for: False at once (PostgreSQL),
+        and the next sweep looks again if it is still due."""
         res = await self.conn.execute(
-            update(_T).where(Approval.id == approval_id, Approval.status == "pending",
+            update(_T).where(Approval.id.in_(_UNLOCKED), Approval.status == "pending",
                              Approval.reminders_sent == sent)
-            .values(reminders_sent=sent + 1, next_reminder_at=next_at)
+            .values(reminders_sent=sent + 1, next_reminder_at=next_at), {"aid": approval_id}
         )
         return bool(res.rowcount == 1)
 
