@@ -110,16 +110,23 @@ class Handlers:
                       args: Any = None) -> tuple[Decision | None, str | None]:
         """Record a decision now, before the caller acks: ``(decision, None)`` once it is
         committed, or ``(None, what to tell the clicker)`` when nothing was recorded."""
-        try:
-            decision = await self.e.decide(approval_id, actor=Actor(user, "slack"),
-                                           verdict=verdict, reason=reason, args=args,
-                                           token=token)
-        except (ApprovaldError, ValueError) as exc:
-            return None, self._refusal(exc)
-        except Exception as exc:  # the database failed: nothing was committed; say so
-            log.error("decision on approval %s by %s failed: %s: %s", approval_id, user,
-                      type(exc).__name__, exc, exc_info=exc)
-            return None, texts.REPLY_ERROR.format(error=type(exc).__name__)
+        # the click's span: its decision is a child, and so are the steps of the run it
+        # resumes in this process (see runtime/tracing.py)
+        with self.e.tracer.span("slack.click", approval_id=approval_id, user=user,
+                                verdict=verdict) as span:
+            try:
+                decision = await self.e.decide(approval_id, actor=Actor(user, "slack"),
+                                               verdict=verdict, reason=reason, args=args,
+                                               token=token)
+            except (ApprovaldError, ValueError) as exc:
+                span.set(outcome=f"refused:{getattr(exc, 'reason', type(exc).__name__)}")
+                return None, self._refusal(exc)
+            except Exception as exc:  # the database failed: nothing was committed; say so
+                log.error("decision on approval %s by %s failed: %s: %s", approval_id, user,
+                          type(exc).__name__, exc, exc_info=exc)
+                span.set(outcome=f"error:{type(exc).__name__}")
+                return None, texts.REPLY_ERROR.format(error=type(exc).__name__)
+            span.set(outcome=decision.outcome)
         return decision, None
 
     async def _after(self, client: AsyncWebClient, user: str, channel: str | None,

@@ -32,6 +32,7 @@ from aiohttp import web
 from bot.config import Settings
 from bot.log_delivery import LogDeliverer
 from bot.metrics import PrometheusMeter, add_routes
+from bot.tracing import from_environment as tracing_from_environment
 from bot.wiring import build_engine, open_database
 from runtime import audit, retention
 from runtime.clock import Clock
@@ -66,6 +67,8 @@ class Service:
         self.stop_event = stop_event or asyncio.Event()
         self.meter = PrometheusMeter()
         self.engine.meter = self.meter
+        self.tracing = tracing_from_environment()  # off unless OTEL_* variables ask
+        self.engine.tracer = self.tracing.tracer
         self.slack = None
         self._ops_runner: web.AppRunner | None = None
         self.ops_port: int | None = None
@@ -231,6 +234,8 @@ class Service:
             self._ops_runner = None
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.engine.registry.aclose(), AFTER_CANCEL)
+        with contextlib.suppress(Exception):  # the last spans, if the collector answers
+            await self.tracing.shutdown(within=AFTER_CANCEL)
 
     def describe(self) -> str:
         if self.slack is None:

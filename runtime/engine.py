@@ -31,6 +31,7 @@ from runtime.outcomes import Outcome
 from runtime.runner import Runner
 from runtime.state import FINAL_STATUSES, RunState, UserMessage
 from runtime.tools import Tool
+from runtime.tracing import Tracer
 from runtime.transcript import build_state, encode
 from runtime.urgency import Urgency
 from store.db import Database
@@ -69,6 +70,7 @@ class Engine:
         self.urgency = Urgency()  # decided runs go before background deliveries
         self.meter = Meter()  # what the process reports about itself (serve exports it)
         self.decided_runs = DecidedRuns()  # click -> tool start, measured in-process
+        self.tracer = Tracer()  # spans of steps, calls and decisions (serve may export them)
         self._ready_listeners: list[Callable[[str], None]] = []
         self._opened_listeners: list[Callable[[str], None]] = []
         self._outbox_listeners: list[Callable[[], None]] = []
@@ -239,15 +241,28 @@ class Engine:
         deciding = object()
         self.urgency.begin_answer(deciding)
         started = time.monotonic()
-        try:
-            decision = await self.decider.decide(approval_id, actor=actor, verdict=verdict,
-                                                 reason=reason, args=args, token=token,
-                                                 expect_digest=expect_digest)
-        except DecisionRefused as refused:
-            self.meter.decision(f"refused:{refused.reason}", time.monotonic() - started)
-            raise
-        finally:
-            self.urgency.end(deciding)
+        with self.tracer.span("approval.decision", approval_id=approval_id, verdict=verdict,
+                              actor=actor.id, via=actor.via) as span:
+            try:
+                decision = await self.decider.decide(approval_id, actor=actor, verdict=verdict,
+                                                     reason=reason, args=args, token=token,
+                                                     expect_digest=expect_digest)
+            except DecisionRefused as refused:
+                span.set(outcome=f"refused:{refused.reason}")
+                self.meter.decision(f"refused:{refused.reason}", time.monotonic() - started)
+                raise
+            finally:
+                self.urgency.end(deciding)
+            a = decision.approval
+            span.set(approval_id=a.id, outcome=decision.outcome, run_id=a.run_id,
+                     run_ready=decision.run_ready)
+            if decision.final:  # request -> decision, recorded now that it is over
+                self.tracer.interval("approval.wait", start=a.requested_at,
+                                     end=a.decided_at or self.clock.now(), approval_id=a.id,
+                                     run_id=a.run_id, kind=a.kind, tool=a.tool,
+                                     outcome=decision.outcome)
+            if decision.run_ready:  # its resumed steps, here, go on in this trace
+                self.tracer.remember(a.run_id)
         self.meter.decision(decision.outcome, time.monotonic() - started)
         self.notify_outbox()  # the card update
         if decision.run_ready:

@@ -52,6 +52,7 @@ from runtime.outcomes import (
 )
 from runtime.state import FINAL_STATUSES, AssistantMessage, RunState, ToolCall, ToolMessage
 from runtime.tools import ToolContext
+from runtime.tracing import Steps, model_name
 from runtime.transcript import build_state, encode
 from store.records import ApprovalRecord, ExecutionRecord, RunRecord
 from store.repos import Tx
@@ -146,7 +147,9 @@ class Runner:
         released = [False]
         try:
             async with self._heartbeat(run_id, owner) as lost:
-                return await self._drive(got, owner, stop or asyncio.Event(), lost, released)
+                with e.tracer.steps(run_id) as steps:
+                    return await self._drive(got, owner, stop or asyncio.Event(), lost,
+                                             released, steps)
         except LeaseLost as exc:
             log.warning("run %s: %s; backing off", run_id, exc)
             return Busy(run_id, "running", holder=None)
@@ -342,7 +345,7 @@ class Runner:
         return _Live(run, build_state(run, events, executions), executions, approvals, owner)
 
     async def _drive(self, run: RunRecord, owner: str, stop: asyncio.Event,
-                     lost: asyncio.Event, released: list[bool]) -> Outcome:
+                     lost: asyncio.Event, released: list[bool], steps: Steps) -> Outcome:
         run_id = run.id
         live = await self._load(run, owner)  # acquire_lease took it only if ``running``
         live.released = released
@@ -358,6 +361,8 @@ class Runner:
             if stop.is_set():
                 return Yielded(run_id, "running")
             calls = live.state.unresolved_calls()
+            steps.next(run_id=run_id, agent=agent.name,
+                       step=live.step if calls else live.step + 1, resumed=bool(calls))
             pending = _Pending()
             fresh: AssistantMessage | None = None
             if not calls:
@@ -411,9 +416,12 @@ class Runner:
         if inflight is not None and inflight.get("step") == live.step + 1:
             return AssistantMessage.model_validate(inflight["reply"])
         await self._take_model_call(agent)
-        reply = await agent.model.complete(instructions=agent.instructions,
-                                           messages=live.state.messages,
-                                           tools=agent.tool_specs())
+        with self.e.tracer.span("model.call", run_id=live.run.id, agent=agent.name,
+                                model=model_name(agent.model),
+                                instructions_version=live.run.instructions_version):
+            reply = await agent.model.complete(instructions=agent.instructions,
+                                               messages=live.state.messages,
+                                               tools=agent.tool_specs())
         failpoint("mid_model_call")
         seen = live.call_ids
         calls: list[ToolCall] = []
@@ -506,12 +514,16 @@ class Runner:
         since = e.decided_runs.reached(live.run.id)
         if since is not None:
             e.meter.tool_started(since)
-        result = await e.ledger.execute(
-            tool=tool, ctx=ctx, step=live.step, args=args, digest=digest, existing=existing,
-            owner=live.owner, journal=pending.journal,
-            after_result=after_result if (approval or kind == "notify_after") else None,
-            retry_sanctioned=sanctioned, urgent=urgent,
-        )
+        with e.tracer.span("tool.call", run_id=live.run.id, tool=tool.name, call_id=call.id,
+                           idempotency_key=ctx.idempotency_key, policy=kind,
+                           approval_id=approval.id if approval else None) as span:
+            result = await e.ledger.execute(
+                tool=tool, ctx=ctx, step=live.step, args=args, digest=digest,
+                existing=existing, owner=live.owner, journal=pending.journal,
+                after_result=after_result if (approval or kind == "notify_after") else None,
+                retry_sanctioned=sanctioned, urgent=urgent,
+            )
+            span.set(status=_call_status(result))
         pending.journal = None  # journaled (or the step's calls were recorded before)
         if kind == "notify_after" and isinstance(result, Executed) and not result.reused:
             e.notify_outbox()  # the notice
@@ -672,6 +684,17 @@ def _sanctions(question: ApprovalRecord, rec: ExecutionRecord) -> bool:
     if isinstance(attempt, int):
         return attempt == rec.attempts
     return question.decided_at is not None and question.decided_at >= rec.started_at
+
+
+def _call_status(result: Executed | OutcomeUnknown | WaitForAttempt) -> str:
+    """What a ``tool.call`` span says became of the call."""
+    if isinstance(result, OutcomeUnknown):
+        return "outcome_unknown"
+    if isinstance(result, WaitForAttempt):
+        return "waiting_for_attempt"
+    seen = result.observation
+    failed = isinstance(seen, dict) and seen.get("status") == "error" and "error_class" in seen
+    return ("reused_" if result.reused else "") + ("failed" if failed else "succeeded")
 
 
 def _refusal(approval: ApprovalRecord) -> dict[str, Any]:

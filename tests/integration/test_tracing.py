@@ -1,0 +1,221 @@
+"""OpenTelemetry traces: a signed Slack click, the decision it records and the run it
+resumes are one trace; with tracing off nothing is recorded anywhere."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from bot import cards
+from bot.tracing import from_environment
+from runtime.decide import Actor
+from runtime.errors import ConfigError
+from runtime.outcomes import Completed, Paused
+from runtime.tracing import OtelTracer, Tracer
+from tests.integration.slack_harness import CHANNEL, TASK, harness, wait_for
+
+A = "approvald."
+
+
+@pytest.fixture
+def exported() -> Iterator[tuple[TracerProvider, InMemorySpanExporter]]:
+    """A provider of the test's own (the global one is never set) and what it exported."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(shutdown_on_exit=False)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    yield provider, exporter
+    provider.shutdown()
+
+
+def named(spans: tuple[ReadableSpan, ...] | list[ReadableSpan], name: str,
+          **attrs: object) -> list[ReadableSpan]:
+    return [s for s in spans if s.name == name
+            and all(s.attributes.get(A + k) == v for k, v in attrs.items())]
+
+
+def ids(span: ReadableSpan) -> tuple[int, int]:
+    ctx = span.get_span_context()
+    assert ctx is not None
+    return ctx.trace_id, ctx.span_id
+
+
+def parent_id(span: ReadableSpan) -> int | None:
+    return span.parent.span_id if span.parent is not None else None
+
+
+async def test_click_decision_and_resumed_tool_call_are_one_trace(sqlite_url, tmp_path,
+                                                                  exported) -> None:
+    provider, exporter = exported
+    async with harness(sqlite_url, tmp_path) as h:
+        h.engine.tracer = OtelTracer(provider)
+        paused = await h.pause_refund()
+        run_id = paused.run_id
+        [aid] = paused.approval_ids
+        await h.card(aid)
+        a = await h.approval(aid)
+        before = exporter.get_finished_spans()
+        # the first advance traced its steps: lookup_order ran, issue_refund was gated
+        [lookup] = named(before, "tool.call", tool="lookup_order", run_id=run_id)
+        assert lookup.attributes[A + "status"] == "succeeded"
+        assert lookup.attributes[A + "policy"] == "auto"
+        assert not named(before, "tool.call", tool="issue_refund")
+        assert named(before, "model.call", run_id=run_id, model="ScriptedModel")
+
+        resp = await h.slack.click(cards.APPROVE, h.value(a), user_id="U_ALICE",
+                                   channel_id=CHANNEL, message_ts=a.message_ts)
+        assert resp.status == 200
+        done = await wait_for(lambda: _completed(h, run_id), what="the run to complete")
+        # the last step's span ends just after its checkpoint: wait for it too
+        spans = await wait_for(lambda: _through_step(exporter, run_id, done.step),
+                               what="the last step's span")
+
+    [click] = named(spans, "slack.click", approval_id=aid)
+    trace_id, click_id = ids(click)
+    assert click.parent is None  # a click starts its trace
+    assert click.attributes[A + "user"] == "U_ALICE"
+    assert click.attributes[A + "outcome"] == "approved"
+
+    [decision] = named(spans, "approval.decision", approval_id=aid)
+    assert ids(decision)[0] == trace_id and parent_id(decision) == click_id
+    assert decision.attributes[A + "outcome"] == "approved"
+    assert decision.attributes[A + "run_id"] == run_id
+    assert decision.attributes[A + "run_ready"] is True
+    decision_id = ids(decision)[1]
+
+    [wait] = named(spans, "approval.wait", approval_id=aid)
+    assert ids(wait)[0] == trace_id and parent_id(wait) == decision_id
+    assert wait.start_time == int(a.requested_at.timestamp() * 1_000_000_000)
+    assert wait.end_time is not None and wait.end_time >= wait.start_time
+
+    # every step of the resumed run is a child of the decision, in the click's trace
+    steps = [s for s in named(spans, "run.step", run_id=run_id) if ids(s)[0] == trace_id]
+    assert steps and all(parent_id(s) == decision_id for s in steps)
+    assert {s.attributes[A + "step"] for s in steps} == set(range(2, done.step + 1))
+    [resumed] = [s for s in steps if s.attributes[A + "resumed"]]
+    assert resumed.attributes[A + "step"] == 2 and resumed.attributes[A + "agent"] \
+        == "demo-refund"
+
+    [refund] = named(spans, "tool.call", tool="issue_refund")
+    assert ids(refund)[0] == trace_id and parent_id(refund) == ids(resumed)[1]
+    assert refund.attributes[A + "approval_id"] == aid
+    assert refund.attributes[A + "policy"] == "approve_before"
+    assert refund.attributes[A + "status"] == "succeeded"
+    call_id = refund.attributes[A + "call_id"]
+    assert refund.attributes[A + "idempotency_key"] == f"{run_id}:{call_id}"
+
+    # model calls after the resume hang under their steps, in the same trace
+    step_ids = {ids(s)[1] for s in steps}
+    later = [m for m in named(spans, "model.call", run_id=run_id) if ids(m)[0] == trace_id]
+    assert later and all(parent_id(m) in step_ids for m in later)
+
+    # the steps before the click are not in the click's trace
+    assert all(ids(s)[0] != trace_id for s in named(before, "run.step"))
+
+
+async def test_a_refused_click_is_traced_and_resumes_nothing(sqlite_url, tmp_path,
+                                                             exported) -> None:
+    provider, exporter = exported
+    async with harness(sqlite_url, tmp_path) as h:
+        h.engine.tracer = OtelTracer(provider)
+        paused = await h.pause_refund()  # U_DANA started it: she may not approve it
+        [aid] = paused.approval_ids
+        await h.card(aid)
+        a = await h.approval(aid)
+        resp = await h.slack.click(cards.APPROVE, h.value(a), user_id="U_DANA",
+                                   channel_id=CHANNEL, message_ts=a.message_ts)
+        assert resp.status == 200
+        spans = exporter.get_finished_spans()
+        assert (await h.approval(aid)).status == "pending"
+    [click] = named(spans, "slack.click", approval_id=aid)
+    [decision] = named(spans, "approval.decision", approval_id=aid)
+    assert parent_id(decision) == ids(click)[1]
+    assert decision.attributes[A + "outcome"] == "refused:self_approval"
+    assert click.attributes[A + "outcome"] == "refused:self_approval"
+    assert not named(spans, "approval.wait")
+    assert all(ids(s)[0] != ids(click)[0] for s in named(spans, "run.step"))
+
+
+async def test_tracing_off_records_nothing(make_engine, exported,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    provider, exporter = exported
+    # whatever asks OpenTelemetry for its global provider gets the test's one
+    monkeypatch.setattr(trace, "get_tracer_provider", lambda: provider)
+    engine = make_engine()
+    assert type(engine.tracer) is Tracer and not engine.tracer.enabled
+    outcome = await engine.run("demo-refund", TASK, requested_by="U_DANA")
+    assert isinstance(outcome, Paused)
+    await engine.decide(outcome.approval_ids[0], actor=Actor("U_ALICE", "slack"),
+                        verdict="approve")
+    assert isinstance(await engine.advance(outcome.run_id), Completed)
+    assert exporter.get_finished_spans() == ()
+
+    # the same flow with the tracer on records into that provider (the check can fail)
+    engine.tracer = OtelTracer()
+    again = await engine.run("demo-refund", TASK, requested_by="U_DANA")
+    assert isinstance(again, Paused)
+    assert named(exporter.get_finished_spans(), "run.step", run_id=again.run_id)
+
+
+def test_nothing_imports_opentelemetry_unless_tracing_is_on() -> None:
+    code = ("import sys\n"
+            "import bot.serve, bot.handlers, runtime.engine, runtime.runner\n"
+            "from bot.tracing import from_environment\n"
+            "t = from_environment({})\n"
+            "assert not t.tracer.enabled and t.provider is None\n"
+            "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=Path(__file__).parents[2], check=False, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("env", [
+    {},
+    {"OTEL_SERVICE_NAME": "approvald-eu"},  # names the service; exports nowhere
+    {"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"},
+    {"OTEL_SDK_DISABLED": "true", "OTEL_TRACES_EXPORTER": "console"},
+])
+def test_tracing_is_off_unless_otel_variables_ask(env: dict[str, str]) -> None:
+    tracing = from_environment(env)
+    assert type(tracing.tracer) is Tracer and tracing.provider is None
+
+
+async def test_otel_traces_exporter_turns_tracing_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES"):  # the resource reads them
+        monkeypatch.delenv(var, raising=False)
+    tracing = from_environment({"OTEL_TRACES_EXPORTER": "console"})
+    try:
+        assert isinstance(tracing.tracer, OtelTracer) and tracing.provider is not None
+        assert tracing.provider.resource.attributes["service.name"] == "approvald"
+    finally:
+        await tracing.shutdown()
+    assert tracing.provider is None
+
+
+@pytest.mark.parametrize(("env", "variable"), [
+    ({"OTEL_TRACES_EXPORTER": "zipkin"}, "OTEL_TRACES_EXPORTER"),
+    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317",
+      "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, "OTEL_EXPORTER_OTLP_PROTOCOL"),
+])
+def test_a_tracing_setting_approvald_cannot_honour_stops_start_up(env, variable) -> None:
+    with pytest.raises(ConfigError) as caught:
+        from_environment(env)
+    assert str(caught.value).startswith(f"{variable}:")
+
+
+async def _completed(h, run_id: str):
+    run = await h.run(run_id)
+    return run if run.status == "completed" else None
+
+
+def _through_step(exporter: InMemorySpanExporter, run_id: str, last: int):
+    spans = exporter.get_finished_spans()
+    return spans if named(spans, "run.step", run_id=run_id, step=last) else None
