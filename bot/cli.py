@@ -33,6 +33,7 @@ from runtime.decide import Actor
 from runtime.engine import Engine
 from runtime.errors import ApprovaldError, DecisionRefused
 from runtime.identity import InvalidIdentity, normalize_user_id
+from runtime.ids import lease_id
 from runtime.outcomes import Busy, Outcome, Waiting, Yielded
 from runtime.runner import status_outcome
 from store.records import ApprovalRecord
@@ -142,9 +143,12 @@ async def cmd_run(s: Settings, a: argparse.Namespace) -> int:
 
     async def go(engine: Engine) -> int:
         engine.registry.get(a.agent)
-        run_id = await engine.start_run(a.agent, a.task, requested_by=requested_by)
+        claim = lease_id(engine.owner)  # ours from the start: a serve's worker waits
+        run_id = await engine.start_run(a.agent, a.task, requested_by=requested_by,
+                                        claim=claim)
         print(run_id, flush=True)
-        outcome = await follow(engine, await engine.advance(run_id), patience=a.wait)
+        outcome = await follow(engine, await engine.advance(run_id, claim=claim),
+                               patience=a.wait)
         print(describe(outcome), file=sys.stderr)
         return exit_code(outcome)
     return await with_engine(s, go)

@@ -51,6 +51,9 @@ class PrometheusMeter(Meter):
         self.escalations = Counter("approvald_escalations", "Expired requests escalated to "
                                    "the next rung", registry=r)
         self.reminders = Counter("approvald_reminders", "Reminders sent", registry=r)
+        self.takeovers = Counter("approvald_lease_takeovers", "Runs taken over from a worker "
+                                 "whose lease had lapsed (expired, or its process is gone)",
+                                 registry=r)
         self.slack_errors = Counter("approvald_slack_api_errors", "Slack Web API calls that "
                                     "failed, by method and error", ["method", "error"],
                                     registry=r)
@@ -83,6 +86,9 @@ class PrometheusMeter(Meter):
 
     def reminded(self, n: int) -> None:
         self.reminders.inc(n)
+
+    def lease_taken_over(self, n: int) -> None:
+        self.takeovers.inc(n)
 
     def slack_error(self, method: str, error: str) -> None:
         self.slack_errors.labels(method=method or "unknown", error=error or "unknown").inc()

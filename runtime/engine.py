@@ -24,7 +24,7 @@ from runtime.directory import Directory, StaticDirectory
 from runtime.errors import ApprovaldError, DecisionRefused, NotFound, PayloadTooLarge
 from runtime.expiry import Expiry
 from runtime.gate import Gate
-from runtime.ids import TokenSigner, new_id, owner_is_dead, worker_id
+from runtime.ids import TokenSigner, lease_id, new_id, owner_is_dead, worker_id
 from runtime.ledger import Ledger
 from runtime.metrics import DecidedRuns, Meter
 from runtime.outcomes import Outcome
@@ -140,8 +140,12 @@ class Engine:
         return run
 
     # -- runs ---------------------------------------------------------------------------
-    async def start_run(self, agent: str, task: str, *, requested_by: str) -> str:
-        """Create a run (status ``running``) with the task as its first message."""
+    async def start_run(self, agent: str, task: str, *, requested_by: str,
+                        claim: str | None = None) -> str:
+        """Create a run (status ``running``) with the task as its first message. With
+        ``claim`` (a :func:`runtime.ids.lease_id` of this process) the new run is leased to
+        the caller in the same transaction, so no worker's poll claims it before the caller
+        advances it with ``advance(run_id, claim=claim)``."""
         a = self.registry.get(agent)
         self.check_payload(task, what="the task")
         run_id = new_id()
@@ -152,13 +156,19 @@ class Engine:
                                  instructions_version=a.instructions_version, now=now)
             nxt = await tx.events.append(run_id, 0, 0, [encode(UserMessage(content=task))])
             await tx.runs.update(run_id, next_seq=nxt)
+            if claim is not None:
+                await tx.runs.acquire_lease(run_id, owner=claim, now=now,
+                                            until=now + self.config.lease_ttl)
         return run_id
 
     async def advance(self, run_id: str, *, stop: asyncio.Event | None = None,
-                      stale_owners: tuple[str, ...] = ()) -> Outcome:
-        """Drive the run until it completes, fails, pauses, or ``stop`` is set."""
+                      stale_owners: tuple[str, ...] = (), claim: str | None = None) -> Outcome:
+        """Drive the run until it completes, fails, pauses, or ``stop`` is set (``claim``:
+        the lease id the caller already holds the run under: a worker's poll claimed it,
+        see ``RunsRepo.claim_runnable``, or :meth:`start_run` leased it)."""
         try:
-            outcome = await self.runner.advance(run_id, stop=stop, stale_owners=stale_owners)
+            outcome = await self.runner.advance(run_id, stop=stop, stale_owners=stale_owners,
+                                                claim=claim)
         finally:
             self.urgency.end(run_id)
         if outcome.status == "awaiting_approval":
@@ -167,8 +177,9 @@ class Engine:
         return outcome
 
     async def run(self, agent: str, task: str, *, requested_by: str) -> Outcome:
-        run_id = await self.start_run(agent, task, requested_by=requested_by)
-        return await self.advance(run_id)
+        claim = lease_id(self.owner)  # the run is ours from the start: no poll takes it
+        run_id = await self.start_run(agent, task, requested_by=requested_by, claim=claim)
+        return await self.advance(run_id, claim=claim)
 
     async def state(self, run_id: str) -> RunState:
         async with self.db.read() as tx:

@@ -29,6 +29,13 @@ def worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
 
 
+def lease_id(owner: str) -> str:
+    """A lease id of the process ``owner`` (its :func:`worker_id`): one per attempt to
+    advance a run, so two tasks of one process never both believe they hold it. It starts
+    with the worker id, so a peer on the same host can still see its process die."""
+    return f"{owner}/{secrets.token_hex(3)}"
+
+
 def parse_worker_id(owner: str) -> tuple[str, int] | None:
     host, _, rest = owner.partition(":")
     pid, _, _ = rest.partition(":")

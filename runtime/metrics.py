@@ -8,7 +8,9 @@ Events (names are the exporter's contract):
   ``outcome`` is approved / denied / voted / edited / ... or ``refused:<reason>``;
 * ``tool_started(seconds)``: a decided run reached its approved call, this long after
   the decision that resumed it was recorded in this process (click -> tool start);
-* ``expired(n)``, ``escalated(n)``, ``reminded(n)``: what an expiry sweep settled.
+* ``expired(n)``, ``escalated(n)``, ``reminded(n)``: what an expiry sweep settled;
+* ``lease_taken_over(n)``: runs whose previous worker's lease had lapsed (it expired, or
+  its owner's process is gone) and that this process took over.
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ class Meter:
         pass
 
     def reminded(self, n: int) -> None:
+        pass
+
+    def lease_taken_over(self, n: int) -> None:
         pass
 
 

@@ -127,21 +127,27 @@ class Runner:
 
     # -- entry -----------------------------------------------------------------------
     async def advance(self, run_id: str, *, stop: asyncio.Event | None = None,
-                      stale_owners: tuple[str, ...] = ()) -> Outcome:
+                      stale_owners: tuple[str, ...] = (), claim: str | None = None) -> Outcome:
+        """Take the run's lease and drive it. ``claim``: the lease id under which the
+        caller already holds the run (a worker's poll claimed it, or ``start_run`` leased
+        it); the run goes on under it."""
         e = self.e
         now = e.clock.now()
         # one lease id per attempt, not per process: two tasks of one process (a worker
         # and a CLI command, say) must not both believe they hold the run
-        owner = f"{e.owner}/{secrets.token_hex(3)}"
+        owner = claim or f"{e.owner}/{secrets.token_hex(3)}"
         queued: Outcome | None = None
         async with e.db.write(urgent=e.urgency.presses(run_id)) as tx:
-            got = await tx.runs.acquire_lease(run_id, owner=owner, now=now,
-                                              until=now + e.config.lease_ttl,
-                                              stale_owners=stale_owners)
+            lease = await tx.runs.acquire_lease(run_id, owner=owner, now=now,
+                                                until=now + e.config.lease_ttl,
+                                                stale_owners=stale_owners)
+            got = lease.run if lease is not None else None
             if got is not None:
                 queued = await self._over_limit(tx, got, owner, now)
         if got is None:
             return await self._not_ours(run_id)
+        if lease is not None and lease.taken_over:
+            e.meter.lease_taken_over(1)
         if queued is not None:
             return queued
         released = [False]

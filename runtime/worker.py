@@ -4,6 +4,14 @@ A run is ready when its status is ``running`` and no live worker holds its lease
 started, just decided, or abandoned by a dead process. Runs decided in this process are
 picked up at once (:meth:`wake`); everything else is found by polling the database, so
 any replica resumes any run.
+
+A poll claims what it finds (``RunsRepo.claim_runnable``): it takes the leases of as many
+ready runs as this worker has free slots, passing over runs another replica is claiming at
+that moment, and advances each under the lease id it claimed it with (``claim``). A run
+claimed here is not ready to anyone else, so replicas share the ready runs instead of each
+queueing all of them and racing for every lease; what this worker has no room for stays
+in the database for whichever replica has room first. Leases taken this way, like those
+taken by ``acquire_lease``, are still the compare-and-set that decides who advances a run.
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING
 
+from runtime.ids import lease_id
 from runtime.periodic import repeat
 
 if TYPE_CHECKING:
@@ -33,7 +42,15 @@ class ResumeWorker:
         self._slots = asyncio.Semaphore(concurrency)
         self._stop = asyncio.Event()
         self._stale: tuple[str, ...] = ()
+        self._claims: dict[str, str] = {}  # queued run -> the lease id a poll claimed it with
+        self._more = asyncio.Event()  # poll again: a run ended after a poll that filled up
+        self._full = False  # the last poll had no room for every ready run, maybe
         engine.on_ready(self.wake)
+
+    @property
+    def queued(self) -> frozenset[str]:
+        """Runs waiting here to be advanced (woken here, or claimed by a poll)."""
+        return frozenset(self._queued)
 
     def wake(self, run_id: str) -> None:
         if run_id not in self._queued and run_id not in self._active:
@@ -41,20 +58,50 @@ class ResumeWorker:
             self._queue.put_nowait(run_id)
 
     async def poll_once(self) -> int:
-        """Queue every ready run not already being advanced here; returns how many."""
+        """Claim as many ready runs as there are free slots and queue them; returns how
+        many were claimed (see the module docstring)."""
         stale = tuple(await self.e.stale_owners())
-        async with self.e.db.read() as tx:
-            runs = await tx.runs.runnable(now=self.e.clock.now(), limit=100, stale_owners=stale)
-        fresh = [r.id for r in runs if r.id not in self._active and r.id not in self._queued]
-        for run_id in fresh:
-            self.wake(run_id)
         self._stale = stale
-        return len(fresh)
+        room = self.concurrency - len(self._active) - len(self._queued)
+        self._full = room <= 0
+        if room <= 0 or self._stop.is_set():
+            return 0
+        owner = lease_id(self.e.owner)  # this claim's
+        now = self.e.clock.now()
+        mine = [*self._active, *self._queued]  # being advanced here, or about to be
+        async with self.e.db.write() as tx:
+            claimed = await tx.runs.claim_runnable(owner=owner, now=now, limit=room,
+                                                   until=now + self.e.config.lease_ttl,
+                                                   stale_owners=stale, exclude=mine)
+        self._full = len(claimed) >= room
+        if taken := sum(c.taken_over for c in claimed):
+            self.e.meter.lease_taken_over(taken)
+        for c in claimed:
+            if c.run.id in self._active:  # started here meanwhile, under a lease id of its own
+                await self._give_back({c.run.id: owner})
+                self._full = True  # poll again once that attempt is over
+                continue
+            self._claims[c.run.id] = owner  # a woken run already queued goes with it too
+            self.wake(c.run.id)
+        return len(claimed)
 
-    async def _advance(self, run_id: str, slot: bool) -> None:
+    async def _give_back(self, claims: dict[str, str]) -> None:
+        """Release leases claimed here for runs that will not be advanced here."""
+        if not claims:
+            return
+        try:
+            async with self.e.db.write() as tx:
+                for run_id, owner in claims.items():
+                    await tx.runs.release_lease(run_id, owner=owner)
+        except Exception:
+            log.warning("could not give back claimed run(s) %s; their leases lapse in %s",
+                        ", ".join(sorted(claims)), self.e.config.lease_ttl, exc_info=True)
+
+    async def _advance(self, run_id: str, slot: bool, claim: str | None) -> None:
         try:
             # dead owners as of the last poll: a woken run needs none, a polled one may
-            outcome = await self.e.advance(run_id, stop=self._stop, stale_owners=self._stale)
+            outcome = await self.e.advance(run_id, stop=self._stop, stale_owners=self._stale,
+                                           claim=claim)
             log.info("run %s: %s", run_id, outcome.status)
         except Exception:
             log.exception("run %s: advancing failed; it stays resumable", run_id)
@@ -62,6 +109,8 @@ class ResumeWorker:
             self._active.pop(run_id, None)
             if slot:
                 self._slots.release()
+            if self._full:  # room again, and more may be ready: no need to wait a period
+                self._more.set()
 
     async def run(self, stop: asyncio.Event) -> None:
         """Serve until ``stop`` is set, then let in-flight runs reach a step boundary."""
@@ -84,17 +133,22 @@ class ResumeWorker:
                 await self.e.urgency.answered(ANSWER_PATIENCE)
                 self._queued.discard(run_id)
                 if run_id in self._active:
+                    await self._give_back(_pop(self._claims, run_id))
                     continue
                 # a run a human just decided does not queue behind background runs
                 slot = not self.e.urgency.presses(run_id)
                 if slot:
                     await self._slots.acquire()
-                self._active[run_id] = asyncio.create_task(self._advance(run_id, slot))
+                claim = self._claims.pop(run_id, None)
+                self._active[run_id] = asyncio.create_task(self._advance(run_id, slot, claim))
         finally:
             self._stop.set()  # in-flight runs stop at their next step boundary
             poller.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await poller
+            # claimed but never started: other replicas need not wait for the leases to lapse
+            unstarted, self._claims = self._claims, {}
+            await self._give_back(unstarted)
             if self._active:
                 running = sorted(self._active)
                 try:
@@ -106,4 +160,9 @@ class ResumeWorker:
 
     async def _poll(self, stop: asyncio.Event) -> None:
         await repeat(self.poll_once, stop=stop, every=self.poll_interval,
-                     what="polling for ready runs")
+                     what="polling for ready runs", wake=self._more)
+
+
+def _pop(claims: dict[str, str], run_id: str) -> dict[str, str]:
+    owner = claims.pop(run_id, None)
+    return {} if owner is None else {run_id: owner}

@@ -64,13 +64,53 @@ _RELEASE = update(_T).where(_OWNED).values(lease_owner=None, lease_expires_at=No
 _DUE = or_(_T.c.wait_until.is_(None), _T.c.wait_until <= bindparam("now"))
 
 
-@functools.lru_cache(maxsize=8)
-def _acquire(with_stale: bool, server: bool) -> Any:
-    free = or_(_T.c.lease_owner.is_(None), _T.c.lease_expires_at < _lease_now(server),
-               _T.c.lease_owner == bindparam("owner"))
+def _lapsed(with_stale: bool, server: bool) -> Any:
+    """A lease nobody live holds: none, expired, or held by a dead owner."""
+    free = or_(_T.c.lease_owner.is_(None), _T.c.lease_expires_at < _lease_now(server))
     if with_stale:
         free = or_(free, _T.c.lease_owner.in_(bindparam("stale", expanding=True)))
-    return (update(_T).where(_T.c.id == bindparam("rid"), _T.c.status == "running", free, _DUE)
+    return free
+
+
+def _takeable(with_stale: bool, server: bool) -> Any:
+    return (_T.c.status == "running", _DUE,
+            or_(_lapsed(with_stale, server), _T.c.lease_owner == bindparam("owner")))
+
+
+_PREV_OWNER = "prev_lease_owner"
+
+
+@functools.lru_cache(maxsize=8)
+def _acquire(with_stale: bool, server: bool, dialect: str) -> Any:
+    stmt = (update(_T).where(_T.c.id == bindparam("rid"), *_takeable(with_stale, server))
+            .values(lease_owner=bindparam("owner"), lease_expires_at=_lease_until(server)))
+    if dialect != "postgresql":
+        return stmt.returning(_T)
+    # who held the lease before, in the same statement: PostgreSQL's RETURNING shows only
+    # new values, so the row is joined to itself as locked just before (the lock the
+    # UPDATE takes anyway; it waits for a concurrent holder as a plain UPDATE would)
+    prev = (select(_T.c.id, _T.c.lease_owner.label(_PREV_OWNER))
+            .where(_T.c.id == bindparam("rid")).with_for_update(key_share=True)
+            .subquery("prev"))
+    return stmt.where(_T.c.id == prev.c.id).returning(*_T.c, prev.c[_PREV_OWNER])
+
+
+@functools.lru_cache(maxsize=8)
+def _ready(with_stale: bool, server: bool, excluding: bool) -> Any:
+    # candidates for a claim: locked rows are passed over, never waited for (PostgreSQL;
+    # SQLAlchemy leaves FOR UPDATE out on SQLite, whose writer is alone)
+    stmt = select(_T.c.id, _T.c.lease_owner).where(_T.c.status == "running", _DUE,
+                                                   _lapsed(with_stale, server))
+    if excluding:
+        stmt = stmt.where(_T.c.id.not_in(bindparam("exclude", expanding=True)))
+    return (stmt.order_by(_T.c.updated_at).limit(bindparam("lim"))
+            .with_for_update(skip_locked=True, key_share=True))
+
+
+@functools.lru_cache(maxsize=8)
+def _claim(with_stale: bool, server: bool) -> Any:
+    return (update(_T).where(_T.c.id.in_(bindparam("ids", expanding=True)),
+                             *_takeable(with_stale, server))
             .values(lease_owner=bindparam("owner"), lease_expires_at=_lease_until(server))
             .returning(_T))
 
@@ -105,6 +145,25 @@ def _checkpoint(server: bool, release: bool) -> Any:
                 wait_until=None, wait_reason=None, failures=0)  # a step went through
         .returning(_T.c.cancel_requested, _T.c.cancel_requested_by, _T.c.cancel_reason)
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A run whose lease was just taken, and from whom: ``taken_from`` is the previous
+    holder when its lease had lapsed (expired, or a dead owner's) and was taken over."""
+
+    run: RunRecord
+    taken_from: str | None = None
+
+    @property
+    def taken_over(self) -> bool:
+        return self.taken_from is not None
+
+
+def _lease(row: Any, owner: str, prev: str | None) -> Lease:
+    m = dict(row._mapping)
+    m.pop(_PREV_OWNER, None)
+    return Lease(RunRecord(**m), prev if prev is not None and prev != owner else None)
 
 
 class RunsRepo(Repo):
@@ -164,16 +223,54 @@ class RunsRepo(Repo):
         return {status: int(n) for status, n in rows}
 
     async def acquire_lease(self, run_id: str, *, owner: str, now: datetime, until: datetime,
-                            stale_owners: Sequence[str] = ()) -> RunRecord | None:
+                            stale_owners: Sequence[str] = ()) -> Lease | None:
         """Take the lease of a ``running`` run that is free, expired, ours, or held by a dead
-        owner; returns the run, or None when it is not ours to advance."""
+        owner; returns the run and whose lapsed lease was taken over, or None when it is not
+        ours to advance. A compare-and-set: it waits for a concurrent holder of the row."""
         params: dict[str, Any] = {"rid": run_id, "owner": owner, "now": now,
                                   **self._lease(now, until)}
         if stale_owners:
             params["stale"] = list(stale_owners)
-        stmt = _acquire(bool(stale_owners), self.server_time)
+        stmt = _acquire(bool(stale_owners), self.server_time, self.dialect)
+        prev: str | None = None
+        if self.dialect != "postgresql":  # one writer: reading first is the same instant
+            prev = (await self.conn.execute(select(_T.c.lease_owner).where(
+                _T.c.id == run_id))).scalar_one_or_none()
         row = (await self.conn.execute(stmt, params)).first()
-        return to_record(RunRecord, row)
+        if row is None:
+            return None
+        return _lease(row, owner, row._mapping.get(_PREV_OWNER, prev))
+
+    async def claim_runnable(self, *, owner: str, now: datetime, until: datetime, limit: int,
+                             stale_owners: Sequence[str] = (),
+                             exclude: Sequence[str] = ()) -> list[Lease]:
+        """Take the lease of up to ``limit`` of the :meth:`runnable` runs, oldest first, for
+        ``owner`` until ``until``; returns them, each with whose lapsed lease it took over.
+
+        This is how a worker's poll shares ready runs with other replicas: it claims only
+        what it can start at once, and a run it claimed is no longer ready to anyone else.
+        Run it in a write transaction. On PostgreSQL the candidates are selected ``FOR NO
+        KEY UPDATE SKIP LOCKED``, so runs another replica is claiming (or a lease being
+        taken, a decision being recorded) are passed over instead of waited for; the same
+        compare-and-set as :meth:`acquire_lease` then takes them in this transaction and
+        stays the guarantee. The claimer advances a run under the same ``owner``, whose
+        :meth:`acquire_lease` then only renews the claim. ``exclude``: runs the claimer is
+        advancing (or about to) already, under lease ids of their own.
+        """
+        params: dict[str, Any] = {"now": now, "lim": limit}
+        if stale_owners:
+            params["stale"] = list(stale_owners)
+        if exclude:
+            params["exclude"] = list(exclude)
+        stale = bool(stale_owners)
+        stmt = _ready(stale, self.server_time, bool(exclude))
+        candidates = {r[0]: r[1] for r in await self.conn.execute(stmt, params)}
+        if not candidates:
+            return []
+        params.update(ids=list(candidates), owner=owner, **self._lease(now, until))
+        rows = {r.id: r for r in await self.conn.execute(_claim(stale, self.server_time),
+                                                         params)}
+        return [_lease(rows[i], owner, prev) for i, prev in candidates.items() if i in rows]
 
     def _lease(self, now: datetime, until: datetime) -> dict[str, Any]:
         """Bind a lease's expiry: a span from the database's clock, or an instant."""

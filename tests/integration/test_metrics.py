@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bot.config import Settings
 from bot.serve import Service
+from runtime.clock import ManualClock
 from runtime.decide import Actor
 from runtime.errors import ApprovaldError
 from store import migrate
@@ -56,6 +58,7 @@ async def test_health_readiness_and_metrics_without_slack(db_url: str, tmp_path:
         assert m[("approvald_pending_approvals", ())] == 1
         assert m[("approvald_runs", (("status", "awaiting_approval"),))] == 1
         assert m[("approvald_outbox_backlog", ())] >= 0
+        assert m[("approvald_lease_takeovers_total", ())] == 0
         try:  # the requester may not approve: a refusal is counted with its reason
             await engine.decide(paused.approval_ids[0], actor=Actor("U_DANA", "cli"),
                                 verdict="approve")
@@ -86,6 +89,40 @@ async def test_health_readiness_and_metrics_without_slack(db_url: str, tmp_path:
         status, body = await get(port, "/readyz")
         assert status == 503 and "unreachable" in body["database"]
         assert (await get(port, "/healthz"))[0] == 200  # still alive, only not ready
+    finally:
+        await service.stop(grace=5)
+        await db.close()
+
+
+async def test_lease_takeovers_are_counted(db_url: str, tmp_path: Path) -> None:
+    clock = ManualClock()
+    db = Database(db_url, server_time=False)  # leases by the injected clock, to lapse them
+    settings = Settings(APPROVALD_DATABASE_URL=db_url, APPROVALD_PORT="0",
+                        APPROVALD_HOST="127.0.0.1", APPROVALD_POLL_INTERVAL="600",
+                        APPROVALD_DEMO_LEDGER=str(tmp_path / "ledger.jsonl"))
+    service = Service(settings, db, clock=clock)
+    try:
+        await service.start(background=False)  # the worker is driven by hand
+        port = service.ops_port
+        assert port
+        engine = service.engine
+        runs = [await engine.start_run("demo-steps", "2", requested_by="U_DANA")
+                for _ in range(3)]
+        now = clock.now()
+        async with db.write() as tx:  # a worker on another host took two, then vanished
+            for run_id in runs[:2]:
+                assert await tx.runs.acquire_lease(run_id, owner="host-gone:1:aa", now=now,
+                                                   until=now + timedelta(seconds=30))
+        # the third was free: advancing it takes no lease over
+        assert (await engine.advance(runs[2])).status == "completed"
+        assert scrape((await get(port, "/metrics"))[1])[
+            ("approvald_lease_takeovers_total", ())] == 0
+        clock.advance(31)  # their leases lapse
+        # one is advanced directly (a click, the CLI), the other found by the worker's poll
+        assert (await engine.advance(runs[0])).status == "completed"
+        assert await service.worker.poll_once() == 1
+        m = scrape((await get(port, "/metrics"))[1])
+        assert m[("approvald_lease_takeovers_total", ())] == 2
     finally:
         await service.stop(grace=5)
         await db.close()
