@@ -25,7 +25,7 @@ import os
 import socket
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -55,14 +55,23 @@ class Recorded:
 
 # extra writes that must land in the same transaction as the result (outbox notices, audit)
 AfterResult = Callable[[Tx, Recorded], Awaitable[None]]
+# a result's write, run inside a transaction the caller commits
+Settle = Callable[[Tx], Awaitable[None]]
 
 
 @dataclass(frozen=True)
 class Executed:
-    """The call has a recorded outcome; ``observation`` is what the model will read."""
+    """The call has an outcome; ``observation`` is what the model will read.
+
+    ``settle`` is set when the caller deferred the result (``execute(defer=True)``): the
+    write that records it, which the caller runs in its next transaction (the step's
+    checkpoint). Until that commits the call is as recorded as a call that is still
+    running: an intent with no result, or (an idempotent call) nothing at all.
+    """
 
     observation: Any
     reused: bool
+    settle: Settle | None = None
 
 
 @dataclass(frozen=True)
@@ -84,12 +93,29 @@ class WaitForAttempt:
     reason: str
 
 
+@dataclass(frozen=True)
+class _Bare:
+    """What the single row of a call that had no intent row records."""
+
+    step: int
+    tool: str
+    digest: str
+    started_at: datetime
+    owner: str
+
+
 TIMEOUT_MARGIN = timedelta(seconds=5)  # past a tool's timeout, an attempt has surely ended
 
 
 # attempts this process is running now, by idempotency key: process-wide, since an
 # attempt is "this process's" whichever engine in it started the attempt
 _RUNNING: set[str] = set()
+
+
+def needs_intent(tool: Tool, existing: ExecutionRecord | None, *, defer: bool) -> bool:
+    """Does :meth:`Ledger.execute` commit an intent (with the step's journal) before it
+    runs this call? Not for a fresh call of an idempotent tool whose result is deferred."""
+    return not (defer and existing is None and tool.idempotent)
 
 
 def observation_of(rec: ExecutionRecord) -> Any:
@@ -137,12 +163,19 @@ class Ledger:
         after_result: AfterResult | None = None,
         retry_sanctioned: bool = False,
         urgent: bool = False,
+        defer: bool = False,
     ) -> Executed | OutcomeUnknown | WaitForAttempt:
         """Run ``tool`` once under ``ctx.idempotency_key`` (or reuse what is recorded).
 
         ``urgent``: someone is waiting for this call to start (its intent write goes first).
+        ``defer``: do not commit the result; hand its write back in ``Executed.settle`` for
+        the caller's next transaction, which must follow at once (the step's checkpoint,
+        so a step is one commit fewer). A fresh call of an idempotent tool then needs no
+        intent either: if the process dies before the checkpoint, running it again is
+        harmless, so the step's only commit is its checkpoint.
         """
         attempt = 1
+        bare = not needs_intent(tool, existing, defer=defer)  # no intent row at all
         if existing is not None:
             if existing.args_digest != digest:
                 raise DigestMismatch(
@@ -167,7 +200,7 @@ class Ledger:
                         owner=owner, attempts=existing.attempts):
                     raise LeaseLost(f"call {ctx.call_id} was retried by someone else",
                                     run_id=ctx.run_id)
-        else:
+        elif not bare:
             async with self.db.write(urgent=urgent) as tx:
                 # the step's model reply is journaled with its first side effect, so a
                 # retried step replays these exact calls instead of asking the model again
@@ -181,10 +214,12 @@ class Ledger:
                     again = await tx.executions.get(ctx.run_id, ctx.call_id)
                 return await self.execute(tool=tool, ctx=ctx, step=step, args=args,
                                           digest=digest, existing=again, owner=owner,
-                                          after_result=after_result)
-        failpoint("after_intent")
+                                          after_result=after_result, defer=defer)
+        if not bare:
+            failpoint("after_intent")
 
         run_ctx = ToolContext(**{**ctx.__dict__, "attempt": attempt})
+        started_at = self.clock.now()
         t0 = time.perf_counter()
         error: BaseException | None = None
         result: Any = None
@@ -202,7 +237,14 @@ class Ledger:
         failpoint("before_result")
         if isinstance(error, TimeoutError) and tool.timeout is not None:
             return await self._timed_out(tool, ctx, args, owner, after_result, latency)
-        return await self._record(ctx, tool, None, result, error, latency, owner, after_result)
+        if not defer:
+            return await self._record(ctx, tool, result, error, latency, after_result)
+        insert = None
+        if bare:
+            insert = _Bare(step=step, tool=tool.name, digest=digest, started_at=started_at,
+                           owner=owner)
+        write, executed = self._result(ctx, tool, result, error, latency, after_result, insert)
+        return replace(executed, settle=write)
 
     async def _reconcile(self, tool: Tool, ctx: ToolContext,
                          args: dict[str, Any]) -> tuple[Reconciled | None, str]:
@@ -226,8 +268,7 @@ class Ledger:
         again because it provably did not take effect."""
         verdict, said = await self._reconcile(tool, ctx, args)
         if verdict is not None and verdict.happened:
-            return await self._record(ctx, tool, existing, verdict.result, None, 0.0, owner,
-                                      after_result)
+            return await self._record(ctx, tool, verdict.result, None, 0.0, after_result)
         if verdict is None:
             return OutcomeUnknown(existing, said)
         ended = self.attempt_ended(existing, tool)
@@ -250,20 +291,31 @@ class Ledger:
         """The call was cancelled at its timeout: did it take effect before that?"""
         verdict, said = await self._reconcile(tool, ctx, args)
         if verdict is not None and verdict.happened:
-            return await self._record(ctx, tool, None, verdict.result, None, latency, owner,
-                                      after_result)
+            return await self._record(ctx, tool, verdict.result, None, latency, after_result)
         if verdict is not None or tool.idempotent:  # it did not (or running it is harmless)
             err = TimeoutError(f"{tool.name} was cancelled after {tool.timeout:g} s ({said})")
-            return await self._record(ctx, tool, None, None, err, latency, owner, after_result)
+            return await self._record(ctx, tool, None, err, latency, after_result)
         async with self.db.read() as tx:
             rec = await tx.executions.get(ctx.run_id, ctx.call_id)
         assert rec is not None
         return OutcomeUnknown(rec, f"it was cancelled after its {tool.timeout:g} s timeout "
                                    f"and {said}")
 
-    async def _record(self, ctx: ToolContext, tool: Tool, existing: ExecutionRecord | None,
-                      result: Any, error: BaseException | None, latency_ms: float, owner: str,
+    async def _record(self, ctx: ToolContext, tool: Tool, result: Any,
+                      error: BaseException | None, latency_ms: float,
                       after_result: AfterResult | None) -> Executed:
+        write, executed = self._result(ctx, tool, result, error, latency_ms, after_result)
+        # the call has run: a connection lost before COMMIT must not turn its outcome
+        # into an unknown one, so the write is retried (it is a compare-and-set)
+        await self.db.transact(write, what=f"result of {ctx.idempotency_key}")
+        failpoint("after_result")
+        return executed
+
+    def _result(self, ctx: ToolContext, tool: Tool, result: Any, error: BaseException | None,
+                latency_ms: float, after_result: AfterResult | None,
+                bare: _Bare | None = None) -> tuple[Settle, Executed]:
+        """The write recording a call's outcome (a compare-and-set on its intent, or the
+        insert of a ``bare`` call's only row), and what the model will read."""
         status, text, err_class, err_text = "succeeded", None, None, None
         if isinstance(error, TimeoutError):
             err_class, err_text = "ToolTimeout", str(error)[:4000]
@@ -283,12 +335,19 @@ class Ledger:
             err_class, err_text = type(error).__name__, str(error)[:4000]
         if err_class is not None:
             status = "failed"
+
         async def write(tx: Tx) -> None:
-            recorded = await tx.executions.record_result(
-                run_id=ctx.run_id, call_id=ctx.call_id, status=status, result=text,
-                error_class=err_class, error=err_text, now=self.clock.now(),
-                latency_ms=latency_ms,
-            )
+            now = self.clock.now()
+            if bare is not None:
+                recorded = await tx.executions.record_done(
+                    run_id=ctx.run_id, call_id=ctx.call_id, step=bare.step, tool=bare.tool,
+                    digest=bare.digest, started_at=bare.started_at, now=now,
+                    owner=bare.owner, status=status, result=text, error_class=err_class,
+                    error=err_text, latency_ms=latency_ms)
+            else:
+                recorded = await tx.executions.record_result(
+                    run_id=ctx.run_id, call_id=ctx.call_id, status=status, result=text,
+                    error_class=err_class, error=err_text, now=now, latency_ms=latency_ms)
             if not recorded:
                 raise LeaseLost(
                     f"call {ctx.call_id} was settled by someone else while it ran",
@@ -299,14 +358,10 @@ class Ledger:
                     run_id=ctx.run_id, idempotency_key=ctx.idempotency_key, status=status,
                     result=text, error=err_text, latency_ms=latency_ms))
 
-        # the call has run: a connection lost before COMMIT must not turn its outcome
-        # into an unknown one, so the write is retried (it is a compare-and-set)
-        await self.db.transact(write, what=f"result of {ctx.idempotency_key}")
-        failpoint("after_result")
         if status == "succeeded":
-            return Executed(None if text is None else json.loads(text), reused=False)
-        return Executed({"status": "error", "error_class": err_class, "error": err_text},
-                        reused=False)
+            return write, Executed(None if text is None else json.loads(text), reused=False)
+        return write, Executed({"status": "error", "error_class": err_class,
+                                "error": err_text}, reused=False)
 
     async def _check_lease(self, tx: Tx, run_id: str, owner: str,
                            journal: str | None = None) -> None:

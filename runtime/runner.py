@@ -36,8 +36,10 @@ from runtime.ledger import (
     Executed,
     OutcomeUnknown,
     Recorded,
+    Settle,
     WaitForAttempt,
     audit_execution,
+    needs_intent,
 )
 from runtime.outcomes import (
     Busy,
@@ -56,6 +58,7 @@ from runtime.tracing import Steps, model_name
 from runtime.transcript import build_state, encode
 from store.records import ApprovalRecord, ExecutionRecord, RunRecord
 from store.repos import Tx
+from store.repos.runs import CancelRequest
 
 if TYPE_CHECKING:
     from runtime.engine import Engine
@@ -98,6 +101,9 @@ class _Pending:
     wait: WaitForAttempt | None = None  # an earlier attempt may still be running
     # the step's fresh model reply, journaled with the step's first side effect (then None)
     journal: str | None = None
+    # results the ledger left to this step's checkpoint (``Ledger.execute(defer=True)``)
+    settles: list[Settle] = field(default_factory=list)
+    notify: bool = False  # the checkpoint adds outbox rows: wake the drain after it
 
 
 class _Live:
@@ -407,9 +413,10 @@ class Runner:
                                            result=fresh.content or "", release=True)
                     return Completed(run_id, "completed", result=fresh.content or "")
                 calls = list(fresh.tool_calls)
-            for call in calls:
+            for i, call in enumerate(calls):
                 try:
-                    await self._handle_call(live, agent, call, pending)
+                    await self._handle_call(live, agent, call, pending,
+                                            last=i == len(calls) - 1)
                 except DigestMismatch as exc:
                     return await self._fail(live, str(exc))
             outcome = await self._settle_step(live, pending)
@@ -440,8 +447,14 @@ class Runner:
         return AssistantMessage(content=reply.content, tool_calls=calls)
 
     async def _handle_call(self, live: _Live, agent: Agent, call: ToolCall,
-                           pending: _Pending) -> None:
-        """Process one call: run it, refuse it, or leave it waiting for a human."""
+                           pending: _Pending, *, last: bool) -> None:
+        """Process one call: run it, refuse it, or leave it waiting for a human.
+
+        The result of the step's last call, and of any idempotent call, is left to the
+        step's checkpoint (which follows at once) instead of a commit of its own; a
+        non-idempotent call that more calls follow has its result committed before the
+        next one starts, so a crash there never leaves an earlier call unknown.
+        """
         e = self.e
 
         def observe(content: Any, *, ledger_ref: bool = False) -> None:
@@ -520,6 +533,7 @@ class Runner:
         since = e.decided_runs.reached(live.run.id)
         if since is not None:
             e.meter.tool_started(since)
+        defer = last or tool.idempotent
         with e.tracer.span("tool.call", run_id=live.run.id, tool=tool.name, call_id=call.id,
                            idempotency_key=ctx.idempotency_key, policy=kind,
                            approval_id=approval.id if approval else None) as span:
@@ -527,11 +541,15 @@ class Runner:
                 tool=tool, ctx=ctx, step=live.step, args=args, digest=digest,
                 existing=existing, owner=live.owner, journal=pending.journal,
                 after_result=after_result if (approval or kind == "notify_after") else None,
-                retry_sanctioned=sanctioned, urgent=urgent,
+                retry_sanctioned=sanctioned, urgent=urgent, defer=defer,
             )
             span.set(status=_call_status(result))
-        pending.journal = None  # journaled (or the step's calls were recorded before)
-        if kind == "notify_after" and isinstance(result, Executed) and not result.reused:
+        if needs_intent(tool, existing, defer=defer):
+            pending.journal = None  # journaled (or the step's calls were recorded before)
+        if isinstance(result, Executed) and result.settle is not None:
+            pending.settles.append(result.settle)
+            pending.notify = pending.notify or kind == "notify_after"
+        elif kind == "notify_after" and isinstance(result, Executed) and not result.reused:
             e.notify_outbox()  # the notice
         if isinstance(result, OutcomeUnknown):
             pending.unknown.append((call, result.record, args, result.reconcile))
@@ -577,8 +595,8 @@ class Runner:
             transcript = [*live.state.messages, *(m for m, _ in pending.messages)]
 
             async def request(tx: Tx) -> None:
-                opened.extend(await e.gate.open_requests(tx, live.run, transcript, live.step,
-                                                         pending.gates))
+                opened[:] = await e.gate.open_requests(tx, live.run, transcript, live.step,
+                                                       pending.gates)
             if await self._checkpoint(live, pending, status="awaiting_approval", extra=request,
                                       release=True):
                 return self._cancelled(live)
@@ -596,17 +614,20 @@ class Runner:
     async def _checkpoint(self, live: _Live, pending: _Pending, *, status: str = "running",
                           result: str | None = None, error: str | None = None,
                           extra: Extra | None = None, release: bool = False) -> bool:
-        """ONE transaction: the step's new events, the run row, and ``extra`` writes.
+        """ONE transaction: the step's new events, the run row, the results the ledger
+        left to it, and ``extra`` writes.
 
         If a cancel was requested and the run would go on (or wait), the same transaction
         ends it instead: ``extra`` is skipped, pending requests are closed, the cancel is
         audited under the name of whoever asked. Returns True when that happened.
+        Retried from the start if the database rolled it back (tool results are in it).
         """
         e = self.e
         failpoint("before_checkpoint")
         now = e.clock.now()
         events = [encode(m, ledger_ref=ref) for m, ref in pending.messages]
-        async with e.db.write() as tx:
+
+        async def work(tx: Tx) -> CancelRequest:
             await tx.events.append(live.run.id, live.seq, live.step, events)
             req = await tx.runs.checkpoint(
                 live.run.id, owner=live.owner, step=live.step, next_seq=live.seq + len(events),
@@ -614,11 +635,24 @@ class Runner:
                 result=result, error=error)
             if req is None:
                 raise LeaseLost(f"lost the lease on run {live.run.id}", run_id=live.run.id)
-            cancelled = bool(req) and status not in FINAL_STATUSES
-            if cancelled:
+            for settle in pending.settles:
+                await settle(tx)
+            if req and status not in FINAL_STATUSES:
                 await self._cancel_in(tx, live, req.by, req.reason, was=status)
             elif extra is not None:
                 await extra(tx)
+            return req
+
+        try:
+            req = await e.db.transact(work, what=f"checkpoint of run {live.run.id}")
+        except LeaseLost:
+            await self._settle_alone(pending.settles)
+            raise
+        cancelled = bool(req) and status not in FINAL_STATUSES
+        if pending.settles:
+            failpoint("after_result")
+        if pending.notify:
+            e.notify_outbox()
         failpoint("after_checkpoint")
         if release or cancelled:
             live.released[0] = True
@@ -631,6 +665,17 @@ class Runner:
         live.run = replace(live.run, cancel_requested=bool(req),
                            status="cancelled" if cancelled else status)
         return cancelled
+
+    async def _settle_alone(self, settles: list[Settle]) -> None:
+        """The lease was lost at the checkpoint, but the step's calls did run: record
+        their results anyway, each on its own (one another process settled first stays)."""
+        for settle in settles:
+            try:
+                await self.e.db.transact(settle, what="a result after a lost lease")
+            except LeaseLost:
+                pass
+            except Exception:
+                log.exception("could not record a result after losing the lease")
 
     async def _cancel_in(self, tx: Tx, live: _Live, by: str | None, reason: str | None, *,
                          was: str) -> None:

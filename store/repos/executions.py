@@ -51,6 +51,24 @@ class ExecutionsRepo(Repo):
         )
         return bool(res.rowcount == 1)
 
+    async def record_done(self, *, run_id: str, call_id: str, step: int, tool: str,
+                          digest: str, started_at: datetime, now: datetime, owner: str | None,
+                          status: str, result: str | None, error_class: str | None,
+                          error: str | None, latency_ms: float | None) -> bool:
+        """Insert a finished call in one row, with no intent before it (an idempotent
+        call, whose result rides in its step's checkpoint); False if the key exists."""
+        res = await self.conn.execute(
+            _INTENT[self.dialect],
+            {
+                "run_id": run_id, "call_id": call_id, "step": step, "tool": tool,
+                "args_digest": digest, "status": status, "attempts": 1,
+                "started_at": started_at, "owner": owner, "heard_at": now, "result": result,
+                "error_class": error_class, "error": error, "finished_at": now,
+                "latency_ms": latency_ms,
+            },
+        )
+        return bool(res.rowcount == 1)
+
     async def retry_intent(self, *, run_id: str, call_id: str, now: datetime,
                            owner: str | None = None, attempts: int | None = None) -> bool:
         """Start the next attempt of an unknown/started call (compare-and-set on the

@@ -230,7 +230,13 @@ async def test_read_tools_are_idempotent_by_default_and_rerun_without_asking(mak
         await engine.advance(run_id)
     failpoints.arm("")
     assert isinstance(await engine.advance(run_id), Completed)
-    assert runs == [1, 2]
+    # an idempotent call has no intent row (its result rides in the step's checkpoint):
+    # the crashed attempt left nothing behind, so the call simply runs again, unasked
+    assert runs == [1, 1]
+    async with engine.db.read() as tx:
+        assert await tx.approvals.for_run(run_id) == []
+        [rec] = (await tx.executions.for_run(run_id)).values()
+    assert rec.status == "succeeded" and rec.attempts == 1
 
 
 async def _open_question(db, run_id: str):  # type: ignore[no-untyped-def]
