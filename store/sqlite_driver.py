@@ -18,6 +18,20 @@ from typing import Any, cast
 import aiosqlite
 
 
+def _inline(conn: aiosqlite.Connection, sql: str) -> bool:
+    """May this statement run on the event loop's thread, with no hop at all?
+
+    Yes inside a transaction that has begun (a write transaction holds SQLite's write lock
+    from its ``BEGIN IMMEDIATE``, so its statements never wait on another writer; a read
+    transaction has its snapshot), and for a ``SELECT`` outside one (a WAL reader never
+    waits on writers). Those statements take microseconds; what can wait (``BEGIN
+    IMMEDIATE`` on the lock, ``COMMIT`` on fsync) still goes to the connection's thread.
+    The thread is idle whenever SQLAlchemy runs a statement: it awaits each one.
+    """
+    raw = conn._connection
+    return raw is not None and (raw.in_transaction or sql.startswith("SELECT"))
+
+
 class OneHopCursor:
     """Duck-types the parts of :class:`aiosqlite.Cursor` SQLAlchemy uses."""
 
@@ -47,13 +61,21 @@ class OneHopCursor:
             cur.close()
 
     async def execute(self, sql: str, parameters: Any = None) -> OneHopCursor:
-        self._rows, self.description, self.rowcount, self.lastrowid = \
-            await cast(Any, self._conn)._execute(self._run, sql, parameters, False)
+        if _inline(self._conn, sql):
+            self._rows, self.description, self.rowcount, self.lastrowid = \
+                self._run(sql, parameters, False)
+        else:
+            self._rows, self.description, self.rowcount, self.lastrowid = \
+                await cast(Any, self._conn)._execute(self._run, sql, parameters, False)
         return self
 
     async def executemany(self, sql: str, parameters: Iterable[Any]) -> OneHopCursor:
-        self._rows, self.description, self.rowcount, self.lastrowid = \
-            await cast(Any, self._conn)._execute(self._run, sql, parameters, True)
+        if _inline(self._conn, sql):
+            self._rows, self.description, self.rowcount, self.lastrowid = \
+                self._run(sql, parameters, True)
+        else:
+            self._rows, self.description, self.rowcount, self.lastrowid = \
+                await cast(Any, self._conn)._execute(self._run, sql, parameters, True)
         return self
 
     async def fetchall(self) -> list[Any]:
@@ -91,6 +113,7 @@ class _Opening:
 
 async def connect(path: str, *, busy_timeout: float) -> aiosqlite.Connection:
     """An aiosqlite connection whose cursors take one thread hop per statement."""
-    conn = await aiosqlite.connect(path, timeout=busy_timeout)
+    # statements that cannot wait run on the loop's thread too (``_inline``)
+    conn = await aiosqlite.connect(path, timeout=busy_timeout, check_same_thread=False)
     conn.cursor = lambda: _Opening(conn)  # type: ignore[method-assign,assignment,return-value]
     return conn
