@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -148,3 +149,76 @@ async def _question(engine, run_id: str) -> str:
     async with engine.db.read() as tx:
         [q] = [a for a in await tx.approvals.for_run(run_id) if a.status == "pending"]
     return q.id
+
+
+# -- results that ride in the step's checkpoint (issue 14: a cheaper step) ---------------
+
+async def _executions(db, run_id: str) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    async with db.read() as tx:
+        return await tx.executions.for_run(run_id)
+
+
+async def test_an_idempotent_call_has_no_intent_row_and_reruns_after_a_crash(make_engine, db):
+    calls: list[dict[str, Any]] = []
+    engine = make_engine(agents=[charge_agent(calls, idempotent=True)])
+    run_id = await crash_then_resume(engine, "before_checkpoint")
+    assert len(calls) == 1 and await _executions(db, run_id) == {}  # nothing was committed
+    assert isinstance(await engine.advance(run_id), Completed)
+    assert len(calls) == 2
+    [rec] = (await _executions(db, run_id)).values()
+    assert rec.status == "succeeded" and rec.result_value() == {"charged": 500}
+
+
+async def test_the_last_calls_result_commits_with_the_checkpoint(make_engine, db):
+    calls: list[dict[str, Any]] = []
+    engine = make_engine(agents=[charge_agent(calls)])
+    run_id = await crash_then_resume(engine, "before_checkpoint")
+    [rec] = (await _executions(db, run_id)).values()
+    assert rec.status == "started" and rec.result is None  # the intent alone is durable
+    # ... and is settled like any unknown outcome: a person is asked, nothing re-runs
+    outcome = await engine.advance(run_id)
+    assert isinstance(outcome, NeedsAttention) and len(calls) == 1
+
+
+async def test_a_call_that_others_follow_commits_its_result_before_the_next_starts(
+        make_engine, db):
+    calls: list[dict[str, Any]] = []
+
+    @tool(permission="execute", policy="auto")
+    async def charge(ctx: ToolContext, cents: int) -> dict[str, Any]:
+        """Charges a card."""
+        calls.append({"key": ctx.idempotency_key, "cents": cents})
+        return {"charged": cents}
+
+    agent = Agent(name="charger", instructions="", tools=[charge], model=ScriptedModel.sequence(
+        [reply(None, ("charge", {"cents": 1}), ("charge", {"cents": 2})),
+         reply("charged", turn=1)]))
+    engine = make_engine(agents=[agent])
+    run_id = await crash_then_resume(engine, "before_checkpoint")
+    recs = await _executions(db, run_id)
+    assert [(r.status, r.result_value() if r.result else None)
+            for r in sorted(recs.values(), key=lambda r: r.call_id)] == [
+        ("succeeded", {"charged": 1}), ("started", None)]
+
+
+async def test_a_lease_lost_at_the_checkpoint_still_records_what_ran(make_engine, db, clock):
+    calls: list[int] = []
+    box: dict[str, Any] = {}
+
+    @tool(permission="execute", policy="auto")
+    async def charge(ctx: ToolContext, cents: int) -> dict[str, Any]:
+        """Charges a card, while another worker takes the run over."""
+        calls.append(cents)
+        async with box["engine"].db.write() as tx:
+            await tx.runs.update(ctx.run_id, lease_owner="elsewhere/1",
+                                 lease_expires_at=clock.now() + timedelta(hours=1))
+        return {"charged": cents}
+
+    agent = Agent(name="charger", instructions="", tools=[charge], model=ScriptedModel.sequence(
+        [reply(None, ("charge", {"cents": 500})), reply("charged", turn=1)]))
+    engine = box["engine"] = make_engine(agents=[agent])
+    run_id = await engine.start_run("charger", "charge", requested_by="U_DANA")
+    outcome = await engine.advance(run_id)
+    assert outcome.status == "running" and calls == [500]  # it stopped: not its run now
+    [rec] = (await _executions(db, run_id)).values()
+    assert rec.status == "succeeded" and rec.result_value() == {"charged": 500}
