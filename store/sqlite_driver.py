@@ -1,13 +1,15 @@
-"""A one-hop cursor for SQLAlchemy's aiosqlite dialect.
+"""A one-hop (or no-hop) cursor for SQLAlchemy's aiosqlite dialect.
 
 aiosqlite runs each sqlite3 call on the connection's own thread and hands the result
 back to the event loop. Through SQLAlchemy a single statement costs three or four such
 round trips (open a cursor, execute, fetch the rows, close). The cursor here does the
 whole statement in ONE trip: on the connection thread it opens a sqlite3 cursor,
 executes, fetches every row, notes ``description``/``rowcount``/``lastrowid`` and closes
-it; ``fetchall`` and ``close`` then need no trip at all. Same SQL, same transactions, same
-thread rules, much less CPU per statement (see BENCHMARKS.md). SQLite only; PostgreSQL
-goes through asyncpg untouched.
+it; ``fetchall`` and ``close`` then need no trip at all. A statement that cannot wait on
+anything (one inside a transaction that has begun, or a ``SELECT``: see ``_inline``)
+takes no trip at all: it runs right on the loop's thread, in microseconds. Same SQL,
+same transactions, much less CPU per statement (see BENCHMARKS.md). SQLite only;
+PostgreSQL goes through asyncpg untouched.
 """
 
 from __future__ import annotations
