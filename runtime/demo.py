@@ -229,7 +229,10 @@ def steps_script(messages: Transcript) -> ModelReply:
     return reply(f"Ticked {n} times.", turn=turn)
 
 
-def steps_agent(ledger: DemoLedger, *, payload_bytes: int = 0, name: str = "demo-steps") -> Agent:
+def steps_agent(ledger: DemoLedger, *, payload_bytes: int = 0, name: str = "demo-steps",
+                idempotent: bool = False) -> Agent:
+    """Ticks N times. ``idempotent``: each tick is a read that may run twice (no intent
+    row; its result rides in the step's checkpoint), for the checkpoint benchmark."""
     pad = "x" * payload_bytes
 
     async def tick_reconcile(ctx: ToolContext, args: dict[str, Any]) -> Reconciled | None:
@@ -239,8 +242,8 @@ def steps_agent(ledger: DemoLedger, *, payload_bytes: int = 0, name: str = "demo
         return Reconciled(happened=True, result={"i": args["i"], "pad": pad})
 
     # a read by name, but each tick is a side effect the crash tests count exactly once:
-    # not idempotent, so an interrupted tick is settled by its reconcile hook
-    @tool(permission="read", idempotent=False, reconcile=tick_reconcile)
+    # not idempotent (unless asked), so an interrupted tick is settled by its reconcile hook
+    @tool(permission="read", idempotent=idempotent, reconcile=tick_reconcile)
     async def tick(ctx: ToolContext, i: int) -> dict[str, Any]:
         """Count one tick."""
         ledger.record(ctx, "tick", {"i": i})
