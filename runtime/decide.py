@@ -27,6 +27,7 @@ from runtime.errors import DecisionRefused, InvalidArguments, NotFound
 from runtime.expiry import SweepResult
 from runtime.failpoints import failpoint
 from runtime.gate import CARD_UPDATE
+from runtime.ids import lease_id
 from runtime.policy import ApprovalPolicy, is_group
 from store.records import ApprovalRecord
 from store.repos import Tx
@@ -66,6 +67,9 @@ class Decision:
     quorum: int
     run_ready: bool
     discarded: tuple[str, ...] = ()
+    # the lease id the run was leased under in the same transaction (the engine has a
+    # worker that takes decided runs: it advances the run under it, with no claim of its own)
+    claim: str | None = None
 
     @property
     def final(self) -> bool:
@@ -297,8 +301,9 @@ class Decider:
                                 run_id=a.run_id, approval_id=a.id, digest=digest,
                                 details={"tool": a.tool, "args": done.effective_args(),
                                          "reason": at.reason})
-            ready = await self._run_ready(tx, done)
-            return Decision(done, "denied", done.approve_count, done.quorum, ready, discarded)
+            ready, claim = await self._run_ready(tx, done)
+            return Decision(done, "denied", done.approve_count, done.quorum, ready, discarded,
+                            claim)
         voters = [actor.id] if a.quorum == 1 else await tx.approvals.approvers_on(a.id, digest)
         voters = counted(a, voters, digest)
         if len(voters) < a.quorum:
@@ -321,8 +326,8 @@ class Decider:
                             details={"tool": a.tool, "args": done.effective_args(),
                                      "approvers": voters, "quorum": a.quorum,
                                      "edited": done.edited_args is not None})
-        ready = await self._run_ready(tx, done)
-        return Decision(done, "approved", len(voters), a.quorum, ready, discarded)
+        ready, claim = await self._run_ready(tx, done)
+        return Decision(done, "approved", len(voters), a.quorum, ready, discarded, claim)
 
     async def _answer_question(self, tx: Tx, a: ApprovalRecord, at: _Attempt,
                                now: datetime) -> Decision:
@@ -355,14 +360,28 @@ class Decider:
                                 run_id=a.run_id, approval_id=a.id, digest=a.digest,
                                 details={"reason": reason})
             return Decision(done, verdict, 0, 1, False)
-        ready = await tx.runs.wake_if_idle(a.run_id, kind="outcome_unknown", now=now,
-                                           from_status="needs_attention")
-        return Decision(done, verdict, 1, 1, ready)
+        ready, claim = await self._wake(tx, a.run_id, kind="outcome_unknown",
+                                        from_status="needs_attention")
+        return Decision(done, verdict, 1, 1, ready, claim=claim)
 
-    async def _run_ready(self, tx: Tx, a: ApprovalRecord) -> bool:
+    async def _run_ready(self, tx: Tx, a: ApprovalRecord) -> tuple[bool, str | None]:
         """Card update, and wake the run when its last pending request is decided."""
         await self._update_card(tx, a)
-        return await tx.runs.wake_if_idle(a.run_id, kind="tool_call", now=self.e.clock.now())
+        return await self._wake(tx, a.run_id, kind="tool_call")
+
+    async def _wake(self, tx: Tx, run_id: str, *, kind: str,
+                    from_status: str = "awaiting_approval") -> tuple[bool, str | None]:
+        """Set the run ``running`` if nothing of ``kind`` is pending any more: (woken, the
+        lease id it was leased under, if this engine's worker takes decided runs). The
+        lease rides in the decision's own statement: the resumed run needs no claim."""
+        now = self.e.clock.now()
+        owner = lease_id(self.e.owner) if self.e.takes_decided else None
+        woken = await tx.runs.wake_if_idle(
+            run_id, kind=kind, now=now, from_status=from_status,
+            lease=None if owner is None else (owner, now + self.e.config.lease_ttl))
+        if woken is None:
+            return False, None
+        return True, owner if woken.leased else None
 
     async def _card(self, tx: Tx, approval_id: str) -> ApprovalRecord:
         """Queue a card update and return the row as it now stands."""

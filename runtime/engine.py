@@ -74,8 +74,20 @@ class Engine:
         self._ready_listeners: list[Callable[[str], None]] = []
         self._opened_listeners: list[Callable[[str], None]] = []
         self._outbox_listeners: list[Callable[[], None]] = []
+        # a worker here that advances a run decided here under the lease the decision took
+        self._taker: Callable[[str, str], None] | None = None
 
     # -- local notifications ------------------------------------------------------------
+    def take_decided(self, fn: Callable[[str, str], None] | None) -> None:
+        """``fn(run_id, lease_id)`` advances a run this process decided, under the lease
+        its decision took in the same transaction (a running resume worker registers
+        this, and None when it stops)."""
+        self._taker = fn
+
+    @property
+    def takes_decided(self) -> bool:
+        return self._taker is not None
+
     def on_ready(self, fn: Callable[[str], None]) -> None:
         """Call ``fn(run_id)`` when this process learns a run can be advanced."""
         self._ready_listeners.append(fn)
@@ -279,5 +291,8 @@ class Engine:
         if decision.run_ready:
             self.urgency.begin(decision.approval.run_id)  # until its next tool call starts
             self.decided_runs.decided(decision.approval.run_id)
-            self.notify_ready(decision.approval.run_id)
+            if decision.claim is not None and self._taker is not None:
+                self._taker(decision.approval.run_id, decision.claim)  # leased to us
+            else:
+                self.notify_ready(decision.approval.run_id)
         return decision

@@ -143,19 +143,21 @@ class Runner:
         # and a CLI command, say) must not both believe they hold the run
         owner = claim or f"{e.owner}/{secrets.token_hex(3)}"
         queued: Outcome | None = None
-        async with e.db.write(urgent=e.urgency.presses(run_id)) as tx:
-            lease = await tx.runs.acquire_lease(run_id, owner=owner, now=now,
-                                                until=now + e.config.lease_ttl,
-                                                stale_owners=stale_owners)
-            got = lease.run if lease is not None else None
-            if got is not None:
-                queued = await self._over_limit(tx, got, owner, now)
+        got = await self._claimed(run_id, claim) if claim is not None else None
         if got is None:
-            return await self._not_ours(run_id)
-        if lease is not None and lease.taken_over:
-            e.meter.lease_taken_over(1)
-        if queued is not None:
-            return queued
+            async with e.db.write(urgent=e.urgency.presses(run_id)) as tx:
+                lease = await tx.runs.acquire_lease(run_id, owner=owner, now=now,
+                                                    until=now + e.config.lease_ttl,
+                                                    stale_owners=stale_owners)
+                got = lease.run if lease is not None else None
+                if got is not None:
+                    queued = await self._over_limit(tx, got, owner, now)
+            if got is None:
+                return await self._not_ours(run_id)
+            if lease is not None and lease.taken_over:
+                e.meter.lease_taken_over(1)
+            if queued is not None:
+                return queued
         released = [False]
         try:
             async with self._heartbeat(run_id, owner) as lost:
@@ -175,6 +177,20 @@ class Runner:
                 with contextlib.suppress(Exception):
                     async with e.db.write() as tx:
                         await tx.runs.release_lease(run_id, owner=owner)
+
+    async def _claimed(self, run_id: str, claim: str) -> RunRecord | None:
+        """The run, if the lease the caller claimed it under (a poll's claim, a decision's,
+        ``start_run``'s) is still its lease and nothing else needs checking in a write
+        transaction (its agent has no concurrency limit); else None: acquire it anew."""
+        async with self.e.db.read() as tx:
+            run = await tx.runs.get(run_id)
+        if run is None or run.status != "running" or run.lease_owner != claim:
+            return None
+        try:
+            limited = self.e.registry.get(run.agent).max_concurrent_runs is not None
+        except NotFound:
+            limited = False  # the step will find out, and fail the run properly
+        return None if limited else run
 
     async def _not_ours(self, run_id: str) -> Outcome:
         """Why the lease was not taken: the run is not running, or someone else holds it."""

@@ -45,6 +45,7 @@ class ResumeWorker:
         self._claims: dict[str, str] = {}  # queued run -> the lease id a poll claimed it with
         self._more = asyncio.Event()  # poll again: a run ended after a poll that filled up
         self._full = False  # the last poll had no room for every ready run, maybe
+        self._chores: set[asyncio.Task[None]] = set()
         engine.on_ready(self.wake)
 
     @property
@@ -56,6 +57,23 @@ class ResumeWorker:
         if run_id not in self._queued and run_id not in self._active:
             self._queued.add(run_id)
             self._queue.put_nowait(run_id)
+
+    def take(self, run_id: str, claim: str) -> None:
+        """A decision in this process made ``run_id`` ready and leased it under ``claim``
+        in its own transaction: advance it under that lease, with no claim of our own."""
+        if run_id in self._active or self._claims.get(run_id, claim) != claim:
+            # an attempt here is still winding down (or holds another claim): give the
+            # lease back, and the next poll (woken now) takes the run
+            task = asyncio.get_running_loop().create_task(self._hand_back(run_id, claim))
+            self._chores.add(task)
+            task.add_done_callback(self._chores.discard)
+            return
+        self._claims[run_id] = claim
+        self.wake(run_id)
+
+    async def _hand_back(self, run_id: str, claim: str) -> None:
+        await self._give_back({run_id: claim})
+        self._more.set()
 
     async def poll_once(self) -> int:
         """Claim as many ready runs as there are free slots and queue them; returns how
@@ -113,8 +131,10 @@ class ResumeWorker:
                 self._more.set()
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Serve until ``stop`` is set, then let in-flight runs reach a step boundary."""
+        """Serve until ``stop`` is set, then let in-flight runs reach a step boundary.
+        While it serves, runs decided in this process are leased to it by the decision."""
         poller = asyncio.create_task(self._poll(stop))
+        self.e.take_decided(self.take)
         try:
             while not stop.is_set():
                 getter = asyncio.create_task(self._queue.get())
@@ -142,6 +162,7 @@ class ResumeWorker:
                 claim = self._claims.pop(run_id, None)
                 self._active[run_id] = asyncio.create_task(self._advance(run_id, slot, claim))
         finally:
+            self.e.take_decided(None)
             self._stop.set()  # in-flight runs stop at their next step boundary
             poller.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -8,12 +8,19 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Interval, Table, and_, bindparam, func, insert, or_, select, update
+from sqlalchemy import Interval, Table, and_, bindparam, case, func, insert, or_, select, update
 from sqlalchemy.sql.functions import coalesce
 
 from store.models import Approval, Run
 from store.records import RunRecord
 from store.repos.base import Repo, to_record
+
+
+@dataclass(frozen=True, slots=True)
+class Woken:
+    """A waiting run set ``running`` again; ``leased``: to the owner that asked."""
+
+    leased: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,13 +131,23 @@ def _update(keys: tuple[str, ...], with_status: bool) -> Any:
 
 
 _A = cast(Table, Approval.__table__)
-_WAKE_IF_IDLE = (
-    update(_T)
-    .where(_T.c.id == bindparam("rid"), _T.c.status == bindparam("from"),
-           ~select(_A.c.id).where(_A.c.run_id == bindparam("rid"), _A.c.status == "pending",
-                                  _A.c.kind == bindparam("kind")).exists())
-    .values(status="running", updated_at=bindparam("now"))
-)
+@functools.lru_cache(maxsize=4)
+def _wake_if_idle(lease: bool, server: bool) -> Any:
+    values: dict[str, Any] = {"status": "running", "updated_at": bindparam("now")}
+    if lease:  # and take its lease, unless someone holds it (then keep theirs)
+        free = or_(_T.c.lease_owner.is_(None), _T.c.lease_expires_at <= _lease_now(server))
+        values.update(lease_owner=case((free, bindparam("owner")), else_=_T.c.lease_owner),
+                      lease_expires_at=case((free, _lease_until(server)),
+                                            else_=_T.c.lease_expires_at))
+    return (
+        update(_T)
+        .where(_T.c.id == bindparam("rid"), _T.c.status == bindparam("from"),
+               ~select(_A.c.id).where(_A.c.run_id == bindparam("rid"), _A.c.status == "pending",
+                                      _A.c.kind == bindparam("kind")).exists())
+        .values(values)
+        .returning(_T.c.lease_owner)
+    )
+
 
 @functools.lru_cache(maxsize=8)
 def _checkpoint(server: bool, release: bool) -> Any:
@@ -299,11 +316,21 @@ class RunsRepo(Repo):
         return bool(res.rowcount == 1)
 
     async def wake_if_idle(self, run_id: str, *, kind: str, now: datetime,
-                           from_status: str = "awaiting_approval") -> bool:
-        """Set the run ``running`` if it waits and no request of ``kind`` is pending."""
-        res = await self.conn.execute(_WAKE_IF_IDLE, {"rid": run_id, "kind": kind, "now": now,
-                                                      "from": from_status})
-        return bool(res.rowcount == 1)
+                           from_status: str = "awaiting_approval",
+                           lease: tuple[str, datetime] | None = None) -> Woken | None:
+        """Set the run ``running`` if it waits and no request of ``kind`` is pending;
+        None if it did not. ``lease=(owner, until)`` also leases it to ``owner`` in the
+        same statement, unless another holds an unexpired lease on it (``Woken.leased``
+        says which)."""
+        params: dict[str, Any] = {"rid": run_id, "kind": kind, "now": now,
+                                  "from": from_status}
+        if lease is not None:
+            params.update(owner=lease[0], **self._lease(now, lease[1]))
+        row = (await self.conn.execute(_wake_if_idle(lease is not None, self.server_time),
+                                       params)).first()
+        if row is None:
+            return None
+        return Woken(leased=lease is not None and row[0] == lease[0])
 
     async def wake(self, run_ids: Sequence[str], *, now: datetime) -> list[str]:
         """Move waiting runs back to ``running``; returns those that were waiting."""

@@ -282,3 +282,48 @@ async def test_a_reminder_for_a_request_being_decided_is_not_waited_for(
     async with other.write() as tx2:  # once the click is over, it goes through
         assert await tx2.approvals.advance_reminder(a.id, sent=a.reminders_sent,
                                                     next_at=None)
+
+
+async def test_a_decision_leases_the_run_to_its_running_worker_in_the_same_transaction(
+        db, make_engine, make_replica, clock) -> None:
+    a = make_engine(owner="host-a:1:aa")
+    b = make_replica("host-b:2:bb")
+    paused = [await a.run("demo-refund", f"Refund order A-{i}", requested_by="U_DANA")
+              for i in range(2)]
+    w = ResumeWorker(a, concurrency=2, poll_interval=3600)
+    stop = asyncio.Event()
+    taken: list[tuple[str, str]] = []
+    real_take = w.take
+    w.take = lambda run_id, claim: taken.append((run_id, claim))  # type: ignore[method-assign]
+    serving = asyncio.create_task(w.run(stop))
+    try:
+        await asyncio.sleep(0)  # the worker registers itself as the taker of decided runs
+        assert a.takes_decided
+        await a.decide(paused[0].approval_ids[0], actor=Actor("U_ALICE", "cli"),
+                       verdict="approve")
+        [(run_id, claim)] = taken
+        async with db.read() as tx:
+            run = await tx.runs.get(run_id)
+        assert run_id == paused[0].run_id and run.status == "running"
+        assert run.lease_owner == claim and claim.startswith("host-a:1:aa/")
+        # nobody else can take it, nor is it ready to another replica's poll
+        assert await ResumeWorker(b, concurrency=2, poll_interval=3600).poll_once() == 0
+        assert (await b.advance(run_id)).status == "running"  # Busy: it is leased
+        real_take(run_id, claim)  # the worker advances it under the decision's lease
+        async with asyncio.timeout(20):
+            while True:
+                async with db.read() as tx:
+                    if (await tx.runs.get(run_id)).status == "completed":
+                        break
+                await asyncio.sleep(0.02)
+    finally:
+        stop.set()
+        await serving
+    assert not a.takes_decided  # a stopped worker takes no more
+    # with no worker serving (the CLI, say) a decision leases nothing: any replica may
+    # advance the run
+    await a.decide(paused[1].approval_ids[0], actor=Actor("U_ALICE", "cli"), verdict="approve")
+    async with db.read() as tx:
+        run = await tx.runs.get(paused[1].run_id)
+    assert run.status == "running" and run.lease_owner is None
+    assert (await b.advance(paused[1].run_id)).status == "completed"
