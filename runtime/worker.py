@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from typing import TYPE_CHECKING
 
 from runtime.ids import lease_id
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from runtime.engine import Engine
 
 log = logging.getLogger("approvald.worker")
+STALE_CHECK = 2.0  # s between lookups of dead processes' leases (a lapsed lease needs none)
 ANSWER_PATIENCE = 0.25  # s a woken run waits, at most, for clicks being answered
 
 
@@ -42,6 +44,7 @@ class ResumeWorker:
         self._slots = asyncio.Semaphore(concurrency)
         self._stop = asyncio.Event()
         self._stale: tuple[str, ...] = ()
+        self._stale_at = -1e9  # when ``_stale`` was looked up (monotonic)
         self._claims: dict[str, str] = {}  # queued run -> the lease id a poll claimed it with
         self._more = asyncio.Event()  # poll again: a run ended after a poll that filled up
         self._full = False  # the last poll had no room for every ready run, maybe
@@ -78,12 +81,14 @@ class ResumeWorker:
     async def poll_once(self) -> int:
         """Claim as many ready runs as there are free slots and queue them; returns how
         many were claimed (see the module docstring)."""
-        stale = tuple(await self.e.stale_owners())
-        self._stale = stale
         room = self.concurrency - len(self._active) - len(self._queued)
         self._full = room <= 0
         if room <= 0 or self._stop.is_set():
-            return 0
+            return 0  # (no query: a busy worker is polled again each time a run ends)
+        now_m = time.monotonic()
+        if now_m - self._stale_at > STALE_CHECK:  # only takeovers need them: not each poll
+            self._stale, self._stale_at = tuple(await self.e.stale_owners()), now_m
+        stale = self._stale
         owner = lease_id(self.e.owner)  # this claim's
         now = self.e.clock.now()
         mine = [*self._active, *self._queued]  # being advanced here, or about to be
