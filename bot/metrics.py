@@ -138,6 +138,11 @@ def add_routes(app: web.Application, engine: Engine, meter: PrometheusMeter,
             return web.json_response(
                 {"ok": False, "database": f"unreachable: {type(exc).__name__}: {exc}"[:300]},
                 status=503)
+        if revision is not None and revision > migrate.HEAD:  # revisions are 0001, 0002, …
+            return web.json_response(
+                {"ok": False, "database": f"schema {revision} was written by a newer "
+                 f"approvald; this one knows up to {migrate.HEAD}: replace this replica "
+                 "with the new version"}, status=503)
         if revision != migrate.HEAD:
             return web.json_response(
                 {"ok": False, "database": f"schema {revision or 'none'}, this code needs "

@@ -82,6 +82,10 @@ async def test_health_readiness_and_metrics_without_slack(db_url: str, tmp_path:
         monkeypatch.setattr(migrate, "HEAD", "9999")
         status, body = await get(port, "/readyz")
         assert status == 503 and "approvald db upgrade" in body["database"]
+        # ... or a newer one than it knows (a rollout migrated it): the fix is a new replica
+        monkeypatch.setattr(migrate, "HEAD", "0000")
+        status, body = await get(port, "/readyz")
+        assert status == 503 and "newer approvald" in body["database"]
 
         async def down(_db: Database) -> str:
             raise ConnectionRefusedError("connection refused")
