@@ -52,7 +52,14 @@ from runtime.outcomes import (
     Waiting,
     Yielded,
 )
-from runtime.state import FINAL_STATUSES, AssistantMessage, RunState, ToolCall, ToolMessage
+from runtime.state import (
+    FINAL_STATUSES,
+    AssistantMessage,
+    ModelStep,
+    RunState,
+    ToolCall,
+    ToolMessage,
+)
 from runtime.tools import ToolContext
 from runtime.tracing import Steps, model_name
 from runtime.transcript import build_state, encode
@@ -445,13 +452,22 @@ class Runner:
         if inflight is not None and inflight.get("step") == live.step + 1:
             return AssistantMessage.model_validate(inflight["reply"])
         await self._take_model_call(agent)
+        name = model_name(agent.model)
         with self.e.tracer.span("model.call", run_id=live.run.id, agent=agent.name,
-                                model=model_name(agent.model),
+                                model=name,
                                 instructions_version=live.run.instructions_version):
+            began = time.monotonic()
             reply = await agent.model.complete(instructions=agent.instructions,
                                                messages=live.state.messages,
                                                tools=agent.tool_specs())
+            latency_ms = (time.monotonic() - began) * 1000.0
         failpoint("mid_model_call")
+        usage = reply.usage
+        meta = ModelStep(at=self.e.clock.now(), latency_ms=round(latency_ms, 3), model=name,
+                         instructions_version=agent.instructions_version,
+                         input_tokens=usage.input_tokens if usage else None,
+                         output_tokens=usage.output_tokens if usage else None,
+                         cost_usd=usage.cost_usd if usage else None)
         seen = live.call_ids
         calls: list[ToolCall] = []
         for i, c in enumerate(reply.tool_calls):
@@ -460,7 +476,7 @@ class Runner:
                 cid = f"call_{live.step + 1}_{i}"
             seen.add(cid)
             calls.append(ToolCall(id=cid, name=c.name, arguments=c.arguments))
-        return AssistantMessage(content=reply.content, tool_calls=calls)
+        return AssistantMessage(content=reply.content, tool_calls=calls, meta=meta)
 
     async def _handle_call(self, live: _Live, agent: Agent, call: ToolCall,
                            pending: _Pending, *, last: bool) -> None:

@@ -11,6 +11,9 @@ Version history:
      and tool results as plain text.
   2  arguments stored as a JSON object; tool results are JSON values (dicts for
      structured outcomes such as ``{"status": "denied", ...}``).
+  3  an assistant message may carry ``meta`` (:class:`ModelStep`: when the reply arrived,
+     latency, model, instructions version, token counts and cost). Older messages have
+     none; an older approvald refuses version 3 clearly instead of failing on the field.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from runtime.errors import StateVersionError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 RunStatus = Literal[
     "running", "awaiting_approval", "completed", "failed", "cancelled", "needs_attention"
@@ -52,10 +55,23 @@ class UserMessage(_Part):
     content: str
 
 
+class ModelStep(_Part):
+    """How a fresh model reply came about, for traces: recorded when it arrived."""
+
+    at: datetime  # the clock's time when the reply arrived
+    latency_ms: float
+    model: str
+    instructions_version: str
+    input_tokens: int | None = None  # as the model reports them; None when it does not
+    output_tokens: int | None = None
+    cost_usd: float | None = None  # reported by the API or priced by configuration, never guessed
+
+
 class AssistantMessage(_Part):
     role: Literal["assistant"] = "assistant"
     content: str | None = None
     tool_calls: list[ToolCall] = Field(default_factory=list)
+    meta: ModelStep | None = None  # absent on replies written before schema version 3
 
 
 class ToolMessage(_Part):
@@ -161,8 +177,13 @@ def _v1_to_v2(body: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
+def _v2_to_v3(body: dict[str, Any]) -> dict[str, Any]:
+    return body  # version 3 only adds an optional field
+
+
 # version -> function lifting a message body from that version to the next one
-_UPGRADERS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2}
+_UPGRADERS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2,
+                                                                      2: _v2_to_v3}
 
 
 def upgrade_part(

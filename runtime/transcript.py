@@ -38,6 +38,10 @@ def encode(msg: Message, *, ledger_ref: bool = False) -> tuple[int, str]:
                 body.pop("tool_calls")
             if msg.content is None:
                 body.pop("content")
+            if msg.meta is None:
+                body.pop("meta")
+            else:  # token counts and cost only where the model reported them
+                body["meta"] = {k: v for k, v in body["meta"].items() if v is not None}
     return SCHEMA_VERSION, compact_json(body)
 
 

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from runtime.models.base import Model, ModelReply, ToolSpec, Transcript
+from runtime.models.base import Model, ModelReply, ToolSpec, Transcript, Usage
 from runtime.models.scripted import ScriptedModel, reply
 
 if TYPE_CHECKING:
     from runtime.models.openai import OpenAIChatModel
 
 __all__ = [
-    "Model", "ModelReply", "OpenAIChatModel", "ScriptedModel", "ToolSpec", "Transcript", "reply",
+    "Model", "ModelReply", "OpenAIChatModel", "ScriptedModel", "ToolSpec", "Transcript", "Usage",
+    "reply",
 ]
 
 

@@ -21,11 +21,24 @@ class ToolSpec:
 
 
 @dataclass(frozen=True)
+class Usage:
+    """What one model call cost, as far as the model reports it (None: not reported)."""
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cost_usd: float | None = None
+
+
+@dataclass(frozen=True)
 class ModelReply:
-    """One model turn: optional text and zero or more tool calls. No calls = final answer."""
+    """One model turn: optional text and zero or more tool calls. No calls = final answer.
+
+    ``usage``: token counts (and cost) when the model reports them; recorded in traces.
+    """
 
     content: str | None
     tool_calls: tuple[ToolCall, ...] = ()
+    usage: Usage | None = None
 
 
 class Model(Protocol):

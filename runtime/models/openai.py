@@ -38,7 +38,7 @@ from yarl import URL
 
 from runtime.canonical import compact_json
 from runtime.errors import ConfigError, ModelError, ModelUnavailable
-from runtime.models.base import ModelReply, ToolSpec, Transcript
+from runtime.models.base import ModelReply, ToolSpec, Transcript, Usage
 from runtime.state import AssistantMessage, ToolCall, ToolMessage, UserMessage
 
 __all__ = ["DEFAULT_BASE_URL", "INVALID_JSON_KEY", "OpenAIChatModel"]
@@ -84,6 +84,7 @@ class OpenAIChatModel:
         max_backoff: float = 30.0,
         max_in_call_wait: float = 5.0,
         temperature: float | None = None,
+        price_per_million: tuple[float, float] | None = None,
         sleep: Sleep = asyncio.sleep,
     ) -> None:
         if not model:
@@ -116,6 +117,9 @@ class OpenAIChatModel:
         self.backoff = backoff
         self.max_backoff = max_backoff
         self.max_in_call_wait = max_in_call_wait
+        # USD per million (input, output) tokens: a step's cost is recorded only if the API
+        # reports one or this is set; a price is never guessed
+        self.price_per_million = price_per_million
         self.temperature = temperature
         self._api_key = key
         self._url = url
@@ -313,7 +317,31 @@ class OpenAIChatModel:
                 name=name,
                 arguments=_parse_arguments(fn.get("arguments")),
             ))
-        return ModelReply(content=content, tool_calls=tuple(calls))
+        return ModelReply(content=content, tool_calls=tuple(calls),
+                          usage=self._usage(data.get("usage")))
+
+    def _usage(self, raw: Any) -> Usage | None:
+        """Token counts from the response's ``usage`` (absent or malformed: None); its cost
+        if the API reports one (``usage.cost``), else from ``price_per_million``."""
+        if not isinstance(raw, dict):
+            return None
+
+        def count(key: str) -> int | None:
+            value = raw.get(key)
+            ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+            return value if ok else None
+
+        tokens_in, tokens_out = count("prompt_tokens"), count("completion_tokens")
+        cost = raw.get("cost")
+        cost_usd = (float(cost) if isinstance(cost, int | float) and not isinstance(cost, bool)
+                    and cost >= 0 else None)
+        if cost_usd is None and self.price_per_million is not None \
+                and tokens_in is not None and tokens_out is not None:
+            per_in, per_out = self.price_per_million
+            cost_usd = (tokens_in * per_in + tokens_out * per_out) / 1_000_000
+        if tokens_in is None and tokens_out is None and cost_usd is None:
+            return None
+        return Usage(input_tokens=tokens_in, output_tokens=tokens_out, cost_usd=cost_usd)
 
 
 # -- helpers ---------------------------------------------------------------------------

@@ -501,5 +501,8 @@ async def test_agent_runs_through_engine(provider: FakeProvider, make: Callable[
     assert isinstance(tool_msg, ToolMessage)
     assert tool_msg.call_id == "call_abc"
     assert tool_msg.content == {"city": "Oslo", "temp_c": 4}
-    assert state.messages[-1] == AssistantMessage(content="It is 4°C in Oslo.")
+    last = state.messages[-1]
+    assert isinstance(last, AssistantMessage) and last.meta is not None
+    assert last.model_copy(update={"meta": None}) == AssistantMessage(content="It is 4°C in Oslo.")
+    assert last.meta.model == model.model  # the model step's record names the model
     assert state.result == "It is 4°C in Oslo."
