@@ -212,6 +212,31 @@ async def cmd_runs_show(s: Settings, a: argparse.Namespace) -> int:
     return await with_engine(s, go)
 
 
+async def cmd_trace(s: Settings, a: argparse.Namespace) -> int:
+    from bot import trace_view
+    from runtime.trace import load_trace
+
+    fmt = "json" if a.json else a.format
+    if a.json and a.format not in ("text", "json"):
+        raise UsageError(f"--json and --format {a.format} ask for different things")
+
+    async def go(engine: Engine) -> int:
+        run = await engine.resolve_run(a.id)
+        trace = await load_trace(engine.db, run.id, now=engine.clock.now())
+        if fmt == "json":
+            text = json.dumps(trace.to_document(), indent=2, ensure_ascii=False) + "\n"
+        elif fmt == "html":
+            text = trace_view.html(trace)
+        else:
+            text = trace_view.text(trace)
+        if a.output:
+            await asyncio.to_thread(_write_file, a.output, text)
+        else:
+            sys.stdout.write(text)
+        return 0
+    return await with_engine(s, go)
+
+
 async def cmd_runs_cancel(s: Settings, a: argparse.Namespace) -> int:
     async def go(engine: Engine) -> int:
         run = await engine.resolve_run(a.id)
@@ -650,6 +675,21 @@ def build_parser() -> argparse.ArgumentParser:
     cancel.add_argument("id", help=RUN_ID)
     cancel.add_argument("--reason", help="why (recorded in the audit log and on the cards)")
     cancel.set_defaults(fn=cmd_runs_cancel)
+
+    tr = sub.add_parser("trace", help="a run's timeline: model steps, tool calls, approvals "
+                        "and every transition, with times",
+                        description="Print a run's timeline: each model step (model, "
+                        "instructions version, latency, tokens and cost where reported), "
+                        "each tool call (arguments, result, latency, error class, "
+                        "idempotency key), each approval (who decided, when, on which "
+                        "digest, how long it waited) and every audited transition.")
+    tr.add_argument("id", help=RUN_ID)
+    tr.add_argument("--format", choices=["text", "json", "html"], default="text",
+                    help="text (default), json (stable keys), or html: one self-contained "
+                         "page with a swimlane of model / tools / humans")
+    tr.add_argument("--json", action="store_true", help="the same as --format json")
+    tr.add_argument("--output", "-o", metavar="FILE", help="write to a file instead of stdout")
+    tr.set_defaults(fn=cmd_trace)
 
     sub.add_parser("recover", help="resume runs whose worker died").set_defaults(fn=cmd_recover)
 
