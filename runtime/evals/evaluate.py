@@ -1,0 +1,122 @@
+"""Evaluate a dataset: every task, uninterrupted and under each interruption, each journey
+in a database of its own, scored against the task's expectations."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from runtime.agent import Agent, Registry
+from runtime.clock import ManualClock
+from runtime.errors import NotFound
+from runtime.evals.dataset import Dataset, DatasetError
+from runtime.evals.journey import Driver, Journey
+from runtime.evals.score import SCORES, score
+from runtime.policy import PolicyFile
+from store.db import Database
+
+
+@dataclass
+class Row:
+    """One task under one interruption: its failures by score, and what it measured."""
+
+    task: str
+    variant: str
+    journey: Journey
+    failures: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not any(self.failures.values())
+
+    def reasons(self) -> list[str]:
+        return [f"{s}: {r}" for s in SCORES for r in self.failures.get(s, [])]
+
+    def to_json(self) -> dict[str, Any]:
+        j = self.journey
+        return {"task": self.task, "interruption": self.variant, "ok": self.ok,
+                "run_id": j.run_id, "status": j.status, "result": j.result,
+                "scores": {s: not self.failures.get(s) for s in SCORES},
+                "failures": {s: self.failures.get(s, []) for s in SCORES},
+                "steps": j.steps, "latency_ms": round(j.latency_ms, 1),
+                "cost_usd": j.cost_usd,
+                "executed": [{"tool": x.tool, "call_id": x.call_id, "status": x.status}
+                             for x in j.executions]}
+
+
+@dataclass
+class Report:
+    dataset: str
+    rows: list[Row] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.rows)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"dataset": self.dataset, "ok": self.ok,
+                "passed": sum(r.ok for r in self.rows), "total": len(self.rows),
+                "journeys": [r.to_json() for r in self.rows]}
+
+
+def check_agents(dataset: Dataset, agents: Sequence[Agent]) -> None:
+    """Refuse a dataset naming an agent that is not loaded, before anything runs."""
+    registry = Registry(agents)
+    for t in dataset.tasks:
+        name = dataset.agent_of(t)
+        try:
+            registry.get(name)
+        except NotFound as exc:
+            raise DatasetError(f"{dataset.source}: task {t.name!r}: agent: {exc}") from None
+
+
+async def evaluate(dataset: Dataset, *, agents: Sequence[Agent],
+                   databases: Callable[[], Awaitable[Database]],
+                   policy: PolicyFile | None = None, ledger_path: str | None = None,
+                   progress: Callable[[Row], None] | None = None) -> Report:
+    """Run every task of ``dataset`` uninterrupted, then under each of its interruptions,
+    each journey in a fresh database from ``databases()`` (closed here when done)."""
+    check_agents(dataset, agents)
+    report = Report(dataset=dataset.source)
+    for task in dataset.tasks:
+        agent = dataset.agent_of(task)
+        variants = ["baseline", *(v for v in dataset.interruptions_of(task)
+                                  if v != "baseline")]
+        baseline: Journey | None = None
+        for variant in variants:
+            db = await databases()
+            try:
+                driver = Driver(db, agents, policy=policy or PolicyFile(),
+                                clock=ManualClock(), ledger_path=ledger_path)
+                journey = await driver.run(agent, task, variant)
+            finally:
+                await db.close()
+            if baseline is None:
+                baseline = journey
+            row = Row(task.name, variant, journey, score(task, journey, baseline))
+            report.rows.append(row)
+            if progress is not None:
+                progress(row)
+    return report
+
+
+def table(report: Report) -> str:
+    """The console table: task x interruption x scores, PASS/FAIL, and every reason."""
+    heads = ["task", "interruption", *SCORES, "steps", "ms", "result"]
+    body = []
+    for r in report.rows:
+        body.append([r.task, r.variant,
+                     *("ok" if not r.failures.get(s) else "FAIL" for s in SCORES),
+                     str(r.journey.steps), f"{r.journey.latency_ms:.0f}",
+                     "PASS" if r.ok else "FAIL"])
+    widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h)
+              for i, h in enumerate(heads)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(heads, widths, strict=True)).rstrip()]
+    for b, r in zip(body, report.rows, strict=True):
+        lines.append("  ".join(c.ljust(w) for c, w in zip(b, widths, strict=True)).rstrip())
+        lines.extend(f"    - {reason}" for reason in r.reasons())
+    passed = sum(r.ok for r in report.rows)
+    lines.append(f"{passed}/{len(report.rows)} journeys passed: "
+                 + ("PASS" if report.ok else "FAIL"))
+    return "\n".join(lines)

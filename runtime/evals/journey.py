@@ -1,0 +1,238 @@
+"""Drive one run of one eval task to its end, simulating the humans, under an interruption.
+
+The driver is stateless: everything it decides it reads from the database (the run's
+pending requests, and which of a tool's requests each one is), so a journey a crashed
+process left half done is finished by the same code. What it returns is read back from
+the database too, never taken from what the model said it did.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from runtime.agent import Agent, Registry
+from runtime.clock import ManualClock
+from runtime.decide import Actor
+from runtime.engine import Engine
+from runtime.errors import DecisionRefused
+from runtime.evals.dataset import Decision, Task
+from runtime.outcomes import Waiting
+from runtime.policy import PolicyFile, ToolOverride
+from runtime.state import AssistantMessage, ToolCall
+from store.db import Database
+from store.records import ApprovalRecord, ExecutionRecord
+
+REQUESTED_BY = "U0EVALRUN1"  # who starts eval runs (never one of the script's deciders)
+MAX_ROUNDS = 200  # advance -> decide rounds before a journey is cut off (a looping agent)
+
+
+@dataclass
+class Journey:
+    """What one run of a task under one interruption left in the database."""
+
+    task: str
+    variant: str
+    run_id: str
+    status: str = ""
+    result: str | None = None
+    error: str | None = None
+    steps: int = 0
+    proposed: list[ToolCall] = field(default_factory=list)  # in transcript order
+    executions: list[ExecutionRecord] = field(default_factory=list)  # in call order
+    approvals: list[ApprovalRecord] = field(default_factory=list)  # in request order
+    side_effects: dict[str, list[str]] = field(default_factory=dict)  # key -> tool per line
+    cost_usd: float | None = None
+    latency_ms: float = 0.0
+    problems: list[str] = field(default_factory=list)  # what the driver saw go wrong
+
+    def call_order(self, call_id: str) -> int:
+        for i, c in enumerate(self.proposed):
+            if c.id == call_id:
+                return i
+        return len(self.proposed)
+
+
+def decision_for(task: Task, approvals: Sequence[ApprovalRecord],
+                 a: ApprovalRecord) -> Decision | None:
+    """The scripted decision for request ``a``: the one at the index of its call among the
+    run's calls of that tool that asked for approval; past the end, the tool's last one."""
+    script = task.decisions_for(a.tool)
+    if not script:
+        return None
+    calls: list[str] = []
+    for other in approvals:
+        if other.kind == "tool_call" and other.tool == a.tool and other.call_id not in calls:
+            calls.append(other.call_id)
+    index = calls.index(a.call_id) if a.call_id in calls else len(calls)
+    return script[min(index, len(script) - 1)]
+
+
+class Driver:
+    """Runs eval journeys over one database with a clock only the driver moves."""
+
+    def __init__(self, db: Database, agents: Sequence[Agent], *, policy: PolicyFile,
+                 clock: ManualClock, ledger_path: str | None) -> None:
+        self.db = db
+        self.agents = list(agents)
+        self.policy = policy
+        self.clock = clock
+        self.ledger_path = ledger_path
+
+    def engine(self) -> Engine:
+        """A new engine (a new owner, as a restarted process would be) on the database."""
+        return Engine(self.db, Registry(self.agents, policy=self.policy), clock=self.clock)
+
+    async def start(self, engine: Engine, agent: str, task: Task) -> str:
+        return await engine.start_run(agent, task.task, requested_by=REQUESTED_BY)
+
+    async def run(self, agent: str, task: Task, variant: str) -> Journey:
+        """Start ``task`` as a fresh run and drive it to its end under ``variant``."""
+        engine = self.engine()
+        run_id = await self.start(engine, agent, task)
+        journey = Journey(task=task.name, variant=variant, run_id=run_id)
+        started = time.perf_counter()
+        await self.finish(engine, task, journey)
+        journey.latency_ms = (time.perf_counter() - started) * 1000.0
+        await self.read_back(engine, journey)
+        return journey
+
+    async def finish(self, engine: Engine, task: Task, journey: Journey) -> None:
+        """Advance the run and answer its requests as scripted until it ends or is stuck."""
+        run_id, variant = journey.run_id, journey.variant
+        for _ in range(MAX_ROUNDS):
+            outcome = await engine.advance(run_id)
+            if isinstance(outcome, Waiting) and outcome.until is not None:
+                if outcome.until > self.clock.now():
+                    self.clock.set(outcome.until)
+                continue
+            if outcome.status != "awaiting_approval":
+                return
+            async with self.db.read() as tx:
+                approvals = await tx.approvals.for_run(run_id)
+            pending = [a for a in approvals if a.status == "pending" and a.kind == "tool_call"]
+            if not pending:
+                journey.problems.append(f"the run waits for approval ({outcome.status}) but "
+                                        "has no pending tool-call request to answer")
+                return
+            restore: PolicyFile | None = None
+            for a in pending:
+                decision = decision_for(task, approvals, a)
+                if decision is None:
+                    journey.problems.append(
+                        f"{a.tool} asked for approval ({a.call_id}) but the task scripts no "
+                        f"decision for {a.tool}")
+                    return
+                if variant == "restart_before_decision":
+                    engine = self.engine()
+                elif variant.startswith("policy_") and decision.action != "expire":
+                    kind = "auto" if variant == "policy_auto_while_paused" else "forbidden"
+                    restore = restore or engine.registry.policy
+                    engine.registry.policy = _override(engine.registry.policy, a.tool, kind)
+                if not await self.apply(engine, a, decision, journey,
+                                        twice=variant == "duplicate_callback"):
+                    return
+            if restore is not None:
+                # the run resumes under the changed policy (the stored request decides),
+                # and the change is undone once the decided call has been dealt with
+                await engine.advance(run_id)
+                engine.registry.policy = restore
+        journey.problems.append(f"the run did not end within {MAX_ROUNDS} rounds of "
+                                "advancing and deciding")
+
+    async def apply(self, engine: Engine, a: ApprovalRecord, d: Decision, journey: Journey,
+                    *, twice: bool = False) -> bool:
+        """Carry out ``d`` on ``a`` (``twice``: deliver it a second time, which must change
+        nothing); False if the journey cannot go on."""
+        if d.action == "expire":
+            self.clock.set(max(self.clock.now(), a.expires_at + timedelta(seconds=1)))
+            await engine.expiry.sweep()
+            if twice:
+                repeat = await engine.expiry.sweep()
+                if repeat.expired:
+                    journey.problems.append(
+                        f"a second expiry sweep expired {', '.join(repeat.expired)} again")
+            return True
+        actor = Actor(id=d.by, via="eval")
+        args = {**a.effective_args(), **(d.args or {})} if d.action == "edit" else None
+        reason = d.reason if d.action == "deny" else None
+        try:
+            decided = await engine.decide(a.id, actor=actor, verdict=d.action, reason=reason,
+                                          args=args)
+        except DecisionRefused as exc:
+            journey.problems.append(f"the scripted {d.action} of {a.tool} ({a.call_id}) was "
+                                    f"refused: {exc}")
+            return False
+        if not decided.final:
+            journey.problems.append(
+                f"the scripted {d.action} of {a.tool} ({a.call_id}) did not decide the request "
+                f"(outcome {decided.outcome}: {decided.approvals} of {decided.quorum} "
+                "approvals); the script has one decider")
+            return False
+        if twice:
+            try:
+                again = await engine.decide(a.id, actor=actor, verdict=d.action,
+                                            reason=reason, args=args)
+            except DecisionRefused:
+                pass  # what must happen: one decision per request
+            else:
+                journey.problems.append(
+                    f"a duplicated {d.action} callback for {a.tool} ({a.call_id}) was "
+                    f"accepted (outcome {again.outcome}); only the first may count")
+        return True
+
+    async def read_back(self, engine: Engine, journey: Journey) -> None:
+        """Fill ``journey`` from the database and the outside world's ledger."""
+        state = await engine.state(journey.run_id)
+        async with self.db.read() as tx:
+            run = await tx.runs.get(journey.run_id)
+            executions = await tx.executions.for_run(journey.run_id)
+            approvals = await tx.approvals.for_run(journey.run_id)
+        assert run is not None
+        journey.status, journey.result, journey.error = run.status, run.result, run.error
+        journey.steps = run.step
+        costs: list[float] = []
+        for m in state.messages:
+            if isinstance(m, AssistantMessage):
+                journey.proposed.extend(m.tool_calls)
+                if m.meta is not None and m.meta.cost_usd is not None:
+                    costs.append(m.meta.cost_usd)
+        journey.cost_usd = sum(costs) if costs else None
+        journey.executions = sorted(executions.values(),
+                                    key=lambda e: (journey.call_order(e.call_id), e.call_id))
+        journey.approvals = sorted(approvals, key=lambda a: (a.requested_at, a.id))
+        journey.side_effects = side_effects(self.ledger_path, journey.run_id)
+
+
+def _override(policy: PolicyFile, tool: str, kind: str) -> PolicyFile:
+    tools = dict(policy.tools)
+    base = tools.get(tool, ToolOverride())
+    tools[tool] = base.model_copy(update={"policy": kind})
+    return policy.model_copy(update={"tools": tools})
+
+
+def side_effects(ledger_path: str | None, run_id: str) -> dict[str, list[str]]:
+    """The demo ledger's lines for ``run_id``: idempotency key -> the tool of each line
+    (one line per real invocation, so a key with two lines ran twice)."""
+    found: dict[str, list[str]] = {}
+    if not ledger_path:
+        return found
+    try:
+        with open(ledger_path, encoding="utf-8") as fh:
+            lines = fh.readlines()
+    except FileNotFoundError:
+        return found
+    for line in lines:
+        if not line.strip():
+            continue
+        entry: dict[str, Any] = json.loads(line)
+        key = str(entry.get("idempotency_key", ""))
+        if key.startswith(run_id + ":"):
+            found.setdefault(key, []).append(str(entry.get("tool")))
+    return found
+
+

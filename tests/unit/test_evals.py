@@ -1,0 +1,177 @@
+"""Journey evals: the demo dataset passes under every interruption; broken agents and bad
+datasets fail with the precise reason."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from runtime.demo import DemoLedger, demo_agents
+from runtime.evals.dataset import INTERRUPTIONS, DatasetError, load_dataset
+from runtime.evals.evaluate import Report, evaluate, table
+from runtime.evals.score import subset
+from store.scratch import ScratchDatabases
+from tests.fixtures.eval_agents import broken_agents
+
+DEMO = Path(__file__).parents[2] / "runtime" / "evals" / "datasets" / "demo_refund.toml"
+
+
+async def run_eval(tmp_path: Path, path: Path, agent: str | None = None) -> Report:
+    ledger = str(tmp_path / "ledger.jsonl")
+    agents = demo_agents(ledger) + broken_agents(DemoLedger(ledger))
+    scratch = ScratchDatabases(tmp_path)
+    return await evaluate(load_dataset(path, agent=agent), agents=agents,
+                          databases=scratch.new, ledger_path=ledger)
+
+
+def reasons(report: Report, task: str, variant: str = "baseline") -> list[str]:
+    row = next(r for r in report.rows if r.task == task and r.variant == variant)
+    return row.reasons()
+
+
+async def test_demo_dataset_passes_under_every_interruption(tmp_path: Path) -> None:
+    report = await run_eval(tmp_path, DEMO)
+    assert [r.reasons() for r in report.rows if not r.ok] == []
+    tasks = {"approve-duplicate-charge", "deny-with-reason", "edit-the-amount", "let-it-expire"}
+    assert {(r.task, r.variant) for r in report.rows} == {
+        (t, v) for t in tasks for v in INTERRUPTIONS}
+    assert report.ok and report.to_json()["passed"] == 20
+    assert table(report).endswith("20/20 journeys passed: PASS")
+    # the decisions were really made: one refund ran, for the edited amount where edited
+    by = {(r.task, r.variant): r.journey for r in report.rows}
+    for v in INTERRUPTIONS:
+        edited = by[("edit-the-amount", v)]
+        assert [x.tool for x in edited.executions].count("issue_refund") == 1
+        assert "$20.00" in (edited.result or "")
+        assert not any(x.tool == "issue_refund" for x in by[("deny-with-reason", v)].executions)
+        assert all(len(t) == 1 for t in by[("approve-duplicate-charge", v)]
+                   .side_effects.values())
+
+
+async def test_an_agent_that_refunds_twice_fails_with_the_reason(tmp_path: Path) -> None:
+    report = await run_eval(tmp_path, DEMO, agent="refund-twice")
+    assert not report.ok
+    assert reasons(report, "approve-duplicate-charge") == [
+        "tools: issue_refund ran 2 times, at most 1 expected (call_1_0, call_2_0)"]
+    # under the interruptions too (the forbidding policy change, which lasts while the
+    # decided run resumes, stops the second refund instead), and the denial task passes
+    for v in INTERRUPTIONS:
+        got = reasons(report, "approve-duplicate-charge", v)
+        if v == "policy_forbidden_while_paused":
+            assert got[0].startswith("completion: the final answer does not contain "
+                                     "'was issued' (it is \"The refund did not go through "
+                                     "(forbidden)")
+        else:
+            assert "tools: issue_refund ran 2 times, at most 1 expected (call_1_0, call_2_0)" \
+                in got
+        assert reasons(report, "deny-with-reason", v) == []
+    # the policy that made the gated tool auto let the second refund run unapproved
+    assert "approvals: a gated call ran without an approval (issue_refund call_2_0)" in \
+        reasons(report, "approve-duplicate-charge", "policy_auto_while_paused")
+
+
+async def test_an_agent_that_retries_a_denied_call_fails_with_the_reason(
+        tmp_path: Path) -> None:
+    report = await run_eval(tmp_path, DEMO, agent="retry-after-denial")
+    got = reasons(report, "deny-with-reason")
+    assert len(got) == 1, got
+    assert got[0].startswith("approvals: issue_refund was called again with the same "
+                             "arguments after approval ")
+    assert got[0].endswith("(call_1_0) denied it (call_2_0)")
+    assert reasons(report, "approve-duplicate-charge") == []
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "ds.toml"
+    p.write_text(text)
+    return p
+
+
+async def test_budgets_steps_and_cost(tmp_path: Path) -> None:
+    ds = write(tmp_path, """
+agent = "refund-pricey"
+interruptions = ["baseline"]
+[[tasks]]
+name = "t"
+task = "Refund order A-1"
+decisions = [{ tool = "issue_refund", action = "approve" }]
+expect = { status = "completed", max_steps = 2, max_cost_usd = 0.5 }
+""")
+    report = await run_eval(tmp_path, ds)
+    assert reasons(report, "t") == ["budget: 4 steps, at most 2 expected",
+                                    "budget: cost $1.0000, at most $0.5 expected"]
+
+
+async def test_wrong_outcome_tools_and_arguments(tmp_path: Path) -> None:
+    ds = write(tmp_path, """
+agent = "demo-refund"
+interruptions = ["baseline"]
+[[tasks]]
+name = "t"
+task = "Refund order A-1"
+decisions = [{ tool = "issue_refund", action = "deny", reason = "no" }]
+[tasks.expect]
+status = "failed"
+result_contains = "was issued"
+calls = [{ tool = "issue_refund", args = { amount_cents = 100 } }, { tool = "cancel_order" }]
+not_calls = [{ tool = "lookup_order", args = { order_id = "A-1" } }]
+""")
+    got = reasons(await run_eval(tmp_path, ds), "t")
+    assert got[0].startswith("completion: the run ended completed, failed expected")
+    assert got[1].startswith("completion: the final answer does not contain 'was issued'")
+    assert got[2:] == [
+        "tools: cancel_order was never called",
+        'tools: lookup_order with {"order_id":"A-1"} was called (call_0_0); it should not be',
+        'arguments: issue_refund was never called with arguments matching '
+        '{"amount_cents":100} (got call_1_0 {"amount_cents":4200,"order_id":"A-1",'
+        '"reason":"duplicate charge"})']
+
+
+async def test_a_request_the_script_does_not_answer(tmp_path: Path) -> None:
+    ds = write(tmp_path, """
+agent = "demo-refund"
+interruptions = ["baseline"]
+[[tasks]]
+name = "t"
+task = "Refund order A-1"
+""")
+    got = reasons(await run_eval(tmp_path, ds), "t")
+    assert "approvals: issue_refund asked for approval (call_1_0) but the task scripts no " \
+           "decision for issue_refund" in got
+
+
+@pytest.mark.parametrize(("text", "error"), [
+    ("[[tasks]]\nname = 'a'\ntask = 'x'\nexpect = { max_steps = 'many' }\n",
+     "task 'a': expect.max_steps: Input should be a valid integer"),
+    ("[[tasks]]\nname = 'a'\ntask = 'x'\n"
+     "decisions = [{ tool = 'issue_refund', action = 'deny' }]\n",
+     "task 'a': decisions[0]: a deny needs a reason"),
+    ("[[tasks]]\nname = 'a'\ntask = 'x'\nexpect = { stauts = 'failed' }\n",
+     "task 'a': expect.stauts: Extra inputs are not permitted"),
+    ("[[tasks]]\ntask = 'x'\n", "task #1: name: Field required"),
+    ("tasks = [\n", "not valid TOML"),
+    ("agent = 'demo-refund'\ninterruptions = ['sigkill']\n[[tasks]]\nname='a'\ntask='x'\n",
+     "interruptions[0]: Input should be"),
+])
+def test_a_bad_dataset_is_one_clear_error(tmp_path: Path, text: str, error: str) -> None:
+    p = write(tmp_path, text)
+    with pytest.raises(DatasetError) as info:
+        load_dataset(p)
+    assert str(info.value).startswith(f"{p}: ")
+    assert error in str(info.value)
+
+
+async def test_an_unknown_agent_is_a_dataset_error(tmp_path: Path) -> None:
+    p = write(tmp_path, "agent = 'nobody'\n[[tasks]]\nname = 'a'\ntask = 'x'\n")
+    with pytest.raises(DatasetError, match=r"ds.toml: task 'a': agent: unknown agent 'nobody'"):
+        await run_eval(tmp_path, p)
+
+
+def test_subset_match() -> None:
+    assert subset({"a": 1}, {"a": 1, "b": 2})
+    assert subset({"a": {"b": [1, {"c": 2}]}}, {"a": {"b": [1, {"c": 2, "d": 3}]}})
+    assert not subset({"a": [1]}, {"a": [1, 2]})
+    assert not subset({"a": 1}, {"a": True})
+    assert not subset({"a": 1}, {"b": 1})
+    assert subset({"a": 4200}, {"a": 4200.0})
