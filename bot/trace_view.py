@@ -46,6 +46,10 @@ def _rel(t: datetime, t0: datetime) -> str:
 
 
 def _span_ms(e: Entry) -> float | None:
+    """How long it took: a measured latency (exact even under a coarse clock), else the
+    bar's length; None while it goes on."""
+    if e.latency_ms is not None:
+        return e.latency_ms
     if e.end is None:
         return None
     return (e.end - e.start).total_seconds() * 1000
