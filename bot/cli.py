@@ -597,6 +597,33 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message}")
 
 
+async def cmd_eval(s: Settings, a: argparse.Namespace) -> int:
+    # runs nothing in APPROVALD_DATABASE_URL: every journey gets a scratch database
+    from bot.wiring import build_registry
+    from runtime.evals.dataset import load_dataset
+    from runtime.evals.evaluate import evaluate, table
+    from store.scratch import ScratchDatabases
+
+    dataset = load_dataset(a.dataset, agent=a.agent)
+    scratch = ScratchDatabases()
+    try:
+        # side effects are counted in the demo ledger; modules APPROVALD_AGENTS loads read
+        # its path from the environment when they are imported, which is after this
+        ledger = s.demo_ledger or str(scratch.dir / "ledger.jsonl")
+        os.environ["APPROVALD_DEMO_LEDGER"] = ledger
+        registry = build_registry(s.model_copy(update={"demo_ledger": ledger}))
+        report = await evaluate(dataset, agents=[registry.get(n) for n in registry.names()],
+                                databases=scratch.new, policy=registry.policy,
+                                ledger_path=ledger)
+    finally:
+        scratch.cleanup()
+    if a.json:
+        out(report.to_json())
+    else:
+        print(table(report))
+    return 0 if report.ok else 1
+
+
 def count(text: str) -> int:
     """A ``--limit``: a whole number of 1 or more."""
     try:
@@ -808,6 +835,21 @@ def build_parser() -> argparse.ArgumentParser:
                     help="run only the Slack Web API and Socket Mode emulator (tokens "
                          "xoxb-test and xapp-test), for an `approvald serve` started apart")
     sb.set_defaults(fn=cmd_sandbox)
+
+    ev = sub.add_parser(
+        "eval", help="run journey evals: each task of a dataset, uninterrupted and under "
+        "each interruption, scored",
+        description="Run every task of DATASET.toml with its scripted human decisions, in a "
+        "scratch database per journey (not APPROVALD_DATABASE_URL), uninterrupted and under "
+        "each interruption the dataset lists, and score completion, tool selection, "
+        "arguments, approval compliance, recovery and budgets (the README's \"Journey "
+        "evals\" describes the format). Exit 1 when any journey fails its expectations, 2 "
+        "for a dataset that cannot be evaluated as written.")
+    ev.add_argument("dataset", help="the dataset file (TOML)")
+    ev.add_argument("--agent", help="evaluate this agent instead of the one the dataset "
+                    "names (a demo agent, or one APPROVALD_AGENTS loads)")
+    ev.add_argument("--json", action="store_true", help=JSON)
+    ev.set_defaults(fn=cmd_eval)
     return p
 
 

@@ -1,0 +1,59 @@
+"""`approvald eval` as a user (and CI) runs it: the table, --json, and the exit codes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.helpers import make_cli
+
+ROOT = Path(__file__).parents[2]
+DEMO = str(ROOT / "runtime" / "evals" / "datasets" / "demo_refund.toml")
+
+
+def test_the_demo_dataset_passes_and_the_report_says_so(sqlite_url: str,
+                                                         tmp_path: Path) -> None:
+    cli = make_cli(sqlite_url, tmp_path)
+    done = cli("eval", DEMO)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[-1] == "20/20 journeys passed: PASS"
+    assert any(line.startswith("approve-duplicate-charge  duplicate_callback") and
+               line.endswith("PASS") for line in lines)
+    report = json.loads(cli.ok("eval", DEMO, "--json"))
+    assert report["ok"] is True and report["passed"] == report["total"] == 20
+    assert {j["interruption"] for j in report["journeys"]} == {
+        "baseline", "duplicate_callback", "restart_before_decision",
+        "policy_auto_while_paused", "policy_forbidden_while_paused"}
+    # the journeys ran in scratch databases, not in the one APPROVALD_DATABASE_URL names
+    assert cli.json("runs", "list", "--json") == []
+
+
+def test_a_broken_agent_fails_the_eval_with_exit_1(sqlite_url: str, tmp_path: Path) -> None:
+    cli = make_cli(sqlite_url, tmp_path)
+    cli.env_extra.update(APPROVALD_AGENTS="tests.fixtures.eval_agents", PYTHONPATH=str(ROOT))
+    done = cli("eval", DEMO, "--agent", "refund-twice")
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert "    - tools: issue_refund ran 2 times, at most 1 expected (call_1_0, call_2_0)" \
+        in done.stdout.splitlines()
+    assert done.stdout.splitlines()[-1].endswith("journeys passed: FAIL")
+    report = json.loads(cli("eval", DEMO, "--agent", "retry-after-denial", "--json").stdout)
+    assert report["ok"] is False
+    deny = next(j for j in report["journeys"]
+                if j["task"] == "deny-with-reason" and j["interruption"] == "baseline")
+    assert deny["scores"]["approvals"] is False
+    assert "was called again with the same arguments" in deny["failures"]["approvals"][0]
+
+
+def test_a_bad_dataset_is_one_line_and_exit_2(sqlite_url: str, tmp_path: Path) -> None:
+    cli = make_cli(sqlite_url, tmp_path)
+    bad = tmp_path / "bad.toml"
+    bad.write_text("agent = 'demo-refund'\n[[tasks]]\nname = 'a'\ntask = 'x'\n"
+                   "decisions = [{ tool = 'issue_refund', action = 'maybe' }]\n")
+    done = cli("eval", str(bad))
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"approvald: {bad}: task 'a': decisions[0].action: Input should be 'approve', "
+        "'deny', 'edit' or 'expire'"]
+    missing = cli("eval", str(tmp_path / "nope.toml"))
+    assert missing.returncode == 2 and "no such dataset file" in missing.stderr
