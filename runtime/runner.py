@@ -464,7 +464,9 @@ class Runner:
         failpoint("mid_model_call")
         usage = reply.usage
         meta = ModelStep(at=self.e.clock.now(), latency_ms=round(latency_ms, 3), model=name,
-                         instructions_version=agent.instructions_version,
+                         instructions_version=(
+                             None if agent.instructions_version == live.run.instructions_version
+                             else agent.instructions_version),
                          input_tokens=usage.input_tokens if usage else None,
                          output_tokens=usage.output_tokens if usage else None,
                          cost_usd=usage.cost_usd if usage else None)

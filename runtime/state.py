@@ -61,7 +61,9 @@ class ModelStep(_Part):
     at: datetime  # the clock's time when the reply arrived
     latency_ms: float
     model: str
-    instructions_version: str
+    # only where it differs from the run's own (its row keeps the version it started with):
+    # a step stays small, and a redeploy's new instructions show where they took over
+    instructions_version: str | None = None
     input_tokens: int | None = None  # as the model reports them; None when it does not
     output_tokens: int | None = None
     cost_usd: float | None = None  # reported by the API or priced by configuration, never guessed

@@ -176,7 +176,7 @@ def build_trace(run: RunRecord,
         if not isinstance(m, AssistantMessage):
             continue
         step += 1
-        entry = _model_step(m, step, last)
+        entry = _model_step(m, step, last, run.instructions_version)
         entries.append(entry)
         last = entry.end or entry.start
         for call in m.tool_calls:
@@ -203,7 +203,7 @@ def build_trace(run: RunRecord,
     )
 
 
-def _model_step(m: AssistantMessage, step: int, last: datetime) -> Entry:
+def _model_step(m: AssistantMessage, step: int, last: datetime, run_version: str) -> Entry:
     names = [c.name for c in m.tool_calls]
     title = f"model step {step}: " + (f"asks for {', '.join(names)}" if names
                                       else "final answer")
@@ -216,7 +216,8 @@ def _model_step(m: AssistantMessage, step: int, last: datetime) -> Entry:
     start = min(meta.at, max(meta.at - timedelta(milliseconds=meta.latency_ms), last))
     return Entry(kind="model_step", lane="model", start=start, end=meta.at,
                  title=title, step=step, model=meta.model,
-                 instructions_version=meta.instructions_version, latency_ms=meta.latency_ms,
+                 instructions_version=meta.instructions_version or run_version,
+                 latency_ms=meta.latency_ms,
                  input_tokens=meta.input_tokens, output_tokens=meta.output_tokens,
                  cost_usd=meta.cost_usd, content=m.content, calls=names)
 

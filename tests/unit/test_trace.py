@@ -231,3 +231,23 @@ def test_agent_text_in_the_html_page_is_inert() -> None:
     assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in page
     assert "http://" not in page and "https://" not in page  # self-contained
     assert page.count('class="lane"') == 3
+
+
+async def test_a_step_names_its_instructions_only_where_a_redeploy_changed_them(
+        make_engine, db: Database, clock: ManualClock) -> None:
+    def agent(instructions: str) -> Agent:
+        return Agent(name="writer", instructions=instructions, tools=[],
+                     model=ScriptedModel.sequence([reply("first", turn=0),
+                                                   reply("second", turn=1)]))
+
+    old, new = agent("Be brief."), agent("Be brief and kind.")
+    assert old.instructions_version != new.instructions_version
+    run_id = await make_engine(agents=[old]).start_run("writer", "hi", requested_by="U1")
+    assert isinstance(await make_engine(agents=[new]).advance(run_id), Completed)
+    async with db.read() as tx:
+        [event] = [e for e in await tx.events.load(run_id) if '"assistant"' in e.body]
+    # the run row keeps the version it started with; the step says it ran on another
+    assert json.loads(event.body)["meta"]["instructions_version"] == new.instructions_version
+    [step] = [e for e in (await load_trace(db, run_id, now=clock.now())).entries
+              if e.kind == "model_step"]
+    assert step.instructions_version == new.instructions_version
