@@ -614,7 +614,7 @@ async def cmd_eval(s: Settings, a: argparse.Namespace) -> int:
         registry = build_registry(s.model_copy(update={"demo_ledger": ledger}))
         report = await evaluate(dataset, agents=[registry.get(n) for n in registry.names()],
                                 databases=scratch.new, policy=registry.policy,
-                                ledger_path=ledger)
+                                ledger_path=ledger, agent_modules=s.agents or "")
     finally:
         scratch.cleanup()
     if a.json:

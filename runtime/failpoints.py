@@ -5,8 +5,9 @@ reaches ``after_intent``; ``after_intent@3`` on the third time. Several points a
 comma-separated. With the variable unset, :func:`failpoint` is one falsy check.
 
 Known points, in the order a gated call meets them: ``mid_model_call`` (the reply came
-back, nothing recorded yet), ``after_intent``, ``before_result`` (the tool ran, its result
-is not recorded), ``after_result``, ``before_checkpoint``, ``after_checkpoint``,
+back, nothing recorded yet), ``after_intent``, ``before_call`` (every tool invocation, an
+idempotent one with no intent row too, is about to start), ``before_result`` (the tool
+ran, its result is not recorded), ``after_result``, ``before_checkpoint``, ``after_checkpoint``,
 ``after_commit_before_post`` (a request is committed, its card not yet sent),
 ``after_decision``, ``after_post_before_mark`` (Slack has the card, the outbox row does
 not know it yet), ``after_thread_post_before_record`` (a run-thread message is posted,
@@ -22,7 +23,7 @@ from collections.abc import Callable
 from runtime.errors import ConfigError
 
 _ENV = "APPROVALD_FAILPOINTS"
-KNOWN = ("mid_model_call", "after_intent", "before_result", "after_result",
+KNOWN = ("mid_model_call", "after_intent", "before_call", "before_result", "after_result",
          "before_checkpoint", "after_checkpoint", "after_commit_before_post", "after_decision",
          "after_post_before_mark", "after_thread_post_before_record")
 
@@ -65,6 +66,11 @@ def _kill(name: str) -> None:
 _armed: dict[str, int] = _from_env()
 _hits: dict[str, int] = {}
 _action: Callable[[str], None] = _kill
+
+
+def hits(name: str) -> int:
+    """How many times this process has passed ``name`` while it was armed."""
+    return _hits.get(name, 0)
 
 
 def failpoint(name: str) -> None:

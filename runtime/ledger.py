@@ -220,6 +220,7 @@ class Ledger:
 
         run_ctx = ToolContext(**{**ctx.__dict__, "attempt": attempt})
         started_at = self.clock.now()
+        failpoint("before_call")
         t0 = time.perf_counter()
         error: BaseException | None = None
         result: Any = None

@@ -16,7 +16,8 @@ from runtime.errors import ConfigError
 
 Action = Literal["approve", "deny", "edit", "expire"]
 Interruption = Literal["baseline", "duplicate_callback", "restart_before_decision",
-                       "policy_auto_while_paused", "policy_forbidden_while_paused"]
+                       "policy_auto_while_paused", "policy_forbidden_while_paused",
+                       "kill_before_calls", "kill_after_calls"]
 INTERRUPTIONS: tuple[str, ...] = get_args(Interruption)
 
 

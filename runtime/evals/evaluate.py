@@ -11,7 +11,7 @@ from runtime.agent import Agent, Registry
 from runtime.clock import ManualClock
 from runtime.errors import NotFound
 from runtime.evals.dataset import Dataset, DatasetError
-from runtime.evals.journey import Driver, Journey
+from runtime.evals.journey import Driver, Journey, crash_variants
 from runtime.evals.score import SCORES, score
 from runtime.policy import PolicyFile
 from store.db import Database
@@ -74,9 +74,12 @@ def check_agents(dataset: Dataset, agents: Sequence[Agent]) -> None:
 async def evaluate(dataset: Dataset, *, agents: Sequence[Agent],
                    databases: Callable[[], Awaitable[Database]],
                    policy: PolicyFile | None = None, ledger_path: str | None = None,
+                   agent_modules: str = "",
                    progress: Callable[[Row], None] | None = None) -> Report:
     """Run every task of ``dataset`` uninterrupted, then under each of its interruptions,
-    each journey in a fresh database from ``databases()`` (closed here when done)."""
+    each journey in a fresh database from ``databases()`` (closed here when done).
+    ``agent_modules``: the ``APPROVALD_AGENTS`` modules the agents came from, which the
+    crash interruptions' child processes import (the demo agents they always have)."""
     check_agents(dataset, agents)
     report = Report(dataset=dataset.source)
     for task in dataset.tasks:
@@ -84,11 +87,18 @@ async def evaluate(dataset: Dataset, *, agents: Sequence[Agent],
         variants = ["baseline", *(v for v in dataset.interruptions_of(task)
                                   if v != "baseline")]
         baseline: Journey | None = None
-        for variant in variants:
+        while variants:
+            variant = variants.pop(0)
+            if variant in ("kill_before_calls", "kill_after_calls"):
+                # one journey per tool invocation the uninterrupted run made
+                assert baseline is not None
+                variants[:0] = crash_variants(variant, invocations(baseline))
+                continue
             db = await databases()
             try:
                 driver = Driver(db, agents, policy=policy or PolicyFile(),
-                                clock=ManualClock(), ledger_path=ledger_path)
+                                clock=ManualClock(), ledger_path=ledger_path,
+                                agent_modules=agent_modules)
                 journey = await driver.run(agent, task, variant)
             finally:
                 await db.close()
@@ -99,6 +109,11 @@ async def evaluate(dataset: Dataset, *, agents: Sequence[Agent],
             if progress is not None:
                 progress(row)
     return report
+
+
+def invocations(journey: Journey) -> int:
+    """How many times the journey's tools were invoked (each attempt counts)."""
+    return sum(e.attempts for e in journey.executions)
 
 
 def table(report: Report) -> str:

@@ -8,7 +8,10 @@ the database too, never taken from what the model said it did.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import signal
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -27,6 +30,12 @@ from runtime.state import AssistantMessage, ToolCall
 from store.db import Database
 from store.records import ApprovalRecord, ExecutionRecord
 
+# crash interruptions: a variant ``kill_before_call_N`` / ``kill_after_call_N`` runs the
+# advances of its run in a child process (:mod:`runtime.evals.child`) armed to SIGKILL
+# itself at the N-th tool invocation, before it starts or after it returned (its result
+# not yet recorded), until it has; the journey is then finished here, from the database
+KILL_POINTS = {"kill_before_call_": "before_call", "kill_after_call_": "before_result"}
+CHILD_TIMEOUT = 60.0  # s one advance in a child may take
 REQUESTED_BY = "U0EVALRUN1"  # who starts eval runs (never one of the script's deciders)
 MAX_ROUNDS = 200  # advance -> decide rounds before a journey is cut off (a looping agent)
 
@@ -46,6 +55,8 @@ class Journey:
     executions: list[ExecutionRecord] = field(default_factory=list)  # in call order
     approvals: list[ApprovalRecord] = field(default_factory=list)  # in request order
     side_effects: dict[str, list[str]] = field(default_factory=dict)  # key -> tool per line
+    idempotent: set[str] = field(default_factory=set)  # tools a second run of is harmless
+    killed: bool = False  # a crash interruption's child process died at its failpoint
     cost_usd: float | None = None
     latency_ms: float = 0.0
     problems: list[str] = field(default_factory=list)  # what the driver saw go wrong
@@ -76,7 +87,8 @@ class Driver:
     """Runs eval journeys over one database with a clock only the driver moves."""
 
     def __init__(self, db: Database, agents: Sequence[Agent], *, policy: PolicyFile,
-                 clock: ManualClock, ledger_path: str | None) -> None:
+                 clock: ManualClock, ledger_path: str | None, agent_modules: str = "") -> None:
+        self.agent_modules = agent_modules  # what a child process imports to have them too
         self.db = db
         self.agents = list(agents)
         self.policy = policy
@@ -104,7 +116,17 @@ class Driver:
     async def finish(self, engine: Engine, task: Task, journey: Journey) -> None:
         """Advance the run and answer its requests as scripted until it ends or is stuck."""
         run_id, variant = journey.run_id, journey.variant
+        kill = crash_point(variant)
         for _ in range(MAX_ROUNDS):
+            if kill is not None:  # the next advance happens in a child, until it is killed
+                left = await self.advance_in_child(run_id, *kill, journey)
+                if left is None:
+                    return
+                kill = None if left == 0 else (kill[0], left)
+                if left == 0:  # its lease dies with it: time moves on until it has lapsed
+                    journey.killed = True
+                    self.clock.set(self.clock.now() + engine.config.lease_ttl
+                                   + timedelta(seconds=1))
             outcome = await engine.advance(run_id)
             if isinstance(outcome, Waiting) and outcome.until is not None:
                 if outcome.until > self.clock.now():
@@ -143,6 +165,37 @@ class Driver:
                 engine.registry.policy = restore
         journey.problems.append(f"the run did not end within {MAX_ROUNDS} rounds of "
                                 "advancing and deciding")
+
+    async def advance_in_child(self, run_id: str, point: str, nth: int,
+                               journey: Journey) -> int | None:
+        """Advance the run once in a child process armed to die at the ``nth`` pass of
+        ``point``: 0 if it died there, else how many passes are still to go; None (and a
+        problem noted) if the child could not do its advance."""
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "runtime.evals.child", "--db",
+            self.db.url.render_as_string(hide_password=False), "--run", run_id,
+            "--now", self.clock.now().isoformat(), "--failpoint", f"{point}@{nth}",
+            "--policy", self.policy.model_dump_json(), "--agents", self.agent_modules,
+            *(("--ledger", self.ledger_path) if self.ledger_path else ()),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(), CHILD_TIMEOUT)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+            journey.problems.append(f"an advance in a child process took over "
+                                    f"{CHILD_TIMEOUT:g} s")
+            return None
+        if proc.returncode == -signal.SIGKILL:
+            return 0
+        try:
+            hits = int(json.loads(out.decode().strip().splitlines()[-1])["hits"])
+        except (ValueError, KeyError, IndexError, TypeError):
+            why = (err.decode().strip().splitlines() or ["no output"])[-1]
+            journey.problems.append(f"an advance in a child process failed (exit "
+                                    f"{proc.returncode}): {why[:300]}")
+            return None
+        return nth - hits  # it passed the point fewer than nth times, or it would be dead
 
     async def apply(self, engine: Engine, a: ApprovalRecord, d: Decision, journey: Journey,
                     *, twice: bool = False) -> bool:
@@ -206,6 +259,23 @@ class Driver:
                                     key=lambda e: (journey.call_order(e.call_id), e.call_id))
         journey.approvals = sorted(approvals, key=lambda a: (a.requested_at, a.id))
         journey.side_effects = side_effects(self.ledger_path, journey.run_id)
+        journey.idempotent = {t.name for a in self.agents if a.name == run.agent
+                              for t in a.tools if t.idempotent}
+
+
+def crash_point(variant: str) -> tuple[str, int] | None:
+    """``kill_before_call_N`` -> ("before_call", N); None for other variants."""
+    for prefix, point in KILL_POINTS.items():
+        if variant.startswith(prefix) and variant[len(prefix):].isdigit():
+            return point, int(variant[len(prefix):])
+    return None
+
+
+def crash_variants(interruption: str, invocations: int) -> list[str]:
+    """``kill_before_calls`` -> one variant per tool invocation of the baseline."""
+    prefix = {"kill_before_calls": "kill_before_call_",
+              "kill_after_calls": "kill_after_call_"}[interruption]
+    return [f"{prefix}{n}" for n in range(1, invocations + 1)]
 
 
 def _override(policy: PolicyFile, tool: str, kind: str) -> PolicyFile:

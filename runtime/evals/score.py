@@ -11,7 +11,7 @@ from typing import Any
 
 from runtime.canonical import canonical_json
 from runtime.evals.dataset import CallExpectation, Task
-from runtime.evals.journey import Journey
+from runtime.evals.journey import Journey, crash_point
 from runtime.state import ToolCall
 
 SCORES = ("completion", "tools", "arguments", "approvals", "recovery", "budget")
@@ -73,9 +73,12 @@ def score(task: Task, j: Journey, baseline: Journey | None = None) -> dict[str, 
     out["approvals"].extend(j.problems)
     # -- recovery: no duplicate side effect; an interrupted run ends as the baseline did
     for key, tools in sorted(j.side_effects.items()):
-        if len(tools) > 1:
+        if len(tools) > 1 and tools[0] not in j.idempotent:  # a read run twice is harmless
             out["recovery"].append(f"duplicate side effect: {tools[0]} ran {len(tools)} "
                                    f"times under idempotency key {key}")
+    if crash_point(j.variant) is not None and not j.killed:
+        out["recovery"].append(f"{j.variant}: the run never got that far, so it was never "
+                               "interrupted")
     if baseline is not None and baseline is not j:
         if j.status != baseline.status:
             out["recovery"].append(f"the run ended {j.status}; uninterrupted it ended "

@@ -17,14 +17,19 @@ def test_the_demo_dataset_passes_and_the_report_says_so(sqlite_url: str,
     done = cli("eval", DEMO)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert lines[-1] == "20/20 journeys passed: PASS"
-    assert any(line.startswith("approve-duplicate-charge  duplicate_callback") and
-               line.endswith("PASS") for line in lines)
-    report = json.loads(cli.ok("eval", DEMO, "--json"))
-    assert report["ok"] is True and report["passed"] == report["total"] == 20
-    assert {j["interruption"] for j in report["journeys"]} == {
-        "baseline", "duplicate_callback", "restart_before_decision",
-        "policy_auto_while_paused", "policy_forbidden_while_paused"}
+    assert lines[-1] == "36/36 journeys passed: PASS"
+    for variant in ("duplicate_callback", "kill_before_call_2", "kill_after_call_3"):
+        assert any(line.startswith(f"approve-duplicate-charge  {variant} ") and
+                   line.endswith("PASS") for line in lines), variant
+    # --json, on one task: SIGKILLed after each of its three tool calls
+    one = tmp_path / "one.toml"
+    first = Path(DEMO).read_text().split("[[tasks]]")[1]  # approve-duplicate-charge
+    one.write_text('agent = "demo-refund"\ninterruptions = ["baseline", "kill_after_calls"]'
+                   "\n\n[[tasks]]" + first)
+    report = json.loads(cli.ok("eval", str(one), "--json"))
+    assert report["ok"] is True and report["passed"] == report["total"] == 4
+    assert [j["interruption"] for j in report["journeys"]] == [
+        "baseline", "kill_after_call_1", "kill_after_call_2", "kill_after_call_3"]
     # the journeys ran in scratch databases, not in the one APPROVALD_DATABASE_URL names
     assert cli.json("runs", "list", "--json") == []
 

@@ -3,6 +3,7 @@ datasets fail with the precise reason."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -17,12 +18,24 @@ from tests.fixtures.eval_agents import broken_agents
 DEMO = Path(__file__).parents[2] / "runtime" / "evals" / "datasets" / "demo_refund.toml"
 
 
-async def run_eval(tmp_path: Path, path: Path, agent: str | None = None) -> Report:
+IN_PROCESS = [v for v in INTERRUPTIONS if not v.startswith("kill_")]
+
+
+async def run_eval(tmp_path: Path, path: Path, agent: str | None = None, *,
+                   crashes: bool = False) -> Report:
+    """Evaluate ``path``; ``crashes``: with the crash interruptions too (child processes
+    that import the broken agents from their module), else only the in-process ones."""
     ledger = str(tmp_path / "ledger.jsonl")
+    os.environ["APPROVALD_DEMO_LEDGER"] = ledger  # where the child's module agents write
     agents = demo_agents(ledger) + broken_agents(DemoLedger(ledger))
     scratch = ScratchDatabases(tmp_path)
-    return await evaluate(load_dataset(path, agent=agent), agents=agents,
-                          databases=scratch.new, ledger_path=ledger)
+    dataset = load_dataset(path, agent=agent)
+    if not crashes:
+        dataset = dataset.model_copy(update={
+            "interruptions": IN_PROCESS,
+            "tasks": [t.model_copy(update={"interruptions": None}) for t in dataset.tasks]})
+    return await evaluate(dataset, agents=agents, databases=scratch.new, ledger_path=ledger,
+                          agent_modules="tests.fixtures.eval_agents")
 
 
 def reasons(report: Report, task: str, variant: str = "baseline") -> list[str]:
@@ -31,16 +44,30 @@ def reasons(report: Report, task: str, variant: str = "baseline") -> list[str]:
 
 
 async def test_demo_dataset_passes_under_every_interruption(tmp_path: Path) -> None:
-    report = await run_eval(tmp_path, DEMO)
+    report = await run_eval(tmp_path, DEMO, crashes=True)
     assert [r.reasons() for r in report.rows if not r.ok] == []
-    tasks = {"approve-duplicate-charge", "deny-with-reason", "edit-the-amount", "let-it-expire"}
+    # SIGKILL before and after each tool invocation the uninterrupted run made: three
+    # (lookup, refund, email) where the refund runs, one (the lookup) where it does not
+    calls = {"approve-duplicate-charge": 3, "deny-with-reason": 1, "edit-the-amount": 3,
+             "let-it-expire": 1}
     assert {(r.task, r.variant) for r in report.rows} == {
-        (t, v) for t in tasks for v in INTERRUPTIONS}
-    assert report.ok and report.to_json()["passed"] == 20
-    assert table(report).endswith("20/20 journeys passed: PASS")
-    # the decisions were really made: one refund ran, for the edited amount where edited
+        (t, v) for t, n in calls.items()
+        for v in [*IN_PROCESS, *(f"kill_{when}_call_{k}" for when in ("before", "after")
+                                 for k in range(1, n + 1))]}
+    assert report.ok and report.to_json()["passed"] == 36
+    assert table(report).endswith("36/36 journeys passed: PASS")
     by = {(r.task, r.variant): r.journey for r in report.rows}
-    for v in INTERRUPTIONS:
+    # each crash interruption really killed its child process at its boundary, and the
+    # refund still ran once: a crash after it ran was settled by its reconcile hook
+    assert all(j.killed for (_, v), j in by.items() if v.startswith("kill_"))
+    for v in ("kill_before_call_2", "kill_after_call_2"):
+        j = by[("approve-duplicate-charge", v)]
+        [refund] = [x for x in j.executions if x.tool == "issue_refund"]
+        assert refund.status == "succeeded"
+        assert [t for t in j.side_effects.values() if t == ["issue_refund"]] == [
+            ["issue_refund"]]
+    # the decisions were really made: one refund ran, for the edited amount where edited
+    for v in IN_PROCESS:
         edited = by[("edit-the-amount", v)]
         assert [x.tool for x in edited.executions].count("issue_refund") == 1
         assert "$20.00" in (edited.result or "")
@@ -56,7 +83,7 @@ async def test_an_agent_that_refunds_twice_fails_with_the_reason(tmp_path: Path)
         "tools: issue_refund ran 2 times, at most 1 expected (call_1_0, call_2_0)"]
     # under the interruptions too (the forbidding policy change, which lasts while the
     # decided run resumes, stops the second refund instead), and the denial task passes
-    for v in INTERRUPTIONS:
+    for v in IN_PROCESS:
         got = reasons(report, "approve-duplicate-charge", v)
         if v == "policy_forbidden_while_paused":
             assert got[0].startswith("completion: the final answer does not contain "

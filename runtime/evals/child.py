@@ -1,0 +1,55 @@
+"""One advance of an eval run in a process of its own, armed to SIGKILL itself at a
+failpoint: the evaluator's crash interruptions (``python -m runtime.evals.child``).
+
+The parent hands over everything the process needs: the database URL, the run, the
+instant its clock stands at, the policy file as JSON, the ``APPROVALD_AGENTS`` modules
+(the demo agents are always there) and the failpoint, e.g. ``before_call@2``. The child
+advances the run once, as a worker would; if the failpoint fires the process dies by
+SIGKILL where it stands, else it prints ``{"status": …, "hits": n}`` (how many times it
+passed the point) so the parent knows how far the count has got.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from datetime import datetime
+
+from runtime import failpoints
+from runtime.agent import Registry
+from runtime.clock import ManualClock
+from runtime.demo import demo_agents
+from runtime.engine import Engine
+from runtime.policy import PolicyFile
+from store.db import Database
+
+
+async def advance_once(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m runtime.evals.child")
+    p.add_argument("--db", required=True)
+    p.add_argument("--run", required=True)
+    p.add_argument("--now", required=True, help="the clock's instant (ISO 8601)")
+    p.add_argument("--failpoint", required=True, help="NAME@N")
+    p.add_argument("--policy", default="{}", help="the policy file as JSON")
+    p.add_argument("--agents", default="", help="APPROVALD_AGENTS modules")
+    p.add_argument("--ledger", default=None, help="the demo ledger's path")
+    a = p.parse_args(argv)
+    failpoints.arm(a.failpoint)  # with no action given: SIGKILL this process
+    registry = Registry(demo_agents(a.ledger), policy=PolicyFile.model_validate_json(a.policy))
+    if a.agents:
+        registry.load_modules(a.agents)
+    db = Database(a.db)
+    try:
+        engine = Engine(db, registry, clock=ManualClock(datetime.fromisoformat(a.now)))
+        outcome = await engine.advance(a.run)
+    finally:
+        await db.close()
+    name = a.failpoint.partition("@")[0]
+    print(json.dumps({"status": outcome.status, "hits": failpoints.hits(name)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(advance_once(sys.argv[1:])))
