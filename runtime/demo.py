@@ -186,13 +186,7 @@ def refund_agent(ledger: DemoLedger, *, approval: ApprovalPolicy = REFUND_POLICY
         ledger.record(ctx, "issue_refund", args)
         return _refund_result(ctx, args)
 
-    async def email_reconcile(ctx: ToolContext, args: dict[str, Any]) -> Reconciled | None:
-        # the email provider deduplicates by idempotency key too: ask it what it sent
-        if ledger.find(ctx.idempotency_key) is None:
-            return Reconciled(happened=False)
-        return Reconciled(happened=True, result={"sent": True, "to": "dana@example.com"})
-
-    @tool(permission="execute", policy="notify_after", reconcile=email_reconcile)
+    @tool(permission="execute", policy="notify_after")
     async def send_customer_email(ctx: ToolContext, order_id: str, subject: str,
                                   body: str) -> dict[str, Any]:
         """Email the customer about their order."""

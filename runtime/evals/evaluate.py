@@ -40,7 +40,7 @@ class Row:
                 "scores": {s: not self.failures.get(s) for s in SCORES},
                 "failures": {s: self.failures.get(s, []) for s in SCORES},
                 "steps": j.steps, "latency_ms": round(j.latency_ms, 1),
-                "cost_usd": j.cost_usd,
+                "cost_usd": j.cost_usd, "asked": j.asked,
                 "executed": [{"tool": x.tool, "call_id": x.call_id, "status": x.status}
                              for x in j.executions]}
 
@@ -131,6 +131,7 @@ def table(report: Report) -> str:
     for b, r in zip(body, report.rows, strict=True):
         lines.append("  ".join(c.ljust(w) for c, w in zip(b, widths, strict=True)).rstrip())
         lines.extend(f"    - {reason}" for reason in r.reasons())
+        lines.extend(f"    . a person was asked whether {what}" for what in r.journey.asked)
     passed = sum(r.ok for r in report.rows)
     lines.append(f"{passed}/{len(report.rows)} journeys passed: "
                  + ("PASS" if report.ok else "FAIL"))

@@ -20,7 +20,7 @@ from typing import Any
 
 from runtime.agent import Agent, Registry
 from runtime.clock import ManualClock
-from runtime.decide import Actor
+from runtime.decide import Actor, Verdict
 from runtime.engine import Engine
 from runtime.errors import DecisionRefused
 from runtime.evals.dataset import Decision, Task
@@ -37,6 +37,7 @@ from store.records import ApprovalRecord, ExecutionRecord
 KILL_POINTS = {"kill_before_call_": "before_call", "kill_after_call_": "before_result"}
 CHILD_TIMEOUT = 60.0  # s one advance in a child may take
 REQUESTED_BY = "U0EVALRUN1"  # who starts eval runs (never one of the script's deciders)
+OPERATOR = "U0EVALOPS1"  # answers "did this call happen?" from the outside world's records
 MAX_ROUNDS = 200  # advance -> decide rounds before a journey is cut off (a looping agent)
 
 
@@ -57,6 +58,7 @@ class Journey:
     side_effects: dict[str, list[str]] = field(default_factory=dict)  # key -> tool per line
     idempotent: set[str] = field(default_factory=set)  # tools a second run of is harmless
     killed: bool = False  # a crash interruption's child process died at its failpoint
+    asked: list[str] = field(default_factory=list)  # outcome questions the operator answered
     cost_usd: float | None = None
     latency_ms: float = 0.0
     problems: list[str] = field(default_factory=list)  # what the driver saw go wrong
@@ -128,6 +130,10 @@ class Driver:
                     self.clock.set(self.clock.now() + engine.config.lease_ttl
                                    + timedelta(seconds=1))
             outcome = await engine.advance(run_id)
+            if outcome.status == "needs_attention":
+                if not await self.answer_questions(engine, journey):
+                    return
+                continue
             if isinstance(outcome, Waiting) and outcome.until is not None:
                 if outcome.until > self.clock.now():
                     self.clock.set(outcome.until)
@@ -165,6 +171,32 @@ class Driver:
                 engine.registry.policy = restore
         journey.problems.append(f"the run did not end within {MAX_ROUNDS} rounds of "
                                 "advancing and deciding")
+
+    async def answer_questions(self, engine: Engine, journey: Journey) -> bool:
+        """A crash left a call's outcome unknown and the run asks a person: answer as an
+        operator who checks the outside world would (the demo ledger: the call's
+        idempotency key is there if it ran): "it happened" (mark done) or "retry". False
+        if there is nothing to answer, or the answer is refused."""
+        async with self.db.read() as tx:
+            questions = [a for a in await tx.approvals.for_run(journey.run_id)
+                         if a.status == "pending" and a.kind == "outcome_unknown"]
+        if not questions:
+            return False
+        ran = side_effects(self.ledger_path, journey.run_id)
+        for q in questions:
+            happened = f"{journey.run_id}:{q.call_id}" in ran
+            verdict: Verdict = "mark_done" if happened else "retry"
+            try:
+                await engine.decide(q.id, actor=Actor(id=OPERATOR, via="eval"),
+                                    verdict=verdict,
+                                    reason="the provider's records show it" if happened
+                                    else None)
+            except DecisionRefused as exc:
+                journey.problems.append(f"the operator's answer about {q.tool} "
+                                        f"({q.call_id}) was refused: {exc}")
+                return False
+            journey.asked.append(f"{q.tool} ({q.call_id}): {verdict}")
+        return True
 
     async def advance_in_child(self, run_id: str, point: str, nth: int,
                                journey: Journey) -> int | None:

@@ -66,6 +66,13 @@ async def test_demo_dataset_passes_under_every_interruption(tmp_path: Path) -> N
         assert refund.status == "succeeded"
         assert [t for t in j.side_effects.values() if t == ["issue_refund"]] == [
             ["issue_refund"]]
+    # the email has no reconcile hook: a crash around it asks a person, and the operator
+    # the evaluator plays answers from the outside world's records; it went out once
+    for v, said in (("kill_before_call_3", "retry"), ("kill_after_call_3", "mark_done")):
+        j = by[("approve-duplicate-charge", v)]
+        assert j.asked == [f"send_customer_email (call_2_0): {said}"]
+        assert [t for t in j.side_effects.values() if t[0] == "send_customer_email"] == [
+            ["send_customer_email"]]
     # the decisions were really made: one refund ran, for the edited amount where edited
     for v in IN_PROCESS:
         edited = by[("edit-the-amount", v)]
