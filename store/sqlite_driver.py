@@ -62,23 +62,19 @@ class OneHopCursor:
         finally:
             cur.close()
 
-    async def execute(self, sql: str, parameters: Any = None) -> OneHopCursor:
+    async def _do(self, sql: str, parameters: Any, many: bool) -> OneHopCursor:
         if _inline(self._conn, sql):
-            self._rows, self.description, self.rowcount, self.lastrowid = \
-                self._run(sql, parameters, False)
+            done = self._run(sql, parameters, many)
         else:
-            self._rows, self.description, self.rowcount, self.lastrowid = \
-                await cast(Any, self._conn)._execute(self._run, sql, parameters, False)
+            done = await cast(Any, self._conn)._execute(self._run, sql, parameters, many)
+        self._rows, self.description, self.rowcount, self.lastrowid = done
         return self
 
+    async def execute(self, sql: str, parameters: Any = None) -> OneHopCursor:
+        return await self._do(sql, parameters, False)
+
     async def executemany(self, sql: str, parameters: Iterable[Any]) -> OneHopCursor:
-        if _inline(self._conn, sql):
-            self._rows, self.description, self.rowcount, self.lastrowid = \
-                self._run(sql, parameters, True)
-        else:
-            self._rows, self.description, self.rowcount, self.lastrowid = \
-                await cast(Any, self._conn)._execute(self._run, sql, parameters, True)
-        return self
+        return await self._do(sql, parameters, True)
 
     async def fetchall(self) -> list[Any]:
         rows, self._rows = self._rows, []
