@@ -27,6 +27,7 @@ from runtime.evals.dataset import Decision, Task
 from runtime.outcomes import Waiting
 from runtime.policy import PolicyFile, ToolOverride
 from runtime.state import AssistantMessage, ToolCall
+from runtime.trace import Trace, load_trace
 from store.db import Database
 from store.records import ApprovalRecord, ExecutionRecord
 
@@ -62,6 +63,7 @@ class Journey:
     cost_usd: float | None = None
     latency_ms: float = 0.0
     problems: list[str] = field(default_factory=list)  # what the driver saw go wrong
+    trace: Trace | None = None  # the run's timeline, read before its database goes
 
     def call_order(self, call_id: str) -> int:
         for i, c in enumerate(self.proposed):
@@ -293,6 +295,7 @@ class Driver:
         journey.side_effects = side_effects(self.ledger_path, journey.run_id)
         journey.idempotent = {t.name for a in self.agents if a.name == run.agent
                               for t in a.tools if t.idempotent}
+        journey.trace = await load_trace(self.db, journey.run_id, now=self.clock.now())
 
 
 def crash_point(variant: str) -> tuple[str, int] | None:
