@@ -842,7 +842,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run every task of DATASET.toml with its scripted human decisions, in a "
         "scratch database per journey (not APPROVALD_DATABASE_URL), uninterrupted and under "
         "each interruption the dataset lists, and score completion, tool selection, "
-        "arguments, approval compliance, recovery and budgets (the README's \"Journey "
+        "arguments, approval compliance, recovery, cost and latency (the README's \"Journey "
         "evals\" describes the format). Exit 1 when any journey fails its expectations, 2 "
         "for a dataset that cannot be evaluated as written.")
     ev.add_argument("dataset", help="the dataset file (TOML)")

@@ -14,7 +14,7 @@ from runtime.evals.dataset import CallExpectation, Task
 from runtime.evals.journey import Journey, crash_point
 from runtime.state import ToolCall
 
-SCORES = ("completion", "tools", "arguments", "approvals", "recovery", "budget")
+SCORES = ("completion", "tools", "arguments", "approvals", "recovery", "cost", "latency")
 
 
 def subset(expected: Any, actual: Any) -> bool:
@@ -87,14 +87,14 @@ def score(task: Task, j: Journey, baseline: Journey | None = None) -> dict[str, 
         if mine != theirs:
             out["recovery"].append(f"executed calls {_show(mine)}; uninterrupted: "
                                    f"{_show(theirs)}")
-    # -- budgets
+    # -- cost (model steps, and money where the model reports it) and latency
     if e.max_steps is not None and j.steps > e.max_steps:
-        out["budget"].append(f"{j.steps} steps, at most {e.max_steps} expected")
-    if e.max_latency_ms is not None and j.latency_ms > e.max_latency_ms:
-        out["budget"].append(f"took {j.latency_ms:.0f} ms, at most {e.max_latency_ms:g} "
-                             "ms expected")
+        out["cost"].append(f"{j.steps} steps, at most {e.max_steps} expected")
     if e.max_cost_usd is not None and j.cost_usd is not None and j.cost_usd > e.max_cost_usd:
-        out["budget"].append(f"cost ${j.cost_usd:.4f}, at most ${e.max_cost_usd:g} expected")
+        out["cost"].append(f"cost ${j.cost_usd:.4f}, at most ${e.max_cost_usd:g} expected")
+    if e.max_latency_ms is not None and j.latency_ms > e.max_latency_ms:
+        out["latency"].append(f"took {j.latency_ms:.0f} ms, at most {e.max_latency_ms:g} "
+                              "ms expected")
     return out
 
 

@@ -133,8 +133,8 @@ decisions = [{ tool = "issue_refund", action = "approve" }]
 expect = { status = "completed", max_steps = 2, max_cost_usd = 0.5 }
 """)
     report = await run_eval(tmp_path, ds)
-    assert reasons(report, "t") == ["budget: 4 steps, at most 2 expected",
-                                    "budget: cost $1.0000, at most $0.5 expected"]
+    assert reasons(report, "t") == ["cost: 4 steps, at most 2 expected",
+                                    "cost: cost $1.0000, at most $0.5 expected"]
 
 
 async def test_wrong_outcome_tools_and_arguments(tmp_path: Path) -> None:
@@ -209,3 +209,21 @@ def test_subset_match() -> None:
     assert not subset({"a": 1}, {"a": True})
     assert not subset({"a": 1}, {"b": 1})
     assert subset({"a": 4200}, {"a": 4200.0})
+
+
+async def test_latency_is_its_own_score(tmp_path: Path) -> None:
+    ds = write(tmp_path, """
+agent = "demo-refund"
+interruptions = ["baseline"]
+[[tasks]]
+name = "t"
+task = "Refund order A-1"
+decisions = [{ tool = "issue_refund", action = "approve" }]
+expect = { status = "completed", max_latency_ms = 0.001 }
+""")
+    report = await run_eval(tmp_path, ds)
+    [why] = reasons(report, "t")
+    assert why.startswith("latency: took ") and why.endswith(" ms, at most 0.001 ms expected")
+    assert report.rows[0].to_json()["scores"] == {
+        "completion": True, "tools": True, "arguments": True, "approvals": True,
+        "recovery": True, "cost": True, "latency": False}
