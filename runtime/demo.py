@@ -15,7 +15,7 @@ import hashlib
 import json
 import os
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from runtime.agent import Agent
@@ -35,25 +35,47 @@ class DemoLedger:
     def record(self, ctx: ToolContext, name: str, args: dict[str, Any]) -> None:
         if not self.path:
             return
-        line = json.dumps({"tool": name, "args": args, "idempotency_key": ctx.idempotency_key,
-                           "at": ctx.clock.now().isoformat()}, sort_keys=True) + "\n"
+        self.append(name, args, key=ctx.idempotency_key, at=ctx.clock.now())
+
+    def append(self, name: str, args: dict[str, Any], *, key: str, at: datetime,
+               scope: str | None = None) -> None:
+        """Record an invocation (a tool's, or something done outside any run; ``scope``:
+        seen by that run alone)."""
+        if not self.path:
+            return
+        entry = {"tool": name, "args": args, "idempotency_key": key, "at": at.isoformat()}
+        if scope is not None:
+            entry["scope"] = scope
+        line = json.dumps(entry, sort_keys=True) + "\n"
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, line.encode())  # one write: a line is there whole or not at all
         finally:
             os.close(fd)
 
+    def order_update(self, order_id: str, run_id: str) -> dict[str, Any] | None:
+        """The latest ``order_update`` the outside world recorded for ``order_id`` (what
+        someone else did to the order, e.g. refunded it by phone), if any. An update
+        scoped to one run (an eval journey's change: one ledger serves all the journeys
+        of an evaluation) is seen by that run alone."""
+        latest: dict[str, Any] | None = None
+        for entry in self._entries():
+            args = entry.get("args")
+            if entry.get("tool") == "order_update" and isinstance(args, dict) \
+                    and args.get("order_id") == order_id \
+                    and entry.get("scope", run_id) == run_id:
+                latest = args
+        return latest
+
+    def _entries(self) -> list[dict[str, Any]]:
+        if not self.path or not os.path.exists(self.path):
+            return []
+        with open(self.path, encoding="utf-8") as fh:
+            return [json.loads(line) for line in fh if line.strip()]
+
     def find(self, key: str) -> dict[str, Any] | None:
         """The recorded invocation under ``key``, if the outside world has seen it."""
-        if not self.path or not os.path.exists(self.path):
-            return None
-        with open(self.path, encoding="utf-8") as fh:
-            for line in fh:
-                if line.strip():
-                    entry: dict[str, Any] = json.loads(line)
-                    if entry.get("idempotency_key") == key:
-                        return entry
-        return None
+        return next((e for e in self._entries() if e.get("idempotency_key") == key), None)
 
 
 # -- demo-refund --------------------------------------------------------------------------
@@ -114,6 +136,9 @@ def refund_script(messages: Transcript) -> ModelReply:
                 or "duplicate_charge_cents" not in content:
             return reply(f"I could not look order {order_id} up ({status or 'no data'}), so I "
                          "issued no refund.", turn=turn)
+        if content.get("order_status") in ("refunded", "closed"):
+            return reply(f"Order {order_id} is already {content['order_status']}, so I issued "
+                         "no refund.", turn=turn)
         asked = task_amount(task)
         amount = asked if asked is not None else int(content["duplicate_charge_cents"])
         what = ("the amount asked for" if asked is not None
@@ -163,8 +188,13 @@ def refund_agent(ledger: DemoLedger, *, approval: ApprovalPolicy = REFUND_POLICY
     async def lookup_order(ctx: ToolContext, order_id: str) -> dict[str, Any]:
         """Look an order up: its customer, what was charged, and any duplicate charge."""
         ledger.record(ctx, "lookup_order", {"order_id": order_id})
-        return {"order_id": order_id, "customer_email": "dana@example.com",
-                "charged_cents": 8400, "duplicate_charge_cents": 4200, "currency": "USD"}
+        found: dict[str, Any] = {
+            "order_id": order_id, "customer_email": "dana@example.com",
+            "charged_cents": 8400, "duplicate_charge_cents": 4200, "currency": "USD"}
+        update = ledger.order_update(order_id, ctx.run_id)
+        if update is not None:
+            found["order_status"] = update.get("status")
+        return found
 
     async def refund_reconcile(ctx: ToolContext, args: dict[str, Any]) -> Reconciled | None:
         # the payment provider deduplicates by idempotency key; ask it what it saw
@@ -182,6 +212,13 @@ def refund_agent(ledger: DemoLedger, *, approval: ApprovalPolicy = REFUND_POLICY
         """Refund part or all of an order's charge to the customer's card."""
         if amount_cents <= 0:
             raise ValueError("amount_cents must be positive")
+        # the provider's view of the order now, not when the refund was asked for: someone
+        # may have refunded it another way while this call waited for its approval
+        update = ledger.order_update(order_id, ctx.run_id)
+        if update is not None and update.get("status") in ("refunded", "closed"):
+            note = f" ({update['note']})" if update.get("note") else ""
+            raise RuntimeError(f"order {order_id} is already {update['status']}{note}; "
+                               "nothing was refunded")
         args = {"order_id": order_id, "amount_cents": amount_cents, "reason": reason}
         ledger.record(ctx, "issue_refund", args)
         return _refund_result(ctx, args)

@@ -17,7 +17,7 @@ from runtime.errors import ConfigError
 Action = Literal["approve", "deny", "edit", "expire"]
 Interruption = Literal["baseline", "duplicate_callback", "restart_before_decision",
                        "policy_auto_while_paused", "policy_forbidden_while_paused",
-                       "kill_before_calls", "kill_after_calls"]
+                       "kill_before_calls", "kill_after_calls", "data_changed_while_paused"]
 INTERRUPTIONS: tuple[str, ...] = get_args(Interruption)
 
 
@@ -62,6 +62,8 @@ class Expectations(_Strict):
     calls: list[CallExpectation] = Field(default_factory=list)
     not_calls: list[CallExpectation] = Field(default_factory=list)
     max_calls: dict[str, int] = Field(default_factory=dict)  # executed calls per tool
+    # lines per tool the run left in the outside world's ledger: what really took effect
+    max_effects: dict[str, int] = Field(default_factory=dict)
     gated: list[str] = Field(default_factory=list)
     max_steps: int | None = Field(default=None, ge=1)
     max_latency_ms: float | None = Field(default=None, gt=0)
@@ -75,6 +77,14 @@ class Expectations(_Strict):
         return data
 
 
+class OutsideRecord(_Strict):
+    """A record the outside world gains while the run waits for a decision (what someone
+    else did meanwhile), written to the demo ledger the demo tools read."""
+
+    tool: str = Field(min_length=1)
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
 class Task(_Strict):
     name: str = Field(min_length=1)
     task: str = Field(min_length=1)
@@ -82,6 +92,23 @@ class Task(_Strict):
     decisions: list[Decision] = Field(default_factory=list)
     expect: Expectations = Field(default_factory=Expectations)
     interruptions: list[Interruption] | None = None
+    # data_changed_while_paused: what changes, and what must then come of the run
+    changed_data: list[OutsideRecord] = Field(default_factory=list)
+    expect_after_change: Expectations | None = None
+
+    @model_validator(mode="after")
+    def _change_and_expectation(self) -> Task:
+        if self.changed_data and self.expect_after_change is None:
+            raise ValueError("changed_data needs expect_after_change (what must come of the "
+                             "run once the data changed)")
+        if self.interruptions is not None and not self.changed_data \
+                and "data_changed_while_paused" in self.interruptions:
+            raise ValueError("data_changed_while_paused needs changed_data (the records "
+                             "that change while the run is paused)")
+        if self.expect_after_change is not None and not self.changed_data:
+            raise ValueError("expect_after_change needs changed_data (the records that "
+                             "change while the run is paused)")
+        return self
 
     def decisions_for(self, tool: str) -> list[Decision]:
         return [d for d in self.decisions if d.tool == tool]

@@ -39,6 +39,7 @@ class Row:
                 "run_id": j.run_id, "status": j.status, "result": j.result,
                 "scores": {s: not self.failures.get(s) for s in SCORES},
                 "failures": {s: self.failures.get(s, []) for s in SCORES},
+                "interrupted": j.killed or j.changed,
                 "steps": j.steps, "latency_ms": round(j.latency_ms, 1),
                 "cost_usd": j.cost_usd, "asked": j.asked,
                 "executed": [{"tool": x.tool, "call_id": x.call_id, "status": x.status}
@@ -94,6 +95,8 @@ async def evaluate(dataset: Dataset, *, agents: Sequence[Agent],
                 assert baseline is not None
                 variants[:0] = crash_variants(variant, invocations(baseline))
                 continue
+            if variant == "data_changed_while_paused" and not task.changed_data:
+                continue  # the task names no change to make
             db = await databases()
             try:
                 driver = Driver(db, agents, policy=policy or PolicyFile(),

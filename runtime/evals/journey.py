@@ -21,6 +21,7 @@ from typing import Any
 from runtime.agent import Agent, Registry
 from runtime.clock import ManualClock
 from runtime.decide import Actor, Verdict
+from runtime.demo import DemoLedger
 from runtime.engine import Engine
 from runtime.errors import DecisionRefused
 from runtime.evals.dataset import Decision, Task
@@ -36,6 +37,10 @@ from store.records import ApprovalRecord, ExecutionRecord
 # itself at the N-th tool invocation, before it starts or after it returned (its result
 # not yet recorded), until it has; the journey is then finished here, from the database
 KILL_POINTS = {"kill_before_call_": "before_call", "kill_after_call_": "before_result"}
+# restart_before_decision: every advance runs in a child process armed to SIGKILL itself
+# once it has committed a request (before its card is even sent); the decision is made and
+# the run resumed here, in another process, as after a redeploy
+RESTART_POINT = ("after_commit_before_post", 1)
 CHILD_TIMEOUT = 60.0  # s one advance in a child may take
 REQUESTED_BY = "U0EVALRUN1"  # who starts eval runs (never one of the script's deciders)
 OPERATOR = "U0EVALOPS1"  # answers "did this call happen?" from the outside world's records
@@ -59,6 +64,7 @@ class Journey:
     side_effects: dict[str, list[str]] = field(default_factory=dict)  # key -> tool per line
     idempotent: set[str] = field(default_factory=set)  # tools a second run of is harmless
     killed: bool = False  # a crash interruption's child process died at its failpoint
+    changed: bool = False  # data_changed_while_paused: the outside world did change
     asked: list[str] = field(default_factory=list)  # outcome questions the operator answered
     cost_usd: float | None = None
     latency_ms: float = 0.0
@@ -121,7 +127,10 @@ class Driver:
         """Advance the run and answer its requests as scripted until it ends or is stuck."""
         run_id, variant = journey.run_id, journey.variant
         kill = crash_point(variant)
+        restart = variant == "restart_before_decision"
         for _ in range(MAX_ROUNDS):
+            if restart and kill is None:
+                kill = RESTART_POINT
             if kill is not None:  # the next advance happens in a child, until it is killed
                 left = await self.advance_in_child(run_id, *kill, journey)
                 if left is None:
@@ -149,6 +158,9 @@ class Driver:
                 journey.problems.append(f"the run waits for approval ({outcome.status}) but "
                                         "has no pending tool-call request to answer")
                 return
+            if variant == "data_changed_while_paused" and not journey.changed:
+                if not self.change_data(task, journey):
+                    return
             restore: PolicyFile | None = None
             for a in pending:
                 decision = decision_for(task, approvals, a)
@@ -157,8 +169,9 @@ class Driver:
                         f"{a.tool} asked for approval ({a.call_id}) but the task scripts no "
                         f"decision for {a.tool}")
                     return
-                if variant == "restart_before_decision":
-                    engine = self.engine()
+                if restart:
+                    engine = self.engine()  # a new owner in this process, which is not the
+                    # one that asked: that one died (the driver never lets one live on)
                 elif variant.startswith("policy_") and decision.action != "expire":
                     kind = "auto" if variant == "policy_auto_while_paused" else "forbidden"
                     restore = restore or engine.registry.policy
@@ -173,6 +186,20 @@ class Driver:
                 engine.registry.policy = restore
         journey.problems.append(f"the run did not end within {MAX_ROUNDS} rounds of "
                                 "advancing and deciding")
+
+    def change_data(self, task: Task, journey: Journey) -> bool:
+        """While the run waits, the outside world changes as ``task.changed_data`` says
+        (someone else acts on the same data); False if there is no ledger to change."""
+        if not self.ledger_path:
+            journey.problems.append("data_changed_while_paused needs the demo ledger (the "
+                                    "outside world's records) and there is none")
+            return False
+        world = DemoLedger(self.ledger_path)
+        for i, record in enumerate(task.changed_data):
+            world.append(record.tool, dict(record.args), at=self.clock.now(),
+                         key=f"outside:{journey.run_id}:{i}", scope=journey.run_id)
+        journey.changed = True
+        return True
 
     async def answer_questions(self, engine: Engine, journey: Journey) -> bool:
         """A crash left a call's outcome unknown and the run asks a person: answer as an

@@ -40,6 +40,14 @@ def score(task: Task, j: Journey, baseline: Journey | None = None) -> dict[str, 
     """Failure reasons by score (an empty list: that score passed)."""
     out: dict[str, list[str]] = {s: [] for s in SCORES}
     e = task.expect
+    if j.variant == "data_changed_while_paused":
+        # the outcome may rightly differ from the uninterrupted run's: the task says what
+        # must come of it once the data changed, and that is what counts
+        assert task.expect_after_change is not None
+        e, baseline = task.expect_after_change, None
+        if not j.changed:
+            out["recovery"].append("the run never waited for a decision, so the data never "
+                                   "changed under it")
     # -- completion
     if j.status != e.status:
         why = j.error or j.result or ""
@@ -68,6 +76,11 @@ def score(task: Task, j: Journey, baseline: Journey | None = None) -> dict[str, 
         if len(ran) > most:
             out["tools"].append(f"{tool} ran {len(ran)} times, at most {most} expected "
                                 f"({', '.join(ran)})")
+    for tool, most in e.max_effects.items():
+        took = sum(t == tool for lines in j.side_effects.values() for t in lines)
+        if took > most:
+            out["tools"].append(f"{tool} took effect {took} times in the outside world's "
+                                f"records, at most {most} expected")
     # -- approval compliance (from the database) and the driver's own findings
     out["approvals"].extend(compliance(j, gated=set(e.gated)))
     out["approvals"].extend(j.problems)
@@ -76,6 +89,10 @@ def score(task: Task, j: Journey, baseline: Journey | None = None) -> dict[str, 
         if len(tools) > 1 and tools[0] not in j.idempotent:  # a read run twice is harmless
             out["recovery"].append(f"duplicate side effect: {tools[0]} ran {len(tools)} "
                                    f"times under idempotency key {key}")
+    if j.variant == "restart_before_decision" and not j.killed \
+            and any(a.kind == "tool_call" for a in j.approvals):
+        out["recovery"].append("restart_before_decision: no process died after asking for "
+                               "a decision, so no decision came after a restart")
     if crash_point(j.variant) is not None and not j.killed:
         out["recovery"].append(f"{j.variant}: the run never got that far, so it was never "
                                "interrupted")

@@ -17,8 +17,9 @@ def test_the_demo_dataset_passes_and_the_report_says_so(sqlite_url: str,
     done = cli("eval", DEMO)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert lines[-1] == "36/36 journeys passed: PASS"
-    for variant in ("duplicate_callback", "kill_before_call_2", "kill_after_call_3"):
+    assert lines[-1] == "37/37 journeys passed: PASS"
+    for variant in ("duplicate_callback", "restart_before_decision", "kill_before_call_2",
+                    "kill_after_call_3", "data_changed_while_paused"):
         assert any(line.startswith(f"approve-duplicate-charge  {variant} ") and
                    line.endswith("PASS") for line in lines), variant
     # --json, on one task: SIGKILLed after each of its three tool calls

@@ -18,13 +18,15 @@ from tests.fixtures.eval_agents import broken_agents
 DEMO = Path(__file__).parents[2] / "runtime" / "evals" / "datasets" / "demo_refund.toml"
 
 
-IN_PROCESS = [v for v in INTERRUPTIONS if not v.startswith("kill_")]
+NO_KILLS = [v for v in INTERRUPTIONS if not v.startswith("kill_")]
+CHANGED = "data_changed_while_paused"  # only where a task says what changes
 
 
 async def run_eval(tmp_path: Path, path: Path, agent: str | None = None, *,
                    crashes: bool = False) -> Report:
-    """Evaluate ``path``; ``crashes``: with the crash interruptions too (child processes
-    that import the broken agents from their module), else only the in-process ones."""
+    """Evaluate ``path``; ``crashes``: with the SIGKILL interruptions too (child processes
+    that import the broken agents from their module; restart_before_decision always has
+    its child processes), else without them."""
     ledger = str(tmp_path / "ledger.jsonl")
     os.environ["APPROVALD_DEMO_LEDGER"] = ledger  # where the child's module agents write
     agents = demo_agents(ledger) + broken_agents(DemoLedger(ledger))
@@ -32,7 +34,7 @@ async def run_eval(tmp_path: Path, path: Path, agent: str | None = None, *,
     dataset = load_dataset(path, agent=agent)
     if not crashes:
         dataset = dataset.model_copy(update={
-            "interruptions": IN_PROCESS,
+            "interruptions": NO_KILLS,
             "tasks": [t.model_copy(update={"interruptions": None}) for t in dataset.tasks]})
     return await evaluate(dataset, agents=agents, databases=scratch.new, ledger_path=ledger,
                           agent_modules="tests.fixtures.eval_agents")
@@ -52,14 +54,16 @@ async def test_demo_dataset_passes_under_every_interruption(tmp_path: Path) -> N
              "let-it-expire": 1}
     assert {(r.task, r.variant) for r in report.rows} == {
         (t, v) for t, n in calls.items()
-        for v in [*IN_PROCESS, *(f"kill_{when}_call_{k}" for when in ("before", "after")
-                                 for k in range(1, n + 1))]}
-    assert report.ok and report.to_json()["passed"] == 36
-    assert table(report).endswith("36/36 journeys passed: PASS")
+        for v in [*NO_KILLS, *(f"kill_{when}_call_{k}" for when in ("before", "after")
+                               for k in range(1, n + 1))]
+        if v != CHANGED or t == "approve-duplicate-charge"}
+    assert report.ok and report.to_json()["passed"] == 37
+    assert table(report).endswith("37/37 journeys passed: PASS")
     by = {(r.task, r.variant): r.journey for r in report.rows}
     # each crash interruption really killed its child process at its boundary, and the
     # refund still ran once: a crash after it ran was settled by its reconcile hook
-    assert all(j.killed for (_, v), j in by.items() if v.startswith("kill_"))
+    assert all(j.killed for (_, v), j in by.items()
+               if v.startswith("kill_") or v == "restart_before_decision")
     for v in ("kill_before_call_2", "kill_after_call_2"):
         j = by[("approve-duplicate-charge", v)]
         [refund] = [x for x in j.executions if x.tool == "issue_refund"]
@@ -74,7 +78,9 @@ async def test_demo_dataset_passes_under_every_interruption(tmp_path: Path) -> N
         assert [t for t in j.side_effects.values() if t[0] == "send_customer_email"] == [
             ["send_customer_email"]]
     # the decisions were really made: one refund ran, for the edited amount where edited
-    for v in IN_PROCESS:
+    for v in NO_KILLS:
+        if v == CHANGED:
+            continue
         edited = by[("edit-the-amount", v)]
         assert [x.tool for x in edited.executions].count("issue_refund") == 1
         assert "$20.00" in (edited.result or "")
@@ -87,19 +93,24 @@ async def test_an_agent_that_refunds_twice_fails_with_the_reason(tmp_path: Path)
     report = await run_eval(tmp_path, DEMO, agent="refund-twice")
     assert not report.ok
     assert reasons(report, "approve-duplicate-charge") == [
-        "tools: issue_refund ran 2 times, at most 1 expected (call_1_0, call_2_0)"]
+        "tools: issue_refund ran 2 times, at most 1 expected (call_1_0, call_2_0)",
+        "tools: issue_refund took effect 2 times in the outside world's records, at most 1 "
+        "expected"]
     # under the interruptions too (the forbidding policy change, which lasts while the
     # decided run resumes, stops the second refund instead), and the denial task passes
-    for v in IN_PROCESS:
+    for v in NO_KILLS:
         got = reasons(report, "approve-duplicate-charge", v)
-        if v == "policy_forbidden_while_paused":
+        if v == CHANGED:  # refunded meanwhile: the refund fails, nothing to repeat
+            assert got == []
+        elif v == "policy_forbidden_while_paused":
             assert got[0].startswith("completion: the final answer does not contain "
                                      "'was issued' (it is \"The refund did not go through "
                                      "(forbidden)")
         else:
             assert "tools: issue_refund ran 2 times, at most 1 expected (call_1_0, call_2_0)" \
                 in got
-        assert reasons(report, "deny-with-reason", v) == []
+        if v != CHANGED:
+            assert reasons(report, "deny-with-reason", v) == []
     # the policy that made the gated tool auto let the second refund run unapproved
     assert "approvals: a gated call ran without an approval (issue_refund call_2_0)" in \
         reasons(report, "approve-duplicate-charge", "policy_auto_while_paused")
@@ -187,6 +198,11 @@ task = "Refund order A-1"
     ("tasks = [\n", "not valid TOML"),
     ("agent = 'demo-refund'\ninterruptions = ['sigkill']\n[[tasks]]\nname='a'\ntask='x'\n",
      "interruptions[0]: Input should be"),
+    ("[[tasks]]\nname = 'a'\ntask = 'x'\ninterruptions = ['data_changed_while_paused']\n",
+     "task 'a': data_changed_while_paused needs changed_data"),
+    ("[[tasks]]\nname = 'a'\ntask = 'x'\n"
+     "changed_data = [{ tool = 'order_update', args = { order_id = 'A-1' } }]\n",
+     "task 'a': changed_data needs expect_after_change"),
 ])
 def test_a_bad_dataset_is_one_clear_error(tmp_path: Path, text: str, error: str) -> None:
     p = write(tmp_path, text)
@@ -227,3 +243,67 @@ expect = { status = "completed", max_latency_ms = 0.001 }
     assert report.rows[0].to_json()["scores"] == {
         "completion": True, "tools": True, "arguments": True, "approvals": True,
         "recovery": True, "cost": True, "latency": False}
+
+
+CHANGED_TASK = """
+agent = "demo-refund"
+interruptions = ["baseline", "data_changed_while_paused"]
+[[tasks]]
+name = "refunded-by-phone-meanwhile"
+task = "Refund order A-1 for the duplicate charge"
+decisions = [{ tool = "issue_refund", action = "approve" }]
+changed_data = [{ tool = "order_update", args = { order_id = "A-1", status = "refunded" } }]
+[tasks.expect]
+status = "completed"
+result_contains = "was issued"
+max_effects = { issue_refund = 1 }
+[tasks.expect_after_change]
+status = "completed"
+result_contains = "already refunded"
+not_calls = [{ tool = "send_customer_email" }]
+max_effects = { issue_refund = 0 }
+"""
+
+
+async def test_data_changed_while_paused_is_scored_on_what_must_come_of_it(
+        tmp_path: Path) -> None:
+    ds = write(tmp_path, CHANGED_TASK)
+    careful = await run_eval(tmp_path, ds, crashes=True)  # the interruptions as written
+    assert [(r.variant, r.ok) for r in careful.rows] == [
+        ("baseline", True), (CHANGED, True)]
+    changed = careful.rows[1].journey
+    assert changed.changed and changed.side_effects and all(
+        t != ["issue_refund"] for t in changed.side_effects.values())
+    # an agent whose refund tool trusts the order as it was when asked pays out again
+    stale = await run_eval(tmp_path, ds, agent="refund-stale", crashes=True)
+    assert reasons(stale, "refunded-by-phone-meanwhile") == []
+    assert reasons(stale, "refunded-by-phone-meanwhile", CHANGED) == [
+        "completion: the final answer does not contain 'already refunded' (it is "
+        "'Refund rf_stale of $42.00 for order A-1 was issued and the customer was emailed.')",
+        "tools: send_customer_email was called (call_2_0); it should not be",
+        "tools: issue_refund took effect 1 times in the outside world's records, at most 0 "
+        "expected"]
+
+
+async def test_a_change_that_never_happened_fails_the_journey(tmp_path: Path) -> None:
+    # the agent's calls need no approval, so the run never waits and nothing changes
+    ds = write(tmp_path, CHANGED_TASK.replace('agent = "demo-refund"', 'agent = "demo-steps"')
+               .replace('task = "Refund order A-1 for the duplicate charge"', 'task = "2"'))
+    report = await run_eval(tmp_path, ds, crashes=True)
+    assert "recovery: the run never waited for a decision, so the data never changed " \
+        "under it" in reasons(report, "refunded-by-phone-meanwhile", CHANGED)
+
+
+async def test_restart_before_decision_decides_in_another_process(tmp_path: Path) -> None:
+    ds = write(tmp_path, CHANGED_TASK.replace(
+        '"data_changed_while_paused"]', '"restart_before_decision"]'))
+    report = await run_eval(tmp_path, ds, crashes=True)
+    [_, restarted] = report.rows
+    assert restarted.variant == "restart_before_decision" and restarted.ok, \
+        restarted.reasons()
+    j = restarted.journey
+    assert j.killed  # the process that asked died right after committing the request
+    [request] = [a for a in j.approvals if a.kind == "tool_call"]
+    assert request.status == "approved"
+    assert [x.tool for x in j.executions] == ["lookup_order", "issue_refund",
+                                              "send_customer_email"]
