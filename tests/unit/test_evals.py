@@ -307,3 +307,15 @@ async def test_restart_before_decision_decides_in_another_process(tmp_path: Path
     assert request.status == "approved"
     assert [x.tool for x in j.executions] == ["lookup_order", "issue_refund",
                                               "send_customer_email"]
+
+
+async def test_the_demo_steps_dataset_passes_killed_at_every_tick(tmp_path: Path) -> None:
+    report = await run_eval(tmp_path, DEMO.with_name("demo_steps.toml"), crashes=True)
+    assert [r.reasons() for r in report.rows if not r.ok] == []
+    assert [(r.task, r.variant) for r in report.rows] == [
+        ("three-ticks", "baseline"),
+        *(("three-ticks", f"kill_{w}_call_{n}") for w in ("before", "after") for n in (1, 2, 3)),
+        ("not-a-number", "baseline")]
+    for r in report.rows[1:-1]:
+        assert r.journey.killed
+        assert sorted(len(t) for t in r.journey.side_effects.values()) == [1, 1, 1]
