@@ -145,7 +145,7 @@ def text(trace: Trace) -> str:
 
 # -- HTML -------------------------------------------------------------------------------
 
-_CSS = """
+CSS = """
 body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px;color:#1d1c1d}
 h1{font-size:20px;margin:0 0 4px} .sub{color:#616061;margin:0 0 16px}
 dl{display:grid;grid-template-columns:max-content 1fr;gap:2px 12px;margin:0 0 16px}
@@ -188,7 +188,7 @@ def _rows(entries: list[Entry], x: Any) -> list[tuple[Entry, int]]:
     return out
 
 
-def _svg(trace: Trace) -> str:
+def _svg(trace: Trace, svg_id: str = "swimlane") -> str:
     t0 = trace.started_at
     span = max((trace.ended_at - t0).total_seconds(), 0.001)
 
@@ -220,7 +220,7 @@ def _svg(trace: Trace) -> str:
         y += height
     total_h = y + 6
     width = LEFT + PLOT_W + 260  # room for the labels of bars that end at the right
-    parts.append(f'<svg id="swimlane" role="img" aria-label="timeline of run '
+    parts.append(f'<svg id="{_e(svg_id)}" class="swimlane" role="img" aria-label="timeline of run '
                  f'{_e(trace.run_id)}" width="{width}" height="{total_h}" '
                  f'viewBox="0 0 {width} {total_h}">')
     for i in range(11):  # time axis: ten intervals over the run
@@ -249,8 +249,10 @@ def _svg(trace: Trace) -> str:
     return "".join(parts)
 
 
-def html(trace: Trace) -> str:
-    """One self-contained page: a swimlane of model / tools / humans, then a table."""
+def body(trace: Trace, *, ids: str = "", heading: str = "h1") -> str:
+    """The page's content without the page around it (the eval report embeds it):
+    ``ids`` prefixes the swimlane's and the table's element ids, which must be unique
+    where several traces share a page; ``heading`` is the run title's element."""
     t0, tt = trace.started_at, trace.totals
     rows = []
     for i, e in enumerate(trace.entries, 1):
@@ -279,16 +281,23 @@ def html(trace: Trace) -> str:
         facts.append(("error", trace.error))
     dl = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in facts)
     return (
-        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>trace of run {_e(trace.run_id)}</title><style>{_CSS}</style></head>"
-        f'<body><h1>Run {_e(trace.run_id)}</h1>'
+        f'<{heading}>Run {_e(trace.run_id)}</{heading}>'
         f'<p class="sub">{_e(trace.agent)} · {_e(trace.status)} · '
         f'{_e(duration((trace.ended_at - t0).total_seconds() * 1000))}; hover a bar for '
         f"details, times are from the run's start (~ marks a time the store does not "
         f"know, taken from the step before)</p>"
-        f"<dl>{dl}</dl>{_svg(trace)}"
-        '<table id="entries"><thead><tr><th>#</th><th>at</th><th>lane</th><th>took</th>'
+        f"<dl>{dl}</dl>{_svg(trace, f'{ids}swimlane')}"
+        f'<table id="{_e(ids)}entries" class="entries"><thead><tr><th>#</th><th>at</th>'
+        '<th>lane</th><th>took</th>'
         f'<th>what</th></tr></thead><tbody>{"".join(rows)}</tbody></table>'
-        "</body></html>\n"
+    )
+
+
+def html(trace: Trace) -> str:
+    """One self-contained page: a swimlane of model / tools / humans, then a table."""
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>trace of run {_e(trace.run_id)}</title><style>{CSS}</style></head>"
+        f"<body>{body(trace)}</body></html>\n"
     )
