@@ -604,7 +604,27 @@ async def cmd_eval(s: Settings, a: argparse.Namespace) -> int:
     from runtime.evals.evaluate import evaluate, table
     from store.scratch import ScratchDatabases
 
+    def report_path(path: str) -> str:
+        """A ``--report`` path that can be written, made absolute; else one line (exit 2)
+        saying why not: a directory, a missing or read-only folder, a read-only file."""
+        where = os.path.abspath(path)
+        folder = os.path.dirname(where)
+        why = None
+        if os.path.isdir(where):
+            why = "it is a directory"
+        elif not os.path.isdir(folder):
+            why = f"no such directory {folder}"
+        elif os.path.exists(where) and not os.access(where, os.W_OK):
+            why = "the file is not writable"
+        elif not os.path.exists(where) and not os.access(folder, os.W_OK):
+            why = f"the directory {folder} is not writable"
+        if why:
+            raise UsageError(f"approvald eval: cannot write the report to {path}: {why}")
+        return where
+
     dataset = load_dataset(a.dataset, agent=a.agent)
+    # a report that cannot be written is refused before the journeys run, not after
+    where = report_path(a.report) if a.report else ""
     scratch = ScratchDatabases()
     try:
         # side effects are counted in the demo ledger; modules APPROVALD_AGENTS loads read
@@ -621,6 +641,15 @@ async def cmd_eval(s: Settings, a: argparse.Namespace) -> int:
         out(report.to_json())
     else:
         print(table(report))
+    if a.report:
+        from bot import eval_report
+
+        try:
+            await asyncio.to_thread(_write_file, a.report, eval_report.html(report))
+        except OSError as exc:
+            raise UsageError(f"approvald eval: cannot write the report to {a.report}: "
+                             f"{exc.strerror or exc}") from None
+        print(f"approvald eval: wrote the report to {where}", file=sys.stderr)
     return 0 if report.ok else 1
 
 
@@ -849,6 +878,10 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--agent", help="evaluate this agent instead of the one the dataset "
                     "names (a demo agent, or one APPROVALD_AGENTS loads)")
     ev.add_argument("--json", action="store_true", help=JSON)
+    ev.add_argument("--report", metavar="PATH",
+                    help="also write an HTML report to PATH: one self-contained file "
+                    "with the verdict, a bar per score, the journeys with their reasons, "
+                    "and the trace of every failing journey")
     ev.set_defaults(fn=cmd_eval)
     return p
 
