@@ -338,6 +338,9 @@ def _context(a: ApprovalRecord, votes: Sequence[VoteRecord], now: datetime,
         escalates = (pol.get("on_expire") == "escalate" and isinstance(ladder, list)
                      and a.rung < len(ladder))
         parts.append(T.CTX_ON_EXPIRE["escalate" if escalates else "cancel"])
+        rule = pol.get("rule")
+        if isinstance(rule, str) and rule:
+            parts.append(T.CTX_RULE.format(rule=code_span(rule, 200)))
     parts.append(_approvers(a))
     if a.supersedes:
         earlier = safe_url(supersedes_url)

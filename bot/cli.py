@@ -327,6 +327,8 @@ async def cmd_approvals_show(s: Settings, a: argparse.Namespace) -> int:
                     "requested_by", "requested_at", "expires_at", "decided_by", "verdict",
                     "reason", "digest"):
             print(f"{key:>13}: {doc[key]}")
+        if doc["rule"]:
+            print(f"{'policy rule':>13}: {doc['rule']}")
         print(f"{'args':>13}: {json.dumps(doc['args'], ensure_ascii=False, indent=2)}")
         if doc["edited_args"] is not None:
             print(f"{'edited args':>13}: {json.dumps(doc['edited_args'], ensure_ascii=False)}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from runtime.policy import ApprovalPolicy
 from runtime.state import RunState
 from store.records import ApprovalRecord, RunRecord
 
@@ -41,6 +42,7 @@ def approval_document(a: ApprovalRecord) -> dict[str, Any]:
         "verdict": a.verdict,
         "reason": a.reason,
         "packet": json.loads(a.packet),
+        "rule": ApprovalPolicy.from_snapshot(a.policy).rule,
     }
 
 

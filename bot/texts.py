@@ -63,6 +63,7 @@ CTX_OVERDUE = ":alarm_clock: The deadline passed {date}; closing this request"
 CTX_APPROVERS = "Approvers: {who}"
 CTX_ANYONE = "Approvers: anyone but the requester"
 CTX_QUORUM = "*{count} of {quorum} approvals*"
+CTX_RULE = "Chosen by policy rule {rule}"
 CTX_QUORUM_BY = "*{count} of {quorum} approvals* ({who})"
 CTX_ON_EXPIRE = {"cancel": "If nobody decides: cancelled, never approved",
                  "escalate": "If nobody decides: escalated to the next approvers"}

@@ -76,7 +76,7 @@ class Registry:
             raise ConfigError(f"two agents are named {agent.name!r}")
         self._agents[agent.name] = agent
         for t in agent.tools:  # fail at start-up, not at the first gated call
-            self.policy.effective(t.name, t.policy, t.approval)
+            self.policy.check(t.name, t.policy, t.approval)
 
     def get(self, name: str) -> Agent:
         try:

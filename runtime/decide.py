@@ -28,7 +28,7 @@ from runtime.expiry import SweepResult
 from runtime.failpoints import failpoint
 from runtime.gate import CARD_UPDATE
 from runtime.ids import lease_id
-from runtime.policy import ApprovalPolicy, is_group
+from runtime.policy import ApprovalPolicy, CallPolicy, is_group
 from store.records import ApprovalRecord
 from store.repos import Tx
 
@@ -233,7 +233,37 @@ class Decider:
             raise _refuse(a, "invalid_arguments", str(exc), errors=exc.errors) from None
         except Exception as exc:  # PayloadTooLarge
             raise _refuse(a, "invalid_arguments", str(exc)) from None
+        rules = self.e.registry.policy
+        self._same_rules(a, tool.name,
+                         rules.for_call(tool.name, tool.policy, tool.approval,
+                                        a.effective_args()),
+                         rules.for_call(tool.name, tool.policy, tool.approval, edited))
         return edited
+
+    @staticmethod
+    def _same_rules(a: ApprovalRecord, tool: str, before: CallPolicy,
+                    after: CallPolicy) -> None:
+        """An edit stays under the rule its call is under: an approver cannot edit a call
+        into a band that needs fewer approvals (or none), nor into a forbidden one. The
+        policy's rules of today are evaluated on the arguments as they stand and as edited,
+        and must choose the same rule (or, both, none: a change to the tool's own policy
+        since the request leaves the stored request to decide, as for any decision)."""
+        if (before.rule, before.kind) == (after.rule, after.kind):
+            return
+        where = f"policy rule {after.approval.rule}" if after.approval.rule \
+            else f"{tool}'s own policy"
+        was = f"policy rule {before.approval.rule}" if before.approval.rule \
+            else f"{tool}'s own policy"
+        if after.kind == "forbidden":
+            why = f"the edited arguments are forbidden ({after.reason})"
+        elif after.kind != "approve_before":
+            why = f"the edited arguments fall under {where}, which runs them with no " \
+                  f"approval ({after.kind})"
+        else:
+            why = f"the edited arguments fall under {where}, not under {was} as the " \
+                  "request's do"
+        raise _refuse(a, "rule_changed", f"{why}; an edit cannot move a call to other "
+                      "rules: deny it and let the agent ask for the call it needs")
 
     # -- the transaction ------------------------------------------------------------------
     async def _decide_in(self, tx: Tx, a0: ApprovalRecord, at: _Attempt) -> Decision:

@@ -139,7 +139,8 @@ class Gate:
             details={"kind": kind, "tool": tool, "args": args, "call_id": call_id,
                      "requested_by": requested_by, "approvers": approvers, "quorum": quorum,
                      "rung": rung, "expires_at": (now + ttl).isoformat(), "risk": policy.risk,
-                     "edits": policy.edits, "supersedes": supersedes.id if supersedes else None},
+                     "edits": policy.edits, "supersedes": supersedes.id if supersedes else None,
+                     **({"rule": policy.rule} if policy.rule else {})},
         )
         return approval_id
 

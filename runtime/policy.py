@@ -27,6 +27,7 @@ import json
 import re
 import tomllib
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -51,6 +52,7 @@ from runtime.identity import (
     normalize_group_id,
     normalize_user_id,
 )
+from runtime.rules import RuleError, compile_condition, holds
 
 PolicyKind = Literal["auto", "notify_after", "approve_before", "forbidden"]
 POLICY_KINDS: tuple[str, ...] = ("auto", "notify_after", "approve_before", "forbidden")
@@ -195,6 +197,9 @@ class ApprovalPolicy(BaseModel):
     # "approve": an edit is the editor's approval of the new arguments; "propose": the edit
     # replaces the arguments and someone other than the editor must approve them
     edits: Literal["approve", "propose"] = "approve"
+    # set when one of the tool's rules on arguments chose this policy: "tools.T.rules[i]:
+    # <condition>", kept in the stored snapshot and the request's audit entry
+    rule: str | None = None
 
     @field_validator("reminders", mode="before")
     @classmethod
@@ -249,8 +254,8 @@ def is_group(approver: str) -> bool:
     return approver.startswith("S")
 
 
-class ToolOverride(BaseModel):
-    """What a deployment may override for one tool."""
+class _Fields(BaseModel):
+    """What a deployment may set for a tool, or for the calls one of its rules matches."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -274,10 +279,50 @@ class ToolOverride(BaseModel):
         return v
 
     def apply(self, base: ApprovalPolicy) -> ApprovalPolicy:
-        fields = self.model_dump(exclude_none=True, exclude={"policy"})
+        fields = self.model_dump(exclude_none=True, exclude={"policy", "rules", "when",
+                                                             "reason"})
         if self.on_expire == "cancel" and self.escalate is None:
             fields["escalate"] = []  # the deployment turns the code's ladder off
         return ApprovalPolicy.model_validate({**base.model_dump(), **fields})
+
+
+class Rule(_Fields):
+    """``[[tools.NAME.rules]]``: for the calls whose arguments satisfy ``when`` (a CEL
+    condition over ``args`` and ``tool``), these fields instead of the tool's. The first
+    rule that matches wins; no match, the tool's own policy."""
+
+    when: str
+    reason: str | None = None  # why a forbidden call is refused, as the model is told
+
+    @field_validator("when")
+    @classmethod
+    def _compiles(cls, v: str) -> str:
+        compile_condition(v)  # a ValueError names the rule through its location
+        return v
+
+    @model_validator(mode="after")
+    def _reason_for_forbidden(self) -> Rule:
+        if self.reason is not None and self.policy != "forbidden":
+            raise ValueError("reason goes with policy = 'forbidden' (it is what the model "
+                             "is told when the rule refuses a call)")
+        return self
+
+
+class ToolOverride(_Fields):
+    """What a deployment may override for one tool, and its rules on arguments."""
+
+    rules: list[Rule] = Field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class CallPolicy:
+    """What the policy says about one call: its kind, its approval rules (naming the rule
+    that matched, if one did), and, for a forbidden call, why."""
+
+    kind: PolicyKind
+    approval: ApprovalPolicy
+    rule: int | None = None  # index of the matched rule; None: the tool's own policy
+    reason: str | None = None
 
 
 class PolicyFile(BaseModel):
@@ -292,16 +337,57 @@ class PolicyFile(BaseModel):
     def effective(
         self, tool: str, kind: PolicyKind, base: ApprovalPolicy
     ) -> tuple[PolicyKind, ApprovalPolicy]:
-        """The deployment's policy kind and approval rules for ``tool``."""
+        """The deployment's policy kind and approval rules for ``tool`` (before its rules
+        on arguments, which :meth:`for_call` applies)."""
         override = self.tools.get(tool)
         if override is None:
             return kind, base
+        return override.policy or kind, self._apply(override, base, f"tools.{tool}")
+
+    def check(self, tool: str, kind: PolicyKind, base: ApprovalPolicy) -> None:
+        """Refuse, at start-up, a tool whose policy or any of whose rules could never be
+        applied (a ConfigError naming the file, the tool and the rule)."""
+        _, approval = self.effective(tool, kind, base)
+        override = self.tools.get(tool)
+        for i, rule in enumerate(override.rules if override else ()):
+            self._apply(rule, approval, f"tools.{tool}.rules[{i}]")
+
+    def for_call(self, tool: str, kind: PolicyKind, base: ApprovalPolicy,
+                 args: Mapping[str, Any]) -> CallPolicy:
+        """The policy for one call of ``tool`` with these (validated) arguments: the first
+        of the tool's rules whose condition holds, else the tool's policy. A condition that
+        cannot be evaluated on these arguments fails closed: the call is forbidden."""
+        kind, approval = self.effective(tool, kind, base)
+        override = self.tools.get(tool)
+        for i, rule in enumerate(override.rules if override else ()):
+            where = f"tools.{tool}.rules[{i}]"
+            try:
+                matched = holds(rule.when, tool, args)
+            except RuleError as exc:
+                return CallPolicy("forbidden", approval, i,
+                                  f"{tool} is forbidden: policy rule {where} ({rule.when}) "
+                                  f"cannot be evaluated on these arguments: {exc}")
+            if not matched:
+                continue
+            rule_kind = rule.policy or kind
+            labelled = self._apply(rule, approval, where).model_copy(
+                update={"rule": f"{where}: {rule.when}"})
+            reason = None
+            if rule_kind == "forbidden":
+                reason = rule.reason or f"{tool} is forbidden by policy rule {where} " \
+                                        f"({rule.when})"
+            return CallPolicy(rule_kind, labelled, i, reason)
+        reason = f"{tool} is forbidden by this deployment's policy" \
+            if kind == "forbidden" else None
+        return CallPolicy(kind, approval, None, reason)
+
+    def _apply(self, fields: _Fields, base: ApprovalPolicy, where: str) -> ApprovalPolicy:
         try:
-            return override.policy or kind, override.apply(base)
+            return fields.apply(base)
         except ValidationError as exc:
             raise ConfigError(
                 f"APPROVALD_POLICY_FILE: {self.source or 'policy'}: "
-                f"{_first_error(exc, f'tools.{tool}')}"
+                f"{_first_error(exc, where)}"
             ) from None
 
 
@@ -326,9 +412,15 @@ def load_policy_file(path: str | Path) -> PolicyFile:
 
 def _first_error(exc: ValidationError, prefix: str = "") -> str:
     err = exc.errors()[0]
-    # a bad [groups] key is located at (groups, <key>, "[key]"); the key names it already
-    where = ".".join(str(x) for x in (prefix, *err["loc"]) if x not in ("", "[key]"))
-    return f"{where}: {err['msg']}" if where else str(err["msg"])
+    # a bad [groups] key is located at (groups, <key>, "[key]"); the key names it already;
+    # a list index reads as one: tools.issue_refund.rules[1].when
+    where = ""
+    for x in (prefix, *err["loc"]):
+        if x in ("", "[key]"):
+            continue
+        where += f"[{x}]" if isinstance(x, int) else (f".{x}" if where else str(x))
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    return f"{where}: {msg}" if where else msg
 
 
 @functools.lru_cache(maxsize=256)

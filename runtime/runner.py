@@ -530,13 +530,14 @@ class Runner:
             except Exception as exc:  # PayloadTooLarge
                 observe({"status": "error", "error": str(exc)})
                 return
-            kind, policy = e.registry.policy.effective(tool.name, tool.policy, tool.approval)
+            chosen = e.registry.policy.for_call(tool.name, tool.policy, tool.approval, args)
+            kind = chosen.kind
             if existing is None and kind == "forbidden":
-                observe({"status": "forbidden",
-                         "reason": f"{tool.name} is forbidden by this deployment's policy"})
+                observe({"status": "forbidden", "reason": chosen.reason})
                 return
             if existing is None and kind == "approve_before":
-                pending.gates.append(GateRequest(call=call, tool=tool, args=args, policy=policy))
+                pending.gates.append(GateRequest(call=call, tool=tool, args=args,
+                                                 policy=chosen.approval))
                 return
 
         digest = approval.effective_digest if approval else call_digest(call.name, args)

@@ -73,7 +73,7 @@ def test_the_documented_example_loads_and_applies(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("text,message", [
     ("[tools.issue_refund]\nttl = \"soon\"\n",
-     "tools.issue_refund.ttl: Value error, not a duration"),
+     "tools.issue_refund.ttl: not a duration"),
     ("[tools.issue_refund]\ncolour = \"red\"\n", "tools.issue_refund.colour: Extra inputs"),
     ("[tools.issue_refund]\nreminders = [\"150%\"]\n", "tools.issue_refund.reminders"),
     ("[tools.issue_refund]\non_expire = \"approve\"\n", "tools.issue_refund.on_expire"),
@@ -84,36 +84,36 @@ def test_the_documented_example_loads_and_applies(tmp_path: Path) -> None:
     ("this is = = not toml", "not valid TOML"),
     # policies that could never be satisfied (issue 8, defect 13)
     ("[tools.issue_refund]\napprovers = [\"U_A\", \"u_a\"]\nquorum = 2\n",
-     "tools.issue_refund: Value error, quorum 2 needs more approvers than the 1 listed"),
+     "tools.issue_refund: quorum 2 needs more approvers than the 1 listed"),
     ('[tools.issue_refund]\non_expire = "escalate"\n'
      'escalate = [{ approvers = ["U_CFO", "U_CEO"], ttl = "1h", quorum = 3 }]\n',
-     "tools.issue_refund.escalate.0: Value error, quorum 3 needs more approvers than the 2"),
+     "tools.issue_refund.escalate[0]: quorum 3 needs more approvers than the 2"),
     ('[tools.issue_refund]\non_expire = "escalate"\nescalate = [{ approvers = ["U_CFO"], '
      'ttl = "1h" }, { approvers = ["U_CEO"], ttl = "1h", quorum = 2 }]\n',
-     "tools.issue_refund.escalate.1: Value error, quorum 2 needs more approvers than the 1"),
+     "tools.issue_refund.escalate[1]: quorum 2 needs more approvers than the 1"),
     ('[tools.issue_refund]\non_expire = "cancel"\n'
      'escalate = [{ approvers = ["U_CFO"], ttl = "1h" }]\n',
-     "tools.issue_refund.escalate: Value error, an escalate ladder is never used with "
+     "tools.issue_refund.escalate: an escalate ladder is never used with "
      "on_expire = 'cancel'"),
     ('[tools.issue_refund]\nescalate = [{ approvers = ["U_CFO"], ttl = "1h" }]\n',
-     "tools.issue_refund.escalate: Value error, an escalate ladder is never used"),  # code: cancel
+     "tools.issue_refund.escalate: an escalate ladder is never used"),  # code: cancel
     ('[tools.issue_refund]\napprovers = ["U_ALICE", "finance"]\n',
-     "tools.issue_refund.approvers.1: Value error, 'finance' is not a Slack user or user-group "
+     "tools.issue_refund.approvers[1]: 'finance' is not a Slack user or user-group "
      "id (expected U…, W… or S…"),
     ('[tools.issue_refund]\napprovers = ["<!channel>"]\n',
-     "tools.issue_refund.approvers.0: Value error, '<!channel>' is not a Slack user or"),
-    ('[tools.issue_refund]\napprovers = [""]\n', "tools.issue_refund.approvers.0: "),
-    ('[tools.issue_refund]\napprovers = ["C_FINANCE"]\n', "tools.issue_refund.approvers.0: "),
+     "tools.issue_refund.approvers[0]: '<!channel>' is not a Slack user or"),
+    ('[tools.issue_refund]\napprovers = [""]\n', "tools.issue_refund.approvers[0]: "),
+    ('[tools.issue_refund]\napprovers = ["C_FINANCE"]\n', "tools.issue_refund.approvers[0]: "),
     ('[tools.issue_refund]\non_expire = "escalate"\n'
      'escalate = [{ approvers = ["cfo@example.com"], ttl = "1h" }]\n',
-     "tools.issue_refund.escalate.0.approvers.0: Value error, 'cfo@example.com' is not a Slack"),
+     "tools.issue_refund.escalate[0].approvers[0]: 'cfo@example.com' is not a Slack"),
     ('[groups]\nfinance = ["U_BOB"]\n',
-     "groups.finance: Value error, 'finance' is not a Slack user-group id (expected S…"),
-    ('[groups]\nU_BOB = ["U_CAROL"]\n', "groups.U_BOB: Value error, 'U_BOB' is not a Slack user-"),
+     "groups.finance: 'finance' is not a Slack user-group id (expected S…"),
+    ('[groups]\nU_BOB = ["U_CAROL"]\n', "groups.U_BOB: 'U_BOB' is not a Slack user-"),
     ('[groups]\nS_FINANCE = ["U_BOB", "carol"]\n',
-     "groups.S_FINANCE.1: Value error, 'carol' is not a Slack user id (expected U… or W…"),
+     "groups.S_FINANCE[1]: 'carol' is not a Slack user id (expected U… or W…"),
     ('[groups]\nS_FINANCE = ["S_AUDIT"]\n',
-     "groups.S_FINANCE.0: Value error, 'S_AUDIT' is not a Slack user id"),
+     "groups.S_FINANCE[0]: 'S_AUDIT' is not a Slack user id"),
 ])
 def test_bad_policy_files_are_one_clear_error(tmp_path: Path, text: str, message: str) -> None:
     path = tmp_path / "policy.toml"

@@ -1,0 +1,67 @@
+"""Rules on a call's arguments: Common Expression Language conditions (the ``cel`` package,
+``common-expression-language`` on PyPI), compiled when the policy file is loaded.
+
+A condition sees ``args`` (the call's validated arguments, a map) and ``tool`` (its name)
+and must yield a boolean. It is compiled once per text; evaluating it is pure and takes
+microseconds. Anything that goes wrong while evaluating (a missing key, a type with no such
+operator, a result that is not a boolean) is a :class:`RuleError`: the caller fails closed.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from typing import Any
+
+import cel
+
+VARIABLES = frozenset({"args", "tool"})
+MAX_EXPRESSION = 2000  # characters in one condition
+
+
+class RuleError(Exception):
+    """A condition that cannot be evaluated on these arguments."""
+
+
+@functools.lru_cache(maxsize=1024)
+def compile_condition(text: str) -> Any:
+    """The compiled program for ``text``; ValueError (one line) if it is not a condition
+    over ``args`` and ``tool``."""
+    if not text.strip():
+        raise ValueError("an empty condition")
+    if len(text) > MAX_EXPRESSION:
+        raise ValueError(f"a condition is at most {MAX_EXPRESSION} characters")
+    try:
+        program = cel.compile(text)
+    except ValueError as exc:
+        raise ValueError(f"not a valid CEL expression: {_parse_error(str(exc))}") from None
+    unknown = sorted(set(program.variables()) - VARIABLES)
+    if unknown:
+        raise ValueError(f"unknown name{'s' if len(unknown) > 1 else ''} "
+                         f"{', '.join(unknown)} (a condition sees args and tool)")
+    return program
+
+
+def _parse_error(text: str) -> str:
+    """The parser's complaint without its echo of the input and its token list:
+    "at 1:20: Syntax error: extraneous input '>'"."""
+    first = text.split("\n", 1)[0]
+    _, found, rest = first.partition("ERROR: <input>:")
+    if not found:
+        return first
+    where, _, what = rest.partition(": ")
+    return f"at {where}: {what.split(' expecting ', 1)[0]}"
+
+
+def holds(text: str, tool: str, args: Mapping[str, Any]) -> bool:
+    """Does condition ``text`` hold for a call of ``tool`` with ``args``?"""
+    try:
+        result = compile_condition(text).execute({"args": dict(args), "tool": tool})
+    except ValueError as exc:
+        raise RuleError(str(exc)) from None
+    except Exception as exc:  # KeyError (no such key), TypeError (no such overload), ...
+        what = f"no argument {exc}" if isinstance(exc, KeyError) else str(exc).split(". ")[0]
+        raise RuleError(what) from None
+    if not isinstance(result, bool):
+        raise RuleError(f"it yields {type(result).__name__} {result!r}, not true or false")
+    return result
