@@ -63,7 +63,7 @@ CTX_OVERDUE = ":alarm_clock: The deadline passed {date}; closing this request"
 CTX_APPROVERS = "Approvers: {who}"
 CTX_ANYONE = "Approvers: anyone but the requester"
 CTX_QUORUM = "*{count} of {quorum} approvals*"
-CTX_RULE = "Chosen by policy rule {rule}"
+CTX_RULE = "Chosen by policy rule `{rule}`"
 CTX_QUORUM_BY = "*{count} of {quorum} approvals* ({who})"
 CTX_ON_EXPIRE = {"cancel": "If nobody decides: cancelled, never approved",
                  "escalate": "If nobody decides: escalated to the next approvers"}
@@ -206,6 +206,8 @@ REFUSAL = {
                  "(this tool's policy separates editing from approving)."),
     "unchanged": "Those are the current arguments; nothing was changed.",
     "invalid_arguments": "Those arguments don't match the tool's schema.",
+    "rule_changed": ("That edit would put the call under other policy rules than the ones "
+                     "it was asked under, so nothing changed."),
     "wrong_kind": "That button doesn't apply to this kind of request.",
     "reason_required": "Please give a reason: the agent reads it and can re-plan.",
     "reason_too_long": "That reason is too long: 2,000 characters at most.",
