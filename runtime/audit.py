@@ -33,8 +33,8 @@ from store.repos import Tx
 from store.repos.audit import GENESIS
 
 ACTIONS = frozenset({
-    "requested", "reminded", "voted", "approved", "denied", "edited", "expired", "escalated",
-    "superseded", "executed", "outcome_unknown", "outcome_resolved", "cancelled",
+    "requested", "reminded", "voted", "approved", "denied", "redirected", "edited", "expired",
+    "escalated", "superseded", "executed", "outcome_unknown", "outcome_resolved", "cancelled",
     "cancel_requested", "refused", "failed", "needs_attention", "resumed",
 })
 _PENDING = "audit.pending"  # Tx.scratch key: entries recorded, not yet chained

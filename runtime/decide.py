@@ -35,10 +35,13 @@ from store.repos import Tx
 if TYPE_CHECKING:
     from runtime.engine import Engine
 
-Verdict = Literal["approve", "deny", "edit", "retry", "mark_done", "abort"]
-TOOL_VERDICTS = ("approve", "deny", "edit")
+Verdict = Literal["approve", "deny", "edit", "redirect", "retry", "mark_done", "abort"]
+TOOL_VERDICTS = ("approve", "deny", "edit", "redirect")
 QUESTION_VERDICTS = ("retry", "mark_done", "abort")
-MAX_REASON = 2000
+# the verdicts that end a tool-call request at once, whatever the quorum: one no (or one
+# "not this, do that instead") outweighs any number of yeses
+FINAL_VERDICTS = {"deny": "denied", "redirect": "redirected"}
+MAX_REASON = 2000  # a reason, or a redirect's guidance
 
 
 @dataclass(frozen=True)
@@ -56,9 +59,9 @@ class Actor:
 class Decision:
     """The committed result of one decision attempt.
 
-    ``outcome``: approved | denied | voted | edited (a proposal waiting for others) |
-    retry | mark_done | abort. ``discarded``: approvers whose votes were on the arguments
-    an edit replaced, and who must vote again for them to count.
+    ``outcome``: approved | denied | redirected | voted | edited (a proposal waiting for
+    others) | retry | mark_done | abort. ``discarded``: approvers whose votes were on the
+    arguments an edit replaced, and who must vote again for them to count.
     """
 
     approval: ApprovalRecord
@@ -180,8 +183,10 @@ class Decider:
                      expect_digest: str | None = None) -> Decision:
         """Record one decision; on refusal, record only the refusal and raise it.
 
-        ``expect_digest`` (a prefix is enough): decide only if the arguments are still the
-        ones with this digest (a card's token carries it; the CLI takes ``--digest``).
+        ``reason``: why (required for a denial); for a redirect, the guidance the model
+        receives instead of the call's result (required). ``expect_digest`` (a prefix is
+        enough): decide only if the arguments are still the ones with this digest (a card's
+        token carries it; the CLI takes ``--digest``).
         """
         a0 = await self.get(approval_id)
         at = _Attempt(actor=actor, verdict=verdict, reason=(reason or "").strip() or None,
@@ -211,6 +216,13 @@ class Decider:
             raise _refuse(a, "wrong_kind",
                           f"{at.verdict!r} does not answer a {a.kind} request "
                           f"(use one of: {', '.join(allowed)})")
+        if at.verdict == "redirect":
+            if not at.reason:
+                raise _refuse(a, "guidance_required",
+                              "a redirect needs guidance: what the agent should do instead")
+            if len(at.reason) > MAX_REASON:
+                raise _refuse(a, "guidance_too_long",
+                              f"guidance is at most {MAX_REASON} characters")
         if at.verdict in ("deny", "abort") and not at.reason:
             raise _refuse(a, "reason_required", "a denial needs a reason")
         if at.reason and len(at.reason) > MAX_REASON:
@@ -310,7 +322,7 @@ class Decider:
                 if policy.edits == "propose":  # someone other than the editor decides
                     fresh = await self._card(tx, a.id)
                     return Decision(fresh, "edited", 0, a.quorum, False, discarded)
-        vote = "deny" if verdict == "deny" else "approve"
+        vote = verdict if verdict in FINAL_VERDICTS else "approve"
         if vote == "approve" and at.edited is None and policy.edits == "propose" \
                 and a.edited_by == actor.id and a.edited_digest == digest:
             raise _refuse(a, "own_edit",
@@ -321,18 +333,22 @@ class Decider:
                 raise _refuse(a, "already_voted",
                               f"{actor.id} already voted on these arguments of approval {a.id}")
             # an edit back to arguments this editor had approved: that vote stands
-        if vote == "deny":
+        if vote in FINAL_VERDICTS:
+            # a redirect ends the request like a denial; its guidance is kept where a
+            # denial's reason is, and the model reads it in place of the call's result
+            status = FINAL_VERDICTS[vote]
             done = await tx.approvals.transition(
-                a.id, to="denied", digest=digest, before=now, decided_at=now,
-                decided_by=actor.id, decided_via=actor.via, verdict="deny", reason=at.reason)
+                a.id, to=status, digest=digest, before=now, decided_at=now,
+                decided_by=actor.id, decided_via=actor.via, verdict=vote, reason=at.reason)
             if done is None:
                 raise _refuse(a, "not_pending", not_pending_message(a))
-            self.e.audit.record(tx, at=now, action="denied", actor=actor.id, via=actor.via,
+            said = "guidance" if vote == "redirect" else "reason"
+            self.e.audit.record(tx, at=now, action=status, actor=actor.id, via=actor.via,
                                 run_id=a.run_id, approval_id=a.id, digest=digest,
                                 details={"tool": a.tool, "args": done.effective_args(),
-                                         "reason": at.reason})
+                                         said: at.reason})
             ready, claim = await self._run_ready(tx, done)
-            return Decision(done, "denied", done.approve_count, done.quorum, ready, discarded,
+            return Decision(done, status, done.approve_count, done.quorum, ready, discarded,
                             claim)
         voters = [actor.id] if a.quorum == 1 else await tx.approvals.approvers_on(a.id, digest)
         voters = counted(a, voters, digest)

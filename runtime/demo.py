@@ -3,7 +3,9 @@
 ``demo-refund`` looks up the order its task names ("Refund order A-1": A-1), asks to refund
 the amount the task names ("$25.00"; else the order's duplicate charge) (``approve_before``),
 then emails the customer (``notify_after``); a denial or an expiry ends the run with a
-message saying so.
+message saying so. A redirect is followed: guidance that names an amount ("refund only
+$20") becomes a new refund request for that amount (which needs approval again); other
+guidance ends the run quoting it, with no refund.
 ``demo-steps`` calls ``tick(i)`` N times. Every demo tool appends one JSON line per real
 invocation to ``APPROVALD_DEMO_LEDGER`` (when set), so side effects can be counted
 independently of the runtime's own bookkeeping.
@@ -153,6 +155,8 @@ def refund_script(messages: Transcript) -> ModelReply:
             by = content.get("by") or "an approver"
             return reply(f"I did not issue the refund: {by} denied it, saying "
                          f"\"{content.get('reason', '')}\".", turn=turn)
+        if status == "redirected":
+            return _follow_redirect(content, order_id, turn)
         if status == "expired":
             return reply("The refund request expired without a decision, so no refund was "
                          "issued.", turn=turn)
@@ -169,11 +173,31 @@ def refund_script(messages: Transcript) -> ModelReply:
                         f"(refund {content['refund_id']}).",
             }),
             turn=turn)
-    refund: dict[str, Any] = next((_unwrap(m.content) for m in messages
-                   if isinstance(m, ToolMessage) and m.name == "issue_refund"), {})
+    # the refund that ran (after a redirect, earlier requests for it did not)
+    refund: dict[str, Any] = next((r for r in (_unwrap(m.content) for m in reversed(messages)
+                                               if isinstance(m, ToolMessage)
+                                               and m.name == "issue_refund")
+                                   if isinstance(r, dict) and "refund_id" in r), {})
     return reply(
         f"Refund {refund.get('refund_id')} of {_cents(int(refund.get('amount_cents', 0)))} for "
         f"order {order_id} was issued and the customer was emailed.", turn=turn)
+
+
+def _follow_redirect(content: dict[str, Any], order_id: str, turn: int) -> ModelReply:
+    """Re-plan on an approver's guidance: a refund of the amount it names, asked for
+    anew; else no refund, saying why."""
+    guidance = str(content.get("guidance") or "")
+    by = content.get("by") or "an approver"
+    amount = task_amount(guidance)
+    if amount is None:
+        return reply(f"I did not issue the refund: {by} redirected it, saying "
+                     f"\"{guidance}\".", turn=turn)
+    return reply(
+        f"{by} asked me to change the plan (\"{guidance}\"), so I will refund "
+        f"{_cents(amount)} for order {order_id} instead.",
+        ("issue_refund", {"order_id": order_id, "amount_cents": amount,
+                          "reason": "duplicate charge"}),
+        turn=turn)
 
 
 REFUND_POLICY = ApprovalPolicy(

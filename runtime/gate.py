@@ -58,7 +58,7 @@ def build_packet(transcript: Sequence[Any], call: ToolCall, tool: Tool, args: di
     for m in results[::-1]:
         content = m.content
         if isinstance(content, dict) and content.get("status") in (
-                "error", "denied", "expired", "forbidden", "invalid_arguments"):
+                "error", "denied", "redirected", "expired", "forbidden", "invalid_arguments"):
             continue
         text = compact_json(content)
         if len(text) > EVIDENCE_CHARS:

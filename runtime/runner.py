@@ -787,6 +787,9 @@ def _refusal(approval: ApprovalRecord) -> dict[str, Any]:
     """The tool result a model reads when its gated call did not run."""
     if approval.status == "denied":
         return {"status": "denied", "reason": approval.reason or "", "by": approval.decided_by}
+    if approval.status == "redirected":  # not this call: the approver's guidance instead
+        return {"status": "redirected", "guidance": approval.reason or "",
+                "by": approval.decided_by}
     if approval.status == "expired":
         return {"status": "expired"}
     return {"status": approval.status}

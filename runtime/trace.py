@@ -233,7 +233,8 @@ def _tool_call(run: RunRecord, call_id: str, name: str, args: dict[str, Any], st
     if rec is not None:
         status = rec.status
     elif isinstance(outcome, dict) and isinstance(outcome.get("status"), str):
-        status = str(outcome["status"])  # denied, expired, forbidden, invalid_arguments
+        # denied, redirected, expired, forbidden, invalid_arguments: the call did not run
+        status = str(outcome["status"])
     elif approval is not None and approval.status == "pending":
         status = "awaiting_approval"
     else:
