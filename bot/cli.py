@@ -358,9 +358,11 @@ def decide_command(verdict: str) -> Callable[[Settings, argparse.Namespace], Awa
                     raise UsageError(f"--args is not valid JSON: {exc}") from None
             v = a.outcome if verdict == "resolve" else verdict
             actor = Actor(as_user, f"cli:{operator().removeprefix('cli:')}")
+            # a redirect's guidance travels where a denial's reason does
+            reason = a.guidance if verdict == "redirect" else getattr(a, "reason", None)
             try:
                 decision = await engine.decide(a.id, actor=actor, verdict=v,
-                                               reason=getattr(a, "reason", None), args=args,
+                                               reason=reason, args=args,
                                                expect_digest=getattr(a, "digest", None))
             except DecisionRefused as exc:
                 standing = await decision_stands(engine, a.id, v, exc, actor=as_user)
@@ -399,7 +401,8 @@ def decide_command(verdict: str) -> Callable[[Settings, argparse.Namespace], Awa
 
 
 RESULTING = {"approve": "approved", "edit": "approved", "deny": "denied",
-             "retry": "approved", "mark_done": "approved", "abort": "denied"}
+             "redirect": "redirected", "retry": "approved", "mark_done": "approved",
+             "abort": "denied"}
 
 
 async def decision_stands(engine: Engine, approval_id: str, verdict: str,
@@ -764,7 +767,7 @@ def build_parser() -> argparse.ArgumentParser:
     al = ap.add_parser("list", help="pending (or all) approval requests, oldest first")
     al.add_argument("--status", default="pending",
                     help="only requests with this status (default pending; also approved, "
-                         "denied, expired, superseded, cancelled)")
+                         "denied, redirected, expired, superseded, cancelled)")
     al.add_argument("--all", action="store_true", help="every status")
     al.add_argument("--run", metavar="RUN_ID", help="only the requests of this run")
     al.add_argument("--limit", type=count, default=100, metavar="N",
@@ -782,6 +785,8 @@ def build_parser() -> argparse.ArgumentParser:
             ("deny", "deny", "deny a request; the model receives the reason"),
             ("edit", "edit", "replace a request's arguments (an approval too, unless the "
              "policy says edits = \"propose\")"),
+            ("redirect", "redirect", "do not run the call; the model receives your guidance "
+             "instead and re-plans"),
             ("resolve", "resolve", "answer an \"outcome unknown\" question")):
         c = ap.add_parser(name, help=what)
         c.add_argument("id", help=APPROVAL_ID)
@@ -795,6 +800,9 @@ def build_parser() -> argparse.ArgumentParser:
                                 "digest (as `approvals show` printed it)")
         if name == "deny":
             c.add_argument("--reason", required=True, help="why (the model receives it)")
+        elif name == "redirect":
+            c.add_argument("--guidance", required=True, metavar="TEXT",
+                           help="what the agent should do instead (the model receives it)")
         elif name == "edit":
             c.add_argument("--args", required=True, help="the new arguments as a JSON object")
             c.add_argument("--reason", help="why (recorded in the audit log)")
