@@ -18,6 +18,7 @@ from sqlalchemy import (
     SmallInteger,
     String,
     Text,
+    UniqueConstraint,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -258,3 +259,48 @@ class Limit(Base):
     key: Mapped[str] = mapped_column(String(120), primary_key=True)
     tokens: Mapped[float] = mapped_column(Float)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class ApiToken(Base):
+    """A bearer token of the HTTP API. Only the SHA-256 of the token is stored: it is shown
+    once, when created; a leaked database does not let anyone call the API."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(String(60), unique=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    webhook_url: Mapped[str | None] = mapped_column(Text)  # where its decisions are POSTed
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    created_by: Mapped[str] = mapped_column(String(200))
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    revoked_by: Mapped[str | None] = mapped_column(String(200))
+
+
+class ExternalRequest(Base):
+    """An approval request made over the HTTP API for a call its caller runs itself.
+
+    Its id is its run's: a run of agent ``external:<token name>`` that no worker advances
+    (see ``runtime.external``), so its approvals, expiry, cards, audit entries and
+    execution ledger row are those of any run.
+    """
+
+    __tablename__ = "external_requests"
+
+    id: Mapped[str] = mapped_column(ForeignKey("runs.id"), primary_key=True)
+    token_id: Mapped[str] = mapped_column(ForeignKey("api_tokens.id"))
+    idempotency_key: Mapped[str | None] = mapped_column(String(200))
+    fingerprint: Mapped[str] = mapped_column(String(64))  # of the request as created
+    tool: Mapped[str] = mapped_column(String(100))
+    args: Mapped[str] = mapped_column(Text)
+    digest: Mapped[str] = mapped_column(String(64))
+    policy_name: Mapped[str | None] = mapped_column(String(100))
+    kind: Mapped[str] = mapped_column(String(20))  # auto, approve_before or forbidden
+    reason: Mapped[str | None] = mapped_column(Text)  # why a forbidden call is refused
+    webhook_url: Mapped[str | None] = mapped_column(Text)
+    decided_approval: Mapped[str | None] = mapped_column(String(32))  # last decision told
+    result_digest: Mapped[str | None] = mapped_column(String(64))  # of the caller's report
+    reported_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (UniqueConstraint("token_id", "idempotency_key"),)

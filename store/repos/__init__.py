@@ -11,6 +11,7 @@ from store.repos.approvals import ApprovalsRepo
 from store.repos.audit import AuditRepo
 from store.repos.events import EventsRepo
 from store.repos.executions import ExecutionsRepo
+from store.repos.external import ExternalRepo
 from store.repos.limits import LimitsRepo
 from store.repos.outbox import OutboxRepo
 from store.repos.retention import RetentionRepo
@@ -29,7 +30,7 @@ class Tx:
     """
 
     __slots__ = ("_hooks", "approvals", "audit", "conn", "dialect", "events", "executions",
-                 "limits", "outbox", "retention", "runs", "scratch", "stats",
+                 "external", "limits", "outbox", "retention", "runs", "scratch", "stats",
                  "threads")
 
     def __init__(self, conn: AsyncConnection, dialect: str, *,
@@ -41,6 +42,7 @@ class Tx:
         self.runs = RunsRepo(conn, dialect, server_time=server_time)
         self.events = EventsRepo(conn, dialect)
         self.executions = ExecutionsRepo(conn, dialect)
+        self.external = ExternalRepo(conn, dialect)
         self.approvals = ApprovalsRepo(conn, dialect)
         self.outbox = OutboxRepo(conn, dialect)
         self.audit = AuditRepo(conn, dialect)
@@ -59,6 +61,7 @@ class Tx:
             await self._hooks.pop(0)(self)
 
 
-__all__ = ["ApprovalsRepo", "AuditRepo", "EventsRepo", "ExecutionsRepo", "LimitsRepo",
+__all__ = ["ApprovalsRepo", "AuditRepo", "EventsRepo", "ExecutionsRepo", "ExternalRepo",
+           "LimitsRepo",
            "OutboxRepo", "RetentionRepo",
            "RunsRepo", "StatsRepo", "ThreadsRepo", "Tx"]

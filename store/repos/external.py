@@ -1,0 +1,122 @@
+"""HTTP API tokens and the requests made with them (calls their callers run themselves).
+
+A request is created with ``INSERT ... ON CONFLICT DO NOTHING``: the schema's uniqueness
+of (token, idempotency key) decides which of two concurrent creates with one key wins, and
+the loser reads the winner's row. Reporting a result is a compare-and-set on
+``result_digest``, telling the decision of an approval one on ``decided_approval``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, cast
+
+from sqlalchemy import Table, bindparam, or_, select, update
+
+from store.models import ApiToken, ExternalRequest
+from store.repos.base import Repo, to_record
+
+_K = cast(Table, ApiToken.__table__)
+_X = cast(Table, ExternalRequest.__table__)
+_GET = select(_X).where(_X.c.id == bindparam("xid"))
+_LOCK = _GET.with_for_update(key_share=True)
+
+
+@dataclass(frozen=True, slots=True)
+class TokenRecord:
+    id: str
+    name: str
+    token_hash: str
+    webhook_url: str | None
+    created_at: datetime
+    created_by: str
+    revoked_at: datetime | None
+    revoked_by: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ExternalRecord:
+    id: str
+    token_id: str
+    idempotency_key: str | None
+    fingerprint: str
+    tool: str
+    args: str
+    digest: str
+    policy_name: str | None
+    kind: str
+    reason: str | None
+    webhook_url: str | None
+    decided_approval: str | None
+    result_digest: str | None
+    reported_at: datetime | None
+    created_at: datetime
+
+
+class ExternalRepo(Repo):
+    # -- tokens ---------------------------------------------------------------------------
+    async def add_token(self, **values: Any) -> bool:
+        """Insert a token; False when its name (or hash) is taken."""
+        res = await self.conn.execute(self.insert_ignore(ApiToken), values)
+        return bool(res.rowcount == 1)
+
+    async def token_by_hash(self, token_hash: str) -> TokenRecord | None:
+        row = (await self.conn.execute(select(_K).where(_K.c.token_hash == token_hash))).first()
+        return to_record(TokenRecord, row)
+
+    async def token(self, token_id: str) -> TokenRecord | None:
+        row = (await self.conn.execute(select(_K).where(_K.c.id == token_id))).first()
+        return to_record(TokenRecord, row)
+
+    async def token_named(self, name: str) -> TokenRecord | None:
+        row = (await self.conn.execute(select(_K).where(_K.c.name == name))).first()
+        return to_record(TokenRecord, row)
+
+    async def tokens(self) -> list[TokenRecord]:
+        rows = await self.conn.execute(select(_K).order_by(_K.c.created_at, _K.c.name))
+        return [TokenRecord(**r._mapping) for r in rows]
+
+    async def revoke_token(self, name: str, *, by: str, now: datetime) -> TokenRecord | None:
+        """Revoke a live token (compare-and-set); None when there is none by that name."""
+        row = (await self.conn.execute(
+            update(_K).where(_K.c.name == name, _K.c.revoked_at.is_(None))
+            .values(revoked_at=now, revoked_by=by).returning(_K))).first()
+        return to_record(TokenRecord, row)
+
+    # -- requests -------------------------------------------------------------------------
+    async def add(self, **values: Any) -> bool:
+        """Insert a request; False when its token already has one under its idempotency key."""
+        res = await self.conn.execute(self.insert_ignore(ExternalRequest), values)
+        return bool(res.rowcount == 1)
+
+    async def get(self, request_id: str) -> ExternalRecord | None:
+        row = (await self.conn.execute(_GET, {"xid": request_id})).first()
+        return to_record(ExternalRecord, row)
+
+    async def lock(self, request_id: str) -> ExternalRecord | None:
+        """:meth:`get`, holding the row until the transaction ends (after the run's row)."""
+        row = (await self.conn.execute(_LOCK, {"xid": request_id})).first()
+        return to_record(ExternalRecord, row)
+
+    async def by_key(self, token_id: str, key: str) -> ExternalRecord | None:
+        row = (await self.conn.execute(
+            select(_X).where(_X.c.token_id == token_id, _X.c.idempotency_key == key))).first()
+        return to_record(ExternalRecord, row)
+
+    async def mark_decided(self, request_id: str, approval_id: str) -> bool:
+        """Note that the decision of ``approval_id`` has been told; False if it already was."""
+        res = await self.conn.execute(
+            update(_X).where(_X.c.id == request_id,
+                             or_(_X.c.decided_approval.is_(None),
+                                 _X.c.decided_approval != approval_id))
+            .values(decided_approval=approval_id))
+        return bool(res.rowcount == 1)
+
+    async def set_reported(self, request_id: str, *, result_digest: str,
+                           now: datetime) -> bool:
+        """Record the caller's report (once: compare-and-set on there being none)."""
+        res = await self.conn.execute(
+            update(_X).where(_X.c.id == request_id, _X.c.result_digest.is_(None))
+            .values(result_digest=result_digest, reported_at=now))
+        return bool(res.rowcount == 1)
