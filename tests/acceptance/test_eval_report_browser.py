@@ -15,7 +15,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tests.acceptance.test_sandbox_browser import CHROMIUM, _playwright
+from tests.acceptance.browser_pages import launch, open_clean
+from tests.acceptance.test_sandbox_browser import _playwright
 from tests.helpers import make_cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,21 +64,11 @@ def test_the_eval_report_opens_cleanly_and_links_failures_to_traces(
     assert [(j["task"], j["interruption"]) for j in failed] == [
         (EVIL, "baseline"), (EVIL, "duplicate_callback")]
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                     args=["--no-sandbox", "--disable-gpu"])
+        browser = launch(pw)
         try:
             for name, path, verdict, passed in (("pass", passing, "PASS", dict.fromkeys(
                     SCORES, 8)), ("fail", failing, "FAIL", want)):
-                page = browser.new_page(viewport={"width": 1400, "height": 900})
-                problems: list[str] = []
-                page.on("console", lambda m, p=problems: p.append(f"console {m.type}: {m.text}")
-                        if m.type in ("error", "warning") else None)
-                page.on("pageerror", lambda exc, p=problems: p.append(f"page error: {exc}"))
-                page.on("request", lambda r, p=problems: p.append(f"request: {r.url}")
-                        if not r.url.startswith("file:") else None)
-                page.goto(path.as_uri())
-                page.wait_for_load_state("load")
-                assert problems == [], problems
+                page, problems = open_clean(browser, path)
                 assert page.locator("#verdict").inner_text() == verdict
                 colour = page.locator("header.verdict").evaluate(
                     "h => getComputedStyle(h).backgroundColor")

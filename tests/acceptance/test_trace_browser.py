@@ -14,7 +14,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from tests.acceptance.test_sandbox_browser import CHROMIUM, _playwright
+from tests.acceptance.browser_pages import launch, open_clean
+from tests.acceptance.test_sandbox_browser import _playwright
 from tests.helpers import make_cli
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "trace"
@@ -41,22 +42,12 @@ def test_the_html_trace_opens_cleanly_in_a_browser(sqlite_url: str, tmp_path: Pa
                          "<script>window.pwned = 1</script> <img src=x onerror='window.pwned=2'>",
                          task="Refund order B-7, <script>window.pwned = 3</script>")
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                     args=["--no-sandbox", "--disable-gpu"])
+        browser = launch(pw)
         try:
             # (model steps, tool calls): a denied refund is never run, nor is the email sent
             for name, path, steps, calls in (("approved", approved, 4, 3),
                                              ("denied", denied, 3, 2)):
-                page = browser.new_page(viewport={"width": 1400, "height": 900})
-                problems: list[str] = []
-                page.on("console", lambda m, p=problems: p.append(f"console {m.type}: {m.text}")
-                        if m.type in ("error", "warning") else None)
-                page.on("pageerror", lambda exc, p=problems: p.append(f"page error: {exc}"))
-                page.on("request", lambda r, p=problems: p.append(f"request: {r.url}")
-                        if not r.url.startswith("file:") else None)
-                page.goto(path.as_uri())
-                page.wait_for_load_state("load")
-                assert problems == [], problems
+                page, _ = open_clean(browser, path)
                 assert page.locator("svg#swimlane g.lane").evaluate_all(
                     "gs => gs.map(g => g.dataset.lane)") == ["model", "tools", "humans"]
                 for lane, kind, n in (("model", "model_step", steps), ("tools", "tool_call", calls),

@@ -12,32 +12,13 @@ from runtime.outcomes import Paused
 from tests.integration.slack_harness import CHANNEL, harness, wait_for
 from tests.integration.test_slack import _status, _updated_card, assert_valid_blocks, text_of
 
-RULES = """
-[[tools.issue_refund.rules]]
-when = "args.amount_cents <= 2000"
-policy = "auto"
-
-[[tools.issue_refund.rules]]
-when = "args.amount_cents > 1000000"
-policy = "forbidden"
-reason = "Refunds over $10,000 go through the finance system."
-
-[[tools.issue_refund.rules]]
-when = "args.amount_cents > 100000"
-approvers = ["S_FINANCE"]
-quorum = 2
-"""
+# S_FINANCE's members come from Slack's user groups (the emulator's: U_BOB, U_CAROL)
+RULES = str(Path(__file__).parents[1] / "fixtures" / "refund_rules.toml")
 FINANCE = "tools.issue_refund.rules[2]: args.amount_cents > 100000"
 
 
-def _policy(tmp_path: Path) -> str:
-    p = tmp_path / "policy.toml"
-    p.write_text(RULES)
-    return str(p)
-
-
 async def test_the_three_bands_through_slack(sqlite_url: str, tmp_path: Path) -> None:
-    async with harness(sqlite_url, tmp_path, APPROVALD_POLICY_FILE=_policy(tmp_path)) as h:
+    async with harness(sqlite_url, tmp_path, APPROVALD_POLICY_FILE=RULES) as h:
         small = await h.engine.run("demo-refund", "Refund order A-1: $15", requested_by="U_DANA")
         assert small.status == "completed"  # auto: no card
         huge = await h.engine.run("demo-refund", "Refund order B-2: $20,000",
@@ -73,7 +54,7 @@ async def _votes(h, approval_id: str, n: int) -> bool:  # type: ignore[no-untype
 
 async def test_an_edit_across_a_band_is_refused_in_the_modal(sqlite_url: str,
                                                              tmp_path: Path) -> None:
-    async with harness(sqlite_url, tmp_path, APPROVALD_POLICY_FILE=_policy(tmp_path)) as h:
+    async with harness(sqlite_url, tmp_path, APPROVALD_POLICY_FILE=RULES) as h:
         paused: Paused = await h.pause_refund(task="Refund order D-4: $500")
         [aid] = paused.approval_ids
         await h.card(aid)
