@@ -46,9 +46,10 @@ from store.records import ApprovalRecord, VoteRecord
 
 __all__ = [
     "ABORT", "ACTION_IDS", "APPROVE", "ARGS_BLOCK", "ARGS_INPUT", "DENY", "DENY_MODAL", "EDIT",
-    "EDIT_MODAL", "MARK_DONE", "REASON_BLOCK", "REASON_INPUT", "RESOLVE_MODAL", "RETRY",
-    "VIEW_ARGS", "approval_card", "approver_ids", "args_text", "as_text", "button_value",
-    "buttons", "compact_blocks", "editable_text", "escape_mrkdwn", "json_object", "parse_value",
+    "EDIT_MODAL", "GUIDANCE_BLOCK", "GUIDANCE_INPUT", "MARK_DONE", "REASON_BLOCK",
+    "REASON_INPUT", "REDIRECT", "REDIRECT_MODAL", "RESOLVE_MODAL", "RETRY", "VIEW_ARGS",
+    "approval_card", "approver_ids", "args_text", "as_text", "button_value", "buttons",
+    "compact_blocks", "editable_text", "escape_mrkdwn", "json_object", "parse_value",
     "recent_line", "risk_of",
 ]
 
@@ -56,15 +57,18 @@ __all__ = [
 APPROVE = "approvald.approve"
 DENY = "approvald.deny"
 EDIT = "approvald.edit"
+REDIRECT = "approvald.redirect"
 VIEW_ARGS = "approvald.view_args"
 RETRY = "approvald.retry"
 MARK_DONE = "approvald.mark_done"
 ABORT = "approvald.abort"
-ACTION_IDS = (APPROVE, DENY, EDIT, VIEW_ARGS, RETRY, MARK_DONE, ABORT)
+ACTION_IDS = (APPROVE, DENY, EDIT, REDIRECT, VIEW_ARGS, RETRY, MARK_DONE, ABORT)
 DENY_MODAL = "approvald.deny_modal"
 EDIT_MODAL = "approvald.edit_modal"
+REDIRECT_MODAL = "approvald.redirect_modal"
 RESOLVE_MODAL = "approvald.resolve_modal"
 REASON_BLOCK, REASON_INPUT = "reason", "reason_input"
+GUIDANCE_BLOCK, GUIDANCE_INPUT = "guidance", "guidance_input"
 ARGS_BLOCK, ARGS_INPUT = "args", "args_input"
 
 _SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
@@ -198,7 +202,8 @@ def _button(label: str, action_id: str, value: str, style: str | None = None,
 
 
 def buttons(a: ApprovalRecord, token: str, *, view_args: bool) -> ActionsBlock:
-    """Live buttons: Approve/Deny/Edit for a call, Retry/Mark done/Abort for a question."""
+    """Live buttons: Approve/Deny/Edit/Redirect for a call, Retry/Mark done/Abort for a
+    question."""
     value = button_value(a.id, token)
     if a.kind == "outcome_unknown":
         retry = ConfirmObject(title=T.CONFIRM_RETRY_TITLE, text=md(T.CONFIRM_RETRY_TEXT),
@@ -217,6 +222,7 @@ def buttons(a: ApprovalRecord, token: str, *, view_args: bool) -> ActionsBlock:
                     _button(T.BUTTON_DENY, DENY, value, "danger")]
         if editable_text(a) is not None:  # longer than Slack's text box: CLI only
             elements.append(_button(T.BUTTON_EDIT, EDIT, value))
+        elements.append(_button(T.BUTTON_REDIRECT, REDIRECT, value))
     if view_args:
         elements.append(_button(T.BUTTON_VIEW_ARGS, VIEW_ARGS, value))
     return ActionsBlock(elements=elements)
@@ -301,6 +307,8 @@ def _decision(a: ApprovalRecord, votes: Sequence[VoteRecord], superseded_by: str
             text += "\n" + T.DECIDED_VOTERS.format(who=", ".join(who(n) for n in names[:10]))
     elif a.status == "denied":
         text = T.DECIDED_DENIED.format(**fields)
+    elif a.status == "redirected":  # the guidance is the point: it leads, not a "Reason:"
+        return T.DECIDED_REDIRECTED.format(guidance=clip(a.reason or "", 1000), **fields)
     elif a.status == "expired":
         text = T.DECIDED_EXPIRED.format(emoji=emoji, date=slack_date(a.expires_at, T.DATE_AT))
     elif a.status == "superseded":

@@ -64,10 +64,14 @@ class Handlers:
         app.action(cards.DENY)(self.on_deny_click)
         app.action(cards.ABORT)(self.on_abort_click)
         app.action(cards.EDIT)(self.on_edit_click)
+        app.action(cards.REDIRECT)(self.on_redirect_click)
         app.action(cards.VIEW_ARGS)(self.on_view_args)
         app.view(cards.DENY_MODAL)(self.on_reason_submit("deny"))
         app.view(cards.RESOLVE_MODAL)(self.on_reason_submit("abort"))
         app.view(cards.EDIT_MODAL)(self.on_edit_submit)
+        app.view(cards.REDIRECT_MODAL)(self.on_reason_submit(
+            "redirect", block=cards.GUIDANCE_BLOCK, field=cards.GUIDANCE_INPUT,
+            missing="guidance_required"))
         app.command("/approvals")(self.on_command)
         app.event("app_home_opened")(self.on_home_opened)
         app.error(self.on_error)
@@ -201,6 +205,12 @@ class Handlers:
         await ack()
         self._later(self._open_for(body, client, views.edit_modal))
 
+    async def on_redirect_click(self, ack: AsyncAck, body: dict[str, Any],
+                                client: AsyncWebClient) -> None:
+        await ack()
+        self._later(self._open_for(body, client, lambda a, t, c, ts: views.redirect_modal(
+            a.id, t, c, ts, tool=a.tool)))
+
     async def on_view_args(self, ack: AsyncAck, body: dict[str, Any],
                            client: AsyncWebClient) -> None:
         await ack()
@@ -208,9 +218,11 @@ class Handlers:
                                    check=False))
 
     # -- modals -------------------------------------------------------------------------
-    def on_reason_submit(self, verdict: Verdict) -> Any:
-        block = cards.REASON_BLOCK
-        field = cards.REASON_INPUT
+    def on_reason_submit(self, verdict: Verdict, *, block: str = cards.REASON_BLOCK,
+                         field: str = cards.REASON_INPUT,
+                         missing: str = "reason_required") -> Any:
+        """A modal with one text box that the decision needs: a denial's or an abort's
+        reason, a redirect's guidance (``missing``: the refusal when it is left blank)."""
 
         async def handler(ack: AsyncAck, body: dict[str, Any], client: AsyncWebClient) -> None:
             view = body["view"]
@@ -219,7 +231,7 @@ class Handlers:
             reason = (value.get("value") or "").strip()
             if not reason:
                 await ack(response_action="errors", errors={block: messages.refusal_text(
-                    "reason_required")})
+                    missing)})
                 return
             try:
                 target = views.parse_metadata(view.get("private_metadata") or "")

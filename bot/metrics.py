@@ -39,8 +39,8 @@ class PrometheusMeter(Meter):
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry()
         self.decisions = Counter("approvald_decisions", "Decision attempts by outcome "
-                                 "(approved, denied, voted, edited, refused:<reason>, ...)",
-                                 ["outcome"], registry=r)
+                                 "(approved, denied, redirected, voted, edited, "
+                                 "refused:<reason>, ...)", ["outcome"], registry=r)
         self.decision_seconds = Histogram("approvald_decision_seconds", "Time to record a "
                                           "decision (the click's answer waits for it)",
                                           buckets=LATENCY_BUCKETS, registry=r)

@@ -17,6 +17,7 @@ HEADER_QUESTION = ":warning: Did this happen? {tool}"
 HEADER_DONE = {
     "approved": "Approved: {tool}",
     "denied": "Denied: {tool}",
+    "redirected": "Redirected: {tool}",
     "expired": "Expired: {tool}",
     "superseded": "Escalated: {tool}",
     "cancelled": "Cancelled: {tool}",
@@ -32,7 +33,7 @@ RISK_EMOJI = {"low": ":large_green_circle:", "medium": ":large_yellow_circle:",
 STATUS_EMOJI = {
     "pending": ":hourglass_flowing_sand:", "approved": ":white_check_mark:",
     "denied": ":no_entry:", "expired": ":hourglass:", "superseded": ":arrow_double_up:",
-    "cancelled": ":heavy_multiplication_x:",
+    "cancelled": ":heavy_multiplication_x:", "redirected": ":leftwards_arrow_with_hook:",
 }
 UNKNOWN_EMOJI = ":grey_question:"
 
@@ -81,6 +82,7 @@ DATE_FALLBACK = "%Y-%m-%d %H:%M UTC"
 BUTTON_APPROVE = "Approve"
 BUTTON_DENY = "Deny"
 BUTTON_EDIT = "Edit"
+BUTTON_REDIRECT = "Redirect"
 BUTTON_VIEW_ARGS = "View full arguments"
 BUTTON_RETRY = "Retry"
 BUTTON_MARK_DONE = "Mark done"
@@ -100,6 +102,9 @@ DECIDED_APPROVED_EDITED = "{emoji} *Approved with edits* by {who} {date}{via}"
 DECIDED_VOTERS = "Approvals: {who}"
 DECIDED_DENIED = "{emoji} *Denied* by {who} {date}{via}"
 DECIDED_REASON = "*Reason:* {reason}"
+DECIDED_REDIRECTED = ("{emoji} *Redirected* by {who}: {guidance}\n"
+                      "Decided {date}{via}: the call did not run; the agent re-plans on "
+                      "this guidance.")
 DECIDED_EXPIRED = ("{emoji} *Expired* {date} with no decision. Silence never approves: "
                    "the call did not run.")
 DECIDED_SUPERSEDED = ("{emoji} *Expired and escalated* {date}: the request went to the next "
@@ -130,7 +135,8 @@ COMPACT_QUESTION_LINE = "{emoji} *Did `{tool}` happen?* · *{agent}* for {reques
 RECENT_LINE = "{emoji} `{tool}` {status} by {who} {date}"
 RECENT_LINE_NOBODY = "{emoji} `{tool}` {status} {date}"
 STATUS_WORDS = {"approved": "approved", "denied": "denied", "expired": "expired",
-                "superseded": "escalated", "cancelled": "cancelled", "pending": "pending"}
+                "superseded": "escalated", "cancelled": "cancelled", "pending": "pending",
+                "redirected": "redirected"}
 VERDICT_WORDS = {"retry": "retried", "mark_done": "marked done", "abort": "aborted"}
 EDITED_WORD = "approved with edits"
 CLOSED_WORD = "closed"
@@ -159,6 +165,16 @@ MODAL_DENY_INTRO_NO_TOOL = ("The agent receives your reason as the call's result
                             "another way.")
 MODAL_REASON_LABEL = "Reason"
 MODAL_DENY_PLACEHOLDER = "Why not? The agent will read this."
+MODAL_REDIRECT_TITLE = "Redirect the agent"
+MODAL_REDIRECT_SUBMIT = "Redirect"
+MODAL_REDIRECT_INTRO = ("`{tool}` will not run. The agent receives your guidance as the "
+                        "call's result and re-plans; whatever it asks for next needs "
+                        "approval again.")
+MODAL_REDIRECT_INTRO_NO_TOOL = ("The call will not run. The agent receives your guidance as "
+                                "its result and re-plans.")
+MODAL_GUIDANCE_LABEL = "Guidance"
+MODAL_REDIRECT_PLACEHOLDER = ("What should the agent do instead? e.g. refund only the "
+                              "duplicate charge")
 MODAL_EDIT_TITLE = "Edit arguments"
 MODAL_EDIT_SUBMIT = "Approve with edits"
 MODAL_EDIT_INTRO = ("Edit the arguments of `{tool}` as JSON. Your edit is validated against "
@@ -211,12 +227,16 @@ REFUSAL = {
     "wrong_kind": "That button doesn't apply to this kind of request.",
     "reason_required": "Please give a reason: the agent reads it and can re-plan.",
     "reason_too_long": "That reason is too long: 2,000 characters at most.",
+    "guidance_required": ("Please write guidance: what should the agent do instead? It reads "
+                          "it and re-plans."),
+    "guidance_too_long": "That guidance is too long: 2,000 characters at most.",
     "directory_unavailable": ("I couldn't check your approver group membership just now, so "
                               "nothing changed. Please try again in a minute."),
 }
 REFUSAL_NOT_PENDING = {
     "approved": "Too late: this request was already approved.",
     "denied": "Too late: this request was already denied.",
+    "redirected": "Too late: this request was already redirected.",
     "expired": "Too late: this request expired before anyone decided, so the call did not run.",
     "superseded": ("Too late: this request expired and went to the next approvers. "
                    "This button is no longer live."),

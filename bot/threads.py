@@ -44,7 +44,8 @@ from store.records import ApprovalRecord, EventRecord, ExecutionRecord, RunRecor
 from store.repos.threads import ThreadRecord
 
 log = logging.getLogger("approvald.threads")
-FAILED = ("denied", "expired", "forbidden", "invalid_arguments", "error", "cancelled")
+FAILED = ("denied", "redirected", "expired", "forbidden", "invalid_arguments", "error",
+          "cancelled")
 THREAD_EVENT = "approvald_thread"  # metadata of a run's parent message: {run_id}
 REPLY_EVENT = "approvald_thread_reply"  # of a reply: {run_id, upto[, status]}
 MAX_REPOSTS = 1  # a deleted parent is posted again once; after that the thread is let go
@@ -368,7 +369,8 @@ class ThreadFollower:
                 if a is not None and a.status != "pending":
                     lines.append(messages.thread_approval_decided(a))
                 status = msg.content.get("status") if isinstance(msg.content, dict) else None
-                if a is None or status not in ("denied", "expired", "cancelled"):
+                # a call that did not run is told by its request's line alone
+                if a is None or status not in ("denied", "redirected", "expired", "cancelled"):
                     lines.append(messages.thread_tool_call(msg.name, msg.content,
                                                            failed=status in FAILED))
             elif isinstance(msg, AssistantMessage) and not msg.tool_calls and msg.content:

@@ -154,7 +154,8 @@ svg{background:#fafafa;border:1px solid #ddd;border-radius:4px}
 .lane-label{font-weight:600;fill:#444} .axis{fill:#888;font-size:11px}
 .grid{stroke:#e4e4e4} .lane-sep{stroke:#ccc}
 .bar.model{fill:#6b8fd6} .bar.tools{fill:#3aa675} .bar.humans{fill:#e0a030}
-.bar.failed,.bar.error{fill:#d9534f} .bar.denied,.bar.expired,.bar.cancelled{fill:#b07aa1}
+.bar.failed,.bar.error{fill:#d9534f}
+.bar.denied,.bar.redirected,.bar.expired,.bar.cancelled{fill:#b07aa1}
 .bar.open{fill-opacity:.45;stroke:#e0a030;stroke-dasharray:4 2}
 .bar-label{font-size:11px;fill:#222}
 .mark{stroke:#555;stroke-width:1.5} .mark-dot{fill:#555}

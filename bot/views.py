@@ -21,8 +21,11 @@ from bot.cards import (
     ARGS_INPUT,
     DENY_MODAL,
     EDIT_MODAL,
+    GUIDANCE_BLOCK,
+    GUIDANCE_INPUT,
     REASON_BLOCK,
     REASON_INPUT,
+    REDIRECT_MODAL,
     RESOLVE_MODAL,
     args_text,
     button_value,
@@ -152,6 +155,21 @@ def deny_modal(approval_id: str, token: str, channel: str | None, ts: str | None
              else T.MODAL_DENY_INTRO_NO_TOOL)
     blocks = [section(intro), _reason_input(T.MODAL_REASON_LABEL, T.MODAL_DENY_PLACEHOLDER)]
     return _modal(T.MODAL_DENY_TITLE, blocks, callback_id=DENY_MODAL, submit=T.MODAL_DENY_SUBMIT,
+                  metadata=modal_metadata(approval_id, token, channel, ts))
+
+
+def redirect_modal(approval_id: str, token: str, channel: str | None, ts: str | None, *,
+                   tool: str | None = None) -> dict[str, Any]:
+    """Asks for guidance, which the agent receives instead of the call's result."""
+    intro = (T.MODAL_REDIRECT_INTRO.format(tool=code_span(tool, 80)) if tool
+             else T.MODAL_REDIRECT_INTRO_NO_TOOL)
+    guidance = InputBlock(
+        block_id=GUIDANCE_BLOCK, label=plain(T.MODAL_GUIDANCE_LABEL), optional=False,
+        element=PlainTextInputElement(action_id=GUIDANCE_INPUT, multiline=True, min_length=1,
+                                      max_length=REASON_MAX,
+                                      placeholder=plain(T.MODAL_REDIRECT_PLACEHOLDER)))
+    return _modal(T.MODAL_REDIRECT_TITLE, [section(intro), guidance], callback_id=REDIRECT_MODAL,
+                  submit=T.MODAL_REDIRECT_SUBMIT,
                   metadata=modal_metadata(approval_id, token, channel, ts))
 
 

@@ -5,7 +5,8 @@ meter drops everything, so the runtime depends on no metrics library.
 Events (names are the exporter's contract):
 
 * ``decision(outcome, seconds)``: a decision attempt and how long recording it took;
-  ``outcome`` is approved / denied / voted / edited / ... or ``refused:<reason>``;
+  ``outcome`` is approved / denied / redirected / voted / edited / ... or
+  ``refused:<reason>``;
 * ``tool_started(seconds)``: a decided run reached its approved call, this long after
   the decision that resumed it was recorded in this process (click -> tool start);
 * ``expired(n)``, ``escalated(n)``, ``reminded(n)``: what an expiry sweep settled;

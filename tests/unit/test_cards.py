@@ -156,7 +156,7 @@ def test_pending_card_buttons_carry_only_id_and_token() -> None:
     card = cards.approval_card(a, token=TOKEN, now=NOW)
     check_message(card)
     found = buttons_of(card)
-    assert set(found) == {cards.APPROVE, cards.DENY, cards.EDIT}
+    assert set(found) == {cards.APPROVE, cards.DENY, cards.EDIT, cards.REDIRECT}
     for e in found.values():
         assert e["value"] == f"{a.id}:{TOKEN}"
         assert "secret-arg-value" not in e["value"]
