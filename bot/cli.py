@@ -348,6 +348,13 @@ async def cmd_approvals_show(s: Settings, a: argparse.Namespace) -> int:
 def decide_command(verdict: str) -> Callable[[Settings, argparse.Namespace], Awaitable[int]]:
     async def cmd(s: Settings, a: argparse.Namespace) -> int:
         as_user = slack_user("--as", a.as_user)  # refused before the database is opened
+        if isinstance(a.id, list):  # approve / deny take several ids
+            if len(a.id) > 1:
+                if a.digest:
+                    raise UsageError("--digest goes with one approval id")
+                return await with_engine(s, lambda engine: decide_batch(engine, a, as_user,
+                                                                        verdict))
+            a.id = a.id[0]
 
         async def go(engine: Engine) -> int:
             args = None
@@ -398,6 +405,40 @@ def decide_command(verdict: str) -> Callable[[Settings, argparse.Namespace], Awa
             return 0
         return await with_engine(s, go)
     return cmd
+
+
+async def decide_batch(engine: Engine, a: argparse.Namespace, as_user: str,
+                       verdict: str) -> int:
+    """``approvals approve ID ID…``: each request decided on its own (its own checks and
+    compare-and-set), a line for each, then the runs they made ready resumed. Exit 0 when
+    every one was decided as asked, 4 when any was refused (the others stand)."""
+    from runtime.batch import Target, decide_each
+
+    actor = Actor(as_user, f"cli:{operator().removeprefix('cli:')}")
+    try:
+        outcomes = await decide_each(engine, [Target(i) for i in a.id], actor=actor,
+                                     verdict="approve" if verdict == "approve" else "deny",
+                                     reason=getattr(a, "reason", None))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    ready: list[str] = []
+    for o in outcomes:
+        if o.decision is None:
+            print(f"approval {o.approval_id}: refused ({o.code}): {o.refused}")
+            continue
+        d = o.decision
+        if d.outcome == "voted":
+            print(f"approval {d.approval.id}: {d.approvals} of {d.quorum} approvals")
+        else:
+            print(f"approval {d.approval.id}: {d.outcome} by {as_user}")
+        if d.run_ready and d.approval.run_id not in ready:
+            ready.append(d.approval.run_id)
+    done = sum(o.ok for o in outcomes)
+    print(f"{done} of {len(outcomes)} decided; {len(outcomes) - done} refused")
+    if not a.no_resume:
+        for run_id in ready:
+            print(describe(await engine.advance(run_id)))
+    return 0 if done == len(outcomes) else 4
 
 
 RESULTING = {"approve": "approved", "edit": "approved", "deny": "denied",
@@ -788,8 +829,13 @@ def build_parser() -> argparse.ArgumentParser:
             ("redirect", "redirect", "do not run the call; the model receives your guidance "
              "instead and re-plans"),
             ("resolve", "resolve", "answer an \"outcome unknown\" question")):
-        c = ap.add_parser(name, help=what)
-        c.add_argument("id", help=APPROVAL_ID)
+        c = ap.add_parser(name, help=what + (" (several ids: each decided on its own, "
+                                             "one refusal stopping no other)"
+                                             if name in ("approve", "deny") else ""))
+        if name in ("approve", "deny"):
+            c.add_argument("id", nargs="+", help="approval ids (or unique prefixes of 6+)")
+        else:
+            c.add_argument("id", help=APPROVAL_ID)
         c.add_argument("--as", dest="as_user", required=True, metavar="USER",
                        help="the Slack user id you act as (checked against the policy)")
         c.add_argument("--no-resume", action="store_true",
