@@ -2,17 +2,20 @@
 
 Hypothesis drives one database (SQLite or PostgreSQL) through random sequences of: runs
 opened under random policies (quorum, approver lists and groups, ttl, escalate or
-cancel, ``edits``), approve / deny / edit / answer by random actors (approvers, group
-members, the requester, strangers) with fresh, stale, forged and no tokens, policy-file
+cancel, ``edits``), approve / deny / edit / redirect / answer by random actors (approvers,
+group members, the requester, strangers) with fresh, stale, forged and no tokens, policy-file
 changes (relaxed to ``auto`` or tightened to ``forbidden``), clock moves and sweeps,
 resumes and recoveries, cancels, and crashes at the durability failpoints (the
 "process" dies; a new engine, a new owner, carries on). After every step it checks,
 against the database and the demo ledger (the outside world's own record):
 
 * every executed refund was approved on its exact digest, before its expiry, by a quorum
-  of distinct authorised approvers, none of them the requester;
-* no denied, expired, superseded or cancelled call ever executes (the approval of every
-  executed call is ``approved``, and it is the call's last request);
+  of distinct authorised approvers, none of them the requester (or, re-planned after a
+  redirect, was asked for while the policy file let refunds run without asking);
+* no denied, redirected, expired, superseded or cancelled call ever executes (the approval
+  of every executed call is ``approved``, and it is the call's last request); a redirected
+  call has no execution record at all, and its redirect was made in time by an authorised
+  approver other than the requester, with guidance;
 * each call executes at most once;
 * every decision attempt, accepted or refused, left an audit entry naming its actor;
 * the audit chain verifies.
@@ -61,7 +64,11 @@ from tests.helpers import crash as _crash
 REQUESTER = "U_REQ"
 ACTORS = ["U_A", "U_B", "U_C", "W_D", REQUESTER, "U_X"]
 GROUPS = {"S_FIN": ["U_B", "U_C"]}
-DECISIONS = {"voted", "approved", "denied", "edited", "refused", "outcome_resolved"}
+DECISIONS = {"voted", "approved", "denied", "redirected", "edited", "refused",
+             "outcome_resolved"}
+# guidance naming an amount makes the demo agent ask again for it; other guidance ends the
+# run; blank guidance is refused
+GUIDANCE = ["Refund only $20 of it", "Offer store credit instead", "  "]
 CRASH_POINTS = ["after_intent", "before_result", "after_result", "before_checkpoint",
                 "after_checkpoint", "after_commit_before_post"]
 LEASE = timedelta(seconds=30)
@@ -115,6 +122,7 @@ class GateMachine(RuleBasedStateMachine):
         self.db = Database(self.make_url(), server_time=False)  # the clock moves leases
         self.policy = PolicyFile()
         self.relaxed = False  # the policy file lets refunds run without asking
+        self.ever_relaxed = False  # ... or did at some point of this schedule
         self.engine = self._engine()
         self.runs: list[str] = []
         self.tokens: dict[str, list[str]] = {}  # approval id -> tokens of cards drawn
@@ -181,7 +189,7 @@ class GateMachine(RuleBasedStateMachine):
     @precondition(lambda self: bool(self.runs))
     @rule(i=st.integers(0, 50), actor=st.sampled_from([*ACTORS, "U_A", "U_B", "U_C"]),
           verdict=st.sampled_from(["approve", "approve", "approve", "deny", "edit", "edit",
-                                   "retry", "mark_done", "abort"]),
+                                   "redirect", "retry", "mark_done", "abort"]),
           token=st.sampled_from(["fresh", "fresh", "fresh", "stale", "stale", "forged",
                                  "none"]),
           amount=st.sampled_from([100, 4200, 9900]), crash=st.booleans())
@@ -190,7 +198,8 @@ class GateMachine(RuleBasedStateMachine):
         self._decide(i, actor, verdict, token, amount, crash, self.run(self._approvals()))
 
     def _decide(self, i: int, actor: str, verdict: str, token: str, amount: int,
-                crash: bool, approvals: list[Any], held_token: str | None = None) -> None:
+                crash: bool, approvals: list[Any], held_token: str | None = None,
+                reason: str | None = None) -> None:
         a = approvals[i % len(approvals)]
         if a.kind == "outcome_unknown" and verdict in ("retry", "mark_done"):
             # the person asked looks at the outside world before answering (a person who
@@ -207,9 +216,10 @@ class GateMachine(RuleBasedStateMachine):
         if crash:
             failpoints.arm("after_decision", _crash)
         try:
+            if reason is None and verdict != "approve":
+                reason = "because"
             self.run(self.engine.decide(a.id, actor=Actor(actor, "slack"), verdict=verdict,
-                                        reason="because" if verdict != "approve" else None,
-                                        args=args, token=chosen))
+                                        reason=reason, args=args, token=chosen))
         except ApprovaldError as exc:
             event(f"decision refused: {getattr(exc, 'reason', type(exc).__name__)}")
         except Crash:
@@ -268,6 +278,26 @@ class GateMachine(RuleBasedStateMachine):
             mine = next(x for x in after if x.id == a.id)
             self._decide(after.index(mine), people[k % len(people)], "approve", "stale", 0,
                          False, after, held_token=old)
+
+    @precondition(lambda self: bool(self.runs))
+    @rule(i=st.integers(0, 50), j=st.integers(0, 5), guidance=st.sampled_from(GUIDANCE),
+          token=st.sampled_from(["fresh", "fresh", "stale"]), crash=st.booleans(),
+          resume=st.booleans())
+    def redirect_as_an_approver(self, i: int, j: int, guidance: str, token: str, crash: bool,
+                                resume: bool) -> None:
+        """An approver redirects the agent with guidance; the run re-plans on it (a new
+        request for the amount the guidance names, or an answer with no refund)."""
+        a, approvals = self._pending(i)
+        if a is None:
+            return
+        people = self._people(a)
+        self._decide(approvals.index(a), people[j % len(people)], "redirect", token, 0, crash,
+                     approvals, reason=guidance)
+        if resume:
+            try:
+                event(f"resumed: {self.run(self.engine.advance(a.run_id)).status}")
+            except ApprovaldError:
+                pass
 
     @precondition(lambda self: bool(self.runs))
     @rule(i=st.integers(0, 50), j=st.integers(0, 5), roll=st.integers(0, 2))
@@ -353,6 +383,7 @@ class GateMachine(RuleBasedStateMachine):
         """Someone edits the policy file: requests already made keep their own rules."""
         self._set_policy({"policy": kind})
         self.relaxed = kind != "forbidden"
+        self.ever_relaxed = self.ever_relaxed or self.relaxed
 
     @precondition(lambda self: self.relaxed)
     @rule()
@@ -391,14 +422,27 @@ class GateMachine(RuleBasedStateMachine):
                         by_call.setdefault((a.run_id, a.call_id), []).append(a)
             votes = {a.id: await tx.approvals.votes(a.id)
                      for rows in by_call.values() for a in rows if a.status == "approved"}
+            executions = {(run_id, call_id)
+                          for run_id in self.runs
+                          for call_id in await tx.executions.for_run(run_id)}
         for rows in by_call.values():
             for a in rows:
                 if a.status == "approved":
                     self._check_approved(a, votes[a.id])
+                elif a.status == "redirected":
+                    self._check_redirected(a, executions)
         for line in (e for e in lines if e["tool"] == "issue_refund"):
             run_id, call_id = line["idempotency_key"].split(":", 1)
             rows = by_call.get((run_id, call_id), [])
-            assert rows, f"refund {line['idempotency_key']} ran without any request"
+            if not rows:
+                # a call asked for anew after a redirect is under today's policy file
+                # (invariant 12): while it let refunds run without asking, this one did
+                replanned = any(a.status == "redirected" for (r, _), asked in by_call.items()
+                                if r == run_id for a in asked)
+                assert replanned and self.ever_relaxed, \
+                    f"refund {line['idempotency_key']} ran without any request"
+                event("re-planned refund ran under a relaxed policy")
+                continue
             last = rows[-1]  # later rungs replace earlier ones; only the last may run
             assert last.status == "approved", f"refund ran on a {last.status} request"
             assert line["args"] == last.effective_args()
@@ -407,6 +451,18 @@ class GateMachine(RuleBasedStateMachine):
         assert report.ok, report.problems
         if any(e["tool"] == "issue_refund" for e in lines):
             event("refund executed")
+
+    def _check_redirected(self, a: Any, executions: set[tuple[str, str]]) -> None:
+        event("redirected")
+        assert (a.run_id, a.call_id) not in executions, f"redirected {a.id} has an execution"
+        assert a.verdict == "redirect" and (a.reason or "").strip(), a
+        assert a.decided_at is not None and a.decided_at < a.expires_at, \
+            f"{a.id} redirected at {a.decided_at}, expiry {a.expires_at}"
+        assert a.decided_by != a.requested_by
+        approvers = a.approvers_value()
+        if approvers:
+            allowed = set(approvers) | {m for g in approvers for m in GROUPS.get(g, [])}
+            assert a.decided_by in allowed, f"{a.id}: {a.decided_by} is not an approver"
 
     def _check_approved(self, a: Any, votes: list[Any]) -> None:
         assert a.decided_at is not None and a.decided_at < a.expires_at, \
@@ -456,6 +512,8 @@ def test_the_gate_holds_under_random_interleavings(db_url: str, tmp_path: Path,
           + ", ".join(f"{k}: {v}" for k, v in sorted(STATS.items())))
     # the schedules must reach the states the invariants are about
     assert STATS["refund executed"] > 0 and STATS["decision accepted: edit"] > 0
+    assert STATS["decision accepted: redirect"] > 0 and STATS["redirected"] > 0
+    assert STATS["decision refused: guidance_required"] > 0
     for reason in ("expired", "stale_card", "not_authorized", "self_approval", "not_pending"):
         assert STATS[f"decision refused: {reason}"] > 0, reason
     assert sum(v for k, v in STATS.items() if k.startswith("crashed")) > 0
