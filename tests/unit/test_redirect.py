@@ -119,29 +119,34 @@ async def test_guidance_is_capped_like_a_reason(make_engine, db, ledger_path):
     assert (await approval(db, aid)).status == "pending"
 
 
-@pytest.mark.parametrize("first", ["approve", "deny", "redirect"])
 async def test_a_redirect_of_a_decided_request_is_refused_and_changes_nothing(
-        make_engine, db, ledger_path, first):
+        make_engine, db, ledger_path):
     engine = engine_with(make_engine, ledger_path)
-    [aid] = (await pause(engine)).approval_ids
-    await engine.decide(aid, actor=ALICE, verdict=first,
-                        reason=None if first == "approve" else "refund $10 only")
-    before = await approval(db, aid)
-    with pytest.raises(DecisionRefused) as refused:
-        await engine.decide(aid, actor=BOB, verdict="redirect", reason="refund $5 only")
-    assert refused.value.reason == "not_pending"
-    after = await approval(db, aid)
-    assert (after.status, after.verdict, after.reason, after.decided_by) == (
-        before.status, before.verdict, before.reason, before.decided_by)
-    assert ("refused", "U_BOB") in [(e.action, e.actor) for e in await trail(db, aid)]
+    for first in ("approve", "deny", "redirect"):
+        [aid] = (await pause(engine)).approval_ids
+        await engine.decide(aid, actor=ALICE, verdict=first,
+                            reason=None if first == "approve" else "refund $10 only")
+        before = await approval(db, aid)
+        with pytest.raises(DecisionRefused) as refused:
+            await engine.decide(aid, actor=BOB, verdict="redirect", reason="refund $5 only")
+        assert refused.value.reason == "not_pending", first
+        after = await approval(db, aid)
+        assert (after.status, after.verdict, after.reason, after.decided_by) == (
+            before.status, before.verdict, before.reason, before.decided_by)
+        assert ("refused", "U_BOB") in [(e.action, e.actor) for e in await trail(db, aid)]
+    assert (await audit.verify(db)).ok
 
 
 async def test_a_redirect_after_expiry_is_refused_and_the_expiry_stands(make_engine, db, clock,
                                                                        ledger_path):
     engine = engine_with(make_engine, ledger_path, ttl="2s", reminders=[])
+    [early] = (await pause(engine)).approval_ids
     paused = await pause(engine)
     [aid] = paused.approval_ids
-    clock.advance(3)  # no sweep has run
+    clock.advance(1)  # in time: the redirect counts
+    await engine.decide(early, actor=ALICE, verdict="redirect", reason="refund $20 only")
+    assert (await approval(db, early)).status == "redirected"
+    clock.advance(2)  # past the expiry, and no sweep has run
     with pytest.raises(DecisionRefused) as refused:
         await engine.decide(aid, actor=ALICE, verdict="redirect", reason="refund $20 only")
     assert refused.value.reason == "expired"
@@ -162,6 +167,10 @@ async def test_a_stale_card_cannot_redirect_the_edited_arguments(make_engine, db
         await engine.decide(aid, actor=BOB, verdict="redirect", reason="refund $5", token=old)
     assert refused.value.reason == "stale_card"
     assert (await approval(db, aid)).status == "pending"
+    # the card redrawn for the edited arguments can
+    fresh = card_token(await approval(db, aid))
+    await engine.decide(aid, actor=BOB, verdict="redirect", reason="refund $5", token=fresh)
+    assert (await approval(db, aid)).status == "redirected"
 
 
 async def test_a_redirect_is_authorised_like_a_denial(make_engine, db, ledger_path):
