@@ -18,6 +18,9 @@ MAX_HEADER_TEXT = 150
 MAX_BUTTON_TEXT = 75
 MAX_BUTTON_VALUE = 2000
 MAX_ACTIONS_ELEMENTS = 25
+MAX_OPTIONS = 10  # a checkboxes element's options
+MAX_OPTION_TEXT = 75  # an option's text and description
+MAX_OPTION_VALUE = 150
 
 
 def block_problems(blocks: Any, *, max_blocks: int = MAX_MESSAGE_BLOCKS) -> list[str]:
@@ -44,9 +47,9 @@ def block_problems(blocks: Any, *, max_blocks: int = MAX_MESSAGE_BLOCKS) -> list
         problems += _block_text_problems(block, where)
         for j, element in enumerate(_elements(block)):
             problems += _element_problems(element, f"{where}/elements/{j}")
-        accessory = block.get("accessory")
-        if isinstance(accessory, dict):
-            problems += _element_problems(accessory, f"{where}/accessory")
+        for key in ("accessory", "element"):  # a section's accessory, an input's element
+            if isinstance(block.get(key), dict):
+                problems += _element_problems(block[key], f"{where}/{key}")
     return problems
 
 
@@ -79,6 +82,30 @@ def _element_problems(element: Any, where: str) -> list[str]:
         value = element.get("value")
         if isinstance(value, str) and len(value) > MAX_BUTTON_VALUE:
             problems.append(_too_long(MAX_BUTTON_VALUE, f"{where}/value"))
+    if element.get("type") == "checkboxes":
+        problems += _options_problems(element, where)
+    return problems
+
+
+def _options_problems(element: dict[str, Any], where: str) -> list[str]:
+    options = element.get("options")
+    if not isinstance(options, list):
+        return [f"[ERROR] missing required field: options [json-pointer:{where}/options]"]
+    problems: list[str] = []
+    if not 0 < len(options) <= MAX_OPTIONS:
+        problems.append(f"[ERROR] must provide between 1 and {MAX_OPTIONS} items "
+                        f"[json-pointer:{where}/options]")
+    for k, option in enumerate(options):
+        at = f"{where}/options/{k}"
+        if not isinstance(option, dict):
+            continue
+        for key in ("text", "description"):
+            text = _text_of(option.get(key))
+            if text is not None and len(text) > MAX_OPTION_TEXT:
+                problems.append(_too_long(MAX_OPTION_TEXT, f"{at}/{key}"))
+        value = option.get("value")
+        if isinstance(value, str) and len(value) > MAX_OPTION_VALUE:
+            problems.append(_too_long(MAX_OPTION_VALUE, f"{at}/value"))
     return problems
 
 

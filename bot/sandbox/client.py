@@ -81,13 +81,19 @@ class SlackClientSim:
                     channel_id: str | None = None, message_ts: str | None = None,
                     message: JSON | None = None, view_id: str | None = None,
                     trigger_id: str | None = None, team_id: str | None = None,
-                    container: JSON | None = None, forge: bool = False,
-                    timestamp_offset: int = 0, signed: bool = True) -> AppResponse:
-        """Press a button: POST a ``block_actions`` payload as ``payload=<json>``."""
+                    container: JSON | None = None, state: dict[str, dict[str, Any]] | None = None,
+                    forge: bool = False, timestamp_offset: int = 0,
+                    signed: bool = True) -> AppResponse:
+        """Press a button: POST a ``block_actions`` payload as ``payload=<json>``.
+
+        ``state``: what the surface's inputs hold when the button is pressed, as
+        ``{block_id: {action_id: value}}`` (see :meth:`ticked` for checkboxes); it goes
+        into ``view.state.values`` for a view and ``state.values`` for a message.
+        """
         payload = self.envelope_for_click(
             action_id, value, user_id=user_id, channel_id=channel_id, message_ts=message_ts,
             message=message, view_id=view_id, trigger_id=trigger_id, team_id=team_id,
-            container=container)
+            container=container, state=state)
         return await self.post(urlencode({"payload": json.dumps(payload)}),
                                "application/x-www-form-urlencoded", payload["trigger_id"],
                                forge=forge, timestamp_offset=timestamp_offset, signed=signed)
@@ -131,7 +137,8 @@ class SlackClientSim:
                            channel_id: str | None = None, message_ts: str | None = None,
                            message: JSON | None = None, view_id: str | None = None,
                            trigger_id: str | None = None, team_id: str | None = None,
-                           container: JSON | None = None) -> JSON:
+                           container: JSON | None = None,
+                           state: dict[str, dict[str, Any]] | None = None) -> JSON:
         """The ``block_actions`` payload :meth:`click` sends (type ``interactive``).
 
         With an emulator, the clicked message (or view) is looked up so the payload carries
@@ -149,13 +156,41 @@ class SlackClientSim:
                          {"type": "message", "message_ts": message_ts, "channel_id": channel_id,
                           "is_ephemeral": False})
         channel = self._channel(channel_id) if channel_id else None
-        return payloads.block_actions(
+        payload = payloads.block_actions(
             self._actor(user_id, team_id), action_id=action_id, value=value,
             now=self.clock.now(), trigger_id=trigger_id or self._trigger(user_id),
             response_url=self._response_url(channel_id, user_id, message_ts),
             container=container, channel=channel,
             message=message if not view_id else None, view=view, block_id=block_id,
             element=element)
+        if state is not None:
+            values = {"values": payloads.state_values(state)}
+            if view is not None:
+                payload["view"] = {**payload["view"], "state": values}
+            else:  # a message's inputs (an ephemeral one has no "message" in its payload)
+                payload["state"] = values
+                payload.setdefault("response_url",
+                                   self._response_url(channel_id, user_id, message_ts))
+        return payload
+
+    @staticmethod
+    def ticked(blocks: Any, values: Any) -> dict[str, dict[str, Any]]:
+        """The ``state`` of ``blocks``' checkboxes with the options whose value is in
+        ``values`` ticked (and nothing else), for :meth:`click` or :meth:`submit_view`:
+        each element's state lists the ticked option objects, as Slack sends them."""
+        wanted = set(values)
+        state: dict[str, dict[str, Any]] = {}
+        for block in blocks if isinstance(blocks, list) else []:
+            elements = [block.get("accessory"), block.get("element"),
+                        *(block.get("elements") or [] if block.get("type") == "actions"
+                          else [])]
+            for el in elements:
+                if not isinstance(el, dict) or el.get("type") != "checkboxes":
+                    continue
+                chosen = [o for o in el.get("options") or [] if o.get("value") in wanted]
+                state.setdefault(block["block_id"], {})[el["action_id"]] = {
+                    "type": "checkboxes", "selected_options": chosen}
+        return state
 
     def envelope_for_view_submission(self, callback_id: str, values: dict[str, dict[str, Any]],
                                      *, user_id: str, private_metadata: str | None = None,

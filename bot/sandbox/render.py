@@ -329,7 +329,25 @@ def element(e: Any, names: Names) -> str:
         return _image(e)
     if kind == "button":
         return button(e, names)
+    if kind == "checkboxes":
+        return checkboxes(e, names)
     return f'<span class="b-unknown">[{esc(kind)} element]</span>'
+
+
+def checkboxes(e: JSON, names: Names) -> str:
+    """Checkboxes as drawn, ticked as their ``initial_options`` say. The page does not
+    send ticks (its batch buttons find nothing selected); the signed client can."""
+    ticked = {o.get("value") for o in e.get("initial_options") or [] if isinstance(o, dict)}
+    out = ""
+    for o in e.get("options") or []:
+        if not isinstance(o, dict):
+            continue
+        checked = " checked" if o.get("value") in ticked else ""
+        note = (f' <span class="hint">{text_object(o["description"], names)}</span>'
+                if isinstance(o.get("description"), dict) else "")
+        out += (f'<label class="check"><input type="checkbox" disabled{checked}> '
+                f'{text_object(o.get("text"), names)}{note}</label>')
+    return f'<span class="checkboxes">{out}</span>'
 
 
 def button(e: JSON, names: Names) -> str:
