@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from runtime.canonical import canonical_json, sha256_hex
 from runtime.errors import ConfigError, NotFound
 from runtime.models.base import Model, ToolSpec
-from runtime.policy import PolicyFile
+from runtime.policy import ApprovalPolicy, PolicyFile
 from runtime.tools import Tool
 
 
@@ -96,14 +96,18 @@ class Registry:
                 await close()
 
     def check_policy(self) -> None:
-        """Refuse a policy file that names a tool no agent defines (likely a typo)."""
+        """Refuse a policy file that names a tool no agent defines (likely a typo), unless
+        it says the tool is one that HTTP API callers run themselves (``external = true``)."""
         defined = {t.name for a in self._agents.values() for t in a.tools}
-        for name in self.policy.tools:
-            if name not in defined:
+        for name, override in self.policy.tools.items():
+            if name not in defined and not override.external:
                 raise ConfigError(
                     f"APPROVALD_POLICY_FILE: {self.policy.source or 'policy'}: "
-                    f"tools.{name}: no agent defines a tool named {name!r}"
+                    f"tools.{name}: no agent defines a tool named {name!r} (for a tool "
+                    "that HTTP API callers run themselves, set external = true)"
                 )
+            if name not in defined:  # as for agents' tools: fail at start-up
+                self.policy.check(name, "approve_before", ApprovalPolicy())
 
     def load_modules(self, spec: str) -> None:
         """Import ``APPROVALD_AGENTS`` modules (comma-separated) and add their agents.

@@ -20,7 +20,7 @@ import hashlib
 import hmac
 import io
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -84,11 +84,24 @@ class Entry:
     details: dict[str, Any] = field(default_factory=dict)
 
 
+# a reaction to what a transaction audited, run inside it (see AuditTrail.observe)
+Observer = Callable[[Tx, Sequence[Entry]], Awaitable[None]]
+
+
 class AuditTrail:
     """Records entries in the caller's transaction; they are chained when it commits."""
 
     def __init__(self, key: AuditKey | None = None) -> None:
         self.key = key
+        self._observers: list[Observer] = []
+
+    def observe(self, fn: Observer) -> None:
+        """Call ``fn(tx, entries)`` with what each write transaction audited, inside that
+        transaction, just before its entries are chained. Every transition of a request is
+        audited, so this is where a reaction that must commit with a transition, whichever
+        path made it (a click, the CLI, the expiry sweep, a cancel), is written: the
+        decision webhook of an external request (see :mod:`runtime.external`)."""
+        self._observers.append(fn)
 
     def record(self, tx: Tx, *, at: datetime, action: str, actor: str, via: str,
                run_id: str | None = None, approval_id: str | None = None,
@@ -109,6 +122,8 @@ class AuditTrail:
         pending.extend(entries)
 
     async def _chain(self, tx: Tx) -> None:
+        for observe in self._observers:  # what they record is chained with the rest
+            await observe(tx, list(tx.scratch.get(_PENDING, ())))
         entries: list[Entry] = tx.scratch.pop(_PENDING, [])
         if not entries:
             return

@@ -23,6 +23,7 @@ from runtime.decide import Actor, Decider, Decision, Verdict
 from runtime.directory import Directory, StaticDirectory
 from runtime.errors import ApprovaldError, DecisionRefused, NotFound, PayloadTooLarge
 from runtime.expiry import Expiry
+from runtime.external import ExternalRequests, is_external
 from runtime.gate import Gate
 from runtime.ids import TokenSigner, lease_id, new_id, owner_is_dead, worker_id
 from runtime.ledger import Ledger
@@ -76,6 +77,7 @@ class Engine:
         self._outbox_listeners: list[Callable[[], None]] = []
         # a worker here that advances a run decided here under the lease the decision took
         self._taker: Callable[[str, str], None] | None = None
+        self.external = ExternalRequests(self)  # calls HTTP API callers run themselves
 
     # -- local notifications ------------------------------------------------------------
     def take_decided(self, fn: Callable[[str, str], None] | None) -> None:
@@ -132,6 +134,8 @@ class Engine:
         if run is None:
             raise NotFound(f"no run {a.run_id}", run_id=a.run_id)
         name = run.agent
+        if is_external(run.id):  # a call its caller runs: no agent defines the tool
+            return await self.external.tool(run.id)
         tool = self.registry.get(name).tool(a.tool)
         if tool is None:
             raise NotFound(f"agent {name!r} no longer defines tool {a.tool!r}",

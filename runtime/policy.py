@@ -280,7 +280,7 @@ class _Fields(BaseModel):
 
     def apply(self, base: ApprovalPolicy) -> ApprovalPolicy:
         fields = self.model_dump(exclude_none=True, exclude={"policy", "rules", "when",
-                                                             "reason"})
+                                                             "reason", "external"})
         if self.on_expire == "cancel" and self.escalate is None:
             fields["escalate"] = []  # the deployment turns the code's ladder off
         return ApprovalPolicy.model_validate({**base.model_dump(), **fields})
@@ -312,6 +312,9 @@ class ToolOverride(_Fields):
     """What a deployment may override for one tool, and its rules on arguments."""
 
     rules: list[Rule] = Field(default_factory=list)
+    # a tool that callers of the HTTP API run themselves: no agent need define it, and a
+    # request names it as its policy (approve_before unless ``policy`` says otherwise)
+    external: bool = False
 
 
 @dataclass(frozen=True)

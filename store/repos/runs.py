@@ -426,7 +426,7 @@ class RunsRepo(Repo):
                              reason: str | None, stale_owners: Sequence[str] = ()) -> bool:
         """Cancel at once unless a live worker is mid-step (then only the flag is set)."""
         idle = or_(
-            Run.status.in_(["awaiting_approval", "needs_attention"]),
+            Run.status.in_(["awaiting_approval", "needs_attention", "external"]),
             and_(Run.status == "running",
                  or_(Run.lease_owner.is_(None), Run.lease_expires_at < self._now(now),
                      Run.lease_owner.in_(list(stale_owners)))),

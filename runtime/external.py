@@ -1,0 +1,575 @@
+"""Requests for calls their callers run themselves: the runtime half of the HTTP API.
+
+An agent written in any language asks approvald about one exact call (a tool name and its
+arguments), waits for the answer, runs the call itself if it was approved, and reports
+what came of it. approvald decides, remembers and audits; it never runs the call.
+
+Representation: each request is a run of agent ``external:<token name>`` in status
+``external`` (while it is open, and once approved until the caller reports), whose id
+starts with ``x`` (other run ids are hex). Nothing advances such a run: the worker claims
+only ``running`` runs, and a decision wakes only an ``awaiting_approval`` one. Its approval
+is an ordinary approval of an ordinary run, opened by :meth:`runtime.gate.Gate.insert_approval`:
+the card goes through the outbox, reminders, expiry and escalation come from the sweep,
+a click or the CLI decides by the same compare-and-set, and the audit log chains it all.
+The ``external_requests`` row beside the run holds what is the caller's: its token, the
+idempotency key, the policy it named, the webhook URL, and its report. The report is a
+row of the execution ledger (``<id>:call``) and an ``executed`` audit entry, so the audit
+export shows requested, approved and executed with the exact arguments.
+
+Telling the caller: every transition of a request is audited, and :meth:`ExternalRequests._observe`
+(an audit observer) reacts inside the transaction that made the transition, whichever path
+made it: once an external run's request is final it queues the decision webhook (an
+outbox row, so it is retried with backoff until delivered) and ends the run unless the
+call was approved. Long polls in this process wake after that commit (every decision path
+then notifies the outbox listeners); other replicas hear through :meth:`on_decided`
+listeners (``serve`` forwards them by PostgreSQL NOTIFY); failing both, waiters poll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import ValidationError
+
+from runtime.audit import Entry
+from runtime.canonical import call_digest, canonical_json, compact_json, sha256_hex
+from runtime.errors import ApprovaldError, InvalidArguments, NotFound
+from runtime.ids import new_id
+from runtime.policy import ApprovalPolicy, PolicyKind
+from runtime.tools import Tool
+from store.records import ApprovalRecord, ExecutionRecord, RunRecord
+from store.repos import Tx
+from store.repos.external import ExternalRecord, TokenRecord
+
+if TYPE_CHECKING:
+    from runtime.agent import Registry
+    from runtime.engine import Engine
+
+AGENT_PREFIX = "external:"  # the agent of an external request's run: external:<token name>
+STATUS = "external"  # its run's status while open, or approved and not yet reported
+ID_PREFIX = "x"
+CALL_ID = "call"  # the one call of the run: its ledger key is <id>:call
+WEBHOOK = "api.webhook"  # outbox kind: POST a decision document to a caller's URL
+VIA = "http_api"
+MAX_WAIT = 60.0  # s a long poll may hold a request
+POLL = 1.0  # s between a waiter's looks at the database when nothing woke it
+OPEN = frozenset({"pending", "superseded"})  # an approval that is not the answer yet
+
+
+class ExternalError(ApprovaldError):
+    """A request the API cannot honour. ``code`` is stable: ``invalid_request``,
+    ``unknown_policy``, ``policy_governed``, ``idempotency_conflict``, ``not_approved``,
+    ``digest_mismatch``, ``already_reported``."""
+
+    def __init__(self, message: str, *, code: str, **fields: Any) -> None:
+        super().__init__(message, **fields)
+        self.code = code
+
+
+def new_request_id() -> str:
+    return ID_PREFIX + new_id()[1:]
+
+
+def is_external(run_id: str) -> bool:
+    """Whether ``run_id`` is an external request's (no query: ids tell)."""
+    return run_id.startswith(ID_PREFIX)
+
+
+@dataclass(frozen=True)
+class NewRequest:
+    """What a caller asks: approve this exact call (which it will run itself)."""
+
+    tool: str
+    args: dict[str, Any]
+    requested_by: str
+    packet: Mapping[str, Any] = field(default_factory=dict)  # doing, why, impact, evidence
+    policy: str | None = None  # the policy file entry whose policy (and rules) apply
+    approval: Mapping[str, Any] | None = None  # or approval fields of its own
+    idempotency_key: str | None = None
+    webhook_url: str | None = None
+
+    def fingerprint(self) -> str:
+        """What a retry must repeat exactly to be the same request."""
+        return sha256_hex(canonical_json({
+            "tool": self.tool, "args": self.args, "requested_by": self.requested_by,
+            "packet": dict(self.packet), "policy": self.policy,
+            "approval": None if self.approval is None else dict(self.approval),
+            "webhook_url": self.webhook_url}))
+
+
+@dataclass(frozen=True)
+class Report:
+    """What came of an approved call, by the caller that ran it."""
+
+    status: Literal["succeeded", "failed"]
+    args_digest: str  # of the arguments it ran: the approved (effective) ones
+    result: Any = None
+    error: str | None = None
+
+    def fingerprint(self) -> str:
+        return sha256_hex(canonical_json({"status": self.status, "args_digest": self.args_digest,
+                                          "result": self.result, "error": self.error}))
+
+
+class CallerTool(Tool):
+    """An external request's tool as the decision path sees it (an edit is checked here).
+
+    approvald knows no schema for it: an edit is any JSON object, judged by the rules of
+    the policy the request named, which is why this tool carries that policy's name.
+    """
+
+    def __init__(self, tool: str, policy_name: str, kind: PolicyKind,
+                 approval: ApprovalPolicy) -> None:
+        async def run_by_its_caller() -> None:
+            raise ApprovaldError(f"{tool} is run by its caller, never by approvald")
+
+        super().__init__(run_by_its_caller, name=policy_name, permission="execute",
+                         description=f"{tool}, run by the HTTP API caller that asked",
+                         policy=kind, approval=approval)
+        self.tool = tool
+
+    def json_schema(self) -> dict[str, Any]:
+        return {"type": "object"}
+
+    def validate(self, arguments: Any) -> dict[str, Any]:
+        if not isinstance(arguments, dict):
+            raise InvalidArguments(f"arguments for {self.tool} must be a JSON object",
+                                   errors=[{"loc": [], "msg": "expected an object"}])
+        return dict(arguments)
+
+
+def base_policy(registry: Registry, name: str) -> tuple[PolicyKind, ApprovalPolicy]:
+    """The code's policy of an agent's tool called ``name``, which the policy file then
+    overrides; for a tool no agent defines (``external = true``), approve_before."""
+    for agent in registry.names():
+        t = registry.get(agent).tool(name)
+        if t is not None:
+            return t.policy, t.approval
+    return "approve_before", ApprovalPolicy()
+
+
+def current(approvals: Sequence[ApprovalRecord]) -> ApprovalRecord | None:
+    """The request's live approval: the last of its escalation chain."""
+    live = [a for a in approvals if a.status != "superseded"] or list(approvals)
+    return live[-1] if live else None
+
+
+def _iso(t: datetime | None) -> str | None:
+    return None if t is None else t.isoformat()
+
+
+def document(rec: ExternalRecord, run: RunRecord, a: ApprovalRecord | None,
+             execution: ExecutionRecord | None) -> dict[str, Any]:
+    """The request and its decision, as the caller reads it and as webhooks send it.
+
+    ``effective_args`` are what an approval covers (an approver's edit, if any): the caller
+    must run exactly those, and report their digest, ``effective_digest``.
+    """
+    args = json.loads(rec.args)
+    doc: dict[str, Any] = {
+        "id": rec.id, "tool": rec.tool, "args": args, "args_digest": rec.digest,
+        "policy": rec.policy_name, "requested_by": run.requested_by,
+        "created_at": _iso(rec.created_at), "approval_id": None, "expires_at": None,
+        "effective_args": args, "effective_digest": rec.digest, "edited": False,
+        "edited_by": None, "decision": None, "result": None,
+    }
+    if a is None:  # the policy answered at once
+        doc["status"] = "forbidden" if rec.kind == "forbidden" else "approved"
+        doc["decision"] = {"verdict": rec.kind, "decided_by": "policy", "decided_via": "policy",
+                           "decided_at": _iso(rec.created_at), "reason": rec.reason}
+    else:
+        doc.update(status=a.status, approval_id=a.id, expires_at=_iso(a.expires_at),
+                   effective_args=a.effective_args(), effective_digest=a.effective_digest,
+                   edited=a.edited_args is not None, edited_by=a.edited_by)
+        if a.status not in OPEN:
+            doc["decision"] = {"verdict": a.verdict, "decided_by": a.decided_by,
+                               "decided_via": a.decided_via, "decided_at": _iso(a.decided_at),
+                               "reason": a.reason, "approvals": a.approve_count,
+                               "quorum": a.quorum}
+    if execution is not None and execution.finished_at is not None:
+        doc["result"] = {"status": execution.status, "result": execution.result_value(),
+                         "error": execution.error, "args_digest": execution.args_digest,
+                         "reported_at": _iso(execution.finished_at)}
+    return doc
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    where = ".".join(str(x) for x in err["loc"])
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    return f"{where}: {msg}" if where else msg
+
+
+def _text(value: Any, limit: int) -> str | None:
+    if value is None:
+        return None
+    text = value if isinstance(value, str) else compact_json(value)
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+@dataclass(frozen=True)
+class _Policy:
+    kind: PolicyKind
+    approval: ApprovalPolicy
+    name: str | None
+    reason: str | None = None
+
+
+class _Taken(Exception):
+    """Another create won this idempotency key first (the transaction rolls back)."""
+
+
+class ExternalRequests:
+    """Create, read, wait for and report on external requests (see the module docstring)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.e = engine
+        self._events: dict[str, asyncio.Event] = {}
+        self._waiters: dict[str, int] = {}
+        self._decided: list[str] = []  # decided in this process, to announce after commit
+        self._listeners: list[Callable[[str], None]] = []
+        engine.audit.observe(self._observe)
+        engine.on_outbox(self._announce)
+
+    # -- create -------------------------------------------------------------------------
+    async def create(self, token: TokenRecord, req: NewRequest) -> tuple[dict[str, Any], bool]:
+        """Open a request (or find the one this idempotency key already made): (its
+        document, whether it is new). A retry must repeat the request exactly."""
+        self._check(req)
+        fingerprint = req.fingerprint()
+        if req.idempotency_key is not None:
+            found = await self._made(token, req.idempotency_key, fingerprint)
+            if found is not None:
+                return found, False
+        policy = self._policy(req)
+        request_id = new_request_id()
+        try:
+            approval_id = await self.e.db.transact(
+                lambda tx: self._open(tx, token, req, policy, request_id, fingerprint),
+                what="external request")
+        except _Taken:
+            assert req.idempotency_key is not None
+            found = await self._made(token, req.idempotency_key, fingerprint)
+            if found is None:
+                raise ApprovaldError("a concurrent request took this idempotency key and is "
+                                     "not visible yet; retry") from None
+            return found, False
+        if approval_id is not None:
+            self.e.notify_opened(approval_id)
+        self.e.notify_outbox()
+        return await self.get(token, request_id), True
+
+    def _check(self, req: NewRequest) -> None:
+        if not 1 <= len(req.tool) <= 100:
+            raise ExternalError("tool is 1-100 characters", code="invalid_request")
+        if not 1 <= len(req.requested_by) <= 200:
+            raise ExternalError("requested_by is 1-200 characters", code="invalid_request")
+        if req.idempotency_key is not None and not 1 <= len(req.idempotency_key) <= 200:
+            raise ExternalError("idempotency_key is 1-200 characters", code="invalid_request")
+        if req.policy is not None and not 1 <= len(req.policy) <= 100:
+            raise ExternalError("policy is 1-100 characters", code="invalid_request")
+        self.e.check_payload(compact_json(req.args), what="the arguments")
+        self.e.check_payload(compact_json(dict(req.packet)), what="the packet")
+
+    async def _made(self, token: TokenRecord, key: str,
+                    fingerprint: str) -> dict[str, Any] | None:
+        async with self.e.db.read() as tx:
+            rec = await tx.external.by_key(token.id, key)
+        if rec is None:
+            return None
+        if rec.fingerprint != fingerprint:
+            raise ExternalError(
+                f"idempotency_key {key!r} already made request {rec.id} with other contents; "
+                "a retry must repeat the request exactly (or use a new key)",
+                code="idempotency_conflict", run_id=rec.id)
+        return await self.get(token, rec.id)
+
+    def _policy(self, req: NewRequest) -> _Policy:
+        """What the policy says about this call, before anything is written."""
+        file = self.e.registry.policy
+        if req.approval is not None:
+            if req.policy is not None:
+                raise ExternalError("give policy or approval, not both", code="invalid_request")
+            if req.tool in file.tools:
+                raise ExternalError(
+                    f"{req.tool} is governed by the policy file ({file.source or 'policy'}): "
+                    "leave approval out, its policy applies", code="policy_governed")
+            try:
+                approval = ApprovalPolicy.model_validate(dict(req.approval))
+            except ValidationError as exc:
+                raise ExternalError(f"approval: {_first_error(exc)}",
+                                    code="invalid_request") from None
+            return _Policy("approve_before", approval, None)
+        name = req.policy or req.tool
+        kind, base = base_policy(self.e.registry, name)
+        defined = name in file.tools or any(
+            self.e.registry.get(a).tool(name) is not None for a in self.e.registry.names())
+        if not defined:
+            raise ExternalError(
+                f"no policy named {name!r}: name a [tools.NAME] entry of the policy file "
+                "(external = true for a tool no agent defines) as policy, or give approval "
+                "fields", code="unknown_policy")
+        chosen = file.for_call(name, kind, base, req.args)
+        return _Policy(chosen.kind, chosen.approval, name, chosen.reason)
+
+    def _packet(self, token: TokenRecord, req: NewRequest,
+                policy: _Policy) -> dict[str, Any]:
+        """The decision packet the card shows; everything in it is the caller's text (cards
+        escape it)."""
+        p = req.packet
+        evidence = []
+        for item in p.get("evidence") or ():
+            if isinstance(item, Mapping):
+                source, detail = item.get("source"), item.get("detail")
+            else:
+                source, detail = None, item
+            evidence.append({"tool": _text(source, 60) or "evidence", "call_id": "",
+                             "result": _text(detail, 400) or ""})
+        agent = AGENT_PREFIX + token.name
+        return {
+            "agent": agent,
+            "task": _text(p.get("task"), 500) or f"{req.tool}, asked over the HTTP API",
+            "requested_by": req.requested_by,
+            "doing": _text(p.get("doing"), 3000)
+            or f"{token.name} wants to run {req.tool} (it runs the call itself once approved).",
+            "evidence": evidence[:10],
+            "impact": _text(p.get("impact"), 1000),
+            "risk": policy.approval.risk,
+            "why": _text(p.get("why"), 1000) or policy.approval.why
+            or (f"{req.tool} needs approval under policy {policy.name}." if policy.name
+                else f"{req.tool} needs approval under the approval fields it was sent with."),
+            "description": _text(p.get("description"), 1000)
+            or f"{req.tool}, run by the HTTP API caller {token.name}",
+            "via": VIA,
+        }
+
+    async def _open(self, tx: Tx, token: TokenRecord, req: NewRequest, policy: _Policy,
+                    request_id: str, fingerprint: str) -> str | None:
+        now = self.e.clock.now()
+        packet = self._packet(token, req, policy)
+        await tx.runs.create(run_id=request_id, agent=packet["agent"], task=packet["task"],
+                             requested_by=req.requested_by, instructions_version=VIA,
+                             now=now, status=STATUS)
+        digest = call_digest(req.tool, req.args)
+        kind = "auto" if policy.kind == "notify_after" else policy.kind
+        if not await tx.external.add(
+                id=request_id, token_id=token.id, idempotency_key=req.idempotency_key,
+                fingerprint=fingerprint, tool=req.tool, args=compact_json(req.args),
+                digest=digest, policy_name=policy.name, kind=kind, reason=policy.reason,
+                webhook_url=req.webhook_url or token.webhook_url, created_at=now):
+            raise _Taken
+        run = await tx.runs.get(request_id)
+        assert run is not None
+        if kind == "approve_before":
+            return await self.e.gate.insert_approval(
+                tx, run=run, call_id=CALL_ID, kind="tool_call", tool=req.tool, args=req.args,
+                policy=policy.approval, rung=0, packet=packet)
+        # the policy answers at once: audited as a request and its answer by the policy
+        rule = {"rule": policy.approval.rule} if policy.approval.rule else {}
+        self.e.audit.record(
+            tx, at=now, action="requested", actor=f"agent:{packet['agent']}", via=VIA,
+            run_id=request_id, digest=digest,
+            details={"kind": "tool_call", "tool": req.tool, "args": req.args, "call_id": CALL_ID,
+                     "requested_by": req.requested_by, "policy": policy.name,
+                     "answer": policy.kind, **rule})
+        self.e.audit.record(
+            tx, at=now, action="denied" if kind == "forbidden" else "approved",
+            actor="system:policy", via="policy", run_id=request_id, digest=digest,
+            details={"tool": req.tool, "args": req.args, "policy": policy.name,
+                     "answer": policy.kind, "reason": policy.reason, **rule})
+        if kind == "forbidden":
+            await tx.runs.update(request_id, expect_status=[STATUS], status="completed",
+                                 result=compact_json({"status": "forbidden",
+                                                      "reason": policy.reason}),
+                                 updated_at=now)
+        rec = await tx.external.get(request_id)
+        assert rec is not None
+        await self._queue_webhook(tx, rec, document(rec, run, None, None), now)
+        return None
+
+    # -- read and wait ------------------------------------------------------------------
+    async def get(self, token: TokenRecord, request_id: str) -> dict[str, Any]:
+        """The request's document; NotFound unless ``token`` made it."""
+        async with self.e.db.read(snapshot=True) as tx:
+            rec = await tx.external.get(request_id)
+            if rec is None or rec.token_id != token.id:
+                raise NotFound(f"no request {request_id}")
+            run = await tx.runs.get(request_id)
+            approvals = await tx.approvals.for_run(request_id)
+            execution = await tx.executions.get(request_id, CALL_ID)
+        assert run is not None
+        return document(rec, run, current(approvals), execution)
+
+    async def wait(self, token: TokenRecord, request_id: str, *, seconds: float,
+                   stop: asyncio.Event | None = None) -> dict[str, Any]:
+        """The document once the request is decided, or as it stands after ``seconds``
+        (at most :data:`MAX_WAIT`), or when ``stop`` is set. A long poll: the request's
+        waiters are woken by a decision (see the module docstring), else look every
+        :data:`POLL` seconds."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(0.0, min(seconds, MAX_WAIT))
+        with self._waiting(request_id):
+            while True:
+                event = self._events.setdefault(request_id, asyncio.Event())  # before reading
+                doc = await self.get(token, request_id)
+                left = deadline - loop.time()
+                if doc["status"] != "pending" or left <= 0 or (stop and stop.is_set()):
+                    return doc
+                waits = [asyncio.ensure_future(event.wait())]
+                if stop is not None:
+                    waits.append(asyncio.ensure_future(stop.wait()))
+                try:
+                    await asyncio.wait(waits, timeout=min(left, POLL),
+                                       return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    for w in waits:
+                        w.cancel()
+                    await asyncio.gather(*waits, return_exceptions=True)
+
+    @contextlib.contextmanager
+    def _waiting(self, request_id: str) -> Iterator[None]:
+        self._waiters[request_id] = self._waiters.get(request_id, 0) + 1
+        try:
+            yield
+        finally:
+            self._waiters[request_id] -= 1
+            if not self._waiters[request_id]:
+                del self._waiters[request_id]
+                self._events.pop(request_id, None)
+
+    def wake(self, request_id: str) -> None:
+        """Something about ``request_id`` was committed: its waiters here look again."""
+        event = self._events.pop(request_id, None)
+        if event is not None:
+            event.set()
+
+    def on_decided(self, fn: Callable[[str], None]) -> None:
+        """Call ``fn(request_id)`` after this process committed a request's decision."""
+        self._listeners.append(fn)
+
+    def _announce(self) -> None:
+        decided, self._decided = self._decided, []
+        for request_id in dict.fromkeys(decided):
+            self.wake(request_id)
+            for fn in self._listeners:
+                fn(request_id)
+
+    # -- report -------------------------------------------------------------------------
+    async def report(self, token: TokenRecord, request_id: str,
+                     rep: Report) -> tuple[dict[str, Any], bool]:
+        """Record what came of the approved call: (the document, whether this report is
+        new). Once only; the same report again is answered as before, another refused."""
+        result_text = compact_json(rep.result)
+        self.e.check_payload(result_text, what="the result")
+        fingerprint = rep.fingerprint()
+
+        async def work(tx: Tx) -> bool:
+            now = self.e.clock.now()
+            await tx.runs.lock(request_id)  # the one lock order: run first
+            rec = await tx.external.lock(request_id)
+            if rec is None or rec.token_id != token.id:
+                raise NotFound(f"no request {request_id}")
+            if rec.result_digest is not None:
+                if rec.result_digest == fingerprint:
+                    return False
+                raise ExternalError(f"request {request_id} already has a report, with another "
+                                    "result: a call is reported once", code="already_reported",
+                                    run_id=request_id)
+            a = current(await tx.approvals.for_run(request_id))
+            status = a.status if a is not None else \
+                "forbidden" if rec.kind == "forbidden" else "approved"
+            if status != "approved":
+                raise ExternalError(f"request {request_id} is {status}: only an approved call "
+                                    "runs, so only it is reported", code="not_approved",
+                                    run_id=request_id)
+            digest = a.effective_digest if a is not None else rec.digest
+            args = a.effective_args() if a is not None else json.loads(rec.args)
+            if rep.args_digest != digest:
+                raise ExternalError(
+                    f"args_digest {rep.args_digest[:64]!r} is not the approved arguments' "
+                    f"digest {digest}: run exactly effective_args, and report their digest",
+                    code="digest_mismatch", run_id=request_id)
+            failed = rep.status == "failed"
+            await tx.executions.record_done(
+                run_id=request_id, call_id=CALL_ID, step=0, tool=rec.tool, digest=digest,
+                started_at=now, now=now, owner=None, status=rep.status, result=result_text,
+                error_class="ReportedByCaller" if failed else None, error=rep.error,
+                latency_ms=None)
+            await tx.external.set_reported(request_id, result_digest=fingerprint, now=now)
+            run = await tx.runs.get(request_id)
+            assert run is not None
+            self.e.audit.record(
+                tx, at=now, action="executed", actor=f"agent:{run.agent}", via=VIA,
+                run_id=request_id, approval_id=a.id if a is not None else None, digest=digest,
+                details={"tool": rec.tool, "args": args, "status": rep.status,
+                         "idempotency_key": f"{request_id}:{CALL_ID}",
+                         "result": json.loads(result_text) if len(result_text) <= 2000
+                         else result_text[:2000] + "…", "error": rep.error,
+                         "reported_by": run.agent})
+            await tx.runs.update(request_id, expect_status=[STATUS],
+                                 status="failed" if failed else "completed",
+                                 result=None if failed else result_text,
+                                 error=(rep.error or "the caller reported a failure")[:4000]
+                                 if failed else None, updated_at=now)
+            return True
+
+        new = await self.e.db.transact(work, what=f"report on request {request_id}")
+        return await self.get(token, request_id), new
+
+    # -- decisions, whichever path made them --------------------------------------------
+    async def _observe(self, tx: Tx, entries: Sequence[Entry]) -> None:
+        """In the transaction that audited ``entries``: for each external request whose
+        approval is now final and not yet told, queue its webhook and end its run unless
+        it was approved."""
+        seen: set[str] = set()
+        for entry in entries:
+            run_id, approval_id = entry.run_id, entry.approval_id
+            if not run_id or not approval_id or not is_external(run_id) \
+                    or approval_id in seen:
+                continue
+            seen.add(approval_id)
+            a = await tx.approvals.get(approval_id)
+            if a is None or a.status in OPEN or not await tx.external.mark_decided(run_id, a.id):
+                continue
+            rec = await tx.external.get(run_id)
+            run = await tx.runs.get(run_id)
+            if rec is None or run is None:
+                continue
+            now = self.e.clock.now()
+            if a.status != "approved":  # the call will not run: the request is over
+                await tx.runs.update(run_id, expect_status=[STATUS], status="completed",
+                                     result=compact_json({"status": a.status,
+                                                          "reason": a.reason,
+                                                          "by": a.decided_by}),
+                                     updated_at=now)
+            await self._queue_webhook(tx, rec, document(rec, run, a, None), now)
+            self._decided.append(run_id)
+
+    async def _queue_webhook(self, tx: Tx, rec: ExternalRecord, doc: dict[str, Any],
+                             now: datetime) -> None:
+        if rec.webhook_url is None:
+            return
+        await tx.outbox.add(
+            kind=WEBHOOK, group_key=f"{WEBHOOK}:{rec.id}",
+            payload=compact_json({"run_id": rec.id, "token_id": rec.token_id,
+                                  "url": rec.webhook_url, "event": "decision",
+                                  "document": doc}),
+            now=now)
+
+    # -- the decision path's view of the tool -------------------------------------------
+    async def tool(self, request_id: str) -> Tool:
+        """The tool an edit of this request's approval is checked against."""
+        async with self.e.db.read() as tx:
+            rec = await tx.external.get(request_id)
+        if rec is None:
+            raise NotFound(f"no request {request_id}", run_id=request_id)
+        if rec.policy_name is None:  # approval fields of its own: no rules to stay within
+            return CallerTool(rec.tool, rec.tool, "approve_before", ApprovalPolicy())
+        kind, base = base_policy(self.e.registry, rec.policy_name)
+        return CallerTool(rec.tool, rec.policy_name, kind, base)

@@ -1,0 +1,172 @@
+"""External requests (the HTTP API's runtime half) without HTTP: a request is a run no
+worker advances; the decision path (the CLI's here) decides it unchanged; every way a
+request ends is told once, by a webhook row written with the transition."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from runtime import api_tokens, external
+from runtime.clock import ManualClock
+from runtime.decide import Actor
+from runtime.engine import Engine
+from runtime.errors import DecisionRefused
+from runtime.external import WEBHOOK, ExternalError, NewRequest, Report
+from runtime.gate import CARD_POST
+from runtime.policy import PolicyFile
+
+KEYS = api_tokens.WebhookKeys("approvald-test-secret-0123456789")
+ALICE = Actor("U_ALICE", "cli:test")
+POLICY = PolicyFile.model_validate({"tools": {
+    "deploy": {"external": True, "approvers": ["U_ALICE"], "ttl": "30m"},
+    "refund_card": {"external": True, "approvers": ["U_ALICE"], "rules": [
+        {"when": "args.cents <= 2000", "policy": "auto"},
+        {"when": "args.cents > 100000", "approvers": ["U_ALICE", "U_BOB"], "quorum": 2}]},
+}})
+
+
+async def setup(make_engine: Callable[..., Engine], *, webhook: bool = True
+                ) -> tuple[Engine, Any]:
+    engine = make_engine(policy=POLICY)
+    made = await api_tokens.create(engine.db, engine.clock, KEYS, "bot", created_by="test",
+                                   webhook_url="https://hooks.example/approvald"
+                                   if webhook else None)
+    return engine, made.record
+
+
+async def rows(engine: Engine, kind: str) -> list[Any]:
+    async with engine.db.read() as tx:
+        return await tx.outbox.recent(kind=kind)
+
+
+async def approval(engine: Engine, request_id: str) -> Any:
+    async with engine.db.read() as tx:
+        return external.current(await tx.approvals.for_run(request_id))
+
+
+async def test_a_request_is_a_run_no_worker_advances(make_engine, clock: ManualClock) -> None:
+    engine, token = await setup(make_engine)
+    doc, new = await engine.external.create(token, NewRequest(
+        tool="deploy", args={"service": "api"}, requested_by="U_DANA"))
+    assert new and doc["status"] == "pending" and doc["id"].startswith("x")
+    async with engine.db.write() as tx:
+        run = await tx.runs.get(doc["id"])
+        claimed = await tx.runs.claim_runnable(owner="w", now=clock.now(), limit=10,
+                                               until=clock.now() + timedelta(seconds=30))
+    assert (run.agent, run.status, claimed) == ("external:bot", "external", [])
+    assert len(await rows(engine, CARD_POST)) == 1
+    a = await approval(engine, doc["id"])
+    decision = await engine.decide(a.id, actor=ALICE, verdict="approve")
+    assert decision.outcome == "approved" and not decision.run_ready  # nothing to resume
+    assert (await engine.external.get(token, doc["id"]))["status"] == "approved"
+    [hook] = await rows(engine, WEBHOOK)
+    assert hook.payload_value()["document"]["decision"]["decided_by"] == "U_ALICE"
+    with pytest.raises(DecisionRefused):  # a late answer is refused, and told to nobody
+        await engine.decide(a.id, actor=ALICE, verdict="deny", reason="too late")
+    assert len(await rows(engine, WEBHOOK)) == 1
+    async with engine.db.read() as tx:
+        assert (await tx.runs.get(doc["id"])).status == "external"  # until its report
+
+
+async def test_a_report_is_for_the_approved_digest_once(make_engine) -> None:
+    engine, token = await setup(make_engine)
+    doc, _ = await engine.external.create(token, NewRequest(
+        tool="deploy", args={"service": "api"}, requested_by="U_DANA"))
+    with pytest.raises(ExternalError, match="pending"):
+        await engine.external.report(token, doc["id"], Report("succeeded", doc["args_digest"]))
+    a = await approval(engine, doc["id"])
+    await engine.decide(a.id, actor=ALICE, verdict="edit", args={"service": "api", "n": 2})
+    done = await engine.external.get(token, doc["id"])
+    assert done["status"] == "approved" and done["effective_args"] == {"service": "api", "n": 2}
+    with pytest.raises(ExternalError) as wrong:
+        await engine.external.report(token, doc["id"], Report("succeeded", doc["args_digest"]))
+    assert wrong.value.code == "digest_mismatch"
+    rep = Report("succeeded", done["effective_digest"], result={"ok": True})
+    first, new = await engine.external.report(token, doc["id"], rep)
+    again, repeated = await engine.external.report(token, doc["id"], rep)
+    assert (new, repeated) == (True, False) and first == again
+    assert first["result"]["result"] == {"ok": True}
+    async with engine.db.read() as tx:
+        ledger = await tx.executions.get(doc["id"], external.CALL_ID)
+        run = await tx.runs.get(doc["id"])
+    assert (ledger.status, ledger.args_digest) == ("succeeded", done["effective_digest"])
+    assert run.status == "completed"
+
+
+async def test_escalation_keeps_it_open_and_silence_ends_it(make_engine,
+                                                          clock: ManualClock) -> None:
+    engine, token = await setup(make_engine)
+    doc, _ = await engine.external.create(token, NewRequest(
+        tool="rotate_key", args={"key": "k1"}, requested_by="U_DANA",
+        approval={"approvers": ["U_ALICE"], "ttl": "10m", "on_expire": "escalate",
+                  "escalate": [{"approvers": ["U_CFO"], "ttl": "1h"}]}))
+    first = doc["approval_id"]
+    clock.advance(timedelta(minutes=11))
+    await engine.expiry.sweep()
+    now = await engine.external.get(token, doc["id"])
+    assert now["status"] == "pending" and now["approval_id"] != first  # the next rung asks
+    assert await rows(engine, WEBHOOK) == []
+    clock.advance(timedelta(hours=2))
+    await engine.expiry.sweep()
+    ended = await engine.external.get(token, doc["id"])
+    assert ended["status"] == "expired" and ended["decision"]["verdict"] == "expired"
+    [hook] = await rows(engine, WEBHOOK)
+    assert hook.payload_value()["document"]["status"] == "expired"
+    async with engine.db.read() as tx:
+        assert (await tx.runs.get(doc["id"])).status == "completed"
+
+
+async def test_cancelling_its_run_cancels_it(make_engine) -> None:
+    engine, token = await setup(make_engine)
+    doc, _ = await engine.external.create(token, NewRequest(
+        tool="deploy", args={"service": "api"}, requested_by="U_DANA"))
+    assert await engine.cancel(doc["id"], actor=ALICE, reason="wrong window") == "cancelled"
+    ended = await engine.external.get(token, doc["id"])
+    assert ended["status"] == "cancelled" and ended["decision"]["reason"] == "wrong window"
+    assert len(await rows(engine, WEBHOOK)) == 1
+
+
+async def test_the_rules_choose_and_an_edit_stays_in_its_band(make_engine) -> None:
+    engine, token = await setup(make_engine, webhook=False)
+    auto, _ = await engine.external.create(token, NewRequest(
+        tool="refund_card", args={"cents": 1500}, requested_by="U_DANA"))
+    assert auto["status"] == "approved" and auto["decision"]["verdict"] == "auto"
+    mid, _ = await engine.external.create(token, NewRequest(
+        tool="refund_card", args={"cents": 50_000}, requested_by="U_DANA"))
+    a = await approval(engine, mid["id"])
+    for cents in (1000, 500_000):  # into auto, into the two-person band: both refused
+        with pytest.raises(DecisionRefused) as refused:
+            await engine.decide(a.id, actor=ALICE, verdict="edit", args={"cents": cents})
+        assert refused.value.reason == "rule_changed"
+    await engine.decide(a.id, actor=ALICE, verdict="edit", args={"cents": 40_000})
+    assert (await engine.external.get(token, mid["id"]))["effective_args"] == {"cents": 40_000}
+    big, _ = await engine.external.create(token, NewRequest(
+        tool="refund_card", args={"cents": 500_000}, requested_by="U_DANA"))
+    assert (await approval(engine, big["id"])).quorum == 2
+    assert await rows(engine, WEBHOOK) == []  # neither the token nor the requests name a URL
+
+
+async def test_a_waiter_wakes_on_a_decision_in_this_process(make_engine, monkeypatch) -> None:
+    monkeypatch.setattr(external, "POLL", 60.0)  # no polling: only the wake-up can end it
+    engine, token = await setup(make_engine)
+    doc, _ = await engine.external.create(token, NewRequest(
+        tool="deploy", args={"service": "api"}, requested_by="U_DANA"))
+    waiting = asyncio.ensure_future(engine.external.wait(token, doc["id"], seconds=30))
+    await asyncio.sleep(0.05)
+    assert not waiting.done()
+    await engine.decide(doc["approval_id"], actor=ALICE, verdict="deny", reason="no")
+    told = await asyncio.wait_for(waiting, 5)
+    assert told["status"] == "denied" and told["decision"]["reason"] == "no"
+    stop = asyncio.Event()
+    other, _ = await engine.external.create(token, NewRequest(
+        tool="deploy", args={"service": "web"}, requested_by="U_DANA"))
+    waiting = asyncio.ensure_future(engine.external.wait(token, other["id"], seconds=30,
+                                                         stop=stop))
+    await asyncio.sleep(0.05)
+    stop.set()  # a stopping server answers its long polls at once
+    assert (await asyncio.wait_for(waiting, 5))["status"] == "pending"
