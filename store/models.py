@@ -304,3 +304,35 @@ class ExternalRequest(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
 
     __table_args__ = (UniqueConstraint("token_id", "idempotency_key"),)
+
+
+class StandingApproval(Base):
+    """"Approve this and calls like it for a while": a scoped, bounded, revocable approval
+    granted on a request, that lets matching later calls of one tool run without a card.
+
+    It covers a call only within its window, while ``status`` is ``active`` (enough
+    distinct grants for the quorum of the requests it covers), under the same policy band
+    (``rule``, ``approvers``, ``quorum``) as the request it was granted on, and while every
+    granter is still one of the approvers. Each use is a compare-and-set on this row (a
+    revocation that committed first stops it) and leaves an approved request naming it.
+    """
+
+    __tablename__ = "standing_approvals"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    tool: Mapped[str] = mapped_column(String(100))
+    scope: Mapped[str] = mapped_column(Text)  # JSON: {"kind": exact|fields|condition, ...}
+    rule: Mapped[str | None] = mapped_column(Text)  # the policy rule label of its band
+    approvers: Mapped[str] = mapped_column(Text)  # JSON list, as on the request
+    quorum: Mapped[int] = mapped_column(SmallInteger)
+    allow_self_approval: Mapped[bool] = mapped_column(Boolean, default=False)
+    grants: Mapped[str] = mapped_column(Text)  # JSON list of the users who granted it
+    status: Mapped[str] = mapped_column(String(16))  # proposed | active | revoked
+    granted_on: Mapped[str] = mapped_column(String(32))  # the approval it was proposed on
+    uses: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    revoked_by: Mapped[str | None] = mapped_column(String(200))
+
+    __table_args__ = (Index("ix_standing_approvals_tool_status", "tool", "status"),)

@@ -16,6 +16,7 @@ from store.repos.limits import LimitsRepo
 from store.repos.outbox import OutboxRepo
 from store.repos.retention import RetentionRepo
 from store.repos.runs import RunsRepo
+from store.repos.standing import StandingRepo
 from store.repos.stats import StatsRepo
 from store.repos.threads import ThreadsRepo
 
@@ -30,8 +31,8 @@ class Tx:
     """
 
     __slots__ = ("_hooks", "approvals", "audit", "conn", "dialect", "events", "executions",
-                 "external", "limits", "outbox", "retention", "runs", "scratch", "stats",
-                 "threads")
+                 "external", "limits", "outbox", "retention", "runs", "scratch", "standing",
+                 "stats", "threads")
 
     def __init__(self, conn: AsyncConnection, dialect: str, *,
                  server_time: bool = False) -> None:
@@ -50,6 +51,7 @@ class Tx:
         self.limits = LimitsRepo(conn, dialect)
         self.retention = RetentionRepo(conn, dialect)
         self.stats = StatsRepo(conn, dialect)
+        self.standing = StandingRepo(conn, dialect)
 
     def before_commit(self, hook: Callable[[Tx], Awaitable[None]]) -> None:
         """Run ``hook(tx)`` at the end of this write transaction, just before COMMIT."""
@@ -64,4 +66,4 @@ class Tx:
 __all__ = ["ApprovalsRepo", "AuditRepo", "EventsRepo", "ExecutionsRepo", "ExternalRepo",
            "LimitsRepo",
            "OutboxRepo", "RetentionRepo",
-           "RunsRepo", "StatsRepo", "ThreadsRepo", "Tx"]
+           "RunsRepo", "StandingRepo", "StatsRepo", "ThreadsRepo", "Tx"]
