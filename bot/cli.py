@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from bot import documents
+from bot.api.cli import add_commands as add_token_commands
 from bot.config import Settings, load_settings
 from bot.wiring import build_engine, check_environment, open_database
 from runtime import audit
@@ -863,6 +864,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     ap.add_parser("sweep", help="expire, escalate and remind now (what serve does on a "
                   "schedule)").set_defaults(fn=cmd_approvals_sweep)
+
+    add_token_commands(sub, operator=operator, json_help=JSON)
 
     au = sub.add_parser("audit", help="verify and export the audit log").add_subparsers(
         dest="sub", required=True, metavar="COMMAND")

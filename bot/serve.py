@@ -29,6 +29,7 @@ from typing import Any
 
 from aiohttp import web
 
+from bot.api.service import HttpApi
 from bot.config import Settings
 from bot.log_delivery import LogDeliverer
 from bot.metrics import PrometheusMeter, add_routes
@@ -72,6 +73,8 @@ class Service:
         self.slack = None
         self._ops_runner: web.AppRunner | None = None
         self.ops_port: int | None = None
+        # /v1 on the same listener as /slack/events (or /healthz), its webhooks on the drain
+        self.api = HttpApi(self.engine, settings, stop=self.stop_event)
         deliverer: Deliverer
         if settings.slack_configured:
             from bot.app import SlackService
@@ -80,7 +83,7 @@ class Service:
             deliverer = self.slack.deliverer
         else:
             deliverer = LogDeliverer()
-        self.drain = OutboxDrain(self.engine, deliverer)
+        self.drain = OutboxDrain(self.engine, self.api.deliverer(deliverer))
         self.worker = ResumeWorker(self.engine, poll_interval=settings.poll_interval)
         self.scheduler = ExpiryScheduler(
             self.engine, sweep_interval=timedelta(seconds=settings.sweep_interval))
@@ -90,6 +93,7 @@ class Service:
         self.engine.on_ready(lambda run_id: self.wakeups.publish("ready", run_id))
         self.engine.on_opened(lambda approval_id: self.wakeups.publish("opened", approval_id))
         self.engine.on_outbox(lambda: self.wakeups.publish("outbox"))
+        self.engine.external.on_decided(lambda rid: self.wakeups.publish("decided", rid))
         self._tasks: list[asyncio.Task[None]] = []
         self._connector: asyncio.Task[None] | None = None
         self.pending_scheduled = 0
@@ -161,6 +165,7 @@ class Service:
         def describe() -> dict[str, Any]:
             return self.slack.status() if self.slack is not None else {"slack": "off"}
         add_routes(app, self.engine, self.meter, describe)
+        self.api.add_routes(app)
 
     async def _start_ops_listener(self) -> None:
         """``/healthz``, ``/readyz`` and ``/metrics`` on ``APPROVALD_PORT`` when no Slack
@@ -192,6 +197,8 @@ class Service:
             self.engine.notify_opened(key)
         elif kind == "outbox":
             self.engine.notify_outbox()
+        elif kind == "decided" and key:  # an external request's long polls look again
+            self.engine.external.wake(key)
 
     async def prune(self) -> None:
         """Prune finished runs past ``APPROVALD_PRUNE_OLDER_THAN`` (see ``approvald prune``)."""

@@ -1,0 +1,101 @@
+"""``approvald tokens create|list|revoke``: the HTTP API's bearer tokens."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from typing import Any
+
+from bot.api.service import webhook_keys
+from bot.config import Settings
+from bot.wiring import open_database
+from runtime import api_tokens
+from runtime.clock import Clock, FileClock, SystemClock
+from runtime.errors import ConfigError
+from store.repos.external import TokenRecord
+
+
+def _clock(s: Settings) -> Clock:
+    return FileClock(s.clock_file) if s.clock_file else SystemClock()
+
+
+def _row(t: TokenRecord) -> dict[str, Any]:
+    return {"name": t.name, "created_at": t.created_at.isoformat(), "created_by": t.created_by,
+            "webhook_url": t.webhook_url,
+            "revoked_at": t.revoked_at.isoformat() if t.revoked_at else None,
+            "revoked_by": t.revoked_by}
+
+
+def add_commands(sub: Any, *, operator: Callable[[], str], json_help: str) -> None:
+    """Add ``tokens`` to the ``approvald`` parser's subcommands."""
+    tk = sub.add_parser("tokens", help="bearer tokens of the HTTP API (/v1)").add_subparsers(
+        dest="sub", required=True, metavar="COMMAND")
+    c = tk.add_parser("create", help="make a token and its webhook secret; both are printed "
+                      "once (only the token's SHA-256 is kept)")
+    c.add_argument("name", help="what the token is for (a-z, 0-9, '.', '_', '-'); requests "
+                   "it makes run as agent external:NAME")
+    c.add_argument("--webhook-url", metavar="URL",
+                   help="POST each decision on its requests here, signed with the webhook "
+                        "secret (a request may name its own)")
+    c.add_argument("--json", action="store_true", help=json_help)
+
+    async def create(s: Settings, a: argparse.Namespace) -> int:
+        keys = webhook_keys(s)
+        if keys is None:
+            raise ConfigError("APPROVALD_SECRET is not set or shorter than 16 characters "
+                              "(the key webhook secrets are derived from)")
+        db = await open_database(s)
+        try:
+            made = await api_tokens.create(db, _clock(s), keys, a.name,
+                                           created_by=operator(), webhook_url=a.webhook_url)
+        finally:
+            await db.close()
+        if a.json:
+            print(json.dumps({**_row(made.record), "token": made.token,
+                              "webhook_secret": made.webhook_secret}, indent=2))
+            return 0
+        print(f"token {a.name} created; it is shown this once (approvald keeps only its "
+              f"SHA-256):\n  token           {made.token}\n"
+              f"  webhook secret  {made.webhook_secret}\n"
+              f"Call the API with: Authorization: Bearer {made.token}")
+        return 0
+
+    c.set_defaults(fn=create)
+
+    ls = tk.add_parser("list", help="every token (never the token itself), oldest first")
+    ls.add_argument("--json", action="store_true", help=json_help)
+
+    async def list_(s: Settings, a: argparse.Namespace) -> int:
+        db = await open_database(s)
+        try:
+            rows = await api_tokens.tokens(db)
+        finally:
+            await db.close()
+        if a.json:
+            print(json.dumps([_row(t) for t in rows], indent=2))
+            return 0
+        for t in rows:
+            state = f"revoked {t.revoked_at:%Y-%m-%d %H:%M} by {t.revoked_by}" \
+                if t.revoked_at else "live"
+            print(f"{t.name:<24} created {t.created_at:%Y-%m-%d %H:%M} by {t.created_by}  "
+                  f"{state}" + (f"  webhook {t.webhook_url}" if t.webhook_url else ""))
+        if not rows:
+            print("no tokens (make one with `approvald tokens create NAME`)")
+        return 0
+
+    ls.set_defaults(fn=list_)
+
+    rv = tk.add_parser("revoke", help="stop a token working, at once")
+    rv.add_argument("name", help="the token's name")
+
+    async def revoke(s: Settings, a: argparse.Namespace) -> int:
+        db = await open_database(s)
+        try:
+            t = await api_tokens.revoke(db, _clock(s), a.name, by=operator())
+        finally:
+            await db.close()
+        print(f"token {t.name} revoked")
+        return 0
+
+    rv.set_defaults(fn=revoke)

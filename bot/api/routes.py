@@ -1,0 +1,187 @@
+"""``/v1``: the HTTP API's routes, on the listener that serves ``/slack/events`` (or, in
+Socket Mode and without Slack, the one that serves ``/healthz``).
+
+Every answer is JSON; an error is ``{"error": {"code", "message"}}`` with its HTTP status.
+A request is authenticated before anything else is read: a missing, unknown or revoked
+bearer token gets 401 and changes nothing. Bodies are read up to a cap (413 past it),
+then parsed (400 if they are not a JSON object) and validated (422).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+from pydantic import BaseModel, ValidationError
+
+from bot.api import schemas
+from runtime import api_tokens
+from runtime.canonical import compact_json
+from runtime.engine import Engine
+from runtime.errors import ApprovaldError, NotFound, PayloadTooLarge
+from runtime.external import MAX_WAIT, ExternalError, NewRequest, Report
+from store.repos.external import TokenRecord
+
+log = logging.getLogger("approvald.api")
+
+# ExternalError codes -> HTTP statuses
+STATUSES = {"invalid_request": 422, "unknown_policy": 422, "policy_governed": 422,
+            "idempotency_conflict": 409, "not_approved": 409, "digest_mismatch": 409,
+            "already_reported": 409}
+DEFAULT_WAIT = 30.0
+# the routes with a method each: another method on one of these paths is a 405
+_KNOWN = ((re.compile(r"/v1/requests"), "POST"),
+          (re.compile(r"/v1/requests/[^/]+"), "GET"),
+          (re.compile(r"/v1/requests/[^/]+/decision"), "GET"),
+          (re.compile(r"/v1/requests/[^/]+/result"), "POST"),
+          (re.compile(r"/v1/openapi\.json"), "GET"))
+
+Handler = Callable[[web.Request, TokenRecord], Awaitable[web.StreamResponse]]
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, code: str, message: str,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.code, self.headers = status, code, headers
+
+
+def error(status: int, code: str, message: str,
+          headers: dict[str, str] | None = None) -> web.Response:
+    return web.json_response({"error": {"code": code, "message": message}}, status=status,
+                             headers=headers, dumps=compact_json)
+
+
+def answer(doc: dict[str, Any], status: int = 200) -> web.Response:
+    return web.json_response(doc, status=status, dumps=compact_json)
+
+
+class Routes:
+    """The handlers; ``stop`` ends long polls early when the process stops."""
+
+    def __init__(self, engine: Engine, *, stop: asyncio.Event | None = None) -> None:
+        self.e = engine
+        self.stop = stop
+        # arguments and a packet, or a result, each up to the payload cap, and their JSON
+        self.body_limit = 2 * engine.config.max_payload_bytes + 64 * 1024
+
+    def add_to(self, app: web.Application) -> None:
+        r = app.router
+        r.add_get("/v1/openapi.json", self.openapi, allow_head=False)
+        r.add_post("/v1/requests", self._guard(self.create))
+        r.add_get("/v1/requests/{id}", self._guard(self.read), allow_head=False)
+        r.add_get("/v1/requests/{id}/decision", self._guard(self.decision), allow_head=False)
+        r.add_post("/v1/requests/{id}/result", self._guard(self.result))
+        r.add_route("*", "/v1{tail:(/.*)?}", self.unknown)
+
+    # -- plumbing -------------------------------------------------------------------------
+    def _guard(self, handler: Handler) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+        async def guarded(request: web.Request) -> web.StreamResponse:
+            try:
+                token = await self._token(request)
+                return await handler(request, token)
+            except ApiError as exc:
+                return error(exc.status, exc.code, str(exc), exc.headers)
+            except NotFound as exc:
+                return error(404, "not_found", str(exc))
+            except ExternalError as exc:
+                return error(STATUSES.get(exc.code, 422), exc.code, str(exc))
+            except PayloadTooLarge as exc:
+                return error(413, "payload_too_large", str(exc))
+            except ApprovaldError as exc:
+                return error(400, "refused", str(exc))
+            except Exception:  # a bug: said in one line to the caller, logged in full here
+                log.exception("%s %s failed", request.method, request.path)
+                return error(500, "internal", "approvald failed to answer; see its log")
+        return guarded
+
+    async def _token(self, request: web.Request) -> TokenRecord:
+        scheme, _, value = request.headers.get("Authorization", "").partition(" ")
+        token = None
+        if scheme.lower() == "bearer" and value.strip():
+            token = await api_tokens.authenticate(self.e.db, value.strip())
+        if token is None:
+            raise ApiError(401, "unauthorized", "a valid bearer token is required "
+                           "(Authorization: Bearer <token from `approvald tokens create`>)",
+                           {"WWW-Authenticate": 'Bearer realm="approvald"'})
+        return token
+
+    async def _body(self, request: web.Request, model: type[BaseModel]) -> Any:
+        if request.content_length is not None and request.content_length > self.body_limit:
+            raise ApiError(413, "payload_too_large",
+                           f"the body is over the {self.body_limit}-byte cap")
+        raw = bytearray()
+        async for chunk in request.content.iter_chunked(64 * 1024):
+            raw += chunk
+            if len(raw) > self.body_limit:
+                raise ApiError(413, "payload_too_large",
+                               f"the body is over the {self.body_limit}-byte cap")
+        try:
+            value = json.loads(raw.decode("utf-8"))
+        except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+            raise ApiError(400, "malformed_json",
+                           f"the body is not JSON: {str(exc)[:200]}") from None
+        if not isinstance(value, dict):
+            raise ApiError(400, "malformed_json", "the body is not a JSON object")
+        try:
+            return model.model_validate(value)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(x) for x in err["loc"]) or "body"
+            msg = str(err["msg"]).removeprefix("Value error, ")
+            raise ApiError(422, "invalid_request", f"{where}: {msg}") from None
+
+    # -- handlers -------------------------------------------------------------------------
+    async def openapi(self, request: web.Request) -> web.StreamResponse:
+        return answer(schemas.openapi())
+
+    async def create(self, request: web.Request, token: TokenRecord) -> web.StreamResponse:
+        body: schemas.CreateRequest = await self._body(request, schemas.CreateRequest)
+        doc, new = await self.e.external.create(token, NewRequest(
+            tool=body.tool, args=body.args,
+            requested_by=body.requested_by or f"api:{token.name}",
+            packet=body.packet.model_dump(exclude_none=True) if body.packet else {},
+            policy=body.policy,
+            approval=None if body.approval is None
+            else body.approval.model_dump(exclude_none=True),
+            idempotency_key=body.idempotency_key, webhook_url=body.webhook_url))
+        if doc["status"] == "forbidden":
+            reason = (doc["decision"] or {}).get("reason") or "the policy forbids this call"
+            return answer({**doc, "error": {"code": "forbidden", "message": reason}}, 403)
+        return answer(doc, 201 if new else 200)
+
+    async def read(self, request: web.Request, token: TokenRecord) -> web.StreamResponse:
+        return answer(await self.e.external.get(token, request.match_info["id"]))
+
+    async def decision(self, request: web.Request, token: TokenRecord) -> web.StreamResponse:
+        raw = request.query.get("wait")
+        try:
+            wait = DEFAULT_WAIT if raw is None else float(raw)
+        except ValueError:
+            wait = -1.0
+        if not 0 <= wait < float("inf"):
+            raise ApiError(400, "invalid_request", f"wait is a number of seconds from 0 to "
+                                                   f"{MAX_WAIT:g}, got {raw!r}")
+        return answer(await self.e.external.wait(token, request.match_info["id"],
+                                                 seconds=min(wait, MAX_WAIT), stop=self.stop))
+
+    async def result(self, request: web.Request, token: TokenRecord) -> web.StreamResponse:
+        body: schemas.ReportResult = await self._body(request, schemas.ReportResult)
+        doc, new = await self.e.external.report(token, request.match_info["id"], Report(
+            status=body.status, args_digest=body.args_digest, result=body.result,
+            error=body.error))
+        return answer(doc, 201 if new else 200)
+
+    async def unknown(self, request: web.Request) -> web.StreamResponse:
+        for pattern, method in _KNOWN:
+            if pattern.fullmatch(request.path):
+                return error(405, "method_not_allowed",
+                             f"{request.method} {request.path}: use {method}",
+                             {"Allow": method})
+        return error(404, "unknown_request", f"{request.method} {request.path} is not part of "
+                                             "the API (see /v1/openapi.json)")

@@ -1,0 +1,253 @@
+"""What the HTTP API accepts and answers, as pydantic models, and the OpenAPI document
+built from their JSON schemas (served at ``/v1/openapi.json``)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from runtime.api_tokens import SIGNATURE_HEADER, check_webhook_url
+from runtime.errors import ApprovaldError
+from runtime.external import MAX_WAIT
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Evidence(_In):
+    """One piece of evidence on the card: where it comes from, and what it says."""
+
+    source: str | None = Field(None, max_length=60)
+    detail: Any = None
+
+
+class Packet(_In):
+    """What the approvers read on the card besides the exact arguments (all optional)."""
+
+    task: str | None = Field(None, max_length=500, description="what the agent was asked to do")
+    doing: str | None = Field(None, max_length=3000, description="what this call does")
+    why: str | None = Field(None, max_length=1000, description="why it is needed")
+    impact: str | None = Field(None, max_length=1000, description="what it changes")
+    description: str | None = Field(None, max_length=1000, description="what the tool is")
+    evidence: list[str | Evidence] = Field(default_factory=list, max_length=10)
+
+
+class Rung(_In):
+    approvers: list[str] = Field(min_length=1)
+    ttl: str | int
+    quorum: int = Field(1, ge=1)
+
+
+class ApprovalFields(_In):
+    """Approval fields of the request's own, as in a policy file's ``[tools.NAME]`` (only
+    for a tool the policy file does not name)."""
+
+    approvers: list[str] | None = Field(None, description="Slack user (U…) or group (S…) ids")
+    quorum: int | None = Field(None, ge=1, le=20)
+    allow_self_approval: bool | None = None
+    ttl: str | int | None = Field(None, description="e.g. '30m', '2h', or seconds")
+    reminders: list[str | float] | None = Field(None, description="e.g. ['50%', '90%']")
+    on_expire: Literal["cancel", "escalate"] | None = None
+    escalate: list[Rung] | None = None
+    risk: Literal["low", "medium", "high"] | None = None
+    why: str | None = Field(None, max_length=1000)
+    channel: str | None = None
+    edits: Literal["approve", "propose"] | None = None
+
+
+class CreateRequest(_In):
+    """Ask for approval of one exact call, which the caller runs itself once approved."""
+
+    tool: str = Field(min_length=1, max_length=100)
+    args: dict[str, Any] = Field(description="the exact arguments (their digest is bound)")
+    packet: Packet | None = None
+    policy: str | None = Field(
+        None, min_length=1, max_length=100,
+        description="the policy file entry [tools.NAME] whose policy and rules apply "
+                    "(default: the tool's own name, unless approval is given)")
+    approval: ApprovalFields | None = None
+    requested_by: str | None = Field(None, min_length=1, max_length=200,
+                                     description="who asked (a Slack user id can then not "
+                                                 "approve their own request)")
+    idempotency_key: str | None = Field(
+        None, min_length=1, max_length=200,
+        description="a retried create with this key returns the same request (200, not 201)")
+    webhook_url: str | None = Field(None, max_length=2000,
+                                    description="where its decision is POSTed (default: "
+                                                "the token's)")
+
+    @field_validator("webhook_url")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        if v is None:
+            return None
+        try:
+            return check_webhook_url(v)
+        except ApprovaldError as exc:
+            raise ValueError(str(exc)) from None
+
+
+class ReportResult(_In):
+    """What came of running the approved call."""
+
+    status: Literal["succeeded", "failed"]
+    args_digest: str = Field(pattern="^[0-9a-f]{64}$",
+                             description="effective_digest of the request: the arguments run")
+    result: Any = None
+    error: str | None = Field(None, max_length=4000)
+
+
+class Decision(BaseModel):
+    verdict: str | None = Field(description="approve, deny, edit, redirect, … or the "
+                                            "policy's answer: auto, forbidden")
+    decided_by: str | None
+    decided_via: str | None
+    decided_at: str | None
+    reason: str | None = Field(description="why it was denied (a redirect's guidance)")
+    approvals: int | None = None
+    quorum: int | None = None
+
+
+class Result(BaseModel):
+    status: Literal["succeeded", "failed"]
+    result: Any
+    error: str | None
+    args_digest: str
+    reported_at: str
+
+
+class RequestDocument(BaseModel):
+    """A request and its decision. Run ``effective_args`` (an approver may have edited
+    them) and report ``effective_digest``."""
+
+    id: str
+    tool: str
+    args: dict[str, Any]
+    args_digest: str
+    policy: str | None
+    requested_by: str
+    created_at: str
+    status: str = Field(description="pending, approved, denied, expired, cancelled, "
+                                    "redirected or forbidden")
+    approval_id: str | None
+    expires_at: str | None
+    effective_args: dict[str, Any]
+    effective_digest: str
+    edited: bool
+    edited_by: str | None
+    decision: Decision | None
+    result: Result | None
+
+
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+
+
+class ErrorBody(BaseModel):
+    error: ErrorDetail
+
+
+class ForbiddenDocument(RequestDocument):
+    """A call the policy forbids: its document, and the reason as an error."""
+
+    error: ErrorDetail
+
+
+_MODELS: tuple[type[BaseModel], ...] = (CreateRequest, ReportResult, RequestDocument,
+                                        ForbiddenDocument, ErrorBody)
+
+
+def _ref(name: str) -> dict[str, Any]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _json(name: str, description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": _ref(name)}}}
+
+
+def _errors(*codes: int) -> dict[str, Any]:
+    what = {400: "malformed JSON or parameters", 401: "a missing, unknown or revoked token",
+            404: "no such request (for this token)", 409: "a conflict with what is recorded",
+            413: "the body (or its arguments or result) is too large",
+            422: "a well-formed body the request cannot be made from"}
+    return {str(c): _json("ErrorBody", what[c]) for c in codes}
+
+
+def openapi(server: str | None = None) -> dict[str, Any]:
+    """The OpenAPI 3.1 document of ``/v1``."""
+    schemas: dict[str, Any] = {}
+    for model in _MODELS:
+        schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        schemas.update(schema.pop("$defs", {}))
+        schemas[model.__name__] = schema
+    rid = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
+    doc: dict[str, Any] = {
+        "openapi": "3.1.0",
+        "info": {"title": "approvald HTTP API", "version": "1",
+                 "description": "Approval requests for calls their callers run themselves: "
+                                "ask, wait for a human decision in Slack, run the approved "
+                                "arguments, report what came of them."},
+        "security": [{"bearer": []}],
+        "paths": {
+            "/v1/requests": {"post": {
+                "operationId": "createRequest", "summary": "Ask for approval of one call",
+                "requestBody": {"required": True, "content": {
+                    "application/json": {"schema": _ref("CreateRequest")}}},
+                "responses": {
+                    "201": _json("RequestDocument", "created (approved at once if the policy "
+                                                    "says auto, else pending)"),
+                    "200": _json("RequestDocument", "made before with this idempotency_key"),
+                    "403": _json("ForbiddenDocument", "the policy forbids this call"),
+                    **_errors(400, 401, 409, 413, 422)}}},
+            "/v1/requests/{id}": {"get": {
+                "operationId": "getRequest", "summary": "A request and its decision",
+                "parameters": [rid],
+                "responses": {"200": _json("RequestDocument", "the request"),
+                              **_errors(401, 404)}}},
+            "/v1/requests/{id}/decision": {"get": {
+                "operationId": "waitForDecision",
+                "summary": "Long poll until the request is decided",
+                "parameters": [rid, {"name": "wait", "in": "query", "required": False,
+                                     "description": f"seconds to wait (at most {MAX_WAIT:g})",
+                                     "schema": {"type": "number", "minimum": 0,
+                                                "default": 30}}],
+                "responses": {"200": _json("RequestDocument",
+                                           "decided, or still pending when the wait ran out"),
+                              **_errors(400, 401, 404)}}},
+            "/v1/requests/{id}/result": {"post": {
+                "operationId": "reportResult", "summary": "Report what running it did (once)",
+                "parameters": [rid],
+                "requestBody": {"required": True, "content": {
+                    "application/json": {"schema": _ref("ReportResult")}}},
+                "responses": {"201": _json("RequestDocument", "recorded"),
+                              "200": _json("RequestDocument", "the same report, recorded "
+                                                              "before"),
+                              **_errors(400, 401, 404, 409, 413, 422)}}},
+            "/v1/openapi.json": {"get": {
+                "operationId": "openapi", "summary": "This document", "security": [],
+                "responses": {"200": {"description": "OpenAPI 3.1",
+                                      "content": {"application/json": {
+                                          "schema": {"type": "object"}}}}}}},
+        },
+        "webhooks": {"decision": {"post": {
+            "summary": "A request was decided (sent to its webhook URL, retried until a 2xx)",
+            "parameters": [
+                {"name": SIGNATURE_HEADER, "in": "header", "required": True,
+                 "description": "t=<unix time>,v1=<hex HMAC-SHA256 of '<t>.' + body under the "
+                                "token's webhook secret>", "schema": {"type": "string"}},
+                {"name": "X-Approvald-Delivery", "in": "header", "required": True,
+                 "description": "the same on every try of one delivery: deduplicate on it",
+                 "schema": {"type": "string"}}],
+            "requestBody": {"content": {"application/json": {"schema": _ref(
+                "RequestDocument")}}},
+            "responses": {"200": {"description": "received (any 2xx)"}}}}},
+        "components": {"schemas": schemas, "securitySchemes": {
+            "bearer": {"type": "http", "scheme": "bearer",
+                       "description": "a token from `approvald tokens create NAME`"}}},
+    }
+    if server:
+        doc["servers"] = [{"url": server}]
+    return doc

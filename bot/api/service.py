@@ -1,0 +1,37 @@
+"""What ``serve`` mounts of the HTTP API: its routes and its webhook deliveries."""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiohttp import web
+
+from bot.api.routes import Routes
+from bot.api.webhooks import WebhookDeliverer
+from bot.config import Settings
+from runtime.api_tokens import WebhookKeys
+from runtime.engine import Engine
+from runtime.outbox import Deliverer
+
+
+def webhook_keys(settings: Settings) -> WebhookKeys | None:
+    """The key webhook secrets are derived from (None without a long enough secret)."""
+    secret = settings.token_secret()
+    return WebhookKeys(secret) if secret and len(secret.encode()) >= 16 else None
+
+
+class HttpApi:
+    """What ``serve`` mounts: the routes on its listener, the webhooks on its drain."""
+
+    def __init__(self, engine: Engine, settings: Settings, *,
+                 stop: asyncio.Event | None = None) -> None:
+        self.engine = engine
+        self.keys = webhook_keys(settings)
+        self.routes = Routes(engine, stop=stop)
+
+    def add_routes(self, app: web.Application) -> None:
+        self.routes.add_to(app)
+
+    def deliverer(self, inner: Deliverer) -> Deliverer:
+        """``inner`` with webhook rows delivered here."""
+        return WebhookDeliverer(self.engine, inner, self.keys)

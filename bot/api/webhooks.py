@@ -1,0 +1,74 @@
+"""Decision webhooks: ``api.webhook`` outbox rows -> a signed POST to the caller's URL.
+
+The row was committed with the decision it tells (see ``runtime.external``), so a crash
+loses nothing, and the drain retries a failure with exponential backoff until the row's
+deadline (24 hours), as for Slack: a 429 waits for its ``Retry-After``; other 4xx answers
+that no retry can change (400, 404, 410, ...) park the row as dead at once, reported to
+ops like any dead delivery. Each try is signed afresh (a new ``t``); the body and
+``X-Approvald-Delivery`` (the row's id) stay the same, so a receiver can deduplicate the
+rare second delivery of a try whose answer was lost.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiohttp
+
+from runtime.api_tokens import SIGNATURE_HEADER, WebhookKeys, signature
+from runtime.canonical import compact_json
+from runtime.engine import Engine
+from runtime.external import WEBHOOK
+from runtime.outbox import Deliverer, RetryLater, Undeliverable
+from store.records import OutboxRecord
+
+TIMEOUT = 10.0  # s for one try
+PERMANENT = frozenset({400, 401, 403, 404, 405, 410, 413, 422})
+
+
+def _retry_after(value: str | None) -> float:
+    try:
+        seconds = float(value or 1.0)
+    except ValueError:
+        return 1.0
+    return seconds if seconds > 0 else 1.0
+
+
+class WebhookDeliverer:
+    """Delivers webhook rows and hands every other row to ``inner`` (Slack, or the log)."""
+
+    def __init__(self, engine: Engine, inner: Deliverer, keys: WebhookKeys | None, *,
+                 timeout: float = TIMEOUT) -> None:
+        self.e = engine
+        self.inner = inner
+        self.keys = keys
+        self.timeout = timeout
+
+    async def deliver(self, row: OutboxRecord) -> dict[str, Any] | None:
+        if row.kind != WEBHOOK:
+            return await self.inner.deliver(row)
+        if self.keys is None:  # a setting someone can still fix: keep trying till then
+            raise RetryLater("APPROVALD_SECRET is not set: webhooks cannot be signed")
+        payload = row.payload_value()
+        url = str(payload["url"])
+        body = compact_json(payload["document"]).encode("utf-8")
+        t = int(self.e.clock.now().timestamp())
+        headers = {"Content-Type": "application/json", "User-Agent": "approvald",
+                   SIGNATURE_HEADER: signature(self.keys.secret(payload["token_id"]), body, t),
+                   "X-Approvald-Event": str(payload.get("event", "decision")),
+                   "X-Approvald-Delivery": str(row.id)}
+        try:
+            async with aiohttp.ClientSession(
+                    timeout=aiohttp.ClientTimeout(total=self.timeout)) as session, \
+                    session.post(url, data=body, headers=headers,
+                                 allow_redirects=False) as resp:
+                status, retry_after = resp.status, resp.headers.get("Retry-After")
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise RetryLater(f"webhook {url} unreachable: {type(exc).__name__}: {exc}") from None
+        if 200 <= status < 300:
+            return {"status": status}
+        if status == 429:
+            raise RetryLater(f"webhook {url} is rate limiting", after=_retry_after(retry_after))
+        if status in PERMANENT:
+            raise Undeliverable(f"webhook {url} answered HTTP {status}")
+        raise RetryLater(f"webhook {url} answered HTTP {status}")
