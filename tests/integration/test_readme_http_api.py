@@ -1,0 +1,80 @@
+"""The README's HTTP API example, as a reader pastes it: its policy, then its curl
+commands against a running approvald (bash and curl, with the variables it names set)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from bot.config import Settings
+from bot.serve import Service
+from bot.wiring import open_database
+from runtime import api_tokens
+from runtime.decide import Actor
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+SECRET = "approvald-test-secret-0123456789"
+
+
+def example() -> tuple[str, list[str]]:
+    """The section's policy file and its curl commands (each with its indented lines)."""
+    text = README.read_text(encoding="utf-8")
+    section = text[text.index("## HTTP API"):text.index("\n## ", text.index("## HTTP API") + 1)]
+    toml = re.search(r"```toml\n(.*?)```", section, re.DOTALL)
+    sh = re.search(r"```sh\n(.*?)```", section, re.DOTALL)
+    assert toml and sh, "the README's HTTP API section lost its example"
+    commands: list[str] = []
+    for line in sh.group(1).splitlines():
+        if line.startswith("curl "):
+            commands.append(line)
+        elif line.startswith(" ") and commands:
+            commands[-1] += "\n" + line
+    assert len(commands) == 3
+    return toml.group(1), commands
+
+
+async def curl(command: str, **env: str) -> Any:
+    proc = await asyncio.create_subprocess_exec(
+        "bash", "-c", command, env={**os.environ, **env},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()
+    return json.loads(out)
+
+
+async def test_the_readme_example_works(sqlite_url: str, tmp_path: Path) -> None:
+    policy, (create, wait, report) = example()
+    (tmp_path / "policy.toml").write_text(policy)
+    settings = Settings(APPROVALD_DATABASE_URL=sqlite_url, APPROVALD_PORT=0,
+                        APPROVALD_HOST="127.0.0.1", APPROVALD_SECRET=SECRET,
+                        APPROVALD_POLICY_FILE=str(tmp_path / "policy.toml"))
+    db = await open_database(settings, quiet=True)
+    service = Service(settings, db)
+    try:
+        await service.start(background=False)
+        made = await api_tokens.create(db, service.engine.clock,
+                                       api_tokens.WebhookKeys(SECRET), "deploy-bot",
+                                       created_by="test")
+        env = {"API": f"http://127.0.0.1:{service.ops_port}/v1", "TOKEN": made.token}
+        asked = await curl(create, **env)
+        assert asked["status"] == "pending" and asked["tool"] == "deploy"
+        env["ID"] = asked["id"]
+        waiting = asyncio.ensure_future(curl(wait, **env))
+        await asyncio.sleep(0.3)
+        assert not waiting.done()
+        await service.engine.decide(asked["approval_id"], actor=Actor("U_ALICE", "cli:test"),
+                                    verdict="approve")
+        decided = await waiting
+        assert decided["status"] == "approved"
+        assert decided["decision"]["decided_by"] == "U_ALICE"
+        env["DIGEST"] = decided["effective_digest"]
+        reported = await curl(report, **env)
+        assert reported["result"]["status"] == "succeeded"
+        assert reported["result"]["result"] == {"deployed": "2.4.1"}
+    finally:
+        await service.stop()
+        await db.close()
