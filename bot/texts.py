@@ -269,6 +269,8 @@ RUN_STATUS = {
     "completed": (":white_check_mark:", "completed"),
     "failed": (":x:", "failed"),
     "cancelled": (":no_entry_sign:", "cancelled"),
+    # an HTTP API request: open, or approved and waiting for its caller's report
+    "external": (":outbox_tray:", "asked over the HTTP API"),
 }
 RUN_HEADLINE = "{emoji} *{agent}* · {status}"
 RUN_TASK = "*Task:* {task}"

@@ -464,3 +464,32 @@ async def test_without_slack_the_api_is_on_the_health_listener(sqlite_url: str,
     finally:
         await service.stop()
         await db.close()
+
+
+async def test_the_ops_thread_follows_an_external_request(sqlite_url: str,
+                                                          tmp_path: Path) -> None:
+    async with harness(sqlite_url, tmp_path,
+                       APPROVALD_POLICY_FILE=policy_file(tmp_path)) as h, \
+            aiohttp.ClientSession() as http:
+        token = await make_token(h, "thread-bot")
+        status, doc = await api(http, "POST", f"{base(h)}/v1/requests", token.token, {
+            "tool": "deploy", "args": {"service": "api"},
+            "packet": {"task": "Ship the api <!channel>"}})
+        assert status == 201
+
+        async def parent() -> Any:
+            async with h.engine.db.read() as tx:
+                t = await tx.threads.get(doc["id"])
+            return t and t.ts and h.emulator.message(t.channel, t.ts)
+
+        msg = await wait_for(parent, what="the request's ops thread")
+        text = json.dumps(msg)
+        assert "external:thread-bot" in text and "asked over the HTTP API" in text
+        assert "<!channel>" not in text  # the caller's text is data
+        await h.card(doc["approval_id"])
+        a = await h.approval(doc["approval_id"])
+        await h.slack.click(cards.APPROVE, h.value(a), user_id="U_ALICE", channel_id=CHANNEL,
+                            message_ts=a.message_ts)
+        status, done = await api(http, "GET", f"{base(h)}/v1/requests/{doc['id']}/decision"
+                                 "?wait=10", token.token)
+        assert done["status"] == "approved"
