@@ -30,6 +30,7 @@ from runtime.ledger import Ledger
 from runtime.metrics import DecidedRuns, Meter
 from runtime.outcomes import Outcome
 from runtime.runner import Runner
+from runtime.standing import StandingApprovals
 from runtime.state import FINAL_STATUSES, RunState, UserMessage
 from runtime.tools import Tool
 from runtime.tracing import Tracer
@@ -66,6 +67,7 @@ class Engine:
                              lease_ttl=self.config.lease_ttl)
         self.gate = Gate(self)
         self.decider = Decider(self)
+        self.standing = StandingApprovals(self)
         self.runner = Runner(self)
         self.expiry = Expiry(self)
         self.urgency = Urgency()  # decided runs go before background deliveries

@@ -111,7 +111,7 @@ class Gate:
     async def insert_approval(self, tx: Tx, *, run: RunRecord | None, call_id: str, kind: str,
                               tool: str, args: dict[str, Any], policy: ApprovalPolicy, rung: int,
                               packet: dict[str, Any], supersedes: ApprovalRecord | None = None,
-                              ttl: timedelta | None = None) -> str:
+                              ttl: timedelta | None = None, card: bool = True) -> str:
         now = self.e.clock.now()
         approvers, rung_ttl, quorum = policy.rung(rung)
         ttl = ttl or rung_ttl
@@ -131,8 +131,9 @@ class Gate:
             next_reminder_at=first_reminder(policy, now, ttl if kind == "tool_call"
                                             else policy.ttl),
         )
-        await tx.outbox.add(kind=CARD_POST, group_key=approval_id,
-                            payload=compact_json({"approval_id": approval_id}), now=now)
+        if card:  # (a request a standing approval approves as it is made has no card)
+            await tx.outbox.add(kind=CARD_POST, group_key=approval_id,
+                                payload=compact_json({"approval_id": approval_id}), now=now)
         self.e.audit.record(
             tx, at=now, action="requested", actor=f"agent:{packet.get('agent', '')}",
             via="runtime", run_id=run_id, approval_id=approval_id, digest=digest,

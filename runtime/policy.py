@@ -114,6 +114,16 @@ def _parse_fraction(value: object) -> float:
 # a TTL: "30m", "1h30m", seconds or a timedelta in; "30m" out (snapshots stay readable)
 Duration = Annotated[timedelta, BeforeValidator(parse_duration), PlainSerializer(format_duration)]
 
+def _parse_window(value: object) -> timedelta:
+    """A duration, or ``"0"`` / ``0`` for none at all."""
+    if value in ("0", "0s", 0) or (isinstance(value, timedelta) and value == timedelta(0)):
+        return timedelta(0)
+    return parse_duration(value)
+
+
+# a duration that may also be zero (max_standing = "0" turns standing approvals off)
+Window = Annotated[timedelta, BeforeValidator(_parse_window), PlainSerializer(format_duration)]
+
 _STORED = "stored_snapshot"  # validation context key set by ApprovalPolicy.from_snapshot
 _UNUSED_LADDER = ("an escalate ladder is never used with on_expire = 'cancel' "
                   "(set on_expire = 'escalate', or remove the ladder)")
@@ -197,6 +207,8 @@ class ApprovalPolicy(BaseModel):
     # "approve": an edit is the editor's approval of the new arguments; "propose": the edit
     # replaces the arguments and someone other than the editor must approve them
     edits: Literal["approve", "propose"] = "approve"
+    # the longest a standing approval of the tool may last ("0": none may be granted)
+    max_standing: Window = timedelta(hours=1)
     # set when one of the tool's rules on arguments chose this policy: "tools.T.rules[i]:
     # <condition>", kept in the stored snapshot and the request's audit entry
     rule: str | None = None
@@ -271,6 +283,7 @@ class _Fields(BaseModel):
     why: str | None = None
     channel: str | None = None
     edits: Literal["approve", "propose"] | None = None
+    max_standing: str | int | None = None
 
     @field_validator("escalate")
     @classmethod

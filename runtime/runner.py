@@ -31,7 +31,7 @@ from runtime.errors import (
     StateVersionError,
 )
 from runtime.failpoints import failpoint
-from runtime.gate import RUN_WAITING, GateRequest
+from runtime.gate import RUN_WAITING, GateRequest, build_packet
 from runtime.ledger import (
     Executed,
     OutcomeUnknown,
@@ -52,6 +52,7 @@ from runtime.outcomes import (
     Waiting,
     Yielded,
 )
+from runtime.policy import CallPolicy
 from runtime.state import (
     FINAL_STATUSES,
     AssistantMessage,
@@ -480,6 +481,37 @@ class Runner:
             calls.append(ToolCall(id=cid, name=c.name, arguments=c.arguments))
         return AssistantMessage(content=reply.content, tool_calls=calls, meta=meta)
 
+    async def _standing(self, live: _Live, pending: _Pending, call: ToolCall, tool: Any,
+                        args: dict[str, Any], chosen: CallPolicy) -> ApprovalRecord | None:
+        """A gated call a standing approval covers: its approved request, written (with the
+        standing approval's compare-and-set, under our lease, the step's model reply
+        journaled with it) before the call runs; None: the call needs a request of its own."""
+        e = self.e
+        found = await e.standing.candidate(live.run, tool.name, args, chosen)
+        if found is None:
+            return None
+        packet = build_packet(_transcript(live, pending), call, tool, args, chosen.approval,
+                              live.run)
+        approved: list[ApprovalRecord] = []
+
+        async def use(tx: Tx) -> None:
+            now = e.clock.now()
+            if not await tx.runs.renew_lease(live.run.id, owner=live.owner, now=now,
+                                             until=now + e.config.lease_ttl,
+                                             journal=pending.journal):
+                raise LeaseLost(f"lost the lease on run {live.run.id}", run_id=live.run.id)
+            done = await e.standing.use(tx, found, run=live.run, call_id=call.id,
+                                        tool=tool.name, args=args, policy=chosen.approval,
+                                        packet=packet)
+            approved[:] = [done] if done is not None else []
+
+        await e.db.transact(use, what=f"standing approval use for {call.id}")
+        if not approved:
+            return None  # revoked or expired since it was read: the call asks, as any
+        pending.journal = None  # journaled with the use
+        live.by_call[call.id] = approved[0]
+        return approved[0]
+
     async def _handle_call(self, live: _Live, agent: Agent, call: ToolCall,
                            pending: _Pending, *, last: bool) -> None:
         """Process one call: run it, refuse it, or leave it waiting for a human.
@@ -536,9 +568,11 @@ class Runner:
                 observe({"status": "forbidden", "reason": chosen.reason})
                 return
             if existing is None and kind == "approve_before":
-                pending.gates.append(GateRequest(call=call, tool=tool, args=args,
-                                                 policy=chosen.approval))
-                return
+                approval = await self._standing(live, pending, call, tool, args, chosen)
+                if approval is None:
+                    pending.gates.append(GateRequest(call=call, tool=tool, args=args,
+                                                     policy=chosen.approval))
+                    return
 
         digest = approval.effective_digest if approval else call_digest(call.name, args)
         question = live.questions.get(call.id)
@@ -627,7 +661,7 @@ class Runner:
                                   reason=f"outcome of {call.name} ({call.id}) is unknown")
         if pending.gates or pending.waiting:
             opened: list[str] = []
-            transcript = [*live.state.messages, *(m for m, _ in pending.messages)]
+            transcript = _transcript(live, pending)
 
             async def request(tx: Tx) -> None:
                 opened[:] = await e.gate.open_requests(tx, live.run, transcript, live.step,
@@ -781,6 +815,10 @@ def _call_status(result: Executed | OutcomeUnknown | WaitForAttempt) -> str:
     seen = result.observation
     failed = isinstance(seen, dict) and seen.get("status") == "error" and "error_class" in seen
     return ("reused_" if result.reused else "") + ("failed" if failed else "succeeded")
+
+
+def _transcript(live: _Live, pending: _Pending) -> list[Any]:
+    return [*live.state.messages, *(m for m, _ in pending.messages)]
 
 
 def _refusal(approval: ApprovalRecord) -> dict[str, Any]:

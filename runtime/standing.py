@@ -1,0 +1,328 @@
+"""Standing approvals: "approve this, and calls like it, for a while", without weakening
+the gate.
+
+A standing approval is granted on a pending request (granting it approves that request
+too) and then lets later calls of the same tool run without a card while all of this
+holds, checked for each call:
+
+* its window (15 minutes to 8 hours, never past the tool policy's ``max_standing``;
+  ``max_standing = "0"`` turns the feature off for a tool) has not passed, and nobody has
+  revoked it;
+* it was granted by as many distinct approvers as the requests it covers need (a quorum-2
+  tool's standing approval needs two grants before it covers anything);
+* the call falls in the same policy band as the request it was granted on (the same rule,
+  approvers and quorum: a grant made in the default band never covers a call a rule sends
+  to finance, and a ``forbidden`` call is refused before any of this is asked);
+* the call is within its scope: the exact call, the same values for chosen arguments, or
+  a CEL condition on the arguments (the policy rules' evaluator);
+* every granter is still one of the approvers (a user taken off the list, or out of the
+  user group, no longer lends a grant), and the requester is not a granter unless the
+  policy allows self-approval.
+
+Each use is a compare-and-set on the standing approval's row (in the same transaction as
+the approved request it leaves behind, so a revocation that committed first stops the
+very next match), and the request and its audit entry name the standing approval.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from runtime.canonical import call_digest, canonical_json, compact_json
+from runtime.decide import Actor, Decision
+from runtime.directory import DirectoryError
+from runtime.errors import ApprovaldError, NotFound
+from runtime.ids import new_id
+from runtime.policy import ApprovalPolicy, CallPolicy, is_group
+from runtime.rules import RuleError, compile_condition, holds
+from store.records import ApprovalRecord, RunRecord
+from store.repos import Tx
+from store.repos.standing import StandingRecord
+
+if TYPE_CHECKING:
+    from runtime.engine import Engine
+
+MIN_WINDOW = timedelta(minutes=15)
+MAX_WINDOW = timedelta(hours=8)
+VIA = "standing"  # decided_via of a request a standing approval approved
+
+
+class StandingRefused(ApprovaldError):
+    """A grant, a second grant or a revocation that was refused; ``reason`` is a code."""
+
+    def __init__(self, message: str, *, reason: str, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.reason = reason
+
+
+class Scope(BaseModel):
+    """Which later calls of the tool a standing approval covers."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["exact", "fields", "condition"]
+    digest: str | None = None  # exact: the call's digest
+    values: dict[str, Any] = Field(default_factory=dict)  # exact: all; fields: the chosen
+    when: str | None = None  # condition: a CEL condition over args and tool
+
+    @model_validator(mode="after")
+    def _complete(self) -> Scope:
+        if self.kind == "exact" and not self.digest:
+            raise ValueError("an exact scope names the call's digest")
+        if self.kind == "fields" and not self.values:
+            raise ValueError("choose at least one argument whose value calls must share")
+        if self.kind == "condition":
+            if not (self.when or "").strip():
+                raise ValueError("a condition scope needs a condition")
+            compile_condition(self.when or "")
+        return self
+
+    def covers(self, tool: str, args: Mapping[str, Any]) -> bool:
+        if self.kind == "exact":
+            return call_digest(tool, dict(args)) == self.digest
+        if self.kind == "fields":
+            return all(k in args and canonical_json(args[k]) == canonical_json(v)
+                       for k, v in self.values.items())
+        try:
+            return holds(self.when or "", tool, args)
+        except RuleError:
+            return False  # a condition that cannot be evaluated covers nothing
+
+    def describe(self) -> str:
+        if self.kind == "exact":
+            return "exactly this call: " + canonical_json(self.values)
+        if self.kind == "fields":
+            return "calls with " + ", ".join(f"{k} = {canonical_json(v)}"
+                                             for k, v in self.values.items())
+        return f"calls where {self.when}"
+
+
+def scope_for(a: ApprovalRecord, kind: str, *, fields: Sequence[str] = (),
+              when: str | None = None) -> Scope:
+    """The scope of ``kind`` drawn from request ``a`` (its arguments as they stand);
+    ValueError if it is incomplete or does not cover ``a`` itself."""
+    args = a.effective_args()
+    if kind == "exact":
+        scope = Scope(kind="exact", digest=a.effective_digest, values=args)
+    elif kind == "fields":
+        unknown = [f for f in fields if f not in args]
+        if unknown:
+            raise ValueError(f"{a.tool} has no argument {', '.join(unknown)} in this call")
+        scope = Scope(kind="fields", values={f: args[f] for f in fields})
+    elif kind == "condition":
+        scope = Scope(kind="condition", when=when)
+    else:
+        raise ValueError(f"unknown scope {kind!r} (exact, fields or condition)")
+    if not scope.covers(a.tool, args):
+        raise ValueError("the scope does not cover the request it is granted on")
+    return scope
+
+
+class StandingApprovals:
+    """Grant, revoke and use standing approvals (``engine.standing``)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.e = engine
+
+    # -- granting -------------------------------------------------------------------------
+    async def grant(self, approval_id: str, *, actor: Actor, window: timedelta,
+                    scope: Scope, token: str | None = None) -> tuple[StandingRecord, Decision]:
+        """Approve pending request ``approval_id`` as ``actor`` and propose a standing
+        approval drawn from it; with a quorum of one it is active at once."""
+        a = await self.e.decider.get(approval_id)
+        if a.kind != "tool_call":
+            raise StandingRefused("a standing approval is granted on a tool call's request",
+                                  reason="wrong_kind", approval_id=a.id)
+        policy = ApprovalPolicy.from_snapshot(a.policy)
+        self._check_window(a, policy, window)
+        if not scope.covers(a.tool, a.effective_args()):
+            raise StandingRefused("the scope does not cover the request it is granted on",
+                                  reason="scope", approval_id=a.id)
+        # the request is approved first, with every check a click gets; only then is the
+        # standing approval written (a crash between leaves an approval and no standing one)
+        decision = await self.e.decide(a.id, actor=actor, verdict="approve", token=token)
+        now = self.e.clock.now()
+        record: StandingRecord | None = None
+
+        async def write(tx: Tx) -> StandingRecord:
+            sid = new_id()
+            await tx.standing.insert(
+                id=sid, tool=a.tool, scope=compact_json(scope.model_dump(mode="json")),
+                rule=policy.rule, approvers=compact_json(a.approvers_value()),
+                quorum=a.quorum, allow_self_approval=policy.allow_self_approval,
+                grants=compact_json([actor.id]),
+                status="active" if a.quorum <= 1 else "proposed", granted_on=a.id, uses=0,
+                created_at=now, expires_at=now + window)
+            self.e.audit.record(
+                tx, at=now, action="standing_granted", actor=actor.id, via=actor.via,
+                run_id=a.run_id, approval_id=a.id,
+                details={"standing_approval": sid, "tool": a.tool, "scope": scope.describe(),
+                         "window": str(window), "expires_at": (now + window).isoformat(),
+                         "grants": 1, "quorum": a.quorum, "rule": policy.rule})
+            got = await tx.standing.get(sid)
+            assert got is not None
+            return got
+
+        record = await self.e.db.transact(write, what=f"standing approval on {a.id}")
+        return record, decision
+
+    def _check_window(self, a: ApprovalRecord, policy: ApprovalPolicy,
+                      window: timedelta) -> None:
+        cap = policy.max_standing
+        if cap <= timedelta(0):
+            raise StandingRefused(f"standing approvals are turned off for {a.tool} "
+                                  "(max_standing = \"0\")", reason="off", approval_id=a.id)
+        if window < MIN_WINDOW or window > min(MAX_WINDOW, cap):
+            raise StandingRefused(
+                f"a standing approval of {a.tool} lasts {_span(MIN_WINDOW)} to "
+                f"{_span(min(MAX_WINDOW, cap))} (asked: {_span(window)})",
+                reason="window", approval_id=a.id)
+
+    async def add_grant(self, standing_id: str, *, actor: Actor) -> StandingRecord:
+        """A further approver's grant; enough of them and it is active."""
+        s = await self.get(standing_id)
+        now = self.e.clock.now()
+        if s.state(now) not in ("proposed", "active"):
+            raise StandingRefused(f"standing approval {s.id} is {s.state(now)}",
+                                  reason="not_live")
+        if actor.id in s.grants_value():
+            raise StandingRefused(f"{actor.id} already granted standing approval {s.id}",
+                                  reason="already_granted")
+        if not await self._may_decide(s, actor.id):
+            raise StandingRefused(f"{actor.id} is not an approver of {s.tool} "
+                                  f"(approvers: {', '.join(s.approvers_value()) or 'anyone'})",
+                                  reason="not_authorized")
+
+        async def write(tx: Tx) -> StandingRecord:
+            grants = [*s.grants_value(), actor.id]
+            status = "active" if len(grants) >= s.quorum else "proposed"
+            done = await tx.standing.add_grant(s.id, seen=s.grants, grants=compact_json(grants),
+                                               status=status, now=now)
+            if done is None:
+                raise StandingRefused(f"standing approval {s.id} changed meanwhile (granted, "
+                                      "revoked or expired): look at it again",
+                                      reason="changed")
+            self.e.audit.record(
+                tx, at=now, action="standing_granted", actor=actor.id, via=actor.via,
+                details={"standing_approval": s.id, "tool": s.tool, "grants": len(grants),
+                         "quorum": s.quorum, "status": status})
+            return done
+
+        return await self.e.db.transact(write, what=f"grant of standing approval {s.id}")
+
+    async def revoke(self, standing_id: str, *, actor: Actor,
+                     reason: str | None = None) -> StandingRecord:
+        """Revoke at once: the next match after this commits gets a card. A granter or any
+        approver of the tool may revoke."""
+        s = await self.get(standing_id)
+        if actor.id not in s.grants_value() and not await self._may_decide(s, actor.id):
+            raise StandingRefused(f"{actor.id} neither granted standing approval {s.id} nor "
+                                  f"approves {s.tool}", reason="not_authorized")
+        now = self.e.clock.now()
+
+        async def write(tx: Tx) -> StandingRecord:
+            done = await tx.standing.revoke(s.id, by=actor.id, now=now)
+            if done is None:
+                raise StandingRefused(f"standing approval {s.id} is already {s.status}",
+                                      reason="not_live")
+            self.e.audit.record(tx, at=now, action="standing_revoked", actor=actor.id,
+                                via=actor.via,
+                                details={"standing_approval": s.id, "tool": s.tool,
+                                         "uses": done.uses, "reason": reason})
+            return done
+
+        return await self.e.db.transact(write, urgent=True,
+                                        what=f"revocation of standing approval {s.id}")
+
+    async def get(self, standing_id: str) -> StandingRecord:
+        async with self.e.db.read() as tx:
+            s = await tx.standing.get(standing_id)
+            if s is None and len(standing_id) >= 6:
+                found = await tx.standing.find(standing_id)
+                s = found[0] if len(found) == 1 else None
+        if s is None:
+            raise NotFound(f"no standing approval {standing_id}")
+        return s
+
+    async def listing(self, *, live_only: bool = True) -> list[StandingRecord]:
+        async with self.e.db.read() as tx:
+            return await tx.standing.listing(live_only=live_only, now=self.e.clock.now())
+
+    # -- using ----------------------------------------------------------------------------
+    async def candidate(self, run: RunRecord, tool: str, args: Mapping[str, Any],
+                        chosen: CallPolicy) -> StandingRecord | None:
+        """The oldest standing approval that covers this call now, if any (read only; the
+        use itself is the compare-and-set of :meth:`use`)."""
+        now = self.e.clock.now()
+        async with self.e.db.read() as tx:
+            found = await tx.standing.active_for(tool, now)
+        if not found:
+            return None
+        approvers, _, quorum = chosen.approval.rung(0)
+        for s in found:
+            if (s.rule != chosen.approval.rule or s.quorum != quorum
+                    or sorted(s.approvers_value()) != sorted(approvers)):
+                continue  # granted in another band
+            grants = s.grants_value()
+            if run.requested_by in grants and not s.allow_self_approval:
+                continue
+            if not Scope.model_validate_json(s.scope).covers(tool, args):
+                continue
+            if all([await self._may_decide(s, g) for g in grants]):
+                return s
+        return None
+
+    async def use(self, tx: Tx, s: StandingRecord, *, run: RunRecord, call_id: str,
+                  tool: str, args: dict[str, Any], policy: ApprovalPolicy,
+                  packet: dict[str, Any]) -> ApprovalRecord | None:
+        """Inside the caller's transaction: count a use of ``s`` (compare-and-set) and leave
+        an approved request for the call that names it; None if ``s`` no longer covers
+        anything (revoked or expired since it was read)."""
+        now = self.e.clock.now()
+        used = await tx.standing.use(s.id, now=now)
+        if used is None:
+            return None
+        grants = used.grants_value()
+        approval_id = await self.e.gate.insert_approval(
+            tx, run=run, call_id=call_id, kind="tool_call", tool=tool, args=args,
+            policy=policy, rung=0, packet=packet, card=False)
+        said = f"covered by standing approval {s.id} (granted by {', '.join(grants)})"
+        done = await tx.approvals.transition(
+            approval_id, to="approved", decided_at=now, decided_by=f"{VIA}:{s.id}",
+            decided_via=VIA, verdict="approve", reason=said, approve_count=len(grants))
+        assert done is not None
+        self.e.audit.record(tx, at=now, action="approved", actor=f"{VIA}:{s.id}", via=VIA,
+                            run_id=run.id, approval_id=approval_id, digest=done.digest,
+                            details={"tool": tool, "args": args, "standing_approval": s.id,
+                                     "granted_by": grants, "use": used.uses,
+                                     "scope": Scope.model_validate_json(s.scope).describe()})
+        return done
+
+    async def _may_decide(self, s: StandingRecord, user: str) -> bool:
+        """Is ``user`` (still) one of ``s``'s approvers? A directory that cannot answer
+        says no: a standing approval then covers nothing until it can."""
+        approvers = s.approvers_value()
+        if not approvers or user in approvers:
+            return True
+        for group in (g for g in approvers if is_group(g)):
+            try:
+                if user in await self.e.directory.members(group):
+                    return True
+            except DirectoryError:
+                return False
+        return False
+
+
+def _span(d: timedelta) -> str:
+    minutes = int(d.total_seconds() // 60)
+    return f"{minutes // 60}h{minutes % 60:02d}m" if minutes >= 60 else f"{minutes}m"
+
+
+def scope_json(s: StandingRecord) -> dict[str, Any]:
+    value: dict[str, Any] = json.loads(s.scope)
+    return value

@@ -1,0 +1,192 @@
+"""Standing approvals (issue 13): "approve this, and calls like it, for a while", scoped,
+bounded, revocable and audited per use; time moves only through the injected clock."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+
+from runtime.decide import Actor
+from runtime.directory import StaticDirectory
+from runtime.gate import CARD_POST
+from runtime.outcomes import Completed, Paused
+from runtime.policy import PolicyFile
+from runtime.standing import Scope, StandingRefused, scope_for
+from tests.unit.test_decisions import ALICE, BOB, CAROL, DANA, approval, engine_with, refunds
+
+UP_TO_50 = "args.order_id == 'A-1001' && args.amount_cents <= 5000"
+
+
+def task(amount: str, order: str = "A-1001") -> str:
+    return f"Refund order {order}: {amount}"
+
+
+async def start(engine, amount: str, order: str = "A-1001", requested_by: str = DANA):
+    return await engine.run("demo-refund", task(amount, order), requested_by=requested_by)
+
+
+async def grant_on_first(engine, db, *, window=timedelta(minutes=30), when=UP_TO_50,
+                         by: Actor = ALICE):
+    paused = await start(engine, "$30")
+    assert isinstance(paused, Paused), paused
+    a = await approval(db, paused.approval_ids[0])
+    standing, decision = await engine.standing.grant(
+        a.id, actor=by, window=window, scope=scope_for(a, "condition", when=when))
+    assert decision.outcome in ("approved", "voted")
+    return paused, standing
+
+
+async def card_posts(db, approval_id: str) -> int:
+    async with db.read() as tx:
+        rows = await tx.outbox.recent(kind=CARD_POST, limit=500)
+    return sum(json.loads(r.payload).get("approval_id") == approval_id for r in rows)
+
+
+async def test_the_issue_scenario(make_engine, db, clock, ledger_path) -> None:
+    engine = engine_with(make_engine, ledger_path)
+    paused, standing = await grant_on_first(engine, db)
+    assert standing.status == "active" and standing.grants_value() == ["U_ALICE"]
+    assert isinstance(await engine.advance(paused.run_id), Completed)  # the granting one
+    # three matching calls run without a card, each naming the standing approval
+    for amount in ("$20", "$45", "$50"):
+        done = await start(engine, amount)
+        assert isinstance(done, Completed), done
+        async with db.read() as tx:
+            [a] = [x for x in await tx.approvals.for_run(done.run_id) if x.kind == "tool_call"]
+            entries = await tx.audit.query(approval_id=a.id)
+        assert (a.status, a.decided_via, a.decided_by) == (
+            "approved", "standing", f"standing:{standing.id}")
+        assert await card_posts(db, a.id) == 0
+        approved = [e for e in entries if e.action == "approved"]
+        assert [json.loads(e.details)["standing_approval"] for e in approved] == [standing.id]
+        executed = [e for e in entries if e.action == "executed"]
+        assert len(executed) == 1
+    # a fourth, for $60, is outside the scope: it asks
+    over = await start(engine, "$60")
+    assert isinstance(over, Paused)
+    assert await card_posts(db, over.approval_ids[0]) == 1
+    # after the window, a matching call asks again
+    clock.advance(timedelta(minutes=31))
+    late = await start(engine, "$10", order="A-1001")
+    assert isinstance(late, Paused)
+    got = await engine.standing.get(standing.id)
+    assert got.uses == 3 and got.state(clock.now()) == "expired"
+    assert [r["args"]["amount_cents"] for r in refunds(ledger_path)] == [3000, 2000, 4500, 5000]
+
+
+async def test_revoke_stops_the_next_match_at_once(make_engine, db, clock, ledger_path) -> None:
+    engine = engine_with(make_engine, ledger_path)
+    _, standing = await grant_on_first(engine, db)
+    assert isinstance(await start(engine, "$20"), Completed)
+    revoked = await engine.standing.revoke(standing.id, actor=BOB, reason="too broad")
+    assert revoked.status == "revoked" and revoked.revoked_by == "U_BOB"
+    assert isinstance(await start(engine, "$20"), Paused)
+    with pytest.raises(StandingRefused, match="already revoked"):
+        await engine.standing.revoke(standing.id, actor=ALICE)
+    async with db.read() as tx:
+        entries = [e for e in await tx.audit.query() if e.action.startswith("standing_")]
+    assert [e.action for e in entries] == ["standing_granted", "standing_revoked"]
+
+
+async def test_a_use_loses_to_a_revocation_that_committed_first(make_engine, db, clock,
+                                                               ledger_path) -> None:
+    # the candidate was read before the revocation; the use's compare-and-set sees it
+    engine = engine_with(make_engine, ledger_path)
+    _, standing = await grant_on_first(engine, db)
+    original = engine.standing.candidate
+
+    async def read_then_revoke(*args, **kwargs):
+        found = await original(*args, **kwargs)
+        await engine.standing.revoke(standing.id, actor=ALICE)
+        return found
+
+    engine.standing.candidate = read_then_revoke
+    outcome = await start(engine, "$20")
+    assert isinstance(outcome, Paused)  # it asked instead
+    assert (await engine.standing.get(standing.id)).uses == 0
+
+
+async def test_a_quorum_2_tool_needs_two_grants(make_engine, db, clock, ledger_path) -> None:
+    engine = engine_with(make_engine, ledger_path, approvers=["U_ALICE", "U_BOB", "U_CAROL"],
+                         quorum=2)
+    _paused, standing = await grant_on_first(engine, db)
+    assert standing.status == "proposed"
+    assert isinstance(await start(engine, "$20"), Paused)  # one grant covers nothing
+    with pytest.raises(StandingRefused, match="already granted"):
+        await engine.standing.add_grant(standing.id, actor=ALICE)
+    with pytest.raises(StandingRefused, match="not an approver"):
+        await engine.standing.add_grant(standing.id, actor=Actor("U_MALLORY", "slack"))
+    active = await engine.standing.add_grant(standing.id, actor=CAROL)
+    assert active.status == "active" and active.grants_value() == ["U_ALICE", "U_CAROL"]
+    done = await start(engine, "$20", requested_by="U_DANA")
+    assert isinstance(done, Completed)
+
+
+async def test_a_granter_taken_off_the_approvers_lends_no_grant(make_engine, db, clock,
+                                                                ledger_path) -> None:
+    groups = PolicyFile.model_validate({"groups": {"S_REFUNDS": ["U_ALICE", "U_BOB"]}})
+    engine = engine_with(make_engine, ledger_path, policy_file=groups, approvers=["S_REFUNDS"])
+    _, standing = await grant_on_first(engine, db)
+    assert isinstance(await start(engine, "$20"), Completed)
+    engine.directory = StaticDirectory({"S_REFUNDS": ["U_BOB"]})  # Alice left the group
+    assert isinstance(await start(engine, "$20"), Paused)
+    assert (await engine.standing.get(standing.id)).uses == 1
+
+
+async def test_never_across_a_band_nor_for_a_forbidden_call(make_engine, db, clock,
+                                                            ledger_path) -> None:
+    rules = PolicyFile.model_validate({"tools": {"issue_refund": {"rules": [
+        {"when": "args.amount_cents > 4000", "policy": "forbidden", "reason": "too much"},
+        {"when": "args.amount_cents > 2500", "approvers": ["U_CAROL"]}]}}})
+    engine = engine_with(make_engine, ledger_path, policy_file=rules)
+    paused = await start(engine, "$20")
+    a = await approval(db, paused.approval_ids[0])
+    standing, _ = await engine.standing.grant(
+        a.id, actor=ALICE, window=timedelta(hours=1),
+        scope=scope_for(a, "condition", when="args.order_id == 'A-1001'"))
+    assert isinstance(await start(engine, "$15"), Completed)  # same band: covered
+    assert isinstance(await start(engine, "$30"), Paused)  # Carol's band: asks Carol
+    forbidden = await start(engine, "$45")
+    assert isinstance(forbidden, Completed) and "forbidden" in (forbidden.result or "")
+    assert (await engine.standing.get(standing.id)).uses == 1
+
+
+async def test_the_requester_does_not_ride_their_own_grant(make_engine, db, clock,
+                                                           ledger_path) -> None:
+    engine = engine_with(make_engine, ledger_path)
+    _, standing = await grant_on_first(engine, db)
+    mine = await start(engine, "$20", requested_by="U_ALICE")
+    assert isinstance(mine, Paused)
+    assert (await engine.standing.get(standing.id)).uses == 0
+
+
+@pytest.mark.parametrize(("policy", "window", "message"), [
+    ({}, timedelta(minutes=5), "lasts 15m to 1h00m"),
+    ({}, timedelta(hours=2), "lasts 15m to 1h00m"),
+    ({"max_standing": "4h"}, timedelta(hours=9), "lasts 15m to 4h00m"),
+    ({"max_standing": "0"}, timedelta(minutes=30), "turned off"),
+])
+async def test_windows_are_bounded_by_policy(make_engine, db, clock, ledger_path, policy,
+                                             window, message) -> None:
+    engine = engine_with(make_engine, ledger_path, **policy)
+    paused = await start(engine, "$30")
+    a = await approval(db, paused.approval_ids[0])
+    with pytest.raises(StandingRefused, match=message):
+        await engine.standing.grant(a.id, actor=ALICE, window=window,
+                                    scope=scope_for(a, "exact"))
+    assert (await approval(db, a.id)).status == "pending"  # nothing was decided
+
+
+def test_scopes() -> None:
+    exact = Scope(kind="exact", digest="d" * 64, values={"a": 1})
+    assert not exact.covers("t", {"a": 1})  # the digest decides, not the values shown
+    fields = Scope(kind="fields", values={"order_id": "A-1"})
+    assert fields.covers("t", {"order_id": "A-1", "amount_cents": 9})
+    assert not fields.covers("t", {"order_id": "A-2"})
+    cond = Scope(kind="condition", when="args.amount_cents <= 5000")
+    assert cond.covers("t", {"amount_cents": 5000})
+    assert not cond.covers("t", {"amount": 1})  # cannot be evaluated: covers nothing
+    with pytest.raises(ValueError, match="not a valid CEL"):
+        Scope(kind="condition", when="args.amount_cents >> 1")
