@@ -493,3 +493,44 @@ async def test_the_ops_thread_follows_an_external_request(sqlite_url: str,
         status, done = await api(http, "GET", f"{base(h)}/v1/requests/{doc['id']}/decision"
                                  "?wait=10", token.token)
         assert done["status"] == "approved"
+
+
+async def test_a_decision_on_one_replica_ends_a_long_poll_on_another(
+        pg_url: str | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    if pg_url is None:
+        pytest.skip("PostgreSQL is not available")
+    import uuid
+
+    from bot.config import Settings
+    from bot.serve import Service
+    from runtime.decide import Actor
+    from store.db import Database
+
+    monkeypatch.setattr(external, "POLL", 60.0)  # only PostgreSQL's NOTIFY can end it soon
+    settings = Settings(APPROVALD_DATABASE_URL=pg_url, APPROVALD_SECRET=SECRET,
+                        APPROVALD_POLICY_FILE=policy_file(tmp_path),
+                        APPROVALD_POLL_INTERVAL="600", APPROVALD_SWEEP_INTERVAL="600")
+    db_a, db_b = Database(pg_url), Database(pg_url)
+    a, b = Service(settings, db_a), Service(settings, db_b)
+    try:
+        assert await a.wakeups.start() and await b.wakeups.start()
+        async with asyncio.timeout(10):
+            await a.wakeups.listening()
+            await b.wakeups.listening()
+        made = await api_tokens.create(db_b, b.engine.clock, api_tokens.WebhookKeys(SECRET),
+                                       f"replica-{uuid.uuid4().hex[:8]}", created_by="test")
+        doc, _ = await b.engine.external.create(made.record, external.NewRequest(
+            tool="deploy", args={"service": "api"}, requested_by="U_DANA"))
+        waiting = asyncio.ensure_future(b.engine.external.wait(made.record, doc["id"],
+                                                               seconds=30))
+        await asyncio.sleep(0.2)
+        assert not waiting.done()
+        await a.engine.decide(doc["approval_id"], actor=Actor("U_ALICE", "cli:test"),
+                              verdict="approve")
+        told = await asyncio.wait_for(waiting, 10)
+        assert told["status"] == "approved"
+    finally:
+        await a.wakeups.close()
+        await b.wakeups.close()
+        await db_a.close()
+        await db_b.close()
