@@ -29,11 +29,14 @@ from runtime.errors import StateVersionError
 
 SCHEMA_VERSION = 3
 
+# external: an HTTP API request's run, which its caller (not a worker) carries out
 RunStatus = Literal[
-    "running", "awaiting_approval", "completed", "failed", "cancelled", "needs_attention"
+    "running", "awaiting_approval", "completed", "failed", "cancelled", "needs_attention",
+    "external",
 ]
 RUN_STATUSES: tuple[str, ...] = (
-    "running", "awaiting_approval", "completed", "failed", "cancelled", "needs_attention"
+    "running", "awaiting_approval", "completed", "failed", "cancelled", "needs_attention",
+    "external",
 )
 FINAL_STATUSES = frozenset({"completed", "failed", "cancelled"})
 
