@@ -28,6 +28,7 @@ from runtime.external import WEBHOOK
 from store.records import OutboxRecord
 from tests.helpers import Cli
 from tests.integration.slack_harness import CHANNEL, Harness, harness, wait_for
+from tests.integration.test_slack import assert_valid_blocks
 
 AGENT = Path(__file__).resolve().parent.parent / "fixtures" / "http_agent.py"
 SECRET = "approvald-test-secret-0123456789"  # the harness's APPROVALD_SECRET
@@ -185,6 +186,7 @@ async def test_a_stdlib_agent_asks_waits_runs_and_reports(db_url: str, tmp_path:
         a = await approval_of(h, run.id)
         await h.service.drain.drain_once()  # the card goes out through the outbox
         card = await h.card(a.id)
+        assert_valid_blocks(card["blocks"])
         assert "billing" in json.dumps(card) and "build 812 green" in json.dumps(card)
         # a signed Approve click from Slack decides it
         await h.slack.click(cards.APPROVE, h.value(a), user_id="U_ALICE", channel_id=CHANNEL,

@@ -170,3 +170,16 @@ async def test_a_waiter_wakes_on_a_decision_in_this_process(make_engine, monkeyp
     await asyncio.sleep(0.05)
     stop.set()  # a stopping server answers its long polls at once
     assert (await asyncio.wait_for(waiting, 5))["status"] == "pending"
+
+
+async def test_an_answer_of_the_policy_is_told_too(make_engine) -> None:
+    engine, token = await setup(make_engine)
+    auto, _ = await engine.external.create(token, NewRequest(
+        tool="refund_card", args={"cents": 100}, requested_by="U_DANA"))
+    [hook] = await rows(engine, WEBHOOK)
+    told = hook.payload_value()["document"]
+    assert (told["id"], told["status"], told["decision"]["decided_by"]) == (
+        auto["id"], "approved", "policy")
+    async with engine.db.read() as tx:
+        entries = [e.action for e in await tx.audit.query(run_id=auto["id"])]
+    assert entries == ["requested", "approved"]
