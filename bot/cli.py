@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from bot import documents
+from bot import cli_standing, documents
 from bot.api.cli import add_commands as add_token_commands
 from bot.config import Settings, load_settings
 from bot.wiring import build_engine, check_environment, open_database
@@ -37,6 +37,7 @@ from runtime.identity import InvalidIdentity, normalize_user_id
 from runtime.ids import lease_id
 from runtime.outcomes import Busy, Outcome, Waiting, Yielded
 from runtime.runner import status_outcome
+from runtime.standing import StandingRefused
 from store.records import ApprovalRecord
 
 EXIT = {"completed": 0, "awaiting_approval": 0, "running": 0, "failed": 1, "cancelled": 1,
@@ -351,11 +352,16 @@ def decide_command(verdict: str) -> Callable[[Settings, argparse.Namespace], Awa
         as_user = slack_user("--as", a.as_user)  # refused before the database is opened
         if isinstance(a.id, list):  # approve / deny take several ids
             if len(a.id) > 1:
-                if a.digest:
-                    raise UsageError("--digest goes with one approval id")
+                if a.digest or getattr(a, "standing", None):
+                    raise UsageError("--digest and --standing go with one approval id")
                 return await with_engine(s, lambda engine: decide_batch(engine, a, as_user,
                                                                         verdict))
             a.id = a.id[0]
+
+        if getattr(a, "standing", None):
+            actor = Actor(as_user, f"cli:{operator().removeprefix('cli:')}")
+            return await with_engine(s, lambda engine: cli_standing.grant(
+                engine, a, actor, UsageError))
 
         async def go(engine: Engine) -> int:
             args = None
@@ -794,6 +800,8 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--output", "-o", metavar="FILE", help="write to a file instead of stdout")
     tr.set_defaults(fn=cmd_trace)
 
+    cli_standing.add_parsers(sub, with_engine=with_engine, slack_user=slack_user,
+                             operator=operator)
     sub.add_parser("recover", help="resume runs whose worker died").set_defaults(fn=cmd_recover)
 
     pr = sub.add_parser("prune", help="delete finished runs' transcripts, execution records "
@@ -847,6 +855,9 @@ def build_parser() -> argparse.ArgumentParser:
                                 "digest (as `approvals show` printed it)")
         if name == "deny":
             c.add_argument("--reason", required=True, help="why (the model receives it)")
+        elif name == "approve":
+            c.add_argument("--reason", help="why (recorded in the audit log)")
+            cli_standing.add_grant_options(c)
         elif name == "redirect":
             c.add_argument("--guidance", required=True, metavar="TEXT",
                            help="what the agent should do instead (the model receives it)")
@@ -1013,7 +1024,7 @@ def _main(argv: Sequence[str] | None) -> int:
     except UsageError as exc:
         print(str(exc), file=sys.stderr)
         return 2
-    except DecisionRefused as exc:
+    except (DecisionRefused, StandingRefused) as exc:
         print(f"approvald: refused: {exc}", file=sys.stderr)
         return 4
     except ApprovaldError as exc:

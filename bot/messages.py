@@ -149,6 +149,9 @@ def thread_approval_decided(a: ApprovalRecord) -> str:
     reason = T.THREAD_REASON.format(reason=clip(a.reason, 300)) if a.reason else ""
     fields = {"emoji": T.STATUS_EMOJI.get(a.status, T.UNKNOWN_EMOJI),
               "tool": code_span(a.tool, 80), "status": status, "reason": reason}
+    if a.decided_via == "standing" and a.decided_by:  # no card: say what allowed it
+        return T.THREAD_STANDING.format(emoji=fields["emoji"], tool=fields["tool"],
+                                        reason=clip(a.reason or "", 300))
     if a.decided_by and a.status not in ("expired", "superseded"):
         return T.THREAD_DECIDED.format(who=who(a.decided_by), **fields)
     return T.THREAD_DECIDED_NOBODY.format(**fields)

@@ -293,6 +293,7 @@ THREAD_REQUESTED_QUESTION = (":warning: `{tool}` may or may not have taken effec
 THREAD_CARD_LINK = " <{url}|Open the request>"
 THREAD_DECIDED = "{emoji} `{tool}` {status} by {who}{reason}"
 THREAD_DECIDED_NOBODY = "{emoji} `{tool}` {status}{reason}"
+THREAD_STANDING = "{emoji} `{tool}` approved without a card: {reason}"
 THREAD_REASON = ": {reason}"
 THREAD_ERROR = ":x: *Error:* {error}"
 RUN_WAITING = (":hourglass: Waiting until {date}: {reason}. Nothing failed; the run resumes "

@@ -8,6 +8,7 @@ from datetime import timedelta
 
 import pytest
 
+from bot.messages import thread_approval_decided
 from runtime.decide import Actor
 from runtime.directory import StaticDirectory
 from runtime.gate import CARD_POST
@@ -63,6 +64,10 @@ async def test_the_issue_scenario(make_engine, db, clock, ledger_path) -> None:
         assert [json.loads(e.details)["standing_approval"] for e in approved] == [standing.id]
         executed = [e for e in entries if e.action == "executed"]
         assert len(executed) == 1
+        # the run thread says what allowed it
+        told = thread_approval_decided(a)
+        assert told.endswith(f"`issue_refund` approved without a card: covered by standing "
+                             f"approval {standing.id} (granted by U_ALICE)")
     # a fourth, for $60, is outside the scope: it asks
     over = await start(engine, "$60")
     assert isinstance(over, Paused)
