@@ -16,7 +16,14 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from slack_sdk.models.blocks import ActionsBlock, Block, ButtonElement, ConfirmObject
+from slack_sdk.models.blocks import (
+    ActionsBlock,
+    Block,
+    ButtonElement,
+    CheckboxesElement,
+    ConfirmObject,
+    Option,
+)
 
 from bot import texts as T
 from bot.mrkdwn import (
@@ -33,6 +40,7 @@ from bot.mrkdwn import (
     header,
     json_escapes,
     md,
+    plain,
     safe_cut,
     safe_url,
     section,
@@ -45,12 +53,13 @@ from runtime.decide import counted
 from store.records import ApprovalRecord, VoteRecord
 
 __all__ = [
-    "ABORT", "ACTION_IDS", "APPROVE", "ARGS_BLOCK", "ARGS_INPUT", "DENY", "DENY_MODAL", "EDIT",
+    "ABORT", "ACTION_IDS", "APPROVE", "APPROVE_SELECTED", "ARGS_BLOCK", "ARGS_INPUT",
+    "BATCH_BLOCK", "DENY", "DENY_MODAL", "DENY_SELECTED", "DENY_SELECTED_MODAL", "EDIT",
     "EDIT_MODAL", "GUIDANCE_BLOCK", "GUIDANCE_INPUT", "MARK_DONE", "REASON_BLOCK",
-    "REASON_INPUT", "REDIRECT", "REDIRECT_MODAL", "RESOLVE_MODAL", "RETRY", "VIEW_ARGS",
-    "approval_card", "approver_ids", "args_text", "as_text", "button_value", "buttons",
-    "compact_blocks", "editable_text", "escape_mrkdwn", "json_object", "parse_value",
-    "recent_line", "risk_of",
+    "REASON_INPUT", "REDIRECT", "REDIRECT_MODAL", "RESOLVE_MODAL", "RETRY", "SELECT",
+    "SELECT_BLOCK", "VIEW_ARGS", "approval_card", "approver_ids", "args_text", "as_text",
+    "batch_buttons", "button_value", "buttons", "compact_blocks", "editable_text",
+    "escape_mrkdwn", "json_object", "parse_value", "recent_line", "risk_of", "select_value",
 ]
 
 # action ids, callback ids and input ids the handlers dispatch on
@@ -62,8 +71,18 @@ VIEW_ARGS = "approvald.view_args"
 RETRY = "approvald.retry"
 MARK_DONE = "approvald.mark_done"
 ABORT = "approvald.abort"
-ACTION_IDS = (APPROVE, DENY, EDIT, REDIRECT, VIEW_ARGS, RETRY, MARK_DONE, ABORT)
+# batch decisions: a request's checkbox, and the buttons that decide every ticked one
+SELECT = "approvald.select"
+APPROVE_SELECTED = "approvald.approve_selected"
+DENY_SELECTED = "approvald.deny_selected"
+ACTION_IDS = (APPROVE, DENY, EDIT, REDIRECT, VIEW_ARGS, RETRY, MARK_DONE, ABORT, SELECT,
+              APPROVE_SELECTED, DENY_SELECTED)
 DENY_MODAL = "approvald.deny_modal"
+DENY_SELECTED_MODAL = "approvald.deny_selected_modal"
+# block ids: a checkbox's block is SELECT_BLOCK + "." + the request id (a modal's: + a number)
+SELECT_BLOCK = "approvald.pick"
+BATCH_BLOCK = "approvald.batch"
+OPTION_VALUE_MAX = 150  # Slack's cap on an option's value (a button's is 2,000)
 EDIT_MODAL = "approvald.edit_modal"
 REDIRECT_MODAL = "approvald.redirect_modal"
 RESOLVE_MODAL = "approvald.resolve_modal"
@@ -91,6 +110,13 @@ def parse_value(value: str) -> tuple[str, str]:
     if not sep or not _safe_id(approval_id, 128) or not _safe_id(token, 512):
         raise ValueError("not an approvald button value")
     return approval_id, token
+
+
+def select_value(approval_id: str, token: str) -> str | None:
+    """A checkbox option's value, ``"{approval_id}:{token}"`` like a button's; None when it
+    would not fit Slack's 150 characters (that request keeps its own buttons only)."""
+    value = button_value(approval_id, token)
+    return value if len(value) <= OPTION_VALUE_MAX else None
 
 
 # -- reading a record defensively: a malformed packet must not stop a card ------------------
@@ -195,7 +221,7 @@ def _quorum(a: ApprovalRecord, votes: Sequence[VoteRecord]) -> str | None:
                                   who=", ".join(who(n) for n in names[:10]))
 
 
-def _button(label: str, action_id: str, value: str, style: str | None = None,
+def _button(label: str, action_id: str, value: str | None, style: str | None = None,
             confirm: ConfirmObject | None = None) -> ButtonElement:
     return ButtonElement(text=label, action_id=action_id, value=value, style=style,
                          confirm=confirm)
@@ -226,6 +252,16 @@ def buttons(a: ApprovalRecord, token: str, *, view_args: bool) -> ActionsBlock:
     if view_args:
         elements.append(_button(T.BUTTON_VIEW_ARGS, VIEW_ARGS, value))
     return ActionsBlock(elements=elements)
+
+
+def batch_buttons() -> ActionsBlock:
+    """"Approve selected" (with a confirmation) and "Deny selected" (a modal asks why).
+    They carry no value: what they decide is what is ticked, read from the surface's state."""
+    confirm = ConfirmObject(title=T.CONFIRM_BATCH_TITLE, text=md(T.CONFIRM_BATCH_TEXT),
+                            confirm=T.CONFIRM_BATCH_YES, deny=T.CONFIRM_NO, style="primary")
+    return ActionsBlock(block_id=BATCH_BLOCK, elements=[
+        _button(T.BUTTON_APPROVE_SELECTED, APPROVE_SELECTED, None, "primary", confirm),
+        _button(T.BUTTON_DENY_SELECTED, DENY_SELECTED, None, "danger")])
 
 
 # -- the card ---------------------------------------------------------------------------------
@@ -427,9 +463,13 @@ def _fallback(a: ApprovalRecord, p: dict[str, Any]) -> str:
 
 # -- compact cards and lines (App Home, /approvals) -----------------------------------------
 
-def compact_blocks(a: ApprovalRecord, token: str | None, *,
-                   now: datetime) -> list[dict[str, Any]]:
-    """A short summary section of a request, plus its live buttons when ``token`` is given."""
+def compact_blocks(a: ApprovalRecord, token: str | None, *, now: datetime,
+                   selectable: bool = False) -> list[dict[str, Any]]:
+    """A short summary section of a request, plus its live buttons when ``token`` is given.
+
+    ``selectable``: a pending call also gets a checkbox beside its summary, whose value is
+    its id and ``token`` (bound to the arguments shown), for "Approve/Deny selected".
+    """
     p = json_object(a.packet)
     agent, requester = clip(as_text(p.get("agent")) or "agent", 60), who(a.requested_by)
     if a.kind == "outcome_unknown":
@@ -450,8 +490,16 @@ def compact_blocks(a: ApprovalRecord, token: str | None, *,
                                else T.DATE_EXPIRED))
         tail.append(_quorum(a, ()) or "")  # the count only: names cost space here
     lines.append(" · ".join(t for t in tail if t) or T.CTX_ID.format(id=code_span(a.id, 64)))
-    blocks: list[Block] = [section("\n".join(lines))]
-    if token is not None and a.status == "pending":
+    summary = section("\n".join(lines))
+    live = token is not None and a.status == "pending"
+    value = (select_value(a.id, token) if live and selectable and a.kind == "tool_call"
+             and token is not None else None)
+    if value is not None:
+        summary.block_id = f"{SELECT_BLOCK}.{a.id}"
+        summary.accessory = CheckboxesElement(action_id=SELECT, options=[
+            Option(text=plain(T.SELECT_OPTION), value=value)])
+    blocks: list[Block] = [summary]
+    if live and token is not None:
         blocks.append(buttons(a, token, view_args=cut > 0))
     return [b.to_dict() for b in blocks]
 

@@ -143,12 +143,55 @@ CLOSED_WORD = "closed"
 
 HOME_TITLE = "Waiting for your approval"
 HOME_EMPTY = ":sparkles: Nothing is waiting for your approval."
-HOME_MORE = "Showing {shown} of {total}. Decide these first, or use `approvald approvals list`."
+HOME_MORE = ("Showing the oldest {shown} of {total}. Decide these first, or see them all with "
+             "`approvald approvals list --limit {total}`.")
 HOME_RECENT_TITLE = "Recent decisions"
 HOME_RECENT_EMPTY = "No decisions yet."
 LIST_TITLE = "*{n} request(s) waiting for your approval*"
 LIST_EMPTY = ":sparkles: Nothing is waiting for your approval."
-LIST_MORE = "… and {n} more. Open approvald's App Home tab to see them all."
+LIST_MORE = ("… and {n} more. The App Home tab shows more at once, and "
+             "`approvald approvals list --limit {total}` all of them.")
+
+# -- batch decisions (App Home, /approvals) ---------------------------------------------------
+
+BUTTON_APPROVE_SELECTED = "Approve selected"
+BUTTON_DENY_SELECTED = "Deny selected"
+SELECT_OPTION = "Select"
+BATCH_HINT = ("Tick requests, then *Approve selected* or *Deny selected* (one reason for all). "
+              "Each is still decided on its own, on the arguments shown here.")
+GROUP_HEADER = "{tool} · {n} waiting"
+CONFIRM_BATCH_TITLE = "Approve every selected request?"
+CONFIRM_BATCH_TEXT = ("Each selected call runs on the exact arguments shown here as soon as "
+                      "enough approvers agree. A request decided or edited since this list "
+                      "was drawn is refused, not approved.")
+CONFIRM_BATCH_YES = "Approve selected"
+BATCH_NOTHING = (":information_source: Nothing was selected, so nothing changed. Tick the "
+                 "requests to decide first.")
+BATCH_SUMMARY = "*You decided {total} selected request(s):* {parts}"
+BATCH_PART_APPROVED = ":white_check_mark: {n} approved"
+BATCH_PART_VOTED = ":ballot_box_with_check: {n} approval(s) recorded, more approvers needed"
+BATCH_PART_DENIED = ":no_entry_sign: {n} denied"
+BATCH_PART_REFUSED = ":warning: {n} refused, nothing changed for them"
+BATCH_LINE_APPROVED = ":white_check_mark: Approved {label}"
+BATCH_LINE_VOTED = ":ballot_box_with_check: Approval recorded ({count} of {quorum}) {label}"
+BATCH_LINE_DENIED = ":no_entry_sign: Denied {label}"
+BATCH_LINE_REFUSED = ":warning: Refused {label}: {why}"
+BATCH_LABEL = "`{tool}` `{id}` `{args}`"
+BATCH_LABEL_UNKNOWN = "`{id}`"
+BATCH_LINES_MORE = "… and {n} more line(s): `approvald approvals list --all` shows every request."
+BATCH_REFUSED = ":warning: {why}: nothing changed."
+BATCH_TOO_MANY = "At most {most} requests can be decided at once ({n} selected)"
+BATCH_ERROR = (":warning: Something went wrong while deciding ({error}). Decisions made before "
+               "it are recorded; whatever still waits is listed below.")
+MODAL_BATCH_DENY_TITLE = "Deny selected requests"
+MODAL_BATCH_DENY_SUBMIT = "Deny selected"
+MODAL_BATCH_DENY_INTRO = ("You are denying {n} request(s). Each agent receives your reason as "
+                          "its call's result and may try another way. Untick any you do not "
+                          "mean to deny.")
+MODAL_BATCH_ITEMS = "Requests to deny"
+MODAL_BATCH_ITEMS_MORE = "More requests to deny"
+MODAL_BATCH_ITEM_NOTE = "{id} · requested by {who}"
+MODAL_BATCH_NONE = "Tick at least one request to deny."
 LIST_FALLBACK = "{n} approval request(s) waiting for you"
 
 # -- modals (titles, submit and close labels are at most 24 characters) ---------------------

@@ -3,16 +3,29 @@
 Views are built with slack_sdk's ``View`` and returned as ``.to_dict()``, so titles over 24
 characters, more than 100 blocks or oversized metadata fail in tests. Modals carry in
 ``private_metadata`` only which request they act on and where its card is; never arguments.
+
+The App Home and ``/approvals`` list the viewer's pending requests oldest first, grouped by
+tool, each with a checkbox for "Approve selected" / "Deny selected": a ticked checkbox
+carries the request's id and the token of the arguments it showed, exactly like its
+buttons, so a batch can only ever decide what the approver saw.
 """
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from slack_sdk.models.blocks import Block, DividerBlock, InputBlock, PlainTextInputElement
+from slack_sdk.models.blocks import (
+    Block,
+    CheckboxesElement,
+    DividerBlock,
+    InputBlock,
+    Option,
+    PlainTextInputElement,
+)
 from slack_sdk.models.views import View
 
 from bot import texts as T
@@ -20,6 +33,7 @@ from bot.cards import (
     ARGS_BLOCK,
     ARGS_INPUT,
     DENY_MODAL,
+    DENY_SELECTED_MODAL,
     EDIT_MODAL,
     GUIDANCE_BLOCK,
     GUIDANCE_INPUT,
@@ -27,15 +41,19 @@ from bot.cards import (
     REASON_INPUT,
     REDIRECT_MODAL,
     RESOLVE_MODAL,
+    SELECT,
+    SELECT_BLOCK,
     args_text,
+    batch_buttons,
     button_value,
     compact_blocks,
     editable_text,
     json_object,
     parse_value,
     recent_line,
+    select_value,
 )
-from bot.messages import coalesce
+from bot.messages import coalesce, refusal_text
 from bot.mrkdwn import (
     CARD_TEXT_BUDGET,
     INPUT_MAX,
@@ -43,22 +61,29 @@ from bot.mrkdwn import (
     REASON_MAX,
     SECTION_MAX,
     VIEW_BLOCKS_MAX,
+    clip,
     code_chunks,
     code_span,
     context,
     cut_plain,
     header,
+    md,
     plain,
     section,
     text_length,
     units,
 )
+from runtime.batch import MAX_BATCH, BatchVerdict, Outcome
 from store.records import ApprovalRecord
 
-HOME_MAX_PENDING = 20
+HOME_MAX_PENDING = 50  # at most: Slack's 100 blocks hold fewer (the oldest that fit are shown)
 HOME_MAX_RECENT = 15
 HOME_TEXT_BUDGET = 30_000  # no documented cap for a view; stay in a sane range anyway
+HOME_RESULT_SECTIONS = 4
 LIST_MAX_PENDING = 10
+LIST_RESULT_SECTIONS = 2
+OPTIONS_PER_ELEMENT = 10  # Slack's cap on a checkboxes element's options
+OPTION_TEXT_MAX = 75  # and on an option's text and description
 EDIT_ERROR_MAX = 1000
 
 
@@ -256,38 +281,166 @@ def parse_edit(text: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]
     return value, None
 
 
-def _pending_blocks(pending: Sequence[tuple[ApprovalRecord, str]], *, now: datetime,
-                    most: int, max_blocks: int, budget: int) -> tuple[list[dict[str, Any]], int]:
-    """Compact cards with dividers while they fit in blocks and text; and how many did."""
-    out: list[dict[str, Any]] = []
-    size = shown = 0
+class BatchResult(NamedTuple):
+    """What "Approve/Deny selected" did, for the view drawn after it.
+
+    ``outcomes``: each request's :class:`runtime.batch.Outcome` with the request as it is
+    now (None when there is no such request). ``refused``: why the whole batch was refused
+    before anything was decided. ``error``: why it stopped part-way. No outcomes and
+    neither: nothing was selected.
+    """
+
+    verdict: BatchVerdict
+    outcomes: Sequence[tuple[Outcome, ApprovalRecord | None]] = ()
+    refused: str | None = None
+    error: str | None = None
+
+
+def parse_selection(values: Any) -> list[tuple[str, str]]:
+    """``(approval_id, token)`` of every ticked request in a view's or a message's
+    ``state.values``, each once, in the order given. Options that are not ours are skipped:
+    what a ticked box may decide is checked again by the decision itself."""
+    out: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    if not isinstance(values, Mapping):
+        return out
+    for block in values.values():
+        state = block.get(SELECT) if isinstance(block, Mapping) else None
+        options = state.get("selected_options") if isinstance(state, Mapping) else None
+        for option in options if isinstance(options, list) else []:
+            try:
+                approval_id, token = parse_value(option.get("value"))
+            except (ValueError, AttributeError):
+                continue
+            if approval_id not in seen:
+                seen.add(approval_id)
+                out.append((approval_id, token))
+    return out
+
+
+def _label(a: ApprovalRecord | None, approval_id: str) -> str:
+    """A request in one line of mrkdwn: its tool, short id and arguments (escaped)."""
+    if a is None:
+        return T.BATCH_LABEL_UNKNOWN.format(id=code_span(approval_id, 64))
+    return T.BATCH_LABEL.format(tool=code_span(a.tool, 80), id=code_span(a.id[:8], 8),
+                                args=code_span(args_text(a.edited_args or a.args,
+                                                         indent=None), 80))
+
+
+def _pack(lines: Sequence[str], *, most: int) -> list[str]:
+    """Lines into at most ``most`` sections' texts; a last line counts what did not fit."""
+    chunks: list[list[str]] = [[]]
+    size = 0
+    room = SECTION_MAX - 200  # for the note
+    for i, line in enumerate(lines):
+        add = units(line) + 1
+        if chunks[-1] and size + add > room:
+            if len(chunks) == most:
+                chunks[-1].append(T.BATCH_LINES_MORE.format(n=len(lines) - i))
+                break
+            chunks.append([])
+            size = 0
+        chunks[-1].append(line)
+        size += add
+    return ["\n".join(c) for c in chunks if c]
+
+
+def batch_result_blocks(result: BatchResult, *, sections: int) -> list[Block]:
+    """What a batch did: a summary, then a line per request (refused ones first, with why),
+    in at most ``sections`` sections of lines."""
+    blocks: list[Block] = []
+    if result.refused is not None:
+        blocks.append(section(T.BATCH_REFUSED.format(why=clip(result.refused, 300))))
+    if result.error is not None:
+        blocks.append(section(T.BATCH_ERROR.format(error=clip(result.error, 300))))
+    if not result.outcomes:
+        return blocks or [section(T.BATCH_NOTHING)]
+    refused: list[str] = []
+    done: list[str] = []
+    counts: Counter[str] = Counter()
+    for o, a in result.outcomes:
+        label = _label(a, o.approval_id)
+        if o.decision is None:
+            counts["refused"] += 1
+            why = refusal_text(o.code or "", status=a.status if a else None, detail=o.refused)
+            refused.append(T.BATCH_LINE_REFUSED.format(label=label, why=why))
+        elif o.decision.outcome == "voted":
+            counts["voted"] += 1
+            done.append(T.BATCH_LINE_VOTED.format(label=label, count=o.decision.approvals,
+                                                  quorum=o.decision.quorum))
+        elif o.decision.outcome == "denied":
+            counts["denied"] += 1
+            done.append(T.BATCH_LINE_DENIED.format(label=label))
+        else:
+            counts["approved"] += 1
+            done.append(T.BATCH_LINE_APPROVED.format(label=label))
+    parts = [template.format(n=counts[key]) for key, template in (
+        ("approved", T.BATCH_PART_APPROVED), ("voted", T.BATCH_PART_VOTED),
+        ("denied", T.BATCH_PART_DENIED), ("refused", T.BATCH_PART_REFUSED)) if counts[key]]
+    blocks.append(section(T.BATCH_SUMMARY.format(total=len(result.outcomes),
+                                                 parts=" · ".join(parts))))
+    blocks += [section(text) for text in _pack(refused + done, most=sections)]
+    return blocks
+
+
+def _pending_groups(pending: Sequence[tuple[ApprovalRecord, str]], *, now: datetime,
+                    most: int, max_blocks: int,
+                    budget: int) -> tuple[list[dict[str, Any]], int]:
+    """The first of ``pending`` that fit in blocks and text, grouped by tool in the order
+    of each tool's first request: a header with the tool's count, each request's compact
+    card with its checkbox, a divider. Also how many requests were shown."""
+    totals = Counter(a.tool for a, _ in pending)
+    groups: dict[str, list[dict[str, Any]]] = {}
+    used = size = shown = 0
     for a, token in pending[:most]:
-        item = [*compact_blocks(a, token, now=now), DividerBlock().to_dict()]
-        grown = text_length(item)
-        if len(out) + len(item) > max_blocks or size + grown > budget:
-            break
-        out += item
+        item = compact_blocks(a, token, now=now, selectable=True)
+        head = [] if a.tool in groups else [
+            header(T.GROUP_HEADER.format(tool=a.tool, n=totals[a.tool])).to_dict(),
+            DividerBlock().to_dict()]
+        grown = text_length(item) + text_length(head)
+        if used + len(item) + len(head) > max_blocks or size + grown > budget:
+            break  # the oldest that fit, and no younger one in a gap
+        groups.setdefault(a.tool, head[:1]).extend(item)
+        used += len(item) + len(head)
         size += grown
         shown += 1
+    out: list[dict[str, Any]] = []
+    for blocks in groups.values():
+        out += [*blocks, DividerBlock().to_dict()]
     return out, shown
 
 
-def home_view(pending: Sequence[tuple[ApprovalRecord, str]], recent: Sequence[ApprovalRecord],
-              *, now: datetime) -> dict[str, Any]:
-    """The App Home tab: the viewer's pending requests with live buttons, then recent ones.
+def _batch_top(pending: Sequence[tuple[ApprovalRecord, str]]) -> list[Block]:
+    """The hint and the batch buttons, when anything listed can be ticked."""
+    if not any(a.kind == "tool_call" for a, _ in pending):
+        return []
+    return [context([T.BATCH_HINT]), batch_buttons()]
 
-    ``pending`` pairs each request with the viewer's button token, in the order to show.
+
+def home_view(pending: Sequence[tuple[ApprovalRecord, str]], recent: Sequence[ApprovalRecord],
+              *, now: datetime, total: int | None = None,
+              result: BatchResult | None = None) -> dict[str, Any]:
+    """The App Home tab: what a batch just did (``result``), the viewer's pending requests
+    with checkboxes and live buttons, then their recent decisions.
+
+    ``pending`` pairs each request with the viewer's button token, oldest first: the oldest
+    that fit in Slack's 100 blocks are shown, and a line says how many of ``total`` (by
+    default all of ``pending``) and how to see the rest.
     """
+    total = len(pending) if total is None else total
     top: list[Block | dict[str, Any]] = [header(T.HOME_TITLE)]
+    if result is not None:
+        top += [*batch_result_blocks(result, sections=HOME_RESULT_SECTIONS), DividerBlock()]
     if not pending:
         top.append(section(T.HOME_EMPTY))
+    top += _batch_top(pending)
     # leave room for: the "more" note, the recent header and two recent sections
-    items, shown = _pending_blocks(pending, now=now, most=HOME_MAX_PENDING,
+    items, shown = _pending_groups(pending, now=now, most=HOME_MAX_PENDING,
                                    max_blocks=VIEW_BLOCKS_MAX - len(top) - 4,
-                                   budget=HOME_TEXT_BUDGET)
+                                   budget=HOME_TEXT_BUDGET - text_length(_dicts(top)))
     top += items
-    if shown < len(pending):
-        top.append(context([T.HOME_MORE.format(shown=shown, total=len(pending))]))
+    if shown < total:
+        top.append(context([T.HOME_MORE.format(shown=shown, total=total)]))
     top.append(header(T.HOME_RECENT_TITLE))
     lines = [recent_line(a) for a in recent[:HOME_MAX_RECENT]]
     chunks = coalesce(lines, SECTION_MAX)[:2]
@@ -295,16 +448,83 @@ def home_view(pending: Sequence[tuple[ApprovalRecord, str]], recent: Sequence[Ap
     return _view(top, type="home")
 
 
-def approvals_list_message(pending: Sequence[tuple[ApprovalRecord, str]], *,
-                           now: datetime) -> dict[str, Any]:
-    """The ephemeral answer to ``/approvals``: ``{"text", "blocks"}`` with live buttons."""
+def _dicts(blocks: Sequence[Block | dict[str, Any]]) -> list[dict[str, Any]]:
+    return [b if isinstance(b, dict) else b.to_dict() for b in blocks]
+
+
+def approvals_list_message(pending: Sequence[tuple[ApprovalRecord, str]], *, now: datetime,
+                           total: int | None = None,
+                           result: BatchResult | None = None) -> dict[str, Any]:
+    """The ephemeral answer to ``/approvals``: ``{"text", "blocks"}`` with checkboxes and
+    live buttons, the oldest of ``pending`` that fit; after a batch, what it did first."""
+    total = len(pending) if total is None else total
+    blocks: list[Block | dict[str, Any]] = []
+    if result is not None:
+        blocks += batch_result_blocks(result, sections=LIST_RESULT_SECTIONS)
     if not pending:
-        return {"text": T.LIST_EMPTY, "blocks": [section(T.LIST_EMPTY).to_dict()]}
-    first = section(T.LIST_TITLE.format(n=len(pending))).to_dict()
-    items, shown = _pending_blocks(pending, now=now, most=LIST_MAX_PENDING,
-                                   max_blocks=MESSAGE_BLOCKS_MAX - 2,
-                                   budget=CARD_TEXT_BUDGET - 1000)
-    blocks = [first, *items]
-    if shown < len(pending):
-        blocks.append(context([T.LIST_MORE.format(n=len(pending) - shown)]).to_dict())
-    return {"text": T.LIST_FALLBACK.format(n=len(pending)), "blocks": blocks}
+        blocks.append(section(T.LIST_EMPTY))
+        return {"text": T.LIST_EMPTY, "blocks": _dicts(blocks)}
+    blocks += [section(T.LIST_TITLE.format(n=total)), *_batch_top(pending)]
+    items, shown = _pending_groups(pending, now=now, most=LIST_MAX_PENDING,
+                                   max_blocks=MESSAGE_BLOCKS_MAX - len(blocks) - 1,
+                                   budget=CARD_TEXT_BUDGET - 1000 - text_length(_dicts(blocks)))
+    blocks += items
+    if shown < total:
+        blocks.append(context([T.LIST_MORE.format(n=total - shown, total=total)]))
+    return {"text": T.LIST_FALLBACK.format(n=total), "blocks": _dicts(blocks)}
+
+
+# -- "Deny selected": one reason for every ticked request -------------------------------------
+
+def _option(a: ApprovalRecord | None, approval_id: str, value: str) -> Option:
+    """A ticked request in the deny modal: its tool and arguments, escaped like a card's."""
+    if a is None:
+        return Option(text=md(code_span(approval_id, OPTION_TEXT_MAX)), value=value)
+    tool = clip(a.tool, 30)
+    room = OPTION_TEXT_MAX - units(tool) - 3  # a space and the span's backticks
+    args = code_span(args_text(a.edited_args or a.args, indent=None), room)
+    note = T.MODAL_BATCH_ITEM_NOTE.format(id=a.id[:8], who=a.requested_by or "—")
+    return Option(text=md(f"{tool} `{args}`"), value=value,
+                  description=md(clip(note, OPTION_TEXT_MAX)))
+
+
+def batch_deny_modal(items: Sequence[tuple[str, str, ApprovalRecord | None]], *,
+                     channel: str | None) -> dict[str, Any]:
+    """Asks one reason for denying every ticked request, listed as checkboxes (ticked, ten
+    to an element) so the denier sees what they deny and may untick some.
+
+    ``items``: ``(approval_id, token, the request or None)``; ``channel``: where the list
+    was (None: the App Home), the only thing ``private_metadata`` carries.
+    """
+    options = []
+    for approval_id, token, a in items[:MAX_BATCH]:
+        value = select_value(approval_id, token)
+        if value is not None:
+            options.append(_option(a, approval_id, value))
+    blocks: list[Block] = [section(T.MODAL_BATCH_DENY_INTRO.format(n=len(options)))]
+    for i in range(0, len(options), OPTIONS_PER_ELEMENT):
+        chunk = options[i:i + OPTIONS_PER_ELEMENT]
+        blocks.append(InputBlock(
+            block_id=f"{SELECT_BLOCK}.{i // OPTIONS_PER_ELEMENT}", optional=True,
+            label=plain(T.MODAL_BATCH_ITEMS if i == 0 else T.MODAL_BATCH_ITEMS_MORE),
+            element=CheckboxesElement(action_id=SELECT, options=chunk, initial_options=chunk)))
+    blocks.append(_reason_input(T.MODAL_REASON_LABEL, T.MODAL_DENY_PLACEHOLDER))
+    return _modal(T.MODAL_BATCH_DENY_TITLE, blocks, callback_id=DENY_SELECTED_MODAL,
+                  submit=T.MODAL_BATCH_DENY_SUBMIT,
+                  metadata=json.dumps({"channel": channel}, separators=(",", ":")))
+
+
+BATCH_FIRST_BLOCK = f"{SELECT_BLOCK}.0"  # where the modal says that nothing is ticked
+
+
+def parse_batch_metadata(text: str) -> str | None:
+    """The channel :func:`batch_deny_modal` was opened from (None: the App Home);
+    ValueError for anything else."""
+    try:
+        data = json.loads(text)
+    except (TypeError, ValueError):
+        raise ValueError("private_metadata is not JSON") from None
+    channel = data.get("channel") if isinstance(data, dict) else 0
+    if channel is not None and (not isinstance(channel, str) or not 0 < len(channel) <= 64):
+        raise ValueError("private_metadata names no channel")
+    return channel

@@ -112,11 +112,24 @@ def check_blocks(blocks: list[dict[str, Any]], max_blocks: int) -> None:
                 assert b["text"]["verbatim"] is True
         if b["type"] == "header":
             assert units(b["text"]["text"]) <= 150
-        for e in b.get("elements", []):
-            if e.get("type") == "button":
+        for e in [*b.get("elements", []), b.get("accessory") or {}, b.get("element") or {}]:
+            if e.get("action_id") in (cards.APPROVE_SELECTED, cards.DENY_SELECTED):
+                assert "value" not in e  # they decide what is ticked, never a value they carry
+            elif e.get("type") == "button":
                 assert cards.parse_value(e["value"]) and len(e["value"]) <= 2000
+            if e.get("type") == "checkboxes":
+                check_checkboxes(e)
             if e.get("type") == "mrkdwn":
                 assert e["verbatim"] is True
+
+
+def check_checkboxes(e: dict[str, Any]) -> None:
+    """Slack's limits on a checkboxes element, and that every option is one of ours."""
+    assert e["action_id"] == cards.SELECT and 0 < len(e["options"]) <= 10
+    for o in e["options"] + e.get("initial_options", []):
+        assert cards.parse_value(o["value"]) and len(o["value"]) <= 150
+        assert 0 < units(o["text"]["text"]) <= 75
+        assert "description" not in o or units(o["description"]["text"]) <= 75
 
 
 def check_message(msg: dict[str, Any]) -> None:
@@ -590,10 +603,14 @@ def test_home_view_empty_and_full() -> None:
     check_view(full)
     assert_inert(full)
     assert full["type"] == "home" and len(full["blocks"]) <= 100
-    assert sum(b["type"] == "actions" for b in full["blocks"]) == views.HOME_MAX_PENDING
-    assert "Showing 20 of 40" in dump(full) and T.HOME_RECENT_TITLE in dump(full)
-    values = {e["value"] for b in full["blocks"] if b["type"] == "actions" for e in b["elements"]}
-    assert values == {f"a{i}:{TOKEN}" for i in range(20)}
+    # the oldest that fit (here the text budget stops them), with the batch buttons on top
+    shown = sum(b["type"] == "actions" and b.get("block_id") != cards.BATCH_BLOCK
+                for b in full["blocks"])
+    assert 20 <= shown < 40
+    assert f"Showing the oldest {shown} of 40" in dump(full) and T.HOME_RECENT_TITLE in dump(full)
+    values = {e.get("value") for b in full["blocks"] if b["type"] == "actions"
+              for e in b["elements"]}
+    assert values - {None} == {f"a{i}:{TOKEN}" for i in range(shown)}
 
 
 def test_approvals_list_message_empty_and_full() -> None:
@@ -604,8 +621,9 @@ def test_approvals_list_message_empty_and_full() -> None:
         msg = views.approvals_list_message(many(n), now=NOW)
         check_message(msg)
         assert_inert(msg)
-        actions = sum(b["type"] == "actions" for b in msg["blocks"])
-        assert actions == min(n, views.LIST_MAX_PENDING)
+        actions = sum(b["type"] == "actions" and b.get("block_id") != cards.BATCH_BLOCK
+                      for b in msg["blocks"])
+        assert 0 < actions <= min(n, views.LIST_MAX_PENDING)
         assert (T.LIST_MORE[:5] in dump(msg)) == (n > actions)
 
 
