@@ -4,7 +4,8 @@ Hypothesis drives one database (SQLite or PostgreSQL) through random sequences o
 opened under random policies (quorum, approver lists and groups, ttl, escalate or
 cancel, ``edits``), approve / deny / edit / redirect / answer by random actors (approvers,
 group members, the requester, strangers) with fresh, stale, forged and no tokens, policy-file
-changes (relaxed to ``auto`` or tightened to ``forbidden``), clock moves and sweeps,
+changes (relaxed to ``auto`` or tightened to ``forbidden``), standing approvals granted,
+granted again, revoked and outlived, clock moves and sweeps,
 resumes and recoveries, cancels, and crashes at the durability failpoints (the
 "process" dies; a new engine, a new owner, carries on). After every step it checks,
 against the database and the demo ledger (the outside world's own record):
@@ -16,6 +17,9 @@ against the database and the demo ledger (the outside world's own record):
   of every executed call is ``approved``, and it is the call's last request); a redirected
   call has no execution record at all, and its redirect was made in time by an authorised
   approver other than the requester, with guidance;
+* a call a standing approval let run without a card was covered by it when it ran: enough
+  distinct grants by authorised approvers (never the requester), inside its window, not
+  yet revoked, the same policy band, a scope that covers the exact arguments;
 * each call executes at most once;
 * every decision attempt, accepted or refused, left an audit entry naming its actor;
 * the audit chain verifies.
@@ -56,6 +60,7 @@ from runtime.directory import StaticDirectory
 from runtime.engine import Engine, EngineConfig
 from runtime.errors import ApprovaldError
 from runtime.policy import ApprovalPolicy, PolicyFile
+from runtime.standing import Scope, scope_for
 from store.db import Database
 from tests.conftest import SIGNER, TABLES
 from tests.helpers import Crash
@@ -127,6 +132,8 @@ class GateMachine(RuleBasedStateMachine):
         self.runs: list[str] = []
         self.tokens: dict[str, list[str]] = {}  # approval id -> tokens of cards drawn
         self.attempts: dict[tuple[str, str], int] = {}  # (actor, approval) -> attempts
+        self.current: dict[str, Any] = {}  # the tool policy the last run started under
+        self.standing: list[tuple[str, dict[str, Any]]] = []  # (id, policy granted under)
 
     # -- plumbing ----------------------------------------------------------------------
     def run(self, coro: Any) -> Any:
@@ -159,6 +166,7 @@ class GateMachine(RuleBasedStateMachine):
             return out
 
     def _set_policy(self, override: dict[str, Any]) -> None:
+        self.current = override
         self.policy = PolicyFile.model_validate({"tools": {"issue_refund": override},
                                                  "groups": GROUPS})
         self.engine.registry.policy = self.policy
@@ -172,11 +180,75 @@ class GateMachine(RuleBasedStateMachine):
     @rule(policy=policies())
     def start_run(self, policy: dict[str, Any]) -> None:
         self._set_policy(policy)
+        self._start()
+
+    def _start(self) -> None:
         outcome = self.run(self.engine.run("demo-refund", f"Refund order A-{len(self.runs)}",
                                            requested_by=REQUESTER))
-        assert outcome.status == "awaiting_approval", outcome
+        # a live standing approval of the same band lets the refund run without a card
+        assert outcome.status in ("awaiting_approval", "completed"), outcome
+        if outcome.status == "completed":
+            event("run covered by a standing approval")
         self.runs.append(outcome.run_id)
         self.draw_cards()
+
+    # -- standing approvals: granted on a request, granted again for a quorum, revoked,
+    # outlived by the clock; runs started under the band they were granted in
+    @precondition(lambda self: bool(self.runs))
+    @rule(i=st.integers(0, 50), j=st.integers(0, 5),
+          minutes=st.sampled_from([15, 30, 30, 120]),
+          scope=st.sampled_from(["condition", "condition", "fields", "exact"]))
+    def grant_standing(self, i: int, j: int, minutes: int, scope: str) -> None:
+        a, _ = self._pending(i)
+        if a is None:
+            return
+        people = self._people(a)
+        try:
+            sc = scope_for(a, scope, fields=["reason"], when="args.amount_cents <= 5000")
+            s, _ = self.run(self.engine.standing.grant(
+                a.id, actor=Actor(people[j % len(people)], "slack"),
+                window=timedelta(minutes=minutes), scope=sc, token=self.engine.button_token(a)))
+        except ValueError:
+            event("standing refused: scope")
+        except ApprovaldError as exc:
+            event(f"standing refused: {getattr(exc, 'reason', type(exc).__name__)}")
+        else:
+            event("standing granted")
+            self.standing.append((s.id, self.current))
+
+    @precondition(lambda self: bool(self.standing))
+    @rule(k=st.integers(0, 10), who=st.sampled_from([*ACTORS, "U_B", "U_C"]))
+    def grant_standing_again(self, k: int, who: str) -> None:
+        sid, _ = self.standing[k % len(self.standing)]
+        try:
+            self.run(self.engine.standing.add_grant(sid, actor=Actor(who, "slack")))
+        except ApprovaldError as exc:
+            event(f"standing grant refused: {getattr(exc, 'reason', type(exc).__name__)}")
+        else:
+            event("standing granted again")
+
+    @precondition(lambda self: bool(self.standing))
+    @rule(k=st.integers(0, 10), stranger=st.booleans())
+    def revoke_standing(self, k: int, stranger: bool) -> None:
+        """A granter revokes (or a stranger tries to)."""
+        sid, _ = self.standing[k % len(self.standing)]
+        s = self.run(self.engine.standing.get(sid))
+        who = "U_X" if stranger and "U_X" not in s.approvers_value() \
+            and s.approvers_value() else s.grants_value()[0]
+        try:
+            self.run(self.engine.standing.revoke(sid, actor=Actor(who, "slack")))
+        except ApprovaldError as exc:
+            event(f"standing revoke refused: {getattr(exc, 'reason', type(exc).__name__)}")
+        else:
+            event("standing revoked")
+
+    @precondition(lambda self: bool(self.standing) and len(self.runs) < 6
+                  and not self.relaxed)
+    @rule(k=st.integers(0, 10))
+    def start_run_under_a_standing_band(self, k: int) -> None:
+        _, policy = self.standing[k % len(self.standing)]
+        self._set_policy(policy)
+        self._start()
 
     @rule()
     def draw_cards(self) -> None:
@@ -422,12 +494,16 @@ class GateMachine(RuleBasedStateMachine):
                         by_call.setdefault((a.run_id, a.call_id), []).append(a)
             votes = {a.id: await tx.approvals.votes(a.id)
                      for rows in by_call.values() for a in rows if a.status == "approved"}
+            standing = {f"standing:{x.id}": x for x in
+                        await tx.standing.listing(live_only=False, now=self.clock.now())}
             executions = {(run_id, call_id)
                           for run_id in self.runs
                           for call_id in await tx.executions.for_run(run_id)}
         for rows in by_call.values():
             for a in rows:
-                if a.status == "approved":
+                if a.status == "approved" and a.decided_via == "standing":
+                    self._check_standing(a, standing.get(a.decided_by or ""))
+                elif a.status == "approved":
                     self._check_approved(a, votes[a.id])
                 elif a.status == "redirected":
                     self._check_redirected(a, executions)
@@ -463,6 +539,27 @@ class GateMachine(RuleBasedStateMachine):
         if approvers:
             allowed = set(approvers) | {m for g in approvers for m in GROUPS.get(g, [])}
             assert a.decided_by in allowed, f"{a.id}: {a.decided_by} is not an approver"
+
+    def _check_standing(self, a: Any, s: Any) -> None:
+        """A request a standing approval approved: it was live (enough distinct grants by
+        authorised approvers, none the requester; within its window; not yet revoked),
+        of the same band, and its scope covers the exact arguments."""
+        event("approved by a standing approval")
+        assert s is not None, f"{a.id} names {a.decided_by}, which does not exist"
+        assert a.decided_at is not None and a.decided_at < s.expires_at, \
+            f"{a.id} used {s.id} at {a.decided_at}, after its window ({s.expires_at})"
+        assert s.revoked_at is None or a.decided_at <= s.revoked_at, \
+            f"{a.id} used {s.id} at {a.decided_at}, after its revocation ({s.revoked_at})"
+        grants = s.grants_value()
+        assert len(set(grants)) == len(grants) and a.approve_count >= s.quorum == a.quorum
+        assert REQUESTER not in grants
+        approvers = s.approvers_value()
+        if approvers:
+            allowed = set(approvers) | {m for g in approvers for m in GROUPS.get(g, [])}
+            assert set(grants) <= allowed, f"{s.id}: {set(grants) - allowed} not approvers"
+        assert sorted(approvers) == sorted(a.approvers_value())
+        assert ApprovalPolicy.from_snapshot(a.policy).rule == s.rule
+        assert Scope.model_validate_json(s.scope).covers(a.tool, a.effective_args())
 
     def _check_approved(self, a: Any, votes: list[Any]) -> None:
         assert a.decided_at is not None and a.decided_at < a.expires_at, \
@@ -514,6 +611,8 @@ def test_the_gate_holds_under_random_interleavings(db_url: str, tmp_path: Path,
     assert STATS["refund executed"] > 0 and STATS["decision accepted: edit"] > 0
     assert STATS["decision accepted: redirect"] > 0 and STATS["redirected"] > 0
     assert STATS["decision refused: guidance_required"] > 0
+    assert STATS["standing granted"] > 0 and STATS["standing revoked"] > 0
+    assert STATS["approved by a standing approval"] > 0
     for reason in ("expired", "stale_card", "not_authorized", "self_approval", "not_pending"):
         assert STATS[f"decision refused: {reason}"] > 0, reason
     assert sum(v for k, v in STATS.items() if k.startswith("crashed")) > 0
