@@ -336,3 +336,31 @@ class StandingApproval(Base):
     revoked_by: Mapped[str | None] = mapped_column(String(200))
 
     __table_args__ = (Index("ix_standing_approvals_tool_status", "tool", "status"),)
+
+
+class AdapterPause(Base):
+    """A framework agent (LangGraph, Pydantic AI, OpenAI Agents SDK) paused on approvald
+    requests: what the framework needs to resume, kept beside the requests it waits for.
+
+    Each gated call is an ordinary external request (``external_requests``); this row ties
+    the calls of one pause together with the framework's own state (a message history, a
+    serialised run state, or the reference to a LangGraph checkpoint), so any process can
+    resume it once every request is decided. ``key`` is unique per framework: a re-run of
+    the step that paused finds this row instead of making a second one.
+    """
+
+    __tablename__ = "adapter_pauses"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    framework: Mapped[str] = mapped_column(String(32))
+    key: Mapped[str] = mapped_column(String(200))
+    requested_by: Mapped[str] = mapped_column(String(200))
+    state: Mapped[str] = mapped_column(Text)  # the framework's state, JSON
+    requests: Mapped[str] = mapped_column(Text)  # JSON {framework call id: request id}
+    status: Mapped[str] = mapped_column(String(16))  # paused | resumed
+    outcome: Mapped[str | None] = mapped_column(Text)  # JSON: what the resume came to
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    resumed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+    __table_args__ = (UniqueConstraint("framework", "key"),
+                      Index("ix_adapter_pauses_status", "status"))

@@ -37,7 +37,7 @@ hypothesis_settings.register_profile("long", max_examples=10_000)
 PG_ADMIN_URL = os.environ.get("APPROVALD_TEST_PG_URL",
                               "postgresql://postgres@127.0.0.1:5432/test")
 TABLES = ("approval_votes", "approvals", "audit_log", "audit_head", "limits", "outbox",
-          "external_requests", "api_tokens", "standing_approvals",
+          "external_requests", "api_tokens", "standing_approvals", "adapter_pauses",
           "run_threads", "run_events", "tool_executions", "runs")
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from store.repos.adapters import AdaptersRepo
 from store.repos.approvals import ApprovalsRepo
 from store.repos.audit import AuditRepo
 from store.repos.events import EventsRepo
@@ -30,9 +31,9 @@ class Tx:
     entries under the chain head) holds it for the shortest time and always last.
     """
 
-    __slots__ = ("_hooks", "approvals", "audit", "conn", "dialect", "events", "executions",
-                 "external", "limits", "outbox", "retention", "runs", "scratch", "standing",
-                 "stats", "threads")
+    __slots__ = ("_hooks", "adapters", "approvals", "audit", "conn", "dialect", "events",
+                 "executions", "external", "limits", "outbox", "retention", "runs", "scratch",
+                 "standing", "stats", "threads")
 
     def __init__(self, conn: AsyncConnection, dialect: str, *,
                  server_time: bool = False) -> None:
@@ -52,6 +53,7 @@ class Tx:
         self.retention = RetentionRepo(conn, dialect)
         self.stats = StatsRepo(conn, dialect)
         self.standing = StandingRepo(conn, dialect)
+        self.adapters = AdaptersRepo(conn, dialect)
 
     def before_commit(self, hook: Callable[[Tx], Awaitable[None]]) -> None:
         """Run ``hook(tx)`` at the end of this write transaction, just before COMMIT."""
@@ -63,7 +65,8 @@ class Tx:
             await self._hooks.pop(0)(self)
 
 
-__all__ = ["ApprovalsRepo", "AuditRepo", "EventsRepo", "ExecutionsRepo", "ExternalRepo",
+__all__ = ["AdaptersRepo", "ApprovalsRepo", "AuditRepo", "EventsRepo", "ExecutionsRepo",
+           "ExternalRepo",
            "LimitsRepo",
            "OutboxRepo", "RetentionRepo",
            "RunsRepo", "StandingRepo", "StatsRepo", "ThreadsRepo", "Tx"]
