@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from runtime.errors import ConfigError
 
-Action = Literal["approve", "deny", "edit", "expire"]
+Action = Literal["approve", "deny", "edit", "redirect", "expire"]
 Interruption = Literal["baseline", "duplicate_callback", "restart_before_decision",
                        "policy_auto_while_paused", "policy_forbidden_while_paused",
                        "kill_before_calls", "kill_after_calls", "data_changed_while_paused"]
@@ -42,6 +42,7 @@ class Decision(_Strict):
     tool: str = Field(min_length=1)
     action: Action
     reason: str | None = None
+    guidance: str | None = None  # redirect: what the agent should do instead
     args: dict[str, Any] | None = None  # edit: merged over the requested arguments
     by: str = "U0EVAL0001"
 
@@ -49,6 +50,10 @@ class Decision(_Strict):
     def _complete(self) -> Decision:
         if self.action == "deny" and not (self.reason or "").strip():
             raise ValueError("a deny needs a reason")
+        if self.action == "redirect" and not (self.guidance or "").strip():
+            raise ValueError("a redirect needs guidance")
+        if self.action != "redirect" and self.guidance is not None:
+            raise ValueError(f"guidance only goes with a redirect, not with {self.action}")
         if self.action == "edit" and not self.args:
             raise ValueError("an edit needs args (the arguments to change)")
         if self.action != "edit" and self.args is not None:

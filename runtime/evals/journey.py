@@ -273,7 +273,8 @@ class Driver:
             return True
         actor = Actor(id=d.by, via="eval")
         args = {**a.effective_args(), **(d.args or {})} if d.action == "edit" else None
-        reason = d.reason if d.action == "deny" else None
+        reason = d.reason if d.action == "deny" else d.guidance if d.action == "redirect" \
+            else None
         try:
             decided = await engine.decide(a.id, actor=actor, verdict=d.action, reason=reason,
                                           args=args)

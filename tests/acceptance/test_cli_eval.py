@@ -17,7 +17,7 @@ def test_the_demo_dataset_passes_and_the_report_says_so(sqlite_url: str,
     done = cli("eval", DEMO)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert lines[-1] == "37/37 journeys passed: PASS"
+    assert lines[-1] == "46/46 journeys passed: PASS"
     for variant in ("duplicate_callback", "restart_before_decision", "kill_before_call_2",
                     "kill_after_call_3", "data_changed_while_paused"):
         assert any(line.startswith(f"approve-duplicate-charge  {variant} ") and
@@ -60,6 +60,6 @@ def test_a_bad_dataset_is_one_line_and_exit_2(sqlite_url: str, tmp_path: Path) -
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
         f"approvald: {bad}: task 'a': decisions[0].action: Input should be 'approve', "
-        "'deny', 'edit' or 'expire'"]
+        "'deny', 'edit', 'redirect' or 'expire'"]
     missing = cli("eval", str(tmp_path / "nope.toml"))
     assert missing.returncode == 2 and "no such dataset file" in missing.stderr

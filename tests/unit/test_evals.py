@@ -51,14 +51,20 @@ async def test_demo_dataset_passes_under_every_interruption(tmp_path: Path) -> N
     # SIGKILL before and after each tool invocation the uninterrupted run made: three
     # (lookup, refund, email) where the refund runs, one (the lookup) where it does not
     calls = {"approve-duplicate-charge": 3, "deny-with-reason": 1, "edit-the-amount": 3,
-             "let-it-expire": 1}
+             "let-it-expire": 1, "redirect-to-part-of-it": 3}
     assert {(r.task, r.variant) for r in report.rows} == {
         (t, v) for t, n in calls.items()
         for v in [*NO_KILLS, *(f"kill_{when}_call_{k}" for when in ("before", "after")
                                for k in range(1, n + 1))]
-        if v != CHANGED or t == "approve-duplicate-charge"}
-    assert report.ok and report.to_json()["passed"] == 37
-    assert table(report).endswith("37/37 journeys passed: PASS")
+        if (v != CHANGED or t == "approve-duplicate-charge")
+        and not (t == "redirect-to-part-of-it" and v.startswith("policy_"))}
+    assert report.ok and report.to_json()["passed"] == 46
+    assert table(report).endswith("46/46 journeys passed: PASS")
+    # the redirect: the call asked for first never ran, the re-planned $20 one did
+    steered = next(r.journey for r in report.rows
+                                 if r.task == "redirect-to-part-of-it" and r.variant == "baseline")
+    assert [a.status for a in steered.approvals] == ["redirected", "approved"]
+    assert steered.result and "$20.00" in steered.result
     by = {(r.task, r.variant): r.journey for r in report.rows}
     # each crash interruption really killed its child process at its boundary, and the
     # refund still ran once: a crash after it ran was settled by its reconcile hook
@@ -198,6 +204,9 @@ task = "Refund order A-1"
     ("tasks = [\n", "not valid TOML"),
     ("agent = 'demo-refund'\ninterruptions = ['sigkill']\n[[tasks]]\nname='a'\ntask='x'\n",
      "interruptions[0]: Input should be"),
+    ("[[tasks]]\nname = 'a'\ntask = 'x'\n"
+     "decisions = [{ tool = 'issue_refund', action = 'redirect' }]\n",
+     "task 'a': decisions[0]: a redirect needs guidance"),
     ("[[tasks]]\nname = 'a'\ntask = 'x'\ninterruptions = ['data_changed_while_paused']\n",
      "task 'a': data_changed_while_paused needs changed_data"),
     ("[[tasks]]\nname = 'a'\ntask = 'x'\n"
