@@ -39,6 +39,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
+    PrivateAttr,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -349,6 +350,10 @@ class PolicyFile(BaseModel):
     tools: dict[str, ToolOverride] = Field(default_factory=dict)
     groups: dict[GroupId, list[UserId]] = Field(default_factory=dict)
     source: str = Field(default="", exclude=True)
+    # applied policies by (fields, base) identity: a gated call re-derives the same frozen
+    # policy each time, and validating one is the cost of choosing it (bench_rules.py)
+    _applied: dict[tuple[int, int, str | None], tuple[Any, ApprovalPolicy, ApprovalPolicy]] = \
+        PrivateAttr(default_factory=dict)
 
     def effective(
         self, tool: str, kind: PolicyKind, base: ApprovalPolicy
@@ -386,8 +391,7 @@ class PolicyFile(BaseModel):
             if not matched:
                 continue
             rule_kind = rule.policy or kind
-            labelled = self._apply(rule, approval, where).model_copy(
-                update={"rule": f"{where}: {rule.when}"})
+            labelled = self._apply(rule, approval, where, label=f"{where}: {rule.when}")
             reason = None
             if rule_kind == "forbidden":
                 reason = rule.reason or f"{tool} is forbidden by policy rule {where} " \
@@ -397,14 +401,28 @@ class PolicyFile(BaseModel):
             if kind == "forbidden" else None
         return CallPolicy(kind, approval, None, reason)
 
-    def _apply(self, fields: _Fields, base: ApprovalPolicy, where: str) -> ApprovalPolicy:
+    def _apply(self, fields: _Fields, base: ApprovalPolicy, where: str, *,
+               label: str | None = None) -> ApprovalPolicy:
+        """``fields`` over ``base`` (named by ``label`` when a rule chose it), once per
+        pair of objects: both are frozen, and the cache holds them, so their ids stay
+        theirs while the entry lives."""
+        key = (id(fields), id(base), label)
+        hit = self._applied.get(key)
+        if hit is not None and hit[0] is fields and hit[1] is base:
+            return hit[2]
         try:
-            return fields.apply(base)
+            applied = fields.apply(base)
         except ValidationError as exc:
             raise ConfigError(
                 f"APPROVALD_POLICY_FILE: {self.source or 'policy'}: "
                 f"{_first_error(exc, where)}"
             ) from None
+        if label is not None:
+            applied = applied.model_copy(update={"rule": label})
+        if len(self._applied) >= 1024:
+            self._applied.clear()
+        self._applied[key] = (fields, base, applied)
+        return applied
 
 
 def load_policy_file(path: str | Path) -> PolicyFile:
