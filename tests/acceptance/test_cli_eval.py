@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from tests.helpers import make_cli
@@ -14,7 +15,7 @@ DEMO = str(ROOT / "runtime" / "evals" / "datasets" / "demo_refund.toml")
 def test_the_demo_dataset_passes_and_the_report_says_so(sqlite_url: str,
                                                          tmp_path: Path) -> None:
     cli = make_cli(sqlite_url, tmp_path)
-    done = cli("eval", DEMO)
+    done = cli("eval", DEMO, timeout=600)  # 46 journeys, 30 of them with child processes
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[-1] == "46/46 journeys passed: PASS"
@@ -35,15 +36,26 @@ def test_the_demo_dataset_passes_and_the_report_says_so(sqlite_url: str,
     assert cli.json("runs", "list", "--json") == []
 
 
+def in_process(tmp_path: Path) -> str:
+    """The demo dataset under the interruptions that need no child process."""
+    text = re.sub(r"^interruptions = \[.*?\]\n", "", Path(DEMO).read_text(),
+                  flags=re.S | re.M)
+    quick = tmp_path / "quick.toml"
+    quick.write_text('interruptions = ["baseline", "duplicate_callback", '
+                     '"policy_auto_while_paused"]\n' + text)
+    return str(quick)
+
+
 def test_a_broken_agent_fails_the_eval_with_exit_1(sqlite_url: str, tmp_path: Path) -> None:
     cli = make_cli(sqlite_url, tmp_path)
     cli.env_extra.update(APPROVALD_AGENTS="tests.fixtures.eval_agents", PYTHONPATH=str(ROOT))
-    done = cli("eval", DEMO, "--agent", "refund-twice")
+    quick = in_process(tmp_path)  # the broken habits show without the crash journeys
+    done = cli("eval", quick, "--agent", "refund-twice")
     assert done.returncode == 1, (done.stdout, done.stderr)
     assert "    - tools: issue_refund ran 2 times, at most 1 expected (call_1_0, call_2_0)" \
         in done.stdout.splitlines()
     assert done.stdout.splitlines()[-1].endswith("journeys passed: FAIL")
-    report = json.loads(cli("eval", DEMO, "--agent", "retry-after-denial", "--json").stdout)
+    report = json.loads(cli("eval", quick, "--agent", "retry-after-denial", "--json").stdout)
     assert report["ok"] is False
     deny = next(j for j in report["journeys"]
                 if j["task"] == "deny-with-reason" and j["interruption"] == "baseline")
