@@ -93,6 +93,7 @@ class NewRequest:
     approval: Mapping[str, Any] | None = None  # or approval fields of its own
     idempotency_key: str | None = None
     webhook_url: str | None = None
+    via: str = VIA  # the face the request came through, as the audit log names it
 
     def fingerprint(self) -> str:
         """What a retry must repeat exactly to be the same request."""
@@ -111,6 +112,7 @@ class Report:
     args_digest: str  # of the arguments it ran: the approved (effective) ones
     result: Any = None
     error: str | None = None
+    via: str = VIA  # the face the report came through, as the audit log names it
 
     def fingerprint(self) -> str:
         return sha256_hex(canonical_json({"status": self.status, "args_digest": self.args_digest,
@@ -346,7 +348,7 @@ class ExternalRequests:
                 else f"{req.tool} needs approval under the approval fields it was sent with."),
             "description": _text(p.get("description"), 1000)
             or f"{req.tool}, run by the HTTP API caller {token.name}",
-            "via": VIA,
+            "via": req.via,
         }
 
     async def _open(self, tx: Tx, token: TokenRecord, req: NewRequest, policy: _Policy,
@@ -354,7 +356,7 @@ class ExternalRequests:
         now = self.e.clock.now()
         packet = self._packet(token, req, policy)
         await tx.runs.create(run_id=request_id, agent=packet["agent"], task=packet["task"],
-                             requested_by=req.requested_by, instructions_version=VIA,
+                             requested_by=req.requested_by, instructions_version=req.via,
                              now=now, status=STATUS)
         digest = call_digest(req.tool, req.args)
         kind = "auto" if policy.kind == "notify_after" else policy.kind
@@ -373,7 +375,7 @@ class ExternalRequests:
         # the policy answers at once: audited as a request and its answer by the policy
         rule = {"rule": policy.approval.rule} if policy.approval.rule else {}
         self.e.audit.record(
-            tx, at=now, action="requested", actor=f"agent:{packet['agent']}", via=VIA,
+            tx, at=now, action="requested", actor=f"agent:{packet['agent']}", via=req.via,
             run_id=request_id, digest=digest,
             details={"kind": "tool_call", "tool": req.tool, "args": req.args, "call_id": CALL_ID,
                      "requested_by": req.requested_by, "policy": policy.name,
@@ -460,6 +462,53 @@ class ExternalRequests:
             for fn in self._listeners:
                 fn(request_id)
 
+    # -- start (optional) -----------------------------------------------------------------
+    async def start(self, token: TokenRecord, request_id: str, *, args_digest: str,
+                    owner: str) -> None:
+        """Record that the caller is about to run the approved call (the execution ledger's
+        intent row, before the call), so that a caller that dies mid-call leaves "outcome
+        unknown" behind, never "did not run". Optional: a report without it is recorded
+        as one finished row. Refused (``already_started``, with the earlier attempt's
+        owner and start) when an attempt was recorded before, and as :meth:`report` would
+        refuse (``not_approved``, ``digest_mismatch``, ``already_reported``)."""
+
+        async def work(tx: Tx) -> None:
+            now = self.e.clock.now()
+            await tx.runs.lock(request_id)  # the one lock order: run first
+            rec = await tx.external.lock(request_id)
+            if rec is None or rec.token_id != token.id:
+                raise NotFound(f"no request {request_id}")
+            if rec.result_digest is not None:
+                raise ExternalError(f"request {request_id} was already reported",
+                                    code="already_reported", run_id=request_id)
+            a = current(await tx.approvals.for_run(request_id))
+            status = a.status if a is not None else \
+                "forbidden" if rec.kind == "forbidden" else "approved"
+            run = await tx.runs.get(request_id)
+            if status != "approved" or run is None or run.status != STATUS:
+                why = status if status != "approved" or run is None else run.status
+                raise ExternalError(f"request {request_id} is {why}: only an approved call "
+                                    "that is still open runs", code="not_approved",
+                                    run_id=request_id)
+            digest = a.effective_digest if a is not None else rec.digest
+            if args_digest != digest:
+                raise ExternalError(
+                    f"args_digest {args_digest[:64]!r} is not the approved arguments' "
+                    f"digest {digest}: run exactly effective_args", code="digest_mismatch",
+                    run_id=request_id)
+            if not await tx.executions.record_intent(run_id=request_id, call_id=CALL_ID,
+                                                     step=0, tool=rec.tool, digest=digest,
+                                                     now=now, owner=owner):
+                earlier = await tx.executions.get(request_id, CALL_ID)
+                assert earlier is not None
+                raise ExternalError(
+                    f"request {request_id}'s call was already started at "
+                    f"{earlier.started_at.isoformat()} by {earlier.owner or 'its caller'}",
+                    code="already_started", run_id=request_id, owner=earlier.owner,
+                    started_at=earlier.started_at.isoformat())
+
+        await self.e.db.transact(work, what=f"start of request {request_id}")
+
     # -- report -------------------------------------------------------------------------
     async def report(self, token: TokenRecord, request_id: str,
                      rep: Report) -> tuple[dict[str, Any], bool]:
@@ -496,16 +545,23 @@ class ExternalRequests:
                     f"digest {digest}: run exactly effective_args, and report their digest",
                     code="digest_mismatch", run_id=request_id)
             failed = rep.status == "failed"
-            await tx.executions.record_done(
-                run_id=request_id, call_id=CALL_ID, step=0, tool=rec.tool, digest=digest,
-                started_at=now, now=now, owner=None, status=rep.status, result=result_text,
-                error_class="ReportedByCaller" if failed else None, error=rep.error,
-                latency_ms=None)
+            started = await tx.executions.get(request_id, CALL_ID)
+            if started is not None:  # its intent, recorded by start(): the result completes it
+                await tx.executions.record_result(
+                    run_id=request_id, call_id=CALL_ID, status=rep.status, result=result_text,
+                    error_class="ReportedByCaller" if failed else None, error=rep.error,
+                    now=now, latency_ms=(now - started.started_at).total_seconds() * 1000)
+            else:
+                await tx.executions.record_done(
+                    run_id=request_id, call_id=CALL_ID, step=0, tool=rec.tool, digest=digest,
+                    started_at=now, now=now, owner=None, status=rep.status,
+                    result=result_text, error_class="ReportedByCaller" if failed else None,
+                    error=rep.error, latency_ms=None)
             await tx.external.set_reported(request_id, result_digest=fingerprint, now=now)
             run = await tx.runs.get(request_id)
             assert run is not None
             self.e.audit.record(
-                tx, at=now, action="executed", actor=f"agent:{run.agent}", via=VIA,
+                tx, at=now, action="executed", actor=f"agent:{run.agent}", via=rep.via,
                 run_id=request_id, approval_id=a.id if a is not None else None, digest=digest,
                 details={"tool": rec.tool, "args": args, "status": rep.status,
                          "idempotency_key": f"{request_id}:{CALL_ID}",

@@ -1,0 +1,85 @@
+"""External requests: the optional start (the intent row before the caller runs the call),
+which the MCP gateway records so a caller dying mid-call leaves "outcome unknown"."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from runtime import api_tokens
+from runtime.canonical import call_digest
+from runtime.clock import ManualClock
+from runtime.decide import Actor
+from runtime.engine import Engine
+from runtime.external import CALL_ID, ExternalError, NewRequest, Report, current
+from runtime.policy import PolicyFile
+
+KEYS = api_tokens.WebhookKeys("approvald-test-secret-0123456789")
+POLICY = PolicyFile.model_validate({"tools": {
+    "deploy": {"external": True, "approvers": ["U_ALICE"], "ttl": "30m"}}})
+
+
+async def opened(make_engine: Callable[..., Engine]) -> tuple[Engine, Any, dict[str, Any]]:
+    engine = make_engine(policy=POLICY)
+    token = (await api_tokens.create(engine.db, engine.clock, KEYS, "bot",
+                                     created_by="test")).record
+    doc, _ = await engine.external.create(token, NewRequest(
+        tool="deploy", args={"service": "api"}, requested_by="U_DANA", via="mcp"))
+    return engine, token, doc
+
+
+async def approve(engine: Engine, request_id: str) -> None:
+    async with engine.db.read() as tx:
+        a = current(await tx.approvals.for_run(request_id))
+    assert a is not None
+    await engine.decide(a.id, actor=Actor("U_ALICE", "cli:test"), verdict="approve")
+
+
+async def test_start_records_the_intent_and_the_report_completes_it(
+        make_engine, clock: ManualClock) -> None:
+    engine, token, doc = await opened(make_engine)
+    digest = doc["effective_digest"]
+    with pytest.raises(ExternalError) as refused:  # not approved yet
+        await engine.external.start(token, doc["id"], args_digest=digest, owner="w1")
+    assert refused.value.code == "not_approved"
+    await approve(engine, doc["id"])
+    with pytest.raises(ExternalError) as refused:  # only the approved arguments run
+        await engine.external.start(token, doc["id"], args_digest=call_digest("deploy", {}),
+                                    owner="w1")
+    assert refused.value.code == "digest_mismatch"
+
+    await engine.external.start(token, doc["id"], args_digest=digest, owner="w1")
+    async with engine.db.read() as tx:
+        intent = await tx.executions.get(doc["id"], CALL_ID)
+    assert intent is not None and (intent.status, intent.owner) == ("started", "w1")
+    with pytest.raises(ExternalError) as refused:  # a second attempt is never started
+        await engine.external.start(token, doc["id"], args_digest=digest, owner="w2")
+    assert refused.value.code == "already_started"
+    assert refused.value.fields["owner"] == "w1"
+
+    clock.advance(timedelta(seconds=2))
+    reported, new = await engine.external.report(
+        token, doc["id"], Report("succeeded", digest, {"ok": True}, via="mcp"))
+    assert new and reported["result"]["status"] == "succeeded"
+    async with engine.db.read() as tx:
+        done = await tx.executions.get(doc["id"], CALL_ID)
+        entries = await tx.audit.query(run_id=doc["id"])
+    assert done is not None and done.status == "succeeded" and done.latency_ms == 2000
+    assert done.started_at == intent.started_at  # the one row, completed
+    assert [(e.action, e.via) for e in entries][-1] == ("executed", "mcp")
+    with pytest.raises(ExternalError) as refused:
+        await engine.external.start(token, doc["id"], args_digest=digest, owner="w1")
+    assert refused.value.code == "already_reported"
+
+
+async def test_a_cancelled_request_is_not_started(make_engine) -> None:
+    engine, token, doc = await opened(make_engine)
+    await approve(engine, doc["id"])
+    await engine.cancel(doc["id"], actor=Actor("cli:ops", "cli:ops"), reason="not today")
+    with pytest.raises(ExternalError) as refused:
+        await engine.external.start(token, doc["id"], args_digest=doc["effective_digest"],
+                                    owner="w1")
+    assert refused.value.code == "not_approved" and "cancelled" in str(refused.value)
