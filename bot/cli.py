@@ -28,6 +28,7 @@ from typing import Any
 from bot import cli_standing, documents
 from bot.api.cli import add_commands as add_token_commands
 from bot.config import Settings, load_settings
+from bot.mcp.cli import add_commands as add_mcp_commands
 from bot.wiring import build_engine, check_environment, open_database
 from runtime import audit
 from runtime.decide import Actor
@@ -877,6 +878,7 @@ def build_parser() -> argparse.ArgumentParser:
                   "schedule)").set_defaults(fn=cmd_approvals_sweep)
 
     add_token_commands(sub, operator=operator, json_help=JSON)
+    add_mcp_commands(sub)
 
     au = sub.add_parser("audit", help="verify and export the audit log").add_subparsers(
         dest="sub", required=True, metavar="COMMAND")
