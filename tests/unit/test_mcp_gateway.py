@@ -1,0 +1,137 @@
+"""The MCP gateway's approvald side (bot.mcp.gateway) without MCP: each call an external
+request; what runs is what was approved, once; retries join; nothing is run twice."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from bot.mcp.gateway import Gateway, Ran, Refused
+from runtime.clock import ManualClock
+from runtime.decide import Actor
+from runtime.engine import Engine
+from runtime.errors import DecisionRefused
+from runtime.policy import PolicyFile
+from tests.integration.slack_harness import wait_for
+
+ALICE = Actor("U_ALICE", "cli:test")
+POLICY = PolicyFile.model_validate({"tools": {
+    "pay": {"external": True, "approvers": ["U_ALICE"], "ttl": "30m"}}})
+ARGS = {"to": "acct-1", "cents": 500}
+
+
+class Server:
+    """A wrapped server: counts what ran."""
+
+    def __init__(self, *, fail: bool = False) -> None:
+        self.ran: list[dict[str, Any]] = []
+        self.fail = fail
+
+    async def __call__(self, args: dict[str, Any]) -> Ran[str]:
+        self.ran.append(args)
+        if self.fail:
+            raise ConnectionError("the server went away mid-call")
+        return Ran(f"paid {args.get('cents')}", "succeeded", {"paid": args.get("cents")})
+
+
+def gateway(make_engine: Callable[..., Engine], engine: Engine | None = None) -> Gateway:
+    return Gateway(engine or make_engine(policy=POLICY), name="t", requested_by="U_DANA",
+                   server="fake-server", heartbeat=0.05)
+
+
+async def pending(g: Gateway, *, n: int = 1) -> Any:
+    async def found() -> Any:
+        async with g.e.db.read() as tx:
+            rows = await tx.approvals.recent(status="pending")
+        return rows[0] if len(rows) >= n else None
+
+    return await wait_for(found, what="a pending request")
+
+
+async def test_a_redirect_is_a_tool_error_with_the_guidance(make_engine) -> None:
+    g, server = gateway(make_engine), Server()
+    call = asyncio.ensure_future(g.call("pay", ARGS, server))
+    a = await pending(g)
+    await g.e.decide(a.id, actor=ALICE, verdict="redirect", reason="pay half of it")
+    out = await asyncio.wait_for(call, 10)
+    assert isinstance(out, Refused) and out.status == "redirected"
+    assert "U_ALICE redirected it: pay half of it" in out.message
+    assert server.ran == []
+
+
+async def test_a_call_started_elsewhere_and_never_reported_is_not_run_again(
+        make_engine) -> None:
+    engine = make_engine(policy=POLICY)
+    first, broken = gateway(make_engine, engine), Server(fail=True)
+    call = asyncio.ensure_future(first.call("pay", ARGS, broken))
+    a = await pending(first)
+    await engine.decide(a.id, actor=ALICE, verdict="approve")
+    try:
+        await asyncio.wait_for(call, 10)
+        raise AssertionError("the forward's failure should reach the caller")
+    except ConnectionError:
+        pass
+    assert broken.ran == [ARGS]
+    # a new process of the same gateway (nothing in memory) gets the same call again
+    again, server = gateway(make_engine, engine), Server()
+    out = await asyncio.wait_for(again.call("pay", ARGS, server), 10)
+    assert isinstance(out, Refused) and out.status == "unknown"
+    assert "never runs such a call again" in out.message and a.run_id in out.message
+    assert server.ran == []
+    async with engine.db.read() as tx:
+        execution = await tx.executions.get(a.run_id, "call")
+    assert execution is not None and execution.status == "started"  # outcome unknown
+
+
+async def test_an_approval_is_collected_by_a_retry_within_its_window(make_engine) -> None:
+    g, server = gateway(make_engine), Server()
+    call = asyncio.ensure_future(g.call("pay", ARGS, server))
+    a = await pending(g)
+    call.cancel()  # the client gave up waiting
+    await asyncio.gather(call, return_exceptions=True)
+    await g.e.decide(a.id, actor=ALICE, verdict="approve")
+    out = await asyncio.wait_for(g.call("pay", ARGS, server), 10)  # its retry
+    assert isinstance(out, Ran) and out.value == "paid 500"
+    assert server.ran == [ARGS]
+    async with g.e.db.read() as tx:
+        assert len(await tx.approvals.recent()) == 1  # no second request
+
+
+async def test_an_approval_nobody_collected_in_time_is_not_used_later(
+        make_engine, clock: ManualClock) -> None:
+    g, server = gateway(make_engine), Server()
+    call = asyncio.ensure_future(g.call("pay", ARGS, server))
+    a = await pending(g)
+    call.cancel()
+    await asyncio.gather(call, return_exceptions=True)
+    await g.e.decide(a.id, actor=ALICE, verdict="approve")
+    clock.advance(timedelta(minutes=31))  # past the request's window
+    later = asyncio.ensure_future(g.call("pay", ARGS, server))
+    b = await pending(g)
+    assert b.run_id != a.run_id and server.ran == []  # asked again
+    async with g.e.db.read() as tx:
+        old = await tx.runs.get(a.run_id)
+        entries = await tx.audit.query(run_id=a.run_id)
+    assert old is not None and old.status == "cancelled"
+    assert (entries[-1].action, entries[-1].actor) == ("cancelled", "system:mcp-gateway")
+    await g.e.decide(b.id, actor=ALICE, verdict="deny", reason="not twice")
+    out = await asyncio.wait_for(later, 10)
+    assert isinstance(out, Refused) and "denied by U_ALICE: not twice" in out.message
+
+
+async def test_a_tool_the_policy_file_does_not_name_is_asked_about(make_engine) -> None:
+    g, server = gateway(make_engine), Server()
+    call = asyncio.ensure_future(g.call("delete_everything", {"really": True}, server))
+    a = await pending(g)
+    assert a.tool == "delete_everything" and server.ran == []
+    assert "does not name delete_everything" in json.loads(a.packet)["why"]
+    with pytest.raises(DecisionRefused):  # anyone may decide, but not the requester
+        await g.e.decide(a.id, actor=Actor("U_DANA", "cli:test"), verdict="approve")
+    await g.e.decide(a.id, actor=Actor("U_BOB", "cli:test"), verdict="approve")
+    out = await asyncio.wait_for(call, 10)
+    assert isinstance(out, Ran) and server.ran == [{"really": True}]
