@@ -65,6 +65,12 @@ class Proxy:
     async def serve(self) -> None:
         """Start the wrapped server, then serve the client on stdio until it hangs up."""
         await self.gateway.token()  # a revoked gateway says so before anything starts
+        try:
+            await self._serve()
+        except* (BrokenPipeError, ConnectionResetError):  # the client went away mid-answer
+            log.info("mcp-proxy %s: the client hung up", self.gateway.name)
+
+    async def _serve(self) -> None:
         async with Client(self.params, cache=None) as upstream:
             self.upstream = upstream
             info = upstream.server_info
