@@ -137,8 +137,9 @@ class Gateway:
         self.owner = engine.owner
         self.descriptions: dict[str, str] = {}  # tool -> its description, for cards
         self._cursor: dict[str, int] = {}  # digest -> the first generation maybe open
-        self._inflight: dict[str, asyncio.Task[Ran[Any]]] = {}
-        self._ran: OrderedDict[str, asyncio.Task[Ran[Any]]] = OrderedDict()  # newest last
+        self._inflight: dict[str, asyncio.Task[Ran[Any] | Refused]] = {}
+        # finished here, newest last: callers that join late get the same answer
+        self._ran: OrderedDict[str, asyncio.Task[Ran[Any] | Refused]] = OrderedDict()
 
     # -- the token ----------------------------------------------------------------------
     async def token(self) -> TokenRecord:
@@ -179,22 +180,16 @@ class Gateway:
         if task is None:
             if await self._run_status(rid) in FINAL_STATUSES:
                 return await self._closed(token, tool, rid)
-            try:
-                await self.e.external.start(token, rid, args_digest=doc["effective_digest"],
-                                            owner=lease_id(self.owner))
-            except ExternalError as exc:
-                if rid in self._inflight:  # a caller here started it meanwhile
-                    task = self._inflight[rid]
-                else:
-                    return self._not_started(tool, rid, exc)
+            # looked up again with no await before it is set: one task per request here
+            task = self._inflight.get(rid) or self._ran.get(rid)
             if task is None:
-                task = asyncio.ensure_future(self._execute(token, doc, forward))
+                task = asyncio.ensure_future(self._execute(token, tool, doc, forward))
                 self._inflight[rid] = task
                 task.add_done_callback(self._done)
         # the client may give up waiting; the call, once started, still finishes and is
         # recorded (a cancelled forward would leave its outcome unknown)
-        ran: Ran[T] = await asyncio.shield(task)
-        return ran
+        out: Ran[T] | Refused = await asyncio.shield(task)
+        return out
 
     def _done(self, task: asyncio.Task[Any]) -> None:
         for rid, t in list(self._inflight.items()):
@@ -227,10 +222,16 @@ class Gateway:
         return Refused("cancelled", f"approvald: {tool} did not run: {exc} (request {rid}). "
                        "Nothing was executed.", rid)
 
-    async def _execute(self, token: TokenRecord, doc: dict[str, Any],
-                       forward: Forward[T]) -> Ran[T]:
-        """Forward the approved call with its effective arguments, then report it."""
+    async def _execute(self, token: TokenRecord, tool: str, doc: dict[str, Any],
+                       forward: Forward[T]) -> Ran[T] | Refused:
+        """Record the intent, forward the approved call with its effective arguments, then
+        report what came of it."""
         rid = str(doc["id"])
+        try:
+            await self.e.external.start(token, rid, args_digest=doc["effective_digest"],
+                                        owner=lease_id(self.owner))
+        except ExternalError as exc:
+            return self._not_started(tool, rid, exc)
         # an exception here (the server gone mid-call, a cancellation at shutdown) is left
         # unreported on purpose: the intent row stays "started", outcome unknown
         ran = await forward(dict(doc["effective_args"]))
