@@ -1,0 +1,25 @@
+"""Framework adapters: approvald's gate for agents built on LangGraph, Pydantic AI or the
+OpenAI Agents SDK, without rewriting them on approvald's loop.
+
+Each framework's module imports the framework, so import it only with its extra
+installed: ``runtime.adapters.langgraph`` (``approvald[langgraph]``),
+``runtime.adapters.pydantic_ai`` (``approvald[pydantic-ai]``),
+``runtime.adapters.openai_agents`` (``approvald[openai-agents]``). What they share (the
+requests, running an approved call once, the paused state in approvald's store) is here
+and in :mod:`runtime.adapters.gate`; nothing here knows Slack or an SQL dialect.
+"""
+
+from runtime.adapters.base import Adapter, Finished, Outcome, Paused, Waiting
+from runtime.adapters.gate import (
+    ApprovalGate,
+    Call,
+    CallFailedBefore,
+    CallNotApproved,
+    CallOutcomeUnknown,
+    Decision,
+    Executed,
+)
+
+__all__ = ["Adapter", "ApprovalGate", "Call", "CallFailedBefore", "CallNotApproved",
+           "CallOutcomeUnknown", "Decision", "Executed", "Finished", "Outcome", "Paused",
+           "Waiting"]
