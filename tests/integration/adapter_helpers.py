@@ -1,0 +1,91 @@
+"""What the framework adapters' end-to-end tests share: the policy, a side effect counted
+in a file, and decisions made in Slack (signed clicks and modal submissions through the
+emulator, as an approver makes them)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from bot import cards
+from tests.integration.slack_harness import CHANNEL, Harness, wait_for
+
+POLICY = """
+[tools.refund_order]
+external = true          # run by a framework agent, not by an approvald agent
+approvers = ["U_ALICE"]
+ttl = "30m"
+
+[[tools.refund_order.rules]]
+when = "args.cents <= 100"
+policy = "auto"
+"""
+
+
+def policy_file(tmp_path: Path) -> str:
+    path = tmp_path / "policy.toml"
+    path.write_text(POLICY)
+    return str(path)
+
+
+class SideEffects:
+    """The refunds that really happened, one JSON line each (appended by the tool)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def record(self, **args: Any) -> None:
+        with self.path.open("a") as f:
+            f.write(json.dumps(args, sort_keys=True) + "\n")
+
+    def all(self) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        return [json.loads(x) for x in self.path.read_text().splitlines()]
+
+
+async def card_of(h: Harness, request_id: str) -> Any:
+    """The request's approval, once its card is in Slack."""
+    async with h.engine.db.read() as tx:
+        [a] = await tx.approvals.for_run(request_id)
+    await h.service.drain.drain_once()
+    await h.card(a.id)
+    return await h.approval(a.id)
+
+
+async def approve_in_slack(h: Harness, request_id: str) -> None:
+    a = await card_of(h, request_id)
+    await h.slack.click(cards.APPROVE, h.value(a), user_id="U_ALICE", channel_id=CHANNEL,
+                        message_ts=a.message_ts)
+    assert (await h.approval(a.id)).status == "approved"
+
+
+async def deny_in_slack(h: Harness, request_id: str, reason: str) -> None:
+    a = await card_of(h, request_id)
+    await h.slack.click(cards.DENY, h.value(a), user_id="U_ALICE", channel_id=CHANNEL,
+                        message_ts=a.message_ts)
+    await wait_for(lambda: h.emulator.views(callback_id=cards.DENY_MODAL), what="the deny modal")
+    await h.slack.submit_view(cards.DENY_MODAL, {"reason": {"reason_input": reason}},
+                              user_id="U_ALICE")
+    assert (await h.approval(a.id)).status == "denied"
+
+
+async def edit_in_slack(h: Harness, request_id: str, args: dict[str, Any]) -> None:
+    """Edit the arguments in the modal: with edits = "approve" the edit approves them."""
+    a = await card_of(h, request_id)
+    await h.slack.click(cards.EDIT, h.value(a), user_id="U_ALICE", channel_id=CHANNEL,
+                        message_ts=a.message_ts)
+    await wait_for(lambda: h.emulator.views(callback_id=cards.EDIT_MODAL), what="the edit modal")
+    resp = await h.slack.submit_view(cards.EDIT_MODAL, {"args": {"args_input": json.dumps(args)}},
+                                     user_id="U_ALICE")
+    assert resp.status == 200
+    decided = await h.approval(a.id)
+    assert decided.status == "approved" and decided.effective_args() == args
+
+
+async def audit_actions(h: Harness, request_id: str) -> list[dict[str, Any]]:
+    async with h.engine.db.read() as tx:
+        entries = await tx.audit.query(run_id=request_id)
+    return [{"action": e.action, "actor": e.actor, "details": json.loads(e.details)}
+            for e in entries]
