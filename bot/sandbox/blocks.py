@@ -18,7 +18,8 @@ MAX_HEADER_TEXT = 150
 MAX_BUTTON_TEXT = 75
 MAX_BUTTON_VALUE = 2000
 MAX_ACTIONS_ELEMENTS = 25
-MAX_OPTIONS = 10  # a checkboxes element's options
+MAX_OPTIONS = 10  # a checkboxes or radio_buttons element's options
+MAX_SELECT_OPTIONS = 100  # a static_select's
 MAX_OPTION_TEXT = 75  # an option's text and description
 MAX_OPTION_VALUE = 150
 
@@ -82,18 +83,21 @@ def _element_problems(element: Any, where: str) -> list[str]:
         value = element.get("value")
         if isinstance(value, str) and len(value) > MAX_BUTTON_VALUE:
             problems.append(_too_long(MAX_BUTTON_VALUE, f"{where}/value"))
-    if element.get("type") == "checkboxes":
+    if element.get("type") in ("checkboxes", "radio_buttons"):
         problems += _options_problems(element, where)
+    if element.get("type") == "static_select" and "option_groups" not in element:
+        problems += _options_problems(element, where, most=MAX_SELECT_OPTIONS)
     return problems
 
 
-def _options_problems(element: dict[str, Any], where: str) -> list[str]:
+def _options_problems(element: dict[str, Any], where: str, *,
+                      most: int = MAX_OPTIONS) -> list[str]:
     options = element.get("options")
     if not isinstance(options, list):
         return [f"[ERROR] missing required field: options [json-pointer:{where}/options]"]
     problems: list[str] = []
-    if not 0 < len(options) <= MAX_OPTIONS:
-        problems.append(f"[ERROR] must provide between 1 and {MAX_OPTIONS} items "
+    if not 0 < len(options) <= most:
+        problems.append(f"[ERROR] must provide between 1 and {most} items "
                         f"[json-pointer:{where}/options]")
     for k, option in enumerate(options):
         at = f"{where}/options/{k}"

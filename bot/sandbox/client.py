@@ -192,6 +192,43 @@ class SlackClientSim:
                     "type": "checkboxes", "selected_options": chosen}
         return state
 
+    @staticmethod
+    def filled(blocks: Any, changes: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+        """The ``state`` of a modal's input blocks as Slack sends it on submit: what each
+        input was drawn with (``initial_value``/``initial_option(s)``), except the blocks
+        named in ``changes`` (``{block_id: value}``): text for a ``plain_text_input``, an
+        option's value for a ``static_select`` or ``radio_buttons``, a list of option values
+        for ``checkboxes`` (a value the element does not offer is sent as given, as a forged
+        payload would). For :meth:`submit_view` or :meth:`click`."""
+        changes = dict(changes or {})
+        state: dict[str, dict[str, Any]] = {}
+        for block in blocks if isinstance(blocks, list) else []:
+            el = block.get("element") if isinstance(block, dict) else None
+            if block.get("type") != "input" or not isinstance(el, dict):
+                continue
+            kind, options = el.get("type"), el.get("options") or []
+            by_value = {o.get("value"): o for o in options}
+            given = changes.pop(block["block_id"], None)
+            if kind == "plain_text_input":
+                value = given if given is not None else el.get("initial_value")
+                entry: dict[str, Any] = {"type": kind, "value": value}
+            elif kind in ("static_select", "radio_buttons"):
+                chosen = (by_value.get(given, {"text": {"type": "plain_text", "text": given},
+                                               "value": given})
+                          if given is not None else el.get("initial_option"))
+                entry = {"type": kind, "selected_option": chosen}
+            elif kind == "checkboxes":
+                chosen_all = ([by_value.get(v, {"text": {"type": "plain_text", "text": v},
+                                                "value": v}) for v in given]
+                              if given is not None else el.get("initial_options") or [])
+                entry = {"type": kind, "selected_options": chosen_all}
+            else:
+                continue
+            state[block["block_id"]] = {el["action_id"]: entry}
+        if changes:
+            raise KeyError(f"no input block {', '.join(sorted(changes))} in these blocks")
+        return state
+
     def envelope_for_view_submission(self, callback_id: str, values: dict[str, dict[str, Any]],
                                      *, user_id: str, private_metadata: str | None = None,
                                      view_id: str | None = None) -> JSON:

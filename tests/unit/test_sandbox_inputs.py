@@ -1,0 +1,76 @@
+"""A modal's inputs in the Slack emulator: the state Slack sends on submit (what each input
+was drawn with, or what the user chose), and Slack's limits on radio buttons and selects."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from bot.sandbox.blocks import block_problems
+from bot.sandbox.client import SlackClientSim
+
+
+def option(value: str, text: str | None = None) -> dict[str, Any]:
+    return {"text": {"type": "plain_text", "text": text or value}, "value": value}
+
+
+def input_block(block_id: str, element: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "input", "block_id": block_id, "element": {"action_id": "a", **element},
+            "label": {"type": "plain_text", "text": block_id}}
+
+
+BLOCKS = [
+    {"type": "section", "text": {"type": "mrkdwn", "text": "intro"}},
+    input_block("window", {"type": "static_select", "options": [option("15m"), option("1h")],
+                           "initial_option": option("15m")}),
+    input_block("scope", {"type": "radio_buttons", "options": [option("exact"), option("when")],
+                          "initial_option": option("exact")}),
+    input_block("fields", {"type": "checkboxes", "options": [option("a"), option("b")]}),
+    input_block("when", {"type": "plain_text_input", "initial_value": "args.a == 1"}),
+    input_block("note", {"type": "plain_text_input"}),
+]
+
+
+def test_inputs_as_drawn() -> None:
+    assert SlackClientSim.filled(BLOCKS) == {
+        "window": {"a": {"type": "static_select", "selected_option": option("15m")}},
+        "scope": {"a": {"type": "radio_buttons", "selected_option": option("exact")}},
+        "fields": {"a": {"type": "checkboxes", "selected_options": []}},
+        "when": {"a": {"type": "plain_text_input", "value": "args.a == 1"}},
+        "note": {"a": {"type": "plain_text_input", "value": None}},
+    }
+
+
+def test_inputs_as_chosen_and_forged() -> None:
+    state = SlackClientSim.filled(BLOCKS, {"window": "1h", "scope": "when", "fields": ["b"],
+                                           "when": "args.b", "note": "hi"})
+    assert state["window"]["a"]["selected_option"] == option("1h")
+    assert state["scope"]["a"]["selected_option"] == option("when")
+    assert state["fields"]["a"]["selected_options"] == [option("b")]
+    assert state["when"]["a"]["value"] == "args.b" and state["note"]["a"]["value"] == "hi"
+    # a value the element does not offer is sent as given (a forged payload)
+    forged = SlackClientSim.filled(BLOCKS, {"window": "9h", "fields": ["zz"]})
+    assert forged["window"]["a"]["selected_option"]["value"] == "9h"
+    assert forged["fields"]["a"]["selected_options"][0]["value"] == "zz"
+    with pytest.raises(KeyError, match="nope"):
+        SlackClientSim.filled(BLOCKS, {"nope": "x"})
+    # it goes into a view submission as Slack's view.state.values
+    sim = SlackClientSim("http://127.0.0.1:9/", "secret")
+    payload = sim.envelope_for_view_submission("cb", state, user_id="U1")
+    assert payload["view"]["state"]["values"] == state
+
+
+def test_slacks_limits_on_radio_buttons_and_selects() -> None:
+    assert block_problems(BLOCKS) == []
+    eleven = input_block("r", {"type": "radio_buttons",
+                               "options": [option(f"v{i}") for i in range(11)]})
+    [problem] = block_problems([eleven])
+    assert "between 1 and 10 items" in problem and "/blocks/0/element/options" in problem
+    many = input_block("s", {"type": "static_select",
+                             "options": [option(f"v{i}") for i in range(101)]})
+    assert "between 1 and 100 items" in block_problems([many])[0]
+    assert block_problems([input_block("s", {"type": "static_select", "options": [
+        option(f"v{i}") for i in range(100)]})]) == []
+    long = input_block("s", {"type": "static_select", "options": [option("v", "t" * 76)]})
+    assert "must be less than 76" in block_problems([long])[0]
