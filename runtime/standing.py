@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -37,6 +37,7 @@ from runtime.canonical import call_digest, canonical_json, compact_json
 from runtime.decide import Actor, Decision
 from runtime.directory import DirectoryError
 from runtime.errors import ApprovaldError, NotFound
+from runtime.gate import CARD_UPDATE
 from runtime.ids import new_id
 from runtime.policy import ApprovalPolicy, CallPolicy, is_group
 from runtime.rules import RuleError, compile_condition, holds
@@ -164,11 +165,13 @@ class StandingApprovals:
                 details={"standing_approval": sid, "tool": a.tool, "scope": scope.describe(),
                          "window": str(window), "expires_at": (now + window).isoformat(),
                          "grants": 1, "quorum": a.quorum, "rule": policy.rule})
+            await self._redraw(tx, a.id, now)
             got = await tx.standing.get(sid)
             assert got is not None
             return got
 
         record = await self.e.db.transact(write, what=f"standing approval on {a.id}")
+        self.e.notify_outbox()
         return record, decision
 
     def _check_window(self, a: ApprovalRecord, policy: ApprovalPolicy,
@@ -211,16 +214,19 @@ class StandingApprovals:
                 tx, at=now, action="standing_granted", actor=actor.id, via=actor.via,
                 details={"standing_approval": s.id, "tool": s.tool, "grants": len(grants),
                          "quorum": s.quorum, "status": status})
+            await self._redraw(tx, s.granted_on, now)
             return done
 
-        return await self.e.db.transact(write, what=f"grant of standing approval {s.id}")
+        done = await self.e.db.transact(write, what=f"grant of standing approval {s.id}")
+        self.e.notify_outbox()
+        return done
 
     async def revoke(self, standing_id: str, *, actor: Actor,
                      reason: str | None = None) -> StandingRecord:
         """Revoke at once: the next match after this commits gets a card. A granter or any
         approver of the tool may revoke."""
         s = await self.get(standing_id)
-        if actor.id not in s.grants_value() and not await self._may_decide(s, actor.id):
+        if not await self.may_revoke(s, actor.id):
             raise StandingRefused(f"{actor.id} neither granted standing approval {s.id} nor "
                                   f"approves {s.tool}", reason="not_authorized")
         now = self.e.clock.now()
@@ -234,10 +240,30 @@ class StandingApprovals:
                                 via=actor.via,
                                 details={"standing_approval": s.id, "tool": s.tool,
                                          "uses": done.uses, "reason": reason})
+            await self._redraw(tx, s.granted_on, now)
             return done
 
-        return await self.e.db.transact(write, urgent=True,
-                                        what=f"revocation of standing approval {s.id}")
+        done = await self.e.db.transact(write, urgent=True,
+                                         what=f"revocation of standing approval {s.id}")
+        self.e.notify_outbox()
+        return done
+
+    async def may_revoke(self, s: StandingRecord, user: str) -> bool:
+        """May ``user`` revoke ``s``: one of its granters, or (still) one of its approvers."""
+        return user in s.grants_value() or await self._may_decide(s, user)
+
+    async def may_grant(self, s: StandingRecord, user: str) -> bool:
+        """Would a further grant of ``s`` by ``user`` count (proposed, not yet granted by
+        them, one of its approvers)? :meth:`add_grant` checks again."""
+        return (s.status == "proposed" and user not in s.grants_value()
+                and await self._may_decide(s, user))
+
+    async def _redraw(self, tx: Tx, approval_id: str, now: datetime) -> None:
+        """Queue an update of the card of the request a standing approval was granted on,
+        which tells its grants and state (written with the change, so the card cannot miss
+        it)."""
+        await tx.outbox.add(kind=CARD_UPDATE, group_key=approval_id,
+                            payload=compact_json({"approval_id": approval_id}), now=now)
 
     async def get(self, standing_id: str) -> StandingRecord:
         async with self.e.db.read() as tx:

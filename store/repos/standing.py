@@ -81,6 +81,14 @@ class StandingRepo(Repo):
         )).all()
         return [StandingRecord(**r._mapping) for r in rows]
 
+    async def granted_on(self, approval_id: str, *, tool: str) -> list[StandingRecord]:
+        """The standing approvals proposed on request ``approval_id`` (a call of ``tool``:
+        the tool narrows the search to its rows), oldest first."""
+        rows = (await self.conn.execute(
+            select(_S).where(_S.c.tool == tool, _S.c.granted_on == approval_id)
+            .order_by(_S.c.created_at, _S.c.id))).all()
+        return [StandingRecord(**r._mapping) for r in rows]
+
     async def listing(self, *, live_only: bool, now: datetime,
                       limit: int = 200) -> list[StandingRecord]:
         stmt = select(_S)
