@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from slack_sdk.models.blocks import (
@@ -36,6 +36,7 @@ from bot.mrkdwn import (
     code_block,
     code_span,
     context,
+    duration,
     escape_mrkdwn,
     header,
     json_escapes,
@@ -50,16 +51,22 @@ from bot.mrkdwn import (
     who,
 )
 from runtime.decide import counted
+from runtime.policy import ApprovalPolicy
+from runtime.standing import MAX_WINDOW, MIN_WINDOW, Scope
 from store.records import ApprovalRecord, VoteRecord
+from store.repos.standing import StandingRecord
 
 __all__ = [
     "ABORT", "ACTION_IDS", "APPROVE", "APPROVE_SELECTED", "ARGS_BLOCK", "ARGS_INPUT",
     "BATCH_BLOCK", "DENY", "DENY_MODAL", "DENY_SELECTED", "DENY_SELECTED_MODAL", "EDIT",
-    "EDIT_MODAL", "GUIDANCE_BLOCK", "GUIDANCE_INPUT", "MARK_DONE", "REASON_BLOCK",
-    "REASON_INPUT", "REDIRECT", "REDIRECT_MODAL", "RESOLVE_MODAL", "RETRY", "SELECT",
-    "SELECT_BLOCK", "VIEW_ARGS", "approval_card", "approver_ids", "args_text", "as_text",
-    "batch_buttons", "button_value", "buttons", "compact_blocks", "editable_text",
-    "escape_mrkdwn", "json_object", "parse_value", "recent_line", "risk_of", "select_value",
+    "EDIT_MODAL", "FIELDS_BLOCK", "FIELDS_INPUT", "GUIDANCE_BLOCK", "GUIDANCE_INPUT",
+    "MARK_DONE", "REASON_BLOCK", "REASON_INPUT", "REDIRECT", "REDIRECT_MODAL", "RESOLVE_MODAL",
+    "RETRY", "SCOPE_BLOCK", "SCOPE_INPUT", "SELECT", "SELECT_BLOCK", "STANDING",
+    "STANDING_GRANT", "STANDING_MODAL", "STANDING_REVOKE", "VIEW_ARGS", "WHEN_BLOCK",
+    "WHEN_INPUT", "WINDOW_BLOCK", "WINDOW_INPUT", "approval_card", "approver_ids", "args_text",
+    "as_text", "batch_buttons", "button_value", "buttons", "compact_blocks", "editable_text",
+    "escape_mrkdwn", "json_object", "parse_value", "recent_line", "risk_of", "scope_text",
+    "select_value", "standing_cap", "standing_lines",
 ]
 
 # action ids, callback ids and input ids the handlers dispatch on
@@ -75,8 +82,18 @@ ABORT = "approvald.abort"
 SELECT = "approvald.select"
 APPROVE_SELECTED = "approvald.approve_selected"
 DENY_SELECTED = "approvald.deny_selected"
+# standing approvals: the card's button and its modal; the App Home's buttons (value: the
+# standing approval's id)
+STANDING = "approvald.standing"
+STANDING_REVOKE = "approvald.standing_revoke"
+STANDING_GRANT = "approvald.standing_grant"
 ACTION_IDS = (APPROVE, DENY, EDIT, REDIRECT, VIEW_ARGS, RETRY, MARK_DONE, ABORT, SELECT,
-              APPROVE_SELECTED, DENY_SELECTED)
+              APPROVE_SELECTED, DENY_SELECTED, STANDING, STANDING_REVOKE, STANDING_GRANT)
+STANDING_MODAL = "approvald.standing_modal"
+WINDOW_BLOCK, WINDOW_INPUT = "standing_window", "standing_window_input"
+SCOPE_BLOCK, SCOPE_INPUT = "standing_scope", "standing_scope_input"
+FIELDS_BLOCK, FIELDS_INPUT = "standing_fields", "standing_fields_input"
+WHEN_BLOCK, WHEN_INPUT = "standing_when", "standing_when_input"
 DENY_MODAL = "approvald.deny_modal"
 DENY_SELECTED_MODAL = "approvald.deny_selected_modal"
 # block ids: a checkbox's block is SELECT_BLOCK + "." + the request id (a modal's: + a number)
@@ -244,8 +261,10 @@ def buttons(a: ApprovalRecord, token: str, *, view_args: bool) -> ActionsBlock:
                 title=T.CONFIRM_APPROVE_TITLE,
                 text=md(T.CONFIRM_APPROVE_TEXT.format(tool=code_span(a.tool, 80))),
                 confirm=T.CONFIRM_APPROVE_YES, deny=T.CONFIRM_NO, style="primary")
-        elements = [_button(T.BUTTON_APPROVE, APPROVE, value, "primary", confirm),
-                    _button(T.BUTTON_DENY, DENY, value, "danger")]
+        elements = [_button(T.BUTTON_APPROVE, APPROVE, value, "primary", confirm)]
+        if standing_cap(a) >= MIN_WINDOW:  # max_standing = "0" (or under 15 min): none
+            elements.append(_button(T.BUTTON_STANDING, STANDING, value))
+        elements.append(_button(T.BUTTON_DENY, DENY, value, "danger"))
         if editable_text(a) is not None:  # longer than Slack's text box: CLI only
             elements.append(_button(T.BUTTON_EDIT, EDIT, value))
         elements.append(_button(T.BUTTON_REDIRECT, REDIRECT, value))
@@ -262,6 +281,75 @@ def batch_buttons() -> ActionsBlock:
     return ActionsBlock(block_id=BATCH_BLOCK, elements=[
         _button(T.BUTTON_APPROVE_SELECTED, APPROVE_SELECTED, None, "primary", confirm),
         _button(T.BUTTON_DENY_SELECTED, DENY_SELECTED, None, "danger")])
+
+
+# -- standing approvals ---------------------------------------------------------------------
+
+def standing_cap(a: ApprovalRecord) -> timedelta:
+    """The longest standing approval request ``a``'s stored policy allows (at most 8 h);
+    0 when it allows none or the snapshot cannot be read."""
+    if a.kind != "tool_call":
+        return timedelta(0)
+    try:
+        cap = ApprovalPolicy.from_snapshot(a.policy).max_standing
+    except (TypeError, ValueError):
+        return timedelta(0)
+    return min(cap, MAX_WINDOW)
+
+
+def _compact(value: Any) -> str:
+    return json_escapes(json.dumps(value, ensure_ascii=False, separators=(",", ":"),
+                                   default=str))
+
+
+def scope_text(s: StandingRecord, *, here: bool = False) -> str:
+    """What a standing approval covers, in words, agent-written values escaped and cut
+    (``here``: on the card of the request it was granted on, "this exact call")."""
+    try:
+        scope = Scope.model_validate_json(s.scope)
+    except ValueError:
+        return T.STANDING_SCOPE_CONDITION.format(when=code_span(s.scope, 200))
+    if scope.kind == "exact":
+        if here:
+            return T.STANDING_SCOPE_EXACT_HERE
+        return T.STANDING_SCOPE_EXACT.format(args=f"`{code_span(_compact(scope.values), 200)}`")
+    if scope.kind == "fields":
+        pairs = [T.STANDING_SCOPE_PAIR.format(name=f"`{code_span(k, 60)}`",
+                                              value=f"`{code_span(_compact(v), 80)}`")
+                 for k, v in list(scope.values.items())[:10]]
+        return T.STANDING_SCOPE_FIELDS.format(pairs=", ".join(pairs))
+    return T.STANDING_SCOPE_CONDITION.format(when=f"`{code_span(scope.when or '', 400)}`")
+
+
+def _grants(s: StandingRecord) -> list[str]:
+    try:
+        return s.grants_value()
+    except (TypeError, ValueError):
+        return []
+
+
+def standing_lines(s: StandingRecord, *, now: datetime, here: bool = True) -> str:
+    """A standing approval as its card tells it: who granted it, for how long, what it
+    covers, and where it stands now (grants for a quorum, uses, revoked or over)."""
+    grants = _grants(s)
+    text = T.STANDING_ON_CARD.format(
+        id=code_span(s.id, 64), who=", ".join(who(g) for g in grants[:10]) or "—",
+        window=duration(s.expires_at - s.created_at), scope=scope_text(s, here=here))
+    state = s.state(now)
+    until = slack_date(s.expires_at, T.DATE_AT)
+    if state == "proposed":
+        text += "\n" + T.STANDING_PROPOSED.format(count=len(grants), quorum=s.quorum,
+                                                  until=until)
+    elif state == "active":
+        quorum = (T.STANDING_ACTIVE_GRANTS.format(count=len(grants), quorum=s.quorum)
+                  if s.quorum > 1 else "")
+        text += "\n" + quorum + T.STANDING_ACTIVE.format(until=until, uses=s.uses)
+    elif state == "revoked":
+        text += "\n" + T.STANDING_REVOKED.format(
+            who=who(s.revoked_by), date=slack_date(s.revoked_at or now, T.DATE_AT), uses=s.uses)
+    else:
+        text += "\n" + T.STANDING_EXPIRED.format(date=until, uses=s.uses)
+    return text
 
 
 # -- the card ---------------------------------------------------------------------------------
@@ -396,13 +484,15 @@ def _context(a: ApprovalRecord, votes: Sequence[VoteRecord], now: datetime,
 
 def approval_card(a: ApprovalRecord, *, token: str | None, now: datetime,
                   votes: Sequence[VoteRecord] = (), thread_url: str | None = None,
-                  superseded_by: str | None = None,
-                  supersedes_url: str | None = None) -> dict[str, Any]:
+                  superseded_by: str | None = None, supersedes_url: str | None = None,
+                  standing: Sequence[StandingRecord] = ()) -> dict[str, Any]:
     """The approval card: ``{"text": notification fallback, "blocks": [...]}``.
 
     Buttons only while ``a`` is pending and a ``token`` is given; otherwise a line saying
     what was decided, by whom, when and why. ``superseded_by`` is the permalink (or id)
     of the request that replaced this one; ``supersedes_url`` that of the one it replaces.
+    ``standing``: the standing approvals granted on this request, told below the decision
+    (a quorum tool's is granted while the request still waits for its other approvals).
     """
     p = json_object(a.packet)
     live = token is not None and a.status == "pending"
@@ -437,6 +527,9 @@ def approval_card(a: ApprovalRecord, *, token: str | None, now: datetime,
         cut += more
     if not live:
         blocks.append(section(_decision(a, votes, superseded_by)))
+    if standing and a.kind == "tool_call":
+        lines = "\n".join(standing_lines(x, now=now) for x in standing[:3])
+        blocks.append(section(lines))
     blocks.append(context(_context(a, votes, now, supersedes_url)))
     if live and token is not None:
         blocks.append(buttons(a, token, view_args=cut > 0))

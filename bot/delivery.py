@@ -146,6 +146,9 @@ class SlackDeliverer:
                 newer = next((x for x in await tx.approvals.for_run(a.run_id)
                               if x.supersedes == a.id), None)
             older = await tx.approvals.get(a.supersedes) if a.supersedes else None
+            # a standing approval granted on this request is told on its card
+            standing = (await tx.standing.granted_on(a.id, tool=a.tool)
+                        if a.kind == "tool_call" and a.decided_via != "standing" else [])
         token = self.e.button_token(a) if a.status == "pending" else None
         thread_url = await self._permalink(*thread) if thread else None
         superseded_by = None
@@ -157,7 +160,7 @@ class SlackDeliverer:
             supersedes_url = await self._permalink(older.channel, older.message_ts)
         return cards.approval_card(a, token=token, now=self.e.clock.now(), votes=votes,
                                    thread_url=thread_url, superseded_by=superseded_by,
-                                   supersedes_url=supersedes_url)
+                                   supersedes_url=supersedes_url, standing=standing)
 
     def channel_for(self, a: ApprovalRecord) -> str:
         policy = ApprovalPolicy.from_snapshot(a.policy)

@@ -12,6 +12,10 @@ button or the modal is acknowledged first and the batch decided after, one reque
 time (:func:`runtime.batch.decide_each`), because a batch may take longer than Slack's
 3 seconds. Their acknowledgement claims nothing: what a batch decided is shown only once
 each decision is committed, in the App Home (or the list) redrawn with the results.
+A standing approval ("Approve, and calls like this…") is granted from its modal like any
+other decision: the request's approval and the standing approval are both committed
+before the submission is acknowledged; Revoke and Grant too on the App Home are committed
+before their ack, and the Home is drawn again saying what happened.
 Identity comes only from Slack's signed payload (bolt verified the
 signature before any listener runs). A refused click changes nothing and gets an
 ephemeral explanation; the card itself is updated through the outbox.
@@ -21,24 +25,29 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
+from pydantic import ValidationError
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncRespond
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot import cards, messages, texts, views
-from bot.mrkdwn import REASON_MAX
+from bot.mrkdwn import REASON_MAX, code_span, cut_plain
 from runtime.batch import MAX_BATCH, BatchVerdict, Target, decide_each
 from runtime.decide import Actor, Decision, Verdict
 from runtime.errors import ApprovaldError, DecisionRefused, InvalidArguments, NotFound
+from runtime.standing import StandingRefused, scope_for
 from store.records import ApprovalRecord
+from store.repos.standing import StandingRecord
 
 if TYPE_CHECKING:
     from bot.app import SlackService
 
 log = logging.getLogger("approvald.slack")
 CANDIDATES = 500  # pending requests looked at for one viewer's lists
+_STANDING_ID = re.compile(r"[A-Za-z0-9_-]{6,64}")
 
 
 class Handlers:
@@ -84,6 +93,10 @@ class Handlers:
         app.action(cards.APPROVE_SELECTED)(self.on_approve_selected)
         app.action(cards.DENY_SELECTED)(self.on_deny_selected)
         app.view(cards.DENY_SELECTED_MODAL)(self.on_deny_selected_submit)
+        app.action(cards.STANDING)(self.on_standing_click)
+        app.view(cards.STANDING_MODAL)(self.on_standing_submit)
+        app.action(cards.STANDING_REVOKE)(self.on_standing_change("revoke"))
+        app.action(cards.STANDING_GRANT)(self.on_standing_change("grant"))
         app.command("/approvals")(self.on_command)
         app.event("app_home_opened")(self.on_home_opened)
         app.error(self.on_error)
@@ -292,6 +305,143 @@ class Handlers:
         await ack()
         self._later(self._after(client, user, target.channel, decision, None))
 
+    # -- standing approvals ---------------------------------------------------------------
+    async def on_standing_click(self, ack: AsyncAck, body: dict[str, Any],
+                                client: AsyncWebClient) -> None:
+        await ack()
+        self._later(self._open_for(body, client, views.standing_modal))
+
+    async def on_standing_submit(self, ack: AsyncAck, body: dict[str, Any],
+                                 client: AsyncWebClient) -> None:
+        """Approve the request and grant the standing approval, both committed before the
+        ack; whatever is refused is shown in the modal, which stays open."""
+        view = body["view"]
+        choice, errors = views.parse_standing((view.get("state") or {}).get("values"))
+        if choice is None:
+            await ack(response_action="errors", errors=errors)
+            return
+        try:
+            target = views.parse_metadata(view.get("private_metadata") or "")
+        except ValueError:
+            await ack(response_action="errors",
+                      errors={cards.WINDOW_BLOCK: texts.REPLY_MALFORMED})
+            return
+        user = body["user"]["id"]
+        granted, errors = await self._grant(target, user, choice)
+        if granted is None:
+            await ack(response_action="errors", errors=errors)
+            return
+        await ack()
+        self._later(self._after_grant(client, user, target.channel, *granted))
+
+    async def _grant(self, target: views.ModalTarget, user: str, choice: views.StandingChoice
+                     ) -> tuple[tuple[StandingRecord, Decision] | None, dict[str, str]]:
+        """``((standing approval, decision), {})`` once both are committed, else
+        ``(None, the modal's errors)`` and nothing was granted."""
+        scope_block = views.scope_error_block(choice.kind)
+        with self.e.tracer.span("slack.standing", approval_id=target.approval_id,
+                                user=user) as span:
+            try:
+                a = await self.e.decider.get(target.approval_id)
+                scope = scope_for(a, choice.kind, fields=choice.fields, when=choice.when)
+            except NotFound:
+                return None, {cards.WINDOW_BLOCK: texts.REPLY_UNKNOWN_APPROVAL}
+            except ValueError as exc:  # incomplete, not CEL, or not covering this request
+                span.set(outcome="refused:scope")
+                return None, {scope_block: texts.MODAL_STANDING_BAD_SCOPE.format(
+                    why=_why(exc))[:1000]}
+            try:
+                granted = await self.e.standing.grant(
+                    a.id, actor=Actor(user, "slack"), window=choice.window, scope=scope,
+                    token=target.token)
+            except StandingRefused as exc:
+                span.set(outcome=f"refused:{exc.reason}")
+                block = scope_block if exc.reason == "scope" else cards.WINDOW_BLOCK
+                text = texts.STANDING_REFUSAL.get(exc.reason, texts.REFUSAL_UNKNOWN)
+                return None, {block: f"{text} ({exc})"[:1000]}
+            except (ApprovaldError, ValueError) as exc:  # refused as a click would be
+                span.set(outcome=f"refused:{getattr(exc, 'reason', type(exc).__name__)}")
+                return None, {cards.WINDOW_BLOCK: self._refusal(exc)[:1000]}
+            except Exception as exc:  # the database failed: nothing was granted; say so
+                log.error("standing approval on %s by %s failed: %s: %s", target.approval_id,
+                          user, type(exc).__name__, exc, exc_info=exc)
+                span.set(outcome=f"error:{type(exc).__name__}")
+                return None, {cards.WINDOW_BLOCK: texts.REPLY_ERROR.format(
+                    error=type(exc).__name__)}
+            span.set(outcome=f"granted:{granted[0].status}")
+        return granted, {}
+
+    async def _after_grant(self, client: AsyncWebClient, user: str, channel: str | None,
+                           standing: StandingRecord, decision: Decision) -> None:
+        """As after an Approve click; a quorum tool's granter also hears that their standing
+        approval waits for other grants (the card says so too)."""
+        if standing.status != "proposed":
+            await self._after(client, user, channel, decision, None)
+            return
+        await self._tell(client, user, channel, texts.REPLY_STANDING_PROPOSED.format(
+            id=code_span(standing.id, 64), count=len(standing.grants_value()),
+            quorum=standing.quorum))
+        if channel is None:
+            await self.publish_home(client, user)
+
+    def on_standing_change(self, verb: str) -> Any:
+        """Revoke, or Grant too, from the App Home: committed before the ack, then the Home
+        is drawn again saying what happened (or why nothing did)."""
+
+        async def handler(ack: AsyncAck, body: dict[str, Any], client: AsyncWebClient) -> None:
+            user = body["user"]["id"]
+            channel, _ = self._where(body)
+            value = (body.get("actions") or [{}])[0].get("value")
+            if not isinstance(value, str) or not _STANDING_ID.fullmatch(value):
+                notice = texts.REPLY_MALFORMED
+            else:
+                notice = await self._change_standing(verb, value, user)
+            await ack()  # only now: a revocation or a grant is committed (or nothing changed)
+            if channel is None:
+                self._later(self.publish_home(client, user, notice=notice))
+            else:
+                self._later(self._tell(client, user, channel, notice))
+        return handler
+
+    async def _change_standing(self, verb: str, standing_id: str, user: str) -> str:
+        actor = Actor(user, "slack")
+        with self.e.tracer.span(f"slack.standing_{verb}", standing_id=standing_id,
+                                user=user) as span:
+            try:
+                if verb == "revoke":
+                    s = await self.e.standing.revoke(standing_id, actor=actor)
+                else:
+                    s = await self.e.standing.add_grant(standing_id, actor=actor)
+            except StandingRefused as exc:
+                span.set(outcome=f"refused:{exc.reason}")
+                return texts.HOME_STANDING_REFUSED.format(
+                    why=texts.STANDING_REFUSAL.get(exc.reason, texts.REFUSAL_UNKNOWN))
+            except NotFound:
+                span.set(outcome="refused:not_found")
+                return texts.REPLY_STANDING_UNKNOWN
+            except Exception as exc:  # the database failed: nothing changed; say so
+                log.error("standing approval %s: %s by %s failed: %s: %s", standing_id, verb,
+                          user, type(exc).__name__, exc, exc_info=exc)
+                span.set(outcome=f"error:{type(exc).__name__}")
+                return texts.REPLY_ERROR.format(error=type(exc).__name__)
+            span.set(outcome=f"{verb}:{s.status}")
+        fields = {"id": code_span(s.id, 64), "tool": code_span(s.tool, 80)}
+        if verb == "revoke":
+            return texts.HOME_STANDING_REVOKED.format(**fields)
+        return texts.HOME_STANDING_GRANTED.format(
+            count=len(s.grants_value()), quorum=s.quorum,
+            active=texts.HOME_STANDING_NOW_ACTIVE if s.status == "active" else "", **fields)
+
+    async def standing_for(self, user: str) -> list[views.HomeStanding]:
+        """Live standing approvals ``user`` may revoke (granted them, or approves them),
+        those still needing their grant first, then newest first."""
+        items = []
+        for s in await self.e.standing.listing(live_only=True):
+            if await self.e.standing.may_revoke(s, user):
+                items.append(views.HomeStanding(s, await self.e.standing.may_grant(s, user)))
+        items.sort(key=lambda item: not item.may_grant)  # stable: newest first within
+        return items
+
     # -- batch decisions ----------------------------------------------------------------
     async def on_select(self, ack: AsyncAck) -> None:
         await ack()  # a tick is state Slack keeps in the view until a batch button reads it
@@ -446,14 +596,18 @@ class Handlers:
         await respond(response_type="ephemeral", **msg)
 
     async def publish_home(self, client: AsyncWebClient, user: str, *,
-                           result: views.BatchResult | None = None) -> None:
-        """Draw ``user``'s App Home (with what a batch just did, when ``result`` is given)."""
+                           result: views.BatchResult | None = None,
+                           notice: str | None = None) -> None:
+        """Draw ``user``'s App Home (with what a batch just did, when ``result`` is given,
+        or what a click on a standing approval did, ``notice``)."""
         pending = await self.actionable(user)
         async with self.e.db.read() as tx:
             recent = [a for a in await tx.approvals.recent(limit=200)
                       if a.decided_by == user][:views.HOME_MAX_RECENT]
+        standing = await self.standing_for(user)
         await client.views_publish(user_id=user, view=views.home_view(
-            pending, recent, now=self.e.clock.now(), result=result))
+            pending, recent, now=self.e.clock.now(), result=result, standing=standing,
+            notice=notice))
 
     async def on_home_opened(self, event: dict[str, Any], client: AsyncWebClient) -> None:
         if event.get("tab", "home") == "home":
@@ -462,3 +616,12 @@ class Handlers:
     async def on_error(self, error: Exception, body: dict[str, Any]) -> None:
         log.error("Slack listener failed: %s: %s", type(error).__name__, error,
                   exc_info=error)
+
+
+def _why(exc: ValueError) -> str:
+    """A refused scope's reason in one line (a pydantic error without its wrapping), as
+    plain text: a modal's errors are not mrkdwn."""
+    text = str(exc)
+    if isinstance(exc, ValidationError) and exc.errors():
+        text = str(exc.errors()[0].get("msg") or exc).removeprefix("Value error, ")
+    return cut_plain(text, 500)

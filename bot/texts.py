@@ -194,6 +194,96 @@ MODAL_BATCH_ITEM_NOTE = "{id} · requested by {who}"
 MODAL_BATCH_NONE = "Tick at least one request to deny."
 LIST_FALLBACK = "{n} approval request(s) waiting for you"
 
+# -- standing approvals ("approve this, and calls like it, for a while") -------------------
+
+BUTTON_STANDING = "Approve, and calls like this…"
+MODAL_STANDING_TITLE = "Standing approval"
+MODAL_STANDING_SUBMIT = "Approve and grant"
+MODAL_STANDING_INTRO = ("Approve this call of `{tool}` now, and let later calls like it run "
+                        "without a card for a while.")
+MODAL_STANDING_WINDOW = "For how long"
+WINDOW_LABELS = {"15m": "15 min", "30m": "30 min", "1h": "1 h", "2h": "2 h", "4h": "4 h",
+                 "8h": "8 h"}
+MODAL_STANDING_SCOPE = "Which calls"
+SCOPE_EXACT = "Only this exact call"
+SCOPE_EXACT_NOTE = "Same tool, every argument the same"
+SCOPE_FIELDS = "Same tool, same values for:"
+SCOPE_FIELDS_NOTE = "The arguments ticked below; the others may differ"
+SCOPE_CONDITION = "Calls where… (CEL condition)"
+SCOPE_CONDITION_NOTE = "The condition below, over args, must hold"
+MODAL_STANDING_FIELDS = "Same values for"
+MODAL_STANDING_FIELDS_HINT = "Used with “Same tool, same values for”."
+MODAL_STANDING_FIELD_VALUE = "now {value}"
+MODAL_STANDING_WHEN = "Condition (CEL)"
+MODAL_STANDING_WHEN_HINT = ("Used with “Calls where…”. It sees args and tool, e.g. "
+                            "args.amount_cents <= 5000; it must hold for this call too.")
+MODAL_STANDING_EXPLAIN = (
+    "*What this means:* it needs the same approvers and quorum as this request "
+    "({quorum}), covers only calls this tool's policy would send to the same approvers, "
+    "stops covering anything when its window ends or a granter leaves the approvers, and "
+    "never covers a run its granter started (unless the tool allows self-approval). A "
+    "granter or any approver can revoke it at once from the App Home (or `approvald "
+    "standing revoke ID`). Every use is in the audit log and the run's thread, naming it.")
+MODAL_STANDING_QUORUM_ONE = "one approval"
+MODAL_STANDING_QUORUM = "{n} approvals: it covers nothing until {more} more approver(s) grant it"
+MODAL_STANDING_NO_WINDOW = "Choose how long it lasts."
+MODAL_STANDING_NO_SCOPE = "Choose which calls it covers."
+MODAL_STANDING_NO_FIELDS = "Tick at least one argument whose value later calls must share."
+MODAL_STANDING_NO_WHEN = "Write the condition later calls must meet."
+MODAL_STANDING_BAD_SCOPE = "That scope was refused: {why}"
+
+STANDING_SCOPE_EXACT_HERE = "only this exact call"
+STANDING_SCOPE_EXACT = "only the exact call {args}"
+STANDING_SCOPE_FIELDS = "calls with {pairs}"
+STANDING_SCOPE_PAIR = "{name} = {value}"
+STANDING_SCOPE_CONDITION = "calls where {when}"
+STANDING_ON_CARD = (":repeat: *Standing approval* `{id}` granted by {who} for {window}: "
+                    "{scope}.")
+STANDING_ACTIVE = "Matching calls run without a card until {until} ({uses} use(s) so far)."
+STANDING_PROPOSED = ("*{count} of {quorum} grants*: it covers nothing until another approver "
+                     "grants it too (App Home, *Grant too*). Until {until}.")
+STANDING_ACTIVE_GRANTS = "*{count} of {quorum} grants*. "
+STANDING_REVOKED = "Revoked by {who} {date} after {uses} use(s)."
+STANDING_EXPIRED = "Its window ended {date} after {uses} use(s)."
+
+HOME_STANDING_TITLE = "Standing approvals"
+HOME_STANDING_EMPTY = "None you granted or approve is live."
+HOME_STANDING_LINE = ("{emoji} *`{tool}`* · {scope}\nUntil {until} · grants {count}/{quorum} "
+                      "({who}) · {uses} use(s) · `{id}`")
+HOME_STANDING_MORE = "…and {n} more: `approvald standing list`"
+STANDING_EMOJI = {"active": ":repeat:", "proposed": ":ballot_box_with_check:"}
+BUTTON_STANDING_REVOKE = "Revoke"
+BUTTON_STANDING_GRANT = "Grant too"
+CONFIRM_REVOKE_TITLE = "Revoke it now?"
+CONFIRM_REVOKE_TEXT = ("From now on, calls of `{tool}` it covered need a card again. Calls it "
+                       "already allowed stay approved.")
+CONFIRM_REVOKE_YES = "Revoke"
+CONFIRM_GRANT_TITLE = "Grant it too?"
+CONFIRM_GRANT_TEXT = ("With your grant, calls of `{tool}` within its scope run without a card "
+                      "until its window ends, and you are named on each use.")
+CONFIRM_GRANT_YES = "Grant"
+HOME_STANDING_REVOKED = ":no_entry_sign: You revoked standing approval `{id}` (`{tool}`)."
+HOME_STANDING_GRANTED = (":ballot_box_with_check: You granted standing approval `{id}` "
+                         "(`{tool}`): {count} of {quorum} grants{active}.")
+HOME_STANDING_NOW_ACTIVE = ", so it is active"
+HOME_STANDING_REFUSED = ":warning: Nothing changed: {why}"
+STANDING_REFUSAL = {
+    "not_authorized": ("You neither granted this standing approval nor approve its tool, so "
+                       "you can't change it."),
+    "already_granted": "You already granted it; another approver has to grant it too.",
+    "not_live": "It is no longer live (revoked, or its window ended).",
+    "changed": "It changed meanwhile (granted, revoked or expired): look at it again.",
+    "off": "Standing approvals are turned off for this tool (max_standing = \"0\").",
+    "window": "That window is not allowed for this tool.",
+    "scope": "That scope does not cover this request.",
+    "wrong_kind": "A standing approval is granted on a tool call's request only.",
+}
+REPLY_STANDING_PROPOSED = (":ballot_box_with_check: Your approval is recorded, and standing "
+                           "approval `{id}` is proposed: {count} of {quorum} grants. It covers "
+                           "nothing until another approver grants it too (their App Home, "
+                           "*Grant too*).")
+REPLY_STANDING_UNKNOWN = ":grey_question: That standing approval doesn't exist (any more)."
+
 # -- modals (titles, submit and close labels are at most 24 characters) ---------------------
 
 MODAL_ARGS_TITLE = "Full arguments"

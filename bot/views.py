@@ -7,24 +7,32 @@ characters, more than 100 blocks or oversized metadata fail in tests. Modals car
 The App Home and ``/approvals`` list the viewer's pending requests oldest first, grouped by
 tool, each with a checkbox for "Approve selected" / "Deny selected": a ticked checkbox
 carries the request's id and the token of the arguments it showed, exactly like its
-buttons, so a batch can only ever decide what the approver saw.
+buttons, so a batch can only ever decide what the approver saw. The App Home also lists
+the live standing approvals the viewer granted or approves, whose Revoke and Grant too
+buttons carry only the standing approval's id (who may use them is checked when clicked).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from slack_sdk.models.blocks import (
+    ActionsBlock,
     Block,
+    ButtonElement,
     CheckboxesElement,
+    ConfirmObject,
     DividerBlock,
     InputBlock,
     Option,
     PlainTextInputElement,
+    RadioButtonsElement,
+    StaticSelectElement,
 )
 from slack_sdk.models.views import View
 
@@ -35,14 +43,25 @@ from bot.cards import (
     DENY_MODAL,
     DENY_SELECTED_MODAL,
     EDIT_MODAL,
+    FIELDS_BLOCK,
+    FIELDS_INPUT,
     GUIDANCE_BLOCK,
     GUIDANCE_INPUT,
     REASON_BLOCK,
     REASON_INPUT,
     REDIRECT_MODAL,
     RESOLVE_MODAL,
+    SCOPE_BLOCK,
+    SCOPE_INPUT,
     SELECT,
     SELECT_BLOCK,
+    STANDING_GRANT,
+    STANDING_MODAL,
+    STANDING_REVOKE,
+    WHEN_BLOCK,
+    WHEN_INPUT,
+    WINDOW_BLOCK,
+    WINDOW_INPUT,
     args_text,
     batch_buttons,
     button_value,
@@ -51,7 +70,9 @@ from bot.cards import (
     json_object,
     parse_value,
     recent_line,
+    scope_text,
     select_value,
+    standing_cap,
 )
 from bot.messages import coalesce, refusal_text
 from bot.mrkdwn import (
@@ -62,6 +83,7 @@ from bot.mrkdwn import (
     SECTION_MAX,
     VIEW_BLOCKS_MAX,
     clip,
+    code_block,
     code_chunks,
     code_span,
     context,
@@ -70,11 +92,15 @@ from bot.mrkdwn import (
     md,
     plain,
     section,
+    slack_date,
     text_length,
     units,
+    who,
 )
 from runtime.batch import MAX_BATCH, BatchVerdict, Outcome
+from runtime.rules import MAX_EXPRESSION, RuleError, holds
 from store.records import ApprovalRecord
+from store.repos.standing import StandingRecord
 
 HOME_MAX_PENDING = 50  # at most: Slack's 100 blocks hold fewer (the oldest that fit are shown)
 HOME_MAX_RECENT = 15
@@ -419,28 +445,39 @@ def _batch_top(pending: Sequence[tuple[ApprovalRecord, str]]) -> list[Block]:
 
 def home_view(pending: Sequence[tuple[ApprovalRecord, str]], recent: Sequence[ApprovalRecord],
               *, now: datetime, total: int | None = None,
-              result: BatchResult | None = None) -> dict[str, Any]:
-    """The App Home tab: what a batch just did (``result``), the viewer's pending requests
-    with checkboxes and live buttons, then their recent decisions.
+              result: BatchResult | None = None, standing: Sequence[HomeStanding] = (),
+              standing_total: int | None = None, notice: str | None = None) -> dict[str, Any]:
+    """The App Home tab: what a batch just did (``result``) or what a click on a standing
+    approval did (``notice``, mrkdwn), the viewer's pending requests with checkboxes and
+    live buttons, the live standing approvals they granted or approve, then their recent
+    decisions.
 
     ``pending`` pairs each request with the viewer's button token, oldest first: the oldest
     that fit in Slack's 100 blocks are shown, and a line says how many of ``total`` (by
-    default all of ``pending``) and how to see the rest.
+    default all of ``pending``) and how to see the rest. At most
+    :data:`HOME_MAX_STANDING` of ``standing`` are shown, with a line for the rest of
+    ``standing_total``.
     """
     total = len(pending) if total is None else total
     top: list[Block | dict[str, Any]] = [header(T.HOME_TITLE)]
+    if notice is not None:
+        top += [section(notice), DividerBlock()]
     if result is not None:
         top += [*batch_result_blocks(result, sections=HOME_RESULT_SECTIONS), DividerBlock()]
     if not pending:
         top.append(section(T.HOME_EMPTY))
     top += _batch_top(pending)
-    # leave room for: the "more" note, the recent header and two recent sections
-    items, shown = _pending_groups(pending, now=now, most=HOME_MAX_PENDING,
-                                   max_blocks=VIEW_BLOCKS_MAX - len(top) - 4,
-                                   budget=HOME_TEXT_BUDGET - text_length(_dicts(top)))
+    lasting = _dicts(standing_blocks(standing, now=now, total=standing_total))
+    # leave room for: the "more" note, the standing approvals, the recent header and two
+    # recent sections
+    items, shown = _pending_groups(
+        pending, now=now, most=HOME_MAX_PENDING,
+        max_blocks=VIEW_BLOCKS_MAX - len(top) - len(lasting) - 4,
+        budget=HOME_TEXT_BUDGET - text_length(_dicts(top)) - text_length(lasting))
     top += items
     if shown < total:
         top.append(context([T.HOME_MORE.format(shown=shown, total=total)]))
+    top += lasting
     top.append(header(T.HOME_RECENT_TITLE))
     lines = [recent_line(a) for a in recent[:HOME_MAX_RECENT]]
     chunks = coalesce(lines, SECTION_MAX)[:2]
@@ -528,3 +565,226 @@ def parse_batch_metadata(text: str) -> str | None:
     if channel is not None and (not isinstance(channel, str) or not 0 < len(channel) <= 64):
         raise ValueError("private_metadata names no channel")
     return channel
+
+
+# -- standing approvals: the card's modal, and the App Home's list ---------------------------
+
+WINDOWS = {"15m": timedelta(minutes=15), "30m": timedelta(minutes=30), "1h": timedelta(hours=1),
+           "2h": timedelta(hours=2), "4h": timedelta(hours=4), "8h": timedelta(hours=8)}
+SCOPES = ("exact", "fields", "condition")
+HOME_MAX_STANDING = 10
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_CEL_RESERVED = frozenset({
+    "true", "false", "null", "in", "as", "break", "const", "continue", "else", "for",
+    "function", "if", "import", "let", "loop", "package", "namespace", "return", "var",
+    "void", "while"})
+EXAMPLE_TERMS = 4
+EXAMPLE_STRING_MAX = 64
+
+
+def example_condition(tool: str, args: Mapping[str, Any]) -> str:
+    """A CEL condition that holds for this call, drawn from its arguments, to start from:
+    identifier-like strings and booleans must be equal, whole numbers at most as large
+    (``args.order_id == "A-1001" && args.amount_cents <= 4200``). Free text, nested values
+    and names CEL cannot spell are left out; "" when nothing fits."""
+    terms: list[str] = []
+    for name, value in args.items():
+        if len(terms) == EXAMPLE_TERMS:
+            break
+        if not _IDENT.fullmatch(name) or name in _CEL_RESERVED:
+            continue
+        ref = f"args.{name}"
+        if isinstance(value, bool):
+            term = f"{ref} == {'true' if value else 'false'}"
+        elif isinstance(value, int):
+            term = f"{ref} <= {value}"
+        elif (isinstance(value, str) and 0 < len(value) <= EXAMPLE_STRING_MAX
+              and value.isprintable() and not any(c.isspace() for c in value)):
+            term = f"{ref} == {json.dumps(value)}"
+        else:
+            continue
+        try:  # a term CEL reads differently (a number beyond int64, …) is left out
+            if holds(term, tool, args):
+                terms.append(term)
+        except (RuleError, ValueError):
+            continue
+    return " && ".join(terms)
+
+
+def windows_for(a: ApprovalRecord) -> list[str]:
+    """The windows offered for a standing approval on ``a``: those within its policy's
+    ``max_standing`` (and 8 h), shortest first; none when standing approvals are off."""
+    cap = standing_cap(a)
+    return [key for key, span in WINDOWS.items() if span <= cap]
+
+
+def _field_options(args: Mapping[str, Any]) -> list[Option]:
+    """A checkbox per argument name (the first ten that fit an option's value), with its
+    current value as the description; both escaped and cut to Slack's 75 characters."""
+    options = []
+    for name, value in args.items():
+        if len(options) == OPTIONS_PER_ELEMENT:
+            break
+        if not name or len(name) > 150:
+            continue
+        shown = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+        options.append(Option(
+            value=name, text=md(f"`{code_span(name, OPTION_TEXT_MAX - 2)}`"),
+            description=md(clip(T.MODAL_STANDING_FIELD_VALUE.format(
+                value=f"`{code_span(shown, OPTION_TEXT_MAX - 8)}`"), OPTION_TEXT_MAX))))
+    return options
+
+
+def standing_modal(a: ApprovalRecord, token: str, channel: str | None,
+                   ts: str | None) -> dict[str, Any]:
+    """"Approve, and calls like this…": a window within the tool's ``max_standing``, a
+    scope (this exact call, the same values for ticked arguments, or a CEL condition
+    prefilled from the call's arguments) and what granting means. Submitting approves the
+    request (with every check a click gets) and grants the standing approval."""
+    metadata = modal_metadata(a.id, token, channel, ts)
+    args = a.effective_args()
+    code, _ = code_block(args_text(a.edited_args or a.args, indent=None), 600)
+    blocks: list[Block] = [section(T.MODAL_STANDING_INTRO.format(tool=code_span(a.tool, 80))
+                                   + "\n" + code)]
+    windows = windows_for(a)
+    if not windows:  # the card draws no button then; an old card may still be clicked
+        blocks.append(section(T.STANDING_REFUSAL["off"]))
+        return _modal(T.MODAL_STANDING_TITLE, blocks, metadata=metadata)
+    choices = [Option(value=key, text=plain(T.WINDOW_LABELS[key])) for key in windows]
+    blocks.append(InputBlock(
+        block_id=WINDOW_BLOCK, label=plain(T.MODAL_STANDING_WINDOW), optional=False,
+        element=StaticSelectElement(action_id=WINDOW_INPUT, options=choices,
+                                    initial_option=choices[0])))
+    fields = _field_options(args)
+    scopes = [Option(value="exact", text=plain(T.SCOPE_EXACT),
+                     description=plain(T.SCOPE_EXACT_NOTE))]
+    if fields:
+        scopes.append(Option(value="fields", text=plain(T.SCOPE_FIELDS),
+                             description=plain(T.SCOPE_FIELDS_NOTE)))
+    scopes.append(Option(value="condition", text=plain(T.SCOPE_CONDITION),
+                         description=plain(T.SCOPE_CONDITION_NOTE)))
+    blocks.append(InputBlock(
+        block_id=SCOPE_BLOCK, label=plain(T.MODAL_STANDING_SCOPE), optional=False,
+        element=RadioButtonsElement(action_id=SCOPE_INPUT, options=scopes,
+                                    initial_option=scopes[0])))
+    if fields:
+        blocks.append(InputBlock(
+            block_id=FIELDS_BLOCK, label=plain(T.MODAL_STANDING_FIELDS), optional=True,
+            hint=plain(T.MODAL_STANDING_FIELDS_HINT),
+            element=CheckboxesElement(action_id=FIELDS_INPUT, options=fields)))
+    example = example_condition(a.tool, args)
+    blocks.append(InputBlock(
+        block_id=WHEN_BLOCK, label=plain(T.MODAL_STANDING_WHEN), optional=True,
+        hint=plain(T.MODAL_STANDING_WHEN_HINT),
+        element=PlainTextInputElement(action_id=WHEN_INPUT, multiline=True,
+                                      max_length=MAX_EXPRESSION,
+                                      initial_value=example or None,
+                                      placeholder=plain("args.amount_cents <= 5000"))))
+    quorum = (T.MODAL_STANDING_QUORUM.format(n=a.quorum, more=a.quorum - 1) if a.quorum > 1
+              else T.MODAL_STANDING_QUORUM_ONE)
+    blocks.append(context([T.MODAL_STANDING_EXPLAIN.format(quorum=quorum)]))
+    return _modal(T.MODAL_STANDING_TITLE, blocks, callback_id=STANDING_MODAL,
+                  submit=T.MODAL_STANDING_SUBMIT, metadata=metadata)
+
+
+class StandingChoice(NamedTuple):
+    """What the standing approval modal was submitted with."""
+
+    window: timedelta
+    kind: str
+    fields: list[str]
+    when: str
+
+
+def _state(values: Mapping[str, Any], block: str, action: str) -> Mapping[str, Any]:
+    found = (values.get(block) or {}).get(action) if isinstance(values, Mapping) else None
+    return found if isinstance(found, Mapping) else {}
+
+
+def _chosen(state: Mapping[str, Any]) -> str | None:
+    option = state.get("selected_option")
+    value = option.get("value") if isinstance(option, Mapping) else None
+    return value if isinstance(value, str) else None
+
+
+def parse_standing(values: Any) -> tuple[StandingChoice | None, dict[str, str]]:
+    """Read the modal's ``view.state.values``: the choice, or the inline errors (block id
+    -> text) to answer the submission with. Whether the scope covers the request and
+    the window is allowed is the runtime's to say."""
+    values = values if isinstance(values, Mapping) else {}
+    errors: dict[str, str] = {}
+    window = WINDOWS.get(_chosen(_state(values, WINDOW_BLOCK, WINDOW_INPUT)) or "")
+    if window is None:
+        errors[WINDOW_BLOCK] = T.MODAL_STANDING_NO_WINDOW
+    kind = _chosen(_state(values, SCOPE_BLOCK, SCOPE_INPUT))
+    ticked = _state(values, FIELDS_BLOCK, FIELDS_INPUT).get("selected_options")
+    fields = [str(o["value"]) for o in ticked if isinstance(o, Mapping)
+              and isinstance(o.get("value"), str)] if isinstance(ticked, list) else []
+    when = str(_state(values, WHEN_BLOCK, WHEN_INPUT).get("value") or "").strip()
+    if kind not in SCOPES:
+        errors[SCOPE_BLOCK] = T.MODAL_STANDING_NO_SCOPE
+    elif kind == "fields" and not fields:
+        errors[FIELDS_BLOCK if FIELDS_BLOCK in values else SCOPE_BLOCK] = \
+            T.MODAL_STANDING_NO_FIELDS
+    elif kind == "condition" and not when:
+        errors[WHEN_BLOCK] = T.MODAL_STANDING_NO_WHEN
+    if errors or window is None or kind is None:
+        return None, errors
+    return StandingChoice(window, kind, fields if kind == "fields" else [],
+                          when if kind == "condition" else ""), {}
+
+
+def scope_error_block(kind: str) -> str:
+    """Where the modal shows why a scope of ``kind`` was refused."""
+    return {"fields": FIELDS_BLOCK, "condition": WHEN_BLOCK}.get(kind, SCOPE_BLOCK)
+
+
+class HomeStanding(NamedTuple):
+    """A live standing approval on the viewer's App Home: may they add a grant to it."""
+
+    standing: StandingRecord
+    may_grant: bool
+
+
+def _standing_item(item: HomeStanding, now: datetime) -> list[Block]:
+    s = item.standing
+    grants = s.grants_value()
+    text = T.HOME_STANDING_LINE.format(
+        emoji=T.STANDING_EMOJI.get(s.state(now), T.UNKNOWN_EMOJI), tool=code_span(s.tool, 80),
+        scope=scope_text(s), until=slack_date(s.expires_at, T.DATE_AT), count=len(grants),
+        quorum=s.quorum, who=", ".join(who(g) for g in grants[:10]) or "—", uses=s.uses,
+        id=code_span(s.id, 64))
+    tool = code_span(s.tool, 80)
+    revoke = ButtonElement(
+        text=T.BUTTON_STANDING_REVOKE, action_id=STANDING_REVOKE, value=s.id, style="danger",
+        confirm=ConfirmObject(title=T.CONFIRM_REVOKE_TITLE,
+                              text=md(T.CONFIRM_REVOKE_TEXT.format(tool=tool)),
+                              confirm=T.CONFIRM_REVOKE_YES, deny=T.CONFIRM_NO, style="danger"))
+    if not item.may_grant:
+        block = section(text)
+        block.accessory = revoke
+        return [block]
+    grant = ButtonElement(
+        text=T.BUTTON_STANDING_GRANT, action_id=STANDING_GRANT, value=s.id, style="primary",
+        confirm=ConfirmObject(title=T.CONFIRM_GRANT_TITLE,
+                              text=md(T.CONFIRM_GRANT_TEXT.format(tool=tool)),
+                              confirm=T.CONFIRM_GRANT_YES, deny=T.CONFIRM_NO, style="primary"))
+    return [section(text), ActionsBlock(elements=[grant, revoke])]
+
+
+def standing_blocks(items: Sequence[HomeStanding], *, now: datetime,
+                    total: int | None = None) -> list[Block]:
+    """The App Home's "Standing approvals": a header, at most :data:`HOME_MAX_STANDING`
+    of ``items`` (each with Revoke, and Grant too where the viewer's grant is still
+    needed), and a line naming the command for the rest of ``total``; nothing at all
+    without items."""
+    if not items:
+        return []  # nothing to act on: the Home stays as it was before the feature
+    total = len(items) if total is None else total
+    blocks: list[Block] = [header(T.HOME_STANDING_TITLE)]
+    for item in items[:HOME_MAX_STANDING]:
+        blocks += _standing_item(item, now)
+    if total > min(len(items), HOME_MAX_STANDING):
+        blocks.append(context([T.HOME_STANDING_MORE.format(
+            n=total - min(len(items), HOME_MAX_STANDING))]))
+    return blocks

@@ -115,6 +115,8 @@ def check_blocks(blocks: list[dict[str, Any]], max_blocks: int) -> None:
         for e in [*b.get("elements", []), b.get("accessory") or {}, b.get("element") or {}]:
             if e.get("action_id") in (cards.APPROVE_SELECTED, cards.DENY_SELECTED):
                 assert "value" not in e  # they decide what is ticked, never a value they carry
+            elif e.get("action_id") in (cards.STANDING_REVOKE, cards.STANDING_GRANT):
+                assert 0 < len(e["value"]) <= 64  # a standing approval's id, nothing else
             elif e.get("type") == "button":
                 assert cards.parse_value(e["value"]) and len(e["value"]) <= 2000
             if e.get("type") == "checkboxes":
@@ -124,10 +126,12 @@ def check_blocks(blocks: list[dict[str, Any]], max_blocks: int) -> None:
 
 
 def check_checkboxes(e: dict[str, Any]) -> None:
-    """Slack's limits on a checkboxes element, and that every option is one of ours."""
-    assert e["action_id"] == cards.SELECT and 0 < len(e["options"]) <= 10
+    """Slack's limits on a checkboxes element, and that every option is one of ours (a
+    request to decide, or an argument name in the standing approval modal)."""
+    assert e["action_id"] in (cards.SELECT, cards.FIELDS_INPUT) and 0 < len(e["options"]) <= 10
     for o in e["options"] + e.get("initial_options", []):
-        assert cards.parse_value(o["value"]) and len(o["value"]) <= 150
+        assert e["action_id"] == cards.FIELDS_INPUT or cards.parse_value(o["value"])
+        assert 0 < len(o["value"]) <= 150
         assert 0 < units(o["text"]["text"]) <= 75
         assert "description" not in o or units(o["description"]["text"]) <= 75
 
@@ -169,7 +173,8 @@ def test_pending_card_buttons_carry_only_id_and_token() -> None:
     card = cards.approval_card(a, token=TOKEN, now=NOW)
     check_message(card)
     found = buttons_of(card)
-    assert set(found) == {cards.APPROVE, cards.DENY, cards.EDIT, cards.REDIRECT}
+    assert set(found) == {cards.APPROVE, cards.STANDING, cards.DENY, cards.EDIT,
+                          cards.REDIRECT}
     for e in found.values():
         assert e["value"] == f"{a.id}:{TOKEN}"
         assert "secret-arg-value" not in e["value"]

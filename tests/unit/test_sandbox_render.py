@@ -117,7 +117,8 @@ def test_pending_card_draws_header_sections_context_and_buttons_with_confirm() -
     assert '<div class="b b-context">' in out and '<div class="b b-actions">' in out
     found = {a["data-action-id"]: a for t, a in tags(out)
              if t == "button" and "data-action-id" in a}
-    assert set(found) == {cards.APPROVE, cards.DENY, cards.EDIT, cards.REDIRECT}
+    assert set(found) == {cards.APPROVE, cards.STANDING, cards.DENY, cards.EDIT,
+                          cards.REDIRECT}
     assert "primary" in (found[cards.APPROVE]["class"] or "")
     assert "danger" in (found[cards.DENY]["class"] or "")
     # the button's value (its token) is not put on the page: the server reads it
