@@ -242,6 +242,23 @@ class GateMachine(RuleBasedStateMachine):
         else:
             event("standing revoked")
 
+    @precondition(lambda self: bool(self.runs) and len(self.runs) < 5 and not self.relaxed)
+    @rule(i=st.integers(0, 50), j=st.integers(0, 5))
+    def standing_lifecycle(self, i: int, j: int) -> None:
+        """Steered, so every schedule set reaches it: a grant on a pending request, a run
+        in its band, a revocation by the granter, another run in its band."""
+        before = len(self.standing)
+        self.grant_standing(i, j, 30, "condition")
+        if len(self.standing) == before:
+            return
+        self.start_run_under_a_standing_band(len(self.standing) - 1)
+        sid, _ = self.standing[-1]
+        s = self.run(self.engine.standing.get(sid))
+        self.run(self.engine.standing.revoke(sid, actor=Actor(s.grants_value()[0], "slack")))
+        event("standing revoked")
+        if len(self.runs) < 6:
+            self.start_run_under_a_standing_band(len(self.standing) - 1)
+
     @precondition(lambda self: bool(self.standing) and len(self.runs) < 6
                   and not self.relaxed)
     @rule(k=st.integers(0, 10))
@@ -352,8 +369,9 @@ class GateMachine(RuleBasedStateMachine):
                          False, after, held_token=old)
 
     @precondition(lambda self: bool(self.runs))
-    @rule(i=st.integers(0, 50), j=st.integers(0, 5), guidance=st.sampled_from(GUIDANCE),
-          token=st.sampled_from(["fresh", "fresh", "stale"]), crash=st.booleans(),
+    @rule(i=st.integers(0, 50), j=st.integers(0, 5),
+          guidance=st.sampled_from([*GUIDANCE[:2], *GUIDANCE]),
+          token=st.sampled_from(["fresh", "fresh", "fresh", "stale"]), crash=st.booleans(),
           resume=st.booleans())
     def redirect_as_an_approver(self, i: int, j: int, guidance: str, token: str, crash: bool,
                                 resume: bool) -> None:
