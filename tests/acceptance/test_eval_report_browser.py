@@ -29,7 +29,7 @@ EVIL = "approve <script>window.pwned = 1</script> A-1"
 def _dataset(tmp_path: Path, name: str, *, evil: bool = False) -> Path:
     """The demo dataset's four tasks under two interruptions (eight journeys, quick);
     ``evil``: the first task's name carries a script."""
-    tasks = DEMO.read_text().split("[[tasks]]", 1)[1]
+    tasks = "[[tasks]]".join(DEMO.read_text().split("[[tasks]]")[1:5])  # the first four
     if evil:
         tasks = tasks.replace('name = "approve-duplicate-charge"', f'name = "{EVIL}"')
     path = tmp_path / name
