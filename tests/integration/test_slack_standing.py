@@ -139,10 +139,10 @@ def cards_posted(h: Harness) -> int:
     return len(h.emulator.messages(CHANNEL))
 
 
-async def test_the_issue_scenario_through_slack(sqlite_url: str, tmp_path: Path) -> None:
+async def test_the_issue_scenario_through_slack(db_url: str, tmp_path: Path) -> None:
     clock = ManualClock(datetime.now(UTC) + timedelta(days=1))
     file = policy(tmp_path, 'approvers = ["U_ALICE", "U_BOB", "U_CAROL"]\n')
-    async with harness(sqlite_url, tmp_path, clock=clock, APPROVALD_POLICY_FILE=file) as h:
+    async with harness(db_url, tmp_path, clock=clock, APPROVALD_POLICY_FILE=file) as h:
         first = await h.pause_refund()
         a = await h.approval(first.approval_ids[0])
         view = await open_modal(h, a)
