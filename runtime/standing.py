@@ -140,10 +140,14 @@ class StandingApprovals:
             raise StandingRefused("a standing approval is granted on a tool call's request",
                                   reason="wrong_kind", approval_id=a.id)
         policy = ApprovalPolicy.from_snapshot(a.policy)
-        self._check_window(a, policy, window)
-        if not scope.covers(a.tool, a.effective_args()):
-            raise StandingRefused("the scope does not cover the request it is granted on",
-                                  reason="scope", approval_id=a.id)
+        try:
+            self._check_window(a, policy, window)
+            if not scope.covers(a.tool, a.effective_args()):
+                raise StandingRefused("the scope does not cover the request it is granted on",
+                                      reason="scope", approval_id=a.id)
+        except StandingRefused as exc:
+            await self._refused(actor, "standing_grant", exc, approval=a)
+            raise
         # the request is approved first, with every check a click gets; only then is the
         # standing approval written (a crash between leaves an approval and no standing one)
         decision = await self.e.decide(a.id, actor=actor, verdict="approve", token=token)
@@ -187,8 +191,16 @@ class StandingApprovals:
                 reason="window", approval_id=a.id)
 
     async def add_grant(self, standing_id: str, *, actor: Actor) -> StandingRecord:
-        """A further approver's grant; enough of them and it is active."""
+        """A further approver's grant; enough of them and it is active. A refusal is
+        audited, as a refused decision is."""
         s = await self.get(standing_id)
+        try:
+            return await self._add_grant(s, actor)
+        except StandingRefused as exc:
+            await self._refused(actor, "standing_grant", exc, standing=s)
+            raise
+
+    async def _add_grant(self, s: StandingRecord, actor: Actor) -> StandingRecord:
         now = self.e.clock.now()
         if s.state(now) not in ("proposed", "active"):
             raise StandingRefused(f"standing approval {s.id} is {s.state(now)}",
@@ -224,8 +236,16 @@ class StandingApprovals:
     async def revoke(self, standing_id: str, *, actor: Actor,
                      reason: str | None = None) -> StandingRecord:
         """Revoke at once: the next match after this commits gets a card. A granter or any
-        approver of the tool may revoke."""
+        approver of the tool may revoke; a refusal is audited."""
         s = await self.get(standing_id)
+        try:
+            return await self._revoke(s, actor, reason)
+        except StandingRefused as exc:
+            await self._refused(actor, "standing_revoke", exc, standing=s)
+            raise
+
+    async def _revoke(self, s: StandingRecord, actor: Actor,
+                      reason: str | None) -> StandingRecord:
         if not await self.may_revoke(s, actor.id):
             raise StandingRefused(f"{actor.id} neither granted standing approval {s.id} nor "
                                   f"approves {s.tool}", reason="not_authorized")
@@ -247,6 +267,25 @@ class StandingApprovals:
                                          what=f"revocation of standing approval {s.id}")
         self.e.notify_outbox()
         return done
+
+    async def _refused(self, actor: Actor, verdict: str, exc: StandingRefused, *,
+                       standing: StandingRecord | None = None,
+                       approval: ApprovalRecord | None = None) -> None:
+        """An audit entry for a refused grant or revocation (who, what, why)."""
+        now = self.e.clock.now()
+
+        async def write(tx: Tx) -> None:
+            self.e.audit.record(
+                tx, at=now, action="refused", actor=actor.id, via=actor.via,
+                run_id=approval.run_id if approval else None,
+                approval_id=approval.id if approval else (standing.granted_on if standing
+                                                           else None),
+                details={"verdict": verdict, "reason": exc.reason,
+                         "standing_approval": standing.id if standing else None,
+                         "tool": standing.tool if standing else approval.tool if approval
+                         else None, "message": str(exc)[:500]})
+
+        await self.e.db.transact(write, what=f"refused {verdict}")
 
     async def may_revoke(self, s: StandingRecord, user: str) -> bool:
         """May ``user`` revoke ``s``: one of its granters, or (still) one of its approvers."""

@@ -91,8 +91,12 @@ async def test_revoke_stops_the_next_match_at_once(make_engine, db, clock, ledge
     with pytest.raises(StandingRefused, match="already revoked"):
         await engine.standing.revoke(standing.id, actor=ALICE)
     async with db.read() as tx:
-        entries = [e for e in await tx.audit.query() if e.action.startswith("standing_")]
-    assert [e.action for e in entries] == ["standing_granted", "standing_revoked"]
+        entries = [e for e in await tx.audit.query() if e.action.startswith("standing_")
+                   or (e.action == "refused" and "standing" in e.details)]
+    assert [e.action for e in entries] == ["standing_granted", "standing_revoked", "refused"]
+    refused = json.loads(entries[-1].details)
+    assert (entries[-1].actor, refused["verdict"], refused["reason"]) == (
+        "U_ALICE", "standing_revoke", "not_live")
 
 
 async def test_a_use_loses_to_a_revocation_that_committed_first(make_engine, db, clock,
@@ -123,6 +127,10 @@ async def test_a_quorum_2_tool_needs_two_grants(make_engine, db, clock, ledger_p
         await engine.standing.add_grant(standing.id, actor=ALICE)
     with pytest.raises(StandingRefused, match="not an approver"):
         await engine.standing.add_grant(standing.id, actor=Actor("U_MALLORY", "slack"))
+    async with db.read() as tx:  # a stranger's attempt leaves its trace, and changed nothing
+        [tried] = [e for e in await tx.audit.query() if e.actor == "U_MALLORY"]
+    assert tried.action == "refused" and json.loads(tried.details)["reason"] == "not_authorized"
+    assert (await engine.standing.get(standing.id)).grants_value() == ["U_ALICE"]
     active = await engine.standing.add_grant(standing.id, actor=CAROL)
     assert active.status == "active" and active.grants_value() == ["U_ALICE", "U_CAROL"]
     done = await start(engine, "$20", requested_by="U_DANA")
