@@ -63,7 +63,8 @@ async def test_demo_dataset_passes_under_every_interruption(tmp_path: Path) -> N
     # the redirect: the call asked for first never ran, the re-planned $20 one did
     steered = next(r.journey for r in report.rows
                                  if r.task == "redirect-to-part-of-it" and r.variant == "baseline")
-    assert [a.status for a in steered.approvals] == ["redirected", "approved"]
+    assert {a.call_id: a.status for a in steered.approvals} == {
+        "call_1_0": "redirected", "call_2_0": "approved"}
     assert steered.result and "$20.00" in steered.result
     by = {(r.task, r.variant): r.journey for r in report.rows}
     # each crash interruption really killed its child process at its boundary, and the
