@@ -22,13 +22,13 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from runtime.canonical import call_digest, compact_json
-from runtime.directory import DirectoryError
+from runtime.directory import DirectoryError, is_approver
 from runtime.errors import DecisionRefused, InvalidArguments, NotFound
 from runtime.expiry import SweepResult
 from runtime.failpoints import failpoint
 from runtime.gate import CARD_UPDATE
 from runtime.ids import lease_id
-from runtime.policy import ApprovalPolicy, CallPolicy, is_group
+from runtime.policy import ApprovalPolicy, CallPolicy
 from store.records import ApprovalRecord
 from store.repos import Tx
 
@@ -141,16 +141,11 @@ class Decider:
             raise _refuse(a, "self_approval",
                           f"{actor.id} started this run and may not approve its calls")
         approvers = a.approvers_value()
-        if not approvers or actor.id in approvers:
-            return
-        for group in (g for g in approvers if is_group(g)):
-            try:
-                members = await self.e.directory.members(group)
-            except DirectoryError as exc:
-                raise _refuse(a, "directory_unavailable",
-                              f"cannot check membership of {group}: {exc}") from None
-            if actor.id in members:
+        try:
+            if await is_approver(self.e.directory, approvers, actor.id):
                 return
+        except DirectoryError as exc:
+            raise _refuse(a, "directory_unavailable", str(exc)) from None
         raise _refuse(a, "not_authorized",
                       f"{actor.id} is not an approver for this request "
                       f"(approvers: {', '.join(approvers)})")

@@ -27,3 +27,20 @@ class StaticDirectory:
     async def members(self, group_id: str) -> frozenset[str]:
         # an unlisted group has no members: safe (nobody gains authority by a typo)
         return self._groups.get(group_id, frozenset())
+
+
+async def is_approver(directory: Directory, approvers: Sequence[str], user: str) -> bool:
+    """Is ``user`` one of ``approvers`` ([] = anyone), directly or through a user group?
+    :class:`DirectoryError` (naming the group) when a group's members cannot be read."""
+    from runtime.policy import is_group
+
+    if not approvers or user in approvers:
+        return True
+    for group in (g for g in approvers if is_group(g)):
+        try:
+            members = await directory.members(group)
+        except DirectoryError as exc:
+            raise DirectoryError(f"cannot check membership of {group}: {exc}") from None
+        if user in members:
+            return True
+    return False

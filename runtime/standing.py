@@ -35,11 +35,11 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from runtime.canonical import call_digest, canonical_json, compact_json
 from runtime.decide import Actor, Decision
-from runtime.directory import DirectoryError
+from runtime.directory import DirectoryError, is_approver
 from runtime.errors import ApprovaldError, NotFound
 from runtime.gate import CARD_UPDATE
 from runtime.ids import new_id
-from runtime.policy import ApprovalPolicy, CallPolicy, is_group
+from runtime.policy import ApprovalPolicy, CallPolicy
 from runtime.rules import RuleError, compile_condition, holds
 from store.records import ApprovalRecord, RunRecord
 from store.repos import Tx
@@ -371,16 +371,10 @@ class StandingApprovals:
     async def _may_decide(self, s: StandingRecord, user: str) -> bool:
         """Is ``user`` (still) one of ``s``'s approvers? A directory that cannot answer
         says no: a standing approval then covers nothing until it can."""
-        approvers = s.approvers_value()
-        if not approvers or user in approvers:
-            return True
-        for group in (g for g in approvers if is_group(g)):
-            try:
-                if user in await self.e.directory.members(group):
-                    return True
-            except DirectoryError:
-                return False
-        return False
+        try:
+            return await is_approver(self.e.directory, s.approvers_value(), user)
+        except DirectoryError:
+            return False
 
 
 def _span(d: timedelta) -> str:
