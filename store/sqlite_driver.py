@@ -6,7 +6,7 @@ round trips (open a cursor, execute, fetch the rows, close). The cursor here doe
 whole statement in ONE trip: on the connection thread it opens a sqlite3 cursor,
 executes, fetches every row, notes ``description``/``rowcount``/``lastrowid`` and closes
 it; ``fetchall`` and ``close`` then need no trip at all. A statement that cannot wait on
-anything (one inside a transaction that has begun, or a ``SELECT``: see ``_inline``)
+anything (one inside a transaction that has begun, or a ``SELECT``: see ``inline``)
 takes no trip at all: it runs right on the loop's thread, in microseconds. Same SQL,
 same transactions, much less CPU per statement (see BENCHMARKS.md). SQLite only;
 PostgreSQL goes through asyncpg untouched.
@@ -20,7 +20,7 @@ from typing import Any, cast
 import aiosqlite
 
 
-def _inline(conn: aiosqlite.Connection, sql: str) -> bool:
+def inline(conn: aiosqlite.Connection, sql: str) -> bool:
     """May this statement run on the event loop's thread, with no hop at all?
 
     Yes inside a transaction that has begun (a write transaction holds SQLite's write lock
@@ -63,7 +63,7 @@ class OneHopCursor:
             cur.close()
 
     async def _do(self, sql: str, parameters: Any, many: bool) -> OneHopCursor:
-        if _inline(self._conn, sql):
+        if inline(self._conn, sql):
             done = self._run(sql, parameters, many)
         else:
             done = await cast(Any, self._conn)._execute(self._run, sql, parameters, many)
@@ -111,7 +111,7 @@ class _Opening:
 
 async def connect(path: str, *, busy_timeout: float) -> aiosqlite.Connection:
     """An aiosqlite connection whose cursors take one thread hop per statement."""
-    # statements that cannot wait run on the loop's thread too (``_inline``)
+    # statements that cannot wait run on the loop's thread too (``inline``)
     conn = await aiosqlite.connect(path, timeout=busy_timeout, check_same_thread=False)
     conn.cursor = lambda: _Opening(conn)  # type: ignore[method-assign,assignment,return-value]
     return conn

@@ -10,6 +10,7 @@ from typing import Any, cast
 from sqlalchemy import Insert, Select, Table, Update, bindparam, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
+from store.fastsql import fast
 from store.models import Approval, ApprovalVote, Run
 from store.records import ApprovalRecord, VoteRecord
 from store.repos.base import Repo, to_record
@@ -18,15 +19,17 @@ _T = cast(Table, Approval.__table__)
 _V = cast(Table, ApprovalVote.__table__)
 _R = cast(Table, Run.__table__)
 # statements built once: SQLAlchemy then skips construction and cache-key work per call
-_GET = select(_T).where(_T.c.id == bindparam("aid"))
+_GET = fast(select(_T).where(_T.c.id == bindparam("aid")))
 # FOR NO KEY UPDATE on PostgreSQL (votes' foreign-key checks still pass), nothing on SQLite,
 # whose write transaction already holds the database lock
-_LOCK = _GET.with_for_update(key_share=True)
-_VOTERS = (select(_V.c.actor).where(_V.c.approval_id == bindparam("aid"),
-                                    _V.c.verdict == "approve", _V.c.digest == bindparam("d"))
-           .order_by(_V.c.at, _V.c.actor))
-_FOR_RUN = select(_T).where(_T.c.run_id == bindparam("rid")).order_by(_T.c.requested_at)
-_VOTES = select(_V).where(_V.c.approval_id == bindparam("aid")).order_by(_V.c.at)
+_LOCK = fast(_GET.with_for_update(key_share=True))
+_VOTERS = fast(select(_V.c.actor).where(_V.c.approval_id == bindparam("aid"),
+                                        _V.c.verdict == "approve",
+                                        _V.c.digest == bindparam("d"))
+               .order_by(_V.c.at, _V.c.actor))
+_FOR_RUN = fast(select(_T).where(_T.c.run_id == bindparam("rid"))
+                .order_by(_T.c.requested_at))
+_VOTES = fast(select(_V).where(_V.c.approval_id == bindparam("aid")).order_by(_V.c.at))
 # the request's row unless another transaction holds it (then nothing, at once)
 _UNLOCKED = (select(_T.c.id).where(_T.c.id == bindparam("aid"))
              .with_for_update(skip_locked=True, key_share=True))
@@ -37,8 +40,9 @@ _CLAIM_OVERDUE = (
     .where(_T.c.status == "pending", _T.c.expires_at <= bindparam("now"))
     .order_by(_T.c.expires_at, _T.c.id).limit(bindparam("lim"))
     .with_for_update(skip_locked=True, key_share=True, of=[_R, _T]))
+_INSERT = fast(_T.insert())
 _VOTE: dict[str, Insert] = {
-    "sqlite": cast(Any, sqlite.insert(_V)).on_conflict_do_nothing(),
+    "sqlite": fast(cast(Any, sqlite.insert(_V)).on_conflict_do_nothing()),
     "postgresql": cast(Any, postgresql.insert(_V)).on_conflict_do_nothing(),
 }
 
@@ -51,12 +55,13 @@ def _transition(to: str, from_: tuple[str, ...], keys: tuple[str, ...], on_diges
         stmt = stmt.where(func.coalesce(_T.c.edited_digest, _T.c.digest) == bindparam("d"))
     if in_time:  # a decision after expires_at is no decision
         stmt = stmt.where(_T.c.expires_at > bindparam("now"))
-    return stmt.values(status=to, **{k: bindparam(f"v_{k}") for k in keys}).returning(_T)
+    return fast(stmt.values(status=to, **{k: bindparam(f"v_{k}") for k in keys})
+                .returning(_T))
 
 
 class ApprovalsRepo(Repo):
     async def insert(self, **values: Any) -> None:
-        await self.conn.execute(_T.insert(), values)
+        await self.conn.execute(_INSERT, values)
 
     async def get(self, approval_id: str) -> ApprovalRecord | None:
         row = (await self.conn.execute(_GET, {"aid": approval_id})).first()

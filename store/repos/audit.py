@@ -8,6 +8,7 @@ from typing import Any, cast
 
 from sqlalchemy import Table, bindparam, select, update
 
+from store.fastsql import fast
 from store.models import AuditEntry, AuditHead
 from store.records import AuditRecord
 from store.repos.base import Repo
@@ -15,10 +16,11 @@ from store.repos.base import Repo
 GENESIS = "0" * 64
 _T = cast(Table, AuditEntry.__table__)
 _H = cast(Table, AuditHead.__table__)
-_INSERT = _T.insert()
+_INSERT = fast(_T.insert())
 # the no-op SET takes the row lock on PostgreSQL
-_LOCK = update(_H).where(_H.c.id == 1).values(seq=_H.c.seq).returning(_H.c.seq, _H.c.hash)
-_MOVE = update(_H).where(_H.c.id == 1).values(seq=bindparam("s"), hash=bindparam("h"))
+_LOCK = fast(update(_H).where(_H.c.id == 1).values(seq=_H.c.seq)
+             .returning(_H.c.seq, _H.c.hash))
+_MOVE = fast(update(_H).where(_H.c.id == 1).values(seq=bindparam("s"), hash=bindparam("h")))
 
 
 class AuditRepo(Repo):

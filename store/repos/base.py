@@ -6,8 +6,9 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Insert, Row
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.orm import DeclarativeBase
+
+from store.fastsql import Conn
 
 R = TypeVar("R")
 
@@ -15,7 +16,7 @@ R = TypeVar("R")
 class Repo:
     """A repository bound to one connection inside one transaction."""
 
-    def __init__(self, conn: AsyncConnection, dialect: str, *,
+    def __init__(self, conn: Conn, dialect: str, *,
                  server_time: bool = False) -> None:
         self.conn = conn
         self.dialect = dialect

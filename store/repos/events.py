@@ -7,14 +7,15 @@ from typing import cast
 
 from sqlalchemy import Table, bindparam, insert, select
 
+from store.fastsql import fast
 from store.models import RunEvent
 from store.records import EventRecord
 from store.repos.base import Repo
 
 _E = cast(Table, RunEvent.__table__)
-_INSERT = insert(_E)
-_LOAD = (select(_E).where(_E.c.run_id == bindparam("rid"), _E.c.seq >= bindparam("since"))
-         .order_by(_E.c.seq))
+_INSERT = fast(insert(_E))
+_LOAD = fast(select(_E).where(_E.c.run_id == bindparam("rid"),
+                              _E.c.seq >= bindparam("since")).order_by(_E.c.seq))
 
 
 class EventsRepo(Repo):

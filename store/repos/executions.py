@@ -8,22 +8,23 @@ from typing import Any, cast
 from sqlalchemy import Insert, Table, and_, bindparam, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
+from store.fastsql import fast
 from store.models import ToolExecution
 from store.records import ExecutionRecord
 from store.repos.base import Repo, to_record
 
 _COLS = cast(Table, ToolExecution.__table__)
 _KEY = and_(_COLS.c.run_id == bindparam("rid"), _COLS.c.call_id == bindparam("cid"))
-_RESULT = (
+_RESULT = fast(
     update(_COLS).where(_KEY, _COLS.c.status.in_(["started", "unknown"]))
     .values(status=bindparam("status"), result=bindparam("result"),
             error_class=bindparam("error_class"), error=bindparam("error"),
             finished_at=bindparam("now"), latency_ms=bindparam("latency_ms"))
 )
-_GET = select(_COLS).where(_KEY)
-_FOR_RUN = select(_COLS).where(_COLS.c.run_id == bindparam("rid"))
+_GET = fast(select(_COLS).where(_KEY))
+_FOR_RUN = fast(select(_COLS).where(_COLS.c.run_id == bindparam("rid")))
 _INTENT: dict[str, Insert] = {
-    "sqlite": cast(Any, sqlite.insert(_COLS)).on_conflict_do_nothing(),
+    "sqlite": fast(cast(Any, sqlite.insert(_COLS)).on_conflict_do_nothing()),
     "postgresql": cast(Any, postgresql.insert(_COLS)).on_conflict_do_nothing(),
 }
 

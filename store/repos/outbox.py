@@ -14,6 +14,7 @@ from typing import Any, cast
 from sqlalchemy import Table, bindparam, case, or_, select, update
 from sqlalchemy.orm import aliased
 
+from store.fastsql import fast
 from store.models import Outbox
 from store.records import OutboxRecord
 from store.repos.base import Repo, to_record
@@ -21,7 +22,7 @@ from store.repos.base import Repo, to_record
 _T = cast(Table, Outbox.__table__)
 
 
-_INSERT = _T.insert()
+_INSERT = fast(_T.insert())
 
 
 def _heads(with_stale: bool) -> Any:

@@ -11,6 +11,7 @@ from typing import Any, cast
 from sqlalchemy import Interval, Table, and_, bindparam, case, func, insert, or_, select, update
 from sqlalchemy.sql.functions import coalesce
 
+from store.fastsql import fast
 from store.models import Approval, Run
 from store.records import RunRecord
 from store.repos.base import Repo, to_record
@@ -58,14 +59,17 @@ def _renew(server: bool, journal: bool) -> Any:
     values: dict[str, Any] = {"lease_expires_at": _lease_until(server)}
     if journal:
         values["inflight"] = bindparam("inflight")
-    return update(_T).where(_OWNED).values(values)
+    return fast(update(_T).where(_OWNED).values(values))
 
 
-_GET = select(_T).where(_T.c.id == bindparam("rid"))
+_GET = fast(select(_T).where(_T.c.id == bindparam("rid")))
+_INSERT = fast(insert(_T))
+# the lease holder, read just before the compare-and-set that takes it (SQLite)
+_OWNER = fast(select(_T.c.lease_owner).where(_T.c.id == bindparam("rid")))
 # see store.db: the run row is the first lock of every transaction about a run's approvals
 _LOCK = select(_T.c.id).where(_T.c.id == bindparam("rid")).with_for_update(key_share=True)
-_GET_LOCKED = _GET.with_for_update(key_share=True)
-_RELEASE = update(_T).where(_OWNED).values(lease_owner=None, lease_expires_at=None)
+_GET_LOCKED = fast(_GET.with_for_update(key_share=True))
+_RELEASE = fast(update(_T).where(_OWNED).values(lease_owner=None, lease_expires_at=None))
 
 
 _DUE = or_(_T.c.wait_until.is_(None), _T.c.wait_until <= bindparam("now"))
@@ -92,7 +96,7 @@ def _acquire(with_stale: bool, server: bool, dialect: str) -> Any:
     stmt = (update(_T).where(_T.c.id == bindparam("rid"), *_takeable(with_stale, server))
             .values(lease_owner=bindparam("owner"), lease_expires_at=_lease_until(server)))
     if dialect != "postgresql":
-        return stmt.returning(_T)
+        return fast(stmt.returning(_T))
     # who held the lease before, in the same statement: PostgreSQL's RETURNING shows only
     # new values, so the row is joined to itself as locked just before (the lock the
     # UPDATE takes anyway; it waits for a concurrent holder as a plain UPDATE would)
@@ -127,7 +131,7 @@ def _update(keys: tuple[str, ...], with_status: bool) -> Any:
     stmt = update(_T).where(_T.c.id == bindparam("rid"))
     if with_status:
         stmt = stmt.where(_T.c.status.in_(bindparam("expect", expanding=True)))
-    return stmt.values({k: bindparam(f"v_{k}") for k in keys})
+    return fast(stmt.values({k: bindparam(f"v_{k}") for k in keys}))
 
 
 _A = cast(Table, Approval.__table__)
@@ -139,7 +143,7 @@ def _wake_if_idle(lease: bool, server: bool) -> Any:
         values.update(lease_owner=case((free, bindparam("owner")), else_=_T.c.lease_owner),
                       lease_expires_at=case((free, _lease_until(server)),
                                             else_=_T.c.lease_expires_at))
-    return (
+    return fast(
         update(_T)
         .where(_T.c.id == bindparam("rid"), _T.c.status == bindparam("from"),
                ~select(_A.c.id).where(_A.c.run_id == bindparam("rid"), _A.c.status == "pending",
@@ -151,7 +155,7 @@ def _wake_if_idle(lease: bool, server: bool) -> Any:
 
 @functools.lru_cache(maxsize=8)
 def _checkpoint(server: bool, release: bool) -> Any:
-    return (
+    return fast(
         update(_T).where(_OWNED)
         .values(step=bindparam("step"), next_seq=bindparam("next_seq"),
                 status=bindparam("status"), updated_at=bindparam("now"), inflight=None,
@@ -187,7 +191,7 @@ class RunsRepo(Repo):
     async def create(self, *, run_id: str, agent: str, task: str, requested_by: str,
                      instructions_version: str, now: datetime, status: str = "running") -> None:
         await self.conn.execute(
-            insert(_T),
+            _INSERT,
             {
                 "id": run_id, "agent": agent, "status": status, "step": 0, "next_seq": 0,
                 "task": task, "requested_by": requested_by,
@@ -251,8 +255,7 @@ class RunsRepo(Repo):
         stmt = _acquire(bool(stale_owners), self.server_time, self.dialect)
         prev: str | None = None
         if self.dialect != "postgresql":  # one writer: reading first is the same instant
-            prev = (await self.conn.execute(select(_T.c.lease_owner).where(
-                _T.c.id == run_id))).scalar_one_or_none()
+            prev = (await self.conn.execute(_OWNER, {"rid": run_id})).scalar_one_or_none()
         row = (await self.conn.execute(stmt, params)).first()
         if row is None:
             return None

@@ -17,11 +17,15 @@ from typing import Any, cast
 
 from sqlalchemy import Table, bindparam, select, update
 
+from store.fastsql import fast
 from store.models import StandingApproval
 from store.repos.base import Repo, to_record
 
 _S = cast(Table, StandingApproval.__table__)
-_GET = select(_S).where(_S.c.id == bindparam("sid"))
+_GET = fast(select(_S).where(_S.c.id == bindparam("sid")))
+_GRANTED_ON = fast(select(_S).where(_S.c.tool == bindparam("tool"),
+                                    _S.c.granted_on == bindparam("aid"))
+                   .order_by(_S.c.created_at, _S.c.id))
 _LIVE = ("proposed", "active")
 
 
@@ -84,9 +88,7 @@ class StandingRepo(Repo):
     async def granted_on(self, approval_id: str, *, tool: str) -> list[StandingRecord]:
         """The standing approvals proposed on request ``approval_id`` (a call of ``tool``:
         the tool narrows the search to its rows), oldest first."""
-        rows = (await self.conn.execute(
-            select(_S).where(_S.c.tool == tool, _S.c.granted_on == approval_id)
-            .order_by(_S.c.created_at, _S.c.id))).all()
+        rows = (await self.conn.execute(_GRANTED_ON, {"tool": tool, "aid": approval_id})).all()
         return [StandingRecord(**r._mapping) for r in rows]
 
     async def listing(self, *, live_only: bool, now: datetime,

@@ -14,13 +14,14 @@ from typing import Any, cast
 
 from sqlalchemy import Table, and_, bindparam, func, or_, select, update
 
+from store.fastsql import fast
 from store.models import Run, RunThread
 from store.records import RunRecord
 from store.repos.base import Repo
 
 _T = cast(Table, RunThread.__table__)
 _R = cast(Table, Run.__table__)
-_GET = select(_T).where(_T.c.run_id == bindparam("rid"))
+_GET = fast(select(_T).where(_T.c.run_id == bindparam("rid")))
 _FREE = or_(_T.c.claimed_until.is_(None), _T.c.claimed_until <= bindparam("now"))
 _DUE = or_(_T.c.next_attempt_at.is_(None), _T.c.next_attempt_at <= bindparam("now"))
 # the row, unless another transaction holds it (a replica claiming it right now): then the

@@ -1,0 +1,242 @@
+"""Hot statements on SQLite without SQLAlchemy's per-statement machinery.
+
+Through SQLAlchemy Core a statement that SQLite answers in ~4 us costs ~100 us of Python
+on this project's machines (an execution context, parameter processing, a cursor result
+and its metadata, a greenlet switch per await): the measured cost of a decision and of a
+step (BENCHMARKS.md, issue 14). A statement built once at import is wrapped in
+:class:`Prepared`; the first time it runs with a given set of parameter names it is
+compiled by SQLAlchemy itself, and what SQLAlchemy would do per call is kept as a plan:
+the SQL, where each positional parameter comes from (the caller, a constant bound in the
+statement, a column's scalar default) with its type's bind processor, and each result
+column's key and result processor. Later calls apply the plan straight to the sqlite3
+connection (on the event loop's thread, where :func:`store.sqlite_driver.inline` allows)
+and return a small result with the parts of SQLAlchemy's ``Result`` the repositories use.
+
+Same SQL, same types in and out, same exceptions (driver errors are wrapped as
+SQLAlchemy's). Anything a plan does not cover (an expanding ``IN``, a callable default,
+a statement that may wait for a lock, PostgreSQL) goes through SQLAlchemy unchanged.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TypeVar
+
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import Dialect
+from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql import ClauseElement
+from sqlalchemy.sql.dml import ValuesBase
+
+from store import sqlite_driver
+
+Processor = Callable[[Any], Any] | None
+Params = Mapping[str, Any] | list[dict[str, Any]] | None
+_CALLER = object()  # a plan's parameter slot filled from the caller's parameters
+
+
+class _Plan:
+    __slots__ = ("procs", "row", "slots", "sql")
+
+    def __init__(self, sql: str, slots: list[tuple[str, Any, Processor]],
+                 keys: tuple[str, ...], procs: tuple[Processor, ...]) -> None:
+        self.sql = sql
+        self.slots = slots  # (parameter name, _CALLER or the processed constant, processor)
+        # result columns, keyed as SQLAlchemy names them in a Row's _mapping
+        self.row = type("Row", (Row,), {"__slots__": (), "_keys": keys})
+        self.procs = procs if any(p is not None for p in procs) else None
+
+    def rows(self, fetched: list[tuple[Any, ...]]) -> list[Row]:
+        row, procs = self.row, self.procs
+        if procs is None:
+            return [row(r) for r in fetched]
+        return [row(v if p is None or v is None else p(v)
+                    for p, v in zip(procs, r, strict=True)) for r in fetched]
+
+    def parameters(self, params: Mapping[str, Any]) -> tuple[Any, ...]:
+        out = []
+        for name, const, proc in self.slots:
+            if const is _CALLER:
+                value = params[name]
+                out.append(proc(value) if proc is not None else value)
+            else:
+                out.append(const)
+        return tuple(out)
+
+
+def _plan(stmt: ClauseElement, dialect: Dialect, keys: frozenset[str]) -> _Plan | None:
+    """What SQLAlchemy would do for ``stmt`` with parameters named ``keys``, or None
+    where this module would have to guess (then the statement goes through SQLAlchemy)."""
+    column_keys = sorted(keys) if isinstance(stmt, ValuesBase) else None
+    compiled: Any = stmt.compile(dialect=dialect, column_keys=column_keys)
+    if not compiled.positional or compiled.update_prefetch or compiled.escaped_bind_names:
+        return None
+    by_name = {name: bp for bp, name in compiled.bind_names.items()}
+    if any(bp.expanding and (bp.key in keys or name in keys) for name, bp in by_name.items()):
+        return None  # an IN list the caller passes: its SQL changes with its length
+    defaults = {c.key: c.default for c in compiled.insert_prefetch}
+    if any(d is None or not d.is_scalar for d in defaults.values()):
+        return None  # a callable default: SQLAlchemy computes it per row
+    # constant IN lists rendered once, as SQLAlchemy renders them per call
+    try:
+        state = compiled.construct_expanded_state({k: None for k in keys})
+    except sa_exc.InvalidRequestError:  # a parameter is missing: SQLAlchemy will say which
+        return None
+    slots: list[tuple[str, Any, Processor]] = []
+    for name in state.positiontup:
+        bp = by_name.get(name)
+        if bp is None:
+            bp = by_name.get(name.rsplit("_", 1)[0])
+        if bp is None:
+            return None
+        proc = bp.type._cached_bind_processor(dialect)
+        if name in by_name and (bp.key in keys or name in keys):
+            slots.append((bp.key if bp.key in keys else name, _CALLER, proc))
+            continue
+        if name in defaults:
+            value = defaults[name].arg
+        elif name not in by_name:  # one item of a constant IN list
+            value = state.parameters[name]
+        elif bp.callable is not None or bp.required:
+            return None
+        else:
+            value = bp.value
+        slots.append((name, proc(value) if proc is not None and value is not None else value,
+                      None))
+    cols = compiled._result_columns
+    return _Plan(state.statement, slots, tuple(c.keyname for c in cols),
+                 tuple(c.type._cached_result_processor(dialect, None) for c in cols))
+
+
+class Prepared:
+    """A statement registered with :func:`fast`; its plans are compiled on first use, one
+    per set of parameter names (at most a handful)."""
+
+    __slots__ = ("_plans", "stmt")
+
+    def __init__(self, stmt: Any) -> None:
+        self.stmt = stmt
+        self._plans: dict[frozenset[str], _Plan | None] = {}
+
+    def plan(self, dialect: Dialect, keys: frozenset[str]) -> _Plan | None:
+        try:
+            return self._plans[keys]
+        except KeyError:
+            plan = self._plans[keys] = _plan(self.stmt, dialect, keys)
+            return plan
+
+
+_PREPARED: dict[int, Prepared] = {}
+S = TypeVar("S", bound=ClauseElement)
+
+
+def fast(stmt: S) -> S:
+    """Register a statement built once (at import, or by a cached builder) for the plan
+    path; returns it unchanged. The registry keeps it alive, so its id stays its own."""
+    _PREPARED.setdefault(id(stmt), Prepared(stmt))
+    return stmt
+
+
+class Row(tuple[Any, ...]):
+    """A result row: a tuple, with columns by attribute and ``_mapping`` as on
+    SQLAlchemy's ``Row``."""
+
+    __slots__ = ()
+    _keys: tuple[str, ...] = ()
+
+    @property
+    def _mapping(self) -> dict[str, Any]:
+        return dict(zip(self._keys, self, strict=True))
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[self._keys.index(name)]
+        except ValueError:
+            raise AttributeError(name) from None
+
+
+class Rows:
+    """The parts of SQLAlchemy's ``CursorResult`` the repositories use."""
+
+    __slots__ = ("_rows", "rowcount")
+
+    def __init__(self, rows: list[Row], rowcount: int) -> None:
+        self._rows = rows
+        self.rowcount = rowcount
+
+    def __iter__(self) -> Iterator[Row]:
+        return iter(self._rows)
+
+    def all(self) -> list[Row]:
+        return list(self._rows)
+
+    def first(self) -> Row | None:
+        return self._rows[0] if self._rows else None
+
+    def one(self) -> Row:
+        if len(self._rows) != 1:
+            raise sa_exc.NoResultFound("No row was found when one was required") \
+                if not self._rows else sa_exc.MultipleResultsFound("Multiple rows were found")
+        return self._rows[0]
+
+    def scalar_one(self) -> Any:
+        return self.one()[0]
+
+    def scalar_one_or_none(self) -> Any:
+        if len(self._rows) > 1:
+            raise sa_exc.MultipleResultsFound("Multiple rows were found")
+        return self._rows[0][0] if self._rows else None
+
+
+class Conn:
+    """A repository's connection: runs a :class:`Prepared` statement by its plan where it
+    can (SQLite, a statement that cannot wait), everything else through SQLAlchemy."""
+
+    __slots__ = ("_conn", "_dialect", "_raw")
+
+    def __init__(self, conn: AsyncConnection, dialect: str) -> None:
+        self._conn = conn
+        self._dialect = conn.dialect if dialect == "sqlite" else None
+        self._raw: Any = None
+
+    @property
+    def connection(self) -> AsyncConnection:
+        return self._conn
+
+    async def execute(self, stmt: Any, params: Params = None) -> Any:
+        prepared = _PREPARED.get(id(stmt))
+        if prepared is not None and prepared.stmt is stmt:
+            if self._dialect is not None:
+                many = isinstance(params, list)
+                if many and not params:
+                    return await self._conn.execute(stmt, params)
+                first = (params[0] if params else {}) if isinstance(params, list) \
+                    else params or {}
+                plan = prepared.plan(self._dialect, frozenset(first))
+                if plan is not None:
+                    raw = self._raw or await self._driver()
+                    if sqlite_driver.inline(raw, plan.sql):
+                        return self._run(raw, plan, params if many else [first], many)
+        return await self._conn.execute(stmt, params)
+
+    async def _driver(self) -> Any:
+        self._raw = (await self._conn.get_raw_connection()).driver_connection
+        return self._raw
+
+    def _run(self, raw: Any, plan: _Plan, params: Any, many: bool) -> Rows:
+        args: Any = [plan.parameters(p) for p in params] if many \
+            else plan.parameters(params[0])
+        try:
+            cur = raw._conn.executemany(plan.sql, args) if many \
+                else raw._conn.execute(plan.sql, args)
+            try:
+                fetched = cur.fetchall() if cur.description else []
+                rowcount = cur.rowcount
+            finally:
+                cur.close()
+        except sqlite3.Error as err:
+            assert self._dialect is not None
+            raise sa_exc.DBAPIError.instance(
+                plan.sql, args, err, sqlite3.Error, dialect=self._dialect) from err
+        return Rows(plan.rows(fetched) if fetched else [], rowcount)

@@ -1,0 +1,172 @@
+"""The plan path (store.fastsql) gives what SQLAlchemy gives: the same rows, the same
+types in and out, the same exceptions; and it steps aside where it cannot be sure."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import Select, select, text
+from sqlalchemy.exc import IntegrityError
+
+from runtime.decide import Actor
+from runtime.demo import REFUND_POLICY, DemoLedger, refund_agent
+from runtime.outcomes import Completed, Paused
+from store import fastsql
+from store.db import Database
+from store.models import Approval
+from store.repos import approvals as approvals_repo
+from store.repos import runs as runs_repo
+from tests.unit.test_decisions import card_token
+
+pytestmark = pytest.mark.sqlite
+T0 = datetime(2026, 12, 1, 9, 30, 15, 123456, tzinfo=UTC)
+
+
+@pytest.fixture
+async def sdb(sqlite_url: str):
+    d = Database(sqlite_url)
+    yield d
+    await d.close()
+
+
+def approval_values(aid: str, run_id: str) -> dict[str, Any]:
+    return {"id": aid, "run_id": run_id, "call_id": f"c-{aid}", "kind": "tool",
+            "tool": "issue_refund", "args": json.dumps({"amount": 42, "note": "é"}),
+            "digest": "d" * 64, "status": "pending", "approvers": json.dumps(["U_A"]),
+            "requested_by": "U_DANA", "requested_at": T0,
+            "expires_at": T0 + timedelta(hours=1), "token_nonce": "n",
+            "policy": json.dumps({"ttl": 3600}), "packet": "{}"}
+
+
+async def insert_run(d: Database, run_id: str) -> None:
+    async with d.write() as tx:
+        await tx.runs.create(run_id=run_id, agent="a", task="t", requested_by="U",
+                             instructions_version="v", now=T0)
+
+
+async def test_an_insert_by_plan_stores_what_sqlalchemy_stores(sdb: Database) -> None:
+    await insert_run(sdb, "r1")
+    async with sdb.write() as tx:
+        await tx.approvals.insert(**approval_values("a-plan", "r1"))  # planned
+        await tx.conn.execute(Approval.__table__.insert(),  # SQLAlchemy itself
+                              approval_values("a-sa", "r1"))
+    assert fastsql._PREPARED[id(approvals_repo._INSERT)].plan(
+        sdb.engine.dialect, frozenset(approval_values("x", "r1"))) is not None
+    async with sdb.read() as tx:
+        rows = {r.id: dict(r._mapping) for r in await tx.conn.execute(
+            select(Approval.__table__))}
+        raw = {r[0]: r[1:] for r in await tx.conn.execute(
+            text("SELECT id, requested_at, expires_at, rung, quorum FROM approvals"))}
+    plan, sa = rows.pop("a-plan"), rows.pop("a-sa")
+    assert plan.pop("id") == "a-plan" and sa.pop("id") == "a-sa"
+    plan.pop("call_id"), sa.pop("call_id")
+    assert plan == sa  # scalar defaults (rung, quorum...) and every type alike
+    assert raw["a-plan"] == raw["a-sa"]  # byte for byte in the file, datetimes too
+    assert plan["requested_at"] == T0 and plan["requested_at"].tzinfo is UTC
+
+
+async def test_every_planned_select_reads_what_sqlalchemy_reads(make_engine, ledger_path,
+                                                                 db_url: str) -> None:
+    if not db_url.startswith("sqlite"):
+        pytest.skip("plans are SQLite's")
+    engine = make_engine(agents=[refund_agent(DemoLedger(str(ledger_path)),
+                                              approval=REFUND_POLICY)])
+    paused = await engine.run("demo-refund", "Refund order A-1001, customer was double charged",
+                              requested_by="U_DANA")
+    assert isinstance(paused, Paused)
+    async with engine.db.read() as tx:
+        a = await tx.approvals.get(paused.approval_ids[0])
+    assert a is not None
+    await engine.decide(a.id, actor=Actor("U_ALICE", "slack"), verdict="approve",
+                        token=card_token(a))
+    assert isinstance(await engine.advance(a.run_id), Completed)
+    execs = None
+    async with engine.db.read() as tx:
+        execs = await tx.executions.for_run(a.run_id)
+    call_id = next(iter(execs))
+    params = {"aid": a.id, "rid": a.run_id, "cid": call_id, "since": 0, "d": a.digest,
+              "sid": "none", "tool": a.tool, "xid": "none"}
+    selects = [p.stmt for p in fastsql._PREPARED.values() if isinstance(p.stmt, Select)]
+    assert len(selects) >= 8
+    compared = 0
+    async with engine.db.write() as tx:  # inside a transaction: every plan applies
+        conn = tx.runs.conn
+        for stmt in selects:
+            names = {bp.key for bp in stmt.compile(dialect=engine.db.engine.dialect)
+                     .binds.values() if bp.required}
+            args = {k: params[k] for k in names}
+            mine = await conn.execute(stmt, args)
+            assert isinstance(mine, fastsql.Rows), stmt  # it went by its plan
+            theirs = await tx.conn.execute(stmt, args)
+            got = [dict(r._mapping) for r in mine]
+            assert got == [dict(r._mapping) for r in theirs], str(stmt)
+            assert [tuple(r) for r in mine] == [tuple(r) for r in got and mine]
+            compared += bool(got)
+    assert compared >= 6  # most found rows: the comparison compared something
+
+
+async def test_returning_rowcount_and_attribute_access(sdb: Database) -> None:
+    await insert_run(sdb, "r2")
+    async with sdb.write() as tx:
+        lease = await tx.runs.acquire_lease("r2", owner="w1", now=T0,
+                                            until=T0 + timedelta(minutes=1))
+        assert lease is not None and lease.run.lease_owner == "w1"
+        assert lease.run.lease_expires_at == T0 + timedelta(minutes=1)
+        assert await tx.runs.renew_lease("r2", owner="w1", now=T0,
+                                         until=T0 + timedelta(minutes=2))
+        assert not await tx.runs.renew_lease("r2", owner="w2", now=T0,
+                                             until=T0 + timedelta(minutes=2))
+        cancel = await tx.runs.checkpoint("r2", owner="w1", step=1, next_seq=3,
+                                          status="running", now=T0,
+                                          lease_until=T0 + timedelta(minutes=3),
+                                          release=False)
+        assert cancel is not None and not cancel
+        row = (await tx.runs.conn.execute(runs_repo._GET, {"rid": "r2"})).one()
+        assert isinstance(row, fastsql.Row)
+        assert row.step == 1 and row[row._keys.index("next_seq")] == 3
+        with pytest.raises(AttributeError):
+            row.no_such_column  # noqa: B018
+        assert (await tx.runs.conn.execute(runs_repo._GET, {"rid": "nope"})).first() is None
+
+
+async def test_a_driver_error_is_sqlalchemys_and_changes_nothing(sdb: Database) -> None:
+    await insert_run(sdb, "r3")
+    async with sdb.write() as tx:
+        await tx.events.append("r3", 0, 0, [(1, "{}")])
+    with pytest.raises(IntegrityError):  # the same key twice: what callers catch
+        async with sdb.write() as tx:
+            await tx.events.append("r3", 1, 0, [(1, "{}")])
+            await tx.events.append("r3", 1, 0, [(1, "{}")])
+    async with sdb.read() as tx:
+        assert [e.seq for e in await tx.events.load("r3")] == [0]  # rolled back whole
+
+
+async def test_what_a_plan_cannot_cover_goes_through_sqlalchemy(sdb: Database) -> None:
+    await insert_run(sdb, "r4")
+    dialect = sdb.engine.dialect
+    # an IN list the caller passes: its SQL depends on its length
+    expecting = runs_repo._update(("status",), True)
+    assert fastsql._PREPARED[id(expecting)].plan(
+        dialect, frozenset({"rid", "expect", "v_status"})) is None
+    async with sdb.write() as tx:
+        assert await tx.runs.update("r4", expect_status=["running", "waiting"],
+                                    status="cancelled")
+    # a constant IN list is rendered once, as SQLAlchemy renders it per call
+    assert "IN (?, ?)" in fastsql._PREPARED[id(approvals_repo._transition(
+        "approved", ("pending", "proposed"), (), False, False))].plan(
+        dialect, frozenset({"aid"})).sql
+    # a write outside a transaction could wait for the lock: never on the loop's thread
+    async with sdb.read() as tx:
+        res = await tx.runs.conn.execute(runs_repo._RELEASE, {"rid": "r4", "owner": "x"})
+        assert not isinstance(res, fastsql.Rows)
+
+
+async def test_postgresql_never_takes_the_plan_path(db: Database) -> None:
+    if db.dialect != "postgresql":
+        pytest.skip("the PostgreSQL half")
+    async with db.write() as tx:
+        res = await tx.runs.conn.execute(runs_repo._GET, {"rid": "nope"})
+        assert not isinstance(res, fastsql.Rows) and res.first() is None
