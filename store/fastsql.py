@@ -3,9 +3,10 @@
 Through SQLAlchemy Core a statement that SQLite answers in ~4 us costs ~100 us of Python
 on this project's machines (an execution context, parameter processing, a cursor result
 and its metadata, a greenlet switch per await): the measured cost of a decision and of a
-step (BENCHMARKS.md, issue 14). A statement built once at import is wrapped in
-:class:`Prepared`; the first time it runs with a given set of parameter names it is
-compiled by SQLAlchemy itself, and what SQLAlchemy would do per call is kept as a plan:
+step (BENCHMARKS.md, issue 14). A statement built once (at import, or by a cached
+builder) is registered with :func:`fast`; the first time it runs with a given set of
+parameter names it is compiled by SQLAlchemy itself, and what SQLAlchemy would do per
+call is kept as a plan:
 the SQL, where each positional parameter comes from (the caller, a constant bound in the
 statement, a column's scalar default) with its type's bind processor, and each result
 column's key and result processor. Later calls apply the plan straight to the sqlite3
@@ -13,14 +14,17 @@ connection (on the event loop's thread, where :func:`store.sqlite_driver.inline`
 and return a small result with the parts of SQLAlchemy's ``Result`` the repositories use.
 
 Same SQL, same types in and out, same exceptions (driver errors are wrapped as
-SQLAlchemy's). Anything a plan does not cover (an expanding ``IN``, a callable default,
-a statement that may wait for a lock, PostgreSQL) goes through SQLAlchemy unchanged.
+SQLAlchemy's), same transactions (a write transaction's statements run on its own
+connection, after SQLAlchemy's ``BEGIN IMMEDIATE``). Anything a plan does not cover (an
+``IN`` list the caller passes, a callable default, a statement that may wait for a lock,
+PostgreSQL) goes through SQLAlchemy unchanged. ``tests/unit/test_fastsql.py`` compares
+every planned ``SELECT`` with SQLAlchemy's own answer.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from sqlalchemy import exc as sa_exc
@@ -190,38 +194,47 @@ class Rows:
 
 
 class Conn:
-    """A repository's connection: runs a :class:`Prepared` statement by its plan where it
-    can (SQLite, a statement that cannot wait), everything else through SQLAlchemy."""
+    """A transaction's connection: a statement registered with :func:`fast` runs by its
+    plan where it can (SQLite, a statement that cannot wait), anything else through
+    SQLAlchemy. A plain read on SQLite starts with the driver's connection alone and
+    opens a SQLAlchemy connection only if a statement needs one (``open_conn``)."""
 
-    __slots__ = ("_conn", "_dialect", "_raw")
+    __slots__ = ("_conn", "_dialect", "_open", "_raw")
 
-    def __init__(self, conn: AsyncConnection, dialect: str) -> None:
+    def __init__(self, dialect: Dialect | None, *, conn: AsyncConnection | None = None,
+                 raw: Any = None,
+                 open_conn: Callable[[], Awaitable[AsyncConnection]] | None = None) -> None:
+        self._dialect = dialect  # SQLite's, or None: no plans (PostgreSQL)
         self._conn = conn
-        self._dialect = conn.dialect if dialect == "sqlite" else None
-        self._raw: Any = None
+        self._raw = raw
+        self._open = open_conn
 
-    @property
-    def connection(self) -> AsyncConnection:
+    async def connection(self) -> AsyncConnection:
+        """The SQLAlchemy connection, opened now if this read had none yet."""
+        if self._conn is None:
+            assert self._open is not None
+            self._conn = await self._open()
         return self._conn
 
     async def execute(self, stmt: Any, params: Params = None) -> Any:
         prepared = _PREPARED.get(id(stmt))
-        if prepared is not None and prepared.stmt is stmt:
-            if self._dialect is not None:
-                many = isinstance(params, list)
-                if many and not params:
-                    return await self._conn.execute(stmt, params)
-                first = (params[0] if params else {}) if isinstance(params, list) \
-                    else params or {}
-                plan = prepared.plan(self._dialect, frozenset(first))
-                if plan is not None:
-                    raw = self._raw or await self._driver()
-                    if sqlite_driver.inline(raw, plan.sql):
-                        return self._run(raw, plan, params if many else [first], many)
-        return await self._conn.execute(stmt, params)
+        if prepared is not None and prepared.stmt is stmt and self._dialect is not None \
+                and (params or not isinstance(params, list)):
+            first = params[0] if isinstance(params, list) else params or {}
+            plan = prepared.plan(self._dialect, frozenset(first))
+            if plan is not None:
+                raw = self._raw or self._driver()
+                if sqlite_driver.inline(raw, plan.sql):
+                    if isinstance(params, list):
+                        return self._run(raw, plan, params, True)
+                    return self._run(raw, plan, [first], False)
+        return await (self._conn or await self.connection()).execute(stmt, params)
 
-    async def _driver(self) -> Any:
-        self._raw = (await self._conn.get_raw_connection()).driver_connection
+    def _driver(self) -> Any:
+        assert self._conn is not None
+        sync = self._conn.sync_connection
+        assert sync is not None
+        self._raw = sync.connection.driver_connection
         return self._raw
 
     def _run(self, raw: Any, plan: _Plan, params: Any, many: bool) -> Rows:

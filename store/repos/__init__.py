@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncConnection
-
 from store.fastsql import Conn
 from store.repos.adapters import AdaptersRepo
 from store.repos.approvals import ApprovalsRepo
@@ -36,26 +34,24 @@ class Tx:
                  "executions", "external", "limits", "outbox", "retention", "runs", "scratch",
                  "standing", "stats", "threads")
 
-    def __init__(self, conn: AsyncConnection, dialect: str, *,
-                 server_time: bool = False) -> None:
+    def __init__(self, conn: Conn, dialect: str, *, server_time: bool = False) -> None:
         self.conn = conn
         self.dialect = dialect
         self.scratch: dict[str, Any] = {}
         self._hooks: list[Callable[[Tx], Awaitable[None]]] = []
-        fast = Conn(conn, dialect)  # hot statements skip SQLAlchemy's machinery
-        self.runs = RunsRepo(fast, dialect, server_time=server_time)
-        self.events = EventsRepo(fast, dialect)
-        self.executions = ExecutionsRepo(fast, dialect)
-        self.external = ExternalRepo(fast, dialect)
-        self.approvals = ApprovalsRepo(fast, dialect)
-        self.outbox = OutboxRepo(fast, dialect)
-        self.audit = AuditRepo(fast, dialect)
-        self.threads = ThreadsRepo(fast, dialect)
-        self.limits = LimitsRepo(fast, dialect)
-        self.retention = RetentionRepo(fast, dialect)
-        self.stats = StatsRepo(fast, dialect)
-        self.standing = StandingRepo(fast, dialect)
-        self.adapters = AdaptersRepo(fast, dialect)
+        self.runs = RunsRepo(conn, dialect, server_time=server_time)
+        self.events = EventsRepo(conn, dialect)
+        self.executions = ExecutionsRepo(conn, dialect)
+        self.external = ExternalRepo(conn, dialect)
+        self.approvals = ApprovalsRepo(conn, dialect)
+        self.outbox = OutboxRepo(conn, dialect)
+        self.audit = AuditRepo(conn, dialect)
+        self.threads = ThreadsRepo(conn, dialect)
+        self.limits = LimitsRepo(conn, dialect)
+        self.retention = RetentionRepo(conn, dialect)
+        self.stats = StatsRepo(conn, dialect)
+        self.standing = StandingRepo(conn, dialect)
+        self.adapters = AdaptersRepo(conn, dialect)
 
     def before_commit(self, hook: Callable[[Tx], Awaitable[None]]) -> None:
         """Run ``hook(tx)`` at the end of this write transaction, just before COMMIT."""

@@ -51,8 +51,8 @@ async def test_an_insert_by_plan_stores_what_sqlalchemy_stores(sdb: Database) ->
     await insert_run(sdb, "r1")
     async with sdb.write() as tx:
         await tx.approvals.insert(**approval_values("a-plan", "r1"))  # planned
-        await tx.conn.execute(Approval.__table__.insert(),  # SQLAlchemy itself
-                              approval_values("a-sa", "r1"))
+        sa = await tx.conn.connection()  # SQLAlchemy itself
+        await sa.execute(Approval.__table__.insert(), approval_values("a-sa", "r1"))
     assert fastsql._PREPARED[id(approvals_repo._INSERT)].plan(
         sdb.engine.dialect, frozenset(approval_values("x", "r1"))) is not None
     async with sdb.read() as tx:
@@ -100,7 +100,7 @@ async def test_every_planned_select_reads_what_sqlalchemy_reads(make_engine, led
             args = {k: params[k] for k in names}
             mine = await conn.execute(stmt, args)
             assert isinstance(mine, fastsql.Rows), stmt  # it went by its plan
-            theirs = await tx.conn.execute(stmt, args)
+            theirs = await (await tx.conn.connection()).execute(stmt, args)
             got = [dict(r._mapping) for r in mine]
             assert got == [dict(r._mapping) for r in theirs], str(stmt)
             assert [tuple(r) for r in mine] == [tuple(r) for r in got and mine]
@@ -170,3 +170,24 @@ async def test_postgresql_never_takes_the_plan_path(db: Database) -> None:
     async with db.write() as tx:
         res = await tx.runs.conn.execute(runs_repo._GET, {"rid": "nope"})
         assert not isinstance(res, fastsql.Rows) and res.first() is None
+
+
+async def test_a_plain_read_checks_out_a_sqlalchemy_connection_only_when_needed(
+        sdb: Database) -> None:
+    await insert_run(sdb, "r5")
+    pool = sdb.engine.pool
+    async with sdb.read() as tx:
+        assert (await tx.runs.get("r5")) is not None  # planned: the driver's connection
+        assert pool.checkedout() == 0
+        assert await tx.runs.count_by_status() == {"running": 1}  # not planned
+        assert pool.checkedout() == 1
+    assert pool.checkedout() == 0  # given back with the read
+    for _ in range(3):  # one idle driver connection serves reads one after another
+        async with sdb.read() as tx:
+            await tx.runs.get("r5")
+    assert len(sdb._readers) == 1
+    async with sdb.write() as tx:
+        await tx.runs.update("r5", step=7)
+    async with sdb.read() as tx:  # the same pooled connection sees the latest commit
+        run = await tx.runs.get("r5")
+        assert run is not None and run.step == 7
