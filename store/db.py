@@ -15,6 +15,7 @@ retries the rare deadlock or serialization failure a bounded number of times.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 from collections import deque
@@ -146,6 +147,7 @@ class Database:
         self._write_lock: WriteLock | None = None
         self._plans: Dialect | None = None  # SQLite's dialect: hot statements by plan
         self._readers: list[Any] = []  # idle driver connections for plain SQLite reads
+        self._writer: AsyncConnection | None = None  # SQLite: the one write connection
         self._reader_cap = 2 * pool_size
         if self.dialect == "sqlite":
             _configure_sqlite(self.engine, busy_timeout_ms)
@@ -173,12 +175,26 @@ class Database:
             return
         await self._write_lock.acquire(urgent=urgent, answer=answer)
         try:
-            async with self.engine.connect() as conn:
-                await conn.execution_options(approvald_begin="IMMEDIATE")
+            # the lock admits one writer at a time, so one connection serves them all:
+            # no pool checkout and check-in per transaction
+            writer = self._writer
+            if writer is None:
+                writer = await self.engine.connect()
+                await writer.execution_options(approvald_begin="IMMEDIATE")
+                self._writer = writer
+            conn = writer
+            try:
                 async with conn.begin():
                     tx = self._tx(Conn(self._plans, conn=conn))
                     yield tx
                     await tx.prepare_commit()
+            except BaseException:
+                # rolled back; after a failure (a cancellation mid-COMMIT, a broken file)
+                # the next writer starts on a fresh connection rather than trust this one
+                self._writer = None
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(conn.close())
+                raise
         finally:
             self._write_lock.release()
 
@@ -252,6 +268,9 @@ class Database:
             yield conn
 
     async def close(self) -> None:
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            await writer.close()
         readers, self._readers = self._readers, []
         for raw in readers:
             await raw.close()

@@ -142,6 +142,10 @@ async def test_a_driver_error_is_sqlalchemys_and_changes_nothing(sdb: Database) 
             await tx.events.append("r3", 1, 0, [(1, "{}")])
     async with sdb.read() as tx:
         assert [e.seq for e in await tx.events.load("r3")] == [0]  # rolled back whole
+    async with sdb.write() as tx:  # the next writer starts on a fresh connection
+        await tx.events.append("r3", 1, 0, [(1, "{}")])
+    async with sdb.read() as tx:
+        assert [e.seq for e in await tx.events.load("r3")] == [0, 1]
 
 
 async def test_what_a_plan_cannot_cover_goes_through_sqlalchemy(sdb: Database) -> None:
@@ -176,12 +180,13 @@ async def test_a_plain_read_checks_out_a_sqlalchemy_connection_only_when_needed(
         sdb: Database) -> None:
     await insert_run(sdb, "r5")
     pool = sdb.engine.pool
+    held = pool.checkedout()  # the write connection, kept between write transactions
     async with sdb.read() as tx:
         assert (await tx.runs.get("r5")) is not None  # planned: the driver's connection
-        assert pool.checkedout() == 0
+        assert pool.checkedout() == held
         assert await tx.runs.count_by_status() == {"running": 1}  # not planned
-        assert pool.checkedout() == 1
-    assert pool.checkedout() == 0  # given back with the read
+        assert pool.checkedout() == held + 1
+    assert pool.checkedout() == held  # given back with the read
     for _ in range(3):  # one idle driver connection serves reads one after another
         async with sdb.read() as tx:
             await tx.runs.get("r5")
