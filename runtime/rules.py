@@ -10,10 +10,9 @@ operator, a result that is not a boolean) is a :class:`RuleError`: the caller fa
 from __future__ import annotations
 
 import functools
+import importlib
 from collections.abc import Mapping
 from typing import Any
-
-import cel
 
 VARIABLES = frozenset({"args", "tool"})
 MAX_EXPRESSION = 2000  # characters in one condition
@@ -31,6 +30,9 @@ def compile_condition(text: str) -> Any:
         raise ValueError("an empty condition")
     if len(text) > MAX_EXPRESSION:
         raise ValueError(f"a condition is at most {MAX_EXPRESSION} characters")
+    # imported on first use: the package's __init__ also loads its REPL (prompt_toolkit),
+    # a quarter of a second that every CLI command without rules would pay
+    cel: Any = importlib.import_module("cel")
     try:
         program = cel.compile(text)
     except ValueError as exc:
