@@ -28,7 +28,7 @@ from sqlalchemy.engine import URL, Dialect, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from store import sqlite_driver
+from store import fastsql, sqlite_driver
 from store.errors import ConfigError
 from store.fastsql import Conn
 from store.repos import Tx
@@ -175,25 +175,34 @@ class Database:
             return
         await self._write_lock.acquire(urgent=urgent, answer=answer)
         try:
-            # the lock admits one writer at a time, so one connection serves them all:
-            # no pool checkout and check-in per transaction
+            # the lock admits one writer at a time, so one connection serves them all (no
+            # pool checkout per transaction), and BEGIN IMMEDIATE and COMMIT are said on
+            # its driver connection directly: SQLAlchemy's transaction machinery cost more
+            # than the statements in between (it begins nothing itself on this connection,
+            # and commits what a statement it ran opened on its side)
             writer = self._writer
             if writer is None:
                 writer = await self.engine.connect()
-                await writer.execution_options(approvald_begin="IMMEDIATE")
+                await writer.execution_options(approvald_begin=None)
                 self._writer = writer
-            conn = writer
+            assert writer.sync_connection is not None and self._plans is not None
+            raw = writer.sync_connection.connection.driver_connection
+            await fastsql.on_driver_thread(raw, "BEGIN IMMEDIATE", self._plans)
             try:
-                async with conn.begin():
-                    tx = self._tx(Conn(self._plans, conn=conn))
-                    yield tx
-                    await tx.prepare_commit()
+                tx = self._tx(Conn(self._plans, conn=writer, raw=raw))
+                yield tx
+                await tx.prepare_commit()
+                if writer.in_transaction():
+                    await writer.commit()
+                else:
+                    await fastsql.on_driver_thread(raw, "COMMIT", self._plans)
             except BaseException:
-                # rolled back; after a failure (a cancellation mid-COMMIT, a broken file)
-                # the next writer starts on a fresh connection rather than trust this one
+                # closing the driver's connection rolls the transaction back; the next
+                # writer starts on a fresh one rather than trust this one (a cancellation
+                # mid-COMMIT, a broken file)
                 self._writer = None
                 with contextlib.suppress(Exception):
-                    await asyncio.shield(conn.close())
+                    await asyncio.shield(_discard(writer))
                 raise
         finally:
             self._write_lock.release()
@@ -275,6 +284,11 @@ class Database:
         for raw in readers:
             await raw.close()
         await self.engine.dispose()
+
+
+async def _discard(conn: AsyncConnection) -> None:
+    await conn.invalidate()
+    await conn.close()
 
 
 class WriteLock:

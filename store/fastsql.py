@@ -193,6 +193,17 @@ class Rows:
         return self._rows[0][0] if self._rows else None
 
 
+async def on_driver_thread(raw: Any, sql: str, dialect: Dialect) -> None:
+    """Say ``sql`` (``BEGIN IMMEDIATE``, ``COMMIT``: statements that may wait, for the
+    lock or for the disk) on the driver connection's own thread, as SQLAlchemy would, with
+    a driver error raised as SQLAlchemy's (``database is locked`` is then retryable)."""
+    try:
+        await raw._execute(raw._conn.execute, sql)
+    except sqlite3.Error as err:
+        raise sa_exc.DBAPIError.instance(sql, (), err, sqlite3.Error,
+                                         dialect=dialect) from err
+
+
 class Conn:
     """A transaction's connection: a statement registered with :func:`fast` runs by its
     plan where it can (SQLite, a statement that cannot wait), anything else through

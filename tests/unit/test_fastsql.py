@@ -196,3 +196,33 @@ async def test_a_plain_read_checks_out_a_sqlalchemy_connection_only_when_needed(
     async with sdb.read() as tx:  # the same pooled connection sees the latest commit
         run = await tx.runs.get("r5")
         assert run is not None and run.step == 7
+
+
+async def test_a_write_waiting_on_another_process_lock_fails_retryably(
+        sqlite_url: str) -> None:
+    """BEGIN IMMEDIATE is said on the driver connection: a lock held elsewhere past the
+    busy timeout is SQLAlchemy's OperationalError, which transact() retries."""
+    import sqlite3
+
+    from sqlalchemy.exc import OperationalError
+
+    from store.db import is_retryable
+
+    d = Database(sqlite_url, busy_timeout_ms=50)
+    other = sqlite3.connect(d.url.database, isolation_level=None)
+    try:
+        await insert_run(d, "r6")
+        other.execute("BEGIN IMMEDIATE")  # another process's writer
+        with pytest.raises(OperationalError) as caught:
+            async with d.write() as tx:
+                await tx.runs.update("r6", step=1)
+        assert is_retryable(caught.value) and "locked" in str(caught.value)
+        other.execute("ROLLBACK")
+        async with d.write() as tx:  # and the same connection writes once it is free
+            assert await tx.runs.update("r6", step=2)
+        async with d.read() as tx:
+            run = await tx.runs.get("r6")
+            assert run is not None and run.step == 2
+    finally:
+        other.close()
+        await d.close()
