@@ -21,7 +21,7 @@ from store.repos import approvals as approvals_repo
 from store.repos import runs as runs_repo
 from tests.unit.test_decisions import card_token
 
-pytestmark = pytest.mark.sqlite
+SQLITE_ONLY = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 T0 = datetime(2026, 12, 1, 9, 30, 15, 123456, tzinfo=UTC)
 
 
@@ -47,6 +47,7 @@ async def insert_run(d: Database, run_id: str) -> None:
                              instructions_version="v", now=T0)
 
 
+@pytest.mark.sqlite
 async def test_an_insert_by_plan_stores_what_sqlalchemy_stores(sdb: Database) -> None:
     await insert_run(sdb, "r1")
     async with sdb.write() as tx:
@@ -68,10 +69,9 @@ async def test_an_insert_by_plan_stores_what_sqlalchemy_stores(sdb: Database) ->
     assert plan["requested_at"] == T0 and plan["requested_at"].tzinfo is UTC
 
 
-async def test_every_planned_select_reads_what_sqlalchemy_reads(make_engine, ledger_path,
-                                                                 db_url: str) -> None:
-    if not db_url.startswith("sqlite"):
-        pytest.skip("plans are SQLite's")
+@SQLITE_ONLY
+async def test_every_planned_select_reads_what_sqlalchemy_reads(make_engine,
+                                                                 ledger_path) -> None:
     engine = make_engine(agents=[refund_agent(DemoLedger(str(ledger_path)),
                                               approval=REFUND_POLICY)])
     paused = await engine.run("demo-refund", "Refund order A-1001, customer was double charged",
@@ -108,6 +108,7 @@ async def test_every_planned_select_reads_what_sqlalchemy_reads(make_engine, led
     assert compared >= 6  # most found rows: the comparison compared something
 
 
+@pytest.mark.sqlite
 async def test_returning_rowcount_and_attribute_access(sdb: Database) -> None:
     await insert_run(sdb, "r2")
     async with sdb.write() as tx:
@@ -132,6 +133,7 @@ async def test_returning_rowcount_and_attribute_access(sdb: Database) -> None:
         assert (await tx.runs.conn.execute(runs_repo._GET, {"rid": "nope"})).first() is None
 
 
+@pytest.mark.sqlite
 async def test_a_driver_error_is_sqlalchemys_and_changes_nothing(sdb: Database) -> None:
     await insert_run(sdb, "r3")
     async with sdb.write() as tx:
@@ -148,6 +150,7 @@ async def test_a_driver_error_is_sqlalchemys_and_changes_nothing(sdb: Database) 
         assert [e.seq for e in await tx.events.load("r3")] == [0, 1]
 
 
+@pytest.mark.sqlite
 async def test_what_a_plan_cannot_cover_goes_through_sqlalchemy(sdb: Database) -> None:
     await insert_run(sdb, "r4")
     dialect = sdb.engine.dialect
@@ -168,14 +171,14 @@ async def test_what_a_plan_cannot_cover_goes_through_sqlalchemy(sdb: Database) -
         assert not isinstance(res, fastsql.Rows)
 
 
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
 async def test_postgresql_never_takes_the_plan_path(db: Database) -> None:
-    if db.dialect != "postgresql":
-        pytest.skip("the PostgreSQL half")
     async with db.write() as tx:
         res = await tx.runs.conn.execute(runs_repo._GET, {"rid": "nope"})
         assert not isinstance(res, fastsql.Rows) and res.first() is None
 
 
+@pytest.mark.sqlite
 async def test_a_plain_read_checks_out_a_sqlalchemy_connection_only_when_needed(
         sdb: Database) -> None:
     await insert_run(sdb, "r5")
@@ -198,6 +201,7 @@ async def test_a_plain_read_checks_out_a_sqlalchemy_connection_only_when_needed(
         assert run is not None and run.step == 7
 
 
+@pytest.mark.sqlite
 async def test_a_write_waiting_on_another_process_lock_fails_retryably(
         sqlite_url: str) -> None:
     """BEGIN IMMEDIATE is said on the driver connection: a lock held elsewhere past the

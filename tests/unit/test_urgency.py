@@ -135,7 +135,7 @@ async def test_urgent_sqlite_write_commits_ahead_of_queued_writes(sqlite_url) ->
 
     async def write(name: str, urgent: bool) -> None:
         async with db.write(urgent=urgent) as tx:
-            await tx.conn.exec_driver_sql("SELECT 1")
+            await (await tx.conn.connection()).exec_driver_sql("SELECT 1")
             order.append(name)
 
     try:
