@@ -187,8 +187,10 @@ class Database:
                 self._writer = writer
             assert writer.sync_connection is not None and self._plans is not None
             raw = writer.sync_connection.connection.driver_connection
-            await fastsql.on_driver_thread(raw, "BEGIN IMMEDIATE", self._plans)
             try:
+                # inside: a BEGIN cancelled while it waited may still start a transaction
+                # on the driver's thread, and the connection must not be trusted again
+                await fastsql.on_driver_thread(raw, "BEGIN IMMEDIATE", self._plans)
                 tx = self._tx(Conn(self._plans, conn=writer, raw=raw))
                 yield tx
                 await tx.prepare_commit()

@@ -230,3 +230,29 @@ async def test_a_write_waiting_on_another_process_lock_fails_retryably(
     finally:
         other.close()
         await d.close()
+
+
+@pytest.mark.sqlite
+async def test_a_write_cancelled_midway_leaves_nothing_and_the_next_one_works(
+        sdb: Database) -> None:
+    import asyncio
+
+    await insert_run(sdb, "r7")
+    inside = asyncio.Event()
+
+    async def stuck() -> None:
+        async with sdb.write() as tx:
+            await tx.runs.update("r7", step=5)
+            inside.set()
+            await asyncio.Event().wait()  # cancelled here, mid-transaction
+
+    task = asyncio.create_task(stuck())
+    await inside.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    async with sdb.write() as tx:  # on a fresh connection; the lock was rolled back
+        assert await tx.runs.update("r7", next_seq=9)
+    async with sdb.read() as tx:
+        run = await tx.runs.get("r7")
+        assert run is not None and (run.step, run.next_seq) == (0, 9)
