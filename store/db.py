@@ -149,6 +149,7 @@ class Database:
         self._readers: list[Any] = []  # idle driver connections for plain SQLite reads
         self._writer: AsyncConnection | None = None  # SQLite: the one write connection
         self._reader_cap = 2 * pool_size
+        self._busy_timeout_ms = busy_timeout_ms
         if self.dialect == "sqlite":
             _configure_sqlite(self.engine, busy_timeout_ms)
             self._write_lock = WriteLock()
@@ -181,6 +182,7 @@ class Database:
             # than the statements in between (it begins nothing itself on this connection,
             # and commits what a statement it ran opened on its side)
             writer = self._writer
+            fresh = writer is None
             if writer is None:
                 writer = await self.engine.connect()
                 await writer.execution_options(approvald_begin=None)
@@ -188,9 +190,11 @@ class Database:
             assert writer.sync_connection is not None and self._plans is not None
             raw = writer.sync_connection.connection.driver_connection
             try:
+                if fresh:  # it never waits for SQLite's lock on the loop: begin_immediate
+                    await fastsql.on_driver_thread(raw, "PRAGMA busy_timeout=0", self._plans)
                 # inside: a BEGIN cancelled while it waited may still start a transaction
                 # on the driver's thread, and the connection must not be trusted again
-                await fastsql.on_driver_thread(raw, "BEGIN IMMEDIATE", self._plans)
+                await fastsql.begin_immediate(raw, self._plans, self._busy_timeout_ms)
                 tx = self._tx(Conn(self._plans, conn=writer, raw=raw))
                 yield tx
                 await tx.prepare_commit()

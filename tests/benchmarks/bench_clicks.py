@@ -19,6 +19,7 @@ click -> run completed, so the cost of that ordering is on the same page.
 The in-run baseline is the same signed request path doing no work (Slack's
 url_verification). Targets (issue 4, SQLite): p99 ack <= 100 ms, p99 tool start <= 250 ms.
 
+``BENCH_DUMP=FILE`` writes each click's send time and click -> tool start.
 To profile the serve process, set ``BENCH_SERVE_CMD`` to a command that runs
 ``bot.cli`` (e.g. ``python -m cProfile -o serve.prof -m bot.cli``); ``serve`` is appended.
 """
@@ -88,6 +89,12 @@ async def wait_healthy(port: int, tries: int = 300) -> None:
 def pct(samples: list[float], q: float) -> float:
     ordered = sorted(samples)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] * 1000
+
+
+def dump_latencies(path: Path, sent: dict[str, float], started: dict[str, float]) -> None:
+    """Each click's send time and click -> tool start, in seconds, one per line (to see
+    where in the burst the slow ones fall): ``BENCH_DUMP=FILE``."""
+    path.write_text("".join(f"{sent[r]:.4f} {started[r] - sent[r]:.4f}\n" for r in sent))
 
 
 def free_port() -> int:
@@ -201,6 +208,8 @@ async def bench(runs: int, concurrency: int, mode: str, db_url: str | None,
             if all(r and r.message_ts for r in rows):
                 break
             await asyncio.sleep(0.05)
+        print(f"all {runs} cards posted in {time.perf_counter() - t0:.2f} s; clicking",
+              flush=True)
         values = {r.id: (r, f"{r.id}:{signer.token(r.id, r.token_nonce, r.effective_digest)}")
                   for r in rows if r}
         extra = [emulator.client(f"http://127.0.0.1:{p}/slack/events") for p in ports[1:]]
@@ -247,6 +256,8 @@ async def bench(runs: int, concurrency: int, mode: str, db_url: str | None,
                 await c.__aexit__(None, None, None)
         started = tool_log.started
         starts = [started[r] - sent[r] for r in sent]
+        if os.environ.get("BENCH_DUMP"):
+            dump_latencies(Path(os.environ["BENCH_DUMP"]), sent, started)
         where = ("a separate serve process" if replicas == 1
                  else f"{replicas} serve replicas, in turn")
         print(f"{runs} signed Approve clicks, {concurrency} at a time, over HTTP to {where}: "

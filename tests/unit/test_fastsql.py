@@ -233,6 +233,65 @@ async def test_a_write_waiting_on_another_process_lock_fails_retryably(
 
 
 @pytest.mark.sqlite
+async def test_a_free_write_lock_is_taken_without_a_hop_to_the_driver_thread(
+        sdb: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    """BEGIN IMMEDIATE on a free lock runs right on the loop: of a transaction only its
+    COMMIT (which waits for the disk) goes to the driver's thread."""
+    import aiosqlite
+
+    await insert_run(sdb, "r8")
+    hops: list[str] = []
+    real = aiosqlite.Connection._execute
+
+    async def counted(self: Any, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        hops.append(str(args[0]) if args else getattr(fn, "__name__", "?"))
+        return await real(self, fn, *args, **kwargs)
+
+    monkeypatch.setattr(aiosqlite.Connection, "_execute", counted)
+    for step in (1, 2):
+        async with sdb.write() as tx:
+            assert await tx.runs.update("r8", step=step)
+    assert hops == ["COMMIT", "COMMIT"]
+
+
+@pytest.mark.sqlite
+async def test_a_write_waits_off_the_loop_for_another_process_lock(sqlite_url: str) -> None:
+    """When another process holds SQLite's write lock, BEGIN waits for it on the driver's
+    thread (up to the busy timeout) while the loop goes on, then writes; the write
+    connection's own busy timeout is back to 0 afterwards (nothing on the loop waits)."""
+    import asyncio
+    import sqlite3
+
+    d = Database(sqlite_url, busy_timeout_ms=10_000)
+    other = sqlite3.connect(d.url.database, isolation_level=None)
+    try:
+        await insert_run(d, "r9")
+        other.execute("BEGIN IMMEDIATE")  # another process's writer
+
+        async def write() -> None:
+            async with d.write() as tx:
+                assert await tx.runs.update("r9", step=3)
+
+        task = asyncio.create_task(write())
+        ticks = 0
+        while ticks < 20:  # the loop keeps turning while the write waits
+            await asyncio.sleep(0)
+            ticks += 1
+        assert not task.done()
+        other.execute("ROLLBACK")
+        await asyncio.wait_for(task, 10)
+        async with d.read() as tx:
+            run = await tx.runs.get("r9")
+            assert run is not None and run.step == 3
+        assert d._writer is not None
+        raw = d._writer.sync_connection.connection.driver_connection  # type: ignore[union-attr]
+        assert raw._conn.execute("PRAGMA busy_timeout").fetchone()[0] == 0
+    finally:
+        other.close()
+        await d.close()
+
+
+@pytest.mark.sqlite
 async def test_a_write_cancelled_midway_leaves_nothing_and_the_next_one_works(
         sdb: Database) -> None:
     import asyncio
