@@ -151,3 +151,63 @@ async def _upgrade_with_data(url: str) -> None:
     async with db.connection() as conn:
         assert await conn.run_sync(migrate.compare) == []
     await db.close()
+
+
+async def test_0007_clusters_run_events_on_sqlite_and_keeps_every_event(
+        tmp_path: Path) -> None:
+    """From 0006 with a transcript: every event is kept, in order, in a table stored by
+    its key alone (no separate primary-key index); downgrading gives the rowid table
+    back, events included."""
+    from alembic import command
+
+    db = Database(f"sqlite+aiosqlite:///{tmp_path / 'events.db'}")
+
+    def to(revision: str, *, down: bool = False):  # type: ignore[no-untyped-def]
+        def go(sync_conn):  # type: ignore[no-untyped-def]
+            cfg = migrate.alembic_config()
+            cfg.attributes["connection"] = sync_conn
+            (command.downgrade if down else command.upgrade)(cfg, revision)
+        return go
+
+    async def layout() -> tuple[str, list[str], list[tuple[int, str]]]:
+        async with db.connection() as conn:
+            sql = (await conn.execute(text(
+                "SELECT sql FROM sqlite_master WHERE name = 'run_events'"))).scalar_one()
+            indexes = [r[0] for r in await conn.execute(text(  # an index b-tree of its own
+                "SELECT name FROM sqlite_master WHERE type = 'index' "
+                "AND tbl_name = 'run_events'"))]
+            events = [(r[0], r[1]) for r in await conn.execute(text(
+                "SELECT seq, body FROM run_events WHERE run_id = 'r1' ORDER BY seq"))]
+        return sql, indexes, events
+
+    async with db.connection() as conn:
+        await conn.run_sync(to("0006"))
+        await conn.execute(text(
+            "INSERT INTO runs (id, agent, status, step, next_seq, task, requested_by, "
+            "instructions_version, cancel_requested, created_at, updated_at, failures) "
+            "VALUES ('r1', 'demo-refund', 'running', 1, 3, 't', 'U_DANA', 'v', false, "
+            "'2026-06-01 09:00:00', '2026-06-01 09:00:00', 0)"))
+        for seq in range(3):
+            await conn.execute(text(
+                "INSERT INTO run_events (run_id, seq, step, v, body) VALUES "
+                f"('r1', {seq}, 0, 3, '{{\"n\": {seq}}}')"))
+        await conn.commit()
+    sql, indexes, events = await layout()
+    assert "WITHOUT ROWID" not in sql and indexes  # 0006: a rowid table and its key index
+    before = events
+
+    assert (await migrate.upgrade(db)).after == "0007"
+    sql, indexes, events = await layout()
+    assert "WITHOUT ROWID" in sql and indexes == []
+    assert events == before and len(events) == 3
+    async with db.write() as tx:  # the repositories write and read it as before
+        assert await tx.events.append("r1", 3, 1, [(3, '{"n": 3}')]) == 4
+    async with db.read() as tx:
+        assert [(e.seq, e.body) for e in await tx.events.load("r1")][-1] == (3, '{"n": 3}')
+
+    async with db.connection() as conn:
+        await conn.run_sync(to("0006", down=True))
+        await conn.commit()
+    sql, indexes, events = await layout()
+    assert "WITHOUT ROWID" not in sql and indexes and len(events) == 4
+    await db.close()
