@@ -39,6 +39,7 @@ from bot.config import Settings
 from bot.delivery import SlackDeliverer
 from bot.directory import SlackDirectory
 from bot.handlers import Handlers
+from bot.slack_body import parse_body
 from bot.threads import ThreadFollower
 from runtime.engine import Engine
 from runtime.errors import ConfigError
@@ -232,11 +233,14 @@ class SlackService:
                                          status=401)
             # Authentic from here on: only now is the body decoded and parsed
             try:
-                text = raw.decode("utf-8")  # what Slack sends and what bolt re-verifies
-                bolt_request = AsyncBoltRequest(body=text, query=request.query_string,
-                                                headers=request.headers)  # type: ignore[arg-type]
-                if not isinstance(bolt_request.body, dict):
+                body = parse_body(raw.decode("utf-8"), request.content_type)
+                if not isinstance(body, dict):
                     raise TypeError("not a JSON object or a form")
+                # bolt takes a parsed body only as a Socket Mode request; its own signature
+                # check, which that skips, is the one authentic() just made
+                bolt_request = AsyncBoltRequest(body=body, query=request.query_string,
+                                                headers=request.headers,  # type: ignore[arg-type]
+                                                mode="socket_mode")
             except _UNPARSEABLE as exc:  # no traceback: the body is the sender's fault
                 log.warning("a signed Slack request did not parse: %s", type(exc).__name__)
                 return web.json_response({"ok": False, "error": "malformed request"},
