@@ -284,8 +284,8 @@ class Database:
 
     async def close(self) -> None:
         writer, self._writer = self._writer, None
-        if writer is not None:
-            await writer.close()
+        if writer is not None:  # not back to the pool: its busy timeout is 0
+            await _discard(writer)
         readers, self._readers = self._readers, []
         for raw in readers:
             await raw.close()

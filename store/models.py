@@ -77,7 +77,7 @@ class RunEvent(Base):
 
     __tablename__ = "run_events"
     # SQLite: clustered on (run_id, seq), the key stored once (migration 0007)
-    __table_args__ = {"sqlite_with_rowid": False}
+    __table_args__ = ({"sqlite_with_rowid": False},)
 
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), primary_key=True)
     seq: Mapped[int] = mapped_column(Integer, primary_key=True)
