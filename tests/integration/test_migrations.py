@@ -196,7 +196,7 @@ async def test_0007_clusters_run_events_on_sqlite_and_keeps_every_event(
     assert "WITHOUT ROWID" not in sql and indexes  # 0006: a rowid table and its key index
     before = events
 
-    assert (await migrate.upgrade(db)).after == "0007"
+    assert (await migrate.upgrade(db)).after == migrate.HEAD
     sql, indexes, events = await layout()
     assert "WITHOUT ROWID" in sql and indexes == []
     assert events == before and len(events) == 3
@@ -210,4 +210,41 @@ async def test_0007_clusters_run_events_on_sqlite_and_keeps_every_event(
         await conn.commit()
     sql, indexes, events = await layout()
     assert "WITHOUT ROWID" not in sql and indexes and len(events) == 4
+    await db.close()
+
+
+async def test_0008_gives_sqlite_planner_stats_and_keeps_real_ones(tmp_path: Path) -> None:
+    """0008 writes the approvals indexes' shape into sqlite_stat1 unless statistics for
+    an index are already there (ANALYZE's own are better); downgrading removes only its
+    own rows."""
+    from alembic import command
+
+    db = Database(f"sqlite+aiosqlite:///{tmp_path / 'stats.db'}")
+
+    def to(revision: str, *, down: bool = False):  # type: ignore[no-untyped-def]
+        def go(sync_conn):  # type: ignore[no-untyped-def]
+            cfg = migrate.alembic_config()
+            cfg.attributes["connection"] = sync_conn
+            (command.downgrade if down else command.upgrade)(cfg, revision)
+        return go
+
+    async def stats() -> dict[str, str]:
+        async with db.connection() as conn:
+            return {r[0]: r[1] for r in await conn.execute(text(
+                "SELECT idx, stat FROM sqlite_stat1 WHERE tbl = 'approvals'"))}
+
+    async with db.connection() as conn:
+        await conn.run_sync(to("0007"))
+        await conn.execute(text("ANALYZE sqlite_schema"))
+        await conn.execute(text("INSERT INTO sqlite_stat1 (tbl, idx, stat) VALUES "
+                                "('approvals', 'ix_approvals_status_expires_at', '7 7 1')"))
+        await conn.commit()
+    assert (await migrate.upgrade(db)).after == migrate.HEAD
+    assert await stats() == {"ix_approvals_run_id_call_id": "100000 4 1",
+                             "ix_approvals_status_expires_at": "7 7 1",  # kept
+                             "ix_approvals_status_next_reminder_at": "100000 20000 2"}
+    async with db.connection() as conn:
+        await conn.run_sync(to("0007", down=True))
+        await conn.commit()
+    assert await stats() == {"ix_approvals_status_expires_at": "7 7 1"}
     await db.close()
