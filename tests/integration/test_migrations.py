@@ -158,16 +158,7 @@ async def test_0007_clusters_run_events_on_sqlite_and_keeps_every_event(
     """From 0006 with a transcript: every event is kept, in order, in a table stored by
     its key alone (no separate primary-key index); downgrading gives the rowid table
     back, events included."""
-    from alembic import command
-
     db = Database(f"sqlite+aiosqlite:///{tmp_path / 'events.db'}")
-
-    def to(revision: str, *, down: bool = False):  # type: ignore[no-untyped-def]
-        def go(sync_conn):  # type: ignore[no-untyped-def]
-            cfg = migrate.alembic_config()
-            cfg.attributes["connection"] = sync_conn
-            (command.downgrade if down else command.upgrade)(cfg, revision)
-        return go
 
     async def layout() -> tuple[str, list[str], list[tuple[int, str]]]:
         async with db.connection() as conn:
@@ -181,7 +172,7 @@ async def test_0007_clusters_run_events_on_sqlite_and_keeps_every_event(
         return sql, indexes, events
 
     async with db.connection() as conn:
-        await conn.run_sync(to("0006"))
+        await conn.run_sync(_to("0006"))
         await conn.execute(text(
             "INSERT INTO runs (id, agent, status, step, next_seq, task, requested_by, "
             "instructions_version, cancel_requested, created_at, updated_at, failures) "
@@ -206,7 +197,7 @@ async def test_0007_clusters_run_events_on_sqlite_and_keeps_every_event(
         assert [(e.seq, e.body) for e in await tx.events.load("r1")][-1] == (3, '{"n": 3}')
 
     async with db.connection() as conn:
-        await conn.run_sync(to("0006", down=True))
+        await conn.run_sync(_to("0006", down=True))
         await conn.commit()
     sql, indexes, events = await layout()
     assert "WITHOUT ROWID" not in sql and indexes and len(events) == 4
@@ -217,16 +208,7 @@ async def test_0008_gives_sqlite_planner_stats_and_keeps_real_ones(tmp_path: Pat
     """0008 writes the approvals indexes' shape into sqlite_stat1 unless statistics for
     an index are already there (ANALYZE's own are better); downgrading removes only its
     own rows."""
-    from alembic import command
-
     db = Database(f"sqlite+aiosqlite:///{tmp_path / 'stats.db'}")
-
-    def to(revision: str, *, down: bool = False):  # type: ignore[no-untyped-def]
-        def go(sync_conn):  # type: ignore[no-untyped-def]
-            cfg = migrate.alembic_config()
-            cfg.attributes["connection"] = sync_conn
-            (command.downgrade if down else command.upgrade)(cfg, revision)
-        return go
 
     async def stats() -> dict[str, str]:
         async with db.connection() as conn:
@@ -234,7 +216,7 @@ async def test_0008_gives_sqlite_planner_stats_and_keeps_real_ones(tmp_path: Pat
                 "SELECT idx, stat FROM sqlite_stat1 WHERE tbl = 'approvals'"))}
 
     async with db.connection() as conn:
-        await conn.run_sync(to("0007"))
+        await conn.run_sync(_to("0007"))
         await conn.execute(text("ANALYZE sqlite_schema"))
         await conn.execute(text("INSERT INTO sqlite_stat1 (tbl, idx, stat) VALUES "
                                 "('approvals', 'ix_approvals_status_expires_at', '7 7 1')"))
@@ -244,7 +226,18 @@ async def test_0008_gives_sqlite_planner_stats_and_keeps_real_ones(tmp_path: Pat
                              "ix_approvals_status_expires_at": "7 7 1",  # kept
                              "ix_approvals_status_next_reminder_at": "100000 20000 2"}
     async with db.connection() as conn:
-        await conn.run_sync(to("0007", down=True))
+        await conn.run_sync(_to("0007", down=True))
         await conn.commit()
     assert await stats() == {"ix_approvals_status_expires_at": "7 7 1"}
     await db.close()
+
+
+def _to(revision: str, *, down: bool = False):  # type: ignore[no-untyped-def]
+    """For ``conn.run_sync``: migrate the connection's database up or down to ``revision``."""
+    from alembic import command
+
+    def go(sync_conn):  # type: ignore[no-untyped-def]
+        cfg = migrate.alembic_config()
+        cfg.attributes["connection"] = sync_conn
+        (command.downgrade if down else command.upgrade)(cfg, revision)
+    return go
