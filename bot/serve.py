@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import signal
@@ -324,10 +325,24 @@ async def serve(settings: Settings) -> int:
     return 0
 
 
+def settle_heap() -> None:
+    """Move everything start-up built (modules, SQLAlchemy's tables and compiled plans,
+    pydantic's validators, the Slack app) out of the cyclic garbage collector's sight.
+
+    Those objects live as long as the process, yet every full collection walked all of
+    them: under a burst of clicks one such collection stopped the event loop for ~170 ms
+    on a 2-core machine, the slowest clicks' whole tail (BENCHMARKS.md, issue 14).
+    Garbage made before this point is collected first, so nothing is kept by mistake;
+    objects made later are collected as before."""
+    gc.collect()
+    gc.freeze()
+
+
 async def _run(service: Service) -> ConfigError | None:
     try:
         if not service.stop_event.is_set():  # a signal during migrations: do not start
             await service.start()  # a refused token ends it, before the banner
+            settle_heap()
         if not service.stop_event.is_set():
             print(f"approvald: {service.describe()}; SIGTERM stops", file=sys.stderr,
                   flush=True)
