@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Generic, TypeVar, overload
 
 from store.fastsql import Conn
 from store.repos.adapters import AdaptersRepo
 from store.repos.approvals import ApprovalsRepo
 from store.repos.audit import AuditRepo
+from store.repos.base import Repo
 from store.repos.events import EventsRepo
 from store.repos.executions import ExecutionsRepo
 from store.repos.external import ExternalRepo
@@ -20,6 +21,33 @@ from store.repos.standing import StandingRepo
 from store.repos.stats import StatsRepo
 from store.repos.threads import ThreadsRepo
 
+RepoT = TypeVar("RepoT", bound=Repo)
+
+
+class _Bound(Generic[RepoT]):
+    """A repository made on first use in a transaction and kept in it (most transactions
+    use two or three of the thirteen, and making all of them cost more than a planned
+    statement)."""
+
+    def __init__(self, cls: type[RepoT]) -> None:
+        self.cls = cls
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, tx: None, owner: type) -> _Bound[RepoT]: ...
+    @overload
+    def __get__(self, tx: Tx, owner: type) -> RepoT: ...
+
+    def __get__(self, tx: Tx | None, owner: type) -> RepoT | _Bound[RepoT]:
+        if tx is None:
+            return self
+        repo = self.cls(tx.conn, tx.dialect, server_time=tx.server_time)
+        tx.__dict__[self.name] = repo  # found there from now on: no call at all
+        return repo
+
 
 class Tx:
     """One open transaction and the repositories that work inside it.
@@ -30,28 +58,26 @@ class Tx:
     entries under the chain head) holds it for the shortest time and always last.
     """
 
-    __slots__ = ("_hooks", "adapters", "approvals", "audit", "conn", "dialect", "events",
-                 "executions", "external", "limits", "outbox", "retention", "runs", "scratch",
-                 "standing", "stats", "threads")
+    runs = _Bound(RunsRepo)
+    events = _Bound(EventsRepo)
+    executions = _Bound(ExecutionsRepo)
+    external = _Bound(ExternalRepo)
+    approvals = _Bound(ApprovalsRepo)
+    outbox = _Bound(OutboxRepo)
+    audit = _Bound(AuditRepo)
+    threads = _Bound(ThreadsRepo)
+    limits = _Bound(LimitsRepo)
+    retention = _Bound(RetentionRepo)
+    stats = _Bound(StatsRepo)
+    standing = _Bound(StandingRepo)
+    adapters = _Bound(AdaptersRepo)
 
     def __init__(self, conn: Conn, dialect: str, *, server_time: bool = False) -> None:
         self.conn = conn
         self.dialect = dialect
+        self.server_time = server_time
         self.scratch: dict[str, Any] = {}
         self._hooks: list[Callable[[Tx], Awaitable[None]]] = []
-        self.runs = RunsRepo(conn, dialect, server_time=server_time)
-        self.events = EventsRepo(conn, dialect)
-        self.executions = ExecutionsRepo(conn, dialect)
-        self.external = ExternalRepo(conn, dialect)
-        self.approvals = ApprovalsRepo(conn, dialect)
-        self.outbox = OutboxRepo(conn, dialect)
-        self.audit = AuditRepo(conn, dialect)
-        self.threads = ThreadsRepo(conn, dialect)
-        self.limits = LimitsRepo(conn, dialect)
-        self.retention = RetentionRepo(conn, dialect)
-        self.stats = StatsRepo(conn, dialect)
-        self.standing = StandingRepo(conn, dialect)
-        self.adapters = AdaptersRepo(conn, dialect)
 
     def before_commit(self, hook: Callable[[Tx], Awaitable[None]]) -> None:
         """Run ``hook(tx)`` at the end of this write transaction, just before COMMIT."""
