@@ -31,7 +31,7 @@ from bot.sandbox.people import CHANNEL, PEOPLE, seed
 from bot.sandbox.persist import WorkspaceFile, WorkspaceFileError, dump, load
 from bot.sandbox.server import SlackEmulator
 from bot.sandbox.web import SandboxWeb
-from bot.serve import Service, Signals
+from bot.serve import Service, Signals, settle_heap
 from bot.wiring import open_database
 from runtime.errors import ConfigError
 from store.db import Database
@@ -152,6 +152,7 @@ class Sandbox:
                               f"{exc.strerror or exc}") from None
         self.service = Service(settings, db, stop_event=self.stop_event)
         await self.service.start()
+        settle_heap()  # the sandbox is a long-running serve too
         slack = self.service.slack
         assert slack is not None and slack.port is not None
         self.web.attach(self.service.engine, f"http://127.0.0.1:{slack.port}/slack/events")

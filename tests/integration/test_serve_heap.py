@@ -1,6 +1,7 @@
-"""``serve`` hides its start-up heap from the cyclic garbage collector (issue 14): a full
-collection walked every module, table and validator built at start-up, and under a burst
-of clicks one such pass held the event loop for ~170 ms."""
+"""``serve`` (and ``approvald sandbox``, which runs one) hides its start-up heap from the
+cyclic garbage collector (issue 14): a full collection walked every module, table and
+validator built at start-up, and under a burst of clicks one such pass held the event loop
+for ~170 ms."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import gc
 from pathlib import Path
 
 from bot.config import Settings
+from bot.sandbox.workspace import Sandbox
 from bot.serve import Service, _run
 from store.db import Database
 
@@ -35,3 +37,18 @@ async def test_serve_freezes_what_start_up_built(db_url: str, tmp_path: Path) ->
         gc.unfreeze()
         service.stop_event.set()
         await db.close()
+
+
+async def test_the_sandbox_freezes_what_its_start_up_built(tmp_path: Path) -> None:
+    # ``approvald sandbox`` is a long-running serve as well, with the emulator and its page
+    assert gc.get_freeze_count() == 0
+    settings = Settings(APPROVALD_DATABASE_URL=f"sqlite+aiosqlite:///{tmp_path / 's.db'}",
+                        APPROVALD_DEMO_LEDGER=str(tmp_path / "ledger.jsonl"))
+    sandbox = Sandbox(settings, port=0)
+    try:
+        await sandbox.start()
+        assert gc.get_freeze_count() > 10_000
+        assert all(o is not sandbox.service for o in gc.get_objects())
+    finally:
+        gc.unfreeze()
+        await sandbox.stop()
