@@ -31,6 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from store import fastsql, sqlite_driver
 from store.errors import ConfigError
 from store.fastsql import Conn
+from store.liveness import Liveness
 from store.repos import Tx
 
 log = logging.getLogger("approvald.store")
@@ -115,7 +116,7 @@ class Database:
         kwargs: dict[str, Any] = {}
         self._connect_reader: Callable[[], Awaitable[Any]] | None = None
         if self.dialect == "postgresql":
-            kwargs.update(pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+            kwargs.update(pool_size=pool_size, max_overflow=pool_size)
         else:
             path = self.url.database
             assert path is not None
@@ -138,8 +139,17 @@ class Database:
             kwargs.update(async_creator=creator, pool_reset_on_return=None,
                           pool_size=2 * pool_size, max_overflow=pool_size)
         self.engine: AsyncEngine = create_async_engine(self.url, **kwargs)
+        # PostgreSQL: a pooled connection is checked on checkout without a round trip
+        # unless it idled (store/liveness.py); SQLite's connections are files
+        self.liveness: Liveness | None = None
         if self.dialect == "postgresql":
             _configure_postgresql(self.engine)
+            self.liveness = Liveness(server_gone=_server_gone)
+            self.liveness.install(self.engine)
+        # PostgreSQL's plain reads: the same pool, each statement committed on its own
+        self._autocommit: AsyncEngine | None = (
+            self.engine.execution_options(isolation_level="AUTOCOMMIT")
+            if self.dialect == "postgresql" else None)
         # SQLite has one writer. Queueing this process's writers here costs nothing; left
         # to SQLite they spin in its busy handler, which sleeps up to 100 ms per retry.
         # Correctness never rests on this lock: other processes, and every compare-and-set,
@@ -235,12 +245,18 @@ class Database:
 
     @asynccontextmanager
     async def read(self, *, snapshot: bool = False) -> AsyncIterator[Tx]:
-        """Reads. By default each statement sees the latest commit (on SQLite no
-        BEGIN/COMMIT round trips at all); ``snapshot=True`` gives one consistent
+        """Reads. By default each statement sees the latest commit (no BEGIN/COMMIT round
+        trips at all: autocommit on both databases); ``snapshot=True`` gives one consistent
         transaction across statements, for readers that compare rows with each other."""
         if self.dialect == "sqlite" and not snapshot:
             async with self._plain_read() as tx:
                 yield tx
+            return
+        if self._autocommit is not None and not snapshot:
+            # at READ COMMITTED every statement has a snapshot of its own, in a transaction
+            # or not: one around plain reads only added its BEGIN and COMMIT round trips
+            async with self._autocommit.connect() as conn:
+                yield self._tx(Conn(self._plans, conn=conn))
             return
         async with self.engine.connect() as conn:
             if snapshot and self.dialect == "postgresql":
@@ -346,7 +362,7 @@ def _configure_postgresql(engine: AsyncEngine) -> None:
     @event.listens_for(engine.sync_engine, "handle_error")
     def _on_error(context: Any) -> None:
         # Count a connection the server ended as a disconnect, however asyncpg words it:
-        # pool_pre_ping then replaces it instead of failing the checkout, and a statement
+        # a ping on checkout then replaces it instead of failing, and a statement
         # that hits it invalidates the pool (its other connections died with it).
         if not context.is_disconnect and _server_gone(context.original_exception):
             context.is_disconnect = True

@@ -3,7 +3,8 @@
 A transaction whose connection died before COMMIT was rolled back by the server, so
 :meth:`Database.transact` runs it again on a fresh connection; one that died at COMMIT may
 or may not have committed, so it is not run again. A pooled connection the server ended is
-replaced on checkout (``pool_pre_ping``), however asyncpg words the failure.
+replaced on checkout (``store/liveness.py``), however asyncpg words the failure: without a
+round trip when asyncpg has read the connection's end, with a ping when it idled.
 """
 
 from __future__ import annotations
@@ -90,39 +91,86 @@ async def test_a_connection_lost_at_commit_is_not_run_again(db: Database,
     assert await rows(db, "ambiguous") == 0
 
 
-async def test_pooled_connections_the_server_ended_are_replaced(db: Database) -> None:
-    async def one() -> int:
-        async with db.read() as tx:
-            return int((await tx.conn.execute(text("SELECT 1"))).scalar_one())
+async def one(db: Database) -> int:
+    async with db.read() as tx:
+        return int((await tx.conn.execute(text("SELECT 1"))).scalar_one())
 
-    assert await asyncio.gather(*(one() for _ in range(5))) == [1] * 5  # five in the pool
+
+class Pings:
+    """Counts SQLAlchemy's ping (an empty statement) on every asyncpg connection; with
+    ``fail_first``, the first one fails the way asyncpg fails on a connection the server
+    ended whose end it has not read yet."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, *, fail_first: bool = False) -> None:
+        self.seen: list[str] = []
+        fetchrow = asyncpg.connection.Connection.fetchrow
+
+        async def counted(conn: Any, query: str, *args: Any, **kwargs: Any) -> Any:
+            if query == ";":
+                self.seen.append(query)
+                if fail_first and len(self.seen) == 1:
+                    raise asyncpg.exceptions.InternalClientError(
+                        "cannot switch to state 12; another operation (2) is in progress")
+            return await fetchrow(conn, query, *args, **kwargs)
+
+        monkeypatch.setattr(asyncpg.connection.Connection, "fetchrow", counted)
+
+
+class Monotonic:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def manual_clock(db: Database) -> Monotonic:
+    assert db.liveness is not None
+    clock = Monotonic()
+    db.liveness.clock = clock
+    return clock
+
+
+async def test_pooled_connections_the_server_ended_are_replaced(db: Database) -> None:
+    # used moments ago, so not pinged: asyncpg has read their end, which is enough
+    assert await asyncio.gather(*(one(db) for _ in range(5))) == [1] * 5  # five in the pool
     killer = await admin(db)
-    try:
-        await killer.fetch("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                           "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+    try:  # the timeout waits until each backend has really exited
+        ended = await killer.fetch(
+            "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()")
     finally:
         await killer.close()
-    assert await asyncio.gather(*(one() for _ in range(5))) == [1] * 5
+    assert len(ended) >= 5 and all(row[0] for row in ended)
+    assert await asyncio.gather(*(one(db) for _ in range(5))) == [1] * 5
 
 
-async def test_pre_ping_replaces_a_connection_asyncpg_calls_busy(
+async def test_only_a_connection_that_idled_is_pinged(db: Database,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    # pool_pre_ping asked the server (BEGIN, an empty statement, ROLLBACK) before every
+    # transaction; a connection used less than a second ago is now trusted
+    clock = manual_clock(db)
+    pings = Pings(monkeypatch)
+    for _ in range(10):
+        assert await one(db) == 1
+        clock.now += 0.5
+    assert pings.seen == []
+    clock.now += 1.0  # idle for a second and a half: it is asked
+    assert await one(db) == 1
+    assert pings.seen == [";"]
+    assert await one(db) == 1  # and trusted again right after
+    assert pings.seen == [";"]
+
+
+async def test_the_ping_replaces_a_connection_asyncpg_calls_busy(
         db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
     # When the server ends a connection, asyncpg reads its last message before the end of
     # the socket; a use in between fails with "another operation is in progress" rather
     # than "connection is closed". That is the server gone too: the ping must reconnect.
-    async with db.read() as tx:
-        await tx.conn.execute(text("SELECT 1"))  # one pooled connection
-    failed: list[str] = []
-    fetchrow = asyncpg.connection.Connection.fetchrow
-
-    async def gone_once(self: Any, query: str, *args: Any, **kwargs: Any) -> Any:
-        if query == ";" and not failed:  # SQLAlchemy's ping
-            failed.append(query)
-            raise asyncpg.exceptions.InternalClientError(
-                "cannot switch to state 12; another operation (2) is in progress")
-        return await fetchrow(self, query, *args, **kwargs)
-
-    monkeypatch.setattr(asyncpg.connection.Connection, "fetchrow", gone_once)
+    clock = manual_clock(db)
+    assert await one(db) == 1  # one pooled connection
+    pings = Pings(monkeypatch, fail_first=True)
+    clock.now += 60  # it idled: it is pinged, and the ping fails
     async with db.read() as tx:
         assert (await tx.conn.execute(text("SELECT 2"))).scalar_one() == 2
-    assert failed == [";"]
+    assert pings.seen == [";"]  # the new connection, just made, needs no ping

@@ -1,0 +1,66 @@
+"""Whether a pooled PostgreSQL connection is still alive, checked on checkout, cheaply.
+
+SQLAlchemy's ``pool_pre_ping`` asks the server before every transaction; through asyncpg
+that is three round trips (BEGIN, an empty statement, ROLLBACK) ahead of each
+transaction's own, and a decision runs dozens of transactions. Instead, on checkout:
+
+* a connection asyncpg already knows is closed (it read the server's goodbye and the end
+  of the socket: a restart, ``pg_terminate_backend``, a failover) is replaced without
+  asking the server;
+* a connection idle for ``ping_after`` seconds or more is pinged as before, since a lot
+  can happen to an idle socket (a server restarted while nobody read it, a NAT or a
+  proxy that dropped it);
+* a connection used less than ``ping_after`` seconds ago is trusted.
+
+What this gives up: a connection the server ends in the last moments before it is reused,
+before this process's event loop has read the socket's end. Its transaction's first
+statement then fails as a disconnect: :meth:`store.db.Database.transact` runs such a
+transaction again on a fresh connection (nothing of it was committed), and the error hook
+invalidates the pool's other connections. A ping only narrows that window, it never closed
+it: a connection can die between the ping and the statement.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.exc import DisconnectionError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+_IDLE_SINCE = "approvald_idle_since"
+
+
+class Liveness:
+    """Checkout-time liveness checks for one engine's pool (see the module's text)."""
+
+    def __init__(self, *, server_gone: Callable[[BaseException], bool],
+                 ping_after: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.server_gone = server_gone
+        self.ping_after = ping_after
+        self.clock = clock  # monotonic seconds; tests move it instead of waiting
+
+    def install(self, engine: AsyncEngine) -> None:
+        event.listen(engine.sync_engine, "checkin", self._checkin)
+        event.listen(engine.sync_engine, "checkout", self._checkout)
+
+    def _checkin(self, _dbapi_conn: Any, record: Any) -> None:
+        record.info[_IDLE_SINCE] = self.clock()
+
+    def _checkout(self, dbapi_conn: Any, record: Any, _proxy: Any) -> None:
+        since = record.info.pop(_IDLE_SINCE, None)  # None: a connection just made
+        driver = dbapi_conn.driver_connection
+        if driver.is_closed():
+            raise DisconnectionError("the server closed this pooled connection")
+        if since is None or self.clock() - since < self.ping_after:
+            return
+        try:
+            dbapi_conn.ping()
+        except Exception as exc:
+            if driver.is_closed() or self.server_gone(exc) \
+                    or "connection is closed" in str(exc):
+                raise DisconnectionError(f"ping failed: {exc}") from exc
+            raise

@@ -1,0 +1,110 @@
+"""On PostgreSQL only a write (or a snapshot read) opens a transaction (issue 14).
+
+Every BEGIN is a round trip to the server ahead of the work, and a COMMIT or ROLLBACK is
+another. ``pool_pre_ping`` said BEGIN, an empty statement and ROLLBACK before every
+transaction, and plain reads, which at READ COMMITTED see a snapshot per statement
+anyway, were wrapped in BEGIN and COMMIT. Counted here over one whole decision, from the
+Approve to the completed run, with asyncpg's own transaction calls.
+"""
+
+from __future__ import annotations
+
+import collections
+from pathlib import Path
+from typing import Any
+
+import asyncpg  # type: ignore[import-untyped]
+import pytest
+from sqlalchemy import text
+
+from runtime.agent import Registry
+from runtime.decide import Actor
+from runtime.demo import REFUND_POLICY, DemoLedger, refund_agent
+from runtime.engine import Engine
+from runtime.outcomes import Completed, Paused
+from store.db import Database
+from tests.conftest import SIGNER
+from tests.unit.test_decisions import card_token
+
+pytestmark = pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+
+
+class Counted:
+    """asyncpg's BEGIN/COMMIT/ROLLBACK and SQLAlchemy's pings, and the ``Database``'s
+    write transactions and snapshot reads, while ``on``."""
+
+    def __init__(self, db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.on = False
+        self.n: collections.Counter[str] = collections.Counter()
+        tr = asyncpg.transaction.Transaction
+        for name in ("start", "commit", "rollback"):
+            monkeypatch.setattr(tr, name, self._wrap(getattr(tr, name), name))
+        fetchrow = asyncpg.connection.Connection.fetchrow
+
+        async def pinged(conn: Any, query: str, *args: Any, **kwargs: Any) -> Any:
+            if query == ";" and self.on:
+                self.n["ping"] += 1
+            return await fetchrow(conn, query, *args, **kwargs)
+
+        monkeypatch.setattr(asyncpg.connection.Connection, "fetchrow", pinged)
+        write, read = db.write, db.read
+
+        def counted_write(**kw: Any) -> Any:
+            if self.on:
+                self.n["write"] += 1
+            return write(**kw)
+
+        def counted_read(*, snapshot: bool = False) -> Any:
+            if self.on and snapshot:
+                self.n["snapshot read"] += 1
+            return read(snapshot=snapshot)
+
+        monkeypatch.setattr(db, "write", counted_write)
+        monkeypatch.setattr(db, "read", counted_read)
+
+    def _wrap(self, real: Any, name: str) -> Any:
+        async def counted(tr: Any, *args: Any, **kwargs: Any) -> Any:
+            if self.on:
+                self.n[name] += 1
+            return await real(tr, *args, **kwargs)
+        return counted
+
+
+async def test_a_plain_read_says_no_begin(db: Database,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    counted = Counted(db, monkeypatch)
+    async with db.read() as tx:  # a connection in the pool
+        await tx.conn.execute(text("SELECT 1"))
+    counted.on = True
+    async with db.read() as tx:
+        assert (await tx.conn.execute(text("SELECT 1"))).scalar_one() == 1
+        assert (await tx.conn.execute(text("SELECT 2"))).scalar_one() == 2
+    assert dict(counted.n) == {}
+    async with db.read(snapshot=True) as tx:  # one snapshot across statements: a transaction
+        assert (await tx.conn.execute(text("SHOW transaction_isolation"))).scalar_one() \
+            == "repeatable read"
+    assert dict(counted.n) == {"snapshot read": 1, "start": 1, "commit": 1}
+    async with db.read() as tx:  # the pooled connection is back at its own level
+        assert (await tx.conn.execute(text("SHOW transaction_isolation"))).scalar_one() \
+            == "read committed"
+
+
+async def test_a_decision_begins_only_its_writes(db: Database, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    ledger = DemoLedger(str(tmp_path / "ledger.json"))
+    engine = Engine(db, Registry([refund_agent(ledger, approval=REFUND_POLICY)]),
+                    signer=SIGNER)
+    counted = Counted(db, monkeypatch)
+    paused = await engine.run("demo-refund", "Refund order A-1001, customer was double "
+                              "charged", requested_by="U_DANA")
+    assert isinstance(paused, Paused)
+    approval = await engine.decider.get(paused.approval_ids[0])
+    counted.on = True
+    await engine.decide(approval.id, actor=Actor("U_ALICE", "slack"), verdict="approve",
+                        token=card_token(approval))
+    assert isinstance(await engine.advance(approval.run_id), Completed)
+    n = counted.n
+    assert n["write"] >= 3  # the decision, the call's intent and its result at least
+    # a BEGIN per write transaction and snapshot read, each ended once; nothing else
+    assert (n["start"], n["ping"]) == (n["write"] + n["snapshot read"], 0), dict(n)
+    assert n["commit"] + n["rollback"] == n["start"], dict(n)
