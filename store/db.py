@@ -116,7 +116,9 @@ class Database:
         kwargs: dict[str, Any] = {}
         self._connect_reader: Callable[[], Awaitable[Any]] | None = None
         if self.dialect == "postgresql":
-            kwargs.update(pool_size=pool_size, max_overflow=pool_size)
+            # as many kept as may be open: past the pool's size a connection was closed on
+            # check-in, so each burst opened it again and prepared its statements anew
+            kwargs.update(pool_size=2 * pool_size, max_overflow=0)
         else:
             path = self.url.database
             assert path is not None
