@@ -31,20 +31,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from store import fastsql, sqlite_driver
 from store.errors import ConfigError
 from store.fastsql import Conn
-from store.liveness import Liveness
+from store.liveness import Liveness, server_gone
 from store.repos import Tx
 
 log = logging.getLogger("approvald.store")
 T = TypeVar("T")
 # PostgreSQL's "try the transaction again" codes: serialization failure, deadlock detected
 RETRYABLE_SQLSTATES = frozenset({"40001", "40P01"})
-
-
-# What asyncpg says when the server ended the connection under it (pg_terminate_backend, a
-# restart, a failover) and the socket's end has not been read yet: the protocol is left
-# mid-message, so the next use fails with a client-side "internal" error, not a disconnect
-_GONE_MESSAGES = ("another operation", "protocol is in an unexpected state",
-                  "terminating connection")
 
 
 def is_retryable(exc: BaseException) -> bool:
@@ -60,12 +53,6 @@ def is_retryable(exc: BaseException) -> bool:
     if exc.connection_invalidated and exc.statement is not None:
         return True
     return isinstance(exc, OperationalError) and "database is locked" in str(exc.orig)
-
-
-def _server_gone(exc: BaseException) -> bool:
-    code = getattr(exc, "sqlstate", None) or ""
-    return code.startswith("08") or code in ("57P01", "57P02", "57P03") or any(
-        m in str(exc) for m in _GONE_MESSAGES)
 
 
 _DRIVERS = {
@@ -146,7 +133,7 @@ class Database:
         self.liveness: Liveness | None = None
         if self.dialect == "postgresql":
             _configure_postgresql(self.engine)
-            self.liveness = Liveness(server_gone=_server_gone)
+            self.liveness = Liveness()
             self.liveness.install(self.engine)
         # PostgreSQL's plain reads: the same pool, each statement committed on its own
         self._autocommit: AsyncEngine | None = (
@@ -157,7 +144,8 @@ class Database:
         # Correctness never rests on this lock: other processes, and every compare-and-set,
         # go through SQLite's own locking (BEGIN IMMEDIATE + busy timeout).
         self._write_lock: WriteLock | None = None
-        self._plans: Dialect | None = None  # SQLite's dialect: hot statements by plan
+        # the dialect hot statements are planned for (store/fastsql.py); None: no plans
+        self._plans: Dialect | None = fastsql.plans_for(self.engine.dialect)
         self._readers: list[Any] = []  # idle driver connections for plain SQLite reads
         self._writer: AsyncConnection | None = None  # SQLite: the one write connection
         self._reader_cap = 2 * pool_size
@@ -165,7 +153,6 @@ class Database:
         if self.dialect == "sqlite":
             _configure_sqlite(self.engine, busy_timeout_ms)
             self._write_lock = WriteLock()
-            self._plans = self.engine.dialect
 
     @property
     def display_url(self) -> str:
@@ -182,7 +169,7 @@ class Database:
         """
         if self._write_lock is None:
             async with self.engine.connect() as conn, conn.begin():
-                tx = self._tx(Conn(None, conn=conn))
+                tx = self._tx(Conn(self._plans, conn=conn))
                 yield tx
                 await tx.prepare_commit()
             return
@@ -366,7 +353,7 @@ def _configure_postgresql(engine: AsyncEngine) -> None:
         # Count a connection the server ended as a disconnect, however asyncpg words it:
         # a ping on checkout then replaces it instead of failing, and a statement
         # that hits it invalidates the pool (its other connections died with it).
-        if not context.is_disconnect and _server_gone(context.original_exception):
+        if not context.is_disconnect and server_gone(context.original_exception):
             context.is_disconnect = True
 
 

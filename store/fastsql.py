@@ -1,4 +1,4 @@
-"""Hot statements on SQLite without SQLAlchemy's per-statement machinery.
+"""Hot statements without SQLAlchemy's per-statement machinery.
 
 Through SQLAlchemy Core a statement that SQLite answers in ~4 us costs ~100 us of Python
 on this project's machines (an execution context, parameter processing, a cursor result
@@ -9,31 +9,39 @@ parameter names it is compiled by SQLAlchemy itself, and what SQLAlchemy would d
 call is kept as a plan:
 the SQL, where each positional parameter comes from (the caller, a constant bound in the
 statement, a column's scalar default) with its type's bind processor, and each result
-column's key and result processor. Later calls apply the plan straight to the sqlite3
-connection (on the event loop's thread, where :func:`store.sqlite_driver.inline` allows)
-and return a small result with the parts of SQLAlchemy's ``Result`` the repositories use.
+column's key and result processor. Later calls apply the plan straight to the driver and
+return a small result with the parts of SQLAlchemy's ``Result`` the repositories use:
+
+* SQLite: on the sqlite3 connection, on the event loop's thread, where
+  :func:`store.sqlite_driver.inline` allows (a statement that may wait for a lock goes
+  through SQLAlchemy, which waits on the driver's thread);
+* PostgreSQL: on the asyncpg adapter's cursor call that SQLAlchemy itself makes (its
+  prepared-statement cache, its transaction begun the same way), with result processors
+  picked by the types the server described on the first execution.
 
 Same SQL, same types in and out, same exceptions (driver errors are wrapped as
-SQLAlchemy's), same transactions (a write transaction's statements run on its own
-connection, after SQLAlchemy's ``BEGIN IMMEDIATE``). Anything a plan does not cover (an
-``IN`` list the caller passes, a callable default, a statement that may wait for a lock,
-PostgreSQL) goes through SQLAlchemy unchanged. ``tests/unit/test_fastsql.py`` compares
-every planned ``SELECT`` with SQLAlchemy's own answer.
+SQLAlchemy's; a connection the server ended is invalidated, as SQLAlchemy would), same
+transactions. Anything a plan does not cover (an ``IN`` list the caller passes, a
+callable default, several parameter sets at once on PostgreSQL) goes through SQLAlchemy
+unchanged. ``tests/unit/test_fastsql.py`` compares every planned ``SELECT`` with
+SQLAlchemy's own answer on both databases.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from sqlalchemy import exc as sa_exc
+from sqlalchemy.dialects.postgresql import asyncpg as pg_asyncpg
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.dml import ValuesBase
 
 from store import sqlite_driver
+from store.liveness import server_gone
 
 Processor = Callable[[Any], Any] | None
 Params = Mapping[str, Any] | list[dict[str, Any]] | None
@@ -41,17 +49,27 @@ _CALLER = object()  # a plan's parameter slot filled from the caller's parameter
 
 
 class _Plan:
-    __slots__ = ("procs", "row", "slots", "sql")
+    __slots__ = ("procs", "resolved", "row", "slots", "sql", "types")
 
     def __init__(self, sql: str, slots: list[tuple[str, Any, Processor]],
-                 keys: tuple[str, ...], procs: tuple[Processor, ...]) -> None:
+                 keys: tuple[str, ...], types: tuple[Any, ...]) -> None:
         self.sql = sql
         self.slots = slots  # (parameter name, _CALLER or the processed constant, processor)
         # result columns, keyed as SQLAlchemy names them in a Row's _mapping
         self.row = type("Row", (Row,), {"__slots__": (), "_keys": keys})
-        self.procs = procs if any(p is not None for p in procs) else None
+        self.types = types  # their SQLAlchemy types
+        self.procs: tuple[Processor, ...] | None = None
+        self.resolved = False
 
-    def rows(self, fetched: list[tuple[Any, ...]]) -> list[Row]:
+    def resolve(self, dialect: Dialect, coltypes: list[Any] | None = None) -> None:
+        """Each result column's processor, as SQLAlchemy picks it: on PostgreSQL by the
+        type the server described (known after a first execution), on SQLite without."""
+        procs = tuple(t._cached_result_processor(dialect, c) for t, c in
+                      zip(self.types, coltypes or [None] * len(self.types), strict=True))
+        self.procs = procs if any(p is not None for p in procs) else None
+        self.resolved = True
+
+    def rows(self, fetched: Sequence[Any]) -> list[Row]:
         row, procs = self.row, self.procs
         if procs is None:
             return [row(r) for r in fetched]
@@ -109,26 +127,42 @@ def _plan(stmt: ClauseElement, dialect: Dialect, keys: frozenset[str]) -> _Plan 
         slots.append((name, proc(value) if proc is not None and value is not None else value,
                       None))
     cols = compiled._result_columns
-    return _Plan(state.statement, slots, tuple(c.keyname for c in cols),
-                 tuple(c.type._cached_result_processor(dialect, None) for c in cols))
+    plan = _Plan(state.statement, slots, tuple(c.keyname for c in cols),
+                 tuple(c.type for c in cols))
+    if dialect.name != "postgresql":  # PostgreSQL's wait for the server's description
+        plan.resolve(dialect)
+    return plan
 
 
 class Prepared:
     """A statement registered with :func:`fast`; its plans are compiled on first use, one
-    per set of parameter names (at most a handful)."""
+    per dialect and set of parameter names (at most a handful)."""
 
     __slots__ = ("_plans", "stmt")
 
     def __init__(self, stmt: Any) -> None:
         self.stmt = stmt
-        self._plans: dict[frozenset[str], _Plan | None] = {}
+        self._plans: dict[tuple[str, frozenset[str]], _Plan | None] = {}
 
     def plan(self, dialect: Dialect, keys: frozenset[str]) -> _Plan | None:
+        key = (dialect.name, keys)
         try:
-            return self._plans[keys]
+            return self._plans[key]
         except KeyError:
-            plan = self._plans[keys] = _plan(self.stmt, dialect, keys)
+            plan = self._plans[key] = _plan(self.stmt, dialect, keys)
             return plan
+
+
+def plans_for(dialect: Dialect) -> Dialect | None:
+    """``dialect`` if statements can run by plan on it: SQLite's, and asyncpg's where
+    SQLAlchemy's adapter has the cursor call this module uses (else all goes through
+    SQLAlchemy, as it would without this module)."""
+    if dialect.name == "sqlite":
+        return dialect
+    if dialect.driver == "asyncpg" and hasattr(pg_asyncpg.AsyncAdapt_asyncpg_cursor,
+                                                "_prepare_and_execute"):
+        return dialect
+    return None
 
 
 _PREPARED: dict[int, Prepared] = {}
@@ -241,16 +275,17 @@ async def on_driver_thread(raw: Any, sql: str, dialect: Dialect) -> None:
 
 class Conn:
     """A transaction's connection: a statement registered with :func:`fast` runs by its
-    plan where it can (SQLite, a statement that cannot wait), anything else through
-    SQLAlchemy. A plain read on SQLite starts with the driver's connection alone and
-    opens a SQLAlchemy connection only if a statement needs one (``open_conn``)."""
+    plan where it can, anything else through SQLAlchemy. A plain read on SQLite starts
+    with the driver's connection alone and opens a SQLAlchemy connection only if a
+    statement needs one (``open_conn``)."""
 
-    __slots__ = ("_conn", "_dialect", "_open", "_raw")
+    __slots__ = ("_conn", "_dialect", "_open", "_pg", "_raw")
 
     def __init__(self, dialect: Dialect | None, *, conn: AsyncConnection | None = None,
                  raw: Any = None,
                  open_conn: Callable[[], Awaitable[AsyncConnection]] | None = None) -> None:
-        self._dialect = dialect  # SQLite's, or None: no plans (PostgreSQL)
+        self._dialect = dialect  # None: no plans
+        self._pg = dialect is not None and dialect.name == "postgresql"
         self._conn = conn
         self._raw = raw
         self._open = open_conn
@@ -268,7 +303,10 @@ class Conn:
                 and (params or not isinstance(params, list)):
             first = params[0] if isinstance(params, list) else params or {}
             plan = prepared.plan(self._dialect, frozenset(first))
-            if plan is not None:
+            if plan is not None and self._pg:
+                if not isinstance(params, list):
+                    return await self._run_pg(plan, first)
+            elif plan is not None:
                 raw = self._raw or self._driver()
                 if sqlite_driver.inline(raw, plan.sql):
                     if isinstance(params, list):
@@ -282,6 +320,37 @@ class Conn:
         assert sync is not None
         self._raw = sync.connection.driver_connection
         return self._raw
+
+    async def _run_pg(self, plan: _Plan, params: Mapping[str, Any]) -> Rows:
+        """One statement by its plan on PostgreSQL: straight to the asyncpg adapter's
+        cursor SQLAlchemy itself would use (the same prepared-statement cache; it begins
+        the adapter's transaction first, as it does for SQLAlchemy), skipping the
+        execution context and result machinery around it."""
+        conn, dialect = self._conn, self._dialect
+        assert conn is not None and conn.sync_connection is not None and dialect is not None
+        adapted = conn.sync_connection.connection.dbapi_connection
+        assert adapted is not None
+        args = plan.parameters(params)
+        cur = adapted.cursor()
+        try:
+            await cur._prepare_and_execute(plan.sql, args)
+            if not plan.resolved:
+                plan.resolve(dialect, [d[1] for d in cur.description or ()] or None)
+            fetched = cur.fetchall() if cur.description else []
+            rowcount = cur.rowcount
+        except dialect.loaded_dbapi.Error as err:
+            # as SQLAlchemy would: its exception class, and a connection the server ended
+            # invalidated (the pool replaces it; a transaction that never reached COMMIT
+            # is then retryable: see store.db.is_retryable)
+            gone = server_gone(err) or adapted.driver_connection.is_closed()
+            if gone:
+                await conn.invalidate()
+            raise sa_exc.DBAPIError.instance(
+                plan.sql, args, err, dialect.loaded_dbapi.Error, dialect=dialect,
+                connection_invalidated=gone) from err
+        finally:
+            cur.close()
+        return Rows(plan.rows(fetched) if fetched else [], rowcount)
 
     def _run(self, raw: Any, plan: _Plan, params: Any, many: bool) -> Rows:
         args: Any = [plan.parameters(p) for p in params] if many \

@@ -31,15 +31,26 @@ from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 _IDLE_SINCE = "approvald_idle_since"
+# What asyncpg says when the server ended the connection under it (pg_terminate_backend, a
+# restart, a failover) and the socket's end has not been read yet: the protocol is left
+# mid-message, so the next use fails with a client-side "internal" error, not a disconnect
+_GONE_MESSAGES = ("another operation", "protocol is in an unexpected state",
+                  "terminating connection", "connection is closed")
+
+
+def server_gone(exc: BaseException) -> bool:
+    """Whether ``exc`` (asyncpg's, or SQLAlchemy's adaptation of it) says the server
+    ended the connection."""
+    code = getattr(exc, "sqlstate", None) or ""
+    return code.startswith("08") or code in ("57P01", "57P02", "57P03") or any(
+        m in str(exc) for m in _GONE_MESSAGES)
 
 
 class Liveness:
     """Checkout-time liveness checks for one engine's pool (see the module's text)."""
 
-    def __init__(self, *, server_gone: Callable[[BaseException], bool],
-                 ping_after: float = 1.0,
+    def __init__(self, *, ping_after: float = 1.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.server_gone = server_gone
         self.ping_after = ping_after
         self.clock = clock  # monotonic seconds; tests move it instead of waiting
 
@@ -60,7 +71,6 @@ class Liveness:
         try:
             dbapi_conn.ping()
         except Exception as exc:
-            if driver.is_closed() or self.server_gone(exc) \
-                    or "connection is closed" in str(exc):
+            if driver.is_closed() or server_gone(exc):
                 raise DisconnectionError(f"ping failed: {exc}") from exc
             raise

@@ -47,16 +47,15 @@ async def insert_run(d: Database, run_id: str) -> None:
                              instructions_version="v", now=T0)
 
 
-@pytest.mark.sqlite
-async def test_an_insert_by_plan_stores_what_sqlalchemy_stores(sdb: Database) -> None:
-    await insert_run(sdb, "r1")
-    async with sdb.write() as tx:
+async def test_an_insert_by_plan_stores_what_sqlalchemy_stores(db: Database) -> None:
+    await insert_run(db, "r1")
+    async with db.write() as tx:
         await tx.approvals.insert(**approval_values("a-plan", "r1"))  # planned
         sa = await tx.conn.connection()  # SQLAlchemy itself
         await sa.execute(Approval.__table__.insert(), approval_values("a-sa", "r1"))
     assert fastsql._PREPARED[id(approvals_repo._INSERT)].plan(
-        sdb.engine.dialect, frozenset(approval_values("x", "r1"))) is not None
-    async with sdb.read() as tx:
+        db.engine.dialect, frozenset(approval_values("x", "r1"))) is not None
+    async with db.read() as tx:
         rows = {r.id: dict(r._mapping) for r in await tx.conn.execute(
             select(Approval.__table__))}
         raw = {r[0]: r[1:] for r in await tx.conn.execute(
@@ -69,7 +68,6 @@ async def test_an_insert_by_plan_stores_what_sqlalchemy_stores(sdb: Database) ->
     assert plan["requested_at"] == T0 and plan["requested_at"].tzinfo is UTC
 
 
-@SQLITE_ONLY
 async def test_every_planned_select_reads_what_sqlalchemy_reads(make_engine,
                                                                  ledger_path) -> None:
     engine = make_engine(agents=[refund_agent(DemoLedger(str(ledger_path)),
@@ -108,10 +106,9 @@ async def test_every_planned_select_reads_what_sqlalchemy_reads(make_engine,
     assert compared >= 6  # most found rows: the comparison compared something
 
 
-@pytest.mark.sqlite
-async def test_returning_rowcount_and_attribute_access(sdb: Database) -> None:
-    await insert_run(sdb, "r2")
-    async with sdb.write() as tx:
+async def test_returning_rowcount_and_attribute_access(db: Database) -> None:
+    await insert_run(db, "r2")
+    async with db.write() as tx:
         lease = await tx.runs.acquire_lease("r2", owner="w1", now=T0,
                                             until=T0 + timedelta(minutes=1))
         assert lease is not None and lease.run.lease_owner == "w1"
@@ -133,20 +130,19 @@ async def test_returning_rowcount_and_attribute_access(sdb: Database) -> None:
         assert (await tx.runs.conn.execute(runs_repo._GET, {"rid": "nope"})).first() is None
 
 
-@pytest.mark.sqlite
-async def test_a_driver_error_is_sqlalchemys_and_changes_nothing(sdb: Database) -> None:
-    await insert_run(sdb, "r3")
-    async with sdb.write() as tx:
+async def test_a_driver_error_is_sqlalchemys_and_changes_nothing(db: Database) -> None:
+    await insert_run(db, "r3")
+    async with db.write() as tx:
         await tx.events.append("r3", 0, 0, [(1, "{}")])
     with pytest.raises(IntegrityError):  # the same key twice: what callers catch
-        async with sdb.write() as tx:
+        async with db.write() as tx:
             await tx.events.append("r3", 1, 0, [(1, "{}")])
             await tx.events.append("r3", 1, 0, [(1, "{}")])
-    async with sdb.read() as tx:
+    async with db.read() as tx:
         assert [e.seq for e in await tx.events.load("r3")] == [0]  # rolled back whole
-    async with sdb.write() as tx:  # the next writer starts on a fresh connection
+    async with db.write() as tx:  # the next writer starts on a fresh connection
         await tx.events.append("r3", 1, 0, [(1, "{}")])
-    async with sdb.read() as tx:
+    async with db.read() as tx:
         assert [e.seq for e in await tx.events.load("r3")] == [0, 1]
 
 
@@ -172,10 +168,45 @@ async def test_what_a_plan_cannot_cover_goes_through_sqlalchemy(sdb: Database) -
 
 
 @pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
-async def test_postgresql_never_takes_the_plan_path(db: Database) -> None:
+async def test_postgresql_takes_the_plan_path_in_writes_and_reads(db: Database) -> None:
+    await insert_run(db, "r5")
     async with db.write() as tx:
-        res = await tx.runs.conn.execute(runs_repo._GET, {"rid": "nope"})
-        assert not isinstance(res, fastsql.Rows) and res.first() is None
+        res = await tx.runs.conn.execute(runs_repo._GET, {"rid": "r5"})
+        assert isinstance(res, fastsql.Rows) and res.one().id == "r5"
+    for snapshot in (False, True):
+        async with db.read(snapshot=snapshot) as tx:
+            res = await tx.runs.conn.execute(runs_repo._GET, {"rid": "nope"})
+            assert isinstance(res, fastsql.Rows) and res.first() is None
+
+
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+async def test_a_planned_statement_on_a_connection_the_server_ended_is_retried(
+        db: Database) -> None:
+    # as through SQLAlchemy: the connection is invalidated, the error says so, and a
+    # transaction that never reached COMMIT runs again on a fresh connection
+    import asyncpg  # type: ignore[import-untyped]
+
+    from tests.conftest import PG_ADMIN_URL
+
+    await insert_run(db, "r6")
+    killer = await asyncpg.connect(f"{PG_ADMIN_URL.rsplit('/', 1)[0]}/{db.url.database}")
+    attempts = 0
+
+    async def work(tx: Any) -> str:
+        nonlocal attempts
+        attempts += 1
+        if attempts == 1:
+            pid = (await tx.conn.execute(text("SELECT pg_backend_pid()"))).scalar_one()
+            await killer.fetch("SELECT pg_terminate_backend($1, 5000)", pid)
+        run = await tx.runs.get("r6")  # by plan: on the dead connection the first time
+        return str(run.id)
+
+    try:
+        assert await db.transact(work, what="a planned statement on a dead connection") \
+            == "r6"
+    finally:
+        await killer.close()
+    assert attempts == 2
 
 
 @pytest.mark.sqlite
