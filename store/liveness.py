@@ -15,9 +15,10 @@ transaction's own, and a decision runs dozens of transactions. Instead, on check
 What this gives up: a connection the server ends in the last moments before it is reused,
 before this process's event loop has read the socket's end. Its transaction's first
 statement then fails as a disconnect: :meth:`store.db.Database.transact` runs such a
-transaction again on a fresh connection (nothing of it was committed), and the error hook
-invalidates the pool's other connections. A ping only narrows that window, it never closed
-it: a connection can die between the ping and the statement.
+transaction again on a fresh connection (nothing of it was committed). The dead connection
+is invalidated (a statement through SQLAlchemy invalidates the whole pool; the others are
+replaced on checkout once asyncpg has read their end). A ping only narrows that window, it
+never closed it: a connection can die between the ping and the statement.
 """
 
 from __future__ import annotations
