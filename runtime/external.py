@@ -162,6 +162,16 @@ def current(approvals: Sequence[ApprovalRecord]) -> ApprovalRecord | None:
     return live[-1] if live else None
 
 
+async def _lock_own(tx: Tx, token: TokenRecord, request_id: str) -> ExternalRecord:
+    """``token``'s request ``request_id``, locked with its run (the one lock order: run
+    first) for a start or a report; NotFound unless ``token`` made it."""
+    await tx.runs.lock(request_id)
+    rec = await tx.external.lock(request_id)
+    if rec is None or rec.token_id != token.id:
+        raise NotFound(f"no request {request_id}")
+    return rec
+
+
 def _iso(t: datetime | None) -> str | None:
     return None if t is None else t.isoformat()
 
@@ -474,10 +484,7 @@ class ExternalRequests:
 
         async def work(tx: Tx) -> None:
             now = self.e.clock.now()
-            await tx.runs.lock(request_id)  # the one lock order: run first
-            rec = await tx.external.lock(request_id)
-            if rec is None or rec.token_id != token.id:
-                raise NotFound(f"no request {request_id}")
+            rec = await _lock_own(tx, token, request_id)
             if rec.result_digest is not None:
                 raise ExternalError(f"request {request_id} was already reported",
                                     code="already_reported", run_id=request_id)
@@ -520,10 +527,7 @@ class ExternalRequests:
 
         async def work(tx: Tx) -> bool:
             now = self.e.clock.now()
-            await tx.runs.lock(request_id)  # the one lock order: run first
-            rec = await tx.external.lock(request_id)
-            if rec is None or rec.token_id != token.id:
-                raise NotFound(f"no request {request_id}")
+            rec = await _lock_own(tx, token, request_id)
             if rec.result_digest is not None:
                 if rec.result_digest == fingerprint:
                     return False

@@ -25,7 +25,6 @@ from __future__ import annotations
 import functools
 import json
 import re
-import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -54,6 +53,7 @@ from runtime.identity import (
     normalize_user_id,
 )
 from runtime.rules import RuleError, compile_condition, holds
+from runtime.tomlfile import read_toml
 
 PolicyKind = Literal["auto", "notify_after", "approve_before", "forbidden"]
 POLICY_KINDS: tuple[str, ...] = ("auto", "notify_after", "approve_before", "forbidden")
@@ -428,14 +428,9 @@ class PolicyFile(BaseModel):
 def load_policy_file(path: str | Path) -> PolicyFile:
     """Read and validate a policy file; any problem is one :class:`ConfigError` line."""
     p = Path(path)
-    try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"APPROVALD_POLICY_FILE: {p} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"APPROVALD_POLICY_FILE: cannot read {p}: {exc}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"APPROVALD_POLICY_FILE: {p} is not valid TOML: {exc}") from None
+    data = read_toml(p, error=ConfigError, missing=f"APPROVALD_POLICY_FILE: {p} does not exist",
+                     unreadable=f"APPROVALD_POLICY_FILE: cannot read {p}",
+                     invalid=f"APPROVALD_POLICY_FILE: {p} is not valid TOML")
     try:
         parsed = PolicyFile.model_validate(data)
     except ValidationError as exc:

@@ -6,13 +6,13 @@ the field, so a typo never turns into an eval that passes by checking nothing.
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from runtime.errors import ConfigError
+from runtime.tomlfile import read_toml
 
 Action = Literal["approve", "deny", "edit", "redirect", "expire"]
 Interruption = Literal["baseline", "duplicate_callback", "restart_before_decision",
@@ -156,14 +156,8 @@ class Dataset(_Strict):
 def load_dataset(path: str | Path, *, agent: str | None = None) -> Dataset:
     """Read and validate a dataset; ``agent`` (``--agent``) replaces the top-level agent."""
     p = Path(path)
-    try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise DatasetError(f"{p}: no such dataset file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DatasetError(f"{p}: cannot read it: {exc}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise DatasetError(f"{p}: not valid TOML: {exc}") from None
+    data = read_toml(p, error=DatasetError, missing=f"{p}: no such dataset file",
+                     unreadable=f"{p}: cannot read it", invalid=f"{p}: not valid TOML")
     if agent is not None:
         data["agent"] = agent
     try:
