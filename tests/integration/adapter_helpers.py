@@ -5,11 +5,14 @@ emulator, as an approver makes them)."""
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from bot import cards
-from tests.integration.slack_harness import CHANNEL, Harness, wait_for
+from runtime.adapters import Finished, Paused
+from tests.integration.slack_harness import CHANNEL, Harness, harness, wait_for
 
 POLICY = """
 [tools.refund_order]
@@ -43,6 +46,42 @@ class SideEffects:
         if not self.path.exists():
             return []
         return [json.loads(x) for x in self.path.read_text().splitlines()]
+
+
+@asynccontextmanager
+async def adapter_harness(db_url: str,
+                          tmp_path: Path) -> AsyncIterator[tuple[Harness, SideEffects]]:
+    """The harness under POLICY, without background loops (the test drains the outbox), and
+    the refunds the test's tool records."""
+    async with harness(db_url, tmp_path, background=False,
+                       APPROVALD_POLICY_FILE=policy_file(tmp_path)) as h:
+        yield h, SideEffects(tmp_path / "refunds.jsonl")
+
+
+class ConversationAdapter(Protocol):
+    """An adapter whose run takes a prompt and names it by ``conversation`` (the OpenAI
+    Agents SDK's and Pydantic AI's)."""
+
+    async def run(self, prompt: str, /, *, conversation: str, requested_by: str,
+                  task: str | None = None) -> Paused | Finished: ...
+
+
+async def pause_three(adapter: ConversationAdapter) -> tuple[Paused, Paused, Paused]:
+    """Dana's three refunds, each paused on its request: A-1 (500 cents, to approve),
+    A-2 (900, to deny) and A-3 (5000, to edit)."""
+    paused = await adapter.run("A-1 500", conversation="c-approve", requested_by="U_DANA",
+                               task="Refund A-1")
+    denied = await adapter.run("A-2 900", conversation="c-deny", requested_by="U_DANA")
+    edited = await adapter.run("A-3 5000", conversation="c-edit", requested_by="U_DANA")
+    assert isinstance(paused, Paused) and isinstance(denied, Paused)
+    assert isinstance(edited, Paused)
+    return paused, denied, edited
+
+
+def said(outcome: Any) -> str:
+    """What the agent finally said."""
+    assert isinstance(outcome, Finished), outcome
+    return str(outcome.output)
 
 
 async def card_of(h: Harness, request_id: str) -> Any:

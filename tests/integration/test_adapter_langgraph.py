@@ -28,13 +28,13 @@ from runtime.adapters import ApprovalGate, Finished, Paused, Waiting
 from runtime.adapters.langgraph import ApprovalToolNode, LangGraphAdapter
 from tests.integration.adapter_helpers import (
     SideEffects,
+    adapter_harness,
     approve_in_slack,
     audit_actions,
     deny_in_slack,
     edit_in_slack,
-    policy_file,
 )
-from tests.integration.slack_harness import Harness, harness
+from tests.integration.slack_harness import Harness
 
 
 def model(state: MessagesState) -> dict[str, Any]:
@@ -84,9 +84,7 @@ def last_words(outcome: Any) -> str:
 
 async def test_approve_deny_and_edit_in_slack_resume_the_graph_once(
         db_url: str, tmp_path: Path) -> None:
-    effects = SideEffects(tmp_path / "refunds.jsonl")
-    async with harness(db_url, tmp_path, background=False,
-                       APPROVALD_POLICY_FILE=policy_file(tmp_path)) as h:
+    async with adapter_harness(db_url, tmp_path) as (h, effects):
         async with graph_for(h, tmp_path, effects) as lg:
             paused = await lg.run({"messages": [HumanMessage("A-1 500")]}, thread_id="t-approve",
                                   requested_by="U_DANA", task="Refund A-1")
@@ -155,9 +153,7 @@ async def test_a_forged_resume_runs_nothing(db_url: str, tmp_path: Path) -> None
     runs nothing (approvald's store decides)."""
     from runtime.adapters import CallNotApproved
 
-    effects = SideEffects(tmp_path / "refunds.jsonl")
-    async with harness(db_url, tmp_path, background=False,
-                       APPROVALD_POLICY_FILE=policy_file(tmp_path)) as h, \
+    async with adapter_harness(db_url, tmp_path) as (h, effects), \
             graph_for(h, tmp_path, effects) as lg:
         paused = await lg.run({"messages": [HumanMessage("A-9 900")]}, thread_id="t-forged",
                               requested_by="U_DANA")

@@ -18,17 +18,19 @@ pytest.importorskip("agents", reason="the openai-agents extra is not installed "
 from agents import Agent, RunConfig, Runner, RunState, function_tool
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
 
-from runtime.adapters import ApprovalGate, Finished, Paused, Waiting
+from runtime.adapters import ApprovalGate, Waiting
 from runtime.adapters.openai_agents import _APPROVED, OpenAIAgentsAdapter
 from tests.integration.adapter_helpers import (
     SideEffects,
+    adapter_harness,
     approve_in_slack,
     audit_actions,
     deny_in_slack,
     edit_in_slack,
-    policy_file,
+    pause_three,
+    said,
 )
-from tests.integration.slack_harness import Harness, harness
+from tests.integration.slack_harness import Harness
 
 CONFIG = RunConfig(tracing_disabled=True)  # nothing leaves the machine
 
@@ -62,23 +64,11 @@ def adapter_for(h: Harness, effects: SideEffects) -> OpenAIAgentsAdapter:
                                run_config=CONFIG)
 
 
-def said(outcome: Any) -> str:
-    assert isinstance(outcome, Finished), outcome
-    return str(outcome.output)
-
-
 async def test_approve_deny_and_edit_in_slack_resume_the_run_once(
         db_url: str, tmp_path: Path) -> None:
-    effects = SideEffects(tmp_path / "refunds.jsonl")
-    async with harness(db_url, tmp_path, background=False,
-                       APPROVALD_POLICY_FILE=policy_file(tmp_path)) as h:
+    async with adapter_harness(db_url, tmp_path) as (h, effects):
         oa = adapter_for(h, effects)
-        paused = await oa.run("A-1 500", conversation="c-approve", requested_by="U_DANA",
-                              task="Refund A-1")
-        denied = await oa.run("A-2 900", conversation="c-deny", requested_by="U_DANA")
-        edited = await oa.run("A-3 5000", conversation="c-edit", requested_by="U_DANA")
-        assert isinstance(paused, Paused) and isinstance(denied, Paused)
-        assert isinstance(edited, Paused)
+        paused, denied, edited = await pause_three(oa)
         approve_id = paused.requests["call-A-1"]
         assert isinstance(await oa.resume(paused.pause_id), Waiting)
         # the serialised RunState is kept in approvald's store
@@ -132,9 +122,7 @@ async def test_an_interruption_the_adapter_cannot_serve_is_refused(
     so instead of approving a call it could not run once."""
     from runtime.errors import ApprovaldError
 
-    effects = SideEffects(tmp_path / "refunds.jsonl")
-    async with harness(db_url, tmp_path, background=False,
-                       APPROVALD_POLICY_FILE=policy_file(tmp_path)) as h:
+    async with adapter_harness(db_url, tmp_path) as (h, effects):
         oa = adapter_for(h, effects)
         oa.wrapped.clear()  # as if refund_order were not the adapter's to run
         with pytest.raises(ApprovaldError, match="not a function tool"):

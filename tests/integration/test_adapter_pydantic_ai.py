@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -28,17 +27,19 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.tools import DeferredToolResults, ToolApproved
 
-from runtime.adapters import ApprovalGate, Finished, Paused, Waiting
+from runtime.adapters import ApprovalGate, Paused, Waiting
 from runtime.adapters.pydantic_ai import META, PydanticAIAdapter
 from tests.integration.adapter_helpers import (
     SideEffects,
+    adapter_harness,
     approve_in_slack,
     audit_actions,
     deny_in_slack,
     edit_in_slack,
-    policy_file,
+    pause_three,
+    said,
 )
-from tests.integration.slack_harness import Harness, harness
+from tests.integration.slack_harness import Harness
 
 
 def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
@@ -73,23 +74,11 @@ class Crash(BaseException):
     """The process dying mid-call (nothing catches it)."""
 
 
-def said(outcome: Any) -> str:
-    assert isinstance(outcome, Finished), outcome
-    return str(outcome.output)
-
-
 async def test_approve_deny_and_edit_in_slack_resume_the_agent_once(
         db_url: str, tmp_path: Path) -> None:
-    effects = SideEffects(tmp_path / "refunds.jsonl")
-    async with harness(db_url, tmp_path, background=False,
-                       APPROVALD_POLICY_FILE=policy_file(tmp_path)) as h:
+    async with adapter_harness(db_url, tmp_path) as (h, effects):
         pa = adapter_for(h, effects)
-        paused = await pa.run("A-1 500", conversation="c-approve", requested_by="U_DANA",
-                              task="Refund A-1")
-        denied = await pa.run("A-2 900", conversation="c-deny", requested_by="U_DANA")
-        edited = await pa.run("A-3 5000", conversation="c-edit", requested_by="U_DANA")
-        assert isinstance(paused, Paused) and isinstance(denied, Paused)
-        assert isinstance(edited, Paused)
+        paused, denied, edited = await pause_three(pa)
         approve_id = paused.requests["call-A-1"]
         assert isinstance(await pa.resume(paused.pause_id), Waiting)
         # the message history is kept in approvald's store, with the pending call in it
@@ -137,9 +126,7 @@ async def test_a_call_cut_short_is_never_run_again_and_auto_runs_without_a_card(
         db_url: str, tmp_path: Path) -> None:
     from runtime.adapters import CallOutcomeUnknown
 
-    effects = SideEffects(tmp_path / "refunds.jsonl")
-    async with harness(db_url, tmp_path, background=False,
-                       APPROVALD_POLICY_FILE=policy_file(tmp_path)) as h:
+    async with adapter_harness(db_url, tmp_path) as (h, effects):
         # the policy's auto band answers at once: no pause, no card, the call runs once
         pa = adapter_for(h, effects)
         small = await pa.run("A-5 80", conversation="c-auto", requested_by="U_DANA")
