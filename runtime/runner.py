@@ -507,7 +507,7 @@ class Runner:
 
         await e.db.transact(use, what=f"standing approval use for {call.id}")
         if not approved:
-            return None  # revoked or expired since it was read: the call asks, as any
+            return None  # revoked, expired or granted again since it was read: it asks
         pending.journal = None  # journaled with the use
         live.by_call[call.id] = approved[0]
         return approved[0]

@@ -346,10 +346,11 @@ class StandingApprovals:
                   tool: str, args: dict[str, Any], policy: ApprovalPolicy,
                   packet: dict[str, Any]) -> ApprovalRecord | None:
         """Inside the caller's transaction: count a use of ``s`` (compare-and-set) and leave
-        an approved request for the call that names it; None if ``s`` no longer covers
-        anything (revoked or expired since it was read)."""
+        an approved request for the call that names it; None if ``s`` is no longer as it
+        was when it was found to cover the call (revoked, expired, or granted again: a
+        grant added since, the requester's own say, was not part of that check)."""
         now = self.e.clock.now()
-        used = await tx.standing.use(s.id, now=now)
+        used = await tx.standing.use(s.id, seen=s.grants, now=now)
         if used is None:
             return None
         grants = used.grants_value()

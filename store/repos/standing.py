@@ -3,9 +3,11 @@
 A grant appends a user to ``grants`` only while the row is still ``proposed`` or
 ``active``, unexpired, and the user is not already there (the JSON text is compared as it
 was read, so two grants racing for one row cannot both append to the same old list); a
-use counts itself only while the row is ``active`` and unexpired; a revocation moves
-``proposed``/``active`` to ``revoked``. Each is one UPDATE whose WHERE clause is the check,
-so whichever of a use and a revocation commits first decides, on both dialects.
+use counts itself only while the row is ``active``, unexpired and has the very grants the
+caller checked (a grant added since, the requester's say, was not checked); a revocation
+moves ``proposed``/``active`` to ``revoked``. Each is one UPDATE whose WHERE clause is the
+check, so whichever of a use and a grant or revocation commits first decides, on both
+dialects.
 """
 
 from __future__ import annotations
@@ -110,11 +112,12 @@ class StandingRepo(Repo):
             .values(grants=grants, status=status).returning(_S))).first()
         return to_record(StandingRecord, row)
 
-    async def use(self, standing_id: str, *, now: datetime) -> StandingRecord | None:
-        """Count one use, while the row is active and unexpired; None otherwise."""
+    async def use(self, standing_id: str, *, seen: str, now: datetime) -> StandingRecord | None:
+        """Count one use, while the row is active, unexpired and still has the grants
+        ``seen`` (the JSON text read when it was found to cover the call); None otherwise."""
         row = (await self.conn.execute(
             update(_S).where(_S.c.id == standing_id, _S.c.status == "active",
-                             _S.c.expires_at > now)
+                             _S.c.expires_at > now, _S.c.grants == seen)
             .values(uses=_S.c.uses + 1).returning(_S))).first()
         return to_record(StandingRecord, row)
 

@@ -117,6 +117,27 @@ async def test_a_use_loses_to_a_revocation_that_committed_first(make_engine, db,
     assert (await engine.standing.get(standing.id)).uses == 0
 
 
+async def test_a_use_loses_to_the_requesters_own_grant_added_after_it_was_read(
+        make_engine, db, clock, ledger_path) -> None:
+    # the candidate was checked while the requester was not among the granters; their own
+    # grant lands before the use: the use's compare-and-set must see it, or the call runs
+    # on a standing approval the requester is a granter of
+    engine = engine_with(make_engine, ledger_path)
+    _, standing = await grant_on_first(engine, db)
+    original = engine.standing.candidate
+
+    async def read_then_grant(*args, **kwargs):
+        found = await original(*args, **kwargs)
+        await engine.standing.add_grant(standing.id, actor=BOB)
+        return found
+
+    engine.standing.candidate = read_then_grant
+    outcome = await start(engine, "$20", requested_by="U_BOB")
+    assert isinstance(outcome, Paused)  # it asked instead
+    got = await engine.standing.get(standing.id)
+    assert got.grants_value() == ["U_ALICE", "U_BOB"] and got.uses == 0
+
+
 async def test_a_quorum_2_tool_needs_two_grants(make_engine, db, clock, ledger_path) -> None:
     engine = engine_with(make_engine, ledger_path, approvers=["U_ALICE", "U_BOB", "U_CAROL"],
                          quorum=2)
