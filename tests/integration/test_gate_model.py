@@ -525,13 +525,21 @@ class GateMachine(RuleBasedStateMachine):
                      for rows in by_call.values() for a in rows if a.status == "approved"}
             standing = {f"standing:{x.id}": x for x in
                         await tx.standing.listing(live_only=False, now=self.clock.now())}
+            # who had granted a standing approval when it approved a request (grants only
+            # grow, so today's list may name someone who granted after that use)
+            granted_by = {e.approval_id: json.loads(e.details)["granted_by"]
+                          for rows in by_call.values() for a in rows
+                          if a.decided_via == "standing"
+                          for e in await tx.audit.query(approval_id=a.id)
+                          if e.action == "approved"}
             executions = {(run_id, call_id)
                           for run_id in self.runs
                           for call_id in await tx.executions.for_run(run_id)}
         for rows in by_call.values():
             for a in rows:
                 if a.status == "approved" and a.decided_via == "standing":
-                    self._check_standing(a, standing.get(a.decided_by or ""))
+                    self._check_standing(a, standing.get(a.decided_by or ""),
+                                         granted_by.get(a.id))
                 elif a.status == "approved":
                     self._check_approved(a, votes[a.id])
                 elif a.status == "redirected":
@@ -569,18 +577,24 @@ class GateMachine(RuleBasedStateMachine):
             allowed = set(approvers) | {m for g in approvers for m in GROUPS.get(g, [])}
             assert a.decided_by in allowed, f"{a.id}: {a.decided_by} is not an approver"
 
-    def _check_standing(self, a: Any, s: Any) -> None:
-        """A request a standing approval approved: it was live (enough distinct grants by
-        authorised approvers, none the requester; within its window; not yet revoked),
-        of the same band, and its scope covers the exact arguments."""
+    def _check_standing(self, a: Any, s: Any, grants: list[str] | None) -> None:
+        """A request a standing approval approved: it was live when used (enough distinct
+        grants by authorised approvers, none the requester; within its window; not yet
+        revoked), of the same band, and its scope covers the exact arguments. ``grants``:
+        the granters when it was used, as its audit entry tells."""
         event("approved by a standing approval")
         assert s is not None, f"{a.id} names {a.decided_by}, which does not exist"
         assert a.decided_at is not None and a.decided_at < s.expires_at, \
             f"{a.id} used {s.id} at {a.decided_at}, after its window ({s.expires_at})"
         assert s.revoked_at is None or a.decided_at <= s.revoked_at, \
             f"{a.id} used {s.id} at {a.decided_at}, after its revocation ({s.revoked_at})"
-        grants = s.grants_value()
-        assert len(set(grants)) == len(grants) and a.approve_count >= s.quorum == a.quorum
+        assert grants is not None, f"{a.id}: no audit entry of its approval"
+        assert grants == s.grants_value()[:len(grants)], \
+            f"{a.id}: granters at use {grants}, now {s.grants_value()}: grants only grow"
+        if len(grants) < len(s.grants_value()):
+            event("standing granted again after a use")
+        assert len(set(grants)) == len(grants) and a.approve_count == len(grants)
+        assert len(grants) >= s.quorum == a.quorum
         assert REQUESTER not in grants
         approvers = s.approvers_value()
         if approvers:
