@@ -39,6 +39,19 @@ async def grant_on_first(engine, db, *, window=timedelta(minutes=30), when=UP_TO
     return paused, standing
 
 
+def between_check_and_use(engine, act) -> None:
+    """Run ``act()`` (a coroutine) right after the next standing-approval candidate is
+    read, before its use's compare-and-set."""
+    original = engine.standing.candidate
+
+    async def read_then_act(*args, **kwargs):
+        found = await original(*args, **kwargs)
+        await act()
+        return found
+
+    engine.standing.candidate = read_then_act
+
+
 async def card_posts(db, approval_id: str) -> int:
     async with db.read() as tx:
         rows = await tx.outbox.recent(kind=CARD_POST, limit=500)
@@ -104,14 +117,7 @@ async def test_a_use_loses_to_a_revocation_that_committed_first(make_engine, db,
     # the candidate was read before the revocation; the use's compare-and-set sees it
     engine = engine_with(make_engine, ledger_path)
     _, standing = await grant_on_first(engine, db)
-    original = engine.standing.candidate
-
-    async def read_then_revoke(*args, **kwargs):
-        found = await original(*args, **kwargs)
-        await engine.standing.revoke(standing.id, actor=ALICE)
-        return found
-
-    engine.standing.candidate = read_then_revoke
+    between_check_and_use(engine, lambda: engine.standing.revoke(standing.id, actor=ALICE))
     outcome = await start(engine, "$20")
     assert isinstance(outcome, Paused)  # it asked instead
     assert (await engine.standing.get(standing.id)).uses == 0
@@ -124,14 +130,7 @@ async def test_a_use_loses_to_the_requesters_own_grant_added_after_it_was_read(
     # on a standing approval the requester is a granter of
     engine = engine_with(make_engine, ledger_path)
     _, standing = await grant_on_first(engine, db)
-    original = engine.standing.candidate
-
-    async def read_then_grant(*args, **kwargs):
-        found = await original(*args, **kwargs)
-        await engine.standing.add_grant(standing.id, actor=BOB)
-        return found
-
-    engine.standing.candidate = read_then_grant
+    between_check_and_use(engine, lambda: engine.standing.add_grant(standing.id, actor=BOB))
     outcome = await start(engine, "$20", requested_by="U_BOB")
     assert isinstance(outcome, Paused)  # it asked instead
     got = await engine.standing.get(standing.id)
