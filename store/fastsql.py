@@ -29,6 +29,7 @@ SQLAlchemy's own answer on both databases.
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
@@ -348,6 +349,13 @@ class Conn:
             raise sa_exc.DBAPIError.instance(
                 plan.sql, args, err, dialect.loaded_dbapi.Error, dialect=dialect,
                 connection_invalidated=gone) from err
+        except BaseException:
+            # cancelled (or exiting) mid-statement: as SQLAlchemy does, the connection is
+            # never used again. Cancelled while its BEGIN was answered, asyncpg holds the
+            # transaction as open and the adapter does not: back in the pool, the next
+            # transaction on it would be a savepoint inside this one that never commits
+            await asyncio.shield(conn.invalidate())
+            raise
         finally:
             cur.close()
         return Rows(plan.rows(fetched) if fetched else [], rowcount)

@@ -10,7 +10,9 @@ transaction's own, and a decision runs dozens of transactions. Instead, on check
 * a connection idle for ``ping_after`` seconds or more is pinged as before, since a lot
   can happen to an idle socket (a server restarted while nobody read it, a NAT or a
   proxy that dropped it);
-* a connection used less than ``ping_after`` seconds ago is trusted.
+* a connection used less than ``ping_after`` seconds ago is trusted;
+* a connection left inside a transaction (by a cancellation that SQLAlchemy did not see:
+  ``tests/integration/test_db_cancel.py``) is replaced, whatever its age.
 
 What this gives up: a connection the server ends in the last moments before it is reused,
 before this process's event loop has read the socket's end. Its transaction's first
@@ -23,6 +25,7 @@ never closed it: a connection can die between the ping and the statement.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -31,6 +34,7 @@ from sqlalchemy import event
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+log = logging.getLogger("approvald.store")
 _IDLE_SINCE = "approvald_idle_since"
 # What asyncpg says when the server ended the connection under it (pg_terminate_backend, a
 # restart, a failover) and the socket's end has not been read yet: the protocol is left
@@ -67,6 +71,12 @@ class Liveness:
         driver = dbapi_conn.driver_connection
         if driver.is_closed():
             raise DisconnectionError("the server closed this pooled connection")
+        if driver.is_in_transaction() or getattr(driver, "_top_xact", None) is not None:
+            # a transaction nobody tracks (asyncpg's, which the pool's rollback on check-in
+            # does not see): the next transaction would be a savepoint inside it, and
+            # never commit. Replaced: closing it rolls the abandoned one back.
+            log.warning("a pooled connection was left inside a transaction; replacing it")
+            raise DisconnectionError("a pooled connection was left inside a transaction")
         if since is None or self.clock() - since < self.ping_after:
             return
         try:

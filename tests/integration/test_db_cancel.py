@@ -1,0 +1,163 @@
+"""A transaction cancelled part-way (a lease heartbeat stopped with its step, a shutdown)
+never hands its connection on half-begun.
+
+asyncpg marks a transaction as the connection's own before it sends ``BEGIN``; cancelled
+while it waits for the answer, the server is inside the transaction but SQLAlchemy's
+adapter never learned of it, so the pool's rollback on check-in does nothing. The next
+transaction on that connection was then a savepoint inside the abandoned one: its COMMIT
+was a ``RELEASE SAVEPOINT``, nothing it wrote was committed, and its row locks were held
+by an idle connection until the process died (three replicas stalled on them for good).
+Cancellations are swept across the whole of a transaction, one event-loop turn apart,
+through a planned statement (``store/fastsql.py``: the heartbeat's lease renewal) and
+through SQLAlchemy's own path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import asyncpg  # type: ignore[import-untyped]
+import pytest
+from sqlalchemy import text
+
+from store.db import Database
+from store.repos import Tx
+from tests.conftest import PG_ADMIN_URL
+from tests.helpers import START
+
+TURNS = 50  # event-loop turns swept: past the end of a write, on this machine and slower
+POOL = 3  # connections kept by ``small`` (pool_size=1 keeps 2; SQLite's writer is one)
+
+
+@pytest.fixture
+async def small(db_url: str) -> AsyncIterator[Database]:
+    """A database with a pool this small: writes after a cancelled one soon reuse its
+    connection (the pool hands connections out first in, first out)."""
+    database = Database(db_url, pool_size=1, server_time=False)
+    yield database
+    await database.close()
+
+
+@pytest.fixture
+async def probe(small: Database) -> None:
+    async with small.write() as tx:
+        await tx.conn.execute(text("CREATE TABLE IF NOT EXISTS cancel_probe "
+                                   "(id TEXT PRIMARY KEY, note TEXT NOT NULL)"))
+        await tx.conn.execute(text("DELETE FROM cancel_probe"))
+
+
+async def outside(db: Database) -> Any:
+    """A connection to the same database outside ``db``'s pool (None on SQLite: a read
+    through a second ``Database`` serves)."""
+    if db.dialect != "postgresql":
+        return None
+    return await asyncpg.connect(f"{PG_ADMIN_URL.rsplit('/', 1)[0]}/{db.url.database}",
+                                 timeout=5)
+
+
+async def committed(db: Database, admin: Any, row_id: str) -> bool:
+    """Whether ``row_id`` is committed: seen by a connection ``db`` does not own."""
+    if admin is not None:
+        return bool(await admin.fetchval("SELECT count(*) FROM cancel_probe WHERE id = $1",
+                                         row_id))
+    other = Database(db.url.render_as_string(hide_password=False))
+    try:
+        async with other.read() as tx:
+            found = await tx.conn.execute(text("SELECT count(*) FROM cancel_probe "
+                                               "WHERE id = :id"), {"id": row_id})
+            return bool(found.scalar_one())
+    finally:
+        await other.close()
+
+
+async def cancel_after(turns: int, work: Any) -> None:
+    task = asyncio.create_task(work())
+    for _ in range(turns):
+        await asyncio.sleep(0)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+async def renew(tx: Tx) -> None:
+    """The lease heartbeat's statement (planned: it skips SQLAlchemy's execution path)."""
+    await tx.runs.renew_lease("no-such-run", owner="w", now=START, until=START)
+
+
+async def by_sqlalchemy(tx: Tx) -> None:
+    await tx.conn.execute(text("SELECT count(*) FROM cancel_probe"))
+
+
+@pytest.mark.parametrize("first", [renew, by_sqlalchemy])
+async def test_a_write_cancelled_anywhere_leaves_no_transaction_behind(
+        small: Database, probe: None, first: Any) -> None:
+    admin = await outside(small)
+    try:
+        for turns in range(TURNS):
+            async def cancelled() -> None:
+                async with small.write() as tx:
+                    await first(tx)
+                    await renew(tx)
+            await cancel_after(turns, cancelled)
+            # every pooled connection in turn: whichever the cancelled write left behind
+            for n in range(POOL):
+                row_id = f"after-{turns}-{n}"
+                async with small.write() as tx:
+                    await tx.conn.execute(text("INSERT INTO cancel_probe VALUES (:id, 'y')"),
+                                          {"id": row_id})
+                assert await committed(small, admin, row_id), \
+                    f"a write after one cancelled at turn {turns} was not committed"
+        if admin is not None:
+            idle = await admin.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND state LIKE 'idle in transaction%'")
+            assert idle == 0, f"{idle} connection(s) left idle in a transaction"
+    finally:
+        if admin is not None:
+            await admin.close()
+
+
+async def test_a_snapshot_read_cancelled_anywhere_leaves_no_transaction_behind(
+        small: Database, probe: None) -> None:
+    admin = await outside(small)
+    try:
+        for turns in range(TURNS):
+            async def cancelled() -> None:
+                async with small.read(snapshot=True) as tx:
+                    await tx.runs.get("no-such-run")
+                    await tx.conn.execute(text("SELECT 1"))
+            await cancel_after(turns, cancelled)
+            for n in range(POOL):
+                row_id = f"after-{turns}-{n}"
+                async with small.read(snapshot=True) as tx:  # a snapshot read, then a write
+                    await tx.conn.execute(text("SELECT count(*) FROM cancel_probe"))
+                async with small.write() as tx:
+                    await tx.conn.execute(text("INSERT INTO cancel_probe VALUES (:id, 'y')"),
+                                          {"id": row_id})
+                assert await committed(small, admin, row_id), \
+                    f"a write after a read cancelled at turn {turns} was not committed"
+    finally:
+        if admin is not None:
+            await admin.close()
+
+
+async def test_a_pooled_connection_left_in_a_transaction_is_replaced_on_checkout(
+        small: Database, probe: None) -> None:
+    """Whatever path leaves one behind: here a BEGIN said on the driver itself."""
+    if small.dialect != "postgresql":
+        pytest.skip("asyncpg's transactions; SQLite's writer is discarded on any error")
+    admin = await outside(small)
+    try:
+        async with small.connection() as conn:
+            raw = await conn.get_raw_connection()
+            await raw.driver_connection.execute("BEGIN")  # unknown to SQLAlchemy
+        for n in range(POOL):
+            async with small.write() as tx:
+                await tx.conn.execute(text("INSERT INTO cancel_probe VALUES (:id, 'y')"),
+                                      {"id": f"after-{n}"})
+            assert await committed(small, admin, f"after-{n}")
+    finally:
+        await admin.close()
