@@ -23,7 +23,14 @@ from bot import cards
 from bot.config import Settings
 from bot.wiring import build_engine, open_database
 from tests.acceptance.test_ack_durability import _pause_refunds
-from tests.acceptance.test_slack_serve import card_messages, free_port, setup, start_serve, stop_all
+from tests.acceptance.test_slack_serve import (
+    card_messages,
+    free_port,
+    serve_trouble,
+    setup,
+    start_serve,
+    stop_all,
+)
 from tests.helpers import START
 from tests.integration.slack_harness import CHANNEL, wait_for
 
@@ -116,7 +123,13 @@ async def test_three_replicas_race_clicks_and_expiry_and_survive_losing_one(
                 rows = await _rows(settings, ids)
                 return all(a in ("approved", "expired") and r == "completed"
                            for a, r in rows.values())
-            await wait_for(settled, within=120, what="every request settled, every run done")
+            try:
+                await wait_for(settled, within=120, what="every request settled, every run done")
+            except AssertionError as timed_out:
+                stuck = Counter(v for v in (await _rows(settings, ids)).values()
+                                if v[0] not in ("approved", "expired") or v[1] != "completed")
+                raise AssertionError(f"not settled (approval, run status): {dict(stuck)}; "
+                                     f"the replicas said:\n{serve_trouble(cli)}") from timed_out
             rows = await _rows(settings, ids)
             approved = {aid for aid, (a, _) in rows.items() if a == "approved"}
             assert set(ids[:half]) <= approved <= set(ids[:CLICKED])  # nothing unclicked

@@ -6,6 +6,7 @@ import asyncio
 import json
 import signal
 import socket
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -30,9 +31,15 @@ def free_port() -> int:
 async def start_serve(cli: Cli, port: int, **extra: str) -> asyncio.subprocess.Process:
     env = cli.env(APPROVALD_PORT=str(port), APPROVALD_HOST="127.0.0.1",
                   APPROVALD_POLL_INTERVAL="0.1", APPROVALD_LOG_LEVEL="INFO", **extra)
-    proc = await asyncio.create_subprocess_exec(APPROVALD, "serve", env=env, cwd=cli.workdir,
-                                                stdout=asyncio.subprocess.DEVNULL,
-                                                stderr=asyncio.subprocess.PIPE)
+    # its log goes to a file: a pipe nobody reads fills (64 KiB) and blocks the replica
+    log = open(Path(cli.workdir) / f"serve-{port}-{time.monotonic_ns()}.log", "wb")  # noqa: ASYNC230
+    try:
+        proc = await asyncio.create_subprocess_exec(APPROVALD, "serve", env=env,
+                                                    cwd=cli.workdir,
+                                                    stdout=asyncio.subprocess.DEVNULL,
+                                                    stderr=log)
+    finally:
+        log.close()  # the child holds its own descriptor
 
     async def healthy() -> bool:
         if proc.returncode is not None:
@@ -76,6 +83,15 @@ async def stop_all(procs: list[asyncio.subprocess.Process], emulator: SlackEmula
             p.send_signal(signal.SIGTERM)
             await p.wait()
     await emulator.stop()
+
+
+def serve_trouble(cli: Cli, most: int = 40) -> str:
+    """The WARNING and ERROR lines the ``serve`` processes of ``cli`` logged (the last
+    ``most``): what a failed test shows of them."""
+    lines = [line for log in sorted(Path(cli.workdir).glob("serve-*.log"))
+             for line in log.read_text(errors="replace").splitlines()
+             if " WARNING " in line or " ERROR " in line]
+    return "\n".join(lines[-most:])
 
 
 def card_messages(emulator: SlackEmulator) -> list[dict]:
