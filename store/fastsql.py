@@ -30,6 +30,7 @@ SQLAlchemy's own answer on both databases.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
@@ -354,7 +355,8 @@ class Conn:
             # never used again. Cancelled while its BEGIN was answered, asyncpg holds the
             # transaction as open and the adapter does not: back in the pool, the next
             # transaction on it would be a savepoint inside this one that never commits
-            await asyncio.shield(conn.invalidate())
+            with contextlib.suppress(Exception):  # what is raised is the cancellation
+                await asyncio.shield(conn.invalidate())
             raise
         finally:
             cur.close()
