@@ -19,14 +19,13 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
-import asyncpg  # type: ignore[import-untyped]
 import pytest
 from sqlalchemy import text
 
 from store.db import Database
 from store.repos import Tx
-from tests.conftest import PG_ADMIN_URL
 from tests.helpers import START
+from tests.integration.test_db_reconnect import admin
 
 TURNS = 50  # event-loop turns swept: past the end of a write, on this machine and slower
 POOL = 3  # connections kept by ``small`` (pool_size=1 keeps 2; SQLite's writer is one)
@@ -52,10 +51,7 @@ async def probe(small: Database) -> None:
 async def outside(db: Database) -> Any:
     """A connection to the same database outside ``db``'s pool (None on SQLite: a read
     through a second ``Database`` serves)."""
-    if db.dialect != "postgresql":
-        return None
-    return await asyncpg.connect(f"{PG_ADMIN_URL.rsplit('/', 1)[0]}/{db.url.database}",
-                                 timeout=5)
+    return await admin(db) if db.dialect == "postgresql" else None
 
 
 async def committed(db: Database, admin: Any, row_id: str) -> bool:
