@@ -6,8 +6,9 @@ cancel, ``edits``), approve / deny / edit / redirect / answer by random actors (
 group members, the requester, strangers) with fresh, stale, forged and no tokens, policy-file
 changes (relaxed to ``auto`` or tightened to ``forbidden``), standing approvals granted,
 granted again, revoked and outlived, clock moves and sweeps,
-resumes and recoveries, cancels, and crashes at the durability failpoints (the
-"process" dies; a new engine, a new owner, carries on). After every step it checks,
+resumes and recoveries, cancels, crashes at the durability failpoints (the
+"process" dies; a new engine, a new owner, carries on), and decisions and advances
+cancelled part-way (a dropped click, a shutdown past its grace). After every step it checks,
 against the database and the demo ledger (the outside world's own record):
 
 * every executed refund was approved on its exact digest, before its expiry, by a quorum
@@ -124,7 +125,13 @@ class GateMachine(RuleBasedStateMachine):
         self.clock = ManualClock()
         GateMachine.serial = getattr(GateMachine, "serial", 0) + 1
         self.ledger_path = self.workdir / f"ledger-{GateMachine.serial}.jsonl"
-        self.db = Database(self.make_url(), server_time=False)  # the clock moves leases
+        # the clock moves leases; a small pool reuses each connection soon (a connection
+        # left in a bad state by a cut-off task is met again within a few steps)
+        url = self.make_url()
+        self.db = Database(url, server_time=False, pool_size=2)
+        # the invariants read what is committed, through connections of their own: what
+        # the engine's connections see may include a transaction they never committed
+        self.committed = Database(url, server_time=False)
         self.policy = PolicyFile()
         self.relaxed = False  # the policy file lets refunds run without asking
         self.ever_relaxed = False  # ... or did at some point of this schedule
@@ -156,6 +163,7 @@ class GateMachine(RuleBasedStateMachine):
         event("schedules")
         failpoints.arm("")
         self.run(self.db.close())
+        self.run(self.committed.close())
         self.loop.close()
 
     async def _approvals(self) -> list[Any]:
@@ -464,6 +472,32 @@ class GateMachine(RuleBasedStateMachine):
         finally:
             failpoints.arm("")
 
+    @precondition(lambda self: bool(self.runs))
+    @rule(i=st.integers(0, 50), j=st.integers(0, 5), turns=st.integers(0, 30),
+          what=st.sampled_from(["decide", "advance"]))
+    def cut_off(self, i: int, j: int, turns: int, what: str) -> None:
+        """A task cancelled part-way, ``turns`` event-loop turns in: a click whose request
+        was dropped (the process carries on), or a run's advance cut off by a shutdown past
+        its grace (a new process carries on). What it committed stands; what it did not is
+        gone; the connections it used serve what comes next as if nothing happened."""
+        if what == "decide":
+            approvals = [a for a in self.run(self._approvals()) if a.status == "pending"
+                         and a.kind == "tool_call"]
+            if not approvals:
+                return
+            a = approvals[i % len(approvals)]
+            people = self._people(a)
+            if not people:
+                return
+            work: Any = self.engine.decide(a.id, actor=Actor(people[j % len(people)], "slack"),
+                                           verdict="approve", token=self.engine.button_token(a))
+        else:
+            work = self.engine.advance(self.runs[i % len(self.runs)])
+        finished = self.run(_cancel_after(turns, work))
+        event(f"cut off: {what}" if not finished else f"not cut off: {what}")
+        if what == "advance" and not finished:
+            self._restart()
+
     @rule()
     def recover(self) -> None:
         self.run(self.engine.recover())
@@ -502,11 +536,11 @@ class GateMachine(RuleBasedStateMachine):
         return self.ledger_path.exists() and key in self.ledger_path.read_text()
 
     async def _head(self) -> int:
-        async with self.db.read() as tx:
+        async with self.committed.read() as tx:
             return (await tx.audit.head())[0]
 
     async def _entries_after(self, seq: int) -> list[Any]:
-        async with self.db.read() as tx:
+        async with self.committed.read() as tx:
             return [e async for e in tx.audit.iterate() if e.seq > seq]
 
     async def _check(self) -> None:
@@ -515,7 +549,7 @@ class GateMachine(RuleBasedStateMachine):
         for name in ("issue_refund", "send_customer_email"):
             keys = [e["idempotency_key"] for e in lines if e["tool"] == name]
             assert len(keys) == len(set(keys)), f"{name} ran twice: {keys}"
-        async with self.db.read() as tx:
+        async with self.committed.read() as tx:
             by_call: dict[tuple[str, str], list[Any]] = {}
             for run_id in self.runs:
                 for a in await tx.approvals.for_run(run_id):
@@ -560,7 +594,7 @@ class GateMachine(RuleBasedStateMachine):
             assert last.status == "approved", f"refund ran on a {last.status} request"
             assert line["args"] == last.effective_args()
             assert call_digest("issue_refund", line["args"]) == last.effective_digest
-        report = await audit.verify(self.db)
+        report = await audit.verify(self.committed)
         assert report.ok, report.problems
         if any(e["tool"] == "issue_refund" for e in lines):
             event("refund executed")
@@ -621,6 +655,24 @@ class GateMachine(RuleBasedStateMachine):
             assert voters <= allowed, f"{a.id}: {voters - allowed} are not approvers"
 
 
+async def _cancel_after(turns: int, work: Any) -> bool:
+    """Run ``work``, cancelled after ``turns`` event-loop turns unless it ended first;
+    whether it ended by itself (a refusal counts: the gate said no)."""
+    task = asyncio.ensure_future(work)
+    for _ in range(turns):
+        if task.done():
+            break
+        await asyncio.sleep(0)
+    cancelled = task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        return not cancelled
+    except ApprovaldError:
+        pass
+    return True
+
+
 def _profile(name: str) -> settings:
     # the ci profile runs one fixed set of schedules (derandomized): the coverage checks
     # below then ask the same question of every CI run instead of a lucky or unlucky seed
@@ -662,6 +714,7 @@ def test_the_gate_holds_under_random_interleavings(db_url: str, tmp_path: Path,
     for reason in ("expired", "stale_card", "not_authorized", "self_approval", "not_pending"):
         assert STATS[f"decision refused: {reason}"] > 0, reason
     assert sum(v for k, v in STATS.items() if k.startswith("crashed")) > 0
+    assert STATS["cut off: decide"] > 0 and STATS["cut off: advance"] > 0
 
 
 async def _truncate(url: str) -> None:
