@@ -440,13 +440,17 @@ class GateMachine(RuleBasedStateMachine):
             pass
 
     @precondition(lambda self: bool(self.runs))
-    @rule(i=st.integers(0, 50), who=st.sampled_from([REQUESTER, "U_X"]))
-    def outsider_approves(self, i: int, who: str) -> None:
-        """The requester approving their own call, or someone with no say at all."""
+    @rule(i=st.integers(0, 50))
+    def outsiders_approve(self, i: int) -> None:
+        """The requester approving their own call, and someone with no say at all, on the
+        same card. Both, not one drawn at random: a draw of who tried correlated by chance
+        with whether anything was pending left the requester's attempts untried in one
+        whole set of schedules."""
         a, approvals = self._pending(i)
         if a is None:
             return
-        self._decide(approvals.index(a), who, "approve", "fresh", 0, False, approvals)
+        for who in (REQUESTER, "U_X"):
+            self._decide(approvals.index(a), who, "approve", "fresh", 0, False, approvals)
 
     @rule(seconds=st.sampled_from([1, 1, 5, 20, 45, 300, 3600]))
     def advance_clock(self, seconds: int) -> None:
