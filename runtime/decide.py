@@ -91,6 +91,7 @@ class _Attempt:
     edited: dict[str, Any] | None = None
     refusal: DecisionRefused | None = None  # found before the transaction (kept for order)
     side: SweepResult = field(default_factory=SweepResult)  # an expiry applied on the way
+    since: float | None = None  # when the decider began waiting on this (write queue order)
 
 
 def _refuse(a: ApprovalRecord, code: str, message: str, **fields: Any) -> DecisionRefused:
@@ -175,17 +176,19 @@ class Decider:
 
     async def decide(self, approval_id: str, *, actor: Actor, verdict: Verdict,
                      reason: str | None = None, args: Any = None, token: str | None = None,
-                     expect_digest: str | None = None) -> Decision:
+                     expect_digest: str | None = None, since: float | None = None) -> Decision:
         """Record one decision; on refusal, record only the refusal and raise it.
 
         ``reason``: why (required for a denial); for a redirect, the guidance the model
         receives instead of the call's result (required). ``expect_digest`` (a prefix is
         enough): decide only if the arguments are still the ones with this digest (a card's
-        token carries it; the CLI takes ``--digest``).
+        token carries it; the CLI takes ``--digest``). ``since``: when the decider began
+        waiting (monotonic): their request is held open until this commits, and the
+        write queue serves whoever has waited longest first (:mod:`runtime.urgency`).
         """
         a0 = await self.get(approval_id)
         at = _Attempt(actor=actor, verdict=verdict, reason=(reason or "").strip() or None,
-                      token=token, expect_digest=expect_digest)
+                      token=token, expect_digest=expect_digest, since=since)
         try:
             await self._precheck(a0, at, args)
         except DecisionRefused as exc:
@@ -196,7 +199,7 @@ class Decider:
 
         try:
             # the clicker's request is held open until this commits: it goes first
-            decision = await self.e.db.transact(attempt, urgent=True, answer=True,
+            decision = await self.e.db.transact(attempt, since=at.since,
                                                 what=f"decision on approval {a0.id}")
         except DecisionRefused as refusal:
             await self._record_refusal(a0, at, refusal)
@@ -453,6 +456,6 @@ class Decider:
                          "status": a.status, "message": str(refusal)[:500]})
             return settled
 
-        at.side = await self.e.db.transact(record, answer=True,
+        at.side = await self.e.db.transact(record, since=at.since,
                                            what=f"refusal on approval {a0.id}")
         self.e.expiry.announce(at.side)

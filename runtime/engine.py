@@ -268,14 +268,15 @@ class Engine:
                      expect_digest: str | None = None) -> Decision:
         """Record a decision (see :class:`runtime.decide.Decider`); wakes the run if ready."""
         deciding = object()
-        self.urgency.begin_answer(deciding)
+        since, rank = self.urgency.begin_answer(deciding)
         started = time.monotonic()
         with self.tracer.span("approval.decision", approval_id=approval_id, verdict=verdict,
                               actor=actor.id, via=actor.via) as span:
             try:
                 decision = await self.decider.decide(approval_id, actor=actor, verdict=verdict,
                                                      reason=reason, args=args, token=token,
-                                                     expect_digest=expect_digest)
+                                                     expect_digest=expect_digest,
+                                                     since=rank)
             except DecisionRefused as refused:
                 span.set(outcome=f"refused:{refused.reason}")
                 self.meter.decision(f"refused:{refused.reason}", time.monotonic() - started)
@@ -295,7 +296,8 @@ class Engine:
         self.meter.decision(decision.outcome, time.monotonic() - started)
         self.notify_outbox()  # the card update
         if decision.run_ready:
-            self.urgency.begin(decision.approval.run_id)  # until its next tool call starts
+            # until its next tool call starts, in its turn: the click's
+            self.urgency.begin(decision.approval.run_id, since=since)
             self.decided_runs.decided(decision.approval.run_id)
             if decision.claim is not None and self._taker is not None:
                 self._taker(decision.approval.run_id, decision.claim)  # leased to us

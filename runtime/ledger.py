@@ -162,12 +162,13 @@ class Ledger:
         journal: str | None = None,
         after_result: AfterResult | None = None,
         retry_sanctioned: bool = False,
-        urgent: bool = False,
+        since: float | None = None,
         defer: bool = False,
     ) -> Executed | OutcomeUnknown | WaitForAttempt:
         """Run ``tool`` once under ``ctx.idempotency_key`` (or reuse what is recorded).
 
-        ``urgent``: someone is waiting for this call to start (its intent write goes first).
+        ``since``: when someone began waiting for this call to start (monotonic): its
+        intent write goes ahead of ordinary ones, whoever has waited longest first.
         ``defer``: do not commit the result; hand its write back in ``Executed.settle`` for
         the caller's next transaction, which must follow at once (the step's checkpoint,
         so a step is one commit fewer). A fresh call of an idempotent tool then needs no
@@ -193,7 +194,7 @@ class Ledger:
                     return decided
                 # it provably did not happen: run it again under the same key
             attempt = existing.attempts + 1
-            async with self.db.write(urgent=urgent) as tx:
+            async with self.db.write(since=since) as tx:
                 await self._check_lease(tx, ctx.run_id, owner, journal)
                 if not await tx.executions.retry_intent(
                         run_id=ctx.run_id, call_id=ctx.call_id, now=self.clock.now(),
@@ -201,7 +202,7 @@ class Ledger:
                     raise LeaseLost(f"call {ctx.call_id} was retried by someone else",
                                     run_id=ctx.run_id)
         elif not bare:
-            async with self.db.write(urgent=urgent) as tx:
+            async with self.db.write(since=since) as tx:
                 # the step's model reply is journaled with its first side effect, so a
                 # retried step replays these exact calls instead of asking the model again
                 await self._check_lease(tx, ctx.run_id, owner, journal)

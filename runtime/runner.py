@@ -153,7 +153,7 @@ class Runner:
         queued: Outcome | None = None
         got = await self._claimed(run_id, claim) if claim is not None else None
         if got is None:
-            async with e.db.write(urgent=e.urgency.presses(run_id)) as tx:
+            async with e.db.write(since=e.urgency.since(run_id)) as tx:
                 lease = await tx.runs.acquire_lease(run_id, owner=owner, now=now,
                                                     until=now + e.config.lease_ttl,
                                                     stale_owners=stale_owners)
@@ -597,7 +597,7 @@ class Runner:
         ctx = ToolContext(run_id=live.run.id, call_id=call.id,
                           idempotency_key=f"{live.run.id}:{call.id}",
                           requested_by=live.run.requested_by, agent=agent.name, clock=e.clock)
-        urgent = e.urgency.presses(live.run.id)
+        waiting = e.urgency.since(live.run.id)
         e.urgency.end(live.run.id)  # a decision that resumed this run has reached its call
         since = e.decided_runs.reached(live.run.id)
         if since is not None:
@@ -610,7 +610,7 @@ class Runner:
                 tool=tool, ctx=ctx, step=live.step, args=args, digest=digest,
                 existing=existing, owner=live.owner, journal=pending.journal,
                 after_result=after_result if (approval or kind == "notify_after") else None,
-                retry_sanctioned=sanctioned, urgent=urgent, defer=defer,
+                retry_sanctioned=sanctioned, since=waiting, defer=defer,
             )
             span.set(status=_call_status(result))
         if needs_intent(tool, existing, defer=defer):

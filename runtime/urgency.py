@@ -4,17 +4,23 @@ A human who clicks Approve is waiting for the call to run. From the moment a dec
 being recorded until the resumed run starts its next tool call (or parks, or finishes),
 the run is *pressing*, and this process serves it first:
 
-* its writes (the decision, the lease, the ledger intent) are ``urgent``: where the
-  store queues writers in-process, they go to the front of that queue (the store still
-  gives ordinary writers a regular turn, so nothing starves);
+* its writes (the decision, the lease, the ledger intent) carry the monotonic time its
+  person began waiting (``since``: the click's, which the run it decides inherits); where
+  the store queues writers in-process they go ahead of ordinary ones, whoever has waited
+  longest first (the store still gives ordinary writers a regular turn, so nothing
+  starves). A decision's request is held open until it commits, so it ranks
+  ``answer_lead`` earlier than its age: a person watching a spinner goes ahead of calls
+  about to start for people who clicked a little earlier, never ahead of those who have
+  waited longer than that. In a burst of clicks each approver's call starts about as long
+  after their click as everyone else's, instead of the first clicks' calls waiting
+  for every later click to be answered;
 * the resume worker starts it without waiting for a concurrency slot;
 * loops that only tell people about things (the outbox drain, run threads) call
   :meth:`Urgency.settle` before each batch: it returns at once when nothing presses,
   else when the pressing runs are through or ``patience`` has passed;
-* while a decision is being recorded for someone whose request is held open until it
-  commits (a click is acknowledged only then), the worker starts no run, not even a
-  decided one (:meth:`Urgency.answered`): a burst of clicks is answered first, and the
-  runs it decided start right after, in the order they were decided.
+* while a decision is being recorded for someone whose request is held open, the worker
+  starts no run whose person began waiting later than that decision ranks
+  (:meth:`Urgency.answered`); background runs wait for every such decision.
 
 Each mark also expires on its own (``hold``), so a run decided here but advanced by
 another process cannot hold anything back for long. This is scheduling inside one
@@ -27,52 +33,77 @@ import asyncio
 import time
 from collections.abc import Callable, Hashable
 
+ANSWER_LEAD = 0.04  # s: how much sooner than its age an answer is served
+
 
 class Urgency:
-    def __init__(self, *, hold: float = 5.0,
+    def __init__(self, *, hold: float = 5.0, answer_lead: float = ANSWER_LEAD,
                  monotonic: Callable[[], float] = time.monotonic) -> None:
         self.hold = hold
+        self.answer_lead = answer_lead
         self._now = monotonic
         self._marks: dict[Hashable, float] = {}  # key -> monotonic deadline
+        self._since: dict[Hashable, float] = {}  # key -> when its person began waiting
         self._quiet = asyncio.Event()
         self._quiet.set()
-        self._answers: set[Hashable] = set()  # decisions someone's open request waits on
-        self._no_answers = asyncio.Event()
-        self._no_answers.set()
+        self._answers: dict[Hashable, float] = {}  # decisions someone's open request waits on
+        self._answer_ended = asyncio.Event()  # replaced by a fresh one at each answer's end
 
-    def begin(self, key: Hashable) -> None:
-        """``key`` (a run id, or a token for a decision in progress) is pressing."""
-        self._marks[key] = self._now() + self.hold
+    def begin(self, key: Hashable, *, since: float | None = None) -> float:
+        """``key`` (a run id, or a token for a decision in progress) is pressing for
+        someone who has waited since ``since`` (monotonic; now if not given: a run a
+        decision made ready inherits the click's). Returns ``since``."""
+        now = self._now()
+        self._marks[key] = now + self.hold
+        self._since[key] = now if since is None else since
         self._quiet.clear()
+        return self._since[key]
 
     def end(self, key: Hashable) -> None:
         """``key`` is no longer pressing (ending an unknown key is fine)."""
+        self._since.pop(key, None)
         if self._marks.pop(key, None) is not None and not self._marks:
             self._quiet.set()
-        self._answers.discard(key)
-        if not self._answers:
-            self._no_answers.set()
+        if self._answers.pop(key, None) is not None:
+            self._answer_ended.set()
+            self._answer_ended = asyncio.Event()
 
-    def begin_answer(self, key: Hashable) -> None:
-        """``key`` presses, and someone's request is held open until it ends."""
-        self.begin(key)
-        self._answers.add(key)
-        self._no_answers.clear()
+    def begin_answer(self, key: Hashable) -> tuple[float, float]:
+        """``key`` presses, and someone's request is held open until it ends. Returns
+        when that person began waiting (now: what the run it decides inherits), and the
+        rank its writes queue by: ``answer_lead`` earlier, so a person watching a
+        spinner goes ahead of calls about to start for people who clicked a little
+        earlier, but not of those who have waited longer than that."""
+        since = self.begin(key)
+        self._answers[key] = rank = since - self.answer_lead
+        return since, rank
 
-    async def answered(self, patience: float) -> bool:
-        """Wait until no answer is being recorded, at most ``patience`` s; True if none."""
-        if not self._answers:
-            return True
-        try:
-            await asyncio.wait_for(self._no_answers.wait(), timeout=patience)
-        except TimeoutError:
-            return False
+    async def answered(self, patience: float, *, before: float | None = None) -> bool:
+        """Wait until no answer is being recorded for anyone who began waiting earlier
+        than ``before`` (for anyone at all if None), at most ``patience`` s; True if none.
+
+        A run decided by an earlier click does not wait for later clicks' answers: the
+        person who has waited longest goes first."""
+        give_up = self._now() + patience
+        while any(before is None or s < before for s in self._answers.values()):
+            left = give_up - self._now()
+            if left <= 0:
+                return False
+            try:
+                await asyncio.wait_for(self._answer_ended.wait(), timeout=left)
+            except TimeoutError:
+                return False
         return True
 
     def presses(self, key: Hashable) -> bool:
         """Is ``key`` pressing now?"""
+        return self.since(key) is not None
+
+    def since(self, key: Hashable) -> float | None:
+        """When the person ``key`` presses for began waiting (monotonic), if it presses
+        now; what the store's write queue orders pressing writers by, oldest first."""
         deadline = self._marks.get(key)
-        return deadline is not None and deadline > self._now()
+        return self._since.get(key) if deadline is not None and deadline > self._now() else None
 
     @property
     def pressing(self) -> int:
@@ -81,6 +112,7 @@ class Urgency:
         expired = [k for k, deadline in self._marks.items() if deadline <= now]
         for key in expired:
             del self._marks[key]
+            self._since.pop(key, None)
         if expired and not self._marks:
             self._quiet.set()
         return len(self._marks)

@@ -155,7 +155,7 @@ class ResumeWorker:
                     break
                 run_id = getter.result()
                 # clicks being answered go first; the runs they decide start right after
-                await self.e.urgency.answered(ANSWER_PATIENCE)
+                await self.e.urgency.answered(ANSWER_PATIENCE, before=self.e.urgency.since(run_id))
                 self._queued.discard(run_id)
                 if run_id in self._active:
                     await self._give_back(_pop(self._claims, run_id))

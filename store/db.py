@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import logging
 import os
 from collections import deque
@@ -159,13 +160,13 @@ class Database:
         return self.url.render_as_string(hide_password=True)
 
     @asynccontextmanager
-    async def write(self, *, urgent: bool = False, answer: bool = False) -> AsyncIterator[Tx]:
+    async def write(self, *, since: float | None = None) -> AsyncIterator[Tx]:
         """A read-write transaction, committed on exit, rolled back on error.
 
-        ``urgent`` writes (someone is waiting on them) take this process's SQLite write
-        queue ahead of the others; ``answer`` writes (a person's request is held open
-        until they commit: a click's decision, acknowledged only once it is durable) go
-        ahead of those too. The order of commits is all it changes.
+        ``since``: the monotonic time someone began waiting on this write (a click whose
+        request is held open until its decision commits, an approved call about to
+        start). Such writes take this process's SQLite write queue ahead of the others,
+        whoever has waited longest first. The order of commits is all it changes.
         """
         if self._write_lock is None:
             async with self.engine.connect() as conn, conn.begin():
@@ -173,7 +174,7 @@ class Database:
                 yield tx
                 await tx.prepare_commit()
             return
-        await self._write_lock.acquire(urgent=urgent, answer=answer)
+        await self._write_lock.acquire(since=since)
         try:
             # the lock admits one writer at a time, so one connection serves them all (no
             # pool checkout per transaction), and BEGIN IMMEDIATE and COMMIT are said on
@@ -212,8 +213,8 @@ class Database:
         finally:
             self._write_lock.release()
 
-    async def transact(self, work: Callable[[Tx], Awaitable[T]], *, urgent: bool = False,
-                       answer: bool = False, attempts: int = 4,
+    async def transact(self, work: Callable[[Tx], Awaitable[T]], *,
+                       since: float | None = None, attempts: int = 4,
                        what: str = "transaction") -> T:
         """Run ``work(tx)`` in a write transaction, again from the start (a bounded number
         of times) when the database rolled it back: to break a deadlock or a serialization
@@ -222,7 +223,7 @@ class Database:
         handed."""
         for attempt in range(1, attempts + 1):
             try:
-                async with self.write(urgent=urgent, answer=answer) as tx:
+                async with self.write(since=since) as tx:
                     return await work(tx)
             except DBAPIError as exc:
                 if attempt == attempts or not is_retryable(exc):
@@ -303,27 +304,31 @@ async def _discard(conn: AsyncConnection) -> None:
 
 
 class WriteLock:
-    """A mutex with three queues of waiters, each served in order: answers (a person's
-    request is held open on the commit) first, then urgent writes, then ordinary ones;
-    but after ``streak`` hand-overs in a row to the first two a waiting ordinary writer
-    gets its turn, so a stream of urgent writes slows ordinary ones down but never
-    starves them."""
+    """A mutex with two kinds of waiters: writers someone is waiting on, each with the
+    monotonic time that person began waiting (a click held open until its decision
+    commits; an approved call about to start), served oldest first; and ordinary
+    writers, served in order after them. After ``streak`` hand-overs in a row to the
+    first kind a waiting ordinary writer gets its turn, so a stream of pressing writes
+    slows ordinary ones down but never starves them."""
 
     def __init__(self, *, streak: int = 4) -> None:
         self.streak = streak
         self._held = False
-        self._answer: deque[asyncio.Future[None]] = deque()
-        self._urgent: deque[asyncio.Future[None]] = deque()
+        self._pressing: list[tuple[float, int, asyncio.Future[None]]] = []  # a heap
         self._ordinary: deque[asyncio.Future[None]] = deque()
+        self._seq = 0  # ties (one person's several writes) keep their arrival order
         self._run = 0  # hand-overs ahead of the line since an ordinary writer had the lock
 
-    async def acquire(self, *, urgent: bool = False, answer: bool = False) -> None:
-        if not self._held and not self._answer and not self._urgent and not self._ordinary:
+    async def acquire(self, *, since: float | None = None) -> None:
+        if not self._held and not self._pressing and not self._ordinary:
             self._held = True
             return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        queue = self._answer if answer else self._urgent if urgent else self._ordinary
-        queue.append(fut)
+        if since is None:
+            self._ordinary.append(fut)
+        else:
+            self._seq += 1
+            heapq.heappush(self._pressing, (since, self._seq, fut))
         try:
             await fut  # release() hands the lock over by resolving it
         except asyncio.CancelledError:
@@ -332,19 +337,15 @@ class WriteLock:
             raise
 
     def release(self) -> None:
-        for queue in self._order():
-            while queue:
-                fut = queue.popleft()
-                if not fut.done():  # skip waiters cancelled while queued
-                    self._run = 0 if queue is self._ordinary else self._run + 1
-                    fut.set_result(None)  # ownership passes straight on: _held stays True
-                    return
+        ordinary_first = self._run >= self.streak
+        while self._pressing or self._ordinary:
+            ordinary = bool(self._ordinary) and (ordinary_first or not self._pressing)
+            fut = self._ordinary.popleft() if ordinary else heapq.heappop(self._pressing)[2]
+            if not fut.done():  # skip waiters cancelled while queued
+                self._run = 0 if ordinary else self._run + 1
+                fut.set_result(None)  # ownership passes straight on: _held stays True
+                return
         self._held = False
-
-    def _order(self) -> tuple[deque[asyncio.Future[None]], ...]:
-        if self._run >= self.streak and self._ordinary:
-            return self._ordinary, self._answer, self._urgent
-        return self._answer, self._urgent, self._ordinary
 
 
 def _configure_postgresql(engine: AsyncEngine) -> None:

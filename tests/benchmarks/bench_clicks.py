@@ -91,10 +91,12 @@ def pct(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] * 1000
 
 
-def dump_latencies(path: Path, sent: dict[str, float], started: dict[str, float]) -> None:
-    """Each click's send time and click -> tool start, in seconds, one per line (to see
-    where in the burst the slow ones fall): ``BENCH_DUMP=FILE``."""
-    path.write_text("".join(f"{sent[r]:.4f} {started[r] - sent[r]:.4f}\n" for r in sent))
+def dump_latencies(path: Path, sent: dict[str, float], started: dict[str, float],
+                   acked: dict[str, float]) -> None:
+    """Each click's send time, click -> tool start and click -> ack, in seconds, one per
+    line (to see where in the burst the slow ones fall): ``BENCH_DUMP=FILE``."""
+    path.write_text("".join(f"{sent[r]:.4f} {started[r] - sent[r]:.4f} {acked[r]:.4f}\n"
+                            for r in sent))
 
 
 def free_port() -> int:
@@ -222,7 +224,7 @@ async def bench(runs: int, concurrency: int, mode: str, db_url: str | None,
                 assert (await slack.url_verification()).status == 200
                 floor.append(time.perf_counter() - t)
             sem = asyncio.Semaphore(concurrency)
-            acks: list[float] = []
+            acked: dict[str, float] = {}
             sent: dict[str, float] = {}
             tool_log = ToolLog(log)
             stop = asyncio.Event()
@@ -236,7 +238,7 @@ async def bench(runs: int, concurrency: int, mode: str, db_url: str | None,
                     r = await spread[i % len(spread)].click(
                         cards.APPROVE, value, user_id="U_ALICE", channel_id=CHANNEL,
                         message_ts=a.message_ts)
-                    acks.append(time.perf_counter() - t)
+                    acked[a.run_id] = time.perf_counter() - t
                     assert r.status == 200, r.body
                     if mode == "effect":
                         await tool_log.event(a.run_id).wait()
@@ -258,9 +260,10 @@ async def bench(runs: int, concurrency: int, mode: str, db_url: str | None,
             for c in extra:
                 await c.__aexit__(None, None, None)
         started = tool_log.started
+        acks = list(acked.values())
         starts = [started[r] - sent[r] for r in sent]
         if os.environ.get("BENCH_DUMP"):
-            dump_latencies(Path(os.environ["BENCH_DUMP"]), sent, started)
+            dump_latencies(Path(os.environ["BENCH_DUMP"]), sent, started, acked)
         where = ("a separate serve process" if replicas == 1
                  else f"{replicas} serve replicas, in turn")
         print(f"{runs} signed Approve clicks, {concurrency} at a time, over HTTP to {where}: "

@@ -1,4 +1,5 @@
-"""Decided runs go first: the urgency marks, the two-lane SQLite write queue, the worker."""
+"""Decided runs go first: the urgency marks, the SQLite write queue (oldest waiter first),
+the worker."""
 
 from __future__ import annotations
 
@@ -58,38 +59,71 @@ async def test_patience_bounds_the_wait_and_marks_expire_on_their_own() -> None:
     assert await u.settle(60) is True
 
 
-async def hand_over_order(lock: WriteLock, writers: list[tuple[str, bool | str]]) -> list[str]:
-    """Queue ``writers`` (name, urgent, or "answer") behind a held ``lock``; the order
-    they got it."""
+async def hand_over_order(lock: WriteLock, writers: list[tuple[str, float | None]]) -> list[str]:
+    """Queue ``writers`` (name, since: when its person began waiting, None for an
+    ordinary writer) behind a held ``lock``, in list order; the order they got it."""
     await lock.acquire()
     order: list[str] = []
 
-    async def writer(name: str, urgent: bool | str) -> None:
-        await lock.acquire(urgent=bool(urgent), answer=urgent == "answer")
+    async def writer(name: str, since: float | None) -> None:
+        await lock.acquire(since=since)
         order.append(name)
         lock.release()
 
-    tasks = [asyncio.create_task(writer(n, u)) for n, u in writers]
-    await asyncio.sleep(0)
+    tasks = []
+    for name, since in writers:
+        tasks.append(asyncio.create_task(writer(name, since)))
+        await asyncio.sleep(0)  # queued in list order
     lock.release()
     await asyncio.gather(*tasks)
     return order
 
 
-async def test_write_lock_serves_urgent_waiters_first_each_lane_in_order() -> None:
+async def test_write_lock_serves_pressing_waiters_first_oldest_first() -> None:
+    """Writers someone waits on go ahead of ordinary ones, whoever has waited longest
+    first, not in the order they queued; one person's writes (equal ``since``) and
+    ordinary writers keep their queue order."""
     order = await hand_over_order(WriteLock(), [
-        ("slow-1", False), ("slow-2", False), ("click-1", True), ("click-2", True)])
-    assert order == ["click-1", "click-2", "slow-1", "slow-2"]
+        ("slow-1", None), ("slow-2", None), ("click-late", 12.0), ("click-early", 10.0),
+        ("run-early-lease", 10.0), ("click-middle", 11.0)])
+    assert order == ["click-early", "run-early-lease", "click-middle", "click-late",
+                     "slow-1", "slow-2"]
 
 
-async def test_write_lock_serves_held_open_answers_before_urgent_runs() -> None:
-    """A click's decision (its HTTP request is held open until the commit) goes ahead of
-    the lease and intent writes of runs already decided; ordinary writers still get a
-    turn after ``streak`` hand-overs ahead of them."""
-    order = await hand_over_order(WriteLock(streak=3), [
-        ("renew", False), ("lease-1", True), ("click-1", "answer"), ("intent-1", True),
-        ("click-2", "answer"), ("click-3", "answer")])
-    assert order == ["click-1", "click-2", "click-3", "renew", "lease-1", "intent-1"]
+async def test_a_burst_of_clicks_starts_each_call_in_click_order() -> None:
+    """The order that bounds the last approver's wait: a run decided by an early click
+    (its writes inherit the click's time) goes ahead of the decisions of clicks that
+    came well after it, but a decision is served ``answer_lead`` ahead of its age."""
+    ticks = Ticks()
+    u = Urgency(answer_lead=0.04, monotonic=ticks)
+    first, first_rank = u.begin_answer("click-1")
+    u.end("click-1")
+    u.begin("run-1", since=first)  # the decision committed: its run inherits the click
+    ticks.t += 0.01
+    _, soon_rank = u.begin_answer("click-2")  # 10 ms later: answered first
+    ticks.t += 0.05
+    _, late_rank = u.begin_answer("click-3")  # 60 ms later: the run goes first
+    run_since = u.since("run-1")
+    assert run_since == first and first_rank == first - 0.04
+    order = await hand_over_order(WriteLock(), [
+        ("click-3", late_rank), ("intent-1", run_since), ("click-2", soon_rank)])
+    assert order == ["click-2", "intent-1", "click-3"]
+
+
+async def test_a_woken_run_waits_only_for_answers_to_people_who_waited_longer() -> None:
+    ticks = Ticks()
+    u = Urgency(answer_lead=0.04, monotonic=ticks)
+    u.begin("run-1", since=ticks.t)  # decided by a click at t
+    ticks.t += 0.1
+    u.begin_answer("click-2")  # a click 100 ms later: ranks at t + 60 ms
+    # the run does not wait for it (it waited longer); a background run does
+    assert await u.answered(60, before=u.since("run-1")) is True
+    assert await u.answered(0.01) is False
+    waiter = asyncio.create_task(u.answered(60, before=ticks.t))  # a run of a click just now
+    await asyncio.sleep(0)
+    assert not waiter.done()
+    u.end("click-2")
+    assert await asyncio.wait_for(waiter, 5) is True
 
 
 async def test_a_woken_run_waits_for_clicks_being_answered_within_patience() -> None:
@@ -107,17 +141,17 @@ async def test_a_woken_run_waits_for_clicks_being_answered_within_patience() -> 
 
 
 async def test_write_lock_never_starves_ordinary_writers() -> None:
-    """A stream of urgent writes (a burst of clicks) still lets a lease renewal or a
-    result write through after ``streak`` urgent hand-overs."""
-    order = await hand_over_order(WriteLock(streak=2), [("renew", False)] + [
-        (f"click-{i}", True) for i in range(1, 6)])
+    """A stream of pressing writes (a burst of clicks) still lets a lease renewal or a
+    result write through after ``streak`` hand-overs ahead of it."""
+    order = await hand_over_order(WriteLock(streak=2), [("renew", None)] + [
+        (f"click-{i}", float(i)) for i in range(1, 6)])
     assert order == ["click-1", "click-2", "renew", "click-3", "click-4", "click-5"]
 
 
 async def test_write_lock_skips_cancelled_waiters_and_frees_when_idle() -> None:
     lock = WriteLock()
     await lock.acquire()
-    gone = asyncio.create_task(lock.acquire(urgent=True))
+    gone = asyncio.create_task(lock.acquire(since=1.0))
     stays = asyncio.create_task(lock.acquire())
     await asyncio.sleep(0)
     gone.cancel()
@@ -129,19 +163,19 @@ async def test_write_lock_skips_cancelled_waiters_and_frees_when_idle() -> None:
     lock.release()
 
 
-async def test_urgent_sqlite_write_commits_ahead_of_queued_writes(sqlite_url) -> None:
+async def test_a_pressing_sqlite_write_commits_ahead_of_queued_writes(sqlite_url) -> None:
     db = Database(sqlite_url)
     order: list[str] = []
 
-    async def write(name: str, urgent: bool) -> None:
-        async with db.write(urgent=urgent) as tx:
+    async def write(name: str, since: float | None) -> None:
+        async with db.write(since=since) as tx:
             await (await tx.conn.connection()).exec_driver_sql("SELECT 1")
             order.append(name)
 
     try:
         async with db.write():
-            tasks = [asyncio.create_task(write("background", False)),
-                     asyncio.create_task(write("click", True))]
+            tasks = [asyncio.create_task(write("background", None)),
+                     asyncio.create_task(write("click", 1.0))]
             for _ in range(3):
                 await asyncio.sleep(0)  # both are queued behind the open transaction
         await asyncio.gather(*tasks)
@@ -229,3 +263,19 @@ async def test_outbox_batches_shrink_while_a_decision_presses(make_engine, db) -
     engine.urgency.end("someone's run")
     assert await drain.drain_once() == 5
     assert max(batches) == 5
+
+
+async def test_a_decided_run_presses_since_its_click(make_engine) -> None:
+    """The run a decision makes ready inherits when its decider began waiting, so its
+    lease and intent writes queue by the click, not by when the worker got to them."""
+    engine = make_engine()
+    ticks = Ticks()
+    engine.urgency = Urgency(monotonic=ticks)
+    paused = await engine.run("demo-refund", "Refund order A-1001", requested_by="U_DANA")
+    clicked = ticks.t
+    decision = await engine.decide(paused.approval_ids[0], actor=ALICE, verdict="approve")
+    ticks.t += 0.5  # the worker gets to it later
+    assert decision.run_ready
+    assert engine.urgency.since(decision.approval.run_id) == clicked
+    await engine.advance(decision.approval.run_id)
+    assert engine.urgency.since(decision.approval.run_id) is None
