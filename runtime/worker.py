@@ -154,7 +154,8 @@ class ResumeWorker:
                 if getter not in done:
                     break
                 run_id = getter.result()
-                # clicks being answered go first; the runs they decide start right after
+                # clicks being answered go first, unless this run's approver clicked
+                # before them (runtime/urgency.py); background runs wait for them all
                 await self.e.urgency.answered(ANSWER_PATIENCE, before=self.e.urgency.since(run_id))
                 self._queued.discard(run_id)
                 if run_id in self._active:
