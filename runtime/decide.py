@@ -91,7 +91,7 @@ class _Attempt:
     edited: dict[str, Any] | None = None
     refusal: DecisionRefused | None = None  # found before the transaction (kept for order)
     side: SweepResult = field(default_factory=SweepResult)  # an expiry applied on the way
-    since: float | None = None  # when the decider began waiting on this (write queue order)
+    since: float | None = None  # the write-queue rank (Urgency.begin_answer)
 
 
 def _refuse(a: ApprovalRecord, code: str, message: str, **fields: Any) -> DecisionRefused:
@@ -182,9 +182,9 @@ class Decider:
         ``reason``: why (required for a denial); for a redirect, the guidance the model
         receives instead of the call's result (required). ``expect_digest`` (a prefix is
         enough): decide only if the arguments are still the ones with this digest (a card's
-        token carries it; the CLI takes ``--digest``). ``since``: when the decider began
-        waiting (monotonic): their request is held open until this commits, and the
-        write queue serves whoever has waited longest first (:mod:`runtime.urgency`).
+        token carries it; the CLI takes ``--digest``). ``since``: the rank this decision's
+        writes queue by (:meth:`runtime.urgency.Urgency.begin_answer`: when the decider
+        began waiting, less the lead an open request gets); oldest first.
         """
         a0 = await self.get(approval_id)
         at = _Attempt(actor=actor, verdict=verdict, reason=(reason or "").strip() or None,

@@ -27,7 +27,6 @@ very next match), and the request and its audit entry name the standing approval
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
@@ -264,7 +263,7 @@ class StandingApprovals:
             await self._redraw(tx, s.granted_on, now)
             return done
 
-        done = await self.e.db.transact(write, since=time.monotonic(),
+        done = await self.e.db.transact(write, since=self.e.urgency.now(),
                                          what=f"revocation of standing approval {s.id}")
         self.e.notify_outbox()
         return done

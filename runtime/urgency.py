@@ -49,6 +49,11 @@ class Urgency:
         self._answers: dict[Hashable, float] = {}  # decisions someone's open request waits on
         self._answer_ended = asyncio.Event()  # replaced by a fresh one at each answer's end
 
+    def now(self) -> float:
+        """This process's monotonic clock, as the marks read it (what a writer someone
+        waits on from now passes as ``since``)."""
+        return self._now()
+
     def begin(self, key: Hashable, *, since: float | None = None) -> float:
         """``key`` (a run id, or a token for a decision in progress) is pressing for
         someone who has waited since ``since`` (monotonic; now if not given: a run a
