@@ -71,7 +71,7 @@ async def open_database(settings: Settings, *, quiet: bool = False) -> Database:
     ``APPROVALD_DATABASE_URL``. The default SQLite file's directory is created; a SQLite
     file being created is announced with its absolute path.
     """
-    db = Database(settings.database_url)
+    db = Database(settings.database_url, connections=settings.db_connections)
     created = _sqlite_file_to_create(db)
     try:
         await _reach(db)

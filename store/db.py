@@ -94,7 +94,8 @@ class Database:
     """An async engine plus the transaction helpers the repositories run in."""
 
     def __init__(self, url: str, *, busy_timeout_ms: int = 10_000,
-                 pool_size: int = 10, server_time: bool | None = None) -> None:
+                 pool_size: int = 10, server_time: bool | None = None,
+                 connections: int | None = None) -> None:
         self.url = normalize_url(url)
         self.dialect = "sqlite" if self.url.drivername.startswith("sqlite") else "postgresql"
         # leases on PostgreSQL use the database's clock (replicas' clocks may disagree);
@@ -105,8 +106,10 @@ class Database:
         self._connect_reader: Callable[[], Awaitable[Any]] | None = None
         if self.dialect == "postgresql":
             # as many kept as may be open: past the pool's size a connection was closed on
-            # check-in, so each burst opened it again and prepared its statements anew
-            kwargs.update(pool_size=2 * pool_size, max_overflow=0)
+            # check-in, so each burst opened it again and prepared its statements anew.
+            # ``connections`` (APPROVALD_DB_CONNECTIONS) sets it exactly: N replicas hold
+            # N times as many, which the server's max_connections must admit
+            kwargs.update(pool_size=connections or 2 * pool_size, max_overflow=0)
         else:
             path = self.url.database
             assert path is not None

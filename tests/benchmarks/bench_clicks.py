@@ -186,6 +186,8 @@ async def bench(runs: int, concurrency: int, mode: str, db_url: str | None,
                APPROVALD_AGENTS="bench_agent", APPROVALD_LOG_LEVEL="WARNING",
                BENCH_TOOL_LOG=str(log),
                PYTHONPATH=os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")]))
+    # a setting to measure, e.g. BENCH_SERVE_ENV="APPROVALD_DB_CONNECTIONS=8"
+    env.update(item.split("=", 1) for item in os.environ.get("BENCH_SERVE_ENV", "").split())
     db = Database(db_url)
     await migrate.upgrade(db)
     engine = Engine(db, Registry(AGENTS))
