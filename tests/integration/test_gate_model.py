@@ -214,8 +214,8 @@ class GateMachine(RuleBasedStateMachine):
         schedules, and one random seed in five missed a live standing approval, a dropped
         click or a click past the expiry): an edit, a vote on the card it replaced and a
         click just past the expiry; a standing approval's life; a redirect without
-        guidance, with it, and a late click after it; an approval dropped a few
-        event-loop turns in, one lost in a crash, and the run's advance cut off."""
+        guidance, with it, and a late click after it; an approval dropped at its first
+        await, one lost in a crash, and the run's advance cut off."""
         if not self.steers or self.relaxed:
             return
         mine = self._pending_of(run_id)
@@ -240,7 +240,7 @@ class GateMachine(RuleBasedStateMachine):
             for k in self._pending_of(run_id)[:1]:
                 self.approve_just_past_expiry(k, 0, 0)
         else:  # then one lost in a crash, then the approved run's advance cut off
-            self.cut_off(mine[0], 0, 2, "decide")
+            self.cut_off(mine[0], 0, 1, "decide")
             approvals = self.run(self._approvals())
             for a in [a for a in approvals if a.run_id == run_id and a.status == "pending"]:
                 self._decide(approvals.index(a), self._people(a)[0], "approve", "fresh", 0,
@@ -536,13 +536,16 @@ class GateMachine(RuleBasedStateMachine):
             failpoints.arm("")
 
     @precondition(lambda self: bool(self.runs))
-    @rule(i=st.integers(0, 50), j=st.integers(0, 5), turns=st.integers(0, 30),
+    @rule(i=st.integers(0, 50), j=st.integers(0, 5),
+          turns=st.one_of(st.integers(0, 2), st.integers(0, 40)),
           what=st.sampled_from(["decide", "advance"]))
     def cut_off(self, i: int, j: int, turns: int, what: str) -> None:
-        """A task cancelled part-way, ``turns`` event-loop turns in: a click whose request
+        """A task cancelled part-way, at its ``turns``-th await: a click whose request
         was dropped (the process carries on), or a run's advance cut off by a shutdown past
         its grace (a new process carries on). What it committed stands; what it did not is
-        gone; the connections it used serve what comes next as if nothing happened."""
+        gone; the connections it used serve what comes next as if nothing happened. (A
+        decision on SQLite awaits once, its COMMIT; on PostgreSQL some 30 times: hence
+        the small counts drawn half the time.)"""
         if what == "decide":
             approvals = [a for a in self.run(self._approvals()) if a.status == "pending"
                          and a.kind == "tool_call"]
@@ -556,7 +559,7 @@ class GateMachine(RuleBasedStateMachine):
                                            verdict="approve", token=self.engine.button_token(a))
         else:
             work = self.engine.advance(self.runs[i % len(self.runs)])
-        finished = self.run(_cancel_after(turns, work))
+        finished = self.run(_cancel_at(turns, work))
         event(f"cut off: {what}" if not finished else f"not cut off: {what}")
         if what == "advance" and not finished:
             self._restart()
@@ -718,22 +721,35 @@ class GateMachine(RuleBasedStateMachine):
             assert voters <= allowed, f"{a.id}: {voters - allowed} are not approvers"
 
 
-async def _cancel_after(turns: int, work: Any) -> bool:
-    """Run ``work``, cancelled after ``turns`` event-loop turns unless it ended first;
-    whether it ended by itself (a refusal counts: the gate said no)."""
-    task = asyncio.ensure_future(work)
-    for _ in range(turns):
-        if task.done():
-            break
-        await asyncio.sleep(0)
-    cancelled = task.cancel()
-    try:
-        await task
-    except asyncio.CancelledError:
-        return not cancelled
-    except ApprovaldError:
-        pass
-    return True
+async def _cancel_at(steps: int, work: Any) -> bool:
+    """Run coroutine ``work`` and cancel it at its ``steps``-th suspension unless it ended
+    first; whether it ended by itself (a refusal counts: the gate said no).
+
+    The coroutine is stepped here rather than by a task, and each suspension is waited
+    out before the next step: the ``CancelledError`` lands at that await as soon as what
+    it awaited is done. So where it lands depends only on the code path, never on how
+    soon a driver thread or the server answered, and a schedule replayed by hypothesis
+    cuts at the same point (cancelling a task after N event-loop turns did not: one
+    random-seed run in ~50 stopped with ``FlakyStrategyDefinition``). What it gives up:
+    a cancel while a statement is in flight, which ``test_db_cancel.py`` covers."""
+    for step in range(10**6):
+        try:
+            if step == steps:
+                awaited = work.throw(asyncio.CancelledError())
+            else:
+                awaited = work.send(None)
+        except StopIteration:
+            return True
+        except asyncio.CancelledError:
+            return False
+        except ApprovaldError:
+            return True
+        if awaited is None:  # a bare yield: asyncio.sleep(0)
+            await asyncio.sleep(0)
+        else:  # a future: wait for it as the task would, without taking its outcome
+            awaited._asyncio_future_blocking = False
+            await asyncio.wait([awaited])
+    raise AssertionError("the work never ended")
 
 
 def _profile(name: str) -> settings:
