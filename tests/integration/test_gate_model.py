@@ -249,8 +249,7 @@ class GateMachine(RuleBasedStateMachine):
 
     def _pending_of(self, run_id: str) -> list[int]:
         """Where run ``run_id``'s pending request is in ``_pending``'s list ([] if none)."""
-        pending = [a for a in self.run(self._approvals())
-                   if a.status == "pending" and a.kind == "tool_call"]
+        pending, _ = self._pending_list()
         return [k for k, a in enumerate(pending) if a.run_id == run_id]
 
     # -- standing approvals: granted on a request, granted again for a quorum, revoked,
@@ -407,9 +406,13 @@ class GateMachine(RuleBasedStateMachine):
 
     # The rules below steer towards the attacks the gate exists to refuse, so that every
     # schedule set (including CI's derandomized one) reaches them, not just lucky seeds.
-    def _pending(self, i: int, kind: str = "tool_call") -> Any:
+    def _pending_list(self, kind: str = "tool_call") -> tuple[list[Any], list[Any]]:
+        """The pending requests of ``kind``, and every request (as ``_decide`` takes them)."""
         approvals = self.run(self._approvals())
-        pending = [a for a in approvals if a.status == "pending" and a.kind == kind]
+        return [a for a in approvals if a.status == "pending" and a.kind == kind], approvals
+
+    def _pending(self, i: int, kind: str = "tool_call") -> Any:
+        pending, approvals = self._pending_list(kind)
         return (pending[i % len(pending)], approvals) if pending else (None, approvals)
 
     def _people(self, a: Any) -> list[str]:
