@@ -92,6 +92,11 @@ class _Attempt:
     refusal: DecisionRefused | None = None  # found before the transaction (kept for order)
     side: SweepResult = field(default_factory=SweepResult)  # an expiry applied on the way
     since: float | None = None  # the write-queue rank (Urgency.begin_answer)
+    trace: str | None = None  # the deciding span's traceparent (Tracer.traceparent)
+
+    def traced(self) -> dict[str, str]:
+        """What a deciding transition stores of the trace (nothing when tracing is off)."""
+        return {} if self.trace is None else {"decision_trace": self.trace}
 
 
 def _refuse(a: ApprovalRecord, code: str, message: str, **fields: Any) -> DecisionRefused:
@@ -176,7 +181,8 @@ class Decider:
 
     async def decide(self, approval_id: str, *, actor: Actor, verdict: Verdict,
                      reason: str | None = None, args: Any = None, token: str | None = None,
-                     expect_digest: str | None = None, since: float | None = None) -> Decision:
+                     expect_digest: str | None = None, since: float | None = None,
+                     trace: str | None = None) -> Decision:
         """Record one decision; on refusal, record only the refusal and raise it.
 
         ``reason``: why (required for a denial); for a redirect, the guidance the model
@@ -184,11 +190,12 @@ class Decider:
         enough): decide only if the arguments are still the ones with this digest (a card's
         token carries it; the CLI takes ``--digest``). ``since``: the rank this decision's
         writes queue by (:meth:`runtime.urgency.Urgency.begin_answer`: when the decider
-        began waiting, less the lead an open request gets); oldest first.
+        began waiting, less the lead an open request gets); oldest first. ``trace``: the
+        deciding span's W3C traceparent, stored with a request this decides.
         """
         a0 = await self.get(approval_id)
         at = _Attempt(actor=actor, verdict=verdict, reason=(reason or "").strip() or None,
-                      token=token, expect_digest=expect_digest, since=since)
+                      token=token, expect_digest=expect_digest, since=since, trace=trace)
         try:
             await self._precheck(a0, at, args)
         except DecisionRefused as exc:
@@ -337,7 +344,8 @@ class Decider:
             status = FINAL_VERDICTS[vote]
             done = await tx.approvals.transition(
                 a.id, to=status, digest=digest, before=now, decided_at=now,
-                decided_by=actor.id, decided_via=actor.via, verdict=vote, reason=at.reason)
+                decided_by=actor.id, decided_via=actor.via, verdict=vote, reason=at.reason,
+                **at.traced())
             if done is None:
                 raise _refuse(a, "not_pending", not_pending_message(a))
             said = "guidance" if vote == "redirect" else "reason"
@@ -362,7 +370,7 @@ class Decider:
         done = await tx.approvals.transition(
             a.id, to="approved", digest=digest, before=now, decided_at=now,
             decided_by=actor.id, decided_via=actor.via, verdict=verdict, reason=at.reason,
-            approve_count=len(voters))
+            approve_count=len(voters), **at.traced())
         if done is None:
             raise _refuse(a, "not_pending", not_pending_message(a))
         self.e.audit.record(tx, at=now, action="approved", actor=actor.id, via=actor.via,

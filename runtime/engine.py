@@ -276,7 +276,8 @@ class Engine:
                 decision = await self.decider.decide(approval_id, actor=actor, verdict=verdict,
                                                      reason=reason, args=args, token=token,
                                                      expect_digest=expect_digest,
-                                                     since=rank)
+                                                     since=rank,
+                                                     trace=self.tracer.traceparent())
             except DecisionRefused as refused:
                 span.set(outcome=f"refused:{refused.reason}")
                 self.meter.decision(f"refused:{refused.reason}", time.monotonic() - started)

@@ -537,6 +537,7 @@ class Runner:
         # with a ledger row ran under the rules of its time and is settled from the ledger
         approval = live.by_call.get(call.id)
         existing = live.executions.get(call.id)
+        _link_decision(e, approval)
         kind: str
         if approval is not None:
             if approval.status == "pending":
@@ -819,6 +820,14 @@ def _call_status(result: Executed | OutcomeUnknown | WaitForAttempt) -> str:
 
 def _transcript(live: _Live, pending: _Pending) -> list[Any]:
     return [*live.state.messages, *(m for m, _ in pending.messages)]
+
+
+def _link_decision(e: Engine, approval: ApprovalRecord | None) -> None:
+    """The step resolving a decided call links the span that decided it, when another
+    process (or an earlier life of this one) recorded the decision with tracing on (an
+    answer to an "outcome unknown" question links nothing: only a tool call's request)."""
+    if approval is not None and approval.status != "pending" and approval.decision_trace:
+        e.tracer.link(approval.decision_trace, approval_id=approval.id)
 
 
 def _refusal(approval: ApprovalRecord) -> dict[str, Any]:

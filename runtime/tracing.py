@@ -17,9 +17,12 @@ Spans (names and attributes are the exporter's contract; attributes are prefixed
 
 A decision that makes a run ready is remembered, per run, by :meth:`Tracer.remember`; the
 next advance of that run *in this process* parents its steps on it, so the click, its
-decision and the resumed run's steps and tool calls form one trace. A run resumed by
-another process starts a trace of its own (nothing about the trace is stored in the
-database); its spans carry the same ``approvald.run_id`` to join them by.
+decision and the resumed run's steps and tool calls form one trace. A decision also
+stores its span's context with the request (:meth:`Tracer.traceparent`, the W3C
+``traceparent`` string, in ``approvals.decision_trace``), so a run resumed by another
+process (the deciding replica died first, say) starts a trace of its own whose step
+*links* the decision that resolved its call (:meth:`Tracer.link`, with the link
+attribute ``approvald.approval_id``). Its spans carry the same ``approvald.run_id`` too.
 """
 
 from __future__ import annotations
@@ -76,6 +79,15 @@ class Tracer:
 
     def remember(self, run_id: str) -> None:
         """The current span is where ``run_id``'s next advance in this process goes on."""
+
+    def traceparent(self) -> str | None:
+        """The current span as a W3C ``traceparent``, to store with what it decided (None
+        when nothing is recorded)."""
+        return None
+
+    def link(self, traceparent: str, **attributes: Value | None) -> None:
+        """Link the current span to the stored span ``traceparent`` names, unless that
+        span is in the current trace already (its parent, say)."""
 
     @contextlib.contextmanager
     def steps(self, run_id: str) -> Iterator[Steps]:
@@ -163,6 +175,26 @@ class OtelTracer(Tracer):
         self._resume.move_to_end(run_id)
         while len(self._resume) > self.keep:
             self._resume.popitem(last=False)
+
+    def traceparent(self) -> str | None:
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        carrier: dict[str, str] = {}
+        TraceContextTextMapPropagator().inject(carrier)  # nothing without a valid span
+        return carrier.get("traceparent")
+
+    def link(self, traceparent: str, **attributes: Value | None) -> None:
+        from opentelemetry import trace
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        stored = trace.get_current_span(
+            TraceContextTextMapPropagator().extract({"traceparent": traceparent}))
+        linked = stored.get_span_context()
+        current = trace.get_current_span()
+        if not linked.is_valid or not current.is_recording() \
+                or current.get_span_context().trace_id == linked.trace_id:
+            return
+        current.add_link(linked, _attributes(attributes))
 
     @contextlib.contextmanager
     def steps(self, run_id: str) -> Iterator[Steps]:

@@ -150,6 +150,9 @@ class Approval(Base):
     reason: Mapped[str | None] = mapped_column(Text)
     channel: Mapped[str | None] = mapped_column(String(40))
     message_ts: Mapped[str | None] = mapped_column(String(40))
+    # the W3C traceparent of the span that recorded the decision, when tracing was on:
+    # whichever process resumes the run links its step to it (runtime/tracing.py)
+    decision_trace: Mapped[str | None] = mapped_column(String(200))
 
     __table_args__ = (
         Index(None, "status", "expires_at"),

@@ -102,6 +102,7 @@ class ApprovalRecord:
     reason: str | None
     channel: str | None
     message_ts: str | None
+    decision_trace: str | None = None  # see store.models.Approval
 
     def args_value(self) -> dict[str, Any]:
         value: dict[str, Any] = json.loads(self.args)

@@ -102,6 +102,7 @@ async def test_click_decision_and_resumed_tool_call_are_one_trace(sqlite_url, tm
     [resumed] = [s for s in steps if s.attributes[A + "resumed"]]
     assert resumed.attributes[A + "step"] == 2 and resumed.attributes[A + "agent"] \
         == "demo-refund"
+    assert not resumed.links  # its parent is the decision: nothing to link
 
     [refund] = named(spans, "tool.call", tool="issue_refund")
     assert ids(refund)[0] == trace_id and parent_id(refund) == ids(resumed)[1]
@@ -118,6 +119,46 @@ async def test_click_decision_and_resumed_tool_call_are_one_trace(sqlite_url, tm
 
     # the steps before the click are not in the click's trace
     assert all(ids(s)[0] != trace_id for s in named(before, "run.step"))
+
+
+@pytest.mark.parametrize("verdict", ["approve", "deny"])
+async def test_a_run_resumed_by_another_process_links_the_decision(make_engine, exported,
+                                                                   verdict: str) -> None:
+    """The deciding process dies before it advances the run; another (its own engine and
+    tracer, nothing in memory about the decision) resumes it from the database. The
+    resumed step starts a trace of its own and links the decision that resolved its call,
+    whose trace context the decision stored with the request."""
+    provider, exporter = exported
+    deciding, resuming = make_engine(), make_engine()
+    deciding.tracer, resuming.tracer = OtelTracer(provider), OtelTracer(provider)
+    outcome = await deciding.run("demo-refund", TASK, requested_by="U_DANA")
+    assert isinstance(outcome, Paused)
+    [aid] = outcome.approval_ids
+    with provider.get_tracer("test").start_as_current_span("slack.click"):
+        decision = await deciding.decide(aid, actor=Actor("U_ALICE", "slack"),
+                                         verdict=verdict, reason="not this order")
+    assert decision.run_ready
+    assert isinstance(await resuming.advance(outcome.run_id), Completed)
+    spans = exporter.get_finished_spans()
+    [click] = named(spans, "slack.click")
+    [decided] = named(spans, "approval.decision", approval_id=aid)
+    assert ids(decided)[0] == ids(click)[0]
+    resumed = [s for s in named(spans, "run.step", run_id=outcome.run_id)
+               if s.attributes[A + "resumed"]]
+    assert len(resumed) == 1
+    [step] = resumed
+    assert ids(step)[0] != ids(click)[0]  # a trace of its own, not the click's
+    assert [(link.context.trace_id, link.context.span_id) for link in step.links] \
+        == [ids(decided)]
+    [link] = step.links
+    assert link.attributes == {A + "approval_id": aid}
+    refunds = named(spans, "tool.call", tool="issue_refund")
+    if verdict == "approve":  # the approved call runs under the linked step
+        assert [parent_id(r) for r in refunds] == [ids(step)[1]]
+    else:
+        assert refunds == []
+    # an advance that resolves no decided call links nothing
+    assert all(not s.links for s in named(spans, "run.step") if s is not step)
 
 
 async def test_a_refused_click_is_traced_and_resumes_nothing(sqlite_url, tmp_path,
