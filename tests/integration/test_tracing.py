@@ -161,6 +161,24 @@ async def test_a_run_resumed_by_another_process_links_the_decision(make_engine, 
     assert all(not s.links for s in named(spans, "run.step") if s is not step)
 
 
+def test_a_link_to_nothing_valid_is_not_made(exported) -> None:
+    """A stored traceparent that names no valid span (hand-edited, a future version's
+    format) links nothing and stops nothing; a well-formed one from another trace does."""
+    provider, exporter = exported
+    tracer = OtelTracer(provider)
+    other = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    with tracer.span("run.step"):
+        for bad in ("", "garbage", "00-00000000000000000000000000000000-b7ad6b7169203331-01"):
+            tracer.link(bad, approval_id="a1")
+        tracer.link(other, approval_id="a2")
+        here = tracer.traceparent()
+    [step] = exporter.get_finished_spans()
+    assert [(format(lk.context.span_id, "016x"), dict(lk.attributes or {}))
+            for lk in step.links] == [("b7ad6b7169203331", {A + "approval_id": "a2"})]
+    assert here is not None and here.split("-")[2] == format(ids(step)[1], "016x")
+    assert Tracer().traceparent() is None
+
+
 async def test_a_refused_click_is_traced_and_resumes_nothing(sqlite_url, tmp_path,
                                                              exported) -> None:
     provider, exporter = exported
