@@ -387,7 +387,7 @@ class Decider:
         to = "denied" if verdict == "abort" else "approved"
         done = await tx.approvals.transition(
             a.id, to=to, before=now, decided_at=now, decided_by=actor.id,
-            decided_via=actor.via, verdict=verdict, reason=reason)
+            decided_via=actor.via, verdict=verdict, reason=reason, **at.traced())
         if done is None:
             raise _refuse(a, "not_pending", not_pending_message(a))
         await tx.approvals.add_vote(approval_id=a.id, actor=actor.id, verdict=verdict,

@@ -577,6 +577,7 @@ class Runner:
 
         digest = approval.effective_digest if approval else call_digest(call.name, args)
         question = live.questions.get(call.id)
+        _link_decision(e, question)
         # a person's "retry" sanctions exactly the attempt after the one they were asked about
         sanctioned = bool(question and existing and _sanctions(question, existing))
         if existing is not None and existing.status in ("started", "unknown") and question:
@@ -824,8 +825,8 @@ def _transcript(live: _Live, pending: _Pending) -> list[Any]:
 
 def _link_decision(e: Engine, approval: ApprovalRecord | None) -> None:
     """The step resolving a decided call links the span that decided it, when another
-    process (or an earlier life of this one) recorded the decision with tracing on (an
-    answer to an "outcome unknown" question links nothing: only a tool call's request)."""
+    process (or an earlier life of this one) recorded the decision with tracing on: the
+    call's request, or the answer to a question about its unknown outcome."""
     if approval is not None and approval.status != "pending" and approval.decision_trace:
         e.tracer.link(approval.decision_trace, approval_id=approval.id)
 

@@ -21,8 +21,9 @@ decision and the resumed run's steps and tool calls form one trace. A decision a
 stores its span's context with the request (:meth:`Tracer.traceparent`, the W3C
 ``traceparent`` string, in ``approvals.decision_trace``), so a run resumed by another
 process (the deciding replica died first, say) starts a trace of its own whose step
-*links* the decision that resolved its call (:meth:`Tracer.link`, with the link
-attribute ``approvald.approval_id``). Its spans carry the same ``approvald.run_id`` too.
+*links* the decision that resolved its call, or the answer about its unknown outcome
+(:meth:`Tracer.link`, with the link attribute ``approvald.approval_id``). Its spans
+carry the same ``approvald.run_id`` too.
 """
 
 from __future__ import annotations

@@ -16,11 +16,14 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from bot import cards
 from bot.tracing import from_environment
+from runtime import failpoints
 from runtime.decide import Actor
 from runtime.errors import ConfigError
-from runtime.outcomes import Completed, Paused
+from runtime.outcomes import Completed, NeedsAttention, Paused
 from runtime.tracing import OtelTracer, Tracer
+from tests.helpers import Crash, crash
 from tests.integration.slack_harness import CHANNEL, TASK, harness, wait_for
+from tests.unit.test_attempts import Provider, pay_agent
 
 A = "approvald."
 
@@ -159,6 +162,48 @@ async def test_a_run_resumed_by_another_process_links_the_decision(make_engine, 
         assert refunds == []
     # an advance that resolves no decided call links nothing
     assert all(not s.links for s in named(spans, "run.step") if s is not step)
+
+
+@pytest.mark.parametrize("verdict", ["retry", "mark_done"])
+async def test_an_answer_about_an_unknown_outcome_is_linked_by_the_resuming_process(
+        make_engine, db, exported, verdict: str) -> None:
+    """Nobody knows whether a payment went through (the process died between the
+    provider's answer and recording it); a person answers the question in one process,
+    another resumes the run. The resuming step links the answer's span, as it links an
+    approval's, so the trace shows who settled the call and that the step followed."""
+    provider, exporter = exported
+    payments = Provider()
+    answering = make_engine(agents=[pay_agent(payments, reconcile=False)])
+    resuming = make_engine(agents=[pay_agent(payments, reconcile=False)])
+    answering.tracer, resuming.tracer = OtelTracer(provider), OtelTracer(provider)
+    run_id = await answering.start_run("payer", "pay", requested_by="U_DANA")
+    failpoints.arm("before_result", crash)  # the provider charged; the result is lost
+    try:
+        with pytest.raises(Crash):
+            await answering.advance(run_id)
+    finally:
+        failpoints.arm("")
+    assert isinstance(await answering.advance(run_id), NeedsAttention)
+    async with db.read() as tx:
+        [question] = [a for a in await tx.approvals.for_run(run_id)
+                      if a.kind == "outcome_unknown" and a.status == "pending"]
+    with provider.get_tracer("test").start_as_current_span("slack.click"):
+        decision = await answering.decide(question.id, actor=Actor("U_OPS", "slack"),
+                                          verdict=verdict, reason="checked the provider")
+    assert decision.run_ready
+    exporter.clear()  # only the resumption from here on
+    assert isinstance(await resuming.advance(run_id), Completed)
+    spans = exporter.get_finished_spans()
+    [resumed] = [s for s in named(spans, "run.step", run_id=run_id)
+                 if s.attributes[A + "resumed"]]
+    async with db.read() as tx:
+        answered = await tx.approvals.get(question.id)
+    assert answered is not None and answered.decision_trace is not None
+    assert [(format(lk.context.trace_id, "032x"), format(lk.context.span_id, "016x"),
+             dict(lk.attributes or {})) for lk in resumed.links] \
+        == [(*answered.decision_trace.split("-")[1:3], {A + "approval_id": question.id})]
+    assert len(payments.charges) == (2 if verdict == "retry" else 1)
+    assert all(not s.links for s in spans if s is not resumed)
 
 
 def test_a_link_to_nothing_valid_is_not_made(exported) -> None:
