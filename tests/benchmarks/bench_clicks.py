@@ -66,6 +66,49 @@ def cpu_seconds(pid: int | None) -> float:
         return float("nan")
 
 
+class MachineCpu:
+    """The whole machine's CPU over an interval (Linux ``/proc``): how busy its cores
+    were, and how much of it the database server's processes (named ``postgres``) and
+    this benchmark used. On a machine with fewer cores than busy processes, these say
+    whether the machine, not the code under test, is the limit."""
+
+    def __init__(self) -> None:
+        self.t0, self.procs0 = self._ticks(), self._by_process()
+
+    @staticmethod
+    def _ticks() -> list[int]:
+        with open("/proc/stat") as f:
+            return [int(v) for v in f.readline().split()[1:]]
+
+    @staticmethod
+    def _by_process() -> dict[int, tuple[str, int]]:
+        found: dict[int, tuple[str, int]] = {}
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    head, tail = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)
+                except OSError:  # ended meanwhile
+                    continue
+                fields = tail.split()
+                found[int(entry)] = (head.split("(", 1)[1], int(fields[11]) + int(fields[12]))
+        return found
+
+    def since(self) -> dict[str, float]:
+        """Busy fraction of all cores; CPU seconds of the server and of this process."""
+        delta = [b - a for a, b in zip(self.t0, self._ticks(), strict=True)]
+        idle = delta[3] + delta[4]  # idle, iowait
+        hz = os.sysconf("SC_CLK_TCK")
+        server = own = 0
+        for pid, (name, used) in self._by_process().items():
+            was = self.procs0.get(pid)
+            spent = used - (was[1] if was and was[0] == name else 0)
+            if pid == os.getpid():
+                own += spent
+            elif name == "postgres":
+                server += spent
+        return {"busy": 1 - idle / max(1, sum(delta)), "server": server / hz, "bench": own / hz}
+
+
 def serve_command() -> list[str]:
     """``approvald serve``, or ``$BENCH_SERVE_CMD serve`` (e.g. ``python -m cProfile -o
     serve.prof -m bot.cli``) to profile or trace the serve process."""
@@ -247,12 +290,14 @@ async def bench(runs: int, concurrency: int, mode: str, db_url: str | None,
 
             t0 = time.perf_counter()
             cpu0 = sum(cpu_seconds(x.pid) for x in serves)
+            machine = MachineCpu()
             await asyncio.gather(*(click(i, aid) for i, aid in enumerate(approvals)))
             await asyncio.wait_for(
                 asyncio.gather(*(tool_log.event(values[a][0].run_id).wait()
                                  for a in approvals)), 300)
             wall = time.perf_counter() - t0
             serve_cpu = sum(cpu_seconds(x.pid) for x in serves) - cpu0
+            elsewhere = machine.since()
             stop.set()
             await tailer
             updated, completed = await follow_up(engine, emulator, values)
@@ -274,6 +319,11 @@ async def bench(runs: int, concurrency: int, mode: str, db_url: str | None,
               f"({serve_cpu / wall:.0%} of one core; {serve_cpu / runs * 1000:.1f} ms/approval)")
         print(f"  serve process CPU until every run completed and its card was updated: "
               f"{whole_cpu:.2f} s ({whole_cpu / runs * 1000:.1f} ms/approval)")
+        server = (f"database server processes {elsewhere['server'] / runs * 1000:.1f} "
+                  "ms/approval" if elsewhere["server"] else "no database server here")
+        print(f"  the machine during the clicks: {elsewhere['busy']:.0%} of its "
+              f"{os.cpu_count()} cores busy; {server}; this benchmark "
+              f"{elsewhere['bench'] / runs * 1000:.1f} ms/approval")
         print("  a click is in flight until " + (
             "its tool starts (approvers each watching their call run)" if mode == "effect"
             else "the ack (open loop: clicks arrive as fast as acks return)"))
@@ -298,6 +348,7 @@ async def bench(runs: int, concurrency: int, mode: str, db_url: str | None,
         print(f"  p99 click -> tool start <= 100 ms (issue 14): {pct(starts, .99):.1f}  "
               f"{'PASS' if pct(starts, .99) <= 100 else 'FAIL'}")
         return {"per_second": runs / wall, "cpu_ms": serve_cpu / runs * 1000,
+                "busy": elsewhere["busy"], "server_ms": elsewhere["server"] / runs * 1000,
                 "whole_cpu_ms": whole_cpu / runs * 1000,
                 "ack_p99": pct(acks, .99), "start_p99": pct(starts, .99)}
     finally:

@@ -71,6 +71,10 @@ async def main_async(db: str, runs: int) -> int:
           f"{three['cpu_ms']:.1f} ms (all replicas together, while clicking)")
     print(f"  ... until every run completed and its card was updated: 1 replica "
           f"{one['whole_cpu_ms']:.1f} ms   3 replicas {three['whole_cpu_ms']:.1f} ms")
+    print(f"  PostgreSQL server CPU per decision: 1 replica {one['server_ms']:.1f} ms   "
+          f"3 replicas {three['server_ms']:.1f} ms")
+    print(f"  the machine's cores busy during the clicks: 1 replica {one['busy']:.0%}   "
+          f"3 replicas {three['busy']:.0%}")
     print(f"  p99 click -> tool start: 1 replica {one['start_p99']:.0f} ms   3 replicas "
           f"{three['start_p99']:.0f} ms")
     print("targets")
