@@ -208,9 +208,10 @@ async def follow_up(engine: Engine, emulator: SlackEmulator,
 
 
 async def bench(runs: int, concurrency: int, mode: str, db_url: str | None,
-                replicas: int = 1) -> dict[str, float]:
+                replicas: int = 1, targets: bool = True) -> dict[str, float]:
     """Run the benchmark (``replicas`` serve processes, clicks spread over them in turn)
-    and print its figures; returns the main ones."""
+    and print its figures (and, with ``targets``, this benchmark's own targets, which
+    are SQLite's: a caller judging by others leaves them out); returns the main ones."""
     tmp = Path(tempfile.mkdtemp())
     db_url = db_url or f"sqlite+aiosqlite:///{tmp / 'clicks.db'}"
     log = tmp / "tool-starts.log"
@@ -341,12 +342,13 @@ async def bench(runs: int, concurrency: int, mode: str, db_url: str | None,
         print(f"  baseline, signed url_verification round trip: p50 {pct(floor, .5):.1f} ms  "
               f"p99 {pct(floor, .99):.1f} ms  (mean {statistics.mean(floor) * 1000:.1f})")
         ok_ack, ok_start = pct(acks, .99) <= 100, pct(starts, .99) <= 250
-        print("targets")
-        print(f"  p99 ack <= 100 ms: {pct(acks, .99):.1f}  {'PASS' if ok_ack else 'FAIL'}")
-        print(f"  p99 click -> tool start <= 250 ms: {pct(starts, .99):.1f}  "
-              f"{'PASS' if ok_start else 'FAIL'}")
-        print(f"  p99 click -> tool start <= 100 ms (issue 14): {pct(starts, .99):.1f}  "
-              f"{'PASS' if pct(starts, .99) <= 100 else 'FAIL'}")
+        if targets:
+            print("targets")
+            print(f"  p99 ack <= 100 ms: {pct(acks, .99):.1f}  {'PASS' if ok_ack else 'FAIL'}")
+            print(f"  p99 click -> tool start <= 250 ms: {pct(starts, .99):.1f}  "
+                  f"{'PASS' if ok_start else 'FAIL'}")
+            print(f"  p99 click -> tool start <= 100 ms (issue 14): {pct(starts, .99):.1f}  "
+                  f"{'PASS' if pct(starts, .99) <= 100 else 'FAIL'}")
         return {"per_second": runs / wall, "cpu_ms": serve_cpu / runs * 1000,
                 "busy": elsewhere["busy"], "server_ms": elsewhere["server"] / runs * 1000,
                 "whole_cpu_ms": whole_cpu / runs * 1000,
