@@ -7,6 +7,7 @@ import asyncio
 import csv
 import io
 import json
+from datetime import UTC, datetime
 
 import pytest
 from sqlalchemy import delete, select, update
@@ -14,6 +15,7 @@ from sqlalchemy import delete, select, update
 from runtime import audit
 from runtime.audit import AuditKey
 from runtime.decide import Actor
+from store.fastsql import Conn
 from store.models import AuditEntry, AuditHead
 from store.repos.audit import AuditRepo
 
@@ -253,3 +255,45 @@ async def test_an_entry_appended_during_verification_is_no_false_alarm(make_engi
     assert report.ok, report.problems
     monkeypatch.undo()
     assert (await audit.verify(db)).entries == 6
+
+
+async def test_appends_of_one_entry_and_of_several_chain_alike(db, monkeypatch):
+    """Each audited commit waits for the chain head's lock, so an entry is appended in as
+    few round trips as its database allows: on PostgreSQL one statement inserts it and
+    moves the head (a data-modifying CTE); several entries, and SQLite, take two. Either
+    way the chain verifies and the head is the last entry."""
+    trail = audit.AuditTrail(KEY)
+    statements: list[str] = []
+    appending = False
+    append, execute = AuditRepo.append_rows, Conn.execute
+
+    async def counted(self, stmt, params=None):
+        if appending:
+            statements.append(str(stmt).split()[0])
+        return await execute(self, stmt, params)
+
+    async def counting(self, rows):
+        nonlocal appending
+        appending = True
+        try:
+            return await append(self, rows)
+        finally:
+            appending = False
+    monkeypatch.setattr(Conn, "execute", counted)
+    monkeypatch.setattr(AuditRepo, "append_rows", counting)
+    now = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
+    for n in (1, 3, 1):
+        statements.clear()
+        async with db.write() as tx:
+            trail.record_many(tx, [audit.Entry(at=now, action="requested", actor="U_DANA",
+                                               via="cli", run_id=f"r{n}-{i}")
+                                   for i in range(n)])
+        one = n == 1 and db.dialect == "postgresql"
+        assert statements == (["WITH"] if one else ["INSERT", "UPDATE"]), (n, statements)
+    report = await audit.verify(db, keys=[KEY])
+    assert report.ok, report.problems
+    assert report.entries == 5
+    async with db.read() as tx:
+        seq, digest = await tx.audit.head()
+        last = [e async for e in tx.audit.iterate()][-1]
+    assert (seq, digest) == (5, last.hash)
