@@ -93,11 +93,10 @@ class Service:
         self.wakeups = Wakeups(db, origin=self.engine.owner, on_signal=self._woken)
         self.engine.on_ready(lambda run_id: self.wakeups.publish("ready", run_id))
         self.engine.on_opened(lambda approval_id: self.wakeups.publish("opened", approval_id))
-        self.engine.on_outbox(self._outbox_committed)
+        self.engine.on_outbox(lambda: self.wakeups.publish("outbox"))
         self.engine.external.on_decided(lambda rid: self.wakeups.publish("decided", rid))
         self._tasks: list[asyncio.Task[None]] = []
         self._connector: asyncio.Task[None] | None = None
-        self._draining = False  # this process's own drain runs (see _outbox_committed)
         self.pending_scheduled = 0
         self.fatal: ConfigError | None = None  # why the service stopped itself
 
@@ -122,7 +121,6 @@ class Service:
         if background:
             self._tasks = [asyncio.create_task(self.worker.run(stop), name="worker"),
                            asyncio.create_task(self.drain.run(stop), name="outbox")]
-            self._draining = True
         if (self.slack is None or self.settings.slack_app_token is not None) \
                 and "port" in self.settings.model_fields_set:
             await self._start_ops_listener()  # no Slack HTTP listener to share
@@ -190,16 +188,6 @@ class Service:
                               f"{os.strerror(exc.errno) if exc.errno else exc}") from None
         sockets = site._server.sockets if site._server is not None else []  # type: ignore[union-attr]
         self.ops_port = sockets[0].getsockname()[1] if sockets else self.settings.port
-
-    def _outbox_committed(self) -> None:
-        """Rows this process committed are its own drain's, within its gather window:
-        waking every other replica's drain for each of them only makes the drains race
-        for the same rows and, on shared cores, take CPU from the clicks being decided
-        (measured in BENCHMARKS.md). The others' polls (every second) take what this
-        drain cannot: a backlog, a group another replica is delivering. A process with
-        no drain running asks the others at once."""
-        if not self._draining:
-            self.wakeups.publish("outbox")
 
     def _woken(self, kind: str, key: str) -> None:
         """Another replica committed something: wake what acts on it here (the database
