@@ -1,7 +1,9 @@
 """The gated agent ``bench_clicks`` drives (loaded by ``approvald serve`` via APPROVALD_AGENTS).
 
 Its tool appends ``<run id> <wall-clock time>`` to ``BENCH_TOOL_LOG`` the moment it
-starts, so the benchmark can measure click -> tool start across processes.
+starts, so the benchmark can measure click -> tool start across processes. With
+``BENCH_SQL_COUNT`` set, ``serve`` also counts the statements it sends PostgreSQL
+(:mod:`sql_count`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,11 @@ import time
 from runtime.agent import Agent
 from runtime.models.scripted import ScriptedModel, reply
 from runtime.tools import ToolContext, tool
+
+if os.environ.get("BENCH_SQL_COUNT"):
+    import sql_count
+
+    sql_count.install(os.environ["BENCH_SQL_COUNT"])
 
 
 @tool(permission="execute")

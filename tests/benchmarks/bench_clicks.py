@@ -19,6 +19,9 @@ click -> run completed, so the cost of that ordering is on the same page.
 The in-run baseline is the same signed request path doing no work (Slack's
 url_verification). Targets (issue 4, SQLite): p99 ack <= 100 ms, p99 tool start <= 250 ms.
 
+On PostgreSQL it also counts the statements the ``serve`` processes sent from the first
+click until every run completed and its card was updated (:mod:`sql_count`).
+
 ``BENCH_DUMP=FILE`` writes each click's send time and click -> tool start.
 To profile the serve process, set ``BENCH_SERVE_CMD`` to a command that runs
 ``bot.cli`` (e.g. ``python -m cProfile -o serve.prof -m bot.cli``); ``serve`` is appended.
@@ -29,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import signal
 import socket
 import statistics
 import sys
@@ -42,6 +46,7 @@ sys.path.insert(0, str(HERE.parents[1]))
 sys.path.insert(0, str(HERE))
 
 import aiohttp
+import sql_count
 from bench_agent import AGENTS
 
 from bot import cards
@@ -127,6 +132,22 @@ async def wait_healthy(port: int, tries: int = 300) -> None:
             except aiohttp.ClientError:
                 pass
             await asyncio.sleep(0.1)
+
+
+async def count_statements(serves: list[Any], directory: Path) -> dict[str, int]:
+    """The statements the ``serve`` processes have sent PostgreSQL so far, summed: each
+    is asked (SIGUSR1) to write its counts, and waited for (at most 10 s)."""
+    pids = [x.pid for x in serves]
+    for pid in pids:
+        (directory / f"{pid}.json").unlink(missing_ok=True)
+        os.kill(pid, signal.SIGUSR1)
+    for _ in range(200):
+        if all((directory / f"{pid}.json").exists() for pid in pids):
+            break
+        await asyncio.sleep(0.05)
+    else:
+        raise RuntimeError("a serve process did not write its statement counts")
+    return sql_count.snapshot(directory, pids)
 
 
 def pct(samples: list[float], q: float) -> float:
@@ -228,7 +249,7 @@ async def bench(runs: int, concurrency: int, mode: str, db_url: str | None,
                APPROVALD_OPS_CHANNEL=OPS, APPROVALD_PORT=str(port),
                APPROVALD_HOST="127.0.0.1", APPROVALD_SECRET=TOKEN_SECRET,
                APPROVALD_AGENTS="bench_agent", APPROVALD_LOG_LEVEL="WARNING",
-               BENCH_TOOL_LOG=str(log),
+               BENCH_TOOL_LOG=str(log), BENCH_SQL_COUNT=str(tmp),
                PYTHONPATH=os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")]))
     # a setting to measure, e.g. BENCH_SERVE_ENV="APPROVALD_DB_CONNECTIONS=8"
     env.update(item.split("=", 1) for item in os.environ.get("BENCH_SERVE_ENV", "").split())
@@ -289,6 +310,7 @@ async def bench(runs: int, concurrency: int, mode: str, db_url: str | None,
                     if mode == "effect":
                         await tool_log.event(a.run_id).wait()
 
+            sql0 = await count_statements(serves, tmp) if db.dialect == "postgresql" else None
             t0 = time.perf_counter()
             cpu0 = sum(cpu_seconds(x.pid) for x in serves)
             machine = MachineCpu()
@@ -305,6 +327,8 @@ async def bench(runs: int, concurrency: int, mode: str, db_url: str | None,
             # what the clicks cost in all: work deferred past the last tool start (card
             # updates, the rest of each run) is paid for too, only later
             whole_cpu = sum(cpu_seconds(x.pid) for x in serves) - cpu0
+            sent_sql = (sql_count.per_kind(sql0, await count_statements(serves, tmp))
+                        if sql0 is not None else {})
             for c in extra:
                 await c.__aexit__(None, None, None)
         started = tool_log.started
@@ -325,6 +349,10 @@ async def bench(runs: int, concurrency: int, mode: str, db_url: str | None,
         print(f"  the machine during the clicks: {elsewhere['busy']:.0%} of its "
               f"{os.cpu_count()} cores busy; {server}; this benchmark "
               f"{elsewhere['bench'] / runs * 1000:.1f} ms/approval")
+        if sent_sql:
+            print(f"  statements the serve processes sent PostgreSQL, first click until every "
+                  f"run completed: {sent_sql['all'] / runs:.1f} per approval "
+                  f"({sent_sql.get('BEGIN', 0) / runs:.1f} transactions)")
         print("  a click is in flight until " + (
             "its tool starts (approvers each watching their call run)" if mode == "effect"
             else "the ack (open loop: clicks arrive as fast as acks return)"))
@@ -352,7 +380,8 @@ async def bench(runs: int, concurrency: int, mode: str, db_url: str | None,
         return {"per_second": runs / wall, "cpu_ms": serve_cpu / runs * 1000,
                 "busy": elsewhere["busy"], "server_ms": elsewhere["server"] / runs * 1000,
                 "whole_cpu_ms": whole_cpu / runs * 1000,
-                "ack_p99": pct(acks, .99), "start_p99": pct(starts, .99)}
+                "ack_p99": pct(acks, .99), "start_p99": pct(starts, .99),
+                "statements": sent_sql.get("all", 0) / runs}
     finally:
         for x in serves:
             x.terminate()

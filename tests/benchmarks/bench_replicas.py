@@ -121,6 +121,9 @@ async def main_async(db: str, runs: int, rounds: int) -> int:
           f"{spread(threes, 'whole_cpu_ms', '.1f')} ms")
     print(f"  PostgreSQL server CPU per decision: 1 replica {spread(ones, 'server_ms', '.1f')} "
           f"ms   3 replicas {spread(threes, 'server_ms', '.1f')} ms")
+    print(f"  statements sent per decision: 1 replica {spread(ones, 'statements', '.1f')}   "
+          f"3 replicas {spread(threes, 'statements', '.1f')} (all replicas together; the "
+          "same work, or replicas repeating each other's)")
     print(f"  the machine's cores busy during the clicks: 1 replica "
           f"{spread(ones, 'busy', '.0%')}   3 replicas {spread(threes, 'busy', '.0%')}")
     print(f"  p99 click -> tool start: 1 replica {spread(ones, 'start_p99')} ms   3 replicas "

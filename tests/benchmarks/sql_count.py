@@ -1,0 +1,75 @@
+"""Count the statements a ``serve`` process sends PostgreSQL (a benchmark instrument).
+
+``bench_agent`` (which ``serve`` imports in the benchmarks) calls :func:`install` when
+``BENCH_SQL_COUNT`` names a directory: every asyncpg call that sends a statement is
+counted by its SQL (``BEGIN`` and ``COMMIT`` included: asyncpg says them with
+``Connection.execute``), and each ``SIGUSR1`` writes the running counts to
+``<dir>/<pid>.json``. The benchmark signals before the clicks and after the last run
+completed, and reads the difference (:func:`snapshot`, :func:`per_kind`): the figure
+``statements per approval`` says whether a change made the decision path do less, in
+one process or spread over several, without a profiler's cost in the timings (a
+counter per statement, about a microsecond).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import signal
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+_COUNTS: collections.Counter[str] = collections.Counter()
+
+
+def install(directory: str) -> None:
+    import asyncpg.connection  # type: ignore[import-untyped]
+    import asyncpg.prepared_stmt  # type: ignore[import-untyped]
+
+    def counted(cls: Any, name: str, sql_of: Any) -> None:
+        original = getattr(cls, name)
+
+        async def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+            _COUNTS[sql_of(self, args)] += 1
+            return await original(self, *args, **kwargs)
+
+        setattr(cls, name, call)
+
+    statement = asyncpg.prepared_stmt.PreparedStatement
+    for name in ("fetch", "fetchrow", "fetchval", "executemany"):
+        counted(statement, name, lambda self, args: self._query)
+    for name in ("execute", "executemany", "fetch", "fetchrow", "fetchval"):
+        counted(asyncpg.connection.Connection, name, lambda self, args: args[0])
+    target = Path(directory) / f"{os.getpid()}.json"
+
+    def dump(signum: int, frame: Any) -> None:
+        tmp = target.with_suffix(".tmp")
+        tmp.write_text(json.dumps(_COUNTS))
+        tmp.replace(target)  # the reader never sees half a file
+
+    signal.signal(signal.SIGUSR1, dump)
+
+
+def snapshot(directory: Path, pids: Iterable[int]) -> dict[str, int]:
+    """The counts of ``pids`` summed, as each last wrote them (empty if none did)."""
+    total: collections.Counter[str] = collections.Counter()
+    for pid in pids:
+        path = directory / f"{pid}.json"
+        if path.exists():
+            total.update(json.loads(path.read_text()))
+    return dict(total)
+
+
+def per_kind(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    """What was sent between two snapshots, by the statement's first word (``BEGIN``,
+    ``SELECT``, ``WITH``...), and ``all``."""
+    kinds: collections.Counter[str] = collections.Counter()
+    for sql, n in after.items():
+        sent = n - before.get(sql, 0)
+        if sent:
+            words = sql.split()
+            kinds[words[0].upper() if words else "?"] += sent
+            kinds["all"] += sent
+    return dict(kinds)
