@@ -229,10 +229,12 @@ async def follow_up(engine: Engine, emulator: SlackEmulator,
 
 
 async def bench(runs: int, concurrency: int, mode: str, db_url: str | None,
-                replicas: int = 1, targets: bool = True) -> dict[str, float]:
+                replicas: int = 1, targets: bool = True,
+                statements: int = 0) -> dict[str, float]:
     """Run the benchmark (``replicas`` serve processes, clicks spread over them in turn)
     and print its figures (and, with ``targets``, this benchmark's own targets, which
-    are SQLite's: a caller judging by others leaves them out); returns the main ones."""
+    are SQLite's: a caller judging by others leaves them out; on PostgreSQL, the
+    ``statements`` most sent, per approval); returns the main ones."""
     tmp = Path(tempfile.mkdtemp())
     db_url = db_url or f"sqlite+aiosqlite:///{tmp / 'clicks.db'}"
     log = tmp / "tool-starts.log"
@@ -327,8 +329,12 @@ async def bench(runs: int, concurrency: int, mode: str, db_url: str | None,
             # what the clicks cost in all: work deferred past the last tool start (card
             # updates, the rest of each run) is paid for too, only later
             whole_cpu = sum(cpu_seconds(x.pid) for x in serves) - cpu0
-            sent_sql = (sql_count.per_kind(sql0, await count_statements(serves, tmp))
-                        if sql0 is not None else {})
+            sent_sql: dict[str, int] = {}
+            most_sent: list[tuple[int, str]] = []
+            if sql0 is not None:
+                sql1 = await count_statements(serves, tmp)
+                sent_sql = sql_count.per_kind(sql0, sql1)
+                most_sent = sql_count.by_statement(sql0, sql1)[:statements]
             for c in extra:
                 await c.__aexit__(None, None, None)
         started = tool_log.started
@@ -353,6 +359,10 @@ async def bench(runs: int, concurrency: int, mode: str, db_url: str | None,
             print(f"  statements the serve processes sent PostgreSQL, first click until every "
                   f"run completed: {sent_sql['all'] / runs:.1f} per approval "
                   f"({sent_sql.get('BEGIN', 0) / runs:.1f} transactions)")
+        if most_sent:
+            print(f"  the {len(most_sent)} statements sent most, per approval:")
+            for n, sql in most_sent:
+                print(f"    {n / runs:5.2f}  {sql if len(sql) <= 110 else sql[:107] + '...'}")
         print("  a click is in flight until " + (
             "its tool starts (approvers each watching their call run)" if mode == "effect"
             else "the ack (open loop: clicks arrive as fast as acks return)"))
@@ -397,8 +407,11 @@ def main() -> int:
     p.add_argument("--concurrency", type=int, default=20)
     p.add_argument("--mode", choices=["effect", "ack"], default="effect")
     p.add_argument("--db", default=None, help="database URL (default: a temp SQLite file)")
+    p.add_argument("--statements", type=int, default=0, metavar="N",
+                   help="on PostgreSQL, also print the N statements the serve process sent "
+                        "most, per approval (where a cheaper decision path would start)")
     a = p.parse_args()
-    asyncio.run(bench(a.runs, a.concurrency, a.mode, a.db))
+    asyncio.run(bench(a.runs, a.concurrency, a.mode, a.db, statements=a.statements))
     return 0
 
 

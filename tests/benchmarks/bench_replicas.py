@@ -40,7 +40,8 @@ from bench_clicks import bench
 DEFAULT_DB = "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
 
 
-async def on_fresh_database(server: str, runs: int, replicas: int) -> dict[str, float]:
+async def on_fresh_database(server: str, runs: int, replicas: int,
+                            statements: int = 0) -> dict[str, float]:
     """``bench`` on a database created for it on ``server``, dropped afterwards."""
     import asyncpg  # type: ignore[import-untyped]
 
@@ -59,7 +60,7 @@ async def on_fresh_database(server: str, runs: int, replicas: int) -> dict[str, 
     try:
         return await bench(runs, 20, "effect",
                            url.set(database=name).render_as_string(hide_password=False),
-                           replicas=replicas, targets=False)
+                           replicas=replicas, targets=False, statements=statements)
     finally:
         await say(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
@@ -86,7 +87,7 @@ def spread(rounds: list[dict[str, float]], key: str, fmt: str = ".0f") -> str:
     return f"{mid:{fmt}} ({min(values):{fmt}}-{max(values):{fmt}})"
 
 
-async def main_async(db: str, runs: int, rounds: int) -> int:
+async def main_async(db: str, runs: int, rounds: int, statements: int = 0) -> int:
     ones: list[dict[str, float]] = []
     threes: list[dict[str, float]] = []
     for n in range(rounds):
@@ -97,7 +98,7 @@ async def main_async(db: str, runs: int, rounds: int) -> int:
             what = ("one serve process (baseline)" if replicas == 1
                     else "three serve replicas, clicks spread over them")
             print(f"\n== round {n + 1} of {rounds}: {what} (a fixed loop took {speed:.0f} ms)")
-            got = await on_fresh_database(db, runs, replicas)
+            got = await on_fresh_database(db, runs, replicas, statements)
             got["speed"] = speed
             (ones if replicas == 1 else threes).append(got)
         one, three = ones[-1], threes[-1]
@@ -153,10 +154,13 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=3,
                    help="rounds of one then three replicas (the order alternates); the "
                         "targets are judged on the medians")
+    p.add_argument("--statements", type=int, default=0, metavar="N",
+                   help="also print, each round, the N statements the replicas sent most, "
+                        "per decision")
     a = p.parse_args()
     if a.rounds < 1:
         p.error("--rounds must be at least 1")
-    return asyncio.run(main_async(a.db, a.runs, a.rounds))
+    return asyncio.run(main_async(a.db, a.runs, a.rounds, a.statements))
 
 
 if __name__ == "__main__":

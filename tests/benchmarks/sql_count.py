@@ -16,6 +16,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import re
 import signal
 from collections.abc import Iterable
 from pathlib import Path
@@ -60,6 +61,22 @@ def snapshot(directory: Path, pids: Iterable[int]) -> dict[str, int]:
         if path.exists():
             total.update(json.loads(path.read_text()))
     return dict(total)
+
+
+def by_statement(before: dict[str, int], after: dict[str, int]) -> list[tuple[int, str]]:
+    """What was sent between two snapshots, statement by statement, most sent first (the
+    SQL on one line, a long column list shortened to ``*``): which statements a change
+    should look at."""
+    sent = [(n - before.get(sql, 0), shape(sql)) for sql, n in after.items()]
+    return sorted(((n, sql) for n, sql in sent if n), key=lambda x: (-x[0], x[1]))
+
+
+def shape(sql: str) -> str:
+    """``sql`` on one line, a SELECT's or RETURNING's list of more than two columns as ``*``
+    (two reads of one table differ in their WHERE, not in their columns)."""
+    flat = " ".join(sql.split())
+    return re.sub(r"\b(SELECT|RETURNING) ((?:DISTINCT )?)([^,() ]+, [^,() ]+(?:, [^,() ]+)+)"
+                  r"(?= FROM|$)", r"\1 \2*", flat)
 
 
 def per_kind(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
