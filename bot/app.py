@@ -189,6 +189,7 @@ class SlackService:
         self.client = AsyncWebClient(token=settings.slack_bot_token.get_secret_value(),
                                      base_url=settings.slack_api_url, session=self.http)
         engine.directory = SlackDirectory(self.client)
+        engine.intake.directory = engine.directory  # (issue 37: assembled once, not swapped)
         socket = settings.slack_app_token is not None
         self.mode = "Socket Mode" if socket else f"HTTP on port {settings.port}"
         secret = settings.slack_signing_secret

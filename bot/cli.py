@@ -132,6 +132,7 @@ async def with_engine(s: Settings, fn: Callable[[Engine], Awaitable[int]]) -> in
     engine = None
     try:
         engine = build_engine(s, db)
+        await engine.note_policy()
         return await fn(engine)
     finally:
         if engine is not None:

@@ -5,6 +5,7 @@ A missing or malformed setting stops start-up with one line naming the variable.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import platformdirs
@@ -65,6 +66,8 @@ class Settings(BaseSettings):
     audit_channel: str | None = Field(None, validation_alias=_env("APPROVALD_AUDIT_CHANNEL"))
     audit_head_interval: float = Field(3600.0, ge=60, le=7 * 86400,
                                        validation_alias=_env("APPROVALD_AUDIT_HEAD_INTERVAL"))
+    # the longest any request (or rung of its ladder) may wait, policy file and callers alike
+    max_ttl: str = Field("30d", validation_alias=_env("APPROVALD_MAX_TTL"))
     # serve prunes finished runs older than this once a day (e.g. "90d"); unset: never
     prune_older_than: str | None = Field(None,
                                          validation_alias=_env("APPROVALD_PRUNE_OLDER_THAN"))
@@ -112,6 +115,17 @@ class Settings(BaseSettings):
         if parse_duration(v) < MIN_HORIZON:
             raise ValueError("must be at least 1d")
         return v
+
+    @field_validator("max_ttl")
+    @classmethod
+    def _max_ttl(cls, v: str) -> str:
+        from runtime.policy import parse_duration
+        parse_duration(v)
+        return v
+
+    def max_ttl_value(self) -> timedelta:
+        from runtime.policy import parse_duration
+        return parse_duration(self.max_ttl)
 
     @field_validator("audit_key")
     @classmethod

@@ -110,6 +110,7 @@ class Service:
         over: connected, refused (:attr:`fatal` is set and so is the stop event), or
         failed, in which case connecting goes on in the background.
         """
+        await self.engine.note_policy()
         self.pending_scheduled = await self.scheduler.start()
         await self.wakeups.start()
         if self.slack is not None and self.settings.audit_channel:

@@ -25,7 +25,12 @@ from store.db import Database
 
 
 def build_registry(settings: Settings) -> Registry:
-    policy = load_policy_file(settings.policy_file) if settings.policy_file else PolicyFile()
+    max_ttl = settings.max_ttl_value()
+    if settings.policy_file:
+        policy = load_policy_file(settings.policy_file, max_ttl=max_ttl)
+    else:
+        policy = PolicyFile()
+        policy.max_ttl = max_ttl
     registry = Registry(demo_agents(settings.demo_ledger), policy=policy)
     if settings.agents:
         # `python -m` semantics: modules in the current directory are importable, so

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from runtime.canonical import canonical_json, sha256_hex
 from runtime.errors import ConfigError, NotFound
 from runtime.models.base import Model, ToolSpec
-from runtime.policy import ApprovalPolicy, PolicyFile
+from runtime.policy import PolicyFile, is_namespaced, is_pattern
 from runtime.tools import Tool
 
 
@@ -96,18 +96,23 @@ class Registry:
                 await close()
 
     def check_policy(self) -> None:
-        """Refuse a policy file that names a tool no agent defines (likely a typo), unless
-        it says the tool is one that HTTP API callers run themselves (``external = true``)."""
+        """Refuse a policy file that names a tool no agent defines (likely a typo). Entries
+        for other sources' tools (``api:TOKEN/TOOL``, ``mcp:GATEWAY/TOOL``,
+        ``adapter:NAME/TOOL``) and globs need no agent; they are checked over the file's
+        ``[default]``, as they will be applied."""
         defined = {t.name for a in self._agents.values() for t in a.tools}
-        for name, override in self.policy.tools.items():
-            if name not in defined and not override.external:
+        kind, base = self.policy.default_policy()
+        for name in self.policy.tools:
+            if name in defined:
+                continue
+            if not is_namespaced(name) and not is_pattern(name):
                 raise ConfigError(
                     f"APPROVALD_POLICY_FILE: {self.policy.source or 'policy'}: "
-                    f"tools.{name}: no agent defines a tool named {name!r} (for a tool "
-                    "that HTTP API callers run themselves, set external = true)"
+                    f"tools.{name}: no agent defines a tool named {name!r} (a tool of an "
+                    f'HTTP API token is named "api:TOKEN/{name}", of an MCP gateway '
+                    f'"mcp:GATEWAY/{name}", of an adapter "adapter:NAME/{name}")'
                 )
-            if name not in defined:  # as for agents' tools: fail at start-up
-                self.policy.check(name, "approve_before", ApprovalPolicy())
+            self.policy.check(name, kind, base)  # as for agents' tools: fail at start-up
 
     def load_modules(self, spec: str) -> None:
         """Import ``APPROVALD_AGENTS`` modules (comma-separated) and add their agents.

@@ -1,9 +1,14 @@
 """Bearer tokens of the HTTP API, and the secrets that sign their decision webhooks.
 
-A token is ``apd_`` and 256 random bits. Only its SHA-256 is stored, so the token is shown
-once, when it is made, and reading the database does not let anyone call the API; a
-token this high in entropy needs no slow hash. A revoked token stops working at once
-(every request looks its hash up).
+A token is ``apd_`` and 256 random bits, and carries the tools it may ask about (names or
+globs, ``--tools 'deploy,db_*'``): a request for any other tool is refused. Making and
+revoking a token are grants and withdrawals of authority, so both are audited. Names that
+start with ``mcp.`` or ``adapter.`` belong to approvald's own MCP gateways and adapters
+(:mod:`runtime.intake`): no operator token takes one, and no bearer value exists for them.
+
+Only a token's SHA-256 is stored, so the token is shown once, when it is made, and reading
+the database does not let anyone call the API; a token this high in entropy needs no slow
+hash. A revoked token stops working at once (every request looks its hash up).
 
 Each token has a webhook secret, derived from the deployment's secret (``APPROVALD_SECRET``,
 the key approval-button tokens come from) and the token's random id: the database alone
@@ -14,17 +19,23 @@ the HMAC-SHA256 under that secret of ``<t>.`` followed by the exact body bytes.
 from __future__ import annotations
 
 import base64
+import fnmatch
 import hashlib
 import hmac
+import json
 import re
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from runtime.audit import AuditTrail
 from runtime.clock import Clock
 from runtime.errors import ApprovaldError, ConfigError, NotFound
 from runtime.ids import new_id
+from runtime.intake import RESERVED_CREDENTIALS, Source
 from store.db import Database
+from store.repos import Tx
 from store.repos.external import TokenRecord
 
 TOKEN_PREFIX = "apd_"
@@ -75,6 +86,57 @@ def check_name(name: str) -> str:
     return name
 
 
+def check_operator_name(name: str) -> str:
+    """A name an operator's token may take: not one of approvald's own credentials'."""
+    check_name(name)
+    if name.startswith(RESERVED_CREDENTIALS):
+        raise ApprovaldError(f"token names starting with {' or '.join(RESERVED_CREDENTIALS)} "
+                             f"belong to approvald's MCP gateways and adapters: {name!r}")
+    return name
+
+
+TOOL_PATTERN = re.compile(r"[A-Za-z0-9_.:/*?\[\]-]{1,100}")
+
+
+def parse_tools(text: str | Sequence[str]) -> list[str]:
+    """``"deploy, db_*"`` -> ``["deploy", "db_*"]``: the tool names or globs a token may
+    ask about (``*``: any)."""
+    items = text.split(",") if isinstance(text, str) else list(text)
+    tools = list(dict.fromkeys(t.strip() for t in items if t.strip()))
+    if not tools:
+        raise ApprovaldError("--tools names at least one tool (or '*' for any): the tools "
+                             "this token may ask about")
+    for t in tools:
+        if not TOOL_PATTERN.fullmatch(t):
+            raise ApprovaldError(f"not a tool name or glob: {t!r}")
+    return tools
+
+
+def token_tools(token: TokenRecord) -> list[str] | None:
+    """The tools ``token`` may ask about; None: any (a token made before scopes, or one of
+    approvald's own credentials, whose tools are its source's)."""
+    if token.tools is None:
+        return None
+    return [str(t) for t in json.loads(token.tools)]
+
+
+def allows(token: TokenRecord, tool: str) -> bool:
+    """May ``token`` ask about ``tool``?"""
+    tools = token_tools(token)
+    return tools is None or any(fnmatch.fnmatchcase(tool, t) for t in tools)
+
+
+def audit_token(audit: AuditTrail, tx: Tx, record: TokenRecord, *, action: str, actor: str,
+                via: str) -> None:
+    """The audit entry of a token made or revoked (never the token or its hash)."""
+    at = record.revoked_at if action == "token_revoked" and record.revoked_at \
+        else record.created_at
+    audit.record(tx, at=at, action=action, actor=actor, via=via,
+                  details={"token": record.name, "token_id": record.id,
+                           "tools": token_tools(record), "webhook_url": record.webhook_url,
+                           "created_by": record.created_by})
+
+
 def check_webhook_url(url: str) -> str:
     """An absolute http(s) URL with a host (anything else could never be delivered)."""
     parts = urlsplit(url)
@@ -84,11 +146,13 @@ def check_webhook_url(url: str) -> str:
     return url
 
 
-async def create(db: Database, clock: Clock, keys: WebhookKeys, name: str, *,
-                 created_by: str, webhook_url: str | None = None) -> NewToken:
-    """Make a token named ``name`` (names are never reused, so the audit log's
-    ``external:<name>`` always means one token)."""
-    check_name(name)
+async def create(db: Database, clock: Clock, keys: WebhookKeys, audit: AuditTrail, name: str, *,
+                 created_by: str, via: str, tools: str | Sequence[str],
+                 webhook_url: str | None = None) -> NewToken:
+    """Make a token named ``name`` that may ask about ``tools`` (names are never reused, so
+    the audit log's ``external:<name>`` always means one token); audited."""
+    check_operator_name(name)
+    scope = parse_tools(tools)
     if webhook_url is not None:
         check_webhook_url(webhook_url)
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
@@ -96,19 +160,55 @@ async def create(db: Database, clock: Clock, keys: WebhookKeys, name: str, *,
     async with db.write() as tx:
         if not await tx.external.add_token(
                 id=token_id, name=name, token_hash=token_hash(token), webhook_url=webhook_url,
-                created_at=clock.now(), created_by=created_by):
+                created_at=clock.now(), created_by=created_by, tools=json.dumps(scope)):
             raise ApprovaldError(f"there is already a token named {name!r} (names are never "
                                  "reused, even once revoked: pick another)")
         record = await tx.external.token(token_id)
-    assert record is not None
+        assert record is not None
+        audit_token(audit, tx, record, action="token_created", actor=created_by, via=via)
     return NewToken(record, token, keys.secret(token_id))
 
 
-async def revoke(db: Database, clock: Clock, name: str, *, by: str) -> TokenRecord:
+OWN = "system:"  # created_by of approvald's own credentials
+
+
+async def own_credential(db: Database, clock: Clock, audit: AuditTrail,
+                         source: Source) -> TokenRecord:
+    """The credential an MCP gateway's or an adapter's requests are made under, made on
+    first use (audited). No bearer value exists for it (the hash of one never shown), and
+    an operator's token is never taken for it, whatever its name: authority is not shared
+    between a bearer and approvald's own faces."""
+    name = source.credential
+    async with db.read() as tx:
+        found = await tx.external.token_named(name)
+    if found is None:
+        async with db.write() as tx:
+            made = await tx.external.add_token(
+                id=new_id(), name=name, token_hash=token_hash(secrets.token_urlsafe(32)),
+                webhook_url=None, created_at=clock.now(), created_by=f"{OWN}{source.kind}")
+            found = await tx.external.token_named(name)
+            assert found is not None
+            if made:
+                audit_token(audit, tx, found, action="token_created", actor=found.created_by,
+                            via=source.via)
+    if not found.created_by.startswith(OWN):
+        raise ApprovaldError(
+            f"the credential name {name} belongs to a token {found.created_by} made: "
+            f"approvald never shares a bearer token's authority with its {source.kind} "
+            f"{source.name!r}; give the {source.kind} another name")
+    return found
+
+
+async def revoke(db: Database, clock: Clock, audit: AuditTrail, name: str, *, by: str,
+                 via: str) -> TokenRecord:
+    """Stop ``name`` working at once (an MCP gateway's ``mcp.NAME`` switches it off);
+    audited."""
     async with db.write() as tx:
         record = await tx.external.revoke_token(name, by=by, now=clock.now())
         if record is None:
             found = await tx.external.token_named(name)
+        else:
+            audit_token(audit, tx, record, action="token_revoked", actor=by, via=via)
     if record is not None:
         return record
     if found is not None:
@@ -128,6 +228,7 @@ async def authenticate(db: Database, token: str) -> TokenRecord | None:
         return None
     async with db.read() as tx:
         record = await tx.external.token_by_hash(token_hash(token))
-    if record is None or record.revoked_at is not None:
-        return None
+    if record is None or record.revoked_at is not None \
+            or record.name.startswith(RESERVED_CREDENTIALS):
+        return None  # approvald's own credentials are never a bearer's
     return record

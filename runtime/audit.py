@@ -36,7 +36,7 @@ ACTIONS = frozenset({
     "requested", "reminded", "voted", "approved", "denied", "redirected", "edited", "expired",
     "escalated", "superseded", "executed", "outcome_unknown", "outcome_resolved", "cancelled",
     "cancel_requested", "refused", "failed", "needs_attention", "resumed",
-    "standing_granted", "standing_revoked",
+    "standing_granted", "standing_revoked", "token_created", "token_revoked", "policy_loaded",
 })
 _PENDING = "audit.pending"  # Tx.scratch key: entries recorded, not yet chained
 

@@ -26,6 +26,7 @@ from runtime.expiry import Expiry
 from runtime.external import ExternalRequests, is_external
 from runtime.gate import Gate
 from runtime.ids import TokenSigner, lease_id, new_id, owner_is_dead, worker_id
+from runtime.intake import Intake
 from runtime.ledger import Ledger
 from runtime.metrics import DecidedRuns, Meter
 from runtime.outcomes import Outcome
@@ -59,6 +60,7 @@ class Engine:
         self.clock: Clock = clock or SystemClock()
         self.config = config or EngineConfig()
         self.directory: Directory = directory or StaticDirectory(registry.policy.groups)
+        self.intake = Intake(lambda: registry.policy, self.directory)  # every face's way in
         self.signer = signer
         self.require_tokens = require_tokens
         self.owner = owner or worker_id()
@@ -115,6 +117,30 @@ class Engine:
     def notify_opened(self, approval_id: str) -> None:
         for fn in self._opened_listeners:
             fn(approval_id)
+
+    async def note_policy(self) -> bool:
+        """Record the policy file this process loaded as the one in force, and audit the
+        change when it differs from the last one recorded (invariant 18: an auditor can say
+        which policy governed each decision). True when it changed."""
+        policy = self.registry.policy
+        async with self.db.read() as tx:
+            if await tx.policy.current() == policy.digest:
+                return False  # the common case: no write at all
+
+        async def write(tx: Tx) -> bool:
+            now = self.clock.now()
+            before = await tx.policy.replace(digest=policy.digest,
+                                             source=policy.source or "(none)", now=now)
+            if before == policy.digest:
+                return False
+            self.audit.record(tx, at=now, action="policy_loaded", actor=f"process:{self.owner}",
+                              via="runtime",
+                              details={"digest": policy.digest, "previous": before,
+                                       "source": policy.source or None,
+                                       "tools": sorted(policy.tools)})
+            return True
+
+        return await self.db.transact(write, what="the policy in force")
 
     # -- helpers ----------------------------------------------------------------------
     def check_payload(self, text: str, *, what: str) -> None:

@@ -12,7 +12,8 @@ is an ordinary approval of an ordinary run, opened by :meth:`runtime.gate.Gate.i
 the card goes through the outbox, reminders, expiry and escalation come from the sweep,
 a click or the CLI decides by the same compare-and-set, and the audit log chains it all.
 The ``external_requests`` row beside the run holds what is the caller's: its token, the
-idempotency key, the policy it named, the webhook URL, and its report. The report is a
+idempotency key, the policy name the call was resolved under (by the intake, from the
+token's source: never named by the caller), the webhook URL, and its report. The report is a
 row of the execution ledger (``<id>:call``) and an ``executed`` audit entry, so the audit
 export shows requested, approved and executed with the exact arguments.
 
@@ -31,27 +32,26 @@ import asyncio
 import contextlib
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import ValidationError
-
+from runtime.api_tokens import allows, token_tools
 from runtime.audit import Entry
 from runtime.canonical import call_digest, canonical_json, compact_json, sha256_hex
 from runtime.errors import ApprovaldError, InvalidArguments, NotFound
 from runtime.ids import new_id
-from runtime.policy import ApprovalPolicy, PolicyKind
+from runtime.intake import EXTERNAL_AGENT, IntakeError, Source, Tighten, check_json, requester
+from runtime.policy import ApprovalPolicy, CallPolicy, PolicyKind
 from runtime.tools import Tool
 from store.records import ApprovalRecord, ExecutionRecord, RunRecord
 from store.repos import Tx
 from store.repos.external import ExternalRecord, TokenRecord
 
 if TYPE_CHECKING:
-    from runtime.agent import Registry
     from runtime.engine import Engine
 
-AGENT_PREFIX = "external:"  # the agent of an external request's run: external:<token name>
+AGENT_PREFIX = EXTERNAL_AGENT  # the agent of an external request's run: external:<token name>
 STATUS = "external"  # its run's status while open, or approved and not yet reported
 ID_PREFIX = "x"
 CALL_ID = "call"  # the one call of the run: its ledger key is <id>:call
@@ -64,8 +64,8 @@ OPEN = frozenset({"pending", "superseded"})  # an approval that is not the answe
 
 class ExternalError(ApprovaldError):
     """A request the API cannot honour. ``code`` is stable: ``invalid_request``,
-    ``unknown_policy``, ``policy_governed``, ``idempotency_conflict``, ``not_approved``,
-    ``digest_mismatch``, ``already_reported``."""
+    ``tool_not_allowed``, ``idempotency_conflict``, ``not_approved``, ``cancelled``,
+    ``digest_mismatch``, ``already_reported``, ``already_started``."""
 
     def __init__(self, message: str, *, code: str, **fields: Any) -> None:
         super().__init__(message, **fields)
@@ -89,18 +89,18 @@ class NewRequest:
     args: dict[str, Any]
     requested_by: str
     packet: Mapping[str, Any] = field(default_factory=dict)  # doing, why, impact, evidence
-    policy: str | None = None  # the policy file entry whose policy (and rules) apply
-    approval: Mapping[str, Any] | None = None  # or approval fields of its own
+    # stricter than the operator's policy, never looser (the intake checks each field)
+    tighten: Tighten | None = None
     idempotency_key: str | None = None
     webhook_url: str | None = None
-    via: str = VIA  # the face the request came through, as the audit log names it
 
     def fingerprint(self) -> str:
         """What a retry must repeat exactly to be the same request."""
         return sha256_hex(canonical_json({
             "tool": self.tool, "args": self.args, "requested_by": self.requested_by,
-            "packet": dict(self.packet), "policy": self.policy,
-            "approval": None if self.approval is None else dict(self.approval),
+            "packet": dict(self.packet),
+            "tighten": None if self.tighten is None
+            else self.tighten.model_dump(mode="json", exclude_none=True),
             "webhook_url": self.webhook_url}))
 
 
@@ -112,7 +112,6 @@ class Report:
     args_digest: str  # of the arguments it ran: the approved (effective) ones
     result: Any = None
     error: str | None = None
-    via: str = VIA  # the face the report came through, as the audit log names it
 
     def fingerprint(self) -> str:
         return sha256_hex(canonical_json({"status": self.status, "args_digest": self.args_digest,
@@ -123,7 +122,8 @@ class CallerTool(Tool):
     """An external request's tool as the decision path sees it (an edit is checked here).
 
     approvald knows no schema for it: an edit is any JSON object, judged by the rules of
-    the policy the request named, which is why this tool carries that policy's name.
+    the operator's policy for the request's source and tool, which is why this tool is
+    named by its policy name (``api:TOKEN/TOOL``) and carries the file's default.
     """
 
     def __init__(self, tool: str, policy_name: str, kind: PolicyKind,
@@ -132,7 +132,7 @@ class CallerTool(Tool):
             raise ApprovaldError(f"{tool} is run by its caller, never by approvald")
 
         super().__init__(run_by_its_caller, name=policy_name, permission="execute",
-                         description=f"{tool}, run by the HTTP API caller that asked",
+                         description=f"{tool}, run by the caller that asked",
                          policy=kind, approval=approval)
         self.tool = tool
 
@@ -143,17 +143,19 @@ class CallerTool(Tool):
         if not isinstance(arguments, dict):
             raise InvalidArguments(f"arguments for {self.tool} must be a JSON object",
                                    errors=[{"loc": [], "msg": "expected an object"}])
+        bad = _non_finite(arguments)
+        if bad is not None:
+            raise InvalidArguments(f"{bad}: a number JSON cannot round-trip",
+                                   errors=[{"loc": [bad], "msg": "not a JSON number"}])
         return dict(arguments)
 
 
-def base_policy(registry: Registry, name: str) -> tuple[PolicyKind, ApprovalPolicy]:
-    """The code's policy of an agent's tool called ``name``, which the policy file then
-    overrides; for a tool no agent defines (``external = true``), approve_before."""
-    for agent in registry.names():
-        t = registry.get(agent).tool(name)
-        if t is not None:
-            return t.policy, t.approval
-    return "approve_before", ApprovalPolicy()
+def _non_finite(value: Any) -> str | None:
+    try:
+        check_json(value, "args")
+    except IntakeError as exc:
+        return exc.field
+    return None
 
 
 def current(approvals: Sequence[ApprovalRecord]) -> ApprovalRecord | None:
@@ -204,6 +206,12 @@ def document(rec: ExternalRecord, run: RunRecord, a: ApprovalRecord | None,
                                "decided_via": a.decided_via, "decided_at": _iso(a.decided_at),
                                "reason": a.reason, "approvals": a.approve_count,
                                "quorum": a.quorum}
+    if run.status == "cancelled" and doc["status"] == "approved":
+        # approved, then cancelled before its call was reported: it must not run now
+        doc["status"] = "cancelled"
+        doc["decision"] = {**(doc["decision"] or {}), "verdict": "cancel",
+                           "decided_by": run.cancel_requested_by, "decided_via": "cancel",
+                           "decided_at": _iso(run.updated_at), "reason": run.cancel_reason}
     if execution is not None and execution.finished_at is not None:
         doc["result"] = {"status": execution.status, "result": execution.result_value(),
                          "error": execution.error, "args_digest": execution.args_digest,
@@ -211,26 +219,11 @@ def document(rec: ExternalRecord, run: RunRecord, a: ApprovalRecord | None,
     return doc
 
 
-def _first_error(exc: ValidationError) -> str:
-    err = exc.errors()[0]
-    where = ".".join(str(x) for x in err["loc"])
-    msg = str(err["msg"]).removeprefix("Value error, ")
-    return f"{where}: {msg}" if where else msg
-
-
 def _text(value: Any, limit: int) -> str | None:
     if value is None:
         return None
     text = value if isinstance(value, str) else compact_json(value)
     return text if len(text) <= limit else text[:limit] + "…"
-
-
-@dataclass(frozen=True)
-class _Policy:
-    kind: PolicyKind
-    approval: ApprovalPolicy
-    name: str | None
-    reason: str | None = None
 
 
 class _Taken(Exception):
@@ -252,18 +245,22 @@ class ExternalRequests:
     # -- create -------------------------------------------------------------------------
     async def create(self, token: TokenRecord, req: NewRequest) -> tuple[dict[str, Any], bool]:
         """Open a request (or find the one this idempotency key already made): (its
-        document, whether it is new). A retry must repeat the request exactly."""
-        self._check(req)
+        document, whether it is new). A retry must repeat the request exactly. The policy
+        is the operator's for the token's source and the tool (:mod:`runtime.intake`)."""
+        source = Source.of_credential(token.name)
+        req = self._check(token, source, req)
         fingerprint = req.fingerprint()
         if req.idempotency_key is not None:
             found = await self._made(token, req.idempotency_key, fingerprint)
             if found is not None:
                 return found, False
-        policy = self._policy(req)
+        chosen = await self.e.intake.tighten(
+            self.e.intake.resolve(source, req.tool, req.args), req.tighten)
         request_id = new_request_id()
         try:
             approval_id = await self.e.db.transact(
-                lambda tx: self._open(tx, token, req, policy, request_id, fingerprint),
+                lambda tx: self._open(tx, token, source, req, chosen, request_id,
+                                      fingerprint),
                 what="external request")
         except _Taken:
             assert req.idempotency_key is not None
@@ -277,17 +274,28 @@ class ExternalRequests:
         self.e.notify_outbox()
         return await self.get(token, request_id), True
 
-    def _check(self, req: NewRequest) -> None:
-        if not 1 <= len(req.tool) <= 100:
-            raise ExternalError("tool is 1-100 characters", code="invalid_request")
-        if not 1 <= len(req.requested_by) <= 200:
-            raise ExternalError("requested_by is 1-200 characters", code="invalid_request")
+    def _check(self, token: TokenRecord, source: Source, req: NewRequest) -> NewRequest:
+        """Bound what the caller gave, before anything is read or written; the request
+        with its requester in the one form identities are compared in."""
+        if not 1 <= len(req.tool) <= 100 or not req.tool.isprintable():
+            raise ExternalError("tool is 1-100 printable characters", code="invalid_request")
         if req.idempotency_key is not None and not 1 <= len(req.idempotency_key) <= 200:
             raise ExternalError("idempotency_key is 1-200 characters", code="invalid_request")
-        if req.policy is not None and not 1 <= len(req.policy) <= 100:
-            raise ExternalError("policy is 1-100 characters", code="invalid_request")
+        if not allows(token, req.tool):
+            raise ExternalError(
+                f"token {token.name} may not ask about {req.tool} (it may ask about: "
+                f"{', '.join(token_tools(token) or ['nothing'])}; the operator grants tools "
+                "with `approvald tokens create NAME --tools ...`)", code="tool_not_allowed")
+        check_json(req.args, "args")
+        check_json(dict(req.packet), "packet")
         self.e.check_payload(compact_json(req.args), what="the arguments")
         self.e.check_payload(compact_json(dict(req.packet)), what="the packet")
+        # a caller's claim of who asked must be a Slack user, to be compared with who
+        # approves; without one, the request is the source's own (``api:<token>``)
+        own = req.requested_by == f"{source.kind}:{source.name}"
+        who = req.requested_by if own else requester(req.requested_by,
+                                                     strict=source.kind == "api")
+        return req if who == req.requested_by else replace(req, requested_by=who)
 
     async def _made(self, token: TokenRecord, key: str,
                     fingerprint: str) -> dict[str, Any] | None:
@@ -302,78 +310,52 @@ class ExternalRequests:
                 code="idempotency_conflict", run_id=rec.id)
         return await self.get(token, rec.id)
 
-    def _policy(self, req: NewRequest) -> _Policy:
-        """What the policy says about this call, before anything is written."""
-        file = self.e.registry.policy
-        if req.approval is not None:
-            if req.policy is not None:
-                raise ExternalError("give policy or approval, not both", code="invalid_request")
-            if req.tool in file.tools:
-                raise ExternalError(
-                    f"{req.tool} is governed by the policy file ({file.source or 'policy'}): "
-                    "leave approval out, its policy applies", code="policy_governed")
-            try:
-                approval = ApprovalPolicy.model_validate(dict(req.approval))
-            except ValidationError as exc:
-                raise ExternalError(f"approval: {_first_error(exc)}",
-                                    code="invalid_request") from None
-            return _Policy("approve_before", approval, None)
-        name = req.policy or req.tool
-        kind, base = base_policy(self.e.registry, name)
-        defined = name in file.tools or any(
-            self.e.registry.get(a).tool(name) is not None for a in self.e.registry.names())
-        if not defined:
-            raise ExternalError(
-                f"no policy named {name!r}: name a [tools.NAME] entry of the policy file "
-                "(external = true for a tool no agent defines) as policy, or give approval "
-                "fields", code="unknown_policy")
-        chosen = file.for_call(name, kind, base, req.args)
-        return _Policy(chosen.kind, chosen.approval, name, chosen.reason)
-
-    def _packet(self, token: TokenRecord, req: NewRequest,
-                policy: _Policy) -> dict[str, Any]:
+    def _packet(self, token: TokenRecord, source: Source, req: NewRequest,
+                chosen: CallPolicy, name: str) -> dict[str, Any]:
         """The decision packet the card shows; everything in it is the caller's text (cards
-        escape it)."""
+        escape it), except ``why`` when the caller gave none."""
         p = req.packet
         evidence = []
         for item in p.get("evidence") or ():
             if isinstance(item, Mapping):
-                source, detail = item.get("source"), item.get("detail")
+                source_, detail = item.get("source"), item.get("detail")
             else:
-                source, detail = None, item
-            evidence.append({"tool": _text(source, 60) or "evidence", "call_id": "",
+                source_, detail = None, item
+            evidence.append({"tool": _text(source_, 60) or "evidence", "call_id": "",
                              "result": _text(detail, 400) or ""})
-        agent = AGENT_PREFIX + token.name
         return {
-            "agent": agent,
+            "agent": source.agent,
             "task": _text(p.get("task"), 500) or f"{req.tool}, asked over the HTTP API",
             "requested_by": req.requested_by,
             "doing": _text(p.get("doing"), 3000)
             or f"{token.name} wants to run {req.tool} (it runs the call itself once approved).",
             "evidence": evidence[:10],
             "impact": _text(p.get("impact"), 1000),
-            "risk": policy.approval.risk,
-            "why": _text(p.get("why"), 1000) or policy.approval.why
-            or (f"{req.tool} needs approval under policy {policy.name}." if policy.name
-                else f"{req.tool} needs approval under the approval fields it was sent with."),
+            "risk": chosen.approval.risk,
+            "why": _text(p.get("why"), 1000) or chosen.approval.why
+            or (f"{req.tool} needs approval under the operator's policy for {name}."
+                if chosen.entry is not None else
+                f"The policy file does not name {req.tool} ({name}): every call of it is "
+                "asked about, under the operator's default."),
             "description": _text(p.get("description"), 1000)
-            or f"{req.tool}, run by the HTTP API caller {token.name}",
-            "via": req.via,
+            or f"{req.tool}, run by the caller {token.name}",
+            "via": source.via,
         }
 
-    async def _open(self, tx: Tx, token: TokenRecord, req: NewRequest, policy: _Policy,
-                    request_id: str, fingerprint: str) -> str | None:
+    async def _open(self, tx: Tx, token: TokenRecord, source: Source, req: NewRequest,
+                    chosen: CallPolicy, request_id: str, fingerprint: str) -> str | None:
         now = self.e.clock.now()
-        packet = self._packet(token, req, policy)
+        name = source.policy_name(req.tool)
+        packet = self._packet(token, source, req, chosen, name)
         await tx.runs.create(run_id=request_id, agent=packet["agent"], task=packet["task"],
-                             requested_by=req.requested_by, instructions_version=req.via,
+                             requested_by=req.requested_by, instructions_version=source.via,
                              now=now, status=STATUS)
         digest = call_digest(req.tool, req.args)
-        kind = "auto" if policy.kind == "notify_after" else policy.kind
+        kind = "auto" if chosen.kind == "notify_after" else chosen.kind
         if not await tx.external.add(
                 id=request_id, token_id=token.id, idempotency_key=req.idempotency_key,
                 fingerprint=fingerprint, tool=req.tool, args=compact_json(req.args),
-                digest=digest, policy_name=policy.name, kind=kind, reason=policy.reason,
+                digest=digest, policy_name=name, kind=kind, reason=chosen.reason,
                 webhook_url=req.webhook_url or token.webhook_url, created_at=now):
             raise _Taken
         run = await tx.runs.get(request_id)
@@ -381,24 +363,25 @@ class ExternalRequests:
         if kind == "approve_before":
             return await self.e.gate.insert_approval(
                 tx, run=run, call_id=CALL_ID, kind="tool_call", tool=req.tool, args=req.args,
-                policy=policy.approval, rung=0, packet=packet)
+                policy=chosen.approval, rung=0, packet=packet)
         # the policy answers at once: audited as a request and its answer by the policy
-        rule = {"rule": policy.approval.rule} if policy.approval.rule else {}
+        rule = {"rule": chosen.approval.rule} if chosen.approval.rule else {}
         self.e.audit.record(
-            tx, at=now, action="requested", actor=f"agent:{packet['agent']}", via=req.via,
+            tx, at=now, action="requested", actor=f"agent:{packet['agent']}", via=source.via,
             run_id=request_id, digest=digest,
             details={"kind": "tool_call", "tool": req.tool, "args": req.args, "call_id": CALL_ID,
-                     "requested_by": req.requested_by, "policy": policy.name,
-                     "answer": policy.kind, **rule})
+                     "requested_by": req.requested_by, "policy": name,
+                     "policy_file": self.e.registry.policy.digest,
+                     "answer": chosen.kind, **rule})
         self.e.audit.record(
             tx, at=now, action="denied" if kind == "forbidden" else "approved",
             actor="system:policy", via="policy", run_id=request_id, digest=digest,
-            details={"tool": req.tool, "args": req.args, "policy": policy.name,
-                     "answer": policy.kind, "reason": policy.reason, **rule})
+            details={"tool": req.tool, "args": req.args, "policy": name,
+                     "answer": chosen.kind, "reason": chosen.reason, **rule})
         if kind == "forbidden":
             await tx.runs.update(request_id, expect_status=[STATUS], status="completed",
                                  result=compact_json({"status": "forbidden",
-                                                      "reason": policy.reason}),
+                                                      "reason": chosen.reason}),
                                  updated_at=now)
         rec = await tx.external.get(request_id)
         assert rec is not None
@@ -495,7 +478,8 @@ class ExternalRequests:
             if status != "approved" or run is None or run.status != STATUS:
                 why = status if status != "approved" or run is None else run.status
                 raise ExternalError(f"request {request_id} is {why}: only an approved call "
-                                    "that is still open runs", code="not_approved",
+                                    "that is still open runs",
+                                    code="cancelled" if why == "cancelled" else "not_approved",
                                     run_id=request_id)
             digest = a.effective_digest if a is not None else rec.digest
             if args_digest != digest:
@@ -541,6 +525,16 @@ class ExternalRequests:
                 raise ExternalError(f"request {request_id} is {status}: only an approved call "
                                     "runs, so only it is reported", code="not_approved",
                                     run_id=request_id)
+            started = await tx.executions.get(request_id, CALL_ID)
+            run = await tx.runs.get(request_id)
+            assert run is not None
+            if run.status != STATUS and started is None:
+                # closed (cancelled) before its call started: nothing can have run under it;
+                # a call started before the cancel did run, and its report is still taken
+                raise ExternalError(f"request {request_id} is {run.status}: its call was never "
+                                    "started, so there is nothing to report",
+                                    code="cancelled" if run.status == "cancelled"
+                                    else "not_approved", run_id=request_id)
             digest = a.effective_digest if a is not None else rec.digest
             args = a.effective_args() if a is not None else json.loads(rec.args)
             if rep.args_digest != digest:
@@ -549,7 +543,6 @@ class ExternalRequests:
                     f"digest {digest}: run exactly effective_args, and report their digest",
                     code="digest_mismatch", run_id=request_id)
             failed = rep.status == "failed"
-            started = await tx.executions.get(request_id, CALL_ID)
             if started is not None:  # its intent, recorded by start(): the result completes it
                 await tx.executions.record_result(
                     run_id=request_id, call_id=CALL_ID, status=rep.status, result=result_text,
@@ -562,16 +555,17 @@ class ExternalRequests:
                     result=result_text, error_class="ReportedByCaller" if failed else None,
                     error=rep.error, latency_ms=None)
             await tx.external.set_reported(request_id, result_digest=fingerprint, now=now)
-            run = await tx.runs.get(request_id)
-            assert run is not None
             self.e.audit.record(
-                tx, at=now, action="executed", actor=f"agent:{run.agent}", via=rep.via,
+                tx, at=now, action="executed", actor=f"agent:{run.agent}",
+                via=Source.of_run(run.agent).via,
                 run_id=request_id, approval_id=a.id if a is not None else None, digest=digest,
                 details={"tool": rec.tool, "args": args, "status": rep.status,
                          "idempotency_key": f"{request_id}:{CALL_ID}",
                          "result": json.loads(result_text) if len(result_text) <= 2000
                          else result_text[:2000] + "…", "error": rep.error,
                          "reported_by": run.agent})
+            if run.status != STATUS:  # reported after a cancel: the run stays cancelled
+                return True
             await tx.runs.update(request_id, expect_status=[STATUS],
                                  status="failed" if failed else "completed",
                                  result=None if failed else result_text,
@@ -590,6 +584,10 @@ class ExternalRequests:
         seen: set[str] = set()
         for entry in entries:
             run_id, approval_id = entry.run_id, entry.approval_id
+            if run_id and not approval_id and entry.action == "cancelled" \
+                    and is_external(run_id):
+                await self._cancelled(tx, run_id)
+                continue
             if not run_id or not approval_id or not is_external(run_id) \
                     or approval_id in seen:
                 continue
@@ -611,6 +609,19 @@ class ExternalRequests:
             await self._queue_webhook(tx, rec, document(rec, run, a, None), now)
             self._decided.append(run_id)
 
+    async def _cancelled(self, tx: Tx, run_id: str) -> None:
+        """A request cancelled after its approval (a pending one is told through its
+        approval's own ``cancelled`` entry): its caller learns it must not run the call."""
+        run = await tx.runs.get(run_id)
+        rec = await tx.external.get(run_id)
+        a = current(await tx.approvals.for_run(run_id))
+        if run is None or rec is None or run.status != "cancelled" \
+                or (a is not None and a.status != "approved") \
+                or not await tx.external.mark_decided(run_id, "cancelled"):
+            return
+        await self._queue_webhook(tx, rec, document(rec, run, a, None), self.e.clock.now())
+        self._decided.append(run_id)
+
     async def _queue_webhook(self, tx: Tx, rec: ExternalRecord, doc: dict[str, Any],
                              now: datetime) -> None:
         if rec.webhook_url is None:
@@ -624,12 +635,14 @@ class ExternalRequests:
 
     # -- the decision path's view of the tool -------------------------------------------
     async def tool(self, request_id: str) -> Tool:
-        """The tool an edit of this request's approval is checked against."""
+        """The tool an edit of this request's approval is checked against: named by the
+        policy name of its source and tool, over the operator's default (whatever the
+        request once recorded, the rules of today's policy for its source judge an edit)."""
         async with self.e.db.read() as tx:
             rec = await tx.external.get(request_id)
-        if rec is None:
+            run = await tx.runs.get(request_id)
+        if rec is None or run is None:
             raise NotFound(f"no request {request_id}", run_id=request_id)
-        if rec.policy_name is None:  # approval fields of its own: no rules to stay within
-            return CallerTool(rec.tool, rec.tool, "approve_before", ApprovalPolicy())
-        kind, base = base_policy(self.e.registry, rec.policy_name)
-        return CallerTool(rec.tool, rec.policy_name, kind, base)
+        source = Source.of_run(run.agent)
+        kind, base = self.e.intake.base(source)
+        return CallerTool(rec.tool, source.policy_name(rec.tool), kind, base)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from runtime.canonical import call_digest, compact_json
 from runtime.ids import new_id, new_nonce
+from runtime.intake import Source, snapshot_digest
 from runtime.policy import ApprovalPolicy
 from runtime.state import AssistantMessage, ToolCall, ToolMessage
 from runtime.tools import Tool
@@ -117,6 +118,8 @@ class Gate:
         ttl = ttl or rung_ttl
         approval_id = new_id()
         digest = call_digest(tool, args)
+        source = Source.of_run(str(packet.get("agent") or (run.agent if run else "")))
+        snapshot = policy.snapshot()
         run_id = run.id if run else supersedes.run_id if supersedes else ""
         requested_by = (run.requested_by if run else
                         supersedes.requested_by if supersedes else "")
@@ -125,7 +128,7 @@ class Gate:
             args=compact_json(args), digest=digest, status="pending", rung=rung,
             supersedes=supersedes.id if supersedes else None,
             approvers=compact_json(approvers), quorum=quorum, approve_count=0,
-            policy=compact_json(policy.snapshot()), packet=compact_json(packet),
+            policy=compact_json(snapshot), packet=compact_json(packet),
             requested_by=requested_by, token_nonce=new_nonce(), requested_at=now,
             expires_at=now + ttl, reminders_sent=0,
             next_reminder_at=first_reminder(policy, now, ttl if kind == "tool_call"
@@ -134,13 +137,18 @@ class Gate:
         if card:  # (a request a standing approval approves as it is made has no card)
             await tx.outbox.add(kind=CARD_POST, group_key=approval_id,
                                 payload=compact_json({"approval_id": approval_id}), now=now)
+        # the source, the policy name it was resolved under and the digests of that policy
+        # and of the file in force: an auditor can tell under which rules each request ran
         self.e.audit.record(
             tx, at=now, action="requested", actor=f"agent:{packet.get('agent', '')}",
-            via="runtime", run_id=run_id, approval_id=approval_id, digest=digest,
+            via=source.via, run_id=run_id, approval_id=approval_id, digest=digest,
             details={"kind": kind, "tool": tool, "args": args, "call_id": call_id,
                      "requested_by": requested_by, "approvers": approvers, "quorum": quorum,
                      "rung": rung, "expires_at": (now + ttl).isoformat(), "risk": policy.risk,
                      "edits": policy.edits, "supersedes": supersedes.id if supersedes else None,
+                     "source": source.subject(tool), "policy": source.policy_name(tool),
+                     "policy_digest": snapshot_digest(snapshot),
+                     "policy_file": self.e.registry.policy.digest,
                      **({"rule": policy.rule} if policy.rule else {})},
         )
         return approval_id

@@ -22,8 +22,10 @@ by the rules it was written under (see :func:`_stored`).
 
 from __future__ import annotations
 
+import fnmatch
 import functools
 import json
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -45,6 +47,7 @@ from pydantic import (
     model_validator,
 )
 
+from runtime.canonical import canonical_json, sha256_hex
 from runtime.errors import ConfigError
 from runtime.identity import (
     InvalidIdentity,
@@ -60,6 +63,12 @@ POLICY_KINDS: tuple[str, ...] = ("auto", "notify_after", "approve_before", "forb
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(d|h|m|s)")
 _UNIT_SECONDS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
+# no duration anyone types is longer: beyond it, times computed from it could overflow
+# (a datetime past the year 9999), so every parsed duration is refused above it
+MAX_DURATION = timedelta(days=3650)
+# the longest an approval request (or one rung of its ladder) may wait, unless the
+# operator says otherwise (APPROVALD_MAX_TTL)
+DEFAULT_MAX_TTL = timedelta(days=30)
 
 
 def parse_duration(value: object) -> timedelta:
@@ -67,7 +76,10 @@ def parse_duration(value: object) -> timedelta:
     if isinstance(value, timedelta):
         result = value
     elif isinstance(value, int | float) and not isinstance(value, bool):
-        result = timedelta(seconds=float(value))
+        seconds = float(value)
+        if not math.isfinite(seconds) or seconds > MAX_DURATION.total_seconds():
+            raise ValueError(f"not a duration: {value!r} (at most {MAX_DURATION.days}d)")
+        result = timedelta(seconds=seconds)
     elif isinstance(value, str):
         text = value.strip().lower()
         pos, total = 0, 0.0
@@ -78,9 +90,15 @@ def parse_duration(value: object) -> timedelta:
             pos = m.end()
         if pos == 0 or text[pos:].strip():
             raise ValueError(f"not a duration: {value!r} (use e.g. '30m', '1h', '90s', '2d')")
+        if not total <= MAX_DURATION.total_seconds():
+            raise ValueError(f"{value!r} is longer than any duration approvald accepts "
+                             f"({MAX_DURATION.days}d)")
         result = timedelta(seconds=total)
     else:
         raise ValueError(f"not a duration: {value!r}")
+    if result > MAX_DURATION:
+        raise ValueError(f"{format_duration(result)} is longer than any duration approvald "
+                         f"accepts ({MAX_DURATION.days}d)")
     if result <= timedelta(0):
         raise ValueError("a duration must be positive")
     return result
@@ -326,9 +344,46 @@ class ToolOverride(_Fields):
     """What a deployment may override for one tool, and its rules on arguments."""
 
     rules: list[Rule] = Field(default_factory=list)
-    # a tool that callers of the HTTP API run themselves: no agent need define it, and a
-    # request names it as its policy (approve_before unless ``policy`` says otherwise)
-    external: bool = False
+    # gone: a tool of an HTTP API caller is named by its source now (api:<token>/<tool>),
+    # so an entry can no longer be "external" to lend its policy to any caller that names it
+    external: bool | None = None
+
+    @field_validator("external")
+    @classmethod
+    def _external_is_gone(cls, v: bool | None) -> None:
+        if v is not None:
+            raise ValueError(
+                "external is no longer read: tools of other sources are named by source, "
+                'e.g. [tools."api:TOKEN/TOOL"] for an HTTP API token\'s tool, '
+                '[tools."mcp:GATEWAY/TOOL"] for an MCP gateway\'s, '
+                '[tools."adapter:NAME/TOOL"] for a framework adapter\'s, or a glob such as '
+                '[tools."api:*/deploy"]')
+        return None
+
+
+class DefaultPolicy(_Fields):
+    """``[default]``: what a tool nobody named gets (a call an HTTP API caller, an MCP
+    gateway or an adapter asks about that no ``[tools]`` entry matches): ask, with these
+    approvers and limits, or refuse outright. Never ``auto``: silence in the file asks."""
+
+    @field_validator("policy")
+    @classmethod
+    def _asks_or_refuses(cls, v: PolicyKind | None) -> PolicyKind | None:
+        if v not in (None, "approve_before", "forbidden"):
+            raise ValueError("the default is 'approve_before' or 'forbidden': a tool the "
+                             "file does not name is never run without asking")
+        return v
+
+
+def is_pattern(name: str) -> bool:
+    """Whether a ``[tools]`` key is a glob (``api:*/deploy``, ``mcp:files/*``)."""
+    return any(c in name for c in "*?[")
+
+
+def is_namespaced(name: str) -> bool:
+    """Whether a policy name names a tool of another source than approvald's agents
+    (``api:TOKEN/TOOL``, ``mcp:GATEWAY/TOOL``, ``adapter:NAME/TOOL``)."""
+    return ":" in name
 
 
 @dataclass(frozen=True)
@@ -340,38 +395,113 @@ class CallPolicy:
     approval: ApprovalPolicy
     rule: int | None = None  # index of the matched rule; None: the tool's own policy
     reason: str | None = None
+    entry: str | None = None  # the [tools] key that applied (None: no entry matched)
 
 
 class PolicyFile(BaseModel):
-    """The parsed ``APPROVALD_POLICY_FILE``: per-tool overrides and static group membership."""
+    """The parsed ``APPROVALD_POLICY_FILE``: per-tool overrides, the default for tools it
+    does not name, and static group membership.
+
+    A ``[tools]`` key is a policy name, exact (``issue_refund``, ``api:billing/refund``) or
+    a glob (``api:*/deploy``); an exact key wins over globs, and among globs the first in
+    the file that matches.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     tools: dict[str, ToolOverride] = Field(default_factory=dict)
+    default: DefaultPolicy = Field(default_factory=DefaultPolicy)
     groups: dict[GroupId, list[UserId]] = Field(default_factory=dict)
     source: str = Field(default="", exclude=True)
     # applied policies by (fields, base) identity: a gated call re-derives the same frozen
     # policy each time, and validating one is the cost of choosing it (bench_rules.py)
     _applied: dict[tuple[int, int, str | None], tuple[Any, ApprovalPolicy, ApprovalPolicy]] = \
         PrivateAttr(default_factory=dict)
+    _entries: dict[str, tuple[str, ToolOverride] | None] = PrivateAttr(default_factory=dict)
+    _digest: str | None = PrivateAttr(default=None)
+    # the longest a request (or any rung of its ladder) may wait: APPROVALD_MAX_TTL
+    _max_ttl: timedelta = PrivateAttr(default=DEFAULT_MAX_TTL)
+
+    @property
+    def max_ttl(self) -> timedelta:
+        return self._max_ttl
+
+    @max_ttl.setter
+    def max_ttl(self, value: timedelta) -> None:
+        self._max_ttl = value
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None,
+                   deep: bool = False) -> PolicyFile:
+        """A copy (with ``update``) whose caches start empty: an entry, a digest or an
+        applied policy found for this file says nothing of the copy's."""
+        copied = super().model_copy(update=update, deep=deep)
+        copied._applied, copied._entries, copied._digest = {}, {}, None
+        return copied
+
+    @property
+    def digest(self) -> str:
+        """SHA-256 of the policy as parsed (canonical JSON): which policy was in force."""
+        if self._digest is None:
+            self._digest = sha256_hex(canonical_json(self.model_dump(mode="json")))
+        return self._digest
+
+    def entry(self, name: str) -> tuple[str, ToolOverride] | None:
+        """The ``[tools]`` entry (key, fields) that governs policy name ``name``."""
+        if name in self._entries:
+            return self._entries[name]
+        found: tuple[str, ToolOverride] | None = None
+        exact = self.tools.get(name)
+        if exact is not None:
+            found = (name, exact)
+        else:
+            for key, override in self.tools.items():
+                if is_pattern(key) and fnmatch.fnmatchcase(name, key):
+                    found = (key, override)
+                    break
+        if len(self._entries) >= 4096:
+            self._entries.clear()
+        self._entries[name] = found
+        return found
+
+    def default_policy(self) -> tuple[PolicyKind, ApprovalPolicy]:
+        """The operator's policy for a tool nobody declared: ``[default]`` over asking."""
+        base = ApprovalPolicy()
+        return self.default.policy or "approve_before", \
+            self._apply(self.default, base, "default")
 
     def effective(
         self, tool: str, kind: PolicyKind, base: ApprovalPolicy
     ) -> tuple[PolicyKind, ApprovalPolicy]:
         """The deployment's policy kind and approval rules for ``tool`` (before its rules
         on arguments, which :meth:`for_call` applies)."""
-        override = self.tools.get(tool)
-        if override is None:
+        found = self.entry(tool)
+        if found is None:
             return kind, base
-        return override.policy or kind, self._apply(override, base, f"tools.{tool}")
+        key, override = found
+        return override.policy or kind, self._apply(override, base, f"tools.{key}")
 
     def check(self, tool: str, kind: PolicyKind, base: ApprovalPolicy) -> None:
         """Refuse, at start-up, a tool whose policy or any of whose rules could never be
-        applied (a ConfigError naming the file, the tool and the rule)."""
+        applied, or that waits longer than ``max_ttl`` (a ConfigError naming the file, the
+        tool and the rule)."""
         _, approval = self.effective(tool, kind, base)
-        override = self.tools.get(tool)
-        for i, rule in enumerate(override.rules if override else ()):
-            self._apply(rule, approval, f"tools.{tool}.rules[{i}]")
+        found = self.entry(tool)
+        where = f"tools.{found[0]}" if found else f"tool {tool}"
+        self.check_bounds(approval, where)
+        for i, rule in enumerate(found[1].rules if found else ()):
+            label = f"{where}.rules[{i}]"
+            self.check_bounds(self._apply(rule, approval, label), label)
+
+    def check_bounds(self, approval: ApprovalPolicy, where: str) -> None:
+        """A policy whose request or any rung waits longer than ``max_ttl`` is refused."""
+        for i in range(1 + len(approval.escalate)):
+            ttl = approval.rung(i)[1]
+            if ttl > self.max_ttl:
+                rung = "ttl" if i == 0 else f"escalate[{i - 1}].ttl"
+                raise ConfigError(
+                    f"APPROVALD_POLICY_FILE: {self.source or 'policy'}: {where}.{rung}: "
+                    f"{format_duration(ttl)} is longer than the longest wait allowed, "
+                    f"{format_duration(self.max_ttl)} (APPROVALD_MAX_TTL)")
 
     def for_call(self, tool: str, kind: PolicyKind, base: ApprovalPolicy,
                  args: Mapping[str, Any]) -> CallPolicy:
@@ -379,15 +509,16 @@ class PolicyFile(BaseModel):
         of the tool's rules whose condition holds, else the tool's policy. A condition that
         cannot be evaluated on these arguments fails closed: the call is forbidden."""
         kind, approval = self.effective(tool, kind, base)
-        override = self.tools.get(tool)
-        for i, rule in enumerate(override.rules if override else ()):
-            where = f"tools.{tool}.rules[{i}]"
+        found = self.entry(tool)
+        key = found[0] if found else None
+        for i, rule in enumerate(found[1].rules if found else ()):
+            where = f"tools.{key}.rules[{i}]"
             try:
                 matched = holds(rule.when, tool, args)
             except RuleError as exc:
                 return CallPolicy("forbidden", approval, i,
                                   f"{tool} is forbidden: policy rule {where} ({rule.when}) "
-                                  f"cannot be evaluated on these arguments: {exc}")
+                                  f"cannot be evaluated on these arguments: {exc}", key)
             if not matched:
                 continue
             rule_kind = rule.policy or kind
@@ -396,10 +527,10 @@ class PolicyFile(BaseModel):
             if rule_kind == "forbidden":
                 reason = rule.reason or f"{tool} is forbidden by policy rule {where} " \
                                         f"({rule.when})"
-            return CallPolicy(rule_kind, labelled, i, reason)
+            return CallPolicy(rule_kind, labelled, i, reason, key)
         reason = f"{tool} is forbidden by this deployment's policy" \
             if kind == "forbidden" else None
-        return CallPolicy(kind, approval, None, reason)
+        return CallPolicy(kind, approval, None, reason, key)
 
     def _apply(self, fields: _Fields, base: ApprovalPolicy, where: str, *,
                label: str | None = None) -> ApprovalPolicy:
@@ -425,7 +556,7 @@ class PolicyFile(BaseModel):
         return applied
 
 
-def load_policy_file(path: str | Path) -> PolicyFile:
+def load_policy_file(path: str | Path, *, max_ttl: timedelta = DEFAULT_MAX_TTL) -> PolicyFile:
     """Read and validate a policy file; any problem is one :class:`ConfigError` line."""
     p = Path(path)
     data = read_toml(p, error=ConfigError, missing=f"APPROVALD_POLICY_FILE: {p} does not exist",
@@ -436,6 +567,8 @@ def load_policy_file(path: str | Path) -> PolicyFile:
     except ValidationError as exc:
         raise ConfigError(f"APPROVALD_POLICY_FILE: {p}: {_first_error(exc)}") from None
     parsed.source = str(p)
+    parsed.max_ttl = max_ttl
+    parsed.default_policy()  # a [default] that could never apply fails here, at start-up
     return parsed
 
 

@@ -32,6 +32,7 @@ from runtime.errors import (
 )
 from runtime.failpoints import failpoint
 from runtime.gate import RUN_WAITING, GateRequest, build_packet
+from runtime.intake import Source
 from runtime.ledger import (
     Executed,
     OutcomeUnknown,
@@ -563,7 +564,8 @@ class Runner:
             except Exception as exc:  # PayloadTooLarge
                 observe({"status": "error", "error": str(exc)})
                 return
-            chosen = e.registry.policy.for_call(tool.name, tool.policy, tool.approval, args)
+            chosen = e.intake.resolve(Source("agent", agent.name), tool.name, args,
+                                      declared=(tool.policy, tool.approval))
             kind = chosen.kind
             if existing is None and kind == "forbidden":
                 observe({"status": "forbidden", "reason": chosen.reason})

@@ -10,9 +10,12 @@ holds, checked for each call:
   revoked it;
 * it was granted by as many distinct approvers as the requests it covers need (a quorum-2
   tool's standing approval needs two grants before it covers anything);
-* the call falls in the same policy band as the request it was granted on (the same rule,
-  approvers and quorum: a grant made in the default band never covers a call a rule sends
-  to finance, and a ``forbidden`` call is refused before any of this is asked);
+* the call comes from the same source and is of the same tool (its *subject*: an agent's
+  ``issue_refund`` and an HTTP API token's ``issue_refund`` are two subjects, see
+  :mod:`runtime.intake`), and the operator's policy resolved for it is the one the request
+  was granted under (equal digests of the resolved policy: a grant made in the default
+  band never covers a call a rule sends to finance, nor one under a policy changed since,
+  and a ``forbidden`` call is refused before any of this is asked);
 * the call is within its scope: the exact call, the same values for chosen arguments, or
   a CEL condition on the arguments (the policy rules' evaluator);
 * every granter is still one of the approvers (a user taken off the list, or out of the
@@ -22,23 +25,34 @@ holds, checked for each call:
 Each use is a compare-and-set on the standing approval's row (in the same transaction as
 the approved request it leaves behind, so a revocation that committed first stops the
 very next match), and the request and its audit entry name the standing approval.
+
+The row is a convenience; the audit chain is the record. Every grant, further grant and
+revocation is an audit entry that carries everything the row says (subject, scope, policy
+digest, window, grants), and a use checks the row against those entries first: a row that
+someone with write access to the database reactivated, widened or re-dated covers nothing
+(the refusal is audited), and ``audit verify`` proves from the chain alone that every call
+a standing approval let run was covered (:func:`check_uses`).
 """
 
 from __future__ import annotations
 
+import hmac
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from runtime.audit import entry_hash
 from runtime.canonical import call_digest, canonical_json, compact_json
 from runtime.decide import Actor, Decision
 from runtime.directory import DirectoryError, is_approver
 from runtime.errors import ApprovaldError, NotFound
 from runtime.gate import CARD_UPDATE
 from runtime.ids import new_id
+from runtime.intake import Source, policy_digest, snapshot_digest
 from runtime.policy import ApprovalPolicy, CallPolicy
 from runtime.rules import RuleError, compile_condition, holds
 from store.records import ApprovalRecord, RunRecord
@@ -47,6 +61,8 @@ from store.repos.standing import StandingRecord
 
 if TYPE_CHECKING:
     from runtime.engine import Engine
+
+log = logging.getLogger("approvald.standing")
 
 MIN_WINDOW = timedelta(minutes=15)
 MAX_WINDOW = timedelta(hours=8)
@@ -156,19 +172,29 @@ class StandingApprovals:
 
         async def write(tx: Tx) -> StandingRecord:
             sid = new_id()
+            run = await tx.runs.get(a.run_id)
+            assert run is not None
+            subject = Source.of_run(run.agent).subject(a.tool)
+            digest = snapshot_digest(a.policy)
+            scope_value = scope.model_dump(mode="json")
             await tx.standing.insert(
-                id=sid, tool=a.tool, scope=compact_json(scope.model_dump(mode="json")),
+                id=sid, tool=a.tool, scope=compact_json(scope_value),
                 rule=policy.rule, approvers=compact_json(a.approvers_value()),
                 quorum=a.quorum, allow_self_approval=policy.allow_self_approval,
                 grants=compact_json([actor.id]),
                 status="active" if a.quorum <= 1 else "proposed", granted_on=a.id, uses=0,
-                created_at=now, expires_at=now + window)
+                created_at=now, expires_at=now + window, subject=subject,
+                policy_digest=digest)
+            # everything the row says, so the chain alone can judge each of its uses
             self.e.audit.record(
                 tx, at=now, action="standing_granted", actor=actor.id, via=actor.via,
                 run_id=a.run_id, approval_id=a.id,
-                details={"standing_approval": sid, "tool": a.tool, "scope": scope.describe(),
+                details={"standing_approval": sid, "tool": a.tool, "subject": subject,
+                         "scope": scope.describe(), "scope_value": scope_value,
                          "window": str(window), "expires_at": (now + window).isoformat(),
-                         "grants": 1, "quorum": a.quorum, "rule": policy.rule})
+                         "grants": 1, "granted_by": [actor.id], "quorum": a.quorum,
+                         "rule": policy.rule, "approvers": a.approvers_value(),
+                         "policy_digest": digest})
             await self._redraw(tx, a.id, now)
             got = await tx.standing.get(sid)
             assert got is not None
@@ -224,8 +250,9 @@ class StandingApprovals:
                                       reason="changed")
             self.e.audit.record(
                 tx, at=now, action="standing_granted", actor=actor.id, via=actor.via,
+                run_id=await _run_of(tx, s), approval_id=s.granted_on,
                 details={"standing_approval": s.id, "tool": s.tool, "grants": len(grants),
-                         "quorum": s.quorum, "status": status})
+                         "granted_by": grants, "quorum": s.quorum, "status": status})
             await self._redraw(tx, s.granted_on, now)
             return done
 
@@ -257,7 +284,8 @@ class StandingApprovals:
                 raise StandingRefused(f"standing approval {s.id} is already {s.status}",
                                       reason="not_live")
             self.e.audit.record(tx, at=now, action="standing_revoked", actor=actor.id,
-                                via=actor.via,
+                                via=actor.via, run_id=await _run_of(tx, s),
+                                approval_id=s.granted_on,
                                 details={"standing_approval": s.id, "tool": s.tool,
                                          "uses": done.uses, "reason": reason})
             await self._redraw(tx, s.granted_on, now)
@@ -322,19 +350,24 @@ class StandingApprovals:
     async def candidate(self, run: RunRecord, tool: str, args: Mapping[str, Any],
                         chosen: CallPolicy) -> StandingRecord | None:
         """The oldest standing approval that covers this call now, if any (read only; the
-        use itself is the compare-and-set of :meth:`use`)."""
+        use itself is the compare-and-set of :meth:`use`). Who must have granted it, and
+        whether the requester may be among them, is the resolved policy's say, not the
+        row's."""
         now = self.e.clock.now()
+        subject = Source.of_run(run.agent).subject(tool)
         async with self.e.db.read() as tx:
-            found = await tx.standing.active_for(tool, now)
+            found = await tx.standing.active_for(subject, now)
         if not found:
             return None
-        approvers, _, quorum = chosen.approval.rung(0)
+        digest = policy_digest(chosen.approval)
+        _, _, quorum = chosen.approval.rung(0)
         for s in found:
-            if (s.rule != chosen.approval.rule or s.quorum != quorum
-                    or sorted(s.approvers_value()) != sorted(approvers)):
-                continue  # granted in another band
+            if s.policy_digest != digest:
+                continue  # granted under another policy, or in another band
             grants = s.grants_value()
-            if run.requested_by in grants and not s.allow_self_approval:
+            if len(set(grants)) < quorum:
+                continue
+            if run.requested_by in grants and not chosen.approval.allow_self_approval:
                 continue
             if not Scope.model_validate_json(s.scope).covers(tool, args):
                 continue
@@ -348,8 +381,19 @@ class StandingApprovals:
         """Inside the caller's transaction: count a use of ``s`` (compare-and-set) and leave
         an approved request for the call that names it; None if ``s`` is no longer as it
         was when it was found to cover the call (revoked, expired, or granted again: a
-        grant added since, the requester's own say, was not part of that check)."""
+        grant added since, the requester's own say, was not part of that check), or if
+        its row disagrees with the grants and revocations the audit chain records."""
         now = self.e.clock.now()
+        tampered = await self.tampered(tx, s)
+        if tampered is not None:
+            log.error("standing approval %s covers nothing: %s", s.id, tampered)
+            self.e.audit.record(
+                tx, at=now, action="refused", actor="system:standing", via=VIA,
+                run_id=run.id, approval_id=s.granted_on,
+                details={"verdict": "standing_use", "reason": "standing_tampered",
+                         "standing_approval": s.id, "tool": tool, "call_id": call_id,
+                         "message": tampered[:500]})
+            return None
         used = await tx.standing.use(s.id, seen=s.grants, now=now)
         if used is None:
             return None
@@ -366,8 +410,29 @@ class StandingApprovals:
                             run_id=run.id, approval_id=approval_id, digest=done.digest,
                             details={"tool": tool, "args": args, "standing_approval": s.id,
                                      "granted_by": grants, "use": used.uses,
+                                     "subject": Source.of_run(run.agent).subject(tool),
+                                     "policy_digest": policy_digest(policy),
                                      "scope": Scope.model_validate_json(s.scope).describe()})
         return done
+
+    async def tampered(self, tx: Tx, s: StandingRecord) -> str | None:
+        """How ``s``'s row disagrees with what the audit chain records of it (its grant
+        entries and any revocation), or None when it agrees."""
+        run_id = await _run_of(tx, s)
+        entries = [e for e in await tx.audit.query(run_id=run_id, approval_id=s.granted_on)
+                   if e.action in ("standing_granted", "standing_revoked")]
+        key = self.e.audit.key
+        for e in entries:
+            if key is not None and e.key_id == key.id and not hmac.compare_digest(
+                    e.hash, entry_hash(key, e.prev_hash, seq=e.seq, at=e.at,
+                                       action=e.action, actor=e.actor, via=e.via,
+                                       run_id=e.run_id, approval_id=e.approval_id,
+                                       digest=e.digest, details=e.details)):
+                return f"audit entry {e.seq} about it does not match its MAC"
+        state = StandingState()
+        for e in entries:
+            state.apply(e.action, json.loads(e.details), e.at, only=s.id)
+        return state.disagrees(s)
 
     async def _may_decide(self, s: StandingRecord, user: str) -> bool:
         """Is ``user`` (still) one of ``s``'s approvers? A directory that cannot answer
@@ -376,6 +441,75 @@ class StandingApprovals:
             return await is_approver(self.e.directory, s.approvers_value(), user)
         except DirectoryError:
             return False
+
+
+async def _run_of(tx: Tx, s: StandingRecord) -> str | None:
+    """The run of the request ``s`` was granted on (its audit entries are that run's)."""
+    a = await tx.approvals.get(s.granted_on)
+    return a.run_id if a is not None else None
+
+
+class StandingState:
+    """What the audit chain says of standing approvals: their grants, revocations and
+    scope, replayed entry by entry (used at each use, and by ``audit verify``)."""
+
+    def __init__(self) -> None:
+        self.granted: dict[str, dict[str, Any]] = {}  # id -> the first grant's details
+        self.grants: dict[str, list[str]] = {}
+        self.revoked: dict[str, datetime] = {}
+
+    def apply(self, action: str, details: Mapping[str, Any], at: datetime, *,
+              only: str | None = None) -> None:
+        sid = details.get("standing_approval")
+        if not isinstance(sid, str) or (only is not None and sid != only):
+            return
+        if action == "standing_granted":
+            if sid not in self.granted and "subject" in details:
+                self.granted[sid] = dict(details)
+            by = details.get("granted_by")
+            if isinstance(by, list):
+                self.grants[sid] = [str(x) for x in by]
+        elif action == "standing_revoked":
+            self.revoked.setdefault(sid, at)
+
+    def disagrees(self, s: StandingRecord) -> str | None:
+        grant = self.granted.get(s.id)
+        if grant is None:
+            return "no grant of it is in the audit log"
+        if s.id in self.revoked:
+            return f"the audit log records its revocation at {self.revoked[s.id].isoformat()}"
+        for field, row in (("subject", s.subject), ("policy_digest", s.policy_digest),
+                           ("expires_at", s.expires_at.isoformat()),
+                           ("scope_value", json.loads(s.scope))):
+            if grant.get(field) != row:
+                return f"its {field} is not the one granted"
+        if sorted(self.grants.get(s.id, [])) != sorted(s.grants_value()):
+            return "its grants are not the ones the audit log records"
+        return None
+
+    def covered(self, sid: str, *, at: datetime, subject: str | None, digest: str | None,
+                tool: str, args: Mapping[str, Any]) -> str | None:
+        """Why the use of ``sid`` at ``at`` was not covered by its audited grant, or None."""
+        grant = self.granted.get(sid)
+        if grant is None:
+            return "no grant of it precedes the use"
+        if sid in self.revoked and self.revoked[sid] <= at:
+            return f"it was revoked at {self.revoked[sid].isoformat()}"
+        if at >= datetime.fromisoformat(str(grant.get("expires_at"))):
+            return f"its window closed at {grant.get('expires_at')}"
+        if len(set(self.grants.get(sid, []))) < int(grant.get("quorum") or 1):
+            return "it did not have the grants its quorum needs"
+        if subject != grant.get("subject"):
+            return f"it covers {grant.get('subject')}, not {subject}"
+        if digest != grant.get("policy_digest"):
+            return "the call's policy is not the one it was granted under"
+        try:
+            scope = Scope.model_validate(grant.get("scope_value"))
+        except ValueError:
+            return "its audited scope cannot be read"
+        if not scope.covers(tool, args):
+            return f"the call is outside its scope ({scope.describe()})"
+        return None
 
 
 def _span(d: timedelta) -> str:

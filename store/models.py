@@ -280,6 +280,8 @@ class ApiToken(Base):
     created_by: Mapped[str] = mapped_column(String(200))
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     revoked_by: Mapped[str | None] = mapped_column(String(200))
+    # JSON list of the tool names or globs it may ask about; null: made before scopes (any)
+    tools: Mapped[str | None] = mapped_column(Text)
 
 
 class ExternalRequest(Base):
@@ -339,8 +341,26 @@ class StandingApproval(Base):
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     revoked_by: Mapped[str | None] = mapped_column(String(200))
+    # the source and tool it covers (agent:NAME/TOOL, api:TOKEN/TOOL, ...) and the digest
+    # of the resolved policy it was granted under; null (made before 0010): covers nothing
+    subject: Mapped[str | None] = mapped_column(String(300))
+    policy_digest: Mapped[str | None] = mapped_column(String(64))
 
-    __table_args__ = (Index("ix_standing_approvals_tool_status", "tool", "status"),)
+    __table_args__ = (Index("ix_standing_approvals_tool_status", "tool", "status"),
+                      Index("ix_standing_approvals_subject_status", "subject", "status"))
+
+
+class PolicyInForce(Base):
+    """The policy file the last process to start loaded (one row): a process that loads a
+    different one records the change in the audit log, so an auditor can tell which policy
+    governed each decision."""
+
+    __tablename__ = "policy_in_force"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    digest: Mapped[str] = mapped_column(String(64))
+    source: Mapped[str] = mapped_column(Text)
+    loaded_at: Mapped[datetime] = mapped_column(UTCDateTime())
 
 
 class AdapterPause(Base):

@@ -38,7 +38,7 @@ PG_ADMIN_URL = os.environ.get("APPROVALD_TEST_PG_URL",
                               "postgresql://postgres@127.0.0.1:5432/test")
 TABLES = ("approval_votes", "approvals", "audit_log", "audit_head", "limits", "outbox",
           "external_requests", "api_tokens", "standing_approvals", "adapter_pauses",
-          "run_threads", "run_events", "tool_executions", "runs")
+          "run_threads", "run_events", "tool_executions", "runs", "policy_in_force")
 
 
 async def _pg_admin(sql: str) -> None:

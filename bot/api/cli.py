@@ -11,6 +11,7 @@ from bot.api.service import webhook_keys
 from bot.config import Settings
 from bot.wiring import open_database
 from runtime import api_tokens
+from runtime.audit import AuditKey, AuditTrail
 from runtime.clock import Clock, FileClock, SystemClock
 from runtime.errors import ConfigError
 from store.repos.external import TokenRecord
@@ -20,9 +21,13 @@ def _clock(s: Settings) -> Clock:
     return FileClock(s.clock_file) if s.clock_file else SystemClock()
 
 
+def _audit(s: Settings) -> AuditTrail:
+    return AuditTrail(AuditKey(s.audit_key.get_secret_value()) if s.audit_key else None)
+
+
 def _row(t: TokenRecord) -> dict[str, Any]:
     return {"name": t.name, "created_at": t.created_at.isoformat(), "created_by": t.created_by,
-            "webhook_url": t.webhook_url,
+            "tools": api_tokens.token_tools(t), "webhook_url": t.webhook_url,
             "revoked_at": t.revoked_at.isoformat() if t.revoked_at else None,
             "revoked_by": t.revoked_by}
 
@@ -34,7 +39,12 @@ def add_commands(sub: Any, *, operator: Callable[[], str], json_help: str) -> No
     c = tk.add_parser("create", help="make a token and its webhook secret; both are printed "
                       "once (only the token's SHA-256 is kept)")
     c.add_argument("name", help="what the token is for (a-z, 0-9, '.', '_', '-'); requests "
-                   "it makes run as agent external:NAME")
+                   "it makes run as agent external:NAME, and its tools are named "
+                   "api:NAME/TOOL in the policy file")
+    c.add_argument("--tools", required=True, metavar="TOOLS",
+                   help="the tools it may ask about, comma-separated names or globs "
+                        "('deploy,db_*'; '*': any); a request for another tool is refused "
+                        "(403)")
     c.add_argument("--webhook-url", metavar="URL",
                    help="POST each decision on its requests here, signed with the webhook "
                         "secret (a request may name its own)")
@@ -47,16 +57,18 @@ def add_commands(sub: Any, *, operator: Callable[[], str], json_help: str) -> No
                               "(the key webhook secrets are derived from)")
         db = await open_database(s)
         try:
-            made = await api_tokens.create(db, _clock(s), keys, a.name,
-                                           created_by=operator(), webhook_url=a.webhook_url)
+            made = await api_tokens.create(db, _clock(s), keys, _audit(s), a.name,
+                                           created_by=operator(), via="cli", tools=a.tools,
+                                           webhook_url=a.webhook_url)
         finally:
             await db.close()
         if a.json:
             print(json.dumps({**_row(made.record), "token": made.token,
                               "webhook_secret": made.webhook_secret}, indent=2))
             return 0
-        print(f"token {a.name} created; it is shown this once (approvald keeps only its "
-              f"SHA-256):\n  token           {made.token}\n"
+        print(f"token {a.name} created for tools {', '.join(api_tokens.parse_tools(a.tools))}; "
+              f"it is shown this once (approvald keeps only its SHA-256):\n"
+              f"  token           {made.token}\n"
               f"  webhook secret  {made.webhook_secret}\n"
               f"Call the API with: Authorization: Bearer {made.token}")
         return 0
@@ -78,8 +90,13 @@ def add_commands(sub: Any, *, operator: Callable[[], str], json_help: str) -> No
         for t in rows:
             state = f"revoked {t.revoked_at:%Y-%m-%d %H:%M} by {t.revoked_by}" \
                 if t.revoked_at else "live"
+            tools = api_tokens.token_tools(t)
+            scope = "tools " + ",".join(tools) if tools is not None else (
+                "its own tools" if t.created_by.startswith(api_tokens.OWN)
+                else "any tool (made before token scopes)")
             print(f"{t.name:<24} created {t.created_at:%Y-%m-%d %H:%M} by {t.created_by}  "
-                  f"{state}" + (f"  webhook {t.webhook_url}" if t.webhook_url else ""))
+                  f"{state}  {scope}"
+                  + (f"  webhook {t.webhook_url}" if t.webhook_url else ""))
         if not rows:
             print("no tokens (make one with `approvald tokens create NAME`)")
         return 0
@@ -92,7 +109,8 @@ def add_commands(sub: Any, *, operator: Callable[[], str], json_help: str) -> No
     async def revoke(s: Settings, a: argparse.Namespace) -> int:
         db = await open_database(s)
         try:
-            t = await api_tokens.revoke(db, _clock(s), a.name, by=operator())
+            t = await api_tokens.revoke(db, _clock(s), _audit(s), a.name, by=operator(),
+                                        via="cli")
         finally:
             await db.close()
         print(f"token {t.name} revoked")

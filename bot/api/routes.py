@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import re
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -25,14 +26,15 @@ from runtime.canonical import compact_json
 from runtime.engine import Engine
 from runtime.errors import ApprovaldError, NotFound, PayloadTooLarge
 from runtime.external import MAX_WAIT, ExternalError, NewRequest, Report
+from runtime.intake import IntakeError, Tighten
 from store.repos.external import TokenRecord
 
 log = logging.getLogger("approvald.api")
 
 # ExternalError codes -> HTTP statuses
-STATUSES = {"invalid_request": 422, "unknown_policy": 422, "policy_governed": 422,
-            "idempotency_conflict": 409, "not_approved": 409, "digest_mismatch": 409,
-            "already_reported": 409}
+STATUSES = {"invalid_request": 422, "looser_than_policy": 422, "tool_not_allowed": 403,
+            "idempotency_conflict": 409, "not_approved": 409, "cancelled": 409,
+            "digest_mismatch": 409, "already_reported": 409, "already_started": 409}
 DEFAULT_WAIT = 30.0
 # the routes with a method each: another method on one of these paths is a 405
 _KNOWN = ((re.compile(r"/v1/requests"), "POST"),
@@ -42,6 +44,31 @@ _KNOWN = ((re.compile(r"/v1/requests"), "POST"),
           (re.compile(r"/v1/openapi\.json"), "GET"))
 
 Handler = Callable[[web.Request, TokenRecord], Awaitable[web.StreamResponse]]
+
+
+def _not_json(token: str) -> Any:
+    raise ValueError(f"{token} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e400: a number no JSON reader gets back as written
+        raise ValueError(f"{text[:40]} is out of the range of a JSON number")
+    return value
+
+
+def _tighten(body: schemas.Tighten | None) -> Tighten | None:
+    """The body's tighten as the intake reads it (a duration past what approvald accepts,
+    say, is refused here with its field named)."""
+    if body is None:
+        return None
+    try:
+        return Tighten.model_validate(body.model_dump(exclude_none=True))
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(x) for x in ("tighten", *err["loc"]))
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        raise ApiError(422, "invalid_request", f"{where}: {msg}") from None
 
 
 class ApiError(Exception):
@@ -89,7 +116,7 @@ class Routes:
                 return error(exc.status, exc.code, str(exc), exc.headers)
             except NotFound as exc:
                 return error(404, "not_found", str(exc))
-            except ExternalError as exc:
+            except (ExternalError, IntakeError) as exc:
                 return error(STATUSES.get(exc.code, 422), exc.code, str(exc))
             except PayloadTooLarge as exc:
                 return error(413, "payload_too_large", str(exc))
@@ -122,7 +149,8 @@ class Routes:
                 raise ApiError(413, "payload_too_large",
                                f"the body is over the {self.body_limit}-byte cap")
         try:
-            value = json.loads(raw.decode("utf-8"))
+            value = json.loads(raw.decode("utf-8"), parse_constant=_not_json,
+                               parse_float=_finite)
         except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
             raise ApiError(400, "malformed_json",
                            f"the body is not JSON: {str(exc)[:200]}") from None
@@ -146,9 +174,7 @@ class Routes:
             tool=body.tool, args=body.args,
             requested_by=body.requested_by or f"api:{token.name}",
             packet=body.packet.model_dump(exclude_none=True) if body.packet else {},
-            policy=body.policy,
-            approval=None if body.approval is None
-            else body.approval.model_dump(exclude_none=True),
+            tighten=_tighten(body.tighten),
             idempotency_key=body.idempotency_key, webhook_url=body.webhook_url))
         if doc["status"] == "forbidden":
             reason = (doc["decision"] or {}).get("reason") or "the policy forbids this call"

@@ -3,13 +3,16 @@ built from their JSON schemas (served at ``/v1/openapi.json``)."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from runtime.api_tokens import SIGNATURE_HEADER, check_webhook_url
 from runtime.errors import ApprovaldError
 from runtime.external import MAX_WAIT
+from runtime.policy import MAX_DURATION
+
+MAX_SECONDS = int(MAX_DURATION.total_seconds())
 
 
 class _In(BaseModel):
@@ -34,43 +37,52 @@ class Packet(_In):
     evidence: list[str | Evidence] = Field(default_factory=list, max_length=10)
 
 
-class Rung(_In):
-    approvers: list[str] = Field(min_length=1)
-    ttl: str | int
-    quorum: int = Field(1, ge=1)
+# what runtime.policy.parse_duration reads: "30m", "1h30m", "45s", "2d" (at most 3650d)
+DURATION = r"^\s*(\d{1,9}(\.\d{1,6})?\s*[dhms]\s*)+$"
+# a Slack user id, or a mention of one: "U024BE7LH", "u024be7lh", "<@U024BE7LH|dana>"
+USER_ID = r"^\s*([UuWw][A-Za-z0-9_]{2,30}|<@[UuWw][A-Za-z0-9_]{2,30}(\|[^>]*)?>)\s*$"
+APPROVER_ID = r"^\s*([UuWwSs][A-Za-z0-9_]{2,30}|<@[UuWw][A-Za-z0-9_]{2,30}(\|[^>]*)?>" \
+              r"|<!subteam\^[Ss][A-Za-z0-9_]{2,30}(\|[^>]*)?>)\s*$"
 
 
-class ApprovalFields(_In):
-    """Approval fields of the request's own, as in a policy file's ``[tools.NAME]`` (only
-    for a tool the policy file does not name)."""
+class Tighten(_In):
+    """Stricter than the operator's policy for this tool, never looser: each field must be
+    at least as strict as the policy's, or the request is refused (422,
+    ``looser_than_policy``). The policy itself is the operator's (the policy file's entry
+    for ``api:<token>/<tool>``, or its default), never the caller's."""
 
-    approvers: list[str] | None = Field(None, description="Slack user (U…) or group (S…) ids")
-    quorum: int | None = Field(None, ge=1, le=20)
-    allow_self_approval: bool | None = None
-    ttl: str | int | None = Field(None, description="e.g. '30m', '2h', or seconds")
-    reminders: list[str | float] | None = Field(None, description="e.g. ['50%', '90%']")
-    on_expire: Literal["cancel", "escalate"] | None = None
-    escalate: list[Rung] | None = None
-    risk: Literal["low", "medium", "high"] | None = None
-    why: str | None = Field(None, max_length=1000)
-    channel: str | None = None
-    edits: Literal["approve", "propose"] | None = None
+    approvers: list[Annotated[str, Field(pattern=APPROVER_ID)]] | None = Field(
+        None, min_length=1, max_length=50,
+        description="fewer approvers, drawn from the policy's (Slack user or group ids)")
+    quorum: int | None = Field(None, ge=1, le=20,
+                               description="more approvals than the policy's quorum")
+    ttl: Annotated[str, Field(pattern=DURATION, max_length=60)] | \
+        Annotated[int, Field(ge=1, le=MAX_SECONDS)] | None = Field(
+        None, description="a shorter wait than the policy's: '10m', '2h', or seconds")
+    edits: Literal["propose"] | None = Field(
+        None, description="an approver's edit is a proposal someone else must approve")
+    max_standing: Annotated[str, Field(pattern=r"^\s*0\s*$|" + DURATION[1:],
+                                       max_length=60)] | None = Field(
+        None, description="a shorter longest standing approval ('0': none)")
+    risk: Literal["low", "medium", "high"] | None = Field(
+        None, description="a higher risk than the policy's")
 
 
 class CreateRequest(_In):
-    """Ask for approval of one exact call, which the caller runs itself once approved."""
+    """Ask for approval of one exact call, which the caller runs itself once approved.
 
-    tool: str = Field(min_length=1, max_length=100)
+    Which policy applies is the operator's choice, not the caller's: the policy file's
+    entry for ``api:<token name>/<tool>`` (or a glob matching it), else its default, which
+    asks. The token must have been granted the tool (``tokens create --tools``)."""
+
+    tool: str = Field(min_length=1, max_length=100, pattern=r"^[^\x00-\x1f\x7f]+$")
     args: dict[str, Any] = Field(description="the exact arguments (their digest is bound)")
     packet: Packet | None = None
-    policy: str | None = Field(
-        None, min_length=1, max_length=100,
-        description="the policy file entry [tools.NAME] whose policy and rules apply "
-                    "(default: the tool's own name, unless approval is given)")
-    approval: ApprovalFields | None = None
-    requested_by: str | None = Field(None, min_length=1, max_length=200,
-                                     description="who asked (a Slack user id can then not "
-                                                 "approve their own request)")
+    tighten: Tighten | None = None
+    requested_by: str | None = Field(None, max_length=200, pattern=USER_ID,
+                                     description="the Slack user who asked (who then cannot "
+                                                 "approve their own request); default: "
+                                                 "the token itself")
     idempotency_key: str | None = Field(
         None, min_length=1, max_length=200,
         description="a retried create with this key returns the same request (200, not 201)")
@@ -172,7 +184,8 @@ def _errors(*codes: int) -> dict[str, Any]:
     what = {400: "malformed JSON or parameters", 401: "a missing, unknown or revoked token",
             404: "no such request (for this token)", 409: "a conflict with what is recorded",
             413: "the body (or its arguments or result) is too large",
-            422: "a well-formed body the request cannot be made from"}
+            422: "a well-formed body the request cannot be made from (a tighten field "
+                 "looser than the operator's policy, a number JSON cannot round-trip)"}
     return {str(c): _json("ErrorBody", what[c]) for c in codes}
 
 
@@ -200,7 +213,10 @@ def openapi(server: str | None = None) -> dict[str, Any]:
                     "201": _json("RequestDocument", "created (approved at once if the policy "
                                                     "says auto, else pending)"),
                     "200": _json("RequestDocument", "made before with this idempotency_key"),
-                    "403": _json("ForbiddenDocument", "the policy forbids this call"),
+                    "403": {"description": "the policy forbids this call (its document), or "
+                                           "the token may not ask about this tool (an error)",
+                            "content": {"application/json": {"schema": {"anyOf": [
+                                _ref("ForbiddenDocument"), _ref("ErrorBody")]}}}},
                     **_errors(400, 401, 409, 413, 422)}}},
             "/v1/requests/{id}": {"get": {
                 "operationId": "getRequest", "summary": "A request and its decision",

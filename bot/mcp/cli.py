@@ -62,6 +62,7 @@ async def mcp_proxy(s: Settings, a: argparse.Namespace) -> int:
             raise ApprovaldError(f"--requested-by: {exc}") from None
     db = await open_database(s)
     engine = build_engine(s, db)
+    await engine.note_policy()
     # on PostgreSQL, serve hears of new requests, and this process of decisions, at once
     # (on SQLite both sides poll)
     def woken(kind: str, key: str) -> None:

@@ -1,13 +1,16 @@
 """Each tool call through the MCP gateway, as an external request (no MCP in this module).
 
-A call is an external request of :mod:`runtime.external` made with the gateway's own
-token record, ``mcp.<name>`` (its run's agent is ``external:mcp.<name>``). The policy file
-answers it like any request: the tool's ``[tools.NAME]`` entry and its rules on arguments
-(a tool the file does not name is asked about under default approval fields: silence
-never lets a call through). What the request says decides what runs: an approved call is
-forwarded with its effective (possibly edited) arguments, its intent recorded before and
-its result after (the execution ledger's ``<request id>:call``, an ``executed`` audit
-entry), so ``approvald audit export`` shows requested, approved and executed.
+A call is an external request of :mod:`runtime.external` made under approvald's own
+credential for the gateway, ``mcp.<name>`` (its run's agent is ``external:mcp.<name>``; no
+bearer token exists for it, and an operator's token is never taken for it). Its source is
+``mcp:<name>``: the intake answers it with the operator's policy for ``mcp:<name>/<tool>``
+(a ``[tools]`` entry or a glob, with its rules on arguments), and a tool the file does not
+name gets the file's ``[default]``, which always asks: silence never lets a call through,
+and an agent's tool of the same name lends it nothing. What the request says decides what
+runs: an approved call is forwarded with its effective (possibly edited) arguments, its
+intent recorded before and its result after (the execution ledger's ``<request id>:call``,
+an ``executed`` audit entry), so ``approvald audit export`` shows requested, approved and
+executed.
 
 Idempotency. MCP request ids are per connection and a client's retry gets a new one, so
 the key is derived from the call itself: ``mcp:<digest of tool and arguments>:<n>``. The
@@ -28,20 +31,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import secrets
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, Literal, TypeVar
 
-from runtime.api_tokens import check_name, token_hash
+from runtime.api_tokens import check_name, own_credential
 from runtime.canonical import call_digest, compact_json
 from runtime.decide import Actor
 from runtime.engine import Engine
 from runtime.errors import ApprovaldError, PayloadTooLarge
 from runtime.external import CALL_ID, ExternalError, NewRequest, Report
-from runtime.ids import lease_id, new_id
+from runtime.ids import lease_id
+from runtime.intake import Source
 from runtime.state import FINAL_STATUSES
 from store.repos.external import TokenRecord
 
@@ -131,6 +134,7 @@ class Gateway:
         self.e = engine
         self.name = name
         self.token_name = check_name(TOKEN_PREFIX + name)
+        self.source = Source("mcp", name)
         self.requested_by = requested_by
         self.server = server[:300]
         self.heartbeat = heartbeat
@@ -143,20 +147,11 @@ class Gateway:
 
     # -- the token ----------------------------------------------------------------------
     async def token(self) -> TokenRecord:
-        """The gateway's token record, made on first use. Revoking it (``approvald tokens
-        revoke mcp.NAME``) switches the gateway off: it raises :class:`GatewayOff`. No
-        bearer token exists for it: the HTTP API cannot be called as the gateway."""
-        async with self.e.db.read() as tx:
-            found = await tx.external.token_named(self.token_name)
-        if found is None:
-            unusable = token_hash(secrets.token_urlsafe(32))  # thrown away: no one holds it
-            async with self.e.db.write() as tx:
-                await tx.external.add_token(id=new_id(), name=self.token_name,
-                                            token_hash=unusable, webhook_url=None,
-                                            created_at=self.e.clock.now(),
-                                            created_by=f"{ACTOR}:{self.name}")
-                found = await tx.external.token_named(self.token_name)
-            assert found is not None
+        """The gateway's credential, made on first use (audited). Revoking it (``approvald
+        tokens revoke mcp.NAME``) switches the gateway off: it raises :class:`GatewayOff`.
+        No bearer token exists for it (the HTTP API refuses every ``mcp.`` name), and an
+        operator's token is never taken for it."""
+        found = await own_credential(self.e.db, self.e.clock, self.e.audit, self.source)
         if found.revoked_at is not None:
             raise GatewayOff(f"the MCP gateway {self.name} is switched off: its token "
                              f"{self.token_name} was revoked by {found.revoked_by}")
@@ -242,7 +237,7 @@ class Gateway:
                       record: Any, error: str | None) -> None:
         status_: Literal["succeeded", "failed"] = \
             "failed" if status == "failed" else "succeeded"
-        rep = Report(status_, doc["effective_digest"], record, error, via=VIA)
+        rep = Report(status_, doc["effective_digest"], record, error)
         try:
             try:
                 await self.e.external.report(token, rid, rep)
@@ -250,7 +245,7 @@ class Gateway:
                 text = compact_json(record)
                 rep = Report(status_, doc["effective_digest"],
                              {"truncated": True, "chars": len(text),
-                              "start": text[:RESULT_SUMMARY]}, error, via=VIA)
+                              "start": text[:RESULT_SUMMARY]}, error)
                 await self.e.external.report(token, rid, rep)
         except Exception:  # the client still gets its answer; the log says what is missing
             log.exception("could not record the result of request %s: its ledger row stays "
@@ -330,10 +325,8 @@ class Gateway:
 
     def _new_request(self, tool: str, args: dict[str, Any], key: str) -> NewRequest:
         """The request for one call; everything in it is the same for every retry of it
-        (the idempotency key's fingerprint)."""
-        file = self.e.registry.policy
-        named = tool in file.tools or any(
-            self.e.registry.get(a).tool(tool) is not None for a in self.e.registry.names())
+        (the idempotency key's fingerprint). Its policy is the operator's for
+        ``mcp:<gateway>/<tool>`` (the intake resolves it), never an agent's tool's."""
         packet: dict[str, Any] = {
             "task": f"{tool}, called through the MCP gateway {self.name}",
             "doing": f"An MCP client of the gateway {self.name} calls {tool} on the MCP "
@@ -342,13 +335,8 @@ class Gateway:
             "description": self.descriptions.get(tool) or f"{tool}, a tool of the MCP "
                                                           f"server {self.name}",
         }
-        if named:
-            return NewRequest(tool=tool, args=args, requested_by=self.requested_by,
-                              packet=packet, idempotency_key=key, via=VIA)
-        packet["why"] = (f"The policy file does not name {tool}, a tool of the MCP server "
-                         f"{self.name}: every call of it is asked about.")
         return NewRequest(tool=tool, args=args, requested_by=self.requested_by,
-                          packet=packet, approval={}, idempotency_key=key, via=VIA)
+                          packet=packet, idempotency_key=key)
 
     # -- waiting for the decision -------------------------------------------------------
     async def _wait(self, token: TokenRecord, doc: dict[str, Any],

@@ -2,8 +2,9 @@
 
 A framework (LangGraph, Pydantic AI, the OpenAI Agents SDK) runs its own loop and its own
 tools; approvald decides and remembers. Each gated call becomes an *external request*
-(:mod:`runtime.external`), made in-process under a token named after the adapter, so its
-card, reminders, expiry, escalation, clicks, CLI and audit chain are those of any request.
+(:mod:`runtime.external`), made in-process under approvald's own credential for the
+adapter, so its card, reminders, expiry, escalation, clicks, CLI and audit chain are
+those of any request.
 The request is made with an idempotency key derived from the framework's own ids, so a
 re-run of the step that paused finds the request it made instead of making a second one.
 
@@ -18,18 +19,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-import secrets
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pydantic_core import to_jsonable_python
 
-from runtime.api_tokens import check_name, token_hash
-from runtime.canonical import compact_json, sha256_hex
+from runtime.api_tokens import check_name, own_credential
+from runtime.canonical import call_digest, compact_json, sha256_hex
 from runtime.errors import ApprovaldError, NotFound
 from runtime.external import ExternalError, NewRequest, Report
 from runtime.ids import new_id
+from runtime.intake import Source, Tighten
 from store.repos.adapters import AdapterPauseRecord
 from store.repos.external import TokenRecord
 
@@ -124,41 +125,35 @@ def call_key(framework: str, pause_key: str, call_id: str) -> str:
 class ApprovalGate:
     """The approvald side a framework adapter talks to (in-process, same database).
 
-    ``name`` names the adapter's token (``approvald tokens list`` shows it; revoking it
-    stops the adapter from asking) and so the agent of its requests, ``external:<name>``.
-    Which policy governs a call: ``policies[tool]`` names a ``[tools.NAME]`` entry of the
-    policy file; else the tool's own entry when the file names it; else the ``approval``
-    fields (approvers, quorum, ttl, ...) given here.
+    ``name`` names the adapter. Its requests are made under approvald's own credential
+    ``adapter.<name>`` (``approvald tokens list`` shows it; revoking it stops the adapter
+    from asking), never under an operator's token, and their source is ``adapter:<name>``:
+    the operator's policy for a call is the policy file's ``[tools."adapter:NAME/TOOL"]``
+    entry (or a glob), else its ``[default]``. ``tighten`` may make every request stricter
+    (:class:`runtime.intake.Tighten`), never looser.
     """
 
     def __init__(self, engine: Engine, *, name: str,
-                 approval: Mapping[str, Any] | None = None,
-                 policies: Mapping[str, str] | None = None) -> None:
+                 tighten: Tighten | Mapping[str, Any] | None = None) -> None:
         self.e = engine
         self.name = check_name(name)
-        self.approval = dict(approval) if approval is not None else None
-        self.policies = dict(policies or {})
+        self.source = Source("adapter", self.name)
+        self.tighten = tighten if isinstance(tighten, Tighten) or tighten is None \
+            else Tighten.model_validate(dict(tighten))
         self._token: TokenRecord | None = None
 
-    # -- the adapter's token -------------------------------------------------------------
+    # -- the adapter's credential --------------------------------------------------------
     async def token(self) -> TokenRecord:
-        """The adapter's token, made on first use. Nobody holds a bearer value for it (only
-        the hash of one never shown is stored): it exists so the adapter's requests are
-        named, listed and revocable like an HTTP API caller's."""
+        """The adapter's credential, made on first use (and audited). Nobody holds a bearer
+        value for it: only the hash of one never shown is stored, and the HTTP API refuses
+        every ``adapter.`` name. It exists so the adapter's requests are named, listed and
+        revocable."""
         if self._token is None:
-            async with self.e.db.write() as tx:
-                found = await tx.external.token_named(self.name)
-                if found is None:
-                    await tx.external.add_token(
-                        id=new_id(), name=self.name,
-                        token_hash=token_hash("apd_" + secrets.token_urlsafe(32)),
-                        webhook_url=None, created_at=self.e.clock.now(),
-                        created_by="adapter")
-                    found = await tx.external.token_named(self.name)
-            assert found is not None
-            self._token = found
+                self._token = await own_credential(self.e.db, self.e.clock, self.e.audit,
+                                               self.source)
         if self._token.revoked_at is not None:
-            raise ApprovaldError(f"token {self.name!r} was revoked: the adapter asks nothing more")
+            raise ApprovaldError(f"{self._token.name} was revoked: the adapter asks nothing "
+                                 "more")
         return self._token
 
     async def _live_token(self) -> TokenRecord:
@@ -167,17 +162,12 @@ class ApprovalGate:
             now = await tx.external.token(token.id)
         if now is None or now.revoked_at is not None:
             self._token = now
-            raise ApprovaldError(f"token {self.name!r} was revoked: the adapter asks nothing more")
+            raise ApprovaldError(f"{token.name} was revoked: the adapter asks nothing more")
         return token
 
     # -- requests ------------------------------------------------------------------------
     def _request(self, call: Call, *, key: str, requested_by: str, task: str | None,
                  framework: str) -> NewRequest:
-        file = self.e.registry.policy
-        policy = self.policies.get(call.tool)
-        approval = None
-        if policy is None and call.tool not in file.tools and self.approval is not None:
-            approval = self.approval
         # the packet is part of a retry's fingerprint: nothing in it may vary between runs
         packet = {"doing": f"{self.name} ({framework}) wants to run {call.tool} "
                            "(it runs the call itself once approved).",
@@ -185,8 +175,7 @@ class ApprovalGate:
         if task:
             packet["task"] = task
         return NewRequest(tool=call.tool, args=call.args, requested_by=requested_by,
-                          packet=packet, policy=policy, approval=approval,
-                          idempotency_key=key)
+                          packet=packet, tighten=self.tighten, idempotency_key=key)
 
     async def ask(self, call: Call, *, key: str, requested_by: str, framework: str,
                   task: str | None = None) -> dict[str, Any]:
@@ -218,15 +207,24 @@ class ApprovalGate:
         return True
 
     # -- running an approved call once ---------------------------------------------------
-    async def execute(self, request_id: str,
+    async def execute(self, call: Call, request_id: str,
                       run: Callable[[dict[str, Any]], Awaitable[Any]]) -> Executed:
         """Run the approved call of ``request_id`` with its effective (possibly edited)
         arguments, at most once: intent committed before, result reported after. A call
         that ran before returns its recorded result (or raises :class:`CallFailedBefore`);
-        one that started and never reported raises :class:`CallOutcomeUnknown`."""
+        one that started and never reported raises :class:`CallOutcomeUnknown`.
+
+        ``call`` is the call the framework is about to run: the request must be for it
+        (its tool, and its arguments as proposed or as approved), so a request id taken
+        from anywhere else (a forged or mixed-up resume value) runs nothing."""
         token = await self.token()
         ext = self.e.external
         doc = await ext.get(token, request_id)
+        if doc["tool"] != call.tool or call_digest(call.tool, call.args) not in (
+                doc["args_digest"], doc["effective_digest"]):
+            raise CallNotApproved(
+                f"request {request_id} is for {doc['tool']} with other arguments, not for "
+                f"this call of {call.tool} ({call.call_id}): nothing ran", run_id=request_id)
         if doc["result"] is not None:
             return _recorded(request_id, doc)
         if doc["status"] != "approved":

@@ -91,7 +91,9 @@ class ApprovalToolNode:
             if request_id is None:
                 result = await invoke(args)
             else:
-                result = (await self.gate.execute(request_id, invoke)).result
+                # the resume value names the request; execute checks it is this call's
+                call = Call(call_id=call_id, tool=tool.name, args=dict(args))
+                result = (await self.gate.execute(call, request_id, invoke)).result
         except Exception as exc:
             from runtime.adapters.gate import CallNotApproved, CallOutcomeUnknown
 

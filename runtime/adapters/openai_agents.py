@@ -67,7 +67,9 @@ class OpenAIAgentsAdapter(Adapter):
             async def run(effective: dict[str, Any]) -> Any:
                 return await original(ctx, json.dumps(effective))
 
-            return (await gate.execute(request_id, run)).result
+            call = Call(call_id=str(ctx.tool_call_id), tool=tool.name,
+                        args=json.loads(input_json or "{}"))
+            return (await gate.execute(call, request_id, run)).result
 
         self.wrapped.add(tool.name)
         return dataclasses.replace(tool, on_invoke_tool=invoke)

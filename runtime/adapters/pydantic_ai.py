@@ -63,7 +63,8 @@ class ApprovaldCapability(AbstractCapability[Any]):
             # ``args`` are the effective arguments: they came in as override_args
             return await handler(args)
 
-        return (await self.gate.execute(str(request_id), run)).result
+        ran = Call(call_id=call.tool_call_id, tool=call.tool_name, args=call.args_as_dict())
+        return (await self.gate.execute(ran, str(request_id), run)).result
 
 
 class PydanticAIAdapter(Adapter):

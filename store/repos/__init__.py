@@ -15,6 +15,7 @@ from store.repos.executions import ExecutionsRepo
 from store.repos.external import ExternalRepo
 from store.repos.limits import LimitsRepo
 from store.repos.outbox import OutboxRepo
+from store.repos.policy import PolicyRepo
 from store.repos.retention import RetentionRepo
 from store.repos.runs import RunsRepo
 from store.repos.standing import StandingRepo
@@ -71,6 +72,7 @@ class Tx:
     stats = _Bound(StatsRepo)
     standing = _Bound(StandingRepo)
     adapters = _Bound(AdaptersRepo)
+    policy = _Bound(PolicyRepo)
 
     def __init__(self, conn: Conn, dialect: str, *, server_time: bool = False) -> None:
         self.conn = conn

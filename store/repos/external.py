@@ -33,6 +33,7 @@ class TokenRecord:
     created_by: str
     revoked_at: datetime | None
     revoked_by: str | None
+    tools: str | None = None  # JSON list of names or globs; None: made before scopes
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,6 +48,8 @@ class StandingRecord:
     expires_at: datetime
     revoked_at: datetime | None
     revoked_by: str | None
+    subject: str | None = None  # the source and tool it covers; None: covers nothing
+    policy_digest: str | None = None
 
     def scope_value(self) -> dict[str, Any]:
         value: dict[str, Any] = json.loads(self.scope)
@@ -79,10 +81,11 @@ class StandingRepo(Repo):
             select(_S).where(_S.c.id.startswith(prefix, autoescape=True)).limit(2))).all()
         return [StandingRecord(**r._mapping) for r in rows]
 
-    async def active_for(self, tool: str, now: datetime) -> list[StandingRecord]:
-        """Standing approvals that may cover a call of ``tool`` now, oldest first."""
+    async def active_for(self, subject: str, now: datetime) -> list[StandingRecord]:
+        """Standing approvals that may cover a call of ``subject`` (a source's tool) now,
+        oldest first."""
         rows = (await self.conn.execute(
-            select(_S).where(_S.c.tool == tool, _S.c.status == "active",
+            select(_S).where(_S.c.subject == subject, _S.c.status == "active",
                              _S.c.expires_at > now).order_by(_S.c.created_at, _S.c.id),
         )).all()
         return [StandingRecord(**r._mapping) for r in rows]

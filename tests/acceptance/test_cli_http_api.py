@@ -16,7 +16,7 @@ import aiohttp
 from tests.acceptance.test_slack_serve import free_port, run_cli, start_serve
 from tests.helpers import make_cli
 
-POLICY = '[tools.deploy]\nexternal = true\napprovers = ["U_ALICE"]\n'
+POLICY = '[tools."api:*/deploy"]\napprovers = ["U_ALICE"]\n'
 SECRET = "approvald-test-secret-0123456789"
 
 
@@ -33,7 +33,7 @@ async def test_an_operator_runs_the_api_and_decides_from_the_cli(sqlite_url: str
     cli = make_cli(sqlite_url, tmp_path)
     cli.env_extra.update(APPROVALD_SECRET=SECRET,
                          APPROVALD_POLICY_FILE=str(tmp_path / "policy.toml"))
-    made = json.loads(await run_cli(cli, "tokens", "create", "ci", "--json"))
+    made = json.loads(await run_cli(cli, "tokens", "create", "ci", "--tools", "deploy", "--json"))
     port = free_port()
     serve = await start_serve(cli, port)
     api = f"http://127.0.0.1:{port}/v1/requests"

@@ -15,12 +15,11 @@ from runtime.adapters import Finished, Paused
 from tests.integration.slack_harness import CHANNEL, Harness, harness, wait_for
 
 POLICY = """
-[tools.refund_order]
-external = true          # run by a framework agent, not by an approvald agent
+[tools."adapter:*/refund_order"]  # run by a framework agent, not by an approvald agent
 approvers = ["U_ALICE"]
 ttl = "30m"
 
-[[tools.refund_order.rules]]
+[[tools."adapter:*/refund_order".rules]]
 when = "args.cents <= 100"
 policy = "auto"
 """

@@ -138,7 +138,7 @@ async def test_approve_deny_and_edit_in_slack_resume_the_graph_once(
         actions = await audit_actions(h, approve_id)
         assert [a["action"] for a in actions] == ["requested", "approved", "executed"]
         assert actions[1]["actor"] == "U_ALICE"
-        assert actions[0]["actor"] == "agent:external:support-graph"
+        assert actions[0]["actor"] == "agent:external:adapter.support-graph"
         assert actions[2]["details"]["args"] == {"order": "A-1", "cents": 500}
         assert actions[2]["details"]["result"] == "refunded 500 cents on A-1"
         edit_actions = await audit_actions(h, edited.requests["call-A-3"])

@@ -108,7 +108,7 @@ async def test_approve_deny_and_edit_in_slack_resume_the_run_once(
                                  {"order": "A-3", "cents": 2500}]
         actions = await audit_actions(h, approve_id)
         assert [a["action"] for a in actions] == ["requested", "approved", "executed"]
-        assert actions[0]["actor"] == "agent:external:support-sdk"
+        assert actions[0]["actor"] == "agent:external:adapter.support-sdk"
         assert actions[1]["actor"] == "U_ALICE"
         assert actions[2]["details"]["args"] == {"order": "A-1", "cents": 500}
         assert actions[2]["details"]["result"] == "refunded 500 cents on A-1"

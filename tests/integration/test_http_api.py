@@ -33,20 +33,18 @@ from tests.integration.test_slack import assert_valid_blocks
 AGENT = Path(__file__).resolve().parent.parent / "fixtures" / "http_agent.py"
 SECRET = "approvald-test-secret-0123456789"  # the harness's APPROVALD_SECRET
 POLICY = """
-[tools.deploy]
-external = true
+[tools."api:*/deploy"]
 approvers = ["U_ALICE"]
 ttl = "30m"
 
-[tools.refund_card]
-external = true
+[tools."api:*/refund_card"]
 approvers = ["U_ALICE"]
 
-[[tools.refund_card.rules]]
+[[tools."api:*/refund_card".rules]]
 when = "args.cents <= 2000"
 policy = "auto"
 
-[[tools.refund_card.rules]]
+[[tools."api:*/refund_card".rules]]
 when = "args.cents > 1000000"
 policy = "forbidden"
 reason = "Refunds over $10,000 go through the finance system."
@@ -115,8 +113,9 @@ async def make_token(h: Harness, name: str, *, webhook_url: str | None = None) -
 
     keys = webhook_keys(h.service.settings)
     assert keys is not None
-    return await api_tokens.create(h.engine.db, h.engine.clock, keys, name,
-                                   created_by="test", webhook_url=webhook_url)
+    return await api_tokens.create(h.engine.db, h.engine.clock, keys, h.engine.audit, name,
+                                   created_by="test", via="test", tools="*",
+                                   webhook_url=webhook_url)
 
 
 async def api(session: aiohttp.ClientSession, method: str, url: str, token: str | None,
@@ -127,7 +126,7 @@ async def api(session: aiohttp.ClientSession, method: str, url: str, token: str 
         status, doc = resp.status, await resp.json()
     if "/v1/" not in url or url.endswith("/openapi.json"):
         return status, doc
-    shape = schemas.ForbiddenDocument if status == 403 else \
+    shape = schemas.ForbiddenDocument if status == 403 and "id" in doc else \
         schemas.RequestDocument if status < 300 else schemas.ErrorBody
     shape.model_validate(doc)
     return status, doc
@@ -166,6 +165,7 @@ async def test_a_stdlib_agent_asks_waits_runs_and_reports(db_url: str, tmp_path:
         # the token through the command, as an operator makes it
         cli = Cli(db_url, tmp_path, {"APPROVALD_SECRET": SECRET, "APPROVALD_CLOCK_FILE": ""})
         made = await asyncio.to_thread(cli.json, "tokens", "create", "deploy-bot",
+                                       "--tools", "deploy",
                                        "--webhook-url", hook.url, "--json")
         assert made["token"].startswith("apd_") and made["webhook_secret"].startswith("whsec_")
         listed = await asyncio.to_thread(cli.json, "tokens", "list", "--json")
@@ -371,16 +371,25 @@ async def test_policy_answers_and_refusals(db_url: str, tmp_path: Path) -> None:
                            {"status": "succeeded", "args_digest": small[1]["effective_digest"],
                             "result": {"refund": "r-1"}})
         assert report[0] == 201
-        # approval fields of its own, for a tool the policy file does not name
+        # a tool the policy file does not name: the operator's default, which asks; a
+        # caller may make a request stricter (a shorter wait, a higher risk), never looser
         inline = await api(http, "POST", url, token.token, {
             "tool": "rotate_key", "args": {"key": "k1"},
-            "approval": {"approvers": ["U_ALICE"], "ttl": "5m", "risk": "high"}})
+            "tighten": {"ttl": "5m", "risk": "high"}})
         assert inline[0] == 201 and inline[1]["status"] == "pending"
-        governed = await api(http, "POST", url, token.token, {
-            "tool": "deploy", "args": {}, "approval": {"approvers": ["U_BOB"]}})
-        assert governed[0] == 422 and governed[1]["error"]["code"] == "policy_governed"
-        unknown = await api(http, "POST", url, token.token, {"tool": "nope", "args": {}})
-        assert unknown[0] == 422 and unknown[1]["error"]["code"] == "unknown_policy"
+        assert inline[1]["policy"] == "api:pay-bot/rotate_key"
+        stricter = await approval_of(h, inline[1]["id"])
+        assert (stricter.expires_at - stricter.requested_at).total_seconds() == 300
+        looser = await api(http, "POST", url, token.token, {
+            "tool": "deploy", "args": {}, "tighten": {"approvers": ["U_BOB"]}})
+        assert looser[0] == 422 and looser[1]["error"]["code"] == "looser_than_policy"
+        longer = await api(http, "POST", url, token.token, {
+            "tool": "deploy", "args": {}, "tighten": {"ttl": "2h"}})
+        assert longer[0] == 422 and longer[1]["error"]["code"] == "looser_than_policy"
+        for loosen in ({"policy": "deploy"}, {"approval": {"approvers": ["U_BOB"]}}):
+            refused = await api(http, "POST", url, token.token,
+                                {"tool": "nope", "args": {}, **loosen})
+            assert refused[0] == 422 and refused[1]["error"]["code"] == "invalid_request"
         # the same idempotency key with other contents is a conflict
         key = {"tool": "deploy", "args": {"v": 1}, "idempotency_key": "k"}
         assert (await api(http, "POST", url, token.token, key))[0] == 201
@@ -394,7 +403,8 @@ async def test_policy_answers_and_refusals(db_url: str, tmp_path: Path) -> None:
 
         before = await count_runs()
         # no token, a wrong one, a revoked one: 401, and nothing changes
-        await api_tokens.revoke(h.engine.db, h.engine.clock, "other-bot", by="test")
+        await api_tokens.revoke(h.engine.db, h.engine.clock, h.engine.audit, "other-bot",
+                                by="test", via="test")
         for bearer in (None, "apd_" + "x" * 43, other.token):
             refused = await api(http, "POST", url, bearer, {"tool": "deploy", "args": {}})
             assert refused[0] == 401 and refused[1]["error"]["code"] == "unauthorized"
@@ -455,8 +465,9 @@ async def test_without_slack_the_api_is_on_the_health_listener(sqlite_url: str,
 
         keys = webhook_keys(settings)
         assert keys is not None
-        made = await api_tokens.create(db, service.engine.clock, keys, "socket-bot",
-                                       created_by="test")
+        made = await api_tokens.create(db, service.engine.clock, keys, service.engine.audit,
+                                       "socket-bot", created_by="test", via="test",
+                                       tools="*")
         root = f"http://127.0.0.1:{service.ops_port}"
         async with aiohttp.ClientSession() as http:
             assert (await api(http, "GET", f"{root}/healthz", None))[0] == 200
@@ -520,7 +531,8 @@ async def test_a_decision_on_one_replica_ends_a_long_poll_on_another(
             await a.wakeups.listening()
             await b.wakeups.listening()
         made = await api_tokens.create(db_b, b.engine.clock, api_tokens.WebhookKeys(SECRET),
-                                       f"replica-{uuid.uuid4().hex[:8]}", created_by="test")
+                                       b.engine.audit, f"replica-{uuid.uuid4().hex[:8]}",
+                                       created_by="test", via="test", tools="*")
         doc, _ = await b.engine.external.create(made.record, external.NewRequest(
             tool="deploy", args={"service": "api"}, requested_by="U_DANA"))
         waiting = asyncio.ensure_future(b.engine.external.wait(made.record, doc["id"],

@@ -25,16 +25,14 @@ from tests.integration.slack_harness import CHANNEL, Harness, harness, wait_for
 
 SERVER = Path(__file__).resolve().parent.parent / "fixtures" / "mcp_server.py"
 POLICY = """
-[tools.echo]
-external = true
+[tools."mcp:test/echo"]
 policy = "auto"
 
-[tools.transfer_money]
-external = true
+[tools."mcp:test/transfer_money"]
 approvers = ["U_ALICE"]
 ttl = "30m"
 
-[[tools.transfer_money.rules]]
+[[tools."mcp:test/transfer_money".rules]]
 when = "args.cents > 1000000"
 policy = "forbidden"
 reason = "Transfers over $10,000 go through the treasury desk."

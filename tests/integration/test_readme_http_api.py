@@ -57,8 +57,9 @@ async def test_the_readme_example_works(sqlite_url: str, tmp_path: Path) -> None
     try:
         await service.start(background=False)
         made = await api_tokens.create(db, service.engine.clock,
-                                       api_tokens.WebhookKeys(SECRET), "deploy-bot",
-                                       created_by="test")
+                                       api_tokens.WebhookKeys(SECRET), service.engine.audit,
+                                       "deploy-bot", created_by="test", via="test",
+                                       tools="deploy")
         env = {"API": f"http://127.0.0.1:{service.ops_port}/v1", "TOKEN": made.token}
         asked = await curl(create, **env)
         assert asked["status"] == "pending" and asked["tool"] == "deploy"

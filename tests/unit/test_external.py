@@ -23,8 +23,10 @@ from runtime.policy import PolicyFile
 KEYS = api_tokens.WebhookKeys("approvald-test-secret-0123456789")
 ALICE = Actor("U_ALICE", "cli:test")
 POLICY = PolicyFile.model_validate({"tools": {
-    "deploy": {"external": True, "approvers": ["U_ALICE"], "ttl": "30m"},
-    "refund_card": {"external": True, "approvers": ["U_ALICE"], "rules": [
+    "api:bot/deploy": {"approvers": ["U_ALICE"], "ttl": "30m"},
+    "api:bot/rotate_key": {"approvers": ["U_ALICE"], "ttl": "10m", "on_expire": "escalate",
+                           "escalate": [{"approvers": ["U_CFO"], "ttl": "1h"}]},
+    "api:*/refund_card": {"approvers": ["U_ALICE"], "rules": [
         {"when": "args.cents <= 2000", "policy": "auto"},
         {"when": "args.cents > 100000", "approvers": ["U_ALICE", "U_BOB"], "quorum": 2}]},
 }})
@@ -33,7 +35,8 @@ POLICY = PolicyFile.model_validate({"tools": {
 async def setup(make_engine: Callable[..., Engine], *, webhook: bool = True
                 ) -> tuple[Engine, Any]:
     engine = make_engine(policy=POLICY)
-    made = await api_tokens.create(engine.db, engine.clock, KEYS, "bot", created_by="test",
+    made = await api_tokens.create(engine.db, engine.clock, KEYS, engine.audit, "bot",
+                                   created_by="test", via="test", tools="*",
                                    webhook_url="https://hooks.example/approvald"
                                    if webhook else None)
     return engine, made.record
@@ -102,9 +105,7 @@ async def test_escalation_keeps_it_open_and_silence_ends_it(make_engine,
                                                           clock: ManualClock) -> None:
     engine, token = await setup(make_engine)
     doc, _ = await engine.external.create(token, NewRequest(
-        tool="rotate_key", args={"key": "k1"}, requested_by="U_DANA",
-        approval={"approvers": ["U_ALICE"], "ttl": "10m", "on_expire": "escalate",
-                  "escalate": [{"approvers": ["U_CFO"], "ttl": "1h"}]}))
+        tool="rotate_key", args={"key": "k1"}, requested_by="U_DANA"))
     first = doc["approval_id"]
     clock.advance(timedelta(minutes=11))
     await engine.expiry.sweep()

@@ -21,7 +21,7 @@ from tests.integration.slack_harness import wait_for
 
 ALICE = Actor("U_ALICE", "cli:test")
 POLICY = PolicyFile.model_validate({"tools": {
-    "pay": {"external": True, "approvers": ["U_ALICE"], "ttl": "30m"}}})
+    "mcp:t/pay": {"approvers": ["U_ALICE"], "ttl": "30m"}}})
 ARGS = {"to": "acct-1", "cents": 500}
 
 
