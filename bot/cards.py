@@ -52,7 +52,8 @@ from bot.mrkdwn import (
 )
 from runtime.decide import counted
 from runtime.policy import ApprovalPolicy
-from runtime.standing import MAX_WINDOW, MIN_WINDOW, Scope
+from runtime.scope import Scope
+from runtime.standing import MAX_WINDOW, MIN_WINDOW
 from store.records import ApprovalRecord, VoteRecord
 from store.repos.standing import StandingRecord
 

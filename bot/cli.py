@@ -127,12 +127,17 @@ async def cmd_db_upgrade(s: Settings, a: argparse.Namespace) -> int:
     return 0
 
 
-async def with_engine(s: Settings, fn: Callable[[Engine], Awaitable[int]]) -> int:
+async def with_engine(s: Settings, fn: Callable[[Engine], Awaitable[int]], *,
+                      acts: bool = False) -> int:
+    """Run ``fn`` with an engine. ``acts``: the command opens or decides requests, so the
+    policy file it loaded is recorded as the one in force (audited when it changed);
+    commands that only read leave the log alone."""
     db = await open_database(s)
     engine = None
     try:
         engine = build_engine(s, db)
-        await engine.note_policy()
+        if acts:
+            await engine.note_policy()
         return await fn(engine)
     finally:
         if engine is not None:
@@ -155,7 +160,7 @@ async def cmd_run(s: Settings, a: argparse.Namespace) -> int:
                                patience=a.wait)
         print(describe(outcome), file=sys.stderr)
         return exit_code(outcome)
-    return await with_engine(s, go)
+    return await with_engine(s, go, acts=True)
 
 
 async def cmd_runs_list(s: Settings, a: argparse.Namespace) -> int:
@@ -250,7 +255,7 @@ async def cmd_runs_cancel(s: Settings, a: argparse.Namespace) -> int:
         else:
             print(f"run {run.id}: cancellation requested; the worker stops at its next step")
         return 0
-    return await with_engine(s, go)
+    return await with_engine(s, go, acts=True)
 
 
 async def cmd_recover(s: Settings, a: argparse.Namespace) -> int:
@@ -264,7 +269,7 @@ async def cmd_recover(s: Settings, a: argparse.Namespace) -> int:
         print(f"recovered {len(outcomes)} run(s); {attention} need attention{hint}",
               file=sys.stderr)
         return 3 if attention else 0
-    return await with_engine(s, go)
+    return await with_engine(s, go, acts=True)
 
 
 async def cmd_prune(s: Settings, a: argparse.Namespace) -> int:
@@ -357,13 +362,13 @@ def decide_command(verdict: str) -> Callable[[Settings, argparse.Namespace], Awa
                 if a.digest or getattr(a, "standing", None):
                     raise UsageError("--digest and --standing go with one approval id")
                 return await with_engine(s, lambda engine: decide_batch(engine, a, as_user,
-                                                                        verdict))
+                                                                        verdict), acts=True)
             a.id = a.id[0]
 
         if getattr(a, "standing", None):
             actor = Actor(as_user, f"cli:{operator().removeprefix('cli:')}")
             return await with_engine(s, lambda engine: cli_standing.grant(
-                engine, a, actor, UsageError))
+                engine, a, actor, UsageError), acts=True)
 
         async def go(engine: Engine) -> int:
             args = None
@@ -412,7 +417,7 @@ def decide_command(verdict: str) -> Callable[[Settings, argparse.Namespace], Awa
                 print(describe(outcome))
                 return exit_code(outcome)
             return 0
-        return await with_engine(s, go)
+        return await with_engine(s, go, acts=True)
     return cmd
 
 
@@ -478,7 +483,7 @@ async def cmd_approvals_sweep(s: Settings, a: argparse.Namespace) -> int:
         for run_id in sorted(result.runs_ready):
             print(describe(await engine.advance(run_id)))
         return 0
-    return await with_engine(s, go)
+    return await with_engine(s, go, acts=True)
 
 
 def iso(value: datetime | None) -> str:
@@ -642,7 +647,7 @@ async def cmd_outbox_retry(s: Settings, a: argparse.Namespace) -> int:
             print(f"outbox {r.id} ({r.kind}, {_outbox_about(r.payload_value())}): {change}, "
                   f"next try now, gives up {_when(give_up[r.id])}")
         return 0
-    return await with_engine(s, go)
+    return await with_engine(s, go, acts=True)
 
 
 # -- parser ----------------------------------------------------------------------------

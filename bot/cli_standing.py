@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from runtime.decide import Actor
 from runtime.policy import parse_duration
-from runtime.standing import Scope, scope_for
+from runtime.scope import Scope, scope_for
 from store.repos.standing import StandingRecord
 
 if TYPE_CHECKING:
@@ -100,7 +100,7 @@ def add_parsers(sub: Any, *, with_engine: Callable[..., Awaitable[int]],
         async def cmd(s: Settings, a: argparse.Namespace) -> int:
             user = slack_user("--as", a.as_user)
             actor = Actor(user, f"cli:{operator().removeprefix('cli:')}")
-            return await with_engine(s, lambda engine: fn(engine, a, actor))
+            return await with_engine(s, lambda engine: fn(engine, a, actor), acts=True)
         return cmd
 
     async def do_grant(engine: Engine, a: argparse.Namespace, actor: Actor) -> int:

@@ -38,7 +38,8 @@ from bot.mrkdwn import REASON_MAX, code_span, cut_plain
 from runtime.batch import MAX_BATCH, BatchVerdict, Target, decide_each
 from runtime.decide import Actor, Decision, Verdict
 from runtime.errors import ApprovaldError, DecisionRefused, InvalidArguments, NotFound
-from runtime.standing import StandingRefused, scope_for
+from runtime.scope import scope_for
+from runtime.standing import StandingRefused
 from store.records import ApprovalRecord
 from store.repos.standing import StandingRecord
 

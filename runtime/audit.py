@@ -27,6 +27,7 @@ from typing import Any
 
 from runtime.canonical import canonical_json, compact_json, sha256_hex
 from runtime.errors import ConfigError
+from runtime.standing_chain import StandingState
 from store.db import Database
 from store.records import AuditRecord
 from store.repos import Tx
@@ -211,6 +212,7 @@ async def verify(db: Database, *, keys: Sequence[AuditKey] = (),
     """
     report = VerifyReport()
     by_id = {k.id: k for k in keys}
+    standing = StandingState()
     # one snapshot, and the head read first: entries appended during the walk are not
     # the walk's business, and cannot look like entries deleted from the end
     async with db.read(snapshot=True) as tx:
@@ -261,6 +263,7 @@ async def verify(db: Database, *, keys: Sequence[AuditKey] = (),
             if expect is not None and e.seq == expect[0]:
                 expected_hash = e.hash
             prev_seq, prev_hash = e.seq, e.hash
+            _replay_standing(standing, e, report)
     if (head_seq, head_hash) != (prev_seq, prev_hash):
         if head_seq > prev_seq:
             report.problems.append(
@@ -281,6 +284,9 @@ async def verify(db: Database, *, keys: Sequence[AuditKey] = (),
                 "was rewritten")
         else:
             report.notes.append(f"the chain passes through the recorded head {seq}:{digest}")
+    if standing.uses:
+        report.notes.append(f"{standing.uses} calls that standing approvals let run were each "
+                            "covered by a grant recorded in the chain")
     if report.unkeyed and keys:
         report.notes.append(
             f"{report.unkeyed} entries were written without an audit key: only a head "
@@ -291,6 +297,32 @@ async def verify(db: Database, *, keys: Sequence[AuditKey] = (),
             "but someone who can write the database can rewrite it; compare the head with "
             "one recorded elsewhere (--expect)")
     return report
+
+
+def _replay_standing(state: StandingState, e: AuditRecord, report: VerifyReport) -> None:
+    """Follow standing approvals through the chain; a call one let run that its audited
+    grant did not cover (revoked, expired, out of scope, another subject or policy) is a
+    problem: the grant on record never allowed it, whatever the database's rows said."""
+    if e.action not in ("standing_granted", "standing_revoked") and \
+            not (e.action == "approved" and e.via == "standing"):
+        return
+    details: dict[str, Any] = json.loads(e.details)
+    if e.action != "approved":
+        state.apply(e.action, details, e.at)
+        return
+    if "subject" not in details:
+        return  # a use recorded before uses named their subject: nothing to compare
+    sid = str(details.get("standing_approval"))
+    why = state.covered(sid, at=e.at, subject=details.get("subject"),
+                        digest=details.get("policy_digest"), tool=str(details.get("tool")),
+                        args=details.get("args") or {},
+                        band=(details["approvers"], details.get("quorum"))
+                        if "approvers" in details else None)
+    if why is None:
+        state.uses += 1
+    else:
+        report.problems.append(f"{_describe(e)} ran a call on standing approval {sid}, which "
+                               f"did not cover it: {why}")
 
 
 # -- export ------------------------------------------------------------------------------

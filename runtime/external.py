@@ -47,6 +47,7 @@ from runtime.tools import Tool
 from store.records import ApprovalRecord, ExecutionRecord, RunRecord
 from store.repos import Tx
 from store.repos.external import ExternalRecord, TokenRecord
+from store.repos.standing import StandingRecord
 
 if TYPE_CHECKING:
     from runtime.engine import Engine
@@ -256,11 +257,15 @@ class ExternalRequests:
                 return found, False
         chosen = await self.e.intake.tighten(
             self.e.intake.resolve(source, req.tool, req.args), req.tighten)
+        # a live standing approval for this source's tool, in this band, may answer it
+        standing = await self.e.standing.candidate(
+            source, req.requested_by, req.tool, req.args, chosen) \
+            if chosen.kind == "approve_before" else None
         request_id = new_request_id()
         try:
             approval_id = await self.e.db.transact(
                 lambda tx: self._open(tx, token, source, req, chosen, request_id,
-                                      fingerprint),
+                                      fingerprint, standing),
                 what="external request")
         except _Taken:
             assert req.idempotency_key is not None
@@ -277,8 +282,8 @@ class ExternalRequests:
     def _check(self, token: TokenRecord, source: Source, req: NewRequest) -> NewRequest:
         """Bound what the caller gave, before anything is read or written; the request
         with its requester in the one form identities are compared in."""
-        if not 1 <= len(req.tool) <= 100 or not req.tool.isprintable():
-            raise ExternalError("tool is 1-100 printable characters", code="invalid_request")
+        if not 1 <= len(req.tool) <= 100:
+            raise ExternalError("tool is 1-100 characters", code="invalid_request")
         if req.idempotency_key is not None and not 1 <= len(req.idempotency_key) <= 200:
             raise ExternalError("idempotency_key is 1-200 characters", code="invalid_request")
         if not allows(token, req.tool):
@@ -343,7 +348,8 @@ class ExternalRequests:
         }
 
     async def _open(self, tx: Tx, token: TokenRecord, source: Source, req: NewRequest,
-                    chosen: CallPolicy, request_id: str, fingerprint: str) -> str | None:
+                    chosen: CallPolicy, request_id: str, fingerprint: str,
+                    standing: StandingRecord | None) -> str | None:
         now = self.e.clock.now()
         name = source.policy_name(req.tool)
         packet = self._packet(token, source, req, chosen, name)
@@ -361,6 +367,10 @@ class ExternalRequests:
         run = await tx.runs.get(request_id)
         assert run is not None
         if kind == "approve_before":
+            if standing is not None and await self.e.standing.use(
+                    tx, standing, run=run, call_id=CALL_ID, tool=req.tool, args=req.args,
+                    policy=chosen.approval, packet=packet) is not None:
+                return None  # approved as it was made (revoked meanwhile: asked below)
             return await self.e.gate.insert_approval(
                 tx, run=run, call_id=CALL_ID, kind="tool_call", tool=req.tool, args=req.args,
                 policy=chosen.approval, rung=0, packet=packet)

@@ -263,8 +263,8 @@ class Intake:
         except ValidationError as exc:
             err = exc.errors()[0]
             msg = str(err["msg"]).removeprefix("Value error, ")
-            raise IntakeError(f"tighten: {msg}", code="invalid_request",
-                              field="tighten") from None
+            raise IntakeError(f"tighten: {msg} (under the operator's policy for this tool)",
+                              code="unsatisfiable", field="tighten") from None
         return CallPolicy(chosen.kind, stricter, chosen.rule, chosen.reason, chosen.entry)
 
     async def _drawn_from(self, approvers: list[str], who: str) -> bool:

@@ -135,6 +135,8 @@ Duration = Annotated[timedelta, BeforeValidator(parse_duration), PlainSerializer
 
 def _parse_window(value: object) -> timedelta:
     """A duration, or ``"0"`` / ``0`` for none at all."""
+    if isinstance(value, str):
+        value = value.strip()
     if value in ("0", "0s", 0) or (isinstance(value, timedelta) and value == timedelta(0)):
         return timedelta(0)
     return parse_duration(value)

@@ -488,7 +488,8 @@ class Runner:
         standing approval's compare-and-set, under our lease, the step's model reply
         journaled with it) before the call runs; None: the call needs a request of its own."""
         e = self.e
-        found = await e.standing.candidate(live.run, tool.name, args, chosen)
+        found = await e.standing.candidate(Source.of_run(live.run.agent),
+                                           live.run.requested_by, tool.name, args, chosen)
         if found is None:
             return None
         packet = build_packet(_transcript(live, pending), call, tool, args, chosen.approval,

@@ -39,14 +39,12 @@ from __future__ import annotations
 import hmac
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from typing import TYPE_CHECKING, Any
 
 from runtime.audit import entry_hash
-from runtime.canonical import call_digest, canonical_json, compact_json
+from runtime.canonical import compact_json
 from runtime.decide import Actor, Decision
 from runtime.directory import DirectoryError, is_approver
 from runtime.errors import ApprovaldError, NotFound
@@ -54,7 +52,8 @@ from runtime.gate import CARD_UPDATE
 from runtime.ids import new_id
 from runtime.intake import Source, policy_digest, snapshot_digest
 from runtime.policy import ApprovalPolicy, CallPolicy
-from runtime.rules import RuleError, compile_condition, holds
+from runtime.scope import Scope
+from runtime.standing_chain import StandingState
 from store.records import ApprovalRecord, RunRecord
 from store.repos import Tx
 from store.repos.standing import StandingRecord
@@ -75,69 +74,6 @@ class StandingRefused(ApprovaldError):
     def __init__(self, message: str, *, reason: str, **kw: Any) -> None:
         super().__init__(message, **kw)
         self.reason = reason
-
-
-class Scope(BaseModel):
-    """Which later calls of the tool a standing approval covers."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    kind: Literal["exact", "fields", "condition"]
-    digest: str | None = None  # exact: the call's digest
-    values: dict[str, Any] = Field(default_factory=dict)  # exact: all; fields: the chosen
-    when: str | None = None  # condition: a CEL condition over args and tool
-
-    @model_validator(mode="after")
-    def _complete(self) -> Scope:
-        if self.kind == "exact" and not self.digest:
-            raise ValueError("an exact scope names the call's digest")
-        if self.kind == "fields" and not self.values:
-            raise ValueError("choose at least one argument whose value calls must share")
-        if self.kind == "condition":
-            if not (self.when or "").strip():
-                raise ValueError("a condition scope needs a condition")
-            compile_condition(self.when or "")
-        return self
-
-    def covers(self, tool: str, args: Mapping[str, Any]) -> bool:
-        if self.kind == "exact":
-            return call_digest(tool, dict(args)) == self.digest
-        if self.kind == "fields":
-            return all(k in args and canonical_json(args[k]) == canonical_json(v)
-                       for k, v in self.values.items())
-        try:
-            return holds(self.when or "", tool, args)
-        except RuleError:
-            return False  # a condition that cannot be evaluated covers nothing
-
-    def describe(self) -> str:
-        if self.kind == "exact":
-            return "exactly this call: " + canonical_json(self.values)
-        if self.kind == "fields":
-            return "calls with " + ", ".join(f"{k} = {canonical_json(v)}"
-                                             for k, v in self.values.items())
-        return f"calls where {self.when}"
-
-
-def scope_for(a: ApprovalRecord, kind: str, *, fields: Sequence[str] = (),
-              when: str | None = None) -> Scope:
-    """The scope of ``kind`` drawn from request ``a`` (its arguments as they stand);
-    ValueError if it is incomplete or does not cover ``a`` itself."""
-    args = a.effective_args()
-    if kind == "exact":
-        scope = Scope(kind="exact", digest=a.effective_digest, values=args)
-    elif kind == "fields":
-        unknown = [f for f in fields if f not in args]
-        if unknown:
-            raise ValueError(f"{a.tool} has no argument {', '.join(unknown)} in this call")
-        scope = Scope(kind="fields", values={f: args[f] for f in fields})
-    elif kind == "condition":
-        scope = Scope(kind="condition", when=when)
-    else:
-        raise ValueError(f"unknown scope {kind!r} (exact, fields or condition)")
-    if not scope.covers(a.tool, args):
-        raise ValueError("the scope does not cover the request it is granted on")
-    return scope
 
 
 class StandingApprovals:
@@ -347,27 +283,30 @@ class StandingApprovals:
             return await tx.standing.listing(live_only=live_only, now=self.e.clock.now())
 
     # -- using ----------------------------------------------------------------------------
-    async def candidate(self, run: RunRecord, tool: str, args: Mapping[str, Any],
-                        chosen: CallPolicy) -> StandingRecord | None:
-        """The oldest standing approval that covers this call now, if any (read only; the
-        use itself is the compare-and-set of :meth:`use`). Who must have granted it, and
-        whether the requester may be among them, is the resolved policy's say, not the
-        row's."""
+    async def candidate(self, source: Source, requested_by: str, tool: str,
+                        args: Mapping[str, Any], chosen: CallPolicy) -> StandingRecord | None:
+        """The oldest standing approval that covers this call of ``source``'s ``tool`` now,
+        if any (read only; the use itself is the compare-and-set of :meth:`use`). Who must
+        have granted it, and whether the requester may be among them, is the resolved
+        policy's say, not the row's."""
         now = self.e.clock.now()
-        subject = Source.of_run(run.agent).subject(tool)
+        subject = source.subject(tool)
         async with self.e.db.read() as tx:
             found = await tx.standing.active_for(subject, now)
         if not found:
             return None
         digest = policy_digest(chosen.approval)
-        _, _, quorum = chosen.approval.rung(0)
+        approvers, _, quorum = chosen.approval.rung(0)
         for s in found:
-            if s.policy_digest != digest:
-                continue  # granted under another policy, or in another band
+            if s.policy_digest != digest or s.quorum != quorum \
+                    or sorted(s.approvers_value()) != sorted(approvers):
+                # granted under another policy, or on a request of another rung (an
+                # escalation's approvers never stand in for the first rung's)
+                continue
             grants = s.grants_value()
             if len(set(grants)) < quorum:
                 continue
-            if run.requested_by in grants and not chosen.approval.allow_self_approval:
+            if requested_by in grants and not chosen.approval.allow_self_approval:
                 continue
             if not Scope.model_validate_json(s.scope).covers(tool, args):
                 continue
@@ -412,6 +351,8 @@ class StandingApprovals:
                                      "granted_by": grants, "use": used.uses,
                                      "subject": Source.of_run(run.agent).subject(tool),
                                      "policy_digest": policy_digest(policy),
+                                     "approvers": policy.rung(0)[0],
+                                     "quorum": policy.rung(0)[2],
                                      "scope": Scope.model_validate_json(s.scope).describe()})
         return done
 
@@ -447,69 +388,6 @@ async def _run_of(tx: Tx, s: StandingRecord) -> str | None:
     """The run of the request ``s`` was granted on (its audit entries are that run's)."""
     a = await tx.approvals.get(s.granted_on)
     return a.run_id if a is not None else None
-
-
-class StandingState:
-    """What the audit chain says of standing approvals: their grants, revocations and
-    scope, replayed entry by entry (used at each use, and by ``audit verify``)."""
-
-    def __init__(self) -> None:
-        self.granted: dict[str, dict[str, Any]] = {}  # id -> the first grant's details
-        self.grants: dict[str, list[str]] = {}
-        self.revoked: dict[str, datetime] = {}
-
-    def apply(self, action: str, details: Mapping[str, Any], at: datetime, *,
-              only: str | None = None) -> None:
-        sid = details.get("standing_approval")
-        if not isinstance(sid, str) or (only is not None and sid != only):
-            return
-        if action == "standing_granted":
-            if sid not in self.granted and "subject" in details:
-                self.granted[sid] = dict(details)
-            by = details.get("granted_by")
-            if isinstance(by, list):
-                self.grants[sid] = [str(x) for x in by]
-        elif action == "standing_revoked":
-            self.revoked.setdefault(sid, at)
-
-    def disagrees(self, s: StandingRecord) -> str | None:
-        grant = self.granted.get(s.id)
-        if grant is None:
-            return "no grant of it is in the audit log"
-        if s.id in self.revoked:
-            return f"the audit log records its revocation at {self.revoked[s.id].isoformat()}"
-        for field, row in (("subject", s.subject), ("policy_digest", s.policy_digest),
-                           ("expires_at", s.expires_at.isoformat()),
-                           ("scope_value", json.loads(s.scope))):
-            if grant.get(field) != row:
-                return f"its {field} is not the one granted"
-        if sorted(self.grants.get(s.id, [])) != sorted(s.grants_value()):
-            return "its grants are not the ones the audit log records"
-        return None
-
-    def covered(self, sid: str, *, at: datetime, subject: str | None, digest: str | None,
-                tool: str, args: Mapping[str, Any]) -> str | None:
-        """Why the use of ``sid`` at ``at`` was not covered by its audited grant, or None."""
-        grant = self.granted.get(sid)
-        if grant is None:
-            return "no grant of it precedes the use"
-        if sid in self.revoked and self.revoked[sid] <= at:
-            return f"it was revoked at {self.revoked[sid].isoformat()}"
-        if at >= datetime.fromisoformat(str(grant.get("expires_at"))):
-            return f"its window closed at {grant.get('expires_at')}"
-        if len(set(self.grants.get(sid, []))) < int(grant.get("quorum") or 1):
-            return "it did not have the grants its quorum needs"
-        if subject != grant.get("subject"):
-            return f"it covers {grant.get('subject')}, not {subject}"
-        if digest != grant.get("policy_digest"):
-            return "the call's policy is not the one it was granted under"
-        try:
-            scope = Scope.model_validate(grant.get("scope_value"))
-        except ValueError:
-            return "its audited scope cannot be read"
-        if not scope.covers(tool, args):
-            return f"the call is outside its scope ({scope.describe()})"
-        return None
 
 
 def _span(d: timedelta) -> str:

@@ -21,18 +21,19 @@ from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
 from bot.api import schemas
-from runtime import api_tokens
+from runtime import api_tokens, external
 from runtime.canonical import compact_json
 from runtime.engine import Engine
 from runtime.errors import ApprovaldError, NotFound, PayloadTooLarge
-from runtime.external import MAX_WAIT, ExternalError, NewRequest, Report
+from runtime.external import ExternalError, NewRequest, Report
 from runtime.intake import IntakeError, Tighten
 from store.repos.external import TokenRecord
 
 log = logging.getLogger("approvald.api")
 
 # ExternalError codes -> HTTP statuses
-STATUSES = {"invalid_request": 422, "looser_than_policy": 422, "tool_not_allowed": 403,
+STATUSES = {"invalid_request": 422, "looser_than_policy": 403, "tool_not_allowed": 403,
+            "unsatisfiable": 409,
             "idempotency_conflict": 409, "not_approved": 409, "cancelled": 409,
             "digest_mismatch": 409, "already_reported": 409, "already_started": 409}
 DEFAULT_WAIT = 30.0
@@ -187,14 +188,14 @@ class Routes:
     async def decision(self, request: web.Request, token: TokenRecord) -> web.StreamResponse:
         raw = request.query.get("wait")
         try:
-            wait = DEFAULT_WAIT if raw is None else float(raw)
+            wait = min(DEFAULT_WAIT, external.MAX_WAIT) if raw is None else float(raw)
         except ValueError:
             wait = -1.0
-        if not 0 <= wait < float("inf"):
+        if not 0 <= wait <= external.MAX_WAIT:
             raise ApiError(400, "invalid_request", f"wait is a number of seconds from 0 to "
-                                                   f"{MAX_WAIT:g}, got {raw!r}")
+                                                   f"{external.MAX_WAIT:g}, got {raw!r}")
         return answer(await self.e.external.wait(token, request.match_info["id"],
-                                                 seconds=min(wait, MAX_WAIT), stop=self.stop))
+                                                 seconds=wait, stop=self.stop))
 
     async def result(self, request: web.Request, token: TokenRecord) -> web.StreamResponse:
         body: schemas.ReportResult = await self._body(request, schemas.ReportResult)

@@ -7,9 +7,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from runtime import external
 from runtime.api_tokens import SIGNATURE_HEADER, check_webhook_url
 from runtime.errors import ApprovaldError
-from runtime.external import MAX_WAIT
 from runtime.policy import MAX_DURATION
 
 MAX_SECONDS = int(MAX_DURATION.total_seconds())
@@ -37,12 +37,22 @@ class Packet(_In):
     evidence: list[str | Evidence] = Field(default_factory=list, max_length=10)
 
 
-# what runtime.policy.parse_duration reads: "30m", "1h30m", "45s", "2d" (at most 3650d)
-DURATION = r"^\s*(\d{1,9}(\.\d{1,6})?\s*[dhms]\s*)+$"
+# a positive duration of whole days, hours, minutes and seconds, each at most once and in
+# that order ("2h", "1h30m", "45s"); the digits are bounded so that every value the pattern
+# admits is one parse_duration accepts (999d + 9999h + 999999m + 99999999s < 3650d)
+_D, _H = r"[1-9][0-9]{0,2}d\s*", r"[1-9][0-9]{0,3}h\s*"
+_M, _S = r"[1-9][0-9]{0,5}m\s*", r"[1-9][0-9]{0,7}s\s*"
+DURATION = (rf"^\s*({_D}({_H})?({_M})?({_S})?|{_H}({_M})?({_S})?|{_M}({_S})?|{_S})$")
 # a Slack user id, or a mention of one: "U024BE7LH", "u024be7lh", "<@U024BE7LH|dana>"
 USER_ID = r"^\s*([UuWw][A-Za-z0-9_]{2,30}|<@[UuWw][A-Za-z0-9_]{2,30}(\|[^>]*)?>)\s*$"
 APPROVER_ID = r"^\s*([UuWwSs][A-Za-z0-9_]{2,30}|<@[UuWw][A-Za-z0-9_]{2,30}(\|[^>]*)?>" \
               r"|<!subteam\^[Ss][A-Za-z0-9_]{2,30}(\|[^>]*)?>)\s*$"
+
+
+# an http(s) URL with a host name or IPv4 address and an optional port
+WEBHOOK_URL = (r"^https?://[A-Za-z0-9][A-Za-z0-9.-]{0,252}"
+               r"(:([0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]"
+               r"|6553[0-5]))?([/?#].*)?$")
 
 
 class Tighten(_In):
@@ -61,7 +71,7 @@ class Tighten(_In):
         None, description="a shorter wait than the policy's: '10m', '2h', or seconds")
     edits: Literal["propose"] | None = Field(
         None, description="an approver's edit is a proposal someone else must approve")
-    max_standing: Annotated[str, Field(pattern=r"^\s*0\s*$|" + DURATION[1:],
+    max_standing: Annotated[str, Field(pattern=r"^\s*0\s*$|" + DURATION,
                                        max_length=60)] | None = Field(
         None, description="a shorter longest standing approval ('0': none)")
     risk: Literal["low", "medium", "high"] | None = Field(
@@ -86,7 +96,7 @@ class CreateRequest(_In):
     idempotency_key: str | None = Field(
         None, min_length=1, max_length=200,
         description="a retried create with this key returns the same request (200, not 201)")
-    webhook_url: str | None = Field(None, max_length=2000,
+    webhook_url: str | None = Field(None, max_length=2000, pattern=WEBHOOK_URL,
                                     description="where its decision is POSTed (default: "
                                                 "the token's)")
 
@@ -182,7 +192,9 @@ def _json(name: str, description: str) -> dict[str, Any]:
 
 def _errors(*codes: int) -> dict[str, Any]:
     what = {400: "malformed JSON or parameters", 401: "a missing, unknown or revoked token",
-            404: "no such request (for this token)", 409: "a conflict with what is recorded",
+            404: "no such request (for this token)",
+            409: "a conflict with what is recorded, or a tighten the operator's policy "
+                 "cannot satisfy",
             413: "the body (or its arguments or result) is too large",
             422: "a well-formed body the request cannot be made from (a tighten field "
                  "looser than the operator's policy, a number JSON cannot round-trip)"}
@@ -214,7 +226,8 @@ def openapi(server: str | None = None) -> dict[str, Any]:
                                                     "says auto, else pending)"),
                     "200": _json("RequestDocument", "made before with this idempotency_key"),
                     "403": {"description": "the policy forbids this call (its document), or "
-                                           "the token may not ask about this tool (an error)",
+                                           "the token may not ask about this tool, or the "
+                                           "tighten is looser than the policy (an error)",
                             "content": {"application/json": {"schema": {"anyOf": [
                                 _ref("ForbiddenDocument"), _ref("ErrorBody")]}}}},
                     **_errors(400, 401, 409, 413, 422)}}},
@@ -227,9 +240,11 @@ def openapi(server: str | None = None) -> dict[str, Any]:
                 "operationId": "waitForDecision",
                 "summary": "Long poll until the request is decided",
                 "parameters": [rid, {"name": "wait", "in": "query", "required": False,
-                                     "description": f"seconds to wait (at most {MAX_WAIT:g})",
+                                     "description": f"seconds to wait (at most "
+                                                    f"{external.MAX_WAIT:g})",
                                      "schema": {"type": "number", "minimum": 0,
-                                                "default": 30}}],
+                                                "maximum": external.MAX_WAIT,
+                                                "default": min(30, external.MAX_WAIT)}}],
                 "responses": {"200": _json("RequestDocument",
                                            "decided, or still pending when the wait ran out"),
                               **_errors(400, 401, 404)}}},

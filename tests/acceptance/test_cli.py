@@ -54,7 +54,8 @@ def test_refund_approved_end_to_end(cli: Cli) -> None:
     roles = [m["role"] for m in doc["transcript"]]
     assert roles == ["user", "assistant", "tool", "assistant", "tool", "assistant", "tool",
                      "assistant"]
-    assert "audit log OK: 3 entries" in cli.ok("audit", "verify")
+    # the policy in force when the run started, the request, the approval
+    assert "audit log OK: 4 entries" in cli.ok("audit", "verify")
 
 
 def test_refund_denied_reason_reaches_the_model(cli: Cli) -> None:

@@ -25,6 +25,23 @@ against the database and the demo ledger (the outside world's own record):
 * every decision attempt, accepted or refused, left an audit entry naming its actor;
 * the audit chain verifies.
 
+Beside the agent's runs, callers of the other faces ask about the same tool name through
+the one intake: an HTTP API token, an MCP gateway and a framework adapter (each its own
+source, each under its own entry of the operator's policy file, or its default), with the
+requester written in any of its forms and with stricter or (refused) looser ``tighten``
+fields; their approved calls are run and reported as their callers would. After every
+step, also:
+
+* **no call ever runs under a policy looser than the operator's entry for its source and
+  tool**: every request's stored policy is at most as permissive as the one the operator's
+  file in force when it was made resolves for its source and tool (its approvers drawn
+  from the entry's, a quorum at least the entry's, a wait no longer, no self-approval the
+  entry does not allow, the same ladder), and its requester is in the one normal form;
+* a standing approval lets run only calls of the subject (source and tool) it was granted
+  on;
+* **every change of authority is in the audit chain**: each standing approval's grants and
+  revocation, each token made, and the policy file in force.
+
 ``pytest --hypothesis-profile=long tests/integration/test_gate_model.py`` runs 10,000
 schedules per dialect (BENCHMARKS.md records how many ran with zero violations).
 """
@@ -51,7 +68,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from runtime import audit, failpoints
+from runtime import api_tokens, audit, failpoints
 from runtime.agent import Registry
 from runtime.canonical import call_digest
 from runtime.clock import ManualClock
@@ -60,8 +77,10 @@ from runtime.demo import DemoLedger, refund_agent
 from runtime.directory import StaticDirectory
 from runtime.engine import Engine, EngineConfig
 from runtime.errors import ApprovaldError
+from runtime.external import CALL_ID, NewRequest, Report
+from runtime.intake import Intake, Source, Tighten
 from runtime.policy import ApprovalPolicy, PolicyFile
-from runtime.standing import Scope, scope_for
+from runtime.scope import Scope, scope_for
 from store.db import Database
 from tests.conftest import SIGNER, TABLES
 from tests.helpers import Crash
@@ -142,6 +161,12 @@ class GateMachine(RuleBasedStateMachine):
         self.current: dict[str, Any] = {}  # the tool policy the last run started under
         self.standing: list[tuple[str, dict[str, Any]]] = []  # (id, policy granted under)
         self.steers = ["edit", "standing", "redirect", "cut off"]  # see _steer
+        # callers of the other faces, and the requests they made (run ids)
+        self.api_policy: dict[str, Any] = {"approvers": ["U_A", "S_FIN"], "quorum": 2}
+        self.requests: list[str] = []
+        self.policy_at: dict[str, PolicyFile] = {}  # approval id -> the file in force
+        self.agents: dict[str, str] = {}  # run id -> its agent (its source)
+        self.credentials = self.run(self._credentials())
 
     # -- plumbing ----------------------------------------------------------------------
     def run(self, coro: Any) -> Any:
@@ -170,14 +195,34 @@ class GateMachine(RuleBasedStateMachine):
     async def _approvals(self) -> list[Any]:
         async with self.db.read() as tx:
             out = []
-            for run_id in self.runs:
+            for run_id in [*self.runs, *self.requests]:
                 out += await tx.approvals.for_run(run_id)
             return out
 
+    async def _credentials(self) -> dict[str, Any]:
+        """What each face's requests are made under: an operator's API token, and
+        approvald's own credentials for an MCP gateway and an adapter."""
+        made = await api_tokens.create(
+            self.db, self.clock, api_tokens.WebhookKeys("model-test-secret-0123456789"),
+            self.engine.audit, "bot", created_by="cli:ops", via="cli", tools="issue_refund")
+        own = {kind: await api_tokens.own_credential(self.db, self.clock, self.engine.audit,
+                                                     Source(kind, name))
+               for kind, name in (("mcp", "gw"), ("adapter", "ad"))}
+        return {"api": made.record, **own}
+
     def _set_policy(self, override: dict[str, Any]) -> None:
-        self.policy = PolicyFile.model_validate({"tools": {"issue_refund": override},
-                                                 "groups": GROUPS})
+        """The operator edits the file (and the next process to start loads it): the
+        agent's issue_refund as given; API token bot's under its own entry; every
+        adapter's under a glob; the MCP gateway's named nowhere (the default). The
+        requests made until now were made under the file being replaced."""
+        for a in self.run(self._approvals()):
+            self.policy_at.setdefault(a.id, self.policy)
+        self.policy = PolicyFile.model_validate({"tools": {
+            "issue_refund": override, "api:bot/issue_refund": self.api_policy,
+            "adapter:*/issue_refund": {"approvers": ["U_A", "U_B"], "ttl": "5m"}},
+            "groups": GROUPS})
         self.engine.registry.policy = self.policy
+        self.run(self.engine.note_policy())
 
     # -- rules -------------------------------------------------------------------------
     @initialize()
@@ -595,10 +640,121 @@ class GateMachine(RuleBasedStateMachine):
         self._set_policy({})
         self.relaxed = False
 
+    # -- the other faces: an API token, an MCP gateway, an adapter ---------------------
+    @precondition(lambda self: len(self.requests) < 4)
+    @rule(source=st.sampled_from(["api", "mcp", "adapter"]),
+          written=st.sampled_from([REQUESTER, "u_req", "<@U_REQ>", " <@u_req|req> "]),
+          tighten=st.sampled_from([None, None, {"ttl": "1m"}, {"quorum": 2},
+                                   {"approvers": ["U_A"]}, {"edits": "propose"},
+                                   {"ttl": "9h"}, {"approvers": ["U_X"]}, {"quorum": 1}]),
+          amount=st.sampled_from([100, 4200]), policy=policies())
+    def caller_asks(self, source: str, written: str, tighten: dict[str, Any] | None,
+                    amount: int, policy: dict[str, Any]) -> None:
+        """A caller of another face asks about issue_refund (the same name as the agent's
+        tool, another source's tool), maybe stricter, maybe trying to be looser."""
+        if source == "api" and not self.relaxed:
+            self.api_policy = policy  # the operator's entry for api:bot/issue_refund
+            self._set_policy(self.current)
+        token = self.credentials[source]
+        args = {"order_id": f"X-{len(self.requests)}", "amount_cents": amount,
+                "reason": "caller"}
+        try:
+            doc, _ = self.run(self.engine.external.create(token, NewRequest(
+                tool="issue_refund", args=args, requested_by=written,
+                tighten=None if tighten is None else Tighten.model_validate(tighten))))
+        except ApprovaldError as exc:
+            event(f"caller refused: {getattr(exc, 'code', type(exc).__name__)}")
+            return
+        event(f"caller asked: {source} ({doc['status']})")
+        self.requests.append(str(doc["id"]))
+
+    @precondition(lambda self: bool(self.requests))
+    @rule(i=st.integers(0, 20), fail=st.booleans())
+    def caller_runs_what_was_approved(self, i: int, fail: bool) -> None:
+        """The caller runs an approved call, as approved (effective arguments), and reports
+        it; a request not approved, or closed, is refused."""
+        rid = self.requests[i % len(self.requests)]
+        run = self.run(self._run(rid))
+        token = self.credentials[Source.of_run(run.agent).kind]
+        doc = self.run(self.engine.external.get(token, rid))
+        try:
+            self.run(self.engine.external.start(token, rid, args_digest=doc["effective_digest"],
+                                                owner="caller"))
+            self.run(self.engine.external.report(token, rid, Report(
+                "failed" if fail else "succeeded", doc["effective_digest"])))
+        except ApprovaldError as exc:
+            event(f"caller's run refused: {getattr(exc, 'code', type(exc).__name__)}")
+        else:
+            event("caller ran an approved call")
+
+    async def _run(self, run_id: str) -> Any:
+        async with self.db.read() as tx:
+            return await tx.runs.get(run_id)
+
     # -- invariants --------------------------------------------------------------------
     @invariant()
     def nothing_runs_that_was_not_approved_exactly_in_time(self) -> None:
         self.run(self._check())
+
+    @invariant()
+    def no_request_is_looser_than_the_operators_policy(self) -> None:
+        self.run(self._check_policies())
+
+    @invariant()
+    def every_change_of_authority_is_audited(self) -> None:
+        self.run(self._check_authority())
+
+    async def _check_policies(self) -> None:
+        agent_tool = self.engine.registry.get("demo-refund").tool("issue_refund")
+        async with self.committed.read() as tx:
+            rows = [(a, await tx.runs.get(a.run_id)) for run_id in [*self.runs, *self.requests]
+                    for a in await tx.approvals.for_run(run_id)]
+            ran = {run_id for run_id in self.requests
+                   if await tx.executions.get(run_id, CALL_ID) is not None}
+        by_id = {a.id: a for a, _ in rows}
+        for a, run in rows:
+            if a.kind != "tool_call":
+                continue
+            # the file in force when it was asked (an escalation: its first request's)
+            first = a
+            while first.supersedes is not None and first.supersedes in by_id:
+                first = by_id[first.supersedes]
+            pf = self.policy_at.setdefault(first.id, self.policy)
+            source = Source.of_run(run.agent)
+            operator = Intake(lambda pf=pf: pf, StaticDirectory(GROUPS)).resolve(
+                source, a.tool, json.loads(first.args),
+                declared=(agent_tool.policy, agent_tool.approval))
+            assert a.requested_by == REQUESTER, f"{a.id}: requester {a.requested_by!r}"
+            if a.decided_via == "standing" or operator.kind != "approve_before":
+                continue  # (the standing check covers the first; the second: asked earlier)
+            _no_looser(ApprovalPolicy.from_snapshot(a.policy), operator.approval, a.id)
+            if source.kind != "agent":
+                event(f"checked a {source.kind} request against the operator's policy")
+        for run_id in ran:  # a caller's call ran: its request was approved, or the policy's
+            last = [a for a, _ in rows if a.run_id == run_id]
+            assert not last or last[-1].status == "approved", \
+                f"{run_id} ran on a {last[-1].status} request"
+
+    async def _check_authority(self) -> None:
+        from runtime.standing_chain import StandingState
+
+        async with self.committed.read() as tx:
+            entries = [e async for e in tx.audit.iterate()]
+            rows = await tx.standing.listing(live_only=False, now=self.clock.now())
+            tokens = await tx.external.tokens()
+            in_force = await tx.policy.current()
+        state = StandingState()
+        for e in entries:
+            state.apply(e.action, json.loads(e.details), e.at)
+        for s in rows:
+            assert state.disagrees(s) is None, f"{s.id}: {state.disagrees(s)}"
+        made = {json.loads(e.details)["token"] for e in entries if e.action == "token_created"}
+        assert {t.name for t in tokens} <= made, f"tokens made unaudited: {tokens}"
+        loaded = [json.loads(e.details)["digest"] for e in entries
+                  if e.action == "policy_loaded"]
+        assert in_force is None or (loaded and loaded[-1] == in_force), (loaded, in_force)
+        if in_force is not None:
+            assert in_force == self.policy.digest
 
     def _happened(self, a: Any) -> bool:
         key = f"{a.run_id}:{a.call_id}"
@@ -620,7 +776,7 @@ class GateMachine(RuleBasedStateMachine):
             assert len(keys) == len(set(keys)), f"{name} ran twice: {keys}"
         async with self.committed.read() as tx:
             by_call: dict[tuple[str, str], list[Any]] = {}
-            for run_id in self.runs:
+            for run_id in [*self.runs, *self.requests]:
                 for a in await tx.approvals.for_run(run_id):
                     if a.kind == "tool_call":
                         by_call.setdefault((a.run_id, a.call_id), []).append(a)
@@ -638,6 +794,10 @@ class GateMachine(RuleBasedStateMachine):
             executions = {(run_id, call_id)
                           for run_id in self.runs
                           for call_id in await tx.executions.for_run(run_id)}
+            for run_id in [*self.runs, *self.requests]:
+                run = await tx.runs.get(run_id)
+                if run is not None:
+                    self.agents[run_id] = run.agent
         for rows in by_call.values():
             for a in rows:
                 if a.status == "approved" and a.decided_via == "standing":
@@ -706,6 +866,11 @@ class GateMachine(RuleBasedStateMachine):
         assert sorted(approvers) == sorted(a.approvers_value())
         assert ApprovalPolicy.from_snapshot(a.policy).rule == s.rule
         assert Scope.model_validate_json(s.scope).covers(a.tool, a.effective_args())
+        run_agent = self.agents[a.run_id]
+        assert s.subject == Source.of_run(run_agent).subject(a.tool), \
+            f"{a.id} of {run_agent} ran on {s.id}, granted for {s.subject}"
+        if not s.subject.startswith("agent:"):
+            event("a caller's call approved by a standing approval")
 
     def _check_approved(self, a: Any, votes: list[Any]) -> None:
         assert a.decided_at is not None and a.decided_at < a.expires_at, \
@@ -722,6 +887,22 @@ class GateMachine(RuleBasedStateMachine):
         if approvers:
             allowed = set(approvers) | {m for g in approvers for m in GROUPS.get(g, [])}
             assert voters <= allowed, f"{a.id}: {voters - allowed} are not approvers"
+
+
+def _no_looser(stored: ApprovalPolicy, operator: ApprovalPolicy, where: str) -> None:
+    """``stored`` is at most as permissive as ``operator`` (see the module docstring)."""
+    if operator.approvers:
+        allowed = set(operator.approvers) | {m for g in operator.approvers
+                                             for m in GROUPS.get(g, [])}
+        assert set(stored.approvers) <= allowed, \
+            f"{where}: approvers {stored.approvers} beyond the operator's {operator.approvers}"
+    assert stored.quorum >= operator.quorum, f"{where}: quorum {stored.quorum} < operator's"
+    assert stored.ttl <= operator.ttl, f"{where}: waits {stored.ttl}, longer than allowed"
+    assert operator.allow_self_approval or not stored.allow_self_approval, where
+    assert (stored.on_expire, stored.escalate) == (operator.on_expire, operator.escalate), \
+        f"{where}: a ladder the operator did not set"
+    assert stored.max_standing <= operator.max_standing, where
+    assert operator.edits == "approve" or stored.edits == "propose", where
 
 
 async def _cancel_at(steps: int, work: Any) -> bool:
@@ -797,6 +978,10 @@ def test_the_gate_holds_under_random_interleavings(db_url: str, tmp_path: Path,
         assert STATS[f"decision refused: {reason}"] > 0, reason
     assert sum(v for k, v in STATS.items() if k.startswith("crashed")) > 0
     assert STATS["cut off: decide"] > 0 and STATS["cut off: advance"] > 0
+    for source in ("api", "mcp", "adapter"):
+        assert STATS[f"checked a {source} request against the operator's policy"] > 0, source
+    assert STATS["caller refused: looser_than_policy"] > 0
+    assert STATS["caller ran an approved call"] > 0
 
 
 async def _truncate(url: str) -> None:

@@ -382,10 +382,10 @@ async def test_policy_answers_and_refusals(db_url: str, tmp_path: Path) -> None:
         assert (stricter.expires_at - stricter.requested_at).total_seconds() == 300
         looser = await api(http, "POST", url, token.token, {
             "tool": "deploy", "args": {}, "tighten": {"approvers": ["U_BOB"]}})
-        assert looser[0] == 422 and looser[1]["error"]["code"] == "looser_than_policy"
+        assert looser[0] == 403 and looser[1]["error"]["code"] == "looser_than_policy"
         longer = await api(http, "POST", url, token.token, {
             "tool": "deploy", "args": {}, "tighten": {"ttl": "2h"}})
-        assert longer[0] == 422 and longer[1]["error"]["code"] == "looser_than_policy"
+        assert longer[0] == 403 and longer[1]["error"]["code"] == "looser_than_policy"
         for loosen in ({"policy": "deploy"}, {"approval": {"approvers": ["U_BOB"]}}):
             refused = await api(http, "POST", url, token.token,
                                 {"tool": "nope", "args": {}, **loosen})

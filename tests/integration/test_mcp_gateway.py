@@ -20,6 +20,7 @@ from mcp_types import CallToolResult, TextContent
 
 from bot import cards
 from runtime.clock import FileClock
+from runtime.decide import Actor
 from tests.helpers import APPROVALD, Cli
 from tests.integration.slack_harness import CHANNEL, Harness, harness, wait_for
 
@@ -114,7 +115,7 @@ async def test_tools_pass_through_and_a_gated_call_waits_for_an_approve_click(
         db_url: str, tmp_path: Path) -> None:
     async with gated(db_url, tmp_path) as g:
         listed = {t.name: t for t in (await g.client.list_tools()).tools}
-        assert set(listed) == {"echo", "transfer_money"}
+        assert set(listed) == {"echo", "transfer_money", "lookup_order"}
         schema = listed["transfer_money"].input_schema
         assert schema["properties"]["cents"]["type"] == "integer"
         assert set(schema["required"]) == {"to", "cents"}
@@ -254,3 +255,27 @@ def test_mcp_proxy_needs_a_server_to_launch(sqlite_url: str, tmp_path: Path) -> 
     done = Cli(sqlite_url, tmp_path)("mcp-proxy", "--name", "Not A Name", "--", "true")
     assert done.returncode == 2 and "token name" in done.stderr
 
+
+
+async def test_a_tool_the_file_does_not_name_is_asked_about_whatever_agents_have(
+        db_url: str, tmp_path: Path) -> None:
+    async with gated(db_url, tmp_path) as g:
+        # approvald's demo agent has a read tool named lookup_order, which runs unasked for
+        # it; the wrapped server's lookup_order is another source's tool, and the policy
+        # file does not name mcp:test/lookup_order: it is asked about
+        call = asyncio.ensure_future(g.client.call_tool("lookup_order", {"order_id": "A-1"}))
+
+        async def opened() -> Any:
+            async with g.h.engine.db.read() as tx:
+                found = [a for a in await tx.approvals.recent(status="pending")
+                         if a.tool == "lookup_order"]
+            return found[0] if found else None
+
+        a = await wait_for(opened, within=30, what="a request for lookup_order")
+        lookups = Path(str(g.ledger) + ".lookups")
+        assert not call.done() and not await asyncio.to_thread(lookups.exists)
+        await g.h.engine.decide(a.id, actor=Actor("U_ALICE", "slack"), verdict="deny",
+                                reason="not from this client")
+        denied = await asyncio.wait_for(call, 30)
+        assert denied.is_error and "not from this client" in text(denied)
+        assert not await asyncio.to_thread(lookups.exists)

@@ -20,7 +20,7 @@ from runtime.adapters.gate import Call
 from runtime.decide import Actor
 from runtime.errors import ApprovaldError, DecisionRefused
 from runtime.ids import new_id
-from runtime.standing import Scope
+from runtime.scope import Scope
 from tests.integration.slack_harness import Harness, harness
 from tests.integration.test_http_api import api, approval_of, base
 
@@ -291,3 +291,32 @@ async def test_a_tampered_standing_approval_covers_nothing(db_url: str,
             refused = [json.loads(e.details) for e in await tx.audit.query()
                        if e.action == "refused"]
         assert any(d.get("reason") == "standing_tampered" for d in refused), refused
+
+
+async def test_a_standing_approval_answers_its_own_sources_later_requests_only(
+        db_url: str, tmp_path: Path) -> None:
+    async with harness(db_url, tmp_path, background=False) as h, \
+            aiohttp.ClientSession() as http:
+        mine, other = await bearer(h, "billing-bot"), await bearer(h, "other-bot")
+        url = f"{base(h)}/v1/requests"
+        status, doc = await api(http, "POST", url, mine.token, {
+            "tool": "issue_refund", "args": ARGS, "requested_by": "U_DANA"})
+        a = await approval_of(h, doc["id"])
+        await h.engine.standing.grant(a.id, actor=ALICE, window=timedelta(hours=1),
+                                      scope=Scope(kind="condition",
+                                                  when="args.amount_cents <= 5000"),
+                                      token=h.token(a))
+        small = {**ARGS, "amount_cents": 1500}
+        status, again = await api(http, "POST", url, mine.token, {
+            "tool": "issue_refund", "args": small, "requested_by": "U_DANA"})
+        assert status == 201 and again["status"] == "approved", again
+        assert again["decision"]["decided_via"] == "standing"
+        # another token's tool of the same name is another subject: it asks
+        status, theirs = await api(http, "POST", url, other.token, {
+            "tool": "issue_refund", "args": small, "requested_by": "U_DANA"})
+        assert status == 201 and theirs["status"] == "pending", theirs
+        # and a call outside the scope asks too
+        status, big = await api(http, "POST", url, mine.token, {
+            "tool": "issue_refund", "args": {**ARGS, "amount_cents": 9000},
+            "requested_by": "U_DANA"})
+        assert big["status"] == "pending"

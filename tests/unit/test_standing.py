@@ -14,7 +14,8 @@ from runtime.directory import StaticDirectory
 from runtime.gate import CARD_POST
 from runtime.outcomes import Completed, Paused
 from runtime.policy import PolicyFile
-from runtime.standing import Scope, StandingRefused, scope_for
+from runtime.scope import Scope, scope_for
+from runtime.standing import StandingRefused
 from tests.unit.test_decisions import ALICE, BOB, CAROL, DANA, approval, engine_with, refunds
 
 UP_TO_50 = "args.order_id == 'A-1001' && args.amount_cents <= 5000"
@@ -223,3 +224,47 @@ def test_scopes() -> None:
     assert not cond.covers("t", {"amount": 1})  # cannot be evaluated: covers nothing
     with pytest.raises(ValueError, match="not a valid CEL"):
         Scope(kind="condition", when="args.amount_cents >> 1")
+
+
+async def test_audit_verify_proves_every_use_from_the_chain(make_engine, db, clock,
+                                                            ledger_path) -> None:
+    from runtime.audit import verify
+
+    engine = engine_with(make_engine, ledger_path)
+    paused, standing = await grant_on_first(engine, db)
+    await engine.advance(paused.run_id)
+    assert isinstance(await start(engine, "$20"), Completed)  # one use, covered
+    report = await verify(db)
+    assert report.ok, report.problems
+    assert any("1 calls that standing approvals let run" in n for n in report.notes)
+
+    # a process that skipped the checks (or a writer who appends with the key) records a
+    # use after the revocation, and one outside the scope: the chain alone refutes both
+    await engine.standing.revoke(standing.id, actor=ALICE)
+    use = {"tool": "issue_refund", "standing_approval": standing.id,
+           "subject": "agent:demo-refund/issue_refund",
+           "policy_digest": standing.policy_digest, "granted_by": [ALICE.id]}
+    async with db.write() as tx:
+        engine.audit.record(tx, at=clock.now(), action="approved", actor=f"standing:{standing.id}",
+                            via="standing", details={**use, "args": {
+                                "order_id": "A-1001", "amount_cents": 2000, "reason": "r"}})
+    report = await verify(db)
+    assert not report.ok and "was revoked at" in report.problems[0], report.problems
+
+
+async def test_audit_verify_refutes_a_use_outside_the_granted_scope(make_engine, db, clock,
+                                                                    ledger_path) -> None:
+    from runtime.audit import verify
+
+    engine = engine_with(make_engine, ledger_path)
+    paused, standing = await grant_on_first(engine, db)
+    async with db.write() as tx:
+        engine.audit.record(
+            tx, at=clock.now(), action="approved", actor=f"standing:{standing.id}",
+            via="standing", details={
+                "tool": "issue_refund", "standing_approval": standing.id,
+                "subject": "agent:demo-refund/issue_refund",
+                "policy_digest": standing.policy_digest,
+                "args": {"order_id": "A-1001", "amount_cents": 900_000, "reason": "r"}})
+    report = await verify(db)
+    assert not report.ok and "outside its scope" in report.problems[0], report.problems
