@@ -236,6 +236,16 @@ class ApprovalsRepo(Repo):
         )
         return bool(res.rowcount == 1)
 
+    async def stop_reminders(self, approval_id: str, *, sent: int) -> bool:
+        """Send this pending request no more reminders (its next one could not be worked
+        out), unless one was counted meanwhile (compare-and-set on ``reminders_sent``)."""
+        res = await self.conn.execute(
+            update(_T).where(Approval.id == approval_id, Approval.status == "pending",
+                             Approval.reminders_sent == sent,
+                             Approval.next_reminder_at.is_not(None))
+            .values(next_reminder_at=None))
+        return bool(res.rowcount == 1)
+
     async def set_message(self, approval_id: str, *, channel: str, ts: str) -> None:
         await self.conn.execute(
             update(_T).where(Approval.id == approval_id).values(channel=channel, message_ts=ts)
