@@ -180,7 +180,7 @@ async def test_a_request_due_beyond_any_date_is_scheduled_with_the_rest(make_eng
     assert scheduler.scheduler.get_job(f"approval:{far.approval_ids[0]}") is not None
 
 
-async def test_only_the_data_is_blamed_on_a_row_never_an_outage(db, tmp_path):
+async def test_only_the_data_is_blamed_on_a_row_never_an_outage(db):
     """The sweep isolates a request only for a failure of its own data; a database that
     fails takes the whole sweep down, to be tried again, and cancels nothing."""
     from store.db import Database, is_store_failure
@@ -199,7 +199,7 @@ async def test_only_the_data_is_blamed_on_a_row_never_an_outage(db, tmp_path):
     assert not any(is_store_failure(e) for e in caught)
     assert not is_store_failure(OverflowError("date value out of range"))
 
-    gone = Database(f"sqlite+aiosqlite:///{tmp_path}/no/such/dir/approvald.db")
+    gone = Database("postgresql+asyncpg://postgres@127.0.0.1:1/approvald")  # nobody there
     with pytest.raises(Exception) as outage:
         async with gone.read() as tx:
             await tx.runs.get("r" * 32)
