@@ -82,9 +82,11 @@ class ApprovalsRepo(Repo):
             .order_by(_T.c.run_id))
         return [r[0] for r in rows]
 
-    async def find(self, prefix: str) -> list[ApprovalRecord]:
+    async def find(self, prefix: str, limit: int = 2) -> list[ApprovalRecord]:
+        """Up to ``limit`` requests whose id starts with ``prefix``, in id order."""
         rows = await self.conn.execute(
-            select(_T).where(Approval.id.startswith(prefix, autoescape=True)).limit(2)
+            select(_T).where(Approval.id.startswith(prefix, autoescape=True))
+            .order_by(_T.c.id).limit(limit)
         )
         return [ApprovalRecord(**r._mapping) for r in rows]
 
