@@ -294,9 +294,10 @@ async def cmd_prune(s: Settings, a: argparse.Namespace) -> int:
 async def cmd_approvals_list(s: Settings, a: argparse.Namespace) -> int:
     async def go(engine: Engine) -> int:
         status = None if a.all else a.status
+        run_id = None if a.run is None else (await engine.resolve_run(a.run)).id
         async with engine.db.read() as tx:
-            rows = await tx.approvals.oldest(status=status, run_id=a.run, limit=a.limit)
-            total = (await tx.approvals.count(status=status, run_id=a.run)
+            rows = await tx.approvals.oldest(status=status, run_id=run_id, limit=a.limit)
+            total = (await tx.approvals.count(status=status, run_id=run_id)
                      if len(rows) == a.limit else len(rows))
         if total > len(rows):  # on stderr: `--ids | head -1` stays the oldest, and clean
             what = "approvals" if status is None else f"{status} approvals"
@@ -826,7 +827,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="only requests with this status (default pending; also approved, "
                          "denied, redirected, expired, superseded, cancelled)")
     al.add_argument("--all", action="store_true", help="every status")
-    al.add_argument("--run", metavar="RUN_ID", help="only the requests of this run")
+    al.add_argument("--run", metavar="RUN_ID",
+                    help="only the requests of this run (its id or a unique prefix of one)")
     al.add_argument("--limit", type=count, default=100, metavar="N",
                     help="show the oldest N (default 100); stderr says when more are left out")
     al.add_argument("--json", action="store_true", help=JSON)
@@ -894,7 +896,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="a head recorded earlier: prove nothing up to it changed or was cut")
     av.set_defaults(fn=cmd_audit_verify)
     ex = au.add_parser("export", help="every transition with the exact arguments")
-    ex.add_argument("--run", metavar="RUN_ID", help="only the entries of this run")
+    ex.add_argument("--run", metavar="RUN_ID",
+                    help="only the entries of this run (its id or a unique prefix of one)")
     ex.add_argument("--since", help="ISO date or date-time (UTC if no zone)")
     ex.add_argument("--format", choices=["jsonl", "csv"], default="jsonl",
                     help="JSON lines (exact values, the default) or CSV")

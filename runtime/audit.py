@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from runtime import prefix
 from runtime.canonical import canonical_json, compact_json, sha256_hex
 from runtime.errors import ConfigError
 from runtime.standing_chain import StandingState
@@ -355,15 +356,23 @@ def csv_cell(value: Any) -> Any:
 async def export(db: Database, *, run_id: str | None = None, since: datetime | None = None,
                  fmt: str = "jsonl", batch: int = 500) -> AsyncIterator[str]:
     """Yield the matching entries as JSON lines or CSV text (header first), reading the
-    log in batches so an export of any size runs in constant memory."""
+    log in batches so an export of any size runs in constant memory.
+
+    ``run_id``: only that run's entries; a full id or an unambiguous prefix, as everywhere
+    (:func:`runtime.prefix.resolve`). A run that does not exist is :class:`NotFound`,
+    raised before anything is yielded: an export is never silently empty by mistake.
+    """
     if fmt not in ("jsonl", "csv"):
         raise ValueError(f"unknown export format {fmt!r} (jsonl or csv)")
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=EXPORT_FIELDS)
-    if fmt == "csv":
-        writer.writeheader()
-        yield _take(buf)
     async with db.read(snapshot=True) as tx:
+        if run_id is not None:
+            run_id = (await prefix.resolve("run", run_id, tx.runs.get, tx.runs.find,
+                                           field="run_id")).id
+        if fmt == "csv":
+            writer.writeheader()
+            yield _take(buf)
         async for e in tx.audit.iterate(run_id=run_id, since=since, batch=batch):
             row = export_row(e)
             if fmt == "jsonl":

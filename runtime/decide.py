@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
+from runtime import prefix
 from runtime.canonical import call_digest, compact_json
 from runtime.directory import DirectoryError, is_approver
 from runtime.errors import DecisionRefused, InvalidArguments, NotFound
@@ -131,14 +132,10 @@ class Decider:
         self.e = engine
 
     async def get(self, approval_id: str) -> ApprovalRecord:
+        """A request by id or unambiguous id prefix (see :func:`runtime.prefix.resolve`)."""
         async with self.e.db.read() as tx:
-            a = await tx.approvals.get(approval_id)
-            if a is None and len(approval_id) >= 6:
-                found = await tx.approvals.find(approval_id)
-                a = found[0] if len(found) == 1 else None
-        if a is None:
-            raise NotFound(f"no approval {approval_id}", approval_id=approval_id)
-        return a
+            return await prefix.resolve("approval", approval_id, tx.approvals.get,
+                                        tx.approvals.find, field="approval_id")
 
     async def authorize(self, a: ApprovalRecord, actor: Actor) -> None:
         """Raise :class:`DecisionRefused` unless ``actor`` may decide ``a`` under its snapshot."""

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from runtime import prefix
 from runtime.agent import Registry
 from runtime.audit import AuditKey, AuditTrail
 from runtime.clock import Clock, SystemClock
@@ -171,17 +172,10 @@ class Engine:
         return tool
 
     async def resolve_run(self, run_id: str) -> RunRecord:
-        """A run by id or unambiguous id prefix (at least 6 characters)."""
+        """A run by id or unambiguous id prefix (see :func:`runtime.prefix.resolve`)."""
         async with self.db.read() as tx:
-            run = await tx.runs.get(run_id)
-            if run is None and len(run_id) >= 6:
-                found = await tx.runs.find(run_id)
-                if len(found) > 1:
-                    raise NotFound(f"run id prefix {run_id!r} is ambiguous")
-                run = found[0] if found else None
-        if run is None:
-            raise NotFound(f"no run {run_id}", run_id=run_id)
-        return run
+            return await prefix.resolve("run", run_id, tx.runs.get, tx.runs.find,
+                                        field="run_id")
 
     # -- runs ---------------------------------------------------------------------------
     async def start_run(self, agent: str, task: str, *, requested_by: str,

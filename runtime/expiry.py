@@ -3,25 +3,42 @@
 The sweep is the source of truth: it finds overdue approvals and due reminders in the
 database and settles them. Scheduler jobs (:mod:`runtime.scheduler`) only make it prompt.
 Expiry races clicks through the same conditional UPDATE, so exactly one outcome wins.
+
+One request that cannot be settled (a stored ladder whose next rung ends past any date, a
+snapshot nobody can read) never holds back the others: a batch that fails because of its
+data is settled again one request per transaction, and a request that fails alone is
+isolated: logged once with its id, audited (``failed``, saying what failed) and settled
+the safe way, expired as if ``on_expire`` were cancel (silence never approves), so it
+cannot fail every sweep after it. An outage of the database is not a request's fault: it
+fails the sweep, which the next interval tries again.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from runtime.audit import Entry
 from runtime.canonical import compact_json
 from runtime.gate import CARD_UPDATE, REMINDER, first_reminder
 from runtime.policy import ApprovalPolicy
+from store.db import is_store_failure
 from store.records import ApprovalRecord
 from store.repos import Tx
 
 if TYPE_CHECKING:
     from runtime.engine import Engine
+
+log = logging.getLogger("approvald.expiry")
+ACTOR, VIA = "system:expiry", "scheduler"
+# what the audit says became of a request the sweep could not settle
+EXPIRED_INSTEAD = ("expired as if on_expire were cancel: the request could not be escalated "
+                   "or settled as its policy says, and silence never approves")
+NO_MORE_REMINDERS = "no more reminders; the request stays open until it expires"
 
 
 @dataclass
@@ -54,18 +71,25 @@ class Expiry:
         """
         now = self.e.clock.now()
         result = SweepResult()
-        if only is None:
-            await self._claim_and_settle(now, limit, batch, result)
-        due = list(only or ())
-        for i in range(0, len(due), batch):
-            chunk = due[i:i + batch]
+        try:
+            if only is None:
+                await self._claim_and_settle(now, limit, batch, result)
+            due = list(only or ())
+            for i in range(0, len(due), batch):
+                chunk = due[i:i + batch]
 
-            async def settle(tx: Tx, chunk: Sequence[str] = chunk) -> SweepResult:
-                return await self.settle_overdue(tx, chunk, now=now)
+                async def settle(tx: Tx, chunk: Sequence[str] = chunk) -> SweepResult:
+                    return await self.settle_overdue(tx, chunk, now=now)
 
-            result.merge(await self.e.db.transact(settle, what="expiry sweep"))
-        await self._remind(now, limit, result, only)
-        self.announce(result)
+                try:
+                    result.merge(await self.e.db.transact(settle, what="expiry sweep"))
+                except Exception as exc:
+                    if is_store_failure(exc):
+                        raise
+                    await self._one_by_one(chunk, now, exc, result)
+            await self._remind(now, limit, result, only)
+        finally:  # what committed is told, even when an outage stops the rest
+            self.announce(result)
         return result
 
     def announce(self, result: SweepResult) -> None:
@@ -90,19 +114,86 @@ class Expiry:
         left = limit
         while left > 0:
             size = min(batch, left)
+            claimed: list[str] = []
 
-            async def settle(tx: Tx, size: int = size) -> tuple[int, SweepResult]:
-                claimed = await tx.approvals.claim_overdue(now=now, limit=size)
+            async def settle(tx: Tx, size: int = size,
+                             claimed: list[str] = claimed) -> tuple[int, SweepResult]:
+                claimed[:] = await tx.approvals.claim_overdue(now=now, limit=size)
                 settled = SweepResult()  # the claim holds the runs' rows and the requests'
                 await self._settle(tx, await tx.approvals.expire_batch(claimed, now=now),
                                    now, settled)
                 return len(claimed), settled
 
-            n, settled = await self.e.db.transact(settle, what="expiry sweep")
-            result.merge(settled)
+            try:
+                n, settled = await self.e.db.transact(settle, what="expiry sweep")
+            except Exception as exc:
+                if not claimed or is_store_failure(exc):
+                    raise
+                n = len(claimed)
+                await self._one_by_one(claimed, now, exc, result)
+            else:
+                result.merge(settled)
             left -= n
             if n < size:
                 return
+
+    async def _one_by_one(self, ids: Sequence[str], now: datetime, failure: Exception,
+                          result: SweepResult) -> None:
+        """A batch failed on its data (``failure``): settle each of ``ids`` in a transaction
+        of its own, and isolate those that fail alone."""
+        if len(ids) == 1:
+            await self._isolate(ids[0], now, failure, result)
+            return
+        log.warning("an expiry batch of %d requests failed (%s); settling them one by one",
+                    len(ids), type(failure).__name__)
+        for approval_id in ids:
+            async def settle(tx: Tx, approval_id: str = approval_id) -> SweepResult:
+                return await self.settle_overdue(tx, [approval_id], now=now)
+
+            try:
+                result.merge(await self.e.db.transact(
+                    settle, what=f"expiry of approval {approval_id}"))
+            except Exception as exc:
+                if is_store_failure(exc):
+                    raise
+                await self._isolate(approval_id, now, exc, result)
+
+    async def _isolate(self, approval_id: str, now: datetime, failure: Exception,
+                       result: SweepResult) -> None:
+        """Settle a request that could not be settled as its policy says: expired, as if
+        ``on_expire`` were cancel, with a ``failed`` entry saying what went wrong."""
+        error = _describe(failure)
+        log.error("approval %s could not be settled at its expiry (%s); %s", approval_id,
+                  error, EXPIRED_INSTEAD, exc_info=failure)
+
+        async def expire(tx: Tx) -> SweepResult:
+            settled = SweepResult()
+            await tx.runs.lock_many(await tx.approvals.run_ids([approval_id]))
+            for a in await tx.approvals.expire_batch([approval_id], now=now):
+                self.e.audit.record(
+                    tx, at=now, action="failed", actor=ACTOR, via=VIA, run_id=a.run_id,
+                    approval_id=a.id, digest=a.effective_digest,
+                    details={"tool": a.tool, "rung": a.rung, "during": "expiry",
+                             "error": error, "outcome": EXPIRED_INSTEAD})
+                self.e.audit.record(
+                    tx, at=now, action="expired", actor=ACTOR, via=VIA, run_id=a.run_id,
+                    approval_id=a.id, digest=a.effective_digest,
+                    details={"tool": a.tool, "args": _args(a), "rung": a.rung,
+                             "on_expire": "cancel", "because": "failed"})
+                await tx.outbox.add(kind=CARD_UPDATE, group_key=a.id,
+                                    payload=compact_json({"approval_id": a.id}), now=now)
+                settled.expired.append(a.id)
+                idle = await tx.approvals.runs_without_pending([a.run_id], kind="tool_call")
+                settled.runs_ready.update(await tx.runs.wake(idle, now=now))
+            return settled
+
+        try:
+            result.merge(await self.e.db.transact(expire, what=f"isolating approval {approval_id}"))
+        except Exception as exc:
+            if is_store_failure(exc):
+                raise
+            log.exception("approval %s could not be expired either; the next sweep tries again",
+                          approval_id)
 
     async def settle_overdue(self, tx: Tx, ids: Sequence[str], *, now: datetime) -> SweepResult:
         """In ``tx``: expire (compare-and-set) those of ``ids`` still pending and overdue,
@@ -165,22 +256,64 @@ class Expiry:
         async with self.e.db.read() as tx:
             due = await tx.approvals.due_for_reminder(now, limit, only=only)
         for a in due:
-            policy = ApprovalPolicy.from_snapshot(a.policy)
-            ttl = a.expires_at - a.requested_at
-            if a.kind != "tool_call":
-                ttl = policy.ttl
-            nxt = first_reminder(policy, a.requested_at, ttl, a.reminders_sent + 1)
+            try:
+                await self._remind_one(a, now, result)
+            except Exception as exc:
+                if is_store_failure(exc):
+                    raise
+                await self._stop_reminding(a, now, exc)
+
+    async def _remind_one(self, a: ApprovalRecord, now: datetime, result: SweepResult) -> None:
+        policy = ApprovalPolicy.from_snapshot(a.policy)
+        ttl = a.expires_at - a.requested_at
+        if a.kind != "tool_call":
+            ttl = policy.ttl
+        nxt = first_reminder(policy, a.requested_at, ttl, a.reminders_sent + 1)
+        async with self.e.db.write() as tx:
+            if not await tx.approvals.advance_reminder(a.id, sent=a.reminders_sent,
+                                                       next_at=nxt):
+                return  # another replica sent it
+            await tx.outbox.add(
+                kind=REMINDER, group_key=a.id,
+                payload=compact_json({"approval_id": a.id, "n": a.reminders_sent + 1}),
+                now=now)
+            self.e.audit.record(tx, at=now, action="reminded", actor=ACTOR, via=VIA,
+                                run_id=a.run_id, approval_id=a.id,
+                                digest=a.effective_digest,
+                                details={"tool": a.tool, "n": a.reminders_sent + 1,
+                                         "expires_at": a.expires_at.isoformat()})
+        result.reminded.append(a.id)
+
+    async def _stop_reminding(self, a: ApprovalRecord, now: datetime, failure: Exception) -> None:
+        """A reminder that cannot be worked out: no more reminders for this request (its
+        expiry still comes), with a ``failed`` entry saying why."""
+        error = _describe(failure)
+        log.error("approval %s: its reminder could not be sent (%s); %s", a.id, error,
+                  NO_MORE_REMINDERS, exc_info=failure)
+        try:
             async with self.e.db.write() as tx:
-                if not await tx.approvals.advance_reminder(a.id, sent=a.reminders_sent,
-                                                           next_at=nxt):
-                    continue  # another replica sent it
-                await tx.outbox.add(
-                    kind=REMINDER, group_key=a.id,
-                    payload=compact_json({"approval_id": a.id, "n": a.reminders_sent + 1}),
-                    now=now)
-                self.e.audit.record(tx, at=now, action="reminded", actor="system:expiry",
-                                    via="scheduler", run_id=a.run_id, approval_id=a.id,
-                                    digest=a.effective_digest,
-                                    details={"tool": a.tool, "n": a.reminders_sent + 1,
-                                             "expires_at": a.expires_at.isoformat()})
-            result.reminded.append(a.id)
+                if await tx.approvals.stop_reminders(a.id, sent=a.reminders_sent):
+                    self.e.audit.record(
+                        tx, at=now, action="failed", actor=ACTOR, via=VIA, run_id=a.run_id,
+                        approval_id=a.id, digest=a.effective_digest,
+                        details={"tool": a.tool, "during": "reminder",
+                                 "n": a.reminders_sent + 1, "error": error,
+                                 "outcome": NO_MORE_REMINDERS})
+        except Exception as exc:
+            if is_store_failure(exc):
+                raise
+            log.exception("approval %s: its reminders could not be stopped either; the next "
+                          "sweep tries again", a.id)
+
+
+def _describe(exc: BaseException) -> str:
+    """The failure in one bounded line, for the audit log and the log."""
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:300]
+
+
+def _args(a: ApprovalRecord) -> dict[str, Any] | None:
+    """The request's arguments, or None if even they cannot be read."""
+    try:
+        return a.effective_args()
+    except ValueError:
+        return None

@@ -19,6 +19,10 @@ if TYPE_CHECKING:
     from runtime.engine import Engine
 
 log = logging.getLogger("approvald.scheduler")
+# the furthest ahead a job is set: a job only triggers a check against the database, so
+# one far off may as well look again tomorrow, and no stored time, however far, overflows
+# the wall-clock arithmetic of its run date
+LONGEST_WAIT = timedelta(days=1)
 
 
 def _job_id(approval_id: str) -> str:
@@ -32,6 +36,7 @@ class ExpiryScheduler:
         self.sweep_interval = sweep_interval
         self.scheduler = AsyncIOScheduler(timezone=UTC)
         self._known: set[str] = set()
+        self._unschedulable: set[str] = set()  # logged once each
 
     async def rebuild(self) -> int:
         """(Re)create one job per pending approval from the database; returns the count."""
@@ -39,9 +44,16 @@ class ExpiryScheduler:
             rows = await tx.approvals.pending_schedule()
         live = set()
         for approval_id, expires_at, next_reminder in rows:
-            when = min(expires_at, next_reminder) if next_reminder else expires_at
-            self.schedule(approval_id, when)
             live.add(approval_id)
+            try:
+                when = min(expires_at, next_reminder) if next_reminder else expires_at
+                self.schedule(approval_id, when)
+            except Exception:  # one row never costs the others their jobs
+                if approval_id not in self._unschedulable:
+                    log.exception("approval %s could not be scheduled; the periodic sweep "
+                                  "still settles it", approval_id)
+                self._unschedulable.add(approval_id)
+        self._unschedulable &= live
         for job in self.scheduler.get_jobs():  # decided elsewhere: drop its job
             if job.id.startswith("approval:") and job.id.removeprefix("approval:") not in live:
                 job.remove()
@@ -52,7 +64,7 @@ class ExpiryScheduler:
         # run_date is wall-clock and ``when`` is engine time: wake up after the same span
         # (an injected clock may run ahead of or behind the wall clock); the job only
         # *triggers* a check against the engine's clock
-        delay = max(when - self.e.clock.now(), timedelta(0))
+        delay = min(max(when - self.e.clock.now(), timedelta(0)), LONGEST_WAIT)
         self.scheduler.add_job(
             self._due, "date", run_date=datetime.now(UTC) + delay, args=[approval_id],
             id=_job_id(approval_id), replace_existing=True, misfire_grace_time=None,
@@ -79,9 +91,12 @@ class ExpiryScheduler:
             if result.expired or result.escalated or result.reminded:
                 log.info("sweep: %d expired, %d escalated, %d reminded", len(result.expired),
                          len(result.escalated), len(result.reminded))
-            await self.rebuild()
         except Exception:
             log.exception("expiry sweep failed; retrying at the next interval")
+        try:  # whatever became of the sweep: the jobs are what make the next one prompt
+            await self.rebuild()
+        except Exception:
+            log.exception("rebuilding the expiry schedule failed; retrying at the next interval")
 
     async def start(self) -> int:
         n = await self.rebuild()

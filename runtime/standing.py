@@ -43,11 +43,12 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from runtime import prefix
 from runtime.audit import entry_hash
 from runtime.canonical import compact_json
 from runtime.decide import Actor, Decision
 from runtime.directory import DirectoryError, is_approver
-from runtime.errors import ApprovaldError, NotFound
+from runtime.errors import ApprovaldError
 from runtime.gate import CARD_UPDATE
 from runtime.ids import new_id
 from runtime.intake import Source, policy_digest, snapshot_digest
@@ -269,14 +270,10 @@ class StandingApprovals:
                             payload=compact_json({"approval_id": approval_id}), now=now)
 
     async def get(self, standing_id: str) -> StandingRecord:
+        """A standing approval by id or unambiguous id prefix (:func:`runtime.prefix.resolve`)."""
         async with self.e.db.read() as tx:
-            s = await tx.standing.get(standing_id)
-            if s is None and len(standing_id) >= 6:
-                found = await tx.standing.find(standing_id)
-                s = found[0] if len(found) == 1 else None
-        if s is None:
-            raise NotFound(f"no standing approval {standing_id}")
-        return s
+            return await prefix.resolve("standing approval", standing_id, tx.standing.get,
+                                        tx.standing.find)
 
     async def listing(self, *, live_only: bool = True) -> list[StandingRecord]:
         async with self.e.db.read() as tx:

@@ -19,6 +19,7 @@ import contextlib
 import heapq
 import logging
 import os
+import sqlite3
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -26,7 +27,15 @@ from typing import Any, TypeVar
 
 from sqlalchemy import event
 from sqlalchemy.engine import URL, Dialect, make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
+from sqlalchemy.exc import (
+    ArgumentError,
+    DataError,
+    DBAPIError,
+    IntegrityError,
+    OperationalError,
+    SQLAlchemyError,
+    StatementError,
+)
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from store import fastsql, sqlite_driver
@@ -54,6 +63,27 @@ def is_retryable(exc: BaseException) -> bool:
     if exc.connection_invalidated and exc.statement is not None:
         return True
     return isinstance(exc, OperationalError) and "database is locked" in str(exc.orig)
+
+
+def is_store_failure(exc: BaseException) -> bool:
+    """Did the database fail (a connection, a lock, a timeout, the server), rather than the
+    values a statement carried?
+
+    Work that isolates one bad row from the rest (the expiry sweep) must never blame a row
+    for an outage: an outage fails the whole batch, which is tried again later, while a
+    data or integrity error, or a value that could not even be bound, is the row's own.
+    """
+    if isinstance(exc, DBAPIError):
+        return not isinstance(exc, DataError | IntegrityError)
+    if isinstance(exc, StatementError):  # a bind parameter refused its value
+        return False
+    # a driver's own error (the SQLite fast paths run statements on the driver directly)
+    if isinstance(exc, sqlite3.Error):
+        return not isinstance(exc, sqlite3.DataError | sqlite3.IntegrityError)
+    code = getattr(exc, "sqlstate", None)
+    if isinstance(code, str) and code:
+        return not code.startswith(("22", "23"))  # data exception, integrity violation
+    return isinstance(exc, SQLAlchemyError | OSError | TimeoutError)
 
 
 _DRIVERS = {

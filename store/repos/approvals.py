@@ -82,9 +82,11 @@ class ApprovalsRepo(Repo):
             .order_by(_T.c.run_id))
         return [r[0] for r in rows]
 
-    async def find(self, prefix: str) -> list[ApprovalRecord]:
+    async def find(self, prefix: str, limit: int = 2) -> list[ApprovalRecord]:
+        """Up to ``limit`` requests whose id starts with ``prefix``, in id order."""
         rows = await self.conn.execute(
-            select(_T).where(Approval.id.startswith(prefix, autoescape=True)).limit(2)
+            select(_T).where(Approval.id.startswith(prefix, autoescape=True))
+            .order_by(_T.c.id).limit(limit)
         )
         return [ApprovalRecord(**r._mapping) for r in rows]
 
@@ -234,6 +236,16 @@ class ApprovalsRepo(Repo):
                              Approval.reminders_sent == sent)
             .values(reminders_sent=sent + 1, next_reminder_at=next_at), {"aid": approval_id}
         )
+        return bool(res.rowcount == 1)
+
+    async def stop_reminders(self, approval_id: str, *, sent: int) -> bool:
+        """Send this pending request no more reminders (its next one could not be worked
+        out), unless one was counted meanwhile (compare-and-set on ``reminders_sent``)."""
+        res = await self.conn.execute(
+            update(_T).where(Approval.id == approval_id, Approval.status == "pending",
+                             Approval.reminders_sent == sent,
+                             Approval.next_reminder_at.is_not(None))
+            .values(next_reminder_at=None))
         return bool(res.rowcount == 1)
 
     async def set_message(self, approval_id: str, *, channel: str, ts: str) -> None:

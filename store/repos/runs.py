@@ -226,10 +226,12 @@ class RunsRepo(Repo):
         row = (await self.conn.execute(_GET_LOCKED, {"rid": run_id})).first()
         return to_record(RunRecord, row)
 
-    async def find(self, prefix: str) -> list[RunRecord]:
-        """Runs whose id starts with ``prefix`` (the CLI accepts unambiguous prefixes)."""
+    async def find(self, prefix: str, limit: int = 2) -> list[RunRecord]:
+        """Up to ``limit`` runs whose id starts with ``prefix``, in id order (see
+        :func:`runtime.prefix.resolve`)."""
         rows = await self.conn.execute(
-            select(Run.__table__).where(Run.id.startswith(prefix, autoescape=True)).limit(2)
+            select(Run.__table__).where(Run.id.startswith(prefix, autoescape=True))
+            .order_by(Run.id).limit(limit)
         )
         return [RunRecord(**r._mapping) for r in rows]
 

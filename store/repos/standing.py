@@ -76,9 +76,11 @@ class StandingRepo(Repo):
         row = (await self.conn.execute(_GET, {"sid": standing_id})).first()
         return to_record(StandingRecord, row)
 
-    async def find(self, prefix: str) -> list[StandingRecord]:
+    async def find(self, prefix: str, limit: int = 2) -> list[StandingRecord]:
+        """Up to ``limit`` standing approvals whose id starts with ``prefix``, in id order."""
         rows = (await self.conn.execute(
-            select(_S).where(_S.c.id.startswith(prefix, autoescape=True)).limit(2))).all()
+            select(_S).where(_S.c.id.startswith(prefix, autoescape=True))
+            .order_by(_S.c.id).limit(limit))).all()
         return [StandingRecord(**r._mapping) for r in rows]
 
     async def active_for(self, subject: str, now: datetime) -> list[StandingRecord]:
