@@ -51,6 +51,7 @@ from bot.mrkdwn import (
     who,
 )
 from runtime.decide import counted
+from runtime.packet import WillRun, will_run
 from runtime.policy import ApprovalPolicy
 from runtime.scope import Scope
 from runtime.standing import MAX_WINDOW, MIN_WINDOW
@@ -65,9 +66,10 @@ __all__ = [
     "RETRY", "SCOPE_BLOCK", "SCOPE_INPUT", "SELECT", "SELECT_BLOCK", "STANDING",
     "STANDING_GRANT", "STANDING_MODAL", "STANDING_REVOKE", "VIEW_ARGS", "WHEN_BLOCK",
     "WHEN_INPUT", "WINDOW_BLOCK", "WINDOW_INPUT", "approval_card", "approver_ids", "args_text",
-    "as_text", "batch_buttons", "button_value", "buttons", "compact_blocks", "editable_text",
-    "escape_mrkdwn", "json_object", "parse_value", "recent_line", "risk_of", "scope_text",
-    "select_value", "standing_cap", "standing_lines",
+    "as_text", "batch_buttons", "button_value", "buttons", "compact_blocks", "doing_text",
+    "editable_text", "escape_mrkdwn", "impact_line", "impact_text", "json_object",
+    "parse_value", "recent_line", "risk_of", "scope_text", "select_value", "standing_cap",
+    "standing_lines",
 ]
 
 # action ids, callback ids and input ids the handlers dispatch on
@@ -353,6 +355,54 @@ def standing_lines(s: StandingRecord, *, now: datetime, here: bool = True) -> st
     return text
 
 
+# -- what the request says about its call ----------------------------------------------------
+# Every face tells a request through runtime.packet.will_run: the impact shown is that of
+# the arguments that will run, and the requester's words, once an edit has made them about
+# other arguments, only ever appear labelled as such.
+
+def doing_text(w: WillRun, limit: int) -> str | None:
+    """The card's "what the agent is doing" section, or the requester's words labelled as
+    being about the arguments first asked for; None when there are none."""
+    if not w.doing:
+        return None
+    if w.words_current:
+        return T.SECTION_DOING.format(text=clip(w.doing, limit))
+    return T.SECTION_DOING_BEFORE_EDIT.format(label=T.DOING_BEFORE_EDIT[w.author],
+                                              text=clip(w.doing, limit))
+
+
+def impact_text(w: WillRun, limit: int) -> str | None:
+    """The card's impact section: that of the arguments that will run; failing that, only
+    a labelled description of the original arguments; None when there is neither."""
+    if w.impact:
+        template = T.SECTION_IMPACT if w.words_current else T.SECTION_IMPACT_EDITED
+        return template.format(text=clip(w.impact, limit))
+    if w.original_impact:
+        return T.SECTION_IMPACT_BEFORE_EDIT.format(label=T.IMPACT_BEFORE_EDIT[w.author],
+                                                   text=clip(w.original_impact, limit))
+    return None
+
+
+def impact_line(w: WillRun, limit: int) -> str | None:
+    """:func:`impact_text` in one line (App Home, /approvals, modals, threads)."""
+    if w.impact:
+        template = T.LINE_IMPACT if w.words_current else T.LINE_IMPACT_EDITED
+        return template.format(text=clip(w.impact, limit))
+    if w.original_impact:
+        return T.LINE_BEFORE_EDIT.format(label=T.IMPACT_BEFORE_EDIT[w.author],
+                                         text=clip(w.original_impact, limit))
+    return None
+
+
+def _doing_line(w: WillRun, limit: int) -> str | None:
+    if not w.doing:
+        return None
+    if w.words_current:
+        return clip(w.doing, limit)
+    return T.LINE_BEFORE_EDIT.format(label=T.DOING_BEFORE_EDIT[w.author],
+                                     text=clip(w.doing, limit))
+
+
 # -- the card ---------------------------------------------------------------------------------
 
 def _headline(a: ApprovalRecord) -> str:
@@ -496,12 +546,13 @@ def approval_card(a: ApprovalRecord, *, token: str | None, now: datetime,
     (a quorum tool's is granted while the request still waits for its other approvals).
     """
     p = json_object(a.packet)
+    w = will_run(a)
     live = token is not None and a.status == "pending"
     blocks: list[Block] = [header(_headline(a)), section(_intro(a, p, thread_url))]
     optional: list[Block] = []  # dropped, in this order, if the card is still too long
-    doing = as_text(p.get("doing"))
+    doing = doing_text(w, 800)
     if doing:
-        blocks.append(section(T.SECTION_DOING.format(text=clip(doing, 800))))
+        blocks.append(section(doing))
     if a.kind == "outcome_unknown":
         blocks.append(section(T.QUESTION_ASK + (
             "\n" + T.SECTION_QUESTION.format(key=code_span(as_text(p["idempotency_key"]), 200))
@@ -510,8 +561,9 @@ def approval_card(a: ApprovalRecord, *, token: str | None, now: datetime,
     if evidence:
         optional.append(section(evidence))
         blocks.append(optional[-1])
-    if p.get("impact"):
-        optional.append(section(T.SECTION_IMPACT.format(text=clip(as_text(p["impact"]), 500))))
+    impact = impact_text(w, 500)
+    if impact:
+        optional.append(section(impact))
         blocks.append(optional[-1])
     if p.get("why"):
         why = T.SECTION_WHY_QUESTION if a.kind == "outcome_unknown" else T.SECTION_WHY
@@ -573,10 +625,10 @@ def compact_blocks(a: ApprovalRecord, token: str | None, *, now: datetime,
     else:
         lines = [T.COMPACT_LINE.format(emoji=T.RISK_EMOJI[risk_of(a)], tool=code_span(a.tool, 80),
                                        risk=risk_of(a), agent=agent, requester=requester)]
-    doing = as_text(p.get("doing"))
-    if doing:
-        lines.append(clip(doing, 160))
-    code, cut = code_block(args_text(a.edited_args or a.args, indent=None), 300)
+    w = will_run(a)
+    said = [_doing_line(w, 160), impact_line(w, 200)]
+    lines += [line for line in said if line]
+    code, cut = code_block(args_text(w.args, indent=None), 300)
     lines.append(code)
     tail = []
     if a.kind == "tool_call" and a.status == "pending":

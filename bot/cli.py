@@ -348,9 +348,14 @@ async def cmd_approvals_show(s: Settings, a: argparse.Namespace) -> int:
             counts = "" if v["counts"] else " (on earlier arguments: does not count)"
             print(f"{'vote':>13}: {v['actor']} {v['verdict']} {v['digest'][:12]}{counts}")
         packet = doc["packet"]
-        print(f"{'doing':>13}: {packet.get('doing')}\n{'why':>13}: {packet.get('why')}")
-        if packet.get("impact"):
-            print(f"{'impact':>13}: {packet['impact']}")
+        # after an edit, the request's words are about the arguments first asked for
+        before = "(as asked, before the edit) " if doc["words_about_original"] else ""
+        print(f"{'doing':>13}: {before}{packet.get('doing')}\n{'why':>13}: {packet.get('why')}")
+        if doc["impact"]:
+            print(f"{'impact':>13}: {doc['impact']}")
+        elif doc["original_impact"]:
+            print(f"{'impact':>13}: {doc['original_impact']} (of the original arguments, "
+                  "not worked out for the edit)")
         return 0
     return await with_engine(s, go)
 

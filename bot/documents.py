@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from runtime.packet import will_run
 from runtime.policy import ApprovalPolicy
 from runtime.state import RunState
 from store.records import ApprovalRecord, RunRecord
@@ -15,6 +16,11 @@ def iso(value: Any) -> str | None:
 
 
 def approval_document(a: ApprovalRecord) -> dict[str, Any]:
+    """A request as the CLI shows it. ``effective_args`` run if it is approved and
+    ``impact`` is theirs; the packet's ``doing`` (and ``impact``) are the request's words as
+    asked, about other arguments when ``words_about_original`` (after an edit), and then
+    ``original_impact`` is the packet's impact when nothing was worked out for the edit."""
+    w = will_run(a)
     return {
         "id": a.id,
         "run_id": a.run_id,
@@ -43,6 +49,10 @@ def approval_document(a: ApprovalRecord) -> dict[str, Any]:
         "reason": a.reason,
         "packet": json.loads(a.packet),
         "rule": ApprovalPolicy.from_snapshot(a.policy).rule,
+        "effective_args": a.effective_args(),
+        "impact": w.impact,
+        "words_about_original": not w.words_current,
+        "original_impact": w.original_impact,
     }
 
 
@@ -69,6 +79,7 @@ def run_document(run: RunRecord, state: RunState,
                  approvals: list[ApprovalRecord]) -> dict[str, Any]:
     pending = [
         {"approval_id": a.id, "kind": a.kind, "tool": a.tool, "args": a.effective_args(),
+         "impact": will_run(a).impact,
          "expires_at": iso(a.expires_at) if a.kind == "tool_call" else None,
          "approvers": a.approvers_value()}
         for a in approvals if a.status == "pending"

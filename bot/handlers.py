@@ -172,7 +172,8 @@ class Handlers:
             await self._tell(client, user, channel, texts.REPLY_VOTED.format(
                 count=decision.approvals, quorum=decision.quorum) + reset)
         elif decision.outcome == "edited":
-            await self._tell(client, user, channel, texts.REPLY_PROPOSED + reset)
+            await self._tell(client, user, channel,
+                             messages.proposed_text(decision.approval, reset))
         elif reset:
             await self._tell(client, user, channel, reset.strip())
         if channel is None:

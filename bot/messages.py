@@ -17,7 +17,7 @@ from typing import Any
 from slack_sdk.models.blocks import Block
 
 from bot import texts as T
-from bot.cards import approver_ids, args_text, as_text, json_object, status_word
+from bot.cards import approver_ids, args_text, as_text, impact_line, json_object, status_word
 from bot.mrkdwn import (
     FALLBACK_MAX,
     SECTION_MAX,
@@ -35,9 +35,18 @@ from bot.mrkdwn import (
     units,
     who,
 )
+from runtime.packet import will_run
 from store.records import ApprovalRecord, RunRecord
 
 TERMINAL_RUN_STATUSES = ("completed", "failed", "cancelled")
+
+
+def proposed_text(a: ApprovalRecord, reset: str = "") -> str:
+    """The ephemeral reply to an approver whose edit awaits someone else's approval, with
+    what the proposed arguments will do (the proposer checks the edit says what they
+    meant); ``reset``: the sentence about votes the edit discarded, if any."""
+    impact = impact_line(will_run(a), 500)
+    return T.REPLY_PROPOSED + reset + ("\n" + impact if impact else "")
 
 
 def refusal_text(code: str, *, status: str | None = None, detail: str | None = None) -> str:
@@ -74,6 +83,9 @@ def reminder_text(a: ApprovalRecord, *, now: datetime, card_url: str | None = No
     url = safe_url(card_url)
     if url:
         text += T.REMINDER_LINK.format(url=url)
+    impact = impact_line(will_run(a), 300) if a.kind == "tool_call" else None
+    if impact:  # of the arguments that run now, an edit's included
+        text += "\n" + impact
     return safe_cut(text, FALLBACK_MAX)
 
 
@@ -153,8 +165,24 @@ def thread_approval_decided(a: ApprovalRecord) -> str:
         return T.THREAD_STANDING.format(emoji=fields["emoji"], tool=fields["tool"],
                                         reason=clip(a.reason or "", 300))
     if a.decided_by and a.status not in ("expired", "superseded"):
-        return T.THREAD_DECIDED.format(who=who(a.decided_by), **fields)
-    return T.THREAD_DECIDED_NOBODY.format(**fields)
+        text = T.THREAD_DECIDED.format(who=who(a.decided_by), **fields)
+    else:
+        text = T.THREAD_DECIDED_NOBODY.format(**fields)
+    ran = thread_edited_call(a) if a.status == "approved" else None
+    return text + "\n" + ran if ran else text
+
+
+def thread_edited_call(a: ApprovalRecord) -> str | None:
+    """For a request with edits, what the edited call does: the impact of the arguments
+    that run, or (when nothing could work it out) those arguments; else None."""
+    if a.kind != "tool_call":
+        return None
+    w = will_run(a)
+    if not w.edited:
+        return None
+    if w.impact:
+        return impact_line(w, 300)
+    return T.THREAD_EDITED_ARGS.format(args=code_span(args_text(w.args, indent=None), 300))
 
 
 def thread_edited_args(a: ApprovalRecord) -> str | None:

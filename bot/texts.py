@@ -46,6 +46,22 @@ SECTION_DOING = "*What the agent is doing*\n{text}"
 SECTION_EVIDENCE = "*Evidence it used*"
 EVIDENCE_ITEM = "• `{tool}`: {result}"
 SECTION_IMPACT = "*Expected impact*\n{text}"
+# after an edit: the impact of the arguments that will run, worked out by the tool's impact
+# hook on them; the requester's words were about the arguments first asked for
+SECTION_IMPACT_EDITED = "*Expected impact of the edited arguments*\n{text}"
+DOING_BEFORE_EDIT = {"agent": "The agent asked for (before the edit):",
+                     "caller": "The caller asked for (before the edit):"}
+SECTION_DOING_BEFORE_EDIT = "*{label}*\n{text}"
+# an impact nobody worked out for the edited arguments (an external caller's text, or an
+# edit recorded before impacts were): shown only as what it is
+IMPACT_BEFORE_EDIT = {
+    "agent": "Impact of the original arguments (not worked out again for the edit):",
+    "caller": "Impact, in the caller's description of the original arguments (before the edit):"}
+SECTION_IMPACT_BEFORE_EDIT = "*{label}*\n{text}"
+# the same, in one line (App Home, /approvals, modals, thread replies)
+LINE_IMPACT = "*Impact:* {text}"
+LINE_IMPACT_EDITED = "*Impact of the edited arguments:* {text}"
+LINE_BEFORE_EDIT = "_{label}_ {text}"
 SECTION_WHY = "*Why approval is needed*\n{text}"
 SECTION_WHY_QUESTION = "*Why a human is asked*\n{text}"
 SECTION_ARGS = "*Exact arguments*"
@@ -428,6 +444,7 @@ THREAD_DECIDED = "{emoji} `{tool}` {status} by {who}{reason}"
 THREAD_DECIDED_NOBODY = "{emoji} `{tool}` {status}{reason}"
 THREAD_STANDING = "{emoji} `{tool}` approved without a card: {reason}"
 THREAD_REASON = ": {reason}"
+THREAD_EDITED_ARGS = "*Edited arguments:* `{args}`"
 THREAD_ERROR = ":x: *Error:* {error}"
 RUN_WAITING = (":hourglass: Waiting until {date}: {reason}. Nothing failed; the run resumes "
                "by itself then.")

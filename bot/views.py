@@ -67,6 +67,7 @@ from bot.cards import (
     button_value,
     compact_blocks,
     editable_text,
+    impact_line,
     json_object,
     parse_value,
     recent_line,
@@ -98,6 +99,7 @@ from bot.mrkdwn import (
     who,
 )
 from runtime.batch import MAX_BATCH, BatchVerdict, Outcome
+from runtime.packet import will_run
 from runtime.rules import MAX_EXPRESSION, RuleError, holds
 from store.records import ApprovalRecord
 from store.repos.standing import StandingRecord
@@ -243,16 +245,19 @@ def edit_modal(a: ApprovalRecord, token: str, channel: str | None,
     how to edit them from the CLI instead (the card shows no Edit button for them).
     """
     metadata = modal_metadata(a.id, token, channel, ts)
+    w = will_run(a)
     text = editable_text(a)
     if text is None:
-        size = units(args_text(a.edited_args or a.args, indent=None))
+        size = units(args_text(w.args, indent=None))
         blocks: list[Block] = [section(T.MODAL_EDIT_TOO_BIG.format(
             n=size, limit=INPUT_MAX, id=code_span(a.id, 64)))]
         return _modal(T.MODAL_EDIT_TITLE, blocks, metadata=metadata)
     propose = json_object(a.policy).get("edits") == "propose"
-    intro = T.MODAL_PROPOSE_INTRO if propose else T.MODAL_EDIT_INTRO
+    intro = (T.MODAL_PROPOSE_INTRO if propose else T.MODAL_EDIT_INTRO).format(
+        tool=code_span(a.tool, 80))
+    impact = impact_line(w, 500)  # of the arguments the box starts with
     blocks = [
-        section(intro.format(tool=code_span(a.tool, 80))),
+        section(intro + ("\n" + impact if impact else "")),
         InputBlock(block_id=ARGS_BLOCK, label=plain(T.MODAL_EDIT_LABEL), optional=False,
                    hint=plain(cut_plain(T.MODAL_EDIT_HINT.format(tool=a.tool), 2000)),
                    element=PlainTextInputElement(action_id=ARGS_INPUT, multiline=True,
@@ -349,8 +354,7 @@ def _label(a: ApprovalRecord | None, approval_id: str) -> str:
     if a is None:
         return T.BATCH_LABEL_UNKNOWN.format(id=code_span(approval_id, 64))
     return T.BATCH_LABEL.format(tool=code_span(a.tool, 80), id=code_span(a.id[:8], 8),
-                                args=code_span(args_text(a.edited_args or a.args,
-                                                         indent=None), 80))
+                                args=code_span(args_text(will_run(a).args, indent=None), 80))
 
 
 def _pack(lines: Sequence[str], *, most: int) -> list[str]:
@@ -519,7 +523,7 @@ def _option(a: ApprovalRecord | None, approval_id: str, value: str) -> Option:
         return Option(text=md(code_span(approval_id, OPTION_TEXT_MAX)), value=value)
     tool = clip(a.tool, 30)
     room = OPTION_TEXT_MAX - units(tool) - 3  # a space and the span's backticks
-    args = code_span(args_text(a.edited_args or a.args, indent=None), room)
+    args = code_span(args_text(will_run(a).args, indent=None), room)
     note = T.MODAL_BATCH_ITEM_NOTE.format(id=a.id[:8], who=a.requested_by or "—")
     return Option(text=md(f"{tool} `{args}`"), value=value,
                   description=md(clip(note, OPTION_TEXT_MAX)))
@@ -643,9 +647,11 @@ def standing_modal(a: ApprovalRecord, token: str, channel: str | None,
     request (with every check a click gets) and grants the standing approval."""
     metadata = modal_metadata(a.id, token, channel, ts)
     args = a.effective_args()
-    code, _ = code_block(args_text(a.edited_args or a.args, indent=None), 600)
+    w = will_run(a)
+    code, _ = code_block(args_text(w.args, indent=None), 600)
+    impact = impact_line(w, 500)
     blocks: list[Block] = [section(T.MODAL_STANDING_INTRO.format(tool=code_span(a.tool, 80))
-                                   + "\n" + code)]
+                                   + "\n" + code + ("\n" + impact if impact else ""))]
     windows = windows_for(a)
     if not windows:  # the card draws no button then; an old card may still be clicked
         blocks.append(section(T.STANDING_REFUSAL["off"]))

@@ -16,6 +16,7 @@ the run is the caller's next, separate step.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -29,6 +30,7 @@ from runtime.expiry import SweepResult
 from runtime.failpoints import failpoint
 from runtime.gate import CARD_UPDATE
 from runtime.ids import lease_id
+from runtime.packet import edited_packet, impact_of
 from runtime.policy import ApprovalPolicy, CallPolicy
 from store.records import ApprovalRecord
 from store.repos import Tx
@@ -90,6 +92,8 @@ class _Attempt:
     token: str | None
     expect_digest: str | None
     edited: dict[str, Any] | None = None
+    # the tool's impact hook on ``edited``, worked out here where the tool is known
+    edited_impact: str | None = None
     refusal: DecisionRefused | None = None  # found before the transaction (kept for order)
     side: SweepResult = field(default_factory=SweepResult)  # an expiry applied on the way
     since: float | None = None  # the write-queue rank (Urgency.begin_answer)
@@ -98,6 +102,14 @@ class _Attempt:
     def traced(self) -> dict[str, str]:
         """What a deciding transition stores of the trace (nothing when tracing is off)."""
         return {} if self.trace is None else {"decision_trace": self.trace}
+
+
+def _json_object(raw: str) -> dict[str, Any]:
+    try:
+        value = json.loads(raw)
+    except (TypeError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def _refuse(a: ApprovalRecord, code: str, message: str, **fields: Any) -> DecisionRefused:
@@ -230,12 +242,14 @@ class Decider:
         if at.reason and len(at.reason) > MAX_REASON:
             raise _refuse(a, "reason_too_long", f"a reason is at most {MAX_REASON} characters")
         if at.verdict == "edit":
-            at.edited = await self._validate_edit(a, args)
+            at.edited, at.edited_impact = await self._validate_edit(a, args)
         # who may decide is fixed per request (an escalation is a new request), so the
         # directory lookup, which may be slow, happens before any lock is taken
         await self.authorize(a, at.actor)
 
-    async def _validate_edit(self, a: ApprovalRecord, args: Any) -> dict[str, Any]:
+    async def _validate_edit(self, a: ApprovalRecord,
+                             args: Any) -> tuple[dict[str, Any], str | None]:
+        """The edited arguments as the tool validates them, and their impact."""
         try:
             tool = await self.e.tool_for(a)
         except NotFound as exc:
@@ -252,7 +266,7 @@ class Decider:
                          rules.for_call(tool.name, tool.policy, tool.approval,
                                         a.effective_args()),
                          rules.for_call(tool.name, tool.policy, tool.approval, edited))
-        return edited
+        return edited, impact_of(tool, edited)
 
     @staticmethod
     def _same_rules(a: ApprovalRecord, tool: str, before: CallPolicy,
@@ -308,9 +322,13 @@ class Decider:
                 raise _refuse(a, "unchanged", "the edited arguments are the current ones")
             if new != digest:
                 earlier = await tx.approvals.approvers_on(a.id, digest)
+                # the request's words stay as asked; the edit's impact goes beside them
+                packet = edited_packet(_json_object(a.packet), asked_digest=a.digest,
+                                       digest=new, impact=at.edited_impact)
                 if not await tx.approvals.set_edit(
                         a.id, edited_args=compact_json(at.edited), edited_digest=new,
-                        edited_by=actor.id, edited_at=now, expect_digest=digest):
+                        edited_by=actor.id, edited_at=now, expect_digest=digest,
+                        packet=compact_json(packet)):
                     raise _refuse(a, "not_pending", not_pending_message(a))
                 discarded = tuple(v for v in earlier if v != actor.id)
                 self.e.audit.record(
@@ -319,6 +337,7 @@ class Decider:
                     details={"tool": a.tool, "args": at.edited, "mode": policy.edits,
                              "previous_args": a.effective_args(), "previous_digest": digest,
                              "original_args": a.args_value(), "original_digest": a.digest,
+                             "impact": at.edited_impact,
                              "discarded_votes": list(discarded), "reason": at.reason})
                 digest = new
                 if policy.edits == "propose":  # someone other than the editor decides

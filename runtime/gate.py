@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from runtime.canonical import call_digest, compact_json
 from runtime.ids import new_id, new_nonce
 from runtime.intake import Source, snapshot_digest
+from runtime.packet import impact_of
 from runtime.policy import ApprovalPolicy
 from runtime.state import AssistantMessage, ToolCall, ToolMessage
 from runtime.tools import Tool
@@ -67,19 +68,13 @@ def build_packet(transcript: Sequence[Any], call: ToolCall, tool: Tool, args: di
         evidence.append({"tool": m.name, "call_id": m.call_id, "result": text})
         if len(evidence) == EVIDENCE_ITEMS:
             break
-    impact = None
-    if tool.impact is not None:
-        try:
-            impact = tool.impact(args)
-        except Exception as exc:  # a broken hook must not block the request
-            impact = f"(impact unavailable: {type(exc).__name__})"
     return {
         "agent": run.agent,
         "task": run.task[:500],
         "requested_by": run.requested_by,
         "doing": doing or f"The agent wants to call {tool.name}.",
         "evidence": evidence[::-1],
-        "impact": impact,
+        "impact": impact_of(tool, args),
         "risk": policy.risk,
         "why": policy.why or f"{tool.name} is a {tool.permission} tool that needs approval.",
         "description": tool.description,

@@ -212,15 +212,17 @@ class ApprovalsRepo(Repo):
         return [VoteRecord(**r._mapping) for r in rows]
 
     async def set_edit(self, approval_id: str, *, edited_args: str, edited_digest: str,
-                       edited_by: str, edited_at: datetime, expect_digest: str) -> bool:
+                       edited_by: str, edited_at: datetime, expect_digest: str,
+                       packet: str) -> bool:
         """Replace the arguments of a pending request (compare-and-set on the arguments the
-        editor saw); votes on earlier arguments stop counting."""
+        editor saw); votes on earlier arguments stop counting. ``packet``: the request's
+        packet with the edit's impact recorded beside its words (see runtime/packet.py)."""
         res = await self.conn.execute(
             update(_T).where(
                 Approval.id == approval_id, Approval.status == "pending",
                 func.coalesce(Approval.edited_digest, Approval.digest) == expect_digest)
             .values(edited_args=edited_args, edited_digest=edited_digest, edited_by=edited_by,
-                    edited_at=edited_at, approve_count=0)
+                    edited_at=edited_at, approve_count=0, packet=packet)
         )
         return bool(res.rowcount == 1)
 

@@ -313,6 +313,41 @@ def test_a_proposed_edit_says_someone_else_must_approve() -> None:
     assert modal["submit"]["text"] == T.MODAL_PROPOSE_SUBMIT
 
 
+@pytest.mark.parametrize("case", ["worked_out", "caller", "before_impacts"])
+@pytest.mark.parametrize("status", ["pending", "approved"])
+def test_an_edited_request_says_what_the_edit_does_and_labels_the_original_words(
+        case: str, status: str) -> None:
+    # the packet says $42.00; the edit refunds $20.00 (see tests/unit/test_edited_packet.py
+    # and tests/integration/test_slack_edits.py for the paths that write these rows)
+    p = packet(doing=f"I will refund $42.00 {HOSTILE}", impact=f"$42.00 back {HOSTILE}")
+    if case != "before_impacts":  # an edit recorded before edits had impacts has none
+        p["edited_impact"] = {"digest": "d2", "asked_digest": "d1",
+                              "impact": None if case == "caller" else f"$20.00 back {HOSTILE}"}
+    a = (decided(status) if status != "pending" else approval())
+    a = replace(a, packet=json.dumps(p), edited_args=json.dumps({"amount": 20}),
+                edited_digest="d2", edited_by="U0CAROL", edited_at=NOW,
+                run_id="x" + "0" * 31 if case == "caller" else "run1")
+    author = "caller" if case == "caller" else "agent"
+    card = cards.approval_card(a, token=TOKEN, now=NOW)
+    compact = cards.compact_blocks(a, TOKEN, now=NOW, selectable=True)
+    for msg in (card, {"text": "x", "blocks": compact}):
+        check_message(msg)
+        assert_inert(msg)
+        text = dump(msg)
+        assert T.DOING_BEFORE_EDIT[author] in text and "What the agent is doing" not in text
+        if case == "worked_out":
+            assert "$20.00 back" in text and "$42.00 back" not in text
+            assert "of the edited arguments" in text
+        else:  # nothing could work the edit's impact out: the original's, labelled
+            assert T.IMPACT_BEFORE_EDIT[author] in text and "$20.00" not in text
+            assert "Expected impact*" not in text and "*Impact:*" not in text
+    line = messages.thread_approval_decided(a) if status == "approved" else ""
+    assert_inert(line)
+    assert "$42.00" not in line
+    if status == "approved":
+        assert ("$20.00 back" in line) if case == "worked_out" else ('{"amount":20}' in line)
+
+
 def test_quorum_approval_lists_every_approver() -> None:
     a = decided("approved", quorum=2, approve_count=2)
     card = cards.approval_card(a, token=None, now=NOW, votes=[vote("U0BOB"), vote("U0CAROL")])

@@ -1,0 +1,115 @@
+"""What a request will run, and what may be said about it.
+
+A request's decision packet is written once, when the call is gated: the agent's words
+about the call it asked for (``doing``) and the impact of *those* arguments (the tool's
+impact hook, or an external caller's text). An approver's edit changes the arguments, not
+those words. So the edit's own impact is worked out where the tool is known, when the edit
+is recorded (:func:`edited_packet`), and kept in the packet under ``edited_impact``, bound
+to the digest of the arguments it describes; and every face reads a request through
+:func:`will_run`: the arguments that run, the impact of those, and the request's words
+marked as being about the arguments first asked for.
+
+The packet is the natural home for it: it is the request's description, it travels with
+the request when an expired one is escalated (the next rung is asked about the arguments
+as they stand), and its keys are read defensively, so rows written before this existed
+read as "no impact worked out for the edit".
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from runtime.external import is_external
+from runtime.tools import Tool
+from store.records import ApprovalRecord
+
+EDITED_IMPACT = "edited_impact"  # the packet key: {"digest", "impact", "asked_digest"}
+
+Author = Literal["agent", "caller"]
+
+
+def impact_of(tool: Tool, args: dict[str, Any]) -> str | None:
+    """The tool's impact hook on ``args`` (None without a hook); a broken hook must not
+    block a request or an edit, so its failure is told instead."""
+    if tool.impact is None:
+        return None
+    try:
+        return tool.impact(args)
+    except Exception as exc:
+        return f"(impact unavailable: {type(exc).__name__})"
+
+
+def edited_packet(packet: dict[str, Any], *, asked_digest: str, digest: str,
+                  impact: str | None) -> dict[str, Any]:
+    """``packet`` with the impact of edited arguments (``digest``) recorded beside the
+    request's own words, which stay as they were. ``asked_digest``: the digest of the
+    arguments those words describe (an earlier edit's record keeps the first one)."""
+    earlier = packet.get(EDITED_IMPACT)
+    if isinstance(earlier, dict) and isinstance(earlier.get("asked_digest"), str):
+        asked_digest = earlier["asked_digest"]
+    return {**packet, EDITED_IMPACT: {"digest": digest, "impact": impact,
+                                      "asked_digest": asked_digest}}
+
+
+@dataclass(frozen=True)
+class WillRun:
+    """A request as every face tells it.
+
+    ``args``: the JSON text of the arguments that run if it is approved. ``edited``: an
+    approver changed them (on this request or on the one it escalated from).
+    ``impact``: the impact of ``args``, or None when nobody could work it out.
+    ``doing``: the requester's own words about the call (``author``: an agent of
+    approvald, or an external caller); ``words_current`` False: those words, and
+    ``original_impact``, describe the arguments first asked for, not ``args``.
+    ``original_impact`` is only set when it is all there is to say about impact (a caller's
+    description, or an edit recorded before edits had impacts): shown labelled, never as
+    what will happen.
+    """
+
+    args: str
+    edited: bool
+    author: Author
+    doing: str | None
+    words_current: bool
+    impact: str | None
+    original_impact: str | None
+
+
+def _text(value: Any) -> str | None:
+    if value is None or value == "":
+        return None
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False,
+                                                           default=str)
+
+
+def _packet(a: ApprovalRecord) -> dict[str, Any]:
+    try:
+        value = json.loads(a.packet or "{}")
+    except (TypeError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def will_run(a: ApprovalRecord) -> WillRun:
+    """What ``a`` runs if approved, the impact of exactly that, and the request's words
+    with whether they are about it. Pure: reads the row, nothing else."""
+    p = _packet(a)
+    edit = p.get(EDITED_IMPACT)
+    edit = edit if isinstance(edit, dict) else {}
+    effective = a.effective_digest
+    asked = edit.get("asked_digest") if isinstance(edit.get("asked_digest"), str) else a.digest
+    current = asked == effective  # an edit back to the asked arguments makes them true again
+    stated = _text(p.get("impact"))
+    if current:
+        impact = stated
+    elif edit.get("digest") == effective:
+        impact = _text(edit.get("impact"))
+    else:  # edited before edits had impacts recorded
+        impact = None
+    return WillRun(
+        args=a.edited_args or a.args, edited=a.edited_args is not None or bool(edit),
+        author="caller" if is_external(a.run_id) else "agent", doing=_text(p.get("doing")),
+        words_current=current, impact=impact,
+        original_impact=stated if not current and impact is None else None)
