@@ -76,7 +76,10 @@ class Registry:
             raise ConfigError(f"two agents are named {agent.name!r}")
         self._agents[agent.name] = agent
         for t in agent.tools:  # fail at start-up, not at the first gated call
-            self.policy.check(t.name, t.policy, t.approval)
+            override = self.policy.tools.get(t.name)
+            # rules see the validated dump: exactly the declared fields (closed)
+            schema = t.rule_schema() if override is not None and override.rules else None
+            self.policy.check(t.name, t.policy, t.approval, schema, closed=True)
 
     def get(self, name: str) -> Agent:
         try:

@@ -52,6 +52,7 @@ from runtime.identity import (
     normalize_group_id,
     normalize_user_id,
 )
+from runtime.rule_check import check_rule
 from runtime.rules import RuleError, compile_condition, holds
 from runtime.tomlfile import read_toml
 
@@ -365,13 +366,19 @@ class PolicyFile(BaseModel):
             return kind, base
         return override.policy or kind, self._apply(override, base, f"tools.{tool}")
 
-    def check(self, tool: str, kind: PolicyKind, base: ApprovalPolicy) -> None:
+    def check(self, tool: str, kind: PolicyKind, base: ApprovalPolicy,
+              schema: Mapping[str, Any] | None = None, *, closed: bool = False) -> None:
         """Refuse, at start-up, a tool whose policy or any of whose rules could never be
-        applied (a ConfigError naming the file, the tool and the rule)."""
+        applied (a ConfigError naming the file, the tool and the rule), or, given the JSON
+        ``schema`` of its arguments, a rule whose condition fails on them (see
+        :func:`runtime.rule_check.check_rule`, and ``closed`` there)."""
         _, approval = self.effective(tool, kind, base)
         override = self.tools.get(tool)
         for i, rule in enumerate(override.rules if override else ()):
             self._apply(rule, approval, f"tools.{tool}.rules[{i}]")
+            if schema is not None:
+                check_rule(rule.when, f"tools.{tool}.rules[{i}]", schema, tool=tool,
+                           source=self.source, closed=closed)
 
     def for_call(self, tool: str, kind: PolicyKind, base: ApprovalPolicy,
                  args: Mapping[str, Any]) -> CallPolicy:
