@@ -256,3 +256,19 @@ def test_mcp_proxy_needs_a_server_to_launch(sqlite_url: str, tmp_path: Path) -> 
     done = Cli(sqlite_url, tmp_path)("mcp-proxy", "--name", "Not A Name", "--", "true")
     assert done.returncode == 2 and "token name" in done.stderr
 
+
+
+def test_a_rule_that_fails_on_every_call_stops_the_proxy_at_start(sqlite_url: str,
+                                                                   tmp_path: Path) -> None:
+    # checked against the wrapped server's inputSchema for transfer_money (cents: integer);
+    # before, the proxy started and every call of transfer_money was forbidden
+    policy = tmp_path / "policy.toml"
+    policy.write_text(POLICY.replace("args.cents > 1000000", "args.cents > '1000000'"))
+    cli = Cli(sqlite_url, tmp_path, {"APPROVALD_POLICY_FILE": str(policy)})
+    done = cli("mcp-proxy", "--name", "test", "--", sys.executable, str(SERVER),
+               MCP_FIXTURE_LEDGER=str(tmp_path / "transfers.jsonl"))
+    assert done.returncode == 2, done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert line == (f"approvald: APPROVALD_POLICY_FILE: {policy}: "
+                    "tools.transfer_money.rules[0].when: args.cents > '1000000': > is not "
+                    "defined for an integer (args.cents) and a string ('1000000')")
