@@ -76,7 +76,10 @@ class Registry:
             raise ConfigError(f"two agents are named {agent.name!r}")
         self._agents[agent.name] = agent
         for t in agent.tools:  # fail at start-up, not at the first gated call
-            self.policy.check(t.name, t.policy, t.approval)
+            found = self.policy.entry(t.name)
+            # rules see the validated dump: exactly the declared fields (closed)
+            schema = t.rule_schema() if found is not None and found[1].rules else None
+            self.policy.check(t.name, t.policy, t.approval, schema, closed=True)
 
     def get(self, name: str) -> Agent:
         try:

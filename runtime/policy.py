@@ -55,6 +55,7 @@ from runtime.identity import (
     normalize_group_id,
     normalize_user_id,
 )
+from runtime.rule_check import check_rule
 from runtime.rules import RuleError, compile_condition, holds
 from runtime.tomlfile import read_toml
 
@@ -482,10 +483,12 @@ class PolicyFile(BaseModel):
         key, override = found
         return override.policy or kind, self._apply(override, base, f"tools.{key}")
 
-    def check(self, tool: str, kind: PolicyKind, base: ApprovalPolicy) -> None:
+    def check(self, tool: str, kind: PolicyKind, base: ApprovalPolicy,
+              schema: Mapping[str, Any] | None = None, *, closed: bool = False) -> None:
         """Refuse, at start-up, a tool whose policy or any of whose rules could never be
-        applied, or that waits longer than ``max_ttl`` (a ConfigError naming the file, the
-        tool and the rule)."""
+        applied, that waits longer than ``max_ttl``, or, given the JSON ``schema`` of its
+        arguments, whose condition fails on them (see :func:`runtime.rule_check.check_rule`,
+        and ``closed`` there): a ConfigError naming the file, the tool and the rule."""
         _, approval = self.effective(tool, kind, base)
         found = self.entry(tool)
         where = f"tools.{found[0]}" if found else f"tool {tool}"
@@ -493,6 +496,9 @@ class PolicyFile(BaseModel):
         for i, rule in enumerate(found[1].rules if found else ()):
             label = f"{where}.rules[{i}]"
             self.check_bounds(self._apply(rule, approval, label), label)
+            if schema is not None:
+                check_rule(rule.when, label, schema, tool=tool, source=self.source,
+                           closed=closed)
 
     def check_bounds(self, approval: ApprovalPolicy, where: str) -> None:
         """A policy whose request or any rung waits longer than ``max_ttl`` is refused."""

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from pydantic.errors import PydanticInvalidForJsonSchema
 
 from runtime.clock import Clock
 from runtime.errors import ConfigError, InvalidArguments
@@ -101,6 +102,15 @@ class Tool:
         schema = self.args_model.model_json_schema()
         schema.pop("title", None)
         return schema
+
+    def rule_schema(self) -> dict[str, Any] | None:
+        """JSON schema of the arguments as rules on arguments see them: validated, then
+        dumped (field names rather than aliases, values in their JSON form, only the
+        declared fields); None if pydantic cannot describe them."""
+        try:
+            return self.args_model.model_json_schema(by_alias=False, mode="serialization")
+        except PydanticInvalidForJsonSchema:
+            return None
 
     def validate(self, arguments: Any) -> dict[str, Any]:
         """Validate and normalize proposed arguments; raises :class:`InvalidArguments`."""

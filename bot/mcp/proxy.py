@@ -27,6 +27,7 @@ from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
 from bot.mcp.gateway import Gateway, Ran, Refused, describe
+from runtime.errors import ConfigError
 
 log = logging.getLogger("approvald.mcp")
 
@@ -69,10 +70,16 @@ class Proxy:
             await self._serve()
         except* (BrokenPipeError, ConnectionResetError):  # the client went away mid-answer
             log.info("mcp-proxy %s: the client hung up", self.gateway.name)
+        except* ConfigError as refused:  # a rule refused at start: one line, not a group
+            first: BaseException = refused  # nested in the SDK's task groups
+            while isinstance(first, BaseExceptionGroup):
+                first = first.exceptions[0]
+            raise first from None
 
     async def _serve(self) -> None:
         async with Client(self.params, cache=None) as upstream:
             self.upstream = upstream
+            await self._check_rules()
             info = upstream.server_info
             server: Server[Any] = Server(
                 f"approvald-{self.gateway.name}",
@@ -89,6 +96,23 @@ class Proxy:
                 await server.run(read, write, server.create_initialization_options())
 
     # -- tools/list ---------------------------------------------------------------------
+    async def _check_rules(self) -> None:
+        """Refuse to start on a policy rule that would fail on every call of its tool: each
+        listed tool's rules are checked against its input schema (a ConfigError line)."""
+        assert self.upstream is not None
+        policy = self.gateway.e.registry.policy
+        kind, base = policy.default_policy()  # what the file's entries for this source apply over
+        cursor: str | None = None
+        for _ in range(100):
+            page = await self.upstream.list_tools(cursor=cursor)
+            self._keep(page.tools)
+            for tool in page.tools:
+                policy.check(self.gateway.source.policy_name(tool.name), kind, base,
+                             tool.input_schema)
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+
     def _keep(self, tools: Sequence[types.Tool]) -> None:
         for tool in tools:
             self.tools[tool.name] = tool

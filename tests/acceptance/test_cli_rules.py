@@ -120,6 +120,14 @@ def test_an_edit_that_crosses_a_band_is_refused(cli: Cli, cents: int, refused: s
     ('when = "args.amount_cents > 1"\napprovers = ["U_BOB"]\nquorum = 2',
      "tools.issue_refund.rules[0]: quorum 2 needs more approvers than the 1 listed"),
     ('policy = "auto"', "tools.issue_refund.rules[0].when: Field required"),
+    # a rule that fails on every call of its tool (and so would forbid them all) is
+    # refused against the tool's schema
+    ('when = "args.cnets > 100"\napprovers = ["U_BOB"]',
+     "tools.issue_refund.rules[0].when: args.cnets: issue_refund has no argument 'cnets' "
+     "(arguments: order_id, amount_cents, reason)"),
+    ("when = \"args.amount_cents <= '2000'\"\npolicy = \"auto\"",
+     "tools.issue_refund.rules[0].when: args.amount_cents <= '2000': <= is not defined for "
+     "an integer (args.amount_cents) and a string ('2000')"),
 ])
 def test_a_bad_rule_stops_start_up_with_one_line(cli: Cli, tmp_path: Path, rule: str,
                                                  error: str) -> None:

@@ -279,3 +279,19 @@ async def test_a_tool_the_file_does_not_name_is_asked_about_whatever_agents_have
         denied = await asyncio.wait_for(call, 30)
         assert denied.is_error and "not from this client" in text(denied)
         assert not await asyncio.to_thread(lookups.exists)
+
+
+def test_a_rule_that_fails_on_every_call_stops_the_proxy_at_start(sqlite_url: str,
+                                                                   tmp_path: Path) -> None:
+    # checked against the wrapped server's inputSchema for transfer_money (cents: integer);
+    # before, the proxy started and every call of transfer_money was forbidden
+    policy = tmp_path / "policy.toml"
+    policy.write_text(POLICY.replace("args.cents > 1000000", "args.cents > '1000000'"))
+    cli = Cli(sqlite_url, tmp_path, {"APPROVALD_POLICY_FILE": str(policy)})
+    done = cli("mcp-proxy", "--name", "test", "--", sys.executable, str(SERVER),
+               MCP_FIXTURE_LEDGER=str(tmp_path / "transfers.jsonl"))
+    assert done.returncode == 2, done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert line == (f"approvald: APPROVALD_POLICY_FILE: {policy}: "
+                    "tools.mcp:test/transfer_money.rules[0].when: args.cents > '1000000': > is not "
+                    "defined for an integer (args.cents) and a string ('1000000')")

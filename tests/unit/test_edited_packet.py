@@ -118,8 +118,8 @@ async def test_an_edited_request_escalated_to_the_next_rung_keeps_the_edits_impa
 
 
 POLICY = PolicyFile.model_validate({"tools": {
-    "refund_card": {"external": True, "approvers": ["U_ALICE", "U_BOB"], "ttl": "30m",
-                    "edits": "propose"}}})
+    "api:bot/refund_card": {"approvers": ["U_ALICE", "U_BOB"], "ttl": "30m",
+                            "edits": "propose"}}})
 
 
 async def test_an_edited_external_request_labels_the_callers_words(
@@ -127,10 +127,11 @@ async def test_an_edited_external_request_labels_the_callers_words(
     engine = make_engine(policy=POLICY)
     made = await api_tokens.create(engine.db, engine.clock,
                                    api_tokens.WebhookKeys("approvald-test-secret-0123456789"),
-                                   "bot", created_by="test")
+                                   engine.audit, "bot", created_by="test", via="test",
+                                   tools="*")
     doc, _ = await engine.external.create(made.record, NewRequest(
         tool="refund_card", args={"order": "A-1001", "cents": 4200}, requested_by="U_DANA",
-        policy="refund_card", packet={"doing": "Refunding the duplicate charge, $42.00.",
+        packet={"doing": "Refunding the duplicate charge, $42.00.",
                                       "impact": "$42.00 back to the customer's card"}))
     unedited, _ = drawn((await requests(engine, doc["id"]))[0], clock)
     assert T.SECTION_IMPACT.format(text="$42.00 back to the customer's card") \

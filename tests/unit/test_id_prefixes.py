@@ -18,7 +18,7 @@ import pytest
 from bot.cli import main
 from runtime.decide import Actor
 from runtime.ids import new_id
-from runtime.standing import scope_for
+from runtime.scope import scope_for
 
 RUN_A, RUN_B = "abc123" + "a" * 26, "abc123" + "b" * 26
 REQ_A, REQ_B = "def456" + "a" * 26, "def456" + "b" * 26

@@ -203,3 +203,39 @@ def test_edits_mode_is_a_policy_key_and_lands_in_the_snapshot(tmp_path) -> None:
     path.write_text('[tools.issue_refund]\nedits = "silently"\n')
     with pytest.raises(ConfigError, match=r"tools\.issue_refund\.edits"):
         load_policy_file(path)
+
+
+@pytest.mark.parametrize(("when", "line"), [
+    ("args.cnets > 100", "tools.issue_refund.rules[0].when: args.cnets: issue_refund has no "
+                         "argument 'cnets' (arguments: order_id, amount_cents, reason)"),
+    ("args.amount_cents <= '2000'", "tools.issue_refund.rules[0].when: args.amount_cents <= "
+                                    "'2000': <= is not defined for an integer "
+                                    "(args.amount_cents) and a string ('2000')"),
+])
+def test_a_rule_that_fails_on_every_call_of_its_tool_stops_start_up(
+        tmp_path: Path, when: str, line: str) -> None:
+    # before: the rule loaded, and every call of issue_refund was forbidden, including
+    # those the rule was meant to send to a person
+    path = tmp_path / "policy.toml"
+    path.write_text(f'[[tools.issue_refund.rules]]\nwhen = "{when}"\n'
+                    'approvers = ["U_BOB"]\n')
+    policy = load_policy_file(path)
+    with pytest.raises(ConfigError) as err:
+        Registry(demo_agents(), policy=policy)
+    assert str(err.value) == f"APPROVALD_POLICY_FILE: {path}: {line}"
+    refund = demo_agents()[0].tool("issue_refund")
+    assert refund is not None
+    chosen = policy.for_call("issue_refund", refund.policy, refund.approval,
+                             {"order_id": "A-1", "amount_cents": 150000, "reason": "dup"})
+    assert chosen.kind == "forbidden"  # what start-up now refuses to let happen
+
+
+def test_rules_that_fit_their_tool_still_load(tmp_path: Path) -> None:
+    path = tmp_path / "policy.toml"
+    path.write_text((Path(__file__).parents[1] / "fixtures" / "refund_rules.toml").read_text()
+                    + '[[tools.issue_refund.rules]]\n'
+                      'when = "args.reason.startsWith(\'dup\') && args.amount_cents > 10.5 '
+                      '&& tool == \'issue_refund\' && args.order_id in [\'A-1\', \'B-2\']"\n'
+                      'policy = "auto"\n'
+                      '[groups]\nS_FINANCE = ["U_BOB", "U_CAROL"]\n')
+    Registry(demo_agents(), policy=load_policy_file(path)).check_policy()

@@ -257,7 +257,7 @@ async def test_audit_verify_refutes_a_use_outside_the_granted_scope(make_engine,
     from runtime.audit import verify
 
     engine = engine_with(make_engine, ledger_path)
-    paused, standing = await grant_on_first(engine, db)
+    _, standing = await grant_on_first(engine, db)
     async with db.write() as tx:
         engine.audit.record(
             tx, at=clock.now(), action="approved", actor=f"standing:{standing.id}",
