@@ -14,6 +14,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from runtime.audit import AuditKey
 from runtime.errors import ConfigError
 
+DEFAULT_METRICS_ADDR = "127.0.0.1:9464"
+
 
 def default_database_path() -> Path:
     """The embedded database when ``APPROVALD_DATABASE_URL`` is unset: one file per user
@@ -52,6 +54,10 @@ class Settings(BaseSettings):
     ops_channel: str | None = Field(None, validation_alias=_env("APPROVALD_OPS_CHANNEL"))
     port: int = Field(3000, ge=0, le=65535, validation_alias=_env("APPROVALD_PORT"))  # 0: any
     host: str = Field("0.0.0.0", validation_alias=_env("APPROVALD_HOST"))
+    # /metrics on a listener of its own, off the one Slack and API callers reach:
+    # "host:port" (port 0: any), or "off"
+    metrics_addr: str = Field(DEFAULT_METRICS_ADDR,
+                              validation_alias=_env("APPROVALD_METRICS_ADDR"))
     policy_file: Path | None = Field(None, validation_alias=_env("APPROVALD_POLICY_FILE"))
     agents: str | None = Field(None, validation_alias=_env("APPROVALD_AGENTS"))
     demo_ledger: str | None = Field(None, validation_alias=_env("APPROVALD_DEMO_LEDGER"))
@@ -98,6 +104,20 @@ class Settings(BaseSettings):
             raise ValueError("must be DEBUG, INFO, WARNING or ERROR")
         return v
 
+    @field_validator("metrics_addr")
+    @classmethod
+    def _metrics_addr(cls, v: str) -> str:
+        v = v.strip()
+        if v.lower() == "off":
+            return "off"
+        parse_listen_addr(v)
+        return v
+
+    @property
+    def metrics_listen(self) -> tuple[str, int] | None:
+        """Where ``serve`` serves ``/metrics`` (host, port), or None when it is off."""
+        return None if self.metrics_addr == "off" else parse_listen_addr(self.metrics_addr)
+
     @property
     def slack_configured(self) -> bool:
         return any((self.slack_bot_token, self.slack_signing_secret, self.slack_app_token))
@@ -141,6 +161,16 @@ class Settings(BaseSettings):
         return None
 
 
+def parse_listen_addr(text: str) -> tuple[str, int]:
+    """``host:port`` (``[v6]:port`` for IPv6; port 0: any) as (host, port)."""
+    host, sep, port = text.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]") if host.startswith("[") else host
+    if not sep or not host or (":" in host and not text.startswith("[")) \
+            or not port.isdigit() or int(port) > 65535:
+        raise ValueError("must be host:port ([::1]:9464 for IPv6; port 0: any) or off")
+    return host, int(port)
+
+
 _ALIASES = {name: (f.validation_alias.choices[0] if isinstance(f.validation_alias, AliasChoices)
                    else name).__str__() for name, f in Settings.model_fields.items()}
 
@@ -155,4 +185,5 @@ def load_settings() -> Settings:
         var = _ALIASES.get(loc, loc)
         got = err.get("input")
         shown = f" (got {got!r})" if isinstance(got, str | int | float) else ""
-        raise ConfigError(f"{var}: {err['msg']}{shown}") from None
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        raise ConfigError(f"{var}: {msg}{shown}") from None
