@@ -13,6 +13,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from runtime.audit import AuditKey
 from runtime.errors import ConfigError
+from runtime.webhook_hosts import WebhookHosts
 
 DEFAULT_METRICS_ADDR = "127.0.0.1:9464"
 
@@ -58,6 +59,8 @@ class Settings(BaseSettings):
     # "host:port" (port 0: any), or "off"
     metrics_addr: str = Field(DEFAULT_METRICS_ADDR,
                               validation_alias=_env("APPROVALD_METRICS_ADDR"))
+    # the hosts decision webhooks may go to (runtime/webhook_hosts.py); unset: none
+    webhook_hosts: str | None = Field(None, validation_alias=_env("APPROVALD_WEBHOOK_HOSTS"))
     policy_file: Path | None = Field(None, validation_alias=_env("APPROVALD_POLICY_FILE"))
     agents: str | None = Field(None, validation_alias=_env("APPROVALD_AGENTS"))
     demo_ledger: str | None = Field(None, validation_alias=_env("APPROVALD_DEMO_LEDGER"))
@@ -113,10 +116,27 @@ class Settings(BaseSettings):
         parse_listen_addr(v)
         return v
 
+    @field_validator("webhook_hosts")
+    @classmethod
+    def _webhook_hosts(cls, v: str | None) -> str | None:
+        try:
+            WebhookHosts.from_setting(v)
+        except ConfigError as exc:
+            raise ValueError(str(exc).removeprefix("APPROVALD_WEBHOOK_HOSTS: ")) from None
+        return v
+
     @property
     def metrics_listen(self) -> tuple[str, int] | None:
         """Where ``serve`` serves ``/metrics`` (host, port), or None when it is off."""
         return None if self.metrics_addr == "off" else parse_listen_addr(self.metrics_addr)
+
+    def webhook_allowlist(self) -> WebhookHosts:
+        """APPROVALD_WEBHOOK_HOSTS, knowing the ports this deployment listens on as set
+        (``serve`` adds the ones it binds when they are 0)."""
+        metrics = self.metrics_listen
+        return WebhookHosts.from_setting(
+            self.webhook_hosts, own_ports=(self.port, metrics[1] if metrics else 0),
+            own_host=self.host)
 
     @property
     def slack_configured(self) -> bool:

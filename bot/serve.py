@@ -134,6 +134,8 @@ class Service:
                         "`approvald approvals approve|deny|edit`")
             return
         await self.slack.start()
+        if self.slack.port:  # a webhook must never call approvald's own listener
+            self.api.webhook_hosts.add_own_port(self.slack.port)
         self._connector = asyncio.create_task(self._connect(), name="slack-connect")
         await self._first_attempt()
         if background and not stop.is_set():
@@ -185,6 +187,7 @@ class Service:
         except OSError as exc:
             raise ConfigError(f"APPROVALD_HOST/APPROVALD_PORT: cannot listen on {host}:{port} "
                               f"for /healthz and /readyz: {_why(exc)}") from None
+        self.api.webhook_hosts.add_own_port(self.ops_port)
 
     async def _start_metrics_listener(self) -> None:
         """``/metrics`` on ``APPROVALD_METRICS_ADDR``, a listener of its own (loopback by
@@ -207,6 +210,7 @@ class Service:
                         "APPROVALD_METRICS_ADDR to host:port (port 0: any) or off",
                         self.settings.metrics_addr, _why(exc))
             return
+        self.api.webhook_hosts.add_own_port(self.metrics_port)
 
     def _woken(self, kind: str, key: str) -> None:
         """Another replica committed something: wake what acts on it here (the database

@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 from runtime.clock import Clock
 from runtime.errors import ApprovaldError, ConfigError, NotFound
 from runtime.ids import new_id
+from runtime.webhook_hosts import WebhookHosts
 from store.db import Database
 from store.repos.external import TokenRecord
 
@@ -85,12 +86,15 @@ def check_webhook_url(url: str) -> str:
 
 
 async def create(db: Database, clock: Clock, keys: WebhookKeys, name: str, *,
-                 created_by: str, webhook_url: str | None = None) -> NewToken:
+                 created_by: str, webhook_url: str | None = None,
+                 webhook_hosts: WebhookHosts | None = None) -> NewToken:
     """Make a token named ``name`` (names are never reused, so the audit log's
-    ``external:<name>`` always means one token)."""
+    ``external:<name>`` always means one token). Its ``webhook_url`` must be one
+    ``webhook_hosts`` (``APPROVALD_WEBHOOK_HOSTS``) allows; without them, none is."""
     check_name(name)
     if webhook_url is not None:
         check_webhook_url(webhook_url)
+        (webhook_hosts or WebhookHosts(())).check_url(webhook_url)
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     token_id = new_id()
     async with db.write() as tx:

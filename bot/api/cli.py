@@ -37,7 +37,8 @@ def add_commands(sub: Any, *, operator: Callable[[], str], json_help: str) -> No
                    "it makes run as agent external:NAME")
     c.add_argument("--webhook-url", metavar="URL",
                    help="POST each decision on its requests here, signed with the webhook "
-                        "secret (a request may name its own)")
+                        "secret (a request may name its own); its host must be in "
+                        "APPROVALD_WEBHOOK_HOSTS")
     c.add_argument("--json", action="store_true", help=json_help)
 
     async def create(s: Settings, a: argparse.Namespace) -> int:
@@ -48,7 +49,8 @@ def add_commands(sub: Any, *, operator: Callable[[], str], json_help: str) -> No
         db = await open_database(s)
         try:
             made = await api_tokens.create(db, _clock(s), keys, a.name,
-                                           created_by=operator(), webhook_url=a.webhook_url)
+                                           created_by=operator(), webhook_url=a.webhook_url,
+                                           webhook_hosts=s.webhook_allowlist())
         finally:
             await db.close()
         if a.json:

@@ -27,6 +27,8 @@ class HttpApi:
                  stop: asyncio.Event | None = None) -> None:
         self.engine = engine
         self.keys = webhook_keys(settings)
+        # where webhooks may go; serve adds the ports it binds (see WebhookHosts.add_own_port)
+        self.webhook_hosts = settings.webhook_allowlist()
         self.routes = Routes(engine, stop=stop)
 
     def add_routes(self, app: web.Application) -> None:
@@ -34,4 +36,4 @@ class HttpApi:
 
     def deliverer(self, inner: Deliverer) -> Deliverer:
         """``inner`` with webhook rows delivered here."""
-        return WebhookDeliverer(self.engine, inner, self.keys)
+        return WebhookDeliverer(self.engine, inner, self.keys, hosts=self.webhook_hosts)
