@@ -177,7 +177,7 @@ class SlackService:
     def __init__(self, settings: Settings, engine: Engine, *,
                  ops_routes: Callable[[web.Application], None] | None = None) -> None:
         check_slack_settings(settings)
-        self.ops_routes = ops_routes  # /healthz, /readyz, /metrics (see bot/metrics.py)
+        self.ops_routes = ops_routes  # /healthz, /readyz, /v1 (see bot/metrics.py)
         if engine.signer is None:
             raise ConfigError("APPROVALD_SECRET is not set or shorter than 16 characters "
                               "(the key approval-button tokens are derived from)")

@@ -14,6 +14,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from runtime.audit import AuditKey
 from runtime.errors import ConfigError
+from runtime.webhook_hosts import WebhookHosts
+
+DEFAULT_METRICS_ADDR = "127.0.0.1:9464"
 
 
 def default_database_path() -> Path:
@@ -53,6 +56,12 @@ class Settings(BaseSettings):
     ops_channel: str | None = Field(None, validation_alias=_env("APPROVALD_OPS_CHANNEL"))
     port: int = Field(3000, ge=0, le=65535, validation_alias=_env("APPROVALD_PORT"))  # 0: any
     host: str = Field("0.0.0.0", validation_alias=_env("APPROVALD_HOST"))
+    # /metrics on a listener of its own, off the one Slack and API callers reach:
+    # "host:port" (port 0: any), or "off"
+    metrics_addr: str = Field(DEFAULT_METRICS_ADDR,
+                              validation_alias=_env("APPROVALD_METRICS_ADDR"))
+    # the hosts decision webhooks may go to (runtime/webhook_hosts.py); unset: none
+    webhook_hosts: str | None = Field(None, validation_alias=_env("APPROVALD_WEBHOOK_HOSTS"))
     policy_file: Path | None = Field(None, validation_alias=_env("APPROVALD_POLICY_FILE"))
     agents: str | None = Field(None, validation_alias=_env("APPROVALD_AGENTS"))
     demo_ledger: str | None = Field(None, validation_alias=_env("APPROVALD_DEMO_LEDGER"))
@@ -100,6 +109,37 @@ class Settings(BaseSettings):
         if v not in ("DEBUG", "INFO", "WARNING", "ERROR"):
             raise ValueError("must be DEBUG, INFO, WARNING or ERROR")
         return v
+
+    @field_validator("metrics_addr")
+    @classmethod
+    def _metrics_addr(cls, v: str) -> str:
+        v = v.strip()
+        if v.lower() == "off":
+            return "off"
+        parse_listen_addr(v)
+        return v
+
+    @field_validator("webhook_hosts")
+    @classmethod
+    def _webhook_hosts(cls, v: str | None) -> str | None:
+        try:
+            WebhookHosts.from_setting(v)
+        except ConfigError as exc:
+            raise ValueError(str(exc).removeprefix("APPROVALD_WEBHOOK_HOSTS: ")) from None
+        return v
+
+    @property
+    def metrics_listen(self) -> tuple[str, int] | None:
+        """Where ``serve`` serves ``/metrics`` (host, port), or None when it is off."""
+        return None if self.metrics_addr == "off" else parse_listen_addr(self.metrics_addr)
+
+    def webhook_allowlist(self) -> WebhookHosts:
+        """APPROVALD_WEBHOOK_HOSTS, knowing the ports this deployment listens on as set
+        (``serve`` adds the ones it binds when they are 0)."""
+        metrics = self.metrics_listen
+        return WebhookHosts.from_setting(
+            self.webhook_hosts, own_ports=(self.port, metrics[1] if metrics else 0),
+            own_host=self.host)
 
     @property
     def slack_configured(self) -> bool:
@@ -155,6 +195,16 @@ class Settings(BaseSettings):
         return None
 
 
+def parse_listen_addr(text: str) -> tuple[str, int]:
+    """``host:port`` (``[v6]:port`` for IPv6; port 0: any) as (host, port)."""
+    host, sep, port = text.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]") if host.startswith("[") else host
+    if not sep or not host or (":" in host and not text.startswith("[")) \
+            or not port.isdigit() or int(port) > 65535:
+        raise ValueError("must be host:port ([::1]:9464 for IPv6; port 0: any) or off")
+    return host, int(port)
+
+
 _ALIASES = {name: (f.validation_alias.choices[0] if isinstance(f.validation_alias, AliasChoices)
                    else name).__str__() for name, f in Settings.model_fields.items()}
 
@@ -169,4 +219,5 @@ def load_settings() -> Settings:
         var = _ALIASES.get(loc, loc)
         got = err.get("input")
         shown = f" (got {got!r})" if isinstance(got, str | int | float) else ""
-        raise ConfigError(f"{var}: {err['msg']}{shown}") from None
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        raise ConfigError(f"{var}: {msg}{shown}") from None

@@ -1,18 +1,19 @@
-"""Health, readiness and Prometheus metrics for ``serve``: ``/healthz``, ``/readyz`` and
-``/metrics`` on its HTTP listener (the Slack listener in HTTP mode; in Socket Mode, and
-without Slack, a listener of their own on ``APPROVALD_PORT``).
+"""Health, readiness and Prometheus metrics for ``serve``.
 
 * ``/healthz``: the process is up (200 whatever Slack or the database is doing);
-* ``/readyz``: the database answers within 2 s and its schema is the one this code
-  expects; 503 with the reason otherwise (a load balancer stops sending it clicks);
-* ``/metrics``: the Prometheus text format. Gauges are read from the database at scrape
-  time (so every replica reports the same backlog); counters and histograms count what
-  this process did since it started.
+* ``/readyz``: the database answers and its schema is the one this code expects; 503 with
+  the reason otherwise (see :mod:`bot.readiness`). Both are on ``serve``'s HTTP listener
+  (the Slack listener in HTTP mode; in Socket Mode, and without Slack, a listener of
+  their own on ``APPROVALD_PORT``);
+* ``/metrics``: the Prometheus text format, on a listener of its own
+  (``APPROVALD_METRICS_ADDR``, loopback by default): the counts it shows are the
+  business's, not for whoever can reach Slack's or the API's listener. Gauges are read
+  from the database at scrape time (so every replica reports the same backlog); counters
+  and histograms count what this process did since it started.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 from datetime import datetime
@@ -22,13 +23,12 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
 
+from bot.readiness import Readiness
 from runtime.engine import Engine
 from runtime.metrics import Meter
-from store import migrate
 
 log = logging.getLogger("approvald.metrics")
 
-READY_TIMEOUT = 2.0  # s the database gets to answer a readiness check
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
@@ -123,32 +123,23 @@ def slack_method(exc: BaseException) -> tuple[str, str]:
     return method, str(error or (f"http_{status}" if status else type(exc).__name__))
 
 
-def add_routes(app: web.Application, engine: Engine, meter: PrometheusMeter,
+def add_routes(app: web.Application, readiness: Readiness,
                describe: Callable[[], dict[str, Any]]) -> None:
-    """Add ``/healthz``, ``/readyz`` and ``/metrics`` to ``app``."""
+    """Add ``/healthz`` and ``/readyz`` to ``app``."""
 
     async def healthz(_request: web.Request) -> web.StreamResponse:
         return web.json_response({"ok": True, **describe()})
 
     async def readyz(_request: web.Request) -> web.StreamResponse:
-        try:
-            async with asyncio.timeout(READY_TIMEOUT):
-                revision = await migrate.current_revision(engine.db)
-        except Exception as exc:  # unreachable, refused, timed out: not ready, say why
-            return web.json_response(
-                {"ok": False, "database": f"unreachable: {type(exc).__name__}: {exc}"[:300]},
-                status=503)
-        if revision is not None and revision > migrate.HEAD:  # revisions are 0001, 0002, …
-            return web.json_response(
-                {"ok": False, "database": f"schema {revision} was written by a newer "
-                 f"approvald; this one knows up to {migrate.HEAD}: replace this replica "
-                 "with the new version"}, status=503)
-        if revision != migrate.HEAD:
-            return web.json_response(
-                {"ok": False, "database": f"schema {revision or 'none'}, this code needs "
-                 f"{migrate.HEAD}: run `approvald db upgrade`"}, status=503)
-        return web.json_response({"ok": True, "database": "reachable",
-                                  "schema": revision})
+        status, body = await readiness.check()
+        return web.json_response(body, status=status)
+
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+
+
+def add_metrics_route(app: web.Application, engine: Engine, meter: PrometheusMeter) -> None:
+    """Add ``/metrics`` to ``app`` (the metrics listener's)."""
 
     async def metrics(_request: web.Request) -> web.StreamResponse:
         try:
@@ -158,6 +149,4 @@ def add_routes(app: web.Application, engine: Engine, meter: PrometheusMeter,
         body = generate_latest(meter.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)

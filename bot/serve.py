@@ -33,7 +33,8 @@ from aiohttp import web
 from bot.api.service import HttpApi
 from bot.config import Settings
 from bot.log_delivery import LogDeliverer
-from bot.metrics import PrometheusMeter, add_routes
+from bot.metrics import PrometheusMeter, add_metrics_route, add_routes
+from bot.readiness import Readiness
 from bot.tracing import from_environment as tracing_from_environment
 from bot.wiring import build_engine, open_database
 from runtime import audit, retention
@@ -72,8 +73,11 @@ class Service:
         self.tracing = tracing_from_environment()  # off unless OTEL_* variables ask
         self.engine.tracer = self.tracing.tracer
         self.slack = None
+        self.readiness = Readiness(db)
         self._ops_runner: web.AppRunner | None = None
         self.ops_port: int | None = None
+        self._metrics_runner: web.AppRunner | None = None
+        self.metrics_port: int | None = None  # bound (APPROVALD_METRICS_ADDR), None: off
         # /v1 on the same listener as /slack/events (or /healthz), its webhooks on the drain
         self.api = HttpApi(self.engine, settings, stop=self.stop_event)
         deliverer: Deliverer
@@ -111,6 +115,7 @@ class Service:
         failed, in which case connecting goes on in the background.
         """
         await self.engine.note_policy()
+        await self._start_metrics_listener()
         self.pending_scheduled = await self.scheduler.start()
         await self.wakeups.start()
         if self.slack is not None and self.settings.audit_channel:
@@ -130,6 +135,8 @@ class Service:
                         "`approvald approvals approve|deny|edit`")
             return
         await self.slack.start()
+        if self.slack.port:  # a webhook must never call approvald's own listener
+            self.api.webhook_hosts.add_own_port(self.slack.port)
         self._connector = asyncio.create_task(self._connect(), name="slack-connect")
         await self._first_attempt()
         if background and not stop.is_set():
@@ -166,29 +173,45 @@ class Service:
     def _ops_routes(self, app: web.Application) -> None:
         def describe() -> dict[str, Any]:
             return self.slack.status() if self.slack is not None else {"slack": "off"}
-        add_routes(app, self.engine, self.meter, describe)
+        add_routes(app, self.readiness, describe)
         self.api.add_routes(app)
 
     async def _start_ops_listener(self) -> None:
-        """``/healthz``, ``/readyz`` and ``/metrics`` on ``APPROVALD_PORT`` when no Slack
-        HTTP listener serves them (Socket Mode, or no Slack at all) and the port is set
+        """``/healthz``, ``/readyz`` (and ``/v1``) on ``APPROVALD_PORT`` when no Slack HTTP
+        listener serves them (Socket Mode, or no Slack at all) and the port is set
         explicitly (several such processes on one host need no port at all)."""
         app = web.Application()
         self._ops_routes(app)
-        self._ops_runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
-        await self._ops_runner.setup()
-        site = web.TCPSite(self._ops_runner, self.settings.host, self.settings.port)
+        host, port = self.settings.host, self.settings.port
         try:
-            await site.start()
+            self._ops_runner, self.ops_port = await _listen(app, host, port)
         except OSError as exc:
-            await self._ops_runner.cleanup()
-            self._ops_runner = None
-            raise ConfigError(f"APPROVALD_HOST/APPROVALD_PORT: cannot listen on "
-                              f"{self.settings.host}:{self.settings.port} for /healthz, "
-                              f"/readyz and /metrics: "
-                              f"{os.strerror(exc.errno) if exc.errno else exc}") from None
-        sockets = site._server.sockets if site._server is not None else []  # type: ignore[union-attr]
-        self.ops_port = sockets[0].getsockname()[1] if sockets else self.settings.port
+            raise ConfigError(f"APPROVALD_HOST/APPROVALD_PORT: cannot listen on {host}:{port} "
+                              f"for /healthz and /readyz: {_why(exc)}") from None
+        self.api.webhook_hosts.add_own_port(self.ops_port)
+
+    async def _start_metrics_listener(self) -> None:
+        """``/metrics`` on ``APPROVALD_METRICS_ADDR``, a listener of its own (loopback by
+        default), unless it is ``off``. An address set explicitly that cannot be bound
+        stops start-up; the default one (another replica on this host has it, say) only
+        leaves metrics off, with a warning."""
+        where = self.settings.metrics_listen
+        if where is None:
+            return
+        app = web.Application()
+        add_metrics_route(app, self.engine, self.meter)
+        try:
+            self._metrics_runner, self.metrics_port = await _listen(app, *where)
+        except OSError as exc:
+            if "metrics_addr" in self.settings.model_fields_set:
+                raise ConfigError(f"APPROVALD_METRICS_ADDR: cannot listen on "
+                                  f"{self.settings.metrics_addr} for /metrics: "
+                                  f"{_why(exc)}") from None
+            log.warning("/metrics is off: cannot listen on %s (%s); set "
+                        "APPROVALD_METRICS_ADDR to host:port (port 0: any) or off",
+                        self.settings.metrics_addr, _why(exc))
+            return
+        self.api.webhook_hosts.add_own_port(self.metrics_port)
 
     def _woken(self, kind: str, key: str) -> None:
         """Another replica committed something: wake what acts on it here (the database
@@ -237,10 +260,11 @@ class Service:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.slack.stop(within=within),
                                        within + AFTER_CANCEL + 2 * CLOSE_TIMEOUT)
-        if self._ops_runner is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._ops_runner.cleanup(), AFTER_CANCEL)
-            self._ops_runner = None
+        for runner in (self._ops_runner, self._metrics_runner):
+            if runner is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(runner.cleanup(), AFTER_CANCEL)
+        self._ops_runner = self._metrics_runner = None
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.engine.registry.aclose(), AFTER_CANCEL)
         with contextlib.suppress(Exception):  # the last spans, if the collector answers
@@ -253,8 +277,37 @@ class Service:
             face = f"Slack {self.slack.mode}"
         else:
             face = f"Slack {self.slack.mode}, not connected yet: retrying in the background"
+        metrics = "metrics off" if self.metrics_port is None else \
+            f"metrics on {self.metrics_url}"
         return (f"serving on {self.db.display_url} ({self.pending_scheduled} pending approvals "
-                f"scheduled, {face})")
+                f"scheduled, {face}, {metrics})")
+
+    @property
+    def metrics_url(self) -> str | None:
+        """Where ``/metrics`` is served, or None when it is off."""
+        where = self.settings.metrics_listen
+        if where is None or self.metrics_port is None:
+            return None
+        host = f"[{where[0]}]" if ":" in where[0] else where[0]
+        return f"http://{host}:{self.metrics_port}/metrics"
+
+
+async def _listen(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
+    """Serve ``app`` on ``host:port``: its runner and the port bound (``port`` 0: any)."""
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    try:
+        await site.start()
+    except OSError:
+        await runner.cleanup()
+        raise
+    bound = runner.addresses
+    return runner, int(bound[0][1]) if bound else port
+
+
+def _why(exc: OSError) -> str:
+    return os.strerror(exc.errno) if exc.errno else str(exc)
 
 
 class Signals:

@@ -34,6 +34,7 @@ from runtime.clock import Clock
 from runtime.errors import ApprovaldError, ConfigError, NotFound
 from runtime.ids import new_id
 from runtime.intake import RESERVED_CREDENTIALS, Source
+from runtime.webhook_hosts import WebhookHosts
 from store.db import Database
 from store.repos import Tx
 from store.repos.external import TokenRecord
@@ -148,13 +149,17 @@ def check_webhook_url(url: str) -> str:
 
 async def create(db: Database, clock: Clock, keys: WebhookKeys, audit: AuditTrail, name: str, *,
                  created_by: str, via: str, tools: str | Sequence[str],
-                 webhook_url: str | None = None) -> NewToken:
+                 webhook_url: str | None = None,
+                 webhook_hosts: WebhookHosts | None = None) -> NewToken:
     """Make a token named ``name`` that may ask about ``tools`` (names are never reused, so
-    the audit log's ``external:<name>`` always means one token); audited."""
+    the audit log's ``external:<name>`` always means one token); audited. Its
+    ``webhook_url`` must be one ``webhook_hosts`` (``APPROVALD_WEBHOOK_HOSTS``) allows;
+    without them, none is."""
     check_operator_name(name)
     scope = parse_tools(tools)
     if webhook_url is not None:
         check_webhook_url(webhook_url)
+        (webhook_hosts or WebhookHosts(())).check_url(webhook_url)
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     token_id = new_id()
     async with db.write() as tx:

@@ -68,6 +68,15 @@ def user_data_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         yield home
 
 
+@pytest.fixture(scope="session", autouse=True)
+def metrics_on_any_port() -> Iterator[None]:
+    """Every ``serve`` a test starts in-process serves /metrics on a port of its own
+    choosing, not the default one tests (and other checkouts) would fight over."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("APPROVALD_METRICS_ADDR", "127.0.0.1:0")
+        yield
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark every test that reaches PostgreSQL ``postgres`` (and SQLite ones ``sqlite``), so
     ``pytest -m postgres`` selects them: the ``db_url`` params carry their marks, but a test

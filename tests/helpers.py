@@ -34,7 +34,8 @@ class Cli:
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("APPROVALD_", "SLACK_"))}
         env.update(APPROVALD_DATABASE_URL=self.db_url, APPROVALD_DEMO_LEDGER=str(self.ledger),
-                   APPROVALD_CLOCK_FILE=str(self.clock_file), APPROVALD_LOG_LEVEL="WARNING")
+                   APPROVALD_CLOCK_FILE=str(self.clock_file), APPROVALD_LOG_LEVEL="WARNING",
+                   APPROVALD_METRICS_ADDR="127.0.0.1:0")
         env.update(self.env_extra)
         env.update(extra)
         return env

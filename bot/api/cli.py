@@ -47,7 +47,8 @@ def add_commands(sub: Any, *, operator: Callable[[], str], json_help: str) -> No
                         "(403)")
     c.add_argument("--webhook-url", metavar="URL",
                    help="POST each decision on its requests here, signed with the webhook "
-                        "secret (a request may name its own)")
+                        "secret (a request may name its own); its host must be in "
+                        "APPROVALD_WEBHOOK_HOSTS")
     c.add_argument("--json", action="store_true", help=json_help)
 
     async def create(s: Settings, a: argparse.Namespace) -> int:
@@ -59,7 +60,8 @@ def add_commands(sub: Any, *, operator: Callable[[], str], json_help: str) -> No
         try:
             made = await api_tokens.create(db, _clock(s), keys, _audit(s), a.name,
                                            created_by=operator(), via="cli", tools=a.tools,
-                                           webhook_url=a.webhook_url)
+                                           webhook_url=a.webhook_url,
+                                           webhook_hosts=s.webhook_allowlist())
         finally:
             await db.close()
         if a.json:

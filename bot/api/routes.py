@@ -27,6 +27,7 @@ from runtime.engine import Engine
 from runtime.errors import ApprovaldError, NotFound, PayloadTooLarge
 from runtime.external import ExternalError, NewRequest, Report
 from runtime.intake import IntakeError, Tighten
+from runtime.webhook_hosts import WebhookHosts, WebhookRefused
 from store.repos.external import TokenRecord
 
 log = logging.getLogger("approvald.api")
@@ -92,9 +93,13 @@ def answer(doc: dict[str, Any], status: int = 200) -> web.Response:
 class Routes:
     """The handlers; ``stop`` ends long polls early when the process stops."""
 
-    def __init__(self, engine: Engine, *, stop: asyncio.Event | None = None) -> None:
+    def __init__(self, engine: Engine, *, stop: asyncio.Event | None = None,
+                 webhook_hosts: WebhookHosts | None = None) -> None:
         self.e = engine
         self.stop = stop
+        # where a request's own webhook may point (APPROVALD_WEBHOOK_HOSTS, less serve's
+        # own listeners); none, without the setting
+        self.webhook_hosts = webhook_hosts or WebhookHosts(())
         # arguments and a packet, or a result, each up to the payload cap, and their JSON
         self.body_limit = 2 * engine.config.max_payload_bytes + 64 * 1024
 
@@ -171,6 +176,11 @@ class Routes:
 
     async def create(self, request: web.Request, token: TokenRecord) -> web.StreamResponse:
         body: schemas.CreateRequest = await self._body(request, schemas.CreateRequest)
+        if body.webhook_url is not None:
+            try:
+                self.webhook_hosts.check_url(body.webhook_url)
+            except WebhookRefused as exc:  # the operator's list: an authorization matter
+                raise ApiError(403, "webhook_not_allowed", f"webhook_url: {exc}") from None
         doc, new = await self.e.external.create(token, NewRequest(
             tool=body.tool, args=body.args,
             requested_by=body.requested_by or f"api:{token.name}",

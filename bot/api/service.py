@@ -27,11 +27,13 @@ class HttpApi:
                  stop: asyncio.Event | None = None) -> None:
         self.engine = engine
         self.keys = webhook_keys(settings)
-        self.routes = Routes(engine, stop=stop)
+        # where webhooks may go; serve adds the ports it binds (see WebhookHosts.add_own_port)
+        self.webhook_hosts = settings.webhook_allowlist()
+        self.routes = Routes(engine, stop=stop, webhook_hosts=self.webhook_hosts)
 
     def add_routes(self, app: web.Application) -> None:
         self.routes.add_to(app)
 
     def deliverer(self, inner: Deliverer) -> Deliverer:
         """``inner`` with webhook rows delivered here."""
-        return WebhookDeliverer(self.engine, inner, self.keys)
+        return WebhookDeliverer(self.engine, inner, self.keys, hosts=self.webhook_hosts)

@@ -7,19 +7,29 @@ that no retry can change (400, 404, 410, ...) park the row as dead at once, repo
 ops like any dead delivery. Each try is signed afresh (a new ``t``); the body and
 ``X-Approvald-Delivery`` (the row's id) stay the same, so a receiver can deduplicate the
 rare second delivery of a try whose answer was lost.
+
+Every try checks the URL against ``APPROVALD_WEBHOOK_HOSTS`` again and connects only to
+the addresses its host resolves to that pass (:mod:`bot.guarded_dns`): a URL or an
+address refused there is a dead delivery at once, with the reason (the setting may have
+changed since the URL was given, and DNS may answer differently now).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
+from aiohttp.abc import AbstractResolver
+from aiohttp.resolver import DefaultResolver
 
+from bot.guarded_dns import GuardedResolver
 from runtime.api_tokens import SIGNATURE_HEADER, WebhookKeys, signature
 from runtime.canonical import compact_json
 from runtime.engine import Engine
 from runtime.external import WEBHOOK
 from runtime.outbox import Deliverer, RetryLater, Undeliverable
+from runtime.webhook_hosts import WebhookHosts, WebhookRefused
 from store.records import OutboxRecord
 
 TIMEOUT = 10.0  # s for one try
@@ -38,11 +48,14 @@ class WebhookDeliverer:
     """Delivers webhook rows and hands every other row to ``inner`` (Slack, or the log)."""
 
     def __init__(self, engine: Engine, inner: Deliverer, keys: WebhookKeys | None, *,
-                 timeout: float = TIMEOUT) -> None:
+                 hosts: WebhookHosts, timeout: float = TIMEOUT) -> None:
         self.e = engine
         self.inner = inner
         self.keys = keys
+        self.hosts = hosts
         self.timeout = timeout
+        # where names are looked up (tests give a resolver they control)
+        self.resolver: Callable[[], AbstractResolver] = DefaultResolver
 
     async def deliver(self, row: OutboxRecord) -> dict[str, Any] | None:
         if row.kind != WEBHOOK:
@@ -51,20 +64,30 @@ class WebhookDeliverer:
             raise RetryLater("APPROVALD_SECRET is not set: webhooks cannot be signed")
         payload = row.payload_value()
         url = str(payload["url"])
+        try:
+            self.hosts.check_url(url)
+        except WebhookRefused as exc:  # the setting changed since, or it predates it
+            raise Undeliverable(f"webhook {url} refused: {exc}") from None
         body = compact_json(payload["document"]).encode("utf-8")
         t = int(self.e.clock.now().timestamp())
         headers = {"Content-Type": "application/json", "User-Agent": "approvald",
                    SIGNATURE_HEADER: signature(self.keys.secret(payload["token_id"]), body, t),
                    "X-Approvald-Event": str(payload.get("event", "decision")),
                    "X-Approvald-Delivery": str(row.id)}
+        resolver = GuardedResolver(self.hosts, self.resolver())
         try:
             async with aiohttp.ClientSession(
+                    connector=aiohttp.TCPConnector(resolver=resolver, use_dns_cache=False),
                     timeout=aiohttp.ClientTimeout(total=self.timeout)) as session, \
                     session.post(url, data=body, headers=headers,
                                  allow_redirects=False) as resp:
                 status, retry_after = resp.status, resp.headers.get("Retry-After")
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            if resolver.refused is not None:
+                raise Undeliverable(f"webhook {url} refused: {resolver.refused}") from None
             raise RetryLater(f"webhook {url} unreachable: {type(exc).__name__}: {exc}") from None
+        finally:
+            await resolver.close()
         if 200 <= status < 300:
             return {"status": status}
         if status == 429:

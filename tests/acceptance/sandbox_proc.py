@@ -59,7 +59,7 @@ class Sandbox:
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("APPROVALD_", "SLACK_", "XDG_"))}
         env.update(APPROVALD_DEMO_LEDGER=str(self.ledger), APPROVALD_LOG_LEVEL="WARNING",
-                   APPROVALD_SHUTDOWN_GRACE="10")
+                   APPROVALD_SHUTDOWN_GRACE="10", APPROVALD_METRICS_ADDR="127.0.0.1:0")
         if self.home is not None:
             env["HOME"] = str(self.home)
         else:

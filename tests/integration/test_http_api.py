@@ -64,6 +64,7 @@ class Receiver:
     failures: int = 2
     calls: list[dict[str, Any]] = field(default_factory=list)
     url: str = ""
+    allow: str = ""
 
     async def handle(self, request: web.Request) -> web.Response:
         body = await request.read()
@@ -86,6 +87,7 @@ async def receiver(failures: int = 2) -> AsyncIterator[Receiver]:
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     r.url = f"http://127.0.0.1:{port}/hook"
+    r.allow = f"127.0.0.1:{port}"  # its APPROVALD_WEBHOOK_HOSTS entry
     try:
         yield r
     finally:
@@ -115,7 +117,8 @@ async def make_token(h: Harness, name: str, *, webhook_url: str | None = None) -
     assert keys is not None
     return await api_tokens.create(h.engine.db, h.engine.clock, keys, h.engine.audit, name,
                                    created_by="test", via="test", tools="*",
-                                   webhook_url=webhook_url)
+                                   webhook_url=webhook_url,
+                                   webhook_hosts=h.service.api.webhook_hosts)
 
 
 async def api(session: aiohttp.ClientSession, method: str, url: str, token: str | None,
@@ -161,9 +164,11 @@ async def test_a_stdlib_agent_asks_waits_runs_and_reports(db_url: str, tmp_path:
     clock = ManualClock()
     async with receiver(failures=2) as hook, \
             harness(db_url, tmp_path, clock=clock, background=False,
-                    APPROVALD_POLICY_FILE=policy_file(tmp_path)) as h:
+                    APPROVALD_POLICY_FILE=policy_file(tmp_path),
+                    APPROVALD_WEBHOOK_HOSTS=hook.allow) as h:
         # the token through the command, as an operator makes it
-        cli = Cli(db_url, tmp_path, {"APPROVALD_SECRET": SECRET, "APPROVALD_CLOCK_FILE": ""})
+        cli = Cli(db_url, tmp_path, {"APPROVALD_SECRET": SECRET, "APPROVALD_CLOCK_FILE": "",
+                                     "APPROVALD_WEBHOOK_HOSTS": hook.allow})
         made = await asyncio.to_thread(cli.json, "tokens", "create", "deploy-bot",
                                        "--tools", "deploy",
                                        "--webhook-url", hook.url, "--json")
@@ -237,7 +242,8 @@ async def test_deny_and_edit_in_slack_reach_the_caller(db_url: str, tmp_path: Pa
     clock = ManualClock()
     async with receiver(failures=0) as hook, \
             harness(db_url, tmp_path, clock=clock, background=False,
-                    APPROVALD_POLICY_FILE=policy_file(tmp_path)) as h, \
+                    APPROVALD_POLICY_FILE=policy_file(tmp_path),
+                    APPROVALD_WEBHOOK_HOSTS=hook.allow) as h, \
             aiohttp.ClientSession() as http:
         token = await make_token(h, "ops-bot", webhook_url=hook.url)
         url = f"{base(h)}/v1/requests"

@@ -1,5 +1,6 @@
 """``/healthz``, ``/readyz`` and ``/metrics`` (issue 14): scraped over HTTP from a running
-service and parsed with prometheus-client's own parser."""
+service and parsed with prometheus-client's own parser. ``/metrics`` is on a listener of
+its own (issue 36), not on the one Slack and API callers reach."""
 
 from __future__ import annotations
 
@@ -45,15 +46,20 @@ async def test_health_readiness_and_metrics_without_slack(db_url: str, tmp_path:
     service = Service(settings, db)
     try:
         await service.start()
-        port = service.ops_port
-        assert port
+        port, metrics = service.ops_port, service.metrics_port
+        assert port and metrics and metrics != port
         assert await get(port, "/healthz") == (200, {"ok": True, "slack": "off"})
         status, body = await get(port, "/readyz")
         assert (status, body["schema"]) == (200, migrate.HEAD)
+        async with aiohttp.ClientSession() as http, \
+                http.get(f"http://127.0.0.1:{port}/metrics") as r:
+            assert r.status == 404  # not where Slack and API callers reach
+        assert service.metrics_url == f"http://127.0.0.1:{metrics}/metrics"
+        assert service.metrics_url in service.describe()
 
         engine = service.engine
         paused = await engine.run("demo-refund", "Refund order A-9", requested_by="U_DANA")
-        status, text = await get(port, "/metrics")
+        status, text = await get(metrics, "/metrics")
         m = scrape(text)
         assert m[("approvald_pending_approvals", ())] == 1
         assert m[("approvald_runs", (("status", "awaiting_approval"),))] == 1
@@ -68,7 +74,7 @@ async def test_health_readiness_and_metrics_without_slack(db_url: str, tmp_path:
                             verdict="approve")
         deadline = time.monotonic() + 20
         while True:  # the worker resumes the decided run and reaches the refund
-            m = scrape((await get(port, "/metrics"))[1])
+            m = scrape((await get(metrics, "/metrics"))[1])
             if m.get(("approvald_click_to_tool_start_seconds_count", ())) == 1:
                 break
             assert time.monotonic() < deadline, "the decided run did not reach its call"
@@ -91,7 +97,7 @@ async def test_health_readiness_and_metrics_without_slack(db_url: str, tmp_path:
             raise ConnectionRefusedError("connection refused")
         monkeypatch.setattr(migrate, "current_revision", down)
         status, body = await get(port, "/readyz")
-        assert status == 503 and "unreachable" in body["database"]
+        assert status == 503 and body["database"] == "database unreachable: connection refused"
         assert (await get(port, "/healthz"))[0] == 200  # still alive, only not ready
     finally:
         await service.stop(grace=5)
@@ -107,8 +113,8 @@ async def test_lease_takeovers_are_counted(db_url: str, tmp_path: Path) -> None:
     service = Service(settings, db, clock=clock)
     try:
         await service.start(background=False)  # the worker is driven by hand
-        port = service.ops_port
-        assert port
+        metrics = service.metrics_port
+        assert metrics
         engine = service.engine
         runs = [await engine.start_run("demo-steps", "2", requested_by="U_DANA")
                 for _ in range(3)]
@@ -119,13 +125,13 @@ async def test_lease_takeovers_are_counted(db_url: str, tmp_path: Path) -> None:
                                                    until=now + timedelta(seconds=30))
         # the third was free: advancing it takes no lease over
         assert (await engine.advance(runs[2])).status == "completed"
-        assert scrape((await get(port, "/metrics"))[1])[
+        assert scrape((await get(metrics, "/metrics"))[1])[
             ("approvald_lease_takeovers_total", ())] == 0
         clock.advance(31)  # their leases lapse
         # one is advanced directly (a click, the CLI), the other found by the worker's poll
         assert (await engine.advance(runs[0])).status == "completed"
         assert await service.worker.poll_once() == 1
-        m = scrape((await get(port, "/metrics"))[1])
+        m = scrape((await get(metrics, "/metrics"))[1])
         assert m[("approvald_lease_takeovers_total", ())] == 2
     finally:
         await service.stop(grace=5)

@@ -19,6 +19,7 @@ from runtime.errors import DecisionRefused
 from runtime.external import WEBHOOK, ExternalError, NewRequest, Report
 from runtime.gate import CARD_POST
 from runtime.policy import PolicyFile
+from runtime.webhook_hosts import WebhookHosts
 
 KEYS = api_tokens.WebhookKeys("approvald-test-secret-0123456789")
 ALICE = Actor("U_ALICE", "cli:test")
@@ -38,7 +39,8 @@ async def setup(make_engine: Callable[..., Engine], *, webhook: bool = True
     made = await api_tokens.create(engine.db, engine.clock, KEYS, engine.audit, "bot",
                                    created_by="test", via="test", tools="*",
                                    webhook_url="https://hooks.example/approvald"
-                                   if webhook else None)
+                                   if webhook else None,
+                                   webhook_hosts=WebhookHosts.from_setting("hooks.example"))
     return engine, made.record
 
 
