@@ -943,7 +943,9 @@ def build_parser() -> argparse.ArgumentParser:
         "database, so stopping and starting again resumes what was waiting. SIGTERM or "
         "SIGINT stops it.")
     sb.add_argument("--host", default="127.0.0.1",
-                    help="the address the page and the emulator listen on (default 127.0.0.1)")
+                    help="the address the page and the emulator listen on (default "
+                         "127.0.0.1); they answer to 127.0.0.1, localhost, [::1] or the IP "
+                         "address a request reached, never to another DNS name")
     sb.add_argument("--port", type=port, default=8300,
                     help="the port of the page and the emulator's Web API (default 8300)")
     sb.add_argument("--slack-only", action="store_true",

@@ -2,16 +2,32 @@
 
 The server draws every message, modal and App Home (see :mod:`bot.sandbox.render`); the
 script only fetches those fragments for the chosen user, swaps them in when the event
-stream says something changed, and turns clicks and form submissions into POSTs.
+stream says something changed, and turns clicks and form submissions into POSTs. Each
+of its requests carries the token the server wrote into the page (see
+:mod:`bot.sandbox.guard`), which is why the event stream is read with ``fetch`` (an
+``EventSource`` cannot send a header).
 """
 
 from __future__ import annotations
+
+from bot.sandbox.guard import TOKEN_HEADER
+
+_TOKEN_SLOT = "@@TOKEN@@"
+
+
+def page_html(token: str) -> str:
+    """The page, carrying ``token`` (URL-safe characters only, as the server makes it)."""
+    if not token or not token.isascii() or not all(c.isalnum() or c in "-_" for c in token):
+        raise ValueError("the page token must be URL-safe text")
+    return PAGE.replace(_TOKEN_SLOT, token)
+
 
 PAGE = """<!doctype html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
+<meta name="approvald-sandbox" content="@@TOKEN@@">
 <title>approvald sandbox</title>
 <style>
 * { box-sizing: border-box; }
@@ -141,6 +157,9 @@ main h4 { margin: 14px 18px 4px; }
 <script>
 "use strict";
 const $ = (s) => document.querySelector(s);
+// this start's token: every request to /ui/ carries it (another site's page has none)
+const TOKEN = document.querySelector('meta[name="approvald-sandbox"]').content;
+const H = {"@@HEADER@@": TOKEN};
 const params = new URLSearchParams(location.search);
 const S = {user: params.get("user") || localStorage.getItem("approvald.user") || "U_DANA",
            pane: params.get("pane") || "C_APPROVALS", thread: "", modalKey: null, people: []};
@@ -152,7 +171,7 @@ function toast(text) {
 }
 
 async function post(path, body) {
-  const r = await fetch(path, {method: "POST", headers: {"Content-Type": "application/json"},
+  const r = await fetch(path, {method: "POST", headers: {"Content-Type": "application/json", ...H},
                                body: JSON.stringify(body)});
   let d = {};
   try { d = await r.json(); } catch (e) { d = {ok: false, error: "HTTP " + r.status}; }
@@ -206,7 +225,7 @@ const dialogOpen = () => document.querySelector("#pane dialog[open], #thread-bod
 async function refresh() {
   const asked = S.user;
   const q = new URLSearchParams({user: asked, pane: S.pane, thread: S.thread});
-  const r = await fetch("/ui/state?" + q);
+  const r = await fetch("/ui/state?" + q, {headers: H});
   const d = await r.json();
   if (!d.ok) { toast(d.error); return; }
   // a confirm dialog opened while this was on its way: draw once it is closed
@@ -353,10 +372,37 @@ document.addEventListener("close", () => {
   if (deferred) { deferred = false; schedule(); }
 }, true);
 
-const stream = new EventSource("/ui/events");
-stream.onmessage = () => schedule();
+// The event stream, read with fetch so it carries the token; reconnects like EventSource.
+// A 403 means the sandbox was restarted (a new token): reload once to get the new page.
+async function listen() {
+  for (;;) {
+    try {
+      const r = await fetch("/ui/events", {headers: H, cache: "no-store"});
+      if (r.status === 403) {
+        const key = "approvald.reloaded." + TOKEN;
+        if (!sessionStorage.getItem(key)) { sessionStorage.setItem(key, "1"); location.reload(); return; }
+        toast((await r.json()).error);
+        return;
+      }
+      if (r.ok && r.body) {
+        const reader = r.body.getReader(), text = new TextDecoder();
+        let buffer = "";
+        for (;;) {
+          const {value, done} = await reader.read();
+          if (done) break;
+          buffer += text.decode(value, {stream: true});
+          const events = buffer.split("\\n\\n");
+          buffer = events.pop();
+          if (events.some((e) => e.startsWith("data:"))) schedule();
+        }
+      }
+    } catch (e) { /* the sandbox is stopping or restarting: try again */ }
+    await new Promise((done) => setTimeout(done, 1000));
+  }
+}
+listen();
 schedule();
 </script>
 </body>
 </html>
-"""
+""".replace("@@HEADER@@", TOKEN_HEADER)

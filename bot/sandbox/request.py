@@ -7,6 +7,7 @@ token from ``Authorization: Bearer`` or a ``token`` argument.
 
 from __future__ import annotations
 
+import hmac
 import json
 from typing import Any
 
@@ -102,7 +103,8 @@ def authorize(token: str | None, expected: str, other: str) -> None:
     """Raise Slack's auth error unless ``token`` is ``expected`` (``other``: the wrong kind)."""
     if not token:
         raise SlackError("not_authed")
-    if token == other:
+    given = token.encode("utf-8", "surrogateescape")
+    if hmac.compare_digest(given, other.encode()):
         raise SlackError("not_allowed_token_type")  # e.g. an xapp- token on chat.postMessage
-    if token != expected:
+    if not hmac.compare_digest(given, expected.encode()):
         raise SlackError("invalid_auth")

@@ -3,7 +3,9 @@
 Point ``AsyncWebClient(token=..., base_url=await emulator.start())`` at it and the app's
 Slack traffic stays on 127.0.0.1. Besides the Web API (see :data:`bot.sandbox.webapi.METHODS`)
 it serves the Socket Mode websocket and ``response_url`` endpoints, injects faults, and
-records every call so tests can assert on what the app sent.
+records every call so tests can assert on what the app sent. Every route it serves is
+behind :class:`bot.sandbox.guard.Guard`: its callers are programs on this machine (and the
+sandbox's own page), never another site's page in a browser.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from aiohttp import web
 
+from bot.sandbox.guard import Guard
 from bot.sandbox.hooks import ResponseUrlPost, ResponseUrls
 from bot.sandbox.request import Params, SlackError, authorize, pop_token, read_params
 from bot.sandbox.socket_mode import SocketModeHub
@@ -90,6 +93,8 @@ class SlackEmulator:
         self._host = "127.0.0.1"
         self._port = 0
         self._listeners: list[ChangeListener] = []
+        #: checks every request first; the sandbox page sets its ``page_token``
+        self.guard = Guard()
 
     def on_change(self, listener: ChangeListener) -> None:
         """Call ``listener`` after each successful change to the workspace, before the
@@ -175,9 +180,11 @@ class SlackEmulator:
                     app: web.Application | None = None) -> str:
         """Listen on ``host:port`` (0 = any free port); return the Web API base URL.
 
-        ``app`` lets a caller serve its own routes (the sandbox page) beside the Web API.
+        ``app`` lets a caller serve its own routes (the sandbox page) beside the Web API;
+        :attr:`guard` checks them too.
         """
         app = app or web.Application()
+        app.middlewares.insert(0, self.guard.middleware)
         app.router.add_route("*", "/api/{method}", self._handle_api)
         app.router.add_route("*", "/api/{path:.*}", self._handle_not_a_method)
         app.router.add_get("/socket-mode/{ticket}", self._handle_socket)

@@ -12,6 +12,11 @@ The page only says *which* button was pressed: the button's value (its approval 
 read from the message or view the emulator holds, never from the browser. Every POST
 checks its user id, its size and its fields, and answers 400 without changing anything
 when they are wrong.
+
+Only this page reaches these routes: the emulator's :class:`~bot.sandbox.guard.Guard`
+refuses another ``Host`` or ``Origin``, and every ``/ui/`` request must carry the token
+this start embedded in the page (a new one each start, so a page from an earlier start
+must be reloaded).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import asyncio
 import contextlib
 import json
 import re
+import secrets
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +34,7 @@ from aiohttp import web
 from bot.sandbox import render
 from bot.sandbox.blocks import find_element
 from bot.sandbox.client import SlackClientSim
-from bot.sandbox.page import PAGE
+from bot.sandbox.page import page_html
 from bot.sandbox.server import SlackEmulator
 from bot.sandbox.state import JSON
 from runtime.errors import ApprovaldError
@@ -68,6 +74,8 @@ class SandboxWeb:
         self.modals: dict[str, list[str]] = {}  # user -> open modal view ids, top last
         self.errors: dict[str, dict[str, str]] = {}  # view id -> block id -> inline error
         self.values: dict[str, dict[str, dict[str, str]]] = {}  # view id -> what was typed
+        self.token = secrets.token_urlsafe(32)
+        emulator.guard.page_token = self.token
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=2 * 1024 * 1024)  # the Web API shares it
@@ -133,7 +141,11 @@ class SandboxWeb:
     # -- drawing ------------------------------------------------------------------------
 
     async def page(self, _request: web.Request) -> web.StreamResponse:
-        return web.Response(text=PAGE, content_type="text/html")
+        # the page holds this start's token: never cached, never framed by another site
+        return web.Response(text=page_html(self.token), content_type="text/html", headers={
+            "Cache-Control": "no-store", "X-Frame-Options": "DENY",
+            "Content-Security-Policy": "frame-ancestors 'none'",
+            "Referrer-Policy": "same-origin"})
 
     def names(self) -> render.Names:
         return render.Names(

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
+import re
 import signal
 import socket
+import sqlite3
 import subprocess
 import time
 import urllib.error
@@ -18,6 +21,8 @@ from tests.helpers import APPROVALD
 
 T = TypeVar("T")
 START_WITHIN = 90.0  # a loaded CI machine migrates and starts slowly; a healthy one in ~2 s
+TOKEN_HEADER = "X-Approvald-Sandbox"
+_TOKEN = re.compile(r'<meta name="approvald-sandbox" content="([^"]+)">')
 
 
 def free_port() -> int:
@@ -54,6 +59,7 @@ class Sandbox:
         self.url = f"http://127.0.0.1:{self.port}/"
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
+        self.token: str | None = None  # this start's page token, read from the page
 
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items()
@@ -68,6 +74,7 @@ class Sandbox:
 
     def start(self) -> None:
         self.starts += 1
+        self.token = None
         with open(self.dir / f"sandbox-{self.starts}.log", "wb") as log:
             self.proc = subprocess.Popen([APPROVALD, "sandbox", "--port", str(self.port)],
                                          env=self.env(), cwd=self.dir, stdout=log,
@@ -82,9 +89,16 @@ class Sandbox:
             raise AssertionError(f"the sandbox exited with {self.proc.returncode}: "
                                  f"{self.output()}")
         try:
+            self.token = self.page_token()
             return bool(self.state("U_DANA").get("ready"))
         except (OSError, ValueError):
             return False
+
+    def page_token(self) -> str | None:
+        """The token the page embeds, as a browser loading it gets it."""
+        with urllib.request.urlopen(self.url, timeout=10) as r:
+            found = _TOKEN.search(r.read().decode())
+        return found.group(1) if found else None
 
     def output(self) -> str:
         return (self.dir / f"sandbox-{self.starts}.log").read_text(errors="replace")
@@ -102,21 +116,52 @@ class Sandbox:
 
     # -- the page's routes --------------------------------------------------------------
 
+    def headers(self) -> dict[str, str]:
+        """What the page sends with each of its requests: this start's token."""
+        return {TOKEN_HEADER: self.token} if self.token else {}
+
     def state(self, user: str, **query: str) -> dict[str, Any]:
         q = "&".join(f"{k}={v}" for k, v in {"user": user, **query}.items())
-        with urllib.request.urlopen(f"{self.url}ui/state?{q}", timeout=10) as r:
+        request = urllib.request.Request(f"{self.url}ui/state?{q}", headers=self.headers())
+        with urllib.request.urlopen(request, timeout=10) as r:
             data: dict[str, Any] = json.load(r)
         return data
 
     def post(self, path: str, body: Any) -> tuple[int, dict[str, Any]]:
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
         request = urllib.request.Request(f"{self.url}ui/{path}", data=data, method="POST",
-                                         headers={"Content-Type": "application/json"})
+                                         headers={"Content-Type": "application/json",
+                                                  **self.headers()})
         try:
             with urllib.request.urlopen(request, timeout=30) as r:
                 return r.status, json.load(r)
         except urllib.error.HTTPError as exc:
             return exc.code, json.loads(exc.read() or b"{}")
+
+    def raw(self, method: str, path: str, headers: dict[str, str],
+            body: bytes | None = None) -> tuple[int, str]:
+        """One request exactly as given: every header (``Host`` too) is the caller's, as
+        another web page, or a rebound DNS name, would make the browser send it."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        try:
+            conn.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
+            for name, value in headers.items():
+                conn.putheader(name, value)
+            if body is not None:
+                conn.putheader("Content-Length", str(len(body)))
+            conn.endheaders(body)
+            response = conn.getresponse()
+            return response.status, response.read().decode(errors="replace")
+        finally:
+            conn.close()
+
+    def count(self, sql: str) -> int:
+        """One number from the sandbox's SQLite database (read-only)."""
+        db = sqlite3.connect(f"file:{self.db}?mode=ro", uri=True)
+        try:
+            return int(db.execute(sql).fetchone()[0])
+        finally:
+            db.close()
 
     def ledger_lines(self) -> list[dict[str, Any]]:
         if not self.ledger.exists():

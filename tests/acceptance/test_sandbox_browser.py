@@ -4,8 +4,9 @@ A newcomer's first hour, clicked through: start a refund from the page, see its 
 stranger's Approve and the requester's own Approve are refused (each sees why, nobody
 else does); an approver denies with a reason and the agent re-plans in the thread; a
 second refund is edited, first to an invalid amount (the modal shows the error inline),
-then to a valid one, and the edited amount is what gets refunded. A screenshot of each
-state is saved under ``test-artifacts/sandbox/``.
+then to a valid one, and the edited amount is what gets refunded. Then the sandbox
+restarts under the open page, which reloads itself for the new start's token and works
+on. A screenshot of each state is saved under ``test-artifacts/sandbox/``.
 
 Without chromium (or Playwright) the test is skipped, saying what to install, unless
 ``APPROVALD_REQUIRE_BROWSER=1`` (CI sets it) makes that a failure.
@@ -185,3 +186,16 @@ def _click_through(page: Any, expect: Any, sb: Sandbox) -> None:
                                            "reason": "duplicate charge"}]
     looked_up = [e["args"]["order_id"] for e in sb.ledger_lines() if e["tool"] == "lookup_order"]
     assert looked_up == ["A-1", "A-2"]
+
+    # -- the sandbox restarts under the open page: its token is new, the page reloads for it --
+    assert sb.stop() == 0
+    first_token = sb.token
+    sb.start()
+    assert sb.token and sb.token != first_token
+    expect(page.locator('meta[name="approvald-sandbox"]')).to_have_attribute(
+        "content", sb.token)
+    expect(page.locator("body")).to_have_attribute("data-ready", "1")
+    page.fill("#order", "A-3")
+    page.click("#start button[type=submit]")
+    expect(page.locator("#start-result")).to_contain_text("Refund order A-3")
+    expect(cards.nth(2)).to_contain_text('"order_id": "A-3"')

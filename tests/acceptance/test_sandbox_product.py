@@ -177,7 +177,8 @@ def test_the_page_hears_of_every_change_and_demo_steps_ticks_as_asked(tmp_path: 
     sb = Sandbox(tmp_path)
     try:
         sb.start()
-        with urllib.request.urlopen(f"{sb.url}ui/events", timeout=30) as stream:
+        events = urllib.request.Request(f"{sb.url}ui/events", headers=sb.headers())
+        with urllib.request.urlopen(events, timeout=30) as stream:
             assert stream.headers["Content-Type"] == "text/event-stream"
             first = _event(stream)
             status, started = sb.post("runs", {"user": "U_CAROL", "agent": "demo-steps",

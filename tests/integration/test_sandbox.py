@@ -24,6 +24,7 @@ from slack_sdk.socket_mode.async_client import AsyncBaseSocketModeClient
 from slack_sdk.socket_mode.request import SocketModeRequest
 from slack_sdk.socket_mode.response import SocketModeResponse
 from slack_sdk.web.async_client import AsyncWebClient
+from yarl import URL
 
 from bot.sandbox import SlackClientSim, SlackEmulator, run_forever
 from runtime.clock import ManualClock
@@ -453,7 +454,8 @@ async def test_send_envelope_times_out_without_a_connection(emulator: SlackEmula
 
 # -- the CLI entry point -----------------------------------------------------------------------
 
-async def test_run_forever_serves_a_seeded_workspace(capsys: pytest.CaptureFixture[str]) -> None:
+async def _run_forever(capsys: pytest.CaptureFixture[str]) -> tuple[asyncio.Task[None], str]:
+    """``approvald sandbox --slack-only`` on a free port, and its Web API base URL."""
     task = asyncio.create_task(run_forever("127.0.0.1", 0))
     printed = ""
     for _ in range(200):
@@ -463,11 +465,53 @@ async def test_run_forever_serves_a_seeded_workspace(capsys: pytest.CaptureFixtu
         await asyncio.sleep(0.01)
     found = re.search(r"(http://\S+/api/)", printed)
     assert found, printed
+    return task, found.group(1)
+
+
+async def _stop(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_run_forever_serves_a_seeded_workspace(capsys: pytest.CaptureFixture[str]) -> None:
+    task, api = await _run_forever(capsys)
     try:
-        slack = AsyncWebClient(token=BOT, base_url=found.group(1))
+        slack = AsyncWebClient(token=BOT, base_url=api)
         assert (await slack.users_info(user="U_ALICE"))["user"]["name"] == "alice"
         assert (await slack.chat_postMessage(channel=CH, text="hello"))["ok"]
     finally:
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+        await _stop(task)
+
+
+async def test_run_forever_answers_no_other_sites_page_nor_a_rebound_name(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # its tokens are the README's (xoxb-test): another site's page could post with them
+    # as a form (no preflight), or read the channel through a DNS name rebound to 127.0.0.1
+    task, api = await _run_forever(capsys)
+    port = URL(api).port
+    try:
+        async with aiohttp.ClientSession() as http:
+            async with http.post(api + "chat.postMessage",
+                                 data={"token": BOT, "channel": CH, "text": "from a page"},
+                                 headers={"Origin": "http://evil.example"}) as resp:
+                assert resp.status == 403
+                assert "Origin" in (await resp.json())["error"]
+            for path in ("conversations.history?channel=" + CH, "apps.connections.open"):
+                async with http.post(api + path, headers={
+                        "Host": f"evil.example:{port}",
+                        "Authorization": f"Bearer {APP if 'apps' in path else BOT}"}) as resp:
+                    body = await resp.json()
+                    assert resp.status == 403 and "evil.example" in body["error"], body
+            async with http.get(f"http://127.0.0.1:{port}/socket-mode/x", headers={
+                    "Host": f"evil.example:{port}"}) as resp:
+                assert resp.status == 403
+            # the same calls as a Slack client makes them, by any loopback name, still work
+            for host in ("127.0.0.1", "localhost"):
+                slack = AsyncWebClient(token=BOT, base_url=f"http://{host}:{port}/api/")
+                assert (await slack.chat_postMessage(channel=CH, text=f"via {host}"))["ok"]
+            history = await AsyncWebClient(token=BOT, base_url=api).conversations_history(
+                channel=CH)
+            assert [m["text"] for m in history["messages"]] == ["via localhost", "via 127.0.0.1"]
+    finally:
+        await _stop(task)
