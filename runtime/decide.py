@@ -17,6 +17,7 @@ the run is the caller's next, separate step.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -32,11 +33,14 @@ from runtime.gate import CARD_UPDATE
 from runtime.ids import lease_id
 from runtime.packet import edited_packet, impact_of
 from runtime.policy import ApprovalPolicy, CallPolicy
+from store.db import is_store_failure
 from store.records import ApprovalRecord
 from store.repos import Tx
 
 if TYPE_CHECKING:
     from runtime.engine import Engine
+
+log = logging.getLogger("approvald.decide")
 
 Verdict = Literal["approve", "deny", "edit", "redirect", "retry", "mark_done", "abort"]
 TOOL_VERDICTS = ("approve", "deny", "edit", "redirect")
@@ -465,13 +469,15 @@ class Decider:
     # -- a refusal: the audit entry, and an overdue request settled on the way ----------
     async def _record_refusal(self, a0: ApprovalRecord, at: _Attempt,
                               refusal: DecisionRefused) -> None:
+        settle = True
+
         async def record(tx: Tx) -> SweepResult:
             now = self.e.clock.now()
             await tx.runs.lock(a0.run_id)
             a = await tx.approvals.lock(a0.id)
             assert a is not None
             settled = SweepResult()
-            if a.status == "pending" and now >= a.expires_at:
+            if settle and a.status == "pending" and now >= a.expires_at:
                 settled = await self.e.expiry.settle_overdue(tx, [a.id], now=now)
             self.e.audit.record(
                 tx, at=now, action="refused", actor=at.actor.id, via=at.actor.via,
@@ -480,6 +486,19 @@ class Decider:
                          "status": a.status, "message": str(refusal)[:500]})
             return settled
 
-        at.side = await self.e.db.transact(record, since=at.since,
-                                           what=f"refusal on approval {a0.id}")
+        try:
+            at.side = await self.e.db.transact(record, since=at.since,
+                                               what=f"refusal on approval {a0.id}")
+        except Exception as exc:
+            if is_store_failure(exc):
+                raise
+            # the request's own expiry cannot be worked out (a stored ladder that overflows,
+            # say): the refusal is recorded all the same, and the sweep, which isolates
+            # such a request, settles it
+            log.error("approval %s: its expiry could not be applied with the refusal (%s); "
+                      "the sweep settles it", a0.id, exc)
+            settle = False
+            at.side = await self.e.db.transact(record, since=at.since,
+                                               what=f"refusal on approval {a0.id}")
+            await self.e.expiry.sweep(only=[a0.id])  # (it tells what it settled)
         self.e.expiry.announce(at.side)

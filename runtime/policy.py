@@ -72,14 +72,16 @@ MAX_DURATION = timedelta(days=3650)
 DEFAULT_MAX_TTL = timedelta(days=30)
 
 
-def parse_duration(value: object) -> timedelta:
-    """Parse ``"30m"``, ``"1h30m"``, ``"45s"``, ``"2d"``, a number of seconds, or a timedelta."""
+def parse_duration(value: object, *, longest: timedelta = MAX_DURATION) -> timedelta:
+    """Parse ``"30m"``, ``"1h30m"``, ``"45s"``, ``"2d"``, a number of seconds, or a timedelta;
+    a ValueError above ``longest`` (a stored snapshot is read with ``timedelta.max``: the
+    stored request decides, as it was accepted then)."""
     if isinstance(value, timedelta):
         result = value
     elif isinstance(value, int | float) and not isinstance(value, bool):
         seconds = float(value)
-        if not math.isfinite(seconds) or seconds > MAX_DURATION.total_seconds():
-            raise ValueError(f"not a duration: {value!r} (at most {MAX_DURATION.days}d)")
+        if not math.isfinite(seconds) or seconds > longest.total_seconds():
+            raise ValueError(f"not a duration: {value!r} (at most {longest.days}d)")
         result = timedelta(seconds=seconds)
     elif isinstance(value, str):
         text = value.strip().lower()
@@ -91,15 +93,15 @@ def parse_duration(value: object) -> timedelta:
             pos = m.end()
         if pos == 0 or text[pos:].strip():
             raise ValueError(f"not a duration: {value!r} (use e.g. '30m', '1h', '90s', '2d')")
-        if not total <= MAX_DURATION.total_seconds():
+        if not total <= longest.total_seconds():
             raise ValueError(f"{value!r} is longer than any duration approvald accepts "
-                             f"({MAX_DURATION.days}d)")
+                             f"({longest.days}d)")
         result = timedelta(seconds=total)
     else:
         raise ValueError(f"not a duration: {value!r}")
-    if result > MAX_DURATION:
+    if result > longest:
         raise ValueError(f"{format_duration(result)} is longer than any duration approvald "
-                         f"accepts ({MAX_DURATION.days}d)")
+                         f"accepts ({longest.days}d)")
     if result <= timedelta(0):
         raise ValueError("a duration must be positive")
     return result
@@ -132,15 +134,20 @@ def _parse_fraction(value: object) -> float:
 
 
 # a TTL: "30m", "1h30m", seconds or a timedelta in; "30m" out (snapshots stay readable)
-Duration = Annotated[timedelta, BeforeValidator(parse_duration), PlainSerializer(format_duration)]
+def _duration(value: object, info: ValidationInfo) -> timedelta:
+    return parse_duration(value, longest=timedelta.max if _stored(info) else MAX_DURATION)
 
-def _parse_window(value: object) -> timedelta:
+
+Duration = Annotated[timedelta, BeforeValidator(_duration), PlainSerializer(format_duration)]
+
+def _parse_window(value: object, info: ValidationInfo | None = None) -> timedelta:
     """A duration, or ``"0"`` / ``0`` for none at all."""
     if isinstance(value, str):
         value = value.strip()
     if value in ("0", "0s", 0) or (isinstance(value, timedelta) and value == timedelta(0)):
         return timedelta(0)
-    return parse_duration(value)
+    return parse_duration(value, longest=timedelta.max if info is not None and _stored(info)
+                          else MAX_DURATION)
 
 
 # a duration that may also be zero (max_standing = "0" turns standing approvals off)

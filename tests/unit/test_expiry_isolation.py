@@ -206,3 +206,27 @@ async def test_only_the_data_is_blamed_on_a_row_never_an_outage(db):
     await gone.close()
     assert is_store_failure(outage.value)
     assert is_store_failure(ConnectionRefusedError(111, "Connection refused"))
+
+
+async def test_a_click_on_a_bad_request_past_its_expiry_is_refused_and_audited(
+        make_engine, db, clock, ledger_path, caplog):
+    """No sweep has run: the click finds the request overdue, whose expiry cannot be
+    worked out with the refusal; the refusal is recorded all the same, the clicker is told
+    it expired, and the request is settled the safe way."""
+    from runtime.decide import Actor
+    from runtime.errors import DecisionRefused
+
+    engine = refunds(make_engine, ledger_path, **LADDER)
+    bad = await pause(engine)
+    [bad_id] = bad.approval_ids
+    await endless_rung(db, bad_id)
+    clock.advance(timedelta(minutes=31))
+    with pytest.raises(DecisionRefused) as refused:
+        await engine.decide(bad_id, actor=Actor("U_ALICE", "slack"), verdict="approve")
+    assert refused.value.reason == "expired"
+    actions = [e.action for e in await trail(db, bad_id)]
+    assert actions[0] == "requested" and "refused" in actions and actions[-1] == "expired"
+    async with db.read() as tx:
+        assert (await tx.approvals.get(bad_id)).status == "expired"
+    assert refund_lines(ledger_path) == []
+    assert (await audit.verify(db)).ok
