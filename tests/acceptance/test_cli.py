@@ -39,6 +39,8 @@ def test_refund_approved_end_to_end(cli: Cli) -> None:
                                "tool": "issue_refund",
                                "args": {"order_id": "A-1001", "amount_cents": 4200,
                                         "reason": "duplicate charge"},
+                               "impact": "$42.00 goes back to the customer's card for order "
+                                         "A-1001.",
                                "expires_at": doc["pending"][0]["expires_at"],
                                "approvers": []}]
     out = cli.ok("approvals", "approve", approval_id, "--as", "U_ALICE")
