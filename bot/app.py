@@ -28,21 +28,20 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+from approvald.bot.config import Settings
+from approvald.bot.delivery import SlackDeliverer
+from approvald.bot.directory import SlackDirectory
+from approvald.bot.handlers import Handlers
+from approvald.bot.slack_body import parse_body
+from approvald.bot.threads import ThreadFollower
+from approvald.runtime.engine import Engine
+from approvald.runtime.errors import ConfigError
 from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_sdk.errors import SlackApiError
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
-
-from bot.config import Settings
-from bot.delivery import SlackDeliverer
-from bot.directory import SlackDirectory
-from bot.handlers import Handlers
-from bot.slack_body import parse_body
-from bot.threads import ThreadFollower
-from runtime.engine import Engine
-from runtime.errors import ConfigError
 
 log = logging.getLogger("approvald.slack")
 MAX_REQUEST_BYTES = 1024 * 1024  # Slack's own payloads are far smaller; refuse floods

@@ -16,17 +16,8 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from slack_sdk.models.blocks import (
-    ActionsBlock,
-    Block,
-    ButtonElement,
-    CheckboxesElement,
-    ConfirmObject,
-    Option,
-)
-
-from bot import texts as T
-from bot.mrkdwn import (
+from approvald.bot import texts as T
+from approvald.bot.mrkdwn import (
     CARD_TEXT_BUDGET,
     FALLBACK_MAX,
     INPUT_MAX,
@@ -50,13 +41,21 @@ from bot.mrkdwn import (
     units,
     who,
 )
-from runtime.decide import counted
-from runtime.packet import WillRun, will_run
-from runtime.policy import ApprovalPolicy
-from runtime.scope import Scope
-from runtime.standing import MAX_WINDOW, MIN_WINDOW
-from store.records import ApprovalRecord, VoteRecord
-from store.repos.standing import StandingRecord
+from approvald.runtime.decide import counted
+from approvald.runtime.packet import WillRun, will_run
+from approvald.runtime.policy import ApprovalPolicy
+from approvald.runtime.scope import Scope
+from approvald.runtime.standing import MAX_WINDOW, MIN_WINDOW
+from approvald.store.records import ApprovalRecord, VoteRecord
+from approvald.store.repos.standing import StandingRecord
+from slack_sdk.models.blocks import (
+    ActionsBlock,
+    Block,
+    ButtonElement,
+    CheckboxesElement,
+    ConfirmObject,
+    Option,
+)
 
 __all__ = [
     "ABORT", "ACTION_IDS", "APPROVE", "APPROVE_SELECTED", "ARGS_BLOCK", "ARGS_INPUT",

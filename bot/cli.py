@@ -25,21 +25,21 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from bot import cli_standing, documents
-from bot.api.cli import add_commands as add_token_commands
-from bot.config import Settings, load_settings
-from bot.mcp.cli import add_commands as add_mcp_commands
-from bot.wiring import build_engine, check_environment, open_database
-from runtime import audit
-from runtime.decide import Actor
-from runtime.engine import Engine
-from runtime.errors import ApprovaldError, DecisionRefused
-from runtime.identity import InvalidIdentity, normalize_user_id
-from runtime.ids import lease_id
-from runtime.outcomes import Busy, Outcome, Waiting, Yielded
-from runtime.runner import status_outcome
-from runtime.standing import StandingRefused
-from store.records import ApprovalRecord
+from approvald.bot import cli_standing, documents
+from approvald.bot.api.cli import add_commands as add_token_commands
+from approvald.bot.config import Settings, load_settings
+from approvald.bot.mcp.cli import add_commands as add_mcp_commands
+from approvald.bot.wiring import build_engine, check_environment, open_database
+from approvald.runtime import audit
+from approvald.runtime.decide import Actor
+from approvald.runtime.engine import Engine
+from approvald.runtime.errors import ApprovaldError, DecisionRefused
+from approvald.runtime.identity import InvalidIdentity, normalize_user_id
+from approvald.runtime.ids import lease_id
+from approvald.runtime.outcomes import Busy, Outcome, Waiting, Yielded
+from approvald.runtime.runner import status_outcome
+from approvald.runtime.standing import StandingRefused
+from approvald.store.records import ApprovalRecord
 
 EXIT = {"completed": 0, "awaiting_approval": 0, "running": 0, "failed": 1, "cancelled": 1,
         "needs_attention": 3}
@@ -119,7 +119,7 @@ def describe(outcome: Outcome) -> str:
 
 async def cmd_db_upgrade(s: Settings, a: argparse.Namespace) -> int:
     db = await open_database(s, quiet=True)
-    from store import migrate
+    from approvald.store import migrate
 
     rev = await migrate.current_revision(db)
     await db.close()
@@ -222,8 +222,8 @@ async def cmd_runs_show(s: Settings, a: argparse.Namespace) -> int:
 
 
 async def cmd_trace(s: Settings, a: argparse.Namespace) -> int:
-    from bot import trace_view
-    from runtime.trace import load_trace
+    from approvald.bot import trace_view
+    from approvald.runtime.trace import load_trace
 
     fmt = "json" if a.json else a.format
     if a.json and a.format not in ("text", "json"):
@@ -273,8 +273,8 @@ async def cmd_recover(s: Settings, a: argparse.Namespace) -> int:
 
 
 async def cmd_prune(s: Settings, a: argparse.Namespace) -> int:
-    from runtime.policy import parse_duration
-    from runtime.retention import prune
+    from approvald.runtime.policy import parse_duration
+    from approvald.runtime.retention import prune
 
     try:
         horizon = parse_duration(a.older_than)
@@ -432,7 +432,7 @@ async def decide_batch(engine: Engine, a: argparse.Namespace, as_user: str,
     """``approvals approve ID ID…``: each request decided on its own (its own checks and
     compare-and-set), a line for each, then the runs they made ready resumed. Exit 0 when
     every one was decided as asked, 4 when any was refused (the others stand)."""
-    from runtime.batch import Target, decide_each
+    from approvald.runtime.batch import Target, decide_each
 
     actor = Actor(as_user, f"cli:{operator().removeprefix('cli:')}")
     try:
@@ -551,14 +551,14 @@ def _write_file(path: str, text: str) -> None:
 
 
 async def cmd_serve(s: Settings, a: argparse.Namespace) -> int:
-    from bot.serve import serve
+    from approvald.bot.serve import serve
 
     return await serve(s)
 
 
 async def cmd_sandbox(s: Settings, a: argparse.Namespace) -> int:
     if a.slack_only:
-        from bot.sandbox.server import run_forever
+        from approvald.bot.sandbox.server import run_forever
 
         try:
             await run_forever(host=a.host, port=a.port)
@@ -566,7 +566,7 @@ async def cmd_sandbox(s: Settings, a: argparse.Namespace) -> int:
             raise UsageError(f"approvald sandbox: cannot listen on {a.host}:{a.port}: "
                              f"{exc.strerror or exc}") from None
         return 0
-    from bot.sandbox.workspace import run_sandbox
+    from approvald.bot.sandbox.workspace import run_sandbox
 
     return await run_sandbox(s, host=a.host, port=a.port)
 
@@ -584,7 +584,7 @@ def _outbox_about(payload: dict[str, Any]) -> str:
 
 
 async def cmd_outbox_list(s: Settings, a: argparse.Namespace) -> int:
-    from runtime.outbox import deadline
+    from approvald.runtime.outbox import deadline
 
     statuses = ("dead",) if a.dead else () if a.all else ("pending", "dead")
 
@@ -624,7 +624,7 @@ async def cmd_outbox_list(s: Settings, a: argparse.Namespace) -> int:
 
 
 async def cmd_outbox_retry(s: Settings, a: argparse.Namespace) -> int:
-    from runtime.outbox import WINDOW, deadline
+    from approvald.runtime.outbox import WINDOW, deadline
 
     if (a.id is None) == (not a.all):
         raise UsageError("approvald outbox retry: give one outbox ID or --all")
@@ -665,10 +665,10 @@ class _Parser(argparse.ArgumentParser):
 
 async def cmd_eval(s: Settings, a: argparse.Namespace) -> int:
     # runs nothing in APPROVALD_DATABASE_URL: every journey gets a scratch database
-    from bot.wiring import build_registry
-    from runtime.evals.dataset import load_dataset
-    from runtime.evals.evaluate import evaluate, table
-    from store.scratch import ScratchDatabases
+    from approvald.bot.wiring import build_registry
+    from approvald.runtime.evals.dataset import load_dataset
+    from approvald.runtime.evals.evaluate import evaluate, table
+    from approvald.store.scratch import ScratchDatabases
 
     def report_path(path: str) -> str:
         """A ``--report`` path that can be written, made absolute; else one line (exit 2)
@@ -708,7 +708,7 @@ async def cmd_eval(s: Settings, a: argparse.Namespace) -> int:
     else:
         print(table(report))
     if a.report:
-        from bot import eval_report
+        from approvald.bot import eval_report
 
         try:
             await asyncio.to_thread(_write_file, a.report, eval_report.html(report))

@@ -8,14 +8,14 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from runtime.decide import Actor
-from runtime.policy import parse_duration
-from runtime.scope import Scope, scope_for
-from store.repos.standing import StandingRecord
+from approvald.runtime.decide import Actor
+from approvald.runtime.policy import parse_duration
+from approvald.runtime.scope import Scope, scope_for
+from approvald.store.repos.standing import StandingRecord
 
 if TYPE_CHECKING:
-    from bot.config import Settings
-    from runtime.engine import Engine
+    from approvald.bot.config import Settings
+    from approvald.runtime.engine import Engine
 
 Command = Callable[["Settings", argparse.Namespace], Awaitable[int]]
 
@@ -59,7 +59,7 @@ async def grant(engine: Engine, a: argparse.Namespace, actor: Actor,
           f"({len(standing.grants_value())} of {standing.quorum} grants) until "
           f"{standing.expires_at.isoformat()}: {scope.describe()}")
     if decision.run_ready and not a.no_resume:
-        from bot.cli import describe, exit_code
+        from approvald.bot.cli import describe, exit_code
         outcome = await engine.advance(request.run_id)
         print(describe(outcome))
         return exit_code(outcome)

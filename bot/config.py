@@ -9,12 +9,11 @@ from datetime import timedelta
 from pathlib import Path
 
 import platformdirs
+from approvald.runtime.audit import AuditKey
+from approvald.runtime.errors import ConfigError
+from approvald.runtime.webhook_hosts import WebhookHosts
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
-
-from runtime.audit import AuditKey
-from runtime.errors import ConfigError
-from runtime.webhook_hosts import WebhookHosts
 
 DEFAULT_METRICS_ADDR = "127.0.0.1:9464"
 
@@ -150,8 +149,8 @@ class Settings(BaseSettings):
     def _prune_horizon(cls, v: str | None) -> str | None:
         if v is None or not v.strip():
             return None
-        from runtime.policy import parse_duration
-        from runtime.retention import MIN_HORIZON
+        from approvald.runtime.policy import parse_duration
+        from approvald.runtime.retention import MIN_HORIZON
         if parse_duration(v) < MIN_HORIZON:
             raise ValueError("must be at least 1d")
         return v
@@ -159,12 +158,12 @@ class Settings(BaseSettings):
     @field_validator("max_ttl")
     @classmethod
     def _max_ttl(cls, v: str) -> str:
-        from runtime.policy import parse_duration
+        from approvald.runtime.policy import parse_duration
         parse_duration(v)
         return v
 
     def max_ttl_value(self) -> timedelta:
-        from runtime.policy import parse_duration
+        from approvald.runtime.policy import parse_duration
         return parse_duration(self.max_ttl)
 
     @field_validator("audit_key")

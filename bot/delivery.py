@@ -22,18 +22,17 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import aiohttp
+from approvald.bot import cards, messages, texts
+from approvald.bot.metrics import slack_method
+from approvald.bot.mrkdwn import clip, code_span, safe_cut, slack_date
+from approvald.runtime.audit import HEAD_POST
+from approvald.runtime.engine import Engine
+from approvald.runtime.gate import CARD_POST, CARD_UPDATE, NOTICE, REMINDER, RUN_WAITING
+from approvald.runtime.outbox import DEAD_REPORT, RetryLater, Undeliverable
+from approvald.runtime.policy import ApprovalPolicy
+from approvald.store.records import ApprovalRecord, OutboxRecord
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
-
-from bot import cards, messages, texts
-from bot.metrics import slack_method
-from bot.mrkdwn import clip, code_span, safe_cut, slack_date
-from runtime.audit import HEAD_POST
-from runtime.engine import Engine
-from runtime.gate import CARD_POST, CARD_UPDATE, NOTICE, REMINDER, RUN_WAITING
-from runtime.outbox import DEAD_REPORT, RetryLater, Undeliverable
-from runtime.policy import ApprovalPolicy
-from store.records import ApprovalRecord, OutboxRecord
 
 log = logging.getLogger("approvald.slack")
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from runtime.packet import will_run
-from runtime.policy import ApprovalPolicy
-from runtime.state import RunState
-from store.records import ApprovalRecord, RunRecord
+from approvald.runtime.packet import will_run
+from approvald.runtime.policy import ApprovalPolicy
+from approvald.runtime.state import RunState
+from approvald.store.records import ApprovalRecord, RunRecord
 
 
 def iso(value: Any) -> str | None:

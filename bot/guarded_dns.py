@@ -12,8 +12,7 @@ import logging
 import socket
 
 from aiohttp.abc import AbstractResolver, ResolveResult
-
-from runtime.webhook_hosts import WebhookHosts
+from approvald.runtime.webhook_hosts import WebhookHosts
 
 log = logging.getLogger("approvald.webhooks")
 

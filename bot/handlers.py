@@ -29,22 +29,21 @@ import re
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
+from approvald.bot import cards, messages, texts, views
+from approvald.bot.mrkdwn import REASON_MAX, code_span, cut_plain
+from approvald.runtime.batch import MAX_BATCH, BatchVerdict, Target, decide_each
+from approvald.runtime.decide import Actor, Decision, Verdict
+from approvald.runtime.errors import ApprovaldError, DecisionRefused, InvalidArguments, NotFound
+from approvald.runtime.scope import scope_for
+from approvald.runtime.standing import StandingRefused
+from approvald.store.records import ApprovalRecord
+from approvald.store.repos.standing import StandingRecord
 from pydantic import ValidationError
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncRespond
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot import cards, messages, texts, views
-from bot.mrkdwn import REASON_MAX, code_span, cut_plain
-from runtime.batch import MAX_BATCH, BatchVerdict, Target, decide_each
-from runtime.decide import Actor, Decision, Verdict
-from runtime.errors import ApprovaldError, DecisionRefused, InvalidArguments, NotFound
-from runtime.scope import scope_for
-from runtime.standing import StandingRefused
-from store.records import ApprovalRecord
-from store.repos.standing import StandingRecord
-
 if TYPE_CHECKING:
-    from bot.app import SlackService
+    from approvald.bot.app import SlackService
 
 log = logging.getLogger("approvald.slack")
 CANDIDATES = 500  # pending requests looked at for one viewer's lists

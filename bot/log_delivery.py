@@ -10,7 +10,7 @@ import json
 import logging
 from typing import Any
 
-from store.records import OutboxRecord
+from approvald.store.records import OutboxRecord
 
 log = logging.getLogger("approvald.delivery")
 

@@ -14,11 +14,16 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from slack_sdk.models.blocks import Block
-
-from bot import texts as T
-from bot.cards import approver_ids, args_text, as_text, impact_line, json_object, status_word
-from bot.mrkdwn import (
+from approvald.bot import texts as T
+from approvald.bot.cards import (
+    approver_ids,
+    args_text,
+    as_text,
+    impact_line,
+    json_object,
+    status_word,
+)
+from approvald.bot.mrkdwn import (
     FALLBACK_MAX,
     SECTION_MAX,
     approver,
@@ -35,8 +40,9 @@ from bot.mrkdwn import (
     units,
     who,
 )
-from runtime.packet import will_run
-from store.records import ApprovalRecord, RunRecord
+from approvald.runtime.packet import will_run
+from approvald.store.records import ApprovalRecord, RunRecord
+from slack_sdk.models.blocks import Block
 
 TERMINAL_RUN_STATUSES = ("completed", "failed", "cancelled")
 

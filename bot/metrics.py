@@ -20,12 +20,11 @@ from datetime import datetime
 from typing import Any
 
 from aiohttp import web
+from approvald.bot.readiness import Readiness
+from approvald.runtime.engine import Engine
+from approvald.runtime.metrics import Meter
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
-
-from bot.readiness import Readiness
-from runtime.engine import Engine
-from runtime.metrics import Meter
 
 log = logging.getLogger("approvald.metrics")
 

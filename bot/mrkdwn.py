@@ -22,6 +22,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import quote
 
+from approvald.bot import texts as T
 from slack_sdk.models.blocks import (
     ContextBlock,
     HeaderBlock,
@@ -29,8 +30,6 @@ from slack_sdk.models.blocks import (
     PlainTextObject,
     SectionBlock,
 )
-
-from bot import texts as T
 
 # Slack's limits, and our own budgets below them
 SECTION_MAX = 3000

@@ -13,8 +13,8 @@ import socket
 import sqlite3
 from typing import Any
 
-from store import migrate
-from store.db import Database
+from approvald.store import migrate
+from approvald.store.db import Database
 
 log = logging.getLogger("approvald.readiness")
 

@@ -29,24 +29,23 @@ from types import FrameType
 from typing import Any
 
 from aiohttp import web
-
-from bot.api.service import HttpApi
-from bot.config import Settings
-from bot.log_delivery import LogDeliverer
-from bot.metrics import PrometheusMeter, add_metrics_route, add_routes
-from bot.readiness import Readiness
-from bot.tracing import from_environment as tracing_from_environment
-from bot.wiring import build_engine, open_database
-from runtime import audit, retention
-from runtime.clock import Clock
-from runtime.engine import Engine
-from runtime.errors import ConfigError
-from runtime.outbox import Deliverer, OutboxDrain
-from runtime.policy import parse_duration
-from runtime.scheduler import ExpiryScheduler
-from runtime.worker import ResumeWorker
-from store.db import Database
-from store.wakeups import Wakeups
+from approvald.bot.api.service import HttpApi
+from approvald.bot.config import Settings
+from approvald.bot.log_delivery import LogDeliverer
+from approvald.bot.metrics import PrometheusMeter, add_metrics_route, add_routes
+from approvald.bot.readiness import Readiness
+from approvald.bot.tracing import from_environment as tracing_from_environment
+from approvald.bot.wiring import build_engine, open_database
+from approvald.runtime import audit, retention
+from approvald.runtime.clock import Clock
+from approvald.runtime.engine import Engine
+from approvald.runtime.errors import ConfigError
+from approvald.runtime.outbox import Deliverer, OutboxDrain
+from approvald.runtime.policy import parse_duration
+from approvald.runtime.scheduler import ExpiryScheduler
+from approvald.runtime.worker import ResumeWorker
+from approvald.store.db import Database
+from approvald.store.wakeups import Wakeups
 
 log = logging.getLogger("approvald.serve")
 PRUNE_EVERY = 86400.0  # s between scheduled prunes (APPROVALD_PRUNE_OLDER_THAN)
@@ -82,7 +81,7 @@ class Service:
         self.api = HttpApi(self.engine, settings, stop=self.stop_event)
         deliverer: Deliverer
         if settings.slack_configured:
-            from bot.app import SlackService
+            from approvald.bot.app import SlackService
 
             self.slack = SlackService(settings, self.engine, ops_routes=self._ops_routes)
             deliverer = self.slack.deliverer
@@ -145,7 +144,7 @@ class Service:
 
     async def _connect(self) -> None:
         assert self.slack is not None
-        from bot.app import SlackRefused
+        from approvald.bot.app import SlackRefused
 
         try:
             await self.slack.connect(self.stop_event)
@@ -254,7 +253,7 @@ class Service:
                     task.cancel()
                 await asyncio.wait(pending, timeout=AFTER_CANCEL)
         if self.slack is not None:
-            from bot.app import CLOSE_TIMEOUT
+            from approvald.bot.app import CLOSE_TIMEOUT
 
             within = max(0.0, deadline - loop.time())
             with contextlib.suppress(Exception):

@@ -30,18 +30,17 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from approvald.bot import messages
+from approvald.bot.delivery import slack_error
+from approvald.runtime.engine import Engine
+from approvald.runtime.failpoints import failpoint
+from approvald.runtime.periodic import repeat
+from approvald.runtime.state import AssistantMessage, ToolMessage
+from approvald.runtime.transcript import decode
+from approvald.store.records import ApprovalRecord, EventRecord, ExecutionRecord, RunRecord
+from approvald.store.repos.threads import ThreadRecord
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
-
-from bot import messages
-from bot.delivery import slack_error
-from runtime.engine import Engine
-from runtime.failpoints import failpoint
-from runtime.periodic import repeat
-from runtime.state import AssistantMessage, ToolMessage
-from runtime.transcript import decode
-from store.records import ApprovalRecord, EventRecord, ExecutionRecord, RunRecord
-from store.repos.threads import ThreadRecord
 
 log = logging.getLogger("approvald.threads")
 FAILED = ("denied", "redirected", "expired", "forbidden", "invalid_arguments", "error",

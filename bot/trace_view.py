@@ -12,7 +12,7 @@ from datetime import datetime
 from html import escape
 from typing import Any
 
-from runtime.trace import Entry, Trace, summarize
+from approvald.runtime.trace import Entry, Trace, summarize
 
 LANES = (("model", "model"), ("tools", "tools"), ("humans", "humans"))
 BAR_H, ROW_GAP, LANE_PAD = 18, 4, 8

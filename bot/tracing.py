@@ -22,8 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from runtime.errors import ConfigError
-from runtime.tracing import OtelTracer, Tracer
+from approvald.runtime.errors import ConfigError
+from approvald.runtime.tracing import OtelTracer, Tracer
 
 log = logging.getLogger("approvald.tracing")
 

@@ -21,23 +21,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
-from slack_sdk.models.blocks import (
-    ActionsBlock,
-    Block,
-    ButtonElement,
-    CheckboxesElement,
-    ConfirmObject,
-    DividerBlock,
-    InputBlock,
-    Option,
-    PlainTextInputElement,
-    RadioButtonsElement,
-    StaticSelectElement,
-)
-from slack_sdk.models.views import View
-
-from bot import texts as T
-from bot.cards import (
+from approvald.bot import texts as T
+from approvald.bot.cards import (
     ARGS_BLOCK,
     ARGS_INPUT,
     DENY_MODAL,
@@ -75,8 +60,8 @@ from bot.cards import (
     select_value,
     standing_cap,
 )
-from bot.messages import coalesce, refusal_text
-from bot.mrkdwn import (
+from approvald.bot.messages import coalesce, refusal_text
+from approvald.bot.mrkdwn import (
     CARD_TEXT_BUDGET,
     INPUT_MAX,
     MESSAGE_BLOCKS_MAX,
@@ -98,11 +83,25 @@ from bot.mrkdwn import (
     units,
     who,
 )
-from runtime.batch import MAX_BATCH, BatchVerdict, Outcome
-from runtime.packet import will_run
-from runtime.rules import MAX_EXPRESSION, RuleError, holds
-from store.records import ApprovalRecord
-from store.repos.standing import StandingRecord
+from approvald.runtime.batch import MAX_BATCH, BatchVerdict, Outcome
+from approvald.runtime.packet import will_run
+from approvald.runtime.rules import MAX_EXPRESSION, RuleError, holds
+from approvald.store.records import ApprovalRecord
+from approvald.store.repos.standing import StandingRecord
+from slack_sdk.models.blocks import (
+    ActionsBlock,
+    Block,
+    ButtonElement,
+    CheckboxesElement,
+    ConfirmObject,
+    DividerBlock,
+    InputBlock,
+    Option,
+    PlainTextInputElement,
+    RadioButtonsElement,
+    StaticSelectElement,
+)
+from slack_sdk.models.views import View
 
 HOME_MAX_PENDING = 50  # at most: Slack's 100 blocks hold fewer (the oldest that fit are shown)
 HOME_MAX_RECENT = 15

@@ -8,20 +8,19 @@ import sys
 from datetime import timedelta
 from pathlib import Path
 
+from approvald.bot.config import Settings, default_database_path
+from approvald.runtime import failpoints
+from approvald.runtime.agent import Registry
+from approvald.runtime.audit import AuditKey
+from approvald.runtime.clock import FileClock, SystemClock
+from approvald.runtime.demo import demo_agents
+from approvald.runtime.engine import Engine, EngineConfig
+from approvald.runtime.errors import ConfigError
+from approvald.runtime.ids import TokenSigner
+from approvald.runtime.policy import PolicyFile, load_policy_file
+from approvald.store import migrate
+from approvald.store.db import Database
 from sqlalchemy.exc import DBAPIError
-
-from bot.config import Settings, default_database_path
-from runtime import failpoints
-from runtime.agent import Registry
-from runtime.audit import AuditKey
-from runtime.clock import FileClock, SystemClock
-from runtime.demo import demo_agents
-from runtime.engine import Engine, EngineConfig
-from runtime.errors import ConfigError
-from runtime.ids import TokenSigner
-from runtime.policy import PolicyFile, load_policy_file
-from store import migrate
-from store.db import Database
 
 
 def build_registry(settings: Settings) -> Registry:

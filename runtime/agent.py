@@ -6,11 +6,11 @@ import importlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from runtime.canonical import canonical_json, sha256_hex
-from runtime.errors import ConfigError, NotFound
-from runtime.models.base import Model, ToolSpec
-from runtime.policy import PolicyFile, is_namespaced, is_pattern
-from runtime.tools import Tool
+from approvald.runtime.canonical import canonical_json, sha256_hex
+from approvald.runtime.errors import ConfigError, NotFound
+from approvald.runtime.models.base import Model, ToolSpec
+from approvald.runtime.policy import PolicyFile, is_namespaced, is_pattern
+from approvald.runtime.tools import Tool
 
 
 @dataclass

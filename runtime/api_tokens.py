@@ -29,15 +29,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from runtime.audit import AuditTrail
-from runtime.clock import Clock
-from runtime.errors import ApprovaldError, ConfigError, NotFound
-from runtime.ids import new_id
-from runtime.intake import RESERVED_CREDENTIALS, Source
-from runtime.webhook_hosts import WebhookHosts
-from store.db import Database
-from store.repos import Tx
-from store.repos.external import TokenRecord
+from approvald.runtime.audit import AuditTrail
+from approvald.runtime.clock import Clock
+from approvald.runtime.errors import ApprovaldError, ConfigError, NotFound
+from approvald.runtime.ids import new_id
+from approvald.runtime.intake import RESERVED_CREDENTIALS, Source
+from approvald.runtime.webhook_hosts import WebhookHosts
+from approvald.store.db import Database
+from approvald.store.repos import Tx
+from approvald.store.repos.external import TokenRecord
 
 TOKEN_PREFIX = "apd_"
 SECRET_PREFIX = "whsec_"

@@ -25,14 +25,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from runtime import prefix
-from runtime.canonical import canonical_json, compact_json, sha256_hex
-from runtime.errors import ConfigError
-from runtime.standing_chain import StandingState
-from store.db import Database
-from store.records import AuditRecord
-from store.repos import Tx
-from store.repos.audit import GENESIS
+from approvald.runtime import prefix
+from approvald.runtime.canonical import canonical_json, compact_json, sha256_hex
+from approvald.runtime.errors import ConfigError
+from approvald.runtime.standing_chain import StandingState
+from approvald.store.db import Database
+from approvald.store.records import AuditRecord
+from approvald.store.repos import Tx
+from approvald.store.repos.audit import GENESIS
 
 ACTIONS = frozenset({
     "requested", "reminded", "voted", "approved", "denied", "redirected", "edited", "expired",

@@ -15,11 +15,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from runtime.decide import Actor, Decision
-from runtime.errors import DecisionRefused, NotFound
+from approvald.runtime.decide import Actor, Decision
+from approvald.runtime.errors import DecisionRefused, NotFound
 
 if TYPE_CHECKING:
-    from runtime.engine import Engine
+    from approvald.runtime.engine import Engine
 
 MAX_BATCH = 100  # requests one batch may decide
 BatchVerdict = Literal["approve", "deny"]

@@ -6,7 +6,7 @@ import os
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
-from runtime.errors import ConfigError
+from approvald.runtime.errors import ConfigError
 
 
 class Clock(Protocol):

@@ -23,22 +23,22 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-from runtime import prefix
-from runtime.canonical import call_digest, compact_json
-from runtime.directory import DirectoryError, is_approver
-from runtime.errors import DecisionRefused, InvalidArguments, NotFound
-from runtime.expiry import SweepResult
-from runtime.failpoints import failpoint
-from runtime.gate import CARD_UPDATE
-from runtime.ids import lease_id
-from runtime.packet import edited_packet, impact_of
-from runtime.policy import ApprovalPolicy, CallPolicy
-from store.db import is_store_failure
-from store.records import ApprovalRecord
-from store.repos import Tx
+from approvald.runtime import prefix
+from approvald.runtime.canonical import call_digest, compact_json
+from approvald.runtime.directory import DirectoryError, is_approver
+from approvald.runtime.errors import DecisionRefused, InvalidArguments, NotFound
+from approvald.runtime.expiry import SweepResult
+from approvald.runtime.failpoints import failpoint
+from approvald.runtime.gate import CARD_UPDATE
+from approvald.runtime.ids import lease_id
+from approvald.runtime.packet import edited_packet, impact_of
+from approvald.runtime.policy import ApprovalPolicy, CallPolicy
+from approvald.store.db import is_store_failure
+from approvald.store.records import ApprovalRecord
+from approvald.store.repos import Tx
 
 if TYPE_CHECKING:
-    from runtime.engine import Engine
+    from approvald.runtime.engine import Engine
 
 log = logging.getLogger("approvald.decide")
 

@@ -20,12 +20,12 @@ import re
 from datetime import datetime, timedelta
 from typing import Any
 
-from runtime.agent import Agent
-from runtime.models.base import ModelReply, Transcript
-from runtime.models.scripted import ScriptedModel, assistant_turns, reply
-from runtime.policy import ApprovalPolicy
-from runtime.state import ToolMessage
-from runtime.tools import Reconciled, ToolContext, tool
+from approvald.runtime.agent import Agent
+from approvald.runtime.models.base import ModelReply, Transcript
+from approvald.runtime.models.scripted import ScriptedModel, assistant_turns, reply
+from approvald.runtime.policy import ApprovalPolicy
+from approvald.runtime.state import ToolMessage
+from approvald.runtime.tools import Reconciled, ToolContext, tool
 
 
 class DemoLedger:

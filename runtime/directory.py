@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from runtime.errors import ApprovaldError
+from approvald.runtime.errors import ApprovaldError
 
 
 class DirectoryError(ApprovaldError):
@@ -32,7 +32,7 @@ class StaticDirectory:
 async def is_approver(directory: Directory, approvers: Sequence[str], user: str) -> bool:
     """Is ``user`` one of ``approvers`` ([] = anyone), directly or through a user group?
     :class:`DirectoryError` (naming the group) when a group's members cannot be read."""
-    from runtime.policy import is_group
+    from approvald.runtime.policy import is_group
 
     if not approvers or user in approvers:
         return True

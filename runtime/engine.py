@@ -16,31 +16,31 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from runtime import prefix
-from runtime.agent import Registry
-from runtime.audit import AuditKey, AuditTrail
-from runtime.clock import Clock, SystemClock
-from runtime.decide import Actor, Decider, Decision, Verdict
-from runtime.directory import Directory, StaticDirectory
-from runtime.errors import ApprovaldError, DecisionRefused, NotFound, PayloadTooLarge
-from runtime.expiry import Expiry
-from runtime.external import ExternalRequests, is_external
-from runtime.gate import Gate
-from runtime.ids import TokenSigner, lease_id, new_id, owner_is_dead, worker_id
-from runtime.intake import Intake
-from runtime.ledger import Ledger
-from runtime.metrics import DecidedRuns, Meter
-from runtime.outcomes import Outcome
-from runtime.runner import Runner
-from runtime.standing import StandingApprovals
-from runtime.state import FINAL_STATUSES, RunState, UserMessage
-from runtime.tools import Tool
-from runtime.tracing import Tracer
-from runtime.transcript import build_state, encode
-from runtime.urgency import Urgency
-from store.db import Database
-from store.records import ApprovalRecord, RunRecord
-from store.repos import Tx
+from approvald.runtime import prefix
+from approvald.runtime.agent import Registry
+from approvald.runtime.audit import AuditKey, AuditTrail
+from approvald.runtime.clock import Clock, SystemClock
+from approvald.runtime.decide import Actor, Decider, Decision, Verdict
+from approvald.runtime.directory import Directory, StaticDirectory
+from approvald.runtime.errors import ApprovaldError, DecisionRefused, NotFound, PayloadTooLarge
+from approvald.runtime.expiry import Expiry
+from approvald.runtime.external import ExternalRequests, is_external
+from approvald.runtime.gate import Gate
+from approvald.runtime.ids import TokenSigner, lease_id, new_id, owner_is_dead, worker_id
+from approvald.runtime.intake import Intake
+from approvald.runtime.ledger import Ledger
+from approvald.runtime.metrics import DecidedRuns, Meter
+from approvald.runtime.outcomes import Outcome
+from approvald.runtime.runner import Runner
+from approvald.runtime.standing import StandingApprovals
+from approvald.runtime.state import FINAL_STATUSES, RunState, UserMessage
+from approvald.runtime.tools import Tool
+from approvald.runtime.tracing import Tracer
+from approvald.runtime.transcript import build_state, encode
+from approvald.runtime.urgency import Urgency
+from approvald.store.db import Database
+from approvald.store.records import ApprovalRecord, RunRecord
+from approvald.store.repos import Tx
 
 log = logging.getLogger("approvald.engine")
 

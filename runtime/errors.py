@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from store.errors import ApprovaldError, ConfigError, SchemaOutOfDate
+from approvald.store.errors import ApprovaldError, ConfigError, SchemaOutOfDate
 
 __all__ = [
     "ApprovaldError", "AuditChainBroken", "ConfigError", "DecisionRefused", "DigestMismatch",

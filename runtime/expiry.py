@@ -22,16 +22,16 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from runtime.audit import Entry
-from runtime.canonical import compact_json
-from runtime.gate import CARD_UPDATE, REMINDER, first_reminder
-from runtime.policy import ApprovalPolicy
-from store.db import is_store_failure
-from store.records import ApprovalRecord
-from store.repos import Tx
+from approvald.runtime.audit import Entry
+from approvald.runtime.canonical import compact_json
+from approvald.runtime.gate import CARD_UPDATE, REMINDER, first_reminder
+from approvald.runtime.policy import ApprovalPolicy
+from approvald.store.db import is_store_failure
+from approvald.store.records import ApprovalRecord
+from approvald.store.repos import Tx
 
 if TYPE_CHECKING:
-    from runtime.engine import Engine
+    from approvald.runtime.engine import Engine
 
 log = logging.getLogger("approvald.expiry")
 ACTOR, VIA = "system:expiry", "scheduler"

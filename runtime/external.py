@@ -36,21 +36,28 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-from runtime.api_tokens import allows, token_tools
-from runtime.audit import Entry
-from runtime.canonical import call_digest, canonical_json, compact_json, sha256_hex
-from runtime.errors import ApprovaldError, InvalidArguments, NotFound
-from runtime.ids import new_id
-from runtime.intake import EXTERNAL_AGENT, IntakeError, Source, Tighten, check_json, requester
-from runtime.policy import ApprovalPolicy, CallPolicy, PolicyKind
-from runtime.tools import Tool
-from store.records import ApprovalRecord, ExecutionRecord, RunRecord
-from store.repos import Tx
-from store.repos.external import ExternalRecord, TokenRecord
-from store.repos.standing import StandingRecord
+from approvald.runtime.api_tokens import allows, token_tools
+from approvald.runtime.audit import Entry
+from approvald.runtime.canonical import call_digest, canonical_json, compact_json, sha256_hex
+from approvald.runtime.errors import ApprovaldError, InvalidArguments, NotFound
+from approvald.runtime.ids import new_id
+from approvald.runtime.intake import (
+    EXTERNAL_AGENT,
+    IntakeError,
+    Source,
+    Tighten,
+    check_json,
+    requester,
+)
+from approvald.runtime.policy import ApprovalPolicy, CallPolicy, PolicyKind
+from approvald.runtime.tools import Tool
+from approvald.store.records import ApprovalRecord, ExecutionRecord, RunRecord
+from approvald.store.repos import Tx
+from approvald.store.repos.external import ExternalRecord, TokenRecord
+from approvald.store.repos.standing import StandingRecord
 
 if TYPE_CHECKING:
-    from runtime.engine import Engine
+    from approvald.runtime.engine import Engine
 
 AGENT_PREFIX = EXTERNAL_AGENT  # the agent of an external request's run: external:<token name>
 STATUS = "external"  # its run's status while open, or approved and not yet reported

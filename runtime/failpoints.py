@@ -20,7 +20,7 @@ import os
 import signal
 from collections.abc import Callable
 
-from runtime.errors import ConfigError
+from approvald.runtime.errors import ConfigError
 
 _ENV = "APPROVALD_FAILPOINTS"
 KNOWN = ("mid_model_call", "after_intent", "before_call", "before_result", "after_result",

@@ -12,18 +12,18 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from runtime.canonical import call_digest, compact_json
-from runtime.ids import new_id, new_nonce
-from runtime.intake import Source, snapshot_digest
-from runtime.packet import impact_of
-from runtime.policy import ApprovalPolicy
-from runtime.state import AssistantMessage, ToolCall, ToolMessage
-from runtime.tools import Tool
-from store.records import ApprovalRecord, ExecutionRecord, RunRecord
-from store.repos import Tx
+from approvald.runtime.canonical import call_digest, compact_json
+from approvald.runtime.ids import new_id, new_nonce
+from approvald.runtime.intake import Source, snapshot_digest
+from approvald.runtime.packet import impact_of
+from approvald.runtime.policy import ApprovalPolicy
+from approvald.runtime.state import AssistantMessage, ToolCall, ToolMessage
+from approvald.runtime.tools import Tool
+from approvald.store.records import ApprovalRecord, ExecutionRecord, RunRecord
+from approvald.store.repos import Tx
 
 if TYPE_CHECKING:
-    from runtime.engine import Engine
+    from approvald.runtime.engine import Engine
 
 # outbox kinds the delivery side understands
 CARD_POST = "approval.requested"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from runtime.errors import ApprovaldError
+from approvald.runtime.errors import ApprovaldError
 
 __all__ = ["InvalidIdentity", "normalize_approver", "normalize_group_id", "normalize_user_id"]
 

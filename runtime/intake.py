@@ -31,13 +31,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
-from runtime.canonical import canonical_json, sha256_hex
-from runtime.directory import Directory, DirectoryError, is_approver
-from runtime.errors import ApprovaldError
-from runtime.identity import InvalidIdentity, normalize_user_id
-from runtime.policy import (
+from approvald.runtime.canonical import canonical_json, sha256_hex
+from approvald.runtime.directory import Directory, DirectoryError, is_approver
+from approvald.runtime.errors import ApprovaldError
+from approvald.runtime.identity import InvalidIdentity, normalize_user_id
+from approvald.runtime.policy import (
     ApprovalPolicy,
     Approver,
     CallPolicy,
@@ -47,6 +45,7 @@ from runtime.policy import (
     Window,
     is_group,
 )
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 SourceKind = Literal["agent", "api", "mcp", "adapter"]
 EXTERNAL_AGENT = "external:"  # the agent of a run that stands for a caller's request

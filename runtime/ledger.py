@@ -29,16 +29,16 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from runtime.audit import AuditTrail
-from runtime.canonical import compact_json
-from runtime.clock import Clock
-from runtime.errors import DigestMismatch, LeaseLost
-from runtime.failpoints import failpoint
-from runtime.ids import owner_is_dead, parse_worker_id
-from runtime.tools import Reconciled, Tool, ToolContext
-from store.db import Database
-from store.records import ExecutionRecord
-from store.repos import Tx
+from approvald.runtime.audit import AuditTrail
+from approvald.runtime.canonical import compact_json
+from approvald.runtime.clock import Clock
+from approvald.runtime.errors import DigestMismatch, LeaseLost
+from approvald.runtime.failpoints import failpoint
+from approvald.runtime.ids import owner_is_dead, parse_worker_id
+from approvald.runtime.tools import Reconciled, Tool, ToolContext
+from approvald.store.db import Database
+from approvald.store.records import ExecutionRecord
+from approvald.store.repos import Tx
 
 
 @dataclass(frozen=True)

@@ -27,16 +27,16 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
-from runtime.canonical import compact_json
-from runtime.errors import ApprovaldError
-from runtime.failpoints import failpoint
-from runtime.gate import CARD_POST, CARD_UPDATE, REMINDER
-from runtime.periodic import repeat
-from store.records import OutboxRecord
+from approvald.runtime.canonical import compact_json
+from approvald.runtime.errors import ApprovaldError
+from approvald.runtime.failpoints import failpoint
+from approvald.runtime.gate import CARD_POST, CARD_UPDATE, REMINDER
+from approvald.runtime.periodic import repeat
+from approvald.store.records import OutboxRecord
 
 if TYPE_CHECKING:
-    from runtime.engine import Engine
-    from store.repos import Tx
+    from approvald.runtime.engine import Engine
+    from approvald.store.repos import Tx
 
 log = logging.getLogger("approvald.outbox")
 

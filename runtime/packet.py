@@ -21,9 +21,9 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from runtime.external import is_external
-from runtime.tools import Tool
-from store.records import ApprovalRecord
+from approvald.runtime.external import is_external
+from approvald.runtime.tools import Tool
+from approvald.store.records import ApprovalRecord
 
 EDITED_IMPACT = "edited_impact"  # the packet key: {"digest", "impact", "asked_digest"}
 

@@ -33,6 +33,17 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+from approvald.runtime.canonical import canonical_json, sha256_hex
+from approvald.runtime.errors import ConfigError
+from approvald.runtime.identity import (
+    InvalidIdentity,
+    normalize_approver,
+    normalize_group_id,
+    normalize_user_id,
+)
+from approvald.runtime.rule_check import check_rule
+from approvald.runtime.rules import RuleError, compile_condition, holds
+from approvald.runtime.tomlfile import read_toml
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -46,18 +57,6 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-
-from runtime.canonical import canonical_json, sha256_hex
-from runtime.errors import ConfigError
-from runtime.identity import (
-    InvalidIdentity,
-    normalize_approver,
-    normalize_group_id,
-    normalize_user_id,
-)
-from runtime.rule_check import check_rule
-from runtime.rules import RuleError, compile_condition, holds
-from runtime.tomlfile import read_toml
 
 PolicyKind = Literal["auto", "notify_after", "approve_before", "forbidden"]
 POLICY_KINDS: tuple[str, ...] = ("auto", "notify_after", "approve_before", "forbidden")

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol, TypeVar
 
-from runtime.errors import NotFound
+from approvald.runtime.errors import NotFound
 
 MIN_PREFIX = 6  # shorter prefixes match too much to be typed safely
 SHOWN = 5  # candidates an ambiguity error names

@@ -14,10 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from runtime.clock import Clock
-from store.db import Database
-from store.repos import Tx
-from store.repos.retention import Pruned
+from approvald.runtime.clock import Clock
+from approvald.store.db import Database
+from approvald.store.repos import Tx
+from approvald.store.repos.retention import Pruned
 
 MIN_HORIZON = timedelta(days=1)  # run threads look back an hour for runs without one
 BATCH = 500

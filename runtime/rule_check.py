@@ -47,7 +47,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from runtime.cel_syntax import (
+from approvald.runtime.cel_syntax import (
     Binary,
     Call,
     Conditional,
@@ -63,7 +63,7 @@ from runtime.cel_syntax import (
     Unary,
     parse,
 )
-from runtime.errors import ConfigError
+from approvald.runtime.errors import ConfigError
 
 
 @dataclass(frozen=True, eq=False)

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from runtime.agent import Agent
-from runtime.canonical import call_digest, compact_json
-from runtime.errors import (
+from approvald.runtime.agent import Agent
+from approvald.runtime.canonical import call_digest, compact_json
+from approvald.runtime.errors import (
     DigestMismatch,
     InvalidArguments,
     LeaseLost,
@@ -30,10 +30,10 @@ from runtime.errors import (
     NotFound,
     StateVersionError,
 )
-from runtime.failpoints import failpoint
-from runtime.gate import RUN_WAITING, GateRequest, build_packet
-from runtime.intake import Source
-from runtime.ledger import (
+from approvald.runtime.failpoints import failpoint
+from approvald.runtime.gate import RUN_WAITING, GateRequest, build_packet
+from approvald.runtime.intake import Source
+from approvald.runtime.ledger import (
     Executed,
     OutcomeUnknown,
     Recorded,
@@ -42,7 +42,7 @@ from runtime.ledger import (
     audit_execution,
     needs_intent,
 )
-from runtime.outcomes import (
+from approvald.runtime.outcomes import (
     Busy,
     Cancelled,
     Completed,
@@ -53,8 +53,8 @@ from runtime.outcomes import (
     Waiting,
     Yielded,
 )
-from runtime.policy import CallPolicy
-from runtime.state import (
+from approvald.runtime.policy import CallPolicy
+from approvald.runtime.state import (
     FINAL_STATUSES,
     AssistantMessage,
     ModelStep,
@@ -62,15 +62,15 @@ from runtime.state import (
     ToolCall,
     ToolMessage,
 )
-from runtime.tools import ToolContext
-from runtime.tracing import Steps, model_name
-from runtime.transcript import build_state, encode
-from store.records import ApprovalRecord, ExecutionRecord, RunRecord
-from store.repos import Tx
-from store.repos.runs import CancelRequest
+from approvald.runtime.tools import ToolContext
+from approvald.runtime.tracing import Steps, model_name
+from approvald.runtime.transcript import build_state, encode
+from approvald.store.records import ApprovalRecord, ExecutionRecord, RunRecord
+from approvald.store.repos import Tx
+from approvald.store.repos.runs import CancelRequest
 
 if TYPE_CHECKING:
-    from runtime.engine import Engine
+    from approvald.runtime.engine import Engine
 
 log = logging.getLogger("approvald.runner")
 # how a run ended: `serve` logs it; a command that prints the outcome itself silences this

@@ -6,11 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+from approvald.runtime.canonical import call_digest, canonical_json
+from approvald.runtime.rules import RuleError, compile_condition, holds
+from approvald.store.records import ApprovalRecord
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-
-from runtime.canonical import call_digest, canonical_json
-from runtime.rules import RuleError, compile_condition, holds
-from store.records import ApprovalRecord
 
 
 class Scope(BaseModel):

@@ -43,24 +43,24 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from runtime import prefix
-from runtime.audit import entry_hash
-from runtime.canonical import compact_json
-from runtime.decide import Actor, Decision
-from runtime.directory import DirectoryError, is_approver
-from runtime.errors import ApprovaldError
-from runtime.gate import CARD_UPDATE
-from runtime.ids import new_id
-from runtime.intake import Source, policy_digest, snapshot_digest
-from runtime.policy import ApprovalPolicy, CallPolicy
-from runtime.scope import Scope
-from runtime.standing_chain import StandingState
-from store.records import ApprovalRecord, RunRecord
-from store.repos import Tx
-from store.repos.standing import StandingRecord
+from approvald.runtime import prefix
+from approvald.runtime.audit import entry_hash
+from approvald.runtime.canonical import compact_json
+from approvald.runtime.decide import Actor, Decision
+from approvald.runtime.directory import DirectoryError, is_approver
+from approvald.runtime.errors import ApprovaldError
+from approvald.runtime.gate import CARD_UPDATE
+from approvald.runtime.ids import new_id
+from approvald.runtime.intake import Source, policy_digest, snapshot_digest
+from approvald.runtime.policy import ApprovalPolicy, CallPolicy
+from approvald.runtime.scope import Scope
+from approvald.runtime.standing_chain import StandingState
+from approvald.store.records import ApprovalRecord, RunRecord
+from approvald.store.repos import Tx
+from approvald.store.repos.standing import StandingRecord
 
 if TYPE_CHECKING:
-    from runtime.engine import Engine
+    from approvald.runtime.engine import Engine
 
 log = logging.getLogger("approvald.standing")
 

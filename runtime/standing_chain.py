@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from runtime.scope import Scope
-from store.repos.standing import StandingRecord
+from approvald.runtime.scope import Scope
+from approvald.store.repos.standing import StandingRecord
 
 
 class StandingState:

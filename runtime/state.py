@@ -23,9 +23,8 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
+from approvald.runtime.errors import StateVersionError
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
-
-from runtime.errors import StateVersionError
 
 SCHEMA_VERSION = 3
 

@@ -7,7 +7,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from runtime.errors import ConfigError
+from approvald.runtime.errors import ConfigError
 
 
 def read_toml(path: Path, *, error: type[ConfigError], missing: str, unreadable: str,

@@ -12,12 +12,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal, get_type_hints, overload
 
+from approvald.runtime.clock import Clock
+from approvald.runtime.errors import ConfigError, InvalidArguments
+from approvald.runtime.policy import ApprovalPolicy, PolicyKind
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from pydantic.errors import PydanticInvalidForJsonSchema
-
-from runtime.clock import Clock
-from runtime.errors import ConfigError, InvalidArguments
-from runtime.policy import ApprovalPolicy, PolicyKind
 
 Permission = Literal["read", "draft", "execute"]
 _DEFAULT_POLICY: dict[str, PolicyKind] = {

@@ -18,14 +18,19 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
+from approvald.runtime.canonical import compact_json
+from approvald.runtime.errors import NotFound
+from approvald.runtime.state import FINAL_STATUSES, AssistantMessage, ToolMessage, UserMessage
+from approvald.runtime.transcript import build_state
+from approvald.store.db import Database
+from approvald.store.records import (
+    ApprovalRecord,
+    AuditRecord,
+    ExecutionRecord,
+    RunRecord,
+    VoteRecord,
+)
 from pydantic import BaseModel, ConfigDict
-
-from runtime.canonical import compact_json
-from runtime.errors import NotFound
-from runtime.state import FINAL_STATUSES, AssistantMessage, ToolMessage, UserMessage
-from runtime.transcript import build_state
-from store.db import Database
-from store.records import ApprovalRecord, AuditRecord, ExecutionRecord, RunRecord, VoteRecord
 
 SUMMARY_CHARS = 200  # a tool result or an audit detail is cut to this in a trace
 Lane = Literal["model", "tools", "humans", "run"]

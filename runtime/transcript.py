@@ -10,9 +10,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from runtime.canonical import compact_json
-from runtime.ledger import observation_of
-from runtime.state import (
+from approvald.runtime.canonical import compact_json
+from approvald.runtime.ledger import observation_of
+from approvald.runtime.state import (
     SCHEMA_VERSION,
     AssistantMessage,
     RunState,
@@ -20,7 +20,7 @@ from runtime.state import (
     UserMessage,
     upgrade_part,
 )
-from store.records import EventRecord, ExecutionRecord, RunRecord
+from approvald.store.records import EventRecord, ExecutionRecord, RunRecord
 
 Message = UserMessage | AssistantMessage | ToolMessage
 LEDGER_REF = "ledger"

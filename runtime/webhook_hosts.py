@@ -30,7 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from runtime.errors import ApprovaldError, ConfigError
+from approvald.runtime.errors import ApprovaldError, ConfigError
 
 SETTING = "APPROVALD_WEBHOOK_HOSTS"
 MAX_URL = 2000

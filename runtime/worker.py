@@ -22,11 +22,11 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from runtime.ids import lease_id
-from runtime.periodic import repeat
+from approvald.runtime.ids import lease_id
+from approvald.runtime.periodic import repeat
 
 if TYPE_CHECKING:
-    from runtime.engine import Engine
+    from approvald.runtime.engine import Engine
 
 log = logging.getLogger("approvald.worker")
 STALE_CHECK = 2.0  # s between lookups of dead processes' leases (a lapsed lease needs none)

@@ -25,6 +25,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any, TypeVar
 
+from approvald.store import fastsql, sqlite_driver
+from approvald.store.errors import ConfigError
+from approvald.store.fastsql import Conn
+from approvald.store.liveness import Liveness, server_gone
+from approvald.store.repos import Tx
 from sqlalchemy import event
 from sqlalchemy.engine import URL, Dialect, make_url
 from sqlalchemy.exc import (
@@ -37,12 +42,6 @@ from sqlalchemy.exc import (
     StatementError,
 )
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
-
-from store import fastsql, sqlite_driver
-from store.errors import ConfigError
-from store.fastsql import Conn
-from store.liveness import Liveness, server_gone
-from store.repos import Tx
 
 log = logging.getLogger("approvald.store")
 T = TypeVar("T")

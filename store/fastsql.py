@@ -35,15 +35,14 @@ import sqlite3
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
+from approvald.store import sqlite_driver
+from approvald.store.liveness import server_gone
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects.postgresql import asyncpg as pg_asyncpg
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.dml import ValuesBase
-
-from store import sqlite_driver
-from store.liveness import server_gone
 
 Processor = Callable[[Any], Any] | None
 Params = Mapping[str, Any] | list[dict[str, Any]] | None

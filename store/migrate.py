@@ -11,11 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from approvald.store.db import Database
+from approvald.store.errors import SchemaOutOfDate
 from sqlalchemy import inspect, text
 from sqlalchemy.engine import Connection
-
-from store.db import Database
-from store.errors import SchemaOutOfDate
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -110,8 +109,7 @@ def compare(conn: Connection) -> list[Any]:
     """Differences between the live schema and the models (empty when they agree)."""
     from alembic.autogenerate import compare_metadata
     from alembic.runtime.migration import MigrationContext
-
-    from store.models import Base
+    from approvald.store.models import Base
 
     ctx = MigrationContext.configure(conn, opts={"compare_type": True})
     diffs: list[Any] = compare_metadata(ctx, Base.metadata)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from approvald.store.types import UTCDateTime
 from sqlalchemy import (
     Boolean,
     Float,
@@ -21,8 +22,6 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
-
-from store.types import UTCDateTime
 
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",

@@ -6,8 +6,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from store import migrate
-from store.db import Database
+from approvald.store import migrate
+from approvald.store.db import Database
 
 
 class ScratchDatabases:

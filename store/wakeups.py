@@ -22,7 +22,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from store.db import Database
+from approvald.store.db import Database
 
 log = logging.getLogger("approvald.wakeups")
 

@@ -17,18 +17,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from approvald.runtime import failpoints
+from approvald.runtime.agent import Agent, Registry
+from approvald.runtime.audit import AuditKey
+from approvald.runtime.clock import ManualClock
+from approvald.runtime.demo import DemoLedger, refund_agent, steps_agent
+from approvald.runtime.engine import Engine, EngineConfig
+from approvald.runtime.ids import TokenSigner
+from approvald.runtime.policy import PolicyFile
+from approvald.store import migrate
+from approvald.store.db import Database
 from hypothesis import settings as hypothesis_settings
-
-from runtime import failpoints
-from runtime.agent import Agent, Registry
-from runtime.audit import AuditKey
-from runtime.clock import ManualClock
-from runtime.demo import DemoLedger, refund_agent, steps_agent
-from runtime.engine import Engine, EngineConfig
-from runtime.ids import TokenSigner
-from runtime.policy import PolicyFile
-from store import migrate
-from store.db import Database
 
 # model-based tests: a few hundred schedules in CI; `--hypothesis-profile=long` for 10,000
 hypothesis_settings.register_profile("ci", max_examples=150)

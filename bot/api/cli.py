@@ -7,14 +7,14 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from bot.api.service import webhook_keys
-from bot.config import Settings
-from bot.wiring import open_database
-from runtime import api_tokens
-from runtime.audit import AuditKey, AuditTrail
-from runtime.clock import Clock, FileClock, SystemClock
-from runtime.errors import ConfigError
-from store.repos.external import TokenRecord
+from approvald.bot.api.service import webhook_keys
+from approvald.bot.config import Settings
+from approvald.bot.wiring import open_database
+from approvald.runtime import api_tokens
+from approvald.runtime.audit import AuditKey, AuditTrail
+from approvald.runtime.clock import Clock, FileClock, SystemClock
+from approvald.runtime.errors import ConfigError
+from approvald.store.repos.external import TokenRecord
 
 
 def _clock(s: Settings) -> Clock:

@@ -18,17 +18,16 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
+from approvald.bot.api import schemas
+from approvald.runtime import api_tokens, external
+from approvald.runtime.canonical import compact_json
+from approvald.runtime.engine import Engine
+from approvald.runtime.errors import ApprovaldError, NotFound, PayloadTooLarge
+from approvald.runtime.external import ExternalError, NewRequest, Report
+from approvald.runtime.intake import IntakeError, Tighten
+from approvald.runtime.webhook_hosts import WebhookHosts, WebhookRefused
+from approvald.store.repos.external import TokenRecord
 from pydantic import BaseModel, ValidationError
-
-from bot.api import schemas
-from runtime import api_tokens, external
-from runtime.canonical import compact_json
-from runtime.engine import Engine
-from runtime.errors import ApprovaldError, NotFound, PayloadTooLarge
-from runtime.external import ExternalError, NewRequest, Report
-from runtime.intake import IntakeError, Tighten
-from runtime.webhook_hosts import WebhookHosts, WebhookRefused
-from store.repos.external import TokenRecord
 
 log = logging.getLogger("approvald.api")
 

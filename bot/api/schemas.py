@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
+from approvald.runtime import external
+from approvald.runtime.api_tokens import SIGNATURE_HEADER, check_webhook_url
+from approvald.runtime.errors import ApprovaldError
+from approvald.runtime.policy import MAX_DURATION
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-
-from runtime import external
-from runtime.api_tokens import SIGNATURE_HEADER, check_webhook_url
-from runtime.errors import ApprovaldError
-from runtime.policy import MAX_DURATION
 
 MAX_SECONDS = int(MAX_DURATION.total_seconds())
 

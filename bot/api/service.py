@@ -5,13 +5,12 @@ from __future__ import annotations
 import asyncio
 
 from aiohttp import web
-
-from bot.api.routes import Routes
-from bot.api.webhooks import WebhookDeliverer
-from bot.config import Settings
-from runtime.api_tokens import WebhookKeys
-from runtime.engine import Engine
-from runtime.outbox import Deliverer
+from approvald.bot.api.routes import Routes
+from approvald.bot.api.webhooks import WebhookDeliverer
+from approvald.bot.config import Settings
+from approvald.runtime.api_tokens import WebhookKeys
+from approvald.runtime.engine import Engine
+from approvald.runtime.outbox import Deliverer
 
 
 def webhook_keys(settings: Settings) -> WebhookKeys | None:

@@ -22,15 +22,14 @@ from typing import Any
 import aiohttp
 from aiohttp.abc import AbstractResolver
 from aiohttp.resolver import DefaultResolver
-
-from bot.guarded_dns import GuardedResolver
-from runtime.api_tokens import SIGNATURE_HEADER, WebhookKeys, signature
-from runtime.canonical import compact_json
-from runtime.engine import Engine
-from runtime.external import WEBHOOK
-from runtime.outbox import Deliverer, RetryLater, Undeliverable
-from runtime.webhook_hosts import WebhookHosts, WebhookRefused
-from store.records import OutboxRecord
+from approvald.bot.guarded_dns import GuardedResolver
+from approvald.runtime.api_tokens import SIGNATURE_HEADER, WebhookKeys, signature
+from approvald.runtime.canonical import compact_json
+from approvald.runtime.engine import Engine
+from approvald.runtime.external import WEBHOOK
+from approvald.runtime.outbox import Deliverer, RetryLater, Undeliverable
+from approvald.runtime.webhook_hosts import WebhookHosts, WebhookRefused
+from approvald.store.records import OutboxRecord
 
 TIMEOUT = 10.0  # s for one try
 PERMANENT = frozenset({400, 401, 403, 404, 405, 410, 413, 422})

@@ -10,11 +10,11 @@ import argparse
 import shlex
 from typing import Any
 
-from bot.config import Settings
-from bot.wiring import build_engine, open_database
-from runtime.errors import ApprovaldError, ConfigError
-from runtime.identity import InvalidIdentity, normalize_user_id
-from store.wakeups import Wakeups
+from approvald.bot.config import Settings
+from approvald.bot.wiring import build_engine, open_database
+from approvald.runtime.errors import ApprovaldError, ConfigError
+from approvald.runtime.identity import InvalidIdentity, normalize_user_id
+from approvald.store.wakeups import Wakeups
 
 
 def add_commands(sub: Any) -> None:
@@ -49,8 +49,8 @@ async def mcp_proxy(s: Settings, a: argparse.Namespace) -> int:
         raise ApprovaldError("mcp-proxy: name the MCP server to launch after --, e.g. "
                              "approvald mcp-proxy --name files -- npx server-filesystem /tmp")
     try:
-        from bot.mcp.gateway import Gateway
-        from bot.mcp.proxy import Proxy
+        from approvald.bot.mcp.gateway import Gateway
+        from approvald.bot.mcp.proxy import Proxy
     except ImportError as exc:
         raise ConfigError(f"mcp-proxy needs the MCP SDK: pip install 'approvald[mcp]' "
                           f"({exc})") from None

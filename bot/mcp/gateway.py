@@ -37,16 +37,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, Literal, TypeVar
 
-from runtime.api_tokens import check_name, own_credential
-from runtime.canonical import call_digest, compact_json
-from runtime.decide import Actor
-from runtime.engine import Engine
-from runtime.errors import ApprovaldError, PayloadTooLarge
-from runtime.external import CALL_ID, ExternalError, NewRequest, Report
-from runtime.ids import lease_id
-from runtime.intake import Source
-from runtime.state import FINAL_STATUSES
-from store.repos.external import TokenRecord
+from approvald.runtime.api_tokens import check_name, own_credential
+from approvald.runtime.canonical import call_digest, compact_json
+from approvald.runtime.decide import Actor
+from approvald.runtime.engine import Engine
+from approvald.runtime.errors import ApprovaldError, PayloadTooLarge
+from approvald.runtime.external import CALL_ID, ExternalError, NewRequest, Report
+from approvald.runtime.ids import lease_id
+from approvald.runtime.intake import Source
+from approvald.runtime.state import FINAL_STATUSES
+from approvald.store.repos.external import TokenRecord
 
 log = logging.getLogger("approvald.mcp")
 

@@ -19,15 +19,14 @@ from collections.abc import Sequence
 from typing import Any
 
 import mcp_types as types
+from approvald.bot.mcp.gateway import Gateway, Ran, Refused, describe
+from approvald.runtime.errors import ConfigError
 from jsonschema import SchemaError
 from jsonschema.validators import validator_for
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
-
-from bot.mcp.gateway import Gateway, Ran, Refused, describe
-from runtime.errors import ConfigError
 
 log = logging.getLogger("approvald.mcp")
 

@@ -10,10 +10,10 @@ that shows the workspace in a browser (:mod:`bot.sandbox.web`, drawn by
 :mod:`bot.sandbox.render`, kept across restarts by :mod:`bot.sandbox.persist`).
 """
 
-from bot.sandbox.client import AppResponse, SlackClientSim
-from bot.sandbox.hooks import ResponseUrlPost
-from bot.sandbox.server import Call, SlackEmulator, run_forever
-from bot.sandbox.state import Workspace
+from approvald.bot.sandbox.client import AppResponse, SlackClientSim
+from approvald.bot.sandbox.hooks import ResponseUrlPost
+from approvald.bot.sandbox.server import Call, SlackEmulator, run_forever
+from approvald.bot.sandbox.state import Workspace
 
 __all__ = ["AppResponse", "Call", "ResponseUrlPost", "SlackClientSim", "SlackEmulator",
            "Workspace", "run_forever"]

@@ -17,15 +17,14 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 import aiohttp
+from approvald.bot.sandbox import payloads
+from approvald.bot.sandbox.blocks import find_element
+from approvald.bot.sandbox.payloads import JSON, Actor
+from approvald.runtime.clock import Clock, SystemClock
 from slack_sdk.signature import SignatureVerifier
 
-from bot.sandbox import payloads
-from bot.sandbox.blocks import find_element
-from bot.sandbox.payloads import JSON, Actor
-from runtime.clock import Clock, SystemClock
-
 if TYPE_CHECKING:
-    from bot.sandbox.server import SlackEmulator
+    from approvald.bot.sandbox.server import SlackEmulator
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from aiohttp import web
-
-from bot.sandbox.request import Params, SlackError
-from bot.sandbox.state import JSON
-from bot.sandbox.webapi import WebApi
+from approvald.bot.sandbox.request import Params, SlackError
+from approvald.bot.sandbox.state import JSON
+from approvald.bot.sandbox.webapi import WebApi
 
 
 @dataclass(frozen=True)

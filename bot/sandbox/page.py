@@ -10,7 +10,7 @@ of its requests carries the token the server wrote into the page (see
 
 from __future__ import annotations
 
-from bot.sandbox.guard import TOKEN_HEADER
+from approvald.bot.sandbox.guard import TOKEN_HEADER
 
 _TOKEN_SLOT = "@@TOKEN@@"
 

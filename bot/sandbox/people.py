@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from bot.sandbox.server import SlackEmulator
+    from approvald.bot.sandbox.server import SlackEmulator
 
 CHANNEL = "C_APPROVALS"
 

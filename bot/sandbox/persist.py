@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bot.sandbox.state import JSON, Channel, SandboxState, User, UserGroup
+from approvald.bot.sandbox.state import JSON, Channel, SandboxState, User, UserGroup
 
 FORMAT = 1
 

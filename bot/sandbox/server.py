@@ -20,17 +20,24 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from aiohttp import web
-
-from bot.sandbox.guard import Guard
-from bot.sandbox.hooks import ResponseUrlPost, ResponseUrls
-from bot.sandbox.request import Params, SlackError, authorize, pop_token, read_params
-from bot.sandbox.socket_mode import SocketModeHub
-from bot.sandbox.state import JSON, Channel, SandboxState, User, UserGroup, Workspace, clone
-from bot.sandbox.webapi import METHODS, WebApi
-from runtime.clock import Clock, SystemClock
+from approvald.bot.sandbox.guard import Guard
+from approvald.bot.sandbox.hooks import ResponseUrlPost, ResponseUrls
+from approvald.bot.sandbox.request import Params, SlackError, authorize, pop_token, read_params
+from approvald.bot.sandbox.socket_mode import SocketModeHub
+from approvald.bot.sandbox.state import (
+    JSON,
+    Channel,
+    SandboxState,
+    User,
+    UserGroup,
+    Workspace,
+    clone,
+)
+from approvald.bot.sandbox.webapi import METHODS, WebApi
+from approvald.runtime.clock import Clock, SystemClock
 
 if TYPE_CHECKING:
-    from bot.sandbox.client import SlackClientSim
+    from approvald.bot.sandbox.client import SlackClientSim
 
 DownMode = Literal["refuse", "503"]
 #: Web API methods that change the workspace (what a watcher of it has to redraw)
@@ -168,7 +175,7 @@ class SlackEmulator:
 
     def client(self, app_url: str) -> SlackClientSim:
         """A signed client that acts as this Slack towards the app at ``app_url``."""
-        from bot.sandbox.client import SlackClientSim
+        from approvald.bot.sandbox.client import SlackClientSim
 
         if not self.signing_secret:
             raise ValueError("the emulator was created without a signing_secret")
@@ -411,7 +418,7 @@ class SlackEmulator:
 
 def seed_defaults(emulator: SlackEmulator) -> None:
     """The sandbox workspace: the README's people, @finance, #approvals (see people.py)."""
-    from bot.sandbox.people import seed
+    from approvald.bot.sandbox.people import seed
 
     seed(emulator)
 

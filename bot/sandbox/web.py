@@ -30,18 +30,17 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
-
-from bot.sandbox import render
-from bot.sandbox.blocks import find_element
-from bot.sandbox.client import SlackClientSim
-from bot.sandbox.page import page_html
-from bot.sandbox.server import SlackEmulator
-from bot.sandbox.state import JSON
-from runtime.errors import ApprovaldError
+from approvald.bot.sandbox import render
+from approvald.bot.sandbox.blocks import find_element
+from approvald.bot.sandbox.client import SlackClientSim
+from approvald.bot.sandbox.page import page_html
+from approvald.bot.sandbox.server import SlackEmulator
+from approvald.bot.sandbox.state import JSON
+from approvald.runtime.errors import ApprovaldError
 
 if TYPE_CHECKING:
-    from bot.sandbox.people import Person
-    from runtime.engine import Engine
+    from approvald.bot.sandbox.people import Person
+    from approvald.runtime.engine import Engine
 
 MAX_BODY = 64 * 1024  # a click or a modal's few fields; Slack's own inputs stay far below
 HEARTBEAT = 15.0  # seconds between SSE comments, so proxies and browsers keep the stream

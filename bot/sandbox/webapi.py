@@ -13,10 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from bot.sandbox.blocks import MAX_VIEW_BLOCKS, block_problems
-from bot.sandbox.request import Params, SlackError
-from bot.sandbox.state import JSON, Channel, SandboxState, clone
-from runtime.clock import Clock
+from approvald.bot.sandbox.blocks import MAX_VIEW_BLOCKS, block_problems
+from approvald.bot.sandbox.request import Params, SlackError
+from approvald.bot.sandbox.state import JSON, Channel, SandboxState, clone
+from approvald.runtime.clock import Clock
 
 MAX_TEXT = 40_000
 

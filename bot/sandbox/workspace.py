@@ -23,18 +23,17 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from approvald.bot.config import Settings
+from approvald.bot.sandbox.people import CHANNEL, PEOPLE, seed
+from approvald.bot.sandbox.persist import WorkspaceFile, WorkspaceFileError, dump, load
+from approvald.bot.sandbox.server import SlackEmulator
+from approvald.bot.sandbox.web import SandboxWeb
+from approvald.bot.serve import Service, Signals, settle_heap
+from approvald.bot.wiring import open_database
+from approvald.runtime.errors import ConfigError
+from approvald.store.db import Database
 from pydantic import SecretStr
 from sqlalchemy.engine import make_url
-
-from bot.config import Settings
-from bot.sandbox.people import CHANNEL, PEOPLE, seed
-from bot.sandbox.persist import WorkspaceFile, WorkspaceFileError, dump, load
-from bot.sandbox.server import SlackEmulator
-from bot.sandbox.web import SandboxWeb
-from bot.serve import Service, Signals, settle_heap
-from bot.wiring import open_database
-from runtime.errors import ConfigError
-from store.db import Database
 
 DEFAULT_PORT = 8300
 
@@ -52,7 +51,7 @@ def workspace_path(database_url: str) -> Path | None:
 
 
 def policy_path() -> Path:
-    return Path(str(resources.files("bot.sandbox").joinpath("policy.toml")))
+    return Path(str(resources.files("approvald.bot.sandbox").joinpath("policy.toml")))
 
 
 class Sandbox:

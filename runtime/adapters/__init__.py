@@ -9,8 +9,8 @@ requests, running an approved call once, the paused state in approvald's store) 
 and in :mod:`runtime.adapters.gate`; nothing here knows Slack or an SQL dialect.
 """
 
-from runtime.adapters.base import Adapter, Finished, Outcome, Paused, Waiting
-from runtime.adapters.gate import (
+from approvald.runtime.adapters.base import Adapter, Finished, Outcome, Paused, Waiting
+from approvald.runtime.adapters.gate import (
     ApprovalGate,
     Call,
     CallFailedBefore,

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from runtime.adapters.gate import (
+from approvald.runtime.adapters.gate import (
     ApprovalGate,
     Call,
     Decision,
@@ -26,7 +26,7 @@ from runtime.adapters.gate import (
     jsonable,
     task_of,
 )
-from store.repos.adapters import AdapterPauseRecord
+from approvald.store.repos.adapters import AdapterPauseRecord
 
 
 @dataclass(frozen=True)
@@ -165,6 +165,6 @@ def _outcome_json(outcome: Paused | Finished) -> dict[str, Any]:
 
 
 def _outcome_text(outcome: Paused | Finished) -> str:
-    from runtime.canonical import compact_json
+    from approvald.runtime.canonical import compact_json
 
     return compact_json(_outcome_json(outcome))

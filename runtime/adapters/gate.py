@@ -23,19 +23,18 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from approvald.runtime.api_tokens import check_name, own_credential
+from approvald.runtime.canonical import call_digest, compact_json, sha256_hex
+from approvald.runtime.errors import ApprovaldError, NotFound
+from approvald.runtime.external import ExternalError, NewRequest, Report
+from approvald.runtime.ids import new_id
+from approvald.runtime.intake import Source, Tighten
+from approvald.store.repos.adapters import AdapterPauseRecord
+from approvald.store.repos.external import TokenRecord
 from pydantic_core import to_jsonable_python
 
-from runtime.api_tokens import check_name, own_credential
-from runtime.canonical import call_digest, compact_json, sha256_hex
-from runtime.errors import ApprovaldError, NotFound
-from runtime.external import ExternalError, NewRequest, Report
-from runtime.ids import new_id
-from runtime.intake import Source, Tighten
-from store.repos.adapters import AdapterPauseRecord
-from store.repos.external import TokenRecord
-
 if TYPE_CHECKING:
-    from runtime.engine import Engine
+    from approvald.runtime.engine import Engine
 
 DECIDED_WAIT = 60.0  # s one long poll holds (the external API's cap)
 

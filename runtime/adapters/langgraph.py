@@ -24,15 +24,14 @@ import json
 from collections.abc import Collection, Sequence
 from typing import Any
 
+from approvald.runtime.adapters.base import Adapter, Finished, Paused, Step
+from approvald.runtime.adapters.gate import ApprovalGate, Call, Decision, jsonable
+from approvald.runtime.canonical import sha256_hex
+from approvald.store.repos.adapters import AdapterPauseRecord
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import BaseTool
 from langgraph.pregel import Pregel
 from langgraph.types import Command, interrupt
-
-from runtime.adapters.base import Adapter, Finished, Paused, Step
-from runtime.adapters.gate import ApprovalGate, Call, Decision, jsonable
-from runtime.canonical import sha256_hex
-from store.repos.adapters import AdapterPauseRecord
 
 MARK = "approvald"  # the key of an interrupt value this adapter made
 
@@ -95,7 +94,7 @@ class ApprovalToolNode:
                 call = Call(call_id=call_id, tool=tool.name, args=dict(args))
                 result = (await self.gate.execute(call, request_id, invoke)).result
         except Exception as exc:
-            from runtime.adapters.gate import CallNotApproved, CallOutcomeUnknown
+            from approvald.runtime.adapters.gate import CallNotApproved, CallOutcomeUnknown
 
             if isinstance(exc, CallNotApproved | CallOutcomeUnknown):
                 raise  # not the model's business: a person must look

@@ -27,12 +27,11 @@ from typing import Any
 
 from agents import Agent, FunctionTool, RunConfig, Runner, RunState
 from agents.tool_context import ToolContext
-
-from runtime.adapters.base import Adapter, Finished, Paused, Step
-from runtime.adapters.gate import ApprovalGate, Call, Decision
-from runtime.canonical import sha256_hex
-from runtime.errors import ApprovaldError
-from store.repos.adapters import AdapterPauseRecord
+from approvald.runtime.adapters.base import Adapter, Finished, Paused, Step
+from approvald.runtime.adapters.gate import ApprovalGate, Call, Decision
+from approvald.runtime.canonical import sha256_hex
+from approvald.runtime.errors import ApprovaldError
+from approvald.store.repos.adapters import AdapterPauseRecord
 
 # the approvald request of each approved call of the resume in progress, by call id
 _APPROVED: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar(

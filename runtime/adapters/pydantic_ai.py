@@ -25,6 +25,11 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from approvald.runtime.adapters.base import Adapter, Finished, Paused, Step
+from approvald.runtime.adapters.gate import ApprovalGate, Call, Decision
+from approvald.runtime.canonical import sha256_hex
+from approvald.runtime.errors import ApprovaldError
+from approvald.store.repos.adapters import AdapterPauseRecord
 from pydantic_ai import Agent, RunContext
 from pydantic_ai.capabilities import AbstractCapability, WrapToolExecuteHandler
 from pydantic_ai.messages import ModelMessagesTypeAdapter, ToolCallPart
@@ -35,12 +40,6 @@ from pydantic_ai.tools import (
     ToolDefinition,
     ToolDenied,
 )
-
-from runtime.adapters.base import Adapter, Finished, Paused, Step
-from runtime.adapters.gate import ApprovalGate, Call, Decision
-from runtime.canonical import sha256_hex
-from runtime.errors import ApprovaldError
-from store.repos.adapters import AdapterPauseRecord
 
 META = "approvald_request"  # the tool call metadata naming the call's approvald request
 

@@ -17,13 +17,13 @@ import json
 import sys
 from datetime import datetime
 
-from runtime import failpoints
-from runtime.agent import Registry
-from runtime.clock import ManualClock
-from runtime.demo import demo_agents
-from runtime.engine import Engine
-from runtime.policy import PolicyFile
-from store.db import Database
+from approvald.runtime import failpoints
+from approvald.runtime.agent import Registry
+from approvald.runtime.clock import ManualClock
+from approvald.runtime.demo import demo_agents
+from approvald.runtime.engine import Engine
+from approvald.runtime.policy import PolicyFile
+from approvald.store.db import Database
 
 
 async def advance_once(argv: list[str]) -> int:

@@ -9,10 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from approvald.runtime.errors import ConfigError
+from approvald.runtime.tomlfile import read_toml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-
-from runtime.errors import ConfigError
-from runtime.tomlfile import read_toml
 
 Action = Literal["approve", "deny", "edit", "redirect", "expire"]
 Interruption = Literal["baseline", "duplicate_callback", "restart_before_decision",

@@ -7,14 +7,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from runtime.agent import Agent, Registry
-from runtime.clock import ManualClock
-from runtime.errors import NotFound
-from runtime.evals.dataset import Dataset, DatasetError
-from runtime.evals.journey import Driver, Journey, crash_variants
-from runtime.evals.score import SCORES, score
-from runtime.policy import PolicyFile
-from store.db import Database
+from approvald.runtime.agent import Agent, Registry
+from approvald.runtime.clock import ManualClock
+from approvald.runtime.errors import NotFound
+from approvald.runtime.evals.dataset import Dataset, DatasetError
+from approvald.runtime.evals.journey import Driver, Journey, crash_variants
+from approvald.runtime.evals.score import SCORES, score
+from approvald.runtime.policy import PolicyFile
+from approvald.store.db import Database
 
 
 @dataclass

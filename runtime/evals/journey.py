@@ -18,19 +18,19 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from runtime.agent import Agent, Registry
-from runtime.clock import ManualClock
-from runtime.decide import Actor, Verdict
-from runtime.demo import DemoLedger
-from runtime.engine import Engine
-from runtime.errors import DecisionRefused
-from runtime.evals.dataset import Decision, Task
-from runtime.outcomes import Waiting
-from runtime.policy import PolicyFile, ToolOverride
-from runtime.state import AssistantMessage, ToolCall
-from runtime.trace import Trace, load_trace
-from store.db import Database
-from store.records import ApprovalRecord, ExecutionRecord
+from approvald.runtime.agent import Agent, Registry
+from approvald.runtime.clock import ManualClock
+from approvald.runtime.decide import Actor, Verdict
+from approvald.runtime.demo import DemoLedger
+from approvald.runtime.engine import Engine
+from approvald.runtime.errors import DecisionRefused
+from approvald.runtime.evals.dataset import Decision, Task
+from approvald.runtime.outcomes import Waiting
+from approvald.runtime.policy import PolicyFile, ToolOverride
+from approvald.runtime.state import AssistantMessage, ToolCall
+from approvald.runtime.trace import Trace, load_trace
+from approvald.store.db import Database
+from approvald.store.records import ApprovalRecord, ExecutionRecord
 
 # crash interruptions: a variant ``kill_before_call_N`` / ``kill_after_call_N`` runs the
 # advances of its run in a child process (:mod:`runtime.evals.child`) armed to SIGKILL
@@ -233,7 +233,7 @@ class Driver:
         ``point``: 0 if it died there, else how many passes are still to go; None (and a
         problem noted) if the child could not do its advance."""
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "runtime.evals.child", "--db",
+            sys.executable, "-m", "approvald.runtime.evals.child", "--db",
             self.db.url.render_as_string(hide_password=False), "--run", run_id,
             "--now", self.clock.now().isoformat(), "--failpoint", f"{point}@{nth}",
             "--policy", self.policy.model_dump_json(), "--agents", self.agent_modules,

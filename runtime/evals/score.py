@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from runtime.canonical import canonical_json
-from runtime.evals.dataset import CallExpectation, Task
-from runtime.evals.journey import Journey, crash_point
-from runtime.state import ToolCall
+from approvald.runtime.canonical import canonical_json
+from approvald.runtime.evals.dataset import CallExpectation, Task
+from approvald.runtime.evals.journey import Journey, crash_point
+from approvald.runtime.state import ToolCall
 
 SCORES = ("completion", "tools", "arguments", "approvals", "recovery", "cost", "latency")
 

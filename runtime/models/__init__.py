@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from runtime.models.base import Model, ModelReply, ToolSpec, Transcript, Usage
-from runtime.models.scripted import ScriptedModel, reply
+from approvald.runtime.models.base import Model, ModelReply, ToolSpec, Transcript, Usage
+from approvald.runtime.models.scripted import ScriptedModel, reply
 
 if TYPE_CHECKING:
-    from runtime.models.openai import OpenAIChatModel
+    from approvald.runtime.models.openai import OpenAIChatModel
 
 __all__ = [
     "Model", "ModelReply", "OpenAIChatModel", "ScriptedModel", "ToolSpec", "Transcript", "Usage",
@@ -18,7 +18,7 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name == "OpenAIChatModel":
-        from runtime.models.openai import OpenAIChatModel
+        from approvald.runtime.models.openai import OpenAIChatModel
 
         return OpenAIChatModel
     raise AttributeError(name)

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from runtime.state import AssistantMessage, ToolCall, ToolMessage, UserMessage
+from approvald.runtime.state import AssistantMessage, ToolCall, ToolMessage, UserMessage
 
 Transcript = Sequence[UserMessage | AssistantMessage | ToolMessage]
 

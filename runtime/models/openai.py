@@ -34,12 +34,11 @@ from types import TracebackType
 from typing import Any
 
 import aiohttp
+from approvald.runtime.canonical import compact_json
+from approvald.runtime.errors import ConfigError, ModelError, ModelUnavailable
+from approvald.runtime.models.base import ModelReply, ToolSpec, Transcript, Usage
+from approvald.runtime.state import AssistantMessage, ToolCall, ToolMessage, UserMessage
 from yarl import URL
-
-from runtime.canonical import compact_json
-from runtime.errors import ConfigError, ModelError, ModelUnavailable
-from runtime.models.base import ModelReply, ToolSpec, Transcript, Usage
-from runtime.state import AssistantMessage, ToolCall, ToolMessage, UserMessage
 
 __all__ = ["DEFAULT_BASE_URL", "INVALID_JSON_KEY", "OpenAIChatModel"]
 

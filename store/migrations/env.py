@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from alembic import context
-
-from store.models import Base
+from approvald.store.models import Base
 
 target_metadata = Base.metadata
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-import store.types
+from approvald.store.types import UTCDateTime
 ${imports if imports else ""}
 
 revision = ${repr(up_revision)}

@@ -5,22 +5,22 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar, overload
 
-from store.fastsql import Conn
-from store.repos.adapters import AdaptersRepo
-from store.repos.approvals import ApprovalsRepo
-from store.repos.audit import AuditRepo
-from store.repos.base import Repo
-from store.repos.events import EventsRepo
-from store.repos.executions import ExecutionsRepo
-from store.repos.external import ExternalRepo
-from store.repos.limits import LimitsRepo
-from store.repos.outbox import OutboxRepo
-from store.repos.policy import PolicyRepo
-from store.repos.retention import RetentionRepo
-from store.repos.runs import RunsRepo
-from store.repos.standing import StandingRepo
-from store.repos.stats import StatsRepo
-from store.repos.threads import ThreadsRepo
+from approvald.store.fastsql import Conn
+from approvald.store.repos.adapters import AdaptersRepo
+from approvald.store.repos.approvals import ApprovalsRepo
+from approvald.store.repos.audit import AuditRepo
+from approvald.store.repos.base import Repo
+from approvald.store.repos.events import EventsRepo
+from approvald.store.repos.executions import ExecutionsRepo
+from approvald.store.repos.external import ExternalRepo
+from approvald.store.repos.limits import LimitsRepo
+from approvald.store.repos.outbox import OutboxRepo
+from approvald.store.repos.policy import PolicyRepo
+from approvald.store.repos.retention import RetentionRepo
+from approvald.store.repos.runs import RunsRepo
+from approvald.store.repos.standing import StandingRepo
+from approvald.store.repos.stats import StatsRepo
+from approvald.store.repos.threads import ThreadsRepo
 
 RepoT = TypeVar("RepoT", bound=Repo)
 

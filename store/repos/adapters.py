@@ -12,10 +12,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
+from approvald.store.models import AdapterPause
+from approvald.store.repos.base import Repo, to_record
 from sqlalchemy import Table, select, update
-
-from store.models import AdapterPause
-from store.repos.base import Repo, to_record
 
 _P = cast(Table, AdapterPause.__table__)
 

@@ -7,13 +7,12 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, cast
 
+from approvald.store.fastsql import fast
+from approvald.store.models import Approval, ApprovalVote, Run
+from approvald.store.records import ApprovalRecord, VoteRecord
+from approvald.store.repos.base import Repo, to_record
 from sqlalchemy import Insert, Select, Table, Update, bindparam, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
-
-from store.fastsql import fast
-from store.models import Approval, ApprovalVote, Run
-from store.records import ApprovalRecord, VoteRecord
-from store.repos.base import Repo, to_record
 
 _T = cast(Table, Approval.__table__)
 _V = cast(Table, ApprovalVote.__table__)

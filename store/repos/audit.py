@@ -6,12 +6,11 @@ from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any, cast
 
+from approvald.store.fastsql import fast
+from approvald.store.models import AuditEntry, AuditHead
+from approvald.store.records import AuditRecord
+from approvald.store.repos.base import Repo
 from sqlalchemy import Table, bindparam, select, update
-
-from store.fastsql import fast
-from store.models import AuditEntry, AuditHead
-from store.records import AuditRecord
-from store.repos.base import Repo
 
 GENESIS = "0" * 64
 _T = cast(Table, AuditEntry.__table__)

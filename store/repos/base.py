@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
+from approvald.store.fastsql import Conn
 from sqlalchemy import Insert, Row
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import DeclarativeBase
-
-from store.fastsql import Conn
 
 R = TypeVar("R")
 

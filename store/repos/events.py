@@ -5,12 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import cast
 
+from approvald.store.fastsql import fast
+from approvald.store.models import RunEvent
+from approvald.store.records import EventRecord
+from approvald.store.repos.base import Repo
 from sqlalchemy import Table, bindparam, insert, select
-
-from store.fastsql import fast
-from store.models import RunEvent
-from store.records import EventRecord
-from store.repos.base import Repo
 
 _E = cast(Table, RunEvent.__table__)
 _INSERT = fast(insert(_E))

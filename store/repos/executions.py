@@ -5,13 +5,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, cast
 
+from approvald.store.fastsql import fast
+from approvald.store.models import ToolExecution
+from approvald.store.records import ExecutionRecord
+from approvald.store.repos.base import Repo, to_record
 from sqlalchemy import Insert, Table, and_, bindparam, select, update
 from sqlalchemy.dialects import postgresql, sqlite
-
-from store.fastsql import fast
-from store.models import ToolExecution
-from store.records import ExecutionRecord
-from store.repos.base import Repo, to_record
 
 _COLS = cast(Table, ToolExecution.__table__)
 _KEY = and_(_COLS.c.run_id == bindparam("rid"), _COLS.c.call_id == bindparam("cid"))

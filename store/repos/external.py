@@ -12,10 +12,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
+from approvald.store.models import ApiToken, ExternalRequest
+from approvald.store.repos.base import Repo, to_record
 from sqlalchemy import Table, bindparam, or_, select, update
-
-from store.models import ApiToken, ExternalRequest
-from store.repos.base import Repo, to_record
 
 _K = cast(Table, ApiToken.__table__)
 _X = cast(Table, ExternalRequest.__table__)

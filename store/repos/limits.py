@@ -5,10 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import cast
 
+from approvald.store.models import Limit
+from approvald.store.repos.base import Repo
 from sqlalchemy import Table, select, update
-
-from store.models import Limit
-from store.repos.base import Repo
 
 _T = cast(Table, Limit.__table__)
 

@@ -11,13 +11,12 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, cast
 
+from approvald.store.fastsql import fast
+from approvald.store.models import Outbox
+from approvald.store.records import OutboxRecord
+from approvald.store.repos.base import Repo, to_record
 from sqlalchemy import Table, bindparam, case, or_, select, update
 from sqlalchemy.orm import aliased
-
-from store.fastsql import fast
-from store.models import Outbox
-from store.records import OutboxRecord
-from store.repos.base import Repo, to_record
 
 _T = cast(Table, Outbox.__table__)
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import cast
 
+from approvald.store.models import PolicyInForce
+from approvald.store.repos.base import Repo
 from sqlalchemy import Table, select, update
-
-from store.models import PolicyInForce
-from store.repos.base import Repo
 
 _P = cast(Table, PolicyInForce.__table__)
 

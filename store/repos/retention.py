@@ -13,10 +13,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
+from approvald.store.models import Outbox, Run, RunEvent, RunThread, ToolExecution
+from approvald.store.repos.base import Repo
 from sqlalchemy import Table, delete, exists, func, or_, select
-
-from store.models import Outbox, Run, RunEvent, RunThread, ToolExecution
-from store.repos.base import Repo
 
 FINISHED = ("completed", "cancelled", "failed")
 

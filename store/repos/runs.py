@@ -8,13 +8,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
+from approvald.store.fastsql import fast
+from approvald.store.models import Approval, Run
+from approvald.store.records import RunRecord
+from approvald.store.repos.base import Repo, to_record
 from sqlalchemy import Interval, Table, and_, bindparam, case, func, insert, or_, select, update
 from sqlalchemy.sql.functions import coalesce
-
-from store.fastsql import fast
-from store.models import Approval, Run
-from store.records import RunRecord
-from store.repos.base import Repo, to_record
 
 
 @dataclass(frozen=True, slots=True)

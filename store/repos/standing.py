@@ -17,11 +17,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
+from approvald.store.fastsql import fast
+from approvald.store.models import StandingApproval
+from approvald.store.repos.base import Repo, to_record
 from sqlalchemy import Table, bindparam, select, update
-
-from store.fastsql import fast
-from store.models import StandingApproval
-from store.repos.base import Repo, to_record
 
 _S = cast(Table, StandingApproval.__table__)
 _GET = fast(select(_S).where(_S.c.id == bindparam("sid")))

@@ -5,10 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from approvald.store.models import Approval, Outbox, Run
+from approvald.store.repos.base import Repo
 from sqlalchemy import func, select
-
-from store.models import Approval, Outbox, Run
-from store.repos.base import Repo
 
 
 @dataclass(slots=True)

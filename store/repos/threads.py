@@ -12,12 +12,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
+from approvald.store.fastsql import fast
+from approvald.store.models import Run, RunThread
+from approvald.store.records import RunRecord
+from approvald.store.repos.base import Repo
 from sqlalchemy import Table, and_, bindparam, func, or_, select, update
-
-from store.fastsql import fast
-from store.models import Run, RunThread
-from store.records import RunRecord
-from store.repos.base import Repo
 
 _T = cast(Table, RunThread.__table__)
 _R = cast(Table, Run.__table__)

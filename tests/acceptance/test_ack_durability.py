@@ -12,9 +12,10 @@ import asyncio
 import signal
 from pathlib import Path
 
-from bot import cards, views
-from bot.config import Settings
-from bot.wiring import build_engine, open_database
+from approvald.bot import cards, views
+from approvald.bot.config import Settings
+from approvald.bot.wiring import build_engine, open_database
+
 from tests.acceptance.test_slack_serve import free_port, setup, start_serve, stop_all
 from tests.integration.slack_harness import CHANNEL, harness, wait_for
 

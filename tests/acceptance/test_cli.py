@@ -9,8 +9,8 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from approvald.store import migrate
 
-from store import migrate
 from tests.helpers import Cli, make_cli
 
 

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from approvald.runtime.clock import ManualClock
+from approvald.runtime.outbox import DrainConfig, OutboxDrain, Undeliverable
+from approvald.store.records import OutboxRecord
 
-from runtime.clock import ManualClock
-from runtime.outbox import DrainConfig, OutboxDrain, Undeliverable
-from store.records import OutboxRecord
 from tests.helpers import START, Cli, make_cli
 
 

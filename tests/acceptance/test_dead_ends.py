@@ -13,12 +13,12 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from approvald.runtime.agent import Registry
+from approvald.runtime.clock import ManualClock
+from approvald.runtime.demo import DemoLedger, refund_agent
+from approvald.runtime.engine import Engine
+from approvald.store.db import Database
 
-from runtime.agent import Registry
-from runtime.clock import ManualClock
-from runtime.demo import DemoLedger, refund_agent
-from runtime.engine import Engine
-from store.db import Database
 from tests.conftest import SIGNER
 from tests.helpers import APPROVALD, START, Cli, make_cli
 
@@ -79,9 +79,9 @@ def test_a_database_url_still_decides(tmp_path: Path) -> None:
 # -- APPROVALD_AGENTS from the current directory, and a model failure said once --------------
 
 AGENTS = textwrap.dedent('''
-    from runtime.agent import Agent
-    from runtime.errors import ModelError
-    from runtime.models import ScriptedModel, reply
+    from approvald.runtime.agent import Agent
+    from approvald.runtime.errors import ModelError
+    from approvald.runtime.models import ScriptedModel, reply
 
 
     class Refusing:

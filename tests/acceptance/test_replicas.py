@@ -18,10 +18,10 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from approvald.bot import cards
+from approvald.bot.config import Settings
+from approvald.bot.wiring import build_engine, open_database
 
-from bot import cards
-from bot.config import Settings
-from bot.wiring import build_engine, open_database
 from tests.acceptance.test_ack_durability import _pause_refunds
 from tests.acceptance.test_slack_serve import (
     card_messages,

@@ -30,14 +30,14 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from approvald.bot import cards
+from approvald.bot.config import Settings
+from approvald.bot.wiring import build_registry
+from approvald.runtime.clock import FileClock
+from approvald.runtime.engine import Engine
+from approvald.runtime.ids import TokenSigner
+from approvald.store.db import Database
 
-from bot import cards
-from bot.config import Settings
-from bot.wiring import build_registry
-from runtime.clock import FileClock
-from runtime.engine import Engine
-from runtime.ids import TokenSigner
-from store.db import Database
 from tests.acceptance.test_serve_lifecycle import Serve
 from tests.acceptance.test_slack_serve import (
     TOKEN_SECRET,
@@ -93,10 +93,10 @@ REFUND_AGENT = '''
 
 import os
 
-from runtime.agent import Agent
-from runtime.demo import REFUND_POLICY, DemoLedger, refund_script
-from runtime.models.scripted import ScriptedModel
-from runtime.tools import Reconciled, ToolContext, tool
+from approvald.runtime.agent import Agent
+from approvald.runtime.demo import REFUND_POLICY, DemoLedger, refund_script
+from approvald.runtime.models.scripted import ScriptedModel
+from approvald.runtime.tools import Reconciled, ToolContext, tool
 
 LEDGER = DemoLedger(os.environ.get("APPROVALD_DEMO_LEDGER"))
 

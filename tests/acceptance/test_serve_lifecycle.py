@@ -24,13 +24,13 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from approvald.bot.config import Settings
+from approvald.bot.sandbox import SlackEmulator
+from approvald.bot.wiring import build_registry
+from approvald.runtime.clock import FileClock
+from approvald.runtime.engine import Engine
+from approvald.store.db import Database
 
-from bot.config import Settings
-from bot.sandbox import SlackEmulator
-from bot.wiring import build_registry
-from runtime.clock import FileClock
-from runtime.engine import Engine
-from store.db import Database
 from tests.acceptance.test_slack_serve import card_messages, free_port, run_cli, setup
 from tests.helpers import APPROVALD, Cli
 from tests.integration.slack_harness import APP_TOKEN, wait_for
@@ -242,10 +242,10 @@ SLOW_AGENT = '''
 import asyncio
 import os
 
-from runtime.agent import Agent
-from runtime.demo import DemoLedger
-from runtime.models.scripted import ScriptedModel, assistant_turns, reply
-from runtime.tools import ToolContext, tool
+from approvald.runtime.agent import Agent
+from approvald.runtime.demo import DemoLedger
+from approvald.runtime.models.scripted import ScriptedModel, assistant_turns, reply
+from approvald.runtime.tools import ToolContext, tool
 
 LEDGER = DemoLedger(os.environ.get("APPROVALD_DEMO_LEDGER"))
 

@@ -11,11 +11,11 @@ from datetime import timedelta
 from pathlib import Path
 
 import aiohttp
+from approvald.bot import cards
+from approvald.bot.sandbox import SlackEmulator
+from approvald.runtime.ids import TokenSigner
+from approvald.store.db import Database
 
-from bot import cards
-from bot.sandbox import SlackEmulator
-from runtime.ids import TokenSigner
-from store.db import Database
 from tests.helpers import APPROVALD, Cli, make_cli
 from tests.integration.slack_harness import APP_TOKEN, BOT_TOKEN, CHANNEL, OPS, SECRET, wait_for
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 import time
 
-from runtime.agent import Agent
-from runtime.models.scripted import ScriptedModel, reply
-from runtime.tools import ToolContext, tool
+from approvald.runtime.agent import Agent
+from approvald.runtime.models.scripted import ScriptedModel, reply
+from approvald.runtime.tools import ToolContext, tool
 
 if os.environ.get("BENCH_SQL_COUNT"):
     import sql_count

@@ -32,12 +32,12 @@ from typing import Annotated, Any, TypedDict
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from runtime.agent import Registry
-from runtime.demo import DemoLedger, steps_agent
-from runtime.engine import Engine
-from runtime.runner import Runner
-from store import migrate
-from store.db import Database
+from approvald.runtime.agent import Registry
+from approvald.runtime.demo import DemoLedger, steps_agent
+from approvald.runtime.engine import Engine
+from approvald.runtime.runner import Runner
+from approvald.store import migrate
+from approvald.store.db import Database
 
 WINDOW = 50
 

@@ -47,15 +47,14 @@ sys.path.insert(0, str(HERE))
 
 import aiohttp
 import sql_count
+from approvald.bot import cards
+from approvald.bot.sandbox import SlackEmulator
+from approvald.runtime.agent import Registry
+from approvald.runtime.engine import Engine
+from approvald.runtime.ids import TokenSigner
+from approvald.store import migrate
+from approvald.store.db import Database
 from bench_agent import AGENTS
-
-from bot import cards
-from bot.sandbox import SlackEmulator
-from runtime.agent import Registry
-from runtime.engine import Engine
-from runtime.ids import TokenSigner
-from store import migrate
-from store.db import Database
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 TOKEN_SECRET = "bench-token-secret-0123456789abcd"

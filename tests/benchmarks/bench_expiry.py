@@ -24,18 +24,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from approvald.runtime.agent import Registry
+from approvald.runtime.canonical import call_digest
+from approvald.runtime.clock import ManualClock
+from approvald.runtime.demo import REFUND_POLICY, demo_agents
+from approvald.runtime.engine import Engine
+from approvald.runtime.ids import new_id, new_nonce
+from approvald.runtime.scheduler import ExpiryScheduler
+from approvald.store import migrate
+from approvald.store.db import Database
+from approvald.store.models import Approval, Run
 from sqlalchemy import insert
-
-from runtime.agent import Registry
-from runtime.canonical import call_digest
-from runtime.clock import ManualClock
-from runtime.demo import REFUND_POLICY, demo_agents
-from runtime.engine import Engine
-from runtime.ids import new_id, new_nonce
-from runtime.scheduler import ExpiryScheduler
-from store import migrate
-from store.db import Database
-from store.models import Approval, Run
 
 PER_RUN = 10
 

@@ -25,18 +25,17 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 
 from aiohttp import web
+from approvald.runtime.agent import Agent, Registry
+from approvald.runtime.engine import Engine
+from approvald.runtime.models.openai import OpenAIChatModel
+from approvald.store import migrate
+from approvald.store.db import Database
 from bench_clicks import cpu_seconds
-
-from runtime.agent import Agent, Registry
-from runtime.engine import Engine
-from runtime.models.openai import OpenAIChatModel
-from store import migrate
-from store.db import Database
 
 AGENT_MODULE = '''
 import os
-from runtime.agent import Agent
-from runtime.models.openai import OpenAIChatModel
+from approvald.runtime.agent import Agent
+from approvald.runtime.models.openai import OpenAIChatModel
 
 AGENTS = [Agent(name="bench-outage", instructions="Say hello.",
                 model=OpenAIChatModel("bench-model", base_url=os.environ["BENCH_MODEL_URL"],
@@ -100,7 +99,7 @@ async def bench(runs: int, outage: float, db_url: str | None) -> int:
                PYTHONPATH=f"{tmp}{os.pathsep}{HERE.parents[1]}", BENCH_MODEL_URL=model_url,
                OPENAI_API_KEY="sk-bench", APPROVALD_LOG_LEVEL="WARNING")
     serve = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bot.cli", "serve", env=env, cwd=tmp,
+        sys.executable, "-m", "approvald.bot.cli", "serve", env=env, cwd=tmp,
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
     print(f"database: {db.display_url}; {os.cpu_count()} CPUs; serve pid {serve.pid}; "
           f"model server {model_url}")

@@ -41,12 +41,11 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 
+from approvald.runtime.agent import Agent
+from approvald.runtime.models.scripted import ScriptedModel, reply
+from approvald.runtime.policy import ApprovalPolicy
+from approvald.runtime.tools import ToolContext, tool
 from bench_clicks import serve_command, wait_healthy
-
-from runtime.agent import Agent
-from runtime.models.scripted import ScriptedModel, reply
-from runtime.policy import ApprovalPolicy
-from runtime.tools import ToolContext, tool
 
 TTL = timedelta(minutes=30)
 EDITED = {"service": "web", "version": "2.0.1"}
@@ -135,17 +134,16 @@ async def wait_until(check: Any, what: str, within: float = 300.0) -> Any:
 
 
 async def bench(runs: int, batch: int, concurrency: int, db_url: str | None) -> int:
+    from approvald.bot import cards
+    from approvald.bot.sandbox import SlackEmulator
+    from approvald.runtime.agent import Registry
+    from approvald.runtime.clock import FileClock
+    from approvald.runtime.engine import Engine
+    from approvald.runtime.ids import TokenSigner
+    from approvald.store import migrate
+    from approvald.store.db import Database
+    from approvald.store.models import Approval, Outbox, Run, ToolExecution
     from sqlalchemy import func, select
-
-    from bot import cards
-    from bot.sandbox import SlackEmulator
-    from runtime.agent import Registry
-    from runtime.clock import FileClock
-    from runtime.engine import Engine
-    from runtime.ids import TokenSigner
-    from store import migrate
-    from store.db import Database
-    from store.models import Approval, Outbox, Run, ToolExecution
 
     tmp = Path(tempfile.mkdtemp())
     db_url = db_url or f"sqlite+aiosqlite:///{tmp / 'soak.db'}"

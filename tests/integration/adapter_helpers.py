@@ -10,8 +10,9 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
-from bot import cards
-from runtime.adapters import Finished, Paused
+from approvald.bot import cards
+from approvald.runtime.adapters import Finished, Paused
+
 from tests.integration.slack_harness import CHANNEL, Harness, harness, wait_for
 
 POLICY = """

@@ -11,13 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bot.config import Settings
-from bot.sandbox import SlackEmulator
-from bot.sandbox.client import SlackClientSim
-from bot.serve import Service
-from bot.wiring import open_database
-from runtime.clock import Clock
-from runtime.outcomes import Paused
+from approvald.bot.config import Settings
+from approvald.bot.sandbox import SlackEmulator
+from approvald.bot.sandbox.client import SlackClientSim
+from approvald.bot.serve import Service
+from approvald.bot.wiring import open_database
+from approvald.runtime.clock import Clock
+from approvald.runtime.outcomes import Paused
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 BOT_TOKEN = "xoxb-approvald-test"

@@ -18,14 +18,14 @@ pytest.importorskip("langgraph", reason="the langgraph extra is not installed "
 pytest.importorskip("langgraph.checkpoint.sqlite", reason="langgraph-checkpoint-sqlite is "
                     "not installed (pip install -e '.[langgraph]')")
 
+from approvald.runtime.adapters import ApprovalGate, Finished, Paused, Waiting
+from approvald.runtime.adapters.langgraph import ApprovalToolNode, LangGraphAdapter
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.types import Command
 
-from runtime.adapters import ApprovalGate, Finished, Paused, Waiting
-from runtime.adapters.langgraph import ApprovalToolNode, LangGraphAdapter
 from tests.integration.adapter_helpers import (
     SideEffects,
     adapter_harness,
@@ -151,7 +151,7 @@ async def test_approve_deny_and_edit_in_slack_resume_the_graph_once(
 async def test_a_forged_resume_runs_nothing(db_url: str, tmp_path: Path) -> None:
     """The resume value is not trusted: a Command(resume=approved) for a pending request
     runs nothing (approvald's store decides)."""
-    from runtime.adapters import CallNotApproved
+    from approvald.runtime.adapters import CallNotApproved
 
     async with adapter_harness(db_url, tmp_path) as (h, effects), \
             graph_for(h, tmp_path, effects) as lg:
@@ -171,7 +171,7 @@ async def test_a_resume_naming_another_calls_approved_request_runs_nothing(
         db_url: str, tmp_path: Path) -> None:
     """A resume value that names an approved request of another call (another thread's,
     other arguments) runs nothing: a request is used only for the call it was made for."""
-    from runtime.adapters import CallNotApproved
+    from approvald.runtime.adapters import CallNotApproved
 
     async with adapter_harness(db_url, tmp_path) as (h, effects), \
             graph_for(h, tmp_path, effects) as lg:

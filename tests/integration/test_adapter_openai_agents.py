@@ -17,9 +17,9 @@ pytest.importorskip("agents", reason="the openai-agents extra is not installed "
 
 from agents import Agent, RunConfig, Runner, RunState, function_tool
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
+from approvald.runtime.adapters import ApprovalGate, Waiting
+from approvald.runtime.adapters.openai_agents import _APPROVED, OpenAIAgentsAdapter
 
-from runtime.adapters import ApprovalGate, Waiting
-from runtime.adapters.openai_agents import _APPROVED, OpenAIAgentsAdapter
 from tests.integration.adapter_helpers import (
     SideEffects,
     adapter_harness,
@@ -120,7 +120,7 @@ async def test_an_interruption_the_adapter_cannot_serve_is_refused(
         db_url: str, tmp_path: Path) -> None:
     """A tool of another agent (reached by handoff, say) is not wrapped: the adapter says
     so instead of approving a call it could not run once."""
-    from runtime.errors import ApprovaldError
+    from approvald.runtime.errors import ApprovaldError
 
     async with adapter_harness(db_url, tmp_path) as (h, effects):
         oa = adapter_for(h, effects)

@@ -14,6 +14,8 @@ import pytest
 pytest.importorskip("pydantic_ai", reason="the pydantic-ai extra is not installed "
                     "(pip install -e '.[pydantic-ai]')")
 
+from approvald.runtime.adapters import ApprovalGate, Paused, Waiting
+from approvald.runtime.adapters.pydantic_ai import META, PydanticAIAdapter
 from pydantic_ai import Agent
 from pydantic_ai.messages import (
     ModelMessage,
@@ -27,8 +29,6 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.tools import DeferredToolResults, ToolApproved
 
-from runtime.adapters import ApprovalGate, Paused, Waiting
-from runtime.adapters.pydantic_ai import META, PydanticAIAdapter
 from tests.integration.adapter_helpers import (
     SideEffects,
     adapter_harness,
@@ -124,7 +124,7 @@ async def test_approve_deny_and_edit_in_slack_resume_the_agent_once(
 
 async def test_a_call_cut_short_is_never_run_again_and_auto_runs_without_a_card(
         db_url: str, tmp_path: Path) -> None:
-    from runtime.adapters import CallOutcomeUnknown
+    from approvald.runtime.adapters import CallOutcomeUnknown
 
     async with adapter_harness(db_url, tmp_path) as (h, effects):
         # the policy's auto band answers at once: no pause, no card, the call runs once

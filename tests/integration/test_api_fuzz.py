@@ -16,11 +16,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from bot.config import Settings
-from bot.serve import Service
-from bot.wiring import open_database
-from runtime import api_tokens, external
+from approvald.bot.config import Settings
+from approvald.bot.serve import Service
+from approvald.bot.wiring import open_database
+from approvald.runtime import api_tokens, external
 
 ST = Path(sys.executable).parent / "st"
 SECRET = "approvald-fuzz-secret-0123456789"

@@ -15,14 +15,14 @@ from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import pytest
+from approvald.runtime.agent import Registry
+from approvald.runtime.decide import Actor
+from approvald.runtime.demo import DemoLedger, refund_agent, steps_agent
+from approvald.runtime.engine import Engine
+from approvald.runtime.outcomes import Paused
+from approvald.runtime.worker import ResumeWorker
+from approvald.store.db import Database
 
-from runtime.agent import Registry
-from runtime.decide import Actor
-from runtime.demo import DemoLedger, refund_agent, steps_agent
-from runtime.engine import Engine
-from runtime.outcomes import Paused
-from runtime.worker import ResumeWorker
-from store.db import Database
 from tests.conftest import SIGNER
 
 PROMPTLY = 5.0  # s: far more than a claim takes, far less than waiting on a lock would

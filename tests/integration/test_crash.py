@@ -148,10 +148,10 @@ def test_crash_between_request_commit_and_delivery_delivers_once(cli: Cli, db_ur
     [approval] = cli.json("approvals", "list", "--json")
 
     async def drain_twice() -> list[int]:
-        from runtime.agent import Registry
-        from runtime.engine import Engine
-        from runtime.outbox import OutboxDrain
-        from store.db import Database
+        from approvald.runtime.agent import Registry
+        from approvald.runtime.engine import Engine
+        from approvald.runtime.outbox import OutboxDrain
+        from approvald.store.db import Database
 
         class Recorder:
             def __init__(self) -> None:

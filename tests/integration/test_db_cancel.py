@@ -20,10 +20,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from approvald.store.db import Database
+from approvald.store.repos import Tx
 from sqlalchemy import text
 
-from store.db import Database
-from store.repos import Tx
 from tests.helpers import START
 from tests.integration.test_db_reconnect import admin
 

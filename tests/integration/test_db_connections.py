@@ -8,11 +8,10 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from approvald.bot.config import Settings
+from approvald.bot.wiring import open_database
 from pydantic import ValidationError
 from sqlalchemy import text
-
-from bot.config import Settings
-from bot.wiring import open_database
 
 
 def test_the_setting_defaults_to_8_and_refuses_fewer_than_2() -> None:

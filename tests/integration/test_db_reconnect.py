@@ -14,11 +14,11 @@ from typing import Any
 
 import asyncpg  # type: ignore[import-untyped]
 import pytest
+from approvald.store.db import Database
+from approvald.store.repos import Tx
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
-from store.db import Database
-from store.repos import Tx
 from tests.conftest import PG_ADMIN_URL
 
 pytestmark = pytest.mark.parametrize("db_url", ["postgres"], indirect=True)

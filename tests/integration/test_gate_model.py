@@ -57,6 +57,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from approvald.runtime import api_tokens, audit, failpoints
+from approvald.runtime.agent import Registry
+from approvald.runtime.canonical import call_digest
+from approvald.runtime.clock import ManualClock
+from approvald.runtime.decide import Actor
+from approvald.runtime.demo import DemoLedger, refund_agent
+from approvald.runtime.directory import StaticDirectory
+from approvald.runtime.engine import Engine, EngineConfig
+from approvald.runtime.errors import ApprovaldError
+from approvald.runtime.external import CALL_ID, NewRequest, Report
+from approvald.runtime.intake import Intake, Source, Tighten
+from approvald.runtime.policy import ApprovalPolicy, PolicyFile
+from approvald.runtime.scope import Scope, scope_for
+from approvald.store.db import Database
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -68,20 +82,6 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from runtime import api_tokens, audit, failpoints
-from runtime.agent import Registry
-from runtime.canonical import call_digest
-from runtime.clock import ManualClock
-from runtime.decide import Actor
-from runtime.demo import DemoLedger, refund_agent
-from runtime.directory import StaticDirectory
-from runtime.engine import Engine, EngineConfig
-from runtime.errors import ApprovaldError
-from runtime.external import CALL_ID, NewRequest, Report
-from runtime.intake import Intake, Source, Tighten
-from runtime.policy import ApprovalPolicy, PolicyFile
-from runtime.scope import Scope, scope_for
-from store.db import Database
 from tests.conftest import SIGNER, TABLES
 from tests.helpers import Crash
 from tests.helpers import crash as _crash
@@ -736,7 +736,7 @@ class GateMachine(RuleBasedStateMachine):
                 f"{run_id} ran on a {last[-1].status} request"
 
     async def _check_authority(self) -> None:
-        from runtime.standing_chain import StandingState
+        from approvald.runtime.standing_chain import StandingState
 
         async with self.committed.read() as tx:
             entries = [e async for e in tx.audit.iterate()]

@@ -18,14 +18,14 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
+from approvald.bot import cards
+from approvald.bot.api import schemas
+from approvald.runtime import api_tokens, external
+from approvald.runtime.canonical import call_digest
+from approvald.runtime.clock import ManualClock
+from approvald.runtime.external import WEBHOOK
+from approvald.store.records import OutboxRecord
 
-from bot import cards
-from bot.api import schemas
-from runtime import api_tokens, external
-from runtime.canonical import call_digest
-from runtime.clock import ManualClock
-from runtime.external import WEBHOOK
-from store.records import OutboxRecord
 from tests.helpers import Cli
 from tests.integration.slack_harness import CHANNEL, Harness, harness, wait_for
 from tests.integration.test_slack import assert_valid_blocks
@@ -111,7 +111,7 @@ def base(h: Harness) -> str:
 
 
 async def make_token(h: Harness, name: str, *, webhook_url: str | None = None) -> Any:
-    from bot.api.service import webhook_keys
+    from approvald.bot.api.service import webhook_keys
 
     keys = webhook_keys(h.service.settings)
     assert keys is not None
@@ -456,9 +456,9 @@ async def test_concurrent_creates_with_one_key_make_one_request(db_url: str,
 
 async def test_without_slack_the_api_is_on_the_health_listener(sqlite_url: str,
                                                                tmp_path: Path) -> None:
-    from bot.config import Settings
-    from bot.serve import Service
-    from bot.wiring import open_database
+    from approvald.bot.config import Settings
+    from approvald.bot.serve import Service
+    from approvald.bot.wiring import open_database
 
     settings = Settings(APPROVALD_DATABASE_URL=sqlite_url, APPROVALD_PORT=0,
                         APPROVALD_HOST="127.0.0.1", APPROVALD_SECRET=SECRET,
@@ -467,7 +467,7 @@ async def test_without_slack_the_api_is_on_the_health_listener(sqlite_url: str,
     service = Service(settings, db)
     try:
         await service.start(background=False)
-        from bot.api.service import webhook_keys
+        from approvald.bot.api.service import webhook_keys
 
         keys = webhook_keys(settings)
         assert keys is not None
@@ -520,10 +520,10 @@ async def test_a_decision_on_one_replica_ends_a_long_poll_on_another(
         pytest.skip("PostgreSQL is not available")
     import uuid
 
-    from bot.config import Settings
-    from bot.serve import Service
-    from runtime.decide import Actor
-    from store.db import Database
+    from approvald.bot.config import Settings
+    from approvald.bot.serve import Service
+    from approvald.runtime.decide import Actor
+    from approvald.store.db import Database
 
     monkeypatch.setattr(external, "POLL", 60.0)  # only PostgreSQL's NOTIFY can end it soon
     settings = Settings(APPROVALD_DATABASE_URL=pg_url, APPROVALD_SECRET=SECRET,

@@ -12,9 +12,9 @@ import asyncio
 import time
 
 import pytest
+from approvald.runtime.decide import Actor
+from approvald.runtime.outcomes import Paused
 
-from runtime.decide import Actor
-from runtime.outcomes import Paused
 from tests.conftest import PG_ADMIN_URL
 
 

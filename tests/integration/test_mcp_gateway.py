@@ -14,13 +14,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from approvald.bot import cards
+from approvald.runtime.clock import FileClock
+from approvald.runtime.decide import Actor
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp_types import CallToolResult, TextContent
 
-from bot import cards
-from runtime.clock import FileClock
-from runtime.decide import Actor
 from tests.helpers import APPROVALD, Cli
 from tests.integration.slack_harness import CHANNEL, Harness, harness, wait_for
 

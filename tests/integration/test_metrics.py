@@ -11,15 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from approvald.bot.config import Settings
+from approvald.bot.serve import Service
+from approvald.runtime.clock import ManualClock
+from approvald.runtime.decide import Actor
+from approvald.runtime.errors import ApprovaldError
+from approvald.store import migrate
+from approvald.store.db import Database
 from prometheus_client.parser import text_string_to_metric_families
-
-from bot.config import Settings
-from bot.serve import Service
-from runtime.clock import ManualClock
-from runtime.decide import Actor
-from runtime.errors import ApprovaldError
-from store import migrate
-from store.db import Database
 
 
 def scrape(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -5,11 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from approvald.store import migrate
+from approvald.store.db import Database
+from approvald.store.errors import SchemaOutOfDate
 from sqlalchemy import text
-
-from store import migrate
-from store.db import Database
-from store.errors import SchemaOutOfDate
 
 
 def test_head_constant_matches_the_migration_scripts() -> None:
@@ -79,7 +78,7 @@ async def test_sqlite_pragmas_are_set(tmp_path: Path) -> None:
     ("sqlite+aiosqlite://", "needs a file path"),
 ])
 def test_bad_database_urls_are_one_clear_error(url: str, msg: str) -> None:
-    from store.errors import ConfigError
+    from approvald.store.errors import ConfigError
 
     with pytest.raises(ConfigError, match=msg):
         Database(url)

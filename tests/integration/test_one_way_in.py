@@ -12,15 +12,15 @@ from typing import Any
 
 import aiohttp
 import pytest
+from approvald.runtime import api_tokens
+from approvald.runtime.adapters import ApprovalGate
+from approvald.runtime.adapters.gate import Call
+from approvald.runtime.decide import Actor
+from approvald.runtime.errors import ApprovaldError, DecisionRefused
+from approvald.runtime.ids import new_id
+from approvald.runtime.scope import Scope
 from sqlalchemy import text
 
-from runtime import api_tokens
-from runtime.adapters import ApprovalGate
-from runtime.adapters.gate import Call
-from runtime.decide import Actor
-from runtime.errors import ApprovaldError, DecisionRefused
-from runtime.ids import new_id
-from runtime.scope import Scope
 from tests.integration.slack_harness import Harness, harness
 from tests.integration.test_http_api import api, approval_of, base
 
@@ -205,8 +205,8 @@ async def test_an_adapter_or_gateway_never_shares_an_operators_token(
         assert done.result == "refunded" and ran == [ARGS]
 
         # no operator token takes a name of approvald's own credentials...
-        from bot.api.service import webhook_keys
-        from runtime.audit import AuditTrail
+        from approvald.bot.api.service import webhook_keys
+        from approvald.runtime.audit import AuditTrail
 
         keys = webhook_keys(h.service.settings)
         assert keys is not None
@@ -216,7 +216,7 @@ async def test_an_adapter_or_gateway_never_shares_an_operators_token(
                                         created_by="cli:ops", via="cli", tools="*")
         # ...and a gateway never adopts one made before that rule
         legacy = await bearer(h, "mcp.files")
-        from bot.mcp.gateway import Gateway
+        from approvald.bot.mcp.gateway import Gateway
 
         gw = Gateway(h.engine, name="files", requested_by="U_DANA", server="files-server")
         with pytest.raises(ApprovaldError, match="never shares"):
@@ -227,7 +227,7 @@ async def test_an_adapter_or_gateway_never_shares_an_operators_token(
 async def test_an_unknown_tools_token_scope_is_a_403(db_url: str, tmp_path: Path) -> None:
     async with harness(db_url, tmp_path, background=False) as h, \
             aiohttp.ClientSession() as http:
-        from bot.api.service import webhook_keys
+        from approvald.bot.api.service import webhook_keys
 
         keys = webhook_keys(h.service.settings)
         assert keys is not None
@@ -244,7 +244,7 @@ async def test_an_unknown_tools_token_scope_is_a_403(db_url: str, tmp_path: Path
 async def test_tokens_made_and_revoked_and_the_policy_loaded_are_audited(
         db_url: str, tmp_path: Path) -> None:
     async with harness(db_url, tmp_path, background=False) as h:
-        from bot.api.service import webhook_keys
+        from approvald.bot.api.service import webhook_keys
 
         keys = webhook_keys(h.service.settings)
         assert keys is not None

@@ -11,9 +11,9 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from approvald.runtime.clock import ManualClock
+from approvald.store.records import OutboxRecord
 
-from runtime.clock import ManualClock
-from store.records import OutboxRecord
 from tests.integration.slack_harness import BOT_TOKEN, CHANNEL, OPS, harness
 from tests.integration.test_slack import text_of
 
@@ -207,7 +207,7 @@ async def test_after_a_day_long_outage_ops_hear_which_update_and_notice_were_los
             thread = await tx.threads.get(paused.run_id)
         assert thread is not None and thread.ts
         await h.emulator.down("503")
-        from runtime.decide import Actor
+        from approvald.runtime.decide import Actor
 
         await h.engine.decide(aid, actor=Actor("U_ALICE", "cli:ops"), verdict="approve")
         assert (await h.engine.advance(paused.run_id)).status == "completed"

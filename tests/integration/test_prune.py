@@ -8,13 +8,13 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from approvald.runtime import audit
+from approvald.runtime.decide import Actor
+from approvald.runtime.outbox import DrainConfig, OutboxDrain
+from approvald.runtime.retention import prune
+from approvald.store.models import Approval, AuditEntry, Outbox, Run, RunEvent, ToolExecution
 from sqlalchemy import func, select
 
-from runtime import audit
-from runtime.decide import Actor
-from runtime.outbox import DrainConfig, OutboxDrain
-from runtime.retention import prune
-from store.models import Approval, AuditEntry, Outbox, Run, RunEvent, ToolExecution
 from tests.helpers import make_cli
 
 
@@ -111,9 +111,8 @@ def test_prune_from_the_command_line(sqlite_url: str, tmp_path: Path) -> None:
 
 
 def test_serve_prunes_on_a_schedule_only_with_a_horizon_of_a_day_or_more() -> None:
+    from approvald.bot.config import Settings
     from pydantic import ValidationError
-
-    from bot.config import Settings
 
     assert Settings(APPROVALD_PRUNE_OLDER_THAN="90d").prune_older_than == "90d"
     assert Settings(APPROVALD_PRUNE_OLDER_THAN="").prune_older_than is None

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from approvald.bot.readiness import Readiness
+from approvald.store.db import Database
 
-from bot.readiness import Readiness
-from store.db import Database
 from tests.conftest import PG_ADMIN_URL
 
 SERVER = PG_ADMIN_URL.rsplit("@", 1)[1].rsplit("/", 1)[0]  # the test server's host:port

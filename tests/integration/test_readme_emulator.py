@@ -9,9 +9,8 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-
-from bot.sandbox import SlackEmulator
-from bot.sandbox.server import seed_defaults
+from approvald.bot.sandbox import SlackEmulator
+from approvald.bot.sandbox.server import seed_defaults
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

@@ -10,11 +10,11 @@ import re
 from pathlib import Path
 from typing import Any
 
-from bot.config import Settings
-from bot.serve import Service
-from bot.wiring import open_database
-from runtime import api_tokens
-from runtime.decide import Actor
+from approvald.bot.config import Settings
+from approvald.bot.serve import Service
+from approvald.bot.wiring import open_database
+from approvald.runtime import api_tokens
+from approvald.runtime.decide import Actor
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 SECRET = "approvald-test-secret-0123456789"

@@ -15,6 +15,8 @@ from urllib.parse import parse_qs
 import aiohttp
 import pytest
 from aiohttp import web
+from approvald.bot.sandbox import SlackClientSim, SlackEmulator, run_forever
+from approvald.runtime.clock import ManualClock
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import AsyncServerErrorRetryHandler
 from slack_sdk.http_retry.builtin_interval_calculators import FixedValueRetryIntervalCalculator
@@ -25,9 +27,6 @@ from slack_sdk.socket_mode.request import SocketModeRequest
 from slack_sdk.socket_mode.response import SocketModeResponse
 from slack_sdk.web.async_client import AsyncWebClient
 from yarl import URL
-
-from bot.sandbox import SlackClientSim, SlackEmulator, run_forever
-from runtime.clock import ManualClock
 
 BOT, APP, SECRET = "xoxb-test", "xapp-test", "sandbox-signing-secret"
 CH = "C_APPROVALS"

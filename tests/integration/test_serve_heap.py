@@ -9,10 +9,10 @@ import asyncio
 import gc
 from pathlib import Path
 
-from bot.config import Settings
-from bot.sandbox.workspace import Sandbox
-from bot.serve import Service, _run
-from store.db import Database
+from approvald.bot.config import Settings
+from approvald.bot.sandbox.workspace import Sandbox
+from approvald.bot.serve import Service, _run
+from approvald.store.db import Database
 
 
 async def test_serve_freezes_what_start_up_built(db_url: str, tmp_path: Path) -> None:

@@ -7,11 +7,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from approvald.bot import cards
+from approvald.runtime.clock import ManualClock
+from approvald.runtime.state import ToolMessage
 from slack_sdk.models.blocks import Block
 
-from bot import cards
-from runtime.clock import ManualClock
-from runtime.state import ToolMessage
 from tests.integration.slack_harness import CHANNEL, OPS, harness, wait_for
 
 
@@ -266,9 +266,9 @@ async def test_home_tab_and_slash_command_list_the_viewers_requests(sqlite_url, 
 
 
 async def test_hostile_arguments_render_inert(sqlite_url, tmp_path):
-    from runtime.agent import Agent
-    from runtime.models.scripted import ScriptedModel, reply
-    from runtime.tools import tool
+    from approvald.runtime.agent import Agent
+    from approvald.runtime.models.scripted import ScriptedModel, reply
+    from approvald.runtime.tools import tool
 
     @tool(permission="execute")
     async def post_note(text: str, blob: dict) -> str:
@@ -334,8 +334,8 @@ async def test_too_large_or_malformed_requests_are_refused_and_change_nothing(sq
 
 
 async def test_a_run_that_starts_waiting_says_why_and_until_when_in_ops(sqlite_url, tmp_path):
-    from runtime.agent import Agent
-    from runtime.errors import ModelUnavailable
+    from approvald.runtime.agent import Agent
+    from approvald.runtime.errors import ModelUnavailable
 
     class Down:
         async def complete(self, **kw):  # type: ignore[no-untyped-def]
@@ -356,7 +356,7 @@ async def test_a_run_that_starts_waiting_says_why_and_until_when_in_ops(sqlite_u
 
 
 async def test_the_audit_head_is_posted_to_the_audit_channel_as_a_witness(sqlite_url, tmp_path):
-    from runtime import audit
+    from approvald.runtime import audit
 
     async with harness(sqlite_url, tmp_path, APPROVALD_AUDIT_CHANNEL="C_AUDIT") as h:
         h.emulator.add_channel("C_AUDIT")
@@ -371,7 +371,7 @@ async def test_the_audit_head_is_posted_to_the_audit_channel_as_a_witness(sqlite
         report = await audit.verify(h.engine.db)
         assert report.head_text in message["text"]
         assert f"approvald audit verify --expect {report.head_text}" in message["text"]
-        from runtime.decide import Actor
+        from approvald.runtime.decide import Actor
 
         await h.engine.decide(paused.approval_ids[0], actor=Actor("U_ALICE", "slack"),
                               verdict="approve")

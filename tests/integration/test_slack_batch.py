@@ -8,11 +8,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bot import cards, views
-from bot import texts as T
-from runtime import audit
-from runtime.decide import Actor
-from runtime.state import ToolMessage
+from approvald.bot import cards, views
+from approvald.bot import texts as T
+from approvald.runtime import audit
+from approvald.runtime.decide import Actor
+from approvald.runtime.state import ToolMessage
+
 from tests.integration.slack_harness import CHANNEL, Harness, harness, wait_for
 from tests.integration.test_slack import assert_valid_blocks
 

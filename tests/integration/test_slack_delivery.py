@@ -7,11 +7,11 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from approvald.bot import cards
+from approvald.runtime import failpoints
+from approvald.runtime.clock import ManualClock
+from approvald.runtime.decide import Actor
 
-from bot import cards
-from runtime import failpoints
-from runtime.clock import ManualClock
-from runtime.decide import Actor
 from tests.helpers import Crash
 from tests.helpers import crash as _crash
 from tests.integration.slack_harness import CHANNEL, harness, wait_for
@@ -83,9 +83,8 @@ async def test_crash_after_post_before_mark_does_not_post_twice(sqlite_url, tmp_
             failpoints.arm("")
         assert len(card_messages(h)) == 1
         async with h.engine.db.write() as tx:  # what a restart sees: bookkeeping lost too
+            from approvald.store.models import Approval
             from sqlalchemy import update
-
-            from store.models import Approval
             await tx.conn.execute(update(Approval).values(channel=None, message_ts=None))
         clock.advance(timedelta(minutes=5))  # the dead worker's claim expires
         assert await h.service.drain.drain_once() == 1

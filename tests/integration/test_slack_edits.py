@@ -16,11 +16,11 @@ import re
 from pathlib import Path
 from typing import Any
 
+from approvald.bot import cards
+from approvald.bot import texts as T
+from approvald.bot.sandbox import render
 from slack_sdk.models.blocks import Block
 
-from bot import cards
-from bot import texts as T
-from bot.sandbox import render
 from tests.integration.slack_harness import CHANNEL, OPS, Harness, harness, wait_for
 
 EDIT = {"order_id": "A-1001", "amount_cents": 2000, "reason": "partial refund"}

@@ -18,9 +18,9 @@ from urllib.parse import urlencode
 import aiohttp
 import pytest
 from aiohttp import web
+from approvald.bot import cards
+from approvald.bot.app import MAX_REQUEST_BYTES
 
-from bot import cards
-from bot.app import MAX_REQUEST_BYTES
 from tests.integration.slack_harness import CHANNEL, SECRET, Harness, harness, wait_for
 
 FORM = "application/x-www-form-urlencoded"

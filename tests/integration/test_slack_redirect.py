@@ -7,11 +7,11 @@ import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from approvald.bot import cards
+from approvald.runtime.clock import ManualClock
+from approvald.runtime.state import ToolMessage
 from slack_sdk.models.blocks import Block
 
-from bot import cards
-from runtime.clock import ManualClock
-from runtime.state import ToolMessage
 from tests.integration.slack_harness import CHANNEL, harness, wait_for
 
 GUIDANCE = "Refund only $20 <!channel>: the customer kept one item"

@@ -7,8 +7,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bot import cards
-from runtime.outcomes import Paused
+from approvald.bot import cards
+from approvald.runtime.outcomes import Paused
+
 from tests.integration.slack_harness import CHANNEL, harness, wait_for
 from tests.integration.test_slack import _status, _updated_card, assert_valid_blocks, text_of
 

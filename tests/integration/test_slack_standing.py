@@ -11,12 +11,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from bot import cards, views
-from bot import texts as T
-from runtime import audit
-from runtime.clock import ManualClock
-from runtime.decide import Actor
-from runtime.outcomes import Completed, Paused
+from approvald.bot import cards, views
+from approvald.bot import texts as T
+from approvald.runtime import audit
+from approvald.runtime.clock import ManualClock
+from approvald.runtime.decide import Actor
+from approvald.runtime.outcomes import Completed, Paused
+
 from tests.integration.slack_harness import CHANNEL, Harness, harness, wait_for
 from tests.integration.test_slack import assert_valid_blocks
 

@@ -15,14 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from approvald.runtime.agent import Registry
+from approvald.runtime.decide import Actor
+from approvald.runtime.demo import REFUND_POLICY, DemoLedger, refund_agent
+from approvald.runtime.engine import Engine
+from approvald.runtime.outcomes import Completed, Paused
+from approvald.store import migrate, sqlite_driver
+from approvald.store.db import Database
 
-from runtime.agent import Registry
-from runtime.decide import Actor
-from runtime.demo import REFUND_POLICY, DemoLedger, refund_agent
-from runtime.engine import Engine
-from runtime.outcomes import Completed, Paused
-from store import migrate, sqlite_driver
-from store.db import Database
 from tests.conftest import SIGNER
 from tests.unit.test_decisions import card_token
 

@@ -20,20 +20,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from approvald.bot.sandbox import SlackEmulator
+from approvald.bot.threads import ThreadFollower
+from approvald.runtime import failpoints
+from approvald.runtime.agent import Registry
+from approvald.runtime.clock import ManualClock
+from approvald.runtime.decide import Actor
+from approvald.runtime.demo import DemoLedger, refund_agent, steps_agent
+from approvald.runtime.engine import Engine
+from approvald.runtime.ids import TokenSigner
+from approvald.runtime.outcomes import Paused
+from approvald.store.db import Database
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
-
-from bot.sandbox import SlackEmulator
-from bot.threads import ThreadFollower
-from runtime import failpoints
-from runtime.agent import Registry
-from runtime.clock import ManualClock
-from runtime.decide import Actor
-from runtime.demo import DemoLedger, refund_agent, steps_agent
-from runtime.engine import Engine
-from runtime.ids import TokenSigner
-from runtime.outcomes import Paused
-from store.db import Database
 
 BOT = "xoxb-threads-test"
 OPS = "C_OPS"
@@ -273,7 +272,7 @@ async def test_a_card_links_the_thread_where_it_is_now_and_permalinks_stay_bound
     """The card's "follow the run" link follows a re-posted parent (a serve process that
     drew the card before must not keep the deleted parent's link), and the permalink cache
     of a long-lived serve process keeps at most ``PERMALINKS_KEPT`` entries."""
-    from bot import delivery
+    from approvald.bot import delivery
 
     async with world(db_url, tmp_path) as w:
         waiting = await w.refund()

@@ -9,18 +9,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from approvald.bot import cards
+from approvald.bot.tracing import from_environment
+from approvald.runtime import failpoints
+from approvald.runtime.decide import Actor
+from approvald.runtime.errors import ConfigError
+from approvald.runtime.outcomes import Completed, NeedsAttention, Paused
+from approvald.runtime.tracing import OtelTracer, Tracer
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from bot import cards
-from bot.tracing import from_environment
-from runtime import failpoints
-from runtime.decide import Actor
-from runtime.errors import ConfigError
-from runtime.outcomes import Completed, NeedsAttention, Paused
-from runtime.tracing import OtelTracer, Tracer
 from tests.helpers import Crash, crash
 from tests.integration.slack_harness import CHANNEL, TASK, harness, wait_for
 from tests.unit.test_attempts import Provider, pay_agent

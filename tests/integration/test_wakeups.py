@@ -9,12 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from bot.config import Settings
-from bot.serve import Service
-from runtime.decide import Actor
-from store.db import Database
-from store.wakeups import Wakeups
+from approvald.bot.config import Settings
+from approvald.bot.serve import Service
+from approvald.runtime.decide import Actor
+from approvald.store.db import Database
+from approvald.store.wakeups import Wakeups
 
 
 async def eventually(check: Any, what: str, within: float = 20.0) -> None:

@@ -15,14 +15,14 @@ from typing import Any
 
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
+from approvald.runtime import api_tokens
+from approvald.runtime.clock import ManualClock
+from approvald.runtime.decide import Actor
+from approvald.runtime.external import WEBHOOK
+from approvald.runtime.outbox import DEAD_REPORT
+from approvald.runtime.webhook_hosts import WebhookHosts
+from approvald.store.records import OutboxRecord
 
-from runtime import api_tokens
-from runtime.clock import ManualClock
-from runtime.decide import Actor
-from runtime.external import WEBHOOK
-from runtime.outbox import DEAD_REPORT
-from runtime.webhook_hosts import WebhookHosts
-from store.records import OutboxRecord
 from tests.helpers import Cli
 from tests.integration.slack_harness import Harness, harness
 from tests.integration.test_http_api import SECRET, api, base, policy_file, receiver, verify

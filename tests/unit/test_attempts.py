@@ -9,15 +9,15 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from approvald.runtime import failpoints
+from approvald.runtime.agent import Agent
+from approvald.runtime.decide import Actor
+from approvald.runtime.models.scripted import ScriptedModel, reply
+from approvald.runtime.outcomes import Completed, NeedsAttention, Waiting
+from approvald.runtime.tools import Reconciled, ToolContext, tool
+from approvald.store.repos.runs import RunsRepo
 from sqlalchemy.exc import OperationalError
 
-from runtime import failpoints
-from runtime.agent import Agent
-from runtime.decide import Actor
-from runtime.models.scripted import ScriptedModel, reply
-from runtime.outcomes import Completed, NeedsAttention, Waiting
-from runtime.tools import Reconciled, ToolContext, tool
-from store.repos.runs import RunsRepo
 from tests.helpers import Crash
 from tests.helpers import crash as _crash
 

@@ -10,14 +10,13 @@ import json
 from datetime import UTC, datetime
 
 import pytest
+from approvald.runtime import audit
+from approvald.runtime.audit import AuditKey
+from approvald.runtime.decide import Actor
+from approvald.store.fastsql import Conn
+from approvald.store.models import AuditEntry, AuditHead
+from approvald.store.repos.audit import AuditRepo
 from sqlalchemy import delete, select, update
-
-from runtime import audit
-from runtime.audit import AuditKey
-from runtime.decide import Actor
-from store.fastsql import Conn
-from store.models import AuditEntry, AuditHead
-from store.repos.audit import AuditRepo
 
 KEY = AuditKey("audit-key-kept-in-a-vault-0123456789")
 

@@ -9,13 +9,13 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from approvald.bot import cards, views
+from approvald.bot import texts as T
+from approvald.bot.mrkdwn import text_length
+from approvald.runtime.batch import Outcome
+from approvald.runtime.decide import Decision
+from approvald.store.records import ApprovalRecord
 
-from bot import cards, views
-from bot import texts as T
-from bot.mrkdwn import text_length
-from runtime.batch import Outcome
-from runtime.decide import Decision
-from store.records import ApprovalRecord
 from tests.unit.test_cards import (
     NOW,
     TOKEN,

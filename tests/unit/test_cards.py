@@ -11,13 +11,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from approvald.bot import cards, messages, views
+from approvald.bot import texts as T
+from approvald.bot.mrkdwn import clip, code_block, escape_mrkdwn, pretty_json, safe_cut, units
+from approvald.store.records import ApprovalRecord, RunRecord, VoteRecord
 from slack_sdk.models.blocks import Block
 from slack_sdk.models.views import View
-
-from bot import cards, messages, views
-from bot import texts as T
-from bot.mrkdwn import clip, code_block, escape_mrkdwn, pretty_json, safe_cut, units
-from store.records import ApprovalRecord, RunRecord, VoteRecord
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 TOKEN = "tOk-3n_abcDEF123"

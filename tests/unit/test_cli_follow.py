@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from bot.cli import ELSEWHERE, describe, exit_code, follow
-from runtime.outcomes import Busy, Completed
+from approvald.bot.cli import ELSEWHERE, describe, exit_code, follow
+from approvald.runtime.outcomes import Busy, Completed
+
 from tests.unit.test_waiting import sleepy_agent
 
 

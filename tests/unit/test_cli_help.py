@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterator
 
-from bot.cli import build_parser
+from approvald.bot.cli import build_parser
 
 
 def walk(parser: argparse.ArgumentParser) -> Iterator[tuple[str, argparse.Action]]:

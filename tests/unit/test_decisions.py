@@ -16,18 +16,18 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from approvald.runtime.agent import Agent
+from approvald.runtime.canonical import call_digest
+from approvald.runtime.decide import Actor
+from approvald.runtime.demo import REFUND_POLICY, DemoLedger, refund_agent
+from approvald.runtime.directory import StaticDirectory
+from approvald.runtime.errors import DecisionRefused
+from approvald.runtime.models.scripted import ScriptedModel, reply
+from approvald.runtime.outcomes import Cancelled, Completed, Paused
+from approvald.runtime.policy import ApprovalPolicy, PolicyFile
+from approvald.runtime.state import ToolMessage
+from approvald.runtime.tools import ToolContext, tool
 
-from runtime.agent import Agent
-from runtime.canonical import call_digest
-from runtime.decide import Actor
-from runtime.demo import REFUND_POLICY, DemoLedger, refund_agent
-from runtime.directory import StaticDirectory
-from runtime.errors import DecisionRefused
-from runtime.models.scripted import ScriptedModel, reply
-from runtime.outcomes import Cancelled, Completed, Paused
-from runtime.policy import ApprovalPolicy, PolicyFile
-from runtime.state import ToolMessage
-from runtime.tools import ToolContext, tool
 from tests.conftest import SIGNER, ledger_lines
 
 ALICE = Actor("U_ALICE", "slack")

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
-from runtime.demo import refund_script, task_amount, task_order
-from runtime.state import AssistantMessage, ToolCall, ToolMessage, UserMessage
+from approvald.runtime.demo import refund_script, task_amount, task_order
+from approvald.runtime.state import AssistantMessage, ToolCall, ToolMessage, UserMessage
 
 
 @pytest.mark.parametrize(("task", "order", "cents"), [

@@ -14,16 +14,16 @@ import re
 from datetime import timedelta
 from typing import Any
 
+from approvald.bot import cards, documents, messages
+from approvald.bot import texts as T
+from approvald.runtime import api_tokens
+from approvald.runtime.clock import ManualClock
+from approvald.runtime.decide import Actor
+from approvald.runtime.demo import REFUND_POLICY, DemoLedger, refund_agent
+from approvald.runtime.external import NewRequest
+from approvald.runtime.policy import ApprovalPolicy, PolicyFile
 from slack_sdk.models.blocks import Block
 
-from bot import cards, documents, messages
-from bot import texts as T
-from runtime import api_tokens
-from runtime.clock import ManualClock
-from runtime.decide import Actor
-from runtime.demo import REFUND_POLICY, DemoLedger, refund_agent
-from runtime.external import NewRequest
-from runtime.policy import ApprovalPolicy, PolicyFile
 from tests.conftest import SIGNER
 
 ALICE = Actor("U_ALICE", "slack")

@@ -10,14 +10,14 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from approvald.bot import eval_report
+from approvald.runtime.demo import DemoLedger, demo_agents
+from approvald.runtime.evals.dataset import load_dataset
+from approvald.runtime.evals.evaluate import Report, Row, evaluate
+from approvald.runtime.evals.journey import Journey
+from approvald.runtime.evals.score import SCORES
+from approvald.store.scratch import ScratchDatabases
 
-from bot import eval_report
-from runtime.demo import DemoLedger, demo_agents
-from runtime.evals.dataset import load_dataset
-from runtime.evals.evaluate import Report, Row, evaluate
-from runtime.evals.journey import Journey
-from runtime.evals.score import SCORES
-from store.scratch import ScratchDatabases
 from tests.fixtures.eval_agents import broken_agents
 
 EVIL = 'refund <script>alert("x")</script> & "A-1"'

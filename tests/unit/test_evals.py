@@ -7,12 +7,12 @@ import os
 from pathlib import Path
 
 import pytest
+from approvald.runtime.demo import DemoLedger, demo_agents
+from approvald.runtime.evals.dataset import INTERRUPTIONS, DatasetError, load_dataset
+from approvald.runtime.evals.evaluate import Report, evaluate, table
+from approvald.runtime.evals.score import subset
+from approvald.store.scratch import ScratchDatabases
 
-from runtime.demo import DemoLedger, demo_agents
-from runtime.evals.dataset import INTERRUPTIONS, DatasetError, load_dataset
-from runtime.evals.evaluate import Report, evaluate, table
-from runtime.evals.score import subset
-from store.scratch import ScratchDatabases
 from tests.fixtures.eval_agents import broken_agents
 
 DEMO = Path(__file__).parents[2] / "runtime" / "evals" / "datasets" / "demo_refund.toml"

@@ -16,13 +16,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from approvald.runtime import audit
+from approvald.runtime.policy import Rung
+from approvald.runtime.scheduler import ExpiryScheduler
+from approvald.runtime.state import ToolMessage
+from approvald.store.models import Approval
 from sqlalchemy import update
 
-from runtime import audit
-from runtime.policy import Rung
-from runtime.scheduler import ExpiryScheduler
-from runtime.state import ToolMessage
-from store.models import Approval
 from tests.unit.test_gate import pause, refund_lines, refunds
 
 LADDER: dict[str, Any] = {"approvers": ["U_ALICE"], "ttl": "30m", "reminders": ["50%", "90%"],
@@ -183,7 +183,7 @@ async def test_a_request_due_beyond_any_date_is_scheduled_with_the_rest(make_eng
 async def test_only_the_data_is_blamed_on_a_row_never_an_outage(db):
     """The sweep isolates a request only for a failure of its own data; a database that
     fails takes the whole sweep down, to be tried again, and cancels nothing."""
-    from store.db import Database, is_store_failure
+    from approvald.store.db import Database, is_store_failure
 
     now = datetime(2026, 1, 1, tzinfo=UTC)
     async with db.write() as tx:
@@ -213,8 +213,8 @@ async def test_a_click_on_a_bad_request_past_its_expiry_is_refused_and_audited(
     """No sweep has run: the click finds the request overdue, whose expiry cannot be
     worked out with the refusal; the refusal is recorded all the same, the clicker is told
     it expired, and the request is settled the safe way."""
-    from runtime.decide import Actor
-    from runtime.errors import DecisionRefused
+    from approvald.runtime.decide import Actor
+    from approvald.runtime.errors import DecisionRefused
 
     engine = refunds(make_engine, ledger_path, **LADDER)
     bad = await pause(engine)

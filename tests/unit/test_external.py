@@ -10,16 +10,15 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-
-from runtime import api_tokens, external
-from runtime.clock import ManualClock
-from runtime.decide import Actor
-from runtime.engine import Engine
-from runtime.errors import DecisionRefused
-from runtime.external import WEBHOOK, ExternalError, NewRequest, Report
-from runtime.gate import CARD_POST
-from runtime.policy import PolicyFile
-from runtime.webhook_hosts import WebhookHosts
+from approvald.runtime import api_tokens, external
+from approvald.runtime.clock import ManualClock
+from approvald.runtime.decide import Actor
+from approvald.runtime.engine import Engine
+from approvald.runtime.errors import DecisionRefused
+from approvald.runtime.external import WEBHOOK, ExternalError, NewRequest, Report
+from approvald.runtime.gate import CARD_POST
+from approvald.runtime.policy import PolicyFile
+from approvald.runtime.webhook_hosts import WebhookHosts
 
 KEYS = api_tokens.WebhookKeys("approvald-test-secret-0123456789")
 ALICE = Actor("U_ALICE", "cli:test")

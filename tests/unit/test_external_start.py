@@ -8,15 +8,14 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-
-from runtime import api_tokens
-from runtime.canonical import call_digest
-from runtime.clock import ManualClock
-from runtime.decide import Actor
-from runtime.engine import Engine
-from runtime.external import CALL_ID, ExternalError, NewRequest, Report, current
-from runtime.intake import Source
-from runtime.policy import PolicyFile
+from approvald.runtime import api_tokens
+from approvald.runtime.canonical import call_digest
+from approvald.runtime.clock import ManualClock
+from approvald.runtime.decide import Actor
+from approvald.runtime.engine import Engine
+from approvald.runtime.external import CALL_ID, ExternalError, NewRequest, Report, current
+from approvald.runtime.intake import Source
+from approvald.runtime.policy import PolicyFile
 
 POLICY = PolicyFile.model_validate({"tools": {
     "mcp:test/deploy": {"approvers": ["U_ALICE"], "ttl": "30m"}}})

@@ -8,17 +8,17 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from approvald.runtime.decide import Actor
+from approvald.runtime.demo import REFUND_POLICY, DemoLedger, refund_agent
+from approvald.runtime.outcomes import Completed, Paused
+from approvald.store import fastsql
+from approvald.store.db import Database
+from approvald.store.models import Approval
+from approvald.store.repos import approvals as approvals_repo
+from approvald.store.repos import runs as runs_repo
 from sqlalchemy import Select, select, text
 from sqlalchemy.exc import IntegrityError
 
-from runtime.decide import Actor
-from runtime.demo import REFUND_POLICY, DemoLedger, refund_agent
-from runtime.outcomes import Completed, Paused
-from store import fastsql
-from store.db import Database
-from store.models import Approval
-from store.repos import approvals as approvals_repo
-from store.repos import runs as runs_repo
 from tests.unit.test_decisions import card_token
 
 SQLITE_ONLY = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
@@ -239,9 +239,8 @@ async def test_a_write_waiting_on_another_process_lock_fails_retryably(
     busy timeout is SQLAlchemy's OperationalError, which transact() retries."""
     import sqlite3
 
+    from approvald.store.db import is_retryable
     from sqlalchemy.exc import OperationalError
-
-    from store.db import is_retryable
 
     d = Database(sqlite_url, busy_timeout_ms=50)
     other = sqlite3.connect(d.url.database, isolation_level=None)

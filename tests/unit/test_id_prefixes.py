@@ -14,11 +14,10 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-
-from bot.cli import main
-from runtime.decide import Actor
-from runtime.ids import new_id
-from runtime.scope import scope_for
+from approvald.bot.cli import main
+from approvald.runtime.decide import Actor
+from approvald.runtime.ids import new_id
+from approvald.runtime.scope import scope_for
 
 RUN_A, RUN_B = "abc123" + "a" * 26, "abc123" + "b" * 26
 REQ_A, REQ_B = "def456" + "a" * 26, "def456" + "b" * 26
@@ -60,8 +59,8 @@ def cli(db_url: str, monkeypatch: pytest.MonkeyPatch,
 async def two_runs(make_engine, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """Two paused refund runs whose ids share the prefix abc123, with requests whose ids
     share def456."""
-    monkeypatch.setattr("runtime.engine.new_id", ids(RUN_A, RUN_B))
-    monkeypatch.setattr("runtime.gate.new_id", ids(REQ_A, REQ_B))
+    monkeypatch.setattr("approvald.runtime.engine.new_id", ids(RUN_A, RUN_B))
+    monkeypatch.setattr("approvald.runtime.gate.new_id", ids(REQ_A, REQ_B))
     engine = make_engine()
     for task in ("Refund order A-1001", "Refund order B-2002"):
         await engine.run("demo-refund", task, requested_by="U_DANA")
@@ -111,7 +110,7 @@ async def test_runs_are_named_alike_by_every_command(make_engine, monkeypatch, c
 async def test_an_ambiguous_request_or_standing_prefix_says_so(make_engine, monkeypatch, db,
                                                                 cli):
     engine = await two_runs(make_engine, monkeypatch)
-    monkeypatch.setattr("runtime.standing.new_id", ids(STAND_A, STAND_B))
+    monkeypatch.setattr("approvald.runtime.standing.new_id", ids(STAND_A, STAND_B))
     for request_id in (REQ_A, REQ_B):
         async with db.read() as tx:
             a = await tx.approvals.get(request_id)

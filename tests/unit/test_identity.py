@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
-from runtime.errors import ApprovaldError
-from runtime.identity import (
+from approvald.runtime.errors import ApprovaldError
+from approvald.runtime.identity import (
     InvalidIdentity,
     normalize_approver,
     normalize_group_id,

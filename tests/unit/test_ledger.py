@@ -6,16 +6,16 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from approvald.runtime import failpoints
+from approvald.runtime.agent import Agent
+from approvald.runtime.decide import Actor
+from approvald.runtime.errors import DecisionRefused
+from approvald.runtime.models.scripted import ScriptedModel, reply
+from approvald.runtime.outcomes import Cancelled, Completed, NeedsAttention
+from approvald.runtime.tools import Reconciled, ToolContext, tool
+from approvald.store.models import ToolExecution
 from sqlalchemy import select
 
-from runtime import failpoints
-from runtime.agent import Agent
-from runtime.decide import Actor
-from runtime.errors import DecisionRefused
-from runtime.models.scripted import ScriptedModel, reply
-from runtime.outcomes import Cancelled, Completed, NeedsAttention
-from runtime.tools import Reconciled, ToolContext, tool
-from store.models import ToolExecution
 from tests.helpers import Crash
 from tests.helpers import crash as _crash
 

@@ -10,13 +10,13 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from approvald.bot.mcp.gateway import Gateway, Ran, Refused
+from approvald.runtime.clock import ManualClock
+from approvald.runtime.decide import Actor
+from approvald.runtime.engine import Engine
+from approvald.runtime.errors import DecisionRefused
+from approvald.runtime.policy import PolicyFile
 
-from bot.mcp.gateway import Gateway, Ran, Refused
-from runtime.clock import ManualClock
-from runtime.decide import Actor
-from runtime.engine import Engine
-from runtime.errors import DecisionRefused
-from runtime.policy import PolicyFile
 from tests.integration.slack_harness import wait_for
 
 ALICE = Actor("U_ALICE", "cli:test")

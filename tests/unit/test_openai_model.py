@@ -13,17 +13,16 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-
-from runtime.agent import Agent, Registry
-from runtime.engine import Engine
-from runtime.errors import ApprovaldError, ConfigError, ModelError, ModelUnavailable
-from runtime.models import OpenAIChatModel, ToolSpec
-from runtime.models.openai import INVALID_JSON_KEY
-from runtime.outcomes import Completed
-from runtime.state import AssistantMessage, ToolCall, ToolMessage, UserMessage
-from runtime.tools import tool
-from store import migrate
-from store.db import Database
+from approvald.runtime.agent import Agent, Registry
+from approvald.runtime.engine import Engine
+from approvald.runtime.errors import ApprovaldError, ConfigError, ModelError, ModelUnavailable
+from approvald.runtime.models import OpenAIChatModel, ToolSpec
+from approvald.runtime.models.openai import INVALID_JSON_KEY
+from approvald.runtime.outcomes import Completed
+from approvald.runtime.state import AssistantMessage, ToolCall, ToolMessage, UserMessage
+from approvald.runtime.tools import tool
+from approvald.store import migrate
+from approvald.store.db import Database
 
 KEY = "sk-test-0123456789-secret"
 

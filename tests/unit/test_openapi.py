@@ -5,11 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from aiohttp import web
+from approvald.bot.api import schemas
+from approvald.bot.api.routes import Routes
+from approvald.runtime.engine import Engine
 from openapi_spec_validator import validate
-
-from bot.api import schemas
-from bot.api.routes import Routes
-from runtime.engine import Engine
 
 
 def test_the_document_is_valid_openapi_3_1() -> None:

@@ -14,13 +14,12 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from approvald.runtime.clock import ManualClock
+from approvald.runtime.engine import Engine
+from approvald.runtime.outbox import DrainConfig, OutboxDrain, RetryLater, Undeliverable
+from approvald.store.records import OutboxRecord
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
-
-from runtime.clock import ManualClock
-from runtime.engine import Engine
-from runtime.outbox import DrainConfig, OutboxDrain, RetryLater, Undeliverable
-from store.records import OutboxRecord
 
 NOTICE = "tool.notice"
 DEAD_REPORT = "delivery.dead"
@@ -203,7 +202,7 @@ async def test_an_approval_card_gives_up_at_the_request_expiry(make_engine, cloc
 
 async def test_the_update_of_a_decided_request_keeps_trying_for_a_day(make_engine,
                                                                       clock) -> None:
-    from runtime.decide import Actor
+    from approvald.runtime.decide import Actor
 
     engine = make_engine()
     paused = await engine.run("demo-refund", "Refund order A-1001, double charged",
@@ -224,7 +223,7 @@ async def test_the_update_of_a_decided_request_keeps_trying_for_a_day(make_engin
 
 
 def test_deadlines_by_kind() -> None:
-    from runtime.outbox import give_up_time
+    from approvald.runtime.outbox import give_up_time
 
     clock = ManualClock()
     t0 = clock.now()
@@ -289,7 +288,7 @@ def _slack_error(status: int, body: dict[str, Any],
 
 @pytest.mark.parametrize("error", ["token_revoked", "invalid_auth", "account_inactive"])
 def test_a_refused_token_is_a_failure_not_a_wait(error: str) -> None:
-    from bot.delivery import classify
+    from approvald.bot.delivery import classify
 
     got = classify(_slack_error(200, {"ok": False, "error": error}))
     assert isinstance(got, RetryLater) and got.after is None
@@ -297,7 +296,7 @@ def test_a_refused_token_is_a_failure_not_a_wait(error: str) -> None:
 
 
 def test_a_rate_limit_is_a_wait_for_retry_after() -> None:
-    from bot.delivery import classify
+    from approvald.bot.delivery import classify
 
     got = classify(_slack_error(429, {"ok": False, "error": "ratelimited"},
                                 {"Retry-After": "42"}))
@@ -310,7 +309,7 @@ def test_a_rate_limit_is_a_wait_for_retry_after() -> None:
 
 
 def test_a_plain_text_5xx_is_named_as_such() -> None:
-    from bot.delivery import classify
+    from approvald.bot.delivery import classify
 
     resp = AsyncSlackResponse(client=None, http_verb="POST", api_url="chat.postMessage",
                               req_args={}, data="Service Unavailable",  # type: ignore[arg-type]

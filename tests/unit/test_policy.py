@@ -8,11 +8,10 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-
-from runtime.agent import Registry
-from runtime.demo import demo_agents
-from runtime.errors import ConfigError
-from runtime.policy import (
+from approvald.runtime.agent import Registry
+from approvald.runtime.demo import demo_agents
+from approvald.runtime.errors import ConfigError
+from approvald.runtime.policy import (
     ApprovalPolicy,
     Rung,
     format_duration,

@@ -12,15 +12,15 @@ import dataclasses
 import json
 
 import pytest
+from approvald.runtime import audit
+from approvald.runtime.decide import MAX_REASON, Actor
+from approvald.runtime.errors import DecisionRefused
+from approvald.runtime.evals.journey import Journey
+from approvald.runtime.evals.score import compliance
+from approvald.runtime.outcomes import Completed, Paused
+from approvald.runtime.state import AssistantMessage, ToolMessage
+from approvald.runtime.trace import load_trace
 
-from runtime import audit
-from runtime.decide import MAX_REASON, Actor
-from runtime.errors import DecisionRefused
-from runtime.evals.journey import Journey
-from runtime.evals.score import compliance
-from runtime.outcomes import Completed, Paused
-from runtime.state import AssistantMessage, ToolMessage
-from runtime.trace import load_trace
 from tests.unit.test_decisions import (
     ALICE,
     BOB,

@@ -10,12 +10,11 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import pytest
+from approvald.runtime.errors import ConfigError
+from approvald.runtime.rule_check import check_rule, rule_problem
+from approvald.runtime.rules import RuleError, compile_condition, holds
+from approvald.runtime.tools import tool
 from pydantic import BaseModel, ConfigDict, Field
-
-from runtime.errors import ConfigError
-from runtime.rule_check import check_rule, rule_problem
-from runtime.rules import RuleError, compile_condition, holds
-from runtime.tools import tool
 
 
 class Customer(BaseModel):

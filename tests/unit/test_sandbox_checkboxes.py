@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from bot.sandbox import render
-from bot.sandbox.blocks import block_problems
-from bot.sandbox.client import SlackClientSim
+from approvald.bot.sandbox import render
+from approvald.bot.sandbox.blocks import block_problems
+from approvald.bot.sandbox.client import SlackClientSim
+
 from tests.unit.test_sandbox_render import NAMES, assert_safe
 
 

@@ -4,9 +4,8 @@ tested against a real sandbox in tests/acceptance/test_sandbox_guard.py)."""
 from __future__ import annotations
 
 import pytest
-
-from bot.sandbox.guard import Guard, _address, _split
-from bot.sandbox.page import page_html
+from approvald.bot.sandbox.guard import Guard, _address, _split
+from approvald.bot.sandbox.page import page_html
 
 
 @pytest.mark.parametrize(("host", "parsed"), [

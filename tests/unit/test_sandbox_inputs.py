@@ -6,9 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
-from bot.sandbox.blocks import block_problems
-from bot.sandbox.client import SlackClientSim
+from approvald.bot.sandbox.blocks import block_problems
+from approvald.bot.sandbox.client import SlackClientSim
 
 
 def option(value: str, text: str | None = None) -> dict[str, Any]:

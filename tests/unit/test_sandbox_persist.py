@@ -7,12 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
-
-from bot.sandbox.people import seed
-from bot.sandbox.persist import WorkspaceFile, WorkspaceFileError, dump, load
-from bot.sandbox.request import Params
-from bot.sandbox.server import SlackEmulator
-from bot.sandbox.workspace import workspace_path
+from approvald.bot.sandbox.people import seed
+from approvald.bot.sandbox.persist import WorkspaceFile, WorkspaceFileError, dump, load
+from approvald.bot.sandbox.request import Params
+from approvald.bot.sandbox.server import SlackEmulator
+from approvald.bot.sandbox.workspace import workspace_path
 
 
 def test_a_saved_workspace_comes_back_whole(tmp_path: Path) -> None:

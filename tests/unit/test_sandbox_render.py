@@ -7,8 +7,9 @@ import re
 from html.parser import HTMLParser
 from typing import Any
 
-from bot import cards, messages, views
-from bot.sandbox import render
+from approvald.bot import cards, messages, views
+from approvald.bot.sandbox import render
+
 from tests.unit.test_cards import HOSTILE, NOW, TOKEN, approval, decided, packet, question, run
 
 NAMES = render.Names(users={"U0ALICE": "Alice <A>", "U0BOB": "Bob"}, groups={"S0FIN": "finance"},

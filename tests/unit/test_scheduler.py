@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from runtime.scheduler import ExpiryScheduler
+from approvald.runtime.scheduler import ExpiryScheduler
 
 
 async def test_rebuild_schedules_each_pending_approval_at_its_next_event(make_engine, db, clock):
@@ -26,7 +26,7 @@ async def test_rebuild_schedules_each_pending_approval_at_its_next_event(make_en
         expected = datetime.now(UTC) + (a.next_reminder_at - clock.now())
         assert abs((job.trigger.run_date - expected).total_seconds()) < 5
     # a decided request drops out at the next rebuild
-    from runtime.decide import Actor
+    from approvald.runtime.decide import Actor
 
     await engine.decide(first.approval_ids[0], actor=Actor("U_ALICE", "slack"),
                         verdict="approve")

@@ -6,11 +6,10 @@ import json
 from urllib.parse import quote_plus, unquote_plus, urlencode
 
 import pytest
+from approvald.bot.slack_body import parse_body, unquote_form
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from slack_bolt.request.internals import parse_body as bolt_parse_body
-
-from bot.slack_body import parse_body, unquote_form
 
 # what form bodies are made of, '%' escapes (well-formed or not) and backslashes included
 PIECES = st.one_of(st.text(max_size=6), st.sampled_from(

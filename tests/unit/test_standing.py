@@ -7,15 +7,15 @@ import json
 from datetime import timedelta
 
 import pytest
+from approvald.bot.messages import thread_approval_decided
+from approvald.runtime.decide import Actor
+from approvald.runtime.directory import StaticDirectory
+from approvald.runtime.gate import CARD_POST
+from approvald.runtime.outcomes import Completed, Paused
+from approvald.runtime.policy import PolicyFile
+from approvald.runtime.scope import Scope, scope_for
+from approvald.runtime.standing import StandingRefused
 
-from bot.messages import thread_approval_decided
-from runtime.decide import Actor
-from runtime.directory import StaticDirectory
-from runtime.gate import CARD_POST
-from runtime.outcomes import Completed, Paused
-from runtime.policy import PolicyFile
-from runtime.scope import Scope, scope_for
-from runtime.standing import StandingRefused
 from tests.unit.test_decisions import ALICE, BOB, CAROL, DANA, approval, engine_with, refunds
 
 UP_TO_50 = "args.order_id == 'A-1001' && args.amount_cents <= 5000"
@@ -228,7 +228,7 @@ def test_scopes() -> None:
 
 async def test_audit_verify_proves_every_use_from_the_chain(make_engine, db, clock,
                                                             ledger_path) -> None:
-    from runtime.audit import verify
+    from approvald.runtime.audit import verify
 
     engine = engine_with(make_engine, ledger_path)
     paused, standing = await grant_on_first(engine, db)
@@ -254,7 +254,7 @@ async def test_audit_verify_proves_every_use_from_the_chain(make_engine, db, clo
 
 async def test_audit_verify_refutes_a_use_outside_the_granted_scope(make_engine, db, clock,
                                                                     ledger_path) -> None:
-    from runtime.audit import verify
+    from approvald.runtime.audit import verify
 
     engine = engine_with(make_engine, ledger_path)
     _, standing = await grant_on_first(engine, db)

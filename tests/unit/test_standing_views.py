@@ -11,13 +11,13 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from approvald.bot import cards, views
+from approvald.bot import texts as T
+from approvald.bot.mrkdwn import units
+from approvald.bot.sandbox.blocks import block_problems
+from approvald.runtime.rules import holds
+from approvald.store.repos.standing import StandingRecord
 
-from bot import cards, views
-from bot import texts as T
-from bot.mrkdwn import units
-from bot.sandbox.blocks import block_problems
-from runtime.rules import holds
-from store.repos.standing import StandingRecord
 from tests.unit.test_batch_views import pending
 from tests.unit.test_cards import (
     HOSTILE,

@@ -6,12 +6,17 @@ import json
 from pathlib import Path
 
 import pytest
+from approvald.runtime.errors import StateVersionError
+from approvald.runtime.state import (
+    SCHEMA_VERSION,
+    AssistantMessage,
+    RunState,
+    ToolMessage,
+    upgrade_part,
+)
+from approvald.store.db import Database
+from approvald.store.models import RunEvent
 from sqlalchemy import insert, select
-
-from runtime.errors import StateVersionError
-from runtime.state import SCHEMA_VERSION, AssistantMessage, RunState, ToolMessage, upgrade_part
-from store.db import Database
-from store.models import RunEvent
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "state_v1.json"
 

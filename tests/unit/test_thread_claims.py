@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from bot import messages
-from bot.mrkdwn import units
-from runtime.clock import ManualClock
+from approvald.bot import messages
+from approvald.bot.mrkdwn import units
+from approvald.runtime.clock import ManualClock
 
 
 async def _run(make_engine) -> str:

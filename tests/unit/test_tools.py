@@ -5,11 +5,10 @@ from __future__ import annotations
 from typing import Literal
 
 import pytest
+from approvald.runtime.clock import ManualClock
+from approvald.runtime.errors import ConfigError, InvalidArguments
+from approvald.runtime.tools import ToolContext, tool
 from pydantic import BaseModel, Field
-
-from runtime.clock import ManualClock
-from runtime.errors import ConfigError, InvalidArguments
-from runtime.tools import ToolContext, tool
 
 
 @tool(permission="execute")

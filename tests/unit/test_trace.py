@@ -7,21 +7,20 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-
-from bot import trace_view
-from runtime.agent import Agent
-from runtime.clock import ManualClock
-from runtime.decide import Actor
-from runtime.demo import DemoLedger, refund_agent
-from runtime.models.base import ModelReply, Usage
-from runtime.models.openai import OpenAIChatModel
-from runtime.models.scripted import ScriptedModel, reply
-from runtime.outcomes import Completed, Paused
-from runtime.state import AssistantMessage, ToolCall, UserMessage
-from runtime.tools import tool
-from runtime.trace import Trace, build_trace, load_trace
-from store.db import Database
-from store.records import RunRecord
+from approvald.bot import trace_view
+from approvald.runtime.agent import Agent
+from approvald.runtime.clock import ManualClock
+from approvald.runtime.decide import Actor
+from approvald.runtime.demo import DemoLedger, refund_agent
+from approvald.runtime.models.base import ModelReply, Usage
+from approvald.runtime.models.openai import OpenAIChatModel
+from approvald.runtime.models.scripted import ScriptedModel, reply
+from approvald.runtime.outcomes import Completed, Paused
+from approvald.runtime.state import AssistantMessage, ToolCall, UserMessage
+from approvald.runtime.tools import tool
+from approvald.runtime.trace import Trace, build_trace, load_trace
+from approvald.store.db import Database
+from approvald.store.records import RunRecord
 
 ALICE = Actor("U_ALICE", "slack")
 TASK = "Refund order A-1001, customer was double charged"

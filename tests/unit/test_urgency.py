@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import asyncio
 
-from runtime.agent import Agent
-from runtime.decide import Actor
-from runtime.models.scripted import ScriptedModel, reply
-from runtime.outbox import DrainConfig, OutboxDrain
-from runtime.tools import ToolContext, tool
-from runtime.urgency import Urgency
-from runtime.worker import ResumeWorker
-from store.db import Database, WriteLock
+from approvald.runtime.agent import Agent
+from approvald.runtime.decide import Actor
+from approvald.runtime.models.scripted import ScriptedModel, reply
+from approvald.runtime.outbox import DrainConfig, OutboxDrain
+from approvald.runtime.tools import ToolContext, tool
+from approvald.runtime.urgency import Urgency
+from approvald.runtime.worker import ResumeWorker
+from approvald.store.db import Database, WriteLock
 
 ALICE = Actor("U_ALICE", "slack")
 

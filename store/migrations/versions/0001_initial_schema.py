@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
-
-import store.types
+from approvald.store.types import UTCDateTime
 
 revision = "0001"
 down_revision = None
@@ -30,7 +29,7 @@ def upgrade() -> None:
     op.create_table(
         "audit_log",
         sa.Column("seq", sa.Integer(), autoincrement=False, nullable=False),
-        sa.Column("at", store.types.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("at", UTCDateTime(timezone=True), nullable=False),
         sa.Column("action", sa.String(length=40), nullable=False),
         sa.Column("actor", sa.String(length=200), nullable=False),
         sa.Column("via", sa.String(length=200), nullable=False),
@@ -53,11 +52,11 @@ def upgrade() -> None:
         sa.Column("payload", sa.Text(), nullable=False),
         sa.Column("status", sa.String(length=16), nullable=False),
         sa.Column("attempts", sa.Integer(), nullable=False),
-        sa.Column("not_before", store.types.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("not_before", UTCDateTime(timezone=True), nullable=False),
         sa.Column("claimed_by", sa.String(length=200), nullable=True),
-        sa.Column("claimed_until", store.types.UTCDateTime(timezone=True), nullable=True),
-        sa.Column("created_at", store.types.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("delivered_at", store.types.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("claimed_until", UTCDateTime(timezone=True), nullable=True),
+        sa.Column("created_at", UTCDateTime(timezone=True), nullable=False),
+        sa.Column("delivered_at", UTCDateTime(timezone=True), nullable=True),
         sa.Column("last_error", sa.Text(), nullable=True),
         sa.Column("result", sa.Text(), nullable=True),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_outbox")),
@@ -82,9 +81,9 @@ def upgrade() -> None:
         sa.Column("inflight", sa.Text(), nullable=True),
         sa.Column("cancel_requested", sa.Boolean(), nullable=False),
         sa.Column("lease_owner", sa.String(length=200), nullable=True),
-        sa.Column("lease_expires_at", store.types.UTCDateTime(timezone=True), nullable=True),
-        sa.Column("created_at", store.types.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("updated_at", store.types.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("lease_expires_at", UTCDateTime(timezone=True), nullable=True),
+        sa.Column("created_at", UTCDateTime(timezone=True), nullable=False),
+        sa.Column("updated_at", UTCDateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_runs")),
     )
     with op.batch_alter_table("runs", schema=None) as batch_op:
@@ -113,11 +112,11 @@ def upgrade() -> None:
         sa.Column("packet", sa.Text(), nullable=False),
         sa.Column("requested_by", sa.String(length=200), nullable=False),
         sa.Column("token_nonce", sa.String(length=64), nullable=False),
-        sa.Column("requested_at", store.types.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("expires_at", store.types.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("requested_at", UTCDateTime(timezone=True), nullable=False),
+        sa.Column("expires_at", UTCDateTime(timezone=True), nullable=False),
         sa.Column("reminders_sent", sa.SmallInteger(), nullable=False),
-        sa.Column("next_reminder_at", store.types.UTCDateTime(timezone=True), nullable=True),
-        sa.Column("decided_at", store.types.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("next_reminder_at", UTCDateTime(timezone=True), nullable=True),
+        sa.Column("decided_at", UTCDateTime(timezone=True), nullable=True),
         sa.Column("decided_by", sa.String(length=200), nullable=True),
         sa.Column("decided_via", sa.String(length=200), nullable=True),
         sa.Column("verdict", sa.String(length=20), nullable=True),
@@ -172,8 +171,8 @@ def upgrade() -> None:
         sa.Column("error_class", sa.String(length=200), nullable=True),
         sa.Column("error", sa.Text(), nullable=True),
         sa.Column("attempts", sa.Integer(), nullable=False),
-        sa.Column("started_at", store.types.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("finished_at", store.types.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("started_at", UTCDateTime(timezone=True), nullable=False),
+        sa.Column("finished_at", UTCDateTime(timezone=True), nullable=True),
         sa.Column("latency_ms", sa.Float(), nullable=True),
         sa.ForeignKeyConstraint(
             ["run_id"], ["runs.id"], name=op.f("fk_tool_executions_run_id_runs")
@@ -187,7 +186,7 @@ def upgrade() -> None:
         sa.Column("verdict", sa.String(length=20), nullable=False),
         sa.Column("digest", sa.String(length=64), nullable=False),
         sa.Column("via", sa.String(length=200), nullable=False),
-        sa.Column("at", store.types.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("at", UTCDateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(
             ["approval_id"], ["approvals.id"], name=op.f("fk_approval_votes_approval_id_approvals")
         ),

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
-
-import store.types
+from approvald.store.types import UTCDateTime
 
 revision = "0002"
 down_revision = "0001"
@@ -25,7 +24,7 @@ def upgrade() -> None:
         batch_op.create_primary_key("pk_approval_votes", ["approval_id", "actor", "digest"])
     with op.batch_alter_table("approvals", schema=None) as batch_op:
         batch_op.add_column(sa.Column("edited_by", sa.String(length=200), nullable=True))
-        batch_op.add_column(sa.Column("edited_at", store.types.UTCDateTime(timezone=True),
+        batch_op.add_column(sa.Column("edited_at", UTCDateTime(timezone=True),
                                       nullable=True))
     with op.batch_alter_table("runs", schema=None) as batch_op:
         batch_op.add_column(sa.Column("cancel_requested_by", sa.String(length=200),

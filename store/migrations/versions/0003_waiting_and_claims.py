@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
-
-import store.types
+from approvald.store.types import UTCDateTime
 
 revision = "0003"
 down_revision = "0002"
@@ -20,27 +19,27 @@ depends_on = None
 
 def upgrade() -> None:
     with op.batch_alter_table("runs", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("wait_until", store.types.UTCDateTime(timezone=True),
+        batch_op.add_column(sa.Column("wait_until", UTCDateTime(timezone=True),
                                       nullable=True))
         batch_op.add_column(sa.Column("wait_reason", sa.Text(), nullable=True))
         batch_op.add_column(sa.Column("failures", sa.Integer(), server_default="0",
                                       nullable=False))
     with op.batch_alter_table("tool_executions", schema=None) as batch_op:
         batch_op.add_column(sa.Column("owner", sa.String(length=200), nullable=True))
-        batch_op.add_column(sa.Column("heard_at", store.types.UTCDateTime(timezone=True),
+        batch_op.add_column(sa.Column("heard_at", UTCDateTime(timezone=True),
                                       nullable=True))
     with op.batch_alter_table("outbox", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("give_up_at", store.types.UTCDateTime(timezone=True),
+        batch_op.add_column(sa.Column("give_up_at", UTCDateTime(timezone=True),
                                       nullable=True))
         batch_op.add_column(sa.Column("waits", sa.Integer(), server_default="0",
                                       nullable=False))
     with op.batch_alter_table("run_threads", schema=None) as batch_op:
         batch_op.alter_column("ts", existing_type=sa.String(length=40), nullable=True)
         batch_op.add_column(sa.Column("claimed_by", sa.String(length=200), nullable=True))
-        batch_op.add_column(sa.Column("claimed_until", store.types.UTCDateTime(timezone=True),
+        batch_op.add_column(sa.Column("claimed_until", UTCDateTime(timezone=True),
                                       nullable=True))
         batch_op.add_column(sa.Column("next_attempt_at",
-                                      store.types.UTCDateTime(timezone=True), nullable=True))
+                                      UTCDateTime(timezone=True), nullable=True))
         batch_op.add_column(sa.Column("failures", sa.Integer(), server_default="0",
                                       nullable=False))
         batch_op.add_column(sa.Column("reposts", sa.Integer(), server_default="0",
@@ -49,7 +48,7 @@ def upgrade() -> None:
         "limits",
         sa.Column("key", sa.String(length=120), nullable=False),
         sa.Column("tokens", sa.Float(), nullable=False),
-        sa.Column("updated_at", store.types.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("updated_at", UTCDateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("key", name=op.f("pk_limits")),
     )
 

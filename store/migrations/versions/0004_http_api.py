@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
-
-import store.types
+from approvald.store.types import UTCDateTime
 
 revision = "0004"
 down_revision = "0003"
@@ -25,9 +24,9 @@ def upgrade() -> None:
         sa.Column("name", sa.String(length=60), nullable=False),
         sa.Column("token_hash", sa.String(length=64), nullable=False),
         sa.Column("webhook_url", sa.Text(), nullable=True),
-        sa.Column("created_at", store.types.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("created_at", UTCDateTime(timezone=True), nullable=False),
         sa.Column("created_by", sa.String(length=200), nullable=False),
-        sa.Column("revoked_at", store.types.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("revoked_at", UTCDateTime(timezone=True), nullable=True),
         sa.Column("revoked_by", sa.String(length=200), nullable=True),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_api_tokens")),
         sa.UniqueConstraint("name", name=op.f("uq_api_tokens_name")),
@@ -48,8 +47,8 @@ def upgrade() -> None:
         sa.Column("webhook_url", sa.Text(), nullable=True),
         sa.Column("decided_approval", sa.String(length=32), nullable=True),
         sa.Column("result_digest", sa.String(length=64), nullable=True),
-        sa.Column("reported_at", store.types.UTCDateTime(timezone=True), nullable=True),
-        sa.Column("created_at", store.types.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("reported_at", UTCDateTime(timezone=True), nullable=True),
+        sa.Column("created_at", UTCDateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(["id"], ["runs.id"], name=op.f("fk_external_requests_id_runs")),
         sa.ForeignKeyConstraint(["token_id"], ["api_tokens.id"],
                                 name=op.f("fk_external_requests_token_id_api_tokens")),

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
-
-import store.types
+from approvald.store.types import UTCDateTime
 
 revision = "0005"
 down_revision = "0004"
@@ -32,9 +31,9 @@ def upgrade() -> None:
         sa.Column("status", sa.String(length=16), nullable=False),
         sa.Column("granted_on", sa.String(length=32), nullable=False),
         sa.Column("uses", sa.Integer(), nullable=False),
-        sa.Column("created_at", store.types.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("expires_at", store.types.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("revoked_at", store.types.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("created_at", UTCDateTime(timezone=True), nullable=False),
+        sa.Column("expires_at", UTCDateTime(timezone=True), nullable=False),
+        sa.Column("revoked_at", UTCDateTime(timezone=True), nullable=True),
         sa.Column("revoked_by", sa.String(length=200), nullable=True),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_standing_approvals")),
     )

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
-
-import store.types
+from approvald.store.types import UTCDateTime
 
 revision = "0006"
 down_revision = "0005"
@@ -30,8 +29,8 @@ def upgrade() -> None:
         sa.Column("requests", sa.Text(), nullable=False),
         sa.Column("status", sa.String(length=16), nullable=False),
         sa.Column("outcome", sa.Text(), nullable=True),
-        sa.Column("created_at", store.types.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("resumed_at", store.types.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("created_at", UTCDateTime(timezone=True), nullable=False),
+        sa.Column("resumed_at", UTCDateTime(timezone=True), nullable=True),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_adapter_pauses")),
         sa.UniqueConstraint("framework", "key", name=op.f("uq_adapter_pauses_framework_key")),
     )

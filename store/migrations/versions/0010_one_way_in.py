@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
-
-import store.types
+from approvald.store.types import UTCDateTime
 
 revision = "0010"
 down_revision = "0009"
@@ -41,7 +40,7 @@ def upgrade() -> None:  # nullable columns: no table rewrite on either database
         sa.Column("id", sa.Integer(), autoincrement=False, nullable=False),
         sa.Column("digest", sa.String(length=64), nullable=False),
         sa.Column("source", sa.Text(), nullable=False),
-        sa.Column("loaded_at", store.types.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("loaded_at", UTCDateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_policy_in_force")),
     )
 
