@@ -61,7 +61,7 @@ async def test_schemathesis_finds_nothing_against_a_real_serve(
             "--seed", "20261204", "--request-timeout", "15",
             "--header", f"Authorization: Bearer {made.token}",
             "--report", "junit", "--report-dir", str(tmp_path / "report"),
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, cwd=tmp_path,
             env={**os.environ, "NO_COLOR": "1", "SCHEMATHESIS_HOOKS": ""})
         out, _ = await asyncio.wait_for(proc.communicate(), float(seconds) * 4 + 60)
         report = out.decode(errors="replace")
