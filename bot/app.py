@@ -101,6 +101,10 @@ def check_slack_settings(s: Settings) -> None:
                           "Socket Mode)")
     if not s.channel:
         raise ConfigError("APPROVALD_CHANNEL is not set (the channel approval cards go to)")
+    secret = s.token_secret()
+    if not secret or len(secret.encode()) < 16:
+        raise ConfigError("APPROVALD_SECRET is not set or shorter than 16 characters "
+                          "(the key approval-button tokens are derived from)")
 
 
 class _DropTokenNotice(logging.Filter):
@@ -172,8 +176,34 @@ def authentic(verifier: SignatureVerifier | None, body: bytes,
     return verifier.is_valid(body=body, timestamp=timestamp, signature=signature)
 
 
+class SlackWeb:
+    """The Slack Web API as one process uses it: its client, the directory of user groups
+    read through it (made before the engine, which takes the directory), and one pooled
+    HTTP session (without it slack_sdk opens a new connection per call), opened when the
+    face starts so that nothing is left to close if start-up stops before."""
+
+    def __init__(self, settings: Settings) -> None:
+        check_slack_settings(settings)
+        assert settings.slack_bot_token is not None
+        self.client = AsyncWebClient(token=settings.slack_bot_token.get_secret_value(),
+                                     base_url=settings.slack_api_url)
+        self.directory = SlackDirectory(self.client)
+        self.http: aiohttp.ClientSession | None = None
+
+    def open(self) -> None:
+        if self.http is None:
+            self.http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
+            self.client.session = self.http
+
+    async def close(self) -> None:
+        if self.http is not None:
+            await self.http.close()
+            self.http = None
+            self.client.session = None
+
+
 class SlackService:
-    def __init__(self, settings: Settings, engine: Engine, *,
+    def __init__(self, settings: Settings, engine: Engine, slack_web: SlackWeb, *,
                  ops_routes: Callable[[web.Application], None] | None = None) -> None:
         check_slack_settings(settings)
         self.ops_routes = ops_routes  # /healthz, /readyz, /v1 (see bot/metrics.py)
@@ -183,12 +213,8 @@ class SlackService:
         assert settings.slack_bot_token is not None and settings.channel is not None
         self.settings = settings
         self.engine = engine
-        # one pooled HTTP session: without it slack_sdk opens a new connection per call
-        self.http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
-        self.client = AsyncWebClient(token=settings.slack_bot_token.get_secret_value(),
-                                     base_url=settings.slack_api_url, session=self.http)
-        engine.directory = SlackDirectory(self.client)
-        engine.intake.directory = engine.directory  # (issue 37: assembled once, not swapped)
+        self.web = slack_web
+        self.client = slack_web.client
         socket = settings.slack_app_token is not None
         self.mode = "Socket Mode" if socket else f"HTTP on port {settings.port}"
         secret = settings.slack_signing_secret
@@ -267,6 +293,7 @@ class SlackService:
     async def start(self) -> None:
         """Set the face up without talking to Slack: bind the HTTP listener (HTTP mode) or
         prepare the Socket Mode client. :meth:`connect` does the talking."""
+        self.web.open()
         if self.settings.slack_app_token is not None:
             from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
 
@@ -361,4 +388,4 @@ class SlackService:
                 await asyncio.wait_for(self._socket.close_async(), CLOSE_TIMEOUT)
         if self._runner is not None:
             await self._runner.cleanup()
-        await self.http.close()
+        await self.web.close()

@@ -436,7 +436,7 @@ async def decide_batch(engine: Engine, a: argparse.Namespace, as_user: str,
 
     actor = Actor(as_user, f"cli:{operator().removeprefix('cli:')}")
     try:
-        outcomes = await decide_each(engine, [Target(i) for i in a.id], actor=actor,
+        outcomes = await decide_each(engine.decisions, [Target(i) for i in a.id], actor=actor,
                                      verdict="approve" if verdict == "approve" else "deny",
                                      reason=getattr(a, "reason", None))
     except ValueError as exc:
@@ -665,9 +665,9 @@ class _Parser(argparse.ArgumentParser):
 
 async def cmd_eval(s: Settings, a: argparse.Namespace) -> int:
     # runs nothing in APPROVALD_DATABASE_URL: every journey gets a scratch database
+    from approvald.bot.evals.dataset import load_dataset
+    from approvald.bot.evals.evaluate import evaluate, table
     from approvald.bot.wiring import build_registry
-    from approvald.runtime.evals.dataset import load_dataset
-    from approvald.runtime.evals.evaluate import evaluate, table
     from approvald.store.scratch import ScratchDatabases
 
     def report_path(path: str) -> str:

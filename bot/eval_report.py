@@ -15,8 +15,8 @@ from html import escape
 from typing import Any
 
 from approvald.bot import trace_view
-from approvald.runtime.evals.evaluate import Report, Row
-from approvald.runtime.evals.score import SCORES
+from approvald.bot.evals.evaluate import Report, Row
+from approvald.bot.evals.score import SCORES
 
 WHAT = {  # what each score checks, for the bars' and the columns' tooltips
     "completion": "the run's final status and its final answer",

@@ -534,7 +534,7 @@ class Handlers:
                                 selected=len(targets)) as span:
             try:
                 outcomes = await decide_each(
-                    self.e, [Target(i, token) for i, token in targets],
+                    self.e.decisions, [Target(i, token) for i, token in targets],
                     actor=Actor(user, "slack"), verdict=verdict, reason=reason)
             except ValueError as exc:  # refused as a whole, before anything was decided
                 span.set(outcome="refused")

@@ -40,10 +40,9 @@ from approvald.runtime import audit, retention
 from approvald.runtime.clock import Clock
 from approvald.runtime.engine import Engine
 from approvald.runtime.errors import ConfigError
-from approvald.runtime.outbox import Deliverer, OutboxDrain
+from approvald.runtime.outbox import Deliverer
 from approvald.runtime.policy import parse_duration
-from approvald.runtime.scheduler import ExpiryScheduler
-from approvald.runtime.worker import ResumeWorker
+from approvald.runtime.tracing import Tracer
 from approvald.store.db import Database
 from approvald.store.wakeups import Wakeups
 
@@ -59,18 +58,21 @@ class Service:
     """Everything ``serve`` runs, startable and stoppable in-process (tests use it too)."""
 
     def __init__(self, settings: Settings, db: Database, *, clock: Clock | None = None,
+                 tracer: Tracer | None = None,
                  stop_event: asyncio.Event | None = None) -> None:
         self.settings = settings
         self.db = db
-        self.engine: Engine = build_engine(settings, db)
-        if clock is not None:
-            self.engine.clock = clock
-            self.engine.ledger.clock = clock
-        self.stop_event = stop_event or asyncio.Event()
         self.meter = PrometheusMeter()
-        self.engine.meter = self.meter
         self.tracing = tracing_from_environment()  # off unless OTEL_* variables ask
-        self.engine.tracer = self.tracing.tracer
+        web = None
+        if settings.slack_configured:
+            from approvald.bot.app import SlackWeb
+
+            web = SlackWeb(settings)  # its directory tells who is in a user group
+        self.engine: Engine = build_engine(
+            settings, db, clock=clock, meter=self.meter, tracer=tracer or self.tracing.tracer,
+            directory=web.directory if web is not None else None)
+        self.stop_event = stop_event or asyncio.Event()
         self.slack = None
         self.readiness = Readiness(db)
         self._ops_runner: web.AppRunner | None = None
@@ -80,17 +82,17 @@ class Service:
         # /v1 on the same listener as /slack/events (or /healthz), its webhooks on the drain
         self.api = HttpApi(self.engine, settings, stop=self.stop_event)
         deliverer: Deliverer
-        if settings.slack_configured:
+        if web is not None:
             from approvald.bot.app import SlackService
 
-            self.slack = SlackService(settings, self.engine, ops_routes=self._ops_routes)
+            self.slack = SlackService(settings, self.engine, web, ops_routes=self._ops_routes)
             deliverer = self.slack.deliverer
         else:
             deliverer = LogDeliverer()
-        self.drain = OutboxDrain(self.engine, self.api.deliverer(deliverer))
-        self.worker = ResumeWorker(self.engine, poll_interval=settings.poll_interval)
-        self.scheduler = ExpiryScheduler(
-            self.engine, sweep_interval=timedelta(seconds=settings.sweep_interval))
+        self.drain = self.engine.drain(self.api.deliverer(deliverer))
+        self.worker = self.engine.worker(poll_interval=settings.poll_interval)
+        self.scheduler = self.engine.expiry_scheduler(
+            sweep_interval=timedelta(seconds=settings.sweep_interval))
         self.engine.on_outbox(self.drain.wake)
         # other replicas on the same PostgreSQL database hear of what this one commits
         self.wakeups = Wakeups(db, origin=self.engine.owner, on_signal=self._woken)

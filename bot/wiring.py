@@ -1,4 +1,6 @@
-"""Composition: settings -> database, agents, policy, engine. The only place they meet."""
+"""From the settings to what :func:`approvald.runtime.engine.assemble` is built from: the
+database (its schema brought up to date), the agents and the policy file, the clock, the
+token signer and the audit key. Every command and ``serve`` build their engine here."""
 
 from __future__ import annotations
 
@@ -12,12 +14,15 @@ from approvald.bot.config import Settings, default_database_path
 from approvald.runtime import failpoints
 from approvald.runtime.agent import Registry
 from approvald.runtime.audit import AuditKey
-from approvald.runtime.clock import FileClock, SystemClock
+from approvald.runtime.clock import Clock, FileClock, SystemClock
 from approvald.runtime.demo import demo_agents
-from approvald.runtime.engine import Engine, EngineConfig
+from approvald.runtime.directory import Directory
+from approvald.runtime.engine import Engine, EngineConfig, assemble
 from approvald.runtime.errors import ConfigError
 from approvald.runtime.ids import TokenSigner
+from approvald.runtime.metrics import Meter
 from approvald.runtime.policy import PolicyFile, load_policy_file
+from approvald.runtime.tracing import Tracer
 from approvald.store import migrate
 from approvald.store.db import Database
 from sqlalchemy.exc import DBAPIError
@@ -43,11 +48,17 @@ def build_registry(settings: Settings) -> Registry:
     return registry
 
 
-def build_engine(settings: Settings, db: Database, *, require_tokens: bool = False) -> Engine:
+def build_engine(settings: Settings, db: Database, *, require_tokens: bool = False,
+                 clock: Clock | None = None, meter: Meter | None = None,
+                 tracer: Tracer | None = None, directory: Directory | None = None) -> Engine:
+    """The engine of the settings (``serve`` passes its own clock, meter, tracer and Slack
+    directory; the CLI takes the defaults)."""
     secret = settings.token_secret()
-    return Engine(
+    return assemble(
         db, build_registry(settings),
-        clock=FileClock(settings.clock_file) if settings.clock_file else SystemClock(),
+        clock=clock or (FileClock(settings.clock_file) if settings.clock_file
+                        else SystemClock()),
+        meter=meter, tracer=tracer, directory=directory,
         config=EngineConfig(lease_ttl=timedelta(seconds=settings.lease_ttl),
                             max_payload_bytes=settings.max_payload),
         # a secret too short to key tokens leaves the engine without one; the Slack face

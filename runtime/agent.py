@@ -67,9 +67,19 @@ class Registry:
 
     def __init__(self, agents: Iterable[Agent] = (), policy: PolicyFile | None = None) -> None:
         self._agents: dict[str, Agent] = {}
-        self.policy = policy or PolicyFile()
+        self._policy = policy or PolicyFile()
         for a in agents:
             self.add(a)
+
+    @property
+    def policy(self) -> PolicyFile:
+        """The policy file in force (every part reads it through here)."""
+        return self._policy
+
+    def use_policy(self, policy: PolicyFile) -> None:
+        """Put ``policy`` in force for requests not yet made (the stored request decides
+        the others): what a process that reloads its policy file does."""
+        self._policy = policy
 
     def add(self, agent: Agent) -> None:
         if agent.name in self._agents:

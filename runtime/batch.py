@@ -2,7 +2,7 @@
 approve ID…``) without weakening any one decision.
 
 There is no batch transaction: each request is decided by its own call to
-:meth:`runtime.engine.Engine.decide`, so each gets its own authorisation check, its own
+:meth:`runtime.decisions.Decisions.decide`, so each gets its own authorisation check, its own
 compare-and-set on status, expiry and digest, and its own audit entry, exactly as a click
 on its card would. One refused request (decided elsewhere a moment before, expired, not
 this approver's, its arguments edited since the list was drawn) changes nothing else:
@@ -13,13 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from approvald.runtime.decide import Actor, Decision
+from approvald.runtime.decisions import Decisions
 from approvald.runtime.errors import DecisionRefused, NotFound
-
-if TYPE_CHECKING:
-    from approvald.runtime.engine import Engine
 
 MAX_BATCH = 100  # requests one batch may decide
 BatchVerdict = Literal["approve", "deny"]
@@ -48,7 +46,7 @@ class Outcome:
         return self.decision is not None
 
 
-async def decide_each(engine: Engine, targets: Sequence[Target], *, actor: Actor,
+async def decide_each(decisions: Decisions, targets: Sequence[Target], *, actor: Actor,
                       verdict: BatchVerdict, reason: str | None = None) -> list[Outcome]:
     """Decide every target in order (a repeated id once), each on its own; never raises
     for one request's refusal. ValueError for a batch that is empty or too large, or a
@@ -66,7 +64,7 @@ async def decide_each(engine: Engine, targets: Sequence[Target], *, actor: Actor
             continue
         seen.add(t.approval_id)
         try:
-            decision = await engine.decide(t.approval_id, actor=actor, verdict=verdict,
+            decision = await decisions.decide(t.approval_id, actor=actor, verdict=verdict,
                                            reason=reason, token=t.token)
         except DecisionRefused as exc:
             out.append(Outcome(t.approval_id, refused=str(exc), code=exc.reason))

@@ -18,27 +18,29 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from datetime import datetime, timedelta
+from typing import Any, Literal
 
 from approvald.runtime import prefix
+from approvald.runtime.audit import AuditTrail
 from approvald.runtime.canonical import call_digest, compact_json
-from approvald.runtime.directory import DirectoryError, is_approver
-from approvald.runtime.errors import DecisionRefused, InvalidArguments, NotFound
-from approvald.runtime.expiry import SweepResult
+from approvald.runtime.clock import Clock
+from approvald.runtime.directory import Directory, DirectoryError, is_approver
+from approvald.runtime.errors import DecisionRefused, InvalidArguments, NotFound, Refusal
+from approvald.runtime.expiry import Expiry, SweepResult
 from approvald.runtime.failpoints import failpoint
-from approvald.runtime.gate import CARD_UPDATE
-from approvald.runtime.ids import lease_id
+from approvald.runtime.gate import CARD_UPDATE, Gate
+from approvald.runtime.ids import TokenSigner, lease_id
+from approvald.runtime.limits import PayloadCap
 from approvald.runtime.packet import edited_packet, impact_of
-from approvald.runtime.policy import ApprovalPolicy, CallPolicy
-from approvald.store.db import is_store_failure
+from approvald.runtime.policy import ApprovalPolicy, CallPolicy, PolicyFile
+from approvald.runtime.signals import Signals
+from approvald.runtime.tools import Tool
+from approvald.store.db import Database, is_store_failure
 from approvald.store.records import ApprovalRecord
 from approvald.store.repos import Tx
-
-if TYPE_CHECKING:
-    from approvald.runtime.engine import Engine
 
 log = logging.getLogger("approvald.decide")
 
@@ -116,7 +118,7 @@ def _json_object(raw: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _refuse(a: ApprovalRecord, code: str, message: str, **fields: Any) -> DecisionRefused:
+def _refuse(a: ApprovalRecord, code: Refusal, message: str, **fields: Any) -> DecisionRefused:
     return DecisionRefused(message, reason=code, status=a.status, approval_id=a.id,
                            run_id=a.run_id, **fields)
 
@@ -144,12 +146,33 @@ def counted(a: ApprovalRecord, voters: Sequence[str], digest: str | None = None)
 
 
 class Decider:
-    def __init__(self, engine: Engine) -> None:
-        self.e = engine
+    """Records decisions, each one transaction (see the module docstring). The caller's
+    front door is :class:`runtime.decisions.Decisions`, which traces, measures and tells
+    the process about each one."""
+
+    def __init__(self, db: Database, clock: Clock, audit: AuditTrail, directory: Directory,
+                 tool_for: Callable[[ApprovalRecord], Awaitable[Tool]],
+                 policy: Callable[[], PolicyFile], cap: PayloadCap, gate: Gate,
+                 expiry: Expiry, signals: Signals, *, owner: str, lease_ttl: timedelta,
+                 signer: TokenSigner | None = None, require_tokens: bool = False) -> None:
+        self.db = db
+        self.clock = clock
+        self.audit = audit
+        self.directory = directory
+        self.tool_for = tool_for  # the tool an edit is validated against
+        self.policy = policy  # the policy file in force (an edit stays in its band)
+        self.cap = cap
+        self.gate = gate
+        self.expiry = expiry
+        self.signals = signals
+        self.owner = owner
+        self.lease_ttl = lease_ttl  # a decision that makes a run ready leases it (see _claim)
+        self.signer = signer
+        self.require_tokens = require_tokens
 
     async def get(self, approval_id: str) -> ApprovalRecord:
         """A request by id or unambiguous id prefix (see :func:`runtime.prefix.resolve`)."""
-        async with self.e.db.read() as tx:
+        async with self.db.read() as tx:
             return await prefix.resolve("approval", approval_id, tx.approvals.get,
                                         tx.approvals.find, field="approval_id")
 
@@ -157,15 +180,15 @@ class Decider:
         """Raise :class:`DecisionRefused` unless ``actor`` may decide ``a`` under its snapshot."""
         policy = ApprovalPolicy.from_snapshot(a.policy)
         if actor.id == a.requested_by and not policy.allow_self_approval:
-            raise _refuse(a, "self_approval",
+            raise _refuse(a, Refusal.SELF_APPROVAL,
                           f"{actor.id} started this run and may not approve its calls")
         approvers = a.approvers_value()
         try:
-            if await is_approver(self.e.directory, approvers, actor.id):
+            if await is_approver(self.directory, approvers, actor.id):
                 return
         except DirectoryError as exc:
-            raise _refuse(a, "directory_unavailable", str(exc)) from None
-        raise _refuse(a, "not_authorized",
+            raise _refuse(a, Refusal.DIRECTORY_UNAVAILABLE, str(exc)) from None
+        raise _refuse(a, Refusal.NOT_AUTHORIZED,
                       f"{actor.id} is not an approver for this request "
                       f"(approvers: {', '.join(approvers)})")
 
@@ -175,20 +198,20 @@ class Decider:
 
         Decisions run this on the row they locked; opening a modal runs it as a preflight.
         """
-        if token is not None or self.e.require_tokens:
-            signer = self.e.signer
+        if token is not None or self.require_tokens:
+            signer = self.signer
             check = "bad" if token is None or signer is None else signer.check(
                 a.id, a.token_nonce, token, digest=a.effective_digest, original=a.digest)
             if check == "stale":
-                raise _refuse(a, "stale_card",
+                raise _refuse(a, Refusal.STALE_CARD,
                               "the arguments were edited after this card was drawn; the card "
                               "now shows the new ones: review them and decide again")
             if check != "ok":
-                raise _refuse(a, "bad_token", "this button does not belong to a live request")
+                raise _refuse(a, Refusal.BAD_TOKEN, "this button does not belong to a live request")
         if a.status != "pending":
-            raise _refuse(a, "not_pending", not_pending_message(a))
-        if (now or self.e.clock.now()) >= a.expires_at:
-            raise _refuse(a, "expired",
+            raise _refuse(a, Refusal.NOT_PENDING, not_pending_message(a))
+        if (now or self.clock.now()) >= a.expires_at:
+            raise _refuse(a, Refusal.EXPIRED,
                           f"approval {a.id} expired at {a.expires_at.isoformat()}; "
                           "a decision after that does not count")
 
@@ -219,7 +242,7 @@ class Decider:
 
         try:
             # the clicker's request is held open until this commits: it goes first
-            decision = await self.e.db.transact(attempt, since=at.since,
+            decision = await self.db.transact(attempt, since=at.since,
                                                 what=f"decision on approval {a0.id}")
         except DecisionRefused as refusal:
             await self._record_refusal(a0, at, refusal)
@@ -231,20 +254,21 @@ class Decider:
     async def _precheck(self, a: ApprovalRecord, at: _Attempt, args: Any) -> None:
         allowed = TOOL_VERDICTS if a.kind == "tool_call" else QUESTION_VERDICTS
         if at.verdict not in allowed:
-            raise _refuse(a, "wrong_kind",
+            raise _refuse(a, Refusal.WRONG_KIND,
                           f"{at.verdict!r} does not answer a {a.kind} request "
                           f"(use one of: {', '.join(allowed)})")
         if at.verdict == "redirect":
             if not at.reason:
-                raise _refuse(a, "guidance_required",
+                raise _refuse(a, Refusal.GUIDANCE_REQUIRED,
                               "a redirect needs guidance: what the agent should do instead")
             if len(at.reason) > MAX_REASON:
-                raise _refuse(a, "guidance_too_long",
+                raise _refuse(a, Refusal.GUIDANCE_TOO_LONG,
                               f"guidance is at most {MAX_REASON} characters")
         if at.verdict in ("deny", "abort") and not at.reason:
-            raise _refuse(a, "reason_required", "a denial needs a reason")
+            raise _refuse(a, Refusal.REASON_REQUIRED, "a denial needs a reason")
         if at.reason and len(at.reason) > MAX_REASON:
-            raise _refuse(a, "reason_too_long", f"a reason is at most {MAX_REASON} characters")
+            raise _refuse(a, Refusal.REASON_TOO_LONG,
+                          f"a reason is at most {MAX_REASON} characters")
         if at.verdict == "edit":
             at.edited, at.edited_impact = await self._validate_edit(a, args)
         # who may decide is fixed per request (an escalation is a new request), so the
@@ -255,17 +279,17 @@ class Decider:
                              args: Any) -> tuple[dict[str, Any], str | None]:
         """The edited arguments as the tool validates them, and their impact."""
         try:
-            tool = await self.e.tool_for(a)
+            tool = await self.tool_for(a)
         except NotFound as exc:
-            raise _refuse(a, "invalid_arguments", str(exc)) from None
+            raise _refuse(a, Refusal.INVALID_ARGUMENTS, str(exc)) from None
         try:
             edited = tool.validate(args)
-            self.e.check_payload(compact_json(edited), what="edited arguments")
+            self.cap.check(compact_json(edited), what="edited arguments")
         except InvalidArguments as exc:
-            raise _refuse(a, "invalid_arguments", str(exc), errors=exc.errors) from None
+            raise _refuse(a, Refusal.INVALID_ARGUMENTS, str(exc), errors=exc.errors) from None
         except Exception as exc:  # PayloadTooLarge
-            raise _refuse(a, "invalid_arguments", str(exc)) from None
-        rules = self.e.registry.policy
+            raise _refuse(a, Refusal.INVALID_ARGUMENTS, str(exc)) from None
+        rules = self.policy()
         self._same_rules(a, tool.name,
                          rules.for_call(tool.name, tool.policy, tool.approval,
                                         a.effective_args()),
@@ -294,12 +318,12 @@ class Decider:
         else:
             why = f"the edited arguments fall under {where}, not under {was} as the " \
                   "request's do"
-        raise _refuse(a, "rule_changed", f"{why}; an edit cannot move a call to other "
+        raise _refuse(a, Refusal.RULE_CHANGED, f"{why}; an edit cannot move a call to other "
                       "rules: deny it and let the agent ask for the call it needs")
 
     # -- the transaction ------------------------------------------------------------------
     async def _decide_in(self, tx: Tx, a0: ApprovalRecord, at: _Attempt) -> Decision:
-        now = self.e.clock.now()
+        now = self.clock.now()
         await tx.runs.lock(a0.run_id)  # the one lock order: run, approval, audit head
         a = await tx.approvals.lock(a0.id)
         assert a is not None  # approvals are never deleted
@@ -307,7 +331,7 @@ class Decider:
         if at.refusal is not None:
             raise at.refusal
         if at.expect_digest and not a.effective_digest.startswith(at.expect_digest):
-            raise _refuse(a, "stale_card",
+            raise _refuse(a, Refusal.STALE_CARD,
                           f"the arguments of approval {a.id} changed (digest now "
                           f"{a.effective_digest[:12]}): review them and decide again")
         if a.kind == "tool_call":
@@ -323,7 +347,7 @@ class Decider:
         if at.edited is not None:
             new = call_digest(a.tool, at.edited)
             if new == digest and policy.edits == "propose":
-                raise _refuse(a, "unchanged", "the edited arguments are the current ones")
+                raise _refuse(a, Refusal.UNCHANGED, "the edited arguments are the current ones")
             if new != digest:
                 earlier = await tx.approvals.approvers_on(a.id, digest)
                 # the request's words stay as asked; the edit's impact goes beside them
@@ -333,9 +357,9 @@ class Decider:
                         a.id, edited_args=compact_json(at.edited), edited_digest=new,
                         edited_by=actor.id, edited_at=now, expect_digest=digest,
                         packet=compact_json(packet)):
-                    raise _refuse(a, "not_pending", not_pending_message(a))
+                    raise _refuse(a, Refusal.NOT_PENDING, not_pending_message(a))
                 discarded = tuple(v for v in earlier if v != actor.id)
-                self.e.audit.record(
+                self.audit.record(
                     tx, at=now, action="edited", actor=actor.id, via=actor.via,
                     run_id=a.run_id, approval_id=a.id, digest=new,
                     details={"tool": a.tool, "args": at.edited, "mode": policy.edits,
@@ -350,12 +374,12 @@ class Decider:
         vote = verdict if verdict in FINAL_VERDICTS else "approve"
         if vote == "approve" and at.edited is None and policy.edits == "propose" \
                 and a.edited_by == actor.id and a.edited_digest == digest:
-            raise _refuse(a, "own_edit",
+            raise _refuse(a, Refusal.OWN_EDIT,
                           f"{actor.id} proposed these arguments; someone else must approve them")
         if not await tx.approvals.add_vote(approval_id=a.id, actor=actor.id, verdict=vote,
                                            digest=digest, via=actor.via, at=now):
             if at.edited is None:
-                raise _refuse(a, "already_voted",
+                raise _refuse(a, Refusal.ALREADY_VOTED,
                               f"{actor.id} already voted on these arguments of approval {a.id}")
             # an edit back to arguments this editor had approved: that vote stands
         if vote in FINAL_VERDICTS:
@@ -367,9 +391,9 @@ class Decider:
                 decided_by=actor.id, decided_via=actor.via, verdict=vote, reason=at.reason,
                 **at.traced())
             if done is None:
-                raise _refuse(a, "not_pending", not_pending_message(a))
+                raise _refuse(a, Refusal.NOT_PENDING, not_pending_message(a))
             said = "guidance" if vote == "redirect" else "reason"
-            self.e.audit.record(tx, at=now, action=status, actor=actor.id, via=actor.via,
+            self.audit.record(tx, at=now, action=status, actor=actor.id, via=actor.via,
                                 run_id=a.run_id, approval_id=a.id, digest=digest,
                                 details={"tool": a.tool, "args": done.effective_args(),
                                          said: at.reason})
@@ -380,7 +404,7 @@ class Decider:
         voters = counted(a, voters, digest)
         if len(voters) < a.quorum:
             await tx.approvals.set_count(a.id, len(voters))
-            self.e.audit.record(tx, at=now, action="voted", actor=actor.id, via=actor.via,
+            self.audit.record(tx, at=now, action="voted", actor=actor.id, via=actor.via,
                                 run_id=a.run_id, approval_id=a.id, digest=digest,
                                 details={"tool": a.tool, "args": at.edited or a.effective_args(),
                                          "approvals": len(voters), "quorum": a.quorum,
@@ -392,8 +416,8 @@ class Decider:
             decided_by=actor.id, decided_via=actor.via, verdict=verdict, reason=at.reason,
             approve_count=len(voters), **at.traced())
         if done is None:
-            raise _refuse(a, "not_pending", not_pending_message(a))
-        self.e.audit.record(tx, at=now, action="approved", actor=actor.id, via=actor.via,
+            raise _refuse(a, Refusal.NOT_PENDING, not_pending_message(a))
+        self.audit.record(tx, at=now, action="approved", actor=actor.id, via=actor.via,
                             run_id=a.run_id, approval_id=a.id, digest=digest,
                             details={"tool": a.tool, "args": done.effective_args(),
                                      "approvers": voters, "quorum": a.quorum,
@@ -409,10 +433,10 @@ class Decider:
             a.id, to=to, before=now, decided_at=now, decided_by=actor.id,
             decided_via=actor.via, verdict=verdict, reason=reason, **at.traced())
         if done is None:
-            raise _refuse(a, "not_pending", not_pending_message(a))
+            raise _refuse(a, Refusal.NOT_PENDING, not_pending_message(a))
         await tx.approvals.add_vote(approval_id=a.id, actor=actor.id, verdict=verdict,
                                     digest=a.digest, via=actor.via, at=now)
-        self.e.audit.record(tx, at=now, action="outcome_resolved", actor=actor.id,
+        self.audit.record(tx, at=now, action="outcome_resolved", actor=actor.id,
                             via=actor.via, run_id=a.run_id, approval_id=a.id, digest=a.digest,
                             details={"tool": a.tool, "args": a.args_value(), "verdict": verdict,
                                      "reason": reason})
@@ -426,9 +450,9 @@ class Decider:
         if verdict == "abort":
             await tx.runs.update(a.run_id, expect_status=["needs_attention"], status="cancelled",
                                  error=f"aborted by {actor.id}: {reason}", updated_at=now)
-            await self.e.gate.cancel_pending(tx, a.run_id, actor=actor.id, via=actor.via,
+            await self.gate.cancel_pending(tx, a.run_id, actor=actor.id, via=actor.via,
                                              reason=reason)
-            self.e.audit.record(tx, at=now, action="cancelled", actor=actor.id, via=actor.via,
+            self.audit.record(tx, at=now, action="cancelled", actor=actor.id, via=actor.via,
                                 run_id=a.run_id, approval_id=a.id, digest=a.digest,
                                 details={"reason": reason})
             return Decision(done, verdict, 0, 1, False)
@@ -446,11 +470,11 @@ class Decider:
         """Set the run ``running`` if nothing of ``kind`` is pending any more: (woken, the
         lease id it was leased under, if this engine's worker takes decided runs). The
         lease rides in the decision's own statement: the resumed run needs no claim."""
-        now = self.e.clock.now()
-        owner = lease_id(self.e.owner) if self.e.takes_decided else None
+        now = self.clock.now()
+        owner = lease_id(self.owner) if self.signals.takes_decided else None
         woken = await tx.runs.wake_if_idle(
             run_id, kind=kind, now=now, from_status=from_status,
-            lease=None if owner is None else (owner, now + self.e.config.lease_ttl))
+            lease=None if owner is None else (owner, now + self.lease_ttl))
         if woken is None:
             return False, None
         return True, owner if woken.leased else None
@@ -464,7 +488,7 @@ class Decider:
 
     async def _update_card(self, tx: Tx, a: ApprovalRecord) -> None:
         await tx.outbox.add(kind=CARD_UPDATE, group_key=a.id,
-                            payload=compact_json({"approval_id": a.id}), now=self.e.clock.now())
+                            payload=compact_json({"approval_id": a.id}), now=self.clock.now())
 
     # -- a refusal: the audit entry, and an overdue request settled on the way ----------
     async def _record_refusal(self, a0: ApprovalRecord, at: _Attempt,
@@ -472,14 +496,14 @@ class Decider:
         settle = True
 
         async def record(tx: Tx) -> SweepResult:
-            now = self.e.clock.now()
+            now = self.clock.now()
             await tx.runs.lock(a0.run_id)
             a = await tx.approvals.lock(a0.id)
             assert a is not None
             settled = SweepResult()
             if settle and a.status == "pending" and now >= a.expires_at:
-                settled = await self.e.expiry.settle_overdue(tx, [a.id], now=now)
-            self.e.audit.record(
+                settled = await self.expiry.settle_overdue(tx, [a.id], now=now)
+            self.audit.record(
                 tx, at=now, action="refused", actor=at.actor.id, via=at.actor.via,
                 run_id=a.run_id, approval_id=a.id, digest=a.effective_digest,
                 details={"reason": refusal.reason, "verdict": at.verdict, "tool": a.tool,
@@ -487,7 +511,7 @@ class Decider:
             return settled
 
         try:
-            at.side = await self.e.db.transact(record, since=at.since,
+            at.side = await self.db.transact(record, since=at.since,
                                                what=f"refusal on approval {a0.id}")
         except Exception as exc:
             if is_store_failure(exc):
@@ -498,7 +522,7 @@ class Decider:
             log.error("approval %s: its expiry could not be applied with the refusal (%s); "
                       "the sweep settles it", a0.id, exc)
             settle = False
-            at.side = await self.e.db.transact(record, since=at.since,
+            at.side = await self.db.transact(record, since=at.since,
                                                what=f"refusal on approval {a0.id}")
-            await self.e.expiry.sweep(only=[a0.id])  # (it tells what it settled)
-        self.e.expiry.announce(at.side)
+            await self.expiry.sweep(only=[a0.id])  # (it tells what it settled)
+        self.expiry.announce(at.side)

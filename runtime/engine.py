@@ -10,34 +10,43 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from approvald.runtime import prefix
+from approvald.runtime.adapters.gate import ApprovalGate
 from approvald.runtime.agent import Registry
 from approvald.runtime.audit import AuditKey, AuditTrail
 from approvald.runtime.clock import Clock, SystemClock
 from approvald.runtime.decide import Actor, Decider, Decision, Verdict
+from approvald.runtime.decisions import Decisions
 from approvald.runtime.directory import Directory, StaticDirectory
-from approvald.runtime.errors import ApprovaldError, DecisionRefused, NotFound, PayloadTooLarge
+from approvald.runtime.errors import ApprovaldError, NotFound
 from approvald.runtime.expiry import Expiry
-from approvald.runtime.external import ExternalRequests, is_external
+from approvald.runtime.external import ExternalRequests
 from approvald.runtime.gate import Gate
-from approvald.runtime.ids import TokenSigner, lease_id, new_id, owner_is_dead, worker_id
-from approvald.runtime.intake import Intake
+from approvald.runtime.ids import TokenSigner, lease_id, new_id
+from approvald.runtime.intake import Intake, Tighten
 from approvald.runtime.ledger import Ledger
+from approvald.runtime.limits import DEFAULT_MAX_PAYLOAD, PayloadCap
 from approvald.runtime.metrics import DecidedRuns, Meter
+from approvald.runtime.outbox import Deliverer, DrainConfig, OutboxDrain
 from approvald.runtime.outcomes import Outcome
+from approvald.runtime.owners import Owners
+from approvald.runtime.policy import PolicyFile
 from approvald.runtime.runner import Runner
+from approvald.runtime.scheduler import ExpiryScheduler
+from approvald.runtime.signals import Signals
 from approvald.runtime.standing import StandingApprovals
 from approvald.runtime.state import FINAL_STATUSES, RunState, UserMessage
+from approvald.runtime.tool_lookup import ToolLookup
 from approvald.runtime.tools import Tool
 from approvald.runtime.tracing import Tracer
 from approvald.runtime.transcript import build_state, encode
 from approvald.runtime.urgency import Urgency
+from approvald.runtime.worker import ResumeWorker
 from approvald.store.db import Database
 from approvald.store.records import ApprovalRecord, RunRecord
 from approvald.store.repos import Tx
@@ -48,76 +57,181 @@ log = logging.getLogger("approvald.engine")
 @dataclass(frozen=True)
 class EngineConfig:
     lease_ttl: timedelta = timedelta(seconds=30)
-    max_payload_bytes: int = 256 * 1024
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD
+
+
+@dataclass(frozen=True)
+class Parts:
+    """What :func:`assemble` built, each part from exactly the collaborators it uses."""
+
+    db: Database
+    registry: Registry
+    clock: Clock
+    config: EngineConfig
+    directory: Directory
+    signer: TokenSigner | None
+    require_tokens: bool
+    owners: Owners
+    audit: AuditTrail
+    cap: PayloadCap
+    signals: Signals
+    urgency: Urgency
+    meter: Meter
+    tracer: Tracer
+    decided_runs: DecidedRuns
+    intake: Intake
+    ledger: Ledger
+    gate: Gate
+    expiry: Expiry
+    tool_for: ToolLookup
+    decider: Decider
+    decisions: Decisions
+    standing: StandingApprovals
+    external: ExternalRequests
+    runner: Runner
+
+
+def assemble(db: Database, registry: Registry, *, clock: Clock | None = None,
+             config: EngineConfig | None = None, directory: Directory | None = None,
+             signer: TokenSigner | None = None, owner: str | None = None,
+             require_tokens: bool = False, audit_key: AuditKey | None = None,
+             meter: Meter | None = None, tracer: Tracer | None = None,
+             urgency: Urgency | None = None) -> Engine:
+    """Build the runtime's parts from their collaborators, and the front door over them.
+
+    ``serve``, the sandbox, the evaluator and the tests all build through here, with other
+    arguments (a file clock, a Slack directory, a Prometheus meter, an OpenTelemetry
+    tracer); nothing is swapped on a built part afterwards.
+    """
+    clock = clock or SystemClock()
+    config = config or EngineConfig()
+    directory = directory or StaticDirectory(registry.policy.groups)
+    meter = meter or Meter()  # what the process reports about itself (serve exports it)
+    tracer = tracer or Tracer()  # spans of steps, calls and decisions (serve may export)
+    owners = Owners(db, owner)
+    audit = AuditTrail(audit_key)  # chained with a key kept outside the database
+    cap = PayloadCap(config.max_payload_bytes)
+    signals = Signals()
+    urgency = urgency or Urgency()  # decided runs go before background deliveries
+    decided_runs = DecidedRuns()  # click -> tool start, measured in-process
+
+    def policy() -> PolicyFile:  # the policy file in force (the registry holds it)
+        return registry.policy
+
+    intake = Intake(policy, directory)  # every face's one way in
+    ledger = Ledger(db, clock, max_result_bytes=config.max_payload_bytes,
+                    lease_ttl=config.lease_ttl)
+    gate = Gate(clock, audit, policy)
+    expiry = Expiry(db, clock, audit, gate, meter, signals)
+    tool_for = ToolLookup(db, registry, intake)
+    decider = Decider(db, clock, audit, directory, tool_for, policy, cap, gate, expiry,
+                      signals, owner=owners.owner, lease_ttl=config.lease_ttl, signer=signer,
+                      require_tokens=require_tokens)
+    decisions = Decisions(decider, clock, signals, urgency, tracer, meter, decided_runs)
+    standing = StandingApprovals(db, clock, audit, directory, gate, decisions, urgency,
+                                 signals)
+    external = ExternalRequests(db, clock, audit, intake, gate, standing, signals, cap, policy)
+    # the request document's webhook and its waiters follow every transition, whichever
+    # path made it: a hook in the transaction that audited it, and a wake-up after commit
+    audit.observe(external.observe)
+    signals.on_outbox(external.announce)
+    runner = Runner(db, clock, audit, registry, intake, gate, standing, ledger, cap, signals,
+                    urgency, tracer, meter, decided_runs, owner=owners.owner,
+                    lease_ttl=config.lease_ttl)
+    return Engine(Parts(
+        db=db, registry=registry, clock=clock, config=config, directory=directory,
+        signer=signer, require_tokens=require_tokens, owners=owners, audit=audit, cap=cap,
+        signals=signals, urgency=urgency, meter=meter, tracer=tracer,
+        decided_runs=decided_runs, intake=intake, ledger=ledger, gate=gate, expiry=expiry,
+        tool_for=tool_for, decider=decider, decisions=decisions, standing=standing,
+        external=external, runner=runner))
 
 
 class Engine:
-    def __init__(self, db: Database, registry: Registry, *, clock: Clock | None = None,
-                 config: EngineConfig | None = None, directory: Directory | None = None,
-                 signer: TokenSigner | None = None, owner: str | None = None,
-                 require_tokens: bool = False, audit_key: AuditKey | None = None) -> None:
-        self.db = db
-        self.registry = registry
-        self.clock: Clock = clock or SystemClock()
-        self.config = config or EngineConfig()
-        self.directory: Directory = directory or StaticDirectory(registry.policy.groups)
-        self.intake = Intake(lambda: registry.policy, self.directory)  # every face's way in
-        self.signer = signer
-        self.require_tokens = require_tokens
-        self.owner = owner or worker_id()
-        self.audit = AuditTrail(audit_key)  # chained with a key kept outside the database
-        self.ledger = Ledger(db, self.clock, max_result_bytes=self.config.max_payload_bytes,
-                             lease_ttl=self.config.lease_ttl)
-        self.gate = Gate(self)
-        self.decider = Decider(self)
-        self.standing = StandingApprovals(self)
-        self.runner = Runner(self)
-        self.expiry = Expiry(self)
-        self.urgency = Urgency()  # decided runs go before background deliveries
-        self.meter = Meter()  # what the process reports about itself (serve exports it)
-        self.decided_runs = DecidedRuns()  # click -> tool start, measured in-process
-        self.tracer = Tracer()  # spans of steps, calls and decisions (serve may export them)
-        self._ready_listeners: list[Callable[[str], None]] = []
-        self._opened_listeners: list[Callable[[str], None]] = []
-        self._outbox_listeners: list[Callable[[], None]] = []
-        # a worker here that advances a run decided here under the lease the decision took
-        self._taker: Callable[[str, str], None] | None = None
-        self.external = ExternalRequests(self)  # calls HTTP API callers run themselves
+    """The front door the faces call: runs started, advanced, cancelled and recovered,
+    decisions, and the parts a face reads (the database, the clock, the registry). Built by
+    :func:`assemble`; it holds no run state of its own."""
 
-    # -- local notifications ------------------------------------------------------------
+    def __init__(self, parts: Parts) -> None:
+        self.parts = parts
+        self.db = parts.db
+        self.registry = parts.registry
+        self.clock = parts.clock
+        self.config = parts.config
+        self.directory = parts.directory
+        self.signer = parts.signer
+        self.require_tokens = parts.require_tokens
+        self.owners = parts.owners
+        self.owner = parts.owners.owner
+        self.audit = parts.audit
+        self.signals = parts.signals
+        self.urgency = parts.urgency
+        self.meter = parts.meter
+        self.tracer = parts.tracer
+        self.decided_runs = parts.decided_runs
+        self.intake = parts.intake
+        self.ledger = parts.ledger
+        self.gate = parts.gate
+        self.expiry = parts.expiry
+        self.decider = parts.decider
+        self.decisions = parts.decisions
+        self.standing = parts.standing
+        self.external = parts.external
+        self.runner = parts.runner
+
+    # -- the services around the runs, built from the same parts ------------------------
+    def worker(self, *, concurrency: int = 8, poll_interval: float = 2.0) -> ResumeWorker:
+        """A worker that advances this database's runs that can go on."""
+        p = self.parts
+        return ResumeWorker(p.db, p.clock, p.owners, p.signals, p.urgency, p.meter,
+                            self.advance, lease_ttl=p.config.lease_ttl,
+                            concurrency=concurrency, poll_interval=poll_interval)
+
+    def drain(self, deliverer: Deliverer, config: DrainConfig | None = None) -> OutboxDrain:
+        """An outbox drain that hands each committed row to ``deliverer``."""
+        p = self.parts
+        return OutboxDrain(p.db, p.clock, p.owners, p.urgency, deliverer, config)
+
+    def expiry_scheduler(self, *, sweep_interval: timedelta = timedelta(seconds=15)
+                         ) -> ExpiryScheduler:
+        """The APScheduler jobs that settle each request at its reminder and expiry."""
+        p = self.parts
+        return ExpiryScheduler(p.db, p.clock, p.expiry, p.signals,
+                               sweep_interval=sweep_interval)
+
+    def approval_gate(self, *, name: str,
+                      tighten: Tighten | Mapping[str, Any] | None = None) -> ApprovalGate:
+        """The gate a framework adapter named ``name`` asks through (see
+        :mod:`runtime.adapters`)."""
+        p = self.parts
+        return ApprovalGate(p.db, p.clock, p.audit, p.external, p.cap, owner=self.owner,
+                            name=name, tighten=tighten)
+
+    # -- local notifications (see runtime.signals) -------------------------------------
     def take_decided(self, fn: Callable[[str, str], None] | None) -> None:
-        """``fn(run_id, lease_id)`` advances a run this process decided, under the lease
-        its decision took in the same transaction (a running resume worker registers
-        this, and None when it stops)."""
-        self._taker = fn
+        self.signals.take_decided(fn)
 
     @property
     def takes_decided(self) -> bool:
-        return self._taker is not None
+        return self.signals.takes_decided
 
     def on_ready(self, fn: Callable[[str], None]) -> None:
-        """Call ``fn(run_id)`` when this process learns a run can be advanced."""
-        self._ready_listeners.append(fn)
+        self.signals.on_ready(fn)
 
     def on_opened(self, fn: Callable[[str], None]) -> None:
-        """Call ``fn(approval_id)`` when this process opens an approval request."""
-        self._opened_listeners.append(fn)
+        self.signals.on_opened(fn)
 
     def on_outbox(self, fn: Callable[[], None]) -> None:
-        """Call ``fn()`` when this process has committed outbox rows (deliver them now)."""
-        self._outbox_listeners.append(fn)
+        self.signals.on_outbox(fn)
 
     def notify_outbox(self) -> None:
-        for fn in self._outbox_listeners:
-            fn()
+        self.signals.notify_outbox()
 
     def notify_ready(self, run_id: str) -> None:
-        for fn in self._ready_listeners:
-            fn(run_id)
+        self.signals.notify_ready(run_id)
 
     def notify_opened(self, approval_id: str) -> None:
-        for fn in self._opened_listeners:
-            fn(approval_id)
+        self.signals.notify_opened(approval_id)
 
     async def note_policy(self) -> bool:
         """Record the policy file this process loaded as the one in force, and audit the
@@ -145,10 +259,7 @@ class Engine:
 
     # -- helpers ----------------------------------------------------------------------
     def check_payload(self, text: str, *, what: str) -> None:
-        size = len(text.encode())
-        if size > self.config.max_payload_bytes:
-            raise PayloadTooLarge(
-                f"{what} is {size} bytes, over the {self.config.max_payload_bytes}-byte cap")
+        self.parts.cap.check(text, what=what)
 
     def button_token(self, a: ApprovalRecord) -> str | None:
         """The token a card showing ``a``'s current arguments carries (None: no signer)."""
@@ -157,19 +268,8 @@ class Engine:
         return self.signer.token(a.id, a.token_nonce, a.effective_digest)
 
     async def tool_for(self, a: ApprovalRecord) -> Tool:
-        """The tool an approval is about (looked up through the run's agent)."""
-        async with self.db.read() as tx:
-            run = await tx.runs.get(a.run_id)
-        if run is None:
-            raise NotFound(f"no run {a.run_id}", run_id=a.run_id)
-        name = run.agent
-        if is_external(run.id):  # a call its caller runs: no agent defines the tool
-            return await self.external.tool(run.id)
-        tool = self.registry.get(name).tool(a.tool)
-        if tool is None:
-            raise NotFound(f"agent {name!r} no longer defines tool {a.tool!r}",
-                           approval_id=a.id, run_id=a.run_id)
-        return tool
+        """The tool an approval is about (see :class:`runtime.tool_lookup.ToolLookup`)."""
+        return await self.parts.tool_for(a)
 
     async def resolve_run(self, run_id: str) -> RunRecord:
         """A run by id or unambiguous id prefix (see :func:`runtime.prefix.resolve`)."""
@@ -267,10 +367,7 @@ class Engine:
 
     async def stale_owners(self) -> list[str]:
         """Lease and claim holders that ran on this host and whose process is gone."""
-        async with self.db.read() as tx:
-            owners = set(await tx.runs.lease_owners()) | set(await tx.outbox.claimers())
-        return sorted(o for o in owners
-                      if not o.startswith(self.owner) and owner_is_dead(o))
+        return await self.owners.stale()
 
     async def recover(self, *, limit: int = 1000) -> list[Outcome]:
         """Advance every run left ``running`` without a live worker (expired or dead lease)."""
@@ -286,42 +383,7 @@ class Engine:
     async def decide(self, approval_id: str, *, actor: Actor, verdict: Verdict,
                      reason: str | None = None, args: Any = None, token: str | None = None,
                      expect_digest: str | None = None) -> Decision:
-        """Record a decision (see :class:`runtime.decide.Decider`); wakes the run if ready."""
-        deciding = object()
-        since, rank = self.urgency.begin_answer(deciding)
-        started = time.monotonic()
-        with self.tracer.span("approval.decision", approval_id=approval_id, verdict=verdict,
-                              actor=actor.id, via=actor.via) as span:
-            try:
-                decision = await self.decider.decide(approval_id, actor=actor, verdict=verdict,
-                                                     reason=reason, args=args, token=token,
-                                                     expect_digest=expect_digest,
-                                                     since=rank,
-                                                     trace=self.tracer.traceparent())
-            except DecisionRefused as refused:
-                span.set(outcome=f"refused:{refused.reason}")
-                self.meter.decision(f"refused:{refused.reason}", time.monotonic() - started)
-                raise
-            finally:
-                self.urgency.end(deciding)
-            a = decision.approval
-            span.set(approval_id=a.id, outcome=decision.outcome, run_id=a.run_id,
-                     run_ready=decision.run_ready)
-            if decision.final:  # request -> decision, recorded now that it is over
-                self.tracer.interval("approval.wait", start=a.requested_at,
-                                     end=a.decided_at or self.clock.now(), approval_id=a.id,
-                                     run_id=a.run_id, kind=a.kind, tool=a.tool,
-                                     outcome=decision.outcome)
-            if decision.run_ready:  # its resumed steps, here, go on in this trace
-                self.tracer.remember(a.run_id)
-        self.meter.decision(decision.outcome, time.monotonic() - started)
-        self.notify_outbox()  # the card update
-        if decision.run_ready:
-            # until its next tool call starts, in its turn: the click's
-            self.urgency.begin(decision.approval.run_id, since=since)
-            self.decided_runs.decided(decision.approval.run_id)
-            if decision.claim is not None and self._taker is not None:
-                self._taker(decision.approval.run_id, decision.claim)  # leased to us
-            else:
-                self.notify_ready(decision.approval.run_id)
-        return decision
+        """Record a decision (see :class:`runtime.decisions.Decisions`)."""
+        return await self.decisions.decide(approval_id, actor=actor, verdict=verdict,
+                                           reason=reason, args=args, token=token,
+                                           expect_digest=expect_digest)

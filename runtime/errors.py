@@ -7,6 +7,7 @@ structured fields so callers can report it in one line.
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any
 
 from approvald.store.errors import ApprovaldError, ConfigError, SchemaOutOfDate
@@ -61,15 +62,34 @@ class DigestMismatch(ApprovaldError):
     """The call about to execute is not the call that was approved."""
 
 
+class Refusal(StrEnum):
+    """Why a decision was refused: a stable code (the audit log's ``refused`` entries, the
+    CLI's exit status, the replies people read, all key on it)."""
+
+    NOT_PENDING = "not_pending"  # decided, expired and swept, superseded or cancelled
+    EXPIRED = "expired"  # past its expiry, whether or not a sweep has run
+    BAD_TOKEN = "bad_token"  # a button that belongs to no live request
+    STALE_CARD = "stale_card"  # drawn for arguments since edited (or --digest differs)
+    NOT_AUTHORIZED = "not_authorized"  # not one of the request's approvers
+    SELF_APPROVAL = "self_approval"  # the requester, where the policy does not allow it
+    DIRECTORY_UNAVAILABLE = "directory_unavailable"  # group membership could not be read
+    ALREADY_VOTED = "already_voted"  # the same approver, on the same arguments
+    OWN_EDIT = "own_edit"  # a proposer approving their own proposal (edits = "propose")
+    UNCHANGED = "unchanged"  # an edit to the arguments as they stand
+    INVALID_ARGUMENTS = "invalid_arguments"  # an edit the tool's schema refuses
+    RULE_CHANGED = "rule_changed"  # an edit into another rule's band
+    REASON_REQUIRED = "reason_required"  # a denial (or an abort) without a reason
+    REASON_TOO_LONG = "reason_too_long"
+    GUIDANCE_REQUIRED = "guidance_required"  # a redirect without guidance
+    GUIDANCE_TOO_LONG = "guidance_too_long"
+    WRONG_KIND = "wrong_kind"  # a verdict that does not answer this kind of request
+
+
 class DecisionRefused(ApprovaldError):
-    """A decision on an approval was refused; ``reason`` is a stable machine code.
+    """A decision on an approval was refused; ``reason`` says why (:class:`Refusal`)."""
 
-    Codes: ``not_pending`` (decided, expired, superseded, cancelled), ``bad_token``,
-    ``not_authorized``, ``self_approval``, ``already_voted``, ``invalid_arguments``,
-    ``wrong_kind``.
-    """
-
-    def __init__(self, message: str, *, reason: str, status: str | None = None, **kw: Any) -> None:
+    def __init__(self, message: str, *, reason: Refusal, status: str | None = None,
+                 **kw: Any) -> None:
         super().__init__(message, **kw)
         self.reason = reason
         self.status = status

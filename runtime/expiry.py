@@ -20,18 +20,18 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from approvald.runtime.audit import Entry
+from approvald.runtime.audit import AuditTrail, Entry
 from approvald.runtime.canonical import compact_json
-from approvald.runtime.gate import CARD_UPDATE, REMINDER, first_reminder
+from approvald.runtime.clock import Clock
+from approvald.runtime.gate import CARD_UPDATE, REMINDER, Gate, first_reminder
+from approvald.runtime.metrics import Meter
 from approvald.runtime.policy import ApprovalPolicy
-from approvald.store.db import is_store_failure
+from approvald.runtime.signals import Signals
+from approvald.store.db import Database, is_store_failure
 from approvald.store.records import ApprovalRecord
 from approvald.store.repos import Tx
-
-if TYPE_CHECKING:
-    from approvald.runtime.engine import Engine
 
 log = logging.getLogger("approvald.expiry")
 ACTOR, VIA = "system:expiry", "scheduler"
@@ -56,8 +56,17 @@ class SweepResult:
 
 
 class Expiry:
-    def __init__(self, engine: Engine) -> None:
-        self.e = engine
+    """Settles what is overdue: expiry (cancel, or escalate to the next rung) and reminders.
+    Silence never approves."""
+
+    def __init__(self, db: Database, clock: Clock, audit: AuditTrail, gate: Gate,
+                 meter: Meter, signals: Signals) -> None:
+        self.db = db
+        self.clock = clock
+        self.audit = audit
+        self.gate = gate
+        self.meter = meter
+        self.signals = signals
 
     async def sweep(self, *, limit: int = 5000, batch: int = 250,
                     only: Sequence[str] | None = None) -> SweepResult:
@@ -69,7 +78,7 @@ class Expiry:
         ``only`` (a job for requests due now) waits for the rows it names instead: it is
         there to settle them promptly, and a holder of their run may not be settling them.
         """
-        now = self.e.clock.now()
+        now = self.clock.now()
         result = SweepResult()
         try:
             if only is None:
@@ -82,7 +91,7 @@ class Expiry:
                     return await self.settle_overdue(tx, chunk, now=now)
 
                 try:
-                    result.merge(await self.e.db.transact(settle, what="expiry sweep"))
+                    result.merge(await self.db.transact(settle, what="expiry sweep"))
                 except Exception as exc:
                     if is_store_failure(exc):
                         raise
@@ -95,17 +104,17 @@ class Expiry:
     def announce(self, result: SweepResult) -> None:
         """Tell this process's listeners what a committed settlement changed."""
         for run_id in result.runs_ready:
-            self.e.notify_ready(run_id)
+            self.signals.notify_ready(run_id)
         for _old, new in result.escalated:
-            self.e.notify_opened(new)
+            self.signals.notify_opened(new)
         if result.expired or result.escalated or result.reminded:
-            self.e.notify_outbox()
+            self.signals.notify_outbox()
         if result.expired:
-            self.e.meter.expired(len(result.expired))
+            self.meter.expired(len(result.expired))
         if result.escalated:
-            self.e.meter.escalated(len(result.escalated))
+            self.meter.escalated(len(result.escalated))
         if result.reminded:
-            self.e.meter.reminded(len(result.reminded))
+            self.meter.reminded(len(result.reminded))
 
     async def _claim_and_settle(self, now: datetime, limit: int, batch: int,
                                 result: SweepResult) -> None:
@@ -125,7 +134,7 @@ class Expiry:
                 return len(claimed), settled
 
             try:
-                n, settled = await self.e.db.transact(settle, what="expiry sweep")
+                n, settled = await self.db.transact(settle, what="expiry sweep")
             except Exception as exc:
                 if not claimed or is_store_failure(exc):
                     raise
@@ -151,7 +160,7 @@ class Expiry:
                 return await self.settle_overdue(tx, [approval_id], now=now)
 
             try:
-                result.merge(await self.e.db.transact(
+                result.merge(await self.db.transact(
                     settle, what=f"expiry of approval {approval_id}"))
             except Exception as exc:
                 if is_store_failure(exc):
@@ -170,12 +179,12 @@ class Expiry:
             settled = SweepResult()
             await tx.runs.lock_many(await tx.approvals.run_ids([approval_id]))
             for a in await tx.approvals.expire_batch([approval_id], now=now):
-                self.e.audit.record(
+                self.audit.record(
                     tx, at=now, action="failed", actor=ACTOR, via=VIA, run_id=a.run_id,
                     approval_id=a.id, digest=a.effective_digest,
                     details={"tool": a.tool, "rung": a.rung, "during": "expiry",
                              "error": error, "outcome": EXPIRED_INSTEAD})
-                self.e.audit.record(
+                self.audit.record(
                     tx, at=now, action="expired", actor=ACTOR, via=VIA, run_id=a.run_id,
                     approval_id=a.id, digest=a.effective_digest,
                     details={"tool": a.tool, "args": _args(a), "rung": a.rung,
@@ -188,7 +197,7 @@ class Expiry:
             return settled
 
         try:
-            result.merge(await self.e.db.transact(expire, what=f"isolating approval {approval_id}"))
+            result.merge(await self.db.transact(expire, what=f"isolating approval {approval_id}"))
         except Exception as exc:
             if is_store_failure(exc):
                 raise
@@ -223,7 +232,7 @@ class Expiry:
                 run_id=a.run_id, approval_id=a.id, digest=a.effective_digest,
                 details={"tool": a.tool, "args": a.effective_args(), "rung": a.rung}))
             result.expired.append(a.id)
-        self.e.audit.record_many(tx, entries)
+        self.audit.record_many(tx, entries)
         await tx.outbox.add_many(cards, now=now)
         run_ids = list(dict.fromkeys(a.run_id for a in finals))
         idle = await tx.approvals.runs_without_pending(run_ids, kind="tool_call")
@@ -236,15 +245,15 @@ class Expiry:
         assert old is not None
         # the next rung is asked about the arguments as they stand (a proposed edit
         # included); the original ones stay on the superseded request and in the audit log
-        new_id = await self.e.gate.insert_approval(
+        new_id = await self.gate.insert_approval(
             tx, run=None, call_id=a.call_id, kind=a.kind, tool=a.tool,
             args=a.effective_args(), policy=policy, rung=a.rung + 1,
             packet=json.loads(a.packet), supersedes=a)
-        self.e.audit.record(tx, at=now, action="superseded", actor="system:expiry",
+        self.audit.record(tx, at=now, action="superseded", actor="system:expiry",
                             via="scheduler", run_id=a.run_id, approval_id=a.id,
                             digest=a.effective_digest,
                             details={"tool": a.tool, "superseded_by": new_id})
-        self.e.audit.record(tx, at=now, action="escalated", actor="system:expiry",
+        self.audit.record(tx, at=now, action="escalated", actor="system:expiry",
                             via="scheduler", run_id=a.run_id, approval_id=new_id,
                             digest=a.effective_digest,
                             details={"tool": a.tool, "from": a.id, "rung": a.rung + 1,
@@ -253,7 +262,7 @@ class Expiry:
 
     async def _remind(self, now: datetime, limit: int, result: SweepResult,
                       only: Sequence[str] | None) -> None:
-        async with self.e.db.read() as tx:
+        async with self.db.read() as tx:
             due = await tx.approvals.due_for_reminder(now, limit, only=only)
         for a in due:
             try:
@@ -269,7 +278,7 @@ class Expiry:
         if a.kind != "tool_call":
             ttl = policy.ttl
         nxt = first_reminder(policy, a.requested_at, ttl, a.reminders_sent + 1)
-        async with self.e.db.write() as tx:
+        async with self.db.write() as tx:
             if not await tx.approvals.advance_reminder(a.id, sent=a.reminders_sent,
                                                        next_at=nxt):
                 return  # another replica sent it
@@ -277,7 +286,7 @@ class Expiry:
                 kind=REMINDER, group_key=a.id,
                 payload=compact_json({"approval_id": a.id, "n": a.reminders_sent + 1}),
                 now=now)
-            self.e.audit.record(tx, at=now, action="reminded", actor=ACTOR, via=VIA,
+            self.audit.record(tx, at=now, action="reminded", actor=ACTOR, via=VIA,
                                 run_id=a.run_id, approval_id=a.id,
                                 digest=a.effective_digest,
                                 details={"tool": a.tool, "n": a.reminders_sent + 1,
@@ -291,9 +300,9 @@ class Expiry:
         log.error("approval %s: its reminder could not be sent (%s); %s", a.id, error,
                   NO_MORE_REMINDERS, exc_info=failure)
         try:
-            async with self.e.db.write() as tx:
+            async with self.db.write() as tx:
                 if await tx.approvals.stop_reminders(a.id, sent=a.reminders_sent):
-                    self.e.audit.record(
+                    self.audit.record(
                         tx, at=now, action="failed", actor=ACTOR, via=VIA, run_id=a.run_id,
                         approval_id=a.id, digest=a.effective_digest,
                         details={"tool": a.tool, "during": "reminder",

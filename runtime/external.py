@@ -34,34 +34,37 @@ import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from approvald.runtime.api_tokens import allows, token_tools
-from approvald.runtime.audit import Entry
+from approvald.runtime.audit import AuditTrail, Entry
 from approvald.runtime.canonical import call_digest, canonical_json, compact_json, sha256_hex
+from approvald.runtime.clock import Clock
 from approvald.runtime.errors import ApprovaldError, InvalidArguments, NotFound
-from approvald.runtime.ids import new_id
+from approvald.runtime.gate import Gate
+from approvald.runtime.ids import is_external, new_request_id
 from approvald.runtime.intake import (
     EXTERNAL_AGENT,
+    Intake,
     IntakeError,
     Source,
     Tighten,
     check_json,
     requester,
 )
-from approvald.runtime.policy import ApprovalPolicy, CallPolicy, PolicyKind
+from approvald.runtime.limits import PayloadCap
+from approvald.runtime.policy import ApprovalPolicy, CallPolicy, PolicyFile, PolicyKind
+from approvald.runtime.signals import Signals
+from approvald.runtime.standing import StandingApprovals
 from approvald.runtime.tools import Tool
+from approvald.store.db import Database
 from approvald.store.records import ApprovalRecord, ExecutionRecord, RunRecord
 from approvald.store.repos import Tx
 from approvald.store.repos.external import ExternalRecord, TokenRecord
 from approvald.store.repos.standing import StandingRecord
 
-if TYPE_CHECKING:
-    from approvald.runtime.engine import Engine
-
 AGENT_PREFIX = EXTERNAL_AGENT  # the agent of an external request's run: external:<token name>
 STATUS = "external"  # its run's status while open, or approved and not yet reported
-ID_PREFIX = "x"
 CALL_ID = "call"  # the one call of the run: its ledger key is <id>:call
 WEBHOOK = "api.webhook"  # outbox kind: POST a decision document to a caller's URL
 VIA = "http_api"
@@ -78,15 +81,6 @@ class ExternalError(ApprovaldError):
     def __init__(self, message: str, *, code: str, **fields: Any) -> None:
         super().__init__(message, **fields)
         self.code = code
-
-
-def new_request_id() -> str:
-    return ID_PREFIX + new_id()[1:]
-
-
-def is_external(run_id: str) -> bool:
-    """Whether ``run_id`` is an external request's (no query: ids tell)."""
-    return run_id.startswith(ID_PREFIX)
 
 
 @dataclass(frozen=True)
@@ -241,14 +235,22 @@ class _Taken(Exception):
 class ExternalRequests:
     """Create, read, wait for and report on external requests (see the module docstring)."""
 
-    def __init__(self, engine: Engine) -> None:
-        self.e = engine
+    def __init__(self, db: Database, clock: Clock, audit: AuditTrail, intake: Intake,
+                 gate: Gate, standing: StandingApprovals, signals: Signals, cap: PayloadCap,
+                 policy: Callable[[], PolicyFile]) -> None:
+        self.db = db
+        self.clock = clock
+        self.audit = audit
+        self.intake = intake
+        self.gate = gate
+        self.standing = standing
+        self.signals = signals
+        self.cap = cap
+        self.policy = policy  # the policy file in force (its digest is audited)
         self._events: dict[str, asyncio.Event] = {}
         self._waiters: dict[str, int] = {}
         self._decided: list[str] = []  # decided in this process, to announce after commit
         self._listeners: list[Callable[[str], None]] = []
-        engine.audit.observe(self._observe)
-        engine.on_outbox(self._announce)
 
     # -- create -------------------------------------------------------------------------
     async def create(self, token: TokenRecord, req: NewRequest) -> tuple[dict[str, Any], bool]:
@@ -262,15 +264,15 @@ class ExternalRequests:
             found = await self._made(token, req.idempotency_key, fingerprint)
             if found is not None:
                 return found, False
-        chosen = await self.e.intake.tighten(
-            self.e.intake.resolve(source, req.tool, req.args), req.tighten)
+        chosen = await self.intake.tighten(
+            self.intake.resolve(source, req.tool, req.args), req.tighten)
         # a live standing approval for this source's tool, in this band, may answer it
-        standing = await self.e.standing.candidate(
+        standing = await self.standing.candidate(
             source, req.requested_by, req.tool, req.args, chosen) \
             if chosen.kind == "approve_before" else None
         request_id = new_request_id()
         try:
-            approval_id = await self.e.db.transact(
+            approval_id = await self.db.transact(
                 lambda tx: self._open(tx, token, source, req, chosen, request_id,
                                       fingerprint, standing),
                 what="external request")
@@ -282,8 +284,8 @@ class ExternalRequests:
                                      "not visible yet; retry") from None
             return found, False
         if approval_id is not None:
-            self.e.notify_opened(approval_id)
-        self.e.notify_outbox()
+            self.signals.notify_opened(approval_id)
+        self.signals.notify_outbox()
         return await self.get(token, request_id), True
 
     def _check(self, token: TokenRecord, source: Source, req: NewRequest) -> NewRequest:
@@ -300,8 +302,8 @@ class ExternalRequests:
                 "with `approvald tokens create NAME --tools ...`)", code="tool_not_allowed")
         check_json(req.args, "args")
         check_json(dict(req.packet), "packet")
-        self.e.check_payload(compact_json(req.args), what="the arguments")
-        self.e.check_payload(compact_json(dict(req.packet)), what="the packet")
+        self.cap.check(compact_json(req.args), what="the arguments")
+        self.cap.check(compact_json(dict(req.packet)), what="the packet")
         # a caller's claim of who asked must be a Slack user, to be compared with who
         # approves; without one, the request is the source's own (``api:<token>``)
         own = req.requested_by == f"{source.kind}:{source.name}"
@@ -311,7 +313,7 @@ class ExternalRequests:
 
     async def _made(self, token: TokenRecord, key: str,
                     fingerprint: str) -> dict[str, Any] | None:
-        async with self.e.db.read() as tx:
+        async with self.db.read() as tx:
             rec = await tx.external.by_key(token.id, key)
         if rec is None:
             return None
@@ -357,7 +359,7 @@ class ExternalRequests:
     async def _open(self, tx: Tx, token: TokenRecord, source: Source, req: NewRequest,
                     chosen: CallPolicy, request_id: str, fingerprint: str,
                     standing: StandingRecord | None) -> str | None:
-        now = self.e.clock.now()
+        now = self.clock.now()
         name = source.policy_name(req.tool)
         packet = self._packet(token, source, req, chosen, name)
         await tx.runs.create(run_id=request_id, agent=packet["agent"], task=packet["task"],
@@ -374,23 +376,23 @@ class ExternalRequests:
         run = await tx.runs.get(request_id)
         assert run is not None
         if kind == "approve_before":
-            if standing is not None and await self.e.standing.use(
+            if standing is not None and await self.standing.use(
                     tx, standing, run=run, call_id=CALL_ID, tool=req.tool, args=req.args,
                     policy=chosen.approval, packet=packet) is not None:
                 return None  # approved as it was made (revoked meanwhile: asked below)
-            return await self.e.gate.insert_approval(
+            return await self.gate.insert_approval(
                 tx, run=run, call_id=CALL_ID, kind="tool_call", tool=req.tool, args=req.args,
                 policy=chosen.approval, rung=0, packet=packet)
         # the policy answers at once: audited as a request and its answer by the policy
         rule = {"rule": chosen.approval.rule} if chosen.approval.rule else {}
-        self.e.audit.record(
+        self.audit.record(
             tx, at=now, action="requested", actor=f"agent:{packet['agent']}", via=source.via,
             run_id=request_id, digest=digest,
             details={"kind": "tool_call", "tool": req.tool, "args": req.args, "call_id": CALL_ID,
                      "requested_by": req.requested_by, "policy": name,
-                     "policy_file": self.e.registry.policy.digest,
+                     "policy_file": self.policy().digest,
                      "answer": chosen.kind, **rule})
-        self.e.audit.record(
+        self.audit.record(
             tx, at=now, action="denied" if kind == "forbidden" else "approved",
             actor="system:policy", via="policy", run_id=request_id, digest=digest,
             details={"tool": req.tool, "args": req.args, "policy": name,
@@ -408,7 +410,7 @@ class ExternalRequests:
     # -- read and wait ------------------------------------------------------------------
     async def get(self, token: TokenRecord, request_id: str) -> dict[str, Any]:
         """The request's document; NotFound unless ``token`` made it."""
-        async with self.e.db.read(snapshot=True) as tx:
+        async with self.db.read(snapshot=True) as tx:
             rec = await tx.external.get(request_id)
             if rec is None or rec.token_id != token.id:
                 raise NotFound(f"no request {request_id}")
@@ -465,7 +467,7 @@ class ExternalRequests:
         """Call ``fn(request_id)`` after this process committed a request's decision."""
         self._listeners.append(fn)
 
-    def _announce(self) -> None:
+    def announce(self) -> None:
         decided, self._decided = self._decided, []
         for request_id in dict.fromkeys(decided):
             self.wake(request_id)
@@ -483,7 +485,7 @@ class ExternalRequests:
         refuse (``not_approved``, ``digest_mismatch``, ``already_reported``)."""
 
         async def work(tx: Tx) -> None:
-            now = self.e.clock.now()
+            now = self.clock.now()
             rec = await _lock_own(tx, token, request_id)
             if rec.result_digest is not None:
                 raise ExternalError(f"request {request_id} was already reported",
@@ -515,7 +517,7 @@ class ExternalRequests:
                     code="already_started", run_id=request_id, owner=earlier.owner,
                     started_at=earlier.started_at.isoformat())
 
-        await self.e.db.transact(work, what=f"start of request {request_id}")
+        await self.db.transact(work, what=f"start of request {request_id}")
 
     # -- report -------------------------------------------------------------------------
     async def report(self, token: TokenRecord, request_id: str,
@@ -523,11 +525,11 @@ class ExternalRequests:
         """Record what came of the approved call: (the document, whether this report is
         new). Once only; the same report again is answered as before, another refused."""
         result_text = compact_json(rep.result)
-        self.e.check_payload(result_text, what="the result")
+        self.cap.check(result_text, what="the result")
         fingerprint = rep.fingerprint()
 
         async def work(tx: Tx) -> bool:
-            now = self.e.clock.now()
+            now = self.clock.now()
             rec = await _lock_own(tx, token, request_id)
             if rec.result_digest is not None:
                 if rec.result_digest == fingerprint:
@@ -572,7 +574,7 @@ class ExternalRequests:
                     result=result_text, error_class="ReportedByCaller" if failed else None,
                     error=rep.error, latency_ms=None)
             await tx.external.set_reported(request_id, result_digest=fingerprint, now=now)
-            self.e.audit.record(
+            self.audit.record(
                 tx, at=now, action="executed", actor=f"agent:{run.agent}",
                 via=Source.of_run(run.agent).via,
                 run_id=request_id, approval_id=a.id if a is not None else None, digest=digest,
@@ -590,11 +592,11 @@ class ExternalRequests:
                                  if failed else None, updated_at=now)
             return True
 
-        new = await self.e.db.transact(work, what=f"report on request {request_id}")
+        new = await self.db.transact(work, what=f"report on request {request_id}")
         return await self.get(token, request_id), new
 
     # -- decisions, whichever path made them --------------------------------------------
-    async def _observe(self, tx: Tx, entries: Sequence[Entry]) -> None:
+    async def observe(self, tx: Tx, entries: Sequence[Entry]) -> None:
         """In the transaction that audited ``entries``: for each external request whose
         approval is now final and not yet told, queue its webhook and end its run unless
         it was approved."""
@@ -616,7 +618,7 @@ class ExternalRequests:
             run = await tx.runs.get(run_id)
             if rec is None or run is None:
                 continue
-            now = self.e.clock.now()
+            now = self.clock.now()
             if a.status != "approved":  # the call will not run: the request is over
                 await tx.runs.update(run_id, expect_status=[STATUS], status="completed",
                                      result=compact_json({"status": a.status,
@@ -636,7 +638,7 @@ class ExternalRequests:
                 or (a is not None and a.status != "approved") \
                 or not await tx.external.mark_decided(run_id, "cancelled"):
             return
-        await self._queue_webhook(tx, rec, document(rec, run, a, None), self.e.clock.now())
+        await self._queue_webhook(tx, rec, document(rec, run, a, None), self.clock.now())
         self._decided.append(run_id)
 
     async def _queue_webhook(self, tx: Tx, rec: ExternalRecord, doc: dict[str, Any],
@@ -649,17 +651,3 @@ class ExternalRequests:
                                   "url": rec.webhook_url, "event": "decision",
                                   "document": doc}),
             now=now)
-
-    # -- the decision path's view of the tool -------------------------------------------
-    async def tool(self, request_id: str) -> Tool:
-        """The tool an edit of this request's approval is checked against: named by the
-        policy name of its source and tool, over the operator's default (whatever the
-        request once recorded, the rules of today's policy for its source judge an edit)."""
-        async with self.e.db.read() as tx:
-            rec = await tx.external.get(request_id)
-            run = await tx.runs.get(request_id)
-        if rec is None or run is None:
-            raise NotFound(f"no request {request_id}", run_id=request_id)
-        source = Source.of_run(run.agent)
-        kind, base = self.e.intake.base(source)
-        return CallerTool(rec.tool, source.policy_name(rec.tool), kind, base)

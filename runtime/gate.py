@@ -7,23 +7,22 @@ and the audit entry commit together or not at all. Nothing is sent from here.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from approvald.runtime.audit import AuditTrail
 from approvald.runtime.canonical import call_digest, compact_json
+from approvald.runtime.clock import Clock
 from approvald.runtime.ids import new_id, new_nonce
 from approvald.runtime.intake import Source, snapshot_digest
 from approvald.runtime.packet import impact_of
-from approvald.runtime.policy import ApprovalPolicy
+from approvald.runtime.policy import ApprovalPolicy, PolicyFile
 from approvald.runtime.state import AssistantMessage, ToolCall, ToolMessage
 from approvald.runtime.tools import Tool
 from approvald.store.records import ApprovalRecord, ExecutionRecord, RunRecord
 from approvald.store.repos import Tx
-
-if TYPE_CHECKING:
-    from approvald.runtime.engine import Engine
 
 # outbox kinds the delivery side understands
 CARD_POST = "approval.requested"
@@ -90,8 +89,14 @@ def first_reminder(policy: ApprovalPolicy, requested_at: datetime, ttl: timedelt
 
 
 class Gate:
-    def __init__(self, engine: Engine) -> None:
-        self.e = engine
+    """Writes requests (in the caller's transaction): the approval row with the exact
+    arguments, the outbox row that will post its card, and its audit entry."""
+
+    def __init__(self, clock: Clock, audit: AuditTrail,
+                 policy: Callable[[], PolicyFile]) -> None:
+        self.clock = clock
+        self.audit = audit
+        self.policy = policy  # the policy file in force
 
     async def open_requests(self, tx: Tx, run: RunRecord, transcript: Sequence[Any], step: int,
                             gates: Sequence[GateRequest]) -> list[str]:
@@ -108,7 +113,7 @@ class Gate:
                               tool: str, args: dict[str, Any], policy: ApprovalPolicy, rung: int,
                               packet: dict[str, Any], supersedes: ApprovalRecord | None = None,
                               ttl: timedelta | None = None, card: bool = True) -> str:
-        now = self.e.clock.now()
+        now = self.clock.now()
         approvers, rung_ttl, quorum = policy.rung(rung)
         ttl = ttl or rung_ttl
         approval_id = new_id()
@@ -134,7 +139,7 @@ class Gate:
                                 payload=compact_json({"approval_id": approval_id}), now=now)
         # the source, the policy name it was resolved under and the digests of that policy
         # and of the file in force: an auditor can tell under which rules each request ran
-        self.e.audit.record(
+        self.audit.record(
             tx, at=now, action="requested", actor=f"agent:{packet.get('agent', '')}",
             via=source.via, run_id=run_id, approval_id=approval_id, digest=digest,
             details={"kind": kind, "tool": tool, "args": args, "call_id": call_id,
@@ -143,7 +148,7 @@ class Gate:
                      "edits": policy.edits, "supersedes": supersedes.id if supersedes else None,
                      "source": source.subject(tool), "policy": source.policy_name(tool),
                      "policy_digest": snapshot_digest(snapshot),
-                     "policy_file": self.e.registry.policy.digest,
+                     "policy_file": self.policy().digest,
                      **({"rule": policy.rule} if policy.rule else {})},
         )
         return approval_id
@@ -155,7 +160,7 @@ class Gate:
         need to find out: which attempt, when it started and was last heard from, the
         idempotency key to look up, the exact arguments and what reconcile said. Their
         answer ("retry") sanctions exactly this attempt's successor, no other."""
-        _, policy = self.e.registry.policy.effective(tool.name, tool.policy, tool.approval)
+        _, policy = self.policy().effective(tool.name, tool.policy, tool.approval)
         heard = rec.heard_at or rec.started_at
         packet: dict[str, Any] = {
             "agent": run.agent, "task": run.task[:500], "requested_by": run.requested_by,
@@ -172,8 +177,8 @@ class Gate:
         approval_id = await self.insert_approval(
             tx, run=run, call_id=call.id, kind="outcome_unknown", tool=tool.name,
             args=args, policy=policy, rung=0, packet=packet, ttl=QUESTION_TTL)
-        self.e.audit.record(
-            tx, at=self.e.clock.now(), action="outcome_unknown", actor="system:runtime",
+        self.audit.record(
+            tx, at=self.clock.now(), action="outcome_unknown", actor="system:runtime",
             via="runtime", run_id=run.id, approval_id=approval_id, digest=rec.args_digest,
             details={"tool": tool.name, "call_id": call.id, "args": args,
                      "idempotency_key": rec.idempotency_key, "attempts": rec.attempts,
@@ -185,12 +190,12 @@ class Gate:
                              reason: str | None = None) -> None:
         """Close every pending approval of a cancelled run and update its cards (the
         caller holds the run's row lock)."""
-        now = self.e.clock.now()
+        now = self.clock.now()
         for a in await tx.approvals.cancel_pending_for_run(run_id, now=now, by=actor,
                                                            reason=reason):
             await tx.outbox.add(kind=CARD_UPDATE, group_key=a.id,
                                 payload=compact_json({"approval_id": a.id}), now=now)
-            self.e.audit.record(tx, at=now, action="cancelled", actor=actor, via=via,
+            self.audit.record(tx, at=now, action="cancelled", actor=actor, via=via,
                                 run_id=run_id, approval_id=a.id, digest=a.effective_digest,
                                 details={"tool": a.tool, "args": a.effective_args(),
                                          "reason": reason})

@@ -103,3 +103,16 @@ class TokenSigner:
                 self.token(approval_id, nonce, original), token):
             return "stale"
         return "bad"
+
+
+EXTERNAL_PREFIX = "x"  # the first character of an external request's run id (others are hex)
+
+
+def new_request_id() -> str:
+    """A new external request's id: its run's, starting with ``x``."""
+    return EXTERNAL_PREFIX + new_id()[1:]
+
+
+def is_external(run_id: str) -> bool:
+    """Whether ``run_id`` is an external request's (no query: ids tell)."""
+    return run_id.startswith(EXTERNAL_PREFIX)

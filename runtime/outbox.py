@@ -25,18 +25,19 @@ import random
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from approvald.runtime.canonical import compact_json
+from approvald.runtime.clock import Clock
 from approvald.runtime.errors import ApprovaldError
 from approvald.runtime.failpoints import failpoint
 from approvald.runtime.gate import CARD_POST, CARD_UPDATE, REMINDER
+from approvald.runtime.owners import Owners
 from approvald.runtime.periodic import repeat
+from approvald.runtime.urgency import Urgency
+from approvald.store.db import Database
 from approvald.store.records import OutboxRecord
-
-if TYPE_CHECKING:
-    from approvald.runtime.engine import Engine
-    from approvald.store.repos import Tx
+from approvald.store.repos import Tx
 
 log = logging.getLogger("approvald.outbox")
 
@@ -117,9 +118,15 @@ async def deadline(tx: Tx, row: OutboxRecord, window: timedelta = WINDOW) -> dat
 
 
 class OutboxDrain:
-    def __init__(self, engine: Engine, deliverer: Deliverer,
-                 config: DrainConfig | None = None) -> None:
-        self.e = engine
+    """Delivers committed outbox rows (cards, updates, reminders, webhooks), each group in
+    order, each row until it is delivered or dead."""
+
+    def __init__(self, db: Database, clock: Clock, owners: Owners, urgency: Urgency,
+                 deliverer: Deliverer, config: DrainConfig | None = None) -> None:
+        self.db = db
+        self.clock = clock
+        self.owners = owners
+        self.urgency = urgency
         self.deliverer = deliverer
         self.config = config or DrainConfig()
         self._wake = asyncio.Event()
@@ -129,7 +136,7 @@ class OutboxDrain:
         """Dead claimers, looked up at most every few seconds (only takeovers need it)."""
         now = time.monotonic()
         if now - self._stale[0] > self.config.stale_check:
-            self._stale = (now, tuple(await self.e.stale_owners()))
+            self._stale = (now, tuple(await self.owners.stale()))
         return self._stale[1]
 
     def wake(self) -> None:
@@ -145,15 +152,14 @@ class OutboxDrain:
         (see ``OutboxRepo.claim_heads``), and marked delivered in one transaction. Each
         batch first lets decided runs reach their tool calls (see :mod:`runtime.urgency`).
         """
-        e = self.e
         delivered = 0
         stale = await self._stale_owners()
         while True:
-            quiet = await e.urgency.settle(self.config.patience)
-            now = e.clock.now()
-            async with e.db.write() as tx:
+            quiet = await self.urgency.settle(self.config.patience)
+            now = self.clock.now()
+            async with self.db.write() as tx:
                 mine = await tx.outbox.claim_heads(
-                    owner=e.owner, now=now, until=now + self.config.claim_ttl,
+                    owner=self.owners.owner, now=now, until=now + self.config.claim_ttl,
                     limit=self.config.batch if quiet else self.config.busy_batch,
                     stale_owners=stale)
             if not mine:
@@ -162,8 +168,9 @@ class OutboxDrain:
             done = [(row.id, res) for row, (ok, res) in zip(mine, results, strict=True) if ok]
             if done:
                 failpoint("after_post_before_mark")
-                async with e.db.write() as tx:
-                    await tx.outbox.delivered_many(done, owner=e.owner, now=e.clock.now())
+                async with self.db.write() as tx:
+                    await tx.outbox.delivered_many(done, owner=self.owners.owner,
+                                                   now=self.clock.now())
             delivered += len(done)
             if not done:
                 return delivered
@@ -194,10 +201,10 @@ class OutboxDrain:
                       undeliverable: bool = False) -> None:
         """Record a try that did not deliver: wait, back off, or (past its deadline, or
         never deliverable) park the row as dead and queue a report about it, atomically."""
-        e, config = self.e, self.config
+        config = self.config
         waited = after is not None and not undeliverable
-        async with e.db.write() as tx:
-            now = e.clock.now()
+        async with self.db.write() as tx:
+            now = self.clock.now()
             give_up = await deadline(tx, row, config.window)
             dead = undeliverable or now >= give_up
             if dead:
@@ -206,7 +213,7 @@ class OutboxDrain:
                 retry_at = now + timedelta(seconds=max(0.0, after or 0.0))
             else:  # the last try falls on the deadline, so giving up is not late
                 retry_at = min(now + timedelta(seconds=self._backoff(row)), give_up)
-            if not await tx.outbox.failed(row.id, owner=e.owner, error=error,
+            if not await tx.outbox.failed(row.id, owner=self.owners.owner, error=error,
                                           retry_at=retry_at, give_up_at=give_up, dead=dead,
                                           waited=waited):
                 return  # another worker took the row over; its try is the one that counts

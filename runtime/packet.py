@@ -21,7 +21,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from approvald.runtime.external import is_external
+from approvald.runtime.ids import is_external
 from approvald.runtime.tools import Tool
 from approvald.store.records import ApprovalRecord
 

@@ -17,10 +17,12 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from approvald.runtime.agent import Agent
+from approvald.runtime.agent import Agent, Registry
+from approvald.runtime.audit import AuditTrail
 from approvald.runtime.canonical import call_digest, compact_json
+from approvald.runtime.clock import Clock
 from approvald.runtime.errors import (
     DigestMismatch,
     InvalidArguments,
@@ -31,10 +33,11 @@ from approvald.runtime.errors import (
     StateVersionError,
 )
 from approvald.runtime.failpoints import failpoint
-from approvald.runtime.gate import RUN_WAITING, GateRequest, build_packet
-from approvald.runtime.intake import Source
+from approvald.runtime.gate import RUN_WAITING, Gate, GateRequest, build_packet
+from approvald.runtime.intake import Intake, Source
 from approvald.runtime.ledger import (
     Executed,
+    Ledger,
     OutcomeUnknown,
     Recorded,
     Settle,
@@ -42,6 +45,8 @@ from approvald.runtime.ledger import (
     audit_execution,
     needs_intent,
 )
+from approvald.runtime.limits import PayloadCap
+from approvald.runtime.metrics import DecidedRuns, Meter
 from approvald.runtime.outcomes import (
     Busy,
     Cancelled,
@@ -54,6 +59,8 @@ from approvald.runtime.outcomes import (
     Yielded,
 )
 from approvald.runtime.policy import CallPolicy
+from approvald.runtime.signals import Signals
+from approvald.runtime.standing import StandingApprovals
 from approvald.runtime.state import (
     FINAL_STATUSES,
     AssistantMessage,
@@ -63,14 +70,13 @@ from approvald.runtime.state import (
     ToolMessage,
 )
 from approvald.runtime.tools import ToolContext
-from approvald.runtime.tracing import Steps, model_name
+from approvald.runtime.tracing import Steps, Tracer, model_name
 from approvald.runtime.transcript import build_state, encode
+from approvald.runtime.urgency import Urgency
+from approvald.store.db import Database
 from approvald.store.records import ApprovalRecord, ExecutionRecord, RunRecord
 from approvald.store.repos import Tx
 from approvald.store.repos.runs import CancelRequest
-
-if TYPE_CHECKING:
-    from approvald.runtime.engine import Engine
 
 log = logging.getLogger("approvald.runner")
 # how a run ended: `serve` logs it; a command that prints the outcome itself silences this
@@ -137,8 +143,30 @@ class _Live:
 
 
 class Runner:
-    def __init__(self, engine: Engine) -> None:
-        self.e = engine
+    """Drives runs step by step: the model's reply, each call (run, refused, or left
+    waiting for a person), one checkpoint per step."""
+
+    def __init__(self, db: Database, clock: Clock, audit: AuditTrail, registry: Registry,
+                 intake: Intake, gate: Gate, standing: StandingApprovals, ledger: Ledger,
+                 cap: PayloadCap, signals: Signals, urgency: Urgency, tracer: Tracer,
+                 meter: Meter, decided_runs: DecidedRuns, *, owner: str,
+                 lease_ttl: timedelta) -> None:
+        self.db = db
+        self.clock = clock
+        self.audit = audit
+        self.registry = registry
+        self.intake = intake
+        self.gate = gate
+        self.standing = standing
+        self.ledger = ledger
+        self.cap = cap
+        self.signals = signals
+        self.urgency = urgency
+        self.tracer = tracer
+        self.meter = meter
+        self.decided_runs = decided_runs
+        self.owner = owner
+        self.lease_ttl = lease_ttl
 
     # -- entry -----------------------------------------------------------------------
     async def advance(self, run_id: str, *, stop: asyncio.Event | None = None,
@@ -146,17 +174,16 @@ class Runner:
         """Take the run's lease and drive it. ``claim``: the lease id under which the
         caller already holds the run (a worker's poll claimed it, or ``start_run`` leased
         it); the run goes on under it."""
-        e = self.e
-        now = e.clock.now()
+        now = self.clock.now()
         # one lease id per attempt, not per process: two tasks of one process (a worker
         # and a CLI command, say) must not both believe they hold the run
-        owner = claim or f"{e.owner}/{secrets.token_hex(3)}"
+        owner = claim or f"{self.owner}/{secrets.token_hex(3)}"
         queued: Outcome | None = None
         got = await self._claimed(run_id, claim) if claim is not None else None
         if got is None:
-            async with e.db.write(since=e.urgency.since(run_id)) as tx:
+            async with self.db.write(since=self.urgency.since(run_id)) as tx:
                 lease = await tx.runs.acquire_lease(run_id, owner=owner, now=now,
-                                                    until=now + e.config.lease_ttl,
+                                                    until=now + self.lease_ttl,
                                                     stale_owners=stale_owners)
                 got = lease.run if lease is not None else None
                 if got is not None:
@@ -164,13 +191,13 @@ class Runner:
             if got is None:
                 return await self._not_ours(run_id)
             if lease is not None and lease.taken_over:
-                e.meter.lease_taken_over(1)
+                self.meter.lease_taken_over(1)
             if queued is not None:
                 return queued
         released = [False]
         try:
             async with self._heartbeat(run_id, owner) as lost:
-                with e.tracer.steps(run_id) as steps:
+                with self.tracer.steps(run_id) as steps:
                     return await self._drive(got, owner, stop or asyncio.Event(), lost,
                                              released, steps)
         except LeaseLost as exc:
@@ -184,33 +211,33 @@ class Runner:
         finally:
             if not released[0]:
                 with contextlib.suppress(Exception):
-                    async with e.db.write() as tx:
+                    async with self.db.write() as tx:
                         await tx.runs.release_lease(run_id, owner=owner)
 
     async def _claimed(self, run_id: str, claim: str) -> RunRecord | None:
         """The run, if the lease the caller claimed it under (a poll's claim, a decision's,
         ``start_run``'s) is still its lease and nothing else needs checking in a write
         transaction (its agent has no concurrency limit); else None: acquire it anew."""
-        async with self.e.db.read() as tx:
+        async with self.db.read() as tx:
             run = await tx.runs.get(run_id)
         if run is None or run.status != "running" or run.lease_owner != claim:
             return None
         try:
-            limited = self.e.registry.get(run.agent).max_concurrent_runs is not None
+            limited = self.registry.get(run.agent).max_concurrent_runs is not None
         except NotFound:
             limited = False  # the step will find out, and fail the run properly
         return None if limited else run
 
     async def _not_ours(self, run_id: str) -> Outcome:
         """Why the lease was not taken: the run is not running, or someone else holds it."""
-        async with self.e.db.read() as tx:
+        async with self.db.read() as tx:
             run = await tx.runs.get(run_id)
             approvals = await tx.approvals.for_run(run_id) if run else []
         if run is None:
             raise NotFound(f"no run {run_id}", run_id=run_id)
         if run.status != "running":
             return status_outcome(run, approvals)
-        if run.wait_until is not None and run.wait_until > self.e.clock.now():
+        if run.wait_until is not None and run.wait_until > self.clock.now():
             return Waiting(run_id, run.status, until=run.wait_until,
                            reason=run.wait_reason or "")
         return Busy(run_id, run.status, holder=run.lease_owner)
@@ -226,14 +253,14 @@ class Runner:
         the outcome of the run's step.
         """
         lost = asyncio.Event()
-        ttl = self.e.config.lease_ttl.total_seconds()
+        ttl = self.lease_ttl.total_seconds()
         interval = ttl / 3
 
         async def renew() -> bool:
-            now = self.e.clock.now()
-            async with self.e.db.write() as tx:
+            now = self.clock.now()
+            async with self.db.write() as tx:
                 ok = await tx.runs.renew_lease(run_id, owner=owner, now=now,
-                                               until=now + self.e.config.lease_ttl)
+                                               until=now + self.lease_ttl)
                 if ok:  # the attempt in flight, if any, was heard from
                     await tx.executions.heard(run_id, owner=owner, now=now)
             return ok
@@ -276,7 +303,7 @@ class Runner:
                           now: datetime) -> Outcome | None:
         """Queue the run (a short wait) if its agent already runs ``max_concurrent_runs``."""
         try:
-            agent = self.e.registry.get(run.agent)
+            agent = self.registry.get(run.agent)
         except NotFound:
             return None  # the step will find out, and fail the run properly
         limit = agent.max_concurrent_runs
@@ -301,8 +328,8 @@ class Runner:
             return
         per_second = rate / 60.0
         key = f"model:{agent.name}"
-        async with self.e.db.write() as tx:
-            now = self.e.clock.now()
+        async with self.db.write() as tx:
+            now = self.clock.now()
             tokens, since = await tx.limits.lock(key, tokens=float(rate), now=now)
             tokens = min(float(rate), tokens + max((now - since).total_seconds(), 0.0)
                          * per_second)
@@ -316,9 +343,8 @@ class Runner:
                     failures: int) -> Outcome:
         """Give the lease back and leave the run waiting until ``until`` (still running);
         the first wait of a spell is told in the run's thread."""
-        e = self.e
-        async with e.db.write() as tx:
-            now = e.clock.now()
+        async with self.db.write() as tx:
+            now = self.clock.now()
             if not await tx.runs.park(live.run.id, owner=live.owner, until=until,
                                       reason=reason, failures=failures, now=now):
                 raise LeaseLost(f"lost the lease on run {live.run.id}", run_id=live.run.id)
@@ -326,7 +352,7 @@ class Runner:
                 await self._tell_waiting(tx, live.run.id, until, reason, now)
         live.released[0] = True
         if failures <= 1 and live.run.wait_until is None:
-            e.notify_outbox()
+            self.signals.notify_outbox()
         log.info("run %s waits until %s: %s", live.run.id, until.isoformat(), reason)
         return Waiting(live.run.id, "running", until=until, reason=reason)
 
@@ -341,13 +367,12 @@ class Runner:
         """An error that retrying the same way may not fix: back off, and after
         ``MAX_FAILURES`` in a row end the run (``needs_attention`` when a person can fix
         the cause by redeploying, else ``failed``), recorded, audited and told."""
-        e = self.e
         failures = run.failures + 1
         error = f"{type(exc).__name__}: {exc}"[:2000]
-        now = e.clock.now()
+        now = self.clock.now()
         log.error("run %s: attempt %d of %d failed: %s", run.id, failures, MAX_FAILURES,
                   error, exc_info=failures == 1)
-        async with e.db.write() as tx:
+        async with self.db.write() as tx:
             if failures < MAX_FAILURES:
                 until = now + backoff(failures)
                 reason = f"retrying after an error ({failures} of {MAX_FAILURES}): {error}"
@@ -362,11 +387,11 @@ class Runner:
             status = "needs_attention" if fixable else "failed"
             ended = f"gave up after {failures} attempts: {error}"
             await tx.runs.end(run.id, owner=owner, status=status, error=ended, now=now)
-            await e.gate.cancel_pending(tx, run.id, actor="system:runtime", via="runtime",
+            await self.gate.cancel_pending(tx, run.id, actor="system:runtime", via="runtime",
                                         reason=ended)
-            e.audit.record(tx, at=now, action=status, actor="system:runtime", via="runtime",
+            self.audit.record(tx, at=now, action=status, actor="system:runtime", via="runtime",
                            run_id=run.id, details={"error": error, "attempts": failures})
-        e.notify_outbox()
+        self.signals.notify_outbox()
         if status == "failed":
             return Failed(run.id, "failed", error=ended)
         return NeedsAttention(run.id, "needs_attention", reason=ended)
@@ -375,7 +400,7 @@ class Runner:
     async def _load(self, run: RunRecord, owner: str) -> _Live:
         # no snapshot needed: we hold the lease, so only we write this run's events and
         # ledger rows, and a ledger row is always committed before the event naming it
-        async with self.e.db.read() as tx:
+        async with self.db.read() as tx:
             events = await tx.events.load(run.id)
             executions = await tx.executions.for_run(run.id)
             approvals = await tx.approvals.for_run(run.id)
@@ -386,7 +411,7 @@ class Runner:
         run_id = run.id
         live = await self._load(run, owner)  # acquire_lease took it only if ``running``
         live.released = released
-        agent = self.e.registry.get(live.run.agent)
+        agent = self.registry.get(live.run.agent)
         if live.run.instructions_version != agent.instructions_version:
             log.warning("run %s started with instructions %s; continuing with %s", run_id,
                         live.run.instructions_version, agent.instructions_version)
@@ -412,12 +437,12 @@ class Runner:
                     failures = live.run.failures + 1
                     wait = (timedelta(seconds=exc.retry_after) if exc.retry_after is not None
                             else backoff(failures))
-                    return await self._park(live, until=self.e.clock.now() + wait,
+                    return await self._park(live, until=self.clock.now() + wait,
                                             failures=failures,
                                             reason=f"model unavailable: {exc}")
                 except _Throttled as exc:
                     return await self._park(
-                        live, until=self.e.clock.now() + timedelta(seconds=exc.seconds),
+                        live, until=self.clock.now() + timedelta(seconds=exc.seconds),
                         failures=live.run.failures,
                         reason=f"model calls per minute of {agent.name} used up")
                 except ModelError as exc:
@@ -455,7 +480,7 @@ class Runner:
             return AssistantMessage.model_validate(inflight["reply"])
         await self._take_model_call(agent)
         name = model_name(agent.model)
-        with self.e.tracer.span("model.call", run_id=live.run.id, agent=agent.name,
+        with self.tracer.span("model.call", run_id=live.run.id, agent=agent.name,
                                 model=name,
                                 instructions_version=live.run.instructions_version):
             began = time.monotonic()
@@ -465,7 +490,7 @@ class Runner:
             latency_ms = (time.monotonic() - began) * 1000.0
         failpoint("mid_model_call")
         usage = reply.usage
-        meta = ModelStep(at=self.e.clock.now(), latency_ms=round(latency_ms, 3), model=name,
+        meta = ModelStep(at=self.clock.now(), latency_ms=round(latency_ms, 3), model=name,
                          instructions_version=(
                              None if agent.instructions_version == live.run.instructions_version
                              else agent.instructions_version),
@@ -487,8 +512,7 @@ class Runner:
         """A gated call a standing approval covers: its approved request, written (with the
         standing approval's compare-and-set, under our lease, the step's model reply
         journaled with it) before the call runs; None: the call needs a request of its own."""
-        e = self.e
-        found = await e.standing.candidate(Source.of_run(live.run.agent),
+        found = await self.standing.candidate(Source.of_run(live.run.agent),
                                            live.run.requested_by, tool.name, args, chosen)
         if found is None:
             return None
@@ -497,17 +521,17 @@ class Runner:
         approved: list[ApprovalRecord] = []
 
         async def use(tx: Tx) -> None:
-            now = e.clock.now()
+            now = self.clock.now()
             if not await tx.runs.renew_lease(live.run.id, owner=live.owner, now=now,
-                                             until=now + e.config.lease_ttl,
+                                             until=now + self.lease_ttl,
                                              journal=pending.journal):
                 raise LeaseLost(f"lost the lease on run {live.run.id}", run_id=live.run.id)
-            done = await e.standing.use(tx, found, run=live.run, call_id=call.id,
+            done = await self.standing.use(tx, found, run=live.run, call_id=call.id,
                                         tool=tool.name, args=args, policy=chosen.approval,
                                         packet=packet)
             approved[:] = [done] if done is not None else []
 
-        await e.db.transact(use, what=f"standing approval use for {call.id}")
+        await self.db.transact(use, what=f"standing approval use for {call.id}")
         if not approved:
             return None  # revoked, expired or granted again since it was read: it asks
         pending.journal = None  # journaled with the use
@@ -523,7 +547,6 @@ class Runner:
         non-idempotent call that more calls follow has its result committed before the
         next one starts, so a crash there never leaves an earlier call unknown.
         """
-        e = self.e
 
         def observe(content: Any, *, ledger_ref: bool = False) -> None:
             pending.messages.append(
@@ -539,7 +562,7 @@ class Runner:
         # with a ledger row ran under the rules of its time and is settled from the ledger
         approval = live.by_call.get(call.id)
         existing = live.executions.get(call.id)
-        _link_decision(e, approval)
+        _link_decision(self.tracer, approval)
         kind: str
         if approval is not None:
             if approval.status == "pending":
@@ -558,14 +581,14 @@ class Runner:
         else:
             try:
                 args = tool.validate(call.arguments)
-                e.check_payload(compact_json(args), what=f"arguments of {tool.name}")
+                self.cap.check(compact_json(args), what=f"arguments of {tool.name}")
             except InvalidArguments as exc:
                 observe({"status": "invalid_arguments", "errors": exc.errors})
                 return
             except Exception as exc:  # PayloadTooLarge
                 observe({"status": "error", "error": str(exc)})
                 return
-            chosen = e.intake.resolve(Source("agent", agent.name), tool.name, args,
+            chosen = self.intake.resolve(Source("agent", agent.name), tool.name, args,
                                       declared=(tool.policy, tool.approval))
             kind = chosen.kind
             if existing is None and kind == "forbidden":
@@ -580,7 +603,7 @@ class Runner:
 
         digest = approval.effective_digest if approval else call_digest(call.name, args)
         question = live.questions.get(call.id)
-        _link_decision(e, question)
+        _link_decision(self.tracer, question)
         # a person's "retry" sanctions exactly the attempt after the one they were asked about
         sanctioned = bool(question and existing and _sanctions(question, existing))
         if existing is not None and existing.status in ("started", "unknown") and question:
@@ -590,28 +613,28 @@ class Runner:
 
         async def after_result(tx: Tx, rec: Recorded) -> None:
             if approval is not None:
-                audit_execution(e.audit, tx, at=e.clock.now(), approval_id=approval.id,
+                audit_execution(self.audit, tx, at=self.clock.now(), approval_id=approval.id,
                                 rec=rec, tool=tool.name, digest=digest, args=args)
             if kind == "notify_after":
                 await tx.outbox.add(kind="tool.notice", group_key=live.run.id,
                                     payload=compact_json({"run_id": live.run.id,
                                                           "call_id": call.id,
                                                           "args": args}),
-                                    now=e.clock.now())
+                                    now=self.clock.now())
 
         ctx = ToolContext(run_id=live.run.id, call_id=call.id,
                           idempotency_key=f"{live.run.id}:{call.id}",
-                          requested_by=live.run.requested_by, agent=agent.name, clock=e.clock)
-        waiting = e.urgency.since(live.run.id)
-        e.urgency.end(live.run.id)  # a decision that resumed this run has reached its call
-        since = e.decided_runs.reached(live.run.id)
+                          requested_by=live.run.requested_by, agent=agent.name, clock=self.clock)
+        waiting = self.urgency.since(live.run.id)
+        self.urgency.end(live.run.id)  # a decision that resumed this run has reached its call
+        since = self.decided_runs.reached(live.run.id)
         if since is not None:
-            e.meter.tool_started(since)
+            self.meter.tool_started(since)
         defer = last or tool.idempotent
-        with e.tracer.span("tool.call", run_id=live.run.id, tool=tool.name, call_id=call.id,
+        with self.tracer.span("tool.call", run_id=live.run.id, tool=tool.name, call_id=call.id,
                            idempotency_key=ctx.idempotency_key, policy=kind,
                            approval_id=approval.id if approval else None) as span:
-            result = await e.ledger.execute(
+            result = await self.ledger.execute(
                 tool=tool, ctx=ctx, step=live.step, args=args, digest=digest,
                 existing=existing, owner=live.owner, journal=pending.journal,
                 after_result=after_result if (approval or kind == "notify_after") else None,
@@ -624,7 +647,7 @@ class Runner:
             pending.settles.append(result.settle)
             pending.notify = pending.notify or kind == "notify_after"
         elif kind == "notify_after" and isinstance(result, Executed) and not result.reused:
-            e.notify_outbox()  # the notice
+            self.signals.notify_outbox()  # the notice
         if isinstance(result, OutcomeUnknown):
             pending.unknown.append((call, result.record, args, result.reconcile))
             return
@@ -644,23 +667,22 @@ class Runner:
         A cancel requested while the step ran wins at this boundary: the step's results are
         recorded, but no request is opened for a run that will not go on.
         """
-        e = self.e
         run_id = live.run.id
         if pending.unknown:
             async def ask(tx: Tx) -> None:
                 for call, rec, args, said in pending.unknown:
                     if call.id in live.questions and live.questions[call.id].status == "pending":
                         continue
-                    agent = e.registry.get(live.run.agent)
+                    agent = self.registry.get(live.run.agent)
                     tool = agent.tool(call.name)
                     assert tool is not None
                     await tx.executions.mark_unknown(run_id=run_id, call_id=call.id)
-                    await e.gate.open_question(tx, live.run, call, tool, rec, args,
+                    await self.gate.open_question(tx, live.run, call, tool, rec, args,
                                                said or "the tool has no reconcile hook")
             if await self._checkpoint(live, pending, status="needs_attention", extra=ask,
                                       release=True):
                 return self._cancelled(live)
-            e.notify_outbox()
+            self.signals.notify_outbox()
             call = pending.unknown[0][0]
             return NeedsAttention(run_id, "needs_attention", call_id=call.id,
                                   reason=f"outcome of {call.name} ({call.id}) is unknown")
@@ -669,13 +691,13 @@ class Runner:
             transcript = _transcript(live, pending)
 
             async def request(tx: Tx) -> None:
-                opened[:] = await e.gate.open_requests(tx, live.run, transcript, live.step,
+                opened[:] = await self.gate.open_requests(tx, live.run, transcript, live.step,
                                                        pending.gates)
             if await self._checkpoint(live, pending, status="awaiting_approval", extra=request,
                                       release=True):
                 return self._cancelled(live)
             failpoint("after_commit_before_post")
-            e.notify_outbox()
+            self.signals.notify_outbox()
             ids = tuple(opened) + tuple(a.id for a in pending.waiting)
             return Paused(run_id, "awaiting_approval", approval_ids=ids)
         if await self._checkpoint(live, pending):
@@ -696,16 +718,15 @@ class Runner:
         audited under the name of whoever asked. Returns True when that happened.
         Retried from the start if the database rolled it back (tool results are in it).
         """
-        e = self.e
         failpoint("before_checkpoint")
-        now = e.clock.now()
+        now = self.clock.now()
         events = [encode(m, ledger_ref=ref) for m, ref in pending.messages]
 
         async def work(tx: Tx) -> CancelRequest:
             await tx.events.append(live.run.id, live.seq, live.step, events)
             req = await tx.runs.checkpoint(
                 live.run.id, owner=live.owner, step=live.step, next_seq=live.seq + len(events),
-                status=status, now=now, lease_until=now + e.config.lease_ttl, release=release,
+                status=status, now=now, lease_until=now + self.lease_ttl, release=release,
                 result=result, error=error)
             if req is None:
                 raise LeaseLost(f"lost the lease on run {live.run.id}", run_id=live.run.id)
@@ -718,7 +739,7 @@ class Runner:
             return req
 
         try:
-            req = await e.db.transact(work, what=f"checkpoint of run {live.run.id}")
+            req = await self.db.transact(work, what=f"checkpoint of run {live.run.id}")
         except LeaseLost:
             await self._settle_alone(pending.settles)
             raise
@@ -726,7 +747,7 @@ class Runner:
         if pending.settles:
             failpoint("after_result")
         if pending.notify:
-            e.notify_outbox()
+            self.signals.notify_outbox()
         failpoint("after_checkpoint")
         if release or cancelled:
             live.released[0] = True
@@ -745,7 +766,7 @@ class Runner:
         their results anyway, each on its own (one another process settled first stays)."""
         for settle in settles:
             try:
-                await self.e.db.transact(settle, what="a result after a lost lease")
+                await self.db.transact(settle, what="a result after a lost lease")
             except LeaseLost:
                 pass
             except Exception:
@@ -754,20 +775,19 @@ class Runner:
     async def _cancel_in(self, tx: Tx, live: _Live, by: str | None, reason: str | None, *,
                          was: str) -> None:
         """End the run as cancelled inside the checkpoint's transaction (its row is locked)."""
-        e = self.e
-        now = e.clock.now()
+        now = self.clock.now()
         who = by or "system:runtime"
         await tx.runs.update(live.run.id, status="cancelled", lease_owner=None,
                              lease_expires_at=None, inflight=None, updated_at=now,
                              error=f"cancelled by {who}" + (f": {reason}" if reason else ""))
-        await e.gate.cancel_pending(tx, live.run.id, actor=who, via="runtime", reason=reason)
-        e.audit.record(tx, at=now, action="cancelled", actor=who, via="runtime",
+        await self.gate.cancel_pending(tx, live.run.id, actor=who, via="runtime", reason=reason)
+        self.audit.record(tx, at=now, action="cancelled", actor=who, via="runtime",
                        run_id=live.run.id,
                        details={"was": was, "step": live.step, "reason": reason,
                                 "at_step_boundary": True})
 
     def _cancelled(self, live: _Live) -> Outcome:
-        self.e.notify_outbox()  # card updates of the requests it closed
+        self.signals.notify_outbox()  # card updates of the requests it closed
         return Cancelled(live.run.id, "cancelled")
 
     async def _fail(self, live: _Live, error: str) -> Outcome:
@@ -826,12 +846,12 @@ def _transcript(live: _Live, pending: _Pending) -> list[Any]:
     return [*live.state.messages, *(m for m, _ in pending.messages)]
 
 
-def _link_decision(e: Engine, approval: ApprovalRecord | None) -> None:
+def _link_decision(tracer: Tracer, approval: ApprovalRecord | None) -> None:
     """The step resolving a decided call links the span that decided it, when another
     process (or an earlier life of this one) recorded the decision with tracing on: the
     call's request, or the answer to a question about its unknown outcome."""
     if approval is not None and approval.status != "pending" and approval.decision_trace:
-        e.tracer.link(approval.decision_trace, approval_id=approval.id)
+        tracer.link(approval.decision_trace, approval_id=approval.id)
 
 
 def _refusal(approval: ApprovalRecord) -> dict[str, Any]:

@@ -11,12 +11,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
 
+from approvald.runtime.clock import Clock
+from approvald.runtime.expiry import Expiry
+from approvald.runtime.signals import Signals
+from approvald.store.db import Database
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
-
-if TYPE_CHECKING:
-    from approvald.runtime.engine import Engine
 
 log = logging.getLogger("approvald.scheduler")
 # the furthest ahead a job is set: a job only triggers a check against the database, so
@@ -30,9 +30,12 @@ def _job_id(approval_id: str) -> str:
 
 
 class ExpiryScheduler:
-    def __init__(self, engine: Engine, *,
+    def __init__(self, db: Database, clock: Clock, expiry: Expiry, signals: Signals, *,
                  sweep_interval: timedelta = timedelta(seconds=15)) -> None:
-        self.e = engine
+        self.db = db
+        self.clock = clock
+        self.expiry = expiry
+        self.signals = signals
         self.sweep_interval = sweep_interval
         self.scheduler = AsyncIOScheduler(timezone=UTC)
         self._known: set[str] = set()
@@ -40,7 +43,7 @@ class ExpiryScheduler:
 
     async def rebuild(self) -> int:
         """(Re)create one job per pending approval from the database; returns the count."""
-        async with self.e.db.read() as tx:
+        async with self.db.read() as tx:
             rows = await tx.approvals.pending_schedule()
         live = set()
         for approval_id, expires_at, next_reminder in rows:
@@ -64,7 +67,7 @@ class ExpiryScheduler:
         # run_date is wall-clock and ``when`` is engine time: wake up after the same span
         # (an injected clock may run ahead of or behind the wall clock); the job only
         # *triggers* a check against the engine's clock
-        delay = min(max(when - self.e.clock.now(), timedelta(0)), LONGEST_WAIT)
+        delay = min(max(when - self.clock.now(), timedelta(0)), LONGEST_WAIT)
         self.scheduler.add_job(
             self._due, "date", run_date=datetime.now(UTC) + delay, args=[approval_id],
             id=_job_id(approval_id), replace_existing=True, misfire_grace_time=None,
@@ -74,8 +77,8 @@ class ExpiryScheduler:
 
     async def _due(self, approval_id: str) -> None:
         try:
-            await self.e.expiry.sweep(only=[approval_id])
-            async with self.e.db.read() as tx:
+            await self.expiry.sweep(only=[approval_id])
+            async with self.db.read() as tx:
                 a = await tx.approvals.get(approval_id)
             if a is not None and a.status == "pending":
                 nxt = min(a.expires_at, a.next_reminder_at or a.expires_at)
@@ -87,7 +90,7 @@ class ExpiryScheduler:
 
     async def sweep(self) -> None:
         try:
-            result = await self.e.expiry.sweep()
+            result = await self.expiry.sweep()
             if result.expired or result.escalated or result.reminded:
                 log.info("sweep: %d expired, %d escalated, %d reminded", len(result.expired),
                          len(result.escalated), len(result.reminded))
@@ -104,7 +107,7 @@ class ExpiryScheduler:
                                seconds=self.sweep_interval.total_seconds(), id="sweep",
                                replace_existing=True, coalesce=True, max_instances=1)
         self.scheduler.start()
-        self.e.on_opened(self._opened)
+        self.signals.on_opened(self._opened)
         return n
 
     def every(self, name: str, work: Callable[[], Awaitable[object]], seconds: float) -> None:
@@ -123,7 +126,7 @@ class ExpiryScheduler:
                                id=f"open:{approval_id}", replace_existing=True)
 
     async def _reschedule(self, approval_id: str) -> None:
-        async with self.e.db.read() as tx:
+        async with self.db.read() as tx:
             a = await tx.approvals.get(approval_id)
         if a is not None and a.status == "pending":
             self.schedule(approval_id, min(a.expires_at, a.next_reminder_at or a.expires_at))

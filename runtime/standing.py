@@ -41,26 +41,29 @@ import json
 import logging
 from collections.abc import Mapping
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from enum import StrEnum
+from typing import Any
 
 from approvald.runtime import prefix
-from approvald.runtime.audit import entry_hash
+from approvald.runtime.audit import AuditTrail, entry_hash
 from approvald.runtime.canonical import compact_json
+from approvald.runtime.clock import Clock
 from approvald.runtime.decide import Actor, Decision
-from approvald.runtime.directory import DirectoryError, is_approver
+from approvald.runtime.decisions import Decisions
+from approvald.runtime.directory import Directory, DirectoryError, is_approver
 from approvald.runtime.errors import ApprovaldError
-from approvald.runtime.gate import CARD_UPDATE
+from approvald.runtime.gate import CARD_UPDATE, Gate
 from approvald.runtime.ids import new_id
 from approvald.runtime.intake import Source, policy_digest, snapshot_digest
 from approvald.runtime.policy import ApprovalPolicy, CallPolicy
 from approvald.runtime.scope import Scope
+from approvald.runtime.signals import Signals
 from approvald.runtime.standing_chain import StandingState
+from approvald.runtime.urgency import Urgency
+from approvald.store.db import Database
 from approvald.store.records import ApprovalRecord, RunRecord
 from approvald.store.repos import Tx
 from approvald.store.repos.standing import StandingRecord
-
-if TYPE_CHECKING:
-    from approvald.runtime.engine import Engine
 
 log = logging.getLogger("approvald.standing")
 
@@ -69,10 +72,23 @@ MAX_WINDOW = timedelta(hours=8)
 VIA = "standing"  # decided_via of a request a standing approval approved
 
 
-class StandingRefused(ApprovaldError):
-    """A grant, a second grant or a revocation that was refused; ``reason`` is a code."""
+class StandingRefusal(StrEnum):
+    """Why a grant, a further grant or a revocation of a standing approval was refused."""
 
-    def __init__(self, message: str, *, reason: str, **kw: Any) -> None:
+    WRONG_KIND = "wrong_kind"  # granted on something other than a tool call's request
+    SCOPE = "scope"  # a scope that does not cover the request it is granted on
+    OFF = "off"  # the tool's max_standing is "0"
+    WINDOW = "window"  # outside 15 minutes .. min(8 hours, max_standing)
+    NOT_LIVE = "not_live"  # revoked, or expired
+    ALREADY_GRANTED = "already_granted"  # the same approver again
+    NOT_AUTHORIZED = "not_authorized"  # not (or no longer) an approver of its band
+    CHANGED = "changed"  # granted, revoked or expired meanwhile: look again
+
+
+class StandingRefused(ApprovaldError):
+    """A grant, a second grant or a revocation that was refused (:class:`StandingRefusal`)."""
+
+    def __init__(self, message: str, *, reason: StandingRefusal, **kw: Any) -> None:
         super().__init__(message, **kw)
         self.reason = reason
 
@@ -80,31 +96,39 @@ class StandingRefused(ApprovaldError):
 class StandingApprovals:
     """Grant, revoke and use standing approvals (``engine.standing``)."""
 
-    def __init__(self, engine: Engine) -> None:
-        self.e = engine
+    def __init__(self, db: Database, clock: Clock, audit: AuditTrail, directory: Directory,
+                 gate: Gate, decisions: Decisions, urgency: Urgency, signals: Signals) -> None:
+        self.db = db
+        self.clock = clock
+        self.audit = audit
+        self.directory = directory
+        self.gate = gate
+        self.decisions = decisions  # a grant approves the request it is granted on
+        self.urgency = urgency
+        self.signals = signals
 
     # -- granting -------------------------------------------------------------------------
     async def grant(self, approval_id: str, *, actor: Actor, window: timedelta,
                     scope: Scope, token: str | None = None) -> tuple[StandingRecord, Decision]:
         """Approve pending request ``approval_id`` as ``actor`` and propose a standing
         approval drawn from it; with a quorum of one it is active at once."""
-        a = await self.e.decider.get(approval_id)
+        a = await self.decisions.get(approval_id)
         if a.kind != "tool_call":
             raise StandingRefused("a standing approval is granted on a tool call's request",
-                                  reason="wrong_kind", approval_id=a.id)
+                                  reason=StandingRefusal.WRONG_KIND, approval_id=a.id)
         policy = ApprovalPolicy.from_snapshot(a.policy)
         try:
             self._check_window(a, policy, window)
             if not scope.covers(a.tool, a.effective_args()):
                 raise StandingRefused("the scope does not cover the request it is granted on",
-                                      reason="scope", approval_id=a.id)
+                                      reason=StandingRefusal.SCOPE, approval_id=a.id)
         except StandingRefused as exc:
             await self._refused(actor, "standing_grant", exc, approval=a)
             raise
         # the request is approved first, with every check a click gets; only then is the
         # standing approval written (a crash between leaves an approval and no standing one)
-        decision = await self.e.decide(a.id, actor=actor, verdict="approve", token=token)
-        now = self.e.clock.now()
+        decision = await self.decisions.decide(a.id, actor=actor, verdict="approve", token=token)
+        now = self.clock.now()
         record: StandingRecord | None = None
 
         async def write(tx: Tx) -> StandingRecord:
@@ -123,7 +147,7 @@ class StandingApprovals:
                 created_at=now, expires_at=now + window, subject=subject,
                 policy_digest=digest)
             # everything the row says, so the chain alone can judge each of its uses
-            self.e.audit.record(
+            self.audit.record(
                 tx, at=now, action="standing_granted", actor=actor.id, via=actor.via,
                 run_id=a.run_id, approval_id=a.id,
                 details={"standing_approval": sid, "tool": a.tool, "subject": subject,
@@ -137,8 +161,8 @@ class StandingApprovals:
             assert got is not None
             return got
 
-        record = await self.e.db.transact(write, what=f"standing approval on {a.id}")
-        self.e.notify_outbox()
+        record = await self.db.transact(write, what=f"standing approval on {a.id}")
+        self.signals.notify_outbox()
         return record, decision
 
     def _check_window(self, a: ApprovalRecord, policy: ApprovalPolicy,
@@ -146,12 +170,13 @@ class StandingApprovals:
         cap = policy.max_standing
         if cap <= timedelta(0):
             raise StandingRefused(f"standing approvals are turned off for {a.tool} "
-                                  "(max_standing = \"0\")", reason="off", approval_id=a.id)
+                                  "(max_standing = \"0\")", reason=StandingRefusal.OFF,
+                                  approval_id=a.id)
         if window < MIN_WINDOW or window > min(MAX_WINDOW, cap):
             raise StandingRefused(
                 f"a standing approval of {a.tool} lasts {_span(MIN_WINDOW)} to "
                 f"{_span(min(MAX_WINDOW, cap))} (asked: {_span(window)})",
-                reason="window", approval_id=a.id)
+                reason=StandingRefusal.WINDOW, approval_id=a.id)
 
     async def add_grant(self, standing_id: str, *, actor: Actor) -> StandingRecord:
         """A further approver's grant; enough of them and it is active. A refusal is
@@ -164,17 +189,17 @@ class StandingApprovals:
             raise
 
     async def _add_grant(self, s: StandingRecord, actor: Actor) -> StandingRecord:
-        now = self.e.clock.now()
+        now = self.clock.now()
         if s.state(now) not in ("proposed", "active"):
             raise StandingRefused(f"standing approval {s.id} is {s.state(now)}",
-                                  reason="not_live")
+                                  reason=StandingRefusal.NOT_LIVE)
         if actor.id in s.grants_value():
             raise StandingRefused(f"{actor.id} already granted standing approval {s.id}",
-                                  reason="already_granted")
+                                  reason=StandingRefusal.ALREADY_GRANTED)
         if not await self._may_decide(s, actor.id):
             raise StandingRefused(f"{actor.id} is not an approver of {s.tool} "
                                   f"(approvers: {', '.join(s.approvers_value()) or 'anyone'})",
-                                  reason="not_authorized")
+                                  reason=StandingRefusal.NOT_AUTHORIZED)
 
         async def write(tx: Tx) -> StandingRecord:
             grants = [*s.grants_value(), actor.id]
@@ -184,8 +209,8 @@ class StandingApprovals:
             if done is None:
                 raise StandingRefused(f"standing approval {s.id} changed meanwhile (granted, "
                                       "revoked or expired): look at it again",
-                                      reason="changed")
-            self.e.audit.record(
+                                      reason=StandingRefusal.CHANGED)
+            self.audit.record(
                 tx, at=now, action="standing_granted", actor=actor.id, via=actor.via,
                 run_id=await _run_of(tx, s), approval_id=s.granted_on,
                 details={"standing_approval": s.id, "tool": s.tool, "grants": len(grants),
@@ -193,8 +218,8 @@ class StandingApprovals:
             await self._redraw(tx, s.granted_on, now)
             return done
 
-        done = await self.e.db.transact(write, what=f"grant of standing approval {s.id}")
-        self.e.notify_outbox()
+        done = await self.db.transact(write, what=f"grant of standing approval {s.id}")
+        self.signals.notify_outbox()
         return done
 
     async def revoke(self, standing_id: str, *, actor: Actor,
@@ -212,15 +237,15 @@ class StandingApprovals:
                       reason: str | None) -> StandingRecord:
         if not await self.may_revoke(s, actor.id):
             raise StandingRefused(f"{actor.id} neither granted standing approval {s.id} nor "
-                                  f"approves {s.tool}", reason="not_authorized")
-        now = self.e.clock.now()
+                                  f"approves {s.tool}", reason=StandingRefusal.NOT_AUTHORIZED)
+        now = self.clock.now()
 
         async def write(tx: Tx) -> StandingRecord:
             done = await tx.standing.revoke(s.id, by=actor.id, now=now)
             if done is None:
                 raise StandingRefused(f"standing approval {s.id} is already {s.status}",
-                                      reason="not_live")
-            self.e.audit.record(tx, at=now, action="standing_revoked", actor=actor.id,
+                                      reason=StandingRefusal.NOT_LIVE)
+            self.audit.record(tx, at=now, action="standing_revoked", actor=actor.id,
                                 via=actor.via, run_id=await _run_of(tx, s),
                                 approval_id=s.granted_on,
                                 details={"standing_approval": s.id, "tool": s.tool,
@@ -228,19 +253,19 @@ class StandingApprovals:
             await self._redraw(tx, s.granted_on, now)
             return done
 
-        done = await self.e.db.transact(write, since=self.e.urgency.now(),
+        done = await self.db.transact(write, since=self.urgency.now(),
                                          what=f"revocation of standing approval {s.id}")
-        self.e.notify_outbox()
+        self.signals.notify_outbox()
         return done
 
     async def _refused(self, actor: Actor, verdict: str, exc: StandingRefused, *,
                        standing: StandingRecord | None = None,
                        approval: ApprovalRecord | None = None) -> None:
         """An audit entry for a refused grant or revocation (who, what, why)."""
-        now = self.e.clock.now()
+        now = self.clock.now()
 
         async def write(tx: Tx) -> None:
-            self.e.audit.record(
+            self.audit.record(
                 tx, at=now, action="refused", actor=actor.id, via=actor.via,
                 run_id=approval.run_id if approval else None,
                 approval_id=approval.id if approval else (standing.granted_on if standing
@@ -250,7 +275,7 @@ class StandingApprovals:
                          "tool": standing.tool if standing else approval.tool if approval
                          else None, "message": str(exc)[:500]})
 
-        await self.e.db.transact(write, what=f"refused {verdict}")
+        await self.db.transact(write, what=f"refused {verdict}")
 
     async def may_revoke(self, s: StandingRecord, user: str) -> bool:
         """May ``user`` revoke ``s``: one of its granters, or (still) one of its approvers."""
@@ -271,13 +296,13 @@ class StandingApprovals:
 
     async def get(self, standing_id: str) -> StandingRecord:
         """A standing approval by id or unambiguous id prefix (:func:`runtime.prefix.resolve`)."""
-        async with self.e.db.read() as tx:
+        async with self.db.read() as tx:
             return await prefix.resolve("standing approval", standing_id, tx.standing.get,
                                         tx.standing.find)
 
     async def listing(self, *, live_only: bool = True) -> list[StandingRecord]:
-        async with self.e.db.read() as tx:
-            return await tx.standing.listing(live_only=live_only, now=self.e.clock.now())
+        async with self.db.read() as tx:
+            return await tx.standing.listing(live_only=live_only, now=self.clock.now())
 
     # -- using ----------------------------------------------------------------------------
     async def candidate(self, source: Source, requested_by: str, tool: str,
@@ -286,9 +311,9 @@ class StandingApprovals:
         if any (read only; the use itself is the compare-and-set of :meth:`use`). Who must
         have granted it, and whether the requester may be among them, is the resolved
         policy's say, not the row's."""
-        now = self.e.clock.now()
+        now = self.clock.now()
         subject = source.subject(tool)
-        async with self.e.db.read() as tx:
+        async with self.db.read() as tx:
             found = await tx.standing.active_for(subject, now)
         if not found:
             return None
@@ -319,11 +344,11 @@ class StandingApprovals:
         was when it was found to cover the call (revoked, expired, or granted again: a
         grant added since, the requester's own say, was not part of that check), or if
         its row disagrees with the grants and revocations the audit chain records."""
-        now = self.e.clock.now()
+        now = self.clock.now()
         tampered = await self.tampered(tx, s)
         if tampered is not None:
             log.error("standing approval %s covers nothing: %s", s.id, tampered)
-            self.e.audit.record(
+            self.audit.record(
                 tx, at=now, action="refused", actor="system:standing", via=VIA,
                 run_id=run.id, approval_id=s.granted_on,
                 details={"verdict": "standing_use", "reason": "standing_tampered",
@@ -334,7 +359,7 @@ class StandingApprovals:
         if used is None:
             return None
         grants = used.grants_value()
-        approval_id = await self.e.gate.insert_approval(
+        approval_id = await self.gate.insert_approval(
             tx, run=run, call_id=call_id, kind="tool_call", tool=tool, args=args,
             policy=policy, rung=0, packet=packet, card=False)
         said = f"covered by standing approval {s.id} (granted by {', '.join(grants)})"
@@ -342,7 +367,7 @@ class StandingApprovals:
             approval_id, to="approved", decided_at=now, decided_by=f"{VIA}:{s.id}",
             decided_via=VIA, verdict="approve", reason=said, approve_count=len(grants))
         assert done is not None
-        self.e.audit.record(tx, at=now, action="approved", actor=f"{VIA}:{s.id}", via=VIA,
+        self.audit.record(tx, at=now, action="approved", actor=f"{VIA}:{s.id}", via=VIA,
                             run_id=run.id, approval_id=approval_id, digest=done.digest,
                             details={"tool": tool, "args": args, "standing_approval": s.id,
                                      "granted_by": grants, "use": used.uses,
@@ -359,7 +384,7 @@ class StandingApprovals:
         run_id = await _run_of(tx, s)
         entries = [e for e in await tx.audit.query(run_id=run_id, approval_id=s.granted_on)
                    if e.action in ("standing_granted", "standing_revoked")]
-        key = self.e.audit.key
+        key = self.audit.key
         for e in entries:
             if key is not None and e.key_id == key.id and not hmac.compare_digest(
                     e.hash, entry_hash(key, e.prev_hash, seq=e.seq, at=e.at,
@@ -376,7 +401,7 @@ class StandingApprovals:
         """Is ``user`` (still) one of ``s``'s approvers? A directory that cannot answer
         says no: a standing approval then covers nothing until it can."""
         try:
-            return await is_approver(self.e.directory, s.approvers_value(), user)
+            return await is_approver(self.directory, s.approvers_value(), user)
         except DirectoryError:
             return False
 

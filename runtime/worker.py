@@ -20,22 +20,48 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable
+from datetime import timedelta
+from typing import Protocol
 
+from approvald.runtime.clock import Clock
 from approvald.runtime.ids import lease_id
+from approvald.runtime.metrics import Meter
+from approvald.runtime.outcomes import Outcome
+from approvald.runtime.owners import Owners
 from approvald.runtime.periodic import repeat
-
-if TYPE_CHECKING:
-    from approvald.runtime.engine import Engine
+from approvald.runtime.signals import Signals
+from approvald.runtime.urgency import Urgency
+from approvald.store.db import Database
 
 log = logging.getLogger("approvald.worker")
 STALE_CHECK = 2.0  # s between lookups of dead processes' leases (a lapsed lease needs none)
 ANSWER_PATIENCE = 0.25  # s a woken run waits, at most, for clicks being answered
 
 
+class Advance(Protocol):
+    """Drive one run until it pauses or ends (``Engine.advance``)."""
+
+    def __call__(self, run_id: str, *, stop: asyncio.Event | None = None,
+                 stale_owners: tuple[str, ...] = (),
+                 claim: str | None = None) -> Awaitable[Outcome]: ...
+
+
 class ResumeWorker:
-    def __init__(self, engine: Engine, *, concurrency: int = 8, poll_interval: float = 2.0) -> None:
-        self.e = engine
+    """Advances runs that can go on: woken here (a decision, a new run), or found by a poll
+    of the database (another process decided them, or their worker died)."""
+
+    def __init__(self, db: Database, clock: Clock, owners: Owners, signals: Signals,
+                 urgency: Urgency, meter: Meter, advance: Advance, *, lease_ttl: timedelta,
+                 concurrency: int = 8, poll_interval: float = 2.0) -> None:
+        self.db = db
+        self.clock = clock
+        self.owners = owners
+        self.signals = signals
+        self.urgency = urgency
+        self.meter = meter
+        self.advance = advance  # the engine's: drive one run (under a claim, maybe)
+        self.lease_ttl = lease_ttl
         self.concurrency = concurrency
         self.poll_interval = poll_interval
         self._queue: asyncio.Queue[str] = asyncio.Queue()
@@ -49,7 +75,7 @@ class ResumeWorker:
         self._more = asyncio.Event()  # poll again: a run ended after a poll that filled up
         self._full = False  # the last poll had no room for every ready run, maybe
         self._chores: set[asyncio.Task[None]] = set()
-        engine.on_ready(self.wake)
+        signals.on_ready(self.wake)
 
     @property
     def queued(self) -> frozenset[str]:
@@ -87,18 +113,18 @@ class ResumeWorker:
             return 0  # (no query: a busy worker is polled again each time a run ends)
         now_m = time.monotonic()
         if now_m - self._stale_at > STALE_CHECK:  # only takeovers need them: not each poll
-            self._stale, self._stale_at = tuple(await self.e.stale_owners()), now_m
+            self._stale, self._stale_at = tuple(await self.owners.stale()), now_m
         stale = self._stale
-        owner = lease_id(self.e.owner)  # this claim's
-        now = self.e.clock.now()
+        owner = lease_id(self.owners.owner)  # this claim's
+        now = self.clock.now()
         mine = [*self._active, *self._queued]  # being advanced here, or about to be
-        async with self.e.db.write() as tx:
+        async with self.db.write() as tx:
             claimed = await tx.runs.claim_runnable(owner=owner, now=now, limit=room,
-                                                   until=now + self.e.config.lease_ttl,
+                                                   until=now + self.lease_ttl,
                                                    stale_owners=stale, exclude=mine)
         self._full = len(claimed) >= room
         if taken := sum(c.taken_over for c in claimed):
-            self.e.meter.lease_taken_over(taken)
+            self.meter.lease_taken_over(taken)
         for c in claimed:
             if c.run.id in self._active:  # started here meanwhile, under a lease id of its own
                 await self._give_back({c.run.id: owner})
@@ -113,17 +139,17 @@ class ResumeWorker:
         if not claims:
             return
         try:
-            async with self.e.db.write() as tx:
+            async with self.db.write() as tx:
                 for run_id, owner in claims.items():
                     await tx.runs.release_lease(run_id, owner=owner)
         except Exception:
             log.warning("could not give back claimed run(s) %s; their leases lapse in %s",
-                        ", ".join(sorted(claims)), self.e.config.lease_ttl, exc_info=True)
+                        ", ".join(sorted(claims)), self.lease_ttl, exc_info=True)
 
     async def _advance(self, run_id: str, slot: bool, claim: str | None) -> None:
         try:
             # dead owners as of the last poll: a woken run needs none, a polled one may
-            outcome = await self.e.advance(run_id, stop=self._stop, stale_owners=self._stale,
+            outcome = await self.advance(run_id, stop=self._stop, stale_owners=self._stale,
                                            claim=claim)
             log.info("run %s: %s", run_id, outcome.status)
         except Exception:
@@ -139,7 +165,7 @@ class ResumeWorker:
         """Serve until ``stop`` is set, then let in-flight runs reach a step boundary.
         While it serves, runs decided in this process are leased to it by the decision."""
         poller = asyncio.create_task(self._poll(stop))
-        self.e.take_decided(self.take)
+        self.signals.take_decided(self.take)
         try:
             while not stop.is_set():
                 getter = asyncio.create_task(self._queue.get())
@@ -156,19 +182,19 @@ class ResumeWorker:
                 run_id = getter.result()
                 # clicks being answered go first, unless this run's approver clicked
                 # before them (runtime/urgency.py); background runs wait for them all
-                await self.e.urgency.answered(ANSWER_PATIENCE, before=self.e.urgency.since(run_id))
+                await self.urgency.answered(ANSWER_PATIENCE, before=self.urgency.since(run_id))
                 self._queued.discard(run_id)
                 if run_id in self._active:
                     await self._give_back(_pop(self._claims, run_id))
                     continue
                 # a run a human just decided does not queue behind background runs
-                slot = not self.e.urgency.presses(run_id)
+                slot = not self.urgency.presses(run_id)
                 if slot:
                     await self._slots.acquire()
                 claim = self._claims.pop(run_id, None)
                 self._active[run_id] = asyncio.create_task(self._advance(run_id, slot, claim))
         finally:
-            self.e.take_decided(None)
+            self.signals.take_decided(None)
             self._stop.set()  # in-flight runs stop at their next step boundary
             poller.cancel()
             with contextlib.suppress(asyncio.CancelledError):

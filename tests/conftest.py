@@ -22,9 +22,12 @@ from approvald.runtime.agent import Agent, Registry
 from approvald.runtime.audit import AuditKey
 from approvald.runtime.clock import ManualClock
 from approvald.runtime.demo import DemoLedger, refund_agent, steps_agent
-from approvald.runtime.engine import Engine, EngineConfig
+from approvald.runtime.directory import Directory
+from approvald.runtime.engine import Engine, EngineConfig, assemble
 from approvald.runtime.ids import TokenSigner
 from approvald.runtime.policy import PolicyFile
+from approvald.runtime.tracing import Tracer
+from approvald.runtime.urgency import Urgency
 from approvald.store import migrate
 from approvald.store.db import Database
 from hypothesis import settings as hypothesis_settings
@@ -193,11 +196,13 @@ def make_engine(db: Database, clock: ManualClock, ledger_path: Path) -> Callable
 
     def make(*, agents: list[Agent] | None = None, policy: PolicyFile | None = None,
              owner: str | None = None, audit_key: AuditKey | None = None,
-             **config: Any) -> Engine:
+             directory: Directory | None = None, tracer: Tracer | None = None,
+             urgency: Urgency | None = None, **config: Any) -> Engine:
         ledger = DemoLedger(str(ledger_path))
         registry = Registry(agents if agents is not None
                             else [refund_agent(ledger), steps_agent(ledger)], policy=policy)
-        return Engine(db, registry, clock=clock, config=EngineConfig(**config), owner=owner,
-                      signer=SIGNER, audit_key=audit_key)
+        return assemble(db, registry, clock=clock, config=EngineConfig(**config), owner=owner,
+                        signer=SIGNER, audit_key=audit_key, directory=directory,
+                        tracer=tracer, urgency=urgency)
 
     return make

@@ -21,20 +21,21 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from approvald.runtime.api_tokens import check_name, own_credential
+from approvald.runtime.audit import AuditTrail
 from approvald.runtime.canonical import call_digest, compact_json, sha256_hex
+from approvald.runtime.clock import Clock
 from approvald.runtime.errors import ApprovaldError, NotFound
-from approvald.runtime.external import ExternalError, NewRequest, Report
+from approvald.runtime.external import ExternalError, ExternalRequests, NewRequest, Report
 from approvald.runtime.ids import new_id
 from approvald.runtime.intake import Source, Tighten
+from approvald.runtime.limits import PayloadCap
+from approvald.store.db import Database
 from approvald.store.repos.adapters import AdapterPauseRecord
 from approvald.store.repos.external import TokenRecord
 from pydantic_core import to_jsonable_python
-
-if TYPE_CHECKING:
-    from approvald.runtime.engine import Engine
 
 DECIDED_WAIT = 60.0  # s one long poll holds (the external API's cap)
 
@@ -132,9 +133,15 @@ class ApprovalGate:
     (:class:`runtime.intake.Tighten`), never looser.
     """
 
-    def __init__(self, engine: Engine, *, name: str,
+    def __init__(self, db: Database, clock: Clock, audit: AuditTrail,
+                 external: ExternalRequests, cap: PayloadCap, *, owner: str, name: str,
                  tighten: Tighten | Mapping[str, Any] | None = None) -> None:
-        self.e = engine
+        self.db = db
+        self.clock = clock
+        self.audit = audit
+        self.external = external
+        self.cap = cap
+        self.owner = owner  # this process (the owner of the calls it starts)
         self.name = check_name(name)
         self.source = Source("adapter", self.name)
         self.tighten = tighten if isinstance(tighten, Tighten) or tighten is None \
@@ -148,7 +155,7 @@ class ApprovalGate:
         every ``adapter.`` name. It exists so the adapter's requests are named, listed and
         revocable."""
         if self._token is None:
-                self._token = await own_credential(self.e.db, self.e.clock, self.e.audit,
+                self._token = await own_credential(self.db, self.clock, self.audit,
                                                self.source)
         if self._token.revoked_at is not None:
             raise ApprovaldError(f"{self._token.name} was revoked: the adapter asks nothing "
@@ -157,7 +164,7 @@ class ApprovalGate:
 
     async def _live_token(self) -> TokenRecord:
         token = await self.token()
-        async with self.e.db.read() as tx:
+        async with self.db.read() as tx:
             now = await tx.external.token(token.id)
         if now is None or now.revoked_at is not None:
             self._token = now
@@ -181,13 +188,13 @@ class ApprovalGate:
         """Open the request for ``call`` (or find the one ``key`` already made): its
         document (see :func:`runtime.external.document`)."""
         token = await self._live_token()
-        doc, _ = await self.e.external.create(
+        doc, _ = await self.external.create(
             token, self._request(call, key=key, requested_by=requested_by, task=task,
                                  framework=framework))
         return doc
 
     async def document(self, request_id: str) -> dict[str, Any]:
-        return await self.e.external.get(await self.token(), request_id)
+        return await self.external.get(await self.token(), request_id)
 
     async def wait(self, request_ids: Sequence[str], *, seconds: float) -> bool:
         """Wait until every request is decided (True) or ``seconds`` pass (False)."""
@@ -197,7 +204,7 @@ class ApprovalGate:
         for request_id in request_ids:
             while True:
                 left = deadline - loop.time()
-                doc = await self.e.external.wait(token, request_id,
+                doc = await self.external.wait(token, request_id,
                                                  seconds=max(0.0, min(left, DECIDED_WAIT)))
                 if doc["status"] != "pending":
                     break
@@ -217,7 +224,7 @@ class ApprovalGate:
         (its tool, and its arguments as proposed or as approved), so a request id taken
         from anywhere else (a forged or mixed-up resume value) runs nothing."""
         token = await self.token()
-        ext = self.e.external
+        ext = self.external
         doc = await ext.get(token, request_id)
         if doc["tool"] != call.tool or call_digest(call.tool, call.args) not in (
                 doc["args_digest"], doc["effective_digest"]):
@@ -231,7 +238,7 @@ class ApprovalGate:
                                   "run", run_id=request_id)
         digest = str(doc["effective_digest"])
         try:
-            await ext.start(token, request_id, args_digest=digest, owner=self.e.owner)
+            await ext.start(token, request_id, args_digest=digest, owner=self.owner)
         except ExternalError as exc:
             if exc.code == "already_reported":
                 return _recorded(request_id, await ext.get(token, request_id))
@@ -258,35 +265,35 @@ class ApprovalGate:
         """Record a paused run's state and the calls it waits for (before any request is
         made: state first, request second); the row ``key`` already names, if any."""
         state_text = compact_json(state)
-        self.e.check_payload(state_text, what=f"the {framework} state")
+        self.cap.check(state_text, what=f"the {framework} state")
         calls_text = compact_json({"task": task, "calls": [
             {"call_id": c.call_id, "tool": c.tool, "args": c.args} for c in calls]})
         pause_id = new_id()
-        async with self.e.db.write() as tx:
+        async with self.db.write() as tx:
             await tx.adapters.add(id=pause_id, framework=framework, key=key,
                                   requested_by=requested_by, state=state_text,
                                   requests=calls_text, status="paused", outcome=None,
-                                  created_at=self.e.clock.now(), resumed_at=None)
+                                  created_at=self.clock.now(), resumed_at=None)
             rec = await tx.adapters.by_key(framework, key)
         assert rec is not None
         return rec
 
     async def pause_record(self, pause_id: str) -> AdapterPauseRecord:
-        async with self.e.db.read() as tx:
+        async with self.db.read() as tx:
             rec = await tx.adapters.get(pause_id)
         if rec is None:
             raise NotFound(f"no paused run {pause_id}")
         return rec
 
     async def paused(self, framework: str) -> list[AdapterPauseRecord]:
-        async with self.e.db.read() as tx:
+        async with self.db.read() as tx:
             return await tx.adapters.paused(framework)
 
     async def finish(self, pause_id: str, outcome: Any) -> AdapterPauseRecord:
         """Record what the resume came to (once); the row as it then stands."""
-        async with self.e.db.write() as tx:
+        async with self.db.write() as tx:
             await tx.adapters.finish(pause_id, outcome=compact_json(outcome),
-                                     now=self.e.clock.now())
+                                     now=self.clock.now())
             rec = await tx.adapters.get(pause_id)
         assert rec is not None
         return rec

@@ -9,7 +9,7 @@ from pathlib import Path
 from tests.helpers import make_cli
 
 ROOT = Path(__file__).parents[2]
-DEMO = str(ROOT / "runtime" / "evals" / "datasets" / "demo_refund.toml")
+DEMO = str(ROOT / "bot" / "evals" / "datasets" / "demo_refund.toml")
 
 
 def test_the_demo_dataset_passes_and_the_report_says_so(sqlite_url: str,

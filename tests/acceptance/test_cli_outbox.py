@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from approvald.runtime.clock import ManualClock
-from approvald.runtime.outbox import DrainConfig, OutboxDrain, Undeliverable
+from approvald.runtime.outbox import DrainConfig, Undeliverable
 from approvald.store.records import OutboxRecord
 
 from tests.helpers import START, Cli, make_cli
@@ -58,7 +58,7 @@ async def test_list_dead_rows_and_retry_one_delivers_it_exactly_once(
     clock.set(START)
     engine = make_engine()
     slack = Slack()
-    drain = OutboxDrain(engine, slack, DrainConfig(patience=0))
+    drain = engine.drain(slack, DrainConfig(patience=0))
     await drain.drain_once()
     await drain.drain_once()  # the report about the dead card is refused as well
 
@@ -103,7 +103,7 @@ async def test_retry_all_redrives_every_dead_row(cli: Cli, make_engine,
     clock.set(START)
     engine = make_engine()
     slack = Slack()
-    drain = OutboxDrain(engine, slack, DrainConfig(patience=0))
+    drain = engine.drain(slack, DrainConfig(patience=0))
     for _ in range(3):
         await drain.drain_once()
     assert len(cli.json("outbox", "list", "--dead", "--json")) == 4  # 2 cards, 2 reports

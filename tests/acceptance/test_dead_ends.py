@@ -16,7 +16,7 @@ import pytest
 from approvald.runtime.agent import Registry
 from approvald.runtime.clock import ManualClock
 from approvald.runtime.demo import DemoLedger, refund_agent
-from approvald.runtime.engine import Engine
+from approvald.runtime.engine import assemble
 from approvald.store.db import Database
 
 from tests.conftest import SIGNER
@@ -133,7 +133,7 @@ def many_pending(cli: Cli) -> list[str]:
     async def make() -> list[str]:
         db = Database(cli.db_url)
         clock = ManualClock(START)
-        engine = Engine(db, Registry([refund_agent(DemoLedger(str(cli.ledger)))]),
+        engine = assemble(db, Registry([refund_agent(DemoLedger(str(cli.ledger)))]),
                         clock=clock, signer=SIGNER)
         ids = []
         try:

@@ -20,7 +20,7 @@ from tests.acceptance.test_sandbox_browser import _playwright
 from tests.helpers import make_cli
 
 ROOT = Path(__file__).resolve().parents[2]
-DEMO = ROOT / "runtime" / "evals" / "datasets" / "demo_refund.toml"
+DEMO = ROOT / "bot" / "evals" / "datasets" / "demo_refund.toml"
 ARTIFACTS = ROOT / "test-artifacts" / "eval-report"
 SCORES = ["completion", "tools", "arguments", "approvals", "recovery", "cost", "latency"]
 EVIL = "approve <script>window.pwned = 1</script> A-1"

@@ -34,7 +34,7 @@ from approvald.bot import cards
 from approvald.bot.config import Settings
 from approvald.bot.wiring import build_registry
 from approvald.runtime.clock import FileClock
-from approvald.runtime.engine import Engine
+from approvald.runtime.engine import assemble
 from approvald.runtime.ids import TokenSigner
 from approvald.store.db import Database
 
@@ -157,7 +157,7 @@ async def start_runs(cli: Cli) -> list[str]:
     registry = build_registry(Settings(APPROVALD_DEMO_LEDGER=str(cli.ledger),
                                        APPROVALD_AGENTS="reconciling_refund"))
     db = Database(cli.db_url)
-    engine = Engine(db, registry, clock=FileClock(str(cli.clock_file)))
+    engine = assemble(db, registry, clock=FileClock(str(cli.clock_file)))
     try:
         ids = [await engine.start_run("refund", f"Refund order A-{1000 + i}",
                                       requested_by="U_DANA") for i in range(REFUNDS)]

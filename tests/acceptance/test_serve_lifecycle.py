@@ -28,7 +28,7 @@ from approvald.bot.config import Settings
 from approvald.bot.sandbox import SlackEmulator
 from approvald.bot.wiring import build_registry
 from approvald.runtime.clock import FileClock
-from approvald.runtime.engine import Engine
+from approvald.runtime.engine import assemble
 from approvald.store.db import Database
 
 from tests.acceptance.test_slack_serve import card_messages, free_port, run_cli, setup
@@ -123,7 +123,7 @@ async def start_run(cli: Cli, agent: str, task: str) -> str:
                                        APPROVALD_AGENTS=cli.env_extra.get("APPROVALD_AGENTS")))
     db = Database(cli.db_url)
     try:
-        engine = Engine(db, registry, clock=FileClock(str(cli.clock_file)))
+        engine = assemble(db, registry, clock=FileClock(str(cli.clock_file)))
         outcome = await engine.run(agent, task, requested_by="U_DANA")
     finally:
         await db.close()

@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from approvald.runtime.agent import Registry
 from approvald.runtime.demo import DemoLedger, steps_agent
-from approvald.runtime.engine import Engine
+from approvald.runtime.engine import assemble
 from approvald.runtime.runner import Runner
 from approvald.store import migrate
 from approvald.store.db import Database
@@ -67,7 +67,7 @@ async def bench_approvald(steps: int, payload: int, *, idempotent: bool) -> dict
     db = Database(f"sqlite+aiosqlite:///{path}")
     await migrate.upgrade(db)
     base_main, _ = db_bytes(path)
-    engine = Engine(db, Registry([steps_agent(DemoLedger(None), payload_bytes=payload,
+    engine = assemble(db, Registry([steps_agent(DemoLedger(None), payload_bytes=payload,
                                               idempotent=idempotent)]))
 
     checkpoint_times: list[float] = []

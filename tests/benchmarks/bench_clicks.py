@@ -50,7 +50,7 @@ import sql_count
 from approvald.bot import cards
 from approvald.bot.sandbox import SlackEmulator
 from approvald.runtime.agent import Registry
-from approvald.runtime.engine import Engine
+from approvald.runtime.engine import Engine, assemble
 from approvald.runtime.ids import TokenSigner
 from approvald.store import migrate
 from approvald.store.db import Database
@@ -256,7 +256,7 @@ async def bench(runs: int, concurrency: int, mode: str, db_url: str | None,
     env.update(item.split("=", 1) for item in os.environ.get("BENCH_SERVE_ENV", "").split())
     db = Database(db_url)
     await migrate.upgrade(db)
-    engine = Engine(db, Registry(AGENTS))
+    engine = assemble(db, Registry(AGENTS))
     serves = [await asyncio.create_subprocess_exec(
         *serve_command(), env={**env, "APPROVALD_PORT": str(p)},
         stderr=asyncio.subprocess.DEVNULL) for p in ports]

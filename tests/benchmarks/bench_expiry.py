@@ -28,9 +28,8 @@ from approvald.runtime.agent import Registry
 from approvald.runtime.canonical import call_digest
 from approvald.runtime.clock import ManualClock
 from approvald.runtime.demo import REFUND_POLICY, demo_agents
-from approvald.runtime.engine import Engine
+from approvald.runtime.engine import assemble
 from approvald.runtime.ids import new_id, new_nonce
-from approvald.runtime.scheduler import ExpiryScheduler
 from approvald.store import migrate
 from approvald.store.db import Database
 from approvald.store.models import Approval, Run
@@ -78,7 +77,7 @@ async def bench(url: str | None, pending: int, overdue: int) -> None:
     db = Database(url)
     await migrate.upgrade(db)
     clock = ManualClock()
-    engine = Engine(db, Registry(demo_agents()), clock=clock)
+    engine = assemble(db, Registry(demo_agents()), clock=clock)
     t0 = time.perf_counter()
     await seed(db, clock, pending, overdue)
     print(f"database: {db.display_url.split('?')[0]}")
@@ -89,7 +88,7 @@ async def bench(url: str | None, pending: int, overdue: int) -> None:
     async with db.read() as tx:
         rows = await tx.approvals.pending_schedule()
     query_s = time.perf_counter() - t0
-    scheduler = ExpiryScheduler(engine)
+    scheduler = engine.expiry_scheduler()
     t0 = time.perf_counter()
     jobs = await scheduler.rebuild()
     rebuild_s = time.perf_counter() - t0

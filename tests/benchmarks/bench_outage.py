@@ -26,7 +26,7 @@ sys.path.insert(0, str(HERE.parents[1]))
 
 from aiohttp import web
 from approvald.runtime.agent import Agent, Registry
-from approvald.runtime.engine import Engine
+from approvald.runtime.engine import assemble
 from approvald.runtime.models.openai import OpenAIChatModel
 from approvald.store import migrate
 from approvald.store.db import Database
@@ -112,7 +112,7 @@ async def bench(runs: int, outage: float, db_url: str | None) -> int:
         os.environ.setdefault("OPENAI_API_KEY", "sk-bench")
         agent = Agent(name="bench-outage", instructions="Say hello.", tools=[],
                       model=OpenAIChatModel("bench-model", base_url=model_url))
-        engine = Engine(db, Registry([agent]))
+        engine = assemble(db, Registry([agent]))
         ids = [await engine.start_run("bench-outage", f"hello {i}", requested_by="U_BENCH")
                for i in range(runs)]
         provider.until = time.monotonic() + outage

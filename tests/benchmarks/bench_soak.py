@@ -138,7 +138,7 @@ async def bench(runs: int, batch: int, concurrency: int, db_url: str | None) -> 
     from approvald.bot.sandbox import SlackEmulator
     from approvald.runtime.agent import Registry
     from approvald.runtime.clock import FileClock
-    from approvald.runtime.engine import Engine
+    from approvald.runtime.engine import assemble
     from approvald.runtime.ids import TokenSigner
     from approvald.store import migrate
     from approvald.store.db import Database
@@ -165,7 +165,7 @@ async def bench(runs: int, batch: int, concurrency: int, db_url: str | None) -> 
                PYTHONPATH=os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")]))
     db = Database(db_url)
     await migrate.upgrade(db)
-    engine = Engine(db, Registry(AGENTS), clock=FileClock(str(clock.path)))
+    engine = assemble(db, Registry(AGENTS), clock=FileClock(str(clock.path)))
     signer = TokenSigner(TOKEN_SECRET)
     stop = asyncio.Event()
     ticking = asyncio.create_task(clock.run(stop))

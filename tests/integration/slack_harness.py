@@ -18,6 +18,7 @@ from approvald.bot.serve import Service
 from approvald.bot.wiring import open_database
 from approvald.runtime.clock import Clock
 from approvald.runtime.outcomes import Paused
+from approvald.runtime.tracing import Tracer
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 BOT_TOKEN = "xoxb-approvald-test"
@@ -110,7 +111,8 @@ def settings_for(url: str, db_url: str, ledger: Path, **extra: Any) -> Settings:
 
 @asynccontextmanager
 async def harness(db_url: str, tmp_path: Path, *, clock: Clock | None = None,
-                  background: bool = True, **extra: Any) -> AsyncIterator[Harness]:
+                  tracer: Tracer | None = None, background: bool = True,
+                  **extra: Any) -> AsyncIterator[Harness]:
     emulator = SlackEmulator(bot_token=BOT_TOKEN, app_token=APP_TOKEN, signing_secret=SECRET)
     for channel in (CHANNEL, OPS, "C_FINANCE"):
         emulator.add_channel(channel)
@@ -123,7 +125,7 @@ async def harness(db_url: str, tmp_path: Path, *, clock: Clock | None = None,
         settings = settings_for(url, db_url, ledger, **extra)
         db = await open_database(settings, quiet=True)
         try:
-            service = Service(settings, db, clock=clock)
+            service = Service(settings, db, clock=clock, tracer=tracer)
             if service.slack is not None:
                 service.slack.threads.interval = 0.02
             try:

@@ -18,7 +18,7 @@ pytest.importorskip("langgraph", reason="the langgraph extra is not installed "
 pytest.importorskip("langgraph.checkpoint.sqlite", reason="langgraph-checkpoint-sqlite is "
                     "not installed (pip install -e '.[langgraph]')")
 
-from approvald.runtime.adapters import ApprovalGate, Finished, Paused, Waiting
+from approvald.runtime.adapters import Finished, Paused, Waiting
 from approvald.runtime.adapters.langgraph import ApprovalToolNode, LangGraphAdapter
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
@@ -65,7 +65,7 @@ async def graph_for(h: Harness, tmp_path: Path,
         effects.record(order=order, cents=cents)
         return f"refunded {cents} cents on {order}"
 
-    gate = ApprovalGate(h.engine, name="support-graph")
+    gate = h.engine.approval_gate(name="support-graph")
     builder = StateGraph(MessagesState)
     builder.add_node("model", model)
     builder.add_node("tools", ApprovalToolNode([refund_order], gate=gate))

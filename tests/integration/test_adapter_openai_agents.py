@@ -17,7 +17,7 @@ pytest.importorskip("agents", reason="the openai-agents extra is not installed "
 
 from agents import Agent, RunConfig, Runner, RunState, function_tool
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
-from approvald.runtime.adapters import ApprovalGate, Waiting
+from approvald.runtime.adapters import Waiting
 from approvald.runtime.adapters.openai_agents import _APPROVED, OpenAIAgentsAdapter
 
 from tests.integration.adapter_helpers import (
@@ -60,7 +60,7 @@ def adapter_for(h: Harness, effects: SideEffects) -> OpenAIAgentsAdapter:
 
     agent = Agent(name="support", instructions="Refund what is asked.", tools=[refund_order],
                   model=ScriptedModel([ModelStep.respond(respond) for _ in range(20)]))
-    return OpenAIAgentsAdapter(ApprovalGate(h.engine, name="support-sdk"), agent,
+    return OpenAIAgentsAdapter(h.engine.approval_gate(name="support-sdk"), agent,
                                run_config=CONFIG)
 
 

@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("pydantic_ai", reason="the pydantic-ai extra is not installed "
                     "(pip install -e '.[pydantic-ai]')")
 
-from approvald.runtime.adapters import ApprovalGate, Paused, Waiting
+from approvald.runtime.adapters import Paused, Waiting
 from approvald.runtime.adapters.pydantic_ai import META, PydanticAIAdapter
 from pydantic_ai import Agent
 from pydantic_ai.messages import (
@@ -67,7 +67,7 @@ def adapter_for(h: Harness, effects: SideEffects, *, crash: bool = False) -> Pyd
         effects.record(order=order, cents=cents)
         return f"refunded {cents} cents on {order}"
 
-    return PydanticAIAdapter(ApprovalGate(h.engine, name="support-agent"), agent)
+    return PydanticAIAdapter(h.engine.approval_gate(name="support-agent"), agent)
 
 
 class Crash(BaseException):

@@ -18,9 +18,8 @@ import pytest
 from approvald.runtime.agent import Registry
 from approvald.runtime.decide import Actor
 from approvald.runtime.demo import DemoLedger, refund_agent, steps_agent
-from approvald.runtime.engine import Engine
+from approvald.runtime.engine import Engine, assemble
 from approvald.runtime.outcomes import Paused
-from approvald.runtime.worker import ResumeWorker
 from approvald.store.db import Database
 
 from tests.conftest import SIGNER
@@ -41,7 +40,7 @@ def make_replica(other, clock, ledger_path):  # type: ignore[no-untyped-def]
     """An engine of the second replica (same agents, clock and demo ledger)."""
     def make(owner: str) -> Engine:
         ledger = DemoLedger(str(ledger_path))
-        return Engine(other, Registry([refund_agent(ledger), steps_agent(ledger)]),
+        return assemble(other, Registry([refund_agent(ledger), steps_agent(ledger)]),
                       clock=clock, owner=owner, signer=SIGNER)
     return make
 
@@ -179,8 +178,8 @@ async def test_two_workers_share_ready_runs_by_claiming_them(db, make_replica, m
     a = make_engine(owner="host-a:1:aa")
     b = make_replica("host-b:2:bb")
     runs = [await a.start_run("demo-steps", "2", requested_by="U1") for _ in range(6)]
-    wa = ResumeWorker(a, concurrency=2, poll_interval=3600)
-    wb = ResumeWorker(b, concurrency=3, poll_interval=3600)
+    wa = a.worker(concurrency=2, poll_interval=3600)
+    wb = b.worker(concurrency=3, poll_interval=3600)
     assert await wa.poll_once() == 2  # each takes what it can start now, no more
     assert await wb.poll_once() == 3
     assert wa.queued.isdisjoint(wb.queued) and len(wa.queued | wb.queued) == 5
@@ -209,7 +208,7 @@ async def test_a_stopped_worker_gives_back_the_runs_it_claimed_but_did_not_start
         db, make_engine, clock) -> None:
     a = make_engine(owner="host-a:1:aa")
     runs = [await a.start_run("demo-steps", "2", requested_by="U1") for _ in range(2)]
-    w = ResumeWorker(a, concurrency=2, poll_interval=3600)
+    w = a.worker(concurrency=2, poll_interval=3600)
     assert await w.poll_once() == 2
     stop = asyncio.Event()
     stop.set()  # stopped before it started them
@@ -222,7 +221,7 @@ async def test_a_run_woken_here_is_not_claimed_from_under_itself(db, make_engine
                                                                  clock) -> None:
     a = make_engine(owner="host-a:1:aa")
     paused = await a.run("demo-refund", "Refund order A-1", requested_by="U_DANA")
-    w = ResumeWorker(a, concurrency=2, poll_interval=3600)
+    w = a.worker(concurrency=2, poll_interval=3600)
     await a.decide(paused.approval_ids[0], actor=Actor("U_ALICE", "cli"), verdict="approve")
     assert paused.run_id in w.queued  # woken by the decision
     assert await w.poll_once() == 0  # this worker's own poll leaves it to that wake-up
@@ -290,7 +289,7 @@ async def test_a_decision_leases_the_run_to_its_running_worker_in_the_same_trans
     b = make_replica("host-b:2:bb")
     paused = [await a.run("demo-refund", f"Refund order A-{i}", requested_by="U_DANA")
               for i in range(2)]
-    w = ResumeWorker(a, concurrency=2, poll_interval=3600)
+    w = a.worker(concurrency=2, poll_interval=3600)
     stop = asyncio.Event()
     taken: list[tuple[str, str]] = []
     real_take = w.take
@@ -307,7 +306,7 @@ async def test_a_decision_leases_the_run_to_its_running_worker_in_the_same_trans
         assert run_id == paused[0].run_id and run.status == "running"
         assert run.lease_owner == claim and claim.startswith("host-a:1:aa/")
         # nobody else can take it, nor is it ready to another replica's poll
-        assert await ResumeWorker(b, concurrency=2, poll_interval=3600).poll_once() == 0
+        assert await b.worker(concurrency=2, poll_interval=3600).poll_once() == 0
         assert (await b.advance(run_id)).status == "running"  # Busy: it is leased
         real_take(run_id, claim)  # the worker advances it under the decision's lease
         async with asyncio.timeout(20):

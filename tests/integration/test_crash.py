@@ -149,8 +149,7 @@ def test_crash_between_request_commit_and_delivery_delivers_once(cli: Cli, db_ur
 
     async def drain_twice() -> list[int]:
         from approvald.runtime.agent import Registry
-        from approvald.runtime.engine import Engine
-        from approvald.runtime.outbox import OutboxDrain
+        from approvald.runtime.engine import assemble
         from approvald.store.db import Database
 
         class Recorder:
@@ -163,7 +162,7 @@ def test_crash_between_request_commit_and_delivery_delivers_once(cli: Cli, db_ur
 
         db = Database(db_url)
         rec = Recorder()
-        drain = OutboxDrain(Engine(db, Registry()), rec)
+        drain = assemble(db, Registry()).drain(rec)
         await drain.drain_once()
         await drain.drain_once()
         async with db.read() as tx:

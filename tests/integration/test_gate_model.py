@@ -64,7 +64,7 @@ from approvald.runtime.clock import ManualClock
 from approvald.runtime.decide import Actor
 from approvald.runtime.demo import DemoLedger, refund_agent
 from approvald.runtime.directory import StaticDirectory
-from approvald.runtime.engine import Engine, EngineConfig
+from approvald.runtime.engine import Engine, EngineConfig, assemble
 from approvald.runtime.errors import ApprovaldError
 from approvald.runtime.external import CALL_ID, NewRequest, Report
 from approvald.runtime.intake import Intake, Source, Tighten
@@ -176,7 +176,7 @@ class GateMachine(RuleBasedStateMachine):
         """A new "process": its own owner id, the same database, clock and outside world."""
         ledger = DemoLedger(str(self.ledger_path))
         registry = Registry([refund_agent(ledger)], policy=self.policy)
-        engine = Engine(self.db, registry, clock=self.clock,
+        engine = assemble(self.db, registry, clock=self.clock,
                         config=EngineConfig(lease_ttl=LEASE), signer=SIGNER,
                         directory=StaticDirectory(GROUPS))
         return engine
@@ -221,7 +221,7 @@ class GateMachine(RuleBasedStateMachine):
             "issue_refund": override, "api:bot/issue_refund": self.api_policy,
             "adapter:*/issue_refund": {"approvers": ["U_A", "U_B"], "ttl": "5m"}},
             "groups": GROUPS})
-        self.engine.registry.policy = self.policy
+        self.engine.registry.use_policy(self.policy)
         self.run(self.engine.note_policy())
 
     # -- rules -------------------------------------------------------------------------

@@ -13,7 +13,6 @@ from typing import Any
 import aiohttp
 import pytest
 from approvald.runtime import api_tokens
-from approvald.runtime.adapters import ApprovalGate
 from approvald.runtime.adapters.gate import Call
 from approvald.runtime.decide import Actor
 from approvald.runtime.errors import ApprovaldError, DecisionRefused
@@ -161,7 +160,7 @@ async def test_a_report_on_an_approved_then_cancelled_request_is_refused(
 async def test_a_call_started_before_a_cancel_is_still_reported(db_url: str,
                                                                 tmp_path: Path) -> None:
     async with harness(db_url, tmp_path, background=False) as h:
-        gate = ApprovalGate(h.engine, name="worker")
+        gate = h.engine.approval_gate(name="worker")
         call = Call("c1", "issue_refund", ARGS)
         doc = await gate.ask(call, key="k1", requested_by="U_DANA", framework="test")
         a = await approval_of(h, doc["id"])
@@ -183,7 +182,7 @@ async def test_an_adapter_or_gateway_never_shares_an_operators_token(
     async with harness(db_url, tmp_path, background=False) as h, \
             aiohttp.ClientSession() as http:
         held = await bearer(h, "support-agent")  # an operator's token, its bearer in hand
-        gate = ApprovalGate(h.engine, name="support-agent")
+        gate = h.engine.approval_gate(name="support-agent")
         call = Call("c1", "issue_refund", ARGS)
         doc = await gate.ask(call, key="k1", requested_by="U_DANA", framework="test")
         a = await approval_of(h, doc["id"])

@@ -22,7 +22,7 @@ import pytest
 from approvald.runtime.agent import Registry
 from approvald.runtime.decide import Actor
 from approvald.runtime.demo import REFUND_POLICY, DemoLedger, refund_agent
-from approvald.runtime.engine import Engine
+from approvald.runtime.engine import assemble
 from approvald.runtime.outcomes import Completed, Paused
 from approvald.store.db import Database
 from sqlalchemy import event, text
@@ -96,7 +96,7 @@ async def test_a_plain_read_says_no_begin(db: Database,
 async def test_a_decision_begins_only_its_writes(db: Database, tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     ledger = DemoLedger(str(tmp_path / "ledger.json"))
-    engine = Engine(db, Registry([refund_agent(ledger, approval=REFUND_POLICY)]),
+    engine = assemble(db, Registry([refund_agent(ledger, approval=REFUND_POLICY)]),
                     signer=SIGNER)
     counted = Counted(db, monkeypatch)
     paused = await engine.run("demo-refund", "Refund order A-1001, customer was double "

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from approvald.runtime import audit
 from approvald.runtime.decide import Actor
-from approvald.runtime.outbox import DrainConfig, OutboxDrain
+from approvald.runtime.outbox import DrainConfig
 from approvald.runtime.retention import prune
 from approvald.store.models import Approval, AuditEntry, Outbox, Run, RunEvent, ToolExecution
 from sqlalchemy import func, select
@@ -46,7 +46,7 @@ async def test_prune_keeps_what_must_stay_and_the_audit_log_verifies(db, make_en
     class Posted:  # Slack took every card and update
         async def deliver(self, row):
             return {"ok": True}
-    drain = OutboxDrain(engine, Posted(), DrainConfig(patience=0))
+    drain = engine.drain(Posted(), DrainConfig(patience=0))
     while await drain.drain_once():
         pass
     clock.advance(timedelta(days=91))

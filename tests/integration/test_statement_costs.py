@@ -18,7 +18,7 @@ import pytest
 from approvald.runtime.agent import Registry
 from approvald.runtime.decide import Actor
 from approvald.runtime.demo import REFUND_POLICY, DemoLedger, refund_agent
-from approvald.runtime.engine import Engine
+from approvald.runtime.engine import assemble
 from approvald.runtime.outcomes import Completed, Paused
 from approvald.store import migrate, sqlite_driver
 from approvald.store.db import Database
@@ -62,7 +62,7 @@ async def decision_cost(tmp_path: Path, waiting: int,
     try:
         await migrate.upgrade(db)
         ledger = DemoLedger(str(tmp_path / f"ledger{waiting}.json"))
-        engine = Engine(db, Registry([refund_agent(ledger, approval=REFUND_POLICY)]),
+        engine = assemble(db, Registry([refund_agent(ledger, approval=REFUND_POLICY)]),
                         signer=SIGNER)
         for _ in range(waiting + 1):
             paused = await engine.run("demo-refund", "Refund order A-1001, customer was "

@@ -27,7 +27,7 @@ from approvald.runtime.agent import Registry
 from approvald.runtime.clock import ManualClock
 from approvald.runtime.decide import Actor
 from approvald.runtime.demo import DemoLedger, refund_agent, steps_agent
-from approvald.runtime.engine import Engine
+from approvald.runtime.engine import Engine, assemble
 from approvald.runtime.ids import TokenSigner
 from approvald.runtime.outcomes import Paused
 from approvald.store.db import Database
@@ -100,7 +100,7 @@ async def world(db_url: str, tmp_path: Path, *, replicas: int = 1) -> AsyncItera
     ledger = DemoLedger(str(tmp_path / "ledger.jsonl"))
     dbs = [Database(db_url) for _ in range(replicas)]  # one pool per replica, as in prod
     try:
-        engines = [Engine(db, Registry([refund_agent(ledger), steps_agent(ledger)]),
+        engines = [assemble(db, Registry([refund_agent(ledger), steps_agent(ledger)]),
                           clock=clock, signer=SIGNER, owner=f"replica-{i}:{i + 1}:abc")
                    for i, db in enumerate(dbs)]
         followers = [ThreadFollower(e, AsyncWebClient(token=BOT, base_url=url), channel=OPS,

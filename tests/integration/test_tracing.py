@@ -57,8 +57,7 @@ def parent_id(span: ReadableSpan) -> int | None:
 async def test_click_decision_and_resumed_tool_call_are_one_trace(sqlite_url, tmp_path,
                                                                   exported) -> None:
     provider, exporter = exported
-    async with harness(sqlite_url, tmp_path) as h:
-        h.engine.tracer = OtelTracer(provider)
+    async with harness(sqlite_url, tmp_path, tracer=OtelTracer(provider)) as h:
         paused = await h.pause_refund()
         run_id = paused.run_id
         [aid] = paused.approval_ids
@@ -132,8 +131,8 @@ async def test_a_run_resumed_by_another_process_links_the_decision(make_engine, 
     resumed step starts a trace of its own and links the decision that resolved its call,
     whose trace context the decision stored with the request."""
     provider, exporter = exported
-    deciding, resuming = make_engine(), make_engine()
-    deciding.tracer, resuming.tracer = OtelTracer(provider), OtelTracer(provider)
+    deciding = make_engine(tracer=OtelTracer(provider))
+    resuming = make_engine(tracer=OtelTracer(provider))
     outcome = await deciding.run("demo-refund", TASK, requested_by="U_DANA")
     assert isinstance(outcome, Paused)
     [aid] = outcome.approval_ids
@@ -173,9 +172,10 @@ async def test_an_answer_about_an_unknown_outcome_is_linked_by_the_resuming_proc
     approval's, so the trace shows who settled the call and that the step followed."""
     provider, exporter = exported
     payments = Provider()
-    answering = make_engine(agents=[pay_agent(payments, reconcile=False)])
-    resuming = make_engine(agents=[pay_agent(payments, reconcile=False)])
-    answering.tracer, resuming.tracer = OtelTracer(provider), OtelTracer(provider)
+    answering = make_engine(agents=[pay_agent(payments, reconcile=False)],
+                            tracer=OtelTracer(provider))
+    resuming = make_engine(agents=[pay_agent(payments, reconcile=False)],
+                           tracer=OtelTracer(provider))
     run_id = await answering.start_run("payer", "pay", requested_by="U_DANA")
     failpoints.arm("before_result", crash)  # the provider charged; the result is lost
     try:
@@ -227,8 +227,7 @@ def test_a_link_to_nothing_valid_is_not_made(exported) -> None:
 async def test_a_refused_click_is_traced_and_resumes_nothing(sqlite_url, tmp_path,
                                                              exported) -> None:
     provider, exporter = exported
-    async with harness(sqlite_url, tmp_path) as h:
-        h.engine.tracer = OtelTracer(provider)
+    async with harness(sqlite_url, tmp_path, tracer=OtelTracer(provider)) as h:
         paused = await h.pause_refund()  # U_DANA started it: she may not approve it
         [aid] = paused.approval_ids
         await h.card(aid)
@@ -262,7 +261,7 @@ async def test_tracing_off_records_nothing(make_engine, exported,
     assert exporter.get_finished_spans() == ()
 
     # the same flow with the tracer on records into that provider (the check can fail)
-    engine.tracer = OtelTracer()
+    engine = make_engine(tracer=OtelTracer())
     again = await engine.run("demo-refund", TASK, requested_by="U_DANA")
     assert isinstance(again, Paused)
     assert named(exporter.get_finished_spans(), "run.step", run_id=again.run_id)

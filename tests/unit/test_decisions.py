@@ -38,12 +38,13 @@ DANA = "U_DANA"  # the requester
 TASK = "Refund order A-1001, customer was double charged"
 
 
-def engine_with(make_engine, ledger_path, policy_file: PolicyFile | None = None, **policy):
+def engine_with(make_engine, ledger_path, policy_file: PolicyFile | None = None,
+                directory=None, **policy):
     base = REFUND_POLICY.model_dump()
     base.update(policy)
     agent = refund_agent(DemoLedger(str(ledger_path)),
                          approval=ApprovalPolicy.model_validate(base))
-    return make_engine(agents=[agent], policy=policy_file)
+    return make_engine(agents=[agent], policy=policy_file, directory=directory)
 
 
 def card_token(a) -> str:
@@ -193,10 +194,9 @@ class GatedDirectory(StaticDirectory):
 
 async def test_a_vote_in_flight_during_an_edit_does_not_approve_the_edited_arguments(
         make_engine, db, ledger_path):
-    engine = engine_with(make_engine, ledger_path, approvers=["U_ALICE", "S_OPS", "U_CAROL"],
-                         quorum=2)
     directory = GatedDirectory({"S_OPS": ["U_BOB"]})
-    engine.directory = directory
+    engine = engine_with(make_engine, ledger_path, approvers=["U_ALICE", "S_OPS", "U_CAROL"],
+                         quorum=2, directory=directory)
     paused = await pause(engine)
     [aid] = paused.approval_ids
     a = await approval(db, aid)

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 from approvald.bot import eval_report
+from approvald.bot.evals.dataset import load_dataset
+from approvald.bot.evals.evaluate import Report, Row, evaluate
+from approvald.bot.evals.journey import Journey
+from approvald.bot.evals.score import SCORES
 from approvald.runtime.demo import DemoLedger, demo_agents
-from approvald.runtime.evals.dataset import load_dataset
-from approvald.runtime.evals.evaluate import Report, Row, evaluate
-from approvald.runtime.evals.journey import Journey
-from approvald.runtime.evals.score import SCORES
 from approvald.store.scratch import ScratchDatabases
 
 from tests.fixtures.eval_agents import broken_agents

@@ -7,15 +7,15 @@ import os
 from pathlib import Path
 
 import pytest
+from approvald.bot.evals.dataset import INTERRUPTIONS, DatasetError, load_dataset
+from approvald.bot.evals.evaluate import Report, evaluate, table
+from approvald.bot.evals.score import subset
 from approvald.runtime.demo import DemoLedger, demo_agents
-from approvald.runtime.evals.dataset import INTERRUPTIONS, DatasetError, load_dataset
-from approvald.runtime.evals.evaluate import Report, evaluate, table
-from approvald.runtime.evals.score import subset
 from approvald.store.scratch import ScratchDatabases
 
 from tests.fixtures.eval_agents import broken_agents
 
-DEMO = Path(__file__).parents[2] / "runtime" / "evals" / "datasets" / "demo_refund.toml"
+DEMO = Path(__file__).parents[2] / "bot" / "evals" / "datasets" / "demo_refund.toml"
 
 
 NO_KILLS = [v for v in INTERRUPTIONS if not v.startswith("kill_")]

@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 from approvald.runtime import audit
 from approvald.runtime.policy import Rung
-from approvald.runtime.scheduler import ExpiryScheduler
 from approvald.runtime.state import ToolMessage
 from approvald.store.models import Approval
 from sqlalchemy import update
@@ -146,7 +145,7 @@ async def test_the_scheduler_settles_around_a_bad_request_and_still_rebuilds(
     await endless_rung(db, bad.approval_ids[0])
     clock.advance(timedelta(minutes=31))
     later = await pause(engine)  # not due: the rebuild schedules it
-    scheduler = ExpiryScheduler(engine)
+    scheduler = engine.expiry_scheduler()
 
     await scheduler.sweep()  # what APScheduler runs every interval
 
@@ -166,7 +165,7 @@ async def test_a_request_due_beyond_any_date_is_scheduled_with_the_rest(make_eng
     near = await pause(engine)
     await tamper(db, far.approval_ids[0], next_reminder_at=None,
                  expires_at=datetime(9999, 12, 31, tzinfo=UTC))
-    scheduler = ExpiryScheduler(engine)
+    scheduler = engine.expiry_scheduler()
 
     assert await scheduler.rebuild() == 2
     jobs = {j.id: j for j in scheduler.scheduler.get_jobs()}

@@ -27,12 +27,12 @@ DANA = "U_DANA"  # the requester
 TASK = "Refund order A-1001, customer was double charged"
 
 
-def refunds(engine_factory, ledger_path, **policy):
+def refunds(engine_factory, ledger_path, directory=None, **policy):
     base = REFUND_POLICY.model_dump()
     base.update(policy)
     agent = refund_agent(DemoLedger(str(ledger_path)),
                          approval=ApprovalPolicy.model_validate(base))
-    return engine_factory(agents=[agent])
+    return engine_factory(agents=[agent], directory=directory)
 
 
 async def pause(engine) -> Paused:
@@ -140,8 +140,8 @@ async def test_requester_and_strangers_are_refused_and_change_nothing(
 
 
 async def test_group_members_may_approve(make_engine, ledger_path):
-    engine = refunds(make_engine, ledger_path, approvers=["S_FINANCE"])
-    engine.directory = StaticDirectory({"S_FINANCE": ["U_BOB"]})
+    engine = refunds(make_engine, ledger_path, approvers=["S_FINANCE"],
+                     directory=StaticDirectory({"S_FINANCE": ["U_BOB"]}))
     outcome = await pause(engine)
     with pytest.raises(DecisionRefused):
         await engine.decide(outcome.approval_ids[0], actor=ALICE, verdict="approve")

@@ -305,7 +305,7 @@ async def test_postgres_leases_follow_the_database_clock_not_a_replicas(db_url, 
 
     from approvald.runtime.agent import Registry
     from approvald.runtime.clock import ManualClock
-    from approvald.runtime.engine import Engine, EngineConfig
+    from approvald.runtime.engine import EngineConfig, assemble
 
     db = Database(db_url)  # the production default: server_time on PostgreSQL
     assert db.server_time
@@ -314,9 +314,9 @@ async def test_postgres_leases_follow_the_database_clock_not_a_replicas(db_url, 
         honest = ManualClock(datetime.now(UTC))
         ahead = ManualClock(datetime.now(UTC) + timedelta(minutes=10))
         steps = steps_agent_for_test()
-        a = Engine(db, Registry([steps]), clock=honest, config=EngineConfig(lease_ttl=ttl),
+        a = assemble(db, Registry([steps]), clock=honest, config=EngineConfig(lease_ttl=ttl),
                    owner="host-a:1:aa")
-        b = Engine(db, Registry([steps]), clock=ahead, config=EngineConfig(lease_ttl=ttl),
+        b = assemble(db, Registry([steps]), clock=ahead, config=EngineConfig(lease_ttl=ttl),
                    owner="host-b:2:bb")
         run_id = await a.start_run("demo-steps", "2", requested_by="U1")
         async with db.write() as tx:  # replica a holds the lease, by the database's clock

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 from approvald.runtime.agent import Agent, Registry
-from approvald.runtime.engine import Engine
+from approvald.runtime.engine import assemble
 from approvald.runtime.errors import ApprovaldError, ConfigError, ModelError, ModelUnavailable
 from approvald.runtime.models import OpenAIChatModel, ToolSpec
 from approvald.runtime.models.openai import INVALID_JSON_KEY
@@ -471,7 +471,7 @@ async def test_agent_runs_through_engine(provider: FakeProvider, make: Callable[
     db = Database(f"sqlite+aiosqlite:///{tmp_path / 't.db'}")
     try:
         await migrate.upgrade(db)
-        engine = Engine(db, Registry([agent]))
+        engine = assemble(db, Registry([agent]))
         outcome = await engine.run("weather", "How warm is Oslo?", requested_by="U1")
         assert outcome.status == "completed"
         assert isinstance(outcome, Completed)

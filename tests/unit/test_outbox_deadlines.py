@@ -43,7 +43,7 @@ class Scripted:
 
 
 def drain_for(engine: Engine, deliverer: Scripted) -> OutboxDrain:
-    return OutboxDrain(engine, deliverer, DrainConfig(patience=0))
+    return engine.drain(deliverer, DrainConfig(patience=0))
 
 
 async def add_notice(engine: Engine, clock: ManualClock, group: str = "run-1") -> int:

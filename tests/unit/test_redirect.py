@@ -12,11 +12,11 @@ import dataclasses
 import json
 
 import pytest
+from approvald.bot.evals.journey import Journey
+from approvald.bot.evals.score import compliance
 from approvald.runtime import audit
 from approvald.runtime.decide import MAX_REASON, Actor
 from approvald.runtime.errors import DecisionRefused
-from approvald.runtime.evals.journey import Journey
-from approvald.runtime.evals.score import compliance
 from approvald.runtime.outcomes import Completed, Paused
 from approvald.runtime.state import AssistantMessage, ToolMessage
 from approvald.runtime.trace import load_trace

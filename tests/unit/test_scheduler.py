@@ -4,14 +4,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from approvald.runtime.scheduler import ExpiryScheduler
-
 
 async def test_rebuild_schedules_each_pending_approval_at_its_next_event(make_engine, db, clock):
     engine = make_engine()
     first = await engine.run("demo-refund", "Refund order A-1001", requested_by="U_DANA")
     second = await engine.run("demo-refund", "Refund order B-2002", requested_by="U_DANA")
-    scheduler = ExpiryScheduler(engine)
+    scheduler = engine.expiry_scheduler()
     assert await scheduler.rebuild() == 2
     jobs = {j.id: j for j in scheduler.scheduler.get_jobs()}
     for outcome in (first, second):
@@ -39,7 +37,7 @@ async def test_a_due_job_settles_through_the_same_sweep_and_reschedules(make_eng
     engine = make_engine()
     outcome = await engine.run("demo-refund", "Refund order A-1001", requested_by="U_DANA")
     [aid] = outcome.approval_ids
-    scheduler = ExpiryScheduler(engine)
+    scheduler = engine.expiry_scheduler()
     await scheduler.rebuild()
     clock.advance(timedelta(minutes=15))
     await scheduler._due(aid)  # what APScheduler calls at the job's time
@@ -63,7 +61,7 @@ async def test_a_job_that_fires_early_changes_nothing(make_engine, db, clock):
     engine = make_engine()
     outcome = await engine.run("demo-refund", "Refund order A-1001", requested_by="U_DANA")
     [aid] = outcome.approval_ids
-    scheduler = ExpiryScheduler(engine)
+    scheduler = engine.expiry_scheduler()
     await scheduler._due(aid)
     async with db.read() as tx:
         a = await tx.approvals.get(aid)

@@ -18,6 +18,21 @@ from approvald.runtime.standing import StandingRefused
 
 from tests.unit.test_decisions import ALICE, BOB, CAROL, DANA, approval, engine_with, refunds
 
+
+class Groups(StaticDirectory):
+    """User groups whose members come and go, as Slack's do."""
+
+    def __init__(self, groups: dict[str, list[str]]) -> None:
+        super().__init__(groups)
+        self.now = {k: set(v) for k, v in groups.items()}
+
+    async def members(self, group_id: str) -> frozenset[str]:
+        return frozenset(self.now.get(group_id, ()))
+
+    def leave(self, group_id: str, user: str) -> None:
+        self.now[group_id].discard(user)
+
+
 UP_TO_50 = "args.order_id == 'A-1001' && args.amount_cents <= 5000"
 
 
@@ -160,11 +175,11 @@ async def test_a_quorum_2_tool_needs_two_grants(make_engine, db, clock, ledger_p
 
 async def test_a_granter_taken_off_the_approvers_lends_no_grant(make_engine, db, clock,
                                                                 ledger_path) -> None:
-    groups = PolicyFile.model_validate({"groups": {"S_REFUNDS": ["U_ALICE", "U_BOB"]}})
-    engine = engine_with(make_engine, ledger_path, policy_file=groups, approvers=["S_REFUNDS"])
+    groups = Groups({"S_REFUNDS": ["U_ALICE", "U_BOB"]})
+    engine = engine_with(make_engine, ledger_path, directory=groups, approvers=["S_REFUNDS"])
     _, standing = await grant_on_first(engine, db)
     assert isinstance(await start(engine, "$20"), Completed)
-    engine.directory = StaticDirectory({"S_REFUNDS": ["U_BOB"]})  # Alice left the group
+    groups.leave("S_REFUNDS", "U_ALICE")  # Alice left the group
     assert isinstance(await start(engine, "$20"), Paused)
     assert (await engine.standing.get(standing.id)).uses == 1
 

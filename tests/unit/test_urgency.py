@@ -8,10 +8,9 @@ import asyncio
 from approvald.runtime.agent import Agent
 from approvald.runtime.decide import Actor
 from approvald.runtime.models.scripted import ScriptedModel, reply
-from approvald.runtime.outbox import DrainConfig, OutboxDrain
+from approvald.runtime.outbox import DrainConfig
 from approvald.runtime.tools import ToolContext, tool
 from approvald.runtime.urgency import Urgency
-from approvald.runtime.worker import ResumeWorker
 from approvald.store.db import Database, WriteLock
 
 ALICE = Actor("U_ALICE", "slack")
@@ -214,7 +213,7 @@ async def test_a_decided_run_does_not_wait_for_a_worker_slot(make_engine) -> Non
                           reply("done", turn=1)]))
     engine = make_engine(agents=[crawler, deployer])
     paused = await engine.run("deployer", "deploy web", requested_by="U_DANA")
-    worker = ResumeWorker(engine, concurrency=1, poll_interval=3600)
+    worker = engine.worker(concurrency=1, poll_interval=3600)
     stop = asyncio.Event()
     serving = asyncio.create_task(worker.run(stop))
     try:
@@ -236,7 +235,8 @@ async def test_a_decided_run_does_not_wait_for_a_worker_slot(make_engine) -> Non
 async def test_outbox_batches_shrink_while_a_decision_presses(make_engine, db) -> None:
     """With a decided run pressing, the drain sends small batches (and once it is quiet,
     full ones); every row is still delivered exactly once."""
-    engine = make_engine()
+    ticks = Ticks()
+    engine = make_engine(urgency=Urgency(monotonic=ticks))
     for i in range(5):
         await engine.run("demo-refund", f"Refund order A-100{i}", requested_by="U_DANA")
     batches: list[int] = []
@@ -251,10 +251,8 @@ async def test_outbox_batches_shrink_while_a_decision_presses(make_engine, db) -
             Counting.inflight -= 1
             return {"ok": True}
 
-    ticks = Ticks()
-    engine.urgency = Urgency(monotonic=ticks)
     engine.urgency.begin("someone's run")
-    drain = OutboxDrain(engine, Counting(), DrainConfig(patience=0, busy_batch=2))
+    drain = engine.drain(Counting(), DrainConfig(patience=0, busy_batch=2))
     assert await drain.drain_once() == 5
     assert max(batches) == 2
     for i in range(5, 10):
@@ -268,9 +266,8 @@ async def test_outbox_batches_shrink_while_a_decision_presses(make_engine, db) -
 async def test_a_decided_run_presses_since_its_click(make_engine) -> None:
     """The run a decision makes ready inherits when its decider began waiting, so its
     lease and intent writes queue by the click, not by when the worker got to them."""
-    engine = make_engine()
     ticks = Ticks()
-    engine.urgency = Urgency(monotonic=ticks)
+    engine = make_engine(urgency=Urgency(monotonic=ticks))
     paused = await engine.run("demo-refund", "Refund order A-1001", requested_by="U_DANA")
     clicked = ticks.t
     decision = await engine.decide(paused.approval_ids[0], actor=ALICE, verdict="approve")

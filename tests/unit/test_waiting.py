@@ -12,7 +12,7 @@ from typing import Any
 from approvald.runtime.agent import Agent, Registry
 from approvald.runtime.decide import Actor
 from approvald.runtime.demo import REFUND_POLICY, DemoLedger, refund_script
-from approvald.runtime.engine import Engine, EngineConfig
+from approvald.runtime.engine import Engine, EngineConfig, assemble
 from approvald.runtime.errors import ModelUnavailable
 from approvald.runtime.models.base import ModelReply, ToolSpec, Transcript
 from approvald.runtime.models.scripted import ScriptedModel, reply
@@ -156,7 +156,7 @@ async def test_a_run_whose_agent_is_gone_backs_off_then_needs_attention(make_eng
                                                                         clock):
     engine = make_engine()
     run_id = await engine.start_run("demo-steps", "3", requested_by="U1")
-    redeployed = Engine(db, Registry([]), clock=clock, config=EngineConfig(), signer=SIGNER)
+    redeployed = assemble(db, Registry([]), clock=clock, config=EngineConfig(), signer=SIGNER)
     outcomes = []
     for _ in range(MAX_FAILURES):
         outcome = await redeployed.advance(run_id)

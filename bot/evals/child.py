@@ -1,5 +1,5 @@
 """One advance of an eval run in a process of its own, armed to SIGKILL itself at a
-failpoint: the evaluator's crash interruptions (``python -m runtime.evals.child``).
+failpoint: the evaluator's crash interruptions (``python -m bot.evals.child``).
 
 The parent hands over everything the process needs: the database URL, the run, the
 instant its clock stands at, the policy file as JSON, the ``APPROVALD_AGENTS`` modules
@@ -21,13 +21,13 @@ from approvald.runtime import failpoints
 from approvald.runtime.agent import Registry
 from approvald.runtime.clock import ManualClock
 from approvald.runtime.demo import demo_agents
-from approvald.runtime.engine import Engine
+from approvald.runtime.engine import assemble
 from approvald.runtime.policy import PolicyFile
 from approvald.store.db import Database
 
 
 async def advance_once(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m runtime.evals.child")
+    p = argparse.ArgumentParser(prog="python -m bot.evals.child")
     p.add_argument("--db", required=True)
     p.add_argument("--run", required=True)
     p.add_argument("--now", required=True, help="the clock's instant (ISO 8601)")
@@ -42,7 +42,7 @@ async def advance_once(argv: list[str]) -> int:
         registry.load_modules(a.agents)
     db = Database(a.db)
     try:
-        engine = Engine(db, registry, clock=ManualClock(datetime.fromisoformat(a.now)))
+        engine = assemble(db, registry, clock=ManualClock(datetime.fromisoformat(a.now)))
         outcome = await engine.advance(a.run)
     finally:
         await db.close()

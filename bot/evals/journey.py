@@ -18,13 +18,13 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from approvald.bot.evals.dataset import Decision, Task
 from approvald.runtime.agent import Agent, Registry
 from approvald.runtime.clock import ManualClock
 from approvald.runtime.decide import Actor, Verdict
 from approvald.runtime.demo import DemoLedger
-from approvald.runtime.engine import Engine
+from approvald.runtime.engine import Engine, assemble
 from approvald.runtime.errors import DecisionRefused
-from approvald.runtime.evals.dataset import Decision, Task
 from approvald.runtime.outcomes import Waiting
 from approvald.runtime.policy import PolicyFile, ToolOverride
 from approvald.runtime.state import AssistantMessage, ToolCall
@@ -33,7 +33,7 @@ from approvald.store.db import Database
 from approvald.store.records import ApprovalRecord, ExecutionRecord
 
 # crash interruptions: a variant ``kill_before_call_N`` / ``kill_after_call_N`` runs the
-# advances of its run in a child process (:mod:`runtime.evals.child`) armed to SIGKILL
+# advances of its run in a child process (:mod:`bot.evals.child`) armed to SIGKILL
 # itself at the N-th tool invocation, before it starts or after it returned (its result
 # not yet recorded), until it has; the journey is then finished here, from the database
 KILL_POINTS = {"kill_before_call_": "before_call", "kill_after_call_": "before_result"}
@@ -107,7 +107,7 @@ class Driver:
 
     def engine(self) -> Engine:
         """A new engine (a new owner, as a restarted process would be) on the database."""
-        return Engine(self.db, Registry(self.agents, policy=self.policy), clock=self.clock)
+        return assemble(self.db, Registry(self.agents, policy=self.policy), clock=self.clock)
 
     async def start(self, engine: Engine, agent: str, task: Task) -> str:
         return await engine.start_run(agent, task.task, requested_by=REQUESTED_BY)
@@ -175,7 +175,7 @@ class Driver:
                 elif variant.startswith("policy_") and decision.action != "expire":
                     kind = "auto" if variant == "policy_auto_while_paused" else "forbidden"
                     restore = restore or engine.registry.policy
-                    engine.registry.policy = _override(engine.registry.policy, a.tool, kind)
+                    engine.registry.use_policy(_override(engine.registry.policy, a.tool, kind))
                 if not await self.apply(engine, a, decision, journey,
                                         twice=variant == "duplicate_callback"):
                     return
@@ -183,7 +183,7 @@ class Driver:
                 # the run resumes under the changed policy (the stored request decides),
                 # and the change is undone once the decided call has been dealt with
                 await engine.advance(run_id)
-                engine.registry.policy = restore
+                engine.registry.use_policy(restore)
         journey.problems.append(f"the run did not end within {MAX_ROUNDS} rounds of "
                                 "advancing and deciding")
 
@@ -233,7 +233,7 @@ class Driver:
         ``point``: 0 if it died there, else how many passes are still to go; None (and a
         problem noted) if the child could not do its advance."""
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "approvald.runtime.evals.child", "--db",
+            sys.executable, "-m", "approvald.bot.evals.child", "--db",
             self.db.url.render_as_string(hide_password=False), "--run", run_id,
             "--now", self.clock.now().isoformat(), "--failpoint", f"{point}@{nth}",
             "--policy", self.policy.model_dump_json(), "--agents", self.agent_modules,

@@ -7,12 +7,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from approvald.bot.evals.dataset import Dataset, DatasetError
+from approvald.bot.evals.journey import Driver, Journey, crash_variants
+from approvald.bot.evals.score import SCORES, score
 from approvald.runtime.agent import Agent, Registry
 from approvald.runtime.clock import ManualClock
 from approvald.runtime.errors import NotFound
-from approvald.runtime.evals.dataset import Dataset, DatasetError
-from approvald.runtime.evals.journey import Driver, Journey, crash_variants
-from approvald.runtime.evals.score import SCORES, score
 from approvald.runtime.policy import PolicyFile
 from approvald.store.db import Database
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from approvald.bot.evals.dataset import CallExpectation, Task
+from approvald.bot.evals.journey import Journey, crash_point
 from approvald.runtime.canonical import canonical_json
-from approvald.runtime.evals.dataset import CallExpectation, Task
-from approvald.runtime.evals.journey import Journey, crash_point
 from approvald.runtime.state import ToolCall
 
 SCORES = ("completion", "tools", "arguments", "approvals", "recovery", "cost", "latency")

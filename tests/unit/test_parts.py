@@ -1,0 +1,76 @@
+"""The runtime's parts take what they use (issue 37): each is built from the collaborators
+its constructor names, no part holds the engine, and no module of the runtime imports the
+engine module (only the faces do, and the assembly that builds it lives there)."""
+
+from __future__ import annotations
+
+import ast
+from datetime import timedelta
+from pathlib import Path
+
+from approvald.runtime.audit import AuditTrail
+from approvald.runtime.clock import ManualClock
+from approvald.runtime.decide import Actor, Decider
+from approvald.runtime.demo import REFUND_POLICY, DemoLedger, refund_agent
+from approvald.runtime.directory import StaticDirectory
+from approvald.runtime.expiry import Expiry
+from approvald.runtime.gate import Gate
+from approvald.runtime.limits import PayloadCap
+from approvald.runtime.metrics import Meter
+from approvald.runtime.policy import PolicyFile
+from approvald.runtime.signals import Signals
+from approvald.runtime.tools import Tool
+from approvald.store.db import Database
+from approvald.store.records import ApprovalRecord
+
+RUNTIME = Path(__file__).resolve().parents[2] / "runtime"
+
+
+def test_no_module_of_the_runtime_imports_the_engine_module() -> None:
+    found = []
+    for path in RUNTIME.rglob("*.py"):
+        if path.name == "engine.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
+                [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if any(n.endswith("runtime.engine") for n in names):
+                found.append(str(path.relative_to(RUNTIME)))
+    assert found == []
+
+
+def test_no_part_holds_the_engine() -> None:
+    held = [str(p.relative_to(RUNTIME)) for p in RUNTIME.rglob("*.py")
+            if "self.e = " in p.read_text() or "self.engine = " in p.read_text()]
+    assert held == []
+
+
+async def test_a_decider_is_built_from_the_collaborators_it_names(db: Database,
+                                                                 ledger_path: Path) -> None:
+    clock, audit, signals = ManualClock(), AuditTrail(), Signals()
+    policy = PolicyFile()
+    tool = refund_agent(DemoLedger(str(ledger_path))).tool("issue_refund")
+    assert tool is not None
+
+    async def tool_for(a: ApprovalRecord) -> Tool:
+        return tool
+
+    gate = Gate(clock, audit, lambda: policy)
+    expiry = Expiry(db, clock, audit, gate, Meter(), signals)
+    decider = Decider(db, clock, audit, StaticDirectory(), tool_for, lambda: policy,
+                      PayloadCap(), gate, expiry, signals, owner="test",
+                      lease_ttl=timedelta(seconds=30))
+    args = {"order_id": "A-1", "amount_cents": 500, "reason": "test"}
+    async with db.write() as tx:
+        await tx.runs.create(run_id="r1", agent="demo-refund", task="t", requested_by="U_DANA",
+                             instructions_version="v", now=clock.now(),
+                             status="awaiting_approval")
+        run = await tx.runs.get("r1")
+        approval_id = await gate.insert_approval(
+            tx, run=run, call_id="c1", kind="tool_call", tool="issue_refund", args=args,
+            policy=REFUND_POLICY, rung=0, packet={"agent": "demo-refund"})
+    decision = await decider.decide(approval_id, actor=Actor("U_ALICE", "cli:test"),
+                                    verdict="approve")
+    assert decision.outcome == "approved" and decision.run_ready
+    edited = await decider.get(approval_id)
+    assert edited.status == "approved" and edited.decided_by == "U_ALICE"
