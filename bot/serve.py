@@ -31,9 +31,9 @@ from typing import Any
 from aiohttp import web
 from approvald.bot.api.service import HttpApi
 from approvald.bot.config import Settings
-from approvald.bot.log_delivery import LogDeliverer
 from approvald.bot.metrics import PrometheusMeter, add_metrics_route, add_routes
 from approvald.bot.readiness import Readiness
+from approvald.bot.slack.log_delivery import LogDeliverer
 from approvald.bot.tracing import from_environment as tracing_from_environment
 from approvald.bot.wiring import build_engine, open_database
 from approvald.runtime import audit, retention
@@ -66,7 +66,7 @@ class Service:
         self.tracing = tracing_from_environment()  # off unless OTEL_* variables ask
         web = None
         if settings.slack_configured:
-            from approvald.bot.app import SlackWeb
+            from approvald.bot.slack.app import SlackWeb
 
             web = SlackWeb(settings)  # its directory tells who is in a user group
         self.engine: Engine = build_engine(
@@ -83,7 +83,7 @@ class Service:
         self.api = HttpApi(self.engine, settings, stop=self.stop_event)
         deliverer: Deliverer
         if web is not None:
-            from approvald.bot.app import SlackService
+            from approvald.bot.slack.app import SlackService
 
             self.slack = SlackService(settings, self.engine, web, ops_routes=self._ops_routes)
             deliverer = self.slack.deliverer
@@ -146,7 +146,7 @@ class Service:
 
     async def _connect(self) -> None:
         assert self.slack is not None
-        from approvald.bot.app import SlackRefused
+        from approvald.bot.slack.app import SlackRefused
 
         try:
             await self.slack.connect(self.stop_event)
@@ -255,7 +255,7 @@ class Service:
                     task.cancel()
                 await asyncio.wait(pending, timeout=AFTER_CANCEL)
         if self.slack is not None:
-            from approvald.bot.app import CLOSE_TIMEOUT
+            from approvald.bot.slack.app import CLOSE_TIMEOUT
 
             within = max(0.0, deadline - loop.time())
             with contextlib.suppress(Exception):

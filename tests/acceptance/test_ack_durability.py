@@ -12,8 +12,8 @@ import asyncio
 import signal
 from pathlib import Path
 
-from approvald.bot import cards, views
 from approvald.bot.config import Settings
+from approvald.bot.slack import cards, views
 from approvald.bot.wiring import build_engine, open_database
 
 from tests.acceptance.test_slack_serve import free_port, setup, start_serve, stop_all

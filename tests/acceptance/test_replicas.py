@@ -18,8 +18,8 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from approvald.bot import cards
 from approvald.bot.config import Settings
+from approvald.bot.slack import cards
 from approvald.bot.wiring import build_engine, open_database
 
 from tests.acceptance.test_ack_durability import _pause_refunds

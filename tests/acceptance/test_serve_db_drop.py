@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from approvald.bot import cards
 from approvald.bot.config import Settings
+from approvald.bot.slack import cards
 from approvald.bot.wiring import build_registry
 from approvald.runtime.clock import FileClock
 from approvald.runtime.engine import assemble

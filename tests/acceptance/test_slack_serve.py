@@ -11,8 +11,8 @@ from datetime import timedelta
 from pathlib import Path
 
 import aiohttp
-from approvald.bot import cards
 from approvald.bot.sandbox import SlackEmulator
+from approvald.bot.slack import cards
 from approvald.runtime.ids import TokenSigner
 from approvald.store.db import Database
 

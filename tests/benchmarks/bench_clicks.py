@@ -47,8 +47,8 @@ sys.path.insert(0, str(HERE))
 
 import aiohttp
 import sql_count
-from approvald.bot import cards
 from approvald.bot.sandbox import SlackEmulator
+from approvald.bot.slack import cards
 from approvald.runtime.agent import Registry
 from approvald.runtime.engine import Engine, assemble
 from approvald.runtime.ids import TokenSigner

@@ -134,8 +134,8 @@ async def wait_until(check: Any, what: str, within: float = 300.0) -> Any:
 
 
 async def bench(runs: int, batch: int, concurrency: int, db_url: str | None) -> int:
-    from approvald.bot import cards
     from approvald.bot.sandbox import SlackEmulator
+    from approvald.bot.slack import cards
     from approvald.runtime.agent import Registry
     from approvald.runtime.clock import FileClock
     from approvald.runtime.engine import assemble

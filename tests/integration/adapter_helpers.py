@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
-from approvald.bot import cards
+from approvald.bot.slack import cards
 from approvald.runtime.adapters import Finished, Paused
 
 from tests.integration.slack_harness import CHANNEL, Harness, harness, wait_for

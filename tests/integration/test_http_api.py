@@ -18,8 +18,8 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
-from approvald.bot import cards
 from approvald.bot.api import schemas
+from approvald.bot.slack import cards
 from approvald.runtime import api_tokens, external
 from approvald.runtime.canonical import call_digest
 from approvald.runtime.clock import ManualClock

@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from approvald.bot import cards
+from approvald.bot.slack import cards
 from approvald.runtime.clock import FileClock
 from approvald.runtime.decide import Actor
 from mcp import Client, StdioServerParameters

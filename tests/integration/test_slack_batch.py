@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from approvald.bot import cards, views
-from approvald.bot import texts as T
+from approvald.bot.slack import cards, views
+from approvald.bot.slack import texts as T
 from approvald.runtime import audit
 from approvald.runtime.decide import Actor
 from approvald.runtime.state import ToolMessage

@@ -7,7 +7,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from approvald.bot import cards
+from approvald.bot.slack import cards
 from approvald.runtime import failpoints
 from approvald.runtime.clock import ManualClock
 from approvald.runtime.decide import Actor

@@ -16,9 +16,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from approvald.bot import cards
-from approvald.bot import texts as T
 from approvald.bot.sandbox import render
+from approvald.bot.slack import cards
+from approvald.bot.slack import texts as T
 from slack_sdk.models.blocks import Block
 
 from tests.integration.slack_harness import CHANNEL, OPS, Harness, harness, wait_for

@@ -18,8 +18,8 @@ from urllib.parse import urlencode
 import aiohttp
 import pytest
 from aiohttp import web
-from approvald.bot import cards
-from approvald.bot.app import MAX_REQUEST_BYTES
+from approvald.bot.slack import cards
+from approvald.bot.slack.app import MAX_REQUEST_BYTES
 
 from tests.integration.slack_harness import CHANNEL, SECRET, Harness, harness, wait_for
 

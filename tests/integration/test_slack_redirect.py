@@ -7,7 +7,7 @@ import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from approvald.bot import cards
+from approvald.bot.slack import cards
 from approvald.runtime.clock import ManualClock
 from approvald.runtime.state import ToolMessage
 from slack_sdk.models.blocks import Block

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from approvald.bot import cards
+from approvald.bot.slack import cards
 from approvald.runtime.outcomes import Paused
 
 from tests.integration.slack_harness import CHANNEL, harness, wait_for

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from approvald.bot.sandbox import SlackEmulator
-from approvald.bot.threads import ThreadFollower
+from approvald.bot.slack.threads import ThreadFollower
 from approvald.runtime import failpoints
 from approvald.runtime.agent import Registry
 from approvald.runtime.clock import ManualClock
@@ -272,7 +272,7 @@ async def test_a_card_links_the_thread_where_it_is_now_and_permalinks_stay_bound
     """The card's "follow the run" link follows a re-posted parent (a serve process that
     drew the card before must not keep the deleted parent's link), and the permalink cache
     of a long-lived serve process keeps at most ``PERMALINKS_KEPT`` entries."""
-    from approvald.bot import delivery
+    from approvald.bot.slack import delivery
 
     async with world(db_url, tmp_path) as w:
         waiting = await w.refund()

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from approvald.bot import cards
+from approvald.bot.slack import cards
 from approvald.bot.tracing import from_environment
 from approvald.runtime import failpoints
 from approvald.runtime.decide import Actor

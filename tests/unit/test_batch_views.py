@@ -9,9 +9,9 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from approvald.bot import cards, views
-from approvald.bot import texts as T
-from approvald.bot.mrkdwn import text_length
+from approvald.bot.slack import cards, views
+from approvald.bot.slack import texts as T
+from approvald.bot.slack.mrkdwn import text_length
 from approvald.runtime.batch import Outcome
 from approvald.runtime.decide import Decision
 from approvald.store.records import ApprovalRecord

@@ -11,9 +11,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from approvald.bot import cards, messages, views
-from approvald.bot import texts as T
-from approvald.bot.mrkdwn import clip, code_block, escape_mrkdwn, pretty_json, safe_cut, units
+from approvald.bot.slack import cards, messages, views
+from approvald.bot.slack import texts as T
+from approvald.bot.slack.mrkdwn import clip, code_block, escape_mrkdwn, pretty_json, safe_cut, units
 from approvald.store.records import ApprovalRecord, RunRecord, VoteRecord
 from slack_sdk.models.blocks import Block
 from slack_sdk.models.views import View

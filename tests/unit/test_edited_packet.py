@@ -14,8 +14,9 @@ import re
 from datetime import timedelta
 from typing import Any
 
-from approvald.bot import cards, documents, messages
-from approvald.bot import texts as T
+from approvald.bot import documents
+from approvald.bot.slack import cards, messages
+from approvald.bot.slack import texts as T
 from approvald.runtime import api_tokens
 from approvald.runtime.clock import ManualClock
 from approvald.runtime.decide import Actor

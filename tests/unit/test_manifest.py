@@ -37,7 +37,7 @@ def test_manifest_validates_against_slacks_schema() -> None:
 
 
 def test_manifest_matches_what_the_app_does() -> None:
-    from approvald.bot import cards
+    from approvald.bot.slack import cards
 
     m = manifest()
     scopes = set(m["oauth_config"]["scopes"]["bot"])

@@ -288,7 +288,7 @@ def _slack_error(status: int, body: dict[str, Any],
 
 @pytest.mark.parametrize("error", ["token_revoked", "invalid_auth", "account_inactive"])
 def test_a_refused_token_is_a_failure_not_a_wait(error: str) -> None:
-    from approvald.bot.delivery import classify
+    from approvald.bot.slack.delivery import classify
 
     got = classify(_slack_error(200, {"ok": False, "error": error}))
     assert isinstance(got, RetryLater) and got.after is None
@@ -296,7 +296,7 @@ def test_a_refused_token_is_a_failure_not_a_wait(error: str) -> None:
 
 
 def test_a_rate_limit_is_a_wait_for_retry_after() -> None:
-    from approvald.bot.delivery import classify
+    from approvald.bot.slack.delivery import classify
 
     got = classify(_slack_error(429, {"ok": False, "error": "ratelimited"},
                                 {"Retry-After": "42"}))
@@ -309,7 +309,7 @@ def test_a_rate_limit_is_a_wait_for_retry_after() -> None:
 
 
 def test_a_plain_text_5xx_is_named_as_such() -> None:
-    from approvald.bot.delivery import classify
+    from approvald.bot.slack.delivery import classify
 
     resp = AsyncSlackResponse(client=None, http_verb="POST", api_url="chat.postMessage",
                               req_args={}, data="Service Unavailable",  # type: ignore[arg-type]

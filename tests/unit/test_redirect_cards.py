@@ -4,9 +4,9 @@ and the refusal texts; all valid for slack_sdk, within Slack's limits, and inert
 from __future__ import annotations
 
 import pytest
-from approvald.bot import cards, messages, views
-from approvald.bot import texts as T
-from approvald.bot.mrkdwn import units
+from approvald.bot.slack import cards, messages, views
+from approvald.bot.slack import texts as T
+from approvald.bot.slack.mrkdwn import units
 
 from tests.unit.test_cards import (
     HOSTILE,

@@ -7,8 +7,8 @@ import re
 from html.parser import HTMLParser
 from typing import Any
 
-from approvald.bot import cards, messages, views
 from approvald.bot.sandbox import render
+from approvald.bot.slack import cards, messages, views
 
 from tests.unit.test_cards import HOSTILE, NOW, TOKEN, approval, decided, packet, question, run
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from approvald.bot.app import BACKOFF_BASE, BACKOFF_MAX, backoff
+from approvald.bot.slack.app import BACKOFF_BASE, BACKOFF_MAX, backoff
 
 
 def test_backoff_doubles_up_to_its_cap_within_the_upper_half() -> None:

@@ -6,7 +6,7 @@ import json
 from urllib.parse import quote_plus, unquote_plus, urlencode
 
 import pytest
-from approvald.bot.slack_body import parse_body, unquote_form
+from approvald.bot.slack.body import parse_body, unquote_form
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from slack_bolt.request.internals import parse_body as bolt_parse_body

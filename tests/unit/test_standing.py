@@ -7,7 +7,7 @@ import json
 from datetime import timedelta
 
 import pytest
-from approvald.bot.messages import thread_approval_decided
+from approvald.bot.slack.messages import thread_approval_decided
 from approvald.runtime.decide import Actor
 from approvald.runtime.directory import StaticDirectory
 from approvald.runtime.gate import CARD_POST

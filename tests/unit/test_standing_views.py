@@ -11,10 +11,10 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from approvald.bot import cards, views
-from approvald.bot import texts as T
-from approvald.bot.mrkdwn import units
 from approvald.bot.sandbox.blocks import block_problems
+from approvald.bot.slack import cards, views
+from approvald.bot.slack import texts as T
+from approvald.bot.slack.mrkdwn import units
 from approvald.runtime.rules import holds
 from approvald.store.repos.standing import StandingRecord
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from approvald.bot import messages
-from approvald.bot.mrkdwn import units
+from approvald.bot.slack import messages
+from approvald.bot.slack.mrkdwn import units
 from approvald.runtime.clock import ManualClock
 
 

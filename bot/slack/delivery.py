@@ -22,9 +22,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import aiohttp
-from approvald.bot import cards, messages, texts
 from approvald.bot.metrics import slack_method
-from approvald.bot.mrkdwn import clip, code_span, safe_cut, slack_date
+from approvald.bot.slack import cards, messages, texts
+from approvald.bot.slack.mrkdwn import clip, code_span, safe_cut, slack_date
 from approvald.runtime.audit import HEAD_POST
 from approvald.runtime.engine import Engine
 from approvald.runtime.gate import CARD_POST, CARD_UPDATE, NOTICE, REMINDER, RUN_WAITING

@@ -21,8 +21,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
-from approvald.bot import texts as T
-from approvald.bot.cards import (
+from approvald.bot.slack import texts as T
+from approvald.bot.slack.cards import (
     ARGS_BLOCK,
     ARGS_INPUT,
     DENY_MODAL,
@@ -60,8 +60,8 @@ from approvald.bot.cards import (
     select_value,
     standing_cap,
 )
-from approvald.bot.messages import coalesce, refusal_text
-from approvald.bot.mrkdwn import (
+from approvald.bot.slack.messages import coalesce, refusal_text
+from approvald.bot.slack.mrkdwn import (
     CARD_TEXT_BUDGET,
     INPUT_MAX,
     MESSAGE_BLOCKS_MAX,

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from approvald.bot import texts as T
-from approvald.bot.cards import (
+from approvald.bot.slack import texts as T
+from approvald.bot.slack.cards import (
     approver_ids,
     args_text,
     as_text,
@@ -23,7 +23,7 @@ from approvald.bot.cards import (
     json_object,
     status_word,
 )
-from approvald.bot.mrkdwn import (
+from approvald.bot.slack.mrkdwn import (
     FALLBACK_MAX,
     SECTION_MAX,
     approver,

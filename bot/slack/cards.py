@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from approvald.bot import texts as T
-from approvald.bot.mrkdwn import (
+from approvald.bot.slack import texts as T
+from approvald.bot.slack.mrkdwn import (
     CARD_TEXT_BUDGET,
     FALLBACK_MAX,
     INPUT_MAX,

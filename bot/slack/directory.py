@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from approvald.bot.delivery import slack_error
+from approvald.bot.slack.delivery import slack_error
 from approvald.runtime.directory import DirectoryError
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient

@@ -29,8 +29,8 @@ import re
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
-from approvald.bot import cards, messages, texts, views
-from approvald.bot.mrkdwn import REASON_MAX, code_span, cut_plain
+from approvald.bot.slack import cards, messages, texts, views
+from approvald.bot.slack.mrkdwn import REASON_MAX, code_span, cut_plain
 from approvald.runtime.batch import MAX_BATCH, BatchVerdict, Target, decide_each
 from approvald.runtime.decide import Actor, Decision, Verdict
 from approvald.runtime.errors import ApprovaldError, DecisionRefused, InvalidArguments, NotFound
@@ -43,7 +43,7 @@ from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncRespond
 from slack_sdk.web.async_client import AsyncWebClient
 
 if TYPE_CHECKING:
-    from approvald.bot.app import SlackService
+    from approvald.runtime.engine import Engine
 
 log = logging.getLogger("approvald.slack")
 CANDIDATES = 500  # pending requests looked at for one viewer's lists
@@ -51,9 +51,8 @@ _STANDING_ID = re.compile(r"[A-Za-z0-9_-]{6,64}")
 
 
 class Handlers:
-    def __init__(self, svc: SlackService) -> None:
-        self.svc = svc
-        self.e = svc.engine
+    def __init__(self, engine: Engine) -> None:
+        self.e = engine
         self._tasks: set[asyncio.Task[Any]] = set()
 
     def _later(self, work: Coroutine[Any, Any, Any]) -> None:

@@ -29,11 +29,11 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 from approvald.bot.config import Settings
-from approvald.bot.delivery import SlackDeliverer
-from approvald.bot.directory import SlackDirectory
-from approvald.bot.handlers import Handlers
-from approvald.bot.slack_body import parse_body
-from approvald.bot.threads import ThreadFollower
+from approvald.bot.slack.body import parse_body
+from approvald.bot.slack.delivery import SlackDeliverer
+from approvald.bot.slack.directory import SlackDirectory
+from approvald.bot.slack.handlers import Handlers
+from approvald.bot.slack.threads import ThreadFollower
 from approvald.runtime.engine import Engine
 from approvald.runtime.errors import ConfigError
 from slack_bolt.adapter.aiohttp import to_aiohttp_response
@@ -223,11 +223,11 @@ class SlackService:
             logger=_bolt_logger(),
             signing_secret=None if secret is None else secret.get_secret_value(),
             request_verification_enabled=not socket or secret is not None,
-            # listeners ack, then hand their work to tasks (see bot/handlers.py): the
+            # listeners ack, then hand their work to tasks (see bot/slack/handlers.py): the
             # response goes out as soon as the listener returns, with no polling for it
             process_before_response=True,
         )
-        self.handlers = Handlers(self)
+        self.handlers = Handlers(engine)
         self.handlers.register(self.app)
         ops = settings.ops_channel or settings.channel
         self.deliverer = SlackDeliverer(engine, self.client, channel=settings.channel,

@@ -22,7 +22,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import quote
 
-from approvald.bot import texts as T
+from approvald.bot.slack import texts as T
 from slack_sdk.models.blocks import (
     ContextBlock,
     HeaderBlock,

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from approvald.bot import messages
-from approvald.bot.delivery import slack_error
+from approvald.bot.slack import messages
+from approvald.bot.slack.delivery import slack_error
 from approvald.runtime.engine import Engine
 from approvald.runtime.failpoints import failpoint
 from approvald.runtime.periodic import repeat

@@ -1,0 +1,51 @@
+"""The layout issue 37 asks for: one package per face, faces that meet only in the runtime,
+a runtime and store that know nothing of any face, and no import circle inside a face."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+FACES = ("slack", "api", "mcp", "sandbox")
+
+
+def imports_of(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+    return names
+
+
+def test_every_slack_module_lives_in_the_slack_package() -> None:
+    flat = {p.stem for p in (ROOT / "bot").glob("*.py")}
+    slack_only = {"app", "cards", "handlers", "views", "messages", "texts", "mrkdwn",
+                  "delivery", "threads", "slack_body", "directory"}
+    assert flat & slack_only == set()
+
+
+def test_faces_never_import_each_other() -> None:
+    crossings = []
+    for face in FACES:
+        others = tuple(f"approvald.bot.{o}" for o in FACES if o != face)
+        for path in (ROOT / "bot" / face).rglob("*.py"):
+            for name in imports_of(path):
+                if name.startswith(others):
+                    crossings.append(f"{path.relative_to(ROOT)} imports {name}")
+    assert crossings == []
+
+
+def test_the_runtime_and_the_store_import_no_face() -> None:
+    found = [f"{p.relative_to(ROOT)} imports {n}"
+             for part in ("runtime", "store") for p in (ROOT / part).rglob("*.py")
+             for n in imports_of(p) if n.startswith("approvald.bot")]
+    assert found == []
+
+
+def test_the_slack_app_and_its_listeners_are_not_a_circle() -> None:
+    handlers = imports_of(ROOT / "bot" / "slack" / "handlers.py")
+    assert not any(n.startswith("approvald.bot.slack.app") for n in handlers)
