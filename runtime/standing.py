@@ -81,6 +81,7 @@ class StandingRefusal(StrEnum):
     WINDOW = "window"  # outside 15 minutes .. min(8 hours, max_standing)
     NOT_LIVE = "not_live"  # revoked, or expired
     ALREADY_GRANTED = "already_granted"  # the same approver again
+    FULLY_GRANTED = "fully_granted"  # it already has the grants its quorum needs
     NOT_AUTHORIZED = "not_authorized"  # not (or no longer) an approver of its band
     CHANGED = "changed"  # granted, revoked or expired meanwhile: look again
 
@@ -196,6 +197,10 @@ class StandingApprovals:
         if actor.id in s.grants_value():
             raise StandingRefused(f"{actor.id} already granted standing approval {s.id}",
                                   reason=StandingRefusal.ALREADY_GRANTED)
+        if len(s.grants_value()) >= s.quorum:
+            need = f"{s.quorum} grant{'s' if s.quorum != 1 else ''}"
+            raise StandingRefused(f"standing approval {s.id} already has the {need} it needs",
+                                  reason=StandingRefusal.FULLY_GRANTED)
         if not await self._may_decide(s, actor.id):
             raise StandingRefused(f"{actor.id} is not an approver of {s.tool} "
                                   f"(approvers: {', '.join(s.approvers_value()) or 'anyone'})",

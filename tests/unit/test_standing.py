@@ -283,3 +283,21 @@ async def test_audit_verify_refutes_a_use_outside_the_granted_scope(make_engine,
                 "args": {"order_id": "A-1001", "amount_cents": 900_000, "reason": "r"}})
     report = await verify(db)
     assert not report.ok and "outside its scope" in report.problems[0], report.problems
+
+
+async def test_a_standing_approval_with_all_its_grants_takes_no_more(make_engine, db, clock,
+                                                                    ledger_path) -> None:
+    """A further grant once the quorum is met would only inflate the audited count ("2 of 1
+    grants"): it is refused, audited as a refusal, and changes nothing."""
+    engine = engine_with(make_engine, ledger_path, approvers=["U_ALICE", "U_BOB", "U_CAROL"],
+                         quorum=2)
+    _paused, standing = await grant_on_first(engine, db)
+    active = await engine.standing.add_grant(standing.id, actor=CAROL)
+    assert active.status == "active"
+    with pytest.raises(StandingRefused, match="already has the 2 grants it needs"):
+        await engine.standing.add_grant(standing.id, actor=BOB)
+    async with db.read() as tx:
+        [tried] = [e for e in await tx.audit.query() if e.actor == "U_BOB"]
+    assert tried.action == "refused" and json.loads(tried.details)["reason"] == "fully_granted"
+    got = await engine.standing.get(standing.id)
+    assert got.grants_value() == ["U_ALICE", "U_CAROL"] and got.status == "active"
