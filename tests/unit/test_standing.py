@@ -139,18 +139,27 @@ async def test_a_use_loses_to_a_revocation_that_committed_first(make_engine, db,
     assert (await engine.standing.get(standing.id)).uses == 0
 
 
-async def test_a_use_loses_to_the_requesters_own_grant_added_after_it_was_read(
+async def test_the_requester_cannot_join_the_granters_between_check_and_use(
         make_engine, db, clock, ledger_path) -> None:
     # the candidate was checked while the requester was not among the granters; their own
-    # grant lands before the use: the use's compare-and-set must see it, or the call runs
-    # on a standing approval the requester is a granter of
+    # grant, tried before the use, is refused (the approval has all the grants it needs), so
+    # the call never runs on a standing approval the requester is a granter of
     engine = engine_with(make_engine, ledger_path)
     _, standing = await grant_on_first(engine, db)
-    between_check_and_use(engine, lambda: engine.standing.add_grant(standing.id, actor=BOB))
+    refused: list[StandingRefused] = []
+
+    async def bob_grants() -> None:
+        try:
+            await engine.standing.add_grant(standing.id, actor=BOB)
+        except StandingRefused as exc:
+            refused.append(exc)
+
+    between_check_and_use(engine, bob_grants)
     outcome = await start(engine, "$20", requested_by="U_BOB")
-    assert isinstance(outcome, Paused)  # it asked instead
+    assert [r.reason for r in refused] == ["fully_granted"]
+    assert isinstance(outcome, Completed)
     got = await engine.standing.get(standing.id)
-    assert got.grants_value() == ["U_ALICE", "U_BOB"] and got.uses == 0
+    assert got.grants_value() == ["U_ALICE"] and got.uses == 1
 
 
 async def test_a_quorum_2_tool_needs_two_grants(make_engine, db, clock, ledger_path) -> None:
