@@ -64,14 +64,14 @@ class Service:
         self.db = db
         self.meter = PrometheusMeter()
         self.tracing = tracing_from_environment()  # off unless OTEL_* variables ask
-        web = None
+        slack_web = None
         if settings.slack_configured:
             from approvald.bot.slack.app import SlackWeb
 
-            web = SlackWeb(settings)  # its directory tells who is in a user group
+            slack_web = SlackWeb(settings)  # its directory tells who is in a user group
         self.engine: Engine = build_engine(
             settings, db, clock=clock, meter=self.meter, tracer=tracer or self.tracing.tracer,
-            directory=web.directory if web is not None else None)
+            directory=slack_web.directory if slack_web is not None else None)
         self.stop_event = stop_event or asyncio.Event()
         self.slack = None
         self.readiness = Readiness(db)
@@ -82,10 +82,11 @@ class Service:
         # /v1 on the same listener as /slack/events (or /healthz), its webhooks on the drain
         self.api = HttpApi(self.engine, settings, stop=self.stop_event)
         deliverer: Deliverer
-        if web is not None:
+        if slack_web is not None:
             from approvald.bot.slack.app import SlackService
 
-            self.slack = SlackService(settings, self.engine, web, ops_routes=self._ops_routes)
+            self.slack = SlackService(settings, self.engine, slack_web,
+                                      ops_routes=self._ops_routes)
             deliverer = self.slack.deliverer
         else:
             deliverer = LogDeliverer()
