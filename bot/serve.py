@@ -24,6 +24,7 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from datetime import timedelta
 from types import FrameType
 from typing import Any
@@ -52,6 +53,9 @@ AFTER_CANCEL = 3.0  # once the grace is over: how long cancelled work gets to un
 # past the grace, the watchdog exits whatever is still running: more than the bounded steps
 # of Service.stop after the grace (unwinding, the socket, the listener) can take together
 HARD_MARGIN = 15.0
+# what signal.signal() returns: the handler it replaced (a function, SIG_DFL, SIG_IGN, or
+# None for one not set from Python)
+SignalHandler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
 
 
 class Service:
@@ -328,7 +332,7 @@ class Signals:
         self.stop = stop
         self.grace = grace
         self.received: int | None = None
-        self._previous: dict[int, Any] = {}
+        self._previous: dict[signal.Signals, SignalHandler] = {}
         self._watchdog: threading.Timer | None = None
 
     def install(self) -> None:
