@@ -24,6 +24,7 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from datetime import timedelta
 from types import FrameType
 from typing import Any
@@ -52,6 +53,9 @@ AFTER_CANCEL = 3.0  # once the grace is over: how long cancelled work gets to un
 # past the grace, the watchdog exits whatever is still running: more than the bounded steps
 # of Service.stop after the grace (unwinding, the socket, the listener) can take together
 HARD_MARGIN = 15.0
+# what signal.signal() returns: the handler it replaced (a function, SIG_DFL, SIG_IGN, or
+# None for one not set from Python)
+SignalHandler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
 
 
 class Service:
@@ -64,14 +68,14 @@ class Service:
         self.db = db
         self.meter = PrometheusMeter()
         self.tracing = tracing_from_environment()  # off unless OTEL_* variables ask
-        web = None
+        slack_web = None
         if settings.slack_configured:
             from approvald.bot.slack.app import SlackWeb
 
-            web = SlackWeb(settings)  # its directory tells who is in a user group
+            slack_web = SlackWeb(settings)  # its directory tells who is in a user group
         self.engine: Engine = build_engine(
             settings, db, clock=clock, meter=self.meter, tracer=tracer or self.tracing.tracer,
-            directory=web.directory if web is not None else None)
+            directory=slack_web.directory if slack_web is not None else None)
         self.stop_event = stop_event or asyncio.Event()
         self.slack = None
         self.readiness = Readiness(db)
@@ -82,10 +86,11 @@ class Service:
         # /v1 on the same listener as /slack/events (or /healthz), its webhooks on the drain
         self.api = HttpApi(self.engine, settings, stop=self.stop_event)
         deliverer: Deliverer
-        if web is not None:
+        if slack_web is not None:
             from approvald.bot.slack.app import SlackService
 
-            self.slack = SlackService(settings, self.engine, web, ops_routes=self._ops_routes)
+            self.slack = SlackService(settings, self.engine, slack_web,
+                                      ops_routes=self._ops_routes)
             deliverer = self.slack.deliverer
         else:
             deliverer = LogDeliverer()
@@ -327,7 +332,7 @@ class Signals:
         self.stop = stop
         self.grace = grace
         self.received: int | None = None
-        self._previous: dict[int, Any] = {}
+        self._previous: dict[signal.Signals, SignalHandler] = {}
         self._watchdog: threading.Timer | None = None
 
     def install(self) -> None:

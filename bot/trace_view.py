@@ -8,11 +8,12 @@ person (arguments, results, reasons) is escaped: it is data, never markup.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import datetime
 from html import escape
 from typing import Any
 
-from approvald.runtime.trace import Entry, Trace, summarize
+from approvald.runtime.trace import Entry, Totals, Trace, summarize
 
 LANES = (("model", "model"), ("tools", "tools"), ("humans", "humans"))
 BAR_H, ROW_GAP, LANE_PAD = 18, 4, 8
@@ -55,7 +56,7 @@ def _span_ms(e: Entry) -> float | None:
     return (e.end - e.start).total_seconds() * 1000
 
 
-def _tokens(e: Entry | Any) -> str:
+def _tokens(e: Entry | Totals) -> str:
     parts = []
     if e.input_tokens is not None or e.output_tokens is not None:
         parts.append(f"tokens {e.input_tokens if e.input_tokens is not None else '?'} in / "
@@ -82,10 +83,10 @@ def describe(e: Entry) -> tuple[str, list[str]]:
             more.append(f"says: {summarize(e.content)}")
         return head, more
     if e.kind == "tool_call":
-        bits = [duration(e.latency_ms) if e.latency_ms is not None else None,
-                f"attempts {e.attempts}" if e.attempts and e.attempts > 1 else None,
-                e.error_class]
-        head = e.title + "".join(f"  {b}" for b in bits if b)
+        bits = [b for b in (duration(e.latency_ms) if e.latency_ms is not None else None,
+                            f"attempts {e.attempts}" if e.attempts and e.attempts > 1 else None,
+                            e.error_class) if b]
+        head = e.title + "".join(f"  {b}" for b in bits)
         more.append(f"args {_args(e.arguments)}")
         if e.result_summary is not None:
             more.append(f"result {e.result_summary}")
@@ -172,7 +173,7 @@ def _e(value: Any) -> str:
     return escape(str(value), quote=True)
 
 
-def _rows(entries: list[Entry], x: Any) -> list[tuple[Entry, int]]:
+def _rows(entries: list[Entry], x: Callable[[datetime], float]) -> list[tuple[Entry, int]]:
     """Bars of one lane in rows so that overlapping bars do not hide each other."""
     ends: list[float] = []
     out: list[tuple[Entry, int]] = []

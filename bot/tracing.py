@@ -20,10 +20,14 @@ import os
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from approvald.runtime.errors import ConfigError
 from approvald.runtime.tracing import OtelTracer, Tracer
+
+if TYPE_CHECKING:  # imported when tracing is on, not before (see from_environment)
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SpanExporter
 
 log = logging.getLogger("approvald.tracing")
 
@@ -36,7 +40,7 @@ class Tracing:
     """The tracer ``serve`` gives its engine, and how to flush what it holds at exit."""
 
     tracer: Tracer
-    provider: Any = None  # the SDK's TracerProvider when tracing is on
+    provider: TracerProvider | None = None  # when tracing is on
 
     async def shutdown(self, *, within: float = 3.0) -> None:
         """Export what is still buffered, waiting at most ``within`` seconds (an exporter
@@ -89,7 +93,7 @@ def from_environment(env: Mapping[str, str] | None = None) -> Tracing:
     return Tracing(OtelTracer(provider), provider)
 
 
-def _exporter(var: str, name: str, env: Mapping[str, str]) -> Any:
+def _exporter(var: str, name: str, env: Mapping[str, str]) -> SpanExporter:
     if name == "console":
         from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 
@@ -108,4 +112,5 @@ def _exporter(var: str, name: str, env: Mapping[str, str]) -> Any:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     except ImportError:
         raise ConfigError(f"{var}: the OTLP exporter is not installed: {EXTRA}") from None
-    return OTLPSpanExporter()
+    otlp: SpanExporter = OTLPSpanExporter()  # a SpanExporter (unchecked: not in dev)
+    return otlp

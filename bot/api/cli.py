@@ -32,7 +32,8 @@ def _row(t: TokenRecord) -> dict[str, Any]:
             "revoked_by": t.revoked_by}
 
 
-def add_commands(sub: Any, *, operator: Callable[[], str], json_help: str) -> None:
+def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser], *,
+                 operator: Callable[[], str], json_help: str) -> None:
     """Add ``tokens`` to the ``approvald`` parser's subcommands."""
     tk = sub.add_parser("tokens", help="bearer tokens of the HTTP API (/v1)").add_subparsers(
         dest="sub", required=True, metavar="COMMAND")

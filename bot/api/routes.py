@@ -15,7 +15,7 @@ import logging
 import math
 import re
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, NoReturn, TypeVar
 
 from aiohttp import web
 from approvald.bot.api import schemas
@@ -45,9 +45,10 @@ _KNOWN = ((re.compile(r"/v1/requests"), "POST"),
           (re.compile(r"/v1/openapi\.json"), "GET"))
 
 Handler = Callable[[web.Request, TokenRecord], Awaitable[web.StreamResponse]]
+_Model = TypeVar("_Model", bound=BaseModel)  # what a request's body is validated into
 
 
-def _not_json(token: str) -> Any:
+def _not_json(token: str) -> NoReturn:
     raise ValueError(f"{token} is not a JSON number")
 
 
@@ -143,7 +144,7 @@ class Routes:
                            {"WWW-Authenticate": 'Bearer realm="approvald"'})
         return token
 
-    async def _body(self, request: web.Request, model: type[BaseModel]) -> Any:
+    async def _body(self, request: web.Request, model: type[_Model]) -> _Model:
         if request.content_length is not None and request.content_length > self.body_limit:
             raise ApiError(413, "payload_too_large",
                            f"the body is over the {self.body_limit}-byte cap")

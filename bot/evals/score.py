@@ -13,6 +13,7 @@ from approvald.bot.evals.dataset import CallExpectation, Task
 from approvald.bot.evals.journey import Journey, crash_point
 from approvald.runtime.canonical import canonical_json
 from approvald.runtime.state import ToolCall
+from approvald.store.records import ApprovalRecord
 
 SCORES = ("completion", "tools", "arguments", "approvals", "recovery", "cost", "latency")
 
@@ -122,7 +123,7 @@ def compliance(j: Journey, *, gated: set[str]) -> list[str]:
     again (a redirected one may be: the approver asked for another plan, and its new call
     is a new request)."""
     found: list[str] = []
-    by_call: dict[str, list[Any]] = {}
+    by_call: dict[str, list[ApprovalRecord]] = {}
     for a in j.approvals:
         if a.kind == "tool_call":
             by_call.setdefault(a.call_id, []).append(a)

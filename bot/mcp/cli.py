@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import shlex
-from typing import Any
 
 from approvald.bot.config import Settings
 from approvald.bot.wiring import build_engine, open_database
@@ -17,7 +16,7 @@ from approvald.runtime.identity import InvalidIdentity, normalize_user_id
 from approvald.store.wakeups import Wakeups
 
 
-def add_commands(sub: Any) -> None:
+def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``mcp-proxy`` to the ``approvald`` parser's subcommands."""
     p = sub.add_parser(
         "mcp-proxy", help="serve an MCP server's tools over stdio, each call gated by the "

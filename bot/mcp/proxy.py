@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import mcp_types as types
-from approvald.bot.mcp.gateway import Gateway, Ran, Refused, describe
+from approvald.bot.mcp.gateway import Forward, Gateway, Ran, Refused, describe
 from approvald.runtime.errors import ConfigError
 from jsonschema import SchemaError
 from jsonschema.validators import validator_for
@@ -181,7 +181,7 @@ class Proxy:
         where = "/".join(str(p) for p in error.absolute_path)
         return f"{where}: {error.message}" if where else error.message
 
-    def _forward(self, name: str) -> Any:
+    def _forward(self, name: str) -> Forward[types.CallToolResult]:
         async def forward(args: dict[str, Any]) -> Ran[types.CallToolResult]:
             assert self.upstream is not None
             try:

@@ -11,6 +11,7 @@ elements are shown as a placeholder, never dropped silently.
 
 from __future__ import annotations
 
+import functools
 import html
 import json
 import re
@@ -85,10 +86,14 @@ def mrkdwn(text: str, names: Names) -> str:
     text = _TOKEN.sub(lambda m: hold(_token(m.group(1), names)), text)
     out = esc(slack_unescape(text))
     for pattern, tag in _STYLES:
-        out = pattern.sub(lambda m, t=tag: f"<{t}>{m.group(1)}</{t}>", out)  # type: ignore[misc]
+        out = pattern.sub(functools.partial(_styled, tag), out)
     out = emoji(out).replace("\n", "<br>")
     # a held piece never holds another one's marker: \x00 was removed from the input
     return _HELD.sub(lambda m: held[int(m.group(1))], out)
+
+
+def _styled(tag: str, m: re.Match[str]) -> str:
+    return f"<{tag}>{m.group(1)}</{tag}>"
 
 
 def _token(inner: str, names: Names) -> str:

@@ -26,7 +26,7 @@ import contextlib
 import json
 import re
 import secrets
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -235,7 +235,8 @@ class SandboxWeb:
 
     # -- acting -------------------------------------------------------------------------
 
-    def post(self, handler: Any) -> Any:
+    def post(self, handler: Callable[[JSON], Awaitable[JSON]]
+             ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
         async def route(request: web.Request) -> web.StreamResponse:
             if request.content_length is not None and request.content_length > MAX_BODY:
                 return web.json_response({"ok": False, "error": "request too large"},

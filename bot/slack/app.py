@@ -23,8 +23,8 @@ import logging
 import os
 import random
 import re
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 from aiohttp import web
@@ -42,6 +42,9 @@ from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_sdk.errors import SlackApiError
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
+
+if TYPE_CHECKING:  # imported where it is used: only Socket Mode needs it
+    from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
 
 log = logging.getLogger("approvald.slack")
 MAX_REQUEST_BYTES = 1024 * 1024  # Slack's own payloads are far smaller; refuse floods
@@ -235,7 +238,7 @@ class SlackService:
         self.threads = ThreadFollower(engine, self.client, channel=ops,
                                       permalink=self.deliverer._permalink)
         self._runner: web.AppRunner | None = None
-        self._socket: Any = None
+        self._socket: AsyncSocketModeHandler | None = None
         self.port: int | None = None
         self.identity: dict[str, Any] | None = None  # auth.test's answer, once it came
         self.connected = False  # the token checked and, in Socket Mode, the socket open
@@ -263,10 +266,13 @@ class SlackService:
                 if not isinstance(body, dict):
                     raise TypeError("not a JSON object or a form")
                 # bolt takes a parsed body only as a Socket Mode request; its own signature
-                # check, which that skips, is the one authentic() just made
+                # check, which that skips, is the one authentic() just made. Its headers are
+                # a plain dict: names lowercased, a repeated header's last value (what bolt
+                # made of the multidict itself)
+                headers: dict[str, str | Sequence[str]] = {
+                    name.lower(): value for name, value in request.headers.items()}
                 bolt_request = AsyncBoltRequest(body=body, query=request.query_string,
-                                                headers=request.headers,  # type: ignore[arg-type]
-                                                mode="socket_mode")
+                                                headers=headers, mode="socket_mode")
             except _UNPARSEABLE as exc:  # no traceback: the body is the sender's fault
                 log.warning("a signed Slack request did not parse: %s", type(exc).__name__)
                 return web.json_response({"ok": False, "error": "malformed request"},
@@ -312,8 +318,8 @@ class SlackService:
             raise ConfigError(f"APPROVALD_HOST/APPROVALD_PORT: cannot listen on "
                               f"{self.settings.host}:{self.settings.port}: "
                               f"{os.strerror(exc.errno) if exc.errno else exc}") from None
-        sockets = site._server.sockets if site._server is not None else []  # type: ignore[union-attr]
-        self.port = sockets[0].getsockname()[1] if sockets else self.settings.port
+        bound = self._runner.addresses  # the sockets' names: (host, port, ...) each
+        self.port = int(bound[0][1]) if bound else self.settings.port
         self.mode = f"HTTP on port {self.port}"
 
     async def connect(self, stop: asyncio.Event) -> None:
@@ -361,7 +367,7 @@ class SlackService:
         return dict(resp.data) if isinstance(resp.data, dict) else {}
 
     async def _open_socket(self) -> None:
-        assert self.settings.slack_app_token is not None
+        assert self.settings.slack_app_token is not None and self._socket is not None
         client = self._socket.client
         try:  # what slack_sdk's connect would do first, but failing here, not retrying
             resp = await self.client.apps_connections_open(
@@ -373,7 +379,8 @@ class SlackService:
             raise
         client.wss_uri = resp["url"]
         try:
-            await self._socket.connect_async()
+            # slack_bolt leaves connect_async/close_async unannotated
+            await self._socket.connect_async()  # type: ignore[no-untyped-call]
         except BaseException:
             client.wss_uri = None  # the next attempt asks for a fresh URL
             raise
@@ -385,7 +392,8 @@ class SlackService:
             await asyncio.wait_for(self.handlers.drain(), within)
         if self._socket is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._socket.close_async(), CLOSE_TIMEOUT)
+                await asyncio.wait_for(
+                    self._socket.close_async(), CLOSE_TIMEOUT)  # type: ignore[no-untyped-call]
         if self._runner is not None:
             await self._runner.cleanup()
         await self.web.close()

@@ -26,8 +26,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import TYPE_CHECKING, Any, Literal
 
 from approvald.bot.slack import cards, messages, texts, views
 from approvald.bot.slack.mrkdwn import REASON_MAX, code_span, cut_plain
@@ -46,6 +46,11 @@ if TYPE_CHECKING:
     from approvald.runtime.engine import Engine
 
 log = logging.getLogger("approvald.slack")
+# a bolt listener for a click or a modal's submission, as the factories below build them
+Listener = Callable[[AsyncAck, dict[str, Any], AsyncWebClient], Awaitable[None]]
+# builds a modal for an approval: (approval, token, channel, message ts) -> view
+ModalBuilder = Callable[[ApprovalRecord, str, str | None, str | None], dict[str, Any]]
+StandingVerb = Literal["revoke", "grant"]
 CANDIDATES = 500  # pending requests looked at for one viewer's lists
 _STANDING_ID = re.compile(r"[A-Za-z0-9_-]{6,64}")
 
@@ -74,8 +79,9 @@ class Handlers:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
     def register(self, app: AsyncApp) -> None:
-        for action_id, verdict in ((cards.APPROVE, "approve"), (cards.RETRY, "retry"),
-                                   (cards.MARK_DONE, "mark_done")):
+        direct: tuple[tuple[str, Verdict], ...] = (
+            (cards.APPROVE, "approve"), (cards.RETRY, "retry"), (cards.MARK_DONE, "mark_done"))
+        for action_id, verdict in direct:
             app.action(action_id)(self._direct(verdict))
         app.action(cards.DENY)(self.on_deny_click)
         app.action(cards.ABORT)(self.on_abort_click)
@@ -178,7 +184,7 @@ class Handlers:
             await self.publish_home(client, user)
 
     # -- buttons ------------------------------------------------------------------------
-    def _direct(self, verdict: Verdict) -> Any:
+    def _direct(self, verdict: Verdict) -> Listener:
         async def handler(ack: AsyncAck, body: dict[str, Any], client: AsyncWebClient) -> None:
             user = body["user"]["id"]
             channel, _ = self._where(body)
@@ -195,7 +201,7 @@ class Handlers:
         return handler
 
     async def _open_for(self, body: dict[str, Any], client: AsyncWebClient,
-                        build: Any, *, check: bool = True) -> None:
+                        build: ModalBuilder, *, check: bool = True) -> None:
         user = body["user"]["id"]
         channel, ts = self._where(body)
         try:
@@ -245,7 +251,7 @@ class Handlers:
     # -- modals -------------------------------------------------------------------------
     def on_reason_submit(self, verdict: Verdict, *, block: str = cards.REASON_BLOCK,
                          field: str = cards.REASON_INPUT,
-                         missing: str = "reason_required") -> Any:
+                         missing: str = "reason_required") -> Listener:
         """A modal with one text box that the decision needs: a denial's or an abort's
         reason, a redirect's guidance (``missing``: the refusal when it is left blank)."""
 
@@ -384,7 +390,7 @@ class Handlers:
         if channel is None:
             await self.publish_home(client, user)
 
-    def on_standing_change(self, verb: str) -> Any:
+    def on_standing_change(self, verb: StandingVerb) -> Listener:
         """Revoke, or Grant too, from the App Home: committed before the ack, then the Home
         is drawn again saying what happened (or why nothing did)."""
 
@@ -403,7 +409,7 @@ class Handlers:
                 self._later(self._tell(client, user, channel, notice))
         return handler
 
-    async def _change_standing(self, verb: str, standing_id: str, user: str) -> str:
+    async def _change_standing(self, verb: StandingVerb, standing_id: str, user: str) -> str:
         actor = Actor(user, "slack")
         with self.e.tracer.span(f"slack.standing_{verb}", standing_id=standing_id,
                                 user=user) as span:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -77,10 +78,14 @@ class _Turn:
         return int(self.progress.get("posted_seq", self.thread.posted_seq))
 
 
+# a message's link from its channel and ts (None when Slack gives none)
+Permalink = Callable[[str | None, str | None], Awaitable[str | None]]
+
+
 class ThreadFollower:
     def __init__(self, engine: Engine, client: AsyncWebClient, *, channel: str,
                  per_channel_interval: float = 1.0, lookback: timedelta = timedelta(hours=1),
-                 permalink: Any = None, patience: float = 0.5,
+                 permalink: Permalink | None = None, patience: float = 0.5,
                  claim_ttl: timedelta = timedelta(seconds=90), batch: int = 100,
                  backoff: float = 2.0, max_backoff: float = 600.0) -> None:
         self.e = engine

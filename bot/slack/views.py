@@ -624,7 +624,7 @@ def windows_for(a: ApprovalRecord) -> list[str]:
 def _field_options(args: Mapping[str, Any]) -> list[Option]:
     """A checkbox per argument name (the first ten that fit an option's value), with its
     current value as the description; both escaped and cut to Slack's 75 characters."""
-    options = []
+    options: list[Option] = []
     for name, value in args.items():
         if len(options) == OPTIONS_PER_ELEMENT:
             break
