@@ -267,15 +267,16 @@ async def test_tracing_off_records_nothing(make_engine, exported,
     assert named(exporter.get_finished_spans(), "run.step", run_id=again.run_id)
 
 
-def test_nothing_imports_opentelemetry_unless_tracing_is_on() -> None:
+def test_nothing_imports_opentelemetry_unless_tracing_is_on(tmp_path: Path) -> None:
     code = ("import sys\n"
-            "import bot.serve, bot.handlers, runtime.engine, runtime.runner\n"
-            "from bot.tracing import from_environment\n"
+            "import approvald.bot.serve, approvald.bot.slack.handlers\n"
+            "import approvald.runtime.engine, approvald.runtime.runner\n"
+            "from approvald.bot.tracing import from_environment\n"
             "t = from_environment({})\n"
             "assert not t.tracer.enabled and t.provider is None\n"
             "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=Path(__file__).parents[2], check=False, timeout=60)
+                          cwd=tmp_path, check=False, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
 
