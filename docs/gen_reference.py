@@ -644,24 +644,110 @@ def _is_document(node: ast.AST) -> bool:
         isinstance(k, ast.Constant) and isinstance(k.value, str) for k in node.keys)
 
 
-def _value_words(node: ast.AST) -> str:
+def json_type(annotation: Any) -> str:
+    """A Python type as the JSON it is printed as."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if annotation is type(None):
+        return "null"
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(dict.fromkeys(json_type(a) for a in args))
+    if origin is list or origin is tuple:
+        return f"list of {json_type(args[0])}" if args else "list"
+    if origin is dict or annotation is dict:
+        return "object"
+    if origin is typing.Literal:
+        return " or ".join(code(json.dumps(a)) for a in args)
+    name = getattr(annotation, "__name__", "")
+    return {"str": "string", "int": "integer", "float": "number", "bool": "boolean",
+            "datetime": "ISO-8601 time", "Any": "any JSON"}.get(
+        name, "any JSON" if annotation is typing.Any else name or str(annotation))
+
+
+def _hints(obj: Any) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(obj)
+    except Exception:  # a hint that names what only type checkers import
+        return {}
+
+
+class _Where:
+    """What a document builder's names are: its module's globals, and the types of its
+    parameters (so that ``run.status`` can be said as the record's field type)."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.globals = fn.__globals__
+        self.params = {k: v for k, v in _hints(fn).items() if k != "return"}
+
+    def looping(self, comp: ast.ListComp) -> _Where:
+        """The names of a comprehension's loop too (``for a in approvals``: an item)."""
+        inner = object.__new__(_Where)
+        inner.globals, inner.params = self.globals, dict(self.params)
+        for gen in comp.generators:
+            hint = None
+            if isinstance(gen.iter, ast.Name):
+                hint = self.params.get(gen.iter.id)
+            elif isinstance(gen.iter, ast.Attribute) and isinstance(gen.iter.value, ast.Name):
+                owner = self.params.get(gen.iter.value.id)
+                hint = _hints(owner).get(gen.iter.attr) if owner is not None else None
+            args = typing.get_args(hint)
+            if isinstance(gen.target, ast.Name) and args:
+                inner.params[gen.target.id] = args[0]
+        return inner
+
+    def type_of(self, node: ast.AST) -> str | None:
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            cls = self.params.get(node.value.id)
+            if cls is not None:
+                hint = _hints(cls).get(node.attr)
+                prop = getattr(cls, node.attr, None)
+                if hint is None and isinstance(prop, property) and prop.fget is not None:
+                    hint = _hints(prop.fget).get("return")
+                if hint is not None:
+                    return json_type(hint)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                isinstance(node.func.value, ast.Name):
+            cls = self.params.get(node.func.value.id)
+            method = getattr(cls, node.func.attr, None) if cls is not None else None
+            hint = _hints(method).get("return") if callable(method) else None
+            if hint is not None:
+                return json_type(hint)
+        return None
+
+
+def _value_words(node: ast.AST, where: _Where) -> str:
     text = ast.unparse(node)
     if isinstance(node, ast.Call) and ast.unparse(node.func) == "iso":
         return "ISO-8601 time, or null"
     if text.endswith(".isoformat()"):
         return "ISO-8601 time"
-    if isinstance(node, ast.IfExp) and ".isoformat()" in ast.unparse(node.body) and \
-            ast.unparse(node.orelse) == "None":
+    if isinstance(node, ast.IfExp) and ast.unparse(node.orelse) == "None" and (
+            ".isoformat()" in ast.unparse(node.body) or (
+            isinstance(node.body, ast.Call) and ast.unparse(node.body.func) == "iso")):
         return "ISO-8601 time, or null"
-    return code(text)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+            node.func.id in ("len", "sum", "round", "bool"):
+        return {"len": "integer", "bool": "boolean"}.get(node.func.id, "number")
+    if (isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not)) or \
+            isinstance(node, ast.Compare):
+        return "boolean"
+    if isinstance(node, ast.DictComp):
+        return "object"
+    said = where.type_of(node)
+    if said is None and isinstance(node, ast.IfExp) and ast.unparse(node.orelse) == "None":
+        inner = where.type_of(node.body)
+        said = " or ".join(dict.fromkeys(f"{inner} or null".split(" or "))) if inner else None
+    return said or code(text)
 
 
-def _fields(node: ast.Dict, prefix: str, where: dict[str, Any],
-            depth: int = 0) -> list[list[str]]:
+def _fields(node: ast.Dict, prefix: str, where: _Where, depth: int = 0,
+            local: dict[str, ast.AST] | None = None) -> list[list[str]]:
     rows = []
+    local = local or {}
     for key, value in zip(node.keys, node.values, strict=True):
         assert isinstance(key, ast.Constant)
         path = f"{prefix}{key.value}"
+        if isinstance(value, ast.Name) and value.id in local:
+            value = local[value.id]  # built before the literal, under a name
         inner = None
         if isinstance(value, ast.Dict | ast.ListComp | ast.List):
             elt = value.elt if isinstance(value, ast.ListComp) else value
@@ -669,19 +755,110 @@ def _fields(node: ast.Dict, prefix: str, where: dict[str, Any],
                                                  for k in elt.keys):
                 mark = "[]" if isinstance(value, ast.ListComp) else ""
                 rows.append([code(path), "list of objects:" if mark else "object:"])
-                rows += _fields(elt, f"{path}{mark}.", where, depth + 1)
+                inside = where.looping(value) if isinstance(value, ast.ListComp) else where
+                rows += _fields(elt, f"{path}{mark}.", inside, depth + 1, local)
+                continue
+        if isinstance(value, ast.ListComp) and isinstance(value.elt, ast.Call) and \
+                isinstance(value.elt.func, ast.Attribute) and \
+                isinstance(value.elt.func.value, ast.Name) and depth < 2:
+            item = where.looping(value).params.get(value.elt.func.value.id)
+            method = getattr(item, value.elt.func.attr, None) if item is not None else None
+            literal = _document_dict(method) if inspect.isfunction(method) else None
+            if literal is not None and method is not None:
+                rows.append([code(path), "list of objects:"])
+                inside = _Where(method)
+                inside.params["self"] = item
+                rows += _fields(literal, f"{path}[].", inside, depth + 1, _locals(method))
                 continue
         if isinstance(value, ast.Call) and depth < 2:
-            fn = _resolve(ast.unparse(value.func), where)
+            fn = _resolve(ast.unparse(value.func), where.globals)
             inner = _document_dict(fn) if fn is not None else None
         if inner is not None and fn is not None:
             doc = first_paragraph(fn.__doc__)
             rows.append([code(path), (rst_to_md(doc) + " " if doc else "")
                          + "null, or an object:"])
-            rows += _fields(inner, f"{path}.", fn.__globals__, depth + 1)
+            rows += _fields(inner, f"{path}.", _Where(fn), depth + 1)
         else:
-            rows.append([code(path), _value_words(value)])
+            rows.append([code(path), _value_words(value, where)])
     return rows
+
+
+def _locals(fn: Callable[..., Any]) -> dict[str, ast.AST]:
+    """The values a function assigns to plain names (``pending = [...]``)."""
+    found: dict[str, ast.AST] = {}
+    for node in ast.walk(_source_tree(fn)):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and \
+                isinstance(node.targets[0], ast.Name):
+            found[node.targets[0].id] = node.value
+    return found
+
+
+def _model_fields(model: type[Any], prefix: str = "", depth: int = 0) -> list[list[str]]:
+    """A pydantic model's fields as document keys (nested models expanded)."""
+    from pydantic import BaseModel
+
+    comments: dict[str, str] = {}
+    for cls in reversed(model.__mro__):
+        if isinstance(cls, type) and issubclass(cls, BaseModel):
+            comments.update(field_comments(cls))
+    rows = []
+    for name, field in model.model_fields.items():
+        ann = field.annotation
+        args = typing.get_args(ann)
+        listed = [typing.get_args(a)[0] for a in (ann, *args)
+                  if typing.get_origin(a) is list and typing.get_args(a)]
+        if listed and isinstance(listed[0], type) and issubclass(listed[0], BaseModel):
+            nested = listed[0]
+            rows.append([code(f"{prefix}{name}"), "list of objects" + (
+                ", or null:" if type(None) in args else ":")])
+            if depth < 2:
+                rows += _model_fields(nested, f"{prefix}{name}[].", depth + 1)
+            continue
+        nested = next((a for a in (ann, *args) if isinstance(a, type)
+                       and issubclass(a, BaseModel)), None)
+        about = comments.get(name, "")
+        said = json_type(ann) if nested is None else "object:"
+        rows.append([code(f"{prefix}{name}"), said + (f" ({rst_to_md(about)})" if about
+                                                      else "")])
+        if nested is not None and depth < 2:
+            rows += _model_fields(nested, f"{prefix}{name}.", depth + 1)
+    return rows
+
+
+def _method_document(fn: Callable[..., Any]) -> tuple[str, str, list[list[str]]] | None:
+    """A document a command prints as ``value.to_document()`` / ``.to_json()``, where
+    ``value`` comes from a function whose return type the code declares."""
+    tree = _source_tree(fn)
+    imported = dict(fn.__globals__)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            module = importlib.import_module(node.module)
+            for alias in node.names:
+                imported[alias.asname or alias.name] = getattr(module, alias.name, None)
+    made: dict[str, Any] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+            value = node.value.value if isinstance(node.value, ast.Await) else node.value
+            if isinstance(value, ast.Call):
+                made[node.targets[0].id] = _resolve(ast.unparse(value.func), imported)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                node.func.attr in ("to_document", "to_json") and \
+                isinstance(node.func.value, ast.Name) and made.get(node.func.value.id):
+            cls = _hints(made[node.func.value.id]).get("return")
+            method = getattr(cls, node.func.attr, None)
+            if cls is None or method is None:
+                continue
+            name = f"{cls.__module__}.{cls.__qualname__}.{node.func.attr}"
+            doc = first_paragraph(method.__doc__)
+            literal = _document_dict(method)
+            if literal is not None:
+                inside = _Where(method)
+                inside.params["self"] = cls
+                return name, doc, _fields(literal, "", inside, 0, _locals(method))
+            if hasattr(cls, "model_fields"):
+                return name, doc, _model_fields(cls)
+    return None
 
 
 def _document_dict(fn: Callable[..., Any]) -> ast.Dict | None:
@@ -722,10 +899,15 @@ def json_documents() -> list[dict[str, Any]]:
                         seen.add(name)
                         entry["docs"].append((f"{target.__module__}.{target.__qualname__}",
                                               first_paragraph(target.__doc__),
-                                              _fields(literal, "", target.__globals__)))
+                                              _fields(literal, "", _Where(target), 0,
+                                                      _locals(target))))
             elif _is_document(node) and not entry["docs"]:
                 entry["docs"].append((f"{fn.__module__}.{fn.__qualname__}", "",
-                                      _fields(node, "", fn.__globals__)))  # type: ignore[arg-type]
+                                      _fields(node, "", _Where(fn))))  # type: ignore[arg-type]
+        if not entry["docs"]:
+            found_method = _method_document(fn)
+            if found_method is not None:
+                entry["docs"].append(found_method)
     return found
 
 
