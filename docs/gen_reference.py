@@ -288,8 +288,42 @@ def exit_codes() -> list[tuple[int, str]]:
     return codes
 
 
+def returned_codes() -> set[int]:
+    """The exit codes the command line's code itself returns as literals (``return 4``,
+    ``sys.exit(2)``, ``EXIT = {...: 3}``, ``ELSEWHERE = 6``)."""
+    found: set[int] = set()
+    for module in cli_modules():
+        tree = ast.parse(inspect.getsource(module))
+        for node in ast.walk(tree):
+            value: ast.AST | None = None
+            if isinstance(node, ast.Return):
+                value = node.value
+            elif isinstance(node, ast.Call) and ast.unparse(node.func) == "sys.exit" \
+                    and node.args:
+                value = node.args[0]
+            elif isinstance(node, ast.Assign) and len(node.targets) == 1 and \
+                    isinstance(node.targets[0], ast.Name) and \
+                    node.targets[0].id in ("EXIT", "ELSEWHERE"):
+                value = node.value
+            if isinstance(value, ast.Constant) and type(value.value) is int:
+                found.add(value.value)
+            elif isinstance(value, ast.Dict):
+                found |= {v.value for v in value.values
+                          if isinstance(v, ast.Constant) and type(v.value) is int}
+            elif isinstance(value, ast.IfExp):
+                found |= {v.value for v in (value.body, value.orelse)
+                          if isinstance(v, ast.Constant) and type(v.value) is int}
+    return found
+
+
+# beyond the codes the command line defines: the shell's convention for a process a signal
+# stopped, which serve and sandbox follow on a second signal (bot/serve.py)
+SIGNALLED = "stopped by signal N: 130 after SIGINT (Ctrl-C), 143 after SIGTERM"
+
+
 def render_exit_codes() -> str:
     rows = [[code(n), rst_to_md(what)] for n, what in exit_codes()]
+    rows.append([code("128 + N"), SIGNALLED])
     return (HEADER + "# Exit codes\n\n"
             "What an `approvald` command's exit status means (every command; see "
             "[Command line](cli.md)). An error is one line on stderr, never a traceback.\n\n"

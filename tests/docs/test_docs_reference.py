@@ -127,7 +127,16 @@ def test_the_check_mode_of_the_generator_says_what_to_run(
         in capsys.readouterr().err
 
 
-def test_the_exit_codes_page_has_each_code_the_command_line_defines() -> None:
+def test_the_exit_codes_page_has_each_code_the_command_line_returns() -> None:
     codes = dict(gen.exit_codes())
     assert {0, 1, 2, 3, 4, 5, 6, 70} <= set(codes)
     assert "audit log" in codes[5]
+    returned = gen.returned_codes()
+    assert {0, 1, 2, 3, 4, 5, 6, 70, 130} <= returned
+    signalled = {c for c in returned if c > 128}
+    undocumented = sorted(returned - set(codes) - signalled)
+    assert not undocumented, (
+        f"the command line returns exit codes {undocumented} that its docstring's "
+        "'Exit codes:' sentence does not define (add them there, then "
+        f"{REGENERATE.removeprefix('run ')})")
+    assert signalled <= {128 + 2, 128 + 15}, signalled
