@@ -208,7 +208,7 @@ def _exclusive(parser: argparse.ArgumentParser, action: argparse.Action) -> str:
         if action in group._group_actions:
             others = [o.option_strings[0] for o in group._group_actions
                       if o is not action and o.option_strings]
-            return " Not with " + ", ".join(code(o) for o in others) + "."
+            return " (not with " + ", ".join(code(o) for o in others) + ")"
     return ""
 
 
