@@ -400,7 +400,8 @@ def field_comments(cls: type) -> dict[str, str]:
     assert isinstance(body, ast.ClassDef)
     for node in body.body:
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            above, line = [], node.lineno - 1
+            above: list[str] = []
+            line = node.lineno - 1
             while line >= 1 and line in comments and lines[line - 1].lstrip().startswith("#"):
                 above.insert(0, comments[line])
                 line -= 1
@@ -777,9 +778,10 @@ def _fields(node: ast.Dict, prefix: str, where: _Where, depth: int = 0,
             local: dict[str, ast.AST] | None = None) -> list[list[str]]:
     rows = []
     local = local or {}
-    for key, value in zip(node.keys, node.values, strict=True):
+    for key, given in zip(node.keys, node.values, strict=True):
         assert isinstance(key, ast.Constant)
-        path = f"{prefix}{key.value}"
+        path = f"{prefix}{key.value!s}"
+        value: ast.AST = given
         if isinstance(value, ast.Name) and value.id in local:
             value = local[value.id]  # built before the literal, under a name
         inner = None
@@ -842,11 +844,11 @@ def _model_fields(model: type[Any], prefix: str = "", depth: int = 0) -> list[li
         listed = [typing.get_args(a)[0] for a in (ann, *args)
                   if typing.get_origin(a) is list and typing.get_args(a)]
         if listed and isinstance(listed[0], type) and issubclass(listed[0], BaseModel):
-            nested = listed[0]
+            item: type[BaseModel] = listed[0]
             rows.append([code(f"{prefix}{name}"), "list of objects" + (
                 ", or null:" if type(None) in args else ":")])
             if depth < 2:
-                rows += _model_fields(nested, f"{prefix}{name}[].", depth + 1)
+                rows += _model_fields(item, f"{prefix}{name}[].", depth + 1)
             continue
         nested = next((a for a in (ann, *args) if isinstance(a, type)
                        and issubclass(a, BaseModel)), None)
@@ -1005,7 +1007,7 @@ def _model_rows(model: type[Any], *, skip: tuple[str, ...] = ()) -> list[list[st
         said = aliases.get(repr(ann)) or aliases.get(
             str(ann).replace("typing.", "")) or type_name(ann, aliases)
         if field.default_factory is not None:
-            made = field.default_factory()  # type: ignore[call-arg]
+            made = field.default_factory()
             default = ("see below" if isinstance(made, BaseModel) else
                        code(json.dumps(made, default=str)) if made not in ({}, []) else
                        "none")

@@ -7,8 +7,8 @@ directory; then every ``href`` and ``src`` of the built HTML that points inside 
 followed: the file must exist and a ``#fragment`` must name an element of that page. The
 built site is served on a local port and the home page and one reference page are
 screenshotted in headless chromium (Playwright driving Debian's chromium, as the sandbox's
-browser test does), under the test's directory; with ``APPROVALD_DOCS_SCREENSHOTS=1`` they
-are also copied to ``docs/screenshots/``.
+browser test does), under the test's directory, copied to ``test-artifacts/docs/``
+(ignored by git) and, with ``APPROVALD_DOCS_SCREENSHOTS=1``, to ``docs/screenshots/``.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from tests.acceptance.test_sandbox_browser import CHROMIUM, _playwright
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "mkdocs.yml"
 SCREENSHOTS = ROOT / "docs" / "screenshots"
+ARTIFACTS = ROOT / "test-artifacts" / "docs"  # kept after the run, as the sandbox test's are
 # until the site's mkdocs.yml (and its home page) are in the checkout, a copy of docs/ is
 # built with the least a Material site needs: every page, found by walking the folder
 FALLBACK_CONFIG = """\
@@ -187,8 +188,10 @@ def test_the_site_builds_strict_its_links_resolve_and_it_renders(
             assert errors == [], errors
         finally:
             browser.close()
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     for name in pages:
         assert (shots / f"{name}.png").stat().st_size > 10_000
+        shutil.copyfile(shots / f"{name}.png", ARTIFACTS / f"{name}.png")
     if os.environ.get("APPROVALD_DOCS_SCREENSHOTS") == "1":
         SCREENSHOTS.mkdir(exist_ok=True)
         for name in pages:

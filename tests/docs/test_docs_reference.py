@@ -85,7 +85,7 @@ def test_an_option_added_to_the_parser_and_not_to_the_page_is_named(
     build = gen.build_parser
 
     def with_a_new_option() -> argparse.ArgumentParser:
-        parser = build()
+        parser: argparse.ArgumentParser = build()
         for path, _help, sub in gen.commands(parser):
             if path == ("runs", "list"):
                 sub.add_argument("--brand-new", help="not documented yet")
