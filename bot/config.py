@@ -66,7 +66,7 @@ class Settings(BaseSettings):
                     "file named here is created too, but its directory must exist")
     # PostgreSQL: the pooled connections each process keeps (wake-ups use 2 more). Few
     # is faster where replicas share few cores: 8 against 20 cut three replicas' p99
-    # click -> tool start in 7 paired rounds of 7 (BENCHMARKS.md, replicas)
+    # click -> tool start in 7 paired rounds of 7 (bench_replicas.py, issue 14)
     db_connections: int = Field(
         8, ge=2, le=1000, validation_alias=_env("APPROVALD_DB_CONNECTIONS"),
         description="PostgreSQL: the pooled connections each process keeps (wake-ups use 2 more); "

@@ -386,7 +386,7 @@ def settle_heap() -> None:
 
     Those objects live as long as the process, yet every full collection walked all of
     them: under a burst of clicks one such collection stopped the event loop for ~170 ms
-    on a 2-core machine, the slowest clicks' whole tail (BENCHMARKS.md, issue 14).
+    on a 2-core machine, the slowest clicks' whole tail (issue 14's benchmarks).
     Garbage made before this point is collected first, so nothing is kept by mistake;
     objects made later are collected as before."""
     gc.collect()

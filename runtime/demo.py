@@ -1,6 +1,7 @@
 """Built-in demo agents, driven by :class:`ScriptedModel`, for the README, tests and benchmarks.
 
-``demo-refund`` looks up the order its task names ("Refund order A-1": A-1), asks to refund
+``demo-refund`` looks up the order its task names ("Refund order A-1": A-1; an order it does not
+hold, or a task that names none, ends the run saying so, with nothing asked), asks to refund
 the amount the task names ("$25.00"; else the order's duplicate charge) (``approve_before``),
 then emails the customer (``notify_after``); a denial or an expiry ends the run with a
 message saying so. A redirect is followed: guidance that names an amount ("refund only
@@ -83,6 +84,9 @@ class DemoLedger:
 # -- demo-refund --------------------------------------------------------------------------
 
 _ORDER = re.compile(r"\b([A-Z]{1,3}-\d{1,8})\b")
+# an order named in some other form ("order 7007", "order #7007"): named, but not one the
+# demo's store holds, so the lookup says it was not found
+_NAMED = re.compile(r"\border\s+#?([A-Za-z_]*\d[\w-]{0,31})", re.IGNORECASE)
 # "$25", "$1,250.50", "25.00 USD": an amount the task names is the amount to refund
 _AMOUNT = re.compile(r"\$\s?(\d{1,3}(?:,\d{3})+|\d+)(?:\.(\d{1,2}))?(?!\d)"
                      r"|\b(\d+)(?:\.(\d{1,2}))?\s?USD\b")
@@ -99,10 +103,17 @@ def task_amount(task: str) -> int | None:
     return cents or None
 
 
-def task_order(task: str) -> str:
-    """The order id ``task`` names ("A-1", "B-1042"), else the demo's usual A-1001."""
-    found = _ORDER.search(task)
-    return found.group(1) if found else "A-1001"
+def task_order(task: str) -> str | None:
+    """The order ``task`` names: a demo order id ("A-1", "B-1042"), else whatever follows
+    the word "order" ("order 7007": 7007, which the demo's store does not hold), else
+    None. Never an order the task did not name."""
+    found = _ORDER.search(task) or _NAMED.search(task)
+    return found.group(1) if found else None
+
+
+def demo_order(order_id: str) -> bool:
+    """Does the demo's store hold ``order_id``? Its orders are ids like A-1001."""
+    return _ORDER.fullmatch(order_id) is not None
 
 
 def _cents(value: int) -> str:
@@ -127,6 +138,9 @@ def refund_script(messages: Transcript) -> ModelReply:
     turn = assistant_turns(messages)
     task = messages[0].content if messages and isinstance(messages[0].content, str) else ""
     order_id = task_order(task)
+    if order_id is None:
+        return reply("The task names no order (the demo's orders look like A-1001), so I "
+                     "looked nothing up and issued no refund.", turn=turn)
     last = _last_result(messages)
     if last is None:
         return reply("I'll look the order up first.", ("lookup_order", {"order_id": order_id}),
@@ -212,6 +226,8 @@ def refund_agent(ledger: DemoLedger, *, approval: ApprovalPolicy = REFUND_POLICY
     async def lookup_order(ctx: ToolContext, order_id: str) -> dict[str, Any]:
         """Look an order up: its customer, what was charged, and any duplicate charge."""
         ledger.record(ctx, "lookup_order", {"order_id": order_id})
+        if not demo_order(order_id):
+            return {"order_id": order_id, "status": "not_found"}
         found: dict[str, Any] = {
             "order_id": order_id, "customer_email": "dana@example.com",
             "charged_cents": 8400, "duplicate_charge_cents": 4200, "currency": "USD"}

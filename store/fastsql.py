@@ -3,7 +3,7 @@
 Through SQLAlchemy Core a statement that SQLite answers in ~4 us costs ~100 us of Python
 on this project's machines (an execution context, parameter processing, a cursor result
 and its metadata, a greenlet switch per await): the measured cost of a decision and of a
-step (BENCHMARKS.md, issue 14). A statement built once (at import, or by a cached
+step (issue 14's benchmarks). A statement built once (at import, or by a cached
 builder) is registered with :func:`fast`; the first time it runs with a given set of
 parameter names it is compiled by SQLAlchemy itself, and what SQLAlchemy would do per
 call is kept as a plan:

@@ -8,7 +8,7 @@ executes, fetches every row, notes ``description``/``rowcount``/``lastrowid`` an
 it; ``fetchall`` and ``close`` then need no trip at all. A statement that cannot wait on
 anything (one inside a transaction that has begun, or a ``SELECT``: see ``inline``)
 takes no trip at all: it runs right on the loop's thread, in microseconds. Same SQL,
-same transactions, much less CPU per statement (see BENCHMARKS.md). SQLite only;
+same transactions, much less CPU per statement (see docs/performance.md). SQLite only;
 PostgreSQL goes through asyncpg untouched.
 """
 

@@ -3,7 +3,7 @@ done in C.
 
 An interaction arrives as ``payload=<JSON, percent-encoded>``: several KB with hundreds of
 ``%XX`` escapes. ``urllib.parse.parse_qsl`` (bolt's parser) decodes them in a Python loop,
-~10% of the serve process's time per click under load (BENCHMARKS.md, issue 14). Here each
+~10% of the serve process's time per click under load (issue 14's benchmarks). Here each
 ``%XX`` becomes ``\\xXX`` and ``codecs.escape_decode`` does the rest; anything that is not
 a well-formed escape falls back to urllib, which keeps it as it is.
 """

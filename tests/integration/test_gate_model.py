@@ -43,7 +43,7 @@ step, also:
   revocation, each token made, and the policy file in force.
 
 ``pytest --hypothesis-profile=long tests/integration/test_gate_model.py`` runs 10,000
-schedules per dialect (BENCHMARKS.md records how many ran with zero violations).
+schedules per dialect (docs/performance.md records how many ran with zero violations).
 """
 
 from __future__ import annotations

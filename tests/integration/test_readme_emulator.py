@@ -1,4 +1,5 @@
-"""The README's emulator walk-through, as a reader pastes it: its curl reaches the emulator."""
+"""The docs' emulator walk-through (docs/tutorials/slack.md, once the README's), as a reader
+pastes it: its curl reaches the emulator."""
 
 from __future__ import annotations
 
@@ -12,21 +13,21 @@ import pytest
 from approvald.bot.sandbox import SlackEmulator
 from approvald.bot.sandbox.server import seed_defaults
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "tutorials" / "slack.md"
 
 
 def readme_curl() -> tuple[str, str]:
-    """The README's ``SLACK_API_URL`` value and its curl command (continuation lines joined)."""
-    text = README.read_text(encoding="utf-8")
+    """The page's ``SLACK_API_URL`` value and its curl command (continuation lines joined)."""
+    text = PAGE.read_text(encoding="utf-8")
     api_url = re.search(r"^export SLACK_API_URL=(\S+)", text, re.MULTILINE)
     curl = re.search(r"^curl .*?conversations\.history.*?$", text.replace("\\\n", " "),
                      re.MULTILINE)
-    assert api_url and curl, "the README's emulator walk-through lost its curl example"
+    assert api_url and curl, "docs/tutorials/slack.md lost its emulator curl example"
     return api_url.group(1), curl.group(0)
 
 
 def curl_arguments(api_url: str, command: str) -> list[str]:
-    """What the shell hands curl when the README's command runs with SLACK_API_URL set."""
+    """What the shell hands curl when the page's command runs with SLACK_API_URL set."""
     script = f"curl() {{ printf '%s\\n' \"$@\"; }}\nSLACK_API_URL={api_url}\n{command}\n"
     done = subprocess.run(["bash", "-c", script], text=True, capture_output=True,
                           timeout=30, check=True)
@@ -45,7 +46,7 @@ async def emulator() -> AsyncIterator[SlackEmulator]:
 async def test_the_readme_curl_reads_the_channel_from_the_emulator(
         emulator: SlackEmulator) -> None:
     readme_url, command = readme_curl()
-    # the README's value, pointed at this emulator's port (its path kept as written)
+    # the page's value, pointed at this emulator's port (its path kept as written)
     api_url = re.sub(r"^https?://[^/]+/", emulator.root_url, readme_url)
     args = curl_arguments(api_url, command)
     [url] = [a for a in args if a.startswith("http")]

@@ -1,5 +1,6 @@
-"""The README's HTTP API example, as a reader pastes it: its policy, then its curl
-commands against a running approvald (bash and curl, with the variables it names set)."""
+"""The HTTP API example (docs/how-to/http-api.md, once the README's), as a reader pastes
+it: its policy, then its curl commands against a running approvald (bash and curl, with the
+variables it names set)."""
 
 from __future__ import annotations
 
@@ -16,17 +17,16 @@ from approvald.bot.wiring import open_database
 from approvald.runtime import api_tokens
 from approvald.runtime.decide import Actor
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "how-to" / "http-api.md"
 SECRET = "approvald-test-secret-0123456789"
 
 
 def example() -> tuple[str, list[str]]:
-    """The section's policy file and its curl commands (each with its indented lines)."""
-    text = README.read_text(encoding="utf-8")
-    section = text[text.index("## HTTP API"):text.index("\n## ", text.index("## HTTP API") + 1)]
+    """The page's policy file and its curl commands (each with its indented lines)."""
+    section = PAGE.read_text(encoding="utf-8")
     toml = re.search(r"```toml\n(.*?)```", section, re.DOTALL)
     sh = re.search(r"```sh\n(.*?)```", section, re.DOTALL)
-    assert toml and sh, "the README's HTTP API section lost its example"
+    assert toml and sh, "docs/how-to/http-api.md lost its example"
     commands: list[str] = []
     for line in sh.group(1).splitlines():
         if line.startswith("curl "):

@@ -4,7 +4,7 @@ Without statistics SQLite guesses that an equality on the first column of any in
 selects about as many rows as any other, and for "this run's pending requests" it picked
 an index led by ``status``: the decision's wake of its run (``RunsRepo.wake_if_idle``)
 then read every pending request in the database, ~1,100 VM instructions with 200 of
-them against ~100 with one (BENCHMARKS.md, issue 14). The rows below say what is true of
+them against ~100 with one (issue 14's benchmarks). The rows below say what is true of
 every approvald database: a run has a handful of requests, a status has many. Real
 statistics (``ANALYZE``, ``PRAGMA optimize``) replace them, and rows already there are
 kept. PostgreSQL keeps its own statistics; nothing changes there.
