@@ -10,15 +10,27 @@ between are allowed), which the built site does not show:
     workspace, a fragment of a larger program); the reason is required and is listed with
     the blocks that ran, so nothing is left out silently;
 ``<!-- expect-exit: N -->``
-    the block is run and must exit with status N (an example that shows a refusal).
+    the block is run and must exit with status N (an example that shows a refusal);
+``<!-- save-as: FILE -->``
+    the block is a file the page has the reader write (``myagents.py``): it is saved in the
+    page's directory, for the blocks after it, and a Python file is run once there, so a
+    name it imports that no longer exists fails;
+``<!-- run-by: tests/PATH.py -->``
+    the block is run by that test instead (one that needs a running service, say); the
+    test file must exist and name the page, so the claim is checked, and it is listed.
 
-The blocks of one page run in order, as a reader would paste them, in one fresh directory
-with an empty ``HOME`` (so the embedded database is a new one per page), approvald's
-``APPROVALD_*`` and ``SLACK_*`` variables cleared, and this virtualenv's ``bin`` first on
-``PATH`` (``approvald`` is the installed console script). A shell block runs under
-``bash -euo pipefail``; if its lines start with a ``$ `` prompt, only those lines are
-commands (the others are output shown to the reader). A Python block runs with this
-interpreter, from stdin.
+The blocks of one page run in order, as a reader would paste them into one terminal at the
+top of a checkout (the page's fresh directory holds links to the repository's top-level
+folders and files, so ``bot/evals/datasets/…`` and ``tests/…`` are found), with an empty
+``HOME`` (so the embedded database is a new one per
+page), approvald's ``APPROVALD_*`` and ``SLACK_*`` variables cleared, and this virtualenv's
+``bin`` first on ``PATH`` (``approvald`` is the installed console script), and the OpenAI
+variables naming a key that is not one and a local address nobody serves (an agent can be
+built, but an example that would call a model fails at once instead of reaching out). A shell block
+runs under ``bash -euo pipefail``, with the variables the page's earlier shell blocks
+exported and in the directory they left; if its lines start with a ``$ `` prompt, only
+those lines are commands (the others are output shown to the reader). A Python block runs
+with this interpreter, from stdin, in the page's directory.
 """
 
 from __future__ import annotations
@@ -32,10 +44,15 @@ from pathlib import Path
 
 SHELL = ("bash", "sh", "shell", "console")
 PYTHON = ("python", "py")
-TIMEOUT = 120.0  # seconds one block may take (one that serves until stopped: not-run)
+TIMEOUT = 300.0  # seconds one block may take (one that serves until stopped: not-run)
+ROOT = Path(__file__).resolve().parents[2]
+# what of the checkout a page's directory links to (the reader is at its top)
+CHECKOUT = ("bot", "runtime", "store", "tests", "docs", "pyproject.toml", "README.md",
+            "manifest.yml", "mkdocs.yml", "LICENSE")
 
 _FENCE = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})\s*(?P<info>[^`\n]*)$")
-_MARKER = re.compile(r"^\s*<!--\s*(?P<kind>not-run|expect-exit)\s*:?\s*(?P<arg>.*?)\s*-->\s*$")
+_MARKER = re.compile(
+    r"^\s*<!--\s*(?P<kind>not-run|expect-exit|run-by|save-as)\s*:?\s*(?P<arg>.*?)\s*-->\s*$")
 
 
 # what the examples tests ran and left out, in order, for the session's summary
@@ -55,6 +72,8 @@ class Block:
     code: str
     not_run: str | None = None  # the reason, when the page says not to run it
     expect_exit: int = 0
+    run_by: str | None = None  # the test that runs it instead
+    save_as: str | None = None  # the file the reader saves it as
 
     @property
     def runnable(self) -> bool:
@@ -88,8 +107,9 @@ def blocks(page: Path) -> list[Block]:
             body.append(lines[i][len(m.group("indent")):])
             i += 1
         i += 1
-        not_run, expect = _markers(page, lines, start)
-        found.append(Block(page, start + 1, lang, "\n".join(body) + "\n", not_run, expect))
+        not_run, expect, run_by, save_as = _markers(page, lines, start)
+        found.append(Block(page, start + 1, lang, "\n".join(body) + "\n", not_run, expect,
+                           run_by, save_as))
     return found
 
 
@@ -99,14 +119,25 @@ def _next_is_fence(lines: list[str], i: int) -> bool:
     return i < len(lines) and bool(_FENCE.match(lines[i]))
 
 
-def _markers(page: Path, lines: list[str], fence: int) -> tuple[str | None, int]:
-    not_run, expect = None, 0
+def _markers(page: Path, lines: list[str],
+             fence: int) -> tuple[str | None, int, str | None, str | None]:
+    not_run, expect, run_by, save_as = None, 0, None, None
     j = fence - 1
     while j >= 0 and (not lines[j].strip() or _MARKER.match(lines[j])):
         m = _MARKER.match(lines[j])
         if m:
             arg = m.group("arg")
-            if m.group("kind") == "not-run":
+            if m.group("kind") == "save-as":
+                if not re.fullmatch(r"[\w.-]+", arg):
+                    raise MarkerError(f"{page}:{j + 1}: save-as names a file in the page's "
+                                      f"directory, got {arg!r}")
+                save_as = arg
+            elif m.group("kind") == "run-by":
+                if not re.fullmatch(r"tests/[\w/]+\.py", arg):
+                    raise MarkerError(f"{page}:{j + 1}: run-by names a test file "
+                                      f"(tests/....py), got {arg!r}")
+                run_by = arg
+            elif m.group("kind") == "not-run":
                 if not arg:
                     raise MarkerError(f"{page}:{j + 1}: not-run needs a reason "
                                       "(<!-- not-run: why -->)")
@@ -117,7 +148,7 @@ def _markers(page: Path, lines: list[str], fence: int) -> tuple[str | None, int]
                                       f"(got {arg!r})")
                 expect = int(arg)
         j -= 1
-    return not_run, expect
+    return not_run, expect, run_by, save_as
 
 
 def shell_script(code: str) -> str:
@@ -135,10 +166,12 @@ def shell_script(code: str) -> str:
 
 def environment(home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("APPROVALD_", "SLACK_", "XDG_"))}
+           if not k.startswith(("APPROVALD_", "SLACK_", "XDG_", "OPENAI_"))}
     env["HOME"] = str(home)
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["OPENAI_API_KEY"] = "sk-docs-examples-not-a-key"
+    env["OPENAI_BASE_URL"] = "http://127.0.0.1:9/v1"  # the discard port: nothing answers
     return env
 
 
@@ -149,9 +182,28 @@ class Ran:
     output: str
 
 
+# a page's shell blocks share one terminal's state: each starts from the variables and the
+# directory the one before it left (saved when it ends, whatever its status)
+_KEEP = """
+__approvald_docs_save() {{ export -p | grep -Ev '^declare -x (PWD|OLDPWD|SHLVL|_)=' \
+    > {state}; pwd > {where}; }}
+trap __approvald_docs_save EXIT
+if [ -f {state} ]; then . {state}; cd "$(cat {where})"; fi
+"""
+
+
 def run(block: Block, cwd: Path, env: dict[str, str]) -> Ran:
+    if block.save_as is not None:
+        (cwd / block.save_as).write_text(block.code, encoding="utf-8")
+        if not block.save_as.endswith(".py"):
+            return Ran(block, 0, "")
+        argv = [sys.executable, "-c", f"import runpy; runpy.run_path({block.save_as!r})"]
+        done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True,
+                              timeout=TIMEOUT, check=False)
+        return Ran(block, done.returncode, done.stdout + done.stderr)
     if block.lang in SHELL:
-        argv = ["bash", "-euo", "pipefail", "-c", shell_script(block.code)]
+        keep = _KEEP.format(state=cwd / ".docs-example-env", where=cwd / ".docs-example-cwd")
+        argv = ["bash", "-euo", "pipefail", "-c", keep + shell_script(block.code)]
         stdin = None
     else:
         argv, stdin = [sys.executable, "-"], block.code
@@ -171,13 +223,16 @@ def run_page(page: Path, workdir: Path) -> tuple[list[Ran], list[Block]]:
     it); that one is the last of the list."""
     home = workdir / "home"
     home.mkdir(parents=True, exist_ok=True)
+    for top in CHECKOUT:
+        if (ROOT / top).exists() and not (workdir / top).exists():
+            (workdir / top).symlink_to(ROOT / top)
     env = environment(home)
     ran: list[Ran] = []
     skipped: list[Block] = []
     for block in blocks(page):
         if not block.runnable:
             continue
-        if block.not_run is not None:
+        if block.not_run is not None or block.run_by is not None:
             skipped.append(block)
             continue
         result = run(block, workdir, env)

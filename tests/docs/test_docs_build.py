@@ -1,14 +1,15 @@
 """The docs site builds with no warning, its links inside the site lead somewhere, and it
 looks right in a browser.
 
-``mkdocs build --strict`` (any warning fails the build: a link to a missing page, a page
-that cannot be read, a broken anchor where the config validates them) into the test's
-directory; then every ``href`` and ``src`` of the built HTML that points inside the site is
-followed: the file must exist and a ``#fragment`` must name an element of that page. The
-built site is served on a local port and the home page and one reference page are
-screenshotted in headless chromium (Playwright driving Debian's chromium, as the sandbox's
-browser test does), under the test's directory, copied to ``test-artifacts/docs/``
-(ignored by git) and, with ``APPROVALD_DOCS_SCREENSHOTS=1``, to ``docs/screenshots/``.
+``mkdocs build --strict`` (the command docs/index.md gives; any warning fails the build:
+a link to a missing page, a page that cannot be read, a broken anchor where the config
+validates them) into the test's directory; then every ``href`` and ``src`` of the built
+HTML that points inside the site is followed: the file must exist and a ``#fragment`` must
+name an element of that page. The built site is served on a local port and the home page
+and one reference page are screenshotted in headless chromium (Playwright driving Debian's
+chromium, as the sandbox's browser test does), under the test's directory, copied to
+``test-artifacts/docs/`` (ignored by git) and, with ``APPROVALD_DOCS_SCREENSHOTS=1``, to
+``docs/screenshots/``.
 """
 
 from __future__ import annotations

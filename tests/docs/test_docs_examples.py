@@ -24,9 +24,20 @@ PAGES = sorted(DOCS.rglob("*.md"))
 def report(page: Path, workdir: Path) -> list[str]:
     """Run a page's examples; assert each exits as expected; the lines listing them."""
     ran, skipped = run_page(page, workdir)
-    lines = [f"ran: {r.block.where(ROOT)}" + (f", exit {r.status} as expected"
-                                              if r.status else "") for r in ran]
-    lines += [f"not run: {b.where(ROOT)}: {b.not_run}" for b in skipped]
+    lines = [("saved and ran: " if r.block.save_as else "ran: ") + r.block.where(ROOT) + (
+        "" if r.status == r.block.expect_exit == 0 else f", exit {r.status}" + (
+            " as expected" if r.status == r.block.expect_exit else
+            f", not {r.block.expect_exit}: FAILED")) for r in ran]
+    for b in sorted(skipped, key=lambda b: b.line):
+        if b.run_by is not None:
+            test = ROOT / b.run_by
+            page_name = str(page.relative_to(ROOT)) if page.is_relative_to(ROOT) else page.name
+            assert test.is_file() and page_name in test.read_text(encoding="utf-8"), (
+                f"{b.where(ROOT)}: run-by {b.run_by}, but that file does not exist or does "
+                f"not name {page_name}")
+            lines.append(f"run by {b.run_by}: {b.where(ROOT)}")
+        else:
+            lines.append(f"not run: {b.where(ROOT)}: {b.not_run}")
     shown = lines or [f"{page.relative_to(ROOT) if page.is_relative_to(ROOT) else page}: "
                       "no shell or Python examples"]
     print("\n".join(shown))
@@ -39,6 +50,7 @@ def report(page: Path, workdir: Path) -> list[str]:
     return lines
 
 
+@pytest.mark.slow  # a page's examples run approvald as a reader would: evals take a minute
 @pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(DOCS)) for p in PAGES])
 def test_the_examples_of_a_docs_page_run(page: Path, tmp_path: Path) -> None:
     report(page, tmp_path)
@@ -51,10 +63,11 @@ def test_the_docs_have_pages() -> None:
 def test_the_fixture_page_runs_each_kind_of_block_and_lists_them(tmp_path: Path) -> None:
     lines = report(FIXTURE, tmp_path)
     where = "tests/docs/fixtures/examples.md"
-    assert lines == [f"ran: {where}:5 (bash)", f"ran: {where}:12 (python)",
-                     f"ran: {where}:21 (console)",
-                     f"ran: {where}:27 (sh), exit 2 as expected",
-                     f"not run: {where}:35 (bash): serves until stopped"]
+    assert lines == [f"ran: {where}:5 (bash)", f"ran: {where}:13 (python)",
+                     f"ran: {where}:23 (console)",
+                     f"ran: {where}:29 (sh), exit 2 as expected",
+                     f"not run: {where}:37 (bash): serves until stopped",
+                     f"run by tests/docs/test_docs_examples.py: {where}:44 (bash)"]
     assert (tmp_path / "note.txt").read_text() == "refund A-1001\n"
     assert (tmp_path / "home" / ".local" / "share" / "approvald" / "approvald.db").exists()
     kinds = [(b.lang, b.runnable) for b in blocks(FIXTURE)]
@@ -74,6 +87,13 @@ def test_a_failing_example_fails_naming_its_page_and_line(tmp_path: Path) -> Non
     assert len(ran) == 1  # the page stops at its first failure
 
 
+def test_a_run_by_marker_must_name_a_test_that_names_the_page(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("<!-- run-by: tests/docs/test_docs_build.py -->\n```bash\nls\n```\n")
+    with pytest.raises(AssertionError, match="does not exist or does not name"):
+        report(page, tmp_path / "work")
+
+
 def test_a_python_example_that_raises_fails(tmp_path: Path) -> None:
     page = tmp_path / "raises.md"
     page.write_text("```python\nraise SystemExit('the example is stale')\n```\n")
@@ -87,6 +107,7 @@ def test_a_python_example_that_raises_fails(tmp_path: Path) -> None:
     ("<!-- expect-exit: two -->\n```bash\nls\n```\n", "expect-exit needs a number"),
     ("<!-- not-run: stray -->\n\nA paragraph.\n\n```bash\nls\n```\n",
      "not-run is not right before a fenced block"),
+    ("<!-- run-by: somewhere -->\n```bash\nls\n```\n", "run-by names a test file"),
 ])
 def test_a_marker_must_be_well_formed_and_right_before_its_block(
         tmp_path: Path, text: str, error: str) -> None:
