@@ -66,7 +66,8 @@ def cli_modules() -> list[types.ModuleType]:
     found = [root]
     if hasattr(root, "__path__"):
         for info in pkgutil.walk_packages(root.__path__, root.__name__ + "."):
-            found.append(importlib.import_module(info.name))
+            if info.name.rsplit(".", 1)[-1] != "__main__":  # importing it would run it
+                found.append(importlib.import_module(info.name))
     return found
 
 
@@ -871,12 +872,31 @@ def _method_document(fn: Callable[..., Any]) -> tuple[str, str, list[list[str]]]
             module = importlib.import_module(node.module)
             for alias in node.names:
                 imported[alias.asname or alias.name] = getattr(module, alias.name, None)
+    # the classes the (nested) functions' parameters are annotated with: engine: Engine
+    typed: dict[str, Any] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            for arg in node.args.args:
+                if arg.annotation is not None:
+                    head, _, tail = ast.unparse(arg.annotation).strip("'\"").partition(".")
+                    obj = imported.get(head)
+                    for part in tail.split(".") if tail else []:
+                        obj = getattr(obj, part, None)
+                    if isinstance(obj, type):
+                        typed[arg.arg] = obj
     made: dict[str, Any] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
             value = node.value.value if isinstance(node.value, ast.Await) else node.value
-            if isinstance(value, ast.Call):
-                made[node.targets[0].id] = _resolve(ast.unparse(value.func), imported)
+            if not isinstance(value, ast.Call):
+                continue
+            func = value.func
+            if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and \
+                    func.value.id in typed:  # engine.trace(...): the method it calls
+                method = getattr(typed[func.value.id], func.attr, None)
+                made[node.targets[0].id] = method if inspect.isfunction(method) else None
+            else:
+                made[node.targets[0].id] = _resolve(ast.unparse(func), imported)
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
                 node.func.attr in ("to_document", "to_json") and \
