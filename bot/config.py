@@ -26,6 +26,9 @@ def default_database_path() -> Path:
 
 
 def default_database_url() -> str:
+    """A SQLite file in the user's data directory: ``approvald.db`` in
+    ``$XDG_DATA_HOME/approvald``, else ``~/.local/share/approvald`` on Linux
+    (``~/Library/Application Support/approvald`` on macOS)."""
     return f"sqlite+aiosqlite:///{default_database_path()}"
 
 
@@ -39,60 +42,137 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(case_sensitive=True, extra="ignore",
                                       populate_by_name=False)
 
-    slack_bot_token: SecretStr | None = Field(None, validation_alias=_env("SLACK_BOT_TOKEN"))
+    slack_bot_token: SecretStr | None = Field(
+        None, validation_alias=_env("SLACK_BOT_TOKEN"),
+        description="the Slack app's bot token (xoxb-...); with the signing secret or the app "
+                    "token, serve runs the Slack face")
     slack_signing_secret: SecretStr | None = Field(
-        None, validation_alias=_env("SLACK_SIGNING_SECRET"))
-    slack_app_token: SecretStr | None = Field(None, validation_alias=_env("SLACK_APP_TOKEN"))
-    slack_api_url: str = Field("https://slack.com/api/", validation_alias=_env("SLACK_API_URL"))
-    database_url: str = Field(default_factory=default_database_url,
-                              validation_alias=_env("APPROVALD_DATABASE_URL"))
+        None, validation_alias=_env("SLACK_SIGNING_SECRET"),
+        description="the Slack app's signing secret: in HTTP mode, each request from Slack is "
+                    "verified with it")
+    slack_app_token: SecretStr | None = Field(
+        None, validation_alias=_env("SLACK_APP_TOKEN"),
+        description="the Slack app-level token (xapp-...): when set, serve connects in Socket Mode"
+                    " instead of HTTP mode")
+    slack_api_url: str = Field(
+        "https://slack.com/api/", validation_alias=_env("SLACK_API_URL"),
+        description="the Slack Web API's base URL (an emulator's, in tests and the sandbox)")
+    database_url: str = Field(
+        default_factory=default_database_url, validation_alias=_env("APPROVALD_DATABASE_URL"),
+        description="the database: a SQLite file (sqlite+aiosqlite:///PATH, or sqlite:///PATH) or "
+                    "PostgreSQL (postgresql+asyncpg://USER@HOST/DB, or postgresql://...). Unset: "
+                    "one SQLite file per user, the same for every command wherever it starts, "
+                    "created with its directory on first use and its path printed then; a SQLite "
+                    "file named here is created too, but its directory must exist")
     # PostgreSQL: the pooled connections each process keeps (wake-ups use 2 more). Few
     # is faster where replicas share few cores: 8 against 20 cut three replicas' p99
     # click -> tool start in 7 paired rounds of 7 (bench_replicas.py, issue 14)
-    db_connections: int = Field(8, ge=2, le=1000,
-                                validation_alias=_env("APPROVALD_DB_CONNECTIONS"))
-    channel: str | None = Field(None, validation_alias=_env("APPROVALD_CHANNEL"))
-    ops_channel: str | None = Field(None, validation_alias=_env("APPROVALD_OPS_CHANNEL"))
-    port: int = Field(3000, ge=0, le=65535, validation_alias=_env("APPROVALD_PORT"))  # 0: any
-    host: str = Field("0.0.0.0", validation_alias=_env("APPROVALD_HOST"))
+    db_connections: int = Field(
+        8, ge=2, le=1000, validation_alias=_env("APPROVALD_DB_CONNECTIONS"),
+        description="PostgreSQL: the pooled connections each process keeps (wake-ups use 2 more); "
+                    "a burst beyond it waits for a connection (up to 30 s) rather than opening "
+                    "more, and N replicas hold N times as many, which the server's max_connections"
+                    " must admit")
+    channel: str | None = Field(
+        None, validation_alias=_env("APPROVALD_CHANNEL"),
+        description="the Slack channel approval cards are posted to")
+    ops_channel: str | None = Field(
+        None, validation_alias=_env("APPROVALD_OPS_CHANNEL"),
+        description="the Slack channel run threads are posted to (unset: APPROVALD_CHANNEL)")
+    # 0: any
+    port: int = Field(
+        3000, ge=0, le=65535, validation_alias=_env("APPROVALD_PORT"),
+        description="the port of serve's HTTP listener: Slack events in HTTP mode, /healthz, "
+                    "/readyz and the HTTP API (/v1); in Socket Mode or without Slack, that "
+                    "listener is opened only when this is set. 0: any free port")
+    host: str = Field(
+        "0.0.0.0", validation_alias=_env("APPROVALD_HOST"),
+        description="the address serve's HTTP listener binds")
     # /metrics on a listener of its own, off the one Slack and API callers reach:
     # "host:port" (port 0: any), or "off"
-    metrics_addr: str = Field(DEFAULT_METRICS_ADDR,
-                              validation_alias=_env("APPROVALD_METRICS_ADDR"))
+    metrics_addr: str = Field(
+        DEFAULT_METRICS_ADDR, validation_alias=_env("APPROVALD_METRICS_ADDR"),
+        description="where serve serves /metrics, on a listener of its own: host:port ([::1]:9464 "
+                    "for IPv6; port 0: any), or off")
     # the hosts decision webhooks may go to (runtime/webhook_hosts.py); unset: none
-    webhook_hosts: str | None = Field(None, validation_alias=_env("APPROVALD_WEBHOOK_HOSTS"))
-    policy_file: Path | None = Field(None, validation_alias=_env("APPROVALD_POLICY_FILE"))
-    agents: str | None = Field(None, validation_alias=_env("APPROVALD_AGENTS"))
-    demo_ledger: str | None = Field(None, validation_alias=_env("APPROVALD_DEMO_LEDGER"))
-    secret: SecretStr | None = Field(None, validation_alias=_env("APPROVALD_SECRET"))
+    webhook_hosts: str | None = Field(
+        None, validation_alias=_env("APPROVALD_WEBHOOK_HOSTS"),
+        description="comma-separated hosts the HTTP API's decision webhooks may go to: name, "
+                    "name:port, *.domain, an IP address (127.0.0.1:8099, [::1]:9000); unset: no "
+                    "webhooks")
+    policy_file: Path | None = Field(
+        None, validation_alias=_env("APPROVALD_POLICY_FILE"),
+        description="the TOML policy file: per-tool overrides of the policies declared in code, "
+                    "rules on arguments, the default for tools nobody named, groups")
+    agents: str | None = Field(
+        None, validation_alias=_env("APPROVALD_AGENTS"),
+        description="comma-separated modules whose Agent objects are loaded (importable from the "
+                    "current directory, as with python -m)")
+    demo_ledger: str | None = Field(
+        None, validation_alias=_env("APPROVALD_DEMO_LEDGER"),
+        description="a file where the demo tools append one JSON line per real side effect")
+    secret: SecretStr | None = Field(
+        None, validation_alias=_env("APPROVALD_SECRET"),
+        description="the key approval tokens are derived from (unset: the Slack signing secret, "
+                    "else the app token); set it to rotate Slack secrets freely")
     # the audit chain's HMAC key: kept out of the database (see runtime/audit.py)
-    audit_key: SecretStr | None = Field(None, validation_alias=_env("APPROVALD_AUDIT_KEY"))
+    audit_key: SecretStr | None = Field(
+        None, validation_alias=_env("APPROVALD_AUDIT_KEY"),
+        description="the audit chain's HMAC key, kept out of the database (at least 16 bytes)")
+    # comma-separated, retired
     audit_old_keys: SecretStr | None = Field(
-        None, validation_alias=_env("APPROVALD_AUDIT_OLD_KEYS"))  # comma-separated, retired
-    audit_unkeyed_until: int = Field(0, ge=0,
-                                     validation_alias=_env("APPROVALD_AUDIT_UNKEYED_UNTIL"))
-    audit_channel: str | None = Field(None, validation_alias=_env("APPROVALD_AUDIT_CHANNEL"))
-    audit_head_interval: float = Field(3600.0, ge=60, le=7 * 86400,
-                                       validation_alias=_env("APPROVALD_AUDIT_HEAD_INTERVAL"))
+        None, validation_alias=_env("APPROVALD_AUDIT_OLD_KEYS"),
+        description="comma-separated retired audit keys, so that audit verify can check the "
+                    "entries written under them")
+    audit_unkeyed_until: int = Field(
+        0, ge=0, validation_alias=_env("APPROVALD_AUDIT_UNKEYED_UNTIL"),
+        description="the last audit entry written before the deployment had a key (entries up to "
+                    "it may be unkeyed)")
+    audit_channel: str | None = Field(
+        None, validation_alias=_env("APPROVALD_AUDIT_CHANNEL"),
+        description="the Slack channel serve posts the audit chain's head to (unset: not posted)")
+    audit_head_interval: float = Field(
+        3600.0, ge=60, le=7 * 86400, validation_alias=_env("APPROVALD_AUDIT_HEAD_INTERVAL"),
+        description="seconds between two posts of the audit chain's head")
     # the longest any request (or rung of its ladder) may wait, policy file and callers alike
-    max_ttl: str = Field("30d", validation_alias=_env("APPROVALD_MAX_TTL"))
+    max_ttl: str = Field(
+        "30d", validation_alias=_env("APPROVALD_MAX_TTL"),
+        description="the longest any request (or rung of its escalation ladder) may wait, whether "
+                    "the policy file or an API caller asks for it: a duration such as 30m, 12h or "
+                    "30d")
     # serve prunes finished runs older than this once a day (e.g. "90d"); unset: never
-    prune_older_than: str | None = Field(None,
-                                         validation_alias=_env("APPROVALD_PRUNE_OLDER_THAN"))
-    lease_ttl: float = Field(30.0, gt=0, le=3600, validation_alias=_env("APPROVALD_LEASE_TTL"))
-    max_payload: int = Field(256 * 1024, ge=1024, le=64 * 1024 * 1024,
-                             validation_alias=_env("APPROVALD_MAX_PAYLOAD"))
-    poll_interval: float = Field(2.0, gt=0, le=600,
-                                 validation_alias=_env("APPROVALD_POLL_INTERVAL"))
-    sweep_interval: float = Field(15.0, gt=0, le=3600,
-                                  validation_alias=_env("APPROVALD_SWEEP_INTERVAL"))
-    log_level: str = Field("INFO", validation_alias=_env("APPROVALD_LOG_LEVEL"))
+    prune_older_than: str | None = Field(
+        None, validation_alias=_env("APPROVALD_PRUNE_OLDER_THAN"),
+        description="when set (e.g. 90d, at least 1d), serve runs approvald prune --older-than "
+                    "with it every 24 hours, the first time 24 hours after it starts")
+    lease_ttl: float = Field(
+        30.0, gt=0, le=3600, validation_alias=_env("APPROVALD_LEASE_TTL"),
+        description="seconds a worker's lease on a run lasts without renewal")
+    max_payload: int = Field(
+        256 * 1024, ge=1024, le=64 * 1024 * 1024, validation_alias=_env("APPROVALD_MAX_PAYLOAD"),
+        description="the byte cap on a task, on tool arguments and on a tool result")
+    poll_interval: float = Field(
+        2.0, gt=0, le=600, validation_alias=_env("APPROVALD_POLL_INTERVAL"),
+        description="seconds between two polls for runs ready to advance")
+    sweep_interval: float = Field(
+        15.0, gt=0, le=3600, validation_alias=_env("APPROVALD_SWEEP_INTERVAL"),
+        description="seconds between two expiry sweeps (expire, escalate, remind)")
+    log_level: str = Field(
+        "INFO", validation_alias=_env("APPROVALD_LOG_LEVEL"),
+        description="DEBUG, INFO, WARNING or ERROR; commands other than serve log only warnings "
+                    "unless it is DEBUG, which also prints an internal error's traceback")
     # how long `serve` lets in-flight runs reach a step boundary after SIGTERM/SIGINT;
     # a tool call still running then is cut off (the ledger makes it outcome-unknown)
-    shutdown_grace: float = Field(30.0, ge=0, le=3600,
-                                  validation_alias=_env("APPROVALD_SHUTDOWN_GRACE"))
+    shutdown_grace: float = Field(
+        30.0, ge=0, le=3600, validation_alias=_env("APPROVALD_SHUTDOWN_GRACE"),
+        description="seconds serve gives in-flight runs to reach a step boundary after SIGTERM or "
+                    "SIGINT before cutting them off")
     # testing hook: time read from this file (see runtime.clock.FileClock)
-    clock_file: str | None = Field(None, validation_alias=_env("APPROVALD_CLOCK_FILE"))
+    clock_file: str | None = Field(
+        None, validation_alias=_env("APPROVALD_CLOCK_FILE"),
+        description="testing hook: time is read from this file, which holds an ISO-8601 instant "
+                    "with a time zone, so that tests move time across processes instead of "
+                    "sleeping")
 
     @field_validator("slack_api_url")
     @classmethod
