@@ -105,10 +105,8 @@ async def cmd_list(s: Settings, a: argparse.Namespace) -> int:
     async def go(engine: Engine) -> int:
         status = None if a.all else a.status
         run_id = None if a.run is None else (await engine.resolve_run(a.run)).id
-        async with engine.db.read() as tx:
-            rows = await tx.approvals.oldest(status=status, run_id=run_id, limit=a.limit)
-            total = (await tx.approvals.count(status=status, run_id=run_id)
-                     if len(rows) == a.limit else len(rows))
+        rows, total = await engine.oldest_approvals(status=status, run_id=run_id,
+                                                    limit=a.limit)
         if total > len(rows):  # on stderr: `--ids | head -1` stays the oldest, and clean
             what = "approvals" if status is None else f"{status} approvals"
             print(f"approvald: showing the oldest {len(rows)} of {total} {what}; "
@@ -134,12 +132,11 @@ async def cmd_show(s: Settings, a: argparse.Namespace) -> int:
     async def go(engine: Engine) -> int:
         r = await engine.decider.get(a.id)
         doc = documents.approval_document(r)
-        async with engine.db.read() as tx:
-            # a vote counts only for the arguments it was cast on
-            doc["votes"] = [{"actor": v.actor, "verdict": v.verdict, "via": v.via,
-                             "at": v.at.isoformat(), "digest": v.digest,
-                             "counts": v.digest == r.effective_digest}
-                            for v in await tx.approvals.votes(r.id)]
+        # a vote counts only for the arguments it was cast on
+        doc["votes"] = [{"actor": v.actor, "verdict": v.verdict, "via": v.via,
+                         "at": v.at.isoformat(), "digest": v.digest,
+                         "counts": v.digest == r.effective_digest}
+                        for v in await engine.votes(r.id)]
         if a.json:
             out(doc)
             return 0

@@ -54,9 +54,7 @@ async def follow(engine: Engine, outcome: Outcome, *, patience: float) -> Outcom
     deadline = time.monotonic() + patience
     while isinstance(outcome, Busy) and time.monotonic() < deadline:
         await asyncio.sleep(POLL)
-        async with engine.db.read() as tx:
-            run = await tx.runs.get(outcome.run_id)
-            approvals = await tx.approvals.for_run(outcome.run_id) if run else []
+        run, approvals = await engine.run_and_approvals(outcome.run_id)
         if run is None:
             break
         if run.status != "running":

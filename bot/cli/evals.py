@@ -62,7 +62,6 @@ def register(sub: Subparsers) -> None:
 
 async def cmd_trace(s: Settings, a: argparse.Namespace) -> int:
     from approvald.bot import trace_view
-    from approvald.runtime.trace import load_trace
 
     fmt = "json" if a.json else a.format
     if a.json and a.format not in ("text", "json"):
@@ -70,7 +69,7 @@ async def cmd_trace(s: Settings, a: argparse.Namespace) -> int:
 
     async def go(engine: Engine) -> int:
         run = await engine.resolve_run(a.id)
-        trace = await load_trace(engine.db, run.id, now=engine.clock.now())
+        trace = await engine.trace(run.id)
         if fmt == "json":
             text = json.dumps(trace.to_document(), indent=2, ensure_ascii=False) + "\n"
         elif fmt == "html":

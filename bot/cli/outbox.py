@@ -44,16 +44,14 @@ def _about(payload: dict[str, Any]) -> str:
 
 
 async def cmd_list(s: Settings, a: argparse.Namespace) -> int:
-    from approvald.runtime.outbox import deadline
-
     statuses = ("dead",) if a.dead else () if a.all else ("pending", "dead")
 
     async def go(engine: Engine) -> int:
-        async with engine.db.read() as tx:
-            rows = await tx.outbox.newest(statuses=statuses, limit=a.limit)
-            # the deadline a failing row will be held to (rows that never failed have none
-            # stored yet: it is worked out the same way the drain will)
-            give_up = {r.id: await deadline(tx, r) for r in rows if r.status != "delivered"}
+        # each with the deadline a failing row will be held to (rows that never failed
+        # have none stored yet: it is worked out the same way the drain will)
+        listed = await engine.outbox_rows(statuses=statuses, limit=a.limit)
+        rows = [r for r, _ in listed]
+        give_up = {r.id: at for r, at in listed if at is not None}
         if a.json:
             out([{"id": r.id, "kind": r.kind, "status": r.status, "group": r.group_key,
                   "payload": r.payload_value(), "attempts": r.attempts, "waits": r.waits,
@@ -84,25 +82,21 @@ async def cmd_list(s: Settings, a: argparse.Namespace) -> int:
 
 
 async def cmd_retry(s: Settings, a: argparse.Namespace) -> int:
-    from approvald.runtime.outbox import WINDOW, deadline
-
     if (a.id is None) == (not a.all):
         raise UsageError("approvald outbox retry: give one outbox ID or --all")
 
     async def go(engine: Engine) -> int:
-        now = engine.clock.now()
-        async with engine.db.write() as tx:
-            before = None
-            if a.id is not None:
-                before = await tx.outbox.get(a.id)
-                if before is None:
-                    raise UsageError(f"no outbox row {a.id}")
-                if before.status == "delivered":
-                    raise UsageError(f"outbox {a.id} was delivered at "
-                                     f"{_when(before.delivered_at)}; nothing to retry")
-            rows = await tx.outbox.redrive(None if a.all else [a.id], now=now,
-                                           give_up_at=now + WINDOW)
-            give_up = {r.id: await deadline(tx, r) for r in rows}
+        before = None
+        if a.id is not None:
+            before = await engine.outbox_row(a.id)
+            if before is None:
+                raise UsageError(f"no outbox row {a.id}")
+            if before.status == "delivered":
+                raise UsageError(f"outbox {a.id} was delivered at "
+                                 f"{_when(before.delivered_at)}; nothing to retry")
+        redriven = await engine.redrive_outbox(None if a.all else [a.id])
+        rows = [r for r, _ in redriven]
+        give_up = {r.id: at for r, at in redriven}
         if before is not None and not rows:  # delivered between the look and the change
             raise UsageError(f"outbox {a.id} is no longer waiting; nothing to retry")
         if not rows:

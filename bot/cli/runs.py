@@ -109,8 +109,7 @@ async def cmd_run(s: Settings, a: argparse.Namespace) -> int:
 
 async def cmd_runs_list(s: Settings, a: argparse.Namespace) -> int:
     async def go(engine: Engine) -> int:
-        async with engine.db.read() as tx:
-            runs = await tx.runs.recent(status=a.status, limit=a.limit)
+        runs = await engine.recent_runs(status=a.status, limit=a.limit)
         if a.json:
             out([documents.run_summary(r) for r in runs])
             return 0
@@ -130,8 +129,7 @@ async def cmd_runs_show(s: Settings, a: argparse.Namespace) -> int:
     async def go(engine: Engine) -> int:
         run = await engine.resolve_run(a.id)
         state = await engine.state(run.id)
-        async with engine.db.read() as tx:
-            approvals = await tx.approvals.for_run(run.id)
+        approvals = await engine.run_approvals(run.id)
         doc = documents.run_document(run, state, approvals)
         if a.json:
             out(doc)
@@ -182,8 +180,7 @@ async def cmd_recover(s: Settings, a: argparse.Namespace) -> int:
         outcomes = await engine.recover()
         for o in outcomes:
             print(describe(o))
-        async with engine.db.read() as tx:
-            attention = (await tx.runs.count_by_status()).get("needs_attention", 0)
+        attention = (await engine.runs_by_status()).get("needs_attention", 0)
         hint = " (see `approvald approvals list`)" if attention else ""
         print(f"recovered {len(outcomes)} run(s); {attention} need attention{hint}",
               file=sys.stderr)
@@ -193,7 +190,6 @@ async def cmd_recover(s: Settings, a: argparse.Namespace) -> int:
 
 async def cmd_prune(s: Settings, a: argparse.Namespace) -> int:
     from approvald.runtime.policy import parse_duration
-    from approvald.runtime.retention import prune
 
     try:
         horizon = parse_duration(a.older_than)
@@ -202,7 +198,7 @@ async def cmd_prune(s: Settings, a: argparse.Namespace) -> int:
 
     async def go(engine: Engine) -> int:
         try:
-            report = await prune(engine.db, engine.clock, horizon, dry_run=a.dry_run)
+            report = await engine.prune(horizon, dry_run=a.dry_run)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
         print(report.summary())
