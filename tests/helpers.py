@@ -123,7 +123,8 @@ def run_in_process(argv: list[str], *, env: Mapping[str, str], cwd: Path
             failure.append(exc)
 
     with _ONE_AT_A_TIME, scoped_environ(env), contextlib.chdir(cwd), \
-            scoped_imports(cwd), contextlib.redirect_stdout(out), \
+            scoped_imports(cwd, env.get("APPROVALD_AGENTS", "")), \
+            contextlib.redirect_stdout(out), \
             contextlib.redirect_stderr(err):
         thread = threading.Thread(target=command, name=f"approvald {' '.join(argv[:2])}")
         thread.start()
@@ -148,9 +149,16 @@ def scoped_environ(env: Mapping[str, str]) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def scoped_imports(cwd: Path) -> Iterator[None]:
-    """``sys.path`` as it was after, and no module imported from ``cwd`` left cached (the
-    next command, as a new process would, imports its agents afresh)."""
+def scoped_imports(cwd: Path, agents: str) -> Iterator[None]:
+    """The agent modules (``agents``, as ``APPROVALD_AGENTS`` names them) imported afresh,
+    as a new process would (they read the environment when imported), and afterwards
+    ``sys.path`` as it was and no module imported from ``cwd`` or named in ``agents`` left
+    cached."""
+    names = {n.strip() for n in agents.split(",") if n.strip()}
+    below = tuple(f"{n}." for n in names)
+    ours = {n: m for n, m in sys.modules.items() if n in names or n.startswith(below)}
+    for name in ours:
+        del sys.modules[name]
     path, modules = list(sys.path), set(sys.modules)
     try:
         yield
@@ -159,8 +167,9 @@ def scoped_imports(cwd: Path) -> Iterator[None]:
         root = str(cwd.resolve())
         for name in set(sys.modules) - modules:
             where = getattr(sys.modules[name], "__file__", None) or ""
-            if where.startswith(root):
+            if where.startswith(root) or name in names or name.startswith(below):
                 del sys.modules[name]
+        sys.modules.update(ours)
 
 
 START = datetime(2026, 6, 1, 9, 0, tzinfo=UTC)
