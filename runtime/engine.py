@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
-from approvald.runtime import prefix
+from approvald.runtime import prefix, retention
 from approvald.runtime.adapters.gate import ApprovalGate
 from approvald.runtime.agent import Registry
 from approvald.runtime.audit import AuditKey, AuditTrail
@@ -32,7 +32,9 @@ from approvald.runtime.intake import Intake, Tighten
 from approvald.runtime.ledger import Ledger
 from approvald.runtime.limits import DEFAULT_MAX_PAYLOAD, PayloadCap
 from approvald.runtime.metrics import DecidedRuns, Meter
+from approvald.runtime.outbox import WINDOW as OUTBOX_WINDOW
 from approvald.runtime.outbox import Deliverer, DrainConfig, OutboxDrain
+from approvald.runtime.outbox import deadline as outbox_deadline
 from approvald.runtime.outcomes import Outcome
 from approvald.runtime.owners import Owners
 from approvald.runtime.policy import PolicyFile
@@ -43,12 +45,13 @@ from approvald.runtime.standing import StandingApprovals
 from approvald.runtime.state import FINAL_STATUSES, RunState, UserMessage
 from approvald.runtime.tool_lookup import ToolLookup
 from approvald.runtime.tools import Tool
+from approvald.runtime.trace import Trace, load_trace
 from approvald.runtime.tracing import Tracer
 from approvald.runtime.transcript import build_state, encode
 from approvald.runtime.urgency import Urgency
 from approvald.runtime.worker import ResumeWorker
 from approvald.store.db import Database
-from approvald.store.records import ApprovalRecord, RunRecord
+from approvald.store.records import ApprovalRecord, OutboxRecord, RunRecord, VoteRecord
 from approvald.store.repos import Tx
 
 log = logging.getLogger("approvald.engine")
@@ -378,6 +381,80 @@ class Engine:
         for run in runs:
             outcomes.append(await self.advance(run.id, stale_owners=stale))
         return outcomes
+
+    # -- what the faces read and repair (no face opens the database itself) -------------
+    async def run_and_approvals(self, run_id: str
+                                ) -> tuple[RunRecord | None, list[ApprovalRecord]]:
+        """Run ``run_id`` (an exact id; None when there is none) and its requests, read
+        together."""
+        async with self.db.read() as tx:
+            run = await tx.runs.get(run_id)
+            approvals = await tx.approvals.for_run(run_id) if run else []
+        return run, approvals
+
+    async def recent_runs(self, *, status: str | None = None, limit: int = 50
+                          ) -> list[RunRecord]:
+        """The newest ``limit`` runs (of ``status``), newest first."""
+        async with self.db.read() as tx:
+            return await tx.runs.recent(status=status, limit=limit)
+
+    async def run_approvals(self, run_id: str) -> list[ApprovalRecord]:
+        """Every request run ``run_id`` made, oldest first."""
+        async with self.db.read() as tx:
+            return await tx.approvals.for_run(run_id)
+
+    async def runs_by_status(self) -> dict[str, int]:
+        """How many runs there are of each status."""
+        async with self.db.read() as tx:
+            return await tx.runs.count_by_status()
+
+    async def trace(self, run_id: str) -> Trace:
+        """The timeline of run ``run_id`` (an exact id) as of now."""
+        return await load_trace(self.db, run_id, now=self.clock.now())
+
+    async def prune(self, older_than: timedelta, *, dry_run: bool = False
+                    ) -> retention.PruneReport:
+        """Delete what finished before ``older_than`` ago (see :func:`runtime.retention.prune`;
+        ``ValueError`` for a horizon too short)."""
+        return await retention.prune(self.db, self.clock, older_than, dry_run=dry_run)
+
+    async def oldest_approvals(self, *, status: str | None = None, run_id: str | None = None,
+                               limit: int = 100) -> tuple[list[ApprovalRecord], int]:
+        """The ``limit`` oldest requests (of ``status``, of ``run_id``), oldest first, and
+        how many there are in all."""
+        async with self.db.read() as tx:
+            rows = await tx.approvals.oldest(status=status, run_id=run_id, limit=limit)
+            total = (await tx.approvals.count(status=status, run_id=run_id)
+                     if len(rows) == limit else len(rows))
+        return rows, total
+
+    async def votes(self, approval_id: str) -> list[VoteRecord]:
+        """The votes cast on request ``approval_id`` (an exact id), in order."""
+        async with self.db.read() as tx:
+            return await tx.approvals.votes(approval_id)
+
+    async def outbox_rows(self, *, statuses: Sequence[str] = (), limit: int = 50
+                          ) -> list[tuple[OutboxRecord, datetime | None]]:
+        """The newest ``limit`` outbox rows (of ``statuses``), oldest first, each with the
+        time a row not yet delivered gives up (worked out as the drain will)."""
+        async with self.db.read() as tx:
+            rows = await tx.outbox.newest(statuses=statuses, limit=limit)
+            return [(r, await outbox_deadline(tx, r) if r.status != "delivered" else None)
+                    for r in rows]
+
+    async def outbox_row(self, row_id: int) -> OutboxRecord | None:
+        async with self.db.read() as tx:
+            return await tx.outbox.get(row_id)
+
+    async def redrive_outbox(self, row_ids: Sequence[int] | None
+                             ) -> list[tuple[OutboxRecord, datetime]]:
+        """Put outbox rows back to work now (``row_ids``; None: every dead one): a dead row
+        with a fresh give-up window, a waiting one tried at once. Each row put back, with
+        the time it gives up."""
+        now = self.clock.now()
+        async with self.db.write() as tx:
+            rows = await tx.outbox.redrive(row_ids, now=now, give_up_at=now + OUTBOX_WINDOW)
+            return [(r, await outbox_deadline(tx, r)) for r in rows]
 
     # -- approvals ----------------------------------------------------------------------
     async def decide(self, approval_id: str, *, actor: Actor, verdict: Verdict,

@@ -1,11 +1,18 @@
-"""Running the real ``approvald`` command in subprocesses, as users and crash tests do."""
+"""Running the real ``approvald`` command: in this process (``InProcessCli``: the same
+``main`` the console script calls, with the command's environment and working directory
+for the length of the call) or in a subprocess (``Cli``: for a process that must die, a
+failpoint's SIGKILL, or one that must outlive the call, ``serve``)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -76,11 +83,102 @@ class Cli:
         return now + delta
 
 
+# commands that own their process (signal handlers, a server until SIGTERM): a subprocess
+OWN_PROCESS = frozenset({"serve", "sandbox", "mcp-proxy"})
+
+
+class InProcessCli(Cli):
+    """The same ``approvald`` run by :func:`run_in_process`; a call whose process must die
+    (``failpoints``: a SIGKILL) or that owns its process (:data:`OWN_PROCESS`) still runs
+    in a subprocess, and ``spawn`` starts one."""
+
+    def __call__(self, *args: str, failpoints: str | None = None, timeout: float = 60,
+                 **extra: str) -> subprocess.CompletedProcess[str]:
+        if failpoints or (args and args[0] in OWN_PROCESS):
+            return super().__call__(*args, failpoints=failpoints, timeout=timeout, **extra)
+        return run_in_process(list(args), env=self.env(**extra), cwd=self.workdir)
+
+
+_ONE_AT_A_TIME = threading.Lock()  # stdout, stderr, the environment and cwd are global
+
+
+def run_in_process(argv: list[str], *, env: Mapping[str, str], cwd: Path
+                   ) -> subprocess.CompletedProcess[str]:
+    """``approvald ARGV`` run by :func:`approvald.bot.cli.main` in this process, as a
+    subprocess with environment ``env`` in directory ``cwd`` would run it: (exit code,
+    stdout, stderr) come back as a ``CompletedProcess``. The command runs in a thread of
+    its own (it runs its own event loop, so an async test can call it too); the
+    environment, the working directory, ``sys.path`` and the modules the command imported
+    from ``cwd`` (its ``APPROVALD_AGENTS``) are put back afterwards."""
+    from approvald.bot.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    codes: list[int] = []
+    failure: list[BaseException] = []
+
+    def command() -> None:
+        try:
+            codes.append(main(argv))
+        except BaseException as exc:  # e.g. a failpoint's in-process Crash
+            failure.append(exc)
+
+    with _ONE_AT_A_TIME, scoped_environ(env), contextlib.chdir(cwd), \
+            scoped_imports(cwd, env.get("APPROVALD_AGENTS", "")), \
+            contextlib.redirect_stdout(out), \
+            contextlib.redirect_stderr(err):
+        thread = threading.Thread(target=command, name=f"approvald {' '.join(argv[:2])}")
+        thread.start()
+        thread.join()
+    if failure:
+        raise failure[0]
+    return subprocess.CompletedProcess([APPROVALD, *argv], codes[0], out.getvalue(),
+                                       err.getvalue())
+
+
+@contextlib.contextmanager
+def scoped_environ(env: Mapping[str, str]) -> Iterator[None]:
+    """``os.environ`` is exactly ``env`` inside, and exactly what it was again after."""
+    before = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(before)
+
+
+@contextlib.contextmanager
+def scoped_imports(cwd: Path, agents: str) -> Iterator[None]:
+    """The agent modules (``agents``, as ``APPROVALD_AGENTS`` names them) imported afresh,
+    as a new process would (they read the environment when imported), and afterwards
+    ``sys.path`` as it was and no module imported from ``cwd`` or named in ``agents`` left
+    cached."""
+    names = {n.strip() for n in agents.split(",") if n.strip()}
+    below = tuple(f"{n}." for n in names)
+    ours = {n: m for n, m in sys.modules.items() if n in names or n.startswith(below)}
+    for name in ours:
+        del sys.modules[name]
+    path, modules = list(sys.path), set(sys.modules)
+    try:
+        yield
+    finally:
+        sys.path[:] = path
+        root = str(cwd.resolve())
+        for name in set(sys.modules) - modules:
+            where = getattr(sys.modules[name], "__file__", None) or ""
+            if where.startswith(root) or name in names or name.startswith(below):
+                del sys.modules[name]
+        sys.modules.update(ours)
+
+
 START = datetime(2026, 6, 1, 9, 0, tzinfo=UTC)
 
 
-def make_cli(db_url: str, tmp_path: Path) -> Cli:
-    cli = Cli(db_url=db_url, workdir=tmp_path)
+def make_cli(db_url: str, tmp_path: Path, *, in_process: bool = False) -> Cli:
+    """An ``approvald`` on ``db_url`` working in ``tmp_path``, its clock at :data:`START`:
+    run in this process (``in_process``) or in a subprocess for each command."""
+    cli = (InProcessCli if in_process else Cli)(db_url=db_url, workdir=tmp_path)
     cli.set_time(START)
     return cli
 

@@ -10,13 +10,12 @@ import signal
 import socket
 import sqlite3
 import subprocess
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from tests.acceptance.conftest import wait_until
 from tests.helpers import APPROVALD
 
 T = TypeVar("T")
@@ -29,19 +28,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def wait_until(check: Callable[[], T | None], *, within: float, what: str) -> T:
-    """Poll ``check`` until it returns something truthy; fail naming ``what`` after
-    ``within`` seconds. (Waiting for a condition, not sleeping as an assertion.)"""
-    deadline = time.monotonic() + within
-    while True:
-        found = check()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {within:g} s waiting for {what}")
-        time.sleep(0.05)
 
 
 class Sandbox:

@@ -4,19 +4,14 @@ from __future__ import annotations
 
 import json
 import signal
-import time
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from approvald.store import migrate
 
-from tests.helpers import Cli, make_cli
-
-
-@pytest.fixture
-def cli(sqlite_url: str, tmp_path: Path) -> Cli:
-    return make_cli(sqlite_url, tmp_path)
+from tests.acceptance.conftest import wait_until
+from tests.helpers import Cli, InProcessCli
 
 
 def start_refund(cli: Cli, task: str = "Refund order A-1001, double charged") -> tuple[str, str]:
@@ -148,7 +143,7 @@ def test_user_mistakes_are_one_line_and_nonzero(cli: Cli, args: list[str],
 
 
 def test_db_upgrade_and_runs_list(cli: Cli, tmp_path: Path) -> None:
-    fresh = Cli(db_url=f"sqlite+aiosqlite:///{tmp_path / 'fresh.db'}", workdir=tmp_path)
+    fresh = InProcessCli(db_url=f"sqlite+aiosqlite:///{tmp_path / 'fresh.db'}", workdir=tmp_path)
     done = fresh("db", "upgrade")
     assert done.returncode == 0 and f"is at schema {migrate.HEAD}" in done.stdout
     assert fresh.ok("runs", "list").strip() == "no runs"
@@ -163,10 +158,8 @@ def test_serve_resumes_a_decision_made_elsewhere_and_stops_on_sigterm(cli: Cli) 
     server = cli.spawn("serve", APPROVALD_POLL_INTERVAL="0.2", APPROVALD_LOG_LEVEL="INFO")
     try:
         cli.ok("approvals", "approve", approval_id, "--as", "U_ALICE", "--no-resume")
-        deadline = time.monotonic() + 30
-        while cli.json("runs", "show", run_id, "--json")["status"] != "completed":
-            assert time.monotonic() < deadline, "serve did not resume the run"
-            time.sleep(0.1)
+        wait_until(lambda: cli.json("runs", "show", run_id, "--json")["status"] == "completed",
+                   within=30, what="serve to resume the run")
     finally:
         server.send_signal(signal.SIGTERM)
         _, err = server.communicate(timeout=30)

@@ -10,16 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import Cli, make_cli
+from tests.helpers import Cli
 
 KEY = "an-audit-key-from-the-vault-0123456789"
 
 
 @pytest.fixture
-def cli(sqlite_url: str, tmp_path: Path) -> Cli:
-    c = make_cli(sqlite_url, tmp_path)
-    c.env_extra["APPROVALD_AUDIT_KEY"] = KEY
-    return c
+def cli(cli: Cli) -> Cli:
+    """The shared ``cli`` with an audit key."""
+    cli.env_extra["APPROVALD_AUDIT_KEY"] = KEY
+    return cli
 
 
 def pause(cli: Cli, task: str = "Refund order A-1001, double charged") -> tuple[str, str]:

@@ -3,16 +3,7 @@ ID… --reason``; each request decided on its own, a refusal stopping no other."
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import pytest
-
-from tests.helpers import Cli, make_cli
-
-
-@pytest.fixture
-def cli(sqlite_url: str, tmp_path: Path) -> Cli:
-    return make_cli(sqlite_url, tmp_path)
+from tests.helpers import Cli
 
 
 def pause(cli: Cli, n: int) -> list[str]:

@@ -14,7 +14,7 @@ DEMO = str(ROOT / "bot" / "evals" / "datasets" / "demo_refund.toml")
 
 def test_the_demo_dataset_passes_and_the_report_says_so(sqlite_url: str,
                                                          tmp_path: Path) -> None:
-    cli = make_cli(sqlite_url, tmp_path)
+    cli = make_cli(sqlite_url, tmp_path, in_process=True)
     done = cli("eval", DEMO, timeout=600)  # 46 journeys, 30 of them with child processes
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
@@ -47,7 +47,7 @@ def in_process(tmp_path: Path) -> str:
 
 
 def test_a_broken_agent_fails_the_eval_with_exit_1(sqlite_url: str, tmp_path: Path) -> None:
-    cli = make_cli(sqlite_url, tmp_path)
+    cli = make_cli(sqlite_url, tmp_path, in_process=True)
     cli.env_extra.update(APPROVALD_AGENTS="tests.fixtures.eval_agents", PYTHONPATH=str(ROOT))
     quick = in_process(tmp_path)  # the broken habits show without the crash journeys
     done = cli("eval", quick, "--agent", "refund-twice")
@@ -64,7 +64,7 @@ def test_a_broken_agent_fails_the_eval_with_exit_1(sqlite_url: str, tmp_path: Pa
 
 
 def test_a_bad_dataset_is_one_line_and_exit_2(sqlite_url: str, tmp_path: Path) -> None:
-    cli = make_cli(sqlite_url, tmp_path)
+    cli = make_cli(sqlite_url, tmp_path, in_process=True)
     bad = tmp_path / "bad.toml"
     bad.write_text("agent = 'demo-refund'\n[[tasks]]\nname = 'a'\ntask = 'x'\n"
                    "decisions = [{ tool = 'issue_refund', action = 'maybe' }]\n")

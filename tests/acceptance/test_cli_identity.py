@@ -4,16 +4,10 @@ from __future__ import annotations
 
 import sqlite3
 from contextlib import closing
-from pathlib import Path
 
 import pytest
 
-from tests.helpers import Cli, make_cli
-
-
-@pytest.fixture
-def cli(sqlite_url: str, tmp_path: Path) -> Cli:
-    return make_cli(sqlite_url, tmp_path)
+from tests.helpers import Cli
 
 
 def start_refund(cli: Cli, requested_by: str = "U_DANA") -> tuple[str, str]:

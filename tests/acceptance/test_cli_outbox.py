@@ -21,7 +21,8 @@ from tests.helpers import START, Cli, make_cli
 
 @pytest.fixture
 def cli(db_url: str, tmp_path: Path) -> Cli:
-    return make_cli(db_url, tmp_path)
+    """The shared ``cli``, on each dialect's database."""
+    return make_cli(db_url, tmp_path, in_process=True)
 
 
 class Slack:
@@ -135,6 +136,6 @@ async def test_retry_all_redrives_every_dead_row(cli: Cli, make_engine,
 ])
 def test_retry_mistakes_are_one_line_and_exit_2(sqlite_url: str, tmp_path: Path,
                                                 args: tuple[str, ...], says: str) -> None:
-    done = make_cli(sqlite_url, tmp_path)(*args)
+    done = make_cli(sqlite_url, tmp_path, in_process=True)(*args)
     assert done.returncode == 2 and says in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr

@@ -3,16 +3,8 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-import pytest
-
-from tests.helpers import Cli, make_cli
-
-
-@pytest.fixture
-def cli(sqlite_url: str, tmp_path: Path) -> Cli:
-    return make_cli(sqlite_url, tmp_path)
+from tests.helpers import Cli
 
 
 def pause(cli: Cli, task: str = "Refund order A-1001, double charged") -> tuple[str, str]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import Cli, make_cli
+from tests.helpers import Cli
 
 # the bands, with the finance group's members (the CLI has no Slack to ask)
 RULES = (Path(__file__).parents[1] / "fixtures" / "refund_rules.toml").read_text() + """
@@ -20,12 +20,12 @@ FINANCE = "tools.issue_refund.rules[2]: args.amount_cents > 100000"
 
 
 @pytest.fixture
-def cli(sqlite_url: str, tmp_path: Path) -> Cli:
-    c = make_cli(sqlite_url, tmp_path)
+def cli(cli: Cli, tmp_path: Path) -> Cli:
+    """The shared ``cli`` with the rules' policy file."""
     policy = tmp_path / "policy.toml"
     policy.write_text(RULES)
-    c.env_extra["APPROVALD_POLICY_FILE"] = str(policy)
-    return c
+    cli.env_extra["APPROVALD_POLICY_FILE"] = str(policy)
+    return cli
 
 
 def refund(cli: Cli, amount: str, order: str = "A-1") -> str:

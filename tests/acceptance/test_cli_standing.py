@@ -5,18 +5,10 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
-from pathlib import Path
 
-import pytest
-
-from tests.helpers import Cli, make_cli
+from tests.helpers import Cli
 
 UP_TO_50 = "args.order_id == 'A-1001' && args.amount_cents <= 5000"
-
-
-@pytest.fixture
-def cli(sqlite_url: str, tmp_path: Path) -> Cli:
-    return make_cli(sqlite_url, tmp_path)
 
 
 def refund(cli: Cli, amount: str) -> tuple[str, str]:

@@ -7,14 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import Cli, make_cli
+from tests.helpers import Cli
 
 EVIL = "<script>window.pwned = 1</script>"
-
-
-@pytest.fixture
-def cli(sqlite_url: str, tmp_path: Path) -> Cli:
-    return make_cli(sqlite_url, tmp_path)
 
 
 def refund(cli: Cli, verdict: str, *extra: str,

@@ -20,7 +20,7 @@ from approvald.runtime.engine import assemble
 from approvald.store.db import Database
 
 from tests.conftest import SIGNER
-from tests.helpers import APPROVALD, START, Cli, make_cli
+from tests.helpers import APPROVALD, START, Cli, run_in_process
 
 
 def env_of(**extra: str) -> dict[str, str]:
@@ -32,15 +32,8 @@ def env_of(**extra: str) -> dict[str, str]:
     return env
 
 
-def approvald(*args: str, cwd: Path, env: dict[str, str],
-              timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([APPROVALD, *args], cwd=cwd, env=env, text=True,
-                          capture_output=True, timeout=timeout, check=False)
-
-
-@pytest.fixture
-def cli(sqlite_url: str, tmp_path: Path) -> Cli:
-    return make_cli(sqlite_url, tmp_path)
+def approvald(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return run_in_process(list(args), cwd=cwd, env=env)
 
 
 # -- the default database is one per user ----------------------------------------------------

@@ -50,7 +50,7 @@ def test_the_eval_report_opens_cleanly_and_links_failures_to_traces(
         sqlite_url: str, tmp_path: Path) -> None:
     sync_playwright = _playwright()
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    cli = make_cli(sqlite_url, tmp_path)
+    cli = make_cli(sqlite_url, tmp_path, in_process=True)
     cli.env_extra.update(APPROVALD_AGENTS="tests.fixtures.eval_agents", PYTHONPATH=str(ROOT))
     passing = tmp_path / "pass.html"
     table = _report(cli, _dataset(tmp_path, "demo.toml"), passing, code=0)
@@ -140,7 +140,7 @@ def _follow_the_trace_links(page: Any, failed: list[dict[str, Any]]) -> None:
 
 def test_a_report_path_that_cannot_be_written_is_one_line_and_exit_2(
         sqlite_url: str, tmp_path: Path) -> None:
-    cli = make_cli(sqlite_url, tmp_path)
+    cli = make_cli(sqlite_url, tmp_path, in_process=True)
     dataset = str(_dataset(tmp_path, "demo.toml"))
     for path, why in ((tmp_path / "nope" / "r.html", f"no such directory {tmp_path / 'nope'}"),
                       (tmp_path, "it is a directory")):

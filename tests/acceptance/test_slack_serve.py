@@ -16,7 +16,7 @@ from approvald.bot.slack import cards
 from approvald.runtime.ids import TokenSigner
 from approvald.store.db import Database
 
-from tests.helpers import APPROVALD, Cli, make_cli
+from tests.helpers import APPROVALD, Cli, make_cli, run_in_process
 from tests.integration.slack_harness import APP_TOKEN, BOT_TOKEN, CHANNEL, OPS, SECRET, wait_for
 
 TOKEN_SECRET = "approvald-test-secret-0123456789"
@@ -55,12 +55,11 @@ async def start_serve(cli: Cli, port: int, **extra: str) -> asyncio.subprocess.P
 
 
 async def run_cli(cli: Cli, *args: str) -> str:
-    proc = await asyncio.create_subprocess_exec(APPROVALD, *args, env=cli.env(),
-                                                cwd=cli.workdir, stdout=asyncio.subprocess.PIPE,
-                                                stderr=asyncio.subprocess.PIPE)
-    out, err = await proc.communicate()
-    assert proc.returncode == 0, err.decode()
-    return out.decode()
+    """``approvald ARGS`` in this process (this loop runs on meanwhile: the emulator
+    answers the ``serve`` subprocesses)."""
+    done = await asyncio.to_thread(run_in_process, list(args), env=cli.env(), cwd=cli.workdir)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 async def setup(tmp_path: Path, db_url: str) -> tuple[SlackEmulator, Cli]:

@@ -36,7 +36,7 @@ def _traced_run(cli: Any, verdict: str, *extra: str, task: str) -> Path:
 def test_the_html_trace_opens_cleanly_in_a_browser(sqlite_url: str, tmp_path: Path) -> None:
     sync_playwright = _playwright()
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    cli = make_cli(sqlite_url, tmp_path)
+    cli = make_cli(sqlite_url, tmp_path, in_process=True)
     approved = _traced_run(cli, "approve", task="Refund order A-1001, double charged")
     denied = _traced_run(cli, "deny", "--reason",
                          "<script>window.pwned = 1</script> <img src=x onerror='window.pwned=2'>",

@@ -24,7 +24,8 @@ click until every run completed and its card was updated (:mod:`sql_count`).
 
 ``BENCH_DUMP=FILE`` writes each click's send time and click -> tool start.
 To profile the serve process, set ``BENCH_SERVE_CMD`` to a command that runs
-``bot.cli`` (e.g. ``python -m cProfile -o serve.prof -m bot.cli``); ``serve`` is appended.
+``approvald.bot.cli`` (e.g. ``python -m cProfile -o serve.prof -m approvald.bot.cli``);
+``serve`` is appended.
 """
 
 from __future__ import annotations
@@ -115,7 +116,7 @@ class MachineCpu:
 
 def serve_command() -> list[str]:
     """``approvald serve``, or ``$BENCH_SERVE_CMD serve`` (e.g. ``python -m cProfile -o
-    serve.prof -m bot.cli``) to profile or trace the serve process."""
+    serve.prof -m approvald.bot.cli``) to profile or trace the serve process."""
     return (os.environ.get("BENCH_SERVE_CMD", "").split()
             or [str(Path(sys.executable).parent / "approvald")]) + ["serve"]
 

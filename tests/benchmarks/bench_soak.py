@@ -19,8 +19,9 @@ at run 1,000 and every 1,000 runs after; the target (issue 9, item 12) is growth
 +50 MB from run 1,000 to the last sample. Every run must have ended as it was meant to
 (counts by outcome are printed), so the benchmark cannot pass by doing nothing.
 
-To trace the serve process, set ``BENCH_SERVE_CMD`` to a command that runs ``bot.cli``
-(e.g. ``python -X tracemalloc=10 -m bot.cli``); ``serve`` is appended.
+To trace the serve process, set ``BENCH_SERVE_CMD`` to a command that runs
+``approvald.bot.cli`` (e.g. ``python -X tracemalloc=10 -m approvald.bot.cli``); ``serve``
+is appended.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ KILLED = -signal.SIGKILL
 
 @pytest.fixture
 def cli(db_url: str, tmp_path: Path) -> Cli:
-    return make_cli(db_url, tmp_path)
+    return make_cli(db_url, tmp_path, in_process=True)  # a failpoint's call: a subprocess
 
 
 def assert_ticks_once(cli: Cli, run_id: str, n: int) -> None:

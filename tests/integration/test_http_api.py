@@ -26,7 +26,7 @@ from approvald.runtime.clock import ManualClock
 from approvald.runtime.external import WEBHOOK
 from approvald.store.records import OutboxRecord
 
-from tests.helpers import Cli
+from tests.helpers import InProcessCli
 from tests.integration.slack_harness import CHANNEL, Harness, harness, wait_for
 from tests.integration.test_slack import assert_valid_blocks
 
@@ -167,8 +167,9 @@ async def test_a_stdlib_agent_asks_waits_runs_and_reports(db_url: str, tmp_path:
                     APPROVALD_POLICY_FILE=policy_file(tmp_path),
                     APPROVALD_WEBHOOK_HOSTS=hook.allow) as h:
         # the token through the command, as an operator makes it
-        cli = Cli(db_url, tmp_path, {"APPROVALD_SECRET": SECRET, "APPROVALD_CLOCK_FILE": "",
-                                     "APPROVALD_WEBHOOK_HOSTS": hook.allow})
+        cli = InProcessCli(db_url, tmp_path, {"APPROVALD_SECRET": SECRET,
+                                              "APPROVALD_CLOCK_FILE": "",
+                                              "APPROVALD_WEBHOOK_HOSTS": hook.allow})
         made = await asyncio.to_thread(cli.json, "tokens", "create", "deploy-bot",
                                        "--tools", "deploy",
                                        "--webhook-url", hook.url, "--json")

@@ -99,7 +99,7 @@ async def test_prune_refuses_a_horizon_under_a_day(db, clock) -> None:
 
 
 def test_prune_from_the_command_line(sqlite_url: str, tmp_path: Path) -> None:
-    cli = make_cli(sqlite_url, tmp_path)
+    cli = make_cli(sqlite_url, tmp_path, in_process=True)
     cli.ok("run", "demo-steps", "--task", "2", "--requested-by", "U_DANA")
     out = cli.ok("prune", "--older-than", "90d", "--dry-run")
     assert out.startswith("would prune 0 runs finished before")

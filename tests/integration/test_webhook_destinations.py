@@ -23,7 +23,7 @@ from approvald.runtime.outbox import DEAD_REPORT
 from approvald.runtime.webhook_hosts import WebhookHosts
 from approvald.store.records import OutboxRecord
 
-from tests.helpers import Cli
+from tests.helpers import InProcessCli
 from tests.integration.slack_harness import Harness, harness
 from tests.integration.test_http_api import SECRET, api, base, policy_file, receiver, verify
 
@@ -173,8 +173,9 @@ async def test_a_webhook_allowed_when_made_is_checked_again_when_delivered(
 
 async def test_tokens_create_refuses_webhooks_the_operator_did_not_allow(
         sqlite_url: str, tmp_path: Path) -> None:
-    cli = Cli(sqlite_url, tmp_path, {"APPROVALD_SECRET": SECRET, "APPROVALD_CLOCK_FILE": "",
-                                     "APPROVALD_PORT": "3999"})
+    cli = InProcessCli(sqlite_url, tmp_path, {"APPROVALD_SECRET": SECRET,
+                                              "APPROVALD_CLOCK_FILE": "",
+                                              "APPROVALD_PORT": "3999"})
 
     def refused(url: str, hosts: str | None) -> str:
         done = cli("tokens", "create", f"t{abs(hash((url, hosts))) % 10**8}", "--tools", "*",

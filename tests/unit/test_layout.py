@@ -49,3 +49,28 @@ def test_the_runtime_and_the_store_import_no_face() -> None:
 def test_the_slack_app_and_its_listeners_are_not_a_circle() -> None:
     handlers = imports_of(ROOT / "bot" / "slack" / "handlers.py")
     assert not any(n.startswith("approvald.bot.slack.app") for n in handlers)
+
+
+def test_every_command_group_registers_the_same_way_and_none_reaches_past_the_engine() -> None:
+    """bot/cli/: each group module has ``register(subparsers)``; the root lists them all;
+    no group imports the root (no circle); none opens ``engine.db`` (it goes through the
+    engine's front door)."""
+    import inspect
+
+    from approvald.bot.cli import root
+
+    package = ROOT / "bot" / "cli"
+    groups = {p.stem for p in package.glob("*.py")} - {"__init__", "__main__", "root", "common"}
+    assert {g.__name__.rsplit(".", 1)[1] for g in root.GROUPS} == groups
+    for group in root.GROUPS:
+        assert list(inspect.signature(group.register).parameters) == ["sub"], group.__name__
+    found = []
+    for path in package.glob("*.py"):
+        tree = ast.parse(path.read_text(), str(path))
+        if path.stem not in ("__init__", "__main__") and any(
+                n.startswith("approvald.bot.cli.root") for n in imports_of(path)):
+            found.append(f"{path.name} imports the root")
+        found += [f"{path.name}:{node.lineno} reads .db"
+                  for node in ast.walk(tree)
+                  if isinstance(node, ast.Attribute) and node.attr == "db"]
+    assert found == []

@@ -1,0 +1,299 @@
+"""``approvald approvals list|show|approve|deny|edit|redirect|resolve|sweep``: approval
+requests seen and decided from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import cast
+
+from approvald.bot import documents
+from approvald.bot.cli import standing
+from approvald.bot.cli.common import (
+    APPROVAL_ID,
+    JSON,
+    Handler,
+    Subparsers,
+    UsageError,
+    acting_as,
+    count,
+    describe,
+    exit_code,
+    follow,
+    iso,
+    out,
+    slack_user,
+    with_engine,
+)
+from approvald.bot.config import Settings
+from approvald.runtime.decide import Verdict
+from approvald.runtime.engine import Engine
+from approvald.runtime.errors import DecisionRefused
+from approvald.store.records import ApprovalRecord
+
+DECISIONS = (
+    ("approve", "approve a request as a Slack user"),
+    ("deny", "deny a request; the model receives the reason"),
+    ("edit", "replace a request's arguments (an approval too, unless the policy says edits = "
+     "\"propose\")"),
+    ("redirect", "do not run the call; the model receives your guidance instead and re-plans"),
+    ("resolve", "answer an \"outcome unknown\" question"),
+)
+
+
+def register(sub: Subparsers) -> None:
+    """Add ``approvals`` and its subcommands."""
+    ap = sub.add_parser("approvals", help="list and decide approval requests").add_subparsers(
+        dest="sub", required=True, metavar="COMMAND")
+    al = ap.add_parser("list", help="pending (or all) approval requests, oldest first")
+    al.add_argument("--status", default="pending",
+                    help="only requests with this status (default pending; also approved, "
+                         "denied, redirected, expired, superseded, cancelled)")
+    al.add_argument("--all", action="store_true", help="every status")
+    al.add_argument("--run", metavar="RUN_ID",
+                    help="only the requests of this run (its id or a unique prefix of one)")
+    al.add_argument("--limit", type=count, default=100, metavar="N",
+                    help="show the oldest N (default 100); stderr says when more are left out")
+    al.add_argument("--json", action="store_true", help=JSON)
+    al.add_argument("--ids", action="store_true", help="print only ids, oldest first")
+    al.set_defaults(fn=cmd_list)
+    ash = ap.add_parser("show", help="one request: exact arguments, digest, editor, packet, "
+                        "votes")
+    ash.add_argument("id", help=APPROVAL_ID)
+    ash.add_argument("--json", action="store_true", help=JSON)
+    ash.set_defaults(fn=cmd_show)
+    for verdict, what in DECISIONS:
+        c = ap.add_parser(verdict, help=what + (" (several ids: each decided on its own, "
+                                                "one refusal stopping no other)"
+                                                if verdict in ("approve", "deny") else ""))
+        if verdict in ("approve", "deny"):
+            c.add_argument("id", nargs="+", help="approval ids (or unique prefixes of 6+)")
+        else:
+            c.add_argument("id", help=APPROVAL_ID)
+        c.add_argument("--as", dest="as_user", required=True, metavar="USER",
+                       help="the Slack user id you act as (checked against the policy)")
+        c.add_argument("--no-resume", action="store_true",
+                       help="record the decision only; leave resuming to `approvald serve`")
+        if verdict != "resolve":
+            c.add_argument("--digest", metavar="PREFIX",
+                           help="decide only if the arguments are still the ones with this "
+                                "digest (as `approvals show` printed it)")
+        if verdict == "deny":
+            c.add_argument("--reason", required=True, help="why (the model receives it)")
+        elif verdict == "approve":
+            c.add_argument("--reason", help="why (recorded in the audit log)")
+            standing.add_grant_options(c)
+        elif verdict == "redirect":
+            c.add_argument("--guidance", required=True, metavar="TEXT",
+                           help="what the agent should do instead (the model receives it)")
+        elif verdict == "edit":
+            c.add_argument("--args", required=True, help="the new arguments as a JSON object")
+            c.add_argument("--reason", help="why (recorded in the audit log)")
+        else:
+            c.add_argument("--outcome", required=True, choices=["retry", "mark_done", "abort"],
+                           help="retry: run the call once more; mark_done: it happened; "
+                                "abort: it did not, and is not to be retried")
+            c.add_argument("--reason", help="why (recorded in the audit log)")
+        c.set_defaults(fn=decide_command(verdict))
+
+    ap.add_parser("sweep", help="expire, escalate and remind now (what serve does on a "
+                  "schedule)").set_defaults(fn=cmd_sweep)
+
+
+async def cmd_list(s: Settings, a: argparse.Namespace) -> int:
+    async def go(engine: Engine) -> int:
+        status = None if a.all else a.status
+        run_id = None if a.run is None else (await engine.resolve_run(a.run)).id
+        rows, total = await engine.oldest_approvals(status=status, run_id=run_id,
+                                                    limit=a.limit)
+        if total > len(rows):  # on stderr: `--ids | head -1` stays the oldest, and clean
+            what = "approvals" if status is None else f"{status} approvals"
+            print(f"approvald: showing the oldest {len(rows)} of {total} {what}; "
+                  "--limit N shows more", file=sys.stderr)
+        if a.json:
+            out([documents.approval_document(r) for r in rows])
+            return 0
+        if a.ids:
+            for r in rows:
+                print(r.id)
+            return 0
+        if not rows:
+            print("no approvals" if status is None else f"no {status} approvals")
+        for r in rows:
+            when = r.expires_at.strftime("%Y-%m-%d %H:%M:%S") if r.kind == "tool_call" else "-"
+            print(f"{r.id}  {r.status:<10} {r.tool:<20} run {r.run_id[:12]}  "
+                  f"expires {when}  {json.dumps(r.effective_args(), ensure_ascii=False)[:80]}")
+        return 0
+    return await with_engine(s, go)
+
+
+async def cmd_show(s: Settings, a: argparse.Namespace) -> int:
+    async def go(engine: Engine) -> int:
+        r = await engine.decider.get(a.id)
+        doc = documents.approval_document(r)
+        # a vote counts only for the arguments it was cast on
+        doc["votes"] = [{"actor": v.actor, "verdict": v.verdict, "via": v.via,
+                         "at": v.at.isoformat(), "digest": v.digest,
+                         "counts": v.digest == r.effective_digest}
+                        for v in await engine.votes(r.id)]
+        if a.json:
+            out(doc)
+            return 0
+        for key in ("id", "run_id", "kind", "tool", "status", "approvers", "quorum", "approvals",
+                    "requested_by", "requested_at", "expires_at", "decided_by", "verdict",
+                    "reason", "digest"):
+            print(f"{key:>13}: {doc[key]}")
+        if doc["rule"]:
+            print(f"{'policy rule':>13}: {doc['rule']}")
+        print(f"{'args':>13}: {json.dumps(doc['args'], ensure_ascii=False, indent=2)}")
+        if doc["edited_args"] is not None:
+            print(f"{'edited args':>13}: {json.dumps(doc['edited_args'], ensure_ascii=False)}")
+            print(f"{'edited by':>13}: {doc['edited_by']} at {doc['edited_at']} "
+                  f"(digest {doc['edited_digest']})")
+        for v in doc["votes"]:
+            counts = "" if v["counts"] else " (on earlier arguments: does not count)"
+            print(f"{'vote':>13}: {v['actor']} {v['verdict']} {v['digest'][:12]}{counts}")
+        packet = doc["packet"]
+        # after an edit, the request's words are about the arguments first asked for
+        before = "(as asked, before the edit) " if doc["words_about_original"] else ""
+        print(f"{'doing':>13}: {before}{packet.get('doing')}\n{'why':>13}: {packet.get('why')}")
+        if doc["impact"]:
+            print(f"{'impact':>13}: {doc['impact']}")
+        elif doc["original_impact"]:
+            print(f"{'impact':>13}: {doc['original_impact']} (of the original arguments, "
+                  "not worked out for the edit)")
+        return 0
+    return await with_engine(s, go)
+
+
+def decide_command(verdict: str) -> Handler:
+    async def cmd(s: Settings, a: argparse.Namespace) -> int:
+        as_user = slack_user("--as", a.as_user)  # refused before the database is opened
+        if isinstance(a.id, list):  # approve / deny take several ids
+            if len(a.id) > 1:
+                if a.digest or getattr(a, "standing", None):
+                    raise UsageError("--digest and --standing go with one approval id")
+                return await with_engine(s, lambda engine: decide_batch(engine, a, as_user,
+                                                                        verdict), acts=True)
+            a.id = a.id[0]
+
+        if getattr(a, "standing", None):
+            actor = acting_as(as_user)
+            return await with_engine(s, lambda engine: standing.grant(engine, a, actor),
+                                     acts=True)
+
+        async def go(engine: Engine) -> int:
+            args = None
+            if verdict == "edit":
+                try:
+                    args = json.loads(a.args)
+                except json.JSONDecodeError as exc:
+                    raise UsageError(f"--args is not valid JSON: {exc}") from None
+            v = cast(Verdict, a.outcome if verdict == "resolve" else verdict)
+            actor = acting_as(as_user)
+            # a redirect's guidance travels where a denial's reason does
+            reason = a.guidance if verdict == "redirect" else getattr(a, "reason", None)
+            try:
+                decision = await engine.decide(a.id, actor=actor, verdict=v,
+                                               reason=reason, args=args,
+                                               expect_digest=getattr(a, "digest", None))
+            except DecisionRefused as exc:
+                standing = await decision_stands(engine, a.id, v, exc, actor=as_user)
+                if standing is None:
+                    raise
+                # the same decision was already made (say the process died right after
+                # committing it): it stands, and the run still needs resuming
+                print(f"approval {standing.id}: already {standing.status} by "
+                      f"{standing.decided_by} at {iso(standing.decided_at)}; the decision "
+                      "stands")
+                if a.no_resume:
+                    return 0
+                outcome = await follow(engine, await engine.advance(standing.run_id),
+                                       patience=60.0)
+                print(describe(outcome))
+                return exit_code(outcome)
+            rec = decision.approval
+            if decision.outcome == "voted":
+                print(f"approval {rec.id}: {decision.approvals} of {decision.quorum} approvals "
+                      f"on arguments {rec.effective_digest[:12]}")
+            elif decision.outcome == "edited":
+                print(f"approval {rec.id}: arguments replaced by {as_user} (now "
+                      f"{rec.effective_digest[:12]}); someone else must approve them")
+            else:
+                print(f"approval {rec.id}: {decision.outcome} by {as_user}")
+            if decision.discarded:
+                print(f"  earlier approvals by {', '.join(decision.discarded)} were on the "
+                      "previous arguments and no longer count; they must approve again")
+            if decision.run_ready and not a.no_resume:
+                outcome = await engine.advance(rec.run_id)
+                print(describe(outcome))
+                return exit_code(outcome)
+            return 0
+        return await with_engine(s, go, acts=True)
+    return cmd
+
+
+async def decide_batch(engine: Engine, a: argparse.Namespace, as_user: str,
+                       verdict: str) -> int:
+    """``approvals approve ID ID…``: each request decided on its own (its own checks and
+    compare-and-set), a line for each, then the runs they made ready resumed. Exit 0 when
+    every one was decided as asked, 4 when any was refused (the others stand)."""
+    from approvald.runtime.batch import Target, decide_each
+
+    try:
+        outcomes = await decide_each(engine.decisions, [Target(i) for i in a.id],
+                                     actor=acting_as(as_user),
+                                     verdict="approve" if verdict == "approve" else "deny",
+                                     reason=getattr(a, "reason", None))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    ready: list[str] = []
+    for o in outcomes:
+        if o.decision is None:
+            print(f"approval {o.approval_id}: refused ({o.code}): {o.refused}")
+            continue
+        d = o.decision
+        if d.outcome == "voted":
+            print(f"approval {d.approval.id}: {d.approvals} of {d.quorum} approvals")
+        else:
+            print(f"approval {d.approval.id}: {d.outcome} by {as_user}")
+        if d.run_ready and d.approval.run_id not in ready:
+            ready.append(d.approval.run_id)
+    done = sum(o.ok for o in outcomes)
+    print(f"{done} of {len(outcomes)} decided; {len(outcomes) - done} refused")
+    if not a.no_resume:
+        for run_id in ready:
+            print(describe(await engine.advance(run_id)))
+    return 0 if done == len(outcomes) else 4
+
+
+RESULTING = {"approve": "approved", "edit": "approved", "deny": "denied",
+             "redirect": "redirected", "retry": "approved", "mark_done": "approved",
+             "abort": "denied"}
+
+
+async def decision_stands(engine: Engine, approval_id: str, verdict: str,
+                          refused: DecisionRefused, *, actor: str) -> ApprovalRecord | None:
+    """The approval, when a refused decision is the very one already recorded (the same
+    person approved it, say): repeating one's own decision is not a mistake to report but
+    a run to resume. Anyone else's attempt stays refused."""
+    if refused.reason != "not_pending":
+        return None
+    a = await engine.decider.get(approval_id)
+    if a.status != RESULTING.get(verdict) or a.decided_by != actor:
+        return None
+    if a.kind == "outcome_unknown" and a.verdict != verdict:
+        return None
+    return a
+
+
+async def cmd_sweep(s: Settings, a: argparse.Namespace) -> int:
+    async def go(engine: Engine) -> int:
+        result = await engine.expiry.sweep()
+        print(f"{len(result.expired)} expired, {len(result.escalated)} escalated, "
+              f"{len(result.reminded)} reminders queued")
+        for run_id in sorted(result.runs_ready):
+            print(describe(await engine.advance(run_id)))
+        return 0
+    return await with_engine(s, go, acts=True)

@@ -1,0 +1,180 @@
+"""What every command group shares: the usage error, the operator's name, printing, exit
+codes, following a run another process advances, and running a command with an engine."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import getpass
+import json
+import math
+import sys
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from datetime import datetime
+from typing import Any, TypeAlias
+
+from approvald.bot.config import Settings
+from approvald.bot.wiring import build_engine, open_database
+from approvald.runtime.decide import Actor
+from approvald.runtime.engine import Engine
+from approvald.runtime.errors import ApprovaldError
+from approvald.runtime.identity import InvalidIdentity, normalize_user_id
+from approvald.runtime.outcomes import Busy, Outcome, Waiting, Yielded
+from approvald.runtime.runner import status_outcome
+
+# what a command's parser stores as ``fn``: the handler ``main`` awaits
+Handler = Callable[[Settings, argparse.Namespace], Coroutine[Any, Any, int]]
+# the ``sub`` a group's ``register`` adds its commands to
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+EXIT = {"completed": 0, "awaiting_approval": 0, "running": 0, "failed": 1, "cancelled": 1,
+        "needs_attention": 3}
+ELSEWHERE = 6  # the run goes on without this command: another process, or a wait
+POLL = 0.2  # seconds between looks at a run another process is advancing
+
+RUN_ID = "a run id (or a unique prefix of one)"
+APPROVAL_ID = "an approval request id (or a unique prefix of one)"
+JSON = "print a JSON document (stable keys; see the README)"
+
+
+class UsageError(ApprovaldError):
+    pass
+
+
+def exit_code(outcome: Outcome) -> int:
+    if isinstance(outcome, Busy | Waiting | Yielded):
+        return ELSEWHERE
+    return EXIT.get(outcome.status, 1)
+
+
+async def follow(engine: Engine, outcome: Outcome, *, patience: float) -> Outcome:
+    """While another process advances the run, wait (up to ``patience`` seconds) for it to
+    complete, fail or pause, taking over if that process lets go of it."""
+    deadline = time.monotonic() + patience
+    while isinstance(outcome, Busy) and time.monotonic() < deadline:
+        await asyncio.sleep(POLL)
+        run, approvals = await engine.run_and_approvals(outcome.run_id)
+        if run is None:
+            break
+        if run.status != "running":
+            return status_outcome(run, approvals)
+        if run.lease_owner is None:  # let go of (or waiting): try it here
+            outcome = await engine.advance(run.id)
+    return outcome
+
+
+def operator() -> str:
+    try:
+        return f"cli:{getpass.getuser()}"
+    except Exception:
+        return "cli:unknown"
+
+
+def acting_as(user: str) -> Actor:
+    """The Slack user ``user`` acting through this command line, as the audit records it."""
+    return Actor(user, f"cli:{operator().removeprefix('cli:')}")
+
+
+def slack_user(flag: str, value: str) -> str:
+    """The Slack user id a flag names, upper-cased; anything else is a usage error (exit 2)."""
+    try:
+        return normalize_user_id(value)
+    except InvalidIdentity as exc:
+        raise UsageError(f"{flag}: {exc}") from None
+
+
+def out(obj: Any) -> None:
+    print(json.dumps(obj, indent=2, ensure_ascii=False))
+
+
+def describe(outcome: Outcome) -> str:
+    extra = ""
+    for attr in ("result", "error", "reason"):
+        value = getattr(outcome, attr, None)
+        if value:
+            extra = f": {value}"
+            break
+    ids = getattr(outcome, "approval_ids", ())
+    if ids:
+        extra = f" (approval {', '.join(ids)})"
+    if isinstance(outcome, Busy):
+        return (f"run {outcome.run_id}: being advanced by another process "
+                f"({outcome.holder or 'unknown'}); follow it with `approvald runs show "
+                f"{outcome.run_id}`")
+    if isinstance(outcome, Waiting):
+        until = outcome.until.isoformat() if outcome.until else "later"
+        return (f"run {outcome.run_id}: waiting until {until} ({outcome.reason}); "
+                "`approvald serve` (or `approvald recover` then) resumes it")
+    return f"run {outcome.run_id}: {outcome.status}{extra}"
+
+
+def iso(value: datetime | None) -> str:
+    return value.isoformat() if value else "an unknown time"
+
+
+async def with_engine(s: Settings, fn: Callable[[Engine], Awaitable[int]], *,
+                      acts: bool = False) -> int:
+    """Run ``fn`` with an engine. ``acts``: the command opens or decides requests, so the
+    policy file it loaded is recorded as the one in force (audited when it changed);
+    commands that only read leave the log alone."""
+    db = await open_database(s)
+    engine = None
+    try:
+        engine = build_engine(s, db)
+        if acts:
+            await engine.note_policy()
+        return await fn(engine)
+    finally:
+        if engine is not None:
+            await engine.registry.aclose()
+        await db.close()
+
+
+def write_file(path: str, text: str) -> None:
+    with open(path, "w", encoding="utf-8", newline="") as fh:
+        fh.write(text)
+
+
+async def write_out(path: str | None, text: str) -> None:
+    """``text`` to the file ``--output`` names, or to stdout."""
+    if path:
+        await asyncio.to_thread(write_file, path, text)
+    else:
+        sys.stdout.write(text)
+
+
+# -- argument types ---------------------------------------------------------------------
+
+def count(text: str) -> int:
+    """A ``--limit``: a whole number of 1 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of 1 or more (got {text!r})")
+    return value
+
+
+def port(text: str) -> int:
+    """A TCP port: 0 (any free one) to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port from 0 to 65535 (got {text!r})")
+    return value
+
+
+def seconds(text: str) -> float:
+    """A duration in seconds: 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, 0 or more "
+                                         f"(got {text!r})")
+    return value
