@@ -65,7 +65,7 @@ class _Plan:
     def resolve(self, dialect: Dialect, coltypes: list[Any] | None = None) -> None:
         """Each result column's processor, as SQLAlchemy picks it: on PostgreSQL by the
         type the server described (known after a first execution), on SQLite without."""
-        procs = tuple(t._cached_result_processor(dialect, c) for t, c in
+        procs = tuple(t.dialect_impl(dialect).result_processor(dialect, c) for t, c in
                       zip(self.types, coltypes or [None] * len(self.types), strict=True))
         self.procs = procs if any(p is not None for p in procs) else None
         self.resolved = True
@@ -113,7 +113,7 @@ def _plan(stmt: ClauseElement, dialect: Dialect, keys: frozenset[str]) -> _Plan 
             bp = by_name.get(name.rsplit("_", 1)[0])
         if bp is None:
             return None
-        proc = bp.type._cached_bind_processor(dialect)
+        proc = bp.type.dialect_impl(dialect).bind_processor(dialect)
         if name in by_name and (bp.key in keys or name in keys):
             slots.append((bp.key if bp.key in keys else name, _CALLER, proc))
             continue
@@ -248,16 +248,14 @@ async def begin_immediate(raw: Any, dialect: Dialect, busy_timeout_ms: int) -> N
             raise sa_exc.DBAPIError.instance("BEGIN IMMEDIATE", (), err, sqlite3.Error,
                                              dialect=dialect) from err
 
-    def waiting_begin() -> None:
-        conn = raw._conn
-        conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        finally:
-            conn.execute("PRAGMA busy_timeout=0")
-
+    # the lock is taken by another process: wait for it on the driver's thread, as any
+    # other connection would (three round trips, but only when another process writes)
     try:
-        await raw._execute(waiting_begin)
+        await raw.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+        try:
+            await raw.execute("BEGIN IMMEDIATE")
+        finally:
+            await raw.execute("PRAGMA busy_timeout=0")
     except sqlite3.Error as err:
         raise sa_exc.DBAPIError.instance("BEGIN IMMEDIATE", (), err, sqlite3.Error,
                                          dialect=dialect) from err
@@ -268,7 +266,7 @@ async def on_driver_thread(raw: Any, sql: str, dialect: Dialect) -> None:
     lock or for the disk) on the driver connection's own thread, as SQLAlchemy would, with
     a driver error raised as SQLAlchemy's (``database is locked`` is then retryable)."""
     try:
-        await raw._execute(raw._conn.execute, sql)
+        await raw.execute(sql)  # aiosqlite's own call: one round trip to its thread
     except sqlite3.Error as err:
         raise sa_exc.DBAPIError.instance(sql, (), err, sqlite3.Error,
                                          dialect=dialect) from err
