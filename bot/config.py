@@ -51,6 +51,9 @@ class Settings(BaseSettings):
     # click -> tool start in 7 paired rounds of 7 (BENCHMARKS.md, replicas)
     db_connections: int = Field(8, ge=2, le=1000,
                                 validation_alias=_env("APPROVALD_DB_CONNECTIONS"))
+    # hot statements skip SQLAlchemy's per-statement machinery through the drivers'
+    # private internals (store/private_*.py); off: plain SQLAlchemy + aiosqlite/asyncpg
+    db_fast_path: bool = Field(True, validation_alias=_env("APPROVALD_DB_FAST_PATH"))
     channel: str | None = Field(None, validation_alias=_env("APPROVALD_CHANNEL"))
     ops_channel: str | None = Field(None, validation_alias=_env("APPROVALD_OPS_CHANNEL"))
     port: int = Field(3000, ge=0, le=65535, validation_alias=_env("APPROVALD_PORT"))  # 0: any

@@ -13,7 +13,7 @@ column's key and result processor. Later calls apply the plan straight to the dr
 return a small result with the parts of SQLAlchemy's ``Result`` the repositories use:
 
 * SQLite: on the sqlite3 connection, on the event loop's thread, where
-  :func:`store.sqlite_driver.inline` allows (a statement that may wait for a lock goes
+  :func:`store.private_aiosqlite.inline` allows (a statement that may wait for a lock goes
   through SQLAlchemy, which waits on the driver's thread);
 * PostgreSQL: on the asyncpg adapter's cursor call that SQLAlchemy itself makes (its
   prepared-statement cache, its transaction begun the same way), with result processors
@@ -35,10 +35,9 @@ import sqlite3
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
-from approvald.store import sqlite_driver
+from approvald.store import private_aiosqlite, private_sqlalchemy
 from approvald.store.liveness import server_gone
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.dialects.postgresql import asyncpg as pg_asyncpg
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import ClauseElement
@@ -127,7 +126,7 @@ def _plan(stmt: ClauseElement, dialect: Dialect, keys: frozenset[str]) -> _Plan 
             value = bp.value
         slots.append((name, proc(value) if proc is not None and value is not None else value,
                       None))
-    cols = compiled._result_columns
+    cols = private_sqlalchemy.result_columns(compiled)
     plan = _Plan(state.statement, slots, tuple(c.keyname for c in cols),
                  tuple(c.type for c in cols))
     if dialect.name != "postgresql":  # PostgreSQL's wait for the server's description
@@ -160,8 +159,7 @@ def plans_for(dialect: Dialect) -> Dialect | None:
     SQLAlchemy, as it would without this module)."""
     if dialect.name == "sqlite":
         return dialect
-    if dialect.driver == "asyncpg" and hasattr(pg_asyncpg.AsyncAdapt_asyncpg_cursor,
-                                                "_prepare_and_execute"):
+    if dialect.driver == "asyncpg" and not private_sqlalchemy.missing():
         return dialect
     return None
 
@@ -241,7 +239,7 @@ async def begin_immediate(raw: Any, dialect: Dialect, busy_timeout_ms: int) -> N
     ``busy_timeout_ms`` as any other connection would, and ends as that would: in
     SQLAlchemy's ``OperationalError`` (retryable) if the lock stays taken."""
     try:
-        raw._conn.execute("BEGIN IMMEDIATE")
+        private_aiosqlite.sqlite3_connection(raw).execute("BEGIN IMMEDIATE")
         return
     except sqlite3.OperationalError as err:
         if err.sqlite_errorcode & 0xFF != SQLITE_BUSY:
@@ -306,11 +304,12 @@ class Conn:
                 if not isinstance(params, list):
                     return await self._run_pg(plan, first)
             elif plan is not None:
-                raw = self._raw or self._driver()
-                if sqlite_driver.inline(raw, plan.sql):
+                db = private_aiosqlite.inline_connection(self._raw or self._driver(),
+                                                         plan.sql)
+                if db is not None:
                     if isinstance(params, list):
-                        return self._run(raw, plan, params, True)
-                    return self._run(raw, plan, [first], False)
+                        return self._run(db, plan, params, True)
+                    return self._run(db, plan, [first], False)
         return await (self._conn or await self.connection()).execute(stmt, params)
 
     def _driver(self) -> Any:
@@ -332,7 +331,7 @@ class Conn:
         args = plan.parameters(params)
         cur = adapted.cursor()
         try:
-            await cur._prepare_and_execute(plan.sql, args)
+            await private_sqlalchemy.prepare_and_execute(cur, plan.sql, args)
             if not plan.resolved:
                 plan.resolve(dialect, [d[1] for d in cur.description or ()] or None)
             fetched = cur.fetchall() if cur.description else []
@@ -359,12 +358,11 @@ class Conn:
             cur.close()
         return Rows(plan.rows(fetched) if fetched else [], rowcount)
 
-    def _run(self, raw: Any, plan: _Plan, params: Any, many: bool) -> Rows:
+    def _run(self, db: sqlite3.Connection, plan: _Plan, params: Any, many: bool) -> Rows:
         args: Any = [plan.parameters(p) for p in params] if many \
             else plan.parameters(params[0])
         try:
-            cur = raw._conn.executemany(plan.sql, args) if many \
-                else raw._conn.execute(plan.sql, args)
+            cur = db.executemany(plan.sql, args) if many else db.execute(plan.sql, args)
             try:
                 fetched = cur.fetchall() if cur.description else []
                 rowcount = cur.rowcount
