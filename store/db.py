@@ -232,6 +232,11 @@ class Database:
         if self.dialect == "sqlite":
             _configure_sqlite(self.engine, busy_timeout_ms)
             self._write_lock = WriteLock()
+        # closed: connections still in use then are closed as they come back, not kept
+        # (the pool's dispose() closes only idle ones; one checked in afterwards would
+        # stay open until the garbage collector found it, after its event loop was gone)
+        self._closed = False
+        event.listen(self.engine.sync_engine, "checkin", self._on_checkin)
 
     @property
     def display_url(self) -> str:
@@ -300,6 +305,10 @@ class Database:
                     await asyncio.shield(_discard(writer))
                 raise
         finally:
+            if self._closed and self._writer is not None:  # closed while this one wrote
+                writer, self._writer = self._writer, None
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(_discard(writer))
             self._write_lock.release()
 
     async def transact(self, work: Callable[[Tx], Awaitable[T]], *,
@@ -369,9 +378,10 @@ class Database:
             async with stack:
                 yield self._tx(Conn(self._plans, raw=raw, open_conn=open_conn))
         finally:
-            if len(self._readers) < self._reader_cap and not raw.in_transaction:
+            if not self._closed and len(self._readers) < self._reader_cap \
+                    and not raw.in_transaction:
                 self._readers.append(raw)
-            else:
+            else:  # kept after close(), it would never be closed
                 await raw.close()
 
     def _tx(self, conn: Conn) -> Tx:
@@ -383,13 +393,28 @@ class Database:
             yield conn
 
     async def close(self) -> None:
-        writer, self._writer = self._writer, None
-        if writer is not None:  # not back to the pool: its busy timeout is 0
-            await _discard(writer)
+        """Close every connection: idle ones now, ones in use as they come back. Each is
+        closed whatever happens to the others (an unclosed aiosqlite connection left to
+        the garbage collector stops its thread on an event loop that may be closed)."""
+        self._closed = True
+        # the write connection in use by a write is closed by that write when it ends
+        in_use = self._write_lock is not None and self._write_lock.held
+        writer, self._writer = (None, self._writer) if in_use else (self._writer, None)
         readers, self._readers = self._readers, []
-        for raw in readers:
-            await raw.close()
-        await self.engine.dispose()
+        try:
+            if writer is not None:  # not back to the pool: its busy timeout is 0
+                await _discard(writer)
+        finally:
+            try:
+                for raw in readers:
+                    with contextlib.suppress(Exception):
+                        await raw.close()
+            finally:
+                await self.engine.dispose()
+
+    def _on_checkin(self, dbapi_conn: Any, record: Any) -> None:
+        if self._closed and dbapi_conn is not None:
+            record.invalidate()  # closes it (the pool it returns to is gone)
 
 
 async def _discard(conn: AsyncConnection) -> None:
@@ -412,6 +437,10 @@ class WriteLock:
         self._ordinary: deque[asyncio.Future[None]] = deque()
         self._seq = 0  # ties (one person's several writes) keep their arrival order
         self._run = 0  # hand-overs ahead of the line since an ordinary writer had the lock
+
+    @property
+    def held(self) -> bool:
+        return self._held
 
     async def acquire(self, *, since: float | None = None) -> None:
         if not self._held and not self._pressing and not self._ordinary:
