@@ -260,7 +260,7 @@ class Database:
         await self._write_lock.acquire(since=since)
         if self._plans is None:  # no fast path: a pooled connection, begun by SQLAlchemy
             try:
-                async with self.engine.connect() as conn:
+                async with self.engine.connect() as conn, _never_reused_after_error(conn):
                     await conn.execution_options(approvald_begin="IMMEDIATE")
                     async with conn.begin():
                         tx = self._tx(Conn(None, conn=conn))
@@ -341,7 +341,7 @@ class Database:
                 yield tx
             return
         if self.dialect == "sqlite" and not snapshot:  # no fast path: autocommit, no BEGIN
-            async with self.engine.connect() as conn:
+            async with self.engine.connect() as conn, _never_reused_after_error(conn):
                 await conn.execution_options(approvald_begin=None)
                 yield self._tx(Conn(None, conn=conn))
             return
@@ -351,7 +351,9 @@ class Database:
             async with self._autocommit.connect() as conn:
                 yield self._tx(Conn(self._plans, conn=conn))
             return
-        async with self.engine.connect() as conn:
+        async with self.engine.connect() as conn, AsyncExitStack() as guard:
+            if self.dialect == "sqlite" and self._plans is None:  # no fast path
+                await guard.enter_async_context(_never_reused_after_error(conn))
             if snapshot and self.dialect == "postgresql":
                 # READ COMMITTED gives each statement its own snapshot; a reader that
                 # compares rows with each other needs one snapshot for the whole read
@@ -415,6 +417,20 @@ class Database:
     def _on_checkin(self, dbapi_conn: Any, record: Any) -> None:
         if self._closed and dbapi_conn is not None:
             record.invalidate()  # closes it (the pool it returns to is gone)
+
+
+@asynccontextmanager
+async def _never_reused_after_error(conn: AsyncConnection) -> AsyncIterator[None]:
+    """SQLite without the fast path: a pooled connection whose work failed or was
+    cancelled is closed, not handed on. A BEGIN or COMMIT cancelled while it ran on the
+    driver's thread may have left it inside a transaction SQLAlchemy does not know of
+    (holding the write lock), and the pool does not roll back on check-in."""
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(Exception):
+            await asyncio.shield(conn.invalidate())
+        raise
 
 
 async def _discard(conn: AsyncConnection) -> None:
