@@ -73,6 +73,11 @@ class Settings(BaseSettings):
                     "a burst beyond it waits for a connection (up to 30 s) rather than opening "
                     "more, and N replicas hold N times as many, which the server's max_connections"
                     " must admit")
+    db_fast_path: bool = Field(
+        True, validation_alias=_env("APPROVALD_DB_FAST_PATH"),
+        description="hot statements skip SQLAlchemy's per-statement machinery through the "
+                    "drivers' private internals (store/private_*.py); 0: plain SQLAlchemy with "
+                    "aiosqlite or asyncpg")
     channel: str | None = Field(
         None, validation_alias=_env("APPROVALD_CHANNEL"),
         description="the Slack channel approval cards are posted to")

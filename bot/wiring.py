@@ -86,7 +86,8 @@ async def open_database(settings: Settings, *, quiet: bool = False) -> Database:
     ``APPROVALD_DATABASE_URL``. The default SQLite file's directory is created; a SQLite
     file being created is announced with its absolute path.
     """
-    db = Database(settings.database_url, connections=settings.db_connections)
+    db = Database(settings.database_url, connections=settings.db_connections,
+                  fast_path=settings.db_fast_path)
     created = _sqlite_file_to_create(db)
     try:
         await _reach(db)

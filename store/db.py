@@ -25,7 +25,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any, TypeVar
 
-from approvald.store import fastsql, sqlite_driver
+import aiosqlite
+from approvald.store import fastsql, private_aiosqlite, private_sqlalchemy
 from approvald.store.errors import ConfigError
 from approvald.store.fastsql import Conn
 from approvald.store.liveness import Liveness, server_gone
@@ -119,14 +120,53 @@ def normalize_url(raw: str) -> URL:
     return url
 
 
+FAST_PATH_ENV = "APPROVALD_DB_FAST_PATH"
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+
+
+def fast_path_setting() -> bool:
+    """``APPROVALD_DB_FAST_PATH`` (default on): whether hot statements may skip
+    SQLAlchemy's per-statement machinery through the drivers' private internals
+    (``store/private_aiosqlite.py``, ``store/private_sqlalchemy.py``). Off, every
+    statement goes through plain SQLAlchemy and aiosqlite/asyncpg (slower, and immune to a
+    release that renames what the fast path relies on)."""
+    raw = os.environ.get(FAST_PATH_ENV, "1").strip().lower()
+    if raw in _TRUE:
+        return True
+    if raw in _FALSE:
+        return False
+    raise ConfigError(f"{FAST_PATH_ENV}: expected 1 or 0 (true/false, on/off), got {raw!r}")
+
+
+def fast_path_gaps(dialect: str) -> list[str]:
+    """What the fast path on ``dialect`` relies on that the installed drivers lack, each
+    named with its dependency's version (none: it may run)."""
+    modules: list[Any] = [private_sqlalchemy]
+    if dialect == "sqlite":
+        modules.append(private_aiosqlite)
+    return [f"{name} ({m.dependency()})" for m in modules for name in m.missing()]
+
+
 class Database:
-    """An async engine plus the transaction helpers the repositories run in."""
+    """An async engine plus the transaction helpers the repositories run in.
+
+    ``fast_path``: see :func:`fast_path_setting` (None: read it from the environment).
+    """
 
     def __init__(self, url: str, *, busy_timeout_ms: int = 10_000,
                  pool_size: int = 10, server_time: bool | None = None,
-                 connections: int | None = None) -> None:
+                 connections: int | None = None, fast_path: bool | None = None) -> None:
         self.url = normalize_url(url)
         self.dialect = "sqlite" if self.url.drivername.startswith("sqlite") else "postgresql"
+        self.fast_path = fast_path_setting() if fast_path is None else fast_path
+        if self.fast_path:
+            gaps = fast_path_gaps(self.dialect)
+            if gaps:
+                log.warning("the database fast path is off: the installed drivers lack %s "
+                            "(set %s=0 to say so and silence this)", ", ".join(gaps),
+                            FAST_PATH_ENV)
+                self.fast_path = False
         # leases on PostgreSQL use the database's clock (replicas' clocks may disagree);
         # tests that move an injected clock across a lease turn it off
         self.server_time = (self.dialect == "postgresql") if server_time is None \
@@ -142,16 +182,21 @@ class Database:
         else:
             path = self.url.database
             assert path is not None
+            fast = self.fast_path
 
             async def creator() -> Any:
-                return await sqlite_driver.connect(path, busy_timeout=busy_timeout_ms / 1000)
+                if fast:  # one-hop cursors, and statements that cannot wait on the loop
+                    return await private_aiosqlite.connect(
+                        path, busy_timeout=busy_timeout_ms / 1000)
+                return await aiosqlite.connect(path, timeout=busy_timeout_ms / 1000)
 
             async def reader() -> Any:
                 raw = await creator()
                 raw.isolation_level = None  # autocommit: a SELECT is its own snapshot
                 return raw
 
-            self._connect_reader = reader
+            if fast:
+                self._connect_reader = reader
 
             # every transaction ends in an explicit COMMIT or ROLLBACK, so the pool's extra
             # rollback on check-in is a wasted round trip to the driver thread. The pool
@@ -178,7 +223,8 @@ class Database:
         # go through SQLite's own locking (BEGIN IMMEDIATE + busy timeout).
         self._write_lock: WriteLock | None = None
         # the dialect hot statements are planned for (store/fastsql.py); None: no plans
-        self._plans: Dialect | None = fastsql.plans_for(self.engine.dialect)
+        self._plans: Dialect | None = (fastsql.plans_for(self.engine.dialect)
+                                       if self.fast_path else None)
         self._readers: list[Any] = []  # idle driver connections for plain SQLite reads
         self._writer: AsyncConnection | None = None  # SQLite: the one write connection
         self._reader_cap = 2 * pool_size
@@ -186,6 +232,11 @@ class Database:
         if self.dialect == "sqlite":
             _configure_sqlite(self.engine, busy_timeout_ms)
             self._write_lock = WriteLock()
+        # closed: connections still in use then are closed as they come back, not kept
+        # (the pool's dispose() closes only idle ones; one checked in afterwards would
+        # stay open until the garbage collector found it, after its event loop was gone)
+        self._closed = False
+        event.listen(self.engine.sync_engine, "checkin", self._on_checkin)
 
     @property
     def display_url(self) -> str:
@@ -207,6 +258,17 @@ class Database:
                 await tx.prepare_commit()
             return
         await self._write_lock.acquire(since=since)
+        if self._plans is None:  # no fast path: a pooled connection, begun by SQLAlchemy
+            try:
+                async with self.engine.connect() as conn, _never_reused_after_error(conn):
+                    await conn.execution_options(approvald_begin="IMMEDIATE")
+                    async with conn.begin():
+                        tx = self._tx(Conn(None, conn=conn))
+                        yield tx
+                        await tx.prepare_commit()
+            finally:
+                self._write_lock.release()
+            return
         try:
             # the lock admits one writer at a time, so one connection serves them all (no
             # pool checkout per transaction), and BEGIN IMMEDIATE and COMMIT are said on
@@ -243,6 +305,10 @@ class Database:
                     await asyncio.shield(_discard(writer))
                 raise
         finally:
+            if self._closed and self._writer is not None:  # closed while this one wrote
+                writer, self._writer = self._writer, None
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(_discard(writer))
             self._write_lock.release()
 
     async def transact(self, work: Callable[[Tx], Awaitable[T]], *,
@@ -270,9 +336,14 @@ class Database:
         """Reads. By default each statement sees the latest commit (no BEGIN/COMMIT round
         trips at all: autocommit on both databases); ``snapshot=True`` gives one consistent
         transaction across statements, for readers that compare rows with each other."""
-        if self.dialect == "sqlite" and not snapshot:
+        if self._connect_reader is not None and not snapshot:
             async with self._plain_read() as tx:
                 yield tx
+            return
+        if self.dialect == "sqlite" and not snapshot:  # no fast path: autocommit, no BEGIN
+            async with self.engine.connect() as conn, _never_reused_after_error(conn):
+                await conn.execution_options(approvald_begin=None)
+                yield self._tx(Conn(None, conn=conn))
             return
         if self._autocommit is not None and not snapshot:
             # at READ COMMITTED every statement has a snapshot of its own, in a transaction
@@ -280,7 +351,9 @@ class Database:
             async with self._autocommit.connect() as conn:
                 yield self._tx(Conn(self._plans, conn=conn))
             return
-        async with self.engine.connect() as conn:
+        async with self.engine.connect() as conn, AsyncExitStack() as guard:
+            if self.dialect == "sqlite" and self._plans is None:  # no fast path
+                await guard.enter_async_context(_never_reused_after_error(conn))
             if snapshot and self.dialect == "postgresql":
                 # READ COMMITTED gives each statement its own snapshot; a reader that
                 # compares rows with each other needs one snapshot for the whole read
@@ -307,9 +380,10 @@ class Database:
             async with stack:
                 yield self._tx(Conn(self._plans, raw=raw, open_conn=open_conn))
         finally:
-            if len(self._readers) < self._reader_cap and not raw.in_transaction:
+            if not self._closed and len(self._readers) < self._reader_cap \
+                    and not raw.in_transaction:
                 self._readers.append(raw)
-            else:
+            else:  # kept after close(), it would never be closed
                 await raw.close()
 
     def _tx(self, conn: Conn) -> Tx:
@@ -321,13 +395,42 @@ class Database:
             yield conn
 
     async def close(self) -> None:
-        writer, self._writer = self._writer, None
-        if writer is not None:  # not back to the pool: its busy timeout is 0
-            await _discard(writer)
+        """Close every connection: idle ones now, ones in use as they come back. Each is
+        closed whatever happens to the others (an unclosed aiosqlite connection left to
+        the garbage collector stops its thread on an event loop that may be closed)."""
+        self._closed = True
+        # the write connection in use by a write is closed by that write when it ends
+        in_use = self._write_lock is not None and self._write_lock.held
+        writer, self._writer = (None, self._writer) if in_use else (self._writer, None)
         readers, self._readers = self._readers, []
-        for raw in readers:
-            await raw.close()
-        await self.engine.dispose()
+        try:
+            if writer is not None:  # not back to the pool: its busy timeout is 0
+                await _discard(writer)
+        finally:
+            try:
+                for raw in readers:
+                    with contextlib.suppress(Exception):
+                        await raw.close()
+            finally:
+                await self.engine.dispose()
+
+    def _on_checkin(self, dbapi_conn: Any, record: Any) -> None:
+        if self._closed and dbapi_conn is not None:
+            record.invalidate()  # closes it (the pool it returns to is gone)
+
+
+@asynccontextmanager
+async def _never_reused_after_error(conn: AsyncConnection) -> AsyncIterator[None]:
+    """SQLite without the fast path: a pooled connection whose work failed or was
+    cancelled is closed, not handed on. A BEGIN or COMMIT cancelled while it ran on the
+    driver's thread may have left it inside a transaction SQLAlchemy does not know of
+    (holding the write lock), and the pool does not roll back on check-in."""
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(Exception):
+            await asyncio.shield(conn.invalidate())
+        raise
 
 
 async def _discard(conn: AsyncConnection) -> None:
@@ -350,6 +453,10 @@ class WriteLock:
         self._ordinary: deque[asyncio.Future[None]] = deque()
         self._seq = 0  # ties (one person's several writes) keep their arrival order
         self._run = 0  # hand-overs ahead of the line since an ordinary writer had the lock
+
+    @property
+    def held(self) -> bool:
+        return self._held
 
     async def acquire(self, *, since: float | None = None) -> None:
         if not self._held and not self._pressing and not self._ordinary:

@@ -13,7 +13,7 @@ column's key and result processor. Later calls apply the plan straight to the dr
 return a small result with the parts of SQLAlchemy's ``Result`` the repositories use:
 
 * SQLite: on the sqlite3 connection, on the event loop's thread, where
-  :func:`store.sqlite_driver.inline` allows (a statement that may wait for a lock goes
+  :func:`store.private_aiosqlite.inline` allows (a statement that may wait for a lock goes
   through SQLAlchemy, which waits on the driver's thread);
 * PostgreSQL: on the asyncpg adapter's cursor call that SQLAlchemy itself makes (its
   prepared-statement cache, its transaction begun the same way), with result processors
@@ -35,10 +35,9 @@ import sqlite3
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
-from approvald.store import sqlite_driver
+from approvald.store import private_aiosqlite, private_sqlalchemy
 from approvald.store.liveness import server_gone
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.dialects.postgresql import asyncpg as pg_asyncpg
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import ClauseElement
@@ -65,7 +64,7 @@ class _Plan:
     def resolve(self, dialect: Dialect, coltypes: list[Any] | None = None) -> None:
         """Each result column's processor, as SQLAlchemy picks it: on PostgreSQL by the
         type the server described (known after a first execution), on SQLite without."""
-        procs = tuple(t._cached_result_processor(dialect, c) for t, c in
+        procs = tuple(t.dialect_impl(dialect).result_processor(dialect, c) for t, c in
                       zip(self.types, coltypes or [None] * len(self.types), strict=True))
         self.procs = procs if any(p is not None for p in procs) else None
         self.resolved = True
@@ -113,7 +112,7 @@ def _plan(stmt: ClauseElement, dialect: Dialect, keys: frozenset[str]) -> _Plan 
             bp = by_name.get(name.rsplit("_", 1)[0])
         if bp is None:
             return None
-        proc = bp.type._cached_bind_processor(dialect)
+        proc = bp.type.dialect_impl(dialect).bind_processor(dialect)
         if name in by_name and (bp.key in keys or name in keys):
             slots.append((bp.key if bp.key in keys else name, _CALLER, proc))
             continue
@@ -127,7 +126,7 @@ def _plan(stmt: ClauseElement, dialect: Dialect, keys: frozenset[str]) -> _Plan 
             value = bp.value
         slots.append((name, proc(value) if proc is not None and value is not None else value,
                       None))
-    cols = compiled._result_columns
+    cols = private_sqlalchemy.result_columns(compiled)
     plan = _Plan(state.statement, slots, tuple(c.keyname for c in cols),
                  tuple(c.type for c in cols))
     if dialect.name != "postgresql":  # PostgreSQL's wait for the server's description
@@ -160,8 +159,7 @@ def plans_for(dialect: Dialect) -> Dialect | None:
     SQLAlchemy, as it would without this module)."""
     if dialect.name == "sqlite":
         return dialect
-    if dialect.driver == "asyncpg" and hasattr(pg_asyncpg.AsyncAdapt_asyncpg_cursor,
-                                                "_prepare_and_execute"):
+    if dialect.driver == "asyncpg" and not private_sqlalchemy.missing():
         return dialect
     return None
 
@@ -241,23 +239,21 @@ async def begin_immediate(raw: Any, dialect: Dialect, busy_timeout_ms: int) -> N
     ``busy_timeout_ms`` as any other connection would, and ends as that would: in
     SQLAlchemy's ``OperationalError`` (retryable) if the lock stays taken."""
     try:
-        raw._conn.execute("BEGIN IMMEDIATE")
+        private_aiosqlite.sqlite3_connection(raw).execute("BEGIN IMMEDIATE")
         return
     except sqlite3.OperationalError as err:
         if err.sqlite_errorcode & 0xFF != SQLITE_BUSY:
             raise sa_exc.DBAPIError.instance("BEGIN IMMEDIATE", (), err, sqlite3.Error,
                                              dialect=dialect) from err
 
-    def waiting_begin() -> None:
-        conn = raw._conn
-        conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        finally:
-            conn.execute("PRAGMA busy_timeout=0")
-
+    # the lock is taken by another process: wait for it on the driver's thread, as any
+    # other connection would (three round trips, but only when another process writes)
     try:
-        await raw._execute(waiting_begin)
+        await raw.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+        try:
+            await raw.execute("BEGIN IMMEDIATE")
+        finally:
+            await raw.execute("PRAGMA busy_timeout=0")
     except sqlite3.Error as err:
         raise sa_exc.DBAPIError.instance("BEGIN IMMEDIATE", (), err, sqlite3.Error,
                                          dialect=dialect) from err
@@ -268,7 +264,7 @@ async def on_driver_thread(raw: Any, sql: str, dialect: Dialect) -> None:
     lock or for the disk) on the driver connection's own thread, as SQLAlchemy would, with
     a driver error raised as SQLAlchemy's (``database is locked`` is then retryable)."""
     try:
-        await raw._execute(raw._conn.execute, sql)
+        await raw.execute(sql)  # aiosqlite's own call: one round trip to its thread
     except sqlite3.Error as err:
         raise sa_exc.DBAPIError.instance(sql, (), err, sqlite3.Error,
                                          dialect=dialect) from err
@@ -308,11 +304,12 @@ class Conn:
                 if not isinstance(params, list):
                     return await self._run_pg(plan, first)
             elif plan is not None:
-                raw = self._raw or self._driver()
-                if sqlite_driver.inline(raw, plan.sql):
+                db = private_aiosqlite.inline_connection(self._raw or self._driver(),
+                                                         plan.sql)
+                if db is not None:
                     if isinstance(params, list):
-                        return self._run(raw, plan, params, True)
-                    return self._run(raw, plan, [first], False)
+                        return self._run(db, plan, params, True)
+                    return self._run(db, plan, [first], False)
         return await (self._conn or await self.connection()).execute(stmt, params)
 
     def _driver(self) -> Any:
@@ -334,7 +331,7 @@ class Conn:
         args = plan.parameters(params)
         cur = adapted.cursor()
         try:
-            await cur._prepare_and_execute(plan.sql, args)
+            await private_sqlalchemy.prepare_and_execute(cur, plan.sql, args)
             if not plan.resolved:
                 plan.resolve(dialect, [d[1] for d in cur.description or ()] or None)
             fetched = cur.fetchall() if cur.description else []
@@ -361,12 +358,11 @@ class Conn:
             cur.close()
         return Rows(plan.rows(fetched) if fetched else [], rowcount)
 
-    def _run(self, raw: Any, plan: _Plan, params: Any, many: bool) -> Rows:
+    def _run(self, db: sqlite3.Connection, plan: _Plan, params: Any, many: bool) -> Rows:
         args: Any = [plan.parameters(p) for p in params] if many \
             else plan.parameters(params[0])
         try:
-            cur = raw._conn.executemany(plan.sql, args) if many \
-                else raw._conn.execute(plan.sql, args)
+            cur = db.executemany(plan.sql, args) if many else db.execute(plan.sql, args)
             try:
                 fetched = cur.fetchall() if cur.description else []
                 rowcount = cur.rowcount

@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from approvald.store import private_asyncpg
 from sqlalchemy import event
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -71,7 +72,7 @@ class Liveness:
         driver = dbapi_conn.driver_connection
         if driver.is_closed():
             raise DisconnectionError("the server closed this pooled connection")
-        if driver.is_in_transaction() or getattr(driver, "_top_xact", None) is not None:
+        if driver.is_in_transaction() or private_asyncpg.untracked_transaction(driver):
             # a transaction nobody tracks (asyncpg's, which the pool's rollback on check-in
             # does not see): the next transaction would be a savepoint inside it, and
             # never commit. Replaced: closing it rolls the abandoned one back.

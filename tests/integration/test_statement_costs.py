@@ -20,7 +20,7 @@ from approvald.runtime.decide import Actor
 from approvald.runtime.demo import REFUND_POLICY, DemoLedger, refund_agent
 from approvald.runtime.engine import assemble
 from approvald.runtime.outcomes import Completed, Paused
-from approvald.store import migrate, sqlite_driver
+from approvald.store import migrate, private_aiosqlite
 from approvald.store.db import Database
 
 from tests.conftest import SIGNER
@@ -38,7 +38,7 @@ async def decision_cost(tmp_path: Path, waiting: int,
     counts: collections.Counter[str] = collections.Counter()
     counting = [False]
     connections: list[Any] = []
-    real = sqlite_driver.connect
+    real = private_aiosqlite.connect
 
     async def connect(path: str, **kwargs: Any) -> Any:
         conn = await real(path, **kwargs)
@@ -57,8 +57,8 @@ async def decision_cost(tmp_path: Path, waiting: int,
             raw.set_progress_handler(step, 1)
         return conn
 
-    monkeypatch.setattr(sqlite_driver, "connect", connect)
-    db = Database(f"sqlite+aiosqlite:///{tmp_path / f'cost{waiting}.db'}")
+    monkeypatch.setattr(private_aiosqlite, "connect", connect)
+    db = Database(f"sqlite+aiosqlite:///{tmp_path / f'cost{waiting}.db'}", fast_path=True)
     try:
         await migrate.upgrade(db)
         ledger = DemoLedger(str(tmp_path / f"ledger{waiting}.json"))

@@ -27,7 +27,7 @@ T0 = datetime(2026, 12, 1, 9, 30, 15, 123456, tzinfo=UTC)
 
 @pytest.fixture
 async def sdb(sqlite_url: str):
-    d = Database(sqlite_url)
+    d = Database(sqlite_url, fast_path=True)
     yield d
     await d.close()
 
@@ -242,7 +242,7 @@ async def test_a_write_waiting_on_another_process_lock_fails_retryably(
     from approvald.store.db import is_retryable
     from sqlalchemy.exc import OperationalError
 
-    d = Database(sqlite_url, busy_timeout_ms=50)
+    d = Database(sqlite_url, busy_timeout_ms=50, fast_path=True)
     other = sqlite3.connect(d.url.database, isolation_level=None)
     try:
         await insert_run(d, "r6")
@@ -292,7 +292,7 @@ async def test_a_write_waits_off_the_loop_for_another_process_lock(sqlite_url: s
     import asyncio
     import sqlite3
 
-    d = Database(sqlite_url, busy_timeout_ms=10_000)
+    d = Database(sqlite_url, busy_timeout_ms=10_000, fast_path=True)
     other = sqlite3.connect(d.url.database, isolation_level=None)
     try:
         await insert_run(d, "r9")

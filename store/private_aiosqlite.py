@@ -1,23 +1,73 @@
-"""A one-hop (or no-hop) cursor for SQLAlchemy's aiosqlite dialect.
+"""Every use of aiosqlite's private internals, in one place (issue 37).
 
 aiosqlite runs each sqlite3 call on the connection's own thread and hands the result
 back to the event loop. Through SQLAlchemy a single statement costs three or four such
-round trips (open a cursor, execute, fetch the rows, close). The cursor here does the
-whole statement in ONE trip: on the connection thread it opens a sqlite3 cursor,
-executes, fetches every row, notes ``description``/``rowcount``/``lastrowid`` and closes
-it; ``fetchall`` and ``close`` then need no trip at all. A statement that cannot wait on
-anything (one inside a transaction that has begun, or a ``SELECT``: see ``inline``)
-takes no trip at all: it runs right on the loop's thread, in microseconds. Same SQL,
-same transactions, much less CPU per statement (see docs/performance.md). SQLite only;
-PostgreSQL goes through asyncpg untouched.
+round trips (open a cursor, execute, fetch the rows, close). The fast path
+(``APPROVALD_DB_FAST_PATH``, on by default) saves them, which aiosqlite's public API
+cannot do:
+
+* the cursor here does the whole statement in ONE trip: on the connection thread it opens
+  a sqlite3 cursor, executes, fetches every row, notes ``description``/``rowcount``/
+  ``lastrowid`` and closes it; ``fetchall`` and ``close`` then need no trip at all;
+* a statement that cannot wait on anything (one inside a transaction that has begun, or
+  a ``SELECT``: see :func:`inline`) takes no trip at all: it runs right on the loop's
+  thread, on the sqlite3 connection, in microseconds.
+
+Same SQL, same transactions, much less CPU per statement (see docs/performance.md). SQLite only;
+PostgreSQL goes through asyncpg (its private name is in ``private_sqlalchemy``).
+
+What is relied on, all of it listed in :data:`RELIES_ON` (checked by
+``tests/unit/test_private_apis.py`` and, at start-up, by :func:`missing`: a name gone
+turns the fast path off with a warning rather than failing): ``Connection._connection``
+(the sqlite3 connection, or None once closed), ``Connection._conn`` (the same, raising
+when closed), ``Connection._execute`` (run a function on the connection's thread), and
+that ``Connection.cursor`` may be replaced on an instance. Versions: see pyproject.toml.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterable, Sequence
+import sqlite3
+from collections.abc import Callable, Generator, Iterable, Sequence
+from importlib.metadata import version
 from typing import Any, cast
 
 import aiosqlite
+
+# (what, name): the names this module uses that aiosqlite does not document
+RELIES_ON: tuple[tuple[str, str], ...] = (
+    ("aiosqlite.Connection (instance attribute)", "_connection"),
+    ("aiosqlite.Connection", "_conn"),
+    ("aiosqlite.Connection", "_execute"),
+)
+
+
+def dependency() -> str:
+    """The dependency this module reaches into, with its installed version."""
+    return f"aiosqlite {version('aiosqlite')}"
+
+
+def missing() -> list[str]:
+    """The names of :data:`RELIES_ON` the installed aiosqlite lacks (none: all there)."""
+    # a Connection not yet awaited starts no thread and opens nothing
+    try:
+        probe: Any = aiosqlite.Connection(lambda: sqlite3.connect(":memory:"), 64)
+    except TypeError:
+        return ["aiosqlite.Connection(connector, iter_chunk_size) (to check the rest)"]
+    gone = [f"{what}.{name}" for what, name in RELIES_ON
+            if not hasattr(probe if "instance" in what else aiosqlite.Connection, name)]
+    if getattr(aiosqlite.Connection, "__slots__", None) is not None:
+        gone.append("aiosqlite.Connection.cursor (replaceable on an instance)")
+    return gone
+
+
+def sqlite3_connection(conn: aiosqlite.Connection) -> sqlite3.Connection:
+    """The sqlite3 connection under ``conn``; ``ValueError`` once it is closed."""
+    return conn._conn
+
+
+async def on_thread(conn: aiosqlite.Connection, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` on ``conn``'s own thread (one round trip)."""
+    return await cast(Any, conn)._execute(fn, *args)
 
 
 def inline(conn: aiosqlite.Connection, sql: str) -> bool:
@@ -30,8 +80,16 @@ def inline(conn: aiosqlite.Connection, sql: str) -> bool:
     IMMEDIATE`` on the lock, ``COMMIT`` on fsync) still goes to the connection's thread.
     The thread is idle whenever SQLAlchemy runs a statement: it awaits each one.
     """
+    return inline_connection(conn, sql) is not None
+
+
+def inline_connection(conn: aiosqlite.Connection, sql: str) -> sqlite3.Connection | None:
+    """The sqlite3 connection to run ``sql`` on right here if it may (see :func:`inline`),
+    else None."""
     raw = conn._connection
-    return raw is not None and (raw.in_transaction or sql.startswith("SELECT"))
+    if raw is not None and (raw.in_transaction or sql.startswith("SELECT")):
+        return raw
+    return None
 
 
 class OneHopCursor:
@@ -49,7 +107,7 @@ class OneHopCursor:
     def _run(self, sql: str, parameters: Any, many: bool) -> tuple[list[Any], Any, int,
                                                                     int | None]:
         # runs on the connection's thread: the sqlite3 cursor never leaves it
-        cur = self._conn._conn.cursor()
+        cur = sqlite3_connection(self._conn).cursor()
         try:
             if many:
                 cur.executemany(sql, parameters)
@@ -66,7 +124,7 @@ class OneHopCursor:
         if inline(self._conn, sql):
             done = self._run(sql, parameters, many)
         else:
-            done = await cast(Any, self._conn)._execute(self._run, sql, parameters, many)
+            done = await on_thread(self._conn, self._run, sql, parameters, many)
         self._rows, self.description, self.rowcount, self.lastrowid = done
         return self
 

@@ -1,0 +1,79 @@
+"""Every use of SQLAlchemy's private internals, in one place (issue 37).
+
+The plan path (``store/fastsql.py``, on unless ``APPROVALD_DB_FAST_PATH=0``) compiles a
+hot statement once through SQLAlchemy's public compiler and then applies what SQLAlchemy
+would do per call straight to the driver. Two things it needs have no public name:
+
+* the compiled statement's result columns (``SQLCompiler._result_columns``): each column's
+  key, as a ``Row``'s ``_mapping`` names it, and its type; read once per plan;
+* on PostgreSQL, the asyncpg adapter's cursor coroutine
+  (``AsyncAdapt_asyncpg_cursor._prepare_and_execute``): the call SQLAlchemy's own
+  ``execute`` makes (its prepared-statement cache, its transaction begun first), awaited
+  directly instead of through SQLAlchemy's greenlet.
+
+The compiler attributes the plans read (``bind_names``, ``insert_prefetch``,
+``positiontup`` ...) carry no underscore but are internals too; :data:`RELIES_ON` lists
+them with the private ones. ``tests/unit/test_private_apis.py`` checks every one on the
+installed SQLAlchemy, and :func:`missing` at start-up turns the fast path off (with a
+warning) when one is gone. Versions: see pyproject.toml.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import version
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import asyncpg as pg_asyncpg
+from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
+
+# (what, name): the names the plans use that SQLAlchemy does not document as public
+RELIES_ON: tuple[tuple[str, str], ...] = (
+    ("SQLCompiler", "_result_columns"),
+    ("SQLCompiler", "bind_names"),
+    ("SQLCompiler", "positional"),
+    ("SQLCompiler", "insert_prefetch"),
+    ("SQLCompiler", "update_prefetch"),
+    ("SQLCompiler", "escaped_bind_names"),
+    ("SQLCompiler", "construct_expanded_state"),
+    ("ExpandedState", "positiontup"),
+    ("ResultColumnsEntry", "keyname"),
+    ("ResultColumnsEntry", "type"),
+    ("postgresql.asyncpg.AsyncAdapt_asyncpg_cursor", "_prepare_and_execute"),
+)
+
+
+def dependency() -> str:
+    """The dependency this module reaches into, with its installed version."""
+    return f"SQLAlchemy {version('sqlalchemy')}"
+
+
+def missing() -> list[str]:
+    """The names of :data:`RELIES_ON` the installed SQLAlchemy lacks (none: all there)."""
+    t = sa.table("t", sa.column("a"))
+    compiled: Any = sa.select(t.c.a).where(t.c.a == sa.bindparam("x")).compile(
+        dialect=sqlite_dialect(paramstyle="qmark"))
+    probes: dict[str, Any] = {
+        "SQLCompiler": compiled,
+        "postgresql.asyncpg.AsyncAdapt_asyncpg_cursor": pg_asyncpg.AsyncAdapt_asyncpg_cursor,
+    }
+    try:
+        probes["ExpandedState"] = compiled.construct_expanded_state({"x": None})
+    except Exception:  # its absence is reported below
+        pass
+    try:
+        probes["ResultColumnsEntry"] = compiled._result_columns[0]
+    except Exception:
+        pass
+    return [f"{what}.{name}" for what, name in RELIES_ON
+            if what not in probes or not hasattr(probes[what], name)]
+
+
+def result_columns(compiled: Any) -> Any:
+    """A compiled statement's result columns: entries with ``keyname`` and ``type``."""
+    return compiled._result_columns
+
+
+async def prepare_and_execute(cursor: Any, sql: str, args: tuple[Any, ...]) -> None:
+    """Run ``sql`` on an asyncpg adapter cursor as its ``execute`` would, awaited here."""
+    await cursor._prepare_and_execute(sql, args)
