@@ -38,9 +38,15 @@ hypothesis_settings.register_profile("long", max_examples=10_000)
 
 PG_ADMIN_URL = os.environ.get("APPROVALD_TEST_PG_URL",
                               "postgresql://postgres@127.0.0.1:5432/test")
+# every table the migrations make but alembic's own, emptied in one statement before each
+# test that uses the session's PostgreSQL database (tests/integration/test_pg_reset.py checks
+# that the list names them all)
 TABLES = ("approval_votes", "approvals", "audit_log", "audit_head", "limits", "outbox",
           "external_requests", "api_tokens", "standing_approvals", "adapter_pauses",
           "run_threads", "run_events", "tool_executions", "runs", "policy_in_force")
+RESET = f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE"
+# under pytest-xdist each worker has a database of its own (gw0, gw1, ...)
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
 
 
 async def _pg_admin(sql: str) -> None:
@@ -49,6 +55,17 @@ async def _pg_admin(sql: str) -> None:
     conn = await asyncpg.connect(PG_ADMIN_URL.replace("+asyncpg", ""), timeout=5)
     try:
         await conn.execute(sql)
+    finally:
+        await conn.close()
+
+
+async def reset_pg(url: str) -> None:
+    """Empty a migrated test database: one ``TRUNCATE`` of every table."""
+    import asyncpg
+
+    conn = await asyncpg.connect(url.replace("+asyncpg", ""), timeout=5)
+    try:
+        await conn.execute(RESET)
     finally:
         await conn.close()
 
@@ -93,8 +110,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session")
-def pg_url() -> Iterator[str | None]:
-    name = f"approvald_test_{uuid.uuid4().hex[:10]}"
+def pg_database() -> Iterator[str | None]:
+    """A migrated PostgreSQL database for this session (this xdist worker's own), or None
+    when the server is unreachable and APPROVALD_REQUIRE_PG is not set."""
+    name = f"approvald_test_{WORKER}_{uuid.uuid4().hex[:10]}"
     try:
         asyncio.run(_pg_admin(f'CREATE DATABASE "{name}"'))
     except Exception as exc:  # server absent: skip or fail, as configured
@@ -113,6 +132,14 @@ def pg_url() -> Iterator[str | None]:
     asyncio.run(upgrade())
     yield url
     asyncio.run(_pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture
+def pg_url(pg_database: str | None) -> str | None:
+    """The session's PostgreSQL database, emptied for this test (None: unreachable)."""
+    if pg_database is not None:
+        asyncio.run(reset_pg(pg_database))
+    return pg_database
 
 
 @pytest.fixture(scope="session")
@@ -136,20 +163,9 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path, sqlite_template: Path
         path = tmp_path / "approvald.db"
         shutil.copy(sqlite_template, path)
         return f"sqlite+aiosqlite:///{path}"
-    url = request.getfixturevalue("pg_url")
+    url = request.getfixturevalue("pg_url")  # emptied for this test
     if url is None:
         pytest.skip("PostgreSQL is not reachable (set APPROVALD_TEST_PG_URL)")
-
-    async def truncate() -> None:
-        db = Database(url)
-        async with db.connection() as conn:
-            from sqlalchemy import text
-
-            await conn.execute(text(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE"))
-            await conn.commit()
-        await db.close()
-
-    asyncio.run(truncate())
     return str(url)
 
 

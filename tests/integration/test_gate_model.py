@@ -82,7 +82,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from tests.conftest import SIGNER, TABLES
+from tests.conftest import SIGNER, reset_pg
 from tests.helpers import Crash
 from tests.helpers import crash as _crash
 
@@ -985,12 +985,4 @@ def test_the_gate_holds_under_random_interleavings(db_url: str, tmp_path: Path,
 
 
 async def _truncate(url: str) -> None:
-    from sqlalchemy import text
-
-    db = Database(url)
-    try:
-        async with db.connection() as conn:
-            await conn.execute(text(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE"))
-            await conn.commit()
-    finally:
-        await db.close()
+    await reset_pg(url)
