@@ -70,6 +70,64 @@ async def reset_pg(url: str) -> None:
         await conn.close()
 
 
+# -- no silent skips ---------------------------------------------------------------------
+# CI (.ci/run) sets APPROVALD_SKIP_ALLOWLIST_ENFORCE=1: then a run that skipped any test for a
+# reason not listed here fails, naming the tests. Each entry is the start of a skip reason
+# and why CI may skip it. None is allowed today: CI has PostgreSQL (APPROVALD_REQUIRE_PG=1),
+# chromium (APPROVALD_REQUIRE_BROWSER=1) and every framework of the dev extra, so a skip
+# there means a test did not run that should have.
+SKIP_ALLOWLIST: dict[str, str] = {}
+
+
+def _skip_reason(report: pytest.TestReport | pytest.CollectReport) -> str:
+    if hasattr(report, "wasxfail"):
+        return f"xfail: {report.wasxfail}"
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    return str(longrepr)
+
+
+def unlisted_skips(skipped: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The (node id, reason) pairs whose reason starts with no SKIP_ALLOWLIST entry."""
+    return [(node, reason) for node, reason in skipped
+            if not any(reason.startswith(allowed) for allowed in SKIP_ALLOWLIST)]
+
+
+class SkipAudit:
+    """Gathers the skips where reports are gathered (the xdist controller, or the only
+    process) and fails the session on one outside SKIP_ALLOWLIST."""
+
+    def __init__(self) -> None:
+        self.skipped: list[tuple[str, str]] = []
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.skipped:
+            self.skipped.append((report.nodeid, _skip_reason(report)))
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.skipped:
+            self.skipped.append((report.nodeid, _skip_reason(report)))
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        unlisted = unlisted_skips(self.skipped)
+        if not unlisted:
+            return
+        lines = "\n".join(f"  {node}: {reason}" for node, reason in unlisted)
+        session.config.get_terminal_writer().line(
+            f"\nAPPROVALD_SKIP_ALLOWLIST_ENFORCE=1: {len(unlisted)} test(s) skipped for a "
+            f"reason not in SKIP_ALLOWLIST (tests/conftest.py):\n{lines}", red=True)
+        if session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if (os.environ.get("APPROVALD_SKIP_ALLOWLIST_ENFORCE") == "1"
+            and not hasattr(config, "workerinput")):  # an xdist worker: its controller judges
+        config.pluginmanager.register(SkipAudit(), "approvald-skip-audit")
+
+
 @pytest.fixture(autouse=True)
 def disarm_failpoints() -> Iterator[None]:
     """No failpoint armed by a test outlives it."""
