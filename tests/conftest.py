@@ -135,6 +135,29 @@ def disarm_failpoints() -> Iterator[None]:
     failpoints.arm("")
 
 
+# pytest's own, set to each phase of the running test
+_ENV_OWN = frozenset({"PYTEST_CURRENT_TEST"})
+
+
+@pytest.fixture(autouse=True)
+def environ_unchanged() -> Iterator[None]:
+    """No test leaves ``os.environ`` changed (``monkeypatch.setenv`` undoes itself before
+    this looks): a change is undone here and fails the test, naming the variables."""
+    before = {k: v for k, v in os.environ.items() if k not in _ENV_OWN}
+    yield
+    after = {k: v for k, v in os.environ.items() if k not in _ENV_OWN}
+    if after == before:
+        return
+    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    for key in changed:
+        if key in before:
+            os.environ[key] = before[key]
+        else:
+            del os.environ[key]
+    pytest.fail(f"the test left os.environ changed: {', '.join(changed)} (use monkeypatch)",
+                pytrace=False)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def user_data_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """No test (nor any ``approvald`` it starts) touches the real per-user database: the
