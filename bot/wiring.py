@@ -87,8 +87,8 @@ async def open_database(settings: Settings, *, quiet: bool = False) -> Database:
     file being created is announced with its absolute path.
     """
     db = Database(settings.database_url, connections=settings.db_connections)
-    created = _sqlite_file_to_create(db)
     try:
+        created = _sqlite_file_to_create(db)
         await _reach(db)
         result = await migrate.upgrade(db)
     except Exception:
