@@ -88,8 +88,8 @@ async def open_database(settings: Settings, *, quiet: bool = False) -> Database:
     """
     db = Database(settings.database_url, connections=settings.db_connections,
                   fast_path=settings.db_fast_path)
-    created = _sqlite_file_to_create(db)
     try:
+        created = _sqlite_file_to_create(db)
         await _reach(db)
         result = await migrate.upgrade(db)
     except Exception:

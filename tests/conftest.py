@@ -38,9 +38,15 @@ hypothesis_settings.register_profile("long", max_examples=10_000)
 
 PG_ADMIN_URL = os.environ.get("APPROVALD_TEST_PG_URL",
                               "postgresql://postgres@127.0.0.1:5432/test")
+# every table the migrations make but alembic's own, emptied in one statement before each
+# test that uses the session's PostgreSQL database (tests/integration/test_pg_reset.py checks
+# that the list names them all)
 TABLES = ("approval_votes", "approvals", "audit_log", "audit_head", "limits", "outbox",
           "external_requests", "api_tokens", "standing_approvals", "adapter_pauses",
           "run_threads", "run_events", "tool_executions", "runs", "policy_in_force")
+RESET = f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE"
+# under pytest-xdist each worker has a database of its own (gw0, gw1, ...)
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
 
 
 async def _pg_admin(sql: str) -> None:
@@ -53,11 +59,103 @@ async def _pg_admin(sql: str) -> None:
         await conn.close()
 
 
+async def reset_pg(url: str) -> None:
+    """Empty a migrated test database: one ``TRUNCATE`` of every table."""
+    import asyncpg
+
+    conn = await asyncpg.connect(url.replace("+asyncpg", ""), timeout=5)
+    try:
+        await conn.execute(RESET)
+    finally:
+        await conn.close()
+
+
+# -- no silent skips ---------------------------------------------------------------------
+# CI (.ci/run) sets APPROVALD_SKIP_ALLOWLIST_ENFORCE=1: then a run that skipped any test for a
+# reason not listed here fails, naming the tests. Each entry is the start of a skip reason
+# and why CI may skip it. None is allowed today: CI has PostgreSQL (APPROVALD_REQUIRE_PG=1),
+# chromium (APPROVALD_REQUIRE_BROWSER=1) and every framework of the dev extra, so a skip
+# there means a test did not run that should have.
+SKIP_ALLOWLIST: dict[str, str] = {}
+
+
+def _skip_reason(report: pytest.TestReport | pytest.CollectReport) -> str:
+    if hasattr(report, "wasxfail"):
+        return f"xfail: {report.wasxfail}"
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    return str(longrepr)
+
+
+def unlisted_skips(skipped: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The (node id, reason) pairs whose reason starts with no SKIP_ALLOWLIST entry."""
+    return [(node, reason) for node, reason in skipped
+            if not any(reason.startswith(allowed) for allowed in SKIP_ALLOWLIST)]
+
+
+class SkipAudit:
+    """Gathers the skips where reports are gathered (the xdist controller, or the only
+    process) and fails the session on one outside SKIP_ALLOWLIST."""
+
+    def __init__(self) -> None:
+        self.skipped: list[tuple[str, str]] = []
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.skipped:
+            self.skipped.append((report.nodeid, _skip_reason(report)))
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.skipped:
+            self.skipped.append((report.nodeid, _skip_reason(report)))
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        unlisted = unlisted_skips(self.skipped)
+        if not unlisted:
+            return
+        lines = "\n".join(f"  {node}: {reason}" for node, reason in unlisted)
+        session.config.get_terminal_writer().line(
+            f"\nAPPROVALD_SKIP_ALLOWLIST_ENFORCE=1: {len(unlisted)} test(s) skipped for a "
+            f"reason not in SKIP_ALLOWLIST (tests/conftest.py):\n{lines}", red=True)
+        if session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if (os.environ.get("APPROVALD_SKIP_ALLOWLIST_ENFORCE") == "1"
+            and not hasattr(config, "workerinput")):  # an xdist worker: its controller judges
+        config.pluginmanager.register(SkipAudit(), "approvald-skip-audit")
+
+
 @pytest.fixture(autouse=True)
 def disarm_failpoints() -> Iterator[None]:
     """No failpoint armed by a test outlives it."""
     yield
     failpoints.arm("")
+
+
+# pytest's own, set to each phase of the running test
+_ENV_OWN = frozenset({"PYTEST_CURRENT_TEST"})
+
+
+@pytest.fixture(autouse=True)
+def environ_unchanged() -> Iterator[None]:
+    """No test leaves ``os.environ`` changed (``monkeypatch.setenv`` undoes itself before
+    this looks): a change is undone here and fails the test, naming the variables."""
+    before = {k: v for k, v in os.environ.items() if k not in _ENV_OWN}
+    yield
+    after = {k: v for k, v in os.environ.items() if k not in _ENV_OWN}
+    if after == before:
+        return
+    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    for key in changed:
+        if key in before:
+            os.environ[key] = before[key]
+        else:
+            del os.environ[key]
+    pytest.fail(f"the test left os.environ changed: {', '.join(changed)} (use monkeypatch)",
+                pytrace=False)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -93,8 +191,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session")
-def pg_url() -> Iterator[str | None]:
-    name = f"approvald_test_{uuid.uuid4().hex[:10]}"
+def pg_database() -> Iterator[str | None]:
+    """A migrated PostgreSQL database for this session (this xdist worker's own), or None
+    when the server is unreachable and APPROVALD_REQUIRE_PG is not set."""
+    name = f"approvald_test_{WORKER}_{uuid.uuid4().hex[:10]}"
     try:
         asyncio.run(_pg_admin(f'CREATE DATABASE "{name}"'))
     except Exception as exc:  # server absent: skip or fail, as configured
@@ -113,6 +213,14 @@ def pg_url() -> Iterator[str | None]:
     asyncio.run(upgrade())
     yield url
     asyncio.run(_pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture
+def pg_url(pg_database: str | None) -> str | None:
+    """The session's PostgreSQL database, emptied for this test (None: unreachable)."""
+    if pg_database is not None:
+        asyncio.run(reset_pg(pg_database))
+    return pg_database
 
 
 @pytest.fixture(scope="session")
@@ -136,20 +244,9 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path, sqlite_template: Path
         path = tmp_path / "approvald.db"
         shutil.copy(sqlite_template, path)
         return f"sqlite+aiosqlite:///{path}"
-    url = request.getfixturevalue("pg_url")
+    url = request.getfixturevalue("pg_url")  # emptied for this test
     if url is None:
         pytest.skip("PostgreSQL is not reachable (set APPROVALD_TEST_PG_URL)")
-
-    async def truncate() -> None:
-        db = Database(url)
-        async with db.connection() as conn:
-            from sqlalchemy import text
-
-            await conn.execute(text(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE"))
-            await conn.commit()
-        await db.close()
-
-    asyncio.run(truncate())
     return str(url)
 
 

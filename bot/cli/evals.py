@@ -111,6 +111,7 @@ async def cmd_eval(s: Settings, a: argparse.Namespace) -> int:
     # a report that cannot be written is refused before the journeys run, not after
     where = report_path(a.report) if a.report else ""
     scratch = ScratchDatabases()
+    before = os.environ.get("APPROVALD_DEMO_LEDGER")  # put back after (a caller in-process)
     try:
         # side effects are counted in the demo ledger; modules APPROVALD_AGENTS loads read
         # its path from the environment when they are imported, which is after this
@@ -121,6 +122,10 @@ async def cmd_eval(s: Settings, a: argparse.Namespace) -> int:
                                 databases=scratch.new, policy=registry.policy,
                                 ledger_path=ledger, agent_modules=s.agents or "")
     finally:
+        if before is None:
+            os.environ.pop("APPROVALD_DEMO_LEDGER", None)
+        else:
+            os.environ["APPROVALD_DEMO_LEDGER"] = before
         scratch.cleanup()
     if a.json:
         out(report.to_json())

@@ -83,6 +83,8 @@ async def test_every_acknowledged_click_survives_a_sigkill(db_url: str, tmp_path
                 assert done, "no click was answered"
                 acked += [clicks[t] for t in done if not t.exception() and t.result().status
                           == 200]
+            # the kill must land with clicks in flight, or it proves nothing about them
+            assert waiting, "every click was answered before the SIGKILL"
             procs[0].send_signal(signal.SIGKILL)  # at once, with clicks still in flight
             assert await procs[0].wait() == -signal.SIGKILL
             await asyncio.gather(*waiting, return_exceptions=True)

@@ -87,10 +87,10 @@ async def _audit_actions(settings: Settings) -> Counter[tuple[str | None, str]]:
         await db.close()
 
 
+# replicas on several hosts share one PostgreSQL database
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
 async def test_three_replicas_race_clicks_and_expiry_and_survive_losing_one(
         db_url: str, tmp_path: Path) -> None:
-    if not db_url.startswith("postgresql"):
-        pytest.skip("replicas on several hosts share one PostgreSQL database")
     emulator, cli = await setup(tmp_path, db_url)
     settings = Settings(**{k: v for k, v in cli.env().items()
                            if k.startswith(("APPROVALD_", "SLACK_"))})

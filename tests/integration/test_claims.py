@@ -239,10 +239,10 @@ async def test_a_run_woken_here_is_not_claimed_from_under_itself(db, make_engine
         await serving
 
 
+# SQLite has one writer: a claim in progress cannot be seen, only waited for
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
 async def test_a_thread_another_replica_is_claiming_is_passed_over_not_waited_for(
         db, other, make_engine, clock) -> None:
-    if db.dialect != "postgresql":
-        pytest.skip("SQLite has one writer: a claim in progress cannot be seen, only waited for")
     engine = make_engine()
     runs = [(await engine.run("demo-steps", "2", requested_by="U_DANA")).run_id
             for _ in range(2)]
@@ -265,10 +265,10 @@ async def test_a_thread_another_replica_is_claiming_is_passed_over_not_waited_fo
         assert (await tx.threads.get(runs[0])).claimed_by == "r1"
 
 
+# SQLite has one writer: a decision in progress cannot be seen
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
 async def test_a_reminder_for_a_request_being_decided_is_not_waited_for(
         db, other, make_engine, clock) -> None:
-    if db.dialect != "postgresql":
-        pytest.skip("SQLite has one writer: a decision in progress cannot be seen")
     _, [paused] = await _overdue(make_engine, clock, 1)
     async with db.read() as tx:
         a = await tx.approvals.get(paused.approval_ids[0])

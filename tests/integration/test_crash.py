@@ -51,6 +51,7 @@ def test_sigkill_at_each_boundary_then_recover(cli: Cli, point: str) -> None:
 
 def test_a_second_recover_finds_nothing_to_do(cli: Cli) -> None:
     done = cli("run", "demo-steps", "--task", "3", failpoints="after_result@2")
+    assert done.returncode == KILLED, done.stderr  # the failpoint fired: there is a crash
     run_id = done.stdout.strip()
     cli.ok("recover")
     assert "recovered 0 run(s)" in cli("recover").stderr
@@ -106,7 +107,9 @@ def test_crash_after_approving_refund_runs_exactly_once(cli: Cli, point: str) ->
 
 def test_a_double_approve_after_a_crash_is_refused(cli: Cli) -> None:
     _run_id, approval_id = pause_refund(cli)
-    cli("approvals", "approve", approval_id, "--as", "U_ALICE", failpoints="after_decision")
+    crashed = cli("approvals", "approve", approval_id, "--as", "U_ALICE",
+                  failpoints="after_decision")
+    assert crashed.returncode == KILLED, crashed.stderr  # died after committing, not before
     again = cli("approvals", "approve", approval_id, "--as", "U_BOB")
     assert again.returncode == 4 and "already approved by U_ALICE" in again.stderr
     cli.ok("recover")

@@ -140,11 +140,11 @@ async def test_a_snapshot_read_cancelled_anywhere_leaves_no_transaction_behind(
             await admin.close()
 
 
+# asyncpg's transactions; SQLite's writer is discarded on any error
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
 async def test_a_pooled_connection_left_in_a_transaction_is_replaced_on_checkout(
         small: Database, probe: None) -> None:
     """Whatever path leaves one behind: here a BEGIN said on the driver itself."""
-    if small.dialect != "postgresql":
-        pytest.skip("asyncpg's transactions; SQLite's writer is discarded on any error")
     admin = await outside(small)
     try:
         async with small.connection() as conn:

@@ -555,3 +555,59 @@ async def test_a_decision_on_one_replica_ends_a_long_poll_on_another(
         await b.wakeups.close()
         await db_a.close()
         await db_b.close()
+
+
+# -- every route of the OpenAPI document, without a token and with another token's request --
+
+SPEC = schemas.openapi()
+METHODS = ("get", "put", "post", "delete", "patch", "head", "options")
+ROUTES = [(path, method) for path, ops in SPEC["paths"].items() for method in ops
+          if method in METHODS]
+# a body each operation taking one accepts, so that the token is all that is wrong
+BODIES: dict[str, Any] = {
+    "createRequest": {"tool": "deploy", "args": {"v": 2}},
+    "reportResult": {"status": "succeeded", "args_digest": "0" * 64, "result": {"ok": True}},
+}
+
+
+@pytest.mark.parametrize(("path", "method"), ROUTES,
+                         ids=[f"{m.upper()} {p}" for p, m in ROUTES])
+async def test_every_route_refuses_a_missing_token_and_another_tokens_request(
+        sqlite_url: str, tmp_path: Path, path: str, method: str) -> None:
+    op = SPEC["paths"][path][method]
+    body = None
+    if "requestBody" in op:
+        assert op["operationId"] in BODIES, f"no body here for {op['operationId']}"
+        body = BODIES[op["operationId"]]
+    async with harness(sqlite_url, tmp_path, background=False,
+                       APPROVALD_POLICY_FILE=policy_file(tmp_path)) as h, \
+            aiohttp.ClientSession() as http:
+        mine = await make_token(h, "pay-bot")
+        theirs = await make_token(h, "other-bot")
+        status, made = await api(http, "POST", f"{base(h)}/v1/requests", mine.token,
+                                 {"tool": "deploy", "args": {"v": 1}, "idempotency_key": "k"})
+        assert status == 201 and made["status"] == "pending"
+        url = base(h) + path.replace("{id}", made["id"])
+        if op.get("security", SPEC["security"]) == []:  # public: this document
+            assert (await api(http, method.upper(), url, None, body))[0] == 200
+            return
+
+        async def state() -> tuple[int, Any]:
+            async with h.engine.db.read() as tx:
+                runs = len(await tx.runs.recent(limit=1000))
+            return runs, (await api(http, "GET", f"{base(h)}/v1/requests/{made['id']}",
+                                    mine.token))[1]
+
+        before = await state()
+        for bearer in (None, "apd_" + "x" * 43):  # no token, an unknown one
+            status, doc = await api(http, method.upper(), url, bearer, body)
+            assert (status, doc["error"]["code"]) == (401, "unauthorized"), (bearer, doc)
+        assert await state() == before  # nothing read, nothing changed
+
+        status, doc = await api(http, method.upper(), url, theirs.token,
+                                body if "{id}" in path else {**body, "idempotency_key": "k"})
+        if "{id}" in path:  # another token's request is not this one's to read or report
+            assert (status, doc["error"]["code"]) == (404, "not_found"), doc
+            assert await state() == before
+        else:  # creating: another token's idempotency keys are its own
+            assert status == 201 and doc["id"] != made["id"]

@@ -3,7 +3,6 @@ datasets fail with the precise reason."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -28,7 +27,6 @@ async def run_eval(tmp_path: Path, path: Path, agent: str | None = None, *,
     that import the broken agents from their module; restart_before_decision always has
     its child processes), else without them."""
     ledger = str(tmp_path / "ledger.jsonl")
-    os.environ["APPROVALD_DEMO_LEDGER"] = ledger  # where the child's module agents write
     agents = demo_agents(ledger) + broken_agents(DemoLedger(ledger))
     scratch = ScratchDatabases(tmp_path)
     dataset = load_dataset(path, agent=agent)
@@ -36,8 +34,10 @@ async def run_eval(tmp_path: Path, path: Path, agent: str | None = None, *,
         dataset = dataset.model_copy(update={
             "interruptions": NO_KILLS,
             "tasks": [t.model_copy(update={"interruptions": None}) for t in dataset.tasks]})
-    return await evaluate(dataset, agents=agents, databases=scratch.new, ledger_path=ledger,
-                          agent_modules="tests.fixtures.eval_agents")
+    with pytest.MonkeyPatch.context() as mp:  # for this evaluation only
+        mp.setenv("APPROVALD_DEMO_LEDGER", ledger)  # where the child's module agents write
+        return await evaluate(dataset, agents=agents, databases=scratch.new,
+                              ledger_path=ledger, agent_modules="tests.fixtures.eval_agents")
 
 
 def reasons(report: Report, task: str, variant: str = "baseline") -> list[str]:

@@ -297,10 +297,10 @@ async def test_events_table_rejects_a_forked_history(db: Database, make_engine):
     assert n == 1
 
 
+# SQLite serves one host: one clock
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
 async def test_postgres_leases_follow_the_database_clock_not_a_replicas(db_url, clock):
     """A replica whose clock runs ten minutes ahead cannot take a live lease on PostgreSQL."""
-    if not db_url.startswith("postgresql"):
-        pytest.skip("SQLite serves one host: one clock")
     from datetime import UTC, datetime, timedelta
 
     from approvald.runtime.agent import Registry

@@ -1,22 +1,38 @@
 """``pytest -m postgres`` selects the tests that reach PostgreSQL (and ``-m sqlite`` the SQLite
-ones), however they ask for their database."""
+ones), however they ask for their database.
+
+The suite is collected in this process (``pytest.main`` with ``--collect-only``, as
+``pytest -m ... --collect-only`` would, without xdist): no interpreter to start, and the
+test modules this process has imported already are not imported again."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
+class Selected:
+    """A plugin that keeps the node ids of the items left after ``-m``'s deselection."""
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.ids = [item.nodeid for item in session.items]
+
+
 def collected(marker: str) -> list[str]:
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-         "-m", marker, "tests"], cwd=ROOT, text=True, capture_output=True, timeout=300,
-        check=False)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    return [line for line in done.stdout.splitlines() if "::" in line]
+    selected = Selected()
+    code = pytest.main(
+        ["--collect-only", "-q", "-p", "no:cacheprovider", "-o", "addopts=", "-n", "0",
+         "--rootdir", str(ROOT), "-c", str(ROOT / "pyproject.toml"), "-m", marker,
+         str(ROOT / "tests")], plugins=[selected])
+    assert code == pytest.ExitCode.OK, code
+    return selected.ids  # relative to the root: tests/unit/test_gate.py::...
 
 
 def test_pytest_m_postgres_selects_the_postgresql_tests() -> None:
