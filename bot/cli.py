@@ -28,6 +28,7 @@ from typing import Any
 from approvald.bot import cli_standing, documents
 from approvald.bot.api.cli import add_commands as add_token_commands
 from approvald.bot.config import Settings, load_settings
+from approvald.bot.deploy_cli import add_command as add_deploy_check
 from approvald.bot.mcp.cli import add_commands as add_mcp_commands
 from approvald.bot.wiring import build_engine, check_environment, open_database
 from approvald.runtime import audit
@@ -463,7 +464,7 @@ async def decide_batch(engine: Engine, a: argparse.Namespace, as_user: str,
 
 RESULTING = {"approve": "approved", "edit": "approved", "deny": "denied",
              "redirect": "redirected", "retry": "approved", "mark_done": "approved",
-             "abort": "denied"}
+             "abort": "denied", "replan": "approved"}
 
 
 async def decision_stands(engine: Engine, approval_id: str, verdict: str,
@@ -476,7 +477,7 @@ async def decision_stands(engine: Engine, approval_id: str, verdict: str,
     a = await engine.decider.get(approval_id)
     if a.status != RESULTING.get(verdict) or a.decided_by != actor:
         return None
-    if a.kind == "outcome_unknown" and a.verdict != verdict:
+    if a.kind != "tool_call" and a.verdict != verdict:
         return None
     return a
 
@@ -851,7 +852,8 @@ def build_parser() -> argparse.ArgumentParser:
              "policy says edits = \"propose\")"),
             ("redirect", "redirect", "do not run the call; the model receives your guidance "
              "instead and re-plans"),
-            ("resolve", "resolve", "answer an \"outcome unknown\" question")):
+            ("resolve", "resolve", "answer an \"outcome unknown\" or a \"cannot run\" "
+             "question")):
         c = ap.add_parser(name, help=what + (" (several ids: each decided on its own, "
                                              "one refusal stopping no other)"
                                              if name in ("approve", "deny") else ""))
@@ -879,9 +881,13 @@ def build_parser() -> argparse.ArgumentParser:
             c.add_argument("--args", required=True, help="the new arguments as a JSON object")
             c.add_argument("--reason", help="why (recorded in the audit log)")
         elif name == "resolve":
-            c.add_argument("--outcome", required=True, choices=["retry", "mark_done", "abort"],
-                           help="retry: run the call once more; mark_done: it happened; "
-                                "abort: it did not, and is not to be retried")
+            c.add_argument("--outcome", required=True,
+                           choices=["retry", "mark_done", "abort", "replan"],
+                           help="outcome unknown: retry (run the call once more), mark_done "
+                                "(it happened) or abort (it did not, and is not to be "
+                                "retried); cannot run (an approved call the deployed agent "
+                                "cannot run): replan (the model reads why and re-plans) or "
+                                "abort (the run ends)")
             c.add_argument("--reason", help="why (recorded in the audit log)")
         else:
             c.add_argument("--reason", help="why (recorded in the audit log)")
@@ -891,6 +897,7 @@ def build_parser() -> argparse.ArgumentParser:
                   "schedule)").set_defaults(fn=cmd_approvals_sweep)
 
     add_token_commands(sub, operator=operator, json_help=JSON)
+    add_deploy_check(sub, with_engine=with_engine, json_help=JSON)
     add_mcp_commands(sub)
 
     au = sub.add_parser("audit", help="verify and export the audit log").add_subparsers(

@@ -291,7 +291,8 @@ class Engine:
         async with self.db.write() as tx:
             await tx.runs.create(run_id=run_id, agent=a.name, task=task,
                                  requested_by=requested_by,
-                                 instructions_version=a.instructions_version, now=now)
+                                 instructions_version=a.instructions_version, now=now,
+                                 agent_version=a.version)
             nxt = await tx.events.append(run_id, 0, 0, [encode(UserMessage(content=task))])
             await tx.runs.update(run_id, next_seq=nxt)
             if claim is not None:
