@@ -7,6 +7,7 @@ and the audit entry commit together or not at all. Nothing is sent from here.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -215,6 +216,11 @@ class Gate:
             run_id=run.id, approval_id=approval.id, digest=approval.effective_digest,
             details={"tool": call.name, "call_id": call.id, "args": args, "reason": reason,
                      "question": question_id})
+        # the approved request's card says the call was not run, and why
+        said = json.loads(approval.packet) if approval.packet else {}
+        said = said if isinstance(said, dict) else {}
+        await tx.approvals.set_packet(approval.id, compact_json(
+            {**said, "not_executed": reason, "cannot_run_question": question_id}))
         await tx.outbox.add(kind=CARD_UPDATE, group_key=approval.id,
                             payload=compact_json({"approval_id": approval.id}), now=now)
         return question_id

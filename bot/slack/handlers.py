@@ -75,7 +75,7 @@ class Handlers:
 
     def register(self, app: AsyncApp) -> None:
         for action_id, verdict in ((cards.APPROVE, "approve"), (cards.RETRY, "retry"),
-                                   (cards.MARK_DONE, "mark_done")):
+                                   (cards.MARK_DONE, "mark_done"), (cards.REPLAN, "replan")):
             app.action(action_id)(self._direct(verdict))
         app.action(cards.DENY)(self.on_deny_click)
         app.action(cards.ABORT)(self.on_abort_click)
