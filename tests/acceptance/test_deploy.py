@@ -5,10 +5,12 @@ next release renames the tool (or changes its schema), then the approver approve
 from __future__ import annotations
 
 import json
+import sqlite3
 import textwrap
 from pathlib import Path
 
 import pytest
+from approvald.runtime.state import SCHEMA_VERSION
 
 from tests.helpers import Cli, make_cli
 
@@ -234,3 +236,43 @@ def test_a_schema_that_refuses_the_arguments_is_caught(cli: Cli) -> None:
     assert payments(cli) == []
     [entry] = [e for e in audit_of(cli, run_id) if e["action"] == "not_executed"]
     assert "currency" in entry["details"]["reason"]  # type: ignore[index]
+
+
+# -- state written by the previous release ---------------------------------------------------
+
+STATE_V2 = Path(__file__).parent.parent / "fixtures" / "state_v2.json"
+
+
+def rewrite_events(cli: Cli, run_id: str, rows: list[tuple[int, str]]) -> None:
+    """Put the run's transcript back as an older (or newer) release wrote it."""
+    path = cli.db_url.split("///", 1)[1]
+    with sqlite3.connect(path) as conn:
+        conn.execute("DELETE FROM run_events WHERE run_id = ?", (run_id,))
+        conn.executemany(
+            "INSERT INTO run_events (run_id, seq, step, v, body) VALUES (?, ?, ?, ?, ?)",
+            [(run_id, i, max(i - 1, 0) // 2 + (1 if i else 0), v, body)
+             for i, (v, body) in enumerate(rows)])
+
+
+def test_a_run_checkpointed_by_the_previous_state_schema_resumes(cli: Cli) -> None:
+    doc = json.loads(STATE_V2.read_text())
+    assert doc["schema_version"] == 2 == SCHEMA_VERSION - 1  # the release before this one
+    done = cli("run", "demo-refund", "--task", doc["task"], "--requested-by", "U_DANA")
+    assert done.returncode == 0, done.stderr
+    run_id = done.stdout.strip()
+    [pending] = cli.json("approvals", "list", "--json")
+    rewrite_events(cli, run_id, [(2, json.dumps(m)) for m in doc["messages"]])
+    shown = cli.json("runs", "show", run_id, "--json")
+    assert [m["role"] for m in shown["transcript"]] == ["user", "assistant", "tool",
+                                                        "assistant"]
+    out = cli.ok("approvals", "approve", pending["id"], "--as", "U_ALICE")
+    assert f"run {run_id}: completed" in out
+    assert [e["tool"] for e in cli.ledger_lines()] == ["lookup_order", "issue_refund",
+                                                      "send_customer_email"]
+
+    # state from a newer release is refused, in one line, and changes nothing
+    rewrite_events(cli, run_id, [(SCHEMA_VERSION + 1, json.dumps(doc["messages"][0]))])
+    refused = cli("runs", "show", run_id, "--json")
+    assert refused.returncode == 2, (refused.returncode, refused.stderr)
+    assert len(refused.stderr.strip().splitlines()) == 1
+    assert "newer than this approvald supports" in refused.stderr
