@@ -589,7 +589,8 @@ class Runner:
                 if found is None:  # it ran on an earlier release: its result stands
                     observe(observation_of(existing), ledger_ref=True)
                     return
-            elif self._not_runnable(live, agent, call, approval, args, pending, observe):
+            elif self._not_runnable(live, agent, call, approval, args, pending, observe,
+                                    existing):
                 return
         else:
             tool = found
@@ -681,7 +682,8 @@ class Runner:
     @staticmethod
     def _not_runnable(live: _Live, agent: Agent, call: ToolCall, approval: ApprovalRecord,
                       args: dict[str, Any], pending: _Pending,
-                      observe: Callable[[Any], None]) -> bool:
+                      observe: Callable[[Any], None],
+                      existing: ExecutionRecord | None) -> bool:
         """An approved call this release cannot run (its tool is gone, or its schema no
         longer accepts exactly the approved arguments) is never run nor silently turned
         into an error: a person is asked (``cannot_run``), and their answer decides. True
@@ -698,6 +700,10 @@ class Runner:
         why = agent.cannot_run(call.name, args)
         if why is None:
             return False
+        if existing is not None:  # an earlier release started it: it may have happened
+            why += (f" (an earlier attempt started at {existing.started_at.isoformat()} and "
+                    f"its outcome is unknown: check under idempotency key "
+                    f"{existing.idempotency_key} before re-planning)")
         pending.cannot.append((call, approval, why))
         return True
 
