@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from approvald.runtime.agent import run_version
 from approvald.runtime.packet import will_run
 from approvald.runtime.policy import ApprovalPolicy
 from approvald.runtime.state import RunState
@@ -92,6 +93,7 @@ def run_document(run: RunRecord, state: RunState,
         "task": run.task,
         "requested_by": run.requested_by,
         "instructions_version": run.instructions_version,
+        "agent_version": run_version(run),
         "created_at": iso(run.created_at),
         "updated_at": iso(run.updated_at),
         "result": run.result if run.status == "completed" else None,

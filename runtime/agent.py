@@ -5,12 +5,14 @@ from __future__ import annotations
 import importlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from approvald.runtime.canonical import canonical_json, sha256_hex
-from approvald.runtime.errors import ConfigError, NotFound
+from approvald.runtime.errors import ConfigError, InvalidArguments, NotFound
 from approvald.runtime.models.base import Model, ToolSpec
 from approvald.runtime.policy import PolicyFile, is_namespaced, is_pattern
 from approvald.runtime.tools import Tool
+from approvald.store.records import RunRecord
 
 
 @dataclass
@@ -26,6 +28,11 @@ class Agent:
     # advance at once, and at most this many model calls start per minute (None: no limit)
     max_concurrent_runs: int | None = None
     model_calls_per_minute: int | None = None
+    # the release of this agent that a run records when it starts (default: a digest of
+    # the instructions and the tools' names and schemas); a process may register the
+    # previous release beside the current one, ``retired``, to finish the runs started on it
+    version: str = ""
+    retired: bool = False
     _by_name: dict[str, Tool] = field(init=False, repr=False)
     _specs: list[ToolSpec] | None = field(default=None, init=False, repr=False)
 
@@ -39,6 +46,12 @@ class Agent:
             if t.name in self._by_name:
                 raise ConfigError(f"agent {self.name!r} defines tool {t.name!r} twice")
             self._by_name[t.name] = t
+        if not isinstance(self.version, str) or len(self.version) > 64 \
+                or (self.version and not self.version.isprintable()):
+            raise ConfigError(f"agent {self.name!r}: version must be a printable string of at "
+                              "most 64 characters")
+        if not self.version:
+            self.version = self.instructions_version
 
     def tool(self, name: str) -> Tool | None:
         return self._by_name.get(name)
@@ -48,6 +61,22 @@ class Agent:
         if self._specs is None:
             self._specs = [ToolSpec(t.name, t.description, t.json_schema()) for t in self.tools]
         return self._specs
+
+    def cannot_run(self, tool: str, args: dict[str, Any]) -> str | None:
+        """Why this release could not run an approved call of ``tool`` with exactly
+        ``args`` (the tool is gone, or its schema no longer accepts them); None if it can."""
+        found = self.tool(tool)
+        why: str | None = None
+        if found is None:
+            why = "no such tool"
+        else:
+            try:
+                found.validate(args)
+            except InvalidArguments as exc:
+                why = f"the approved arguments no longer fit its schema ({exc})"
+        if why is None:
+            return None
+        return f"approved call `{tool}` cannot run on agent {self.name} v{self.version}: {why}"
 
     @property
     def instructions_version(self) -> str:
@@ -66,7 +95,8 @@ class Registry:
     """Agents by name, with the deployment's policy file applied to their tools."""
 
     def __init__(self, agents: Iterable[Agent] = (), policy: PolicyFile | None = None) -> None:
-        self._agents: dict[str, Agent] = {}
+        self._agents: dict[str, Agent] = {}  # the current release of each agent
+        self._versions: dict[tuple[str, str], Agent] = {}  # every release, current or retired
         self._policy = policy or PolicyFile()
         for a in agents:
             self.add(a)
@@ -82,30 +112,62 @@ class Registry:
         self._policy = policy
 
     def add(self, agent: Agent) -> None:
-        if agent.name in self._agents:
-            raise ConfigError(f"two agents are named {agent.name!r}")
-        self._agents[agent.name] = agent
+        """Register an agent. Several releases of one agent may be registered: exactly one
+        current, the others ``retired`` (they only finish the runs started on them)."""
+        key = (agent.name, agent.version)
+        if key in self._versions:
+            raise ConfigError(f"two agents are named {agent.name!r} (both version "
+                              f"{agent.version!r})")
+        current = self._agents.get(agent.name)
+        if current is not None and not agent.retired:
+            raise ConfigError(
+                f"two agents are named {agent.name!r} (versions {current.version!r} and "
+                f"{agent.version!r}): mark all but the current one retired=True")
         for t in agent.tools:  # fail at start-up, not at the first gated call
             found = self.policy.entry(t.name)
             # rules see the validated dump: exactly the declared fields (closed)
             schema = t.rule_schema() if found is not None and found[1].rules else None
             self.policy.check(t.name, t.policy, t.approval, schema, closed=True)
+        self._versions[key] = agent
+        if not agent.retired:
+            self._agents[agent.name] = agent
 
     def get(self, name: str) -> Agent:
+        """The current release of the agent ``name`` (what a new run starts on)."""
         try:
             return self._agents[name]
         except KeyError:
+            retired = sorted(v for (n, v) in self._versions if n == name)
+            if retired:
+                raise NotFound(f"agent {name!r} is retired (versions {', '.join(retired)} "
+                               "only finish the runs started on them)") from None
             known = ", ".join(sorted(self._agents)) or "none"
             raise NotFound(f"unknown agent {name!r} (known: {known})") from None
+
+    def version(self, name: str, version: str) -> Agent | None:
+        """The release ``version`` of agent ``name``, if this process registers it."""
+        return self._versions.get((name, version))
+
+    def for_run(self, run: RunRecord) -> Agent:
+        """The release a run goes on with: the one it started on while it is registered,
+        else the current one (whose tools the runner checks each approved call against)."""
+        found = self._versions.get((run.agent, run_version(run)))
+        return found if found is not None else self.get(run.agent)
+
+    def releases(self) -> list[Agent]:
+        """Every registered release, current and retired."""
+        return list(self._versions.values())
 
     def names(self) -> list[str]:
         return sorted(self._agents)
 
     async def aclose(self) -> None:
         """Close model clients that hold connections (those with an ``aclose`` method)."""
-        for agent in self._agents.values():
+        closed: set[int] = set()
+        for agent in self._versions.values():
             close = getattr(agent.model, "aclose", None)
-            if close is not None:
+            if close is not None and id(agent.model) not in closed:
+                closed.add(id(agent.model))
                 await close()
 
     def check_policy(self) -> None:
@@ -113,7 +175,7 @@ class Registry:
         for other sources' tools (``api:TOKEN/TOOL``, ``mcp:GATEWAY/TOOL``,
         ``adapter:NAME/TOOL``) and globs need no agent; they are checked over the file's
         ``[default]``, as they will be applied."""
-        defined = {t.name for a in self._agents.values() for t in a.tools}
+        defined = {t.name for a in self._versions.values() for t in a.tools}
         kind, base = self.policy.default_policy()
         for name in self.policy.tools:
             if name in defined:
@@ -147,3 +209,9 @@ class Registry:
                 raise ConfigError(f"APPROVALD_AGENTS: module {modname!r} defines no Agent")
             for a in found:
                 self.add(a)
+
+
+def run_version(run: RunRecord) -> str:
+    """The agent release a run started on (runs from before releases were recorded: the
+    digest of the instructions they started with, which was the release's default)."""
+    return run.agent_version or run.instructions_version

@@ -44,9 +44,14 @@ from approvald.store.repos import Tx
 
 log = logging.getLogger("approvald.decide")
 
-Verdict = Literal["approve", "deny", "edit", "redirect", "retry", "mark_done", "abort"]
+Verdict = Literal["approve", "deny", "edit", "redirect", "retry", "mark_done", "abort",
+                  "replan"]
 TOOL_VERDICTS = ("approve", "deny", "edit", "redirect")
 QUESTION_VERDICTS = ("retry", "mark_done", "abort")
+# an approved call the deployed release cannot run: the model re-plans, or the run ends
+CANNOT_RUN_VERDICTS = ("replan", "abort")
+VERDICTS_OF = {"tool_call": TOOL_VERDICTS, "outcome_unknown": QUESTION_VERDICTS,
+               "cannot_run": CANNOT_RUN_VERDICTS}
 # the verdicts that end a tool-call request at once, whatever the quorum: one no (or one
 # "not this, do that instead") outweighs any number of yeses
 FINAL_VERDICTS = {"deny": "denied", "redirect": "redirected"}
@@ -252,7 +257,7 @@ class Decider:
 
     # -- before the transaction: nothing here reads state that can change ---------------
     async def _precheck(self, a: ApprovalRecord, at: _Attempt, args: Any) -> None:
-        allowed = TOOL_VERDICTS if a.kind == "tool_call" else QUESTION_VERDICTS
+        allowed = VERDICTS_OF.get(a.kind, QUESTION_VERDICTS)
         if at.verdict not in allowed:
             raise _refuse(a, Refusal.WRONG_KIND,
                           f"{at.verdict!r} does not answer a {a.kind} request "
@@ -436,7 +441,8 @@ class Decider:
             raise _refuse(a, Refusal.NOT_PENDING, not_pending_message(a))
         await tx.approvals.add_vote(approval_id=a.id, actor=actor.id, verdict=verdict,
                                     digest=a.digest, via=actor.via, at=now)
-        self.audit.record(tx, at=now, action="outcome_resolved", actor=actor.id,
+        action = "cannot_run_resolved" if a.kind == "cannot_run" else "outcome_resolved"
+        self.audit.record(tx, at=now, action=action, actor=actor.id,
                             via=actor.via, run_id=a.run_id, approval_id=a.id, digest=a.digest,
                             details={"tool": a.tool, "args": a.args_value(), "verdict": verdict,
                                      "reason": reason})
@@ -456,7 +462,7 @@ class Decider:
                                 run_id=a.run_id, approval_id=a.id, digest=a.digest,
                                 details={"reason": reason})
             return Decision(done, verdict, 0, 1, False)
-        ready, claim = await self._wake(tx, a.run_id, kind="outcome_unknown",
+        ready, claim = await self._wake(tx, a.run_id, kind=a.kind,
                                         from_status="needs_attention")
         return Decision(done, verdict, 1, 1, ready, claim=claim)
 

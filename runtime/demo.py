@@ -174,7 +174,7 @@ def refund_script(messages: Transcript) -> ModelReply:
         if status == "expired":
             return reply("The refund request expired without a decision, so no refund was "
                          "issued.", turn=turn)
-        if status in ("error", "cancelled", "forbidden", "invalid_arguments"):
+        if status in ("error", "cancelled", "forbidden", "invalid_arguments", "not_executed"):
             return reply(f"The refund did not go through ({status}): "
                          f"{content.get('error') or content.get('reason') or ''}".rstrip(": "),
                          turn=turn)

@@ -22,6 +22,7 @@ from approvald.runtime.audit import AuditKey, AuditTrail
 from approvald.runtime.clock import Clock, SystemClock
 from approvald.runtime.decide import Actor, Decider, Decision, Verdict
 from approvald.runtime.decisions import Decisions
+from approvald.runtime.deploy_check import DeployReport, deploy_check
 from approvald.runtime.directory import Directory, StaticDirectory
 from approvald.runtime.errors import ApprovaldError, NotFound
 from approvald.runtime.expiry import Expiry
@@ -294,7 +295,8 @@ class Engine:
         async with self.db.write() as tx:
             await tx.runs.create(run_id=run_id, agent=a.name, task=task,
                                  requested_by=requested_by,
-                                 instructions_version=a.instructions_version, now=now)
+                                 instructions_version=a.instructions_version, now=now,
+                                 agent_version=a.version)
             nxt = await tx.events.append(run_id, 0, 0, [encode(UserMessage(content=task))])
             await tx.runs.update(run_id, next_seq=nxt)
             if claim is not None:
@@ -411,6 +413,11 @@ class Engine:
     async def trace(self, run_id: str) -> Trace:
         """The timeline of run ``run_id`` (an exact id) as of now."""
         return await load_trace(self.db, run_id, now=self.clock.now())
+
+    async def deploy_check(self) -> DeployReport:
+        """What the agents this process loaded could not run of the calls waiting in the
+        database (see :mod:`runtime.deploy_check`)."""
+        return await deploy_check(self.db, self.registry)
 
     async def prune(self, older_than: timedelta, *, dry_run: bool = False
                     ) -> retention.PruneReport:

@@ -7,6 +7,7 @@ and the audit entry commit together or not at all. Nothing is sent from here.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -185,6 +186,44 @@ class Gate:
                      "started_at": rec.started_at.isoformat(),
                      "heard_at": heard.isoformat(), "reconcile": reconcile})
         return approval_id
+
+    async def open_cannot_run(self, tx: Tx, run: RunRecord, call: ToolCall,
+                              approval: ApprovalRecord, reason: str) -> str:
+        """An approved call the deployed release cannot run: it is not executed. Ask a
+        person what now (``replan``: the model reads ``{status: not_executed, reason}``
+        and re-plans, asking again for anything gated; ``abort``: the run ends), record
+        ``not_executed`` with the reason, and redraw the approved request's card. The
+        question goes to the request's approvers, under its stored policy, and has no
+        deadline (silence must not decide it)."""
+        now = self.clock.now()
+        args = approval.effective_args()
+        policy = ApprovalPolicy.from_snapshot(approval.policy)
+        packet: dict[str, Any] = {
+            "agent": run.agent, "task": run.task[:500], "requested_by": run.requested_by,
+            "doing": (f"{call.name} was approved (approval {approval.id}) but was not "
+                      f"executed: {reason}. Hand the model the error to re-plan, or abort "
+                      "the run?"),
+            "evidence": [], "impact": None, "risk": policy.risk,
+            "why": "the agent was redeployed after the call was requested; approved work "
+                   "is never dropped silently",
+            "description": "", "reason": reason, "approval_id": approval.id,
+        }
+        question_id = await self.insert_approval(
+            tx, run=run, call_id=call.id, kind="cannot_run", tool=call.name, args=args,
+            policy=policy, rung=0, packet=packet, ttl=QUESTION_TTL)
+        self.audit.record(
+            tx, at=now, action="not_executed", actor="system:runtime", via="runtime",
+            run_id=run.id, approval_id=approval.id, digest=approval.effective_digest,
+            details={"tool": call.name, "call_id": call.id, "args": args, "reason": reason,
+                     "question": question_id})
+        # the approved request's card says the call was not run, and why
+        said = json.loads(approval.packet) if approval.packet else {}
+        said = said if isinstance(said, dict) else {}
+        await tx.approvals.set_packet(approval.id, compact_json(
+            {**said, "not_executed": reason, "cannot_run_question": question_id}))
+        await tx.outbox.add(kind=CARD_UPDATE, group_key=approval.id,
+                            payload=compact_json({"approval_id": approval.id}), now=now)
+        return question_id
 
     async def cancel_pending(self, tx: Tx, run_id: str, *, actor: str, via: str,
                              reason: str | None = None) -> None:

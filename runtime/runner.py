@@ -44,6 +44,7 @@ from approvald.runtime.ledger import (
     WaitForAttempt,
     audit_execution,
     needs_intent,
+    observation_of,
 )
 from approvald.runtime.limits import PayloadCap
 from approvald.runtime.metrics import DecidedRuns, Meter
@@ -113,6 +114,8 @@ class _Pending:
     waiting: list[ApprovalRecord] = field(default_factory=list)
     unknown: list[tuple[ToolCall, ExecutionRecord, dict[str, Any], str]] = field(
         default_factory=list)  # (call, record, args, what reconcile said)
+    # approved calls this release cannot run: (call, its approval, why), asked about
+    cannot: list[tuple[ToolCall, ApprovalRecord, str]] = field(default_factory=list)
     wait: WaitForAttempt | None = None  # an earlier attempt may still be running
     # the step's fresh model reply, journaled with the step's first side effect (then None)
     journal: str | None = None
@@ -136,8 +139,10 @@ class _Live:
         self.executions = executions
         self.by_call: dict[str, ApprovalRecord] = {}
         self.questions: dict[str, ApprovalRecord] = {}
+        self.cannot: dict[str, ApprovalRecord] = {}  # "cannot run" questions, by call
         for a in approvals:  # ordered by requested_at: later rungs overwrite earlier
-            (self.by_call if a.kind == "tool_call" else self.questions)[a.call_id] = a
+            kinds = {"tool_call": self.by_call, "cannot_run": self.cannot}
+            kinds.get(a.kind, self.questions)[a.call_id] = a
         self.inflight: dict[str, Any] | None = json.loads(run.inflight) if run.inflight else None
         self.call_ids = state.call_ids()  # kept up to date, so a step costs O(1) in history
 
@@ -223,7 +228,7 @@ class Runner:
         if run is None or run.status != "running" or run.lease_owner != claim:
             return None
         try:
-            limited = self.registry.get(run.agent).max_concurrent_runs is not None
+            limited = self.registry.for_run(run).max_concurrent_runs is not None
         except NotFound:
             limited = False  # the step will find out, and fail the run properly
         return None if limited else run
@@ -303,7 +308,7 @@ class Runner:
                           now: datetime) -> Outcome | None:
         """Queue the run (a short wait) if its agent already runs ``max_concurrent_runs``."""
         try:
-            agent = self.registry.get(run.agent)
+            agent = self.registry.for_run(run)
         except NotFound:
             return None  # the step will find out, and fail the run properly
         limit = agent.max_concurrent_runs
@@ -411,7 +416,9 @@ class Runner:
         run_id = run.id
         live = await self._load(run, owner)  # acquire_lease took it only if ``running``
         live.released = released
-        agent = self.registry.get(live.run.agent)
+        # the release the run started on while it is registered, else the current one:
+        # each approved call is checked against its tools before it runs (_handle_call)
+        agent = self.registry.for_run(live.run)
         if live.run.instructions_version != agent.instructions_version:
             log.warning("run %s started with instructions %s; continuing with %s", run_id,
                         live.run.instructions_version, agent.instructions_version)
@@ -552,15 +559,15 @@ class Runner:
             pending.messages.append(
                 (ToolMessage(call_id=call.id, name=call.name, content=content), ledger_ref))
 
-        tool = agent.tool(call.name)
-        if tool is None:
-            observe({"status": "error", "error": f"unknown tool {call.name!r}",
-                     "available": [t.name for t in agent.tools]})
-            return
+        found = agent.tool(call.name)
         # the stored request decides (invariant 12): once an approval exists for this call,
         # its status alone says what happens, whatever the policy file says today; a call
         # with a ledger row ran under the rules of its time and is settled from the ledger
         approval = live.by_call.get(call.id)
+        if found is None and approval is None:
+            observe({"status": "error", "error": f"unknown tool {call.name!r}",
+                     "available": [t.name for t in agent.tools]})
+            return
         existing = live.executions.get(call.id)
         _link_decision(self.tracer, approval)
         kind: str
@@ -578,7 +585,16 @@ class Runner:
                 raise DigestMismatch(
                     f"approval {approval.id} does not match call {call.id}: refusing to execute",
                     run_id=live.run.id, approval_id=approval.id)
+            if existing is not None and existing.status in ("succeeded", "failed"):
+                if found is None:  # it ran on an earlier release: its result stands
+                    observe(observation_of(existing), ledger_ref=True)
+                    return
+            elif self._not_runnable(live, agent, call, approval, args, pending, observe,
+                                    existing):
+                return
         else:
+            tool = found
+            assert tool is not None  # (an unknown tool with no request was answered above)
             try:
                 args = tool.validate(call.arguments)
                 self.cap.check(compact_json(args), what=f"arguments of {tool.name}")
@@ -601,6 +617,8 @@ class Runner:
                                                      policy=chosen.approval))
                     return
 
+        tool = found
+        assert tool is not None  # an approved call whose tool is gone was asked about above
         digest = approval.effective_digest if approval else call_digest(call.name, args)
         question = live.questions.get(call.id)
         _link_decision(self.tracer, question)
@@ -661,6 +679,34 @@ class Runner:
         else:
             observe(result.observation, ledger_ref=True)
 
+    @staticmethod
+    def _not_runnable(live: _Live, agent: Agent, call: ToolCall, approval: ApprovalRecord,
+                      args: dict[str, Any], pending: _Pending,
+                      observe: Callable[[Any], None],
+                      existing: ExecutionRecord | None) -> bool:
+        """An approved call this release cannot run (its tool is gone, or its schema no
+        longer accepts exactly the approved arguments) is never run nor silently turned
+        into an error: a person is asked (``cannot_run``), and their answer decides. True
+        when the call is settled here (asked about, or answered)."""
+        question = live.cannot.get(call.id)
+        if question is not None and question.status != "pending":
+            # "replan" (or an abort that lost to nothing: the run is ending anyway)
+            reason = json.loads(question.packet).get("reason") or question.reason or ""
+            observe({"status": "not_executed", "reason": reason})
+            return True
+        if question is not None:  # still waiting for its answer
+            pending.cannot.append((call, approval, ""))
+            return True
+        why = agent.cannot_run(call.name, args)
+        if why is None:
+            return False
+        if existing is not None:  # an earlier release started it: it may have happened
+            why += (f" (an earlier attempt started at {existing.started_at.isoformat()} and "
+                    f"its outcome is unknown: check under idempotency key "
+                    f"{existing.idempotency_key} before re-planning)")
+        pending.cannot.append((call, approval, why))
+        return True
+
     async def _settle_step(self, live: _Live, pending: _Pending) -> Outcome | None:
         """Checkpoint the step; pause or stop if it left calls waiting on humans.
 
@@ -668,24 +714,34 @@ class Runner:
         recorded, but no request is opened for a run that will not go on.
         """
         run_id = live.run.id
-        if pending.unknown:
+        if pending.unknown or pending.cannot:
             async def ask(tx: Tx) -> None:
                 for call, rec, args, said in pending.unknown:
                     if call.id in live.questions and live.questions[call.id].status == "pending":
                         continue
-                    agent = self.registry.get(live.run.agent)
+                    agent = self.registry.for_run(live.run)
                     tool = agent.tool(call.name)
                     assert tool is not None
                     await tx.executions.mark_unknown(run_id=run_id, call_id=call.id)
                     await self.gate.open_question(tx, live.run, call, tool, rec, args,
                                                said or "the tool has no reconcile hook")
+                for call, approval, why in pending.cannot:
+                    if why:  # (else its question is open already)
+                        await self.gate.open_cannot_run(tx, live.run, call, approval, why)
             if await self._checkpoint(live, pending, status="needs_attention", extra=ask,
                                       release=True):
                 return self._cancelled(live)
             self.signals.notify_outbox()
-            call = pending.unknown[0][0]
-            return NeedsAttention(run_id, "needs_attention", call_id=call.id,
-                                  reason=f"outcome of {call.name} ({call.id}) is unknown")
+            if pending.unknown:
+                call = pending.unknown[0][0]
+                return NeedsAttention(run_id, "needs_attention", call_id=call.id,
+                                      reason=f"outcome of {call.name} ({call.id}) is unknown")
+            call, _, why = pending.cannot[0]
+            q = live.cannot.get(call.id)
+            if not why and q is not None:
+                why = json.loads(q.packet).get("reason") or ""
+            outcome_log.warning("run %s needs attention: %s", run_id, why)
+            return NeedsAttention(run_id, "needs_attention", call_id=call.id, reason=why)
         if pending.gates or pending.waiting:
             opened: list[str] = []
             transcript = _transcript(live, pending)
@@ -812,9 +868,12 @@ def status_outcome(run: RunRecord, approvals: list[ApprovalRecord]) -> Outcome:
         return Cancelled(run.id, run.status)
     pending = [a for a in approvals if a.status == "pending"]
     if run.status == "needs_attention":
-        q = next((a for a in pending if a.kind == "outcome_unknown"), None)
+        q = next((a for a in pending if a.kind in ("outcome_unknown", "cannot_run")), None)
+        reason = "outcome unknown"
+        if q is not None and q.kind == "cannot_run":
+            reason = json.loads(q.packet).get("reason") or "an approved call cannot run"
         return NeedsAttention(run.id, run.status, call_id=q.call_id if q else "",
-                              reason="outcome unknown")
+                              reason=reason)
     return Paused(run.id, run.status,
                   approval_ids=tuple(a.id for a in pending if a.kind == "tool_call"))
 

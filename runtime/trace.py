@@ -267,7 +267,8 @@ def _approval(a: ApprovalRecord, votes: list[VoteRecord], now: datetime) -> Entr
     pending = a.status == "pending"
     end = a.decided_at if a.decided_at is not None else (now if pending else None)
     who = f" by {a.decided_by}" if a.decided_by else ""
-    what = "question: outcome unknown of " if a.kind == "outcome_unknown" else ""
+    what = {"outcome_unknown": "question: outcome unknown of ",
+            "cannot_run": "question: cannot run "}.get(a.kind, "")
     return Entry(
         kind="approval", lane="humans", start=a.requested_at, end=end,
         title=f"{what}{a.tool}: {a.status}{who}", call_id=a.call_id, tool=a.tool,

@@ -67,6 +67,9 @@ class Run(Base):
     failures: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    # the agent release the run started on (``Agent.version``); null: one started before
+    # releases were recorded, whose release is its instructions_version
+    agent_version: Mapped[str | None] = mapped_column(String(64))
 
     __table_args__ = (Index(None, "status", "updated_at"),)
 

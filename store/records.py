@@ -31,6 +31,7 @@ class RunRecord:
     failures: int
     created_at: datetime
     updated_at: datetime
+    agent_version: str | None = None  # the agent release the run started on (0011)
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,7 +38,7 @@ DECISIONS = (
     ("edit", "replace a request's arguments (an approval too, unless the policy says edits = "
      "\"propose\")"),
     ("redirect", "do not run the call; the model receives your guidance instead and re-plans"),
-    ("resolve", "answer an \"outcome unknown\" question"),
+    ("resolve", "answer an \"outcome unknown\" or a \"cannot run\" question"),
 )
 
 
@@ -91,9 +91,13 @@ def register(sub: Subparsers) -> None:
             c.add_argument("--args", required=True, help="the new arguments as a JSON object")
             c.add_argument("--reason", help="why (recorded in the audit log)")
         else:
-            c.add_argument("--outcome", required=True, choices=["retry", "mark_done", "abort"],
-                           help="retry: run the call once more; mark_done: it happened; "
-                                "abort: it did not, and is not to be retried")
+            c.add_argument("--outcome", required=True,
+                           choices=["retry", "mark_done", "abort", "replan"],
+                           help="outcome unknown: retry (run the call once more), mark_done "
+                                "(it happened) or abort (it did not, and is not to be "
+                                "retried); cannot run (an approved call the deployed agent "
+                                "cannot run): replan (the model reads why and re-plans) or "
+                                "abort (the run ends)")
             c.add_argument("--reason", help="why (recorded in the audit log)")
         c.set_defaults(fn=decide_command(verdict))
 
@@ -270,7 +274,7 @@ async def decide_batch(engine: Engine, a: argparse.Namespace, as_user: str,
 
 RESULTING = {"approve": "approved", "edit": "approved", "deny": "denied",
              "redirect": "redirected", "retry": "approved", "mark_done": "approved",
-             "abort": "denied"}
+             "abort": "denied", "replan": "approved"}
 
 
 async def decision_stands(engine: Engine, approval_id: str, verdict: str,
@@ -283,7 +287,7 @@ async def decision_stands(engine: Engine, approval_id: str, verdict: str,
     a = await engine.decider.get(approval_id)
     if a.status != RESULTING.get(verdict) or a.decided_by != actor:
         return None
-    if a.kind == "outcome_unknown" and a.verdict != verdict:
+    if a.kind != "tool_call" and a.verdict != verdict:
         return None
     return a
 

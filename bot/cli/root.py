@@ -27,7 +27,17 @@ from contextlib import ExitStack, contextmanager
 from types import ModuleType
 from typing import IO, Any, NoReturn
 
-from approvald.bot.cli import approvals, audit, evals, outbox, runs, serve, standing, tokens
+from approvald.bot.cli import (
+    approvals,
+    audit,
+    deploy,
+    evals,
+    outbox,
+    runs,
+    serve,
+    standing,
+    tokens,
+)
 from approvald.bot.cli.common import Handler, UsageError
 from approvald.bot.config import load_settings
 from approvald.bot.wiring import check_environment
@@ -36,7 +46,7 @@ from approvald.runtime.standing import StandingRefused
 
 # every command group: a module with ``register(subparsers) -> None`` (in ``--help`` order)
 GROUPS: tuple[ModuleType, ...] = (runs, evals, approvals, standing, audit, outbox, tokens,
-                                  serve)
+                                  deploy, serve)
 
 # loggers whose levels a command sets for itself (and ``main`` puts back)
 QUIETED = ("alembic", "apscheduler", "approvald.outcomes")

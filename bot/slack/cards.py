@@ -61,8 +61,8 @@ __all__ = [
     "ABORT", "ACTION_IDS", "APPROVE", "APPROVE_SELECTED", "ARGS_BLOCK", "ARGS_INPUT",
     "BATCH_BLOCK", "DENY", "DENY_MODAL", "DENY_SELECTED", "DENY_SELECTED_MODAL", "EDIT",
     "EDIT_MODAL", "FIELDS_BLOCK", "FIELDS_INPUT", "GUIDANCE_BLOCK", "GUIDANCE_INPUT",
-    "MARK_DONE", "REASON_BLOCK", "REASON_INPUT", "REDIRECT", "REDIRECT_MODAL", "RESOLVE_MODAL",
-    "RETRY", "SCOPE_BLOCK", "SCOPE_INPUT", "SELECT", "SELECT_BLOCK", "STANDING",
+    "MARK_DONE", "REASON_BLOCK", "REASON_INPUT", "REDIRECT", "REDIRECT_MODAL", "REPLAN",
+    "RESOLVE_MODAL", "RETRY", "SCOPE_BLOCK", "SCOPE_INPUT", "SELECT", "SELECT_BLOCK", "STANDING",
     "STANDING_GRANT", "STANDING_MODAL", "STANDING_REVOKE", "VIEW_ARGS", "WHEN_BLOCK",
     "WHEN_INPUT", "WINDOW_BLOCK", "WINDOW_INPUT", "approval_card", "approver_ids", "args_text",
     "as_text", "batch_buttons", "button_value", "buttons", "compact_blocks", "doing_text",
@@ -80,6 +80,7 @@ VIEW_ARGS = "approvald.view_args"
 RETRY = "approvald.retry"
 MARK_DONE = "approvald.mark_done"
 ABORT = "approvald.abort"
+REPLAN = "approvald.replan"  # an approved call that cannot run: hand the model the error
 # batch decisions: a request's checkbox, and the buttons that decide every ticked one
 SELECT = "approvald.select"
 APPROVE_SELECTED = "approvald.approve_selected"
@@ -89,7 +90,7 @@ DENY_SELECTED = "approvald.deny_selected"
 STANDING = "approvald.standing"
 STANDING_REVOKE = "approvald.standing_revoke"
 STANDING_GRANT = "approvald.standing_grant"
-ACTION_IDS = (APPROVE, DENY, EDIT, REDIRECT, VIEW_ARGS, RETRY, MARK_DONE, ABORT, SELECT,
+ACTION_IDS = (APPROVE, DENY, EDIT, REDIRECT, VIEW_ARGS, RETRY, MARK_DONE, ABORT, REPLAN, SELECT,
               APPROVE_SELECTED, DENY_SELECTED, STANDING, STANDING_REVOKE, STANDING_GRANT)
 STANDING_MODAL = "approvald.standing_modal"
 WINDOW_BLOCK, WINDOW_INPUT = "standing_window", "standing_window_input"
@@ -248,9 +249,12 @@ def _button(label: str, action_id: str, value: str | None, style: str | None = N
 
 def buttons(a: ApprovalRecord, token: str, *, view_args: bool) -> ActionsBlock:
     """Live buttons: Approve/Deny/Edit/Redirect for a call, Retry/Mark done/Abort for a
-    question."""
+    question about an outcome, Re-plan/Abort for an approved call that cannot run."""
     value = button_value(a.id, token)
-    if a.kind == "outcome_unknown":
+    if a.kind == "cannot_run":
+        elements = [_button(T.BUTTON_REPLAN, REPLAN, value, "primary"),
+                    _button(T.BUTTON_ABORT, ABORT, value, "danger")]
+    elif a.kind == "outcome_unknown":
         retry = ConfirmObject(title=T.CONFIRM_RETRY_TITLE, text=md(T.CONFIRM_RETRY_TEXT),
                               confirm=T.CONFIRM_RETRY_YES, deny=T.CONFIRM_NO)
         elements = [_button(T.BUTTON_RETRY, RETRY, value, confirm=retry),
@@ -405,6 +409,9 @@ def _doing_line(w: WillRun, limit: int) -> str | None:
 # -- the card ---------------------------------------------------------------------------------
 
 def _headline(a: ApprovalRecord) -> str:
+    if a.kind == "cannot_run":
+        return (T.HEADER_CANNOT_RUN if a.status == "pending"
+                else T.HEADER_CANNOT_RUN_DONE).format(tool=a.tool)
     if a.status == "pending":
         if a.kind == "outcome_unknown":
             return T.HEADER_QUESTION.format(tool=a.tool)
@@ -417,6 +424,7 @@ def _headline(a: ApprovalRecord) -> str:
 
 def _intro(a: ApprovalRecord, p: dict[str, Any], thread_url: str | None) -> str:
     template = (T.INTRO_QUESTION if a.kind == "outcome_unknown"
+                else T.INTRO_CANNOT_RUN if a.kind == "cannot_run"
                 else T.INTRO if a.status == "pending" else T.INTRO_DONE)
     text = template.format(agent=clip(as_text(p.get("agent")) or "agent", 60),
                           tool=code_span(a.tool, 80),
@@ -470,15 +478,18 @@ def _decision(a: ApprovalRecord, votes: Sequence[VoteRecord], superseded_by: str
               "via": T.DECIDED_VIA_CLI if (a.decided_via or "").startswith("cli") else ""}
     if a.status == "pending":
         text = T.WAITING.format(emoji=emoji)
-    elif a.kind == "outcome_unknown" and a.verdict in ("retry", "mark_done", "abort"):
+    elif a.kind != "tool_call" and a.verdict in ("retry", "mark_done", "abort", "replan"):
         text = {"retry": T.DECIDED_RETRY, "mark_done": T.DECIDED_MARK_DONE,
-                "abort": T.DECIDED_ABORT}[a.verdict].format(**fields)
+                "abort": T.DECIDED_ABORT, "replan": T.DECIDED_REPLAN}[a.verdict].format(**fields)
     elif a.status == "approved":
         edited = a.edited_args is not None
         text = (T.DECIDED_APPROVED_EDITED if edited else T.DECIDED_APPROVED).format(**fields)
         names = _voters(a, votes)
         if len(names) > 1:
             text += "\n" + T.DECIDED_VOTERS.format(who=", ".join(who(n) for n in names[:10]))
+        not_run = json_object(a.packet).get("not_executed")
+        if not_run:  # the deployed release could not run it: said where it was approved
+            text += "\n" + T.DECIDED_NOT_EXECUTED.format(reason=clip(as_text(not_run), 500))
     elif a.status == "denied":
         text = T.DECIDED_DENIED.format(**fields)
     elif a.status == "redirected":  # the guidance is the point: it leads, not a "Reason:"
@@ -552,6 +563,9 @@ def approval_card(a: ApprovalRecord, *, token: str | None, now: datetime,
     doing = doing_text(w, 800)
     if doing:
         blocks.append(section(doing))
+    if a.kind == "cannot_run":
+        blocks.append(section(T.CANNOT_RUN_ASK.format(
+            reason=clip(as_text(p.get("reason")), 600))))
     if a.kind == "outcome_unknown":
         blocks.append(section(T.QUESTION_ASK + (
             "\n" + T.SECTION_QUESTION.format(key=code_span(as_text(p["idempotency_key"]), 200))
@@ -565,7 +579,7 @@ def approval_card(a: ApprovalRecord, *, token: str | None, now: datetime,
         optional.append(section(impact))
         blocks.append(optional[-1])
     if p.get("why"):
-        why = T.SECTION_WHY_QUESTION if a.kind == "outcome_unknown" else T.SECTION_WHY
+        why = T.SECTION_WHY if a.kind == "tool_call" else T.SECTION_WHY_QUESTION
         blocks.append(section(why.format(text=clip(as_text(p["why"]), 500))))
     edited = a.edited_args is not None
     title = T.SECTION_ARGS_ORIGINAL if edited else T.SECTION_ARGS
@@ -601,6 +615,8 @@ def _fallback(a: ApprovalRecord, p: dict[str, Any]) -> str:
                                      status=T.STATUS_WORDS.get(a.status, T.CLOSED_WORD))
     elif a.kind == "outcome_unknown":
         text = T.FALLBACK_QUESTION.format(agent=agent, tool=tool)
+    elif a.kind == "cannot_run":
+        text = T.FALLBACK_CANNOT_RUN.format(agent=agent, tool=tool)
     else:
         text = T.FALLBACK_PENDING.format(agent=agent, tool=tool, risk=risk_of(a))
     return safe_cut(text, FALLBACK_MAX)
@@ -617,8 +633,10 @@ def compact_blocks(a: ApprovalRecord, token: str | None, *, now: datetime,
     """
     p = json_object(a.packet)
     agent, requester = clip(as_text(p.get("agent")) or "agent", 60), who(a.requested_by)
-    if a.kind == "outcome_unknown":
-        lines = [T.COMPACT_QUESTION_LINE.format(emoji=T.STATUS_EMOJI["pending"],
+    if a.kind in ("outcome_unknown", "cannot_run"):
+        line = (T.COMPACT_QUESTION_LINE if a.kind == "outcome_unknown"
+                else T.COMPACT_CANNOT_RUN_LINE)
+        lines = [line.format(emoji=T.STATUS_EMOJI["pending"],
                                                 tool=code_span(a.tool, 80), agent=agent,
                                                 requester=requester)]
     else:
@@ -651,7 +669,7 @@ def compact_blocks(a: ApprovalRecord, token: str | None, *, now: datetime,
 
 def status_word(a: ApprovalRecord) -> str:
     """How a request ended, in a word or two ("approved with edits", "marked done")."""
-    if a.kind == "outcome_unknown" and a.verdict in T.VERDICT_WORDS:
+    if a.kind != "tool_call" and a.verdict in T.VERDICT_WORDS:
         return T.VERDICT_WORDS[a.verdict]
     if a.status == "approved" and a.edited_args is not None:
         return T.EDITED_WORD

@@ -80,7 +80,8 @@ class Handlers:
 
     def register(self, app: AsyncApp) -> None:
         direct: tuple[tuple[str, Verdict], ...] = (
-            (cards.APPROVE, "approve"), (cards.RETRY, "retry"), (cards.MARK_DONE, "mark_done"))
+            (cards.APPROVE, "approve"), (cards.RETRY, "retry"), (cards.MARK_DONE, "mark_done"),
+            (cards.REPLAN, "replan"))
         for action_id, verdict in direct:
             app.action(action_id)(self._direct(verdict))
         app.action(cards.DENY)(self.on_deny_click)

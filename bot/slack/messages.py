@@ -75,6 +75,8 @@ def reminder_text(a: ApprovalRecord, *, now: datetime, card_url: str | None = No
     tool = code_span(a.tool, 80)
     if a.kind == "outcome_unknown":
         text = T.REMINDER_QUESTION.format(tool=tool, agent=agent)
+    elif a.kind == "cannot_run":
+        text = T.REMINDER_CANNOT_RUN.format(tool=tool, agent=agent)
     elif now >= a.expires_at:
         text = T.REMINDER_OVERDUE.format(tool=tool, agent=agent)
     else:
@@ -153,6 +155,9 @@ def thread_approval_requested(a: ApprovalRecord, *, card_url: str | None = None)
     tool = code_span(a.tool, 80)
     if a.kind == "outcome_unknown":
         text = T.THREAD_REQUESTED_QUESTION.format(tool=tool)
+    elif a.kind == "cannot_run":
+        reason = as_text(json_object(a.packet).get("reason")) or ""
+        text = T.THREAD_REQUESTED_CANNOT_RUN.format(tool=tool, reason=clip(reason, 500))
     else:
         progress = T.REMINDER_PROGRESS.format(count=a.approve_count, quorum=a.quorum) \
             if a.quorum > 1 else ""

@@ -23,9 +23,13 @@ HEADER_DONE = {
     "cancelled": "Cancelled: {tool}",
 }
 HEADER_QUESTION_DONE = "Resolved: {tool}"
+HEADER_CANNOT_RUN = ":warning: Approved but not run: {tool}"
+HEADER_CANNOT_RUN_DONE = "Answered: {tool} was not run"
 HEADER_OTHER = "{tool}: {status}"
 FALLBACK_PENDING = "{agent} needs approval to run {tool} ({risk} risk)"
 FALLBACK_QUESTION = "{agent}: did {tool} take effect? A human needs to answer"
+FALLBACK_CANNOT_RUN = ("{agent}: approved {tool} cannot run on the deployed agent; a human "
+                       "needs to answer")
 FALLBACK_DONE = "{tool}: {status}"
 
 RISK_EMOJI = {"low": ":large_green_circle:", "medium": ":large_yellow_circle:",
@@ -40,6 +44,8 @@ UNKNOWN_EMOJI = ":grey_question:"
 INTRO = "*{agent}* wants to run `{tool}` for {requester}."
 INTRO_DONE = "*{agent}* asked to run `{tool}` for {requester}."
 INTRO_QUESTION = "*{agent}* started `{tool}` for {requester}; whether it took effect is unknown."
+INTRO_CANNOT_RUN = ("*{agent}* was approved to run `{tool}` for {requester}, but the "
+                    "deployed release of the agent cannot run it. It was *not executed*.")
 INTRO_THREAD = " <{url}|Open the run's thread>"
 INTRO_TASK = "*Task:* {task}"
 SECTION_DOING = "*What the agent is doing*\n{text}"
@@ -103,6 +109,7 @@ BUTTON_VIEW_ARGS = "View full arguments"
 BUTTON_RETRY = "Retry"
 BUTTON_MARK_DONE = "Mark done"
 BUTTON_ABORT = "Abort"
+BUTTON_REPLAN = "Re-plan"
 CONFIRM_APPROVE_TITLE = "Approve a high-risk call?"
 CONFIRM_APPROVE_TEXT = ("`{tool}` is high risk. The exact arguments on this card run as soon "
                         "as enough approvers agree.")
@@ -134,6 +141,10 @@ DECIDED_RETRY = "{emoji} *Retry* chosen by {who} {date}{via}: the call runs agai
 DECIDED_MARK_DONE = ("{emoji} *Marked done* by {who} {date}{via}: the run continues as if "
                      "it succeeded.")
 DECIDED_ABORT = "{emoji} *Aborted* by {who} {date}{via}: the run was cancelled."
+DECIDED_REPLAN = ("{emoji} *Re-plan* chosen by {who} {date}{via}: the agent was told the call "
+                  "did not run, and plans again.")
+DECIDED_NOT_EXECUTED = (":warning: *Not executed:* {reason}. A person decides what happens "
+                        "next (re-plan or abort).")
 DECIDED_OTHER = "{emoji} *{status}*"
 DECIDED_VIA_CLI = " (from the command line)"
 WAITING = "{emoji} Waiting for a decision."
@@ -141,6 +152,9 @@ CTX_EDITED = ":pencil2: Arguments edited by {who} {date}"
 CTX_PROPOSED = ":pencil2: Arguments proposed by {who} {date}: someone else must approve them"
 CTX_VOTES_RESET = ("earlier approvals by {who} were on the previous arguments and no longer "
                    "count: approve again to count")
+CANNOT_RUN_ASK = ("*Why it cannot run:* {reason}\n"
+                  "*Re-plan* hands the agent this error: it plans again and asks again for "
+                  "anything that needs approval. *Abort* ends the run.")
 QUESTION_ASK = ("The process stopped before this call's result was recorded. "
                 "Check the system it acts on, then tell the agent what happened.")
 
@@ -148,12 +162,15 @@ QUESTION_ASK = ("The process stopped before this call's result was recorded. "
 
 COMPACT_LINE = "{emoji} *`{tool}`* · {risk} risk · *{agent}* for {requester}"
 COMPACT_QUESTION_LINE = "{emoji} *Did `{tool}` happen?* · *{agent}* for {requester}"
+COMPACT_CANNOT_RUN_LINE = ("{emoji} *Approved `{tool}` cannot run* · *{agent}* for "
+                           "{requester}")
 RECENT_LINE = "{emoji} `{tool}` {status} by {who} {date}"
 RECENT_LINE_NOBODY = "{emoji} `{tool}` {status} {date}"
 STATUS_WORDS = {"approved": "approved", "denied": "denied", "expired": "expired",
                 "superseded": "escalated", "cancelled": "cancelled", "pending": "pending",
                 "redirected": "redirected"}
-VERDICT_WORDS = {"retry": "retried", "mark_done": "marked done", "abort": "aborted"}
+VERDICT_WORDS = {"retry": "retried", "mark_done": "marked done", "abort": "aborted",
+                 "replan": "re-planned"}
 EDITED_WORD = "approved with edits"
 CLOSED_WORD = "closed"
 
@@ -403,6 +420,9 @@ REMINDER_OVERDUE = (":alarm_clock: Reminder: `{tool}` for *{agent}* is still wai
                     "deadline has passed and it is being closed.")
 REMINDER_QUESTION = (":alarm_clock: Reminder: someone still needs to say whether `{tool}` "
                      "took effect. The run of *{agent}* is stopped until then.")
+REMINDER_CANNOT_RUN = (":alarm_clock: Reminder: approved `{tool}` cannot run on the deployed "
+                       "agent; someone needs to choose re-plan or abort. The run of *{agent}* "
+                       "is stopped until then.")
 REMINDER_PROGRESS = " ({count} of {quorum} approvals)"
 REMINDER_WHO = " {who}"
 REMINDER_LINK = " <{url}|Open the request>"
@@ -439,6 +459,8 @@ THREAD_TOOL_FAILED = ":small_red_triangle: `{tool}` failed: {result}"
 THREAD_REQUESTED = ":hourglass_flowing_sand: Waiting for approval to run `{tool}`{progress}."
 THREAD_REQUESTED_QUESTION = (":warning: `{tool}` may or may not have taken effect; "
                              "a human needs to say which.")
+THREAD_REQUESTED_CANNOT_RUN = (":warning: `{tool}` was approved but *not executed*: "
+                               "{reason}. A human needs to choose re-plan or abort.")
 THREAD_CARD_LINK = " <{url}|Open the request>"
 THREAD_DECIDED = "{emoji} `{tool}` {status} by {who}{reason}"
 THREAD_DECIDED_NOBODY = "{emoji} `{tool}` {status}{reason}"

@@ -249,6 +249,12 @@ class ApprovalsRepo(Repo):
             .values(next_reminder_at=None))
         return bool(res.rowcount == 1)
 
+    async def set_packet(self, approval_id: str, packet: str) -> None:
+        """Replace a decided request's packet (what its card says: an approved call that
+        was not executed says why there)."""
+        await self.conn.execute(
+            update(_T).where(_T.c.id == approval_id).values(packet=packet))
+
     async def set_message(self, approval_id: str, *, channel: str, ts: str) -> None:
         await self.conn.execute(
             update(_T).where(Approval.id == approval_id).values(channel=channel, message_ts=ts)

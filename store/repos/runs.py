@@ -188,14 +188,15 @@ def _lease(row: Any, owner: str, prev: str | None) -> Lease:
 
 class RunsRepo(Repo):
     async def create(self, *, run_id: str, agent: str, task: str, requested_by: str,
-                     instructions_version: str, now: datetime, status: str = "running") -> None:
+                     instructions_version: str, now: datetime, status: str = "running",
+                     agent_version: str | None = None) -> None:
         await self.conn.execute(
             _INSERT,
             {
                 "id": run_id, "agent": agent, "status": status, "step": 0, "next_seq": 0,
                 "task": task, "requested_by": requested_by,
                 "instructions_version": instructions_version, "cancel_requested": False,
-                "created_at": now, "updated_at": now,
+                "created_at": now, "updated_at": now, "agent_version": agent_version,
             },
         )
 
@@ -238,6 +239,13 @@ class RunsRepo(Repo):
         stmt = select(Run.__table__).order_by(Run.created_at.desc(), Run.id).limit(limit)
         if status:
             stmt = stmt.where(Run.status == status)
+        return [RunRecord(**r._mapping) for r in await self.conn.execute(stmt)]
+
+    async def with_status(self, statuses: Sequence[str]) -> list[RunRecord]:
+        """Every run with one of ``statuses``, oldest first (a pre-deploy check reads
+        the runs that have not ended)."""
+        stmt = (select(Run.__table__).where(Run.status.in_(list(statuses)))
+                .order_by(Run.created_at, Run.id))
         return [RunRecord(**r._mapping) for r in await self.conn.execute(stmt)]
 
     async def count_by_status(self) -> dict[str, int]:

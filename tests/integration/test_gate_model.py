@@ -23,6 +23,11 @@ against the database and the demo ledger (the outside world's own record):
   yet revoked, the same policy band, a scope that covers the exact arguments;
 * each call executes at most once;
 * every decision attempt, accepted or refused, left an audit entry naming its actor;
+* deploys come and go too: release 2 of the agent wants a currency with a refund (no
+  request made under release 1 has one), and is
+  deployed alone or with release 1 retired beside it; an approved call the deployed
+  release cannot run is never run (no tool ever sees arguments its schema refuses) and,
+  asked about, never runs afterwards, whatever the answer;
 * the audit chain verifies.
 
 Beside the agent's runs, callers of the other faces ask about the same tool name through
@@ -52,13 +57,14 @@ import asyncio
 import json
 import shutil
 from collections import Counter
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from approvald.runtime import api_tokens, audit, failpoints
-from approvald.runtime.agent import Registry
+from approvald.runtime.agent import Agent, Registry
 from approvald.runtime.canonical import call_digest
 from approvald.runtime.clock import ManualClock
 from approvald.runtime.decide import Actor
@@ -70,6 +76,7 @@ from approvald.runtime.external import CALL_ID, NewRequest, Report
 from approvald.runtime.intake import Intake, Source, Tighten
 from approvald.runtime.policy import ApprovalPolicy, PolicyFile
 from approvald.runtime.scope import Scope, scope_for
+from approvald.runtime.tools import Tool, ToolContext
 from approvald.store.db import Database
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -90,13 +97,33 @@ REQUESTER = "U_REQ"
 ACTORS = ["U_A", "U_B", "U_C", "W_D", REQUESTER, "U_X"]
 GROUPS = {"S_FIN": ["U_B", "U_C"]}
 DECISIONS = {"voted", "approved", "denied", "redirected", "edited", "refused",
-             "outcome_resolved"}
+             "outcome_resolved", "cannot_run_resolved"}
 # guidance naming an amount makes the demo agent ask again for it; other guidance ends the
 # run; blank guidance is refused
 GUIDANCE = ["Refund only $20 of it", "Offer store credit instead", "  "]
 CRASH_POINTS = ["after_intent", "before_result", "after_result", "before_checkpoint",
                 "after_checkpoint", "after_commit_before_post"]
 LEASE = timedelta(seconds=30)
+# what a process loads: release 1 of the demo refund agent, release 2 alone (a stricter
+# refund schema), or release 2 with release 1 retired beside it (its runs finish on it)
+RELEASES = ["1", "2", "2+1"]
+
+
+def release_2(v1: Agent) -> Agent:
+    """The next release: ``issue_refund`` keeps its name, its schema is stricter (a
+    currency is required: every refund asked for under release 1 fails it)."""
+    orig = v1.tool("issue_refund")
+    assert orig is not None
+
+    async def issue_refund(ctx: ToolContext, order_id: str, amount_cents: int, reason: str,
+                           currency: str) -> Any:
+        return await orig.fn(ctx, order_id=order_id, amount_cents=amount_cents, reason=reason)
+
+    strict = Tool(issue_refund, description=orig.description, permission=orig.permission,
+                  policy=orig.policy, approval=orig.approval, idempotent=orig.idempotent,
+                  reconcile=orig.reconcile, impact=orig.impact, timeout=orig.timeout)
+    return replace(v1, version="2",
+                   tools=[strict if t.name == "issue_refund" else t for t in v1.tools])
 
 
 STATS: Counter[str] = Counter()  # what the schedules reached (a blind model proves nothing)
@@ -152,6 +179,7 @@ class GateMachine(RuleBasedStateMachine):
         # the engine's connections see may include a transaction they never committed
         self.committed = Database(url, server_time=False)
         self.policy = PolicyFile()
+        self.release = "1"  # what the next process loads (see RELEASES)
         self.relaxed = False  # the policy file lets refunds run without asking
         self.ever_relaxed = False  # ... or did at some point of this schedule
         self.engine = self._engine()
@@ -175,7 +203,10 @@ class GateMachine(RuleBasedStateMachine):
     def _engine(self) -> Engine:
         """A new "process": its own owner id, the same database, clock and outside world."""
         ledger = DemoLedger(str(self.ledger_path))
-        registry = Registry([refund_agent(ledger)], policy=self.policy)
+        v1 = replace(refund_agent(ledger), version="1")
+        agents = {"1": [v1], "2": [release_2(v1)],
+                  "2+1": [release_2(v1), replace(v1, retired=True)]}[self.release]
+        registry = Registry(agents, policy=self.policy)
         engine = assemble(self.db, registry, clock=self.clock,
                         config=EngineConfig(lease_ttl=LEASE), signer=SIGNER,
                         directory=StaticDirectory(GROUPS))
@@ -402,7 +433,7 @@ class GateMachine(RuleBasedStateMachine):
     @precondition(lambda self: bool(self.runs))
     @rule(i=st.integers(0, 50), actor=st.sampled_from([*ACTORS, "U_A", "U_B", "U_C"]),
           verdict=st.sampled_from(["approve", "approve", "approve", "deny", "edit", "edit",
-                                   "redirect", "retry", "mark_done", "abort"]),
+                                   "redirect", "retry", "mark_done", "abort", "replan"]),
           token=st.sampled_from(["fresh", "fresh", "fresh", "stale", "stale", "forged",
                                  "none"]),
           amount=st.sampled_from([100, 4200, 9900]), crash=st.booleans())
@@ -458,7 +489,7 @@ class GateMachine(RuleBasedStateMachine):
         a = approvals[i % len(approvals)]
         named = a.approvers_value() or [x for x in ACTORS if x != REQUESTER]
         people = sorted({m for n in named for m in GROUPS.get(n, [n])})
-        verdict = "approve" if a.kind == "tool_call" else "retry"
+        verdict = {"tool_call": "approve", "cannot_run": "replan"}.get(a.kind, "retry")
         self._decide(approvals.index(a), people[j % len(people)], verdict, "fresh", 0, crash,
                      approvals)
 
@@ -624,6 +655,13 @@ class GateMachine(RuleBasedStateMachine):
         event(f"cut off: {what}" if not finished else f"not cut off: {what}")
         if what == "advance" and not finished:
             self._restart()
+
+    @rule(release=st.sampled_from(RELEASES))
+    def redeploy(self, release: str) -> None:
+        """A deploy: the process restarts on another release of the agent."""
+        self.release = release
+        self._restart()
+        event(f"deployed release {release}")
 
     @rule()
     def recover(self) -> None:
@@ -804,9 +842,15 @@ class GateMachine(RuleBasedStateMachine):
                           if a.decided_via == "standing"
                           for e in await tx.audit.query(approval_id=a.id)
                           if e.action == "approved"}
-            executions = {(run_id, call_id)
-                          for run_id in self.runs
-                          for call_id in await tx.executions.for_run(run_id)}
+            records = {(run_id, call_id): rec
+                       for run_id in self.runs
+                       for call_id, rec in (await tx.executions.for_run(run_id)).items()}
+            executions = set(records)
+            cannot = [a for run_id in self.runs for a in await tx.approvals.for_run(run_id)
+                      if a.kind == "cannot_run"]
+            not_executed = {e.approval_id for run_id in self.runs
+                            for e in await tx.audit.query(run_id=run_id)
+                            if e.action == "not_executed"}
             for run_id in [*self.runs, *self.requests]:
                 run = await tx.runs.get(run_id)
                 if run is not None:
@@ -836,6 +880,18 @@ class GateMachine(RuleBasedStateMachine):
             assert last.status == "approved", f"refund ran on a {last.status} request"
             assert line["args"] == last.effective_args()
             assert call_digest("issue_refund", line["args"]) == last.effective_digest
+        # no tool ever saw arguments its schema refuses (a deploy in between)
+        for key, rec in records.items():
+            assert rec.error_class != "ValidationError", f"{key} ran on refused arguments"
+        ran = {tuple(e["idempotency_key"].split(":", 1)) for e in lines
+               if e["tool"] == "issue_refund"}
+        for q in cannot:  # an approved call the release could not run: never run after
+            event(f"cannot_run {q.status}")
+            asked = by_call.get((q.run_id, q.call_id), [])
+            assert asked and asked[-1].status == "approved", f"{q.id} about a call not approved"
+            assert asked[-1].id in not_executed, f"{q.id}: no not_executed audit entry"
+            if (q.run_id, q.call_id) not in executions:
+                assert (q.run_id, q.call_id) not in ran, f"{q.id}'s call ran"
         report = await audit.verify(self.committed)
         assert report.ok, report.problems
         if any(e["tool"] == "issue_refund" for e in lines):
@@ -995,6 +1051,7 @@ def test_the_gate_holds_under_random_interleavings(db_url: str, tmp_path: Path,
         assert STATS[f"checked a {source} request against the operator's policy"] > 0, source
     assert STATS["caller refused: looser_than_policy"] > 0
     assert STATS["caller ran an approved call"] > 0
+    assert STATS["cannot_run pending"] > 0
 
 
 async def _settle(tasks: list[asyncio.Task[Any]]) -> None:

@@ -424,6 +424,60 @@ def test_answered_question(verdict: str, status: str, words: str) -> None:
     assert words in dump(card) and not buttons_of(card)
 
 
+# -- approved calls the deployed release cannot run -----------------------------------------
+
+REASON = "approved call `issue_refund` cannot run on agent support-bot v2: no such tool <!here>"
+
+
+def cannot_run(**kw: Any) -> ApprovalRecord:
+    p = packet(doing="issue_refund was approved but was not executed.", evidence=[],
+               impact=None, reason=REASON, approval_id="a0")
+    return approval(kind="cannot_run", packet_=p, expires_at=NOW + timedelta(days=3650), **kw)
+
+
+def test_cannot_run_question_asks_to_replan_or_abort() -> None:
+    card = cards.approval_card(cannot_run(), token=TOKEN, now=NOW)
+    check_message(card)
+    found = buttons_of(card)
+    assert set(found) == {cards.REPLAN, cards.ABORT}
+    assert found[cards.ABORT]["style"] == "danger"
+    body = dump(card)
+    assert "Approved but not run: issue_refund" in body and "not executed" in body
+    assert "no such tool" in body and "<!here>" not in body  # the reason is escaped
+    assert "expires" not in body
+    assert "cannot run" in card["text"]
+    compact = cards.compact_blocks(cannot_run(), TOKEN, now=NOW)
+    check_blocks(compact, 5)
+    assert "cannot run" in dump(compact)
+
+
+@pytest.mark.parametrize(("verdict", "status", "words"), [
+    ("replan", "approved", "*Re-plan* chosen"), ("abort", "denied", "*Aborted*")])
+def test_answered_cannot_run(verdict: str, status: str, words: str) -> None:
+    a = replace(cannot_run(), status=status, verdict=verdict, decided_by="U0BOB",
+                decided_at=NOW, reason="paid by hand" if verdict == "abort" else None)
+    card = cards.approval_card(a, token=TOKEN, now=NOW)
+    check_message(card)
+    assert words in dump(card) and not buttons_of(card)
+    assert cards.status_word(a) == ("re-planned" if verdict == "replan" else "aborted")
+
+
+def test_an_approved_card_says_its_call_was_not_executed() -> None:
+    p = packet(not_executed=REASON)
+    a = decided("approved", packet_=p)
+    card = cards.approval_card(a, token=TOKEN, now=NOW)
+    check_message(card)
+    body = dump(card)
+    assert "*Not executed:*" in body and "no such tool" in body and "<!here>" not in body
+
+
+def test_the_thread_and_reminders_say_an_approved_call_cannot_run() -> None:
+    said = messages.thread_approval_requested(cannot_run())
+    assert "not executed" in said and "no such tool" in said and "<!here>" not in said
+    reminder = messages.reminder_text(cannot_run(), now=NOW)
+    assert "re-plan or abort" in reminder
+
+
 # -- hostile and huge input ----------------------------------------------------------------
 
 def hostile_approval(size: int = 20_000, **kw: Any) -> ApprovalRecord:

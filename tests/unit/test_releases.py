@@ -1,0 +1,169 @@
+"""Agent releases (issue 38): a version per agent, recorded on each run; a retired release
+finishes its runs; an approved call the deployed release cannot run is never executed nor
+silently turned into an error; the pre-deploy check says which waiting calls would break."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from approvald.runtime.agent import Agent, Registry
+from approvald.runtime.decide import Actor
+from approvald.runtime.demo import DemoLedger, refund_agent, steps_agent
+from approvald.runtime.deploy_check import deploy_check
+from approvald.runtime.engine import Engine
+from approvald.runtime.errors import ConfigError, DecisionRefused, NotFound
+from approvald.runtime.models.scripted import ScriptedModel, reply
+from approvald.runtime.policy import PolicyFile
+from approvald.store.db import Database
+from approvald.store.models import AuditEntry
+from sqlalchemy import select
+
+from tests.conftest import ledger_lines
+
+ALICE = Actor("U_ALICE", "slack")
+TASK = "Refund order A-1001, customer was double charged"
+
+
+def agent(name: str = "a", **kw: Any) -> Agent:
+    return Agent(name=name, instructions="Say hi.", model=ScriptedModel.sequence([reply("hi")]),
+                 tools=[], **kw)
+
+
+def without(a: Agent, tool: str, version: str) -> Agent:
+    return replace(a, version=version, tools=[t for t in a.tools if t.name != tool])
+
+
+def test_the_default_version_is_the_digest_of_instructions_and_tools() -> None:
+    a = agent()
+    assert a.version == a.instructions_version
+    assert agent(version="7").version == "7"
+    with pytest.raises(ConfigError, match="version"):
+        agent(version="x" * 65)
+
+
+def test_one_current_release_per_agent_and_retired_ones_beside_it() -> None:
+    with pytest.raises(ConfigError, match="retired=True"):
+        Registry([agent(version="1"), agent(version="2")])
+    with pytest.raises(ConfigError, match="both version"):
+        Registry([agent(version="1"), agent(version="1", retired=True)])
+    r = Registry([agent(version="1", retired=True), agent(version="2")])
+    assert r.get("a").version == "2" and r.names() == ["a"]
+    assert r.version("a", "1") is not None and r.version("a", "3") is None
+    only_old = Registry([agent(version="1", retired=True)])
+    with pytest.raises(NotFound, match="retired"):
+        only_old.get("a")
+
+
+def test_an_approved_call_that_cannot_run_says_why(ledger_path: Path) -> None:
+    a = refund_agent(DemoLedger(str(ledger_path)))
+    args = {"order_id": "A-1", "amount_cents": 5, "reason": "x"}
+    assert a.cannot_run("issue_refund", args) is None
+    gone = without(a, "issue_refund", "2")
+    assert gone.cannot_run("issue_refund", args) == (
+        "approved call `issue_refund` cannot run on agent demo-refund v2: no such tool")
+    why = a.cannot_run("issue_refund", {**args, "amount_cents": "lots"})
+    assert why is not None and "amount_cents" in why and "no longer fit" in why
+
+
+async def paused_run(engine: Engine) -> tuple[str, str]:
+    outcome = await engine.run("demo-refund", TASK, requested_by="U_DANA")
+    assert outcome.status == "awaiting_approval"
+    [aid] = outcome.approval_ids  # type: ignore[attr-defined]
+    return outcome.run_id, aid
+
+
+async def audit_actions(db: Database, run_id: str) -> list[tuple[str, dict[str, Any]]]:
+    async with db.read() as tx:
+        rows = await tx.conn.execute(select(AuditEntry.action, AuditEntry.details)
+                                     .where(AuditEntry.run_id == run_id).order_by(AuditEntry.seq))
+        return [(r[0], json.loads(r[1]) if isinstance(r[1], str) else r[1]) for r in rows]
+
+
+async def test_a_removed_tool_asks_and_replan_hands_the_model_the_error(
+        make_engine: Callable[..., Engine], db: Database, ledger_path: Path) -> None:
+    ledger = DemoLedger(str(ledger_path))
+    old = replace(refund_agent(ledger), version="1")
+    run_id, aid = await paused_run(make_engine(agents=[old]))
+    engine = make_engine(agents=[without(old, "issue_refund", "2")])
+    report = await deploy_check(db, engine.registry)
+    assert not report.ok and [f.approval_id for f in report.breaks] == [aid]
+
+    decision = await engine.decide(aid, actor=ALICE, verdict="approve")
+    outcome = await engine.advance(decision.approval.run_id)
+    assert outcome.status == "needs_attention"
+    assert "demo-refund v2: no such tool" in outcome.reason  # type: ignore[attr-defined]
+    assert [e["tool"] for e in ledger_lines(ledger_path)] == ["lookup_order"]
+    async with db.read() as tx:
+        [q] = [a for a in await tx.approvals.for_run(run_id) if a.kind == "cannot_run"]
+    # a question takes only its own answers, and a call request not this one
+    with pytest.raises(DecisionRefused, match="replan"):
+        await engine.decide(q.id, actor=ALICE, verdict="approve")
+    actions = await audit_actions(db, run_id)
+    [(_, details)] = [x for x in actions if x[0] == "not_executed"]
+    assert details["reason"].endswith("no such tool") and details["question"] == q.id
+    assert (await deploy_check(db, engine.registry)).ok  # a person answers for it now
+
+    await engine.decide(q.id, actor=ALICE, verdict="replan")
+    outcome = await engine.advance(run_id)
+    assert outcome.status == "completed"
+    state = await engine.state(run_id)
+    [seen] = [m.content for m in state.messages
+              if getattr(m, "name", None) == "issue_refund" and m.role == "tool"]
+    assert seen == {"status": "not_executed", "reason": details["reason"]}
+    assert [e["tool"] for e in ledger_lines(ledger_path)] == ["lookup_order"]  # never ran
+
+
+async def test_abort_cancels_the_run(make_engine: Callable[..., Engine], db: Database,
+                                     ledger_path: Path) -> None:
+    old = replace(refund_agent(DemoLedger(str(ledger_path))), version="1")
+    run_id, aid = await paused_run(make_engine(agents=[old]))
+    engine = make_engine(agents=[without(old, "issue_refund", "2")])
+    await engine.decide(aid, actor=ALICE, verdict="approve")
+    await engine.advance(run_id)
+    async with db.read() as tx:
+        [q] = [a for a in await tx.approvals.for_run(run_id) if a.kind == "cannot_run"]
+    await engine.decide(q.id, actor=ALICE, verdict="abort", reason="paid by hand")
+    async with db.read() as tx:
+        run = await tx.runs.get(run_id)
+    assert run is not None and run.status == "cancelled"
+
+
+async def test_the_retired_release_finishes_its_run_and_a_new_run_uses_the_new_one(
+        make_engine: Callable[..., Engine], db: Database, ledger_path: Path) -> None:
+    ledger = DemoLedger(str(ledger_path))
+    old = replace(refund_agent(ledger), version="1")
+    run_id, aid = await paused_run(make_engine(agents=[old]))
+    new = without(old, "issue_refund", "2")
+    engine = make_engine(agents=[new, replace(old, retired=True)])
+    assert (await deploy_check(db, engine.registry)).ok
+    await engine.decide(aid, actor=ALICE, verdict="approve")
+    assert (await engine.advance(run_id)).status == "completed"
+    assert "issue_refund" in [e["tool"] for e in ledger_lines(ledger_path)]
+    fresh = await engine.start_run("demo-refund", TASK, requested_by="U_DANA")
+    async with db.read() as tx:
+        started = await tx.runs.get(fresh)
+    assert started is not None and started.agent_version == "2"
+
+
+async def test_deploy_check_lists_changed_policy_and_instructions_without_failing(
+        make_engine: Callable[..., Engine], db: Database, ledger_path: Path) -> None:
+    ledger = DemoLedger(str(ledger_path))
+    old = replace(refund_agent(ledger), version="1")
+    run_id, aid = await paused_run(make_engine(agents=[old, steps_agent(ledger)]))
+    reworded = replace(old, version="2", instructions=old.instructions + " Be brief.")
+    report = await deploy_check(db, make_engine(agents=[reworded]).registry)
+    assert report.ok and report.runs_checked == 1
+    [change] = report.changes
+    assert change.approval_id == aid and "instructions changed" in change.reason
+    relaxed = PolicyFile.model_validate({"tools": {"issue_refund": {"policy": "auto"}}})
+    auto = make_engine(agents=[reworded], policy=relaxed)
+    [change] = (await deploy_check(db, auto.registry)).changes
+    assert "policy band changed" in change.reason and "auto" in change.reason
+    gone = await deploy_check(db, make_engine(agents=[steps_agent(ledger)]).registry)
+    [broken] = gone.breaks
+    assert broken.run_id == run_id and "unknown agent 'demo-refund'" in broken.reason
