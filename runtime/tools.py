@@ -147,7 +147,8 @@ class Tool:
 def _build_args_model(fn: ToolFn, name: str) -> tuple[bool, str | None, type[BaseModel]]:
     try:
         # ToolContext is offered as a local so tools defined inside functions resolve it
-        hints = get_type_hints(fn, localns={"ToolContext": ToolContext})
+        # include_extras: constraints written as Annotated[int, Field(le=5)] are kept
+        hints = get_type_hints(fn, localns={"ToolContext": ToolContext}, include_extras=True)
     except NameError as exc:
         raise ConfigError(
             f"tool {name!r}: cannot resolve a type hint ({exc}); define the types it uses at "

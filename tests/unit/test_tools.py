@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import pytest
 from approvald.runtime.clock import ManualClock
@@ -70,3 +70,23 @@ def test_definition_errors_are_clear() -> None:
 
     with pytest.raises(ConfigError, match="needs a type hint"):
         tool(untyped)
+
+
+@tool(permission="execute")
+async def pay(invoice: Annotated[str, Field(pattern=r"^INV-\d+$")],
+              cents: Annotated[int, Field(gt=0, le=500_000)]) -> str:
+    """Pay an invoice."""
+    return invoice
+
+
+def test_constraints_written_with_annotated_are_kept() -> None:
+    """``Annotated[int, Field(le=...)]`` once lost its constraint: the schema shown to the
+    model and approvers, and the validation of proposed and edited arguments, dropped it."""
+    props = pay.json_schema()["properties"]
+    assert props["cents"]["exclusiveMinimum"] == 0 and props["cents"]["maximum"] == 500_000
+    assert props["invoice"]["pattern"] == r"^INV-\d+$"
+    assert pay.validate({"invoice": "INV-7", "cents": 100}) == {"invoice": "INV-7", "cents": 100}
+    for bad in ({"invoice": "INV-7", "cents": 500_001}, {"invoice": "INV-7", "cents": 0},
+                {"invoice": "7", "cents": 100}):
+        with pytest.raises(InvalidArguments):
+            pay.validate(bad)
