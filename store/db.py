@@ -188,7 +188,10 @@ class Database:
                 if fast:  # one-hop cursors, and statements that cannot wait on the loop
                     return await private_aiosqlite.connect(
                         path, busy_timeout=busy_timeout_ms / 1000)
-                return await aiosqlite.connect(path, timeout=busy_timeout_ms / 1000)
+                # (opened() only waits on the driver's thread if it failed to open; with no
+                # ``_thread`` in a later aiosqlite it is plain aiosqlite.connect)
+                return await private_aiosqlite.opened(
+                    aiosqlite.connect(path, timeout=busy_timeout_ms / 1000))
 
             async def reader() -> Any:
                 raw = await creator()

@@ -20,12 +20,14 @@ What is relied on, all of it listed in :data:`RELIES_ON` (checked by
 ``tests/unit/test_private_apis.py`` and, at start-up, by :func:`missing`: a name gone
 turns the fast path off with a warning rather than failing): ``Connection._connection``
 (the sqlite3 connection, or None once closed), ``Connection._conn`` (the same, raising
-when closed), ``Connection._execute`` (run a function on the connection's thread), and
+when closed), ``Connection._execute`` (run a function on the connection's thread),
+``Connection._thread`` (waited for when a connection fails to open: :func:`opened`), and
 that ``Connection.cursor`` may be replaced on an instance. Versions: see pyproject.toml.
 """
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import Callable, Generator, Iterable, Sequence
 from importlib.metadata import version
@@ -38,6 +40,7 @@ RELIES_ON: tuple[tuple[str, str], ...] = (
     ("aiosqlite.Connection (instance attribute)", "_connection"),
     ("aiosqlite.Connection", "_conn"),
     ("aiosqlite.Connection", "_execute"),
+    ("aiosqlite.Connection (instance attribute)", "_thread"),
 )
 
 
@@ -167,9 +170,29 @@ class _Opening:
         await self._cursor.close()
 
 
+async def opened(pending: aiosqlite.Connection) -> aiosqlite.Connection:
+    """Await ``pending`` (an ``aiosqlite.connect(...)``); if it fails to open, its thread
+    has stopped before the failure reaches the caller.
+
+    aiosqlite queues the stop of a connection that failed to open and raises without
+    waiting for it; had the event loop closed first (the end of a command, of a test), the
+    thread failed to hand back its answer ("Event loop is closed"), reported wherever the
+    process was by then. The stop is the thread's next item: microseconds."""
+    try:
+        return await pending
+    except BaseException:
+        thread = getattr(pending, "_thread", None)
+        for _ in range(5000):  # at most ~5 s, never forever
+            if thread is None or not thread.is_alive():
+                break
+            await asyncio.sleep(0.001)
+        raise
+
+
 async def connect(path: str, *, busy_timeout: float) -> aiosqlite.Connection:
     """An aiosqlite connection whose cursors take one thread hop per statement."""
     # statements that cannot wait run on the loop's thread too (``inline``)
-    conn = await aiosqlite.connect(path, timeout=busy_timeout, check_same_thread=False)
+    conn = await opened(aiosqlite.connect(path, timeout=busy_timeout,
+                                          check_same_thread=False))
     conn.cursor = lambda: _Opening(conn)  # type: ignore[method-assign,assignment,return-value]
     return conn

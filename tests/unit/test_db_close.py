@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import gc
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import aiosqlite
 import pytest
@@ -69,3 +70,31 @@ async def test_close_leaves_no_connection_open(sqlite_url: str, case: str,
         await held_while_closing(d, {"pooled": pooled, "plain_read": plain_read,
                                      "write": write}[case])
     assert open_connections() - before == set()
+
+
+def driver_threads() -> set[str]:
+    import threading
+    return {t.name for t in threading.enumerate() if "_connection_worker_thread" in t.name}
+
+
+@pytest.mark.sqlite
+async def test_a_file_that_cannot_be_opened_leaves_no_driver_thread_behind(
+        tmp_path: Path) -> None:
+    """aiosqlite queues the stop of a connection that failed to open and returns without
+    waiting for it: had the event loop closed first (the end of a test, of a command), the
+    thread failed to hand back its answer ("Event loop is closed"), reported in whatever
+    ran next. The thread is gone by the time the failure reaches the caller."""
+    d = Database(f"sqlite+aiosqlite:///{tmp_path}/no-such-dir/a.db")
+    before = driver_threads()
+    try:
+        for _ in range(3):  # a plain read's driver connection, and the pool's
+            with pytest.raises(Exception, match="unable to open"):
+                async with d.read():
+                    pass
+            assert driver_threads() - before == set()  # no await since the failure
+            with pytest.raises(Exception, match="unable to open"):
+                async with d.write():
+                    pass
+            assert driver_threads() - before == set()
+    finally:
+        await d.close()
