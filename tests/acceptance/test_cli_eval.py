@@ -6,7 +6,12 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import make_cli
+
+# processes, browsers or hundreds of schedules: out of the inner loop (-m 'not slow')
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).parents[2]
 DEMO = str(ROOT / "bot" / "evals" / "datasets" / "demo_refund.toml")

@@ -14,6 +14,9 @@ from approvald.runtime.state import SCHEMA_VERSION
 
 from tests.helpers import Cli, make_cli
 
+# processes, browsers or hundreds of schedules: out of the inner loop (-m 'not slow')
+pytestmark = pytest.mark.slow
+
 COMMON = '''
 import json
 from pathlib import Path

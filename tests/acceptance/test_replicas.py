@@ -37,6 +37,9 @@ from tests.integration.slack_harness import CHANNEL, wait_for
 RUNS, CLICKED = 100, 70
 
 
+# processes, browsers or hundreds of schedules: out of the inner loop (-m 'not slow')
+pytestmark = pytest.mark.slow
+
 async def _start_while_serving(settings: Settings, n: int) -> list[tuple[str, str]]:
     """Start ``n`` refunds for the replicas to advance; (approval id, Approve value) of
     each once it is waiting (whichever replica took it)."""

@@ -25,6 +25,9 @@ import pytest
 
 from tests.acceptance.sandbox_proc import Sandbox, wait_until
 
+# processes, browsers or hundreds of schedules: out of the inner loop (-m 'not slow')
+pytestmark = pytest.mark.slow
+
 CHROMIUM = os.environ.get("APPROVALD_CHROMIUM", "/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "sandbox"
 WAIT_MS = 60_000  # what the page must show within, on a loaded 2-core CI machine

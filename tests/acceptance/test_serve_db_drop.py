@@ -50,6 +50,9 @@ from tests.conftest import PG_ADMIN_URL
 from tests.helpers import Cli
 from tests.integration.slack_harness import CHANNEL, wait_for
 
+# processes, browsers or hundreds of schedules: out of the inner loop (-m 'not slow')
+pytestmark = pytest.mark.slow
+
 T = TypeVar("T")
 REFUNDS = 6
 TICKERS = 3

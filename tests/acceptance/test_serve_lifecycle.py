@@ -37,6 +37,9 @@ from tests.integration.slack_harness import APP_TOKEN, wait_for
 
 # every line serve writes is a log record or one of its own messages: a traceback's
 # continuation lines match neither
+# processes, browsers or hundreds of schedules: out of the inner loop (-m 'not slow')
+pytestmark = pytest.mark.slow
+
 ONE_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [A-Z]+ [\w.]+: |approvald: )")
 FAILED_CONNECT = "cannot reach Slack"
 

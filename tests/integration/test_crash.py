@@ -15,6 +15,9 @@ import pytest
 
 from tests.helpers import Cli, make_cli
 
+# processes, browsers or hundreds of schedules: out of the inner loop (-m 'not slow')
+pytestmark = pytest.mark.slow
+
 KILLED = -signal.SIGKILL
 
 

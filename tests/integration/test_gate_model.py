@@ -93,6 +93,9 @@ from tests.conftest import SIGNER, reset_pg
 from tests.helpers import Crash
 from tests.helpers import crash as _crash
 
+# processes, browsers or hundreds of schedules: out of the inner loop (-m 'not slow')
+pytestmark = pytest.mark.slow
+
 REQUESTER = "U_REQ"
 ACTORS = ["U_A", "U_B", "U_C", "W_D", REQUESTER, "U_X"]
 GROUPS = {"S_FIN": ["U_B", "U_C"]}

@@ -17,6 +17,8 @@ from sqlalchemy import func, select
 
 from tests.helpers import make_cli
 
+# processes, browsers or hundreds of schedules: out of the inner loop (-m 'not slow')
+pytestmark = pytest.mark.slow
 
 async def _count(db, model, *where) -> int:
     async with db.read() as tx:

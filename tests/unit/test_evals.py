@@ -45,6 +45,7 @@ def reasons(report: Report, task: str, variant: str = "baseline") -> list[str]:
     return row.reasons()
 
 
+@pytest.mark.slow
 async def test_demo_dataset_passes_under_every_interruption(tmp_path: Path) -> None:
     report = await run_eval(tmp_path, DEMO, crashes=True)
     assert [r.reasons() for r in report.rows if not r.ok] == []
@@ -96,6 +97,7 @@ async def test_demo_dataset_passes_under_every_interruption(tmp_path: Path) -> N
                    .side_effects.values())
 
 
+@pytest.mark.slow
 async def test_an_agent_that_refunds_twice_fails_with_the_reason(tmp_path: Path) -> None:
     report = await run_eval(tmp_path, DEMO, agent="refund-twice")
     assert not report.ok
@@ -123,6 +125,7 @@ async def test_an_agent_that_refunds_twice_fails_with_the_reason(tmp_path: Path)
         reasons(report, "approve-duplicate-charge", "policy_auto_while_paused")
 
 
+@pytest.mark.slow
 async def test_an_agent_that_retries_a_denied_call_fails_with_the_reason(
         tmp_path: Path) -> None:
     report = await run_eval(tmp_path, DEMO, agent="retry-after-denial")
