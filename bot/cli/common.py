@@ -148,23 +148,21 @@ async def write_out(path: str | None, text: str) -> None:
 
 def count(text: str) -> int:
     """A ``--limit``: a whole number of 1 or more."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number of 1 or more (got {text!r})")
-    return value
+    return _whole(text, 1, None, "a whole number of 1 or more")
 
 
 def port(text: str) -> int:
     """A TCP port: 0 (any free one) to 65535."""
+    return _whole(text, 0, 65535, "a port from 0 to 65535")
+
+
+def _whole(text: str, low: int, high: int | None, what: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        value = -1
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be a port from 0 to 65535 (got {text!r})")
+        value = low - 1
+    if value < low or (high is not None and value > high):
+        raise argparse.ArgumentTypeError(f"must be {what} (got {text!r})")
     return value
 
 

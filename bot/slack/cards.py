@@ -377,23 +377,21 @@ def doing_text(w: WillRun, limit: int) -> str | None:
 def impact_text(w: WillRun, limit: int) -> str | None:
     """The card's impact section: that of the arguments that will run; failing that, only
     a labelled description of the original arguments; None when there is neither."""
-    if w.impact:
-        template = T.SECTION_IMPACT if w.words_current else T.SECTION_IMPACT_EDITED
-        return template.format(text=clip(w.impact, limit))
-    if w.original_impact:
-        return T.SECTION_IMPACT_BEFORE_EDIT.format(label=T.IMPACT_BEFORE_EDIT[w.author],
-                                                   text=clip(w.original_impact, limit))
-    return None
+    return _impact(w, limit, T.SECTION_IMPACT, T.SECTION_IMPACT_EDITED,
+                   T.SECTION_IMPACT_BEFORE_EDIT)
 
 
 def impact_line(w: WillRun, limit: int) -> str | None:
     """:func:`impact_text` in one line (App Home, /approvals, modals, threads)."""
+    return _impact(w, limit, T.LINE_IMPACT, T.LINE_IMPACT_EDITED, T.LINE_BEFORE_EDIT)
+
+
+def _impact(w: WillRun, limit: int, current: str, edited: str, before: str) -> str | None:
     if w.impact:
-        template = T.LINE_IMPACT if w.words_current else T.LINE_IMPACT_EDITED
-        return template.format(text=clip(w.impact, limit))
+        return (current if w.words_current else edited).format(text=clip(w.impact, limit))
     if w.original_impact:
-        return T.LINE_BEFORE_EDIT.format(label=T.IMPACT_BEFORE_EDIT[w.author],
-                                         text=clip(w.original_impact, limit))
+        return before.format(label=T.IMPACT_BEFORE_EDIT[w.author],
+                             text=clip(w.original_impact, limit))
     return None
 
 
