@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import subprocess
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -38,13 +39,16 @@ hypothesis_settings.register_profile("long", max_examples=10_000)
 
 PG_ADMIN_URL = os.environ.get("APPROVALD_TEST_PG_URL",
                               "postgresql://postgres@127.0.0.1:5432/test")
-# every table the migrations make but alembic's own, emptied in one statement before each
-# test that uses the session's PostgreSQL database (tests/integration/test_pg_reset.py checks
-# that the list names them all)
+# every table the migrations make but alembic's own, emptied before each test that uses the
+# session's PostgreSQL database, rows that refer to others first; then every sequence starts
+# again (tests/integration/test_pg_reset.py checks that the list names them all, in an order
+# that deletes). DELETE, not TRUNCATE: on tables of a few rows TRUNCATE costs ~100 ms (it
+# makes new files for fifteen tables and their indexes), DELETE under 1 ms.
 TABLES = ("approval_votes", "approvals", "audit_log", "audit_head", "limits", "outbox",
           "external_requests", "api_tokens", "standing_approvals", "adapter_pauses",
           "run_threads", "run_events", "tool_executions", "runs", "policy_in_force")
-RESET = f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE"
+RESET = "; ".join([*(f"DELETE FROM {table}" for table in TABLES),
+                   "SELECT setval(oid, 1, false) FROM pg_class WHERE relkind = 'S'"])
 # under pytest-xdist each worker has a database of its own (gw0, gw1, ...)
 WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
 
@@ -60,7 +64,7 @@ async def _pg_admin(sql: str) -> None:
 
 
 async def reset_pg(url: str) -> None:
-    """Empty a migrated test database: one ``TRUNCATE`` of every table."""
+    """Empty a migrated test database and restart its sequences (``RESET``)."""
     import asyncpg
 
     conn = await asyncpg.connect(url.replace("+asyncpg", ""), timeout=5)
@@ -126,6 +130,37 @@ def pytest_configure(config: pytest.Config) -> None:
     if (os.environ.get("APPROVALD_SKIP_ALLOWLIST_ENFORCE") == "1"
             and not hasattr(config, "workerinput")):  # an xdist worker: its controller judges
         config.pluginmanager.register(SkipAudit(), "approvald-skip-audit")
+
+
+# -- the inner loop runs in this process -------------------------------------------------
+# `pytest -m "not slow"` answers in about two minutes because none of its tests starts a
+# process: an approvald, a browser or a shell costs a second or more of two shared cores.
+# A test that must (a SIGKILL, a server's lifecycle, a closed pipe, a real browser) carries
+# the ``slow`` mark; one that starts a process without it fails, saying so.
+_SPAWN = subprocess.Popen.__init__
+_in_process_only: list[str] = []  # the node id of the running test when it is not slow
+
+
+def _popen_init(self: subprocess.Popen[Any], *args: Any, **kwargs: Any) -> None:
+    if _in_process_only:
+        command = args[0] if args else kwargs.get("args")
+        raise AssertionError(
+            f"{_in_process_only[0]} starts a process ({str(command)[:120]}) but is not marked "
+            "slow: mark it @pytest.mark.slow, or run what it tests in this process")
+    _SPAWN(self, *args, **kwargs)
+
+
+subprocess.Popen.__init__ = _popen_init  # type: ignore[method-assign]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    if item.get_closest_marker("slow") is None:
+        _in_process_only.append(item.nodeid)
+    try:
+        return (yield)
+    finally:
+        _in_process_only.clear()
 
 
 @pytest.fixture(autouse=True)

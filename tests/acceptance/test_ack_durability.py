@@ -12,6 +12,7 @@ import asyncio
 import signal
 from pathlib import Path
 
+import pytest
 from approvald.bot.config import Settings
 from approvald.bot.slack import cards, views
 from approvald.bot.wiring import build_engine, open_database
@@ -58,6 +59,7 @@ async def _statuses(settings: Settings, ids: list[str]) -> dict[str, str]:
         await db.close()
 
 
+@pytest.mark.slow  # starts a process
 async def test_every_acknowledged_click_survives_a_sigkill(db_url: str, tmp_path: Path) -> None:
     emulator, cli = await setup(tmp_path, db_url)
     emulator.add_usergroup("S_OPS", ["U_ALICE"])

@@ -125,13 +125,16 @@ def test_cancel_a_waiting_run(cli: Cli) -> None:
     (["runs", "list"], {"APPROVALD_POLICY_FILE": "/nonexistent.toml"}, "does not exist"),
     (["frobnicate"], {}, "invalid choice: 'frobnicate'"),
     (["approvals", "deny", "x", "--as", "U1"], {}, "--reason"),
-    (["serve"], {"SLACK_BOT_TOKEN": "xoxb-1"}, "SLACK_SIGNING_SECRET is not set"),
-    (["serve"], {"SLACK_SIGNING_SECRET": "s" * 32}, "SLACK_BOT_TOKEN is not set"),
-    (["serve"], {"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_APP_TOKEN": "xapp-1"},
-     "APPROVALD_CHANNEL is not set"),
-    (["serve"], {"SLACK_API_URL": "ftp://nope"}, "SLACK_API_URL: "),
-    (["serve"], {"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_APP_TOKEN": "xapp-1",
-                 "APPROVALD_CHANNEL": "C1"}, "APPROVALD_SECRET is not set or shorter"),
+    # serve runs as a process of its own (OWN_PROCESS in tests/helpers.py)
+    *[pytest.param(*case, marks=pytest.mark.slow) for case in [
+        (["serve"], {"SLACK_BOT_TOKEN": "xoxb-1"}, "SLACK_SIGNING_SECRET is not set"),
+        (["serve"], {"SLACK_SIGNING_SECRET": "s" * 32}, "SLACK_BOT_TOKEN is not set"),
+        (["serve"], {"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_APP_TOKEN": "xapp-1"},
+         "APPROVALD_CHANNEL is not set"),
+        (["serve"], {"SLACK_API_URL": "ftp://nope"}, "SLACK_API_URL: "),
+        (["serve"], {"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_APP_TOKEN": "xapp-1",
+                     "APPROVALD_CHANNEL": "C1"}, "APPROVALD_SECRET is not set or shorter"),
+    ]],
 ])
 def test_user_mistakes_are_one_line_and_nonzero(cli: Cli, args: list[str],
                                                 env: dict[str, str], message: str) -> None:
@@ -153,6 +156,7 @@ def test_db_upgrade_and_runs_list(cli: Cli, tmp_path: Path) -> None:
     assert run_id in cli.ok("runs", "list")
 
 
+@pytest.mark.slow  # starts a process
 def test_serve_resumes_a_decision_made_elsewhere_and_stops_on_sigterm(cli: Cli) -> None:
     run_id, approval_id = start_refund(cli)
     server = cli.spawn("serve", APPROVALD_POLL_INTERVAL="0.2", APPROVALD_LOG_LEVEL="INFO")

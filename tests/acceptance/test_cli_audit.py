@@ -114,6 +114,7 @@ def test_a_pinned_digest_refuses_arguments_that_changed(cli: Cli, tmp_path: Path
     assert refund["args"]["amount_cents"] == 100
 
 
+@pytest.mark.slow  # starts a process
 def test_repeating_a_decision_after_a_crash_says_it_stands_and_resumes_the_run(
         cli: Cli) -> None:
     run_id, approval_id = pause(cli)

@@ -12,9 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
 from tests.acceptance.test_slack_serve import free_port, run_cli, start_serve
 from tests.helpers import make_cli
+
+# each test here starts approvald (or a browser) as a process of its own
+pytestmark = pytest.mark.slow
 
 POLICY = '[tools."api:*/deploy"]\napprovers = ["U_ALICE"]\n'
 SECRET = "approvald-test-secret-0123456789"

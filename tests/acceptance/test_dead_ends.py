@@ -146,6 +146,7 @@ def many_pending(cli: Cli) -> list[str]:
     return asyncio.run(make())
 
 
+@pytest.mark.slow  # starts a process
 def test_approvals_list_is_oldest_first_and_says_when_it_is_cut(
         cli: Cli, many_pending: list[str]) -> None:
     done = cli("approvals", "list", "--ids")
@@ -186,6 +187,7 @@ def closed_pipe() -> Iterator[int]:
     ["db", "upgrade"],
     ["approvals", "--help"],
 ])
+@pytest.mark.slow  # starts a process
 def test_a_closed_pipe_ends_quietly(cli: Cli, many_pending: list[str], closed_pipe: int,
                                     args: list[str]) -> None:
     done = subprocess.run([APPROVALD, *args], env=cli.env(), cwd=cli.workdir,
@@ -195,6 +197,7 @@ def test_a_closed_pipe_ends_quietly(cli: Cli, many_pending: list[str], closed_pi
     assert "rror" not in done.stderr and "Traceback" not in done.stderr, done.stderr
 
 
+@pytest.mark.slow  # starts a process
 def test_a_decision_whose_output_pipe_is_closed_still_completes(
         cli: Cli, closed_pipe: int) -> None:
     started = cli("run", "demo-refund", "--task", "Refund order A-1", "--requested-by",
@@ -230,10 +233,14 @@ SERVE = {"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_SIGNING_SECRET": "s" * 32,
      "APPROVALD_DATABASE_URL: cannot open postgresql+asyncpg://postgres@127.0.0.1:1/x: "),
     (["runs", "list"], {"APPROVALD_DATABASE_URL": "sqlite:////nonexistent/approvald/x.db"},
      "APPROVALD_DATABASE_URL: directory /nonexistent/approvald does not exist"),
-    (["serve"], {**SERVE, "APPROVALD_PORT": "{taken}"},
-     "APPROVALD_HOST/APPROVALD_PORT: cannot listen on 127.0.0.1:{taken}: Address already in use"),
-    (["sandbox", "--port", "{taken}"], {}, "address already in use"),
-    (["sandbox", "--port", "99999"], {}, "argument --port: must be a port from 0 to 65535"),
+    # serve and sandbox run as processes of their own (OWN_PROCESS in tests/helpers.py)
+    pytest.param(["serve"], {**SERVE, "APPROVALD_PORT": "{taken}"},
+                 "APPROVALD_HOST/APPROVALD_PORT: cannot listen on 127.0.0.1:{taken}: "
+                 "Address already in use", marks=pytest.mark.slow),
+    pytest.param(["sandbox", "--port", "{taken}"], {}, "address already in use",
+                 marks=pytest.mark.slow),
+    pytest.param(["sandbox", "--port", "99999"], {},
+                 "argument --port: must be a port from 0 to 65535", marks=pytest.mark.slow),
     (["approvals", "list", "--limit", "-1"], {},
      "argument --limit: must be a whole number of 1 or more (got '-1')"),
     (["runs", "list", "--limit", "-5"], {}, "argument --limit: must be a whole number"),

@@ -15,6 +15,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.acceptance.browser_pages import launch, open_clean
 from tests.acceptance.test_sandbox_browser import _playwright
 from tests.helpers import make_cli
@@ -46,6 +48,7 @@ def _report(cli: Any, dataset: Path, out: Path, *extra: str, code: int) -> str:
     return done.stdout
 
 
+@pytest.mark.slow  # starts a process
 def test_the_eval_report_opens_cleanly_and_links_failures_to_traces(
         sqlite_url: str, tmp_path: Path) -> None:
     sync_playwright = _playwright()

@@ -14,8 +14,13 @@ import json
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from tests.acceptance.sandbox_proc import TOKEN_HEADER, Sandbox, wait_until
 from tests.acceptance.test_sandbox_product import APPROVE, pending_card, refunds
+
+# each test here starts approvald (or a browser) as a process of its own
+pytestmark = pytest.mark.slow
 
 RUN = json.dumps({"user": "U_DANA", "agent": "demo-refund", "order": "A-1"}).encode()
 RUNS = "select count(*) from runs"

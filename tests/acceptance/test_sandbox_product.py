@@ -17,6 +17,9 @@ import pytest
 
 from tests.acceptance.sandbox_proc import Sandbox, wait_until
 
+# each test here starts approvald (or a browser) as a process of its own
+pytestmark = pytest.mark.slow
+
 APPROVE = "approvald.approve"
 _MESSAGE = re.compile(r'<div class="msg[^"]*" data-ts="([\d.]+)"')
 

@@ -19,6 +19,9 @@ from tests.conftest import PG_ADMIN_URL, _pg_admin
 from tests.helpers import make_cli
 from tests.integration.slack_harness import wait_for
 
+# each test here starts approvald (or a browser) as a process of its own
+pytestmark = pytest.mark.slow
+
 
 async def get(url: str) -> tuple[int, str]:
     async with aiohttp.ClientSession() as http, http.get(url) as r:

@@ -11,6 +11,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import aiohttp
+import pytest
 from approvald.bot.sandbox import SlackEmulator
 from approvald.bot.slack import cards
 from approvald.runtime.ids import TokenSigner
@@ -18,6 +19,9 @@ from approvald.store.db import Database
 
 from tests.helpers import APPROVALD, Cli, make_cli, run_in_process
 from tests.integration.slack_harness import APP_TOKEN, BOT_TOKEN, CHANNEL, OPS, SECRET, wait_for
+
+# each test here starts approvald (or a browser) as a process of its own
+pytestmark = pytest.mark.slow
 
 TOKEN_SECRET = "approvald-test-secret-0123456789"
 

@@ -14,9 +14,14 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.acceptance.browser_pages import launch, open_clean
 from tests.acceptance.test_sandbox_browser import _playwright
 from tests.helpers import make_cli
+
+# each test here starts approvald (or a browser) as a process of its own
+pytestmark = pytest.mark.slow
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "trace"
 

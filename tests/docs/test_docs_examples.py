@@ -60,6 +60,7 @@ def test_the_docs_have_pages() -> None:
     assert DOCS / "who-can-set-what.md" in PAGES
 
 
+@pytest.mark.slow  # starts a process
 def test_the_fixture_page_runs_each_kind_of_block_and_lists_them(tmp_path: Path) -> None:
     lines = report(FIXTURE, tmp_path)
     where = "tests/docs/fixtures/examples.md"
@@ -74,6 +75,7 @@ def test_the_fixture_page_runs_each_kind_of_block_and_lists_them(tmp_path: Path)
     assert kinds[-1] == ("toml", False)
 
 
+@pytest.mark.slow  # starts a process
 def test_a_failing_example_fails_naming_its_page_and_line(tmp_path: Path) -> None:
     page = tmp_path / "broken.md"
     page.write_text("# Broken\n\n```bash\necho before\napprovald runs list --limit 0\n"
@@ -94,6 +96,7 @@ def test_a_run_by_marker_must_name_a_test_that_names_the_page(tmp_path: Path) ->
         report(page, tmp_path / "work")
 
 
+@pytest.mark.slow  # starts a process
 def test_a_python_example_that_raises_fails(tmp_path: Path) -> None:
     page = tmp_path / "raises.md"
     page.write_text("```python\nraise SystemExit('the example is stale')\n```\n")

@@ -160,6 +160,7 @@ async def deliver_webhooks(h: Harness, clock: ManualClock, until: int) -> None:
     raise AssertionError("webhooks were not delivered")
 
 
+@pytest.mark.slow  # starts a process
 async def test_a_stdlib_agent_asks_waits_runs_and_reports(db_url: str, tmp_path: Path) -> None:
     clock = ManualClock()
     async with receiver(failures=2) as hook, \

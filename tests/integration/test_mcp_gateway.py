@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from approvald.bot.slack import cards
 from approvald.runtime.clock import FileClock
 from approvald.runtime.decide import Actor
@@ -23,6 +24,9 @@ from mcp_types import CallToolResult, TextContent
 
 from tests.helpers import APPROVALD, Cli
 from tests.integration.slack_harness import CHANNEL, Harness, harness, wait_for
+
+# each test here starts approvald (or a browser) as a process of its own
+pytestmark = pytest.mark.slow
 
 SERVER = Path(__file__).resolve().parent.parent / "fixtures" / "mcp_server.py"
 POLICY = """

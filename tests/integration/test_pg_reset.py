@@ -1,16 +1,26 @@
 """The per-test reset of the session's PostgreSQL database (tests/conftest.py) empties every
-table the migrations make, in one statement, and restarts their sequences."""
+table the migrations make, rows that others refer to included, and restarts their
+sequences."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from approvald.runtime.agent import Registry
+from approvald.runtime.clock import ManualClock
+from approvald.runtime.decide import Actor
+from approvald.runtime.demo import DemoLedger, refund_agent
+from approvald.runtime.engine import assemble
 from approvald.store.db import Database
 from approvald.store.models import Base
 from sqlalchemy import text
 
-from tests.conftest import TABLES, reset_pg
+from tests.conftest import SIGNER, TABLES, reset_pg
+from tests.helpers import START
 
 
-async def test_the_reset_names_every_table_and_empties_them(pg_url: str | None) -> None:
+async def test_the_reset_names_every_table_and_empties_them(pg_url: str | None,
+                                                            tmp_path: Path) -> None:
     if pg_url is None:  # only without APPROVALD_REQUIRE_PG (CI sets it)
         import pytest
 
@@ -26,10 +36,26 @@ async def test_the_reset_names_every_table_and_empties_them(pg_url: str | None) 
                 "INSERT INTO policy_in_force (id, digest, source, loaded_at) "
                 "VALUES (1, 'd', 's', now())"))
             await conn.commit()
+        # rows that refer to others: a run waiting on an approval with a vote, its events,
+        # thread, audit entries and outbox rows
+        engine = assemble(db, Registry([refund_agent(DemoLedger(str(tmp_path / "l.jsonl")))]),
+                          clock=ManualClock(START), signer=SIGNER)
+        run_id = await engine.start_run("demo-refund", "Refund order A-1",
+                                        requested_by="U_DANA")
+        await engine.advance(run_id)
+        async with db.read() as tx:
+            [approval] = await tx.approvals.for_run(run_id)
+        await engine.decide(approval.id, actor=Actor("U_ALICE", "slack"), verdict="approve")
+        async with db.connection() as conn:
+            filled = {t for t in TABLES if (await conn.execute(
+                text(f"SELECT count(*) FROM {t}"))).scalar()}
+        assert {"runs", "approvals", "approval_votes", "audit_log", "outbox"} <= filled
         await reset_pg(pg_url)
         async with db.connection() as conn:
             for table in TABLES:
                 count = (await conn.execute(text(f"SELECT count(*) FROM {table}"))).scalar()
                 assert count == 0, table
+            restarted = (await conn.execute(text("SELECT nextval('outbox_id_seq')"))).scalar()
+            assert restarted == 1
     finally:
         await db.close()

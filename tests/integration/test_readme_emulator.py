@@ -43,6 +43,7 @@ async def emulator() -> AsyncIterator[SlackEmulator]:
     await emu.stop()
 
 
+@pytest.mark.slow  # starts a process
 async def test_the_readme_curl_reads_the_channel_from_the_emulator(
         emulator: SlackEmulator) -> None:
     readme_url, command = readme_curl()

@@ -11,11 +11,15 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
 from approvald.bot.config import Settings
 from approvald.bot.serve import Service
 from approvald.bot.wiring import open_database
 from approvald.runtime import api_tokens
 from approvald.runtime.decide import Actor
+
+# each test here starts approvald (or a browser) as a process of its own
+pytestmark = pytest.mark.slow
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "how-to" / "http-api.md"
 SECRET = "approvald-test-secret-0123456789"

@@ -267,6 +267,7 @@ async def test_tracing_off_records_nothing(make_engine, exported,
     assert named(exporter.get_finished_spans(), "run.step", run_id=again.run_id)
 
 
+@pytest.mark.slow  # starts a process
 def test_nothing_imports_opentelemetry_unless_tracing_is_on(tmp_path: Path) -> None:
     code = ("import sys\n"
             "import approvald.bot.serve, approvald.bot.slack.handlers\n"

@@ -143,6 +143,7 @@ def write(tmp_path: Path, text: str) -> Path:
     return p
 
 
+@pytest.mark.slow  # starts a process
 async def test_budgets_steps_and_cost(tmp_path: Path) -> None:
     ds = write(tmp_path, """
 agent = "refund-pricey"
@@ -158,6 +159,7 @@ expect = { status = "completed", max_steps = 2, max_cost_usd = 0.5 }
                                     "cost: cost $1.0000, at most $0.5 expected"]
 
 
+@pytest.mark.slow  # starts a process
 async def test_wrong_outcome_tools_and_arguments(tmp_path: Path) -> None:
     ds = write(tmp_path, """
 agent = "demo-refund"
@@ -183,6 +185,7 @@ not_calls = [{ tool = "lookup_order", args = { order_id = "A-1" } }]
         '"reason":"duplicate charge"})']
 
 
+@pytest.mark.slow  # starts a process
 async def test_a_request_the_script_does_not_answer(tmp_path: Path) -> None:
     ds = write(tmp_path, """
 agent = "demo-refund"
@@ -240,6 +243,7 @@ def test_subset_match() -> None:
     assert subset({"a": 4200}, {"a": 4200.0})
 
 
+@pytest.mark.slow  # starts a process
 async def test_latency_is_its_own_score(tmp_path: Path) -> None:
     ds = write(tmp_path, """
 agent = "demo-refund"
@@ -307,6 +311,7 @@ async def test_a_change_that_never_happened_fails_the_journey(tmp_path: Path) ->
         "under it" in reasons(report, "refunded-by-phone-meanwhile", CHANGED)
 
 
+@pytest.mark.slow  # starts a process
 async def test_restart_before_decision_decides_in_another_process(tmp_path: Path) -> None:
     ds = write(tmp_path, CHANGED_TASK.replace(
         '"data_changed_while_paused"]', '"restart_before_decision"]'))
@@ -322,6 +327,7 @@ async def test_restart_before_decision_decides_in_another_process(tmp_path: Path
                                               "send_customer_email"]
 
 
+@pytest.mark.slow  # starts a process
 async def test_the_demo_steps_dataset_passes_killed_at_every_tick(tmp_path: Path) -> None:
     report = await run_eval(tmp_path, DEMO.with_name("demo_steps.toml"), crashes=True)
     assert [r.reasons() for r in report.rows if not r.ok] == []
