@@ -215,7 +215,8 @@ def metrics_on_any_port() -> Iterator[None]:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark every test that reaches PostgreSQL ``postgres`` (and SQLite ones ``sqlite``), so
     ``pytest -m postgres`` selects them: the ``db_url`` params carry their marks, but a test
-    that picks its dialect (``indirect`` params) or asks for ``pg_url`` itself does not."""
+    that picks its dialect (``indirect`` params) or asks for ``pg_url`` itself does not.
+    Then put the slow tests first."""
     for item in items:
         callspec = getattr(item, "callspec", None)
         dialect = callspec.params.get("db_url") if callspec is not None else None
@@ -223,6 +224,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(dialect)
         if "pg_url" in getattr(item, "fixturenames", ()):
             item.add_marker("postgres")
+    # the long tests first: started last, a minute-long one kept a worker busy after the
+    # other had run out of work (the longest-first rule of scheduling); a stable sort, so
+    # every xdist worker collects the same order
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.fixture(scope="session")

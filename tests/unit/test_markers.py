@@ -7,6 +7,7 @@ test modules this process has imported already are not imported again."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -48,3 +49,38 @@ def test_pytest_m_postgres_selects_the_postgresql_tests() -> None:
     sqlite = collected("sqlite")
     assert sqlite and all("[postgres" not in t for t in sqlite)
     assert not set(tests) & set(sqlite)
+
+
+def test_a_test_not_marked_slow_cannot_start_a_process() -> None:
+    """The inner loop (``-m "not slow"``) stays in this process: conftest refuses a process
+    to a test without the mark, naming the test and the command."""
+    with pytest.raises(AssertionError, match=r"test_markers\.py::test_a_test_not_marked_slow"
+                       r".* starts a process \(\['true'\]\) but is not marked slow"):
+        subprocess.run(["true"], check=True)
+
+
+@pytest.mark.slow
+def test_a_slow_test_may_start_one() -> None:
+    assert subprocess.run(["true"], check=False).returncode == 0
+
+
+class SlowFlags:
+    """A plugin that keeps, in collection order, whether each item is marked slow."""
+
+    def __init__(self) -> None:
+        self.flags: list[bool] = []
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.flags = [item.get_closest_marker("slow") is not None for item in session.items]
+
+
+def test_the_slow_tests_are_collected_first() -> None:
+    order = SlowFlags()
+    code = pytest.main(
+        ["--collect-only", "-q", "-p", "no:cacheprovider", "-o", "addopts=", "-n", "0",
+         "--rootdir", str(ROOT), "-c", str(ROOT / "pyproject.toml"),
+         str(ROOT / "tests" / "acceptance")], plugins=[order])
+    assert code == pytest.ExitCode.OK, code
+    assert True in order.flags and False in order.flags
+    assert order.flags == sorted(order.flags, reverse=True)  # every slow one before the rest
