@@ -91,9 +91,11 @@ class SandboxWeb:
         return app
 
     def attach(self, engine: Engine, events_url: str) -> None:
-        """Act towards ``serve``, whose Slack endpoint is ``events_url``."""
+        """Act towards ``serve``, whose Slack endpoint is ``events_url``; and tell the
+        page, which may have loaded (and drawn "not ready") while the sandbox started."""
         self.engine = engine
         self.slack = self.emulator.client(events_url)
+        self.changed()
 
     async def close(self) -> None:
         self._closing = True
