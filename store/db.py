@@ -512,6 +512,17 @@ def _configure_sqlite(engine: AsyncEngine, busy_timeout_ms: int) -> None:
         cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
         cur.close()
 
+    @event.listens_for(engine.sync_engine, "invalidate")
+    def _on_invalidate(dbapi_conn: Any, _record: Any, _exc: BaseException | None) -> None:
+        # Roll back before the pool closes it. Python 3.11+ closes a SQLite connection whose
+        # statements are not all finalized (a cursor still referenced by the traceback of a
+        # cancelled write) as a "zombie" that keeps its transaction, and so the file's
+        # write lock, until the garbage collector gets to that cursor: every later writer
+        # waited out its busy timeout and failed "database is locked". (Not in a greenlet:
+        # the collector's own cleanup, where nothing can be awaited.)
+        with contextlib.suppress(Exception):
+            dbapi_conn.rollback()
+
     @event.listens_for(engine.sync_engine, "begin")
     def _on_begin(conn: Any) -> None:
         mode = conn.get_execution_options().get("approvald_begin", "DEFERRED")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -157,3 +158,39 @@ async def test_a_pooled_connection_left_in_a_transaction_is_replaced_on_checkout
             assert await committed(small, admin, f"after-{n}")
     finally:
         await admin.close()
+
+
+@pytest.mark.sqlite
+async def test_a_cancelled_write_whose_traceback_lives_on_holds_no_lock(tmp_path: Path) -> None:
+    """Without the fast path, the pool closes the connection of a cancelled write. Python
+    3.11+ closes a SQLite connection with a statement not yet finalized (its cursor still
+    referenced, here by the kept traceback of the cancellation) as a "zombie" that keeps its
+    transaction, and the file's write lock, until that cursor is collected: every later
+    writer waited out its busy timeout and failed "database is locked". Rolled back before
+    it is closed, it holds nothing."""
+    d = Database(f"sqlite+aiosqlite:///{tmp_path}/a.db", busy_timeout_ms=300,
+                 server_time=False, fast_path=False)
+    kept: list[BaseException] = []  # what a log handler or an error report may hold on to
+    try:
+        async with d.write() as tx:
+            await tx.conn.execute(text("CREATE TABLE cancel_probe "
+                                       "(id TEXT PRIMARY KEY, note TEXT NOT NULL)"))
+        for turns in range(TURNS):
+            async def cancelled() -> None:
+                async with d.write() as tx:
+                    await by_sqlalchemy(tx)
+            task = asyncio.create_task(cancelled())
+            for _ in range(turns):
+                await asyncio.sleep(0)
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError as exc:
+                kept.append(exc)
+            async with d.write() as tx:  # within 300 ms, or "database is locked"
+                await tx.conn.execute(text("INSERT INTO cancel_probe VALUES (:id, 'y')"),
+                                      {"id": str(turns)})
+    finally:
+        kept.clear()
+        await d.close()
+

@@ -94,7 +94,9 @@ from tests.helpers import Crash
 from tests.helpers import crash as _crash
 
 # processes, browsers or hundreds of schedules: out of the inner loop (-m 'not slow')
-pytestmark = pytest.mark.slow
+# hundreds of schedules: about two minutes on a quiet 2-core machine, so more than the suite's
+# 5-minute deadline for a hang on a busy one (the limit still fails a real hang)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 REQUESTER = "U_REQ"
 ACTORS = ["U_A", "U_B", "U_C", "W_D", REQUESTER, "U_X"]

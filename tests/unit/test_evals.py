@@ -46,6 +46,7 @@ def reasons(report: Report, task: str, variant: str = "baseline") -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # 46 journeys, 30 with child processes: minutes on a busy machine
 async def test_demo_dataset_passes_under_every_interruption(tmp_path: Path) -> None:
     report = await run_eval(tmp_path, DEMO, crashes=True)
     assert [r.reasons() for r in report.rows if not r.ok] == []
