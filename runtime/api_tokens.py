@@ -92,7 +92,8 @@ def check_operator_name(name: str) -> str:
     check_name(name)
     if name.startswith(RESERVED_CREDENTIALS):
         raise ApprovaldError(f"token names starting with {' or '.join(RESERVED_CREDENTIALS)} "
-                             f"belong to approvald's MCP gateways and adapters: {name!r}")
+                             f"belong to approvald's MCP gateways, adapters and hooks: "
+                             f"{name!r}")
     return name
 
 

@@ -6,7 +6,8 @@ open their requests through :class:`Intake`, which
 1. names the tool by its **source** (:class:`Source`): an agent's ``issue_refund`` is
    policy name ``issue_refund``; HTTP API token ``deploy-bot``'s ``deploy`` is
    ``api:deploy-bot/deploy``; MCP gateway ``files``' ``write_file`` is
-   ``mcp:files/write_file``; adapter ``support``'s ``refund`` is ``adapter:support/refund``.
+   ``mcp:files/write_file``; adapter ``support``'s ``refund`` is ``adapter:support/refund``;
+   Claude Code's ``Bash`` through ``approvald hook claude-code`` is ``hook:claude-code/Bash``.
    Two sources never share a policy entry or a standing approval unless the operator
    writes one glob that names both;
 2. resolves the **operator's** policy for that name: the policy file's entry (exact, else
@@ -47,14 +48,15 @@ from approvald.runtime.policy import (
 )
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-SourceKind = Literal["agent", "api", "mcp", "adapter"]
+SourceKind = Literal["agent", "api", "mcp", "adapter", "hook"]
 EXTERNAL_AGENT = "external:"  # the agent of a run that stands for a caller's request
 # credential name prefixes that only approvald itself uses (never an operator's token)
 MCP_CREDENTIAL = "mcp."
 ADAPTER_CREDENTIAL = "adapter."
-RESERVED_CREDENTIALS = (MCP_CREDENTIAL, ADAPTER_CREDENTIAL)
+HOOK_CREDENTIAL = "hook."  # a coding assistant's permission hook (approvald hook claude-code)
+RESERVED_CREDENTIALS = (MCP_CREDENTIAL, ADAPTER_CREDENTIAL, HOOK_CREDENTIAL)
 _VIA: dict[str, str] = {"agent": "runtime", "api": "http_api", "mcp": "mcp",
-                        "adapter": "adapter"}
+                        "adapter": "adapter", "hook": "hook"}
 _RISK = {"low": 0, "medium": 1, "high": 2}
 
 
@@ -97,6 +99,8 @@ class Source:
             return MCP_CREDENTIAL + self.name
         if self.kind == "adapter":
             return ADAPTER_CREDENTIAL + self.name
+        if self.kind == "hook":
+            return HOOK_CREDENTIAL + self.name
         return self.name
 
     @property
@@ -110,6 +114,8 @@ class Source:
             return cls("mcp", name[len(MCP_CREDENTIAL):])
         if name.startswith(ADAPTER_CREDENTIAL):
             return cls("adapter", name[len(ADAPTER_CREDENTIAL):])
+        if name.startswith(HOOK_CREDENTIAL):
+            return cls("hook", name[len(HOOK_CREDENTIAL):])
         return cls("api", name)
 
     @classmethod

@@ -32,6 +32,7 @@ from approvald.bot.cli import (
     audit,
     deploy,
     evals,
+    hook,
     outbox,
     runs,
     serve,
@@ -46,7 +47,7 @@ from approvald.runtime.standing import StandingRefused
 
 # every command group: a module with ``register(subparsers) -> None`` (in ``--help`` order)
 GROUPS: tuple[ModuleType, ...] = (runs, evals, approvals, standing, audit, outbox, tokens,
-                                  deploy, serve)
+                                  deploy, hook, serve)
 
 # loggers whose levels a command sets for itself (and ``main`` puts back)
 QUIETED = ("alembic", "apscheduler", "approvald.outcomes")

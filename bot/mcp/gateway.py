@@ -29,20 +29,26 @@ request is cancelled (audited) and the call is asked about again.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Generic, Literal, TypeVar
 
-from approvald.runtime.api_tokens import check_name, own_credential
-from approvald.runtime.canonical import call_digest, compact_json
-from approvald.runtime.decide import Actor
+from approvald.bot.callers import (
+    HEARTBEAT,
+    OPEN,
+    CallerGate,
+    CallerOff,
+    Refused,
+    Waiting,
+    refusal,
+    when,
+)
+from approvald.runtime.canonical import compact_json
 from approvald.runtime.engine import Engine
-from approvald.runtime.errors import ApprovaldError, PayloadTooLarge
-from approvald.runtime.external import CALL_ID, ExternalError, NewRequest, Report
+from approvald.runtime.errors import PayloadTooLarge
+from approvald.runtime.external import ExternalError, NewRequest, Report
 from approvald.runtime.ids import lease_id
 from approvald.runtime.intake import Source
 from approvald.runtime.state import FINAL_STATUSES
@@ -51,28 +57,14 @@ from approvald.store.repos.external import TokenRecord
 log = logging.getLogger("approvald.mcp")
 
 TOKEN_PREFIX = "mcp."
-KEY_PREFIX = "mcp:"
 ACTOR = "system:mcp-gateway"
 VIA = "mcp"  # the face the audit log names for the gateway's requests and reports
-OPEN = frozenset({"pending", "superseded"})
-HEARTBEAT = 10.0  # s between "still waiting" signals to the client (and looks at expiry)
 KEEP_RAN = 256  # finished calls whose results late joiners in this process still get
 RESULT_SUMMARY = 4000  # characters of a result too large to record whole
 
 T = TypeVar("T")
-
-
-class GatewayOff(ApprovaldError):
-    """The gateway's token was revoked: it lets nothing through."""
-
-
-@dataclass(frozen=True)
-class Refused:
-    """The call did not run (or its outcome is unknown): what the client is told."""
-
-    status: str  # forbidden, denied, expired, redirected, cancelled, unknown, ran, off
-    message: str
-    request_id: str | None = None
+GatewayOff = CallerOff  # the gateway's token was revoked: it lets nothing through
+__all__ = ["Forward", "Gateway", "GatewayOff", "Ran", "Refused", "describe", "refusal"]
 
 
 @dataclass(frozen=True)
@@ -86,42 +78,9 @@ class Ran(Generic[T]):
 
 
 Forward = Callable[[dict[str, Any]], Awaitable[Ran[T]]]
-Waiting = Callable[[dict[str, Any]], Awaitable[None]]
 
 
-def idempotency_key(digest: str, generation: int) -> str:
-    return f"{KEY_PREFIX}{digest}:{generation}"
-
-
-def _when(text: str | None) -> str:
-    return text or "?"
-
-
-def refusal(doc: dict[str, Any]) -> Refused:
-    """What the client is told about a request that ended without running its call."""
-    status, rid = str(doc["status"]), str(doc["id"])
-    d = doc.get("decision") or {}
-    by, reason = d.get("decided_by") or "?", d.get("reason")
-    tool = doc["tool"]
-    if status == "forbidden":
-        text = f"approvald refused {tool}: {reason or 'forbidden by policy'}"
-    elif status == "denied":
-        text = f"approvald: {tool} was denied by {by}" + (f": {reason}" if reason else "")
-    elif status == "redirected":
-        text = f"approvald: {tool} did not run; {by} redirected it: {reason or ''}"
-    elif status == "expired":
-        text = (f"approvald: {tool} did not run; its approval request expired unanswered "
-                f"at {_when(doc.get('expires_at'))}")
-    elif status == "cancelled":
-        text = f"approvald: {tool} did not run; its approval request was cancelled"
-        if reason:
-            text += f": {reason}"
-    else:
-        text = f"approvald: {tool} did not run (request {status})"
-    return Refused(status, f"{text} (request {rid}). Nothing was executed.", rid)
-
-
-class Gateway:
+class Gateway(CallerGate):
     """The approvald side of one ``mcp-proxy``: gate, forward, record.
 
     ``name`` names the gateway (its token is ``mcp.<name>``), ``requested_by`` who the
@@ -129,33 +88,22 @@ class Gateway:
     ``server`` how the wrapped server was started (shown on cards).
     """
 
+    actor = ACTOR
+    client = "MCP client"
+
     def __init__(self, engine: Engine, *, name: str, requested_by: str, server: str,
                  heartbeat: float = HEARTBEAT) -> None:
-        self.e = engine
-        self.name = name
-        self.token_name = check_name(TOKEN_PREFIX + name)
-        self.source = Source("mcp", name)
-        self.requested_by = requested_by
+        super().__init__(engine, Source("mcp", name), requested_by=requested_by,
+                         heartbeat=heartbeat)
+        self.what = f"MCP gateway {name}"
         self.server = server[:300]
-        self.heartbeat = heartbeat
-        self.owner = engine.owner
         self.descriptions: dict[str, str] = {}  # tool -> its description, for cards
-        self._cursor: dict[str, int] = {}  # digest -> the first generation maybe open
         self._inflight: dict[str, asyncio.Task[Ran[Any] | Refused]] = {}
         # finished here, newest last: callers that join late get the same answer
         self._ran: OrderedDict[str, asyncio.Task[Ran[Any] | Refused]] = OrderedDict()
 
-    # -- the token ----------------------------------------------------------------------
-    async def token(self) -> TokenRecord:
-        """The gateway's credential, made on first use (audited). Revoking it (``approvald
-        tokens revoke mcp.NAME``) switches the gateway off: it raises :class:`GatewayOff`.
-        No bearer token exists for it (the HTTP API refuses every ``mcp.`` name), and an
-        operator's token is never taken for it."""
-        found = await own_credential(self.e.db, self.e.clock, self.e.audit, self.source)
-        if found.revoked_at is not None:
-            raise GatewayOff(f"the MCP gateway {self.name} is switched off: its token "
-                             f"{self.token_name} was revoked by {found.revoked_by}")
-        return found
+    def running_here(self, rid: str) -> bool:
+        return rid in self._inflight
 
     # -- one call -----------------------------------------------------------------------
     async def call(self, tool: str, args: dict[str, Any], forward: Forward[T], *,
@@ -163,7 +111,7 @@ class Gateway:
         """Gate one call of ``tool``; forward it (at most once) if it may run."""
         try:
             token = await self.token()
-        except GatewayOff as exc:
+        except CallerOff as exc:
             return Refused("off", f"approvald: {exc}. Nothing was executed.")
         doc = await self._request(token, tool, args)
         rid = str(doc["id"])
@@ -210,7 +158,7 @@ class Gateway:
             return Refused(
                 "unknown",
                 f"approvald: request {rid} for {tool} was approved and its call started at "
-                f"{_when(exc.fields.get('started_at'))} by {exc.fields.get('owner') or '?'}, "
+                f"{when(exc.fields.get('started_at'))} by {exc.fields.get('owner') or '?'}, "
                 "which has not recorded what came of it: the call may still be running, or "
                 "its process stopped mid-call. approvald never runs such a call again. If it "
                 f"did not happen, `approvald runs cancel {rid}` and call the tool again.", rid)
@@ -251,78 +199,7 @@ class Gateway:
             log.exception("could not record the result of request %s: its ledger row stays "
                           "'started' (outcome unknown)", rid)
 
-    # -- the request a call joins or makes ----------------------------------------------
-    async def _request(self, token: TokenRecord, tool: str,
-                       args: dict[str, Any]) -> dict[str, Any]:
-        digest = call_digest(tool, args)
-        n = self._cursor.get(digest)
-        if n is None:
-            n = await self._first_open(token, digest)
-        while True:
-            req = self._new_request(tool, args, idempotency_key(digest, n))
-            try:
-                doc, new = await self.e.external.create(token, req)
-            except ExternalError as exc:
-                # same key, other contents (the tool's description changed meanwhile):
-                # still the same call, so join its request
-                if exc.code != "idempotency_conflict" or exc.run_id is None:
-                    raise
-                doc, new = await self.e.external.get(token, exc.run_id), False
-            if new or not await self._over(doc):
-                self._cursor[digest] = n
-                return doc
-            n += 1
-
-    async def _first_open(self, token: TokenRecord, digest: str) -> int:
-        """The first generation of this call that may still be open: requests are made in
-        order, each once the one before is over, so only the last can be open. Galloping
-        search for the first free key (a few lookups, however often the call was made)."""
-        async def made(n: int) -> bool:
-            async with self.e.db.read() as tx:
-                return await tx.external.by_key(token.id, idempotency_key(digest, n)) is not None
-
-        if not await made(0):
-            return 0
-        lo, hi = 0, 1
-        while await made(hi):
-            lo, hi = hi, hi * 2
-        while hi - lo > 1:  # made(lo), not made(hi)
-            mid = (lo + hi) // 2
-            lo, hi = (mid, hi) if await made(mid) else (lo, mid)
-        return lo
-
-    async def _over(self, doc: dict[str, Any]) -> bool:
-        """Whether a request no longer stands for a call waiting to run."""
-        status = doc["status"]
-        if status in OPEN:
-            return False
-        if status != "approved" or doc["result"] is not None:
-            return True
-        rid = str(doc["id"])
-        if await self._run_status(rid) in FINAL_STATUSES:
-            return True
-        if rid in self._inflight or doc["approval_id"] is None:
-            return False
-        async with self.e.db.read() as tx:
-            started = await tx.executions.get(rid, CALL_ID)
-        if started is not None:  # running elsewhere, or its outcome is unknown: not over
-            return False
-        # an approval nobody collected is usable only until its request's window closed;
-        # after that the request is cancelled (audited) and the call is asked about again
-        expires = doc.get("expires_at")
-        if expires is None or datetime.fromisoformat(expires) > self.e.clock.now():
-            return False
-        with contextlib.suppress(ApprovaldError):  # or it was closed meanwhile: over too
-            await self.e.cancel(rid, actor=Actor(ACTOR, VIA),
-                                reason="approved, but no MCP client collected the approval "
-                                       "before the request's window closed")
-        return await self._run_status(rid) in FINAL_STATUSES
-
-    async def _run_status(self, rid: str) -> str:
-        async with self.e.db.read() as tx:
-            run = await tx.runs.get(rid)
-        return run.status if run is not None else "cancelled"
-
+    # -- the request ---------------------------------------------------------------------
     def _new_request(self, tool: str, args: dict[str, Any], key: str) -> NewRequest:
         """The request for one call; everything in it is the same for every retry of it
         (the idempotency key's fingerprint). Its policy is the operator's for
@@ -337,20 +214,6 @@ class Gateway:
         }
         return NewRequest(tool=tool, args=args, requested_by=self.requested_by,
                           packet=packet, idempotency_key=key)
-
-    # -- waiting for the decision -------------------------------------------------------
-    async def _wait(self, token: TokenRecord, doc: dict[str, Any],
-                    waiting: Waiting | None) -> dict[str, Any]:
-        """One heartbeat of waiting: the document once decided, or as it stands. A request
-        past its expiry is settled here too (expired, or escalated to the next rung) by
-        the sweep's own compare-and-set, should no ``serve`` be sweeping."""
-        if waiting is not None:
-            await waiting(doc)
-        expires = doc.get("expires_at")
-        if expires is not None and doc["approval_id"] is not None \
-                and datetime.fromisoformat(expires) <= self.e.clock.now():
-            await self.e.expiry.sweep(only=[str(doc["approval_id"])])
-        return await self.e.external.wait(token, str(doc["id"]), seconds=self.heartbeat)
 
 
 def describe(doc: dict[str, Any]) -> str:

@@ -33,6 +33,14 @@ class ExecutionsRepo(Repo):
         row = (await self.conn.execute(_GET, {"rid": run_id, "cid": call_id})).first()
         return to_record(ExecutionRecord, row)
 
+    async def started_by(self, owner: str) -> str | None:
+        """The run whose call ``owner`` started and has not finished (a caller that runs
+        approved calls itself names the attempt: a Claude Code tool use); None if none."""
+        row = (await self.conn.execute(
+            select(_COLS.c.run_id).where(_COLS.c.owner == owner,
+                                         _COLS.c.status == "started").limit(1))).first()
+        return None if row is None else str(row[0])
+
     async def for_run(self, run_id: str) -> dict[str, ExecutionRecord]:
         rows = await self.conn.execute(_FOR_RUN, {"rid": run_id})
         return {r.call_id: ExecutionRecord(**r._mapping) for r in rows}

@@ -1,0 +1,228 @@
+"""A caller's calls gated as external requests: what the MCP gateway and the coding
+assistants' hooks share (no MCP, no Slack in this module).
+
+A caller face (``mcp-proxy``, ``approvald hook claude-code``) makes each call it is about to
+run an external request of :mod:`runtime.external` under approvald's own credential for
+that face (``mcp.<name>``, ``hook.<name>``: no bearer token exists for either, and an
+operator's token is never taken for one). Its :class:`~runtime.intake.Source` names the
+call for the operator's policy (``mcp:<name>/<tool>``, ``hook:<name>/<tool>``), with its
+rules on arguments, and a tool the file does not name gets the file's ``[default]``, which
+always asks.
+
+Idempotency. A caller's retry of a call carries no id of its own, so the key is derived
+from the call itself: ``<face>:<call key>:<n>`` (:meth:`CallerGate.call_key`: the tool and
+its arguments, and for a hook the session too). The first request for a call is
+generation 0; generation n+1 is made only once generation n is over (denied, expired,
+executed, cancelled...). So a retried call while its request is open joins that request
+(one card, one decision) instead of asking twice; once a call has run, the same call again
+is a new request and is asked about again. An approval nobody collected before its
+request's window closed is not used later: that request is cancelled (audited) and the
+call is asked about again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from approvald.runtime.api_tokens import check_name, own_credential
+from approvald.runtime.canonical import call_digest
+from approvald.runtime.decide import Actor
+from approvald.runtime.engine import Engine
+from approvald.runtime.errors import ApprovaldError
+from approvald.runtime.external import CALL_ID, ExternalError, NewRequest
+from approvald.runtime.intake import Source
+from approvald.runtime.state import FINAL_STATUSES
+from approvald.store.repos.external import TokenRecord
+
+OPEN = frozenset({"pending", "superseded"})
+# told each heartbeat while a call waits for its decision (a progress message)
+Waiting = Callable[[dict[str, Any]], Awaitable[None]]
+HEARTBEAT = 10.0  # s between "still waiting" signals to the client (and looks at expiry)
+
+
+class CallerOff(ApprovaldError):
+    """The face's credential was revoked: it lets nothing through."""
+
+
+@dataclass(frozen=True)
+class Refused:
+    """The call did not run (or its outcome is unknown): what the client is told."""
+
+    status: str  # forbidden, denied, expired, redirected, cancelled, unknown, ran, off
+    message: str
+    request_id: str | None = None
+
+
+def idempotency_key(prefix: str, digest: str, generation: int) -> str:
+    return f"{prefix}{digest}:{generation}"
+
+
+def when(text: str | None) -> str:
+    return text or "?"
+
+
+def refusal(doc: dict[str, Any]) -> Refused:
+    """What the client is told about a request that ended without running its call."""
+    status, rid = str(doc["status"]), str(doc["id"])
+    d = doc.get("decision") or {}
+    by, reason = d.get("decided_by") or "?", d.get("reason")
+    tool = doc["tool"]
+    if status == "forbidden":
+        text = f"approvald refused {tool}: {reason or 'forbidden by policy'}"
+    elif status == "denied":
+        text = f"approvald: {tool} was denied by {by}" + (f": {reason}" if reason else "")
+    elif status == "redirected":
+        text = f"approvald: {tool} did not run; {by} redirected it: {reason or ''}"
+    elif status == "expired":
+        text = (f"approvald: {tool} did not run; its approval request expired unanswered "
+                f"at {when(doc.get('expires_at'))}")
+    elif status == "cancelled":
+        text = f"approvald: {tool} did not run; its approval request was cancelled"
+        if reason:
+            text += f": {reason}"
+    else:
+        text = f"approvald: {tool} did not run (request {status})"
+    return Refused(status, f"{text} (request {rid}). Nothing was executed.", rid)
+
+
+class CallerGate:
+    """Requests for one caller face's calls: the credential, the request a call joins or
+    makes, waiting for its decision. Subclasses say what a request's packet is
+    (:meth:`_new_request`) and what is done with an approved call."""
+
+    # who cancels an approval nobody collected, and who failed to collect it (audit)
+    actor = "system:caller"
+    client = "client"
+    # what the face is called in messages ("the MCP gateway files")
+    what = "caller"
+    # whether a call whose intent is recorded is over: the MCP gateway runs the call and
+    # reports it, so a started call is still its request's; a hook only allows it (the
+    # assistant runs it), and the same call made later is asked about again
+    started_is_over = False
+
+    def __init__(self, engine: Engine, source: Source, *, requested_by: str,
+                 heartbeat: float = HEARTBEAT) -> None:
+        self.e = engine
+        self.source = source
+        self.name = source.name
+        self.token_name = check_name(source.credential)
+        self.key_prefix = f"{source.kind}:"
+        self.requested_by = requested_by
+        self.heartbeat = heartbeat
+        self.owner = engine.owner
+        self._cursor: dict[str, int] = {}  # digest -> the first generation maybe open
+
+    # -- the credential -------------------------------------------------------------------
+    async def token(self) -> TokenRecord:
+        """The face's credential, made on first use (audited). Revoking it (``approvald
+        tokens revoke mcp.NAME``) switches the face off: it raises :class:`CallerOff`.
+        No bearer token exists for it (the HTTP API refuses every such name), and an
+        operator's token is never taken for it."""
+        found = await own_credential(self.e.db, self.e.clock, self.e.audit, self.source)
+        if found.revoked_at is not None:
+            raise CallerOff(f"the {self.what} is switched off: its token "
+                            f"{self.token_name} was revoked by {found.revoked_by}")
+        return found
+
+    def running_here(self, rid: str) -> bool:
+        """Whether this process is running request ``rid``'s call now."""
+        return False
+
+    def _new_request(self, tool: str, args: dict[str, Any], key: str) -> NewRequest:
+        raise NotImplementedError
+
+    # -- the request a call joins or makes ----------------------------------------------
+    async def _request(self, token: TokenRecord, tool: str,
+                       args: dict[str, Any]) -> dict[str, Any]:
+        digest = self.call_key(tool, args)
+        n = self._cursor.get(digest)
+        if n is None:
+            n = await self._first_open(token, digest)
+        while True:
+            req = self._new_request(tool, args, idempotency_key(self.key_prefix, digest, n))
+            try:
+                doc, new = await self.e.external.create(token, req)
+            except ExternalError as exc:
+                # same key, other contents (the tool's description changed meanwhile):
+                # still the same call, so join its request
+                if exc.code != "idempotency_conflict" or exc.run_id is None:
+                    raise
+                doc, new = await self.e.external.get(token, exc.run_id), False
+            if new or not await self._over(doc):
+                self._cursor[digest] = n
+                return doc
+            n += 1
+
+    def call_key(self, tool: str, args: dict[str, Any]) -> str:
+        """What makes two calls the same call (their requests one): here the tool and its
+        arguments, whichever client of the gateway makes it."""
+        return call_digest(tool, args)
+
+    async def _first_open(self, token: TokenRecord, digest: str) -> int:
+        """The first generation of this call that may still be open: requests are made in
+        order, each once the one before is over, so only the last can be open. Galloping
+        search for the first free key (a few lookups, however often the call was made)."""
+        async def made(n: int) -> bool:
+            async with self.e.db.read() as tx:
+                key = idempotency_key(self.key_prefix, digest, n)
+                return await tx.external.by_key(token.id, key) is not None
+
+        if not await made(0):
+            return 0
+        lo, hi = 0, 1
+        while await made(hi):
+            lo, hi = hi, hi * 2
+        while hi - lo > 1:  # made(lo), not made(hi)
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if await made(mid) else (lo, mid)
+        return lo
+
+    async def _over(self, doc: dict[str, Any]) -> bool:
+        """Whether a request no longer stands for a call waiting to run."""
+        status = doc["status"]
+        if status in OPEN:
+            return False
+        if status != "approved" or doc["result"] is not None:
+            return True
+        rid = str(doc["id"])
+        if await self._run_status(rid) in FINAL_STATUSES:
+            return True
+        if self.running_here(rid) or doc["approval_id"] is None:
+            return False
+        async with self.e.db.read() as tx:
+            started = await tx.executions.get(rid, CALL_ID)
+        if started is not None:  # running elsewhere, or its outcome is unknown
+            return self.started_is_over
+        # an approval nobody collected is usable only until its request's window closed;
+        # after that the request is cancelled (audited) and the call is asked about again
+        expires = doc.get("expires_at")
+        if expires is None or datetime.fromisoformat(expires) > self.e.clock.now():
+            return False
+        with contextlib.suppress(ApprovaldError):  # or it was closed meanwhile: over too
+            await self.e.cancel(rid, actor=Actor(self.actor, self.source.via),
+                                reason=f"approved, but no {self.client} collected the "
+                                       "approval before the request's window closed")
+        return await self._run_status(rid) in FINAL_STATUSES
+
+    async def _run_status(self, rid: str) -> str:
+        async with self.e.db.read() as tx:
+            run = await tx.runs.get(rid)
+        return run.status if run is not None else "cancelled"
+
+    # -- waiting for the decision -------------------------------------------------------
+    async def _wait(self, token: TokenRecord, doc: dict[str, Any],
+                    waiting: Waiting | None) -> dict[str, Any]:
+        """One heartbeat of waiting: the document once decided, or as it stands. A request
+        past its expiry is settled here too (expired, or escalated to the next rung) by
+        the sweep's own compare-and-set, should no ``serve`` be sweeping."""
+        if waiting is not None:
+            await waiting(doc)
+        expires = doc.get("expires_at")
+        if expires is not None and doc["approval_id"] is not None \
+                and datetime.fromisoformat(expires) <= self.e.clock.now():
+            await self.e.expiry.sweep(only=[str(doc["approval_id"])])
+        return await self.e.external.wait(token, str(doc["id"]), seconds=self.heartbeat)

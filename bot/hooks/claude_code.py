@@ -1,0 +1,247 @@
+"""Claude Code's ``PreToolUse`` / ``PostToolUse`` command hook (``approvald hook claude-code``).
+
+The contract, for Claude Code and any tool with the same shape. The hook reads one JSON
+object on stdin: ``hook_event_name`` (``PreToolUse``, ``PostToolUse`` or
+``PostToolUseFailure``), ``session_id``, ``cwd``, ``tool_name``, ``tool_input`` (an
+object), ``tool_use_id``, and after the call ``tool_response`` (or ``error``). For
+``PreToolUse`` it prints one JSON object and exits 0::
+
+    {"hookSpecificOutput": {"hookEventName": "PreToolUse",
+                            "permissionDecision": "allow" | "deny",
+                            "permissionDecisionReason": "...",
+                            "updatedInput": {...}}}      # only when an approver edited it
+
+For the events after the call it prints nothing and exits 0: what ran, and what came of it,
+is recorded as the call's execution (audit ``executed``).
+
+Each call is an external request (:mod:`bot.callers`) under approvald's own credential
+``hook.claude-code``, named ``hook:claude-code/<tool_name>`` in the policy file (MCP tools
+arrive as ``mcp__<server>__<tool>``), whose rules see ``args`` (the ``tool_input``). The
+operator's ``auto`` allows at once, ``forbidden`` denies at once, anything else waits for a
+decision (its card goes to Slack through ``serve``'s outbox like every other request) up to
+the hook's budget. Still pending then: deny, naming the request; the same call made again in
+the same session (same tool, same input) joins that request instead of asking twice.
+
+An approval allows the call once. Allowing it records the call's start (the execution
+ledger's intent row, owned by ``claude-code:<session>:<tool_use_id>``), so the request is
+consumed: the same call later asks again, unless a standing approval covers it. The
+``PostToolUse`` of that tool use reports the result against it.
+
+It fails closed: whatever stops it from deciding (no database, a malformed event, a revoked
+credential) is a deny whose reason says why, never an allow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from approvald.bot.callers import OPEN, CallerGate, CallerOff, refusal, when
+from approvald.runtime.canonical import call_digest, canonical_json, sha256_hex
+from approvald.runtime.engine import Engine
+from approvald.runtime.errors import ApprovaldError, PayloadTooLarge
+from approvald.runtime.external import ExternalError, NewRequest, Report
+from approvald.runtime.intake import Source
+
+NAME = "claude-code"
+SOURCE = Source("hook", NAME)
+PRE, POST, POST_FAILED = "PreToolUse", "PostToolUse", "PostToolUseFailure"
+EVENTS = (PRE, POST, POST_FAILED)
+# Claude Code ends a command hook after 60 s unless its settings give another timeout:
+# the default budget leaves time to answer
+DEFAULT_WAIT = 50.0
+MAX_EVENT = 1_000_000  # characters of stdin taken
+RESULT_SUMMARY = 4000  # characters of a tool's response too large to record whole
+EXCERPT = 1200  # characters of a file's new content or an edit shown on the card
+
+
+class HookEventError(ApprovaldError):
+    """The event on stdin is not one this hook can decide: denied, saying why."""
+
+
+@dataclass(frozen=True)
+class HookEvent:
+    """One event as Claude Code sends it (only the fields the hook uses)."""
+
+    event: str
+    session_id: str
+    cwd: str
+    tool_name: str
+    tool_input: dict[str, Any]
+    tool_use_id: str
+    tool_response: Any = None
+    error: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> HookEvent:
+        if len(text) > MAX_EVENT:
+            raise HookEventError(f"the event is larger than {MAX_EVENT} characters")
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise HookEventError(f"the event on stdin is not JSON ({exc})") from None
+        if not isinstance(doc, dict):
+            raise HookEventError("the event on stdin is not a JSON object")
+        event = doc.get("hook_event_name")
+        if event not in EVENTS:
+            raise HookEventError(f"hook_event_name {event!r} is not one of "
+                                 f"{', '.join(EVENTS)}")
+
+        def text_field(name: str, *, limit: int = 200, required: bool = True) -> str:
+            value = doc.get(name)
+            if value is None and not required:
+                return ""
+            if not isinstance(value, str) or not value or len(value) > limit:
+                raise HookEventError(f"{name}: expected a string of 1 to {limit} characters")
+            return value
+
+        tool_input = doc.get("tool_input")
+        if not isinstance(tool_input, dict):
+            raise HookEventError("tool_input: expected a JSON object")
+        error = doc.get("error")
+        return cls(event=str(event), session_id=text_field("session_id"),
+                   cwd=text_field("cwd", limit=4096, required=False),
+                   tool_name=text_field("tool_name", limit=100), tool_input=tool_input,
+                   tool_use_id=text_field("tool_use_id"),
+                   tool_response=doc.get("tool_response"),
+                   error=error if isinstance(error, str) else None)
+
+    @property
+    def owner(self) -> str:
+        """The execution ledger's owner of the call this event is about."""
+        return f"{NAME}:{self.session_id}:{self.tool_use_id}"[:200]
+
+
+def decision(allow: bool, reason: str, updated: dict[str, Any] | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"hookEventName": PRE,
+                           "permissionDecision": "allow" if allow else "deny",
+                           "permissionDecisionReason": reason}
+    if updated is not None:
+        out["updatedInput"] = updated
+    return {"hookSpecificOutput": out}
+
+
+def fail_closed(why: str) -> dict[str, Any]:
+    """The answer when approvald cannot decide: a deny that says why, never an allow."""
+    return decision(False, f"approvald could not decide this call, so it is denied: {why}")
+
+
+def _excerpt(text: Any) -> str:
+    s = text if isinstance(text, str) else canonical_json(text)
+    return s if len(s) <= EXCERPT else s[:EXCERPT] + f"… ({len(s)} characters in all)"
+
+
+def doing(tool: str, args: dict[str, Any]) -> str:
+    """What the call does, in the words a reviewer of a coding agent reads first."""
+    if tool == "Bash" and isinstance(args.get("command"), str):
+        return f"runs the shell command:\n```\n{_excerpt(args['command'])}\n```"
+    path = args.get("file_path")
+    if tool == "Write" and isinstance(path, str):
+        return f"writes the file `{path}`:\n```\n{_excerpt(args.get('content', ''))}\n```"
+    if tool in ("Edit", "MultiEdit") and isinstance(path, str):
+        if tool == "Edit":
+            change = (f"- {_excerpt(args.get('old_string', ''))}\n"
+                      f"+ {_excerpt(args.get('new_string', ''))}")
+        else:
+            change = _excerpt(args.get("edits", []))
+        return f"edits the file `{path}`:\n```\n{change}\n```"
+    if tool.startswith("mcp__"):
+        _, server, name = [*tool.split("__", 2), "", ""][:3]
+        return f"calls the tool `{name}` of the MCP server `{server}`"
+    return f"uses its tool `{tool}`"
+
+
+class ClaudeCodeHook(CallerGate):
+    """Decides one Claude Code event (see the module docstring)."""
+
+    actor = "system:claude-code-hook"
+    client = "Claude Code session"
+    what = "Claude Code hook"
+    started_is_over = True
+
+    def __init__(self, engine: Engine, event: HookEvent, *, requested_by: str) -> None:
+        super().__init__(engine, SOURCE, requested_by=requested_by)
+        self.event = event
+
+    def call_key(self, tool: str, args: dict[str, Any]) -> str:
+        """The same tool with the same input in the same session is one call."""
+        return sha256_hex(canonical_json({"session": self.event.session_id,
+                                          "call": call_digest(tool, args)}))
+
+    def _new_request(self, tool: str, args: dict[str, Any], key: str) -> NewRequest:
+        ev = self.event
+        packet: dict[str, Any] = {
+            "task": f"Claude Code session {ev.session_id} wants to use {tool}",
+            "doing": f"Claude Code {doing(tool, args)}\n\nin `{ev.cwd or '?'}`, session "
+                     f"`{ev.session_id}`. It runs only if allowed; approvald tells it the "
+                     "decision, and the arguments approved.",
+        }
+        return NewRequest(tool=tool, args=args, requested_by=self.requested_by,
+                          packet=packet, idempotency_key=key)
+
+    # -- before the call --------------------------------------------------------------------
+    async def pre_tool_use(self, *, wait: float) -> dict[str, Any]:
+        ev = self.event
+        try:
+            token = await self.token()
+        except CallerOff as exc:
+            return decision(False, f"approvald: {exc}. Nothing was allowed.")
+        doc = await self._request(token, ev.tool_name, ev.tool_input)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(0.0, wait)
+        while doc["status"] in OPEN:
+            left = deadline - loop.time()
+            if left <= 0:
+                return decision(False, self._still_pending(doc))
+            self.heartbeat = left
+            doc = await self._wait(token, doc, None)
+        if doc["status"] != "approved":
+            return decision(False, refusal(doc).message)
+        rid = str(doc["id"])
+        try:  # the allow consumes the approval: the intent row is this tool use's
+            await self.e.external.start(token, rid, args_digest=doc["effective_digest"],
+                                        owner=ev.owner)
+        except ExternalError as exc:
+            return decision(False, f"approvald: {ev.tool_name} was not allowed: {exc} "
+                                   f"(request {rid}).")
+        d = doc.get("decision") or {}
+        if d.get("decided_via") == "policy":
+            why = f"allowed by the operator's policy for {doc['policy']} (request {rid})"
+        else:
+            why = f"approved by {d.get('decided_by') or '?'} (request {rid})"
+        if doc["edited"]:
+            return decision(True, f"{why}, with edits by {doc.get('edited_by') or '?'}: run "
+                                  "the edited input", dict(doc["effective_args"]))
+        return decision(True, why)
+
+    def _still_pending(self, doc: dict[str, Any]) -> str:
+        return (f"approvald: {self.event.tool_name} is waiting for approval (request "
+                f"{doc['id']}, expires {when(doc.get('expires_at'))}); it was not run. The "
+                "approvers have its card; make the same call again to join that request "
+                "and learn its decision, or do something else meanwhile.")
+
+    # -- after the call ---------------------------------------------------------------------
+    async def post_tool_use(self) -> str | None:
+        """Record what came of the call this tool use was allowed as; None when no request
+        of this hook started it (a call the hook never saw), else the request id."""
+        ev = self.event
+        async with self.e.db.read() as tx:
+            rid = await tx.executions.started_by(ev.owner)
+        if rid is None:
+            return None
+        token = await self.token()
+        doc = await self.e.external.get(token, rid)
+        failed = ev.event == POST_FAILED
+        rep = Report("failed" if failed else "succeeded", doc["effective_digest"],
+                     ev.tool_response, ev.error if failed else None)
+        try:
+            await self.e.external.report(token, rid, rep)
+        except PayloadTooLarge:
+            text = canonical_json(ev.tool_response)
+            await self.e.external.report(token, rid, Report(
+                rep.status, rep.args_digest,
+                {"truncated": True, "chars": len(text), "start": text[:RESULT_SUMMARY]},
+                rep.error))
+        return rid

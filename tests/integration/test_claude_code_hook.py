@@ -1,0 +1,179 @@
+"""``approvald hook claude-code`` (bot.hooks.claude_code): Claude Code's PreToolUse and
+PostToolUse events, gated under the operator's policy for ``hook:claude-code/<tool>``.
+
+In this process (the decisions made through the engine, as a Slack click's handler makes
+them); the command itself, fed the event on stdin, in tests/acceptance/test_cli_hook.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from approvald.bot.hooks.claude_code import ClaudeCodeHook, HookEvent, HookEventError
+from approvald.runtime.decide import Actor
+from approvald.runtime.engine import Engine
+from approvald.runtime.policy import PolicyFile
+
+from tests.integration.slack_harness import wait_for
+
+ALICE = Actor("U_ALICE", "slack")
+POLICY = PolicyFile.model_validate({"tools": {
+    "hook:claude-code/Read": {"policy": "auto"},
+    "hook:claude-code/Bash": {"approvers": ["U_ALICE"], "ttl": "30m", "rules": [
+        {"when": 'args.command.startsWith("git push")', "policy": "forbidden",
+         "reason": "pushes go through CI"}]},
+    "hook:claude-code/mcp__*": {"approvers": ["U_ALICE"], "ttl": "30m"},
+}})
+SESSION = "0b6c9a52-5c1e-4d3b-9d69-6f0c1f6a1e10"
+
+
+def event(tool: str, tool_input: dict[str, Any], *, name: str = "PreToolUse",
+          session: str = SESSION, use: str = "toolu_01", **extra: Any) -> HookEvent:
+    return HookEvent.parse(json.dumps({
+        "hook_event_name": name, "session_id": session, "cwd": "/home/dana/shop",
+        "tool_name": tool, "tool_input": tool_input, "tool_use_id": use,
+        "transcript_path": "/tmp/t.jsonl", **extra}))
+
+
+def hook(engine: Engine, ev: HookEvent) -> ClaudeCodeHook:
+    return ClaudeCodeHook(engine, ev, requested_by="U_DANA")
+
+
+def answer(out: dict[str, Any]) -> tuple[str, str, dict[str, Any] | None]:
+    h = out["hookSpecificOutput"]
+    assert h["hookEventName"] == "PreToolUse"
+    return h["permissionDecision"], h["permissionDecisionReason"], h.get("updatedInput")
+
+
+async def pending(engine: Engine, n: int = 1) -> Any:
+    async def found() -> Any:
+        async with engine.db.read() as tx:
+            rows = await tx.approvals.recent(status="pending")
+        return rows[0] if len(rows) >= n else None
+
+    return await wait_for(found, what="a pending request")
+
+
+async def actions(engine: Engine) -> list[tuple[str, dict[str, Any]]]:
+    async with engine.db.read() as tx:
+        return [(e.action, json.loads(e.details) if isinstance(e.details, str) else e.details)
+                async for e in tx.audit.iterate()]
+
+
+@pytest.fixture
+def engine(make_engine: Callable[..., Engine]) -> Engine:
+    return make_engine(policy=POLICY)
+
+
+async def test_auto_allows_at_once_and_the_result_is_the_calls_execution(
+        engine: Engine) -> None:
+    read = {"file_path": "/home/dana/shop/README.md"}
+    verdict, why, updated = answer(await hook(engine, event("Read", read)).pre_tool_use(wait=5))
+    assert (verdict, updated) == ("allow", None)
+    assert "allowed by the operator's policy for hook:claude-code/Read" in why
+    after = event("Read", read, name="PostToolUse", tool_response={"content": "# shop"})
+    rid = await hook(engine, after).post_tool_use()
+    assert rid is not None
+    done = [d for a, d in await actions(engine) if a == "executed"]
+    assert done == [done[0]] and done[0]["args"] == read and done[0]["status"] == "succeeded"
+    assert done[0]["result"] == {"content": "# shop"}
+
+
+async def test_a_forbidden_rule_denies_at_once_with_its_reason(engine: Engine) -> None:
+    push = {"command": "git push origin main"}
+    verdict, why, _ = answer(await hook(engine, event("Bash", push)).pre_tool_use(wait=5))
+    assert verdict == "deny" and "pushes go through CI" in why
+    async with engine.db.read() as tx:
+        assert await tx.approvals.recent(status="pending") == []
+
+
+async def test_an_approval_allows_the_call_once(engine: Engine) -> None:
+    ls = {"command": "rm -rf build/"}
+    asking = asyncio.ensure_future(hook(engine, event("Bash", ls)).pre_tool_use(wait=30))
+    a = await pending(engine)
+    await engine.decide(a.id, actor=ALICE, verdict="approve")
+    verdict, why, updated = answer(await asking)
+    assert (verdict, updated) == ("allow", None) and "approved by U_ALICE" in why
+    # the same call later (another tool use) asks again: a new request, a new card
+    again = asyncio.ensure_future(hook(engine, event("Bash", ls, use="toolu_02"))
+                                  .pre_tool_use(wait=30))
+    b = await pending(engine)
+    assert b.id != a.id
+    await engine.decide(b.id, actor=ALICE, verdict="deny", reason="once was enough")
+    verdict, why, _ = answer(await again)
+    assert verdict == "deny" and "once was enough" in why and "U_ALICE" in why
+
+
+async def test_an_edit_allows_the_edited_input(engine: Engine) -> None:
+    cmd = {"command": "rm -rf /", "description": "clean up"}
+    asking = asyncio.ensure_future(hook(engine, event("Bash", cmd)).pre_tool_use(wait=30))
+    a = await pending(engine)
+    edited = {"command": "rm -rf ./build", "description": "clean up"}
+    await engine.decide(a.id, actor=ALICE, verdict="edit", args=edited)
+    verdict, why, updated = answer(await asking)
+    assert verdict == "allow" and updated == edited and "with edits by U_ALICE" in why
+    # PostToolUse carries the input that ran: recorded against the approved request
+    ran = event("Bash", edited, name="PostToolUse", tool_response={"stdout": ""})
+    assert await hook(engine, ran).post_tool_use() is not None
+    [done] = [d for a, d in await actions(engine) if a == "executed"]
+    assert done["args"] == edited
+
+
+async def test_still_pending_at_the_budget_denies_and_the_retry_joins_the_request(
+        engine: Engine) -> None:
+    cmd = {"command": "npm publish"}
+    verdict, why, _ = answer(await hook(engine, event("Bash", cmd)).pre_tool_use(wait=0))
+    a = await pending(engine)
+    assert verdict == "deny" and f"waiting for approval (request {a.run_id}" in why
+    assert "make the same call again to join that request" in why
+    # Claude retries the same call: the same request, one card
+    verdict, _, _ = answer(await hook(engine, event("Bash", cmd, use="toolu_09"))
+                           .pre_tool_use(wait=0))
+    async with engine.db.read() as tx:
+        assert [p.id for p in await tx.approvals.recent(status="pending")] == [a.id]
+    # another session's same call is its own request
+    await hook(engine, event("Bash", cmd, session="another-session")).pre_tool_use(wait=0)
+    async with engine.db.read() as tx:
+        assert len(await tx.approvals.recent(status="pending")) == 2
+    # approved meanwhile: the next retry is allowed
+    await engine.decide(a.id, actor=ALICE, verdict="approve")
+    verdict, _, _ = answer(await hook(engine, event("Bash", cmd, use="toolu_10"))
+                           .pre_tool_use(wait=0))
+    assert verdict == "allow"
+
+
+async def test_an_mcp_tool_and_a_failure_after_the_call(engine: Engine) -> None:
+    tool, args = "mcp__github__create_issue", {"repo": "shop", "title": "flaky test"}
+    asking = asyncio.ensure_future(hook(engine, event(tool, args)).pre_tool_use(wait=30))
+    a = await pending(engine)
+    assert a.tool == tool
+    await engine.decide(a.id, actor=ALICE, verdict="approve")
+    assert answer(await asking)[0] == "allow"
+    failed = event(tool, args, name="PostToolUseFailure", error="rate limited")
+    assert await hook(engine, failed).post_tool_use() is not None
+    [done] = [d for a, d in await actions(engine) if a == "executed"]
+    assert done["status"] == "failed" and done["error"] == "rate limited"
+
+
+async def test_a_post_event_for_a_call_the_hook_never_allowed_records_nothing(
+        engine: Engine) -> None:
+    stray = event("Bash", {"command": "ls"}, name="PostToolUse", use="toolu_77")
+    assert await hook(engine, stray).post_tool_use() is None
+    assert [a for a, _ in await actions(engine) if a == "executed"] == []
+
+
+@pytest.mark.parametrize("text,message", [
+    ("not json", "not JSON"),
+    ("[]", "not a JSON object"),
+    ('{"hook_event_name": "Stop"}', "hook_event_name 'Stop' is not one of"),
+    ('{"hook_event_name": "PreToolUse", "session_id": "s", "tool_name": "Bash", '
+     '"tool_use_id": "t", "tool_input": "ls"}', "tool_input: expected a JSON object"),
+    ('{"hook_event_name": "PreToolUse", "session_id": "", "tool_name": "Bash", '
+     '"tool_use_id": "t", "tool_input": {}}', "session_id: expected a string"),
+])
+def test_an_event_the_hook_cannot_read_is_refused_saying_why(text: str, message: str) -> None:
+    with pytest.raises(HookEventError, match=message):
+        HookEvent.parse(text)
