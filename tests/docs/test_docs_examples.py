@@ -141,3 +141,18 @@ def test_a_variable_a_block_sets_is_there_for_the_next_exported_or_not(tmp_path:
                     "\"a1b2c3 apd_x two sub\"\n```\n")
     ran, _ = run_page(page, tmp_path / "work")
     assert [r.status for r in ran] == [0, 0], ran[-1].output
+
+
+@pytest.mark.slow  # starts a process
+def test_the_readmes_own_agent_runs_as_written(tmp_path: Path) -> None:
+    """README.md's "Gate your own agent" section (its other commands install packages and
+    run the suite: tests/acceptance runs them in a fresh venv) is run as a docs page."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("## Gate your own agent"):]
+    section = section[:section.index("\n## ", 1)]
+    page = tmp_path / "readme-own-agent.md"
+    page.write_text(section, encoding="utf-8")
+    ran, skipped = run_page(page, tmp_path / "work")
+    assert [r.block.lang for r in ran] == ["python", "sh"] and not skipped
+    assert [r.status for r in ran] == [0, 0], ran[-1].output
+    assert "completed: Paid." in ran[-1].output
