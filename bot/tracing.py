@@ -5,7 +5,7 @@ Tracing is on when ``OTEL_TRACES_EXPORTER`` names an exporter (``otlp``, ``conso
 both, comma-separated; ``none`` turns it off), or, with that variable unset, when an OTLP
 endpoint is set (``OTEL_EXPORTER_OTLP_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``).
 ``OTEL_SDK_DISABLED=true`` turns it off whatever else is set. OTLP goes over HTTP with
-protobuf (``opentelemetry-exporter-otlp-proto-http``, in the ``approvald[otel]`` extra),
+protobuf (``opentelemetry-exporter-otlp-proto-http``, in the ``otel`` extra),
 configured by its own ``OTEL_EXPORTER_OTLP_*`` variables; the service is named by
 ``OTEL_SERVICE_NAME`` (default ``approvald``) and ``OTEL_RESOURCE_ATTRIBUTES``; sampling
 and batching follow ``OTEL_TRACES_SAMPLER*`` and ``OTEL_BSP_*``. Tracing asked for without
@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from approvald.bot.install import install_command
 from approvald.runtime.errors import ConfigError
 from approvald.runtime.tracing import OtelTracer, Tracer
 
@@ -32,7 +33,6 @@ if TYPE_CHECKING:  # imported when tracing is on, not before (see from_environme
 log = logging.getLogger("approvald.tracing")
 
 ENDPOINTS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
-EXTRA = "pip install 'approvald[otel]'"
 
 
 @dataclass
@@ -81,7 +81,8 @@ def from_environment(env: Mapping[str, str] | None = None) -> Tracing:
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
     except ImportError:
-        raise ConfigError(f"{var}: tracing needs OpenTelemetry's SDK: {EXTRA}") from None
+        raise ConfigError(f"{var}: tracing needs OpenTelemetry's SDK: "
+                          f"{install_command('otel')}") from None
     exporters = [_exporter(var, name, env) for name in names]
     resource = Resource.create()
     if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
@@ -111,6 +112,7 @@ def _exporter(var: str, name: str, env: Mapping[str, str]) -> SpanExporter:
     try:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     except ImportError:
-        raise ConfigError(f"{var}: the OTLP exporter is not installed: {EXTRA}") from None
+        raise ConfigError(f"{var}: the OTLP exporter is not installed: "
+                          f"{install_command('otel')}") from None
     otlp: SpanExporter = OTLPSpanExporter()  # a SpanExporter (unchecked: not in dev)
     return otlp

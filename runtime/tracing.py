@@ -145,7 +145,7 @@ class _Steps(Steps):
 class OtelTracer(Tracer):
     """Spans through OpenTelemetry's API, on ``provider`` (default: the global one).
 
-    Needs ``opentelemetry-api`` (the ``approvald[otel]`` extra); what is exported, and
+    Needs ``opentelemetry-api`` (the ``otel`` extra); what is exported, and
     where, is the provider's business.
     """
 

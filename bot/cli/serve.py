@@ -1,7 +1,7 @@
 """``approvald serve``, ``sandbox`` and ``mcp-proxy``: the long-running processes.
 
 The ``mcp`` SDK is imported only when ``mcp-proxy`` runs, so ``approvald`` without the
-``approvald[mcp]`` extra still works (and that command says what to install).
+``mcp`` extra still works (and that command says what to install).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import shlex
 
 from approvald.bot.cli.common import Subparsers, UsageError, port
 from approvald.bot.config import Settings
+from approvald.bot.install import install_command
 from approvald.bot.wiring import build_engine, open_database
 from approvald.runtime.errors import ApprovaldError, ConfigError
 from approvald.runtime.identity import InvalidIdentity, normalize_user_id
@@ -101,7 +102,7 @@ async def cmd_mcp_proxy(s: Settings, a: argparse.Namespace) -> int:
         from approvald.bot.mcp.gateway import Gateway
         from approvald.bot.mcp.proxy import Proxy
     except ImportError as exc:
-        raise ConfigError(f"mcp-proxy needs the MCP SDK: pip install 'approvald[mcp]' "
+        raise ConfigError(f"mcp-proxy needs the MCP SDK: {install_command('mcp')} "
                           f"({exc})") from None
     requested_by = f"mcp:{a.name}"
     if a.requested_by:

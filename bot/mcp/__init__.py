@@ -2,5 +2,5 @@
 
 :mod:`bot.mcp.gateway` turns each tool call into an external request of
 :mod:`runtime.external` (no MCP in it); :mod:`bot.mcp.proxy` speaks MCP, with the official
-``mcp`` SDK (the ``approvald[mcp]`` extra), to the client and to the wrapped server.
+``mcp`` SDK (the ``mcp`` extra), to the client and to the wrapped server.
 """

@@ -2,9 +2,9 @@
 OpenAI Agents SDK, without rewriting them on approvald's loop.
 
 Each framework's module imports the framework, so import it only with its extra
-installed: ``runtime.adapters.langgraph`` (``approvald[langgraph]``),
-``runtime.adapters.pydantic_ai`` (``approvald[pydantic-ai]``),
-``runtime.adapters.openai_agents`` (``approvald[openai-agents]``). What they share (the
+installed: ``runtime.adapters.langgraph`` (the ``langgraph`` extra),
+``runtime.adapters.pydantic_ai`` (the ``pydantic-ai`` extra),
+``runtime.adapters.openai_agents`` (the ``openai-agents`` extra). What they share (the
 requests, running an approved call once, the paused state in approvald's store) is here
 and in :mod:`runtime.adapters.gate`; nothing here knows Slack or an SQL dialect.
 """

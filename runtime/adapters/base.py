@@ -50,7 +50,10 @@ class Waiting:
 
 @dataclass(frozen=True)
 class Finished:
-    """The run ended with ``output`` (as JSON data when read back from the store)."""
+    """The run ended with ``output`` (as JSON data when read back from the store).
+    ``pause_id`` is the pause whose resume ended the run (a pause the policy answered at
+    once included): the first resume and every repeat of it answer the same, pause id
+    and all. None when the run ended with no call to ask about."""
 
     output: Any
     pause_id: str | None = None
@@ -128,6 +131,8 @@ class Adapter(ABC):
         decisions = {c.call_id: Decision.of(c, docs[c.call_id]) for c in calls_of(rec)}
         step = await self._go_on(rec, json.loads(rec.state), decisions)
         outcome = await self.settle(step, requested_by=rec.requested_by, task=task_of(rec))
+        if isinstance(outcome, Finished):  # this pause's outcome, as a repeat reads it back
+            outcome = Finished(outcome.output, pause_id)
         recorded = await self.gate.finish(pause_id, _outcome_json(outcome))
         return outcome if recorded.outcome == _outcome_text(outcome) else \
             self._recorded(recorded)

@@ -28,9 +28,10 @@ page), approvald's ``APPROVALD_*`` and ``SLACK_*`` variables cleared, and this v
 variables naming a key that is not one and a local address nobody serves (an agent can be
 built, but an example that would call a model fails at once instead of reaching out). A shell block
 runs under ``bash -euo pipefail``, with the variables the page's earlier shell blocks
-exported and in the directory they left; if its lines start with a ``$ `` prompt, only
-those lines are commands (the others are output shown to the reader). A Python block runs
-with this interpreter, from stdin, in the page's directory.
+set (exported or not, as in one terminal) and in the directory they left; if its lines
+start with a ``$ `` prompt, only those lines are commands (the others are output shown to
+the reader). A Python block runs with this interpreter, from stdin, in the page's
+directory.
 """
 
 from __future__ import annotations
@@ -182,11 +183,18 @@ class Ran:
     output: str
 
 
-# a page's shell blocks share one terminal's state: each starts from the variables and the
-# directory the one before it left (saved when it ends, whatever its status)
+# a page's shell blocks share one terminal's state: each starts from the variables (exported
+# or not, as in a reader's terminal) and the directory the one before it left (saved when it
+# ends, whatever its status)
 _KEEP = """
-__approvald_docs_save() {{ export -p | grep -Ev '^declare -x (PWD|OLDPWD|SHLVL|_)=' \
-    > {state}; pwd > {where}; }}
+__approvald_docs_base=" $(compgen -v | tr '\\n' ' ') "
+__approvald_docs_save() {{
+  {{ export -p | grep -Ev '^declare -x (PWD|OLDPWD|SHLVL|_)='
+    for __approvald_docs_v in $(compgen -v); do
+      case "$__approvald_docs_base" in *" $__approvald_docs_v "*) continue;; esac
+      case "$__approvald_docs_v" in __approvald_docs_*|_|PWD|OLDPWD) continue;; esac
+      declare -p "$__approvald_docs_v"
+    done; }} > {state}; pwd > {where}; }}
 trap __approvald_docs_save EXIT
 if [ -f {state} ]; then . {state}; cd "$(cat {where})"; fi
 """

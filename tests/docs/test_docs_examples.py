@@ -128,3 +128,31 @@ def test_an_unmarked_block_is_never_left_out(tmp_path: Path) -> None:
     assert [(b.lang, b.not_run) for b in found] == [
         ("sh", None), ("python", "a fragment"), ("python", None)]
     assert isinstance(found[0], Block)
+
+
+@pytest.mark.slow  # starts a process
+def test_a_variable_a_block_sets_is_there_for_the_next_exported_or_not(tmp_path: Path) -> None:
+    # as in the one terminal a reader pastes the page into: ID=$(…) in one block, "$ID" in
+    # a later one
+    page = tmp_path / "page.md"
+    page.write_text("```sh\nID=$(echo a1b2c3) && export TOKEN=apd_x && LIST=(one two)\n"
+                    "cd sub 2>/dev/null || { mkdir sub && cd sub; }\n```\n\n"
+                    "```sh\ntest \"$ID $TOKEN ${LIST[1]} $(basename \"$PWD\")\" = "
+                    "\"a1b2c3 apd_x two sub\"\n```\n")
+    ran, _ = run_page(page, tmp_path / "work")
+    assert [r.status for r in ran] == [0, 0], ran[-1].output
+
+
+@pytest.mark.slow  # starts a process
+def test_the_readmes_own_agent_runs_as_written(tmp_path: Path) -> None:
+    """README.md's "Gate your own agent" section (its other commands install packages and
+    run the suite: tests/acceptance runs them in a fresh venv) is run as a docs page."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("## Gate your own agent"):]
+    section = section[:section.index("\n## ", 1)]
+    page = tmp_path / "readme-own-agent.md"
+    page.write_text(section, encoding="utf-8")
+    ran, skipped = run_page(page, tmp_path / "work")
+    assert [r.block.lang for r in ran] == ["python", "sh"] and not skipped
+    assert [r.status for r in ran] == [0, 0], ran[-1].output
+    assert "completed: Paid." in ran[-1].output

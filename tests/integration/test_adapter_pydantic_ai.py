@@ -145,3 +145,27 @@ async def test_a_call_cut_short_is_never_run_again_and_auto_runs_without_a_card(
         async with h.engine.db.read() as tx:
             started = await tx.executions.get(request_id, "call")
         assert started is not None and started.status == "started"
+
+
+async def test_a_finished_outcome_names_the_same_pause_on_every_resume(
+        db_url: str, tmp_path: Path) -> None:
+    """The first resume and every repeat answer the same :class:`Finished`, naming the
+    pause it went on from (the shared driver: every adapter alike); a run that never
+    waited for a person names the pause the policy answered at once, which resumes to the
+    same outcome."""
+    from approvald.runtime.adapters import Finished
+
+    async with adapter_harness(db_url, tmp_path) as (h, effects):
+        pa = adapter_for(h, effects)
+        paused = await pa.run("A-7 700", conversation="c-twice", requested_by="U_DANA")
+        assert isinstance(paused, Paused)
+        await approve_in_slack(h, paused.requests["call-A-7"])
+        first = await pa.resume(paused.pause_id)
+        assert first == Finished("tool said: refunded 700 cents on A-7", paused.pause_id)
+        assert await adapter_for(h, effects).resume(paused.pause_id) == first
+        assert await pa.wait_and_resume(paused.pause_id, seconds=0) == first
+
+        auto = await pa.run("A-8 80", conversation="c-auto-twice", requested_by="U_DANA")
+        assert isinstance(auto, Finished) and auto.pause_id is not None
+        assert await pa.resume(auto.pause_id) == auto
+        assert effects.all() == [{"order": "A-7", "cents": 700}, {"order": "A-8", "cents": 80}]

@@ -29,7 +29,8 @@ def example() -> tuple[str, list[str]]:
     """The page's policy file and its curl commands (each with its indented lines)."""
     section = PAGE.read_text(encoding="utf-8")
     toml = re.search(r"```toml\n(.*?)```", section, re.DOTALL)
-    sh = re.search(r"```sh\n(.*?)```", section, re.DOTALL)
+    sh = re.search(r"<!-- run-by: tests/integration/test_readme_http_api.py -->\n```sh\n(.*?)```",
+                   section, re.DOTALL)
     assert toml and sh, "docs/how-to/http-api.md lost its example"
     commands: list[str] = []
     for line in sh.group(1).splitlines():
