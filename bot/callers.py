@@ -115,6 +115,7 @@ class CallerGate:
         self.heartbeat = heartbeat
         self.owner = engine.owner
         self._cursor: dict[str, int] = {}  # digest -> the first generation maybe open
+        self.slack = False  # whether Slack is configured (progress says where to decide)
 
     # -- the credential -------------------------------------------------------------------
     async def token(self) -> TokenRecord:
@@ -226,3 +227,31 @@ class CallerGate:
                 and datetime.fromisoformat(expires) <= self.e.clock.now():
             await self.e.expiry.sweep(only=[str(doc["approval_id"])])
         return await self.e.external.wait(token, str(doc["id"]), seconds=self.heartbeat)
+
+    async def progress(self, doc: dict[str, Any]) -> str:
+        """One line about a request waiting for a decision, saying where it can be
+        decided now: its card in Slack only once that card is posted."""
+        approval_id = doc.get("approval_id")
+        posted = False
+        if approval_id:
+            async with self.e.db.read() as tx:
+                a = await tx.approvals.get(str(approval_id))
+            posted = a is not None and bool(a.channel and a.message_ts)
+        return describe(doc, in_slack=posted, slack=self.slack)
+
+
+def describe(doc: dict[str, Any], *, in_slack: bool = False, slack: bool = False) -> str:
+    """One line about a request waiting for a decision (for progress messages):
+    ``in_slack``, its card is posted; else ``slack``, Slack is configured (the card is
+    not out yet); else Slack is not configured. The commands decide it in every case."""
+    approval_id = doc.get("approval_id")
+    cli = (f"`approvald approvals approve {approval_id}` (or deny)" if approval_id
+           else "`approvald approvals approve ID`")
+    if in_slack:
+        where = f"in Slack (or with {cli} or the HTTP API)"
+    elif slack:
+        where = f"(its card is not in Slack yet: decide with {cli} or the HTTP API)"
+    else:
+        where = f"(Slack is not configured: decide with {cli} or the HTTP API)"
+    return (f"waiting for approval {where}: request {doc['id']}"
+            + (f", expires {doc['expires_at']}" if doc.get("expires_at") else ""))

@@ -138,7 +138,8 @@ class Service:
             await self._start_ops_listener()  # no Slack HTTP listener to share
         if self.slack is None:
             log.warning("no Slack settings: approval requests are logged; decide with "
-                        "`approvald approvals approve|deny|edit`")
+                        "`approvald approvals approve|deny|edit` or the HTTP API (/v1, "
+                        "served when APPROVALD_PORT is set)")
             return
         await self.slack.start()
         if self.slack.port:  # a webhook must never call approvald's own listener
@@ -277,16 +278,43 @@ class Service:
             await self.tracing.shutdown(within=AFTER_CANCEL)
 
     def describe(self) -> str:
+        """What ``serve`` says once started, a line each: the database; the mode (Slack
+        over HTTP, in Socket Mode, or not configured) and where requests can be decided;
+        each listener's address with what it serves there; metrics."""
+        lines = [f"serving on {self.db.display_url} "
+                 f"({self.pending_scheduled} pending approvals scheduled)"]
+        http = self.http_url
+        api = f" or the HTTP API ({http}/v1)" if http else ""
         if self.slack is None:
-            face = "no Slack"
-        elif self.slack.connected:
-            face = f"Slack {self.slack.mode}"
+            lines.append("mode: Slack is not configured (no SLACK_BOT_TOKEN): approval "
+                         "requests are logged, and decided with `approvald approvals "
+                         f"approve|deny|edit ID`{api}")
         else:
-            face = f"Slack {self.slack.mode}, not connected yet: retrying in the background"
-        metrics = "metrics off" if self.metrics_port is None else \
-            f"metrics on {self.metrics_url}"
-        return (f"serving on {self.db.display_url} ({self.pending_scheduled} pending approvals "
-                f"scheduled, {face}, {metrics})")
+            how = ("Slack in Socket Mode" if self.settings.slack_app_token is not None
+                   else f"Slack over HTTP, events at {http}/slack/events")
+            state = ("connected" if self.slack.connected
+                     else "not connected yet: retrying in the background")
+            lines.append(f"mode: {how} ({state}); requests are decided in Slack, with "
+                         f"`approvald approvals approve|deny|edit ID`{api}")
+        if http:
+            lines.append(f"http: {http}/v1 (the HTTP API), {http}/healthz, {http}/readyz")
+        else:
+            lines.append("http: no HTTP listener (set APPROVALD_PORT to serve /v1, /healthz "
+                         "and /readyz)")
+        lines.append(f"metrics: {self.metrics_url}" if self.metrics_url
+                     else "metrics: off (APPROVALD_METRICS_ADDR)")
+        return "\n".join(lines)
+
+    @property
+    def http_url(self) -> str | None:
+        """The base URL of the listener serving ``/v1``, ``/healthz`` and ``/readyz`` (and
+        ``/slack/events`` over HTTP), or None when none is listening."""
+        port = (self.slack.port if self.slack is not None and self.slack.port
+                else self.ops_port)
+        if not port:
+            return None
+        host = self.settings.host
+        return f"http://{f'[{host}]' if ':' in host else host}:{port}"
 
     @property
     def metrics_url(self) -> str | None:
@@ -404,8 +432,10 @@ async def _run(service: Service) -> ConfigError | None:
             await service.start()  # a refused token ends it, before the banner
             settle_heap()
         if not service.stop_event.is_set():
-            print(f"approvald: {service.describe()}; SIGTERM stops", file=sys.stderr,
-                  flush=True)
+            first, *rest = service.describe().splitlines()
+            print("\n".join([f"approvald: {first}; SIGTERM stops",
+                             *(f"approvald: {line}" for line in rest)]),
+                  file=sys.stderr, flush=True)
         await service.stop_event.wait()
         if service.fatal is None:
             log.info("stopping: letting runs reach a step boundary (at most %g s)",

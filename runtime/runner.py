@@ -354,7 +354,7 @@ class Runner:
                                       reason=reason, failures=failures, now=now):
                 raise LeaseLost(f"lost the lease on run {live.run.id}", run_id=live.run.id)
             if failures <= 1 and live.run.wait_until is None:
-                await self._tell_waiting(tx, live.run.id, until, reason, now)
+                await self._tell_waiting(tx, live.run.id, until, reason, now, seq=live.seq)
         live.released[0] = True
         if failures <= 1 and live.run.wait_until is None:
             self.signals.notify_outbox()
@@ -363,10 +363,12 @@ class Runner:
 
     @staticmethod
     async def _tell_waiting(tx: Tx, run_id: str, until: datetime, reason: str,
-                            now: datetime) -> None:
+                            now: datetime, *, seq: int) -> None:
+        # ``seq``: the run's events before it are told first (in its thread, where they
+        # happened before the wait)
         await tx.outbox.add(kind=RUN_WAITING, group_key=run_id, now=now,
                             payload=compact_json({"run_id": run_id, "until": until.isoformat(),
-                                                  "reason": reason[:1000]}))
+                                                  "reason": reason[:1000], "seq": seq}))
 
     async def _poisoned(self, run: RunRecord, owner: str, exc: Exception) -> Outcome:
         """An error that retrying the same way may not fix: back off, and after
@@ -384,7 +386,8 @@ class Runner:
                 await tx.runs.park(run.id, owner=owner, until=until, failures=failures,
                                    reason=reason, now=now)
                 if failures == 1:
-                    await self._tell_waiting(tx, run.id, until, reason, now)
+                    await self._tell_waiting(tx, run.id, until, reason, now,
+                                             seq=run.next_seq)
                 return Waiting(run.id, "running", until=until, reason=error)
             # an agent no longer deployed, or state from a newer approvald: a person can
             # fix the cause and resume the run; anything else ends it as failed
@@ -635,9 +638,11 @@ class Runner:
                                 rec=rec, tool=tool.name, digest=digest, args=args)
             if kind == "notify_after":
                 await tx.outbox.add(kind="tool.notice", group_key=live.run.id,
+                                    # ``seq``: the call's result is told at or after
+                                    # it, and the notice is told after the result
                                     payload=compact_json({"run_id": live.run.id,
                                                           "call_id": call.id,
-                                                          "args": args}),
+                                                          "args": args, "seq": live.seq}),
                                     now=self.clock.now())
 
         ctx = ToolContext(run_id=live.run.id, call_id=call.id,

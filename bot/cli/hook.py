@@ -49,7 +49,8 @@ async def cmd_claude_code(s: Settings, a: argparse.Namespace) -> int:
         requested_by = slack_user("--requested-by", a.requested_by)
 
         async def decide(engine: Engine) -> int:
-            hook = ClaudeCodeHook(engine, event, requested_by=requested_by)
+            hook = ClaudeCodeHook(engine, event, requested_by=requested_by,
+                                  slack=s.slack_configured)
             if pre:
                 print(json.dumps(await hook.pre_tool_use(wait=a.wait)))
             else:

@@ -38,7 +38,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from approvald.bot.callers import OPEN, CallerGate, CallerOff, refusal, when
+from approvald.bot.callers import OPEN, CallerGate, CallerOff, refusal
 from approvald.runtime.canonical import call_digest, canonical_json, sha256_hex
 from approvald.runtime.engine import Engine
 from approvald.runtime.errors import ApprovaldError, PayloadTooLarge
@@ -161,9 +161,11 @@ class ClaudeCodeHook(CallerGate):
     what = "Claude Code hook"
     started_is_over = True
 
-    def __init__(self, engine: Engine, event: HookEvent, *, requested_by: str) -> None:
+    def __init__(self, engine: Engine, event: HookEvent, *, requested_by: str,
+                 slack: bool = False) -> None:
         super().__init__(engine, SOURCE, requested_by=requested_by)
         self.event = event
+        self.slack = slack
 
     def call_key(self, tool: str, args: dict[str, Any]) -> str:
         """The same tool with the same input in the same session is one call."""
@@ -194,7 +196,7 @@ class ClaudeCodeHook(CallerGate):
         while doc["status"] in OPEN:
             left = deadline - loop.time()
             if left <= 0:
-                return decision(False, self._still_pending(doc))
+                return decision(False, await self._still_pending(doc))
             self.heartbeat = left
             doc = await self._wait(token, doc, None)
         if doc["status"] != "approved":
@@ -216,11 +218,10 @@ class ClaudeCodeHook(CallerGate):
                                   "the edited input", dict(doc["effective_args"]))
         return decision(True, why)
 
-    def _still_pending(self, doc: dict[str, Any]) -> str:
-        return (f"approvald: {self.event.tool_name} is waiting for approval (request "
-                f"{doc['id']}, expires {when(doc.get('expires_at'))}); it was not run. The "
-                "approvers have its card; make the same call again to join that request "
-                "and learn its decision, or do something else meanwhile.")
+    async def _still_pending(self, doc: dict[str, Any]) -> str:
+        return (f"approvald: {self.event.tool_name} was not run: it is {await self.progress(doc)}"
+                ". Make the same call again to join that request and learn its decision, "
+                "or do something else meanwhile.")
 
     # -- after the call ---------------------------------------------------------------------
     async def post_tool_use(self) -> str | None:

@@ -42,6 +42,7 @@ from approvald.bot.callers import (
     CallerOff,
     Refused,
     Waiting,
+    describe,
     refusal,
     when,
 )
@@ -85,17 +86,19 @@ class Gateway(CallerGate):
 
     ``name`` names the gateway (its token is ``mcp.<name>``), ``requested_by`` who the
     requests are made for (a Slack user id: that person may not approve their own calls),
-    ``server`` how the wrapped server was started (shown on cards).
+    ``server`` how the wrapped server was started (shown on cards); ``slack`` whether
+    Slack is configured (its progress says where a request can be decided).
     """
 
     actor = ACTOR
     client = "MCP client"
 
     def __init__(self, engine: Engine, *, name: str, requested_by: str, server: str,
-                 heartbeat: float = HEARTBEAT) -> None:
+                 heartbeat: float = HEARTBEAT, slack: bool = False) -> None:
         super().__init__(engine, Source("mcp", name), requested_by=requested_by,
                          heartbeat=heartbeat)
         self.what = f"MCP gateway {name}"
+        self.slack = slack
         self.server = server[:300]
         self.descriptions: dict[str, str] = {}  # tool -> its description, for cards
         self._inflight: dict[str, asyncio.Task[Ran[Any] | Refused]] = {}
@@ -214,9 +217,3 @@ class Gateway(CallerGate):
         }
         return NewRequest(tool=tool, args=args, requested_by=self.requested_by,
                           packet=packet, idempotency_key=key)
-
-
-def describe(doc: dict[str, Any]) -> str:
-    """One line about a request waiting for a decision (for progress messages)."""
-    return (f"waiting for approval in Slack: request {doc['id']}"
-            + (f", expires {doc['expires_at']}" if doc.get("expires_at") else ""))

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import mcp_types as types
-from approvald.bot.mcp.gateway import Forward, Gateway, Ran, Refused, describe
+from approvald.bot.mcp.gateway import Forward, Gateway, Ran, Refused
 from approvald.runtime.errors import ConfigError
 from jsonschema import SchemaError
 from jsonschema.validators import validator_for
@@ -153,7 +153,7 @@ class Proxy:
         async def waiting(doc: dict[str, Any]) -> None:
             # keeps clients that reset their timeout on progress waiting
             await ctx.session.report_progress(round(time.monotonic() - started, 1),
-                                              message=describe(doc))
+                                              message=await self.gateway.progress(doc))
 
         try:
             outcome = await self.gateway.call(name, args, self._forward(name),

@@ -6,6 +6,13 @@ stream says something changed, and turns clicks and form submissions into POSTs.
 of its requests carries the token the server wrote into the page (see
 :mod:`bot.sandbox.guard`), which is why the event stream is read with ``fetch`` (an
 ``EventSource`` cannot send a header).
+
+Each load of the page is its own client, with a random id sent on every request: a modal
+belongs to the page that opened it, as in Slack (a reload or a second browser does not get
+it). Emoji are drawn with the color emoji fonts the machine has; one that no font there can
+draw is shown as its meaning in words (drawn beside it by the server), never as an empty
+box: the script draws each emoji once on a canvas and compares it with a character no font
+has.
 """
 
 from __future__ import annotations
@@ -86,6 +93,12 @@ pre code { border: none; color: inherit; }
 a.replies { display: inline-block; margin-top: 4px; font-size: 13px; font-weight: 700; color: #1264a3; }
 .empty { color: #888; padding: 12px 18px; }
 .b-unknown { color: #a00; font-style: italic; }
+.emoji { font-family: "Noto Color Emoji", "Apple Color Emoji", "Segoe UI Emoji", "Twemoji Mozilla",
+         "EmojiOne Color", sans-serif; font-style: normal; }
+.emoji-text .emoji { font-size: 0; }
+.emoji-text .emoji::after {
+  content: "[" attr(data-text) "]"; font: 12px/1.4 -apple-system, "Segoe UI", Roboto, Helvetica,
+  Arial, sans-serif; color: #616061; }
 dialog.confirm { border: none; border-radius: 8px; box-shadow: 0 10px 40px rgba(0,0,0,.35);
                  max-width: 440px; padding: 18px 22px; }
 dialog.confirm .buttons { display: flex; justify-content: flex-end; gap: 8px; margin-top: 14px; }
@@ -161,6 +174,9 @@ const $ = (s) => document.querySelector(s);
 const TOKEN = document.querySelector('meta[name="approvald-sandbox"]').content;
 const H = {"@@HEADER@@": TOKEN};
 const params = new URLSearchParams(location.search);
+// this page's own id: a modal it opens is shown here only (a new page load is a new client)
+const CLIENT = Array.from(crypto.getRandomValues(new Uint8Array(12)),
+                          (b) => b.toString(16).padStart(2, "0")).join("");
 const S = {user: params.get("user") || localStorage.getItem("approvald.user") || "U_DANA",
            pane: params.get("pane") || "C_APPROVALS", thread: "", modalKey: null, people: []};
 
@@ -172,7 +188,7 @@ function toast(text) {
 
 async function post(path, body) {
   const r = await fetch(path, {method: "POST", headers: {"Content-Type": "application/json", ...H},
-                               body: JSON.stringify(body)});
+                               body: JSON.stringify({...body, client: CLIENT})});
   let d = {};
   try { d = await r.json(); } catch (e) { d = {ok: false, error: "HTTP " + r.status}; }
   if (!d.ok) toast(d.error || ("HTTP " + r.status));
@@ -224,7 +240,7 @@ const dialogOpen = () => document.querySelector("#pane dialog[open], #thread-bod
 
 async function refresh() {
   const asked = S.user;
-  const q = new URLSearchParams({user: asked, pane: S.pane, thread: S.thread});
+  const q = new URLSearchParams({user: asked, pane: S.pane, thread: S.thread, client: CLIENT});
   const r = await fetch("/ui/state?" + q, {headers: H});
   const d = await r.json();
   if (!d.ok) { toast(d.error); return; }
@@ -259,10 +275,53 @@ async function refresh() {
     const first = $("#modal-layer textarea, #modal-layer input");
     if (first) first.focus();
   }
+  emojiAsText();
   document.body.dataset.version = d.version;
   document.body.dataset.ready = d.ready ? "1" : "0";
   document.body.dataset.user = asked;  // drawn for this user (tests wait for it)
 }
+
+// An emoji no font here can draw would be an empty box: show its meaning instead. Each is
+// drawn once on a canvas and compared with a character no font has (?emoji=text: always).
+const drawable = new Map();
+function canDraw(char) {
+  if (!drawable.has(char)) {
+    const c = document.createElement("canvas");
+    c.width = c.height = 32;
+    const g = c.getContext("2d", {willReadFrequently: true});
+    const ink = (s) => {
+      g.clearRect(0, 0, 32, 32);
+      g.font = "24px " + getComputedStyle(document.querySelector(".emoji") || document.body).fontFamily;
+      g.textBaseline = "top";
+      g.fillText(s, 0, 0);
+      return g.getImageData(0, 0, 32, 32).data;
+    };
+    const a = ink(char), none = ink("\\u{10FFFD}");
+    let drawn = false, differs = false;
+    for (let i = 3; i < a.length; i += 4) { if (a[i]) drawn = true; if (a[i] !== none[i]) differs = true; }
+    drawable.set(char, drawn && differs);
+  }
+  return drawable.get(char);
+}
+// a rule per emoji name, not a class on the elements: the page redraws only what changed
+// (see morph), and a class added here would make every message look changed
+const asText = document.createElement("style");
+document.head.appendChild(asText);
+const judged = new Set();
+function emojiAsText() {
+  if (params.get("emoji") === "text") { document.documentElement.classList.add("emoji-text"); return; }
+  for (const el of document.querySelectorAll(".emoji[data-name]")) {
+    const name = el.dataset.name;
+    if (judged.has(name)) continue;
+    judged.add(name);
+    if (!canDraw(el.textContent)) {
+      const sel = '.emoji[data-name="' + CSS.escape(name) + '"]';
+      asText.textContent += sel + " { font-size: 0; } " + sel + '::after { content: "[" attr(data-text) "]"; '
+        + "font: 12px/1.4 sans-serif; color: #616061; }\\n";
+    }
+  }
+}
+new MutationObserver(emojiAsText).observe(document.body, {childList: true, subtree: true});
 
 let busy = false, again = false, deferred = false;
 async function schedule() {

@@ -32,7 +32,11 @@ EMOJI = {
     "pencil2": "✏️", "red_circle": "🔴", "rotating_light": "🚨", "small_red_triangle": "🔺",
     "sparkles": "✨", "warning": "⚠️", "white_check_mark": "✅", "white_small_square": "▫️",
     "x": "❌", "tada": "🎉", "wave": "👋", "+1": "👍", "eyes": "👀",
+    "leftwards_arrow_with_hook": "↩️", "outbox_tray": "📤", "repeat": "🔁",
 }
+# what an emoji means, in words: drawn instead of it where the browser has no glyph for it
+EMOJI_WORDS = {"+1": "thumbs up", "pencil2": "pencil", "x": "cross",
+               "leftwards_arrow_with_hook": "redirected", "white_small_square": "-"}
 
 _CODE_BLOCK = re.compile(r"```(.*?)```", re.DOTALL)
 _CODE = re.compile(r"`([^`\n]+)`")
@@ -67,8 +71,22 @@ def slack_unescape(text: str) -> str:
 
 
 def emoji(text: str) -> str:
-    """``:name:`` shortcodes to characters; unknown ones stay as written."""
-    return _EMOJI.sub(lambda m: EMOJI.get(m.group(1), m.group(0)), text)
+    """``:name:`` shortcodes to emoji (see :func:`emoji_html`); unknown ones stay as written."""
+    return _EMOJI.sub(lambda m: emoji_html(m.group(1)) or m.group(0), text)
+
+
+def emoji_html(name: str) -> str | None:
+    """The emoji ``name`` as the page draws it, or None if the page does not know it.
+
+    The character, with its meaning in words beside it for the page's script: where the
+    browser has no glyph for the character (a machine without an emoji font), the page
+    shows the words instead of an empty box (see :mod:`bot.sandbox.page`)."""
+    char = EMOJI.get(name)
+    if char is None:
+        return None
+    words = esc(EMOJI_WORDS.get(name, name.replace("_", " ")))
+    return (f'<span class="emoji" role="img" aria-label="{words}" title="{words}" '
+            f'data-name="{esc(name)}" data-text="{words}">{char}</span>')
 
 
 def mrkdwn(text: str, names: Names) -> str:
@@ -304,7 +322,7 @@ def _rich_inline(e: JSON, names: Names) -> str:
         out = _mention("@" + str(e.get("range", "here")), "broadcast")
     elif kind == "emoji":
         name = str(e.get("name", ""))
-        out = EMOJI.get(name) or esc(f":{name}:")
+        out = emoji_html(name) or esc(f":{name}:")
     else:
         return f'<span class="b-unknown">[{esc(kind)}]</span>'
     style = e.get("style") if isinstance(e.get("style"), dict) else {}

@@ -50,6 +50,13 @@ _ID = re.compile(r"[A-Za-z0-9_.:-]{1,255}")
 _ORDER = re.compile(r"[A-Z]{1,3}-\d{1,8}")
 _AMOUNT = re.compile(r"\d{1,7}(\.\d{1,2})?")
 AGENTS = ("demo-refund", "demo-steps")
+MAX_TRIGGERS = 1000  # trigger ids remembered with the page they came from
+_PAGE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def _page(value: Any) -> str:
+    """A page's id as it sent it; "" for none (or one that is not an id)."""
+    return value if isinstance(value, str) and _PAGE.fullmatch(value) else ""
 
 
 class BadInput(Exception):
@@ -70,7 +77,12 @@ class SandboxWeb:
         self.version = 0
         self._changed = asyncio.Event()
         self._closing = False
-        self.modals: dict[str, list[str]] = {}  # user -> open modal view ids, top last
+        # (user, page) -> open modal view ids, top last: in Slack a modal belongs to the
+        # client it was opened in; another page of the same person (a reload, a second
+        # browser) does not show it. A page names itself by a random id per load.
+        self.modals: dict[tuple[str, str], list[str]] = {}
+        self._opened_from: dict[str, str] = {}  # trigger id -> the page that pressed
+        self._last_page: dict[str, str] = {}  # user -> the page that acted last
         self.errors: dict[str, dict[str, str]] = {}  # view id -> block id -> inline error
         self.values: dict[str, dict[str, dict[str, str]]] = {}  # view id -> what was typed
         self.token = secrets.token_urlsafe(32)
@@ -115,8 +127,11 @@ class SandboxWeb:
         if method == "views.open" and body is not None:
             view_id = str((body.get("view") or {}).get("id", ""))
             owner = self.state.view_users.get(view_id)
+            trigger = str((params or {}).get("trigger_id") or "")
+            page = self._opened_from.pop(trigger, None)
             if owner:
-                self.modals.setdefault(owner, []).append(view_id)
+                page = page if page is not None else self._last_page.get(owner, "")
+                self.modals.setdefault((owner, page), []).append(view_id)
         self.version += 1
         self._changed.set()
         self._changed = asyncio.Event()
@@ -179,7 +194,7 @@ class SandboxWeb:
             return web.json_response({"ok": False, "error": "no such channel"}, status=400)
         thread_html = (self._thread(pane, thread, user, names)
                        if thread and _TS.fullmatch(thread) and pane != "home" else "")
-        modal_html, modal_key = self._modal(user, names)
+        modal_html, modal_key = self._modal(user, _page(request.query.get("client")), names)
         people = [{"id": p.id, "name": p.real_name, "role": p.role} for p in self.people]
         return web.json_response({
             "ok": True, "version": self.version, "title": title, "main": main,
@@ -223,8 +238,8 @@ class SandboxWeb:
                 f'<section class="dm"{dm_attr}>{messages or "<div class=empty>No messages.</div>"}'
                 "</section>")
 
-    def _modal(self, user: str, names: render.Names) -> tuple[str, str]:
-        stack = self.modals.get(user) or []
+    def _modal(self, user: str, page: str, names: render.Names) -> tuple[str, str]:
+        stack = self.modals.get((user, page)) or []
         while stack and stack[-1] not in self.state.views:
             stack.pop()
         if not stack:
@@ -262,6 +277,19 @@ class SandboxWeb:
             return web.json_response({"ok": True, **result})
         return route
 
+    def _page(self, data: JSON, user: str) -> str:
+        """The page acting (its ``client`` id), remembered as ``user``'s latest."""
+        page = self._last_page[user] = _page(data.get("client"))
+        return page
+
+    def _trigger(self, user: str, page: str) -> str:
+        """A trigger id for an interaction from ``page``: a modal it opens is that page's."""
+        trigger = self.emulator.issue_trigger_id(user)
+        self._opened_from[trigger] = page
+        while len(self._opened_from) > MAX_TRIGGERS:  # unused ones expire in seconds
+            del self._opened_from[next(iter(self._opened_from))]
+        return trigger
+
     def _user(self, value: Any) -> str:
         if not isinstance(value, str) or not _USER.fullmatch(value):
             raise BadInput("user must be a Slack user id")
@@ -283,6 +311,7 @@ class SandboxWeb:
     async def action(self, data: JSON) -> JSON:
         assert self.slack is not None
         user = self._user(data.get("user"))
+        trigger = self._trigger(user, self._page(data, user))
         action_id = self._field(data, "action_id", _ID)
         assert action_id is not None
         view_id = self._field(data, "view_id", _ID, required=False)
@@ -294,7 +323,7 @@ class SandboxWeb:
             if el is None or el.get("type") != "button":
                 raise BadInput("no such button")
             response = await self.slack.click(action_id, el.get("value"), user_id=user,
-                                              view_id=view_id)
+                                              view_id=view_id, trigger_id=trigger)
             return {"status": response.status}
         channel_id = self._field(data, "channel", _ID)
         ts = self._field(data, "ts", _TS)
@@ -317,16 +346,19 @@ class SandboxWeb:
                      "is_ephemeral": ephemeral is not None}
         response = await self.slack.click(action_id, el.get("value"), user_id=user,
                                           channel_id=channel_id, message_ts=ts,
-                                          message=target, container=container)
+                                          message=target, container=container,
+                                          trigger_id=trigger)
         return {"status": response.status}
 
     async def submit(self, data: JSON) -> JSON:
         assert self.slack is not None
         user = self._user(data.get("user"))
+        page = self._page(data, user)
         view_id = self._field(data, "view_id", _ID)
         assert view_id is not None
-        if view_id not in (self.modals.get(user) or []) or view_id not in self.state.views:
-            raise BadInput("no such open modal for this user")
+        if view_id not in (self.modals.get((user, page)) or []) \
+                or view_id not in self.state.views:
+            raise BadInput("no such open modal on this page")
         view = self.state.views[view_id]
         values = self._values(view, data.get("values"))
         response = await self.slack.submit_view(str(view.get("callback_id", "")), values,
@@ -349,10 +381,10 @@ class SandboxWeb:
             self.changed()
             return {"closed": False}
         if action == "clear":
-            for closed in self.modals.pop(user, []):
+            for closed in self.modals.pop((user, page), []):
                 self._forget(closed)
         else:
-            self._drop(user, view_id)
+            self._drop((user, page), view_id)
         self.changed()
         return {"closed": True}
 
@@ -379,8 +411,8 @@ class SandboxWeb:
                 values.setdefault(block_id, {})[action_id] = text
         return values
 
-    def _drop(self, user: str, view_id: str) -> None:
-        stack = self.modals.get(user) or []
+    def _drop(self, holder: tuple[str, str], view_id: str) -> None:
+        stack = self.modals.get(holder) or []
         if view_id in stack:
             stack.remove(view_id)
         self._forget(view_id)
@@ -391,17 +423,19 @@ class SandboxWeb:
 
     async def close_modal(self, data: JSON) -> JSON:
         user = self._user(data.get("user"))
+        holder = (user, self._page(data, user))
         view_id = self._field(data, "view_id", _ID)
         assert view_id is not None
-        if view_id not in (self.modals.get(user) or []):
-            raise BadInput("no such open modal for this user")
-        self._drop(user, view_id)
+        if view_id not in (self.modals.get(holder) or []):
+            raise BadInput("no such open modal on this page")
+        self._drop(holder, view_id)
         self.changed()
         return {"closed": True}
 
     async def open_home(self, data: JSON) -> JSON:
         assert self.slack is not None
         user = self._user(data.get("user"))
+        self._page(data, user)
         dm = self.state.dm(user)
         response = await self.slack.event({"type": "app_home_opened", "user": user,
                                            "channel": dm.id, "tab": "home"})
@@ -410,6 +444,7 @@ class SandboxWeb:
     async def command(self, data: JSON) -> JSON:
         assert self.slack is not None
         user = self._user(data.get("user"))
+        self._page(data, user)  # a modal the command opens is this page's
         channel_id = self._field(data, "channel", _ID)
         assert channel_id is not None
         if channel_id not in self.state.channels:

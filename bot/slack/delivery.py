@@ -31,6 +31,7 @@ from approvald.runtime.gate import CARD_POST, CARD_UPDATE, NOTICE, REMINDER, RUN
 from approvald.runtime.outbox import DEAD_REPORT, RetryLater, Undeliverable
 from approvald.runtime.policy import ApprovalPolicy
 from approvald.store.records import ApprovalRecord, OutboxRecord
+from approvald.store.repos import Tx
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -38,6 +39,8 @@ log = logging.getLogger("approvald.slack")
 
 CARD_EVENT = "approvald_card"
 PERMALINKS_KEPT = 4096  # cached message permalinks (one chat.getPermalink each, else)
+MAX_REPOSTS = 1  # a deleted thread parent is posted again once; then the thread is let go
+THREAD_WAIT = 0.5  # seconds a run's line waits, at a time, for its thread to tell what came first
 DEAD_REPORT_MAX = 3000  # characters of a dead-delivery report (the error is clipped first)
 # errors that retrying cannot fix: park the row (it stays visible as dead)
 PERMANENT = {"channel_not_found", "not_in_channel", "is_archived", "msg_too_long",
@@ -232,11 +235,13 @@ class SlackDeliverer:
 
     async def _notice(self, payload: dict[str, Any]) -> dict[str, Any]:
         args: Any = payload.get("args")
+        run_id = str(payload["run_id"])
         async with self.e.db.read() as tx:
-            rec = await tx.executions.get(payload["run_id"], payload["call_id"])
-            thread = await tx.threads.get(payload["run_id"])
+            rec = await tx.executions.get(run_id, payload["call_id"])
+            where = await self._where(tx, run_id, payload.get("seq"),
+                                      call_id=str(payload["call_id"]))
             # notices queued before the arguments rode in the payload: read the transcript
-            events = await tx.events.load(payload["run_id"]) if "args" not in payload else []
+            events = await tx.events.load(run_id) if "args" not in payload else []
         if rec is None:
             raise Undeliverable("the notice's execution record is gone")
         for ev in events:
@@ -246,20 +251,49 @@ class SlackDeliverer:
                     args = call.get("arguments")
         text = messages.notice_text(rec.tool, args, rec.result_value()
                                     if rec.status == "succeeded" else {"error": rec.error})
-        channel, thread_ts = (thread.channel, thread.ts) if thread else (self.ops_channel, None)
+        channel, thread_ts = where
         resp = await self.client.chat_postMessage(channel=channel, thread_ts=thread_ts, text=text)
         return {"channel": channel, "ts": str(resp["ts"])}
+
+    async def _where(self, tx: Tx, run_id: str, seq: Any, *,
+                     call_id: str | None = None) -> tuple[str, str | None]:
+        """Where a line about run ``run_id`` goes: ``(channel, thread_ts)``.
+
+        The run's thread is told by the thread follower from the run's events; a line the
+        outbox delivers there waits (:class:`RetryLater`, a wait) until the thread has told
+        the events before ``seq`` (the run's next seq when the line was written) and, for
+        ``call_id``, that call's result, so lines appear in the order things happened. A
+        row from before ``seq`` was recorded goes where the thread is now, and so does a
+        line whose thread is failing (order cannot be kept there; the line is not held
+        back for it); a run whose thread was let go gets its lines in the ops channel.
+        """
+        thread = await tx.threads.get(run_id)
+        if thread is not None and thread.reposts > MAX_REPOSTS:
+            return self.ops_channel, None
+        if not isinstance(seq, int) or (thread is not None and thread.failures > 0):
+            if thread is not None and thread.ts:
+                return thread.channel, thread.ts
+            return self.ops_channel, None
+        if thread is None or thread.ts is None or thread.posted_seq < seq:
+            raise _told_first(run_id)
+        if call_id is not None:
+            run = await tx.runs.get(run_id)
+            if run is not None and run.next_seq <= seq:
+                raise _told_first(run_id)  # the call's step is not recorded yet
+            for ev in await tx.events.load(run_id, since=max(seq, thread.posted_seq)):
+                body = json.loads(ev.body)
+                if body.get("role") == "tool" and body.get("call_id") == call_id:
+                    raise _told_first(run_id)  # its result is not told yet
+        return thread.channel, thread.ts
 
     async def _run_waiting(self, payload: dict[str, Any]) -> dict[str, Any]:
         """A run started waiting: say why and until when, in its thread (or the ops channel)."""
         async with self.e.db.read() as tx:
-            thread = await tx.threads.get(str(payload["run_id"]))
+            channel, thread_ts = await self._where(tx, str(payload["run_id"]),
+                                                   payload.get("seq"))
         until = datetime.fromisoformat(str(payload["until"]))
         text = texts.RUN_WAITING.format(date=slack_date(until, texts.DATE_AT),
                                         reason=clip(str(payload.get("reason") or ""), 500))
-        channel, thread_ts = self.ops_channel, None
-        if thread is not None and thread.ts:
-            channel, thread_ts = thread.channel, thread.ts
         resp = await self.client.chat_postMessage(channel=channel, thread_ts=thread_ts,
                                                   text=text, unfurl_links=False)
         return {"channel": channel, "ts": str(resp["ts"])}
@@ -312,6 +346,11 @@ class SlackDeliverer:
         while len(self._permalinks) > PERMALINKS_KEPT:
             self._permalinks.popitem(last=False)
         return link
+
+
+def _told_first(run_id: str) -> RetryLater:
+    return RetryLater(f"run {run_id}: its thread tells what came before this line first",
+                      after=THREAD_WAIT)
 
 
 DEAD_WHAT = {CARD_POST: texts.DEAD_CARD_POST, CARD_UPDATE: texts.DEAD_CARD_UPDATE,

@@ -115,7 +115,9 @@ def _result_text(result: Any) -> str:
 def run_parent(run: RunRecord, *, now: datetime, approvals_pending: int = 0) -> dict[str, Any]:
     """The ops-channel message a run's thread hangs from: ``{"text", "blocks"}``.
 
-    Updated in place as the run moves; ``now`` only words how long it has been going.
+    Updated in place as the run moves. A run still going says when it started (a date
+    Slack renders for each reader), never how long it has run: that would be true only at
+    the moment of the update. ``now`` is kept for callers; nothing here depends on it.
     """
     emoji, status = T.RUN_STATUS.get(run.status, (T.UNKNOWN_EMOJI, clip(run.status, 40)))
     agent = clip(run.agent, 80)
@@ -128,7 +130,7 @@ def run_parent(run: RunRecord, *, now: datetime, approvals_pending: int = 0) -> 
     if run.status in TERMINAL_RUN_STATUSES:
         elapsed = T.RUN_TOOK.format(elapsed=duration(run.updated_at - run.created_at))
     else:
-        elapsed = T.RUN_RUNNING_FOR.format(elapsed=duration(now - run.created_at))
+        elapsed = T.RUN_STARTED.format(date=slack_date(run.created_at, T.DATE_AT))
     parts = [T.RUN_REQUESTED_BY.format(who=who(run.requested_by)),
              T.RUN_STEP.format(step=run.step), elapsed]
     if approvals_pending > 0:

@@ -15,10 +15,11 @@ for the parent, ``conversations.replies`` for the last reply) and carries on fro
 so nothing is posted twice.
 
 A turn does a bounded amount of work (at most one new message, one parent update, and the
-lookups those need), each channel gets at most one post per ``per_channel_interval``, and
-threads are served least recently served first, a failing one only after its backoff: one
-thread cannot hold up the others. A parent someone deleted is posted again once; lost a
-second time, that run's thread is left alone.
+lookups those need); the parent is redrawn on every turn that tells something, so it shows
+the run as it is now even while the run keeps going. Each channel gets at most one post per
+``per_channel_interval``, and threads are served least recently served first, a failing one
+only after its backoff: one thread cannot hold up the others. A parent someone deleted is
+posted again once; lost a second time, that run's thread is left alone.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from approvald.bot.slack import messages
-from approvald.bot.slack.delivery import slack_error
+from approvald.bot.slack.delivery import MAX_REPOSTS, slack_error
 from approvald.runtime.engine import Engine
 from approvald.runtime.failpoints import failpoint
 from approvald.runtime.periodic import repeat
@@ -48,7 +49,6 @@ FAILED = ("denied", "redirected", "expired", "forbidden", "invalid_arguments", "
           "cancelled")
 THREAD_EVENT = "approvald_thread"  # metadata of a run's parent message: {run_id}
 REPLY_EVENT = "approvald_thread_reply"  # of a reply: {run_id, upto[, status]}
-MAX_REPOSTS = 1  # a deleted parent is posted again once; after that the thread is let go
 GONE = frozenset({"message_not_found", "thread_not_found"})
 _HISTORY_PAGES = 5  # pages of 200 searched for a parent an unclean claim may have posted
 _REPLY_PAGES = 20
@@ -194,7 +194,10 @@ class ThreadFollower:
         if events:
             text, upto = messages.thread_reply(self._event_lines(events, executions, approvals))
             if text:
-                await self._reply(turn, run, text, approvals, upto=upto)
+                # the parent moves with what was just told: a run that keeps going would
+                # otherwise never be caught up with, and its parent never redrawn
+                if await self._reply(turn, run, text, approvals, upto=upto):
+                    await self._update_parent(turn, run, approvals)
                 return
             turn.progress["posted_seq"] = upto
         if turn.posted_seq < run.next_seq or run.status == t.posted_status:

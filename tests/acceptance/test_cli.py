@@ -169,4 +169,7 @@ def test_serve_resumes_a_decision_made_elsewhere_and_stops_on_sigterm(cli: Cli) 
         _, err = server.communicate(timeout=30)
     assert server.returncode == 0, err
     assert "approvald: serving on" in err and "approvald: stopped" in err
+    # the mode and where requests are decided, and that no HTTP listener serves /v1
+    assert "approvald: mode: Slack is not configured" in err, err
+    assert "approvald: http: no HTTP listener" in err, err
     assert len([e for e in cli.ledger_lines() if e["tool"] == "issue_refund"]) == 1

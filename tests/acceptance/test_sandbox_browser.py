@@ -202,3 +202,69 @@ def _click_through(page: Any, expect: Any, sb: Sandbox) -> None:
     page.click("#start button[type=submit]")
     expect(page.locator("#start-result")).to_contain_text("Refund order A-3")
     expect(cards.nth(2)).to_contain_text('"order_id": "A-3"')
+
+
+def test_a_modal_stays_with_its_page_and_no_emoji_is_an_empty_box(tmp_path: Path) -> None:
+    """Issue 33 item 5: a modal left open in one browser session does not come back in a
+    new one (a modal belongs to the client it was opened in); every emoji on the page is
+    drawn, or shown as its meaning in words, never as a raw ``:code:`` or an empty box."""
+    sync_playwright = _playwright()
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=WAIT_MS)
+    sb = Sandbox(tmp_path)
+    try:
+        sb.start()
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                         args=["--no-sandbox", "--disable-gpu"])
+            try:
+                first = browser.new_context(viewport={"width": 1500, "height": 1000}).new_page()
+                first.set_default_timeout(WAIT_MS)
+                first.goto(sb.url + "?user=U_DANA")
+                expect(first.locator("body")).to_have_attribute("data-ready", "1")
+                first.fill("#order", "A-7")
+                first.click("#start button[type=submit]")
+                card = first.locator("#pane .msg:has(.b-header)").first
+                expect(card).to_contain_text("Approval needed: issue_refund")
+                first.select_option("#user", "U_ALICE")
+                expect(first.locator("body")).to_have_attribute("data-user", "U_ALICE")
+                card.locator("button[data-action-id='approvald.deny']").click()
+                expect(first.locator("#modal-layer form.modal")).to_contain_text("Deny request")
+
+                # a new browser session for the same person: no modal over its page
+                second = browser.new_context(viewport={"width": 1500, "height": 1000}).new_page()
+                second.set_default_timeout(WAIT_MS)
+                second.goto(sb.url + "?user=U_ALICE")
+                expect(second.locator("body")).to_have_attribute("data-user", "U_ALICE")
+                expect(second.locator("#pane .msg:has(.b-header)").first).to_contain_text(
+                    "Approval needed: issue_refund")
+                expect(second.locator("#modal-layer")).to_be_hidden()
+                second.locator("#pane .msg:has(.b-header)").first.locator(
+                    "button[data-action-id='approvald.approve']").click()  # not blocked
+                expect(second.locator("dialog[open]")).to_contain_text("high-risk")
+                second.locator("dialog[open] [data-confirm=no]").click()
+                expect(first.locator("#modal-layer form.modal")).to_contain_text(
+                    "Deny request")  # still open where it was opened
+
+                # emoji: none left as a code; where no font draws them, their words
+                text = second.locator("body").inner_text()
+                assert not re.search(r":[a-z_+-][a-z0-9_+-]*:", text), text
+                assert second.locator("#pane .emoji").count() > 0
+                # the page's check tells a glyph a font here draws from one none does
+                assert second.evaluate(
+                    "() => [canDraw('\u2705'), canDraw('\\u{F0000}')]") == [True, False]
+                second.goto(sb.url + "?user=U_ALICE&emoji=text")  # as on a machine without
+                expect(second.locator("body")).to_have_attribute("data-user", "U_ALICE")
+                expect(second.locator("#pane .msg:has(.b-header)").first).to_be_visible()
+                shown = second.evaluate("""() => Array.from(document.querySelectorAll(
+                    '#pane .emoji'), (e) => [getComputedStyle(e).fontSize,
+                    getComputedStyle(e, '::after').content])""")
+                assert shown and all(size == "0px" and words.startswith('"[')
+                                     for size, words in shown), shown
+                second.screenshot(path=str(tmp_path / "emoji-as-text.png"))
+            finally:
+                browser.close()
+        assert sb.stop() == 0
+    finally:
+        sb.close()

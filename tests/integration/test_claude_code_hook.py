@@ -127,8 +127,9 @@ async def test_still_pending_at_the_budget_denies_and_the_retry_joins_the_reques
     cmd = {"command": "npm publish"}
     verdict, why, _ = answer(await hook(engine, event("Bash", cmd)).pre_tool_use(wait=0))
     a = await pending(engine)
-    assert verdict == "deny" and f"waiting for approval (request {a.run_id}" in why
-    assert "make the same call again to join that request" in why
+    assert verdict == "deny" and f"request {a.run_id}" in why
+    assert "(Slack is not configured: decide with `approvald approvals approve" in why
+    assert "Make the same call again to join that request" in why
     # Claude retries the same call: the same request, one card
     verdict, _, _ = answer(await hook(engine, event("Bash", cmd, use="toolu_09"))
                            .pre_tool_use(wait=0))

@@ -211,6 +211,7 @@ async def test_after_a_day_long_outage_ops_hear_which_update_and_notice_were_los
 
         await h.engine.decide(aid, actor=Actor("U_ALICE", "cli:ops"), verdict="approve")
         assert (await h.engine.advance(paused.run_id)).status == "completed"
+        await h.service.slack.threads.sync_once()  # the thread cannot be told either
         await h.service.drain.drain_once()
         [update] = await outbox(h, "approval.updated")
         [notice] = await outbox(h, "tool.notice")

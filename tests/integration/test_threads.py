@@ -341,3 +341,66 @@ async def test_the_emulator_deletes_like_slack(tmp_path):
             assert gone.value.response["error"] == "message_not_found"
     finally:
         await emulator.stop()
+
+
+# -- issue 33 item 4: the thread tells the truth, in the order things happened -------------
+
+def _parent_text(w: World, run_id: str) -> str:
+    [parent] = w.parents(run_id)
+    return json.dumps(parent)
+
+
+async def test_the_parent_shows_the_run_as_it_is_now_not_as_it_was(db_url, tmp_path):
+    """The parent moves with the run on the turn that tells what the run did, and says
+    nothing that goes stale by itself ("running for 2s" while minutes pass)."""
+    async with world(db_url, tmp_path) as w:
+        waiting = await w.refund()
+        await rounds(w, lambda: w.caught_up(waiting.run_id))
+        shown = _parent_text(w, waiting.run_id)
+        assert "waiting for approval" in shown
+        assert "running for" not in shown and "<!date^" in shown  # when it started
+        w.clock.advance(timedelta(minutes=5))
+        await w.engine.decide(waiting.approval_ids[0], actor=Actor("U_ALICE", "slack"),
+                              verdict="approve")
+        assert (await w.engine.advance(waiting.run_id)).status == "completed"
+        await w.followers[0].sync_once()  # one turn: it tells what happened...
+        assert any("approved by" in line for line in
+                   w.reply_lines((await w.thread(waiting.run_id)).ts))
+        shown = _parent_text(w, waiting.run_id)  # ...and the parent moved with it
+        assert "waiting for approval" not in shown and "completed" in shown, shown
+
+
+async def test_a_notice_comes_after_the_approval_it_followed(sqlite_url, tmp_path):
+    """The refund is approved, then the customer is emailed (notify_after): the thread
+    says so in that order, though the notice is delivered by the outbox and the rest by
+    the thread follower."""
+    from approvald.bot.slack import cards
+    from approvald.bot.slack.delivery import SlackDeliverer
+
+    from tests.integration.slack_harness import CHANNEL, harness, wait_for
+    from tests.integration.slack_harness import OPS as HARNESS_OPS
+
+    async with harness(sqlite_url, tmp_path) as h:
+        assert isinstance(h.service.slack.deliverer, SlackDeliverer)
+        h.service.slack.threads.interval = 0.3  # a follower slower than the outbox
+        paused = await h.pause_refund()
+        a = await h.approval(paused.approval_ids[0])
+        await h.card(a.id)
+        a = await h.approval(a.id)
+        await h.slack.click(cards.APPROVE, h.value(a), user_id="U_ALICE",
+                            channel_id=CHANNEL, message_ts=a.message_ts)
+
+        async def told() -> list[str] | None:
+            async with h.engine.db.read() as tx:
+                t = await tx.threads.get(paused.run_id)
+                run = await tx.runs.get(paused.run_id)
+            if t is None or t.ts is None or run is None or run.status != "completed" \
+                    or t.posted_status != "completed":
+                return None
+            texts = [m["text"] for m in h.emulator.thread(HARNESS_OPS, t.ts)[1:]]
+            return texts if any("notify-after" in x for x in texts) else None
+
+        texts = await wait_for(told, what="the thread and the notice")
+        approved = next(i for i, x in enumerate(texts) if "approved by" in x)
+        notice = next(i for i, x in enumerate(texts) if "notify-after" in x)
+        assert approved < notice, texts

@@ -135,3 +135,30 @@ async def test_a_tool_the_policy_file_does_not_name_is_asked_about(make_engine) 
     await g.e.decide(a.id, actor=Actor("U_BOB", "cli:test"), verdict="approve")
     out = await asyncio.wait_for(call, 10)
     assert isinstance(out, Ran) and server.ran == [{"really": True}]
+
+
+async def test_progress_says_where_the_request_can_be_decided_now(make_engine) -> None:
+    """Issue 33 item 6: "waiting for approval in Slack" while nothing was posted to Slack
+    (serve without Slack) sent people looking for a card that did not exist."""
+    g, server = gateway(make_engine), Server()
+    said: list[str] = []
+
+    async def waiting(doc: dict[str, Any]) -> None:
+        said.append(await g.progress(doc))
+
+    call = asyncio.ensure_future(g.call("pay", ARGS, server, waiting=waiting))
+    a = await pending(g)
+    await wait_for(lambda: said, what="a progress line")
+    assert "in Slack" not in said[-1] and "Slack is not configured" in said[-1], said[-1]
+    assert f"approvald approvals approve {a.id}" in said[-1] and "HTTP API" in said[-1]
+    g.slack = True  # Slack configured, the card not out yet: not "in Slack" either
+    n = len(said)
+    await wait_for(lambda: len(said) > n, what="another progress line")
+    assert "not in Slack yet" in said[-1], said[-1]
+    async with g.e.db.write() as tx:  # now its card is posted
+        await tx.approvals.set_message(a.id, channel="C_APPROVALS", ts="1.000001")
+    n = len(said)
+    await wait_for(lambda: len(said) > n, what="another progress line")
+    assert said[-1].startswith("waiting for approval in Slack"), said[-1]
+    await g.e.decide(a.id, actor=ALICE, verdict="approve")
+    assert isinstance(await call, Ran)

@@ -91,10 +91,53 @@ def test_only_web_links_are_links_and_workspace_permalinks_open_on_the_page() ->
     assert 'href="https://x.example/&quot;onmouseover=&quot;alert(1)"' in quoted
 
 
+def drawn_emoji(out: str) -> list[str]:
+    return re.findall(r'<span class="emoji"[^>]*>([^<]*)</span>', out)
+
+
 def test_emoji_shortcodes() -> None:
-    assert render.mrkdwn(":white_check_mark: :no_such_emoji:", NAMES) == "✅ :no_such_emoji:"
-    assert render.text_object({"type": "plain_text", "text": ":x: <i>", "emoji": True},
-                              NAMES) == "❌ &lt;i&gt;"
+    out = render.mrkdwn(":white_check_mark: :no_such_emoji:", NAMES)
+    assert drawn_emoji(out) == ["✅"] and out.endswith(" :no_such_emoji:")
+    assert 'data-text="white check mark"' in out  # the words, where no font draws it
+    out = render.text_object({"type": "plain_text", "text": ":x: <i>", "emoji": True}, NAMES)
+    assert drawn_emoji(out) == ["❌"] and out.endswith(" &lt;i&gt;")
+
+
+# ``:name:`` in the product's strings; not a docstring role (``:class:`X```)
+_SHORTCODE = re.compile(r"(?<![\w:/]):([a-z0-9_+-]+):(?![\w/`])")
+
+
+def product_shortcodes() -> dict[str, str]:
+    """Every emoji shortcode in a string of the product (not the sandbox), and where."""
+    import ast
+    from pathlib import Path
+
+    import approvald
+
+    found: dict[str, str] = {}
+    root = Path(approvald.bot.__file__).parent.parent  # the installed package's folders
+    for face in (root / "bot", root / "runtime"):
+        for path in face.rglob("*.py"):
+            if "sandbox" in path.parts:
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                    for m in _SHORTCODE.finditer(node.value):
+                        found.setdefault(m.group(1), str(path))
+    return found
+
+
+def test_every_emoji_the_product_sends_is_drawn_with_its_meaning() -> None:
+    """Slack draws every shortcode the product sends; so does the page (issue 33 item 5:
+    a redirected card showed ``:leftwards_arrow_with_hook:``), with words for a browser
+    that has no glyph for it."""
+    codes = product_shortcodes()
+    assert {"white_check_mark", "leftwards_arrow_with_hook", "hourglass"} <= codes.keys()
+    for name, where in sorted(codes.items()):
+        out = render.mrkdwn(f"a :{name}: b", NAMES)
+        assert f":{name}:" not in out, f":{name}: (sent by {where}) is not drawn"
+        [char] = drawn_emoji(out)
+        assert char and re.search(r'data-text="[^":]+"', out), name
 
 
 def test_hostile_tool_arguments_on_a_card_stay_text() -> None:
