@@ -184,8 +184,8 @@ class Ran:
 
 
 # a page's shell blocks share one terminal's state: each starts from the variables (exported
-# or not, as in a reader's terminal) and the directory the one before it left (saved when it
-# ends, whatever its status)
+# or not, as in a reader's terminal), the shell functions and the directory the one before it
+# left (saved when it ends, whatever its status)
 _KEEP = """
 __approvald_docs_base=" $(compgen -v | tr '\\n' ' ') "
 __approvald_docs_save() {{
@@ -194,7 +194,9 @@ __approvald_docs_save() {{
       case "$__approvald_docs_base" in *" $__approvald_docs_v "*) continue;; esac
       case "$__approvald_docs_v" in __approvald_docs_*|_|PWD|OLDPWD) continue;; esac
       declare -p "$__approvald_docs_v"
-    done; }} > {state}; pwd > {where}; }}
+    done
+    declare -f | awk '/^__approvald_docs_save /{{skip=1}} skip&&/^}}$/{{skip=0;next}} !skip'
+  }} > {state}; pwd > {where}; }}
 trap __approvald_docs_save EXIT
 if [ -f {state} ]; then . {state}; cd "$(cat {where})"; fi
 """

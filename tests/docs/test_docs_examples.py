@@ -133,12 +133,13 @@ def test_an_unmarked_block_is_never_left_out(tmp_path: Path) -> None:
 @pytest.mark.slow  # starts a process
 def test_a_variable_a_block_sets_is_there_for_the_next_exported_or_not(tmp_path: Path) -> None:
     # as in the one terminal a reader pastes the page into: ID=$(…) in one block, "$ID" in
-    # a later one
+    # a later one; a function defined once, called later
     page = tmp_path / "page.md"
     page.write_text("```sh\nID=$(echo a1b2c3) && export TOKEN=apd_x && LIST=(one two)\n"
-                    "cd sub 2>/dev/null || { mkdir sub && cd sub; }\n```\n\n"
-                    "```sh\ntest \"$ID $TOKEN ${LIST[1]} $(basename \"$PWD\")\" = "
-                    "\"a1b2c3 apd_x two sub\"\n```\n")
+                    "cd sub 2>/dev/null || { mkdir sub && cd sub; }\n"
+                    "shout() { echo \"$1!\"; }\n```\n\n"
+                    "```sh\ntest \"$ID $TOKEN ${LIST[1]} $(basename \"$PWD\") $(shout hi)\" = "
+                    "\"a1b2c3 apd_x two sub hi!\"\n```\n")
     ran, _ = run_page(page, tmp_path / "work")
     assert [r.status for r in ran] == [0, 0], ran[-1].output
 
