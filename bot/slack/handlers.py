@@ -171,6 +171,9 @@ class Handlers:
             await self._tell(client, user, channel, refusal)
             return
         assert decision is not None
+        if decision.repeated:  # audited as a repeat: say that it stands, not "too late"
+            await self._tell(client, user, channel, messages.repeated_text(decision.approval))
+            return
         reset = (texts.REPLY_VOTES_RESET.format(who=", ".join(decision.discarded))
                  if decision.discarded else "")
         if decision.outcome == "voted":

@@ -69,6 +69,13 @@ def refusal_text(code: str, *, status: str | None = None, detail: str | None = N
     return text
 
 
+def repeated_text(a: ApprovalRecord) -> str:
+    """The reply to the person who decided ``a`` deciding it the same way again."""
+    if a.kind != "tool_call":
+        return T.REPLY_REPEATED_OTHER
+    return T.REPLY_REPEATED.get(a.status, T.REPLY_REPEATED_OTHER)
+
+
 def reminder_text(a: ApprovalRecord, *, now: datetime, card_url: str | None = None) -> str:
     """A reminder about a still-pending request; it mentions the approvers, so it notifies."""
     agent = clip(as_text(json_object(a.packet).get("agent")) or "agent", 60)

@@ -205,10 +205,12 @@ BATCH_PART_APPROVED = ":white_check_mark: {n} approved"
 BATCH_PART_VOTED = ":ballot_box_with_check: {n} approval(s) recorded, more approvers needed"
 BATCH_PART_DENIED = ":no_entry_sign: {n} denied"
 BATCH_PART_REFUSED = ":warning: {n} refused, nothing changed for them"
+BATCH_PART_REPEATED = ":repeat: {n} already decided by you, as before"
 BATCH_LINE_APPROVED = ":white_check_mark: Approved {label}"
 BATCH_LINE_VOTED = ":ballot_box_with_check: Approval recorded ({count} of {quorum}) {label}"
 BATCH_LINE_DENIED = ":no_entry_sign: Denied {label}"
 BATCH_LINE_REFUSED = ":warning: Refused {label}: {why}"
+BATCH_LINE_REPEATED = ":repeat: {label}: {why}"
 BATCH_LABEL = "`{tool}` `{id}` `{args}`"
 BATCH_LABEL_UNKNOWN = "`{id}`"
 BATCH_LINES_MORE = "… and {n} more line(s): `approvald approvals list --all` shows every request."
@@ -482,6 +484,13 @@ REPLY_PROPOSED = (":pencil2: Your edit is recorded. Someone else has to approve 
                   "arguments before they run.")
 REPLY_VOTES_RESET = (" Earlier approvals by {who} were on the previous arguments and no "
                      "longer count; they have been asked on the card to approve again.")
+# the person who decided a request deciding it the same way again: nothing changes
+REPLY_REPEATED = {
+    "approved": "You already approved this request; your decision stands.",
+    "denied": "You already denied this request; your decision stands.",
+    "redirected": "You already redirected this request; your decision stands.",
+}
+REPLY_REPEATED_OTHER = "You already answered this request; your answer stands."
 REPLY_ERROR = ":warning: Something went wrong recording that; nothing was changed. ({error})"
 
 

@@ -60,7 +60,7 @@ from approvald.bot.slack.cards import (
     select_value,
     standing_cap,
 )
-from approvald.bot.slack.messages import coalesce, refusal_text
+from approvald.bot.slack.messages import coalesce, refusal_text, repeated_text
 from approvald.bot.slack.mrkdwn import (
     CARD_TEXT_BUDGET,
     INPUT_MAX,
@@ -393,6 +393,10 @@ def batch_result_blocks(result: BatchResult, *, sections: int) -> list[Block]:
             counts["refused"] += 1
             why = refusal_text(o.code or "", status=a.status if a else None, detail=o.refused)
             refused.append(T.BATCH_LINE_REFUSED.format(label=label, why=why))
+        elif o.decision.repeated:  # audited as a repeat: it stands, nothing changed
+            counts["repeated"] += 1
+            done.append(T.BATCH_LINE_REPEATED.format(
+                label=label, why=repeated_text(o.decision.approval)))
         elif o.decision.outcome == "voted":
             counts["voted"] += 1
             done.append(T.BATCH_LINE_VOTED.format(label=label, count=o.decision.approvals,
@@ -405,7 +409,8 @@ def batch_result_blocks(result: BatchResult, *, sections: int) -> list[Block]:
             done.append(T.BATCH_LINE_APPROVED.format(label=label))
     parts = [template.format(n=counts[key]) for key, template in (
         ("approved", T.BATCH_PART_APPROVED), ("voted", T.BATCH_PART_VOTED),
-        ("denied", T.BATCH_PART_DENIED), ("refused", T.BATCH_PART_REFUSED)) if counts[key]]
+        ("denied", T.BATCH_PART_DENIED), ("repeated", T.BATCH_PART_REPEATED),
+        ("refused", T.BATCH_PART_REFUSED)) if counts[key]]
     blocks.append(section(T.BATCH_SUMMARY.format(total=len(result.outcomes),
                                                  parts=" · ".join(parts))))
     blocks += [section(text) for text in _pack(refused + done, most=sections)]
