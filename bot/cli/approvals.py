@@ -29,6 +29,7 @@ from approvald.bot.cli.common import (
 from approvald.bot.config import Settings
 from approvald.runtime.decide import Decision, Verdict
 from approvald.runtime.engine import Engine
+from approvald.runtime.prefix import id_help
 
 DECISIONS = (
     ("approve", "approve a request as a Slack user"),
@@ -50,7 +51,7 @@ def register(sub: Subparsers) -> None:
                          "denied, redirected, expired, superseded, cancelled)")
     al.add_argument("--all", action="store_true", help="every status")
     al.add_argument("--run", metavar="RUN_ID",
-                    help="only the requests of this run (its id or a unique prefix of one)")
+                    help=id_help("only the requests of this run: its id"))
     al.add_argument("--limit", type=count, default=100, metavar="N",
                     help="show the oldest N (default 100); stderr says when more are left out")
     al.add_argument("--json", action="store_true", help=JSON)
@@ -66,7 +67,7 @@ def register(sub: Subparsers) -> None:
                                                 "one refusal stopping no other)"
                                                 if verdict in ("approve", "deny") else ""))
         if verdict in ("approve", "deny"):
-            c.add_argument("id", nargs="+", help="approval ids (or unique prefixes of 6+)")
+            c.add_argument("id", nargs="+", help=id_help("approval request ids, each"))
         else:
             c.add_argument("id", help=APPROVAL_ID)
         c.add_argument("--as", dest="as_user", required=True, metavar="USER",
