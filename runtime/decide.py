@@ -139,8 +139,11 @@ def _json_object(raw: str) -> dict[str, Any]:
 
 
 def _refuse(a: ApprovalRecord, code: Refusal, message: str, **fields: Any) -> DecisionRefused:
+    # who decided it and who may: the faces word a refusal from these fields, naming
+    # people their own way, rather than repeat ``message`` (raw ids, for logs and the CLI)
     return DecisionRefused(message, reason=code, status=a.status, approval_id=a.id,
-                           run_id=a.run_id, **fields)
+                           run_id=a.run_id, decided_by=a.decided_by,
+                           approvers=list(a.approvers_value()), **fields)
 
 
 # what a verdict leaves a request as: a repeat of it by its decider changes nothing

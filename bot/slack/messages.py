@@ -36,10 +36,12 @@ from approvald.bot.slack.mrkdwn import (
     safe_cut,
     safe_url,
     section,
+    sentence,
     slack_date,
     units,
     who,
 )
+from approvald.runtime.errors import DecisionRefused
 from approvald.runtime.packet import will_run
 from approvald.store.records import ApprovalRecord, RunRecord
 from slack_sdk.models.blocks import Block
@@ -55,18 +57,41 @@ def proposed_text(a: ApprovalRecord, reset: str = "") -> str:
     return T.REPLY_PROPOSED + reset + ("\n" + impact if impact else "")
 
 
-def refusal_text(code: str, *, status: str | None = None, detail: str | None = None) -> str:
-    """The ephemeral reply to a refused click, one wording per ``DecisionRefused.reason``.
+# refusals whose runtime message carries what the wording cannot: a schema's complaint, the
+# rule an edit would move the call to. Every other refusal is worded whole from its code and
+# fields: the runtime's message says the same thing again, in raw ids, for logs and the CLI.
+DETAILED = frozenset({"invalid_arguments", "rule_changed"})
 
-    ``status`` (the approval's status now) words a late click; ``detail`` is escaped.
+
+def refusal_text(code: str, *, status: str | None = None, detail: str | None = None,
+                 decided_by: str | None = None, approvers: Sequence[str] = (),
+                 mentions: bool = True) -> str:
+    """The reply to a refused decision, one wording per ``DecisionRefused.reason``, said
+    once: ``status`` (the approval's status now) and ``decided_by`` word a late click,
+    ``approvers`` a stranger's; people are Slack mentions, or (``mentions=False``, for
+    plain text such as a modal's errors, where a mention shows as its raw markup) left out.
+    ``detail``, the runtime's message, is added (escaped) only where the wording needs it.
     """
     if code == "not_pending":
         text = T.REFUSAL_NOT_PENDING.get(status or "", T.REFUSAL_NOT_PENDING_OTHER)
+        if mentions and decided_by and status in T.REFUSAL_NOT_PENDING_BY:
+            text = T.REFUSAL_NOT_PENDING_BY[status].format(who=who(decided_by))
+    elif code == "not_authorized" and mentions and approvers:
+        text = T.REFUSAL_NOT_AUTHORIZED_WHO.format(
+            who=", ".join(approver(p) for p in approvers[:10]))
     else:
         text = T.REFUSAL.get(code, T.REFUSAL_UNKNOWN)
-    if detail:
-        text += T.REFUSAL_DETAIL.format(detail=clip(detail, 500))
+    if detail and (code in DETAILED or (code not in T.REFUSAL and code != "not_pending")):
+        text = T.REFUSAL_DETAIL.format(text=text.rstrip().removesuffix("."),
+                                       detail=sentence(clip(detail, 500)))
     return text
+
+
+def refusal_of(exc: DecisionRefused, *, mentions: bool = True) -> str:
+    """:func:`refusal_text` for a refusal the runtime raised, from its fields."""
+    return refusal_text(exc.reason, status=exc.status, detail=str(exc),
+                        decided_by=exc.fields.get("decided_by"),
+                        approvers=exc.fields.get("approvers") or (), mentions=mentions)
 
 
 def repeated_text(a: ApprovalRecord) -> str:

@@ -393,6 +393,9 @@ REFUSAL = {
     "rule_changed": ("That edit would put the call under other policy rules than the ones "
                      "it was asked under, so nothing changed."),
     "wrong_kind": "That button doesn't apply to this kind of request.",
+    "unknown_digest": ("Those arguments were never this request's, so nothing changed. "
+                       "Decide on the card as it is now."),
+    "unknown_approval": "That request doesn't exist (any more).",
     "reason_required": "Please give a reason: the agent reads it and can re-plan.",
     "reason_too_long": "That reason is too long: 2,000 characters at most.",
     "guidance_required": ("Please write guidance: what should the agent do instead? It reads "
@@ -410,9 +413,19 @@ REFUSAL_NOT_PENDING = {
                    "This button is no longer live."),
     "cancelled": "Too late: the run was cancelled, so this request is closed.",
 }
+# the same, naming who decided (where mentions render)
+REFUSAL_NOT_PENDING_BY = {
+    "approved": "Too late: {who} already approved this request.",
+    "denied": "Too late: {who} already denied this request.",
+    "redirected": "Too late: {who} already redirected this request.",
+}
 REFUSAL_NOT_PENDING_OTHER = "This request has already been decided."
+# naming the approvers (where mentions render)
+REFUSAL_NOT_AUTHORIZED_WHO = "You're not an approver for this request (its approvers: {who})."
 REFUSAL_UNKNOWN = "That didn't go through, and nothing changed."
-REFUSAL_DETAIL = " ({detail})"
+# a refusal whose runtime message says what the wording cannot (a schema's complaint): the
+# wording without its full stop, then the message, ending once
+REFUSAL_DETAIL = "{text}: {detail}"
 
 # -- reminders, notices, run threads ---------------------------------------------------------
 

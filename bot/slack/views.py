@@ -77,6 +77,7 @@ from approvald.bot.slack.mrkdwn import (
     header,
     md,
     plain,
+    safe_cut,
     section,
     slack_date,
     text_length,
@@ -391,7 +392,9 @@ def batch_result_blocks(result: BatchResult, *, sections: int) -> list[Block]:
         label = _label(a, o.approval_id)
         if o.decision is None:
             counts["refused"] += 1
-            why = refusal_text(o.code or "", status=a.status if a else None, detail=o.refused)
+            why = refusal_text(o.code or "", status=a.status if a else None, detail=o.refused,
+                               decided_by=a.decided_by if a else None,
+                               approvers=a.approvers_value() if a else ())
             refused.append(T.BATCH_LINE_REFUSED.format(label=label, why=why))
         elif o.decision.repeated:  # audited as a repeat: it stands, nothing changed
             counts["repeated"] += 1
@@ -528,9 +531,9 @@ def _option(a: ApprovalRecord | None, approval_id: str, value: str) -> Option:
     tool = clip(a.tool, 30)
     room = OPTION_TEXT_MAX - units(tool) - 3  # a space and the span's backticks
     args = code_span(args_text(will_run(a).args, indent=None), room)
-    note = T.MODAL_BATCH_ITEM_NOTE.format(id=a.id[:8], who=a.requested_by or "—")
+    note = T.MODAL_BATCH_ITEM_NOTE.format(id=a.id[:8], who=who(a.requested_by))
     return Option(text=md(f"{tool} `{args}`"), value=value,
-                  description=md(clip(note, OPTION_TEXT_MAX)))
+                  description=md(safe_cut(note, OPTION_TEXT_MAX)))
 
 
 def batch_deny_modal(items: Sequence[tuple[str, str, ApprovalRecord | None]], *,

@@ -80,3 +80,12 @@ def test_an_edit_says_it_approved_with_edits(cli: Cli) -> None:
     out = cli.ok("approvals", "edit", approval_id, "--as", "U_ALICE", "--no-resume", "--args",
                  '{"order_id": "A-1001", "amount_cents": 100, "reason": "partial"}')
     assert f"approval {approval_id}: approved with edits by U_ALICE" in out
+
+
+def test_a_denials_summary_ends_once_and_names_no_raw_id(cli: Cli) -> None:
+    run_id, approval_id = pause(cli)
+    cli.ok("approvals", "deny", approval_id, "--as", "U_BOB", "--reason",
+           "Customer was refunded twice, not again.")
+    result = cli.json("runs", "show", run_id, "--json")["result"]
+    assert result.endswith('saying "Customer was refunded twice, not again."'), result
+    assert '."' + "." not in result and "U_BOB" not in result

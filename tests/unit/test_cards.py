@@ -808,3 +808,24 @@ def test_coalesce_packs_in_order_under_the_limit() -> None:
     assert parts[0].endswith("a") and parts[1].startswith("&lt;")
     with pytest.raises(ValueError):
         messages.coalesce(["x"], limit=3)
+
+
+def test_a_refusal_is_told_once_with_people_as_slack_shows_them() -> None:
+    """Issue 33: the reply is one sentence from the refusal's fields, not the summary
+    followed by the runtime's own message about the same thing in raw ids."""
+    raw = "U_EVE is not an approver for this request (approvers: U_ALICE, S_FINANCE)"
+    said = messages.refusal_text("not_authorized", detail=raw,
+                                 approvers=["U_ALICE", "S_FINANCE"])
+    assert said == ("You're not an approver for this request (its approvers: <@U_ALICE>, "
+                    "<!subteam^S_FINANCE>).")
+    # where mentions do not render (a modal's plain-text error), nobody is named by id
+    plain = messages.refusal_text("not_authorized", detail=raw,
+                                  approvers=["U_ALICE", "S_FINANCE"], mentions=False)
+    assert plain == "You're not an approver for this request."
+    late = messages.refusal_text("not_pending", status="denied", decided_by="U_BOB",
+                                 detail="approval x is already denied by U_BOB at …")
+    assert late == "Too late: <@U_BOB> already denied this request."
+    assert messages.refusal_text("not_pending", status="denied", decided_by="U_BOB",
+                                 mentions=False) == T.REFUSAL_NOT_PENDING["denied"]
+    schema = messages.refusal_text("invalid_arguments", detail="amount_cents: too large.")
+    assert schema == "Those arguments don't match the tool's schema: amount_cents: too large."
