@@ -126,11 +126,12 @@ class Handlers:
         except Exception as exc:  # telling is best effort: the refusal already changed nothing
             log.warning("could not tell %s: %s", user, exc)
 
-    def _refusal(self, exc: Exception, *, mentions: bool = True) -> str:
-        """What to tell a person whose attempt was refused (``mentions=False``: for plain
-        text, a modal's errors, where a mention would show as markup)."""
+    def _refusal(self, exc: Exception, *, mentions: bool = True,
+                 viewer: str | None = None) -> str:
+        """What to tell ``viewer``, whose attempt was refused (``mentions=False``: for
+        plain text, a modal's errors, where a mention would show as markup)."""
         if isinstance(exc, DecisionRefused):
-            return messages.refusal_of(exc, mentions=mentions)
+            return messages.refusal_of(exc, mentions=mentions, viewer=viewer)
         if isinstance(exc, NotFound):
             return texts.REPLY_UNKNOWN_APPROVAL
         return texts.REPLY_ERROR.format(error=type(exc).__name__)
@@ -158,7 +159,7 @@ class Handlers:
                                                token=token)
             except (ApprovaldError, ValueError) as exc:
                 span.set(outcome=f"refused:{getattr(exc, 'reason', type(exc).__name__)}")
-                return None, self._refusal(exc, mentions=mentions)
+                return None, self._refusal(exc, mentions=mentions, viewer=user)
             except Exception as exc:  # the database failed: nothing was committed; say so
                 log.error("decision on approval %s by %s failed: %s: %s", approval_id, user,
                           type(exc).__name__, exc, exc_info=exc)
@@ -222,7 +223,7 @@ class Handlers:
             await self._tell(client, user, channel, texts.REPLY_MALFORMED)
             return
         except ApprovaldError as exc:
-            await self._tell(client, user, channel, self._refusal(exc))
+            await self._tell(client, user, channel, self._refusal(exc, viewer=user))
             return
         await client.views_open(trigger_id=body["trigger_id"],
                                 view=build(a, token, channel or a.channel, ts or a.message_ts))
@@ -372,8 +373,8 @@ class Handlers:
             except StandingRefused as exc:
                 span.set(outcome=f"refused:{exc.reason}")
                 block = scope_block if exc.reason == "scope" else cards.WINDOW_BLOCK
-                text = texts.STANDING_REFUSAL.get(exc.reason, texts.REFUSAL_UNKNOWN)
-                return None, {block: f"{text} ({exc})"[:1000]}
+                return None, {block: messages.standing_refusal_text(exc.reason,
+                                                                    str(exc))[:1000]}
             except (ApprovaldError, ValueError) as exc:  # refused as a click would be
                 span.set(outcome=f"refused:{getattr(exc, 'reason', type(exc).__name__)}")
                 return None, {cards.WINDOW_BLOCK: self._refusal(exc, mentions=False)[:1000]}
@@ -430,7 +431,7 @@ class Handlers:
             except StandingRefused as exc:
                 span.set(outcome=f"refused:{exc.reason}")
                 return texts.HOME_STANDING_REFUSED.format(
-                    why=texts.STANDING_REFUSAL.get(exc.reason, texts.REFUSAL_UNKNOWN))
+                    why=messages.standing_refusal_text(exc.reason))
             except NotFound:
                 span.set(outcome="refused:not_found")
                 return texts.REPLY_STANDING_UNKNOWN

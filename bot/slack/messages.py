@@ -65,16 +65,19 @@ DETAILED = frozenset({"invalid_arguments", "rule_changed"})
 
 def refusal_text(code: str, *, status: str | None = None, detail: str | None = None,
                  decided_by: str | None = None, approvers: Sequence[str] = (),
-                 mentions: bool = True) -> str:
+                 mentions: bool = True, viewer: str | None = None) -> str:
     """The reply to a refused decision, one wording per ``DecisionRefused.reason``, said
     once: ``status`` (the approval's status now) and ``decided_by`` word a late click,
     ``approvers`` a stranger's; people are Slack mentions, or (``mentions=False``, for
     plain text such as a modal's errors, where a mention shows as its raw markup) left out.
     ``detail``, the runtime's message, is added (escaped) only where the wording needs it.
+    ``viewer``: who reads it; the one who decided is told that their decision stands.
     """
     if code == "not_pending":
         text = T.REFUSAL_NOT_PENDING.get(status or "", T.REFUSAL_NOT_PENDING_OTHER)
-        if mentions and decided_by and status in T.REFUSAL_NOT_PENDING_BY:
+        if viewer and decided_by == viewer and status in T.REPLY_REPEATED:
+            text = T.REPLY_REPEATED[status]
+        elif mentions and decided_by and status in T.REFUSAL_NOT_PENDING_BY:
             text = T.REFUSAL_NOT_PENDING_BY[status].format(who=who(decided_by))
     elif code == "not_authorized" and mentions and approvers:
         text = T.REFUSAL_NOT_AUTHORIZED_WHO.format(
@@ -87,11 +90,27 @@ def refusal_text(code: str, *, status: str | None = None, detail: str | None = N
     return text
 
 
-def refusal_of(exc: DecisionRefused, *, mentions: bool = True) -> str:
+def refusal_of(exc: DecisionRefused, *, mentions: bool = True,
+               viewer: str | None = None) -> str:
     """:func:`refusal_text` for a refusal the runtime raised, from its fields."""
     return refusal_text(exc.reason, status=exc.status, detail=str(exc),
                         decided_by=exc.fields.get("decided_by"),
-                        approvers=exc.fields.get("approvers") or (), mentions=mentions)
+                        approvers=exc.fields.get("approvers") or (), mentions=mentions,
+                        viewer=viewer)
+
+
+# standing-approval refusals whose runtime message says what the wording cannot
+STANDING_DETAILED = frozenset({"window"})  # the windows the tool allows
+
+
+def standing_refusal_text(code: str, detail: str | None = None) -> str:
+    """The reply to a refused grant, revocation or standing-approval change, said once:
+    the runtime's message is added only where it says what the wording cannot."""
+    text = T.STANDING_REFUSAL.get(code, T.REFUSAL_UNKNOWN)
+    if detail and (code in STANDING_DETAILED or code not in T.STANDING_REFUSAL):
+        text = T.REFUSAL_DETAIL.format(text=text.rstrip().removesuffix("."),
+                                       detail=sentence(clip(detail, 500)))
+    return text
 
 
 def repeated_text(a: ApprovalRecord) -> str:

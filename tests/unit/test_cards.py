@@ -829,3 +829,21 @@ def test_a_refusal_is_told_once_with_people_as_slack_shows_them() -> None:
                                  mentions=False) == T.REFUSAL_NOT_PENDING["denied"]
     schema = messages.refusal_text("invalid_arguments", detail="amount_cents: too large.")
     assert schema == "Those arguments don't match the tool's schema: amount_cents: too large."
+
+
+def test_a_late_click_by_the_one_who_decided_says_their_decision_stands() -> None:
+    said = messages.refusal_text("not_pending", status="denied", decided_by="U_BOB",
+                                 viewer="U_BOB")
+    assert said == T.REPLY_REPEATED["denied"]
+    assert "<@U_BOB>" in messages.refusal_text("not_pending", status="denied",
+                                               decided_by="U_BOB", viewer="U_EVE")
+
+
+def test_a_standing_refusal_is_told_once() -> None:
+    scope = messages.standing_refusal_text(
+        "scope", "the scope does not cover the request it is granted on")
+    assert scope == T.STANDING_REFUSAL["scope"]
+    window = messages.standing_refusal_text(
+        "window", "a standing approval of issue_refund lasts 1m to 1h (asked: 2h)")
+    assert window == ("That window is not allowed for this tool: a standing approval of "
+                      "issue_refund lasts 1m to 1h (asked: 2h).")
