@@ -27,6 +27,7 @@ from approvald.bot.slack.mrkdwn import (
     FALLBACK_MAX,
     SECTION_MAX,
     approver,
+    clause,
     clip,
     code_block,
     code_span,
@@ -208,7 +209,8 @@ def thread_approval_requested(a: ApprovalRecord, *, card_url: str | None = None)
         text = T.THREAD_REQUESTED_QUESTION.format(tool=tool)
     elif a.kind == "cannot_run":
         reason = as_text(json_object(a.packet).get("reason")) or ""
-        text = T.THREAD_REQUESTED_CANNOT_RUN.format(tool=tool, reason=clip(reason, 500))
+        text = T.THREAD_REQUESTED_CANNOT_RUN.format(tool=tool,
+                                                    reason=clause(clip(reason, 500)))
     else:
         progress = T.REMINDER_PROGRESS.format(count=a.approve_count, quorum=a.quorum) \
             if a.quorum > 1 else ""

@@ -847,3 +847,9 @@ def test_a_standing_refusal_is_told_once() -> None:
         "window", "a standing approval of issue_refund lasts 1m to 1h (asked: 2h)")
     assert window == ("That window is not allowed for this tool: a standing approval of "
                       "issue_refund lasts 1m to 1h (asked: 2h).")
+
+
+def test_a_reason_a_template_ends_ends_once() -> None:
+    cannot = approval(kind="cannot_run", packet_={"reason": "release 7 has no tool issue_refund."})
+    line = messages.thread_approval_requested(cannot)
+    assert "issue_refund. A human" in line and ".." not in line
