@@ -38,7 +38,7 @@ ACTIONS = frozenset({
     "requested", "reminded", "voted", "approved", "denied", "redirected", "edited", "expired",
     "escalated", "superseded", "executed", "outcome_unknown", "outcome_resolved", "cancelled",
     "not_executed", "cannot_run_resolved",
-    "cancel_requested", "refused", "failed", "needs_attention", "resumed",
+    "cancel_requested", "refused", "repeated", "failed", "needs_attention", "resumed",
     "standing_granted", "standing_revoked", "token_created", "token_revoked", "policy_loaded",
 })
 _PENDING = "audit.pending"  # Tx.scratch key: entries recorded, not yet chained

@@ -7,6 +7,12 @@ actor who has not voted on these arguments yet. The status change itself is a
 compare-and-set on status, expiry and the effective digest, so clicks, CLI commands, the
 expiry sweep and other replicas race to exactly one winner.
 
+A repeat of a decision by the person who made it (the same verdict on the arguments that
+were decided: a second click, a command run again after a crash) is no mistake and no new
+decision: it changes nothing, is audited ``repeated``, and comes back as a
+:class:`Decision` whose ``repeated`` is set, so every face says the decision stands. Anyone
+else's attempt on a decided request, or another verdict, is refused.
+
 A refused attempt changes nothing (its transaction rolls back) except the audit log,
 which records it with its reason code in a transaction of its own; when the reason is
 that the request has expired, that transaction applies the expiry too, whatever the
@@ -74,8 +80,10 @@ class Decision:
     """The committed result of one decision attempt.
 
     ``outcome``: approved | denied | redirected | voted | edited (a proposal waiting for
-    others) | retry | mark_done | abort. ``discarded``: approvers whose votes were on the
-    arguments an edit replaced, and who must vote again for them to count.
+    others) | retry | mark_done | abort | replan. ``discarded``: approvers whose votes were
+    on the arguments an edit replaced, and who must vote again for them to count.
+    ``repeated``: this was its decider deciding it the same way again; nothing changed
+    (``approval`` is the request as decided before, ``outcome`` that decision).
     """
 
     approval: ApprovalRecord
@@ -87,10 +95,17 @@ class Decision:
     # the lease id the run was leased under in the same transaction (the engine has a
     # worker that takes decided runs: it advances the run under it, with no claim of its own)
     claim: str | None = None
+    repeated: bool = False
 
     @property
     def final(self) -> bool:
-        return self.outcome not in ("voted", "edited")
+        """Whether this attempt ended the request (a repeat ended nothing: it was over)."""
+        return self.outcome not in ("voted", "edited") and not self.repeated
+
+    @property
+    def edited(self) -> bool:
+        """Whether the request was approved with arguments an approver edited."""
+        return self.outcome == "approved" and self.approval.edited_args is not None
 
 
 @dataclass
@@ -124,8 +139,17 @@ def _json_object(raw: str) -> dict[str, Any]:
 
 
 def _refuse(a: ApprovalRecord, code: Refusal, message: str, **fields: Any) -> DecisionRefused:
+    # who decided it and who may: the faces word a refusal from these fields, naming
+    # people their own way, rather than repeat ``message`` (raw ids, for logs and the CLI)
     return DecisionRefused(message, reason=code, status=a.status, approval_id=a.id,
-                           run_id=a.run_id, **fields)
+                           run_id=a.run_id, decided_by=a.decided_by,
+                           approvers=list(a.approvers_value()), **fields)
+
+
+# what a verdict leaves a request as: a repeat of it by its decider changes nothing
+RESULTING = {"approve": "approved", "edit": "approved", "deny": "denied",
+             "redirect": "redirected", "retry": "approved", "mark_done": "approved",
+             "abort": "denied", "replan": "approved"}
 
 
 def not_pending_message(a: ApprovalRecord) -> str:
@@ -203,6 +227,11 @@ class Decider:
 
         Decisions run this on the row they locked; opening a modal runs it as a preflight.
         """
+        self.check_token(a, token)
+        self.check_pending(a, now=now)
+
+    def check_token(self, a: ApprovalRecord, token: str | None) -> None:
+        """Refuse a stale or foreign button (a decision's first check: it outranks all)."""
         if token is not None or self.require_tokens:
             signer = self.signer
             check = "bad" if token is None or signer is None else signer.check(
@@ -213,6 +242,9 @@ class Decider:
                               "now shows the new ones: review them and decide again")
             if check != "ok":
                 raise _refuse(a, Refusal.BAD_TOKEN, "this button does not belong to a live request")
+
+    def check_pending(self, a: ApprovalRecord, *, now: datetime | None = None) -> None:
+        """Refuse a closed request, or one past its expiry."""
         if a.status != "pending":
             raise _refuse(a, Refusal.NOT_PENDING, not_pending_message(a))
         if (now or self.clock.now()) >= a.expires_at:
@@ -332,16 +364,56 @@ class Decider:
         await tx.runs.lock(a0.run_id)  # the one lock order: run, approval, audit head
         a = await tx.approvals.lock(a0.id)
         assert a is not None  # approvals are never deleted
-        self.check_open(a, at.token, now=now)  # a stale button outranks everything else
+        self.check_token(a, at.token)  # a stale button outranks everything else
+        if self._repeats(a, at):
+            return await self._repeat(tx, a, at, now)
+        self.check_pending(a, now=now)
         if at.refusal is not None:
             raise at.refusal
         if at.expect_digest and not a.effective_digest.startswith(at.expect_digest):
-            raise _refuse(a, Refusal.STALE_CARD,
-                          f"the arguments of approval {a.id} changed (digest now "
-                          f"{a.effective_digest[:12]}): review them and decide again")
+            await self._stale_digest(tx, a, at.expect_digest)
         if a.kind == "tool_call":
             return await self._decide_call(tx, a, at, now)
         return await self._answer_question(tx, a, at, now)
+
+    @staticmethod
+    def _repeats(a: ApprovalRecord, at: _Attempt) -> bool:
+        """Whether ``at`` is the decision ``a`` already records, by the one who made it:
+        the same verdict, on the arguments that were decided (a ``--digest`` naming them,
+        an edit to exactly them)."""
+        if a.status == "pending" or at.refusal is not None or a.decided_by != at.actor.id \
+                or a.decided_via == "standing" or RESULTING.get(at.verdict) != a.status:
+            return False
+        if a.kind != "tool_call":
+            return a.verdict == at.verdict
+        if at.expect_digest and not a.effective_digest.startswith(at.expect_digest):
+            return False
+        return at.edited is None or call_digest(a.tool, at.edited) == a.effective_digest
+
+    async def _repeat(self, tx: Tx, a: ApprovalRecord, at: _Attempt,
+                      now: datetime) -> Decision:
+        """A decision made again by its decider: audited as such, nothing else changes."""
+        self.audit.record(tx, at=now, action="repeated", actor=at.actor.id, via=at.actor.via,
+                          run_id=a.run_id, approval_id=a.id, digest=a.effective_digest,
+                          details={"verdict": at.verdict, "tool": a.tool, "status": a.status,
+                                   "decided_at": a.decided_at.isoformat()
+                                   if a.decided_at else None})
+        outcome = a.status if a.kind == "tool_call" else (a.verdict or a.status)
+        return Decision(a, outcome, a.approve_count, a.quorum, False, repeated=True)
+
+    async def _stale_digest(self, tx: Tx, a: ApprovalRecord, expected: str) -> None:
+        """Refuse a decision bound to other arguments than the current ones: arguments the
+        request had before an edit (its original ones, or those someone voted on), or, for
+        a digest no version of them had (a typo), an error of its own."""
+        known = {a.digest, a.edited_digest, *(v.digest for v in await tx.approvals.votes(a.id))}
+        if any(d and d.startswith(expected) for d in known):
+            raise _refuse(a, Refusal.STALE_CARD,
+                          f"the arguments of approval {a.id} changed (digest now "
+                          f"{a.effective_digest[:12]}): review them and decide again")
+        raise _refuse(a, Refusal.UNKNOWN_DIGEST,
+                      f"no version of the arguments of approval {a.id} has a digest starting "
+                      f"with {expected} (they have {a.effective_digest[:12]} now): copy it "
+                      "from `approvals show`")
 
     async def _decide_call(self, tx: Tx, a: ApprovalRecord, at: _Attempt,
                            now: datetime) -> Decision:

@@ -55,7 +55,8 @@ class Decisions:
             finally:
                 self.urgency.end(deciding)
             a = decision.approval
-            span.set(approval_id=a.id, outcome=decision.outcome, run_id=a.run_id,
+            span.set(approval_id=a.id, run_id=a.run_id,
+                     outcome="repeated" if decision.repeated else decision.outcome,
                      run_ready=decision.run_ready)
             if decision.final:  # request -> decision, recorded now that it is over
                 self.tracer.interval("approval.wait", start=a.requested_at,
@@ -64,7 +65,8 @@ class Decisions:
                                      outcome=decision.outcome)
             if decision.run_ready:  # its resumed steps, here, go on in this trace
                 self.tracer.remember(a.run_id)
-        self.meter.decision(decision.outcome, time.monotonic() - started)
+        self.meter.decision("repeated" if decision.repeated else decision.outcome,
+                            time.monotonic() - started)
         self.signals.notify_outbox()  # the card update
         if decision.run_ready:
             # until its next tool call starts, in its turn: the click's

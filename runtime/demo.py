@@ -166,9 +166,8 @@ def refund_script(messages: Transcript) -> ModelReply:
             turn=turn)
     if last.name == "issue_refund":
         if status == "denied":
-            by = content.get("by") or "an approver"
-            return reply(f"I did not issue the refund: {by} denied it, saying "
-                         f"\"{content.get('reason', '')}\".", turn=turn)
+            return reply("I did not issue the refund: the approver denied it, saying "
+                         f"{_quoted(content.get('reason'))}", turn=turn)
         if status == "redirected":
             return _follow_redirect(content, order_id, turn)
         if status == "expired":
@@ -197,17 +196,24 @@ def refund_script(messages: Transcript) -> ModelReply:
         f"order {order_id} was issued and the customer was emailed.", turn=turn)
 
 
+def _quoted(said: Any) -> str:
+    """A person's words in quotes ending the sentence once: ``"No."`` and not ``"No."."``.
+    (The approver is not named: a user id is no name, and the thread and the card say
+    who decided, as Slack shows people.)"""
+    text = str(said or "").strip()
+    return f'"{text}"' if text[-1:] in (".", "!", "?", "…") else f'"{text}".'
+
+
 def _follow_redirect(content: dict[str, Any], order_id: str, turn: int) -> ModelReply:
     """Re-plan on an approver's guidance: a refund of the amount it names, asked for
     anew; else no refund, saying why."""
     guidance = str(content.get("guidance") or "")
-    by = content.get("by") or "an approver"
     amount = task_amount(guidance)
     if amount is None:
-        return reply(f"I did not issue the refund: {by} redirected it, saying "
-                     f"\"{guidance}\".", turn=turn)
+        return reply("I did not issue the refund: the approver redirected it, saying "
+                     f"{_quoted(guidance)}", turn=turn)
     return reply(
-        f"{by} asked me to change the plan (\"{guidance}\"), so I will refund "
+        f"The approver asked me to change the plan (\"{guidance}\"), so I will refund "
         f"{_cents(amount)} for order {order_id} instead.",
         ("issue_refund", {"order_id": order_id, "amount_cents": amount,
                           "reason": "duplicate charge"}),

@@ -69,7 +69,8 @@ class Refusal(StrEnum):
     NOT_PENDING = "not_pending"  # decided, expired and swept, superseded or cancelled
     EXPIRED = "expired"  # past its expiry, whether or not a sweep has run
     BAD_TOKEN = "bad_token"  # a button that belongs to no live request
-    STALE_CARD = "stale_card"  # drawn for arguments since edited (or --digest differs)
+    STALE_CARD = "stale_card"  # drawn for arguments since edited (or --digest names those)
+    UNKNOWN_DIGEST = "unknown_digest"  # --digest names no version of the arguments
     NOT_AUTHORIZED = "not_authorized"  # not one of the request's approvers
     SELF_APPROVAL = "self_approval"  # the requester, where the policy does not allow it
     DIRECTORY_UNAVAILABLE = "directory_unavailable"  # group membership could not be read

@@ -27,6 +27,12 @@ class _Named(Protocol):
 R = TypeVar("R", bound=_Named)
 
 
+def id_help(what: str) -> str:
+    """A command's help for an argument naming a record: ``what`` (``"a run id"``), and
+    that a prefix of :data:`MIN_PREFIX` characters will do."""
+    return f"{what} (or a unique prefix of {MIN_PREFIX}+ characters)"
+
+
 async def resolve(kind: str, text: str, exact: Callable[[str], Awaitable[R | None]],
                   find: Callable[[str, int], Awaitable[Sequence[R]]], *,
                   field: str | None = None) -> R:
@@ -44,9 +50,10 @@ async def resolve(kind: str, text: str, exact: Callable[[str], Awaitable[R | Non
         return found
     fields = {field: text} if field else {}
     named = text or "''"
-    if len(text) < MIN_PREFIX:
-        raise NotFound(f"no {kind} {named} (to name one by a prefix of its id, give at least "
-                       f"{MIN_PREFIX} characters)", **fields)
+    if len(text) < MIN_PREFIX:  # not "no such record": there may well be one
+        article = "an" if kind[:1] in "aeiou" else "a"
+        raise NotFound(f"{named} is too short to name {article} {kind}: give at least {MIN_PREFIX} "
+                       "characters of its id (or the whole id)", **fields)
     candidates = await find(text, SHOWN + 1)
     if not candidates:
         raise NotFound(f"no {kind} {named}", **fields)

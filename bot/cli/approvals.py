@@ -27,10 +27,9 @@ from approvald.bot.cli.common import (
     with_engine,
 )
 from approvald.bot.config import Settings
-from approvald.runtime.decide import Verdict
+from approvald.runtime.decide import Decision, Verdict
 from approvald.runtime.engine import Engine
-from approvald.runtime.errors import DecisionRefused
-from approvald.store.records import ApprovalRecord
+from approvald.runtime.prefix import id_help
 
 DECISIONS = (
     ("approve", "approve a request as a Slack user"),
@@ -52,7 +51,7 @@ def register(sub: Subparsers) -> None:
                          "denied, redirected, expired, superseded, cancelled)")
     al.add_argument("--all", action="store_true", help="every status")
     al.add_argument("--run", metavar="RUN_ID",
-                    help="only the requests of this run (its id or a unique prefix of one)")
+                    help=id_help("only the requests of this run: its id"))
     al.add_argument("--limit", type=count, default=100, metavar="N",
                     help="show the oldest N (default 100); stderr says when more are left out")
     al.add_argument("--json", action="store_true", help=JSON)
@@ -68,7 +67,7 @@ def register(sub: Subparsers) -> None:
                                                 "one refusal stopping no other)"
                                                 if verdict in ("approve", "deny") else ""))
         if verdict in ("approve", "deny"):
-            c.add_argument("id", nargs="+", help="approval ids (or unique prefixes of 6+)")
+            c.add_argument("id", nargs="+", help=id_help("approval request ids, each"))
         else:
             c.add_argument("id", help=APPROVAL_ID)
         c.add_argument("--as", dest="as_user", required=True, metavar="USER",
@@ -198,34 +197,19 @@ def decide_command(verdict: str) -> Handler:
             actor = acting_as(as_user)
             # a redirect's guidance travels where a denial's reason does
             reason = a.guidance if verdict == "redirect" else getattr(a, "reason", None)
-            try:
-                decision = await engine.decide(a.id, actor=actor, verdict=v,
-                                               reason=reason, args=args,
-                                               expect_digest=getattr(a, "digest", None))
-            except DecisionRefused as exc:
-                standing = await decision_stands(engine, a.id, v, exc, actor=as_user)
-                if standing is None:
-                    raise
+            decision = await engine.decide(a.id, actor=actor, verdict=v, reason=reason,
+                                           args=args, expect_digest=getattr(a, "digest", None))
+            rec = decision.approval
+            print(decided_line(decision, as_user))
+            if decision.repeated:
                 # the same decision was already made (say the process died right after
-                # committing it): it stands, and the run still needs resuming
-                print(f"approval {standing.id}: already {standing.status} by "
-                      f"{standing.decided_by} at {iso(standing.decided_at)}; the decision "
-                      "stands")
+                # committing it): it stands, and the run may still need resuming
                 if a.no_resume:
                     return 0
-                outcome = await follow(engine, await engine.advance(standing.run_id),
+                outcome = await follow(engine, await engine.advance(rec.run_id),
                                        patience=60.0)
                 print(describe(outcome))
                 return exit_code(outcome)
-            rec = decision.approval
-            if decision.outcome == "voted":
-                print(f"approval {rec.id}: {decision.approvals} of {decision.quorum} approvals "
-                      f"on arguments {rec.effective_digest[:12]}")
-            elif decision.outcome == "edited":
-                print(f"approval {rec.id}: arguments replaced by {as_user} (now "
-                      f"{rec.effective_digest[:12]}); someone else must approve them")
-            else:
-                print(f"approval {rec.id}: {decision.outcome} by {as_user}")
             if decision.discarded:
                 print(f"  earlier approvals by {', '.join(decision.discarded)} were on the "
                       "previous arguments and no longer count; they must approve again")
@@ -258,10 +242,7 @@ async def decide_batch(engine: Engine, a: argparse.Namespace, as_user: str,
             print(f"approval {o.approval_id}: refused ({o.code}): {o.refused}")
             continue
         d = o.decision
-        if d.outcome == "voted":
-            print(f"approval {d.approval.id}: {d.approvals} of {d.quorum} approvals")
-        else:
-            print(f"approval {d.approval.id}: {d.outcome} by {as_user}")
+        print(decided_line(d, as_user))
         if d.run_ready and d.approval.run_id not in ready:
             ready.append(d.approval.run_id)
     done = sum(o.ok for o in outcomes)
@@ -272,24 +253,22 @@ async def decide_batch(engine: Engine, a: argparse.Namespace, as_user: str,
     return 0 if done == len(outcomes) else 4
 
 
-RESULTING = {"approve": "approved", "edit": "approved", "deny": "denied",
-             "redirect": "redirected", "retry": "approved", "mark_done": "approved",
-             "abort": "denied", "replan": "approved"}
-
-
-async def decision_stands(engine: Engine, approval_id: str, verdict: str,
-                          refused: DecisionRefused, *, actor: str) -> ApprovalRecord | None:
-    """The approval, when a refused decision is the very one already recorded (the same
-    person approved it, say): repeating one's own decision is not a mistake to report but
-    a run to resume. Anyone else's attempt stays refused."""
-    if refused.reason != "not_pending":
-        return None
-    a = await engine.decider.get(approval_id)
-    if a.status != RESULTING.get(verdict) or a.decided_by != actor:
-        return None
-    if a.kind != "tool_call" and a.verdict != verdict:
-        return None
-    return a
+def decided_line(d: Decision, as_user: str) -> str:
+    """The line that tells what a decision by ``as_user`` came to, as the audit log
+    records it (a repeat, a vote, a proposal, an approval with edits)."""
+    rec = d.approval
+    if d.repeated:
+        return (f"approval {rec.id}: already {rec.status} by {rec.decided_by} at "
+                f"{iso(rec.decided_at)}; the decision stands (recorded as repeated)")
+    if d.outcome == "voted":
+        return (f"approval {rec.id}: {d.approvals} of {d.quorum} approvals on arguments "
+                f"{rec.effective_digest[:12]}")
+    if d.outcome == "edited":
+        return (f"approval {rec.id}: arguments replaced by {as_user} (now "
+                f"{rec.effective_digest[:12]}); someone else must approve them")
+    if d.edited and rec.edited_by == as_user:
+        return f"approval {rec.id}: approved with edits by {as_user}"
+    return f"approval {rec.id}: {d.outcome} by {as_user}"
 
 
 async def cmd_sweep(s: Settings, a: argparse.Namespace) -> int:

@@ -9,6 +9,7 @@ from approvald.bot.cli.common import Subparsers, UsageError, write_out
 from approvald.bot.config import Settings
 from approvald.bot.wiring import open_database
 from approvald.runtime import audit
+from approvald.runtime.prefix import id_help
 
 
 def register(sub: Subparsers) -> None:
@@ -22,7 +23,7 @@ def register(sub: Subparsers) -> None:
     av.set_defaults(fn=cmd_verify)
     ex = au.add_parser("export", help="every transition with the exact arguments")
     ex.add_argument("--run", metavar="RUN_ID",
-                    help="only the entries of this run (its id or a unique prefix of one)")
+                    help=id_help("only the entries of this run: its id"))
     ex.add_argument("--since", help="ISO date or date-time (UTC if no zone)")
     ex.add_argument("--format", choices=["jsonl", "csv"], default="jsonl",
                     help="JSON lines (exact values, the default) or CSV")

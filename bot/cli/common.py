@@ -21,6 +21,7 @@ from approvald.runtime.engine import Engine
 from approvald.runtime.errors import ApprovaldError
 from approvald.runtime.identity import InvalidIdentity, normalize_user_id
 from approvald.runtime.outcomes import Busy, Outcome, Waiting, Yielded
+from approvald.runtime.prefix import id_help
 from approvald.runtime.runner import status_outcome
 
 # what a command's parser stores as ``fn``: the handler ``main`` awaits
@@ -33,8 +34,8 @@ EXIT = {"completed": 0, "awaiting_approval": 0, "running": 0, "failed": 1, "canc
 ELSEWHERE = 6  # the run goes on without this command: another process, or a wait
 POLL = 0.2  # seconds between looks at a run another process is advancing
 
-RUN_ID = "a run id (or a unique prefix of one)"
-APPROVAL_ID = "an approval request id (or a unique prefix of one)"
+RUN_ID = id_help("a run id")
+APPROVAL_ID = id_help("an approval request id")
 JSON = "print a JSON document (stable keys; see the README)"
 
 

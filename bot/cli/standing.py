@@ -23,10 +23,11 @@ from approvald.bot.config import Settings
 from approvald.runtime.decide import Actor
 from approvald.runtime.engine import Engine
 from approvald.runtime.policy import parse_duration
+from approvald.runtime.prefix import id_help
 from approvald.runtime.scope import Scope, scope_for
 from approvald.store.repos.standing import StandingRecord
 
-STANDING_ID = "its id (or a unique prefix of 6+)"
+STANDING_ID = id_help("its id")
 
 
 def register(sub: Subparsers) -> None:

@@ -293,8 +293,10 @@ class Driver:
                 again = await engine.decide(a.id, actor=actor, verdict=d.action,
                                             reason=reason, args=args)
             except DecisionRefused:
-                pass  # what must happen: one decision per request
+                pass  # one decision per request: the duplicate is refused…
             else:
+                if again.repeated:  # …or is its decider's repeat, which changes nothing
+                    return True
                 journey.problems.append(
                     f"a duplicated {d.action} callback for {a.tool} ({a.call_id}) was "
                     f"accepted (outcome {again.outcome}); only the first may count")

@@ -23,6 +23,7 @@ from approvald.bot.slack.mrkdwn import (
     INPUT_MAX,
     SECTION_MAX,
     approver,
+    clause,
     clip,
     code_block,
     code_span,
@@ -487,7 +488,8 @@ def _decision(a: ApprovalRecord, votes: Sequence[VoteRecord], superseded_by: str
             text += "\n" + T.DECIDED_VOTERS.format(who=", ".join(who(n) for n in names[:10]))
         not_run = json_object(a.packet).get("not_executed")
         if not_run:  # the deployed release could not run it: said where it was approved
-            text += "\n" + T.DECIDED_NOT_EXECUTED.format(reason=clip(as_text(not_run), 500))
+            text += "\n" + T.DECIDED_NOT_EXECUTED.format(
+                reason=clause(clip(as_text(not_run), 500)))
     elif a.status == "denied":
         text = T.DECIDED_DENIED.format(**fields)
     elif a.status == "redirected":  # the guidance is the point: it leads, not a "Reason:"

@@ -24,7 +24,7 @@ from typing import Any
 import aiohttp
 from approvald.bot.metrics import slack_method
 from approvald.bot.slack import cards, messages, texts
-from approvald.bot.slack.mrkdwn import clip, code_span, safe_cut, slack_date
+from approvald.bot.slack.mrkdwn import clause, clip, code_span, safe_cut, slack_date
 from approvald.runtime.audit import HEAD_POST
 from approvald.runtime.engine import Engine
 from approvald.runtime.gate import CARD_POST, CARD_UPDATE, NOTICE, REMINDER, RUN_WAITING
@@ -293,7 +293,8 @@ class SlackDeliverer:
                                                    payload.get("seq"))
         until = datetime.fromisoformat(str(payload["until"]))
         text = texts.RUN_WAITING.format(date=slack_date(until, texts.DATE_AT),
-                                        reason=clip(str(payload.get("reason") or ""), 500))
+                                        reason=clause(clip(str(payload.get("reason") or ""),
+                                                           500)))
         resp = await self.client.chat_postMessage(channel=channel, thread_ts=thread_ts,
                                                   text=text, unfurl_links=False)
         return {"channel": channel, "ts": str(resp["ts"])}

@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Literal
 
 from approvald.bot.slack import cards, messages, texts, views
-from approvald.bot.slack.mrkdwn import REASON_MAX, code_span, cut_plain
+from approvald.bot.slack.mrkdwn import REASON_MAX, approver, code_span, cut_plain
 from approvald.runtime.batch import MAX_BATCH, BatchVerdict, Target, decide_each
 from approvald.runtime.decide import Actor, Decision, Verdict
 from approvald.runtime.errors import ApprovaldError, DecisionRefused, InvalidArguments, NotFound
@@ -126,9 +126,12 @@ class Handlers:
         except Exception as exc:  # telling is best effort: the refusal already changed nothing
             log.warning("could not tell %s: %s", user, exc)
 
-    def _refusal(self, exc: Exception) -> str:
+    def _refusal(self, exc: Exception, *, mentions: bool = True,
+                 viewer: str | None = None) -> str:
+        """What to tell ``viewer``, whose attempt was refused (``mentions=False``: for
+        plain text, a modal's errors, where a mention would show as markup)."""
         if isinstance(exc, DecisionRefused):
-            return messages.refusal_text(exc.reason, status=exc.status, detail=str(exc))
+            return messages.refusal_of(exc, mentions=mentions, viewer=viewer)
         if isinstance(exc, NotFound):
             return texts.REPLY_UNKNOWN_APPROVAL
         return texts.REPLY_ERROR.format(error=type(exc).__name__)
@@ -141,10 +144,11 @@ class Handlers:
         return a
 
     async def _decide(self, *, approval_id: str, token: str, user: str, verdict: Verdict,
-                      reason: str | None = None,
-                      args: Any = None) -> tuple[Decision | None, str | None]:
+                      reason: str | None = None, args: Any = None,
+                      mentions: bool = True) -> tuple[Decision | None, str | None]:
         """Record a decision now, before the caller acks: ``(decision, None)`` once it is
-        committed, or ``(None, what to tell the clicker)`` when nothing was recorded."""
+        committed, or ``(None, what to tell the clicker)`` when nothing was recorded
+        (``mentions=False``: to be shown as plain text, in a modal)."""
         # the click's span: its decision is a child, and so are the steps of the run it
         # resumes in this process (see runtime/tracing.py)
         with self.e.tracer.span("slack.click", approval_id=approval_id, user=user,
@@ -155,7 +159,7 @@ class Handlers:
                                                token=token)
             except (ApprovaldError, ValueError) as exc:
                 span.set(outcome=f"refused:{getattr(exc, 'reason', type(exc).__name__)}")
-                return None, self._refusal(exc)
+                return None, self._refusal(exc, mentions=mentions, viewer=user)
             except Exception as exc:  # the database failed: nothing was committed; say so
                 log.error("decision on approval %s by %s failed: %s: %s", approval_id, user,
                           type(exc).__name__, exc, exc_info=exc)
@@ -171,7 +175,11 @@ class Handlers:
             await self._tell(client, user, channel, refusal)
             return
         assert decision is not None
-        reset = (texts.REPLY_VOTES_RESET.format(who=", ".join(decision.discarded))
+        if decision.repeated:  # audited as a repeat: say that it stands, not "too late"
+            await self._tell(client, user, channel, messages.repeated_text(decision.approval))
+            return
+        reset = (texts.REPLY_VOTES_RESET.format(
+            who=", ".join(approver(v) for v in decision.discarded[:10]))
                  if decision.discarded else "")
         if decision.outcome == "voted":
             await self._tell(client, user, channel, texts.REPLY_VOTED.format(
@@ -215,7 +223,7 @@ class Handlers:
             await self._tell(client, user, channel, texts.REPLY_MALFORMED)
             return
         except ApprovaldError as exc:
-            await self._tell(client, user, channel, self._refusal(exc))
+            await self._tell(client, user, channel, self._refusal(exc, viewer=user))
             return
         await client.views_open(trigger_id=body["trigger_id"],
                                 view=build(a, token, channel or a.channel, ts or a.message_ts))
@@ -273,7 +281,8 @@ class Handlers:
             user = body["user"]["id"]
             decision, refusal = await self._decide(approval_id=target.approval_id,
                                                    token=target.token, user=user,
-                                                   verdict=verdict, reason=reason)
+                                                   verdict=verdict, reason=reason,
+                                                   mentions=False)
             if refusal is not None:  # shown in the modal, which stays open to read it
                 await ack(response_action="errors", errors={block: refusal[:1000]})
                 return
@@ -300,12 +309,12 @@ class Handlers:
             return
         except (ApprovaldError, ValueError) as exc:
             await ack(response_action="errors",
-                      errors={cards.ARGS_BLOCK: self._refusal(exc)[:1000]})
+                      errors={cards.ARGS_BLOCK: self._refusal(exc, mentions=False)[:1000]})
             return
         user = body["user"]["id"]
         decision, refusal = await self._decide(approval_id=target.approval_id,
                                                token=target.token, user=user, verdict="edit",
-                                               args=args)
+                                               args=args, mentions=False)
         if refusal is not None:
             await ack(response_action="errors", errors={cards.ARGS_BLOCK: refusal[:1000]})
             return
@@ -364,11 +373,11 @@ class Handlers:
             except StandingRefused as exc:
                 span.set(outcome=f"refused:{exc.reason}")
                 block = scope_block if exc.reason == "scope" else cards.WINDOW_BLOCK
-                text = texts.STANDING_REFUSAL.get(exc.reason, texts.REFUSAL_UNKNOWN)
-                return None, {block: f"{text} ({exc})"[:1000]}
+                return None, {block: messages.standing_refusal_text(exc.reason,
+                                                                    str(exc))[:1000]}
             except (ApprovaldError, ValueError) as exc:  # refused as a click would be
                 span.set(outcome=f"refused:{getattr(exc, 'reason', type(exc).__name__)}")
-                return None, {cards.WINDOW_BLOCK: self._refusal(exc)[:1000]}
+                return None, {cards.WINDOW_BLOCK: self._refusal(exc, mentions=False)[:1000]}
             except Exception as exc:  # the database failed: nothing was granted; say so
                 log.error("standing approval on %s by %s failed: %s: %s", target.approval_id,
                           user, type(exc).__name__, exc, exc_info=exc)
@@ -422,7 +431,7 @@ class Handlers:
             except StandingRefused as exc:
                 span.set(outcome=f"refused:{exc.reason}")
                 return texts.HOME_STANDING_REFUSED.format(
-                    why=texts.STANDING_REFUSAL.get(exc.reason, texts.REFUSAL_UNKNOWN))
+                    why=messages.standing_refusal_text(exc.reason))
             except NotFound:
                 span.set(outcome="refused:not_found")
                 return texts.REPLY_STANDING_UNKNOWN

@@ -27,6 +27,7 @@ from approvald.bot.slack.mrkdwn import (
     FALLBACK_MAX,
     SECTION_MAX,
     approver,
+    clause,
     clip,
     code_block,
     code_span,
@@ -36,10 +37,12 @@ from approvald.bot.slack.mrkdwn import (
     safe_cut,
     safe_url,
     section,
+    sentence,
     slack_date,
     units,
     who,
 )
+from approvald.runtime.errors import DecisionRefused
 from approvald.runtime.packet import will_run
 from approvald.store.records import ApprovalRecord, RunRecord
 from slack_sdk.models.blocks import Block
@@ -55,18 +58,67 @@ def proposed_text(a: ApprovalRecord, reset: str = "") -> str:
     return T.REPLY_PROPOSED + reset + ("\n" + impact if impact else "")
 
 
-def refusal_text(code: str, *, status: str | None = None, detail: str | None = None) -> str:
-    """The ephemeral reply to a refused click, one wording per ``DecisionRefused.reason``.
+# refusals whose runtime message carries what the wording cannot: a schema's complaint, the
+# rule an edit would move the call to. Every other refusal is worded whole from its code and
+# fields: the runtime's message says the same thing again, in raw ids, for logs and the CLI.
+DETAILED = frozenset({"invalid_arguments", "rule_changed"})
 
-    ``status`` (the approval's status now) words a late click; ``detail`` is escaped.
+
+def refusal_text(code: str, *, status: str | None = None, detail: str | None = None,
+                 decided_by: str | None = None, approvers: Sequence[str] = (),
+                 mentions: bool = True, viewer: str | None = None) -> str:
+    """The reply to a refused decision, one wording per ``DecisionRefused.reason``, said
+    once: ``status`` (the approval's status now) and ``decided_by`` word a late click,
+    ``approvers`` a stranger's; people are Slack mentions, or (``mentions=False``, for
+    plain text such as a modal's errors, where a mention shows as its raw markup) left out.
+    ``detail``, the runtime's message, is added (escaped) only where the wording needs it.
+    ``viewer``: who reads it; the one who decided is told that their decision stands.
     """
     if code == "not_pending":
         text = T.REFUSAL_NOT_PENDING.get(status or "", T.REFUSAL_NOT_PENDING_OTHER)
+        if viewer and decided_by == viewer and status in T.REPLY_REPEATED:
+            text = T.REPLY_REPEATED[status]
+        elif mentions and decided_by and status in T.REFUSAL_NOT_PENDING_BY:
+            text = T.REFUSAL_NOT_PENDING_BY[status].format(who=who(decided_by))
+    elif code == "not_authorized" and mentions and approvers:
+        text = T.REFUSAL_NOT_AUTHORIZED_WHO.format(
+            who=", ".join(approver(p) for p in approvers[:10]))
     else:
         text = T.REFUSAL.get(code, T.REFUSAL_UNKNOWN)
-    if detail:
-        text += T.REFUSAL_DETAIL.format(detail=clip(detail, 500))
+    if detail and (code in DETAILED or (code not in T.REFUSAL and code != "not_pending")):
+        text = T.REFUSAL_DETAIL.format(text=text.rstrip().removesuffix("."),
+                                       detail=sentence(clip(detail, 500)))
     return text
+
+
+def refusal_of(exc: DecisionRefused, *, mentions: bool = True,
+               viewer: str | None = None) -> str:
+    """:func:`refusal_text` for a refusal the runtime raised, from its fields."""
+    return refusal_text(exc.reason, status=exc.status, detail=str(exc),
+                        decided_by=exc.fields.get("decided_by"),
+                        approvers=exc.fields.get("approvers") or (), mentions=mentions,
+                        viewer=viewer)
+
+
+# standing-approval refusals whose runtime message says what the wording cannot
+STANDING_DETAILED = frozenset({"window"})  # the windows the tool allows
+
+
+def standing_refusal_text(code: str, detail: str | None = None) -> str:
+    """The reply to a refused grant, revocation or standing-approval change, said once:
+    the runtime's message is added only where it says what the wording cannot."""
+    text = T.STANDING_REFUSAL.get(code, T.REFUSAL_UNKNOWN)
+    if detail and (code in STANDING_DETAILED or code not in T.STANDING_REFUSAL):
+        text = T.REFUSAL_DETAIL.format(text=text.rstrip().removesuffix("."),
+                                       detail=sentence(clip(detail, 500)))
+    return text
+
+
+def repeated_text(a: ApprovalRecord) -> str:
+    """The reply to the person who decided ``a`` deciding it the same way again."""
+    if a.kind != "tool_call":
+        return T.REPLY_REPEATED_OTHER
+    return T.REPLY_REPEATED.get(a.status, T.REPLY_REPEATED_OTHER)
 
 
 def reminder_text(a: ApprovalRecord, *, now: datetime, card_url: str | None = None) -> str:
@@ -159,7 +211,8 @@ def thread_approval_requested(a: ApprovalRecord, *, card_url: str | None = None)
         text = T.THREAD_REQUESTED_QUESTION.format(tool=tool)
     elif a.kind == "cannot_run":
         reason = as_text(json_object(a.packet).get("reason")) or ""
-        text = T.THREAD_REQUESTED_CANNOT_RUN.format(tool=tool, reason=clip(reason, 500))
+        text = T.THREAD_REQUESTED_CANNOT_RUN.format(tool=tool,
+                                                    reason=clause(clip(reason, 500)))
     else:
         progress = T.REMINDER_PROGRESS.format(count=a.approve_count, quorum=a.quorum) \
             if a.quorum > 1 else ""

@@ -213,6 +213,19 @@ def who(actor: str | None) -> str:
     return clip(actor, 80)
 
 
+def sentence(text: str) -> str:
+    """``text`` ending once: a full stop added only where it does not end a sentence yet."""
+    text = text.rstrip()
+    return text if not text or text[-1] in ".!?…" else text + "."
+
+
+def clause(text: str) -> str:
+    """``text`` without its full stop, for a template that ends the sentence itself
+    (``"{reason}. A person decides…"``): the sentence ends once."""
+    text = text.rstrip()
+    return text[:-1] if text.endswith(".") and not text.endswith("..") else text
+
+
 def approver(actor: str) -> str:
     """Like :func:`who`, but a user-group id (``S…``) becomes a group mention."""
     return f"<!subteam^{actor}>" if _GROUP.fullmatch(actor) else who(actor)

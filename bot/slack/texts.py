@@ -205,10 +205,12 @@ BATCH_PART_APPROVED = ":white_check_mark: {n} approved"
 BATCH_PART_VOTED = ":ballot_box_with_check: {n} approval(s) recorded, more approvers needed"
 BATCH_PART_DENIED = ":no_entry_sign: {n} denied"
 BATCH_PART_REFUSED = ":warning: {n} refused, nothing changed for them"
+BATCH_PART_REPEATED = ":repeat: {n} already decided by you, as before"
 BATCH_LINE_APPROVED = ":white_check_mark: Approved {label}"
 BATCH_LINE_VOTED = ":ballot_box_with_check: Approval recorded ({count} of {quorum}) {label}"
 BATCH_LINE_DENIED = ":no_entry_sign: Denied {label}"
 BATCH_LINE_REFUSED = ":warning: Refused {label}: {why}"
+BATCH_LINE_REPEATED = ":repeat: {label}: {why}"
 BATCH_LABEL = "`{tool}` `{id}` `{args}`"
 BATCH_LABEL_UNKNOWN = "`{id}`"
 BATCH_LINES_MORE = "… and {n} more line(s): `approvald approvals list --all` shows every request."
@@ -391,6 +393,9 @@ REFUSAL = {
     "rule_changed": ("That edit would put the call under other policy rules than the ones "
                      "it was asked under, so nothing changed."),
     "wrong_kind": "That button doesn't apply to this kind of request.",
+    "unknown_digest": ("Those arguments were never this request's, so nothing changed. "
+                       "Decide on the card as it is now."),
+    "unknown_approval": "That request doesn't exist (any more).",
     "reason_required": "Please give a reason: the agent reads it and can re-plan.",
     "reason_too_long": "That reason is too long: 2,000 characters at most.",
     "guidance_required": ("Please write guidance: what should the agent do instead? It reads "
@@ -408,9 +413,19 @@ REFUSAL_NOT_PENDING = {
                    "This button is no longer live."),
     "cancelled": "Too late: the run was cancelled, so this request is closed.",
 }
+# the same, naming who decided (where mentions render)
+REFUSAL_NOT_PENDING_BY = {
+    "approved": "Too late: {who} already approved this request.",
+    "denied": "Too late: {who} already denied this request.",
+    "redirected": "Too late: {who} already redirected this request.",
+}
 REFUSAL_NOT_PENDING_OTHER = "This request has already been decided."
+# naming the approvers (where mentions render)
+REFUSAL_NOT_AUTHORIZED_WHO = "You're not an approver for this request (its approvers: {who})."
 REFUSAL_UNKNOWN = "That didn't go through, and nothing changed."
-REFUSAL_DETAIL = " ({detail})"
+# a refusal whose runtime message says what the wording cannot (a schema's complaint): the
+# wording without its full stop, then the message, ending once
+REFUSAL_DETAIL = "{text}: {detail}"
 
 # -- reminders, notices, run threads ---------------------------------------------------------
 
@@ -482,6 +497,13 @@ REPLY_PROPOSED = (":pencil2: Your edit is recorded. Someone else has to approve 
                   "arguments before they run.")
 REPLY_VOTES_RESET = (" Earlier approvals by {who} were on the previous arguments and no "
                      "longer count; they have been asked on the card to approve again.")
+# the person who decided a request deciding it the same way again: nothing changes
+REPLY_REPEATED = {
+    "approved": "You already approved this request; your decision stands.",
+    "denied": "You already denied this request; your decision stands.",
+    "redirected": "You already redirected this request; your decision stands.",
+}
+REPLY_REPEATED_OTHER = "You already answered this request; your answer stands."
 REPLY_ERROR = ":warning: Something went wrong recording that; nothing was changed. ({error})"
 
 

@@ -60,7 +60,7 @@ from approvald.bot.slack.cards import (
     select_value,
     standing_cap,
 )
-from approvald.bot.slack.messages import coalesce, refusal_text
+from approvald.bot.slack.messages import coalesce, refusal_text, repeated_text
 from approvald.bot.slack.mrkdwn import (
     CARD_TEXT_BUDGET,
     INPUT_MAX,
@@ -77,6 +77,7 @@ from approvald.bot.slack.mrkdwn import (
     header,
     md,
     plain,
+    safe_cut,
     section,
     slack_date,
     text_length,
@@ -391,8 +392,14 @@ def batch_result_blocks(result: BatchResult, *, sections: int) -> list[Block]:
         label = _label(a, o.approval_id)
         if o.decision is None:
             counts["refused"] += 1
-            why = refusal_text(o.code or "", status=a.status if a else None, detail=o.refused)
+            why = refusal_text(o.code or "", status=a.status if a else None, detail=o.refused,
+                               decided_by=a.decided_by if a else None,
+                               approvers=a.approvers_value() if a else ())
             refused.append(T.BATCH_LINE_REFUSED.format(label=label, why=why))
+        elif o.decision.repeated:  # audited as a repeat: it stands, nothing changed
+            counts["repeated"] += 1
+            done.append(T.BATCH_LINE_REPEATED.format(
+                label=label, why=repeated_text(o.decision.approval)))
         elif o.decision.outcome == "voted":
             counts["voted"] += 1
             done.append(T.BATCH_LINE_VOTED.format(label=label, count=o.decision.approvals,
@@ -405,7 +412,8 @@ def batch_result_blocks(result: BatchResult, *, sections: int) -> list[Block]:
             done.append(T.BATCH_LINE_APPROVED.format(label=label))
     parts = [template.format(n=counts[key]) for key, template in (
         ("approved", T.BATCH_PART_APPROVED), ("voted", T.BATCH_PART_VOTED),
-        ("denied", T.BATCH_PART_DENIED), ("refused", T.BATCH_PART_REFUSED)) if counts[key]]
+        ("denied", T.BATCH_PART_DENIED), ("repeated", T.BATCH_PART_REPEATED),
+        ("refused", T.BATCH_PART_REFUSED)) if counts[key]]
     blocks.append(section(T.BATCH_SUMMARY.format(total=len(result.outcomes),
                                                  parts=" · ".join(parts))))
     blocks += [section(text) for text in _pack(refused + done, most=sections)]
@@ -523,9 +531,9 @@ def _option(a: ApprovalRecord | None, approval_id: str, value: str) -> Option:
     tool = clip(a.tool, 30)
     room = OPTION_TEXT_MAX - units(tool) - 3  # a space and the span's backticks
     args = code_span(args_text(will_run(a).args, indent=None), room)
-    note = T.MODAL_BATCH_ITEM_NOTE.format(id=a.id[:8], who=a.requested_by or "—")
+    note = T.MODAL_BATCH_ITEM_NOTE.format(id=a.id[:8], who=who(a.requested_by))
     return Option(text=md(f"{tool} `{args}`"), value=value,
-                  description=md(clip(note, OPTION_TEXT_MAX)))
+                  description=md(safe_cut(note, OPTION_TEXT_MAX)))
 
 
 def batch_deny_modal(items: Sequence[tuple[str, str, ApprovalRecord | None]], *,

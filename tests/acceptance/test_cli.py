@@ -118,7 +118,8 @@ def test_cancel_a_waiting_run(cli: Cli) -> None:
 @pytest.mark.parametrize("args,env,message", [
     (["run", "no-such-agent", "--task", "x"], {}, "unknown agent 'no-such-agent' (known: "),
     (["runs", "show", "0123456789abcdef"], {}, "no run 0123456789abcdef"),
-    (["approvals", "approve", "nope", "--as", "U_ALICE"], {}, "no approval nope"),
+    (["approvals", "approve", "nope", "--as", "U_ALICE"], {},
+     "nope is too short to name an approval"),
     (["runs", "list"], {"APPROVALD_DATABASE_URL": "mysql://db/x"}, "unsupported database"),
     (["runs", "list"], {"APPROVALD_DATABASE_URL": "::::"}, "not a database URL"),
     (["runs", "list"], {"APPROVALD_PORT": "eighty"}, "APPROVALD_PORT: "),

@@ -101,7 +101,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 REQUESTER = "U_REQ"
 ACTORS = ["U_A", "U_B", "U_C", "W_D", REQUESTER, "U_X"]
 GROUPS = {"S_FIN": ["U_B", "U_C"]}
-DECISIONS = {"voted", "approved", "denied", "redirected", "edited", "refused",
+DECISIONS = {"voted", "approved", "denied", "redirected", "edited", "refused", "repeated",
              "outcome_resolved", "cannot_run_resolved"}
 # guidance naming an amount makes the demo agent ask again for it; other guidance ends the
 # run; blank guidance is refused

@@ -133,7 +133,8 @@ def test_batch_results_say_what_became_of_each_request() -> None:
     assert [line.split(" ")[0] for line in lines] == [":warning:"] * 3 + [
         ":white_check_mark:", ":ballot_box_with_check:"]  # refused ones first
     assert 'Refused `issue_refund` `cccccccc` `{"order_id":"A-c"}`: ' in lines[0]
-    assert T.REFUSAL_NOT_PENDING["approved"] in text and "&lt;!channel&gt;" in text
+    # said once, from the request's fields: the runtime's message is not repeated after it
+    assert T.REFUSAL_NOT_PENDING["approved"] in text and "U_BOB" not in text
     assert T.REFUSAL["stale_card"] in text
     assert "Refused `ffffffffffffffffffffffffffffffff`" in text
     assert "Approval recorded (1 of 2) `issue_refund` `bbbbbbbb`" in text

@@ -808,3 +808,48 @@ def test_coalesce_packs_in_order_under_the_limit() -> None:
     assert parts[0].endswith("a") and parts[1].startswith("&lt;")
     with pytest.raises(ValueError):
         messages.coalesce(["x"], limit=3)
+
+
+def test_a_refusal_is_told_once_with_people_as_slack_shows_them() -> None:
+    """Issue 33: the reply is one sentence from the refusal's fields, not the summary
+    followed by the runtime's own message about the same thing in raw ids."""
+    raw = "U_EVE is not an approver for this request (approvers: U_ALICE, S_FINANCE)"
+    said = messages.refusal_text("not_authorized", detail=raw,
+                                 approvers=["U_ALICE", "S_FINANCE"])
+    assert said == ("You're not an approver for this request (its approvers: <@U_ALICE>, "
+                    "<!subteam^S_FINANCE>).")
+    # where mentions do not render (a modal's plain-text error), nobody is named by id
+    plain = messages.refusal_text("not_authorized", detail=raw,
+                                  approvers=["U_ALICE", "S_FINANCE"], mentions=False)
+    assert plain == "You're not an approver for this request."
+    late = messages.refusal_text("not_pending", status="denied", decided_by="U_BOB",
+                                 detail="approval x is already denied by U_BOB at …")
+    assert late == "Too late: <@U_BOB> already denied this request."
+    assert messages.refusal_text("not_pending", status="denied", decided_by="U_BOB",
+                                 mentions=False) == T.REFUSAL_NOT_PENDING["denied"]
+    schema = messages.refusal_text("invalid_arguments", detail="amount_cents: too large.")
+    assert schema == "Those arguments don't match the tool's schema: amount_cents: too large."
+
+
+def test_a_late_click_by_the_one_who_decided_says_their_decision_stands() -> None:
+    said = messages.refusal_text("not_pending", status="denied", decided_by="U_BOB",
+                                 viewer="U_BOB")
+    assert said == T.REPLY_REPEATED["denied"]
+    assert "<@U_BOB>" in messages.refusal_text("not_pending", status="denied",
+                                               decided_by="U_BOB", viewer="U_EVE")
+
+
+def test_a_standing_refusal_is_told_once() -> None:
+    scope = messages.standing_refusal_text(
+        "scope", "the scope does not cover the request it is granted on")
+    assert scope == T.STANDING_REFUSAL["scope"]
+    window = messages.standing_refusal_text(
+        "window", "a standing approval of issue_refund lasts 1m to 1h (asked: 2h)")
+    assert window == ("That window is not allowed for this tool: a standing approval of "
+                      "issue_refund lasts 1m to 1h (asked: 2h).")
+
+
+def test_a_reason_a_template_ends_ends_once() -> None:
+    cannot = approval(kind="cannot_run", packet_={"reason": "release 7 has no tool issue_refund."})
+    line = messages.thread_approval_requested(cannot)
+    assert "issue_refund. A human" in line and ".." not in line

@@ -281,7 +281,10 @@ async def test_fifty_concurrent_decisions_racing_expiry_have_one_outcome(
                                       reason="no" if verdict == "deny" else None))
     attempts.append(engine.expiry.sweep())
     results = await asyncio.gather(*attempts, return_exceptions=True)
-    decisions = [r for r in results[:-1] if not isinstance(r, BaseException)]
+    accepted = [r for r in results[:-1] if not isinstance(r, BaseException)]
+    decisions = [r for r in accepted if not r.repeated]
+    # the winner clicking the same verdict again: it stands, audited as a repeat
+    repeats = [r for r in accepted if r.repeated]
     refusals = [r for r in results[:-1] if isinstance(r, DecisionRefused)]
     others = [r for r in results[:-1] if isinstance(r, BaseException)
               and not isinstance(r, DecisionRefused)]
@@ -292,7 +295,9 @@ async def test_fifty_concurrent_decisions_racing_expiry_have_one_outcome(
     decided = [t.action for t in trail if t.action in ("approved", "denied", "expired")]
     assert len(decided) == 1 and a.status in ("approved", "denied", "expired")
     assert len(decisions) == (1 if left else 0) and (a.status == "expired") == (not left)
-    assert len(refusals) == 50 - len(decisions)
+    assert len(refusals) == 50 - len(decisions) - len(repeats)
+    assert {r.approval.decided_by for r in repeats} <= {a.decided_by}
+    assert len([t for t in trail if t.action == "repeated"]) == len(repeats)
     assert {r.reason for r in refusals} <= {"not_pending", "self_approval", "not_authorized",
                                             "already_voted", "expired"}
     assert len([t for t in trail if t.action == "refused"]) == len(refusals)

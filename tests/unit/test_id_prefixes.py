@@ -126,3 +126,43 @@ async def test_an_ambiguous_request_or_standing_prefix_says_so(make_engine, monk
         assert code == 0 and json.loads(out)["id"] == both[1], argv
         code, out, err = await cli(*argv, prefix[:5])
         assert code == 2 and "give at least 6 characters" in err, argv
+
+
+async def test_a_prefix_too_short_says_so_and_not_that_nothing_exists(make_engine,
+                                                                      monkeypatch, db, cli):
+    """``approvald trace f228`` for the only run (issue 33): the prefix is too short to
+    trust, and the error says that, first, for every command and every kind of id; the
+    commands' help names the same minimum."""
+    from approvald.runtime.prefix import MIN_PREFIX
+
+    engine = await two_runs(make_engine, monkeypatch)
+    monkeypatch.setattr("approvald.runtime.standing.new_id", ids(STAND_A))
+    async with db.read() as tx:
+        a = await tx.approvals.get(REQ_A)
+    await engine.standing.grant(a.id, actor=ALICE, window=timedelta(minutes=30),
+                                scope=scope_for(a, "exact"))
+    short = {"run": RUN_A[:4], "approval": REQ_A[:4], "standing approval": STAND_A[:4]}
+    for kind, argv in (
+            ("run", ("trace", short["run"])), ("run", ("runs", "show", short["run"])),
+            ("run", ("runs", "cancel", short["run"])),
+            ("run", ("approvals", "list", "--run", short["run"])),
+            ("run", ("audit", "export", "--run", short["run"])),
+            ("approval", ("approvals", "show", short["approval"])),
+            ("approval", ("approvals", "approve", short["approval"], "--as", "U_ALICE")),
+            ("approval", ("approvals", "redirect", short["approval"], "--as", "U_ALICE",
+                          "--guidance", "not now")),
+            ("standing approval", ("standing", "show", short["standing approval"])),
+            ("standing approval", ("standing", "revoke", short["standing approval"],
+                                   "--as", "U_ALICE"))):
+        code, out, err = await cli(*argv)
+        assert (code, out) == (2, ""), (argv, out, err)
+        article = "an" if kind == "approval" else "a"
+        assert err.startswith(f"approvald: {short[kind]} is too short to name {article} "
+                              f"{kind}: give at least {MIN_PREFIX} characters of its id"), \
+            (argv, err)
+        assert "no " + kind not in err, (argv, err)
+    for argv in (("runs", "show", "-h"), ("trace", "-h"), ("approvals", "show", "-h"),
+                 ("approvals", "approve", "-h"), ("standing", "revoke", "-h"),
+                 ("audit", "export", "-h"), ("approvals", "list", "-h")):
+        code, out, _ = await cli(*argv)
+        assert code == 0 and f"unique prefix of {MIN_PREFIX}+" in " ".join(out.split()), argv
