@@ -93,3 +93,7 @@ def test_it_fails_closed(cli: Cli, tmp_path: Path, policy: dict[str, str]) -> No
     assert done.returncode == 0
     verdict, why = decision(json.loads(done.stdout))
     assert verdict == "deny" and "not JSON" in why
+    # settings it cannot use: exit 2, which Claude Code takes as a block (any other non-zero
+    # status would let the call go ahead)
+    code, _, err = claude(cli, "Bash", {"command": "ls"}, APPROVALD_PORT="eighty", **policy)
+    assert code == 2 and "APPROVALD_PORT" in err
