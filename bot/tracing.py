@@ -33,6 +33,22 @@ if TYPE_CHECKING:  # imported when tracing is on, not before (see from_environme
 log = logging.getLogger("approvald.tracing")
 
 ENDPOINTS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+# what turns tracing on (the SDK reads the rest of OpenTelemetry's own variables itself)
+ENVIRONMENT = {
+    "OTEL_TRACES_EXPORTER": "`otlp`, `console` (comma-separated) or `none`: turns "
+                            "OpenTelemetry tracing on for `serve` (needs the `otel` extra)",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "an OTLP/HTTP endpoint for spans; set, it turns "
+                                          "tracing on (else `OTEL_EXPORTER_OTLP_ENDPOINT`)",
+    "OTEL_EXPORTER_OTLP_ENDPOINT": "an OTLP/HTTP endpoint; set, it turns tracing on",
+    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "`http/protobuf` if set (else "
+                                          "`OTEL_EXPORTER_OTLP_PROTOCOL`): approvald exports "
+                                          "OTLP over HTTP only; another value stops serve "
+                                          "with one line",
+    "OTEL_EXPORTER_OTLP_PROTOCOL": "read when `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL` is not set",
+    "OTEL_SDK_DISABLED": "`true` turns tracing off whatever else is set. The SDK's other "
+                         "`OTEL_*` variables (service name, headers, sampling, batching) "
+                         "apply as OpenTelemetry documents them",
+}
 
 
 @dataclass

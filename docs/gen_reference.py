@@ -478,7 +478,27 @@ def render_settings() -> str:
         out.append(f"- type: {r['type']}\n- default: {r['default']}\n")
         if r["valid"]:
             out.append(f"- valid: {r['valid']}\n")
+    out += ["\n## Read outside the settings model\n\n",
+            "Read by one part when it needs them (an agent's model, tracing, tests of "
+            "durability), each declared beside the code that reads it (`ENVIRONMENT`):\n\n",
+            table(["variable", "what it does"],
+                  [[code(name), sentence(about)] for name, about in other_environment()])]
     return "".join(out)
+
+
+# modules that read variables the settings model does not hold, each declaring them in a
+# module-level ENVIRONMENT = {name: what it does}
+ENVIRONMENT_MODULES = ("approvald.runtime.models.openai", "approvald.bot.tracing",
+                       "approvald.runtime.failpoints")
+
+
+def other_environment() -> list[tuple[str, str]]:
+    import importlib
+
+    found: list[tuple[str, str]] = []
+    for name in ENVIRONMENT_MODULES:
+        found += list(importlib.import_module(name).ENVIRONMENT.items())
+    return found
 
 
 # -- metrics -------------------------------------------------------------------------------

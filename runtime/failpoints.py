@@ -23,6 +23,10 @@ from collections.abc import Callable
 from approvald.runtime.errors import ConfigError
 
 _ENV = "APPROVALD_FAILPOINTS"
+ENVIRONMENT = {_ENV: "for tests of durability: named crash points at which the process "
+                     "kills itself (`after_intent`, `after_intent@3`, comma-separated); "
+                     "never set it in production. A malformed value stops a command with "
+                     "one line"}
 KNOWN = ("mid_model_call", "after_intent", "before_call", "before_result", "after_result",
          "before_checkpoint", "after_checkpoint", "after_commit_before_post", "after_decision",
          "after_post_before_mark", "after_thread_post_before_record")

@@ -45,6 +45,16 @@ __all__ = ["DEFAULT_BASE_URL", "INVALID_JSON_KEY", "OpenAIChatModel"]
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 KEY_VARS = ("APPROVALD_MODEL_API_KEY", "OPENAI_API_KEY")
 BASE_URL_VARS = ("APPROVALD_MODEL_BASE_URL", "OPENAI_BASE_URL")
+# read when an agent's OpenAIChatModel is made without them (docs/reference/settings.md)
+ENVIRONMENT = {
+    "APPROVALD_MODEL_API_KEY": "the bearer token of an OpenAI-compatible chat-completions API, "
+                               "for an agent's `OpenAIChatModel` made without `api_key`; "
+                               "else `OPENAI_API_KEY`. Never shown in an error message",
+    "OPENAI_API_KEY": "read when `APPROVALD_MODEL_API_KEY` is not set",
+    "APPROVALD_MODEL_BASE_URL": "the API's root for an `OpenAIChatModel` made without "
+                                f"`base_url`; else `OPENAI_BASE_URL`; default `{DEFAULT_BASE_URL}`",
+    "OPENAI_BASE_URL": "read when `APPROVALD_MODEL_BASE_URL` is not set",
+}
 
 #: Arguments that are not a JSON object are passed on as ``{INVALID_JSON_KEY: raw_text}``;
 #: no tool accepts that key, so the runtime's schema validation reports the call back to

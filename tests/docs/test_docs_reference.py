@@ -17,6 +17,7 @@ import pytest
 
 from tests.docs.reference_pages import (
     REGENERATE,
+    ROOT,
     committed,
     documented_metrics,
     documented_options,
@@ -140,3 +141,22 @@ def test_the_exit_codes_page_has_each_code_the_command_line_returns() -> None:
         "'Exit codes:' sentence does not define (add them there, then "
         f"{REGENERATE.removeprefix('run ')})")
     assert signalled <= {128 + 2, 128 + 15}, signalled
+
+
+def test_every_variable_the_product_names_is_on_the_settings_page() -> None:
+    """A variable named in the code (APPROVALD_*, SLACK_*, OPENAI_*, OTEL_*) is a setting of
+    the settings model or declared in an ``ENVIRONMENT`` of a module the generator reads:
+    one read with os.environ somewhere and documented nowhere fails here."""
+    import ast
+    import re
+
+    named = {r["env"] for r in gen.setting_rows()} | {n for n, _ in gen.other_environment()}
+    variable = re.compile(r"(APPROVALD|OPENAI|OTEL|SLACK)_[A-Z0-9_]+")
+    missing: dict[str, str] = {}
+    for folder in ("bot", "runtime", "store"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                        and variable.fullmatch(node.value) and node.value not in named:
+                    missing.setdefault(node.value, str(path.relative_to(ROOT)))
+    assert missing == {}, f"not on docs/reference/settings.md: {missing}"
