@@ -45,7 +45,7 @@ async def test_metrics_are_served_on_their_own_listener(sqlite_url: str, tmp_pat
         assert status == 200 and "approvald_pending_approvals 0.0" in text
         assert "approvald_decisions_total" in text or "approvald_decisions" in text
         assert (await get(f"http://127.0.0.1:{metrics}/healthz"))[0] == 404  # only metrics
-        await wait_for(lambda: f"metrics on http://127.0.0.1:{metrics}/metrics"
+        await wait_for(lambda: f"metrics: http://127.0.0.1:{metrics}/metrics"
                        in serve_log(tmp_path), what="serve to say where metrics are")
     finally:
         await stop_all([serve], emulator)

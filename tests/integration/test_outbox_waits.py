@@ -14,7 +14,7 @@ import pytest
 from approvald.runtime.clock import ManualClock
 from approvald.store.records import OutboxRecord
 
-from tests.integration.slack_harness import BOT_TOKEN, CHANNEL, OPS, harness
+from tests.integration.slack_harness import BOT_TOKEN, CHANNEL, OPS, harness, wait_for
 from tests.integration.test_slack import text_of
 
 CARD_POST = "approval.requested"
@@ -211,7 +211,16 @@ async def test_after_a_day_long_outage_ops_hear_which_update_and_notice_were_los
 
         await h.engine.decide(aid, actor=Actor("U_ALICE", "cli:ops"), verdict="approve")
         assert (await h.engine.advance(paused.run_id)).status == "completed"
-        await h.service.slack.threads.sync_once()  # the thread cannot be told either
+        threads = h.service.slack.threads
+
+        async def thread_failed() -> bool:
+            """The thread cannot be told either (its turn comes once the per-channel pace,
+            in real time, allows: the line above was posted moments ago)."""
+            await threads.sync_once()
+            async with h.engine.db.read() as tx:
+                row = await tx.threads.get(paused.run_id)
+            return row is not None and row.failures > 0
+        await wait_for(thread_failed, what="the thread's post to fail")
         await h.service.drain.drain_once()
         [update] = await outbox(h, "approval.updated")
         [notice] = await outbox(h, "tool.notice")

@@ -28,7 +28,7 @@ def test_the_runner_scopes_what_a_command_changes(sqlite_url: str, tmp_path: Pat
     cli = make_cli(sqlite_url, tmp_path, in_process=True)
     done = cli("runs", "list", APPROVALD_SOMETHING_ELSE="x")
     assert (done.returncode, done.stdout, done.stderr) == (0, "no runs\n", "")
-    bad = cli("runs", "show", "nope")
-    assert bad.returncode == 2 and bad.stderr.startswith("approvald: no run nope")
+    bad = cli("runs", "show", "nope-nope")
+    assert bad.returncode == 2 and bad.stderr.startswith("approvald: no run nope-nope")
     assert dict(os.environ) == before_env and os.getcwd() == before_cwd
     assert (root.level, list(root.handlers)) == before_log
