@@ -261,8 +261,15 @@ async def test_serve_carries_on_when_postgres_drops_its_connections(
         # one card per request, each showing its decision, once the outbox has drained
         async def drained() -> bool:
             rows = await look(db_url, lambda tx: tx.outbox.recent())
+            # a notice waits (in engine time, frozen here) for its run's thread to tell what
+            # came before it: time moves on as it would
+            cli.advance_time(timedelta(seconds=1))
             return all(r.status == "delivered" for r in rows)
-        await wait_for(drained, within=60, what="the outbox to drain")
+        try:
+            await wait_for(drained, within=60, what="the outbox to drain")
+        except AssertionError:
+            await dump(db_url, serve)
+            raise
         posted = Counter(m["metadata"]["event_payload"]["approval_id"]
                          for m in card_messages(emulator))
         assert posted == dict.fromkeys((a.id for a in approvals), 1)
