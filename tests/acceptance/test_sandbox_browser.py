@@ -78,6 +78,7 @@ def _click_through(page: Any, expect: Any, sb: Sandbox) -> None:
 
     def shot(name: str) -> None:
         page.screenshot(path=str(ARTIFACTS / f"{next(step):02d}-{name}.png"))
+        _every_emoji_is_drawn_or_told(page)
 
     def act_as(user: str) -> None:
         page.select_option("#user", user)
@@ -202,6 +203,28 @@ def _click_through(page: Any, expect: Any, sb: Sandbox) -> None:
     page.click("#start button[type=submit]")
     expect(page.locator("#start-result")).to_contain_text("Refund order A-3")
     expect(cards.nth(2)).to_contain_text('"order_id": "A-3"')
+
+    # -- an approver redirects it with guidance; the card says so (its emoji drawn) ------------
+    act_as("U_ALICE")
+    cards.nth(2).locator("button[data-action-id='approvald.redirect']").click()
+    expect(modal).to_contain_text("Redirect the agent")
+    modal.locator("textarea").fill("refund only $20")
+    modal.locator("[data-submit]").click()
+    expect(modal).to_have_count(0)
+    expect(cards.nth(2)).to_contain_text("Redirected by")
+    shot("redirected")
+
+
+def _every_emoji_is_drawn_or_told(page: Any) -> None:
+    """Issue 33: what the page shows has no raw ``:code:`` and no empty glyph box: every
+    emoji is one a font here draws, or is shown as its meaning in words."""
+    text = page.locator("#pane").inner_text()
+    assert not re.search(r":[a-z_+-][a-z0-9_+-]*:", text), text
+    shown = page.evaluate("""() => Array.from(document.querySelectorAll('.emoji'), (e) =>
+        [e.textContent, canDraw(e.textContent), getComputedStyle(e).fontSize,
+         getComputedStyle(e, '::after').content])""")
+    boxes = [s for s in shown if not s[1] and not (s[2] == "0px" and s[3].startswith('"['))]
+    assert not boxes, boxes
 
 
 def test_a_modal_stays_with_its_page_and_no_emoji_is_an_empty_box(tmp_path: Path) -> None:
