@@ -1,7 +1,10 @@
 """Bearer tokens of the HTTP API, and the secrets that sign their decision webhooks.
 
 A token is ``apd_`` and 256 random bits, and carries the tools it may ask about (names or
-globs, ``--tools 'deploy,db_*'``): a request for any other tool is refused. Making and
+globs, ``--tools 'deploy,db_*'``): a request for any other tool is refused. A token may
+instead be scoped to one face (``--face hook:claude-code``, :data:`FACES`): it calls that
+face and nothing else, every call it makes is made for the person fixed when it was made
+(``--requested-by``), and an API token does not call a face. Making and
 revoking a token are grants and withdrawals of authority, so both are audited. Names that
 start with ``mcp.`` or ``adapter.`` belong to approvald's own MCP gateways and adapters
 (:mod:`runtime.intake`): no operator token takes one, and no bearer value exists for them.
@@ -32,6 +35,7 @@ from urllib.parse import urlsplit
 from approvald.runtime.audit import AuditTrail
 from approvald.runtime.clock import Clock
 from approvald.runtime.errors import ApprovaldError, ConfigError, NotFound
+from approvald.runtime.identity import InvalidIdentity, normalize_user_id
 from approvald.runtime.ids import new_id
 from approvald.runtime.intake import RESERVED_CREDENTIALS, Source
 from approvald.runtime.webhook_hosts import WebhookHosts
@@ -136,7 +140,9 @@ def audit_token(audit: AuditTrail, tx: Tx, record: TokenRecord, *, action: str, 
     audit.record(tx, at=at, action=action, actor=actor, via=via,
                   details={"token": record.name, "token_id": record.id,
                            "tools": token_tools(record), "webhook_url": record.webhook_url,
-                           "created_by": record.created_by})
+                           "created_by": record.created_by,
+                           **({"face": record.face, "requested_by": record.requested_by}
+                              if record.face else {})})
 
 
 def check_webhook_url(url: str) -> str:
@@ -148,16 +154,58 @@ def check_webhook_url(url: str) -> str:
     return url
 
 
+# the faces a token may be scoped to instead of the /v1 API, and what each is called
+FACES = {"hook:claude-code": "the Claude Code hook (POST /v1/hooks/claude-code)"}
+
+
+def check_face(face: str) -> str:
+    if face not in FACES:
+        raise ApprovaldError(f"not a face a token can be scoped to: {face!r} (one of "
+                             f"{', '.join(sorted(FACES))})")
+    return face
+
+
+def face_refusal(token: TokenRecord, face: str | None) -> str | None:
+    """Why ``token`` may not call ``face`` (None: the /v1 API), or None when it may: a
+    token scoped to a face calls that face only, and an API token no face."""
+    if token.face == face:
+        return None
+    if token.face is None:
+        return (f"token {token.name} is a token of the /v1 API; {FACES.get(face or '', face)} "
+                f"takes a token made for it (`approvald tokens create NAME --face {face} "
+                "--requested-by U…`)")
+    return (f"token {token.name} is scoped to {FACES.get(token.face, token.face)} and "
+            "calls nothing else")
+
+
 async def create(db: Database, clock: Clock, keys: WebhookKeys, audit: AuditTrail, name: str, *,
-                 created_by: str, via: str, tools: str | Sequence[str],
+                 created_by: str, via: str, tools: str | Sequence[str] | None = None,
+                 face: str | None = None, requested_by: str | None = None,
                  webhook_url: str | None = None,
                  webhook_hosts: WebhookHosts | None = None) -> NewToken:
-    """Make a token named ``name`` that may ask about ``tools`` (names are never reused, so
-    the audit log's ``external:<name>`` always means one token); audited. Its
+    """Make a token named ``name`` that may ask about ``tools`` over the /v1 API, or one
+    scoped to ``face`` whose calls are all made for ``requested_by`` (names are never
+    reused, so the audit log's ``external:<name>`` always means one token); audited. Its
     ``webhook_url`` must be one ``webhook_hosts`` (``APPROVALD_WEBHOOK_HOSTS``) allows;
     without them, none is."""
     check_operator_name(name)
-    scope = parse_tools(tools)
+    if face is None:
+        if requested_by is not None:
+            raise ApprovaldError("--requested-by is for a token scoped to a face (--face): "
+                                 "an API token's requests name their requester")
+        scope = parse_tools(tools if tools is not None else "")
+    else:
+        check_face(face)
+        if tools is not None or webhook_url is not None:
+            raise ApprovaldError(f"a token scoped to {face} takes no --tools or --webhook-url "
+                                 "(the face decides what it asks about, and answers itself)")
+        try:
+            requested_by = normalize_user_id(requested_by or "")
+        except InvalidIdentity:
+            raise ApprovaldError(f"a token scoped to {face} needs --requested-by, the Slack "
+                                 f"user its calls are made for (U…): got {requested_by!r}"
+                                 ) from None
+        scope = []  # it asks the /v1 API about no tool
     if webhook_url is not None:
         check_webhook_url(webhook_url)
         (webhook_hosts or WebhookHosts(())).check_url(webhook_url)
@@ -166,7 +214,8 @@ async def create(db: Database, clock: Clock, keys: WebhookKeys, audit: AuditTrai
     async with db.write() as tx:
         if not await tx.external.add_token(
                 id=token_id, name=name, token_hash=token_hash(token), webhook_url=webhook_url,
-                created_at=clock.now(), created_by=created_by, tools=json.dumps(scope)):
+                created_at=clock.now(), created_by=created_by, tools=json.dumps(scope),
+                face=face, requested_by=requested_by):
             raise ApprovaldError(f"there is already a token named {name!r} (names are never "
                                  "reused, even once revoked: pick another)")
         record = await tx.external.token(token_id)

@@ -389,7 +389,7 @@ class ExternalRequests:
             tx, at=now, action="requested", actor=f"agent:{packet['agent']}", via=source.via,
             run_id=request_id, digest=digest,
             details={"kind": "tool_call", "tool": req.tool, "args": req.args, "call_id": CALL_ID,
-                     "requested_by": req.requested_by, "policy": name,
+                     "requested_by": req.requested_by, "task": packet["task"], "policy": name,
                      "policy_file": self.policy().digest,
                      "answer": chosen.kind, **rule})
         self.audit.record(

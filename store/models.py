@@ -284,6 +284,10 @@ class ApiToken(Base):
     revoked_by: Mapped[str | None] = mapped_column(String(200))
     # JSON list of the tool names or globs it may ask about; null: made before scopes (any)
     tools: Mapped[str | None] = mapped_column(Text)
+    # the one face it may call (``hook:claude-code``, ``mcp:NAME``); null: the /v1 API
+    face: Mapped[str | None] = mapped_column(String(100))
+    # who a face token's calls are made for (a Slack user): never taken from its caller
+    requested_by: Mapped[str | None] = mapped_column(String(200))
 
 
 class ExternalRequest(Base):

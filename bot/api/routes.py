@@ -19,6 +19,7 @@ from typing import Any, NoReturn, TypeVar
 
 from aiohttp import web
 from approvald.bot.api import schemas
+from approvald.bot.hooks import claude_code
 from approvald.runtime import api_tokens, external
 from approvald.runtime.canonical import compact_json
 from approvald.runtime.engine import Engine
@@ -37,12 +38,14 @@ STATUSES = {"invalid_request": 422, "looser_than_policy": 403, "tool_not_allowed
             "idempotency_conflict": 409, "not_approved": 409, "cancelled": 409,
             "digest_mismatch": 409, "already_reported": 409, "already_started": 409}
 DEFAULT_WAIT = 30.0
+HOOK_FACE = "hook:claude-code"
 # the routes with a method each: another method on one of these paths is a 405
 _KNOWN = ((re.compile(r"/v1/requests"), "POST"),
           (re.compile(r"/v1/requests/[^/]+"), "GET"),
           (re.compile(r"/v1/requests/[^/]+/decision"), "GET"),
           (re.compile(r"/v1/requests/[^/]+/result"), "POST"),
-          (re.compile(r"/v1/openapi\.json"), "GET"))
+          (re.compile(r"/v1/openapi\.json"), "GET"),
+          (re.compile(r"/v1/hooks/claude-code"), "POST"))
 
 Handler = Callable[[web.Request, TokenRecord], Awaitable[web.StreamResponse]]
 _Model = TypeVar("_Model", bound=BaseModel)  # what a request's body is validated into
@@ -94,9 +97,10 @@ class Routes:
     """The handlers; ``stop`` ends long polls early when the process stops."""
 
     def __init__(self, engine: Engine, *, stop: asyncio.Event | None = None,
-                 webhook_hosts: WebhookHosts | None = None) -> None:
+                 webhook_hosts: WebhookHosts | None = None, slack: bool = False) -> None:
         self.e = engine
         self.stop = stop
+        self.slack = slack  # whether Slack is configured (where a hook says to decide)
         # where a request's own webhook may point (APPROVALD_WEBHOOK_HOSTS, less serve's
         # own listeners); none, without the setting
         self.webhook_hosts = webhook_hosts or WebhookHosts(())
@@ -110,13 +114,20 @@ class Routes:
         r.add_get("/v1/requests/{id}", self._guard(self.read), allow_head=False)
         r.add_get("/v1/requests/{id}/decision", self._guard(self.decision), allow_head=False)
         r.add_post("/v1/requests/{id}/result", self._guard(self.result))
+        r.add_post("/v1/hooks/claude-code", self._guard(self.claude_code, face=HOOK_FACE))
         r.add_route("*", "/v1{tail:(/.*)?}", self.unknown)
 
     # -- plumbing -------------------------------------------------------------------------
-    def _guard(self, handler: Handler) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    def _guard(self, handler: Handler, *, face: str | None = None
+               ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+        """``handler`` for a bearer token scoped to ``face`` (None: the /v1 API's): any
+        other is refused before the body is read (401 unknown, 403 another face's)."""
         async def guarded(request: web.Request) -> web.StreamResponse:
             try:
                 token = await self._token(request)
+                refused = api_tokens.face_refusal(token, face)
+                if refused is not None:
+                    raise ApiError(403, "wrong_face", refused)
                 return await handler(request, token)
             except ApiError as exc:
                 return error(exc.status, exc.code, str(exc), exc.headers)
@@ -144,16 +155,31 @@ class Routes:
                            {"WWW-Authenticate": 'Bearer realm="approvald"'})
         return token
 
-    async def _body(self, request: web.Request, model: type[_Model]) -> _Model:
-        if request.content_length is not None and request.content_length > self.body_limit:
-            raise ApiError(413, "payload_too_large",
-                           f"the body is over the {self.body_limit}-byte cap")
+    async def _raw(self, request: web.Request, limit: int) -> bytes:
+        """The body, up to ``limit`` bytes (413 past it, before more is read)."""
+        if request.content_length is not None and request.content_length > limit:
+            raise ApiError(413, "payload_too_large", f"the body is over the {limit}-byte cap")
         raw = bytearray()
         async for chunk in request.content.iter_chunked(64 * 1024):
             raw += chunk
-            if len(raw) > self.body_limit:
+            if len(raw) > limit:
                 raise ApiError(413, "payload_too_large",
-                               f"the body is over the {self.body_limit}-byte cap")
+                               f"the body is over the {limit}-byte cap")
+        return bytes(raw)
+
+    def _seconds(self, request: web.Request, default: float, most: float) -> float:
+        raw = request.query.get("wait")
+        try:
+            wait = min(default, most) if raw is None else float(raw)
+        except ValueError:
+            wait = -1.0
+        if not 0 <= wait <= most:
+            raise ApiError(400, "invalid_request", f"wait is a number of seconds from 0 to "
+                                                   f"{most:g}, got {raw!r}")
+        return wait
+
+    async def _body(self, request: web.Request, model: type[_Model]) -> _Model:
+        raw = await self._raw(request, self.body_limit)
         try:
             value = json.loads(raw.decode("utf-8"), parse_constant=_not_json,
                                parse_float=_finite)
@@ -196,14 +222,7 @@ class Routes:
         return answer(await self.e.external.get(token, request.match_info["id"]))
 
     async def decision(self, request: web.Request, token: TokenRecord) -> web.StreamResponse:
-        raw = request.query.get("wait")
-        try:
-            wait = min(DEFAULT_WAIT, external.MAX_WAIT) if raw is None else float(raw)
-        except ValueError:
-            wait = -1.0
-        if not 0 <= wait <= external.MAX_WAIT:
-            raise ApiError(400, "invalid_request", f"wait is a number of seconds from 0 to "
-                                                   f"{external.MAX_WAIT:g}, got {raw!r}")
+        wait = self._seconds(request, DEFAULT_WAIT, external.MAX_WAIT)
         return answer(await self.e.external.wait(token, request.match_info["id"],
                                                  seconds=wait, stop=self.stop))
 
@@ -213,6 +232,31 @@ class Routes:
             status=body.status, args_digest=body.args_digest, result=body.result,
             error=body.error))
         return answer(doc, 201 if new else 200)
+
+    async def claude_code(self, request: web.Request, token: TokenRecord) -> web.StreamResponse:
+        """Claude Code's HTTP hook: the event as the command hook reads it on stdin, the
+        answer as it prints (:mod:`bot.hooks.claude_code`), for the token's requester.
+        Once the token is known, whatever stops a ``PreToolUse`` from being decided is a
+        200 deny saying why: Claude Code reads a non-2xx answer as a failed hook, which
+        lets the call go ahead unless the hook's settings say ``"onFailure": "block"``."""
+        wait = self._seconds(request, claude_code.DEFAULT_WAIT, claude_code.MAX_HTTP_WAIT)
+        raw = await self._raw(request, claude_code.MAX_EVENT)
+        try:
+            event = claude_code.HookEvent.parse(raw.decode("utf-8"))
+        except (claude_code.HookEventError, UnicodeDecodeError) as exc:
+            return answer(claude_code.fail_closed(str(exc)))
+        assert token.requested_by is not None  # a face token always has one
+        hook = claude_code.ClaudeCodeHook(self.e, event, requested_by=token.requested_by,
+                                          slack=self.slack, bearer=token.name)
+        if event.event != claude_code.PRE:
+            await hook.post_tool_use()
+            return web.Response(status=204)
+        try:
+            return answer(await hook.pre_tool_use(wait=wait))
+        except Exception as exc:  # fail closed: a deny saying why, never an allow
+            log.warning("claude-code hook over HTTP (token %s): could not decide: %s",
+                        token.name, exc, exc_info=not isinstance(exc, ApprovaldError))
+            return answer(claude_code.fail_closed(str(exc) or type(exc).__name__))
 
     async def unknown(self, request: web.Request) -> web.StreamResponse:
         for pattern, method in _KNOWN:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
+from approvald.bot.hooks import claude_code as hook
 from approvald.runtime import external
 from approvald.runtime.api_tokens import SIGNATURE_HEADER, check_webhook_url
 from approvald.runtime.errors import ApprovaldError
@@ -191,6 +192,8 @@ def _json(name: str, description: str) -> dict[str, Any]:
 
 def _errors(*codes: int) -> dict[str, Any]:
     what = {400: "malformed JSON or parameters", 401: "a missing, unknown or revoked token",
+            403: "the token is scoped to another face (a hook's token calls its hook only, "
+                 "an API token no hook)",
             404: "no such request (for this token)",
             409: "a conflict with what is recorded, or a tighten the operator's policy "
                  "cannot satisfy",
@@ -226,7 +229,8 @@ def openapi(server: str | None = None) -> dict[str, Any]:
                     "200": _json("RequestDocument", "made before with this idempotency_key"),
                     "403": {"description": "the policy forbids this call (its document), or "
                                            "the token may not ask about this tool, or the "
-                                           "tighten is looser than the policy (an error)",
+                                           "tighten is looser than the policy, or the token "
+                                           "is scoped to a hook (an error)",
                             "content": {"application/json": {"schema": {"anyOf": [
                                 _ref("ForbiddenDocument"), _ref("ErrorBody")]}}}},
                     **_errors(400, 401, 409, 413, 422)}}},
@@ -234,7 +238,7 @@ def openapi(server: str | None = None) -> dict[str, Any]:
                 "operationId": "getRequest", "summary": "A request and its decision",
                 "parameters": [rid],
                 "responses": {"200": _json("RequestDocument", "the request"),
-                              **_errors(401, 404)}}},
+                              **_errors(401, 403, 404)}}},
             "/v1/requests/{id}/decision": {"get": {
                 "operationId": "waitForDecision",
                 "summary": "Long poll until the request is decided",
@@ -246,7 +250,7 @@ def openapi(server: str | None = None) -> dict[str, Any]:
                                                 "default": min(30, external.MAX_WAIT)}}],
                 "responses": {"200": _json("RequestDocument",
                                            "decided, or still pending when the wait ran out"),
-                              **_errors(400, 401, 404)}}},
+                              **_errors(400, 401, 403, 404)}}},
             "/v1/requests/{id}/result": {"post": {
                 "operationId": "reportResult", "summary": "Report what running it did (once)",
                 "parameters": [rid],
@@ -255,7 +259,31 @@ def openapi(server: str | None = None) -> dict[str, Any]:
                 "responses": {"201": _json("RequestDocument", "recorded"),
                               "200": _json("RequestDocument", "the same report, recorded "
                                                               "before"),
-                              **_errors(400, 401, 404, 409, 413, 422)}}},
+                              **_errors(400, 401, 403, 404, 409, 413, 422)}}},
+            "/v1/hooks/claude-code": {"post": {
+                "operationId": "claudeCodeHook",
+                "summary": "Claude Code's HTTP hook (PreToolUse, PostToolUse): a token made "
+                           "with --face hook:claude-code",
+                "description": "The body is the hook's event JSON; a PreToolUse is answered "
+                               "200 with hookSpecificOutput (permissionDecision allow or deny, "
+                               "and updatedInput when an approver edited the input), a deny "
+                               "too when the event cannot be decided; a PostToolUse is "
+                               "recorded as the call's execution (204). Set the hook's "
+                               "onFailure to block: a non-2xx answer otherwise lets the call "
+                               "go ahead.",
+                "parameters": [{"name": "wait", "in": "query", "required": False,
+                                "description": "seconds a PreToolUse waits for a decision "
+                                               "before it is denied as still waiting",
+                                "schema": {"type": "number", "minimum": 0,
+                                           "maximum": hook.MAX_HTTP_WAIT,
+                                           "default": hook.DEFAULT_WAIT}}],
+                "requestBody": {"required": True, "content": {
+                    "application/json": {"schema": {"type": "object"}}}},
+                "responses": {"200": {"description": "the PreToolUse decision",
+                                      "content": {"application/json": {
+                                          "schema": {"type": "object"}}}},
+                              "204": {"description": "the PostToolUse was recorded"},
+                              **_errors(400, 401, 403, 413)}}},
             "/v1/openapi.json": {"get": {
                 "operationId": "openapi", "summary": "This document", "security": [],
                 "responses": {"200": {"description": "OpenAPI 3.1",

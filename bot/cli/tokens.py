@@ -26,10 +26,16 @@ def register(sub: Subparsers) -> None:
     c.add_argument("name", help="what the token is for (a-z, 0-9, '.', '_', '-'); requests "
                    "it makes run as agent external:NAME, and its tools are named "
                    "api:NAME/TOOL in the policy file")
-    c.add_argument("--tools", required=True, metavar="TOOLS",
-                   help="the tools it may ask about, comma-separated names or globs "
-                        "('deploy,db_*'; '*': any); a request for another tool is refused "
-                        "(403)")
+    c.add_argument("--tools", metavar="TOOLS",
+                   help="the tools an API token may ask about, comma-separated names or "
+                        "globs ('deploy,db_*'; '*': any); a request for another tool is "
+                        "refused (403)")
+    c.add_argument("--face", choices=sorted(api_tokens.FACES), metavar="FACE",
+                   help="instead of the /v1 API, the one face the token calls: "
+                        + "; ".join(f"{k}: {v}" for k, v in sorted(api_tokens.FACES.items())))
+    c.add_argument("--requested-by", metavar="USER",
+                   help="with --face: the Slack user (U…) every call made with the token is "
+                        "made for (they may not approve their own calls)")
     c.add_argument("--webhook-url", metavar="URL",
                    help="POST each decision on its requests here, signed with the webhook "
                         "secret (a request may name its own); its host must be in "
@@ -57,6 +63,7 @@ def _audit(s: Settings) -> AuditTrail:
 def _row(t: TokenRecord) -> dict[str, Any]:
     return {"name": t.name, "created_at": t.created_at.isoformat(), "created_by": t.created_by,
             "tools": api_tokens.token_tools(t), "webhook_url": t.webhook_url,
+            "face": t.face, "requested_by": t.requested_by,
             "revoked_at": t.revoked_at.isoformat() if t.revoked_at else None,
             "revoked_by": t.revoked_by}
 
@@ -70,13 +77,21 @@ async def cmd_create(s: Settings, a: argparse.Namespace) -> int:
     try:
         made = await api_tokens.create(db, _clock(s), keys, _audit(s), a.name,
                                        created_by=operator(), via="cli", tools=a.tools,
+                                       face=a.face, requested_by=a.requested_by,
                                        webhook_url=a.webhook_url,
                                        webhook_hosts=s.webhook_allowlist())
     finally:
         await db.close()
     if a.json:
         print(json.dumps({**_row(made.record), "token": made.token,
-                          "webhook_secret": made.webhook_secret}, indent=2))
+                          "webhook_secret": made.webhook_secret if a.face is None else None},
+                         indent=2))
+        return 0
+    if made.record.face is not None:
+        print(f"token {a.name} created for {api_tokens.FACES[made.record.face]}, its calls "
+              f"made for {made.record.requested_by}; it is shown this once (approvald keeps "
+              f"only its SHA-256):\n  token           {made.token}\n"
+              f"Send it as: Authorization: Bearer {made.token}")
         return 0
     print(f"token {a.name} created for tools {', '.join(api_tokens.parse_tools(a.tools))}; "
           f"it is shown this once (approvald keeps only its SHA-256):\n"
@@ -99,7 +114,8 @@ async def cmd_list(s: Settings, a: argparse.Namespace) -> int:
         state = f"revoked {t.revoked_at:%Y-%m-%d %H:%M} by {t.revoked_by}" \
             if t.revoked_at else "live"
         tools = api_tokens.token_tools(t)
-        scope = "tools " + ",".join(tools) if tools is not None else (
+        scope = (f"{t.face} for {t.requested_by}" if t.face
+                 else "tools " + ",".join(tools)) if tools is not None else (
             "its own tools" if t.created_by.startswith(api_tokens.OWN)
             else "any tool (made before token scopes)")
         print(f"{t.name:<24} created {t.created_at:%Y-%m-%d %H:%M} by {t.created_by}  "

@@ -52,6 +52,8 @@ EVENTS = (PRE, POST, POST_FAILED)
 # Claude Code ends a command hook after 60 s unless its settings give another timeout:
 # the default budget leaves time to answer
 DEFAULT_WAIT = 50.0
+# over HTTP (POST /v1/hooks/claude-code?wait=S): the most a request is held open
+MAX_HTTP_WAIT = 55.0
 MAX_EVENT = 1_000_000  # characters of stdin taken
 RESULT_SUMMARY = 4000  # characters of a tool's response too large to record whole
 EXCERPT = 1200  # characters of a file's new content or an edit shown on the card
@@ -162,23 +164,43 @@ class ClaudeCodeHook(CallerGate):
     started_is_over = True
 
     def __init__(self, engine: Engine, event: HookEvent, *, requested_by: str,
-                 slack: bool = False) -> None:
+                 slack: bool = False, bearer: str | None = None) -> None:
         super().__init__(engine, SOURCE, requested_by=requested_by)
         self.event = event
         self.slack = slack
+        # over HTTP: the name of the bearer token the event came with. Its calls are its
+        # own: another token's holder, knowing the session id, neither joins their
+        # requests nor reports their results
+        self.bearer = bearer
+
+    @property
+    def ledger_owner(self) -> str:
+        """The execution ledger's owner of the call this event is about."""
+        ev = self.event
+        if self.bearer is None:
+            return ev.owner
+        return f"{NAME}:{self.bearer}:{ev.session_id}:{ev.tool_use_id}"[:200]
 
     def call_key(self, tool: str, args: dict[str, Any]) -> str:
-        """The same tool with the same input in the same session is one call."""
-        return sha256_hex(canonical_json({"session": self.event.session_id,
-                                          "call": call_digest(tool, args)}))
+        """The same tool with the same input in the same session (from the same bearer
+        token, over HTTP) is one call."""
+        key: dict[str, Any] = {"session": self.event.session_id,
+                               "call": call_digest(tool, args)}
+        if self.bearer is not None:
+            key["bearer"] = self.bearer
+        return sha256_hex(canonical_json(key))
 
     def _new_request(self, tool: str, args: dict[str, Any], key: str) -> NewRequest:
         ev = self.event
         packet: dict[str, Any] = {
-            "task": f"Claude Code session {ev.session_id} wants to use {tool}",
+            "task": f"Claude Code session {ev.session_id}"
+                    + (f" (token {self.bearer})" if self.bearer else "")
+                    + f" wants to use {tool}",
             "doing": f"Claude Code {doing(tool, args)}\n\nin `{ev.cwd or '?'}`, session "
-                     f"`{ev.session_id}`. It runs only if allowed; approvald tells it the "
-                     "decision, and the arguments approved.",
+                     f"`{ev.session_id}`"
+                     + (f", over HTTP with token `{self.bearer}`" if self.bearer else "")
+                     + ". It runs only if allowed; approvald tells it the decision, and the "
+                     "arguments approved.",
         }
         return NewRequest(tool=tool, args=args, requested_by=self.requested_by,
                           packet=packet, idempotency_key=key)
@@ -204,7 +226,7 @@ class ClaudeCodeHook(CallerGate):
         rid = str(doc["id"])
         try:  # the allow consumes the approval: the intent row is this tool use's
             await self.e.external.start(token, rid, args_digest=doc["effective_digest"],
-                                        owner=ev.owner)
+                                        owner=self.ledger_owner)
         except ExternalError as exc:
             return decision(False, f"approvald: {ev.tool_name} was not allowed: {exc} "
                                    f"(request {rid}).")
@@ -229,7 +251,7 @@ class ClaudeCodeHook(CallerGate):
         of this hook started it (a call the hook never saw), else the request id."""
         ev = self.event
         async with self.e.db.read() as tx:
-            rid = await tx.executions.started_by(ev.owner)
+            rid = await tx.executions.started_by(self.ledger_owner)
         if rid is None:
             return None
         token = await self.token()

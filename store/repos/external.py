@@ -33,6 +33,8 @@ class TokenRecord:
     revoked_at: datetime | None
     revoked_by: str | None
     tools: str | None = None  # JSON list of names or globs; None: made before scopes
+    face: str | None = None  # the one face it may call (hook:claude-code); None: /v1
+    requested_by: str | None = None  # who a face token's calls are made for
 
 
 @dataclass(frozen=True, slots=True)

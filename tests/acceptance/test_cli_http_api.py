@@ -90,3 +90,56 @@ async def test_an_operator_runs_the_api_and_decides_from_the_cli(sqlite_url: str
         if serve.returncode is None:
             serve.kill()
             await serve.wait()
+
+
+HOOK_POLICY = """
+[tools."hook:claude-code/Bash"]
+approvers = ["U_ALICE"]
+
+[[tools."hook:claude-code/Bash".rules]]
+when = 'args.command.startsWith("git status")'
+policy = "auto"
+"""
+
+
+async def test_a_token_made_for_the_claude_code_hook_calls_it_over_http(
+        sqlite_url: str, tmp_path: Path) -> None:
+    """Issue 39: `tokens create --face hook:claude-code --requested-by U…`, then Claude
+    Code's HTTP hook against `serve`: the policy's answer, and a call that waits is asked
+    for the token's person; a wrong combination of flags is refused, changing nothing."""
+    (tmp_path / "policy.toml").write_text(HOOK_POLICY)
+    cli = make_cli(sqlite_url, tmp_path)
+    cli.env_extra.update(APPROVALD_SECRET=SECRET,
+                         APPROVALD_POLICY_FILE=str(tmp_path / "policy.toml"))
+    for bad in (["--face", "hook:claude-code"],  # no person
+                ["--face", "hook:claude-code", "--requested-by", "U_DANA", "--tools", "*"],
+                ["--tools", "*", "--requested-by", "U_DANA"]):
+        done = cli("tokens", "create", "x", *bad)
+        assert done.returncode != 0 and "approvald:" in done.stderr, (bad, done.stderr)
+    made = json.loads(await run_cli(cli, "tokens", "create", "dana-laptop", "--face",
+                                    "hook:claude-code", "--requested-by", "u_dana", "--json"))
+    assert (made["face"], made["requested_by"], made["webhook_secret"]) == \
+        ("hook:claude-code", "U_DANA", None)
+    assert "hook:claude-code for U_DANA" in await run_cli(cli, "tokens", "list")
+    port = free_port()
+    serve = await start_serve(cli, port)
+    url = f"http://127.0.0.1:{port}/v1/hooks/claude-code"
+    event = {"hook_event_name": "PreToolUse", "session_id": "s-1", "cwd": str(tmp_path),
+             "tool_name": "Bash", "tool_use_id": "toolu_01"}
+    try:
+        async with aiohttp.ClientSession() as http:
+            status, doc = await call(http, "POST", url, made["token"],
+                                     {**event, "tool_input": {"command": "git status"}})
+            assert status == 200
+            assert doc["hookSpecificOutput"]["permissionDecision"] == "allow", doc
+            status, doc = await call(http, "POST", url + "?wait=0", made["token"],
+                                     {**event, "tool_input": {"command": "make deploy"}})
+            out = doc["hookSpecificOutput"]
+            assert status == 200 and out["permissionDecision"] == "deny"
+            assert "waiting for approval" in out["permissionDecisionReason"]
+        [pending] = json.loads(await run_cli(cli, "approvals", "list", "--json"))
+        assert (pending["tool"], pending["requested_by"]) == ("Bash", "U_DANA")
+    finally:
+        if serve.returncode is None:
+            serve.kill()
+            await serve.wait()

@@ -568,6 +568,9 @@ ROUTES = [(path, method) for path, ops in SPEC["paths"].items() for method in op
 BODIES: dict[str, Any] = {
     "createRequest": {"tool": "deploy", "args": {"v": 2}},
     "reportResult": {"status": "succeeded", "args_digest": "0" * 64, "result": {"ok": True}},
+    "claudeCodeHook": {"hook_event_name": "PreToolUse", "session_id": "s-1", "cwd": "/",
+                       "tool_name": "Bash", "tool_input": {"command": "ls"},
+                       "tool_use_id": "toolu_01"},
 }
 
 
@@ -607,7 +610,10 @@ async def test_every_route_refuses_a_missing_token_and_another_tokens_request(
 
         status, doc = await api(http, method.upper(), url, theirs.token,
                                 body if "{id}" in path else {**body, "idempotency_key": "k"})
-        if "{id}" in path:  # another token's request is not this one's to read or report
+        if op["operationId"] == "claudeCodeHook":  # an API token calls no hook
+            assert (status, doc["error"]["code"]) == (403, "wrong_face"), doc
+            assert await state() == before
+        elif "{id}" in path:  # another token's request is not this one's to read or report
             assert (status, doc["error"]["code"]) == (404, "not_found"), doc
             assert await state() == before
         else:  # creating: another token's idempotency keys are its own

@@ -1,0 +1,278 @@
+"""``POST /v1/hooks/claude-code``: Claude Code's HTTP hook on serve's listener, with a
+bearer token scoped to that face whose calls are all made for one person, decided by
+signed Slack clicks and modal submissions through the emulator (issue 39)."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from approvald.bot.api.service import webhook_keys
+from approvald.runtime import api_tokens
+
+from tests.integration.adapter_helpers import (
+    approve_in_slack,
+    audit_actions,
+    card_of,
+    deny_in_slack,
+    edit_in_slack,
+)
+from tests.integration.slack_harness import Harness, harness, wait_for
+
+POLICY = """
+[tools."hook:claude-code/Bash"]
+approvers = ["U_ALICE"]
+ttl = "30m"
+
+[[tools."hook:claude-code/Bash".rules]]
+when = 'args.command.startsWith("git status")'
+policy = "auto"
+
+[[tools."hook:claude-code/Bash".rules]]
+when = 'args.command.startsWith("git push")'
+policy = "forbidden"
+reason = "pushes go through CI"
+
+[tools."hook:claude-code/Write"]
+approvers = ["U_ALICE"]
+ttl = "30m"
+"""
+SESSION = "0b6c9a52-5c1e-4d3b-9d69-6f0c1f6a1e10"
+
+
+def event(tool: str, tool_input: dict[str, Any], *, name: str = "PreToolUse",
+          session: str = SESSION, use: str = "toolu_01", **extra: Any) -> dict[str, Any]:
+    return {"hook_event_name": name, "session_id": session, "cwd": "/home/dana/shop",
+            "tool_name": tool, "tool_input": tool_input, "tool_use_id": use,
+            "transcript_path": "/tmp/t.jsonl", "permission_mode": "default", **extra}
+
+
+async def token(h: Harness, name: str, **scope: Any) -> str:
+    keys = webhook_keys(h.service.settings)
+    assert keys is not None
+    made = await api_tokens.create(h.engine.db, h.engine.clock, keys, h.engine.audit, name,
+                                   created_by="test", via="test", **scope)
+    return made.token
+
+
+async def hook_token(h: Harness, name: str = "dana-laptop", user: str = "U_DANA") -> str:
+    return await token(h, name, face="hook:claude-code", requested_by=user)
+
+
+class Hook:
+    """Claude Code's side: POSTs an event as its HTTP hook does."""
+
+    def __init__(self, h: Harness, session: aiohttp.ClientSession, bearer: str | None) -> None:
+        assert h.service.slack is not None
+        self.url = f"http://127.0.0.1:{h.service.slack.port}/v1/hooks/claude-code"
+        self.session, self.bearer = session, bearer
+
+    async def post(self, body: Any, *, wait: float | None = None,
+                   raw: bytes | io.BytesIO | None = None) -> tuple[int, Any]:
+        headers = {"Content-Type": "application/json"}
+        if self.bearer:
+            headers["Authorization"] = f"Bearer {self.bearer}"
+        params = {} if wait is None else {"wait": str(wait)}
+        data = raw if raw is not None else json.dumps(body).encode()
+        async with self.session.post(self.url, data=data, headers=headers,
+                                     params=params) as resp:
+            text = await resp.text()
+            return resp.status, json.loads(text) if text else None
+
+    async def pre(self, tool: str, tool_input: dict[str, Any], *, wait: float = 20,
+                  **kw: Any) -> tuple[str, str, dict[str, Any] | None]:
+        status, doc = await self.post(event(tool, tool_input, **kw), wait=wait)
+        assert status == 200, doc
+        out = doc["hookSpecificOutput"]
+        assert out["hookEventName"] == "PreToolUse"
+        return out["permissionDecision"], out["permissionDecisionReason"], \
+            out.get("updatedInput")
+
+
+async def opened(h: Harness, n: int = 1) -> str:
+    """The newest pending request's id, once there are ``n`` of them."""
+    async def found() -> str | None:
+        async with h.engine.db.read() as tx:
+            rows = await tx.approvals.recent(status="pending")
+        return rows[0].run_id if len(rows) >= n else None
+    rid: str = await wait_for(found, what="the hook's request")
+    return rid
+
+
+@pytest.fixture
+def policy(tmp_path: Path) -> str:
+    path = tmp_path / "policy.toml"
+    path.write_text(POLICY)
+    return str(path)
+
+
+async def test_signed_slack_clicks_decide_the_hooks_calls(
+        db_url: str, tmp_path: Path, policy: str) -> None:
+    async with harness(db_url, tmp_path, background=False, APPROVALD_POLICY_FILE=policy) as h, \
+            aiohttp.ClientSession() as s:
+        hook = Hook(h, s, await hook_token(h))
+        # auto and forbidden, at once
+        assert (await hook.pre("Bash", {"command": "git status"}))[0] == "allow"
+        verdict, why, _ = await hook.pre("Bash", {"command": "git push origin main"})
+        assert verdict == "deny" and "pushes go through CI" in why
+
+        # approve through a signed click -> allow
+        deploy = {"command": "make deploy ENV=staging"}
+        asked = asyncio.create_task(hook.pre("Bash", deploy, use="toolu_02"))
+        rid = await opened(h)
+        card = json.dumps(await h.card((await card_of(h, rid)).id))
+        for shown in ("make deploy ENV=staging", "/home/dana/shop", SESSION, "dana-laptop",
+                      "U_DANA"):
+            assert shown in card, shown
+        await approve_in_slack(h, rid)
+        verdict, why, updated = await asked
+        assert (verdict, updated) == ("allow", None) and "approved by U_ALICE" in why
+        # what ran lands as the call's execution
+        status, _ = await hook.post(event("Bash", deploy, name="PostToolUse", use="toolu_02",
+                                          tool_response={"stdout": "deployed"}))
+        assert status == 204
+
+        # deny with a reason -> deny carrying it
+        drop = {"command": "psql -c 'DROP TABLE orders'"}
+        asked = asyncio.create_task(hook.pre("Bash", drop, use="toolu_03"))
+        denied = await opened(h)
+        await deny_in_slack(h, denied, "use a migration instead")
+        verdict, why, _ = await asked
+        assert verdict == "deny" and "use a migration instead" in why and "U_ALICE" in why
+
+        # edit -> allow with updatedInput
+        write = {"file_path": "/home/dana/shop/.env", "content": "DEBUG=1\n"}
+        asked = asyncio.create_task(hook.pre("Write", write, use="toolu_04"))
+        edited = await opened(h)
+        fixed = {"file_path": "/home/dana/shop/.env", "content": "DEBUG=0\n"}
+        await edit_in_slack(h, edited, fixed)
+        verdict, _, updated = await asked
+        assert (verdict, updated) == ("allow", fixed)
+
+        # the audit log has the session and the exact tool_input of each
+        trail = await audit_actions(h, rid)
+        requested = next(e for e in trail if e["action"] == "requested")
+        assert requested["details"]["args"] == deploy
+        assert SESSION in json.dumps(requested["details"])
+        executed = next(e for e in trail if e["action"] == "executed")
+        assert executed["details"]["result"] == {"stdout": "deployed"}
+        assert any(e["action"] == "denied" and e["details"].get("reason")
+                   == "use a migration instead" for e in await audit_actions(h, denied))
+        trail = await audit_actions(h, edited)
+        [edit] = [e for e in trail if e["action"] == "edited"]
+        assert (edit["details"]["original_args"], edit["details"]["args"]) == (write, fixed)
+        [approved] = [e for e in trail if e["action"] == "approved"]
+        assert approved["actor"] == "U_ALICE" and approved["details"]["args"] == fixed
+
+
+async def test_the_budget_denies_naming_the_request_and_the_retry_joins_it(
+        db_url: str, tmp_path: Path, policy: str) -> None:
+    async with harness(db_url, tmp_path, background=False, APPROVALD_POLICY_FILE=policy) as h, \
+            aiohttp.ClientSession() as s:
+        dana = Hook(h, s, await hook_token(h))
+        rm = {"command": "rm -rf build/"}
+        verdict, why, _ = await dana.pre("Bash", rm, wait=0)
+        rid = await opened(h)
+        assert verdict == "deny" and rid in why and "same call again" in why
+        # the same call made again joins that request (one card); approved, it is allowed
+        again = asyncio.create_task(dana.pre("Bash", rm, use="toolu_09"))
+        await approve_in_slack(h, rid)
+        assert (await again)[0] == "allow"
+        async with h.engine.db.read() as tx:
+            assert len(await tx.approvals.recent()) == 1
+
+        # another token's holder who knows the session id makes its own request: it never
+        # joins Dana's, so it cannot learn or use her decisions
+        mallory = Hook(h, s, await hook_token(h, "mallory-box", "U_MALLORY"))
+        other = {"command": "rm -rf dist/"}
+        await dana.pre("Bash", other, wait=0)
+        await mallory.pre("Bash", other, wait=0)
+        async with h.engine.db.read() as tx:
+            rows = await tx.approvals.recent(status="pending")
+        assert sorted(a.requested_by for a in rows) == ["U_DANA", "U_MALLORY"]
+
+
+async def test_a_token_calls_its_own_face_only_and_bad_input_is_refused(
+        db_url: str, tmp_path: Path, policy: str) -> None:
+    async with harness(db_url, tmp_path, background=False, APPROVALD_POLICY_FILE=policy) as h, \
+            aiohttp.ClientSession() as s:
+        bearer = await hook_token(h)
+        api_token = await token(h, "deploy-bot", tools="*")
+        ev = event("Bash", {"command": "ls"})
+        assert (await Hook(h, s, None).post(ev))[0] == 401
+        assert (await Hook(h, s, "apd_not-a-token").post(ev))[0] == 401
+        status, doc = await Hook(h, s, api_token).post(ev)
+        assert status == 403 and doc["error"]["code"] == "wrong_face"
+        # the hook's token is not an API token
+        base = Hook(h, s, bearer).url.removesuffix("/hooks/claude-code")
+        async with s.post(f"{base}/requests", json={"tool": "deploy", "args": {}},
+                          headers={"Authorization": f"Bearer {bearer}"}) as resp:
+            assert resp.status == 403 and "Claude Code hook" in await resp.text()
+        hook = Hook(h, s, bearer)
+        assert (await hook.post(ev, wait=56))[0] == 400
+        too_big = json.dumps(event("Write", {"file_path": "a", "content": "x" * 1_100_000}))
+        assert (await hook.post(None, raw=io.BytesIO(too_big.encode())))[0] == 413
+        # once the token is known, what cannot be decided is a 200 deny (fail closed)
+        for raw in (b"{not json", b"[]", json.dumps({**ev, "tool_input": "ls"}).encode()):
+            status, doc = await hook.post(None, raw=raw)
+            assert status == 200 and \
+                doc["hookSpecificOutput"]["permissionDecision"] == "deny", doc
+        # a revoked token stops at once
+        await api_tokens.revoke(h.engine.db, h.engine.clock, h.engine.audit, "dana-laptop",
+                                by="test", via="test")
+        assert (await hook.post(ev))[0] == 401
+        # nothing was asked by any of these
+        async with h.engine.db.read() as tx:
+            assert await tx.approvals.recent() == []
+
+
+async def test_the_requester_is_the_tokens_never_the_callers(
+        db_url: str, tmp_path: Path, policy: str) -> None:
+    async with harness(db_url, tmp_path, background=False, APPROVALD_POLICY_FILE=policy) as h, \
+            aiohttp.ClientSession() as s:
+        hook = Hook(h, s, await hook_token(h, "alice-laptop", "U_ALICE"))
+        # a body naming someone else changes nothing: the token's person asks, and may not
+        # approve their own call
+        ev = event("Bash", {"command": "make release"}, requested_by="U_BOB",
+                   user_id="U_BOB")
+        status, _ = await hook.post(ev, wait=0)
+        assert status == 200
+        rid = await opened(h)
+        async with h.engine.db.read() as tx:
+            [a] = await tx.approvals.for_run(rid)
+        assert a.requested_by == "U_ALICE"
+
+
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "how-to" / "claude-code.md"
+
+
+@pytest.mark.slow  # starts bash and curl
+async def test_the_guides_http_example_runs_as_written(
+        sqlite_url: str, tmp_path: Path, policy: str) -> None:
+    """docs/how-to/claude-code.md's curl example, run by bash against serve's listener."""
+    text = PAGE.read_text(encoding="utf-8")
+    found = re.search(r"<!-- run-by: tests/integration/test_claude_code_http.py -->\n"
+                      r"```sh\n(.*?)```", text, re.DOTALL)
+    assert found, "docs/how-to/claude-code.md lost its HTTP example"
+    command = "\n".join(line for line in found.group(1).splitlines()
+                        if not line.startswith("#"))
+    async with harness(sqlite_url, tmp_path, background=False,
+                       APPROVALD_POLICY_FILE=policy) as h:
+        assert h.service.slack is not None
+        proc = await asyncio.create_subprocess_exec(
+            "bash", "-c", command, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, "APPROVALD_URL": f"http://127.0.0.1:{h.service.slack.port}",
+                 "APPROVALD_HOOK_TOKEN": await hook_token(h)})
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
+        assert proc.returncode == 0, err.decode()
+        said = json.loads(out)["hookSpecificOutput"]
+        assert said["permissionDecision"] == "deny"
+        assert "pushes go through CI" in said["permissionDecisionReason"]
