@@ -216,7 +216,7 @@ class CallerGate:
 
     # -- waiting for the decision -------------------------------------------------------
     async def _wait(self, token: TokenRecord, doc: dict[str, Any],
-                    waiting: Waiting | None) -> dict[str, Any]:
+                    waiting: Waiting | None, seconds: float | None = None) -> dict[str, Any]:
         """One heartbeat of waiting: the document once decided, or as it stands. A request
         past its expiry is settled here too (expired, or escalated to the next rung) by
         the sweep's own compare-and-set, should no ``serve`` be sweeping."""
@@ -226,7 +226,8 @@ class CallerGate:
         if expires is not None and doc["approval_id"] is not None \
                 and datetime.fromisoformat(expires) <= self.e.clock.now():
             await self.e.expiry.sweep(only=[str(doc["approval_id"])])
-        return await self.e.external.wait(token, str(doc["id"]), seconds=self.heartbeat)
+        return await self.e.external.wait(token, str(doc["id"]), seconds=min(
+            self.heartbeat, self.heartbeat if seconds is None else seconds))
 
     async def progress(self, doc: dict[str, Any]) -> str:
         """One line about a request waiting for a decision, saying where it can be

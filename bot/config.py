@@ -105,6 +105,11 @@ class Settings(BaseSettings):
         description="comma-separated hosts the HTTP API's decision webhooks may go to: name, "
                     "name:port, *.domain, an IP address (127.0.0.1:8099, [::1]:9000); unset: no "
                     "webhooks")
+    mcp_gateways_file: Path | None = Field(
+        None, validation_alias=_env("APPROVALD_MCP_GATEWAYS_FILE"),
+        description="a TOML file of MCP gateways serve mounts at /mcp/NAME over Streamable "
+                    "HTTP, each in front of an MCP server it starts (command) or reaches "
+                    "(url); see the MCP gateway guide")
     policy_file: Path | None = Field(
         None, validation_alias=_env("APPROVALD_POLICY_FILE"),
         description="the TOML policy file: per-tool overrides of the policies declared in code, "

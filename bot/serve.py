@@ -27,11 +27,12 @@ import threading
 from collections.abc import Callable
 from datetime import timedelta
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from approvald.bot.api.service import HttpApi
 from approvald.bot.config import Settings
+from approvald.bot.install import install_command
 from approvald.bot.metrics import PrometheusMeter, add_metrics_route, add_routes
 from approvald.bot.readiness import Readiness
 from approvald.bot.slack.log_delivery import LogDeliverer
@@ -46,6 +47,9 @@ from approvald.runtime.policy import parse_duration
 from approvald.runtime.tracing import Tracer
 from approvald.store.db import Database
 from approvald.store.wakeups import Wakeups
+
+if TYPE_CHECKING:
+    from approvald.bot.mcp.http import HttpGateways
 
 log = logging.getLogger("approvald.serve")
 PRUNE_EVERY = 86400.0  # s between scheduled prunes (APPROVALD_PRUNE_OLDER_THAN)
@@ -85,6 +89,8 @@ class Service:
         self.metrics_port: int | None = None  # bound (APPROVALD_METRICS_ADDR), None: off
         # /v1 on the same listener as /slack/events (or /healthz), its webhooks on the drain
         self.api = HttpApi(self.engine, settings, stop=self.stop_event)
+        # /mcp/NAME on the same listener: the MCP gateways over Streamable HTTP
+        self.mcp = _mcp_gateways(settings, self.engine)
         deliverer: Deliverer
         if slack_web is not None:
             from approvald.bot.slack.app import SlackService
@@ -140,10 +146,12 @@ class Service:
             log.warning("no Slack settings: approval requests are logged; decide with "
                         "`approvald approvals approve|deny|edit` or the HTTP API (/v1, "
                         "served when APPROVALD_PORT is set)")
+            await self._start_mcp()
             return
         await self.slack.start()
         if self.slack.port:  # a webhook must never call approvald's own listener
             self.api.webhook_hosts.add_own_port(self.slack.port)
+        await self._start_mcp()
         self._connector = asyncio.create_task(self._connect(), name="slack-connect")
         await self._first_attempt()
         if background and not stop.is_set():
@@ -182,6 +190,19 @@ class Service:
             return self.slack.status() if self.slack is not None else {"slack": "off"}
         add_routes(app, self.readiness, describe)
         self.api.add_routes(app)
+        if self.mcp is not None:
+            self.mcp.add_routes(app)
+
+    async def _start_mcp(self) -> None:
+        """Reach each MCP gateway's server and serve it at /mcp/NAME on the listener."""
+        if self.mcp is None:
+            return
+        port = (self.slack.port if self.slack is not None and self.slack.port
+                else self.ops_port)
+        if port is None:
+            raise ConfigError("APPROVALD_MCP_GATEWAYS_FILE: the MCP gateways are served on "
+                              "serve's HTTP listener; set APPROVALD_PORT")
+        await self.mcp.start(self.settings.host, port)
 
     async def _start_ops_listener(self) -> None:
         """``/healthz``, ``/readyz`` (and ``/v1``) on ``APPROVALD_PORT`` when no Slack HTTP
@@ -272,6 +293,8 @@ class Service:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(runner.cleanup(), AFTER_CANCEL)
         self._ops_runner = self._metrics_runner = None
+        if self.mcp is not None:  # the wrapped servers, once nobody can call them
+            await self.mcp.close()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.engine.registry.aclose(), AFTER_CANCEL)
         with contextlib.suppress(Exception):  # the last spans, if the collector answers
@@ -301,6 +324,9 @@ class Service:
         else:
             lines.append("http: no HTTP listener (set APPROVALD_PORT to serve /v1, /healthz "
                          "and /readyz)")
+        if self.mcp is not None and http:
+            lines.extend(f"mcp: {http}/mcp/{name} (the MCP gateway {name}, in front of "
+                         f"{g.config.server()})" for name, g in self.mcp.gateways.items())
         lines.append(f"metrics: {self.metrics_url}" if self.metrics_url
                      else "metrics: off (APPROVALD_METRICS_ADDR)")
         return "\n".join(lines)
@@ -324,6 +350,19 @@ class Service:
             return None
         host = f"[{where[0]}]" if ":" in where[0] else where[0]
         return f"http://{host}:{self.metrics_port}/metrics"
+
+
+def _mcp_gateways(settings: Settings, engine: Engine) -> HttpGateways | None:
+    """The MCP gateways the settings name (the ``mcp`` extra is needed only then)."""
+    if settings.mcp_gateways_file is None:
+        return None
+    try:
+        from approvald.bot.mcp.http import HttpGateways, load
+    except ImportError as exc:
+        raise ConfigError(f"APPROVALD_MCP_GATEWAYS_FILE needs the MCP SDK: "
+                          f"{install_command('mcp')} ({exc})") from None
+    return HttpGateways(engine, load(settings.mcp_gateways_file),
+                        slack=settings.slack_configured)
 
 
 async def _listen(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:

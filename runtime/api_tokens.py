@@ -154,14 +154,25 @@ def check_webhook_url(url: str) -> str:
     return url
 
 
-# the faces a token may be scoped to instead of the /v1 API, and what each is called
+# the faces a token may be scoped to instead of the /v1 API, and what each is called; and
+# mcp:NAME, the MCP gateway NAME that serve mounts at /mcp/NAME
 FACES = {"hook:claude-code": "the Claude Code hook (POST /v1/hooks/claude-code)"}
+MCP_FACE = re.compile(r"mcp:(?P<name>[a-z0-9][a-z0-9._-]{0,59})")
+
+
+def face_name(face: str | None) -> str:
+    if face is None:
+        return "the /v1 API"
+    gateway = MCP_FACE.fullmatch(face)
+    if gateway:
+        return f"the MCP gateway {gateway['name']} (/mcp/{gateway['name']})"
+    return FACES.get(face, face)
 
 
 def check_face(face: str) -> str:
-    if face not in FACES:
+    if face not in FACES and not MCP_FACE.fullmatch(face):
         raise ApprovaldError(f"not a face a token can be scoped to: {face!r} (one of "
-                             f"{', '.join(sorted(FACES))})")
+                             f"{', '.join(sorted(FACES))}, or mcp:NAME for a gateway)")
     return face
 
 
@@ -171,11 +182,10 @@ def face_refusal(token: TokenRecord, face: str | None) -> str | None:
     if token.face == face:
         return None
     if token.face is None:
-        return (f"token {token.name} is a token of the /v1 API; {FACES.get(face or '', face)} "
-                f"takes a token made for it (`approvald tokens create NAME --face {face} "
+        return (f"token {token.name} is a token of the /v1 API; {face_name(face)} takes a "
+                f"token made for it (`approvald tokens create NAME --face {face} "
                 "--requested-by U…`)")
-    return (f"token {token.name} is scoped to {FACES.get(token.face, token.face)} and "
-            "calls nothing else")
+    return f"token {token.name} is scoped to {face_name(token.face)} and calls nothing else"
 
 
 async def create(db: Database, clock: Clock, keys: WebhookKeys, audit: AuditTrail, name: str, *,

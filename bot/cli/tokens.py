@@ -30,9 +30,10 @@ def register(sub: Subparsers) -> None:
                    help="the tools an API token may ask about, comma-separated names or "
                         "globs ('deploy,db_*'; '*': any); a request for another tool is "
                         "refused (403)")
-    c.add_argument("--face", choices=sorted(api_tokens.FACES), metavar="FACE",
+    c.add_argument("--face", metavar="FACE",
                    help="instead of the /v1 API, the one face the token calls: "
-                        + "; ".join(f"{k}: {v}" for k, v in sorted(api_tokens.FACES.items())))
+                        + "; ".join(f"{k}: {v}" for k, v in sorted(api_tokens.FACES.items()))
+                        + "; mcp:NAME: the MCP gateway NAME (/mcp/NAME)")
     c.add_argument("--requested-by", metavar="USER",
                    help="with --face: the Slack user (U…) every call made with the token is "
                         "made for (they may not approve their own calls)")
@@ -88,7 +89,7 @@ async def cmd_create(s: Settings, a: argparse.Namespace) -> int:
                          indent=2))
         return 0
     if made.record.face is not None:
-        print(f"token {a.name} created for {api_tokens.FACES[made.record.face]}, its calls "
+        print(f"token {a.name} created for {api_tokens.face_name(made.record.face)}, its calls "
               f"made for {made.record.requested_by}; it is shown this once (approvald keeps "
               f"only its SHA-256):\n  token           {made.token}\n"
               f"Send it as: Authorization: Bearer {made.token}")

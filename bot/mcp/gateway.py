@@ -46,7 +46,7 @@ from approvald.bot.callers import (
     refusal,
     when,
 )
-from approvald.runtime.canonical import compact_json
+from approvald.runtime.canonical import canonical_json, compact_json, sha256_hex
 from approvald.runtime.engine import Engine
 from approvald.runtime.errors import PayloadTooLarge
 from approvald.runtime.external import ExternalError, NewRequest, Report
@@ -94,12 +94,17 @@ class Gateway(CallerGate):
     client = "MCP client"
 
     def __init__(self, engine: Engine, *, name: str, requested_by: str, server: str,
-                 heartbeat: float = HEARTBEAT, slack: bool = False) -> None:
+                 heartbeat: float = HEARTBEAT, slack: bool = False,
+                 bearer: str | None = None) -> None:
         super().__init__(engine, Source("mcp", name), requested_by=requested_by,
                          heartbeat=heartbeat)
         self.what = f"MCP gateway {name}"
         self.slack = slack
         self.server = server[:300]
+        # over HTTP: the bearer token whose holder makes the calls. Its calls are its own:
+        # the same call from another token's holder is another request (theirs, for the
+        # person their token was made for), never a join of this one
+        self.bearer = bearer
         self.descriptions: dict[str, str] = {}  # tool -> its description, for cards
         self._inflight: dict[str, asyncio.Task[Ran[Any] | Refused]] = {}
         # finished here, newest last: callers that join late get the same answer
@@ -109,17 +114,34 @@ class Gateway(CallerGate):
         return rid in self._inflight
 
     # -- one call -----------------------------------------------------------------------
+    def call_key(self, tool: str, args: dict[str, Any]) -> str:
+        """The tool and its arguments (and over HTTP, the bearer token) make one call."""
+        digest = super().call_key(tool, args)
+        if self.bearer is None:
+            return digest
+        return sha256_hex(canonical_json({"bearer": self.bearer, "call": digest}))
+
     async def call(self, tool: str, args: dict[str, Any], forward: Forward[T], *,
-                   waiting: Waiting | None = None) -> Ran[T] | Refused:
-        """Gate one call of ``tool``; forward it (at most once) if it may run."""
+                   waiting: Waiting | None = None,
+                   budget: float | None = None) -> Ran[T] | Refused:
+        """Gate one call of ``tool``; forward it (at most once) if it may run. ``budget``:
+        the seconds it waits for a decision, after which it answers that the request is
+        still waiting (the same call made again joins it); None, until decided."""
         try:
             token = await self.token()
         except CallerOff as exc:
             return Refused("off", f"approvald: {exc}. Nothing was executed.")
         doc = await self._request(token, tool, args)
         rid = str(doc["id"])
+        loop = asyncio.get_running_loop()
+        deadline = None if budget is None else loop.time() + max(0.0, budget)
         while doc["status"] in OPEN:
-            doc = await self._wait(token, doc, waiting)
+            left = None if deadline is None else deadline - loop.time()
+            if left is not None and left <= 0:
+                return Refused("pending", f"approvald: {tool} was not run yet: it is "
+                               f"{await self.progress(doc)}. Make the same call again to "
+                               "join that request and get its result.", rid)
+            doc = await self._wait(token, doc, waiting, left)
         if doc["status"] != "approved":
             return refusal(doc)
         task = self._inflight.get(rid) or self._ran.get(rid)
@@ -207,10 +229,12 @@ class Gateway(CallerGate):
         """The request for one call; everything in it is the same for every retry of it
         (the idempotency key's fingerprint). Its policy is the operator's for
         ``mcp:<gateway>/<tool>`` (the intake resolves it), never an agent's tool's."""
+        over = f" over HTTP with token `{self.bearer}`" if self.bearer else ""
         packet: dict[str, Any] = {
-            "task": f"{tool}, called through the MCP gateway {self.name}",
-            "doing": f"An MCP client of the gateway {self.name} calls {tool} on the MCP "
-                     f"server `{self.server}`. approvald forwards the call, with the "
+            "task": f"{tool}, called through the MCP gateway {self.name}"
+                    + (f" (token {self.bearer})" if self.bearer else ""),
+            "doing": f"An MCP client of the gateway {self.name} calls {tool}{over} on the "
+                     f"MCP server `{self.server}`. approvald forwards the call, with the "
                      "arguments approved, once it is approved.",
             "description": self.descriptions.get(tool) or f"{tool}, a tool of the MCP "
                                                           f"server {self.name}",

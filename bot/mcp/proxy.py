@@ -2,11 +2,8 @@
 
 Built on the official ``mcp`` SDK: a low-level :class:`mcp.server.lowlevel.Server` speaks
 to the MCP client over this process's stdin/stdout, and a :class:`mcp.Client` speaks to
-the wrapped server, started as a subprocess over its own pipes. ``tools/list`` is passed
-through (names, descriptions, input and output schemas, annotations); each ``tools/call``
-is gated by :class:`bot.mcp.gateway.Gateway` first. Whatever the gateway refuses reaches
-the client as a tool error (``isError: true``) whose text says why; an unknown tool or
-arguments that do not fit the tool's input schema are refused before anything is asked.
+the wrapped server, started as a subprocess over its own pipes. What is passed through and
+how each call is gated: :mod:`bot.mcp.upstream`.
 """
 
 from __future__ import annotations
@@ -14,16 +11,14 @@ from __future__ import annotations
 import logging
 import os
 import shlex
-import time
 from collections.abc import Sequence
 from typing import Any
 
 import mcp_types as types
-from approvald.bot.mcp.gateway import Forward, Gateway, Ran, Refused
+from approvald.bot.mcp.gateway import Gateway
+from approvald.bot.mcp.upstream import Upstream
 from approvald.runtime.errors import ConfigError
-from jsonschema import SchemaError
-from jsonschema.validators import validator_for
-from mcp import Client, MCPError, StdioServerParameters
+from mcp import Client, StdioServerParameters
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
@@ -41,16 +36,6 @@ def server_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
     return {k: v for k, v in env.items() if not k.startswith(PRIVATE_ENV)}
 
 
-def error_result(text: str) -> types.CallToolResult:
-    return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
-                                is_error=True)
-
-
-def _text_of(result: types.CallToolResult) -> str:
-    parts = [c.text for c in result.content if isinstance(c, types.TextContent)]
-    return "\n".join(parts)[:4000] or "the tool reported an error"
-
-
 class Proxy:
     """One MCP client on stdio, one wrapped server, the gateway between them."""
 
@@ -59,8 +44,7 @@ class Proxy:
         self.command = list(command)
         self.params = StdioServerParameters(command=self.command[0], args=self.command[1:],
                                             env=server_environment())
-        self.tools: dict[str, types.Tool] = {}
-        self.upstream: Client | None = None
+        self.upstream: Upstream | None = None
 
     async def serve(self) -> None:
         """Start the wrapped server, then serve the client on stdio until it hangs up."""
@@ -76,9 +60,10 @@ class Proxy:
             raise first from None
 
     async def _serve(self) -> None:
-        async with Client(self.params, cache=None) as upstream:
-            self.upstream = upstream
-            await self._check_rules()
+        async with Client(self.params, cache=None) as client:
+            self.upstream = Upstream(client, self.gateway.name)
+            await self.upstream.check_rules(self.gateway.source, self.gateway.e.registry.policy)
+            upstream = client
             info = upstream.server_info
             server: Server[Any] = Server(
                 f"approvald-{self.gateway.name}",
@@ -94,105 +79,13 @@ class Proxy:
             async with stdio_server() as (read, write):
                 await server.run(read, write, server.create_initialization_options())
 
-    # -- tools/list ---------------------------------------------------------------------
-    async def _check_rules(self) -> None:
-        """Refuse to start on a policy rule that would fail on every call of its tool: each
-        listed tool's rules are checked against its input schema (a ConfigError line)."""
-        assert self.upstream is not None
-        policy = self.gateway.e.registry.policy
-        kind, base = policy.default_policy()  # what the file's entries for this source apply over
-        cursor: str | None = None
-        for _ in range(100):
-            page = await self.upstream.list_tools(cursor=cursor)
-            self._keep(page.tools)
-            for tool in page.tools:
-                policy.check(self.gateway.source.policy_name(tool.name), kind, base,
-                             tool.input_schema)
-            cursor = page.next_cursor
-            if cursor is None:
-                break
-
-    def _keep(self, tools: Sequence[types.Tool]) -> None:
-        for tool in tools:
-            self.tools[tool.name] = tool
-            if tool.description:
-                self.gateway.descriptions[tool.name] = tool.description[:1000]
-
+    # -- tools/list and tools/call: the wrapped server's, gated ---------------------------
     async def _list_tools(self, ctx: ServerRequestContext[Any],
                           params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         assert self.upstream is not None
-        page = await self.upstream.list_tools(cursor=params.cursor if params else None)
-        self._keep(page.tools)
-        return types.ListToolsResult(tools=page.tools, next_cursor=page.next_cursor)
+        return await self.upstream.list_tools(params.cursor if params else None)
 
-    async def _tool(self, name: str) -> types.Tool | None:
-        if name not in self.tools:  # not listed yet (or since added): walk the listing
-            assert self.upstream is not None
-            cursor: str | None = None
-            for _ in range(100):
-                page = await self.upstream.list_tools(cursor=cursor)
-                self._keep(page.tools)
-                cursor = page.next_cursor
-                if cursor is None or name in self.tools:
-                    break
-        return self.tools.get(name)
-
-    # -- tools/call ---------------------------------------------------------------------
     async def _call_tool(self, ctx: ServerRequestContext[Any],
                          params: types.CallToolRequestParams) -> types.CallToolResult:
-        name, args = params.name, dict(params.arguments or {})
-        tool = await self._tool(name)
-        if tool is None:
-            raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {name}")
-        problem = self._invalid(tool, args)
-        if problem is not None:  # the server would refuse them: nobody is asked
-            return error_result(f"approvald: invalid arguments for {name}: {problem}. "
-                                "Nothing was asked or executed.")
-        started = time.monotonic()
-
-        async def waiting(doc: dict[str, Any]) -> None:
-            # keeps clients that reset their timeout on progress waiting
-            await ctx.session.report_progress(round(time.monotonic() - started, 1),
-                                              message=await self.gateway.progress(doc))
-
-        try:
-            outcome = await self.gateway.call(name, args, self._forward(name),
-                                              waiting=waiting)
-        except Exception as exc:
-            log.warning("mcp-proxy %s: %s failed in the gateway", self.gateway.name, name,
-                        exc_info=True)
-            return error_result(f"approvald: {name} failed: {type(exc).__name__}: {exc}. "
-                                "If it had started, its outcome is unknown and it will not "
-                                "be run again.")
-        if isinstance(outcome, Refused):
-            return error_result(outcome.message)
-        result: types.CallToolResult = outcome.value
-        return result
-
-    def _invalid(self, tool: types.Tool, args: dict[str, Any]) -> str | None:
-        schema = tool.input_schema
-        try:
-            validator = validator_for(schema)(schema)
-            error = next(iter(validator.iter_errors(args)), None)
-        except SchemaError:
-            return None  # the server's own schema is broken: let the server judge
-        if error is None:
-            return None
-        where = "/".join(str(p) for p in error.absolute_path)
-        return f"{where}: {error.message}" if where else error.message
-
-    def _forward(self, name: str) -> Forward[types.CallToolResult]:
-        async def forward(args: dict[str, Any]) -> Ran[types.CallToolResult]:
-            assert self.upstream is not None
-            try:
-                result = await self.upstream.call_tool(name, args)
-            except MCPError as exc:  # the server answered with an error: the call failed
-                return Ran(error_result(f"{name} failed: {exc.message}"), "failed",
-                           {"error": {"code": exc.code, "message": exc.message}},
-                           exc.message)
-            record = result.model_dump(mode="json", by_alias=True, exclude_none=True)
-            if result.is_error:
-                return Ran(result, "failed", record, _text_of(result))
-            return Ran(result, "succeeded", record)
-
-        return forward
+        assert self.upstream is not None
+        return await self.upstream.call(self.gateway, ctx, params)

@@ -1,0 +1,232 @@
+"""``serve``'s MCP gateways over Streamable HTTP: ``/mcp/<name>`` on its listener.
+
+Each gateway named in ``APPROVALD_MCP_GATEWAYS_FILE`` wraps one MCP server, started by
+``serve`` (``command``, over stdio) or reached over Streamable HTTP (``url``), and serves its
+tools to remote MCP clients through the SDK's Streamable HTTP transport in stateless mode
+(the 2026-07-28 revision; clients of earlier revisions are served as the SDK allows): no
+session lives in a process, so any replica answers any request. What is listed and how each
+call is gated: :mod:`bot.mcp.upstream`, :mod:`bot.mcp.gateway`.
+
+A request is authenticated before anything else: a bearer token made for that gateway
+(``approvald tokens create NAME --face mcp:<gateway> --requested-by U…``), else 401; a token
+for anything else is a 403. Every call made with a token is made for the person it was made
+for, and is that token's: the same call from another token is another request. Then the
+SDK checks ``Host`` (421 unless allowed: serve's own address and the file's
+``allowed_hosts``) and ``Origin`` (403 unless in ``allowed_origins``; a request without one,
+as non-browser clients send, passes). A gated call waits for its decision up to the
+gateway's ``wait`` (progress notifications meanwhile, over server-sent events); still
+undecided, it is a tool error naming the request, and the same call made again joins it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import shlex
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any
+
+import mcp_types as types
+from aiohttp import web
+from approvald.bot.asgi import answer
+from approvald.bot.mcp.gateway import Gateway
+from approvald.bot.mcp.proxy import server_environment
+from approvald.bot.mcp.upstream import Upstream
+from approvald.runtime import api_tokens
+from approvald.runtime.engine import Engine
+from approvald.runtime.errors import ConfigError
+from approvald.runtime.intake import Source
+from approvald.store.repos.external import TokenRecord
+from mcp import Client, MCPError, StdioServerParameters
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import Server
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    model_validator,
+)
+
+log = logging.getLogger("approvald.mcp")
+
+TOKEN_KEY = "approvald.token"  # the ASGI scope's key for the request's bearer token
+MAX_BODY = 4 * 1024 * 1024
+Name = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9._-]{0,59}$")]
+
+
+class GatewayConfig(BaseModel):
+    """One ``[gateways.NAME]`` table."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    command: list[str] | None = Field(None, min_length=1, description="the MCP server serve "
+                                      "starts and speaks to over stdio")
+    url: str | None = Field(None, pattern=r"^https?://", description="an MCP server serve "
+                            "reaches over Streamable HTTP")
+    allowed_hosts: list[str] = Field(default_factory=list, description="Host header values "
+                                     "clients may send besides serve's own address "
+                                     "(host:port, or host:* for any port)")
+    allowed_origins: list[str] = Field(default_factory=list, description="Origin values "
+                                       "browsers may send (none by default)")
+    wait: float = Field(50.0, ge=0, le=600, description="seconds a gated call waits for its "
+                        "decision before it answers with a tool error naming the request")
+
+    @model_validator(mode="after")
+    def _one_server(self) -> GatewayConfig:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("give the MCP server as command = [...] or url = \"...\", "
+                             "one of the two")
+        return self
+
+    def server(self) -> str:
+        return shlex.join(self.command) if self.command else str(self.url)
+
+
+class GatewaysFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    gateways: dict[Name, GatewayConfig] = Field(default_factory=dict)
+
+
+def load(path: Path) -> dict[str, GatewayConfig]:
+    """The file's gateways; a ConfigError naming the file and the field on any mistake."""
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        return dict(GatewaysFile.model_validate(raw).gateways)
+    except OSError as exc:
+        raise ConfigError(f"APPROVALD_MCP_GATEWAYS_FILE: cannot read {path}: "
+                          f"{exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"APPROVALD_MCP_GATEWAYS_FILE: {path} is not TOML: {exc}") from None
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(x) for x in err["loc"])
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        raise ConfigError(f"APPROVALD_MCP_GATEWAYS_FILE: {path}: {where}: {msg}") from None
+
+
+class HttpGateway:
+    """One gateway: its upstream, an SDK server in front of it, and a :class:`Gateway` per
+    bearer token (each token's calls are its own, for its person)."""
+
+    def __init__(self, engine: Engine, name: str, config: GatewayConfig, *,
+                 slack: bool) -> None:
+        self.e = engine
+        self.name = name
+        self.config = config
+        self.slack = slack
+        self.face = f"mcp:{name}"
+        self.upstream: Upstream | None = None
+        self.manager: StreamableHTTPSessionManager | None = None
+        self._gateways: dict[str, Gateway] = {}
+        self.hosts: list[str] = list(config.allowed_hosts)
+
+    async def start(self, stack: contextlib.AsyncExitStack) -> None:
+        """Reach the upstream (checking the policy's rules against its tools) and start the
+        transport; both end with ``stack``."""
+        c = self.config
+        target: StdioServerParameters | str = (
+            StdioServerParameters(command=c.command[0], args=c.command[1:],
+                                  env=server_environment()) if c.command else str(c.url))
+        client = await stack.enter_async_context(Client(target, cache=None))
+        self.upstream = Upstream(client, self.name)
+        await self.upstream.check_rules(Source("mcp", self.name), self.e.registry.policy)
+        info = client.server_info
+        server: Server[Any] = Server(
+            f"approvald-{self.name}", version=info.version if info else "",
+            title=f"{(info.title or info.name) if info else self.name} (gated by approvald)",
+            instructions=client.instructions,
+            on_list_tools=self._list_tools, on_call_tool=self._call_tool)
+        self.manager = StreamableHTTPSessionManager(
+            server, stateless=True, max_request_body_size=MAX_BODY,
+            security_settings=TransportSecuritySettings(
+                enable_dns_rebinding_protection=True, allowed_hosts=self.hosts,
+                allowed_origins=list(c.allowed_origins)))
+        await stack.enter_async_context(self.manager.run())
+        log.info("MCP gateway %s: serving the tools of %s at /mcp/%s", self.name,
+                 c.server(), self.name)
+
+    def allow_own_address(self, host: str, port: int) -> None:
+        """serve's listener's own address is always a Host clients may send."""
+        for h in {host, "127.0.0.1", "localhost"} if host in ("0.0.0.0", "::") else {host}:
+            self.hosts.append(f"[{h}]:{port}" if ":" in h else f"{h}:{port}")
+
+    def gateway_for(self, token: TokenRecord) -> Gateway:
+        found = self._gateways.get(token.id)
+        if found is None:
+            assert token.requested_by is not None  # a face token always has one
+            found = self._gateways[token.id] = Gateway(
+                self.e, name=self.name, requested_by=token.requested_by,
+                server=self.config.server(), slack=self.slack, bearer=token.name)
+        return found
+
+    # -- the MCP side --------------------------------------------------------------------
+    async def _list_tools(self, ctx: ServerRequestContext[Any],
+                          params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        assert self.upstream is not None
+        return await self.upstream.list_tools(params.cursor if params else None)
+
+    async def _call_tool(self, ctx: ServerRequestContext[Any],
+                         params: types.CallToolRequestParams) -> types.CallToolResult:
+        assert self.upstream is not None
+        token = getattr(ctx.request, "scope", {}).get(TOKEN_KEY)
+        if not isinstance(token, TokenRecord):  # never: every request is authenticated
+            raise MCPError(types.INVALID_REQUEST, "approvald: no token")
+        return await self.upstream.call(self.gateway_for(token), ctx, params,
+                                        budget=self.config.wait)
+
+
+class HttpGateways:
+    """What ``serve`` mounts: ``/mcp/<name>`` for each configured gateway."""
+
+    def __init__(self, engine: Engine, configs: dict[str, GatewayConfig], *,
+                 slack: bool) -> None:
+        self.e = engine
+        self.gateways = {name: HttpGateway(engine, name, c, slack=slack)
+                         for name, c in configs.items()}
+        self._stack = contextlib.AsyncExitStack()
+
+    async def start(self, host: str, port: int | None) -> None:
+        try:
+            for g in self.gateways.values():
+                if port is not None:
+                    g.allow_own_address(host, port)
+                await g.start(self._stack)
+        except BaseException:
+            await self.close()
+            raise
+
+    async def close(self) -> None:
+        with contextlib.suppress(Exception):
+            await self._stack.aclose()
+
+    def add_routes(self, app: web.Application) -> None:
+        app.router.add_route("*", "/mcp/{name}", self.handle)
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        g = self.gateways.get(request.match_info["name"])
+        if g is None or g.manager is None:
+            return _error(404, "unknown_gateway", f"no MCP gateway is served at {request.path}")
+        scheme, _, value = request.headers.get("Authorization", "").partition(" ")
+        token = None
+        if scheme.lower() == "bearer" and value.strip():
+            token = await api_tokens.authenticate(self.e.db, value.strip())
+        if token is None:
+            return _error(401, "unauthorized", "a valid bearer token is required "
+                          f"(`approvald tokens create NAME --face {g.face} --requested-by U…`)",
+                          {"WWW-Authenticate": 'Bearer realm="approvald"'})
+        refused = api_tokens.face_refusal(token, g.face)
+        if refused is not None:
+            return _error(403, "wrong_face", refused)
+        return await answer(g.manager.handle_request, request, **{TOKEN_KEY: token})
+
+
+def _error(status: int, code: str, message: str,
+           headers: dict[str, str] | None = None) -> web.Response:
+    return web.json_response({"error": {"code": code, "message": message}}, status=status,
+                             headers=headers)

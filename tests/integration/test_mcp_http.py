@@ -1,0 +1,244 @@
+"""The MCP gateway over Streamable HTTP (issue 39): ``serve`` mounts ``/mcp/<name>`` in
+front of a small MCP server it starts (a real subprocess), the ``mcp`` SDK's client calls
+it over HTTP with a bearer token made for that gateway, and decisions are signed Slack
+clicks and modal submissions through the emulator."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import httpx2
+import pytest
+from approvald.bot.api.service import webhook_keys
+from approvald.bot.config import Settings
+from approvald.bot.serve import Service
+from approvald.bot.wiring import open_database
+from approvald.runtime import api_tokens
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp_types import CallToolResult, TextContent
+
+from tests.integration.adapter_helpers import approve_in_slack, deny_in_slack
+from tests.integration.slack_harness import Harness, harness, settings_for, wait_for
+
+# serve starts the wrapped MCP server as a process of its own
+pytestmark = pytest.mark.slow
+
+SERVER = Path(__file__).resolve().parent.parent / "fixtures" / "mcp_server.py"
+POLICY = """
+[tools."mcp:*/echo"]
+policy = "auto"
+
+[tools."mcp:*/transfer_money"]
+approvers = ["U_ALICE"]
+ttl = "30m"
+"""
+
+
+def files(tmp_path: Path) -> dict[str, str]:
+    (tmp_path / "policy.toml").write_text(POLICY)
+    command = json.dumps([sys.executable, str(SERVER)])
+    (tmp_path / "gateways.toml").write_text(
+        f"[gateways.bank]\ncommand = {command}\nwait = 30\n"
+        f"allowed_origins = [\"https://ops.example\"]\n\n"
+        f"[gateways.quick]\ncommand = {command}\nwait = 0\n")
+    return {"APPROVALD_POLICY_FILE": str(tmp_path / "policy.toml"),
+            "APPROVALD_MCP_GATEWAYS_FILE": str(tmp_path / "gateways.toml")}
+
+
+async def token(h: Harness, name: str, **scope: Any) -> str:
+    keys = webhook_keys(h.service.settings)
+    assert keys is not None
+    made = await api_tokens.create(h.engine.db, h.engine.clock, keys, h.engine.audit, name,
+                                   created_by="test", via="test", **scope)
+    return made.token
+
+
+def url(service: Service, gateway: str) -> str:
+    assert service.slack is not None
+    return f"http://127.0.0.1:{service.slack.port}/mcp/{gateway}"
+
+
+@asynccontextmanager
+async def client(target: str, bearer: str) -> AsyncIterator[Client]:
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {bearer}"}, timeout=60)
+    async with http, Client(streamable_http_client(target, http_client=http),
+                            cache=None) as c:
+        yield c
+
+
+def text(result: CallToolResult) -> str:
+    return "\n".join(c.text for c in result.content if isinstance(c, TextContent))
+
+
+def transfers(ledger: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in ledger.read_text().splitlines()] if ledger.exists() else []
+
+
+async def request_of(h: Harness, n: int = 1) -> str:
+    async def found() -> str | None:
+        async with h.engine.db.read() as tx:
+            rows = await tx.approvals.recent(status="pending")
+        return rows[0].run_id if len(rows) >= n else None
+    rid: str = await wait_for(found, within=30, what="a pending request")
+    return rid
+
+
+@pytest.fixture
+def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "transfers.jsonl"
+    monkeypatch.setenv("MCP_FIXTURE_LEDGER", str(path))  # the wrapped server's environment
+    return path
+
+
+async def test_a_remote_client_is_gated_by_slack_over_streamable_http(
+        db_url: str, tmp_path: Path, ledger: Path) -> None:
+    async with harness(db_url, tmp_path, background=False, **files(tmp_path)) as h:
+        bearer = await token(h, "dana-agent", face="mcp:bank", requested_by="U_DANA")
+        assert "/mcp/bank (the MCP gateway bank" in h.service.describe()
+        async with client(url(h.service, "bank"), bearer) as c:
+            listed = {t.name for t in (await c.list_tools()).tools}
+            assert {"echo", "transfer_money"} <= listed
+            # an ungated tool answers at once
+            said = await c.call_tool("echo", {"text": "hi"})
+            assert not said.is_error and text(said) == "hi"
+
+            # a gated one waits for a signed click, then runs once with what was approved
+            call = asyncio.create_task(c.call_tool("transfer_money",
+                                                   {"to": "ACME", "cents": 500}))
+            rid = await request_of(h)
+            await approve_in_slack(h, rid)
+            done = await asyncio.wait_for(call, 30)
+            assert not done.is_error, text(done)
+            assert transfers(ledger) == [{"to": "ACME", "cents": 500, "memo": ""}]
+            async with h.engine.db.read() as tx:
+                [a] = await tx.approvals.for_run(rid)
+            assert a.requested_by == "U_DANA" and "dana-agent" in a.packet
+
+            # a deny returns the reason as a tool error; nothing runs
+            call = asyncio.create_task(c.call_tool("transfer_money",
+                                                   {"to": "EVIL", "cents": 900}))
+            denied = await request_of(h)
+            await deny_in_slack(h, denied, "not a vendor of ours")
+            refused = await asyncio.wait_for(call, 30)
+            assert refused.is_error and "not a vendor of ours" in text(refused)
+            assert len(transfers(ledger)) == 1
+
+
+async def test_past_its_wait_a_call_names_its_request_and_the_retry_joins_it(
+        db_url: str, tmp_path: Path, ledger: Path) -> None:
+    async with harness(db_url, tmp_path, background=False, **files(tmp_path)) as h:
+        dana = await token(h, "dana-agent", face="mcp:quick", requested_by="U_DANA")
+        mallory = await token(h, "mallory-agent", face="mcp:quick", requested_by="U_MALLORY")
+        args = {"to": "ACME", "cents": 700}
+        async with client(url(h.service, "quick"), dana) as c:
+            first = await c.call_tool("transfer_money", args)
+            rid = await request_of(h)
+            assert first.is_error and rid in text(first) and "same call again" in text(first)
+            assert (await c.call_tool("transfer_money", args)).is_error  # joins: no new card
+            async with h.engine.db.read() as tx:
+                assert len(await tx.approvals.recent()) == 1
+            await approve_in_slack(h, rid)
+            ran = await c.call_tool("transfer_money", args)
+            assert not ran.is_error and transfers(ledger) == [{**args, "memo": ""}]
+        # someone else's token making the same call asks for itself, as its own person
+        async with client(url(h.service, "quick"), mallory) as c:
+            assert (await c.call_tool("transfer_money", args)).is_error
+        async with h.engine.db.read() as tx:
+            pending = await tx.approvals.recent(status="pending")
+        assert [a.requested_by for a in pending] == ["U_MALLORY"]
+
+
+async def test_tokens_hosts_and_origins_are_checked_before_anything_is_asked(
+        db_url: str, tmp_path: Path, ledger: Path) -> None:
+    async with harness(db_url, tmp_path, background=False, **files(tmp_path)) as h, \
+            aiohttp.ClientSession() as http:
+        bank = await token(h, "dana-agent", face="mcp:bank", requested_by="U_DANA")
+        other = await token(h, "dana-quick", face="mcp:quick", requested_by="U_DANA")
+        api = await token(h, "deploy-bot", tools="*")
+        body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+        target = url(h.service, "bank")
+
+        async def post(bearer: str | None, **headers: str) -> int:
+            if bearer:
+                headers["Authorization"] = f"Bearer {bearer}"
+            async with http.post(target, json=body, headers={
+                    "Accept": "application/json, text/event-stream", **headers}) as resp:
+                return resp.status
+
+        assert await post(None) == 401
+        assert await post("apd_" + "x" * 43) == 401
+        assert await post(api) == 403  # an API token calls no gateway
+        assert await post(other) == 403  # nor does another gateway's
+        assert await post(bank, Origin="https://evil.example") == 403
+        assert await post(bank, Host="evil.example") == 421
+        assert await post(bank, Origin="https://ops.example") < 400
+        async with http.post(url(h.service, "nope"), json=body) as resp:
+            assert resp.status == 404
+        # an MCP gateway token is no API token either
+        async with http.get(target.replace("/mcp/bank", "/v1/requests/x"),
+                            headers={"Authorization": f"Bearer {bank}"}) as resp:
+            assert resp.status == 403
+        async with h.engine.db.read() as tx:
+            assert await tx.approvals.recent() == []
+
+
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+async def test_two_replicas_answer_one_client_in_turn(
+        db_url: str, tmp_path: Path, ledger: Path) -> None:
+    """Stateless: each request of one client goes to the other replica, and the gated call
+    approved through one replica's Slack face is answered by the other."""
+    env = files(tmp_path)
+    async with harness(db_url, tmp_path, background=False, **env) as h:
+        settings: Settings = settings_for(h.service.settings.slack_api_url, db_url,
+                                          tmp_path / "ledger2.jsonl", **env)
+        db = await open_database(settings, quiet=True)
+        second = Service(settings, db)
+        try:
+            await second.start(background=False)
+            bearer = await token(h, "dana-agent", face="mcp:quick", requested_by="U_DANA")
+            urls = [url(h.service, "quick"), url(second, "quick")]
+            args = {"to": "ACME", "cents": 300}
+            answers: list[CallToolResult] = []
+            for i in range(4):  # list on one, call on the other, and so on
+                async with client(urls[i % 2], bearer) as c:
+                    assert "transfer_money" in {t.name for t in (await c.list_tools()).tools}
+                    answers.append(await c.call_tool("transfer_money", args))
+                if i == 1:
+                    await approve_in_slack(h, await request_of(h))
+            assert [a.is_error for a in answers] == [True, True, False, True]
+            assert transfers(ledger) == [{**args, "memo": ""}]
+        finally:
+            await second.stop()
+            await db.close()
+
+
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "how-to" / "mcp-gateway.md"
+
+
+async def test_the_guides_client_example_runs_as_written(
+        sqlite_url: str, tmp_path: Path, ledger: Path) -> None:
+    """docs/how-to/mcp-gateway.md's Python client, run as a reader runs it."""
+    found = re.search(r"<!-- run-by: tests/integration/test_mcp_http.py -->\n```python\n"
+                      r"(.*?)```", PAGE.read_text(encoding="utf-8"), re.DOTALL)
+    assert found, "docs/how-to/mcp-gateway.md lost its client example"
+    async with harness(sqlite_url, tmp_path, background=False, **files(tmp_path)) as h:
+        bearer = await token(h, "dana-agent", face="mcp:bank", requested_by="U_DANA")
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", found.group(1), stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, "APPROVALD_MCP_URL": url(h.service, "bank"),
+                 "APPROVALD_MCP_TOKEN": bearer})
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
+        assert proc.returncode == 0, err.decode()
+        lines = out.decode().splitlines()
+        assert "transfer_money" in lines[0] and lines[1] == "hello through approvald"
