@@ -105,6 +105,13 @@ class Settings(BaseSettings):
         description="comma-separated hosts the HTTP API's decision webhooks may go to: name, "
                     "name:port, *.domain, an IP address (127.0.0.1:8099, [::1]:9000); unset: no "
                     "webhooks")
+    # the Slack user each local user is, for `approvald hook claude-code` without
+    # --requested-by (a project's shared .claude/settings.json names nobody)
+    slack_users: str | None = Field(
+        None, validation_alias=_env("APPROVALD_SLACK_USERS"),
+        description="comma-separated local=SLACK_USER pairs (dana=U024BE7LH): who a "
+                    "coding assistant's hook asks for, by the local user running it, when "
+                    "the hook is given no --requested-by")
     mcp_gateways_file: Path | None = Field(
         None, validation_alias=_env("APPROVALD_MCP_GATEWAYS_FILE"),
         description="a TOML file of MCP gateways serve mounts at /mcp/NAME over Streamable "
@@ -229,6 +236,37 @@ class Settings(BaseSettings):
         return WebhookHosts.from_setting(
             self.webhook_hosts, own_ports=(self.port, metrics[1] if metrics else 0),
             own_host=self.host)
+
+    def slack_user_of(self, local: str) -> str | None:
+        """The Slack user APPROVALD_SLACK_USERS maps ``local`` to, or None."""
+        return self._slack_users().get(local)
+
+    def _slack_users(self) -> dict[str, str]:
+        from approvald.runtime.identity import normalize_user_id
+
+        pairs: dict[str, str] = {}
+        for item in (self.slack_users or "").split(","):
+            if item.strip():
+                local, _, user = item.partition("=")
+                pairs[local.strip()] = normalize_user_id(user)
+        return pairs
+
+    @field_validator("slack_users")
+    @classmethod
+    def _slack_users_pairs(cls, v: str | None) -> str | None:
+        from approvald.runtime.identity import InvalidIdentity, normalize_user_id
+
+        for item in (v or "").split(","):
+            if not item.strip():
+                continue
+            local, eq, user = item.partition("=")
+            if not eq or not local.strip():
+                raise ValueError(f"expected local=SLACK_USER pairs, got {item.strip()!r}")
+            try:
+                normalize_user_id(user)
+            except InvalidIdentity as exc:
+                raise ValueError(f"{local.strip()}: {exc}") from None
+        return v
 
     @property
     def slack_configured(self) -> bool:

@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import logging
 import sys
 
-from approvald.bot.cli.common import Subparsers, seconds, slack_user, with_engine
+from approvald.bot.cli.common import Subparsers, UsageError, seconds, slack_user, with_engine
 from approvald.bot.config import Settings
 from approvald.bot.hooks.claude_code import (
     DEFAULT_WAIT,
@@ -30,14 +31,28 @@ def register(sub: Subparsers) -> None:
         "claude-code", help="Claude Code's PreToolUse/PostToolUse command hook: reads the "
         "event on stdin; for PreToolUse prints allow or deny (the operator's policy for "
         "hook:claude-code/TOOL, and a person's decision where it asks); fails closed")
-    cc.add_argument("--requested-by", required=True, metavar="USER",
+    cc.add_argument("--requested-by", metavar="USER",
                     help="the Slack user the calls are made for (U…): they may not approve "
-                         "their own calls")
+                         "their own calls; without it, the one APPROVALD_SLACK_USERS maps the "
+                         "local user to")
     cc.add_argument("--wait", type=seconds, default=DEFAULT_WAIT, metavar="SECONDS",
                     help="how long PreToolUse waits for a decision before it denies, saying "
                          f"the request is waiting (default {DEFAULT_WAIT:g}; keep it under "
                          "the hook's timeout in Claude Code's settings, 60 s by default)")
     cc.set_defaults(fn=cmd_claude_code)
+
+
+def requester(s: Settings, given: str | None) -> str:
+    """``--requested-by``, else the Slack user APPROVALD_SLACK_USERS maps the local user
+    to; neither: refused (the hook then denies, saying so)."""
+    if given:
+        return slack_user("--requested-by", given)
+    local = getpass.getuser()
+    found = s.slack_user_of(local)
+    if found is None:
+        raise UsageError(f"no Slack user for the local user {local!r}: give --requested-by "
+                         f"U…, or map it in APPROVALD_SLACK_USERS ({local}=U…)")
+    return found
 
 
 async def cmd_claude_code(s: Settings, a: argparse.Namespace) -> int:
@@ -46,7 +61,7 @@ async def cmd_claude_code(s: Settings, a: argparse.Namespace) -> int:
     try:
         event = HookEvent.parse(text)
         pre = event.event == PRE
-        requested_by = slack_user("--requested-by", a.requested_by)
+        requested_by = requester(s, a.requested_by)
 
         async def decide(engine: Engine) -> int:
             hook = ClaudeCodeHook(engine, event, requested_by=requested_by,

@@ -4,6 +4,7 @@ failing closed when it cannot decide."""
 
 from __future__ import annotations
 
+import getpass
 import json
 import subprocess
 from pathlib import Path
@@ -32,12 +33,13 @@ reason = "pushes go through CI"
 
 
 def claude(cli: Cli, tool: str, tool_input: dict[str, Any], *, name: str = "PreToolUse",
-           use: str = "toolu_01", response: Any = None, **env: str) -> tuple[int, Any, str]:
+           use: str = "toolu_01", response: Any = None, who: tuple[str, ...] = (
+               "--requested-by", "U_DANA"), **env: str) -> tuple[int, Any, str]:
     """Run the hook as Claude Code does: (exit code, stdout's JSON or None, stderr)."""
     ev = {"hook_event_name": name, "session_id": "s-1", "cwd": str(cli.workdir),
           "transcript_path": "/tmp/t.jsonl", "tool_name": tool, "tool_input": tool_input,
           "tool_use_id": use, "tool_response": response}
-    done = subprocess.run([APPROVALD, "hook", "claude-code", "--requested-by", "U_DANA",
+    done = subprocess.run([APPROVALD, "hook", "claude-code", *who,
                            "--wait", "0"], input=json.dumps(ev), env=cli.env(**env),
                           cwd=cli.workdir, text=True, capture_output=True, timeout=60,
                           check=False)
@@ -97,3 +99,22 @@ def test_it_fails_closed(cli: Cli, tmp_path: Path, policy: dict[str, str]) -> No
     # status would let the call go ahead)
     code, _, err = claude(cli, "Bash", {"command": "ls"}, APPROVALD_PORT="eighty", **policy)
     assert code == 2 and "APPROVALD_PORT" in err
+
+
+def test_a_shared_settings_file_names_nobody_the_local_user_is_mapped(
+        cli: Cli, policy: dict[str, str]) -> None:
+    """Issue 39: a project's .claude/settings.json, shared by the team, runs the hook
+    without --requested-by; APPROVALD_SLACK_USERS says who each local user is."""
+    me = getpass.getuser()
+    code, out, _ = claude(cli, "Bash", {"command": "make release"}, who=(), **policy)
+    verdict, why = decision(out)
+    assert code == 0 and verdict == "deny" and "APPROVALD_SLACK_USERS" in why and me in why
+    assert cli.json("approvals", "list", "--json") == []
+    mapped = {**policy, "APPROVALD_SLACK_USERS": f"someone=U_BOB,{me}=u_dana"}
+    code, out, _ = claude(cli, "Bash", {"command": "make release"}, who=(), **mapped)
+    assert code == 0 and decision(out)[0] == "deny"  # waiting, asked for Dana
+    [approval] = cli.json("approvals", "list", "--json")
+    assert approval["requested_by"] == "U_DANA"
+    code, _, err = claude(cli, "Bash", {"command": "ls"}, who=(),
+                          **{**policy, "APPROVALD_SLACK_USERS": "dana"})
+    assert code == 2 and "APPROVALD_SLACK_USERS" in err
