@@ -95,6 +95,8 @@ class NewRequest:
     tighten: Tighten | None = None
     idempotency_key: str | None = None
     webhook_url: str | None = None
+    # what the tool's server says of it (an MCP tool's annotations), for the policy's rules
+    annotations: Mapping[str, Any] | None = None
 
     def fingerprint(self) -> str:
         """What a retry must repeat exactly to be the same request."""
@@ -265,7 +267,8 @@ class ExternalRequests:
             if found is not None:
                 return found, False
         chosen = await self.intake.tighten(
-            self.intake.resolve(source, req.tool, req.args), req.tighten)
+            self.intake.resolve(source, req.tool, req.args, annotations=req.annotations),
+            req.tighten)
         # a live standing approval for this source's tool, in this band, may answer it
         standing = await self.standing.candidate(
             source, req.requested_by, req.tool, req.args, chosen) \

@@ -213,12 +213,14 @@ class Intake:
         return self._policy()
 
     def resolve(self, source: Source, tool: str, args: Mapping[str, Any], *,
-                declared: tuple[PolicyKind, ApprovalPolicy] | None = None) -> CallPolicy:
+                declared: tuple[PolicyKind, ApprovalPolicy] | None = None,
+                annotations: Mapping[str, Any] | None = None) -> CallPolicy:
         """The operator's policy for this call. ``declared``: an agent's code's policy for
         its own tool (only an agent's is ever taken; every other source starts from the
-        file's ``[default]``)."""
+        file's ``[default]``). ``annotations``: what the tool's server says of it, which
+        the file's rules may read (and which choose nothing by themselves)."""
         kind, base = self.base(source, declared)
-        return self.policy.for_call(source.policy_name(tool), kind, base, args)
+        return self.policy.for_call(source.policy_name(tool), kind, base, args, annotations)
 
     def base(self, source: Source, declared: tuple[PolicyKind, ApprovalPolicy] | None = None
              ) -> tuple[PolicyKind, ApprovalPolicy]:

@@ -329,8 +329,9 @@ class _Fields(BaseModel):
 
 class Rule(_Fields):
     """``[[tools.NAME.rules]]``: for the calls whose arguments satisfy ``when`` (a CEL
-    condition over ``args`` and ``tool``), these fields instead of the tool's. The first
-    rule that matches wins; no match, the tool's own policy."""
+    condition over ``args``, ``tool`` and ``annotations``, what an MCP tool's server says
+    of it, empty for other tools), these fields instead of the tool's. The first rule that
+    matches wins; no match, the tool's own policy."""
 
     when: str
     reason: str | None = None  # why a forbidden call is refused, as the model is told
@@ -518,7 +519,8 @@ class PolicyFile(BaseModel):
                     f"{format_duration(self.max_ttl)} (APPROVALD_MAX_TTL)")
 
     def for_call(self, tool: str, kind: PolicyKind, base: ApprovalPolicy,
-                 args: Mapping[str, Any]) -> CallPolicy:
+                 args: Mapping[str, Any],
+                 annotations: Mapping[str, Any] | None = None) -> CallPolicy:
         """The policy for one call of ``tool`` with these (validated) arguments: the first
         of the tool's rules whose condition holds, else the tool's policy. A condition that
         cannot be evaluated on these arguments fails closed: the call is forbidden."""
@@ -528,7 +530,7 @@ class PolicyFile(BaseModel):
         for i, rule in enumerate(found[1].rules if found else ()):
             where = f"tools.{key}.rules[{i}]"
             try:
-                matched = holds(rule.when, tool, args)
+                matched = holds(rule.when, tool, args, annotations)
             except RuleError as exc:
                 return CallPolicy("forbidden", approval, i,
                                   f"{tool} is forbidden: policy rule {where} ({rule.when}) "

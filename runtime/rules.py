@@ -1,10 +1,15 @@
 """Rules on a call's arguments: Common Expression Language conditions (the ``cel`` package,
 ``common-expression-language`` on PyPI), compiled when the policy file is loaded.
 
-A condition sees ``args`` (the call's validated arguments, a map) and ``tool`` (its name)
-and must yield a boolean. It is compiled once per text; evaluating it is pure and takes
-microseconds. Anything that goes wrong while evaluating (a missing key, a type with no such
-operator, a result that is not a boolean) is a :class:`RuleError`: the caller fails closed.
+A condition sees ``args`` (the call's validated arguments, a map), ``tool`` (its name) and
+``annotations`` (what the tool's server says of it, a map: an MCP tool's ``readOnlyHint``,
+``destructiveHint``...; empty for every other tool) and must yield a boolean. Annotations
+come from the server, not the operator: they are something a rule may read, and choose
+nothing by themselves (a key a server did not send is a missing key: the rule fails
+closed; ``has(annotations.readOnlyHint)`` tests for one). It is compiled once per text;
+evaluating it is pure and takes microseconds. Anything that goes wrong while evaluating (a
+missing key, a type with no such operator, a result that is not a boolean) is a
+:class:`RuleError`: the caller fails closed.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import importlib
 from collections.abc import Mapping
 from typing import Any
 
-VARIABLES = frozenset({"args", "tool"})
+VARIABLES = frozenset({"args", "tool", "annotations"})
 MAX_EXPRESSION = 2000  # characters in one condition
 
 
@@ -40,7 +45,8 @@ def compile_condition(text: str) -> Any:
     unknown = sorted(set(program.variables()) - VARIABLES)
     if unknown:
         raise ValueError(f"unknown name{'s' if len(unknown) > 1 else ''} "
-                         f"{', '.join(unknown)} (a condition sees args and tool)")
+                         f"{', '.join(unknown)} (a condition sees args, tool and "
+                         "annotations)")
     return program
 
 
@@ -55,10 +61,12 @@ def _parse_error(text: str) -> str:
     return f"at {where}: {what.split(' expecting ', 1)[0]}"
 
 
-def holds(text: str, tool: str, args: Mapping[str, Any]) -> bool:
+def holds(text: str, tool: str, args: Mapping[str, Any],
+          annotations: Mapping[str, Any] | None = None) -> bool:
     """Does condition ``text`` hold for a call of ``tool`` with ``args``?"""
     try:
-        result = compile_condition(text).execute({"args": dict(args), "tool": tool})
+        result = compile_condition(text).execute({"args": dict(args), "tool": tool,
+                                                  "annotations": dict(annotations or {})})
     except ValueError as exc:
         raise RuleError(str(exc)) from None
     except Exception as exc:  # KeyError (no such key), TypeError (no such overload), ...

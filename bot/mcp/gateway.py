@@ -106,6 +106,8 @@ class Gateway(CallerGate):
         # person their token was made for), never a join of this one
         self.bearer = bearer
         self.descriptions: dict[str, str] = {}  # tool -> its description, for cards
+        # tool -> what its server says of it (readOnlyHint...): read by rules, never trusted
+        self.annotations: dict[str, dict[str, Any]] = {}
         self._inflight: dict[str, asyncio.Task[Ran[Any] | Refused]] = {}
         # finished here, newest last: callers that join late get the same answer
         self._ran: OrderedDict[str, asyncio.Task[Ran[Any] | Refused]] = OrderedDict()
@@ -240,4 +242,5 @@ class Gateway(CallerGate):
                                                           f"server {self.name}",
         }
         return NewRequest(tool=tool, args=args, requested_by=self.requested_by,
-                          packet=packet, idempotency_key=key)
+                          packet=packet, idempotency_key=key,
+                          annotations=self.annotations.get(tool))

@@ -61,6 +61,7 @@ class Upstream:
         self.name = name
         self.tools: dict[str, types.Tool] = {}
         self.descriptions: dict[str, str] = {}  # tool -> its description, for cards
+        self.annotations: dict[str, dict[str, Any]] = {}  # tool -> its annotations
 
     async def check_rules(self, gateway_source: Source, policy: Any) -> None:
         """Refuse to start on a policy rule that would fail on every call of its tool: each
@@ -80,6 +81,9 @@ class Upstream:
     def _keep(self, tools: Sequence[types.Tool]) -> None:
         for tool in tools:
             self.tools[tool.name] = tool
+            if tool.annotations is not None:
+                self.annotations[tool.name] = tool.annotations.model_dump(
+                    by_alias=True, exclude_none=True, mode="json")
             said = ((tool.description or "")[:1000] + hints(tool)).strip()
             if said:
                 self.descriptions[tool.name] = said
@@ -143,6 +147,7 @@ class Upstream:
             return error_result(f"approvald: invalid arguments for {name}: {problem}. "
                                 "Nothing was asked or executed.")
         gateway.descriptions.update(self.descriptions)
+        gateway.annotations.update(self.annotations)
         started = time.monotonic()
 
         async def waiting(doc: dict[str, Any]) -> None:

@@ -41,6 +41,17 @@ policy = "auto"
 [tools."mcp:*/transfer_money"]
 approvers = ["U_ALICE"]
 ttl = "30m"
+
+[[tools."mcp:*/transfer_money".rules]]   # the server does not say so: still asked
+when = "has(annotations.readOnlyHint) && annotations.readOnlyHint"
+policy = "auto"
+
+[tools."mcp:*/lookup_order"]
+approvers = ["U_ALICE"]
+
+[[tools."mcp:*/lookup_order".rules]]     # the operator trusts this server's read-only hint
+when = "has(annotations.readOnlyHint) && annotations.readOnlyHint"
+policy = "auto"
 """
 
 
@@ -111,6 +122,9 @@ async def test_a_remote_client_is_gated_by_slack_over_streamable_http(
             # an ungated tool answers at once
             said = await c.call_tool("echo", {"text": "hi"})
             assert not said.is_error and text(said) == "hi"
+            # a rule of the operator's reads the server's annotations
+            looked = await c.call_tool("lookup_order", {"order_id": "A-1"})
+            assert not looked.is_error and "shipped" in text(looked)
 
             # a gated one waits for a signed click, then runs once with what was approved
             call = asyncio.create_task(c.call_tool("transfer_money",

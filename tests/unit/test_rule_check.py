@@ -198,3 +198,16 @@ def test_check_rule_is_one_config_error_line() -> None:
     assert str(exc.value).startswith("APPROVALD_POLICY_FILE: p.toml: tools.refund.rules[3]"
                                      ".when: args.cnets: refund has no argument 'cnets' (")
     assert "\n" not in str(exc.value)
+
+
+def test_a_rule_reads_a_servers_annotations_and_a_missing_one_fails_closed() -> None:
+    """Issue 39: MCP tool annotations are visible to rules; a key the server did not send
+    is a missing key (the rule cannot be evaluated: its call is forbidden), never true."""
+    from approvald.runtime.rules import RuleError, holds
+
+    read_only = "has(annotations.readOnlyHint) && annotations.readOnlyHint"
+    assert holds(read_only, "lookup", {}, {"readOnlyHint": True})
+    assert not holds(read_only, "transfer", {}, {"destructiveHint": True})
+    assert not holds(read_only, "deploy", {})  # not an MCP tool: no annotations
+    with pytest.raises(RuleError):
+        holds("annotations.readOnlyHint", "transfer", {}, {})
