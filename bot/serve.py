@@ -362,7 +362,7 @@ def _mcp_gateways(settings: Settings, engine: Engine) -> HttpGateways | None:
         raise ConfigError(f"APPROVALD_MCP_GATEWAYS_FILE needs the MCP SDK: "
                           f"{install_command('mcp')} ({exc})") from None
     return HttpGateways(engine, load(settings.mcp_gateways_file),
-                        slack=settings.slack_configured)
+                        slack=settings.slack_configured, secret=settings.token_secret())
 
 
 async def _listen(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:

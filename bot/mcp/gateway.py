@@ -146,6 +146,13 @@ class Gateway(CallerGate):
             doc = await self._wait(token, doc, waiting, left)
         if doc["status"] != "approved":
             return refusal(doc)
+        return await self.collect(token, tool, doc, forward)
+
+    async def collect(self, token: TokenRecord, tool: str, doc: dict[str, Any],
+                      forward: Forward[T]) -> Ran[T] | Refused:
+        """Run approved request ``doc``'s call here (at most once: a call running or run in
+        this process is joined; one started elsewhere is not run again)."""
+        rid = str(doc["id"])
         task = self._inflight.get(rid) or self._ran.get(rid)
         if task is None:
             if await self._run_status(rid) in FINAL_STATUSES:

@@ -3,7 +3,8 @@
 Each gateway named in ``APPROVALD_MCP_GATEWAYS_FILE`` wraps one MCP server, started by
 ``serve`` (``command``, over stdio) or reached over Streamable HTTP (``url``), and serves its
 tools to remote MCP clients through the SDK's Streamable HTTP transport in stateless mode
-(the 2026-07-28 revision; clients of earlier revisions are served as the SDK allows): no
+(the 2026-07-28 revision, with the Tasks extension: :mod:`bot.mcp.tasks`; clients of earlier
+revisions are served as the SDK allows): no
 session lives in a process, so any replica answers any request. What is listed and how each
 call is gated: :mod:`bot.mcp.upstream`, :mod:`bot.mcp.gateway`.
 
@@ -30,8 +31,9 @@ from typing import Annotated, Any
 import mcp_types as types
 from aiohttp import web
 from approvald.bot.asgi import answer
-from approvald.bot.mcp.gateway import Gateway
+from approvald.bot.mcp.gateway import Gateway, Refused
 from approvald.bot.mcp.proxy import server_environment
+from approvald.bot.mcp.tasks import EXTENSION, TaskIds, TaskParams, Tasks, declared
 from approvald.bot.mcp.upstream import Upstream
 from approvald.runtime import api_tokens
 from approvald.runtime.engine import Engine
@@ -115,11 +117,13 @@ class HttpGateway:
     bearer token (each token's calls are its own, for its person)."""
 
     def __init__(self, engine: Engine, name: str, config: GatewayConfig, *,
-                 slack: bool) -> None:
+                 slack: bool, secret: str | None = None) -> None:
         self.e = engine
         self.name = name
         self.config = config
         self.slack = slack
+        self.secret = secret  # task ids are MACed under it; without one, no Tasks
+        self.tasks: Tasks | None = None
         self.face = f"mcp:{name}"
         self.upstream: Upstream | None = None
         self.manager: StreamableHTTPSessionManager | None = None
@@ -142,6 +146,13 @@ class HttpGateway:
             title=f"{(info.title or info.name) if info else self.name} (gated by approvald)",
             instructions=client.instructions,
             on_list_tools=self._list_tools, on_call_tool=self._call_tool)
+        if self.secret:
+            self.tasks = Tasks(TaskIds(self.secret, self.name), self.upstream)
+            server.extensions[EXTENSION] = {}
+            for method, handler in (("tasks/get", self._task_get),
+                                    ("tasks/update", self._task_update),
+                                    ("tasks/cancel", self._task_cancel)):
+                server.add_request_handler(method, TaskParams, handler)
         self.manager = StreamableHTTPSessionManager(
             server, stateless=True, max_request_body_size=MAX_BODY,
             security_settings=TransportSecuritySettings(
@@ -171,23 +182,58 @@ class HttpGateway:
         assert self.upstream is not None
         return await self.upstream.list_tools(params.cursor if params else None)
 
-    async def _call_tool(self, ctx: ServerRequestContext[Any],
-                         params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def _call_tool(self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+                         ) -> types.CallToolResult:
         assert self.upstream is not None
-        token = getattr(ctx.request, "scope", {}).get(TOKEN_KEY)
-        if not isinstance(token, TokenRecord):  # never: every request is authenticated
-            raise MCPError(types.INVALID_REQUEST, "approvald: no token")
-        return await self.upstream.call(self.gateway_for(token), ctx, params,
-                                        budget=self.config.wait)
+        token = _token(ctx)
+        gateway = self.gateway_for(token)
+        tasks = self.tasks
+        if tasks is not None and declared(ctx):  # a task at once, polled until decided
+            async def task(pending: Refused) -> dict[str, Any]:
+                return await tasks.created(gateway, token, pending)
+            made = await self.upstream.call(gateway, ctx, params, budget=0, on_pending=task)
+        else:
+            made = await self.upstream.call(gateway, ctx, params, budget=self.config.wait)
+        # a CreateTaskResult is a dict the SDK passes through as an extension's result
+        return made  # type: ignore[return-value]
+
+    def _tasks(self) -> Tasks:
+        if self.tasks is None:
+            raise MCPError(types.METHOD_NOT_FOUND, "Tasks are off (no APPROVALD_SECRET)")
+        return self.tasks
+
+    async def _task_get(self, ctx: ServerRequestContext[Any],
+                        params: TaskParams) -> dict[str, Any]:
+        token = _token(ctx)
+        return await self._tasks().get(self.gateway_for(token), token, params)
+
+    async def _task_update(self, ctx: ServerRequestContext[Any],
+                           params: TaskParams) -> dict[str, Any]:
+        token = _token(ctx)
+        return await self._tasks().update(self.gateway_for(token), token, params)
+
+    async def _task_cancel(self, ctx: ServerRequestContext[Any],
+                           params: TaskParams) -> dict[str, Any]:
+        token = _token(ctx)
+        return await self._tasks().cancel(self.gateway_for(token), token, params)
+
+
+def _token(ctx: ServerRequestContext[Any]) -> TokenRecord:
+    """The bearer token the request was authenticated with (serve's handler put it in the
+    ASGI scope before the SDK saw the request)."""
+    token = getattr(ctx.request, "scope", {}).get(TOKEN_KEY)
+    if not isinstance(token, TokenRecord):  # never: every request is authenticated
+        raise MCPError(types.INVALID_REQUEST, "approvald: no token")
+    return token
 
 
 class HttpGateways:
     """What ``serve`` mounts: ``/mcp/<name>`` for each configured gateway."""
 
     def __init__(self, engine: Engine, configs: dict[str, GatewayConfig], *,
-                 slack: bool) -> None:
+                 slack: bool, secret: str | None = None) -> None:
         self.e = engine
-        self.gateways = {name: HttpGateway(engine, name, c, slack=slack)
+        self.gateways = {name: HttpGateway(engine, name, c, slack=slack, secret=secret)
                          for name, c in configs.items()}
         self._stack = contextlib.AsyncExitStack()
 

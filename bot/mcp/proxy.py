@@ -88,4 +88,6 @@ class Proxy:
     async def _call_tool(self, ctx: ServerRequestContext[Any],
                          params: types.CallToolRequestParams) -> types.CallToolResult:
         assert self.upstream is not None
-        return await self.upstream.call(self.gateway, ctx, params)
+        result = await self.upstream.call(self.gateway, ctx, params)
+        assert isinstance(result, types.CallToolResult)  # no on_pending: never a task
+        return result

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import mcp_types as types
@@ -27,6 +27,8 @@ from mcp import Client, MCPError
 from mcp.server.context import ServerRequestContext
 
 log = logging.getLogger("approvald.mcp")
+# what a call still waiting for its decision at its budget is answered with instead
+OnPending = Callable[[Refused], Awaitable[dict[str, Any]]]
 
 
 def error_result(text: str) -> types.CallToolResult:
@@ -133,11 +135,12 @@ class Upstream:
         return forward
 
     async def call(self, gateway: Gateway, ctx: ServerRequestContext[Any],
-                   params: types.CallToolRequestParams, *,
-                   budget: float | None = None) -> types.CallToolResult:
+                   params: types.CallToolRequestParams, *, budget: float | None = None,
+                   on_pending: OnPending | None = None) -> types.CallToolResult | dict[str, Any]:
         """One ``tools/call``, gated by ``gateway`` (``budget``: seconds it waits for a
         decision before answering with a tool error naming the request, which the same
-        call made again joins; None, until decided)."""
+        call made again joins, or with what ``on_pending`` makes of it; None, until
+        decided)."""
         name, args = params.name, dict(params.arguments or {})
         tool = await self.tool(name)
         if tool is None:
@@ -165,6 +168,8 @@ class Upstream:
                                 "If it had started, its outcome is unknown and it will not "
                                 "be run again.")
         if isinstance(outcome, Refused):
+            if outcome.status == "pending" and on_pending is not None:
+                return await on_pending(outcome)
             return error_result(outcome.message)
         result: types.CallToolResult = outcome.value
         return result

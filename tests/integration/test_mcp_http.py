@@ -231,6 +231,19 @@ async def test_two_replicas_answer_one_client_in_turn(
                     await approve_in_slack(h, await request_of(h))
             assert [a.is_error for a in answers] == [True, True, False, True]
             assert transfers(ledger) == [{**args, "memo": ""}]
+            await approve_in_slack(h, await request_of(h))  # the fourth call's request
+
+            # a task made on one replica is polled, and its call run, on the other
+            async with aiohttp.ClientSession() as http:
+                made = await rpc(http, urls[0], bearer, "tools/call", {
+                    "name": "transfer_money", "arguments": {"to": "ACME", "cents": 301}})
+                tid = made["result"]["taskId"]
+                await approve_in_slack(h, await request_of(h))
+                done = await rpc(http, urls[1], bearer, "tasks/get", {"taskId": tid})
+                assert done["result"]["status"] == "completed", done
+                assert (await rpc(http, urls[0], bearer, "tasks/get", {"taskId": tid})
+                        )["result"]["result"] == done["result"]["result"]
+            assert [t["cents"] for t in transfers(ledger)] == [300, 301]
         finally:
             await second.stop()
             await db.close()
@@ -256,3 +269,101 @@ async def test_the_guides_client_example_runs_as_written(
         assert proc.returncode == 0, err.decode()
         lines = out.decode().splitlines()
         assert "transfer_money" in lines[0] and lines[1] == "hello through approvald"
+
+
+# -- the Tasks extension, spoken as a 2026-07-28 client does (one POST per request) -------
+
+TASKS = "io.modelcontextprotocol/tasks"
+
+
+async def rpc(http: aiohttp.ClientSession, target: str, bearer: str, method: str,
+              params: dict[str, Any], *, tasks: bool = True) -> dict[str, Any]:
+    """One JSON-RPC request; its response (read from JSON or from the event stream)."""
+    caps: dict[str, Any] = {"extensions": {TASKS: {}}} if tasks else {}
+    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "test", "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": caps}
+    headers = {"Authorization": f"Bearer {bearer}", "Content-Type": "application/json",
+               "Accept": "application/json, text/event-stream",
+               "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": method}
+    name = params.get("taskId") or params.get("name")
+    if name:
+        headers["Mcp-Name"] = str(name)
+    body = {"jsonrpc": "2.0", "id": 7, "method": method, "params": {**params, "_meta": meta}}
+    async with http.post(target, json=body, headers=headers) as resp:
+        raw = await resp.text()
+        assert resp.status < 500, raw
+        if resp.content_type == "text/event-stream":
+            for line in raw.splitlines():
+                if line.startswith("data:") and '"id":7' in line.replace(" ", ""):
+                    found: dict[str, Any] = json.loads(line[5:])
+                    return found
+            raise AssertionError(f"no response in the stream: {raw[:500]}")
+        answer: dict[str, Any] = json.loads(raw)
+        return answer
+
+
+async def test_a_client_with_tasks_gets_a_task_that_completes_after_the_click(
+        db_url: str, tmp_path: Path, ledger: Path) -> None:
+    async with harness(db_url, tmp_path, background=False, **files(tmp_path)) as h, \
+            aiohttp.ClientSession() as http:
+        dana = await token(h, "dana-agent", face="mcp:bank", requested_by="U_DANA")
+        mallory = await token(h, "mallory-agent", face="mcp:bank", requested_by="U_MALLORY")
+        target = url(h.service, "bank")
+        discovered = await rpc(http, target, dana, "server/discover", {})
+        assert TASKS in discovered["result"]["capabilities"]["extensions"], discovered
+        # an ungated call is answered as usual, even to a client with Tasks
+        echo = await rpc(http, target, dana, "tools/call",
+                         {"name": "echo", "arguments": {"text": "hi"}})
+        assert echo["result"]["content"][0]["text"] == "hi"
+
+        made = await rpc(http, target, dana, "tools/call",
+                         {"name": "transfer_money", "arguments": {"to": "ACME", "cents": 400}})
+        task = made["result"]
+        assert (task["resultType"], task["status"]) == ("task", "working"), made
+        assert "waiting for approval" in task["statusMessage"] and task["ttlMs"] > 0
+        rid = await request_of(h)
+        assert task["taskId"].startswith(rid + ".")
+        polled = await rpc(http, target, dana, "tasks/get", {"taskId": task["taskId"]})
+        assert polled["result"]["status"] == "working" and transfers(ledger) == []
+        # another token cannot see it, nor make up a task id
+        for other, tid in ((mallory, task["taskId"]), (dana, rid + "." + "0" * 32)):
+            refused = await rpc(http, target, other, "tasks/get", {"taskId": tid})
+            assert "error" in refused, refused
+
+        await approve_in_slack(h, rid)
+        done = await rpc(http, target, dana, "tasks/get", {"taskId": task["taskId"]})
+        assert done["result"]["status"] == "completed", done
+        assert done["result"]["result"]["isError"] is False
+        assert transfers(ledger) == [{"to": "ACME", "cents": 400, "memo": ""}]
+        again = await rpc(http, target, dana, "tasks/get", {"taskId": task["taskId"]})
+        assert again["result"]["result"] == done["result"]["result"]  # recorded: not re-run
+        assert len(transfers(ledger)) == 1
+
+        # denied: completed, with the reason as a tool error; cancelled: cancelled
+        made = await rpc(http, target, dana, "tools/call",
+                         {"name": "transfer_money", "arguments": {"to": "EVIL", "cents": 1}})
+        await deny_in_slack(h, await request_of(h), "not a vendor")
+        denied = await rpc(http, target, dana, "tasks/get", {"taskId": made["result"]["taskId"]})
+        assert denied["result"]["status"] == "completed"
+        assert denied["result"]["result"]["isError"] is True
+        assert "not a vendor" in denied["result"]["result"]["content"][0]["text"]
+        made = await rpc(http, target, dana, "tools/call",
+                         {"name": "transfer_money", "arguments": {"to": "X", "cents": 2}})
+        tid = made["result"]["taskId"]
+        assert (await rpc(http, target, dana, "tasks/cancel", {"taskId": tid}))["result"] \
+            .get("resultType") == "complete"
+        cancelled = await rpc(http, target, dana, "tasks/get", {"taskId": tid})
+        assert cancelled["result"]["status"] == "cancelled", cancelled
+        assert len(transfers(ledger)) == 1
+
+        # a client without the extension waits (this gateway: up to 30 s) as before
+        waiting = asyncio.create_task(rpc(
+            http, target, dana, "tools/call",
+            {"name": "transfer_money", "arguments": {"to": "ACME", "cents": 401}},
+            tasks=False))
+        await approve_in_slack(h, await request_of(h))
+        plain = await asyncio.wait_for(waiting, 30)
+        assert plain["result"]["isError"] is False
+        assert plain["result"].get("resultType", "complete") == "complete"
+        assert len(transfers(ledger)) == 2
