@@ -733,24 +733,71 @@ class _Where:
     def __init__(self, fn: Callable[..., Any]) -> None:
         self.globals = fn.__globals__
         self.params = {k: v for k, v in _hints(fn).items() if k != "return"}
+        try:  # what the function assigns to plain names, typed as asked (``w = f(a)``)
+            self.assigned = _locals(fn)
+        except (OSError, TypeError):
+            self.assigned = {}
+        self._seen: set[str] = set()
 
     def looping(self, comp: ast.ListComp) -> _Where:
         """The names of a comprehension's loop too (``for a in approvals``: an item)."""
         inner = object.__new__(_Where)
         inner.globals, inner.params = self.globals, dict(self.params)
+        inner.assigned, inner._seen = self.assigned, set()
         for gen in comp.generators:
-            hint = None
-            if isinstance(gen.iter, ast.Name):
-                hint = self.params.get(gen.iter.id)
-            elif isinstance(gen.iter, ast.Attribute) and isinstance(gen.iter.value, ast.Name):
-                owner = self.params.get(gen.iter.value.id)
-                hint = _hints(owner).get(gen.iter.attr) if owner is not None else None
+            hint = inner.hint_of(gen.iter)
             args = typing.get_args(hint)
             if isinstance(gen.target, ast.Name) and args:
                 inner.params[gen.target.id] = args[0]
         return inner
 
+    def hint_of(self, node: ast.AST) -> Any:
+        """The Python type an expression has, as far as its names' hints tell (None: not
+        known): a parameter, an attribute of a typed value, what a typed function or
+        method returns (``api_tokens.token_tools(t)``, ``Policy.from_snapshot(x).rule``)."""
+        if isinstance(node, ast.Await):
+            return self.hint_of(node.value)
+        if isinstance(node, ast.Name):
+            found = self.params.get(node.id)
+            if found is None and node.id in self.assigned and node.id not in self._seen:
+                self._seen.add(node.id)  # (a name assigned from itself is not followed)
+                try:
+                    found = self.hint_of(self.assigned[node.id])
+                finally:
+                    self._seen.discard(node.id)
+            return found
+        if isinstance(node, ast.Attribute):
+            owner = self.hint_of(node.value)
+            if owner is None or not isinstance(owner, type):
+                return None
+            hint = _hints(owner).get(node.attr)
+            prop = getattr(owner, node.attr, None)
+            if hint is None and isinstance(prop, property) and prop.fget is not None:
+                hint = _hints(prop.fget).get("return")
+            return hint
+        if isinstance(node, ast.Call):
+            if isinstance(node.func, ast.Attribute) and \
+                    isinstance(owner := self.hint_of(node.func.value), type):
+                method = getattr(owner, node.func.attr, None)
+            else:
+                name = ast.unparse(node.func)
+                head, _, tail = name.partition(".")
+                method = self.globals.get(head)
+                for part in tail.split(".") if tail else []:
+                    method = getattr(method, part, None)
+            if name_is_json_loads(node):
+                return Any
+            hint = _hints(method).get("return") if callable(method) else None
+            if hint is typing.Self or getattr(hint, "__name__", "") == "Self":
+                owner = getattr(method, "__self__", None)  # a classmethod's class
+                return owner if isinstance(owner, type) else None
+            return hint
+        return None
+
     def type_of(self, node: ast.AST) -> str | None:
+        hint = self.hint_of(node)
+        if hint is not None:
+            return json_type(hint)
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
             cls = self.params.get(node.value.id)
             if cls is not None:
@@ -768,6 +815,10 @@ class _Where:
             if hint is not None:
                 return json_type(hint)
         return None
+
+
+def name_is_json_loads(node: ast.Call) -> bool:
+    return ast.unparse(node.func) in ("json.loads", "loads")
 
 
 def _value_words(node: ast.AST, where: _Where) -> str:
@@ -788,6 +839,10 @@ def _value_words(node: ast.AST, where: _Where) -> str:
         return "boolean"
     if isinstance(node, ast.DictComp):
         return "object"
+    if isinstance(node, ast.ListComp):
+        inner_type = where.looping(node).type_of(node.elt)
+        if inner_type is not None:
+            return f"list of {inner_type}"
     said = where.type_of(node)
     if said is None and isinstance(node, ast.IfExp) and ast.unparse(node.orelse) == "None":
         inner = where.type_of(node.body)
