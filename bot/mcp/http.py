@@ -137,7 +137,15 @@ class HttpGateway:
         target: StdioServerParameters | str = (
             StdioServerParameters(command=c.command[0], args=c.command[1:],
                                   env=server_environment()) if c.command else str(c.url))
-        client = await stack.enter_async_context(Client(target, cache=None))
+        try:
+            client = await stack.enter_async_context(Client(target, cache=None))
+        except Exception as exc:  # one line that names the gateway, not a task group's dump
+            first: BaseException = exc
+            while isinstance(first, BaseExceptionGroup) and first.exceptions:
+                first = first.exceptions[0]
+            raise ConfigError(f"APPROVALD_MCP_GATEWAYS_FILE: gateway {self.name}: cannot "
+                              f"reach its MCP server ({c.server()}): "
+                              f"{type(first).__name__}: {first}") from None
         self.upstream = Upstream(client, self.name)
         await self.upstream.check_rules(Source("mcp", self.name), self.e.registry.policy)
         info = client.server_info

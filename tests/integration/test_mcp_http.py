@@ -367,3 +367,20 @@ async def test_a_client_with_tasks_gets_a_task_that_completes_after_the_click(
         assert plain["result"]["isError"] is False
         assert plain["result"].get("resultType", "complete") == "complete"
         assert len(transfers(ledger)) == 2
+
+
+async def test_a_gateway_whose_server_cannot_be_reached_stops_serve_saying_which(
+        sqlite_url: str, tmp_path: Path) -> None:
+    from approvald.runtime.errors import ConfigError
+
+    (tmp_path / "gateways.toml").write_text(
+        '[gateways.files]\ncommand = ["/nonexistent/mcp-server"]\n')
+    with pytest.raises(ConfigError, match="gateway files: cannot reach its MCP server"):
+        async with harness(sqlite_url, tmp_path, background=False,
+                           APPROVALD_MCP_GATEWAYS_FILE=str(tmp_path / "gateways.toml")):
+            pass
+    (tmp_path / "gateways.toml").write_text('[gateways.files]\nurl = "ftp://x"\n')
+    with pytest.raises(ConfigError, match=r"gateways\.files\.url"):
+        async with harness(sqlite_url, tmp_path, background=False,
+                           APPROVALD_MCP_GATEWAYS_FILE=str(tmp_path / "gateways.toml")):
+            pass
