@@ -113,8 +113,8 @@ def test_an_edit_that_crosses_a_band_is_refused(cli: Cli, cents: int, refused: s
      "tools.issue_refund.rules[0].when: not a valid CEL expression: at 1:20: Syntax error: "
      "extraneous input '>'"),
     ('when = "amount_cents > 1"\npolicy = "auto"',
-     "tools.issue_refund.rules[0].when: unknown name amount_cents (a condition sees args "
-     "and tool)"),
+     "tools.issue_refund.rules[0].when: unknown name amount_cents (a condition sees args, "
+     "tool and annotations)"),
     ('when = "args.amount_cents > 1"\nreason = "no"',
      "tools.issue_refund.rules[0]: reason goes with policy = 'forbidden'"),
     ('when = "args.amount_cents > 1"\napprovers = ["U_BOB"]\nquorum = 2',
