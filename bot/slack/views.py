@@ -54,6 +54,7 @@ from approvald.bot.slack.cards import (
     editable_text,
     impact_line,
     json_object,
+    masked,
     parse_value,
     recent_line,
     scope_text,
@@ -85,7 +86,7 @@ from approvald.bot.slack.mrkdwn import (
     who,
 )
 from approvald.runtime.batch import MAX_BATCH, BatchVerdict, Outcome
-from approvald.runtime.packet import will_run
+from approvald.runtime.packet import sensitive_paths, will_run
 from approvald.runtime.rules import MAX_EXPRESSION, RuleError, holds
 from approvald.store.records import ApprovalRecord
 from approvald.store.repos.standing import StandingRecord
@@ -169,8 +170,10 @@ def args_modal(a: ApprovalRecord) -> dict[str, Any]:
     The JSON is split over as many sections as needed, up to Slack's 100 blocks; what still
     does not fit is counted in a last line pointing at the CLI.
     """
-    parts = [(T.SECTION_EDITED, args_text(a.edited_args)), (T.SECTION_ARGS_ORIGINAL,
-             args_text(a.args))] if a.edited_args is not None else [(None, args_text(a.args))]
+    hide = sensitive_paths(a)
+    parts = [(T.SECTION_EDITED, args_text(a.edited_args, sensitive=hide)),
+             (T.SECTION_ARGS_ORIGINAL, args_text(a.args, sensitive=hide))] \
+        if a.edited_args is not None else [(None, args_text(a.args, sensitive=hide))]
     total = len(parts[0][1])
     blocks: list[Block] = [section(T.MODAL_ARGS_INTRO.format(
         tool=code_span(a.tool, 80), id=code_span(a.id, 64), n=total))]
@@ -248,13 +251,15 @@ def edit_modal(a: ApprovalRecord, token: str, channel: str | None,
     w = will_run(a)
     text = editable_text(a)
     if text is None:
-        size = units(args_text(w.args, indent=None))
+        size = units(args_text(w.args, indent=None, sensitive=w.sensitive))
         blocks: list[Block] = [section(T.MODAL_EDIT_TOO_BIG.format(
             n=size, limit=INPUT_MAX, id=code_span(a.id, 64)))]
         return _modal(T.MODAL_EDIT_TITLE, blocks, metadata=metadata)
     propose = json_object(a.policy).get("edits") == "propose"
     intro = (T.MODAL_PROPOSE_INTRO if propose else T.MODAL_EDIT_INTRO).format(
         tool=code_span(a.tool, 80))
+    if masked(a):
+        intro += "\n" + T.MODAL_EDIT_MASKED
     impact = impact_line(w, 500)  # of the arguments the box starts with
     blocks = [
         section(intro + ("\n" + impact if impact else "")),
@@ -354,7 +359,8 @@ def _label(a: ApprovalRecord | None, approval_id: str) -> str:
     if a is None:
         return T.BATCH_LABEL_UNKNOWN.format(id=code_span(approval_id, 64))
     return T.BATCH_LABEL.format(tool=code_span(a.tool, 80), id=code_span(a.id[:8], 8),
-                                args=code_span(args_text(will_run(a).args, indent=None), 80))
+                                args=code_span(args_text(will_run(a).args, indent=None,
+                                                          sensitive=sensitive_paths(a)), 80))
 
 
 def _pack(lines: Sequence[str], *, most: int) -> list[str]:
@@ -530,7 +536,8 @@ def _option(a: ApprovalRecord | None, approval_id: str, value: str) -> Option:
         return Option(text=md(code_span(approval_id, OPTION_TEXT_MAX)), value=value)
     tool = clip(a.tool, 30)
     room = OPTION_TEXT_MAX - units(tool) - 3  # a space and the span's backticks
-    args = code_span(args_text(will_run(a).args, indent=None), room)
+    args = code_span(args_text(will_run(a).args, indent=None, sensitive=sensitive_paths(a)),
+                     room)
     note = T.MODAL_BATCH_ITEM_NOTE.format(id=a.id[:8], who=who(a.requested_by))
     return Option(text=md(f"{tool} `{args}`"), value=value,
                   description=md(safe_cut(note, OPTION_TEXT_MAX)))
@@ -655,7 +662,7 @@ def standing_modal(a: ApprovalRecord, token: str, channel: str | None,
     metadata = modal_metadata(a.id, token, channel, ts)
     args = a.effective_args()
     w = will_run(a)
-    code, _ = code_block(args_text(w.args, indent=None), 600)
+    code, _ = code_block(args_text(w.args, indent=None, sensitive=w.sensitive), 600)
     impact = impact_line(w, 500)
     blocks: list[Block] = [section(T.MODAL_STANDING_INTRO.format(tool=code_span(a.tool, 80))
                                    + "\n" + code + ("\n" + impact if impact else ""))]
