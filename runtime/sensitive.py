@@ -284,7 +284,7 @@ def is_masked(args: Any, sensitive_paths: Iterable[str] = (),
 # where a record (an audit entry's details, a webhook, an API document) holds a call's
 # arguments, under which its sensitive paths apply
 ARGS_KEYS: tuple[str, ...] = ("args", "arguments", "edited_args", "effective_args",
-                              "scope_value.values")
+                              "previous_args", "original_args", "scope_value.values")
 
 
 def masked_details(details: Mapping[str, Any], sensitive_paths: Iterable[str] = (),

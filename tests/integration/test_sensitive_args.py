@@ -20,19 +20,26 @@ from typing import Any
 import pytest
 from approvald.bot import trace_view
 from approvald.bot.slack import cards
-from approvald.runtime import audit, sensitive
+from approvald.runtime import sensitive
 from approvald.runtime.agent import Agent
 from approvald.runtime.models.base import ModelReply, Transcript
 from approvald.runtime.models.scripted import ScriptedModel, assistant_turns, reply
 from approvald.runtime.state import ToolMessage
 from approvald.runtime.tools import tool
 from approvald.runtime.trace import load_trace
+from approvald.runtime.tracing import OtelTracer
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from tests.helpers import make_cli
 from tests.integration.slack_harness import CHANNEL, OPS, Harness, harness, wait_for
 
 CARD = "4242 4242 4242 4242"
-# eight digits of the card in a row, however they are spelt (spaces, dashes, none)
-DIGITS = re.compile(r"4242[ -]?4242")
+# eight digits of the card in a row, however they are spelt (spaces, dashes, none), and the
+# authorisation code the tool declares sensitive, which no detector would recognise
+DIGITS = re.compile(r"4242[ -]?4242|ZQX-7731")
+AUTH = "AUTH-ZQX-7731"
 KEY = "sk_live_51HqLyjWDarjtT1zdp7dc9f2a"
 
 
@@ -40,12 +47,15 @@ def card_agent(received: list[dict[str, Any]]) -> Agent:
     """Refunds the order its task names to the card on file, which it is handed in the
     call's arguments (the card number is declared sensitive by the tool)."""
 
-    @tool(permission="execute", sensitive=["card_number"],
+    @tool(permission="execute", sensitive=["card_number", "auth.*"],
           impact=lambda a: f"${a['amount_cents'] / 100:.2f} back to card {a['card_number']}")
-    async def refund_card(order_id: str, amount_cents: int, card_number: str) -> dict[str, Any]:
+    async def refund_card(order_id: str, amount_cents: int, card_number: str,
+                          auth: dict[str, str]) -> dict[str, Any]:
         """Refund an order to a card."""
         received.append({"order_id": order_id, "amount_cents": amount_cents,
-                         "card_number": card_number})
+                         "card_number": card_number, "auth": auth})
+        if order_id == "A-4":  # a failure whose message quotes the card
+            raise ValueError(f"card {card_number} declined")
         return {"refunded": amount_cents, "card": card_number}  # echoes it: results too
 
     def script(messages: Transcript) -> ModelReply:
@@ -55,7 +65,7 @@ def card_agent(received: list[dict[str, Any]]) -> Agent:
         if turn == 0:
             return reply(f"Refunding {order} to card {CARD}.",
                          ("refund_card", {"order_id": order, "amount_cents": 4200,
-                                          "card_number": CARD}))
+                                          "card_number": CARD, "auth": {"code": AUTH}}))
         last = messages[-1]
         said = last.content if isinstance(last, ToolMessage) else None
         return reply(f"Finished: {json.dumps(said)}", turn=turn)
@@ -97,10 +107,14 @@ async def test_a_card_number_never_reaches_slack_logs_traces_or_the_audit_export
         sqlite_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
     received: list[dict[str, Any]] = []
-    async with harness(sqlite_url, tmp_path) as h:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(shutdown_on_exit=False)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    async with harness(sqlite_url, tmp_path, tracer=OtelTracer(provider)) as h:
         h.engine.registry.add(card_agent(received))
         runs = {}
-        for order, how in (("A-1", "approve"), ("A-2", "edit"), ("A-3", "deny")):
+        for order, how in (("A-1", "approve"), ("A-2", "edit"), ("A-3", "deny"),
+                           ("A-4", "fail")):
             paused = await h.pause_refund(agent="card-refund", task=f"Refund {order} please")
             [aid] = paused.approval_ids
             card = await h.card(aid)
@@ -108,7 +122,7 @@ async def test_a_card_number_never_reaches_slack_logs_traces_or_the_audit_export
             assert "•••• 4242" in json.dumps(card, ensure_ascii=False)
             assert cards.masked(await h.approval(aid))
             a = await h.approval(aid)
-            if how == "approve":
+            if how in ("approve", "fail"):
                 await h.slack.click(cards.APPROVE, h.value(a), user_id="U_ALICE",
                                     channel_id=CHANNEL, message_ts=a.message_ts)
             elif how == "edit":
@@ -119,6 +133,8 @@ async def test_a_card_number_never_reaches_slack_logs_traces_or_the_audit_export
                 box = next(b for b in modal["blocks"] if b.get("block_id") == cards.ARGS_BLOCK)
                 shown = json.loads(box["element"]["initial_value"])
                 assert shown["card_number"] == "•••• 4242"
+                assert shown["auth"] == {"code": "[masked]"}
+                assert "Sensitive values are shown masked" in json.dumps(modal)
                 # the approver changes the amount and leaves the masked card as shown
                 edited = {**shown, "amount_cents": 2000}
                 resp = await h.slack.submit_view(
@@ -139,9 +155,13 @@ async def test_a_card_number_never_reaches_slack_logs_traces_or_the_audit_export
             runs[how] = (paused.run_id, aid)
 
         # the tool received the real card, once per approved call; the edit kept it
+        real = {"card_number": CARD, "auth": {"code": AUTH}}
         assert received == [
-            {"order_id": "A-1", "amount_cents": 4200, "card_number": CARD},
-            {"order_id": "A-2", "amount_cents": 2000, "card_number": CARD}]
+            {"order_id": "A-1", "amount_cents": 4200, **real},
+            {"order_id": "A-2", "amount_cents": 2000, **real},
+            {"order_id": "A-4", "amount_cents": 4200, **real}]
+        failed = await h.run(runs["fail"][0])
+        assert "declined" in (failed.result or "") and CARD in failed.result  # as stored
         edited = await h.approval(runs["edit"][1])
         assert edited.status == "approved" and edited.effective_args()["card_number"] == CARD
 
@@ -157,10 +177,25 @@ async def test_a_card_number_never_reaches_slack_logs_traces_or_the_audit_export
             for shown in (trace_view.text(trace), trace_view.html(trace),
                           trace.to_document()):
                 assert not leaks(shown), leaks(shown)
-        exported = "".join([c async for c in audit.export(h.engine.db)])
+        spans = [{"name": x.name, "attributes": dict(x.attributes or {}),
+                  "events": [dict(e.attributes or {}) for e in x.events]}
+                 for x in exporter.get_finished_spans()]
+        assert any(x["name"] == "tool.call" for x in spans)
+        assert not leaks(spans), leaks(spans)
+
+        # `approvald audit export`: masked; with --reveal, as recorded, and audited
+        cli = make_cli(sqlite_url, tmp_path, in_process=True)
+        exported = cli.ok("audit", "export")
         assert "requested" in exported and not leaks(exported), leaks(exported)
-        revealed = "".join([c async for c in audit.export(h.engine.db, reveal=True)])
-        assert leaks(revealed)  # what was recorded is there, for whoever may reveal it
+        assert "•••• 4242" in exported
+        assert not leaks(cli.ok("audit", "export", "--format", "csv"))
+        assert "revealed" not in exported
+        revealed = cli.ok("audit", "export", "--reveal")
+        assert CARD in revealed and AUTH in revealed
+        [entry] = [json.loads(x) for x in cli.ok("audit", "export").splitlines()
+                   if json.loads(x)["action"] == "revealed"]
+        assert entry["actor"].startswith("cli:") and entry["details"]["what"] == "audit export"
+    provider.shutdown()
     logged = "\n".join(r.getMessage() for r in caplog.records)
     assert len(caplog.records) > 10  # slack_sdk, aiohttp, approvald: logs were taken
     assert not leaks(logged), leaks(logged)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -173,3 +174,27 @@ sensitive = ["args.order_id"]
 def test_a_sensitive_path_in_the_policy_file_is_checked_at_load(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"tools\.refund\.sensitive: .*starts with 'args\.'"):
         _policy(tmp_path, '[tools.refund]\nsensitive = ["card_number"]\n')
+
+
+def test_an_error_recorded_on_an_opentelemetry_span_has_its_secrets_masked() -> None:
+    from approvald.runtime.tracing import OtelTracer
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(shutdown_on_exit=False)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = OtelTracer(provider)
+    with pytest.raises(ValueError), tracer.span("tool.call", tool="refund", note=f"card {CARD}"):
+        raise ValueError(f"card {CARD} declined")
+    with tracer.steps("run-1") as steps:
+        steps.next(step=1)
+        steps.close(RuntimeError(f"key {KEY} refused"))
+    provider.shutdown()
+    spans = exporter.get_finished_spans()
+    shown = json.dumps([[dict(s.attributes or {}), [dict(e.attributes or {}) for e in s.events]]
+                        for s in spans], ensure_ascii=False)
+    assert "card •••• 4242 declined" in shown and "sk_live_…9f2a refused" in shown
+    assert not DIGITS.search(shown) and KEY not in shown
+    assert [s.status.description for s in spans] == ["ValueError", "RuntimeError"]
