@@ -183,8 +183,17 @@ async def test_a_card_number_never_reaches_slack_logs_traces_or_the_audit_export
         assert any(x["name"] == "tool.call" for x in spans)
         assert not leaks(spans), leaks(spans)
 
-        # `approvald audit export`: masked; with --reveal, as recorded, and audited
+        # what the command line shows of requests and runs: masked as on the cards
         cli = make_cli(sqlite_url, tmp_path, in_process=True)
+        for run_id, aid in runs.values():
+            for shown in (cli.ok("approvals", "show", aid), cli.ok("runs", "show", run_id),
+                          cli.json("approvals", "show", aid, "--json"),
+                          cli.json("runs", "show", run_id, "--json")):
+                assert not leaks(shown), leaks(shown)
+        listed = cli.ok("approvals", "list", "--status", "approved")
+        assert "•••• 4242" in listed and not leaks(listed)
+
+        # `approvald audit export`: masked; with --reveal, as recorded, and audited
         exported = cli.ok("audit", "export")
         assert "requested" in exported and not leaks(exported), leaks(exported)
         assert "•••• 4242" in exported
