@@ -293,6 +293,15 @@ def masked_details(details: Mapping[str, Any], sensitive_paths: Iterable[str] = 
     under each of :data:`ARGS_KEYS`, and what the detectors find anywhere."""
     paths = [f"{key}.{p}" for p in sensitive_paths for key in ARGS_KEYS]
     masked: dict[str, Any] = mask_args(details, paths, detectors)
+    scope = masked.get("scope_value")
+    if isinstance(masked.get("scope"), str) and scope != details.get("scope_value"):
+        # a standing approval's scope in words quotes its values: told again, masked
+        from approvald.runtime.scope import Scope  # (scope -> rules -> … -> here)
+
+        try:
+            masked["scope"] = Scope.model_validate(scope).describe()
+        except ValueError:
+            masked["scope"] = mask_text(masked["scope"], detectors)
     return masked
 
 

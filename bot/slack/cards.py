@@ -321,9 +321,10 @@ def _compact(value: Any) -> str:
                                    default=str))
 
 
-def scope_text(s: StandingRecord, *, here: bool = False) -> str:
+def scope_text(s: StandingRecord, *, here: bool = False, sensitive: Sequence[str] = ()) -> str:
     """What a standing approval covers, in words, agent-written values escaped and cut
-    (``here``: on the card of the request it was granted on, "this exact call")."""
+    (``here``: on the card of the request it was granted on, "this exact call"), values
+    under the ``sensitive`` paths of its tool's arguments masked."""
     try:
         scope = Scope.model_validate_json(s.scope)
     except ValueError:
@@ -331,11 +332,12 @@ def scope_text(s: StandingRecord, *, here: bool = False) -> str:
     if scope.kind == "exact":
         if here:
             return T.STANDING_SCOPE_EXACT_HERE
-        return T.STANDING_SCOPE_EXACT.format(args=f"`{code_span(_compact(scope.values), 200)}`")
+        return T.STANDING_SCOPE_EXACT.format(
+            args=f"`{code_span(_compact(mask_args(scope.values, sensitive)), 200)}`")
     if scope.kind == "fields":
         pairs = [T.STANDING_SCOPE_PAIR.format(name=f"`{code_span(k, 60)}`",
                                               value=f"`{code_span(_compact(v), 80)}`")
-                 for k, v in list(scope.values.items())[:10]]
+                 for k, v in list(mask_args(scope.values, sensitive).items())[:10]]
         return T.STANDING_SCOPE_FIELDS.format(pairs=", ".join(pairs))
     return T.STANDING_SCOPE_CONDITION.format(when=f"`{code_span(scope.when or '', 400)}`")
 
@@ -347,13 +349,15 @@ def _grants(s: StandingRecord) -> list[str]:
         return []
 
 
-def standing_lines(s: StandingRecord, *, now: datetime, here: bool = True) -> str:
+def standing_lines(s: StandingRecord, *, now: datetime, here: bool = True,
+                   sensitive: Sequence[str] = ()) -> str:
     """A standing approval as its card tells it: who granted it, for how long, what it
     covers, and where it stands now (grants for a quorum, uses, revoked or over)."""
     grants = _grants(s)
     text = T.STANDING_ON_CARD.format(
         id=code_span(s.id, 64), who=", ".join(who(g) for g in grants[:10]) or "—",
-        window=duration(s.expires_at - s.created_at), scope=scope_text(s, here=here))
+        window=duration(s.expires_at - s.created_at),
+        scope=scope_text(s, here=here, sensitive=sensitive))
     state = s.state(now)
     until = slack_date(s.expires_at, T.DATE_AT)
     if state == "proposed":
@@ -608,7 +612,8 @@ def approval_card(a: ApprovalRecord, *, token: str | None, now: datetime,
     if not live:
         blocks.append(section(_decision(a, votes, superseded_by)))
     if standing and a.kind == "tool_call":
-        lines = "\n".join(standing_lines(x, now=now) for x in standing[:3])
+        lines = "\n".join(standing_lines(x, now=now, sensitive=w.sensitive)
+                           for x in standing[:3])
         blocks.append(section(lines))
     blocks.append(context(_context(a, votes, now, supersedes_url)))
     if live and token is not None:

@@ -459,7 +459,11 @@ class Handlers:
         items = []
         for s in await self.e.standing.listing(live_only=True):
             if await self.e.standing.may_revoke(s, user):
-                items.append(views.HomeStanding(s, await self.e.standing.may_grant(s, user)))
+                async with self.e.db.read() as tx:
+                    granted_on = await tx.approvals.get(s.granted_on)
+                hide = sensitive_paths(granted_on) if granted_on is not None else ()
+                items.append(views.HomeStanding(s, await self.e.standing.may_grant(s, user),
+                                                hide))
         items.sort(key=lambda item: not item.may_grant)  # stable: newest first within
         return items
 

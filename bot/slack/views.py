@@ -88,6 +88,7 @@ from approvald.bot.slack.mrkdwn import (
 from approvald.runtime.batch import MAX_BATCH, BatchVerdict, Outcome
 from approvald.runtime.packet import sensitive_paths, will_run
 from approvald.runtime.rules import MAX_EXPRESSION, RuleError, holds
+from approvald.runtime.sensitive import mask_args
 from approvald.store.records import ApprovalRecord
 from approvald.store.repos.standing import StandingRecord
 from slack_sdk.models.blocks import (
@@ -600,16 +601,19 @@ EXAMPLE_TERMS = 4
 EXAMPLE_STRING_MAX = 64
 
 
-def example_condition(tool: str, args: Mapping[str, Any]) -> str:
+def example_condition(tool: str, args: Mapping[str, Any],
+                      sensitive: Sequence[str] = ()) -> str:
     """A CEL condition that holds for this call, drawn from its arguments, to start from:
     identifier-like strings and booleans must be equal, whole numbers at most as large
-    (``args.order_id == "A-1001" && args.amount_cents <= 4200``). Free text, nested values
-    and names CEL cannot spell are left out; "" when nothing fits."""
+    (``args.order_id == "A-1001" && args.amount_cents <= 4200``). Free text, nested values,
+    names CEL cannot spell and sensitive values (under the ``sensitive`` paths, or found by
+    a detector) are left out; "" when nothing fits."""
     terms: list[str] = []
+    shown = mask_args(args, sensitive)
     for name, value in args.items():
         if len(terms) == EXAMPLE_TERMS:
             break
-        if not _IDENT.fullmatch(name) or name in _CEL_RESERVED:
+        if not _IDENT.fullmatch(name) or name in _CEL_RESERVED or shown.get(name) != value:
             continue
         ref = f"args.{name}"
         if isinstance(value, bool):
@@ -675,7 +679,7 @@ def standing_modal(a: ApprovalRecord, token: str, channel: str | None,
         block_id=WINDOW_BLOCK, label=plain(T.MODAL_STANDING_WINDOW), optional=False,
         element=StaticSelectElement(action_id=WINDOW_INPUT, options=choices,
                                     initial_option=choices[0])))
-    fields = _field_options(args)
+    fields = _field_options(mask_args(args, w.sensitive))  # names, and values as shown
     scopes = [Option(value="exact", text=plain(T.SCOPE_EXACT),
                      description=plain(T.SCOPE_EXACT_NOTE))]
     if fields:
@@ -692,7 +696,7 @@ def standing_modal(a: ApprovalRecord, token: str, channel: str | None,
             block_id=FIELDS_BLOCK, label=plain(T.MODAL_STANDING_FIELDS), optional=True,
             hint=plain(T.MODAL_STANDING_FIELDS_HINT),
             element=CheckboxesElement(action_id=FIELDS_INPUT, options=fields)))
-    example = example_condition(a.tool, args)
+    example = example_condition(a.tool, args, w.sensitive)
     blocks.append(InputBlock(
         block_id=WHEN_BLOCK, label=plain(T.MODAL_STANDING_WHEN), optional=True,
         hint=plain(T.MODAL_STANDING_WHEN_HINT),
@@ -764,6 +768,8 @@ class HomeStanding(NamedTuple):
 
     standing: StandingRecord
     may_grant: bool
+    # the sensitive paths of the request it was granted on: its scope's values masked
+    sensitive: tuple[str, ...] = ()
 
 
 def _standing_item(item: HomeStanding, now: datetime) -> list[Block]:
@@ -771,7 +777,9 @@ def _standing_item(item: HomeStanding, now: datetime) -> list[Block]:
     grants = s.grants_value()
     text = T.HOME_STANDING_LINE.format(
         emoji=T.STANDING_EMOJI.get(s.state(now), T.UNKNOWN_EMOJI), tool=code_span(s.tool, 80),
-        scope=scope_text(s), until=slack_date(s.expires_at, T.DATE_AT), count=len(grants),
+        scope=scope_text(s, sensitive=item.sensitive), until=slack_date(s.expires_at,
+                                                                        T.DATE_AT),
+        count=len(grants),
         quorum=s.quorum, who=", ".join(who(g) for g in grants[:10]) or "—", uses=s.uses,
         id=code_span(s.id, 64))
     tool = code_span(s.tool, 80)

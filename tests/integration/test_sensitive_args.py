@@ -122,7 +122,20 @@ async def test_a_card_number_never_reaches_slack_logs_traces_or_the_audit_export
             assert "•••• 4242" in json.dumps(card, ensure_ascii=False)
             assert cards.masked(await h.approval(aid))
             a = await h.approval(aid)
-            if how in ("approve", "fail"):
+            if how == "approve":  # and calls with the same order, card and code, for 15m
+                await h.slack.click(cards.STANDING, h.value(a), user_id="U_ALICE",
+                                    channel_id=CHANNEL, message_ts=a.message_ts)
+                [view] = await wait_for(
+                    lambda: h.emulator.views(callback_id=cards.STANDING_MODAL),
+                    what="the standing approval modal")
+                assert "•••• 4242" in json.dumps(view, ensure_ascii=False)
+                state = h.slack.filled(view["blocks"], {
+                    cards.WINDOW_BLOCK: "15m", cards.SCOPE_BLOCK: "fields",
+                    cards.FIELDS_BLOCK: ["order_id", "card_number", "auth"]})
+                resp = await h.slack.submit_view(cards.STANDING_MODAL, state,
+                                                 user_id="U_ALICE", view_id=view["id"])
+                assert resp.status == 200 and not resp.body.strip(), resp.body
+            elif how == "fail":
                 await h.slack.click(cards.APPROVE, h.value(a), user_id="U_ALICE",
                                     channel_id=CHANNEL, message_ts=a.message_ts)
             elif how == "edit":
@@ -167,7 +180,8 @@ async def test_a_card_number_never_reaches_slack_logs_traces_or_the_audit_export
 
         await h.slack.event({"type": "app_home_opened", "user": "U_ALICE",
                              "channel": "D_ALICE", "tab": "home"})
-        await wait_for(lambda: h.emulator.home_view("U_ALICE"), what="Alice's App Home")
+        home = await wait_for(lambda: h.emulator.home_view("U_ALICE"), what="Alice's App Home")
+        assert "A-1" in json.dumps(home)  # the standing approval, its scope masked
         await h.slack.slash("/approvals", "", user_id="U_ALICE", channel_id=CHANNEL)
         await wait_for(lambda: h.emulator.responses(), what="the /approvals answer")
 
