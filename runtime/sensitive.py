@@ -20,6 +20,7 @@ set once per process with :func:`configure`.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -37,14 +38,20 @@ _CARD = re.compile(r"(?<![\dA-Za-z])[2-6](?:[ -]?\d){12,18}(?![\dA-Za-z])")
 _IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}\b")
 _PEM = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----"
                   r"(?:.*?-----END [A-Z0-9 ]*PRIVATE KEY-----|.*\Z)", re.DOTALL)
-# (prefix kept when masked, pattern): the forms well-known providers issue keys in
-_KEYS = re.compile(
-    r"\b(?P<p>sk_live_|sk_test_|rk_live_|rk_test_)[A-Za-z0-9]{8,}"
-    r"|\b(?P<aws>AKIA)[0-9A-Z]{16}\b"
-    r"|\b(?P<gh>ghp_|gho_|ghs_|github_pat_)[A-Za-z0-9_]{20,}"
-    r"|\b(?P<slack>xox[bpas]-)[A-Za-z0-9-]{10,}"
-    r"|\b(?P<google>AIza)[0-9A-Za-z_\-]{35}"
-    r"|\b(?P<apd>apd_)[A-Za-z0-9_\-]{32,}")
+# (prefix kept when masked, the rest): the forms well-known providers issue keys in
+_KEY_FORMS: tuple[tuple[str, str], ...] = (
+    ("sk_live_|sk_test_|rk_live_|rk_test_", "[A-Za-z0-9]{8,}"),  # Stripe
+    ("AKIA", r"[0-9A-Z]{16}\b"),  # AWS access key id
+    ("ghp_|gho_|ghs_|github_pat_", "[A-Za-z0-9_]{20,}"),  # GitHub
+    ("xox[bpas]-", "[A-Za-z0-9-]{10,}"),  # Slack
+    ("AIza", r"[0-9A-Za-z_\-]{35}"),  # Google
+    ("apd_", r"[A-Za-z0-9_\-]{32,}"),  # approvald's own API tokens
+)
+_KEYS = re.compile("|".join(rf"\b(?P<k{i}>{pre}){rest}"
+                            for i, (pre, rest) in enumerate(_KEY_FORMS)))
+# one search that every text with a secret in it matches (most texts have none)
+_ANY = re.compile("|".join([_CARD.pattern, _IBAN.pattern, "PRIVATE KEY-----",
+                            *(rf"\b(?:{pre}){rest}" for pre, rest in _KEY_FORMS)]))
 
 
 @dataclass(frozen=True)
@@ -151,6 +158,8 @@ def _ibans(text: str) -> Iterable[tuple[int, int, str]]:
 
 
 def _found(text: str, detectors: Detectors) -> list[tuple[int, int, str]]:
+    if not _ANY.search(text):
+        return []
     spans: list[tuple[int, int, str]] = []
     if "private_key" in detectors.on and "PRIVATE KEY-----" in text:
         spans += [(m.start(), m.end(), _pem_mask(m.group(0))) for m in _PEM.finditer(text)]
@@ -168,8 +177,14 @@ def _found(text: str, detectors: Detectors) -> list[tuple[int, int, str]]:
     return kept
 
 
+# nothing any detector looks for can be in a text without one of these
+_HINT = re.compile(r"\d|_|-|AIza|PRIVATE KEY")
+
+
 def mask_text(text: str, detectors: Detectors | None = None) -> str:
     """``text`` with every secret a detector recognises replaced by its masked form."""
+    if not _HINT.search(text):
+        return text
     spans = _found(text, detectors or _active)
     if not spans:
         return text
@@ -308,9 +323,22 @@ def masked_details(details: Mapping[str, Any], sensitive_paths: Iterable[str] = 
 def sensitive_of_snapshot(snapshot: str | Mapping[str, Any] | None) -> tuple[str, ...]:
     """The sensitive paths a stored policy snapshot (its JSON text, or the dict) names;
     () for a snapshot written before there were any, or one that cannot be read."""
+    if isinstance(snapshot, str):
+        return _paths_of_text(snapshot)
+    return _paths_of(snapshot)
+
+
+@functools.lru_cache(maxsize=256)
+def _paths_of_text(snapshot: str) -> tuple[str, ...]:
+    # requests of one tool share one snapshot text; a card reads it several times
+    if '"sensitive"' not in snapshot:
+        return ()
     try:
-        data = json.loads(snapshot) if isinstance(snapshot, str) else snapshot
+        return _paths_of(json.loads(snapshot))
     except ValueError:
         return ()
+
+
+def _paths_of(data: Any) -> tuple[str, ...]:
     paths = data.get("sensitive") if isinstance(data, Mapping) else None
     return tuple(p for p in paths if isinstance(p, str)) if isinstance(paths, list) else ()
