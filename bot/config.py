@@ -11,6 +11,7 @@ from pathlib import Path
 import platformdirs
 from approvald.runtime.audit import AuditKey
 from approvald.runtime.errors import ConfigError
+from approvald.runtime.sensitive import Detectors
 from approvald.runtime.webhook_hosts import WebhookHosts
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -152,6 +153,11 @@ class Settings(BaseSettings):
         3600.0, ge=60, le=7 * 86400, validation_alias=_env("APPROVALD_AUDIT_HEAD_INTERVAL"),
         description="seconds between two posts of the audit chain's head")
     # the longest any request (or rung of its ladder) may wait, policy file and callers alike
+    secret_detectors_off: str | None = Field(
+        None, validation_alias=_env("APPROVALD_SECRET_DETECTORS_OFF"),
+        description="comma-separated detectors of secrets not to run (card, iban, private_key, "
+                    "api_key): values they would recognise are then masked only where a tool "
+                    "or the policy file declares them sensitive")
     max_ttl: str = Field(
         "30d", validation_alias=_env("APPROVALD_MAX_TTL"),
         description="the longest any request (or rung of its escalation ladder) may wait, whether "
@@ -282,6 +288,16 @@ class Settings(BaseSettings):
         if parse_duration(v) < MIN_HORIZON:
             raise ValueError("must be at least 1d")
         return v
+
+    @field_validator("secret_detectors_off")
+    @classmethod
+    def _detectors(cls, v: str | None) -> str | None:
+        Detectors.from_setting(v)  # an unknown name is a ValueError naming it
+        return v
+
+    def detectors(self) -> Detectors:
+        """The detectors of secrets this deployment runs."""
+        return Detectors.from_setting(self.secret_detectors_off)
 
     @field_validator("max_ttl")
     @classmethod

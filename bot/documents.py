@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from approvald.runtime.agent import run_version
-from approvald.runtime.packet import will_run
+from approvald.runtime.packet import sensitive_paths, shown_args, shown_packet, will_run
 from approvald.runtime.policy import ApprovalPolicy
+from approvald.runtime.sensitive import mask_args, mask_text
 from approvald.runtime.state import RunState
 from approvald.store.records import ApprovalRecord, RunRecord
 
@@ -20,7 +20,9 @@ def approval_document(a: ApprovalRecord) -> dict[str, Any]:
     """A request as the CLI shows it. ``effective_args`` run if it is approved and
     ``impact`` is theirs; the packet's ``doing`` (and ``impact``) are the request's words as
     asked, about other arguments when ``words_about_original`` (after an edit), and then
-    ``original_impact`` is the packet's impact when nothing was worked out for the edit."""
+    ``original_impact`` is the packet's impact when nothing was worked out for the edit.
+    Sensitive values (the request's declared paths, and what the detectors find) are
+    masked, as on its card."""
     w = will_run(a)
     return {
         "id": a.id,
@@ -28,9 +30,9 @@ def approval_document(a: ApprovalRecord) -> dict[str, Any]:
         "call_id": a.call_id,
         "kind": a.kind,
         "tool": a.tool,
-        "args": a.args_value(),
+        "args": shown_args(a, a.args),
         "digest": a.digest,
-        "edited_args": json.loads(a.edited_args) if a.edited_args else None,
+        "edited_args": shown_args(a, a.edited_args) if a.edited_args else None,
         "edited_digest": a.edited_digest,
         "edited_by": a.edited_by,
         "edited_at": iso(a.edited_at),
@@ -48,9 +50,9 @@ def approval_document(a: ApprovalRecord) -> dict[str, Any]:
         "decided_via": a.decided_via,
         "verdict": a.verdict,
         "reason": a.reason,
-        "packet": json.loads(a.packet),
+        "packet": shown_packet(a),
         "rule": ApprovalPolicy.from_snapshot(a.policy).rule,
-        "effective_args": a.effective_args(),
+        "effective_args": shown_args(a),
         "impact": w.impact,
         "words_about_original": not w.words_current,
         "original_impact": w.original_impact,
@@ -79,7 +81,7 @@ def run_summary(r: RunRecord) -> dict[str, Any]:
 def run_document(run: RunRecord, state: RunState,
                  approvals: list[ApprovalRecord]) -> dict[str, Any]:
     pending = [
-        {"approval_id": a.id, "kind": a.kind, "tool": a.tool, "args": a.effective_args(),
+        {"approval_id": a.id, "kind": a.kind, "tool": a.tool, "args": shown_args(a),
          "impact": will_run(a).impact,
          "expires_at": iso(a.expires_at) if a.kind == "tool_call" else None,
          "approvers": a.approvers_value()}
@@ -90,14 +92,15 @@ def run_document(run: RunRecord, state: RunState,
         "agent": run.agent,
         "status": run.status,
         "step": run.step,
-        "task": run.task,
+        "task": mask_text(run.task),
         "requested_by": run.requested_by,
         "instructions_version": run.instructions_version,
         "agent_version": run_version(run),
         "created_at": iso(run.created_at),
         "updated_at": iso(run.updated_at),
-        "result": run.result if run.status == "completed" else None,
-        "error": run.error,
+        "result": mask_text(run.result) if run.status == "completed" and run.result is not None
+        else None,
+        "error": mask_text(run.error) if run.error else None,
         "cancel_requested": run.cancel_requested,
         "cancel_requested_by": run.cancel_requested_by,
         "cancel_reason": run.cancel_reason,
@@ -105,6 +108,15 @@ def run_document(run: RunRecord, state: RunState,
         "pending": pending,
         "approvals": [{"id": a.id, "tool": a.tool, "status": a.status, "kind": a.kind,
                        "decided_by": a.decided_by, "reason": a.reason} for a in approvals],
-        "transcript": [m.model_dump(mode="json") for m in state.messages],
+        "transcript": [mask_args(m.model_dump(mode="json"), _call_paths(approvals))
+                       for m in state.messages],
         "schema_version": state.schema_version,
     }
+
+
+def _call_paths(approvals: list[ApprovalRecord]) -> list[str]:
+    """Where a transcript message holds a requested call's arguments, its request's
+    sensitive paths (``tool_calls.*.arguments.<path>``): masked in ``runs show``."""
+    paths = {p for a in approvals for p in sensitive_paths(a)}
+    return [f"{where}.{p}" for p in sorted(paths)
+            for where in ("tool_calls.*.arguments", "content.arguments")]

@@ -17,6 +17,7 @@ from typing import Any
 from approvald.bot import trace_view
 from approvald.bot.evals.evaluate import Report, Row
 from approvald.bot.evals.score import SCORES
+from approvald.runtime.sensitive import mask_text
 
 WHAT = {  # what each score checks, for the bars' and the columns' tooltips
     "completion": "the run's final status and its final answer",
@@ -61,7 +62,8 @@ section.trace h3{font-size:15px;margin:12px 0 4px}
 
 
 def _e(value: Any) -> str:
-    return escape(str(value), quote=True)
+    # a report is read by people: secrets in what a run said or did are masked (issue 34)
+    return escape(mask_text(str(value)), quote=True)
 
 
 def _slug(text: str) -> str:

@@ -11,7 +11,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from approvald.bot.config import Settings, default_database_path
-from approvald.runtime import failpoints
+from approvald.runtime import failpoints, sensitive
 from approvald.runtime.agent import Registry
 from approvald.runtime.audit import AuditKey
 from approvald.runtime.clock import Clock, FileClock, SystemClock
@@ -54,6 +54,8 @@ def build_engine(settings: Settings, db: Database, *, require_tokens: bool = Fal
     """The engine of the settings (``serve`` passes its own clock, meter, tracer and Slack
     directory; the CLI takes the defaults)."""
     secret = settings.token_secret()
+    # what is masked is the deployment's, for every face and log line of this process
+    sensitive.configure(settings.detectors())
     return assemble(
         db, build_registry(settings),
         clock=clock or (FileClock(settings.clock_file) if settings.clock_file

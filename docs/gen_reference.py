@@ -821,8 +821,23 @@ def name_is_json_loads(node: ast.Call) -> bool:
     return ast.unparse(node.func) in ("json.loads", "loads")
 
 
+# functions that return their first argument with sensitive values masked (issue 34)
+_MASKERS = {"mask_text": "string", "mask_args": None, "shown_args": "object",
+            "shown_packet": "object"}
+_MASKED = " (sensitive values masked)"
+
+
 def _value_words(node: ast.AST, where: _Where) -> str:
     text = ast.unparse(node)
+    if isinstance(node, ast.Call) and ast.unparse(node.func) in _MASKERS:
+        said = _MASKERS[ast.unparse(node.func)]
+        return (said or _value_words(node.args[0], where)) + _MASKED
+    if isinstance(node, ast.IfExp) and ast.unparse(node.orelse) == "None" and \
+            isinstance(node.body, ast.Call) and ast.unparse(node.body.func) in _MASKERS:
+        return _value_words(node.body, where).replace(_MASKED, " or null" + _MASKED)
+    if isinstance(node, ast.ListComp) and isinstance(node.elt, ast.Call) and \
+            ast.unparse(node.elt.func) in _MASKERS:
+        return "list of objects" + _MASKED
     if isinstance(node, ast.Call) and ast.unparse(node.func) == "iso":
         return "ISO-8601 time, or null"
     if text.endswith(".isoformat()"):

@@ -154,6 +154,17 @@ class Registry:
         found = self._versions.get((run.agent, run_version(run)))
         return found if found is not None else self.get(run.agent)
 
+    def sensitive_paths(self, run: RunRecord, tool: str) -> tuple[str, ...]:
+        """The argument paths ``run``'s ``tool`` masks: the tool's own and what the policy
+        file adds (() for a tool this process does not know)."""
+        try:
+            t = self.for_run(run).tool(tool)
+        except NotFound:
+            return ()
+        if t is None:
+            return ()
+        return tuple(self.policy.effective(tool, t.policy, t.approval)[1].sensitive)
+
     def releases(self) -> list[Agent]:
         """Every registered release, current and retired."""
         return list(self._versions.values())

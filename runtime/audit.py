@@ -28,6 +28,7 @@ from typing import Any
 from approvald.runtime import prefix
 from approvald.runtime.canonical import canonical_json, compact_json, sha256_hex
 from approvald.runtime.errors import ConfigError
+from approvald.runtime.sensitive import masked_details, sensitive_of_snapshot
 from approvald.runtime.standing_chain import StandingState
 from approvald.store.db import Database
 from approvald.store.records import AuditRecord
@@ -40,6 +41,7 @@ ACTIONS = frozenset({
     "not_executed", "cannot_run_resolved",
     "cancel_requested", "refused", "repeated", "failed", "needs_attention", "resumed",
     "standing_granted", "standing_revoked", "token_created", "token_revoked", "policy_loaded",
+    "revealed",
 })
 _PENDING = "audit.pending"  # Tx.scratch key: entries recorded, not yet chained
 
@@ -335,8 +337,12 @@ EXPORT_FIELDS = ("seq", "at", "action", "actor", "via", "run_id", "approval_id",
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
-def export_row(e: AuditRecord) -> dict[str, Any]:
+def export_row(e: AuditRecord, sensitive: Sequence[str] | None = None) -> dict[str, Any]:
+    """One entry as exported; ``sensitive`` (its request's sensitive paths) given: with
+    those values, and every secret the detectors find, masked."""
     details: dict[str, Any] = json.loads(e.details)
+    if sensitive is not None:
+        details = masked_details(details, sensitive)
     return {
         "seq": e.seq, "at": e.at.isoformat(), "action": e.action, "actor": e.actor,
         "via": e.via, "run_id": e.run_id, "approval_id": e.approval_id,
@@ -355,9 +361,13 @@ def csv_cell(value: Any) -> Any:
 
 
 async def export(db: Database, *, run_id: str | None = None, since: datetime | None = None,
-                 fmt: str = "jsonl", batch: int = 500) -> AsyncIterator[str]:
+                 fmt: str = "jsonl", batch: int = 500,
+                 reveal: bool = False) -> AsyncIterator[str]:
     """Yield the matching entries as JSON lines or CSV text (header first), reading the
     log in batches so an export of any size runs in constant memory.
+
+    Sensitive values (each request's declared paths, and what the detectors find) are
+    masked unless ``reveal``; the caller audits a revealing export before it starts.
 
     ``run_id``: only that run's entries; a full id or an unambiguous prefix, as everywhere
     (:func:`runtime.prefix.resolve`). A run that does not exist is :class:`NotFound`,
@@ -374,8 +384,18 @@ async def export(db: Database, *, run_id: str | None = None, since: datetime | N
         if fmt == "csv":
             writer.writeheader()
             yield _take(buf)
+        hidden: dict[str, Sequence[str]] = {}
         async for e in tx.audit.iterate(run_id=run_id, since=since, batch=batch):
-            row = export_row(e)
+            paths: Sequence[str] | None = None
+            if not reveal:
+                key = e.approval_id or ""
+                if key not in hidden:
+                    a = await tx.approvals.get(key) if key else None
+                    hidden[key] = sensitive_of_snapshot(a.policy) if a is not None else ()
+                    if len(hidden) > 4096:
+                        hidden.clear()
+                paths = hidden.get(key, ())
+            row = export_row(e, paths)
             if fmt == "jsonl":
                 yield json.dumps(row, ensure_ascii=False) + "\n"
                 continue

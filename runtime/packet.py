@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from approvald.runtime.ids import is_external
+from approvald.runtime.sensitive import mask_args, mask_text, sensitive_of_snapshot
 from approvald.runtime.tools import Tool
 from approvald.store.records import ApprovalRecord
 
@@ -65,7 +66,8 @@ class WillRun:
     ``original_impact``, describe the arguments first asked for, not ``args``.
     ``original_impact`` is only set when it is all there is to say about impact (a caller's
     description, or an edit recorded before edits had impacts): shown labelled, never as
-    what will happen.
+    what will happen. ``sensitive``: the argument paths the request's policy masks; the
+    words and impacts come with what the detectors find in them masked already.
     """
 
     args: str
@@ -75,13 +77,36 @@ class WillRun:
     words_current: bool
     impact: str | None
     original_impact: str | None
+    sensitive: tuple[str, ...] = ()
+
+
+def sensitive_paths(a: ApprovalRecord) -> tuple[str, ...]:
+    """The argument paths ``a``'s stored policy declares sensitive."""
+    return sensitive_of_snapshot(a.policy)
+
+
+def shown_args(a: ApprovalRecord, raw: str | None = None) -> Any:
+    """``raw`` (``a``'s arguments that run, by default) as a person may see them: the
+    request's sensitive paths and whatever the detectors find, masked."""
+    try:
+        value = json.loads(raw if raw is not None else a.edited_args or a.args)
+    except (TypeError, ValueError):
+        return mask_text(str(raw))
+    return mask_args(value, sensitive_paths(a))
+
+
+def shown_packet(a: ApprovalRecord) -> dict[str, Any]:
+    """``a``'s decision packet with what the detectors find in it masked (the task, the
+    agent's words, the evidence drawn from earlier results, the impact)."""
+    masked = mask_args(_packet(a))
+    return masked if isinstance(masked, dict) else {}
 
 
 def _text(value: Any) -> str | None:
     if value is None or value == "":
         return None
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False,
-                                                           default=str)
+    return mask_text(value if isinstance(value, str) else json.dumps(
+        value, ensure_ascii=False, default=str))
 
 
 def _packet(a: ApprovalRecord) -> dict[str, Any]:
@@ -112,4 +137,5 @@ def will_run(a: ApprovalRecord) -> WillRun:
         args=a.edited_args or a.args, edited=a.edited_args is not None or bool(edit),
         author="caller" if is_external(a.run_id) else "agent", doing=_text(p.get("doing")),
         words_current=current, impact=impact,
-        original_impact=stated if not current and impact is None else None)
+        original_impact=stated if not current and impact is None else None,
+        sensitive=sensitive_paths(a))

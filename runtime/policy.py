@@ -43,6 +43,7 @@ from approvald.runtime.identity import (
 )
 from approvald.runtime.rule_check import check_rule
 from approvald.runtime.rules import RuleError, compile_condition, holds
+from approvald.runtime.sensitive import normalize_path
 from approvald.runtime.tomlfile import read_toml
 from pydantic import (
     AfterValidator,
@@ -240,6 +241,15 @@ class ApprovalPolicy(BaseModel):
     # set when one of the tool's rules on arguments chose this policy: "tools.T.rules[i]:
     # <condition>", kept in the stored snapshot and the request's audit entry
     rule: str | None = None
+    # argument paths whose values are secret ("card_number", "credentials.*"): masked
+    # wherever a person or a log sees the request (runtime/sensitive.py); the tool's own
+    # and what the policy file adds, never fewer
+    sensitive: list[str] = Field(default_factory=list)
+
+    @field_validator("sensitive")
+    @classmethod
+    def _paths(cls, v: list[str]) -> list[str]:
+        return list(dict.fromkeys(normalize_path(p) for p in v))
 
     @field_validator("reminders", mode="before")
     @classmethod
@@ -278,8 +288,12 @@ class ApprovalPolicy(BaseModel):
         return 1 + (len(self.escalate) if self.on_expire == "escalate" else 0)
 
     def snapshot(self) -> dict[str, Any]:
-        """JSON-ready copy stored with each approval."""
-        return self.model_dump(mode="json")
+        """JSON-ready copy stored with each approval (``sensitive`` only when there are
+        paths: a policy without any keeps the snapshot, and digest, it always had)."""
+        data = self.model_dump(mode="json")
+        if not data["sensitive"]:
+            del data["sensitive"]
+        return data
 
     @classmethod
     def from_snapshot(cls, data: Mapping[str, Any] | str) -> ApprovalPolicy:
@@ -312,6 +326,9 @@ class _Fields(BaseModel):
     channel: str | None = None
     edits: Literal["approve", "propose"] | None = None
     max_standing: str | int | None = None
+    # ["args.card_number", "args.credentials.*"]: more argument values to mask, added to
+    # the tool's own (a file can make a value sensitive, never make one shown)
+    sensitive: list[str] | None = None
 
     @field_validator("escalate")
     @classmethod
@@ -319,11 +336,20 @@ class _Fields(BaseModel):
         _refuse_unused_ladder(v, info)  # both in the file: refused at load
         return v
 
+    @field_validator("sensitive")
+    @classmethod
+    def _sensitive_paths(cls, v: list[str] | None) -> list[str] | None:
+        if v is None:
+            return None
+        return list(dict.fromkeys(normalize_path(p, prefix=True) for p in v))
+
     def apply(self, base: ApprovalPolicy) -> ApprovalPolicy:
         fields = self.model_dump(exclude_none=True, exclude={"policy", "rules", "when",
                                                              "reason", "external"})
         if self.on_expire == "cancel" and self.escalate is None:
             fields["escalate"] = []  # the deployment turns the code's ladder off
+        if self.sensitive is not None:  # added to the tool's own: only ever more is masked
+            fields["sensitive"] = [*base.sensitive, *self.sensitive]
         return ApprovalPolicy.model_validate({**base.model_dump(), **fields})
 
 

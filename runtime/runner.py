@@ -59,7 +59,9 @@ from approvald.runtime.outcomes import (
     Waiting,
     Yielded,
 )
+from approvald.runtime.packet import sensitive_paths
 from approvald.runtime.policy import CallPolicy
+from approvald.runtime.sensitive import mask_args
 from approvald.runtime.signals import Signals
 from approvald.runtime.standing import StandingApprovals
 from approvald.runtime.state import (
@@ -678,7 +680,10 @@ class Runner:
             pending.wait = result
             return
         if approval is not None and approval.edited_args is not None:
-            observe({"status": "executed_with_edits", "arguments": args,
+            # the model is told what ran, but not a sensitive value (one an approver
+            # typed, say): the arguments masked as people see them
+            observe({"status": "executed_with_edits",
+                     "arguments": mask_args(args, sensitive_paths(approval)),
                      "edited_by": approval.edited_by or approval.decided_by,
                      "result": result.observation})
         else:

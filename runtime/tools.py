@@ -8,13 +8,14 @@ arguments the model proposes and arguments an approver edits.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, get_type_hints, overload
 
 from approvald.runtime.clock import Clock
 from approvald.runtime.errors import ConfigError, InvalidArguments
 from approvald.runtime.policy import ApprovalPolicy, PolicyKind
+from approvald.runtime.sensitive import normalize_path
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from pydantic.errors import PydanticInvalidForJsonSchema
 
@@ -76,6 +77,7 @@ class Tool:
         reconcile: ReconcileFn | None = None,
         impact: ImpactFn | None = None,
         timeout: float | None = None,
+        sensitive: Sequence[str] = (),
     ) -> None:
         if not inspect.iscoroutinefunction(fn):
             raise ConfigError(f"tool {fn.__name__!r} must be an async function")
@@ -87,6 +89,13 @@ class Tool:
         self.permission: Permission = permission
         self.policy: PolicyKind = policy or _DEFAULT_POLICY[permission]
         self.approval = approval or ApprovalPolicy()
+        try:
+            paths = [normalize_path(p) for p in sensitive]
+        except ValueError as exc:
+            raise ConfigError(f"tool {self.name!r}: sensitive: {exc}") from None
+        if paths:  # carried by its policy, so every request and face knows them
+            self.approval = self.approval.model_copy(update={
+                "sensitive": list(dict.fromkeys([*self.approval.sensitive, *paths]))})
         # a read changes nothing, so running it twice is harmless: idempotent by default
         self.idempotent = permission == "read" if idempotent is None else idempotent
         if timeout is not None and not timeout > 0:
@@ -192,6 +201,7 @@ def tool(
     reconcile: ReconcileFn | None = None,
     impact: ImpactFn | None = None,
     timeout: float | None = None,
+    sensitive: Sequence[str] = (),
 ) -> Callable[[ToolFn], Tool]: ...
 
 
@@ -208,6 +218,7 @@ def tool(
     reconcile: ReconcileFn | None = None,
     impact: ImpactFn | None = None,
     timeout: float | None = None,
+    sensitive: Sequence[str] = (),
 ) -> Tool | Callable[[ToolFn], Tool]:
     """Declare an async function as a tool.
 
@@ -217,14 +228,16 @@ def tool(
     need approval. ``idempotent=True`` (the default for ``read`` tools) lets the runtime
     re-run a call whose outcome is unknown; otherwise ``reconcile`` decides, or a human is
     asked. ``timeout`` (seconds) cancels a call that runs longer, and bounds how long an
-    attempt whose worker went silent may still be running.
+    attempt whose worker went silent may still be running. ``sensitive`` names argument
+    fields whose values are secret (``"card_number"``, ``"credentials.*"``): they are
+    masked wherever a person or a log sees the call; the tool receives them as they are.
     """
 
     def wrap(f: ToolFn) -> Tool:
         return Tool(
             f, name=name, description=description, permission=permission, policy=policy,
             approval=approval, idempotent=idempotent, reconcile=reconcile, impact=impact,
-            timeout=timeout,
+            timeout=timeout, sensitive=sensitive,
         )
 
     return wrap(fn) if fn is not None else wrap

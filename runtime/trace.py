@@ -14,12 +14,14 @@ time) takes the time of what came just before it in the transcript, flagged ``es
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from approvald.runtime.canonical import compact_json
 from approvald.runtime.errors import NotFound
+from approvald.runtime.packet import sensitive_paths
+from approvald.runtime.sensitive import mask_args, mask_text, masked_details
 from approvald.runtime.state import FINAL_STATUSES, AssistantMessage, ToolMessage, UserMessage
 from approvald.runtime.transcript import build_state
 from approvald.store.db import Database
@@ -193,16 +195,18 @@ def build_trace(run: RunRecord,
             last = max(last, tool_entry.end or tool_entry.start)
     # at one instant (a frozen test clock, a fast step) the run's start comes first, then
     # the transcript in its own order, then what the audit log and the requests say
-    others = [*_transitions(run, audit),
+    hidden = {a.id: sensitive_paths(a) for a in approvals}
+    others = [*_transitions(run, audit, hidden),
               *(_approval(a, votes.get(a.id, []), now) for a in approvals)]
     keyed = [(e.start, 1, i, e) for i, e in enumerate(entries)]
     keyed += [(e.start, 0 if e.action == "started" else 2, i, e) for i, e in enumerate(others)]
     entries = [e for *_, e in sorted(keyed, key=lambda k: k[:3])]
     return Trace(
-        run_id=run.id, agent=run.agent, status=run.status, task=run.task,
+        run_id=run.id, agent=run.agent, status=run.status, task=mask_text(run.task),
         requested_by=run.requested_by, instructions_version=run.instructions_version,
-        created_at=run.created_at, updated_at=run.updated_at, result=run.result,
-        error=run.error, started_at=min([run.created_at, *(e.start for e in entries)]),
+        created_at=run.created_at, updated_at=run.updated_at,
+        result=_masked(run.result), error=_masked(run.error),
+        started_at=min([run.created_at, *(e.start for e in entries)]),
         ended_at=max([run.updated_at, *(e.end or e.start for e in entries)]),
         totals=_totals(entries), entries=entries,
     )
@@ -215,7 +219,7 @@ def _model_step(m: AssistantMessage, step: int, last: datetime, run_version: str
     meta = m.meta
     if meta is None:  # written before model steps were recorded
         return Entry(kind="model_step", lane="model", start=last, estimated=True, title=title,
-                     step=step, content=m.content, calls=names)
+                     step=step, content=_masked(m.content), calls=names)
     # the call began when the reply arrived, less its latency, and not before what it
     # answers (clocks of different processes may disagree by that much)
     start = min(meta.at, max(meta.at - timedelta(milliseconds=meta.latency_ms), last))
@@ -224,7 +228,7 @@ def _model_step(m: AssistantMessage, step: int, last: datetime, run_version: str
                  instructions_version=meta.instructions_version or run_version,
                  latency_ms=meta.latency_ms,
                  input_tokens=meta.input_tokens, output_tokens=meta.output_tokens,
-                 cost_usd=meta.cost_usd, content=m.content, calls=names)
+                 cost_usd=meta.cost_usd, content=_masked(m.content), calls=names)
 
 
 def _tool_call(run: RunRecord, call_id: str, name: str, args: dict[str, Any], step: int,
@@ -253,10 +257,12 @@ def _tool_call(run: RunRecord, call_id: str, name: str, args: dict[str, Any], st
         start, end, estimated = last, None, True
     return Entry(
         kind="tool_call", lane="tools", start=start, end=end, estimated=estimated,
-        title=f"{name} ({status})", step=step, call_id=call_id, tool=name, arguments=args,
+        title=f"{name} ({status})", step=step, call_id=call_id, tool=name,
+        arguments=mask_args(args, sensitive_paths(approval) if approval else ()),
         status=status,
-        result_summary=summarize(outcome) if outcome is not None else None,
-        error_class=rec.error_class if rec else None, error=rec.error if rec else None,
+        result_summary=summarize(mask_args(outcome)) if outcome is not None else None,
+        error_class=rec.error_class if rec else None,
+        error=_masked(rec.error) if rec else None,
         latency_ms=rec.latency_ms if rec else None, attempts=rec.attempts if rec else None,
         idempotency_key=f"{run.id}:{call_id}",
         approval_id=approval.id if approval else None,
@@ -272,23 +278,30 @@ def _approval(a: ApprovalRecord, votes: list[VoteRecord], now: datetime) -> Entr
     return Entry(
         kind="approval", lane="humans", start=a.requested_at, end=end,
         title=f"{what}{a.tool}: {a.status}{who}", call_id=a.call_id, tool=a.tool,
-        arguments=a.args_value(), status=a.status, approval_id=a.id, approval_kind=a.kind,
+        arguments=mask_args(a.args_value(), sensitive_paths(a)), status=a.status,
+        approval_id=a.id, approval_kind=a.kind,
         requested_by=a.requested_by, approvers=a.approvers_value(),
         decided_by=a.decided_by, decided_via=a.decided_via, decided_at=a.decided_at,
         digest=a.digest, effective_digest=a.effective_digest, edited_by=a.edited_by,
-        reason=a.reason, wait_ms=_ms(a.requested_at, end) if end is not None else None,
+        reason=_masked(a.reason), wait_ms=_ms(a.requested_at, end) if end is not None else None,
         pending=pending,
         votes=[Vote(actor=v.actor, verdict=v.verdict, digest=v.digest, via=v.via, at=v.at,
                     counts=v.digest == a.effective_digest) for v in votes],
     )
 
 
-def _transitions(run: RunRecord, audit: Sequence[AuditRecord]) -> list[Entry]:
+def _masked(text: str | None) -> str | None:
+    return None if text is None else mask_text(text)
+
+
+def _transitions(run: RunRecord, audit: Sequence[AuditRecord],
+                 hidden: Mapping[str, Sequence[str]]) -> list[Entry]:
     out = [Entry(kind="transition", lane="run", start=run.created_at,
                  title=f"run started by {run.requested_by}",
                  action="started", actor=run.requested_by, via="runtime")]
     for r in audit:
-        details: dict[str, Any] = json.loads(r.details) if r.details else {}
+        details: dict[str, Any] = masked_details(
+            json.loads(r.details) if r.details else {}, hidden.get(r.approval_id or "", ()))
         about = details.get("tool")
         title = f"{r.action}" + (f" {about}" if isinstance(about, str) else "") + \
             (f" by {r.actor}" if not r.actor.startswith(("system:", "agent:")) else "")

@@ -29,11 +29,14 @@ carry the same ``approvald.run_id`` too.
 from __future__ import annotations
 
 import contextlib
+import traceback
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from contextvars import Token
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
+
+from approvald.runtime.sensitive import mask_text
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
@@ -98,7 +101,20 @@ class Tracer:
 
 
 def _attributes(attributes: Mapping[str, Value | None]) -> dict[str, Value]:
-    return {PREFIX + k: v for k, v in attributes.items() if v is not None}
+    # attributes are ids and names; masked anyway, as everything a collector keeps
+    return {PREFIX + k: mask_text(v) if isinstance(v, str) else v
+            for k, v in attributes.items() if v is not None}
+
+
+def _record(span: OtelSpan, exc: BaseException) -> None:
+    """Record ``exc`` on ``span`` as OpenTelemetry would, its message and stack trace with
+    what the detectors find masked (an error may quote a tool's arguments)."""
+    from opentelemetry import trace
+
+    span.record_exception(exc, attributes={
+        "exception.message": mask_text(str(exc)),
+        "exception.stacktrace": mask_text("".join(traceback.format_exception(exc)))})
+    span.set_status(trace.Status(trace.StatusCode.ERROR, type(exc).__name__))
 
 
 def _ns(at: datetime) -> int:
@@ -131,14 +147,13 @@ class _Steps(Steps):
     def close(self, exc: BaseException | None = None) -> None:
         if self._open is None:
             return
-        from opentelemetry import context, trace
+        from opentelemetry import context
 
         span, token = self._open
         self._open = None
         context.detach(token)
         if exc is not None:
-            span.record_exception(exc)
-            span.set_status(trace.Status(trace.StatusCode.ERROR, type(exc).__name__))
+            _record(span, exc)
         span.end()
 
 
@@ -160,8 +175,14 @@ class OtelTracer(Tracer):
 
     @contextlib.contextmanager
     def span(self, name: str, **attributes: Value | None) -> Iterator[Span]:
-        with self.otel.start_as_current_span(name, attributes=_attributes(attributes)) as s:
-            yield _Span(s)
+        with self.otel.start_as_current_span(name, attributes=_attributes(attributes),
+                                             record_exception=False,
+                                             set_status_on_exception=False) as s:
+            try:
+                yield _Span(s)
+            except BaseException as exc:
+                _record(s, exc)
+                raise
 
     def interval(self, name: str, *, start: datetime, end: datetime,
                  **attributes: Value | None) -> None:

@@ -29,7 +29,9 @@ from approvald.bot.cli.common import (
 from approvald.bot.config import Settings
 from approvald.runtime.decide import Decision, Verdict
 from approvald.runtime.engine import Engine
+from approvald.runtime.packet import sensitive_paths, shown_args
 from approvald.runtime.prefix import id_help
+from approvald.runtime.sensitive import unmask_edit
 
 DECISIONS = (
     ("approve", "approve a request as a Slack user"),
@@ -126,7 +128,7 @@ async def cmd_list(s: Settings, a: argparse.Namespace) -> int:
         for r in rows:
             when = r.expires_at.strftime("%Y-%m-%d %H:%M:%S") if r.kind == "tool_call" else "-"
             print(f"{r.id}  {r.status:<10} {r.tool:<20} run {r.run_id[:12]}  "
-                  f"expires {when}  {json.dumps(r.effective_args(), ensure_ascii=False)[:80]}")
+                  f"expires {when}  {json.dumps(shown_args(r), ensure_ascii=False)[:80]}")
         return 0
     return await with_engine(s, go)
 
@@ -193,6 +195,10 @@ def decide_command(verdict: str) -> Handler:
                     args = json.loads(a.args)
                 except json.JSONDecodeError as exc:
                     raise UsageError(f"--args is not valid JSON: {exc}") from None
+                # `approvals show` printed sensitive values masked: one given back as
+                # printed keeps its real value
+                current = await engine.decider.get(a.id)
+                args = unmask_edit(args, current.effective_args(), sensitive_paths(current))
             v = cast(Verdict, a.outcome if verdict == "resolve" else verdict)
             actor = acting_as(as_user)
             # a redirect's guidance travels where a denial's reason does

@@ -5,11 +5,19 @@ from __future__ import annotations
 import argparse
 from datetime import UTC, datetime
 
-from approvald.bot.cli.common import Subparsers, UsageError, write_out
+from approvald.bot.cli.common import (
+    Subparsers,
+    UsageError,
+    operator,
+    with_engine,
+    write_out,
+)
 from approvald.bot.config import Settings
 from approvald.bot.wiring import open_database
 from approvald.runtime import audit
+from approvald.runtime.engine import Engine
 from approvald.runtime.prefix import id_help
+from approvald.store.db import Database
 
 
 def register(sub: Subparsers) -> None:
@@ -21,13 +29,17 @@ def register(sub: Subparsers) -> None:
     av.add_argument("--expect", metavar="SEQ:HASH",
                     help="a head recorded earlier: prove nothing up to it changed or was cut")
     av.set_defaults(fn=cmd_verify)
-    ex = au.add_parser("export", help="every transition with the exact arguments")
+    ex = au.add_parser("export", help="every transition with its arguments (sensitive values "
+                       "masked unless --reveal)")
     ex.add_argument("--run", metavar="RUN_ID",
                     help=id_help("only the entries of this run: its id"))
     ex.add_argument("--since", help="ISO date or date-time (UTC if no zone)")
     ex.add_argument("--format", choices=["jsonl", "csv"], default="jsonl",
                     help="JSON lines (exact values, the default) or CSV")
     ex.add_argument("--output", "-o", metavar="FILE", help="write to a file instead of stdout")
+    ex.add_argument("--reveal", action="store_true",
+                    help="export sensitive values as recorded instead of masked; the export "
+                         "is itself audited (action revealed, by this operator)")
     ex.set_defaults(fn=cmd_export)
 
 
@@ -68,10 +80,29 @@ async def cmd_export(s: Settings, a: argparse.Namespace) -> int:
             raise UsageError(f"--since is not an ISO date/time: {a.since!r}") from None
         if since.tzinfo is None:
             since = since.replace(tzinfo=UTC)
-    db = await open_database(s)
-    try:
-        chunks = [c async for c in audit.export(db, run_id=a.run, since=since, fmt=a.format)]
-        await write_out(a.output, "".join(chunks))
-    finally:
-        await db.close()
-    return 0
+    if not a.reveal:
+        db = await open_database(s)
+        try:
+            await _export(db, a, since)
+        finally:
+            await db.close()
+        return 0
+
+    async def revealing(engine: Engine) -> int:
+        # audited first: a revealing export that is not on record never runs
+        async with engine.db.write() as tx:
+            engine.audit.record(tx, at=engine.clock.now(), action="revealed",
+                                actor=operator(), via="cli", details={
+                                    "what": "audit export", "run": a.run,
+                                    "since": since.isoformat() if since else None,
+                                    "format": a.format})
+        await _export(engine.db, a, since)
+        return 0
+
+    return await with_engine(s, revealing)
+
+
+async def _export(db: Database, a: argparse.Namespace, since: datetime | None) -> None:
+    chunks = [c async for c in audit.export(db, run_id=a.run, since=since, fmt=a.format,
+                                            reveal=a.reveal)]
+    await write_out(a.output, "".join(chunks))

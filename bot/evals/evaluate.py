@@ -14,6 +14,7 @@ from approvald.runtime.agent import Agent, Registry
 from approvald.runtime.clock import ManualClock
 from approvald.runtime.errors import NotFound
 from approvald.runtime.policy import PolicyFile
+from approvald.runtime.sensitive import mask_text
 from approvald.store.db import Database
 
 
@@ -36,7 +37,8 @@ class Row:
     def to_json(self) -> dict[str, Any]:
         j = self.journey
         return {"task": self.task, "interruption": self.variant, "ok": self.ok,
-                "run_id": j.run_id, "status": j.status, "result": j.result,
+                "run_id": j.run_id, "status": j.status,
+                "result": mask_text(j.result) if j.result is not None else None,
                 "scores": {s: not self.failures.get(s) for s in SCORES},
                 "failures": {s: self.failures.get(s, []) for s in SCORES},
                 "interrupted": j.killed or j.changed,

@@ -12,6 +12,8 @@ from typing import Any
 from approvald.bot.evals.dataset import CallExpectation, Task
 from approvald.bot.evals.journey import Journey, crash_point
 from approvald.runtime.canonical import canonical_json
+from approvald.runtime.packet import sensitive_paths
+from approvald.runtime.sensitive import mask_args, mask_text
 from approvald.runtime.state import ToolCall
 from approvald.store.records import ApprovalRecord
 
@@ -64,7 +66,7 @@ def score(task: Task, j: Journey, baseline: Journey | None = None) -> dict[str, 
         if not same_tool:
             out["tools"].append(f"{want.tool} was never called")
         elif not any(_matches(c, want) for c in same_tool):
-            got = "; ".join(f"{c.id} {canonical_json(c.arguments)}" for c in same_tool)
+            got = "; ".join(f"{c.id} {canonical_json(_shown(j, c))}" for c in same_tool)
             out["arguments"].append(f"{want.tool} was never called with arguments matching "
                                     f"{canonical_json(want.args)} (got {got})")
     for never in e.not_calls:
@@ -113,7 +115,14 @@ def score(task: Task, j: Journey, baseline: Journey | None = None) -> dict[str, 
     if e.max_latency_ms is not None and j.latency_ms > e.max_latency_ms:
         out["latency"].append(f"took {j.latency_ms:.0f} ms, at most {e.max_latency_ms:g} "
                               "ms expected")
-    return out
+    # what a report says is read by people: secrets in it masked (issue 34)
+    return {k: [mask_text(m) for m in v] for k, v in out.items()}
+
+
+def _shown(j: Journey, c: ToolCall) -> Any:
+    """A proposed call's arguments as its request's approvers saw them: masked."""
+    hide = {p for a in j.approvals if a.call_id == c.id for p in sensitive_paths(a)}
+    return mask_args(c.arguments, sorted(hide))
 
 
 def compliance(j: Journey, *, gated: set[str]) -> list[str]:

@@ -52,6 +52,7 @@ from approvald.runtime.errors import PayloadTooLarge
 from approvald.runtime.external import ExternalError, NewRequest, Report
 from approvald.runtime.ids import lease_id
 from approvald.runtime.intake import Source
+from approvald.runtime.sensitive import mask_text
 from approvald.runtime.state import FINAL_STATUSES
 from approvald.store.repos.external import TokenRecord
 
@@ -176,7 +177,8 @@ class Gateway(CallerGate):
                 while len(self._ran) > KEEP_RAN:
                     self._ran.popitem(last=False)
         if not task.cancelled() and task.exception() is not None:
-            log.warning("a forwarded call broke off, its outcome unknown: %r", task.exception())
+            log.warning("a forwarded call broke off, its outcome unknown: %s",
+                        mask_text(repr(task.exception())))
 
     async def _closed(self, token: TokenRecord, tool: str, rid: str) -> Refused:
         doc = await self.e.external.get(token, rid)

@@ -43,9 +43,10 @@ from approvald.bot.slack.mrkdwn import (
     who,
 )
 from approvald.runtime.decide import counted
-from approvald.runtime.packet import WillRun, will_run
+from approvald.runtime.packet import WillRun, sensitive_paths, shown_packet, will_run
 from approvald.runtime.policy import ApprovalPolicy
 from approvald.runtime.scope import Scope
+from approvald.runtime.sensitive import is_masked, mask_args, mask_text
 from approvald.runtime.standing import MAX_WINDOW, MIN_WINDOW
 from approvald.store.records import ApprovalRecord, VoteRecord
 from approvald.store.repos.standing import StandingRecord
@@ -67,7 +68,7 @@ __all__ = [
     "STANDING_GRANT", "STANDING_MODAL", "STANDING_REVOKE", "VIEW_ARGS", "WHEN_BLOCK",
     "WHEN_INPUT", "WINDOW_BLOCK", "WINDOW_INPUT", "approval_card", "approver_ids", "args_text",
     "as_text", "batch_buttons", "button_value", "buttons", "compact_blocks", "doing_text",
-    "editable_text", "escape_mrkdwn", "impact_line", "impact_text", "json_object",
+    "editable_text", "escape_mrkdwn", "impact_line", "impact_text", "json_object", "masked",
     "parse_value", "recent_line", "risk_of", "scope_text", "select_value", "standing_cap",
     "standing_lines",
 ]
@@ -167,15 +168,25 @@ def as_text(value: Any) -> str:
                                                            default=str)
 
 
-def args_text(raw: str | None, *, indent: int | None = 2) -> str:
-    """A stored JSON column as display JSON (pretty, or compact with ``indent=None``)."""
+def args_text(raw: str | None, *, indent: int | None = 2,
+              sensitive: Sequence[str] = ()) -> str:
+    """A stored JSON column as display JSON (pretty, or compact with ``indent=None``),
+    with the values under the ``sensitive`` paths and every secret the detectors find
+    masked: what a person sees of arguments, never the secrets themselves."""
     try:
-        value = json.loads(raw or "{}")
+        value = mask_args(json.loads(raw or "{}"), sensitive)
     except ValueError:
-        return raw or ""
+        return mask_text(raw or "")
     separators = None if indent else (",", ":")
     return json_escapes(json.dumps(value, indent=indent, separators=separators,
                                    ensure_ascii=False, default=str))
+
+
+def masked(a: ApprovalRecord) -> bool:
+    """Whether any argument of ``a`` (as asked or as edited) is shown masked."""
+    hide = sensitive_paths(a)
+    return any(raw is not None and is_masked(json_object(raw), hide)
+               for raw in (a.args, a.edited_args))
 
 
 def editable_text(a: ApprovalRecord) -> str | None:
@@ -185,7 +196,8 @@ def editable_text(a: ApprovalRecord) -> str | None:
     same value, so submitting an untouched box changes nothing.
     """
     for indent in (2, None):
-        text = args_text(a.edited_args or a.args, indent=indent)
+        text = args_text(a.edited_args or a.args, indent=indent,
+                         sensitive=sensitive_paths(a))
         if units(text) <= INPUT_MAX:
             return text
     return None
@@ -309,9 +321,10 @@ def _compact(value: Any) -> str:
                                    default=str))
 
 
-def scope_text(s: StandingRecord, *, here: bool = False) -> str:
+def scope_text(s: StandingRecord, *, here: bool = False, sensitive: Sequence[str] = ()) -> str:
     """What a standing approval covers, in words, agent-written values escaped and cut
-    (``here``: on the card of the request it was granted on, "this exact call")."""
+    (``here``: on the card of the request it was granted on, "this exact call"), values
+    under the ``sensitive`` paths of its tool's arguments masked."""
     try:
         scope = Scope.model_validate_json(s.scope)
     except ValueError:
@@ -319,11 +332,12 @@ def scope_text(s: StandingRecord, *, here: bool = False) -> str:
     if scope.kind == "exact":
         if here:
             return T.STANDING_SCOPE_EXACT_HERE
-        return T.STANDING_SCOPE_EXACT.format(args=f"`{code_span(_compact(scope.values), 200)}`")
+        return T.STANDING_SCOPE_EXACT.format(
+            args=f"`{code_span(_compact(mask_args(scope.values, sensitive)), 200)}`")
     if scope.kind == "fields":
         pairs = [T.STANDING_SCOPE_PAIR.format(name=f"`{code_span(k, 60)}`",
                                               value=f"`{code_span(_compact(v), 80)}`")
-                 for k, v in list(scope.values.items())[:10]]
+                 for k, v in list(mask_args(scope.values, sensitive).items())[:10]]
         return T.STANDING_SCOPE_FIELDS.format(pairs=", ".join(pairs))
     return T.STANDING_SCOPE_CONDITION.format(when=f"`{code_span(scope.when or '', 400)}`")
 
@@ -335,13 +349,15 @@ def _grants(s: StandingRecord) -> list[str]:
         return []
 
 
-def standing_lines(s: StandingRecord, *, now: datetime, here: bool = True) -> str:
+def standing_lines(s: StandingRecord, *, now: datetime, here: bool = True,
+                   sensitive: Sequence[str] = ()) -> str:
     """A standing approval as its card tells it: who granted it, for how long, what it
     covers, and where it stands now (grants for a quorum, uses, revoked or over)."""
     grants = _grants(s)
     text = T.STANDING_ON_CARD.format(
         id=code_span(s.id, 64), who=", ".join(who(g) for g in grants[:10]) or "—",
-        window=duration(s.expires_at - s.created_at), scope=scope_text(s, here=here))
+        window=duration(s.expires_at - s.created_at),
+        scope=scope_text(s, here=here, sensitive=sensitive))
     state = s.state(now)
     until = slack_date(s.expires_at, T.DATE_AT)
     if state == "proposed":
@@ -555,7 +571,7 @@ def approval_card(a: ApprovalRecord, *, token: str | None, now: datetime,
     ``standing``: the standing approvals granted on this request, told below the decision
     (a quorum tool's is granted while the request still waits for its other approvals).
     """
-    p = json_object(a.packet)
+    p = shown_packet(a)
     w = will_run(a)
     live = token is not None and a.status == "pending"
     blocks: list[Block] = [header(_headline(a)), section(_intro(a, p, thread_url))]
@@ -583,18 +599,21 @@ def approval_card(a: ApprovalRecord, *, token: str | None, now: datetime,
         blocks.append(section(why.format(text=clip(as_text(p["why"]), 500))))
     edited = a.edited_args is not None
     title = T.SECTION_ARGS_ORIGINAL if edited else T.SECTION_ARGS
+    if masked(a):
+        title += "\n" + T.ARGS_MASKED
     # with an edit, the original yields room to the arguments that will actually run
     budget = (1500 if edited else SECTION_MAX) - units(title) - 1
-    code, cut = code_block(args_text(a.args), budget)
+    code, cut = code_block(args_text(a.args, sensitive=w.sensitive), budget)
     blocks.append(section(f"{title}\n{code}"))
     if edited:
-        code, more = code_block(args_text(a.edited_args), 2400)
+        code, more = code_block(args_text(a.edited_args, sensitive=w.sensitive), 2400)
         blocks.append(section(f"{T.SECTION_EDITED}\n{code}"))
         cut += more
     if not live:
         blocks.append(section(_decision(a, votes, superseded_by)))
     if standing and a.kind == "tool_call":
-        lines = "\n".join(standing_lines(x, now=now) for x in standing[:3])
+        lines = "\n".join(standing_lines(x, now=now, sensitive=w.sensitive)
+                           for x in standing[:3])
         blocks.append(section(lines))
     blocks.append(context(_context(a, votes, now, supersedes_url)))
     if live and token is not None:
@@ -631,7 +650,7 @@ def compact_blocks(a: ApprovalRecord, token: str | None, *, now: datetime,
     ``selectable``: a pending call also gets a checkbox beside its summary, whose value is
     its id and ``token`` (bound to the arguments shown), for "Approve/Deny selected".
     """
-    p = json_object(a.packet)
+    p = shown_packet(a)
     agent, requester = clip(as_text(p.get("agent")) or "agent", 60), who(a.requested_by)
     if a.kind in ("outcome_unknown", "cannot_run"):
         line = (T.COMPACT_QUESTION_LINE if a.kind == "outcome_unknown"
@@ -645,7 +664,7 @@ def compact_blocks(a: ApprovalRecord, token: str | None, *, now: datetime,
     w = will_run(a)
     said = [_doing_line(w, 160), impact_line(w, 200)]
     lines += [line for line in said if line]
-    code, cut = code_block(args_text(w.args, indent=None), 300)
+    code, cut = code_block(args_text(w.args, indent=None, sensitive=w.sensitive), 300)
     lines.append(code)
     tail = []
     if a.kind == "tool_call" and a.status == "pending":

@@ -30,6 +30,7 @@ from approvald.runtime.engine import Engine
 from approvald.runtime.gate import CARD_POST, CARD_UPDATE, NOTICE, REMINDER, RUN_WAITING
 from approvald.runtime.outbox import DEAD_REPORT, RetryLater, Undeliverable
 from approvald.runtime.policy import ApprovalPolicy
+from approvald.runtime.sensitive import mask_args
 from approvald.store.records import ApprovalRecord, OutboxRecord
 from approvald.store.repos import Tx
 from slack_sdk.errors import SlackApiError
@@ -242,6 +243,7 @@ class SlackDeliverer:
                                       call_id=str(payload["call_id"]))
             # notices queued before the arguments rode in the payload: read the transcript
             events = await tx.events.load(run_id) if "args" not in payload else []
+            run = await tx.runs.get(run_id)
         if rec is None:
             raise Undeliverable("the notice's execution record is gone")
         for ev in events:
@@ -249,7 +251,8 @@ class SlackDeliverer:
             for call in body.get("tool_calls") or []:
                 if call.get("id") == payload["call_id"]:
                     args = call.get("arguments")
-        text = messages.notice_text(rec.tool, args, rec.result_value()
+        hide = self.e.registry.sensitive_paths(run, rec.tool) if run is not None else ()
+        text = messages.notice_text(rec.tool, mask_args(args, hide), rec.result_value()
                                     if rec.status == "succeeded" else {"error": rec.error})
         channel, thread_ts = where
         resp = await self.client.chat_postMessage(channel=channel, thread_ts=thread_ts, text=text)

@@ -34,7 +34,9 @@ from approvald.bot.slack.mrkdwn import REASON_MAX, approver, code_span, cut_plai
 from approvald.runtime.batch import MAX_BATCH, BatchVerdict, Target, decide_each
 from approvald.runtime.decide import Actor, Decision, Verdict
 from approvald.runtime.errors import ApprovaldError, DecisionRefused, InvalidArguments, NotFound
+from approvald.runtime.packet import sensitive_paths
 from approvald.runtime.scope import scope_for
+from approvald.runtime.sensitive import unmask_edit
 from approvald.runtime.standing import StandingRefused
 from approvald.store.records import ApprovalRecord
 from approvald.store.repos.standing import StandingRecord
@@ -302,6 +304,9 @@ class Handlers:
         try:
             target = views.parse_metadata(view.get("private_metadata") or "")
             a = await self.e.decider.get(target.approval_id)
+            # the box showed sensitive values masked: one left as shown keeps its real
+            # value, one typed over is what the approver typed
+            args = unmask_edit(args, a.effective_args(), sensitive_paths(a))
             tool = await self.e.tool_for(a)
             tool.validate(args)
         except InvalidArguments as exc:
@@ -454,7 +459,11 @@ class Handlers:
         items = []
         for s in await self.e.standing.listing(live_only=True):
             if await self.e.standing.may_revoke(s, user):
-                items.append(views.HomeStanding(s, await self.e.standing.may_grant(s, user)))
+                async with self.e.db.read() as tx:
+                    granted_on = await tx.approvals.get(s.granted_on)
+                hide = sensitive_paths(granted_on) if granted_on is not None else ()
+                items.append(views.HomeStanding(s, await self.e.standing.may_grant(s, user),
+                                                hide))
         items.sort(key=lambda item: not item.may_grant)  # stable: newest first within
         return items
 

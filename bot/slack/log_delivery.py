@@ -10,6 +10,7 @@ import json
 import logging
 from typing import Any
 
+from approvald.runtime.sensitive import mask_args
 from approvald.store.records import OutboxRecord
 
 log = logging.getLogger("approvald.delivery")
@@ -20,7 +21,8 @@ class LogDeliverer:
         self.delivered: list[OutboxRecord] = []
 
     async def deliver(self, row: OutboxRecord) -> dict[str, Any] | None:
-        payload = json.loads(row.payload)
+        # a notice's payload carries the call's arguments: logs see them masked
+        payload = mask_args(json.loads(row.payload))
         log.info("%s %s", row.kind, " ".join(f"{k}={v}" for k, v in payload.items()))
         self.delivered.append(row)
         return {"logged": True}

@@ -43,7 +43,7 @@ from approvald.bot.slack.mrkdwn import (
     who,
 )
 from approvald.runtime.errors import DecisionRefused
-from approvald.runtime.packet import will_run
+from approvald.runtime.packet import sensitive_paths, will_run
 from approvald.store.records import ApprovalRecord, RunRecord
 from slack_sdk.models.blocks import Block
 
@@ -248,14 +248,16 @@ def thread_edited_call(a: ApprovalRecord) -> str | None:
         return None
     if w.impact:
         return impact_line(w, 300)
-    return T.THREAD_EDITED_ARGS.format(args=code_span(args_text(w.args, indent=None), 300))
+    return T.THREAD_EDITED_ARGS.format(args=code_span(args_text(w.args, indent=None,
+                                                                     sensitive=w.sensitive),
+                                                           300))
 
 
 def thread_edited_args(a: ApprovalRecord) -> str | None:
     """The edited arguments of a request approved with edits, as a code block; else None."""
     if a.edited_args is None:
         return None
-    return code_block(args_text(a.edited_args), 2000)[0]
+    return code_block(args_text(a.edited_args, sensitive=sensitive_paths(a)), 2000)[0]
 
 
 def thread_error(error: str) -> str:

@@ -23,6 +23,7 @@ from typing import Any
 from urllib.parse import quote
 
 from approvald.bot.slack import texts as T
+from approvald.runtime.sensitive import mask_args, mask_text
 from slack_sdk.models.blocks import (
     ContextBlock,
     HeaderBlock,
@@ -112,7 +113,9 @@ def _fit(text: str, start: int, budget: int, code: bool) -> tuple[str, int]:
 
 
 def clip(text: str, limit: int) -> str:
-    """Escape prose for mrkdwn and cut it to ``limit`` units, ending in "…" when cut."""
+    """Escape prose for mrkdwn and cut it to ``limit`` units, ending in "…" when cut;
+    secrets the detectors recognise are masked first (no Slack text ever carries one)."""
+    text = mask_text(text)
     shown, end = _fit(text, 0, limit, code=False)
     if end == len(text):
         return shown
@@ -123,8 +126,10 @@ def clip(text: str, limit: int) -> str:
 def code_block(text: str, limit: int) -> tuple[str, int]:
     """A fenced block of ``text`` within ``limit`` units, and how many characters were cut.
 
-    A cut block ends with a visible "… truncated, N more characters" note.
+    A cut block ends with a visible "… truncated, N more characters" note. Secrets the
+    detectors recognise are masked first.
     """
+    text = mask_text(text)
     fence = 8  # "```\n" and "\n```"
     shown, end = _fit(text, 0, limit - fence, code=True)
     cut = len(text) - end
@@ -200,8 +205,9 @@ def json_escapes(text: str) -> str:
 
 
 def pretty_json(value: Any) -> str:
-    """Indented JSON as approvers read it, non-ASCII kept (see :func:`json_escapes`)."""
-    return json_escapes(json.dumps(value, indent=2, ensure_ascii=False, default=str))
+    """Indented JSON as approvers read it, non-ASCII kept (see :func:`json_escapes`), what
+    the detectors recognise masked."""
+    return json_escapes(json.dumps(mask_args(value), indent=2, ensure_ascii=False, default=str))
 
 
 def who(actor: str | None) -> str:

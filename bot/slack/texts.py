@@ -72,6 +72,9 @@ SECTION_WHY = "*Why approval is needed*\n{text}"
 SECTION_WHY_QUESTION = "*Why a human is asked*\n{text}"
 SECTION_ARGS = "*Exact arguments*"
 SECTION_ARGS_ORIGINAL = "*Arguments as originally requested*"
+# beside the arguments when a sensitive value in them is shown masked
+ARGS_MASKED = (":lock: _Sensitive values are masked (•••• 4242); the decision binds to the "
+               "real values._")
 SECTION_EDITED = "*Edited by an approver: these arguments run instead*"
 SECTION_QUESTION = "*Idempotency key:* `{key}`"
 SECTION_ATTEMPT = ("*Attempt {attempt}* started {started}; its worker was last heard from "
@@ -349,6 +352,8 @@ MODAL_EDIT_INTRO = ("Edit the arguments of `{tool}` as JSON. Your edit is valida
                     "the tool's schema; submitting approves the edited call, and the original "
                     "is kept in the audit log.")
 MODAL_PROPOSE_SUBMIT = "Propose edit"
+MODAL_EDIT_MASKED = (":lock: Sensitive values are shown masked (•••• 4242, [masked]). Leave one "
+                     "as shown to keep its real value; type a new value to replace it.")
 MODAL_PROPOSE_INTRO = ("Edit the arguments of `{tool}` as JSON. Your edit is validated against "
                        "the tool's schema and replaces the arguments on the card; someone "
                        "other than you must then approve them. Earlier approvals stop "

@@ -54,6 +54,7 @@ from approvald.bot.slack.cards import (
     editable_text,
     impact_line,
     json_object,
+    masked,
     parse_value,
     recent_line,
     scope_text,
@@ -85,8 +86,9 @@ from approvald.bot.slack.mrkdwn import (
     who,
 )
 from approvald.runtime.batch import MAX_BATCH, BatchVerdict, Outcome
-from approvald.runtime.packet import will_run
+from approvald.runtime.packet import sensitive_paths, will_run
 from approvald.runtime.rules import MAX_EXPRESSION, RuleError, holds
+from approvald.runtime.sensitive import mask_args
 from approvald.store.records import ApprovalRecord
 from approvald.store.repos.standing import StandingRecord
 from slack_sdk.models.blocks import (
@@ -169,8 +171,10 @@ def args_modal(a: ApprovalRecord) -> dict[str, Any]:
     The JSON is split over as many sections as needed, up to Slack's 100 blocks; what still
     does not fit is counted in a last line pointing at the CLI.
     """
-    parts = [(T.SECTION_EDITED, args_text(a.edited_args)), (T.SECTION_ARGS_ORIGINAL,
-             args_text(a.args))] if a.edited_args is not None else [(None, args_text(a.args))]
+    hide = sensitive_paths(a)
+    parts = [(T.SECTION_EDITED, args_text(a.edited_args, sensitive=hide)),
+             (T.SECTION_ARGS_ORIGINAL, args_text(a.args, sensitive=hide))] \
+        if a.edited_args is not None else [(None, args_text(a.args, sensitive=hide))]
     total = len(parts[0][1])
     blocks: list[Block] = [section(T.MODAL_ARGS_INTRO.format(
         tool=code_span(a.tool, 80), id=code_span(a.id, 64), n=total))]
@@ -248,13 +252,15 @@ def edit_modal(a: ApprovalRecord, token: str, channel: str | None,
     w = will_run(a)
     text = editable_text(a)
     if text is None:
-        size = units(args_text(w.args, indent=None))
+        size = units(args_text(w.args, indent=None, sensitive=w.sensitive))
         blocks: list[Block] = [section(T.MODAL_EDIT_TOO_BIG.format(
             n=size, limit=INPUT_MAX, id=code_span(a.id, 64)))]
         return _modal(T.MODAL_EDIT_TITLE, blocks, metadata=metadata)
     propose = json_object(a.policy).get("edits") == "propose"
     intro = (T.MODAL_PROPOSE_INTRO if propose else T.MODAL_EDIT_INTRO).format(
         tool=code_span(a.tool, 80))
+    if masked(a):
+        intro += "\n" + T.MODAL_EDIT_MASKED
     impact = impact_line(w, 500)  # of the arguments the box starts with
     blocks = [
         section(intro + ("\n" + impact if impact else "")),
@@ -354,7 +360,8 @@ def _label(a: ApprovalRecord | None, approval_id: str) -> str:
     if a is None:
         return T.BATCH_LABEL_UNKNOWN.format(id=code_span(approval_id, 64))
     return T.BATCH_LABEL.format(tool=code_span(a.tool, 80), id=code_span(a.id[:8], 8),
-                                args=code_span(args_text(will_run(a).args, indent=None), 80))
+                                args=code_span(args_text(will_run(a).args, indent=None,
+                                                          sensitive=sensitive_paths(a)), 80))
 
 
 def _pack(lines: Sequence[str], *, most: int) -> list[str]:
@@ -530,7 +537,8 @@ def _option(a: ApprovalRecord | None, approval_id: str, value: str) -> Option:
         return Option(text=md(code_span(approval_id, OPTION_TEXT_MAX)), value=value)
     tool = clip(a.tool, 30)
     room = OPTION_TEXT_MAX - units(tool) - 3  # a space and the span's backticks
-    args = code_span(args_text(will_run(a).args, indent=None), room)
+    args = code_span(args_text(will_run(a).args, indent=None, sensitive=sensitive_paths(a)),
+                     room)
     note = T.MODAL_BATCH_ITEM_NOTE.format(id=a.id[:8], who=who(a.requested_by))
     return Option(text=md(f"{tool} `{args}`"), value=value,
                   description=md(safe_cut(note, OPTION_TEXT_MAX)))
@@ -593,16 +601,19 @@ EXAMPLE_TERMS = 4
 EXAMPLE_STRING_MAX = 64
 
 
-def example_condition(tool: str, args: Mapping[str, Any]) -> str:
+def example_condition(tool: str, args: Mapping[str, Any],
+                      sensitive: Sequence[str] = ()) -> str:
     """A CEL condition that holds for this call, drawn from its arguments, to start from:
     identifier-like strings and booleans must be equal, whole numbers at most as large
-    (``args.order_id == "A-1001" && args.amount_cents <= 4200``). Free text, nested values
-    and names CEL cannot spell are left out; "" when nothing fits."""
+    (``args.order_id == "A-1001" && args.amount_cents <= 4200``). Free text, nested values,
+    names CEL cannot spell and sensitive values (under the ``sensitive`` paths, or found by
+    a detector) are left out; "" when nothing fits."""
     terms: list[str] = []
+    shown = mask_args(args, sensitive)
     for name, value in args.items():
         if len(terms) == EXAMPLE_TERMS:
             break
-        if not _IDENT.fullmatch(name) or name in _CEL_RESERVED:
+        if not _IDENT.fullmatch(name) or name in _CEL_RESERVED or shown.get(name) != value:
             continue
         ref = f"args.{name}"
         if isinstance(value, bool):
@@ -655,7 +666,7 @@ def standing_modal(a: ApprovalRecord, token: str, channel: str | None,
     metadata = modal_metadata(a.id, token, channel, ts)
     args = a.effective_args()
     w = will_run(a)
-    code, _ = code_block(args_text(w.args, indent=None), 600)
+    code, _ = code_block(args_text(w.args, indent=None, sensitive=w.sensitive), 600)
     impact = impact_line(w, 500)
     blocks: list[Block] = [section(T.MODAL_STANDING_INTRO.format(tool=code_span(a.tool, 80))
                                    + "\n" + code + ("\n" + impact if impact else ""))]
@@ -668,7 +679,7 @@ def standing_modal(a: ApprovalRecord, token: str, channel: str | None,
         block_id=WINDOW_BLOCK, label=plain(T.MODAL_STANDING_WINDOW), optional=False,
         element=StaticSelectElement(action_id=WINDOW_INPUT, options=choices,
                                     initial_option=choices[0])))
-    fields = _field_options(args)
+    fields = _field_options(mask_args(args, w.sensitive))  # names, and values as shown
     scopes = [Option(value="exact", text=plain(T.SCOPE_EXACT),
                      description=plain(T.SCOPE_EXACT_NOTE))]
     if fields:
@@ -685,7 +696,7 @@ def standing_modal(a: ApprovalRecord, token: str, channel: str | None,
             block_id=FIELDS_BLOCK, label=plain(T.MODAL_STANDING_FIELDS), optional=True,
             hint=plain(T.MODAL_STANDING_FIELDS_HINT),
             element=CheckboxesElement(action_id=FIELDS_INPUT, options=fields)))
-    example = example_condition(a.tool, args)
+    example = example_condition(a.tool, args, w.sensitive)
     blocks.append(InputBlock(
         block_id=WHEN_BLOCK, label=plain(T.MODAL_STANDING_WHEN), optional=True,
         hint=plain(T.MODAL_STANDING_WHEN_HINT),
@@ -757,6 +768,8 @@ class HomeStanding(NamedTuple):
 
     standing: StandingRecord
     may_grant: bool
+    # the sensitive paths of the request it was granted on: its scope's values masked
+    sensitive: tuple[str, ...] = ()
 
 
 def _standing_item(item: HomeStanding, now: datetime) -> list[Block]:
@@ -764,7 +777,9 @@ def _standing_item(item: HomeStanding, now: datetime) -> list[Block]:
     grants = s.grants_value()
     text = T.HOME_STANDING_LINE.format(
         emoji=T.STANDING_EMOJI.get(s.state(now), T.UNKNOWN_EMOJI), tool=code_span(s.tool, 80),
-        scope=scope_text(s), until=slack_date(s.expires_at, T.DATE_AT), count=len(grants),
+        scope=scope_text(s, sensitive=item.sensitive), until=slack_date(s.expires_at,
+                                                                        T.DATE_AT),
+        count=len(grants),
         quorum=s.quorum, who=", ".join(who(g) for g in grants[:10]) or "—", uses=s.uses,
         id=code_span(s.id, 64))
     tool = code_span(s.tool, 80)

@@ -4,6 +4,7 @@ links each failing journey to its embedded trace, and keeps dataset text inert."
 
 from __future__ import annotations
 
+import json
 import re
 from html import escape
 from html.parser import HTMLParser
@@ -175,3 +176,36 @@ def test_ids_stay_unique_and_valid_whatever_the_task_names() -> None:
     assert page.count("No timeline: the run's trace could not be read.") == len(names)
     assert "a person was asked whether x (c1): &lt;retry&gt;" in page
     assert "<d>" not in page and "&lt;d&gt;.toml" in page
+
+
+async def test_a_report_masks_a_card_number_the_runs_and_their_expectations_quote(
+        tmp_path: Path) -> None:
+    """Secrets never reach a report (issue 34): the task, the final answer and the reasons
+    quote a card number; the HTML report, its table and its JSON show it masked."""
+    card = "4242 4242 4242 4242"
+    path = tmp_path / "ds.toml"
+    path.write_text(f"""
+interruptions = ["baseline"]
+
+[[tasks]]
+name = "card"
+task = "Refund order A-1 for the duplicate charge to card {card}"
+decisions = [{{ tool = "issue_refund", action = "approve" }}]
+[tasks.expect]
+result_contains = "{card}"
+""")
+    ledger = str(tmp_path / "ledger.jsonl")
+    scratch = ScratchDatabases(tmp_path)
+    try:
+        report = await evaluate(load_dataset(path, agent="demo-refund"),
+                                agents=demo_agents(ledger), databases=scratch.new,
+                                ledger_path=ledger)
+    finally:
+        scratch.cleanup()
+    [row] = report.rows
+    assert not row.ok and row.failures["completion"]
+    shown = [eval_report.html(report), json.dumps([r.to_json() for r in report.rows]),
+             "\n".join(row.reasons())]
+    assert "•••• 4242" in shown[0]
+    for text in shown:
+        assert not re.search(r"4242[ -]?4242", text), text
