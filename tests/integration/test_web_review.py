@@ -1,0 +1,321 @@
+"""The web review queue end to end: real HTTP against serve's listener, a real SMTP server
+on loopback (aiosmtpd), real databases, the Slack emulator for the card, time moved by the
+injected clock. Sign-in by a single-use mailed link; a decision on the queue page resumes
+the run, updates the Slack card, runs the call once and is audited ``via: web``; every
+refusal is a status, an audit entry and nothing else."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from approvald.bot.web.routes import SESSION_COOKIE
+from approvald.runtime.clock import ManualClock
+from approvald.runtime.decide import Actor
+from sqlalchemy import text
+
+from tests.integration.slack_harness import Harness, wait_for
+from tests.integration.web_helpers import Browser, form_fields, smtp_server, web_harness
+
+
+async def audit(h: Harness, action: str) -> list[Any]:
+    async with h.engine.db.read() as tx:
+        return [e for e in await tx.audit.query() if e.action == action]
+
+
+async def refusals(h: Harness) -> list[dict[str, Any]]:
+    return [json.loads(e.details) for e in await audit(h, "web_refused")]
+
+
+async def sql(h: Harness, query: str) -> list[tuple[Any, ...]]:
+    async with h.engine.db.read() as tx:
+        return [tuple(r) for r in await tx.conn.execute(text(query))]
+
+
+async def counts(h: Harness) -> dict[str, int]:
+    """What a refusal must not change: sessions, used links, decisions."""
+    [(sessions, used, decided, votes)] = await sql(
+        h, "SELECT (SELECT count(*) FROM web_sessions), "
+           "(SELECT count(*) FROM web_links WHERE used_at IS NOT NULL), "
+           "(SELECT count(*) FROM approvals WHERE status <> 'pending'), "
+           "(SELECT count(*) FROM approval_votes)")
+    return {"sessions": sessions, "used": used, "decided": decided, "votes": votes}
+
+
+async def _status(h: Harness, run_id: str, status: str) -> Any:
+    run = await h.run(run_id)
+    return run if run.status == status else None
+
+
+async def test_sign_in_by_mail_and_approve_on_the_queue_page(db_url: str,
+                                                             tmp_path: Path) -> None:
+    async with smtp_server() as (inbox, smtp_port), \
+            web_harness(db_url, tmp_path, smtp_port=smtp_port) as (h, url):
+        paused = await h.pause_refund()  # requested by U_DANA
+        [aid] = paused.approval_ids
+        await h.card(aid)
+        alice = Browser(url)
+        dana = Browser(url)
+        try:
+            assert await alice.ask_link("Alice@Example.com") == 200
+            link = await inbox.link_for("alice@example.com")
+            [mail] = inbox.to("alice@example.com")
+            assert mail["From"].addresses[0].addr_spec == "approvals@example.com"
+            # the link's token is nowhere in the database: only its hash, and no outbox row
+            # holds it either
+            token = link.rsplit("/", 1)[1]
+            dump = str(await sql(h, "SELECT * FROM web_links")) \
+                + str(await sql(h, "SELECT payload, result FROM outbox"))
+            assert token not in dump
+            # opening the link (a mail scanner's prefetch) signs nobody in, uses nothing
+            before = await counts(h)
+            for _ in range(2):
+                status, page = await alice.get(link)
+                assert status == 200 and "Sign in" in page and "U_ALICE" in page
+            assert await counts(h) == before
+            status, _ = await alice.post("/review/sign-in",
+                                         form_fields(page, action="/review/sign-in"))
+            assert status == 303
+            cookie = alice.last.headers.getall("Set-Cookie")  # type: ignore[union-attr]
+            session_cookie = next(c for c in cookie if c.startswith(SESSION_COOKIE + "="))
+            assert "HttpOnly" in session_cookie and "SameSite=Strict" in session_cookie
+            assert "Secure" not in session_cookie  # the public URL is http here
+            # only the session id's hash is stored
+            sid = alice.cookie(SESSION_COOKIE)
+            assert sid
+            stored = await sql(h, "SELECT id_hash, user_id FROM web_sessions")
+            assert len(stored) == 1 and stored[0][1] == "U_ALICE" and sid not in str(stored)
+            [signed_in] = await audit(h, "web_signed_in")
+            assert signed_in.actor == "U_ALICE" and signed_in.via == "web"
+
+            status, page = await alice.get("/review")
+            assert status == 200
+            # the card's packet and exact arguments
+            a = await h.approval(aid)
+            assert "issue_refund" in page and "A-1001" in page and "4200" in page
+            assert "duplicate charge" in page and a.effective_digest[:12] in page
+            assert "goes back to the customer" in page  # the impact
+            assert alice.last is not None
+            csp = alice.last.headers["Content-Security-Policy"]
+            assert "default-src 'none'" in csp and "<script" not in page
+            # the requester cannot approve her own: her queue is empty
+            await dana.sign_in(inbox, "dana@example.com")
+            status, dpage = await dana.get("/review")
+            assert status == 200 and aid not in dpage and "Nothing waits for you" in dpage
+
+            fields = form_fields(page, action=f"/review/requests/{aid}", verdict="approve")
+            status, _ = await alice.post(f"/review/requests/{aid}", fields)
+            assert status == 303
+            run = await wait_for(lambda: _status(h, paused.run_id, "completed"),
+                                 what="the run to complete")
+            assert "was issued" in run.result
+            assert len(h.refunds()) == 1
+            updated = await wait_for(lambda: _card_says(h, aid, "Approved"),
+                                     what="the card to show the approval")
+            assert "U_ALICE" in json.dumps(updated)
+            assert not [b for b in updated["blocks"] if b["type"] == "actions"]
+            [approved] = await audit(h, "approved")
+            assert approved.actor == "U_ALICE" and approved.via == "web"
+            assert approved.digest == a.effective_digest
+            # the same form again is a repeat, not a second execution
+            status, _ = await alice.post(f"/review/requests/{aid}", fields)
+            assert status == 303 and alice.last is not None
+            assert alice.last.headers["Location"] == "/review?done=repeated"
+            assert len(h.refunds()) == 1
+        finally:
+            await alice.close()
+            await dana.close()
+
+
+async def _card_says(h: Harness, approval_id: str, word: str) -> Any:
+    a = await h.approval(approval_id)
+    msg = h.emulator.message(a.channel, a.message_ts)
+    return msg if msg and word in json.dumps(msg) else None
+
+
+async def test_refusals_are_audited_and_change_nothing(sqlite_url: str,
+                                                       tmp_path: Path) -> None:
+    clock = ManualClock(datetime.now(UTC))
+    async with smtp_server() as (inbox, smtp_port), \
+            web_harness(sqlite_url, tmp_path, clock=clock, smtp_port=smtp_port) as (h, url):
+        paused = await h.pause_refund()
+        [aid] = paused.approval_ids
+        alice, mallory, dana = Browser(url), Browser(url), Browser(url)
+        try:
+            await alice.sign_in(inbox, "alice@example.com")
+            status, page = await alice.get("/review")
+            approve = form_fields(page, action=f"/review/requests/{aid}", verdict="approve")
+
+            # a link used twice (from another browser: the one that got the mail forwarded)
+            first = await inbox.link_for("alice@example.com")
+            before = await counts(h)
+            status, body = await mallory.get(first)
+            assert status == 410 and "used already" in body  # said, and nothing audited
+            status, body = await mallory.post_token(first)
+            assert status == 403 and "used already" in body
+            assert mallory.cookie(SESSION_COOKIE) is None
+            assert (await refusals(h))[-1]["reason"] == "link_used"
+            assert await counts(h) == before
+
+            # a link for another approver than the one signed in here
+            assert await dana.ask_link("dana@example.com") == 200
+            dana_link = await inbox.link_for("dana@example.com")
+            status, body = await alice.open_and_sign_in(dana_link)
+            assert status == 403 and "another approver" in body
+            [*_, refused] = await audit(h, "web_refused")
+            assert refused.actor == "U_ALICE"
+            assert json.loads(refused.details)["reason"] == "other_approver"
+            assert json.loads(refused.details)["link_user"] == "U_DANA"
+            assert await counts(h) == before  # Dana's link is still unused
+            status, _ = await dana.open_and_sign_in(dana_link)
+            assert status == 303
+            before = await counts(h)
+
+            # an expired link: asked for, then opened after 15 minutes
+            assert await mallory.ask_link("bob@example.com") == 200
+            bob_link = await inbox.link_for("bob@example.com")
+            status, page_b = await mallory.get(bob_link)
+            assert status == 200
+            clock.advance(timedelta(minutes=15, seconds=1))
+            status, body = await mallory.post("/review/sign-in",
+                                              form_fields(page_b, action="/review/sign-in"))
+            assert status == 403 and "expired" in body
+            assert (await refusals(h))[-1]["reason"] == "link_expired"
+            assert await counts(h) == before
+            status, _ = await mallory.get(bob_link)
+            assert status == 410
+
+            # a forged session
+            forged = Browser(url)
+            forged.http.cookie_jar.update_cookies({SESSION_COOKIE: "A" * 43})
+            status, body = await forged.post(f"/review/requests/{aid}", approve)
+            await forged.close()
+            assert status == 401
+            assert (await refusals(h))[-1] == {"reason": "bad_session",
+                                               "path": f"/review/requests/{aid}"}
+            [*_, last] = await audit(h, "web_refused")
+            assert last.approval_id == aid
+            assert await counts(h) == before
+
+            # a POST without the CSRF token, and with another session's
+            status, body = await alice.post(f"/review/requests/{aid}",
+                                            {k: v for k, v in approve.items() if k != "csrf"})
+            assert status == 403
+            assert (await refusals(h))[-1]["reason"] == "csrf"
+            _, dpage = await dana.get("/review")
+            dana_csrf = form_fields(dpage, action="/review/sign-out")["csrf"]
+            status, _ = await alice.post(f"/review/requests/{aid}",
+                                         {**approve, "csrf": dana_csrf})
+            assert status == 403
+            assert (await refusals(h))[-1]["reason"] == "csrf"
+            assert await counts(h) == before
+
+            # a cross-origin POST (and one with no Origin at all)
+            status, _ = await alice.post(f"/review/requests/{aid}", approve,
+                                         origin="https://evil.example")
+            assert status == 403
+            assert (await refusals(h))[-1]["reason"] == "cross_origin"
+            assert (await refusals(h))[-1]["origin"] == "https://evil.example"
+            status, _ = await alice.post(f"/review/requests/{aid}", approve, origin=False)
+            assert status == 403
+            assert (await refusals(h))[-1]["origin"] == "(none)"
+            assert await counts(h) == before
+
+            # nothing was decided, nothing ran; the form, untouched, still works
+            assert (await h.approval(aid)).status == "pending" and h.refunds() == []
+            status, _ = await alice.post(f"/review/requests/{aid}", approve)
+            assert status == 303
+            await wait_for(lambda: _status(h, paused.run_id, "completed"), what="completion")
+            assert len(h.refunds()) == 1
+        finally:
+            for b in (alice, mallory, dana):
+                await b.close()
+
+
+async def test_a_page_drawn_before_an_edit_cannot_decide(sqlite_url: str,
+                                                         tmp_path: Path) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[tools.issue_refund]\nedits = "propose"\n')
+    async with smtp_server() as (inbox, smtp_port), \
+            web_harness(sqlite_url, tmp_path, smtp_port=smtp_port,
+                        APPROVALD_POLICY_FILE=str(policy)) as (h, url):
+        paused = await h.pause_refund()
+        [aid] = paused.approval_ids
+        alice = Browser(url)
+        try:
+            await alice.sign_in(inbox, "alice@example.com")
+            _, page = await alice.get("/review")
+            approve = form_fields(page, action=f"/review/requests/{aid}", verdict="approve")
+            # Bob proposes other arguments in Slack while Alice's page is open
+            edited = {"order_id": "A-1001", "amount_cents": 100, "reason": "duplicate charge"}
+            await h.engine.decide(aid, actor=Actor("U_BOB", "slack"), verdict="edit",
+                                  args=edited)
+            status, body = await alice.post(f"/review/requests/{aid}", approve)
+            assert status == 409 and "edited" in body
+            a = await h.approval(aid)
+            assert a.status == "pending" and h.refunds() == []
+            [*_, refused] = await audit(h, "refused")
+            assert refused.via == "web" and json.loads(refused.details)["reason"] == "stale_card"
+            # the page drawn now shows the proposal, and approving it runs exactly it
+            _, page = await alice.get("/review")
+            assert "Arguments that will run (edited by U_BOB)" in page
+            approve = form_fields(page, action=f"/review/requests/{aid}", verdict="approve")
+            assert approve["digest"] == a.effective_digest
+            status, _ = await alice.post(f"/review/requests/{aid}", approve)
+            assert status == 303
+            await wait_for(lambda: _status(h, paused.run_id, "completed"), what="completion")
+            assert [r["args"]["amount_cents"] for r in h.refunds()] == [100]
+        finally:
+            await alice.close()
+
+
+async def test_deny_with_a_reason_reaches_the_model(sqlite_url: str, tmp_path: Path) -> None:
+    async with smtp_server() as (inbox, smtp_port), \
+            web_harness(sqlite_url, tmp_path, smtp_port=smtp_port) as (h, url):
+        paused = await h.pause_refund()
+        [aid] = paused.approval_ids
+        alice = Browser(url)
+        try:
+            await alice.sign_in(inbox, "alice@example.com")
+            _, page = await alice.get("/review")
+            deny = form_fields(page, action=f"/review/requests/{aid}", verdict="deny")
+            status, _ = await alice.post(f"/review/requests/{aid}", deny)
+            assert status == 409  # a denial needs a reason; decide refused it
+            status, _ = await alice.post(f"/review/requests/{aid}",
+                                         {**deny, "reason": "<b>not</b> this order"})
+            assert status == 303
+            a = await h.approval(aid)
+            assert a.status == "denied" and a.decided_via == "web"
+            assert a.reason == "<b>not</b> this order"
+            await wait_for(lambda: _card_says(h, aid, "Denied"), what="the denied card")
+            assert h.refunds() == []
+        finally:
+            await alice.close()
+
+
+async def test_unknown_addresses_get_the_same_answer_and_no_mail(sqlite_url: str,
+                                                                 tmp_path: Path) -> None:
+    async with smtp_server() as (inbox, smtp_port), \
+            web_harness(sqlite_url, tmp_path, smtp_port=smtp_port) as (h, url):
+        b = Browser(url)
+        try:
+            _, page = await b.get("/review")
+            fields = form_fields(page, action="/review/sign-in/mail")
+            status, known = await b.post("/review/sign-in/mail",
+                                         {**fields, "email": "alice@example.com"})
+            status2, unknown = await b.post("/review/sign-in/mail",
+                                            {**fields, "email": "eve@example.com"})
+            assert status == status2 == 200 and known == unknown
+            await inbox.link_for("alice@example.com")
+            await h.service.drain.drain_once()
+            assert [m["To"] for m in inbox.messages] == ["alice@example.com"]
+            # at most five live links per approver, however often anyone asks
+            for _ in range(7):
+                await b.post("/review/sign-in/mail", {**fields, "email": "alice@example.com"})
+            await wait_for(lambda: len(inbox.to("alice@example.com")) == 5, what="5 mails")
+            [(n,)] = await sql(h, "SELECT count(*) FROM web_links")
+            assert n == 5
+        finally:
+            await b.close()
