@@ -28,7 +28,8 @@ header{background:#1d1c1d;color:#fff;padding:.6rem 1rem;display:flex;
 header h1{font-size:1.05rem;margin:0}
 header form{margin:0}
 main{max-width:46rem;margin:0 auto;padding:.75rem}
-.card{background:#fff;border:1px solid #ddd;border-radius:8px;padding:.9rem;margin:0 0 1rem}
+.card{background:#fff;border:1px solid #ddd;border-radius:8px;padding:.9rem;margin:0 0 1rem;
+ overflow-wrap:anywhere;min-width:0}
 .card h2{font-size:1.1rem;margin:0 0 .4rem;overflow-wrap:anywhere}
 .risk{display:inline-block;border-radius:4px;padding:0 .4rem;font-size:.8rem;
  font-weight:600;vertical-align:middle}
