@@ -418,6 +418,11 @@ _ALIASES = {name: (f.validation_alias.choices[0] if isinstance(f.validation_alia
                    else name).__str__() for name, f in Settings.model_fields.items()}
 
 
+# the secret settings, by field name and by variable name (a validation error names either)
+_SECRETS = frozenset(n for name, f in Settings.model_fields.items()
+                     if "SecretStr" in str(f.annotation) for n in (name, _ALIASES[name]))
+
+
 def load_settings() -> Settings:
     """Read the environment; raise :class:`ConfigError` naming the first bad variable."""
     try:
@@ -427,6 +432,8 @@ def load_settings() -> Settings:
         loc = str(err["loc"][0]) if err["loc"] else "environment"
         var = _ALIASES.get(loc, loc)
         got = err.get("input")
-        shown = f" (got {got!r})" if isinstance(got, str | int | float) else ""
+        # a secret's value is never echoed, not even a malformed one
+        shown = f" (got {got!r})" if isinstance(got, str | int | float) \
+            and loc not in _SECRETS and var not in _SECRETS else ""
         msg = str(err["msg"]).removeprefix("Value error, ")
         raise ConfigError(f"{var}: {msg}{shown}") from None

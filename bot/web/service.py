@@ -50,8 +50,11 @@ class WebFace:
         link = await self.auth.link(str(row.payload_value().get("link_id")))
         if link is None:
             raise Undeliverable("the sign-in link of this mail does not exist")
-        if link.used_at is not None or link.expires_at <= self.engine.clock.now():
-            return None  # used or expired already: a mail now would only confuse
+        if link.used_at is not None:
+            return None  # its mail got through once already (a re-driven row)
+        if link.expires_at <= self.engine.clock.now():  # the approver never got it
+            raise Undeliverable(f"the sign-in link for {link.user_id} expired before it "
+                                "could be mailed")
         url = f"{self.public_url}/review/sign-in/{self.keys.link_token(link.id)}"
         minutes = int((link.expires_at - link.created_at).total_seconds() // 60)
         text = (f"Someone (we hope you) asked to sign in to approvald's review queue as "

@@ -115,6 +115,7 @@ async def test_sign_in_by_mail_and_approve_on_the_queue_page(db_url: str,
             updated = await wait_for(lambda: _card_says(h, aid, "Approved"),
                                      what="the card to show the approval")
             assert "U_ALICE" in json.dumps(updated)
+            assert "on the web review queue" in json.dumps(updated)
             assert not [b for b in updated["blocks"] if b["type"] == "actions"]
             [approved] = await audit(h, "approved")
             assert approved.actor == "U_ALICE" and approved.via == "web"
@@ -317,5 +318,96 @@ async def test_unknown_addresses_get_the_same_answer_and_no_mail(sqlite_url: str
             await wait_for(lambda: len(inbox.to("alice@example.com")) == 5, what="5 mails")
             [(n,)] = await sql(h, "SELECT count(*) FROM web_links")
             assert n == 5
+        finally:
+            await b.close()
+
+
+async def test_a_sign_in_mail_is_retried_then_reported_dead(sqlite_url: str,
+                                                            tmp_path: Path) -> None:
+    """The SMTP server is down: the mail waits in the outbox and is retried; once the
+    server answers it is delivered. A mail that cannot go out before its link expires is
+    given up and reported to ops in Slack, like a dead card."""
+    from aiosmtpd.controller import Controller
+    from approvald.runtime.outbox import DEAD_REPORT
+
+    from tests.integration.slack_harness import OPS
+    from tests.integration.web_helpers import Inbox, free_port
+
+    clock = ManualClock(datetime.now(UTC))
+    smtp_port = free_port()  # nothing listens there yet
+    async with web_harness(sqlite_url, tmp_path, clock=clock, smtp_port=smtp_port) as (h, url):
+        b = Browser(url)
+        try:
+            assert await b.ask_link("alice@example.com") == 200
+
+            async def tried() -> Any:
+                rows = await sql(h, "SELECT attempts, last_error, status FROM outbox "
+                                    "WHERE kind = 'mail.signin'")
+                return rows if rows and rows[0][0] >= 1 else None
+
+            [(_attempts, error, status)] = await wait_for(tried, what="a first try")
+            assert status == "pending" and "unreachable" in error
+            inbox = Inbox()
+            controller = Controller(inbox, hostname="127.0.0.1", port=smtp_port)
+            controller.start()
+            try:
+                clock.advance(timedelta(seconds=10))  # past the backoff
+                h.engine.notify_outbox()
+                link = await inbox.link_for("alice@example.com")
+                assert link.startswith(f"{url}/review/sign-in/")
+            finally:
+                controller.stop()
+            # the server is gone again: Bob's mail never goes out and is given up when its
+            # link expires, and ops is told in Slack
+            assert await b.ask_link("bob@example.com") == 200
+            await wait_for(lambda: _tries(h, "bob"), what="a try of Bob's mail")
+            clock.advance(timedelta(minutes=15, seconds=1))
+            h.engine.notify_outbox()
+
+            async def dead() -> Any:
+                rows = await sql(h, "SELECT status FROM outbox WHERE kind = 'mail.signin' "
+                                    "AND payload LIKE '%U_BOB%'")
+                return rows == [("dead",)]
+
+            await wait_for(dead, what="Bob's mail to be given up")
+            [(report,)] = await sql(h, f"SELECT payload FROM outbox WHERE kind = "
+                                       f"'{DEAD_REPORT}'")
+            assert json.loads(report)["kind"] == "mail.signin"
+            posted = await wait_for(
+                lambda: [m for m in h.emulator.messages(OPS)
+                         if "mail.signin" in json.dumps(m)], what="the report in Slack")
+            assert "Delivery given up" in json.dumps(posted)
+        finally:
+            await b.close()
+
+
+async def _tries(h: Harness, who: str) -> bool:
+    rows = await sql(h, "SELECT attempts FROM outbox WHERE kind = 'mail.signin' "
+                        f"AND payload LIKE '%U_{who.upper()}%'")
+    return bool(rows and rows[0][0] >= 1)
+
+
+async def test_https_cookies_are_secure(sqlite_url: str, tmp_path: Path) -> None:
+    """Behind TLS (an https public URL, a proxy in front) the session cookie is Secure, and
+    the Origin checked is the https one."""
+    async with smtp_server() as (inbox, smtp_port), \
+            web_harness(sqlite_url, tmp_path, smtp_port=smtp_port,
+                        APPROVALD_PUBLIC_URL="https://approvals.example.com") as (_h, url):
+        b = Browser(url, origin="https://approvals.example.com")
+        try:
+            assert await b.ask_link("alice@example.com") == 200
+            link = await inbox.link_for("alice@example.com")
+            assert link.startswith("https://approvals.example.com/review/sign-in/")
+            status, page = await b.get(url + link.removeprefix("https://approvals.example.com"))
+            assert status == 200
+            status, _ = await b.post("/review/sign-in", form_fields(page,
+                                                                    action="/review/sign-in"))
+            assert status == 303 and b.last is not None
+            cookie = next(c for c in b.last.headers.getall("Set-Cookie")
+                          if c.startswith(SESSION_COOKIE + "="))
+            assert "Secure" in cookie and "HttpOnly" in cookie and "SameSite=Strict" in cookie
+            # the listener's own http origin is not the public one
+            status, _ = await b.post("/review/sign-in/mail", {}, origin=url)
+            assert status == 403
         finally:
             await b.close()

@@ -110,7 +110,10 @@ class Browser:
     def __init__(self, base: str, *, origin: str | None = None) -> None:
         self.base = base
         self.origin = base if origin is None else origin
-        self.http = aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True))
+        # behind a TLS proxy the browser speaks https; here the listener is plain http, so
+        # its Secure cookies are sent as a browser would send them over https
+        jar = aiohttp.CookieJar(unsafe=True, treat_as_secure_origin=[base])
+        self.http = aiohttp.ClientSession(cookie_jar=jar)
         self.last: aiohttp.ClientResponse | None = None
 
     async def close(self) -> None:
