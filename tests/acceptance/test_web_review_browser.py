@@ -3,7 +3,7 @@ chromium, headless): an approver asks for a sign-in link, gets it from a real SM
 on loopback, opens it, presses Sign in, and approves a refund on the queue page; the run
 resumes, the refund is issued once and the Slack card says who approved it. The page
 never scrolls sideways at 390 px. Screenshots of each state are saved under
-``test-artifacts/web-review/``.
+``test-artifacts/web-review/``. This is the walk-through of docs/how-to/web-review.md.
 
 Without chromium (or Playwright) the test is skipped, saying what to install, unless
 ``APPROVALD_REQUIRE_BROWSER=1`` (CI sets it) makes that a failure.
