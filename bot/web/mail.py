@@ -63,10 +63,13 @@ class SmtpTarget:
 
 @dataclass(frozen=True)
 class Mail:
+    """One message: ``to`` is its To header; ``bcc``, when given, are its envelope
+    recipients instead (approvers do not see each other's addresses)."""
+
     to: str
     subject: str
     text: str
-    html: str | None = None
+    bcc: tuple[str, ...] = ()
 
 
 class Mailer:
@@ -85,11 +88,9 @@ class Mailer:
         msg["Message-ID"] = make_msgid(domain=self.sender.rpartition("@")[2] or None)
         msg["Auto-Submitted"] = "auto-generated"
         msg.set_content(mail.text)
-        if mail.html is not None:
-            msg.add_alternative(mail.html, subtype="html")
         t = self.target
         try:
-            await aiosmtplib.send(msg, sender=self.sender, recipients=[mail.to],
+            await aiosmtplib.send(msg, sender=self.sender, recipients=list(mail.bcc or [mail.to]),
                                   hostname=t.host, port=t.port, username=t.username,
                                   password=t.password, use_tls=t.use_tls,
                                   start_tls=t.start_tls, timeout=self.timeout)
@@ -130,5 +131,6 @@ class MailDeliverer:
         if mail is None:
             return {"skipped": True}
         await self.mailer.send(mail)
-        log.info("outbox %d: mailed %s to %s", row.id, row.kind, mail.to)
-        return {"to": mail.to}
+        to = list(mail.bcc or [mail.to])
+        log.info("outbox %d: mailed %s to %s", row.id, row.kind, ", ".join(to))
+        return {"to": to}

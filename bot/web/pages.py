@@ -267,3 +267,29 @@ def queue(items: Sequence[tuple[ApprovalRecord, str | None]], *, user: str, csrf
     if note:
         body = f'<div class="notice{" error" if error else ""}">{e(note)}</div>' + body
     return page("Review queue", body, user=user, csrf=csrf)
+
+
+def request_text(a: ApprovalRecord, link: str) -> str:
+    """A request as a plain-text mail: the packet, the exact arguments, and where to
+    decide it. (Plain text: no markup an argument could smuggle in.)"""
+    p = _packet(a)
+    w = will_run(a)
+    lines = [f"{_text(p.get('agent')) or 'agent'} wants to run {a.tool} for "
+             f"{a.requested_by or _text(p.get('requested_by'))} ({risk_of(a)} risk)."]
+    task = _text(p.get("task"))
+    if task:
+        lines.append(f"Task: {task}")
+    if w.doing:
+        lines += ["", "What it is doing" + ("" if w.words_current else
+                                            " (about the arguments first asked for)") + ":",
+                  w.doing]
+    if w.impact:
+        lines += ["", "Impact:", w.impact]
+    if p.get("why"):
+        lines += ["", "Why approval is needed:", _text(p["why"])]
+    lines += ["", "Exact arguments:", shown_args(a.edited_args or a.args), "",
+              f"Expires {_when(a.expires_at)}. Request {a.id}, arguments "
+              f"{a.effective_digest[:12]}.", "",
+              f"Review and decide (sign-in needed): {link}",
+              "Or decide on its card in Slack."]
+    return "\n".join(lines) + "\n"

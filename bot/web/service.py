@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from aiohttp import web
 from approvald.bot.config import Settings
+from approvald.bot.web import pages
 from approvald.bot.web.auth import WebAuth, WebKeys
 from approvald.bot.web.mail import SIGN_IN_MAIL, Mail, MailDeliverer, Mailer, SmtpTarget
 from approvald.bot.web.routes import WebRoutes
+from approvald.runtime.decide import Actor
 from approvald.runtime.engine import Engine
-from approvald.runtime.errors import ConfigError
-from approvald.runtime.outbox import Deliverer, Undeliverable
-from approvald.store.records import OutboxRecord
+from approvald.runtime.errors import ConfigError, DecisionRefused, Refusal
+from approvald.runtime.gate import REQUEST_MAIL
+from approvald.runtime.outbox import Deliverer, RetryLater, Undeliverable
+from approvald.store.records import ApprovalRecord, OutboxRecord
 
 MIN_SECRET = 16
 
@@ -45,6 +48,8 @@ class WebFace:
 
     async def compose(self, row: OutboxRecord) -> Mail | None:
         """The mail a row asks for; None when there is nothing left to send."""
+        if row.kind == REQUEST_MAIL:
+            return await self.request_mail(str(row.payload_value().get("approval_id")))
         if row.kind != SIGN_IN_MAIL:
             raise Undeliverable(f"no mail is known by the kind {row.kind}")
         link = await self.auth.link(str(row.payload_value().get("link_id")))
@@ -62,3 +67,35 @@ class WebFace:
                 "minutes. If you did not ask for it, ignore this mail: nothing happens "
                 "unless the link is opened and its button pressed.\n")
         return Mail(to=link.email, subject="Your approvald sign-in link", text=text)
+
+    async def recipients(self, a: ApprovalRecord) -> list[str]:
+        """The addresses of those who may decide ``a``: each approver in the address book
+        that the same check as a click lets decide it (so never its requester)."""
+        out = []
+        for user, address in sorted(self.auth.emails.items()):
+            try:
+                await self.engine.decider.authorize(a, Actor(user, "web"))
+            except DecisionRefused as exc:
+                if exc.reason == Refusal.DIRECTORY_UNAVAILABLE:
+                    raise RetryLater(f"approvers of {a.id}: {exc}") from None
+                continue
+            out.append(address)
+        return out
+
+    async def request_mail(self, approval_id: str) -> Mail | None:
+        """A pending request, mailed to its approvers: its packet, its exact arguments and
+        a link to it in the review queue (deciding needs a sign-in: the link decides
+        nothing). None once it is decided: the card and the queue tell the rest."""
+        async with self.engine.db.read() as tx:
+            a = await tx.approvals.get(approval_id)
+        if a is None:
+            raise Undeliverable(f"approval {approval_id} does not exist")
+        if a.status != "pending":
+            return None
+        to = await self.recipients(a)
+        if not to:
+            raise Undeliverable(f"no approver of request {a.id} has an address in "
+                                "APPROVALD_APPROVER_EMAILS")
+        return Mail(to=self.mailer.sender if self.mailer else to[0], bcc=tuple(to),
+                    subject=f"Approval needed: {a.tool} ({pages.risk_of(a)} risk)",
+                    text=pages.request_text(a, f"{self.public_url}/review#r-{a.id}"))

@@ -411,3 +411,54 @@ async def test_https_cookies_are_secure(sqlite_url: str, tmp_path: Path) -> None
             assert status == 403
         finally:
             await b.close()
+
+
+async def test_a_request_is_mailed_to_its_approvers_when_its_policy_says_email(
+        db_url: str, tmp_path: Path) -> None:
+    """channels = ["slack", "email"]: besides the card, one mail to the approvers who have
+    an address (Bob through the S_FINANCE group; never Dana, who asked), with the packet,
+    the exact arguments and a link to the request in the queue, which decides nothing."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[tools.issue_refund]\napprovers = ["U_ALICE", "S_FINANCE"]\n'
+                      'channels = ["slack", "email"]\n')
+    async with smtp_server() as (inbox, smtp_port), \
+            web_harness(db_url, tmp_path, smtp_port=smtp_port,
+                        APPROVALD_POLICY_FILE=str(policy)) as (h, url):
+        paused = await h.pause_refund()
+        [aid] = paused.approval_ids
+        await h.card(aid)
+        await wait_for(lambda: inbox.messages, what="the request's mail")
+        [mail] = inbox.messages
+        assert mail["X-Envelope-To"] == "alice@example.com,bob@example.com"
+        assert mail["To"] == "approvals@example.com"  # approvers do not see each other
+        assert "issue_refund" in mail["Subject"] and "high risk" in mail["Subject"]
+        body = mail.get_body(("plain",))
+        assert body is not None
+        text_ = body.get_content()
+        assert '"amount_cents": 4200' in text_ and "A-1001" in text_
+        assert "goes back to the customer" in text_
+        assert f"{url}/review#r-{aid}" in text_
+        # following it (a scanner, say) decides nothing: it is the queue's sign-in page
+        b = Browser(url)
+        try:
+            status, page = await b.get(f"{url}/review")
+            assert status == 200 and "Mail me a sign-in link" in page
+        finally:
+            await b.close()
+        assert (await h.approval(aid)).status == "pending"
+
+
+async def test_a_request_mail_for_a_decided_request_is_not_sent(sqlite_url: str,
+                                                                tmp_path: Path) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[tools.issue_refund]\nchannels = ["slack", "email"]\n')
+    async with smtp_server() as (inbox, smtp_port), \
+            web_harness(sqlite_url, tmp_path, smtp_port=smtp_port, background=False,
+                        APPROVALD_POLICY_FILE=str(policy)) as (h, _url):
+        paused = await h.pause_refund()
+        [aid] = paused.approval_ids
+        await h.engine.decide(aid, actor=Actor("U_ALICE", "slack"), verdict="approve")
+        await h.service.drain.drain_once()
+        assert inbox.messages == []
+        [(result,)] = await sql(h, "SELECT result FROM outbox WHERE kind = 'mail.request'")
+        assert json.loads(result) == {"skipped": True}

@@ -101,3 +101,22 @@ def test_settings_read_the_address_book(monkeypatch: Any) -> None:
     s = load_settings()
     assert s.emails() == {"U_ALICE": "alice@example.com", "U_BOB": "b@x.org"}
     assert s.public_url == "https://approvals.example.com"
+
+
+def test_a_policy_mails_requests_only_beside_its_card() -> None:
+    from approvald.runtime.policy import ApprovalPolicy
+    from pydantic import ValidationError
+
+    assert ApprovalPolicy().channels == ["slack"]
+    assert ApprovalPolicy(channels=["slack", "email", "email"]).channels == ["slack", "email"]
+    with pytest.raises(ValidationError, match='must include "slack"'):
+        ApprovalPolicy(channels=["email"])
+    with pytest.raises(ValidationError):
+        ApprovalPolicy(channels=["slack", "pager"])  # type: ignore[list-item]
+
+
+def test_a_mailed_request_is_plain_text_with_its_exact_arguments() -> None:
+    a = approval(args={"note": HOSTILE, "amount": 42})
+    text = pages.request_text(a, "https://approvals.example.com/review#r-x")
+    assert '"note": "<script>' in text  # plain text: shown as it is, nothing to render
+    assert "https://approvals.example.com/review#r-x" in text and a.id in text
