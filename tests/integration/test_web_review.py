@@ -462,3 +462,53 @@ async def test_a_request_mail_for_a_decided_request_is_not_sent(sqlite_url: str,
         assert inbox.messages == []
         [(result,)] = await sql(h, "SELECT result FROM outbox WHERE kind = 'mail.request'")
         assert json.loads(result) == {"skipped": True}
+
+
+async def test_edit_on_the_page_runs_the_edited_call_and_sign_out_ends_the_session(
+        sqlite_url: str, tmp_path: Path) -> None:
+    async with smtp_server() as (inbox, smtp_port), \
+            web_harness(sqlite_url, tmp_path, smtp_port=smtp_port) as (h, url):
+        paused = await h.pause_refund()
+        [aid] = paused.approval_ids
+        alice = Browser(url)
+        try:
+            await alice.sign_in(inbox, "alice@example.com")
+            _, page = await alice.get("/review")
+            edit = form_fields(page, action=f"/review/requests/{aid}", verdict="edit")
+            status, _ = await alice.post(f"/review/requests/{aid}",
+                                         {**edit, "args": "{not json"})
+            assert status == 400 and (await h.approval(aid)).status == "pending"
+            bad = {"order_id": "A-1001", "amount_cents": "lots", "reason": "duplicate charge"}
+            status, body = await alice.post(f"/review/requests/{aid}",
+                                            {**edit, "args": json.dumps(bad)})
+            assert status == 409 and "amount_cents" in body  # the tool's own validation
+            assert (await h.approval(aid)).status == "pending"
+            args = {"order_id": "A-1001", "amount_cents": 2100, "reason": "half of it"}
+            status, _ = await alice.post(f"/review/requests/{aid}",
+                                         {**edit, "args": json.dumps(args)})
+            assert status == 303
+            await wait_for(lambda: _status(h, paused.run_id, "completed"), what="completion")
+            assert [r["args"] for r in h.refunds()] == [args]
+            [edited] = await audit(h, "edited")
+            assert edited.actor == "U_ALICE" and edited.via == "web"
+            # signing out ends the session in the database: its cookie no longer works
+            _, page = await alice.get("/review")
+            old = alice.cookie(SESSION_COOKIE)
+            assert old
+            status, _ = await alice.post("/review/sign-out",
+                                         form_fields(page, action="/review/sign-out"))
+            assert status == 303 and alice.cookie(SESSION_COOKIE) in (None, "")
+            [out] = await audit(h, "web_signed_out")
+            assert out.actor == "U_ALICE"
+            replay = Browser(url)
+            try:
+                replay.http.cookie_jar.update_cookies({SESSION_COOKIE: old})
+                status, page = await replay.get("/review")
+                assert status == 200 and "Mail me a sign-in link" in page
+                status, _ = await replay.post("/review/sign-out", {"csrf": "x"})
+                assert status == 401
+                assert (await refusals(h))[-1]["reason"] == "bad_session"
+            finally:
+                await replay.close()
+        finally:
+            await alice.close()
