@@ -42,7 +42,7 @@ from approvald.runtime import audit, retention
 from approvald.runtime.clock import Clock
 from approvald.runtime.engine import Engine
 from approvald.runtime.errors import ConfigError
-from approvald.runtime.outbox import Deliverer
+from approvald.runtime.outbox import Deliverer, DrainConfig
 from approvald.runtime.policy import parse_duration
 from approvald.runtime.tracing import Tracer
 from approvald.store.db import Database
@@ -105,7 +105,10 @@ class Service:
             deliverer = LogDeliverer()
         if self.web is not None:
             deliverer = self.web.deliverer(deliverer)
-        self.drain = self.engine.drain(self.api.deliverer(deliverer))
+        # a card Slack never takes: its request is mailed instead, when mail can be sent
+        mails = self.web is not None and self.web.mailer is not None
+        self.drain = self.engine.drain(self.api.deliverer(deliverer),
+                                       DrainConfig(mail_fallback=mails))
         self.worker = self.engine.worker(poll_interval=settings.poll_interval)
         self.scheduler = self.engine.expiry_scheduler(
             sweep_interval=timedelta(seconds=settings.sweep_interval))

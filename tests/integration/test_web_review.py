@@ -512,3 +512,49 @@ async def test_edit_on_the_page_runs_the_edited_call_and_sign_out_ends_the_sessi
                 await replay.close()
         finally:
             await alice.close()
+
+
+async def test_a_dead_card_is_mailed_to_the_approvers_instead(sqlite_url: str,
+                                                              tmp_path: Path) -> None:
+    """Slack will never take the card (its channel does not exist): the card is given up
+    and, in the same transaction, the request is queued as a mail to its approvers, who
+    sign in and approve it on the queue page. The run resumes; the call runs once."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[tools.issue_refund]\napprovers = ["U_ALICE"]\n')
+    async with smtp_server() as (inbox, smtp_port), \
+            web_harness(sqlite_url, tmp_path, smtp_port=smtp_port,
+                        APPROVALD_CHANNEL="C_NOWHERE",
+                        APPROVALD_POLICY_FILE=str(policy)) as (h, url):
+        paused = await h.pause_refund()
+        [aid] = paused.approval_ids
+        await wait_for(lambda: inbox.to("approvals@example.com"), what="the fallback mail")
+        [mail] = inbox.messages
+        assert mail["X-Envelope-To"] == "alice@example.com"
+        [(status,)] = await sql(h, "SELECT status FROM outbox WHERE kind = "
+                                   "'approval.requested'")
+        assert status == "dead"
+        alice = Browser(url)
+        try:
+            await alice.sign_in(inbox, "alice@example.com")
+            _, page = await alice.get("/review")
+            status, _ = await alice.post(f"/review/requests/{aid}", form_fields(
+                page, action=f"/review/requests/{aid}", verdict="approve"))
+            assert status == 303
+            await wait_for(lambda: _status(h, paused.run_id, "completed"), what="completion")
+            assert len(h.refunds()) == 1
+            [approved] = await audit(h, "approved")
+            assert approved.via == "web"
+        finally:
+            await alice.close()
+
+
+async def test_without_mail_a_dead_card_mails_nothing(sqlite_url: str, tmp_path: Path) -> None:
+    async with web_harness(sqlite_url, tmp_path, APPROVALD_CHANNEL="C_NOWHERE") as (h, _url):
+        await h.pause_refund()
+
+        async def dead() -> bool:
+            return await sql(h, "SELECT status FROM outbox WHERE kind = "
+                                "'approval.requested'") == [("dead",)]
+
+        await wait_for(dead, what="the card to be given up")
+        assert await sql(h, "SELECT kind FROM outbox WHERE kind LIKE 'mail.%'") == []
