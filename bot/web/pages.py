@@ -293,3 +293,26 @@ def request_text(a: ApprovalRecord, link: str) -> str:
               f"Review and decide (sign-in needed): {link}",
               "Or decide on its card in Slack."]
     return "\n".join(lines) + "\n"
+
+
+STATUS_WORDS = {"approved": "approved", "denied": "denied", "redirected": "redirected",
+                "expired": "expired", "superseded": "escalated to a newer request",
+                "cancelled": "cancelled"}
+VIA_WORDS = {"web": "on the web review queue", "slack": "in Slack", "standing":
+             "by a standing approval"}
+
+
+def outcome_line(a: ApprovalRecord) -> str:
+    """What became of a closed request: by whom, when, where, and why."""
+    text = f"{a.tool} (request {a.id}) was {STATUS_WORDS.get(a.status, a.status)}"
+    if a.decided_by and a.status not in ("expired", "superseded"):
+        via = a.decided_via or ""
+        where = VIA_WORDS.get(via, "from the command line" if via.startswith("cli") else via)
+        text += f" by {a.decided_by}" + (f" {where}" if where else "")
+    when = a.decided_at or (a.expires_at if a.status in ("expired", "superseded") else None)
+    if when is not None:
+        text += f" at {_when(when)}"
+    text += "."
+    if a.reason:
+        text += f" {'Guidance' if a.status == 'redirected' else 'Reason'}: {a.reason}"
+    return text

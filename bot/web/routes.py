@@ -84,6 +84,7 @@ class WebRoutes:
         r.add_get("/review/sign-in/{token}", self.open_link, allow_head=False)
         r.add_post("/review/sign-in", self._posted(self.sign_in))
         r.add_post("/review/sign-out", self._posted(self.sign_out))
+        r.add_get("/review/requests/{id}", self.one, allow_head=False)
         r.add_post("/review/requests/{id}", self._posted(self.decide))
 
     # -- plumbing -------------------------------------------------------------------------
@@ -150,6 +151,30 @@ class WebRoutes:
         done = request.query.get("done")
         return html(pages.queue(items, user=session.user, csrf=session.csrf,
                                 now=self.e.clock.now(), note=DONE.get(done or "")))
+
+    async def one(self, request: web.Request) -> web.StreamResponse:
+        """One request (a mail's link): to decide while it is open, else who decided it and
+        how; nothing of it for someone who may not decide it."""
+        session = await self._session(request)
+        if session is None:
+            return await self.queue(request)  # the sign-in form
+        user, csrf = session.user, session.csrf
+        try:
+            a = await self.e.decider.get(request.match_info["id"][:64])
+        except NotFound:
+            a = None
+        if a is None or a.kind != "tool_call":
+            return html(pages.message("Not found", "There is no such request.", error=True,
+                                      user=user, csrf=csrf), 404)
+        try:
+            await self.e.decider.authorize(a, Actor(user, "web"))
+        except DecisionRefused:
+            return html(pages.message("Not yours", "You may not decide this request.",
+                                      error=True, user=user, csrf=csrf), 403)
+        if a.status == "pending":
+            return html(pages.queue([(a, self.e.button_token(a))], user=user, csrf=csrf,
+                                    now=self.e.clock.now()))
+        return html(pages.message("Decided", pages.outcome_line(a), user=user, csrf=csrf))
 
     async def actionable(self, user: str) -> list[tuple[ApprovalRecord, str | None]]:
         """Pending tool calls ``user`` may decide, oldest first: the same check as a click

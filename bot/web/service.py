@@ -98,4 +98,4 @@ class WebFace:
                                 "APPROVALD_APPROVER_EMAILS")
         return Mail(to=self.mailer.sender if self.mailer else to[0], bcc=tuple(to),
                     subject=f"Approval needed: {a.tool} ({pages.risk_of(a)} risk)",
-                    text=pages.request_text(a, f"{self.public_url}/review#r-{a.id}"))
+                    text=pages.request_text(a, f"{self.public_url}/review/requests/{a.id}"))

@@ -437,15 +437,32 @@ async def test_a_request_is_mailed_to_its_approvers_when_its_policy_says_email(
         text_ = body.get_content()
         assert '"amount_cents": 4200' in text_ and "A-1001" in text_
         assert "goes back to the customer" in text_
-        assert f"{url}/review#r-{aid}" in text_
+        link = f"{url}/review/requests/{aid}"
+        assert link in text_
         # following it (a scanner, say) decides nothing: it is the queue's sign-in page
-        b = Browser(url)
+        b, mallory = Browser(url), Browser(url)
         try:
-            status, page = await b.get(f"{url}/review")
+            status, page = await b.get(link)
             assert status == 200 and "Mail me a sign-in link" in page
+            assert (await h.approval(aid)).status == "pending"
+            # signed in, it is the request to decide; once decided, who decided it
+            await b.sign_in(inbox, "bob@example.com")
+            status, page = await b.get(link)
+            assert status == 200 and f'id="r-{aid}"' in page and "4200" in page
+            status, _ = await b.post(f"/review/requests/{aid}", form_fields(
+                page, action=f"/review/requests/{aid}", verdict="approve"))
+            assert status == 303
+            status, page = await b.get(link)
+            assert status == 200 and "was approved by U_BOB on the web review queue" in page
+            # someone who may not decide it sees nothing of it
+            await mallory.sign_in(inbox, "dana@example.com")  # its requester
+            status, page = await mallory.get(link)
+            assert status == 403 and "4200" not in page and "U_BOB" not in page
         finally:
             await b.close()
-        assert (await h.approval(aid)).status == "pending"
+            await mallory.close()
+        await wait_for(lambda: _status(h, paused.run_id, "completed"), what="completion")
+        assert len(h.refunds()) == 1
 
 
 async def test_a_request_mail_for_a_decided_request_is_not_sent(sqlite_url: str,
