@@ -164,7 +164,7 @@ class WebAuth:
         token_hash = sha256(token)
         session_id = _b64(secrets.token_bytes(32))
 
-        async def write(tx: Tx) -> SessionRecord | Refused:
+        async def write(tx: Tx) -> SessionRecord | Refused | None:
             now = self.clock.now()
             link = await tx.web.link_by_hash(token_hash)
             if link is not None and current is not None and current.user != link.user_id:
@@ -172,13 +172,7 @@ class WebAuth:
                                "the one signed in here. Sign out first.")
             used = await tx.web.use_link(token_hash, now=now)
             if used is None:
-                if link is None:
-                    return Refused("unknown_link", "This sign-in link is not valid.")
-                if link.used_at is not None:
-                    return Refused("link_used", "This sign-in link was used already: "
-                                   "links work once. Ask for a new one.")
-                return Refused("link_expired", "This sign-in link has expired. "
-                               "Ask for a new one.")
+                return None  # why is read after: a use racing this one may have won
             record = SessionRecord(id_hash=sha256(session_id), user_id=used.user_id,
                                    created_at=now, expires_at=now + SESSION_TTL,
                                    ended_at=None)
@@ -191,8 +185,16 @@ class WebAuth:
             return record
 
         result = await self.db.transact(write, what="a sign-in")
-        if isinstance(result, Refused):
+        if not isinstance(result, SessionRecord):
             link = await self.peek(token)
+            if result is None:
+                result = (Refused("unknown_link", "This sign-in link is not valid.")
+                          if link is None else
+                          Refused("link_used", "This sign-in link was used already: links "
+                                  "work once. Ask for a new one.")
+                          if link.used_at is not None else
+                          Refused("link_expired", "This sign-in link has expired. Ask for a "
+                                  "new one."))
             await self.refuse(result.reason, actor=current.user if current else ANONYMOUS,
                               link=link.id if link else None,
                               link_user=link.user_id if link else None)

@@ -136,11 +136,10 @@ async def _card_says(h: Harness, approval_id: str, word: str) -> Any:
     return msg if msg and word in json.dumps(msg) else None
 
 
-async def test_refusals_are_audited_and_change_nothing(sqlite_url: str,
-                                                       tmp_path: Path) -> None:
+async def test_refusals_are_audited_and_change_nothing(db_url: str, tmp_path: Path) -> None:
     clock = ManualClock(datetime.now(UTC))
     async with smtp_server() as (inbox, smtp_port), \
-            web_harness(sqlite_url, tmp_path, clock=clock, smtp_port=smtp_port) as (h, url):
+            web_harness(db_url, tmp_path, clock=clock, smtp_port=smtp_port) as (h, url):
         paused = await h.pause_refund()
         [aid] = paused.approval_ids
         alice, mallory, dana = Browser(url), Browser(url), Browser(url)
@@ -575,3 +574,30 @@ async def test_without_mail_a_dead_card_mails_nothing(sqlite_url: str, tmp_path:
 
         await wait_for(dead, what="the card to be given up")
         assert await sql(h, "SELECT kind FROM outbox WHERE kind LIKE 'mail.%'") == []
+
+
+async def test_two_uses_of_one_link_at_once_sign_in_one_browser(db_url: str,
+                                                                tmp_path: Path) -> None:
+    """The link's use is a compare-and-set: of two browsers pressing Sign in with one link
+    at the same moment, one is signed in and the other refused (and audited)."""
+    import asyncio
+
+    async with smtp_server() as (inbox, smtp_port), \
+            web_harness(db_url, tmp_path, smtp_port=smtp_port) as (h, url):
+        first, second = Browser(url), Browser(url)
+        try:
+            assert await first.ask_link("alice@example.com") == 200
+            link = await inbox.link_for("alice@example.com")
+            _, page = await first.get(link)
+            form = form_fields(page, action="/review/sign-in")
+            _, page2 = await second.get("/review")
+            form2 = {"csrf": form_fields(page2, action="/review/sign-in/mail")["csrf"],
+                     "token": form["token"]}
+            results = await asyncio.gather(first.post("/review/sign-in", form),
+                                           second.post("/review/sign-in", form2))
+            assert sorted(status for status, _ in results) == [303, 403]
+            assert await sql(h, "SELECT count(*) FROM web_sessions") == [(1,)]
+            assert [r["reason"] for r in await refusals(h)] == ["link_used"]
+        finally:
+            await first.close()
+            await second.close()
