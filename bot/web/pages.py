@@ -27,6 +27,7 @@ header{background:#1d1c1d;color:#fff;padding:.6rem 1rem;display:flex;
  justify-content:space-between;align-items:center;gap:.5rem;flex-wrap:wrap}
 header h1{font-size:1.05rem;margin:0}
 header form{margin:0}
+header .who{color:#ddd;font-size:.88rem}
 main{max-width:46rem;margin:0 auto;padding:.75rem}
 .card{background:#fff;border:1px solid #ddd;border-radius:8px;padding:.9rem;margin:0 0 1rem;
  overflow-wrap:anywhere;min-width:0}
@@ -114,7 +115,7 @@ def page(title: str, body: str, *, user: str | None = None, csrf: str | None = N
     if user is not None and csrf is not None:
         who = (f'<form method="post" action="/review/sign-out">'
                f'<input type="hidden" name="csrf" value="{e(csrf)}">'
-               f'<span class="meta" style="color:#ddd">{e(user)}</span> '
+               f'<span class="who">{e(user)}</span> '
                f'<button class="other" type="submit">Sign out</button></form>')
     notice = f'<div class="notice">{e(status_line)}</div>' if status_line else ""
     return ("<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"

@@ -120,3 +120,16 @@ def test_a_mailed_request_is_plain_text_with_its_exact_arguments() -> None:
     text = pages.request_text(a, "https://approvals.example.com/review#r-x")
     assert '"note": "<script>' in text  # plain text: shown as it is, nothing to render
     assert "https://approvals.example.com/review#r-x" in text and a.id in text
+
+
+def test_pages_need_nothing_the_content_security_policy_blocks() -> None:
+    """CSP is default-src 'none', style-src 'self': no inline style or script, no
+    external asset, on any page."""
+    a = approval()
+    for html in (pages.queue([(a, "t")], user="U0BOB", csrf="c", now=NOW),
+                 pages.sign_in_form("c"), pages.confirm_sign_in("tok", "c", "U0BOB"),
+                 pages.message("x", "y", user="U0BOB", csrf="c")):
+        tags = parsed(html)
+        assert not [t for t, attrs in tags if "style" in attrs or t in ("script", "style")]
+        assert [attrs.get("href") for t, attrs in tags if t == "link"] == ["/review/style.css"]
+        assert not [t for t, attrs in tags if t in ("img", "iframe", "object")]
