@@ -154,11 +154,13 @@ class Service:
             log.warning("no Slack settings: approval requests are logged; decide with "
                         "`approvald approvals approve|deny|edit` or the HTTP API (/v1, "
                         "served when APPROVALD_PORT is set)")
+            self._check_web()
             await self._start_mcp()
             return
         await self.slack.start()
         if self.slack.port:  # a webhook must never call approvald's own listener
             self.api.webhook_hosts.add_own_port(self.slack.port)
+        self._check_web()
         await self._start_mcp()
         self._connector = asyncio.create_task(self._connect(), name="slack-connect")
         await self._first_attempt()
@@ -202,6 +204,11 @@ class Service:
             self.mcp.add_routes(app)
         if self.web is not None:
             self.web.add_routes(app)
+
+    def _check_web(self) -> None:
+        if self.web is not None and self.http_url is None:
+            raise ConfigError("APPROVALD_PUBLIC_URL: the web review queue is served on "
+                              "serve's HTTP listener; set APPROVALD_PORT")
 
     async def _start_mcp(self) -> None:
         """Reach each MCP gateway's server and serve it at /mcp/NAME on the listener."""

@@ -601,3 +601,29 @@ async def test_two_uses_of_one_link_at_once_sign_in_one_browser(db_url: str,
         finally:
             await first.close()
             await second.close()
+
+
+async def test_a_public_url_without_a_listener_stops_serve(sqlite_url: str,
+                                                           tmp_path: Path) -> None:
+    """Without Slack and without APPROVALD_PORT there is no listener to serve /review on:
+    one line saying so, rather than a queue nobody can reach."""
+    import pytest
+    from approvald.bot.config import Settings
+    from approvald.bot.serve import Service
+    from approvald.bot.wiring import open_database
+    from approvald.runtime.errors import ConfigError
+
+    settings = Settings(APPROVALD_DATABASE_URL=sqlite_url,  # type: ignore[call-arg]
+                        APPROVALD_PUBLIC_URL="https://approvals.example.com",
+                        APPROVALD_SECRET="approvald-test-secret-0123456789",
+                        APPROVALD_METRICS_ADDR="off")
+    db = await open_database(settings, quiet=True)
+    try:
+        service = Service(settings, db)
+        try:
+            with pytest.raises(ConfigError, match=r"APPROVALD_PUBLIC_URL: .* set APPROVALD_PORT"):
+                await service.start(background=False)
+        finally:
+            await service.stop()
+    finally:
+        await db.close()
