@@ -5,6 +5,7 @@ A missing or malformed setting stops start-up with one line naming the variable.
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from pathlib import Path
 
@@ -113,6 +114,26 @@ class Settings(BaseSettings):
         description="comma-separated local=SLACK_USER pairs (dana=U024BE7LH): who a "
                     "coding assistant's hook asks for, by the local user running it, when "
                     "the hook is given no --requested-by")
+    # the web review queue and its mails (bot/web): on when the public URL is set
+    public_url: str | None = Field(
+        None, validation_alias=_env("APPROVALD_PUBLIC_URL"),
+        description="the URL approvers reach serve's listener at (https://approvals.example.com"
+                    "); when set, serve serves the web review queue at /review, mails sign-in "
+                    "links pointing there, and refuses a POST whose Origin is not this URL's; "
+                    "cookies are Secure when it is https")
+    smtp_url: SecretStr | None = Field(
+        None, validation_alias=_env("APPROVALD_SMTP_URL"),
+        description="the SMTP server mails are sent through: smtp://[USER:PASSWORD@]HOST[:PORT]"
+                    " (STARTTLS when the server offers it), smtps://... (TLS from the start), "
+                    "or smtp+plain://... (no TLS: a relay on loopback only)")
+    mail_from: str | None = Field(
+        None, validation_alias=_env("APPROVALD_MAIL_FROM"),
+        description="the From address of approvald's mails (approvals@example.com)")
+    approver_emails: str | None = Field(
+        None, validation_alias=_env("APPROVALD_APPROVER_EMAILS"),
+        description="comma-separated SLACK_USER=ADDRESS pairs (U024BE7LH=ana@example.com): "
+                    "the address each approver's sign-in links are mailed to; an address "
+                    "not listed gets no link")
     mcp_gateways_file: Path | None = Field(
         None, validation_alias=_env("APPROVALD_MCP_GATEWAYS_FILE"),
         description="a TOML file of MCP gateways serve mounts at /mcp/NAME over Streamable "
@@ -274,6 +295,45 @@ class Settings(BaseSettings):
                 raise ValueError(f"{local.strip()}: {exc}") from None
         return v
 
+    @field_validator("public_url")
+    @classmethod
+    def _public_url(cls, v: str | None) -> str | None:
+        if v is None or not v.strip():
+            return None
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(v.strip())
+        if parts.scheme not in ("http", "https") or not parts.hostname \
+                or parts.query or parts.fragment:
+            raise ValueError("must be an http(s) URL such as https://approvals.example.com")
+        return v.strip().rstrip("/")
+
+    @field_validator("smtp_url")
+    @classmethod
+    def _smtp_url(cls, v: SecretStr | None) -> SecretStr | None:
+        if v is not None:
+            from approvald.bot.web.mail import SmtpTarget
+
+            SmtpTarget.parse(v.get_secret_value())
+        return v
+
+    @field_validator("mail_from")
+    @classmethod
+    def _mail_from(cls, v: str | None) -> str | None:
+        if v is not None and not _EMAIL.fullmatch(v.strip()):
+            raise ValueError("must be an address such as approvals@example.com")
+        return v.strip() if v else None
+
+    @field_validator("approver_emails")
+    @classmethod
+    def _approver_emails(cls, v: str | None) -> str | None:
+        parse_emails(v)
+        return v
+
+    def emails(self) -> dict[str, str]:
+        """APPROVALD_APPROVER_EMAILS as {Slack user: address}."""
+        return parse_emails(self.approver_emails)
+
     @property
     def slack_configured(self) -> bool:
         return any((self.slack_bot_token, self.slack_signing_secret, self.slack_app_token))
@@ -338,6 +398,28 @@ class Settings(BaseSettings):
         return None
 
 
+_EMAIL = re.compile(r"[^@\s,<>\"]{1,64}@[A-Za-z0-9.-]{1,253}\.[A-Za-z]{2,63}")
+
+
+def parse_emails(text: str | None) -> dict[str, str]:
+    """``U1=a@x.com,U2=b@y.org`` as {user: address}; ValueError naming a bad pair."""
+    from approvald.runtime.identity import InvalidIdentity, normalize_user_id
+
+    out: dict[str, str] = {}
+    for item in (text or "").split(","):
+        if not item.strip():
+            continue
+        user, eq, address = item.partition("=")
+        address = address.strip()
+        if not eq or not _EMAIL.fullmatch(address):
+            raise ValueError(f"expected SLACK_USER=ADDRESS pairs, got {item.strip()!r}")
+        try:
+            out[normalize_user_id(user)] = address
+        except InvalidIdentity as exc:
+            raise ValueError(f"{user.strip()}: {exc}") from None
+    return out
+
+
 def parse_listen_addr(text: str) -> tuple[str, int]:
     """``host:port`` (``[v6]:port`` for IPv6; port 0: any) as (host, port)."""
     host, sep, port = text.rpartition(":")
@@ -352,6 +434,11 @@ _ALIASES = {name: (f.validation_alias.choices[0] if isinstance(f.validation_alia
                    else name).__str__() for name, f in Settings.model_fields.items()}
 
 
+# the secret settings, by field name and by variable name (a validation error names either)
+_SECRETS = frozenset(n for name, f in Settings.model_fields.items()
+                     if "SecretStr" in str(f.annotation) for n in (name, _ALIASES[name]))
+
+
 def load_settings() -> Settings:
     """Read the environment; raise :class:`ConfigError` naming the first bad variable."""
     try:
@@ -361,6 +448,8 @@ def load_settings() -> Settings:
         loc = str(err["loc"][0]) if err["loc"] else "environment"
         var = _ALIASES.get(loc, loc)
         got = err.get("input")
-        shown = f" (got {got!r})" if isinstance(got, str | int | float) else ""
+        # a secret's value is never echoed, not even a malformed one
+        shown = f" (got {got!r})" if isinstance(got, str | int | float) \
+            and loc not in _SECRETS and var not in _SECRETS else ""
         msg = str(err["msg"]).removeprefix("Value error, ")
         raise ConfigError(f"{var}: {msg}{shown}") from None

@@ -42,7 +42,7 @@ from approvald.runtime import audit, retention
 from approvald.runtime.clock import Clock
 from approvald.runtime.engine import Engine
 from approvald.runtime.errors import ConfigError
-from approvald.runtime.outbox import Deliverer
+from approvald.runtime.outbox import Deliverer, DrainConfig
 from approvald.runtime.policy import parse_duration
 from approvald.runtime.tracing import Tracer
 from approvald.store.db import Database
@@ -50,6 +50,7 @@ from approvald.store.wakeups import Wakeups
 
 if TYPE_CHECKING:
     from approvald.bot.mcp.http import HttpGateways
+    from approvald.bot.web.service import WebFace
 
 log = logging.getLogger("approvald.serve")
 PRUNE_EVERY = 86400.0  # s between scheduled prunes (APPROVALD_PRUNE_OLDER_THAN)
@@ -91,6 +92,8 @@ class Service:
         self.api = HttpApi(self.engine, settings, stop=self.stop_event)
         # /mcp/NAME on the same listener: the MCP gateways over Streamable HTTP
         self.mcp = _mcp_gateways(settings, self.engine)
+        # /review on the same listener: the web review queue, and its mails on the drain
+        self.web = _web_face(settings, self.engine)
         deliverer: Deliverer
         if slack_web is not None:
             from approvald.bot.slack.app import SlackService
@@ -100,7 +103,12 @@ class Service:
             deliverer = self.slack.deliverer
         else:
             deliverer = LogDeliverer()
-        self.drain = self.engine.drain(self.api.deliverer(deliverer))
+        if self.web is not None:
+            deliverer = self.web.deliverer(deliverer)
+        # a card Slack never takes: its request is mailed instead, when mail can be sent
+        mails = self.web is not None and self.web.mailer is not None
+        self.drain = self.engine.drain(self.api.deliverer(deliverer),
+                                       DrainConfig(mail_fallback=mails))
         self.worker = self.engine.worker(poll_interval=settings.poll_interval)
         self.scheduler = self.engine.expiry_scheduler(
             sweep_interval=timedelta(seconds=settings.sweep_interval))
@@ -146,11 +154,13 @@ class Service:
             log.warning("no Slack settings: approval requests are logged; decide with "
                         "`approvald approvals approve|deny|edit` or the HTTP API (/v1, "
                         "served when APPROVALD_PORT is set)")
+            self._check_web()
             await self._start_mcp()
             return
         await self.slack.start()
         if self.slack.port:  # a webhook must never call approvald's own listener
             self.api.webhook_hosts.add_own_port(self.slack.port)
+        self._check_web()
         await self._start_mcp()
         self._connector = asyncio.create_task(self._connect(), name="slack-connect")
         await self._first_attempt()
@@ -192,6 +202,13 @@ class Service:
         self.api.add_routes(app)
         if self.mcp is not None:
             self.mcp.add_routes(app)
+        if self.web is not None:
+            self.web.add_routes(app)
+
+    def _check_web(self) -> None:
+        if self.web is not None and self.http_url is None:
+            raise ConfigError("APPROVALD_PUBLIC_URL: the web review queue is served on "
+                              "serve's HTTP listener; set APPROVALD_PORT")
 
     async def _start_mcp(self) -> None:
         """Reach each MCP gateway's server and serve it at /mcp/NAME on the listener."""
@@ -324,6 +341,10 @@ class Service:
         else:
             lines.append("http: no HTTP listener (set APPROVALD_PORT to serve /v1, /healthz "
                          "and /readyz)")
+        if self.web is not None and http:
+            lines.append(f"review: {self.web.public_url}/review (the web review queue, "
+                         f"served at {http}/review; sign-in links by mail "
+                         f"{'on' if self.web.mailer else 'off: APPROVALD_SMTP_URL'})")
         if self.mcp is not None and http:
             lines.extend(f"mcp: {http}/mcp/{name} (the MCP gateway {name}, in front of "
                          f"{g.config.server()})" for name, g in self.mcp.gateways.items())
@@ -363,6 +384,15 @@ def _mcp_gateways(settings: Settings, engine: Engine) -> HttpGateways | None:
                           f"{install_command('mcp')} ({exc})") from None
     return HttpGateways(engine, load(settings.mcp_gateways_file),
                         slack=settings.slack_configured, secret=settings.token_secret())
+
+
+def _web_face(settings: Settings, engine: Engine) -> WebFace | None:
+    """The web review queue, when ``APPROVALD_PUBLIC_URL`` says where approvers reach it."""
+    if settings.public_url is None:
+        return None
+    from approvald.bot.web.service import WebFace
+
+    return WebFace(engine, settings)
 
 
 async def _listen(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:

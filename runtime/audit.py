@@ -42,6 +42,8 @@ ACTIONS = frozenset({
     "cancel_requested", "refused", "repeated", "failed", "needs_attention", "resumed",
     "standing_granted", "standing_revoked", "token_created", "token_revoked", "policy_loaded",
     "revealed",
+    # the web review queue: a sign-in link mailed, a sign-in, a refused sign-in or request
+    "web_link_sent", "web_signed_in", "web_signed_out", "web_refused",
 })
 _PENDING = "audit.pending"  # Tx.scratch key: entries recorded, not yet chained
 

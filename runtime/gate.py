@@ -27,6 +27,7 @@ from approvald.store.repos import Tx
 
 # outbox kinds the delivery side understands
 CARD_POST = "approval.requested"
+REQUEST_MAIL = "mail.request"  # a request mailed to its approvers (policy channels "email")
 CARD_UPDATE = "approval.updated"
 REMINDER = "approval.reminder"
 NOTICE = "tool.notice"
@@ -138,6 +139,10 @@ class Gate:
         if card:  # (a request a standing approval approves as it is made has no card)
             await tx.outbox.add(kind=CARD_POST, group_key=approval_id,
                                 payload=compact_json({"approval_id": approval_id}), now=now)
+            if "email" in policy.channels and kind == "tool_call":  # pointless once expired
+                await tx.outbox.add(kind=REQUEST_MAIL, group_key=f"{REQUEST_MAIL}:{approval_id}",
+                                    payload=compact_json({"approval_id": approval_id}),
+                                    now=now, give_up_at=now + ttl)
         # the source, the policy name it was resolved under and the digests of that policy
         # and of the file in force: an auditor can tell under which rules each request ran
         self.audit.record(

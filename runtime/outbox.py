@@ -31,9 +31,10 @@ from approvald.runtime.canonical import compact_json
 from approvald.runtime.clock import Clock
 from approvald.runtime.errors import ApprovaldError
 from approvald.runtime.failpoints import failpoint
-from approvald.runtime.gate import CARD_POST, CARD_UPDATE, REMINDER
+from approvald.runtime.gate import CARD_POST, CARD_UPDATE, REMINDER, REQUEST_MAIL
 from approvald.runtime.owners import Owners
 from approvald.runtime.periodic import repeat
+from approvald.runtime.policy import ApprovalPolicy
 from approvald.runtime.urgency import Urgency
 from approvald.store.db import Database
 from approvald.store.records import OutboxRecord
@@ -79,6 +80,9 @@ class DrainConfig:
     gather: float = 0.02  # after a wake, let a burst of rows pile up, then send as a batch
     patience: float = 0.2  # how long a batch defers to decided runs on their way to a tool
     busy_batch: int = 10  # rows per batch while decided runs are still pressing
+    # a card that is given up while its request is open mails the request to its approvers
+    # instead (serve sets it when it can send mail)
+    mail_fallback: bool = False
 
 
 def give_up_time(row: OutboxRecord, expires_at: datetime | None,
@@ -221,6 +225,8 @@ class OutboxDrain:
                 await tx.outbox.add(kind=DEAD_REPORT, group_key=f"{DEAD_REPORT}:{row.id}",
                                     payload=compact_json(self._report(row, error, waited)),
                                     now=now, give_up_at=now + config.window)
+            if dead and row.kind == CARD_POST and config.mail_fallback:
+                await self._mail_instead(tx, row, now)
         attempts, waits = row.attempts + 1, row.waits + waited
         if dead:
             log.error("outbox %d (%s%s) is dead after %d attempt(s) and %d wait(s)%s: %s; "
@@ -238,6 +244,21 @@ class OutboxDrain:
             log.warning("outbox %d (%s) failed (attempt %d), next try %s, gives up at %s: %s",
                         row.id, row.kind, attempts, retry_at.isoformat(),
                         give_up.isoformat(), error)
+
+    @staticmethod
+    async def _mail_instead(tx: Tx, row: OutboxRecord, now: datetime) -> None:
+        """A card nobody will see: mail its request to the approvers while it is open
+        (unless its policy had it mailed already), in the transaction that gives it up."""
+        approval_id = row.payload_value().get("approval_id")
+        a = await tx.approvals.get(str(approval_id)) if approval_id else None
+        if a is None or a.status != "pending" or now >= a.expires_at \
+                or "email" in ApprovalPolicy.from_snapshot(a.policy).channels:
+            return
+        await tx.outbox.add(kind=REQUEST_MAIL, group_key=f"{REQUEST_MAIL}:{a.id}",
+                            payload=compact_json({"approval_id": a.id, "fallback": True}),
+                            now=now, give_up_at=a.expires_at)
+        log.warning("approval %s: its card was given up; mailing the request to its "
+                    "approvers instead", a.id)
 
     @staticmethod
     def _report(row: OutboxRecord, error: str, waited: bool) -> dict[str, Any]:

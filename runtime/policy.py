@@ -218,6 +218,13 @@ class Rung(BaseModel):
         return self
 
 
+Channel = Literal["slack", "email"]
+
+
+def _slack_only() -> list[Channel]:
+    return ["slack"]
+
+
 class ApprovalPolicy(BaseModel):
     """Rules for an ``approve_before`` tool."""
 
@@ -236,6 +243,9 @@ class ApprovalPolicy(BaseModel):
     # "approve": an edit is the editor's approval of the new arguments; "propose": the edit
     # replaces the arguments and someone other than the editor must approve them
     edits: Literal["approve", "propose"] = "approve"
+    # where a request is brought to its approvers: its Slack card always; "email" also
+    # mails it (with a link to the web review queue) to the approvers' addresses
+    channels: list[Channel] = Field(default_factory=_slack_only)
     # the longest a standing approval of the tool may last ("0": none may be granted)
     max_standing: Window = timedelta(hours=1)
     # set when one of the tool's rules on arguments chose this policy: "tools.T.rules[i]:
@@ -261,6 +271,13 @@ class ApprovalPolicy(BaseModel):
     @field_validator("approvers")
     @classmethod
     def _distinct(cls, v: list[str]) -> list[str]:
+        return list(dict.fromkeys(v))
+
+    @field_validator("channels")
+    @classmethod
+    def _channels(cls, v: list[Channel]) -> list[Channel]:
+        if "slack" not in v:  # a card is where a decision is shown to everyone
+            raise ValueError('channels must include "slack" (e.g. ["slack", "email"])')
         return list(dict.fromkeys(v))
 
     @field_validator("escalate")
@@ -325,6 +342,7 @@ class _Fields(BaseModel):
     why: str | None = None
     channel: str | None = None
     edits: Literal["approve", "propose"] | None = None
+    channels: list[Channel] | None = None
     max_standing: str | int | None = None
     # ["args.card_number", "args.credentials.*"]: more argument values to mask, added to
     # the tool's own (a file can make a value sensitive, never make one shown)

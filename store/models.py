@@ -395,3 +395,30 @@ class AdapterPause(Base):
 
     __table_args__ = (UniqueConstraint("framework", "key"),
                       Index("ix_adapter_pauses_status", "status"))
+
+
+class WebLink(Base):
+    """A single-use sign-in link mailed to an approver (the web review queue). Only the
+    SHA-256 of its token is stored; ``used_at`` is set once, by compare-and-set."""
+
+    __tablename__ = "web_links"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    user_id: Mapped[str] = mapped_column(String(200), index=True)
+    email: Mapped[str] = mapped_column(String(320))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    used_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+class WebSession(Base):
+    """A browser signed in to the web review queue; only the SHA-256 of its id is stored."""
+
+    __tablename__ = "web_sessions"
+
+    id_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    user_id: Mapped[str] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime())

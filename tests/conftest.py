@@ -46,7 +46,8 @@ PG_ADMIN_URL = os.environ.get("APPROVALD_TEST_PG_URL",
 # makes new files for fifteen tables and their indexes), DELETE under 1 ms.
 TABLES = ("approval_votes", "approvals", "audit_log", "audit_head", "limits", "outbox",
           "external_requests", "api_tokens", "standing_approvals", "adapter_pauses",
-          "run_threads", "run_events", "tool_executions", "runs", "policy_in_force")
+          "run_threads", "run_events", "tool_executions", "runs", "policy_in_force",
+          "web_links", "web_sessions")
 RESET = "; ".join([*(f"DELETE FROM {table}" for table in TABLES),
                    "SELECT setval(oid, 1, false) FROM pg_class WHERE relkind = 'S'"])
 # under pytest-xdist each worker has a database of its own (gw0, gw1, ...)

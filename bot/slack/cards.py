@@ -490,7 +490,8 @@ def _decision(a: ApprovalRecord, votes: Sequence[VoteRecord], superseded_by: str
     emoji = T.STATUS_EMOJI.get(a.status, T.UNKNOWN_EMOJI)
     when = slack_date(a.decided_at or a.expires_at, T.DATE_AT)
     fields = {"emoji": emoji, "who": who(a.decided_by), "date": when,
-              "via": T.DECIDED_VIA_CLI if (a.decided_via or "").startswith("cli") else ""}
+              "via": T.DECIDED_VIA_CLI if (a.decided_via or "").startswith("cli")
+              else T.DECIDED_VIA_WEB if a.decided_via == "web" else ""}
     if a.status == "pending":
         text = T.WAITING.format(emoji=emoji)
     elif a.kind != "tool_call" and a.verdict in ("retry", "mark_done", "abort", "replan"):

@@ -150,6 +150,7 @@ DECIDED_NOT_EXECUTED = (":warning: *Not executed:* {reason}. A person decides wh
                         "next (re-plan or abort).")
 DECIDED_OTHER = "{emoji} *{status}*"
 DECIDED_VIA_CLI = " (from the command line)"
+DECIDED_VIA_WEB = " (on the web review queue)"
 WAITING = "{emoji} Waiting for a decision."
 CTX_EDITED = ":pencil2: Arguments edited by {who} {date}"
 CTX_PROPOSED = ":pencil2: Arguments proposed by {who} {date}: someone else must approve them"

@@ -21,6 +21,7 @@ from approvald.store.repos.runs import RunsRepo
 from approvald.store.repos.standing import StandingRepo
 from approvald.store.repos.stats import StatsRepo
 from approvald.store.repos.threads import ThreadsRepo
+from approvald.store.repos.web import WebRepo
 
 RepoT = TypeVar("RepoT", bound=Repo)
 
@@ -73,6 +74,7 @@ class Tx:
     standing = _Bound(StandingRepo)
     adapters = _Bound(AdaptersRepo)
     policy = _Bound(PolicyRepo)
+    web = _Bound(WebRepo)
 
     def __init__(self, conn: Conn, dialect: str, *, server_time: bool = False) -> None:
         self.conn = conn

@@ -1,0 +1,232 @@
+"""Passwordless sign-in to the web review queue, sessions, and CSRF tokens.
+
+An approver asks for a link with their address (``APPROVALD_APPROVER_EMAILS`` maps Slack
+users to addresses); the answer is the same whether or not the address is known. The link
+is single-use and lives :data:`LINK_TTL`: its row stores only the SHA-256 of its token, the
+token being derived from the row's random id and the deployment's secret when the mail is
+sent, so neither the row nor the outbox holds anything that signs in. Using a link is a
+compare-and-set on ``used_at`` (one winner, across replicas).
+
+Opening a link (GET) changes nothing: a mail scanner that prefetches it signs nobody in.
+The page it shows has a button that POSTs the token, with a CSRF token bound to a
+pre-session cookie, from this deployment's own origin.
+
+A session id is 256 random bits in an ``HttpOnly``, ``SameSite=Strict`` cookie (``Secure``
+when the public URL is https); only its SHA-256 is stored, and it lives
+:data:`SESSION_TTL`. Each state-changing form carries a CSRF token, the HMAC of the
+session id under the deployment's secret: bound to the session, stored nowhere.
+
+Every refusal (a link used again, expired or unknown, a link for another approver than
+the one signed in, a session the database does not hold, a POST without its CSRF token or
+from another origin) is audited as ``web_refused`` with its reason, and changes nothing
+else.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+
+from approvald.bot.web.mail import SIGN_IN_MAIL
+from approvald.runtime.audit import AuditTrail
+from approvald.runtime.canonical import compact_json
+from approvald.runtime.clock import Clock
+from approvald.runtime.ids import new_id
+from approvald.store.db import Database
+from approvald.store.repos import Tx
+from approvald.store.repos.web import LinkRecord, SessionRecord
+
+LINK_TTL = timedelta(minutes=15)
+SESSION_TTL = timedelta(minutes=30)
+MAX_LIVE_LINKS = 5  # unused links per approver at once: a cap on mails anyone can trigger
+VIA = "web"
+ANONYMOUS = "anonymous"  # the actor of a refusal before anyone is known
+
+
+def _b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class Refused(Exception):
+    """A sign-in or a request refused (and audited); ``reason`` is a stable code."""
+
+    def __init__(self, reason: str, message: str, status: int = 403) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.status = status
+
+
+class WebKeys:
+    """The secrets of the web face, derived from the deployment's secret."""
+
+    def __init__(self, master: str) -> None:
+        raw = master.encode()
+        self._key = hashlib.sha256(b"approvald-web-v1\x00" + raw).digest()
+
+    def _mac(self, purpose: str, value: str) -> str:
+        return _b64(hmac.new(self._key, f"{purpose}\x00{value}".encode(),
+                             hashlib.sha256).digest())
+
+    def link_token(self, link_id: str) -> str:
+        """The token of sign-in link ``link_id`` (what its mail carries)."""
+        return self._mac("link", link_id)
+
+    def csrf(self, session_id: str) -> str:
+        """The CSRF token of a session's forms."""
+        return self._mac("csrf", session_id)
+
+    def pre_csrf(self, pre_id: str) -> str:
+        """The CSRF token of the forms shown before sign-in (bound to a pre-session cookie)."""
+        return self._mac("pre", pre_id)
+
+    @staticmethod
+    def same(a: str | None, b: str) -> bool:
+        return a is not None and hmac.compare_digest(a.encode(), b.encode())
+
+
+@dataclass(frozen=True)
+class Session:
+    """A signed-in browser: who, and the CSRF token its forms carry."""
+
+    record: SessionRecord
+    csrf: str
+
+    @property
+    def user(self) -> str:
+        return self.record.user_id
+
+
+class WebAuth:
+    """Links, sessions and the audit entries of both."""
+
+    def __init__(self, db: Database, clock: Clock, audit: AuditTrail, notify: Callable[[], None],
+                 keys: WebKeys, emails: dict[str, str]) -> None:
+        self.db = db
+        self.clock = clock
+        self.audit = audit
+        self.notify = notify  # the outbox has a new row
+        self.keys = keys
+        self.emails = emails
+        self.users = {address.lower(): user for user, address in emails.items()}
+
+    # -- links ----------------------------------------------------------------------------
+    async def request_link(self, address: str) -> bool:
+        """Mail a sign-in link to ``address`` if it is an approver's (True when one was
+        queued). The caller answers the same either way."""
+        user = self.users.get(address.strip().lower())
+        if user is None:
+            return False
+        email = self.emails[user]
+        link_id = new_id()
+        token = self.keys.link_token(link_id)
+
+        async def write(tx: Tx) -> bool:
+            now = self.clock.now()
+            if await tx.web.live_links(user, now=now) >= MAX_LIVE_LINKS:
+                return False
+            await tx.web.add_link(id=link_id, token_hash=sha256(token), user_id=user,
+                                  email=email, created_at=now, expires_at=now + LINK_TTL)
+            await tx.outbox.add(kind=SIGN_IN_MAIL, group_key=f"{SIGN_IN_MAIL}:{link_id}",
+                                payload=compact_json({"link_id": link_id, "user": user}),
+                                now=now, give_up_at=now + LINK_TTL)
+            self.audit.record(tx, at=now, action="web_link_sent", actor=user, via=VIA,
+                              details={"link": link_id, "to": email,
+                                       "expires_at": (now + LINK_TTL).isoformat()})
+            return True
+
+        queued: bool = await self.db.transact(write, what="a sign-in link")
+        if queued:
+            self.notify()
+        return queued
+
+    async def link(self, link_id: str) -> LinkRecord | None:
+        async with self.db.read() as tx:
+            return await tx.web.link(link_id)
+
+    async def peek(self, token: str) -> LinkRecord | None:
+        """The link ``token`` opens, as it stands (reading changes nothing)."""
+        async with self.db.read() as tx:
+            return await tx.web.link_by_hash(sha256(token))
+
+    async def sign_in(self, token: str, *, current: Session | None) -> tuple[str, Session]:
+        """Use the link ``token`` (once): a new session's id (for the cookie) and the
+        session. :class:`Refused` (audited) for a link used before, expired, unknown, or
+        for another approver than the one this browser is signed in as."""
+        token_hash = sha256(token)
+        session_id = _b64(secrets.token_bytes(32))
+
+        async def write(tx: Tx) -> SessionRecord | Refused | None:
+            now = self.clock.now()
+            link = await tx.web.link_by_hash(token_hash)
+            if link is not None and current is not None and current.user != link.user_id:
+                return Refused("other_approver", "This link is for another approver than "
+                               "the one signed in here. Sign out first.")
+            used = await tx.web.use_link(token_hash, now=now)
+            if used is None:
+                return None  # why is read after: a use racing this one may have won
+            record = SessionRecord(id_hash=sha256(session_id), user_id=used.user_id,
+                                   created_at=now, expires_at=now + SESSION_TTL,
+                                   ended_at=None)
+            await tx.web.add_session(id_hash=record.id_hash, user_id=record.user_id,
+                                     created_at=now, expires_at=record.expires_at)
+            self.audit.record(tx, at=now, action="web_signed_in", actor=used.user_id,
+                              via=VIA, details={"link": used.id,
+                                                "session_expires_at":
+                                                    record.expires_at.isoformat()})
+            return record
+
+        result = await self.db.transact(write, what="a sign-in")
+        if not isinstance(result, SessionRecord):
+            link = await self.peek(token)
+            if result is None:
+                result = (Refused("unknown_link", "This sign-in link is not valid.")
+                          if link is None else
+                          Refused("link_used", "This sign-in link was used already: links "
+                                  "work once. Ask for a new one.")
+                          if link.used_at is not None else
+                          Refused("link_expired", "This sign-in link has expired. Ask for a "
+                                  "new one."))
+            await self.refuse(result.reason, actor=current.user if current else ANONYMOUS,
+                              link=link.id if link else None,
+                              link_user=link.user_id if link else None)
+            raise result
+        return session_id, Session(result, self.keys.csrf(session_id))
+
+    # -- sessions -------------------------------------------------------------------------
+    async def session(self, session_id: str | None) -> Session | None:
+        """The live session a cookie names, or None."""
+        if not session_id:
+            return None
+        async with self.db.read() as tx:
+            record = await tx.web.session(sha256(session_id), now=self.clock.now())
+        return None if record is None else Session(record, self.keys.csrf(session_id))
+
+    async def sign_out(self, session: Session) -> None:
+        async def write(tx: Tx) -> None:
+            now = self.clock.now()
+            if await tx.web.end_session(session.record.id_hash, now=now):
+                self.audit.record(tx, at=now, action="web_signed_out", actor=session.user,
+                                  via=VIA)
+
+        await self.db.transact(write, what="a sign-out")
+
+    # -- refusals -------------------------------------------------------------------------
+    async def refuse(self, reason: str, *, actor: str = ANONYMOUS,
+                     approval_id: str | None = None, **details: str | None) -> None:
+        """Audit a refusal (its own transaction: nothing else is written)."""
+        async def write(tx: Tx) -> None:
+            self.audit.record(tx, at=self.clock.now(), action="web_refused", actor=actor,
+                              via=VIA, approval_id=approval_id,
+                              details={"reason": reason,
+                                       **{k: v for k, v in details.items() if v is not None}})
+
+        await self.db.transact(write, what="a refusal")

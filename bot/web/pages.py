@@ -1,0 +1,316 @@
+"""The web review queue's pages: pure functions from records to HTML.
+
+Server-rendered HTML with one small stylesheet (served by the face itself, no external
+asset), readable at a phone's width. Every value written into a page goes through
+:func:`html.escape`, attributes included: agent-written text is data (invariant 9). The
+arguments are drawn by :func:`shown_args` and nowhere else, so masking sensitive ones
+is one function to change.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from html import escape
+from typing import Any
+
+from approvald.runtime.packet import shown_args as packet_shown_args
+from approvald.runtime.packet import shown_packet, will_run
+from approvald.runtime.policy import ApprovalPolicy
+from approvald.store.records import ApprovalRecord
+
+STYLE = """
+*{box-sizing:border-box}
+body{margin:0;font:16px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;
+ background:#f4f5f7;color:#1d1c1d}
+header{background:#1d1c1d;color:#fff;padding:.6rem 1rem;display:flex;
+ justify-content:space-between;align-items:center;gap:.5rem;flex-wrap:wrap}
+header h1{font-size:1.05rem;margin:0}
+header form{margin:0}
+header .who{color:#ddd;font-size:.88rem}
+main{max-width:46rem;margin:0 auto;padding:.75rem}
+.card{background:#fff;border:1px solid #ddd;border-radius:8px;padding:.9rem;margin:0 0 1rem;
+ overflow-wrap:anywhere;min-width:0}
+.card h2{font-size:1.1rem;margin:0 0 .4rem;overflow-wrap:anywhere}
+.risk{display:inline-block;border-radius:4px;padding:0 .4rem;font-size:.8rem;
+ font-weight:600;vertical-align:middle}
+.risk-low{background:#d7f5dd}.risk-medium{background:#fff1c2}.risk-high{background:#ffd6d6}
+.meta{color:#555;font-size:.88rem;margin:.3rem 0;overflow-wrap:anywhere}
+.label{font-weight:600;margin:.6rem 0 .2rem}
+pre{background:#f6f8fa;border:1px solid #e1e4e8;border-radius:6px;padding:.6rem;
+ overflow-x:auto;white-space:pre-wrap;overflow-wrap:anywhere;font-size:.85rem;margin:0}
+.actions{display:flex;flex-direction:column;gap:.5rem;margin-top:.8rem}
+button{font:inherit;border:0;border-radius:6px;padding:.7rem 1rem;cursor:pointer;
+ width:100%;min-height:44px}
+.approve{background:#007a5a;color:#fff}.deny{background:#e01e5a;color:#fff}
+.other{background:#e8e8e8;color:#1d1c1d}
+header button{width:auto;min-height:0;padding:.3rem .7rem}
+details{border:1px solid #ddd;border-radius:6px;padding:.4rem .6rem}
+summary{cursor:pointer;font-weight:600;min-height:32px}
+textarea,input[type=email]{width:100%;font:inherit;padding:.5rem;border:1px solid #bbb;
+ border-radius:6px;margin:.3rem 0 .5rem}
+textarea.args{font-family:ui-monospace,monospace;font-size:.85rem;min-height:8rem}
+.notice{background:#e8f5fa;border:1px solid #9ccbe0;border-radius:6px;padding:.6rem;
+ margin:0 0 1rem}
+.error{background:#fdecee;border-color:#e8a0ae}
+.empty{color:#555;text-align:center;padding:2rem 0}
+"""
+
+EDITABLE_CHARS = 20000  # past this, the arguments are not offered for editing here
+
+
+def e(value: Any) -> str:
+    """Escape anything for HTML text or a quoted attribute."""
+    return escape("" if value is None else str(value), quote=True)
+
+
+def shown_args(a: ApprovalRecord, raw: str | None) -> str:
+    """The arguments as a person sees them on this face: pretty JSON of the stored text,
+    the request's sensitive paths and what the detectors find masked."""
+    value = packet_shown_args(a, raw or "{}")
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False, default=str)
+
+
+def _packet(a: ApprovalRecord) -> dict[str, Any]:
+    """The decision packet, what the detectors find in it masked (as on the card)."""
+    return shown_packet(a)
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False,
+                                                           default=str)
+
+
+def risk_of(a: ApprovalRecord) -> str:
+    for source in (_packet(a), _policy(a)):
+        if source.get("risk") in ("low", "medium", "high"):
+            return str(source["risk"])
+    return "medium"
+
+
+def _policy(a: ApprovalRecord) -> dict[str, Any]:
+    try:
+        value = json.loads(a.policy or "{}")
+    except (TypeError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _when(t: datetime) -> str:
+    return t.strftime("%Y-%m-%d %H:%M UTC")
+
+
+def page(title: str, body: str, *, user: str | None = None, csrf: str | None = None,
+         status_line: str | None = None) -> str:
+    """A whole page: the header (who is signed in, and a sign-out button), then ``body``."""
+    who = ""
+    if user is not None and csrf is not None:
+        who = (f'<form method="post" action="/review/sign-out">'
+               f'<input type="hidden" name="csrf" value="{e(csrf)}">'
+               f'<span class="who">{e(user)}</span> '
+               f'<button class="other" type="submit">Sign out</button></form>')
+    notice = f'<div class="notice">{e(status_line)}</div>' if status_line else ""
+    return ("<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+            "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">"
+            f"<title>{e(title)} · approvald</title>"
+            "<link rel=\"stylesheet\" href=\"/review/style.css\"></head><body>"
+            f"<header><h1>approvald · {e(title)}</h1>{who}</header>"
+            f"<main>{notice}{body}</main></body></html>")
+
+
+def message(title: str, text: str, *, error: bool = False, back: bool = True,
+            user: str | None = None, csrf: str | None = None) -> str:
+    link = '<p><a href="/review">Back to the review queue</a></p>' if back else ""
+    return page(title, f'<div class="notice{" error" if error else ""}">{e(text)}</div>{link}',
+                user=user, csrf=csrf)
+
+
+def sign_in_form(pre_csrf: str, *, note: str | None = None) -> str:
+    """Ask for an address to mail a sign-in link to."""
+    return page("Sign in", (
+        '<div class="card"><h2>Sign in to review requests</h2>'
+        '<p class="meta">Enter the address approvald knows you by. A link that signs you in '
+        'once, for 15 minutes, is mailed to it.</p>'
+        '<form method="post" action="/review/sign-in/mail">'
+        f'<input type="hidden" name="csrf" value="{e(pre_csrf)}">'
+        '<input type="email" name="email" required autocomplete="email" '
+        'placeholder="you@example.com" aria-label="Email address">'
+        '<button class="approve" type="submit">Mail me a sign-in link</button></form></div>'),
+        status_line=note)
+
+
+def confirm_sign_in(token: str, pre_csrf: str, user: str) -> str:
+    """What opening a mailed link shows: a button, never a sign-in by itself (a mail
+    scanner that fetches the link signs nobody in)."""
+    return page("Sign in", (
+        '<div class="card"><h2>Sign in</h2>'
+        f'<p>Sign in to the review queue as <strong>{e(user)}</strong>?</p>'
+        '<form method="post" action="/review/sign-in">'
+        f'<input type="hidden" name="csrf" value="{e(pre_csrf)}">'
+        f'<input type="hidden" name="token" value="{e(token)}">'
+        '<button class="approve" type="submit">Sign in</button></form>'
+        '<p class="meta">The link works once and for 15 minutes.</p></div>'))
+
+
+def _args_block(a: ApprovalRecord) -> str:
+    edited = a.edited_args is not None
+    title = "Arguments as originally requested" if edited else "Exact arguments"
+    out = f'<div class="label">{title}</div><pre>{e(shown_args(a, a.args))}</pre>'
+
+    if edited:
+        out += (f'<div class="label">Arguments that will run (edited by {e(a.edited_by)})</div>'
+                f'<pre>{e(shown_args(a, a.edited_args))}</pre>')
+    return out
+
+
+def _hidden(a: ApprovalRecord, csrf: str, token: str | None, verdict: str) -> str:
+    fields = {"csrf": csrf, "digest": a.effective_digest, "verdict": verdict}
+    if token is not None:
+        fields["token"] = token
+    return "".join(f'<input type="hidden" name="{k}" value="{e(v)}">'
+                   for k, v in fields.items())
+
+
+def request_card(a: ApprovalRecord, *, csrf: str, token: str | None, now: datetime) -> str:
+    """One pending request: the same decision packet and exact arguments as its Slack card,
+    and its answers (approve; deny with a reason; redirect with guidance; edit within
+    what the operator's policy allows)."""
+    p = _packet(a)
+    w = will_run(a)
+    policy = ApprovalPolicy.from_snapshot(a.policy)
+    risk = risk_of(a)
+    agent = _text(p.get("agent")) or "agent"
+    requester = a.requested_by or _text(p.get("requested_by"))
+    parts = [f'<article class="card" id="r-{e(a.id)}">',
+             f'<h2><code>{e(a.tool)}</code> <span class="risk risk-{e(risk)}">'
+             f'{e(risk)} risk</span></h2>',
+             f'<p><strong>{e(agent)}</strong> wants to run <code>{e(a.tool)}</code> for '
+             f'{e(requester)}.</p>']
+    task = _text(p.get("task"))
+    if task:
+        parts.append(f'<p class="meta">Task: {e(task)}</p>')
+    if w.doing:
+        label = "" if w.words_current else "(about the arguments first asked for) "
+        parts.append(f'<div class="label">What it is doing</div><p>{e(label)}{e(w.doing)}</p>')
+    evidence = p.get("evidence")
+    if isinstance(evidence, list) and evidence:
+        items = "".join(
+            f'<li><code>{e(_text(i.get("tool") if isinstance(i, dict) else "?"))}</code>: '
+            f'{e(_text(i.get("result") if isinstance(i, dict) else i)[:300])}</li>'
+            for i in evidence[:5])
+        parts.append(f'<div class="label">Evidence</div><ul>{items}</ul>')
+    if w.impact:
+        parts.append(f'<div class="label">Impact{" of the edited arguments" if w.edited else ""}'
+                     f'</div><p>{e(w.impact)}</p>')
+    elif w.original_impact:
+        parts.append(f'<div class="label">Impact of the arguments first asked for</div>'
+                     f'<p>{e(w.original_impact)}</p>')
+    if p.get("why"):
+        parts.append(f'<div class="label">Why approval is needed</div><p>{e(_text(p["why"]))}</p>')
+    parts.append(_args_block(a))
+    ctx = [f"Expires {_when(a.expires_at)}" if now < a.expires_at
+           else f"Overdue since {_when(a.expires_at)}"]
+    if a.quorum > 1:
+        ctx.append(f"{a.approve_count} of {a.quorum} approvals")
+    ctx.append("If nobody decides: escalated to the next approvers"
+               if policy.on_expire == "escalate" else "If nobody decides: cancelled, "
+               "never approved")
+    rule = _policy(a).get("rule")
+    if isinstance(rule, str) and rule:
+        ctx.append(f"Rule: {rule}")
+    approvers = a.approvers_value()
+    ctx.append("Approvers: " + (", ".join(str(x) for x in approvers) if approvers
+                                else "anyone but the requester"))
+    ctx.append(f"Request {a.id} · arguments {a.effective_digest[:12]}")
+    parts.extend(f'<p class="meta">{e(c)}</p>' for c in ctx)
+    action = f"/review/requests/{e(a.id)}"
+    parts.append('<div class="actions">')
+    parts.append(f'<form method="post" action="{action}">{_hidden(a, csrf, token, "approve")}'
+                 '<button class="approve" type="submit">Approve</button></form>')
+    parts.append(f'<details><summary>Deny…</summary><form method="post" action="{action}">'
+                 f'{_hidden(a, csrf, token, "deny")}'
+                 '<textarea name="reason" required maxlength="2000" rows="3" '
+                 'placeholder="Why (the agent reads this)" aria-label="Reason"></textarea>'
+                 '<button class="deny" type="submit">Deny</button></form></details>')
+    parts.append(f'<details><summary>Redirect…</summary><form method="post" action="{action}">'
+                 f'{_hidden(a, csrf, token, "redirect")}'
+                 '<textarea name="reason" required maxlength="2000" rows="3" '
+                 'placeholder="What the agent should do instead" aria-label="Guidance">'
+                 '</textarea><button class="other" type="submit">Redirect</button>'
+                 '</form></details>')
+    current = shown_args(a, a.edited_args or a.args)
+    if len(current) <= EDITABLE_CHARS:
+        verb = "Propose" if policy.edits == "propose" else "Approve with"
+        parts.append(f'<details><summary>Edit…</summary><form method="post" action="{action}">'
+                     f'{_hidden(a, csrf, token, "edit")}'
+                     f'<textarea class="args" name="args" required aria-label="Arguments">'
+                     f'{e(current)}</textarea>'
+                     f'<button class="other" type="submit">{e(verb)} these arguments</button>'
+                     '</form></details>')
+    parts.append("</div></article>")
+    return "".join(parts)
+
+
+def queue(items: Sequence[tuple[ApprovalRecord, str | None]], *, user: str, csrf: str,
+          now: datetime, note: str | None = None, error: bool = False) -> str:
+    """The queue: the pending requests ``user`` may decide, oldest first."""
+    body = "".join(request_card(a, csrf=csrf, token=t, now=now) for a, t in items)
+    if not items:
+        body = '<p class="empty">Nothing waits for you.</p>'
+    if note:
+        body = f'<div class="notice{" error" if error else ""}">{e(note)}</div>' + body
+    return page("Review queue", body, user=user, csrf=csrf)
+
+
+def request_text(a: ApprovalRecord, link: str) -> str:
+    """A request as a plain-text mail: the packet, the exact arguments, and where to
+    decide it. (Plain text: no markup an argument could smuggle in.)"""
+    p = _packet(a)
+    w = will_run(a)
+    lines = [f"{_text(p.get('agent')) or 'agent'} wants to run {a.tool} for "
+             f"{a.requested_by or _text(p.get('requested_by'))} ({risk_of(a)} risk)."]
+    task = _text(p.get("task"))
+    if task:
+        lines.append(f"Task: {task}")
+    if w.doing:
+        lines += ["", "What it is doing" + ("" if w.words_current else
+                                            " (about the arguments first asked for)") + ":",
+                  w.doing]
+    if w.impact:
+        lines += ["", "Impact:", w.impact]
+    if p.get("why"):
+        lines += ["", "Why approval is needed:", _text(p["why"])]
+    lines += ["", "Exact arguments:", shown_args(a, a.edited_args or a.args), "",
+              f"Expires {_when(a.expires_at)}. Request {a.id}, arguments "
+              f"{a.effective_digest[:12]}.", "",
+              f"Review and decide (sign-in needed): {link}",
+              "Or decide on its card in Slack."]
+    return "\n".join(lines) + "\n"
+
+
+STATUS_WORDS = {"approved": "approved", "denied": "denied", "redirected": "redirected",
+                "expired": "expired", "superseded": "escalated to a newer request",
+                "cancelled": "cancelled"}
+VIA_WORDS = {"web": "on the web review queue", "slack": "in Slack", "standing":
+             "by a standing approval"}
+
+
+def outcome_line(a: ApprovalRecord) -> str:
+    """What became of a closed request: by whom, when, where, and why."""
+    text = f"{a.tool} (request {a.id}) was {STATUS_WORDS.get(a.status, a.status)}"
+    if a.decided_by and a.status not in ("expired", "superseded"):
+        via = a.decided_via or ""
+        where = VIA_WORDS.get(via, "from the command line" if via.startswith("cli") else via)
+        text += f" by {a.decided_by}" + (f" {where}" if where else "")
+    when = a.decided_at or (a.expires_at if a.status in ("expired", "superseded") else None)
+    if when is not None:
+        text += f" at {_when(when)}"
+    text += "."
+    if a.reason:
+        text += f" {'Guidance' if a.status == 'redirected' else 'Reason'}: {a.reason}"
+    return text

@@ -1,0 +1,101 @@
+"""What ``serve`` mounts of the web face: ``/review`` on its listener, mails on its drain."""
+
+from __future__ import annotations
+
+from aiohttp import web
+from approvald.bot.config import Settings
+from approvald.bot.web import pages
+from approvald.bot.web.auth import WebAuth, WebKeys
+from approvald.bot.web.mail import SIGN_IN_MAIL, Mail, MailDeliverer, Mailer, SmtpTarget
+from approvald.bot.web.routes import WebRoutes
+from approvald.runtime.decide import Actor
+from approvald.runtime.engine import Engine
+from approvald.runtime.errors import ConfigError, DecisionRefused, Refusal
+from approvald.runtime.gate import REQUEST_MAIL
+from approvald.runtime.outbox import Deliverer, RetryLater, Undeliverable
+from approvald.store.records import ApprovalRecord, OutboxRecord
+
+MIN_SECRET = 16
+
+
+class WebFace:
+    """The review queue (when ``APPROVALD_PUBLIC_URL`` is set) and the mailer (when
+    ``APPROVALD_SMTP_URL`` and ``APPROVALD_MAIL_FROM`` are)."""
+
+    def __init__(self, engine: Engine, settings: Settings) -> None:
+        assert settings.public_url is not None
+        secret = settings.token_secret()
+        if not secret or len(secret.encode()) < MIN_SECRET:
+            raise ConfigError("APPROVALD_PUBLIC_URL: the review queue signs its links and "
+                              "forms with APPROVALD_SECRET; set it (at least 16 characters)")
+        self.engine = engine
+        self.public_url = settings.public_url
+        self.keys = WebKeys(secret)
+        self.auth = WebAuth(engine.db, engine.clock, engine.audit, engine.notify_outbox,
+                            self.keys, settings.emails())
+        self.routes = WebRoutes(engine, self.auth, settings.public_url)
+        self.mailer: Mailer | None = None
+        if settings.smtp_url is not None and settings.mail_from is not None:
+            self.mailer = Mailer(SmtpTarget.parse(settings.smtp_url.get_secret_value()),
+                                 settings.mail_from)
+
+    def add_routes(self, app: web.Application) -> None:
+        self.routes.add_to(app)
+
+    def deliverer(self, inner: Deliverer) -> Deliverer:
+        """``inner`` with mail rows delivered here."""
+        return MailDeliverer(inner, self.mailer, self.compose)
+
+    async def compose(self, row: OutboxRecord) -> Mail | None:
+        """The mail a row asks for; None when there is nothing left to send."""
+        if row.kind == REQUEST_MAIL:
+            return await self.request_mail(str(row.payload_value().get("approval_id")))
+        if row.kind != SIGN_IN_MAIL:
+            raise Undeliverable(f"no mail is known by the kind {row.kind}")
+        link = await self.auth.link(str(row.payload_value().get("link_id")))
+        if link is None:
+            raise Undeliverable("the sign-in link of this mail does not exist")
+        if link.used_at is not None:
+            return None  # its mail got through once already (a re-driven row)
+        if link.expires_at <= self.engine.clock.now():  # the approver never got it
+            raise Undeliverable(f"the sign-in link for {link.user_id} expired before it "
+                                "could be mailed")
+        url = f"{self.public_url}/review/sign-in/{self.keys.link_token(link.id)}"
+        minutes = int((link.expires_at - link.created_at).total_seconds() // 60)
+        text = (f"Someone (we hope you) asked to sign in to approvald's review queue as "
+                f"{link.user_id}.\n\nSign in: {url}\n\nThe link works once, for {minutes} "
+                "minutes. If you did not ask for it, ignore this mail: nothing happens "
+                "unless the link is opened and its button pressed.\n")
+        return Mail(to=link.email, subject="Your approvald sign-in link", text=text)
+
+    async def recipients(self, a: ApprovalRecord) -> list[str]:
+        """The addresses of those who may decide ``a``: each approver in the address book
+        that the same check as a click lets decide it (so never its requester)."""
+        out = []
+        for user, address in sorted(self.auth.emails.items()):
+            try:
+                await self.engine.decider.authorize(a, Actor(user, "web"))
+            except DecisionRefused as exc:
+                if exc.reason == Refusal.DIRECTORY_UNAVAILABLE:
+                    raise RetryLater(f"approvers of {a.id}: {exc}") from None
+                continue
+            out.append(address)
+        return out
+
+    async def request_mail(self, approval_id: str) -> Mail | None:
+        """A pending request, mailed to its approvers: its packet, its exact arguments and
+        a link to it in the review queue (deciding needs a sign-in: the link decides
+        nothing). None once it is decided: the card and the queue tell the rest."""
+        async with self.engine.db.read() as tx:
+            a = await tx.approvals.get(approval_id)
+        if a is None:
+            raise Undeliverable(f"approval {approval_id} does not exist")
+        if a.status != "pending":
+            return None
+        to = await self.recipients(a)
+        if not to:
+            raise Undeliverable(f"no approver of request {a.id} has an address in "
+                                "APPROVALD_APPROVER_EMAILS")
+        return Mail(to=self.mailer.sender if self.mailer else to[0], bcc=tuple(to),
+                    subject=f"Approval needed: {a.tool} ({pages.risk_of(a)} risk)",
+                    text=pages.request_text(a, f"{self.public_url}/review/requests/{a.id}"))

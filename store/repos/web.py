@@ -1,0 +1,92 @@
+"""The web review queue's sign-in links and sessions.
+
+Using a link is one ``UPDATE ... WHERE used_at IS NULL AND expires_at > now``: of two
+uses, in one process or across replicas, exactly one gets the row back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import cast
+
+from approvald.store.models import WebLink, WebSession
+from approvald.store.repos.base import Repo, to_record
+from sqlalchemy import Table, func, select, update
+
+_L = cast(Table, WebLink.__table__)
+_S = cast(Table, WebSession.__table__)
+
+
+@dataclass(frozen=True, slots=True)
+class LinkRecord:
+    id: str
+    token_hash: str
+    user_id: str
+    email: str
+    created_at: datetime
+    expires_at: datetime
+    used_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRecord:
+    id_hash: str
+    user_id: str
+    created_at: datetime
+    expires_at: datetime
+    ended_at: datetime | None
+
+
+class WebRepo(Repo):
+    # -- sign-in links --------------------------------------------------------------------
+    async def add_link(self, *, id: str, token_hash: str, user_id: str, email: str,
+                       created_at: datetime, expires_at: datetime) -> None:
+        await self.conn.execute(_L.insert(), {
+            "id": id, "token_hash": token_hash, "user_id": user_id, "email": email,
+            "created_at": created_at, "expires_at": expires_at, "used_at": None})
+
+    async def link(self, link_id: str) -> LinkRecord | None:
+        row = (await self.conn.execute(select(_L).where(_L.c.id == link_id))).first()
+        return to_record(LinkRecord, row)
+
+    async def link_by_hash(self, token_hash: str) -> LinkRecord | None:
+        row = (await self.conn.execute(
+            select(_L).where(_L.c.token_hash == token_hash))).first()
+        return to_record(LinkRecord, row)
+
+    async def use_link(self, token_hash: str, *, now: datetime) -> LinkRecord | None:
+        """Mark a live link used (compare-and-set); None when it is used, expired or unknown."""
+        row = (await self.conn.execute(
+            update(_L).where(_L.c.token_hash == token_hash, _L.c.used_at.is_(None),
+                             _L.c.expires_at > now)
+            .values(used_at=now).returning(_L))).first()
+        return to_record(LinkRecord, row)
+
+    async def live_links(self, user_id: str, *, now: datetime) -> int:
+        """How many unused, unexpired links ``user_id`` has (a cap on mails asked for)."""
+        n = (await self.conn.execute(
+            select(func.count()).select_from(_L).where(
+                _L.c.user_id == user_id, _L.c.used_at.is_(None), _L.c.expires_at > now))
+             ).scalar_one()
+        return int(n)
+
+    # -- sessions -------------------------------------------------------------------------
+    async def add_session(self, *, id_hash: str, user_id: str, created_at: datetime,
+                          expires_at: datetime) -> None:
+        await self.conn.execute(_S.insert(), {
+            "id_hash": id_hash, "user_id": user_id, "created_at": created_at,
+            "expires_at": expires_at, "ended_at": None})
+
+    async def session(self, id_hash: str, *, now: datetime) -> SessionRecord | None:
+        """A live session (not ended, not expired) by the hash of its id."""
+        row = (await self.conn.execute(
+            select(_S).where(_S.c.id_hash == id_hash, _S.c.ended_at.is_(None),
+                             _S.c.expires_at > now))).first()
+        return to_record(SessionRecord, row)
+
+    async def end_session(self, id_hash: str, *, now: datetime) -> bool:
+        res = await self.conn.execute(
+            update(_S).where(_S.c.id_hash == id_hash, _S.c.ended_at.is_(None))
+            .values(ended_at=now))
+        return bool(res.rowcount == 1)

@@ -1,0 +1,175 @@
+"""What the web review queue's tests share: a real SMTP server on loopback (aiosmtpd), an
+in-process serve with the queue on its listener, and a browser-like HTTP client (a cookie
+jar, forms read from the pages it gets)."""
+
+from __future__ import annotations
+
+import asyncio
+import email
+import email.policy
+import re
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from html import unescape
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiosmtpd.controller import Controller
+from approvald.runtime.clock import Clock
+
+from tests.integration.slack_harness import Harness, harness, wait_for
+
+EMAILS = {"U_ALICE": "alice@example.com", "U_DANA": "dana@example.com",
+          "U_BOB": "bob@example.com"}
+LINK = re.compile(r"(https?://\S+/review/sign-in/[A-Za-z0-9_-]+)")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Inbox:
+    """What the SMTP server received: one parsed message per DATA."""
+
+    messages: list[email.message.EmailMessage] = field(default_factory=list)
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        msg = email.message_from_bytes(envelope.content, policy=email.policy.default)
+        assert isinstance(msg, email.message.EmailMessage)
+        msg["X-Envelope-To"] = ",".join(envelope.rcpt_tos)
+        self.messages.append(msg)
+        return "250 OK"
+
+    def to(self, address: str) -> list[email.message.EmailMessage]:
+        return [m for m in self.messages if m["To"] == address]
+
+    async def link_for(self, address: str, *, nth: int = 0) -> str:
+        """The sign-in link of the ``nth`` mail to ``address`` (waiting for it)."""
+        await wait_for(lambda: len(self.to(address)) > nth, what=f"mail to {address}")
+        body = self.to(address)[nth].get_body(("plain",))
+        assert body is not None
+        found = LINK.search(body.get_content())
+        assert found, body.get_content()
+        return found.group(1)
+
+
+@asynccontextmanager
+async def smtp_server() -> AsyncIterator[tuple[Inbox, int]]:
+    inbox = Inbox()
+    port = free_port()
+    controller = Controller(inbox, hostname="127.0.0.1", port=port)
+    controller.start()
+    try:
+        yield inbox, port
+    finally:
+        controller.stop()
+
+
+@asynccontextmanager
+async def web_harness(db_url: str, tmp_path: Path, *, clock: Clock | None = None,
+                      smtp_port: int | None = None,
+                      **extra: Any) -> AsyncIterator[tuple[Harness, str]]:
+    """serve with the review queue at its public URL (http on loopback, so no Secure)."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    values: dict[str, Any] = {
+        "APPROVALD_PORT": port, "APPROVALD_PUBLIC_URL": url,
+        "APPROVALD_MAIL_FROM": "approvals@example.com",
+        "APPROVALD_APPROVER_EMAILS": ",".join(f"{u}={a}" for u, a in EMAILS.items())}
+    if smtp_port is not None:
+        values["APPROVALD_SMTP_URL"] = f"smtp+plain://127.0.0.1:{smtp_port}"
+    values.update(extra)
+    async with harness(db_url, tmp_path, clock=clock, **values) as h:
+        yield h, url
+
+
+def form_fields(html: str, *, action: str | None = None,
+                verdict: str | None = None) -> dict[str, str]:
+    """The hidden fields of the first form (posting to ``action``, with ``verdict``)."""
+    for found in re.finditer(r'<form method="post" action="([^"]*)">(.*?)</form>', html,
+                             re.S):
+        if action is not None and unescape(found.group(1)) != action:
+            continue
+        fields = {unescape(m.group(1)): unescape(m.group(2)) for m in re.finditer(
+            r'<input type="hidden" name="([^"]+)" value="([^"]*)">', found.group(2))}
+        if verdict is not None and fields.get("verdict") != verdict:
+            continue
+        return fields
+    raise AssertionError(f"no form for {action} {verdict} in the page")
+
+
+class Browser:
+    """An HTTP client with cookies that posts forms from the origin it is given."""
+
+    def __init__(self, base: str, *, origin: str | None = None) -> None:
+        self.base = base
+        self.origin = base if origin is None else origin
+        # behind a TLS proxy the browser speaks https; here the listener is plain http, so
+        # its Secure cookies are sent as a browser would send them over https
+        jar = aiohttp.CookieJar(unsafe=True, treat_as_secure_origin=[base])
+        self.http = aiohttp.ClientSession(cookie_jar=jar)
+        self.last: aiohttp.ClientResponse | None = None
+
+    async def close(self) -> None:
+        await self.http.close()
+
+    async def get(self, path: str) -> tuple[int, str]:
+        url = path if path.startswith("http") else self.base + path
+        async with self.http.get(url, allow_redirects=False) as resp:
+            self.last = resp
+            return resp.status, await resp.text()
+
+    async def post(self, path: str, data: dict[str, str], *,
+                   origin: str | bool | None = True) -> tuple[int, str]:
+        headers = {}
+        if origin is True:
+            headers["Origin"] = self.origin
+        elif isinstance(origin, str):
+            headers["Origin"] = origin
+        async with self.http.post(self.base + path, data=data, headers=headers,
+                                  allow_redirects=False) as resp:
+            self.last = resp
+            return resp.status, await resp.text()
+
+    def cookie(self, name: str) -> str | None:
+        for c in self.http.cookie_jar:
+            if c.key == name:
+                return c.value
+        return None
+
+    async def ask_link(self, address: str) -> int:
+        status, page = await self.get("/review")
+        assert status == 200, page
+        status, _ = await self.post("/review/sign-in/mail",
+                                    {**form_fields(page, action="/review/sign-in/mail"),
+                                     "email": address})
+        return status
+
+    async def open_and_sign_in(self, link: str) -> tuple[int, str]:
+        status, page = await self.get(link)
+        assert status == 200, page
+        return await self.post("/review/sign-in", form_fields(page, action="/review/sign-in"))
+
+    async def post_token(self, link: str) -> tuple[int, str]:
+        """POST a link's token from this browser's own form (what replaying it takes, once
+        the link's page no longer offers the button)."""
+        _, page = await self.get("/review")
+        csrf = form_fields(page, action="/review/sign-in/mail")["csrf"]
+        return await self.post("/review/sign-in",
+                               {"csrf": csrf, "token": link.rsplit("/", 1)[1]})
+
+    async def sign_in(self, inbox: Inbox, address: str, *, nth: int = 0) -> None:
+        assert await self.ask_link(address) == 200
+        status, _ = await self.open_and_sign_in(await inbox.link_for(address, nth=nth))
+        assert status == 303, status
+
+
+async def settle() -> None:
+    """Let the tasks a response started (the outbox drain) take their turn."""
+    await asyncio.sleep(0)

@@ -1,0 +1,135 @@
+"""The web review queue's pure parts: pages escape agent-written text, forms bind the
+digest, settings refuse what they cannot use with one line naming the variable."""
+
+from __future__ import annotations
+
+import re
+from html.parser import HTMLParser
+from typing import Any
+
+import pytest
+from approvald.bot.config import load_settings
+from approvald.bot.web import pages
+from approvald.bot.web.auth import WebKeys
+from approvald.bot.web.mail import SmtpTarget
+from approvald.runtime.errors import ConfigError
+
+from tests.unit.test_cards import NOW, approval, packet
+
+HOSTILE = '<script>alert(1)</script>"><img src=x onerror=alert(2)>'
+
+
+class Tags(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+
+
+def parsed(html: str) -> list[tuple[str, dict[str, str | None]]]:
+    p = Tags()
+    p.feed(html)
+    return p.tags
+
+
+def test_agent_written_text_is_inert_everywhere_on_the_page() -> None:
+    a = approval(args={"note": HOSTILE, "amount": 42},
+                 packet_=packet(doing=HOSTILE, task=HOSTILE, impact=HOSTILE, why=HOSTILE,
+                                agent=HOSTILE, evidence=[{"tool": HOSTILE, "result": HOSTILE}]),
+                 requested_by=HOSTILE, tool="issue_refund")
+    html = pages.queue([(a, 'tok"en')], user="U0BOB", csrf='cs"rf', now=NOW)
+    tags = parsed(html)
+    assert not [t for t, _ in tags if t in ("script", "img")]
+    assert not [attrs for _, attrs in tags if any(k.startswith("on") for k in attrs)]
+    assert HOSTILE not in html and "&lt;script&gt;" in html
+    # the hidden fields carry exactly the values given, escaped in their attributes
+    hidden = {attrs["name"]: attrs["value"] for t, attrs in tags
+              if t == "input" and attrs.get("type") == "hidden"}
+    assert hidden["csrf"] == 'cs"rf' and hidden["token"] == 'tok"en'
+    assert hidden["digest"] == a.effective_digest
+
+
+def test_the_page_shows_the_arguments_that_will_run_beside_the_asked_ones() -> None:
+    a = approval(edited_args={"order": "1234", "amount": 10})
+    html = pages.request_card(a, csrf="c", token=None, now=NOW)
+    assert "Arguments as originally requested" in html
+    assert "Arguments that will run (edited by U0CAROL)" in html
+    assert re.search(r'name="digest" value="d2"', html)  # bound to the edited arguments
+    assert "&quot;amount&quot;: 10" in html and "&quot;amount&quot;: 42" in html
+    assert 'name="token"' not in html  # no signer: the digest alone binds it
+
+
+def test_keys_are_bound_to_their_purpose() -> None:
+    keys = WebKeys("0123456789abcdef-secret")
+    other = WebKeys("0123456789abcdef-other!")
+    assert keys.link_token("L1") != keys.link_token("L2")
+    assert keys.link_token("L1") != other.link_token("L1")
+    assert keys.csrf("S1") != keys.pre_csrf("S1") != keys.link_token("S1")
+    assert not WebKeys.same(None, keys.csrf("S1"))
+
+
+def test_smtp_urls() -> None:
+    t = SmtpTarget.parse("smtp://ana%40x:p%3Ass@mail.example.com")
+    assert (t.host, t.port, t.username, t.password, t.use_tls, t.start_tls) == (
+        "mail.example.com", 587, "ana@x", "p:ss", False, None)
+    assert SmtpTarget.parse("smtps://m.example.com").port == 465
+    assert SmtpTarget.parse("smtp+plain://127.0.0.1:2525").start_tls is False
+
+
+@pytest.mark.parametrize(("var", "value", "said"), [
+    ("APPROVALD_SMTP_URL", "http://user:hunter2@mail.example.com", "smtp://"),
+    ("APPROVALD_PUBLIC_URL", "approvals.example.com", "http(s) URL"),
+    ("APPROVALD_PUBLIC_URL", "https://a.example.com/?x=1", "http(s) URL"),
+    ("APPROVALD_MAIL_FROM", "not an address", "address"),
+    ("APPROVALD_APPROVER_EMAILS", "U_ALICE=alice", "SLACK_USER=ADDRESS"),
+    ("APPROVALD_APPROVER_EMAILS", "alice=alice@example.com", "not a Slack user id"),
+])
+def test_bad_settings_stop_with_one_line(monkeypatch: Any, var: str, value: str,
+                                         said: str) -> None:
+    monkeypatch.setenv(var, value)
+    with pytest.raises(ConfigError) as err:
+        load_settings()
+    assert str(err.value).startswith(f"{var}: ") and said in str(err.value)
+    assert "hunter2" not in str(err.value)
+
+
+def test_settings_read_the_address_book(monkeypatch: Any) -> None:
+    monkeypatch.setenv("APPROVALD_APPROVER_EMAILS", " u_alice = alice@example.com ,U_BOB=b@x.org")
+    monkeypatch.setenv("APPROVALD_PUBLIC_URL", "https://approvals.example.com/")
+    s = load_settings()
+    assert s.emails() == {"U_ALICE": "alice@example.com", "U_BOB": "b@x.org"}
+    assert s.public_url == "https://approvals.example.com"
+
+
+def test_a_policy_mails_requests_only_beside_its_card() -> None:
+    from approvald.runtime.policy import ApprovalPolicy
+    from pydantic import ValidationError
+
+    assert ApprovalPolicy().channels == ["slack"]
+    assert ApprovalPolicy(channels=["slack", "email", "email"]).channels == ["slack", "email"]
+    with pytest.raises(ValidationError, match='must include "slack"'):
+        ApprovalPolicy(channels=["email"])
+    with pytest.raises(ValidationError):
+        ApprovalPolicy(channels=["slack", "pager"])  # type: ignore[list-item]
+
+
+def test_a_mailed_request_is_plain_text_with_its_exact_arguments() -> None:
+    a = approval(args={"note": HOSTILE, "amount": 42})
+    text = pages.request_text(a, "https://approvals.example.com/review#r-x")
+    assert '"note": "<script>' in text  # plain text: shown as it is, nothing to render
+    assert "https://approvals.example.com/review#r-x" in text and a.id in text
+
+
+def test_pages_need_nothing_the_content_security_policy_blocks() -> None:
+    """CSP is default-src 'none', style-src 'self': no inline style or script, no
+    external asset, on any page."""
+    a = approval()
+    for html in (pages.queue([(a, "t")], user="U0BOB", csrf="c", now=NOW),
+                 pages.sign_in_form("c"), pages.confirm_sign_in("tok", "c", "U0BOB"),
+                 pages.message("x", "y", user="U0BOB", csrf="c")):
+        tags = parsed(html)
+        assert not [t for t, attrs in tags if "style" in attrs or t in ("script", "style")]
+        assert [attrs.get("href") for t, attrs in tags if t == "link"] == ["/review/style.css"]
+        assert not [t for t, attrs in tags if t in ("img", "iframe", "object")]
