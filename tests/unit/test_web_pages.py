@@ -133,3 +133,18 @@ def test_pages_need_nothing_the_content_security_policy_blocks() -> None:
         assert not [t for t, attrs in tags if "style" in attrs or t in ("script", "style")]
         assert [attrs.get("href") for t, attrs in tags if t == "link"] == ["/review/style.css"]
         assert not [t for t, attrs in tags if t in ("img", "iframe", "object")]
+
+
+def test_the_queue_masks_sensitive_arguments_as_the_card_does() -> None:
+    """Issues 34 and 35: a card number (detected) and a field the request declares
+    sensitive never reach the page, in the arguments, the edit form or the packet."""
+    import json as _json
+
+    card = "4242 4242 4242 4242"
+    base = _json.loads(approval().policy)
+    a = approval(args={"card_number": card, "pin": "917364", "amount": 42},
+                 packet_=packet(doing=f"refund to card {card}"),
+                 policy={**base, "sensitive": ["pin"]})
+    html = pages.request_card(a, csrf="c", token=None, now=NOW)
+    assert "4242" in html and not re.search(r"4242\D{0,3}4242", html)
+    assert "917364" not in html
