@@ -333,6 +333,13 @@ class Engine:
             executions = await tx.executions.for_run(run_id)
         return build_state(run, events, executions)
 
+    async def note_revealed(self, actor: str, via: str, details: dict[str, Any]) -> None:
+        """Audit that ``actor`` is about to see sensitive values in clear (``revealed``),
+        before they are shown: a reveal that is not on record never happens."""
+        async with self.db.write() as tx:
+            self.audit.record(tx, at=self.clock.now(), action="revealed", actor=actor,
+                              via=via, details=details)
+
     async def cancel(self, run_id: str, *, actor: Actor, reason: str | None = None) -> str:
         """Cancel a run: at once if no worker is mid-step, else at its next step boundary
         (where the worker ends it instead of opening any request). Either way who asked,

@@ -80,26 +80,21 @@ async def cmd_export(s: Settings, a: argparse.Namespace) -> int:
             raise UsageError(f"--since is not an ISO date/time: {a.since!r}") from None
         if since.tzinfo is None:
             since = since.replace(tzinfo=UTC)
-    if not a.reveal:
-        db = await open_database(s)
-        try:
-            await _export(db, a, since)
-        finally:
-            await db.close()
-        return 0
+    if a.reveal:
+        async def revealing(engine: Engine) -> int:
+            # audited first: a revealing export that is not on record never runs
+            await engine.note_revealed(operator(), "cli", {
+                "what": "audit export", "run": a.run,
+                "since": since.isoformat() if since else None, "format": a.format})
+            return 0
 
-    async def revealing(engine: Engine) -> int:
-        # audited first: a revealing export that is not on record never runs
-        async with engine.db.write() as tx:
-            engine.audit.record(tx, at=engine.clock.now(), action="revealed",
-                                actor=operator(), via="cli", details={
-                                    "what": "audit export", "run": a.run,
-                                    "since": since.isoformat() if since else None,
-                                    "format": a.format})
-        await _export(engine.db, a, since)
-        return 0
-
-    return await with_engine(s, revealing)
+        await with_engine(s, revealing)
+    db = await open_database(s)
+    try:
+        await _export(db, a, since)
+    finally:
+        await db.close()
+    return 0
 
 
 async def _export(db: Database, a: argparse.Namespace, since: datetime | None) -> None:

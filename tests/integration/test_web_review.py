@@ -342,7 +342,8 @@ async def test_a_sign_in_mail_is_retried_then_reported_dead(sqlite_url: str,
             async def tried() -> Any:
                 rows = await sql(h, "SELECT attempts, last_error, status FROM outbox "
                                     "WHERE kind = 'mail.signin'")
-                return rows if rows and rows[0][0] >= 1 else None
+                # (attempts counts a try from its claim: its error is recorded after it)
+                return rows if rows and rows[0][0] >= 1 and rows[0][1] else None
 
             [(_attempts, error, status)] = await wait_for(tried, what="a first try")
             assert status == "pending" and "unreachable" in error
