@@ -128,3 +128,13 @@ async def audit_actions(h: Harness, request_id: str) -> list[dict[str, Any]]:
         entries = await tx.audit.query(run_id=request_id)
     return [{"action": e.action, "actor": e.actor, "details": json.loads(e.details)}
             for e in entries]
+
+
+async def pending_request(h: Harness, n: int = 1) -> str:
+    """The newest pending request's id (its run's), once there are ``n`` pending."""
+    async def found() -> str | None:
+        async with h.engine.db.read() as tx:
+            rows = await tx.approvals.recent(status="pending")
+        return rows[0].run_id if len(rows) >= n else None
+    rid: str = await wait_for(found, within=60, what="a pending request")
+    return rid

@@ -18,8 +18,9 @@ from tests.integration.adapter_helpers import (
     card_of,
     deny_in_slack,
     edit_in_slack,
+    pending_request,
 )
-from tests.integration.slack_harness import Harness, harness, wait_for
+from tests.integration.slack_harness import harness
 
 # each hook is a process of its own, as Claude Code starts it
 pytestmark = pytest.mark.slow
@@ -75,13 +76,6 @@ class Claude:
             out.get("updatedInput")
 
 
-async def opened(h: Harness, n: int = 1) -> str:
-    async def found() -> str | None:
-        async with h.engine.db.read() as tx:
-            rows = await tx.approvals.recent(status="pending")
-        return rows[0].run_id if len(rows) >= n else None
-    rid: str = await wait_for(found, within=60, what="the hook's request")
-    return rid
 
 
 async def test_the_hooks_calls_are_decided_in_slack(db_url: str, tmp_path: Path) -> None:
@@ -91,7 +85,7 @@ async def test_the_hooks_calls_are_decided_in_slack(db_url: str, tmp_path: Path)
         # Bash, approved by a signed click -> allow; the card shows what a reviewer needs
         bash = {"command": "terraform apply -auto-approve", "description": "apply infra"}
         asked = asyncio.create_task(claude.pre("Bash", bash, use="toolu_b"))
-        rid = await opened(h)
+        rid = await pending_request(h)
         card = json.dumps(await h.card((await card_of(h, rid)).id))
         for shown in ("terraform apply -auto-approve", CWD, SESSION, "U_DANA"):
             assert shown in card, shown
@@ -105,7 +99,7 @@ async def test_the_hooks_calls_are_decided_in_slack(db_url: str, tmp_path: Path)
         edit = {"file_path": f"{CWD}/config.py", "old_string": "DEBUG = False",
                 "new_string": "DEBUG = True"}
         asked = asyncio.create_task(claude.pre("Edit", edit, use="toolu_e"))
-        edited = await opened(h)
+        edited = await pending_request(h)
         assert "DEBUG = True" in json.dumps(await h.card((await card_of(h, edited)).id))
         fixed = {**edit, "new_string": "DEBUG = False  # keep it off in prod"}
         await edit_in_slack(h, edited, fixed)
@@ -116,7 +110,7 @@ async def test_the_hooks_calls_are_decided_in_slack(db_url: str, tmp_path: Path)
         issue = {"repo": "shop/api", "title": "Rotate the production keys"}
         asked = asyncio.create_task(claude.pre("mcp__github__create_issue", issue,
                                                use="toolu_m"))
-        denied = await opened(h)
+        denied = await pending_request(h)
         await deny_in_slack(h, denied, "file it in the security tracker")
         verdict, why, _ = await asked
         assert verdict == "deny" and "file it in the security tracker" in why
@@ -124,7 +118,7 @@ async def test_the_hooks_calls_are_decided_in_slack(db_url: str, tmp_path: Path)
         # Write: past its budget it is denied naming the request; made again, it joins it
         write = {"file_path": f"{CWD}/.env.production", "content": "STRIPE_MODE=live\n"}
         verdict, why, _ = await claude.pre("Write", write, use="toolu_w1", wait=0)
-        waiting = await opened(h)
+        waiting = await pending_request(h)
         assert verdict == "deny" and waiting in why and "same call again" in why
         asked = asyncio.create_task(claude.pre("Write", write, use="toolu_w2"))
         await approve_in_slack(h, waiting)

@@ -23,8 +23,9 @@ from tests.integration.adapter_helpers import (
     card_of,
     deny_in_slack,
     edit_in_slack,
+    pending_request,
 )
-from tests.integration.slack_harness import Harness, harness, wait_for
+from tests.integration.slack_harness import Harness, harness
 
 POLICY = """
 [tools."hook:claude-code/Bash"]
@@ -96,14 +97,6 @@ class Hook:
             out.get("updatedInput")
 
 
-async def opened(h: Harness, n: int = 1) -> str:
-    """The newest pending request's id, once there are ``n`` of them."""
-    async def found() -> str | None:
-        async with h.engine.db.read() as tx:
-            rows = await tx.approvals.recent(status="pending")
-        return rows[0].run_id if len(rows) >= n else None
-    rid: str = await wait_for(found, what="the hook's request")
-    return rid
 
 
 @pytest.fixture
@@ -126,7 +119,7 @@ async def test_signed_slack_clicks_decide_the_hooks_calls(
         # approve through a signed click -> allow
         deploy = {"command": "make deploy ENV=staging"}
         asked = asyncio.create_task(hook.pre("Bash", deploy, use="toolu_02"))
-        rid = await opened(h)
+        rid = await pending_request(h)
         card = json.dumps(await h.card((await card_of(h, rid)).id))
         for shown in ("make deploy ENV=staging", "/home/dana/shop", SESSION, "dana-laptop",
                       "U_DANA"):
@@ -142,7 +135,7 @@ async def test_signed_slack_clicks_decide_the_hooks_calls(
         # deny with a reason -> deny carrying it
         drop = {"command": "psql -c 'DROP TABLE orders'"}
         asked = asyncio.create_task(hook.pre("Bash", drop, use="toolu_03"))
-        denied = await opened(h)
+        denied = await pending_request(h)
         await deny_in_slack(h, denied, "use a migration instead")
         verdict, why, _ = await asked
         assert verdict == "deny" and "use a migration instead" in why and "U_ALICE" in why
@@ -150,7 +143,7 @@ async def test_signed_slack_clicks_decide_the_hooks_calls(
         # edit -> allow with updatedInput
         write = {"file_path": "/home/dana/shop/.env", "content": "DEBUG=1\n"}
         asked = asyncio.create_task(hook.pre("Write", write, use="toolu_04"))
-        edited = await opened(h)
+        edited = await pending_request(h)
         fixed = {"file_path": "/home/dana/shop/.env", "content": "DEBUG=0\n"}
         await edit_in_slack(h, edited, fixed)
         verdict, _, updated = await asked
@@ -179,7 +172,7 @@ async def test_the_budget_denies_naming_the_request_and_the_retry_joins_it(
         dana = Hook(h, s, await hook_token(h))
         rm = {"command": "rm -rf build/"}
         verdict, why, _ = await dana.pre("Bash", rm, wait=0)
-        rid = await opened(h)
+        rid = await pending_request(h)
         assert verdict == "deny" and rid in why and "same call again" in why
         # the same call made again joins that request (one card); approved, it is allowed
         again = asyncio.create_task(dana.pre("Bash", rm, use="toolu_09"))
@@ -244,7 +237,7 @@ async def test_the_requester_is_the_tokens_never_the_callers(
                    user_id="U_BOB")
         status, _ = await hook.post(ev, wait=0)
         assert status == 200
-        rid = await opened(h)
+        rid = await pending_request(h)
         async with h.engine.db.read() as tx:
             [a] = await tx.approvals.for_run(rid)
         assert a.requested_by == "U_ALICE"

@@ -27,8 +27,12 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult, TextContent
 
-from tests.integration.adapter_helpers import approve_in_slack, deny_in_slack
-from tests.integration.slack_harness import Harness, harness, settings_for, wait_for
+from tests.integration.adapter_helpers import (
+    approve_in_slack,
+    deny_in_slack,
+    pending_request,
+)
+from tests.integration.slack_harness import Harness, harness, settings_for
 
 # serve starts the wrapped MCP server as a process of its own
 pytestmark = pytest.mark.slow
@@ -95,13 +99,6 @@ def transfers(ledger: Path) -> list[dict[str, Any]]:
     return [json.loads(x) for x in ledger.read_text().splitlines()] if ledger.exists() else []
 
 
-async def request_of(h: Harness, n: int = 1) -> str:
-    async def found() -> str | None:
-        async with h.engine.db.read() as tx:
-            rows = await tx.approvals.recent(status="pending")
-        return rows[0].run_id if len(rows) >= n else None
-    rid: str = await wait_for(found, within=30, what="a pending request")
-    return rid
 
 
 @pytest.fixture
@@ -129,7 +126,7 @@ async def test_a_remote_client_is_gated_by_slack_over_streamable_http(
             # a gated one waits for a signed click, then runs once with what was approved
             call = asyncio.create_task(c.call_tool("transfer_money",
                                                    {"to": "ACME", "cents": 500}))
-            rid = await request_of(h)
+            rid = await pending_request(h)
             await approve_in_slack(h, rid)
             done = await asyncio.wait_for(call, 30)
             assert not done.is_error, text(done)
@@ -141,7 +138,7 @@ async def test_a_remote_client_is_gated_by_slack_over_streamable_http(
             # a deny returns the reason as a tool error; nothing runs
             call = asyncio.create_task(c.call_tool("transfer_money",
                                                    {"to": "EVIL", "cents": 900}))
-            denied = await request_of(h)
+            denied = await pending_request(h)
             await deny_in_slack(h, denied, "not a vendor of ours")
             refused = await asyncio.wait_for(call, 30)
             assert refused.is_error and "not a vendor of ours" in text(refused)
@@ -156,7 +153,7 @@ async def test_past_its_wait_a_call_names_its_request_and_the_retry_joins_it(
         args = {"to": "ACME", "cents": 700}
         async with client(url(h.service, "quick"), dana) as c:
             first = await c.call_tool("transfer_money", args)
-            rid = await request_of(h)
+            rid = await pending_request(h)
             assert first.is_error and rid in text(first) and "same call again" in text(first)
             assert (await c.call_tool("transfer_money", args)).is_error  # joins: no new card
             async with h.engine.db.read() as tx:
@@ -228,17 +225,17 @@ async def test_two_replicas_answer_one_client_in_turn(
                     assert "transfer_money" in {t.name for t in (await c.list_tools()).tools}
                     answers.append(await c.call_tool("transfer_money", args))
                 if i == 1:
-                    await approve_in_slack(h, await request_of(h))
+                    await approve_in_slack(h, await pending_request(h))
             assert [a.is_error for a in answers] == [True, True, False, True]
             assert transfers(ledger) == [{**args, "memo": ""}]
-            await approve_in_slack(h, await request_of(h))  # the fourth call's request
+            await approve_in_slack(h, await pending_request(h))  # the fourth call's request
 
             # a task made on one replica is polled, and its call run, on the other
             async with aiohttp.ClientSession() as http:
                 made = await rpc(http, urls[0], bearer, "tools/call", {
                     "name": "transfer_money", "arguments": {"to": "ACME", "cents": 301}})
                 tid = made["result"]["taskId"]
-                await approve_in_slack(h, await request_of(h))
+                await approve_in_slack(h, await pending_request(h))
                 done = await rpc(http, urls[1], bearer, "tasks/get", {"taskId": tid})
                 assert done["result"]["status"] == "completed", done
                 assert (await rpc(http, urls[0], bearer, "tasks/get", {"taskId": tid})
@@ -322,7 +319,7 @@ async def test_a_client_with_tasks_gets_a_task_that_completes_after_the_click(
         task = made["result"]
         assert (task["resultType"], task["status"]) == ("task", "working"), made
         assert "waiting for approval" in task["statusMessage"] and task["ttlMs"] > 0
-        rid = await request_of(h)
+        rid = await pending_request(h)
         assert task["taskId"].startswith(rid + ".")
         polled = await rpc(http, target, dana, "tasks/get", {"taskId": task["taskId"]})
         assert polled["result"]["status"] == "working" and transfers(ledger) == []
@@ -343,7 +340,7 @@ async def test_a_client_with_tasks_gets_a_task_that_completes_after_the_click(
         # denied: completed, with the reason as a tool error; cancelled: cancelled
         made = await rpc(http, target, dana, "tools/call",
                          {"name": "transfer_money", "arguments": {"to": "EVIL", "cents": 1}})
-        await deny_in_slack(h, await request_of(h), "not a vendor")
+        await deny_in_slack(h, await pending_request(h), "not a vendor")
         denied = await rpc(http, target, dana, "tasks/get", {"taskId": made["result"]["taskId"]})
         assert denied["result"]["status"] == "completed"
         assert denied["result"]["result"]["isError"] is True
@@ -362,7 +359,7 @@ async def test_a_client_with_tasks_gets_a_task_that_completes_after_the_click(
             http, target, dana, "tools/call",
             {"name": "transfer_money", "arguments": {"to": "ACME", "cents": 401}},
             tasks=False))
-        await approve_in_slack(h, await request_of(h))
+        await approve_in_slack(h, await pending_request(h))
         plain = await asyncio.wait_for(waiting, 30)
         assert plain["result"]["isError"] is False
         assert plain["result"].get("resultType", "complete") == "complete"
