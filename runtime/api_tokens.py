@@ -287,6 +287,14 @@ async def tokens(db: Database) -> list[TokenRecord]:
         return await tx.external.tokens()
 
 
+async def from_header(db: Database, authorization: str) -> TokenRecord | None:
+    """The live token an ``Authorization: Bearer …`` header carries, or None."""
+    scheme, _, value = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not value.strip():
+        return None
+    return await authenticate(db, value.strip())
+
+
 async def authenticate(db: Database, token: str) -> TokenRecord | None:
     """The live token ``token`` is, or None (unknown, malformed or revoked)."""
     if not token.startswith(TOKEN_PREFIX) or len(token) > 200:

@@ -145,10 +145,7 @@ class Routes:
         return guarded
 
     async def _token(self, request: web.Request) -> TokenRecord:
-        scheme, _, value = request.headers.get("Authorization", "").partition(" ")
-        token = None
-        if scheme.lower() == "bearer" and value.strip():
-            token = await api_tokens.authenticate(self.e.db, value.strip())
+        token = await api_tokens.from_header(self.e.db, request.headers.get("Authorization", ""))
         if token is None:
             raise ApiError(401, "unauthorized", "a valid bearer token is required "
                            "(Authorization: Bearer <token from `approvald tokens create`>)",

@@ -266,10 +266,7 @@ class HttpGateways:
         g = self.gateways.get(request.match_info["name"])
         if g is None or g.manager is None:
             return _error(404, "unknown_gateway", f"no MCP gateway is served at {request.path}")
-        scheme, _, value = request.headers.get("Authorization", "").partition(" ")
-        token = None
-        if scheme.lower() == "bearer" and value.strip():
-            token = await api_tokens.authenticate(self.e.db, value.strip())
+        token = await api_tokens.from_header(self.e.db, request.headers.get("Authorization", ""))
         if token is None:
             return _error(401, "unauthorized", "a valid bearer token is required "
                           f"(`approvald tokens create NAME --face {g.face} --requested-by U…`)",
