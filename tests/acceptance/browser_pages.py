@@ -1,18 +1,44 @@
-"""Opening a self-contained HTML file (a trace, an eval report) in headless chromium and
-holding it to a clean load: no console error or warning, no page error, no request for
-anything but the file itself."""
+"""The browser tests' one way to headless chromium: where it is, how it is launched, what a
+machine without it is told (skip, or fail under ``APPROVALD_REQUIRE_BROWSER=1``); and opening
+a self-contained HTML file (a trace, an eval report) held to a clean load: no console error
+or warning, no page error, no request for anything but the file itself."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
-from tests.acceptance.test_sandbox_browser import CHROMIUM
+import pytest
+
+CHROMIUM = os.environ.get("APPROVALD_CHROMIUM", "/usr/bin/chromium")
+LAUNCH = {"executable_path": CHROMIUM, "headless": True,
+          "args": ["--no-sandbox", "--disable-gpu"]}
+
+
+def _need(reason: str) -> None:
+    if os.environ.get("APPROVALD_REQUIRE_BROWSER") == "1":
+        pytest.fail(f"APPROVALD_REQUIRE_BROWSER=1 but {reason}")
+    pytest.skip(reason)
+
+
+def playwright(api: str = "sync") -> Any:
+    """``sync_playwright`` (or ``async_playwright`` for ``api="async"``), or the test is
+    skipped saying what to install."""
+    try:
+        if api == "async":
+            from playwright.async_api import async_playwright as entry
+        else:
+            from playwright.sync_api import sync_playwright as entry
+    except ImportError:
+        _need("Playwright is not installed (pip install -e '.[dev]')")
+    if not (os.path.exists(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
+        _need(f"no chromium at {CHROMIUM} (apt-get install -y chromium)")
+    return entry
 
 
 def launch(pw: Any) -> Any:
-    return pw.chromium.launch(executable_path=CHROMIUM, headless=True,
-                              args=["--no-sandbox", "--disable-gpu"])
+    return pw.chromium.launch(**LAUNCH)
 
 
 def open_clean(browser: Any, path: Path) -> tuple[Any, list[str]]:

@@ -17,8 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.acceptance.browser_pages import launch, open_clean
-from tests.acceptance.test_sandbox_browser import _playwright
+from tests.acceptance.browser_pages import launch, open_clean, playwright
 from tests.helpers import make_cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,7 +50,7 @@ def _report(cli: Any, dataset: Path, out: Path, *extra: str, code: int) -> str:
 @pytest.mark.slow  # starts a process
 def test_the_eval_report_opens_cleanly_and_links_failures_to_traces(
         sqlite_url: str, tmp_path: Path) -> None:
-    sync_playwright = _playwright()
+    sync_playwright = playwright()
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     cli = make_cli(sqlite_url, tmp_path, in_process=True)
     cli.env_extra.update(APPROVALD_AGENTS="tests.fixtures.eval_agents", PYTHONPATH=str(ROOT))

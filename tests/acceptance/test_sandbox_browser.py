@@ -15,7 +15,6 @@ Without chromium (or Playwright) the test is skipped, saying what to install, un
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 from pathlib import Path
@@ -23,34 +22,19 @@ from typing import Any
 
 import pytest
 
+from tests.acceptance.browser_pages import LAUNCH, playwright
 from tests.acceptance.sandbox_proc import Sandbox, wait_until
 
 # processes, browsers or hundreds of schedules: out of the inner loop (-m 'not slow')
 pytestmark = pytest.mark.slow
 
-CHROMIUM = os.environ.get("APPROVALD_CHROMIUM", "/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "sandbox"
 WAIT_MS = 60_000  # what the page must show within, on a loaded 2-core CI machine
 
 
-def _need(reason: str) -> None:
-    if os.environ.get("APPROVALD_REQUIRE_BROWSER") == "1":
-        pytest.fail(f"APPROVALD_REQUIRE_BROWSER=1 but {reason}")
-    pytest.skip(reason)
-
-
-def _playwright() -> Any:
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _need("Playwright is not installed (pip install -e '.[dev]')")
-    if not (os.path.exists(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
-        _need(f"no chromium at {CHROMIUM} (apt-get install -y chromium)")
-    return sync_playwright
-
 
 def test_a_newcomer_clicks_through_refusals_a_denial_and_an_edit(tmp_path: Path) -> None:
-    sync_playwright = _playwright()
+    sync_playwright = playwright()
     from playwright.sync_api import expect
 
     expect.set_options(timeout=WAIT_MS)
@@ -60,8 +44,7 @@ def test_a_newcomer_clicks_through_refusals_a_denial_and_an_edit(tmp_path: Path)
     try:
         sb.start()
         with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                         args=["--no-sandbox", "--disable-gpu"])
+            browser = pw.chromium.launch(**LAUNCH)
             try:
                 page = browser.new_page(viewport={"width": 1500, "height": 1000})
                 page.set_default_timeout(WAIT_MS)
@@ -231,7 +214,7 @@ def test_a_modal_stays_with_its_page_and_no_emoji_is_an_empty_box(tmp_path: Path
     """Issue 33 item 5: a modal left open in one browser session does not come back in a
     new one (a modal belongs to the client it was opened in); every emoji on the page is
     drawn, or shown as its meaning in words, never as a raw ``:code:`` or an empty box."""
-    sync_playwright = _playwright()
+    sync_playwright = playwright()
     from playwright.sync_api import expect
 
     expect.set_options(timeout=WAIT_MS)
@@ -239,8 +222,7 @@ def test_a_modal_stays_with_its_page_and_no_emoji_is_an_empty_box(tmp_path: Path
     try:
         sb.start()
         with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                         args=["--no-sandbox", "--disable-gpu"])
+            browser = pw.chromium.launch(**LAUNCH)
             try:
                 first = browser.new_context(viewport={"width": 1500, "height": 1000}).new_page()
                 first.set_default_timeout(WAIT_MS)

@@ -16,8 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.acceptance.browser_pages import launch, open_clean
-from tests.acceptance.test_sandbox_browser import _playwright
+from tests.acceptance.browser_pages import launch, open_clean, playwright
 from tests.helpers import make_cli
 
 # each test here starts approvald (or a browser) as a process of its own
@@ -39,7 +38,7 @@ def _traced_run(cli: Any, verdict: str, *extra: str, task: str) -> Path:
 
 
 def test_the_html_trace_opens_cleanly_in_a_browser(sqlite_url: str, tmp_path: Path) -> None:
-    sync_playwright = _playwright()
+    sync_playwright = playwright()
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     cli = make_cli(sqlite_url, tmp_path, in_process=True)
     approved = _traced_run(cli, "approve", task="Refund order A-1001, double charged")

@@ -12,40 +12,23 @@ Without chromium (or Playwright) the test is skipped, saying what to install, un
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
-from typing import Any
 
 import pytest
 from approvald.bot.web.auth import sha256
 
+from tests.acceptance.browser_pages import LAUNCH, playwright
 from tests.integration.slack_harness import Harness, wait_for
 from tests.integration.web_helpers import smtp_server, web_harness
 
 # a browser: out of the inner loop (-m 'not slow')
 pytestmark = pytest.mark.slow
 
-CHROMIUM = os.environ.get("APPROVALD_CHROMIUM", "/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "web-review"
 PHONE = {"width": 390, "height": 844}
 WAIT_MS = 60_000
 
-
-def _need(reason: str) -> None:
-    if os.environ.get("APPROVALD_REQUIRE_BROWSER") == "1":
-        pytest.fail(f"APPROVALD_REQUIRE_BROWSER=1 but {reason}")
-    pytest.skip(reason)
-
-
-def _playwright() -> Any:
-    try:
-        from playwright.async_api import async_playwright
-    except ImportError:
-        _need("Playwright is not installed (pip install -e '.[dev]')")
-    if not (os.path.exists(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
-        _need(f"no chromium at {CHROMIUM} (apt-get install -y chromium)")
-    return async_playwright
 
 
 async def _completed(h: Harness, run_id: str) -> bool:
@@ -60,7 +43,7 @@ async def _card_says(h: Harness, approval_id: str, word: str) -> bool:
 
 async def test_an_approver_signs_in_by_mail_and_approves_on_a_phone(
         sqlite_url: str, tmp_path: Path) -> None:
-    async_playwright = _playwright()
+    async_playwright = playwright("async")
     from playwright.async_api import expect
 
     expect.set_options(timeout=WAIT_MS)
@@ -71,8 +54,7 @@ async def test_an_approver_signs_in_by_mail_and_approves_on_a_phone(
         paused = await h.pause_refund()
         [aid] = paused.approval_ids
         async with async_playwright() as pw:
-            browser = await pw.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                               args=["--no-sandbox", "--disable-gpu"])
+            browser = await pw.chromium.launch(**LAUNCH)
             try:
                 context = await browser.new_context(viewport=PHONE, is_mobile=True,
                                                     has_touch=True, device_scale_factor=2)

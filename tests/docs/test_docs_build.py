@@ -29,7 +29,7 @@ from urllib.parse import unquote, urljoin, urlsplit
 
 import pytest
 
-from tests.acceptance.test_sandbox_browser import CHROMIUM, _playwright
+from tests.acceptance.browser_pages import LAUNCH, playwright
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "mkdocs.yml"
@@ -156,14 +156,13 @@ def test_the_site_builds_strict_its_links_resolve_and_it_renders(
     assert not broken, "links inside the site that lead nowhere:\n" + "\n".join(broken)
     assert followed > 100  # the reference pages alone link to each command and schema
 
-    sync_playwright = _playwright()
+    sync_playwright = playwright()
     shots = tmp_path / "screenshots"
     shots.mkdir()
     home = url if (site / "index.html").is_file() else url + "reference/cli/"
     pages = {"home": home, "reference-cli": url + "reference/cli/"}
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                     args=["--no-sandbox", "--disable-gpu"])
+        browser = pw.chromium.launch(**LAUNCH)
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 900})
             errors: list[str] = []
