@@ -1,6 +1,9 @@
-"""The gated agent ``bench_clicks`` drives (loaded by ``approvald serve`` via APPROVALD_AGENTS).
+"""The gated agents ``bench_clicks`` drives (loaded by ``approvald serve`` via APPROVALD_AGENTS).
 
-Its tool appends ``<run id> <wall-clock time>`` to ``BENCH_TOOL_LOG`` the moment it
+``bench-deploy`` asks to deploy a service; ``bench-deploy-sensitive`` asks the same with a
+card number its tool declares sensitive and an API key nobody declared (found by detection),
+so every card, thread line and stored copy of its call is masked (and sealed, under a data
+key). Each tool appends ``<run id> <wall-clock time>`` to ``BENCH_TOOL_LOG`` the moment it
 starts, so the benchmark can measure click -> tool start across processes. With
 ``BENCH_SQL_COUNT`` set, ``serve`` also counts the statements it sends PostgreSQL
 (:mod:`sql_count`).
@@ -21,9 +24,7 @@ if os.environ.get("BENCH_SQL_COUNT"):
     sql_count.install(os.environ["BENCH_SQL_COUNT"])
 
 
-@tool(permission="execute")
-async def deploy(ctx: ToolContext, service: str) -> str:
-    """Deploy a service (the benchmark's gated call)."""
+def _started(ctx: ToolContext) -> None:
     started = time.time()
     path = os.environ.get("BENCH_TOOL_LOG")
     if path:
@@ -32,9 +33,30 @@ async def deploy(ctx: ToolContext, service: str) -> str:
             os.write(fd, f"{ctx.run_id} {started:.6f}\n".encode())
         finally:
             os.close(fd)
+
+
+@tool(permission="execute")
+async def deploy(ctx: ToolContext, service: str) -> str:
+    """Deploy a service (the benchmark's gated call)."""
+    _started(ctx)
     return f"deployed {service}"
+
+
+@tool(permission="execute", sensitive=["card"])
+async def deploy_paid(ctx: ToolContext, service: str, card: str, api_key: str) -> str:
+    """Deploy a service, paid with a card, with an API key (both sensitive)."""
+    _started(ctx)
+    return f"deployed {service}"
+
+
+SENSITIVE_ARGS = {"service": "web", "card": "4242 4242 4242 4242",
+                  "api_key": "sk_live_4eC39HqLyjWDarjtT1zdp7dc9f2a"}
 
 
 AGENTS = [Agent(name="bench-deploy", instructions="", tools=[deploy],
                 model=ScriptedModel.sequence([reply("deploying", ("deploy", {"service": "web"})),
+                                              reply("done", turn=1)])),
+          Agent(name="bench-deploy-sensitive", instructions="", tools=[deploy_paid],
+                model=ScriptedModel.sequence([reply("deploying",
+                                                    ("deploy_paid", SENSITIVE_ARGS)),
                                               reply("done", turn=1)]))]

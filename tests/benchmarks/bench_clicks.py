@@ -22,6 +22,12 @@ url_verification). Targets (issue 4, SQLite): p99 ack <= 100 ms, p99 tool start 
 On PostgreSQL it also counts the statements the ``serve`` processes sent from the first
 click until every run completed and its card was updated (:mod:`sql_count`).
 
+``--sensitive`` measures what masking (and sealing, when ``APPROVALD_DATA_KEY`` is known
+to serve) adds to the click path: the same benchmark twice, one after the other on this
+machine, first on plain calls, then on calls carrying a declared card number and an
+undeclared API key; it prints both and the ratios (target: at most 1.10 in serve CPU per
+approval and in p50 click -> tool start; issue 34).
+
 ``BENCH_DUMP=FILE`` writes each click's send time and click -> tool start.
 To profile the serve process, set ``BENCH_SERVE_CMD`` to a command that runs
 ``approvald.bot.cli`` (e.g. ``python -m cProfile -o serve.prof -m approvald.bot.cli``);
@@ -230,7 +236,7 @@ async def follow_up(engine: Engine, emulator: SlackEmulator,
 
 async def bench(runs: int, concurrency: int, mode: str, db_url: str | None,
                 replicas: int = 1, targets: bool = True,
-                statements: int = 0) -> dict[str, float]:
+                statements: int = 0, agent: str = "bench-deploy") -> dict[str, float]:
     """Run the benchmark (``replicas`` serve processes, clicks spread over them in turn)
     and print its figures (and, with ``targets``, this benchmark's own targets, which
     are SQLite's: a caller judging by others leaves them out; on PostgreSQL, the
@@ -269,7 +275,7 @@ async def bench(runs: int, concurrency: int, mode: str, db_url: str | None,
         t0 = time.perf_counter()
         approvals = []
         for _ in range(runs):
-            outcome = await engine.run("bench-deploy", "deploy web", requested_by="U_DANA")
+            outcome = await engine.run(agent, "deploy web", requested_by="U_DANA")
             approvals.append(outcome.approval_ids[0])  # type: ignore[attr-defined]
         print(f"paused {runs} runs in {time.perf_counter() - t0:.2f} s")
         signer = TokenSigner(TOKEN_SECRET)
@@ -391,6 +397,7 @@ async def bench(runs: int, concurrency: int, mode: str, db_url: str | None,
                 "busy": elsewhere["busy"], "server_ms": elsewhere["server"] / runs * 1000,
                 "whole_cpu_ms": whole_cpu / runs * 1000,
                 "ack_p99": pct(acks, .99), "start_p99": pct(starts, .99),
+                "start_p50": pct(starts, .5),
                 "statements": sent_sql.get("all", 0) / runs}
     finally:
         for x in serves:
@@ -410,8 +417,26 @@ def main() -> int:
     p.add_argument("--statements", type=int, default=0, metavar="N",
                    help="on PostgreSQL, also print the N statements the serve process sent "
                         "most, per approval (where a cheaper decision path would start)")
+    p.add_argument("--sensitive", action="store_true",
+                   help="run twice, plain calls then calls with sensitive arguments, and "
+                        "print what masking and sealing add")
     a = p.parse_args()
-    asyncio.run(bench(a.runs, a.concurrency, a.mode, a.db, statements=a.statements))
+    if not a.sensitive:
+        asyncio.run(bench(a.runs, a.concurrency, a.mode, a.db, statements=a.statements))
+        return 0
+    print("== plain calls")
+    plain = asyncio.run(bench(a.runs, a.concurrency, a.mode, a.db, targets=False))
+    print("== calls with a declared card number and a detected API key")
+    masked = asyncio.run(bench(a.runs, a.concurrency, a.mode, a.db, targets=False,
+                               agent="bench-deploy-sensitive"))
+    print("sensitive / plain (issue 34 target: <= 1.10)")
+    for key, label in (("whole_cpu_ms", "serve CPU per approval, until runs completed"),
+                       ("cpu_ms", "serve CPU per approval, during the clicks"),
+                       ("start_p50", "p50 click -> tool start"),
+                       ("start_p99", "p99 click -> tool start")):
+        ratio = masked[key] / plain[key]
+        print(f"  {label}: {plain[key]:.2f} -> {masked[key]:.2f}  ratio {ratio:.2f}  "
+              f"{'PASS' if ratio <= 1.10 else 'FAIL'}")
     return 0
 
 
