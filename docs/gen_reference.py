@@ -735,6 +735,7 @@ class _Where:
         self.params = {k: v for k, v in _hints(fn).items() if k != "return"}
         try:  # what the function assigns to plain names, typed as asked (``w = f(a)``)
             self.assigned = _locals(fn)
+            self.params = {**_nested_params(fn)[1], **self.params}
         except (OSError, TypeError):
             self.assigned = {}
         self._seen: set[str] = set()
@@ -749,6 +750,11 @@ class _Where:
             args = typing.get_args(hint)
             if isinstance(gen.target, ast.Name) and args:
                 inner.params[gen.target.id] = args[0]
+            elif isinstance(gen.target, ast.Tuple) and args:  # for r, at in pairs
+                parts = typing.get_args(args[0])
+                for name, part in zip(gen.target.elts, parts, strict=False):
+                    if isinstance(name, ast.Name) and name.id != "_":
+                        inner.params[name.id] = part
         return inner
 
     def hint_of(self, node: ast.AST) -> Any:
@@ -757,6 +763,9 @@ class _Where:
         method returns (``api_tokens.token_tools(t)``, ``Policy.from_snapshot(x).rule``)."""
         if isinstance(node, ast.Await):
             return self.hint_of(node.value)
+        if isinstance(node, ast.ListComp):  # [r for r, _ in listed]: a list of r's type
+            item = self.looping(node).hint_of(node.elt)
+            return list[item] if item is not None else None  # type: ignore[valid-type]
         if isinstance(node, ast.Name):
             found = self.params.get(node.id)
             if found is None and node.id in self.assigned and node.id not in self._seen:
@@ -851,6 +860,9 @@ def _value_words(node: ast.AST, where: _Where) -> str:
         return {"len": "integer", "bool": "boolean"}.get(node.func.id, "number")
     if (isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not)) or \
             isinstance(node, ast.Compare):
+        return "boolean"
+    if isinstance(node, ast.BoolOp) and all(where.type_of(v) == "boolean"
+                                            for v in node.values):
         return "boolean"
     if isinstance(node, ast.DictComp):
         return "object"
@@ -952,9 +964,9 @@ def _model_fields(model: type[Any], prefix: str = "", depth: int = 0) -> list[li
     return rows
 
 
-def _method_document(fn: Callable[..., Any]) -> tuple[str, str, list[list[str]]] | None:
-    """A document a command prints as ``value.to_document()`` / ``.to_json()``, where
-    ``value`` comes from a function whose return type the code declares."""
+def _nested_params(fn: Callable[..., Any]) -> tuple[dict[str, Any], dict[str, type]]:
+    """What ``fn``'s module and its own imports name, and the classes its (nested)
+    functions' parameters are annotated with (``async def go(engine: Engine)``)."""
     tree = _source_tree(fn)
     imported = dict(fn.__globals__)
     for node in ast.walk(tree):
@@ -962,8 +974,7 @@ def _method_document(fn: Callable[..., Any]) -> tuple[str, str, list[list[str]]]
             module = importlib.import_module(node.module)
             for alias in node.names:
                 imported[alias.asname or alias.name] = getattr(module, alias.name, None)
-    # the classes the (nested) functions' parameters are annotated with: engine: Engine
-    typed: dict[str, Any] = {}
+    typed: dict[str, type] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             for arg in node.args.args:
@@ -974,6 +985,14 @@ def _method_document(fn: Callable[..., Any]) -> tuple[str, str, list[list[str]]]
                         obj = getattr(obj, part, None)
                     if isinstance(obj, type):
                         typed[arg.arg] = obj
+    return imported, typed
+
+
+def _method_document(fn: Callable[..., Any]) -> tuple[str, str, list[list[str]]] | None:
+    """A document a command prints as ``value.to_document()`` / ``.to_json()``, where
+    ``value`` comes from a function whose return type the code declares."""
+    tree = _source_tree(fn)
+    imported, typed = _nested_params(fn)
     made: dict[str, Any] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
@@ -1047,6 +1066,11 @@ def json_documents() -> list[dict[str, Any]]:
                                               first_paragraph(target.__doc__),
                                               _fields(literal, "", _Where(target), 0,
                                                       _locals(target))))
+            elif isinstance(node, ast.ListComp) and _is_document(node.elt) and \
+                    not entry["docs"]:  # [{...} for r in rows]: r typed by its loop
+                entry["docs"].append((f"{fn.__module__}.{fn.__qualname__}", "",
+                                      _fields(node.elt, "",  # type: ignore[arg-type]
+                                              _Where(fn).looping(node))))
             elif _is_document(node) and not entry["docs"]:
                 entry["docs"].append((f"{fn.__module__}.{fn.__qualname__}", "",
                                       _fields(node, "", _Where(fn))))  # type: ignore[arg-type]
