@@ -40,8 +40,9 @@ from approvald.runtime.failpoints import failpoint
 from approvald.runtime.gate import CARD_UPDATE, Gate
 from approvald.runtime.ids import TokenSigner, lease_id
 from approvald.runtime.limits import PayloadCap
-from approvald.runtime.packet import edited_packet, impact_of
+from approvald.runtime.packet import edited_packet, impact_of, sensitive_paths
 from approvald.runtime.policy import ApprovalPolicy, CallPolicy, PolicyFile
+from approvald.runtime.sensitive import unmask_edit
 from approvald.runtime.signals import Signals
 from approvald.runtime.tools import Tool
 from approvald.store.db import Database, is_store_failure
@@ -312,6 +313,13 @@ class Decider:
         # directory lookup, which may be slow, happens before any lock is taken
         await self.authorize(a, at.actor)
 
+    async def read_edit(self, a: ApprovalRecord, args: Any) -> dict[str, Any]:
+        """An approver's edit of ``a`` as it will run: every face shows sensitive values
+        masked (issue 34), so one given back as shown keeps its real value and one typed
+        over is what was typed; then validated by the tool (``InvalidArguments``)."""
+        unmasked = unmask_edit(args, a.effective_args(), sensitive_paths(a))
+        return (await self.tool_for(a)).validate(unmasked)
+
     async def _validate_edit(self, a: ApprovalRecord,
                              args: Any) -> tuple[dict[str, Any], str | None]:
         """The edited arguments as the tool validates them, and their impact."""
@@ -320,7 +328,7 @@ class Decider:
         except NotFound as exc:
             raise _refuse(a, Refusal.INVALID_ARGUMENTS, str(exc)) from None
         try:
-            edited = tool.validate(args)
+            edited = await self.read_edit(a, args)
             self.cap.check(compact_json(edited), what="edited arguments")
         except InvalidArguments as exc:
             raise _refuse(a, Refusal.INVALID_ARGUMENTS, str(exc), errors=exc.errors) from None

@@ -29,9 +29,8 @@ from approvald.bot.cli.common import (
 from approvald.bot.config import Settings
 from approvald.runtime.decide import Decision, Verdict
 from approvald.runtime.engine import Engine
-from approvald.runtime.packet import sensitive_paths, shown_args
+from approvald.runtime.packet import shown_args
 from approvald.runtime.prefix import id_help
-from approvald.runtime.sensitive import unmask_edit
 
 DECISIONS = (
     ("approve", "approve a request as a Slack user"),
@@ -195,10 +194,8 @@ def decide_command(verdict: str) -> Handler:
                     args = json.loads(a.args)
                 except json.JSONDecodeError as exc:
                     raise UsageError(f"--args is not valid JSON: {exc}") from None
-                # `approvals show` printed sensitive values masked: one given back as
-                # printed keeps its real value
-                current = await engine.decider.get(a.id)
-                args = unmask_edit(args, current.effective_args(), sensitive_paths(current))
+                # (`approvals show` printed sensitive values masked: one given back as
+                # printed keeps its real value, as decide reads an edit)
             v = cast(Verdict, a.outcome if verdict == "resolve" else verdict)
             actor = acting_as(as_user)
             # a redirect's guidance travels where a denial's reason does

@@ -36,7 +36,6 @@ from approvald.runtime.decide import Actor, Decision, Verdict
 from approvald.runtime.errors import ApprovaldError, DecisionRefused, InvalidArguments, NotFound
 from approvald.runtime.packet import sensitive_paths
 from approvald.runtime.scope import scope_for
-from approvald.runtime.sensitive import unmask_edit
 from approvald.runtime.standing import StandingRefused
 from approvald.store.records import ApprovalRecord
 from approvald.store.repos.standing import StandingRecord
@@ -304,11 +303,8 @@ class Handlers:
         try:
             target = views.parse_metadata(view.get("private_metadata") or "")
             a = await self.e.decider.get(target.approval_id)
-            # the box showed sensitive values masked: one left as shown keeps its real
-            # value, one typed over is what the approver typed
-            args = unmask_edit(args, a.effective_args(), sensitive_paths(a))
-            tool = await self.e.tool_for(a)
-            tool.validate(args)
+            # the box showed sensitive values masked: decide reads them back the same way
+            await self.e.decider.read_edit(a, args)
         except InvalidArguments as exc:
             await ack(**views.edit_errors(exc.errors))
             return

@@ -24,8 +24,6 @@ from approvald.bot.web.auth import Refused, Session, WebAuth
 from approvald.runtime.decide import Actor, Verdict
 from approvald.runtime.engine import Engine
 from approvald.runtime.errors import DecisionRefused, NotFound
-from approvald.runtime.packet import sensitive_paths
-from approvald.runtime.sensitive import unmask_edit
 from approvald.store.records import ApprovalRecord
 from multidict import MultiDictProxy
 
@@ -291,10 +289,7 @@ class WebRoutes:
                 return html(pages.message("Not decided", f"The edited arguments are not "
                                           f"JSON: {exc}", error=True, user=user,
                                           csrf=csrf), 400)
-            async with self.e.db.read() as tx:
-                shown = await tx.approvals.get(approval_id)
-            if shown is not None:  # a masked value left as shown keeps the original
-                args = unmask_edit(args, shown.effective_args(), sensitive_paths(shown))
+            # (a masked value left as shown keeps the original: decide reads it so)
         try:
             decision = await self.e.decide(
                 approval_id, actor=Actor(user, "web"), verdict=verdict,

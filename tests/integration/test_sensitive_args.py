@@ -253,3 +253,25 @@ async def test_an_undeclared_api_key_is_masked_unless_its_detector_is_off(
                 assert "Sensitive values are masked" in card
     finally:
         sensitive.configure(sensitive.Detectors())
+
+
+async def test_an_edit_given_back_masked_keeps_the_real_value_on_every_face(
+        sqlite_url: str, tmp_path: Path) -> None:
+    """The engine's one ``decide`` reads an edit of the masked view, whichever face it came
+    through (the HTTP API hands its callers the masked arguments, as the card does): a
+    value given back as shown keeps the real one, a value typed over is the new one."""
+    received: list[dict[str, Any]] = []
+    async with harness(sqlite_url, tmp_path) as h:
+        h.engine.registry.add(card_agent(received))
+        paused = await h.pause_refund(agent="card-refund", task="Refund A-7")
+        a = await h.engine.decider.get(paused.approval_ids[0])
+        shown = sensitive.mask_args(a.effective_args(), ["card_number", "auth.*"])
+        assert shown["card_number"] != CARD
+        from approvald.runtime.decide import Actor
+        decision = await h.engine.decide(
+            a.id, actor=Actor("U_ALICE", "api"), verdict="edit",
+            args={**shown, "amount_cents": 1000}, token=h.engine.button_token(a))
+        assert decision.outcome == "approved"
+        await wait_for(lambda: _done(h, paused.run_id))
+    assert received == [{"order_id": "A-7", "amount_cents": 1000, "card_number": CARD,
+                         "auth": {"code": AUTH}}]
