@@ -105,10 +105,12 @@ class Service:
             deliverer = LogDeliverer()
         if self.web is not None:
             deliverer = self.web.deliverer(deliverer)
-        # a card Slack never takes: its request is mailed instead, when mail can be sent
+        # a card Slack never takes (or has not taken for APPROVALD_MAIL_FALLBACK_AFTER):
+        # its request is mailed instead, when mail can be sent
         mails = self.web is not None and self.web.mailer is not None
-        self.drain = self.engine.drain(self.api.deliverer(deliverer),
-                                       DrainConfig(mail_fallback=mails))
+        self.drain = self.engine.drain(self.api.deliverer(deliverer), DrainConfig(
+            mail_fallback=mails,
+            mail_fallback_after=settings.mail_fallback_after_value() if mails else None))
         self.worker = self.engine.worker(poll_interval=settings.poll_interval)
         self.scheduler = self.engine.expiry_scheduler(
             sweep_interval=timedelta(seconds=settings.sweep_interval))

@@ -100,6 +100,14 @@ class OutboxRepo(Repo):
         rows = [OutboxRecord(**r._mapping) for r in await self.conn.execute(stmt)]
         return rows[::-1]
 
+    async def in_group(self, group_key: str, *, kind: str | None = None
+                       ) -> list[OutboxRecord]:
+        """The rows of one delivery group (of ``kind``, if given), oldest first."""
+        stmt = select(_T).where(Outbox.group_key == group_key).order_by(Outbox.id)
+        if kind:
+            stmt = stmt.where(Outbox.kind == kind)
+        return [OutboxRecord(**r._mapping) for r in await self.conn.execute(stmt)]
+
     async def latest(self, kind: str) -> OutboxRecord | None:
         """The newest row of ``kind``, whatever its status."""
         row = (await self.conn.execute(

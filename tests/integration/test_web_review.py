@@ -132,6 +132,8 @@ async def test_sign_in_by_mail_and_approve_on_the_queue_page(db_url: str,
 
 async def _card_says(h: Harness, approval_id: str, word: str) -> Any:
     a = await h.approval(approval_id)
+    if not a.message_ts:  # not posted (yet)
+        return None
     msg = h.emulator.message(a.channel, a.message_ts)
     return msg if msg and word in json.dumps(msg) else None
 
@@ -628,3 +630,88 @@ async def test_a_public_url_without_a_listener_stops_serve(sqlite_url: str,
             await service.stop()
     finally:
         await db.close()
+
+
+async def test_slack_unreachable_past_the_fallback_delay_mails_the_request(
+        db_url: str, tmp_path: Path) -> None:
+    """Slack is unreachable: the card waits in the outbox. Once it is still not posted
+    APPROVALD_MAIL_FALLBACK_AFTER after the request was made, the request is mailed to its
+    approver (once, audited); she signs in through the emailed link and approves on the
+    queue page; the run resumes and the call runs once; when Slack is back the card is
+    posted showing the decision, made on the web review queue."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[tools.issue_refund]\napprovers = ["U_ALICE"]\n')
+    clock = ManualClock(datetime.now(UTC))
+    async with smtp_server() as (inbox, smtp_port), \
+            web_harness(db_url, tmp_path, clock=clock, smtp_port=smtp_port,
+                        APPROVALD_MAIL_FALLBACK_AFTER="5m",
+                        APPROVALD_POLICY_FILE=str(policy)) as (h, url):
+        await h.emulator.down()
+        paused = await h.pause_refund()
+        [aid] = paused.approval_ids
+        await wait_for(lambda: _card_tries(h), what="a first try of the card")
+        # before the delay: tries fail, nothing is mailed
+        clock.advance(timedelta(minutes=4))
+        h.engine.notify_outbox()
+        await wait_for(lambda: _card_tries(h, 2), what="a second try of the card")
+        assert await mail_rows(h) == [] and inbox.messages == []
+        # past it: the next try (due by then at the latest) mails the request
+        clock.advance(timedelta(minutes=1, seconds=1))
+        h.engine.notify_outbox()
+        await wait_for(lambda: inbox.to("approvals@example.com"), what="the fallback mail")
+        [mail] = inbox.messages
+        assert mail["X-Envelope-To"] == "alice@example.com"
+        body = mail.get_body(("plain",))
+        assert body is not None and f"{url}/review/requests/{aid}" in body.get_content()
+        [mailed] = await audit(h, "mailed_instead")
+        assert mailed.approval_id == aid and mailed.via == "email"
+        assert json.loads(mailed.details)["because"] == "slack_unreachable"
+        # more failed tries of the card mail nothing more
+        for _ in range(2):
+            tries = await _card_tries(h)
+            clock.advance(timedelta(minutes=6))
+            h.engine.notify_outbox()
+            await wait_for(lambda t=tries: _card_tries(h, t + 1), what="another try")
+        assert len(await mail_rows(h)) == 1 and len(await audit(h, "mailed_instead")) == 1
+        [(card_status,)] = await sql(h, "SELECT status FROM outbox WHERE kind = "
+                                        "'approval.requested'")
+        assert card_status == "pending"
+
+        alice = Browser(url)
+        try:
+            await alice.sign_in(inbox, "alice@example.com")
+            status, page = await alice.get(f"/review/requests/{aid}")
+            assert status == 200
+            status, _ = await alice.post(f"/review/requests/{aid}", form_fields(
+                page, action=f"/review/requests/{aid}", verdict="approve"))
+            assert status == 303
+        finally:
+            await alice.close()
+        await wait_for(lambda: _status(h, paused.run_id, "completed"), what="completion")
+        assert len(h.refunds()) == 1
+        a = await h.approval(aid)
+        assert a.status == "approved" and a.decided_via == "web"
+        [approved] = await audit(h, "approved")
+        assert approved.actor == "U_ALICE" and approved.via == "web"
+
+        # Slack is back: the card is posted as the request stands, decided on the web
+        await h.emulator.up()
+        clock.advance(timedelta(minutes=10))
+        h.engine.notify_outbox()
+        card = await wait_for(lambda: _card_says(h, aid, "Approved"), what="the card")
+        assert "U_ALICE" in json.dumps(card) and "on the web review queue" in json.dumps(card)
+        assert not [b for b in card["blocks"] if b["type"] == "actions"]
+        assert len(h.refunds()) == 1 and len(inbox.to("approvals@example.com")) == 1
+
+
+async def _card_tries(h: Harness, at_least: int = 1) -> int:
+    """How often the card post was tried and failed, once that is ``at_least`` (a try is
+    counted at its claim; its failure is recorded when the claim is let go)."""
+    rows = await sql(h, "SELECT attempts, last_error FROM outbox WHERE kind = "
+                        "'approval.requested' AND claimed_until IS NULL")
+    tries = rows[0][0] if rows and rows[0][1] else 0
+    return tries if tries >= at_least else 0
+
+
+async def mail_rows(h: Harness) -> list[tuple[Any, ...]]:
+    return await sql(h, "SELECT id, payload FROM outbox WHERE kind = 'mail.request'")
