@@ -39,7 +39,14 @@ from approvald.runtime.canonical import compact_json
 from approvald.runtime.clock import Clock
 from approvald.runtime.errors import ApprovaldError
 from approvald.runtime.failpoints import failpoint
-from approvald.runtime.gate import CARD_POST, CARD_UPDATE, REMINDER, REQUEST_MAIL
+from approvald.runtime.gate import (
+    CARD_POST,
+    CARD_UPDATE,
+    REMINDER,
+    REQUEST_MAIL,
+    mail_group,
+    mailed,
+)
 from approvald.runtime.owners import Owners
 from approvald.runtime.periodic import repeat
 from approvald.runtime.policy import ApprovalPolicy
@@ -281,10 +288,9 @@ class OutboxDrain:
         if a is None or a.status != "pending" or now >= a.expires_at \
                 or "email" in ApprovalPolicy.from_snapshot(a.policy).channels:
             return
-        group = f"{REQUEST_MAIL}:{a.id}"
-        if await tx.outbox.in_group(group, kind=REQUEST_MAIL):
+        if await mailed(tx, [a.id]):
             return  # mailed already (or on its way)
-        await tx.outbox.add(kind=REQUEST_MAIL, group_key=group,
+        await tx.outbox.add(kind=REQUEST_MAIL, group_key=mail_group(a.id),
                             payload=compact_json({"approval_id": a.id, "fallback": True}),
                             now=now, give_up_at=a.expires_at)
         if self.audit is not None:

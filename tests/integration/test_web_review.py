@@ -666,6 +666,7 @@ async def test_slack_unreachable_past_the_fallback_delay_mails_the_request(
         [mailed] = await audit(h, "mailed_instead")
         assert mailed.approval_id == aid and mailed.via == "email"
         assert json.loads(mailed.details)["because"] == "slack_unreachable"
+        await wait_for(lambda: _no_mail_in_flight(h), what="the drain to mark its mail")
         # more failed tries of the card mail nothing more
         for _ in range(2):
             tries = await _card_tries(h)
@@ -701,7 +702,12 @@ async def test_slack_unreachable_past_the_fallback_delay_mails_the_request(
         card = await wait_for(lambda: _card_says(h, aid, "Approved"), what="the card")
         assert "U_ALICE" in json.dumps(card) and "on the web review queue" in json.dumps(card)
         assert not [b for b in card["blocks"] if b["type"] == "actions"]
-        assert len(h.refunds()) == 1 and len(inbox.to("approvals@example.com")) == 1
+        assert len(h.refunds()) == 1
+        # and the mail's thread is told who decided, where
+        [_, told] = await wait_for(lambda: len(inbox.to("approvals@example.com")) == 2
+                                   and inbox.to("approvals@example.com"), what="the outcome")
+        assert told["In-Reply-To"] == mail["Message-ID"]
+        assert "was approved by U_ALICE on the web review queue" in _text(told)
 
 
 async def _card_tries(h: Harness, at_least: int = 1) -> int:
@@ -715,3 +721,85 @@ async def _card_tries(h: Harness, at_least: int = 1) -> int:
 
 async def mail_rows(h: Harness) -> list[tuple[Any, ...]]:
     return await sql(h, "SELECT id, payload FROM outbox WHERE kind = 'mail.request'")
+
+
+def _text(mail: Any) -> str:
+    body = mail.get_body(("plain",))
+    assert body is not None
+    return str(body.get_content())
+
+
+async def test_a_mailed_request_is_followed_in_its_thread(db_url: str,
+                                                          tmp_path: Path) -> None:
+    """One request, many channels: a mailed request's reminders go by mail too, in its
+    mail's thread (In-Reply-To and References its Message-ID, to the same approvers); its
+    escalation tells the first rung's approvers in their thread and mails the next rung's;
+    the decision (in Slack here) is told in the next rung's thread: who, how, when. The
+    arguments stay masked where sensitive in every mail."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[tools.issue_refund]\napprovers = ["U_ALICE"]\n'
+                      'channels = ["slack", "email"]\nttl = "1h"\nreminders = ["50%"]\n'
+                      'sensitive = ["args.reason"]\non_expire = "escalate"\n'
+                      'escalate = [{ approvers = ["U_BOB"], ttl = "1h" }]\n')
+    clock = ManualClock(datetime.now(UTC))
+    async with smtp_server() as (inbox, smtp_port), \
+            web_harness(db_url, tmp_path, clock=clock, smtp_port=smtp_port,
+                        APPROVALD_POLICY_FILE=str(policy)) as (h, url):
+        paused = await h.pause_refund()
+        [aid] = paused.approval_ids
+        [first] = await wait_for(lambda: inbox.messages, what="the request's mail")
+        assert first["X-Envelope-To"] == "alice@example.com"
+        await wait_for(lambda: _no_mail_in_flight(h), what="the drain to mark its mail")
+
+        clock.advance(timedelta(minutes=31))
+        swept = await h.engine.expiry.sweep()
+        assert swept.reminded == [aid]
+        await wait_for(lambda: len(inbox.messages) == 2, what="the reminder mail")
+        reminder = inbox.messages[1]
+        assert reminder["X-Envelope-To"] == "alice@example.com"
+        assert reminder["In-Reply-To"] == first["Message-ID"] == reminder["References"]
+        assert reminder["Subject"] == "Re: " + first["Subject"]
+        assert "Reminder 1" in _text(reminder) and f"{url}/review/requests/{aid}" \
+            in _text(reminder)
+        await wait_for(lambda: _no_mail_in_flight(h), what="the drain to mark its mail")
+
+        clock.advance(timedelta(minutes=30))
+        swept = await h.engine.expiry.sweep()
+        [(_, new_id)] = swept.escalated
+        await wait_for(lambda: len(inbox.messages) == 4, what="the escalation's mails")
+        [told] = [m for m in inbox.messages[2:] if m["In-Reply-To"]]
+        [bobs] = [m for m in inbox.messages[2:] if not m["In-Reply-To"]]
+        assert told["X-Envelope-To"] == "alice@example.com"
+        assert told["In-Reply-To"] == first["Message-ID"]
+        assert "escalated to a newer request" in _text(told)
+        assert bobs["X-Envelope-To"] == "bob@example.com"
+        assert f"/review/requests/{new_id}" in _text(bobs)
+
+        await h.engine.decide(new_id, actor=Actor("U_BOB", "slack"), verdict="deny",
+                              reason="not this order")
+        await wait_for(lambda: len(inbox.messages) == 5, what="the outcome mail")
+        outcome = inbox.messages[4]
+        assert outcome["X-Envelope-To"] == "bob@example.com"
+        assert outcome["In-Reply-To"] == bobs["Message-ID"] == outcome["References"]
+        assert outcome["Subject"] == "Re: " + bobs["Subject"]
+        said = _text(outcome)
+        assert f"(request {new_id}) was denied by U_BOB in Slack at " in said
+        assert "Reason: not this order" in said
+        for mail in inbox.messages:
+            assert '"reason": "duplicate charge"' not in _text(mail), _text(mail)
+        await wait_for(lambda: _status(h, paused.run_id, "completed"), what="completion")
+        assert h.refunds() == []
+        # nothing more: the decision is told once, and closed requests get no reminders
+        # (once the drain has marked what it sent: a jump of the clock past a claim in
+        # flight would let another drain take the row over and send it again)
+        await wait_for(lambda: _no_mail_in_flight(h), what="the drain to mark its mails")
+        clock.advance(timedelta(hours=2))
+        await h.engine.expiry.sweep()
+        await h.service.drain.drain_once()
+        assert len(inbox.messages) == 5, [(m["Subject"], m["X-Envelope-To"], _text(m)[:300])
+                                          for m in inbox.messages]
+
+
+async def _no_mail_in_flight(h: Harness) -> bool:
+    return await sql(h, "SELECT count(*) FROM outbox WHERE kind LIKE 'mail.%' AND "
+                        "status = 'pending'") == [(0,)]
