@@ -111,6 +111,10 @@ class Service:
         self.drain = self.engine.drain(self.api.deliverer(deliverer), DrainConfig(
             mail_fallback=mails,
             mail_fallback_after=settings.mail_fallback_after_value() if mails else None))
+        if settings.mail_fallback_after and not mails:
+            log.warning("APPROVALD_MAIL_FALLBACK_AFTER is set, but mail cannot be sent (it "
+                        "needs APPROVALD_PUBLIC_URL, APPROVALD_SMTP_URL and "
+                        "APPROVALD_MAIL_FROM): a card Slack does not take is not mailed")
         self.worker = self.engine.worker(poll_interval=settings.poll_interval)
         self.scheduler = self.engine.expiry_scheduler(
             sweep_interval=timedelta(seconds=settings.sweep_interval))

@@ -7,6 +7,7 @@ refusal is a status, an audit entry and nothing else."""
 from __future__ import annotations
 
 import json
+import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -803,3 +804,48 @@ async def test_a_mailed_request_is_followed_in_its_thread(db_url: str,
 async def _no_mail_in_flight(h: Harness) -> bool:
     return await sql(h, "SELECT count(*) FROM outbox WHERE kind LIKE 'mail.%' AND "
                         "status = 'pending'") == [(0,)]
+
+
+async def test_the_fallback_mails_no_request_decided_or_mailed_already(
+        sqlite_url: str, tmp_path: Path, sqlite_template: Path) -> None:
+    """Slack down past the fallback delay: a request decided meanwhile (from the command
+    line) is not mailed, and one whose policy mailed it when it was made is not mailed a
+    second time."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[tools.issue_refund]\napprovers = ["U_ALICE"]\n')
+    clock = ManualClock(datetime.now(UTC))
+    async with smtp_server() as (inbox, smtp_port), \
+            web_harness(sqlite_url, tmp_path, clock=clock, smtp_port=smtp_port,
+                        APPROVALD_MAIL_FALLBACK_AFTER="5m",
+                        APPROVALD_POLICY_FILE=str(policy)) as (h, _url):
+        await h.emulator.down()
+        decided = await h.pause_refund()
+        [aid] = decided.approval_ids
+        await h.engine.decide(aid, actor=Actor("U_ALICE", "cli"), verdict="deny",
+                              reason="no")
+        await wait_for(lambda: _card_tries(h), what="a first try of the card")
+        clock.advance(timedelta(minutes=6))
+        h.engine.notify_outbox()
+        await wait_for(lambda: _card_tries(h, 2), what="a try past the delay")
+        assert await mail_rows(h) == [] and await audit(h, "mailed_instead") == []
+        assert inbox.messages == []
+
+    policy.write_text('[tools.issue_refund]\napprovers = ["U_ALICE"]\n'
+                      'channels = ["slack", "email"]\n')
+    second = tmp_path / "second.db"  # a database of its own
+    shutil.copy(sqlite_template, second)
+    async with smtp_server() as (inbox, smtp_port), \
+            web_harness(f"sqlite+aiosqlite:///{second}", tmp_path, clock=clock, smtp_port=smtp_port,
+                        APPROVALD_MAIL_FALLBACK_AFTER="5m",
+                        APPROVALD_POLICY_FILE=str(policy)) as (h, _url):
+        await h.emulator.down()
+        mailed = await h.pause_refund()
+        [aid] = mailed.approval_ids
+        await wait_for(lambda: inbox.messages, what="the request's mail")
+        await wait_for(lambda: _no_mail_in_flight(h), what="the drain to mark its mail")
+        tries = await wait_for(lambda: _card_tries(h, 1), what="a try of the card")
+        clock.advance(timedelta(minutes=6))
+        h.engine.notify_outbox()
+        await wait_for(lambda: _card_tries(h, tries + 1), what="a try past the delay")
+        assert len(await mail_rows(h)) == 1 and await audit(h, "mailed_instead") == []
+        assert len(inbox.messages) == 1
