@@ -849,3 +849,46 @@ async def test_the_fallback_mails_no_request_decided_or_mailed_already(
         await wait_for(lambda: _card_tries(h, tries + 1), what="a try past the delay")
         assert len(await mail_rows(h)) == 1 and await audit(h, "mailed_instead") == []
         assert len(inbox.messages) == 1
+
+
+async def test_a_request_that_fell_back_to_mail_is_reminded_and_escalated_by_mail(
+        sqlite_url: str, tmp_path: Path) -> None:
+    """Mail by fallback counts as the request's channel: its reminders go by mail in its
+    thread, and its escalation mails the next rung's approvers at once (without waiting
+    for the new card to fall back)."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[tools.issue_refund]\napprovers = ["U_ALICE"]\nttl = "1h"\n'
+                      'reminders = ["50%"]\non_expire = "escalate"\n'
+                      'escalate = [{ approvers = ["U_BOB"], ttl = "1h" }]\n')
+    clock = ManualClock(datetime.now(UTC))
+    async with smtp_server() as (inbox, smtp_port), \
+            web_harness(sqlite_url, tmp_path, clock=clock, smtp_port=smtp_port,
+                        APPROVALD_MAIL_FALLBACK_AFTER="5m",
+                        APPROVALD_POLICY_FILE=str(policy)) as (h, url):
+        await h.emulator.down()
+        paused = await h.pause_refund()
+        [aid] = paused.approval_ids
+        await wait_for(lambda: _card_tries(h), what="a first try of the card")
+        clock.advance(timedelta(minutes=5, seconds=1))
+        h.engine.notify_outbox()
+        [first] = await wait_for(lambda: inbox.messages, what="the fallback mail")
+        await wait_for(lambda: _no_mail_in_flight(h), what="the drain to mark its mail")
+
+        clock.advance(timedelta(minutes=25))
+        assert (await h.engine.expiry.sweep()).reminded == [aid]
+        await wait_for(lambda: len(inbox.messages) == 2, what="the reminder mail")
+        reminder = inbox.messages[1]
+        assert reminder["In-Reply-To"] == first["Message-ID"]
+        assert reminder["X-Envelope-To"] == "alice@example.com"
+        assert "Reminder 1" in _text(reminder)
+        await wait_for(lambda: _no_mail_in_flight(h), what="the drain to mark its mail")
+
+        clock.advance(timedelta(minutes=31))
+        [(_, new_id)] = (await h.engine.expiry.sweep()).escalated
+        await wait_for(lambda: len(inbox.messages) == 4, what="the escalation's mails")
+        [bobs] = [m for m in inbox.messages[2:] if not m["In-Reply-To"]]
+        assert bobs["X-Envelope-To"] == "bob@example.com"
+        assert f"{url}/review/requests/{new_id}" in _text(bobs)
+        [told] = [m for m in inbox.messages[2:] if m["In-Reply-To"]]
+        assert told["X-Envelope-To"] == "alice@example.com"
+        assert "escalated to a newer request" in _text(told)
