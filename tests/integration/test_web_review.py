@@ -482,6 +482,31 @@ async def test_a_request_mail_for_a_decided_request_is_not_sent(sqlite_url: str,
         assert inbox.messages == []
         [(result,)] = await sql(h, "SELECT result FROM outbox WHERE kind = 'mail.request'")
         assert json.loads(result) == {"skipped": True}
+        # nor is its outcome: there is no thread to follow
+        [(status, result)] = await sql(h, "SELECT status, result FROM outbox "
+                                          "WHERE kind = 'mail.outcome'")
+        assert status == "delivered" and json.loads(result) == {"skipped": True}
+
+
+async def test_a_cancelled_run_tells_its_mailed_requests(sqlite_url: str,
+                                                         tmp_path: Path) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[tools.issue_refund]\napprovers = ["U_ALICE"]\n'
+                      'channels = ["slack", "email"]\n')
+    async with smtp_server() as (inbox, smtp_port), \
+            web_harness(sqlite_url, tmp_path, smtp_port=smtp_port, background=False,
+                        APPROVALD_POLICY_FILE=str(policy)) as (h, _url):
+        paused = await h.pause_refund()
+        await h.service.drain.drain_once()
+        [first] = inbox.messages
+        await h.engine.cancel(paused.run_id, actor=Actor("U_DANA", "cli"),
+                              reason="customer withdrew")
+        await h.service.drain.drain_once()
+        [_, told] = inbox.messages
+        assert told["In-Reply-To"] == first["Message-ID"]
+        assert told["X-Envelope-To"] == "alice@example.com"
+        assert "was cancelled by U_DANA at " in _text(told)
+        assert "customer withdrew" in _text(told)
 
 
 async def test_edit_on_the_page_runs_the_edited_call_and_sign_out_ends_the_session(
