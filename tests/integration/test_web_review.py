@@ -721,6 +721,13 @@ async def test_slack_unreachable_past_the_fallback_delay_mails_the_request(
         [approved] = await audit(h, "approved")
         assert approved.actor == "U_ALICE" and approved.via == "web"
 
+        # the mail's thread is told who decided, where
+        [_, told] = await wait_for(lambda: len(inbox.to("approvals@example.com")) == 2
+                                   and inbox.to("approvals@example.com"), what="the outcome")
+        assert told["In-Reply-To"] == mail["Message-ID"]
+        assert "was approved by U_ALICE on the web review queue" in _text(told)
+        await wait_for(lambda: _no_mail_in_flight(h), what="the drain to mark its mail")
+
         # Slack is back: the card is posted as the request stands, decided on the web
         await h.emulator.up()
         clock.advance(timedelta(minutes=10))
@@ -728,12 +735,7 @@ async def test_slack_unreachable_past_the_fallback_delay_mails_the_request(
         card = await wait_for(lambda: _card_says(h, aid, "Approved"), what="the card")
         assert "U_ALICE" in json.dumps(card) and "on the web review queue" in json.dumps(card)
         assert not [b for b in card["blocks"] if b["type"] == "actions"]
-        assert len(h.refunds()) == 1
-        # and the mail's thread is told who decided, where
-        [_, told] = await wait_for(lambda: len(inbox.to("approvals@example.com")) == 2
-                                   and inbox.to("approvals@example.com"), what="the outcome")
-        assert told["In-Reply-To"] == mail["Message-ID"]
-        assert "was approved by U_ALICE on the web review queue" in _text(told)
+        assert len(h.refunds()) == 1 and len(inbox.to("approvals@example.com")) == 2
 
 
 async def _card_tries(h: Harness, at_least: int = 1) -> int:
