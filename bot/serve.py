@@ -211,6 +211,15 @@ class Service:
         if self.web is not None:
             self.web.add_routes(app)
 
+    def _fallback_words(self) -> str:
+        """When a card Slack does not take is mailed instead (the banner's words)."""
+        after = self.drain.config.mail_fallback_after
+        if not self.drain.config.mail_fallback:
+            return ""
+        if after is None:
+            return "; a card given up is mailed"
+        return f"; a card Slack has not taken in {self.settings.mail_fallback_after} is mailed"
+
     def _check_web(self) -> None:
         if self.web is not None and self.http_url is None:
             raise ConfigError("APPROVALD_PUBLIC_URL: the web review queue is served on "
@@ -350,7 +359,8 @@ class Service:
         if self.web is not None and http:
             lines.append(f"review: {self.web.public_url}/review (the web review queue, "
                          f"served at {http}/review; sign-in links by mail "
-                         f"{'on' if self.web.mailer else 'off: APPROVALD_SMTP_URL'})")
+                         f"{'on' if self.web.mailer else 'off: APPROVALD_SMTP_URL'}"
+                         f"{self._fallback_words()})")
         if self.mcp is not None and http:
             lines.extend(f"mcp: {http}/mcp/{name} (the MCP gateway {name}, in front of "
                          f"{g.config.server()})" for name, g in self.mcp.gateways.items())

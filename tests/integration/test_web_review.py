@@ -594,7 +594,10 @@ async def test_a_dead_card_is_mailed_to_the_approvers_instead(sqlite_url: str,
 
 
 async def test_without_mail_a_dead_card_mails_nothing(sqlite_url: str, tmp_path: Path) -> None:
-    async with web_harness(sqlite_url, tmp_path, APPROVALD_CHANNEL="C_NOWHERE") as (h, _url):
+    async with web_harness(sqlite_url, tmp_path, APPROVALD_CHANNEL="C_NOWHERE",
+                           APPROVALD_MAIL_FALLBACK_AFTER="1m") as (h, _url):
+        assert h.service.drain.config.mail_fallback_after is None  # no mail: off
+        assert "is mailed" not in h.service.describe()
         await h.pause_refund()
 
         async def dead() -> bool:
@@ -672,6 +675,7 @@ async def test_slack_unreachable_past_the_fallback_delay_mails_the_request(
             web_harness(db_url, tmp_path, clock=clock, smtp_port=smtp_port,
                         APPROVALD_MAIL_FALLBACK_AFTER="5m",
                         APPROVALD_POLICY_FILE=str(policy)) as (h, url):
+        assert "a card Slack has not taken in 5m is mailed" in h.service.describe()
         await h.emulator.down()
         paused = await h.pause_refund()
         [aid] = paused.approval_ids
