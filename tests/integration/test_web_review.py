@@ -578,6 +578,8 @@ async def test_a_dead_card_is_mailed_to_the_approvers_instead(sqlite_url: str,
         [(status,)] = await sql(h, "SELECT status FROM outbox WHERE kind = "
                                    "'approval.requested'")
         assert status == "dead"
+        [mailed] = await audit(h, "mailed_instead")
+        assert mailed.approval_id == aid and json.loads(mailed.details)["because"] == "card_dead"
         alice = Browser(url)
         try:
             await alice.sign_in(inbox, "alice@example.com")
@@ -923,3 +925,41 @@ async def test_a_request_that_fell_back_to_mail_is_reminded_and_escalated_by_mai
         [told] = [m for m in inbox.messages[2:] if m["In-Reply-To"]]
         assert told["X-Envelope-To"] == "alice@example.com"
         assert "escalated to a newer request" in _text(told)
+
+
+async def test_a_slack_click_on_a_mailed_request_is_told_in_its_mail_thread(
+        sqlite_url: str, tmp_path: Path) -> None:
+    """Decided with a signed click on its Slack card: the card shows it, and the mail's
+    thread is told who decided, in Slack; the request's page in the queue says so too."""
+    from approvald.bot.slack import cards
+
+    from tests.integration.slack_harness import CHANNEL
+
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[tools.issue_refund]\napprovers = ["U_ALICE", "U_BOB"]\n'
+                      'channels = ["slack", "email"]\n')
+    async with smtp_server() as (inbox, smtp_port), \
+            web_harness(sqlite_url, tmp_path, smtp_port=smtp_port,
+                        APPROVALD_POLICY_FILE=str(policy)) as (h, url):
+        paused = await h.pause_refund()
+        [aid] = paused.approval_ids
+        await h.card(aid)
+        [first] = await wait_for(lambda: inbox.messages, what="the request's mail")
+        a = await h.approval(aid)
+        await h.slack.click(cards.APPROVE, h.value(a), user_id="U_ALICE", channel_id=CHANNEL,
+                            message_ts=a.message_ts)
+        await wait_for(lambda: len(inbox.messages) == 2, what="the outcome mail")
+        told = inbox.messages[1]
+        assert told["In-Reply-To"] == first["Message-ID"]
+        assert told["X-Envelope-To"] == "alice@example.com,bob@example.com"
+        assert f"(request {aid}) was approved by U_ALICE in Slack at " in _text(told)
+        await wait_for(lambda: _card_says(h, aid, "Approved"), what="the approved card")
+        await wait_for(lambda: _status(h, paused.run_id, "completed"), what="completion")
+        assert len(h.refunds()) == 1
+        bob = Browser(url)
+        try:
+            await bob.sign_in(inbox, "bob@example.com")
+            status, page = await bob.get(f"/review/requests/{aid}")
+            assert status == 200 and "was approved by U_ALICE in Slack" in page
+        finally:
+            await bob.close()
