@@ -233,7 +233,7 @@ class Expiry:
         finals: list[ApprovalRecord] = []
         # those mailed get a follow-up in their thread; an escalation of one is mailed too
         was_mailed = await mailed(tx, [a.id for a in expired if a.kind == "tool_call"])
-        for approval_id in sorted(was_mailed):
+        for approval_id in sorted(await mailed(tx, sorted(was_mailed), given_up=False)):
             cards.append((OUTCOME_MAIL, mail_group(approval_id),
                           compact_json({"approval_id": approval_id})))
         for a in expired:
@@ -301,7 +301,7 @@ class Expiry:
                 return  # another replica sent it
             reminder = compact_json({"approval_id": a.id, "n": a.reminders_sent + 1})
             await tx.outbox.add(kind=REMINDER, group_key=a.id, payload=reminder, now=now)
-            if a.kind == "tool_call" and await mailed(tx, [a.id]):  # by mail too
+            if a.kind == "tool_call" and await mailed(tx, [a.id], given_up=False):  # mail too
                 await tx.outbox.add(kind=REMINDER_MAIL, group_key=mail_group(a.id),
                                     payload=reminder, now=now, give_up_at=a.expires_at)
             self.audit.record(tx, at=now, action="reminded", actor=ACTOR, via=VIA,

@@ -90,17 +90,20 @@ def mail_group(approval_id: str) -> str:
     return f"{REQUEST_MAIL}:{approval_id}"
 
 
-async def mailed(tx: Tx, approval_ids: Sequence[str]) -> set[str]:
+async def mailed(tx: Tx, approval_ids: Sequence[str], *, given_up: bool = True) -> set[str]:
     """Those of ``approval_ids`` whose request was mailed (or is on its way): by their
-    policy, or because Slack did not take their cards."""
-    groups = await tx.outbox.groups_having(REQUEST_MAIL, [mail_group(i) for i in approval_ids])
+    policy, or because Slack did not take their cards; with ``given_up=False`` not those
+    whose mail was given up (nobody got it: there is no thread to follow)."""
+    groups = await tx.outbox.groups_having(
+        REQUEST_MAIL, [mail_group(i) for i in approval_ids],
+        statuses=("pending", "delivered", "dead") if given_up else ("pending", "delivered"))
     return {g.removeprefix(f"{REQUEST_MAIL}:") for g in groups}
 
 
 async def tell_mailed(tx: Tx, approval_ids: Sequence[str], now: datetime) -> None:
     """Requests just closed (decided anywhere, expired, escalated, cancelled): those that
     were mailed get a follow-up in their mail's thread saying what became of them."""
-    for approval_id in sorted(await mailed(tx, approval_ids)):
+    for approval_id in sorted(await mailed(tx, approval_ids, given_up=False)):
         await tx.outbox.add(kind=OUTCOME_MAIL, group_key=mail_group(approval_id),
                             payload=compact_json({"approval_id": approval_id}), now=now)
 

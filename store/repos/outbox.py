@@ -110,12 +110,13 @@ class OutboxRepo(Repo):
             stmt = stmt.where(Outbox.kind == kind)
         return [OutboxRecord(**r._mapping) for r in await self.conn.execute(stmt)]
 
-    async def groups_having(self, kind: str, group_keys: Sequence[str]) -> set[str]:
-        """Those of ``group_keys`` that hold a row of ``kind``, whatever its status."""
+    async def groups_having(self, kind: str, group_keys: Sequence[str], *,
+                            statuses: Sequence[str] = STATUSES) -> set[str]:
+        """Those of ``group_keys`` that hold a row of ``kind`` (in one of ``statuses``)."""
         if not group_keys:
             return set()
         rows = await self.conn.execute(
-            select(Outbox.group_key).where(Outbox.status.in_(STATUSES),
+            select(Outbox.group_key).where(Outbox.status.in_(list(statuses)),
                                            Outbox.group_key.in_(list(group_keys)),
                                            Outbox.kind == kind).distinct())
         return {str(r[0]) for r in rows}

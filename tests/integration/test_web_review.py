@@ -963,3 +963,27 @@ async def test_a_slack_click_on_a_mailed_request_is_told_in_its_mail_thread(
             assert status == 200 and "was approved by U_ALICE in Slack" in page
         finally:
             await bob.close()
+
+
+async def test_a_request_mail_given_up_has_no_thread_to_follow(sqlite_url: str,
+                                                               tmp_path: Path) -> None:
+    """Nobody to mail the request to (its approver has no address): its mail is given up
+    and reported once; its decision queues no outcome mail (which would only be given up
+    and reported again)."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[tools.issue_refund]\napprovers = ["U_CAROL"]\n'
+                      'channels = ["slack", "email"]\n')
+    async with smtp_server() as (inbox, smtp_port), \
+            web_harness(sqlite_url, tmp_path, smtp_port=smtp_port, background=False,
+                        APPROVALD_POLICY_FILE=str(policy)) as (h, _url):
+        paused = await h.pause_refund()
+        [aid] = paused.approval_ids
+        await h.service.drain.drain_once()
+        assert await sql(h, "SELECT status FROM outbox WHERE kind = 'mail.request'") \
+            == [("dead",)]
+        await h.engine.decide(aid, actor=Actor("U_CAROL", "slack"), verdict="deny",
+                              reason="no")
+        await h.service.drain.drain_once()
+        assert await sql(h, "SELECT count(*) FROM outbox WHERE kind = 'mail.outcome'") \
+            == [(0,)]
+        assert inbox.messages == []
