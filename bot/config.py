@@ -134,6 +134,13 @@ class Settings(BaseSettings):
         description="comma-separated SLACK_USER=ADDRESS pairs (U024BE7LH=ana@example.com): "
                     "the address each approver's sign-in links are mailed to; an address "
                     "not listed gets no link")
+    mail_fallback_after: str | None = Field(
+        None, validation_alias=_env("APPROVALD_MAIL_FALLBACK_AFTER"),
+        description="a duration (90s, 15m, 1h): a request whose Slack card is still not "
+                    "posted that long after it was made (Slack down, erroring, unreachable) "
+                    "is mailed to its approvers, once, while it is open; unset: mailed only "
+                    "when its card is given up. Needs APPROVALD_PUBLIC_URL, APPROVALD_SMTP_URL "
+                    "and APPROVALD_MAIL_FROM")
     mcp_gateways_file: Path | None = Field(
         None, validation_alias=_env("APPROVALD_MCP_GATEWAYS_FILE"),
         description="a TOML file of MCP gateways serve mounts at /mcp/NAME over Streamable "
@@ -348,6 +355,20 @@ class Settings(BaseSettings):
         if parse_duration(v) < MIN_HORIZON:
             raise ValueError("must be at least 1d")
         return v
+
+    @field_validator("mail_fallback_after")
+    @classmethod
+    def _mail_fallback_after(cls, v: str | None) -> str | None:
+        if v is None or not v.strip():
+            return None
+        from approvald.runtime.policy import parse_duration
+        parse_duration(v)  # a ValueError for anything not a positive duration
+        return v
+
+    def mail_fallback_after_value(self) -> timedelta | None:
+        """How long a card may stay unposted before its request is mailed (None: off)."""
+        from approvald.runtime.policy import parse_duration
+        return parse_duration(self.mail_fallback_after) if self.mail_fallback_after else None
 
     @field_validator("secret_detectors_off")
     @classmethod

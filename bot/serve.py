@@ -105,10 +105,16 @@ class Service:
             deliverer = LogDeliverer()
         if self.web is not None:
             deliverer = self.web.deliverer(deliverer)
-        # a card Slack never takes: its request is mailed instead, when mail can be sent
+        # a card Slack never takes (or has not taken for APPROVALD_MAIL_FALLBACK_AFTER):
+        # its request is mailed instead, when mail can be sent
         mails = self.web is not None and self.web.mailer is not None
-        self.drain = self.engine.drain(self.api.deliverer(deliverer),
-                                       DrainConfig(mail_fallback=mails))
+        self.drain = self.engine.drain(self.api.deliverer(deliverer), DrainConfig(
+            mail_fallback=mails,
+            mail_fallback_after=settings.mail_fallback_after_value() if mails else None))
+        if settings.mail_fallback_after and not mails:
+            log.warning("APPROVALD_MAIL_FALLBACK_AFTER is set, but mail cannot be sent (it "
+                        "needs APPROVALD_PUBLIC_URL, APPROVALD_SMTP_URL and "
+                        "APPROVALD_MAIL_FROM): a card Slack does not take is not mailed")
         self.worker = self.engine.worker(poll_interval=settings.poll_interval)
         self.scheduler = self.engine.expiry_scheduler(
             sweep_interval=timedelta(seconds=settings.sweep_interval))
@@ -204,6 +210,15 @@ class Service:
             self.mcp.add_routes(app)
         if self.web is not None:
             self.web.add_routes(app)
+
+    def _fallback_words(self) -> str:
+        """When a card Slack does not take is mailed instead (the banner's words)."""
+        after = self.drain.config.mail_fallback_after
+        if not self.drain.config.mail_fallback:
+            return ""
+        if after is None:
+            return "; a card given up is mailed"
+        return f"; a card Slack has not taken in {self.settings.mail_fallback_after} is mailed"
 
     def _check_web(self) -> None:
         if self.web is not None and self.http_url is None:
@@ -344,7 +359,8 @@ class Service:
         if self.web is not None and http:
             lines.append(f"review: {self.web.public_url}/review (the web review queue, "
                          f"served at {http}/review; sign-in links by mail "
-                         f"{'on' if self.web.mailer else 'off: APPROVALD_SMTP_URL'})")
+                         f"{'on' if self.web.mailer else 'off: APPROVALD_SMTP_URL'}"
+                         f"{self._fallback_words()})")
         if self.mcp is not None and http:
             lines.extend(f"mcp: {http}/mcp/{name} (the MCP gateway {name}, in front of "
                          f"{g.config.server()})" for name, g in self.mcp.gateways.items())

@@ -44,6 +44,8 @@ ACTIONS = frozenset({
     "revealed",
     # the web review queue: a sign-in link mailed, a sign-in, a refused sign-in or request
     "web_link_sent", "web_signed_in", "web_signed_out", "web_refused",
+    # a request mailed to its approvers because Slack did not take its card
+    "mailed_instead",
 })
 _PENDING = "audit.pending"  # Tx.scratch key: entries recorded, not yet chained
 

@@ -37,7 +37,7 @@ from approvald.runtime.directory import Directory, DirectoryError, is_approver
 from approvald.runtime.errors import DecisionRefused, InvalidArguments, NotFound, Refusal
 from approvald.runtime.expiry import Expiry, SweepResult
 from approvald.runtime.failpoints import failpoint
-from approvald.runtime.gate import CARD_UPDATE, Gate
+from approvald.runtime.gate import CARD_UPDATE, Gate, tell_mailed
 from approvald.runtime.ids import TokenSigner, lease_id
 from approvald.runtime.limits import PayloadCap
 from approvald.runtime.packet import edited_packet, impact_of, sensitive_paths
@@ -573,8 +573,12 @@ class Decider:
         return fresh
 
     async def _update_card(self, tx: Tx, a: ApprovalRecord) -> None:
+        """Redraw ``a``'s card; once it is closed, its mail thread is told too."""
+        now = self.clock.now()
         await tx.outbox.add(kind=CARD_UPDATE, group_key=a.id,
-                            payload=compact_json({"approval_id": a.id}), now=self.clock.now())
+                            payload=compact_json({"approval_id": a.id}), now=now)
+        if a.status != "pending" and a.kind == "tool_call":
+            await tell_mailed(tx, [a.id], now)
 
     # -- a refusal: the audit entry, and an overdue request settled on the way ----------
     async def _record_refusal(self, a0: ApprovalRecord, at: _Attempt,

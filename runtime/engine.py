@@ -194,7 +194,8 @@ class Engine:
     def drain(self, deliverer: Deliverer, config: DrainConfig | None = None) -> OutboxDrain:
         """An outbox drain that hands each committed row to ``deliverer``."""
         p = self.parts
-        return OutboxDrain(p.db, p.clock, p.owners, p.urgency, deliverer, config)
+        return OutboxDrain(p.db, p.clock, p.owners, p.urgency, deliverer, config,
+                           audit=p.audit)
 
     def expiry_scheduler(self, *, sweep_interval: timedelta = timedelta(seconds=15)
                          ) -> ExpiryScheduler:

@@ -25,7 +25,17 @@ from typing import Any
 from approvald.runtime.audit import AuditTrail, Entry
 from approvald.runtime.canonical import compact_json
 from approvald.runtime.clock import Clock
-from approvald.runtime.gate import CARD_UPDATE, REMINDER, Gate, first_reminder
+from approvald.runtime.gate import (
+    CARD_UPDATE,
+    OUTCOME_MAIL,
+    REMINDER,
+    REMINDER_MAIL,
+    Gate,
+    first_reminder,
+    mail_group,
+    mailed,
+    tell_mailed,
+)
 from approvald.runtime.metrics import Meter
 from approvald.runtime.policy import ApprovalPolicy
 from approvald.runtime.signals import Signals
@@ -191,6 +201,7 @@ class Expiry:
                              "on_expire": "cancel", "because": "failed"})
                 await tx.outbox.add(kind=CARD_UPDATE, group_key=a.id,
                                     payload=compact_json({"approval_id": a.id}), now=now)
+                await tell_mailed(tx, [a.id], now)
                 settled.expired.append(a.id)
                 idle = await tx.approvals.runs_without_pending([a.run_id], kind="tool_call")
                 settled.runs_ready.update(await tx.runs.wake(idle, now=now))
@@ -220,11 +231,16 @@ class Expiry:
         entries: list[Entry] = []
         cards: list[tuple[str, str, str]] = []
         finals: list[ApprovalRecord] = []
+        # those mailed get a follow-up in their thread; an escalation of one is mailed too
+        was_mailed = await mailed(tx, [a.id for a in expired if a.kind == "tool_call"])
+        for approval_id in sorted(await mailed(tx, sorted(was_mailed), given_up=False)):
+            cards.append((OUTCOME_MAIL, mail_group(approval_id),
+                          compact_json({"approval_id": approval_id})))
         for a in expired:
             cards.append((CARD_UPDATE, a.id, compact_json({"approval_id": a.id})))
             policy = ApprovalPolicy.from_snapshot(a.policy)
             if a.kind == "tool_call" and a.rung + 1 < policy.rungs:
-                await self._escalate(tx, a, policy, now, result)
+                await self._escalate(tx, a, policy, now, result, mail=a.id in was_mailed)
                 continue
             finals.append(a)
             entries.append(Entry(
@@ -239,8 +255,9 @@ class Expiry:
         result.runs_ready.update(await tx.runs.wake(idle, now=now))
 
     async def _escalate(self, tx: Tx, a: ApprovalRecord, policy: ApprovalPolicy, now: datetime,
-                        result: SweepResult) -> None:
-        """Replace ``a`` with a request to the next rung of the ladder (new id, new token)."""
+                        result: SweepResult, *, mail: bool = False) -> None:
+        """Replace ``a`` with a request to the next rung of the ladder (new id, new token);
+        ``mail``: ``a`` was mailed, so the new rung's approvers are mailed too."""
         old = await tx.approvals.transition(a.id, to="superseded", from_=("expired",))
         assert old is not None
         # the next rung is asked about the arguments as they stand (a proposed edit
@@ -248,7 +265,7 @@ class Expiry:
         new_id = await self.gate.insert_approval(
             tx, run=None, call_id=a.call_id, kind=a.kind, tool=a.tool,
             args=a.effective_args(), policy=policy, rung=a.rung + 1,
-            packet=json.loads(a.packet), supersedes=a)
+            packet=json.loads(a.packet), supersedes=a, mail=mail)
         self.audit.record(tx, at=now, action="superseded", actor="system:expiry",
                             via="scheduler", run_id=a.run_id, approval_id=a.id,
                             digest=a.effective_digest,
@@ -282,10 +299,11 @@ class Expiry:
             if not await tx.approvals.advance_reminder(a.id, sent=a.reminders_sent,
                                                        next_at=nxt):
                 return  # another replica sent it
-            await tx.outbox.add(
-                kind=REMINDER, group_key=a.id,
-                payload=compact_json({"approval_id": a.id, "n": a.reminders_sent + 1}),
-                now=now)
+            reminder = compact_json({"approval_id": a.id, "n": a.reminders_sent + 1})
+            await tx.outbox.add(kind=REMINDER, group_key=a.id, payload=reminder, now=now)
+            if a.kind == "tool_call" and await mailed(tx, [a.id], given_up=False):  # mail too
+                await tx.outbox.add(kind=REMINDER_MAIL, group_key=mail_group(a.id),
+                                    payload=reminder, now=now, give_up_at=a.expires_at)
             self.audit.record(tx, at=now, action="reminded", actor=ACTOR, via=VIA,
                                 run_id=a.run_id, approval_id=a.id,
                                 digest=a.effective_digest,

@@ -28,6 +28,9 @@ from approvald.store.repos import Tx
 # outbox kinds the delivery side understands
 CARD_POST = "approval.requested"
 REQUEST_MAIL = "mail.request"  # a request mailed to its approvers (policy channels "email")
+# in the request mail's thread (its outbox group): what became of it, and its reminders
+OUTCOME_MAIL = "mail.outcome"
+REMINDER_MAIL = "mail.reminder"
 CARD_UPDATE = "approval.updated"
 REMINDER = "approval.reminder"
 NOTICE = "tool.notice"
@@ -82,6 +85,29 @@ def build_packet(transcript: Sequence[Any], call: ToolCall, tool: Tool, args: di
     }
 
 
+def mail_group(approval_id: str) -> str:
+    """The outbox group of a request's mails: its request mail first, then its thread."""
+    return f"{REQUEST_MAIL}:{approval_id}"
+
+
+async def mailed(tx: Tx, approval_ids: Sequence[str], *, given_up: bool = True) -> set[str]:
+    """Those of ``approval_ids`` whose request was mailed (or is on its way): by their
+    policy, or because Slack did not take their cards; with ``given_up=False`` not those
+    whose mail was given up (nobody got it: there is no thread to follow)."""
+    groups = await tx.outbox.groups_having(
+        REQUEST_MAIL, [mail_group(i) for i in approval_ids],
+        statuses=("pending", "delivered", "dead") if given_up else ("pending", "delivered"))
+    return {g.removeprefix(f"{REQUEST_MAIL}:") for g in groups}
+
+
+async def tell_mailed(tx: Tx, approval_ids: Sequence[str], now: datetime) -> None:
+    """Requests just closed (decided anywhere, expired, escalated, cancelled): those that
+    were mailed get a follow-up in their mail's thread saying what became of them."""
+    for approval_id in sorted(await mailed(tx, approval_ids, given_up=False)):
+        await tx.outbox.add(kind=OUTCOME_MAIL, group_key=mail_group(approval_id),
+                            payload=compact_json({"approval_id": approval_id}), now=now)
+
+
 def first_reminder(policy: ApprovalPolicy, requested_at: datetime, ttl: timedelta,
                    sent: int = 0) -> datetime | None:
     """When reminder number ``sent`` is due, or None when all have gone out."""
@@ -114,7 +140,11 @@ class Gate:
     async def insert_approval(self, tx: Tx, *, run: RunRecord | None, call_id: str, kind: str,
                               tool: str, args: dict[str, Any], policy: ApprovalPolicy, rung: int,
                               packet: dict[str, Any], supersedes: ApprovalRecord | None = None,
-                              ttl: timedelta | None = None, card: bool = True) -> str:
+                              ttl: timedelta | None = None, card: bool = True,
+                              mail: bool = False) -> str:
+        """Insert one pending request with its card's outbox row (and its mail's, when its
+        policy names the email channel or ``mail`` says so: an escalation of a request
+        that was mailed) and its audit entry."""
         now = self.clock.now()
         approvers, rung_ttl, quorum = policy.rung(rung)
         ttl = ttl or rung_ttl
@@ -139,8 +169,9 @@ class Gate:
         if card:  # (a request a standing approval approves as it is made has no card)
             await tx.outbox.add(kind=CARD_POST, group_key=approval_id,
                                 payload=compact_json({"approval_id": approval_id}), now=now)
-            if "email" in policy.channels and kind == "tool_call":  # pointless once expired
-                await tx.outbox.add(kind=REQUEST_MAIL, group_key=f"{REQUEST_MAIL}:{approval_id}",
+            if (mail or "email" in policy.channels) and kind == "tool_call":
+                # (given up at its expiry: pointless after)
+                await tx.outbox.add(kind=REQUEST_MAIL, group_key=mail_group(approval_id),
                                     payload=compact_json({"approval_id": approval_id}),
                                     now=now, give_up_at=now + ttl)
         # the source, the policy name it was resolved under and the digests of that policy
@@ -236,8 +267,10 @@ class Gate:
         """Close every pending approval of a cancelled run and update its cards (the
         caller holds the run's row lock)."""
         now = self.clock.now()
-        for a in await tx.approvals.cancel_pending_for_run(run_id, now=now, by=actor,
-                                                           reason=reason):
+        cancelled = await tx.approvals.cancel_pending_for_run(run_id, now=now, by=actor,
+                                                              reason=reason)
+        await tell_mailed(tx, [a.id for a in cancelled if a.kind == "tool_call"], now)
+        for a in cancelled:
             await tx.outbox.add(kind=CARD_UPDATE, group_key=a.id,
                                 payload=compact_json({"approval_id": a.id}), now=now)
             self.audit.record(tx, at=now, action="cancelled", actor=actor, via=via,

@@ -15,6 +15,13 @@ one the far side can never accept (:class:`Undeliverable`). A dead row is logged
 reported through the outbox itself (a :data:`DEAD_REPORT` row written in the transaction
 that parks it), so ops learns what is missing and how to re-drive it
 (``approvald outbox retry ID``).
+
+When mail can be sent, a card Slack does not take reaches its approvers by mail instead
+(:meth:`OutboxDrain._mail_instead`): once it is given up as dead, or, with
+``DrainConfig.mail_fallback_after``, once it is still undelivered that long after its
+request was made (Slack down, erroring, unreachable). Either way the request is mailed at
+most once, only while it is open, never when its policy mailed it already, and audited
+(``mailed_instead``).
 """
 
 from __future__ import annotations
@@ -27,11 +34,19 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
+from approvald.runtime.audit import AuditTrail
 from approvald.runtime.canonical import compact_json
 from approvald.runtime.clock import Clock
 from approvald.runtime.errors import ApprovaldError
 from approvald.runtime.failpoints import failpoint
-from approvald.runtime.gate import CARD_POST, CARD_UPDATE, REMINDER, REQUEST_MAIL
+from approvald.runtime.gate import (
+    CARD_POST,
+    CARD_UPDATE,
+    REMINDER,
+    REQUEST_MAIL,
+    mail_group,
+    mailed,
+)
 from approvald.runtime.owners import Owners
 from approvald.runtime.periodic import repeat
 from approvald.runtime.policy import ApprovalPolicy
@@ -83,6 +98,9 @@ class DrainConfig:
     # a card that is given up while its request is open mails the request to its approvers
     # instead (serve sets it when it can send mail)
     mail_fallback: bool = False
+    # with mail_fallback: a card still undelivered this long after its request was made
+    # (Slack unreachable or erroring) mails the request too, without waiting for it to die
+    mail_fallback_after: timedelta | None = None
 
 
 def give_up_time(row: OutboxRecord, expires_at: datetime | None,
@@ -126,8 +144,10 @@ class OutboxDrain:
     order, each row until it is delivered or dead."""
 
     def __init__(self, db: Database, clock: Clock, owners: Owners, urgency: Urgency,
-                 deliverer: Deliverer, config: DrainConfig | None = None) -> None:
+                 deliverer: Deliverer, config: DrainConfig | None = None, *,
+                 audit: AuditTrail | None = None) -> None:
         self.db = db
+        self.audit = audit
         self.clock = clock
         self.owners = owners
         self.urgency = urgency
@@ -217,6 +237,9 @@ class OutboxDrain:
                 retry_at = now + timedelta(seconds=max(0.0, after or 0.0))
             else:  # the last try falls on the deadline, so giving up is not late
                 retry_at = min(now + timedelta(seconds=self._backoff(row)), give_up)
+            fallback = self._fallback_due(row)
+            if fallback is not None and not dead and not waited and now < fallback:
+                retry_at = min(retry_at, fallback)  # a try then sees it is time to mail
             if not await tx.outbox.failed(row.id, owner=self.owners.owner, error=error,
                                           retry_at=retry_at, give_up_at=give_up, dead=dead,
                                           waited=waited):
@@ -226,7 +249,10 @@ class OutboxDrain:
                                     payload=compact_json(self._report(row, error, waited)),
                                     now=now, give_up_at=now + config.window)
             if dead and row.kind == CARD_POST and config.mail_fallback:
-                await self._mail_instead(tx, row, now)
+                await self._mail_instead(tx, row, now, because="card_dead", error=error)
+            elif fallback is not None and now >= fallback:
+                await self._mail_instead(tx, row, now, because="slack_unreachable",
+                                         error=error)
         attempts, waits = row.attempts + 1, row.waits + waited
         if dead:
             log.error("outbox %d (%s%s) is dead after %d attempt(s) and %d wait(s)%s: %s; "
@@ -245,20 +271,43 @@ class OutboxDrain:
                         row.id, row.kind, attempts, retry_at.isoformat(),
                         give_up.isoformat(), error)
 
-    @staticmethod
-    async def _mail_instead(tx: Tx, row: OutboxRecord, now: datetime) -> None:
-        """A card nobody will see: mail its request to the approvers while it is open
-        (unless its policy had it mailed already), in the transaction that gives it up."""
+    def _fallback_due(self, row: OutboxRecord) -> datetime | None:
+        """When a card post still undelivered mails its request (None: never for it)."""
+        after = self.config.mail_fallback_after
+        if row.kind != CARD_POST or not self.config.mail_fallback or after is None:
+            return None
+        return row.created_at + after  # the card is queued with its request
+
+    async def _mail_instead(self, tx: Tx, row: OutboxRecord, now: datetime, *,
+                            because: str, error: str) -> None:
+        """A card nobody sees: mail its request to the approvers while it is open, once
+        (unless its policy had it mailed already), in the transaction that records the
+        card's failed try, and audit it."""
         approval_id = row.payload_value().get("approval_id")
         a = await tx.approvals.get(str(approval_id)) if approval_id else None
         if a is None or a.status != "pending" or now >= a.expires_at \
                 or "email" in ApprovalPolicy.from_snapshot(a.policy).channels:
             return
-        await tx.outbox.add(kind=REQUEST_MAIL, group_key=f"{REQUEST_MAIL}:{a.id}",
+        if await mailed(tx, [a.id]):
+            return  # mailed already (or on its way)
+        await tx.outbox.add(kind=REQUEST_MAIL, group_key=mail_group(a.id),
                             payload=compact_json({"approval_id": a.id, "fallback": True}),
                             now=now, give_up_at=a.expires_at)
-        log.warning("approval %s: its card was given up; mailing the request to its "
-                    "approvers instead", a.id)
+        if self.audit is not None:
+            self.audit.record(tx, at=now, action="mailed_instead", actor="system:outbox",
+                              via="email", run_id=a.run_id, approval_id=a.id,
+                              digest=a.effective_digest,
+                              details={"tool": a.tool, "because": because,
+                                       "card_outbox_id": row.id,
+                                       "card_queued_at": row.created_at.isoformat(),
+                                       "error": error[:300]})
+        if because == "card_dead":
+            log.warning("approval %s: its card was given up; mailing the request to its "
+                        "approvers instead", a.id)
+        else:
+            log.warning("approval %s: Slack has not taken its card since %s (%s); mailing "
+                        "the request to its approvers", a.id, row.created_at.isoformat(),
+                        error[:200])
 
     @staticmethod
     def _report(row: OutboxRecord, error: str, waited: bool) -> dict[str, Any]:

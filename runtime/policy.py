@@ -244,7 +244,8 @@ class ApprovalPolicy(BaseModel):
     # replaces the arguments and someone other than the editor must approve them
     edits: Literal["approve", "propose"] = "approve"
     # where a request is brought to its approvers: its Slack card always; "email" also
-    # mails it (with a link to the web review queue) to the approvers' addresses
+    # mails it (with a link to the web review queue) to the approvers' addresses, and
+    # its reminders, its escalation and its outcome follow by mail
     channels: list[Channel] = Field(default_factory=_slack_only)
     # the longest a standing approval of the tool may last ("0": none may be granted)
     max_standing: Window = timedelta(hours=1)

@@ -70,6 +70,8 @@ class Mail:
     subject: str
     text: str
     bcc: tuple[str, ...] = ()
+    # a follow-up: the Message-ID of the mail it answers (In-Reply-To and References)
+    in_reply_to: str | None = None
 
 
 class Mailer:
@@ -80,12 +82,17 @@ class Mailer:
         self.sender = sender
         self.timeout = timeout
 
-    async def send(self, mail: Mail) -> None:
+    async def send(self, mail: Mail) -> str:
+        """Send ``mail``; returns its Message-ID (follow-ups answer it)."""
         msg = EmailMessage()
         msg["From"] = formataddr(("approvald", self.sender))
         msg["To"] = mail.to
         msg["Subject"] = mail.subject
-        msg["Message-ID"] = make_msgid(domain=self.sender.rpartition("@")[2] or None)
+        message_id = make_msgid(domain=self.sender.rpartition("@")[2] or None)
+        msg["Message-ID"] = message_id
+        if mail.in_reply_to:  # mail clients thread it under the mail it answers
+            msg["In-Reply-To"] = mail.in_reply_to
+            msg["References"] = mail.in_reply_to
         msg["Auto-Submitted"] = "auto-generated"
         msg.set_content(mail.text)
         t = self.target
@@ -108,6 +115,7 @@ class Mailer:
         except (aiosmtplib.SMTPException, OSError, TimeoutError) as exc:
             raise RetryLater(f"SMTP server {t.host}:{t.port} unreachable: "
                              f"{type(exc).__name__}: {exc}"[:300]) from None
+        return message_id
 
 
 class MailDeliverer:
@@ -130,7 +138,7 @@ class MailDeliverer:
         mail: Mail | None = await self.compose(row)
         if mail is None:
             return {"skipped": True}
-        await self.mailer.send(mail)
+        message_id = await self.mailer.send(mail)
         to = list(mail.bcc or [mail.to])
         log.info("outbox %d: mailed %s to %s", row.id, row.kind, ", ".join(to))
-        return {"to": to}
+        return {"to": to, "message_id": message_id, "subject": mail.subject}

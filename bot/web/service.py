@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from aiohttp import web
 from approvald.bot.config import Settings
 from approvald.bot.web import pages
@@ -11,7 +14,7 @@ from approvald.bot.web.routes import WebRoutes
 from approvald.runtime.decide import Actor
 from approvald.runtime.engine import Engine
 from approvald.runtime.errors import ConfigError, DecisionRefused, Refusal
-from approvald.runtime.gate import REQUEST_MAIL
+from approvald.runtime.gate import OUTCOME_MAIL, REMINDER_MAIL, REQUEST_MAIL, mail_group
 from approvald.runtime.outbox import Deliverer, RetryLater, Undeliverable
 from approvald.store.records import ApprovalRecord, OutboxRecord
 
@@ -50,6 +53,8 @@ class WebFace:
         """The mail a row asks for; None when there is nothing left to send."""
         if row.kind == REQUEST_MAIL:
             return await self.request_mail(str(row.payload_value().get("approval_id")))
+        if row.kind in (OUTCOME_MAIL, REMINDER_MAIL):
+            return await self.thread_mail(row)
         if row.kind != SIGN_IN_MAIL:
             raise Undeliverable(f"no mail is known by the kind {row.kind}")
         link = await self.auth.link(str(row.payload_value().get("link_id")))
@@ -99,3 +104,39 @@ class WebFace:
         return Mail(to=self.mailer.sender if self.mailer else to[0], bcc=tuple(to),
                     subject=f"Approval needed: {a.tool} ({pages.risk_of(a)} risk)",
                     text=pages.request_text(a, f"{self.public_url}/review/requests/{a.id}"))
+
+    def _link(self, a: ApprovalRecord) -> str:
+        return f"{self.public_url}/review/requests/{a.id}"
+
+    async def thread_mail(self, row: OutboxRecord) -> Mail | None:
+        """A mail in a request mail's thread (same recipients, In-Reply-To its Message-ID):
+        what became of the request (``mail.outcome``: who decided it, how and when), or a
+        reminder while it is open (``mail.reminder``). None when there is nothing to say:
+        its request mail never went out (it was decided first, or given up), or a reminder
+        for a request closed since."""
+        payload = row.payload_value()
+        approval_id = str(payload.get("approval_id"))
+        async with self.engine.db.read() as tx:
+            a = await tx.approvals.get(approval_id)
+            first = [r for r in await tx.outbox.in_group(mail_group(approval_id),
+                                                         kind=REQUEST_MAIL)
+                     if r.status == "delivered"]
+        if a is None:
+            raise Undeliverable(f"approval {approval_id} does not exist")
+        sent: dict[str, Any] = json.loads(first[0].result or "{}") if first else {}
+        to = tuple(str(t) for t in sent.get("to") or ())
+        if not to or not sent.get("message_id"):
+            return None  # the request was never mailed to anyone: no thread to follow
+        subject = "Re: " + str(sent.get("subject") or f"Approval needed: {a.tool}")
+        sender = self.mailer.sender if self.mailer else to[0]
+        if row.kind == REMINDER_MAIL:
+            if a.status != "pending":
+                return None  # its outcome mail tells the rest
+            text = (f"Reminder {payload.get('n', 1)}: this request is still waiting for a "
+                    "decision.\n\n" + pages.request_text(a, self._link(a)))
+        else:
+            text = (pages.outcome_line(a) + "\n\n"
+                    + "It needs nothing more from you; this mail is only to tell you.\n"
+                    + f"The request: {self._link(a)}\n")
+        return Mail(to=sender, bcc=to, subject=subject, text=text,
+                    in_reply_to=str(sent["message_id"]))

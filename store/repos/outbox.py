@@ -19,6 +19,7 @@ from sqlalchemy import Table, bindparam, case, or_, select, update
 from sqlalchemy.orm import aliased
 
 _T = cast(Table, Outbox.__table__)
+STATUSES = ("pending", "delivered", "dead")  # every status a row can have
 
 
 _INSERT = fast(_T.insert())
@@ -99,6 +100,26 @@ class OutboxRepo(Repo):
             stmt = stmt.where(Outbox.status.in_(list(statuses)))
         rows = [OutboxRecord(**r._mapping) for r in await self.conn.execute(stmt)]
         return rows[::-1]
+
+    async def in_group(self, group_key: str, *, kind: str | None = None
+                       ) -> list[OutboxRecord]:
+        """The rows of one delivery group (of ``kind``, if given), oldest first."""
+        stmt = select(_T).where(Outbox.status.in_(STATUSES), Outbox.group_key == group_key) \
+            .order_by(Outbox.id)  # (every status named: the status-first index serves it)
+        if kind:
+            stmt = stmt.where(Outbox.kind == kind)
+        return [OutboxRecord(**r._mapping) for r in await self.conn.execute(stmt)]
+
+    async def groups_having(self, kind: str, group_keys: Sequence[str], *,
+                            statuses: Sequence[str] = STATUSES) -> set[str]:
+        """Those of ``group_keys`` that hold a row of ``kind`` (in one of ``statuses``)."""
+        if not group_keys:
+            return set()
+        rows = await self.conn.execute(
+            select(Outbox.group_key).where(Outbox.status.in_(list(statuses)),
+                                           Outbox.group_key.in_(list(group_keys)),
+                                           Outbox.kind == kind).distinct())
+        return {str(r[0]) for r in rows}
 
     async def latest(self, kind: str) -> OutboxRecord | None:
         """The newest row of ``kind``, whatever its status."""

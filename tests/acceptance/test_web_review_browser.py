@@ -105,3 +105,92 @@ async def test_an_approver_signs_in_by_mail_and_approves_on_a_phone(
         assert a.decided_by == "U_ALICE" and a.decided_via == "web"
     assert sorted(p.name for p in ARTIFACTS.iterdir()) == [
         "01-sign-in.png", "02-link-opened.png", "03-queue.png", "04-approved.png"]
+
+
+async def test_slack_down_the_request_is_mailed_and_approved_in_the_browser(
+        sqlite_url: str, tmp_path: Path) -> None:
+    """Issue 35's walk-through: Slack unreachable; after APPROVALD_MAIL_FALLBACK_AFTER the
+    approver gets the request by mail, follows its link in the browser, signs in through
+    the emailed single-use link and approves on the queue; the run resumes, the refund is
+    issued once, and once Slack is back the card shows the decision, made on the web."""
+    import re
+    from datetime import UTC, datetime, timedelta
+
+    from approvald.runtime.clock import ManualClock
+
+    async_playwright = _playwright()
+    from playwright.async_api import expect
+
+    expect.set_options(timeout=WAIT_MS)
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[tools.issue_refund]\napprovers = ["U_ALICE"]\n')
+    clock = ManualClock(datetime.now(UTC))
+    async with smtp_server() as (inbox, smtp_port), \
+            web_harness(sqlite_url, tmp_path, clock=clock, smtp_port=smtp_port,
+                        APPROVALD_MAIL_FALLBACK_AFTER="5m",
+                        APPROVALD_POLICY_FILE=str(policy)) as (h, url):
+        await h.emulator.down()
+        paused = await h.pause_refund()
+        [aid] = paused.approval_ids
+
+        async def tried() -> bool:
+            async with h.engine.db.read() as tx:
+                [row] = await tx.outbox.recent(kind="approval.requested")
+            return bool(row.last_error and row.claimed_until is None)
+
+        await wait_for(tried, what="a first try of the card")
+        clock.advance(timedelta(minutes=5, seconds=1))
+        h.engine.notify_outbox()
+        [mail] = await wait_for(lambda: inbox.to("approvals@example.com"),
+                                what="the request's mail")
+        body = mail.get_body(("plain",))
+        assert body is not None
+        found = re.search(r"(https?://\S+/review/requests/\w+)", body.get_content())
+        assert found and found.group(1) == f"{url}/review/requests/{aid}"
+        async with async_playwright() as pw:
+            browser = await pw.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                               args=["--no-sandbox", "--disable-gpu"])
+            try:
+                context = await browser.new_context(viewport=PHONE, is_mobile=True,
+                                                    has_touch=True)
+                page = await context.new_page()
+                page.set_default_timeout(WAIT_MS)
+                await page.goto(found.group(1))  # not signed in: the sign-in form
+                await page.get_by_label("Email address").fill("alice@example.com")
+                await page.get_by_role("button", name="Mail me a sign-in link").click()
+                await expect(page.get_by_text("a sign-in link is on its way")).to_be_visible()
+                await page.goto(await inbox.link_for("alice@example.com"))
+                await page.get_by_role("button", name="Sign in").click()
+                await page.goto(found.group(1))
+                card = page.locator(f"#r-{aid}")
+                await expect(card).to_contain_text('"amount_cents": 4200')
+                await card.get_by_role("button", name="Approve").click()
+                await expect(page.get_by_text("Approved: the run goes on.")).to_be_visible()
+            finally:
+                await browser.close()
+        await wait_for(lambda: _completed(h, paused.run_id), what="the run to complete")
+        assert len(h.refunds()) == 1
+        a = await h.approval(aid)
+        assert a.decided_by == "U_ALICE" and a.decided_via == "web"
+        async with h.engine.db.read() as tx:
+            [approved] = [e for e in await tx.audit.query() if e.action == "approved"]
+        assert approved.via == "web"
+        await wait_for(lambda: len(inbox.to("approvals@example.com")) == 2,
+                       what="the outcome mail")  # (sent before the clock jumps below)
+
+        async def mails_sent() -> bool:
+            async with h.engine.db.read() as tx:
+                return all(r.status != "pending" for r in await tx.outbox.recent()
+                           if r.kind.startswith("mail."))
+
+        await wait_for(mails_sent, what="the drain to mark its mails")
+        await h.emulator.up()
+        clock.advance(timedelta(minutes=10))
+        h.engine.notify_outbox()
+
+        async def card_decided() -> bool:
+            a = await h.approval(aid)
+            return bool(a.message_ts) and await _card_says(h, aid, "on the web review queue")
+
+        await wait_for(card_decided, what="the card, posted once Slack is back")
+        assert len(h.refunds()) == 1

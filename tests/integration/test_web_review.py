@@ -7,6 +7,7 @@ refusal is a status, an audit entry and nothing else."""
 from __future__ import annotations
 
 import json
+import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -132,6 +133,8 @@ async def test_sign_in_by_mail_and_approve_on_the_queue_page(db_url: str,
 
 async def _card_says(h: Harness, approval_id: str, word: str) -> Any:
     a = await h.approval(approval_id)
+    if not a.message_ts:  # not posted (yet)
+        return None
     msg = h.emulator.message(a.channel, a.message_ts)
     return msg if msg and word in json.dumps(msg) else None
 
@@ -479,6 +482,31 @@ async def test_a_request_mail_for_a_decided_request_is_not_sent(sqlite_url: str,
         assert inbox.messages == []
         [(result,)] = await sql(h, "SELECT result FROM outbox WHERE kind = 'mail.request'")
         assert json.loads(result) == {"skipped": True}
+        # nor is its outcome: there is no thread to follow
+        [(status, result)] = await sql(h, "SELECT status, result FROM outbox "
+                                          "WHERE kind = 'mail.outcome'")
+        assert status == "delivered" and json.loads(result) == {"skipped": True}
+
+
+async def test_a_cancelled_run_tells_its_mailed_requests(sqlite_url: str,
+                                                         tmp_path: Path) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[tools.issue_refund]\napprovers = ["U_ALICE"]\n'
+                      'channels = ["slack", "email"]\n')
+    async with smtp_server() as (inbox, smtp_port), \
+            web_harness(sqlite_url, tmp_path, smtp_port=smtp_port, background=False,
+                        APPROVALD_POLICY_FILE=str(policy)) as (h, _url):
+        paused = await h.pause_refund()
+        await h.service.drain.drain_once()
+        [first] = inbox.messages
+        await h.engine.cancel(paused.run_id, actor=Actor("U_DANA", "cli"),
+                              reason="customer withdrew")
+        await h.service.drain.drain_once()
+        [_, told] = inbox.messages
+        assert told["In-Reply-To"] == first["Message-ID"]
+        assert told["X-Envelope-To"] == "alice@example.com"
+        assert "was cancelled by U_DANA at " in _text(told)
+        assert "customer withdrew" in _text(told)
 
 
 async def test_edit_on_the_page_runs_the_edited_call_and_sign_out_ends_the_session(
@@ -550,6 +578,8 @@ async def test_a_dead_card_is_mailed_to_the_approvers_instead(sqlite_url: str,
         [(status,)] = await sql(h, "SELECT status FROM outbox WHERE kind = "
                                    "'approval.requested'")
         assert status == "dead"
+        [mailed] = await audit(h, "mailed_instead")
+        assert mailed.approval_id == aid and json.loads(mailed.details)["because"] == "card_dead"
         alice = Browser(url)
         try:
             await alice.sign_in(inbox, "alice@example.com")
@@ -566,7 +596,10 @@ async def test_a_dead_card_is_mailed_to_the_approvers_instead(sqlite_url: str,
 
 
 async def test_without_mail_a_dead_card_mails_nothing(sqlite_url: str, tmp_path: Path) -> None:
-    async with web_harness(sqlite_url, tmp_path, APPROVALD_CHANNEL="C_NOWHERE") as (h, _url):
+    async with web_harness(sqlite_url, tmp_path, APPROVALD_CHANNEL="C_NOWHERE",
+                           APPROVALD_MAIL_FALLBACK_AFTER="1m") as (h, _url):
+        assert h.service.drain.config.mail_fallback_after is None  # no mail: off
+        assert "is mailed" not in h.service.describe()
         await h.pause_refund()
 
         async def dead() -> bool:
@@ -628,3 +661,329 @@ async def test_a_public_url_without_a_listener_stops_serve(sqlite_url: str,
             await service.stop()
     finally:
         await db.close()
+
+
+async def test_slack_unreachable_past_the_fallback_delay_mails_the_request(
+        db_url: str, tmp_path: Path) -> None:
+    """Slack is unreachable: the card waits in the outbox. Once it is still not posted
+    APPROVALD_MAIL_FALLBACK_AFTER after the request was made, the request is mailed to its
+    approver (once, audited); she signs in through the emailed link and approves on the
+    queue page; the run resumes and the call runs once; when Slack is back the card is
+    posted showing the decision, made on the web review queue."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[tools.issue_refund]\napprovers = ["U_ALICE"]\n')
+    clock = ManualClock(datetime.now(UTC))
+    async with smtp_server() as (inbox, smtp_port), \
+            web_harness(db_url, tmp_path, clock=clock, smtp_port=smtp_port,
+                        APPROVALD_MAIL_FALLBACK_AFTER="5m",
+                        APPROVALD_POLICY_FILE=str(policy)) as (h, url):
+        assert "a card Slack has not taken in 5m is mailed" in h.service.describe()
+        await h.emulator.down()
+        paused = await h.pause_refund()
+        [aid] = paused.approval_ids
+        await wait_for(lambda: _card_tries(h), what="a first try of the card")
+        # before the delay: tries fail, nothing is mailed
+        clock.advance(timedelta(minutes=4))
+        h.engine.notify_outbox()
+        await wait_for(lambda: _card_tries(h, 2), what="a second try of the card")
+        assert await mail_rows(h) == [] and inbox.messages == []
+        # past it: the next try (due by then at the latest) mails the request
+        clock.advance(timedelta(minutes=1, seconds=1))
+        h.engine.notify_outbox()
+        await wait_for(lambda: inbox.to("approvals@example.com"), what="the fallback mail")
+        [mail] = inbox.messages
+        assert mail["X-Envelope-To"] == "alice@example.com"
+        body = mail.get_body(("plain",))
+        assert body is not None and f"{url}/review/requests/{aid}" in body.get_content()
+        [mailed] = await audit(h, "mailed_instead")
+        assert mailed.approval_id == aid and mailed.via == "email"
+        assert json.loads(mailed.details)["because"] == "slack_unreachable"
+        await wait_for(lambda: _no_mail_in_flight(h), what="the drain to mark its mail")
+        # more failed tries of the card mail nothing more
+        for _ in range(2):
+            tries = await _card_tries(h)
+            clock.advance(timedelta(minutes=6))
+            h.engine.notify_outbox()
+            await wait_for(lambda t=tries: _card_tries(h, t + 1), what="another try")
+        assert len(await mail_rows(h)) == 1 and len(await audit(h, "mailed_instead")) == 1
+        [(card_status,)] = await sql(h, "SELECT status FROM outbox WHERE kind = "
+                                        "'approval.requested'")
+        assert card_status == "pending"
+
+        alice = Browser(url)
+        try:
+            await alice.sign_in(inbox, "alice@example.com")
+            status, page = await alice.get(f"/review/requests/{aid}")
+            assert status == 200
+            status, _ = await alice.post(f"/review/requests/{aid}", form_fields(
+                page, action=f"/review/requests/{aid}", verdict="approve"))
+            assert status == 303
+        finally:
+            await alice.close()
+        await wait_for(lambda: _status(h, paused.run_id, "completed"), what="completion")
+        assert len(h.refunds()) == 1
+        a = await h.approval(aid)
+        assert a.status == "approved" and a.decided_via == "web"
+        [approved] = await audit(h, "approved")
+        assert approved.actor == "U_ALICE" and approved.via == "web"
+
+        # the mail's thread is told who decided, where
+        [_, told] = await wait_for(lambda: len(inbox.to("approvals@example.com")) == 2
+                                   and inbox.to("approvals@example.com"), what="the outcome")
+        assert told["In-Reply-To"] == mail["Message-ID"]
+        assert "was approved by U_ALICE on the web review queue" in _text(told)
+        await wait_for(lambda: _no_mail_in_flight(h), what="the drain to mark its mail")
+
+        # Slack is back: the card is posted as the request stands, decided on the web
+        await h.emulator.up()
+        clock.advance(timedelta(minutes=10))
+        h.engine.notify_outbox()
+        card = await wait_for(lambda: _card_says(h, aid, "Approved"), what="the card")
+        assert "U_ALICE" in json.dumps(card) and "on the web review queue" in json.dumps(card)
+        assert not [b for b in card["blocks"] if b["type"] == "actions"]
+        assert len(h.refunds()) == 1 and len(inbox.to("approvals@example.com")) == 2
+
+
+async def _card_tries(h: Harness, at_least: int = 1) -> int:
+    """How often the card post was tried and failed, once that is ``at_least`` (a try is
+    counted at its claim; its failure is recorded when the claim is let go)."""
+    rows = await sql(h, "SELECT attempts, last_error FROM outbox WHERE kind = "
+                        "'approval.requested' AND claimed_until IS NULL")
+    tries = rows[0][0] if rows and rows[0][1] else 0
+    return tries if tries >= at_least else 0
+
+
+async def mail_rows(h: Harness) -> list[tuple[Any, ...]]:
+    return await sql(h, "SELECT id, payload FROM outbox WHERE kind = 'mail.request'")
+
+
+def _text(mail: Any) -> str:
+    body = mail.get_body(("plain",))
+    assert body is not None
+    return str(body.get_content())
+
+
+async def test_a_mailed_request_is_followed_in_its_thread(db_url: str,
+                                                          tmp_path: Path) -> None:
+    """One request, many channels: a mailed request's reminders go by mail too, in its
+    mail's thread (In-Reply-To and References its Message-ID, to the same approvers); its
+    escalation tells the first rung's approvers in their thread and mails the next rung's;
+    the decision (in Slack here) is told in the next rung's thread: who, how, when. The
+    arguments stay masked where sensitive in every mail."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[tools.issue_refund]\napprovers = ["U_ALICE"]\n'
+                      'channels = ["slack", "email"]\nttl = "1h"\nreminders = ["50%"]\n'
+                      'sensitive = ["args.reason"]\non_expire = "escalate"\n'
+                      'escalate = [{ approvers = ["U_BOB"], ttl = "1h" }]\n')
+    clock = ManualClock(datetime.now(UTC))
+    async with smtp_server() as (inbox, smtp_port), \
+            web_harness(db_url, tmp_path, clock=clock, smtp_port=smtp_port,
+                        APPROVALD_POLICY_FILE=str(policy)) as (h, url):
+        paused = await h.pause_refund()
+        [aid] = paused.approval_ids
+        [first] = await wait_for(lambda: inbox.messages, what="the request's mail")
+        assert first["X-Envelope-To"] == "alice@example.com"
+        await wait_for(lambda: _no_mail_in_flight(h), what="the drain to mark its mail")
+
+        clock.advance(timedelta(minutes=31))
+        swept = await h.engine.expiry.sweep()
+        assert swept.reminded == [aid]
+        await wait_for(lambda: len(inbox.messages) == 2, what="the reminder mail")
+        reminder = inbox.messages[1]
+        assert reminder["X-Envelope-To"] == "alice@example.com"
+        assert reminder["In-Reply-To"] == first["Message-ID"] == reminder["References"]
+        assert reminder["Subject"] == "Re: " + first["Subject"]
+        assert "Reminder 1" in _text(reminder) and f"{url}/review/requests/{aid}" \
+            in _text(reminder)
+        await wait_for(lambda: _no_mail_in_flight(h), what="the drain to mark its mail")
+
+        clock.advance(timedelta(minutes=30))
+        swept = await h.engine.expiry.sweep()
+        [(_, new_id)] = swept.escalated
+        await wait_for(lambda: len(inbox.messages) == 4, what="the escalation's mails")
+        [told] = [m for m in inbox.messages[2:] if m["In-Reply-To"]]
+        [bobs] = [m for m in inbox.messages[2:] if not m["In-Reply-To"]]
+        assert told["X-Envelope-To"] == "alice@example.com"
+        assert told["In-Reply-To"] == first["Message-ID"]
+        assert "escalated to a newer request" in _text(told)
+        assert bobs["X-Envelope-To"] == "bob@example.com"
+        assert f"/review/requests/{new_id}" in _text(bobs)
+
+        await h.engine.decide(new_id, actor=Actor("U_BOB", "slack"), verdict="deny",
+                              reason="not this order")
+        await wait_for(lambda: len(inbox.messages) == 5, what="the outcome mail")
+        outcome = inbox.messages[4]
+        assert outcome["X-Envelope-To"] == "bob@example.com"
+        assert outcome["In-Reply-To"] == bobs["Message-ID"] == outcome["References"]
+        assert outcome["Subject"] == "Re: " + bobs["Subject"]
+        said = _text(outcome)
+        assert f"(request {new_id}) was denied by U_BOB in Slack at " in said
+        assert "Reason: not this order" in said
+        for mail in inbox.messages:
+            assert '"reason": "duplicate charge"' not in _text(mail), _text(mail)
+        await wait_for(lambda: _status(h, paused.run_id, "completed"), what="completion")
+        assert h.refunds() == []
+        # nothing more: the decision is told once, and closed requests get no reminders
+        # (once the drain has marked what it sent: a jump of the clock past a claim in
+        # flight would let another drain take the row over and send it again)
+        await wait_for(lambda: _no_mail_in_flight(h), what="the drain to mark its mails")
+        clock.advance(timedelta(hours=2))
+        await h.engine.expiry.sweep()
+        await h.service.drain.drain_once()
+        assert len(inbox.messages) == 5, [(m["Subject"], m["X-Envelope-To"], _text(m)[:300])
+                                          for m in inbox.messages]
+
+
+async def _no_mail_in_flight(h: Harness) -> bool:
+    return await sql(h, "SELECT count(*) FROM outbox WHERE kind LIKE 'mail.%' AND "
+                        "status = 'pending'") == [(0,)]
+
+
+async def test_the_fallback_mails_no_request_decided_or_mailed_already(
+        sqlite_url: str, tmp_path: Path, sqlite_template: Path) -> None:
+    """Slack down past the fallback delay: a request decided meanwhile (from the command
+    line) is not mailed, and one whose policy mailed it when it was made is not mailed a
+    second time."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[tools.issue_refund]\napprovers = ["U_ALICE"]\n')
+    clock = ManualClock(datetime.now(UTC))
+    async with smtp_server() as (inbox, smtp_port), \
+            web_harness(sqlite_url, tmp_path, clock=clock, smtp_port=smtp_port,
+                        APPROVALD_MAIL_FALLBACK_AFTER="5m",
+                        APPROVALD_POLICY_FILE=str(policy)) as (h, _url):
+        await h.emulator.down()
+        decided = await h.pause_refund()
+        [aid] = decided.approval_ids
+        await h.engine.decide(aid, actor=Actor("U_ALICE", "cli"), verdict="deny",
+                              reason="no")
+        await wait_for(lambda: _card_tries(h), what="a first try of the card")
+        clock.advance(timedelta(minutes=6))
+        h.engine.notify_outbox()
+        await wait_for(lambda: _card_tries(h, 2), what="a try past the delay")
+        assert await mail_rows(h) == [] and await audit(h, "mailed_instead") == []
+        assert inbox.messages == []
+
+    policy.write_text('[tools.issue_refund]\napprovers = ["U_ALICE"]\n'
+                      'channels = ["slack", "email"]\n')
+    second = tmp_path / "second.db"  # a database of its own
+    shutil.copy(sqlite_template, second)
+    async with smtp_server() as (inbox, smtp_port), \
+            web_harness(f"sqlite+aiosqlite:///{second}", tmp_path, clock=clock, smtp_port=smtp_port,
+                        APPROVALD_MAIL_FALLBACK_AFTER="5m",
+                        APPROVALD_POLICY_FILE=str(policy)) as (h, _url):
+        await h.emulator.down()
+        mailed = await h.pause_refund()
+        [aid] = mailed.approval_ids
+        await wait_for(lambda: inbox.messages, what="the request's mail")
+        await wait_for(lambda: _no_mail_in_flight(h), what="the drain to mark its mail")
+        tries = await wait_for(lambda: _card_tries(h, 1), what="a try of the card")
+        clock.advance(timedelta(minutes=6))
+        h.engine.notify_outbox()
+        await wait_for(lambda: _card_tries(h, tries + 1), what="a try past the delay")
+        assert len(await mail_rows(h)) == 1 and await audit(h, "mailed_instead") == []
+        assert len(inbox.messages) == 1
+
+
+async def test_a_request_that_fell_back_to_mail_is_reminded_and_escalated_by_mail(
+        sqlite_url: str, tmp_path: Path) -> None:
+    """Mail by fallback counts as the request's channel: its reminders go by mail in its
+    thread, and its escalation mails the next rung's approvers at once (without waiting
+    for the new card to fall back)."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[tools.issue_refund]\napprovers = ["U_ALICE"]\nttl = "1h"\n'
+                      'reminders = ["50%"]\non_expire = "escalate"\n'
+                      'escalate = [{ approvers = ["U_BOB"], ttl = "1h" }]\n')
+    clock = ManualClock(datetime.now(UTC))
+    async with smtp_server() as (inbox, smtp_port), \
+            web_harness(sqlite_url, tmp_path, clock=clock, smtp_port=smtp_port,
+                        APPROVALD_MAIL_FALLBACK_AFTER="5m",
+                        APPROVALD_POLICY_FILE=str(policy)) as (h, url):
+        await h.emulator.down()
+        paused = await h.pause_refund()
+        [aid] = paused.approval_ids
+        await wait_for(lambda: _card_tries(h), what="a first try of the card")
+        clock.advance(timedelta(minutes=5, seconds=1))
+        h.engine.notify_outbox()
+        [first] = await wait_for(lambda: inbox.messages, what="the fallback mail")
+        await wait_for(lambda: _no_mail_in_flight(h), what="the drain to mark its mail")
+
+        clock.advance(timedelta(minutes=25))
+        assert (await h.engine.expiry.sweep()).reminded == [aid]
+        await wait_for(lambda: len(inbox.messages) == 2, what="the reminder mail")
+        reminder = inbox.messages[1]
+        assert reminder["In-Reply-To"] == first["Message-ID"]
+        assert reminder["X-Envelope-To"] == "alice@example.com"
+        assert "Reminder 1" in _text(reminder)
+        await wait_for(lambda: _no_mail_in_flight(h), what="the drain to mark its mail")
+
+        clock.advance(timedelta(minutes=31))
+        [(_, new_id)] = (await h.engine.expiry.sweep()).escalated
+        await wait_for(lambda: len(inbox.messages) == 4, what="the escalation's mails")
+        [bobs] = [m for m in inbox.messages[2:] if not m["In-Reply-To"]]
+        assert bobs["X-Envelope-To"] == "bob@example.com"
+        assert f"{url}/review/requests/{new_id}" in _text(bobs)
+        [told] = [m for m in inbox.messages[2:] if m["In-Reply-To"]]
+        assert told["X-Envelope-To"] == "alice@example.com"
+        assert "escalated to a newer request" in _text(told)
+
+
+async def test_a_slack_click_on_a_mailed_request_is_told_in_its_mail_thread(
+        sqlite_url: str, tmp_path: Path) -> None:
+    """Decided with a signed click on its Slack card: the card shows it, and the mail's
+    thread is told who decided, in Slack; the request's page in the queue says so too."""
+    from approvald.bot.slack import cards
+
+    from tests.integration.slack_harness import CHANNEL
+
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[tools.issue_refund]\napprovers = ["U_ALICE", "U_BOB"]\n'
+                      'channels = ["slack", "email"]\n')
+    async with smtp_server() as (inbox, smtp_port), \
+            web_harness(sqlite_url, tmp_path, smtp_port=smtp_port,
+                        APPROVALD_POLICY_FILE=str(policy)) as (h, url):
+        paused = await h.pause_refund()
+        [aid] = paused.approval_ids
+        await h.card(aid)
+        [first] = await wait_for(lambda: inbox.messages, what="the request's mail")
+        a = await h.approval(aid)
+        await h.slack.click(cards.APPROVE, h.value(a), user_id="U_ALICE", channel_id=CHANNEL,
+                            message_ts=a.message_ts)
+        await wait_for(lambda: len(inbox.messages) == 2, what="the outcome mail")
+        told = inbox.messages[1]
+        assert told["In-Reply-To"] == first["Message-ID"]
+        assert told["X-Envelope-To"] == "alice@example.com,bob@example.com"
+        assert f"(request {aid}) was approved by U_ALICE in Slack at " in _text(told)
+        await wait_for(lambda: _card_says(h, aid, "Approved"), what="the approved card")
+        await wait_for(lambda: _status(h, paused.run_id, "completed"), what="completion")
+        assert len(h.refunds()) == 1
+        bob = Browser(url)
+        try:
+            await bob.sign_in(inbox, "bob@example.com")
+            status, page = await bob.get(f"/review/requests/{aid}")
+            assert status == 200 and "was approved by U_ALICE in Slack" in page
+        finally:
+            await bob.close()
+
+
+async def test_a_request_mail_given_up_has_no_thread_to_follow(sqlite_url: str,
+                                                               tmp_path: Path) -> None:
+    """Nobody to mail the request to (its approver has no address): its mail is given up
+    and reported once; its decision queues no outcome mail (which would only be given up
+    and reported again)."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[tools.issue_refund]\napprovers = ["U_CAROL"]\n'
+                      'channels = ["slack", "email"]\n')
+    async with smtp_server() as (inbox, smtp_port), \
+            web_harness(sqlite_url, tmp_path, smtp_port=smtp_port, background=False,
+                        APPROVALD_POLICY_FILE=str(policy)) as (h, _url):
+        paused = await h.pause_refund()
+        [aid] = paused.approval_ids
+        await h.service.drain.drain_once()
+        assert await sql(h, "SELECT status FROM outbox WHERE kind = 'mail.request'") \
+            == [("dead",)]
+        await h.engine.decide(aid, actor=Actor("U_CAROL", "slack"), verdict="deny",
+                              reason="no")
+        await h.service.drain.drain_once()
+        assert await sql(h, "SELECT count(*) FROM outbox WHERE kind = 'mail.outcome'") \
+            == [(0,)]
+        assert inbox.messages == []

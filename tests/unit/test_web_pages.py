@@ -85,6 +85,8 @@ def test_smtp_urls() -> None:
     ("APPROVALD_MAIL_FROM", "not an address", "address"),
     ("APPROVALD_APPROVER_EMAILS", "U_ALICE=alice", "SLACK_USER=ADDRESS"),
     ("APPROVALD_APPROVER_EMAILS", "alice=alice@example.com", "not a Slack user id"),
+    ("APPROVALD_MAIL_FALLBACK_AFTER", "soon", "duration"),
+    ("APPROVALD_MAIL_FALLBACK_AFTER", "0s", "positive"),
 ])
 def test_bad_settings_stop_with_one_line(monkeypatch: Any, var: str, value: str,
                                          said: str) -> None:
@@ -101,6 +103,16 @@ def test_settings_read_the_address_book(monkeypatch: Any) -> None:
     s = load_settings()
     assert s.emails() == {"U_ALICE": "alice@example.com", "U_BOB": "b@x.org"}
     assert s.public_url == "https://approvals.example.com"
+
+
+def test_the_mail_fallback_delay(monkeypatch: Any) -> None:
+    from datetime import timedelta
+
+    assert load_settings().mail_fallback_after_value() is None
+    monkeypatch.setenv("APPROVALD_MAIL_FALLBACK_AFTER", "15m")
+    assert load_settings().mail_fallback_after_value() == timedelta(minutes=15)
+    monkeypatch.setenv("APPROVALD_MAIL_FALLBACK_AFTER", " ")
+    assert load_settings().mail_fallback_after_value() is None
 
 
 def test_a_policy_mails_requests_only_beside_its_card() -> None:
