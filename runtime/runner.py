@@ -24,6 +24,7 @@ from approvald.runtime.audit import AuditTrail
 from approvald.runtime.canonical import call_digest, compact_json
 from approvald.runtime.clock import Clock
 from approvald.runtime.errors import (
+    ConfigError,
     DigestMismatch,
     InvalidArguments,
     LeaseLost,
@@ -210,6 +211,10 @@ class Runner:
         except LeaseLost as exc:
             log.warning("run %s: %s; backing off", run_id, exc)
             return Busy(run_id, "running", holder=None)
+        except ConfigError:
+            # the operator's to fix (a sealed value and no data key to open it): the run
+            # stays exactly as it was, its lease released, not counted as a failure
+            raise
         except Exception as exc:
             if released[0]:
                 raise

@@ -6,7 +6,7 @@ write-ahead log as bytes) holds neither the card number, spaced or not, nor the 
 authorisation code, while the tool receives the real number once per approved call. A
 process without the key (or with another) refuses with one line naming
 ``APPROVALD_DATA_KEY`` and changes nothing; ``approvald keys reseal`` seals everything
-again under a new key, and a run paused under the old one then completes.
+again under a new key, and a run approved under the old one then completes.
 """
 
 from __future__ import annotations
@@ -16,8 +16,10 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
 from approvald.bot.slack import cards
 from approvald.runtime import sealing
+from approvald.runtime.errors import ConfigError
 from approvald.store.db import Database
 from approvald.store.models import Base
 from sqlalchemy import text
@@ -131,6 +133,16 @@ async def test_a_card_number_is_sealed_at_rest_and_a_lost_key_changes_nothing(
             assert done.stderr.count("\n") == 1 and "APPROVALD_DATA_KEY" in done.stderr, \
                 done.stderr
         assert await stored(db_url) == rows
+    done = cli("approvals", "approve", aid, "--as", "U_ALICE", "--no-resume",
+               APPROVALD_DATA_KEY=KEY_1)
+    assert done.returncode == 0, done.stderr
+    rows = await stored(db_url)
+    # the approved run cannot be resumed without the key: refused, and left as it was
+    async with harness(db_url, tmp_path, background=False) as h:
+        h.engine.registry.add(card_agent(received))
+        with pytest.raises(ConfigError, match="APPROVALD_DATA_KEY"):
+            await h.engine.advance(waiting.run_id)
+    assert await stored(db_url) == rows and len(received) == 2
 
     # rotation: everything sealed again under the new key, the old one retired
     done = cli("keys", "reseal", APPROVALD_DATA_KEY=KEY_2, APPROVALD_DATA_OLD_KEYS=KEY_1)
@@ -146,7 +158,6 @@ async def test_a_card_number_is_sealed_at_rest_and_a_lost_key_changes_nothing(
     # the run paused under the old key completes under the new one alone
     async with harness(db_url, tmp_path, APPROVALD_DATA_KEY=KEY_2) as h:
         h.engine.registry.add(card_agent(received))
-        await decide_in_slack(h, aid, "approve")
         await wait_for(lambda: _done(h, waiting.run_id), what="the old run to end")
         assert (await h.run(waiting.run_id)).status == "completed"
     assert received[-1] == {"order_id": "A-5", "amount_cents": 4200, **real}
