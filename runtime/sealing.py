@@ -1,16 +1,16 @@
 """Secrets sealed at rest (issue 34): authenticated encryption under the operator's key.
 
 The columns that hold a call's exact arguments or what came of them (the pending call,
-the run's transcript and in-flight call, the execution ledger, the audit details, a
-standing approval's scope) are :class:`~approvald.store.types.SealedText`: whatever
-repository writes or reads them, the text goes through the process's :class:`Sealer`.
-With a data key (``APPROVALD_DATA_KEY``), a value of a call's columns is stored as
+its edit and its decision packet, the run's task, transcript, in-flight call, result and
+error, the execution ledger, the audit details, a standing approval's scope, an API
+request's arguments) are :class:`~approvald.store.types.SealedText`: whatever repository
+writes or reads them, the text goes through the process's :class:`Sealer`. With a data
+key (``APPROVALD_DATA_KEY``), each of their values is stored as
 ``{"$sealed": "<key id>:<base64 of nonce and ciphertext>"}``: AES-256-GCM, with the
 column's name as associated data, so a sealed value opens only where it was written
-(copied into another column it fails to open, and an altered one fails its tag).
-Declared sensitive values need no finding: every value of those columns is sealed. In
-the columns that hold words about a call (the task, the decision packet, the run's
-result and error), a value is sealed when a detector finds a secret in it.
+(copied into another column it fails to open, and an altered one fails its tag). Every
+value is sealed, not only those a detector recognises: a declared sensitive value needs no
+finding, and sealing (a few microseconds) costs less than looking for secrets would.
 
 Everything the runtime reads is opened first, so the digest still covers the real
 arguments and the run executes exactly the approved call. A sealed value that no key
@@ -18,9 +18,10 @@ of this process opens (no key, a lost key) raises :class:`~approvald.runtime.err
 naming ``APPROVALD_DATA_KEY`` from inside the statement that read it: the transaction it
 was part of changes nothing.
 
-Without a key, values are stored as given (as before sealing existed) and the first
-secret a detector finds is told once in a warning, unless the operator set
-``APPROVALD_REQUIRE_DATA_KEY``: then storing a detected secret in clear is refused.
+Without a key, values are stored as given (as before sealing existed), and the first
+secret a detector finds in a request's arguments is told once in a warning; unless the
+operator set ``APPROVALD_REQUIRE_DATA_KEY``: then storing a detected secret in clear, in
+any of those columns, is refused.
 Keys rotate like the audit key: the current key seals, retired keys
 (``APPROVALD_DATA_OLD_KEYS``) still open, and ``approvald keys reseal`` seals every
 value again under the current key.
@@ -46,12 +47,9 @@ log = logging.getLogger(__name__)
 PREFIX = '{"$sealed":"'
 SUFFIX = '"}'
 NONCE = 12
-# columns whose every value is a call's exact arguments or what came of running it: sealed
-# whole, so a declared sensitive value (which no detector may recognise) is sealed too
-CALL_COLUMNS = frozenset({
-    "approvals.args", "approvals.edited_args", "run_events.body", "runs.inflight",
-    "tool_executions.result", "tool_executions.error", "audit_log.details",
-    "external_requests.args", "standing_approvals.scope"})
+# where a process without a key looks for a secret to warn about (once): a request's
+# arguments, written once per request, never on a step's or a click's path
+WARN_COLUMNS = frozenset({"approvals.args", "external_requests.args"})
 
 
 class DataKey:
@@ -106,7 +104,8 @@ class Sealer:
             return text  # already sealed (a value read raw and written back)
         key = self.current
         if key is None:
-            if (self.require or not self._warned) and mask_text(text) != text:
+            if (self.require or (not self._warned and column in WARN_COLUMNS)) \
+                    and mask_text(text) != text:
                 if self.require:
                     raise ConfigError(
                         "APPROVALD_DATA_KEY is not set and APPROVALD_REQUIRE_DATA_KEY is: "
@@ -114,8 +113,6 @@ class Sealer:
                 self._warned = True
                 log.warning("a secret is stored in clear (%s): set APPROVALD_DATA_KEY to "
                             "seal sensitive values at rest", column)
-            return text
-        if column not in CALL_COLUMNS and mask_text(text) == text:
             return text
         return PREFIX + key.seal(text, column.encode()) + SUFFIX
 
