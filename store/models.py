@@ -189,7 +189,8 @@ class Outbox(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     kind: Mapped[str] = mapped_column(String(40))
     group_key: Mapped[str] = mapped_column(String(64))  # delivered in id order per group
-    payload: Mapped[str] = mapped_column(Text)
+    # a notice or a webhook may quote a call's arguments
+    payload: Mapped[str] = mapped_column(SealedText("outbox.payload"))
     status: Mapped[str] = mapped_column(String(16))  # pending|delivered|dead
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     not_before: Mapped[datetime] = mapped_column(UTCDateTime())

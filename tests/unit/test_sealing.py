@@ -104,9 +104,14 @@ async def test_sealed_columns_are_sealed_in_the_database_and_read_back_clear(
     async with db.write() as tx:
         await tx.runs.create(run_id="r1", agent="a", task="to 4242 4242 4242 4242",
                              requested_by="U_DANA", instructions_version="v", now=START)
+        await tx.outbox.add(kind="tool.notice", group_key="r1", payload=ARGS, now=START)
     async with db.connection() as conn:
         raw = (await conn.execute(text("SELECT task FROM runs"))).scalar_one()
+        payload = (await conn.execute(text("SELECT payload FROM outbox"))).scalar_one()
     assert is_sealed(raw) and "4242" not in raw
+    assert is_sealed(payload) and "4242" not in payload
     async with db.read() as tx:
         run = await tx.runs.get("r1")
+        row = await tx.outbox.latest("tool.notice")
     assert run is not None and run.task == "to 4242 4242 4242 4242"
+    assert row is not None and row.payload == ARGS
