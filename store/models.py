@@ -388,10 +388,12 @@ class AdapterPause(Base):
     framework: Mapped[str] = mapped_column(String(32))
     key: Mapped[str] = mapped_column(String(200))
     requested_by: Mapped[str] = mapped_column(String(200))
-    state: Mapped[str] = mapped_column(Text)  # the framework's state, JSON
+    # the framework's state, JSON (it holds the calls' arguments)
+    state: Mapped[str] = mapped_column(SealedText("adapter_pauses.state"))
     requests: Mapped[str] = mapped_column(Text)  # JSON {framework call id: request id}
     status: Mapped[str] = mapped_column(String(16))  # paused | resumed
-    outcome: Mapped[str | None] = mapped_column(Text)  # JSON: what the resume came to
+    # JSON: what the resume came to
+    outcome: Mapped[str | None] = mapped_column(SealedText("adapter_pauses.outcome"))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     resumed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
