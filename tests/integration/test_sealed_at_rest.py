@@ -109,6 +109,8 @@ async def test_a_card_number_is_sealed_at_rest_and_a_lost_key_changes_nothing(
         waiting = await h.pause_refund(agent="card-refund", task="Refund A-5 please")
         [aid] = waiting.approval_ids
         await h.card(aid)
+        pending = await h.approval(aid)
+        button = (h.value(pending), pending.message_ts)
         # read back through the store: the real arguments, as approved and run
         edited = await h.approval((await h.engine.run_approvals(
             (await h.engine.recent_runs(limit=10))[-2].id))[0].id)
@@ -133,6 +135,23 @@ async def test_a_card_number_is_sealed_at_rest_and_a_lost_key_changes_nothing(
             assert done.stderr.count("\n") == 1 and "APPROVALD_DATA_KEY" in done.stderr, \
                 done.stderr
         assert await stored(db_url) == rows
+    # the audit chain covers the details as recorded: verified and exported with the key
+    for args in (("audit", "verify"), ("audit", "export")):
+        done = cli(*args)
+        assert done.returncode != 0 and done.stderr.count("\n") == 1
+        assert "APPROVALD_DATA_KEY" in done.stderr, done.stderr
+        assert cli(*args, APPROVALD_DATA_KEY=KEY_1).returncode == 0
+    exported = cli("audit", "export", APPROVALD_DATA_KEY=KEY_1).stdout
+    assert "•••• 4242" in exported and CARD not in exported
+    # a click in a process without the key: not acknowledged, so Slack tells the approver
+    async with harness(db_url, tmp_path) as h:
+        resp = await h.slack.click(cards.APPROVE, button[0], user_id="U_ALICE",
+                                   channel_id=CHANNEL, message_ts=button[1])
+        assert resp.status == 200, resp.body  # refused, nothing recorded: the clicker is told
+        told = await wait_for(lambda: h.emulator.ephemeral(CHANNEL, "U_ALICE"),
+                              what="the refusal")
+        assert "nothing was changed" in json.dumps(told), told
+    assert await stored(db_url) == rows
     done = cli("approvals", "approve", aid, "--as", "U_ALICE", "--no-resume",
                APPROVALD_DATA_KEY=KEY_1)
     assert done.returncode == 0, done.stderr
