@@ -54,6 +54,11 @@ NONCE = 12
 WARN_COLUMNS = frozenset({"approvals.args", "external_requests.args"})
 
 
+class DataKeyError(ConfigError):
+    """A sealed value this process has no key to open (or one that fails to open): the
+    operator's to fix, so nothing that needed it is counted as having failed."""
+
+
 class DataKey:
     """One data key: AES-256 derived from the operator's secret, and its fingerprint
     (``id``), stored with each sealed value so that the key that opens it is known."""
@@ -102,10 +107,13 @@ class Sealer:
         return self.keys[0] if self.keys else None
 
     def seal(self, text: str, column: str) -> str:
-        if is_sealed(text):
-            return text  # already sealed (a value read raw and written back)
         key = self.current
         if key is None:
+            if is_sealed(text):
+                # stored in clear, it would read back as a sealed value no key opens: a
+                # caller could make a request nobody can read
+                raise ConfigError(f"APPROVALD_DATA_KEY is not set: a value shaped like a "
+                                  f"sealed one cannot be stored in clear ({column})")
             if (self.require or (not self._warned and column in WARN_COLUMNS)) \
                     and mask_text(text) != text:
                 if self.require:
@@ -124,14 +132,14 @@ class Sealer:
         kid, _, token = text[len(PREFIX):-len(SUFFIX)].partition(":")
         key = self._by_id.get(kid)
         if key is None:
-            raise ConfigError(
+            raise DataKeyError(
                 f"APPROVALD_DATA_KEY: a sealed value ({column}) needs the data key {kid}, "
                 "which this process does not have (set APPROVALD_DATA_KEY, or list the "
                 "retired key in APPROVALD_DATA_OLD_KEYS)")
         try:
             return key.open(token, column.encode())
         except (InvalidTag, ValueError):
-            raise ConfigError(
+            raise DataKeyError(
                 f"APPROVALD_DATA_KEY: a sealed value ({column}) does not open under the "
                 f"data key {kid}: it was altered or moved") from None
 

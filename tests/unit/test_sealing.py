@@ -115,3 +115,11 @@ async def test_sealed_columns_are_sealed_in_the_database_and_read_back_clear(
         row = await tx.outbox.latest("tool.notice")
     assert run is not None and run.task == "to 4242 4242 4242 4242"
     assert row is not None and row.payload == ARGS
+
+
+def test_a_value_shaped_like_a_sealed_one_is_sealed_or_refused_never_stored_as_is() -> None:
+    forged = '{"$sealed":"000000000000:AAAA"}'
+    s = Sealer([OLD])
+    assert s.open(s.seal(forged, "approvals.args"), "approvals.args") == forged
+    with pytest.raises(ConfigError, match="APPROVALD_DATA_KEY"):
+        Sealer().seal(forged, "approvals.args")
