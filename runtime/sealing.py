@@ -39,6 +39,7 @@ from collections.abc import Sequence
 
 from approvald.runtime.errors import ConfigError
 from approvald.runtime.sensitive import mask_text
+from approvald.runtime.state import FINAL_STATUSES
 from approvald.store import sealed
 from approvald.store.db import Database
 from cryptography.exceptions import InvalidTag
@@ -163,3 +164,17 @@ async def reseal(db: Database, sealer: Sealer) -> int:
     if sealer.current is None:
         raise ConfigError("APPROVALD_DATA_KEY is not set: there is no key to reseal under")
     return await sealed.rewrite(db, sealer.reseal)
+
+
+async def check(db: Database, sealer: Sealer) -> None:
+    """Refuse to start (:class:`DataKeyError`, one line) when waiting requests or runs are
+    sealed under a key ``sealer`` does not have: a server without it could decide and
+    resume nothing they hold."""
+    known = {k.id for k in sealer.keys}
+    missing = {kid for _, raw in await sealed.waiting_values(db, final=FINAL_STATUSES)
+               if (kid := key_id(raw)) is not None and kid not in known}
+    if missing:
+        raise DataKeyError(
+            f"APPROVALD_DATA_KEY: waiting requests and runs are sealed under data key "
+            f"{', '.join(sorted(missing))}, which this process does not have (set "
+            "APPROVALD_DATA_KEY, or list the retired key in APPROVALD_DATA_OLD_KEYS)")

@@ -7,11 +7,11 @@ transaction: a value that cannot be opened fails it whole, with nothing changed.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import cast
 
 from approvald.store.db import Database
-from approvald.store.models import Base
+from approvald.store.models import Approval, Base, Run
 from approvald.store.types import SealedText
 from sqlalchemy import Column, Table, Text, select, type_coerce, update
 
@@ -43,3 +43,21 @@ async def rewrite(db: Database, fn: Callable[[str, str], str]) -> int:
                                    .values({col.name: type_coerce(new, Text)}))
                 changed += 1
     return changed
+
+
+async def waiting_values(db: Database, *, final: Collection[str], limit: int = 100
+                         ) -> list[tuple[str, str]]:
+    """(column, value as stored) of what a starting process will need first: the
+    arguments of pending requests and the tasks of runs not ended (``final``: the statuses
+    of ended runs), up to ``limit`` of each."""
+    approvals = cast(Table, Approval.__table__)
+    runs = cast(Table, Run.__table__)
+    async with db.read() as tx:
+        args = await tx.conn.execute(
+            select(type_coerce(approvals.c.args, Text))
+            .where(approvals.c.status == "pending").limit(limit))
+        tasks = await tx.conn.execute(
+            select(type_coerce(runs.c.task, Text))
+            .where(runs.c.status.not_in(list(final))).limit(limit))
+        return ([("approvals.args", r[0]) for r in args]
+                + [("runs.task", r[0]) for r in tasks])
