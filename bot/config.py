@@ -12,6 +12,7 @@ from pathlib import Path
 import platformdirs
 from approvald.runtime.audit import AuditKey
 from approvald.runtime.errors import ConfigError
+from approvald.runtime.sealing import DataKey, Sealer
 from approvald.runtime.sensitive import Detectors
 from approvald.runtime.webhook_hosts import WebhookHosts
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
@@ -170,6 +171,19 @@ class Settings(BaseSettings):
         None, validation_alias=_env("APPROVALD_AUDIT_OLD_KEYS"),
         description="comma-separated retired audit keys, so that audit verify can check the "
                     "entries written under them")
+    # the key sensitive values are sealed at rest under (see runtime/sealing.py)
+    data_key: SecretStr | None = Field(
+        None, validation_alias=_env("APPROVALD_DATA_KEY"),
+        description="the key sensitive arguments are sealed at rest under (AES-256-GCM, at "
+                    "least 16 bytes), kept out of the database")
+    data_old_keys: SecretStr | None = Field(
+        None, validation_alias=_env("APPROVALD_DATA_OLD_KEYS"),
+        description="comma-separated retired data keys, which still open what they sealed "
+                    "until `approvald keys reseal` seals it again under APPROVALD_DATA_KEY")
+    require_data_key: bool = Field(
+        False, validation_alias=_env("APPROVALD_REQUIRE_DATA_KEY"),
+        description="refuse to store a detected secret in clear when APPROVALD_DATA_KEY is "
+                    "not set (unset: stored as given, with one warning)")
     audit_unkeyed_until: int = Field(
         0, ge=0, validation_alias=_env("APPROVALD_AUDIT_UNKEYED_UNTIL"),
         description="the last audit entry written before the deployment had a key (entries up to "
@@ -410,6 +424,30 @@ class Settings(BaseSettings):
                         raise ConfigError("APPROVALD_AUDIT_OLD_KEYS: each key needs at least "
                                           "16 bytes") from None
         return keys
+
+    @field_validator("data_key")
+    @classmethod
+    def _data_key(cls, v: SecretStr | None) -> SecretStr | None:
+        if v is not None and len(v.get_secret_value().encode()) < 16:
+            raise ValueError("a data key needs at least 16 bytes")
+        return v
+
+    def data_keys(self) -> list[DataKey]:
+        """The current data key first, then the retired ones (which still open)."""
+        keys = [DataKey(self.data_key.get_secret_value())] if self.data_key else []
+        if self.data_old_keys is not None:
+            for raw in self.data_old_keys.get_secret_value().split(","):
+                if raw.strip():
+                    try:
+                        keys.append(DataKey(raw.strip()))
+                    except ConfigError:
+                        raise ConfigError("APPROVALD_DATA_OLD_KEYS: each key needs at least "
+                                          "16 bytes") from None
+        return keys
+
+    def sealer(self) -> Sealer:
+        """How this deployment seals sensitive values at rest."""
+        return Sealer(self.data_keys(), require=self.require_data_key)
 
     def token_secret(self) -> str | None:
         """The key approval tokens are derived from (APPROVALD_SECRET, else a Slack secret)."""

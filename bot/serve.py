@@ -38,7 +38,7 @@ from approvald.bot.readiness import Readiness
 from approvald.bot.slack.log_delivery import LogDeliverer
 from approvald.bot.tracing import from_environment as tracing_from_environment
 from approvald.bot.wiring import build_engine, open_database
-from approvald.runtime import audit, retention
+from approvald.runtime import audit, retention, sealing
 from approvald.runtime.clock import Clock
 from approvald.runtime.engine import Engine
 from approvald.runtime.errors import ConfigError
@@ -140,6 +140,9 @@ class Service:
         over: connected, refused (:attr:`fatal` is set and so is the stop event), or
         failed, in which case connecting goes on in the background.
         """
+        # waiting work sealed under a key this process lacks: refuse now, in one line,
+        # rather than fail each click and each resume
+        await sealing.check(self.db, self.settings.sealer())
         await self.engine.note_policy()
         await self._start_metrics_listener()
         self.pending_scheduled = await self.scheduler.start()

@@ -23,7 +23,7 @@ from approvald.runtime.ids import TokenSigner
 from approvald.runtime.metrics import Meter
 from approvald.runtime.policy import PolicyFile, load_policy_file
 from approvald.runtime.tracing import Tracer
-from approvald.store import migrate
+from approvald.store import migrate, types
 from approvald.store.db import Database
 from sqlalchemy.exc import DBAPIError
 
@@ -56,6 +56,7 @@ def build_engine(settings: Settings, db: Database, *, require_tokens: bool = Fal
     secret = settings.token_secret()
     # what is masked is the deployment's, for every face and log line of this process
     sensitive.configure(settings.detectors())
+    types.set_codec(settings.sealer())  # and what is sealed at rest, under which keys
     return assemble(
         db, build_registry(settings),
         clock=clock or (FileClock(settings.clock_file) if settings.clock_file
@@ -88,6 +89,7 @@ async def open_database(settings: Settings, *, quiet: bool = False) -> Database:
     ``APPROVALD_DATABASE_URL``. The default SQLite file's directory is created; a SQLite
     file being created is announced with its absolute path.
     """
+    types.set_codec(settings.sealer())  # sensitive columns are sealed from the first write
     db = Database(settings.database_url, connections=settings.db_connections,
                   fast_path=settings.db_fast_path)
     try:

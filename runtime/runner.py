@@ -61,6 +61,7 @@ from approvald.runtime.outcomes import (
 )
 from approvald.runtime.packet import sensitive_paths
 from approvald.runtime.policy import CallPolicy
+from approvald.runtime.sealing import DataKeyError
 from approvald.runtime.sensitive import mask_args
 from approvald.runtime.signals import Signals
 from approvald.runtime.standing import StandingApprovals
@@ -210,6 +211,10 @@ class Runner:
         except LeaseLost as exc:
             log.warning("run %s: %s; backing off", run_id, exc)
             return Busy(run_id, "running", holder=None)
+        except DataKeyError:
+            # the operator's to fix (a sealed value and no data key to open it): the run
+            # stays exactly as it was, its lease released, not counted as a failure
+            raise
         except Exception as exc:
             if released[0]:
                 raise

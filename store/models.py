@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from approvald.store.types import UTCDateTime
+from approvald.store.types import SealedText, UTCDateTime
 from sqlalchemy import (
     Boolean,
     Float,
@@ -46,14 +46,14 @@ class Run(Base):
     status: Mapped[str] = mapped_column(String(20))
     step: Mapped[int] = mapped_column(Integer, default=0)
     next_seq: Mapped[int] = mapped_column(Integer, default=0)
-    task: Mapped[str] = mapped_column(Text)
+    task: Mapped[str] = mapped_column(SealedText("runs.task"))
     requested_by: Mapped[str] = mapped_column(String(200))
     instructions_version: Mapped[str] = mapped_column(String(64))
-    result: Mapped[str | None] = mapped_column(Text)
-    error: Mapped[str | None] = mapped_column(Text)
+    result: Mapped[str | None] = mapped_column(SealedText("runs.result"))
+    error: Mapped[str | None] = mapped_column(SealedText("runs.error"))
     # the model reply of the step in progress, journaled with the step's first side
     # effect so a retried step replays the same calls instead of asking the model again
-    inflight: Mapped[str | None] = mapped_column(Text)
+    inflight: Mapped[str | None] = mapped_column(SealedText("runs.inflight"))
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     # who asked for the cancel and why, kept until the worker honours it at a step boundary
     cancel_requested_by: Mapped[str | None] = mapped_column(String(200))
@@ -85,7 +85,7 @@ class RunEvent(Base):
     seq: Mapped[int] = mapped_column(Integer, primary_key=True)
     step: Mapped[int] = mapped_column(Integer)
     v: Mapped[int] = mapped_column(SmallInteger)
-    body: Mapped[str] = mapped_column(Text)
+    body: Mapped[str] = mapped_column(SealedText("run_events.body"))
 
 
 class ToolExecution(Base):
@@ -102,9 +102,9 @@ class ToolExecution(Base):
     tool: Mapped[str] = mapped_column(String(100))
     args_digest: Mapped[str] = mapped_column(String(64))
     status: Mapped[str] = mapped_column(String(16))  # started|succeeded|failed|unknown
-    result: Mapped[str | None] = mapped_column(Text)
+    result: Mapped[str | None] = mapped_column(SealedText("tool_executions.result"))
     error_class: Mapped[str | None] = mapped_column(String(200))
-    error: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(SealedText("tool_executions.error"))
     attempts: Mapped[int] = mapped_column(Integer, default=1)
     started_at: Mapped[datetime] = mapped_column(UTCDateTime())
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
@@ -125,9 +125,9 @@ class Approval(Base):
     call_id: Mapped[str] = mapped_column(String(100))
     kind: Mapped[str] = mapped_column(String(20))  # tool_call | outcome_unknown
     tool: Mapped[str] = mapped_column(String(100))
-    args: Mapped[str] = mapped_column(Text)
+    args: Mapped[str] = mapped_column(SealedText("approvals.args"))
     digest: Mapped[str] = mapped_column(String(64))
-    edited_args: Mapped[str | None] = mapped_column(Text)
+    edited_args: Mapped[str | None] = mapped_column(SealedText("approvals.edited_args"))
     edited_digest: Mapped[str | None] = mapped_column(String(64))
     edited_by: Mapped[str | None] = mapped_column(String(200))  # who made the current edit
     edited_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
@@ -138,7 +138,7 @@ class Approval(Base):
     quorum: Mapped[int] = mapped_column(SmallInteger, default=1)
     approve_count: Mapped[int] = mapped_column(SmallInteger, default=0)
     policy: Mapped[str] = mapped_column(Text)  # JSON snapshot
-    packet: Mapped[str] = mapped_column(Text)  # JSON decision packet
+    packet: Mapped[str] = mapped_column(SealedText("approvals.packet"))  # JSON decision packet
     requested_by: Mapped[str] = mapped_column(String(200))
     token_nonce: Mapped[str] = mapped_column(String(64))
     requested_at: Mapped[datetime] = mapped_column(UTCDateTime())
@@ -189,7 +189,8 @@ class Outbox(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     kind: Mapped[str] = mapped_column(String(40))
     group_key: Mapped[str] = mapped_column(String(64))  # delivered in id order per group
-    payload: Mapped[str] = mapped_column(Text)
+    # a notice or a webhook may quote a call's arguments
+    payload: Mapped[str] = mapped_column(SealedText("outbox.payload"))
     status: Mapped[str] = mapped_column(String(16))  # pending|delivered|dead
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     not_before: Mapped[datetime] = mapped_column(UTCDateTime())
@@ -219,7 +220,7 @@ class AuditEntry(Base):
     run_id: Mapped[str | None] = mapped_column(String(32), index=True)
     approval_id: Mapped[str | None] = mapped_column(String(32))
     digest: Mapped[str | None] = mapped_column(String(64))
-    details: Mapped[str] = mapped_column(Text)
+    details: Mapped[str] = mapped_column(SealedText("audit_log.details"))
     # fingerprint of the key the entry's MAC was made with ("" for an unkeyed SHA-256)
     key_id: Mapped[str] = mapped_column(String(16), default="", server_default="")
     prev_hash: Mapped[str] = mapped_column(String(64))
@@ -305,7 +306,7 @@ class ExternalRequest(Base):
     idempotency_key: Mapped[str | None] = mapped_column(String(200))
     fingerprint: Mapped[str] = mapped_column(String(64))  # of the request as created
     tool: Mapped[str] = mapped_column(String(100))
-    args: Mapped[str] = mapped_column(Text)
+    args: Mapped[str] = mapped_column(SealedText("external_requests.args"))
     digest: Mapped[str] = mapped_column(String(64))
     policy_name: Mapped[str | None] = mapped_column(String(100))
     kind: Mapped[str] = mapped_column(String(20))  # auto, approve_before or forbidden
@@ -334,7 +335,8 @@ class StandingApproval(Base):
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     tool: Mapped[str] = mapped_column(String(100))
-    scope: Mapped[str] = mapped_column(Text)  # JSON: {"kind": exact|fields|condition, ...}
+    # JSON: {"kind": exact|fields|condition, ...}
+    scope: Mapped[str] = mapped_column(SealedText("standing_approvals.scope"))
     rule: Mapped[str | None] = mapped_column(Text)  # the policy rule label of its band
     approvers: Mapped[str] = mapped_column(Text)  # JSON list, as on the request
     quorum: Mapped[int] = mapped_column(SmallInteger)
@@ -386,10 +388,12 @@ class AdapterPause(Base):
     framework: Mapped[str] = mapped_column(String(32))
     key: Mapped[str] = mapped_column(String(200))
     requested_by: Mapped[str] = mapped_column(String(200))
-    state: Mapped[str] = mapped_column(Text)  # the framework's state, JSON
+    # the framework's state, JSON (it holds the calls' arguments)
+    state: Mapped[str] = mapped_column(SealedText("adapter_pauses.state"))
     requests: Mapped[str] = mapped_column(Text)  # JSON {framework call id: request id}
     status: Mapped[str] = mapped_column(String(16))  # paused | resumed
-    outcome: Mapped[str | None] = mapped_column(Text)  # JSON: what the resume came to
+    # JSON: what the resume came to
+    outcome: Mapped[str | None] = mapped_column(SealedText("adapter_pauses.outcome"))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     resumed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol, cast
 
-from sqlalchemy import DateTime
+from sqlalchemy import DateTime, Text
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
 
@@ -36,3 +36,53 @@ class UTCDateTime(TypeDecorator[datetime]):
         if value.tzinfo is None:
             return value.replace(tzinfo=UTC)
         return value.astimezone(UTC)
+
+
+class Codec(Protocol):
+    """What turns a sensitive column's text into what is stored, and back
+    (``runtime/sealing.py``: authenticated encryption under the operator's data key).
+    ``column``: ``table.column``, bound into the sealed value so that it opens nowhere
+    else. Either call may raise to refuse (a missing key): the statement, and so the
+    transaction, then fails whole."""
+
+    def seal(self, text: str, column: str) -> str: ...
+
+    def open(self, text: str, column: str) -> str: ...
+
+
+_codec: Codec | None = None
+
+
+def set_codec(codec: Codec | None) -> None:
+    """Set how this process seals and opens sensitive columns (None: stored as given)."""
+    global _codec
+    _codec = codec
+
+
+def codec() -> Codec | None:
+    """How this process seals and opens sensitive columns."""
+    return _codec
+
+
+class SealedText(TypeDecorator[str]):
+    """Text that may hold a secret (a call's arguments, a transcript, a tool's result):
+    sealed on the way in and opened on the way out by the process's :class:`Codec`, so
+    that the database holds no secret in clear and every reader sees the real text.
+    One mechanism for every such column, whichever repository writes or reads it."""
+
+    impl = Text
+    cache_ok = True
+
+    def __init__(self, column: str) -> None:
+        super().__init__()
+        self.column = column
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> str | None:
+        if value is None or _codec is None:
+            return cast(str | None, value)
+        return _codec.seal(value, self.column)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> str | None:
+        if value is None or _codec is None:
+            return cast(str | None, value)
+        return _codec.open(value, self.column)

@@ -29,7 +29,7 @@ from approvald.runtime.ids import TokenSigner
 from approvald.runtime.policy import PolicyFile
 from approvald.runtime.tracing import Tracer
 from approvald.runtime.urgency import Urgency
-from approvald.store import migrate
+from approvald.store import migrate, types
 from approvald.store.db import Database
 from hypothesis import settings as hypothesis_settings
 
@@ -344,3 +344,11 @@ def make_engine(db: Database, clock: ManualClock, ledger_path: Path) -> Callable
                         tracer=tracer, urgency=urgency)
 
     return make
+
+
+@pytest.fixture(autouse=True)
+def _no_sealer_left_behind() -> Iterator[None]:
+    """How sensitive columns are sealed is process-wide (the settings of the last database
+    opened): a test's keys end with it."""
+    yield
+    types.set_codec(None)

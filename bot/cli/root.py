@@ -33,6 +33,7 @@ from approvald.bot.cli import (
     deploy,
     evals,
     hook,
+    keys,
     outbox,
     runs,
     serve,
@@ -47,7 +48,7 @@ from approvald.runtime.standing import StandingRefused
 
 # every command group: a module with ``register(subparsers) -> None`` (in ``--help`` order)
 GROUPS: tuple[ModuleType, ...] = (runs, evals, approvals, standing, audit, outbox, tokens,
-                                  deploy, hook, serve)
+                                  keys, deploy, hook, serve)
 
 # loggers whose levels a command sets for itself (and ``main`` puts back)
 QUIETED = ("alembic", "apscheduler", "approvald.outcomes")

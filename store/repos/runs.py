@@ -160,8 +160,9 @@ def _checkpoint(server: bool, release: bool) -> Any:
                 status=bindparam("status"), updated_at=bindparam("now"), inflight=None,
                 lease_owner=None if release else bindparam("owner"),
                 lease_expires_at=None if release else _lease_until(server),
-                result=coalesce(bindparam("result"), _T.c.result),
-                error=coalesce(bindparam("error"), _T.c.error),
+                # typed as the columns are, so the values are sealed on the way in
+                result=coalesce(bindparam("result", type_=_T.c.result.type), _T.c.result),
+                error=coalesce(bindparam("error", type_=_T.c.error.type), _T.c.error),
                 wait_until=None, wait_reason=None, failures=0)  # a step went through
         .returning(_T.c.cancel_requested, _T.c.cancel_requested_by, _T.c.cancel_reason)
     )

@@ -118,7 +118,7 @@ async def test_slack_down_the_request_is_mailed_and_approved_in_the_browser(
 
     from approvald.runtime.clock import ManualClock
 
-    async_playwright = _playwright()
+    async_playwright = playwright("async")
     from playwright.async_api import expect
 
     expect.set_options(timeout=WAIT_MS)
@@ -148,8 +148,7 @@ async def test_slack_down_the_request_is_mailed_and_approved_in_the_browser(
         found = re.search(r"(https?://\S+/review/requests/\w+)", body.get_content())
         assert found and found.group(1) == f"{url}/review/requests/{aid}"
         async with async_playwright() as pw:
-            browser = await pw.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                               args=["--no-sandbox", "--disable-gpu"])
+            browser = await pw.chromium.launch(**LAUNCH)
             try:
                 context = await browser.new_context(viewport=PHONE, is_mobile=True,
                                                     has_touch=True)

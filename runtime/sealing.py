@@ -1,0 +1,180 @@
+"""Secrets sealed at rest (issue 34): authenticated encryption under the operator's key.
+
+The columns that hold a call's exact arguments or what came of them (the pending call,
+its edit and its decision packet, the run's task, transcript, in-flight call, result and
+error, the execution ledger, the audit details, a standing approval's scope, an API
+request's arguments, an adapter's paused state and outcome, an outbox row's payload,
+which may quote them) are
+:class:`~approvald.store.types.SealedText`: whatever repository
+writes or reads them, the text goes through the process's :class:`Sealer`. With a data
+key (``APPROVALD_DATA_KEY``), each of their values is stored as
+``{"$sealed": "<key id>:<base64 of nonce and ciphertext>"}``: AES-256-GCM, with the
+column's name as associated data, so a sealed value opens only where it was written
+(copied into another column it fails to open, and an altered one fails its tag). Every
+value is sealed, not only those a detector recognises: a declared sensitive value needs no
+finding, and sealing (a few microseconds) costs less than looking for secrets would.
+
+Everything the runtime reads is opened first, so the digest still covers the real
+arguments and the run executes exactly the approved call. A sealed value that no key
+of this process opens (no key, a lost key) raises :class:`~approvald.runtime.errors.ConfigError`
+naming ``APPROVALD_DATA_KEY`` from inside the statement that read it: the transaction it
+was part of changes nothing.
+
+Without a key, values are stored as given (as before sealing existed), and the first
+secret a detector finds in a request's arguments is told once in a warning; unless the
+operator set ``APPROVALD_REQUIRE_DATA_KEY``: then storing a detected secret in clear, in
+any of those columns, is refused.
+Keys rotate like the audit key: the current key seals, retired keys
+(``APPROVALD_DATA_OLD_KEYS``) still open, and ``approvald keys reseal`` seals every
+value again under the current key.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import logging
+import os
+from collections.abc import Sequence
+
+from approvald.runtime.errors import ConfigError
+from approvald.runtime.sensitive import mask_text
+from approvald.runtime.state import FINAL_STATUSES
+from approvald.store import sealed
+from approvald.store.db import Database
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+log = logging.getLogger(__name__)
+
+PREFIX = '{"$sealed":"'
+SUFFIX = '"}'
+NONCE = 12
+# where a process without a key looks for a secret to warn about (once): a request's
+# arguments, written once per request, never on a step's or a click's path
+WARN_COLUMNS = frozenset({"approvals.args", "external_requests.args"})
+
+
+class DataKeyError(ConfigError):
+    """A sealed value this process has no key to open (or one that fails to open): the
+    operator's to fix, so nothing that needed it is counted as having failed."""
+
+
+class DataKey:
+    """One data key: AES-256 derived from the operator's secret, and its fingerprint
+    (``id``), stored with each sealed value so that the key that opens it is known."""
+
+    def __init__(self, secret: str | bytes) -> None:
+        raw = secret.encode() if isinstance(secret, str) else secret
+        if len(raw) < 16:
+            raise ConfigError("APPROVALD_DATA_KEY: a key needs at least 16 bytes")
+        self._aead = AESGCM(hashlib.sha256(b"approvald-data-v1\x00" + raw).digest())
+        self.id = hashlib.sha256(b"approvald-data-key-id\x00" + raw).hexdigest()[:12]
+
+    def seal(self, text: str, aad: bytes) -> str:
+        nonce = os.urandom(NONCE)
+        box = self._aead.encrypt(nonce, text.encode("utf-8"), aad)
+        return f"{self.id}:{base64.b64encode(nonce + box).decode('ascii')}"
+
+    def open(self, token: str, aad: bytes) -> str:
+        raw = base64.b64decode(token)
+        return self._aead.decrypt(raw[:NONCE], raw[NONCE:], aad).decode("utf-8")
+
+
+def is_sealed(text: str) -> bool:
+    """Whether ``text`` is a sealed value as stored."""
+    return text.startswith(PREFIX) and text.endswith(SUFFIX)
+
+
+def key_id(text: str) -> str | None:
+    """The id of the key a sealed value was sealed under (None: not sealed)."""
+    return text[len(PREFIX):].split(":", 1)[0] if is_sealed(text) else None
+
+
+class Sealer:
+    """Seals and opens the sensitive columns' text (see the module's docstring).
+
+    ``keys``: the current key first, then retired ones that still open. ``require``:
+    refuse to store a detected secret in clear when there is no key."""
+
+    def __init__(self, keys: Sequence[DataKey] = (), *, require: bool = False) -> None:
+        self.keys = list(keys)
+        self._by_id = {k.id: k for k in self.keys}
+        self.require = require
+        self._warned = False
+
+    @property
+    def current(self) -> DataKey | None:
+        return self.keys[0] if self.keys else None
+
+    def seal(self, text: str, column: str) -> str:
+        key = self.current
+        if key is None:
+            if is_sealed(text):
+                # stored in clear, it would read back as a sealed value no key opens: a
+                # caller could make a request nobody can read
+                raise ConfigError(f"APPROVALD_DATA_KEY is not set: a value shaped like a "
+                                  f"sealed one cannot be stored in clear ({column})")
+            if (self.require or (not self._warned and column in WARN_COLUMNS)) \
+                    and mask_text(text) != text:
+                if self.require:
+                    raise ConfigError(
+                        "APPROVALD_DATA_KEY is not set and APPROVALD_REQUIRE_DATA_KEY is: "
+                        f"refusing to store a secret in clear ({column})")
+                self._warned = True
+                log.warning("a secret is stored in clear (%s): set APPROVALD_DATA_KEY to "
+                            "seal sensitive values at rest", column)
+            return text
+        return PREFIX + key.seal(text, column.encode()) + SUFFIX
+
+    def open(self, text: str, column: str) -> str:
+        if not is_sealed(text):
+            return text
+        kid, _, token = text[len(PREFIX):-len(SUFFIX)].partition(":")
+        key = self._by_id.get(kid)
+        if key is None:
+            raise DataKeyError(
+                f"APPROVALD_DATA_KEY: a sealed value ({column}) needs the data key {kid}, "
+                "which this process does not have (set APPROVALD_DATA_KEY, or list the "
+                "retired key in APPROVALD_DATA_OLD_KEYS)")
+        try:
+            return key.open(token, column.encode())
+        except (InvalidTag, ValueError):
+            raise DataKeyError(
+                f"APPROVALD_DATA_KEY: a sealed value ({column}) does not open under the "
+                f"data key {kid}: it was altered or moved") from None
+
+    def reseal(self, text: str, column: str) -> str:
+        """``text`` as stored, as it would be stored now: sealed under the current key
+        (opened with the retired key it needs), or sealed for the first time."""
+        current = self.current
+        if current is None:
+            raise ConfigError("APPROVALD_DATA_KEY: set the key to seal values under "
+                              "(and the retired ones in APPROVALD_DATA_OLD_KEYS)")
+        if key_id(text) == current.id:
+            return text
+        return self.seal(self.open(text, column), column)
+
+
+async def reseal(db: Database, sealer: Sealer) -> int:
+    """Seal every sensitive column's value again under ``sealer``'s current key (values
+    sealed under a retired key, and values stored in clear before there was a key); the
+    number rewritten. A value no key opens stops it with a :class:`ConfigError`, its
+    table unchanged."""
+    if sealer.current is None:
+        raise ConfigError("APPROVALD_DATA_KEY is not set: there is no key to reseal under")
+    return await sealed.rewrite(db, sealer.reseal)
+
+
+async def check(db: Database, sealer: Sealer) -> None:
+    """Refuse to start (:class:`DataKeyError`, one line) when waiting requests or runs are
+    sealed under a key ``sealer`` does not have: a server without it could decide and
+    resume nothing they hold."""
+    known = {k.id for k in sealer.keys}
+    missing = {kid for _, raw in await sealed.waiting_values(db, final=FINAL_STATUSES)
+               if (kid := key_id(raw)) is not None and kid not in known}
+    if missing:
+        raise DataKeyError(
+            f"APPROVALD_DATA_KEY: waiting requests and runs are sealed under data key "
+            f"{', '.join(sorted(missing))}, which this process does not have (set "
+            "APPROVALD_DATA_KEY, or list the retired key in APPROVALD_DATA_OLD_KEYS)")
