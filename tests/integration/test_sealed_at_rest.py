@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from approvald.bot.slack import cards
 from approvald.bot.wiring import build_engine, open_database
 from approvald.runtime import sealing
 from approvald.runtime.errors import ConfigError
@@ -27,8 +26,8 @@ from approvald.store.models import Base
 from sqlalchemy import text
 
 from tests.helpers import make_cli
-from tests.integration.slack_harness import CHANNEL, Harness, harness, settings_for, wait_for
-from tests.integration.test_sensitive_args import AUTH, CARD, card_agent
+from tests.integration.slack_harness import Harness, harness, settings_for, wait_for
+from tests.integration.test_sensitive_args import AUTH, CARD, card_agent, decide_in_slack
 
 KEY_1 = "data-key-one-0123456789abcdef"
 KEY_2 = "data-key-two-0123456789abcdef"
@@ -69,33 +68,6 @@ def sealed_under(rows: str) -> set[str]:
 async def _done(h: Harness, run_id: str) -> bool:
     run = await h.run(run_id)
     return run.status in ("completed", "failed", "cancelled")
-
-
-async def decide_in_slack(h: Harness, aid: str, how: str) -> None:
-    a = await h.approval(aid)
-    if how == "approve":
-        await h.slack.click(cards.APPROVE, h.value(a), user_id="U_ALICE",
-                            channel_id=CHANNEL, message_ts=a.message_ts)
-    elif how == "edit":
-        await h.slack.click(cards.EDIT, h.value(a), user_id="U_ALICE",
-                            channel_id=CHANNEL, message_ts=a.message_ts)
-        [modal] = await wait_for(
-            lambda: h.emulator.views(callback_id=cards.EDIT_MODAL), what="the modal")
-        box = next(b for b in modal["blocks"] if b.get("block_id") == cards.ARGS_BLOCK)
-        shown = json.loads(box["element"]["initial_value"])
-        edited = {**shown, "amount_cents": 2000}  # the masked card left as shown
-        resp = await h.slack.submit_view(
-            cards.EDIT_MODAL, {"args": {"args_input": json.dumps(edited)}},
-            user_id="U_ALICE")
-        assert resp.status == 200 and resp.body in ("", "{}"), resp.body
-    else:
-        await h.slack.click(cards.DENY, h.value(a), user_id="U_ALICE",
-                            channel_id=CHANNEL, message_ts=a.message_ts)
-        await wait_for(lambda: h.emulator.views(callback_id=cards.DENY_MODAL),
-                       what="the deny modal")
-        await h.slack.submit_view(cards.DENY_MODAL,
-                                  {"reason": {"reason_input": "not this card"}},
-                                  user_id="U_ALICE")
 
 
 async def test_a_card_number_is_sealed_at_rest_and_a_lost_key_changes_nothing(

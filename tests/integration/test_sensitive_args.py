@@ -103,6 +103,36 @@ async def _thread_ended(h: Harness, run_id: str) -> bool:
     return bool(t and t.ts and t.posted_status == run.status)
 
 
+async def decide_in_slack(h: Harness, aid: str, how: str) -> dict[str, Any] | None:
+    """Alice decides ``aid`` in Slack over signed HTTP: ``approve``; ``edit`` (the amount
+    changed to 2000, every other value, the masked card too, left as the modal showed it;
+    returns the modal); ``deny`` (with a reason)."""
+    a = await h.approval(aid)
+    if how == "approve":
+        await h.slack.click(cards.APPROVE, h.value(a), user_id="U_ALICE",
+                            channel_id=CHANNEL, message_ts=a.message_ts)
+        return None
+    if how == "edit":
+        await h.slack.click(cards.EDIT, h.value(a), user_id="U_ALICE",
+                            channel_id=CHANNEL, message_ts=a.message_ts)
+        [modal] = await wait_for(
+            lambda: h.emulator.views(callback_id=cards.EDIT_MODAL), what="the modal")
+        box = next(b for b in modal["blocks"] if b.get("block_id") == cards.ARGS_BLOCK)
+        edited = {**json.loads(box["element"]["initial_value"]), "amount_cents": 2000}
+        resp = await h.slack.submit_view(
+            cards.EDIT_MODAL, {"args": {"args_input": json.dumps(edited)}},
+            user_id="U_ALICE")
+        assert resp.status == 200 and resp.body in ("", "{}"), resp.body
+        return dict(modal)
+    await h.slack.click(cards.DENY, h.value(a), user_id="U_ALICE",
+                        channel_id=CHANNEL, message_ts=a.message_ts)
+    await wait_for(lambda: h.emulator.views(callback_id=cards.DENY_MODAL),
+                   what="the deny modal")
+    await h.slack.submit_view(cards.DENY_MODAL, {"reason": {"reason_input": "not this card"}},
+                              user_id="U_ALICE")
+    return None
+
+
 async def test_a_card_number_never_reaches_slack_logs_traces_or_the_audit_export(
         sqlite_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
@@ -138,30 +168,16 @@ async def test_a_card_number_never_reaches_slack_logs_traces_or_the_audit_export
             elif how == "fail":
                 await h.slack.click(cards.APPROVE, h.value(a), user_id="U_ALICE",
                                     channel_id=CHANNEL, message_ts=a.message_ts)
-            elif how == "edit":
-                await h.slack.click(cards.EDIT, h.value(a), user_id="U_ALICE",
-                                    channel_id=CHANNEL, message_ts=a.message_ts)
-                [modal] = await wait_for(
-                    lambda: h.emulator.views(callback_id=cards.EDIT_MODAL), what="the modal")
-                box = next(b for b in modal["blocks"] if b.get("block_id") == cards.ARGS_BLOCK)
-                shown = json.loads(box["element"]["initial_value"])
-                assert shown["card_number"] == "•••• 4242"
-                assert shown["auth"] == {"code": "[masked]"}
-                assert "Sensitive values are shown masked" in json.dumps(modal)
-                # the approver changes the amount and leaves the masked card as shown
-                edited = {**shown, "amount_cents": 2000}
-                resp = await h.slack.submit_view(
-                    cards.EDIT_MODAL, {"args": {"args_input": json.dumps(edited)}},
-                    user_id="U_ALICE")
-                assert resp.status == 200 and resp.body in ("", "{}"), resp.body
-            else:
-                await h.slack.click(cards.DENY, h.value(a), user_id="U_ALICE",
-                                    channel_id=CHANNEL, message_ts=a.message_ts)
-                await wait_for(lambda: h.emulator.views(callback_id=cards.DENY_MODAL),
-                               what="the deny modal")
-                await h.slack.submit_view(cards.DENY_MODAL,
-                                          {"reason": {"reason_input": "not this card"}},
-                                          user_id="U_ALICE")
+            else:  # the edit leaves the masked card as shown
+                modal = await decide_in_slack(h, aid, how)
+                if how == "edit":
+                    assert modal is not None
+                    box = next(b for b in modal["blocks"]
+                               if b.get("block_id") == cards.ARGS_BLOCK)
+                    shown = json.loads(box["element"]["initial_value"])
+                    assert shown["card_number"] == "•••• 4242"
+                    assert shown["auth"] == {"code": "[masked]"}
+                    assert "Sensitive values are shown masked" in json.dumps(modal)
             await wait_for(lambda r=paused.run_id: _done(h, r), what=f"run {order} to end")
             await wait_for(lambda r=paused.run_id: _thread_ended(h, r),
                            what=f"the thread of {order} to end")
