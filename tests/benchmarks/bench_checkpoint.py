@@ -5,6 +5,7 @@ durably on SQLite (WAL, synchronous=FULL), 1,000 steps. Prints the median per-st
 early and late in the run, their ratio, and the bytes the database holds per step.
 
     python tests/benchmarks/bench_checkpoint.py [--steps 1000] [--payload 1000]
+    python tests/benchmarks/bench_checkpoint.py --data-key [--rounds 3]
 
 The LangGraph comparison runs when the ``bench`` extra is installed
 (``pip install -e '.[bench]'``); the raw-sqlite floor always runs, as the in-run baseline.
@@ -13,6 +14,11 @@ Targets (issue 2): late/early ratio <= 1.3, bytes/step <= payload + 1 KB, median
 approvald workloads: each step's call an idempotent read (its result rides in the
 checkpoint: one commit per step) and a side effect that must run once (an intent commit
 before the call, then the checkpoint with its result: two commits).
+
+``--data-key`` measures what sealing at rest adds to a step (issue 34, target: at most
+1.10): the side-effect workload without a data key, then with one (every transcript,
+result and ledger value sealed), one after the other, ``--rounds`` times; prints each
+pair and the ratio of the medians.
 """
 
 from __future__ import annotations
@@ -36,8 +42,10 @@ from approvald.runtime.agent import Registry
 from approvald.runtime.demo import DemoLedger, steps_agent
 from approvald.runtime.engine import assemble
 from approvald.runtime.runner import Runner
+from approvald.runtime.sealing import DataKey, Sealer
 from approvald.store import migrate
 from approvald.store.db import Database
+from approvald.store.types import set_codec
 
 WINDOW = 50
 
@@ -168,13 +176,49 @@ def verdict(ok: bool) -> str:
     return "PASS" if ok else "FAIL"
 
 
+async def compare_sealing(steps: int, payload: int, rounds: int) -> int:
+    """The side-effect workload without, then with, a data key, ``rounds`` times."""
+    print(f"workload: {steps} side-effect steps, {payload}-byte tool result per step, "
+          f"SQLite WAL synchronous=FULL, {os.cpu_count()} CPUs; {rounds} rounds of "
+          "(no key, data key)")
+    pairs: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    for n in range(rounds):
+        set_codec(None)
+        plain = await bench_approvald(steps, payload, idempotent=False)
+        set_codec(Sealer([DataKey(os.urandom(32))]))
+        try:
+            sealed = await bench_approvald(steps, payload, idempotent=False)
+        finally:
+            set_codec(None)
+        pairs.append((plain, sealed))
+        print(f"round {n + 1}: whole step median ms, early: {plain['step_early']:.3f} -> "
+              f"{sealed['step_early']:.3f}, late: {plain['step_late']:.3f} -> "
+              f"{sealed['step_late']:.3f}; checkpoint txn: {plain['ckpt_late']:.3f} -> "
+              f"{sealed['ckpt_late']:.3f}; bytes/step {plain['db_bytes'] / steps:,.0f} -> "
+              f"{sealed['db_bytes'] / steps:,.0f}", flush=True)
+    print("sealed / plain, medians of the rounds (issue 34 target: <= 1.10)")
+    for key, label in (("step_early", f"whole step, steps 1-{WINDOW}"),
+                       ("step_late", f"whole step, steps {steps - WINDOW + 1}-{steps}"),
+                       ("ckpt_late", f"checkpoint txn, steps {steps - WINDOW + 1}-{steps}")):
+        before = statistics.median(p[key] for p, _ in pairs)
+        after = statistics.median(s[key] for _, s in pairs)
+        print(f"  {label}: {before:.3f} -> {after:.3f} ms  ratio {after / before:.2f}  "
+              f"{verdict(after / before <= 1.10)}")
+    return 0
+
+
 async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--payload", type=int, default=1000)
     parser.add_argument("--skip-langgraph", action="store_true")
+    parser.add_argument("--data-key", action="store_true",
+                        help="compare steps without and with a data key (sealing at rest)")
+    parser.add_argument("--rounds", type=int, default=3)
     a = parser.parse_args()
     steps, payload = a.steps, a.payload
+    if a.data_key:
+        return await compare_sealing(steps, payload, a.rounds)
 
     read = await bench_approvald(steps, payload, idempotent=True)
     ours = await bench_approvald(steps, payload, idempotent=False)

@@ -22,11 +22,11 @@ url_verification). Targets (issue 4, SQLite): p99 ack <= 100 ms, p99 tool start 
 On PostgreSQL it also counts the statements the ``serve`` processes sent from the first
 click until every run completed and its card was updated (:mod:`sql_count`).
 
-``--sensitive`` measures what masking (and sealing, when ``APPROVALD_DATA_KEY`` is known
-to serve) adds to the click path: the same benchmark twice, one after the other on this
-machine, first on plain calls, then on calls carrying a declared card number and an
-undeclared API key; it prints both and the ratios (target: at most 1.10 in serve CPU per
-approval and in p50 click -> tool start; issue 34).
+``--sensitive`` measures what masking and sealing add to the click path: the same
+benchmark twice, one after the other on this machine, first on plain calls without a data
+key, then on calls carrying a declared card number and an undeclared API key, with
+``serve`` sealing at rest under a data key; it prints both and the ratios (target: at
+most 1.10 in serve CPU per approval and in p50 click -> tool start; issue 34).
 
 ``BENCH_DUMP=FILE`` writes each click's send time and click -> tool start.
 To profile the serve process, set ``BENCH_SERVE_CMD`` to a command that runs
@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import secrets
 import signal
 import socket
 import statistics
@@ -59,8 +60,10 @@ from approvald.bot.slack import cards
 from approvald.runtime.agent import Registry
 from approvald.runtime.engine import Engine, assemble
 from approvald.runtime.ids import TokenSigner
+from approvald.runtime.sealing import DataKey, Sealer
 from approvald.store import migrate
 from approvald.store.db import Database
+from approvald.store.types import set_codec
 from bench_agent import AGENTS
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
@@ -236,11 +239,13 @@ async def follow_up(engine: Engine, emulator: SlackEmulator,
 
 async def bench(runs: int, concurrency: int, mode: str, db_url: str | None,
                 replicas: int = 1, targets: bool = True,
-                statements: int = 0, agent: str = "bench-deploy") -> dict[str, float]:
+                statements: int = 0, agent: str = "bench-deploy",
+                data_key: str | None = None) -> dict[str, float]:
     """Run the benchmark (``replicas`` serve processes, clicks spread over them in turn)
     and print its figures (and, with ``targets``, this benchmark's own targets, which
     are SQLite's: a caller judging by others leaves them out; on PostgreSQL, the
-    ``statements`` most sent, per approval); returns the main ones."""
+    ``statements`` most sent, per approval); returns the main ones. ``data_key``: seal
+    at rest under it, in ``serve`` and in the benchmark's own writes."""
     tmp = Path(tempfile.mkdtemp())
     db_url = db_url or f"sqlite+aiosqlite:///{tmp / 'clicks.db'}"
     log = tmp / "tool-starts.log"
@@ -261,6 +266,9 @@ async def bench(runs: int, concurrency: int, mode: str, db_url: str | None,
                PYTHONPATH=os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")]))
     # a setting to measure, e.g. BENCH_SERVE_ENV="APPROVALD_DB_CONNECTIONS=8"
     env.update(item.split("=", 1) for item in os.environ.get("BENCH_SERVE_ENV", "").split())
+    if data_key:
+        env["APPROVALD_DATA_KEY"] = data_key
+    set_codec(Sealer([DataKey(data_key)]) if data_key else None)
     db = Database(db_url)
     await migrate.upgrade(db)
     engine = assemble(db, Registry(AGENTS))
@@ -424,11 +432,13 @@ def main() -> int:
     if not a.sensitive:
         asyncio.run(bench(a.runs, a.concurrency, a.mode, a.db, statements=a.statements))
         return 0
-    print("== plain calls")
+    print("== plain calls, no data key")
     plain = asyncio.run(bench(a.runs, a.concurrency, a.mode, a.db, targets=False))
-    print("== calls with a declared card number and a detected API key")
+    print("== calls with a declared card number and a detected API key, sealed under a "
+          "data key")
     masked = asyncio.run(bench(a.runs, a.concurrency, a.mode, a.db, targets=False,
-                               agent="bench-deploy-sensitive"))
+                               agent="bench-deploy-sensitive",
+                               data_key=secrets.token_hex(32)))
     print("sensitive / plain (issue 34 target: <= 1.10)")
     for key, label in (("whole_cpu_ms", "serve CPU per approval, until runs completed"),
                        ("cpu_ms", "serve CPU per approval, during the clicks"),
