@@ -290,6 +290,22 @@ def _restore(edited: Any, shown: Any, original: Any) -> Any:
     return edited
 
 
+def masked_json(raw: str, sensitive_paths: Iterable[str] = ()) -> tuple[Any, bool]:
+    """The JSON text ``raw`` parsed and masked (as :func:`mask_args`), and whether anything
+    in it is masked; a ValueError when it is not JSON. Remembered by text, paths and
+    detectors: a card is drawn several times from the same stored text (posted, updated,
+    quoted in its thread). The value is shared: callers must not change it."""
+    return _masked_json(raw, tuple(sensitive_paths), _active)
+
+
+@functools.lru_cache(maxsize=512)
+def _masked_json(raw: str, sensitive_paths: tuple[str, ...],
+                 detectors: Detectors) -> tuple[Any, bool]:
+    value = json.loads(raw)
+    shown = mask_args(value, sensitive_paths, detectors)
+    return shown, shown != value
+
+
 def is_masked(args: Any, sensitive_paths: Iterable[str] = (),
               detectors: Detectors | None = None) -> bool:
     """Whether anything in ``args`` is shown masked."""

@@ -46,7 +46,7 @@ from approvald.runtime.decide import counted
 from approvald.runtime.packet import WillRun, sensitive_paths, shown_packet, will_run
 from approvald.runtime.policy import ApprovalPolicy
 from approvald.runtime.scope import Scope
-from approvald.runtime.sensitive import is_masked, mask_args, mask_text
+from approvald.runtime.sensitive import mask_args, mask_text, masked_json
 from approvald.runtime.standing import MAX_WINDOW, MIN_WINDOW
 from approvald.store.records import ApprovalRecord, VoteRecord
 from approvald.store.repos.standing import StandingRecord
@@ -174,7 +174,7 @@ def args_text(raw: str | None, *, indent: int | None = 2,
     with the values under the ``sensitive`` paths and every secret the detectors find
     masked: what a person sees of arguments, never the secrets themselves."""
     try:
-        value = mask_args(json.loads(raw or "{}"), sensitive)
+        value, _ = masked_json(raw or "{}", sensitive)
     except ValueError:
         return mask_text(raw or "")
     separators = None if indent else (",", ":")
@@ -185,8 +185,16 @@ def args_text(raw: str | None, *, indent: int | None = 2,
 def masked(a: ApprovalRecord) -> bool:
     """Whether any argument of ``a`` (as asked or as edited) is shown masked."""
     hide = sensitive_paths(a)
-    return any(raw is not None and is_masked(json_object(raw), hide)
-               for raw in (a.args, a.edited_args))
+    return any(raw is not None and shows_masked(raw, hide) for raw in (a.args, a.edited_args))
+
+
+def shows_masked(raw: str, sensitive: Sequence[str]) -> bool:
+    """Whether the stored JSON object ``raw`` is shown with something masked in it."""
+    try:
+        value, changed = masked_json(raw, sensitive)
+    except ValueError:
+        return False
+    return changed and isinstance(value, dict)
 
 
 def editable_text(a: ApprovalRecord) -> str | None:
