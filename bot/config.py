@@ -6,8 +6,10 @@ A missing or malformed setting stops start-up with one line naming the variable.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
+from typing import TypeVar
 
 import platformdirs
 from approvald.runtime.audit import AuditKey
@@ -15,7 +17,14 @@ from approvald.runtime.errors import ConfigError
 from approvald.runtime.sealing import DataKey, Sealer
 from approvald.runtime.sensitive import Detectors
 from approvald.runtime.webhook_hosts import WebhookHosts
-from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    AliasChoices,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_METRICS_ADDR = "127.0.0.1:9464"
@@ -38,6 +47,23 @@ def default_database_url() -> str:
 def _env(name: str) -> AliasChoices:
     return AliasChoices(name)
 
+
+K = TypeVar("K")
+
+
+def key_ring(current: SecretStr | None, retired: SecretStr | None,
+             make: Callable[[str], K], retired_setting: str) -> list[K]:
+    """A key ring: ``current`` first, then the comma-separated ``retired`` keys (each
+    ``make`` refuses one shorter than 16 bytes, told by ``retired_setting``'s name)."""
+    keys = [make(current.get_secret_value())] if current else []
+    for raw in (retired.get_secret_value().split(",") if retired is not None else []):
+        if raw.strip():
+            try:
+                keys.append(make(raw.strip()))
+            except ConfigError:
+                raise ConfigError(f"{retired_setting}: each key needs at least 16 bytes"
+                                  ) from None
+    return keys
 
 class Settings(BaseSettings):
     """Every knob approvald reads from the environment."""
@@ -405,45 +431,22 @@ class Settings(BaseSettings):
         from approvald.runtime.policy import parse_duration
         return parse_duration(self.max_ttl)
 
-    @field_validator("audit_key")
+    @field_validator("audit_key", "data_key")
     @classmethod
-    def _audit_key(cls, v: SecretStr | None) -> SecretStr | None:
+    def _long_enough(cls, v: SecretStr | None, info: ValidationInfo) -> SecretStr | None:
         if v is not None and len(v.get_secret_value().encode()) < 16:
-            raise ValueError("an audit key needs at least 16 bytes")
+            kind = "an audit" if info.field_name == "audit_key" else "a data"
+            raise ValueError(f"{kind} key needs at least 16 bytes")
         return v
 
     def audit_keys(self) -> list[AuditKey]:
         """The current audit key first, then the retired ones (for ``audit verify``)."""
-        keys = [AuditKey(self.audit_key.get_secret_value())] if self.audit_key else []
-        if self.audit_old_keys is not None:
-            for raw in self.audit_old_keys.get_secret_value().split(","):
-                if raw.strip():
-                    try:
-                        keys.append(AuditKey(raw.strip()))
-                    except ConfigError:
-                        raise ConfigError("APPROVALD_AUDIT_OLD_KEYS: each key needs at least "
-                                          "16 bytes") from None
-        return keys
-
-    @field_validator("data_key")
-    @classmethod
-    def _data_key(cls, v: SecretStr | None) -> SecretStr | None:
-        if v is not None and len(v.get_secret_value().encode()) < 16:
-            raise ValueError("a data key needs at least 16 bytes")
-        return v
+        return key_ring(self.audit_key, self.audit_old_keys, AuditKey,
+                        "APPROVALD_AUDIT_OLD_KEYS")
 
     def data_keys(self) -> list[DataKey]:
         """The current data key first, then the retired ones (which still open)."""
-        keys = [DataKey(self.data_key.get_secret_value())] if self.data_key else []
-        if self.data_old_keys is not None:
-            for raw in self.data_old_keys.get_secret_value().split(","):
-                if raw.strip():
-                    try:
-                        keys.append(DataKey(raw.strip()))
-                    except ConfigError:
-                        raise ConfigError("APPROVALD_DATA_OLD_KEYS: each key needs at least "
-                                          "16 bytes") from None
-        return keys
+        return key_ring(self.data_key, self.data_old_keys, DataKey, "APPROVALD_DATA_OLD_KEYS")
 
     def sealer(self) -> Sealer:
         """How this deployment seals sensitive values at rest."""
