@@ -22,7 +22,6 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
-    ValidationInfo,
     field_validator,
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -433,10 +432,9 @@ class Settings(BaseSettings):
 
     @field_validator("audit_key", "data_key")
     @classmethod
-    def _long_enough(cls, v: SecretStr | None, info: ValidationInfo) -> SecretStr | None:
+    def _long_enough(cls, v: SecretStr | None) -> SecretStr | None:
         if v is not None and len(v.get_secret_value().encode()) < 16:
-            kind = "an audit" if info.field_name == "audit_key" else "a data"
-            raise ValueError(f"{kind} key needs at least 16 bytes")
+            raise ValueError("a key needs at least 16 bytes")
         return v
 
     def audit_keys(self) -> list[AuditKey]:
