@@ -363,6 +363,7 @@ class Service:
             lines.append(f"review: {self.web.public_url}/review (the web review queue, "
                          f"served at {http}/review; sign-in links by mail "
                          f"{'on' if self.web.mailer else 'off: APPROVALD_SMTP_URL'}"
+                         f"{'; Sign in with Slack on' if self.web.slack else ''}"
                          f"{self._fallback_words()})")
         if self.mcp is not None and http:
             lines.extend(f"mcp: {http}/mcp/{name} (the MCP gateway {name}, in front of "
