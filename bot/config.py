@@ -135,6 +135,13 @@ class Settings(BaseSettings):
         description="comma-separated SLACK_USER=ADDRESS pairs (U024BE7LH=ana@example.com): "
                     "the address each approver's sign-in links are mailed to; an address "
                     "not listed gets no link")
+    mail_fallback_after: str | None = Field(
+        None, validation_alias=_env("APPROVALD_MAIL_FALLBACK_AFTER"),
+        description="a duration (90s, 15m, 1h): a request whose Slack card is still not "
+                    "posted that long after it was made (Slack down, erroring, unreachable) "
+                    "is mailed to its approvers, once, while it is open; unset: mailed only "
+                    "when its card is given up. Needs APPROVALD_PUBLIC_URL, APPROVALD_SMTP_URL "
+                    "and APPROVALD_MAIL_FROM")
     # Sign in with Slack on the review queue (Slack's OpenID Connect): on when both are set
     slack_client_id: str | None = Field(
         None, validation_alias=_env("APPROVALD_SLACK_CLIENT_ID"),
@@ -155,13 +162,6 @@ class Settings(BaseSettings):
         description="where Sign in with Slack sends the browser to authorize (unset: "
                     "https://slack.com/openid/connect/authorize, or beside SLACK_API_URL's "
                     "/api/ when that points elsewhere, such as an emulator)")
-    mail_fallback_after: str | None = Field(
-        None, validation_alias=_env("APPROVALD_MAIL_FALLBACK_AFTER"),
-        description="a duration (90s, 15m, 1h): a request whose Slack card is still not "
-                    "posted that long after it was made (Slack down, erroring, unreachable) "
-                    "is mailed to its approvers, once, while it is open; unset: mailed only "
-                    "when its card is given up. Needs APPROVALD_PUBLIC_URL, APPROVALD_SMTP_URL "
-                    "and APPROVALD_MAIL_FROM")
     mcp_gateways_file: Path | None = Field(
         None, validation_alias=_env("APPROVALD_MCP_GATEWAYS_FILE"),
         description="a TOML file of MCP gateways serve mounts at /mcp/NAME over Streamable "
