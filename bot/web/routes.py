@@ -70,9 +70,10 @@ def see_other(location: str) -> web.Response:
     return web.Response(status=303, headers={**HEADERS, "Location": location})
 
 
-def html(body: str, status: int = 200) -> web.Response:
+def html(body: str, status: int = 200, *,
+         headers: dict[str, str] | None = None) -> web.Response:
     return web.Response(text=body, status=status, content_type="text/html", charset="utf-8",
-                        headers=HEADERS)
+                        headers=headers or HEADERS)
 
 
 class WebRoutes:
@@ -83,6 +84,12 @@ class WebRoutes:
         self.e = engine
         self.auth = auth
         self.slack = slack  # Sign in with Slack, when the operator configured it
+        # the sign-in page's form goes on to Slack's authorize page (a redirect that a
+        # browser holds to form-action too)
+        self.sign_in_headers = HEADERS if slack is None else {
+            **HEADERS, "Content-Security-Policy": HEADERS["Content-Security-Policy"].replace(
+                "form-action 'self'",
+                f"form-action 'self' {origin_of(slack.authorize_endpoint)}")}
         self.origin = origin_of(public_url)
         self.secure = public_url.lower().startswith("https://")
 
@@ -165,7 +172,8 @@ class WebRoutes:
         if session is None:
             pre, new = self._pre(request)
             resp = html(pages.sign_in_form(self.auth.keys.pre_csrf(pre),
-                                           slack=self.slack is not None))
+                                           slack=self.slack is not None),
+                        headers=self.sign_in_headers)
             if new:
                 self._cookie(resp, PRE_COOKIE, pre, 3600)
             return resp
