@@ -321,7 +321,8 @@ class WebRoutes:
             # send the SameSite=Strict session cookie along a redirect to /review
             resp = html(pages.signed_in(session.user))
             self._signed_in_response(resp, session_id, session)
-            resp.del_cookie(SLACK_COOKIE, path=SLACK_PATH)
+            # (the browser's cookie stays, for a sign-in begun in another tab: it signs
+            # nothing in by itself, and it lapses with the states it binds)
         return resp
 
     async def _signed_in(self, request: web.Request,

@@ -19,7 +19,14 @@ from approvald.bot.web.slack_sign_in import CALLBACK
 from approvald.runtime.clock import ManualClock
 
 from tests.integration.slack_harness import Harness, wait_for
-from tests.integration.test_web_review import _status, audit, counts, refusals, sql
+from tests.integration.test_web_review import (
+    _status,
+    audit,
+    counts,
+    one_session,
+    refusals,
+    sql,
+)
 from tests.integration.web_helpers import Browser, form_fields, web_harness
 
 SLACK = {"APPROVALD_SLACK_CLIENT_ID": "1111.2222",
@@ -90,12 +97,7 @@ async def test_sign_in_with_slack_and_approve_on_the_queue(db_url: str, tmp_path
             assert "client_secret" not in exchange.params  # sent as HTTP Basic credentials
             assert h.emulator.calls("openid.connect.userInfo")[0].ok
             # the same kind of session as a mailed link's
-            sid = alice.cookie(SESSION_COOKIE)
-            assert sid
-            stored = await sql(h, "SELECT id_hash, user_id FROM web_sessions")
-            assert len(stored) == 1 and stored[0][1] == "U_ALICE" and sid not in str(stored)
-            [signed_in] = await audit(h, "web_signed_in")
-            assert signed_in.actor == "U_ALICE" and signed_in.via == "web"
+            signed_in = await one_session(h, alice, "U_ALICE")
             assert json.loads(signed_in.details)["slack_team"] == "T_TEST"
             assert await refusals(h) == []
 
@@ -170,11 +172,19 @@ async def test_slack_sign_in_refusals_are_audited_and_change_nothing(db_url: str
             await begin(mallory)
             await refused(h, mallory, callback, "state_other_browser", before)
             assert h.emulator.calls("openid.connect.token") == []  # no code was exchanged
+            # in another tab of Alice's browser, Dana signs in at Slack
+            h.emulator.openid.sign_in_as("U_DANA")
+            as_dana = await at_slack(alice, await begin(alice))
             status, _ = await alice.get(callback)
             assert status == 200
-            # the same state again: used
+            # ... and comes back after Alice is signed in here: refused, Alice stays
             sid = alice.cookie(SESSION_COOKIE)
             before = await counts(h)
+            status, body = await alice.get(as_dana)
+            assert status == 403 and "another approver" in body
+            assert (await refusals(h))[-1]["reason"] == "other_approver"
+            assert await counts(h) == before and alice.cookie(SESSION_COOKIE) == sid
+            # the same state again: used
             status, _ = await alice.get(callback)
             assert status == 403 and (await refusals(h))[-1]["reason"] == "state_used"
             assert await counts(h) == before and alice.cookie(SESSION_COOKIE) == sid
@@ -213,6 +223,17 @@ async def test_slack_sign_in_refusals_are_audited_and_change_nothing(db_url: str
                 assert details["slack_user"] == "U_CAROL"
                 [*_, last] = await audit(h, "web_refused")
                 assert last.actor == "U_CAROL"
+                # Slack unreachable when the code is to be exchanged
+                h.emulator.openid.sign_in_as("U_DANA")
+                back = await at_slack(dana, await begin(dana))
+                await h.emulator.down()
+                try:
+                    status, body = await dana.get(back)
+                finally:
+                    await h.emulator.up()
+                assert status == 503 and "could not be reached" in body
+                assert (await refusals(h))[-1]["reason"] == "slack_unreachable"
+                assert await counts(h) == before
             finally:
                 await dana.close()
             # one sign-in in all (Alice's), nothing decided, nothing ran
