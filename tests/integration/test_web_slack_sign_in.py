@@ -64,6 +64,7 @@ async def test_sign_in_with_slack_and_approve_on_the_queue(db_url: str, tmp_path
         [aid] = paused.approval_ids
         await h.card(aid)
         h.emulator.openid.sign_in_as("U_ALICE")
+        assert "; Sign in with Slack on" in h.service.describe()
         alice = Browser(url)
         try:
             # the sign-in page's form may go on to Slack's authorize page, and only there
@@ -129,6 +130,7 @@ async def test_the_sign_in_page_offers_slack_only_when_configured(sqlite_url: st
             status, page = await b.get("/review")
             assert status == 200 and "Mail me a sign-in link" in page
             assert "Slack" not in page and b.last is not None
+            assert "Sign in with Slack" not in h.service.describe()
             assert "form-action 'self';" in b.last.headers["Content-Security-Policy"]
             status, _ = await b.get(CALLBACK + "?state=x&code=y")
             assert status == 404
