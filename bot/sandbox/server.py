@@ -2,7 +2,8 @@
 
 Point ``AsyncWebClient(token=..., base_url=await emulator.start())`` at it and the app's
 Slack traffic stays on 127.0.0.1. Besides the Web API (see :data:`bot.sandbox.webapi.METHODS`)
-it serves the Socket Mode websocket and ``response_url`` endpoints, injects faults, and
+it serves the Socket Mode websocket, ``response_url`` endpoints and Sign in with Slack
+(:mod:`bot.sandbox.openid`: the authorize step and ``openid.connect.*``), injects faults, and
 records every call so tests can assert on what the app sent. Every route it serves is
 behind :class:`bot.sandbox.guard.Guard`: its callers are programs on this machine (and the
 sandbox's own page), never another site's page in a browser.
