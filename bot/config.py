@@ -167,6 +167,26 @@ class Settings(BaseSettings):
                     "is mailed to its approvers, once, while it is open; unset: mailed only "
                     "when its card is given up. Needs APPROVALD_PUBLIC_URL, APPROVALD_SMTP_URL "
                     "and APPROVALD_MAIL_FROM")
+    # Sign in with Slack on the review queue (Slack's OpenID Connect): on when both are set
+    slack_client_id: str | None = Field(
+        None, validation_alias=_env("APPROVALD_SLACK_CLIENT_ID"),
+        description="the Slack app's client ID (Basic Information, App Credentials): with "
+                    "APPROVALD_SLACK_CLIENT_SECRET and APPROVALD_PUBLIC_URL, the review "
+                    "queue offers Sign in with Slack (OpenID Connect) beside the mailed link")
+    slack_client_secret: SecretStr | None = Field(
+        None, validation_alias=_env("APPROVALD_SLACK_CLIENT_SECRET"),
+        description="the Slack app's client secret, for Sign in with Slack (the code Slack "
+                    "sends back is exchanged with it)")
+    slack_team_id: str | None = Field(
+        None, validation_alias=_env("APPROVALD_SLACK_TEAM_ID"),
+        description="the workspace (T...) whose members may Sign in with Slack; unset: the "
+                    "bot token's, as auth.test names it. Anyone signing in from another "
+                    "workspace is refused")
+    slack_authorize_url: str | None = Field(
+        None, validation_alias=_env("SLACK_AUTHORIZE_URL"),
+        description="where Sign in with Slack sends the browser to authorize (unset: "
+                    "https://slack.com/openid/connect/authorize, or beside SLACK_API_URL's "
+                    "/api/ when that points elsewhere, such as an emulator)")
     mcp_gateways_file: Path | None = Field(
         None, validation_alias=_env("APPROVALD_MCP_GATEWAYS_FILE"),
         description="a TOML file of MCP gateways serve mounts at /mcp/NAME over Streamable "
@@ -353,6 +373,39 @@ class Settings(BaseSettings):
                 or parts.query or parts.fragment:
             raise ValueError("must be an http(s) URL such as https://approvals.example.com")
         return v.strip().rstrip("/")
+
+    @field_validator("slack_authorize_url")
+    @classmethod
+    def _authorize_url(cls, v: str | None) -> str | None:
+        if v is None or not v.strip():
+            return None
+        if not v.strip().startswith(("http://", "https://")):
+            raise ValueError("must be an http(s) URL")
+        return v.strip()
+
+    @field_validator("slack_team_id")
+    @classmethod
+    def _team_id(cls, v: str | None) -> str | None:
+        if v is None or not v.strip():
+            return None
+        if not re.fullmatch(r"[TE][A-Z0-9_]{1,30}", v.strip()):
+            raise ValueError("must be a workspace ID such as T024BE7LD")
+        return v.strip()
+
+    @property
+    def slack_sign_in(self) -> bool:
+        """Whether the review queue offers Sign in with Slack (client ID and secret set)."""
+        return bool(self.slack_client_id and self.slack_client_secret
+                    and self.slack_client_secret.get_secret_value())
+
+    def slack_authorize_endpoint(self) -> str:
+        """Where Sign in with Slack sends the browser: SLACK_AUTHORIZE_URL, else beside the
+        Web API's base URL (slack.com's, or an emulator's)."""
+        if self.slack_authorize_url:
+            return self.slack_authorize_url
+        base = self.slack_api_url.rstrip("/")
+        root = base.removesuffix("/api") if base.endswith("/api") else base
+        return f"{root}/openid/connect/authorize"
 
     @field_validator("smtp_url")
     @classmethod

@@ -115,6 +115,9 @@ class Service:
             log.warning("APPROVALD_MAIL_FALLBACK_AFTER is set, but mail cannot be sent (it "
                         "needs APPROVALD_PUBLIC_URL, APPROVALD_SMTP_URL and "
                         "APPROVALD_MAIL_FROM): a card Slack does not take is not mailed")
+        if settings.slack_client_id and self.web is None:
+            log.warning("APPROVALD_SLACK_CLIENT_ID is set, but there is no review queue to "
+                        "sign in to (it needs APPROVALD_PUBLIC_URL): Sign in with Slack is off")
         self.worker = self.engine.worker(poll_interval=settings.poll_interval)
         self.scheduler = self.engine.expiry_scheduler(
             sweep_interval=timedelta(seconds=settings.sweep_interval))
@@ -363,6 +366,7 @@ class Service:
             lines.append(f"review: {self.web.public_url}/review (the web review queue, "
                          f"served at {http}/review; sign-in links by mail "
                          f"{'on' if self.web.mailer else 'off: APPROVALD_SMTP_URL'}"
+                         f"{'; Sign in with Slack on' if self.web.slack else ''}"
                          f"{self._fallback_words()})")
         if self.mcp is not None and http:
             lines.extend(f"mcp: {http}/mcp/{name} (the MCP gateway {name}, in front of "

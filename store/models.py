@@ -426,3 +426,16 @@ class WebSession(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
     ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+class WebSlackState(Base):
+    """A sign-in with Slack begun in a browser: the SHA-256 of its ``state`` and of the
+    browser cookie it is bound to; ``used_at`` is set once, by compare-and-set."""
+
+    __tablename__ = "web_slack_states"
+
+    id_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    browser_hash: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    used_at: Mapped[datetime | None] = mapped_column(UTCDateTime())

@@ -2,7 +2,8 @@
 
 Point ``AsyncWebClient(token=..., base_url=await emulator.start())`` at it and the app's
 Slack traffic stays on 127.0.0.1. Besides the Web API (see :data:`bot.sandbox.webapi.METHODS`)
-it serves the Socket Mode websocket and ``response_url`` endpoints, injects faults, and
+it serves the Socket Mode websocket, ``response_url`` endpoints and Sign in with Slack
+(:mod:`bot.sandbox.openid`: the authorize step and ``openid.connect.*``), injects faults, and
 records every call so tests can assert on what the app sent. Every route it serves is
 behind :class:`bot.sandbox.guard.Guard`: its callers are programs on this machine (and the
 sandbox's own page), never another site's page in a browser.
@@ -22,6 +23,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from aiohttp import web
 from approvald.bot.sandbox.guard import Guard
 from approvald.bot.sandbox.hooks import ResponseUrlPost, ResponseUrls
+from approvald.bot.sandbox.openid import METHODS as OPENID_METHODS
+from approvald.bot.sandbox.openid import OpenIdProvider
 from approvald.bot.sandbox.request import Params, SlackError, authorize, pop_token, read_params
 from approvald.bot.sandbox.socket_mode import SocketModeHub
 from approvald.bot.sandbox.state import (
@@ -82,7 +85,8 @@ class SlackEmulator:
 
     def __init__(self, bot_token: str = "xoxb-test", app_token: str = "xapp-test",
                  signing_secret: str | None = None, clock: Clock | None = None,
-                 *, workspace: Workspace | None = None) -> None:
+                 *, workspace: Workspace | None = None, client_id: str = "1111.2222",
+                 client_secret: str = "sandbox-client-secret") -> None:
         self.bot_token = bot_token
         self.app_token = app_token
         self.signing_secret = signing_secret
@@ -91,6 +95,9 @@ class SlackEmulator:
         self.hub = SocketModeHub(self.state.workspace.app_id)
         self.api = WebApi(self.state, self.clock, self.hub.issue_ticket)
         self.hooks = ResponseUrls(self.api)
+        #: Sign in with Slack: the authorize step and the openid.connect.* methods
+        self.openid = OpenIdProvider(self.state, self.clock, client_id=client_id,
+                                     client_secret=client_secret)
         self._calls: list[Call] = []
         self._faults: deque[_Fault] = deque()
         self._delays: dict[str, float] = {}
@@ -196,6 +203,7 @@ class SlackEmulator:
         app.router.add_route("*", "/api/{path:.*}", self._handle_not_a_method)
         app.router.add_get("/socket-mode/{ticket}", self._handle_socket)
         app.router.add_post("/response/{hook}", self._handle_response_url)
+        app.router.add_get("/openid/connect/authorize", self._handle_authorize)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False,
                                      shutdown_timeout=2.0)
         await self._runner.setup()
@@ -380,6 +388,13 @@ class SlackEmulator:
         spec = METHODS.get(method)
         if spec is not None and request.method == "GET" and not spec.get:
             return self._plain(method, values, 405)
+        if method in OPENID_METHODS:  # client credentials, or the token a sign-in gave
+            try:
+                body = self.openid.call(method, Params(values), token=token,
+                                        authorization=request.headers.get("Authorization", ""))
+            except SlackError as exc:
+                body = exc.body()
+            return self._answer(method, values, body)
         try:
             if spec is not None:
                 authorize(token, self.bot_token if spec.token == "bot" else self.app_token,
@@ -390,6 +405,11 @@ class SlackEmulator:
         if body.get("ok") and method in CHANGING:
             self._changed(method, values, body)
         return self._answer(method, values, body)
+
+    async def _handle_authorize(self, request: web.Request) -> web.StreamResponse:
+        if self._down is not None:
+            return web.Response(status=503, text="Service Unavailable")
+        return self.openid.authorize(request)
 
     async def _handle_socket(self, request: web.Request) -> web.StreamResponse:
         if self._down is not None:

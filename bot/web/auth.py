@@ -16,10 +16,19 @@ when the public URL is https); only its SHA-256 is stored, and it lives
 :data:`SESSION_TTL`. Each state-changing form carries a CSRF token, the HMAC of the
 session id under the deployment's secret: bound to the session, stored nowhere.
 
+Sign in with Slack (:mod:`bot.web.slack_sign_in`), where the operator configured it, ends
+in the same kind of session. Its ``state`` is single-use and lives :data:`STATE_TTL`: its
+row stores only the SHA-256 of the state and of a random cookie of the browser that began
+the sign-in, and using it is a compare-and-set that only that browser's cookie passes.
+That cookie is ``SameSite=Lax`` (a ``Strict`` one would not come back with Slack's
+redirect) and is sent only to the sign-in's own paths. The same approvers may sign in
+either way: those ``APPROVALD_APPROVER_EMAILS`` lists, by their Slack user id.
+
 Every refusal (a link used again, expired or unknown, a link for another approver than
 the one signed in, a session the database does not hold, a POST without its CSRF token or
-from another origin) is audited as ``web_refused`` with its reason, and changes nothing
-else.
+from another origin; a Slack state forged, used again, expired or another browser's, a
+code Slack will not exchange, another workspace, someone who is not an approver) is
+audited as ``web_refused`` with its reason, and changes nothing else.
 """
 
 from __future__ import annotations
@@ -42,6 +51,7 @@ from approvald.store.repos import Tx
 from approvald.store.repos.web import LinkRecord, SessionRecord
 
 LINK_TTL = timedelta(minutes=15)
+STATE_TTL = timedelta(minutes=10)  # from leaving for Slack's authorize page to coming back
 SESSION_TTL = timedelta(minutes=30)
 MAX_LIVE_LINKS = 5  # unused links per approver at once: a cap on mails anyone can trigger
 VIA = "web"
@@ -83,6 +93,10 @@ class WebKeys:
     def csrf(self, session_id: str) -> str:
         """The CSRF token of a session's forms."""
         return self._mac("csrf", session_id)
+
+    def nonce(self, state: str) -> str:
+        """The OpenID Connect ``nonce`` of a sign-in with Slack (stored nowhere)."""
+        return self._mac("nonce", state)
 
     def pre_csrf(self, pre_id: str) -> str:
         """The CSRF token of the forms shown before sign-in (bound to a pre-session cookie)."""
@@ -173,16 +187,8 @@ class WebAuth:
             used = await tx.web.use_link(token_hash, now=now)
             if used is None:
                 return None  # why is read after: a use racing this one may have won
-            record = SessionRecord(id_hash=sha256(session_id), user_id=used.user_id,
-                                   created_at=now, expires_at=now + SESSION_TTL,
-                                   ended_at=None)
-            await tx.web.add_session(id_hash=record.id_hash, user_id=record.user_id,
-                                     created_at=now, expires_at=record.expires_at)
-            self.audit.record(tx, at=now, action="web_signed_in", actor=used.user_id,
-                              via=VIA, details={"link": used.id,
-                                                "session_expires_at":
-                                                    record.expires_at.isoformat()})
-            return record
+            return await self._open_session(tx, session_id, used.user_id,
+                                            {"link": used.id})
 
         result = await self.db.transact(write, what="a sign-in")
         if not isinstance(result, SessionRecord):
@@ -201,7 +207,95 @@ class WebAuth:
             raise result
         return session_id, Session(result, self.keys.csrf(session_id))
 
+    # -- Sign in with Slack ---------------------------------------------------------------
+    def may_sign_in(self, user: str) -> bool:
+        """Whether ``user`` is an approver the review queue signs in (the same book for a
+        mailed link and for Slack)."""
+        return user in self.emails
+
+    async def begin_slack(self, browser: str) -> str:
+        """A new ``state`` for a sign-in with Slack from the browser whose cookie holds
+        ``browser`` (only the hashes of both are stored)."""
+        state = _b64(secrets.token_bytes(32))
+
+        async def write(tx: Tx) -> None:
+            now = self.clock.now()
+            await tx.web.add_slack_state(id_hash=sha256(state), browser_hash=sha256(browser),
+                                         created_at=now, expires_at=now + STATE_TTL)
+
+        await self.db.transact(write, what="a sign-in with Slack")
+        return state
+
+    async def use_slack_state(self, state: str, browser: str | None) -> None:
+        """Use ``state`` (once), from the browser it was made for; :class:`Refused`
+        (audited) for a state forged, used before, expired, or another browser's."""
+        id_hash = sha256(state)
+
+        async def write(tx: Tx) -> bool:
+            used = await tx.web.use_slack_state(id_hash, browser_hash=sha256(browser or ""),
+                                                now=self.clock.now())
+            return used is not None
+
+        if await self.db.transact(write, what="a sign-in with Slack"):
+            return
+        async with self.db.read() as tx:  # why, read after: a use racing this one may have won
+            row = await tx.web.slack_state(id_hash)
+        refusal = (
+            Refused("unknown_state", "This sign-in with Slack was not begun here. Start "
+                    "again from the review queue.") if row is None else
+            Refused("state_used", "This sign-in with Slack was completed already. Start "
+                    "again from the review queue.") if row.used_at is not None else
+            Refused("state_expired", "This sign-in with Slack took too long. Start again "
+                    "from the review queue.") if row.expires_at <= self.clock.now() else
+            Refused("state_no_cookie", "This browser did not begin this sign-in with Slack "
+                    "(or its cookie is gone). Start again from the review queue.")
+            if not browser else
+            Refused("state_other_browser", "This sign-in with Slack was begun in another "
+                    "browser. Start again from the review queue."))
+        await self.refuse(refusal.reason, sign_in="slack")
+        raise refusal
+
+    async def slack_session(self, user: str, team: str, *, workspace: str,
+                            current: Session | None) -> tuple[str, Session]:
+        """A session for the Slack user ``user`` of ``team``, who signed in with Slack: the
+        same kind as a mailed link's. :class:`Refused` (audited) for another workspace than
+        ``workspace``, someone who is not an approver, or another approver than the one
+        this browser is signed in as."""
+        refusal = (
+            Refused("wrong_team", "You signed in to another Slack workspace than this "
+                    "deployment's.") if team != workspace else
+            Refused("not_an_approver", "Your Slack account is not an approver's here.")
+            if not self.may_sign_in(user) else
+            Refused("other_approver", "You signed in with Slack as another approver than "
+                    "the one signed in here. Sign out first.")
+            if current is not None and current.user != user else None)
+        if refusal is not None:
+            await self.refuse(refusal.reason, actor=user if refusal.reason != "wrong_team"
+                              else ANONYMOUS, sign_in="slack", slack_user=user,
+                              slack_team=team)
+            raise refusal
+        session_id = _b64(secrets.token_bytes(32))
+
+        async def write(tx: Tx) -> SessionRecord:
+            return await self._open_session(tx, session_id, user, {"slack_team": team})
+
+        record = await self.db.transact(write, what="a sign-in")
+        return session_id, Session(record, self.keys.csrf(session_id))
+
     # -- sessions -------------------------------------------------------------------------
+    async def _open_session(self, tx: Tx, session_id: str, user: str,
+                            how: dict[str, str]) -> SessionRecord:
+        """Write a new session for ``user`` and audit it (``how``: the link, or Slack)."""
+        now = self.clock.now()
+        record = SessionRecord(id_hash=sha256(session_id), user_id=user, created_at=now,
+                               expires_at=now + SESSION_TTL, ended_at=None)
+        await tx.web.add_session(id_hash=record.id_hash, user_id=user, created_at=now,
+                                 expires_at=record.expires_at)
+        self.audit.record(tx, at=now, action="web_signed_in", actor=user, via=VIA,
+                          details={**how,
+                                   "session_expires_at": record.expires_at.isoformat()})
+        return record
+
     async def session(self, session_id: str | None) -> Session | None:
         """The live session a cookie names, or None."""
         if not session_id:

@@ -106,7 +106,7 @@ def _when(t: datetime) -> str:
 
 
 def page(title: str, body: str, *, user: str | None = None, csrf: str | None = None,
-         status_line: str | None = None) -> str:
+         status_line: str | None = None, then: str | None = None) -> str:
     """A whole page: the header (who is signed in, and a sign-out button), then ``body``."""
     who = ""
     if user is not None and csrf is not None:
@@ -117,6 +117,7 @@ def page(title: str, body: str, *, user: str | None = None, csrf: str | None = N
     notice = f'<div class="notice">{e(status_line)}</div>' if status_line else ""
     return ("<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">"
+            + (f'<meta http-equiv="refresh" content="0;url={e(then)}">' if then else "") +
             f"<title>{e(title)} · approvald</title>"
             "<link rel=\"stylesheet\" href=\"/review/style.css\"></head><body>"
             f"<header><h1>approvald · {e(title)}</h1>{who}</header>"
@@ -130,10 +131,18 @@ def message(title: str, text: str, *, error: bool = False, back: bool = True,
                 user=user, csrf=csrf)
 
 
-def sign_in_form(pre_csrf: str, *, note: str | None = None) -> str:
-    """Ask for an address to mail a sign-in link to."""
+def sign_in_form(pre_csrf: str, *, note: str | None = None, slack: bool = False) -> str:
+    """Ask for an address to mail a sign-in link to (and, where the operator configured
+    it, offer Sign in with Slack)."""
+    with_slack = ""
+    if slack:
+        with_slack = (
+            '<form method="post" action="/review/sign-in/slack">'
+            f'<input type="hidden" name="csrf" value="{e(pre_csrf)}">'
+            '<button class="other" type="submit">Sign in with Slack</button></form>'
+            '<p class="meta">Or by mail:</p>')
     return page("Sign in", (
-        '<div class="card"><h2>Sign in to review requests</h2>'
+        '<div class="card"><h2>Sign in to review requests</h2>' + with_slack +
         '<p class="meta">Enter the address approvald knows you by. A link that signs you in '
         'once, for 15 minutes, is mailed to it.</p>'
         '<form method="post" action="/review/sign-in/mail">'
@@ -142,6 +151,14 @@ def sign_in_form(pre_csrf: str, *, note: str | None = None) -> str:
         'placeholder="you@example.com" aria-label="Email address">'
         '<button class="approve" type="submit">Mail me a sign-in link</button></form></div>'),
         status_line=note)
+
+
+def signed_in(user: str) -> str:
+    """After Sign in with Slack: on to the queue (a page that goes there, not a redirect,
+    so that the browser sends the new session's cookie along)."""
+    return page("Signed in", (
+        f'<div class="notice">Signed in as <strong>{e(user)}</strong>.</div>'
+        '<p><a href="/review">Open the review queue</a></p>'), then="/review")
 
 
 def confirm_sign_in(token: str, pre_csrf: str, user: str) -> str:

@@ -7,6 +7,11 @@ A decision POST also needs a live session (a cookie the database does not hold i
 the same way) and goes through the engine's one ``decide``, as ``Actor(user, "web")``,
 bound to the digest of the arguments the page showed and to the same button token a card
 carries: arguments edited since the page was drawn refuse it as a stale card.
+
+Sign in with Slack, when configured, begins with a POST (from this origin, with the
+pre-session CSRF token) that stores a state and sends the browser to Slack; Slack sends it
+back to a GET, the one route that signs in without a POST, because that is how OpenID
+Connect returns: it does nothing unless the state is this browser's, unused and fresh.
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 from approvald.bot.web import pages
-from approvald.bot.web.auth import Refused, Session, WebAuth
+from approvald.bot.web.auth import STATE_TTL, Refused, Session, WebAuth
+from approvald.bot.web.slack_sign_in import CALLBACK, SlackOpenId
 from approvald.runtime.decide import Actor, Verdict
 from approvald.runtime.engine import Engine
 from approvald.runtime.errors import DecisionRefused, NotFound
@@ -31,6 +37,8 @@ log = logging.getLogger("approvald.web")
 
 SESSION_COOKIE = "approvald_session"
 PRE_COOKIE = "approvald_pre"
+SLACK_COOKIE = "approvald_slack"  # binds a sign-in with Slack's state to its browser
+SLACK_PATH = "/review/sign-in/slack"
 CANDIDATES = 200  # pending requests looked at for one queue page
 VERDICTS: dict[str, Verdict] = {"approve": "approve", "deny": "deny", "redirect": "redirect",
                                 "edit": "edit"}
@@ -62,17 +70,26 @@ def see_other(location: str) -> web.Response:
     return web.Response(status=303, headers={**HEADERS, "Location": location})
 
 
-def html(body: str, status: int = 200) -> web.Response:
+def html(body: str, status: int = 200, *,
+         headers: dict[str, str] | None = None) -> web.Response:
     return web.Response(text=body, status=status, content_type="text/html", charset="utf-8",
-                        headers=HEADERS)
+                        headers=headers or HEADERS)
 
 
 class WebRoutes:
     """The handlers of ``/review``."""
 
-    def __init__(self, engine: Engine, auth: WebAuth, public_url: str) -> None:
+    def __init__(self, engine: Engine, auth: WebAuth, public_url: str,
+                 slack: SlackOpenId | None = None) -> None:
         self.e = engine
         self.auth = auth
+        self.slack = slack  # Sign in with Slack, when the operator configured it
+        # the sign-in page's form goes on to Slack's authorize page (a redirect that a
+        # browser holds to form-action too)
+        self.sign_in_headers = HEADERS if slack is None else {
+            **HEADERS, "Content-Security-Policy": HEADERS["Content-Security-Policy"].replace(
+                "form-action 'self'",
+                f"form-action 'self' {origin_of(slack.authorize_endpoint)}")}
         self.origin = origin_of(public_url)
         self.secure = public_url.lower().startswith("https://")
 
@@ -81,6 +98,9 @@ class WebRoutes:
         r.add_get("/review", self.queue, allow_head=False)
         r.add_get("/review/style.css", self.style, allow_head=False)
         r.add_post("/review/sign-in/mail", self._posted(self.mail_link))
+        if self.slack is not None:
+            r.add_post(SLACK_PATH, self._posted(self.slack_begin))
+            r.add_get(CALLBACK, self.slack_callback, allow_head=False)
         r.add_get("/review/sign-in/{token}", self.open_link, allow_head=False)
         r.add_post("/review/sign-in", self._posted(self.sign_in))
         r.add_post("/review/sign-out", self._posted(self.sign_out))
@@ -88,9 +108,17 @@ class WebRoutes:
         r.add_post("/review/requests/{id}", self._posted(self.decide))
 
     # -- plumbing -------------------------------------------------------------------------
-    def _cookie(self, resp: web.StreamResponse, name: str, value: str, max_age: int) -> None:
-        resp.set_cookie(name, value, max_age=max_age, path="/review", httponly=True,
-                        samesite="Strict", secure=self.secure)
+    def _cookie(self, resp: web.StreamResponse, name: str, value: str, max_age: int, *,
+                path: str = "/review", samesite: str = "Strict") -> None:
+        resp.set_cookie(name, value, max_age=max_age, path=path, httponly=True,
+                        samesite=samesite, secure=self.secure)
+
+    def _signed_in_response(self, resp: web.StreamResponse, session_id: str,
+                            session: Session) -> None:
+        """Set the new session's cookie on ``resp``; the pre-session cookie is done."""
+        life = session.record.expires_at - session.record.created_at
+        self._cookie(resp, SESSION_COOKIE, session_id, int(life.total_seconds()))
+        resp.del_cookie(PRE_COOKIE, path="/review")
 
     def _pre(self, request: web.Request) -> tuple[str, bool]:
         """The pre-session cookie's value, and whether it has to be set."""
@@ -143,7 +171,9 @@ class WebRoutes:
         session = await self._session(request)
         if session is None:
             pre, new = self._pre(request)
-            resp = html(pages.sign_in_form(self.auth.keys.pre_csrf(pre)))
+            resp = html(pages.sign_in_form(self.auth.keys.pre_csrf(pre),
+                                           slack=self.slack is not None),
+                        headers=self.sign_in_headers)
             if new:
                 self._cookie(resp, PRE_COOKIE, pre, 3600)
             return resp
@@ -234,9 +264,65 @@ class WebRoutes:
         current = await self._session(request)
         session_id, session = await self.auth.sign_in(token, current=current)
         resp = see_other("/review")
-        life = session.record.expires_at - session.record.created_at
-        self._cookie(resp, SESSION_COOKIE, session_id, int(life.total_seconds()))
-        resp.del_cookie(PRE_COOKIE, path="/review")
+        self._signed_in_response(resp, session_id, session)
+        return resp
+
+    async def slack_begin(self, request: web.Request,
+                          form: MultiDictProxy[str | bytes | Any]) -> web.StreamResponse:
+        """Leave for Slack's authorize page, with a state bound to this browser."""
+        assert self.slack is not None
+        await self._pre_checked(request, form)
+        try:
+            team = await self.slack.team()
+        except Refused as exc:
+            await self.auth.refuse(exc.reason, path=request.path, sign_in="slack")
+            raise
+        # one cookie per browser, not per attempt: two tabs may sign in at once
+        browser = request.cookies.get(SLACK_COOKIE) or ""
+        if not 20 <= len(browser) <= 100:
+            browser = secrets.token_urlsafe(32)
+        state = await self.auth.begin_slack(browser)
+        resp = web.Response(status=303, headers={
+            **HEADERS, "Location": self.slack.authorize_url(state, self.auth.keys.nonce(state),
+                                                            team)})
+        # Lax, not Strict: it has to come back with Slack's redirect (a cross-site one)
+        self._cookie(resp, SLACK_COOKIE, browser, int(STATE_TTL.total_seconds()),
+                     path=SLACK_PATH, samesite="Lax")
+        return resp
+
+    async def slack_callback(self, request: web.Request) -> web.StreamResponse:
+        """Slack sends the browser back: use the state (once, from the browser that began
+        the sign-in), exchange the code, and sign in the approver Slack names."""
+        assert self.slack is not None
+        try:
+            state = request.query.get("state", "")
+            if not 1 <= len(state) <= 100:
+                await self.auth.refuse("unknown_state", sign_in="slack")
+                raise Refused("unknown_state", "This sign-in with Slack was not begun here. "
+                              "Start again from the review queue.")
+            await self.auth.use_slack_state(state, request.cookies.get(SLACK_COOKIE))
+            code = request.query.get("code", "")
+            if not code or len(code) > 500:
+                error = request.query.get("error", "no code")[:100]
+                await self.auth.refuse("slack_refused", sign_in="slack", error=error)
+                raise Refused("slack_refused", f"Slack did not sign you in ({error}).")
+            try:
+                who = await self.slack.identify(code, self.auth.keys.nonce(state))
+                workspace = await self.slack.team()
+            except Refused as exc:
+                await self.auth.refuse(exc.reason, sign_in="slack", error=str(exc)[:300])
+                raise
+            session_id, session = await self.auth.slack_session(
+                who.user, who.team, workspace=workspace, current=await self._session(request))
+        except Refused as exc:
+            resp = html(pages.message("Refused", str(exc), error=True), exc.status)
+        else:
+            # a page, not a redirect: after Slack's cross-site redirect, a browser would not
+            # send the SameSite=Strict session cookie along a redirect to /review
+            resp = html(pages.signed_in(session.user))
+            self._signed_in_response(resp, session_id, session)
+            # (the browser's cookie stays, for a sign-in begun in another tab: it signs
+            # nothing in by itself, and it lapses with the states it binds)
         return resp
 
     async def _signed_in(self, request: web.Request,

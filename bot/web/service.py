@@ -11,6 +11,7 @@ from approvald.bot.web import pages
 from approvald.bot.web.auth import WebAuth, WebKeys
 from approvald.bot.web.mail import SIGN_IN_MAIL, Mail, MailDeliverer, Mailer, SmtpTarget
 from approvald.bot.web.routes import WebRoutes
+from approvald.bot.web.slack_sign_in import SlackOpenId
 from approvald.runtime.decide import Actor
 from approvald.runtime.engine import Engine
 from approvald.runtime.errors import ConfigError, DecisionRefused, Refusal
@@ -19,6 +20,28 @@ from approvald.runtime.outbox import Deliverer, RetryLater, Undeliverable
 from approvald.store.records import ApprovalRecord, OutboxRecord
 
 MIN_SECRET = 16
+
+
+def slack_open_id(settings: Settings) -> SlackOpenId | None:
+    """Sign in with Slack, when the operator set the Slack app's client ID and secret."""
+    if not settings.slack_client_id and not settings.slack_client_secret:
+        return None
+    if not settings.slack_sign_in:
+        missing = ("APPROVALD_SLACK_CLIENT_SECRET" if settings.slack_client_id
+                   else "APPROVALD_SLACK_CLIENT_ID")
+        raise ConfigError(f"{missing}: Sign in with Slack needs both the Slack app's client "
+                          "ID and its client secret")
+    if settings.slack_team_id is None and settings.slack_bot_token is None:
+        raise ConfigError("APPROVALD_SLACK_TEAM_ID: Sign in with Slack admits one workspace; "
+                          "set it, or SLACK_BOT_TOKEN (whose workspace is then the one)")
+    assert settings.slack_client_id and settings.slack_client_secret and settings.public_url
+    token = settings.slack_bot_token
+    return SlackOpenId(client_id=settings.slack_client_id,
+                       client_secret=settings.slack_client_secret.get_secret_value(),
+                       authorize_url=settings.slack_authorize_endpoint(),
+                       api_url=settings.slack_api_url, public_url=settings.public_url,
+                       team_id=settings.slack_team_id,
+                       bot_token=token.get_secret_value() if token else None)
 
 
 class WebFace:
@@ -36,7 +59,8 @@ class WebFace:
         self.keys = WebKeys(secret)
         self.auth = WebAuth(engine.db, engine.clock, engine.audit, engine.notify_outbox,
                             self.keys, settings.emails())
-        self.routes = WebRoutes(engine, self.auth, settings.public_url)
+        self.slack = slack_open_id(settings)
+        self.routes = WebRoutes(engine, self.auth, settings.public_url, self.slack)
         self.mailer: Mailer | None = None
         if settings.smtp_url is not None and settings.mail_from is not None:
             self.mailer = Mailer(SmtpTarget.parse(settings.smtp_url.get_secret_value()),

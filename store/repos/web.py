@@ -1,7 +1,7 @@
-"""The web review queue's sign-in links and sessions.
+"""The web review queue's sign-in links, Sign in with Slack states, and sessions.
 
-Using a link is one ``UPDATE ... WHERE used_at IS NULL AND expires_at > now``: of two
-uses, in one process or across replicas, exactly one gets the row back.
+Using a link (or a state) is one ``UPDATE ... WHERE used_at IS NULL AND expires_at > now``:
+of two uses, in one process or across replicas, exactly one gets the row back.
 """
 
 from __future__ import annotations
@@ -10,12 +10,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import cast
 
-from approvald.store.models import WebLink, WebSession
+from approvald.store.models import WebLink, WebSession, WebSlackState
 from approvald.store.repos.base import Repo, to_record
 from sqlalchemy import Table, func, select, update
 
 _L = cast(Table, WebLink.__table__)
 _S = cast(Table, WebSession.__table__)
+_T = cast(Table, WebSlackState.__table__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +25,15 @@ class LinkRecord:
     token_hash: str
     user_id: str
     email: str
+    created_at: datetime
+    expires_at: datetime
+    used_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class SlackStateRecord:
+    id_hash: str
+    browser_hash: str
     created_at: datetime
     expires_at: datetime
     used_at: datetime | None
@@ -70,6 +80,27 @@ class WebRepo(Repo):
                 _L.c.user_id == user_id, _L.c.used_at.is_(None), _L.c.expires_at > now))
              ).scalar_one()
         return int(n)
+
+    # -- Sign in with Slack: the state of each sign-in begun ------------------------------
+    async def add_slack_state(self, *, id_hash: str, browser_hash: str, created_at: datetime,
+                              expires_at: datetime) -> None:
+        await self.conn.execute(_T.insert(), {
+            "id_hash": id_hash, "browser_hash": browser_hash, "created_at": created_at,
+            "expires_at": expires_at, "used_at": None})
+
+    async def slack_state(self, id_hash: str) -> SlackStateRecord | None:
+        row = (await self.conn.execute(select(_T).where(_T.c.id_hash == id_hash))).first()
+        return to_record(SlackStateRecord, row)
+
+    async def use_slack_state(self, id_hash: str, *, browser_hash: str,
+                              now: datetime) -> SlackStateRecord | None:
+        """Mark a live state of this browser used (compare-and-set); None when it is used,
+        expired, unknown or another browser's."""
+        row = (await self.conn.execute(
+            update(_T).where(_T.c.id_hash == id_hash, _T.c.browser_hash == browser_hash,
+                             _T.c.used_at.is_(None), _T.c.expires_at > now)
+            .values(used_at=now).returning(_T))).first()
+        return to_record(SlackStateRecord, row)
 
     # -- sessions -------------------------------------------------------------------------
     async def add_session(self, *, id_hash: str, user_id: str, created_at: datetime,

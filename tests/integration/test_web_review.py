@@ -35,6 +35,18 @@ async def sql(h: Harness, query: str) -> list[tuple[Any, ...]]:
         return [tuple(r) for r in await tx.conn.execute(text(query))]
 
 
+async def one_session(h: Harness, b: Browser, user: str) -> Any:
+    """``b`` holds the one session, ``user``'s; only its id's hash is stored; its sign-in
+    audited (the entry is returned)."""
+    sid = b.cookie(SESSION_COOKIE)
+    assert sid
+    stored = await sql(h, "SELECT id_hash, user_id FROM web_sessions")
+    assert len(stored) == 1 and stored[0][1] == user and sid not in str(stored)
+    [signed_in] = await audit(h, "web_signed_in")
+    assert signed_in.actor == user and signed_in.via == "web"
+    return signed_in
+
+
 async def counts(h: Harness) -> dict[str, int]:
     """What a refusal must not change: sessions, used links, decisions."""
     [(sessions, used, decided, votes)] = await sql(
@@ -84,12 +96,7 @@ async def test_sign_in_by_mail_and_approve_on_the_queue_page(db_url: str,
             assert "HttpOnly" in session_cookie and "SameSite=Strict" in session_cookie
             assert "Secure" not in session_cookie  # the public URL is http here
             # only the session id's hash is stored
-            sid = alice.cookie(SESSION_COOKIE)
-            assert sid
-            stored = await sql(h, "SELECT id_hash, user_id FROM web_sessions")
-            assert len(stored) == 1 and stored[0][1] == "U_ALICE" and sid not in str(stored)
-            [signed_in] = await audit(h, "web_signed_in")
-            assert signed_in.actor == "U_ALICE" and signed_in.via == "web"
+            await one_session(h, alice, "U_ALICE")
 
             status, page = await alice.get("/review")
             assert status == 200

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import yaml
@@ -51,6 +52,22 @@ def test_manifest_matches_what_the_app_does() -> None:
                 m["settings"]["event_subscriptions"]["request_url"]):
         assert url.endswith("/slack/events")  # the route bot.app serves
     assert cards.APPROVE.startswith("approvald.")
+
+
+def test_the_sign_in_with_slack_lines_validate_once_uncommented() -> None:
+    from approvald.bot.web.slack_sign_in import CALLBACK, SCOPES
+
+    marked = re.compile(r"^(\s*)# (redirect_urls:|  - https://\S+|user:|  - (openid|profile"
+                        r"|email))(\s+#.*)?$")
+    text = "\n".join(marked.sub(r"\1\2", line)
+                     for line in (ROOT / "manifest.yml").read_text().splitlines())
+    m = yaml.safe_load(text)
+    assert [f"{'/'.join(map(str, e.path))}: {e.message}"
+            for e in _validator().iter_errors(m)] == []
+    [url] = m["oauth_config"]["redirect_urls"]
+    assert url.endswith(CALLBACK)
+    assert m["oauth_config"]["scopes"]["user"] == SCOPES.split()
+    assert "chat:write" in m["oauth_config"]["scopes"]["bot"]
 
 
 def test_a_broken_manifest_is_caught() -> None:
