@@ -334,12 +334,14 @@ class Engine:
             executions = await tx.executions.for_run(run_id)
         return build_state(run, events, executions)
 
-    async def note_revealed(self, actor: str, via: str, details: dict[str, Any]) -> None:
-        """Audit that ``actor`` is about to see sensitive values in clear (``revealed``),
-        before they are shown: a reveal that is not on record never happens."""
+    async def note(self, action: str, actor: str, via: str, details: dict[str, Any]) -> None:
+        """Audit what an operator does to no request in particular: ``revealed`` (about to
+        see sensitive values in clear, recorded before they are shown: a reveal that is
+        not on record never happens), ``resealed`` (values sealed again under a new data
+        key)."""
         async with self.db.write() as tx:
-            self.audit.record(tx, at=self.clock.now(), action="revealed", actor=actor,
-                              via=via, details=details)
+            self.audit.record(tx, at=self.clock.now(), action=action, actor=actor, via=via,
+                              details=details)
 
     async def cancel(self, run_id: str, *, actor: Actor, reason: str | None = None) -> str:
         """Cancel a run: at once if no worker is mid-step, else at its next step boundary
