@@ -158,3 +158,13 @@ async def test_entries_sealed_before_the_masking_verify_and_reseal_with_the_key(
     assert [sealing.key_id(d) for _, d in after[:3]] == [kid] * 3
     assert after[3:len(rows)] == rows[3:]
     assert cli("audit", "verify", APPROVALD_DATA_KEY=KEY_2).returncode == 0
+    # the reseal is itself audited: by whom, under which key, how many values where
+    done = cli("audit", "export", APPROVALD_DATA_KEY=KEY_2)
+    [entry] = [e for e in _lines(done.stdout) if e["action"] == "resealed"]
+    assert entry["actor"].startswith("cli:") and entry["via"] == "cli"
+    assert entry["details"]["key"] == kid
+    assert entry["details"]["retired"] == [sealing.DataKey(KEY_1).id]
+    tables = entry["details"]["tables"]
+    assert tables["audit_log"] == 3 and tables["approvals"] >= 1 and tables["runs"] >= 1
+    again = cli("keys", "reseal", "--batch", "2", APPROVALD_DATA_KEY=KEY_2)
+    assert again.stdout.startswith("resealed 0 values"), again.stderr
