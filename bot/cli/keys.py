@@ -6,7 +6,6 @@ import argparse
 
 from approvald.bot.cli.common import Subparsers, UsageError, operator, with_engine
 from approvald.bot.config import Settings
-from approvald.runtime import sealing
 from approvald.runtime.engine import Engine
 from approvald.store.sealed import BATCH
 
@@ -30,13 +29,9 @@ async def cmd_reseal(s: Settings, a: argparse.Namespace) -> int:
         raise UsageError("--batch: at least 1 row")
 
     async def run(engine: Engine) -> int:
-        counts = await sealing.reseal(engine.db, sealer, batch=a.batch)
+        counts = await engine.reseal(sealer, actor=operator(), via="cli", batch=a.batch)
         current = sealer.current
         assert current is not None  # reseal refuses without one
-        # who moved which values to which key: the retired keys may now be destroyed
-        await engine.note("resealed", operator(), "cli", {
-            "key": current.id, "retired": [k.id for k in sealer.keys[1:]],
-            "tables": counts})
         n = sum(counts.values())
         print(f"resealed {n} value{'s' if n != 1 else ''} under data key {current.id}")
         return 0
