@@ -21,14 +21,15 @@ from approvald.store.db import Database
 from sqlalchemy import text
 
 from tests.helpers import make_cli
-from tests.integration.slack_harness import Harness, harness, wait_for
+from tests.integration.slack_harness import harness, wait_for
 from tests.integration.test_sealed_at_rest import KEY_1, KEY_2, sealed_under
 from tests.integration.test_sensitive_args import (
     AUTH,
     CARD,
     card_agent,
-    decide_in_slack,
+    ended,
     leaks,
+    walk,
 )
 
 
@@ -43,10 +44,6 @@ async def audit_rows(db_url: str) -> list[tuple[int, str]]:
         await db.close()
 
 
-async def _done(h: Harness, run_id: str) -> bool:
-    return (await h.run(run_id)).status in ("completed", "failed", "cancelled")
-
-
 def _lines(out: str) -> list[dict[str, Any]]:
     return [json.loads(x) for x in out.splitlines()]
 
@@ -54,18 +51,12 @@ def _lines(out: str) -> list[dict[str, Any]]:
 async def test_the_audit_log_holds_no_secret_and_verifies_without_the_data_key(
         db_url: str, tmp_path: Path) -> None:
     received: list[dict[str, Any]] = []
-    runs: dict[str, str] = {}
     async with harness(db_url, tmp_path, APPROVALD_DATA_KEY=KEY_1) as h:
         h.engine.registry.add(card_agent(received))
-        for order, how in (("A-1", "standing"), ("A-2", "edit"), ("A-3", "deny")):
-            paused = await h.pause_refund(agent="card-refund", task=f"Refund {order} please")
-            await h.card(paused.approval_ids[0])
-            await decide_in_slack(h, paused.approval_ids[0], how)
-            await wait_for(lambda r=paused.run_id: _done(h, r), what=f"run {order} to end")
-            runs[how] = paused.run_id
+        runs = await walk(h, (("A-1", "standing"), ("A-2", "edit"), ("A-3", "deny")))
         # the standing approval, its scope recorded masked, covers the same call again
         again = await h.engine.run("card-refund", "Refund A-1 please", requested_by="U_DANA")
-        await wait_for(lambda: _done(h, again.run_id), what="the covered run to end")
+        await wait_for(lambda: ended(h, again.run_id), what="the covered run to end")
         assert (await h.run(again.run_id)).status == "completed"
     assert len(received) == 3
 
@@ -122,10 +113,7 @@ async def test_entries_sealed_before_the_masking_verify_and_reseal_with_the_key(
     received: list[dict[str, Any]] = []
     async with harness(db_url, tmp_path, APPROVALD_DATA_KEY=KEY_1) as h:
         h.engine.registry.add(card_agent(received))
-        paused = await h.pause_refund(agent="card-refund", task="Refund A-1 please")
-        await h.card(paused.approval_ids[0])
-        await decide_in_slack(h, paused.approval_ids[0], "approve")
-        await wait_for(lambda: _done(h, paused.run_id), what="the run to end")
+        await walk(h, (("A-1", "approve"),))
     # the first entries as an older approvald wrote them: their details sealed whole
     # (the MAC covers the text inside, so the chain still holds)
     old = sealing.Sealer([sealing.DataKey(KEY_1)])

@@ -92,7 +92,8 @@ def slack_saw(h: Harness) -> list[Any]:
     return seen
 
 
-async def _done(h: Harness, run_id: str) -> bool:
+async def ended(h: Harness, run_id: str) -> bool:
+    """Whether the run ended (completed, failed or cancelled)."""
     run = await h.run(run_id)
     return run.status in ("completed", "failed", "cancelled")
 
@@ -102,6 +103,20 @@ async def _thread_ended(h: Harness, run_id: str) -> bool:
         t = await tx.threads.get(run_id)
         run = await tx.runs.get(run_id)
     return bool(t and t.ts and t.posted_status == run.status)
+
+
+async def walk(h: Harness, plan: tuple[tuple[str, str], ...]) -> dict[str, str]:
+    """For each (order, how) of ``plan``: a run of the card agent refunding ``order``,
+    decided in Slack as ``how`` (see :func:`decide_in_slack`) and waited to its end; the
+    run ids by ``how``."""
+    runs = {}
+    for order, how in plan:
+        paused = await h.pause_refund(agent="card-refund", task=f"Refund {order} please")
+        await h.card(paused.approval_ids[0])
+        await decide_in_slack(h, paused.approval_ids[0], how)
+        await wait_for(lambda r=paused.run_id: ended(h, r), what=f"run {order} to end")
+        runs[how] = paused.run_id
+    return runs
 
 
 async def decide_in_slack(h: Harness, aid: str, how: str) -> dict[str, Any] | None:
@@ -182,7 +197,7 @@ async def test_a_card_number_never_reaches_slack_logs_traces_or_the_audit_export
                     assert shown["card_number"] == "•••• 4242"
                     assert shown["auth"] == {"code": "[masked]"}
                     assert "Sensitive values are shown masked" in json.dumps(modal)
-            await wait_for(lambda r=paused.run_id: _done(h, r), what=f"run {order} to end")
+            await wait_for(lambda r=paused.run_id: ended(h, r), what=f"run {order} to end")
             await wait_for(lambda r=paused.run_id: _thread_ended(h, r),
                            what=f"the thread of {order} to end")
             runs[how] = (paused.run_id, aid)
@@ -294,6 +309,6 @@ async def test_an_edit_given_back_masked_keeps_the_real_value_on_every_face(
             a.id, actor=Actor("U_ALICE", "api"), verdict="edit",
             args={**shown, "amount_cents": 1000}, token=h.engine.button_token(a))
         assert decision.outcome == "approved"
-        await wait_for(lambda: _done(h, paused.run_id))
+        await wait_for(lambda: ended(h, paused.run_id))
     assert received == [{"order_id": "A-7", "amount_cents": 1000, "card_number": CARD,
                          "auth": {"code": AUTH}}]
