@@ -11,6 +11,15 @@ even by someone who does hold the key, and that nothing was cut off the end.
 Entries are recorded inside the caller's transaction and chained as its last
 statements (a ``before_commit`` hook), so the chain head's lock is held briefly and
 always last (see :mod:`store.db` for the lock order).
+
+No entry holds a secret (issue 34): its details are recorded masked, as the cards show
+them (the request's sensitive paths, and what the detectors find anywhere, results and
+errors too), and each value masking changed is named under ``masked`` with the SHA-256
+of its real value's canonical JSON. So the chain is verified, and exported masked,
+without the data key; ``audit export --reveal``, with it, shows the real arguments read
+from the sealed request they belong to, where their digest matches. Entries written
+before this (their details sealed at rest whole) still open, verify and export with
+the key.
 """
 
 from __future__ import annotations
@@ -20,15 +29,16 @@ import hashlib
 import hmac
 import io
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from approvald.runtime import prefix
-from approvald.runtime.canonical import canonical_json, compact_json, sha256_hex
+from approvald.runtime.canonical import canonical_json, compact_json, sha256_hex, value_digest
 from approvald.runtime.errors import ConfigError
-from approvald.runtime.sensitive import masked_details, sensitive_of_snapshot
+from approvald.runtime.sensitive import ARGS_KEYS, masked_details, sensitive_of_snapshot
 from approvald.runtime.standing_chain import StandingState
 from approvald.store.db import Database
 from approvald.store.records import AuditRecord
@@ -41,13 +51,30 @@ ACTIONS = frozenset({
     "not_executed", "cannot_run_resolved",
     "cancel_requested", "refused", "repeated", "failed", "needs_attention", "resumed",
     "standing_granted", "standing_revoked", "token_created", "token_revoked", "policy_loaded",
-    "revealed",
+    "revealed", "resealed",
     # the web review queue: a sign-in link mailed, a sign-in, a refused sign-in or request
     "web_link_sent", "web_signed_in", "web_signed_out", "web_refused",
     # a request mailed to its approvers because Slack did not take its card
     "mailed_instead",
 })
 _PENDING = "audit.pending"  # Tx.scratch key: entries recorded, not yet chained
+# the key of recorded details that names what masking changed, with its real digest
+MASKED = "masked"
+# details keys under which a request's sensitive paths apply (see masked_details)
+_PATH_ROOTS = frozenset(k.split(".", 1)[0] for k in ARGS_KEYS)
+_PATHS_KEPT = 4096  # requests whose sensitive paths a trail remembers
+
+
+def recorded_details(details: Mapping[str, Any],
+                     sensitive: Sequence[str] = ()) -> dict[str, Any]:
+    """``details`` as the chain records them: masked like a card (``sensitive``: the
+    request's sensitive paths; the detectors everywhere), and each top-level value that
+    masking changed named under ``masked`` with the digest of its real value."""
+    masked = masked_details(details, sensitive)
+    changed = {k: value_digest(v) for k, v in details.items() if masked.get(k) != v}
+    if changed:
+        masked[MASKED] = changed
+    return masked
 
 
 class AuditKey:
@@ -92,6 +119,9 @@ class Entry:
     approval_id: str | None = None
     digest: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    # the sensitive paths of the call its details hold; None: those of its request
+    # (``approval_id``'s stored policy), or none without one
+    sensitive: tuple[str, ...] | None = None
 
 
 # a reaction to what a transaction audited, run inside it (see AuditTrail.observe)
@@ -104,6 +134,8 @@ class AuditTrail:
     def __init__(self, key: AuditKey | None = None) -> None:
         self.key = key
         self._observers: list[Observer] = []
+        # approval id -> its sensitive paths (a request's stored policy never changes)
+        self._paths: OrderedDict[str, tuple[str, ...]] = OrderedDict()
 
     def observe(self, fn: Observer) -> None:
         """Call ``fn(tx, entries)`` with what each write transaction audited, inside that
@@ -115,11 +147,16 @@ class AuditTrail:
 
     def record(self, tx: Tx, *, at: datetime, action: str, actor: str, via: str,
                run_id: str | None = None, approval_id: str | None = None,
-               digest: str | None = None, details: dict[str, Any] | None = None) -> None:
-        """Add one entry to ``tx`` (chained, in recording order, just before COMMIT)."""
+               digest: str | None = None, details: dict[str, Any] | None = None,
+               sensitive: Sequence[str] | None = None) -> None:
+        """Add one entry to ``tx`` (chained, in recording order, just before COMMIT).
+        ``sensitive``: the sensitive paths of the call ``details`` holds, when it has no
+        request (``approval_id``) whose stored policy says them."""
         self.record_many(tx, [Entry(at=at, action=action, actor=actor, via=via, run_id=run_id,
                                     approval_id=approval_id, digest=digest,
-                                    details=details or {})])
+                                    details=details or {},
+                                    sensitive=None if sensitive is None
+                                    else tuple(sensitive))])
 
     def record_many(self, tx: Tx, entries: Sequence[Entry]) -> None:
         for e in entries:
@@ -137,12 +174,15 @@ class AuditTrail:
         entries: list[Entry] = tx.scratch.pop(_PENDING, [])
         if not entries:
             return
+        paths = await self._sensitive(tx, entries)
         seq, prev = await tx.audit.lock_head()
         kid = self.key.id if self.key is not None else ""
         rows = []
         for e in entries:
             seq += 1
-            text = compact_json(e.details)
+            hidden = e.sensitive if e.sensitive is not None \
+                else paths.get(e.approval_id or "", ())
+            text = compact_json(recorded_details(e.details, hidden))
             h = entry_hash(self.key, prev, seq=seq, at=e.at, action=e.action, actor=e.actor,
                            via=e.via, run_id=e.run_id, approval_id=e.approval_id,
                            digest=e.digest, details=text)
@@ -152,6 +192,20 @@ class AuditTrail:
                          "prev_hash": prev, "hash": h})
             prev = h
         await tx.audit.append_rows(rows)
+
+    async def _sensitive(self, tx: Tx, entries: Sequence[Entry]) -> dict[str, tuple[str, ...]]:
+        """The sensitive paths of the requests whose entries hold a call's arguments (read
+        once per request and process: one query for those a transaction first names)."""
+        wanted = {e.approval_id for e in entries if e.sensitive is None and e.approval_id
+                  and not _PATH_ROOTS.isdisjoint(e.details)}
+        missing = [a for a in wanted if a not in self._paths]
+        if missing:
+            found = await tx.approvals.policies(missing)
+            for aid, snapshot in found.items():  # (a request not found is asked again)
+                self._paths[aid] = sensitive_of_snapshot(snapshot)
+            while len(self._paths) > _PATHS_KEPT:
+                self._paths.popitem(last=False)
+        return {a: self._paths.get(a, ()) for a in wanted}
 
 
 # -- a witness outside the database ----------------------------------------------------
@@ -325,7 +379,7 @@ def _replay_standing(state: StandingState, e: AuditRecord, report: VerifyReport)
                         digest=details.get("policy_digest"), tool=str(details.get("tool")),
                         args=details.get("args") or {},
                         band=(details["approvers"], details.get("quorum"))
-                        if "approvers" in details else None)
+                        if "approvers" in details else None, call=e.digest)
     if why is None:
         state.uses += 1
     else:
@@ -341,10 +395,14 @@ EXPORT_FIELDS = ("seq", "at", "action", "actor", "via", "run_id", "approval_id",
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
-def export_row(e: AuditRecord, sensitive: Sequence[str] | None = None) -> dict[str, Any]:
-    """One entry as exported; ``sensitive`` (its request's sensitive paths) given: with
-    those values, and every secret the detectors find, masked."""
-    details: dict[str, Any] = json.loads(e.details)
+def export_row(e: AuditRecord, sensitive: Sequence[str] | None = None, *,
+               details: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One entry as exported (``details``: its details, if not as recorded);
+    ``sensitive`` (its request's sensitive paths) given: with those values, and every
+    secret the detectors find, masked (entries written before the chain recorded them
+    masked hold them in clear)."""
+    if details is None:
+        details = json.loads(e.details)
     if sensitive is not None:
         details = masked_details(details, sensitive)
     return {
@@ -371,7 +429,11 @@ async def export(db: Database, *, run_id: str | None = None, since: datetime | N
     log in batches so an export of any size runs in constant memory.
 
     Sensitive values (each request's declared paths, and what the detectors find) are
-    masked unless ``reveal``; the caller audits a revealing export before it starts.
+    masked unless ``reveal``: then the arguments an entry recorded masked are shown as
+    they are held, sealed, in their request (where the digest recorded for them matches
+    its arguments or their edit; any other value stays masked), and entries written
+    before the chain was masked as recorded. Revealing reads the sealed requests, so it
+    needs the data key; the caller audits a revealing export before it starts.
 
     ``run_id``: only that run's entries; a full id or an unambiguous prefix, as everywhere
     (:func:`runtime.prefix.resolve`). A run that does not exist is :class:`NotFound`,
@@ -389,17 +451,21 @@ async def export(db: Database, *, run_id: str | None = None, since: datetime | N
             writer.writeheader()
             yield _take(buf)
         hidden: dict[str, Sequence[str]] = {}
+        held: dict[str, dict[str, Any]] = {}  # approval id -> {digest: real arguments}
         async for e in tx.audit.iterate(run_id=run_id, since=since, batch=batch):
             paths: Sequence[str] | None = None
-            if not reveal:
+            details: dict[str, Any] = json.loads(e.details)
+            if reveal:
+                details = await _revealed(tx, e, details, held)
+            else:
                 key = e.approval_id or ""
-                if key not in hidden:
-                    a = await tx.approvals.get(key) if key else None
-                    hidden[key] = sensitive_of_snapshot(a.policy) if a is not None else ()
+                if key not in hidden:  # (its policy alone: no sealed value is read)
+                    policy = (await tx.approvals.policies([key])).get(key) if key else None
+                    hidden[key] = sensitive_of_snapshot(policy)
                     if len(hidden) > 4096:
                         hidden.clear()
                 paths = hidden.get(key, ())
-            row = export_row(e, paths)
+            row = export_row(e, paths, details=details)
             if fmt == "jsonl":
                 yield json.dumps(row, ensure_ascii=False) + "\n"
                 continue
@@ -407,6 +473,24 @@ async def export(db: Database, *, run_id: str | None = None, since: datetime | N
                 row[key] = "" if row[key] is None else canonical_json(row[key])
             writer.writerow({k: csv_cell(v) for k, v in row.items()})
             yield _take(buf)
+
+
+async def _revealed(tx: Tx, e: AuditRecord, details: dict[str, Any],
+                    held: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """``details`` with each value recorded masked that ``e``'s request holds (by digest)
+    in clear; ``held``: what requests were read already, kept for the next entries."""
+    digests = details.get(MASKED)
+    if not isinstance(digests, dict) or not e.approval_id:
+        return details
+    real = held.get(e.approval_id)
+    if real is None:
+        a = await tx.approvals.get(e.approval_id)
+        real = {} if a is None else {
+            value_digest(v): v for v in (a.args_value(), a.effective_args())}
+        if len(held) > 4096:
+            held.clear()
+        held[e.approval_id] = real
+    return {**details, **{k: real[d] for k, d in digests.items() if d in real}}
 
 
 def _take(buf: io.StringIO) -> str:

@@ -28,6 +28,11 @@ def sha256_hex(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def value_digest(value: JSONValue) -> str:
+    """SHA-256 of the canonical JSON of ``value``."""
+    return sha256_hex(canonical_json(value))
+
+
 def call_digest(tool: str, arguments: JSONValue) -> str:
     """SHA-256 of the canonical JSON of ``{"tool": name, "arguments": args}``."""
     return sha256_hex(canonical_json({"tool": tool, "arguments": arguments}))

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from approvald.runtime import prefix, retention
+from approvald.runtime import prefix, retention, sealing
 from approvald.runtime.adapters.gate import ApprovalGate
 from approvald.runtime.agent import Registry
 from approvald.runtime.audit import AuditKey, AuditTrail
@@ -41,6 +41,7 @@ from approvald.runtime.owners import Owners
 from approvald.runtime.policy import PolicyFile
 from approvald.runtime.runner import Runner
 from approvald.runtime.scheduler import ExpiryScheduler
+from approvald.runtime.sealing import Sealer
 from approvald.runtime.signals import Signals
 from approvald.runtime.standing import StandingApprovals
 from approvald.runtime.state import FINAL_STATUSES, RunState, UserMessage
@@ -51,6 +52,7 @@ from approvald.runtime.tracing import Tracer
 from approvald.runtime.transcript import build_state, encode
 from approvald.runtime.urgency import Urgency
 from approvald.runtime.worker import ResumeWorker
+from approvald.store import sealed
 from approvald.store.db import Database
 from approvald.store.records import ApprovalRecord, OutboxRecord, RunRecord, VoteRecord
 from approvald.store.repos import Tx
@@ -334,12 +336,26 @@ class Engine:
             executions = await tx.executions.for_run(run_id)
         return build_state(run, events, executions)
 
-    async def note_revealed(self, actor: str, via: str, details: dict[str, Any]) -> None:
-        """Audit that ``actor`` is about to see sensitive values in clear (``revealed``),
-        before they are shown: a reveal that is not on record never happens."""
+    async def note(self, action: str, actor: str, via: str, details: dict[str, Any]) -> None:
+        """Audit what an operator does to no request in particular: ``revealed`` (about to
+        see sensitive values in clear, recorded before they are shown: a reveal that is
+        not on record never happens), ``resealed`` (values sealed again under a new data
+        key)."""
         async with self.db.write() as tx:
-            self.audit.record(tx, at=self.clock.now(), action="revealed", actor=actor,
-                              via=via, details=details)
+            self.audit.record(tx, at=self.clock.now(), action=action, actor=actor, via=via,
+                              details=details)
+
+    async def reseal(self, sealer: Sealer, *, actor: str, via: str,
+                     batch: int = sealed.BATCH) -> dict[str, int]:
+        """Seal every sensitive value again under ``sealer``'s current key, in batches
+        (:func:`runtime.sealing.reseal`), and audit who did it (``resealed``: the key, the
+        retired keys, how many values each table had rewritten); the counts."""
+        counts = await sealing.reseal(self.db, sealer, batch=batch)
+        current = sealer.current
+        assert current is not None  # reseal refuses without one
+        await self.note("resealed", actor, via, {
+            "key": current.id, "retired": [k.id for k in sealer.keys[1:]], "tables": counts})
+        return counts
 
     async def cancel(self, run_id: str, *, actor: Actor, reason: str | None = None) -> str:
         """Cancel a run: at once if no worker is mid-step, else at its next step boundary

@@ -394,12 +394,13 @@ class ExternalRequests:
             details={"kind": "tool_call", "tool": req.tool, "args": req.args, "call_id": CALL_ID,
                      "requested_by": req.requested_by, "task": packet["task"], "policy": name,
                      "policy_file": self.policy().digest,
-                     "answer": chosen.kind, **rule})
+                     "answer": chosen.kind, **rule}, sensitive=chosen.approval.sensitive)
         self.audit.record(
             tx, at=now, action="denied" if kind == "forbidden" else "approved",
             actor="system:policy", via="policy", run_id=request_id, digest=digest,
             details={"tool": req.tool, "args": req.args, "policy": name,
-                     "answer": chosen.kind, "reason": chosen.reason, **rule})
+                     "answer": chosen.kind, "reason": chosen.reason, **rule},
+            sensitive=chosen.approval.sensitive)
         if kind == "forbidden":
             await tx.runs.update(request_id, expect_status=[STATUS], status="completed",
                                  result=compact_json({"status": "forbidden",

@@ -50,6 +50,7 @@ log = logging.getLogger(__name__)
 PREFIX = '{"$sealed":"'
 SUFFIX = '"}'
 NONCE = 12
+KEY_ID_LENGTH = 12  # hex digits of a key's fingerprint
 # where a process without a key looks for a secret to warn about (once): a request's
 # arguments, written once per request, never on a step's or a click's path
 WARN_COLUMNS = frozenset({"approvals.args", "external_requests.args"})
@@ -69,7 +70,7 @@ class DataKey:
         if len(raw) < 16:
             raise ConfigError("APPROVALD_DATA_KEY: a key needs at least 16 bytes")
         self._aead = AESGCM(hashlib.sha256(b"approvald-data-v1\x00" + raw).digest())
-        self.id = hashlib.sha256(b"approvald-data-key-id\x00" + raw).hexdigest()[:12]
+        self.id = hashlib.sha256(b"approvald-data-key-id\x00" + raw).hexdigest()[:KEY_ID_LENGTH]
 
     def seal(self, text: str, aad: bytes) -> str:
         nonce = os.urandom(NONCE)
@@ -156,14 +157,17 @@ class Sealer:
         return self.seal(self.open(text, column), column)
 
 
-async def reseal(db: Database, sealer: Sealer) -> int:
+async def reseal(db: Database, sealer: Sealer, *, batch: int = sealed.BATCH
+                 ) -> dict[str, int]:
     """Seal every sensitive column's value again under ``sealer``'s current key (values
-    sealed under a retired key, and values stored in clear before there was a key); the
-    number rewritten. A value no key opens stops it with a :class:`ConfigError`, its
-    table unchanged."""
+    sealed under a retired key, and values stored in clear before there was a key; the
+    audit log's details, written masked and in clear, only where they were sealed before),
+    in batches of ``batch`` rows, each its own transaction; the number rewritten in each
+    table. Safe to rerun, and to run beside ``serve``. A value no key opens stops it with
+    a :class:`ConfigError`, its batch unchanged."""
     if sealer.current is None:
         raise ConfigError("APPROVALD_DATA_KEY is not set: there is no key to reseal under")
-    return await sealed.rewrite(db, sealer.reseal)
+    return await sealed.rewrite(db, sealer.reseal, sealed_prefix=PREFIX, batch=batch)
 
 
 async def check(db: Database, sealer: Sealer) -> None:
@@ -171,8 +175,8 @@ async def check(db: Database, sealer: Sealer) -> None:
     sealed under a key ``sealer`` does not have: a server without it could decide and
     resume nothing they hold."""
     known = {k.id for k in sealer.keys}
-    missing = {kid for _, raw in await sealed.waiting_values(db, final=FINAL_STATUSES)
-               if (kid := key_id(raw)) is not None and kid not in known}
+    missing = await sealed.waiting_key_ids(db, final=FINAL_STATUSES, sealed_prefix=PREFIX,
+                                           id_length=KEY_ID_LENGTH) - known
     if missing:
         raise DataKeyError(
             f"APPROVALD_DATA_KEY: waiting requests and runs are sealed under data key "

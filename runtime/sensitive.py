@@ -177,6 +177,12 @@ def _found(text: str, detectors: Detectors) -> list[tuple[int, int, str]]:
     return kept
 
 
+# what masking gives a value: masking it again changes nothing
+_MASKED_FORM = re.compile(
+    rf"{DOT}{{4}} \d{{4}}|{re.escape(MASKED)}|\[private key, \d+\.\d kB\]"
+    rf"|[A-Z]{{2}}{DOT}{{2}} {DOT}{{4}} [A-Z0-9]{{4}}"
+    rf"|(?:{'|'.join(pre for pre, _ in _KEY_FORMS)}){ELLIPSIS}.{{1,4}}")
+
 # nothing any detector looks for can be in a text without one of these
 _HINT = re.compile(r"\d|_|-|AIza|PRIVATE KEY")
 
@@ -203,6 +209,8 @@ def mask_value(value: Any) -> Any:
     if value is None:
         return None
     if isinstance(value, str):
+        if _MASKED_FORM.fullmatch(value):
+            return value  # masked already (a record masked when written, masked again)
         shown = mask_text(value, Detectors())
         if shown != value and _found(value, Detectors())[0][:2] == (0, len(value)):
             return shown

@@ -57,6 +57,7 @@ from approvald.runtime.ids import new_id
 from approvald.runtime.intake import Source, policy_digest, snapshot_digest
 from approvald.runtime.policy import ApprovalPolicy, CallPolicy
 from approvald.runtime.scope import Scope
+from approvald.runtime.sensitive import mask_args
 from approvald.runtime.signals import Signals
 from approvald.runtime.standing_chain import StandingState
 from approvald.runtime.urgency import Urgency
@@ -380,7 +381,7 @@ class StandingApprovals:
                                      "policy_digest": policy_digest(policy),
                                      "approvers": policy.rung(0)[0],
                                      "quorum": policy.rung(0)[2],
-                                     "scope": Scope.model_validate_json(s.scope).describe()})
+                                     "scope": _shown_scope(s, policy)})
         return done
 
     async def tampered(self, tx: Tx, s: StandingRecord) -> str | None:
@@ -425,3 +426,11 @@ def _span(d: timedelta) -> str:
 def scope_json(s: StandingRecord) -> dict[str, Any]:
     value: dict[str, Any] = json.loads(s.scope)
     return value
+
+
+def _shown_scope(s: StandingRecord, policy: ApprovalPolicy) -> str:
+    """``s``'s scope in words with the call's sensitive values masked (the audit entry of
+    a use says it; its values are not under a path the audit masks by)."""
+    scope = Scope.model_validate_json(s.scope)
+    return scope.model_copy(update={"values": mask_args(scope.values,
+                                                        policy.sensitive)}).describe()

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from approvald.runtime.canonical import value_digest
 from approvald.runtime.scope import Scope
 from approvald.store.repos.standing import StandingRecord
 
@@ -48,6 +49,7 @@ class StandingState:
         grant = self.granted.get(s.id)
         if grant is None:
             return "no grant of it is in the audit log"
+        masked = grant.get("masked") or {}
         if s.id in self.revoked and s.status != "revoked":
             return f"the audit log records its revocation at {self.revoked[s.id].isoformat()}"
         if s.status == "revoked" and s.id not in self.revoked:
@@ -56,7 +58,10 @@ class StandingState:
                            ("expires_at", s.expires_at.isoformat()),
                            ("scope_value", json.loads(s.scope)),
                            ("approvers", s.approvers_value()), ("quorum", s.quorum)):
-            if grant.get(field) != row:
+            if field in masked and isinstance(masked, dict):  # recorded masked: by digest
+                if masked[field] != value_digest(row):
+                    return f"its {field} is not the one granted"
+            elif grant.get(field) != row:
                 return f"its {field} is not the one granted"
         if sorted(self.grants.get(s.id, [])) != sorted(s.grants_value()):
             return "its grants are not the ones the audit log records"
@@ -64,9 +69,12 @@ class StandingState:
 
     def covered(self, sid: str, *, at: datetime, subject: str | None, digest: str | None,
                 tool: str, args: Mapping[str, Any],
-                band: tuple[Any, Any] | None = None) -> str | None:
+                band: tuple[Any, Any] | None = None,
+                call: str | None = None) -> str | None:
         """Why the use of ``sid`` at ``at`` was not covered by its audited grant, or None.
-        ``band``: the call's first-rung approvers and quorum, when its entry says them."""
+        ``band``: the call's first-rung approvers and quorum, when its entry says them.
+        ``call``: the call's digest: an exact scope is judged by it, since the chain holds
+        sensitive arguments masked (a fields scope compares them masked alike)."""
         grant = self.granted.get(sid)
         if grant is None:
             return "no grant of it precedes the use"
@@ -87,7 +95,8 @@ class StandingState:
             scope = Scope.model_validate(grant.get("scope_value"))
         except ValueError:
             return "its audited scope cannot be read"
-        if not scope.covers(tool, args):
+        if not (call == scope.digest if scope.kind == "exact" and call is not None
+                else scope.covers(tool, args)):
             return f"the call is outside its scope ({scope.describe()})"
         return None
 

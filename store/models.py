@@ -220,7 +220,9 @@ class AuditEntry(Base):
     run_id: Mapped[str | None] = mapped_column(String(32), index=True)
     approval_id: Mapped[str | None] = mapped_column(String(32))
     digest: Mapped[str | None] = mapped_column(String(64))
-    details: Mapped[str] = mapped_column(SealedText("audit_log.details"))
+    # masked when recorded (runtime/audit.py), so written in clear: the chain verifies
+    # without the data key; entries written sealed before that still open with it
+    details: Mapped[str] = mapped_column(SealedText("audit_log.details", sealed=False))
     # fingerprint of the key the entry's MAC was made with ("" for an unkeyed SHA-256)
     key_id: Mapped[str] = mapped_column(String(16), default="", server_default="")
     prev_hash: Mapped[str] = mapped_column(String(64))

@@ -68,17 +68,22 @@ class SealedText(TypeDecorator[str]):
     """Text that may hold a secret (a call's arguments, a transcript, a tool's result):
     sealed on the way in and opened on the way out by the process's :class:`Codec`, so
     that the database holds no secret in clear and every reader sees the real text.
-    One mechanism for every such column, whichever repository writes or reads it."""
+    One mechanism for every such column, whichever repository writes or reads it.
+
+    ``sealed=False``: a column whose values are written in clear (what is written holds
+    no secret: the audit log's masked details, which must verify without the key) but
+    may hold values sealed before, which are opened like the rest."""
 
     impl = Text
     cache_ok = True
 
-    def __init__(self, column: str) -> None:
+    def __init__(self, column: str, *, sealed: bool = True) -> None:
         super().__init__()
         self.column = column
+        self.sealed = sealed
 
     def process_bind_param(self, value: Any, dialect: Dialect) -> str | None:
-        if value is None or _codec is None:
+        if value is None or _codec is None or not self.sealed:
             return cast(str | None, value)
         return _codec.seal(value, self.column)
 

@@ -16,6 +16,7 @@ from approvald.bot.config import Settings
 from approvald.bot.wiring import open_database
 from approvald.runtime import audit
 from approvald.runtime.engine import Engine
+from approvald.runtime.errors import ConfigError
 from approvald.runtime.prefix import id_help
 from approvald.store.db import Database
 
@@ -38,7 +39,8 @@ def register(sub: Subparsers) -> None:
                     help="JSON lines (exact values, the default) or CSV")
     ex.add_argument("--output", "-o", metavar="FILE", help="write to a file instead of stdout")
     ex.add_argument("--reveal", action="store_true",
-                    help="export sensitive values as recorded instead of masked; the export "
+                    help="export the real arguments (read from their sealed requests, so "
+                         "APPROVALD_DATA_KEY is needed) instead of masked ones; the export "
                          "is itself audited (action revealed, by this operator)")
     ex.set_defaults(fn=cmd_export)
 
@@ -81,9 +83,14 @@ async def cmd_export(s: Settings, a: argparse.Namespace) -> int:
         if since.tzinfo is None:
             since = since.replace(tzinfo=UTC)
     if a.reveal:
+        if s.sealer().current is None:  # refused before anything is audited or read
+            raise ConfigError(
+                "APPROVALD_DATA_KEY is not set: audit export --reveal reads the real "
+                "arguments from the sealed requests, which needs the data key")
+
         async def revealing(engine: Engine) -> int:
             # audited first: a revealing export that is not on record never runs
-            await engine.note_revealed(operator(), "cli", {
+            await engine.note("revealed", operator(), "cli", {
                 "what": "audit export", "run": a.run,
                 "since": since.isoformat() if since else None, "format": a.format})
             return 0

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from approvald.bot.cli.common import Subparsers
+from approvald.bot.cli.common import Subparsers, UsageError, operator, with_engine
 from approvald.bot.config import Settings
-from approvald.bot.wiring import open_database
-from approvald.runtime import sealing
+from approvald.runtime.engine import Engine
+from approvald.store.sealed import BATCH
 
 
 def register(sub: Subparsers) -> None:
@@ -16,18 +16,24 @@ def register(sub: Subparsers) -> None:
                         ).add_subparsers(dest="sub", required=True, metavar="COMMAND")
     rs = ks.add_parser("reseal", help="seal every sensitive value again under "
                        "APPROVALD_DATA_KEY (opening what a retired key sealed with "
-                       "APPROVALD_DATA_OLD_KEYS, and sealing what was stored in clear)")
+                       "APPROVALD_DATA_OLD_KEYS, and sealing what was stored in clear), "
+                       "in batches, beside a running serve if need be; audited")
+    rs.add_argument("--batch", type=int, default=BATCH, metavar="ROWS",
+                    help="rows rewritten per transaction")
     rs.set_defaults(fn=cmd_reseal)
 
 
 async def cmd_reseal(s: Settings, a: argparse.Namespace) -> int:
     sealer = s.sealer()
-    db = await open_database(s)
-    try:
-        n = await sealing.reseal(db, sealer)
-    finally:
-        await db.close()
-    current = sealer.current
-    assert current is not None  # reseal refuses without one
-    print(f"resealed {n} value{'s' if n != 1 else ''} under data key {current.id}")
-    return 0
+    if a.batch < 1:
+        raise UsageError("--batch: at least 1 row")
+
+    async def run(engine: Engine) -> int:
+        counts = await engine.reseal(sealer, actor=operator(), via="cli", batch=a.batch)
+        current = sealer.current
+        assert current is not None  # reseal refuses without one
+        n = sum(counts.values())
+        print(f"resealed {n} value{'s' if n != 1 else ''} under data key {current.id}")
+        return 0
+
+    return await with_engine(s, run)

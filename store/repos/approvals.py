@@ -81,6 +81,15 @@ class ApprovalsRepo(Repo):
             .order_by(_T.c.run_id))
         return [r[0] for r in rows]
 
+    async def policies(self, approval_ids: Sequence[str]) -> dict[str, str]:
+        """The stored policy snapshot of each of ``approval_ids`` that exists (nothing
+        else of the row: no sealed column is read)."""
+        if not approval_ids:
+            return {}
+        rows = await self.conn.execute(
+            select(_T.c.id, _T.c.policy).where(_T.c.id.in_(list(approval_ids))))
+        return {r[0]: r[1] for r in rows}
+
     async def find(self, prefix: str, limit: int = 2) -> list[ApprovalRecord]:
         """Up to ``limit`` requests whose id starts with ``prefix``, in id order."""
         rows = await self.conn.execute(

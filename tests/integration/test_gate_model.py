@@ -28,7 +28,10 @@ against the database and the demo ledger (the outside world's own record):
   deployed alone or with release 1 retired beside it; an approved call the deployed
   release cannot run is never run (no tool ever sees arguments its schema refuses) and,
   asked about, never runs afterwards, whatever the answer;
-* the audit chain verifies.
+* the audit chain verifies;
+* under a data key (the ``sealed`` runs, a quarter as many schedules), every value of a
+  sealed column is stored sealed under it, and the audit log, written in clear, holds
+  each request's arguments masked by its sensitive paths.
 
 Beside the agent's runs, callers of the other faces ask about the same tool name through
 the one intake: an HTTP API token, an MCP gateway and a framework adapter (each its own
@@ -77,9 +80,14 @@ from approvald.runtime.intake import Intake, Source, Tighten
 from approvald.runtime.packet import shown_args
 from approvald.runtime.policy import ApprovalPolicy, PolicyFile
 from approvald.runtime.scope import Scope, scope_for
-from approvald.runtime.sensitive import MASKED
+from approvald.runtime.sealing import DataKey, Sealer, is_sealed, key_id
+from approvald.runtime.sensitive import MASKED, mask_args, sensitive_of_snapshot
 from approvald.runtime.tools import Tool, ToolContext
+from approvald.store import types
 from approvald.store.db import Database
+from approvald.store.models import Approval, AuditEntry
+from approvald.store.sealed import sealed_columns
+from approvald.store.types import SealedText
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -90,6 +98,7 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
+from sqlalchemy import Text, select, type_coerce
 
 from tests.conftest import SIGNER, reset_pg
 from tests.helpers import Crash
@@ -176,6 +185,7 @@ class GateMachine(RuleBasedStateMachine):
 
     make_url: Any = None  # set by the test: returns a fresh database URL per example
     workdir: Path = Path(".")
+    data_key: DataKey | None = None  # set by the test: the key values are sealed under
 
     def __init__(self) -> None:
         super().__init__()
@@ -451,7 +461,9 @@ class GateMachine(RuleBasedStateMachine):
           amount=st.sampled_from([100, 4200, 9900]), crash=st.booleans())
     def decide(self, i: int, actor: str, verdict: str, token: str, amount: int,
                crash: bool) -> None:
-        self._decide(i, actor, verdict, token, amount, crash, self.run(self._approvals()))
+        approvals = self.run(self._approvals())
+        if approvals:  # (none while every run so far ran under a relaxed policy file)
+            self._decide(i, actor, verdict, token, amount, crash, approvals)
 
     def _decide(self, i: int, actor: str, verdict: str, token: str, amount: int,
                 crash: bool, approvals: list[Any], held_token: str | None = None,
@@ -770,6 +782,41 @@ class GateMachine(RuleBasedStateMachine):
     def every_change_of_authority_is_audited(self) -> None:
         self.run(self._check_authority())
 
+    @invariant()
+    def no_sensitive_value_is_stored_in_clear(self) -> None:
+        if self.data_key is not None:
+            self.run(self._check_sealed(self.data_key))
+
+    async def _check_sealed(self, key: DataKey) -> None:
+        """Under a data key, every value of a sealed column is stored sealed under it, and
+        the audit log (written in clear) holds each request's arguments masked by its
+        sensitive paths: masking them again changes nothing."""
+        async with self.committed.connection() as conn:
+            for _, col in sealed_columns():
+                kind = col.type
+                assert isinstance(kind, SealedText)
+                rows = await conn.execute(select(type_coerce(col, Text))
+                                          .where(col.is_not(None)))
+                for (value,) in rows:
+                    if kind.sealed:
+                        assert is_sealed(value) and key_id(value) == key.id, \
+                            f"{kind.column} holds a value in clear: {value[:80]}"
+            paths = {r[0]: sensitive_of_snapshot(r[1]) for r in await conn.execute(
+                select(_APPROVALS.c.id, _APPROVALS.c.policy))}
+            entries = await conn.execute(select(_AUDIT.c.seq, _AUDIT.c.approval_id,
+                                                type_coerce(_AUDIT.c.details, Text)))
+            for seq, approval_id, details in entries:
+                assert not is_sealed(details), f"audit entry {seq} is sealed"
+                hidden = paths.get(approval_id or "", ())
+                if not hidden:
+                    continue
+                recorded = json.loads(details)
+                for k in ("args", "edited_args", "previous_args", "original_args"):
+                    if k in recorded:
+                        assert mask_args(recorded[k], hidden) == recorded[k], \
+                            f"audit entry {seq} holds {k} unmasked: {recorded[k]}"
+                        event("audit entry with masked arguments")
+
     async def _check_policies(self) -> None:
         agent_tool = self.engine.registry.get("demo-refund").tool("issue_refund")
         async with self.committed.read() as tx:
@@ -1035,10 +1082,20 @@ def _profile(name: str) -> settings:
                                            HealthCheck.data_too_large])
 
 
+_APPROVALS = Approval.__table__
+_AUDIT = AuditEntry.__table__
+SEALED_SHARE = 4  # the sealed run takes one schedule in this many: its own question only
+
+
+@pytest.mark.parametrize("sealed", [False, True], ids=["clear", "sealed"])
 def test_the_gate_holds_under_random_interleavings(db_url: str, tmp_path: Path,
-                                                   sqlite_template: Path,
+                                                   sqlite_template: Path, sealed: bool,
                                                    request: pytest.FixtureRequest) -> None:
+    """``sealed``: under a data key (fewer schedules: what it adds is the invariant that
+    nothing sensitive is stored in clear; the rest is the clear run's to cover)."""
     counter = iter(range(10**9))
+    key = DataKey("model-data-key-0123456789") if sealed else None
+    types.set_codec(Sealer([key]) if key is not None else None)
 
     def fresh_url() -> str:
         if db_url.startswith("sqlite"):
@@ -1052,11 +1109,21 @@ def test_the_gate_holds_under_random_interleavings(db_url: str, tmp_path: Path,
         make_url = staticmethod(fresh_url)
         workdir = tmp_path
 
+    Machine.data_key = key  # (not in the class body: its source seeds the fixed schedules)
+
     profile = request.config.getoption("hypothesis_profile", None) or "ci"
     STATS.clear()
-    run_state_machine_as_test(Machine, settings=_profile(profile))
+    chosen = _profile(profile)
+    if sealed:
+        chosen = settings(chosen, max_examples=max(1, chosen.max_examples // SEALED_SHARE))
+    run_state_machine_as_test(Machine, settings=chosen)
     print(f"\n{db_url.split(':')[0]}: {STATS['schedules']} schedules, zero violations; "
           + ", ".join(f"{k}: {v}" for k, v in sorted(STATS.items())))
+    if sealed:
+        assert STATS["audit entry with masked arguments"] > 0
+        assert STATS["refund executed"] > 0 and STATS["edit of a masked view"] > 0
+        assert STATS["approved by a standing approval"] > 0
+        return
     # the schedules must reach the states the invariants are about
     assert STATS["refund executed"] > 0 and STATS["decision accepted: edit"] > 0
     assert STATS["edit of a masked view"] > 0

@@ -6,7 +6,15 @@ import logging
 
 import pytest
 from approvald.runtime.errors import ConfigError
-from approvald.runtime.sealing import DataKey, Sealer, is_sealed, key_id
+from approvald.runtime.sealing import (
+    DataKey,
+    DataKeyError,
+    Sealer,
+    check,
+    is_sealed,
+    key_id,
+    reseal,
+)
 from approvald.store import types
 from approvald.store.db import Database
 from sqlalchemy import text
@@ -123,3 +131,41 @@ def test_a_value_shaped_like_a_sealed_one_is_sealed_or_refused_never_stored_as_i
     assert s.open(s.seal(forged, "approvals.args"), "approvals.args") == forged
     with pytest.raises(ConfigError, match="APPROVALD_DATA_KEY"):
         Sealer().seal(forged, "approvals.args")
+
+
+async def _runs(db: Database, ids: list[str]) -> None:
+    async with db.write() as tx:
+        for rid in ids:
+            await tx.runs.create(run_id=rid, agent="a", task="to 4242 4242 4242 4242",
+                                 requested_by="U_DANA", instructions_version="v", now=START)
+
+
+async def _stored_tasks(db: Database) -> list[str]:
+    async with db.connection() as conn:
+        return [r[0] for r in await conn.execute(text("SELECT task FROM runs ORDER BY id"))]
+
+
+async def test_reseal_rewrites_more_rows_than_a_batch_and_a_rerun_has_nothing_left(
+        db: Database) -> None:
+    types.set_codec(Sealer([OLD]))
+    await _runs(db, [f"r{i:02d}" for i in range(8)])
+    types.set_codec(None)
+    await _runs(db, ["r99"])  # stored in clear, before there was a key
+    rotated = Sealer([NEW, OLD])
+    types.set_codec(rotated)
+    assert await reseal(db, rotated, batch=3) == {"runs": 9}
+    assert {key_id(t) for t in await _stored_tasks(db)} == {NEW.id}
+    assert await reseal(db, rotated, batch=3) == {}  # safe to rerun: nothing to do
+    async with db.read() as tx:
+        run = await tx.runs.get("r07")
+    assert run is not None and run.task == "to 4242 4242 4242 4242"
+
+
+async def test_the_start_check_finds_a_missing_key_on_any_waiting_run(db: Database) -> None:
+    types.set_codec(Sealer([NEW]))
+    await _runs(db, [f"r{i:03d}" for i in range(149)])
+    types.set_codec(Sealer([OLD]))
+    await _runs(db, ["r149"])  # the last of 150 waiting runs, under a key now lost
+    with pytest.raises(DataKeyError, match=OLD.id):
+        await check(db, Sealer([NEW]))
+    await check(db, Sealer([NEW, OLD]))

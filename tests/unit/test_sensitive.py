@@ -198,3 +198,31 @@ def test_an_error_recorded_on_an_opentelemetry_span_has_its_secrets_masked() -> 
     assert "card •••• 4242 declined" in shown and "sk_live_…9f2a refused" in shown
     assert not DIGITS.search(shown) and KEY not in shown
     assert [s.status.description for s in spans] == ["ValueError", "RuntimeError"]
+
+
+def test_masking_a_masked_value_again_changes_nothing() -> None:
+    declared = ["card_number", "code", "iban", "key", "pem", "account"]
+    args = {"card_number": CARD, "code": "AUTH-ZQX-7731", "iban": IBAN, "key": KEY,
+            "pem": PEM, "account": 123456789012}
+    once = mask_args(args, declared)
+    assert once["card_number"] == "•••• 4242" and once["code"] == "[masked]"
+    assert mask_args(once, declared) == once  # an audit entry masked when written, exported
+
+
+def test_an_audit_entry_records_the_masked_form_and_the_real_values_digest() -> None:
+    from approvald.runtime.audit import MASKED, recorded_details
+    from approvald.runtime.canonical import value_digest
+
+    args = {"order_id": "A-1", "card_number": CARD, "auth": {"code": "AUTH-ZQX-7731"}}
+    details = {"tool": "refund_card", "args": args, "result": {"card": CARD},
+               "error": f"card {CARD} declined", "reason": "ok"}
+    recorded = recorded_details(details, ["card_number", "auth.*"])
+    text = json.dumps(recorded, ensure_ascii=False)
+    assert not DIGITS.search(text) and "ZQX" not in text
+    assert recorded["args"] == {"order_id": "A-1", "card_number": "•••• 4242",
+                                "auth": {"code": "[masked]"}}
+    assert recorded[MASKED] == {k: value_digest(details[k])
+                                for k in ("args", "result", "error")}
+    assert recorded["reason"] == "ok" and recorded["tool"] == "refund_card"
+    plain = {"tool": "lookup_order", "args": {"order_id": "A-1"}}
+    assert recorded_details(plain) == plain  # nothing masked: nothing named
