@@ -9,7 +9,14 @@ from aiohttp import web
 from approvald.bot.config import Settings
 from approvald.bot.web import pages
 from approvald.bot.web.auth import WebAuth, WebKeys
-from approvald.bot.web.mail import SIGN_IN_MAIL, Mail, MailDeliverer, Mailer, SmtpTarget
+from approvald.bot.web.mail import (
+    SIGN_IN_MAIL,
+    Mail,
+    MailDeliverer,
+    Mailer,
+    MailSender,
+    SmtpTarget,
+)
 from approvald.bot.web.routes import WebRoutes
 from approvald.runtime.decide import Actor
 from approvald.runtime.engine import Engine
@@ -23,9 +30,10 @@ MIN_SECRET = 16
 
 class WebFace:
     """The review queue (when ``APPROVALD_PUBLIC_URL`` is set) and the mailer (when
-    ``APPROVALD_SMTP_URL`` and ``APPROVALD_MAIL_FROM`` are)."""
+    ``APPROVALD_SMTP_URL`` and ``APPROVALD_MAIL_FROM`` are, or ``mailer``)."""
 
-    def __init__(self, engine: Engine, settings: Settings) -> None:
+    def __init__(self, engine: Engine, settings: Settings,
+                 mailer: MailSender | None = None) -> None:
         assert settings.public_url is not None
         secret = settings.token_secret()
         if not secret or len(secret.encode()) < MIN_SECRET:
@@ -37,8 +45,8 @@ class WebFace:
         self.auth = WebAuth(engine.db, engine.clock, engine.audit, engine.notify_outbox,
                             self.keys, settings.emails())
         self.routes = WebRoutes(engine, self.auth, settings.public_url)
-        self.mailer: Mailer | None = None
-        if settings.smtp_url is not None and settings.mail_from is not None:
+        self.mailer: MailSender | None = mailer
+        if mailer is None and settings.smtp_url is not None and settings.mail_from is not None:
             self.mailer = Mailer(SmtpTarget.parse(settings.smtp_url.get_secret_value()),
                                  settings.mail_from)
 
