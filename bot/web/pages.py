@@ -300,12 +300,50 @@ VIA_WORDS = {"web": "on the web review queue", "slack": "in Slack", "standing":
              "by a standing approval"}
 
 
+def _where(via: str) -> str:
+    return VIA_WORDS.get(via, "from the command line" if via.startswith("cli") else via)
+
+
+def edit_text(a: ApprovalRecord, edit: dict[str, Any], link: str) -> str:
+    """An edit of a mailed request, told in its thread: who changed what (the values as
+    the edit's outbox row holds them: masked where sensitive), and that the request now
+    binds to the new arguments."""
+    by, via = _text(edit.get("by")), _text(edit.get("via"))
+    try:
+        when = _when(datetime.fromisoformat(str(edit.get("at"))))
+    except ValueError:
+        when = "?"
+    lines = [f"{by} edited the arguments of {a.tool} (request {a.id})"
+             + (f" {_where(via)}" if via else "") + f" at {when}.", "", "What changed:"]
+    for change in edit.get("changes") or []:
+        path, before, after = [*list(change), None, None, None][:3]
+        lines.append(f"  {path}: " + ("(added)" if before is None else str(before))
+                     + " -> " + ("(removed)" if after is None else str(after)))
+    more = edit.get("more")
+    if isinstance(more, int) and more > 0:
+        lines.append(f"  (and {more} more)")
+    digest, previous = _text(edit.get("digest")), _text(edit.get("previous_digest"))
+    lines += ["", f"The request now binds to the new arguments (digest {digest[:12]}, was "
+                  f"{previous[:12]}): an approval counts only for them, and if the request "
+                  "is approved, exactly they run. A link or a card showing the old ones "
+                  "can no longer decide it."]
+    if edit.get("mode") == "propose":
+        lines.append(f"Someone other than {by} must approve them.")
+    else:
+        lines.append(f"The edit is {by}'s approval of them.")
+    discarded = [str(x) for x in edit.get("discarded") or []]
+    if discarded:
+        lines.append(f"Approvals given on the old arguments ({', '.join(discarded)}) no "
+                     "longer count.")
+    lines += ["", f"The request: {link}"]
+    return "\n".join(lines) + "\n"
+
+
 def outcome_line(a: ApprovalRecord) -> str:
     """What became of a closed request: by whom, when, where, and why."""
     text = f"{a.tool} (request {a.id}) was {STATUS_WORDS.get(a.status, a.status)}"
     if a.decided_by and a.status not in ("expired", "superseded"):
-        via = a.decided_via or ""
-        where = VIA_WORDS.get(via, "from the command line" if via.startswith("cli") else via)
+        where = _where(a.decided_via or "")
         text += f" by {a.decided_by}" + (f" {where}" if where else "")
     when = a.decided_at or (a.expires_at if a.status in ("expired", "superseded") else None)
     if when is not None:
