@@ -1067,3 +1067,63 @@ async def test_an_edit_of_a_request_never_mailed_queues_no_mail(sqlite_url: str,
                               args={"order_id": "A-1001", "amount_cents": 100,
                                     "reason": "less"})
         assert await sql(h, "SELECT count(*) FROM outbox WHERE kind LIKE 'mail.%'") == [(0,)]
+
+
+async def test_an_outcome_question_is_answered_on_the_queue(sqlite_url: str,
+                                                            tmp_path: Path) -> None:
+    """A call whose outcome is unknown (the process died before its result was recorded):
+    the queue asks its approver whether it ran, with what they need to check (the
+    attempt, the idempotency key, the arguments), and offers the card's answers, through
+    the same decide: abort needs a reason; "mark done" continues the run without running
+    the call again."""
+    import pytest
+    from approvald.runtime import failpoints
+
+    from tests.helpers import Crash, crash
+
+    async with smtp_server() as (inbox, smtp_port), \
+            web_harness(sqlite_url, tmp_path, smtp_port=smtp_port, background=False) as (h, url):
+        paused = await h.pause_refund()
+        await h.engine.decide(paused.approval_ids[0], actor=Actor("U_ALICE", "slack"),
+                              verdict="approve")
+        failpoints.arm("before_result@2", crash)  # the email ran; its result is lost
+        try:
+            with pytest.raises(Crash):
+                await h.engine.advance(paused.run_id)
+        finally:
+            failpoints.arm("")
+        assert (await h.engine.advance(paused.run_id)).status == "needs_attention"
+        async with h.engine.db.read() as tx:
+            [q] = [a for a in await tx.approvals.for_run(paused.run_id) if a.status == "pending"]
+        assert q.kind == "outcome_unknown"
+        alice = Browser(url)
+        try:
+            assert await alice.ask_link("alice@example.com") == 200
+            await h.service.drain.drain_once()
+            status, _ = await alice.open_and_sign_in(await inbox.link_for("alice@example.com"))
+            assert status == 303
+            status, page = await alice.get("/review")
+            assert status == 200 and f'id="r-{q.id}"' in page
+            assert "Did <code>send_customer_email</code> happen?" in page
+            key = json.loads(q.packet)["idempotency_key"]
+            assert key in page and "attempt 1" in page
+            assert 'value="approve"' not in page  # a question's answers, not a call's
+            action = f"/review/requests/{q.id}"
+            status, body = await alice.post(action, {**form_fields(
+                page, action=action, verdict="abort"), "reason": ""})
+            assert status == 409 and "reason" in body
+            assert (await h.approval(q.id)).status == "pending"
+            status, _ = await alice.post(action, form_fields(page, action=action,
+                                                             verdict="mark_done"))
+            assert status == 303 and alice.last is not None
+            assert alice.last.headers["Location"] == "/review?done=mark_done"
+            status, page = await alice.get(f"/review/requests/{q.id}")
+            assert "marked done by U_ALICE on the web review queue" in page
+        finally:
+            await alice.close()
+        [resolved] = await audit(h, "outcome_resolved")
+        assert (resolved.actor, resolved.via) == ("U_ALICE", "web")
+        assert (await h.engine.advance(paused.run_id)).status == "completed"
+        emails = [e for e in map(json.loads, h.ledger.read_text().splitlines())
+                  if e["tool"] == "send_customer_email"]
+        assert len(emails) == 1
