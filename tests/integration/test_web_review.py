@@ -1076,26 +1076,9 @@ async def test_an_outcome_question_is_answered_on_the_queue(sqlite_url: str,
     attempt, the idempotency key, the arguments), and offers the card's answers, through
     the same decide: abort needs a reason; "mark done" continues the run without running
     the call again."""
-    import pytest
-    from approvald.runtime import failpoints
-
-    from tests.helpers import Crash, crash
-
     async with smtp_server() as (inbox, smtp_port), \
             web_harness(sqlite_url, tmp_path, smtp_port=smtp_port, background=False) as (h, url):
-        paused = await h.pause_refund()
-        await h.engine.decide(paused.approval_ids[0], actor=Actor("U_ALICE", "slack"),
-                              verdict="approve")
-        failpoints.arm("before_result@2", crash)  # the email ran; its result is lost
-        try:
-            with pytest.raises(Crash):
-                await h.engine.advance(paused.run_id)
-        finally:
-            failpoints.arm("")
-        assert (await h.engine.advance(paused.run_id)).status == "needs_attention"
-        async with h.engine.db.read() as tx:
-            [q] = [a for a in await tx.approvals.for_run(paused.run_id) if a.status == "pending"]
-        assert q.kind == "outcome_unknown"
+        paused, q = await h.outcome_question()
         alice = Browser(url)
         try:
             assert await alice.ask_link("alice@example.com") == 200
