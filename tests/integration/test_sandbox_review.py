@@ -92,6 +92,14 @@ async def test_a_mailed_request_is_approved_on_the_queue_through_the_sandbox_mai
         status, html = await alice.get(request_link)
         assert status == 200 and "Approve" in html
         approval_id = request_link.rsplit("/", 1)[1]
+        # another site's form never reaches the queue: the sandbox's guard refuses it
+        form = form_fields(html, action=f"/review/requests/{approval_id}", verdict="approve")
+        status, _ = await alice.post(f"/review/requests/{approval_id}", form,
+                                     origin="http://evil.example")
+        assert status == 403
+        # nor does one with no Origin: the queue's own check
+        status, _ = await alice.post(f"/review/requests/{approval_id}", form, origin=None)
+        assert status == 403
         status, _ = await alice.post(f"/review/requests/{approval_id}", form_fields(
             html, action=f"/review/requests/{approval_id}", verdict="approve"))
         assert status == 303
@@ -109,6 +117,14 @@ async def test_a_mailed_request_is_approved_on_the_queue_through_the_sandbox_mai
         async with engine.db.read() as tx:
             a = await tx.approvals.get(approval_id)
         assert a is not None and (a.decided_by, a.decided_via) == ("U_ALICE", "web")
+        # the page opened as localhost works too: its own origin is the queue's
+        bob = Browser(page.base.replace("127.0.0.1", "localhost"))
+        try:
+            assert await bob.ask_link("bob@example.com") == 200
+            await wait_for(lambda: page.links("U_BOB", "sign-in link"), within=30,
+                           what="Bob's sign-in mail")
+        finally:
+            await bob.close()
         # the outcome, in the request mail's thread
         await wait_for(lambda: page.links("U_ALICE", "Re: Approval needed"), within=30,
                        what="the outcome mail")
