@@ -37,7 +37,7 @@ from approvald.bot.metrics import PrometheusMeter, add_metrics_route, add_routes
 from approvald.bot.readiness import Readiness
 from approvald.bot.slack.log_delivery import LogDeliverer
 from approvald.bot.tracing import from_environment as tracing_from_environment
-from approvald.bot.wiring import build_engine, open_database
+from approvald.bot.wiring import build_engine, build_registry, open_database
 from approvald.runtime import audit, retention, sealing
 from approvald.runtime.clock import Clock
 from approvald.runtime.engine import Engine
@@ -50,7 +50,9 @@ from approvald.store.wakeups import Wakeups
 
 if TYPE_CHECKING:
     from approvald.bot.mcp.http import HttpGateways
+    from approvald.bot.web.mail import MailSender
     from approvald.bot.web.service import WebFace
+    from approvald.runtime.agent import Registry
 
 log = logging.getLogger("approvald.serve")
 PRUNE_EVERY = 86400.0  # s between scheduled prunes (APPROVALD_PRUNE_OLDER_THAN)
@@ -68,7 +70,10 @@ class Service:
 
     def __init__(self, settings: Settings, db: Database, *, clock: Clock | None = None,
                  tracer: Tracer | None = None,
-                 stop_event: asyncio.Event | None = None) -> None:
+                 stop_event: asyncio.Event | None = None,
+                 mailer: MailSender | None = None) -> None:
+        """``mailer``: where mails go instead of ``APPROVALD_SMTP_URL`` (the sandbox's
+        mailbox)."""
         self.settings = settings
         self.db = db
         self.meter = PrometheusMeter()
@@ -93,7 +98,8 @@ class Service:
         # /mcp/NAME on the same listener: the MCP gateways over Streamable HTTP
         self.mcp = _mcp_gateways(settings, self.engine)
         # /review on the same listener: the web review queue, and its mails on the drain
-        self.web = _web_face(settings, self.engine)
+        self.web = _web_face(settings, self.engine, mailer)
+        refuse_unsendable_mail(settings, self.engine.registry, mailer=mailer is not None)
         deliverer: Deliverer
         if slack_web is not None:
             from approvald.bot.slack.app import SlackService
@@ -409,13 +415,33 @@ def _mcp_gateways(settings: Settings, engine: Engine) -> HttpGateways | None:
                         slack=settings.slack_configured, secret=settings.token_secret())
 
 
-def _web_face(settings: Settings, engine: Engine) -> WebFace | None:
+def _web_face(settings: Settings, engine: Engine,
+              mailer: MailSender | None = None) -> WebFace | None:
     """The web review queue, when ``APPROVALD_PUBLIC_URL`` says where approvers reach it."""
     if settings.public_url is None:
         return None
     from approvald.bot.web.service import WebFace
 
-    return WebFace(engine, settings)
+    return WebFace(engine, settings, mailer)
+
+
+def refuse_unsendable_mail(settings: Settings, registry: Registry, *,
+                           mailer: bool = False) -> None:
+    """A policy in force that names the ``email`` channel, on a deployment that cannot
+    send mail, stops start-up with one line naming what to set: its requests' mails would
+    otherwise only be reported dead, one by one. ``mailer``: mails have somewhere to go
+    other than ``APPROVALD_SMTP_URL``."""
+    where = registry.naming_channel("email")
+    if where is None:
+        return
+    needed = [] if mailer else [("APPROVALD_SMTP_URL", settings.smtp_url),
+                                ("APPROVALD_MAIL_FROM", settings.mail_from)]
+    needed += [("APPROVALD_PUBLIC_URL", settings.public_url),
+               ("APPROVALD_APPROVER_EMAILS", settings.approver_emails)]
+    missing = [name for name, value in needed if not value]
+    if missing:
+        raise ConfigError(f"{missing[0]}: {where} names the \"email\" channel, but this "
+                          f"deployment cannot send mail: set {' and '.join(missing)}")
 
 
 async def _listen(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
@@ -492,6 +518,8 @@ async def serve(settings: Settings) -> int:
     signals = Signals(asyncio.get_running_loop(), stop, settings.shutdown_grace)
     signals.install()  # before anything slow: a SIGTERM during migrations is heard too
     try:
+        # before the database is opened: a policy this deployment cannot follow writes nothing
+        refuse_unsendable_mail(settings, build_registry(settings))
         db = await open_database(settings)
         try:
             fatal = await _run(Service(settings, db, stop_event=stop))

@@ -10,7 +10,7 @@ from typing import Any
 from approvald.runtime.canonical import canonical_json, sha256_hex
 from approvald.runtime.errors import ConfigError, InvalidArguments, NotFound
 from approvald.runtime.models.base import Model, ToolSpec
-from approvald.runtime.policy import PolicyFile, is_namespaced, is_pattern
+from approvald.runtime.policy import Channel, PolicyFile, is_namespaced, is_pattern
 from approvald.runtime.tools import Tool
 from approvald.store.records import RunRecord
 
@@ -180,6 +180,13 @@ class Registry:
             if close is not None and id(agent.model) not in closed:
                 closed.add(id(agent.model))
                 await close()
+
+    def naming_channel(self, channel: Channel) -> str | None:
+        """Where a policy in force (the file's, or an agent's code for its own tools) names
+        ``channel`` (:meth:`PolicyFile.naming`); None when none does."""
+        return self.policy.naming(channel, [(t.name, t.policy, t.approval)
+                                            for a in self._versions.values()
+                                            for t in a.tools])
 
     def check_policy(self) -> None:
         """Refuse a policy file that names a tool no agent defines (likely a typo). Entries

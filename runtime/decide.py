@@ -37,7 +37,7 @@ from approvald.runtime.directory import Directory, DirectoryError, is_approver
 from approvald.runtime.errors import DecisionRefused, InvalidArguments, NotFound, Refusal
 from approvald.runtime.expiry import Expiry, SweepResult
 from approvald.runtime.failpoints import failpoint
-from approvald.runtime.gate import CARD_UPDATE, Gate, tell_mailed
+from approvald.runtime.gate import CARD_UPDATE, Gate, tell_edited, tell_mailed
 from approvald.runtime.ids import TokenSigner, lease_id
 from approvald.runtime.limits import PayloadCap
 from approvald.runtime.packet import edited_packet, impact_of, sensitive_paths
@@ -452,6 +452,10 @@ class Decider:
                              "original_args": a.args_value(), "original_digest": a.digest,
                              "impact": at.edited_impact,
                              "discarded_votes": list(discarded), "reason": at.reason})
+                # whatever face it came through: a mailed request's thread is told
+                await tell_edited(tx, a, args=at.edited, digest=new, by=actor.id,
+                                  via=actor.via, mode=policy.edits, discarded=discarded,
+                                  now=now)
                 digest = new
                 if policy.edits == "propose":  # someone other than the editor decides
                     fresh = await self._card(tx, a.id)

@@ -18,7 +18,7 @@ from approvald.runtime.canonical import call_digest, compact_json
 from approvald.runtime.clock import Clock
 from approvald.runtime.ids import new_id, new_nonce
 from approvald.runtime.intake import Source, snapshot_digest
-from approvald.runtime.packet import impact_of
+from approvald.runtime.packet import edit_changes, impact_of
 from approvald.runtime.policy import ApprovalPolicy, PolicyFile
 from approvald.runtime.state import AssistantMessage, ToolCall, ToolMessage
 from approvald.runtime.tools import Tool
@@ -31,6 +31,7 @@ REQUEST_MAIL = "mail.request"  # a request mailed to its approvers (policy chann
 # in the request mail's thread (its outbox group): what became of it, and its reminders
 OUTCOME_MAIL = "mail.outcome"
 REMINDER_MAIL = "mail.reminder"
+EDIT_MAIL = "mail.edited"  # its arguments were edited: who changed what, and what binds now
 CARD_UPDATE = "approval.updated"
 REMINDER = "approval.reminder"
 NOTICE = "tool.notice"
@@ -106,6 +107,23 @@ async def tell_mailed(tx: Tx, approval_ids: Sequence[str], now: datetime) -> Non
     for approval_id in sorted(await mailed(tx, approval_ids, given_up=False)):
         await tx.outbox.add(kind=OUTCOME_MAIL, group_key=mail_group(approval_id),
                             payload=compact_json({"approval_id": approval_id}), now=now)
+
+
+async def tell_edited(tx: Tx, a: ApprovalRecord, *, args: dict[str, Any], digest: str,
+                      by: str, via: str, mode: str, discarded: Sequence[str],
+                      now: datetime) -> None:
+    """An edit of ``a`` (to ``args``, digest ``digest``), by ``by`` through ``via``: if
+    ``a`` was mailed, its mail thread is told who changed what (masked where sensitive;
+    the payload holds nothing else of the arguments) and that the request now binds to
+    the new arguments."""
+    if not await mailed(tx, [a.id], given_up=False):
+        return
+    changes, more = edit_changes(a, a.effective_args(), args)
+    await tx.outbox.add(kind=EDIT_MAIL, group_key=mail_group(a.id), payload=compact_json({
+        "approval_id": a.id, "by": by, "via": via, "at": now.isoformat(), "mode": mode,
+        "previous_digest": a.effective_digest, "digest": digest,
+        "changes": [list(c) for c in changes], "more": more,
+        "discarded": list(discarded)}), now=now)
 
 
 def first_reminder(policy: ApprovalPolicy, requested_at: datetime, ttl: timedelta,

@@ -139,3 +139,53 @@ def will_run(a: ApprovalRecord) -> WillRun:
         words_current=current, impact=impact,
         original_impact=stated if not current and impact is None else None,
         sensitive=sensitive_paths(a))
+
+
+MAX_CHANGES = 20  # fields an edit's account lists; past this, how many more
+MAX_SHOWN = 200  # characters of one value in it
+
+
+def _leaves(value: Any, at: tuple[str, ...] = ()) -> dict[tuple[str, ...], Any]:
+    """``value``'s fields by path (objects opened, lists and scalars kept whole; an empty
+    object is a field's value, not the arguments')."""
+    if isinstance(value, dict) and (value or not at):
+        out: dict[tuple[str, ...], Any] = {}
+        for k, v in value.items():
+            out.update(_leaves(v, (*at, str(k))))
+        return out
+    return {at: value}
+
+
+def _at(value: Any, path: tuple[str, ...]) -> Any:
+    """What ``value`` holds at ``path``; where a masked value stands for a whole object
+    on the way, that value."""
+    for key in path:
+        if not isinstance(value, dict):
+            return value
+        value = value.get(key)
+    return value
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+    return text if len(text) <= MAX_SHOWN else text[:MAX_SHOWN - 1] + "…"
+
+
+def edit_changes(a: ApprovalRecord, before: Any,
+                 after: Any) -> tuple[list[tuple[str, str | None, str | None]], int]:
+    """What an edit of ``a`` changed, as a person may see it: (path, value before, value
+    after) of each field that differs (None: absent on that side), values masked as
+    ``a``'s sensitive paths and the detectors say, at most :data:`MAX_CHANGES` of them;
+    and how many more there are. Compared on the real values: a secret replaced by
+    another is a change even where both mask alike."""
+    paths = sensitive_paths(a)
+    real_before, real_after = _leaves(before), _leaves(after)
+    masked_before, masked_after = mask_args(before, paths), mask_args(after, paths)
+    changed = [p for p in {**real_before, **real_after}
+               if p not in real_before or p not in real_after
+               or real_before[p] != real_after[p]]
+    listed = [(".".join(p) or "(the arguments)",
+               _shown(_at(masked_before, p)) if p in real_before else None,
+               _shown(_at(masked_after, p)) if p in real_after else None)
+              for p in changed[:MAX_CHANGES]]
+    return listed, len(changed) - len(listed)

@@ -27,7 +27,7 @@ import functools
 import json
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -541,16 +541,47 @@ class PolicyFile(BaseModel):
         applied, that waits longer than ``max_ttl``, or, given the JSON ``schema`` of its
         arguments, whose condition fails on them (see :func:`runtime.rule_check.check_rule`,
         and ``closed`` there): a ConfigError naming the file, the tool and the rule."""
+        found = self.entry(tool)
+        rules = found[1].rules if found else []
+        for i, (where, approval) in enumerate(self.approvals(tool, kind, base)):
+            self.check_bounds(approval, where)
+            if i and schema is not None:
+                check_rule(rules[i - 1].when, where, schema, tool=tool, source=self.source,
+                           closed=closed)
+
+    def approvals(self, tool: str, kind: PolicyKind,
+                  base: ApprovalPolicy) -> list[tuple[str, ApprovalPolicy]]:
+        """Every approval policy a call of ``tool`` may get, each with where it is set:
+        the tool's own (``tools.KEY``, or ``tool NAME`` when no entry names it), then each
+        of its rules' (``tools.KEY.rules[i]``)."""
         _, approval = self.effective(tool, kind, base)
         found = self.entry(tool)
         where = f"tools.{found[0]}" if found else f"tool {tool}"
-        self.check_bounds(approval, where)
+        out = [(where, approval)]
         for i, rule in enumerate(found[1].rules if found else ()):
             label = f"{where}.rules[{i}]"
-            self.check_bounds(self._apply(rule, approval, label), label)
-            if schema is not None:
-                check_rule(rule.when, label, schema, tool=tool, source=self.source,
-                           closed=closed)
+            out.append((label, self._apply(rule, approval, label)))
+        return out
+
+    def naming(self, channel: Channel,
+               tools: Iterable[tuple[str, PolicyKind, ApprovalPolicy]]) -> str | None:
+        """Where a policy in force names ``channel``: one of ``tools`` (the name, kind and
+        code's policy of each tool an agent defines), an entry of the file for other
+        sources' tools (over ``[default]``), or ``[default]`` itself; None when none does.
+        A place of the file is named with the file."""
+        kind, base = self.default_policy()
+        places = [("default", base)]
+        defined = set()
+        for name, tool_kind, approval in tools:
+            defined.add(name)
+            places += self.approvals(name, tool_kind, approval)
+        places += [p for name in self.tools if name not in defined
+                   for p in self.approvals(name, kind, base)]
+        for where, approval in places:
+            if channel in approval.channels:
+                in_file = self.source and not where.startswith("tool ")
+                return f"{where} in {self.source}" if in_file else where
+        return None
 
     def check_bounds(self, approval: ApprovalPolicy, where: str) -> None:
         """A policy whose request or any rung waits longer than ``max_ttl`` is refused."""

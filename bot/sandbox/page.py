@@ -206,6 +206,16 @@ function drawNav(channels) {
     if (item.id === S.pane) a.className = "on";
     nav.appendChild(a);
   }
+  // beyond Slack: the mails approvald sent this person, and the web review queue
+  nav.insertAdjacentHTML("beforeend", "<h4>Without Slack</h4>");
+  const mail = document.createElement("a");
+  mail.href = "#"; mail.textContent = "Mail"; mail.dataset.pane = "mail"; mail.id = "nav-mail";
+  if (S.pane === "mail") mail.className = "on";
+  nav.appendChild(mail);
+  const review = document.createElement("a");
+  review.href = "/review"; review.target = "_blank"; review.rel = "noopener";
+  review.id = "nav-review"; review.textContent = "Review queue \u2197";
+  nav.appendChild(review);
 }
 
 function drawPeople(people) {
@@ -259,7 +269,7 @@ async function refresh() {
     pane.scrollTop = atEnd ? pane.scrollHeight : was;
   }
   pane.dataset.channel = S.pane === "home" ? "" : S.pane;
-  $("#composer").hidden = S.pane === "home";
+  $("#composer").hidden = S.pane === "home" || S.pane === "mail";
   $("#thread").hidden = !(S.thread && d.thread);
   if (S.drawnThread !== d.thread) {
     const atEnd = stick(threadBody), was = threadBody.scrollTop;

@@ -34,11 +34,13 @@ from approvald.bot.sandbox import render
 from approvald.bot.sandbox.blocks import find_element
 from approvald.bot.sandbox.client import SlackClientSim
 from approvald.bot.sandbox.page import page_html
+from approvald.bot.sandbox.review import ReviewProxy
 from approvald.bot.sandbox.server import SlackEmulator
 from approvald.bot.sandbox.state import JSON
 from approvald.runtime.errors import ApprovaldError
 
 if TYPE_CHECKING:
+    from approvald.bot.sandbox.mailbox import Mailbox
     from approvald.bot.sandbox.people import Person
     from approvald.runtime.engine import Engine
 
@@ -87,6 +89,10 @@ class SandboxWeb:
         self.values: dict[str, dict[str, dict[str, str]]] = {}  # view id -> what was typed
         self.token = secrets.token_urlsafe(32)
         emulator.guard.page_token = self.token
+        # the web review queue of serve, on this page's origin, and the mails it sends
+        self.review = ReviewProxy()
+        self.mailbox: Mailbox | None = None
+        self.emails: dict[str, str] = {}  # user -> the address mails reach them at
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=2 * 1024 * 1024)  # the Web API shares it
@@ -99,6 +105,7 @@ class SandboxWeb:
         app.router.add_post("/ui/home", self.post(self.open_home))
         app.router.add_post("/ui/command", self.post(self.command))
         app.router.add_post("/ui/runs", self.post(self.start_run))
+        self.review.add_to(app)
         app.on_shutdown.append(self._shutdown)
         return app
 
@@ -109,9 +116,19 @@ class SandboxWeb:
         self.slack = self.emulator.client(events_url)
         self.changed()
 
+    def attach_review(self, target: str, public_url: str, mailbox: Mailbox,
+                      emails: dict[str, str]) -> None:
+        """Serve the review queue of serve's listener at ``target`` under ``/review``, and
+        show each person the mails ``mailbox`` keeps for their address in ``emails``."""
+        self.review.attach(target, public_url)
+        self.mailbox = mailbox
+        self.emails = emails
+        self.changed()
+
     async def close(self) -> None:
         self._closing = True
         self._changed.set()
+        await self.review.close()
         if self.slack is not None:
             await self.slack.close()
 
@@ -188,12 +205,18 @@ class SandboxWeb:
                     if not c.id.startswith("D_")]
         if pane == "home":
             main, title = self._home(user, names), "Home"
+        elif pane == "mail":
+            address = self.emails.get(user)
+            main = (self.mailbox.html(address, origin=self.review.origin or "")
+                    if self.mailbox is not None else
+                    '<div class="empty">This sandbox sends no mail.</div>')
+            title = f"Mail to {address}" if address else "Mail"
         elif pane in self.state.channels and not pane.startswith("D_"):
             main, title = self._channel(pane, user, names), "#" + self.state.channels[pane].name
         else:
             return web.json_response({"ok": False, "error": "no such channel"}, status=400)
         thread_html = (self._thread(pane, thread, user, names)
-                       if thread and _TS.fullmatch(thread) and pane != "home" else "")
+                       if thread and _TS.fullmatch(thread) and pane in self.state.channels else "")
         modal_html, modal_key = self._modal(user, _page(request.query.get("client")), names)
         people = [{"id": p.id, "name": p.real_name, "role": p.role} for p in self.people]
         return web.json_response({

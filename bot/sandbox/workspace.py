@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from approvald.bot.config import Settings
+from approvald.bot.sandbox.mailbox import Mailbox
 from approvald.bot.sandbox.people import CHANNEL, PEOPLE, seed
 from approvald.bot.sandbox.persist import WorkspaceFile, WorkspaceFileError, dump, load
 from approvald.bot.sandbox.server import SlackEmulator
@@ -36,6 +37,7 @@ from pydantic import SecretStr
 from sqlalchemy.engine import make_url
 
 DEFAULT_PORT = 8300
+MAIL_FROM = "approvals@example.com"
 
 
 def workspace_path(database_url: str) -> Path | None:
@@ -74,6 +76,8 @@ class Sandbox:
         self.emulator.state.trigger_ttl = timedelta(seconds=30)
         self.extra: dict[str, Any] = {}
         self.web: SandboxWeb | None = None
+        # what serve mails (sign-in links, requests and their threads) is kept here
+        self.mailbox = Mailbox(settings.mail_from or MAIL_FROM)
         self.service: Service | None = None
         self.url = ""
 
@@ -120,7 +124,12 @@ class Sandbox:
             "channel": CHANNEL, "ops_channel": None, "audit_channel": None,
             "host": "127.0.0.1", "port": 0,
             "poll_interval": min(self.settings.poll_interval, 0.5),
+            # the web review queue, on the page's origin (bot/sandbox/review.py)
+            "public_url": self.url.rstrip("/"), "mail_from": self.mailbox.sender,
         }
+        if self.settings.approver_emails is None:
+            update["approver_emails"] = ",".join(f"{p.id}={p.name}@example.com"
+                                                 for p in PEOPLE)
         if self.settings.secret is None:
             update["secret"] = SecretStr(str(self.extra["secret"]))
         if self.settings.policy_file is None:
@@ -149,12 +158,18 @@ class Sandbox:
             path = self.file.path if self.file else ""
             raise ConfigError(f"sandbox: cannot write the workspace to {path}: "
                               f"{exc.strerror or exc}") from None
-        self.service = Service(settings, db, stop_event=self.stop_event)
+        self.service = Service(settings, db, stop_event=self.stop_event,
+                               mailer=self.mailbox)
+        self.mailbox.clock = self.service.engine.clock
+        self.mailbox.on_change = self.web.changed
         await self.service.start()
         settle_heap()  # the sandbox is a long-running serve too
         slack = self.service.slack
         assert slack is not None and slack.port is not None
         self.web.attach(self.service.engine, f"http://127.0.0.1:{slack.port}/slack/events")
+        assert settings.public_url is not None
+        self.web.attach_review(f"http://127.0.0.1:{slack.port}", settings.public_url,
+                               self.mailbox, settings.emails())
         return self.url
 
     async def stop(self) -> None:

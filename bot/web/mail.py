@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from email.message import EmailMessage
 from email.utils import formataddr, make_msgid
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import unquote, urlsplit
 
 import aiosmtplib
@@ -74,8 +74,19 @@ class Mail:
     in_reply_to: str | None = None
 
 
+class MailSender(Protocol):
+    """What sends a mail: :class:`Mailer` (SMTP), or the sandbox's mailbox."""
+
+    sender: str  # the From address
+
+    async def send(self, mail: Mail) -> str:
+        """Send ``mail``; its Message-ID. RetryLater / Undeliverable as the outbox reads
+        them."""
+        ...
+
+
 class Mailer:
-    """Sends one message; the outbox decides when to try again."""
+    """Sends one message through SMTP; the outbox decides when to try again."""
 
     def __init__(self, target: SmtpTarget, sender: str, *, timeout: float = TIMEOUT) -> None:
         self.target = target
@@ -122,7 +133,7 @@ class MailDeliverer:
     """Delivers ``mail.*`` rows (composed by ``compose``) and hands every other row to
     ``inner``."""
 
-    def __init__(self, inner: Deliverer, mailer: Mailer | None,
+    def __init__(self, inner: Deliverer, mailer: MailSender | None,
                  compose: Callable[[OutboxRecord], Awaitable[Mail | None]]) -> None:
         self.inner = inner
         self.mailer = mailer

@@ -193,10 +193,68 @@ def _hidden(a: ApprovalRecord, csrf: str, token: str | None, verdict: str) -> st
                    for k, v in fields.items())
 
 
+def _at(value: Any) -> str:
+    try:
+        return _when(datetime.fromisoformat(str(value)))
+    except ValueError:
+        return "?"
+
+
+def question_card(a: ApprovalRecord, *, csrf: str, token: str | None) -> str:
+    """A question about a call whose outcome is unknown: what a person needs to go and
+    check (which attempt, when it started and was last heard from, the idempotency key,
+    the exact arguments, what reconcile said), and the card's answers: it did not run
+    (retry, after a confirmation), it ran (mark done), or abort the run (with a reason)."""
+    p = _packet(a)
+    agent = _text(p.get("agent")) or "agent"
+    requester = a.requested_by or _text(p.get("requested_by"))
+    parts = [f'<article class="card" id="r-{e(a.id)}">',
+             f'<h2>Did <code>{e(a.tool)}</code> happen?</h2>',
+             f'<p><strong>{e(agent)}</strong> started <code>{e(a.tool)}</code> for '
+             f'{e(requester)}; whether it took effect is unknown. Check the system it acts '
+             'on, then say what happened.</p>']
+    task = _text(p.get("task"))
+    if task:
+        parts.append(f'<p class="meta">Task: {e(task)}</p>')
+    if isinstance(p.get("attempt"), int):
+        parts.append(f'<p class="meta">attempt {e(p["attempt"])}, started '
+                     f'{e(_at(p.get("started_at")))}, last heard from '
+                     f'{e(_at(p.get("heard_at")))}</p>')
+    if p.get("idempotency_key"):
+        parts.append(f'<div class="label">Idempotency key (look it up)</div>'
+                     f'<pre>{e(_text(p["idempotency_key"]))}</pre>')
+    if p.get("reconcile"):
+        parts.append(f'<div class="label">What reconcile said</div>'
+                     f'<p>{e(_text(p["reconcile"]))}</p>')
+    if p.get("why"):
+        parts.append(f'<div class="label">Why a human is asked</div><p>{e(_text(p["why"]))}</p>')
+    parts.append(f'<div class="label">Exact arguments</div><pre>{e(shown_args(a, a.args))}</pre>')
+    parts.append(f'<p class="meta">Question {e(a.id)} · arguments {e(a.digest[:12])}</p>')
+    action = f"/review/requests/{e(a.id)}"
+    parts += ['<div class="actions">',
+              f'<form method="post" action="{action}">{_hidden(a, csrf, token, "mark_done")}'
+              '<button class="approve" type="submit">It happened: mark done</button></form>',
+              f'<details><summary>It did not happen: retry…</summary>'
+              f'<form method="post" action="{action}">{_hidden(a, csrf, token, "retry")}'
+              '<p class="meta">If the first attempt did take effect, retrying makes it happen '
+              'twice. Retry only if you checked that it did not.</p>'
+              '<button class="other" type="submit">Retry</button></form></details>',
+              f'<details><summary>Abort the run…</summary><form method="post" action="{action}">'
+              f'{_hidden(a, csrf, token, "abort")}'
+              '<textarea name="reason" required maxlength="2000" rows="3" '
+              'placeholder="What happened? This goes into the audit log." '
+              'aria-label="Reason"></textarea>'
+              '<button class="deny" type="submit">Abort</button></form></details>',
+              "</div></article>"]
+    return "".join(parts)
+
+
 def request_card(a: ApprovalRecord, *, csrf: str, token: str | None, now: datetime) -> str:
     """One pending request: the same decision packet and exact arguments as its Slack card,
     and its answers (approve; deny with a reason; redirect with guidance; edit within
-    what the operator's policy allows)."""
+    what the operator's policy allows). An outcome question: :func:`question_card`."""
+    if a.kind == "outcome_unknown":
+        return question_card(a, csrf=csrf, token=token)
     p = _packet(a)
     w = will_run(a)
     policy = ApprovalPolicy.from_snapshot(a.policy)
@@ -317,12 +375,55 @@ VIA_WORDS = {"web": "on the web review queue", "slack": "in Slack", "standing":
              "by a standing approval"}
 
 
+def _where(via: str) -> str:
+    return VIA_WORDS.get(via, "from the command line" if via.startswith("cli") else via)
+
+
+def edit_text(a: ApprovalRecord, edit: dict[str, Any], link: str) -> str:
+    """An edit of a mailed request, told in its thread: who changed what (the values as
+    the edit's outbox row holds them: masked where sensitive), and that the request now
+    binds to the new arguments."""
+    by, via = _text(edit.get("by")), _text(edit.get("via"))
+    try:
+        when = _when(datetime.fromisoformat(str(edit.get("at"))))
+    except ValueError:
+        when = "?"
+    lines = [f"{by} edited the arguments of {a.tool} (request {a.id})"
+             + (f" {_where(via)}" if via else "") + f" at {when}.", "", "What changed:"]
+    for change in edit.get("changes") or []:
+        path, before, after = [*list(change), None, None, None][:3]
+        lines.append(f"  {path}: " + ("(added)" if before is None else str(before))
+                     + " -> " + ("(removed)" if after is None else str(after)))
+    more = edit.get("more")
+    if isinstance(more, int) and more > 0:
+        lines.append(f"  (and {more} more)")
+    digest, previous = _text(edit.get("digest")), _text(edit.get("previous_digest"))
+    lines += ["", f"The request now binds to the new arguments (digest {digest[:12]}, was "
+                  f"{previous[:12]}): an approval counts only for them, and if the request "
+                  "is approved, exactly they run. A link or a card showing the old ones "
+                  "can no longer decide it."]
+    if edit.get("mode") == "propose":
+        lines.append(f"Someone other than {by} must approve them.")
+    else:
+        lines.append(f"The edit is {by}'s approval of them.")
+    discarded = [str(x) for x in edit.get("discarded") or []]
+    if discarded:
+        lines.append(f"Approvals given on the old arguments ({', '.join(discarded)}) no "
+                     "longer count.")
+    lines += ["", f"The request: {link}"]
+    return "\n".join(lines) + "\n"
+
+
+ANSWER_WORDS = {"retry": "answered: retry", "mark_done": "marked done", "abort": "aborted"}
+
+
 def outcome_line(a: ApprovalRecord) -> str:
-    """What became of a closed request: by whom, when, where, and why."""
-    text = f"{a.tool} (request {a.id}) was {STATUS_WORDS.get(a.status, a.status)}"
+    """What became of a closed request (or question): by whom, when, where, and why."""
+    words = (ANSWER_WORDS.get(a.verdict or "") if a.kind == "outcome_unknown" else None) \
+        or STATUS_WORDS.get(a.status, a.status)
+    text = f"{a.tool} (request {a.id}) was {words}"
     if a.decided_by and a.status not in ("expired", "superseded"):
-        via = a.decided_via or ""
-        where = VIA_WORDS.get(via, "from the command line" if via.startswith("cli") else via)
+        where = _where(a.decided_via or "")
         text += f" by {a.decided_by}" + (f" {where}" if where else "")
     when = a.decided_at or (a.expires_at if a.status in ("expired", "superseded") else None)
     if when is not None:

@@ -41,12 +41,17 @@ SLACK_COOKIE = "approvald_slack"  # binds a sign-in with Slack's state to its br
 SLACK_PATH = "/review/sign-in/slack"
 CANDIDATES = 200  # pending requests looked at for one queue page
 VERDICTS: dict[str, Verdict] = {"approve": "approve", "deny": "deny", "redirect": "redirect",
-                                "edit": "edit"}
+                                "edit": "edit", "retry": "retry", "mark_done": "mark_done",
+                                "abort": "abort"}
+KINDS = ("tool_call", "outcome_unknown")  # what the queue shows: calls, and outcome questions
 DONE = {"approved": "Approved: the run goes on.", "denied": "Denied: the agent is told why.",
         "redirected": "Redirected: the agent gets your guidance.",
         "voted": "Your approval is counted; the request waits for more.",
         "edited": "Your edit is proposed; someone else must approve it.",
-        "repeated": "That decision was already recorded: it stands."}
+        "repeated": "That decision was already recorded: it stands.",
+        "retry": "Retry chosen: the call runs again.",
+        "mark_done": "Marked done: the run goes on without running it again.",
+        "abort": "Aborted: the run was cancelled."}
 HEADERS = {
     "Content-Security-Policy": "default-src 'none'; style-src 'self'; form-action 'self'; "
                                "frame-ancestors 'none'; base-uri 'none'",
@@ -193,7 +198,7 @@ class WebRoutes:
             a = await self.e.decider.get(request.match_info["id"][:64])
         except NotFound:
             a = None
-        if a is None or a.kind != "tool_call":
+        if a is None or a.kind not in KINDS:
             return html(pages.message("Not found", "There is no such request.", error=True,
                                       user=user, csrf=csrf), 404)
         try:
@@ -207,14 +212,14 @@ class WebRoutes:
         return html(pages.message("Decided", pages.outcome_line(a), user=user, csrf=csrf))
 
     async def actionable(self, user: str) -> list[tuple[ApprovalRecord, str | None]]:
-        """Pending tool calls ``user`` may decide, oldest first: the same check as a click
-        (the requester never approves their own; approvers and user groups as the request
-        was made)."""
+        """Pending tool calls and outcome questions ``user`` may decide, oldest first: the
+        same check as a click (the requester never approves their own; approvers and user
+        groups as the request was made)."""
         async with self.e.db.read() as tx:
             pending = await tx.approvals.pending_for_actor_candidates(limit=CANDIDATES)
         out: list[tuple[ApprovalRecord, str | None]] = []
         for a in pending:
-            if a.kind != "tool_call":
+            if a.kind not in KINDS:
                 continue
             try:
                 await self.e.decider.authorize(a, Actor(user, "web"))

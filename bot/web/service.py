@@ -9,13 +9,26 @@ from aiohttp import web
 from approvald.bot.config import Settings
 from approvald.bot.web import pages
 from approvald.bot.web.auth import WebAuth, WebKeys
-from approvald.bot.web.mail import SIGN_IN_MAIL, Mail, MailDeliverer, Mailer, SmtpTarget
+from approvald.bot.web.mail import (
+    SIGN_IN_MAIL,
+    Mail,
+    MailDeliverer,
+    Mailer,
+    MailSender,
+    SmtpTarget,
+)
 from approvald.bot.web.routes import WebRoutes
 from approvald.bot.web.slack_sign_in import SlackOpenId
 from approvald.runtime.decide import Actor
 from approvald.runtime.engine import Engine
 from approvald.runtime.errors import ConfigError, DecisionRefused, Refusal
-from approvald.runtime.gate import OUTCOME_MAIL, REMINDER_MAIL, REQUEST_MAIL, mail_group
+from approvald.runtime.gate import (
+    EDIT_MAIL,
+    OUTCOME_MAIL,
+    REMINDER_MAIL,
+    REQUEST_MAIL,
+    mail_group,
+)
 from approvald.runtime.outbox import Deliverer, RetryLater, Undeliverable
 from approvald.store.records import ApprovalRecord, OutboxRecord
 
@@ -46,9 +59,10 @@ def slack_open_id(settings: Settings) -> SlackOpenId | None:
 
 class WebFace:
     """The review queue (when ``APPROVALD_PUBLIC_URL`` is set) and the mailer (when
-    ``APPROVALD_SMTP_URL`` and ``APPROVALD_MAIL_FROM`` are)."""
+    ``APPROVALD_SMTP_URL`` and ``APPROVALD_MAIL_FROM`` are, or ``mailer``)."""
 
-    def __init__(self, engine: Engine, settings: Settings) -> None:
+    def __init__(self, engine: Engine, settings: Settings,
+                 mailer: MailSender | None = None) -> None:
         assert settings.public_url is not None
         secret = settings.token_secret()
         if not secret or len(secret.encode()) < MIN_SECRET:
@@ -61,8 +75,8 @@ class WebFace:
                             self.keys, settings.emails())
         self.slack = slack_open_id(settings)
         self.routes = WebRoutes(engine, self.auth, settings.public_url, self.slack)
-        self.mailer: Mailer | None = None
-        if settings.smtp_url is not None and settings.mail_from is not None:
+        self.mailer: MailSender | None = mailer
+        if mailer is None and settings.smtp_url is not None and settings.mail_from is not None:
             self.mailer = Mailer(SmtpTarget.parse(settings.smtp_url.get_secret_value()),
                                  settings.mail_from)
 
@@ -77,7 +91,7 @@ class WebFace:
         """The mail a row asks for; None when there is nothing left to send."""
         if row.kind == REQUEST_MAIL:
             return await self.request_mail(str(row.payload_value().get("approval_id")))
-        if row.kind in (OUTCOME_MAIL, REMINDER_MAIL):
+        if row.kind in (OUTCOME_MAIL, REMINDER_MAIL, EDIT_MAIL):
             return await self.thread_mail(row)
         if row.kind != SIGN_IN_MAIL:
             raise Undeliverable(f"no mail is known by the kind {row.kind}")
@@ -134,8 +148,9 @@ class WebFace:
 
     async def thread_mail(self, row: OutboxRecord) -> Mail | None:
         """A mail in a request mail's thread (same recipients, In-Reply-To its Message-ID):
-        what became of the request (``mail.outcome``: who decided it, how and when), or a
-        reminder while it is open (``mail.reminder``). None when there is nothing to say:
+        what became of the request (``mail.outcome``: who decided it, how and when), a
+        reminder while it is open (``mail.reminder``), or who edited its arguments, how,
+        and that it binds to the new ones (``mail.edited``). None when there is nothing to say:
         its request mail never went out (it was decided first, or given up), or a reminder
         for a request closed since."""
         payload = row.payload_value()
@@ -158,6 +173,8 @@ class WebFace:
                 return None  # its outcome mail tells the rest
             text = (f"Reminder {payload.get('n', 1)}: this request is still waiting for a "
                     "decision.\n\n" + pages.request_text(a, self._link(a)))
+        elif row.kind == EDIT_MAIL:  # told even once decided: what was approved changed
+            text = pages.edit_text(a, payload, self._link(a))
         else:
             text = (pages.outcome_line(a) + "\n\n"
                     + "It needs nothing more from you; this mail is only to tell you.\n"

@@ -359,3 +359,26 @@ async def test_a_second_signal_stops_serve_at_once(sqlite_url: str, tmp_path: Pa
         if serve is not None:
             await serve.kill()
         await emulator.stop()
+
+
+# -- a policy that mails, on a deployment that cannot ---------------------------------------
+
+def test_a_policy_naming_email_without_mail_stops_serve_and_writes_nothing(
+        tmp_path: Path) -> None:
+    """channels = ["slack", "email"] with no SMTP server set: serve refuses to start, in one
+    line naming what to set, before it creates (or migrates) the database."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[tools.issue_refund]\nchannels = ["slack", "email"]\n')
+    db = tmp_path / "never.db"
+    cli = Cli(db_url=f"sqlite+aiosqlite:///{db}", workdir=tmp_path,
+              env_extra={"APPROVALD_POLICY_FILE": str(policy),
+                         "APPROVALD_PUBLIC_URL": "https://approvals.example.com",
+                         "APPROVALD_SECRET": "approvald-test-secret-0123456789",
+                         "APPROVALD_APPROVER_EMAILS": "U_ALICE=alice@example.com"})
+    done = cli("serve", timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        f"approvald: APPROVALD_SMTP_URL: tools.issue_refund in {policy} names the \"email\" "
+        "channel, but this deployment cannot send mail: set APPROVALD_SMTP_URL and "
+        "APPROVALD_MAIL_FROM"], done.stderr
+    assert not db.exists()

@@ -45,6 +45,34 @@ class Harness:
         assert isinstance(outcome, Paused), outcome
         return outcome
 
+    async def outcome_question(self) -> tuple[Paused, Any]:
+        """A refund approved and run, its customer email cut off before its result was
+        recorded: the run needs attention, and its question (returned) is pending."""
+        from approvald.runtime import failpoints
+        from approvald.runtime.decide import Actor
+
+        from tests.helpers import Crash, crash
+
+        paused = await self.pause_refund()
+        await self.engine.decide(paused.approval_ids[0], actor=Actor("U_ALICE", "slack"),
+                                 verdict="approve")
+        failpoints.arm("before_result@2", crash)  # the email ran; its result is lost
+        try:
+            try:
+                await self.engine.advance(paused.run_id)
+            except Crash:
+                pass
+            else:
+                raise AssertionError("the failpoint did not fire")
+        finally:
+            failpoints.arm("")
+        assert (await self.engine.advance(paused.run_id)).status == "needs_attention"
+        async with self.engine.db.read() as tx:
+            [q] = [a for a in await tx.approvals.for_run(paused.run_id)
+                   if a.status == "pending"]
+        assert q.kind == "outcome_unknown"
+        return paused, q
+
     async def approval(self, approval_id: str):  # type: ignore[no-untyped-def]
         async with self.engine.db.read() as tx:
             return await tx.approvals.get(approval_id)

@@ -181,19 +181,7 @@ async def test_click_after_expiry_is_explained(sqlite_url, tmp_path):
 
 async def test_outcome_question_is_answered_from_slack(sqlite_url, tmp_path):
     async with harness(sqlite_url, tmp_path, background=False) as h:
-        paused = await h.pause_refund()
-        await h.engine.decide(paused.approval_ids[0], actor=Actor("U_ALICE", "slack"),
-                              verdict="approve")
-        failpoints.arm("before_result@2", _crash)  # the email ran; its result is lost
-        try:
-            with pytest.raises(Crash):
-                await h.engine.advance(paused.run_id)
-        finally:
-            failpoints.arm("")
-        outcome = await h.engine.advance(paused.run_id)
-        assert outcome.status == "needs_attention"
-        async with h.engine.db.read() as tx:
-            [q] = [a for a in await tx.approvals.for_run(paused.run_id) if a.status == "pending"]
+        paused, q = await h.outcome_question()
         for _ in range(3):
             await h.service.drain.drain_once()
         q = await h.approval(q.id)

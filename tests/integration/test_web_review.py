@@ -767,7 +767,7 @@ async def mail_rows(h: Harness) -> list[tuple[Any, ...]]:
 def _text(mail: Any) -> str:
     body = mail.get_body(("plain",))
     assert body is not None
-    return str(body.get_content())
+    return str(body.get_content()).replace("\r\n", "\n")
 
 
 async def test_a_mailed_request_is_followed_in_its_thread(db_url: str,
@@ -994,3 +994,126 @@ async def test_a_request_mail_given_up_has_no_thread_to_follow(sqlite_url: str,
         assert await sql(h, "SELECT count(*) FROM outbox WHERE kind = 'mail.outcome'") \
             == [(0,)]
         assert inbox.messages == []
+
+
+async def test_an_edit_of_a_mailed_request_is_told_in_its_thread(db_url: str,
+                                                                  tmp_path: Path) -> None:
+    """Edits of a mailed request, from any face (a Slack modal's decision here, then the
+    web queue's form), are each told in the request mail's thread: who changed what,
+    masked where sensitive, and that the request now binds to the new arguments; the
+    approval that follows runs exactly those, once."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[tools.issue_refund]\napprovers = ["U_ALICE", "U_BOB"]\n'
+                      'channels = ["slack", "email"]\nedits = "propose"\n'
+                      'sensitive = ["args.reason"]\n')
+    async with smtp_server() as (inbox, smtp_port), \
+            web_harness(db_url, tmp_path, smtp_port=smtp_port,
+                        APPROVALD_POLICY_FILE=str(policy)) as (h, url):
+        paused = await h.pause_refund()
+        [aid] = paused.approval_ids
+        [first] = await wait_for(lambda: inbox.messages, what="the request's mail")
+
+        def thread() -> list[Any]:
+            return [m for m in inbox.messages if m["In-Reply-To"] == first["Message-ID"]]
+
+        await wait_for(lambda: _no_mail_in_flight(h), what="the drain to mark its mail")
+        half = {"order_id": "A-1001", "amount_cents": 2100, "reason": "half of it"}
+        await h.engine.decide(aid, actor=Actor("U_ALICE", "slack"), verdict="edit", args=half)
+        [told] = await wait_for(thread, what="the edit's mail")
+        assert told["X-Envelope-To"] == "alice@example.com,bob@example.com"
+        assert told["References"] == first["Message-ID"]
+        assert told["Subject"] == "Re: " + first["Subject"]
+        said = _text(told)
+        edited = await h.approval(aid)
+        assert f"U_ALICE edited the arguments of issue_refund (request {aid}) in Slack at " \
+            in said
+        assert "  amount_cents: 4200 -> 2100\n" in said
+        assert '  reason: "[masked]" -> "[masked]"\n' in said  # changed, and still secret
+        assert "duplicate charge" not in said and "half of it" not in said
+        assert (f"now binds to the new arguments (digest {edited.effective_digest[:12]}, was "
+                f"{edited.digest[:12]})") in said
+        assert "Someone other than U_ALICE must approve them." in said
+        assert f"{url}/review/requests/{aid}" in said
+
+        bob = Browser(url)
+        try:
+            await bob.sign_in(inbox, "bob@example.com")
+            _, page = await bob.get(f"/review/requests/{aid}")
+            less = {**half, "amount_cents": 2000}
+            status, _ = await bob.post(f"/review/requests/{aid}", {**form_fields(
+                page, action=f"/review/requests/{aid}", verdict="edit"),
+                "args": json.dumps(less)})
+            assert status == 303
+        finally:
+            await bob.close()
+        second = (await wait_for(lambda: thread()[1:], what="the second edit's mail"))[0]
+        said = _text(second)
+        assert f"U_BOB edited the arguments of issue_refund (request {aid}) on the web " \
+               "review queue at " in said
+        assert "  amount_cents: 2100 -> 2000\n" in said and "reason" not in said
+        assert "Someone other than U_BOB must approve them." in said
+
+        await h.engine.decide(aid, actor=Actor("U_ALICE", "cli:ops"), verdict="approve")
+        await wait_for(lambda: _status(h, paused.run_id, "completed"), what="completion")
+        assert [r["args"] for r in h.refunds()] == [less]
+        outcome = (await wait_for(lambda: thread()[2:], what="the outcome mail"))[0]
+        assert "was approved by U_ALICE from the command line" in _text(outcome)
+        assert len(thread()) == 3
+        for mail in inbox.messages:
+            assert '"reason": "duplicate charge"' not in _text(mail)
+            assert "half of it" not in _text(mail)
+
+
+async def test_an_edit_of_a_request_never_mailed_queues_no_mail(sqlite_url: str,
+                                                                tmp_path: Path) -> None:
+    async with smtp_server() as (_inbox, smtp_port), \
+            web_harness(sqlite_url, tmp_path, smtp_port=smtp_port, background=False) as (h, _):
+        paused = await h.pause_refund()
+        [aid] = paused.approval_ids
+        await h.engine.decide(aid, actor=Actor("U_ALICE", "slack"), verdict="edit",
+                              args={"order_id": "A-1001", "amount_cents": 100,
+                                    "reason": "less"})
+        assert await sql(h, "SELECT count(*) FROM outbox WHERE kind LIKE 'mail.%'") == [(0,)]
+
+
+async def test_an_outcome_question_is_answered_on_the_queue(sqlite_url: str,
+                                                            tmp_path: Path) -> None:
+    """A call whose outcome is unknown (the process died before its result was recorded):
+    the queue asks its approver whether it ran, with what they need to check (the
+    attempt, the idempotency key, the arguments), and offers the card's answers, through
+    the same decide: abort needs a reason; "mark done" continues the run without running
+    the call again."""
+    async with smtp_server() as (inbox, smtp_port), \
+            web_harness(sqlite_url, tmp_path, smtp_port=smtp_port, background=False) as (h, url):
+        paused, q = await h.outcome_question()
+        alice = Browser(url)
+        try:
+            assert await alice.ask_link("alice@example.com") == 200
+            await h.service.drain.drain_once()
+            status, _ = await alice.open_and_sign_in(await inbox.link_for("alice@example.com"))
+            assert status == 303
+            status, page = await alice.get("/review")
+            assert status == 200 and f'id="r-{q.id}"' in page
+            assert "Did <code>send_customer_email</code> happen?" in page
+            key = json.loads(q.packet)["idempotency_key"]
+            assert key in page and "attempt 1" in page
+            assert 'value="approve"' not in page  # a question's answers, not a call's
+            action = f"/review/requests/{q.id}"
+            status, body = await alice.post(action, {**form_fields(
+                page, action=action, verdict="abort"), "reason": ""})
+            assert status == 409 and "reason" in body
+            assert (await h.approval(q.id)).status == "pending"
+            status, _ = await alice.post(action, form_fields(page, action=action,
+                                                             verdict="mark_done"))
+            assert status == 303 and alice.last is not None
+            assert alice.last.headers["Location"] == "/review?done=mark_done"
+            status, page = await alice.get(f"/review/requests/{q.id}")
+            assert "marked done by U_ALICE on the web review queue" in page
+        finally:
+            await alice.close()
+        [resolved] = await audit(h, "outcome_resolved")
+        assert (resolved.actor, resolved.via) == ("U_ALICE", "web")
+        assert (await h.engine.advance(paused.run_id)).status == "completed"
+        emails = [e for e in map(json.loads, h.ledger.read_text().splitlines())
+                  if e["tool"] == "send_customer_email"]
+        assert len(emails) == 1

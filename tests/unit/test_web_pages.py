@@ -160,3 +160,31 @@ def test_the_queue_masks_sensitive_arguments_as_the_card_does() -> None:
     html = pages.request_card(a, csrf="c", token=None, now=NOW)
     assert "4242" in html and not re.search(r"4242\D{0,3}4242", html)
     assert "917364" not in html
+
+
+def test_an_edits_account_lists_changed_fields_masked_where_sensitive() -> None:
+    from approvald.runtime.packet import MAX_CHANGES, edit_changes
+
+    a = approval(policy={"approvers": ["U0BOB"], "sensitive": ["credentials.*"]})
+    before = {"order": "1234", "amount": 42, "credentials": {"user": "u", "key": "k1"},
+              "card": "4242 4242 4242 4242", "note": "same"}
+    after = {"order": "1234", "amount": 21, "credentials": {"user": "u", "key": "k2"},
+             "card": "4000 0566 5566 5556", "memo": "new"}
+    changes, more = edit_changes(a, before, after)
+    assert more == 0
+    assert changes == [("amount", "42", "21"),
+                       ("credentials.key", '"[masked]"', '"[masked]"'),
+                       ("card", '"•••• 4242"', '"•••• 5556"'),
+                       ("note", '"same"', None), ("memo", None, '"new"')]
+    many = {f"f{i}": i for i in range(MAX_CHANGES + 3)}
+    changes, more = edit_changes(a, {}, many)
+    assert len(changes) == MAX_CHANGES and more == 3
+    text = pages.edit_text(a, {"by": "U0CAROL", "via": "web", "at": NOW.isoformat(),
+                               "mode": "approve", "digest": "abc", "previous_digest": "def",
+                               "changes": [["amount", "42", "21"]], "more": 2,
+                               "discarded": ["U0BOB"]}, "https://x/review/requests/1")
+    assert text.startswith("U0CAROL edited the arguments of issue_refund (request "
+                           f"{a.id}) on the web review queue at ")
+    assert "  amount: 42 -> 21\n  (and 2 more)\n" in text
+    assert "The edit is U0CAROL's approval of them." in text
+    assert "Approvals given on the old arguments (U0BOB) no longer count." in text
