@@ -10,7 +10,7 @@ import email.policy
 import re
 import socket
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from html import unescape
 from pathlib import Path
@@ -19,6 +19,7 @@ from typing import Any
 import aiohttp
 from aiosmtpd.controller import Controller
 from approvald.runtime.clock import Clock
+from approvald.runtime.errors import ConfigError
 
 from tests.integration.slack_harness import Harness, harness, wait_for
 
@@ -75,17 +76,29 @@ async def smtp_server() -> AsyncIterator[tuple[Inbox, int]]:
 async def web_harness(db_url: str, tmp_path: Path, *, clock: Clock | None = None,
                       smtp_port: int | None = None,
                       **extra: Any) -> AsyncIterator[tuple[Harness, str]]:
-    """serve with the review queue at its public URL (http on loopback, so no Secure)."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    values: dict[str, Any] = {
-        "APPROVALD_PORT": port, "APPROVALD_PUBLIC_URL": url,
-        "APPROVALD_MAIL_FROM": "approvals@example.com",
-        "APPROVALD_APPROVER_EMAILS": ",".join(f"{u}={a}" for u, a in EMAILS.items())}
-    if smtp_port is not None:
-        values["APPROVALD_SMTP_URL"] = f"smtp+plain://127.0.0.1:{smtp_port}"
-    values.update(extra)
-    async with harness(db_url, tmp_path, clock=clock, **values) as h:
+    """serve with the review queue at its public URL (http on loopback, so no Secure).
+
+    The public URL names the port before serve binds it, so the port is picked free
+    first; another test process may take it in between, and then another is picked."""
+    async with AsyncExitStack() as stack:
+        for attempt in range(5):
+            port = free_port()
+            url = f"http://127.0.0.1:{port}"
+            values: dict[str, Any] = {
+                "APPROVALD_PORT": port, "APPROVALD_PUBLIC_URL": url,
+                "APPROVALD_MAIL_FROM": "approvals@example.com",
+                "APPROVALD_APPROVER_EMAILS": ",".join(f"{u}={a}" for u, a in EMAILS.items())}
+            if smtp_port is not None:
+                values["APPROVALD_SMTP_URL"] = f"smtp+plain://127.0.0.1:{smtp_port}"
+            values.update(extra)
+            try:
+                h = await stack.enter_async_context(
+                    harness(db_url, tmp_path, clock=clock, **values))
+            except ConfigError as exc:
+                if "cannot listen" in str(exc) and attempt < 4:
+                    continue
+                raise
+            break
         yield h, url
 
 
