@@ -6,10 +6,15 @@ or warning, no page error, no request for anything but the file itself."""
 from __future__ import annotations
 
 import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.acceptance.sandbox_proc import Sandbox
 
 CHROMIUM = os.environ.get("APPROVALD_CHROMIUM", "/usr/bin/chromium")
 LAUNCH = {"executable_path": CHROMIUM, "headless": True,
@@ -55,3 +60,31 @@ def open_clean(browser: Any, path: Path) -> tuple[Any, list[str]]:
     page.wait_for_load_state("load")
     assert problems == [], problems
     return page, problems
+
+
+@contextmanager
+def sandbox_page(tmp_path: Path, artifacts: Path, wait_ms: int = 60_000
+                 ) -> Iterator[tuple[Sandbox, Any, Any]]:
+    """A sandbox started in ``tmp_path`` and a desktop-sized chromium page (``expect``
+    waiting ``wait_ms``), ``artifacts`` emptied for the screenshots: (sandbox, page,
+    expect). The sandbox must stop cleanly after the body."""
+    sync_playwright = playwright()
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=wait_ms)
+    shutil.rmtree(artifacts, ignore_errors=True)
+    artifacts.mkdir(parents=True)
+    sb = Sandbox(tmp_path)
+    try:
+        sb.start()
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(**LAUNCH)
+            try:
+                page = browser.new_page(viewport={"width": 1500, "height": 1000})
+                page.set_default_timeout(wait_ms)
+                yield sb, page, expect
+            finally:
+                browser.close()
+        assert sb.stop() == 0
+    finally:
+        sb.close()

@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.acceptance.browser_pages import LAUNCH, playwright
+from tests.acceptance.browser_pages import LAUNCH, playwright, sandbox_page
 from tests.acceptance.sandbox_proc import Sandbox, wait_until
 
 # processes, browsers or hundreds of schedules: out of the inner loop (-m 'not slow')
@@ -34,26 +33,8 @@ WAIT_MS = 60_000  # what the page must show within, on a loaded 2-core CI machin
 
 
 def test_a_newcomer_clicks_through_refusals_a_denial_and_an_edit(tmp_path: Path) -> None:
-    sync_playwright = playwright()
-    from playwright.sync_api import expect
-
-    expect.set_options(timeout=WAIT_MS)
-    shutil.rmtree(ARTIFACTS, ignore_errors=True)
-    ARTIFACTS.mkdir(parents=True)
-    sb = Sandbox(tmp_path)
-    try:
-        sb.start()
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(**LAUNCH)
-            try:
-                page = browser.new_page(viewport={"width": 1500, "height": 1000})
-                page.set_default_timeout(WAIT_MS)
-                _click_through(page, expect, sb)
-            finally:
-                browser.close()
-        assert sb.stop() == 0
-    finally:
-        sb.close()
+    with sandbox_page(tmp_path, ARTIFACTS, WAIT_MS) as (sb, page, expect):
+        _click_through(page, expect, sb)
 
 
 def _click_through(page: Any, expect: Any, sb: Sandbox) -> None:
