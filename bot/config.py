@@ -9,7 +9,7 @@ import re
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import platformdirs
 from approvald.runtime.audit import AuditKey
@@ -22,9 +22,13 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+if TYPE_CHECKING:
+    from approvald.bot.web.mail import SmtpTarget
 
 DEFAULT_METRICS_ADDR = "127.0.0.1:9464"
 
@@ -147,11 +151,22 @@ class Settings(BaseSettings):
                     "); when set, serve serves the web review queue at /review, mails sign-in "
                     "links pointing there, and refuses a POST whose Origin is not this URL's; "
                     "cookies are Secure when it is https")
+    # before smtp_url: its validator reads it
+    smtp_insecure_host: str | None = Field(
+        None, validation_alias=_env("APPROVALD_SMTP_INSECURE_HOST"),
+        description="DANGEROUS: the one host other than loopback that an smtp+insecure:// "
+                    "APPROVALD_SMTP_URL may name. Everything sent there (the SMTP password, "
+                    "sign-in links that sign their holder in as an approver, requests) "
+                    "crosses the network in clear: only for a relay on a network nobody "
+                    "else can read")
     smtp_url: SecretStr | None = Field(
         None, validation_alias=_env("APPROVALD_SMTP_URL"),
         description="the SMTP server mails are sent through: smtp://[USER:PASSWORD@]HOST[:PORT]"
-                    " (STARTTLS when the server offers it), smtps://... (TLS from the start), "
-                    "or smtp+plain://... (no TLS: a relay on loopback only)")
+                    " (STARTTLS required: a server that does not offer it is sent nothing), "
+                    "smtps://... (TLS from the start), or smtp+insecure://... (no TLS: to a "
+                    "relay on loopback, or the host APPROVALD_SMTP_INSECURE_HOST names); the "
+                    "server's certificate is checked against the system's trusted CAs "
+                    "(SSL_CERT_FILE names others)")
     mail_from: str | None = Field(
         None, validation_alias=_env("APPROVALD_MAIL_FROM"),
         description="the From address of approvald's mails (approvals@example.com)")
@@ -407,14 +422,29 @@ class Settings(BaseSettings):
         root = base.removesuffix("/api") if base.endswith("/api") else base
         return f"{root}/openid/connect/authorize"
 
+    @field_validator("smtp_insecure_host")
+    @classmethod
+    def _insecure_host(cls, v: str | None) -> str | None:
+        return v.strip() if v is not None and v.strip() else None
+
     @field_validator("smtp_url")
     @classmethod
-    def _smtp_url(cls, v: SecretStr | None) -> SecretStr | None:
+    def _smtp_url(cls, v: SecretStr | None, info: ValidationInfo) -> SecretStr | None:
         if v is not None:
             from approvald.bot.web.mail import SmtpTarget
 
-            SmtpTarget.parse(v.get_secret_value())
+            SmtpTarget.parse(v.get_secret_value(),
+                             insecure_host=info.data.get("smtp_insecure_host"))
         return v
+
+    def smtp_target(self) -> SmtpTarget | None:
+        """Where mails go (``APPROVALD_SMTP_URL``), or None when it is unset."""
+        if self.smtp_url is None:
+            return None
+        from approvald.bot.web.mail import SmtpTarget
+
+        return SmtpTarget.parse(self.smtp_url.get_secret_value(),
+                                insecure_host=self.smtp_insecure_host)
 
     @field_validator("mail_from")
     @classmethod

@@ -135,6 +135,7 @@ class Service:
         self.engine.on_outbox(lambda: self.wakeups.publish("outbox"))
         self.engine.external.on_decided(lambda rid: self.wakeups.publish("decided", rid))
         self._tasks: list[asyncio.Task[None]] = []
+        self._chores: list[asyncio.Task[None]] = []  # cancelled at stop, not waited for
         self._connector: asyncio.Task[None] | None = None
         self.pending_scheduled = 0
         self.fatal: ConfigError | None = None  # why the service stopped itself
@@ -168,6 +169,8 @@ class Service:
         if (self.slack is None or self.settings.slack_app_token is not None) \
                 and "port" in self.settings.model_fields_set:
             await self._start_ops_listener()  # no Slack HTTP listener to share
+        if self.web is not None:  # said in the log once it is known: nothing waits for it
+            self._chores.append(asyncio.create_task(self.web.check_mail(), name="mail-check"))
         if self.slack is None:
             log.warning("no Slack settings: approval requests are logged; decide with "
                         "`approvald approvals approve|deny|edit` or the HTTP API (/v1, "
@@ -313,9 +316,10 @@ class Service:
         self.stop_event.set()
         self.scheduler.shutdown()
         await self.wakeups.close()
-        if self._connector is not None:  # connecting is not work in flight: stop it now
-            self._connector.cancel()
-            await asyncio.gather(self._connector, return_exceptions=True)
+        # connecting (and checking what we connect to) is not work in flight: stop it now
+        for chore in [*([self._connector] if self._connector else []), *self._chores]:
+            chore.cancel()
+            await asyncio.gather(chore, return_exceptions=True)
         if self._tasks:
             _, pending = await asyncio.wait(self._tasks, timeout=grace)
             if pending:
