@@ -5,6 +5,7 @@ A missing or malformed setting stops start-up with one line naming the variable.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
 from datetime import timedelta
@@ -20,6 +21,7 @@ from approvald.runtime.webhook_hosts import WebhookHosts
 from pydantic import (
     AliasChoices,
     Field,
+    PrivateAttr,
     SecretStr,
     ValidationError,
     ValidationInfo,
@@ -73,6 +75,9 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(case_sensitive=True, extra="ignore",
                                       populate_by_name=False)
+    # read by load_settings (the environment and APPROVALD_SECRETS_DIR), so that keys can
+    # be read again from there; settings built from values in code have nowhere to look
+    _from_environment: bool = PrivateAttr(False)
 
     slack_bot_token: SecretStr | None = Field(
         None, validation_alias=_env("SLACK_BOT_TOKEN"),
@@ -218,6 +223,14 @@ class Settings(BaseSettings):
     demo_ledger: str | None = Field(
         None, validation_alias=_env("APPROVALD_DEMO_LEDGER"),
         description="a file where the demo tools append one JSON line per real side effect")
+    secrets_dir: Path | None = Field(
+        None, validation_alias=_env("APPROVALD_SECRETS_DIR"),
+        description="a directory of files named after settings (APPROVALD_DATA_KEY, "
+                    "APPROVALD_AUDIT_KEY, SLACK_BOT_TOKEN, ...), each holding that setting's "
+                    "value, as Docker secrets, Kubernetes secret volumes and systemd's "
+                    "LoadCredential= provide them; a variable set in the environment wins. "
+                    "serve reads the keys there again on SIGHUP, and when it meets a value "
+                    "sealed under a data key it lacks")
     secret: SecretStr | None = Field(
         None, validation_alias=_env("APPROVALD_SECRET"),
         description="the key approval tokens are derived from (unset: the Slack signing secret, "
@@ -516,6 +529,10 @@ class Settings(BaseSettings):
     @field_validator("audit_key", "data_key")
     @classmethod
     def _long_enough(cls, v: SecretStr | None) -> SecretStr | None:
+        # set and empty (or blank) is a mistake, not "no key": a blank key would seal
+        # everything under a key anyone can guess, and an empty one is easily meant as unset
+        if v is not None and not v.get_secret_value().strip():
+            raise ValueError("is empty: set a key of at least 16 bytes, or unset the variable")
         if v is not None and len(v.get_secret_value().encode()) < 16:
             raise ValueError("a key needs at least 16 bytes")
         return v
@@ -530,8 +547,10 @@ class Settings(BaseSettings):
         return key_ring(self.data_key, self.data_old_keys, DataKey, "APPROVALD_DATA_OLD_KEYS")
 
     def sealer(self) -> Sealer:
-        """How this deployment seals sensitive values at rest."""
-        return Sealer(self.data_keys(), require=self.require_data_key)
+        """How this deployment seals sensitive values at rest; settings read from the
+        environment give it the way to read its keys again (see :func:`reread_data_keys`)."""
+        return Sealer(self.data_keys(), require=self.require_data_key,
+                      reread=reread_data_keys if self._from_environment else None)
 
     def token_secret(self) -> str | None:
         """The key approval tokens are derived from (APPROVALD_SECRET, else a Slack secret)."""
@@ -583,9 +602,13 @@ _SECRETS = frozenset(n for name, f in Settings.model_fields.items()
 
 
 def load_settings() -> Settings:
-    """Read the environment; raise :class:`ConfigError` naming the first bad variable."""
+    """Read the environment (and the files of ``APPROVALD_SECRETS_DIR``); raise
+    :class:`ConfigError` naming the first bad variable."""
+    where = os.environ.get("APPROVALD_SECRETS_DIR", "").strip()
+    if where and not Path(where).expanduser().is_dir():
+        raise ConfigError(f"APPROVALD_SECRETS_DIR: {where} is not a directory")
     try:
-        return Settings()
+        settings = Settings(_secrets_dir=Path(where).expanduser() if where else None)
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = str(err["loc"][0]) if err["loc"] else "environment"
@@ -596,3 +619,11 @@ def load_settings() -> Settings:
             and loc not in _SECRETS and var not in _SECRETS else ""
         msg = str(err["msg"]).removeprefix("Value error, ")
         raise ConfigError(f"{var}: {msg}{shown}") from None
+    settings._from_environment = True
+    return settings
+
+
+def reread_data_keys() -> list[DataKey]:
+    """The data keys as the environment and ``APPROVALD_SECRETS_DIR`` give them now (a
+    running process's environment never changes: the files may)."""
+    return load_settings().data_keys()

@@ -37,7 +37,7 @@ from approvald.bot.metrics import PrometheusMeter, add_metrics_route, add_routes
 from approvald.bot.readiness import Readiness
 from approvald.bot.slack.log_delivery import LogDeliverer
 from approvald.bot.tracing import from_environment as tracing_from_environment
-from approvald.bot.wiring import build_engine, build_registry, open_database
+from approvald.bot.wiring import build_engine, build_registry, open_database, reload_keys
 from approvald.runtime import audit, retention, sealing
 from approvald.runtime.clock import Clock
 from approvald.runtime.engine import Engine
@@ -300,6 +300,15 @@ class Service:
         elif kind == "decided" and key:  # an external request's long polls look again
             self.engine.external.wake(key)
 
+    def reload_keys(self) -> None:
+        """SIGHUP: read the data and audit keys again (from ``APPROVALD_SECRETS_DIR``'s
+        files: a running process's environment never changes) and use them from now on;
+        keys that cannot be used change nothing. Said in one line either way."""
+        try:
+            log.info("SIGHUP: %s", reload_keys(self.engine))
+        except ConfigError as exc:
+            log.warning("SIGHUP: keys not read again, those in use are kept: %s", exc)
+
     async def prune(self) -> None:
         """Prune finished runs past ``APPROVALD_PRUNE_OLDER_THAN`` (see ``approvald prune``)."""
         assert self.settings.prune_older_than
@@ -468,7 +477,7 @@ def _why(exc: OSError) -> str:
 
 class Signals:
     """SIGTERM and SIGINT for ``serve``: the first sets ``stop`` and arms a watchdog, a
-    second one exits at once.
+    second one exits at once. SIGHUP calls ``on_hangup`` (read the keys again).
 
     Installed with :func:`signal.signal`, not the loop's handlers: those run only when the
     event loop gets control, and a stuck loop must not make the process unkillable short
@@ -482,12 +491,24 @@ class Signals:
         self.stop = stop
         self.grace = grace
         self.received: int | None = None
+        self.on_hangup: Callable[[], None] | None = None  # SIGHUP: read the keys again
         self._previous: dict[signal.Signals, SignalHandler] = {}
         self._watchdog: threading.Timer | None = None
 
     def install(self) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
             self._previous[sig] = signal.signal(sig, self._handle)
+        # SIGHUP (whose default would end the process) reads the keys again
+        self._previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, self._hangup)
+
+    def _hangup(self, _signum: int, _frame: FrameType | None) -> None:
+        self.loop.call_soon_threadsafe(self._reload)
+
+    def _reload(self) -> None:
+        if self.on_hangup is None:
+            log.warning("SIGHUP before serve started: the keys are read as it starts")
+            return
+        self.on_hangup()
 
     def restore(self) -> None:
         # the watchdog stays armed: it also covers the event loop's own teardown, and a
@@ -526,7 +547,9 @@ async def serve(settings: Settings) -> int:
         refuse_unsendable_mail(settings, build_registry(settings))
         db = await open_database(settings)
         try:
-            fatal = await _run(Service(settings, db, stop_event=stop))
+            service = Service(settings, db, stop_event=stop)
+            signals.on_hangup = service.reload_keys
+            fatal = await _run(service)
         finally:
             await db.close()
     finally:

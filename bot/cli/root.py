@@ -44,6 +44,7 @@ from approvald.bot.cli.common import Handler, UsageError
 from approvald.bot.config import load_settings
 from approvald.bot.wiring import check_environment
 from approvald.runtime.errors import ApprovaldError, DecisionRefused
+from approvald.runtime.sealing import OneLineRefusals
 from approvald.runtime.standing import StandingRefused
 
 # every command group: a module with ``register(subparsers) -> None`` (in ``--help`` order)
@@ -176,6 +177,9 @@ def _logging(cmd: str, log_level: str) -> Iterator[None]:
     before = root.level, {n: logging.getLogger(n).level for n in QUIETED}
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    # a value no key of this process opens is told in one line, once a minute, wherever
+    # it is met (each poll, each drain, each job would otherwise print a traceback)
+    handler.addFilter(OneLineRefusals())
     root.addHandler(handler)
     root.setLevel(level)
     for noisy in ("alembic", "apscheduler"):  # their INFO lines are not ours to show
