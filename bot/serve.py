@@ -56,6 +56,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("approvald.serve")
 PRUNE_EVERY = 86400.0  # s between scheduled prunes (APPROVALD_PRUNE_OLDER_THAN)
+FOLD_EVERY = 60.0  # s between two folds of the web queue's counted refusals
+PRUNE_EXPIRED_EVERY = 3600.0  # s between two prunes of the web queue's expired rows
 AFTER_CANCEL = 3.0  # once the grace is over: how long cancelled work gets to unwind
 # past the grace, the watchdog exits whatever is still running: more than the bounded steps
 # of Service.stop after the grace (unwinding, the socket, the listener) can take together
@@ -162,6 +164,11 @@ class Service:
                                  self.settings.audit_head_interval)
         if self.settings.prune_older_than:
             self.scheduler.every("prune", self.prune, PRUNE_EVERY)
+        if self.web is not None:
+            # what anyone on the network can add to: counted refusals folded into the audit
+            # log each minute, expired sign-in rows deleted each hour
+            self.scheduler.every("web-refusals", self.web.auth.refusals.fold, FOLD_EVERY)
+            self.scheduler.every("web-expired", self.prune_expired, PRUNE_EXPIRED_EVERY)
         stop = self.stop_event
         if background:
             self._tasks = [asyncio.create_task(self.worker.run(stop), name="worker"),
@@ -315,6 +322,13 @@ class Service:
         report = await retention.prune(self.db, self.engine.clock,
                                        parse_duration(self.settings.prune_older_than))
         log.info("%s", report.summary())
+
+    async def prune_expired(self) -> None:
+        """Delete the web review queue's rows that expired a day ago (links, sessions,
+        sign-in states): of no use to anyone, and anyone can make more."""
+        pruned = await retention.prune_expired(self.db, self.engine.clock)
+        if any(pruned.values()):
+            log.info("pruned %s", retention.expired_summary(pruned))
 
     async def stop(self, *, grace: float | None = None) -> None:
         """Stop taking new work; give in-flight runs up to ``grace`` seconds (default

@@ -7,9 +7,11 @@ from __future__ import annotations
 import asyncio
 import email
 import email.policy
+import json
 import re
 import socket
 import ssl
+from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
@@ -259,6 +261,36 @@ class Browser:
         assert await self.ask_link(address) == 200
         status, _ = await self.open_and_sign_in(await inbox.link_for(address, nth=nth))
         assert status == 303, status
+
+
+async def refusal_tally(h: Harness) -> Counter[str]:
+    """Every refusal of the review queue so far, by reason: audited one by one (someone
+    known), folded into a minute's count (someone unknown), or still being counted."""
+    tally: Counter[str] = Counter()
+    async with h.engine.db.read() as tx:
+        for e in await tx.audit.query():
+            if e.action == "web_refused":
+                details = json.loads(e.details)
+                if "reasons" in details:
+                    tally.update(details["reasons"])
+                else:
+                    tally[details["reason"]] += 1
+        for _minute, _source, reason, n in await tx.web.refusal_counts():
+            tally[reason] += n
+    return tally
+
+
+@dataclass
+class Tally:
+    """The refusals made since the last look (:meth:`new`)."""
+
+    h: Harness
+    seen: Counter[str] = field(default_factory=Counter)
+
+    async def new(self) -> dict[str, int]:
+        now = await refusal_tally(self.h)
+        new, self.seen = now - self.seen, now
+        return dict(new)
 
 
 async def settle() -> None:

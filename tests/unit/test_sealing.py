@@ -326,7 +326,7 @@ def test_a_secrets_directory_that_is_not_one_is_refused(monkeypatch: pytest.Monk
         load_settings()
     (tmp_path / "APPROVALD_DATA_KEY").write_text("  \n")
     monkeypatch.setenv("APPROVALD_SECRETS_DIR", str(tmp_path))
-    with pytest.raises(ConfigError, match="^APPROVALD_DATA_KEY: is empty"):
+    with pytest.raises(ConfigError, match=r"^APPROVALD_DATA_KEY: is empty"):
         load_settings()
 
 
