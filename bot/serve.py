@@ -169,9 +169,8 @@ class Service:
                 and "port" in self.settings.model_fields_set:
             await self._start_ops_listener()  # no Slack HTTP listener to share
         if self.slack is None:
-            log.warning("no Slack settings: approval requests are logged; decide with "
-                        "`approvald approvals approve|deny|edit` or the HTTP API (/v1, "
-                        "served when APPROVALD_PORT is set)")
+            log.warning("no Slack settings: approval requests are logged, and decided %s",
+                        self.where_decided())
             self._check_web()
             await self._start_mcp()
             return
@@ -351,18 +350,16 @@ class Service:
         lines = [f"serving on {self.db.display_url} "
                  f"({self.pending_scheduled} pending approvals scheduled)"]
         http = self.http_url
-        api = f" or the HTTP API ({http}/v1)" if http else ""
         if self.slack is None:
             lines.append("mode: Slack is not configured (no SLACK_BOT_TOKEN): approval "
-                         "requests are logged, and decided with `approvald approvals "
-                         f"approve|deny|edit ID`{api}")
+                         f"requests are logged, and decided {self.where_decided()}")
         else:
             how = ("Slack in Socket Mode" if self.settings.slack_app_token is not None
                    else f"Slack over HTTP, events at {http}/slack/events")
             state = ("connected" if self.slack.connected
                      else "not connected yet: retrying in the background")
-            lines.append(f"mode: {how} ({state}); requests are decided in Slack, with "
-                         f"`approvald approvals approve|deny|edit ID`{api}")
+            lines.append(f"mode: {how} ({state}); requests are decided "
+                         f"{self.where_decided()}")
         if http:
             lines.append(f"http: {http}/v1 (the HTTP API), {http}/healthz, {http}/readyz")
         else:
@@ -380,6 +377,14 @@ class Service:
         lines.append(f"metrics: {self.metrics_url}" if self.metrics_url
                      else "metrics: off (APPROVALD_METRICS_ADDR)")
         return "\n".join(lines)
+
+    def where_decided(self) -> str:
+        """Every place a person can decide a request on this deployment, in words."""
+        places = ["in Slack"] if self.slack is not None else []
+        if self.web is not None and self.http_url:
+            places.append(f"on the web review queue ({self.web.public_url}/review)")
+        places.append("with `approvald approvals approve|deny|edit ID`")
+        return ", ".join(places[:-1]) + (" and " if len(places) > 1 else "") + places[-1]
 
     @property
     def http_url(self) -> str | None:
