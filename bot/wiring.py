@@ -91,11 +91,11 @@ def reload_keys(engine: Engine) -> str:
                           "there is nowhere to read them again")
     audit_key = (AuditKey(fresh.audit_key.get_secret_value()) if fresh.audit_key
                  else None)
-    if audit_key is None and engine.audit.key is not None:
+    if audit_key is None and engine.audit_key_id is not None:
         raise ConfigError(f"APPROVALD_AUDIT_KEY is not set any more: keeping audit key "
-                          f"{engine.audit.key.id}")
-    sealer.rekey(fresh.data_keys())
-    engine.audit.key = audit_key
+                          f"{engine.audit_key_id}")
+    sealer.rekey(fresh.data_keys())  # (refuses an empty ring, changing nothing)
+    engine.use_audit_key(audit_key)
     fixed = [v for v in ("APPROVALD_DATA_KEY", "APPROVALD_DATA_OLD_KEYS",
                          "APPROVALD_AUDIT_KEY") if v in os.environ]
     note = (f" ({', '.join(fixed)} set in the environment, which a running process cannot "
