@@ -136,6 +136,7 @@ async def test_every_web_table_is_pruned_once_expired(db_url: str, tmp_path: Pat
         try:
             await alice.sign_in(inbox, "alice@example.com")  # a used link, a session
             assert await bob.ask_link("bob@example.com") == 200  # a link never used
+            bob_link = await inbox.link_for("bob@example.com")
             h.emulator.openid.sign_in_as("U_DANA")
             status, _ = await sign_in_with_slack(dana)  # a used state, a session
             assert status == 200
@@ -146,7 +147,7 @@ async def test_every_web_table_is_pruned_once_expired(db_url: str, tmp_path: Pat
             clock.advance(timedelta(hours=1))
             await h.service.prune_expired()
             assert {t: await rows(h, t) for t in tables} == first
-            status, body = await bob.get(await inbox.link_for("bob@example.com"))
+            status, body = await bob.get(bob_link)
             assert status == 410 and "expired" in body
             # a day later they go; what is live now stays
             clock.advance(timedelta(days=1))
