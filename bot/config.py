@@ -526,6 +526,16 @@ class Settings(BaseSettings):
         from approvald.runtime.policy import parse_duration
         return parse_duration(self.max_ttl)
 
+    @field_validator("secret")
+    @classmethod
+    def _secret_not_blank(cls, v: SecretStr | None) -> SecretStr | None:
+        # blank is not "unset" (which falls back to a Slack secret): it would key every
+        # button and sign-in link with spaces
+        if v is not None and not v.get_secret_value().strip():
+            raise ValueError("is empty: set a secret of at least 16 characters, or unset "
+                             "the variable")
+        return v
+
     @field_validator("audit_key", "data_key")
     @classmethod
     def _long_enough(cls, v: SecretStr | None) -> SecretStr | None:

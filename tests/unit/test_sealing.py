@@ -298,6 +298,18 @@ def test_an_empty_key_is_refused_in_one_line_naming_the_variable(
                                   "or unset the variable")
 
 
+@pytest.mark.parametrize("value", ["", " " * 24])
+def test_an_empty_token_secret_is_refused_too(monkeypatch: pytest.MonkeyPatch,
+                                              value: str) -> None:
+    """APPROVALD_SECRET keys the buttons and the sign-in links: blank is not unset."""
+    from approvald.bot.config import load_settings
+
+    monkeypatch.setenv("SLACK_SIGNING_SECRET", "a-slack-signing-secret-0123456789")
+    monkeypatch.setenv("APPROVALD_SECRET", value)
+    with pytest.raises(ConfigError, match=r"^APPROVALD_SECRET: is empty"):
+        load_settings()
+
+
 def test_keys_come_from_the_secrets_directory_and_are_read_again_from_it(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
     from approvald.bot.config import load_settings
