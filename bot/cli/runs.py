@@ -117,8 +117,10 @@ async def cmd_runs_list(s: Settings, a: argparse.Namespace) -> int:
             print("no runs")
         now = engine.clock.now()
         for r in runs:
-            waits = (f"  waiting until {r.wait_until:%Y-%m-%d %H:%M:%S}: {r.wait_reason}"
-                     if r.wait_until is not None and r.wait_until > now else "")
+            shown = documents.waiting(r)
+            waits = (f"  waiting until {r.wait_until:%Y-%m-%d %H:%M:%S}: {shown['reason']}"
+                     if shown is not None and r.wait_until is not None
+                     and r.wait_until > now else "")
             print(f"{r.id}  {r.status:<18} step {r.step:<5} {r.agent:<14} "
                   f"{r.created_at:%Y-%m-%d %H:%M:%S}  {r.requested_by}{waits}")
         return 0
@@ -130,7 +132,7 @@ async def cmd_runs_show(s: Settings, a: argparse.Namespace) -> int:
         run = await engine.resolve_run(a.id)
         state = await engine.state(run.id)
         approvals = await engine.run_approvals(run.id)
-        doc = documents.run_document(run, state, approvals)
+        doc = documents.run_document(run, state, approvals, await engine.run_masking(run.id))
         if a.json:
             out(doc)
             return 0
