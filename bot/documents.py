@@ -7,7 +7,7 @@ from typing import Any
 from approvald.runtime.agent import run_version
 from approvald.runtime.packet import shown_args, shown_packet, will_run
 from approvald.runtime.policy import ApprovalPolicy
-from approvald.runtime.sensitive import mask_text
+from approvald.runtime.sensitive import Masking
 from approvald.runtime.shown import RunMasking
 from approvald.runtime.state import AssistantMessage, RunState, ToolMessage
 from approvald.store.records import ApprovalRecord, RunRecord
@@ -69,10 +69,10 @@ def waiting(r: RunRecord, masking: RunMasking | None = None) -> dict[str, Any] |
     """
     if r.status != "running" or r.wait_until is None:
         return None
-    reason = r.wait_reason
-    if reason is not None:
-        reason = masking.run.text(reason) if masking is not None else mask_text(reason)
-    return {"until": iso(r.wait_until), "reason": reason, "failures": r.failures}
+    shown = masking.run if masking is not None else Masking()
+    return {"until": iso(r.wait_until),
+            "reason": shown.text(r.wait_reason) if r.wait_reason else None,
+            "failures": r.failures}
 
 
 def run_summary(r: RunRecord) -> dict[str, Any]:
@@ -116,7 +116,7 @@ def run_document(run: RunRecord, state: RunState, approvals: list[ApprovalRecord
         "pending": pending,
         "approvals": [{"id": a.id, "tool": a.tool, "status": a.status, "kind": a.kind,
                        "decided_by": a.decided_by,
-                       "reason": shown.text(a.reason) if a.reason else a.reason}
+                       "reason": shown.text(a.reason) if a.reason else None}
                       for a in approvals],
         "transcript": [_message(m, masking) for m in state.messages],
         "schema_version": state.schema_version,

@@ -653,7 +653,8 @@ class Runner:
                                     # it, and the notice is told after the result
                                     payload=compact_json({"run_id": live.run.id,
                                                           "call_id": call.id,
-                                                          "args": args, "seq": live.seq}),
+                                                          "args": args, "seq": live.seq,
+                                                          "sensitive": list(paths)}),
                                     now=self.clock.now())
 
         ctx = ToolContext(run_id=live.run.id, call_id=call.id,
