@@ -37,7 +37,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from approvald.runtime.api_tokens import allows, token_tools
-from approvald.runtime.audit import AuditTrail, Entry
+from approvald.runtime.audit import AuditTrail, Entry, result_excerpt
 from approvald.runtime.canonical import call_digest, canonical_json, compact_json, sha256_hex
 from approvald.runtime.clock import Clock
 from approvald.runtime.errors import ApprovaldError, InvalidArguments, NotFound
@@ -595,8 +595,7 @@ class ExternalRequests:
                 run_id=request_id, approval_id=a.id if a is not None else None, digest=digest,
                 details={"tool": rec.tool, "args": args, "status": rep.status,
                          "idempotency_key": f"{request_id}:{CALL_ID}",
-                         "result": json.loads(result_text) if len(result_text) <= 2000
-                         else result_text[:2000] + "…", "error": rep.error,
+                         "result": result_excerpt(result_text), "error": rep.error,
                          "reported_by": run.agent},
                 # the paths resolved when the call was made, asked about or not
                 sensitive=paths_of(_paths(rec, a)))

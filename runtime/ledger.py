@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from approvald.runtime.audit import AuditTrail
+from approvald.runtime.audit import AuditTrail, result_excerpt
 from approvald.runtime.canonical import compact_json
 from approvald.runtime.clock import Clock
 from approvald.runtime.errors import DigestMismatch, LeaseLost
@@ -391,13 +391,7 @@ def audit_execution(trail: AuditTrail, tx: Tx, *, at: Any, approval_id: str | No
         tx, at=at, action="executed", actor="system:runtime", via="runtime",
         run_id=rec.run_id, approval_id=approval_id, digest=digest,
         details={"tool": tool, "args": args, "status": rec.status, "answer": policy,
-                 "idempotency_key": rec.idempotency_key, "result": _short(rec.result),
+                 "idempotency_key": rec.idempotency_key, "result": result_excerpt(rec.result),
                  "error": rec.error, "latency_ms": rec.latency_ms},
         sensitive=sensitive,
     )
-
-
-def _short(text: str | None, limit: int = 2000) -> Any:
-    if text is None:
-        return None
-    return json.loads(text) if len(text) <= limit else text[:limit] + "…"
