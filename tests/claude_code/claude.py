@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from tests.claude_code.fake_anthropic import FakeAnthropic
+from tests.claude_code.fake_anthropic import FakeAnthropic, loads
 from tests.helpers import APPROVALD
 
 HERE = Path(__file__).resolve().parent
@@ -46,6 +46,10 @@ SMALL_MODEL = "claude-haiku-4-5-20251001"
 OFFLINE = {"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1",
            "DISABLE_AUTOUPDATER": "1", "DISABLE_ERROR_REPORTING": "1",
            "DISABLE_BUG_COMMAND": "1", "CLAUDE_CODE_DISABLE_TERMINAL_TITLE": "1"}
+# Claude Code's words when a hook failed or outlived its timeout and "onFailure": "block"
+# blocked the call for it. (A hook's own deny reaches the model as "PreToolUse:Bash hook
+# error: <the hook's reason>": it is this phrase that tells the two apart.)
+HOOK_FAILED = 'blocking because onFailure is "block"'
 RUN_WITHIN = 180.0  # seconds: a run's hooks wait at most about a minute
 
 
@@ -159,9 +163,9 @@ class ClaudeCode:
     (approvald's settings)."""
 
     root: Path
-    fake: FakeAnthropic
-    env: dict[str, str] = field(default_factory=dict)
-    running: list[asyncio.subprocess.Process] = field(default_factory=list)
+    fake: FakeAnthropic = field(repr=False)
+    env: dict[str, str] = field(default_factory=dict, repr=False)
+    running: list[asyncio.subprocess.Process] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
         self.project.mkdir(parents=True, exist_ok=True)
@@ -225,7 +229,7 @@ class ClaudeCode:
                 proc.kill()
                 await proc.wait()
             self.running.remove(proc)
-        events = [json.loads(line) for line in out.decode().splitlines() if line.strip()]
+        events = [loads(line.encode()) for line in out.decode().splitlines() if line.strip()]
         assert proc.returncode is not None
         return Outcome(proc.returncode, events, err.decode(errors="replace"))
 

@@ -12,10 +12,13 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 import pytest_asyncio
+from approvald.bot.api.service import webhook_keys
+from approvald.runtime import api_tokens
 
 from tests.claude_code.claude import ClaudeCode, claude_code
 from tests.claude_code.fake_anthropic import FakeAnthropic
@@ -85,19 +88,36 @@ def hook_env(db_url: str, policy_file: Path) -> dict[str, str]:
             "APPROVALD_LOG_LEVEL": "WARNING"}
 
 
+@asynccontextmanager
+async def session(fake: FakeAnthropic, root: Path,
+                  env: dict[str, str] | None = None) -> AsyncIterator[ClaudeCode]:
+    """Claude Code in ``root``; afterwards no run is left behind, and the fake saw no
+    unknown request and no main-conversation request it had no turn for."""
+    fake.reset()
+    claude = ClaudeCode(root, fake, env=dict(env or {}))
+    try:
+        yield claude
+    finally:
+        await claude.close()
+    assert not fake.unknown, [(r.method, r.path) for r in fake.unknown]
+    assert not fake.unscripted, "Claude Code asked the model more than the test scripted"
+
+
 @pytest_asyncio.fixture(loop_scope="module")
 async def claude(fake: FakeAnthropic, serve: Harness, policy_file: Path,
                  tmp_path: Path) -> AsyncIterator[ClaudeCode]:
-    """Claude Code in this test's project, its command hook on serve's database. Its run
-    must leave the fake with no unknown request and no main-conversation request it had no
-    turn for."""
-    fake.reset()
-    session = ClaudeCode(tmp_path, fake, env=hook_env(serve.service.settings.database_url,
-                                                      policy_file))
-    yield session
-    await session.close()
-    assert not fake.unknown, [(r.method, r.path) for r in fake.unknown]
-    assert not fake.unscripted, "Claude Code asked the model more than the test scripted"
+    """Claude Code in this test's project, its command hook on serve's database."""
+    env = hook_env(serve.service.settings.database_url, policy_file)
+    async with session(fake, tmp_path, env) as claude:
+        yield claude
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def lone_claude(fake: FakeAnthropic, tmp_path: Path) -> AsyncIterator[ClaudeCode]:
+    """Claude Code for a test that needs no serve: its ``env`` (the hook's settings) is the
+    test's to fill."""
+    async with session(fake, tmp_path) as claude:
+        yield claude
 
 
 async def request_for(h: Harness, needle: str, *, within: float = 60) -> str:
@@ -112,3 +132,20 @@ async def request_for(h: Harness, needle: str, *, within: float = 60) -> str:
         return None
     rid: str = await wait_for(found, within=within, what=f"a pending request for {needle}")
     return rid
+
+
+async def hook_token(h: Harness, name: str, user: str = "U_DANA") -> str:
+    """A bearer token for Claude Code's HTTP hook, made for ``user`` (as ``approvald tokens
+    create NAME --face hook:claude-code --requested-by USER`` makes it)."""
+    keys = webhook_keys(h.service.settings)
+    assert keys is not None
+    made = await api_tokens.create(h.engine.db, h.engine.clock, keys, h.engine.audit, name,
+                                   created_by="test", via="test", face="hook:claude-code",
+                                   requested_by=user)
+    return made.token
+
+
+def serve_url(h: Harness) -> str:
+    """Where serve's listener (/v1, /slack/events) is."""
+    assert h.service.slack is not None
+    return f"http://127.0.0.1:{h.service.slack.port}"

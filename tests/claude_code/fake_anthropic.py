@@ -21,11 +21,12 @@ for something new is seen, not silently ignored.
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,7 +53,7 @@ def tool_use(name: str, tool_input: dict[str, Any], *, text: str | None = None,
     """The model calls tool ``name`` with ``tool_input`` (after saying ``text``, if any)."""
     block = {"type": "tool_use", "id": id or f"toolu_{uuid.uuid4().hex[:24]}", "name": name,
              "input": tool_input}
-    return Turn(((({"type": "text", "text": text},) if text else ()) + (block,)))
+    return Turn((({"type": "text", "text": text},) if text else ()) + (block,))
 
 
 def say(text: str) -> Turn:
@@ -60,7 +61,9 @@ def say(text: str) -> Turn:
     return Turn(({"type": "text", "text": text},))
 
 
-Script = Turn | Callable[[dict[str, Any]], Turn]  # a turn, or one made from the request
+# a turn, or one made from the request (a coroutine function may hold the reply back until
+# the test has done something: Claude Code waits for it as for a slow model)
+Script = Turn | Callable[[dict[str, Any]], Turn | Awaitable[Turn]]
 
 
 @dataclass
@@ -190,7 +193,7 @@ class FakeAnthropic:
         if not body.get("messages") or not body.get("model"):
             return error(400, "invalid_request_error", "model and messages are required")
         if rec.model == self.model:
-            turn = self._next_turn(rec)
+            turn = await self._next_turn(rec)
         else:  # a side request on another model (a title, a summary): a short answer
             turn = say("Gate a shell command")
         message_id = f"msg_{uuid.uuid4().hex[:24]}"
@@ -204,13 +207,16 @@ class FakeAnthropic:
                 dumps=dumps)
         return await self._stream(request, body["model"], message_id, turn, usage_in)
 
-    def _next_turn(self, rec: Recorded) -> Turn:
+    async def _next_turn(self, rec: Recorded) -> Turn:
         if not self.turns:
             self.unscripted.append(rec)
             log.warning("fake Anthropic API: a model request with no scripted turn left")
             return say("(the fake model has no scripted turn left)")
         script = self.turns.pop(0)
-        return script if isinstance(script, Turn) else script(rec.body)
+        if isinstance(script, Turn):
+            return script
+        made = script(rec.body)
+        return await made if inspect.isawaitable(made) else made
 
     async def _stream(self, request: web.Request, model: str, message_id: str, turn: Turn,
                       usage_in: int) -> web.StreamResponse:
