@@ -123,6 +123,15 @@ def install_hook(project: Path, *, requested_by: str | None = "U_DANA", wait: fl
     return settings
 
 
+def nested(levels: int) -> dict[str, Any]:
+    """A JSON object nested ``levels`` deep (2 KB of brackets for 1,000: what any free-form
+    argument of an MCP tool takes)."""
+    value: dict[str, Any] = {"leaf": True}
+    for _ in range(levels):
+        value = {"a": value}
+    return value
+
+
 # -- running it -----------------------------------------------------------------------------
 
 @dataclass

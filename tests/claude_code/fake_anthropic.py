@@ -12,8 +12,9 @@ and cumulative ``usage``) and ``message_stop``; without it one ``message`` objec
 
 Every request is recorded (:attr:`FakeAnthropic.requests`), so a test can read what Claude
 Code sent back: the ``tool_result`` of a call, with the reason a hook gave for a denial.
-The side requests Claude Code makes are answered too: ``count_tokens``, the model list,
-and requests for another model (a title, a summary: a short text). A path the fake does not
+The side requests Claude Code makes are answered too: ``count_tokens``, the model list, its
+reachability check (``/api/hello``), and requests for another model (a title, a summary:
+a short text). A path the fake does not
 know is answered 404 as the API does, logged at WARNING and kept in
 :attr:`FakeAnthropic.unknown`, which a test checks is empty: a new Claude Code that asks
 for something new is seen, not silently ignored.
@@ -147,6 +148,9 @@ class FakeAnthropic:
         app.router.add_post("/v1/messages/count_tokens", self._count_tokens)
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/v1/models/{model}", self._model)
+        # Claude Code's check that the API host is reachable (HEAD, unless its
+        # non-essential traffic is off)
+        app.router.add_get("/api/hello", self._hello)
         app.router.add_route("*", "/{tail:.*}", self._unknown)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
@@ -173,6 +177,10 @@ class FakeAnthropic:
         self.unknown.append(rec)
         log.warning("fake Anthropic API: unknown request %s %s", rec.method, rec.path)
         return error(404, "not_found_error", f"{rec.method} {rec.path}: not found")
+
+    async def _hello(self, request: web.Request) -> web.Response:
+        await self._record(request)
+        return web.Response(status=200)
 
     async def _count_tokens(self, request: web.Request) -> web.Response:
         rec = await self._record(request)

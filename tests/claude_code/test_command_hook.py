@@ -113,7 +113,9 @@ async def test_the_wait_runs_out_the_same_call_joins_its_request_and_is_approved
     first = claude.fake.tool_result_text()
     assert not marker.exists()
     assert "waiting for approval" in first and rid in first and "same call again" in first
-    # the second call joined that request (no second card); approved, it runs
+    # the model has been told, and makes the call again: its hook joins that request (no
+    # second card), and learns its decision when it comes (approved while it waits, or
+    # just before it looks: the hook is a process starting now; either way, one request)
     await approve_in_slack(serve, rid)
     (await run).check()
     assert marker.exists()

@@ -13,11 +13,12 @@ import shutil
 import sqlite3
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import pytest_asyncio
 
-from tests.claude_code.claude import HOOK_FAILED, ClaudeCode, path_without_approvald
+from tests.claude_code.claude import HOOK_FAILED, ClaudeCode, nested, path_without_approvald
 from tests.claude_code.conftest import hook_env
 from tests.claude_code.fake_anthropic import say, tool_use
 
@@ -34,7 +35,7 @@ def forbidden_push(marker: Path, note: str = "") -> dict[str, str]:
             "description": "push"}
 
 
-async def denied_by_approvald(claude: ClaudeCode, marker: str, **run: str) -> str:
+async def denied_by_approvald(claude: ClaudeCode, marker: str, **run: Any) -> str:
     """Run the session; the call must not have run (no file ``marker`` in the project), and
     its result must be approvald's answer (returned), not Claude Code's note of a failed
     hook."""
@@ -132,3 +133,20 @@ async def test_approvald_not_on_claude_codes_path(lone_claude: ClaudeCode, datab
     lone_claude.fake.script(tool_use("Bash", forbidden_push(marker)), say("ok"))
     said = await denied_by_approvald(lone_claude, marker.name, path=path_without_approvald())
     assert "pushes go through CI" in said
+
+
+@pytest.mark.parametrize("case", ["deep", "huge"])
+async def test_a_deep_or_huge_input_through_the_command_hook(
+        lone_claude: ClaudeCode, database: Path, policy_file: Path, case: str) -> None:
+    """What serve answered 500 and 413 to over HTTP (test_http_hook.py), through the
+    command hook: a tool input nested 1,000 levels deep (a free-form MCP argument), and a
+    Write of over 1 MB."""
+    marker = lone_claude.marker(case)
+    lone_claude.env.update(hook_env(f"sqlite+aiosqlite:///{database}", policy_file))
+    lone_claude.install(wait=WAIT, timeout=TIMEOUT)
+    if case == "deep":
+        call = tool_use("mcp__marker__record", {"marker": str(marker), "payload": nested(1000)})
+    else:
+        call = tool_use("Write", {"file_path": str(marker), "content": "x" * 1_100_000})
+    lone_claude.fake.script(call, say("ok"))
+    await denied_by_approvald(lone_claude, marker.name, mcp=case == "deep")

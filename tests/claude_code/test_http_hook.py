@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.claude_code.claude import HOOK_FAILED, ClaudeCode
+from tests.claude_code.claude import HOOK_FAILED, ClaudeCode, nested
 from tests.claude_code.conftest import hook_token, request_for, serve_url
 from tests.claude_code.fake_anthropic import say, tool_use
 from tests.integration.adapter_helpers import approve_in_slack, card_of, deny_in_slack
@@ -61,13 +61,6 @@ async def test_decided_in_slack_over_http(claude: ClaudeCode, serve: Harness) ->
     assert "not on a Friday" in fake.tool_result_text("toolu_denied")
 
 
-def deep(levels: int) -> dict[str, Any]:
-    value: dict[str, Any] = {"leaf": True}
-    for _ in range(levels):
-        value = {"a": value}
-    return value
-
-
 @pytest.mark.xfail(strict=True, reason="issue 45 item 2 (h45a): serve answers 500 to a tool "
                    "input nested 1,000 levels deep instead of a 200 deny")
 async def test_a_deeply_nested_input_is_denied_by_approvald(
@@ -76,7 +69,7 @@ async def test_a_deeply_nested_input_is_denied_by_approvald(
     await http_claude(claude, serve, wait=5)
     # a free-form MCP argument takes any JSON: 2 KB of brackets
     claude.fake.script(tool_use("mcp__marker__record",
-                                {"marker": str(marker), "payload": deep(1000)}),
+                                {"marker": str(marker), "payload": nested(1000)}),
                        say("ok"))
     (await claude.run(mcp=True)).check()
     assert not marker.exists()
