@@ -29,11 +29,12 @@ import sys
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from aiohttp import web
 
 log = logging.getLogger("tests.fake_anthropic")
+T = TypeVar("T")
 
 MODEL = "claude-sonnet-4-5-20250929"  # what the tests pass as --model
 
@@ -272,35 +273,33 @@ class FakeAnthropic:
         return resp
 
 
-def loads(raw: bytes) -> Any:
-    """A request body: JSON (however deep: a test sends a tool input 1,000 levels deep,
-    past Python's default recursion limit), else the text."""
-    if not raw:
-        return None
+def deep_enough(fn: Callable[[Any], T], value: Any) -> T:
+    """``fn(value)`` (``json.loads`` or ``json.dumps``), however deep the JSON: a test sends
+    a tool input 1,000 levels deep, past Python's default recursion limit."""
     try:
-        return json.loads(raw)
+        return fn(value)
     except RecursionError:
         limit = sys.getrecursionlimit()
         sys.setrecursionlimit(max(limit, 20_000))
         try:
-            return json.loads(raw)
+            return fn(value)
         finally:
             sys.setrecursionlimit(limit)
+
+
+def loads(raw: bytes) -> Any:
+    """A request body (or a line Claude Code printed): its JSON, else its text."""
+    if not raw:
+        return None
+    try:
+        return deep_enough(json.loads, raw)
     except ValueError:
         return raw.decode(errors="replace")
 
 
 def dumps(value: Any) -> str:
-    """``json.dumps``, however deep ``value`` is (see :func:`loads`)."""
-    try:
-        return json.dumps(value)
-    except RecursionError:
-        limit = sys.getrecursionlimit()
-        sys.setrecursionlimit(max(limit, 20_000))
-        try:
-            return json.dumps(value)
-        finally:
-            sys.setrecursionlimit(limit)
+    """``json.dumps``, however deep ``value`` is."""
+    return deep_enough(json.dumps, value)
 
 
 def pieces(text: str, size: int = 24) -> list[str]:

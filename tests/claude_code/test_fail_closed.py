@@ -46,6 +46,12 @@ async def denied_by_approvald(claude: ClaudeCode, marker: str, **run: Any) -> st
     return said
 
 
+def hooked(claude: ClaudeCode, db_url: str, policy_file: Path) -> None:
+    """The command hook installed with a short budget, on database ``db_url``."""
+    claude.env.update(hook_env(db_url, policy_file))
+    claude.install(wait=WAIT, timeout=TIMEOUT)
+
+
 @pytest.fixture
 def database(tmp_path: Path, sqlite_template: Path) -> Path:
     path = tmp_path / "approvald.db"
@@ -89,8 +95,7 @@ async def test_a_stalled_postgresql(lone_claude: ClaudeCode, stalled_server: int
                                     policy_file: Path) -> None:
     marker = lone_claude.marker("stalled-pg")
     url = f"postgresql+asyncpg://postgres@127.0.0.1:{stalled_server}/approvald"
-    lone_claude.env.update(hook_env(url, policy_file))
-    lone_claude.install(wait=WAIT, timeout=TIMEOUT)
+    hooked(lone_claude, url, policy_file)
     lone_claude.fake.script(tool_use("Bash", forbidden_push(marker)), say("ok"))
     await denied_by_approvald(lone_claude, marker.name)
 
@@ -100,8 +105,7 @@ async def test_a_stalled_postgresql(lone_claude: ClaudeCode, stalled_server: int
 async def test_a_locked_sqlite_file(lone_claude: ClaudeCode, locked: Path,
                                     policy_file: Path) -> None:
     marker = lone_claude.marker("locked-sqlite")
-    lone_claude.env.update(hook_env(f"sqlite+aiosqlite:///{locked}", policy_file))
-    lone_claude.install(wait=WAIT, timeout=TIMEOUT)
+    hooked(lone_claude, f"sqlite+aiosqlite:///{locked}", policy_file)
     # a call that asks (it would be written down): the write waits on the lock
     lone_claude.fake.script(tool_use("Bash", {"command": f"touch {marker}",
                                               "description": "touch"}), say("ok"))
@@ -114,8 +118,7 @@ async def test_a_locked_sqlite_file(lone_claude: ClaudeCode, locked: Path,
 async def test_a_cp1252_pipe_and_a_non_ascii_input(lone_claude: ClaudeCode, database: Path,
                                                    policy_file: Path) -> None:
     marker = lone_claude.marker("cp1252")
-    lone_claude.env.update(hook_env(f"sqlite+aiosqlite:///{database}", policy_file))
-    lone_claude.install(wait=WAIT, timeout=TIMEOUT)
+    hooked(lone_claude, f"sqlite+aiosqlite:///{database}", policy_file)
     # "Á" is C3 81 in UTF-8, and 0x81 is no character in cp1252
     lone_claude.fake.script(tool_use("Bash", forbidden_push(marker, "  # Ádám's build")),
                             say("ok"))
@@ -128,8 +131,7 @@ async def test_approvald_not_on_claude_codes_path(lone_claude: ClaudeCode, datab
     """A virtualenv's ``approvald`` is not on the PATH Claude Code runs hooks with: the
     installed hook names it by its absolute path, and it decides."""
     marker = lone_claude.marker("not-on-path")
-    lone_claude.env.update(hook_env(f"sqlite+aiosqlite:///{database}", policy_file))
-    lone_claude.install(wait=WAIT, timeout=TIMEOUT)
+    hooked(lone_claude, f"sqlite+aiosqlite:///{database}", policy_file)
     lone_claude.fake.script(tool_use("Bash", forbidden_push(marker)), say("ok"))
     said = await denied_by_approvald(lone_claude, marker.name, path=path_without_approvald())
     assert "pushes go through CI" in said
@@ -142,8 +144,7 @@ async def test_a_deep_or_huge_input_through_the_command_hook(
     command hook: a tool input nested 1,000 levels deep (a free-form MCP argument), and a
     Write of over 1 MB."""
     marker = lone_claude.marker(case)
-    lone_claude.env.update(hook_env(f"sqlite+aiosqlite:///{database}", policy_file))
-    lone_claude.install(wait=WAIT, timeout=TIMEOUT)
+    hooked(lone_claude, f"sqlite+aiosqlite:///{database}", policy_file)
     if case == "deep":
         call = tool_use("mcp__marker__record", {"marker": str(marker), "payload": nested(1000)})
     else:
