@@ -9,6 +9,7 @@ and only where it was installed)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import sqlite3
 from collections.abc import AsyncIterator, Iterator
@@ -21,6 +22,7 @@ import pytest_asyncio
 from tests.claude_code.claude import HOOK_FAILED, ClaudeCode, nested, path_without_approvald
 from tests.claude_code.conftest import hook_env
 from tests.claude_code.fake_anthropic import say, tool_use
+from tests.helpers import APPROVALD
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
@@ -151,3 +153,27 @@ async def test_a_deep_or_huge_input_through_the_command_hook(
         call = tool_use("Write", {"file_path": str(marker), "content": "x" * 1_100_000})
     lone_claude.fake.script(call, say("ok"))
     await denied_by_approvald(lone_claude, marker.name, mcp=case == "deep")
+
+
+async def test_without_on_failure_block_a_failed_hook_lets_the_call_run(
+        lone_claude: ClaudeCode) -> None:
+    """Why the installed hook carries ``"onFailure": "block"`` and names approvald by its
+    absolute path (issue 45 item 4): the hook the how-to showed, ``approvald hook
+    claude-code`` with approvald not on Claude Code's PATH, exits 127, and Claude Code,
+    allowed the tools by its own rules, runs the calls unchecked. (And the tier sees a call
+    that ran: the Bash command's file and the MCP tool's are there.)"""
+    shell, tool = lone_claude.marker("ran-unchecked"), lone_claude.marker("mcp-ran")
+    lone_claude.install()
+    settings = lone_claude.project / ".claude" / "settings.json"
+    written = json.loads(settings.read_text())
+    for matchers in written["hooks"].values():
+        for hook in matchers[0]["hooks"]:
+            hook.pop("onFailure", None)
+            hook["command"] = hook["command"].replace(APPROVALD, "approvald")
+    settings.write_text(json.dumps(written))
+    lone_claude.fake.script(
+        tool_use("Bash", {"command": f"touch {shell}", "description": "touch"}),
+        tool_use("mcp__marker__record", {"marker": str(tool), "payload": nested(1000)}),
+        say("ok"))
+    (await lone_claude.run(mcp=True, path=path_without_approvald())).check()
+    assert shell.exists() and tool.exists()
