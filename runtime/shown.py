@@ -30,7 +30,7 @@ def of_request(a: ApprovalRecord) -> Masking:
     return _of_request(a.args, a.edited_args, a.policy)
 
 
-@functools.lru_cache(maxsize=512)
+@functools.lru_cache(maxsize=64)
 def _of_request(args: str, edited: str | None, policy: str) -> Masking:
     # a card is drawn several times from the same stored text (posted, updated, quoted)
     paths = sensitive_of_snapshot(policy)

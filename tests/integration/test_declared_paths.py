@@ -84,7 +84,7 @@ async def test_text_derived_from_a_hooks_input_masks_its_declared_values(
         "card": cards.approval_card(a, token="t", now=now),
         "compact card": cards.compact_blocks(a, "t", now=now),
         "web queue": pages.request_card(a, csrf="c", token="t", now=now),
-        "mail": pages.request_text(a, "https://approvald.example/review/x"),
+        "mail": pages.request_text(a, "https://approvald.example/review/x", slack=True),
         "approvals show --json": documents.approval_document(a),
     }
     assert "writes the file `/home/dana/shop/.env`" in str(shown["doing"])
