@@ -13,7 +13,7 @@ What a call declares sensitive, and the one funnel that masks both together, is
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -186,7 +186,12 @@ def mask_text(text: str, detectors: Detectors | None = None) -> str:
     """``text`` with every secret a detector recognises replaced by its masked form."""
     if not _HINT.search(text):
         return text
-    spans = _found(text, detectors or _active)
+    return spliced(text, _found(text, detectors or _active))
+
+
+def spliced(text: str, spans: Sequence[tuple[int, int, str]]) -> str:
+    """``text`` with each of ``spans`` (start, end, mask: in order, not overlapping)
+    replaced by its mask."""
     if not spans:
         return text
     out, pos = [], 0

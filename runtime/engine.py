@@ -28,7 +28,7 @@ from approvald.runtime.errors import ApprovaldError, NotFound
 from approvald.runtime.expiry import Expiry
 from approvald.runtime.external import ExternalRequests
 from approvald.runtime.gate import Gate
-from approvald.runtime.ids import TokenSigner, is_external, lease_id, new_id
+from approvald.runtime.ids import TokenSigner, lease_id, new_id
 from approvald.runtime.intake import Intake, Tighten
 from approvald.runtime.ledger import Ledger
 from approvald.runtime.limits import DEFAULT_MAX_PAYLOAD, PayloadCap
@@ -42,7 +42,7 @@ from approvald.runtime.policy import PolicyFile
 from approvald.runtime.runner import Runner
 from approvald.runtime.scheduler import ExpiryScheduler
 from approvald.runtime.sealing import Sealer
-from approvald.runtime.shown import RunMasking, of_run
+from approvald.runtime.shown import RunMasking, read_run
 from approvald.runtime.signals import Signals
 from approvald.runtime.standing import StandingApprovals
 from approvald.runtime.state import FINAL_STATUSES, RunState, UserMessage
@@ -434,15 +434,7 @@ class Engine:
         """What may be shown of run ``run_id``'s calls: each call's declared paths and
         values as the store recorded them, with the detectors (:mod:`runtime.shown`)."""
         async with self.db.read() as tx:
-            run = await tx.runs.get(run_id)
-            if run is None:
-                raise NotFound(f"no run {run_id}", run_id=run_id)
-            events = await tx.events.load(run_id)
-            executions = await tx.executions.for_run(run_id)
-            approvals = await tx.approvals.for_run(run_id)
-            external = await tx.external.get(run_id) if is_external(run_id) else None
-        return of_run(build_state(run, events, executions).messages, approvals, executions,
-                      external)
+            return (await read_run(tx, run_id)).masking()
 
     async def runs_by_status(self) -> dict[str, int]:
         """How many runs there are of each status."""

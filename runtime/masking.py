@@ -22,6 +22,7 @@ from approvald.runtime.detectors import (
     is_mask,
     mask_text,
     mask_value,
+    spliced,
 )
 
 MIN_ANYWHERE = 4  # a declared value this long is masked wherever it occurs
@@ -282,12 +283,7 @@ class Masking:
                 kept[-1] = (s, max(e, end), m if end <= e else MASKED)
             else:
                 kept.append((start, end, mask))
-        out, pos = [], 0
-        for start, end, mask in kept:
-            out += [text[pos:start], mask]
-            pos = end
-        out.append(text[pos:])
-        return "".join(out)
+        return spliced(text, kept)
 
 
 def _walk(value: Any, at: tuple[str, ...], patterns: Sequence[tuple[str, ...]],

@@ -16,9 +16,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from approvald.runtime.errors import NotFound
+from approvald.runtime.ids import is_external
 from approvald.runtime.sensitive import Masking, sensitive_of_snapshot
 from approvald.runtime.state import AssistantMessage
-from approvald.store.records import ApprovalRecord, ExecutionRecord
+from approvald.runtime.transcript import Message, build_state
+from approvald.store.records import ApprovalRecord, ExecutionRecord, RunRecord
+from approvald.store.repos import Tx
 from approvald.store.repos.external import ExternalRecord
 
 CALL_ID = "call"  # an external request's one call (runtime.external.CALL_ID)
@@ -90,3 +94,29 @@ def of_run(messages: Sequence[Any], approvals: Sequence[ApprovalRecord],
     for m in calls.values():
         run = run | m
     return RunMasking(calls, run)
+
+
+@dataclass(frozen=True)
+class RunRecords:
+    """What the store holds about one run's calls (read in one transaction)."""
+
+    run: RunRecord
+    messages: list[Message]
+    executions: dict[str, ExecutionRecord]
+    approvals: list[ApprovalRecord]
+    external: ExternalRecord | None
+
+    def masking(self) -> RunMasking:
+        return of_run(self.messages, self.approvals, self.executions, self.external)
+
+
+async def read_run(tx: Tx, run_id: str) -> RunRecords:
+    """Run ``run_id`` (an exact id) and its calls' records; NotFound when there is none."""
+    run = await tx.runs.get(run_id)
+    if run is None:
+        raise NotFound(f"no run {run_id}", run_id=run_id)
+    events = await tx.events.load(run_id)
+    executions = await tx.executions.for_run(run_id)
+    return RunRecords(run, build_state(run, events, executions).messages, executions,
+                      await tx.approvals.for_run(run_id),
+                      await tx.external.get(run_id) if is_external(run_id) else None)

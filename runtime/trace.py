@@ -19,12 +19,9 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from approvald.runtime.canonical import compact_json
-from approvald.runtime.errors import NotFound
-from approvald.runtime.ids import is_external
 from approvald.runtime.sensitive import Masking
-from approvald.runtime.shown import RunMasking, of_run
+from approvald.runtime.shown import RunMasking, of_run, read_run
 from approvald.runtime.state import FINAL_STATUSES, AssistantMessage, ToolMessage, UserMessage
-from approvald.runtime.transcript import build_state
 from approvald.store.db import Database
 from approvald.store.records import (
     ApprovalRecord,
@@ -155,18 +152,11 @@ def _ms(start: datetime, end: datetime) -> float:
 async def load_trace(db: Database, run_id: str, *, now: datetime) -> Trace:
     """The timeline of run ``run_id`` (an exact id); a pending wait is measured to ``now``."""
     async with db.read() as tx:
-        run = await tx.runs.get(run_id)
-        if run is None:
-            raise NotFound(f"no run {run_id}", run_id=run_id)
-        events = await tx.events.load(run_id)
-        executions = await tx.executions.for_run(run_id)
-        approvals = await tx.approvals.for_run(run_id)
-        votes = {a.id: await tx.approvals.votes(a.id) for a in approvals}
+        r = await read_run(tx, run_id)
+        votes = {a.id: await tx.approvals.votes(a.id) for a in r.approvals}
         audit = await tx.audit.query(run_id=run_id)
-        external = await tx.external.get(run_id) if is_external(run_id) else None
-    messages = build_state(run, events, executions).messages
-    return build_trace(run, messages, executions, approvals, votes, audit, now=now,
-                       masking=of_run(messages, approvals, executions, external))
+    return build_trace(r.run, r.messages, r.executions, r.approvals, votes, audit, now=now,
+                       masking=r.masking())
 
 
 def build_trace(run: RunRecord,
