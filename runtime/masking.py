@@ -54,9 +54,12 @@ def _compile(paths: Iterable[str]) -> list[tuple[str, ...]]:
     return [tuple(p.split(".")) for p in paths if p]
 
 
-def _covered(at: tuple[str, ...], patterns: Sequence[tuple[str, ...]]) -> bool:
-    return any(len(p) <= len(at) and all(s in ("*", a) for s, a in zip(p, at, strict=False))
-               for p in patterns)
+def _step(live: Sequence[tuple[str, ...]], key: str) -> tuple[list[tuple[str, ...]], bool]:
+    """The paths still to match below ``key`` (of those ``live`` at its parent), and
+    whether one of them ends there: the value under ``key`` is declared whole. A subtree
+    no path reaches is walked without looking again."""
+    below = [p[1:] for p in live if p[0] == "*" or p[0] == key]
+    return below, any(not p for p in below)
 
 
 def declared_values(args: Any, paths: Iterable[str]) -> list[Any]:
@@ -64,20 +67,24 @@ def declared_values(args: Any, paths: Iterable[str]) -> list[Any]:
     patterns = _compile(paths)
     out: list[Any] = []
     if patterns:
-        _collect(args, (), patterns, out)
+        _collect(args, patterns, out)
     return out
 
 
-def _collect(value: Any, at: tuple[str, ...], patterns: Sequence[tuple[str, ...]],
-             out: list[Any]) -> None:
-    if at and _covered(at, patterns):
-        _leaves(value, out)
-    elif isinstance(value, Mapping):
-        for k, v in value.items():
-            _collect(v, (*at, str(k)), patterns, out)
+def _collect(value: Any, live: Sequence[tuple[str, ...]], out: list[Any]) -> None:
+    items: Iterable[tuple[Any, Any]]
+    if isinstance(value, Mapping):
+        items = value.items()
     elif isinstance(value, list | tuple):
-        for i, v in enumerate(value):
-            _collect(v, (*at, str(i)), patterns, out)
+        items = enumerate(value)
+    else:
+        return
+    for k, v in items:
+        below, hit = _step(live, str(k))
+        if hit:
+            _leaves(v, out)
+        elif below:
+            _collect(v, below, out)
 
 
 def _leaves(value: Any, out: list[Any]) -> None:
@@ -102,17 +109,29 @@ class _Form:
     word: bool  # short: masked only where it stands as a word of its own
 
 
-def _forms(value: Any) -> list[_Form]:
+def _forms(value: Any) -> tuple[_Form, ...]:
+    if isinstance(value, str) and len(value) > _FORMS_KEPT:
+        return _forms_of.__wrapped__(value, "str")  # a long value: not kept
+    return _forms_of(value, type(value).__name__)
+
+
+# a value's forms are worked out once: one request's values are masked in each entry,
+# card and line about it (keyed by type too: 1 and 1.0 are equal, and spelt apart)
+_FORMS_KEPT = 4096
+
+
+@functools.lru_cache(maxsize=1024)
+def _forms_of(value: Any, kind: str) -> tuple[_Form, ...]:
     if isinstance(value, str):
         if is_mask(value):
-            return []  # masked already (a record masked when written)
+            return ()  # masked already (a record masked when written)
         texts = {value, json.dumps(value, ensure_ascii=False)[1:-1], json.dumps(value)[1:-1]}
     elif isinstance(value, int | float) and len(str(value).lstrip("-")) >= MIN_ANYWHERE:
         texts = {str(value), json.dumps(value)}
     else:
-        return []  # a small number is no secret worth masking every digit of the text for
+        return ()  # a small number is no secret worth masking every digit of the text for
     mask = str(mask_value(value))
-    return [_Form(t, mask, len(t) < MIN_ANYWHERE) for t in texts if t.strip()]
+    return tuple(_Form(t, mask, len(t) < MIN_ANYWHERE) for t in texts if t.strip())
 
 
 @functools.lru_cache(maxsize=256)
@@ -193,12 +212,12 @@ class Masking:
     def args(self, value: Any) -> Any:
         """A call's arguments: the values under the declared paths masked whole, every
         other string and number as :meth:`text` and :meth:`data` say."""
-        return _walk(value, (), self._patterns, self.text, self._number)
+        return _walk(value, self._patterns, self.text, self._number)
 
     def data(self, value: Any) -> Any:
         """Any JSON-like value derived from the call (a result, an error, a packet):
         every string in it as :meth:`text` says."""
-        return _walk(value, (), [], self.text, self._number)
+        return _walk(value, [], self.text, self._number)
 
     def details(self, details: Mapping[str, Any]) -> dict[str, Any]:
         """A record about the call (an audit entry's details): the declared paths under
@@ -206,12 +225,13 @@ class Masking:
         it), what the detectors find anywhere; :data:`KEPT_KEYS` are the runtime's own
         words and only go through the detectors."""
         paths = [f"{key}.{p}" for p in self.paths for key in ARGS_KEYS]
-        every = self | Masking(self.paths, declared_values(details, paths))
+        found = declared_values(details, paths)
+        every = Masking(self.paths, (*self.values, *found), self.detectors) if found else self
         patterns = _compile(paths)
-        plain = Masking(detectors=self.detectors)
+        plain = _PLAIN if self.detectors is None else Masking(detectors=self.detectors)
         masked: dict[str, Any] = {
-            k: _walk(v, (k,), patterns, plain.text, plain._number) if k in KEPT_KEYS
-            else _walk(v, (k,), patterns, every.text, every._number)
+            k: _child(v, patterns, k, plain.text, plain._number) if k in KEPT_KEYS
+            else _child(v, patterns, k, every.text, every._number)
             for k, v in details.items()}
         scope = masked.get("scope_value")
         if isinstance(masked.get("scope"), str) and scope != details.get("scope_value"):
@@ -286,16 +306,39 @@ class Masking:
         return spliced(text, kept)
 
 
-def _walk(value: Any, at: tuple[str, ...], patterns: Sequence[tuple[str, ...]],
-          text: Callable[[str], str], number: Callable[[int | float], Any]) -> Any:
-    if at and _covered(at, patterns):
-        return mask_value(value)
+def _walk(value: Any, live: Sequence[tuple[str, ...]], text: Callable[[str], str],
+          number: Callable[[int | float], Any]) -> Any:
+    """``value`` masked: under a path of ``live`` that ends, whole; every string by
+    ``text``, every number by ``number``."""
     if isinstance(value, Mapping):
-        return {k: _walk(v, (*at, str(k)), patterns, text, number) for k, v in value.items()}
+        return {k: _child(v, live, str(k), text, number) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_walk(v, (*at, str(i)), patterns, text, number) for i, v in enumerate(value)]
+        return [_child(v, live, str(i), text, number) for i, v in enumerate(value)]
     if isinstance(value, str):
         return text(value)
     if isinstance(value, int | float) and not isinstance(value, bool):
         return number(value)
     return value
+
+
+def _child(value: Any, live: Sequence[tuple[str, ...]], key: str,
+           text: Callable[[str], str], number: Callable[[int | float], Any]) -> Any:
+    if not live:
+        return _walk(value, live, text, number)
+    below, hit = _step(live, key)
+    return _whole(value) if hit else _walk(value, below, text, number)
+
+
+def _whole(value: Any) -> Any:
+    """A declared value masked whole (a request's are masked in each of its entries)."""
+    if isinstance(value, str | int | float) and not isinstance(value, bool):
+        return _whole_of(value, type(value).__name__)
+    return mask_value(value)
+
+
+@functools.lru_cache(maxsize=1024)
+def _whole_of(value: Any, kind: str) -> Any:
+    return mask_value(value)
+
+
+_PLAIN = Masking()  # the detectors of this process, and nothing declared
