@@ -33,7 +33,14 @@ from aiohttp import web
 from approvald.bot.asgi import answer
 from approvald.bot.mcp.gateway import Gateway, Refused
 from approvald.bot.mcp.proxy import server_environment
-from approvald.bot.mcp.tasks import EXTENSION, TaskIds, TaskParams, Tasks, declared
+from approvald.bot.mcp.tasks import (
+    EXTENSION,
+    TaskIds,
+    TaskParams,
+    Tasks,
+    admitted,
+    declared,
+)
 from approvald.bot.mcp.upstream import Upstream
 from approvald.runtime import api_tokens
 from approvald.runtime.engine import Engine
@@ -161,6 +168,8 @@ class HttpGateway:
                                     ("tasks/update", self._task_update),
                                     ("tasks/cancel", self._task_cancel)):
                 server.add_request_handler(method, TaskParams, handler)
+            server.add_request_handler("tasks/list", types.PaginatedRequestParams,
+                                       self._task_list)
         self.manager = StreamableHTTPSessionManager(
             server, stateless=True, max_request_body_size=MAX_BODY,
             security_settings=TransportSecuritySettings(
@@ -212,18 +221,27 @@ class HttpGateway:
 
     async def _task_get(self, ctx: ServerRequestContext[Any],
                         params: TaskParams) -> dict[str, Any]:
+        admitted(ctx, params)
         token = _token(ctx)
         return await self._tasks().get(self.gateway_for(token), token, params)
 
     async def _task_update(self, ctx: ServerRequestContext[Any],
                            params: TaskParams) -> dict[str, Any]:
+        admitted(ctx, params)
         token = _token(ctx)
         return await self._tasks().update(self.gateway_for(token), token, params)
 
     async def _task_cancel(self, ctx: ServerRequestContext[Any],
                            params: TaskParams) -> dict[str, Any]:
+        admitted(ctx, params)
         token = _token(ctx)
         return await self._tasks().cancel(self.gateway_for(token), token, params)
+
+    async def _task_list(self, ctx: ServerRequestContext[Any],
+                         params: types.PaginatedRequestParams) -> dict[str, Any]:
+        admitted(ctx, None)
+        raise MCPError(types.METHOD_NOT_FOUND, "approvald: tasks are not listed; a task is "
+                       "polled by the id its tools/call returned")
 
 
 def _token(ctx: ServerRequestContext[Any]) -> TokenRecord:
