@@ -55,6 +55,8 @@ MCP_CREDENTIAL = "mcp."
 ADAPTER_CREDENTIAL = "adapter."
 HOOK_CREDENTIAL = "hook."  # a coding assistant's permission hook (approvald hook claude-code)
 RESERVED_CREDENTIALS = (MCP_CREDENTIAL, ADAPTER_CREDENTIAL, HOOK_CREDENTIAL)
+# what an MCP gateway's reads are named by (mcp:NAME/resource:URI, mcp:NAME/prompt:NAME)
+READS = ("resource:", "prompt:")
 _VIA: dict[str, str] = {"agent": "runtime", "api": "http_api", "mcp": "mcp",
                         "adapter": "adapter", "hook": "hook"}
 _RISK = {"low": 0, "medium": 1, "high": 2}
@@ -82,6 +84,12 @@ class Source:
     def policy_name(self, tool: str) -> str:
         """The name the policy file knows this source's ``tool`` by."""
         return tool if self.kind == "agent" else f"{self.kind}:{self.name}/{tool}"
+
+    def reads_by_default(self, tool: str) -> bool:
+        """Whether ``tool`` is an MCP gateway's resource read or prompt
+        (``resource:URI``, ``prompt:NAME``): let through unless the operator's file names
+        it (a read gated or forbidden there is asked about or refused like any call)."""
+        return self.kind == "mcp" and tool.startswith(READS)
 
     def subject(self, tool: str) -> str:
         """What a standing approval covers: this source's ``tool``, never another's."""
@@ -220,6 +228,8 @@ class Intake:
         file's ``[default]``). ``annotations``: what the tool's server says of it, which
         the file's rules may read (and which choose nothing by themselves)."""
         kind, base = self.base(source, declared)
+        if source.reads_by_default(tool):
+            kind = "auto"  # what the file's entry or rules for it say still applies
         return self.policy.for_call(source.policy_name(tool), kind, base, args, annotations)
 
     def base(self, source: Source, declared: tuple[PolicyKind, ApprovalPolicy] | None = None

@@ -31,6 +31,7 @@ from typing import Annotated, Any
 import mcp_types as types
 from aiohttp import web
 from approvald.bot.asgi import answer
+from approvald.bot.mcp.front import Front
 from approvald.bot.mcp.gateway import Gateway, Refused
 from approvald.bot.mcp.proxy import server_environment
 from approvald.bot.mcp.tasks import (
@@ -153,7 +154,8 @@ class HttpGateway:
             raise ConfigError(f"APPROVALD_MCP_GATEWAYS_FILE: gateway {self.name}: cannot "
                               f"reach its MCP server ({c.server()}): "
                               f"{type(first).__name__}: {first}") from None
-        self.upstream = Upstream(client, self.name)
+        self.upstream = Upstream(client, self.name, url=c.url)
+        await self.upstream.learn_revisions()
         await self.upstream.check_rules(Source("mcp", self.name), self.e.registry.policy)
         info = client.server_info
         server: Server[Any] = Server(
@@ -161,6 +163,8 @@ class HttpGateway:
             title=f"{(info.title or info.name) if info else self.name} (gated by approvald)",
             instructions=client.instructions,
             on_list_tools=self._list_tools, on_call_tool=self._call_tool)
+        Front(self.upstream, lambda ctx: self.gateway_for(_token(ctx)),
+              budget=c.wait).register(server)
         if self.secret:
             self.tasks = Tasks(TaskIds(self.secret, self.name), self.upstream)
             server.extensions[EXTENSION] = {}
@@ -197,7 +201,7 @@ class HttpGateway:
     async def _list_tools(self, ctx: ServerRequestContext[Any],
                           params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         assert self.upstream is not None
-        return await self.upstream.list_tools(params.cursor if params else None)
+        return await self.upstream.list_tools(params.cursor if params else None, ctx)
 
     async def _call_tool(self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
                          ) -> types.CallToolResult:

@@ -183,6 +183,11 @@ class Tasks:
                                         self.upstream.forward(str(doc["tool"])))
         # it changed as it ran: its last update is when its result was recorded
         task = self._task(token, rid, await gateway.e.external.get(own, rid))
+        if isinstance(outcome, Ran) and isinstance(outcome.value, MCPError):
+            text = f"{doc['tool']} failed: {outcome.value.message}"
+            return {**task, "status": "completed", "statusMessage": text,
+                    "result": error_result(text).model_dump(by_alias=True, exclude_none=True,
+                                                            mode="json")}
         if isinstance(outcome, Ran):
             value: types.CallToolResult = outcome.value
             return {**task, "status": "completed",
