@@ -87,8 +87,9 @@ class Source:
 
     def reads_by_default(self, tool: str) -> bool:
         """Whether ``tool`` is an MCP gateway's resource read or prompt
-        (``resource:URI``, ``prompt:NAME``): let through unless the operator's file names
-        it (a read gated or forbidden there is asked about or refused like any call)."""
+        (``resource:URI``, ``prompt:NAME``): let through when no entry of the operator's
+        file names it; an entry that does applies as it does to a call (its policy and
+        rules, else ``[default]``'s: ask)."""
         return self.kind == "mcp" and tool.startswith(READS)
 
     def subject(self, tool: str) -> str:
@@ -228,9 +229,10 @@ class Intake:
         file's ``[default]``). ``annotations``: what the tool's server says of it, which
         the file's rules may read (and which choose nothing by themselves)."""
         kind, base = self.base(source, declared)
-        if source.reads_by_default(tool):
-            kind = "auto"  # what the file's entry or rules for it say still applies
-        return self.policy.for_call(source.policy_name(tool), kind, base, args, annotations)
+        name = source.policy_name(tool)
+        if source.reads_by_default(tool) and self.policy.entry(name) is None:
+            kind = "auto"  # a read no entry names; one that does is that entry's, as a call
+        return self.policy.for_call(name, kind, base, args, annotations)
 
     def base(self, source: Source, declared: tuple[PolicyKind, ApprovalPolicy] | None = None
              ) -> tuple[PolicyKind, ApprovalPolicy]:
