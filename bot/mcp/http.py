@@ -6,7 +6,8 @@ tools to remote MCP clients through the SDK's Streamable HTTP transport in state
 (the 2026-07-28 revision, with the Tasks extension: :mod:`bot.mcp.tasks`; clients of earlier
 revisions are served as the SDK allows): no
 session lives in a process, so any replica answers any request. What is listed and how each
-call is gated: :mod:`bot.mcp.upstream`, :mod:`bot.mcp.gateway`.
+call is gated: :mod:`bot.mcp.upstream`, :mod:`bot.mcp.gateway`; what else passes through
+(resources, prompts, completion, logging): :mod:`bot.mcp.front`.
 
 A request is authenticated before anything else: a bearer token made for that gateway
 (``approvald tokens create NAME --face mcp:<gateway> --requested-by U…``), else 401; a token
