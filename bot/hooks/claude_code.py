@@ -34,27 +34,42 @@ credential) is a deny whose reason says why, never an allow.
 from __future__ import annotations
 
 import asyncio
-import json
 from dataclasses import dataclass
 from typing import Any
 
 from approvald.bot.callers import OPEN, CallerGate, CallerOff, refusal
-from approvald.runtime.canonical import call_digest, canonical_json, sha256_hex
+from approvald.bot.hooks.contract import (  # the wire contract, importable on its own
+    DEFAULT_WAIT,
+    EVENTS,
+    HTTP_MARGIN,
+    MARGIN,
+    MAX_EVENT,
+    MAX_HTTP_WAIT,
+    NAME,
+    POST,
+    POST_FAILED,
+    PRE,
+    decision,
+    fail_closed,
+)
+from approvald.runtime.canonical import (
+    MAX_DEPTH,
+    TooDeep,
+    call_digest,
+    canonical_json,
+    loads,
+    sha256_hex,
+)
 from approvald.runtime.engine import Engine
 from approvald.runtime.errors import ApprovaldError, PayloadTooLarge
 from approvald.runtime.external import ExternalError, NewRequest, Report
 from approvald.runtime.intake import Source
 
-NAME = "claude-code"
+__all__ = ["DEFAULT_WAIT", "EVENTS", "HTTP_MARGIN", "MARGIN", "MAX_EVENT", "MAX_HTTP_WAIT",
+           "NAME", "POST", "POST_FAILED", "PRE", "SOURCE", "ClaudeCodeHook", "HookEvent",
+           "HookEventError", "decision", "doing", "fail_closed"]
+
 SOURCE = Source("hook", NAME)
-PRE, POST, POST_FAILED = "PreToolUse", "PostToolUse", "PostToolUseFailure"
-EVENTS = (PRE, POST, POST_FAILED)
-# Claude Code ends a command hook after 60 s unless its settings give another timeout:
-# the default budget leaves time to answer
-DEFAULT_WAIT = 50.0
-# over HTTP (POST /v1/hooks/claude-code?wait=S): the most a request is held open
-MAX_HTTP_WAIT = 55.0
-MAX_EVENT = 1_000_000  # characters of stdin taken
 RESULT_SUMMARY = 4000  # characters of a tool's response too large to record whole
 EXCERPT = 1200  # characters of a file's new content or an edit shown on the card
 
@@ -77,13 +92,29 @@ class HookEvent:
     error: str | None = None
 
     @classmethod
+    def read(cls, raw: bytes) -> HookEvent:
+        """The event from its bytes, as Claude Code sends them (UTF-8 JSON, whatever the
+        locale of the process reading them says)."""
+        if len(raw) > MAX_EVENT:
+            raise HookEventError(f"the event is larger than {MAX_EVENT} bytes")
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise HookEventError(f"the event is not UTF-8 ({exc.reason} at byte "
+                                 f"{exc.start})") from None
+        return cls.parse(text)
+
+    @classmethod
     def parse(cls, text: str) -> HookEvent:
         if len(text) > MAX_EVENT:
-            raise HookEventError(f"the event is larger than {MAX_EVENT} characters")
+            raise HookEventError(f"the event is larger than {MAX_EVENT} bytes")
         try:
-            doc = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise HookEventError(f"the event on stdin is not JSON ({exc})") from None
+            doc = loads(text)
+        except TooDeep as exc:
+            raise HookEventError(f"the event is {exc} (a tool's input may nest "
+                                 f"{MAX_DEPTH})") from None
+        except ValueError as exc:
+            raise HookEventError(f"the event is not JSON ({exc})") from None
         if not isinstance(doc, dict):
             raise HookEventError("the event on stdin is not a JSON object")
         event = doc.get("hook_event_name")
@@ -114,20 +145,6 @@ class HookEvent:
     def owner(self) -> str:
         """The execution ledger's owner of the call this event is about."""
         return f"{NAME}:{self.session_id}:{self.tool_use_id}"[:200]
-
-
-def decision(allow: bool, reason: str, updated: dict[str, Any] | None = None) -> dict[str, Any]:
-    out: dict[str, Any] = {"hookEventName": PRE,
-                           "permissionDecision": "allow" if allow else "deny",
-                           "permissionDecisionReason": reason}
-    if updated is not None:
-        out["updatedInput"] = updated
-    return {"hookSpecificOutput": out}
-
-
-def fail_closed(why: str) -> dict[str, Any]:
-    """The answer when approvald cannot decide: a deny that says why, never an allow."""
-    return decision(False, f"approvald could not decide this call, so it is denied: {why}")
 
 
 def _excerpt(text: Any) -> str:
