@@ -32,10 +32,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from approvald.runtime.canonical import MAX_DEPTH, canonical_json, depth_over, sha256_hex
+from approvald.runtime.canonical import canonical_json, sha256_hex
 from approvald.runtime.directory import Directory, DirectoryError, is_approver
 from approvald.runtime.errors import ApprovaldError
 from approvald.runtime.identity import InvalidIdentity, normalize_user_id
+from approvald.runtime.json_input import MAX_DEPTH, depth_over
 from approvald.runtime.policy import (
     ApprovalPolicy,
     Approver,

@@ -21,11 +21,12 @@ from aiohttp import web
 from approvald.bot.api import schemas
 from approvald.bot.hooks import claude_code
 from approvald.runtime import api_tokens, external
-from approvald.runtime.canonical import MAX_DEPTH, TooDeep, compact_json, loads
+from approvald.runtime.canonical import compact_json
 from approvald.runtime.engine import Engine
 from approvald.runtime.errors import ApprovaldError, NotFound, PayloadTooLarge
 from approvald.runtime.external import ExternalError, NewRequest, Report
 from approvald.runtime.intake import IntakeError, Tighten
+from approvald.runtime.json_input import MAX_DEPTH, TooDeep, loads
 from approvald.runtime.webhook_hosts import WebhookHosts, WebhookRefused
 from approvald.store.repos.external import TokenRecord
 from pydantic import BaseModel, ValidationError

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 import time
 from typing import TYPE_CHECKING
@@ -24,6 +23,7 @@ from typing import TYPE_CHECKING
 from approvald.bot.cli.argtypes import Subparsers, UsageError, seconds, slack_user
 from approvald.bot.hooks.contract import (
     DEFAULT_WAIT,
+    HTTP_MARGIN,
     MARGIN,
     PRE,
     HookEvent,
@@ -33,8 +33,6 @@ from approvald.bot.hooks.process import Answer, read_event
 
 if TYPE_CHECKING:
     from approvald.bot.config import Settings
-
-log = logging.getLogger("approvald.hook")
 
 # an event after the call that could not be recorded: a line on stderr, and this status
 # (Claude Code shows it; the call has run already)
@@ -184,7 +182,9 @@ def claude_code(a: argparse.Namespace) -> int:
             return _hand_to_serve(a, raw, event, answer, started)
         return _decide_here(a, event, answer, started)
     except BaseException as exc:  # fail closed: whatever went wrong is a deny
-        log.debug("the hook could not decide", exc_info=True)
+        import logging
+
+        logging.getLogger("approvald.hook").debug("the hook could not decide", exc_info=True)
         return _undecided(answer, kind, str(exc) or type(exc).__name__)
 
 
@@ -204,11 +204,11 @@ def _hand_to_serve(a: argparse.Namespace, raw: bytes, event: HookEvent, answer: 
     from approvald.bot.hooks.handoff import Serve  # only on this path
 
     serve = Serve.parse(a.serve)
-    left = answer.deadline - time.monotonic()
-    # serve answers within the wait it is given plus its own margin; what the hook
-    # has left must cover that, and the exchange
-    said = serve.post(raw, kind=event.event, timeout=max(0.0, left - 0.5),
-                      wait=max(0.0, min(a.wait - (time.monotonic() - started), left - 3.0)))
+    # serve answers within the wait it is given plus its own margin: it is given what is
+    # left of the hook's wait, and not answering by then (a second more) is a deny
+    wait = max(0.0, started + a.wait - time.monotonic())
+    deadline = min(answer.deadline - 0.5, time.monotonic() + wait + HTTP_MARGIN + 1.0)
+    said = serve.post(raw, kind=event.event, wait=wait, deadline=deadline)
     answer.give(json.dumps(said) if said is not None else "")
     return 0
 

@@ -93,14 +93,18 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser of ``approvald``. Without ``command``: every group's commands (the
-    reference pages, the help tests). With it: only the group that adds ``command`` is
-    imported; the other commands are names in ``--help`` (what one run needs)."""
+    reference pages, the help tests). With a command: only the group that adds it is
+    imported and registered (what one run needs). With anything else (``--help``, a
+    mistake): every command as a name and its help line, no group imported."""
     p = _Parser(prog="approvald", description="Durable agent runs with human approval.")
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser, metavar="COMMAND")
-    wanted = {g for name, g, _ in COMMANDS if command is None or name == command}
+    owner = {name: group for name, group, _ in COMMANDS}
+    if command in owner:
+        _group(owner[command]).register(sub)
+        return p
     added: set[str] = set()
     for name, group, line in COMMANDS:
-        if group not in wanted:
+        if command is not None:
             sub.add_parser(name, help=line, add_help=False)
         elif group not in added:
             _group(group).register(sub)

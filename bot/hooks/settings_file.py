@@ -42,7 +42,7 @@ from approvald.bot.hooks.contract import (
     settings_timeout,
 )
 from approvald.bot.hooks.handoff import PATH as HOOK_PATH
-from approvald.bot.hooks.handoff import TOKEN_VARIABLE
+from approvald.bot.hooks.handoff import TOKEN_VARIABLE as TOKEN_VARIABLE
 
 # the default timeout of a command or HTTP hook in the oldest Claude Code releases that
 # have hooks (60 s) and in current ones (600 s): a hook without a timeout gets one of them

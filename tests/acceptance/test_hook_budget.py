@@ -6,11 +6,9 @@ and its wall time is the point: it must be within ``--wait`` plus the hook's mar
 
 from __future__ import annotations
 
-import asyncio
 import json
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,7 +18,7 @@ from typing import Any
 import pytest
 from approvald.bot.hooks.contract import MARGIN
 
-from tests.helpers import APPROVALD, Cli
+from tests.helpers import APPROVALD, Cli, silent_server
 
 # each case is a process of its own, and a stalled one takes its whole budget
 pytestmark = pytest.mark.slow
@@ -81,47 +79,6 @@ def policy(cli: Cli) -> dict[str, str]:
 
 
 @contextmanager
-def stalled_postgres() -> Iterator[int]:
-    """A TCP server that accepts every connection, reads what it is sent and never
-    answers: a PostgreSQL that has stalled. Yields its port."""
-    loop = asyncio.new_event_loop()
-    ready = threading.Event()
-    port: list[int] = []
-
-    async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.read()  # until the client gives up; never a byte back
-        writer.close()
-
-    async def serve() -> None:
-        server = await asyncio.start_server(hold, "127.0.0.1", 0)
-        port.append(server.sockets[0].getsockname()[1])
-        ready.set()
-        async with server:
-            await server.serve_forever()
-
-    task: list[asyncio.Task[None]] = []
-    thread = threading.Thread(
-        target=lambda: loop.run_until_complete(_keep(task, loop.create_task(serve()))),
-        daemon=True)
-    thread.start()
-    ready.wait(10)
-    try:
-        yield port[0]
-    finally:
-        loop.call_soon_threadsafe(task[0].cancel)
-        thread.join(10)
-        loop.close()
-
-
-async def _keep(box: list[asyncio.Task[None]], task: asyncio.Task[None]) -> None:
-    box.append(task)
-    try:
-        await task
-    except asyncio.CancelledError:
-        pass
-
-
-@contextmanager
 def locked_sqlite(path: Path) -> Iterator[None]:
     """Another process holds the SQLite file under ``BEGIN EXCLUSIVE`` until the block
     ends."""
@@ -145,7 +102,7 @@ def locked_sqlite(path: Path) -> Iterator[None]:
 
 def test_a_stalled_postgresql_is_a_deny_within_the_budget(
         cli: Cli, policy: dict[str, str]) -> None:
-    with stalled_postgres() as port:
+    with silent_server() as port:
         code, out, err, took = run_hook(
             cli, json.dumps(event()).encode(), wait=WAIT, **policy,
             APPROVALD_DATABASE_URL=f"postgresql+asyncpg://approvald@127.0.0.1:{port}/approvald")
