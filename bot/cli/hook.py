@@ -104,7 +104,12 @@ def _where(p: argparse.ArgumentParser, verb: str) -> None:
     files = p.add_mutually_exclusive_group()
     files.add_argument("--project", dest="scope", action="store_const", const="project",
                        help=f"{verb} this project's .claude/settings.json"
-                            + (" (the default)" if verb == "write" else ""))
+                            + (" (the default)" if verb == "write" else
+                               " and .claude/settings.local.json"))
+    if verb == "write":
+        files.add_argument("--local", dest="scope", action="store_const", const="local",
+                           help="write this project's .claude/settings.local.json (yours, "
+                                "not committed)")
     files.add_argument("--user", dest="scope", action="store_const", const="user",
                        help=f"{verb} your own ~/.claude/settings.json")
 
@@ -115,7 +120,8 @@ def install(a: argparse.Namespace) -> int:
 
     if a.requested_by:
         slack_user("--requested-by", a.requested_by)
-    path = sf.user_file() if a.scope == "user" else sf.project_files()[0]
+    path = {"user": sf.user_file(), "local": sf.project_files()[1]}.get(
+        a.scope or "", sf.project_files()[0])
     hooks = sf.Hooks(wait=a.wait, requested_by=a.requested_by, serve=a.serve, http=a.http)
     if a.http or a.serve:
         from approvald.bot.hooks.handoff import HandoffFailed, Serve

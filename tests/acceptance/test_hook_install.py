@@ -93,6 +93,8 @@ def test_install_http_hooks_in_the_users_settings(cli: Cli, tmp_path: Path) -> N
     assert pre["url"] == "https://approvald.internal.example/v1/hooks/claude-code?wait=20"
     assert pre["timeout"] == 35
     assert not (cli.workdir / ".claude").exists()
+    ok(cli, "hook", "install", "claude-code", "--local", HOME=str(home))
+    assert [p.name for p in (cli.workdir / ".claude").iterdir()] == ["settings.local.json"]
     bad = cli("hook", "install", "claude-code", "--http", "ftp://x", HOME=str(home))
     assert bad.returncode == 2 and "--http" in bad.stderr
 

@@ -5,7 +5,11 @@ in the same run, ``python -c pass`` (what any Python process costs here), a bare
 trip to the same serve (``GET /healthz`` on a kept-alive connection) and ``approvald
 --help``.
 
-    python tests/benchmarks/bench_hook.py [--runs 40] [--http-runs 300]
+    python tests/benchmarks/bench_hook.py [--runs 40] [--http-runs 300] [--approvald CMD]
+
+``--approvald`` runs another build the same way (``"python -m approvald.bot.cli"`` with
+``PYTHONPATH`` naming an older checkout's package, say): a build without ``--serve`` gets
+no handoff rows.
 
 One ``approvald serve`` (SQLite, no Slack) is started on a temporary database; every
 command is a new process, as Claude Code starts it. Prints p50 and p99 in milliseconds and
@@ -24,6 +28,7 @@ import http.client
 import json
 import os
 import resource
+import shlex
 import socket
 import subprocess
 import sys
@@ -91,7 +96,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=40, help="processes per command figure")
     ap.add_argument("--http-runs", type=int, default=300, help="requests per HTTP figure")
+    ap.add_argument("--approvald", default=APPROVALD, help="the command that runs approvald "
+                    "(default: this virtualenv's console script)")
     a = ap.parse_args()
+    a.approvald = shlex.split(a.approvald)
     with tempfile.TemporaryDirectory() as d:
         work = Path(d)
         (work / "policy.toml").write_text(POLICY)
@@ -101,11 +109,11 @@ def main() -> int:
                    APPROVALD_POLICY_FILE=str(work / "policy.toml"),
                    APPROVALD_SECRET="bench-secret-0123456789abcdef", APPROVALD_PORT=str(port),
                    APPROVALD_LOG_LEVEL="WARNING", APPROVALD_METRICS_ADDR="127.0.0.1:0")
-        made = subprocess.run([APPROVALD, "tokens", "create", "bench", "--face",
+        made = subprocess.run([*a.approvald, "tokens", "create", "bench", "--face",
                                "hook:claude-code", "--requested-by", "U_DANA", "--json"],
                               env=env, capture_output=True, text=True, check=True)
         token = json.loads(made.stdout)["token"]
-        serve = subprocess.Popen([APPROVALD, "serve"], env=env, stdout=subprocess.DEVNULL,
+        serve = subprocess.Popen([*a.approvald, "serve"], env=env, stdout=subprocess.DEVNULL,
                                  stderr=subprocess.PIPE, text=True)
         try:
             wait_for(port)
@@ -141,7 +149,7 @@ def measure(a: argparse.Namespace, env: dict[str, str], token: str, port: int) -
             raise RuntimeError(f"{args}: exit {done.returncode}: {done.stderr[-500:]!r}")
 
     def hook(command: str, extra: list[str], i: int) -> None:
-        args = [APPROVALD, "hook", "claude-code", *extra, "--wait", "0"]
+        args = [*a.approvald, "hook", "claude-code", *extra, "--wait", "0"]
         # each call its own command and session: every one is decided, none joins another
         done = subprocess.run(args, input=event(i, f"{command} {extra[0]}{i}"), env=hook_env,
                               capture_output=True, check=False)
@@ -153,12 +161,15 @@ def measure(a: argparse.Namespace, env: dict[str, str], token: str, port: int) -
         rows[name] = timed(fn, runs, cpu=name)
 
     put("python -c pass", lambda i: process([sys.executable, "-c", "pass"]), a.runs)
-    put("approvald --help", lambda i: process([APPROVALD, "--help"]), a.runs)
+    put("approvald --help", lambda i: process([*a.approvald, "--help"]), a.runs)
+    usage = subprocess.run([*a.approvald, "hook", "claude-code", "--help"], env=env,
+                           capture_output=True, text=True, check=False).stdout
     for command, kind in (("ls", "auto"), ("git push origin", "forbidden")):
         put(f"command hook (direct), {kind}",
             partial(hook, command, ["--requested-by", "U_DANA"]), max(5, a.runs // 2))
-        put(f"command hook (--serve), {kind}", partial(hook, command, ["--serve", serve_url]),
-            a.runs)
+        if "--serve" in usage:
+            put(f"command hook (--serve), {kind}",
+                partial(hook, command, ["--serve", serve_url]), a.runs)
 
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
 
