@@ -174,7 +174,7 @@ def claude_code(a: argparse.Namespace) -> int:
     answer = Answer(deadline=started + a.wait + MARGIN, fallback=json.dumps(fail_closed(
         f"no decision within {a.wait + MARGIN:g} s (--wait {a.wait:g} + {MARGIN:g}); is the "
         "database (or serve) answering?")))
-    answer.watch()
+    answer.watch(own_process=getattr(a, "own_process", False))
     kind = PRE  # until the event says otherwise: an event it cannot read is denied
     try:
         raw = read_event()

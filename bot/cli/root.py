@@ -168,10 +168,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout, sys.stderr = stdout, stderr
 
 
-def _main(argv: Sequence[str] | None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+def _main(given: Sequence[str] | None) -> int:
+    argv = list(sys.argv[1:] if given is None else given)
     try:
         args = build_parser(_command(argv)).parse_args(argv)
+        # the command line of this process (the console script, ``python -m``), not a
+        # program's or a test's call: a command may then end the process itself (the
+        # hook's watchdog does, to answer in time)
+        args.own_process = given is None
     except _Exit as exc:
         return exc.status
     except UsageError as exc:

@@ -10,9 +10,9 @@ and ends the process with ``os._exit``. Once an answer is given, the rest of the
 (closing connections) has :data:`LINGER` seconds before the watchdog ends the process,
 with the answer already out.
 
-The hard stop applies only to a hook that owns its process (run from the main thread, as
-the console script runs it); run in-process by a test, the same code relies on its
-asyncio deadline alone and never ends the test's process.
+The hard stop applies only to a hook that owns its process (run as the console script
+runs it, on the main thread); called in-process by a program or a test, the same code
+relies on its asyncio deadline alone and never ends the caller's process.
 """
 
 from __future__ import annotations
@@ -68,9 +68,10 @@ class Answer:
             self._changed.notify_all()
             return True
 
-    def watch(self) -> None:
-        """Start the watchdog, when this process is the hook's own (see the module)."""
-        if threading.current_thread() is not threading.main_thread():
+    def watch(self, *, own_process: bool) -> None:
+        """Start the watchdog, when this process is the hook's own: ``own_process`` (run
+        as the console script, not called by a program or a test) and on its main thread."""
+        if not own_process or threading.current_thread() is not threading.main_thread():
             return
         self._dog = threading.Thread(target=self._watch, name="hook watchdog", daemon=True)
         self._dog.start()
