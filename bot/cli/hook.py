@@ -228,7 +228,7 @@ def _decide_here(a: argparse.Namespace, event: HookEvent, answer: Answer,
 
     settings = load_settings()
     check_environment(settings)
-    requested_by = "" if event.event != PRE else requester(settings, a.requested_by)
+    requested_by = requester(settings, a.requested_by)
 
     async def run() -> int:
         work = asyncio.ensure_future(_decide(settings, a, event, requested_by, answer,
@@ -240,9 +240,10 @@ def _decide_here(a: argparse.Namespace, event: HookEvent, answer: Answer,
         # stuck where a cancellation does not reach (a statement waiting in the database
         # driver's thread): answer now; the watchdog ends the process if tidying up hangs
         work.cancel()
+        budget = f"--wait {a.wait:g} + {MARGIN:g}" if event.event == PRE else "its margin"
         return _undecided(answer, event.event, f"no answer within "
-                          f"{answer.deadline - started:g} s (--wait {a.wait:g} + "
-                          f"{MARGIN:g}); is the database answering?")
+                          f"{answer.deadline - started:g} s ({budget}); is the database "
+                          "answering?")
 
     return asyncio.run(run())
 
