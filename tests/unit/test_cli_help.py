@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from approvald.bot.cli import build_parser, root
@@ -62,3 +64,15 @@ def test_running_one_command_imports_only_its_group() -> None:
     assert done.stdout.split() == ["['argtypes',", "'hook',", "'root']"]
     menu = root.build_parser("nothing-such").format_help()
     assert all(name in menu for name, _, _ in root.COMMANDS)
+
+
+def test_help_that_points_elsewhere_names_a_page_that_exists() -> None:
+    """Issue 48 item 8: `--json` said "see the README", where no document's keys are
+    listed; a help text that sends the reader elsewhere names a docs page that exists."""
+    top = Path(__file__).resolve().parents[2]
+    texts = [(where, a.help or "") for where, a in walk(build_parser())]
+    readme = [f"{where}: {text}" for where, text in texts if "README" in text]
+    assert readme == []
+    pages = {page for _, text in texts for page in re.findall(r"docs/[\w/.-]+\.md", text)}
+    assert "docs/reference/json-documents.md" in pages
+    assert sorted(p for p in pages if not (top / p).is_file()) == []
