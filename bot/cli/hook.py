@@ -1,42 +1,23 @@
-"""``approvald hook``: Claude Code's command hook (``hook claude-code``; the contract is
-:mod:`approvald.bot.hooks.contract`, the decision :mod:`approvald.bot.hooks.claude_code`),
-and its place in Claude Code's settings (``hook install claude-code``, ``hook check
-claude-code``: :mod:`approvald.bot.hooks.settings_file`).
-
-The hook runs for every tool call, so this module imports only what building its parser
-needs. The hook's process starts its clock and its watchdog first, then reads the event
-(bytes, decoded as UTF-8 whatever the locale says), then either hands it to a running
-``serve`` (``--serve URL``: the standard library only, milliseconds) or decides here
-(importing the engine and opening the database). Whatever happens, it answers within
-``--wait`` plus the margin: the decision, or a deny saying why; never an allow it did
-not decide, never an exit status Claude Code reads as "go ahead".
+"""``approvald hook``: the arguments of Claude Code's command hook (``hook claude-code``)
+and of its place in Claude Code's settings (``hook install claude-code``, ``hook check
+claude-code``); the commands themselves are :mod:`approvald.bot.hooks.command`'s. The hook
+runs for every tool call: this module imports only what building its parser needs.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import sys
-import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from approvald.bot.cli.argtypes import Subparsers, UsageError, seconds, slack_user
-from approvald.bot.hooks.contract import (
-    DEFAULT_WAIT,
-    HTTP_MARGIN,
-    MARGIN,
-    PRE,
-    HookEvent,
-    fail_closed,
-)
-from approvald.bot.hooks.process import Answer, read_event
+from approvald.bot.cli.argtypes import Subparsers, seconds
+from approvald.bot.hooks import command
+
+DEFAULT_WAIT, MARGIN = command.DEFAULT_WAIT, command.MARGIN
 
 if TYPE_CHECKING:
     from approvald.bot.config import Settings
-
-# an event after the call that could not be recorded: a line on stderr, and this status
-# (Claude Code shows it; the call has run already)
-NOT_RECORDED = 1
+    from approvald.runtime.engine import Engine
 
 
 def register(sub: Subparsers) -> None:
@@ -114,172 +95,25 @@ def _where(p: argparse.ArgumentParser, verb: str) -> None:
                        help=f"{verb} your own ~/.claude/settings.json")
 
 
+def claude_code(a: argparse.Namespace) -> int:
+    return command.claude_code(wait=a.wait, serve=a.serve, requested_by=a.requested_by,
+                               own_process=getattr(a, "own_process", False),
+                               with_engine=_with_engine)
+
+
 def install(a: argparse.Namespace) -> int:
-    """``hook install claude-code``: merge approvald's hooks into the settings file."""
-    from approvald.bot.hooks import settings_file as sf
-
-    if a.requested_by:
-        slack_user("--requested-by", a.requested_by)
-    path = {"user": sf.user_file(), "local": sf.project_files()[1]}.get(
-        a.scope or "", sf.project_files()[0])
-    hooks = sf.Hooks(wait=a.wait, requested_by=a.requested_by, serve=a.serve, http=a.http)
-    if a.http or a.serve:
-        from approvald.bot.hooks.handoff import HandoffFailed, Serve
-
-        try:
-            Serve.parse(a.http or a.serve, token="-")
-        except HandoffFailed as exc:
-            raise UsageError(str(exc).replace("--serve", "--http" if a.http else "--serve")
-                             ) from None
-    try:
-        before = sf.load(path)
-        after = sf.merge(before, hooks)
-        if after == before:
-            print(f"approvald: {path} has approvald's hooks already; nothing changed")
-            return 0
-        sf.write(path, after)
-    except sf.SettingsError as exc:
-        raise UsageError(f"approvald: {exc}") from None
-    print(f"approvald: wrote approvald's hooks into {path}:")
-    print(json.dumps(hooks.all(), indent=2, ensure_ascii=False))
-    if a.http or a.serve:
-        print(f"Set {sf.TOKEN_VARIABLE} in the environment Claude Code runs in (a token made "
-              "with `approvald tokens create NAME --face hook:claude-code --requested-by "
-              "U…`).")
-    return 0
+    return command.install(scope=a.scope, wait=a.wait, requested_by=a.requested_by,
+                           serve=a.serve, http=a.http)
 
 
 def check(a: argparse.Namespace) -> int:
-    """``hook check claude-code``: what is wrong with the installed hooks (exit 1 if any)."""
-    from approvald.bot.hooks import settings_file as sf
-
-    paths = {"user": [sf.user_file()], "project": list(sf.project_files())}.get(
-        a.scope or "", [sf.user_file(), *sf.project_files()])
-    try:
-        files = [(path, sf.load(path)) for path in paths if path.exists()]
-    except sf.SettingsError as exc:
-        print(f"approvald: {exc}", file=sys.stderr)
-        return 1
-    print("approvald: Claude Code's settings read: "
-          + (", ".join(str(p) for p, _ in files) or f"none ({', '.join(map(str, paths))})"))
-    findings = sf.check(files)
-    for f in findings:
-        print(f"{'problem' if f.problem else 'ok'}: {f.text}")
-    return 1 if any(f.problem for f in findings) else 0
+    return command.check(scope=a.scope)
 
 
-def claude_code(a: argparse.Namespace) -> int:
-    """The hook's process (see the module docstring); its exit status."""
-    started = time.monotonic()
-    answer = Answer(deadline=started + a.wait + MARGIN, fallback=json.dumps(fail_closed(
-        f"no decision within {a.wait + MARGIN:g} s (--wait {a.wait:g} + {MARGIN:g}); is the "
-        "database (or serve) answering?")))
-    answer.watch(own_process=getattr(a, "own_process", False))
-    kind = PRE  # until the event says otherwise: an event it cannot read is denied
-    try:
-        raw = read_event()
-        event = HookEvent.read(raw)
-        kind = event.event
-        if kind != PRE:  # nothing to decide: record what ran, in the margin's time
-            answer.otherwise("approvald: the call's result was not recorded: no answer "
-                             f"within {MARGIN:g} s", code=NOT_RECORDED, to_stderr=True)
-            answer.sooner(started + MARGIN)
-        if a.serve:
-            return _hand_to_serve(a, raw, event, answer, started)
-        return _decide_here(a, event, answer, started)
-    except BaseException as exc:  # fail closed: whatever went wrong is a deny
-        import logging
-
-        logging.getLogger("approvald.hook").debug("the hook could not decide", exc_info=True)
-        return _undecided(answer, kind, str(exc) or type(exc).__name__)
-
-
-def _undecided(answer: Answer, kind: str, why: str) -> int:
-    """Say that the event was not decided (a deny) or not recorded; the exit status."""
-    if kind == PRE:
-        answer.give(json.dumps(fail_closed(why)))
-        return 0
-    if answer.give(f"approvald: the call's result was not recorded: {why}",
-                   stream=sys.stderr, code=NOT_RECORDED):
-        return NOT_RECORDED
-    return 0  # it was, before what failed after
-
-
-def _hand_to_serve(a: argparse.Namespace, raw: bytes, event: HookEvent, answer: Answer,
-                   started: float) -> int:
-    from approvald.bot.hooks.handoff import Serve  # only on this path
-
-    serve = Serve.parse(a.serve)
-    # serve answers within the wait it is given plus its own margin: it is given what is
-    # left of the hook's wait, and not answering by then (a second more) is a deny
-    wait = max(0.0, started + a.wait - time.monotonic())
-    deadline = min(answer.deadline - 0.5, time.monotonic() + wait + HTTP_MARGIN + 1.0)
-    said = serve.post(raw, kind=event.event, wait=wait, deadline=deadline)
-    answer.give(json.dumps(said) if said is not None else "")
-    return 0
-
-
-def _decide_here(a: argparse.Namespace, event: HookEvent, answer: Answer,
-                 started: float) -> int:
-    import asyncio  # the decision path's imports: only on it
-
-    from approvald.bot.config import load_settings
-    from approvald.bot.wiring import check_environment
-
-    settings = load_settings()
-    check_environment(settings)
-    requested_by = requester(settings, a.requested_by)
-
-    async def run() -> int:
-        work = asyncio.ensure_future(_decide(settings, a, event, requested_by, answer,
-                                             started))
-        # a little before the watchdog, so that the deny comes from here
-        done, _ = await asyncio.wait({work}, timeout=answer.deadline - time.monotonic() - 0.5)
-        if done:
-            return work.result()
-        # stuck where a cancellation does not reach (a statement waiting in the database
-        # driver's thread): answer now; the watchdog ends the process if tidying up hangs
-        work.cancel()
-        budget = f"--wait {a.wait:g} + {MARGIN:g}" if event.event == PRE else "its margin"
-        return _undecided(answer, event.event, f"no answer within "
-                          f"{answer.deadline - started:g} s ({budget}); is the database "
-                          "answering?")
-
-    return asyncio.run(run())
-
-
-async def _decide(settings: Settings, a: argparse.Namespace, event: HookEvent,
-                  requested_by: str, answer: Answer, started: float) -> int:
+async def _with_engine(settings: Settings, fn: Callable[[Engine], Awaitable[int]],
+                       acts: bool) -> int:
+    """The command line's engine, for a hook that decides in its own process (imported
+    then: the hook that hands its events to serve never needs it)."""
     from approvald.bot.cli.common import with_engine
-    from approvald.bot.hooks.claude_code import ClaudeCodeHook
-    from approvald.runtime.engine import Engine
 
-    pre = event.event == PRE
-
-    async def decide(engine: Engine) -> int:
-        hook = ClaudeCodeHook(engine, event, requested_by=requested_by,
-                              slack=settings.slack_configured)
-        if pre:
-            waited = time.monotonic() - started
-            answer.give(json.dumps(await hook.pre_tool_use(wait=max(0.0, a.wait - waited))))
-        else:
-            await hook.post_tool_use()
-            answer.give("")
-        return 0
-
-    return await with_engine(settings, decide, acts=pre)
-
-
-def requester(s: Settings, given: str | None) -> str:
-    """``--requested-by``, else the Slack user APPROVALD_SLACK_USERS maps the local user
-    to; neither: refused (the hook then denies, saying so)."""
-    import getpass
-
-    if given:
-        return slack_user("--requested-by", given)
-    local = getpass.getuser()
-    found = s.slack_user_of(local)
-    if found is None:
-        raise UsageError(f"no Slack user for the local user {local!r}: give --requested-by "
-                         f"U…, or map it in APPROVALD_SLACK_USERS ({local}=U…)")
-    return found
+    return await with_engine(settings, fn, acts=acts)
