@@ -458,6 +458,11 @@ async def test_arguments_nested_too_deep_are_refused_naming_the_limit(
                 doc = await resp.json()
                 assert resp.status in (400, 422), (depth, resp.status, doc)
                 assert "deeper than" in doc["error"]["message"], doc
+        # half a surrogate pair is JSON but not text: its digest was a 500
+        async with http.post(url, data=b'{"tool": "deploy", "args": {"a": "\\ud800"}}',
+                             headers={"Authorization": f"Bearer {token.token}"}) as resp:
+            assert resp.status == 400, await resp.text()
+            assert "surrogate" in (await resp.json())["error"]["message"]
         ok = '{"tool": "deploy", "args": ' + '{"a":' * 63 + "1" + "}" * 63 + "}"
         async with http.post(url, data=ok.encode(), headers={
                 "Authorization": f"Bearer {token.token}"}) as resp:

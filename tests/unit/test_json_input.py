@@ -48,3 +48,11 @@ def test_the_intake_refuses_a_value_nested_past_the_limit() -> None:
             as refused:
         check_json(json.loads(nested(MAX_DEPTH + 1)), "args")
     assert (refused.value.code, refused.value.field) == ("invalid_request", "args")
+
+
+def test_the_reader_refuses_half_a_surrogate_pair() -> None:
+    """``"\\ud800"`` is JSON, but no text: a digest of it (UTF-8) fails, a 500 on the API."""
+    for text in ('{"a": "\\ud800"}', '{"\\udfff": 1}', b'["x", {"b": ["\\udbff"]}]'):
+        with pytest.raises(ValueError, match="half of a UTF-16 surrogate pair"):
+            loads(text)
+    assert loads('{"a": "\\ud83d\\ude00 \\u00e9"}') == {"a": "\U0001f600 \u00e9"}
