@@ -171,6 +171,8 @@ class Service:
         self.pending_scheduled = await self.scheduler.start()
         await self.wakeups.start()
         if self.slack is not None and self.settings.audit_channel:
+            # a witness of the chain as this process found it, then one every interval
+            await self.post_audit_head()
             self.scheduler.every("audit-head", self.post_audit_head,
                                  self.settings.audit_head_interval)
         if self.settings.prune_older_than:

@@ -489,7 +489,7 @@ def render_settings() -> str:
 # modules that read variables the settings model does not hold, each declaring them in a
 # module-level ENVIRONMENT = {name: what it does}
 ENVIRONMENT_MODULES = ("approvald.runtime.models.openai", "approvald.bot.tracing",
-                       "approvald.runtime.failpoints")
+                       "approvald.runtime.failpoints", "approvald.bot.hooks.handoff")
 
 
 def other_environment() -> list[tuple[str, str]]:
@@ -832,7 +832,7 @@ def name_is_json_loads(node: ast.Call) -> bool:
 
 # functions that return their first argument with sensitive values masked (issue 34)
 _MASKERS = {"mask_text": "string", "mask_args": None, "shown_args": "object",
-            "shown_packet": "object"}
+            "shown_packet": "object", "shown.text": "string", "_message": "object"}
 _MASKED = " (sensitive values masked)"
 
 

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any, cast
 
 from approvald.store.models import ApiToken, ExternalRequest
+from approvald.store.records import paths_of
 from approvald.store.repos.base import Repo, to_record
 from sqlalchemy import Table, bindparam, or_, select, update
 
@@ -54,6 +55,11 @@ class ExternalRecord:
     result_digest: str | None
     reported_at: datetime | None
     created_at: datetime
+    sensitive: str | None = None  # JSON list of its declared paths (0015)
+
+    def sensitive_paths(self) -> tuple[str, ...]:
+        """The argument paths its policy declared sensitive when it was made."""
+        return paths_of(self.sensitive)
 
 
 class ExternalRepo(Repo):

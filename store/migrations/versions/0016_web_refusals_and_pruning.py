@@ -6,8 +6,8 @@
 * ``expires_at`` indexed on ``web_links``, ``web_sessions`` and ``web_slack_states``:
   the retention job deletes their expired rows.
 
-Revision ID: 0015
-Revises: 0014
+Revision ID: 0016
+Revises: 0015
 Create Date: 2026-12-05
 """
 
@@ -17,8 +17,8 @@ import sqlalchemy as sa
 from alembic import op
 from approvald.store.types import UTCDateTime
 
-revision = "0015"
-down_revision = "0014"
+revision = "0016"
+down_revision = "0015"
 branch_labels = None
 depends_on = None
 
