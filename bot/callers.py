@@ -11,13 +11,22 @@ always asks.
 
 Idempotency. A caller's retry of a call carries no id of its own, so the key is derived
 from the call itself: ``<face>:<call key>:<n>`` (:meth:`CallerGate.call_key`: the tool and
-its arguments, and for a hook the session too). The first request for a call is
-generation 0; generation n+1 is made only once generation n is over (denied, expired,
-executed, cancelled...). So a retried call while its request is open joins that request
-(one card, one decision) instead of asking twice; once a call has run, the same call again
-is a new request and is asked about again. An approval nobody collected before its
-request's window closed is not used later: that request is cancelled (audited) and the
-call is asked about again.
+its arguments, and for a hook the session too: the join key). The first request for a call
+is generation 0; generation n+1 is made only once generation n is over. A request answers
+the call that waited for it, and is over once that call has its answer:
+
+* still open (pending, escalated): the same call made again joins it (one card, one
+  decision), however often it is retried;
+* decided without its call running (denied, redirected, expired, cancelled): the first
+  call told so has its answer, the approver's reason with it (a call that had given up
+  waiting and is made again is that call); a call made after that is asked about again;
+* approved: the call that takes the approval (its start recorded, or its result) runs
+  it, once; a call made after that is asked about again. An approval nobody collected
+  before its request's window closed is not used later: that request is cancelled
+  (audited) and the call is asked about again;
+* answered by the policy at once (auto, forbidden): nobody waited for it, so it answers
+  only the call that made it (an auto call is allowed, and recorded, each time it is
+  made); two calls that raced for one auto request each get their own.
 """
 
 from __future__ import annotations
@@ -153,7 +162,7 @@ class CallerGate:
                 if exc.code != "idempotency_conflict" or exc.run_id is None:
                     raise
                 doc, new = await self.e.external.get(token, exc.run_id), False
-            if new or not await self._over(doc):
+            if new or not await self._over(token, doc):
                 self._cursor[digest] = n
                 return doc
             n += 1
@@ -182,22 +191,26 @@ class CallerGate:
             lo, hi = (mid, hi) if await made(mid) else (lo, mid)
         return lo
 
-    async def _over(self, doc: dict[str, Any]) -> bool:
-        """Whether a request no longer stands for a call waiting to run."""
+    async def _over(self, token: TokenRecord, doc: dict[str, Any]) -> bool:
+        """Whether a request no longer stands for a call waiting for its answer (see the
+        module docstring)."""
         status = doc["status"]
         if status in OPEN:
             return False
-        if status != "approved" or doc["result"] is not None:
-            return True
         rid = str(doc["id"])
-        if await self._run_status(rid) in FINAL_STATUSES:
+        if status != "approved":  # it answers the call that waited for it, once
+            return doc["approval_id"] is None \
+                or await self.e.external.answered(token, rid) is not None
+        if doc["result"] is not None or await self._run_status(rid) in FINAL_STATUSES:
             return True
-        if self.running_here(rid) or doc["approval_id"] is None:
+        if self.running_here(rid):
             return False
         async with self.e.db.read() as tx:
             started = await tx.executions.get(rid, CALL_ID)
         if started is not None:  # running elsewhere, or its outcome is unknown
             return self.started_is_over
+        if doc["approval_id"] is None:  # the policy's allow, its call not started yet
+            return False
         # an approval nobody collected is usable only until its request's window closed;
         # after that the request is cancelled (audited) and the call is asked about again
         expires = doc.get("expires_at")
@@ -213,6 +226,23 @@ class CallerGate:
         async with self.e.db.read() as tx:
             run = await tx.runs.get(rid)
         return run.status if run is not None else "cancelled"
+
+    async def answer(self, token: TokenRecord, doc: dict[str, Any]) -> Refused:
+        """What the client is told about request ``doc``, which ended without running its
+        call; from now on the request has answered its call, and the same call made again
+        is asked about again. (A policy's refusal answers only the call that made it.)"""
+        if doc["approval_id"] is not None:
+            await self.e.external.mark_answered(token, str(doc["id"]))
+        return refusal(doc)
+
+    async def refused(self, token: TokenRecord, tool: str, out: Refused,
+                      **details: Any) -> Refused:
+        """Audit ``out``, a refusal of the face's own (no decision behind it: the call is
+        still waiting at its budget, its start was refused...), and return it."""
+        await self.e.external.refused(token, tool=tool, reason=out.status,
+                                      message=out.message, actor=self.actor,
+                                      request_id=out.request_id, details=details)
+        return out
 
     # -- waiting for the decision -------------------------------------------------------
     async def _wait(self, token: TokenRecord, doc: dict[str, Any],

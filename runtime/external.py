@@ -478,6 +478,46 @@ class ExternalRequests:
             for fn in self._listeners:
                 fn(request_id)
 
+    # -- what a caller's calls were told ---------------------------------------------------
+    async def answered(self, token: TokenRecord, request_id: str) -> datetime | None:
+        """When a call was first told that ``token``'s request ``request_id`` ended without
+        its call running (None: not yet)."""
+        async with self.db.read() as tx:
+            rec = await tx.external.get(request_id)
+        if rec is None or rec.token_id != token.id:
+            raise NotFound(f"no request {request_id}")
+        return rec.answered_at
+
+    async def mark_answered(self, token: TokenRecord, request_id: str) -> None:
+        """Note that a call was told the request's final answer (denied, expired...): the
+        call that waited for it has its answer, and the same call made later is asked
+        about again (the first telling counts; later ones change nothing)."""
+
+        async def work(tx: Tx) -> None:
+            rec = await tx.external.get(request_id)
+            if rec is None or rec.token_id != token.id:
+                raise NotFound(f"no request {request_id}")
+            await tx.external.mark_answered(request_id, now=self.clock.now())
+
+        await self.db.transact(work, what=f"answer of request {request_id}")
+
+    async def refused(self, token: TokenRecord, *, tool: str, reason: str, message: str,
+                      actor: str, request_id: str | None = None,
+                      details: Mapping[str, Any] | None = None) -> None:
+        """Audit a call a face refused with no decision behind the refusal (still waiting
+        for its decision at the face's budget, the face switched off, its start refused):
+        every refusal has its entry (``refused``, with ``reason`` a stable code)."""
+        source = Source.of_credential(token.name)
+
+        async def work(tx: Tx) -> None:
+            self.audit.record(
+                tx, at=self.clock.now(), action="refused", actor=actor, via=source.via,
+                run_id=request_id,
+                details={"tool": tool, "policy": source.policy_name(tool), "reason": reason,
+                         "message": message[:500], **(details or {})})
+
+        await self.db.transact(work, what=f"refusal of a {tool} call")
+
     # -- start (optional) -----------------------------------------------------------------
     async def start(self, token: TokenRecord, request_id: str, *, args_digest: str,
                     owner: str) -> None:

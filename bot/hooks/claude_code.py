@@ -38,12 +38,13 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from approvald.bot.callers import OPEN, CallerGate, CallerOff, refusal
+from approvald.bot.callers import OPEN, CallerGate, CallerOff, Refused
 from approvald.runtime.canonical import call_digest, canonical_json, sha256_hex
 from approvald.runtime.engine import Engine
 from approvald.runtime.errors import ApprovaldError, PayloadTooLarge
 from approvald.runtime.external import ExternalError, NewRequest, Report
 from approvald.runtime.intake import Source
+from approvald.store.repos.external import TokenRecord
 
 NAME = "claude-code"
 SOURCE = Source("hook", NAME)
@@ -57,6 +58,9 @@ MAX_HTTP_WAIT = 55.0
 MAX_EVENT = 1_000_000  # characters of stdin taken
 RESULT_SUMMARY = 4000  # characters of a tool's response too large to record whole
 EXCERPT = 1200  # characters of a file's new content or an edit shown on the card
+# requests of one call a PreToolUse tries to take before it gives up: each that another
+# call of it took first (two identical calls at once) sends it to the next
+TAKES = 4
 
 
 class HookEventError(ApprovaldError):
@@ -212,33 +216,54 @@ class ClaudeCodeHook(CallerGate):
             token = await self.token()
         except CallerOff as exc:
             return decision(False, f"approvald: {exc}. Nothing was allowed.")
-        doc = await self._request(token, ev.tool_name, ev.tool_input)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0.0, wait)
-        while doc["status"] in OPEN:
-            left = deadline - loop.time()
-            if left <= 0:
-                return decision(False, await self._still_pending(doc))
-            self.heartbeat = left
-            doc = await self._wait(token, doc, None)
-        if doc["status"] != "approved":
-            return decision(False, refusal(doc).message)
-        rid = str(doc["id"])
-        try:  # the allow consumes the approval: the intent row is this tool use's
-            await self.e.external.start(token, rid, args_digest=doc["effective_digest"],
-                                        owner=self.ledger_owner)
-        except ExternalError as exc:
-            return decision(False, f"approvald: {ev.tool_name} was not allowed: {exc} "
-                                   f"(request {rid}).")
-        d = doc.get("decision") or {}
+        for _ in range(TAKES):
+            doc = await self._request(token, ev.tool_name, ev.tool_input)
+            while doc["status"] in OPEN:
+                left = deadline - loop.time()
+                if left <= 0:
+                    return await self._refuse(token, Refused(
+                        "pending", await self._still_pending(doc), str(doc["id"])))
+                self.heartbeat = left
+                doc = await self._wait(token, doc, None)
+            if doc["status"] != "approved":
+                return decision(False, (await self.answer(token, doc)).message)
+            rid = str(doc["id"])
+            try:  # the allow takes the approval: the intent row is this tool use's
+                await self.e.external.start(token, rid, args_digest=doc["effective_digest"],
+                                            owner=self.ledger_owner)
+            except ExternalError as exc:
+                if exc.code == "already_started":
+                    continue  # another call took it first: this one is a call of its own
+                return await self._refuse(token, Refused(
+                    exc.code, f"approvald: {ev.tool_name} was not allowed: {exc} "
+                              f"(request {rid}).", rid))
+            return decision(True, self._allowed(doc), dict(doc["effective_args"])
+                            if doc["edited"] else None)
+        return await self._refuse(token, Refused(
+            "already_started", f"approvald: {ev.tool_name} was not allowed: {TAKES} requests "
+                               "for this same call were each taken by another call of it "
+                               "at the same time. Make the call again."))
+
+    @staticmethod
+    def _allowed(doc: dict[str, Any]) -> str:
+        rid, d = doc["id"], doc.get("decision") or {}
         if d.get("decided_via") == "policy":
             why = f"allowed by the operator's policy for {doc['policy']} (request {rid})"
         else:
             why = f"approved by {d.get('decided_by') or '?'} (request {rid})"
         if doc["edited"]:
-            return decision(True, f"{why}, with edits by {doc.get('edited_by') or '?'}: run "
-                                  "the edited input", dict(doc["effective_args"]))
-        return decision(True, why)
+            return f"{why}, with edits by {doc.get('edited_by') or '?'}: run the edited input"
+        return why
+
+    async def _refuse(self, token: TokenRecord, out: Refused) -> dict[str, Any]:
+        """Deny with ``out``, audited (a refusal of the hook's own, no decision behind it)."""
+        ev = self.event
+        await self.refused(token, ev.tool_name, out, session=ev.session_id,
+                           tool_use_id=ev.tool_use_id,
+                           **({"bearer": self.bearer} if self.bearer else {}))
+        return decision(False, out.message)
 
     async def _still_pending(self, doc: dict[str, Any]) -> str:
         return (f"approvald: {self.event.tool_name} was not run: it is {await self.progress(doc)}"

@@ -141,13 +141,17 @@ class Gateway(CallerGate):
         while doc["status"] in OPEN:
             left = None if deadline is None else deadline - loop.time()
             if left is not None and left <= 0:
-                return Refused("pending", f"approvald: {tool} was not run yet: it is "
-                               f"{await self.progress(doc)}. Make the same call again to "
-                               "join that request and get its result.", rid)
+                return await self.refused(token, tool, Refused(
+                    "pending", f"approvald: {tool} was not run yet: it is "
+                    f"{await self.progress(doc)}. Make the same call again to join that "
+                    "request and get its result.", rid))
             doc = await self._wait(token, doc, waiting, left)
         if doc["status"] != "approved":
-            return refusal(doc)
-        return await self.collect(token, tool, doc, forward)
+            return await self.answer(token, doc)
+        out = await self.collect(token, tool, doc, forward)
+        if isinstance(out, Refused):  # not run, with no decision behind it: audited
+            await self.refused(token, tool, out)
+        return out
 
     async def collect(self, token: TokenRecord, tool: str, doc: dict[str, Any],
                       forward: Forward[T]) -> Ran[T] | Refused:

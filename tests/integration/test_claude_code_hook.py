@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -178,3 +179,92 @@ async def test_a_post_event_for_a_call_the_hook_never_allowed_records_nothing(
 def test_an_event_the_hook_cannot_read_is_refused_saying_why(text: str, message: str) -> None:
     with pytest.raises(HookEventError, match=message):
         HookEvent.parse(text)
+
+
+def request_of(why: str) -> str:
+    """The request id an answer names."""
+    found = re.search(r"request (x[0-9a-f]+)", why)
+    assert found is not None, why
+    return found[1]
+
+
+async def test_an_auto_call_is_allowed_each_time_and_recorded_once_each(engine: Engine) -> None:
+    """Issue 45 item 6: the same trusted call made again in the session was denied as
+    "already started" until the first call's PostToolUse came (never, with only PreToolUse
+    installed), and that denial was not in the audit log."""
+    read = {"file_path": "/home/dana/shop/README.md"}
+    said = [answer(await hook(engine, event("Read", read, use=f"toolu_{n}")).pre_tool_use(wait=5))
+            for n in range(3)]
+    assert [verdict for verdict, _, _ in said] == ["allow"] * 3, said
+    ids = [request_of(why) for _, why, _ in said]
+    assert len(set(ids)) == 3  # a request, and so an execution, for each call
+    # two at once (Claude Code runs a message's tool calls in parallel): both allowed
+    both = await asyncio.gather(*(hook(engine, event("Read", read, use=f"toolu_p{n}"))
+                                  .pre_tool_use(wait=5) for n in range(2)))
+    assert [answer(out)[0] for out in both] == ["allow", "allow"], both
+    async with engine.db.read() as tx:
+        started = [await tx.executions.get(rid, "call") for rid in ids]
+    assert all(e is not None for e in started)
+    trail = await actions(engine)
+    assert [a for a, _ in trail].count("requested") == 5
+    assert [a for a, _ in trail].count("approved") == 5
+    assert "refused" not in [a for a, _ in trail]
+    # each PostToolUse reports its own call
+    after = event("Read", read, name="PostToolUse", use="toolu_1", tool_response="# shop")
+    assert await hook(engine, after).post_tool_use() == ids[1]
+
+
+async def test_every_refusal_of_the_hook_is_audited(engine: Engine) -> None:
+    """Invariant 24: a call the hook denies without a decision behind it (still waiting at
+    the budget) has its audit entry, naming the session and the tool use."""
+    cmd = {"command": "npm publish"}
+    verdict, why, _ = answer(await hook(engine, event("Bash", cmd, use="toolu_7"))
+                             .pre_tool_use(wait=0))
+    assert verdict == "deny"
+    [refused] = [d for a, d in await actions(engine) if a == "refused"]
+    assert refused["reason"] == "pending" and refused["tool"] == "Bash"
+    assert refused["tool_use_id"] == "toolu_7" and refused["session"] == SESSION
+
+
+async def test_a_decision_answers_the_call_that_waited_for_it_once(engine: Engine) -> None:
+    """Issue 45 item 7: after an approver denied a waiting call, the same call made again
+    opened a new request instead of telling Claude the denial and its reason."""
+    cmd = {"command": "npm publish"}
+    verdict, why, _ = answer(await hook(engine, event("Bash", cmd, use="toolu_1"))
+                             .pre_tool_use(wait=0))
+    a = await pending(engine)
+    assert verdict == "deny" and "waiting for approval" in why
+    await engine.decide(a.id, actor=ALICE, verdict="deny", reason="not from a laptop")
+    # the same call again: the answer to the call that waited, with the approver's reason
+    verdict, why, _ = answer(await hook(engine, event("Bash", cmd, use="toolu_2"))
+                             .pre_tool_use(wait=0))
+    assert verdict == "deny" and "denied by U_ALICE: not from a laptop" in why, why
+    assert request_of(why) == a.run_id
+    async with engine.db.read() as tx:
+        assert await tx.approvals.recent(status="pending") == []
+    # told once: a later call asks again
+    verdict, why, _ = answer(await hook(engine, event("Bash", cmd, use="toolu_3"))
+                             .pre_tool_use(wait=0))
+    b = await pending(engine)
+    assert verdict == "deny" and "waiting for approval" in why and b.id != a.id
+    # an approval too: it allows the call made next, once
+    await engine.decide(b.id, actor=ALICE, verdict="approve")
+    verdict, why, _ = answer(await hook(engine, event("Bash", cmd, use="toolu_4"))
+                             .pre_tool_use(wait=0))
+    assert verdict == "allow" and request_of(why) == b.run_id
+    verdict, why, _ = answer(await hook(engine, event("Bash", cmd, use="toolu_5"))
+                             .pre_tool_use(wait=0))
+    assert verdict == "deny" and request_of(why) not in (a.run_id, b.run_id)
+
+
+async def test_a_call_denied_while_it_waited_is_told_once(engine: Engine) -> None:
+    """The call waiting when the denial came is the one it answers: the next asks again."""
+    cmd = {"command": "npm publish"}
+    asking = asyncio.ensure_future(hook(engine, event("Bash", cmd, use="toolu_1"))
+                                   .pre_tool_use(wait=30))
+    a = await pending(engine)
+    await engine.decide(a.id, actor=ALICE, verdict="deny", reason="no")
+    assert answer(await asking)[0] == "deny"
+    verdict, why, _ = answer(await hook(engine, event("Bash", cmd, use="toolu_2"))
+                             .pre_tool_use(wait=0))
+    assert "waiting for approval" in why and request_of(why) != a.run_id

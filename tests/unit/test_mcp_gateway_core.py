@@ -162,3 +162,22 @@ async def test_progress_says_where_the_request_can_be_decided_now(make_engine) -
     assert said[-1].startswith("waiting for approval in Slack"), said[-1]
     await g.e.decide(a.id, actor=ALICE, verdict="approve")
     assert isinstance(await call, Ran)
+
+
+async def test_a_denial_answers_the_call_that_waited_for_it_once(make_engine) -> None:
+    """Issue 45 item 7, on the gateway too: a client that gave up waiting and makes the call
+    again is told the denial and its reason (not asked again); a later call asks again."""
+    g, server = gateway(make_engine), Server()
+    out = await g.call("pay", ARGS, server, budget=0)
+    a = await pending(g)
+    assert isinstance(out, Refused) and out.status == "pending"
+    await g.e.decide(a.id, actor=ALICE, verdict="deny", reason="wrong account")
+    out = await g.call("pay", ARGS, server, budget=0)
+    assert isinstance(out, Refused) and out.status == "denied", out
+    assert "wrong account" in out.message and out.request_id == a.run_id
+    out = await g.call("pay", ARGS, server, budget=0)
+    assert isinstance(out, Refused) and out.status == "pending"
+    assert out.request_id != a.run_id and server.ran == []
+    async with g.e.db.read() as tx:
+        refused = [e for e in await tx.audit.query(run_id=a.run_id) if e.action == "refused"]
+    assert [json.loads(e.details)["reason"] for e in refused] == ["pending"]
