@@ -116,10 +116,16 @@ class Report:
     args_digest: str  # of the arguments it ran: the approved (effective) ones
     result: Any = None
     error: str | None = None
+    # the arguments the caller says ran, where it reports after the fact what another
+    # program ran (a coding assistant's PostToolUse): recorded as what ran, and a
+    # difference from the approved arguments flagged, not refused (it happened)
+    ran: dict[str, Any] | None = None
 
     def fingerprint(self) -> str:
         return sha256_hex(canonical_json({"status": self.status, "args_digest": self.args_digest,
-                                          "result": self.result, "error": self.error}))
+                                          "result": self.result, "error": self.error,
+                                          **({"ran": self.ran} if self.ran is not None
+                                             else {})}))
 
 
 class CallerTool(Tool):
@@ -606,23 +612,33 @@ class ExternalRequests:
                     f"digest {digest}: run exactly effective_args, and report their digest",
                     code="digest_mismatch", run_id=request_id)
             failed = rep.status == "failed"
+            ran_digest = digest if rep.ran is None else call_digest(rec.tool, rep.ran)
+            mismatch = ran_digest != digest
             if started is not None:  # its intent, recorded by start(): the result completes it
                 await tx.executions.record_result(
                     run_id=request_id, call_id=CALL_ID, status=rep.status, result=result_text,
                     error_class="ReportedByCaller" if failed else None, error=rep.error,
-                    now=now, latency_ms=(now - started.started_at).total_seconds() * 1000)
+                    now=now, latency_ms=(now - started.started_at).total_seconds() * 1000,
+                    digest=ran_digest if mismatch else None)
             else:
                 await tx.executions.record_done(
-                    run_id=request_id, call_id=CALL_ID, step=0, tool=rec.tool, digest=digest,
-                    started_at=now, now=now, owner=None, status=rep.status,
-                    result=result_text, error_class="ReportedByCaller" if failed else None,
+                    run_id=request_id, call_id=CALL_ID, step=0, tool=rec.tool,
+                    digest=ran_digest, started_at=now, now=now, owner=None,
+                    status=rep.status, result=result_text,
+                    error_class="ReportedByCaller" if failed else None,
                     error=rep.error, latency_ms=None)
             await tx.external.set_reported(request_id, result_digest=fingerprint, now=now)
+            # what the caller says ran; where that is not what was approved, both, flagged
+            told: dict[str, Any] = {"args": args}
+            if mismatch:
+                told = {"args": rep.ran, "args_mismatch": True, "effective_args": args,
+                        "effective_digest": digest}
             self.audit.record(
                 tx, at=now, action="executed", actor=f"agent:{run.agent}",
                 via=Source.of_run(run.agent).via,
-                run_id=request_id, approval_id=a.id if a is not None else None, digest=digest,
-                details={"tool": rec.tool, "args": args, "status": rep.status,
+                run_id=request_id, approval_id=a.id if a is not None else None,
+                digest=ran_digest,
+                details={"tool": rec.tool, **told, "status": rep.status,
                          "idempotency_key": f"{request_id}:{CALL_ID}",
                          "result": json.loads(result_text) if len(result_text) <= 2000
                          else result_text[:2000] + "…", "error": rep.error,

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from approvald.bot.callers import OPEN, CallerGate, CallerOff, Refused
@@ -282,14 +282,14 @@ class ClaudeCodeHook(CallerGate):
         token = await self.token()
         doc = await self.e.external.get(token, rid)
         failed = ev.event == POST_FAILED
+        # what ran is what Claude Code says ran (its event's input): an input other than
+        # the approved one is recorded as what ran, the difference flagged
         rep = Report("failed" if failed else "succeeded", doc["effective_digest"],
-                     ev.tool_response, ev.error if failed else None)
+                     ev.tool_response, ev.error if failed else None, ran=ev.tool_input)
         try:
             await self.e.external.report(token, rid, rep)
         except PayloadTooLarge:
             text = canonical_json(ev.tool_response)
-            await self.e.external.report(token, rid, Report(
-                rep.status, rep.args_digest,
-                {"truncated": True, "chars": len(text), "start": text[:RESULT_SUMMARY]},
-                rep.error))
+            await self.e.external.report(token, rid, replace(rep, result={
+                "truncated": True, "chars": len(text), "start": text[:RESULT_SUMMARY]}))
         return rid

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from approvald.bot.hooks.claude_code import ClaudeCodeHook, HookEvent, HookEventError
+from approvald.runtime.canonical import call_digest
 from approvald.runtime.decide import Actor
 from approvald.runtime.engine import Engine
 from approvald.runtime.policy import PolicyFile
@@ -268,3 +269,23 @@ async def test_a_call_denied_while_it_waited_is_told_once(engine: Engine) -> Non
     verdict, why, _ = answer(await hook(engine, event("Bash", cmd, use="toolu_2"))
                              .pre_tool_use(wait=0))
     assert "waiting for approval" in why and request_of(why) != a.run_id
+
+
+async def test_what_ran_is_what_claude_code_reports_and_a_mismatch_is_flagged(
+        engine: Engine) -> None:
+    """Issue 45 item 11: after an edit, a PostToolUse saying the original input ran was
+    recorded as the edited input having run."""
+    cmd = {"command": "rm -rf /", "description": "clean up"}
+    asking = asyncio.ensure_future(hook(engine, event("Bash", cmd)).pre_tool_use(wait=30))
+    a = await pending(engine)
+    edited = {"command": "rm -rf ./build", "description": "clean up"}
+    await engine.decide(a.id, actor=ALICE, verdict="edit", args=edited)
+    assert answer(await asking)[2] == edited
+    ran = event("Bash", cmd, name="PostToolUse", tool_response={"stdout": ""})
+    assert await hook(engine, ran).post_tool_use() == a.run_id
+    [done] = [d for act, d in await actions(engine) if act == "executed"]
+    assert done["args"] == cmd and done["effective_args"] == edited, done
+    assert done["args_mismatch"] is True
+    doc = await engine.external.get(await hook(engine, ran).token(), a.run_id)
+    assert doc["result"]["args_digest"] == call_digest("Bash", cmd)
+    assert doc["result"]["args_digest"] != doc["effective_digest"]
