@@ -219,7 +219,7 @@ async def test_every_refusal_of_the_hook_is_audited(engine: Engine) -> None:
     """Invariant 24: a call the hook denies without a decision behind it (still waiting at
     the budget) has its audit entry, naming the session and the tool use."""
     cmd = {"command": "npm publish"}
-    verdict, why, _ = answer(await hook(engine, event("Bash", cmd, use="toolu_7"))
+    verdict, _why, _ = answer(await hook(engine, event("Bash", cmd, use="toolu_7"))
                              .pre_tool_use(wait=0))
     assert verdict == "deny"
     [refused] = [d for a, d in await actions(engine) if a == "refused"]
@@ -266,7 +266,7 @@ async def test_a_call_denied_while_it_waited_is_told_once(engine: Engine) -> Non
     a = await pending(engine)
     await engine.decide(a.id, actor=ALICE, verdict="deny", reason="no")
     assert answer(await asking)[0] == "deny"
-    verdict, why, _ = answer(await hook(engine, event("Bash", cmd, use="toolu_2"))
+    _verdict, why, _ = answer(await hook(engine, event("Bash", cmd, use="toolu_2"))
                              .pre_tool_use(wait=0))
     assert "waiting for approval" in why and request_of(why) != a.run_id
 
