@@ -43,6 +43,7 @@ from approvald.runtime.decide import Actor
 from approvald.runtime.engine import Engine
 from approvald.runtime.errors import ApprovaldError
 from approvald.runtime.external import CALL_ID, ExternalError, NewRequest
+from approvald.runtime.gate import Where
 from approvald.runtime.intake import Source
 from approvald.runtime.state import FINAL_STATUSES
 from approvald.store.repos.external import TokenRecord
@@ -124,7 +125,6 @@ class CallerGate:
         self.heartbeat = heartbeat
         self.owner = engine.owner
         self._cursor: dict[str, int] = {}  # digest -> the first generation maybe open
-        self.slack = False  # whether Slack is configured (progress says where to decide)
 
     # -- the credential -------------------------------------------------------------------
     async def token(self) -> TokenRecord:
@@ -260,29 +260,35 @@ class CallerGate:
             self.heartbeat, self.heartbeat if seconds is None else seconds))
 
     async def progress(self, doc: dict[str, Any]) -> str:
-        """One line about a request waiting for a decision, saying where it can be
-        decided now: its card in Slack only once that card is posted."""
+        """One line about a request waiting for a decision, saying where it can be decided
+        now, as the database knows it (this process's settings are not the deployment's:
+        a hook runs wherever its assistant does)."""
         approval_id = doc.get("approval_id")
-        posted = False
-        if approval_id:
-            async with self.e.db.read() as tx:
-                a = await tx.approvals.get(str(approval_id))
-            posted = a is not None and bool(a.channel and a.message_ts)
-        return describe(doc, in_slack=posted, slack=self.slack)
+        at = await self.e.where(str(approval_id)) if approval_id else None
+        return describe(doc, at)
 
 
-def describe(doc: dict[str, Any], *, in_slack: bool = False, slack: bool = False) -> str:
-    """One line about a request waiting for a decision (for progress messages):
-    ``in_slack``, its card is posted; else ``slack``, Slack is configured (the card is
-    not out yet); else Slack is not configured. The commands decide it in every case."""
-    approval_id = doc.get("approval_id")
-    cli = (f"`approvald approvals approve {approval_id}` (or deny)" if approval_id
-           else "`approvald approvals approve ID`")
-    if in_slack:
-        where = f"in Slack (or with {cli} or the HTTP API)"
-    elif slack:
-        where = f"(its card is not in Slack yet: decide with {cli} or the HTTP API)"
-    else:
-        where = f"(Slack is not configured: decide with {cli} or the HTTP API)"
-    return (f"waiting for approval {where}: request {doc['id']}"
-            + (f", expires {doc['expires_at']}" if doc.get("expires_at") else ""))
+def describe(doc: dict[str, Any], at: Where | None) -> str:
+    """One line about a request waiting for a decision (for progress messages), saying
+    where it can be decided (``at``): its card in Slack once posted, the web review queue
+    once mailed, and from a terminal always."""
+    places = []
+    if at is not None and at.card == "posted":
+        places.append(f"on its card in Slack (channel {at.channel})")
+    if at is not None and at.mailed:
+        places.append("in the web review queue (it was mailed to its approvers)")
+    aid = at.approval_id if at is not None else "ID"
+    places.append(f"from a terminal with `approvald approvals approve {aid} --as U…` (or "
+                  f"`approvald approvals deny {aid} --as U… --reason …`)")
+    card = "" if at is None else CARD_NOT_POSTED.get(at.card, "")
+    return (f"waiting for approval: request {doc['id']}"
+            + (f", expires {doc['expires_at']}" if doc.get("expires_at") else "")
+            + ". It can be decided " + "; ".join(places) + card)
+
+
+# what a progress line adds when the request's card is not in Slack
+CARD_NOT_POSTED = {
+    "queued": ". Its card waits to be posted to Slack by `approvald serve`",
+    "given_up": ". Its card could not be posted to Slack (see `approvald outbox list`)",
+    "logged": ". It has no card in Slack: the `approvald serve` that took it has no Slack",
+}

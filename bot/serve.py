@@ -170,8 +170,8 @@ class Service:
             await self._start_ops_listener()  # no Slack HTTP listener to share
         if self.slack is None:
             log.warning("no Slack settings: approval requests are logged; decide with "
-                        "`approvald approvals approve|deny|edit` or the HTTP API (/v1, "
-                        "served when APPROVALD_PORT is set)")
+                        "`approvald approvals approve|deny|edit`"
+                        + (" or in the web review queue" if self.web is not None else ""))
             self._check_web()
             await self._start_mcp()
             return
@@ -351,18 +351,20 @@ class Service:
         lines = [f"serving on {self.db.display_url} "
                  f"({self.pending_scheduled} pending approvals scheduled)"]
         http = self.http_url
-        api = f" or the HTTP API ({http}/v1)" if http else ""
+        # where a request is decided: the HTTP API asks and waits, it decides nothing
+        queue = (f", or in the web review queue ({self.web.public_url}/review)"
+                 if self.web is not None and http else "")
+        cli = f"`approvald approvals approve|deny|edit ID`{queue}"
         if self.slack is None:
             lines.append("mode: Slack is not configured (no SLACK_BOT_TOKEN): approval "
-                         "requests are logged, and decided with `approvald approvals "
-                         f"approve|deny|edit ID`{api}")
+                         f"requests are logged, and decided with {cli}")
         else:
             how = ("Slack in Socket Mode" if self.settings.slack_app_token is not None
                    else f"Slack over HTTP, events at {http}/slack/events")
             state = ("connected" if self.slack.connected
                      else "not connected yet: retrying in the background")
             lines.append(f"mode: {how} ({state}); requests are decided in Slack, with "
-                         f"`approvald approvals approve|deny|edit ID`{api}")
+                         f"{cli}")
         if http:
             lines.append(f"http: {http}/v1 (the HTTP API), {http}/healthz, {http}/readyz")
         else:
@@ -412,7 +414,7 @@ def _mcp_gateways(settings: Settings, engine: Engine) -> HttpGateways | None:
         raise ConfigError(f"APPROVALD_MCP_GATEWAYS_FILE needs the MCP SDK: "
                           f"{install_command('mcp')} ({exc})") from None
     return HttpGateways(engine, load(settings.mcp_gateways_file),
-                        slack=settings.slack_configured, secret=settings.token_secret())
+                        secret=settings.token_secret())
 
 
 def _web_face(settings: Settings, engine: Engine,

@@ -27,7 +27,7 @@ from approvald.runtime.directory import Directory, StaticDirectory
 from approvald.runtime.errors import ApprovaldError, NotFound
 from approvald.runtime.expiry import Expiry
 from approvald.runtime.external import ExternalRequests
-from approvald.runtime.gate import Gate
+from approvald.runtime.gate import Gate, Where, where
 from approvald.runtime.ids import TokenSigner, lease_id, new_id
 from approvald.runtime.intake import Intake, Tighten
 from approvald.runtime.ledger import Ledger
@@ -458,6 +458,13 @@ class Engine:
             total = (await tx.approvals.count(status=status, run_id=run_id)
                      if len(rows) == limit else len(rows))
         return rows, total
+
+    async def where(self, approval_id: str) -> Where | None:
+        """Where request ``approval_id`` can be decided now, as the database knows it
+        (None: no such request)."""
+        async with self.db.read() as tx:
+            a = await tx.approvals.get(approval_id)
+            return None if a is None else await where(tx, a)
 
     async def votes(self, approval_id: str) -> list[VoteRecord]:
         """The votes cast on request ``approval_id`` (an exact id), in order."""

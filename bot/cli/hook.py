@@ -64,8 +64,7 @@ async def cmd_claude_code(s: Settings, a: argparse.Namespace) -> int:
         requested_by = requester(s, a.requested_by)
 
         async def decide(engine: Engine) -> int:
-            hook = ClaudeCodeHook(engine, event, requested_by=requested_by,
-                                  slack=s.slack_configured)
+            hook = ClaudeCodeHook(engine, event, requested_by=requested_by)
             if pre:
                 print(json.dumps(await hook.pre_tool_use(wait=a.wait)))
             else:

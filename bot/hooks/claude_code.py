@@ -168,10 +168,9 @@ class ClaudeCodeHook(CallerGate):
     started_is_over = True
 
     def __init__(self, engine: Engine, event: HookEvent, *, requested_by: str,
-                 slack: bool = False, bearer: str | None = None) -> None:
+                 bearer: str | None = None) -> None:
         super().__init__(engine, SOURCE, requested_by=requested_by)
         self.event = event
-        self.slack = slack
         # over HTTP: the name of the bearer token the event came with. Its calls are its
         # own: another token's holder, knowing the session id, neither joins their
         # requests nor reports their results

@@ -130,7 +130,7 @@ async def test_still_pending_at_the_budget_denies_and_the_retry_joins_the_reques
     verdict, why, _ = answer(await hook(engine, event("Bash", cmd)).pre_tool_use(wait=0))
     a = await pending(engine)
     assert verdict == "deny" and f"request {a.run_id}" in why
-    assert "(Slack is not configured: decide with `approvald approvals approve" in why
+    assert f"`approvald approvals approve {a.id} --as U…`" in why
     assert "Make the same call again to join that request" in why
     # Claude retries the same call: the same request, one card
     verdict, _, _ = answer(await hook(engine, event("Bash", cmd, use="toolu_09"))
@@ -289,3 +289,28 @@ async def test_what_ran_is_what_claude_code_reports_and_a_mismatch_is_flagged(
     doc = await engine.external.get(await hook(engine, ran).token(), a.run_id)
     assert doc["result"]["args_digest"] == call_digest("Bash", cmd)
     assert doc["result"]["args_digest"] != doc["effective_digest"]
+
+
+async def test_the_hook_says_where_the_request_can_be_decided_from_what_the_database_knows(
+        engine: Engine) -> None:
+    """Issue 45 item 9: the hook said "Slack is not configured" (its own process's settings)
+    while serve, on the same database, had the card in Slack; and it offered "the HTTP API",
+    which decides nothing."""
+    cmd = {"command": "npm publish"}
+
+    async def told() -> str:
+        out = await hook(engine, event("Bash", cmd, use="toolu_x")).pre_tool_use(wait=0)
+        why = answer(out)[1]
+        assert "HTTP API" not in why and "not configured" not in why, why
+        return why
+
+    await hook(engine, event("Bash", cmd)).pre_tool_use(wait=0)
+    a = await pending(engine)
+    why = await told()  # the card is queued: serve posts it
+    assert "Its card waits to be posted to Slack by `approvald serve`" in why, why
+    assert f"`approvald approvals deny {a.id} --as U… --reason …`" in why
+    async with engine.db.write() as tx:  # serve posted it
+        await tx.approvals.set_message(a.id, channel="C_APPROVALS", ts="1.000001")
+    why = await told()
+    assert "It can be decided on its card in Slack (channel C_APPROVALS); from a terminal" \
+        in why, why

@@ -36,7 +36,10 @@ async def test_without_slack_it_says_so_and_where_requests_are_decided(db_url, t
     assert text.startswith("serving on ")
     assert f"{base}/v1" in text and f"{base}/healthz" in text and f"{base}/readyz" in text
     assert "Slack is not configured" in text
-    assert "approvald approvals approve" in text and "HTTP API" in text
+    assert "approvald approvals approve" in text
+    # the HTTP API asks and waits: it decides nothing, so it is not offered as a place to
+    # decide (issue 45 item 9)
+    assert "decided with `approvald approvals approve|deny|edit ID`\n" in text
     assert f"{service.metrics_url}" in text
     assert "/slack/events" not in text
 
