@@ -70,6 +70,7 @@ WEBHOOK = "api.webhook"  # outbox kind: POST a decision document to a caller's U
 VIA = "http_api"
 MAX_WAIT = 60.0  # s a long poll may hold a request
 POLL = 1.0  # s between a waiter's looks at the database when nothing woke it
+MAX_CODE = 3000  # characters of a packet's code (a command, a file's content) kept
 OPEN = frozenset({"pending", "superseded"})  # an approval that is not the answer yet
 
 
@@ -348,10 +349,13 @@ class ExternalRequests:
                              "result": _text(detail, 400) or ""})
         return {
             "agent": source.agent,
-            "task": _text(p.get("task"), 500) or f"{req.tool}, asked over the HTTP API",
+            "task": _text(p.get("task"), 500) or f"{req.tool}, asked by {source.label}",
             "requested_by": req.requested_by,
             "doing": _text(p.get("doing"), 3000)
-            or f"{token.name} wants to run {req.tool} (it runs the call itself once approved).",
+            or f"{source.label} wants to run {req.tool} (it runs the call itself once "
+               "approved).",
+            # what the call runs or writes, shown verbatim under doing (a shell command)
+            **({"code": _text(p["code"], MAX_CODE)} if p.get("code") else {}),
             "evidence": evidence[:10],
             "impact": _text(p.get("impact"), 1000),
             "risk": chosen.approval.risk,

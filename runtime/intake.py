@@ -58,6 +58,8 @@ RESERVED_CREDENTIALS = (MCP_CREDENTIAL, ADAPTER_CREDENTIAL, HOOK_CREDENTIAL)
 _VIA: dict[str, str] = {"agent": "runtime", "api": "http_api", "mcp": "mcp",
                         "adapter": "adapter", "hook": "hook"}
 _RISK = {"low": 0, "medium": 1, "high": 2}
+# the coding assistants whose hooks approvald has, as people call them
+HOOK_LABELS = {"claude-code": "Claude Code"}
 
 
 class IntakeError(ApprovaldError):
@@ -107,6 +109,20 @@ class Source:
     def agent(self) -> str:
         """The ``agent`` of this source's runs (``external:<credential>`` for callers)."""
         return self.name if self.kind == "agent" else EXTERNAL_AGENT + self.credential
+
+    @property
+    def label(self) -> str:
+        """Who asked, as a person reads it on a card: an agent's name, ``Claude Code``,
+        ``MCP gateway bank``, ``deploy-bot (HTTP API)``."""
+        if self.kind == "agent":
+            return self.name
+        if self.kind == "hook":
+            return HOOK_LABELS.get(self.name, f"the {self.name} hook")
+        if self.kind == "mcp":
+            return f"MCP gateway {self.name}"
+        if self.kind == "adapter":
+            return f"{self.name} (adapter)"
+        return f"{self.name} (HTTP API)"
 
     @classmethod
     def of_credential(cls, name: str) -> Source:

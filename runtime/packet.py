@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from approvald.runtime.ids import is_external
+from approvald.runtime.intake import Source
 from approvald.runtime.sensitive import mask_args, mask_text, sensitive_of_snapshot
 from approvald.runtime.tools import Tool
 from approvald.store.records import ApprovalRecord
@@ -68,6 +69,8 @@ class WillRun:
     description, or an edit recorded before edits had impacts): shown labelled, never as
     what will happen. ``sensitive``: the argument paths the request's policy masks; the
     words and impacts come with what the detectors find in them masked already.
+    ``code``: what the call runs or writes, to be shown verbatim under ``doing`` (a shell
+    command, a file's content), as the requester gave it with ``doing``.
     """
 
     args: str
@@ -78,6 +81,7 @@ class WillRun:
     impact: str | None
     original_impact: str | None
     sensitive: tuple[str, ...] = ()
+    code: str | None = None
 
 
 def sensitive_paths(a: ApprovalRecord) -> tuple[str, ...]:
@@ -109,6 +113,15 @@ def _text(value: Any) -> str | None:
         value, ensure_ascii=False, default=str))
 
 
+def asker(agent: Any) -> str:
+    """Who asked, from a run's (or a packet's) ``agent``, as a person reads it: an agent's
+    own name, or the face a caller asked through (``Claude Code``, ``MCP gateway bank``,
+    ``deploy-bot (HTTP API)``), never the run's ``external:…`` id."""
+    if not isinstance(agent, str) or not agent:
+        return "agent"
+    return Source.of_run(agent).label
+
+
 def _packet(a: ApprovalRecord) -> dict[str, Any]:
     try:
         value = json.loads(a.packet or "{}")
@@ -138,7 +151,7 @@ def will_run(a: ApprovalRecord) -> WillRun:
         author="caller" if is_external(a.run_id) else "agent", doing=_text(p.get("doing")),
         words_current=current, impact=impact,
         original_impact=stated if not current and impact is None else None,
-        sensitive=sensitive_paths(a))
+        sensitive=sensitive_paths(a), code=_text(p.get("code")))
 
 
 MAX_CHANGES = 20  # fields an edit's account lists; past this, how many more

@@ -139,24 +139,25 @@ def _excerpt(text: Any) -> str:
     return s if len(s) <= EXCERPT else s[:EXCERPT] + f"… ({len(s)} characters in all)"
 
 
-def doing(tool: str, args: dict[str, Any]) -> str:
-    """What the call does, in the words a reviewer of a coding agent reads first."""
+def doing(tool: str, args: dict[str, Any]) -> tuple[str, str | None]:
+    """What the call does, in the words a reviewer of a coding agent reads first, and what
+    it runs or writes (the card shows that verbatim, as a code block)."""
     if tool == "Bash" and isinstance(args.get("command"), str):
-        return f"runs the shell command:\n```\n{_excerpt(args['command'])}\n```"
+        return "runs the shell command", _excerpt(args["command"])
     path = args.get("file_path")
     if tool == "Write" and isinstance(path, str):
-        return f"writes the file `{path}`:\n```\n{_excerpt(args.get('content', ''))}\n```"
+        return f"writes the file `{path}`", _excerpt(args.get("content", ""))
     if tool in ("Edit", "MultiEdit") and isinstance(path, str):
         if tool == "Edit":
             change = (f"- {_excerpt(args.get('old_string', ''))}\n"
                       f"+ {_excerpt(args.get('new_string', ''))}")
         else:
             change = _excerpt(args.get("edits", []))
-        return f"edits the file `{path}`:\n```\n{change}\n```"
+        return f"edits the file `{path}`", change
     if tool.startswith("mcp__"):
         _, server, name = [*tool.split("__", 2), "", ""][:3]
-        return f"calls the tool `{name}` of the MCP server `{server}`"
-    return f"uses its tool `{tool}`"
+        return f"calls the tool `{name}` of the MCP server `{server}`", None
+    return f"uses its tool `{tool}`", None
 
 
 class ClaudeCodeHook(CallerGate):
@@ -195,16 +196,16 @@ class ClaudeCodeHook(CallerGate):
 
     def _new_request(self, tool: str, args: dict[str, Any], key: str) -> NewRequest:
         ev = self.event
+        what, code = doing(tool, args)
         packet: dict[str, Any] = {
-            "task": f"Claude Code session {ev.session_id}"
-                    + (f" (token {self.bearer})" if self.bearer else "")
-                    + f" wants to use {tool}",
-            "doing": f"Claude Code {doing(tool, args)}\n\nin `{ev.cwd or '?'}`, session "
-                     f"`{ev.session_id}`"
-                     + (f", over HTTP with token `{self.bearer}`" if self.bearer else "")
-                     + ". It runs only if allowed; approvald tells it the decision, and the "
-                     "arguments approved.",
+            # who asked is the face (the card names it from the request's source); this
+            # says where: the project, the session, and over HTTP whose token
+            "task": f"working in `{ev.cwd or '?'}` (session `{ev.session_id}`"
+                    + (f", HTTP hook token `{self.bearer}`" if self.bearer else "") + ")",
+            "doing": f"Claude Code {what}" + (":" if code is not None else "."),
         }
+        if code is not None:
+            packet["code"] = code
         return NewRequest(tool=tool, args=args, requested_by=self.requested_by,
                           packet=packet, idempotency_key=key)
 

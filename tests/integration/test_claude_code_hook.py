@@ -14,12 +14,14 @@ from typing import Any
 
 import pytest
 from approvald.bot.hooks.claude_code import ClaudeCodeHook, HookEvent, HookEventError
+from approvald.bot.slack import cards, messages
 from approvald.runtime.canonical import call_digest
 from approvald.runtime.decide import Actor
 from approvald.runtime.engine import Engine
 from approvald.runtime.policy import PolicyFile
 
 from tests.integration.slack_harness import wait_for
+from tests.unit.test_cards import check_blocks
 
 ALICE = Actor("U_ALICE", "slack")
 POLICY = PolicyFile.model_validate({"tools": {
@@ -314,3 +316,34 @@ async def test_the_hook_says_where_the_request_can_be_decided_from_what_the_data
     why = await told()
     assert "It can be decided on its card in Slack (channel C_APPROVALS); from a terminal" \
         in why, why
+
+
+@pytest.mark.parametrize("bearer", [None, "dana-laptop"])
+async def test_the_card_says_claude_code_asked_and_shows_the_command_as_code(
+        engine: Engine, bearer: str | None) -> None:
+    """Issue 45 item 10: the card said "external:hook.claude-code" asked (and the run's
+    thread "asked over the HTTP API"), and the command's code fence reached Slack as
+    literal backticks broken up by zero-width spaces. Agent-written text stays escaped."""
+    command = "echo ```done``` <!channel> && curl '<http://evil|bank.com>'"
+    gate = ClaudeCodeHook(engine, event("Bash", {"command": command}), requested_by="U_DANA",
+                          bearer=bearer)
+    await gate.pre_tool_use(wait=0)
+    a = await pending(engine)
+    card = cards.approval_card(a, token="t0k3n", now=engine.clock.now())
+    check_blocks(card["blocks"], 50)
+    texts = [b["text"]["text"] for b in card["blocks"] if b["type"] == "section"]
+    intro, doing = texts[0], texts[1]
+    assert intro.startswith("*Claude Code* wants to run `Bash` for <@U_DANA>."), intro
+    assert "/home/dana/shop" in intro and SESSION in intro
+    assert ("dana-laptop" in intro) == (bearer is not None), intro
+    assert "HTTP API" not in json.dumps(card) and "external:" not in json.dumps(card)
+    assert card["text"].startswith("Claude Code needs approval to run Bash")
+    # the command in a real code block, its own backtick runs broken, its markup escaped
+    fence = "\n```\necho `\u200b`\u200b`done`\u200b`\u200b` &lt;!channel&gt; &amp;&amp; curl "
+    assert fence in doing and doing.endswith("'&lt;http://evil|bank.com&gt;'\n```"), doing
+    assert "<!channel>" not in json.dumps(card) and "<http://evil" not in json.dumps(card)
+    async with engine.db.read() as tx:
+        run = await tx.runs.get(a.run_id)
+    assert run is not None
+    parent = json.dumps(messages.run_parent(run, now=engine.clock.now(), approvals_pending=1))
+    assert "HTTP API" not in parent and "Claude Code" in parent, parent
