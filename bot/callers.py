@@ -55,7 +55,12 @@ HEARTBEAT = 10.0  # s between "still waiting" signals to the client (and looks a
 
 
 class CallerOff(ApprovaldError):
-    """The face's credential was revoked: it lets nothing through."""
+    """The face is switched off (its credential revoked, or its kill switch off): it lets
+    nothing through. ``token``: the face's credential, to audit the refusal under."""
+
+    def __init__(self, message: str, *, token: TokenRecord | None = None) -> None:
+        super().__init__(message)
+        self.token = token
 
 
 @dataclass(frozen=True)
@@ -132,11 +137,23 @@ class CallerGate:
         tokens revoke mcp.NAME``) switches the face off: it raises :class:`CallerOff`.
         No bearer token exists for it (the HTTP API refuses every such name), and an
         operator's token is never taken for it."""
-        found = await own_credential(self.e.db, self.e.clock, self.e.audit, self.source)
-        if found.revoked_at is not None:
-            raise CallerOff(f"the {self.what} is switched off: its token "
-                            f"{self.token_name} was revoked by {found.revoked_by}")
+        found = await self.credential()
+        why = await self.switched_off(found)
+        if why is not None:
+            raise CallerOff(why, token=found)
         return found
+
+    async def credential(self) -> TokenRecord:
+        """The face's credential, switched off or not (what came of a call it let through
+        before it was switched off is still recorded)."""
+        return await own_credential(self.e.db, self.e.clock, self.e.audit, self.source)
+
+    async def switched_off(self, found: TokenRecord) -> str | None:
+        """Why the face lets nothing through now (None: it is on)."""
+        if found.revoked_at is None:
+            return None
+        return (f"the {self.what} is switched off: its token {self.token_name} was revoked "
+                f"by {found.revoked_by}")
 
     def running_here(self, rid: str) -> bool:
         """Whether this process is running request ``rid``'s call now."""

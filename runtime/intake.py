@@ -30,7 +30,7 @@ import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from approvald.runtime.canonical import canonical_json, sha256_hex
 from approvald.runtime.directory import Directory, DirectoryError, is_approver
@@ -133,6 +133,14 @@ class Source:
         if name.startswith(HOOK_CREDENTIAL):
             return cls("hook", name[len(HOOK_CREDENTIAL):])
         return cls("api", name)
+
+    @classmethod
+    def of_face(cls, face: str) -> Source:
+        """``hook:claude-code`` -> the hook ``claude-code`` (a token's or a switch's face)."""
+        kind, _, name = face.partition(":")
+        if kind not in _VIA or kind == "agent" or not name:
+            raise ApprovaldError(f"not a face: {face!r}")
+        return cls(cast(SourceKind, kind), name)
 
     @classmethod
     def of_run(cls, agent: str) -> Source:

@@ -9,6 +9,7 @@ import json
 import logging
 import sys
 
+from approvald.bot.cli import hook_switch
 from approvald.bot.cli.common import Subparsers, UsageError, seconds, slack_user, with_engine
 from approvald.bot.config import Settings
 from approvald.bot.hooks.claude_code import (
@@ -40,6 +41,7 @@ def register(sub: Subparsers) -> None:
                          f"the request is waiting (default {DEFAULT_WAIT:g}; keep it under "
                          "the hook's timeout in Claude Code's settings, 60 s by default)")
     cc.set_defaults(fn=cmd_claude_code)
+    hook_switch.register(hk)  # hook disable|enable|status: the kill switch
 
 
 def requester(s: Settings, given: str | None) -> str:

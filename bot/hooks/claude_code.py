@@ -39,6 +39,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from approvald.bot.callers import OPEN, CallerGate, CallerOff, Refused
+from approvald.runtime import switches
 from approvald.runtime.canonical import call_digest, canonical_json, sha256_hex
 from approvald.runtime.engine import Engine
 from approvald.runtime.errors import ApprovaldError, PayloadTooLarge
@@ -209,13 +210,31 @@ class ClaudeCodeHook(CallerGate):
         return NewRequest(tool=tool, args=args, requested_by=self.requested_by,
                           packet=packet, idempotency_key=key)
 
+    @property
+    def form(self) -> str:
+        """Which form of the hook this is: ``command``, or ``http`` over serve's listener
+        (each can be switched off alone: :mod:`runtime.switches`)."""
+        return "command" if self.bearer is None else "http"
+
+    async def switched_off(self, found: TokenRecord) -> str | None:
+        off = await switches.off(self.e.db, switches.HOOK, self.form, credential=found)
+        if off is None:
+            return None
+        return (f"Claude Code's {self.form} hook is switched off by {off.off_by} at "
+                f"{off.off_at:%Y-%m-%d %H:%M} UTC" + (f" ({off.reason})" if off.reason else "")
+                + f"; an operator switches it on again with `approvald hook enable "
+                  f"claude-code --{self.form}`")
+
     # -- before the call --------------------------------------------------------------------
     async def pre_tool_use(self, *, wait: float) -> dict[str, Any]:
         ev = self.event
         try:
             token = await self.token()
         except CallerOff as exc:
-            return decision(False, f"approvald: {exc}. Nothing was allowed.")
+            message = f"approvald: {exc}. Nothing was allowed."
+            if exc.token is None:
+                return decision(False, message)
+            return await self._refuse(exc.token, Refused("off", message))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0.0, wait)
         for _ in range(TAKES):
@@ -279,7 +298,8 @@ class ClaudeCodeHook(CallerGate):
             rid = await tx.executions.started_by(self.ledger_owner)
         if rid is None:
             return None
-        token = await self.token()
+        # a call allowed before the hook was switched off ran all the same: recorded
+        token = await self.credential()
         doc = await self.e.external.get(token, rid)
         failed = ev.event == POST_FAILED
         # what ran is what Claude Code says ran (its event's input): an input other than

@@ -99,6 +99,14 @@ class ExternalRepo(Repo):
             .values(revoked_at=now, revoked_by=by).returning(_K))).first()
         return to_record(TokenRecord, row)
 
+    async def unrevoke_token(self, name: str) -> bool:
+        """Clear a revocation (of approvald's own credential for a face, switched on
+        again: see runtime.switches); False when it was not revoked."""
+        res = await self.conn.execute(
+            update(_K).where(_K.c.name == name, _K.c.revoked_at.is_not(None))
+            .values(revoked_at=None, revoked_by=None))
+        return bool(res.rowcount == 1)
+
     # -- requests -------------------------------------------------------------------------
     async def add(self, **values: Any) -> bool:
         """Insert a request; False when its token already has one under its idempotency key."""

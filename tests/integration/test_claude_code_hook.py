@@ -15,9 +15,11 @@ from typing import Any
 import pytest
 from approvald.bot.hooks.claude_code import ClaudeCodeHook, HookEvent, HookEventError
 from approvald.bot.slack import cards, messages
+from approvald.runtime import api_tokens, switches
 from approvald.runtime.canonical import call_digest
 from approvald.runtime.decide import Actor
 from approvald.runtime.engine import Engine
+from approvald.runtime.errors import ApprovaldError
 from approvald.runtime.policy import PolicyFile
 
 from tests.integration.slack_harness import wait_for
@@ -347,3 +349,73 @@ async def test_the_card_says_claude_code_asked_and_shows_the_command_as_code(
     assert run is not None
     parent = json.dumps(messages.run_parent(run, now=engine.clock.now(), approvals_pending=1))
     assert "HTTP API" not in parent and "Claude Code" in parent, parent
+
+
+async def test_revoking_the_hooks_credential_is_refused_and_leaves_peoples_tokens_alone(
+        engine: Engine) -> None:
+    """Issue 45 item 12: `tokens revoke hook.claude-code`, the documented kill switch, also
+    shut off every person's HTTP hook token, with no way back (the name cannot be made
+    again). Revoking it is refused now, pointing at the switch; people's tokens work on."""
+    read = event("Read", {"file_path": "README.md"})
+    assert answer(await hook(engine, read).pre_tool_use(wait=5))[0] == "allow"
+    with pytest.raises(ApprovaldError, match="approvald hook disable claude-code"):
+        await api_tokens.revoke(engine.db, engine.clock, engine.audit, "hook.claude-code",
+                                by="cli:ops", via="cli")
+    over_http = ClaudeCodeHook(engine, event("Read", {"file_path": "README.md"}, use="t2"),
+                               requested_by="U_DANA", bearer="dana-laptop")
+    assert answer(await over_http.pre_tool_use(wait=5))[0] == "allow"
+    assert answer(await hook(engine, event("Read", {"file_path": "x"}, use="t3"))
+                  .pre_tool_use(wait=5))[0] == "allow"
+
+
+@pytest.mark.parametrize("form", ["command", "http"])
+async def test_the_kill_switch_turns_one_form_off_and_on_again(engine: Engine,
+                                                               form: str) -> None:
+    """A kill switch that can be turned off again and says what it covers: each form of
+    the hook (the command, every person's HTTP hook) switched off and on, audited."""
+    def gate(use: str, bearer: str | None) -> ClaudeCodeHook:
+        return ClaudeCodeHook(engine, event("Read", {"file_path": "README.md"}, use=use),
+                              requested_by="U_DANA", bearer=bearer)
+
+    other = "dana-laptop" if form == "command" else None
+    this = None if form == "command" else "dana-laptop"
+    assert answer(await gate("t0", this).pre_tool_use(wait=5))[0] == "allow"
+    off = await switches.disable(engine.db, engine.clock, engine.audit, "hook:claude-code",
+                                 [form], by="cli:ops", via="cli", reason="incident 42")
+    assert [s.form for s in off] == [form]
+    # a call allowed before it was switched off ran all the same: what came of it counts
+    after = ClaudeCodeHook(engine, event("Read", {"file_path": "README.md"}, use="t0",
+                                         name="PostToolUse", tool_response="# shop"),
+                           requested_by="U_DANA", bearer=this)
+    assert await after.post_tool_use() is not None
+    verdict, why, _ = answer(await gate("t1", this).pre_tool_use(wait=5))
+    assert verdict == "deny" and "switched off by cli:ops" in why and "incident 42" in why
+    assert "approvald hook enable claude-code" in why, why
+    assert answer(await gate("t2", other).pre_tool_use(wait=5))[0] == "allow"
+    on = await switches.enable(engine.db, engine.clock, engine.audit, "hook:claude-code",
+                               [form], by="cli:ops", via="cli")
+    assert [s.form for s in on] == [form]
+    assert answer(await gate("t3", this).pre_tool_use(wait=5))[0] == "allow"
+    trail = await actions(engine)
+    [disabled] = [d for a, d in trail if a == "face_disabled"]
+    assert disabled == {"face": "hook:claude-code", "form": form, "reason": "incident 42",
+                        "covers": switches.COVERS[form]}
+    assert [d["form"] for a, d in trail if a == "face_enabled"] == [form]
+    [refused] = [d for a, d in trail if a == "refused"]
+    assert refused["reason"] == "off"
+
+
+async def test_a_credential_revoked_before_the_switch_existed_is_switched_on_again(
+        engine: Engine) -> None:
+    read = event("Read", {"file_path": "README.md"})
+    await hook(engine, read).pre_tool_use(wait=5)
+    async with engine.db.write() as tx:  # as `tokens revoke hook.claude-code` left it
+        await tx.external.revoke_token("hook.claude-code", by="cli:ops",
+                                       now=engine.clock.now())
+    verdict, why, _ = answer(await hook(engine, event("Read", {}, use="t2"))
+                             .pre_tool_use(wait=5))
+    assert verdict == "deny" and "approvald hook enable claude-code" in why, why
+    await switches.enable(engine.db, engine.clock, engine.audit, "hook:claude-code",
+                          list(switches.FORMS), by="cli:ops", via="cli")
+    assert answer(await hook(engine, event("Read", {}, use="t3"))
+                  .pre_tool_use(wait=5))[0] == "allow"
