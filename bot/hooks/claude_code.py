@@ -11,24 +11,29 @@ object), ``tool_use_id``, and after the call ``tool_response`` (or ``error``). F
                             "permissionDecisionReason": "...",
                             "updatedInput": {...}}}      # only when an approver edited it
 
-For the events after the call it prints nothing and exits 0: what ran, and what came of it,
-is recorded as the call's execution (audit ``executed``).
+For the events after the call it prints nothing and exits 0: what ran (the event's
+``tool_input``, flagged where it is not what was approved), and what came of it, is
+recorded as the call's execution (audit ``executed``).
 
 Each call is an external request (:mod:`bot.callers`) under approvald's own credential
 ``hook.claude-code``, named ``hook:claude-code/<tool_name>`` in the policy file (MCP tools
 arrive as ``mcp__<server>__<tool>``), whose rules see ``args`` (the ``tool_input``). The
-operator's ``auto`` allows at once, ``forbidden`` denies at once, anything else waits for a
-decision (its card goes to Slack through ``serve``'s outbox like every other request) up to
-the hook's budget. Still pending then: deny, naming the request; the same call made again in
-the same session (same tool, same input) joins that request instead of asking twice.
+operator's ``auto`` allows at once (each call its own request, recorded), ``forbidden``
+denies at once, anything else waits for a decision (its card goes to Slack through
+``serve``'s outbox like every other request) up to the hook's budget. Still pending then:
+deny, saying where it can be decided (as the database knows it) and audited; the same call
+made again in the same session (same tool, same input: the join key) joins that request
+instead of asking twice, and once it is decided, the call made next gets its answer, once
+(:mod:`bot.callers`).
 
 An approval allows the call once. Allowing it records the call's start (the execution
 ledger's intent row, owned by ``claude-code:<session>:<tool_use_id>``), so the request is
-consumed: the same call later asks again, unless a standing approval covers it. The
+taken: the same call later asks again, unless a standing approval covers it. The
 ``PostToolUse`` of that tool use reports the result against it.
 
-It fails closed: whatever stops it from deciding (no database, a malformed event, a revoked
-credential) is a deny whose reason says why, never an allow.
+It fails closed: whatever stops it from deciding (no database, a malformed event, the hook
+switched off: ``approvald hook disable claude-code``) is a deny whose reason says why,
+never an allow.
 """
 
 from __future__ import annotations
