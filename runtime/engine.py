@@ -45,6 +45,7 @@ from approvald.runtime.sealing import Sealer
 from approvald.runtime.signals import Signals
 from approvald.runtime.standing import StandingApprovals
 from approvald.runtime.state import FINAL_STATUSES, RunState, UserMessage
+from approvald.runtime.switches import Switches
 from approvald.runtime.tool_lookup import ToolLookup
 from approvald.runtime.tools import Tool
 from approvald.runtime.trace import Trace, load_trace
@@ -183,6 +184,8 @@ class Engine:
         self.decisions = parts.decisions
         self.standing = parts.standing
         self.external = parts.external
+        # the faces' kill switches (Claude Code's hook: approvald hook disable|enable)
+        self.switches = Switches(parts.db, parts.clock, parts.audit)
         self.runner = parts.runner
 
     # -- the services around the runs, built from the same parts ------------------------

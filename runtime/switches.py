@@ -49,51 +49,76 @@ def check(face: str, forms: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(forms))
 
 
-async def disable(db: Database, clock: Clock, audit: AuditTrail, face: str,
-                  forms: Sequence[str], *, by: str, via: str,
-                  reason: str | None = None) -> list[SwitchRecord]:
-    """Switch ``forms`` of ``face`` off (those already off stay as they were); audited.
-    Returns the forms now off."""
-    wanted = check(face, forms)
-    if reason is not None and not 1 <= len(reason) <= 500:
-        raise ApprovaldError("--reason is 1-500 characters")
-    async with db.write() as tx:
-        now = clock.now()
-        for form in wanted:
-            if await tx.external.switch_off(face, form, by=by, now=now, reason=reason):
-                audit.record(tx, at=now, action="face_disabled", actor=by, via=via,
-                             details={"face": face, "form": form, "reason": reason,
-                                      "covers": COVERS[form]})
-        return await tx.external.switches(face)
+class Switches:
+    """The kill switches of the faces that have them (see the module docstring)."""
 
+    def __init__(self, db: Database, clock: Clock, audit: AuditTrail) -> None:
+        self.db = db
+        self.clock = clock
+        self.audit = audit
 
-async def enable(db: Database, clock: Clock, audit: AuditTrail, face: str,
-                 forms: Sequence[str], *, by: str, via: str) -> list[SwitchRecord]:
-    """Switch ``forms`` of ``face`` on again; audited. Returns the switches they were off
-    by. A revocation of the face's own credential from before switches existed (every
-    form off) is cleared: the forms not named stay off, by a switch of their own."""
-    wanted = check(face, forms)
-    source = Source.of_face(face)
-    async with db.write() as tx:
-        now = clock.now()
-        legacy = await _legacy(tx, source)
-        if legacy is not None:  # what it switched off, as switches: then it is cleared
-            for form in FACES[face]:
-                if form not in wanted:
-                    await tx.external.switch_off(face, form, by=legacy.off_by,
-                                                 now=legacy.off_at, reason=legacy.reason)
-            await tx.external.unrevoke_token(source.credential)
-        was: list[SwitchRecord] = []
-        for form in wanted:
-            found = await tx.external.switch_on(face, form) or legacy
-            if found is None:
-                continue
-            was.append(found)
-            audit.record(tx, at=now, action="face_enabled", actor=by, via=via,
-                         details={"face": face, "form": form, "covers": COVERS[form],
-                                  "off_since": found.off_at.isoformat(),
-                                  "off_by": found.off_by})
-        return was
+    async def disable(self, face: str, forms: Sequence[str], *, by: str, via: str,
+                      reason: str | None = None) -> list[SwitchRecord]:
+        """Switch ``forms`` of ``face`` off (those already off stay as they were); audited.
+        Returns the forms now off."""
+        wanted = check(face, forms)
+        if reason is not None and not 1 <= len(reason) <= 500:
+            raise ApprovaldError("--reason is 1-500 characters")
+        async with self.db.write() as tx:
+            now = self.clock.now()
+            for form in wanted:
+                if await tx.external.switch_off(face, form, by=by, now=now, reason=reason):
+                    self.audit.record(tx, at=now, action="face_disabled", actor=by, via=via,
+                                      details={"face": face, "form": form, "reason": reason,
+                                               "covers": COVERS[form]})
+            return await tx.external.switches(face)
+
+    async def enable(self, face: str, forms: Sequence[str], *, by: str,
+                     via: str) -> list[SwitchRecord]:
+        """Switch ``forms`` of ``face`` on again; audited. Returns the switches they were off
+        by. A revocation of the face's own credential from before switches existed (every
+        form off) is cleared: the forms not named stay off, by a switch of their own."""
+        wanted = check(face, forms)
+        source = Source.of_face(face)
+        async with self.db.write() as tx:
+            now = self.clock.now()
+            legacy = await _legacy(tx, source)
+            if legacy is not None:  # what it switched off, as switches: then it is cleared
+                for form in FACES[face]:
+                    if form not in wanted:
+                        await tx.external.switch_off(face, form, by=legacy.off_by,
+                                                     now=legacy.off_at, reason=legacy.reason)
+                await tx.external.unrevoke_token(source.credential)
+            was: list[SwitchRecord] = []
+            for form in wanted:
+                found = await tx.external.switch_on(face, form) or legacy
+                if found is None:
+                    continue
+                was.append(found)
+                self.audit.record(tx, at=now, action="face_enabled", actor=by, via=via,
+                                  details={"face": face, "form": form, "covers": COVERS[form],
+                                           "off_since": found.off_at.isoformat(),
+                                           "off_by": found.off_by})
+            return was
+
+    async def off(self, face: str, form: str, *,
+                  credential: TokenRecord) -> SwitchRecord | None:
+        """Why ``form`` of ``face`` lets nothing through now (None: it is on); ``credential``
+        is the face's own, as just read."""
+        legacy = _revoked(credential, Source.of_face(face))
+        if legacy is not None:
+            return legacy
+        async with self.db.read() as tx:
+            found = [s for s in await tx.external.switches(face) if s.form == form]
+        return found[0] if found else None
+
+    async def state(self, face: str) -> dict[str, SwitchRecord | None]:
+        """Each form of ``face``: the switch it is off by, or None when it is on."""
+        forms = check(face, FACES.get(face, ()))
+        async with self.db.read() as tx:
+            found = {s.form: s for s in await tx.external.switches(face)}
+            legacy = await _legacy(tx, Source.of_face(face))
+        return {f: found.get(f) or legacy for f in forms}
 
 
 async def _legacy(tx: Tx, source: Source) -> SwitchRecord | None:
@@ -107,24 +132,3 @@ def _revoked(token: TokenRecord | None, source: Source) -> SwitchRecord | None:
         return None
     return SwitchRecord(f"{source.kind}:{source.name}", "all", token.revoked_at,
                         token.revoked_by or "?", f"its credential {token.name} was revoked")
-
-
-async def off(db: Database, face: str, form: str, *,
-              credential: TokenRecord) -> SwitchRecord | None:
-    """Why ``form`` of ``face`` lets nothing through now (None: it is on); ``credential``
-    is the face's own, as just read."""
-    legacy = _revoked(credential, Source.of_face(face))
-    if legacy is not None:
-        return legacy
-    async with db.read() as tx:
-        found = [s for s in await tx.external.switches(face) if s.form == form]
-    return found[0] if found else None
-
-
-async def state(db: Database, face: str) -> dict[str, SwitchRecord | None]:
-    """Each form of ``face``: the switch it is off by, or None when it is on."""
-    forms = check(face, FACES.get(face, ()))
-    async with db.read() as tx:
-        found = {s.form: s for s in await tx.external.switches(face)}
-        legacy = await _legacy(tx, Source.of_face(face))
-    return {f: found.get(f) or legacy for f in forms}

@@ -1,5 +1,6 @@
 """``approvald hook claude-code``: Claude Code's PreToolUse/PostToolUse command hook
-(the contract: :mod:`approvald.bot.hooks.claude_code`)."""
+(the contract: :mod:`approvald.bot.hooks.claude_code`); ``approvald hook disable|enable|
+status claude-code``: its kill switch."""
 
 from __future__ import annotations
 
@@ -9,8 +10,14 @@ import json
 import logging
 import sys
 
-from approvald.bot.cli import hook_switch
-from approvald.bot.cli.common import Subparsers, UsageError, seconds, slack_user, with_engine
+from approvald.bot.cli.common import (
+    Subparsers,
+    UsageError,
+    operator,
+    seconds,
+    slack_user,
+    with_engine,
+)
 from approvald.bot.config import Settings
 from approvald.bot.hooks.claude_code import (
     DEFAULT_WAIT,
@@ -19,7 +26,9 @@ from approvald.bot.hooks.claude_code import (
     HookEvent,
     fail_closed,
 )
+from approvald.runtime import switches
 from approvald.runtime.engine import Engine
+from approvald.store.repos.external import SwitchRecord
 
 log = logging.getLogger("approvald.hook")
 
@@ -41,7 +50,7 @@ def register(sub: Subparsers) -> None:
                          f"the request is waiting (default {DEFAULT_WAIT:g}; keep it under "
                          "the hook's timeout in Claude Code's settings, 60 s by default)")
     cc.set_defaults(fn=cmd_claude_code)
-    hook_switch.register(hk)  # hook disable|enable|status: the kill switch
+    register_switch(hk)
 
 
 def requester(s: Settings, given: str | None) -> str:
@@ -82,3 +91,78 @@ async def cmd_claude_code(s: Settings, a: argparse.Namespace) -> int:
             return 0
         print(f"approvald: the call's result was not recorded: {exc}", file=sys.stderr)
         return 1
+
+
+# -- the kill switch ----------------------------------------------------------------------
+ASSISTANTS = {"claude-code": switches.HOOK}  # the coding assistants' hooks with a switch
+ASSISTANT = "the coding assistant whose hook it is: claude-code"
+
+
+def register_switch(hk: Subparsers) -> None:
+    """Add ``hook disable``, ``hook enable`` and ``hook status``: the kill switch, by form
+    (:mod:`approvald.runtime.switches`)."""
+    for verb, fn, what in (
+            ("disable", cmd_disable, "switch the hook off: every call through it is denied, "
+                                     "saying so, until it is switched on again (audited)"),
+            ("enable", cmd_enable, "switch the hook on again (audited)")):
+        p = hk.add_parser(verb, help=what)
+        p.add_argument("assistant", choices=sorted(ASSISTANTS), help=ASSISTANT)
+        forms = p.add_mutually_exclusive_group()
+        forms.add_argument("--command", dest="forms", action="store_const",
+                           const=["command"], help="only " + switches.COVERS["command"])
+        forms.add_argument("--http", dest="forms", action="store_const", const=["http"],
+                           help="only " + switches.COVERS["http"] + " (one person's "
+                                "token: `approvald tokens revoke NAME`)")
+        forms.add_argument("--all", dest="forms", action="store_const",
+                           const=list(switches.FORMS), help="both (the default)")
+        if verb == "disable":
+            p.add_argument("--reason", help="why (told to Claude Code with each denial, "
+                                            "and audited)")
+        p.set_defaults(fn=fn, forms=None)
+    st = hk.add_parser("status", help="which forms of the hook are switched off, by whom "
+                                      "and why, and what each covers")
+    st.add_argument("assistant", choices=sorted(ASSISTANTS), help=ASSISTANT)
+    st.set_defaults(fn=cmd_status)
+
+
+def _forms(a: argparse.Namespace) -> list[str]:
+    return list(a.forms or switches.FORMS)
+
+
+async def cmd_disable(s: Settings, a: argparse.Namespace) -> int:
+    async def run(e: Engine) -> int:
+        await e.switches.disable(ASSISTANTS[a.assistant], _forms(a), by=operator(),
+                                 via="cli", reason=a.reason)
+        return await _show(e, a.assistant)
+
+    return await with_engine(s, run)
+
+
+async def cmd_enable(s: Settings, a: argparse.Namespace) -> int:
+    async def run(e: Engine) -> int:
+        await e.switches.enable(ASSISTANTS[a.assistant], _forms(a), by=operator(),
+                                via="cli")
+        return await _show(e, a.assistant)
+
+    return await with_engine(s, run)
+
+
+async def cmd_status(s: Settings, a: argparse.Namespace) -> int:
+    return await with_engine(s, lambda e: _show(e, a.assistant))
+
+
+async def _show(e: Engine, assistant: str) -> int:
+    state = await e.switches.state(ASSISTANTS[assistant])
+    for form, off in state.items():
+        print(f"{form:<8} {_state(off)}\n         covers {switches.COVERS[form]}")
+    if any(state.values()):
+        print(f"A form that is off denies every call, saying so; `approvald hook enable "
+              f"{assistant} [--command|--http]` switches it on again.")
+    return 0
+
+
+def _state(off: SwitchRecord | None) -> str:
+    if off is None:
+        return "on"
+    return (f"OFF since {off.off_at:%Y-%m-%d %H:%M} UTC, by {off.off_by}"
+            + (f": {off.reason}" if off.reason else ""))
