@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from approvald.bot.api.service import HttpApi
 from approvald.bot.config import Settings
+from approvald.bot.http_log import quiet_malformed_requests
 from approvald.bot.install import install_command
 from approvald.bot.metrics import PrometheusMeter, add_metrics_route, add_routes
 from approvald.bot.readiness import Readiness
@@ -140,23 +141,35 @@ class Service:
         self.fatal: ConfigError | None = None  # why the service stopped itself
 
     async def start(self, *, background: bool = True) -> None:
-        """Start the durable parts, then the Slack face.
+        """Bind every listener, then start the durable parts, then connect to Slack.
 
-        First the scheduler and (with ``background``) the resume worker and the outbox
-        drain, so runs resume and requests expire whatever Slack is doing (tests may drive
-        the worker and the drain by hand instead); then the Slack face, which binds its
-        listener and connects in the background. Returns once the first connect attempt is
-        over: connected, refused (:attr:`fatal` is set and so is the stop event), or
-        failed, in which case connecting goes on in the background.
+        Listeners first (metrics; ``/healthz``, ``/readyz`` and ``/v1``; Slack's HTTP
+        events), so that a port that cannot be bound stops ``serve`` in one line with
+        nothing started yet to unwind. Then the scheduler and (with ``background``) the
+        resume worker and the outbox drain, so runs resume and requests expire whatever
+        Slack is doing (tests may drive the worker and the drain by hand instead); then
+        the first attempt to connect to Slack. Returns once that attempt is over:
+        connected, refused (:attr:`fatal` is set and so is the stop event), or failed, in
+        which case connecting goes on in the background.
         """
         # waiting work sealed under a key this process lacks: refuse now, in one line,
         # rather than fail each click and each resume
         await sealing.check(self.db, self.settings.sealer())
         await self.engine.note_policy()
         await self._start_metrics_listener()
+        if (self.slack is None or self.settings.slack_app_token is not None) \
+                and "port" in self.settings.model_fields_set:
+            await self._start_ops_listener()  # no Slack HTTP listener to share
+        if self.slack is not None:
+            await self.slack.start()  # binds its HTTP listener; talks to Slack later
+            if self.slack.port:  # a webhook must never call approvald's own listener
+                self.api.webhook_hosts.add_own_port(self.slack.port)
+        self._check_web()
         self.pending_scheduled = await self.scheduler.start()
         await self.wakeups.start()
         if self.slack is not None and self.settings.audit_channel:
+            # a witness of the chain as this process found it, then one every interval
+            await self.post_audit_head()
             self.scheduler.every("audit-head", self.post_audit_head,
                                  self.settings.audit_head_interval)
         if self.settings.prune_older_than:
@@ -165,20 +178,11 @@ class Service:
         if background:
             self._tasks = [asyncio.create_task(self.worker.run(stop), name="worker"),
                            asyncio.create_task(self.drain.run(stop), name="outbox")]
-        if (self.slack is None or self.settings.slack_app_token is not None) \
-                and "port" in self.settings.model_fields_set:
-            await self._start_ops_listener()  # no Slack HTTP listener to share
         if self.slack is None:
-            log.warning("no Slack settings: approval requests are logged; decide with "
-                        "`approvald approvals approve|deny|edit`"
-                        + (" or in the web review queue" if self.web is not None else ""))
-            self._check_web()
+            log.warning("no Slack settings: approval requests are logged, and decided %s",
+                        self.where_decided())
             await self._start_mcp()
             return
-        await self.slack.start()
-        if self.slack.port:  # a webhook must never call approvald's own listener
-            self.api.webhook_hosts.add_own_port(self.slack.port)
-        self._check_web()
         await self._start_mcp()
         self._connector = asyncio.create_task(self._connect(), name="slack-connect")
         await self._first_attempt()
@@ -351,20 +355,16 @@ class Service:
         lines = [f"serving on {self.db.display_url} "
                  f"({self.pending_scheduled} pending approvals scheduled)"]
         http = self.http_url
-        # where a request is decided: the HTTP API asks and waits, it decides nothing
-        queue = (f", or in the web review queue ({self.web.public_url}/review)"
-                 if self.web is not None and http else "")
-        cli = f"`approvald approvals approve|deny|edit ID`{queue}"
         if self.slack is None:
             lines.append("mode: Slack is not configured (no SLACK_BOT_TOKEN): approval "
-                         f"requests are logged, and decided with {cli}")
+                         f"requests are logged, and decided {self.where_decided()}")
         else:
             how = ("Slack in Socket Mode" if self.settings.slack_app_token is not None
                    else f"Slack over HTTP, events at {http}/slack/events")
             state = ("connected" if self.slack.connected
                      else "not connected yet: retrying in the background")
-            lines.append(f"mode: {how} ({state}); requests are decided in Slack, with "
-                         f"{cli}")
+            lines.append(f"mode: {how} ({state}); requests are decided "
+                         f"{self.where_decided()}")
         if http:
             lines.append(f"http: {http}/v1 (the HTTP API), {http}/healthz, {http}/readyz")
         else:
@@ -382,6 +382,14 @@ class Service:
         lines.append(f"metrics: {self.metrics_url}" if self.metrics_url
                      else "metrics: off (APPROVALD_METRICS_ADDR)")
         return "\n".join(lines)
+
+    def where_decided(self) -> str:
+        """Every place a person can decide a request on this deployment, in words."""
+        places = ["in Slack"] if self.slack is not None else []
+        if self.web is not None and self.http_url:
+            places.append(f"on the web review queue ({self.web.public_url}/review)")
+        places.append("with `approvald approvals approve|deny|edit ID`")
+        return ", ".join(places[:-1]) + (" and " if len(places) > 1 else "") + places[-1]
 
     @property
     def http_url(self) -> str | None:
@@ -448,6 +456,7 @@ def refuse_unsendable_mail(settings: Settings, registry: Registry, *,
 
 async def _listen(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
     """Serve ``app`` on ``host:port``: its runner and the port bound (``port`` 0: any)."""
+    quiet_malformed_requests()
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
     await runner.setup()
     site = web.TCPSite(runner, host, port)

@@ -229,6 +229,21 @@ class Registry:
                 self.add(a)
 
 
+def definition_changed(run: RunRecord, agent: Agent) -> str:
+    """What a run hears when the agent it goes on with is not defined as when it started:
+    the digest recorded with each run (``instructions_version``) covers the instructions
+    and the tools' names, descriptions and schemas, so it says which release each side is
+    and that one of those changed, never that the instructions did when only a tool did."""
+    def release(version: str | None, digest: str) -> str:
+        return (f"v{version} (definition {digest})" if version and version != digest
+                else f"definition {digest}")
+
+    return (f"run {run.id} of agent {agent.name} started on "
+            f"{release(run.agent_version, run.instructions_version)} and goes on with "
+            f"{release(agent.version, agent.instructions_version)}: the agent's instructions "
+            "or its tools' names, descriptions or schemas changed since")
+
+
 def run_version(run: RunRecord) -> str:
     """The agent release a run started on (runs from before releases were recorded: the
     digest of the instructions they started with, which was the release's default)."""

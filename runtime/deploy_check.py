@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from approvald.runtime.agent import Agent, Registry, run_version
+from approvald.runtime.agent import Agent, Registry, definition_changed, run_version
 from approvald.runtime.errors import NotFound
 from approvald.runtime.intake import Source
 from approvald.runtime.policy import ApprovalPolicy
@@ -122,8 +122,7 @@ def judge(run: RunRecord, a: ApprovalRecord, registry: Registry) -> Finding | No
                               f"{stored.rule or 'its own policy'} (the stored request still "
                               "decides this call)")
     if agent.instructions_version != run.instructions_version:
-        return finding(False, f"instructions changed: agent {agent.name} v{agent.version} "
-                              f"will go on with the run started on v{version}")
+        return finding(False, definition_changed(run, agent))
     return None
 
 

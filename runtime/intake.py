@@ -55,6 +55,8 @@ MCP_CREDENTIAL = "mcp."
 ADAPTER_CREDENTIAL = "adapter."
 HOOK_CREDENTIAL = "hook."  # a coding assistant's permission hook (approvald hook claude-code)
 RESERVED_CREDENTIALS = (MCP_CREDENTIAL, ADAPTER_CREDENTIAL, HOOK_CREDENTIAL)
+# what an MCP gateway's reads are named by (mcp:NAME/resource:URI, mcp:NAME/prompt:NAME)
+READS = ("resource:", "prompt:")
 _VIA: dict[str, str] = {"agent": "runtime", "api": "http_api", "mcp": "mcp",
                         "adapter": "adapter", "hook": "hook"}
 _RISK = {"low": 0, "medium": 1, "high": 2}
@@ -84,6 +86,13 @@ class Source:
     def policy_name(self, tool: str) -> str:
         """The name the policy file knows this source's ``tool`` by."""
         return tool if self.kind == "agent" else f"{self.kind}:{self.name}/{tool}"
+
+    def reads_by_default(self, tool: str) -> bool:
+        """Whether ``tool`` is an MCP gateway's resource read or prompt
+        (``resource:URI``, ``prompt:NAME``): let through when no entry of the operator's
+        file names it; an entry that does applies as it does to a call (its policy and
+        rules, else ``[default]``'s: ask)."""
+        return self.kind == "mcp" and tool.startswith(READS)
 
     def subject(self, tool: str) -> str:
         """What a standing approval covers: this source's ``tool``, never another's."""
@@ -244,7 +253,10 @@ class Intake:
         file's ``[default]``). ``annotations``: what the tool's server says of it, which
         the file's rules may read (and which choose nothing by themselves)."""
         kind, base = self.base(source, declared)
-        return self.policy.for_call(source.policy_name(tool), kind, base, args, annotations)
+        name = source.policy_name(tool)
+        if source.reads_by_default(tool) and self.policy.entry(name) is None:
+            kind = "auto"  # a read no entry names; one that does is that entry's, as a call
+        return self.policy.for_call(name, kind, base, args, annotations)
 
     def base(self, source: Source, declared: tuple[PolicyKind, ApprovalPolicy] | None = None
              ) -> tuple[PolicyKind, ApprovalPolicy]:

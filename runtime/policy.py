@@ -459,7 +459,10 @@ class PolicyFile(BaseModel):
 
     A ``[tools]`` key is a policy name, exact (``issue_refund``, ``api:billing/refund``) or
     a glob (``api:*/deploy``); an exact key wins over globs, and among globs the first in
-    the file that matches.
+    the file that matches. An MCP gateway's resources and prompts are named like its tools,
+    ``mcp:GATEWAY/resource:URI`` and ``mcp:GATEWAY/prompt:NAME`` (rules see ``args.uri``, or
+    the prompt's arguments); one no key names is read at once, one a key names is that
+    key's, as a call.
     """
 
     model_config = ConfigDict(extra="forbid")

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from approvald.runtime.agent import Agent, Registry
+from approvald.runtime.agent import Agent, Registry, definition_changed
 from approvald.runtime.audit import AuditTrail
 from approvald.runtime.canonical import call_digest, compact_json
 from approvald.runtime.clock import Clock
@@ -430,8 +430,7 @@ class Runner:
         # each approved call is checked against its tools before it runs (_handle_call)
         agent = self.registry.for_run(live.run)
         if live.run.instructions_version != agent.instructions_version:
-            log.warning("run %s started with instructions %s; continuing with %s", run_id,
-                        live.run.instructions_version, agent.instructions_version)
+            log.warning("%s", definition_changed(live.run, agent))
         if live.run.cancel_requested:
             return await self._cancel(live)
         while True:

@@ -4,9 +4,10 @@ requests seen and decided from the command line."""
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import sys
-from typing import cast
+from typing import Any, cast
 
 from approvald.bot import documents
 from approvald.bot.cli import standing
@@ -88,7 +89,16 @@ def register(sub: Subparsers) -> None:
             c.add_argument("--guidance", required=True, metavar="TEXT",
                            help="what the agent should do instead (the model receives it)")
         elif verdict == "edit":
-            c.add_argument("--args", required=True, help="the new arguments as a JSON object")
+            given = c.add_mutually_exclusive_group(required=True)
+            given.add_argument("--args", help="ALL the new arguments, as a JSON object: it "
+                               "replaces the arguments whole (one left out is not kept); to "
+                               "change some fields only, use --set")
+            given.add_argument("--set", action="append", metavar="FIELD=VALUE",
+                               help="change one argument and keep the others (repeat for "
+                                    "more; FIELD may be a dotted path into an object; VALUE "
+                                    "is read as JSON, else taken as a string: --set "
+                                    "amount_cents=2000 --set 'note=second charge only'); "
+                                    "the edit is bound to the arguments it was made on")
             c.add_argument("--reason", help="why (recorded in the audit log)")
         else:
             c.add_argument("--outcome", required=True,
@@ -189,7 +199,15 @@ def decide_command(verdict: str) -> Handler:
 
         async def go(engine: Engine) -> int:
             args = None
-            if verdict == "edit":
+            expect = getattr(a, "digest", None)
+            if verdict == "edit" and a.set:
+                # the fields changed on the arguments as they stand now (shown masked: a
+                # sensitive value left alone keeps its real value, as decide reads an
+                # edit), bound to them: a concurrent edit makes this one refused, not merged
+                current = await engine.decider.get(a.id)
+                args = with_fields(shown_args(current), a.set)
+                expect = expect or current.effective_digest
+            elif verdict == "edit":
                 try:
                     args = json.loads(a.args)
                 except json.JSONDecodeError as exc:
@@ -201,7 +219,7 @@ def decide_command(verdict: str) -> Handler:
             # a redirect's guidance travels where a denial's reason does
             reason = a.guidance if verdict == "redirect" else getattr(a, "reason", None)
             decision = await engine.decide(a.id, actor=actor, verdict=v, reason=reason,
-                                           args=args, expect_digest=getattr(a, "digest", None))
+                                           args=args, expect_digest=expect)
             rec = decision.approval
             print(decided_line(decision, as_user))
             if decision.repeated:
@@ -223,6 +241,31 @@ def decide_command(verdict: str) -> Handler:
             return 0
         return await with_engine(s, go, acts=True)
     return cmd
+
+
+def with_fields(args: dict[str, Any], assignments: list[str]) -> dict[str, Any]:
+    """``args`` with each ``FIELD=VALUE`` of ``--set`` applied (a dotted FIELD reaches into
+    objects; VALUE is JSON, else a string); the tool's schema checks the whole later."""
+    out = copy.deepcopy(args)
+    for item in assignments:
+        field, sep, raw = item.partition("=")
+        path = field.strip().split(".")
+        if not sep or not all(path):
+            raise UsageError(f"--set {item!r}: expected FIELD=VALUE (FIELD an argument's "
+                             "name, or a dotted path into an object)")
+        try:
+            value: Any = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        here = out
+        for i, key in enumerate(path[:-1]):
+            nxt = here.get(key)
+            if not isinstance(nxt, dict):
+                raise UsageError(f"--set {item!r}: {'.'.join(path[:i + 1])} is not an object "
+                                 "in the request's arguments")
+            here = nxt
+        here[path[-1]] = value
+    return out
 
 
 async def decide_batch(engine: Engine, a: argparse.Namespace, as_user: str,

@@ -36,7 +36,8 @@ POLL = 0.2  # seconds between looks at a run another process is advancing
 
 RUN_ID = id_help("a run id")
 APPROVAL_ID = id_help("an approval request id")
-JSON = "print a JSON document (stable keys; see the README)"
+JSON = ("print a JSON document (stable keys; each document's keys: the JSON documents "
+        "reference, docs/reference/json-documents.md)")
 
 
 class UsageError(ApprovaldError):

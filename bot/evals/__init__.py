@@ -1,2 +1,2 @@
 """Journey evals: run an agent through a scripted human journey, under interruptions,
-and score what happened from the database (see the README's "Journey evals")."""
+and score what happened from the database (see docs/how-to/evals.md)."""

@@ -242,11 +242,14 @@ class Gateway(CallerGate):
         (the idempotency key's fingerprint). Its policy is the operator's for
         ``mcp:<gateway>/<tool>`` (the intake resolves it), never an agent's tool's."""
         over = f" over HTTP with token `{self.bearer}`" if self.bearer else ""
+        kind, _, named = tool.partition(":")
+        does = {"resource": f"reads the resource {named}",
+                "prompt": f"gets the prompt {named}"}.get(kind, f"calls {tool}")
         packet: dict[str, Any] = {
             "task": f"{tool}, called through the MCP gateway {self.name}"
                     + (f" (token {self.bearer})" if self.bearer else ""),
-            "doing": f"An MCP client of the gateway {self.name} calls {tool}{over} on the "
-                     f"MCP server `{self.server}`. approvald forwards the call, with the "
+            "doing": f"An MCP client of the gateway {self.name} {does}{over} on the "
+                     f"MCP server `{self.server}`. approvald forwards the request, with the "
                      "arguments approved, once it is approved.",
             "description": self.descriptions.get(tool) or f"{tool}, a tool of the MCP "
                                                           f"server {self.name}",

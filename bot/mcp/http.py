@@ -6,7 +6,8 @@ tools to remote MCP clients through the SDK's Streamable HTTP transport in state
 (the 2026-07-28 revision, with the Tasks extension: :mod:`bot.mcp.tasks`; clients of earlier
 revisions are served as the SDK allows): no
 session lives in a process, so any replica answers any request. What is listed and how each
-call is gated: :mod:`bot.mcp.upstream`, :mod:`bot.mcp.gateway`.
+call is gated: :mod:`bot.mcp.upstream`, :mod:`bot.mcp.gateway`; what else passes through
+(resources, prompts, completion, logging): :mod:`bot.mcp.front`.
 
 A request is authenticated before anything else: a bearer token made for that gateway
 (``approvald tokens create NAME --face mcp:<gateway> --requested-by U…``), else 401; a token
@@ -31,9 +32,17 @@ from typing import Annotated, Any
 import mcp_types as types
 from aiohttp import web
 from approvald.bot.asgi import answer
+from approvald.bot.mcp.front import Front
 from approvald.bot.mcp.gateway import Gateway, Refused
 from approvald.bot.mcp.proxy import server_environment
-from approvald.bot.mcp.tasks import EXTENSION, TaskIds, TaskParams, Tasks, declared
+from approvald.bot.mcp.tasks import (
+    EXTENSION,
+    TaskIds,
+    TaskParams,
+    Tasks,
+    admitted,
+    declared,
+)
 from approvald.bot.mcp.upstream import Upstream
 from approvald.runtime import api_tokens
 from approvald.runtime.engine import Engine
@@ -145,7 +154,8 @@ class HttpGateway:
             raise ConfigError(f"APPROVALD_MCP_GATEWAYS_FILE: gateway {self.name}: cannot "
                               f"reach its MCP server ({c.server()}): "
                               f"{type(first).__name__}: {first}") from None
-        self.upstream = Upstream(client, self.name)
+        self.upstream = Upstream(client, self.name, url=c.url)
+        await self.upstream.learn_revisions()
         await self.upstream.check_rules(Source("mcp", self.name), self.e.registry.policy)
         info = client.server_info
         server: Server[Any] = Server(
@@ -153,6 +163,8 @@ class HttpGateway:
             title=f"{(info.title or info.name) if info else self.name} (gated by approvald)",
             instructions=client.instructions,
             on_list_tools=self._list_tools, on_call_tool=self._call_tool)
+        Front(self.upstream, lambda ctx: self.gateway_for(_token(ctx)),
+              budget=c.wait).register(server)
         if self.secret:
             self.tasks = Tasks(TaskIds(self.secret, self.name), self.upstream)
             server.extensions[EXTENSION] = {}
@@ -160,6 +172,8 @@ class HttpGateway:
                                     ("tasks/update", self._task_update),
                                     ("tasks/cancel", self._task_cancel)):
                 server.add_request_handler(method, TaskParams, handler)
+            server.add_request_handler("tasks/list", types.PaginatedRequestParams,
+                                       self._task_list)
         self.manager = StreamableHTTPSessionManager(
             server, stateless=True, max_request_body_size=MAX_BODY,
             security_settings=TransportSecuritySettings(
@@ -187,7 +201,7 @@ class HttpGateway:
     async def _list_tools(self, ctx: ServerRequestContext[Any],
                           params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         assert self.upstream is not None
-        return await self.upstream.list_tools(params.cursor if params else None)
+        return await self.upstream.list_tools(params.cursor if params else None, ctx)
 
     async def _call_tool(self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
                          ) -> types.CallToolResult:
@@ -211,18 +225,27 @@ class HttpGateway:
 
     async def _task_get(self, ctx: ServerRequestContext[Any],
                         params: TaskParams) -> dict[str, Any]:
+        admitted(ctx, params)
         token = _token(ctx)
         return await self._tasks().get(self.gateway_for(token), token, params)
 
     async def _task_update(self, ctx: ServerRequestContext[Any],
                            params: TaskParams) -> dict[str, Any]:
+        admitted(ctx, params)
         token = _token(ctx)
         return await self._tasks().update(self.gateway_for(token), token, params)
 
     async def _task_cancel(self, ctx: ServerRequestContext[Any],
                            params: TaskParams) -> dict[str, Any]:
+        admitted(ctx, params)
         token = _token(ctx)
         return await self._tasks().cancel(self.gateway_for(token), token, params)
+
+    async def _task_list(self, ctx: ServerRequestContext[Any],
+                         params: types.PaginatedRequestParams) -> dict[str, Any]:
+        admitted(ctx, None)
+        raise MCPError(types.METHOD_NOT_FOUND, "approvald: tasks are not listed; a task is "
+                       "polled by the id its tools/call returned")
 
 
 def _token(ctx: ServerRequestContext[Any]) -> TokenRecord:

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import mcp_types as types
+from approvald.bot.mcp.front import Front
 from approvald.bot.mcp.gateway import Gateway
 from approvald.bot.mcp.upstream import Upstream
 from approvald.runtime.errors import ConfigError
@@ -74,6 +75,7 @@ class Proxy:
                 on_list_tools=self._list_tools,
                 on_call_tool=self._call_tool,
             )
+            Front(self.upstream, lambda ctx: self.gateway).register(server)
             log.info("mcp-proxy %s: serving the tools of %s", self.gateway.name,
                      shlex.join(self.command))
             async with stdio_server() as (read, write):
@@ -83,11 +85,11 @@ class Proxy:
     async def _list_tools(self, ctx: ServerRequestContext[Any],
                           params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         assert self.upstream is not None
-        return await self.upstream.list_tools(params.cursor if params else None)
+        return await self.upstream.list_tools(params.cursor if params else None, ctx)
 
     async def _call_tool(self, ctx: ServerRequestContext[Any],
                          params: types.CallToolRequestParams) -> types.CallToolResult:
         assert self.upstream is not None
         result = await self.upstream.call(self.gateway, ctx, params)
-        assert isinstance(result, types.CallToolResult)  # no on_pending: never a task
+        assert not isinstance(result, dict)  # no on_pending: never a task
         return result

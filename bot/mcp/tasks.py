@@ -12,10 +12,17 @@ the token that made a task can see or cancel it, and no id is guessed into anoth
 person); ``tasks/update`` has nothing to take (a gateway's task never asks the client for
 input) and is acknowledged, as the extension says.
 
+Every ``tasks/*`` method is answered only to a client that declared the extension on that
+request (else error -32021, Missing Required Client Capability, naming it, and nothing is
+done: a cancel does not cancel), and only when its ``Mcp-Name`` header, if sent, is the
+task's id (else -32020, HeaderMismatch): :func:`admitted`.
+
 Statuses: ``working`` while the request waits (its message says where it can be decided),
 ``completed`` once it is over, with the server's result, or a tool error (``isError``)
 saying why nothing ran (denied with the reason, expired, redirected); ``cancelled`` for a
-request cancelled before its decision.
+request cancelled before its decision. ``lastUpdatedAt`` is when the task last changed:
+the request's creation, its decision, or, for a call that ran, when its result was
+recorded.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from approvald.runtime.errors import ApprovaldError
 from approvald.store.repos.external import TokenRecord
 from mcp import MCPError
 from mcp.server.context import ServerRequestContext
+from mcp.shared.inbound import decode_header_value
 from pydantic import ConfigDict, Field, ValidationError
 
 EXTENSION = "io.modelcontextprotocol/tasks"
@@ -52,6 +60,22 @@ def declared(ctx: ServerRequestContext[Any]) -> bool:
     """Did this request's client declare the Tasks extension?"""
     caps = ctx.session.client_capabilities
     return bool(caps and caps.extensions and EXTENSION in caps.extensions)
+
+
+def admitted(ctx: ServerRequestContext[Any], params: TaskParams | None) -> None:
+    """Refuse a ``tasks/*`` request before it does anything: -32021 from a client that did
+    not declare the extension (the extension's MUST), -32020 when its ``Mcp-Name`` header
+    names another task than its ``taskId`` (SEP-2243's routing headers)."""
+    if not declared(ctx):
+        raise MCPError(types.MISSING_REQUIRED_CLIENT_CAPABILITY,
+                       f"{ctx.method} needs the {EXTENSION} extension, which this request "
+                       "did not declare", {"requiredCapabilities": {"extensions":
+                                                                     {EXTENSION: {}}}})
+    headers = getattr(ctx.request, "headers", None)
+    raw = headers.get("mcp-name") if headers is not None else None
+    if params is not None and raw is not None and decode_header_value(raw) != params.task_id:
+        raise MCPError(types.HEADER_MISMATCH, f"the Mcp-Name header does not name the task "
+                       f"of this {ctx.method} request (its taskId)")
 
 
 class TaskIds:
@@ -128,17 +152,21 @@ class Tasks:
         self.ids.request_of(token, params.task_id)  # a task of this token's, or an error
         return {}  # a gateway's task never waits for input: nothing is outstanding
 
+    def _task(self, token: TokenRecord, rid: str, doc: dict[str, Any]) -> dict[str, Any]:
+        """The fields every state of the task has; it was last updated when its call's
+        result was recorded, else when its request was decided, else made."""
+        updated = ((doc.get("result") or {}).get("reported_at")
+                   or (doc.get("decision") or {}).get("decided_at") or doc["created_at"])
+        return {"taskId": self.ids.make(token, rid), "createdAt": doc["created_at"],
+                "lastUpdatedAt": updated, "ttlMs": _ms(doc["created_at"], doc.get("expires_at")),
+                "pollIntervalMs": POLL_MS}
+
     async def state(self, gateway: Gateway, token: TokenRecord, rid: str) -> dict[str, Any]:
         """The task of request ``rid`` as it stands (a DetailedTask); an approved call
         nobody has run yet is run now."""
         own = await gateway.token()
         doc = await gateway.e.external.get(own, rid)
-        decided = (doc.get("decision") or {}).get("decided_at")
-        task: dict[str, Any] = {
-            "taskId": self.ids.make(token, rid), "createdAt": doc["created_at"],
-            "lastUpdatedAt": decided or doc["created_at"],
-            "ttlMs": _ms(doc["created_at"], doc.get("expires_at")),
-            "pollIntervalMs": POLL_MS}
+        task = self._task(token, rid, doc)
         if doc["status"] in OPEN:
             return {**task, "status": "working",
                     "statusMessage": await gateway.progress(doc)}
@@ -153,6 +181,13 @@ class Tasks:
             return {**task, "status": "completed", "result": _result(doc["result"]["result"])}
         outcome = await gateway.collect(own, str(doc["tool"]), doc,
                                         self.upstream.forward(str(doc["tool"])))
+        # it changed as it ran: its last update is when its result was recorded
+        task = self._task(token, rid, await gateway.e.external.get(own, rid))
+        if isinstance(outcome, Ran) and isinstance(outcome.value, MCPError):
+            text = f"{doc['tool']} failed: {outcome.value.message}"
+            return {**task, "status": "completed", "statusMessage": text,
+                    "result": error_result(text).model_dump(by_alias=True, exclude_none=True,
+                                                            mode="json")}
         if isinstance(outcome, Ran):
             value: types.CallToolResult = outcome.value
             return {**task, "status": "completed",

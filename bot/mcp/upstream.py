@@ -2,6 +2,18 @@
 gateway (``approvald mcp-proxy``) and the Streamable HTTP one (``serve``'s ``/mcp/<name>``)
 share.
 
+One upstream session per client request. A server reached over Streamable HTTP gets, for
+each request of a client, an :class:`mcp.Client` of its own (:meth:`Upstream.session`),
+which declares that client's capabilities and relays what the server sends back to that
+client (:mod:`bot.mcp.relay`): the gateway holds no session of its own clients (it is
+stateless, any replica answers any request), and a shared upstream session could declare
+only one set of capabilities and deliver a log line or a sampling request to nobody in
+particular. On 2026-07-28 the request's own envelope says it all, so no round trip is added
+(the version and capabilities first discovered are reused); a 2025-11-25 server gets an
+``initialize`` per request. A server ``serve`` or ``mcp-proxy`` starts over stdio is one
+process with one session: every request goes through it, with progress relayed per
+request, and it declares no client capability.
+
 ``tools/list`` is passed through (names, descriptions, input and output schemas,
 annotations). Each ``tools/call`` is checked against the tool's input schema (arguments the
 server would refuse are refused before anyone is asked), gated by a
@@ -13,18 +25,21 @@ operator: they are shown on cards and never change a policy.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import mcp_types as types
 from approvald.bot.mcp.gateway import Forward, Gateway, Ran, Refused
+from approvald.bot.mcp.relay import Relay
 from approvald.runtime.intake import Source
 from jsonschema import SchemaError
 from jsonschema.validators import validator_for
 from mcp import Client, MCPError
 from mcp.server.context import ServerRequestContext
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 log = logging.getLogger("approvald.mcp")
 # what a call still waiting for its decision at its budget is answered with instead
@@ -58,9 +73,19 @@ class Upstream:
     (listed as the client pages through them, refreshed when an unknown one is called),
     their schemas, and forwarding a call."""
 
-    def __init__(self, client: Client, name: str) -> None:
-        self.client = client
+    def __init__(self, client: Client, name: str, *, url: str | None = None) -> None:
+        self.client = client  # the first session: start-up checks, and a stdio server's all
         self.name = name
+        self.url = url  # a Streamable HTTP server: a session per client request
+        version = client.protocol_version
+        # what server/discover said, reused by each 2026-07-28 request's session (no round
+        # trip); None: the server speaks only the 2025-11-25 revision
+        self.discover = types.DiscoverResult(
+            supported_versions=[version], capabilities=client.server_capabilities,
+            instructions=client.instructions) if version in MODERN_PROTOCOL_VERSIONS else None
+        # what the server offers, in each revision it speaks (a 2026-07-28 server may offer a
+        # 2025-11-25 client more: logging, which 2026-07-28 deprecates)
+        self.offers = [client.server_capabilities]
         self.tools: dict[str, types.Tool] = {}
         self.descriptions: dict[str, str] = {}  # tool -> its description, for cards
         self.annotations: dict[str, dict[str, Any]] = {}  # tool -> its annotations
@@ -90,20 +115,55 @@ class Upstream:
             if said:
                 self.descriptions[tool.name] = said
 
-    async def list_tools(self, cursor: str | None) -> types.ListToolsResult:
-        page = await self.client.list_tools(cursor=cursor)
+    async def learn_revisions(self) -> None:
+        """A Streamable HTTP server that speaks 2026-07-28 is asked once what it offers a
+        2025-11-25 client too, whose requests go to it in that revision."""
+        if self.url is not None and self.discover is not None:
+            async with Client(self.url, cache=None, mode="legacy") as legacy:
+                self.offers.append(legacy.server_capabilities)
+
+    def offered(self, capability: str) -> bool:
+        """Whether the server offers ``capability`` (``resources``, ``logging``...) in any
+        revision it speaks."""
+        return any(getattr(caps, capability, None) is not None for caps in self.offers)
+
+    @contextlib.asynccontextmanager
+    async def session(self, ctx: ServerRequestContext[Any] | None) -> AsyncIterator[Client]:
+        """The upstream session that serves one client request (``ctx``): a Streamable HTTP
+        server's own for it, declaring the client's capabilities and relaying to it; a
+        stdio server's one session otherwise."""
+        if self.url is None or ctx is None:
+            yield self.client
+            return
+        relay = Relay(ctx)
+        # the server hears the client's own revision where it speaks it: a 2025-11-25
+        # client's request goes upstream as 2025-11-25 (an initialize, then the request)
+        modern = relay.modern and self.discover is not None
+        async with Client(self.url, cache=None,
+                          mode=ctx.protocol_version if modern else "legacy",
+                          prior_discover=self.discover if modern else None,
+                          **relay.client_options()) as client:
+            yield client
+
+    async def list_tools(self, cursor: str | None,
+                         ctx: ServerRequestContext[Any] | None = None) -> types.ListToolsResult:
+        """A page of the tools the server lists for this client (with its capabilities)."""
+        async with self.session(ctx) as client:
+            page = await client.list_tools(cursor=cursor)
         self._keep(page.tools)
         return types.ListToolsResult(tools=page.tools, next_cursor=page.next_cursor)
 
-    async def tool(self, name: str) -> types.Tool | None:
+    async def tool(self, name: str,
+                   ctx: ServerRequestContext[Any] | None = None) -> types.Tool | None:
         if name not in self.tools:  # not listed yet (or since added): walk the listing
             cursor: str | None = None
-            for _ in range(100):
-                page = await self.client.list_tools(cursor=cursor)
-                self._keep(page.tools)
-                cursor = page.next_cursor
-                if cursor is None or name in self.tools:
-                    break
+            async with self.session(ctx) as client:
+                for _ in range(100):
+                    page = await client.list_tools(cursor=cursor)
+                    self._keep(page.tools)
+                    cursor = page.next_cursor
+                    if cursor is None or name in self.tools:
+                        break
         return self.tools.get(name)
 
     @staticmethod
@@ -119,16 +179,28 @@ class Upstream:
         where = "/".join(str(p) for p in error.absolute_path)
         return f"{where}: {error.message}" if where else error.message
 
-    def forward(self, name: str) -> Forward[types.CallToolResult]:
-        async def forward(args: dict[str, Any]) -> Ran[types.CallToolResult]:
-            try:
-                result = await self.client.call_tool(name, args)
-            except MCPError as exc:  # the server answered with an error: the call failed
-                return Ran(error_result(f"{name} failed: {exc.message}"), "failed",
-                           {"error": {"code": exc.code, "message": exc.message}},
-                           exc.message)
+    def forward(self, name: str, ctx: ServerRequestContext[Any] | None = None,
+                params: types.CallToolRequestParams | None = None) -> Forward[Any]:
+        """How an approved call of ``name`` is made: on the session of the client request
+        ``ctx`` that runs it, its progress and what the server sends back relayed to that
+        client; a 2026-07-28 server's ``input_required`` result passed back as it is, and
+        the client's answers to one (``params``) passed on."""
+        async def forward(args: dict[str, Any]) -> Ran[Any]:
+            relay = Relay(ctx) if ctx is not None else None
+            async with self.session(ctx) as client:
+                try:
+                    result = await client.session.call_tool(
+                        name, args,
+                        progress_callback=relay.progress if relay and relay.wants_progress
+                        else None,
+                        input_responses=params.input_responses if params else None,
+                        request_state=params.request_state if params else None,
+                        allow_input_required=True, allow_claimed=True)
+                except MCPError as exc:  # the server's error: the client gets it as it is
+                    return Ran(exc, "failed", {"error": exc.error.model_dump(
+                        mode="json", exclude_none=True)}, exc.message)
             record = result.model_dump(mode="json", by_alias=True, exclude_none=True)
-            if result.is_error:
+            if isinstance(result, types.CallToolResult) and result.is_error:
                 return Ran(result, "failed", record, _text_of(result))
             return Ran(result, "succeeded", record)
 
@@ -142,7 +214,7 @@ class Upstream:
         call made again joins, or with what ``on_pending`` makes of it; None, until
         decided)."""
         name, args = params.name, dict(params.arguments or {})
-        tool = await self.tool(name)
+        tool = await self.tool(name, ctx)
         if tool is None:
             raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {name}")
         problem = self.invalid(tool, args)
@@ -159,8 +231,8 @@ class Upstream:
                                               message=await gateway.progress(doc))
 
         try:
-            outcome = await gateway.call(name, args, self.forward(name), waiting=waiting,
-                                         budget=budget)
+            outcome = await gateway.call(name, args, self.forward(name, ctx, params),
+                                         waiting=waiting, budget=budget)
         except Exception as exc:
             log.warning("MCP gateway %s: %s failed in the gateway", gateway.name, name,
                         exc_info=True)
@@ -171,5 +243,7 @@ class Upstream:
             if outcome.status == "pending" and on_pending is not None:
                 return await on_pending(outcome)
             return error_result(outcome.message)
-        result: types.CallToolResult = outcome.value
+        if isinstance(outcome.value, MCPError):  # the server's own error, passed on as it is
+            raise outcome.value
+        result: types.CallToolResult = outcome.value  # or a 2026-07-28 input_required
         return result

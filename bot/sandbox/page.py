@@ -124,6 +124,31 @@ main h4 { margin: 14px 18px 4px; }
 #toast { position: fixed; bottom: 18px; left: 50%; transform: translateX(-50%); background: #1d1c1d;
          color: #fff; padding: 8px 16px; border-radius: 6px; font-size: 14px; }
 #toast:empty { display: none; }
+.checkboxes, .radios { display: flex; flex-direction: column; gap: 4px; margin: 4px 0; }
+label.check { display: flex; gap: 6px; align-items: baseline; font-weight: 400; }
+label.check input { width: auto; flex: none; }
+select.b-select { width: 100%; padding: 6px; font-size: 14px; border: 1px solid #888;
+                  border-radius: 4px; background: #fff; }
+.b-section .accessory { margin-top: 4px; }
+/* a phone's width: the sidebar becomes a header, the channel takes the width, and a thread
+   or a modal covers the screen (as Slack's app shows them) */
+@media (max-width: 720px) {
+  #app { display: block; height: auto; overflow: visible; }
+  aside { padding: 10px 12px; }
+  aside .team { font-size: 16px; margin-bottom: 4px; }
+  nav { display: flex; flex-wrap: wrap; gap: 2px 6px; }
+  nav h4 { width: 100%; margin: 8px 0 2px; }
+  nav a { padding: 2px 6px; }
+  #start { margin-top: 8px; }
+  main { display: block; border-right: none; min-height: 60vh; }
+  #pane { overflow: visible; }
+  .msg { padding: 8px 10px; }
+  .fields { grid-template-columns: 1fr; }
+  #thread { position: fixed; inset: 0; width: auto; background: #fff; z-index: 5; }
+  form.modal { width: calc(100vw - 16px); max-height: 96vh; }
+  .modal-body { padding: 8px 12px; }
+  dialog.confirm { max-width: calc(100vw - 24px); }
+}
 </style>
 </head>
 <body data-version="-1">
@@ -178,7 +203,8 @@ const params = new URLSearchParams(location.search);
 const CLIENT = Array.from(crypto.getRandomValues(new Uint8Array(12)),
                           (b) => b.toString(16).padStart(2, "0")).join("");
 const S = {user: params.get("user") || localStorage.getItem("approvald.user") || "U_DANA",
-           pane: params.get("pane") || "C_APPROVALS", thread: "", modalKey: null, people: []};
+           pane: params.get("pane") || "C_APPROVALS", thread: "", modalKey: null, people: [],
+           follow: ""};
 
 function toast(text) {
   $("#toast").textContent = text;
@@ -269,6 +295,11 @@ async function refresh() {
     pane.scrollTop = atEnd ? pane.scrollHeight : was;
   }
   pane.dataset.channel = S.pane === "home" ? "" : S.pane;
+  // a run started from this page: its thread opens beside its card once it is posted
+  if (S.follow) {
+    const parent = pane.querySelector(`.msg[data-run="${CSS.escape(S.follow)}"]`);
+    if (parent) { S.follow = ""; S.thread = parent.dataset.ts; schedule(); }
+  }
   $("#composer").hidden = S.pane === "home" || S.pane === "mail";
   $("#thread").hidden = !(S.thread && d.thread);
   if (S.drawnThread !== d.thread) {
@@ -343,15 +374,37 @@ async function schedule() {
   finally { busy = false; if (again) { again = false; schedule(); } }
 }
 
+// What a surface's inputs hold, as Slack sends it with a button press or a submission:
+// {block_id: {action_id: text | option value | [option values]}}
+function inputsOf(root) {
+  const values = {};
+  const put = (el, v) => {
+    const block = el.closest("[data-block-id]");
+    if (block) (values[block.dataset.blockId] = values[block.dataset.blockId] || {})[el.dataset.actionId] = v;
+  };
+  for (const el of root.querySelectorAll("textarea[data-action-id], input[type=text][data-action-id]")) put(el, el.value);
+  for (const el of root.querySelectorAll("select[data-action-id]")) if (el.value) put(el, el.value);
+  for (const el of root.querySelectorAll(".radios[data-action-id]")) {
+    const chosen = el.querySelector("input:checked");
+    if (chosen) put(el, chosen.value);
+  }
+  for (const el of root.querySelectorAll(".checkboxes[data-action-id]"))
+    put(el, Array.from(el.querySelectorAll("input:checked"), (i) => i.value));
+  return values;
+}
+
 async function press(button) {
   const body = {user: S.user, action_id: button.dataset.actionId};
   const view = button.closest("[data-view-id]");
   const msg = button.closest(".msg");
   if (msg) {
     body.ts = msg.dataset.ts;
+    body.version = msg.dataset.version || "";   // the card as this page drew it
     body.channel = msg.closest("[data-channel]").dataset.channel;
+    body.state = inputsOf(msg);
   } else if (view) {
     body.view_id = view.dataset.viewId;
+    body.state = inputsOf(view);
   }
   button.disabled = true;
   try { await post("/ui/action", body); } finally { button.disabled = false; afterAct(); }
@@ -402,10 +455,7 @@ document.addEventListener("submit", async (ev) => {
   const form = ev.target;
   ev.preventDefault();
   if (form.matches("form.modal")) {
-    const values = {};
-    for (const el of form.querySelectorAll("textarea[data-block-id], input[data-block-id]")) {
-      (values[el.dataset.blockId] = values[el.dataset.blockId] || {})[el.dataset.actionId] = el.value;
-    }
+    const values = inputsOf(form);
     const submit = form.querySelector("[data-submit]");
     if (submit) submit.disabled = true;
     try { await post("/ui/submit", {user: S.user, view_id: form.dataset.viewId, values}); }
@@ -415,7 +465,12 @@ document.addEventListener("submit", async (ev) => {
     const body = {user: S.user, agent: f.get("agent"), order: f.get("order"),
                   amount: f.get("amount"), ticks: f.get("ticks")};
     const d = await post("/ui/runs", body);
-    if (d.ok) $("#start-result").textContent = "Started run " + d.run_id.slice(0, 12) + ": " + d.task;
+    if (d.ok) {
+      $("#start-result").textContent = "Started run " + d.run_id.slice(0, 12) + ": " + d.task;
+      S.follow = d.run_id;
+      if (S.pane === "home" || S.pane === "mail") S.pane = d.channel || S.pane;
+      schedule();
+    }
   } else if (form.id === "composer") {
     const text = $("#command").value.trim();
     if (!text) return;

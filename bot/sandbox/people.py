@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     from approvald.bot.sandbox.server import SlackEmulator
 
 CHANNEL = "C_APPROVALS"
+AUDIT_CHANNEL = "C_AUDIT"  # where serve posts the audit chain's head
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,8 @@ PEOPLE = (
 )
 #: group id -> (handle, members); the sandbox policy (policy.toml) names the same members
 GROUPS = {"S_FINANCE": ("finance", ["U_BOB", "U_CAROL", "U_DANA"])}
-CHANNELS = {CHANNEL: "approvals", "C_FINANCE": "finance", "C_GENERAL": "general"}
+CHANNELS = {CHANNEL: "approvals", AUDIT_CHANNEL: "approvald-audit", "C_FINANCE": "finance",
+            "C_GENERAL": "general"}
 
 
 def seed(emulator: SlackEmulator) -> None:

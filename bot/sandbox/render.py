@@ -183,7 +183,7 @@ def plain(obj: Any) -> str:
 # -- blocks -------------------------------------------------------------------------------
 
 def blocks(items: Any, names: Names, *, errors: Mapping[str, str] | None = None,
-           values: Mapping[str, Mapping[str, str]] | None = None) -> str:
+           values: Mapping[str, Mapping[str, Any]] | None = None) -> str:
     """A list of blocks to HTML. ``errors`` (block_id -> message) are shown under inputs,
     as Slack shows a ``response_action: errors`` answer; ``values`` refill inputs."""
     if not isinstance(items, list):
@@ -192,7 +192,7 @@ def blocks(items: Any, names: Names, *, errors: Mapping[str, str] | None = None,
 
 
 def block(b: Any, names: Names, *, errors: Mapping[str, str] | None = None,
-          values: Mapping[str, Mapping[str, str]] | None = None) -> str:
+          values: Mapping[str, Mapping[str, Any]] | None = None) -> str:
     if not isinstance(b, dict):
         return ""
     kind = str(b.get("type", ""))
@@ -205,7 +205,7 @@ def block(b: Any, names: Names, *, errors: Mapping[str, str] | None = None,
     return f'<div class="b b-{esc(kind)}"{block_id}>{inner}</div>'
 
 
-Drawer = Callable[[JSON, Names, Mapping[str, str], Mapping[str, Mapping[str, str]]], str]
+Drawer = Callable[[JSON, Names, Mapping[str, str], Mapping[str, Mapping[str, Any]]], str]
 
 
 def _header(b: JSON, names: Names, *_: Any) -> str:
@@ -245,7 +245,7 @@ def _image(b: JSON, *_: Any) -> str:
 
 
 def _input(b: JSON, names: Names, errors: Mapping[str, str],
-           values: Mapping[str, Mapping[str, str]]) -> str:
+           values: Mapping[str, Mapping[str, Any]]) -> str:
     block_id = str(b.get("block_id", ""))
     el = b.get("element") if isinstance(b.get("element"), dict) else {}
     assert isinstance(el, dict)
@@ -254,7 +254,7 @@ def _input(b: JSON, names: Names, errors: Mapping[str, str],
     out = f'<label class="label">{plain(b.get("label"))}{optional}</label>'
     given = (values.get(block_id) or {}).get(action_id)
     if el.get("type") == "plain_text_input":
-        value = given if given is not None else str(el.get("initial_value", ""))
+        value = given if isinstance(given, str) else str(el.get("initial_value", ""))
         attrs = (f'name="{esc(block_id)}/{esc(action_id)}" data-block-id="{esc(block_id)}" '
                  f'data-action-id="{esc(action_id)}" '
                  f'placeholder="{esc(_plain_text(el.get("placeholder")))}"')
@@ -265,12 +265,24 @@ def _input(b: JSON, names: Names, errors: Mapping[str, str],
         else:
             out += f'<input type="text" {attrs} value="{esc(value)}">'
     else:
-        out += element(el, names)
+        out += element(_refilled(el, given), names)
     if block_id in errors:
         out += f'<div class="input-error" role="alert">{esc(errors[block_id])}</div>'
     if b.get("hint"):
         out += f'<div class="hint">{plain(b["hint"])}</div>'
     return out
+
+
+def _refilled(el: JSON, given: Any) -> JSON:
+    """A choice element as submitted (a modal answered with errors is drawn again with
+    what was chosen, as Slack keeps it)."""
+    if not isinstance(given, dict):
+        return el
+    if "selected_option" in given:
+        return {**el, "initial_option": given["selected_option"]}
+    if "selected_options" in given:
+        return {**el, "initial_options": given["selected_options"]}
+    return el
 
 
 def _plain_text(obj: Any) -> str:
@@ -354,23 +366,60 @@ def element(e: Any, names: Names) -> str:
         return button(e, names)
     if kind == "checkboxes":
         return checkboxes(e, names)
+    if kind == "radio_buttons":
+        return radio_buttons(e, names)
+    if kind == "static_select":
+        return static_select(e)
     return f'<span class="b-unknown">[{esc(kind)} element]</span>'
 
 
+def _options(e: JSON) -> list[JSON]:
+    return [o for o in e.get("options") or [] if isinstance(o, dict)]
+
+
+def _choice(o: JSON, names: Names, *, kind: str, name: str, chosen: bool) -> str:
+    """One option of a checkboxes or radio_buttons element: its input, text, description."""
+    note = (f' <span class="hint">{text_object(o["description"], names)}</span>'
+            if isinstance(o.get("description"), dict) else "")
+    checked = " checked" if chosen else ""
+    return (f'<label class="check"><input type="{kind}" name="{esc(name)}" '
+            f'value="{esc(o.get("value", ""))}"{checked}> '
+            f'{text_object(o.get("text"), names)}{note}</label>')
+
+
 def checkboxes(e: JSON, names: Names) -> str:
-    """Checkboxes as drawn, ticked as their ``initial_options`` say. The page does not
-    send ticks (its batch buttons find nothing selected); the signed client can."""
+    """Checkboxes, ticked as their ``initial_options`` say; the page sends what is ticked
+    with the surface's state (a button press, a modal's submission), as Slack does."""
     ticked = {o.get("value") for o in e.get("initial_options") or [] if isinstance(o, dict)}
-    out = ""
-    for o in e.get("options") or []:
-        if not isinstance(o, dict):
-            continue
-        checked = " checked" if o.get("value") in ticked else ""
-        note = (f' <span class="hint">{text_object(o["description"], names)}</span>'
-                if isinstance(o.get("description"), dict) else "")
-        out += (f'<label class="check"><input type="checkbox" disabled{checked}> '
-                f'{text_object(o.get("text"), names)}{note}</label>')
-    return f'<span class="checkboxes">{out}</span>'
+    action_id = str(e.get("action_id", ""))
+    out = "".join(_choice(o, names, kind="checkbox", name=action_id,
+                          chosen=o.get("value") in ticked) for o in _options(e))
+    return f'<span class="checkboxes" data-action-id="{esc(action_id)}">{out}</span>'
+
+
+def radio_buttons(e: JSON, names: Names) -> str:
+    """Radio buttons, one of them chosen as ``initial_option`` says."""
+    initial = e.get("initial_option")
+    chosen = initial.get("value") if isinstance(initial, dict) else None
+    action_id = str(e.get("action_id", ""))
+    out = "".join(_choice(o, names, kind="radio", name=f"radio:{action_id}",
+                          chosen=o.get("value") == chosen) for o in _options(e))
+    return f'<span class="radios" data-action-id="{esc(action_id)}">{out}</span>'
+
+
+def static_select(e: JSON) -> str:
+    """A select menu: ``initial_option`` chosen, else its placeholder shown."""
+    initial = e.get("initial_option")
+    chosen = initial.get("value") if isinstance(initial, dict) else None
+    out = ("" if chosen is not None else
+           f'<option value="" disabled selected>{plain(e.get("placeholder")) or "Select"}'
+           "</option>")
+    for o in _options(e):
+        selected = " selected" if o.get("value") == chosen else ""
+        out += (f'<option value="{esc(o.get("value", ""))}"{selected}>'
+                f'{plain(o.get("text"))}</option>')
+    return (f'<select class="b-select" data-action-id="{esc(e.get("action_id", ""))}">'
+            f"{out}</select>")
 
 
 def button(e: JSON, names: Names) -> str:
@@ -419,12 +468,20 @@ def message(m: JSON, names: Names, *, author: str, ephemeral: bool = False,
                    f"{count} {word}</a>")
     kind = "msg ephemeral" if ephemeral else "msg"
     flag = ' data-ephemeral="1"' if ephemeral else ""
+    metadata = m.get("metadata")
+    payload = metadata.get("event_payload") if isinstance(metadata, dict) else None
+    if isinstance(payload, dict) and isinstance(payload.get("run_id"), str) \
+            and m.get("thread_ts") in (None, ts):  # a run's thread parent: the page opens it
+        flag += f' data-run="{esc(payload["run_id"])}"'
+    edited = m.get("edited")
+    if isinstance(edited, dict) and edited.get("ts"):  # which version the page shows
+        flag += f' data-version="{esc(edited["ts"])}"'
     return (f'<div class="{kind}" data-ts="{esc(ts)}"{flag}>'
             f'<div class="who"><b>{esc(author)}</b> {meta}</div>{body}{replies}</div>')
 
 
 def view(v: JSON, names: Names, *, errors: Mapping[str, str] | None = None,
-         values: Mapping[str, Mapping[str, str]] | None = None) -> str:
+         values: Mapping[str, Mapping[str, Any]] | None = None) -> str:
     """A modal (title, blocks with inline errors, Close and Submit) or an App Home view."""
     view_id = esc(v.get("id", ""))
     inner = blocks(v.get("blocks"), names, errors=errors, values=values)

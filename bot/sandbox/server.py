@@ -21,6 +21,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from aiohttp import web
+from approvald.bot.http_log import quiet_malformed_requests
 from approvald.bot.sandbox.guard import Guard
 from approvald.bot.sandbox.hooks import ResponseUrlPost, ResponseUrls
 from approvald.bot.sandbox.openid import METHODS as OPENID_METHODS
@@ -204,6 +205,7 @@ class SlackEmulator:
         app.router.add_get("/socket-mode/{ticket}", self._handle_socket)
         app.router.add_post("/response/{hook}", self._handle_response_url)
         app.router.add_get("/openid/connect/authorize", self._handle_authorize)
+        quiet_malformed_requests()
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False,
                                      shutdown_timeout=2.0)
         await self._runner.setup()

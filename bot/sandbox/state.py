@@ -44,12 +44,30 @@ class Channel:
     name: str
     is_private: bool = False
     messages: list[JSON] = field(default_factory=list)
+    # the last few versions of each edited message, as a page may still show them: ts ->
+    # {version: message} (kept in memory only: a page reloads after a restart anyway)
+    earlier: dict[str, dict[str, JSON]] = field(default_factory=dict)
 
     def find(self, ts: str) -> JSON | None:
         for message in self.messages:
             if message["ts"] == ts:
                 return message
         return None
+
+    def keep_version(self, message: JSON) -> None:
+        """Remember ``message`` as it is now, before an edit (at most :data:`VERSIONS`)."""
+        kept = self.earlier.setdefault(message["ts"], {})
+        kept[version_of(message)] = clone(message)
+        while len(kept) > VERSIONS:
+            del kept[next(iter(kept))]
+
+    def version(self, ts: str, version: str) -> JSON | None:
+        """Message ``ts`` as it was at ``version`` (:func:`version_of`), if remembered;
+        None for the current version or an unknown one."""
+        current = self.find(ts)
+        if current is None or version_of(current) == version:
+            return None
+        return self.earlier.get(ts, {}).get(version)
 
     def remove(self, ts: str) -> bool:
         """Delete the message ``ts``. Its replies stay, as in Slack (which shows a deleted
@@ -192,6 +210,15 @@ class SandboxState:
         trigger_id = f"{next(self._trigger_seq)}.{int(now.timestamp())}.{secrets.token_hex(16)}"
         self.triggers[trigger_id] = Trigger(trigger_id, now, user_id)
         return trigger_id
+
+
+VERSIONS = 5  # earlier versions of a message kept, for a click on a card drawn before
+
+
+def version_of(message: JSON) -> str:
+    """Which version of a message this is: its last edit's ts ("" if never edited)."""
+    edited = message.get("edited")
+    return str(edited.get("ts", "")) if isinstance(edited, dict) else ""
 
 
 def clone(value: JSON) -> JSON:

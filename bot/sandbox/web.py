@@ -33,6 +33,7 @@ from aiohttp import web
 from approvald.bot.sandbox import render
 from approvald.bot.sandbox.blocks import find_element
 from approvald.bot.sandbox.client import SlackClientSim
+from approvald.bot.sandbox.inputs import BadInput, surface_state
 from approvald.bot.sandbox.page import page_html
 from approvald.bot.sandbox.review import ReviewProxy
 from approvald.bot.sandbox.server import SlackEmulator
@@ -59,10 +60,6 @@ _PAGE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 def _page(value: Any) -> str:
     """A page's id as it sent it; "" for none (or one that is not an id)."""
     return value if isinstance(value, str) and _PAGE.fullmatch(value) else ""
-
-
-class BadInput(Exception):
-    """A request the page should never send: 400 with this message, nothing changed."""
 
 
 class SandboxWeb:
@@ -345,8 +342,10 @@ class SandboxWeb:
             _, el = find_element(view.get("blocks"), action_id)
             if el is None or el.get("type") != "button":
                 raise BadInput("no such button")
+            state = surface_state(view.get("blocks"), data.get("state"))
             response = await self.slack.click(action_id, el.get("value"), user_id=user,
-                                              view_id=view_id, trigger_id=trigger)
+                                              view_id=view_id, trigger_id=trigger,
+                                              state=state)
             return {"status": response.status}
         channel_id = self._field(data, "channel", _ID)
         ts = self._field(data, "ts", _TS)
@@ -362,15 +361,20 @@ class SandboxWeb:
         target = message or ephemeral
         if target is None:
             raise BadInput("no such message")
+        # the message as this page drew it: a click that raced another one (its card
+        # updated meanwhile) is the click on the card the person saw, as in Slack
+        seen = channel.version(ts, str(data.get("version") or "")) if message else None
+        target = seen or target
         _, el = find_element(target.get("blocks"), action_id)
         if el is None or el.get("type") != "button":
             raise BadInput("no such button")
+        state = surface_state(target.get("blocks"), data.get("state"))
         container = {"type": "message", "message_ts": ts, "channel_id": channel_id,
                      "is_ephemeral": ephemeral is not None}
         response = await self.slack.click(action_id, el.get("value"), user_id=user,
                                           channel_id=channel_id, message_ts=ts,
                                           message=target, container=container,
-                                          trigger_id=trigger)
+                                          trigger_id=trigger, state=state)
         return {"status": response.status}
 
     async def submit(self, data: JSON) -> JSON:
@@ -413,26 +417,9 @@ class SandboxWeb:
 
     def _values(self, view: JSON, given: Any) -> dict[str, dict[str, Any]]:
         """The submitted inputs, checked against the view's own input blocks."""
-        if not isinstance(given, dict):
-            raise BadInput("values must be an object")
-        inputs = {(str(b.get("block_id")), str((b.get("element") or {}).get("action_id"))):
-                  b.get("element") or {} for b in view.get("blocks") or []
-                  if isinstance(b, dict) and b.get("type") == "input"}
-        values: dict[str, dict[str, Any]] = {}
-        for block_id, actions in given.items():
-            if not isinstance(actions, dict):
-                raise BadInput("values must map block ids to {action id: text}")
-            for action_id, text in actions.items():
-                element = inputs.get((block_id, action_id))
-                if element is None:
-                    raise BadInput(f"the modal has no input {block_id}/{action_id}")
-                if not isinstance(text, str):
-                    raise BadInput(f"{block_id}/{action_id} must be text")
-                limit = element.get("max_length")
-                if isinstance(limit, int) and len(text) > limit:
-                    raise BadInput(f"{block_id}/{action_id} is longer than {limit} characters")
-                values.setdefault(block_id, {})[action_id] = text
-        return values
+        inputs = [b for b in view.get("blocks") or []
+                  if isinstance(b, dict) and b.get("type") == "input"]
+        return surface_state(inputs, given)
 
     def _drop(self, holder: tuple[str, str], view_id: str) -> None:
         stack = self.modals.get(holder) or []
@@ -502,4 +489,4 @@ class SandboxWeb:
             task = str(int(ticks))
         run_id = await self.engine.start_run(str(agent), task, requested_by=user)
         self.engine.notify_ready(run_id)
-        return {"run_id": run_id, "task": task}
+        return {"run_id": run_id, "task": task, "channel": self.channel}

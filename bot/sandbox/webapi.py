@@ -107,6 +107,7 @@ class WebApi:
         given = [k for k in ("blocks", "attachments") if k in changes]
         if p.arg("text") is None and not given and metadata is None:
             raise SlackError("no_text")  # nothing to change: no text, blocks or attachments
+        channel.keep_version(message)  # a page may still show it, and click on it
         # Arguments left out keep their old value; an explicit [] removes blocks, as in Slack.
         if p.arg("text") is not None:
             message["text"] = changes["text"]

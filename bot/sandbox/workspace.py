@@ -25,7 +25,7 @@ from typing import Any
 
 from approvald.bot.config import Settings
 from approvald.bot.sandbox.mailbox import Mailbox
-from approvald.bot.sandbox.people import CHANNEL, PEOPLE, seed
+from approvald.bot.sandbox.people import AUDIT_CHANNEL, CHANNEL, CHANNELS, PEOPLE, seed
 from approvald.bot.sandbox.persist import WorkspaceFile, WorkspaceFileError, dump, load
 from approvald.bot.sandbox.server import SlackEmulator
 from approvald.bot.sandbox.web import SandboxWeb
@@ -91,6 +91,9 @@ class Sandbox:
             except WorkspaceFileError as exc:
                 raise ConfigError(f"sandbox workspace {self.file.path if self.file else ''}: "
                                   f"{exc}; move it away to start afresh") from None
+            for channel_id, name in CHANNELS.items():  # one a newer release added
+                if channel_id not in self.emulator.state.channels:
+                    self.emulator.add_channel(channel_id, name)
         if "secret" not in self.extra:
             self.extra["secret"] = secrets.token_urlsafe(32)
 
@@ -121,7 +124,8 @@ class Sandbox:
             "slack_signing_secret": SecretStr(self.emulator.signing_secret or ""),
             "slack_app_token": None,
             "slack_api_url": self.emulator.base_url,
-            "channel": CHANNEL, "ops_channel": None, "audit_channel": None,
+            "channel": CHANNEL, "ops_channel": None, "audit_channel": AUDIT_CHANNEL,
+            "audit_head_interval": 60.0,
             "host": "127.0.0.1", "port": 0,
             "poll_interval": min(self.settings.poll_interval, 0.5),
             # the web review queue, on the page's origin (bot/sandbox/review.py)

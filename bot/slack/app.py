@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 from aiohttp import web
 from approvald.bot.config import Settings
+from approvald.bot.http_log import quiet_malformed_requests
 from approvald.bot.slack.body import parse_body
 from approvald.bot.slack.delivery import SlackDeliverer
 from approvald.bot.slack.directory import SlackDirectory
@@ -309,6 +310,7 @@ class SlackService:
                 logger=_socket_logger(), web_client=self.client)
             return
         # in-flight requests get a few seconds to finish when the listener closes
+        quiet_malformed_requests()
         self._runner = web.AppRunner(self.web_app(), access_log=None,
                                      shutdown_timeout=CLOSE_TIMEOUT)
         await self._runner.setup()

@@ -344,9 +344,10 @@ def queue(items: Sequence[tuple[ApprovalRecord, str | None]], *, user: str, csrf
     return page("Review queue", body, user=user, csrf=csrf)
 
 
-def request_text(a: ApprovalRecord, link: str) -> str:
+def request_text(a: ApprovalRecord, link: str, *, slack: bool) -> str:
     """A request as a plain-text mail: the packet, the exact arguments, and where to
-    decide it. (Plain text: no markup an argument could smuggle in.)"""
+    decide it: the review queue, and its card in Slack where this deployment posts cards
+    (``slack``). (Plain text: no markup an argument could smuggle in.)"""
     p = _packet(a)
     w = will_run(a)
     lines = [f"{asker(p.get('agent'))} wants to run {a.tool} for "
@@ -365,8 +366,9 @@ def request_text(a: ApprovalRecord, link: str) -> str:
     lines += ["", "Exact arguments:", shown_args(a, a.edited_args or a.args), "",
               f"Expires {_when(a.expires_at)}. Request {a.id}, arguments "
               f"{a.effective_digest[:12]}.", "",
-              f"Review and decide (sign-in needed): {link}",
-              "Or decide on its card in Slack."]
+              f"Review and decide (sign-in needed): {link}"]
+    if slack:
+        lines.append("Or decide on its card in Slack.")
     return "\n".join(lines) + "\n"
 
 

@@ -70,6 +70,7 @@ class WebFace:
                               "forms with APPROVALD_SECRET; set it (at least 16 characters)")
         self.engine = engine
         self.public_url = settings.public_url
+        self.slack_cards = settings.slack_configured  # whether requests have Slack cards
         self.keys = WebKeys(secret)
         self.auth = WebAuth(engine.db, engine.clock, engine.audit, engine.notify_outbox,
                             self.keys, settings.emails())
@@ -141,7 +142,7 @@ class WebFace:
                                 "APPROVALD_APPROVER_EMAILS")
         return Mail(to=self.mailer.sender if self.mailer else to[0], bcc=tuple(to),
                     subject=f"Approval needed: {a.tool} ({pages.risk_of(a)} risk)",
-                    text=pages.request_text(a, f"{self.public_url}/review/requests/{a.id}"))
+                    text=pages.request_text(a, self._link(a), slack=self.slack_cards))
 
     def _link(self, a: ApprovalRecord) -> str:
         return f"{self.public_url}/review/requests/{a.id}"
@@ -172,7 +173,8 @@ class WebFace:
             if a.status != "pending":
                 return None  # its outcome mail tells the rest
             text = (f"Reminder {payload.get('n', 1)}: this request is still waiting for a "
-                    "decision.\n\n" + pages.request_text(a, self._link(a)))
+                    "decision.\n\n" + pages.request_text(a, self._link(a),
+                                                         slack=self.slack_cards))
         elif row.kind == EDIT_MAIL:  # told even once decided: what was approved changed
             text = pages.edit_text(a, payload, self._link(a))
         else:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -40,6 +41,18 @@ def playwright(api: str = "sync") -> Any:
     if not (os.path.exists(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
         _need(f"no chromium at {CHROMIUM} (apt-get install -y chromium)")
     return entry
+
+
+def emoji_font_installed() -> bool:
+    """Whether fontconfig knows a colour emoji font (Debian's fonts-noto-color-emoji, which
+    the README names beside chromium): the sandbox page draws emoji with it, and shows their
+    meaning in words on a machine without one."""
+    fc_list = shutil.which("fc-list")
+    if fc_list is None:
+        return False
+    found = subprocess.run([fc_list, ":charset=2705", "family"], capture_output=True,
+                           text=True, timeout=30, check=False)
+    return "emoji" in found.stdout.lower()
 
 
 def launch(pw: Any) -> Any:

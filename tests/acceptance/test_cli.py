@@ -107,6 +107,30 @@ def test_edit_with_bad_json_or_bad_schema_is_refused(cli: Cli) -> None:
     assert edited["details"]["original_args"]["amount_cents"] == 4200
 
 
+def test_edit_one_field_with_set_keeps_the_others(cli: Cli) -> None:
+    """Issue 48 item 9: `--args '{"amount_cents": 2000}'` replaced every argument and was
+    refused for the missing order_id; `--set FIELD=VALUE` changes one, the way a person
+    edits a field, and the tool's schema checks the whole."""
+    _, approval_id = start_refund(cli)
+    bad = cli("approvals", "edit", approval_id, "--as", "U_ALICE", "--set",
+              "amount_cents=all of it")
+    assert bad.returncode == 4 and "amount_cents" in bad.stderr
+    nowhere = cli("approvals", "edit", approval_id, "--as", "U_ALICE", "--set", "amount_cents")
+    assert nowhere.returncode == 2 and "expected FIELD=VALUE" in nowhere.stderr
+    both = cli("approvals", "edit", approval_id, "--as", "U_ALICE", "--set", "a=1", "--args",
+               "{}")
+    assert both.returncode == 2 and "not allowed with argument" in both.stderr
+    assert cli.json("approvals", "show", approval_id, "--json")["status"] == "pending"
+    ok = cli("approvals", "edit", approval_id, "--as", "U_ALICE", "--set", "amount_cents=2000",
+             "--set", "reason=second charge only")
+    assert ok.returncode == 0, ok.stderr
+    [refund] = [e for e in cli.ledger_lines() if e["tool"] == "issue_refund"]
+    assert refund["args"] == {"order_id": "A-1001", "amount_cents": 2000,
+                              "reason": "second charge only"}
+    assert "it replaces the arguments whole (one left out is not kept)" in " ".join(
+        cli.ok("approvals", "edit", "--help").split())
+
+
 def test_cancel_a_waiting_run(cli: Cli) -> None:
     run_id, approval_id = start_refund(cli)
     assert f"run {run_id}: cancelled" in cli.ok("runs", "cancel", run_id[:10])

@@ -19,7 +19,7 @@ import sys
 import textwrap
 import time
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import aiohttp
@@ -382,3 +382,39 @@ def test_a_policy_naming_email_without_mail_stops_serve_and_writes_nothing(
         "channel, but this deployment cannot send mail: set APPROVALD_SMTP_URL and "
         "APPROVALD_MAIL_FROM"], done.stderr
     assert not db.exists()
+
+
+# -- a port that cannot be bound ----------------------------------------------------------
+
+@pytest.mark.parametrize("slack", [False, True], ids=["ops-listener", "slack-listener"])
+def test_a_port_already_taken_stops_serve_in_one_line(tmp_path: Path, slack: bool) -> None:
+    """Issue 48 item 10: a listener that cannot bind its port printed `Future exception was
+    never retrieved … ConnectionError` (and, with requests due, the scheduler's cancelled
+    jobs' tracebacks) before the clear line. Every listener is bound before any work
+    starts: one line, exit 2, and the waiting request is left as it was."""
+    import socket
+
+    cli = Cli(db_url=f"sqlite+aiosqlite:///{tmp_path / 'approvald.db'}", workdir=tmp_path)
+    cli.set_time(datetime(2026, 12, 1, 9, 0, tzinfo=UTC))
+    done = cli("run", "demo-refund", "--task", "Refund order A-1001", "--requested-by",
+               "U_DANA")
+    assert done.returncode == 0, done.stderr
+    cli.advance_time(timedelta(days=2))  # its expiry is due the moment a scheduler starts
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    try:
+        port = taken.getsockname()[1]
+        extra = {"APPROVALD_HOST": "127.0.0.1", "APPROVALD_PORT": str(port)}
+        if slack:
+            extra |= {"SLACK_BOT_TOKEN": "xoxb-test", "SLACK_SIGNING_SECRET": "s" * 32,
+                      "SLACK_API_URL": "http://127.0.0.1:9/api/", "APPROVALD_CHANNEL": "C_APPR"}
+        done = cli("serve", timeout=60, **extra)
+    finally:
+        taken.close()
+    assert done.returncode == 2, done.stderr
+    assert [line for line in done.stderr.splitlines() if "cannot listen" not in line] == [], \
+        done.stderr
+    assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
+    assert [a["status"] for a in cli.json("approvals", "list", "--all", "--json")] == \
+        ["pending"]

@@ -23,7 +23,8 @@ The blocks of one page run in order, as a reader would paste them into one termi
 top of a checkout (the page's fresh directory holds links to the repository's top-level
 folders and files, so ``bot/evals/datasets/…`` and ``tests/…`` are found), with an empty
 ``HOME`` (so the embedded database is a new one per
-page), approvald's ``APPROVALD_*`` and ``SLACK_*`` variables cleared, and this virtualenv's
+page, already holding two unrelated waiting requests, as a reader's would: see
+:func:`seed`), approvald's ``APPROVALD_*`` and ``SLACK_*`` variables cleared, and this virtualenv's
 ``bin`` first on ``PATH`` (``approvald`` is the installed console script), and the OpenAI
 variables naming a key that is not one and a local address nobody serves (an agent can be
 built, but an example that would call a model fails at once instead of reaching out). A shell block
@@ -227,6 +228,30 @@ def run(block: Block, cwd: Path, env: dict[str, str]) -> Ran:
     return Ran(block, done.returncode, done.stdout + done.stderr)
 
 
+# what a reader's database already holds when they follow a page: requests of other runs and
+# of other faces, waiting, so that a command picking "the first waiting request" instead of
+# the one the page started (``approvals list --ids | head -1``) acts on the wrong one and fails
+UNRELATED_TASK = "An unrelated refund, waiting since before this page was followed"
+UNRELATED_HOOK_EVENT = (
+    '{"hook_event_name": "PreToolUse", "session_id": "s-unrelated", "cwd": "/srv/other", '
+    '"tool_use_id": "toolu_unrelated", "tool_name": "Bash", '
+    '"tool_input": {"command": "make release"}}')
+
+
+def seed(workdir: Path, env: dict[str, str]) -> None:
+    """Put two unrelated waiting requests (an agent's refund, a Claude Code call) in the
+    embedded database the page's commands use."""
+    approvald = str(Path(sys.executable).parent / "approvald")
+    for argv, stdin in (
+            ([approvald, "run", "demo-refund", "--task", UNRELATED_TASK,
+              "--requested-by", "U_SEED"], None),
+            ([approvald, "hook", "claude-code", "--requested-by", "U_SEED", "--wait", "0"],
+             UNRELATED_HOOK_EVENT)):
+        done = subprocess.run(argv, cwd=workdir, env=env, input=stdin, capture_output=True,
+                              text=True, timeout=TIMEOUT, check=False)
+        assert done.returncode == 0, f"seeding the page's database failed: {done.stderr}"
+
+
 def run_page(page: Path, workdir: Path) -> tuple[list[Ran], list[Block]]:
     """Run a page's examples in order in ``workdir``: (what ran, what the page says not to
     run). Stops at the first block that does not exit as expected (the next ones may need
@@ -245,6 +270,8 @@ def run_page(page: Path, workdir: Path) -> tuple[list[Ran], list[Block]]:
         if block.not_run is not None or block.run_by is not None:
             skipped.append(block)
             continue
+        if not ran:
+            seed(workdir, env)  # before the first block that runs (none: nothing started)
         result = run(block, workdir, env)
         ran.append(result)
         if result.status != block.expect_exit:

@@ -147,6 +147,51 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
         pass
 
 
+# what a reader sees that the markdown did not mean: a link written inside a code block
+# (shown as its brackets and parentheses), and a paragraph that stops mid-sentence
+_LITERAL_LINK = re.compile(r"\[[^\]\n]+\]\([^)\s]+\)")
+_ENDS_A_SENTENCE = re.compile(r"[.:;!?)…\]`\"'”]$")
+_SHOWN = """els => els.filter(e => !e.querySelector('p, ul, ol, pre'))
+                      .map(e => e.innerText.trim())"""
+
+
+def rendered_problems(page: object, where: str) -> list[str]:
+    """What the page open in ``page`` (a Playwright page) shows wrong: literal markdown
+    links in its code blocks, and prose paragraphs or list items that end mid-sentence
+    (the generated reference pages' field lists are not prose, and are not read)."""
+    found = []
+    codes = page.eval_on_selector_all(  # type: ignore[attr-defined]
+        "article pre code", "els => els.map(e => e.innerText)")
+    found += [f"{where}: markdown shown literally in a code block: {m.group(0)}"
+              for code in codes for m in _LITERAL_LINK.finditer(code)]
+    if "reference/" not in where:
+        prose = page.eval_on_selector_all("article p, article li", _SHOWN)  # type: ignore[attr-defined]
+        found += [f"{where}: ends mid-sentence: …{text[-80:]}" for text in prose
+                  if text and not _ENDS_A_SENTENCE.search(text)]
+    return found
+
+
+@pytest.mark.slow  # starts chromium
+def test_the_rendered_check_finds_a_literal_link_and_a_cut_sentence(tmp_path: Path) -> None:
+    sync_playwright = playwright()
+    page_file = tmp_path / "index.html"
+    page_file.write_text(
+        "<article><pre><code>approvald db upgrade  # see [upgrades](operate.md#up)</code></pre>"
+        "<p>A whole sentence.</p><p>Or install it from the command line; see</p>"
+        "<ul><li>an item;</li><li>a last item.</li></ul></article>")
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(**LAUNCH)
+        try:
+            page = browser.new_page()
+            page.goto(page_file.as_uri())
+            assert rendered_problems(page, "how-to/x/") == [
+                "how-to/x/: markdown shown literally in a code block: "
+                "[upgrades](operate.md#up)",
+                "how-to/x/: ends mid-sentence: …Or install it from the command line; see"]
+        finally:
+            browser.close()
+
+
 @pytest.mark.slow
 def test_the_site_builds_strict_its_links_resolve_and_it_renders(
         served: tuple[Path, str], tmp_path: Path) -> None:
@@ -185,6 +230,16 @@ def test_the_site_builds_strict_its_links_resolve_and_it_renders(
                 assert page.locator("h1").first.is_visible()
                 page.screenshot(path=str(shots / f"{name}.png"), full_page=False)
             assert "Command line" in page.locator("h1").first.inner_text()
+            # every page, read as chromium renders it (issue 48 item 8)
+            problems: list[str] = []
+            for html in sorted(site.rglob("index.html")):
+                where = html.parent.relative_to(site).as_posix() + "/"
+                if where.startswith(("search/", "assets/")):
+                    continue
+                answer = page.goto(url + (where if where != "./" else ""))
+                assert answer is not None and answer.status == 200, where
+                problems += rendered_problems(page, where)
+            assert problems == [], "\n".join(problems)
             assert errors == [], errors
         finally:
             browser.close()

@@ -100,11 +100,20 @@ async def approve_in_slack(h: Harness, request_id: str) -> None:
     assert (await h.approval(a.id)).status == "approved"
 
 
+async def open_modal(h: Harness, a: Any, button: str, modal: str) -> None:
+    """Alice clicks ``button`` on ``a``'s card, and its modal opens: a new one (tests that
+    share one emulator leave earlier modals with the same callback id behind, and the
+    submission goes to the newest)."""
+    before = len(h.emulator.views(callback_id=modal))
+    await h.slack.click(button, h.value(a), user_id="U_ALICE", channel_id=CHANNEL,
+                        message_ts=a.message_ts)
+    await wait_for(lambda: len(h.emulator.views(callback_id=modal)) > before,
+                   what=f"the {modal} modal")
+
+
 async def deny_in_slack(h: Harness, request_id: str, reason: str) -> None:
     a = await card_of(h, request_id)
-    await h.slack.click(cards.DENY, h.value(a), user_id="U_ALICE", channel_id=CHANNEL,
-                        message_ts=a.message_ts)
-    await wait_for(lambda: h.emulator.views(callback_id=cards.DENY_MODAL), what="the deny modal")
+    await open_modal(h, a, cards.DENY, cards.DENY_MODAL)
     await h.slack.submit_view(cards.DENY_MODAL, {"reason": {"reason_input": reason}},
                               user_id="U_ALICE")
     assert (await h.approval(a.id)).status == "denied"
@@ -113,9 +122,7 @@ async def deny_in_slack(h: Harness, request_id: str, reason: str) -> None:
 async def edit_in_slack(h: Harness, request_id: str, args: dict[str, Any]) -> None:
     """Edit the arguments in the modal: with edits = "approve" the edit approves them."""
     a = await card_of(h, request_id)
-    await h.slack.click(cards.EDIT, h.value(a), user_id="U_ALICE", channel_id=CHANNEL,
-                        message_ts=a.message_ts)
-    await wait_for(lambda: h.emulator.views(callback_id=cards.EDIT_MODAL), what="the edit modal")
+    await open_modal(h, a, cards.EDIT, cards.EDIT_MODAL)
     resp = await h.slack.submit_view(cards.EDIT_MODAL, {"args": {"args_input": json.dumps(args)}},
                                      user_id="U_ALICE")
     assert resp.status == 200

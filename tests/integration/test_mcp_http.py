@@ -274,8 +274,10 @@ TASKS = "io.modelcontextprotocol/tasks"
 
 
 async def rpc(http: aiohttp.ClientSession, target: str, bearer: str, method: str,
-              params: dict[str, Any], *, tasks: bool = True) -> dict[str, Any]:
-    """One JSON-RPC request; its response (read from JSON or from the event stream)."""
+              params: dict[str, Any], *, tasks: bool = True,
+              name: str | None = None) -> dict[str, Any]:
+    """One JSON-RPC request; its response (read from JSON or from the event stream).
+    ``Mcp-Name`` is the task's id or the tool's name unless ``name`` says otherwise."""
     caps: dict[str, Any] = {"extensions": {TASKS: {}}} if tasks else {}
     meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
             "io.modelcontextprotocol/clientInfo": {"name": "test", "version": "1"},
@@ -283,7 +285,7 @@ async def rpc(http: aiohttp.ClientSession, target: str, bearer: str, method: str
     headers = {"Authorization": f"Bearer {bearer}", "Content-Type": "application/json",
                "Accept": "application/json, text/event-stream",
                "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": method}
-    name = params.get("taskId") or params.get("name")
+    name = name or params.get("taskId") or params.get("name")
     if name:
         headers["Mcp-Name"] = str(name)
     body = {"jsonrpc": "2.0", "id": 7, "method": method, "params": {**params, "_meta": meta}}
@@ -381,3 +383,68 @@ async def test_a_gateway_whose_server_cannot_be_reached_stops_serve_saying_which
         async with harness(sqlite_url, tmp_path, background=False,
                            APPROVALD_MCP_GATEWAYS_FILE=str(tmp_path / "gateways.toml")):
             pass
+
+
+async def test_tasks_methods_answer_only_clients_that_declared_the_extension(
+        db_url: str, tmp_path: Path, ledger: Path) -> None:
+    """Every ``tasks/*`` method from a client that did not declare the extension is error
+    -32021 (naming the extension), and changes nothing: the cancel does not cancel."""
+    async with harness(db_url, tmp_path, background=False, **files(tmp_path)) as h, \
+            aiohttp.ClientSession() as http:
+        dana = await token(h, "dana-agent", face="mcp:bank", requested_by="U_DANA")
+        target = url(h.service, "bank")
+        made = await rpc(http, target, dana, "tools/call",
+                         {"name": "transfer_money", "arguments": {"to": "ACME", "cents": 5}})
+        tid = made["result"]["taskId"]
+        for method in ("tasks/get", "tasks/update", "tasks/cancel", "tasks/list"):
+            refused = await rpc(http, target, dana, method, {"taskId": tid}, tasks=False)
+            assert refused.get("error", {}).get("code") == -32021, (method, refused)
+            assert refused["error"]["data"]["requiredCapabilities"] == {
+                "extensions": {TASKS: {}}}, refused
+        async with h.engine.db.read() as tx:
+            assert [a.status for a in await tx.approvals.recent()] == ["pending"]
+        still = await rpc(http, target, dana, "tasks/get", {"taskId": tid})
+        assert still["result"]["status"] == "working", still
+
+
+async def test_a_tasks_mcp_name_header_must_name_the_task(
+        db_url: str, tmp_path: Path, ledger: Path) -> None:
+    """``Mcp-Name`` on ``tasks/*`` is the task's id; another one is error -32020 and the
+    method does nothing (SEP-2663 routing headers)."""
+    async with harness(db_url, tmp_path, background=False, **files(tmp_path)) as h, \
+            aiohttp.ClientSession() as http:
+        dana = await token(h, "dana-agent", face="mcp:bank", requested_by="U_DANA")
+        target = url(h.service, "bank")
+        made = await rpc(http, target, dana, "tools/call",
+                         {"name": "transfer_money", "arguments": {"to": "ACME", "cents": 6}})
+        tid = made["result"]["taskId"]
+        for method in ("tasks/get", "tasks/update", "tasks/cancel"):
+            wrong = await rpc(http, target, dana, method, {"taskId": tid},
+                              name="another-task")
+            assert wrong.get("error", {}).get("code") == -32020, (method, wrong)
+        async with h.engine.db.read() as tx:
+            assert [a.status for a in await tx.approvals.recent()] == ["pending"]
+
+
+async def test_a_completed_tasks_last_update_is_when_its_call_finished(
+        db_url: str, tmp_path: Path, ledger: Path) -> None:
+    async with harness(db_url, tmp_path, background=False, **files(tmp_path)) as h, \
+            aiohttp.ClientSession() as http:
+        dana = await token(h, "dana-agent", face="mcp:bank", requested_by="U_DANA")
+        target = url(h.service, "bank")
+        made = await rpc(http, target, dana, "tools/call",
+                         {"name": "transfer_money", "arguments": {"to": "ACME", "cents": 7}})
+        tid = made["result"]["taskId"]
+        rid = await pending_request(h)
+        await approve_in_slack(h, rid)
+        done = (await rpc(http, target, dana, "tasks/get", {"taskId": tid}))["result"]
+        assert done["status"] == "completed", done
+        assert h.service.mcp is not None
+        record = await api_tokens.from_header(h.engine.db, f"Bearer {dana}")
+        assert record is not None
+        gateway = h.service.mcp.gateways["bank"].gateway_for(record)
+        doc = await h.engine.external.get(await gateway.token(), rid)
+        assert doc["decision"]["decided_at"] < doc["result"]["reported_at"]
+        assert done["lastUpdatedAt"] == doc["result"]["reported_at"], (done, doc)
+        again = (await rpc(http, target, dana, "tasks/get", {"taskId": tid}))["result"]
+        assert again["lastUpdatedAt"] == doc["result"]["reported_at"]

@@ -11,6 +11,7 @@ from approvald.bot.serve import Service
 from approvald.store.db import Database
 
 from tests.integration.slack_harness import harness
+from tests.integration.web_helpers import web_harness
 
 
 def settings(db_url: str, tmp_path: Path, **extra: str) -> Settings:
@@ -36,10 +37,9 @@ async def test_without_slack_it_says_so_and_where_requests_are_decided(db_url, t
     assert text.startswith("serving on ")
     assert f"{base}/v1" in text and f"{base}/healthz" in text and f"{base}/readyz" in text
     assert "Slack is not configured" in text
-    assert "approvald approvals approve" in text
-    # the HTTP API asks and waits: it decides nothing, so it is not offered as a place to
-    # decide (issue 45 item 9)
-    assert "decided with `approvald approvals approve|deny|edit ID`\n" in text
+    mode = next(line for line in text.splitlines() if line.startswith("mode: "))
+    # the HTTP API decides nothing (issue 45 item 9): the mode line does not send people there
+    assert mode.endswith("decided with `approvald approvals approve|deny|edit ID`"), mode
     assert f"{service.metrics_url}" in text
     assert "/slack/events" not in text
 
@@ -58,3 +58,16 @@ async def test_with_slack_over_http_it_names_the_events_url(sqlite_url, tmp_path
         assert f"{base}/slack/events" in text and f"{base}/v1" in text
         assert "Slack over HTTP" in text
         assert "Slack is not configured" not in text
+
+
+async def test_the_mode_line_names_the_review_queue_where_it_is_served(sqlite_url, tmp_path):
+    """Issue 48 item 6: the mode line listed the CLI and not the /review queue the banner
+    printed two lines later."""
+    async with web_harness(sqlite_url, tmp_path) as (h, url):
+        text = h.service.describe()
+        mode = next(line for line in text.splitlines() if line.startswith("mode: "))
+        assert f"on the web review queue ({url}/review)" in mode, mode
+        assert mode.endswith("in Slack, on the web review queue "
+                             f"({url}/review) and with `approvald approvals approve|deny|edit "
+                             "ID`"), mode
+        assert f"review: {url}/review" in text

@@ -360,14 +360,18 @@ async def test_the_audit_head_is_posted_to_the_audit_channel_as_a_witness(sqlite
 
     async with harness(sqlite_url, tmp_path, APPROVALD_AUDIT_CHANNEL="C_AUDIT") as h:
         h.emulator.add_channel("C_AUDIT")
-        paused = await h.pause_refund()
-        await h.service.post_audit_head()
-        await h.service.post_audit_head()  # nothing new: not posted twice
 
         def posted() -> list[dict]:
             return [m for m in h.emulator.messages("C_AUDIT") if "Audit log head" in
                     m.get("text", "")]
-        [message] = await wait_for(posted, what="the head in the audit channel")
+        # serve posts the head it started on (the policy it loaded is the first entry)
+        [at_start] = await wait_for(posted, what="the head posted when serve started")
+        assert "`1:" in at_start["text"]
+        paused = await h.pause_refund()
+        await h.service.post_audit_head()
+        await h.service.post_audit_head()  # nothing new: not posted twice
+        await wait_for(lambda: len(posted()) == 2, what="the head in the audit channel")
+        message = posted()[-1]
         report = await audit.verify(h.engine.db)
         assert report.head_text in message["text"]
         assert f"approvald audit verify --expect {report.head_text}" in message["text"]
@@ -376,4 +380,4 @@ async def test_the_audit_head_is_posted_to_the_audit_channel_as_a_witness(sqlite
         await h.engine.decide(paused.approval_ids[0], actor=Actor("U_ALICE", "slack"),
                               verdict="approve")
         await h.service.post_audit_head()  # the head moved: a new witness
-        await wait_for(lambda: len(posted()) == 2, what="the second head")
+        await wait_for(lambda: len(posted()) == 3, what="the second head")

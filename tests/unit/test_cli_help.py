@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Iterator
+from pathlib import Path
 
 from approvald.bot.cli import build_parser
 
@@ -29,3 +31,15 @@ def test_every_command_and_option_has_help() -> None:
     assert {"approvald approvals list", "approvald approvals approve",
             "approvald approvals sweep"} <= {w for w, _ in found}
     assert len(found) > 60
+
+
+def test_help_that_points_elsewhere_names_a_page_that_exists() -> None:
+    """Issue 48 item 8: `--json` said "see the README", where no document's keys are
+    listed; a help text that sends the reader elsewhere names a docs page that exists."""
+    root = Path(__file__).resolve().parents[2]
+    texts = [(where, a.help or "") for where, a in walk(build_parser())]
+    readme = [f"{where}: {text}" for where, text in texts if "README" in text]
+    assert readme == []
+    pages = {page for _, text in texts for page in re.findall(r"docs/[\w/.-]+\.md", text)}
+    assert "docs/reference/json-documents.md" in pages
+    assert sorted(p for p in pages if not (root / p).is_file()) == []

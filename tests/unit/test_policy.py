@@ -238,3 +238,39 @@ def test_rules_that_fit_their_tool_still_load(tmp_path: Path) -> None:
                       'policy = "auto"\n'
                       '[groups]\nS_FINANCE = ["U_BOB", "U_CAROL"]\n')
     Registry(demo_agents(), policy=load_policy_file(path)).check_policy()
+
+
+def test_an_mcp_gateways_reads_are_let_through_unless_an_entry_names_them(
+        tmp_path: Path) -> None:
+    """``mcp:NAME/resource:URI`` and ``mcp:NAME/prompt:NAME``: read at once when no entry
+    names them; an entry that does is theirs, as for a call (its policy, its rules on
+    ``args.uri``, else ``[default]``'s: ask). A tool of the gateway still asks."""
+    from approvald.runtime.directory import StaticDirectory
+    from approvald.runtime.intake import Intake, Source
+
+    path = tmp_path / "policy.toml"
+    path.write_text('''
+[tools."mcp:files/resource:file:///srv/*"]
+approvers = ["U_ALICE"]
+
+[tools."mcp:files/resource:*"]
+policy = "auto"
+[[tools."mcp:files/resource:*".rules]]
+when = "args.uri.startsWith('file:///etc/')"
+policy = "forbidden"
+reason = "Nothing reads under /etc."
+''')
+    policy = load_policy_file(path)
+    intake = Intake(lambda: policy, StaticDirectory({}))
+    files, other = Source("mcp", "files"), Source("mcp", "tickets")
+
+    def kind(source: Source, tool: str, args: dict[str, str]) -> str:
+        return intake.resolve(source, tool, args).kind
+
+    assert kind(other, "resource:file:///etc/passwd", {"uri": "file:///etc/passwd"}) == "auto"
+    assert kind(other, "prompt:summary", {}) == "auto"
+    assert kind(other, "read_file", {}) == "approve_before"  # a tool: [default] asks
+    assert kind(files, "resource:file:///srv/a", {"uri": "file:///srv/a"}) == "approve_before"
+    refused = intake.resolve(files, "resource:file:///etc/passwd", {"uri": "file:///etc/passwd"})
+    assert (refused.kind, refused.reason) == ("forbidden", "Nothing reads under /etc.")
+    assert kind(files, "resource:file:///tmp/x", {"uri": "file:///tmp/x"}) == "auto"

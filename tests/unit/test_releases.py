@@ -19,6 +19,7 @@ from approvald.runtime.engine import Engine
 from approvald.runtime.errors import ConfigError, DecisionRefused, NotFound
 from approvald.runtime.models.scripted import ScriptedModel, reply
 from approvald.runtime.policy import PolicyFile
+from approvald.runtime.tools import Tool
 from approvald.store.db import Database
 from approvald.store.models import AuditEntry
 from sqlalchemy import select
@@ -159,7 +160,12 @@ async def test_deploy_check_lists_changed_policy_and_instructions_without_failin
     report = await deploy_check(db, make_engine(agents=[reworded]).registry)
     assert report.ok and report.runs_checked == 1
     [change] = report.changes
-    assert change.approval_id == aid and "instructions changed" in change.reason
+    assert change.approval_id == aid
+    assert change.reason == (
+        f"run {run_id} of agent demo-refund started on v1 (definition "
+        f"{old.instructions_version}) and goes on with v2 (definition "
+        f"{reworded.instructions_version}): the agent's instructions or its tools' names, "
+        "descriptions or schemas changed since")
     relaxed = PolicyFile.model_validate({"tools": {"issue_refund": {"policy": "auto"}}})
     auto = make_engine(agents=[reworded], policy=relaxed)
     [change] = (await deploy_check(db, auto.registry)).changes
@@ -167,3 +173,26 @@ async def test_deploy_check_lists_changed_policy_and_instructions_without_failin
     gone = await deploy_check(db, make_engine(agents=[steps_agent(ledger)]).registry)
     [broken] = gone.breaks
     assert broken.run_id == run_id and "unknown agent 'demo-refund'" in broken.reason
+
+
+async def test_a_tool_only_deploy_is_not_called_an_instructions_change(
+        make_engine: Callable[..., Engine], db: Database, ledger_path: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 48 item 7: after a deploy that changed only a tool, the run's warning said
+    "started with instructions ff0c…; continuing with 926e…"."""
+    old = refund_agent(DemoLedger(str(ledger_path)))
+    run_id, aid = await paused_run(make_engine(agents=[old]))
+    tools = [Tool(t.fn, name=t.name, description=t.description + " (v2)",
+                  permission=t.permission) if t.name == "lookup_order" else t
+             for t in old.tools]
+    retooled = replace(old, tools=tools, version="")
+    assert retooled.instructions == old.instructions
+    assert retooled.instructions_version != old.instructions_version
+    engine = make_engine(agents=[retooled])
+    await engine.decide(aid, actor=ALICE, verdict="approve")
+    with caplog.at_level("WARNING", logger="approvald"):
+        await engine.advance(run_id)
+    [said] = [r.getMessage() for r in caplog.records if run_id in r.getMessage()]
+    assert "instructions " not in said.split(":")[0], said
+    assert (f"started on definition {old.instructions_version} and goes on with definition "
+            f"{retooled.instructions_version}") in said

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from approvald.bot.sandbox.blocks import block_problems
 from approvald.bot.sandbox.client import SlackClientSim
+from approvald.bot.sandbox.inputs import BadInput, surface_state
 
 
 def option(value: str, text: str | None = None) -> dict[str, Any]:
@@ -73,3 +74,39 @@ def test_slacks_limits_on_radio_buttons_and_selects() -> None:
         option(f"v{i}") for i in range(100)]})]) == []
     long = input_block("s", {"type": "static_select", "options": [option("v", "t" * 76)]})
     assert "must be less than 76" in block_problems([long])[0]
+
+
+# -- what the page sends: checked against the surface, turned into Slack's state ----------
+
+def test_the_pages_values_become_the_state_slack_sends() -> None:
+    """Issue 52 item 7: the page drew ``[static_select element]`` and sent nothing of its
+    choices; now each input's value is checked against the drawn element and sent as the
+    option objects Slack sends."""
+    state = surface_state(BLOCKS, {"window": {"a": "1h"}, "scope": {"a": "when"},
+                                   "fields": {"a": ["b", "a"]}, "when": {"a": "args.a > 0"}})
+    assert state == {
+        "window": {"a": {"type": "static_select", "selected_option": option("1h")}},
+        "scope": {"a": {"type": "radio_buttons", "selected_option": option("when")}},
+        "fields": {"a": {"type": "checkboxes", "selected_options": [option("a"), option("b")]}},
+        "when": {"a": "args.a > 0"}}  # text: payloads.state_values makes it plain_text_input
+    ticked = [{"type": "section", "block_id": "pick.1", "text": option("x")["text"],
+               "accessory": {"type": "checkboxes", "action_id": "select",
+                             "options": [option("tok-1")]}}]
+    assert surface_state(ticked, {"pick.1": {"select": ["tok-1"]}}) == {
+        "pick.1": {"select": {"type": "checkboxes", "selected_options": [option("tok-1")]}}}
+
+
+@pytest.mark.parametrize("given, error", [
+    ({"window": {"a": "8h"}}, "window/a: not one of its options"),
+    ({"scope": {"a": ["exact"]}}, "scope/a: not one of its options"),
+    ({"fields": {"a": ["a", "a"]}}, "fields/a: not a list of its options"),
+    ({"fields": {"a": ["c"]}}, "fields/a: not a list of its options"),
+    ({"fields": {"a": "a"}}, "fields/a: not a list of its options"),
+    ({"when": {"a": 7}}, "when/a must be text"),
+    ({"nowhere": {"a": "x"}}, "there is no input nowhere/a here"),
+    ({"window": "1h"}, "values must map block ids"),
+    (["window"], "values must be an object"),
+])
+def test_what_the_surface_does_not_offer_is_refused(given: Any, error: str) -> None:
+    with pytest.raises(BadInput, match=error):
+        surface_state(BLOCKS, given)

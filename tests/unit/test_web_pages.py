@@ -129,7 +129,7 @@ def test_a_policy_mails_requests_only_beside_its_card() -> None:
 
 def test_a_mailed_request_is_plain_text_with_its_exact_arguments() -> None:
     a = approval(args={"note": HOSTILE, "amount": 42})
-    text = pages.request_text(a, "https://approvals.example.com/review#r-x")
+    text = pages.request_text(a, "https://approvals.example.com/review#r-x", slack=True)
     assert '"note": "<script>' in text  # plain text: shown as it is, nothing to render
     assert "https://approvals.example.com/review#r-x" in text and a.id in text
 
@@ -188,3 +188,13 @@ def test_an_edits_account_lists_changed_fields_masked_where_sensitive() -> None:
     assert "  amount: 42 -> 21\n  (and 2 more)\n" in text
     assert "The edit is U0CAROL's approval of them." in text
     assert "Approvals given on the old arguments (U0BOB) no longer count." in text
+
+
+@pytest.mark.parametrize("slack", [True, False])
+def test_a_request_mail_names_slack_only_where_cards_go_to_slack(slack: bool) -> None:
+    """Issue 48 item 6: with Slack off, the mail said "Or decide on its card in Slack"."""
+    a = approval(tool="issue_refund")
+    text = pages.request_text(a, "https://approvals.example/review/requests/a1", slack=slack)
+    assert "Review and decide (sign-in needed): https://approvals.example/review/requests/a1" \
+        in text
+    assert ("card in Slack" in text) is slack

@@ -1,0 +1,198 @@
+"""What the MCP gateway passes through besides the gated call (issue 49): resources and
+prompts named in the policy (readable by default, gated or forbidden like a call), progress
+and log messages relayed on the call's stream while a gated call waits and after it is
+approved, and the client's own capabilities declared to the server. ``serve``'s gateway in
+front of the fixture server (tests/fixtures/mcp_server.py, a real subprocess, over stdio or
+over Streamable HTTP), the ``mcp`` SDK's client over HTTP with a bearer token, decisions as
+signed Slack clicks through the emulator; the server's own record of the reads it served
+says what reached it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import mcp_types as types
+import pytest
+from mcp import Client, MCPError
+from mcp.client.streamable_http import streamable_http_client
+
+from tests.integration.adapter_helpers import approve_in_slack, deny_in_slack, pending_request
+from tests.integration.slack_harness import harness
+from tests.integration.test_mcp_http import SERVER, client, token, url
+
+pytestmark = pytest.mark.slow
+
+POLICY = """
+[tools."mcp:*/resource:bank://statements/*"]   # a month's statement: asked about
+approvers = ["U_ALICE"]
+
+[tools."mcp:*/resource:*"]                     # any other resource: read, but not keys
+policy = "auto"
+[[tools."mcp:*/resource:*".rules]]
+when = "args.uri.startsWith('bank://keys/')"
+policy = "forbidden"
+reason = "Signing keys are never read through an agent."
+
+[tools."mcp:*/monthly_report"]
+approvers = ["U_ALICE"]
+
+[tools."mcp:*/capabilities"]
+policy = "auto"
+"""
+
+
+def reads(ledger: Path) -> list[str]:
+    path = Path(f"{ledger}.reads")
+    return [json.loads(x)["uri"] for x in path.read_text().splitlines()] \
+        if path.exists() else []
+
+
+@pytest.fixture
+def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "transfers.jsonl"
+    monkeypatch.setenv("MCP_FIXTURE_LEDGER", str(path))  # the wrapped server's environment
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@asynccontextmanager
+async def http_server() -> AsyncIterator[str]:
+    """The fixture server over Streamable HTTP, as a gateway's ``url``."""
+    port = free_port()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(SERVER), "--http", str(port),
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+    try:
+        for _ in range(200):
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+            except OSError:
+                await asyncio.sleep(0.05)
+                continue
+            writer.close()
+            await writer.wait_closed()
+            break
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.terminate()
+        await proc.wait()
+
+
+def gateways(tmp_path: Path, upstream: str | None = None) -> dict[str, str]:
+    (tmp_path / "policy.toml").write_text(POLICY)
+    where = f'url = "{upstream}"' if upstream else \
+        f"command = {json.dumps([sys.executable, str(SERVER)])}"
+    (tmp_path / "gateways.toml").write_text(f"[gateways.bank]\n{where}\nwait = 30\n")
+    return {"APPROVALD_POLICY_FILE": str(tmp_path / "policy.toml"),
+            "APPROVALD_MCP_GATEWAYS_FILE": str(tmp_path / "gateways.toml")}
+
+
+def text_of(result: types.ReadResourceResult) -> str:
+    return "".join(c.text for c in result.contents if isinstance(c, types.TextResourceContents))
+
+
+async def test_resource_reads_are_named_in_the_policy_gated_or_forbidden_like_calls(
+        db_url: str, tmp_path: Path, ledger: Path) -> None:
+    async with harness(db_url, tmp_path, background=False, **gateways(tmp_path)) as h:
+        bearer = await token(h, "dana-agent", face="mcp:bank", requested_by="U_DANA")
+        async with client(url(h.service, "bank"), bearer) as c:
+            listed = {str(r.uri) for r in (await c.list_resources()).resources}
+            assert "bank://balance" in listed
+            templates = await c.list_resource_templates()
+            assert [t.uri_template for t in templates.resource_templates] == [
+                "bank://statements/{month}"]
+            assert "dispute" in {p.name for p in (await c.list_prompts()).prompts}
+            got = await c.get_prompt("dispute", {"order_id": "A-7"})
+            assert "A-7" in str(got.messages[0].content)
+
+            # named by nobody: readable at once (through the intake, audited)
+            assert text_of(await c.read_resource("bank://balance")) == "balance: 1200 EUR"
+            assert reads(ledger) == ["bank://balance"]
+
+            # forbidden: refused with the reason; the server never hears of it
+            with pytest.raises(MCPError, match="Signing keys are never read"):
+                await c.read_resource("bank://keys/signing")
+            assert reads(ledger) == ["bank://balance"]
+
+            # gated: waits for a signed click, reads nothing before it
+            read = asyncio.create_task(c.read_resource("bank://statements/2026-01"))
+            rid = await pending_request(h)
+            async with h.engine.db.read() as tx:
+                [a] = await tx.approvals.for_run(rid)
+            assert a.tool == "resource:bank://statements/2026-01"
+            assert reads(ledger) == ["bank://balance"] and not read.done()
+            await approve_in_slack(h, rid)
+            assert "3 transfers" in text_of(await asyncio.wait_for(read, 30))
+            assert reads(ledger) == ["bank://balance", "bank://statements/2026-01"]
+
+            # denied: the reason, and nothing read
+            read = asyncio.create_task(c.read_resource("bank://statements/2026-02"))
+            await deny_in_slack(h, await pending_request(h), "not this month")
+            with pytest.raises(MCPError, match="not this month"):
+                await asyncio.wait_for(read, 30)
+            assert reads(ledger) == ["bank://balance", "bank://statements/2026-01"]
+        async with h.engine.db.read() as tx:
+            actions = [e.action for e in await tx.audit.query()]
+        assert actions.count("executed") >= 3  # the reads that ran, each in the audit log
+
+
+async def test_progress_and_log_messages_are_relayed_while_a_call_waits_and_after(
+        db_url: str, tmp_path: Path, ledger: Path) -> None:
+    async with http_server() as upstream, \
+            harness(db_url, tmp_path, background=False, **gateways(tmp_path, upstream)) as h:
+        bearer = await token(h, "dana-agent", face="mcp:bank", requested_by="U_DANA")
+        progress: list[str | None] = []
+        logged: list[Any] = []
+
+        async def on_progress(value: float, total: float | None, message: str | None) -> None:
+            progress.append(message)
+
+        async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+            logged.append(params.data)
+
+        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {bearer}"}, timeout=60)
+        async with http, Client(streamable_http_client(url(h.service, "bank"),
+                                                       http_client=http),
+                                cache=None, logging_callback=on_log, log_level="info") as c:
+            call = asyncio.create_task(c.session.call_tool(
+                "monthly_report", {"month": "2026-03"}, progress_callback=on_progress))
+            rid = await pending_request(h)
+            await approve_in_slack(h, rid)
+            done = await asyncio.wait_for(call, 30)
+        assert isinstance(done, types.CallToolResult) and not done.is_error
+        # the gateway's own while it waited (at once, then each heartbeat), then the server's
+        assert progress[-3:] == ["section 1 of 3", "section 2 of 3", "section 3 of 3"]
+        assert logged == ["report for 2026-03 built"]
+
+
+async def test_the_clients_own_capabilities_are_declared_to_the_server(
+        db_url: str, tmp_path: Path, ledger: Path) -> None:
+    async def sample(context: Any, params: types.CreateMessageRequestParams) -> Any:
+        raise AssertionError("not asked")
+
+    async with http_server() as upstream, \
+            harness(db_url, tmp_path, background=False, **gateways(tmp_path, upstream)) as h:
+        bearer = await token(h, "dana-agent", face="mcp:bank", requested_by="U_DANA")
+        said: list[Any] = []
+        for callback in (sample, None):
+            http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {bearer}"}, timeout=60)
+            async with http, Client(streamable_http_client(url(h.service, "bank"),
+                                                           http_client=http),
+                                    cache=None, sampling_callback=callback) as c:
+                result = await c.call_tool("capabilities", {})
+                said.append(result.structured_content)
+        assert said == [{"sampling": True, "elicitation": False},
+                        {"sampling": False, "elicitation": False}]

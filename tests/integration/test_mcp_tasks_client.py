@@ -1,0 +1,83 @@
+"""The HTTP gateway's Tasks extension against a Tasks client nobody here wrote:
+``fastmcp-tasks`` (PyPI, the dev extra), whose models parse every task response. Create,
+poll, approve, complete; create and cancel; and the -32021 refusal of ``tasks/*`` from a
+client that did not declare the extension (the cancel does not cancel)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx2
+import mcp_types as types
+import pytest
+from fastmcp import Client as FastMCPClient
+from fastmcp.client.transports import StreamableHttpTransport
+from fastmcp_tasks.client import call_tool_task
+from fastmcp_tasks.client_models import (
+    CancelTaskRequest,
+    CancelTaskRequestParams,
+    ClientGetTaskResult,
+    GetTaskRequest,
+    GetTaskRequestParams,
+)
+from mcp import Client, MCPError
+from mcp.client.streamable_http import streamable_http_client
+
+from tests.integration.adapter_helpers import approve_in_slack, pending_request
+from tests.integration.slack_harness import harness
+from tests.integration.test_mcp_http import files, token, transfers, url
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "transfers.jsonl"
+    monkeypatch.setenv("MCP_FIXTURE_LEDGER", str(path))  # the wrapped server's environment
+    return path
+
+
+async def test_a_fastmcp_tasks_client_creates_polls_completes_and_cancels(
+        db_url: str, tmp_path: Path, ledger: Path) -> None:
+    async with harness(db_url, tmp_path, background=False, **files(tmp_path)) as h:
+        bearer = await token(h, "dana-agent", face="mcp:bank", requested_by="U_DANA")
+        target = url(h.service, "bank")
+        transport = StreamableHttpTransport(target, headers={"Authorization": f"Bearer {bearer}"})
+        async with FastMCPClient(transport) as client:
+            # create: the gated call is a task at once; poll: still working
+            task = await call_tool_task(client, "transfer_money", {"to": "ACME", "cents": 10})
+            assert task.create_result.status == "working"
+            rid = await pending_request(h)
+            assert (await task.status()).status == "working" and transfers(ledger) == []
+            # approve: the next poll runs the call, once; complete: the server's result
+            await approve_in_slack(h, rid)
+            done = await task.wait(state="completed", timeout=30)
+            assert done.status == "completed", done
+            result = await task.result()
+            assert not result.is_error and result.data == {"transferred": 10, "to": "ACME"}
+            assert transfers(ledger) == [{"to": "ACME", "cents": 10, "memo": ""}]
+
+            # cancel: a task still waiting for its decision is cancelled, nothing runs
+            other = await call_tool_task(client, "transfer_money", {"to": "ACME", "cents": 11})
+            await pending_request(h)
+            await other.cancel()
+            assert (await other.status()).status == "cancelled"
+            assert len(transfers(ledger)) == 1
+            async with h.engine.db.read() as tx:
+                assert next(a.status for a in await tx.approvals.recent()) == "cancelled"
+
+            # a client without the extension: every tasks/* is -32021, and changes nothing
+            third = await call_tool_task(client, "transfer_money", {"to": "ACME", "cents": 12})
+            http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {bearer}"}, timeout=30)
+            async with http, Client(streamable_http_client(target, http_client=http),
+                                    cache=None) as plain:
+                for request in (
+                        GetTaskRequest(params=GetTaskRequestParams(task_id=third.task_id)),
+                        CancelTaskRequest(params=CancelTaskRequestParams(
+                            task_id=third.task_id))):
+                    with pytest.raises(MCPError) as refused:
+                        await plain.session.send_request(request, ClientGetTaskResult)
+                    assert refused.value.code == types.MISSING_REQUIRED_CLIENT_CAPABILITY
+            assert (await third.status()).status == "working"
+            async with h.engine.db.read() as tx:
+                assert next(a.status for a in await tx.approvals.recent()) == "pending"
