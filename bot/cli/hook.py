@@ -131,8 +131,8 @@ def _forms(a: argparse.Namespace) -> list[str]:
 
 async def cmd_disable(s: Settings, a: argparse.Namespace) -> int:
     async def run(e: Engine) -> int:
-        await e.switches.disable(ASSISTANTS[a.assistant], _forms(a), by=operator(),
-                                 via="cli", reason=a.reason)
+        await e.switch_off(ASSISTANTS[a.assistant], _forms(a), by=operator(), via="cli",
+                           reason=a.reason)
         return await _show(e, a.assistant)
 
     return await with_engine(s, run)
@@ -140,8 +140,7 @@ async def cmd_disable(s: Settings, a: argparse.Namespace) -> int:
 
 async def cmd_enable(s: Settings, a: argparse.Namespace) -> int:
     async def run(e: Engine) -> int:
-        await e.switches.enable(ASSISTANTS[a.assistant], _forms(a), by=operator(),
-                                via="cli")
+        await e.switch_on(ASSISTANTS[a.assistant], _forms(a), by=operator(), via="cli")
         return await _show(e, a.assistant)
 
     return await with_engine(s, run)
@@ -152,7 +151,7 @@ async def cmd_status(s: Settings, a: argparse.Namespace) -> int:
 
 
 async def _show(e: Engine, assistant: str) -> int:
-    state = await e.switches.state(ASSISTANTS[assistant])
+    state = await e.face_switches(ASSISTANTS[assistant])
     for form, off in state.items():
         print(f"{form:<8} {_state(off)}\n         covers {switches.COVERS[form]}")
     if any(state.values()):

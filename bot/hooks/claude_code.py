@@ -222,7 +222,7 @@ class ClaudeCodeHook(CallerGate):
         return "command" if self.bearer is None else "http"
 
     async def switched_off(self, found: TokenRecord) -> str | None:
-        off = await self.e.switches.off(switches.HOOK, self.form, credential=found)
+        off = await self.e.switched_off(switches.HOOK, self.form, credential=found)
         if off is None:
             return None
         return (f"Claude Code's {self.form} hook is switched off by {off.off_by} at "

@@ -380,8 +380,8 @@ async def test_the_kill_switch_turns_one_form_off_and_on_again(engine: Engine,
     other = "dana-laptop" if form == "command" else None
     this = None if form == "command" else "dana-laptop"
     assert answer(await gate("t0", this).pre_tool_use(wait=5))[0] == "allow"
-    off = await engine.switches.disable("hook:claude-code", [form], by="cli:ops", via="cli",
-                                        reason="incident 42")
+    off = await engine.switch_off("hook:claude-code", [form], by="cli:ops", via="cli",
+                                  reason="incident 42")
     assert [s.form for s in off] == [form]
     # a call allowed before it was switched off ran all the same: what came of it counts
     after = ClaudeCodeHook(engine, event("Read", {"file_path": "README.md"}, use="t0",
@@ -392,7 +392,7 @@ async def test_the_kill_switch_turns_one_form_off_and_on_again(engine: Engine,
     assert verdict == "deny" and "switched off by cli:ops" in why and "incident 42" in why
     assert "approvald hook enable claude-code" in why, why
     assert answer(await gate("t2", other).pre_tool_use(wait=5))[0] == "allow"
-    on = await engine.switches.enable("hook:claude-code", [form], by="cli:ops", via="cli")
+    on = await engine.switch_on("hook:claude-code", [form], by="cli:ops", via="cli")
     assert [s.form for s in on] == [form]
     assert answer(await gate("t3", this).pre_tool_use(wait=5))[0] == "allow"
     trail = await actions(engine)
@@ -414,7 +414,6 @@ async def test_a_credential_revoked_before_the_switch_existed_is_switched_on_aga
     verdict, why, _ = answer(await hook(engine, event("Read", {}, use="t2"))
                              .pre_tool_use(wait=5))
     assert verdict == "deny" and "approvald hook enable claude-code" in why, why
-    await engine.switches.enable("hook:claude-code", list(switches.FORMS), by="cli:ops",
-                                 via="cli")
+    await engine.switch_on("hook:claude-code", list(switches.FORMS), by="cli:ops", via="cli")
     assert answer(await hook(engine, event("Read", {}, use="t3"))
                   .pre_tool_use(wait=5))[0] == "allow"
