@@ -489,7 +489,7 @@ def render_settings() -> str:
 # modules that read variables the settings model does not hold, each declaring them in a
 # module-level ENVIRONMENT = {name: what it does}
 ENVIRONMENT_MODULES = ("approvald.runtime.models.openai", "approvald.bot.tracing",
-                       "approvald.runtime.failpoints")
+                       "approvald.runtime.failpoints", "approvald.bot.hooks.handoff")
 
 
 def other_environment() -> list[tuple[str, str]]:

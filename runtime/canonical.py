@@ -36,3 +36,4 @@ def value_digest(value: JSONValue) -> str:
 def call_digest(tool: str, arguments: JSONValue) -> str:
     """SHA-256 of the canonical JSON of ``{"tool": name, "arguments": args}``."""
     return sha256_hex(canonical_json({"tool": tool, "arguments": arguments}))
+

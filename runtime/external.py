@@ -154,19 +154,12 @@ class CallerTool(Tool):
         if not isinstance(arguments, dict):
             raise InvalidArguments(f"arguments for {self.tool} must be a JSON object",
                                    errors=[{"loc": [], "msg": "expected an object"}])
-        bad = _non_finite(arguments)
-        if bad is not None:
-            raise InvalidArguments(f"{bad}: a number JSON cannot round-trip",
-                                   errors=[{"loc": [bad], "msg": "not a JSON number"}])
+        try:
+            check_json(arguments, "args")
+        except IntakeError as exc:
+            raise InvalidArguments(str(exc), errors=[
+                {"loc": [exc.field], "msg": str(exc).removeprefix(f"{exc.field}: ")}]) from None
         return dict(arguments)
-
-
-def _non_finite(value: Any) -> str | None:
-    try:
-        check_json(value, "args")
-    except IntakeError as exc:
-        return exc.field
-    return None
 
 
 def current(approvals: Sequence[ApprovalRecord]) -> ApprovalRecord | None:

@@ -36,6 +36,7 @@ from approvald.runtime.canonical import canonical_json, sha256_hex
 from approvald.runtime.directory import Directory, DirectoryError, is_approver
 from approvald.runtime.errors import ApprovaldError
 from approvald.runtime.identity import InvalidIdentity, normalize_user_id
+from approvald.runtime.json_input import MAX_DEPTH, depth_over
 from approvald.runtime.policy import (
     ApprovalPolicy,
     Approver,
@@ -226,7 +227,11 @@ def non_finite(value: Any, where: str) -> str | None:
 
 
 def check_json(value: Any, where: str) -> None:
-    """Refuse (naming the field) a value with numbers JSON cannot round-trip."""
+    """Refuse (naming the field) a value nested deeper than :data:`MAX_DEPTH` levels, or
+    with numbers JSON cannot round-trip."""
+    if depth_over(value, MAX_DEPTH):
+        raise IntakeError(f"{where}: nested deeper than {MAX_DEPTH} levels",
+                          code="invalid_request", field=where)
     bad = non_finite(value, where)
     if bad is not None:
         raise IntakeError(f"{bad}: a number JSON cannot round-trip (NaN, Infinity, or out "

@@ -17,14 +17,17 @@ is cleared by switching them on again (audited with the rest).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from approvald.runtime.audit import AuditTrail
-from approvald.runtime.clock import Clock
 from approvald.runtime.errors import ApprovaldError
-from approvald.runtime.intake import Source
-from approvald.store.db import Database
-from approvald.store.repos import Tx
-from approvald.store.repos.external import SwitchRecord, TokenRecord
+
+if TYPE_CHECKING:  # imported where used: the hook's command line reads the forms only
+    from approvald.runtime.audit import AuditTrail
+    from approvald.runtime.clock import Clock
+    from approvald.runtime.intake import Source
+    from approvald.store.db import Database
+    from approvald.store.repos import Tx
+    from approvald.store.repos.external import SwitchRecord, TokenRecord
 
 HOOK = "hook:claude-code"
 # each form of a face with a switch, and what switching it off covers
@@ -78,6 +81,8 @@ class Switches:
         """Switch ``forms`` of ``face`` on again; audited. Returns the switches they were off
         by. A revocation of the face's own credential from before switches existed (every
         form off) is cleared: the forms not named stay off, by a switch of their own."""
+        from approvald.runtime.intake import Source
+
         wanted = check(face, forms)
         source = Source.of_face(face)
         async with self.db.write() as tx:
@@ -105,6 +110,8 @@ class Switches:
                   credential: TokenRecord) -> SwitchRecord | None:
         """Why ``form`` of ``face`` lets nothing through now (None: it is on); ``credential``
         is the face's own, as just read."""
+        from approvald.runtime.intake import Source
+
         legacy = _revoked(credential, Source.of_face(face))
         if legacy is not None:
             return legacy
@@ -114,6 +121,8 @@ class Switches:
 
     async def state(self, face: str) -> dict[str, SwitchRecord | None]:
         """Each form of ``face``: the switch it is off by, or None when it is on."""
+        from approvald.runtime.intake import Source
+
         forms = check(face, FACES.get(face, ()))
         async with self.db.read() as tx:
             found = {s.form: s for s in await tx.external.switches(face)}
@@ -128,6 +137,8 @@ async def _legacy(tx: Tx, source: Source) -> SwitchRecord | None:
 
 
 def _revoked(token: TokenRecord | None, source: Source) -> SwitchRecord | None:
+    from approvald.store.repos.external import SwitchRecord
+
     if token is None or token.revoked_at is None:
         return None
     return SwitchRecord(f"{source.kind}:{source.name}", "all", token.revoked_at,

@@ -5,6 +5,7 @@ failpoint's SIGKILL, or one that must outlive the call, ``serve``)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 import json
@@ -191,3 +192,44 @@ class Crash(BaseException):
 def crash(name: str) -> None:
     """A failpoint action: die here (``failpoints.arm(name, crash)``)."""
     raise Crash(name)
+
+
+@contextlib.contextmanager
+def silent_server() -> Iterator[int]:
+    """A TCP server that accepts every connection, reads what it is sent and never
+    answers (a stalled PostgreSQL, a serve that hangs). Yields its port."""
+    loop = asyncio.new_event_loop()
+    ready = threading.Event()
+    port: list[int] = []
+
+    async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()  # until the client gives up; never a byte back
+        writer.close()
+
+    async def serve() -> None:
+        server = await asyncio.start_server(hold, "127.0.0.1", 0)
+        port.append(server.sockets[0].getsockname()[1])
+        ready.set()
+        async with server:
+            await server.serve_forever()
+
+    task: list[asyncio.Task[None]] = []
+    thread = threading.Thread(
+        target=lambda: loop.run_until_complete(_keep(task, loop.create_task(serve()))),
+        daemon=True)
+    thread.start()
+    ready.wait(10)
+    try:
+        yield port[0]
+    finally:
+        loop.call_soon_threadsafe(task[0].cancel)
+        thread.join(10)
+        loop.close()
+
+
+async def _keep(box: list[asyncio.Task[None]], task: asyncio.Task[None]) -> None:
+    box.append(task)
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass

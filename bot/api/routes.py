@@ -10,11 +10,11 @@ then parsed (400 if they are not a JSON object) and validated (422).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import math
 import re
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar
 
 from aiohttp import web
@@ -26,6 +26,7 @@ from approvald.runtime.engine import Engine
 from approvald.runtime.errors import ApprovaldError, NotFound, PayloadTooLarge
 from approvald.runtime.external import ExternalError, NewRequest, Report
 from approvald.runtime.intake import IntakeError, Tighten
+from approvald.runtime.json_input import MAX_DEPTH, TooDeep, loads
 from approvald.runtime.webhook_hosts import WebhookHosts, WebhookRefused
 from approvald.store.repos.external import TokenRecord
 from pydantic import BaseModel, ValidationError
@@ -76,6 +77,50 @@ def _tighten(body: schemas.Tighten | None) -> Tighten | None:
         raise ApiError(422, "invalid_request", f"{where}: {msg}") from None
 
 
+def _failure(request: web.Request, exc: Exception) -> web.Response:
+    """The answer to a request ``exc`` stopped: its status, or a 500 (logged) for a bug."""
+    if isinstance(exc, ApiError):
+        return error(exc.status, exc.code, str(exc), exc.headers)
+    if isinstance(exc, NotFound):
+        return error(404, "not_found", str(exc))
+    if isinstance(exc, ExternalError | IntakeError):
+        return error(STATUSES.get(exc.code, 422), exc.code, str(exc))
+    if isinstance(exc, PayloadTooLarge):
+        return error(413, "payload_too_large", str(exc))
+    if isinstance(exc, ApprovaldError):
+        return error(400, "refused", str(exc))
+    if isinstance(exc, TimeoutError):
+        return error(503, "unavailable", str(exc) or "approvald did not answer in time")
+    # a bug: said in one line to the caller, logged in full here
+    log.error("%s %s failed", request.method, request.path, exc_info=exc)
+    return error(500, "internal", "approvald failed to answer; see its log")
+
+
+@dataclass
+class _Seen:
+    """What a hook's request has shown so far: its token's name, its event's kind (an
+    event not read yet is taken to be a PreToolUse, so that it is denied)."""
+
+    who: str = "?"
+    kind: str = claude_code.PRE
+
+
+def _forget(tasks: set[asyncio.Future[Any]]) -> Callable[[asyncio.Future[Any]], None]:
+    def done(task: asyncio.Future[Any]) -> None:
+        tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("claude-code hook over HTTP: late failure: %s", task.exception())
+    return done
+
+
+class _Undecided(Exception):
+    """The hook's event cannot be decided (the message says why): a deny."""
+
+
+def _said(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__
+
+
 class ApiError(Exception):
     def __init__(self, status: int, code: str, message: str,
                  headers: dict[str, str] | None = None) -> None:
@@ -105,6 +150,8 @@ class Routes:
         self.webhook_hosts = webhook_hosts or WebhookHosts(())
         # arguments and a packet, or a result, each up to the payload cap, and their JSON
         self.body_limit = 2 * engine.config.max_payload_bytes + 64 * 1024
+        # hook requests answered before their work ended (see claude_code)
+        self._stragglers: set[asyncio.Future[Any]] = set()
 
     def add_to(self, app: web.Application) -> None:
         r = app.router
@@ -113,7 +160,7 @@ class Routes:
         r.add_get("/v1/requests/{id}", self._guard(self.read), allow_head=False)
         r.add_get("/v1/requests/{id}/decision", self._guard(self.decision), allow_head=False)
         r.add_post("/v1/requests/{id}/result", self._guard(self.result))
-        r.add_post("/v1/hooks/claude-code", self._guard(self.claude_code, face=HOOK_FACE))
+        r.add_post("/v1/hooks/claude-code", self.claude_code)
         r.add_route("*", "/v1{tail:(/.*)?}", self.unknown)
 
     # -- plumbing -------------------------------------------------------------------------
@@ -128,19 +175,8 @@ class Routes:
                 if refused is not None:
                     raise ApiError(403, "wrong_face", refused)
                 return await handler(request, token)
-            except ApiError as exc:
-                return error(exc.status, exc.code, str(exc), exc.headers)
-            except NotFound as exc:
-                return error(404, "not_found", str(exc))
-            except (ExternalError, IntakeError) as exc:
-                return error(STATUSES.get(exc.code, 422), exc.code, str(exc))
-            except PayloadTooLarge as exc:
-                return error(413, "payload_too_large", str(exc))
-            except ApprovaldError as exc:
-                return error(400, "refused", str(exc))
-            except Exception:  # a bug: said in one line to the caller, logged in full here
-                log.exception("%s %s failed", request.method, request.path)
-                return error(500, "internal", "approvald failed to answer; see its log")
+            except Exception as exc:
+                return _failure(request, exc)
         return guarded
 
     async def _token(self, request: web.Request) -> TokenRecord:
@@ -177,9 +213,11 @@ class Routes:
     async def _body(self, request: web.Request, model: type[_Model]) -> _Model:
         raw = await self._raw(request, self.body_limit)
         try:
-            value = json.loads(raw.decode("utf-8"), parse_constant=_not_json,
-                               parse_float=_finite)
-        except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+            value = loads(raw.decode("utf-8"), parse_constant=_not_json, parse_float=_finite)
+        except TooDeep as exc:
+            raise ApiError(422, "invalid_request", f"the body is {exc} (a value in it may "
+                                                   f"nest {MAX_DEPTH})") from None
+        except ValueError as exc:  # UnicodeDecodeError is a ValueError
             raise ApiError(400, "malformed_json",
                            f"the body is not JSON: {str(exc)[:200]}") from None
         if not isinstance(value, dict):
@@ -229,30 +267,90 @@ class Routes:
             error=body.error))
         return answer(doc, 201 if new else 200)
 
-    async def claude_code(self, request: web.Request, token: TokenRecord) -> web.StreamResponse:
+    async def claude_code(self, request: web.Request) -> web.StreamResponse:
         """Claude Code's HTTP hook: the event as the command hook reads it on stdin, the
         answer as it prints (:mod:`bot.hooks.claude_code`), for the token's requester.
-        Once the token is known, whatever stops a ``PreToolUse`` from being decided is a
-        200 deny saying why: Claude Code reads a non-2xx answer as a failed hook, which
-        lets the call go ahead unless the hook's settings say ``"onFailure": "block"``."""
-        wait = self._seconds(request, claude_code.DEFAULT_WAIT, claude_code.MAX_HTTP_WAIT)
-        raw = await self._raw(request, claude_code.MAX_EVENT)
+
+        A missing or revoked token is a 401, another face's a 403. Past that, whatever
+        stops a ``PreToolUse`` from being decided (an event too large, too deep, not UTF-8
+        or not JSON, a ``wait`` out of range, a database that fails or does not answer, a
+        bug) is a 200 deny saying why, and the answer comes within ``wait`` plus
+        :data:`~bot.hooks.contract.HTTP_MARGIN` seconds of the request, the token's check
+        included: Claude Code reads a non-2xx or late answer as a failed hook, which lets
+        the call go ahead unless the hook's settings say ``"onFailure": "block"``. An
+        event it cannot read is taken to be a ``PreToolUse`` (denied); a ``PostToolUse``
+        that cannot be recorded is an error status, as on the rest of ``/v1``."""
         try:
-            event = claude_code.HookEvent.parse(raw.decode("utf-8"))
-        except (claude_code.HookEventError, UnicodeDecodeError) as exc:
-            return answer(claude_code.fail_closed(str(exc)))
-        assert token.requested_by is not None  # a face token always has one
-        hook = claude_code.ClaudeCodeHook(self.e, event, requested_by=token.requested_by,
-                                          bearer=token.name)
-        if event.event != claude_code.PRE:
-            await hook.post_tool_use()
-            return web.Response(status=204)
+            wait, bad_wait = self._seconds(request, claude_code.DEFAULT_WAIT,
+                                           claude_code.MAX_HTTP_WAIT), None
+        except ApiError as exc:
+            wait, bad_wait = claude_code.DEFAULT_WAIT, str(exc)
+        budget = wait + claude_code.HTTP_MARGIN
+        seen = _Seen()
+        work = asyncio.ensure_future(self._claude_code(request, wait, bad_wait, seen))
         try:
+            done, _ = await asyncio.wait({work}, timeout=budget)
+        except asyncio.CancelledError:  # the caller went away
+            work.cancel()
+            raise
+        if done:
+            return work.result()
+        # stuck where a cancellation does not reach at once (a statement waiting in the
+        # database driver's thread, a rollback behind it): answer now; the work is
+        # cancelled and ends in the background when the database lets it
+        work.cancel()
+        self._stragglers.add(work)
+        work.add_done_callback(_forget(self._stragglers))
+        why = (f"no decision within {budget:g} s (wait {wait:g} s + "
+               f"{claude_code.HTTP_MARGIN:g}); the database may not be answering")
+        if seen.kind != claude_code.PRE:
+            return _failure(request, TimeoutError(why))
+        return self._deny(seen.who, why)
+
+    async def _claude_code(self, request: web.Request, wait: float, bad_wait: str | None,
+                           seen: _Seen) -> web.StreamResponse:
+        try:
+            try:
+                token = await self._token(request)
+            except ApiError:
+                raise
+            except Exception as exc:  # the database, most likely: deny, never allow
+                raise _Undecided(f"its token could not be checked ({_said(exc)})") from exc
+            seen.who = token.name
+            refused = api_tokens.face_refusal(token, HOOK_FACE)
+            if refused is not None:
+                raise ApiError(403, "wrong_face", refused)
+            try:
+                raw = await self._raw(request, claude_code.MAX_EVENT)
+            except ApiError:
+                raise _Undecided(f"the event is larger than {claude_code.MAX_EVENT} "
+                                 "bytes") from None
+            event = claude_code.HookEvent.read(raw)
+            seen.kind = event.event
+            if bad_wait is not None:
+                raise _Undecided(bad_wait)
+            assert token.requested_by is not None  # a face token always has one
+            hook = claude_code.ClaudeCodeHook(
+                self.e, event, requested_by=token.requested_by, bearer=token.name)
+            if seen.kind != claude_code.PRE:
+                await hook.post_tool_use()
+                return web.Response(status=204)
             return answer(await hook.pre_tool_use(wait=wait))
-        except Exception as exc:  # fail closed: a deny saying why, never an allow
-            log.warning("claude-code hook over HTTP (token %s): could not decide: %s",
-                        token.name, exc, exc_info=not isinstance(exc, ApprovaldError))
-            return answer(claude_code.fail_closed(str(exc) or type(exc).__name__))
+        except ApiError as exc:
+            if exc.status in (401, 403) or seen.kind != claude_code.PRE:
+                return error(exc.status, exc.code, str(exc), exc.headers)
+            return self._deny(seen.who, str(exc))
+        except Exception as exc:
+            if seen.kind != claude_code.PRE:
+                return _failure(request, exc)
+            return self._deny(seen.who, _said(exc),
+                              bug=not isinstance(exc, ApprovaldError | _Undecided))
+
+    def _deny(self, who: str, why: str, *, bug: bool = False) -> web.Response:
+        """Fail closed: a deny saying why, never an allow."""
+        log.warning("claude-code hook over HTTP (token %s): could not decide: %s", who, why,
+                    exc_info=bug)
+        return answer(claude_code.fail_closed(why))
 
     async def unknown(self, request: web.Request) -> web.StreamResponse:
         for pattern, method in _KNOWN:

@@ -199,7 +199,9 @@ def _errors(*codes: int) -> dict[str, Any]:
                  "cannot satisfy",
             413: "the body (or its arguments or result) is too large",
             422: "a well-formed body the request cannot be made from (a tighten field "
-                 "looser than the operator's policy, a number JSON cannot round-trip)"}
+                 "looser than the operator's policy, a number JSON cannot round-trip, JSON "
+                 "nested too deep)",
+            503: "approvald did not answer in time (a PostToolUse not recorded)"}
     return {str(c): _json("ErrorBody", what[c]) for c in codes}
 
 
@@ -267,10 +269,14 @@ def openapi(server: str | None = None) -> dict[str, Any]:
                 "description": "The body is the hook's event JSON; a PreToolUse is answered "
                                "200 with hookSpecificOutput (permissionDecision allow or deny, "
                                "and updatedInput when an approver edited the input), a deny "
-                               "too when the event cannot be decided; a PostToolUse is "
-                               "recorded as the call's execution (204). Set the hook's "
-                               "onFailure to block: a non-2xx answer otherwise lets the call "
-                               "go ahead.",
+                               "too when the event cannot be read or decided (too large, "
+                               "nested too deep, not UTF-8, a wait out of range, a database "
+                               "that fails or does not answer), within wait + "
+                               f"{hook.HTTP_MARGIN:g} seconds; a PostToolUse is recorded as "
+                               "the call's execution (204). Only a missing, revoked or other "
+                               "face's token is refused (401, 403). Set the hook's onFailure "
+                               "to block: a non-2xx or late answer otherwise lets the call go "
+                               "ahead.",
                 "parameters": [{"name": "wait", "in": "query", "required": False,
                                 "description": "seconds a PreToolUse waits for a decision "
                                                "before it is denied as still waiting",
@@ -283,7 +289,7 @@ def openapi(server: str | None = None) -> dict[str, Any]:
                                       "content": {"application/json": {
                                           "schema": {"type": "object"}}}},
                               "204": {"description": "the PostToolUse was recorded"},
-                              **_errors(400, 401, 403, 413)}}},
+                              **_errors(400, 401, 403, 413, 503)}}},
             "/v1/openapi.json": {"get": {
                 "operationId": "openapi", "summary": "This document", "security": [],
                 "responses": {"200": {"description": "OpenAPI 3.1",

@@ -30,6 +30,7 @@ from approvald.bot.cli.common import (
 from approvald.bot.config import Settings
 from approvald.runtime.decide import Decision, Verdict
 from approvald.runtime.engine import Engine
+from approvald.runtime.json_input import MAX_DEPTH, TooDeep, loads
 from approvald.runtime.packet import shown_args
 from approvald.runtime.prefix import id_help
 
@@ -209,8 +210,10 @@ def decide_command(verdict: str) -> Handler:
                 expect = expect or current.effective_digest
             elif verdict == "edit":
                 try:
-                    args = json.loads(a.args)
-                except json.JSONDecodeError as exc:
+                    args = loads(a.args, max_depth=MAX_DEPTH)
+                except TooDeep as exc:
+                    raise UsageError(f"--args is {exc}") from None
+                except ValueError as exc:
                     raise UsageError(f"--args is not valid JSON: {exc}") from None
                 # (`approvals show` printed sensitive values masked: one given back as
                 # printed keeps its real value, as decide reads an edit)

@@ -1,5 +1,6 @@
-"""What every command group shares: the usage error, the operator's name, printing, exit
-codes, following a run another process advances, and running a command with an engine."""
+"""What every command group shares: the usage error and argument types (from
+:mod:`.argtypes`), the operator's name, printing, exit codes, following a run another
+process advances, and running a command with an engine."""
 
 from __future__ import annotations
 
@@ -7,27 +8,28 @@ import argparse
 import asyncio
 import getpass
 import json
-import math
 import sys
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from datetime import datetime
-from typing import Any, TypeAlias
+from typing import Any
 
+from approvald.bot.cli.argtypes import Subparsers as Subparsers  # re-exported: the groups
+from approvald.bot.cli.argtypes import UsageError as UsageError  # import them from here
+from approvald.bot.cli.argtypes import count as count
+from approvald.bot.cli.argtypes import port as port
+from approvald.bot.cli.argtypes import seconds as seconds
+from approvald.bot.cli.argtypes import slack_user as slack_user
 from approvald.bot.config import Settings
 from approvald.bot.wiring import build_engine, open_database
 from approvald.runtime.decide import Actor
 from approvald.runtime.engine import Engine
-from approvald.runtime.errors import ApprovaldError
-from approvald.runtime.identity import InvalidIdentity, normalize_user_id
 from approvald.runtime.outcomes import Busy, Outcome, Waiting, Yielded
 from approvald.runtime.prefix import id_help
 from approvald.runtime.runner import status_outcome
 
 # what a command's parser stores as ``fn``: the handler ``main`` awaits
 Handler = Callable[[Settings, argparse.Namespace], Coroutine[Any, Any, int]]
-# the ``sub`` a group's ``register`` adds its commands to
-Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 EXIT = {"completed": 0, "awaiting_approval": 0, "running": 0, "failed": 1, "cancelled": 1,
         "needs_attention": 3}
@@ -38,10 +40,6 @@ RUN_ID = id_help("a run id")
 APPROVAL_ID = id_help("an approval request id")
 JSON = ("print a JSON document (stable keys; each document's keys: the JSON documents "
         "reference, docs/reference/json-documents.md)")
-
-
-class UsageError(ApprovaldError):
-    pass
 
 
 def exit_code(outcome: Outcome) -> int:
@@ -76,14 +74,6 @@ def operator() -> str:
 def acting_as(user: str) -> Actor:
     """The Slack user ``user`` acting through this command line, as the audit records it."""
     return Actor(user, f"cli:{operator().removeprefix('cli:')}")
-
-
-def slack_user(flag: str, value: str) -> str:
-    """The Slack user id a flag names, upper-cased; anything else is a usage error (exit 2)."""
-    try:
-        return normalize_user_id(value)
-    except InvalidIdentity as exc:
-        raise UsageError(f"{flag}: {exc}") from None
 
 
 def out(obj: Any) -> None:
@@ -144,37 +134,3 @@ async def write_out(path: str | None, text: str) -> None:
         await asyncio.to_thread(write_file, path, text)
     else:
         sys.stdout.write(text)
-
-
-# -- argument types ---------------------------------------------------------------------
-
-def count(text: str) -> int:
-    """A ``--limit``: a whole number of 1 or more."""
-    return _whole(text, 1, None, "a whole number of 1 or more")
-
-
-def port(text: str) -> int:
-    """A TCP port: 0 (any free one) to 65535."""
-    return _whole(text, 0, 65535, "a port from 0 to 65535")
-
-
-def _whole(text: str, low: int, high: int | None, what: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = low - 1
-    if value < low or (high is not None and value > high):
-        raise argparse.ArgumentTypeError(f"must be {what} (got {text!r})")
-    return value
-
-
-def seconds(text: str) -> float:
-    """A duration in seconds: 0 or more."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0 <= value < math.inf:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds, 0 or more "
-                                         f"(got {text!r})")
-    return value

@@ -1,96 +1,127 @@
-"""``approvald hook claude-code``: Claude Code's PreToolUse/PostToolUse command hook
-(the contract: :mod:`approvald.bot.hooks.claude_code`); ``approvald hook disable|enable|
-status claude-code``: its kill switch."""
+"""``approvald hook``: the arguments of Claude Code's command hook (``hook claude-code``)
+and of its place in Claude Code's settings (``hook install claude-code``, ``hook check
+claude-code``); the commands themselves are :mod:`approvald.bot.hooks.command`'s. And the
+hook's kill switch (``hook disable|enable|status claude-code``). The hook runs for every
+tool call: this module imports only what building its parser needs.
+"""
 
 from __future__ import annotations
 
 import argparse
-import getpass
-import json
-import logging
-import sys
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
-from approvald.bot.cli.common import (
-    Subparsers,
-    UsageError,
-    operator,
-    seconds,
-    slack_user,
-    with_engine,
-)
-from approvald.bot.config import Settings
-from approvald.bot.hooks.claude_code import (
-    DEFAULT_WAIT,
-    PRE,
-    ClaudeCodeHook,
-    HookEvent,
-    fail_closed,
-)
+from approvald.bot.cli.argtypes import Subparsers, seconds
+from approvald.bot.hooks import command
 from approvald.runtime import switches
-from approvald.runtime.engine import Engine
-from approvald.store.repos.external import SwitchRecord
 
-log = logging.getLogger("approvald.hook")
+DEFAULT_WAIT, MARGIN = command.DEFAULT_WAIT, command.MARGIN
+
+if TYPE_CHECKING:
+    from approvald.bot.config import Settings
+    from approvald.runtime.engine import Engine
+    from approvald.store.repos.external import SwitchRecord
 
 
 def register(sub: Subparsers) -> None:
-    """Add ``hook claude-code``."""
+    """Add ``hook claude-code``, ``hook install``, ``hook check`` and the kill switch
+    (``hook disable``, ``hook enable``, ``hook status``)."""
     hk = sub.add_parser("hook", help="permission hooks of coding assistants").add_subparsers(
-        dest="sub", required=True, metavar="ASSISTANT")
+        dest="sub", required=True, metavar="COMMAND")
     cc = hk.add_parser(
         "claude-code", help="Claude Code's PreToolUse/PostToolUse command hook: reads the "
         "event on stdin; for PreToolUse prints allow or deny (the operator's policy for "
-        "hook:claude-code/TOOL, and a person's decision where it asks); fails closed")
-    cc.add_argument("--requested-by", metavar="USER",
-                    help="the Slack user the calls are made for (U…): they may not approve "
-                         "their own calls; without it, the one APPROVALD_SLACK_USERS maps the "
-                         "local user to")
+        "hook:claude-code/TOOL, and a person's decision where it asks); fails closed, "
+        f"within --wait + {MARGIN:g} seconds whatever happens")
+    who = cc.add_mutually_exclusive_group()
+    who.add_argument("--requested-by", metavar="USER",
+                     help="the Slack user the calls are made for (U…): they may not approve "
+                          "their own calls; without it, the one APPROVALD_SLACK_USERS maps "
+                          "the local user to")
+    who.add_argument("--serve", metavar="URL",
+                     help="hand the event to the approvald serve at URL (its /v1 listener) "
+                          "instead of opening the database here: milliseconds instead of a "
+                          "second; the token in $APPROVALD_HOOK_TOKEN (made with --face "
+                          "hook:claude-code) names who the calls are for; serve not "
+                          "answering is a deny")
     cc.add_argument("--wait", type=seconds, default=DEFAULT_WAIT, metavar="SECONDS",
                     help="how long PreToolUse waits for a decision before it denies, saying "
-                         f"the request is waiting (default {DEFAULT_WAIT:g}; keep it under "
-                         "the hook's timeout in Claude Code's settings, 60 s by default)")
-    cc.set_defaults(fn=cmd_claude_code)
+                         f"the request is waiting (default {DEFAULT_WAIT:g}); the hook "
+                         f"answers within it plus {MARGIN:g} s, so give the hook a timeout "
+                         "above that in Claude Code's settings (hook install does)")
+    cc.set_defaults(standalone=claude_code)
+
+    inst = hk.add_parser(
+        "install", help="write approvald's hooks into Claude Code's settings (or merge them "
+        "into what is there): PreToolUse, PostToolUse and PostToolUseFailure, each with the "
+        "absolute path of this installation's approvald (or serve's URL), a timeout that "
+        "fits --wait, and onFailure block; prints what it wrote")
+    inst.add_argument("assistant", choices=["claude-code"], metavar="claude-code",
+                      help="the assistant (claude-code)")
+    _where(inst, "write")
+    how = inst.add_mutually_exclusive_group()
+    how.add_argument("--http", metavar="URL",
+                     help="HTTP hooks calling the approvald serve at URL (its /v1 listener) "
+                          "with the token in $APPROVALD_HOOK_TOKEN, instead of the command")
+    how.add_argument("--serve", metavar="URL",
+                     help="command hooks that hand each event to the approvald serve at URL "
+                          "(hook claude-code --serve), instead of opening the database")
+    how.add_argument("--requested-by", metavar="USER",
+                     help="the command hook's --requested-by (a shared project file leaves "
+                          "it out: APPROVALD_SLACK_USERS maps each local user)")
+    inst.add_argument("--wait", type=seconds, default=DEFAULT_WAIT, metavar="SECONDS",
+                      help=f"the PreToolUse hook's wait (default {DEFAULT_WAIT:g}); its "
+                           f"timeout is the wait plus {MARGIN:g} s, plus room to start")
+    inst.set_defaults(standalone=install)
+
+    chk = hk.add_parser(
+        "check", help="say what is wrong with approvald's hooks in Claude Code's settings (the "
+        "user's and this project's): a command not found or not executable, no onFailure "
+        "block, a timeout the wait does not fit in, an event without the hook, an HTTP "
+        "hook without its token; exit 1 if anything is")
+    chk.add_argument("assistant", choices=["claude-code"], metavar="claude-code",
+                     help="the assistant (claude-code)")
+    _where(chk, "check")
+    chk.set_defaults(standalone=check)
     register_switch(hk)
 
 
-def requester(s: Settings, given: str | None) -> str:
-    """``--requested-by``, else the Slack user APPROVALD_SLACK_USERS maps the local user
-    to; neither: refused (the hook then denies, saying so)."""
-    if given:
-        return slack_user("--requested-by", given)
-    local = getpass.getuser()
-    found = s.slack_user_of(local)
-    if found is None:
-        raise UsageError(f"no Slack user for the local user {local!r}: give --requested-by "
-                         f"U…, or map it in APPROVALD_SLACK_USERS ({local}=U…)")
-    return found
+def _where(p: argparse.ArgumentParser, verb: str) -> None:
+    files = p.add_mutually_exclusive_group()
+    files.add_argument("--project", dest="scope", action="store_const", const="project",
+                       help=f"{verb} this project's .claude/settings.json"
+                            + (" (the default)" if verb == "write" else
+                               " and .claude/settings.local.json"))
+    if verb == "write":
+        files.add_argument("--local", dest="scope", action="store_const", const="local",
+                           help="write this project's .claude/settings.local.json (yours, "
+                                "not committed)")
+    files.add_argument("--user", dest="scope", action="store_const", const="user",
+                       help=f"{verb} your own ~/.claude/settings.json")
 
 
-async def cmd_claude_code(s: Settings, a: argparse.Namespace) -> int:
-    text = sys.stdin.read()
-    pre = True
-    try:
-        event = HookEvent.parse(text)
-        pre = event.event == PRE
-        requested_by = requester(s, a.requested_by)
+def claude_code(a: argparse.Namespace) -> int:
+    return command.claude_code(wait=a.wait, serve=a.serve, requested_by=a.requested_by,
+                               own_process=getattr(a, "own_process", False),
+                               with_engine=_with_engine)
 
-        async def decide(engine: Engine) -> int:
-            hook = ClaudeCodeHook(engine, event, requested_by=requested_by)
-            if pre:
-                print(json.dumps(await hook.pre_tool_use(wait=a.wait)))
-            else:
-                await hook.post_tool_use()
-            return 0
 
-        return await with_engine(s, decide, acts=pre)
-    except Exception as exc:  # fail closed: whatever went wrong is a deny, never an allow
-        log.debug("the hook could not decide", exc_info=True)
-        if pre:
-            print(json.dumps(fail_closed(f"{type(exc).__name__}: {exc}"
-                                         if not str(exc) else str(exc))))
-            return 0
-        print(f"approvald: the call's result was not recorded: {exc}", file=sys.stderr)
-        return 1
+def install(a: argparse.Namespace) -> int:
+    return command.install(scope=a.scope, wait=a.wait, requested_by=a.requested_by,
+                           serve=a.serve, http=a.http)
+
+
+def check(a: argparse.Namespace) -> int:
+    return command.check(scope=a.scope)
+
+
+async def _with_engine(settings: Settings, fn: Callable[[Engine], Awaitable[int]],
+                       acts: bool) -> int:
+    """The command line's engine, for a hook that decides in its own process (imported
+    then: the hook that hands its events to serve never needs it)."""
+    from approvald.bot.cli.common import with_engine
+
+    return await with_engine(settings, fn, acts=acts)
 
 
 # -- the kill switch ----------------------------------------------------------------------
@@ -130,6 +161,8 @@ def _forms(a: argparse.Namespace) -> list[str]:
 
 
 async def cmd_disable(s: Settings, a: argparse.Namespace) -> int:
+    from approvald.bot.cli.common import operator, with_engine
+
     async def run(e: Engine) -> int:
         await e.switch_off(ASSISTANTS[a.assistant], _forms(a), by=operator(), via="cli",
                            reason=a.reason)
@@ -139,6 +172,8 @@ async def cmd_disable(s: Settings, a: argparse.Namespace) -> int:
 
 
 async def cmd_enable(s: Settings, a: argparse.Namespace) -> int:
+    from approvald.bot.cli.common import operator, with_engine
+
     async def run(e: Engine) -> int:
         await e.switch_on(ASSISTANTS[a.assistant], _forms(a), by=operator(), via="cli")
         return await _show(e, a.assistant)
@@ -147,6 +182,8 @@ async def cmd_enable(s: Settings, a: argparse.Namespace) -> int:
 
 
 async def cmd_status(s: Settings, a: argparse.Namespace) -> int:
+    from approvald.bot.cli.common import with_engine
+
     return await with_engine(s, lambda e: _show(e, a.assistant))
 
 

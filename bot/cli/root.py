@@ -18,8 +18,7 @@ in-process and read its exit code, stdout and stderr.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import logging
+import importlib
 import os
 import sys
 from collections.abc import Iterator, Sequence
@@ -27,31 +26,51 @@ from contextlib import ExitStack, contextmanager
 from types import ModuleType
 from typing import IO, Any, NoReturn
 
-from approvald.bot.cli import (
-    approvals,
-    audit,
-    deploy,
-    evals,
-    hook,
-    keys,
-    outbox,
-    runs,
-    serve,
-    standing,
-    tokens,
-)
-from approvald.bot.cli.common import Handler, UsageError
-from approvald.bot.config import load_settings
-from approvald.bot.wiring import check_environment
-from approvald.runtime.errors import ApprovaldError, DecisionRefused
-from approvald.runtime.standing import StandingRefused
+from approvald.bot.cli.argtypes import UsageError
 
-# every command group: a module with ``register(subparsers) -> None`` (in ``--help`` order)
-GROUPS: tuple[ModuleType, ...] = (runs, evals, approvals, standing, audit, outbox, tokens,
-                                  keys, deploy, hook, serve)
+# every top-level command: its name, the command group (a module of this package with
+# ``register(subparsers) -> None``) that adds it, and its line in ``approvald --help``, in
+# that order. ``main`` imports only the group of the command it runs, so a command (the
+# Claude Code hook above all, run for every tool call) does not pay for importing the
+# others; tests/unit/test_cli_help.py checks this table against what the groups add.
+COMMANDS: tuple[tuple[str, str, str], ...] = (
+    ("db", "runs", "database schema"),
+    ("run", "runs", "start a run and advance it until it finishes or pauses"),
+    ("runs", "runs", "inspect and cancel runs"),
+    ("recover", "runs", "resume runs whose worker died"),
+    ("prune", "runs", "delete finished runs' transcripts, execution records and settled "
+                      "outbox rows past a horizon (never an audit entry)"),
+    ("trace", "evals", "a run's timeline: model steps, tool calls, approvals and every "
+                       "transition, with times"),
+    ("eval", "evals", "run journey evals: each task of a dataset, uninterrupted and under "
+                      "each interruption, scored"),
+    ("approvals", "approvals", "list and decide approval requests"),
+    ("standing", "standing", "standing approvals: calls like an approved one run without a "
+                             "card for a while"),
+    ("audit", "audit", "verify and export the audit log"),
+    ("outbox", "outbox", "see and re-drive deliveries to Slack"),
+    ("tokens", "tokens", "bearer tokens of the HTTP API (/v1)"),
+    ("keys", "keys", "the data key sensitive values are sealed under"),
+    ("deploy-check", "deploy", "list waiting calls the agents of a new release could not "
+                               "run (exit 1 if any)"),
+    ("hook", "hook", "permission hooks of coding assistants"),
+    ("serve", "serve", "run the service: Slack app, scheduler, worker, outbox"),
+    ("sandbox", "serve", "the whole product locally: Slack in your browser, serve, the demos"),
+    ("mcp-proxy", "serve", "serve an MCP server's tools over stdio, each call gated by the "
+                           "policy file"),
+)
 
 # loggers whose levels a command sets for itself (and ``main`` puts back)
 QUIETED = ("alembic", "apscheduler", "approvald.outcomes")
+
+
+def groups() -> tuple[ModuleType, ...]:
+    """Every command group's module, in ``--help`` order (each one imported)."""
+    return tuple(_group(name) for name in dict.fromkeys(g for _, g, _ in COMMANDS))
+
+
+def _group(name: str) -> ModuleType:
+    return importlib.import_module(f"approvald.bot.cli.{name}")
 
 
 class _Exit(Exception):
@@ -72,12 +91,30 @@ class _Parser(argparse.ArgumentParser):
         raise _Exit(status)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of ``approvald``. Without ``command``: every group's commands (the
+    reference pages, the help tests). With a command: only the group that adds it is
+    imported and registered (what one run needs). With anything else (``--help``, a
+    mistake): every command as a name and its help line, no group imported."""
     p = _Parser(prog="approvald", description="Durable agent runs with human approval.")
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser, metavar="COMMAND")
-    for group in GROUPS:
-        group.register(sub)
+    owner = {name: group for name, group, _ in COMMANDS}
+    if command in owner:
+        _group(owner[command]).register(sub)
+        return p
+    added: set[str] = set()
+    for name, group, line in COMMANDS:
+        if command is not None:
+            sub.add_parser(name, help=line, add_help=False)
+        elif group not in added:
+            _group(group).register(sub)
+            added.add(group)
     return p
+
+
+def _command(argv: Sequence[str]) -> str:
+    """The command ``argv`` runs (its first word that is not an option), or ""."""
+    return next((a for a in argv if not a.startswith("-")), "")
 
 
 class ClosedPipeSafe:
@@ -131,17 +168,46 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout, sys.stderr = stdout, stderr
 
 
-def _main(argv: Sequence[str] | None) -> int:
+def _main(given: Sequence[str] | None) -> int:
+    argv = list(sys.argv[1:] if given is None else given)
+    try:
+        args = build_parser(_command(argv)).parse_args(argv)
+        # the command line of this process (the console script, ``python -m``), not a
+        # program's or a test's call: a command may then end the process itself (the
+        # hook's watchdog does, to answer in time)
+        args.own_process = given is None
+    except _Exit as exc:
+        return exc.status
+    except UsageError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    standalone = getattr(args, "standalone", None)
+    if standalone is not None:  # a command that answers whatever approvald's settings say
+        try:
+            return int(standalone(args))
+        except UsageError as exc:
+            print(str(exc), file=sys.stderr)
+            return 2
+        except Exception as exc:
+            return _internal_error(exc)
+    return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Run a command with approvald's settings, on an event loop of its own."""
+    import asyncio  # here: a standalone command (the hook) may never need them
+
+    from approvald.bot.config import load_settings
+    from approvald.bot.wiring import check_environment
+    from approvald.runtime.errors import ApprovaldError, DecisionRefused
+    from approvald.runtime.standing import StandingRefused
+
     with ExitStack() as scope:  # the command's logging, kept for its errors' lines too
         try:
-            args = build_parser().parse_args(argv)
             settings = load_settings()
             check_environment(settings)
             scope.enter_context(_logging(args.cmd, settings.log_level))
-            fn: Handler = args.fn
-            code: int = asyncio.run(fn(settings, args))
-        except _Exit as exc:
-            return exc.status
+            code: int = asyncio.run(args.fn(settings, args))
         except UsageError as exc:
             print(str(exc), file=sys.stderr)
             return 2
@@ -171,6 +237,8 @@ def _logging(cmd: str, log_level: str) -> Iterator[None]:
     """Log lines to this command's stderr while it runs (``serve``: at the configured level;
     every other command: warnings and worse, unless DEBUG is asked for), then put the
     logging configuration back as it was."""
+    import logging
+
     level = log_level if cmd == "serve" or log_level == "DEBUG" else "WARNING"
     root = logging.getLogger()
     before = root.level, {n: logging.getLogger(n).level for n in QUIETED}
@@ -194,6 +262,8 @@ def _logging(cmd: str, log_level: str) -> Iterator[None]:
 
 def _internal_error(exc: Exception) -> int:
     """A bug, not a user mistake: say so in one line, log the rest (exit 70)."""
+    import logging
+
     logging.getLogger("approvald").debug("internal error", exc_info=True)
     first = (str(exc).strip().splitlines() or [""])[0]
     print(f"approvald: internal error: {type(exc).__name__}: {first} "

@@ -39,105 +39,44 @@ never an allow.
 from __future__ import annotations
 
 import asyncio
-import json
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from approvald.bot.callers import OPEN, CallerGate, CallerOff, Refused
+from approvald.bot.hooks.contract import (  # the wire contract, importable on its own
+    DEFAULT_WAIT,
+    EVENTS,
+    HTTP_MARGIN,
+    MARGIN,
+    MAX_EVENT,
+    MAX_HTTP_WAIT,
+    NAME,
+    POST,
+    POST_FAILED,
+    PRE,
+    HookEvent,
+    HookEventError,
+    decision,
+    fail_closed,
+)
 from approvald.runtime import switches
 from approvald.runtime.canonical import call_digest, canonical_json, sha256_hex
 from approvald.runtime.engine import Engine
-from approvald.runtime.errors import ApprovaldError, PayloadTooLarge
+from approvald.runtime.errors import PayloadTooLarge
 from approvald.runtime.external import ExternalError, NewRequest, Report
 from approvald.runtime.intake import Source
 from approvald.store.repos.external import TokenRecord
 
-NAME = "claude-code"
+__all__ = ["DEFAULT_WAIT", "EVENTS", "HTTP_MARGIN", "MARGIN", "MAX_EVENT", "MAX_HTTP_WAIT",
+           "NAME", "POST", "POST_FAILED", "PRE", "SOURCE", "ClaudeCodeHook", "HookEvent",
+           "HookEventError", "decision", "doing", "fail_closed"]
+
 SOURCE = Source("hook", NAME)
-PRE, POST, POST_FAILED = "PreToolUse", "PostToolUse", "PostToolUseFailure"
-EVENTS = (PRE, POST, POST_FAILED)
-# Claude Code ends a command hook after 60 s unless its settings give another timeout:
-# the default budget leaves time to answer
-DEFAULT_WAIT = 50.0
-# over HTTP (POST /v1/hooks/claude-code?wait=S): the most a request is held open
-MAX_HTTP_WAIT = 55.0
-MAX_EVENT = 1_000_000  # characters of stdin taken
 RESULT_SUMMARY = 4000  # characters of a tool's response too large to record whole
 EXCERPT = 1200  # characters of a file's new content or an edit shown on the card
 # requests of one call a PreToolUse tries to take before it gives up: each that another
 # call of it took first (two identical calls at once) sends it to the next
 TAKES = 4
-
-
-class HookEventError(ApprovaldError):
-    """The event on stdin is not one this hook can decide: denied, saying why."""
-
-
-@dataclass(frozen=True)
-class HookEvent:
-    """One event as Claude Code sends it (only the fields the hook uses)."""
-
-    event: str
-    session_id: str
-    cwd: str
-    tool_name: str
-    tool_input: dict[str, Any]
-    tool_use_id: str
-    tool_response: Any = None
-    error: str | None = None
-
-    @classmethod
-    def parse(cls, text: str) -> HookEvent:
-        if len(text) > MAX_EVENT:
-            raise HookEventError(f"the event is larger than {MAX_EVENT} characters")
-        try:
-            doc = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise HookEventError(f"the event on stdin is not JSON ({exc})") from None
-        if not isinstance(doc, dict):
-            raise HookEventError("the event on stdin is not a JSON object")
-        event = doc.get("hook_event_name")
-        if event not in EVENTS:
-            raise HookEventError(f"hook_event_name {event!r} is not one of "
-                                 f"{', '.join(EVENTS)}")
-
-        def text_field(name: str, *, limit: int = 200, required: bool = True) -> str:
-            value = doc.get(name)
-            if value is None and not required:
-                return ""
-            if not isinstance(value, str) or not value or len(value) > limit:
-                raise HookEventError(f"{name}: expected a string of 1 to {limit} characters")
-            return value
-
-        tool_input = doc.get("tool_input")
-        if not isinstance(tool_input, dict):
-            raise HookEventError("tool_input: expected a JSON object")
-        error = doc.get("error")
-        return cls(event=str(event), session_id=text_field("session_id"),
-                   cwd=text_field("cwd", limit=4096, required=False),
-                   tool_name=text_field("tool_name", limit=100), tool_input=tool_input,
-                   tool_use_id=text_field("tool_use_id"),
-                   tool_response=doc.get("tool_response"),
-                   error=error if isinstance(error, str) else None)
-
-    @property
-    def owner(self) -> str:
-        """The execution ledger's owner of the call this event is about."""
-        return f"{NAME}:{self.session_id}:{self.tool_use_id}"[:200]
-
-
-def decision(allow: bool, reason: str, updated: dict[str, Any] | None = None) -> dict[str, Any]:
-    out: dict[str, Any] = {"hookEventName": PRE,
-                           "permissionDecision": "allow" if allow else "deny",
-                           "permissionDecisionReason": reason}
-    if updated is not None:
-        out["updatedInput"] = updated
-    return {"hookSpecificOutput": out}
-
-
-def fail_closed(why: str) -> dict[str, Any]:
-    """The answer when approvald cannot decide: a deny that says why, never an allow."""
-    return decision(False, f"approvald could not decide this call, so it is denied: {why}")
 
 
 def _excerpt(text: Any) -> str:

@@ -373,6 +373,7 @@ MODAL_ABORT_PLACEHOLDER = "What happened? This goes into the audit log."
 
 EDIT_ERROR_JSON = "Not valid JSON: {error}"
 EDIT_ERROR_OBJECT = "The arguments must be a JSON object, like {\"amount\": 10}."
+EDIT_ERROR_DEEP = "The arguments are nested deeper than {n} levels."
 EDIT_ERROR_ITEM = "{loc}: {msg}"
 EDIT_ERROR_TOP = "{msg}"
 EDIT_ERROR_GENERIC = "These arguments were refused by the tool's schema."

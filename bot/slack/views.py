@@ -86,6 +86,7 @@ from approvald.bot.slack.mrkdwn import (
     who,
 )
 from approvald.runtime.batch import MAX_BATCH, BatchVerdict, Outcome
+from approvald.runtime.json_input import MAX_DEPTH, TooDeep, loads
 from approvald.runtime.packet import sensitive_paths, will_run
 from approvald.runtime.rules import MAX_EXPRESSION, RuleError, holds
 from approvald.runtime.sensitive import mask_args
@@ -310,7 +311,9 @@ def parse_edit(text: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]
     """Read the edit box: ``(arguments, None)``, or ``(None, the error answer)`` to return
     from the ``view_submission`` (schema validation is the runtime's job, not this one's)."""
     try:
-        value = json.loads(text)
+        value = loads(text, max_depth=MAX_DEPTH)
+    except TooDeep:
+        return None, edit_errors([{"loc": [], "msg": T.EDIT_ERROR_DEEP.format(n=MAX_DEPTH)}])
     except ValueError as exc:
         return None, edit_errors(str(exc))
     if not isinstance(value, dict):

@@ -16,7 +16,6 @@ Connect returns: it does nothing unless the state is this browser's, unused and 
 
 from __future__ import annotations
 
-import json
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
@@ -30,6 +29,7 @@ from approvald.bot.web.slack_sign_in import CALLBACK, SlackOpenId
 from approvald.runtime.decide import Actor, Verdict
 from approvald.runtime.engine import Engine
 from approvald.runtime.errors import DecisionRefused, NotFound
+from approvald.runtime.json_input import MAX_DEPTH, TooDeep, loads
 from approvald.store.records import ApprovalRecord
 from multidict import MultiDictProxy
 
@@ -375,11 +375,11 @@ class WebRoutes:
         args: Any = None
         if verdict == "edit":
             try:
-                args = json.loads(str(form.get("args", "")))
-            except ValueError as exc:
-                return html(pages.message("Not decided", f"The edited arguments are not "
-                                          f"JSON: {exc}", error=True, user=user,
-                                          csrf=csrf), 400)
+                args = loads(str(form.get("args", "")), max_depth=MAX_DEPTH)
+            except ValueError as exc:  # (TooDeep, nested past MAX_DEPTH, is one)
+                what = f"are {exc}" if isinstance(exc, TooDeep) else f"are not JSON: {exc}"
+                return html(pages.message("Not decided", f"The edited arguments {what}",
+                                          error=True, user=user, csrf=csrf), 400)
             # (a masked value left as shown keeps the original: decide reads it so)
         try:
             decision = await self.e.decide(

@@ -36,6 +36,7 @@ from typing import Any
 import aiohttp
 from approvald.runtime.canonical import compact_json
 from approvald.runtime.errors import ConfigError, ModelError, ModelUnavailable
+from approvald.runtime.json_input import MAX_DEPTH, loads
 from approvald.runtime.models.base import ModelReply, ToolSpec, Transcript, Usage
 from approvald.runtime.state import AssistantMessage, ToolCall, ToolMessage, UserMessage
 from yarl import URL
@@ -399,8 +400,8 @@ def _parse_arguments(raw: Any) -> dict[str, Any]:
     if isinstance(raw, str):
         if not raw.strip():
             return {}
-        try:
-            parsed = json.loads(raw)
+        try:  # (arguments nested past MAX_DEPTH are as unusable as broken JSON)
+            parsed = loads(raw, max_depth=MAX_DEPTH)
         except ValueError:
             return {INVALID_JSON_KEY: raw}
         if isinstance(parsed, dict):

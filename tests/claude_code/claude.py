@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shlex
 import shutil
 import subprocess
 from dataclasses import dataclass, field
@@ -87,39 +86,29 @@ EVENTS = ("PreToolUse", "PostToolUse", "PostToolUseFailure")
 
 
 def install_hook(project: Path, *, requested_by: str | None = "U_DANA", wait: float = 30,
-                 timeout: float = 60, http: str | None = None) -> dict[str, Any]:
-    """approvald's hook in ``project/.claude/settings.json``, as ``approvald hook install
-    claude-code --project`` writes it (issue 45): this installation's ``approvald`` by its
-    absolute path (Claude Code runs the command with its own PATH, where a virtualenv's
-    ``approvald`` is not), ``"onFailure": "block"`` on every hook, for PreToolUse,
-    PostToolUse and PostToolUseFailure; with ``http``, the HTTP form against that serve,
-    its bearer token read from ``APPROVALD_HOOK_TOKEN``. Merged into the file's other
-    settings; returns what was written.
+                 http: str | None = None, serve: str | None = None) -> dict[str, Any]:
+    """approvald's hook in ``project/.claude/settings.json``, installed the way a user
+    installs it: ``approvald hook install claude-code --project`` (this installation's
+    ``approvald`` by its absolute path, ``"onFailure": "block"`` on every hook, for
+    PreToolUse, PostToolUse and PostToolUseFailure, a timeout that fits ``wait``); with
+    ``http``, the HTTP form against that serve, its bearer token read from
+    ``APPROVALD_HOOK_TOKEN``; with ``serve``, the command hook handing each event to that
+    serve (``--serve``, the same token). Merged into the file's other settings; returns them.
 
-    The one place the tests install the hook: it becomes a call of that command once it
-    exists on main."""
-    hooks: dict[str, dict[str, Any]] = {}
-    for event in EVENTS:
-        if http is None:
-            command = f"{shlex.quote(APPROVALD)} hook claude-code"
-            if requested_by:
-                command += f" --requested-by {requested_by}"
-            if event == "PreToolUse":
-                command += f" --wait {wait:g}"
-            hook: dict[str, Any] = {"type": "command", "command": command}
-        else:
-            url = f"{http.rstrip('/')}/v1/hooks/claude-code"
-            hook = {"type": "http", "url": url + (f"?wait={wait:g}" if event == "PreToolUse"
-                                                  else ""),
-                    "headers": {"Authorization": "Bearer $APPROVALD_HOOK_TOKEN"},
-                    "allowedEnvVars": ["APPROVALD_HOOK_TOKEN"]}
-        hooks[event] = {**hook, "timeout": timeout, "onFailure": "block"}
-    path = project / ".claude" / "settings.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    settings: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
-    settings.setdefault("hooks", {}).update(
-        {event: [{"matcher": "*", "hooks": [hook]}] for event, hook in hooks.items()})
-    path.write_text(json.dumps(settings, indent=2) + "\n")
+    The one place the tests install the hook."""
+    args = [APPROVALD, "hook", "install", "claude-code", "--project", "--wait", f"{wait:g}"]
+    if http is not None:
+        args += ["--http", http]
+    elif serve is not None:
+        args += ["--serve", serve]
+    elif requested_by:
+        args += ["--requested-by", requested_by]
+    project.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(args, cwd=project, capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    settings: dict[str, Any] = json.loads(
+        (project / ".claude" / "settings.json").read_text())
     return settings
 
 

@@ -61,8 +61,6 @@ async def test_decided_in_slack_over_http(claude: ClaudeCode, serve: Harness) ->
     assert "not on a Friday" in fake.tool_result_text("toolu_denied")
 
 
-@pytest.mark.xfail(strict=True, reason="issue 45 item 2 (h45a): serve answers 500 to a tool "
-                   "input nested 1,000 levels deep instead of a 200 deny")
 async def test_a_deeply_nested_input_is_denied_by_approvald(
         claude: ClaudeCode, serve: Harness) -> None:
     marker = claude.marker("deep")
@@ -78,8 +76,6 @@ async def test_a_deeply_nested_input_is_denied_by_approvald(
     assert HOOK_FAILED not in said and "approvald" in said, said
 
 
-@pytest.mark.xfail(strict=True, reason="issue 45 item 2 (h45a): serve answers 413 to an "
-                   "event over 1 MB (a large Write) instead of a 200 deny")
 async def test_a_huge_write_is_denied_by_approvald(claude: ClaudeCode, serve: Harness) -> None:
     written = claude.marker("huge.txt")
     await http_claude(claude, serve, wait=5)
@@ -109,3 +105,32 @@ async def test_serve_stopped_the_call_never_runs(claude: ClaudeCode) -> None:
     assert not marker.exists()
     assert HOOK_FAILED in claude.fake.tool_result_text()
 
+
+
+async def test_the_command_hook_handing_to_a_stopped_serve_denies(claude: ClaudeCode) -> None:
+    """The command hook's fast path (``--serve``): serve not there is approvald's deny,
+    in time, not a failed hook."""
+    marker = claude.marker("handed-off")
+    claude.env["APPROVALD_HOOK_TOKEN"] = "apd_whatever"
+    claude.install(serve=f"http://127.0.0.1:{closed_port()}", wait=2)
+    claude.fake.script(tool_use("Bash", bash(f"touch {marker}")), say("ok"))
+    (await claude.run()).check()
+    assert not marker.exists()
+    said = claude.fake.tool_result_text()
+    assert HOOK_FAILED not in said and "connection refused" in said, said
+
+
+async def test_the_command_hook_handing_to_serve(claude: ClaudeCode, serve: Harness) -> None:
+    """``--serve``: serve decides what the command hook hands it, as it decides its own
+    HTTP hook's calls."""
+    log, forbidden = claude.marker("handoff.log"), claude.marker("handoff-forbidden")
+    claude.env["APPROVALD_HOOK_TOKEN"] = await hook_token(
+        serve, f"laptop-{uuid.uuid4().hex[:8]}")
+    claude.install(serve=serve_url(serve))
+    claude.fake.script(
+        tool_use("Bash", bash(f"echo auto >> {log}"), id="toolu_auto"),
+        tool_use("Bash", bash(f"git push || touch {forbidden}"), id="toolu_forbidden"),
+        say("done"))
+    (await claude.run()).check()
+    assert log.read_text() == "auto\n" and not forbidden.exists()
+    assert "pushes go through CI" in claude.fake.tool_result_text("toolu_forbidden")

@@ -5,16 +5,21 @@ signed Slack clicks and modal submissions through the emulator (issue 39)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import json
 import os
 import re
+import sqlite3
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import asyncpg
 import pytest
 from approvald.bot.api.service import webhook_keys
+from approvald.bot.hooks import claude_code
 from approvald.runtime import api_tokens
 
 from tests.integration.adapter_helpers import (
@@ -209,9 +214,7 @@ async def test_a_token_calls_its_own_face_only_and_bad_input_is_refused(
                           headers={"Authorization": f"Bearer {bearer}"}) as resp:
             assert resp.status == 403 and "Claude Code hook" in await resp.text()
         hook = Hook(h, s, bearer)
-        assert (await hook.post(ev, wait=56))[0] == 400
-        too_big = json.dumps(event("Write", {"file_path": "a", "content": "x" * 1_100_000}))
-        assert (await hook.post(None, raw=io.BytesIO(too_big.encode())))[0] == 413
+        assert "wait is a number of seconds" in deny_reason(*await hook.post(ev, wait=56))
         # once the token is known, what cannot be decided is a 200 deny (fail closed)
         for raw in (b"{not json", b"[]", json.dumps({**ev, "tool_input": "ls"}).encode()):
             status, doc = await hook.post(None, raw=raw)
@@ -241,6 +244,80 @@ async def test_the_requester_is_the_tokens_never_the_callers(
         async with h.engine.db.read() as tx:
             [a] = await tx.approvals.for_run(rid)
         assert a.requested_by == "U_ALICE"
+
+
+def deny_reason(status: int, doc: Any) -> str:
+    """The reason of a 200 deny (and that it is one)."""
+    assert status == 200, doc
+    said = doc["hookSpecificOutput"]
+    assert said["permissionDecision"] == "deny", said
+    return str(said["permissionDecisionReason"])
+
+
+def nested(depth: int) -> str:
+    return '{"a":' * depth + "1" + "}" * depth
+
+
+async def test_once_the_token_is_known_input_it_cannot_take_is_a_200_deny(
+        db_url: str, tmp_path: Path, policy: str) -> None:
+    """Issue 45, item 2: a tool input nested 1,000 levels deep (2 KB, which fits in any
+    free-form MCP argument) was a 500, an event over 1 MB (a large Write) a 413: Claude Code
+    runs the call on either unless the hook says ``onFailure: "block"``."""
+    async with harness(db_url, tmp_path, background=False, APPROVALD_POLICY_FILE=policy) as h, \
+            aiohttp.ClientSession() as s:
+        hook = Hook(h, s, await hook_token(h))
+        plain = json.dumps(event("Bash", {"command": "ls"}))
+        for depth in (1000, 900, 100):  # past what JSON reads; past what approvald takes
+            raw = plain.replace('{"command": "ls"}', nested(depth)).encode()
+            why = deny_reason(*await hook.post(None, raw=raw))
+            assert "deeper than" in why, why
+        too_big = json.dumps(event("Write", {"file_path": "a", "content": "x" * 1_100_000}))
+        why = deny_reason(*await hook.post(None, raw=io.BytesIO(too_big.encode())))
+        assert "larger than" in why, why
+        assert "not UTF-8" in deny_reason(*await hook.post(None, raw=b'{"a": "\xff"}'))
+        async with h.engine.db.read() as tx:
+            assert await tx.approvals.recent() == []
+
+
+@contextlib.asynccontextmanager
+async def database_held(db_url: str) -> AsyncIterator[None]:
+    """Another connection holds the database so that serve's next write waits: SQLite
+    under ``BEGIN EXCLUSIVE``, PostgreSQL with the requests' table locked."""
+    if db_url.startswith("sqlite"):
+        held = sqlite3.connect(db_url.split("///", 1)[1], isolation_level=None)
+        held.execute("BEGIN EXCLUSIVE")
+        try:
+            yield
+        finally:
+            held.execute("ROLLBACK")
+            held.close()
+        return
+    conn = await asyncpg.connect(db_url.replace("postgresql+asyncpg://", "postgresql://"))
+    try:
+        tx = conn.transaction()
+        await tx.start()
+        await conn.execute("LOCK TABLE external_requests IN ACCESS EXCLUSIVE MODE")
+        try:
+            yield
+        finally:
+            await tx.rollback()
+    finally:
+        await conn.close()
+
+
+async def test_a_database_that_stalls_after_the_token_is_a_200_deny_in_time(
+        db_url: str, tmp_path: Path, policy: str) -> None:
+    """Issue 45, item 2: the database not answering was a 500 (SQLite, after its busy
+    timeout) or no answer at all (PostgreSQL); now a 200 deny within ``wait`` plus the
+    hook's margin."""
+    async with harness(db_url, tmp_path, background=False, APPROVALD_POLICY_FILE=policy) as h, \
+            aiohttp.ClientSession() as s:
+        hook = Hook(h, s, await hook_token(h))
+        async with database_held(db_url):
+            answered = await asyncio.wait_for(
+                hook.post(event("Bash", {"command": "git status"}), wait=0),
+                claude_code.MARGIN + 5)
+        assert "could not decide" in deny_reason(*answered)
 
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "how-to" / "claude-code.md"

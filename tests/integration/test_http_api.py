@@ -441,6 +441,36 @@ async def test_policy_answers_and_refusals(db_url: str, tmp_path: Path) -> None:
         assert status == 200 and spec["openapi"].startswith("3.1")
 
 
+async def test_arguments_nested_too_deep_are_refused_naming_the_limit(
+        db_url: str, tmp_path: Path) -> None:
+    """Issue 45: 2 KB of brackets is 1,000 levels; what JSON reads (900) or not (1,000),
+    approvald takes up to its depth limit and refuses past it with a 4xx saying so, never
+    a 500, and nothing is asked."""
+    async with harness(db_url, tmp_path, background=False,
+                       APPROVALD_POLICY_FILE=policy_file(tmp_path)) as h, \
+            aiohttp.ClientSession() as http:
+        token = await make_token(h, "pay-bot")
+        url = f"{base(h)}/v1/requests"
+        for depth in (1000, 900, 65):
+            body = '{"tool": "deploy", "args": ' + '{"a":' * depth + "1" + "}" * depth + "}"
+            async with http.post(url, data=body.encode(), headers={
+                    "Authorization": f"Bearer {token.token}"}) as resp:
+                doc = await resp.json()
+                assert resp.status in (400, 422), (depth, resp.status, doc)
+                assert "deeper than" in doc["error"]["message"], doc
+        # half a surrogate pair is JSON but not text: its digest was a 500
+        async with http.post(url, data=b'{"tool": "deploy", "args": {"a": "\\ud800"}}',
+                             headers={"Authorization": f"Bearer {token.token}"}) as resp:
+            assert resp.status == 400, await resp.text()
+            assert "surrogate" in (await resp.json())["error"]["message"]
+        ok = '{"tool": "deploy", "args": ' + '{"a":' * 63 + "1" + "}" * 63 + "}"
+        async with http.post(url, data=ok.encode(), headers={
+                "Authorization": f"Bearer {token.token}"}) as resp:
+            assert resp.status == 201, await resp.text()
+        async with h.engine.db.read() as tx:
+            assert len(await tx.approvals.recent()) == 1
+
+
 async def test_concurrent_creates_with_one_key_make_one_request(db_url: str,
                                                                 tmp_path: Path) -> None:
     async with harness(db_url, tmp_path, background=False,

@@ -530,6 +530,10 @@ async def test_edit_on_the_page_runs_the_edited_call_and_sign_out_ends_the_sessi
             status, _ = await alice.post(f"/review/requests/{aid}",
                                          {**edit, "args": "{not json"})
             assert status == 400 and (await h.approval(aid)).status == "pending"
+            deep = '{"a":' * 1000 + "1" + "}" * 1000  # issue 45: a RecursionError (500)
+            status, body = await alice.post(f"/review/requests/{aid}", {**edit, "args": deep})
+            assert status == 400 and "nested deeper than 64 levels" in body
+            assert (await h.approval(aid)).status == "pending"
             bad = {"order_id": "A-1001", "amount_cents": "lots", "reason": "duplicate charge"}
             status, body = await alice.post(f"/review/requests/{aid}",
                                             {**edit, "args": json.dumps(bad)})

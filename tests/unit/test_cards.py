@@ -673,7 +673,10 @@ def test_edit_errors() -> None:
 
 def test_parse_edit() -> None:
     assert views.parse_edit('{"amount": 7}') == ({"amount": 7}, None)
-    for text, words in (("[1]", "JSON object"), ("{", "Not valid JSON"), ("", "Not valid JSON")):
+    deep = '{"a":' * 1000 + "1" + "}" * 1000  # issue 45: a RecursionError, not an answer
+    for text, words in (("[1]", "JSON object"), ("{", "Not valid JSON"), ("", "Not valid JSON"),
+                        (deep, "nested deeper than 64 levels"),
+                        ('{"a":' * 65 + "1" + "}" * 65, "nested deeper than 64 levels")):
         args, answer = views.parse_edit(text)
         assert args is None and answer is not None and words in answer["errors"]["args"]
 

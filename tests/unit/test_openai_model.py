@@ -245,6 +245,9 @@ async def test_reply_with_plain_content(provider: FakeProvider,
     assert reply.tool_calls == ()
 
 
+DEEP = '{"a":' * 1000 + "1" + "}" * 1000
+
+
 async def test_bad_arguments_are_kept_and_flagged(provider: FakeProvider,
                                                   make: Callable[..., Made]) -> None:
     provider.script = [Answer(json=completion(
@@ -253,6 +256,7 @@ async def test_bad_arguments_are_kept_and_flagged(provider: FakeProvider,
         fn_call("call_b", "get_weather", '["Oslo"]'),  # JSON, but not an object
         fn_call(None, "get_weather", '{"city": "Bergen"}'),  # no id: the runtime assigns
         fn_call("", "get_weather", ""),  # blank arguments: a call without arguments
+        fn_call("call_d", "get_weather", DEEP),  # issue 45: was a RecursionError
     ))]
     reply = await ask(make().model, tools=(WEATHER,))
     assert reply.content is None
@@ -262,6 +266,7 @@ async def test_bad_arguments_are_kept_and_flagged(provider: FakeProvider,
         ToolCall(id="call_b", name="get_weather", arguments={INVALID_JSON_KEY: '["Oslo"]'}),
         ToolCall(id="", name="get_weather", arguments={"city": "Bergen"}),
         ToolCall(id="", name="get_weather", arguments={}),
+        ToolCall(id="call_d", name="get_weather", arguments={INVALID_JSON_KEY: DEEP}),
     )
     assert INVALID_JSON_KEY == "__invalid_json__"
 

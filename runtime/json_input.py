@@ -1,0 +1,68 @@
+"""JSON as callers send it: the one reader every face parses a caller's JSON with, and how
+deep a value may nest. Cheap to import (the standard library's ``json`` alone), so the
+Claude Code hook's process reads its event with it before it imports anything else."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+# half of a UTF-16 pair, which JSON's \u escapes can write and no UTF-8 text can hold
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+# how deep a value (a call's arguments, its result, a packet) may nest; a document that
+# carries one (a request's body, a hook's event, a JSON-RPC message) may be MAX_DEPTH + 2
+MAX_DEPTH = 64
+
+
+class TooDeep(ValueError):
+    """JSON nested deeper than approvald takes: refused, saying so, before anything walks
+    it (a walk of 1,000 levels is a ``RecursionError`` somewhere else)."""
+
+
+def depth_over(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests more than ``limit`` levels (an object or array is one level
+    more than what it holds; a scalar is none). Iterative, and it stops at the limit."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict | list | tuple):
+            if level >= limit:
+                return True
+            stack.extend((v, level + 1) for v in (item.values() if isinstance(item, dict)
+                                                  else item))
+    return False
+
+
+def loads(text: str | bytes, *, max_depth: int = MAX_DEPTH + 2, **kw: Any) -> Any:
+    """``json.loads`` for what a caller sends: JSON nested deeper than ``max_depth`` levels
+    is a :class:`TooDeep` (a ``ValueError``, like malformed JSON), however deep (the
+    standard library's reader gives up near 1,000 levels with a ``RecursionError``); a
+    string escaping half of a surrogate pair (``"\\ud800"``), which no digest or
+    database can take as text, is a ``ValueError``."""
+    try:
+        value = json.loads(text, **kw)
+    except RecursionError:
+        raise TooDeep(f"nested deeper than {max_depth} levels") from None
+    if depth_over(value, max_depth):
+        raise TooDeep(f"nested deeper than {max_depth} levels")
+    if ("\\u" in text if isinstance(text, str) else b"\\u" in text) and _surrogate_in(value):
+        raise ValueError("a string holds half of a UTF-16 surrogate pair (\\ud800-\\udfff "
+                         "alone), which is not text")
+    return value
+
+
+def _surrogate_in(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if _SURROGATE.search(item):
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False

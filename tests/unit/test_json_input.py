@@ -1,0 +1,58 @@
+"""JSON as callers send it (issue 45): the reader every face parses with refuses JSON
+nested deeper than it takes, however deep (the standard library's reader raises a
+``RecursionError`` near 1,000 levels, and a walk of 900 levels fails somewhere else), and
+the intake refuses a value nested past :data:`MAX_DEPTH`, for every way in."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from approvald.runtime.intake import IntakeError, check_json
+from approvald.runtime.json_input import MAX_DEPTH, TooDeep, depth_over, loads
+
+
+def nested(depth: int, *, array: bool = False) -> str:
+    return ("[" * depth + "1" + "]" * depth) if array else \
+        ('{"a":' * depth + "1" + "}" * depth)
+
+
+@pytest.mark.parametrize("depth", [MAX_DEPTH + 3, 900, 1000, 100_000])
+@pytest.mark.parametrize("array", [False, True])
+def test_the_reader_refuses_deep_json_naming_the_limit(depth: int, array: bool) -> None:
+    with pytest.raises(TooDeep, match=f"nested deeper than {MAX_DEPTH + 2} levels"):
+        loads(nested(depth, array=array))
+
+
+def test_the_reader_takes_what_is_within_the_limit_and_is_json_loads_otherwise() -> None:
+    assert loads(nested(MAX_DEPTH + 2)) == json.loads(nested(MAX_DEPTH + 2))
+    assert loads(b'{"a": [1, 2.5, "x", null]}') == {"a": [1, 2.5, "x", None]}
+    with pytest.raises(ValueError) as raised:
+        loads("{not json")
+    assert not isinstance(raised.value, TooDeep)
+    assert loads(nested(5), max_depth=5) is not None
+    with pytest.raises(TooDeep):
+        loads(nested(6), max_depth=5)
+
+
+def test_depth_counts_objects_and_arrays_not_scalars() -> None:
+    assert not depth_over("x", 0) and not depth_over(1, 0)
+    assert depth_over({}, 0) and not depth_over({}, 1)
+    assert depth_over({"a": [1]}, 1) and not depth_over({"a": [1]}, 2)
+    assert not depth_over([{"a": 1}, [2], 3], 2)
+
+
+def test_the_intake_refuses_a_value_nested_past_the_limit() -> None:
+    check_json(json.loads(nested(MAX_DEPTH)), "args")
+    with pytest.raises(IntakeError, match=f"args: nested deeper than {MAX_DEPTH} levels") \
+            as refused:
+        check_json(json.loads(nested(MAX_DEPTH + 1)), "args")
+    assert (refused.value.code, refused.value.field) == ("invalid_request", "args")
+
+
+def test_the_reader_refuses_half_a_surrogate_pair() -> None:
+    """``"\\ud800"`` is JSON, but no text: a digest of it (UTF-8) fails, a 500 on the API."""
+    for text in ('{"a": "\\ud800"}', '{"\\udfff": 1}', b'["x", {"b": ["\\udbff"]}]'):
+        with pytest.raises(ValueError, match="half of a UTF-16 surrogate pair"):
+            loads(text)
+    assert loads('{"a": "\\ud83d\\ude00 \\u00e9"}') == {"a": "\U0001f600 \u00e9"}
