@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from approvald.runtime.agent import run_version
-from approvald.runtime.packet import sensitive_paths, shown_args, shown_packet, will_run
+from approvald.runtime.packet import shown_args, shown_packet, will_run
 from approvald.runtime.policy import ApprovalPolicy
-from approvald.runtime.sensitive import mask_args, mask_text
-from approvald.runtime.state import RunState
+from approvald.runtime.sensitive import Masking
+from approvald.runtime.shown import RunMasking
+from approvald.runtime.state import AssistantMessage, RunState, ToolMessage
 from approvald.store.records import ApprovalRecord, RunRecord
 
 
@@ -59,15 +60,19 @@ def approval_document(a: ApprovalRecord) -> dict[str, Any]:
     }
 
 
-def waiting(r: RunRecord) -> dict[str, Any] | None:
+def waiting(r: RunRecord, masking: RunMasking | None = None) -> dict[str, Any] | None:
     """Why a ``running`` run is not being advanced, and until when (None: it is not waiting).
 
     A wait is a field, not a status: the run is still running, only paused for a rate
-    limit, an outage, a backoff after an error or a free slot.
+    limit, an outage, a backoff after an error or a free slot. Its reason may quote an
+    error: masked (by ``masking``, else by the detectors).
     """
     if r.status != "running" or r.wait_until is None:
         return None
-    return {"until": iso(r.wait_until), "reason": r.wait_reason, "failures": r.failures}
+    shown = masking.run if masking is not None else Masking()
+    return {"until": iso(r.wait_until),
+            "reason": shown.text(r.wait_reason) if r.wait_reason else None,
+            "failures": r.failures}
 
 
 def run_summary(r: RunRecord) -> dict[str, Any]:
@@ -78,8 +83,11 @@ def run_summary(r: RunRecord) -> dict[str, Any]:
     }
 
 
-def run_document(run: RunRecord, state: RunState,
-                 approvals: list[ApprovalRecord]) -> dict[str, Any]:
+def run_document(run: RunRecord, state: RunState, approvals: list[ApprovalRecord],
+                 masking: RunMasking) -> dict[str, Any]:
+    """A run as ``runs show --json`` prints it: its task, result, error and transcript
+    masked by ``masking`` (each call's declared paths and values, and the detectors)."""
+    shown = masking.run
     pending = [
         {"approval_id": a.id, "kind": a.kind, "tool": a.tool, "args": shown_args(a),
          "impact": will_run(a).impact,
@@ -92,31 +100,40 @@ def run_document(run: RunRecord, state: RunState,
         "agent": run.agent,
         "status": run.status,
         "step": run.step,
-        "task": mask_text(run.task),
+        "task": shown.text(run.task),
         "requested_by": run.requested_by,
         "instructions_version": run.instructions_version,
         "agent_version": run_version(run),
         "created_at": iso(run.created_at),
         "updated_at": iso(run.updated_at),
-        "result": mask_text(run.result) if run.status == "completed" and run.result is not None
-        else None,
-        "error": mask_text(run.error) if run.error else None,
+        "result": shown.text(run.result) if run.status == "completed"
+        and run.result is not None else None,
+        "error": shown.text(run.error) if run.error else None,
         "cancel_requested": run.cancel_requested,
         "cancel_requested_by": run.cancel_requested_by,
         "cancel_reason": run.cancel_reason,
-        "waiting": waiting(run),
+        "waiting": waiting(run, masking),
         "pending": pending,
         "approvals": [{"id": a.id, "tool": a.tool, "status": a.status, "kind": a.kind,
-                       "decided_by": a.decided_by, "reason": a.reason} for a in approvals],
-        "transcript": [mask_args(m.model_dump(mode="json"), _call_paths(approvals))
-                       for m in state.messages],
+                       "decided_by": a.decided_by,
+                       "reason": shown.text(a.reason) if a.reason else None}
+                      for a in approvals],
+        "transcript": [_message(m, masking) for m in state.messages],
         "schema_version": state.schema_version,
     }
 
 
-def _call_paths(approvals: list[ApprovalRecord]) -> list[str]:
-    """Where a transcript message holds a requested call's arguments, its request's
-    sensitive paths (``tool_calls.*.arguments.<path>``): masked in ``runs show``."""
-    paths = {p for a in approvals for p in sensitive_paths(a)}
-    return [f"{where}.{p}" for p in sorted(paths)
-            for where in ("tool_calls.*.arguments", "content.arguments")]
+def _message(m: Any, masking: RunMasking) -> dict[str, Any]:
+    """A transcript message as shown: a call's arguments under its own declared paths,
+    every other word with the run's declared values and the detectors masked."""
+    doc: dict[str, Any] = m.model_dump(mode="json")
+    if isinstance(m, AssistantMessage):
+        calls = doc.pop("tool_calls", [])
+        doc = masking.run.data(doc)
+        doc["tool_calls"] = [{**c, "arguments": masking.call(c["id"]).args(c["arguments"])}
+                             for c in calls]
+        return doc
+    if isinstance(m, ToolMessage):
+        return {**doc, "content": masking.call(m.call_id).data(m.content)}
+    shown: dict[str, Any] = masking.run.data(doc)
+    return shown

@@ -832,7 +832,7 @@ def name_is_json_loads(node: ast.Call) -> bool:
 
 # functions that return their first argument with sensitive values masked (issue 34)
 _MASKERS = {"mask_text": "string", "mask_args": None, "shown_args": "object",
-            "shown_packet": "object"}
+            "shown_packet": "object", "shown.text": "string", "_message": "object"}
 _MASKED = " (sensitive values masked)"
 
 

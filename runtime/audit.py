@@ -65,6 +65,17 @@ MASKED = "masked"
 # details keys under which a request's sensitive paths apply (see masked_details)
 _PATH_ROOTS = frozenset(k.split(".", 1)[0] for k in ARGS_KEYS)
 _PATHS_KEPT = 4096  # requests whose sensitive paths a trail remembers
+# characters of a call's result an ``executed`` entry quotes: the ledger keeps the whole
+# result; every call that runs has an entry, so this is paid once per call
+RESULT_EXCERPT = 500
+
+
+def result_excerpt(text: str | None) -> Any:
+    """What an ``executed`` entry records of a result (its JSON text): the value when it
+    is short, else its first :data:`RESULT_EXCERPT` characters and ``…``."""
+    if text is None:
+        return None
+    return json.loads(text) if len(text) <= RESULT_EXCERPT else text[:RESULT_EXCERPT] + "…"
 
 
 def recorded_details(details: Mapping[str, Any],

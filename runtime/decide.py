@@ -40,9 +40,10 @@ from approvald.runtime.failpoints import failpoint
 from approvald.runtime.gate import CARD_UPDATE, Gate, tell_edited, tell_mailed
 from approvald.runtime.ids import TokenSigner, lease_id
 from approvald.runtime.limits import PayloadCap
-from approvald.runtime.packet import edited_packet, impact_of, sensitive_paths
+from approvald.runtime.packet import edited_packet, impact_of, masked_packet, sensitive_paths
 from approvald.runtime.policy import ApprovalPolicy, CallPolicy, PolicyFile
-from approvald.runtime.sensitive import unmask_edit
+from approvald.runtime.sensitive import Masking, unmask_edit
+from approvald.runtime.shown import of_request
 from approvald.runtime.signals import Signals
 from approvald.runtime.tools import Tool
 from approvald.store.db import Database, is_store_failure
@@ -436,8 +437,10 @@ class Decider:
             if new != digest:
                 earlier = await tx.approvals.approvers_on(a.id, digest)
                 # the request's words stay as asked; the edit's impact goes beside them
-                packet = edited_packet(_json_object(a.packet), asked_digest=a.digest,
-                                       digest=new, impact=at.edited_impact)
+                packet = masked_packet(
+                    edited_packet(_json_object(a.packet), asked_digest=a.digest,
+                                  digest=new, impact=at.edited_impact),
+                    Masking.of_call(policy.sensitive, at.edited) | of_request(a))
                 if not await tx.approvals.set_edit(
                         a.id, edited_args=compact_json(at.edited), edited_digest=new,
                         edited_by=actor.id, edited_at=now, expect_digest=digest,

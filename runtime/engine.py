@@ -42,6 +42,7 @@ from approvald.runtime.policy import PolicyFile
 from approvald.runtime.runner import Runner
 from approvald.runtime.scheduler import ExpiryScheduler
 from approvald.runtime.sealing import Sealer
+from approvald.runtime.shown import RunMasking, read_run
 from approvald.runtime.signals import Signals
 from approvald.runtime.standing import StandingApprovals
 from approvald.runtime.state import FINAL_STATUSES, RunState, UserMessage
@@ -431,6 +432,12 @@ class Engine:
         """Every request run ``run_id`` made, oldest first."""
         async with self.db.read() as tx:
             return await tx.approvals.for_run(run_id)
+
+    async def run_masking(self, run_id: str) -> RunMasking:
+        """What may be shown of run ``run_id``'s calls: each call's declared paths and
+        values as the store recorded them, with the detectors (:mod:`runtime.shown`)."""
+        async with self.db.read() as tx:
+            return (await read_run(tx, run_id)).masking()
 
     async def runs_by_status(self) -> dict[str, int]:
         """How many runs there are of each status."""

@@ -37,7 +37,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from approvald.runtime.api_tokens import allows, token_tools
-from approvald.runtime.audit import AuditTrail, Entry
+from approvald.runtime.audit import AuditTrail, Entry, result_excerpt
 from approvald.runtime.canonical import call_digest, canonical_json, compact_json, sha256_hex
 from approvald.runtime.clock import Clock
 from approvald.runtime.errors import ApprovaldError, InvalidArguments, NotFound
@@ -54,11 +54,12 @@ from approvald.runtime.intake import (
 )
 from approvald.runtime.limits import PayloadCap
 from approvald.runtime.policy import ApprovalPolicy, CallPolicy, PolicyFile, PolicyKind
+from approvald.runtime.sensitive import paths_text, sensitive_of_snapshot
 from approvald.runtime.signals import Signals
 from approvald.runtime.standing import StandingApprovals
 from approvald.runtime.tools import Tool
 from approvald.store.db import Database
-from approvald.store.records import ApprovalRecord, ExecutionRecord, RunRecord
+from approvald.store.records import ApprovalRecord, ExecutionRecord, RunRecord, paths_of
 from approvald.store.repos import Tx
 from approvald.store.repos.external import ExternalRecord, TokenRecord
 from approvald.store.repos.standing import StandingRecord
@@ -176,6 +177,14 @@ async def _lock_own(tx: Tx, token: TokenRecord, request_id: str) -> ExternalReco
     if rec is None or rec.token_id != token.id:
         raise NotFound(f"no request {request_id}")
     return rec
+
+
+def _paths(rec: ExternalRecord, a: ApprovalRecord | None) -> str | None:
+    """The declared paths of ``rec``'s call, as recorded (JSON): its request's, or those
+    the intake resolved when the policy answered at once."""
+    if a is not None:
+        return paths_text(sensitive_of_snapshot(a.policy))
+    return rec.sensitive
 
 
 def _iso(t: datetime | None) -> str | None:
@@ -377,7 +386,8 @@ class ExternalRequests:
                 id=request_id, token_id=token.id, idempotency_key=req.idempotency_key,
                 fingerprint=fingerprint, tool=req.tool, args=compact_json(req.args),
                 digest=digest, policy_name=name, kind=kind, reason=chosen.reason,
-                webhook_url=req.webhook_url or token.webhook_url, created_at=now):
+                webhook_url=req.webhook_url or token.webhook_url, created_at=now,
+                sensitive=paths_text(chosen.approval.sensitive)):
             raise _Taken
         run = await tx.runs.get(request_id)
         assert run is not None
@@ -555,7 +565,8 @@ class ExternalRequests:
                     run_id=request_id)
             if not await tx.executions.record_intent(run_id=request_id, call_id=CALL_ID,
                                                      step=0, tool=rec.tool, digest=digest,
-                                                     now=now, owner=owner):
+                                                     now=now, owner=owner,
+                                                     sensitive=_paths(rec, a)):
                 earlier = await tx.executions.get(request_id, CALL_ID)
                 assert earlier is not None
                 raise ExternalError(
@@ -619,11 +630,10 @@ class ExternalRequests:
                     digest=ran_digest if mismatch else None)
             else:
                 await tx.executions.record_done(
-                    run_id=request_id, call_id=CALL_ID, step=0, tool=rec.tool,
-                    digest=ran_digest, started_at=now, now=now, owner=None,
-                    status=rep.status, result=result_text,
-                    error_class="ReportedByCaller" if failed else None,
-                    error=rep.error, latency_ms=None)
+                    run_id=request_id, call_id=CALL_ID, step=0, tool=rec.tool, digest=ran_digest,
+                    started_at=now, now=now, owner=None, status=rep.status,
+                    result=result_text, error_class="ReportedByCaller" if failed else None,
+                    error=rep.error, latency_ms=None, sensitive=_paths(rec, a))
             await tx.external.set_reported(request_id, result_digest=fingerprint, now=now)
             # what the caller says ran; where that is not what was approved, both, flagged
             told: dict[str, Any] = {"args": args}
@@ -637,9 +647,10 @@ class ExternalRequests:
                 digest=ran_digest,
                 details={"tool": rec.tool, **told, "status": rep.status,
                          "idempotency_key": f"{request_id}:{CALL_ID}",
-                         "result": json.loads(result_text) if len(result_text) <= 2000
-                         else result_text[:2000] + "…", "error": rep.error,
-                         "reported_by": run.agent})
+                         "result": result_excerpt(result_text), "error": rep.error,
+                         "reported_by": run.agent},
+                # the paths resolved when the call was made, asked about or not
+                sensitive=paths_of(_paths(rec, a)))
             if run.status != STATUS:  # reported after a cancel: the run stays cancelled
                 return True
             await tx.runs.update(request_id, expect_status=[STATUS],

@@ -18,8 +18,9 @@ from approvald.runtime.canonical import call_digest, compact_json
 from approvald.runtime.clock import Clock
 from approvald.runtime.ids import new_id, new_nonce
 from approvald.runtime.intake import Source, snapshot_digest
-from approvald.runtime.packet import edit_changes, impact_of
+from approvald.runtime.packet import edit_changes, impact_of, masked_packet
 from approvald.runtime.policy import ApprovalPolicy, PolicyFile
+from approvald.runtime.sensitive import Masking
 from approvald.runtime.state import AssistantMessage, ToolCall, ToolMessage
 from approvald.runtime.tools import Tool
 from approvald.store.records import ApprovalRecord, ExecutionRecord, RunRecord
@@ -200,6 +201,9 @@ class Gate:
         approval_id = new_id()
         digest = call_digest(tool, args)
         source = Source.of_run(str(packet.get("agent") or (run.agent if run else "")))
+        # recorded masked: whoever wrote its words (an agent, a caller, a face quoting the
+        # call, as the Claude Code hook does), a declared value in them is never shown
+        packet = masked_packet(packet, Masking.of_call(policy.sensitive, args))
         snapshot = policy.snapshot()
         run_id = run.id if run else supersedes.run_id if supersedes else ""
         requested_by = (run.requested_by if run else

@@ -24,17 +24,18 @@ import json
 import os
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from approvald.runtime.audit import AuditTrail
+from approvald.runtime.audit import AuditTrail, result_excerpt
 from approvald.runtime.canonical import compact_json
 from approvald.runtime.clock import Clock
 from approvald.runtime.errors import DigestMismatch, LeaseLost
 from approvald.runtime.failpoints import failpoint
 from approvald.runtime.ids import owner_is_dead, parse_worker_id
+from approvald.runtime.sensitive import paths_text
 from approvald.runtime.tools import Reconciled, Tool, ToolContext
 from approvald.store.db import Database
 from approvald.store.records import ExecutionRecord
@@ -102,6 +103,7 @@ class _Bare:
     digest: str
     started_at: datetime
     owner: str
+    sensitive: str | None
 
 
 TIMEOUT_MARGIN = timedelta(seconds=5)  # past a tool's timeout, an attempt has surely ended
@@ -164,6 +166,7 @@ class Ledger:
         retry_sanctioned: bool = False,
         since: float | None = None,
         defer: bool = False,
+        sensitive: Sequence[str] = (),
     ) -> Executed | OutcomeUnknown | WaitForAttempt:
         """Run ``tool`` once under ``ctx.idempotency_key`` (or reuse what is recorded).
 
@@ -174,6 +177,7 @@ class Ledger:
         so a step is one commit fewer). A fresh call of an idempotent tool then needs no
         intent either: if the process dies before the checkpoint, running it again is
         harmless, so the step's only commit is its checkpoint.
+        ``sensitive``: the argument paths the call's policy declared, recorded with it.
         """
         attempt = 1
         bare = not needs_intent(tool, existing, defer=defer)  # no intent row at all
@@ -209,13 +213,15 @@ class Ledger:
                 fresh = await tx.executions.record_intent(
                     run_id=ctx.run_id, call_id=ctx.call_id, step=step, tool=tool.name,
                     digest=digest, now=self.clock.now(), owner=owner,
+                    sensitive=paths_text(sensitive),
                 )
             if not fresh:  # somebody else recorded it between our read and our write
                 async with self.db.read() as tx:
                     again = await tx.executions.get(ctx.run_id, ctx.call_id)
                 return await self.execute(tool=tool, ctx=ctx, step=step, args=args,
                                           digest=digest, existing=again, owner=owner,
-                                          after_result=after_result, defer=defer)
+                                          after_result=after_result, defer=defer,
+                                          sensitive=sensitive)
         if not bare:
             failpoint("after_intent")
 
@@ -244,7 +250,7 @@ class Ledger:
         insert = None
         if bare:
             insert = _Bare(step=step, tool=tool.name, digest=digest, started_at=started_at,
-                           owner=owner)
+                           owner=owner, sensitive=paths_text(sensitive))
         write, executed = self._result(ctx, tool, result, error, latency, after_result, insert)
         return replace(executed, settle=write)
 
@@ -345,7 +351,7 @@ class Ledger:
                     run_id=ctx.run_id, call_id=ctx.call_id, step=bare.step, tool=bare.tool,
                     digest=bare.digest, started_at=bare.started_at, now=now,
                     owner=bare.owner, status=status, result=text, error_class=err_class,
-                    error=err_text, latency_ms=latency_ms)
+                    error=err_text, latency_ms=latency_ms, sensitive=bare.sensitive)
             else:
                 recorded = await tx.executions.record_result(
                     run_id=ctx.run_id, call_id=ctx.call_id, status=status, result=text,
@@ -374,20 +380,18 @@ class Ledger:
             raise LeaseLost(f"lost the lease on run {run_id}", run_id=run_id)
 
 
-def audit_execution(trail: AuditTrail, tx: Tx, *, at: Any, approval_id: str, rec: Recorded,
-                    tool: str, digest: str, args: dict[str, Any]) -> None:
-    """Audit entry for an approved call's execution: the exact arguments that ran (beside
-    the proposed and edited ones in earlier entries) and what came of them."""
+def audit_execution(trail: AuditTrail, tx: Tx, *, at: Any, approval_id: str | None,
+                    rec: Recorded, tool: str, digest: str, args: dict[str, Any],
+                    policy: str, sensitive: Sequence[str]) -> None:
+    """Audit entry for a call's execution, asked about or not (``approval_id`` None: the
+    policy ran it without asking; ``policy`` says how): the exact arguments that ran
+    (beside the proposed and edited ones in earlier entries) and what came of them,
+    recorded masked under the call's declared paths, ``sensitive``."""
     trail.record(
         tx, at=at, action="executed", actor="system:runtime", via="runtime",
         run_id=rec.run_id, approval_id=approval_id, digest=digest,
-        details={"tool": tool, "args": args, "status": rec.status,
-                 "idempotency_key": rec.idempotency_key, "result": _short(rec.result),
+        details={"tool": tool, "args": args, "status": rec.status, "answer": policy,
+                 "idempotency_key": rec.idempotency_key, "result": result_excerpt(rec.result),
                  "error": rec.error, "latency_ms": rec.latency_ms},
+        sensitive=sensitive,
     )
-
-
-def _short(text: str | None, limit: int = 2000) -> Any:
-    if text is None:
-        return None
-    return json.loads(text) if len(text) <= limit else text[:limit] + "…"

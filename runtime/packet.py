@@ -23,11 +23,16 @@ from typing import Any, Literal
 
 from approvald.runtime.ids import is_external
 from approvald.runtime.intake import Source
-from approvald.runtime.sensitive import mask_args, mask_text, sensitive_of_snapshot
+from approvald.runtime.sensitive import Masking, sensitive_of_snapshot
+from approvald.runtime.shown import of_request
 from approvald.runtime.tools import Tool
 from approvald.store.records import ApprovalRecord
 
 EDITED_IMPACT = "edited_impact"  # the packet key: {"digest", "impact", "asked_digest"}
+# the packet's words (the requester's, the tool's, the operator's): masked as text derived
+# from the call's arguments; its other keys are the runtime's (names, ids, times, risk)
+WORDS = ("task", "doing", "evidence", "impact", "why", "description", "reason",
+         "reconcile", "not_executed")
 
 Author = Literal["agent", "caller"]
 
@@ -41,6 +46,17 @@ def impact_of(tool: Tool, args: dict[str, Any]) -> str | None:
         return tool.impact(args)
     except Exception as exc:
         return f"(impact unavailable: {type(exc).__name__})"
+
+
+def masked_packet(packet: dict[str, Any], masking: Masking) -> dict[str, Any]:
+    """``packet`` as it is recorded: its words (:data:`WORDS`) with the call's declared
+    values and what the detectors find masked (issue 46: a caller's or a face's words
+    may quote the arguments, as the Claude Code hook's quote the command it gates)."""
+    out = {k: masking.data(v) if k in WORDS else v for k, v in packet.items()}
+    edit = out.get(EDITED_IMPACT)
+    if isinstance(edit, dict) and isinstance(edit.get("impact"), str):
+        out[EDITED_IMPACT] = {**edit, "impact": masking.text(edit["impact"])}
+    return out
 
 
 def edited_packet(packet: dict[str, Any], *, asked_digest: str, digest: str,
@@ -95,21 +111,21 @@ def shown_args(a: ApprovalRecord, raw: str | None = None) -> Any:
     try:
         value = json.loads(raw if raw is not None else a.edited_args or a.args)
     except (TypeError, ValueError):
-        return mask_text(str(raw))
-    return mask_args(value, sensitive_paths(a))
+        return of_request(a).text(str(raw))
+    return of_request(a).args(value)
 
 
 def shown_packet(a: ApprovalRecord) -> dict[str, Any]:
-    """``a``'s decision packet with what the detectors find in it masked (the task, the
-    agent's words, the evidence drawn from earlier results, the impact)."""
-    masked = mask_args(_packet(a))
-    return masked if isinstance(masked, dict) else {}
+    """``a``'s decision packet with the call's declared values and what the detectors
+    find masked (the task, the agent's words, the evidence drawn from earlier results, the
+    impact). Packets are recorded masked; this masks those recorded before that too."""
+    return masked_packet(_packet(a), of_request(a))
 
 
-def _text(value: Any) -> str | None:
+def _text(a: ApprovalRecord, value: Any) -> str | None:
     if value is None or value == "":
         return None
-    return mask_text(value if isinstance(value, str) else json.dumps(
+    return of_request(a).text(value if isinstance(value, str) else json.dumps(
         value, ensure_ascii=False, default=str))
 
 
@@ -139,19 +155,19 @@ def will_run(a: ApprovalRecord) -> WillRun:
     effective = a.effective_digest
     asked = edit.get("asked_digest") if isinstance(edit.get("asked_digest"), str) else a.digest
     current = asked == effective  # an edit back to the asked arguments makes them true again
-    stated = _text(p.get("impact"))
+    stated = _text(a, p.get("impact"))
     if current:
         impact = stated
     elif edit.get("digest") == effective:
-        impact = _text(edit.get("impact"))
+        impact = _text(a, edit.get("impact"))
     else:  # edited before edits had impacts recorded
         impact = None
     return WillRun(
         args=a.edited_args or a.args, edited=a.edited_args is not None or bool(edit),
-        author="caller" if is_external(a.run_id) else "agent", doing=_text(p.get("doing")),
+        author="caller" if is_external(a.run_id) else "agent", doing=_text(a, p.get("doing")),
         words_current=current, impact=impact,
         original_impact=stated if not current and impact is None else None,
-        sensitive=sensitive_paths(a), code=_text(p.get("code")))
+        sensitive=sensitive_paths(a), code=_text(a, p.get("code")))
 
 
 MAX_CHANGES = 20  # fields an edit's account lists; past this, how many more
@@ -191,9 +207,9 @@ def edit_changes(a: ApprovalRecord, before: Any,
     ``a``'s sensitive paths and the detectors say, at most :data:`MAX_CHANGES` of them;
     and how many more there are. Compared on the real values: a secret replaced by
     another is a change even where both mask alike."""
-    paths = sensitive_paths(a)
+    masking = Masking.of_call(sensitive_paths(a), before, after) | of_request(a)
     real_before, real_after = _leaves(before), _leaves(after)
-    masked_before, masked_after = mask_args(before, paths), mask_args(after, paths)
+    masked_before, masked_after = masking.args(before), masking.args(after)
     changed = [p for p in {**real_before, **real_after}
                if p not in real_before or p not in real_after
                or real_before[p] != real_after[p]]

@@ -14,7 +14,7 @@ import logging
 import random
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -589,6 +589,7 @@ class Runner:
                 return
             kind = "approve_before"
             args = approval.effective_args()
+            paths: Sequence[str] = sensitive_paths(approval)
             if (approval.tool != call.name
                     or call_digest(call.name, args) != approval.effective_digest):
                 raise DigestMismatch(
@@ -616,6 +617,7 @@ class Runner:
             chosen = self.intake.resolve(Source("agent", agent.name), tool.name, args,
                                       declared=(tool.policy, tool.approval))
             kind = chosen.kind
+            paths = chosen.approval.sensitive  # resolved once, recorded with the call
             if existing is None and kind == "forbidden":
                 observe({"status": "forbidden", "reason": chosen.reason})
                 return
@@ -639,16 +641,19 @@ class Runner:
                 return
 
         async def after_result(tx: Tx, rec: Recorded) -> None:
-            if approval is not None:
-                audit_execution(self.audit, tx, at=self.clock.now(), approval_id=approval.id,
-                                rec=rec, tool=tool.name, digest=digest, args=args)
+            # every execution is audited, whether or not anyone was asked (issue 48)
+            audit_execution(self.audit, tx, at=self.clock.now(),
+                            approval_id=approval.id if approval is not None else None,
+                            rec=rec, tool=tool.name, digest=digest, args=args, policy=kind,
+                            sensitive=paths)
             if kind == "notify_after":
                 await tx.outbox.add(kind="tool.notice", group_key=live.run.id,
                                     # ``seq``: the call's result is told at or after
                                     # it, and the notice is told after the result
                                     payload=compact_json({"run_id": live.run.id,
                                                           "call_id": call.id,
-                                                          "args": args, "seq": live.seq}),
+                                                          "args": args, "seq": live.seq,
+                                                          "sensitive": list(paths)}),
                                     now=self.clock.now())
 
         ctx = ToolContext(run_id=live.run.id, call_id=call.id,
@@ -666,8 +671,8 @@ class Runner:
             result = await self.ledger.execute(
                 tool=tool, ctx=ctx, step=live.step, args=args, digest=digest,
                 existing=existing, owner=live.owner, journal=pending.journal,
-                after_result=after_result if (approval or kind == "notify_after") else None,
-                retry_sanctioned=sanctioned, since=waiting, defer=defer,
+                after_result=after_result, retry_sanctioned=sanctioned, since=waiting,
+                defer=defer, sensitive=paths,
             )
             span.set(status=_call_status(result))
         if needs_intent(tool, existing, defer=defer):

@@ -2,10 +2,10 @@
 
 The columns that hold a call's exact arguments or what came of them (the pending call,
 its edit and its decision packet, the run's task, transcript, in-flight call, result and
-error, the execution ledger, the audit details, a standing approval's scope, an API
-request's arguments, an adapter's paused state and outcome, an outbox row's payload,
-which may quote them) are
-:class:`~approvald.store.types.SealedText`: whatever repository
+error, the execution ledger, a standing approval's scope, an API request's arguments, an
+adapter's paused state, calls and outcome, an outbox row's payload, which may quote them,
+and the columns that hold errors) are listed in one registry of the schema,
+:mod:`store.caller_data`, and are :class:`~approvald.store.types.SealedText`: whatever repository
 writes or reads them, the text goes through the process's :class:`Sealer`. With a data
 key (``APPROVALD_DATA_KEY``), each of their values is stored as
 ``{"$sealed": "<key id>:<base64 of nonce and ciphertext>"}``: AES-256-GCM, with the

@@ -1,228 +1,60 @@
-"""Sensitive arguments: which values are secret, and how a person sees them masked.
+"""Sensitive arguments, and the one funnel everything shown of a call goes through.
 
 A value is sensitive when a path declared for its tool names it (the tool's
 ``sensitive=[...]``, plus what the operator's policy file adds), or when a detector
-recognises it anywhere, declared or not: a Luhn-valid card number, an IBAN whose check
-digits hold, a PEM private key, or an API key of a well-known form. Masking keeps what a
-person needs to decide (``•••• 4242``, ``sk_live_…9f2a``, ``[private key, 3.2 kB]``,
-``DE•• •••• 3000``) and nothing that would let anyone use the value.
+(:mod:`runtime.detectors`) recognises it anywhere, declared or not.
 
-Masking is for what people and logs see; digests, the stored call and what a tool
-receives are always the real arguments (invariant 19), so a decision binds to exactly
-what will run. An approver's edit of a masked view is read back by :func:`unmask_edit`:
-a masked value left as shown keeps the original.
+:class:`Masking` is what may be shown of one call (or of every call of a run): the
+declared paths and the values found under them, with the detectors. Everything the
+runtime derives from a call's arguments goes through it where the runtime produces or
+records the value (a request's decision packet, the audit log's details, a trace, the
+CLI's documents, what every face draws), so a declared value is masked in the text
+derived from it as well as in the arguments themselves (issue 46): the Claude Code
+hook's "doing" text quotes the command it gates; a tool's result may echo its input.
+
+The rule for text: a declared value (a string, or a number of 4 digits or more) is
+replaced by its mask wherever it occurs, as written or JSON-escaped; a value shorter than
+4 characters only where it stands as a word of its own. Parts of a value are masked too:
+any run of 12 characters or more taken from one (from its first 4 KB: a line of a file,
+the part of a command that a tool's output echoes), and the start of a value cut off (at
+least 8 characters of it, where the text ends or says it was cut with ``…``). Then the
+detectors mask what they recognise. Masking is for what people and logs see; digests,
+the stored call and what a tool receives are always the real arguments (invariant 19).
+An approver's edit of a masked view is read back by :func:`unmask_edit`: a masked value
+left as shown keeps the original.
 
 Paths are dotted, relative to the arguments: ``card_number``, ``credentials.*``,
 ``payees.*.iban``; ``*`` stands for any key or list index, and a path names the whole
-value under it. Which detectors run is the operator's (``APPROVALD_SECRET_DETECTORS_OFF``),
-set once per process with :func:`configure`.
+value under it.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import re
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-DETECTOR_NAMES: tuple[str, ...] = ("card", "iban", "private_key", "api_key")
-DOT = "\u2022"  # •
-ELLIPSIS = "\u2026"  # …
-MASKED = "[masked]"  # a declared value no detector recognises
-
-# a card number: 13-19 digits, single spaces or dashes between; issuers' numbers start 2-6
-# (so a 13-digit millisecond timestamp, which starts with 1, is not one)
-_CARD = re.compile(r"(?<![\dA-Za-z])[2-6](?:[ -]?\d){12,18}(?![\dA-Za-z])")
-_IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}\b")
-_PEM = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----"
-                  r"(?:.*?-----END [A-Z0-9 ]*PRIVATE KEY-----|.*\Z)", re.DOTALL)
-# (prefix kept when masked, the rest): the forms well-known providers issue keys in
-_KEY_FORMS: tuple[tuple[str, str], ...] = (
-    ("sk_live_|sk_test_|rk_live_|rk_test_", "[A-Za-z0-9]{8,}"),  # Stripe
-    ("AKIA", r"[0-9A-Z]{16}\b"),  # AWS access key id
-    ("ghp_|gho_|ghs_|github_pat_", "[A-Za-z0-9_]{20,}"),  # GitHub
-    ("xox[bpas]-", "[A-Za-z0-9-]{10,}"),  # Slack
-    ("AIza", r"[0-9A-Za-z_\-]{35}"),  # Google
-    ("apd_", r"[A-Za-z0-9_\-]{32,}"),  # approvald's own API tokens
+from approvald.runtime.detectors import (
+    DETECTOR_NAMES,
+    DOT,
+    ELLIPSIS,
+    MASKED,
+    Detectors,
+    active,
+    configure,
+    iban_ok,
+    luhn_ok,
+    mask_text,
+    mask_value,
 )
-_KEYS = re.compile("|".join(rf"\b(?P<k{i}>{pre}){rest}"
-                            for i, (pre, rest) in enumerate(_KEY_FORMS)))
-# one search that every text with a secret in it matches (most texts have none)
-_ANY = re.compile("|".join([_CARD.pattern, _IBAN.pattern, "PRIVATE KEY-----",
-                            *(rf"\b(?:{pre}){rest}" for pre, rest in _KEY_FORMS)]))
+from approvald.runtime.masking import ARGS_KEYS, KEPT_KEYS, Masking, declared_values
 
-
-@dataclass(frozen=True)
-class Detectors:
-    """The detectors that run (all of :data:`DETECTOR_NAMES` unless the operator turned
-    some off)."""
-
-    on: frozenset[str] = frozenset(DETECTOR_NAMES)
-
-    @classmethod
-    def without(cls, off: Iterable[str]) -> Detectors:
-        """All detectors but ``off``; a ValueError names one that does not exist."""
-        names = {n.strip().lower().replace("-", "_") for n in off if n.strip()}
-        unknown = sorted(names - set(DETECTOR_NAMES))
-        if unknown:
-            raise ValueError(f"unknown detector {unknown[0]!r} (known: "
-                             f"{', '.join(DETECTOR_NAMES)})")
-        return cls(frozenset(DETECTOR_NAMES) - names)
-
-    @classmethod
-    def from_setting(cls, text: str | None) -> Detectors:
-        """``APPROVALD_SECRET_DETECTORS_OFF``: comma-separated names, e.g. ``iban,card``."""
-        return cls.without((text or "").split(","))
-
-
-_active = Detectors()
-
-
-def configure(detectors: Detectors) -> None:
-    """Set the detectors this process masks with (once, from the settings)."""
-    global _active
-    _active = detectors
-
-
-def active() -> Detectors:
-    """The detectors this process masks with."""
-    return _active
-
-
-# -- recognising -----------------------------------------------------------------------------
-
-def luhn_ok(digits: str) -> bool:
-    total = 0
-    for i, ch in enumerate(reversed(digits)):
-        d = ord(ch) - 48
-        if i % 2:
-            d = d * 2 - 9 if d > 4 else d * 2
-        total += d
-    return total % 10 == 0
-
-
-def iban_ok(text: str) -> bool:
-    s = text.replace(" ", "")
-    if not 15 <= len(s) <= 34 or not s[:2].isalpha() or not s[2:4].isdigit():
-        return False
-    moved = s[4:] + s[:4]
-    try:
-        number = int("".join(str(int(c, 36)) for c in moved))
-    except ValueError:
-        return False
-    return number % 97 == 1
-
-
-def _card_mask(digits: str) -> str:
-    return f"{DOT * 4} {digits[-4:]}"
-
-
-def _iban_mask(compact: str) -> str:
-    return f"{compact[:2]}{DOT * 2} {DOT * 4} {compact[-4:]}"
-
-
-def _pem_mask(text: str) -> str:
-    return f"[private key, {len(text.encode('utf-8')) / 1000:.1f} kB]"
-
-
-def _key_mask(m: re.Match[str]) -> str:
-    prefix = next(v for v in m.groupdict().values() if v)
-    return f"{prefix}{ELLIPSIS}{m.group(0)[-4:]}"
-
-
-def _cards(text: str) -> Iterable[tuple[int, int, str]]:
-    """(start, end, mask) of each card number in ``text``: the longest Luhn-valid run of
-    13-19 digits a match holds, ending where its digits end or at a separator."""
-    for m in _CARD.finditer(text):
-        span = m.group(0)
-        ends = [i + 1 for i, ch in enumerate(span) if ch.isdigit()]
-        for n in range(min(19, len(ends)), 12, -1):
-            end = ends[n - 1]
-            if end < len(span) and span[end].isdigit():
-                continue  # cut inside a run of digits: not a number of its own
-            digits = "".join(ch for ch in span[:end] if ch.isdigit())
-            if luhn_ok(digits):
-                yield m.start(), m.start() + end, _card_mask(digits)
-                break
-
-
-def _ibans(text: str) -> Iterable[tuple[int, int, str]]:
-    for m in _IBAN.finditer(text):
-        span = m.group(0)
-        for end in range(len(span), 14, -1):  # a greedy match may take a word after it
-            if span[end - 1] != " " and iban_ok(span[:end]):
-                yield m.start(), m.start() + end, _iban_mask(span[:end].replace(" ", ""))
-                break
-
-
-def _found(text: str, detectors: Detectors) -> list[tuple[int, int, str]]:
-    if not _ANY.search(text):
-        return []
-    spans: list[tuple[int, int, str]] = []
-    if "private_key" in detectors.on and "PRIVATE KEY-----" in text:
-        spans += [(m.start(), m.end(), _pem_mask(m.group(0))) for m in _PEM.finditer(text)]
-    if "api_key" in detectors.on:
-        spans += [(m.start(), m.end(), _key_mask(m)) for m in _KEYS.finditer(text)]
-    if "iban" in detectors.on:
-        spans += list(_ibans(text))
-    if "card" in detectors.on:
-        spans += list(_cards(text))
-    spans.sort(key=lambda s: (s[0], -s[1]))
-    kept: list[tuple[int, int, str]] = []
-    for s in spans:  # the first (and longest) of overlapping finds wins
-        if not kept or s[0] >= kept[-1][1]:
-            kept.append(s)
-    return kept
-
-
-# what masking gives a value: masking it again changes nothing
-_MASKED_FORM = re.compile(
-    rf"{DOT}{{4}} \d{{4}}|{re.escape(MASKED)}|\[private key, \d+\.\d kB\]"
-    rf"|[A-Z]{{2}}{DOT}{{2}} {DOT}{{4}} [A-Z0-9]{{4}}"
-    rf"|(?:{'|'.join(pre for pre, _ in _KEY_FORMS)}){ELLIPSIS}.{{1,4}}")
-
-# nothing any detector looks for can be in a text without one of these
-_HINT = re.compile(r"\d|_|-|AIza|PRIVATE KEY")
-
-
-def mask_text(text: str, detectors: Detectors | None = None) -> str:
-    """``text`` with every secret a detector recognises replaced by its masked form."""
-    if not _HINT.search(text):
-        return text
-    spans = _found(text, detectors or _active)
-    if not spans:
-        return text
-    out, pos = [], 0
-    for start, end, mask in spans:
-        out += [text[pos:start], mask]
-        pos = end
-    out.append(text[pos:])
-    return "".join(out)
-
-
-def mask_value(value: Any) -> Any:
-    """A declared-sensitive value as a person sees it: the form a detector would give it
-    (all detectors: the operator turns detection off, never masking of what is declared),
-    ``•••• 1234`` for a number of 8 digits or more, else ``[masked]``. None stays None."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        if _MASKED_FORM.fullmatch(value):
-            return value  # masked already (a record masked when written, masked again)
-        shown = mask_text(value, Detectors())
-        if shown != value and _found(value, Detectors())[0][:2] == (0, len(value)):
-            return shown
-        digits = "".join(ch for ch in value if ch.isdigit())
-        if len(digits) >= 8 and len(digits) >= len(value.replace(" ", "").replace("-", "")):
-            return _card_mask(digits)
-        return MASKED
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        digits = str(value).lstrip("-")
-        if digits.isdigit() and len(digits) >= 8:
-            return _card_mask(digits)
-    return MASKED
+__all__ = ["ARGS_KEYS", "DETECTOR_NAMES", "DOT", "ELLIPSIS", "KEPT_KEYS", "MASKED",
+           "Detectors", "Masking", "active", "configure", "declared_values", "iban_ok",
+           "is_masked", "luhn_ok", "mask_args", "mask_text", "mask_value", "masked_details",
+           "masked_json", "normalize_path", "paths_text", "sensitive_of_snapshot",
+           "unmask_edit"]
 
 
 # -- paths -----------------------------------------------------------------------------------
@@ -244,37 +76,14 @@ def normalize_path(path: str, *, prefix: bool = False) -> str:
     return text
 
 
-def _compile(paths: Iterable[str]) -> list[tuple[str, ...]]:
-    return [tuple(p.split(".")) for p in paths if p]
-
-
-def _covered(at: tuple[str, ...], patterns: Sequence[tuple[str, ...]]) -> bool:
-    return any(len(p) <= len(at) and all(s in ("*", a) for s, a in zip(p, at, strict=False))
-               for p in patterns)
-
+# -- the arguments as a person sees them -------------------------------------------------------
 
 def mask_args(args: Any, sensitive_paths: Iterable[str] = (),
               detectors: Detectors | None = None) -> Any:
     """A masked copy of ``args``: each value under a sensitive path in its masked form,
-    and every string (or number) elsewhere with what the detectors find masked in it."""
-    return _mask(args, (), _compile(sensitive_paths), detectors or _active)
-
-
-def _mask(value: Any, at: tuple[str, ...], patterns: Sequence[tuple[str, ...]],
-          detectors: Detectors) -> Any:
-    if at and _covered(at, patterns):
-        return mask_value(value)
-    if isinstance(value, Mapping):
-        return {k: _mask(v, (*at, str(k)), patterns, detectors) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_mask(v, (*at, str(i)), patterns, detectors) for i, v in enumerate(value)]
-    if isinstance(value, str):
-        return mask_text(value, detectors)
-    if isinstance(value, int) and not isinstance(value, bool) and "card" in detectors.on \
-            and 13 <= len(str(value)) <= 19:
-        shown = mask_text(str(value), detectors)
-        return value if shown == str(value) else shown
-    return value
+    and every string (or number) elsewhere with the declared values and what the
+    detectors find masked in it (:meth:`Masking.args`)."""
+    return Masking.of_call(sensitive_paths, args, detectors=detectors).args(args)
 
 
 def unmask_edit(edited: Any, original: Any, sensitive_paths: Iterable[str] = (),
@@ -303,7 +112,7 @@ def masked_json(raw: str, sensitive_paths: Iterable[str] = ()) -> tuple[Any, boo
     in it is masked; a ValueError when it is not JSON. Remembered by text, paths and
     detectors: a card is drawn several times from the same stored text (posted, updated,
     quoted in its thread). The value is shared: callers must not change it."""
-    return _masked_json(raw, tuple(sensitive_paths), _active)
+    return _masked_json(raw, tuple(sensitive_paths), active())
 
 
 @functools.lru_cache(maxsize=512)
@@ -320,28 +129,17 @@ def is_masked(args: Any, sensitive_paths: Iterable[str] = (),
     return bool(mask_args(args, sensitive_paths, detectors) != args)
 
 
-# where a record (an audit entry's details, a webhook, an API document) holds a call's
-# arguments, under which its sensitive paths apply
-ARGS_KEYS: tuple[str, ...] = ("args", "arguments", "edited_args", "effective_args",
-                              "previous_args", "original_args", "scope_value.values")
-
-
 def masked_details(details: Mapping[str, Any], sensitive_paths: Iterable[str] = (),
                    detectors: Detectors | None = None) -> dict[str, Any]:
-    """A record about a call (audit details, say) masked: the call's ``sensitive_paths``
-    under each of :data:`ARGS_KEYS`, and what the detectors find anywhere."""
-    paths = [f"{key}.{p}" for p in sensitive_paths for key in ARGS_KEYS]
-    masked: dict[str, Any] = mask_args(details, paths, detectors)
-    scope = masked.get("scope_value")
-    if isinstance(masked.get("scope"), str) and scope != details.get("scope_value"):
-        # a standing approval's scope in words quotes its values: told again, masked
-        from approvald.runtime.scope import Scope  # (scope -> rules -> … -> here)
+    """A record about a call (audit details, say) masked: :meth:`Masking.details` of the
+    call's ``sensitive_paths``."""
+    return Masking(sensitive_paths, detectors=detectors).details(details)
 
-        try:
-            masked["scope"] = Scope.model_validate(scope).describe()
-        except ValueError:
-            masked["scope"] = mask_text(masked["scope"], detectors)
-    return masked
+
+def paths_text(paths: Iterable[str]) -> str | None:
+    """Declared paths as a ledger row or a request records them (None: none)."""
+    listed = list(dict.fromkeys(paths))
+    return json.dumps(listed) if listed else None
 
 
 def sensitive_of_snapshot(snapshot: str | Mapping[str, Any] | None) -> tuple[str, ...]:

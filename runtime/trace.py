@@ -14,16 +14,14 @@ time) takes the time of what came just before it in the transcript, flagged ``es
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from approvald.runtime.canonical import compact_json
-from approvald.runtime.errors import NotFound
-from approvald.runtime.packet import sensitive_paths
-from approvald.runtime.sensitive import mask_args, mask_text, masked_details
+from approvald.runtime.sensitive import Masking
+from approvald.runtime.shown import RunMasking, of_run, read_run
 from approvald.runtime.state import FINAL_STATUSES, AssistantMessage, ToolMessage, UserMessage
-from approvald.runtime.transcript import build_state
 from approvald.store.db import Database
 from approvald.store.records import (
     ApprovalRecord,
@@ -154,24 +152,22 @@ def _ms(start: datetime, end: datetime) -> float:
 async def load_trace(db: Database, run_id: str, *, now: datetime) -> Trace:
     """The timeline of run ``run_id`` (an exact id); a pending wait is measured to ``now``."""
     async with db.read() as tx:
-        run = await tx.runs.get(run_id)
-        if run is None:
-            raise NotFound(f"no run {run_id}", run_id=run_id)
-        events = await tx.events.load(run_id)
-        executions = await tx.executions.for_run(run_id)
-        approvals = await tx.approvals.for_run(run_id)
-        votes = {a.id: await tx.approvals.votes(a.id) for a in approvals}
+        r = await read_run(tx, run_id)
+        votes = {a.id: await tx.approvals.votes(a.id) for a in r.approvals}
         audit = await tx.audit.query(run_id=run_id)
-    return build_trace(run, build_state(run, events, executions).messages, executions,
-                       approvals, votes, audit, now=now)
+    return build_trace(r.run, r.messages, r.executions, r.approvals, votes, audit, now=now,
+                       masking=r.masking())
 
 
 def build_trace(run: RunRecord,
                 messages: Sequence[UserMessage | AssistantMessage | ToolMessage],
                 executions: dict[str, ExecutionRecord], approvals: Sequence[ApprovalRecord],
                 votes: dict[str, list[VoteRecord]], audit: Sequence[AuditRecord], *,
-                now: datetime) -> Trace:
-    """The timeline from what the store holds for one run (pure: no I/O)."""
+                now: datetime, masking: RunMasking | None = None) -> Trace:
+    """The timeline from what the store holds for one run (pure: no I/O). Everything in
+    it is masked by ``masking`` (the run's calls' declared paths and values, and the
+    detectors; by default worked out from the transcript, requests and ledger given)."""
+    shown = masking or of_run(messages, approvals, executions)
     entries: list[Entry] = []
     results = {m.call_id: m for m in messages if isinstance(m, ToolMessage)}
     by_call: dict[str, list[ApprovalRecord]] = {}
@@ -183,43 +179,43 @@ def build_trace(run: RunRecord,
         if not isinstance(m, AssistantMessage):
             continue
         step += 1
-        entry = _model_step(m, step, last, run.instructions_version)
+        entry = _model_step(m, step, last, run.instructions_version, shown.run)
         entries.append(entry)
         last = entry.end or entry.start
         for call in m.tool_calls:
             rec = executions.get(call.id)
             asked = by_call.get(call.id, [])
             tool_entry = _tool_call(run, call.id, call.name, call.arguments, step, rec,
-                                    results.get(call.id), asked, last)
+                                    results.get(call.id), asked, last, shown)
             entries.append(tool_entry)
             last = max(last, tool_entry.end or tool_entry.start)
     # at one instant (a frozen test clock, a fast step) the run's start comes first, then
     # the transcript in its own order, then what the audit log and the requests say
-    hidden = {a.id: sensitive_paths(a) for a in approvals}
-    others = [*_transitions(run, audit, hidden),
-              *(_approval(a, votes.get(a.id, []), now) for a in approvals)]
+    others = [*_transitions(run, audit, shown.run),
+              *(_approval(a, votes.get(a.id, []), now, shown) for a in approvals)]
     keyed = [(e.start, 1, i, e) for i, e in enumerate(entries)]
     keyed += [(e.start, 0 if e.action == "started" else 2, i, e) for i, e in enumerate(others)]
     entries = [e for *_, e in sorted(keyed, key=lambda k: k[:3])]
     return Trace(
-        run_id=run.id, agent=run.agent, status=run.status, task=mask_text(run.task),
+        run_id=run.id, agent=run.agent, status=run.status, task=shown.run.text(run.task),
         requested_by=run.requested_by, instructions_version=run.instructions_version,
         created_at=run.created_at, updated_at=run.updated_at,
-        result=_masked(run.result), error=_masked(run.error),
+        result=_masked(shown.run, run.result), error=_masked(shown.run, run.error),
         started_at=min([run.created_at, *(e.start for e in entries)]),
         ended_at=max([run.updated_at, *(e.end or e.start for e in entries)]),
         totals=_totals(entries), entries=entries,
     )
 
 
-def _model_step(m: AssistantMessage, step: int, last: datetime, run_version: str) -> Entry:
+def _model_step(m: AssistantMessage, step: int, last: datetime, run_version: str,
+                shown: Masking) -> Entry:
     names = [c.name for c in m.tool_calls]
     title = f"model step {step}: " + (f"asks for {', '.join(names)}" if names
                                       else "final answer")
     meta = m.meta
     if meta is None:  # written before model steps were recorded
         return Entry(kind="model_step", lane="model", start=last, estimated=True, title=title,
-                     step=step, content=_masked(m.content), calls=names)
+                     step=step, content=_masked(shown, m.content), calls=names)
     # the call began when the reply arrived, less its latency, and not before what it
     # answers (clocks of different processes may disagree by that much)
     start = min(meta.at, max(meta.at - timedelta(milliseconds=meta.latency_ms), last))
@@ -228,12 +224,12 @@ def _model_step(m: AssistantMessage, step: int, last: datetime, run_version: str
                  instructions_version=meta.instructions_version or run_version,
                  latency_ms=meta.latency_ms,
                  input_tokens=meta.input_tokens, output_tokens=meta.output_tokens,
-                 cost_usd=meta.cost_usd, content=_masked(m.content), calls=names)
+                 cost_usd=meta.cost_usd, content=_masked(shown, m.content), calls=names)
 
 
 def _tool_call(run: RunRecord, call_id: str, name: str, args: dict[str, Any], step: int,
                rec: ExecutionRecord | None, result: ToolMessage | None,
-               asked: list[ApprovalRecord], last: datetime) -> Entry:
+               asked: list[ApprovalRecord], last: datetime, shown: RunMasking) -> Entry:
     approval = asked[-1] if asked else None  # the last rung decides what ran
     if approval is not None and approval.kind == "tool_call":
         args = approval.effective_args()
@@ -258,18 +254,19 @@ def _tool_call(run: RunRecord, call_id: str, name: str, args: dict[str, Any], st
     return Entry(
         kind="tool_call", lane="tools", start=start, end=end, estimated=estimated,
         title=f"{name} ({status})", step=step, call_id=call_id, tool=name,
-        arguments=mask_args(args, sensitive_paths(approval) if approval else ()),
-        status=status,
-        result_summary=summarize(mask_args(outcome)) if outcome is not None else None,
+        arguments=shown.call(call_id).args(args), status=status,
+        result_summary=summarize(shown.call(call_id).data(outcome))
+        if outcome is not None else None,
         error_class=rec.error_class if rec else None,
-        error=_masked(rec.error) if rec else None,
+        error=_masked(shown.run, rec.error) if rec else None,
         latency_ms=rec.latency_ms if rec else None, attempts=rec.attempts if rec else None,
         idempotency_key=f"{run.id}:{call_id}",
         approval_id=approval.id if approval else None,
     )
 
 
-def _approval(a: ApprovalRecord, votes: list[VoteRecord], now: datetime) -> Entry:
+def _approval(a: ApprovalRecord, votes: list[VoteRecord], now: datetime,
+              shown: RunMasking) -> Entry:
     pending = a.status == "pending"
     end = a.decided_at if a.decided_at is not None else (now if pending else None)
     who = f" by {a.decided_by}" if a.decided_by else ""
@@ -278,30 +275,30 @@ def _approval(a: ApprovalRecord, votes: list[VoteRecord], now: datetime) -> Entr
     return Entry(
         kind="approval", lane="humans", start=a.requested_at, end=end,
         title=f"{what}{a.tool}: {a.status}{who}", call_id=a.call_id, tool=a.tool,
-        arguments=mask_args(a.args_value(), sensitive_paths(a)), status=a.status,
+        arguments=shown.call(a.call_id).args(a.args_value()), status=a.status,
         approval_id=a.id, approval_kind=a.kind,
         requested_by=a.requested_by, approvers=a.approvers_value(),
         decided_by=a.decided_by, decided_via=a.decided_via, decided_at=a.decided_at,
         digest=a.digest, effective_digest=a.effective_digest, edited_by=a.edited_by,
-        reason=_masked(a.reason), wait_ms=_ms(a.requested_at, end) if end is not None else None,
+        reason=_masked(shown.run, a.reason),
+        wait_ms=_ms(a.requested_at, end) if end is not None else None,
         pending=pending,
         votes=[Vote(actor=v.actor, verdict=v.verdict, digest=v.digest, via=v.via, at=v.at,
                     counts=v.digest == a.effective_digest) for v in votes],
     )
 
 
-def _masked(text: str | None) -> str | None:
-    return None if text is None else mask_text(text)
+def _masked(shown: Masking, text: str | None) -> str | None:
+    return None if text is None else shown.text(text)
 
 
-def _transitions(run: RunRecord, audit: Sequence[AuditRecord],
-                 hidden: Mapping[str, Sequence[str]]) -> list[Entry]:
+def _transitions(run: RunRecord, audit: Sequence[AuditRecord], shown: Masking) -> list[Entry]:
     out = [Entry(kind="transition", lane="run", start=run.created_at,
                  title=f"run started by {run.requested_by}",
                  action="started", actor=run.requested_by, via="runtime")]
     for r in audit:
-        details: dict[str, Any] = masked_details(
-            json.loads(r.details) if r.details else {}, hidden.get(r.approval_id or "", ()))
+        # (recorded masked; entries written before that are masked here)
+        details = shown.details(json.loads(r.details) if r.details else {})
         about = details.get("tool")
         title = f"{r.action}" + (f" {about}" if isinstance(about, str) else "") + \
             (f" by {r.actor}" if not r.actor.startswith(("system:", "agent:")) else "")

@@ -63,7 +63,7 @@ class Run(Base):
     # a run that waits (a rate limit, an outage, a backoff after an error) is still
     # ``running``: nobody advances it before wait_until, and wait_reason says why
     wait_until: Mapped[datetime | None] = mapped_column(UTCDateTime())
-    wait_reason: Mapped[str | None] = mapped_column(Text)
+    wait_reason: Mapped[str | None] = mapped_column(SealedText("runs.wait_reason"))
     failures: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
@@ -113,6 +113,10 @@ class ToolExecution(Base):
     # from (its lease renewals): whether an attempt may still be running is decided on these
     owner: Mapped[str | None] = mapped_column(String(200))
     heard_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # JSON list of the argument paths the call's policy declared sensitive, resolved once
+    # when the call was made (requested or not), so that whatever shows the call later
+    # masks them; null: none (or a call recorded before 0015)
+    sensitive: Mapped[str | None] = mapped_column(Text)
 
 
 class Approval(Base):
@@ -149,7 +153,7 @@ class Approval(Base):
     decided_by: Mapped[str | None] = mapped_column(String(200))
     decided_via: Mapped[str | None] = mapped_column(String(200))
     verdict: Mapped[str | None] = mapped_column(String(20))
-    reason: Mapped[str | None] = mapped_column(Text)
+    reason: Mapped[str | None] = mapped_column(SealedText("approvals.reason"))
     channel: Mapped[str | None] = mapped_column(String(40))
     message_ts: Mapped[str | None] = mapped_column(String(40))
     # the W3C traceparent of the span that recorded the decision, when tracing was on:
@@ -198,7 +202,7 @@ class Outbox(Base):
     claimed_until: Mapped[datetime | None] = mapped_column(UTCDateTime())
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     delivered_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
-    last_error: Mapped[str | None] = mapped_column(Text)
+    last_error: Mapped[str | None] = mapped_column(SealedText("outbox.last_error"))
     result: Mapped[str | None] = mapped_column(Text)
     # delivery gives up by time, not by count: waiting for a busy Slack is not a failure
     give_up_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
@@ -222,7 +226,7 @@ class AuditEntry(Base):
     digest: Mapped[str | None] = mapped_column(String(64))
     # masked when recorded (runtime/audit.py), so written in clear: the chain verifies
     # without the data key; entries written sealed before that still open with it
-    details: Mapped[str] = mapped_column(SealedText("audit_log.details", sealed=False))
+    details: Mapped[str] = mapped_column(SealedText("audit_log.details"))
     # fingerprint of the key the entry's MAC was made with ("" for an unkeyed SHA-256)
     key_id: Mapped[str] = mapped_column(String(16), default="", server_default="")
     prev_hash: Mapped[str] = mapped_column(String(64))
@@ -313,6 +317,8 @@ class ExternalRequest(Base):
     policy_name: Mapped[str | None] = mapped_column(String(100))
     kind: Mapped[str] = mapped_column(String(20))  # auto, approve_before or forbidden
     reason: Mapped[str | None] = mapped_column(Text)  # why a forbidden call is refused
+    # JSON list of the argument paths its policy declared sensitive (as on the ledger)
+    sensitive: Mapped[str | None] = mapped_column(Text)
     webhook_url: Mapped[str | None] = mapped_column(Text)
     decided_approval: Mapped[str | None] = mapped_column(String(32))  # last decision told
     result_digest: Mapped[str | None] = mapped_column(String(64))  # of the caller's report
@@ -408,7 +414,8 @@ class AdapterPause(Base):
     requested_by: Mapped[str] = mapped_column(String(200))
     # the framework's state, JSON (it holds the calls' arguments)
     state: Mapped[str] = mapped_column(SealedText("adapter_pauses.state"))
-    requests: Mapped[str] = mapped_column(Text)  # JSON {framework call id: request id}
+    # JSON {"task": ..., "calls": [{call_id, tool, args}]}: the calls' exact arguments
+    requests: Mapped[str] = mapped_column(SealedText("adapter_pauses.requests"))
     status: Mapped[str] = mapped_column(String(16))  # paused | resumed
     # JSON: what the resume came to
     outcome: Mapped[str | None] = mapped_column(SealedText("adapter_pauses.outcome"))

@@ -8,6 +8,17 @@ from datetime import datetime
 from typing import Any
 
 
+def paths_of(text: str | None) -> tuple[str, ...]:
+    """A stored JSON list of argument paths (None or unreadable: none)."""
+    if not text:
+        return ()
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return ()
+    return tuple(p for p in value if isinstance(p, str)) if isinstance(value, list) else ()
+
+
 @dataclass(frozen=True, slots=True)
 class RunRecord:
     id: str
@@ -60,10 +71,15 @@ class ExecutionRecord:
     latency_ms: float | None
     owner: str | None
     heard_at: datetime | None
+    sensitive: str | None = None  # JSON list of its declared paths (0015)
 
     @property
     def idempotency_key(self) -> str:
         return f"{self.run_id}:{self.call_id}"
+
+    def sensitive_paths(self) -> tuple[str, ...]:
+        """The argument paths the call's policy declared sensitive when it was made."""
+        return paths_of(self.sensitive)
 
     def result_value(self) -> Any:
         return None if self.result is None else json.loads(self.result)

@@ -34,7 +34,7 @@ async def rewrite(db: Database, fn: Callable[[str, str], str], *, sealed_prefix:
     """Replace each stored value ``v`` of a sealed column by ``fn(v, "table.column")``
     (both as stored), in batches; the number of values changed in each table that had
     any. ``sealed_prefix``: how a sealed value starts; in a column written in clear
-    (``SealedText(sealed=False)``) only such values are given to ``fn``."""
+    (``audit_log.details``: see store.caller_data.MASKED) only such values are given to ``fn``."""
     changed: dict[str, int] = {}
     for table, col in sealed_columns():
         kind = cast(SealedText, col.type)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any, Protocol, cast
 
+from approvald.store import caller_data
 from sqlalchemy import DateTime, Text
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
@@ -70,17 +71,22 @@ class SealedText(TypeDecorator[str]):
     that the database holds no secret in clear and every reader sees the real text.
     One mechanism for every such column, whichever repository writes or reads it.
 
-    ``sealed=False``: a column whose values are written in clear (what is written holds
-    no secret: the audit log's masked details, which must verify without the key) but
-    may hold values sealed before, which are opened like the rest."""
+    ``column`` (``table.column``) must be registered in :mod:`store.caller_data`, which
+    says how it is kept: ``sealed``, or ``masked`` (written in clear, because what is
+    written holds no secret: the audit log's masked details, which must verify without
+    the key; values sealed there before are opened like the rest)."""
 
     impl = Text
     cache_ok = True
 
-    def __init__(self, column: str, *, sealed: bool = True) -> None:
+    def __init__(self, column: str) -> None:
         super().__init__()
+        kind = caller_data.holds(column)
+        if kind == "clear":
+            raise LookupError(f"{column} is registered as holding no caller data: it is "
+                              "plain Text, not SealedText")
         self.column = column
-        self.sealed = sealed
+        self.sealed = kind == "sealed"
 
     def process_bind_param(self, value: Any, dialect: Dialect) -> str | None:
         if value is None or _codec is None or not self.sealed:

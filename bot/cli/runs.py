@@ -28,6 +28,7 @@ from approvald.bot.wiring import open_database
 from approvald.runtime.decide import Actor
 from approvald.runtime.engine import Engine
 from approvald.runtime.ids import lease_id
+from approvald.runtime.sensitive import mask_text
 
 
 def register(sub: Subparsers) -> None:
@@ -117,7 +118,8 @@ async def cmd_runs_list(s: Settings, a: argparse.Namespace) -> int:
             print("no runs")
         now = engine.clock.now()
         for r in runs:
-            waits = (f"  waiting until {r.wait_until:%Y-%m-%d %H:%M:%S}: {r.wait_reason}"
+            waits = (f"  waiting until {r.wait_until:%Y-%m-%d %H:%M:%S}: "
+                     f"{mask_text(r.wait_reason or '')}"
                      if r.wait_until is not None and r.wait_until > now else "")
             print(f"{r.id}  {r.status:<18} step {r.step:<5} {r.agent:<14} "
                   f"{r.created_at:%Y-%m-%d %H:%M:%S}  {r.requested_by}{waits}")
@@ -130,7 +132,7 @@ async def cmd_runs_show(s: Settings, a: argparse.Namespace) -> int:
         run = await engine.resolve_run(a.id)
         state = await engine.state(run.id)
         approvals = await engine.run_approvals(run.id)
-        doc = documents.run_document(run, state, approvals)
+        doc = documents.run_document(run, state, approvals, await engine.run_masking(run.id))
         if a.json:
             out(doc)
             return 0

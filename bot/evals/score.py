@@ -120,8 +120,10 @@ def score(task: Task, j: Journey, baseline: Journey | None = None) -> dict[str, 
 
 
 def _shown(j: Journey, c: ToolCall) -> Any:
-    """A proposed call's arguments as its request's approvers saw them: masked."""
+    """A proposed call's arguments as people see them: masked under the paths its request
+    declared, or (a call nobody was asked about) those recorded with it when it ran."""
     hide = {p for a in j.approvals if a.call_id == c.id for p in sensitive_paths(a)}
+    hide |= {p for x in j.executions if x.call_id == c.id for p in x.sensitive_paths()}
     return mask_args(c.arguments, sorted(hide))
 
 

@@ -30,7 +30,7 @@ from approvald.runtime.engine import Engine
 from approvald.runtime.gate import CARD_POST, CARD_UPDATE, NOTICE, REMINDER, RUN_WAITING
 from approvald.runtime.outbox import DEAD_REPORT, RetryLater, Undeliverable
 from approvald.runtime.policy import ApprovalPolicy
-from approvald.runtime.sensitive import mask_args
+from approvald.runtime.sensitive import Masking
 from approvald.store.records import ApprovalRecord, OutboxRecord
 from approvald.store.repos import Tx
 from slack_sdk.errors import SlackApiError
@@ -251,9 +251,13 @@ class SlackDeliverer:
             for call in body.get("tool_calls") or []:
                 if call.get("id") == payload["call_id"]:
                     args = call.get("arguments")
-        hide = self.e.registry.sensitive_paths(run, rec.tool) if run is not None else ()
-        text = messages.notice_text(rec.tool, mask_args(args, hide), rec.result_value()
-                                    if rec.status == "succeeded" else {"error": rec.error})
+        # the paths resolved when the call was made (a row from before they were
+        # recorded: those of the agent's tool now)
+        hide = rec.sensitive_paths() or (
+            self.e.registry.sensitive_paths(run, rec.tool) if run is not None else ())
+        shown = Masking.of_call(hide, args)
+        text = messages.notice_text(rec.tool, shown.args(args), shown.data(
+            rec.result_value() if rec.status == "succeeded" else {"error": rec.error}))
         channel, thread_ts = where
         resp = await self.client.chat_postMessage(channel=channel, thread_ts=thread_ts, text=text)
         return {"channel": channel, "ts": str(resp["ts"])}

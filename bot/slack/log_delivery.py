@@ -10,7 +10,7 @@ import json
 import logging
 from typing import Any
 
-from approvald.runtime.sensitive import mask_args
+from approvald.runtime.sensitive import Masking
 from approvald.store.records import OutboxRecord
 
 log = logging.getLogger("approvald.delivery")
@@ -21,8 +21,11 @@ class LogDeliverer:
         self.delivered: list[OutboxRecord] = []
 
     async def deliver(self, row: OutboxRecord) -> dict[str, Any] | None:
-        # a notice's payload carries the call's arguments: logs see them masked
-        payload = mask_args(json.loads(row.payload))
+        # a notice's payload carries the call's arguments (and their declared paths):
+        # logs see them masked, as every face does
+        raw = json.loads(row.payload)
+        paths = raw.get("sensitive") if isinstance(raw.get("sensitive"), list) else []
+        payload = Masking([str(p) for p in paths]).details(raw)
         log.info("%s %s", row.kind, " ".join(f"{k}={v}" for k, v in payload.items()))
         self.delivered.append(row)
         return {"logged": True}

@@ -44,6 +44,7 @@ from approvald.bot.slack.mrkdwn import (
 )
 from approvald.runtime.errors import DecisionRefused
 from approvald.runtime.packet import asker, sensitive_paths, will_run
+from approvald.runtime.sensitive import Masking
 from approvald.store.records import ApprovalRecord, RunRecord
 from slack_sdk.models.blocks import Block
 
@@ -164,8 +165,10 @@ def _result_text(result: Any) -> str:
 
 # -- a run's parent message in the ops channel ---------------------------------------------
 
-def run_parent(run: RunRecord, *, now: datetime, approvals_pending: int = 0) -> dict[str, Any]:
-    """The ops-channel message a run's thread hangs from: ``{"text", "blocks"}``.
+def run_parent(run: RunRecord, *, now: datetime, approvals_pending: int = 0,
+               shown: Masking | None = None) -> dict[str, Any]:
+    """The ops-channel message a run's thread hangs from: ``{"text", "blocks"}``; its
+    task, error and result masked by ``shown`` (the run's calls' declared values).
 
     Updated in place as the run moves. A run still going says when it started (a date
     Slack renders for each reader), never how long it has run: that would be true only at
@@ -173,12 +176,13 @@ def run_parent(run: RunRecord, *, now: datetime, approvals_pending: int = 0) -> 
     """
     emoji, status = T.RUN_STATUS.get(run.status, (T.UNKNOWN_EMOJI, clip(run.status, 40)))
     agent = clip(asker(run.agent), 80)
+    mask = (shown or Masking()).text
     lines = [T.RUN_HEADLINE.format(emoji=emoji, agent=agent, status=status),
-             T.RUN_TASK.format(task=clip(run.task, 600))]
+             T.RUN_TASK.format(task=clip(mask(run.task), 600))]
     if run.error and run.status != "completed":
-        lines.append(T.RUN_ERROR.format(error=clip(run.error, 600)))
+        lines.append(T.RUN_ERROR.format(error=clip(mask(run.error), 600)))
     if run.result and run.status == "completed":
-        lines.append(T.RUN_RESULT.format(result=clip(run.result, 900)))
+        lines.append(T.RUN_RESULT.format(result=clip(mask(run.result), 900)))
     if run.status in TERMINAL_RUN_STATUSES:
         elapsed = T.RUN_TOOK.format(elapsed=duration(run.updated_at - run.created_at))
     else:

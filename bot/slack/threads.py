@@ -41,7 +41,9 @@ from approvald.bot.slack import messages
 from approvald.bot.slack.delivery import MAX_REPOSTS, slack_error
 from approvald.runtime.engine import Engine
 from approvald.runtime.failpoints import failpoint
+from approvald.runtime.ids import is_external
 from approvald.runtime.periodic import repeat
+from approvald.runtime.shown import RunMasking, of_run
 from approvald.runtime.state import AssistantMessage, ToolMessage
 from approvald.runtime.transcript import decode
 from approvald.store.records import ApprovalRecord, EventRecord, ExecutionRecord, RunRecord
@@ -73,6 +75,9 @@ class _Turn:
     progress: dict[str, Any] = field(default_factory=dict)
     told_status: str | None = None  # status lines known posted at ``posted_seq``
     posts: int = 0
+    # what may be shown of the run's calls (runtime.shown): its task, results and words
+    # with each call's declared values masked, as everywhere
+    shown: RunMasking = field(default_factory=RunMasking)
 
     @property
     def ts(self) -> str | None:
@@ -193,8 +198,11 @@ class ThreadFollower:
             approvals = await tx.approvals.for_run(t.run_id)
             events = await tx.events.load(t.run_id, since=t.posted_seq)
             executions = await tx.executions.for_run(t.run_id) if events else {}
+            external = await tx.external.get(t.run_id) if is_external(t.run_id) else None
         if run is None:
             return
+        told = [decode(ev, executions) for ev in events if ev.seq >= turn.posted_seq]
+        turn.shown = of_run(told, approvals, executions, external)
         if turn.unsure:
             await self._reconcile(turn, run)
         if turn.ts is None:
@@ -202,7 +210,8 @@ class ThreadFollower:
             return
         events = [ev for ev in events if ev.seq >= turn.posted_seq]
         if events:
-            text, upto = messages.thread_reply(self._event_lines(events, executions, approvals))
+            text, upto = messages.thread_reply(self._event_lines(events, executions, approvals,
+                                                                 turn.shown))
             if text:
                 # the parent moves with what was just told: a run that keeps going would
                 # otherwise never be caught up with, and its parent never redrawn
@@ -216,7 +225,7 @@ class ThreadFollower:
         if not await self._update_parent(turn, run, approvals):
             return
         if turn.told_status != run.status:
-            lines = await self._status_lines(run, approvals)
+            lines = await self._status_lines(run, approvals, turn.shown)
             if lines and not await self._reply(turn, run, messages.thread_status(lines),
                                                approvals, upto=run.next_seq,
                                                status=run.status):
@@ -246,7 +255,8 @@ class ThreadFollower:
     async def _post_parent(self, turn: _Turn, run: RunRecord,
                            approvals: list[ApprovalRecord]) -> None:
         parent = messages.run_parent(run, now=self.e.clock.now(),
-                                     approvals_pending=_pending(approvals))
+                                     approvals_pending=_pending(approvals),
+                                     shown=turn.shown.run)
         turn.progress["ts"] = await self._post(turn, channel=turn.thread.channel,
                                                metadata=_parent_metadata(run.id), **parent)
         if turn.posted_seq >= run.next_seq and not _has_status_lines(run, approvals):
@@ -277,7 +287,8 @@ class ThreadFollower:
                              approvals: list[ApprovalRecord]) -> bool:
         """Show the run's status on its parent; False if the parent was gone."""
         parent = messages.run_parent(run, now=self.e.clock.now(),
-                                     approvals_pending=_pending(approvals))
+                                     approvals_pending=_pending(approvals),
+                                     shown=turn.shown.run)
         assert turn.ts is not None
         try:
             await self.client.chat_update(channel=turn.thread.channel, ts=turn.ts,
@@ -303,7 +314,8 @@ class ThreadFollower:
             found = await self._find_parent(t.channel, run, not_ts=turn.ts)
         if found is None:
             parent = messages.run_parent(run, now=self.e.clock.now(),
-                                         approvals_pending=_pending(approvals))
+                                         approvals_pending=_pending(approvals),
+                                     shown=turn.shown.run)
             found = await self._post(turn, channel=t.channel,
                                      metadata=_parent_metadata(run.id), **parent)
             log.info("run %s: its thread's parent message was deleted; posted it again",
@@ -375,7 +387,8 @@ class ThreadFollower:
     # -- what to tell ------------------------------------------------------------------
 
     def _event_lines(self, events: list[EventRecord], executions: dict[str, ExecutionRecord],
-                     approvals: list[ApprovalRecord]) -> list[tuple[int, list[str]]]:
+                     approvals: list[ApprovalRecord],
+                     shown: RunMasking) -> list[tuple[int, list[str]]]:
         by_call = {a.call_id: a for a in approvals if a.kind == "tool_call"}
         groups: list[tuple[int, list[str]]] = []
         for ev in events:
@@ -388,14 +401,16 @@ class ThreadFollower:
                 status = msg.content.get("status") if isinstance(msg.content, dict) else None
                 # a call that did not run is told by its request's line alone
                 if a is None or status not in ("denied", "redirected", "expired", "cancelled"):
-                    lines.append(messages.thread_tool_call(msg.name, msg.content,
-                                                           failed=status in FAILED))
+                    lines.append(messages.thread_tool_call(
+                        msg.name, shown.call(msg.call_id).data(msg.content),
+                        failed=status in FAILED))
             elif isinstance(msg, AssistantMessage) and not msg.tool_calls and msg.content:
-                lines.append(messages.thread_final(msg.content))
+                lines.append(messages.thread_final(shown.run.text(msg.content)))
             groups.append((ev.seq, lines))
         return groups
 
-    async def _status_lines(self, run: RunRecord, approvals: list[ApprovalRecord]) -> list[str]:
+    async def _status_lines(self, run: RunRecord, approvals: list[ApprovalRecord],
+                            shown: RunMasking) -> list[str]:
         if run.status in ("awaiting_approval", "needs_attention"):
             out = []
             for a in approvals:
@@ -406,7 +421,7 @@ class ThreadFollower:
                     out.append(messages.thread_approval_requested(a, card_url=url))
             return out
         if run.status in ("failed", "cancelled") and run.error:
-            return [messages.thread_error(run.error)]
+            return [messages.thread_error(shown.run.text(run.error))]
         return []
 
 

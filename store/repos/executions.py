@@ -46,15 +46,17 @@ class ExecutionsRepo(Repo):
         return {r.call_id: ExecutionRecord(**r._mapping) for r in rows}
 
     async def record_intent(self, *, run_id: str, call_id: str, step: int, tool: str,
-                            digest: str, now: datetime, owner: str | None = None) -> bool:
-        """Insert the intent row (``owner``: the lease id of the attempt); False if one
-        already exists for this key."""
+                            digest: str, now: datetime, owner: str | None = None,
+                            sensitive: str | None = None) -> bool:
+        """Insert the intent row (``owner``: the lease id of the attempt; ``sensitive``:
+        the JSON list of the call's declared paths); False if one already exists for
+        this key."""
         res = await self.conn.execute(
             _INTENT[self.dialect],
             {
                 "run_id": run_id, "call_id": call_id, "step": step, "tool": tool,
                 "args_digest": digest, "status": "started", "attempts": 1, "started_at": now,
-                "owner": owner, "heard_at": now,
+                "owner": owner, "heard_at": now, "sensitive": sensitive,
             },
         )
         return bool(res.rowcount == 1)
@@ -62,7 +64,8 @@ class ExecutionsRepo(Repo):
     async def record_done(self, *, run_id: str, call_id: str, step: int, tool: str,
                           digest: str, started_at: datetime, now: datetime, owner: str | None,
                           status: str, result: str | None, error_class: str | None,
-                          error: str | None, latency_ms: float | None) -> bool:
+                          error: str | None, latency_ms: float | None,
+                          sensitive: str | None = None) -> bool:
         """Insert a finished call in one row, with no intent before it (an idempotent
         call, whose result rides in its step's checkpoint); False if the key exists."""
         res = await self.conn.execute(
@@ -72,7 +75,7 @@ class ExecutionsRepo(Repo):
                 "args_digest": digest, "status": status, "attempts": 1,
                 "started_at": started_at, "owner": owner, "heard_at": now, "result": result,
                 "error_class": error_class, "error": error, "finished_at": now,
-                "latency_ms": latency_ms,
+                "latency_ms": latency_ms, "sensitive": sensitive,
             },
         )
         return bool(res.rowcount == 1)

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any, cast
 
 from approvald.store.models import ApiToken, ExternalRequest, FaceSwitch
+from approvald.store.records import paths_of
 from approvald.store.repos.base import Repo, to_record
 from sqlalchemy import Table, bindparam, delete, or_, select, update
 
@@ -55,7 +56,12 @@ class ExternalRecord:
     result_digest: str | None
     reported_at: datetime | None
     created_at: datetime
-    answered_at: datetime | None = None
+    sensitive: str | None = None  # JSON list of its declared paths (0015)
+    answered_at: datetime | None = None  # a call was told its refusal (0016)
+
+    def sensitive_paths(self) -> tuple[str, ...]:
+        """The argument paths its policy declared sensitive when it was made."""
+        return paths_of(self.sensitive)
 
 
 @dataclass(frozen=True, slots=True)

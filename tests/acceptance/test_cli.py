@@ -52,7 +52,8 @@ def test_refund_approved_end_to_end(cli: Cli) -> None:
     assert roles == ["user", "assistant", "tool", "assistant", "tool", "assistant", "tool",
                      "assistant"]
     # the policy in force when the run started, the request, the approval
-    assert "audit log OK: 4 entries" in cli.ok("audit", "verify")
+    # requested, approved, and the three executions: the lookup, the refund, the mail
+    assert "audit log OK: 6 entries" in cli.ok("audit", "verify")
 
 
 def test_refund_denied_reason_reaches_the_model(cli: Cli) -> None:

@@ -37,9 +37,10 @@ def test_verify_prints_the_head_and_a_recorded_head_proves_the_past(cli: Cli) ->
     cli.ok("approvals", "approve", approval_id, "--as", "U_ALICE")
     out = cli.ok("audit", "verify")
     head = out.splitlines()[0].removeprefix("head ")
-    # the policy in force (first recorded), the request, the approval
-    assert head.startswith("4:") and len(head) == 2 + 64
-    assert "audit log OK: 4 entries, chain intact (keyed)" in out
+    # the policy in force (first recorded), the lookup, the request, the approval, the
+    # refund and the customer's mail (every execution has its entry)
+    assert head.startswith("6:") and len(head) == 2 + 64
+    assert "audit log OK: 6 entries, chain intact (keyed)" in out
     pause(cli, "Refund order B-2002")  # the log goes on; the recorded head stays provable
     assert "passes through the recorded head" in cli.ok("audit", "verify", "--expect", head)
 
@@ -51,7 +52,7 @@ def test_verify_prints_the_head_and_a_recorded_head_proves_the_past(cli: Cli) ->
     assert cli("audit", "verify").returncode == 0  # the chain alone cannot tell...
     done = cli("audit", "verify", "--expect", head)
     assert done.returncode == 5  # ...the recorded head can
-    assert "entries 4-4 were deleted" in done.stdout
+    assert "entries 4-6 were deleted" in done.stdout
     bad = cli("audit", "verify", "--expect", "3:zz")
     assert bad.returncode == 2 and "--expect" in bad.stderr
 
@@ -63,7 +64,7 @@ def test_without_the_key_a_rewritten_log_is_broken(cli: Cli) -> None:
         conn.execute("UPDATE audit_log SET actor = 'U_MALLORY' WHERE action = 'approved'")
     done = cli("audit", "verify")
     assert done.returncode == 5 and "was edited" in done.stdout
-    assert done.stdout.startswith("head 4:")
+    assert done.stdout.startswith("head 6:")
     wrong_key = cli("audit", "verify", APPROVALD_AUDIT_KEY="not-the-key-0123456789abcdef")
     assert wrong_key.returncode == 5 and "was not given" in wrong_key.stdout
 

@@ -240,3 +240,65 @@ def _to(revision: str, *, down: bool = False):  # type: ignore[no-untyped-def]
         cfg.attributes["connection"] = sync_conn
         (command.downgrade if down else command.upgrade)(cfg, revision)
     return go
+
+
+async def test_0015_seals_a_paused_adapters_calls_kept_in_clear_and_opens_them_back(
+        tmp_path: Path, pg_url) -> None:
+    """From 0014, with a data key: the calls a paused adapter kept in clear are sealed
+    (read back the same through the store), and a downgrade opens them back for the
+    older schema, which reads the column as plain text."""
+    from tests.conftest import _pg_admin
+
+    urls = [f"sqlite+aiosqlite:///{tmp_path / 'pauses.db'}"]
+    if pg_url is not None:
+        urls.append(await _fresh_pg(pg_url))
+    try:
+        for url in urls:
+            await _seal_pauses(url)
+    finally:
+        if len(urls) > 1:
+            await _pg_admin(f'DROP DATABASE IF EXISTS "{urls[1].rsplit("/", 1)[1]}" WITH (FORCE)')
+
+
+async def _seal_pauses(url: str) -> None:
+    from alembic import command
+    from approvald.runtime import sealing
+    from approvald.store import types
+
+    calls = '{"task":"Refund A-1","calls":[{"call_id":"c1","tool":"refund","args":{"card":"4242 4242 4242 4242"}}]}'  # noqa: E501
+
+    def to(revision: str, *, down: bool = False):  # type: ignore[no-untyped-def]
+        def go(sync_conn):  # type: ignore[no-untyped-def]
+            cfg = migrate.alembic_config()
+            cfg.attributes["connection"] = sync_conn
+            (command.downgrade if down else command.upgrade)(cfg, revision)
+        return go
+
+    async def raw() -> str:
+        async with db.connection() as conn:
+            return str((await conn.execute(text(
+                "SELECT requests FROM adapter_pauses WHERE id = 'p1'"))).scalar_one())
+
+    db = Database(url)
+    try:
+        async with db.connection() as conn:
+            await conn.run_sync(to("0014"))
+            await conn.execute(text(
+                "INSERT INTO adapter_pauses (id, framework, key, requested_by, state, "
+                "requests, status, created_at) VALUES ('p1', 'langgraph', 'k1', 'U_DANA', "
+                "'{}', :calls, 'paused', '2026-06-01 09:00:00')"), {"calls": calls})
+            await conn.commit()
+        types.set_codec(sealing.Sealer([sealing.DataKey("data-key-one-0123456789abcdef")]))
+        await migrate.upgrade(db)
+        stored = await raw()
+        assert sealing.is_sealed(stored) and "4242" not in stored
+        async with db.read() as tx:
+            rec = await tx.adapters.get("p1")
+        assert rec is not None and rec.requests == calls
+        async with db.connection() as conn:
+            await conn.run_sync(to("0014", down=True))
+            await conn.commit()
+        assert await raw() == calls
+    finally:
+        types.set_codec(None)
+        await db.close()

@@ -148,3 +148,25 @@ async def test_a_card_number_is_sealed_at_rest_and_a_lost_key_changes_nothing(
     rows = await stored(db_url)
     assert not any(s.decode() in rows for s in SECRETS)
     assert not files_hold_secrets(db_url), files_hold_secrets(db_url)
+
+
+async def test_a_paused_adapters_calls_and_task_are_sealed_beside_its_state(
+        make_engine: Any, db_url: str) -> None:
+    """Issue 46 item 4: ``adapter_pauses.requests`` held every paused call's exact
+    arguments and the task in clear, beside a sealed ``state``."""
+    from approvald.runtime.adapters.gate import Call, calls_of, task_of
+    from approvald.store import types
+
+    types.set_codec(sealing.Sealer([sealing.DataKey(KEY_1)]))
+    engine = make_engine()
+    gate = engine.approval_gate(name="support")
+    call = Call("call-1", "refund_card", {"card_number": CARD, "auth": {"code": AUTH}})
+    rec = await gate.pause("test", "k-1", requested_by="U_DANA", state={"step": 1},
+                           calls=[call], task=f"Refund A-1 to {CARD} ({AUTH})")
+    # read back through the store: the real calls, to resume with
+    assert calls_of(await gate.pause_record(rec.id)) == [call]
+    assert task_of(rec) == f"Refund A-1 to {CARD} ({AUTH})"
+    rows = await stored(db_url)
+    leaked = [r for r in rows.splitlines() if any(s.decode() in r for s in SECRETS)]
+    assert not leaked, leaked
+    assert not files_hold_secrets(db_url), files_hold_secrets(db_url)

@@ -22,7 +22,8 @@ KEY = AuditKey("audit-key-kept-in-a-vault-0123456789")
 
 
 async def _history(engine) -> str:
-    """A real log: a request, an approval, an execution, a denial, an expiry."""
+    """A real log: two lookups (read calls, audited as executions), a request, an
+    approval, the refund and the customer's mail executed, a request and its denial."""
     first = await engine.run("demo-refund", "Refund order A-1001", requested_by="U_DANA")
     await engine.decide(first.approval_ids[0], actor=Actor("U_ALICE", "slack"),
                         verdict="approve")
@@ -38,7 +39,7 @@ async def test_a_real_log_verifies(make_engine, db):
     await _history(make_engine())
     report = await audit.verify(db)
     assert report.ok, report.problems
-    assert report.entries == 5
+    assert report.entries == 8
 
 
 async def _tamper_and_verify(db, change) -> str:
@@ -53,13 +54,13 @@ async def test_an_edited_entry_is_named(make_engine, db):
     await _history(make_engine())
 
     async def edit(conn):
-        row = (await conn.execute(select(AuditEntry.details).where(AuditEntry.seq == 2))).scalar()
+        row = (await conn.execute(select(AuditEntry.details).where(AuditEntry.seq == 3))).scalar()
         details = json.loads(row)
         details["args"]["amount_cents"] = 1
-        await conn.execute(update(AuditEntry).where(AuditEntry.seq == 2)
+        await conn.execute(update(AuditEntry).where(AuditEntry.seq == 3)
                            .values(details=json.dumps(details)))
     problem = await _tamper_and_verify(db, edit)
-    assert problem.startswith("entry 2 (approved by U_ALICE") and "edited" in problem
+    assert problem.startswith("entry 3 (approved by U_ALICE") and "edited" in problem
 
 
 async def test_an_edited_actor_is_detected_even_with_a_recomputed_own_hash(make_engine, db):
@@ -91,7 +92,7 @@ async def test_a_deleted_tail_is_detected(make_engine, db):
     async def drop(conn):
         await conn.execute(delete(AuditEntry).where(AuditEntry.seq >= 4))
     problem = await _tamper_and_verify(db, drop)
-    assert "entries 4-5 deleted from the end" in problem
+    assert "entries 4-8 deleted from the end" in problem
 
 
 async def test_swapped_entries_are_named(make_engine, db):
@@ -112,8 +113,10 @@ async def test_swapped_entries_are_named(make_engine, db):
 async def test_export_has_every_decision_with_the_exact_arguments(make_engine, db):
     run_id = await _history(make_engine())
     lines = [json.loads(x) async for x in audit.export(db, fmt="jsonl")]
-    assert [x["action"] for x in lines] == ["requested", "approved", "executed", "requested",
-                                            "denied"]
+    assert [x["action"] for x in lines] == ["executed", "requested", "approved", "executed",
+                                            "executed", "executed", "requested", "denied"]
+    assert [x["tool"] for x in lines if x["action"] == "executed"] == [
+        "lookup_order", "issue_refund", "send_customer_email", "lookup_order"]
     approved = next(x for x in lines if x["action"] == "approved")
     assert approved["actor"] == "U_ALICE" and approved["via"] == "slack"
     assert approved["args"] == {"order_id": "A-1001", "amount_cents": 4200,
@@ -121,11 +124,11 @@ async def test_export_has_every_decision_with_the_exact_arguments(make_engine, d
     denied = next(x for x in lines if x["action"] == "denied")
     assert denied["reason"] == "duplicate <!channel> request" and denied["via"] == "cli:root"
     only = [json.loads(x) async for x in audit.export(db, run_id=run_id)]
-    assert {x["run_id"] for x in only} == {run_id} and len(only) == 3
+    assert {x["run_id"] for x in only} == {run_id} and len(only) == 5
     text = "".join([c async for c in audit.export(db, fmt="csv")])
     rows = list(csv.DictReader(io.StringIO(text)))
-    assert len(rows) == 5 and rows[1]["action"] == "approved"
-    assert json.loads(rows[1]["args"])["amount_cents"] == 4200
+    assert len(rows) == 8 and rows[2]["action"] == "approved"
+    assert json.loads(rows[2]["args"])["amount_cents"] == 4200
 
 
 async def _rewrite_everything(conn, *, actor: str, key: AuditKey | None) -> None:
@@ -163,11 +166,11 @@ async def test_a_keyed_entry_edited_with_its_own_mac_recomputed_is_caught(make_e
     await _history(make_engine(audit_key=KEY))
 
     async with db.write() as tx:
-        await tx.conn.execute(update(AuditEntry).where(AuditEntry.seq == 2)
+        await tx.conn.execute(update(AuditEntry).where(AuditEntry.seq == 3)
                               .values(actor="U_MALLORY"))
     report = await audit.verify(db, keys=[KEY])
     assert len(report.problems) == 1
-    assert report.problems[0].startswith("entry 2 (approved by U_MALLORY")
+    assert report.problems[0].startswith("entry 3 (approved by U_MALLORY")
 
 
 async def test_a_rotated_key_verifies_with_the_old_one_kept(make_engine, db):
@@ -181,18 +184,18 @@ async def test_a_rotated_key_verifies_with_the_old_one_kept(make_engine, db):
 
 async def test_entries_from_before_the_key_verify_only_up_to_the_declared_point(
         make_engine, db):
-    await _history(make_engine())  # 5 unkeyed entries, before the deployment had a key
+    await _history(make_engine())  # 8 unkeyed entries, before the deployment had a key
     await _history(make_engine(audit_key=KEY))
     assert not (await audit.verify(db, keys=[KEY])).ok
-    report = await audit.verify(db, keys=[KEY], unkeyed_until=5)
-    assert report.ok and report.unkeyed == 5
+    report = await audit.verify(db, keys=[KEY], unkeyed_until=8)
+    assert report.ok and report.unkeyed == 8
     assert any("without an audit key" in n for n in report.notes)
 
 
 async def test_a_recorded_head_proves_nothing_was_cut_off_the_end(make_engine, db):
     await _history(make_engine(audit_key=KEY))
     recorded = (await audit.verify(db, keys=[KEY])).head
-    assert recorded[0] == 5 and len(recorded[1]) == 64
+    assert recorded[0] == 8 and len(recorded[1]) == 64
     async with db.write() as tx:  # drop the denial and "fix" the head, as a forger would
         third = (await tx.conn.execute(select(AuditEntry.hash).where(AuditEntry.seq == 3))
                  ).scalar_one()
@@ -200,7 +203,7 @@ async def test_a_recorded_head_proves_nothing_was_cut_off_the_end(make_engine, d
         await tx.conn.execute(update(AuditHead).values(seq=3, hash=third))
     assert (await audit.verify(db, keys=[KEY])).ok  # the chain alone cannot tell
     report = await audit.verify(db, keys=[KEY], expect=recorded)
-    assert not report.ok and "entries 4-5 were deleted" in report.problems[0]
+    assert not report.ok and "entries 4-8 were deleted" in report.problems[0]
 
 
 async def test_a_recorded_head_proves_the_history_before_it(make_engine, db):
@@ -253,7 +256,7 @@ async def test_an_entry_appended_during_verification_is_no_false_alarm(make_engi
     report = await audit.verify(db)
     assert report.ok, report.problems
     monkeypatch.undo()
-    assert (await audit.verify(db)).entries == 6
+    assert (await audit.verify(db)).entries == 10  # and its lookup, and its request
 
 
 async def test_appends_of_one_entry_and_of_several_chain_alike(db, monkeypatch):

@@ -388,7 +388,9 @@ async def test_a_cancel_that_arrives_while_a_step_parks_asks_nobody(make_engine,
     assert approvals == [] and posts == []  # no approver is asked about a cancelled run
     assert [e["tool"] for e in ledger_lines(ledger_path)] == ["check_inventory"]
     entries = [(e.action, e.actor) for e in await trail(db, run_id=run_id)]
-    assert entries == [("cancel_requested", "U_OPS"), ("cancelled", "U_OPS")]
+    # the step's finished call is audited as the execution it was
+    assert entries == [("cancel_requested", "U_OPS"), ("executed", "system:runtime"),
+                       ("cancelled", "U_OPS")]
     state = await engine.state(run_id)  # the step's finished call is still recorded
     assert [m.name for m in state.messages if isinstance(m, ToolMessage)] == ["check_inventory"]
 

@@ -355,8 +355,9 @@ async def test_escalation_ladder_reminds_escalates_then_cancels(make_engine, db,
     assert "expired" in (done.result or "") and refund_lines(ledger_path) == []
     async with db.read() as tx:
         actions = [t.action for t in await tx.audit.query(run_id=outcome.run_id)]
-    assert actions == ["requested", "reminded", "reminded", "requested", "superseded",
-                       "escalated", "refused", "refused", "refused", "reminded", "expired"]
+    assert actions == ["executed", "requested", "reminded", "reminded", "requested",
+                       "superseded", "escalated", "refused", "refused", "refused", "reminded",
+                       "expired"]
 
 
 async def test_silence_never_approves(make_engine, db, clock, ledger_path):

@@ -10,7 +10,9 @@ import pytest
 from approvald.runtime.errors import ConfigError
 from approvald.runtime.policy import ApprovalPolicy, PolicyFile, load_policy_file
 from approvald.runtime.sensitive import (
+    MASKED,
     Detectors,
+    Masking,
     iban_ok,
     is_masked,
     luhn_ok,
@@ -226,3 +228,65 @@ def test_an_audit_entry_records_the_masked_form_and_the_real_values_digest() -> 
     assert recorded["reason"] == "ok" and recorded["tool"] == "refund_card"
     plain = {"tool": "lookup_order", "args": {"order_id": "A-1"}}
     assert recorded_details(plain) == plain  # nothing masked: nothing named
+
+
+# -- the funnel: declared values in text derived from the call (issue 46) ----------------
+
+PIN = "4821"
+TOKEN = "vault-token-Zq81xLw73"
+
+
+def test_a_declared_value_is_masked_wherever_text_quotes_it() -> None:
+    m = Masking.of_call(["pin", "auth.*"], {"pin": PIN, "auth": {"token": TOKEN},
+                                            "memo": "ok"})
+    said = f"Logging in with PIN {PIN} and token {TOKEN} (card {CARD})"
+    assert m.text(said) == f"Logging in with PIN {MASKED} and token {MASKED} (card •••• 4242)"
+    # JSON-escaped, inside a quoted result
+    quoted = json.dumps({"stdout": f'token "{TOKEN}"\n'})
+    assert TOKEN not in m.text(quoted)
+    # an undeclared field that quotes a declared value is masked where it quotes it
+    assert m.args({"pin": PIN, "memo": f"pin {PIN}"}) == {"pin": MASKED, "memo": f"pin {MASKED}"}
+    # what the runtime records about the call, its results and errors included
+    details = {"tool": "login", "args": {"pin": PIN, "auth": {"token": TOKEN}},
+               "result": {"echo": TOKEN}, "error": f"bad pin {PIN}"}
+    shown = json.dumps(Masking(["pin", "auth.*"]).details(details))
+    assert PIN not in shown and TOKEN[:12] not in shown and '"tool": "login"' in shown
+
+
+def test_parts_of_a_declared_value_are_masked_the_start_of_a_cut_one_and_a_run_of_12() -> None:
+    content = "DB_PASSWORD=" + TOKEN + "\n" + "x" * 3000
+    m = Masking.of_call(["content"], {"content": content})
+    cut = content[:1200] + "… (3033 characters in all)"
+    assert m.text(cut) == MASKED + "… (3033 characters in all)"
+    assert m.text("first line: " + content[:10]) == "first line: " + MASKED  # cut at the end
+    # a part of it that a tool's output echoes
+    assert m.text(f"stored {TOKEN} ok") == f"stored {MASKED} ok"
+    # less of it than that says nothing: left alone
+    assert m.text("DB_PASS") == "DB_PASS"
+
+
+def test_short_declared_values_are_masked_only_as_words_and_small_numbers_not_at_all() -> None:
+    m = Masking.of_call(["code", "n"], {"code": "ab", "n": 7})
+    assert m.text("ab about tab ab.") == f"{MASKED} about tab {MASKED}."
+    assert m.text("7 days") == "7 days"  # a small number is no secret worth every digit
+    assert m.data({"quorum": 7}) == {"quorum": 7}
+    big = Masking.of_call(["account"], {"account": 48213579})
+    assert big.text("account 48213579 found") == "account •••• 3579 found"
+    assert big.data({"echo": 48213579}) == {"echo": "•••• 3579"}
+
+
+def test_a_record_keeps_the_runtimes_own_words_as_recorded() -> None:
+    """The audit chain's verifier reads names, ids and counts: a declared value that
+    happens to spell one (a tool's name) does not change them."""
+    m = Masking(["name"])
+    details = {"tool": "refund", "args": {"name": "refund"}, "quorum": 1,
+               "approvers": ["U_ALICE"], "reason": "refund it"}
+    shown = m.details(details)
+    assert shown["tool"] == "refund" and shown["approvers"] == ["U_ALICE"]
+    assert shown["args"] == {"name": MASKED} and shown["reason"] == f"{MASKED} it"
+
+
+def test_no_declared_value_leaves_the_detectors_alone() -> None:
+    m = Masking()
+    assert m.text(f"card {CARD}") == "card •••• 4242"
+    assert m.args({"a": "b"}) == {"a": "b"}

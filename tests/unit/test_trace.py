@@ -55,10 +55,11 @@ async def test_an_approved_refund_reads_as_a_timeline(make_engine, db: Database,
     assert kinds(trace) == [
         ("transition", "started"),
         ("model_step", "1"), ("tool_call", "lookup_order"), ("model_step", "2"),
-        ("transition", "requested"), ("approval", "issue_refund"),
+        ("transition", "executed"), ("transition", "requested"), ("approval", "issue_refund"),
         ("transition", "approved"),
         ("tool_call", "issue_refund"), ("model_step", "3"), ("tool_call", "send_customer_email"),
-        ("model_step", "4"), ("transition", "executed"), ("transition", "completed"),
+        ("model_step", "4"), ("transition", "executed"), ("transition", "executed"),
+        ("transition", "completed"),
     ]
     steps = [e for e in trace.entries if e.kind == "model_step"]
     agent = refund_agent(DemoLedger(None))
@@ -89,7 +90,8 @@ async def test_an_approved_refund_reads_as_a_timeline(make_engine, db: Database,
         ("U_ALICE", "approve", True)]
 
     actions = [e.action for e in trace.entries if e.kind == "transition"]
-    assert actions == ["started", "requested", "approved", "executed", "completed"]
+    assert actions == ["started", "executed", "requested", "approved", "executed", "executed",
+                       "completed"]
     # ordered by time: the request is waited on before the refund runs
     order = [e.kind + ":" + (e.tool or e.action or "") for e in trace.entries]
     assert order.index("approval:issue_refund") < order.index("tool_call:issue_refund")

@@ -8,8 +8,8 @@
   ``http``) the operator switched off (``approvald hook disable``); ``hook enable``
   deletes it.
 
-Revision ID: 0015
-Revises: 0014
+Revision ID: 0016
+Revises: 0015
 Create Date: 2026-12-05
 """
 
@@ -19,8 +19,8 @@ import sqlalchemy as sa
 from alembic import op
 from approvald.store.types import UTCDateTime
 
-revision = "0015"
-down_revision = "0014"
+revision = "0016"
+down_revision = "0015"
 branch_labels = None
 depends_on = None
 
