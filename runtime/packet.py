@@ -31,7 +31,7 @@ from approvald.store.records import ApprovalRecord
 EDITED_IMPACT = "edited_impact"  # the packet key: {"digest", "impact", "asked_digest"}
 # the packet's words (the requester's, the tool's, the operator's): masked as text derived
 # from the call's arguments; its other keys are the runtime's (names, ids, times, risk)
-WORDS = ("task", "doing", "evidence", "impact", "why", "description", "reason",
+WORDS = ("task", "doing", "code", "evidence", "impact", "why", "description", "reason",
          "reconcile", "not_executed")
 
 Author = Literal["agent", "caller"]
