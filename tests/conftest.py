@@ -79,15 +79,11 @@ async def reset_pg(url: str) -> None:
 # CI (.ci/run) sets APPROVALD_SKIP_ALLOWLIST_ENFORCE=1: then a run that skipped any test for a
 # reason not listed here fails, naming the tests. Each entry is the start of a skip reason
 # and why CI may skip it. No skip is allowed: CI has PostgreSQL (APPROVALD_REQUIRE_PG=1),
-# chromium (APPROVALD_REQUIRE_BROWSER=1), Claude Code (APPROVALD_REQUIRE_CLAUDE_CODE=1) and
-# every framework of the dev extra, so a skip there means a test did not run that should
-# have. (An expected failure counts as a skip: "xfail: " and its reason.)
-SKIP_ALLOWLIST: dict[str, str] = {
-    # TEMPORARY: remove with the last of these marks
-    "xfail: issue 45 item": "the Claude Code tier's cases written before the fixes of issue "
-                            "45 they wait for (tests/claude_code, strict: each fails until "
-                            "its fix lands, then its mark goes)",
-}
+# chromium (APPROVALD_REQUIRE_BROWSER=1), Claude Code (APPROVALD_REQUIRE_CLAUDE_CODE=1), the
+# MCP conformance suite (APPROVALD_REQUIRE_CONFORMANCE=1) and every framework of the dev
+# extra, so a skip there means a test did not run that should have. (An expected failure
+# counts as a skip: "xfail: " and its reason.)
+SKIP_ALLOWLIST: dict[str, str] = {}
 
 
 def _skip_reason(report: pytest.TestReport | pytest.CollectReport) -> str:
