@@ -11,13 +11,22 @@ always asks.
 
 Idempotency. A caller's retry of a call carries no id of its own, so the key is derived
 from the call itself: ``<face>:<call key>:<n>`` (:meth:`CallerGate.call_key`: the tool and
-its arguments, and for a hook the session too). The first request for a call is
-generation 0; generation n+1 is made only once generation n is over (denied, expired,
-executed, cancelled...). So a retried call while its request is open joins that request
-(one card, one decision) instead of asking twice; once a call has run, the same call again
-is a new request and is asked about again. An approval nobody collected before its
-request's window closed is not used later: that request is cancelled (audited) and the
-call is asked about again.
+its arguments, and for a hook the session too: the join key). The first request for a call
+is generation 0; generation n+1 is made only once generation n is over. A request answers
+the call that waited for it, and is over once that call has its answer:
+
+* still open (pending, escalated): the same call made again joins it (one card, one
+  decision), however often it is retried;
+* decided without its call running (denied, redirected, expired, cancelled): the first
+  call told so has its answer, the approver's reason with it (a call that had given up
+  waiting and is made again is that call); a call made after that is asked about again;
+* approved: the call that takes the approval (its start recorded, or its result) runs
+  it, once; a call made after that is asked about again. An approval nobody collected
+  before its request's window closed is not used later: that request is cancelled
+  (audited) and the call is asked about again;
+* answered by the policy at once (auto, forbidden): nobody waited for it, so it answers
+  only the call that made it (an auto call is allowed, and recorded, each time it is
+  made); two calls that raced for one auto request each get their own.
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ from approvald.runtime.decide import Actor
 from approvald.runtime.engine import Engine
 from approvald.runtime.errors import ApprovaldError
 from approvald.runtime.external import CALL_ID, ExternalError, NewRequest
+from approvald.runtime.gate import Where
 from approvald.runtime.intake import Source
 from approvald.runtime.state import FINAL_STATUSES
 from approvald.store.repos.external import TokenRecord
@@ -45,7 +55,12 @@ HEARTBEAT = 10.0  # s between "still waiting" signals to the client (and looks a
 
 
 class CallerOff(ApprovaldError):
-    """The face's credential was revoked: it lets nothing through."""
+    """The face is switched off (its credential revoked, or its kill switch off): it lets
+    nothing through. ``token``: the face's credential, to audit the refusal under."""
+
+    def __init__(self, message: str, *, token: TokenRecord | None = None) -> None:
+        super().__init__(message)
+        self.token = token
 
 
 @dataclass(frozen=True)
@@ -115,7 +130,6 @@ class CallerGate:
         self.heartbeat = heartbeat
         self.owner = engine.owner
         self._cursor: dict[str, int] = {}  # digest -> the first generation maybe open
-        self.slack = False  # whether Slack is configured (progress says where to decide)
 
     # -- the credential -------------------------------------------------------------------
     async def token(self) -> TokenRecord:
@@ -123,11 +137,23 @@ class CallerGate:
         tokens revoke mcp.NAME``) switches the face off: it raises :class:`CallerOff`.
         No bearer token exists for it (the HTTP API refuses every such name), and an
         operator's token is never taken for it."""
-        found = await own_credential(self.e.db, self.e.clock, self.e.audit, self.source)
-        if found.revoked_at is not None:
-            raise CallerOff(f"the {self.what} is switched off: its token "
-                            f"{self.token_name} was revoked by {found.revoked_by}")
+        found = await self.credential()
+        why = await self.switched_off(found)
+        if why is not None:
+            raise CallerOff(why, token=found)
         return found
+
+    async def credential(self) -> TokenRecord:
+        """The face's credential, switched off or not (what came of a call it let through
+        before it was switched off is still recorded)."""
+        return await own_credential(self.e.db, self.e.clock, self.e.audit, self.source)
+
+    async def switched_off(self, found: TokenRecord) -> str | None:
+        """Why the face lets nothing through now (None: it is on)."""
+        if found.revoked_at is None:
+            return None
+        return (f"the {self.what} is switched off: its token {self.token_name} was revoked "
+                f"by {found.revoked_by}")
 
     def running_here(self, rid: str) -> bool:
         """Whether this process is running request ``rid``'s call now."""
@@ -153,7 +179,7 @@ class CallerGate:
                 if exc.code != "idempotency_conflict" or exc.run_id is None:
                     raise
                 doc, new = await self.e.external.get(token, exc.run_id), False
-            if new or not await self._over(doc):
+            if new or not await self._over(token, doc):
                 self._cursor[digest] = n
                 return doc
             n += 1
@@ -182,22 +208,26 @@ class CallerGate:
             lo, hi = (mid, hi) if await made(mid) else (lo, mid)
         return lo
 
-    async def _over(self, doc: dict[str, Any]) -> bool:
-        """Whether a request no longer stands for a call waiting to run."""
+    async def _over(self, token: TokenRecord, doc: dict[str, Any]) -> bool:
+        """Whether a request no longer stands for a call waiting for its answer (see the
+        module docstring)."""
         status = doc["status"]
         if status in OPEN:
             return False
-        if status != "approved" or doc["result"] is not None:
-            return True
         rid = str(doc["id"])
-        if await self._run_status(rid) in FINAL_STATUSES:
+        if status != "approved":  # it answers the call that waited for it, once
+            return doc["approval_id"] is None \
+                or await self.e.external.answered(token, rid) is not None
+        if doc["result"] is not None or await self._run_status(rid) in FINAL_STATUSES:
             return True
-        if self.running_here(rid) or doc["approval_id"] is None:
+        if self.running_here(rid):
             return False
         async with self.e.db.read() as tx:
             started = await tx.executions.get(rid, CALL_ID)
         if started is not None:  # running elsewhere, or its outcome is unknown
             return self.started_is_over
+        if doc["approval_id"] is None:  # the policy's allow, its call not started yet
+            return False
         # an approval nobody collected is usable only until its request's window closed;
         # after that the request is cancelled (audited) and the call is asked about again
         expires = doc.get("expires_at")
@@ -213,6 +243,23 @@ class CallerGate:
         async with self.e.db.read() as tx:
             run = await tx.runs.get(rid)
         return run.status if run is not None else "cancelled"
+
+    async def answer(self, token: TokenRecord, doc: dict[str, Any]) -> Refused:
+        """What the client is told about request ``doc``, which ended without running its
+        call; from now on the request has answered its call, and the same call made again
+        is asked about again. (A policy's refusal answers only the call that made it.)"""
+        if doc["approval_id"] is not None:
+            await self.e.external.mark_answered(token, str(doc["id"]))
+        return refusal(doc)
+
+    async def refused(self, token: TokenRecord, tool: str, out: Refused,
+                      **details: Any) -> Refused:
+        """Audit ``out``, a refusal of the face's own (no decision behind it: the call is
+        still waiting at its budget, its start was refused...), and return it."""
+        await self.e.external.refused(token, tool=tool, reason=out.status,
+                                      message=out.message, actor=self.actor,
+                                      request_id=out.request_id, details=details)
+        return out
 
     # -- waiting for the decision -------------------------------------------------------
     async def _wait(self, token: TokenRecord, doc: dict[str, Any],
@@ -230,29 +277,35 @@ class CallerGate:
             self.heartbeat, self.heartbeat if seconds is None else seconds))
 
     async def progress(self, doc: dict[str, Any]) -> str:
-        """One line about a request waiting for a decision, saying where it can be
-        decided now: its card in Slack only once that card is posted."""
+        """One line about a request waiting for a decision, saying where it can be decided
+        now, as the database knows it (this process's settings are not the deployment's:
+        a hook runs wherever its assistant does)."""
         approval_id = doc.get("approval_id")
-        posted = False
-        if approval_id:
-            async with self.e.db.read() as tx:
-                a = await tx.approvals.get(str(approval_id))
-            posted = a is not None and bool(a.channel and a.message_ts)
-        return describe(doc, in_slack=posted, slack=self.slack)
+        at = await self.e.where(str(approval_id)) if approval_id else None
+        return describe(doc, at)
 
 
-def describe(doc: dict[str, Any], *, in_slack: bool = False, slack: bool = False) -> str:
-    """One line about a request waiting for a decision (for progress messages):
-    ``in_slack``, its card is posted; else ``slack``, Slack is configured (the card is
-    not out yet); else Slack is not configured. The commands decide it in every case."""
-    approval_id = doc.get("approval_id")
-    cli = (f"`approvald approvals approve {approval_id}` (or deny)" if approval_id
-           else "`approvald approvals approve ID`")
-    if in_slack:
-        where = f"in Slack (or with {cli} or the HTTP API)"
-    elif slack:
-        where = f"(its card is not in Slack yet: decide with {cli} or the HTTP API)"
-    else:
-        where = f"(Slack is not configured: decide with {cli} or the HTTP API)"
-    return (f"waiting for approval {where}: request {doc['id']}"
-            + (f", expires {doc['expires_at']}" if doc.get("expires_at") else ""))
+def describe(doc: dict[str, Any], at: Where | None) -> str:
+    """One line about a request waiting for a decision (for progress messages), saying
+    where it can be decided (``at``): its card in Slack once posted, the web review queue
+    once mailed, and from a terminal always."""
+    places = []
+    if at is not None and at.card == "posted":
+        places.append(f"on its card in Slack (channel {at.channel})")
+    if at is not None and at.mailed:
+        places.append("in the web review queue (it was mailed to its approvers)")
+    aid = at.approval_id if at is not None else "ID"
+    places.append(f"from a terminal with `approvald approvals approve {aid} --as U…` (or "
+                  f"`approvald approvals deny {aid} --as U… --reason …`)")
+    card = "" if at is None else CARD_NOT_POSTED.get(at.card, "")
+    return (f"waiting for approval: request {doc['id']}"
+            + (f", expires {doc['expires_at']}" if doc.get("expires_at") else "")
+            + ". It can be decided " + "; ".join(places) + card)
+
+
+# what a progress line adds when the request's card is not in Slack
+CARD_NOT_POSTED = {
+    "queued": ". Its card waits to be posted to Slack by `approvald serve`",
+    "given_up": ". Its card could not be posted to Slack (see `approvald outbox list`)",
+    "logged": ". It has no card in Slack: the `approvald serve` that took it has no Slack",
+}

@@ -10,7 +10,7 @@ import re
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 import platformdirs
 from approvald.runtime.audit import AuditKey
@@ -121,6 +121,14 @@ class Settings(BaseSettings):
     ops_channel: str | None = Field(
         None, validation_alias=_env("APPROVALD_OPS_CHANNEL"),
         description="the Slack channel run threads are posted to (unset: APPROVALD_CHANNEL)")
+    # a caller's request (a hook's, the MCP gateway's, an HTTP API token's) posts its card
+    # when a person is asked, and nothing else: a run thread per call was channel noise
+    caller_threads: Literal["off", "asked"] = Field(
+        "off", validation_alias=_env("APPROVALD_CALLER_THREADS"),
+        description="run threads for callers' requests (Claude Code's hook, the MCP gateways, "
+                    "HTTP API tokens, adapters): off, their card is their one message; asked, "
+                    "a thread for each request that asked a person too. A call the policy "
+                    "answers (auto, forbidden) never posts")
     # 0: any
     port: int = Field(
         3000, ge=0, le=65535, validation_alias=_env("APPROVALD_PORT"),

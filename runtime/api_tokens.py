@@ -37,7 +37,7 @@ from approvald.runtime.clock import Clock
 from approvald.runtime.errors import ApprovaldError, ConfigError, NotFound
 from approvald.runtime.identity import InvalidIdentity, normalize_user_id
 from approvald.runtime.ids import new_id
-from approvald.runtime.intake import RESERVED_CREDENTIALS, Source
+from approvald.runtime.intake import HOOK_CREDENTIAL, RESERVED_CREDENTIALS, Source
 from approvald.runtime.webhook_hosts import WebhookHosts
 from approvald.store.db import Database
 from approvald.store.repos import Tx
@@ -267,7 +267,16 @@ async def own_credential(db: Database, clock: Clock, audit: AuditTrail,
 async def revoke(db: Database, clock: Clock, audit: AuditTrail, name: str, *, by: str,
                  via: str) -> TokenRecord:
     """Stop ``name`` working at once (an MCP gateway's ``mcp.NAME`` switches it off);
-    audited."""
+    audited. A hook's own credential is not revoked: the hook has a switch, which can be
+    turned on again (:mod:`runtime.switches`)."""
+    if name.startswith(HOOK_CREDENTIAL):
+        face = Source.of_credential(name)
+        raise ApprovaldError(
+            f"{name} is approvald's own credential for {face.label}'s hook, not a token: "
+            f"switch the hook off with `approvald hook disable {face.name}` (--command for "
+            f"the command hook, --http for every person's HTTP hook, both by default), and "
+            f"on again with `approvald hook enable {face.name}`; one person's HTTP hook "
+            "token is revoked by its own name (`approvald tokens revoke NAME`)")
     async with db.write() as tx:
         record = await tx.external.revoke_token(name, by=by, now=clock.now())
         if record is None:

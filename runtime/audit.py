@@ -51,6 +51,8 @@ ACTIONS = frozenset({
     "not_executed", "cannot_run_resolved",
     "cancel_requested", "refused", "repeated", "failed", "needs_attention", "resumed",
     "standing_granted", "standing_revoked", "token_created", "token_revoked", "policy_loaded",
+    # a face (a form of Claude Code's hook) switched off, and on again
+    "face_disabled", "face_enabled",
     "revealed", "resealed",
     # the web review queue: a sign-in link mailed, a sign-in, a refused sign-in or request
     "web_link_sent", "web_signed_in", "web_signed_out", "web_refused",

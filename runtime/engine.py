@@ -27,7 +27,7 @@ from approvald.runtime.directory import Directory, StaticDirectory
 from approvald.runtime.errors import ApprovaldError, NotFound
 from approvald.runtime.expiry import Expiry
 from approvald.runtime.external import ExternalRequests
-from approvald.runtime.gate import Gate
+from approvald.runtime.gate import Gate, Where, where
 from approvald.runtime.ids import TokenSigner, lease_id, new_id
 from approvald.runtime.intake import Intake, Tighten
 from approvald.runtime.ledger import Ledger
@@ -46,6 +46,7 @@ from approvald.runtime.shown import RunMasking, read_run
 from approvald.runtime.signals import Signals
 from approvald.runtime.standing import StandingApprovals
 from approvald.runtime.state import FINAL_STATUSES, RunState, UserMessage
+from approvald.runtime.switches import Switches
 from approvald.runtime.tool_lookup import ToolLookup
 from approvald.runtime.tools import Tool
 from approvald.runtime.trace import Trace, load_trace
@@ -57,6 +58,7 @@ from approvald.store import sealed
 from approvald.store.db import Database
 from approvald.store.records import ApprovalRecord, OutboxRecord, RunRecord, VoteRecord
 from approvald.store.repos import Tx
+from approvald.store.repos.external import SwitchRecord, TokenRecord
 
 log = logging.getLogger("approvald.engine")
 
@@ -96,6 +98,7 @@ class Parts:
     standing: StandingApprovals
     external: ExternalRequests
     runner: Runner
+    switches: Switches  # the faces' kill switches (approvald hook disable|enable)
 
 
 def assemble(db: Database, registry: Registry, *, clock: Clock | None = None,
@@ -151,7 +154,7 @@ def assemble(db: Database, registry: Registry, *, clock: Clock | None = None,
         signals=signals, urgency=urgency, meter=meter, tracer=tracer,
         decided_runs=decided_runs, intake=intake, ledger=ledger, gate=gate, expiry=expiry,
         tool_for=tool_for, decider=decider, decisions=decisions, standing=standing,
-        external=external, runner=runner))
+        external=external, runner=runner, switches=Switches(db, clock, audit)))
 
 
 class Engine:
@@ -480,6 +483,33 @@ class Engine:
             total = (await tx.approvals.count(status=status, run_id=run_id)
                      if len(rows) == limit else len(rows))
         return rows, total
+
+    async def where(self, approval_id: str) -> Where | None:
+        """Where request ``approval_id`` can be decided now, as the database knows it
+        (None: no such request)."""
+        async with self.db.read() as tx:
+            a = await tx.approvals.get(approval_id)
+            return None if a is None else await where(tx, a)
+
+    # -- the faces' kill switches (runtime.switches) --------------------------------------
+    async def switch_off(self, face: str, forms: Sequence[str], *, by: str, via: str,
+                         reason: str | None = None) -> list[SwitchRecord]:
+        """Switch ``forms`` of ``face`` off (audited); the forms now off."""
+        return await self.parts.switches.disable(face, forms, by=by, via=via, reason=reason)
+
+    async def switch_on(self, face: str, forms: Sequence[str], *, by: str,
+                        via: str) -> list[SwitchRecord]:
+        """Switch ``forms`` of ``face`` on again (audited); the switches they were off by."""
+        return await self.parts.switches.enable(face, forms, by=by, via=via)
+
+    async def face_switches(self, face: str) -> dict[str, SwitchRecord | None]:
+        """Each form of ``face``: the switch it is off by, or None when it is on."""
+        return await self.parts.switches.state(face)
+
+    async def switched_off(self, face: str, form: str, *,
+                           credential: TokenRecord) -> SwitchRecord | None:
+        """Why ``form`` of ``face`` lets nothing through now (None: it is on)."""
+        return await self.parts.switches.off(face, form, credential=credential)
 
     async def votes(self, approval_id: str) -> list[VoteRecord]:
         """The votes cast on request ``approval_id`` (an exact id), in order."""

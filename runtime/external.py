@@ -71,6 +71,7 @@ WEBHOOK = "api.webhook"  # outbox kind: POST a decision document to a caller's U
 VIA = "http_api"
 MAX_WAIT = 60.0  # s a long poll may hold a request
 POLL = 1.0  # s between a waiter's looks at the database when nothing woke it
+MAX_CODE = 3000  # characters of a packet's code (a command, a file's content) kept
 OPEN = frozenset({"pending", "superseded"})  # an approval that is not the answer yet
 
 
@@ -117,10 +118,16 @@ class Report:
     args_digest: str  # of the arguments it ran: the approved (effective) ones
     result: Any = None
     error: str | None = None
+    # the arguments the caller says ran, where it reports after the fact what another
+    # program ran (a coding assistant's PostToolUse): recorded as what ran, and a
+    # difference from the approved arguments flagged, not refused (it happened)
+    ran: dict[str, Any] | None = None
 
     def fingerprint(self) -> str:
         return sha256_hex(canonical_json({"status": self.status, "args_digest": self.args_digest,
-                                          "result": self.result, "error": self.error}))
+                                          "result": self.result, "error": self.error,
+                                          **({"ran": self.ran} if self.ran is not None
+                                             else {})}))
 
 
 class CallerTool(Tool):
@@ -344,10 +351,13 @@ class ExternalRequests:
                              "result": _text(detail, 400) or ""})
         return {
             "agent": source.agent,
-            "task": _text(p.get("task"), 500) or f"{req.tool}, asked over the HTTP API",
+            "task": _text(p.get("task"), 500) or f"{req.tool}, asked by {source.label}",
             "requested_by": req.requested_by,
             "doing": _text(p.get("doing"), 3000)
-            or f"{token.name} wants to run {req.tool} (it runs the call itself once approved).",
+            or f"{source.label} wants to run {req.tool} (it runs the call itself once "
+               "approved).",
+            # what the call runs or writes, shown verbatim under doing (a shell command)
+            **({"code": _text(p["code"], MAX_CODE)} if p.get("code") else {}),
             "evidence": evidence[:10],
             "impact": _text(p.get("impact"), 1000),
             "risk": chosen.approval.risk,
@@ -481,6 +491,46 @@ class ExternalRequests:
             for fn in self._listeners:
                 fn(request_id)
 
+    # -- what a caller's calls were told ---------------------------------------------------
+    async def answered(self, token: TokenRecord, request_id: str) -> datetime | None:
+        """When a call was first told that ``token``'s request ``request_id`` ended without
+        its call running (None: not yet)."""
+        async with self.db.read() as tx:
+            rec = await tx.external.get(request_id)
+        if rec is None or rec.token_id != token.id:
+            raise NotFound(f"no request {request_id}")
+        return rec.answered_at
+
+    async def mark_answered(self, token: TokenRecord, request_id: str) -> None:
+        """Note that a call was told the request's final answer (denied, expired...): the
+        call that waited for it has its answer, and the same call made later is asked
+        about again (the first telling counts; later ones change nothing)."""
+
+        async def work(tx: Tx) -> None:
+            rec = await tx.external.get(request_id)
+            if rec is None or rec.token_id != token.id:
+                raise NotFound(f"no request {request_id}")
+            await tx.external.mark_answered(request_id, now=self.clock.now())
+
+        await self.db.transact(work, what=f"answer of request {request_id}")
+
+    async def refused(self, token: TokenRecord, *, tool: str, reason: str, message: str,
+                      actor: str, request_id: str | None = None,
+                      details: Mapping[str, Any] | None = None) -> None:
+        """Audit a call a face refused with no decision behind the refusal (still waiting
+        for its decision at the face's budget, the face switched off, its start refused):
+        every refusal has its entry (``refused``, with ``reason`` a stable code)."""
+        source = Source.of_credential(token.name)
+
+        async def work(tx: Tx) -> None:
+            self.audit.record(
+                tx, at=self.clock.now(), action="refused", actor=actor, via=source.via,
+                run_id=request_id,
+                details={"tool": tool, "policy": source.policy_name(tool), "reason": reason,
+                         "message": message[:500], **(details or {})})
+
+        await self.db.transact(work, what=f"refusal of a {tool} call")
+
     # -- start (optional) -----------------------------------------------------------------
     async def start(self, token: TokenRecord, request_id: str, *, args_digest: str,
                     owner: str) -> None:
@@ -570,23 +620,32 @@ class ExternalRequests:
                     f"digest {digest}: run exactly effective_args, and report their digest",
                     code="digest_mismatch", run_id=request_id)
             failed = rep.status == "failed"
+            ran_digest = digest if rep.ran is None else call_digest(rec.tool, rep.ran)
+            mismatch = ran_digest != digest
             if started is not None:  # its intent, recorded by start(): the result completes it
                 await tx.executions.record_result(
                     run_id=request_id, call_id=CALL_ID, status=rep.status, result=result_text,
                     error_class="ReportedByCaller" if failed else None, error=rep.error,
-                    now=now, latency_ms=(now - started.started_at).total_seconds() * 1000)
+                    now=now, latency_ms=(now - started.started_at).total_seconds() * 1000,
+                    digest=ran_digest if mismatch else None)
             else:
                 await tx.executions.record_done(
-                    run_id=request_id, call_id=CALL_ID, step=0, tool=rec.tool, digest=digest,
+                    run_id=request_id, call_id=CALL_ID, step=0, tool=rec.tool, digest=ran_digest,
                     started_at=now, now=now, owner=None, status=rep.status,
                     result=result_text, error_class="ReportedByCaller" if failed else None,
                     error=rep.error, latency_ms=None, sensitive=_paths(rec, a))
             await tx.external.set_reported(request_id, result_digest=fingerprint, now=now)
+            # what the caller says ran; where that is not what was approved, both, flagged
+            told: dict[str, Any] = {"args": args}
+            if mismatch:
+                told = {"args": rep.ran, "args_mismatch": True, "effective_args": args,
+                        "effective_digest": digest}
             self.audit.record(
                 tx, at=now, action="executed", actor=f"agent:{run.agent}",
                 via=Source.of_run(run.agent).via,
-                run_id=request_id, approval_id=a.id if a is not None else None, digest=digest,
-                details={"tool": rec.tool, "args": args, "status": rep.status,
+                run_id=request_id, approval_id=a.id if a is not None else None,
+                digest=ran_digest,
+                details={"tool": rec.tool, **told, "status": rep.status,
                          "idempotency_key": f"{request_id}:{CALL_ID}",
                          "result": result_excerpt(result_text), "error": rep.error,
                          "reported_by": run.agent},

@@ -102,6 +102,37 @@ async def mailed(tx: Tx, approval_ids: Sequence[str], *, given_up: bool = True) 
     return {g.removeprefix(f"{REQUEST_MAIL}:") for g in groups}
 
 
+@dataclass(frozen=True)
+class Where:
+    """Where a pending request can be decided now, as the database knows it (not as the
+    settings of whichever process asks do: a hook's process is not the deployment).
+
+    ``card``: ``posted`` (``channel`` and ``ts`` say where), ``queued`` (its outbox row
+    waits for a ``serve`` to post it), ``given_up`` (Slack never took it), ``logged`` (a
+    ``serve`` without Slack took it) or ``none``. ``mailed``: it was mailed to its
+    approvers, who decide it in the web review queue. The command line decides it always.
+    """
+
+    approval_id: str
+    card: str
+    channel: str | None = None
+    ts: str | None = None
+    mailed: bool = False
+
+
+async def where(tx: Tx, a: ApprovalRecord) -> Where:
+    """Where ``a`` can be decided now (see :class:`Where`)."""
+    was_mailed = bool(await mailed(tx, [a.id], given_up=False))
+    if a.channel and a.message_ts:
+        return Where(a.id, "posted", a.channel, a.message_ts, was_mailed)
+    rows = await tx.outbox.in_group(a.id, kind=CARD_POST)
+    card = "none"
+    if rows:
+        last = rows[-1]
+        card = {"pending": "queued", "dead": "given_up"}.get(last.status, "logged")
+    return Where(a.id, card, mailed=was_mailed)
+
+
 async def tell_mailed(tx: Tx, approval_ids: Sequence[str], now: datetime) -> None:
     """Requests just closed (decided anywhere, expired, escalated, cancelled): those that
     were mailed get a follow-up in their mail's thread saying what became of them."""

@@ -30,7 +30,7 @@ import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from approvald.runtime.canonical import canonical_json, sha256_hex
 from approvald.runtime.directory import Directory, DirectoryError, is_approver
@@ -61,6 +61,8 @@ READS = ("resource:", "prompt:")
 _VIA: dict[str, str] = {"agent": "runtime", "api": "http_api", "mcp": "mcp",
                         "adapter": "adapter", "hook": "hook"}
 _RISK = {"low": 0, "medium": 1, "high": 2}
+# the coding assistants whose hooks approvald has, as people call them
+HOOK_LABELS = {"claude-code": "Claude Code"}
 
 
 class IntakeError(ApprovaldError):
@@ -118,6 +120,20 @@ class Source:
         """The ``agent`` of this source's runs (``external:<credential>`` for callers)."""
         return self.name if self.kind == "agent" else EXTERNAL_AGENT + self.credential
 
+    @property
+    def label(self) -> str:
+        """Who asked, as a person reads it on a card: an agent's name, ``Claude Code``,
+        ``MCP gateway bank``, ``deploy-bot (HTTP API)``."""
+        if self.kind == "agent":
+            return self.name
+        if self.kind == "hook":
+            return HOOK_LABELS.get(self.name, f"the {self.name} hook")
+        if self.kind == "mcp":
+            return f"MCP gateway {self.name}"
+        if self.kind == "adapter":
+            return f"{self.name} (adapter)"
+        return f"{self.name} (HTTP API)"
+
     @classmethod
     def of_credential(cls, name: str) -> Source:
         if name.startswith(MCP_CREDENTIAL):
@@ -127,6 +143,14 @@ class Source:
         if name.startswith(HOOK_CREDENTIAL):
             return cls("hook", name[len(HOOK_CREDENTIAL):])
         return cls("api", name)
+
+    @classmethod
+    def of_face(cls, face: str) -> Source:
+        """``hook:claude-code`` -> the hook ``claude-code`` (a token's or a switch's face)."""
+        kind, _, name = face.partition(":")
+        if kind not in _VIA or kind == "agent" or not name:
+            raise ApprovaldError(f"not a face: {face!r}")
+        return cls(cast(SourceKind, kind), name)
 
     @classmethod
     def of_run(cls, agent: str) -> Source:

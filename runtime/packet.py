@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from approvald.runtime.ids import is_external
+from approvald.runtime.intake import Source
 from approvald.runtime.sensitive import Masking, sensitive_of_snapshot
 from approvald.runtime.shown import of_request
 from approvald.runtime.tools import Tool
@@ -30,7 +31,7 @@ from approvald.store.records import ApprovalRecord
 EDITED_IMPACT = "edited_impact"  # the packet key: {"digest", "impact", "asked_digest"}
 # the packet's words (the requester's, the tool's, the operator's): masked as text derived
 # from the call's arguments; its other keys are the runtime's (names, ids, times, risk)
-WORDS = ("task", "doing", "evidence", "impact", "why", "description", "reason",
+WORDS = ("task", "doing", "code", "evidence", "impact", "why", "description", "reason",
          "reconcile", "not_executed")
 
 Author = Literal["agent", "caller"]
@@ -84,6 +85,8 @@ class WillRun:
     description, or an edit recorded before edits had impacts): shown labelled, never as
     what will happen. ``sensitive``: the argument paths the request's policy masks; the
     words and impacts come with what the detectors find in them masked already.
+    ``code``: what the call runs or writes, to be shown verbatim under ``doing`` (a shell
+    command, a file's content), as the requester gave it with ``doing``.
     """
 
     args: str
@@ -94,6 +97,7 @@ class WillRun:
     impact: str | None
     original_impact: str | None
     sensitive: tuple[str, ...] = ()
+    code: str | None = None
 
 
 def sensitive_paths(a: ApprovalRecord) -> tuple[str, ...]:
@@ -125,6 +129,15 @@ def _text(a: ApprovalRecord, value: Any) -> str | None:
         value, ensure_ascii=False, default=str))
 
 
+def asker(agent: Any) -> str:
+    """Who asked, from a run's (or a packet's) ``agent``, as a person reads it: an agent's
+    own name, or the face a caller asked through (``Claude Code``, ``MCP gateway bank``,
+    ``deploy-bot (HTTP API)``), never the run's ``external:…`` id."""
+    if not isinstance(agent, str) or not agent:
+        return "agent"
+    return Source.of_run(agent).label
+
+
 def _packet(a: ApprovalRecord) -> dict[str, Any]:
     try:
         value = json.loads(a.packet or "{}")
@@ -154,7 +167,7 @@ def will_run(a: ApprovalRecord) -> WillRun:
         author="caller" if is_external(a.run_id) else "agent", doing=_text(a, p.get("doing")),
         words_current=current, impact=impact,
         original_impact=stated if not current and impact is None else None,
-        sensitive=sensitive_paths(a))
+        sensitive=sensitive_paths(a), code=_text(a, p.get("code")))
 
 
 MAX_CHANGES = 20  # fields an edit's account lists; past this, how many more

@@ -69,6 +69,7 @@ CLEAR: Mapping[str, str] = {
     "standing_approvals.approvers": "user and group ids, from the operator's policy",
     "standing_approvals.grants": "the ids of the users who granted it",
     "policy_in_force.source": "where the operator's policy file was loaded from",
+    "face_switches.reason": "the operator's words on switching a face off (hook disable)",
 }
 
 

@@ -324,8 +324,24 @@ class ExternalRequest(Base):
     result_digest: Mapped[str | None] = mapped_column(String(64))  # of the caller's report
     reported_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    # when a call of the face was first told that the request ended without its call
+    # running (denied, expired...): the same call made after that is asked about again
+    answered_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
     __table_args__ = (UniqueConstraint("token_id", "idempotency_key"),)
+
+
+class FaceSwitch(Base):
+    """A face (or one form of it) the operator switched off: while its row exists, the
+    face lets nothing through. Switching it on again deletes the row; both are audited."""
+
+    __tablename__ = "face_switches"
+
+    face: Mapped[str] = mapped_column(String(100), primary_key=True)  # hook:claude-code
+    form: Mapped[str] = mapped_column(String(20), primary_key=True)  # command, http
+    off_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    off_by: Mapped[str] = mapped_column(String(200))
+    reason: Mapped[str | None] = mapped_column(Text)
 
 
 class StandingApproval(Base):

@@ -47,7 +47,8 @@ PG_ADMIN_URL = os.environ.get("APPROVALD_TEST_PG_URL",
 TABLES = ("approval_votes", "approvals", "audit_log", "audit_head", "limits", "outbox",
           "external_requests", "api_tokens", "standing_approvals", "adapter_pauses",
           "run_threads", "run_events", "tool_executions", "runs", "policy_in_force",
-          "web_links", "web_sessions", "web_slack_states", "web_refusal_counts")
+          "web_links", "web_sessions", "web_slack_states", "face_switches",
+          "web_refusal_counts")
 RESET = "; ".join([*(f"DELETE FROM {table}" for table in TABLES),
                    "SELECT setval(oid, 1, false) FROM pg_class WHERE relkind = 'S'"])
 # under pytest-xdist each worker has a database of its own (gw0, gw1, ...)
@@ -79,15 +80,11 @@ async def reset_pg(url: str) -> None:
 # CI (.ci/run) sets APPROVALD_SKIP_ALLOWLIST_ENFORCE=1: then a run that skipped any test for a
 # reason not listed here fails, naming the tests. Each entry is the start of a skip reason
 # and why CI may skip it. No skip is allowed: CI has PostgreSQL (APPROVALD_REQUIRE_PG=1),
-# chromium (APPROVALD_REQUIRE_BROWSER=1), Claude Code (APPROVALD_REQUIRE_CLAUDE_CODE=1) and
-# every framework of the dev extra, so a skip there means a test did not run that should
-# have. (An expected failure counts as a skip: "xfail: " and its reason.)
-SKIP_ALLOWLIST: dict[str, str] = {
-    # TEMPORARY: remove with the last of these marks
-    "xfail: issue 45 item": "the Claude Code tier's cases written before the fixes of issue "
-                            "45 they wait for (tests/claude_code, strict: each fails until "
-                            "its fix lands, then its mark goes)",
-}
+# chromium (APPROVALD_REQUIRE_BROWSER=1), Claude Code (APPROVALD_REQUIRE_CLAUDE_CODE=1), the
+# MCP conformance suite (APPROVALD_REQUIRE_CONFORMANCE=1) and every framework of the dev
+# extra, so a skip there means a test did not run that should have. (An expected failure
+# counts as a skip: "xfail: " and its reason.)
+SKIP_ALLOWLIST: dict[str, str] = {}
 
 
 def _skip_reason(report: pytest.TestReport | pytest.CollectReport) -> str:

@@ -142,10 +142,9 @@ class Routes:
     """The handlers; ``stop`` ends long polls early when the process stops."""
 
     def __init__(self, engine: Engine, *, stop: asyncio.Event | None = None,
-                 webhook_hosts: WebhookHosts | None = None, slack: bool = False) -> None:
+                 webhook_hosts: WebhookHosts | None = None) -> None:
         self.e = engine
         self.stop = stop
-        self.slack = slack  # whether Slack is configured (where a hook says to decide)
         # where a request's own webhook may point (APPROVALD_WEBHOOK_HOSTS, less serve's
         # own listeners); none, without the setting
         self.webhook_hosts = webhook_hosts or WebhookHosts(())
@@ -332,8 +331,7 @@ class Routes:
                 raise _Undecided(bad_wait)
             assert token.requested_by is not None  # a face token always has one
             hook = claude_code.ClaudeCodeHook(
-                self.e, event, requested_by=token.requested_by, slack=self.slack,
-                bearer=token.name)
+                self.e, event, requested_by=token.requested_by, bearer=token.name)
             if seen.kind != claude_code.PRE:
                 await hook.post_tool_use()
                 return web.Response(status=204)

@@ -28,8 +28,7 @@ class HttpApi:
         self.keys = webhook_keys(settings)
         # where webhooks may go; serve adds the ports it binds (see WebhookHosts.add_own_port)
         self.webhook_hosts = settings.webhook_allowlist()
-        self.routes = Routes(engine, stop=stop, webhook_hosts=self.webhook_hosts,
-                             slack=settings.slack_configured)
+        self.routes = Routes(engine, stop=stop, webhook_hosts=self.webhook_hosts)
 
     def add_routes(self, app: web.Application) -> None:
         self.routes.add_to(app)

@@ -1,7 +1,8 @@
 """``approvald hook``: the arguments of Claude Code's command hook (``hook claude-code``)
 and of its place in Claude Code's settings (``hook install claude-code``, ``hook check
-claude-code``); the commands themselves are :mod:`approvald.bot.hooks.command`'s. The hook
-runs for every tool call: this module imports only what building its parser needs.
+claude-code``); the commands themselves are :mod:`approvald.bot.hooks.command`'s. And the
+hook's kill switch (``hook disable|enable|status claude-code``). The hook runs for every
+tool call: this module imports only what building its parser needs.
 """
 
 from __future__ import annotations
@@ -12,16 +13,19 @@ from typing import TYPE_CHECKING
 
 from approvald.bot.cli.argtypes import Subparsers, seconds
 from approvald.bot.hooks import command
+from approvald.runtime import switches
 
 DEFAULT_WAIT, MARGIN = command.DEFAULT_WAIT, command.MARGIN
 
 if TYPE_CHECKING:
     from approvald.bot.config import Settings
     from approvald.runtime.engine import Engine
+    from approvald.store.repos.external import SwitchRecord
 
 
 def register(sub: Subparsers) -> None:
-    """Add ``hook claude-code``, ``hook install`` and ``hook check``."""
+    """Add ``hook claude-code``, ``hook install``, ``hook check`` and the kill switch
+    (``hook disable``, ``hook enable``, ``hook status``)."""
     hk = sub.add_parser("hook", help="permission hooks of coding assistants").add_subparsers(
         dest="sub", required=True, metavar="COMMAND")
     cc = hk.add_parser(
@@ -79,6 +83,7 @@ def register(sub: Subparsers) -> None:
                      help="the assistant (claude-code)")
     _where(chk, "check")
     chk.set_defaults(standalone=check)
+    register_switch(hk)
 
 
 def _where(p: argparse.ArgumentParser, verb: str) -> None:
@@ -117,3 +122,83 @@ async def _with_engine(settings: Settings, fn: Callable[[Engine], Awaitable[int]
     from approvald.bot.cli.common import with_engine
 
     return await with_engine(settings, fn, acts=acts)
+
+
+# -- the kill switch ----------------------------------------------------------------------
+ASSISTANTS = {"claude-code": switches.HOOK}  # the coding assistants' hooks with a switch
+ASSISTANT = "the coding assistant whose hook it is: claude-code"
+
+
+def register_switch(hk: Subparsers) -> None:
+    """Add ``hook disable``, ``hook enable`` and ``hook status``: the kill switch, by form
+    (:mod:`approvald.runtime.switches`)."""
+    for verb, fn, what in (
+            ("disable", cmd_disable, "switch the hook off: every call through it is denied, "
+                                     "saying so, until it is switched on again (audited)"),
+            ("enable", cmd_enable, "switch the hook on again (audited)")):
+        p = hk.add_parser(verb, help=what)
+        p.add_argument("assistant", choices=sorted(ASSISTANTS), help=ASSISTANT)
+        forms = p.add_mutually_exclusive_group()
+        forms.add_argument("--command", dest="forms", action="store_const",
+                           const=["command"], help="only " + switches.COVERS["command"])
+        forms.add_argument("--http", dest="forms", action="store_const", const=["http"],
+                           help="only " + switches.COVERS["http"] + " (one person's "
+                                "token: `approvald tokens revoke NAME`)")
+        forms.add_argument("--all", dest="forms", action="store_const",
+                           const=list(switches.FORMS), help="both (the default)")
+        if verb == "disable":
+            p.add_argument("--reason", help="why (told to Claude Code with each denial, "
+                                            "and audited)")
+        p.set_defaults(fn=fn, forms=None)
+    st = hk.add_parser("status", help="which forms of the hook are switched off, by whom "
+                                      "and why, and what each covers")
+    st.add_argument("assistant", choices=sorted(ASSISTANTS), help=ASSISTANT)
+    st.set_defaults(fn=cmd_status)
+
+
+def _forms(a: argparse.Namespace) -> list[str]:
+    return list(a.forms or switches.FORMS)
+
+
+async def cmd_disable(s: Settings, a: argparse.Namespace) -> int:
+    from approvald.bot.cli.common import operator, with_engine
+
+    async def run(e: Engine) -> int:
+        await e.switch_off(ASSISTANTS[a.assistant], _forms(a), by=operator(), via="cli",
+                           reason=a.reason)
+        return await _show(e, a.assistant)
+
+    return await with_engine(s, run)
+
+
+async def cmd_enable(s: Settings, a: argparse.Namespace) -> int:
+    from approvald.bot.cli.common import operator, with_engine
+
+    async def run(e: Engine) -> int:
+        await e.switch_on(ASSISTANTS[a.assistant], _forms(a), by=operator(), via="cli")
+        return await _show(e, a.assistant)
+
+    return await with_engine(s, run)
+
+
+async def cmd_status(s: Settings, a: argparse.Namespace) -> int:
+    from approvald.bot.cli.common import with_engine
+
+    return await with_engine(s, lambda e: _show(e, a.assistant))
+
+
+async def _show(e: Engine, assistant: str) -> int:
+    state = await e.face_switches(ASSISTANTS[assistant])
+    for form, off in state.items():
+        print(f"{form:<8} {_state(off)}\n         covers {switches.COVERS[form]}")
+    if any(state.values()):
+        print(f"A form that is off denies every call, saying so; `approvald hook enable "
+              f"{assistant} [--command|--http]` switches it on again.")
+    return 0
+
+
+def _state(off: SwitchRecord | None) -> str:
+    if off is None:
+        return "on"
+    return (f"OFF since {off.off_at:%Y-%m-%d %H:%M} UTC, by {off.off_by}"
+            + (f": {off.reason}" if off.reason else ""))

@@ -126,7 +126,7 @@ async def cmd_mcp_proxy(s: Settings, a: argparse.Namespace) -> int:
     try:
         await wakeups.start()
         gateway = Gateway(engine, name=a.name, requested_by=requested_by,
-                          server=shlex.join(command), slack=s.slack_configured)
+                          server=shlex.join(command))
         await Proxy(gateway, command).serve()
     finally:
         await wakeups.close()

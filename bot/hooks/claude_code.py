@@ -11,32 +11,38 @@ object), ``tool_use_id``, and after the call ``tool_response`` (or ``error``). F
                             "permissionDecisionReason": "...",
                             "updatedInput": {...}}}      # only when an approver edited it
 
-For the events after the call it prints nothing and exits 0: what ran, and what came of it,
-is recorded as the call's execution (audit ``executed``).
+For the events after the call it prints nothing and exits 0: what ran (the event's
+``tool_input``, flagged where it is not what was approved), and what came of it, is
+recorded as the call's execution (audit ``executed``).
 
 Each call is an external request (:mod:`bot.callers`) under approvald's own credential
 ``hook.claude-code``, named ``hook:claude-code/<tool_name>`` in the policy file (MCP tools
 arrive as ``mcp__<server>__<tool>``), whose rules see ``args`` (the ``tool_input``). The
-operator's ``auto`` allows at once, ``forbidden`` denies at once, anything else waits for a
-decision (its card goes to Slack through ``serve``'s outbox like every other request) up to
-the hook's budget. Still pending then: deny, naming the request; the same call made again in
-the same session (same tool, same input) joins that request instead of asking twice.
+operator's ``auto`` allows at once (each call its own request, recorded), ``forbidden``
+denies at once, anything else waits for a decision (its card goes to Slack through
+``serve``'s outbox like every other request) up to the hook's budget. Still pending then:
+deny, saying where it can be decided (as the database knows it) and audited; the same call
+made again in the same session (same tool, same input: the join key) joins that request
+instead of asking twice, and once it is decided, the call made next gets its answer, once
+(:mod:`bot.callers`).
 
 An approval allows the call once. Allowing it records the call's start (the execution
 ledger's intent row, owned by ``claude-code:<session>:<tool_use_id>``), so the request is
-consumed: the same call later asks again, unless a standing approval covers it. The
+taken: the same call later asks again, unless a standing approval covers it. The
 ``PostToolUse`` of that tool use reports the result against it.
 
-It fails closed: whatever stops it from deciding (no database, a malformed event, a revoked
-credential) is a deny whose reason says why, never an allow.
+It fails closed: whatever stops it from deciding (no database, a malformed event, the hook
+switched off: ``approvald hook disable claude-code``) is a deny whose reason says why,
+never an allow.
 """
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Any
 
-from approvald.bot.callers import OPEN, CallerGate, CallerOff, refusal
+from approvald.bot.callers import OPEN, CallerGate, CallerOff, Refused
 from approvald.bot.hooks.contract import (  # the wire contract, importable on its own
     DEFAULT_WAIT,
     EVENTS,
@@ -53,11 +59,13 @@ from approvald.bot.hooks.contract import (  # the wire contract, importable on i
     decision,
     fail_closed,
 )
+from approvald.runtime import switches
 from approvald.runtime.canonical import call_digest, canonical_json, sha256_hex
 from approvald.runtime.engine import Engine
 from approvald.runtime.errors import PayloadTooLarge
 from approvald.runtime.external import ExternalError, NewRequest, Report
 from approvald.runtime.intake import Source
+from approvald.store.repos.external import TokenRecord
 
 __all__ = ["DEFAULT_WAIT", "EVENTS", "HTTP_MARGIN", "MARGIN", "MAX_EVENT", "MAX_HTTP_WAIT",
            "NAME", "POST", "POST_FAILED", "PRE", "SOURCE", "ClaudeCodeHook", "HookEvent",
@@ -66,6 +74,9 @@ __all__ = ["DEFAULT_WAIT", "EVENTS", "HTTP_MARGIN", "MARGIN", "MAX_EVENT", "MAX_
 SOURCE = Source("hook", NAME)
 RESULT_SUMMARY = 4000  # characters of a tool's response too large to record whole
 EXCERPT = 1200  # characters of a file's new content or an edit shown on the card
+# requests of one call a PreToolUse tries to take before it gives up: each that another
+# call of it took first (two identical calls at once) sends it to the next
+TAKES = 4
 
 
 def _excerpt(text: Any) -> str:
@@ -73,24 +84,25 @@ def _excerpt(text: Any) -> str:
     return s if len(s) <= EXCERPT else s[:EXCERPT] + f"… ({len(s)} characters in all)"
 
 
-def doing(tool: str, args: dict[str, Any]) -> str:
-    """What the call does, in the words a reviewer of a coding agent reads first."""
+def doing(tool: str, args: dict[str, Any]) -> tuple[str, str | None]:
+    """What the call does, in the words a reviewer of a coding agent reads first, and what
+    it runs or writes (the card shows that verbatim, as a code block)."""
     if tool == "Bash" and isinstance(args.get("command"), str):
-        return f"runs the shell command:\n```\n{_excerpt(args['command'])}\n```"
+        return "runs the shell command", _excerpt(args["command"])
     path = args.get("file_path")
     if tool == "Write" and isinstance(path, str):
-        return f"writes the file `{path}`:\n```\n{_excerpt(args.get('content', ''))}\n```"
+        return f"writes the file `{path}`", _excerpt(args.get("content", ""))
     if tool in ("Edit", "MultiEdit") and isinstance(path, str):
         if tool == "Edit":
             change = (f"- {_excerpt(args.get('old_string', ''))}\n"
                       f"+ {_excerpt(args.get('new_string', ''))}")
         else:
             change = _excerpt(args.get("edits", []))
-        return f"edits the file `{path}`:\n```\n{change}\n```"
+        return f"edits the file `{path}`", change
     if tool.startswith("mcp__"):
         _, server, name = [*tool.split("__", 2), "", ""][:3]
-        return f"calls the tool `{name}` of the MCP server `{server}`"
-    return f"uses its tool `{tool}`"
+        return f"calls the tool `{name}` of the MCP server `{server}`", None
+    return f"uses its tool `{tool}`", None
 
 
 class ClaudeCodeHook(CallerGate):
@@ -102,10 +114,9 @@ class ClaudeCodeHook(CallerGate):
     started_is_over = True
 
     def __init__(self, engine: Engine, event: HookEvent, *, requested_by: str,
-                 slack: bool = False, bearer: str | None = None) -> None:
+                 bearer: str | None = None) -> None:
         super().__init__(engine, SOURCE, requested_by=requested_by)
         self.event = event
-        self.slack = slack
         # over HTTP: the name of the bearer token the event came with. Its calls are its
         # own: another token's holder, knowing the session id, neither joins their
         # requests nor reports their results
@@ -130,18 +141,33 @@ class ClaudeCodeHook(CallerGate):
 
     def _new_request(self, tool: str, args: dict[str, Any], key: str) -> NewRequest:
         ev = self.event
+        what, code = doing(tool, args)
         packet: dict[str, Any] = {
-            "task": f"Claude Code session {ev.session_id}"
-                    + (f" (token {self.bearer})" if self.bearer else "")
-                    + f" wants to use {tool}",
-            "doing": f"Claude Code {doing(tool, args)}\n\nin `{ev.cwd or '?'}`, session "
-                     f"`{ev.session_id}`"
-                     + (f", over HTTP with token `{self.bearer}`" if self.bearer else "")
-                     + ". It runs only if allowed; approvald tells it the decision, and the "
-                     "arguments approved.",
+            # who asked is the face (the card names it from the request's source); this
+            # says where: the project, the session, and over HTTP whose token
+            "task": f"working in `{ev.cwd or '?'}` (session `{ev.session_id}`"
+                    + (f", HTTP hook token `{self.bearer}`" if self.bearer else "") + ")",
+            "doing": f"Claude Code {what}" + (":" if code is not None else "."),
         }
+        if code is not None:
+            packet["code"] = code
         return NewRequest(tool=tool, args=args, requested_by=self.requested_by,
                           packet=packet, idempotency_key=key)
+
+    @property
+    def form(self) -> str:
+        """Which form of the hook this is: ``command``, or ``http`` over serve's listener
+        (each can be switched off alone: :mod:`runtime.switches`)."""
+        return "command" if self.bearer is None else "http"
+
+    async def switched_off(self, found: TokenRecord) -> str | None:
+        off = await self.e.switched_off(switches.HOOK, self.form, credential=found)
+        if off is None:
+            return None
+        return (f"Claude Code's {self.form} hook is switched off by {off.off_by} at "
+                f"{off.off_at:%Y-%m-%d %H:%M} UTC" + (f" ({off.reason})" if off.reason else "")
+                + f"; an operator switches it on again with `approvald hook enable "
+                  f"claude-code --{self.form}`")
 
     # -- before the call --------------------------------------------------------------------
     async def pre_tool_use(self, *, wait: float) -> dict[str, Any]:
@@ -149,34 +175,58 @@ class ClaudeCodeHook(CallerGate):
         try:
             token = await self.token()
         except CallerOff as exc:
-            return decision(False, f"approvald: {exc}. Nothing was allowed.")
-        doc = await self._request(token, ev.tool_name, ev.tool_input)
+            message = f"approvald: {exc}. Nothing was allowed."
+            if exc.token is None:
+                return decision(False, message)
+            return await self._refuse(exc.token, Refused("off", message))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0.0, wait)
-        while doc["status"] in OPEN:
-            left = deadline - loop.time()
-            if left <= 0:
-                return decision(False, await self._still_pending(doc))
-            self.heartbeat = left
-            doc = await self._wait(token, doc, None)
-        if doc["status"] != "approved":
-            return decision(False, refusal(doc).message)
-        rid = str(doc["id"])
-        try:  # the allow consumes the approval: the intent row is this tool use's
-            await self.e.external.start(token, rid, args_digest=doc["effective_digest"],
-                                        owner=self.ledger_owner)
-        except ExternalError as exc:
-            return decision(False, f"approvald: {ev.tool_name} was not allowed: {exc} "
-                                   f"(request {rid}).")
-        d = doc.get("decision") or {}
+        for _ in range(TAKES):
+            doc = await self._request(token, ev.tool_name, ev.tool_input)
+            while doc["status"] in OPEN:
+                left = deadline - loop.time()
+                if left <= 0:
+                    return await self._refuse(token, Refused(
+                        "pending", await self._still_pending(doc), str(doc["id"])))
+                self.heartbeat = left
+                doc = await self._wait(token, doc, None)
+            if doc["status"] != "approved":
+                return decision(False, (await self.answer(token, doc)).message)
+            rid = str(doc["id"])
+            try:  # the allow takes the approval: the intent row is this tool use's
+                await self.e.external.start(token, rid, args_digest=doc["effective_digest"],
+                                            owner=self.ledger_owner)
+            except ExternalError as exc:
+                if exc.code == "already_started":
+                    continue  # another call took it first: this one is a call of its own
+                return await self._refuse(token, Refused(
+                    exc.code, f"approvald: {ev.tool_name} was not allowed: {exc} "
+                              f"(request {rid}).", rid))
+            return decision(True, self._allowed(doc), dict(doc["effective_args"])
+                            if doc["edited"] else None)
+        return await self._refuse(token, Refused(
+            "already_started", f"approvald: {ev.tool_name} was not allowed: {TAKES} requests "
+                               "for this same call were each taken by another call of it "
+                               "at the same time. Make the call again."))
+
+    @staticmethod
+    def _allowed(doc: dict[str, Any]) -> str:
+        rid, d = doc["id"], doc.get("decision") or {}
         if d.get("decided_via") == "policy":
             why = f"allowed by the operator's policy for {doc['policy']} (request {rid})"
         else:
             why = f"approved by {d.get('decided_by') or '?'} (request {rid})"
         if doc["edited"]:
-            return decision(True, f"{why}, with edits by {doc.get('edited_by') or '?'}: run "
-                                  "the edited input", dict(doc["effective_args"]))
-        return decision(True, why)
+            return f"{why}, with edits by {doc.get('edited_by') or '?'}: run the edited input"
+        return why
+
+    async def _refuse(self, token: TokenRecord, out: Refused) -> dict[str, Any]:
+        """Deny with ``out``, audited (a refusal of the hook's own, no decision behind it)."""
+        ev = self.event
+        await self.refused(token, ev.tool_name, out, session=ev.session_id,
+                           tool_use_id=ev.tool_use_id,
+                           **({"bearer": self.bearer} if self.bearer else {}))
+        return decision(False, out.message)
 
     async def _still_pending(self, doc: dict[str, Any]) -> str:
         return (f"approvald: {self.event.tool_name} was not run: it is {await self.progress(doc)}"
@@ -192,17 +242,18 @@ class ClaudeCodeHook(CallerGate):
             rid = await tx.executions.started_by(self.ledger_owner)
         if rid is None:
             return None
-        token = await self.token()
+        # a call allowed before the hook was switched off ran all the same: recorded
+        token = await self.credential()
         doc = await self.e.external.get(token, rid)
         failed = ev.event == POST_FAILED
+        # what ran is what Claude Code says ran (its event's input): an input other than
+        # the approved one is recorded as what ran, the difference flagged
         rep = Report("failed" if failed else "succeeded", doc["effective_digest"],
-                     ev.tool_response, ev.error if failed else None)
+                     ev.tool_response, ev.error if failed else None, ran=ev.tool_input)
         try:
             await self.e.external.report(token, rid, rep)
         except PayloadTooLarge:
             text = canonical_json(ev.tool_response)
-            await self.e.external.report(token, rid, Report(
-                rep.status, rep.args_digest,
-                {"truncated": True, "chars": len(text), "start": text[:RESULT_SUMMARY]},
-                rep.error))
+            await self.e.external.report(token, rid, replace(rep, result={
+                "truncated": True, "chars": len(text), "start": text[:RESULT_SUMMARY]}))
         return rid

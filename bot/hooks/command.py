@@ -193,8 +193,7 @@ async def _decide(settings: Settings, a: _Options, event: HookEvent,
     pre = event.event == PRE
 
     async def decide(engine: Any) -> int:
-        hook = ClaudeCodeHook(engine, event, requested_by=requested_by,
-                              slack=settings.slack_configured)
+        hook = ClaudeCodeHook(engine, event, requested_by=requested_by)
         if pre:
             waited = time.monotonic() - started
             answer.give(json.dumps(await hook.pre_tool_use(wait=max(0.0, a.wait - waited))))

@@ -87,20 +87,17 @@ class Gateway(CallerGate):
 
     ``name`` names the gateway (its token is ``mcp.<name>``), ``requested_by`` who the
     requests are made for (a Slack user id: that person may not approve their own calls),
-    ``server`` how the wrapped server was started (shown on cards); ``slack`` whether
-    Slack is configured (its progress says where a request can be decided).
+    ``server`` how the wrapped server was started (shown on cards).
     """
 
     actor = ACTOR
     client = "MCP client"
 
     def __init__(self, engine: Engine, *, name: str, requested_by: str, server: str,
-                 heartbeat: float = HEARTBEAT, slack: bool = False,
-                 bearer: str | None = None) -> None:
+                 heartbeat: float = HEARTBEAT, bearer: str | None = None) -> None:
         super().__init__(engine, Source("mcp", name), requested_by=requested_by,
                          heartbeat=heartbeat)
         self.what = f"MCP gateway {name}"
-        self.slack = slack
         self.server = server[:300]
         # over HTTP: the bearer token whose holder makes the calls. Its calls are its own:
         # the same call from another token's holder is another request (theirs, for the
@@ -141,13 +138,17 @@ class Gateway(CallerGate):
         while doc["status"] in OPEN:
             left = None if deadline is None else deadline - loop.time()
             if left is not None and left <= 0:
-                return Refused("pending", f"approvald: {tool} was not run yet: it is "
-                               f"{await self.progress(doc)}. Make the same call again to "
-                               "join that request and get its result.", rid)
+                return await self.refused(token, tool, Refused(
+                    "pending", f"approvald: {tool} was not run yet: it is "
+                    f"{await self.progress(doc)}. Make the same call again to join that "
+                    "request and get its result.", rid))
             doc = await self._wait(token, doc, waiting, left)
         if doc["status"] != "approved":
-            return refusal(doc)
-        return await self.collect(token, tool, doc, forward)
+            return await self.answer(token, doc)
+        out = await self.collect(token, tool, doc, forward)
+        if isinstance(out, Refused):  # not run, with no decision behind it: audited
+            await self.refused(token, tool, out)
+        return out
 
     async def collect(self, token: TokenRecord, tool: str, doc: dict[str, Any],
                       forward: Forward[T]) -> Ran[T] | Refused:

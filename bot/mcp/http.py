@@ -126,11 +126,10 @@ class HttpGateway:
     bearer token (each token's calls are its own, for its person)."""
 
     def __init__(self, engine: Engine, name: str, config: GatewayConfig, *,
-                 slack: bool, secret: str | None = None) -> None:
+                 secret: str | None = None) -> None:
         self.e = engine
         self.name = name
         self.config = config
-        self.slack = slack
         self.secret = secret  # task ids are MACed under it; without one, no Tasks
         self.tasks: Tasks | None = None
         self.face = f"mcp:{name}"
@@ -195,7 +194,7 @@ class HttpGateway:
             assert token.requested_by is not None  # a face token always has one
             found = self._gateways[token.id] = Gateway(
                 self.e, name=self.name, requested_by=token.requested_by,
-                server=self.config.server(), slack=self.slack, bearer=token.name)
+                server=self.config.server(), bearer=token.name)
         return found
 
     # -- the MCP side --------------------------------------------------------------------
@@ -262,9 +261,9 @@ class HttpGateways:
     """What ``serve`` mounts: ``/mcp/<name>`` for each configured gateway."""
 
     def __init__(self, engine: Engine, configs: dict[str, GatewayConfig], *,
-                 slack: bool, secret: str | None = None) -> None:
+                 secret: str | None = None) -> None:
         self.e = engine
-        self.gateways = {name: HttpGateway(engine, name, c, slack=slack, secret=secret)
+        self.gateways = {name: HttpGateway(engine, name, c, secret=secret)
                          for name, c in configs.items()}
         self._stack = contextlib.AsyncExitStack()
 

@@ -33,7 +33,7 @@ from datetime import datetime
 from typing import Any
 
 import mcp_types as types
-from approvald.bot.callers import OPEN, refusal
+from approvald.bot.callers import OPEN
 from approvald.bot.mcp.gateway import Gateway, Ran, Refused
 from approvald.bot.mcp.upstream import Upstream, error_result
 from approvald.runtime.decide import Actor
@@ -170,10 +170,10 @@ class Tasks:
         if doc["status"] in OPEN:
             return {**task, "status": "working",
                     "statusMessage": await gateway.progress(doc)}
-        if doc["status"] == "cancelled":
-            return {**task, "status": "cancelled", "statusMessage": refusal(doc).message}
-        if doc["status"] != "approved":
-            message = refusal(doc).message
+        if doc["status"] != "approved":  # the task's call has its answer
+            message = (await gateway.answer(own, doc)).message
+            if doc["status"] == "cancelled":
+                return {**task, "status": "cancelled", "statusMessage": message}
             return {**task, "status": "completed", "statusMessage": message,
                     "result": error_result(message).model_dump(
                         by_alias=True, exclude_none=True, mode="json")}

@@ -237,7 +237,8 @@ class SlackService:
         self.deliverer = SlackDeliverer(engine, self.client, channel=settings.channel,
                                         ops_channel=ops, audit_channel=settings.audit_channel)
         self.threads = ThreadFollower(engine, self.client, channel=ops,
-                                      permalink=self.deliverer._permalink)
+                                      permalink=self.deliverer._permalink,
+                                      callers=settings.caller_threads == "asked")
         self._runner: web.AppRunner | None = None
         self._socket: AsyncSocketModeHandler | None = None
         self.port: int | None = None

@@ -43,7 +43,7 @@ from approvald.bot.slack.mrkdwn import (
     who,
 )
 from approvald.runtime.decide import counted
-from approvald.runtime.packet import WillRun, sensitive_paths, shown_packet, will_run
+from approvald.runtime.packet import WillRun, asker, sensitive_paths, shown_packet, will_run
 from approvald.runtime.policy import ApprovalPolicy
 from approvald.runtime.scope import Scope
 from approvald.runtime.sensitive import mask_args, mask_text, masked_json
@@ -105,6 +105,7 @@ DENY_SELECTED_MODAL = "approvald.deny_selected_modal"
 SELECT_BLOCK = "approvald.pick"
 BATCH_BLOCK = "approvald.batch"
 OPTION_VALUE_MAX = 150  # Slack's cap on an option's value (a button's is 2,000)
+CODE_MAX = 1400  # units of the code block under "what the agent is doing" (a command)
 EDIT_MODAL = "approvald.edit_modal"
 REDIRECT_MODAL = "approvald.redirect_modal"
 RESOLVE_MODAL = "approvald.resolve_modal"
@@ -388,15 +389,20 @@ def standing_lines(s: StandingRecord, *, now: datetime, here: bool = True,
 # the arguments that will run, and the requester's words, once an edit has made them about
 # other arguments, only ever appear labelled as such.
 
-def doing_text(w: WillRun, limit: int) -> str | None:
+def doing_text(w: WillRun, limit: int, code_limit: int = CODE_MAX) -> str | None:
     """The card's "what the agent is doing" section, or the requester's words labelled as
-    being about the arguments first asked for; None when there are none."""
+    being about the arguments first asked for; None when there are none. What the call
+    runs or writes (``w.code``) follows as a code block: ours, so it renders as one, its
+    contents escaped like every requester's text and unable to close it."""
     if not w.doing:
         return None
+    text = clip(w.doing, limit)
+    if w.code:
+        text += "\n" + code_block(w.code, code_limit)[0]
     if w.words_current:
-        return T.SECTION_DOING.format(text=clip(w.doing, limit))
+        return T.SECTION_DOING.format(text=text)
     return T.SECTION_DOING_BEFORE_EDIT.format(label=T.DOING_BEFORE_EDIT[w.author],
-                                              text=clip(w.doing, limit))
+                                              text=text)
 
 
 def impact_text(w: WillRun, limit: int) -> str | None:
@@ -449,7 +455,7 @@ def _intro(a: ApprovalRecord, p: dict[str, Any], thread_url: str | None) -> str:
     template = (T.INTRO_QUESTION if a.kind == "outcome_unknown"
                 else T.INTRO_CANNOT_RUN if a.kind == "cannot_run"
                 else T.INTRO if a.status == "pending" else T.INTRO_DONE)
-    text = template.format(agent=clip(as_text(p.get("agent")) or "agent", 60),
+    text = template.format(agent=clip(asker(p.get("agent")), 60),
                           tool=code_span(a.tool, 80),
                           requester=who(a.requested_by or as_text(p.get("requested_by"))))
     thread = safe_url(thread_url)
@@ -637,7 +643,7 @@ def approval_card(a: ApprovalRecord, *, token: str | None, now: datetime,
 
 
 def _fallback(a: ApprovalRecord, p: dict[str, Any]) -> str:
-    agent, tool = clip(as_text(p.get("agent")) or "agent", 80), clip(a.tool, 80)
+    agent, tool = clip(asker(p.get("agent")), 80), clip(a.tool, 80)
     if a.status != "pending":
         text = T.FALLBACK_DONE.format(tool=tool,
                                      status=T.STATUS_WORDS.get(a.status, T.CLOSED_WORD))
@@ -660,7 +666,7 @@ def compact_blocks(a: ApprovalRecord, token: str | None, *, now: datetime,
     its id and ``token`` (bound to the arguments shown), for "Approve/Deny selected".
     """
     p = shown_packet(a)
-    agent, requester = clip(as_text(p.get("agent")) or "agent", 60), who(a.requested_by)
+    agent, requester = clip(asker(p.get("agent")), 60), who(a.requested_by)
     if a.kind in ("outcome_unknown", "cannot_run"):
         line = (T.COMPACT_QUESTION_LINE if a.kind == "outcome_unknown"
                 else T.COMPACT_CANNOT_RUN_LINE)

@@ -43,7 +43,7 @@ from approvald.bot.slack.mrkdwn import (
     who,
 )
 from approvald.runtime.errors import DecisionRefused
-from approvald.runtime.packet import sensitive_paths, will_run
+from approvald.runtime.packet import asker, sensitive_paths, will_run
 from approvald.runtime.sensitive import Masking
 from approvald.store.records import ApprovalRecord, RunRecord
 from slack_sdk.models.blocks import Block
@@ -124,7 +124,7 @@ def repeated_text(a: ApprovalRecord) -> str:
 
 def reminder_text(a: ApprovalRecord, *, now: datetime, card_url: str | None = None) -> str:
     """A reminder about a still-pending request; it mentions the approvers, so it notifies."""
-    agent = clip(as_text(json_object(a.packet).get("agent")) or "agent", 60)
+    agent = clip(asker(json_object(a.packet).get("agent")), 60)
     tool = code_span(a.tool, 80)
     if a.kind == "outcome_unknown":
         text = T.REMINDER_QUESTION.format(tool=tool, agent=agent)
@@ -175,7 +175,7 @@ def run_parent(run: RunRecord, *, now: datetime, approvals_pending: int = 0,
     the moment of the update. ``now`` is kept for callers; nothing here depends on it.
     """
     emoji, status = T.RUN_STATUS.get(run.status, (T.UNKNOWN_EMOJI, clip(run.status, 40)))
-    agent = clip(run.agent, 80)
+    agent = clip(asker(run.agent), 80)
     mask = (shown or Masking()).text
     lines = [T.RUN_HEADLINE.format(emoji=emoji, agent=agent, status=status),
              T.RUN_TASK.format(task=clip(mask(run.task), 600))]

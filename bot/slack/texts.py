@@ -460,8 +460,9 @@ RUN_STATUS = {
     "completed": (":white_check_mark:", "completed"),
     "failed": (":x:", "failed"),
     "cancelled": (":no_entry_sign:", "cancelled"),
-    # an HTTP API request: open, or approved and waiting for its caller's report
-    "external": (":outbox_tray:", "asked over the HTTP API"),
+    # a caller's request (the HTTP API, the MCP gateway, a hook): open, or approved and
+    # waiting for its caller to run the call and say what came of it
+    "external": (":outbox_tray:", "asked; its caller runs the call"),
 }
 RUN_HEADLINE = "{emoji} *{agent}* · {status}"
 RUN_TASK = "*Task:* {task}"

@@ -1,5 +1,10 @@
 """Run threads for ops teams: one parent message per run, kept current, with replies.
 
+Runs of approvald's own agents, that is: a caller's request (a coding assistant's hook, an
+MCP gateway's call, an HTTP API token's) is told by its card when a person is asked, and a
+call the policy answers posts nothing (a thread per call was noise in the channel); with
+``APPROVALD_CALLER_THREADS=asked`` a request that asked a person gets a thread too.
+
 The follower tails the runs table and each run's events (the database is the source, so a
 restart or another replica picks up where the last left off) and posts what happened as
 thread replies.
@@ -92,7 +97,8 @@ class ThreadFollower:
                  per_channel_interval: float = 1.0, lookback: timedelta = timedelta(hours=1),
                  permalink: Permalink | None = None, patience: float = 0.5,
                  claim_ttl: timedelta = timedelta(seconds=90), batch: int = 100,
-                 backoff: float = 2.0, max_backoff: float = 600.0) -> None:
+                 backoff: float = 2.0, max_backoff: float = 600.0,
+                 callers: bool = False) -> None:
         self.e = engine
         self.client = client
         self.channel = channel
@@ -105,6 +111,9 @@ class ThreadFollower:
         self._next_ok: dict[str, float] = {}
         self._permalink = permalink
         self.patience = patience  # how long each turn defers to decided runs
+        # callers' requests (hooks, MCP gateways, API tokens) that asked a person get a
+        # thread too; off, their card is their one message (and a policy's answer none)
+        self.callers = callers
 
     async def run(self, stop: asyncio.Event, *, poll: float = 0.5) -> None:
         await repeat(self.sync_once, stop=stop, every=poll, what="run threads sync")
@@ -119,7 +128,8 @@ class ThreadFollower:
         """Give each lagging thread one turn (as far as pacing allows); returns posts."""
         async with self.e.db.read() as tx:
             behind = await tx.threads.behind(now=self.e.clock.now(), since=self.since,
-                                             limit=self.batch, max_reposts=MAX_REPOSTS)
+                                             limit=self.batch, max_reposts=MAX_REPOSTS,
+                                             callers=self.callers)
         posts = 0
         for run, seen in behind:
             channel = seen.channel if seen else self.channel

@@ -15,8 +15,8 @@ from datetime import datetime
 from html import escape
 from typing import Any
 
+from approvald.runtime.packet import asker, shown_packet, will_run
 from approvald.runtime.packet import shown_args as packet_shown_args
-from approvald.runtime.packet import shown_packet, will_run
 from approvald.runtime.policy import ApprovalPolicy
 from approvald.store.records import ApprovalRecord
 
@@ -206,7 +206,7 @@ def question_card(a: ApprovalRecord, *, csrf: str, token: str | None) -> str:
     the exact arguments, what reconcile said), and the card's answers: it did not run
     (retry, after a confirmation), it ran (mark done), or abort the run (with a reason)."""
     p = _packet(a)
-    agent = _text(p.get("agent")) or "agent"
+    agent = asker(p.get("agent"))
     requester = a.requested_by or _text(p.get("requested_by"))
     parts = [f'<article class="card" id="r-{e(a.id)}">',
              f'<h2>Did <code>{e(a.tool)}</code> happen?</h2>',
@@ -259,7 +259,7 @@ def request_card(a: ApprovalRecord, *, csrf: str, token: str | None, now: dateti
     w = will_run(a)
     policy = ApprovalPolicy.from_snapshot(a.policy)
     risk = risk_of(a)
-    agent = _text(p.get("agent")) or "agent"
+    agent = asker(p.get("agent"))
     requester = a.requested_by or _text(p.get("requested_by"))
     parts = [f'<article class="card" id="r-{e(a.id)}">',
              f'<h2><code>{e(a.tool)}</code> <span class="risk risk-{e(risk)}">'
@@ -272,6 +272,8 @@ def request_card(a: ApprovalRecord, *, csrf: str, token: str | None, now: dateti
     if w.doing:
         label = "" if w.words_current else "(about the arguments first asked for) "
         parts.append(f'<div class="label">What it is doing</div><p>{e(label)}{e(w.doing)}</p>')
+        if w.code:  # what the call runs or writes (a shell command), as it is
+            parts.append(f'<pre>{e(w.code)}</pre>')
     evidence = p.get("evidence")
     if isinstance(evidence, list) and evidence:
         items = "".join(
@@ -348,7 +350,7 @@ def request_text(a: ApprovalRecord, link: str, *, slack: bool) -> str:
     (``slack``). (Plain text: no markup an argument could smuggle in.)"""
     p = _packet(a)
     w = will_run(a)
-    lines = [f"{_text(p.get('agent')) or 'agent'} wants to run {a.tool} for "
+    lines = [f"{asker(p.get('agent'))} wants to run {a.tool} for "
              f"{a.requested_by or _text(p.get('requested_by'))} ({risk_of(a)} risk)."]
     task = _text(p.get("task"))
     if task:
@@ -356,7 +358,7 @@ def request_text(a: ApprovalRecord, link: str, *, slack: bool) -> str:
     if w.doing:
         lines += ["", "What it is doing" + ("" if w.words_current else
                                             " (about the arguments first asked for)") + ":",
-                  w.doing]
+                  w.doing, *([w.code] if w.code else [])]
     if w.impact:
         lines += ["", "Impact:", w.impact]
     if p.get("why"):

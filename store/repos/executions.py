@@ -105,12 +105,22 @@ class ExecutionsRepo(Repo):
 
     async def record_result(self, *, run_id: str, call_id: str, status: str,
                             result: str | None, error_class: str | None, error: str | None,
-                            now: datetime, latency_ms: float | None) -> bool:
-        """Record the outcome of a started call; False if it was not in ``started``."""
-        res = await self.conn.execute(_RESULT, {
-            "rid": run_id, "cid": call_id, "status": status, "result": result,
-            "error_class": error_class, "error": error, "now": now, "latency_ms": latency_ms,
-        })
+                            now: datetime, latency_ms: float | None,
+                            digest: str | None = None) -> bool:
+        """Record the outcome of a started call; False if it was not in ``started``.
+        ``digest``: of the arguments that ran, when its caller says they were not the
+        ones it was started with (a coding assistant reports what it ran)."""
+        values = {"rid": run_id, "cid": call_id, "status": status, "result": result,
+                  "error_class": error_class, "error": error, "now": now,
+                  "latency_ms": latency_ms}
+        if digest is None:
+            res = await self.conn.execute(_RESULT, values)
+        else:
+            res = await self.conn.execute(
+                update(_COLS).where(_COLS.c.run_id == run_id, _COLS.c.call_id == call_id,
+                                    _COLS.c.status.in_(["started", "unknown"]))
+                .values(status=status, result=result, error_class=error_class, error=error,
+                        finished_at=now, latency_ms=latency_ms, args_digest=digest))
         return bool(res.rowcount == 1)
 
     async def mark_unknown(self, *, run_id: str, call_id: str) -> None:

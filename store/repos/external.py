@@ -12,13 +12,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from approvald.store.models import ApiToken, ExternalRequest
+from approvald.store.models import ApiToken, ExternalRequest, FaceSwitch
 from approvald.store.records import paths_of
 from approvald.store.repos.base import Repo, to_record
-from sqlalchemy import Table, bindparam, or_, select, update
+from sqlalchemy import Table, bindparam, delete, or_, select, update
 
 _K = cast(Table, ApiToken.__table__)
 _X = cast(Table, ExternalRequest.__table__)
+_S = cast(Table, FaceSwitch.__table__)
 _GET = select(_X).where(_X.c.id == bindparam("xid"))
 _LOCK = _GET.with_for_update(key_share=True)
 
@@ -56,10 +57,22 @@ class ExternalRecord:
     reported_at: datetime | None
     created_at: datetime
     sensitive: str | None = None  # JSON list of its declared paths (0015)
+    answered_at: datetime | None = None  # a call was told its refusal (0016)
 
     def sensitive_paths(self) -> tuple[str, ...]:
         """The argument paths its policy declared sensitive when it was made."""
         return paths_of(self.sensitive)
+
+
+@dataclass(frozen=True, slots=True)
+class SwitchRecord:
+    """A face's form switched off: by whom, when, why."""
+
+    face: str
+    form: str
+    off_at: datetime
+    off_by: str
+    reason: str | None
 
 
 class ExternalRepo(Repo):
@@ -92,6 +105,14 @@ class ExternalRepo(Repo):
             .values(revoked_at=now, revoked_by=by).returning(_K))).first()
         return to_record(TokenRecord, row)
 
+    async def unrevoke_token(self, name: str) -> bool:
+        """Clear a revocation (of approvald's own credential for a face, switched on
+        again: see runtime.switches); False when it was not revoked."""
+        res = await self.conn.execute(
+            update(_K).where(_K.c.name == name, _K.c.revoked_at.is_not(None))
+            .values(revoked_at=None, revoked_by=None))
+        return bool(res.rowcount == 1)
+
     # -- requests -------------------------------------------------------------------------
     async def add(self, **values: Any) -> bool:
         """Insert a request; False when its token already has one under its idempotency key."""
@@ -120,6 +141,34 @@ class ExternalRepo(Repo):
                                  _X.c.decided_approval != approval_id))
             .values(decided_approval=approval_id))
         return bool(res.rowcount == 1)
+
+    async def mark_answered(self, request_id: str, *, now: datetime) -> bool:
+        """Note when a caller was first told the request's final answer; False if one
+        already was (compare-and-set on there being no such time)."""
+        res = await self.conn.execute(
+            update(_X).where(_X.c.id == request_id, _X.c.answered_at.is_(None))
+            .values(answered_at=now))
+        return bool(res.rowcount == 1)
+
+    # -- faces switched off -----------------------------------------------------------
+    async def switches(self, face: str) -> list[SwitchRecord]:
+        """The forms of ``face`` switched off now."""
+        rows = await self.conn.execute(select(_S).where(_S.c.face == face).order_by(_S.c.form))
+        return [SwitchRecord(**r._mapping) for r in rows]
+
+    async def switch_off(self, face: str, form: str, *, by: str, now: datetime,
+                         reason: str | None) -> bool:
+        """Switch ``form`` of ``face`` off; False when it already was."""
+        res = await self.conn.execute(self.insert_ignore(FaceSwitch), {
+            "face": face, "form": form, "off_at": now, "off_by": by, "reason": reason})
+        return bool(res.rowcount == 1)
+
+    async def switch_on(self, face: str, form: str) -> SwitchRecord | None:
+        """Switch ``form`` of ``face`` on again: the row it was off by, or None when it
+        was on."""
+        row = (await self.conn.execute(
+            delete(_S).where(_S.c.face == face, _S.c.form == form).returning(_S))).first()
+        return to_record(SwitchRecord, row)
 
     async def set_reported(self, request_id: str, *, result_digest: str,
                            now: datetime) -> bool:

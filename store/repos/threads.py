@@ -13,13 +13,15 @@ from datetime import datetime
 from typing import Any, cast
 
 from approvald.store.fastsql import fast
-from approvald.store.models import Run, RunThread
+from approvald.store.models import Approval, Run, RunThread
 from approvald.store.records import RunRecord
 from approvald.store.repos.base import Repo
-from sqlalchemy import Table, and_, bindparam, func, or_, select, update
+from sqlalchemy import Table, and_, bindparam, exists, func, or_, select, update
 
 _T = cast(Table, RunThread.__table__)
 _R = cast(Table, Run.__table__)
+_A = cast(Table, Approval.__table__)
+EXTERNAL = "external:"  # the agent of a caller's request's run (runtime.intake)
 _GET = fast(select(_T).where(_T.c.run_id == bindparam("rid")))
 _FREE = or_(_T.c.claimed_until.is_(None), _T.c.claimed_until <= bindparam("now"))
 _DUE = or_(_T.c.next_attempt_at.is_(None), _T.c.next_attempt_at <= bindparam("now"))
@@ -109,8 +111,8 @@ class ThreadsRepo(Repo):
             update(_T).where(_T.c.run_id == run_id, _T.c.claimed_by == owner).values(values))
         return bool(res.rowcount == 1)
 
-    async def behind(self, *, now: datetime, since: datetime, limit: int,
-                     max_reposts: int) -> list[tuple[RunRecord, ThreadRecord | None]]:
+    async def behind(self, *, now: datetime, since: datetime, limit: int, max_reposts: int,
+                     callers: bool = False) -> list[tuple[RunRecord, ThreadRecord | None]]:
         """Runs whose thread is missing, unposted or behind their events or status, and
         whose turn is due and not claimed by someone else; the longest waiting first.
 
@@ -120,12 +122,20 @@ class ThreadsRepo(Repo):
         when a thread was last served (``next_attempt_at``; a new one by when its run
         began), so a thread that keeps failing waits its backoff and then its turn behind
         the others instead of sorting first every round.
+
+        A caller's request (a run of agent ``external:…``) gets a thread only with
+        ``callers``, and only once it asked a person (it has an approval): an answer of the
+        policy never does.
         """
         j = _R.outerjoin(_T, _T.c.run_id == _R.c.id)
+        # approvald's own agents' runs; with ``callers``, callers' requests that asked
+        asked = exists().where(_A.c.run_id == _R.c.id)
+        wanted = or_(_R.c.agent.not_like(f"{EXTERNAL}%"), asked) if callers \
+            else _R.c.agent.not_like(f"{EXTERNAL}%")
         rows = await self.conn.execute(
             select(_R, *(_T.c[name].label(f"t_{name}") for name in _THREAD_COLS))
             .select_from(j)
-            .where(or_(
+            .where(wanted, or_(
                 and_(_T.c.run_id.is_(None), _R.c.updated_at >= since),
                 and_(_T.c.run_id.is_not(None), _FREE, _DUE,
                      _T.c.reposts <= max_reposts,

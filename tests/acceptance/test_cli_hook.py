@@ -67,8 +67,9 @@ def test_auto_forbidden_and_a_pending_call_approved_from_another_shell(
     # asks: still pending at its budget (--wait 0), it denies naming the request
     code, out, _ = claude(cli, "Bash", {"command": "make release"}, **policy)
     verdict, why = decision(out)
-    assert code == 0 and verdict == "deny" and "waiting for approval (Slack is not " in why
     [approval] = cli.json("approvals", "list", "--json")
+    assert code == 0 and verdict == "deny" and "waiting for approval: request" in why
+    assert f"approvald approvals approve {approval['id']} --as U…" in why, why
     cli.ok("approvals", "approve", approval["id"], "--as", "U_ALICE")
     # the same call again joins it, now approved: allowed; what ran is its execution
     code, out, _ = claude(cli, "Bash", {"command": "make release"}, use="toolu_02", **policy)

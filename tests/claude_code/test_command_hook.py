@@ -160,11 +160,8 @@ async def test_the_requester_may_not_approve_her_own_call(
     assert "not without a second pair of eyes" in claude.fake.tool_result_text()
 
 
-# -- what issue 45's second half changes (h45c): xfail until it lands --------------------------
+# -- what issue 45's second half changed (items 7 to 10) -------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="issue 45 item 7 (h45c): after an approver denies a "
-                   "call whose wait ran out, the same call made again opens a new request "
-                   "instead of telling Claude the denial and its reason")
 async def test_a_denial_after_the_wait_reaches_the_call_made_again(
         claude: ClaudeCode, serve: Harness) -> None:
     marker = claude.marker("denied-late")
@@ -205,8 +202,6 @@ async def post_everything(h: Harness) -> None:
         await asyncio.sleep(0.05)  # past the pacing (the harness's 0.02 s per channel)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 45 item 8 (h45c): every auto call posts a run "
-                   "message in the approvals (here: the ops) channel")
 async def test_auto_calls_post_nothing_in_the_approvals_channel(
         claude: ClaudeCode, serve: Harness) -> None:
     log = claude.marker("quiet.log")
@@ -220,9 +215,6 @@ async def test_auto_calls_post_nothing_in_the_approvals_channel(
     assert said == []
 
 
-@pytest.mark.xfail(strict=True, reason="issue 45 items 9 and 10 (h45c): the hook says Slack "
-                   "is not configured while the card is in Slack, names the HTTP API as a "
-                   "place to decide, and the card says the call was asked over the HTTP API")
 async def test_what_claude_and_the_approver_are_told_is_true(
         claude: ClaudeCode, serve: Harness) -> None:
     marker = claude.marker("told")

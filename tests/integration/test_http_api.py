@@ -519,7 +519,7 @@ async def test_without_slack_the_api_is_on_the_health_listener(sqlite_url: str,
 
 async def test_the_ops_thread_follows_an_external_request(sqlite_url: str,
                                                           tmp_path: Path) -> None:
-    async with harness(sqlite_url, tmp_path,
+    async with harness(sqlite_url, tmp_path, APPROVALD_CALLER_THREADS="asked",
                        APPROVALD_POLICY_FILE=policy_file(tmp_path)) as h, \
             aiohttp.ClientSession() as http:
         token = await make_token(h, "thread-bot")
@@ -535,7 +535,7 @@ async def test_the_ops_thread_follows_an_external_request(sqlite_url: str,
 
         msg = await wait_for(parent, what="the request's ops thread")
         text = json.dumps(msg)
-        assert "external:thread-bot" in text and "asked over the HTTP API" in text
+        assert "thread-bot (HTTP API)" in text and "its caller runs the call" in text
         assert "<!channel>" not in text  # the caller's text is data
         await h.card(doc["approval_id"])
         a = await h.approval(doc["approval_id"])

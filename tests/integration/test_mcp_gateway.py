@@ -143,7 +143,7 @@ async def test_tools_pass_through_and_a_gated_call_waits_for_an_approve_click(
         again = asyncio.ensure_future(g.client.call_tool("transfer_money", args,
                                                          progress_callback=progress))
         await wait_for(lambda: waits, within=30, what="the retry to wait")
-        assert "waiting for approval in Slack" in waits[0] and a.run_id in waits[0]
+        assert "on its card in Slack (channel" in waits[0] and a.run_id in waits[0]
         assert len(await g.requests()) == 1 and not again.done()
 
         # a signed Approve click from Slack: the call runs once, both callers get its result

@@ -15,7 +15,10 @@ from approvald.runtime.clock import ManualClock
 from approvald.runtime.decide import Actor
 from approvald.runtime.engine import Engine
 from approvald.runtime.errors import DecisionRefused
+from approvald.runtime.gate import CARD_POST, REQUEST_MAIL, mail_group
 from approvald.runtime.policy import PolicyFile
+from approvald.store.models import Outbox
+from sqlalchemy import update
 
 from tests.integration.slack_harness import wait_for
 
@@ -139,26 +142,62 @@ async def test_a_tool_the_policy_file_does_not_name_is_asked_about(make_engine) 
 
 async def test_progress_says_where_the_request_can_be_decided_now(make_engine) -> None:
     """Issue 33 item 6: "waiting for approval in Slack" while nothing was posted to Slack
-    (serve without Slack) sent people looking for a card that did not exist."""
+    (serve without Slack) sent people looking for a card that did not exist. Issue 45 item
+    9: where it can be decided comes from the database, never from this process's
+    settings, and never "the HTTP API" (which decides nothing)."""
     g, server = gateway(make_engine), Server()
     said: list[str] = []
 
     async def waiting(doc: dict[str, Any]) -> None:
         said.append(await g.progress(doc))
 
+    async def next_line() -> str:
+        n = len(said)
+        await wait_for(lambda: len(said) > n, what="another progress line")
+        assert "HTTP API" not in said[-1] and "not configured" not in said[-1], said[-1]
+        return said[-1]
+
+    async def card_row(status: str) -> None:
+        async with g.e.db.write() as tx:
+            await tx.conn.execute(update(Outbox).where(Outbox.group_key == a.id,
+                                                       Outbox.kind == CARD_POST)
+                                  .values(status=status))
+
     call = asyncio.ensure_future(g.call("pay", ARGS, server, waiting=waiting))
     a = await pending(g)
-    await wait_for(lambda: said, what="a progress line")
-    assert "in Slack" not in said[-1] and "Slack is not configured" in said[-1], said[-1]
-    assert f"approvald approvals approve {a.id}" in said[-1] and "HTTP API" in said[-1]
-    g.slack = True  # Slack configured, the card not out yet: not "in Slack" either
-    n = len(said)
-    await wait_for(lambda: len(said) > n, what="another progress line")
-    assert "not in Slack yet" in said[-1], said[-1]
+    line = await next_line()  # nothing has taken its card yet
+    assert "in Slack (" not in line and "waits to be posted to Slack" in line, line
+    assert f"`approvald approvals approve {a.id} --as U…`" in line
+    await card_row("delivered")  # a serve without Slack logged it
+    assert "It has no card in Slack" in await next_line()
+    await card_row("dead")
+    assert "could not be posted to Slack" in await next_line()
     async with g.e.db.write() as tx:  # now its card is posted
         await tx.approvals.set_message(a.id, channel="C_APPROVALS", ts="1.000001")
-    n = len(said)
-    await wait_for(lambda: len(said) > n, what="another progress line")
-    assert said[-1].startswith("waiting for approval in Slack"), said[-1]
+    line = await next_line()
+    assert "It can be decided on its card in Slack (channel C_APPROVALS); from a" in line
+    async with g.e.db.write() as tx:  # mailed to its approvers: the web review queue
+        await tx.outbox.add(kind=REQUEST_MAIL, group_key=mail_group(a.id), payload="{}",
+                            now=g.e.clock.now())
+    assert "; in the web review queue (it was mailed to its approvers); " in await next_line()
     await g.e.decide(a.id, actor=ALICE, verdict="approve")
     assert isinstance(await call, Ran)
+
+
+async def test_a_denial_answers_the_call_that_waited_for_it_once(make_engine) -> None:
+    """Issue 45 item 7, on the gateway too: a client that gave up waiting and makes the call
+    again is told the denial and its reason (not asked again); a later call asks again."""
+    g, server = gateway(make_engine), Server()
+    out = await g.call("pay", ARGS, server, budget=0)
+    a = await pending(g)
+    assert isinstance(out, Refused) and out.status == "pending"
+    await g.e.decide(a.id, actor=ALICE, verdict="deny", reason="wrong account")
+    out = await g.call("pay", ARGS, server, budget=0)
+    assert isinstance(out, Refused) and out.status == "denied", out
+    assert "wrong account" in out.message and out.request_id == a.run_id
+    out = await g.call("pay", ARGS, server, budget=0)
+    assert isinstance(out, Refused) and out.status == "pending"
+    assert out.request_id != a.run_id and server.ran == []
+    async with g.e.db.read() as tx:
+        refused = [e for e in await tx.audit.query(run_id=a.run_id) if e.action == "refused"]
+    assert [json.loads(e.details)["reason"] for e in refused] == ["pending"]

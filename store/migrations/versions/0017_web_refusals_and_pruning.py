@@ -6,8 +6,8 @@
 * ``expires_at`` indexed on ``web_links``, ``web_sessions`` and ``web_slack_states``:
   the retention job deletes their expired rows.
 
-Revision ID: 0016
-Revises: 0015
+Revision ID: 0017
+Revises: 0016
 Create Date: 2026-12-05
 """
 
@@ -17,8 +17,8 @@ import sqlalchemy as sa
 from alembic import op
 from approvald.store.types import UTCDateTime
 
-revision = "0016"
-down_revision = "0015"
+revision = "0017"
+down_revision = "0016"
 branch_labels = None
 depends_on = None
 
