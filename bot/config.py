@@ -5,11 +5,12 @@ A missing or malformed setting stops start-up with one line naming the variable.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 import platformdirs
 from approvald.runtime.audit import AuditKey
@@ -20,11 +21,16 @@ from approvald.runtime.webhook_hosts import WebhookHosts
 from pydantic import (
     AliasChoices,
     Field,
+    PrivateAttr,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+if TYPE_CHECKING:
+    from approvald.bot.web.mail import SmtpTarget
 
 DEFAULT_METRICS_ADDR = "127.0.0.1:9464"
 
@@ -69,6 +75,9 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(case_sensitive=True, extra="ignore",
                                       populate_by_name=False)
+    # read by load_settings (the environment and APPROVALD_SECRETS_DIR), so that keys can
+    # be read again from there; settings built from values in code have nowhere to look
+    _from_environment: bool = PrivateAttr(False)
 
     slack_bot_token: SecretStr | None = Field(
         None, validation_alias=_env("SLACK_BOT_TOKEN"),
@@ -155,11 +164,22 @@ class Settings(BaseSettings):
                     "); when set, serve serves the web review queue at /review, mails sign-in "
                     "links pointing there, and refuses a POST whose Origin is not this URL's; "
                     "cookies are Secure when it is https")
+    # before smtp_url: its validator reads it
+    smtp_insecure_host: str | None = Field(
+        None, validation_alias=_env("APPROVALD_SMTP_INSECURE_HOST"),
+        description="DANGEROUS: the one host other than loopback that an smtp+insecure:// "
+                    "APPROVALD_SMTP_URL may name. Everything sent there (the SMTP password, "
+                    "sign-in links that sign their holder in as an approver, requests) "
+                    "crosses the network in clear: only for a relay on a network nobody "
+                    "else can read")
     smtp_url: SecretStr | None = Field(
         None, validation_alias=_env("APPROVALD_SMTP_URL"),
         description="the SMTP server mails are sent through: smtp://[USER:PASSWORD@]HOST[:PORT]"
-                    " (STARTTLS when the server offers it), smtps://... (TLS from the start), "
-                    "or smtp+plain://... (no TLS: a relay on loopback only)")
+                    " (STARTTLS required: a server that does not offer it is sent nothing), "
+                    "smtps://... (TLS from the start), or smtp+insecure://... (no TLS: to a "
+                    "relay on loopback, or the host APPROVALD_SMTP_INSECURE_HOST names); the "
+                    "server's certificate is checked against the system's trusted CAs "
+                    "(SSL_CERT_FILE names others)")
     mail_from: str | None = Field(
         None, validation_alias=_env("APPROVALD_MAIL_FROM"),
         description="the From address of approvald's mails (approvals@example.com)")
@@ -211,6 +231,14 @@ class Settings(BaseSettings):
     demo_ledger: str | None = Field(
         None, validation_alias=_env("APPROVALD_DEMO_LEDGER"),
         description="a file where the demo tools append one JSON line per real side effect")
+    secrets_dir: Path | None = Field(
+        None, validation_alias=_env("APPROVALD_SECRETS_DIR"),
+        description="a directory of files named after settings (APPROVALD_DATA_KEY, "
+                    "APPROVALD_AUDIT_KEY, SLACK_BOT_TOKEN, ...), each holding that setting's "
+                    "value, as Docker secrets, Kubernetes secret volumes and systemd's "
+                    "LoadCredential= provide them; a variable set in the environment wins. "
+                    "serve reads the keys there again on SIGHUP, and when it meets a value "
+                    "sealed under a data key it lacks")
     secret: SecretStr | None = Field(
         None, validation_alias=_env("APPROVALD_SECRET"),
         description="the key approval tokens are derived from (unset: the Slack signing secret, "
@@ -415,14 +443,29 @@ class Settings(BaseSettings):
         root = base.removesuffix("/api") if base.endswith("/api") else base
         return f"{root}/openid/connect/authorize"
 
+    @field_validator("smtp_insecure_host")
+    @classmethod
+    def _insecure_host(cls, v: str | None) -> str | None:
+        return v.strip() if v is not None and v.strip() else None
+
     @field_validator("smtp_url")
     @classmethod
-    def _smtp_url(cls, v: SecretStr | None) -> SecretStr | None:
+    def _smtp_url(cls, v: SecretStr | None, info: ValidationInfo) -> SecretStr | None:
         if v is not None:
             from approvald.bot.web.mail import SmtpTarget
 
-            SmtpTarget.parse(v.get_secret_value())
+            SmtpTarget.parse(v.get_secret_value(),
+                             insecure_host=info.data.get("smtp_insecure_host"))
         return v
+
+    def smtp_target(self) -> SmtpTarget | None:
+        """Where mails go (``APPROVALD_SMTP_URL``), or None when it is unset."""
+        if self.smtp_url is None:
+            return None
+        from approvald.bot.web.mail import SmtpTarget
+
+        return SmtpTarget.parse(self.smtp_url.get_secret_value(),
+                                insecure_host=self.smtp_insecure_host)
 
     @field_validator("mail_from")
     @classmethod
@@ -491,9 +534,23 @@ class Settings(BaseSettings):
         from approvald.runtime.policy import parse_duration
         return parse_duration(self.max_ttl)
 
+    @field_validator("secret")
+    @classmethod
+    def _secret_not_blank(cls, v: SecretStr | None) -> SecretStr | None:
+        # blank is not "unset" (which falls back to a Slack secret): it would key every
+        # button and sign-in link with spaces
+        if v is not None and not v.get_secret_value().strip():
+            raise ValueError("is empty: set a secret of at least 16 characters, or unset "
+                             "the variable")
+        return v
+
     @field_validator("audit_key", "data_key")
     @classmethod
     def _long_enough(cls, v: SecretStr | None) -> SecretStr | None:
+        # set and empty (or blank) is a mistake, not "no key": a blank key would seal
+        # everything under a key anyone can guess, and an empty one is easily meant as unset
+        if v is not None and not v.get_secret_value().strip():
+            raise ValueError("is empty: set a key of at least 16 bytes, or unset the variable")
         if v is not None and len(v.get_secret_value().encode()) < 16:
             raise ValueError("a key needs at least 16 bytes")
         return v
@@ -508,8 +565,10 @@ class Settings(BaseSettings):
         return key_ring(self.data_key, self.data_old_keys, DataKey, "APPROVALD_DATA_OLD_KEYS")
 
     def sealer(self) -> Sealer:
-        """How this deployment seals sensitive values at rest."""
-        return Sealer(self.data_keys(), require=self.require_data_key)
+        """How this deployment seals sensitive values at rest; settings read from the
+        environment give it the way to read its keys again (see :func:`reread_data_keys`)."""
+        return Sealer(self.data_keys(), require=self.require_data_key,
+                      reread=reread_data_keys if self._from_environment else None)
 
     def token_secret(self) -> str | None:
         """The key approval tokens are derived from (APPROVALD_SECRET, else a Slack secret)."""
@@ -561,9 +620,13 @@ _SECRETS = frozenset(n for name, f in Settings.model_fields.items()
 
 
 def load_settings() -> Settings:
-    """Read the environment; raise :class:`ConfigError` naming the first bad variable."""
+    """Read the environment (and the files of ``APPROVALD_SECRETS_DIR``); raise
+    :class:`ConfigError` naming the first bad variable."""
+    where = os.environ.get("APPROVALD_SECRETS_DIR", "").strip()
+    if where and not Path(where).expanduser().is_dir():
+        raise ConfigError(f"APPROVALD_SECRETS_DIR: {where} is not a directory")
     try:
-        return Settings()
+        settings = Settings(_secrets_dir=Path(where).expanduser() if where else None)
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = str(err["loc"][0]) if err["loc"] else "environment"
@@ -574,3 +637,11 @@ def load_settings() -> Settings:
             and loc not in _SECRETS and var not in _SECRETS else ""
         msg = str(err["msg"]).removeprefix("Value error, ")
         raise ConfigError(f"{var}: {msg}{shown}") from None
+    settings._from_environment = True
+    return settings
+
+
+def reread_data_keys() -> list[DataKey]:
+    """The data keys as the environment and ``APPROVALD_SECRETS_DIR`` give them now (a
+    running process's environment never changes: the files may)."""
+    return load_settings().data_keys()

@@ -53,6 +53,10 @@ class PrometheusMeter(Meter):
         self.takeovers = Counter("approvald_lease_takeovers", "Runs taken over from a worker "
                                  "whose lease had lapsed (expired, or its process is gone)",
                                  registry=r)
+        self.key_refusals = Counter(
+            "approvald_data_key_refusals", "Sealed values this process could not open (it "
+            "lacks their data key, or they do not open under it): each part that needs one "
+            "meets it again at its next turn until the key is given", registry=r)
         self.slack_errors = Counter("approvald_slack_api_errors", "Slack Web API calls that "
                                     "failed, by method and error", ["method", "error"],
                                     registry=r)
@@ -76,6 +80,9 @@ class PrometheusMeter(Meter):
 
     def tool_started(self, seconds: float) -> None:
         self.tool_start_seconds.observe(seconds)
+
+    def data_key_refused(self) -> None:
+        self.key_refusals.inc()
 
     def expired(self, n: int) -> None:
         self.expiries.inc(n)

@@ -38,7 +38,7 @@ from approvald.bot.metrics import PrometheusMeter, add_metrics_route, add_routes
 from approvald.bot.readiness import Readiness
 from approvald.bot.slack.log_delivery import LogDeliverer
 from approvald.bot.tracing import from_environment as tracing_from_environment
-from approvald.bot.wiring import build_engine, build_registry, open_database
+from approvald.bot.wiring import build_engine, build_registry, open_database, reload_keys
 from approvald.runtime import audit, retention, sealing
 from approvald.runtime.clock import Clock
 from approvald.runtime.engine import Engine
@@ -57,6 +57,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("approvald.serve")
 PRUNE_EVERY = 86400.0  # s between scheduled prunes (APPROVALD_PRUNE_OLDER_THAN)
+FOLD_EVERY = 60.0  # s between two folds of the web queue's counted refusals
+PRUNE_EXPIRED_EVERY = 3600.0  # s between two prunes of the web queue's expired rows
 AFTER_CANCEL = 3.0  # once the grace is over: how long cancelled work gets to unwind
 # past the grace, the watchdog exits whatever is still running: more than the bounded steps
 # of Service.stop after the grace (unwinding, the socket, the listener) can take together
@@ -136,6 +138,7 @@ class Service:
         self.engine.on_outbox(lambda: self.wakeups.publish("outbox"))
         self.engine.external.on_decided(lambda rid: self.wakeups.publish("decided", rid))
         self._tasks: list[asyncio.Task[None]] = []
+        self._chores: list[asyncio.Task[None]] = []  # cancelled at stop, not waited for
         self._connector: asyncio.Task[None] | None = None
         self.pending_scheduled = 0
         self.fatal: ConfigError | None = None  # why the service stopped itself
@@ -174,10 +177,17 @@ class Service:
                                  self.settings.audit_head_interval)
         if self.settings.prune_older_than:
             self.scheduler.every("prune", self.prune, PRUNE_EVERY)
+        if self.web is not None:
+            # what anyone on the network can add to: counted refusals folded into the audit
+            # log each minute, expired sign-in rows deleted each hour
+            self.scheduler.every("web-refusals", self.web.auth.refusals.fold, FOLD_EVERY)
+            self.scheduler.every("web-expired", self.prune_expired, PRUNE_EXPIRED_EVERY)
         stop = self.stop_event
         if background:
             self._tasks = [asyncio.create_task(self.worker.run(stop), name="worker"),
                            asyncio.create_task(self.drain.run(stop), name="outbox")]
+        if self.web is not None:  # said in the log once it is known: nothing waits for it
+            self._chores.append(asyncio.create_task(self.web.check_mail(), name="mail-check"))
         if self.slack is None:
             log.warning("no Slack settings: approval requests are logged, and decided %s",
                         self.where_decided())
@@ -301,12 +311,28 @@ class Service:
         elif kind == "decided" and key:  # an external request's long polls look again
             self.engine.external.wake(key)
 
+    def reload_keys(self) -> None:
+        """SIGHUP: read the data and audit keys again (from ``APPROVALD_SECRETS_DIR``'s
+        files: a running process's environment never changes) and use them from now on;
+        keys that cannot be used change nothing. Said in one line either way."""
+        try:
+            log.info("SIGHUP: %s", reload_keys(self.engine))
+        except ConfigError as exc:
+            log.warning("SIGHUP: keys not read again, those in use are kept: %s", exc)
+
     async def prune(self) -> None:
         """Prune finished runs past ``APPROVALD_PRUNE_OLDER_THAN`` (see ``approvald prune``)."""
         assert self.settings.prune_older_than
         report = await retention.prune(self.db, self.engine.clock,
                                        parse_duration(self.settings.prune_older_than))
         log.info("%s", report.summary())
+
+    async def prune_expired(self) -> None:
+        """Delete the web review queue's rows that expired a day ago (links, sessions,
+        sign-in states): of no use to anyone, and anyone can make more."""
+        pruned = await self.engine.prune_expired()
+        if any(pruned.values()):
+            log.info("pruned %s", retention.expired_summary(pruned))
 
     async def stop(self, *, grace: float | None = None) -> None:
         """Stop taking new work; give in-flight runs up to ``grace`` seconds (default
@@ -317,9 +343,10 @@ class Service:
         self.stop_event.set()
         self.scheduler.shutdown()
         await self.wakeups.close()
-        if self._connector is not None:  # connecting is not work in flight: stop it now
-            self._connector.cancel()
-            await asyncio.gather(self._connector, return_exceptions=True)
+        # connecting (and checking what we connect to) is not work in flight: stop it now
+        for chore in [*([self._connector] if self._connector else []), *self._chores]:
+            chore.cancel()
+            await asyncio.gather(chore, return_exceptions=True)
         if self._tasks:
             _, pending = await asyncio.wait(self._tasks, timeout=grace)
             if pending:
@@ -475,7 +502,7 @@ def _why(exc: OSError) -> str:
 
 class Signals:
     """SIGTERM and SIGINT for ``serve``: the first sets ``stop`` and arms a watchdog, a
-    second one exits at once.
+    second one exits at once. SIGHUP calls ``on_hangup`` (read the keys again).
 
     Installed with :func:`signal.signal`, not the loop's handlers: those run only when the
     event loop gets control, and a stuck loop must not make the process unkillable short
@@ -489,12 +516,24 @@ class Signals:
         self.stop = stop
         self.grace = grace
         self.received: int | None = None
+        self.on_hangup: Callable[[], None] | None = None  # SIGHUP: read the keys again
         self._previous: dict[signal.Signals, SignalHandler] = {}
         self._watchdog: threading.Timer | None = None
 
     def install(self) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
             self._previous[sig] = signal.signal(sig, self._handle)
+        # SIGHUP (whose default would end the process) reads the keys again
+        self._previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, self._hangup)
+
+    def _hangup(self, _signum: int, _frame: FrameType | None) -> None:
+        self.loop.call_soon_threadsafe(self._reload)
+
+    def _reload(self) -> None:
+        if self.on_hangup is None:
+            log.warning("SIGHUP before serve started: the keys are read as it starts")
+            return
+        self.on_hangup()
 
     def restore(self) -> None:
         # the watchdog stays armed: it also covers the event loop's own teardown, and a
@@ -533,7 +572,9 @@ async def serve(settings: Settings) -> int:
         refuse_unsendable_mail(settings, build_registry(settings))
         db = await open_database(settings)
         try:
-            fatal = await _run(Service(settings, db, stop_event=stop))
+            service = Service(settings, db, stop_event=stop)
+            signals.on_hangup = service.reload_keys
+            fatal = await _run(service)
         finally:
             await db.close()
     finally:

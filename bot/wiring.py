@@ -56,7 +56,10 @@ def build_engine(settings: Settings, db: Database, *, require_tokens: bool = Fal
     secret = settings.token_secret()
     # what is masked is the deployment's, for every face and log line of this process
     sensitive.configure(settings.detectors())
-    types.set_codec(settings.sealer())  # and what is sealed at rest, under which keys
+    sealer = settings.sealer()  # and what is sealed at rest, under which keys
+    if meter is not None:
+        sealer.on_refused = lambda _: meter.data_key_refused()
+    types.set_codec(sealer)
     return assemble(
         db, build_registry(settings),
         clock=clock or (FileClock(settings.clock_file) if settings.clock_file
@@ -70,6 +73,35 @@ def build_engine(settings: Settings, db: Database, *, require_tokens: bool = Fal
         require_tokens=require_tokens,
         audit_key=AuditKey(settings.audit_key.get_secret_value()) if settings.audit_key else None,
     )
+
+
+def reload_keys(engine: Engine) -> str:
+    """Read the data and audit keys again from where this process's settings came from
+    (the environment, which never changes for a running process, and the files of
+    ``APPROVALD_SECRETS_DIR``, which may) and use them from now on: the current data key
+    seals, the retired ones open, the audit key chains. Returns what is in force, in a
+    line; :class:`ConfigError` (nothing changed) for keys that cannot be used."""
+    from approvald.bot.config import load_settings
+    from approvald.runtime.sealing import Sealer
+
+    fresh = load_settings()
+    sealer = types.codec()
+    if not isinstance(sealer, Sealer) or sealer.reread is None:
+        raise ConfigError("the keys of this process were not read from the environment: "
+                          "there is nowhere to read them again")
+    audit_key = (AuditKey(fresh.audit_key.get_secret_value()) if fresh.audit_key
+                 else None)
+    if audit_key is None and engine.audit_key_id is not None:
+        raise ConfigError(f"APPROVALD_AUDIT_KEY is not set any more: keeping audit key "
+                          f"{engine.audit_key_id}")
+    sealer.rekey(fresh.data_keys())  # (refuses an empty ring, changing nothing)
+    engine.use_audit_key(audit_key)
+    fixed = [v for v in ("APPROVALD_DATA_KEY", "APPROVALD_DATA_OLD_KEYS",
+                         "APPROVALD_AUDIT_KEY") if v in os.environ]
+    note = (f" ({', '.join(fixed)} set in the environment, which a running process cannot "
+            "read again: restart it to change them)") if fixed else ""
+    audit = f"audit key {audit_key.id}" if audit_key else "no audit key"
+    return f"keys read again: {sealer.describe()}; {audit}{note}"
 
 
 def check_environment(settings: Settings) -> None:

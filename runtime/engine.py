@@ -459,6 +459,21 @@ class Engine:
         ``ValueError`` for a horizon too short)."""
         return await retention.prune(self.db, self.clock, older_than, dry_run=dry_run)
 
+    async def prune_expired(self) -> dict[str, int]:
+        """Delete the web review queue's rows that expired a day ago (see
+        :func:`runtime.retention.prune_expired`); how many, by table."""
+        return await retention.prune_expired(self.db, self.clock)
+
+    @property
+    def audit_key_id(self) -> str | None:
+        """The fingerprint of the key new audit entries are chained with (None: unkeyed)."""
+        return self.audit.key.id if self.audit.key is not None else None
+
+    def use_audit_key(self, key: AuditKey | None) -> None:
+        """Chain new audit entries with ``key`` from now on (a rotation: entries name the
+        key they were chained with, so ``audit verify`` needs the old one retired)."""
+        self.audit.key = key
+
     async def oldest_approvals(self, *, status: str | None = None, run_id: str | None = None,
                                limit: int = 100) -> tuple[list[ApprovalRecord], int]:
         """The ``limit`` oldest requests (of ``status``, of ``run_id``), oldest first, and

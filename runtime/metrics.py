@@ -11,7 +11,9 @@ Events (names are the exporter's contract):
   the decision that resumed it was recorded in this process (click -> tool start);
 * ``expired(n)``, ``escalated(n)``, ``reminded(n)``: what an expiry sweep settled;
 * ``lease_taken_over(n)``: runs whose previous worker's lease had lapsed (it expired, or
-  its owner's process is gone) and that this process took over.
+  its owner's process is gone) and that this process took over;
+* ``data_key_refused()``: a sealed value this process could not open (it lacks the key,
+  or the value does not open under it).
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ class Meter:
         pass
 
     def lease_taken_over(self, n: int) -> None:
+        pass
+
+    def data_key_refused(self) -> None:
         pass
 
 

@@ -26,7 +26,16 @@ operator set ``APPROVALD_REQUIRE_DATA_KEY``: then storing a detected secret in c
 any of those columns, is refused.
 Keys rotate like the audit key: the current key seals, retired keys
 (``APPROVALD_DATA_OLD_KEYS``) still open, and ``approvald keys reseal`` seals every
-value again under the current key.
+value again under the current key. A long-running process takes a new ring without a
+restart (:meth:`Sealer.rekey`; ``serve`` on SIGHUP), and re-reads its keys by itself
+(``reread``, at most every :data:`REREAD_EVERY` seconds) when it meets a value sealed
+under a key it lacks: where the keys come from files (``APPROVALD_SECRETS_DIR``), a
+rotation done in any order heals itself.
+
+A value that does not open is the operator's to fix, and each part that meets it (the
+worker's poll, the outbox drain, an expiry job) meets it again at its next turn until it
+is fixed: :class:`OneLineRefusals` tells it in one line per key and kind of failure, at
+most once a minute, instead of a traceback each time.
 """
 
 from __future__ import annotations
@@ -35,7 +44,9 @@ import base64
 import hashlib
 import logging
 import os
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
+from typing import Literal
 
 from approvald.runtime.errors import ConfigError
 from approvald.runtime.sensitive import mask_text
@@ -54,11 +65,21 @@ KEY_ID_LENGTH = 12  # hex digits of a key's fingerprint
 # where a process without a key looks for a secret to warn about (once): a request's
 # arguments, written once per request, never on a step's or a click's path
 WARN_COLUMNS = frozenset({"approvals.args", "external_requests.args"})
+REREAD_EVERY = 5.0  # s: the least time between two re-reads of the keys a value asked for
+TELL_EVERY = 60.0  # s: a refusal to open is told once in this long (per key and kind)
+Failure = Literal["missing", "altered"]
 
 
 class DataKeyError(ConfigError):
     """A sealed value this process has no key to open (or one that fails to open): the
-    operator's to fix, so nothing that needed it is counted as having failed."""
+    operator's to fix, so nothing that needed it is counted as having failed.
+    ``key_id``: the key it needs; ``failure``: missing (this process lacks that key) or
+    altered (it does not open under it)."""
+
+    def __init__(self, message: str, *, key_id: str, failure: Failure) -> None:
+        super().__init__(message)
+        self.key_id = key_id
+        self.failure = failure
 
 
 class DataKey:
@@ -96,17 +117,72 @@ class Sealer:
     """Seals and opens the sensitive columns' text (see the module's docstring).
 
     ``keys``: the current key first, then retired ones that still open. ``require``:
-    refuse to store a detected secret in clear when there is no key."""
+    refuse to store a detected secret in clear when there is no key. ``reread``: where
+    the keys come from, read again when a value needs a key this ring lacks (at most
+    every ``reread_every`` seconds of ``monotonic``). ``on_refused``: told of each value
+    that does not open (a metric)."""
 
-    def __init__(self, keys: Sequence[DataKey] = (), *, require: bool = False) -> None:
-        self.keys = list(keys)
-        self._by_id = {k.id: k for k in self.keys}
+    def __init__(self, keys: Sequence[DataKey] = (), *, require: bool = False,
+                 reread: Callable[[], Sequence[DataKey]] | None = None,
+                 reread_every: float = REREAD_EVERY,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.keys: list[DataKey] = []
+        self._by_id: dict[str, DataKey] = {}
+        self._set(keys)
         self.require = require
         self._warned = False
+        self.reread = reread
+        self.reread_every = reread_every
+        self._monotonic = monotonic
+        self._reread_at: float | None = None
+        self.on_refused: Callable[[DataKeyError], None] | None = None
 
     @property
     def current(self) -> DataKey | None:
         return self.keys[0] if self.keys else None
+
+    def _set(self, keys: Sequence[DataKey]) -> None:
+        self.keys = list(keys)
+        self._by_id = {k.id: k for k in self.keys}
+
+    def rekey(self, keys: Sequence[DataKey]) -> bool:
+        """Take a new key ring (the current key first), from now on; whether it differs.
+        A ring with no key is refused (:class:`ConfigError`) once this one has a key: a
+        running process never goes from sealing to writing in clear."""
+        if not keys and self.keys:
+            raise ConfigError("APPROVALD_DATA_KEY is not set any more: keeping data key "
+                              f"{self.keys[0].id} (a process that seals never stops "
+                              "sealing; restart it without a key to store values in clear)")
+        before = [k.id for k in self.keys]
+        self._set(keys)
+        return before != [k.id for k in self.keys]
+
+    def _reread_for(self, kid: str) -> DataKey | None:
+        """The key ``kid`` after reading the ring again, if it is time to."""
+        now = self._monotonic()
+        if self.reread is None or (self._reread_at is not None
+                                   and now - self._reread_at < self.reread_every):
+            return None
+        self._reread_at = now
+        try:
+            if self.rekey(self.reread()):
+                log.info("data keys re-read for a value sealed under data key %s: %s",
+                            kid, self.describe())
+        except ConfigError as exc:  # the files are mid-change, say: the ring stays as it was
+            log.warning("data keys not re-read: %s", exc)
+        return self._by_id.get(kid)
+
+    def describe(self) -> str:
+        """The ring in a few words: ``data key ID seals, ID, ID retired``."""
+        if self.current is None:
+            return "no data key: values are stored as given"
+        retired = ", ".join(k.id for k in self.keys[1:]) or "none"
+        return f"data key {self.current.id} seals, {retired} retired"
+
+    def _refused(self, exc: DataKeyError) -> DataKeyError:
+        if self.on_refused is not None:
+            self.on_refused(exc)
+        return exc
 
     def seal(self, text: str, column: str) -> str:
         key = self.current
@@ -132,18 +208,19 @@ class Sealer:
         if not is_sealed(text):
             return text
         kid, _, token = text[len(PREFIX):-len(SUFFIX)].partition(":")
-        key = self._by_id.get(kid)
+        key = self._by_id.get(kid) or self._reread_for(kid)
         if key is None:
-            raise DataKeyError(
+            raise self._refused(DataKeyError(
                 f"APPROVALD_DATA_KEY: a sealed value ({column}) needs the data key {kid}, "
                 "which this process does not have (set APPROVALD_DATA_KEY, or list the "
-                "retired key in APPROVALD_DATA_OLD_KEYS)")
+                "retired key in APPROVALD_DATA_OLD_KEYS)", key_id=kid, failure="missing"))
         try:
             return key.open(token, column.encode())
         except (InvalidTag, ValueError):
-            raise DataKeyError(
+            raise self._refused(DataKeyError(
                 f"APPROVALD_DATA_KEY: a sealed value ({column}) does not open under the "
-                f"data key {kid}: it was altered or moved") from None
+                f"data key {kid}: it was altered or moved", key_id=kid,
+                failure="altered")) from None
 
     def reseal(self, text: str, column: str) -> str:
         """``text`` as stored, as it would be stored now: sealed under the current key
@@ -181,4 +258,59 @@ async def check(db: Database, sealer: Sealer) -> None:
         raise DataKeyError(
             f"APPROVALD_DATA_KEY: waiting requests and runs are sealed under data key "
             f"{', '.join(sorted(missing))}, which this process does not have (set "
-            "APPROVALD_DATA_KEY, or list the retired key in APPROVALD_DATA_OLD_KEYS)")
+            "APPROVALD_DATA_KEY, or list the retired key in APPROVALD_DATA_OLD_KEYS)",
+            key_id=sorted(missing)[0], failure="missing")
+
+
+# -- telling a refusal -----------------------------------------------------------------
+
+def key_error_in(exc: BaseException | None) -> DataKeyError | None:
+    """The :class:`DataKeyError` ``exc`` is, or was raised from (its cause or context, or
+    one of a group's), if any."""
+    seen: set[int] = set()
+    todo = [exc]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, DataKeyError):
+            return e
+        if isinstance(e, BaseExceptionGroup):
+            todo.extend(e.exceptions)
+        todo.extend((e.__cause__, e.__context__))
+    return None
+
+
+class OneLineRefusals(logging.Filter):
+    """A log record carrying a :class:`DataKeyError` becomes one line, its message and
+    the error's, and is let through once per key and kind of failure in ``every``
+    seconds; the next one says how many were held back meanwhile. Every other record
+    passes as it is. (Each part of ``serve`` that meets a value it cannot open logs it,
+    and meets it again at its next turn: a poll every two seconds, the outbox drain, an
+    expiry job.)"""
+
+    def __init__(self, every: float = TELL_EVERY,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self.every = every
+        self._monotonic = monotonic
+        self._told: dict[tuple[str, str], tuple[float, int]] = {}  # -> (when, held back)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = key_error_in(record.exc_info[1] if record.exc_info else None)
+        if exc is None:
+            return True
+        now = self._monotonic()
+        which = (exc.failure, exc.key_id)
+        told = self._told.get(which)
+        if told is not None and now - told[0] < self.every:
+            self._told[which] = (told[0], told[1] + 1)
+            return False
+        held = told[1] if told is not None else 0
+        self._told[which] = (now, 0)
+        more = (f" ({held} more like it in the last {now - told[0]:.0f} s)"
+                if told is not None and held else "")
+        record.msg, record.args = f"{record.getMessage()}: {exc}{more}", None
+        record.exc_info, record.exc_text = None, None
+        return True

@@ -437,7 +437,8 @@ class WebLink(Base):
     user_id: Mapped[str] = mapped_column(String(200), index=True)
     email: Mapped[str] = mapped_column(String(320))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
-    expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    # pruned once expired (runtime/retention.py)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
     used_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
 
@@ -449,18 +450,32 @@ class WebSession(Base):
     id_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
     user_id: Mapped[str] = mapped_column(String(200))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
-    expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
     ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
 
 class WebSlackState(Base):
-    """A sign-in with Slack begun in a browser: the SHA-256 of its ``state`` and of the
-    browser cookie it is bound to; ``used_at`` is set once, by compare-and-set."""
+    """A sign-in with Slack completed: the SHA-256 of its ``state`` and of the browser
+    cookie it was bound to. Written only when Slack signed the browser in (the insert is
+    the compare-and-set that uses the state once); a sign-in begun writes nothing."""
 
     __tablename__ = "web_slack_states"
 
     id_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
     browser_hash: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
-    expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
     used_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+class WebRefusalCount(Base):
+    """Refusals of the web review queue to someone it does not know, counted per minute,
+    source and reason until the minute is folded into one audit entry (per minute and
+    source) and the rows deleted: anonymous requests add to a count, not to the chain."""
+
+    __tablename__ = "web_refusal_counts"
+
+    minute: Mapped[datetime] = mapped_column(UTCDateTime(), primary_key=True)
+    source: Mapped[str] = mapped_column(String(64), primary_key=True)
+    reason: Mapped[str] = mapped_column(String(40), primary_key=True)
+    count: Mapped[int] = mapped_column(Integer)

@@ -47,7 +47,8 @@ PG_ADMIN_URL = os.environ.get("APPROVALD_TEST_PG_URL",
 TABLES = ("approval_votes", "approvals", "audit_log", "audit_head", "limits", "outbox",
           "external_requests", "api_tokens", "standing_approvals", "adapter_pauses",
           "run_threads", "run_events", "tool_executions", "runs", "policy_in_force",
-          "web_links", "web_sessions", "web_slack_states", "face_switches")
+          "web_links", "web_sessions", "web_slack_states", "face_switches",
+          "web_refusal_counts")
 RESET = "; ".join([*(f"DELETE FROM {table}" for table in TABLES),
                    "SELECT setval(oid, 1, false) FROM pg_class WHERE relkind = 'S'"])
 # under pytest-xdist each worker has a database of its own (gw0, gw1, ...)

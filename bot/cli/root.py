@@ -39,7 +39,8 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("runs", "runs", "inspect and cancel runs"),
     ("recover", "runs", "resume runs whose worker died"),
     ("prune", "runs", "delete finished runs' transcripts, execution records and settled "
-                      "outbox rows past a horizon (never an audit entry)"),
+                      "outbox rows past a horizon, and the web review queue's sign-in rows a "
+                      "day after they expired (never an audit entry)"),
     ("trace", "evals", "a run's timeline: model steps, tool calls, approvals and every "
                        "transition, with times"),
     ("eval", "evals", "run journey evals: each task of a dataset, uninterrupted and under "
@@ -239,11 +240,17 @@ def _logging(cmd: str, log_level: str) -> Iterator[None]:
     logging configuration back as it was."""
     import logging
 
+    # (bot.config, which every such command has loaded, imports it already)
+    from approvald.runtime.sealing import OneLineRefusals
+
     level = log_level if cmd == "serve" or log_level == "DEBUG" else "WARNING"
     root = logging.getLogger()
     before = root.level, {n: logging.getLogger(n).level for n in QUIETED}
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    # a value no key of this process opens is told in one line, once a minute, wherever
+    # it is met (each poll, each drain, each job would otherwise print a traceback)
+    handler.addFilter(OneLineRefusals())
     root.addHandler(handler)
     root.setLevel(level)
     for noisy in ("alembic", "apscheduler"):  # their INFO lines are not ours to show

@@ -72,7 +72,8 @@ def register(sub: Subparsers) -> None:
     sub.add_parser("recover", help="resume runs whose worker died").set_defaults(fn=cmd_recover)
 
     pr = sub.add_parser("prune", help="delete finished runs' transcripts, execution records "
-                        "and settled outbox rows past a horizon (never an audit entry)")
+                        "and settled outbox rows past a horizon, and the web review queue's "
+                        "sign-in rows a day after they expired (never an audit entry)")
     pr.add_argument("--older-than", required=True, metavar="AGE",
                     help="finished (or settled) before this long ago, e.g. 90d; at least 1d")
     pr.add_argument("--dry-run", action="store_true",

@@ -17,18 +17,24 @@ when the public URL is https); only its SHA-256 is stored, and it lives
 session id under the deployment's secret: bound to the session, stored nowhere.
 
 Sign in with Slack (:mod:`bot.web.slack_sign_in`), where the operator configured it, ends
-in the same kind of session. Its ``state`` is single-use and lives :data:`STATE_TTL`: its
-row stores only the SHA-256 of the state and of a random cookie of the browser that began
-the sign-in, and using it is a compare-and-set that only that browser's cookie passes.
-That cookie is ``SameSite=Lax`` (a ``Strict`` one would not come back with Slack's
-redirect) and is sent only to the sign-in's own paths. The same approvers may sign in
-either way: those ``APPROVALD_APPROVER_EMAILS`` lists, by their Slack user id.
+in the same kind of session. Its ``state`` is single-use and lives :data:`STATE_TTL`, and
+beginning a sign-in writes nothing (anyone may begin as many as they like): the state
+carries its expiry and two MACs under the deployment's secret, one saying this deployment
+made it, one binding it to a random cookie of the browser that began it, which only that
+browser's cookie passes. Its row (the SHA-256 of the state and of that cookie) is written
+when Slack has signed the browser in, in the transaction that opens the session: that
+insert is the compare-and-set that uses it once. The cookie is ``SameSite=Lax`` (a
+``Strict`` one would not come back with Slack's redirect) and is sent only to the sign-in's
+own paths. The same approvers may sign in either way: those ``APPROVALD_APPROVER_EMAILS``
+lists, by their Slack user id.
 
 Every refusal (a link used again, expired or unknown, a link for another approver than
 the one signed in, a session the database does not hold, a POST without its CSRF token or
 from another origin; a Slack state forged, used again, expired or another browser's, a
-code Slack will not exchange, another workspace, someone who is not an approver) is
-audited as ``web_refused`` with its reason, and changes nothing else.
+code Slack will not exchange, another workspace, someone who is not an approver) changes
+nothing else and is audited as ``web_refused`` with its reason: one entry each for
+someone known, counted per minute and source for someone unknown
+(:mod:`bot.web.refusals`).
 """
 
 from __future__ import annotations
@@ -39,9 +45,10 @@ import hmac
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from approvald.bot.web.mail import SIGN_IN_MAIL
+from approvald.bot.web.refusals import ANONYMOUS, Refusals
 from approvald.runtime.audit import AuditTrail
 from approvald.runtime.canonical import compact_json
 from approvald.runtime.clock import Clock
@@ -55,7 +62,6 @@ STATE_TTL = timedelta(minutes=10)  # from leaving for Slack's authorize page to 
 SESSION_TTL = timedelta(minutes=30)
 MAX_LIVE_LINKS = 5  # unused links per approver at once: a cap on mails anyone can trigger
 VIA = "web"
-ANONYMOUS = "anonymous"  # the actor of a refusal before anyone is known
 
 
 def _b64(raw: bytes) -> str:
@@ -102,9 +108,28 @@ class WebKeys:
         """The CSRF token of the forms shown before sign-in (bound to a pre-session cookie)."""
         return self._mac("pre", pre_id)
 
+    def state(self, body: str) -> str:
+        """The MAC that says this deployment made a Sign in with Slack state."""
+        return self._mac("state", body)
+
+    def state_browser(self, body: str, browser: str) -> str:
+        """The MAC that binds a state to the cookie of the browser that began it."""
+        return self._mac("state-browser", f"{body}\x00{browser}")
+
     @staticmethod
     def same(a: str | None, b: str) -> bool:
         return a is not None and hmac.compare_digest(a.encode(), b.encode())
+
+
+@dataclass(frozen=True)
+class SlackState:
+    """A Sign in with Slack state this deployment made for this browser, fresh and not
+    used yet: what its row will say once it is used."""
+
+    id_hash: str
+    browser_hash: str
+    created_at: datetime
+    expires_at: datetime
 
 
 @dataclass(frozen=True)
@@ -131,6 +156,7 @@ class WebAuth:
         self.keys = keys
         self.emails = emails
         self.users = {address.lower(): user for user, address in emails.items()}
+        self.refusals = Refusals(db, clock, audit)
 
     # -- links ----------------------------------------------------------------------------
     async def request_link(self, address: str) -> bool:
@@ -171,7 +197,8 @@ class WebAuth:
         async with self.db.read() as tx:
             return await tx.web.link_by_hash(sha256(token))
 
-    async def sign_in(self, token: str, *, current: Session | None) -> tuple[str, Session]:
+    async def sign_in(self, token: str, *, current: Session | None,
+                      source: str | None = None) -> tuple[str, Session]:
         """Use the link ``token`` (once): a new session's id (for the cookie) and the
         session. :class:`Refused` (audited) for a link used before, expired, unknown, or
         for another approver than the one this browser is signed in as."""
@@ -202,7 +229,7 @@ class WebAuth:
                           Refused("link_expired", "This sign-in link has expired. Ask for a "
                                   "new one."))
             await self.refuse(result.reason, actor=current.user if current else ANONYMOUS,
-                              link=link.id if link else None,
+                              source=source, link=link.id if link else None,
                               link_user=link.user_id if link else None)
             raise result
         return session_id, Session(result, self.keys.csrf(session_id))
@@ -213,54 +240,57 @@ class WebAuth:
         mailed link and for Slack)."""
         return user in self.emails
 
-    async def begin_slack(self, browser: str) -> str:
+    def begin_slack(self, browser: str) -> str:
         """A new ``state`` for a sign-in with Slack from the browser whose cookie holds
-        ``browser`` (only the hashes of both are stored)."""
-        state = _b64(secrets.token_bytes(32))
+        ``browser``: ``NONCE.EXPIRES.MAC.BROWSER_MAC``. Nothing is stored."""
+        expires = int((self.clock.now() + STATE_TTL).timestamp())
+        body = f"{_b64(secrets.token_bytes(16))}.{expires}"
+        return f"{body}.{self.keys.state(body)}.{self.keys.state_browser(body, browser)}"
 
-        async def write(tx: Tx) -> None:
-            now = self.clock.now()
-            await tx.web.add_slack_state(id_hash=sha256(state), browser_hash=sha256(browser),
-                                         created_at=now, expires_at=now + STATE_TTL)
-
-        await self.db.transact(write, what="a sign-in with Slack")
-        return state
-
-    async def use_slack_state(self, state: str, browser: str | None) -> None:
-        """Use ``state`` (once), from the browser it was made for; :class:`Refused`
-        (audited) for a state forged, used before, expired, or another browser's."""
-        id_hash = sha256(state)
-
-        async def write(tx: Tx) -> bool:
-            used = await tx.web.use_slack_state(id_hash, browser_hash=sha256(browser or ""),
-                                                now=self.clock.now())
-            return used is not None
-
-        if await self.db.transact(write, what="a sign-in with Slack"):
-            return
-        async with self.db.read() as tx:  # why, read after: a use racing this one may have won
-            row = await tx.web.slack_state(id_hash)
-        refusal = (
-            Refused("unknown_state", "This sign-in with Slack was not begun here. Start "
-                    "again from the review queue.") if row is None else
-            Refused("state_used", "This sign-in with Slack was completed already. Start "
-                    "again from the review queue.") if row.used_at is not None else
-            Refused("state_expired", "This sign-in with Slack took too long. Start again "
-                    "from the review queue.") if row.expires_at <= self.clock.now() else
-            Refused("state_no_cookie", "This browser did not begin this sign-in with Slack "
-                    "(or its cookie is gone). Start again from the review queue.")
-            if not browser else
-            Refused("state_other_browser", "This sign-in with Slack was begun in another "
-                    "browser. Start again from the review queue."))
-        await self.refuse(refusal.reason, sign_in="slack")
-        raise refusal
+    async def check_slack_state(self, state: str, browser: str | None, *,
+                                source: str | None = None) -> SlackState:
+        """``state`` as this deployment made it for this browser, fresh and unused (it is
+        used by :meth:`slack_session`); :class:`Refused` (audited) for a state forged,
+        used before, expired, or another browser's."""
+        parts = state.split(".")
+        body = ".".join(parts[:2])
+        made = len(parts) == 4 and bool(parts[0]) and parts[1].isdigit() \
+            and len(parts[1]) <= 12 and self.keys.same(parts[2], self.keys.state(body))
+        refusal: Refused | None = Refused(
+            "unknown_state", "This sign-in with Slack was not begun here. Start again from "
+            "the review queue.")
+        until = self.clock.now()
+        if made:
+            until = datetime.fromtimestamp(int(parts[1]), UTC)
+            async with self.db.read() as tx:
+                used = await tx.web.slack_state(sha256(state)) is not None
+            refusal = (
+                Refused("state_used", "This sign-in with Slack was completed already. Start "
+                        "again from the review queue.") if used else
+                Refused("state_expired", "This sign-in with Slack took too long. Start again "
+                        "from the review queue.") if until <= self.clock.now() else
+                Refused("state_no_cookie", "This browser did not begin this sign-in with "
+                        "Slack (or its cookie is gone). Start again from the review queue.")
+                if not browser else
+                Refused("state_other_browser", "This sign-in with Slack was begun in another "
+                        "browser. Start again from the review queue.")
+                if not self.keys.same(parts[3], self.keys.state_browser(body, browser))
+                else None)
+        if refusal is not None:
+            await self.refuse(refusal.reason, source=source, sign_in="slack")
+            raise refusal
+        assert browser
+        return SlackState(id_hash=sha256(state), browser_hash=sha256(browser),
+                          created_at=until - STATE_TTL, expires_at=until)
 
     async def slack_session(self, user: str, team: str, *, workspace: str,
-                            current: Session | None) -> tuple[str, Session]:
-        """A session for the Slack user ``user`` of ``team``, who signed in with Slack: the
-        same kind as a mailed link's. :class:`Refused` (audited) for another workspace than
-        ``workspace``, someone who is not an approver, or another approver than the one
-        this browser is signed in as."""
+                            current: Session | None, state: SlackState,
+                            source: str | None = None) -> tuple[str, Session]:
+        """A session for the Slack user ``user`` of ``team``, who signed in with Slack
+        under ``state`` (used here, once): the same kind as a mailed link's.
+        :class:`Refused` (audited) for another workspace than ``workspace``, someone who is
+        not an approver, another approver than the one this browser is signed in as, or a
+        state used meanwhile."""
         refusal = (
             Refused("wrong_team", "You signed in to another Slack workspace than this "
                     "deployment's.") if team != workspace else
@@ -271,15 +301,25 @@ class WebAuth:
             if current is not None and current.user != user else None)
         if refusal is not None:
             await self.refuse(refusal.reason, actor=user if refusal.reason != "wrong_team"
-                              else ANONYMOUS, sign_in="slack", slack_user=user,
-                              slack_team=team)
+                              else ANONYMOUS, source=source, sign_in="slack",
+                              slack_user=user, slack_team=team)
             raise refusal
         session_id = _b64(secrets.token_bytes(32))
 
-        async def write(tx: Tx) -> SessionRecord:
+        async def write(tx: Tx) -> SessionRecord | None:
+            if not await tx.web.use_slack_state(
+                    id_hash=state.id_hash, browser_hash=state.browser_hash,
+                    created_at=state.created_at, expires_at=state.expires_at,
+                    now=self.clock.now()):
+                return None  # used meanwhile, by a request racing this one
             return await self._open_session(tx, session_id, user, {"slack_team": team})
 
         record = await self.db.transact(write, what="a sign-in")
+        if record is None:
+            used = Refused("state_used", "This sign-in with Slack was completed already. "
+                           "Start again from the review queue.")
+            await self.refuse(used.reason, source=source, sign_in="slack")
+            raise used
         return session_id, Session(record, self.keys.csrf(session_id))
 
     # -- sessions -------------------------------------------------------------------------
@@ -314,13 +354,9 @@ class WebAuth:
         await self.db.transact(write, what="a sign-out")
 
     # -- refusals -------------------------------------------------------------------------
-    async def refuse(self, reason: str, *, actor: str = ANONYMOUS,
+    async def refuse(self, reason: str, *, actor: str = ANONYMOUS, source: str | None = None,
                      approval_id: str | None = None, **details: str | None) -> None:
-        """Audit a refusal (its own transaction: nothing else is written)."""
-        async def write(tx: Tx) -> None:
-            self.audit.record(tx, at=self.clock.now(), action="web_refused", actor=actor,
-                              via=VIA, approval_id=approval_id,
-                              details={"reason": reason,
-                                       **{k: v for k, v in details.items() if v is not None}})
-
-        await self.db.transact(write, what="a refusal")
+        """Audit a refusal: one entry for someone known, a count for someone unknown
+        (``source``: the request's address; see :mod:`bot.web.refusals`)."""
+        await self.refusals.refuse(reason, actor=actor, source=source,
+                                   approval_id=approval_id, **details)

@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 from aiohttp import web
 from approvald.bot.web import pages
 from approvald.bot.web.auth import STATE_TTL, Refused, Session, WebAuth
+from approvald.bot.web.refusals import ANONYMOUS
 from approvald.bot.web.slack_sign_in import CALLBACK, SlackOpenId
 from approvald.runtime.decide import Actor, Verdict
 from approvald.runtime.engine import Engine
@@ -39,6 +40,7 @@ SESSION_COOKIE = "approvald_session"
 PRE_COOKIE = "approvald_pre"
 SLACK_COOKIE = "approvald_slack"  # binds a sign-in with Slack's state to its browser
 SLACK_PATH = "/review/sign-in/slack"
+MAX_STATE = 200  # characters of a Sign in with Slack state (ours are 120)
 CANDIDATES = 200  # pending requests looked at for one queue page
 VERDICTS: dict[str, Verdict] = {"approve": "approve", "deny": "deny", "redirect": "redirect",
                                 "edit": "edit", "retry": "retry", "mark_done": "mark_done",
@@ -63,6 +65,13 @@ HEADERS = {
     "X-Frame-Options": "DENY",
 }
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def route_of(request: web.Request) -> str:
+    """The pattern of the route a request took (``/review/requests/{id}``): what a refusal
+    records, never the path itself, which is the request's to make as long as it likes."""
+    resource = request.match_info.route.resource
+    return resource.canonical if resource is not None else "(no route)"
 
 
 def origin_of(url: str) -> str:
@@ -138,7 +147,11 @@ class WebRoutes:
         async def guarded(request: web.Request) -> web.StreamResponse:
             origin = request.headers.get("Origin")
             if origin is None or origin.lower() != self.origin:
-                await self.auth.refuse("cross_origin", path=request.path,
+                # a live session's approver is named (one entry); anyone else is counted
+                session = await self._session(request)
+                await self.auth.refuse("cross_origin", path=route_of(request),
+                                       actor=session.user if session else ANONYMOUS,
+                                       source=request.remote,
                                        origin=(origin or "(none)")[:200])
                 return html(pages.message("Refused", "This form was not sent from the review "
                                           "queue's own pages.", error=True), 403)
@@ -163,7 +176,7 @@ class WebRoutes:
         sent = form.get("csrf")
         if not pre or not isinstance(sent, str) \
                 or not self.auth.keys.same(sent, self.auth.keys.pre_csrf(pre)):
-            await self.auth.refuse("csrf", path=request.path)
+            await self.auth.refuse("csrf", path=route_of(request), source=request.remote)
             raise Refused("csrf", "This form has expired or was not sent from this browser. "
                           "Open the review queue and try again.")
 
@@ -264,10 +277,12 @@ class WebRoutes:
         await self._pre_checked(request, form)
         token = form.get("token")
         if not isinstance(token, str) or not 1 <= len(token) <= 100:
-            await self.auth.refuse("unknown_link", path=request.path)
+            await self.auth.refuse("unknown_link", path=route_of(request),
+                                   source=request.remote)
             raise Refused("unknown_link", "This sign-in link is not valid.")
         current = await self._session(request)
-        session_id, session = await self.auth.sign_in(token, current=current)
+        session_id, session = await self.auth.sign_in(token, current=current,
+                                                      source=request.remote)
         resp = see_other("/review")
         self._signed_in_response(resp, session_id, session)
         return resp
@@ -280,13 +295,14 @@ class WebRoutes:
         try:
             team = await self.slack.team()
         except Refused as exc:
-            await self.auth.refuse(exc.reason, path=request.path, sign_in="slack")
+            await self.auth.refuse(exc.reason, path=route_of(request), source=request.remote,
+                                   sign_in="slack")
             raise
         # one cookie per browser, not per attempt: two tabs may sign in at once
         browser = request.cookies.get(SLACK_COOKIE) or ""
         if not 20 <= len(browser) <= 100:
             browser = secrets.token_urlsafe(32)
-        state = await self.auth.begin_slack(browser)
+        state = self.auth.begin_slack(browser)  # writes nothing: anyone may begin at will
         resp = web.Response(status=303, headers={
             **HEADERS, "Location": self.slack.authorize_url(state, self.auth.keys.nonce(state),
                                                             team)})
@@ -299,26 +315,31 @@ class WebRoutes:
         """Slack sends the browser back: use the state (once, from the browser that began
         the sign-in), exchange the code, and sign in the approver Slack names."""
         assert self.slack is not None
+        source = request.remote
         try:
             state = request.query.get("state", "")
-            if not 1 <= len(state) <= 100:
-                await self.auth.refuse("unknown_state", sign_in="slack")
+            if not 1 <= len(state) <= MAX_STATE:
+                await self.auth.refuse("unknown_state", source=source, sign_in="slack")
                 raise Refused("unknown_state", "This sign-in with Slack was not begun here. "
                               "Start again from the review queue.")
-            await self.auth.use_slack_state(state, request.cookies.get(SLACK_COOKIE))
+            checked = await self.auth.check_slack_state(
+                state, request.cookies.get(SLACK_COOKIE), source=source)
             code = request.query.get("code", "")
             if not code or len(code) > 500:
                 error = request.query.get("error", "no code")[:100]
-                await self.auth.refuse("slack_refused", sign_in="slack", error=error)
+                await self.auth.refuse("slack_refused", source=source, sign_in="slack",
+                                       error=error)
                 raise Refused("slack_refused", f"Slack did not sign you in ({error}).")
             try:
                 who = await self.slack.identify(code, self.auth.keys.nonce(state))
                 workspace = await self.slack.team()
             except Refused as exc:
-                await self.auth.refuse(exc.reason, sign_in="slack", error=str(exc)[:300])
+                await self.auth.refuse(exc.reason, source=source, sign_in="slack",
+                                       error=str(exc)[:300])
                 raise
             session_id, session = await self.auth.slack_session(
-                who.user, who.team, workspace=workspace, current=await self._session(request))
+                who.user, who.team, workspace=workspace, current=await self._session(request),
+                state=checked, source=source)
         except Refused as exc:
             resp = html(pages.message("Refused", str(exc), error=True), exc.status)
         else:
@@ -338,15 +359,16 @@ class WebRoutes:
         session = await self.auth.session(raw)
         if session is None:
             if raw:
-                await self.auth.refuse("bad_session", path=request.path,
-                                       approval_id=approval_id)
+                await self.auth.refuse("bad_session", path=route_of(request),
+                                       source=request.remote, approval_id=approval_id)
                 raise Refused("bad_session", "Your session is not valid (it may have "
                               "expired). Sign in again.", 401)
-            await self.auth.refuse("no_session", path=request.path, approval_id=approval_id)
+            await self.auth.refuse("no_session", path=route_of(request),
+                                   source=request.remote, approval_id=approval_id)
             raise Refused("no_session", "Sign in first.", 401)
         sent = form.get("csrf")
         if not isinstance(sent, str) or not self.auth.keys.same(sent, session.csrf):
-            await self.auth.refuse("csrf", actor=session.user, path=request.path,
+            await self.auth.refuse("csrf", actor=session.user, path=route_of(request),
                                    approval_id=approval_id)
             raise Refused("csrf", "This form has expired or was not sent from this page. "
                           "Reload the review queue and try again.")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from aiohttp import web
@@ -15,7 +16,7 @@ from approvald.bot.web.mail import (
     MailDeliverer,
     Mailer,
     MailSender,
-    SmtpTarget,
+    NoTls,
 )
 from approvald.bot.web.routes import WebRoutes
 from approvald.bot.web.slack_sign_in import SlackOpenId
@@ -33,6 +34,7 @@ from approvald.runtime.outbox import Deliverer, RetryLater, Undeliverable
 from approvald.store.records import ApprovalRecord, OutboxRecord
 
 MIN_SECRET = 16
+log = logging.getLogger("approvald.web")
 
 
 def slack_open_id(settings: Settings) -> SlackOpenId | None:
@@ -77,12 +79,30 @@ class WebFace:
         self.slack = slack_open_id(settings)
         self.routes = WebRoutes(engine, self.auth, settings.public_url, self.slack)
         self.mailer: MailSender | None = mailer
-        if mailer is None and settings.smtp_url is not None and settings.mail_from is not None:
-            self.mailer = Mailer(SmtpTarget.parse(settings.smtp_url.get_secret_value()),
-                                 settings.mail_from)
+        target = settings.smtp_target()
+        if mailer is None and target is not None and settings.mail_from is not None:
+            self.mailer = Mailer(target, settings.mail_from)
 
     def add_routes(self, app: web.Application) -> None:
         self.routes.add_to(app)
+
+    async def check_mail(self) -> None:
+        """Say (in the log) whether the SMTP server gives the TLS its URL asks for, as far
+        as it can be checked at start: reachable, STARTTLS offered, certificate good. A
+        server that fails it is sent nothing; its mails wait in the outbox meanwhile."""
+        if not isinstance(self.mailer, Mailer):
+            return
+        where = self.mailer.target.where
+        try:
+            how = await self.mailer.check()
+        except RetryLater as exc:
+            if isinstance(exc, NoTls):
+                log.warning("mail: %s; mails will not be sent until it does", exc)
+            else:
+                log.warning("mail: could not check the SMTP server at start (%s); mails "
+                            "wait in the outbox until it answers", exc)
+            return
+        log.info("mail: SMTP server %s checked: %s", where, how)
 
     def deliverer(self, inner: Deliverer) -> Deliverer:
         """``inner`` with mail rows delivered here."""

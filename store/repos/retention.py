@@ -13,7 +13,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from approvald.store.models import Outbox, Run, RunEvent, RunThread, ToolExecution
+from approvald.store.models import (
+    Outbox,
+    Run,
+    RunEvent,
+    RunThread,
+    ToolExecution,
+    WebLink,
+    WebSession,
+    WebSlackState,
+)
 from approvald.store.repos.base import Repo
 from sqlalchemy import Table, delete, exists, func, or_, select
 
@@ -26,6 +35,12 @@ _T = cast(Table, RunThread.__table__)
 _O = cast(Table, Outbox.__table__)
 _PER_RUN: tuple[tuple[str, Table], ...] = (("events", _E), ("executions", _X),
                                             ("threads", _T))
+# the web review queue's rows that are of no use once expired: sign-in links, sessions,
+# Sign in with Slack states (every table of bot/web that holds rows; its refusal counts
+# are deleted as they are folded into the audit log)
+EXPIRING: dict[str, Table] = {"web_links": cast(Table, WebLink.__table__),
+                              "web_sessions": cast(Table, WebSession.__table__),
+                              "web_slack_states": cast(Table, WebSlackState.__table__)}
 
 
 @dataclass(slots=True)
@@ -73,6 +88,20 @@ class RetentionRepo(Repo):
             res = await self.conn.execute(delete(table).where(table.c.run_id.in_(run_ids)))
             setattr(got, name, int(res.rowcount or 0))
         return got
+
+    async def count_expired(self, table: str, cutoff: datetime) -> int:
+        t = EXPIRING[table]
+        return int((await self.conn.execute(select(func.count()).select_from(t)
+                                            .where(t.c.expires_at < cutoff))).scalar_one())
+
+    async def delete_expired(self, table: str, cutoff: datetime, *, limit: int) -> int:
+        """Delete up to ``limit`` rows of the web table ``table`` that expired before
+        ``cutoff`` (a live one never: each is of use only until it expires)."""
+        t = EXPIRING[table]
+        key = next(iter(t.primary_key.columns))
+        keys = select(key).where(t.c.expires_at < cutoff).order_by(key).limit(limit)
+        res = await self.conn.execute(delete(t).where(key.in_(keys.scalar_subquery())))
+        return int(res.rowcount or 0)
 
     def _settled(self, cutoff: datetime) -> Any:
         return (_O.c.status.in_(("delivered", "dead")), _O.c.created_at < cutoff)

@@ -1,22 +1,28 @@
-"""The web review queue's sign-in links, Sign in with Slack states, and sessions.
+"""The web review queue's sign-in links, Sign in with Slack states, sessions, and the
+counts of refusals to someone it does not know.
 
-Using a link (or a state) is one ``UPDATE ... WHERE used_at IS NULL AND expires_at > now``:
-of two uses, in one process or across replicas, exactly one gets the row back.
+Using a link is one ``UPDATE ... WHERE used_at IS NULL AND expires_at > now``, using a
+Sign in with Slack state one ``INSERT ... ON CONFLICT DO NOTHING`` of its hash: of two
+uses, in one process or across replicas, exactly one gets the row. A refusal is counted
+by one upsert of its (minute, source, reason) row, and a closed minute's rows are taken
+by one ``DELETE ... RETURNING``: each count is folded into the audit log exactly once.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import cast
+from typing import Any, cast
 
-from approvald.store.models import WebLink, WebSession, WebSlackState
+from approvald.store.models import WebLink, WebRefusalCount, WebSession, WebSlackState
 from approvald.store.repos.base import Repo, to_record
-from sqlalchemy import Table, func, select, update
+from sqlalchemy import Table, delete, func, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 
 _L = cast(Table, WebLink.__table__)
 _S = cast(Table, WebSession.__table__)
 _T = cast(Table, WebSlackState.__table__)
+_C = cast(Table, WebRefusalCount.__table__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,26 +87,44 @@ class WebRepo(Repo):
              ).scalar_one()
         return int(n)
 
-    # -- Sign in with Slack: the state of each sign-in begun ------------------------------
-    async def add_slack_state(self, *, id_hash: str, browser_hash: str, created_at: datetime,
-                              expires_at: datetime) -> None:
-        await self.conn.execute(_T.insert(), {
+    # -- Sign in with Slack: the state of each sign-in completed ---------------------------
+    async def use_slack_state(self, *, id_hash: str, browser_hash: str, created_at: datetime,
+                              expires_at: datetime, now: datetime) -> bool:
+        """Record the state ``id_hash`` used (compare-and-set: the insert of its hash);
+        False when it was used before."""
+        res = await self.conn.execute(self.insert_ignore(WebSlackState), {
             "id_hash": id_hash, "browser_hash": browser_hash, "created_at": created_at,
-            "expires_at": expires_at, "used_at": None})
+            "expires_at": expires_at, "used_at": now})
+        return bool(res.rowcount == 1)
 
     async def slack_state(self, id_hash: str) -> SlackStateRecord | None:
         row = (await self.conn.execute(select(_T).where(_T.c.id_hash == id_hash))).first()
         return to_record(SlackStateRecord, row)
 
-    async def use_slack_state(self, id_hash: str, *, browser_hash: str,
-                              now: datetime) -> SlackStateRecord | None:
-        """Mark a live state of this browser used (compare-and-set); None when it is used,
-        expired, unknown or another browser's."""
-        row = (await self.conn.execute(
-            update(_T).where(_T.c.id_hash == id_hash, _T.c.browser_hash == browser_hash,
-                             _T.c.used_at.is_(None), _T.c.expires_at > now)
-            .values(used_at=now).returning(_T))).first()
-        return to_record(SlackStateRecord, row)
+    # -- refusals to someone unknown, counted ---------------------------------------------
+    async def count_refusal(self, *, minute: datetime, source: str, reason: str) -> None:
+        """One more refusal of ``reason`` from ``source`` in ``minute``."""
+        values = {"minute": minute, "source": source, "reason": reason, "count": 1}
+        stmt: Any = (postgresql.insert(_C) if self.dialect == "postgresql"
+                     else sqlite.insert(_C)).values(values)
+        await self.conn.execute(stmt.on_conflict_do_update(
+            index_elements=[_C.c.minute, _C.c.source, _C.c.reason],
+            set_={"count": _C.c.count + 1}))
+
+    async def take_refusal_counts(self, before: datetime
+                                  ) -> list[tuple[datetime, str, str, int]]:
+        """Delete and return the counts of the minutes before ``before``: (minute, source,
+        reason, count). Of two replicas taking them at once, each row goes to one."""
+        got = await self.conn.execute(
+            delete(_C).where(_C.c.minute < before)
+            .returning(_C.c.minute, _C.c.source, _C.c.reason, _C.c.count))
+        return sorted((r[0], str(r[1]), str(r[2]), int(r[3])) for r in got)
+
+    async def refusal_counts(self) -> list[tuple[datetime, str, str, int]]:
+        """The counts not folded yet (minute, source, reason, count)."""
+        got = await self.conn.execute(select(_C.c.minute, _C.c.source, _C.c.reason,
+                                             _C.c.count))
+        return sorted((r[0], str(r[1]), str(r[2]), int(r[3])) for r in got)
 
     # -- sessions -------------------------------------------------------------------------
     async def add_session(self, *, id_hash: str, user_id: str, created_at: datetime,

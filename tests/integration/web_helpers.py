@@ -7,8 +7,11 @@ from __future__ import annotations
 import asyncio
 import email
 import email.policy
+import json
 import re
 import socket
+import ssl
+from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
@@ -34,6 +37,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def over_tls(server: Any, session: Any) -> bool:
+    """Whether an aiosmtpd session speaks TLS (upgraded by STARTTLS, or from the start)."""
+    return session.ssl is not None or \
+        server.transport.get_extra_info("sslcontext") is not None
+
+
 @dataclass
 class Inbox:
     """What the SMTP server received: one parsed message per DATA."""
@@ -44,6 +53,7 @@ class Inbox:
         msg = email.message_from_bytes(envelope.content, policy=email.policy.default)
         assert isinstance(msg, email.message.EmailMessage)
         msg["X-Envelope-To"] = ",".join(envelope.rcpt_tos)
+        msg["X-Over-TLS"] = "yes" if over_tls(server, session) else "no"
         self.messages.append(msg)
         return "250 OK"
 
@@ -60,11 +70,81 @@ class Inbox:
         return found.group(1)
 
 
+@dataclass(frozen=True)
+class TestCert:
+    """A self-signed certificate for 127.0.0.1 and localhost, as PEM files."""
+
+    cert: Path
+    key: Path
+
+    def server_context(self) -> ssl.SSLContext:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(self.cert, self.key)
+        return ctx
+
+
+def self_signed(directory: Path) -> TestCert:
+    """A new key and a self-signed certificate for loopback in ``directory``."""
+    import ipaddress
+    from datetime import UTC, datetime, timedelta
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "approvald test smtp")])
+    now = datetime.now(UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - timedelta(minutes=5))
+            .not_valid_after(now + timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([
+                x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    out = TestCert(directory / "smtp-cert.pem", directory / "smtp-key.pem")
+    out.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    out.key.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                          serialization.PrivateFormat.PKCS8,
+                                          serialization.NoEncryption()))
+    return out
+
+
+@dataclass
+class Logins:
+    """The AUTH attempts an SMTP server saw (login, password, and whether over TLS)."""
+
+    seen: list[tuple[str, str, bool]] = field(default_factory=list)
+
+    def __call__(self, server: Any, session: Any, envelope: Any, mechanism: str,
+                 data: Any) -> Any:
+        from aiosmtpd.smtp import AuthResult, LoginPassword
+
+        assert isinstance(data, LoginPassword)
+        self.seen.append((data.login.decode(), data.password.decode(),
+                          over_tls(server, session)))
+        return AuthResult(success=True)
+
+
 @asynccontextmanager
-async def smtp_server() -> AsyncIterator[tuple[Inbox, int]]:
+async def smtp_server(*, starttls: TestCert | None = None, implicit: TestCert | None = None,
+                      logins: Logins | None = None) -> AsyncIterator[tuple[Inbox, int]]:
+    """A real SMTP server on loopback: plain (no STARTTLS offered), offering STARTTLS
+    (``starttls``), or TLS from the first byte (``implicit``); ``logins``: it offers AUTH
+    (over plain too, so that a client that would send a password in clear is caught)."""
     inbox = Inbox()
     port = free_port()
-    controller = Controller(inbox, hostname="127.0.0.1", port=port)
+    kwargs: dict[str, Any] = {}
+    if starttls is not None:
+        kwargs["tls_context"] = starttls.server_context()
+    if implicit is not None:
+        kwargs["ssl_context"] = implicit.server_context()
+    if logins is not None:
+        kwargs.update(authenticator=logins, auth_require_tls=False)
+    controller = Controller(inbox, hostname="127.0.0.1", port=port, **kwargs)
     controller.start()
     try:
         yield inbox, port
@@ -89,7 +169,7 @@ async def web_harness(db_url: str, tmp_path: Path, *, clock: Clock | None = None
                 "APPROVALD_MAIL_FROM": "approvals@example.com",
                 "APPROVALD_APPROVER_EMAILS": ",".join(f"{u}={a}" for u, a in EMAILS.items())}
             if smtp_port is not None:
-                values["APPROVALD_SMTP_URL"] = f"smtp+plain://127.0.0.1:{smtp_port}"
+                values["APPROVALD_SMTP_URL"] = f"smtp+insecure://127.0.0.1:{smtp_port}"
             values.update(extra)
             try:
                 h = await stack.enter_async_context(
@@ -181,6 +261,36 @@ class Browser:
         assert await self.ask_link(address) == 200
         status, _ = await self.open_and_sign_in(await inbox.link_for(address, nth=nth))
         assert status == 303, status
+
+
+async def refusal_tally(h: Harness) -> Counter[str]:
+    """Every refusal of the review queue so far, by reason: audited one by one (someone
+    known), folded into a minute's count (someone unknown), or still being counted."""
+    tally: Counter[str] = Counter()
+    async with h.engine.db.read() as tx:
+        for e in await tx.audit.query():
+            if e.action == "web_refused":
+                details = json.loads(e.details)
+                if "reasons" in details:
+                    tally.update(details["reasons"])
+                else:
+                    tally[details["reason"]] += 1
+        for _minute, _source, reason, n in await tx.web.refusal_counts():
+            tally[reason] += n
+    return tally
+
+
+@dataclass
+class Tally:
+    """The refusals made since the last look (:meth:`new`)."""
+
+    h: Harness
+    seen: Counter[str] = field(default_factory=Counter)
+
+    async def new(self) -> dict[str, int]:
+        now = await refusal_tally(self.h)
+        new, self.seen = now - self.seen, now
+        return dict(new)
 
 
 async def settle() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import pytest
 from approvald.runtime.errors import ConfigError
@@ -169,3 +170,179 @@ async def test_the_start_check_finds_a_missing_key_on_any_waiting_run(db: Databa
     with pytest.raises(DataKeyError, match=OLD.id):
         await check(db, Sealer([NEW]))
     await check(db, Sealer([NEW, OLD]))
+
+
+# -- a rotation beside a running process (issue 46) ---------------------------------------
+
+class Ticks:
+    """A monotonic clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_new_ring_is_taken_in_place_and_never_an_empty_one() -> None:
+    s = Sealer([OLD])
+    sealed_old = s.seal(ARGS, "runs.task")
+    assert s.rekey([NEW, OLD]) and not s.rekey([NEW, OLD])
+    assert key_id(s.seal(ARGS, "runs.task")) == NEW.id  # the new key seals from now on
+    assert s.open(sealed_old, "runs.task") == ARGS  # and the retired one still opens
+    assert s.describe() == f"data key {NEW.id} seals, {OLD.id} retired"
+    with pytest.raises(ConfigError, match=f"keeping data key {NEW.id}"):
+        s.rekey([])  # a sealing process never turns to writing in clear
+    assert s.current is NEW
+
+
+def test_a_value_under_a_key_the_ring_lacks_reads_the_keys_again_at_most_so_often() -> None:
+    ticks = Ticks()
+    ring: list[DataKey] = [OLD]
+    reads: list[float] = []
+
+    def reread() -> list[DataKey]:
+        reads.append(ticks.now)
+        return list(ring)
+
+    s = Sealer([OLD], reread=reread, reread_every=5.0, monotonic=ticks)
+    sealed_new = Sealer([NEW]).seal(ARGS, "runs.task")
+    with pytest.raises(DataKeyError) as refused:  # read again: still not there
+        s.open(sealed_new, "runs.task")
+    assert (refused.value.key_id, refused.value.failure) == (NEW.id, "missing")
+    ring[:] = [NEW, OLD]  # the operator puts the new key in place
+    ticks.now += 1
+    with pytest.raises(DataKeyError):  # too soon to read again: a hot loop reads nothing
+        s.open(sealed_new, "runs.task")
+    assert reads == [1000.0]
+    ticks.now += 5
+    assert s.open(sealed_new, "runs.task") == ARGS  # read again, and it opens
+    assert reads == [1000.0, 1006.0] and s.current is NEW
+
+
+def test_a_reread_that_fails_keeps_the_ring() -> None:
+    def broken() -> list[DataKey]:
+        raise ConfigError("APPROVALD_DATA_KEY: is empty: set a key of at least 16 bytes")
+
+    s = Sealer([OLD], reread=broken)
+    with pytest.raises(DataKeyError):
+        s.open(Sealer([NEW]).seal(ARGS, "runs.task"), "runs.task")
+    assert s.current is OLD
+
+
+def test_each_refusal_is_counted() -> None:
+    s = Sealer([OLD])
+    seen: list[str] = []
+    s.on_refused = lambda exc: seen.append(exc.failure)
+    sealed = Sealer([NEW]).seal(ARGS, "runs.task")
+    for _ in range(3):
+        with pytest.raises(DataKeyError):
+            s.open(sealed, "runs.task")
+    assert seen == ["missing"] * 3
+
+
+def _record(exc: BaseException, msg: str = "polling for ready runs failed; retrying"
+            ) -> logging.LogRecord:
+    try:
+        raise exc
+    except BaseException:
+        import sys
+        return logging.LogRecord("approvald", logging.ERROR, __file__, 1, msg, None,
+                                 sys.exc_info())
+
+
+def test_a_refusal_to_open_is_told_in_one_line_once_a_minute_per_key() -> None:
+    from approvald.runtime.sealing import OneLineRefusals
+
+    ticks = Ticks()
+    f = OneLineRefusals(every=60.0, monotonic=ticks)
+
+    def missing(kid: str) -> DataKeyError:
+        return DataKeyError(f"APPROVALD_DATA_KEY: a sealed value (runs.task) needs the data "
+                            f"key {kid}", key_id=kid, failure="missing")
+
+    first = _record(missing("k1"))
+    assert f.filter(first) and first.exc_info is None and first.exc_text is None
+    assert first.getMessage() == ("polling for ready runs failed; retrying: APPROVALD_DATA_KEY"
+                                  ": a sealed value (runs.task) needs the data key k1")
+    # met again at each poll: held back, however it was raised (from a cause, in a group)
+    wrapped = RuntimeError("outbox drain failed")
+    wrapped.__cause__ = missing("k1")
+    assert not f.filter(_record(wrapped))
+    assert not f.filter(_record(ExceptionGroup("tasks", [ValueError(), missing("k1")])))
+    other = _record(missing("k2"))  # another key is another failure: told
+    assert f.filter(other)
+    altered = _record(DataKeyError("APPROVALD_DATA_KEY: does not open under k1", key_id="k1",
+                                   failure="altered"))
+    assert f.filter(altered)  # and so is another kind
+    ticks.now += 61
+    again = _record(missing("k1"))
+    assert f.filter(again) and again.getMessage().endswith("(2 more like it in the last 61 s)")
+    plain = _record(ValueError("a bug"))
+    assert f.filter(plain) and plain.exc_info is not None  # everything else as it was
+
+
+# -- where the keys come from ---------------------------------------------------------------
+
+@pytest.mark.parametrize("variable", ["APPROVALD_DATA_KEY", "APPROVALD_AUDIT_KEY"])
+@pytest.mark.parametrize("value", ["", "   ", " " * 24, "\t\n"])
+def test_an_empty_key_is_refused_in_one_line_naming_the_variable(
+        monkeypatch: pytest.MonkeyPatch, variable: str, value: str) -> None:
+    """Set and empty is not "no key" (and 24 spaces are no key at all)."""
+    from approvald.bot.config import load_settings
+
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ConfigError) as refused:
+        load_settings()
+    assert str(refused.value) == (f"{variable}: is empty: set a key of at least 16 bytes, "
+                                  "or unset the variable")
+
+
+@pytest.mark.parametrize("value", ["", " " * 24])
+def test_an_empty_token_secret_is_refused_too(monkeypatch: pytest.MonkeyPatch,
+                                              value: str) -> None:
+    """APPROVALD_SECRET keys the buttons and the sign-in links: blank is not unset."""
+    from approvald.bot.config import load_settings
+
+    monkeypatch.setenv("SLACK_SIGNING_SECRET", "a-slack-signing-secret-0123456789")
+    monkeypatch.setenv("APPROVALD_SECRET", value)
+    with pytest.raises(ConfigError, match=r"^APPROVALD_SECRET: is empty"):
+        load_settings()
+
+
+def test_keys_come_from_the_secrets_directory_and_are_read_again_from_it(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    from approvald.bot.config import load_settings
+
+    monkeypatch.setenv("APPROVALD_SECRETS_DIR", str(tmp_path))
+    (tmp_path / "APPROVALD_DATA_KEY").write_text("old-data-key-0123456789\n")
+    sealer = load_settings().sealer()
+    assert sealer.current is not None and sealer.current.id == OLD.id
+    sealed_new = Sealer([NEW]).seal(ARGS, "runs.task")
+    (tmp_path / "APPROVALD_DATA_KEY").write_text("new-data-key-0123456789")
+    (tmp_path / "APPROVALD_DATA_OLD_KEYS").write_text("old-data-key-0123456789")
+    assert sealer.open(sealed_new, "runs.task") == ARGS  # it read the directory again
+    assert [k.id for k in sealer.keys] == [NEW.id, OLD.id]
+    # the environment wins over a file, and is what the process started with
+    monkeypatch.setenv("APPROVALD_DATA_KEY", "env-data-key-0123456789")
+    assert load_settings().data_keys()[0].id == DataKey("env-data-key-0123456789").id
+
+
+def test_a_secrets_directory_that_is_not_one_is_refused(monkeypatch: pytest.MonkeyPatch,
+                                                        tmp_path: Any) -> None:
+    from approvald.bot.config import load_settings
+
+    monkeypatch.setenv("APPROVALD_SECRETS_DIR", str(tmp_path / "nowhere"))
+    with pytest.raises(ConfigError, match=r"^APPROVALD_SECRETS_DIR: .*nowhere is not a "
+                                          r"directory$"):
+        load_settings()
+    (tmp_path / "APPROVALD_DATA_KEY").write_text("  \n")
+    monkeypatch.setenv("APPROVALD_SECRETS_DIR", str(tmp_path))
+    with pytest.raises(ConfigError, match=r"^APPROVALD_DATA_KEY: is empty"):
+        load_settings()
+
+
+def test_settings_made_in_code_have_nowhere_to_read_keys_again() -> None:
+    from approvald.bot.config import Settings
+
+    assert Settings(APPROVALD_DATA_KEY="old-data-key-0123456789").sealer().reread is None

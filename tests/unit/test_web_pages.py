@@ -72,10 +72,40 @@ def test_keys_are_bound_to_their_purpose() -> None:
 
 def test_smtp_urls() -> None:
     t = SmtpTarget.parse("smtp://ana%40x:p%3Ass@mail.example.com")
-    assert (t.host, t.port, t.username, t.password, t.use_tls, t.start_tls) == (
-        "mail.example.com", 587, "ana@x", "p:ss", False, None)
-    assert SmtpTarget.parse("smtps://m.example.com").port == 465
-    assert SmtpTarget.parse("smtp+plain://127.0.0.1:2525").start_tls is False
+    assert (t.host, t.port, t.username, t.password, t.tls) == (
+        "mail.example.com", 587, "ana@x", "p:ss", "starttls")
+    assert (SmtpTarget.parse("smtps://m.example.com").port,
+            SmtpTarget.parse("smtps://m.example.com").tls) == (465, "implicit")
+    assert SmtpTarget.parse("smtp+insecure://127.0.0.1:2525").tls == "none"
+    assert SmtpTarget.parse("smtp+insecure://[::1]").port == 25
+    assert SmtpTarget.parse("smtp+insecure://localhost").host == "localhost"
+    # a named host, as the operator allowed it
+    assert SmtpTarget.parse("smtp+insecure://relay.internal",
+                            insecure_host="Relay.Internal").tls == "none"
+
+
+@pytest.mark.parametrize(("url", "allowed", "said"), [
+    ("smtp+insecure://u:hunter2@mail.example.com", None, "loopback"),
+    ("smtp+insecure://u:hunter2@10.0.0.5", None, "loopback"),
+    ("smtp+insecure://u:hunter2@relay.internal", "other.internal", "loopback"),
+    ("smtp+plain://u:hunter2@127.0.0.1", None, "smtp+insecure://"),
+])
+def test_plain_smtp_elsewhere_stops_start_up(monkeypatch: Any, url: str,
+                                             allowed: str | None, said: str) -> None:
+    monkeypatch.setenv("APPROVALD_SMTP_URL", url)
+    if allowed:
+        monkeypatch.setenv("APPROVALD_SMTP_INSECURE_HOST", allowed)
+    with pytest.raises(ConfigError) as err:
+        load_settings()
+    assert str(err.value).startswith("APPROVALD_SMTP_URL: ") and said in str(err.value)
+    assert "hunter2" not in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_named_insecure_host_is_allowed(monkeypatch: Any) -> None:
+    monkeypatch.setenv("APPROVALD_SMTP_URL", "smtp+insecure://relay.internal:25")
+    monkeypatch.setenv("APPROVALD_SMTP_INSECURE_HOST", "relay.internal")
+    target = load_settings().smtp_target()
+    assert target is not None and (target.host, target.tls) == ("relay.internal", "none")
 
 
 @pytest.mark.parametrize(("var", "value", "said"), [
