@@ -76,7 +76,7 @@ from approvald.runtime.state import (
     ToolCall,
     ToolMessage,
 )
-from approvald.runtime.tools import ToolContext
+from approvald.runtime.tools import ToolContext, asked_identity
 from approvald.runtime.tracing import Steps, Tracer, model_name
 from approvald.runtime.transcript import build_state, encode
 from approvald.runtime.urgency import Urgency
@@ -549,7 +549,7 @@ class Runner:
                 raise LeaseLost(f"lost the lease on run {live.run.id}", run_id=live.run.id)
             done = await self.standing.use(tx, found, run=live.run, call_id=call.id,
                                         tool=tool.name, args=args, policy=chosen.approval,
-                                        packet=packet)
+                                        packet=packet, identity=tool.identity())
             approved[:] = [done] if done is not None else []
 
         await self.db.transact(use, what=f"standing approval use for {call.id}")
@@ -727,7 +727,7 @@ class Runner:
         if question is not None:  # still waiting for its answer
             pending.cannot.append((call, approval, ""))
             return True
-        why = agent.cannot_run(call.name, args)
+        why = agent.cannot_run(call.name, args, asked_identity(approval))
         if why is None:
             return False
         if existing is not None:  # an earlier release started it: it may have happened
