@@ -46,6 +46,7 @@ from approvald.runtime.sensitive import Masking, unmask_edit
 from approvald.runtime.shown import of_request
 from approvald.runtime.signals import Signals
 from approvald.runtime.tools import Tool
+from approvald.runtime.vocabulary import outcome_details
 from approvald.store.db import Database, is_store_failure
 from approvald.store.records import ApprovalRecord
 from approvald.store.repos import Tx
@@ -488,7 +489,7 @@ class Decider:
             self.audit.record(tx, at=now, action=status, actor=actor.id, via=actor.via,
                                 run_id=a.run_id, approval_id=a.id, digest=digest,
                                 details={"tool": a.tool, "args": done.effective_args(),
-                                         said: at.reason})
+                                         said: at.reason, **outcome_details(done)})
             ready, claim = await self._run_ready(tx, done)
             return Decision(done, status, done.approve_count, done.quorum, ready, discarded,
                             claim)
@@ -513,7 +514,8 @@ class Decider:
                             run_id=a.run_id, approval_id=a.id, digest=digest,
                             details={"tool": a.tool, "args": done.effective_args(),
                                      "approvers": voters, "quorum": a.quorum,
-                                     "edited": done.edited_args is not None})
+                                     "edited": done.edited_args is not None,
+                                     **outcome_details(done)})
         ready, claim = await self._run_ready(tx, done)
         return Decision(done, "approved", len(voters), a.quorum, ready, discarded, claim)
 
@@ -532,7 +534,7 @@ class Decider:
         self.audit.record(tx, at=now, action=action, actor=actor.id,
                             via=actor.via, run_id=a.run_id, approval_id=a.id, digest=a.digest,
                             details={"tool": a.tool, "args": a.args_value(), "verdict": verdict,
-                                     "reason": reason})
+                                     "reason": reason, **outcome_details(done)})
         if verdict == "mark_done":
             await tx.executions.record_result(
                 run_id=a.run_id, call_id=a.call_id, status="succeeded",

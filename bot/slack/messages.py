@@ -21,6 +21,7 @@ from approvald.bot.slack.cards import (
     as_text,
     impact_line,
     json_object,
+    outcome_emoji,
     status_word,
 )
 from approvald.bot.slack.mrkdwn import (
@@ -229,7 +230,7 @@ def thread_approval_decided(a: ApprovalRecord) -> str:
     """How a request ended: approved, denied (with the reason), expired, escalated…"""
     status = status_word(a)
     reason = T.THREAD_REASON.format(reason=clip(a.reason, 300)) if a.reason else ""
-    fields = {"emoji": T.STATUS_EMOJI.get(a.status, T.UNKNOWN_EMOJI),
+    fields = {"emoji": outcome_emoji(a),
               "tool": code_span(a.tool, 80), "status": status, "reason": reason}
     if a.decided_via == "standing" and a.decided_by:  # no card: say what allowed it
         return T.THREAD_STANDING.format(emoji=fields["emoji"], tool=fields["tool"],
