@@ -44,6 +44,7 @@ class OutcomeName(StrEnum):
     AUTO = "auto"
     NOTIFY_AFTER = "notify_after"
     FORBIDDEN = "forbidden"
+    UNKNOWN = "unknown"
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,8 @@ WORDS: dict[OutcomeName, Word] = {w.name: w for w in (
        "the policy runs the call without asking, then tells the channel"),
     _w(N.FORBIDDEN, "forbidden by policy", "Forbidden", "🚫", "no_entry_sign", {CALL},
        "the policy never runs this call; nobody is asked"),
+    _w(N.UNKNOWN, "closed", "Closed", "❔", "grey_question", _ALL_REQUESTS,
+       "closed in a way this release does not know (a newer release wrote it)"),
 )}
 
 # how a question's answer (its ``verdict``) ends it
@@ -129,15 +132,11 @@ def outcome_of(a: ApprovalRecord) -> OutcomeName:
     """What became of request ``a`` (or that it is still waiting)."""
     if a.kind in QUESTIONS and a.status in ("approved", "denied"):
         # a question is stored closed as approved or denied; its answer is its outcome
-        answer = _ANSWERS.get(a.verdict or "")
-        if answer is None:
-            raise ValueError(f"question {a.id} is {a.status} with no answer it can have "
-                             f"({a.verdict!r})")
-        return answer
+        return _ANSWERS.get(a.verdict or "", N.UNKNOWN)
     if a.status in _CLOSED:
         return _CLOSED[a.status]
-    if a.status != "approved":
-        raise ValueError(f"request {a.id} has an unknown status {a.status!r}")
+    if a.status != "approved":  # a status a newer release wrote: said, never guessed
+        return N.UNKNOWN
     if a.decided_via == STANDING_VIA:
         return N.APPROVED_STANDING
     return N.APPROVED_WITH_EDITS if a.edited_args is not None else N.APPROVED
