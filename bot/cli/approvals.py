@@ -139,11 +139,15 @@ async def cmd_list(s: Settings, a: argparse.Namespace) -> int:
         if not rows:
             print("no approvals" if status is None else f"no {status} approvals")
         for r in rows:
-            print(f"{r.id}  {outcome_of(r).value:<10} {r.tool:<20} run {r.run_id[:12]}  "
-                  f"expires {expiry(r)}  "
-                  f"{json.dumps(shown_args(r), ensure_ascii=False)[:80]}")
+            print(list_line(r))
         return 0
     return await with_engine(s, go)
+
+
+def list_line(r: ApprovalRecord) -> str:
+    """A request as a line of ``approvals list``: its outcome's name, its deadline."""
+    return (f"{r.id}  {outcome_of(r).value:<10} {r.tool:<20} run {r.run_id[:12]}  "
+            f"expires {expiry(r)}  {json.dumps(shown_args(r), ensure_ascii=False)[:80]}")
 
 
 def expiry(a: ApprovalRecord) -> str:
