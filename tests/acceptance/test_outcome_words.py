@@ -140,3 +140,31 @@ def test_a_cannot_run_answer_is_named_alike_in_every_view(
     assert f":{said.emoji}:" in texts(card["blocks"])
     assert said.words in cards.recent_line(a) and wrong not in cards.recent_line(a)
     assert f"was {said.words} by U_ALICE" in pages.outcome_line(a)
+
+
+def test_the_demo_calls_nobody_was_asked_about_are_audited_and_exported(cli: Cli) -> None:
+    """Issue 48 item 1, through the command: the demo's lookup and its customer mail, run
+    without asking, each have an ``executed`` entry in the run's export (JSON lines and
+    CSV) naming the policy's outcome, as the trace does; every ledger line has one."""
+    run_id = cli.ok("run", "demo-refund", "--task", "Refund order A-1001, double charged",
+                    "--requested-by", "U_DANA").strip()
+    [approval_id] = cli.ok("approvals", "list", "--ids", "--run", run_id).split()
+    cli.ok("approvals", "approve", approval_id, "--as", "U_ALICE")
+    ran = [e["tool"] for e in cli.ledger_lines()]
+    assert ran == ["lookup_order", "issue_refund", "send_customer_email"]
+    entries = [json.loads(x) for x in cli.ok("audit", "export", "--run", run_id).splitlines()]
+    executed = [e for e in entries if e["action"] == "executed"]
+    assert [e["details"]["tool"] for e in executed] == ran
+    by_tool = {e["details"]["tool"]: e for e in executed}
+    for tool in ("lookup_order", "send_customer_email"):
+        e = by_tool[tool]
+        assert e["approval_id"] is None and e["details"]["outcome"] == e["details"]["answer"]
+    assert by_tool["send_customer_email"]["details"]["outcome"] == OutcomeName.NOTIFY_AFTER
+    assert by_tool["issue_refund"]["approval_id"] == approval_id
+    rows = cli.ok("audit", "export", "--run", run_id, "--format", "csv").splitlines()
+    assert sum(",executed," in r for r in rows) == 3, rows
+    trace = cli.json("trace", run_id, "--json")["entries"]
+    calls = {e["tool"]: e for e in trace if e["kind"] == "tool_call"}
+    assert calls["send_customer_email"]["outcome"] == OutcomeName.NOTIFY_AFTER
+    assert calls["issue_refund"]["outcome"] == OutcomeName.APPROVED
+    assert "send_customer_email" in cli.ok("runs", "show", run_id)
