@@ -121,6 +121,7 @@ WORDS: dict[OutcomeName, Word] = {w.name: w for w in (
 # how a question's answer (its ``verdict``) ends it
 _ANSWERS = {"retry": N.RETRIED, "mark_done": N.MARKED_DONE, "abort": N.ABORTED,
             "replan": N.REPLANNED}
+ANSWERS = frozenset(_ANSWERS.values())  # the outcomes of an answered question
 _CLOSED = {"denied": N.DENIED, "redirected": N.REDIRECTED, "expired": N.EXPIRED,
            "superseded": N.ESCALATED, "cancelled": N.CANCELLED, "pending": N.PENDING}
 # the policies that answer a call without asking anyone (their outcomes' names are theirs)

@@ -410,6 +410,9 @@ REFUSAL_NOT_PENDING_BY = {
     "redirected": "Too late: {who} already redirected this request.",
 }
 REFUSAL_NOT_PENDING_OTHER = "This request has already been decided."
+# a question already answered: ``words``, its outcome's (runtime.vocabulary)
+REFUSAL_ANSWERED = "Too late: this question was already answered: {words}."
+REFUSAL_ANSWERED_BY = "Too late: {who} already answered this question: {words}."
 # naming the approvers (where mentions render)
 REFUSAL_NOT_AUTHORIZED_WHO = "You're not an approver for this request (its approvers: {who})."
 REFUSAL_UNKNOWN = "That didn't go through, and nothing changed."

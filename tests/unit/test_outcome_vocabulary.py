@@ -17,7 +17,8 @@ from approvald.bot.cli.approvals import list_line
 from approvald.bot.slack import cards, messages
 from approvald.bot.slack import texts as T
 from approvald.bot.web import pages
-from approvald.runtime import external, trace
+from approvald.runtime import decide, external, trace
+from approvald.runtime.errors import Refusal
 from approvald.runtime.shown import RunMasking
 from approvald.runtime.vocabulary import (
     CALL,
@@ -190,3 +191,17 @@ def test_an_approved_call_that_could_not_run_stays_approved() -> None:
         {"agent": "payer", "not_executed": "no such tool", "cannot_run_question": "q1"}))
     assert outcome_of(approved) is N.APPROVED
     assert "Not executed" in json.dumps(cards.approval_card(approved, token=None, now=NOW))
+
+
+@pytest.mark.parametrize("name", [N.RETRIED, N.MARKED_DONE, N.ABORTED, N.REPLANNED],
+                         ids=str)
+def test_a_late_answer_to_an_answered_question_is_told_its_answer(name: OutcomeName) -> None:
+    """A click (or command) on a question someone answered names their answer, not the
+    status it is stored with ("already approved" for a re-plan)."""
+    a, w = REQUESTS[name], WORDS[name]
+    message = decide.not_pending_message(a)
+    assert message == f"approval {a.id} is already {w.words} by U_ALICE at {NOW.isoformat()}"
+    exc = decide._refuse(a, Refusal.NOT_PENDING, message)  # as the decider raises it
+    for mentions in (True, False):
+        text = messages.refusal_of(exc, mentions=mentions)
+        assert w.words in text and a.status not in text, text
