@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from approvald.runtime import binding
 from approvald.runtime.agent import run_version
 from approvald.runtime.packet import shown_args, shown_packet, will_run
 from approvald.runtime.policy import ApprovalPolicy
@@ -23,7 +24,7 @@ def approval_document(a: ApprovalRecord) -> dict[str, Any]:
     asked, about other arguments when ``words_about_original`` (after an edit), and then
     ``original_impact`` is the packet's impact when nothing was worked out for the edit.
     Sensitive values (the request's declared paths, and what the detectors find) are
-    masked, as on its card."""
+    masked, as on its card; its digests are shown as bindings (``runtime/binding.py``)."""
     w = will_run(a)
     return {
         "id": a.id,
@@ -32,9 +33,9 @@ def approval_document(a: ApprovalRecord) -> dict[str, Any]:
         "kind": a.kind,
         "tool": a.tool,
         "args": shown_args(a, a.args),
-        "digest": a.digest,
+        "digest": binding.shown(a.digest),
         "edited_args": shown_args(a, a.edited_args) if a.edited_args else None,
-        "edited_digest": a.edited_digest,
+        "edited_digest": binding.shown_opt(a.edited_digest),
         "edited_by": a.edited_by,
         "edited_at": iso(a.edited_at),
         "status": a.status,
