@@ -123,9 +123,12 @@ async def deployment_key(db: Database, *, now: datetime) -> BindingKey:
 
 
 # the keys under which recorded details (an audit entry's, an outbox row's) hold a digest
-# of arguments or of a value; a policy's digest (``policy_digest``) is no caller's data
-DIGEST_KEYS = frozenset({"digest", "args_digest", "asked_digest", "edited_digest",
-                         "effective_digest", "original_digest", "previous_digest"})
+# of arguments; a policy's digest (``policy_digest``, and ``digest`` of ``policy_loaded``)
+# is no caller's data, and ``digest`` is arguments' only beside ``asked_digest`` (an
+# edit's impact in a packet: runtime/packet.py)
+DIGEST_KEYS = frozenset({"args_digest", "asked_digest", "edited_digest", "effective_digest",
+                         "original_digest", "previous_digest"})
+_EDIT_KEY = "asked_digest"
 MASKED_KEY = "masked"  # an audit entry's {detail: digest of its real value} (runtime/audit.py)
 
 
@@ -137,8 +140,9 @@ def shown_details(value: Any) -> Any:
     if not isinstance(value, dict):
         return value
     out: dict[str, Any] = {}
+    edit = _EDIT_KEY in value
     for k, v in value.items():
-        if k in DIGEST_KEYS and isinstance(v, str) and v:
+        if (k in DIGEST_KEYS or (edit and k == "digest")) and isinstance(v, str) and v:
             out[k] = shown(v)
         elif k == MASKED_KEY and isinstance(v, dict):
             out[k] = {name: shown(d) if isinstance(d, str) and d else d

@@ -427,11 +427,11 @@ class Decider:
         known = {a.digest, a.edited_digest, *(v.digest for v in await tx.approvals.votes(a.id))}
         if any(d and _names(at, d) for d in known):
             raise _refuse(a, Refusal.STALE_CARD,
-                          f"the arguments of approval {a.id} changed (binding now "
+                          f"the arguments of approval {a.id} changed (digest now "
                           f"{binding.short(a.effective_digest)}): review them and decide "
                           "again")
         raise _refuse(a, Refusal.UNKNOWN_DIGEST,
-                      f"no version of the arguments of approval {a.id} has a binding starting "
+                      f"no version of the arguments of approval {a.id} has a digest starting "
                       f"with {(at.expect_digest or '')[:64]} (they have "
                       f"{binding.short(a.effective_digest)} now): copy it from "
                       "`approvals show`")

@@ -403,10 +403,10 @@ def edit_text(a: ApprovalRecord, edit: dict[str, Any], link: str) -> str:
     if isinstance(more, int) and more > 0:
         lines.append(f"  (and {more} more)")
     digest, previous = _text(edit.get("digest")), _text(edit.get("previous_digest"))
-    lines += ["", f"The request now binds to the new arguments ({binding.short(digest)}, was "
-                  f"{binding.short(previous)}): an approval counts only for them, and if "
-                  "the request is approved, exactly they run. A link or a card showing the "
-                  "old ones can no longer decide it."]
+    lines += ["", "The request now binds to the new arguments (digest "
+                  f"{binding.short(digest)}, was {binding.short(previous)}): an approval "
+                  "counts only for them, and if the request is approved, exactly they run. A "
+                  "link or a card showing the old ones can no longer decide it."]
     if edit.get("mode") == "propose":
         lines.append(f"Someone other than {by} must approve them.")
     else:
