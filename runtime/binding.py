@@ -11,12 +11,15 @@ shows the digest's **binding** instead: HMAC-SHA-256 of the digest under the
 deployment's binding key, 64 hex characters, computed here and nowhere else
 (:func:`shown`).
 
-The binding key is derived (HMAC, label ``approvald-binding-v1``) from the deployment's
-secret (``APPROVALD_SECRET``, else the Slack secret button tokens are keyed with); a
-deployment without one generates a key once and keeps it in its database (table
-``deployment_keys``), so every process on that database shows the same bindings. A
-process that was never configured (a library user's own assembly) keys them with a
-random key of its own: never with a plain hash.
+The binding key is the deployment's: derived (HMAC, label ``approvald-binding-v1``)
+from a 256-bit secret its database generates once, by the first process that opens it
+(table ``deployment_keys``), so every process on that database shows the same binding for
+the same arguments, whatever secrets its environment holds, and a binding (a card's
+button, an export kept by compliance) stays the same across restarts and rotations of the
+other keys. It is kept beside the requests' plain digests, which whoever reads the
+database holds anyway (invariant 20 is about what leaves it). A process that was never
+configured (a library user's own assembly) keys bindings with a random key of its own:
+never with a plain hash.
 
 What comes back (a web form's field, the CLI's ``--digest``, an API caller's reported
 ``args_digest``) is checked by :func:`matches`: a binding (or a prefix of one) of the

@@ -44,7 +44,7 @@ class _Doc(BaseModel):
 class Vote(_Doc):
     actor: str
     verdict: str
-    digest: str
+    digest: str  # the binding of the arguments it was cast on (runtime/binding.py)
     via: str
     at: datetime
     counts: bool  # cast on the digest the request has now (invariant 3)
@@ -88,7 +88,7 @@ class Entry(_Doc):
     decided_by: str | None = None
     decided_via: str | None = None
     decided_at: datetime | None = None
-    digest: str | None = None
+    digest: str | None = None  # bindings (runtime/binding.py), never plain digests
     effective_digest: str | None = None
     edited_by: str | None = None
     reason: str | None = None
