@@ -128,7 +128,8 @@ async def deployment_key(db: Database, *, now: datetime) -> BindingKey:
 # the keys under which recorded details (an audit entry's, an outbox row's) hold a digest
 # of arguments; a policy's digest (``policy_digest``, and ``digest`` of ``policy_loaded``)
 # is no caller's data, and ``digest`` is arguments' only beside ``asked_digest`` (an
-# edit's impact in a packet: runtime/packet.py)
+# edit's impact in a packet: runtime/packet.py) or in an exact scope (``kind: exact``, a
+# standing approval's: runtime/scope.py)
 DIGEST_KEYS = frozenset({"args_digest", "asked_digest", "edited_digest", "effective_digest",
                          "original_digest", "previous_digest"})
 _EDIT_KEY = "asked_digest"
@@ -143,7 +144,7 @@ def shown_details(value: Any) -> Any:
     if not isinstance(value, dict):
         return value
     out: dict[str, Any] = {}
-    edit = _EDIT_KEY in value
+    edit = _EDIT_KEY in value or value.get("kind") == "exact"
     for k, v in value.items():
         if (k in DIGEST_KEYS or (edit and k == "digest")) and isinstance(v, str) and v:
             out[k] = shown(v)

@@ -76,12 +76,14 @@ def test_recorded_details_show_digests_of_arguments_as_bindings_and_keep_the_pol
     details = {"previous_digest": DIGEST, "original_digest": DIGEST, "policy_digest": "p1",
                "masked": {"args": DIGEST}, "digest": "policy-file-digest",
                "packet": {"edited_impact": {"digest": DIGEST, "asked_digest": DIGEST}},
-               "list": [{"args_digest": DIGEST}]}
+               "list": [{"args_digest": DIGEST}],
+               "scope_value": {"kind": "exact", "digest": DIGEST, "values": {}}}
     shown = binding.shown_details(details)
     assert DIGEST not in repr(shown)
     assert shown["previous_digest"] == binding.shown(DIGEST) == shown["masked"]["args"]
     assert shown["packet"]["edited_impact"]["digest"] == binding.shown(DIGEST)
     assert shown["list"][0]["args_digest"] == binding.shown(DIGEST)
+    assert shown["scope_value"]["digest"] == binding.shown(DIGEST)  # a standing approval's
     assert (shown["policy_digest"], shown["digest"]) == ("p1", "policy-file-digest")
 
 
