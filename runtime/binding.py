@@ -120,8 +120,11 @@ async def deployment_key(db: Database, *, now: datetime) -> BindingKey:
     so that every process on the database, whatever secrets its environment holds, shows
     the same binding for the same arguments, and a card keeps its value across restarts
     and rotations of the other keys."""
-    async with db.write() as tx:
-        secret = await tx.keys.get_or_add(KEY_NAME, secret=generated_secret(), now=now)
+    async with db.read() as tx:  # (every process reads it; only the first one writes)
+        secret = await tx.keys.get(KEY_NAME)
+    if secret is None:
+        async with db.write() as tx:
+            secret = await tx.keys.get_or_add(KEY_NAME, secret=generated_secret(), now=now)
     return BindingKey.derive(bytes.fromhex(secret), source="the database's binding key")
 
 
