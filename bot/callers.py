@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from approvald.runtime import binding
 from approvald.runtime.api_tokens import check_name, own_credential
 from approvald.runtime.canonical import call_digest
 from approvald.runtime.engine import Engine
@@ -187,8 +188,9 @@ class CallerGate:
 
     def call_key(self, tool: str, args: dict[str, Any]) -> str:
         """What makes two calls the same call (their requests one): here the tool and its
-        arguments, whichever client of the gateway makes it."""
-        return call_digest(tool, args)
+        arguments, whichever client of the gateway makes it. Keyed (a binding: it is
+        part of an idempotency key, which traces and questions show)."""
+        return binding.shown(call_digest(tool, args))
 
     async def _first_open(self, token: TokenRecord, digest: str) -> int:
         """The first generation of this call that may still be open: requests are made in

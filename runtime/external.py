@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
 
+from approvald.runtime import binding
 from approvald.runtime.api_tokens import allows, token_tools
 from approvald.runtime.audit import AuditTrail, Entry, result_excerpt
 from approvald.runtime.canonical import call_digest, canonical_json, compact_json, sha256_hex
@@ -200,14 +201,15 @@ def document(rec: ExternalRecord, run: RunRecord, a: ApprovalRecord | None,
     """The request and its decision, as the caller reads it and as webhooks send it.
 
     ``effective_args`` are what an approval covers (an approver's edit, if any): the caller
-    must run exactly those, and report their digest, ``effective_digest``.
+    must run exactly those, and report ``effective_digest``. Digests are shown as bindings
+    (``runtime/binding.py``), never as plain hashes of the arguments.
     """
     args = json.loads(rec.args)
     doc: dict[str, Any] = {
-        "id": rec.id, "tool": rec.tool, "args": args, "args_digest": rec.digest,
+        "id": rec.id, "tool": rec.tool, "args": args, "args_digest": binding.shown(rec.digest),
         "policy": rec.policy_name, "requested_by": run.requested_by,
         "created_at": _iso(rec.created_at), "approval_id": None, "expires_at": None,
-        "effective_args": args, "effective_digest": rec.digest, "edited": False,
+        "effective_args": args, "effective_digest": binding.shown(rec.digest), "edited": False,
         "edited_by": None, "decision": None, "result": None,
     }
     if a is None:  # the policy answered at once
@@ -217,8 +219,8 @@ def document(rec: ExternalRecord, run: RunRecord, a: ApprovalRecord | None,
                            "decided_at": _iso(rec.created_at), "reason": rec.reason}
     else:
         doc.update(status=a.status, outcome=outcome_of(a).value, approval_id=a.id,
-                   expires_at=_iso(a.expires_at),
-                   effective_args=a.effective_args(), effective_digest=a.effective_digest,
+                   expires_at=_iso(a.expires_at), effective_args=a.effective_args(),
+                   effective_digest=binding.shown(a.effective_digest),
                    edited=a.edited_args is not None, edited_by=a.edited_by)
         if a.status not in OPEN:
             doc["decision"] = {"verdict": a.verdict, "decided_by": a.decided_by,
@@ -233,9 +235,17 @@ def document(rec: ExternalRecord, run: RunRecord, a: ApprovalRecord | None,
                            "decided_at": _iso(run.updated_at), "reason": run.cancel_reason}
     if execution is not None and execution.finished_at is not None:
         doc["result"] = {"status": execution.status, "result": execution.result_value(),
-                         "error": execution.error, "args_digest": execution.args_digest,
+                         "error": execution.error,
+                         "args_digest": binding.shown(execution.args_digest),
                          "reported_at": _iso(execution.finished_at)}
     return doc
+
+
+def _reported(given: str, digest: str) -> bool:
+    """Whether a caller's ``args_digest`` names the arguments with ``digest``: their
+    binding, as its documents show it, or their plain digest, as earlier versions showed
+    it (the caller sent those arguments: nothing is given away)."""
+    return len(given) == 64 and binding.matches(given, digest, plain=True)
 
 
 def _text(value: Any, limit: int) -> str | None:
@@ -599,11 +609,11 @@ class ExternalRequests:
                                     code="cancelled" if why == "cancelled" else "not_approved",
                                     run_id=request_id)
             digest = a.effective_digest if a is not None else rec.digest
-            if args_digest != digest:
+            if not _reported(args_digest, digest):
                 raise ExternalError(
                     f"args_digest {args_digest[:64]!r} is not the approved arguments' "
-                    f"digest {digest}: run exactly effective_args", code="digest_mismatch",
-                    run_id=request_id)
+                    f"{binding.shown(digest)}: run exactly effective_args",
+                    code="digest_mismatch", run_id=request_id)
             if not await tx.executions.record_intent(run_id=request_id, call_id=CALL_ID,
                                                      step=0, tool=rec.tool, digest=digest,
                                                      now=now, owner=owner,
@@ -666,11 +676,11 @@ class ExternalRequests:
                                     else "not_approved", run_id=request_id)
             digest = a.effective_digest if a is not None else rec.digest
             args = a.effective_args() if a is not None else json.loads(rec.args)
-            if rep.args_digest != digest:
+            if not _reported(rep.args_digest, digest):
                 raise ExternalError(
                     f"args_digest {rep.args_digest[:64]!r} is not the approved arguments' "
-                    f"digest {digest}: run exactly effective_args, and report their digest",
-                    code="digest_mismatch", run_id=request_id)
+                    f"{binding.shown(digest)}: run exactly effective_args, and report their "
+                    "effective_digest", code="digest_mismatch", run_id=request_id)
             failed = rep.status == "failed"
             ran_digest = digest if rep.ran is None else call_digest(rec.tool, rep.ran)
             mismatch = ran_digest != digest

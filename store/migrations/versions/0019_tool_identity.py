@@ -9,7 +9,7 @@ Null for a caller's request (approvald does not run its code) and for every requ
 before this migration (nothing to compare with: they run as they did).
 
 Revision ID: 0019
-Revises: 0017
+Revises: 0018
 Create Date: 2026-12-06
 """
 
@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0019"
-down_revision = "0017"
+down_revision = "0018"
 branch_labels = None
 depends_on = None
 
