@@ -323,9 +323,9 @@ async def _nothing() -> None:
     return None
 
 
-async def bench(a: argparse.Namespace) -> int:
-    tmp = Path(tempfile.mkdtemp())
-    db_url, drop = await setup_database(a.db, tmp)
+def launch(tmp: Path, db_url: str) -> tuple[subprocess.Popen[bytes], dict[str, str], int]:
+    """The policy and gateway files, a token for each face (``approvald tokens create``)
+    and ``approvald serve`` started on them: (its process, the tokens, its port)."""
     (tmp / "policy.toml").write_text(POLICY)
     (tmp / "gateways.toml").write_text(
         f"[gateways.bank]\ncommand = {json.dumps([sys.executable, str(MCP_SERVER)])}\n"
@@ -341,6 +341,7 @@ async def bench(a: argparse.Namespace) -> int:
                BENCH_SQL_COUNT=str(tmp),
                BENCH_SQL_COUNT_SQLITE="1" if db_url.startswith("sqlite") else "0",
                PYTHONPATH=os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")]))
+    # a setting to measure, e.g. BENCH_SERVE_ENV="APPROVALD_DB_CONNECTIONS=8"
     env.update(item.split("=", 1) for item in os.environ.get("BENCH_SERVE_ENV", "").split())
     tokens = {}
     for face, extra in (("hook", ["hook", "--face", "hook:claude-code"]),
@@ -351,8 +352,16 @@ async def bench(a: argparse.Namespace) -> int:
         made = subprocess.run([APPROVALD, "tokens", "create", *extra, "--json"], env=env,
                               capture_output=True, text=True, check=True)
         tokens[face] = json.loads(made.stdout)["token"]
-    proc = subprocess.Popen([APPROVALD, "serve"], env=env, stdout=subprocess.DEVNULL,
-                            stderr=open(tmp / "serve.log", "wb"))  # noqa: SIM115
+    with (tmp / "serve.log").open("wb") as log:
+        proc = subprocess.Popen([APPROVALD, "serve"], env=env, stdout=subprocess.DEVNULL,
+                                stderr=log)
+    return proc, tokens, port
+
+
+async def bench(a: argparse.Namespace) -> int:
+    tmp = Path(tempfile.mkdtemp())
+    db_url, drop = await setup_database(a.db, tmp)
+    proc, tokens, port = launch(tmp, db_url)
     serve = Serve(proc, tmp)
     db = Database(db_url)
     base = f"http://127.0.0.1:{port}"
