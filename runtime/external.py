@@ -99,6 +99,12 @@ class NewRequest:
     webhook_url: str | None = None
     # what the tool's server says of it (an MCP tool's annotations), for the policy's rules
     annotations: Mapping[str, Any] | None = None
+    # a caller that runs the call as soon as it may (a coding assistant's hook): when the
+    # policy allows it at once, its start (the execution ledger's intent row, owned by
+    # this) is recorded in the transaction that makes the request, as :meth:`start`
+    # would record it next (see :func:`started_at_once`). Not part of the fingerprint:
+    # who would run the call does not change what is asked
+    start_owner: str | None = None
 
     def fingerprint(self) -> str:
         """What a retry must repeat exactly to be the same request."""
@@ -161,6 +167,25 @@ class CallerTool(Tool):
             raise InvalidArguments(str(exc), errors=[
                 {"loc": [exc.field], "msg": str(exc).removeprefix(f"{exc.field}: ")}]) from None
         return dict(arguments)
+
+
+def started_at_once(req: NewRequest, doc: Mapping[str, Any], new: bool) -> bool:
+    """Whether :meth:`ExternalRequests.create` recorded the start of ``req``'s call (its
+    ``start_owner``'s) when it made request ``doc``: a new request the policy allowed at
+    once. The caller runs the call now, with no :meth:`ExternalRequests.start` of its own."""
+    return new and req.start_owner is not None and doc["status"] == "approved" \
+        and doc["approval_id"] is None
+
+
+@dataclass(frozen=True)
+class _Opened:
+    """What the transaction that made a request did: the approval it opened (None: none),
+    the document when the policy answered at once (as committed: no read needed), and
+    whether it queued outbox rows (a card, a webhook) that deliveries must hear of."""
+
+    approval_id: str | None
+    doc: dict[str, Any] | None
+    queued: bool
 
 
 def current(approvals: Sequence[ApprovalRecord]) -> ApprovalRecord | None:
@@ -264,14 +289,19 @@ class ExternalRequests:
         self._listeners: list[Callable[[str], None]] = []
 
     # -- create -------------------------------------------------------------------------
-    async def create(self, token: TokenRecord, req: NewRequest) -> tuple[dict[str, Any], bool]:
+    async def create(self, token: TokenRecord, req: NewRequest, *,
+                     fresh: bool = False) -> tuple[dict[str, Any], bool]:
         """Open a request (or find the one this idempotency key already made): (its
         document, whether it is new). A retry must repeat the request exactly. The policy
-        is the operator's for the token's source and the tool (:mod:`runtime.intake`)."""
+        is the operator's for the token's source and the tool (:mod:`runtime.intake`).
+        ``fresh``: the caller has just looked and found no request under this idempotency
+        key (a caller face's search for its call's first open generation), so it is not
+        looked up again first; one made meanwhile is still found, by the insert's
+        conflict on the key."""
         source = Source.of_credential(token.name)
         req = self._check(token, source, req)
         fingerprint = req.fingerprint()
-        if req.idempotency_key is not None:
+        if req.idempotency_key is not None and not fresh:
             found = await self._made(token, req.idempotency_key, fingerprint)
             if found is not None:
                 return found, False
@@ -284,7 +314,7 @@ class ExternalRequests:
             if chosen.kind == "approve_before" else None
         request_id = new_request_id()
         try:
-            approval_id = await self.db.transact(
+            opened = await self.db.transact(
                 lambda tx: self._open(tx, token, source, req, chosen, request_id,
                                       fingerprint, standing),
                 what="external request")
@@ -295,9 +325,12 @@ class ExternalRequests:
                 raise ApprovaldError("a concurrent request took this idempotency key and is "
                                      "not visible yet; retry") from None
             return found, False
-        if approval_id is not None:
-            self.signals.notify_opened(approval_id)
-        self.signals.notify_outbox()
+        if opened.approval_id is not None:
+            self.signals.notify_opened(opened.approval_id)
+        if opened.queued:  # nothing to deliver, nobody waiting: an answer given at once
+            self.signals.notify_outbox()
+        if opened.doc is not None:
+            return opened.doc, True
         return await self.get(token, request_id), True
 
     def _check(self, token: TokenRecord, source: Source, req: NewRequest) -> NewRequest:
@@ -373,32 +406,33 @@ class ExternalRequests:
 
     async def _open(self, tx: Tx, token: TokenRecord, source: Source, req: NewRequest,
                     chosen: CallPolicy, request_id: str, fingerprint: str,
-                    standing: StandingRecord | None) -> str | None:
+                    standing: StandingRecord | None) -> _Opened:
         now = self.clock.now()
         name = source.policy_name(req.tool)
         packet = self._packet(token, source, req, chosen, name)
-        await tx.runs.create(run_id=request_id, agent=packet["agent"], task=packet["task"],
-                             requested_by=req.requested_by, instructions_version=source.via,
-                             now=now, status=STATUS)
+        run = await tx.runs.create(
+            run_id=request_id, agent=packet["agent"], task=packet["task"],
+            requested_by=req.requested_by, instructions_version=source.via, now=now,
+            status=STATUS)
         digest = call_digest(req.tool, req.args)
         kind = "auto" if chosen.kind == "notify_after" else chosen.kind
-        if not await tx.external.add(
-                id=request_id, token_id=token.id, idempotency_key=req.idempotency_key,
-                fingerprint=fingerprint, tool=req.tool, args=compact_json(req.args),
-                digest=digest, policy_name=name, kind=kind, reason=chosen.reason,
-                webhook_url=req.webhook_url or token.webhook_url, created_at=now,
-                sensitive=paths_text(chosen.approval.sensitive)):
+        values: dict[str, Any] = dict(
+            id=request_id, token_id=token.id, idempotency_key=req.idempotency_key,
+            fingerprint=fingerprint, tool=req.tool, args=compact_json(req.args),
+            digest=digest, policy_name=name, kind=kind, reason=chosen.reason,
+            webhook_url=req.webhook_url or token.webhook_url, created_at=now,
+            sensitive=paths_text(chosen.approval.sensitive))
+        if not await tx.external.add(**values):
             raise _Taken
-        run = await tx.runs.get(request_id)
-        assert run is not None
         if kind == "approve_before":
             if standing is not None and await self.standing.use(
                     tx, standing, run=run, call_id=CALL_ID, tool=req.tool, args=req.args,
                     policy=chosen.approval, packet=packet) is not None:
-                return None  # approved as it was made (revoked meanwhile: asked below)
-            return await self.gate.insert_approval(
+                # approved as it was made (revoked meanwhile: asked below)
+                return _Opened(None, None, queued=True)
+            return _Opened(await self.gate.insert_approval(
                 tx, run=run, call_id=CALL_ID, kind="tool_call", tool=req.tool, args=req.args,
-                policy=chosen.approval, rung=0, packet=packet)
+                policy=chosen.approval, rung=0, packet=packet), None, queued=True)
         # the policy answers at once: audited as a request and its answer by the policy
         rule = {"rule": chosen.approval.rule} if chosen.approval.rule else {}
         self.audit.record(
@@ -415,14 +449,20 @@ class ExternalRequests:
                      "answer": chosen.kind, "reason": chosen.reason, **rule},
             sensitive=chosen.approval.sensitive)
         if kind == "forbidden":
+            result = compact_json({"status": "forbidden", "reason": chosen.reason})
             await tx.runs.update(request_id, expect_status=[STATUS], status="completed",
-                                 result=compact_json({"status": "forbidden",
-                                                      "reason": chosen.reason}),
-                                 updated_at=now)
-        rec = await tx.external.get(request_id)
-        assert rec is not None
-        await self._queue_webhook(tx, rec, document(rec, run, None, None), now)
-        return None
+                                 result=result, updated_at=now)
+            run = replace(run, status="completed", result=result, updated_at=now)
+        elif req.start_owner is not None:  # the caller runs it now: its start, recorded
+            await tx.executions.record_intent(
+                run_id=request_id, call_id=CALL_ID, step=0, tool=req.tool, digest=digest,
+                now=now, owner=req.start_owner, sensitive=values["sensitive"])
+        # the request as inserted (its other columns start empty), not read back
+        rec = ExternalRecord(**values, decided_approval=None, result_digest=None,
+                             reported_at=None)
+        doc = document(rec, run, None, None)
+        await self._queue_webhook(tx, rec, doc, now)
+        return _Opened(None, doc, queued=rec.webhook_url is not None)
 
     # -- read and wait ------------------------------------------------------------------
     async def get(self, token: TokenRecord, request_id: str) -> dict[str, Any]:

@@ -131,7 +131,7 @@ class Gateway(CallerGate):
             token = await self.token()
         except CallerOff as exc:
             return Refused("off", f"approvald: {exc}. Nothing was executed.")
-        doc = await self._request(token, tool, args)
+        doc, _ = await self._request(token, tool, args)
         rid = str(doc["id"])
         loop = asyncio.get_running_loop()
         deadline = None if budget is None else loop.time() + max(0.0, budget)
