@@ -14,6 +14,7 @@ asyncpg's calls, less the liveness ping of a connection that idled).
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import re
 import sqlite3
@@ -24,11 +25,13 @@ from typing import Any
 import pytest
 from approvald.bot.hooks.claude_code import ClaudeCodeHook, HookEvent
 from approvald.runtime import api_tokens, external
+from approvald.runtime.agent import Registry
 from approvald.runtime.audit import verify
-from approvald.runtime.engine import Engine
+from approvald.runtime.engine import Engine, assemble
 from approvald.runtime.external import WEBHOOK, NewRequest
 from approvald.runtime.policy import PolicyFile
 from approvald.runtime.webhook_hosts import WebhookHosts
+from approvald.store.db import Database
 
 KEYS = api_tokens.WebhookKeys("approvald-test-secret-0123456789")
 POLICY = PolicyFile.model_validate({"tools": {
@@ -139,10 +142,12 @@ async def setup(make_engine: Callable[..., Engine], *, webhook: bool = False,
 
 
 def audit_lines(dialect: str) -> collections.Counter[str]:
-    """Two entries chained: the head locked, the entries, the head moved (PostgreSQL
-    sends both entries in one executemany)."""
-    return collections.Counter({"UPDATE audit_head": 2,
-                                "INSERT audit_log": 1 if dialect == "postgresql" else 2})
+    """Two entries chained: the head locked, the entries, the head moved (on PostgreSQL
+    the entries and the head's move are one statement, ``WITH moved AS (UPDATE
+    audit_head ...) INSERT INTO audit_log ...``)."""
+    if dialect == "postgresql":
+        return collections.Counter({"UPDATE audit_head": 1, "WITH": 1})
+    return collections.Counter({"UPDATE audit_head": 2, "INSERT audit_log": 2})
 
 
 async def test_an_api_auto_answer_is_one_write_transaction(make_engine, statements) -> None:
@@ -282,3 +287,29 @@ async def test_a_hook_call_started_with_its_request_is_taken_once_and_audited(
     assert sorted((e.run_id, e.action) for e in entries) == sorted(
         (rid, action) for rid in ids for action in ("requested", "approved"))
     assert (await verify(engine.db)).ok
+
+
+async def test_answers_at_once_from_two_processes_keep_the_chain_linear(
+        make_engine, db_url: str, clock) -> None:
+    """Each answer's two entries are chained in one statement on PostgreSQL (the rows and
+    the head's move), after the head's lock: two processes answering at once (two
+    connection pools on one database) still make one chain, every entry once, in order."""
+    engine, token = await setup(make_engine)
+    other_db = Database(db_url, server_time=False)
+    try:
+        other = assemble(other_db, Registry([], policy=POLICY), clock=clock)
+        calls = [(e, i) for i in range(30) for e in (engine, other)]
+        docs = await asyncio.gather(*(e.external.create(token, NewRequest(
+            tool="read_metrics" if i % 3 else "drop_table", args={"i": i, "by": id(e)},
+            requested_by="U_DANA")) for e, i in calls))
+        assert all(new for _, new in docs)
+        report = await verify(engine.db)
+        assert report.ok, report.problems
+        async with engine.db.read() as tx:
+            entries = await tx.audit.query()
+        assert [e.seq for e in entries] == list(range(1, len(entries) + 1))
+        ids = {doc["id"] for doc, _ in docs}
+        mine = collections.Counter(e.run_id for e in entries if e.run_id in ids)
+        assert len(mine) == len(calls) and set(mine.values()) == {2}
+    finally:
+        await other_db.close()
