@@ -194,14 +194,16 @@ def current(approvals: Sequence[ApprovalRecord]) -> ApprovalRecord | None:
     return live[-1] if live else None
 
 
-async def _lock_own(tx: Tx, token: TokenRecord, request_id: str) -> ExternalRecord:
-    """``token``'s request ``request_id``, locked with its run (the one lock order: run
-    first) for a start or a report; NotFound unless ``token`` made it."""
-    await tx.runs.lock(request_id)
+async def _lock_own(tx: Tx, token: TokenRecord,
+                    request_id: str) -> tuple[ExternalRecord, RunRecord]:
+    """``token``'s request ``request_id`` and its run, locked (the one lock order: run
+    first; the run read as it is locked, since nobody changes it while the lock is held)
+    for a start or a report; NotFound unless ``token`` made it."""
+    run = await tx.runs.get_locked(request_id)
     rec = await tx.external.lock(request_id)
-    if rec is None or rec.token_id != token.id:
+    if rec is None or run is None or rec.token_id != token.id:
         raise NotFound(f"no request {request_id}")
-    return rec
+    return rec, run
 
 
 def _paths(rec: ExternalRecord, a: ApprovalRecord | None) -> str | None:
@@ -583,16 +585,15 @@ class ExternalRequests:
 
         async def work(tx: Tx) -> None:
             now = self.clock.now()
-            rec = await _lock_own(tx, token, request_id)
+            rec, run = await _lock_own(tx, token, request_id)
             if rec.result_digest is not None:
                 raise ExternalError(f"request {request_id} was already reported",
                                     code="already_reported", run_id=request_id)
             a = current(await tx.approvals.for_run(request_id))
             status = a.status if a is not None else \
                 "forbidden" if rec.kind == "forbidden" else "approved"
-            run = await tx.runs.get(request_id)
-            if status != "approved" or run is None or run.status != STATUS:
-                why = status if status != "approved" or run is None else run.status
+            if status != "approved" or run.status != STATUS:
+                why = status if status != "approved" else run.status
                 raise ExternalError(f"request {request_id} is {why}: only an approved call "
                                     "that is still open runs",
                                     code="cancelled" if why == "cancelled" else "not_approved",
@@ -622,13 +623,19 @@ class ExternalRequests:
                      rep: Report) -> tuple[dict[str, Any], bool]:
         """Record what came of the approved call: (the document, whether this report is
         new). Once only; the same report again is answered as before, another refused."""
+        new = await self.record_report(token, request_id, rep)
+        return await self.get(token, request_id), new
+
+    async def record_report(self, token: TokenRecord, request_id: str, rep: Report) -> bool:
+        """:meth:`report`, without reading the document back (a caller face that ran the
+        call itself already knows what it tells its client): whether the report is new."""
         result_text = compact_json(rep.result)
         self.cap.check(result_text, what="the result")
         fingerprint = rep.fingerprint()
 
         async def work(tx: Tx) -> bool:
             now = self.clock.now()
-            rec = await _lock_own(tx, token, request_id)
+            rec, run = await _lock_own(tx, token, request_id)
             if rec.result_digest is not None:
                 if rec.result_digest == fingerprint:
                     return False
@@ -643,8 +650,6 @@ class ExternalRequests:
                                     "runs, so only it is reported", code="not_approved",
                                     run_id=request_id)
             started = await tx.executions.get(request_id, CALL_ID)
-            run = await tx.runs.get(request_id)
-            assert run is not None
             if run.status != STATUS and started is None:
                 # closed (cancelled) before its call started: nothing can have run under it;
                 # a call started before the cancel did run, and its report is still taken
@@ -700,8 +705,7 @@ class ExternalRequests:
                                  if failed else None, updated_at=now)
             return True
 
-        new = await self.db.transact(work, what=f"report on request {request_id}")
-        return await self.get(token, request_id), new
+        return await self.db.transact(work, what=f"report on request {request_id}")
 
     # -- decisions, whichever path made them --------------------------------------------
     async def observe(self, tx: Tx, entries: Sequence[Entry]) -> None:

@@ -254,9 +254,9 @@ class ClaudeCodeHook(CallerGate):
         rep = Report("failed" if failed else "succeeded", doc["effective_digest"],
                      ev.tool_response, ev.error if failed else None, ran=ev.tool_input)
         try:
-            await self.e.external.report(token, rid, rep)
+            await self.e.external.record_report(token, rid, rep)
         except PayloadTooLarge:
             text = canonical_json(ev.tool_response)
-            await self.e.external.report(token, rid, replace(rep, result={
+            await self.e.external.record_report(token, rid, replace(rep, result={
                 "truncated": True, "chars": len(text), "start": text[:RESULT_SUMMARY]}))
         return rid
