@@ -41,7 +41,7 @@ from approvald.runtime.api_tokens import check_name, own_credential
 from approvald.runtime.canonical import call_digest
 from approvald.runtime.engine import Engine
 from approvald.runtime.errors import ApprovaldError
-from approvald.runtime.external import CALL_ID, ExternalError, NewRequest
+from approvald.runtime.external import CALL_ID, ExternalError, NewRequest, started_at_once
 from approvald.runtime.gate import Where
 from approvald.runtime.intake import Source
 from approvald.runtime.state import FINAL_STATUSES
@@ -166,15 +166,18 @@ class CallerGate:
 
     # -- the request a call joins or makes ----------------------------------------------
     async def _request(self, token: TokenRecord, tool: str,
-                       args: dict[str, Any]) -> dict[str, Any]:
+                       args: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        """The request this call joins or makes: (its document, whether the call's start
+        was recorded with it: :func:`~runtime.external.started_at_once`)."""
         digest = self.call_key(tool, args)
         n = self._cursor.get(digest)
+        fresh = False  # whether generation n was just seen not to exist
         if n is None:
-            n = await self._first_open(token, digest)
+            n, fresh = await self._first_open(token, digest)
         while True:
             req = self._new_request(tool, args, idempotency_key(self.key_prefix, digest, n))
             try:
-                doc, new = await self.e.external.create(token, req)
+                doc, new = await self.e.external.create(token, req, fresh=fresh)
             except ExternalError as exc:
                 # same key, other contents (the tool's description changed meanwhile):
                 # still the same call, so join its request
@@ -183,8 +186,8 @@ class CallerGate:
                 doc, new = await self.e.external.get(token, exc.run_id), False
             if new or not await self._over(token, doc):
                 self._cursor[digest] = n
-                return doc
-            n += 1
+                return doc, started_at_once(req, doc, new)
+            n, fresh = n + 1, False
 
     def call_key(self, tool: str, args: dict[str, Any]) -> str:
         """What makes two calls the same call (their requests one): here the tool and its
@@ -192,24 +195,25 @@ class CallerGate:
         part of an idempotency key, which traces and questions show)."""
         return binding.shown(call_digest(tool, args))
 
-    async def _first_open(self, token: TokenRecord, digest: str) -> int:
+    async def _first_open(self, token: TokenRecord, digest: str) -> tuple[int, bool]:
         """The first generation of this call that may still be open: requests are made in
         order, each once the one before is over, so only the last can be open. Galloping
-        search for the first free key (a few lookups, however often the call was made)."""
+        search for the first free key (a few lookups, however often the call was made).
+        With it, whether that generation was seen not to exist yet (the call never made)."""
         async def made(n: int) -> bool:
             async with self.e.db.read() as tx:
                 key = idempotency_key(self.key_prefix, digest, n)
                 return await tx.external.by_key(token.id, key) is not None
 
         if not await made(0):
-            return 0
+            return 0, True
         lo, hi = 0, 1
         while await made(hi):
             lo, hi = hi, hi * 2
         while hi - lo > 1:  # made(lo), not made(hi)
             mid = (lo + hi) // 2
             lo, hi = (mid, hi) if await made(mid) else (lo, mid)
-        return lo
+        return lo, False
 
     async def _over(self, token: TokenRecord, doc: dict[str, Any]) -> bool:
         """Whether a request no longer stands for a call waiting for its answer (see the

@@ -104,6 +104,12 @@ class NewRequest:
     webhook_url: str | None = None
     # what the tool's server says of it (an MCP tool's annotations), for the policy's rules
     annotations: Mapping[str, Any] | None = None
+    # a caller that runs the call as soon as it may (a coding assistant's hook): when the
+    # policy allows it at once, its start (the execution ledger's intent row, owned by
+    # this) is recorded in the transaction that makes the request, as :meth:`start`
+    # would record it next (see :func:`started_at_once`). Not part of the fingerprint:
+    # who would run the call does not change what is asked
+    start_owner: str | None = None
 
     def fingerprint(self) -> str:
         """What a retry must repeat exactly to be the same request."""
@@ -168,20 +174,41 @@ class CallerTool(Tool):
         return dict(arguments)
 
 
+def started_at_once(req: NewRequest, doc: Mapping[str, Any], new: bool) -> bool:
+    """Whether :meth:`ExternalRequests.create` recorded the start of ``req``'s call (its
+    ``start_owner``'s) when it made request ``doc``: a new request the policy allowed at
+    once. The caller runs the call now, with no :meth:`ExternalRequests.start` of its own."""
+    return new and req.start_owner is not None and doc["status"] == "approved" \
+        and doc["approval_id"] is None
+
+
+@dataclass(frozen=True)
+class _Opened:
+    """What the transaction that made a request did: the approval it opened (None: none),
+    the document when the policy answered at once (as committed: no read needed), and
+    whether it queued outbox rows (a card, a webhook) that deliveries must hear of."""
+
+    approval_id: str | None
+    doc: dict[str, Any] | None
+    queued: bool
+
+
 def current(approvals: Sequence[ApprovalRecord]) -> ApprovalRecord | None:
     """The request's live approval: the last of its escalation chain."""
     live = [a for a in approvals if a.status != "superseded"] or list(approvals)
     return live[-1] if live else None
 
 
-async def _lock_own(tx: Tx, token: TokenRecord, request_id: str) -> ExternalRecord:
-    """``token``'s request ``request_id``, locked with its run (the one lock order: run
-    first) for a start or a report; NotFound unless ``token`` made it."""
-    await tx.runs.lock(request_id)
+async def _lock_own(tx: Tx, token: TokenRecord,
+                    request_id: str) -> tuple[ExternalRecord, RunRecord]:
+    """``token``'s request ``request_id`` and its run, locked (the one lock order: run
+    first; the run read as it is locked, since nobody changes it while the lock is held)
+    for a start or a report; NotFound unless ``token`` made it."""
+    run = await tx.runs.get_locked(request_id)
     rec = await tx.external.lock(request_id)
-    if rec is None or rec.token_id != token.id:
+    if rec is None or run is None or rec.token_id != token.id:
         raise NotFound(f"no request {request_id}")
-    return rec
+    return rec, run
 
 
 def _paths(rec: ExternalRecord, a: ApprovalRecord | None) -> str | None:
@@ -280,14 +307,19 @@ class ExternalRequests:
         self._listeners: list[Callable[[str], None]] = []
 
     # -- create -------------------------------------------------------------------------
-    async def create(self, token: TokenRecord, req: NewRequest) -> tuple[dict[str, Any], bool]:
+    async def create(self, token: TokenRecord, req: NewRequest, *,
+                     fresh: bool = False) -> tuple[dict[str, Any], bool]:
         """Open a request (or find the one this idempotency key already made): (its
         document, whether it is new). A retry must repeat the request exactly. The policy
-        is the operator's for the token's source and the tool (:mod:`runtime.intake`)."""
+        is the operator's for the token's source and the tool (:mod:`runtime.intake`).
+        ``fresh``: the caller has just looked and found no request under this idempotency
+        key (a caller face's search for its call's first open generation), so it is not
+        looked up again first; one made meanwhile is still found, by the insert's
+        conflict on the key."""
         source = Source.of_credential(token.name)
         req = self._check(token, source, req)
         fingerprint = req.fingerprint()
-        if req.idempotency_key is not None:
+        if req.idempotency_key is not None and not fresh:
             found = await self._made(token, req.idempotency_key, fingerprint)
             if found is not None:
                 return found, False
@@ -300,7 +332,7 @@ class ExternalRequests:
             if chosen.kind == "approve_before" else None
         request_id = new_request_id()
         try:
-            approval_id = await self.db.transact(
+            opened = await self.db.transact(
                 lambda tx: self._open(tx, token, source, req, chosen, request_id,
                                       fingerprint, standing),
                 what="external request")
@@ -311,9 +343,12 @@ class ExternalRequests:
                 raise ApprovaldError("a concurrent request took this idempotency key and is "
                                      "not visible yet; retry") from None
             return found, False
-        if approval_id is not None:
-            self.signals.notify_opened(approval_id)
-        self.signals.notify_outbox()
+        if opened.approval_id is not None:
+            self.signals.notify_opened(opened.approval_id)
+        if opened.queued:  # nothing to deliver, nobody waiting: an answer given at once
+            self.signals.notify_outbox()
+        if opened.doc is not None:
+            return opened.doc, True
         return await self.get(token, request_id), True
 
     def _check(self, token: TokenRecord, source: Source, req: NewRequest) -> NewRequest:
@@ -389,32 +424,33 @@ class ExternalRequests:
 
     async def _open(self, tx: Tx, token: TokenRecord, source: Source, req: NewRequest,
                     chosen: CallPolicy, request_id: str, fingerprint: str,
-                    standing: StandingRecord | None) -> str | None:
+                    standing: StandingRecord | None) -> _Opened:
         now = self.clock.now()
         name = source.policy_name(req.tool)
         packet = self._packet(token, source, req, chosen, name)
-        await tx.runs.create(run_id=request_id, agent=packet["agent"], task=packet["task"],
-                             requested_by=req.requested_by, instructions_version=source.via,
-                             now=now, status=STATUS)
+        run = await tx.runs.create(
+            run_id=request_id, agent=packet["agent"], task=packet["task"],
+            requested_by=req.requested_by, instructions_version=source.via, now=now,
+            status=STATUS)
         digest = call_digest(req.tool, req.args)
         kind = "auto" if chosen.kind == "notify_after" else chosen.kind
-        if not await tx.external.add(
-                id=request_id, token_id=token.id, idempotency_key=req.idempotency_key,
-                fingerprint=fingerprint, tool=req.tool, args=compact_json(req.args),
-                digest=digest, policy_name=name, kind=kind, reason=chosen.reason,
-                webhook_url=req.webhook_url or token.webhook_url, created_at=now,
-                sensitive=paths_text(chosen.approval.sensitive)):
+        values: dict[str, Any] = dict(
+            id=request_id, token_id=token.id, idempotency_key=req.idempotency_key,
+            fingerprint=fingerprint, tool=req.tool, args=compact_json(req.args),
+            digest=digest, policy_name=name, kind=kind, reason=chosen.reason,
+            webhook_url=req.webhook_url or token.webhook_url, created_at=now,
+            sensitive=paths_text(chosen.approval.sensitive))
+        if not await tx.external.add(**values):
             raise _Taken
-        run = await tx.runs.get(request_id)
-        assert run is not None
         if kind == "approve_before":
             if standing is not None and await self.standing.use(
                     tx, standing, run=run, call_id=CALL_ID, tool=req.tool, args=req.args,
                     policy=chosen.approval, packet=packet) is not None:
-                return None  # approved as it was made (revoked meanwhile: asked below)
-            return await self.gate.insert_approval(
+                # approved as it was made (revoked meanwhile: asked below)
+                return _Opened(None, None, queued=True)
+            return _Opened(await self.gate.insert_approval(
                 tx, run=run, call_id=CALL_ID, kind="tool_call", tool=req.tool, args=req.args,
-                policy=chosen.approval, rung=0, packet=packet)
+                policy=chosen.approval, rung=0, packet=packet), None, queued=True)
         # the policy answers at once: audited as a request and its answer by the policy
         rule = {"rule": chosen.approval.rule} if chosen.approval.rule else {}
         self.audit.record(
@@ -432,14 +468,20 @@ class ExternalRequests:
                      "outcome": policy_outcome(chosen.kind).value},
             sensitive=chosen.approval.sensitive)
         if kind == "forbidden":
+            result = compact_json({"status": "forbidden", "reason": chosen.reason})
             await tx.runs.update(request_id, expect_status=[STATUS], status="completed",
-                                 result=compact_json({"status": "forbidden",
-                                                      "reason": chosen.reason}),
-                                 updated_at=now)
-        rec = await tx.external.get(request_id)
-        assert rec is not None
-        await self._queue_webhook(tx, rec, document(rec, run, None, None), now)
-        return None
+                                 result=result, updated_at=now)
+            run = replace(run, status="completed", result=result, updated_at=now)
+        elif req.start_owner is not None:  # the caller runs it now: its start, recorded
+            await tx.executions.record_intent(
+                run_id=request_id, call_id=CALL_ID, step=0, tool=req.tool, digest=digest,
+                now=now, owner=req.start_owner, sensitive=values["sensitive"])
+        # the request as inserted (its other columns start empty), not read back
+        rec = ExternalRecord(**values, decided_approval=None, result_digest=None,
+                             reported_at=None)
+        doc = document(rec, run, None, None)
+        await self._queue_webhook(tx, rec, doc, now)
+        return _Opened(None, doc, queued=rec.webhook_url is not None)
 
     # -- read and wait ------------------------------------------------------------------
     async def get(self, token: TokenRecord, request_id: str) -> dict[str, Any]:
@@ -592,7 +634,7 @@ class ExternalRequests:
 
         async def work(tx: Tx) -> bool:
             now = self.clock.now()
-            rec = await _lock_own(tx, token, request_id)
+            rec, run = await _lock_own(tx, token, request_id)
             if rec.result_digest is not None:
                 raise ExternalError(f"request {request_id} was already reported",
                                     code="already_reported", run_id=request_id)
@@ -601,9 +643,8 @@ class ExternalRequests:
             a = current(await tx.approvals.for_run(request_id))
             status = a.status if a is not None else \
                 "forbidden" if rec.kind == "forbidden" else "approved"
-            run = await tx.runs.get(request_id)
-            if status != "approved" or run is None or run.status != STATUS:
-                why = status if status != "approved" or run is None else run.status
+            if status != "approved" or run.status != STATUS:
+                why = status if status != "approved" else run.status
                 raise ExternalError(f"request {request_id} is {why}: only an approved call "
                                     "that is still open runs",
                                     code="cancelled" if why == "cancelled" else "not_approved",
@@ -642,13 +683,19 @@ class ExternalRequests:
                      rep: Report) -> tuple[dict[str, Any], bool]:
         """Record what came of the approved call: (the document, whether this report is
         new). Once only; the same report again is answered as before, another refused."""
+        new = await self.record_report(token, request_id, rep)
+        return await self.get(token, request_id), new
+
+    async def record_report(self, token: TokenRecord, request_id: str, rep: Report) -> bool:
+        """:meth:`report`, without reading the document back (a caller face that ran the
+        call itself already knows what it tells its client): whether the report is new."""
         result_text = compact_json(rep.result)
         self.cap.check(result_text, what="the result")
         fingerprint = rep.fingerprint()
 
         async def work(tx: Tx) -> bool | None:
             now = self.clock.now()
-            rec = await _lock_own(tx, token, request_id)
+            rec, run = await _lock_own(tx, token, request_id)
             if rec.result_digest is not None:
                 if rec.result_digest == fingerprint:
                     return False
@@ -665,8 +712,6 @@ class ExternalRequests:
                                     "runs, so only it is reported", code="not_approved",
                                     run_id=request_id)
             started = await tx.executions.get(request_id, CALL_ID)
-            run = await tx.runs.get(request_id)
-            assert run is not None
             if run.status != STATUS and started is None:
                 # closed (cancelled) before its call started: nothing can have run under it;
                 # a call started before the cancel did run, and its report is still taken
@@ -725,7 +770,7 @@ class ExternalRequests:
         new = await self.db.transact(work, what=f"report on request {request_id}")
         if new is None:
             raise self._window_closed(request_id)
-        return await self.get(token, request_id), new
+        return new
 
     # -- decisions, whichever path made them --------------------------------------------
     async def observe(self, tx: Tx, entries: Sequence[Entry]) -> None:

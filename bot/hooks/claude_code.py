@@ -151,8 +151,9 @@ class ClaudeCodeHook(CallerGate):
         }
         if code is not None:
             packet["code"] = code
+        # allowed at once (auto), the call runs now: its start is recorded with its request
         return NewRequest(tool=tool, args=args, requested_by=self.requested_by,
-                          packet=packet, idempotency_key=key)
+                          packet=packet, idempotency_key=key, start_owner=self.ledger_owner)
 
     @property
     def form(self) -> str:
@@ -182,7 +183,9 @@ class ClaudeCodeHook(CallerGate):
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0.0, wait)
         for _ in range(TAKES):
-            doc = await self._request(token, ev.tool_name, ev.tool_input)
+            doc, started = await self._request(token, ev.tool_name, ev.tool_input)
+            if started:  # allowed by the policy, its start recorded with its request
+                return decision(True, self._allowed(doc))
             while doc["status"] in OPEN:
                 left = deadline - loop.time()
                 if left <= 0:
@@ -251,9 +254,9 @@ class ClaudeCodeHook(CallerGate):
         rep = Report("failed" if failed else "succeeded", doc["effective_digest"],
                      ev.tool_response, ev.error if failed else None, ran=ev.tool_input)
         try:
-            await self.e.external.report(token, rid, rep)
+            await self.e.external.record_report(token, rid, rep)
         except PayloadTooLarge:
             text = canonical_json(ev.tool_response)
-            await self.e.external.report(token, rid, replace(rep, result={
+            await self.e.external.record_report(token, rid, replace(rep, result={
                 "truncated": True, "chars": len(text), "start": text[:RESULT_SUMMARY]}))
         return rid

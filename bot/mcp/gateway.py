@@ -131,7 +131,7 @@ class Gateway(CallerGate):
             token = await self.token()
         except CallerOff as exc:
             return Refused("off", f"approvald: {exc}. Nothing was executed.")
-        doc = await self._request(token, tool, args)
+        doc, _ = await self._request(token, tool, args)
         rid = str(doc["id"])
         loop = asyncio.get_running_loop()
         deadline = None if budget is None else loop.time() + max(0.0, budget)
@@ -225,13 +225,13 @@ class Gateway(CallerGate):
         rep = Report(status_, doc["effective_digest"], record, error)
         try:
             try:
-                await self.e.external.report(token, rid, rep)
+                await self.e.external.record_report(token, rid, rep)
             except PayloadTooLarge:
                 text = compact_json(record)
                 rep = Report(status_, doc["effective_digest"],
                              {"truncated": True, "chars": len(text),
                               "start": text[:RESULT_SUMMARY]}, error)
-                await self.e.external.report(token, rid, rep)
+                await self.e.external.record_report(token, rid, rep)
         except Exception:  # the client still gets its answer; the log says what is missing
             log.exception("could not record the result of request %s: its ledger row stays "
                           "'started' (outcome unknown)", rid)

@@ -254,10 +254,10 @@ class ApprovalGate:
         try:
             result = await run(dict(doc["effective_args"]))
         except Exception as exc:
-            await ext.report(token, request_id, Report(
+            await ext.record_report(token, request_id, Report(
                 status="failed", args_digest=digest, error=f"{type(exc).__name__}: {exc}"))
             raise
-        await ext.report(token, request_id, Report(status="succeeded", args_digest=digest,
+        await ext.record_report(token, request_id, Report(status="succeeded", args_digest=digest,
                                                    result=jsonable(result)))
         return Executed(result, reused=False)
 

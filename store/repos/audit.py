@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any, cast
@@ -26,6 +27,19 @@ _MOVE = fast(update(_H).where(_H.c.id == 1).values(seq=bindparam("s"), hash=bind
 _APPEND_ONE = fast(_T.insert().add_cte(
     update(_H).where(_H.c.id == 1).values(seq=bindparam("s"), hash=bindparam("h"))
     .cte("moved")))
+# several entries at once (a request answered at once: requested and its answer), the
+# same way: their rows as one multi-row INSERT, numbered parameters ``<column>_<i>``
+_ROW = ("seq", "at", "action", "actor", "via", "run_id", "approval_id", "digest", "details",
+        "key_id", "prev_hash", "hash")
+_MANY = 4  # entries one statement takes (past that, the INSERT and the head's move)
+
+
+@functools.cache
+def _append_many(n: int) -> Any:
+    rows = [{c: bindparam(f"{c}_{i}", type_=_T.c[c].type) for c in _ROW} for i in range(n)]
+    return fast(_T.insert().values(rows).add_cte(
+        update(_H).where(_H.c.id == 1).values(seq=bindparam("s"), hash=bindparam("h"))
+        .cte("moved")))
 
 
 class AuditRepo(Repo):
@@ -48,6 +62,10 @@ class AuditRepo(Repo):
         head = {"s": rows[-1]["seq"], "h": rows[-1]["hash"]}
         if len(rows) == 1 and self.dialect == "postgresql":
             await self.conn.execute(_APPEND_ONE, {**rows[0], **head})
+            return
+        if len(rows) <= _MANY and self.dialect == "postgresql":
+            await self.conn.execute(_append_many(len(rows)), {
+                **{f"{c}_{i}": row[c] for i, row in enumerate(rows) for c in _ROW}, **head})
             return
         await self.conn.execute(_INSERT, rows)
         await self.conn.execute(_MOVE, head)

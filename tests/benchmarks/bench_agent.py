@@ -5,8 +5,8 @@ card number its tool declares sensitive and an API key nobody declared (found by
 so every card, thread line and stored copy of its call is masked (and sealed, under a data
 key). Each tool appends ``<run id> <wall-clock time>`` to ``BENCH_TOOL_LOG`` the moment it
 starts, so the benchmark can measure click -> tool start across processes. With
-``BENCH_SQL_COUNT`` set, ``serve`` also counts the statements it sends PostgreSQL
-(:mod:`sql_count`).
+``BENCH_SQL_COUNT`` set, ``serve`` also counts the statements it sends PostgreSQL (or,
+with ``BENCH_SQL_COUNT_SQLITE=1``, SQLite) (:mod:`sql_count`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ from approvald.runtime.tools import ToolContext, tool
 if os.environ.get("BENCH_SQL_COUNT"):
     import sql_count
 
-    sql_count.install(os.environ["BENCH_SQL_COUNT"])
+    # on SQLite only when asked (BENCH_SQL_COUNT_SQLITE=1): a trace callback per statement
+    sql_count.install(os.environ["BENCH_SQL_COUNT"],
+                      sqlite=os.environ.get("BENCH_SQL_COUNT_SQLITE") == "1")
 
 
 def _started(ctx: ToolContext) -> None:

@@ -1,4 +1,4 @@
-"""Count the statements a ``serve`` process sends PostgreSQL (a benchmark instrument).
+"""Count the statements a ``serve`` process sends its database (a benchmark instrument).
 
 ``bench_agent`` (which ``serve`` imports in the benchmarks) calls :func:`install` when
 ``BENCH_SQL_COUNT`` names a directory: every asyncpg call that sends a statement is
@@ -9,6 +9,12 @@ completed, and reads the difference (:func:`snapshot`, :func:`per_kind`): the fi
 ``statements per approval`` says whether a change made the decision path do less, in
 one process or spread over several, without a profiler's cost in the timings (a
 counter per statement, about a microsecond).
+
+On SQLite (``install(directory, sqlite=True)``) every statement the sqlite3 connections
+run is counted through sqlite3's own trace callback (``BEGIN`` and ``COMMIT``
+included), whichever path sent it (SQLAlchemy, or the fast path straight on the
+connection); the literal values the trace shows are replaced by ``?`` so that one
+statement is counted under one text.
 """
 
 from __future__ import annotations
@@ -25,7 +31,46 @@ from typing import Any
 _COUNTS: collections.Counter[str] = collections.Counter()
 
 
-def install(directory: str) -> None:
+def install(directory: str, *, sqlite: bool = False) -> None:
+    if sqlite:
+        _install_sqlite()
+    else:
+        _install_asyncpg()
+    target = Path(directory) / f"{os.getpid()}.json"
+
+    def dump(signum: int, frame: Any) -> None:
+        tmp = target.with_suffix(".tmp")
+        tmp.write_text(json.dumps(_COUNTS))
+        tmp.replace(target)  # the reader never sees half a file
+
+    signal.signal(signal.SIGUSR1, dump)
+
+
+_LITERAL = re.compile(r"'(?:[^']|'')*'|\b\d+(?:\.\d+)?\b|X'[0-9A-Fa-f]*'")
+
+
+def _install_sqlite() -> None:
+    import sqlite3
+    import threading
+
+    lock = threading.Lock()  # the callback runs on the connections' threads too
+    connect = sqlite3.connect
+
+    def traced(sql: str) -> None:
+        if sql.startswith("--"):  # a trigger's statement, part of the one that fired it
+            return
+        with lock:
+            _COUNTS[_LITERAL.sub("?", sql)] += 1
+
+    def connected(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        conn = connect(*args, **kwargs)
+        conn.set_trace_callback(traced)
+        return conn
+
+    sqlite3.connect = connected  # type: ignore[assignment]
+
+
+def _install_asyncpg() -> None:
     import asyncpg.connection  # type: ignore[import-untyped]
     import asyncpg.prepared_stmt  # type: ignore[import-untyped]
 
@@ -43,14 +88,6 @@ def install(directory: str) -> None:
         counted(statement, name, lambda self, args: self._query)
     for name in ("execute", "executemany", "fetch", "fetchrow", "fetchval"):
         counted(asyncpg.connection.Connection, name, lambda self, args: args[0])
-    target = Path(directory) / f"{os.getpid()}.json"
-
-    def dump(signum: int, frame: Any) -> None:
-        tmp = target.with_suffix(".tmp")
-        tmp.write_text(json.dumps(_COUNTS))
-        tmp.replace(target)  # the reader never sees half a file
-
-    signal.signal(signal.SIGUSR1, dump)
 
 
 def snapshot(directory: Path, pids: Iterable[int]) -> dict[str, int]:

@@ -262,8 +262,9 @@ async def test_an_entry_appended_during_verification_is_no_false_alarm(make_engi
 async def test_appends_of_one_entry_and_of_several_chain_alike(db, monkeypatch):
     """Each audited commit waits for the chain head's lock, so an entry is appended in as
     few round trips as its database allows: on PostgreSQL one statement inserts it and
-    moves the head (a data-modifying CTE); several entries, and SQLite, take two. Either
-    way the chain verifies and the head is the last entry."""
+    moves the head (a data-modifying CTE), and so do up to four entries (one multi-row
+    INSERT); more entries, and SQLite, take two. Either way the chain verifies and the
+    head is the last entry."""
     trail = audit.AuditTrail(KEY)
     statements: list[str] = []
     appending = False
@@ -284,18 +285,18 @@ async def test_appends_of_one_entry_and_of_several_chain_alike(db, monkeypatch):
     monkeypatch.setattr(Conn, "execute", counted)
     monkeypatch.setattr(AuditRepo, "append_rows", counting)
     now = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
-    for n in (1, 3, 1):
+    for n in (1, 3, 6, 1):
         statements.clear()
         async with db.write() as tx:
             trail.record_many(tx, [audit.Entry(at=now, action="requested", actor="U_DANA",
                                                via="cli", run_id=f"r{n}-{i}")
                                    for i in range(n)])
-        one = n == 1 and db.dialect == "postgresql"
+        one = n <= 4 and db.dialect == "postgresql"
         assert statements == (["WITH"] if one else ["INSERT", "UPDATE"]), (n, statements)
     report = await audit.verify(db, keys=[KEY])
     assert report.ok, report.problems
-    assert report.entries == 5
+    assert report.entries == 11
     async with db.read() as tx:
         seq, digest = await tx.audit.head()
         last = [e async for e in tx.audit.iterate()][-1]
-    assert (seq, digest) == (5, last.hash)
+    assert (seq, digest) == (11, last.hash)

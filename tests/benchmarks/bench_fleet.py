@@ -1,0 +1,506 @@
+"""Intake decisions at a fleet's rate: auto and forbidden answers mixed with gated requests,
+from many callers at once, through every caller face of one ``approvald serve`` (issue 50).
+
+    python tests/benchmarks/bench_fleet.py [--db URL] [--callers 50] [--per-kind 300]
+                                           [--mixed 3000] [--count 40]
+
+Every tool call of every engineer's Claude Code, every MCP call and every API request is an
+intake decision, most of them answered at once by the operator's policy. ``approvald
+serve`` runs as its own process (no Slack: a gated request's card is logged), with an MCP
+gateway ``bank`` in front of a small MCP server it starts; this process plays ``--callers``
+callers at once, over HTTP with bearer tokens made by ``approvald tokens create``:
+
+* ``/v1/hooks/claude-code`` (``wait=0``): Claude Code's HTTP hook, a ``PreToolUse`` per call
+  (``ls …`` auto, ``git push …`` forbidden, ``rm …`` asked: denied as still pending);
+* ``/v1/requests``: the HTTP API (``read_metrics`` auto, ``drop_table`` forbidden,
+  ``deploy`` asked: 201 pending);
+* ``/mcp/bank``: ``tools/call`` over Streamable HTTP (``echo`` auto, and run by the
+  gateway; ``echo`` of ``rm …`` forbidden; ``transfer_money`` asked, the gateway's wait 0).
+
+Each call is its own (its own arguments), so none joins another's request.
+
+First the **statements** (and transactions) ``serve`` sends its database per decision,
+counted in the serve process (:mod:`sql_count`: asyncpg's calls on PostgreSQL, sqlite3's
+trace callback on SQLite; ``BEGIN`` and ``COMMIT`` count), ``--count`` calls of each face
+and kind one at a time: each statement a decision sends is sent a whole number of times
+per call, and what serve's sweeps and polls send meanwhile (measured idle, and printed)
+is a small fraction per call, so rounding per statement gives the exact path; the
+statements of each face's auto decision are listed. Then, for each face and kind alone,
+``--per-kind`` calls, ``--callers`` at a time: decisions per second, p50/p99 latency and
+``serve``'s CPU per decision; then ``--mixed`` calls of every face and kind interleaved
+(8 auto : 1 forbidden : 1 asked), as a fleet sends them. A call not answered as its
+kind must be (a hook's deny because serve did not decide within its budget, on a
+saturated machine) is counted and printed.
+
+The in-run baselines: a bare round trip to ``serve`` (``GET /healthz`` carrying the same
+bearer header, ``--callers`` at a time) and a bare ``SELECT 1`` write transaction from
+this process (``BEGIN; SELECT 1; COMMIT``, ``--callers`` at a time). Targets (issue 50,
+for PostgreSQL): >= 1,000 auto decisions per second per serve, p99 <= 20 ms, <= 3
+statements per auto decision; PASS/FAIL printed for each face's auto decisions.
+
+On PostgreSQL ``--db`` names a server (``postgresql+asyncpg://postgres@127.0.0.1:5432/test``):
+the benchmark makes a database of its own there and drops it afterwards. Default: a
+temporary SQLite file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[1]))
+sys.path.insert(0, str(HERE))
+
+import aiohttp
+import sql_count
+from approvald.store.db import Database
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+
+APPROVALD = str(Path(sys.executable).parent / "approvald")
+MCP_SERVER = HERE.parent / "fixtures" / "mcp_server.py"
+POLICY = """
+[tools."hook:claude-code/Bash"]
+approvers = ["U_ALICE"]
+
+[[tools."hook:claude-code/Bash".rules]]
+when = 'args.command.startsWith("ls")'
+policy = "auto"
+
+[[tools."hook:claude-code/Bash".rules]]
+when = 'args.command.startsWith("git push")'
+policy = "forbidden"
+reason = "pushes go through CI"
+
+[tools."api:fleet/read_metrics"]
+policy = "auto"
+
+[tools."api:fleet/drop_table"]
+policy = "forbidden"
+
+[tools."api:fleet/deploy"]
+approvers = ["U_ALICE"]
+
+[tools."mcp:bank/echo"]
+policy = "auto"
+
+[[tools."mcp:bank/echo".rules]]
+when = 'args.text.startsWith("rm")'
+policy = "forbidden"
+reason = "nothing is removed through echo"
+
+[tools."mcp:bank/transfer_money"]
+approvers = ["U_ALICE"]
+"""
+FACES = ("hook", "api", "mcp")
+KINDS = ("auto", "forbidden", "asked")
+TARGET_RATE, TARGET_P99, TARGET_STATEMENTS = 1000.0, 20.0, 3.0
+
+
+def pct(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] * 1000
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Callers:
+    """The three faces' calls, each checked for the answer its kind must get."""
+
+    def __init__(self, http: aiohttp.ClientSession, base: str, tokens: dict[str, str]) -> None:
+        self.http = http
+        self.base = base
+        self.tokens = tokens
+        self.n = 0
+
+    def _auth(self, face: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.tokens[face]}",
+                "Content-Type": "application/json"}
+
+    async def call(self, face: str, kind: str, caller: int) -> None:
+        self.n += 1
+        i = self.n
+        if face == "hook":
+            command = {"auto": f"ls -la /srv/{i}", "forbidden": f"git push origin b{i}",
+                       "asked": f"rm -rf /tmp/fleet-{i}"}[kind]
+            event = {"hook_event_name": "PreToolUse", "session_id": f"fleet-{caller}",
+                     "cwd": "/srv", "tool_name": "Bash", "tool_input": {"command": command},
+                     "tool_use_id": f"toolu_{i}"}
+            async with self.http.post(f"{self.base}/v1/hooks/claude-code?wait=0", json=event,
+                                      headers=self._auth(face)) as r:
+                body = await r.json()
+            said = body["hookSpecificOutput"]["permissionDecision"]
+            if r.status != 200 or said != ("allow" if kind == "auto" else "deny") \
+                    or "could not" in json.dumps(body):
+                raise RuntimeError(f"hook {kind}: {r.status} {body}")
+        elif face == "api":
+            tool = {"auto": "read_metrics", "forbidden": "drop_table", "asked": "deploy"}[kind]
+            async with self.http.post(f"{self.base}/v1/requests",
+                                      json={"tool": tool, "args": {"n": i}},
+                                      headers=self._auth(face)) as r:
+                body = await r.json()
+            want = {"auto": (201, "approved"), "forbidden": (403, "forbidden"),
+                    "asked": (201, "pending")}[kind]
+            if (r.status, body.get("status")) != want:
+                raise RuntimeError(f"api {kind}: {r.status} {body}")
+        else:
+            name, args = {"auto": ("echo", {"text": f"hi {i}"}),
+                          "forbidden": ("echo", {"text": f"rm {i}"}),
+                          "asked": ("transfer_money", {"to": f"ACME-{i}", "cents": i})}[kind]
+            msg = {"jsonrpc": "2.0", "id": i, "method": "tools/call",
+                   "params": {"name": name, "arguments": args}}
+            async with self.http.post(f"{self.base}/mcp/bank", json=msg, headers={
+                    **self._auth(face), "Accept": "application/json, text/event-stream",
+                    "MCP-Protocol-Version": "2025-06-18"}) as r:
+                raw = await r.text()
+            body = _jsonrpc(raw)
+            result = body.get("result") or {}
+            if r.status != 200 or bool(result.get("isError")) != (kind != "auto"):
+                raise RuntimeError(f"mcp {kind}: {r.status} {raw[:500]}")
+
+
+def _jsonrpc(raw: str) -> dict[str, Any]:
+    """The JSON-RPC response in a JSON body or a server-sent event stream's last data."""
+    raw = raw.strip()
+    if raw.startswith("{"):
+        return dict(json.loads(raw))
+    data = [line[5:].strip() for line in raw.splitlines() if line.startswith("data:")]
+    for item in reversed(data):
+        doc = json.loads(item)
+        if "result" in doc or "error" in doc:
+            return dict(doc)
+    raise RuntimeError(f"no JSON-RPC response in {raw[:300]!r}")
+
+
+FAILED: list[str] = []  # calls that did not get the answer their kind must get
+
+
+async def flood(jobs: list[Callable[[int], Awaitable[None]]], callers: int
+                ) -> tuple[float, list[float]]:
+    """Run ``jobs``, ``callers`` at a time (each caller takes the next job as it is done);
+    (wall seconds, each job's latency). A call answered wrongly (a hook's deny because no
+    decision came within its budget, say) is kept in :data:`FAILED` and printed."""
+    queue = list(reversed(jobs))
+    latencies: list[float] = []
+
+    async def caller(c: int) -> None:
+        while queue:
+            job = queue.pop()
+            t = time.perf_counter()
+            try:
+                await job(c)
+            except (RuntimeError, aiohttp.ClientError, KeyError, ValueError) as exc:
+                FAILED.append(str(exc)[:300])
+            latencies.append(time.perf_counter() - t)
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(caller(c) for c in range(callers)))
+    return time.perf_counter() - t0, latencies
+
+
+@dataclass
+class Row:
+    name: str
+    count: int
+    wall: float
+    latencies: list[float]
+    cpu: float
+    statements: dict[str, int]
+    most: list[tuple[int, str]]
+    failed: int = 0
+
+    @property
+    def rate(self) -> float:
+        return self.count / self.wall
+
+    def per(self, kind: str) -> float:
+        return self.statements.get(kind, 0) / self.count
+
+    def path(self) -> list[tuple[int, str]]:
+        """The statements of one decision: each statement sent about once per decision
+        or more, rounded (a decision sends each a whole number of times; what serve's
+        sweeps and polls sent meanwhile, or a connection opened, is well under half a
+        statement per decision one call at a time, and is left out)."""
+        return [(round(n / self.count), sql) for n, sql in self.most
+                if n / self.count >= 0.5]
+
+    def exact(self, kind: str = "all") -> int:
+        return sum(n for n, sql in self.path()
+                   if kind == "all" or sql.split()[0].upper().rstrip(";") == kind)
+
+
+class Serve:
+    def __init__(self, proc: subprocess.Popen[bytes], counts: Path) -> None:
+        self.proc = proc
+        self.counts = counts
+
+    async def statements(self) -> dict[str, int]:
+        path = self.counts / f"{self.proc.pid}.json"
+        path.unlink(missing_ok=True)
+        os.kill(self.proc.pid, signal.SIGUSR1)
+        for _ in range(200):
+            if path.exists():
+                return sql_count.snapshot(self.counts, [self.proc.pid])
+            await asyncio.sleep(0.05)
+        raise RuntimeError("serve did not write its statement counts")
+
+
+async def measure(serve: Serve, name: str, jobs: list[Callable[[int], Awaitable[None]]],
+                  callers: int, most: int = 1000) -> Row:
+    before = await serve.statements()
+    cpu0 = cpu_seconds(serve.proc.pid)
+    failed = len(FAILED)
+    wall, latencies = await flood(jobs, callers)
+    cpu = cpu_seconds(serve.proc.pid) - cpu0
+    after = await serve.statements()
+    return Row(name, len(jobs), wall, latencies, cpu, sql_count.per_kind(before, after),
+               sql_count.by_statement(before, after)[:most], len(FAILED) - failed)
+
+
+async def baselines(base: str, token: str, db: Database, callers: int, n: int) -> list[Row]:
+    rows = []
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=callers)) as http:
+        async def health(_: int) -> None:
+            async with http.get(f"{base}/healthz",
+                                headers={"Authorization": f"Bearer {token}"}) as r:
+                await r.read()
+                assert r.status == 200
+
+        await flood([health] * 100, callers)
+        wall, lat = await flood([health] * n, callers)
+        rows.append(Row("bare round trip (GET /healthz)", n, wall, lat, 0.0, {}, []))
+
+    async def select_one(_: int) -> None:
+        await db.transact(lambda tx: tx.conn.execute(text("SELECT 1")), what="baseline")
+
+    await flood([select_one] * 50, callers)
+    wall, lat = await flood([select_one] * n, callers)
+    rows.append(Row("bare SELECT 1 write transaction (this process)", n, wall, lat, 0.0,
+                    {"all": 3 * n, "BEGIN": n}, []))
+    return rows
+
+
+def show(row: Row, *, stmts: bool = True) -> None:
+    figures = (f"{row.rate:8.0f}/s  p50 {pct(row.latencies, .5):6.1f} ms  "
+               f"p99 {pct(row.latencies, .99):6.1f} ms")
+    if row.cpu:
+        figures += f"  serve CPU {row.cpu / row.count * 1000:5.2f} ms"
+    if stmts and row.statements:
+        figures += (f"  {row.per('all'):5.1f} statements, "
+                    f"{row.per('BEGIN'):4.1f} transactions")
+    if row.failed:
+        figures += f"  ({row.failed} not answered as they must be)"
+    print(f"  {row.name:44} {figures}")
+
+
+async def setup_database(url: str | None, tmp: Path) -> tuple[str, Callable[[], Awaitable[None]]]:
+    """A database for this run, and how to drop it afterwards."""
+    if url is None:
+        return f"sqlite+aiosqlite:///{tmp / 'fleet.db'}", _nothing
+    import asyncpg  # type: ignore[import-untyped]
+
+    u = make_url(url)
+    name = f"bench_fleet_{os.getpid()}"
+    plain = u.set(drivername="postgresql", database="postgres").render_as_string(
+        hide_password=False)
+    conn = await asyncpg.connect(plain)
+    await conn.execute(f'CREATE DATABASE "{name}"')
+    await conn.close()
+
+    async def drop() -> None:
+        c = await asyncpg.connect(plain)
+        await c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await c.close()
+
+    return u.set(database=name).render_as_string(hide_password=False), drop
+
+
+async def _nothing() -> None:
+    return None
+
+
+def launch(tmp: Path, db_url: str) -> tuple[subprocess.Popen[bytes], dict[str, str], int]:
+    """The policy and gateway files, a token for each face (``approvald tokens create``)
+    and ``approvald serve`` started on them: (its process, the tokens, its port)."""
+    (tmp / "policy.toml").write_text(POLICY)
+    (tmp / "gateways.toml").write_text(
+        f"[gateways.bank]\ncommand = {json.dumps([sys.executable, str(MCP_SERVER)])}\n"
+        "wait = 0\n")
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("APPROVALD_", "SLACK_"))}
+    env.update(APPROVALD_DATABASE_URL=db_url, APPROVALD_POLICY_FILE=str(tmp / "policy.toml"),
+               APPROVALD_MCP_GATEWAYS_FILE=str(tmp / "gateways.toml"),
+               APPROVALD_SECRET="bench-secret-0123456789abcdef", APPROVALD_PORT=str(port),
+               APPROVALD_HOST="127.0.0.1", APPROVALD_LOG_LEVEL="ERROR",
+               APPROVALD_METRICS_ADDR="127.0.0.1:0", APPROVALD_AGENTS="bench_agent",
+               MCP_FIXTURE_LEDGER=str(tmp / "transfers.jsonl"),
+               BENCH_SQL_COUNT=str(tmp),
+               BENCH_SQL_COUNT_SQLITE="1" if db_url.startswith("sqlite") else "0",
+               PYTHONPATH=os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")]))
+    # a setting to measure, e.g. BENCH_SERVE_ENV="APPROVALD_DB_CONNECTIONS=8"
+    env.update(item.split("=", 1) for item in os.environ.get("BENCH_SERVE_ENV", "").split())
+    tokens = {}
+    for face, extra in (("hook", ["hook", "--face", "hook:claude-code"]),
+                        ("api", ["fleet", "--tools", "*"]),
+                        ("mcp", ["fleet-mcp", "--face", "mcp:bank"])):
+        if face != "api":
+            extra += ["--requested-by", "U_DANA"]
+        made = subprocess.run([APPROVALD, "tokens", "create", *extra, "--json"], env=env,
+                              capture_output=True, text=True, check=True)
+        tokens[face] = json.loads(made.stdout)["token"]
+    with (tmp / "serve.log").open("wb") as log:
+        proc = subprocess.Popen([APPROVALD, "serve"], env=env, stdout=subprocess.DEVNULL,
+                                stderr=log)
+    return proc, tokens, port
+
+
+async def bench(a: argparse.Namespace) -> int:
+    tmp = Path(tempfile.mkdtemp())
+    db_url, drop = await setup_database(a.db, tmp)
+    proc, tokens, port = launch(tmp, db_url)
+    serve = Serve(proc, tmp)
+    db = Database(db_url)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        try:
+            await wait_healthy(base)
+        except RuntimeError:
+            print((tmp / "serve.log").read_text()[-3000:], file=sys.stderr)
+            raise
+        async with aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=a.callers)) as http:
+            callers = Callers(http, base, tokens)
+
+            def job(face: str, kind: str) -> Callable[[int], Awaitable[None]]:
+                return lambda c: callers.call(face, kind, c)
+
+            # warm serve's caches and connections (and the gateway's server)
+            await flood([job(f, k) for f in FACES for k in KINDS for _ in range(3)], 1)
+            await flood([job(f, k) for f in FACES for k in KINDS for _ in range(10)],
+                        a.callers)
+            FAILED.clear()
+            idle0 = await serve.statements()
+            t = time.perf_counter()
+            await asyncio.sleep(3)
+            idle = sql_count.per_kind(idle0, await serve.statements())
+            idle_rate = idle.get("all", 0) / (time.perf_counter() - t)
+            print(f"database: {db.display_url}; {os.cpu_count()} cores, load average "
+                  f"{os.getloadavg()[0]:.1f}; one serve (pid {proc.pid}); {a.callers} "
+                  f"callers at a time")
+            print(f"serve while idle: {idle_rate:.1f} statements/s (sweeps and polls; "
+                  "counted in the figures below, not subtracted)")
+            print("baselines")
+            for row in await baselines(base, tokens["api"], db, a.callers, a.per_kind * 2):
+                show(row)
+            print(f"the statements of a decision, counted in serve, {a.count} calls of each "
+                  "face and kind one at a time (BEGIN and COMMIT count)")
+            counted: dict[tuple[str, str], Row] = {}
+            for face in FACES:
+                for kind in KINDS:
+                    row = await measure(serve, f"{face} {kind}",
+                                        [job(face, kind)] * a.count, 1)
+                    counted[face, kind] = row
+                    print(f"  {row.name:16} {row.exact():3d} statements, "
+                          f"{row.exact('BEGIN'):2d} transactions  (all serve sent meanwhile: "
+                          f"{row.per('all'):.2f} per call)"
+                          + (f"  ({row.failed} not answered as they must be)"
+                             if row.failed else ""))
+            print(f"each face and kind alone, {a.per_kind} calls, {a.callers} at a time")
+            rows: dict[tuple[str, str], Row] = {}
+            for face in FACES:
+                for kind in KINDS:
+                    row = await measure(serve, f"{face} {kind}",
+                                        [job(face, kind)] * a.per_kind, a.callers)
+                    rows[face, kind] = row
+                    show(row, stmts=False)
+            mix = [job(f, k) for f in FACES
+                   for k, w in (("auto", 8), ("forbidden", 1), ("asked", 1))
+                   for _ in range(w)]
+            random.seed(50)
+            jobs = [random.choice(mix) for _ in range(a.mixed)]
+            print(f"all faces and kinds mixed (8 auto : 1 forbidden : 1 asked), {a.mixed} "
+                  f"calls, {a.callers} at a time")
+            show(await measure(serve, "mixed", jobs, a.callers), stmts=False)
+            if a.statements:
+                for face in FACES:
+                    row = counted[face, "auto"]
+                    print(f"the statements of a {face} auto decision:")
+                    for n, sql in row.path():
+                        print(f"  {n:3d}  {sql if len(sql) <= 120 else sql[:117] + '...'}")
+            if FAILED:
+                print(f"{len(FAILED)} calls were not answered as their kind must be; the "
+                      f"first: {FAILED[0]}")
+            print("targets (issue 50, set for PostgreSQL), each face's auto decisions")
+            for face in FACES:
+                row, per = rows[face, "auto"], counted[face, "auto"].exact()
+                p99 = pct(row.latencies, .99)
+                print(f"  {face}: >= {TARGET_RATE:,.0f}/s: {row.rate:.0f} "
+                      f"{'PASS' if row.rate >= TARGET_RATE else 'FAIL'};  p99 <= "
+                      f"{TARGET_P99:g} ms: {p99:.1f} {'PASS' if p99 <= TARGET_P99 else 'FAIL'};"
+                      f"  <= {TARGET_STATEMENTS:g} statements: {per} "
+                      f"{'PASS' if per <= TARGET_STATEMENTS else 'FAIL'}")
+        return 0
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        await db.close()
+        await drop()
+
+
+async def wait_healthy(base: str) -> None:
+    """Until serve answers, its MCP gateway too (at most two minutes)."""
+    async with aiohttp.ClientSession() as http:
+        for _ in range(1200):
+            try:
+                async with http.get(f"{base}/healthz") as r:
+                    up = r.status == 200
+                async with http.post(f"{base}/mcp/bank") as r:  # its server started
+                    if up and r.status != 404:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.1)
+    raise RuntimeError("serve did not start")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--db", default=None, help="a PostgreSQL server's URL (a database is made "
+                                              "on it); default: a temp SQLite file")
+    p.add_argument("--callers", type=int, default=50)
+    p.add_argument("--per-kind", type=int, default=300)
+    p.add_argument("--mixed", type=int, default=3000)
+    p.add_argument("--count", type=int, default=40,
+                   help="calls of each face and kind, one at a time, whose statements are "
+                        "counted")
+    p.add_argument("--statements", action=argparse.BooleanOptionalAction, default=True,
+                   help="print the statements of each face's auto decision")
+    return asyncio.run(bench(p.parse_args()))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

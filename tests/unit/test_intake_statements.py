@@ -1,0 +1,315 @@
+"""What an intake decision answered at once sends the database, statement by statement
+(issue 50), and why each statement taken off that path was not needed.
+
+An auto or forbidden answer is one write transaction: the request's run and row, the
+hook's start of the call where it runs the call at once, and the two audit entries
+chained. Its document is built from what that transaction wrote (the tests below show
+it is the one a read gives), the outbox is signalled only when something was queued,
+and a caller face that has just found its call's key free does not look it up again
+(a request made meanwhile is still found by the insert's conflict on the key).
+
+The counts are exact: every statement the driver is given (sqlite3's trace callback;
+asyncpg's calls, less the liveness ping of a connection that idled).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import re
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from approvald.bot.hooks.claude_code import ClaudeCodeHook, HookEvent
+from approvald.runtime import api_tokens, external
+from approvald.runtime.agent import Registry
+from approvald.runtime.audit import verify
+from approvald.runtime.engine import Engine, assemble
+from approvald.runtime.external import WEBHOOK, NewRequest
+from approvald.runtime.policy import PolicyFile
+from approvald.runtime.webhook_hosts import WebhookHosts
+from approvald.store.db import Database
+
+KEYS = api_tokens.WebhookKeys("approvald-test-secret-0123456789")
+POLICY = PolicyFile.model_validate({"tools": {
+    "api:*/read_metrics": {"policy": "auto"},
+    "api:*/drop_table": {"policy": "forbidden"},
+    "hook:claude-code/Bash": {"approvers": ["U_ALICE"], "rules": [
+        {"when": 'args.command.startsWith("ls")', "policy": "auto"}]},
+}})
+_LITERAL = re.compile(r"'(?:[^']|'')*'|\b\d+(?:\.\d+)?\b")
+
+
+class Statements:
+    """Every statement the test's database connections are given, by its text."""
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+        self._lock = threading.Lock()
+        self._ping = False
+
+    def add(self, sql: str) -> None:
+        sql = " ".join(sql.split())
+        if sql.startswith("--"):  # a trigger's statement, part of the one that fired it
+            return
+        with self._lock:
+            # store.liveness pings a connection that idled: BEGIN; ; ROLLBACK; (not counted)
+            if sql == ";" and self.sent[-1:] == ["BEGIN;"]:
+                self.sent.pop()
+                self._ping = True
+            elif self._ping and sql == "ROLLBACK;":
+                self._ping = False
+            else:
+                self.sent.append(_LITERAL.sub("?", sql))
+
+    def during(self) -> _Window:
+        return _Window(self)
+
+
+class _Window:
+    def __init__(self, s: Statements) -> None:
+        self.s = s
+        self.start = len(s.sent)
+
+    @property
+    def sent(self) -> list[str]:
+        return self.s.sent[self.start:]
+
+    def kinds(self) -> collections.Counter[str]:
+        """By the statement's first words: ``BEGIN``, ``COMMIT``, ``SELECT api_tokens``,
+        ``INSERT runs``..."""
+        out: collections.Counter[str] = collections.Counter()
+        for sql in self.sent:
+            words = sql.replace("INTO ", "").replace("FROM ", "").split()
+            head = words[0].upper().rstrip(";")
+            if head == "SELECT":
+                table = re.search(r"\bFROM (\w+)", sql)
+                head += " " + (table.group(1) if table else "?")
+            elif head in ("INSERT", "UPDATE"):
+                head += " " + words[1]
+            out[head] += 1
+        return out
+
+
+@pytest.fixture
+def statements(db_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Statements]:
+    """Counts what the test's connections send (opened after this: the ``db`` fixture's
+    connections open on first use)."""
+    seen = Statements()
+    if db_url.startswith("sqlite"):
+        connect = sqlite3.connect
+
+        def traced(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+            conn = connect(*args, **kwargs)
+            conn.set_trace_callback(seen.add)
+            return conn
+
+        monkeypatch.setattr(sqlite3, "connect", traced)
+    else:
+        import asyncpg.connection  # type: ignore[import-untyped]
+        import asyncpg.prepared_stmt  # type: ignore[import-untyped]
+
+        def counted(cls: Any, name: str, sql_of: Callable[[Any, tuple[Any, ...]], str]
+                    ) -> None:
+            original = getattr(cls, name)
+
+            async def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+                seen.add(sql_of(self, args))
+                return await original(self, *args, **kwargs)
+
+            monkeypatch.setattr(cls, name, call)
+
+        for name in ("fetch", "fetchrow", "fetchval", "executemany"):
+            counted(asyncpg.prepared_stmt.PreparedStatement, name,
+                    lambda self, args: self._query)
+        for name in ("execute", "executemany", "fetch", "fetchrow", "fetchval"):
+            counted(asyncpg.connection.Connection, name, lambda self, args: args[0])
+    yield seen
+
+
+async def setup(make_engine: Callable[..., Engine], *, webhook: bool = False,
+                name: str = "bot") -> tuple[Engine, Any]:
+    engine = make_engine(policy=POLICY)
+    made = await api_tokens.create(engine.db, engine.clock, KEYS, engine.audit, name,
+                                   created_by="test", via="test", tools="*",
+                                   webhook_url="https://hooks.example/approvald"
+                                   if webhook else None,
+                                   webhook_hosts=WebhookHosts.from_setting("hooks.example"))
+    return engine, made.record
+
+
+def audit_lines(dialect: str) -> collections.Counter[str]:
+    """Two entries chained: the head locked, the entries, the head moved (on PostgreSQL
+    the entries and the head's move are one statement, ``WITH moved AS (UPDATE
+    audit_head ...) INSERT INTO audit_log ...``)."""
+    if dialect == "postgresql":
+        return collections.Counter({"UPDATE audit_head": 1, "WITH": 1})
+    return collections.Counter({"UPDATE audit_head": 2, "INSERT audit_log": 2})
+
+
+async def test_an_api_auto_answer_is_one_write_transaction(make_engine, statements) -> None:
+    engine, token = await setup(make_engine)
+    await engine.external.create(token, NewRequest(  # connections opened, plans made
+        tool="read_metrics", args={"n": 0}, requested_by="U_DANA"))
+    window = statements.during()
+    doc, new = await engine.external.create(token, NewRequest(
+        tool="read_metrics", args={"n": 1}, requested_by="U_DANA"))
+    assert new and doc["status"] == "approved"
+    assert window.kinds() == collections.Counter({
+        "BEGIN": 1, "INSERT runs": 1, "INSERT external_requests": 1, "COMMIT": 1,
+        **audit_lines(engine.db.dialect)}), window.sent
+
+
+async def test_a_hook_auto_call_is_its_checks_and_one_write_transaction(
+        make_engine, statements) -> None:
+    engine, _ = await setup(make_engine)
+
+    def hook(i: int) -> ClaudeCodeHook:
+        event = HookEvent.read(
+            b'{"hook_event_name": "PreToolUse", "session_id": "s1", "cwd": "/srv", '
+            b'"tool_name": "Bash", "tool_input": {"command": "ls /srv/%d"}, '
+            b'"tool_use_id": "toolu_%d"}' % (i, i))
+        return ClaudeCodeHook(engine, event, requested_by="U_DANA", bearer="dana")
+
+    said = await hook(0).pre_tool_use(wait=0)  # the credential made, connections opened
+    assert said["hookSpecificOutput"]["permissionDecision"] == "allow"
+    window = statements.during()
+    said = await hook(1).pre_tool_use(wait=0)
+    assert said["hookSpecificOutput"]["permissionDecision"] == "allow", said
+    assert window.kinds() == collections.Counter({
+        # the hook's credential, its kill switch, and whether this call was made before
+        "SELECT api_tokens": 1, "SELECT face_switches": 1, "SELECT external_requests": 1,
+        "BEGIN": 1, "INSERT runs": 1, "INSERT external_requests": 1,
+        "INSERT tool_executions": 1, "COMMIT": 1, **audit_lines(engine.db.dialect)}), \
+        window.sent
+
+
+# -- why each statement taken off the path was not needed --------------------------------
+
+@pytest.mark.parametrize("tool,webhook", [("read_metrics", False), ("read_metrics", True),
+                                          ("drop_table", False), ("drop_table", True)])
+async def test_an_answer_at_once_is_the_document_a_read_gives(
+        make_engine, tool: str, webhook: bool) -> None:
+    """The run, the request, its approvals and its execution were read back after the
+    answer was committed; the document built from what was written is that one, and so
+    is the one its webhook carries."""
+    engine, token = await setup(make_engine, webhook=webhook)
+    doc, new = await engine.external.create(token, NewRequest(
+        tool=tool, args={"n": 1, "why": "ok"}, requested_by="U_DANA"))
+    assert new and doc["status"] == ("approved" if tool == "read_metrics" else "forbidden")
+    assert doc == await engine.external.get(token, doc["id"])
+    async with engine.db.read() as tx:
+        hooks = await tx.outbox.recent(kind=WEBHOOK)
+    assert [h.payload_value()["document"] for h in hooks] == ([doc] if webhook else [])
+
+
+async def test_a_run_as_inserted_is_the_run_a_read_gives(db, clock) -> None:
+    """The run's row was read back after its insert; the record the insert returns is
+    the same, every column (those it does not name take their defaults)."""
+    async with db.write() as tx:
+        made = await tx.runs.create(run_id="x" + "1" * 31, agent="external:bot",
+                                    task="a task", requested_by="U_DANA",
+                                    instructions_version="http_api", now=clock.now(),
+                                    status="external")
+    async with db.read() as tx:
+        assert made == await tx.runs.get(made.id)
+
+
+async def test_an_answer_at_once_signals_the_outbox_only_when_it_queued(make_engine) -> None:
+    """Deliveries (and waiters) heard of every request made; an answer given at once
+    that queued nothing has nothing to deliver and nobody waiting for it. One that
+    queued its webhook is still heard of at once."""
+    for webhook in (False, True):
+        engine, token = await setup(make_engine, webhook=webhook, name=f"bot{int(webhook)}")
+        heard: list[None] = []
+        engine.signals.on_outbox(lambda heard=heard: heard.append(None))
+        await engine.external.create(token, NewRequest(
+            tool="read_metrics", args={"webhook": webhook}, requested_by="U_DANA"))
+        assert len(heard) == (1 if webhook else 0)
+        await engine.external.create(token, NewRequest(  # a card to post: always
+            tool="deploy", args={"webhook": webhook}, requested_by="U_DANA"))
+        assert len(heard) == (2 if webhook else 1)
+
+
+async def test_a_fresh_key_taken_meanwhile_is_still_found(make_engine) -> None:
+    """A caller face that just found its key free creates without looking it up again:
+    a request made under that key meanwhile is found by the insert's conflict, the same
+    request again (nothing new written) and other contents refused as before."""
+    engine, token = await setup(make_engine)
+    req = NewRequest(tool="read_metrics", args={"n": 1}, requested_by="U_DANA",
+                     idempotency_key="k1")
+    first, new = await engine.external.create(token, req, fresh=True)
+    assert new
+    again, new = await engine.external.create(token, req, fresh=True)
+    assert (again, new) == (await engine.external.get(token, first["id"]), False)
+    with pytest.raises(external.ExternalError) as exc:
+        await engine.external.create(token, NewRequest(
+            tool="read_metrics", args={"n": 2}, requested_by="U_DANA",
+            idempotency_key="k1"), fresh=True)
+    assert exc.value.code == "idempotency_conflict"
+    async with engine.db.read() as tx:
+        runs = [r for r in await tx.runs.recent(limit=50)
+                if r.agent == "external:bot"]
+    assert len(runs) == 1  # the losing inserts' runs were rolled back with them
+
+
+async def test_a_hook_call_started_with_its_request_is_taken_once_and_audited(
+        make_engine) -> None:
+    """The hook's auto call records its start in its request's transaction instead of a
+    start of its own after it: one intent row, owned by the tool use; the same call made
+    again is a request of its own, also started; the chain verifies."""
+    engine, _ = await setup(make_engine)
+
+    def hook(use: str) -> ClaudeCodeHook:
+        event = HookEvent.read(
+            b'{"hook_event_name": "PreToolUse", "session_id": "s1", "cwd": "/srv", '
+            b'"tool_name": "Bash", "tool_input": {"command": "ls /srv"}, '
+            b'"tool_use_id": "%s"}' % use.encode())
+        return ClaudeCodeHook(engine, event, requested_by="U_DANA", bearer="dana")
+
+    ids = []
+    for use in ("toolu_1", "toolu_2"):
+        h = hook(use)
+        said = await h.pre_tool_use(wait=0)
+        assert said["hookSpecificOutput"]["permissionDecision"] == "allow"
+        async with engine.db.read() as tx:
+            rid = await tx.executions.started_by(h.ledger_owner)
+            assert rid is not None
+            started = await tx.executions.get(rid, external.CALL_ID)
+        assert started is not None and started.status == "started"
+        ids.append(rid)
+    assert ids[0] != ids[1]  # the same call again: a request of its own
+    async with engine.db.read() as tx:
+        entries = [e for e in await tx.audit.query() if e.run_id in ids]
+    assert sorted((e.run_id, e.action) for e in entries) == sorted(
+        (rid, action) for rid in ids for action in ("requested", "approved"))
+    assert (await verify(engine.db)).ok
+
+
+async def test_answers_at_once_from_two_processes_keep_the_chain_linear(
+        make_engine, db_url: str, clock) -> None:
+    """Each answer's two entries are chained in one statement on PostgreSQL (the rows and
+    the head's move), after the head's lock: two processes answering at once (two
+    connection pools on one database) still make one chain, every entry once, in order."""
+    engine, token = await setup(make_engine)
+    other_db = Database(db_url, server_time=False)
+    try:
+        other = assemble(other_db, Registry([], policy=POLICY), clock=clock)
+        calls = [(e, i) for i in range(30) for e in (engine, other)]
+        docs = await asyncio.gather(*(e.external.create(token, NewRequest(
+            tool="read_metrics" if i % 3 else "drop_table", args={"i": i, "by": id(e)},
+            requested_by="U_DANA")) for e, i in calls))
+        assert all(new for _, new in docs)
+        report = await verify(engine.db)
+        assert report.ok, report.problems
+        async with engine.db.read() as tx:
+            entries = await tx.audit.query()
+        assert [e.seq for e in entries] == list(range(1, len(entries) + 1))
+        ids = {doc["id"] for doc, _ in docs}
+        mine = collections.Counter(e.run_id for e in entries if e.run_id in ids)
+        assert len(mine) == len(calls) and set(mine.values()) == {2}
+    finally:
+        await other_db.close()
