@@ -130,7 +130,7 @@ def assemble(db: Database, registry: Registry, *, clock: Clock | None = None,
 
     intake = Intake(policy, directory)  # every face's one way in
     ledger = Ledger(db, clock, max_result_bytes=config.max_payload_bytes,
-                    lease_ttl=config.lease_ttl)
+                    lease_ttl=config.lease_ttl, audit=audit)
     gate = Gate(clock, audit, policy)
     expiry = Expiry(db, clock, audit, gate, meter, signals)
     tool_for = ToolLookup(db, registry, intake)

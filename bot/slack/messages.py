@@ -42,6 +42,7 @@ from approvald.bot.slack.mrkdwn import (
     units,
     who,
 )
+from approvald.bot.slack.story import person, waiting_lines
 from approvald.runtime.errors import DecisionRefused
 from approvald.runtime.packet import asker, sensitive_paths, will_run
 from approvald.runtime.sensitive import Masking
@@ -165,22 +166,30 @@ def _result_text(result: Any) -> str:
 
 # -- a run's parent message in the ops channel ---------------------------------------------
 
-def run_parent(run: RunRecord, *, now: datetime, approvals_pending: int = 0,
+def run_parent(run: RunRecord, *, now: datetime, pending: Sequence[ApprovalRecord] = (),
+               ended: tuple[str, str] | None = None,
                shown: Masking | None = None) -> dict[str, Any]:
     """The ops-channel message a run's thread hangs from: ``{"text", "blocks"}``; its
     task, error and result masked by ``shown`` (the run's calls' declared values).
 
-    Updated in place as the run moves. A run still going says when it started (a date
-    Slack renders for each reader), never how long it has run: that would be true only at
-    the moment of the update. ``now`` is kept for callers; nothing here depends on it.
+    Updated in place as the run moves, and always true: its icon and status say how the
+    run stands (``ended``: a completed run's ``(emoji, status)`` when a call it asked for
+    was denied, expired, redirected or failed: never a green check), and while requests
+    are ``pending`` on whom it waits, for what and until when. A run still going says
+    when it started (a date Slack renders for each reader), never how long it has run:
+    that would be true only at the moment of the update. ``now`` is kept for callers.
     """
     emoji, status = T.RUN_STATUS.get(run.status, (T.UNKNOWN_EMOJI, clip(run.status, 40)))
+    if run.status == "completed" and ended is not None:
+        emoji, status = ended
     agent = clip(asker(run.agent), 80)
     mask = (shown or Masking()).text
     lines = [T.RUN_HEADLINE.format(emoji=emoji, agent=agent, status=status),
              T.RUN_TASK.format(task=clip(mask(run.task), 600))]
+    if run.status not in TERMINAL_RUN_STATUSES:
+        lines.extend(waiting_lines(pending))
     if run.error and run.status != "completed":
-        lines.append(T.RUN_ERROR.format(error=clip(mask(run.error), 600)))
+        lines.append(T.RUN_ERROR.format(error=clip(mask(_actor_words(run.error)), 600)))
     if run.result and run.status == "completed":
         lines.append(T.RUN_RESULT.format(result=clip(mask(run.result), 900)))
     if run.status in TERMINAL_RUN_STATUSES:
@@ -189,14 +198,21 @@ def run_parent(run: RunRecord, *, now: datetime, approvals_pending: int = 0,
         elapsed = T.RUN_STARTED.format(date=slack_date(run.created_at, T.DATE_AT))
     parts = [T.RUN_REQUESTED_BY.format(who=who(run.requested_by)),
              T.RUN_STEP.format(step=run.step), elapsed]
-    if approvals_pending > 0:
-        parts.append(T.RUN_PENDING.format(n=approvals_pending))
     if run.cancel_requested and run.status not in TERMINAL_RUN_STATUSES:
         parts.append(T.RUN_CANCEL_REQUESTED)
     parts.append(T.RUN_ID.format(id=code_span(run.id, 64)))
     blocks: list[Block] = [section("\n".join(lines)), context(parts)]
     return {"text": safe_cut(T.RUN_FALLBACK.format(agent=agent, status=status), FALLBACK_MAX),
             "blocks": [b.to_dict() for b in blocks]}
+
+
+def _actor_words(error: str) -> str:
+    """A run's error names who cancelled it by id (``cancelled by cli:root``): in words."""
+    head, sep, rest = error.partition("cancelled by ")
+    if not sep or head:
+        return error
+    actor, colon, reason = rest.partition(": ")
+    return f"cancelled by {person(actor)}{colon}{reason}"
 
 
 # -- thread replies ---------------------------------------------------------------------------
