@@ -229,10 +229,11 @@ class ThreadFollower:
             reply = story.story_reply(run.id, items)
             all_audit = all_audit and whole and reply.taken == len(items)
             if reply.text:
-                # the parent moves with what was just told: a run that keeps going would
-                # otherwise never be caught up with, and its parent never redrawn
-                if await self._reply(turn, run, reply, approvals, executions):
-                    await self._update_parent(turn, run, approvals, executions)
+                # the parent moves with what is told: a run that keeps going would otherwise
+                # never be caught up with, and its parent never redrawn. It goes first: its
+                # update finds a deleted parent, under which a reply would be lost
+                if await self._update_parent(turn, run, approvals, executions):
+                    await self._reply(turn, run, reply, approvals, executions)
                 return
             self._told(turn, reply)
         if turn.posted_seq < run.next_seq or not all_audit \
