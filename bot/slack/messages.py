@@ -3,9 +3,9 @@ run's ops-channel parent message and thread replies.
 
 Like :mod:`bot.cards`, nothing here reads a clock or does I/O, wording comes from
 :mod:`bot.texts`, and agent-written text (tasks, results, errors, answers, reasons) is
-escaped and cut by :mod:`bot.mrkdwn`. Thread lines are short on purpose; :func:`thread_reply`
-packs a burst of them, whole events at a time, into one reply, and :func:`coalesce` packs
-any lines into as few messages as Slack allows.
+escaped and cut by :mod:`bot.mrkdwn`. A run's thread lines are built by :mod:`bot.story`
+from its audit entries; :func:`coalesce` packs any lines into as few messages as Slack
+allows.
 """
 
 from __future__ import annotations
@@ -17,17 +17,14 @@ from typing import Any
 from approvald.bot.slack import texts as T
 from approvald.bot.slack.cards import (
     approver_ids,
-    args_text,
     as_text,
     impact_line,
     json_object,
-    status_word,
 )
 from approvald.bot.slack.mrkdwn import (
     FALLBACK_MAX,
     SECTION_MAX,
     approver,
-    clause,
     clip,
     code_block,
     code_span,
@@ -44,7 +41,7 @@ from approvald.bot.slack.mrkdwn import (
 )
 from approvald.bot.slack.story import person, waiting_lines
 from approvald.runtime.errors import DecisionRefused
-from approvald.runtime.packet import asker, sensitive_paths, will_run
+from approvald.runtime.packet import asker, will_run
 from approvald.runtime.sensitive import Masking
 from approvald.store.records import ApprovalRecord, RunRecord
 from slack_sdk.models.blocks import Block
@@ -217,69 +214,6 @@ def _actor_words(error: str) -> str:
 
 # -- thread replies ---------------------------------------------------------------------------
 
-def thread_tool_call(tool: str, result: Any, *, failed: bool = False) -> str:
-    """One line for a tool call that ran: its name and the start of its result."""
-    text = clip(result if isinstance(result, str) else as_text(result), 300)
-    template = T.THREAD_TOOL_FAILED if failed else T.THREAD_TOOL_OK
-    return template.format(tool=code_span(tool, 80), result=text)
-
-
-def thread_approval_requested(a: ApprovalRecord, *, card_url: str | None = None) -> str:
-    """The run is waiting for this request (or asking whether a call took effect)."""
-    tool = code_span(a.tool, 80)
-    if a.kind == "outcome_unknown":
-        text = T.THREAD_REQUESTED_QUESTION.format(tool=tool)
-    elif a.kind == "cannot_run":
-        reason = as_text(json_object(a.packet).get("reason")) or ""
-        text = T.THREAD_REQUESTED_CANNOT_RUN.format(tool=tool,
-                                                    reason=clause(clip(reason, 500)))
-    else:
-        progress = T.REMINDER_PROGRESS.format(count=a.approve_count, quorum=a.quorum) \
-            if a.quorum > 1 else ""
-        text = T.THREAD_REQUESTED.format(tool=tool, progress=progress)
-    url = safe_url(card_url)
-    return text + (T.THREAD_CARD_LINK.format(url=url) if url else "")
-
-
-def thread_approval_decided(a: ApprovalRecord) -> str:
-    """How a request ended: approved, denied (with the reason), expired, escalated…"""
-    status = status_word(a)
-    reason = T.THREAD_REASON.format(reason=clip(a.reason, 300)) if a.reason else ""
-    fields = {"emoji": T.STATUS_EMOJI.get(a.status, T.UNKNOWN_EMOJI),
-              "tool": code_span(a.tool, 80), "status": status, "reason": reason}
-    if a.decided_via == "standing" and a.decided_by:  # no card: say what allowed it
-        return T.THREAD_STANDING.format(emoji=fields["emoji"], tool=fields["tool"],
-                                        reason=clip(a.reason or "", 300))
-    if a.decided_by and a.status not in ("expired", "superseded"):
-        text = T.THREAD_DECIDED.format(who=who(a.decided_by), **fields)
-    else:
-        text = T.THREAD_DECIDED_NOBODY.format(**fields)
-    ran = thread_edited_call(a) if a.status == "approved" else None
-    return text + "\n" + ran if ran else text
-
-
-def thread_edited_call(a: ApprovalRecord) -> str | None:
-    """For a request with edits, what the edited call does: the impact of the arguments
-    that run, or (when nothing could work it out) those arguments; else None."""
-    if a.kind != "tool_call":
-        return None
-    w = will_run(a)
-    if not w.edited:
-        return None
-    if w.impact:
-        return impact_line(w, 300)
-    return T.THREAD_EDITED_ARGS.format(args=code_span(args_text(w.args, indent=None,
-                                                                     sensitive=w.sensitive),
-                                                           300))
-
-
-def thread_edited_args(a: ApprovalRecord) -> str | None:
-    """The edited arguments of a request approved with edits, as a code block; else None."""
-    if a.edited_args is None:
-        return None
-    return code_block(args_text(a.edited_args, sensitive=sensitive_paths(a)), 2000)[0]
-
-
 def thread_error(error: str) -> str:
     """A run's error, escaped and cut."""
     return T.THREAD_ERROR.format(error=clip(error, 1000))
@@ -289,30 +223,6 @@ def thread_final(answer: Any) -> str:
     """The agent's final answer."""
     text = answer if isinstance(answer, str) else as_text(answer)
     return T.THREAD_FINAL.format(answer=clip(text, SECTION_MAX - 100))
-
-
-def thread_reply(groups: Sequence[tuple[int, Sequence[str]]], *,
-                 limit: int = SECTION_MAX) -> tuple[str, int]:
-    """The next thread reply for a run's untold events, and the seq it tells up to.
-
-    ``groups`` are ``(seq, lines)`` per event, in order. The reply holds whole events
-    only, as many as fit in ``limit`` units (one event's lines are cut to fit alone), so
-    "events before the returned seq are told" is true after the reply and false before
-    it. Events without lines ride along for free; with no lines at all the text is empty.
-    """
-    parts: list[str] = []
-    size = 0
-    upto = groups[0][0] if groups else 0
-    for seq, lines in groups:
-        text = safe_cut("\n".join(line for line in lines if line), limit)
-        if text:
-            add = units(text) + (1 if parts else 0)
-            if parts and size + add > limit:
-                break
-            parts.append(text)
-            size += add
-        upto = seq + 1
-    return "\n".join(parts), upto
 
 
 def thread_status(lines: Sequence[str], *, limit: int = SECTION_MAX) -> str:

@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from approvald.bot.slack import texts as T
-from approvald.bot.slack.cards import approver_ids, as_text, impact_line
+from approvald.bot.slack.cards import approver_ids, args_text, as_text, impact_line, json_object
 from approvald.bot.slack.mrkdwn import (
     MESSAGE_BLOCKS_MAX,
     SECTION_MAX,
@@ -184,7 +184,9 @@ def _requested(d: dict[str, Any], a: ApprovalRecord | None, tool: str,
     if a.kind == "outcome_unknown":
         return [Line(T.STORY_REQUESTED_QUESTION.format(**fields))]
     if a.kind == "cannot_run":
-        return [Line(T.STORY_REQUESTED_CANNOT_RUN.format(**fields))]
+        reason = as_text(json_object(a.packet).get("reason")) or ""
+        return [Line(T.STORY_REQUESTED_CANNOT_RUN.format(reason=clause(clip(reason, 500)),
+                                                         **fields))]
     quorum = T.STORY_QUORUM.format(n=a.quorum) if a.quorum > 1 else ""
     text = T.STORY_REQUESTED.format(quorum=quorum, **fields)
     impact = impact_line(will_run(a), 300)
@@ -206,8 +208,22 @@ def _approved(e: AuditRecord, d: dict[str, Any], a: ApprovalRecord | None, tool:
     edited = a is not None and a.edited_args is not None
     template = T.STORY_APPROVED_EDITED if edited else T.STORY_APPROVED
     text = template.format(who=actor, tool=tool, votes=votes)
-    ran = impact_line(will_run(a), 300) if edited and a is not None else None
+    ran = edited_call(a) if a is not None else None
     return text + ("\n" + ran if ran else "")
+
+
+def edited_call(a: ApprovalRecord) -> str | None:
+    """For a request with edits, what the edited call does: the impact of the arguments
+    that run, or (when nothing could work it out) those arguments; else None."""
+    if a.kind != "tool_call":
+        return None
+    w = will_run(a)
+    if not w.edited:
+        return None
+    if w.impact:
+        return impact_line(w, 300)
+    return T.STORY_EDITED_ARGS.format(args=code_span(
+        args_text(w.args, indent=None, sensitive=w.sensitive), 300))
 
 
 def _executed(e: AuditRecord, d: dict[str, Any], executions: Mapping[str, ExecutionRecord],

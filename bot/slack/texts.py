@@ -471,25 +471,11 @@ RUN_STEP = "Step {step}"
 RUN_STARTED = "started {date}"  # a date stays true; "running for 2s" goes stale
 RUN_TOOK = "took {elapsed}"
 RUN_ID = "Details: `approvald trace {id}`"
-RUN_PENDING = ":hourglass_flowing_sand: {n} approval(s) pending"
 RUN_ERROR = "*Error:* {error}"
 RUN_RESULT = "*Result:* {result}"
 RUN_FALLBACK = "{agent} run: {status}"
 RUN_CANCEL_REQUESTED = ":octagonal_sign: cancellation requested"
 
-THREAD_TOOL_OK = ":white_small_square: `{tool}` → {result}"
-THREAD_TOOL_FAILED = ":small_red_triangle: `{tool}` failed: {result}"
-THREAD_REQUESTED = ":hourglass_flowing_sand: Waiting for approval to run `{tool}`{progress}."
-THREAD_REQUESTED_QUESTION = (":warning: `{tool}` may or may not have taken effect; "
-                             "a human needs to say which.")
-THREAD_REQUESTED_CANNOT_RUN = (":warning: `{tool}` was approved but *not executed*: "
-                               "{reason}. A human needs to choose re-plan or abort.")
-THREAD_CARD_LINK = " <{url}|Open the request>"
-THREAD_DECIDED = "{emoji} `{tool}` {status} by {who}{reason}"
-THREAD_DECIDED_NOBODY = "{emoji} `{tool}` {status}{reason}"
-THREAD_STANDING = "{emoji} `{tool}` approved without a card: {reason}"
-THREAD_REASON = ": {reason}"
-THREAD_EDITED_ARGS = "*Edited arguments:* `{args}`"
 THREAD_ERROR = ":x: *Error:* {error}"
 RUN_WAITING = (":hourglass: Waiting until {date}: {reason}. Nothing failed; the run resumes "
                "by itself then.")
@@ -501,8 +487,8 @@ STORY_REQUESTED = (":hourglass_flowing_sand: Asked {approvers} to approve `{tool
                    "until {until}.{link}")
 STORY_REQUESTED_QUESTION = (":warning: `{tool}` may or may not have taken effect: asked "
                             "{approvers} to say which, until {until}.{link}")
-STORY_REQUESTED_CANNOT_RUN = (":warning: `{tool}` was approved but cannot run on the "
-                              "deployed agent: asked {approvers} to re-plan or abort, until "
+STORY_REQUESTED_CANNOT_RUN = (":warning: `{tool}` was approved but *not executed*: "
+                              "{reason}. Asked {approvers} to re-plan or abort, until "
                               "{until}.{link}")
 STORY_QUORUM = " ({n} approvals needed)"
 STORY_LINK = " <{url}|Open the request>"
@@ -521,6 +507,7 @@ STORY_DENIED = ":no_entry: {who} denied `{tool}`{reason}. It did not run."
 STORY_REDIRECTED = (":leftwards_arrow_with_hook: {who} redirected `{tool}`{reason}. It did "
                     "not run; the agent re-plans.")
 STORY_REASON = ": {reason}"
+STORY_EDITED_ARGS = "*Edited arguments:* `{args}`"
 STORY_EDITED = ":pencil2: {who} edited the arguments of `{tool}`.{impact}"
 STORY_EXPIRED = (":hourglass: Nobody decided `{tool}` by its deadline: it expired and did "
                  "not run (silence never approves).")
