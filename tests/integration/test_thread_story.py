@@ -324,3 +324,44 @@ async def test_a_cancel_from_the_command_line_is_told_in_words(db_url, tmp_path)
         assert ":white_check_mark:" not in parent and "cancelled" in parent
         assert "cli:root" not in parent
         assert_nothing_twice(await s.replies(paused.run_id))
+
+
+async def test_show_json_opens_the_result_masked_and_whole(sqlite_url, tmp_path):
+    """The result's JSON is one click away: the thread line's button, clicked through the
+    signed Slack face, opens a modal with the call's result."""
+    from approvald.bot.slack import cards, story
+
+    from tests.integration.slack_harness import CHANNEL, harness, wait_for
+    from tests.integration.slack_harness import OPS as HARNESS_OPS
+
+    async with harness(sqlite_url, tmp_path) as h:
+        paused = await h.pause_refund()
+        a = await h.approval(paused.approval_ids[0])
+        await h.card(a.id)
+        a = await h.approval(a.id)
+        await h.slack.click(cards.APPROVE, h.value(a), user_id="U_ALICE",
+                            channel_id=CHANNEL, message_ts=a.message_ts)
+
+        async def button() -> dict[str, Any] | None:
+            async with h.engine.db.read() as tx:
+                t = await tx.threads.get(paused.run_id)
+            if t is None or t.ts is None or t.posted_status != "completed":
+                return None
+            for m in h.emulator.thread(HARNESS_OPS, t.ts):
+                for b in m.get("blocks") or []:
+                    e = b.get("accessory") or {}
+                    if e.get("action_id") == story.SHOW_JSON and "issue_refund" in json.dumps(b):
+                        return {"value": e["value"], "ts": m["ts"]}
+            return None
+
+        found = await wait_for(button, what="the refund's line with its button")
+        trigger = h.emulator.issue_trigger_id("U_CAROL")
+        await h.slack.click(story.SHOW_JSON, found["value"], user_id="U_CAROL",
+                            channel_id=HARNESS_OPS, message_ts=found["ts"], trigger_id=trigger)
+
+        async def modal() -> list[Any] | None:
+            return h.emulator.views(user_id="U_CAROL") or None
+
+        [view] = await wait_for(modal, what="the result's modal")
+        shown = json.dumps(view)
+        assert "refund_id" in shown and "rf_" in shown and '\\"status\\": \\"issued\\"' in shown
