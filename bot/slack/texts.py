@@ -512,7 +512,7 @@ STORY_EDITED = ":pencil2: {who} edited the arguments of `{tool}`.{impact}"
 STORY_EXPIRED = (":hourglass: Nobody decided `{tool}` by its deadline: it expired and did "
                  "not run (silence never approves).")
 STORY_ESCALATED = (":arrow_double_up: Nobody decided `{tool}` in time: escalated to "
-                   "{approvers}, who have until {until}.{link}")
+                   "{approvers}, to decide by {until}.{link}")
 STORY_RUN_CANCELLED = ":no_entry_sign: {who} cancelled the run{reason}."
 STORY_CANCEL_REQUESTED = (":octagonal_sign: {who} asked to cancel the run{reason}; it stops "
                           "at its next step.")
