@@ -196,7 +196,8 @@ def _requested(d: dict[str, Any], a: ApprovalRecord | None, tool: str,
 def _approved(e: AuditRecord, d: dict[str, Any], a: ApprovalRecord | None, tool: str,
               actor: str) -> str:
     if e.via == "standing" or d.get("standing_approval"):
-        return T.STORY_STANDING.format(tool=tool, who=people(_ids(d.get("granted_by"))))
+        return T.STORY_STANDING.format(tool=tool, who=people(_ids(d.get("granted_by"))),
+                                       id=code_span(str(d.get("standing_approval") or ""), 64))
     if e.actor == "system:policy":
         return T.STORY_POLICY.format(tool=tool)
     votes = ""

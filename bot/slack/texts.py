@@ -500,8 +500,8 @@ STORY_VOTED = (":ballot_box_with_check: {who} approved `{tool}` ({count} of {quo
 STORY_APPROVED = ":white_check_mark: {who} approved `{tool}`{votes}."
 STORY_APPROVED_EDITED = ":white_check_mark: {who} approved `{tool}` with edits{votes}."
 STORY_VOTES = " ({count} of {quorum} approvals: {who})"
-STORY_STANDING = (":repeat: `{tool}` approved without a card: a standing approval granted "
-                  "by {who} covers it.")
+STORY_STANDING = (":repeat: `{tool}` approved without a card: standing approval `{id}`, "
+                  "granted by {who}, covers it.")
 STORY_POLICY = ":white_check_mark: The policy allowed `{tool}` without asking anyone."
 STORY_DENIED = ":no_entry: {who} denied `{tool}`{reason}. It did not run."
 STORY_REDIRECTED = (":leftwards_arrow_with_hook: {who} redirected `{tool}`{reason}. It did "
