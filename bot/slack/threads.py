@@ -5,9 +5,13 @@ MCP gateway's call, an HTTP API token's) is told by its card when a person is as
 call the policy answers posts nothing (a thread per call was noise in the channel); with
 ``APPROVALD_CALLER_THREADS=asked`` a request that asked a person gets a thread too.
 
-The follower tails the runs table and each run's events (the database is the source, so a
-restart or another replica picks up where the last left off) and posts what happened as
-thread replies.
+The follower tails the runs table, each run's audit entries and its events (the database
+is the source, so a restart or another replica picks up where the last left off) and posts
+what happened as thread replies: every entry that changes who or what the run waits on
+(a request with a link to its card, a reminder, an escalation, a vote, a decision, an
+execution, a retry after a crash: :mod:`story`), then the agent's final words. The parent
+says how the run stands, on whom and until when it waits. A request's line waits for its
+card to be posted (``card_wait`` at most), so that it links to it.
 
 Several replicas may follow the same runs, so each thread's work is claimed first: a
 compare-and-set on its row (inserted already claimed, before the parent exists) gives one
