@@ -43,6 +43,7 @@ from approvald.bot.slack.story import person, waiting_lines
 from approvald.runtime.errors import DecisionRefused
 from approvald.runtime.packet import asker, will_run
 from approvald.runtime.sensitive import Masking
+from approvald.runtime.vocabulary import ANSWERS, WORDS, OutcomeName
 from approvald.store.records import ApprovalRecord, RunRecord
 from slack_sdk.models.blocks import Block
 
@@ -65,15 +66,23 @@ DETAILED = frozenset({"invalid_arguments", "rule_changed"})
 
 def refusal_text(code: str, *, status: str | None = None, detail: str | None = None,
                  decided_by: str | None = None, approvers: Sequence[str] = (),
-                 mentions: bool = True, viewer: str | None = None) -> str:
+                 mentions: bool = True, viewer: str | None = None,
+                 outcome: str | None = None) -> str:
     """The reply to a refused decision, one wording per ``DecisionRefused.reason``, said
     once: ``status`` (the approval's status now) and ``decided_by`` word a late click,
     ``approvers`` a stranger's; people are Slack mentions, or (``mentions=False``, for
     plain text such as a modal's errors, where a mention shows as its raw markup) left out.
     ``detail``, the runtime's message, is added (escaped) only where the wording needs it.
     ``viewer``: who reads it; the one who decided is told that their decision stands.
+    ``outcome``: the request's outcome's name; an answered question is told by it (its
+    status, approved or denied, is not what it was answered).
     """
-    if code == "not_pending":
+    answered = WORDS[OutcomeName(outcome)] if outcome in ANSWERS else None
+    if code == "not_pending" and answered is not None:
+        text = (T.REFUSAL_ANSWERED_BY.format(who=who(decided_by), words=answered.words)
+                if mentions and decided_by else
+                T.REFUSAL_ANSWERED.format(words=answered.words))
+    elif code == "not_pending":
         text = T.REFUSAL_NOT_PENDING.get(status or "", T.REFUSAL_NOT_PENDING_OTHER)
         if viewer and decided_by == viewer and status in T.REPLY_REPEATED:
             text = T.REPLY_REPEATED[status]
@@ -94,6 +103,7 @@ def refusal_of(exc: DecisionRefused, *, mentions: bool = True,
                viewer: str | None = None) -> str:
     """:func:`refusal_text` for a refusal the runtime raised, from its fields."""
     return refusal_text(exc.reason, status=exc.status, detail=str(exc),
+                        outcome=exc.fields.get("outcome"),
                         decided_by=exc.fields.get("decided_by"),
                         approvers=exc.fields.get("approvers") or (), mentions=mentions,
                         viewer=viewer)

@@ -5,7 +5,7 @@
   Threads that exist already start at the log's head: their past is not told again.
 
 Revision ID: 0021
-Revises: 0017
+Revises: 0018
 Create Date: 2026-12-05
 """
 
@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0021"
-down_revision = "0017"
+down_revision = "0018"
 branch_labels = None
 depends_on = None
 
