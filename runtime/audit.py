@@ -50,6 +50,9 @@ ACTIONS = frozenset({
     "escalated", "superseded", "executed", "outcome_unknown", "outcome_resolved", "cancelled",
     "not_executed", "cannot_run_resolved",
     "cancel_requested", "refused", "repeated", "failed", "needs_attention", "resumed",
+    # a call run again after an attempt cut off before its result (a crash): why it was
+    # safe to, and its attempt number
+    "retried",
     "standing_granted", "standing_revoked", "token_created", "token_revoked", "policy_loaded",
     # a face (a form of Claude Code's hook) switched off, and on again
     "face_disabled", "face_enabled",

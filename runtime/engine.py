@@ -64,6 +64,16 @@ log = logging.getLogger("approvald.engine")
 
 
 @dataclass(frozen=True)
+class CallResult:
+    """A call's recorded outcome, as a person may see it (:meth:`Engine.call_result`)."""
+
+    tool: str
+    value: Any  # its result (masked), or ``{"error_class", "error"}``
+    status: str  # succeeded or failed
+    attempts: int
+
+
+@dataclass(frozen=True)
 class EngineConfig:
     lease_ttl: timedelta = timedelta(seconds=30)
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD
@@ -130,7 +140,7 @@ def assemble(db: Database, registry: Registry, *, clock: Clock | None = None,
 
     intake = Intake(policy, directory)  # every face's one way in
     ledger = Ledger(db, clock, max_result_bytes=config.max_payload_bytes,
-                    lease_ttl=config.lease_ttl)
+                    lease_ttl=config.lease_ttl, audit=audit)
     gate = Gate(clock, audit, policy)
     expiry = Expiry(db, clock, audit, gate, meter, signals)
     tool_for = ToolLookup(db, registry, intake)
@@ -438,6 +448,19 @@ class Engine:
         values as the store recorded them, with the detectors (:mod:`runtime.shown`)."""
         async with self.db.read() as tx:
             return (await read_run(tx, run_id)).masking()
+
+    async def call_result(self, run_id: str, call_id: str) -> CallResult | None:
+        """What call ``call_id`` of run ``run_id`` returned (or its error), masked as
+        everywhere a person sees it; None when the store holds no result for it."""
+        async with self.db.read() as tx:
+            records = await read_run(tx, run_id)
+        rec = records.executions.get(call_id)
+        if rec is None or rec.status not in ("succeeded", "failed"):
+            return None
+        value: Any = (rec.result_value() if rec.status == "succeeded"
+                      else {"error_class": rec.error_class, "error": rec.error})
+        return CallResult(rec.tool, records.masking().call(call_id).data(value), rec.status,
+                          rec.attempts)
 
     async def runs_by_status(self) -> dict[str, int]:
         """How many runs there are of each status."""

@@ -131,11 +131,12 @@ def observation_of(rec: ExecutionRecord) -> Any:
 
 class Ledger:
     def __init__(self, db: Database, clock: Clock, *, max_result_bytes: int,
-                 lease_ttl: timedelta) -> None:
+                 lease_ttl: timedelta, audit: AuditTrail | None = None) -> None:
         self.db = db
         self.clock = clock
         self.max_result_bytes = max_result_bytes
         self.lease_ttl = lease_ttl
+        self.audit = audit  # a retried attempt is audited (``retried``) with its intent
 
     def attempt_ended(self, rec: ExecutionRecord, tool: Tool) -> str | None:
         """How we know the attempt recorded in ``rec`` is over, or None if we do not."""
@@ -194,12 +195,16 @@ class Ledger:
             if existing.status in ("succeeded", "failed"):
                 return Executed(observation_of(existing), reused=True)
             # started or unknown: the earlier attempt may or may not have taken effect
-            if not (retry_sanctioned or tool.idempotent):
+            if retry_sanctioned:
+                why = "a person checked that it did not take effect and chose Retry"
+            elif tool.idempotent:
+                why = "the tool is idempotent, so running it again under its key is harmless"
+            else:
                 decided = await self._settle_unknown(tool, ctx, args, existing, owner,
                                                      after_result)
-                if decided is not None:
+                if not isinstance(decided, str):
                     return decided
-                # it provably did not happen: run it again under the same key
+                why = decided  # it provably did not happen: run it again under the same key
             attempt = existing.attempts + 1
             async with self.db.write(since=since) as tx:
                 await self._check_lease(tx, ctx.run_id, owner, journal)
@@ -208,6 +213,15 @@ class Ledger:
                         owner=owner, attempts=existing.attempts):
                     raise LeaseLost(f"call {ctx.call_id} was retried by someone else",
                                     run_id=ctx.run_id)
+                if self.audit is not None:
+                    self.audit.record(
+                        tx, at=self.clock.now(), action="retried", actor="system:runtime",
+                        via="runtime", run_id=ctx.run_id, digest=digest,
+                        details={"tool": tool.name, "call_id": ctx.call_id,
+                                 "idempotency_key": ctx.idempotency_key,
+                                 "attempt": attempt, "why": why,
+                                 "once": not tool.idempotent or retry_sanctioned},
+                        sensitive=sensitive)
         elif not bare:
             async with self.db.write(since=since) as tx:
                 # the step's model reply is journaled with its first side effect, so a
@@ -274,9 +288,9 @@ class Ledger:
     async def _settle_unknown(self, tool: Tool, ctx: ToolContext, args: dict[str, Any],
                               existing: ExecutionRecord, owner: str,
                               after_result: AfterResult | None,
-                              ) -> Executed | OutcomeUnknown | WaitForAttempt | None:
-        """An attempt with no result: record it, ask for a person, wait, or (None) run it
-        again because it provably did not take effect."""
+                              ) -> Executed | OutcomeUnknown | WaitForAttempt | str:
+        """An attempt with no result: record it, ask for a person, wait, or run it again
+        because it provably did not take effect (then: why it did not, in words)."""
         verdict, said = await self._reconcile(tool, ctx, args)
         if verdict is not None and verdict.happened:
             return await self._record(ctx, tool, verdict.result, None, 0.0, after_result)
@@ -284,7 +298,7 @@ class Ledger:
             return OutcomeUnknown(existing, said)
         ended = self.attempt_ended(existing, tool)
         if ended is not None:
-            return None
+            return f"{said} and attempt {existing.attempts} has ended ({ended})"
         # "not happened" while the attempt may still be running is not an answer yet
         heard = (existing.heard_at or existing.started_at).isoformat()
         if tool.timeout is not None:

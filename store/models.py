@@ -266,6 +266,8 @@ class RunThread(Base):
     next_attempt_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     failures: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     reposts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # audit entries of the run up to this seq are told in the thread (0020)
+    told_audit: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class Limit(Base):

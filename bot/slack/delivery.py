@@ -28,6 +28,7 @@ from approvald.bot.slack.mrkdwn import clause, clip, code_span, safe_cut, slack_
 from approvald.runtime.audit import HEAD_POST
 from approvald.runtime.engine import Engine
 from approvald.runtime.gate import CARD_POST, CARD_UPDATE, NOTICE, REMINDER, RUN_WAITING
+from approvald.runtime.ids import is_external
 from approvald.runtime.outbox import DEAD_REPORT, RetryLater, Undeliverable
 from approvald.runtime.policy import ApprovalPolicy
 from approvald.runtime.sensitive import Masking
@@ -238,6 +239,12 @@ class SlackDeliverer:
         args: Any = payload.get("args")
         run_id = str(payload["run_id"])
         async with self.e.db.read() as tx:
+            thread = await tx.threads.get(run_id)
+            if not is_external(run_id) and (thread is None or thread.reposts <= MAX_REPOSTS):
+                # an agent's run has a thread, which tells the call (from its audit entry,
+                # "ran without asking": notify-after) with its result one click away: a
+                # notice there said it a second time
+                return {"skipped": "told in the run's thread"}
             rec = await tx.executions.get(run_id, payload["call_id"])
             where = await self._where(tx, run_id, payload.get("seq"),
                                       call_id=str(payload["call_id"]))

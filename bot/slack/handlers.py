@@ -29,7 +29,7 @@ import re
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Literal
 
-from approvald.bot.slack import cards, messages, texts, views
+from approvald.bot.slack import cards, messages, story, texts, views
 from approvald.bot.slack.mrkdwn import REASON_MAX, approver, code_span, cut_plain
 from approvald.runtime.batch import MAX_BATCH, BatchVerdict, Target, decide_each
 from approvald.runtime.decide import Actor, Decision, Verdict
@@ -90,6 +90,7 @@ class Handlers:
         app.action(cards.EDIT)(self.on_edit_click)
         app.action(cards.REDIRECT)(self.on_redirect_click)
         app.action(cards.VIEW_ARGS)(self.on_view_args)
+        app.action(story.SHOW_JSON)(self.on_show_json)
         app.view(cards.DENY_MODAL)(self.on_reason_submit("deny"))
         app.view(cards.RESOLVE_MODAL)(self.on_reason_submit("abort"))
         app.view(cards.EDIT_MODAL)(self.on_edit_submit)
@@ -257,6 +258,29 @@ class Handlers:
         await ack()
         self._later(self._open_for(body, client, lambda a, t, c, ts: views.args_modal(a),
                                    check=False))
+
+    async def on_show_json(self, ack: AsyncAck, body: dict[str, Any],
+                           client: AsyncWebClient) -> None:
+        """A run thread's "Show JSON": the call's result, in a modal (read-only; anyone who
+        sees the thread may look, as they see its words)."""
+        await ack()
+        self._later(self._show_json(body, client))
+
+    async def _show_json(self, body: dict[str, Any], client: AsyncWebClient) -> None:
+        user = body["user"]["id"]
+        channel, _ = self._where(body)
+        try:
+            run_id, call_id = str(body["actions"][0]["value"]).split(" ", 1)
+            result = await self.e.call_result(run_id, call_id)
+        except (ValueError, KeyError, IndexError):
+            await self._tell(client, user, channel, texts.REPLY_MALFORMED)
+            return
+        except ApprovaldError:
+            result = None
+        if result is None:
+            await self._tell(client, user, channel, texts.MODAL_JSON_GONE)
+            return
+        await client.views_open(trigger_id=body["trigger_id"], view=views.result_modal(result))
 
     # -- modals -------------------------------------------------------------------------
     def on_reason_submit(self, verdict: Verdict, *, block: str = cards.REASON_BLOCK,

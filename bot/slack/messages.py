@@ -3,9 +3,9 @@ run's ops-channel parent message and thread replies.
 
 Like :mod:`bot.cards`, nothing here reads a clock or does I/O, wording comes from
 :mod:`bot.texts`, and agent-written text (tasks, results, errors, answers, reasons) is
-escaped and cut by :mod:`bot.mrkdwn`. Thread lines are short on purpose; :func:`thread_reply`
-packs a burst of them, whole events at a time, into one reply, and :func:`coalesce` packs
-any lines into as few messages as Slack allows.
+escaped and cut by :mod:`bot.mrkdwn`. A run's thread lines are built by :mod:`bot.story`
+from its audit entries; :func:`coalesce` packs any lines into as few messages as Slack
+allows.
 """
 
 from __future__ import annotations
@@ -17,18 +17,14 @@ from typing import Any
 from approvald.bot.slack import texts as T
 from approvald.bot.slack.cards import (
     approver_ids,
-    args_text,
     as_text,
     impact_line,
     json_object,
-    outcome_emoji,
-    status_word,
 )
 from approvald.bot.slack.mrkdwn import (
     FALLBACK_MAX,
     SECTION_MAX,
     approver,
-    clause,
     clip,
     code_block,
     code_span,
@@ -43,8 +39,9 @@ from approvald.bot.slack.mrkdwn import (
     units,
     who,
 )
+from approvald.bot.slack.story import person, waiting_lines
 from approvald.runtime.errors import DecisionRefused
-from approvald.runtime.packet import asker, sensitive_paths, will_run
+from approvald.runtime.packet import asker, will_run
 from approvald.runtime.sensitive import Masking
 from approvald.runtime.vocabulary import ANSWERS, WORDS, OutcomeName
 from approvald.store.records import ApprovalRecord, RunRecord
@@ -176,22 +173,30 @@ def _result_text(result: Any) -> str:
 
 # -- a run's parent message in the ops channel ---------------------------------------------
 
-def run_parent(run: RunRecord, *, now: datetime, approvals_pending: int = 0,
+def run_parent(run: RunRecord, *, now: datetime, pending: Sequence[ApprovalRecord] = (),
+               ended: tuple[str, str] | None = None,
                shown: Masking | None = None) -> dict[str, Any]:
     """The ops-channel message a run's thread hangs from: ``{"text", "blocks"}``; its
     task, error and result masked by ``shown`` (the run's calls' declared values).
 
-    Updated in place as the run moves. A run still going says when it started (a date
-    Slack renders for each reader), never how long it has run: that would be true only at
-    the moment of the update. ``now`` is kept for callers; nothing here depends on it.
+    Updated in place as the run moves, and always true: its icon and status say how the
+    run stands (``ended``: a completed run's ``(emoji, status)`` when a call it asked for
+    was denied, expired, redirected or failed: never a green check), and while requests
+    are ``pending`` on whom it waits, for what and until when. A run still going says
+    when it started (a date Slack renders for each reader), never how long it has run:
+    that would be true only at the moment of the update. ``now`` is kept for callers.
     """
     emoji, status = T.RUN_STATUS.get(run.status, (T.UNKNOWN_EMOJI, clip(run.status, 40)))
+    if run.status == "completed" and ended is not None:
+        emoji, status = ended
     agent = clip(asker(run.agent), 80)
     mask = (shown or Masking()).text
     lines = [T.RUN_HEADLINE.format(emoji=emoji, agent=agent, status=status),
              T.RUN_TASK.format(task=clip(mask(run.task), 600))]
+    if run.status not in TERMINAL_RUN_STATUSES:
+        lines.extend(waiting_lines(pending))
     if run.error and run.status != "completed":
-        lines.append(T.RUN_ERROR.format(error=clip(mask(run.error), 600)))
+        lines.append(T.RUN_ERROR.format(error=clip(mask(_actor_words(run.error)), 600)))
     if run.result and run.status == "completed":
         lines.append(T.RUN_RESULT.format(result=clip(mask(run.result), 900)))
     if run.status in TERMINAL_RUN_STATUSES:
@@ -200,8 +205,6 @@ def run_parent(run: RunRecord, *, now: datetime, approvals_pending: int = 0,
         elapsed = T.RUN_STARTED.format(date=slack_date(run.created_at, T.DATE_AT))
     parts = [T.RUN_REQUESTED_BY.format(who=who(run.requested_by)),
              T.RUN_STEP.format(step=run.step), elapsed]
-    if approvals_pending > 0:
-        parts.append(T.RUN_PENDING.format(n=approvals_pending))
     if run.cancel_requested and run.status not in TERMINAL_RUN_STATUSES:
         parts.append(T.RUN_CANCEL_REQUESTED)
     parts.append(T.RUN_ID.format(id=code_span(run.id, 64)))
@@ -210,70 +213,16 @@ def run_parent(run: RunRecord, *, now: datetime, approvals_pending: int = 0,
             "blocks": [b.to_dict() for b in blocks]}
 
 
+def _actor_words(error: str) -> str:
+    """A run's error names who cancelled it by id (``cancelled by cli:root``): in words."""
+    head, sep, rest = error.partition("cancelled by ")
+    if not sep or head:
+        return error
+    actor, colon, reason = rest.partition(": ")
+    return f"cancelled by {person(actor)}{colon}{reason}"
+
+
 # -- thread replies ---------------------------------------------------------------------------
-
-def thread_tool_call(tool: str, result: Any, *, failed: bool = False) -> str:
-    """One line for a tool call that ran: its name and the start of its result."""
-    text = clip(result if isinstance(result, str) else as_text(result), 300)
-    template = T.THREAD_TOOL_FAILED if failed else T.THREAD_TOOL_OK
-    return template.format(tool=code_span(tool, 80), result=text)
-
-
-def thread_approval_requested(a: ApprovalRecord, *, card_url: str | None = None) -> str:
-    """The run is waiting for this request (or asking whether a call took effect)."""
-    tool = code_span(a.tool, 80)
-    if a.kind == "outcome_unknown":
-        text = T.THREAD_REQUESTED_QUESTION.format(tool=tool)
-    elif a.kind == "cannot_run":
-        reason = as_text(json_object(a.packet).get("reason")) or ""
-        text = T.THREAD_REQUESTED_CANNOT_RUN.format(tool=tool,
-                                                    reason=clause(clip(reason, 500)))
-    else:
-        progress = T.REMINDER_PROGRESS.format(count=a.approve_count, quorum=a.quorum) \
-            if a.quorum > 1 else ""
-        text = T.THREAD_REQUESTED.format(tool=tool, progress=progress)
-    url = safe_url(card_url)
-    return text + (T.THREAD_CARD_LINK.format(url=url) if url else "")
-
-
-def thread_approval_decided(a: ApprovalRecord) -> str:
-    """How a request ended: approved, denied (with the reason), expired, escalated…"""
-    status = status_word(a)
-    reason = T.THREAD_REASON.format(reason=clip(a.reason, 300)) if a.reason else ""
-    fields = {"emoji": outcome_emoji(a),
-              "tool": code_span(a.tool, 80), "status": status, "reason": reason}
-    if a.decided_via == "standing" and a.decided_by:  # no card: say what allowed it
-        return T.THREAD_STANDING.format(emoji=fields["emoji"], tool=fields["tool"],
-                                        reason=clip(a.reason or "", 300))
-    if a.decided_by and a.status not in ("expired", "superseded"):
-        text = T.THREAD_DECIDED.format(who=who(a.decided_by), **fields)
-    else:
-        text = T.THREAD_DECIDED_NOBODY.format(**fields)
-    ran = thread_edited_call(a) if a.status == "approved" else None
-    return text + "\n" + ran if ran else text
-
-
-def thread_edited_call(a: ApprovalRecord) -> str | None:
-    """For a request with edits, what the edited call does: the impact of the arguments
-    that run, or (when nothing could work it out) those arguments; else None."""
-    if a.kind != "tool_call":
-        return None
-    w = will_run(a)
-    if not w.edited:
-        return None
-    if w.impact:
-        return impact_line(w, 300)
-    return T.THREAD_EDITED_ARGS.format(args=code_span(args_text(w.args, indent=None,
-                                                                     sensitive=w.sensitive),
-                                                           300))
-
-
-def thread_edited_args(a: ApprovalRecord) -> str | None:
-    """The edited arguments of a request approved with edits, as a code block; else None."""
-    if a.edited_args is None:
-        return None
-    return code_block(args_text(a.edited_args, sensitive=sensitive_paths(a)), 2000)[0]
-
 
 def thread_error(error: str) -> str:
     """A run's error, escaped and cut."""
@@ -284,30 +233,6 @@ def thread_final(answer: Any) -> str:
     """The agent's final answer."""
     text = answer if isinstance(answer, str) else as_text(answer)
     return T.THREAD_FINAL.format(answer=clip(text, SECTION_MAX - 100))
-
-
-def thread_reply(groups: Sequence[tuple[int, Sequence[str]]], *,
-                 limit: int = SECTION_MAX) -> tuple[str, int]:
-    """The next thread reply for a run's untold events, and the seq it tells up to.
-
-    ``groups`` are ``(seq, lines)`` per event, in order. The reply holds whole events
-    only, as many as fit in ``limit`` units (one event's lines are cut to fit alone), so
-    "events before the returned seq are told" is true after the reply and false before
-    it. Events without lines ride along for free; with no lines at all the text is empty.
-    """
-    parts: list[str] = []
-    size = 0
-    upto = groups[0][0] if groups else 0
-    for seq, lines in groups:
-        text = safe_cut("\n".join(line for line in lines if line), limit)
-        if text:
-            add = units(text) + (1 if parts else 0)
-            if parts and size + add > limit:
-                break
-            parts.append(text)
-            size += add
-        upto = seq + 1
-    return "\n".join(parts), upto
 
 
 def thread_status(lines: Sequence[str], *, limit: int = SECTION_MAX) -> str:

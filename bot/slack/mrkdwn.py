@@ -237,10 +237,24 @@ def approver(actor: str) -> str:
     return f"<!subteam^{actor}>" if _GROUP.fullmatch(actor) else who(actor)
 
 
+# what each of Slack's date tokens stands for in the fallback text (UTC)
+_DATE_TOKENS = re.compile(r"\{(date_num|date|date_short|date_long|date_pretty|"
+                          r"date_short_pretty|date_long_pretty|time|time_secs)\}")
+_DATE_FORMATS = {"time": "%H:%M UTC", "time_secs": "%H:%M:%S UTC"}
+
+
 def slack_date(when: datetime, tokens: str) -> str:
-    """``<!date^…>``: Slack renders it in each reader's time zone; UTC as the fallback."""
-    when = when if when.tzinfo else when.replace(tzinfo=UTC)
-    fallback = when.astimezone(UTC).strftime(T.DATE_FALLBACK)
+    """``<!date^…>``: Slack renders it in each reader's time zone. The fallback, shown
+    where the date cannot be formatted (notifications, old clients, other readers), is the
+    same words with UTC in place of each token (``expires 2026-12-05 at 18:39 UTC``), so
+    the sentence around it reads the same either way."""
+    when = (when if when.tzinfo else when.replace(tzinfo=UTC)).astimezone(UTC)
+    if _DATE_TOKENS.search(tokens):
+        fallback = _DATE_TOKENS.sub(
+            lambda m: when.strftime(_DATE_FORMATS.get(m.group(1), "%Y-%m-%d")), tokens)
+    else:
+        fallback = when.strftime(T.DATE_FALLBACK)
+    fallback = fallback.replace("|", "/").replace(">", "")
     return f"<!date^{int(when.timestamp())}^{tokens}|{fallback}>"
 
 

@@ -456,30 +456,100 @@ RUN_REQUESTED_BY = "Requested by {who}"
 RUN_STEP = "Step {step}"
 RUN_STARTED = "started {date}"  # a date stays true; "running for 2s" goes stale
 RUN_TOOK = "took {elapsed}"
-RUN_ID = "Run `{id}`"
-RUN_PENDING = ":hourglass_flowing_sand: {n} approval(s) pending"
+RUN_ID = "Details: `approvald trace {id}`"
 RUN_ERROR = "*Error:* {error}"
 RUN_RESULT = "*Result:* {result}"
 RUN_FALLBACK = "{agent} run: {status}"
 RUN_CANCEL_REQUESTED = ":octagonal_sign: cancellation requested"
 
-THREAD_TOOL_OK = ":white_small_square: `{tool}` → {result}"
-THREAD_TOOL_FAILED = ":small_red_triangle: `{tool}` failed: {result}"
-THREAD_REQUESTED = ":hourglass_flowing_sand: Waiting for approval to run `{tool}`{progress}."
-THREAD_REQUESTED_QUESTION = (":warning: `{tool}` may or may not have taken effect; "
-                             "a human needs to say which.")
-THREAD_REQUESTED_CANNOT_RUN = (":warning: `{tool}` was approved but *not executed*: "
-                               "{reason}. A human needs to choose re-plan or abort.")
-THREAD_CARD_LINK = " <{url}|Open the request>"
-THREAD_DECIDED = "{emoji} `{tool}` {status} by {who}{reason}"
-THREAD_DECIDED_NOBODY = "{emoji} `{tool}` {status}{reason}"
-THREAD_STANDING = "{emoji} `{tool}` approved without a card: {reason}"
-THREAD_REASON = ": {reason}"
-THREAD_EDITED_ARGS = "*Edited arguments:* `{args}`"
 THREAD_ERROR = ":x: *Error:* {error}"
 RUN_WAITING = (":hourglass: Waiting until {date}: {reason}. Nothing failed; the run resumes "
                "by itself then.")
 THREAD_FINAL = ":checkered_flag: *Final answer*\n{answer}"
+
+# a run's story in its thread, one line per audit entry that changes who or what the run
+# waits on (bot/slack/story.py); {who}: people as mentions, {until}: a Slack date
+STORY_REQUESTED = (":hourglass_flowing_sand: Asked {approvers} to approve `{tool}`{quorum}, "
+                   "until {until}.{link}")
+STORY_REQUESTED_QUESTION = (":warning: `{tool}` may or may not have taken effect: asked "
+                            "{approvers} to say which, until {until}.{link}")
+STORY_REQUESTED_CANNOT_RUN = (":warning: `{tool}` was approved but *not executed*: "
+                              "{reason}. Asked {approvers} to re-plan or abort, until "
+                              "{until}.{link}")
+STORY_QUORUM = " ({n} approvals needed)"
+STORY_LINK = " <{url}|Open the request>"
+STORY_NEW_LINK = " <{url}|Open the new request>"
+STORY_REMINDED = (":alarm_clock: Reminder {n} sent to {approvers}: `{tool}` is still "
+                  "waiting{progress}; it {expires}.{link}")
+STORY_VOTED = (":ballot_box_with_check: {who} approved `{tool}` ({count} of {quorum} "
+               "approvals); waiting for more.")
+STORY_APPROVED = ":white_check_mark: {who} approved `{tool}`{votes}."
+STORY_APPROVED_EDITED = ":white_check_mark: {who} approved `{tool}` with edits{votes}."
+STORY_VOTES = " ({count} of {quorum} approvals: {who})"
+STORY_STANDING = (":repeat: `{tool}` approved without a card: standing approval `{id}`, "
+                  "granted by {who}, covers it.")
+STORY_POLICY = ":white_check_mark: The policy allowed `{tool}` without asking anyone."
+STORY_DENIED = ":no_entry: {who} denied `{tool}`{reason}. It did not run."
+STORY_REDIRECTED = (":leftwards_arrow_with_hook: {who} redirected `{tool}`{reason}. It did "
+                    "not run; the agent re-plans.")
+STORY_REASON = ": {reason}"
+STORY_EDITED_ARGS = "*Edited arguments:* `{args}`"
+STORY_EDITED = ":pencil2: {who} edited the arguments of `{tool}`.{impact}"
+STORY_EXPIRED = (":hourglass: Nobody decided `{tool}` by its deadline: it expired and did "
+                 "not run (silence never approves).")
+STORY_ESCALATED = (":arrow_double_up: Nobody decided `{tool}` in time: escalated to "
+                   "{approvers}, to decide by {until}.{link}")
+STORY_RUN_CANCELLED = ":no_entry_sign: {who} cancelled the run{reason}."
+STORY_CANCEL_REQUESTED = (":octagonal_sign: {who} asked to cancel the run{reason}; it stops "
+                          "at its next step.")
+STORY_RESOLVED = {
+    "retry": ":repeat: {who} checked that `{tool}` did not take effect and chose Retry.",
+    "mark_done": ":white_check_mark: {who} marked `{tool}` done: the run goes on as if it "
+                 "succeeded.",
+    "abort": ":no_entry_sign: {who} aborted the run at `{tool}`.",
+    "replan": ":leftwards_arrow_with_hook: {who} chose Re-plan for `{tool}`: the agent plans "
+              "again.",
+}
+STORY_RESOLVED_OTHER = "{who} answered about `{tool}`."
+STORY_NOT_EXECUTED = ":warning: `{tool}` was approved but not executed: {reason}."
+STORY_RETRIED = (":repeat: `{tool}` runs again as attempt {attempt}: attempt {before} was cut "
+                 "off before its result was recorded, and {why}.{once}")
+STORY_RETRIED_ONCE = " The call ran once."
+STORY_RAN = ":white_small_square: `{tool}` succeeded{attempt}{how}{words}"
+STORY_RAN_FAILED = ":small_red_triangle: `{tool}` failed{attempt}{how}: {error}"
+STORY_ATTEMPT = " on attempt {n}"
+STORY_NOTIFY = " (ran without asking: its policy is notify-after)"
+STORY_WORDS = ": {words}"
+STORY_MORE = " and {n} more"
+BUTTON_SHOW_JSON = "Show JSON"
+MODAL_JSON_TITLE = "Tool result"
+MODAL_JSON_INTRO = "What `{tool}` returned{attempt}:"
+MODAL_JSON_GONE = "That result is no longer recorded."
+STORY_ANYONE = "anyone but {who}"
+STORY_ANYONE_NOBODY = "anyone but the requester"
+# how a person who acted elsewhere than Slack is named
+PERSON_VIA = {"cli": "{who} (on the command line)", "web": "{who} (on the web review queue)",
+              "api": "{who} (through the HTTP API)", "mcp": "{who} (through MCP)"}
+PERSON_SYSTEM = {"system:expiry": "the expiry scheduler", "system:policy": "the policy",
+                 "system:runtime": "approvald", "system:standing": "a standing approval"}
+
+# the parent: what the run waits on, from whom, until when
+RUN_WAITS_ON = "*Waiting on* {approvers} to approve `{tool}`{progress} until {until}"
+RUN_WAITS_ON_QUESTION = ("*Waiting on* {approvers} to say whether `{tool}` took effect, "
+                         "until {until}")
+RUN_WAITS_ON_CANNOT_RUN = ("*Waiting on* {approvers} to re-plan or abort `{tool}`, until "
+                           "{until}")
+RUN_WAITS_PROGRESS = " ({count} of {quorum} approvals so far)"
+RUN_WAITS_IMPACT = "_{impact}_"
+RUN_AT_STEP = "Step {step}"
+# a finished run's honest headline: what did not happen is not a green check
+RUN_ENDED = {
+    "denied": (":no_entry:", "completed, but `{tool}` was denied"),
+    "expired": (":hourglass:", "completed, but `{tool}` expired and did not run"),
+    "redirected": (":leftwards_arrow_with_hook:", "completed, but `{tool}` was redirected "
+                                                  "and did not run"),
+    "failed": (":warning:", "completed, but `{tool}` failed"),
+}
 ELLIPSIS = "…"
 
 

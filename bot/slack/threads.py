@@ -5,9 +5,13 @@ MCP gateway's call, an HTTP API token's) is told by its card when a person is as
 call the policy answers posts nothing (a thread per call was noise in the channel); with
 ``APPROVALD_CALLER_THREADS=asked`` a request that asked a person gets a thread too.
 
-The follower tails the runs table and each run's events (the database is the source, so a
-restart or another replica picks up where the last left off) and posts what happened as
-thread replies.
+The follower tails the runs table, each run's audit entries and its events (the database
+is the source, so a restart or another replica picks up where the last left off) and posts
+what happened as thread replies: every entry that changes who or what the run waits on
+(a request with a link to its card, a reminder, an escalation, a vote, a decision, an
+execution, a retry after a crash: :mod:`story`), then the agent's final words. The parent
+says how the run stands, on whom and until when it waits. A request's line waits for its
+card to be posted (``card_wait`` at most), so that it links to it.
 
 Several replicas may follow the same runs, so each thread's work is claimed first: a
 compare-and-set on its row (inserted already claimed, before the parent exists) gives one
@@ -37,25 +41,29 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from approvald.bot.slack import messages
+from approvald.bot.slack import messages, story
 from approvald.bot.slack.delivery import MAX_REPOSTS, slack_error
 from approvald.runtime.engine import Engine
 from approvald.runtime.failpoints import failpoint
 from approvald.runtime.ids import is_external
 from approvald.runtime.periodic import repeat
 from approvald.runtime.shown import RunMasking, of_run
-from approvald.runtime.state import AssistantMessage, ToolMessage
+from approvald.runtime.state import AssistantMessage
 from approvald.runtime.transcript import decode
-from approvald.store.records import ApprovalRecord, EventRecord, ExecutionRecord, RunRecord
+from approvald.store.records import (
+    ApprovalRecord,
+    AuditRecord,
+    EventRecord,
+    ExecutionRecord,
+    RunRecord,
+)
 from approvald.store.repos.threads import ThreadRecord
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 log = logging.getLogger("approvald.threads")
-FAILED = ("denied", "redirected", "expired", "forbidden", "invalid_arguments", "error",
-          "cancelled")
 THREAD_EVENT = "approvald_thread"  # metadata of a run's parent message: {run_id}
-REPLY_EVENT = "approvald_thread_reply"  # of a reply: {run_id, upto[, status]}
+REPLY_EVENT = "approvald_thread_reply"  # of a reply: {run_id, upto, audit[, status]}
 GONE = frozenset({"message_not_found", "thread_not_found"})
 _HISTORY_PAGES = 5  # pages of 200 searched for a parent an unclean claim may have posted
 _REPLY_PAGES = 20
@@ -87,6 +95,10 @@ class _Turn:
     def posted_seq(self) -> int:
         return int(self.progress.get("posted_seq", self.thread.posted_seq))
 
+    @property
+    def told_audit(self) -> int:
+        return int(self.progress.get("told_audit", self.thread.told_audit))
+
 
 # a message's link from its channel and ts (None when Slack gives none)
 Permalink = Callable[[str | None, str | None], Awaitable[str | None]]
@@ -98,7 +110,7 @@ class ThreadFollower:
                  permalink: Permalink | None = None, patience: float = 0.5,
                  claim_ttl: timedelta = timedelta(seconds=90), batch: int = 100,
                  backoff: float = 2.0, max_backoff: float = 600.0,
-                 callers: bool = False) -> None:
+                 callers: bool = False, card_wait: timedelta = timedelta(seconds=30)) -> None:
         self.e = engine
         self.client = client
         self.channel = channel
@@ -114,6 +126,9 @@ class ThreadFollower:
         # callers' requests (hooks, MCP gateways, API tokens) that asked a person get a
         # thread too; off, their card is their one message (and a policy's answer none)
         self.callers = callers
+        # a request is told with a link to its card: how long its line waits for the card
+        # to be posted before it is told without one
+        self.card_wait = card_wait
 
     async def run(self, stop: asyncio.Event, *, poll: float = 0.5) -> None:
         await repeat(self.sync_once, stop=stop, every=poll, what="run threads sync")
@@ -197,7 +212,8 @@ class ThreadFollower:
             run = await tx.runs.get(t.run_id)
             approvals = await tx.approvals.for_run(t.run_id)
             events = await tx.events.load(t.run_id, since=t.posted_seq)
-            executions = await tx.executions.for_run(t.run_id) if events else {}
+            entries = await tx.audit.of_run(t.run_id, after=t.told_audit, limit=self.batch)
+            executions = await tx.executions.for_run(t.run_id)
             external = await tx.external.get(t.run_id) if is_external(t.run_id) else None
         if run is None:
             return
@@ -206,31 +222,80 @@ class ThreadFollower:
         if turn.unsure:
             await self._reconcile(turn, run)
         if turn.ts is None:
-            await self._post_parent(turn, run, approvals)
+            await self._post_parent(turn, run, approvals, executions)
             return
         events = [ev for ev in events if ev.seq >= turn.posted_seq]
-        if events:
-            text, upto = messages.thread_reply(self._event_lines(events, executions, approvals,
-                                                                 turn.shown))
-            if text:
-                # the parent moves with what was just told: a run that keeps going would
-                # otherwise never be caught up with, and its parent never redrawn
-                if await self._reply(turn, run, text, approvals, upto=upto):
-                    await self._update_parent(turn, run, approvals)
+        entries = [e for e in entries if e.seq > turn.told_audit]
+        all_audit = len(entries) < self.batch  # every untold entry is in ``entries``
+        if events or entries:
+            items, whole = await self._items(entries, events, approvals, executions,
+                                             turn.shown)
+            reply = story.story_reply(run.id, items)
+            all_audit = all_audit and whole and reply.taken == len(items)
+            if reply.text:
+                # the parent moves with what is told: a run that keeps going would otherwise
+                # never be caught up with, and its parent never redrawn. It goes first: its
+                # update finds a deleted parent, under which a reply would be lost
+                if await self._update_parent(turn, run, approvals, executions):
+                    await self._reply(turn, run, reply, approvals, executions)
                 return
-            turn.progress["posted_seq"] = upto
-        if turn.posted_seq < run.next_seq or run.status == t.posted_status:
+            self._told(turn, reply)
+        if turn.posted_seq < run.next_seq or not all_audit \
+                or run.status == t.posted_status:
             return
-        # the parent first (an update is idempotent), then what the run now waits for
-        if not await self._update_parent(turn, run, approvals):
+        # the parent first (an update is idempotent), then why the run stopped
+        if not await self._update_parent(turn, run, approvals, executions):
             return
         if turn.told_status != run.status:
-            lines = await self._status_lines(run, approvals, turn.shown)
-            if lines and not await self._reply(turn, run, messages.thread_status(lines),
-                                               approvals, upto=run.next_seq,
-                                               status=run.status):
+            lines = self._status_lines(run, turn.shown)
+            if lines and not await self._reply(
+                    turn, run, story.Reply(messages.thread_status(lines), [], run.next_seq,
+                                           None, 0),
+                    approvals, executions, status=run.status):
                 return
         turn.progress["posted_status"] = run.status
+
+    async def _items(self, entries: list[AuditRecord], events: list[EventRecord],
+                     approvals: list[ApprovalRecord],
+                     executions: dict[str, ExecutionRecord],
+                     shown: RunMasking) -> tuple[list[story.Item], bool]:
+        """What the untold audit entries and events say, in order: the entries (committed
+        in the order things happened), then the events (the agent's final words). A
+        request whose card is still being posted holds the story back, for a while, so
+        that its line links to the card; ``False`` then: not all was said."""
+        by_id = {a.id: a for a in approvals}
+        links: dict[str, str | None] = {}
+        items: list[story.Item] = []
+        now = self.e.clock.now()
+        for e in entries:
+            a = by_id.get(e.approval_id or "")
+            if e.action in ("requested", "escalated", "reminded") and a is not None:
+                if not (a.channel and a.message_ts) and a.status == "pending" \
+                        and now - a.requested_at < self.card_wait:
+                    return items, False  # its card is not posted yet: told with its link
+                if a.id not in links:
+                    links[a.id] = await self._link(a)
+            items.append(story.Item("audit", e.seq,
+                                    story.entry_lines(e, by_id, executions, links, shown)))
+        for ev in events:
+            msg = decode(ev, executions)
+            lines = []
+            if isinstance(msg, AssistantMessage) and not msg.tool_calls and msg.content:
+                lines.append(story.Line(messages.thread_final(shown.run.text(msg.content))))
+            items.append(story.Item("event", ev.seq, lines))
+        return items, True
+
+    async def _link(self, a: ApprovalRecord) -> str | None:
+        if self._permalink is None or not (a.channel and a.message_ts):
+            return None
+        return await self._permalink(a.channel, a.message_ts)
+
+    @staticmethod
+    def _told(turn: _Turn, reply: story.Reply) -> None:
+        if reply.upto is not None:
+            turn.progress["posted_seq"] = reply.upto
+        if reply.told_audit is not None:
+            turn.progress["told_audit"] = reply.told_audit
 
     # -- Slack calls ---------------------------------------------------------------------
 
@@ -252,43 +317,52 @@ class ThreadFollower:
         failpoint("after_thread_post_before_record")
         return str(resp["ts"])
 
+    def _parent(self, turn: _Turn, run: RunRecord, approvals: list[ApprovalRecord],
+                executions: dict[str, ExecutionRecord]) -> dict[str, Any]:
+        return messages.run_parent(run, now=self.e.clock.now(),
+                                   pending=[a for a in approvals if a.status == "pending"],
+                                   ended=story.ended_badly(approvals, executions),
+                                   shown=turn.shown.run)
+
     async def _post_parent(self, turn: _Turn, run: RunRecord,
-                           approvals: list[ApprovalRecord]) -> None:
-        parent = messages.run_parent(run, now=self.e.clock.now(),
-                                     approvals_pending=_pending(approvals),
-                                     shown=turn.shown.run)
+                           approvals: list[ApprovalRecord],
+                           executions: dict[str, ExecutionRecord]) -> None:
+        parent = self._parent(turn, run, approvals, executions)
         turn.progress["ts"] = await self._post(turn, channel=turn.thread.channel,
                                                metadata=_parent_metadata(run.id), **parent)
-        if turn.posted_seq >= run.next_seq and not _has_status_lines(run, approvals):
-            turn.progress["posted_status"] = run.status  # nothing more to tell: caught up
         turn.unsure = False
 
-    async def _reply(self, turn: _Turn, run: RunRecord, text: str,
-                     approvals: list[ApprovalRecord], *, upto: int,
-                     status: str | None = None) -> bool:
-        """Post a reply telling events before ``upto`` (and ``status``); False if the
-        parent turned out to be gone (the turn is then over)."""
-        payload: dict[str, Any] = {"run_id": run.id, "upto": upto}
+    async def _reply(self, turn: _Turn, run: RunRecord, reply: story.Reply,
+                     approvals: list[ApprovalRecord], executions: dict[str, ExecutionRecord],
+                     *, status: str | None = None) -> bool:
+        """Post a reply telling what ``reply`` tells (and ``status``); False if the parent
+        turned out to be gone (the turn is then over)."""
+        payload: dict[str, Any] = {"run_id": run.id,
+                                   "upto": reply.upto if reply.upto is not None
+                                   else turn.posted_seq,
+                                   "audit": reply.told_audit if reply.told_audit is not None
+                                   else turn.told_audit}
         if status is not None:
             payload["status"] = status
+        extra: dict[str, Any] = {"blocks": reply.blocks} if reply.blocks else {}
         try:
-            await self._post(turn, channel=turn.thread.channel, thread_ts=turn.ts, text=text,
+            await self._post(turn, channel=turn.thread.channel, thread_ts=turn.ts,
+                             text=reply.text, **extra,
                              metadata={"event_type": REPLY_EVENT, "event_payload": payload})
         except SlackApiError as exc:
             if _error(exc) not in GONE:
                 raise
-            await self._parent_lost(turn, run, approvals)
+            await self._parent_lost(turn, run, approvals, executions)
             return False
-        turn.progress["posted_seq"] = upto
+        self._told(turn, reply)
         turn.unsure = False
         return True
 
     async def _update_parent(self, turn: _Turn, run: RunRecord,
-                             approvals: list[ApprovalRecord]) -> bool:
+                             approvals: list[ApprovalRecord],
+                             executions: dict[str, ExecutionRecord]) -> bool:
         """Show the run's status on its parent; False if the parent was gone."""
-        parent = messages.run_parent(run, now=self.e.clock.now(),
-                                     approvals_pending=_pending(approvals),
-                                     shown=turn.shown.run)
+        parent = self._parent(turn, run, approvals, executions)
         assert turn.ts is not None
         try:
             await self.client.chat_update(channel=turn.thread.channel, ts=turn.ts,
@@ -297,11 +371,12 @@ class ThreadFollower:
         except SlackApiError as exc:
             if _error(exc) not in GONE:
                 raise
-        await self._parent_lost(turn, run, approvals)
+        await self._parent_lost(turn, run, approvals, executions)
         return False
 
     async def _parent_lost(self, turn: _Turn, run: RunRecord,
-                           approvals: list[ApprovalRecord]) -> None:
+                           approvals: list[ApprovalRecord],
+                           executions: dict[str, ExecutionRecord]) -> None:
         """Someone deleted the parent: post it again, once; after that let the thread go."""
         t = turn.thread
         if t.reposts >= MAX_REPOSTS:
@@ -313,9 +388,7 @@ class ThreadFollower:
         if turn.unsure:  # the last holder may have re-posted it without recording that
             found = await self._find_parent(t.channel, run, not_ts=turn.ts)
         if found is None:
-            parent = messages.run_parent(run, now=self.e.clock.now(),
-                                         approvals_pending=_pending(approvals),
-                                     shown=turn.shown.run)
+            parent = self._parent(turn, run, approvals, executions)
             found = await self._post(turn, channel=t.channel,
                                      metadata=_parent_metadata(run.id), **parent)
             log.info("run %s: its thread's parent message was deleted; posted it again",
@@ -332,9 +405,11 @@ class ThreadFollower:
             if found is not None:
                 turn.progress["ts"] = found
         else:
-            upto, status = await self._last_reply(t.channel, t.ts, run.id)
+            upto, audit, status = await self._last_reply(t.channel, t.ts, run.id)
             if upto is not None and upto > t.posted_seq:
                 turn.progress["posted_seq"] = upto
+            if audit is not None and audit > t.told_audit:
+                turn.progress["told_audit"] = audit
             if upto is not None and upto == turn.posted_seq:
                 turn.told_status = status
         turn.unsure = False
@@ -359,8 +434,8 @@ class ThreadFollower:
         return None
 
     async def _last_reply(self, channel: str, ts: str,
-                          run_id: str) -> tuple[int | None, str | None]:
-        """``(upto, status)`` of the newest reply of ours under ``ts``, if any."""
+                          run_id: str) -> tuple[int | None, int | None, str | None]:
+        """``(upto, audit, status)`` of the newest reply of ours under ``ts``, if any."""
         last: dict[str, Any] | None = None
         cursor = None
         for _ in range(_REPLY_PAGES):
@@ -380,60 +455,20 @@ class ThreadFollower:
                 break
         payload = _meta(last, REPLY_EVENT, run_id) if last else None
         if payload is None:
-            return None, None
+            return None, None, None
         status = payload.get("status")
-        return int(payload["upto"]), str(status) if status is not None else None
+        audit = payload.get("audit")
+        return (int(payload["upto"]), int(audit) if audit is not None else None,
+                str(status) if status is not None else None)
 
     # -- what to tell ------------------------------------------------------------------
 
-    def _event_lines(self, events: list[EventRecord], executions: dict[str, ExecutionRecord],
-                     approvals: list[ApprovalRecord],
-                     shown: RunMasking) -> list[tuple[int, list[str]]]:
-        by_call = {a.call_id: a for a in approvals if a.kind == "tool_call"}
-        groups: list[tuple[int, list[str]]] = []
-        for ev in events:
-            lines: list[str] = []
-            msg = decode(ev, executions)
-            if isinstance(msg, ToolMessage):
-                a = by_call.get(msg.call_id)
-                if a is not None and a.status != "pending":
-                    lines.append(messages.thread_approval_decided(a))
-                status = msg.content.get("status") if isinstance(msg.content, dict) else None
-                # a call that did not run is told by its request's line alone
-                if a is None or status not in ("denied", "redirected", "expired", "cancelled"):
-                    lines.append(messages.thread_tool_call(
-                        msg.name, shown.call(msg.call_id).data(msg.content),
-                        failed=status in FAILED))
-            elif isinstance(msg, AssistantMessage) and not msg.tool_calls and msg.content:
-                lines.append(messages.thread_final(shown.run.text(msg.content)))
-            groups.append((ev.seq, lines))
-        return groups
-
-    async def _status_lines(self, run: RunRecord, approvals: list[ApprovalRecord],
-                            shown: RunMasking) -> list[str]:
-        if run.status in ("awaiting_approval", "needs_attention"):
-            out = []
-            for a in approvals:
-                if a.status == "pending":
-                    url = None
-                    if self._permalink is not None and a.channel and a.message_ts:
-                        url = await self._permalink(a.channel, a.message_ts)
-                    out.append(messages.thread_approval_requested(a, card_url=url))
-            return out
-        if run.status in ("failed", "cancelled") and run.error:
+    @staticmethod
+    def _status_lines(run: RunRecord, shown: RunMasking) -> list[str]:
+        """Why a run stopped, where no audit entry of its says it (a failure's error)."""
+        if run.status == "failed" and run.error:
             return [messages.thread_error(shown.run.text(run.error))]
         return []
-
-
-def _has_status_lines(run: RunRecord, approvals: list[ApprovalRecord]) -> bool:
-    """Whether :meth:`ThreadFollower._status_lines` has anything to say (no Slack calls)."""
-    if run.status in ("awaiting_approval", "needs_attention"):
-        return _pending(approvals) > 0
-    return run.status in ("failed", "cancelled") and bool(run.error)
-
-
-def _pending(approvals: list[ApprovalRecord]) -> int:
-    return sum(a.status == "pending" for a in approvals)
 
 
 def _parent_metadata(run_id: str) -> dict[str, Any]:

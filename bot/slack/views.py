@@ -78,6 +78,7 @@ from approvald.bot.slack.mrkdwn import (
     header,
     md,
     plain,
+    pretty_json,
     safe_cut,
     section,
     slack_date,
@@ -86,6 +87,7 @@ from approvald.bot.slack.mrkdwn import (
     who,
 )
 from approvald.runtime.batch import MAX_BATCH, BatchVerdict, Outcome
+from approvald.runtime.engine import CallResult
 from approvald.runtime.json_input import MAX_DEPTH, TooDeep, loads
 from approvald.runtime.packet import sensitive_paths, will_run
 from approvald.runtime.rules import MAX_EXPRESSION, RuleError, holds
@@ -164,6 +166,23 @@ def _modal(title: str, blocks: Sequence[Block], *, callback_id: str | None = Non
                  submit=plain(submit) if submit else None,
                  close=plain(T.MODAL_CANCEL if submit else T.MODAL_CLOSE),
                  private_metadata=metadata)
+
+
+def result_modal(result: CallResult) -> dict[str, Any]:
+    """A read-only modal with a call's result as JSON: a run thread's "Show JSON"."""
+    text = pretty_json(result.value)
+    attempt = T.STORY_ATTEMPT.format(n=result.attempts) if result.attempts > 1 else ""
+    blocks: list[Block] = [section(T.MODAL_JSON_INTRO.format(tool=code_span(result.tool, 80),
+                                                             attempt=attempt))]
+    shown = 0
+    for chunk, end in code_chunks(text, SECTION_MAX):
+        if len(blocks) == VIEW_BLOCKS_MAX - 1:
+            break
+        blocks.append(section(chunk))
+        shown = end
+    if shown < len(text):
+        blocks.append(section(T.TRUNCATED.format(n=len(text) - shown)))
+    return _modal(T.MODAL_JSON_TITLE, blocks)
 
 
 def args_modal(a: ApprovalRecord) -> dict[str, Any]:

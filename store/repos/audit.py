@@ -94,6 +94,12 @@ class AuditRepo(Repo):
                 yield AuditRecord(**r._mapping)
             last = rows[-1].seq
 
+    async def of_run(self, run_id: str, *, after: int, limit: int = 200) -> list[AuditRecord]:
+        """The run's entries past seq ``after``, oldest first, at most ``limit`` of them."""
+        stmt = (select(_T).where(AuditEntry.run_id == run_id, AuditEntry.seq > after)
+                .order_by(AuditEntry.seq).limit(limit))
+        return [AuditRecord(**r._mapping) for r in await self.conn.execute(stmt)]
+
     async def query(self, *, run_id: str | None = None, since: datetime | None = None,
                     approval_id: str | None = None) -> list[AuditRecord]:
         stmt = select(_T).order_by(AuditEntry.seq)

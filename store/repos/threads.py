@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any, cast
 
 from approvald.store.fastsql import fast
-from approvald.store.models import Approval, Run, RunThread
+from approvald.store.models import Approval, AuditEntry, Run, RunThread
 from approvald.store.records import RunRecord
 from approvald.store.repos.base import Repo
 from sqlalchemy import Table, and_, bindparam, exists, func, or_, select, update
@@ -35,6 +35,10 @@ _CLAIM = (update(_T)
           .values(claimed_by=bindparam("owner"), claimed_until=bindparam("until"))
           .returning(*_T.c))
 _THREAD_COLS = [c.name for c in _T.c if c.name != "run_id"]
+_L = cast(Table, AuditEntry.__table__)
+_FINAL = ("completed", "failed", "cancelled")
+# the run has audit entries its thread has not told (by the index on audit_log.run_id)
+_UNTOLD = exists().where(_L.c.run_id == _R.c.id, _L.c.seq > _T.c.told_audit)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +55,7 @@ class ThreadRecord:
     next_attempt_at: datetime | None  # no turn before; candidates are served oldest first
     failures: int  # consecutive failed turns (backoff grows with them)
     reposts: int  # parents posted again after the previous one was deleted
+    told_audit: int = 0  # the run's audit entries up to this seq are told in the thread
 
 
 class ThreadsRepo(Repo):
@@ -66,7 +71,8 @@ class ThreadsRepo(Repo):
         row = (await self.conn.execute(stmt, {
             "run_id": run_id, "channel": channel, "ts": None, "posted_seq": 1,
             "posted_status": "", "claimed_by": owner, "claimed_until": until,
-            "next_attempt_at": None, "failures": 0, "reposts": 0})).first()
+            "next_attempt_at": None, "failures": 0, "reposts": 0,
+            "told_audit": 0})).first()
         return None if row is None else ThreadRecord(**row._mapping)
 
     async def claim(self, run_id: str, *, owner: str, seen_by: str | None, now: datetime,
@@ -86,7 +92,8 @@ class ThreadsRepo(Repo):
     async def finish(self, run_id: str, *, owner: str, now: datetime,
                      **progress: Any) -> bool:
         """Record what ``owner`` posted (``ts``, ``posted_seq``, ``posted_status``,
-        ``reposts``) and release its claim cleanly; False if the claim is no longer its."""
+        ``reposts``, ``told_audit``) and release its claim cleanly; False if the claim is
+        no longer its."""
         res = await self.conn.execute(
             update(_T).where(_T.c.run_id == run_id, _T.c.claimed_by == owner)
             .values(claimed_by=None, claimed_until=None, failures=0, next_attempt_at=now,
@@ -126,6 +133,9 @@ class ThreadsRepo(Repo):
         A caller's request (a run of agent ``external:…``) gets a thread only with
         ``callers``, and only once it asked a person (it has an approval): an answer of the
         policy never does.
+
+        A run still going whose audit log has entries past ``told_audit`` (a reminder, a
+        vote, an escalation: the run itself did not move) is behind too.
         """
         j = _R.outerjoin(_T, _T.c.run_id == _R.c.id)
         # approvald's own agents' runs; with ``callers``, callers' requests that asked
@@ -140,7 +150,8 @@ class ThreadsRepo(Repo):
                 and_(_T.c.run_id.is_not(None), _FREE, _DUE,
                      _T.c.reposts <= max_reposts,
                      or_(_T.c.ts.is_(None), _T.c.posted_seq < _R.c.next_seq,
-                         _T.c.posted_status != _R.c.status)),
+                         _T.c.posted_status != _R.c.status,
+                         and_(_R.c.status.not_in(_FINAL), _UNTOLD))),
             ))
             .order_by(func.coalesce(_T.c.next_attempt_at, _R.c.created_at), _R.c.id)
             .limit(limit), {"now": now})

@@ -76,7 +76,8 @@ def open_clean(browser: Any, path: Path) -> tuple[Any, list[str]]:
 
 
 @contextmanager
-def sandbox_page(tmp_path: Path, artifacts: Path, wait_ms: int = 60_000
+def sandbox_page(tmp_path: Path, artifacts: Path, wait_ms: int = 60_000,
+                 extra_env: dict[str, str] | None = None
                  ) -> Iterator[tuple[Sandbox, Any, Any]]:
     """A sandbox started in ``tmp_path`` and a desktop-sized chromium page (``expect``
     waiting ``wait_ms``), ``artifacts`` emptied for the screenshots: (sandbox, page,
@@ -87,7 +88,7 @@ def sandbox_page(tmp_path: Path, artifacts: Path, wait_ms: int = 60_000
     expect.set_options(timeout=wait_ms)
     shutil.rmtree(artifacts, ignore_errors=True)
     artifacts.mkdir(parents=True)
-    sb = Sandbox(tmp_path)
+    sb = Sandbox(tmp_path, extra_env=extra_env)
     try:
         sb.start()
         with sync_playwright() as pw:

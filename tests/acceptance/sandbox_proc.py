@@ -33,10 +33,13 @@ def free_port() -> int:
 class Sandbox:
     """One ``approvald sandbox`` subprocess on a temp SQLite file and a free port."""
 
-    def __init__(self, tmp_path: Path, *, home: Path | None = None) -> None:
+    def __init__(self, tmp_path: Path, *, home: Path | None = None,
+                 extra_env: dict[str, str] | None = None) -> None:
         """On ``sandbox.db`` in ``tmp_path``; with ``home``, on the default database of a
-        user whose home directory that is (nothing set but ``HOME``)."""
+        user whose home directory that is (nothing set but ``HOME``); ``extra_env``: more
+        settings (a policy file)."""
         self.dir = tmp_path
+        self.extra_env = dict(extra_env or {})
         self.home = home
         self.db = (home / ".local" / "share" / "approvald" / "approvald.db" if home
                    else tmp_path / "sandbox.db")
@@ -56,6 +59,7 @@ class Sandbox:
             env["HOME"] = str(self.home)
         else:
             env["APPROVALD_DATABASE_URL"] = f"sqlite+aiosqlite:///{self.db}"
+        env.update(self.extra_env)
         return env
 
     def start(self) -> None:

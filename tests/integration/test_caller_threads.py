@@ -95,7 +95,10 @@ async def test_the_operator_may_ask_for_the_threads_of_asked_requests(
                        APPROVALD_CALLER_THREADS="asked") as h:
         approval_id = await calls(h)
         a = await h.approval(approval_id)
-        [parent] = await posted(h, OPS)  # the asked request's; the policy's answers none
+        # the asked request's parent (the policy's answers none), and a reply telling
+        # whom it asked, until when, with a link to its card (issue 52)
+        parent, asked = await posted(h, OPS)
+        assert "Asked <@U_ALICE> to approve `Bash`" in asked and "|Open the request>" in asked
         assert "Claude Code" in parent, parent
         async with h.engine.db.read() as tx:
             thread = await tx.threads.get(a.run_id)

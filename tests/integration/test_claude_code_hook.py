@@ -347,7 +347,7 @@ async def test_the_card_says_claude_code_asked_and_shows_the_command_as_code(
     async with engine.db.read() as tx:
         run = await tx.runs.get(a.run_id)
     assert run is not None
-    parent = json.dumps(messages.run_parent(run, now=engine.clock.now(), approvals_pending=1))
+    parent = json.dumps(messages.run_parent(run, now=engine.clock.now(), pending=[a]))
     assert "HTTP API" not in parent and "Claude Code" in parent, parent
 
 

@@ -343,7 +343,7 @@ def test_an_edited_request_says_what_the_edit_does_and_labels_the_original_words
         else:  # nothing could work the edit's impact out: the original's, labelled
             assert T.IMPACT_BEFORE_EDIT[author] in text and "$20.00" not in text
             assert "Expected impact*" not in text and "*Impact:*" not in text
-    line = messages.thread_approval_decided(a) if status == "approved" else ""
+    line = _story("approved", a) if status == "approved" else ""
     assert_inert(line)
     assert "$42.00" not in line
     if status == "approved":
@@ -475,7 +475,7 @@ def test_an_approved_card_says_its_call_was_not_executed() -> None:
 
 
 def test_the_thread_and_reminders_say_an_approved_call_cannot_run() -> None:
-    said = messages.thread_approval_requested(cannot_run())
+    said = _story("requested", cannot_run())
     assert "not executed" in said and "no such tool" in said and "<!here>" not in said
     reminder = messages.reminder_text(cannot_run(), now=NOW)
     assert "re-plan or abort" in reminder
@@ -768,37 +768,104 @@ def test_run_parent_for_every_status(status: str) -> None:
     r = run(status, error="boom <!channel>" if status in ("failed", "cancelled") else None,
             result='"done <@U123>"' if status == "completed" else None,
             task="Refund <!channel> " + "x" * 5000, cancel_requested=status == "running")
-    msg = messages.run_parent(r, now=NOW, approvals_pending=2)
+    waiting = [approval(quorum=2, approve_count=1), question()]
+    msg = messages.run_parent(r, now=NOW, pending=waiting)
     check_message(msg)
     assert_inert(msg)
     body = dump(msg)
     assert "support-bot" in body and "Step 7" in body and "<@U0ALICE>" in body
-    assert "2 approval(s) pending" in body
+    going = status not in ("completed", "failed", "cancelled")
+    # on whom, for what and until when (a date whose fallback reads on its own)
+    assert ("*Waiting on* <@U0BOB>, <!subteam^S0FIN> to approve `issue_refund` (1 of 2 "
+            "approvals so far) until <!date^" in body) == going, body
+    assert ("to say whether `issue_refund` took effect" in body) == going
     emoji, word = T.RUN_STATUS.get(status, (T.UNKNOWN_EMOJI, "mystery"))
     assert emoji in body and word in body
     assert ("took 1h 29m" in body) == (status in ("completed", "failed", "cancelled"))
 
 
+@pytest.mark.parametrize("ended", ["denied", "expired", "redirected"])
+def test_a_completed_run_whose_call_did_not_run_gets_no_green_check(ended: str) -> None:
+    from approvald.bot.slack import story
+
+    honest = story.ended_badly([decided(ended)], {})
+    assert honest is not None
+    body = dump(messages.run_parent(run("completed"), now=NOW, ended=honest))
+    assert ":white_check_mark:" not in body and ended in body, body
+    assert story.ended_badly([decided("approved")], {}) is None
+    # an escalated request is not how the call ended; the request after it is
+    assert story.ended_badly([decided("superseded"), decided("approved")], {}) is None
+
+
+def test_a_date_fallback_keeps_the_words_around_it() -> None:
+    from approvald.bot.slack.mrkdwn import slack_date
+
+    when = datetime(2026, 12, 5, 18, 39, tzinfo=UTC)
+    said = slack_date(when, T.DATE_EXPIRES)
+    assert said.endswith("|expires 2026-12-05 at 18:39 UTC>"), said
+    assert "It " + said.rsplit("|", 1)[1].rstrip(">") == "It expires 2026-12-05 at 18:39 UTC"
+    assert slack_date(when, "{date_short_pretty} at {time}").endswith("|2026-12-05 at 18:39 UTC>")
+
+
+def _entry(action: str, actor: str = "U0BOB", via: str = "slack", approval_id: str | None = None,
+           **details: Any) -> Any:
+    from approvald.store.records import AuditRecord
+
+    return AuditRecord(seq=1, at=NOW, action=action, actor=actor, via=via, run_id="run1",
+                       approval_id=approval_id, digest=None, details=json.dumps(details),
+                       key_id="", prev_hash="", hash="")
+
+
+def _story(action: str, a: ApprovalRecord) -> str:
+    """What a run's thread says of ``a``'s audit entry ``action``."""
+    from approvald.bot.slack import story
+    from approvald.runtime.shown import RunMasking
+
+    e = _entry(action, approval_id=a.id, tool=a.tool)
+    return "\n".join(ln.text for ln in story.entry_lines(e, {a.id: a}, {}, {}, RunMasking()))
+
+
 def test_thread_lines_are_escaped_and_short() -> None:
+    from approvald.bot.slack import story
+    from approvald.runtime.shown import RunMasking
+
+    a = approval(quorum=2, reason=HOSTILE)
+    found = {a.id: a}
+    links = {a.id: "https://x/p1"}
+
+    def said(e: Any) -> str:
+        return "\n".join(ln.text for ln in story.entry_lines(e, found, {}, links,
+                                                               RunMasking()))
+
     lines = [
-        messages.thread_tool_call("lookup", {"r": HOSTILE * 50}),
-        messages.thread_tool_call("lookup", HOSTILE, failed=True),
-        messages.thread_approval_requested(approval(quorum=2), card_url="https://x/p1"),
-        messages.thread_approval_requested(question()),
+        said(_entry("requested", "agent:bot", "agent", a.id, tool=HOSTILE, approvers=["U0BOB"])),
+        said(_entry("reminded", "system:expiry", "scheduler", a.id, tool="t", n=1)),
+        said(_entry("voted", approval_id=a.id, tool="t", approvals=1, quorum=2)),
+        said(_entry("approved", approval_id=a.id, tool="t", approvers=["U0BOB", "U0CAROL"])),
+        said(_entry("denied", approval_id=a.id, tool="t")),
+        said(_entry("redirected", approval_id=a.id, tool="t")),
+        said(_entry("escalated", "system:expiry", "scheduler", a.id, tool="t",
+                    approvers=["U0CFO"])),
+        said(_entry("cancelled", "cli:root", "cli", reason=HOSTILE)),
+        said(_entry("retried", "system:runtime", "runtime", tool="t", attempt=2,
+                    why=HOSTILE, once=True)),
         messages.thread_error(HOSTILE * 100),
         messages.thread_final(HOSTILE * 500),
-        messages.notice_text("send_email", {"to": HOSTILE * 100}, {"ok": HOSTILE}),
-        *(messages.thread_approval_decided(decided(s, reason=HOSTILE)) for s in
-          ("approved", "denied", "expired", "superseded", "cancelled")),
-        messages.thread_approval_decided(decided("approved", edited_args={"a": 1})),
     ]
     for line in lines:
-        assert 0 < units(line) <= 3000
+        assert 0 < units(line) <= 3000, line
         assert_inert(line)
-    assert "approved with edits by <@U0BOB>" in lines[-1]
-    assert "(0 of 2 approvals)" in lines[2] and "<https://x/p1|Open the request>" in lines[2]
-    assert messages.thread_edited_args(decided("approved", edited_args={"a": 1}))
-    assert messages.thread_edited_args(decided("approved")) is None
+    assert "Asked <@U0BOB> to approve" in lines[0] and "<https://x/p1|Open the request>" in lines[0]
+    assert "(2 approvals needed)" in lines[0]
+    assert "Reminder 1 sent to <@U0BOB>, <!subteam^S0FIN>" in lines[1]
+    assert "<@U0BOB> approved `t` (1 of 2 approvals)" in lines[2]
+    assert "(0 of 2 approvals: <@U0BOB>, <@U0CAROL>)" in lines[3]
+    assert lines[4].startswith(":no_entry: <@U0BOB> denied `t`: ")
+    assert "escalated to <@U0CFO>" in lines[6] and "Open the new request" in lines[6]
+    assert lines[7].startswith(":no_entry_sign: root (on the command line) cancelled the run")
+    assert "attempt 2" in lines[8] and "ran once" in lines[8]
+    assert story.result_words({"sent": True, "to": "a@b", "n": 3, "x": 4}) == \
+        "sent yes, to a@b, n 3 and 1 more"
 
 
 def test_coalesce_packs_in_order_under_the_limit() -> None:
@@ -857,5 +924,5 @@ def test_a_standing_refusal_is_told_once() -> None:
 
 def test_a_reason_a_template_ends_ends_once() -> None:
     cannot = approval(kind="cannot_run", packet_={"reason": "release 7 has no tool issue_refund."})
-    line = messages.thread_approval_requested(cannot)
-    assert "issue_refund. A human" in line and ".." not in line
+    line = _story("requested", cannot)
+    assert "issue_refund. Asked" in line and ".." not in line

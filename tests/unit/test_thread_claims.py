@@ -85,13 +85,24 @@ async def test_a_failing_thread_waits_its_backoff_then_goes_behind_the_others(ma
 
 
 def test_a_reply_holds_whole_events_and_says_how_far_it_goes() -> None:
-    groups = [(1, ["a" * 1000]), (2, []), (3, ["b" * 1000, "c" * 900]), (4, ["d" * 500]),
-              (5, [])]
-    text, upto = messages.thread_reply(groups, limit=3000)
-    assert upto == 4 and text == "\n".join(["a" * 1000, "b" * 1000, "c" * 900])
-    text, upto = messages.thread_reply(groups[3:], limit=3000)
-    assert (text, upto) == ("d" * 500, 6)  # a trailing event without lines rides along
-    assert messages.thread_reply([(7, []), (8, [""])]) == ("", 9)
-    big, upto = messages.thread_reply([(1, ["x" * 5000]), (2, ["y"])], limit=3000)
-    assert upto == 2 and units(big) <= 3000 and big.endswith("…")  # cut, never split
+    from approvald.bot.slack.story import Item, Line, story_reply
+
+    def items(*groups: tuple[str, int, list[str]]) -> list[Item]:
+        return [Item(src, seq, [Line(t) for t in lines]) for src, seq, lines in groups]
+
+    groups = items(("audit", 1, ["a" * 1000]), ("audit", 2, []),
+                   ("audit", 3, ["b" * 1000, "c" * 900]), ("event", 4, ["d" * 500]),
+                   ("event", 5, []))
+    r = story_reply("run", groups, limit=3000)
+    assert (r.told_audit, r.upto, r.taken) == (3, None, 3)
+    assert r.text == "\n".join(["a" * 1000, "b" * 1000, "c" * 900])
+    r = story_reply("run", groups[3:], limit=3000)
+    assert (r.text, r.upto, r.told_audit) == ("d" * 500, 6, None)  # rides along
+    r = story_reply("run", items(("event", 7, []), ("event", 8, [""])))
+    assert (r.text, r.upto) == ("", 9)
+    big = story_reply("run", items(("event", 1, ["x" * 5000]), ("event", 2, ["y"])),
+                      limit=3000)
+    assert big.upto == 2 and units(big.text) <= 3000 and big.text.endswith("…")  # cut
+    button = story_reply("run", [Item("audit", 1, [Line("ran", call="c1")])]).blocks[0]
+    assert button["accessory"]["value"] == "run c1"
     assert units(messages.thread_status(["z" * 4000], limit=3000)) <= 3000

@@ -1,0 +1,173 @@
+"""An on-call engineer answers the ops questions from a run's thread alone (issue 52 items
+1-5), in headless chromium against a real ``approvald sandbox``: what is the run doing, on
+whom and until when is it waiting, what ran, what failed and why, who decided. For an
+approval, a denial, a quorum of two, an escalation on expiry and a redirect (a crash and its
+retry are told the same way; tests/integration/test_thread_story.py kills a run for it).
+
+The engineer reads only ``#thread``: the run's parent and its replies. Screenshots of each
+thread are kept in ``test-artifacts/sandbox-thread-story/``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.acceptance.browser_pages import sandbox_page
+
+pytestmark = pytest.mark.slow
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "sandbox-thread-story"
+WAIT_MS = 60_000
+CARDS = "#pane .msg:has(.b-header)"
+POLICY = """
+[tools.issue_refund]
+approvers = ["U_ALICE", "U_BOB", "U_CAROL"]
+ttl = "30m"
+on_expire = "escalate"
+escalate = [{ approvers = ["U_CFO"], ttl = "1h" }]
+risk = "medium"
+
+[[tools.issue_refund.rules]]
+when = "args.order_id == 'A-3'"
+quorum = 2
+
+[[tools.issue_refund.rules]]
+when = "args.order_id == 'A-4'"
+ttl = "5s"
+reminders = []
+"""
+UNTIL = r"until \S+ \d+(st|nd|rd|th)?,? .*\d\d?:\d\d|until (Today|Tomorrow|\d{4}-\d\d-\d\d)"
+
+
+def rx(text: str) -> Any:
+    return re.compile(text, re.IGNORECASE | re.DOTALL)
+
+
+def test_the_ops_questions_answered_from_the_thread_alone(tmp_path: Path) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_text(POLICY)
+    with sandbox_page(tmp_path, ARTIFACTS, WAIT_MS,
+                      extra_env={"APPROVALD_POLICY_FILE": str(policy)}) as (sb, page, expect):
+        page.goto(sb.url + "?user=U_DANA")
+        expect(page.locator("body")).to_have_attribute("data-ready", "1")
+        thread = page.locator("#thread-body")
+
+        def act_as(user: str) -> None:
+            page.select_option("#user", user)
+            expect(page.locator("body")).to_have_attribute("data-user", user)
+
+        def start(order: str) -> Any:
+            act_as("U_DANA")
+            page.fill("#order", order)
+            page.fill("#amount", "")
+            page.click("#start button[type=submit]")
+            expect(page.locator("#start-result")).to_contain_text(f"Refund order {order},")
+            card = page.locator(CARDS, has_text=f'"order_id": "{order}"')
+            expect(card).to_contain_text("Approval needed: issue_refund")
+            return card
+
+        def open_thread(order: str) -> None:
+            parent = page.locator("#pane .msg:not(:has(.b-header))",
+                                  has_text=f"Refund order {order},")
+            parent.locator("a.replies").click()
+            expect(thread).to_contain_text(f"Refund order {order},")
+
+        def shot(name: str) -> None:
+            page.screenshot(path=str(ARTIFACTS / f"{name}.png"))
+
+        def the_doing_and_the_wait(order: str, whom: str) -> None:
+            """What is it doing; on whom and until when is it waiting."""
+            open_thread(order)
+            expect(thread).to_contain_text("waiting for approval")
+            expect(thread).to_contain_text(rx(r"Step \d"))
+            expect(thread).to_contain_text(rx(f"Waiting on {whom}.*to approve issue_refund"))
+            expect(thread).to_contain_text(rx(UNTIL))
+            expect(thread).to_contain_text(rx(r"Asked .* to approve issue_refund.*until"))
+            expect(thread.locator("a", has_text="Open the request").first).to_be_visible()
+
+        def what_ran(words: str) -> None:
+            expect(thread).to_contain_text(rx(r"issue_refund succeeded: refund id rf_"))
+            expect(thread).to_contain_text(words)
+            assert thread.locator("button", has_text="Show JSON").count() >= 2
+            assert "{&quot;" not in thread.inner_html() and '{"' not in thread.inner_text()
+
+        # -- an approval ----------------------------------------------------------------
+        card = start("A-1")
+        the_doing_and_the_wait("A-1", "@Alice")
+        act_as("U_ALICE")
+        card.locator("button[data-action-id='approvald.approve']").click()
+        expect(card.locator(".b-header")).to_contain_text("Approved")
+        # who decided
+        expect(thread).to_contain_text(rx(r"@Alice Approver approved issue_refund"))
+        what_ran("send_customer_email succeeded (ran without asking")  # what ran, once
+        assert thread.inner_text().count("send_customer_email") == 1
+        expect(thread).to_contain_text("completed")
+        # the JSON, one click away
+        thread.locator("button", has_text="Show JSON").nth(1).click()
+        modal = page.locator("#modal-layer form.modal, #modal-layer .modal").first
+        expect(modal).to_contain_text('"status": "issued"')
+        shot("1-approval-and-its-json")
+        page.keyboard.press("Escape")
+        for close in page.locator("#modal-layer [data-close], #modal-layer .close").all():
+            if close.is_visible():
+                close.click()
+                break
+
+        # -- a denial: what failed and why, who decided; no green check -------------------
+        card = start("A-2")
+        the_doing_and_the_wait("A-2", "@Alice")
+        act_as("U_BOB")
+        card.locator("button[data-action-id='approvald.deny']").click()
+        modal = page.locator("#modal-layer form.modal")
+        modal.locator("textarea").fill("Customer already got store credit")
+        modal.locator("[data-submit]").click()
+        expect(modal).to_have_count(0)
+        expect(thread).to_contain_text(
+            rx(r"@Bob Finance denied issue_refund: Customer already got store credit"))
+        expect(thread).to_contain_text("completed, but issue_refund was denied")
+        shot("2-denial")
+
+        # -- a quorum of two: each vote ---------------------------------------------------
+        card = start("A-3")
+        the_doing_and_the_wait("A-3", "@Alice")
+        expect(thread).to_contain_text("2 approvals needed")
+        act_as("U_BOB")
+        card.locator("button[data-action-id='approvald.approve']").click()
+        expect(thread).to_contain_text(
+            rx(r"@Bob Finance approved issue_refund \(1 of 2 approvals\)"))
+        expect(thread).to_contain_text("1 of 2 approvals so far")
+        act_as("U_CAROL")
+        card.locator("button[data-action-id='approvald.approve']").click()
+        expect(thread).to_contain_text(rx(r"@Carol Finance approved issue_refund \(2 of 2 "
+                                          r"approvals: @Bob Finance, @Carol"))
+        what_ran("issue_refund succeeded")
+        shot("3-quorum")
+
+        # -- an escalation on expiry: to whom, until when, the new request linked -----------
+        start("A-4")
+        the_doing_and_the_wait("A-4", "@Alice")
+        expect(thread).to_contain_text(rx(r"escalated to @Casey"), timeout=WAIT_MS)
+        expect(thread.locator("a", has_text="Open the new request")).to_be_visible()
+        expect(thread).to_contain_text(rx(r"Waiting on @Casey.*to approve issue_refund"))
+        shot("4-escalation")
+
+        # -- a redirect: the new request announced and linked -----------------------------
+        card = start("A-5")
+        the_doing_and_the_wait("A-5", "@Alice")
+        act_as("U_ALICE")
+        card.locator("button[data-action-id='approvald.redirect']").click()
+        modal = page.locator("#modal-layer form.modal")
+        modal.locator("textarea").fill("Refund only $12.50, the duplicate charge")
+        modal.locator("[data-submit]").click()
+        expect(modal).to_have_count(0)
+        expect(thread).to_contain_text(rx(r"@Alice Approver redirected issue_refund: Refund only "
+                                          r"\$12.50"))
+        expect(thread).to_contain_text(rx(r"redirected issue_refund.*Asked .* to approve "
+                                          r"issue_refund.*\$12.50"))
+        assert thread.locator("a", has_text="Open the request").count() >= 2
+        expect(thread).to_contain_text(rx(r"Waiting on .*\$12.50"))
+        shot("5-redirect")
