@@ -31,11 +31,12 @@ import io
 import json
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 from approvald.runtime import prefix
+from approvald.runtime.audit_check import ChainFacts, opened, table_disagreements
 from approvald.runtime.canonical import canonical_json, compact_json, sha256_hex, value_digest
 from approvald.runtime.errors import ConfigError
 from approvald.runtime.sensitive import ARGS_KEYS, masked_details, sensitive_of_snapshot
@@ -288,6 +289,7 @@ async def verify(db: Database, *, keys: Sequence[AuditKey] = (),
     report = VerifyReport()
     by_id = {k.id: k for k in keys}
     standing = StandingState()
+    facts = ChainFacts()
     # one snapshot, and the head read first: entries appended during the walk are not
     # the walk's business, and cannot look like entries deleted from the end
     async with db.read(snapshot=True) as tx:
@@ -339,6 +341,10 @@ async def verify(db: Database, *, keys: Sequence[AuditKey] = (),
                 expected_hash = e.hash
             prev_seq, prev_hash = e.seq, e.hash
             _replay_standing(standing, e, report)
+            facts.apply(e)
+        # the rows the views show, against what the chain proves (issue 52)
+        tables = await table_disagreements(tx, facts)
+        tables += await _standing_rows(tx, standing)
     if (head_seq, head_hash) != (prev_seq, prev_hash):
         if head_seq > prev_seq:
             report.problems.append(
@@ -359,6 +365,10 @@ async def verify(db: Database, *, keys: Sequence[AuditKey] = (),
                 "was rewritten")
         else:
             report.notes.append(f"the chain passes through the recorded head {seq}:{digest}")
+    report.problems += tables
+    if not tables:
+        report.notes.append("the approvals, votes and standing approvals tables agree with "
+                            "the chain")
     if standing.uses:
         report.notes.append(f"{standing.uses} calls that standing approvals let run were each "
                             "covered by a grant recorded in the chain")
@@ -372,6 +382,27 @@ async def verify(db: Database, *, keys: Sequence[AuditKey] = (),
             "but someone who can write the database can rewrite it; compare the head with "
             "one recorded elsewhere (--expect)")
     return report
+
+
+async def _standing_rows(tx: Tx, state: StandingState) -> list[str]:
+    """Each standing approval whose row says otherwise than its grants and revocation in
+    the chain (``state``: the whole chain replayed)."""
+    out: list[str] = []
+    after = ""
+    while True:
+        rows = await tx.standing.every(after=after)
+        if not rows:
+            return out
+        for s in rows:
+            scope, unreadable = opened(s.scope, "standing_approvals.scope")
+            if unreadable:
+                out.append(f"standing approval {s.id}: its scope {unreadable}")
+            why = state.disagrees(
+                replace(s, scope=compact_json(scope)) if scope is not None else s,
+                unread=() if scope is not None else ("scope_value",))
+            if why is not None:
+                out.append(f"standing approval {s.id}: {why}")
+        after = rows[-1].id
 
 
 def _replay_standing(state: StandingState, e: AuditRecord, report: VerifyReport) -> None:

@@ -19,6 +19,7 @@ from approvald.runtime import prefix, retention, sealing
 from approvald.runtime.adapters.gate import ApprovalGate
 from approvald.runtime.agent import Registry
 from approvald.runtime.audit import AuditKey, AuditTrail
+from approvald.runtime.audit_check import disagreements_of
 from approvald.runtime.clock import Clock, SystemClock
 from approvald.runtime.decide import Actor, Decider, Decision, Verdict
 from approvald.runtime.decisions import Decisions
@@ -510,6 +511,13 @@ class Engine:
                            credential: TokenRecord) -> SwitchRecord | None:
         """Why ``form`` of ``face`` lets nothing through now (None: it is on)."""
         return await self.parts.switches.off(face, form, credential=credential)
+
+    async def approval_check(self, approval_id: str) -> list[str]:
+        """How request ``approval_id``'s row and votes say otherwise than its audit
+        entries (empty: they agree). A view shows it beside the row: a row changed behind
+        the chain's back is never shown as if it were the record."""
+        async with self.db.read() as tx:
+            return await disagreements_of(tx, approval_id)
 
     async def votes(self, approval_id: str) -> list[VoteRecord]:
         """The votes cast on request ``approval_id`` (an exact id), in order."""

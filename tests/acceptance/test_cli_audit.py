@@ -49,12 +49,30 @@ def test_verify_prints_the_head_and_a_recorded_head_proves_the_past(cli: Cli) ->
         conn.execute("DELETE FROM audit_log WHERE seq > 3")
         seq3 = conn.execute("SELECT hash FROM audit_log WHERE seq = 3").fetchone()[0]
         conn.execute("UPDATE audit_head SET seq = 3, hash = ?", (seq3,))
-    assert cli("audit", "verify").returncode == 0  # the chain alone cannot tell...
+    # the chain alone cannot tell; the tables can (the approval is in them, not in it)...
+    cut = cli("audit", "verify")
+    assert cut.returncode == 5 and f"approval {approval_id}: status approved" in cut.stdout
     done = cli("audit", "verify", "--expect", head)
-    assert done.returncode == 5  # ...the recorded head can
+    assert done.returncode == 5  # ...and the recorded head can
     assert "entries 4-6 were deleted" in done.stdout
     bad = cli("audit", "verify", "--expect", "3:zz")
     assert bad.returncode == 2 and "--expect" in bad.stderr
+
+
+def test_a_forged_decider_is_named_by_verify_and_every_view(cli: Cli) -> None:
+    run_id, approval_id = pause(cli)
+    cli.ok("approvals", "approve", approval_id, "--as", "U_ALICE")
+    with sqlite3.connect(db_path(cli)) as conn:
+        conn.execute("UPDATE approvals SET decided_by = 'U_MALLORY' WHERE id = ?",
+                     (approval_id,))
+    done = cli("audit", "verify")
+    assert done.returncode == 5
+    assert (f"audit log BROKEN: approval {approval_id}: decided_by U_MALLORY is not the "
+            "decider the audit log records (U_ALICE)") in done.stdout
+    shown = cli.ok("approvals", "show", approval_id)
+    assert "disagrees with the audit log" in shown and "(U_ALICE)" in shown
+    assert "disagrees with the audit log" in cli.ok("runs", "show", run_id)
+    assert "DISAGREES WITH THE AUDIT LOG" in cli.ok("trace", run_id)
 
 
 def test_without_the_key_a_rewritten_log_is_broken(cli: Cli) -> None:
