@@ -250,10 +250,13 @@ class VerifyReport:
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     unkeyed: int = 0  # entries that only a recorded head protects against a writer
+    # why the chain could not be checked at all (its entries are keyed, and no key was
+    # given): nothing is known to be wrong, nor proven right
+    cannot: str | None = None
 
     @property
     def ok(self) -> bool:
-        return not self.problems
+        return not self.problems and self.cannot is None
 
     @property
     def head_text(self) -> str:
@@ -268,6 +271,14 @@ def parse_head(text: str) -> tuple[int, str]:
         raise ValueError(f"not an audit head {text!r} (expected SEQ:HASH as printed by "
                          "`approvald audit verify`)")
     return int(seq), digest
+
+
+def no_key(e: AuditRecord) -> str:
+    """Why a keyed chain cannot be checked without its key (never that it is broken)."""
+    return (f"{_describe(e)} and those after it are signed with audit key {e.key_id}, and "
+            "no key was given: the chain cannot be verified here (nothing is known to be "
+            "wrong); set APPROVALD_AUDIT_KEY (and APPROVALD_AUDIT_OLD_KEYS for retired "
+            "keys) to verify it")
 
 
 def _describe(e: AuditRecord) -> str:
@@ -314,6 +325,9 @@ async def verify(db: Database, *, keys: Sequence[AuditKey] = (),
             key: AuditKey | None = None
             if e.key_id:
                 key = by_id.get(e.key_id)
+                if key is None and not keys:
+                    report.cannot = no_key(e)
+                    return report
                 if key is None:
                     report.problems.append(
                         f"{_describe(e)} is signed with audit key {e.key_id}, which was not "
