@@ -59,6 +59,8 @@ ACTIONS = frozenset({
     "web_link_sent", "web_signed_in", "web_signed_out", "web_refused",
     # a request mailed to its approvers because Slack did not take its card
     "mailed_instead",
+    # a request's card posted (where, when): what the approvers saw, from when
+    "card_posted",
 })
 _PENDING = "audit.pending"  # Tx.scratch key: entries recorded, not yet chained
 # the key of recorded details that names what masking changed, with its real digest
@@ -192,7 +194,14 @@ class AuditTrail:
         seq, prev = await tx.audit.lock_head()
         kid = self.key.id if self.key is not None else ""
         rows = []
+        # an entry's time is when it was recorded, never before the entry it follows (a
+        # clock read before another transaction chained its entries, a standing use whose
+        # request was stamped after its decision was worked out): times never run back
+        last = await tx.audit.time_of(seq) if seq else None
         for e in entries:
+            if last is not None and e.at < last:
+                e = replace(e, at=last)
+            last = e.at
             seq += 1
             hidden = e.sensitive if e.sensitive is not None \
                 else paths.get(e.approval_id or "", ())

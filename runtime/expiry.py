@@ -308,7 +308,8 @@ class Expiry:
                                 run_id=a.run_id, approval_id=a.id,
                                 digest=a.effective_digest,
                                 details={"tool": a.tool, "n": a.reminders_sent + 1,
-                                         "expires_at": a.expires_at.isoformat()})
+                                         "expires_at": a.expires_at.isoformat(),
+                                         "to": a.approvers_value()})
         result.reminded.append(a.id)
 
     async def _stop_reminding(self, a: ApprovalRecord, now: datetime, failure: Exception) -> None:
