@@ -10,7 +10,7 @@ from approvald.store.fastsql import fast
 from approvald.store.models import AuditEntry, AuditHead
 from approvald.store.records import AuditRecord
 from approvald.store.repos.base import Repo
-from sqlalchemy import Table, bindparam, or_, select, update
+from sqlalchemy import Table, bindparam, select, update
 
 GENESIS = "0" * 64
 _T = cast(Table, AuditEntry.__table__)
@@ -65,16 +65,14 @@ class AuditRepo(Repo):
     async def iterate(self, *, batch: int = 1000, upto: int | None = None,
                       run_id: str | None = None,
                       since: datetime | None = None) -> AsyncIterator[AuditRecord]:
-        """Entries in seq order (up to seq ``upto``, of one run and every ``policy_loaded``
-        entry, from a time), in batches."""
+        """Entries in seq order (up to seq ``upto``, of one run, from a time), in batches."""
         last = 0
         while True:
             stmt = select(_T).where(AuditEntry.seq > last)
             if upto is not None:
                 stmt = stmt.where(AuditEntry.seq <= upto)
-            if run_id:  # (with the policies in force: a run's requests name them)
-                stmt = stmt.where(or_(AuditEntry.run_id == run_id,
-                                      AuditEntry.action == "policy_loaded"))
+            if run_id:
+                stmt = stmt.where(AuditEntry.run_id == run_id)
             if since:
                 stmt = stmt.where(AuditEntry.at >= since)
             rows = list(await self.conn.execute(stmt.order_by(AuditEntry.seq).limit(batch)))
