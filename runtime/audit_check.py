@@ -72,6 +72,11 @@ class ChainFacts:
             told.votes.add((e.actor, e.digest or "", _VOTE[a]))
         if a == "voted":
             return
+        # only a pending request is decided, and only an expiring one superseded (its
+        # expiry unaudited as such): an entry about a request already over (a run's
+        # cancel after an abort) changes nothing
+        if told.status not in (("pending", "expired") if a == "superseded" else ("pending",)):
+            return
         if a in _RESOLVED:
             verdict = str(_details(e).get("verdict") or "")
             told.votes.add((e.actor, e.digest or "", verdict))

@@ -151,3 +151,29 @@ async def test_the_trace_and_the_documents_say_a_row_disagrees(make_engine, ledg
     entry = next(e for e in trace.entries if e.kind == "approval" and e.approval_id == aid)
     assert entry.disagrees and "U_MALLORY" in entry.disagrees[0]
     assert BOB.id in entry.disagrees[0]
+
+
+async def test_an_aborted_question_and_its_cancelled_run_agree_with_the_chain(make_engine, db):
+    """A question answered Abort (denied) whose run is then cancelled: the cancel's entry
+    names the request, which stays denied (no false alarm)."""
+    from approvald.runtime import failpoints
+
+    from tests.helpers import Crash, crash
+
+    engine = make_engine(audit_key=KEY)
+    paused = await engine.run("demo-refund", TASK, requested_by=DANA)
+    await engine.decide(paused.approval_ids[0], actor=ALICE, verdict="approve")
+    failpoints.arm("before_result@2", crash)
+    try:
+        try:
+            await engine.advance(paused.run_id)
+        except Crash:
+            pass
+    finally:
+        failpoints.arm("")
+    assert (await engine.advance(paused.run_id)).status == "needs_attention"
+    async with db.read() as tx:
+        [q] = [a for a in await tx.approvals.for_run(paused.run_id) if a.status == "pending"]
+    await engine.decide(q.id, actor=BOB, verdict="abort", reason="it did not happen")
+    report = await verified(db)
+    assert report.ok, report.problems
