@@ -59,8 +59,6 @@ ACTIONS = frozenset({
     "web_link_sent", "web_signed_in", "web_signed_out", "web_refused",
     # a request mailed to its approvers because Slack did not take its card
     "mailed_instead",
-    # a request's card posted (where, when): what the approvers saw, from when
-    "card_posted",
 })
 _PENDING = "audit.pending"  # Tx.scratch key: entries recorded, not yet chained
 # the key of recorded details that names what masking changed, with its real digest

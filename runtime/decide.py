@@ -40,7 +40,13 @@ from approvald.runtime.failpoints import failpoint
 from approvald.runtime.gate import CARD_UPDATE, Gate, tell_edited, tell_mailed
 from approvald.runtime.ids import TokenSigner, lease_id
 from approvald.runtime.limits import PayloadCap
-from approvald.runtime.packet import edited_packet, impact_of, masked_packet, sensitive_paths
+from approvald.runtime.packet import (
+    card_posted,
+    edited_packet,
+    impact_of,
+    masked_packet,
+    sensitive_paths,
+)
 from approvald.runtime.policy import ApprovalPolicy, CallPolicy, PolicyFile
 from approvald.runtime.sensitive import Masking, unmask_edit
 from approvald.runtime.shown import of_request
@@ -466,7 +472,7 @@ class Decider:
                              "original_args": a.args_value(), "original_digest": a.digest,
                              "impact": at.edited_impact,
                              "discarded_votes": list(discarded), "reason": at.reason,
-                             **actor.marks()})
+                             **actor.marks(), **card_posted(a)})
                 # whatever face it came through: a mailed request's thread is told
                 await tell_edited(tx, a, args=at.edited, digest=new, by=actor.id,
                                   via=actor.via, mode=policy.edits, discarded=discarded,
@@ -500,7 +506,8 @@ class Decider:
             self.audit.record(tx, at=now, action=status, actor=actor.id, via=actor.via,
                                 run_id=a.run_id, approval_id=a.id, digest=digest,
                                 details={"tool": a.tool, "args": done.effective_args(),
-                                         said: at.reason, **actor.marks()})
+                                         said: at.reason, **actor.marks(),
+                                         **card_posted(done)})
             ready, claim = await self._run_ready(tx, done)
             return Decision(done, status, done.approve_count, done.quorum, ready, discarded,
                             claim)
@@ -512,7 +519,8 @@ class Decider:
                                 run_id=a.run_id, approval_id=a.id, digest=digest,
                                 details={"tool": a.tool, "args": at.edited or a.effective_args(),
                                          "approvals": len(voters), "quorum": a.quorum,
-                                         "voters": voters, **actor.marks()})
+                                         "voters": voters, **actor.marks(),
+                                         **card_posted(a)})
             fresh = await self._card(tx, a.id)
             return Decision(fresh, "voted", len(voters), a.quorum, False, discarded)
         done = await tx.approvals.transition(
@@ -527,7 +535,7 @@ class Decider:
                                      "approvers": voters, "quorum": a.quorum,
                                      "edited": done.edited_args is not None,
                                      **({"reason": at.reason} if at.reason else {}),
-                                     **actor.marks()})
+                                     **actor.marks(), **card_posted(done)})
         ready, claim = await self._run_ready(tx, done)
         return Decision(done, "approved", len(voters), a.quorum, ready, discarded, claim)
 

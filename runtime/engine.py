@@ -518,18 +518,6 @@ class Engine:
         """Why ``form`` of ``face`` lets nothing through now (None: it is on)."""
         return await self.parts.switches.off(face, form, credential=credential)
 
-    async def card_posted(self, a: ApprovalRecord, *, channel: str, ts: str,
-                          via: str = "slack") -> None:
-        """Remember where request ``a``'s card was posted, and audit when (its
-        ``requested`` entry says what the card shows; this says from when)."""
-        async with self.db.write() as tx:
-            await tx.approvals.set_message(a.id, channel=channel, ts=ts)
-            self.audit.record(tx, at=self.clock.now(), action="card_posted",
-                              actor="system:outbox", via=via, run_id=a.run_id,
-                              approval_id=a.id, digest=a.effective_digest,
-                              details={"tool": a.tool, "channel": channel, "ts": ts,
-                                       "approvers": a.approvers_value()})
-
     async def approval_check(self, approval_id: str) -> list[str]:
         """How request ``approval_id``'s row and votes say otherwise than its audit
         entries (empty: they agree). A view shows it beside the row: a row changed behind

@@ -37,6 +37,7 @@ from approvald.runtime.gate import (
     tell_mailed,
 )
 from approvald.runtime.metrics import Meter
+from approvald.runtime.packet import card_posted
 from approvald.runtime.policy import ApprovalPolicy
 from approvald.runtime.signals import Signals
 from approvald.store.db import Database, is_store_failure
@@ -246,7 +247,8 @@ class Expiry:
             entries.append(Entry(
                 at=now, action="expired", actor="system:expiry", via="scheduler",
                 run_id=a.run_id, approval_id=a.id, digest=a.effective_digest,
-                details={"tool": a.tool, "args": a.effective_args(), "rung": a.rung}))
+                details={"tool": a.tool, "args": a.effective_args(), "rung": a.rung,
+                         **card_posted(a)}))
             result.expired.append(a.id)
         self.audit.record_many(tx, entries)
         await tx.outbox.add_many(cards, now=now)
@@ -269,7 +271,8 @@ class Expiry:
         self.audit.record(tx, at=now, action="superseded", actor="system:expiry",
                             via="scheduler", run_id=a.run_id, approval_id=a.id,
                             digest=a.effective_digest,
-                            details={"tool": a.tool, "superseded_by": new_id})
+                            details={"tool": a.tool, "superseded_by": new_id,
+                                     **card_posted(a)})
         self.audit.record(tx, at=now, action="escalated", actor="system:expiry",
                             via="scheduler", run_id=a.run_id, approval_id=new_id,
                             digest=a.effective_digest,

@@ -202,7 +202,8 @@ class SlackDeliverer:
         return None
 
     async def _remember(self, a: ApprovalRecord, channel: str, ts: str) -> None:
-        await self.e.card_posted(a, channel=channel, ts=ts)
+        async with self.e.db.write() as tx:
+            await tx.approvals.set_message(a.id, channel=channel, ts=ts)
 
     async def _update(self, row: OutboxRecord, a: ApprovalRecord) -> dict[str, Any]:
         if not (a.channel and a.message_ts):

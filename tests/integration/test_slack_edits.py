@@ -217,4 +217,5 @@ async def test_the_edit_modal_asks_why_and_the_audit_log_keeps_it_with_the_edito
         [edited] = [json.loads(e.details) for e in entries if e.action == "edited"]
         assert edited["reason"] == "only the duplicate"
         assert edited["actor_name"]  # who U_ALICE was, as Slack said then
-        assert any(e.action == "card_posted" for e in entries), [e.action for e in entries]
+        # where and when the card the editor was shown had been posted
+        assert edited["card_posted"]["channel"] == CHANNEL and edited["card_posted"]["at"]
