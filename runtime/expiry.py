@@ -40,6 +40,7 @@ from approvald.runtime.metrics import Meter
 from approvald.runtime.packet import card_posted
 from approvald.runtime.policy import ApprovalPolicy
 from approvald.runtime.signals import Signals
+from approvald.runtime.vocabulary import OutcomeName
 from approvald.store.db import Database, is_store_failure
 from approvald.store.records import ApprovalRecord
 from approvald.store.repos import Tx
@@ -248,7 +249,7 @@ class Expiry:
                 at=now, action="expired", actor="system:expiry", via="scheduler",
                 run_id=a.run_id, approval_id=a.id, digest=a.effective_digest,
                 details={"tool": a.tool, "args": a.effective_args(), "rung": a.rung,
-                         **card_posted(a)}))
+                         "outcome": OutcomeName.EXPIRED.value, **card_posted(a)}))
             result.expired.append(a.id)
         self.audit.record_many(tx, entries)
         await tx.outbox.add_many(cards, now=now)
@@ -272,6 +273,7 @@ class Expiry:
                             via="scheduler", run_id=a.run_id, approval_id=a.id,
                             digest=a.effective_digest,
                             details={"tool": a.tool, "superseded_by": new_id,
+                                     "outcome": OutcomeName.ESCALATED.value,
                                      **card_posted(a)})
         self.audit.record(tx, at=now, action="escalated", actor="system:expiry",
                             via="scheduler", run_id=a.run_id, approval_id=new_id,
