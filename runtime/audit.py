@@ -461,7 +461,8 @@ _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
 def export_row(e: AuditRecord, sensitive: Sequence[str] | None = None, *,
-               details: dict[str, Any] | None = None) -> dict[str, Any]:
+               details: dict[str, Any] | None = None,
+               as_recorded: bool = False) -> dict[str, Any]:
     """One entry as exported (``details``: its details, if not as recorded);
     ``sensitive`` (its request's sensitive paths) given: with those values, and every
     secret the detectors find, masked (entries written before the chain recorded them
@@ -472,12 +473,16 @@ def export_row(e: AuditRecord, sensitive: Sequence[str] | None = None, *,
         details = json.loads(e.details)
     if sensitive is not None:
         details = masked_details(details, sensitive)
-    # what leaves the database binds with keyed bindings, never plain digests (invariant 20)
-    details = binding.shown_details(details)
+    # what leaves the database binds with keyed bindings, never plain digests (invariant 20);
+    # ``as_recorded``: the digests the MACs cover, so that `audit verify --file` recomputes
+    # each MAC (for whoever holds the audit key: it binds with plain digests)
+    if not as_recorded:
+        details = binding.shown_details(details)
     return {
         "seq": e.seq, "at": e.at.isoformat(), "action": e.action, "actor": e.actor,
         "via": e.via, "run_id": e.run_id, "approval_id": e.approval_id,
-        "tool": details.get("tool"), "digest": binding.shown_opt(e.digest),
+        "tool": details.get("tool"),
+        "digest": e.digest if as_recorded else binding.shown_opt(e.digest),
         "args": details.get("args"),
         "reason": details.get("reason"), "details": details, "key_id": e.key_id,
         "prev_hash": e.prev_hash, "hash": e.hash,
@@ -494,7 +499,7 @@ def csv_cell(value: Any) -> Any:
 
 async def export(db: Database, *, run_id: str | None = None, since: datetime | None = None,
                  fmt: str = "jsonl", batch: int = 500,
-                 reveal: bool = False) -> AsyncIterator[str]:
+                 reveal: bool = False, as_recorded: bool = False) -> AsyncIterator[str]:
     """Yield the matching entries as JSON lines or CSV text (header first), reading the
     log in batches so an export of any size runs in constant memory.
 
@@ -535,7 +540,7 @@ async def export(db: Database, *, run_id: str | None = None, since: datetime | N
                     if len(hidden) > 4096:
                         hidden.clear()
                 paths = hidden.get(key, ())
-            row = export_row(e, paths, details=details)
+            row = export_row(e, paths, details=details, as_recorded=as_recorded)
             if fmt == "jsonl":
                 yield json.dumps(row, ensure_ascii=False) + "\n"
                 continue

@@ -104,8 +104,9 @@ def verify_export(lines: Iterable[str], *, keys: Sequence[AuditKey] = (),
         if not hmac.compare_digest(recomputed, e.hash):
             report.problems.append(
                 f"entry {e.seq} ({e.action} by {e.actor} at {e.at.isoformat()}) was edited: "
-                "its content does not match its MAC (an export made with --reveal shows "
-                "real values the chain recorded masked: verify the masked export)")
+                "its content does not match its MAC (verify an export made with "
+                "--as-recorded and without --reveal: bindings and revealed values are not "
+                "what the MACs cover)")
             return report
         if expect is not None and e.seq == expect[0] and e.hash != expect[1]:
             report.problems.append(

@@ -48,6 +48,10 @@ def register(sub: Subparsers) -> None:
                     help="export the real arguments (read from their sealed requests, so "
                          "APPROVALD_DATA_KEY is needed) instead of masked ones; the export "
                          "is itself audited (action revealed, by this operator)")
+    ex.add_argument("--as-recorded", action="store_true",
+                    help="the digests as the chain recorded them (not their bindings), so "
+                         "`audit verify --file` can recompute each entry's MAC: for whoever "
+                         "holds the audit key")
     ex.set_defaults(fn=cmd_export)
 
 
@@ -149,5 +153,5 @@ async def cmd_export(s: Settings, a: argparse.Namespace) -> int:
 
 async def _export(db: Database, a: argparse.Namespace, since: datetime | None) -> None:
     chunks = [c async for c in audit.export(db, run_id=a.run, since=since, fmt=a.format,
-                                            reveal=a.reveal)]
+                                            reveal=a.reveal, as_recorded=a.as_recorded)]
     await write_out(a.output, "".join(chunks))

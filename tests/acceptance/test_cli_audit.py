@@ -83,7 +83,7 @@ def test_an_export_file_is_verified_by_whoever_holds_it_and_the_key(
     cli.ok("approvals", "approve", approval_id, "--as", "U_ALICE")
     head = cli.ok("audit", "verify").splitlines()[0].removeprefix("head ")
     export = tmp_path / "audit.jsonl"
-    done = cli("audit", "export", "-o", str(export))
+    done = cli("audit", "export", "--as-recorded", "-o", str(export))
     assert done.returncode == 0 and done.stderr == ""
     ok = cli("audit", "verify", "--file", str(export), "--expect", head)
     assert ok.returncode == 0, ok.stdout + ok.stderr
@@ -92,7 +92,7 @@ def test_an_export_file_is_verified_by_whoever_holds_it_and_the_key(
     assert "passes through the recorded head" in ok.stdout
     # a filtered export: each entry proven, the gaps named
     one = tmp_path / "run.jsonl"
-    cli.ok("audit", "export", "--run", run_id, "-o", str(one))
+    cli.ok("audit", "export", "--as-recorded", "--run", run_id, "-o", str(one))
     part = cli("audit", "verify", "--file", str(one))
     assert part.returncode == 0 and "not in this export" in part.stdout, part.stdout
     # without the key: it cannot be verified, which is not "broken"

@@ -58,7 +58,7 @@ async def test_six_questions_from_one_export_file_and_the_key(make_engine, ledge
     assert (await audit.verify(db, keys=[KEY])).ok
 
     export = tmp_path / "audit.jsonl"
-    export.write_text("".join([c async for c in audit.export(db)]))  # the whole log
+    export.write_text("".join([c async for c in audit.export(db, as_recorded=True)]))
 
     # -- the auditor's side: the file and the key, nothing else ------------------------
     lines = export.read_text().splitlines()
