@@ -26,6 +26,7 @@ import sys
 import threading
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
@@ -44,7 +45,7 @@ from approvald.runtime.clock import Clock
 from approvald.runtime.engine import Engine
 from approvald.runtime.errors import ConfigError
 from approvald.runtime.outbox import Deliverer, DrainConfig
-from approvald.runtime.policy import parse_duration
+from approvald.runtime.policy import load_policy_file, parse_duration
 from approvald.runtime.tracing import Tracer
 from approvald.store.db import Database
 from approvald.store.wakeups import Wakeups
@@ -57,6 +58,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("approvald.serve")
 PRUNE_EVERY = 86400.0  # s between scheduled prunes (APPROVALD_PRUNE_OLDER_THAN)
+# s between looks at the policy file (a stat; read and audited only when it changed)
+POLICY_CHECK_EVERY = 5.0
 FOLD_EVERY = 60.0  # s between two folds of the web queue's counted refusals
 PRUNE_EXPIRED_EVERY = 3600.0  # s between two prunes of the web queue's expired rows
 AFTER_CANCEL = 3.0  # once the grace is over: how long cancelled work gets to unwind
@@ -141,6 +144,7 @@ class Service:
         self._chores: list[asyncio.Task[None]] = []  # cancelled at stop, not waited for
         self._connector: asyncio.Task[None] | None = None
         self.pending_scheduled = 0
+        self._policy_seen: tuple[int, int] | None = None  # the policy file's stamp, read
         self.fatal: ConfigError | None = None  # why the service stopped itself
 
     async def start(self, *, background: bool = True) -> None:
@@ -158,7 +162,8 @@ class Service:
         # waiting work sealed under a key this process lacks: refuse now, in one line,
         # rather than fail each click and each resume
         await sealing.check(self.db, self.settings.sealer())
-        await self.engine.note_policy()
+        await self.engine.note_policy(per_process=True)
+        self._policy_seen = _file_stamp(self.settings.policy_file)
         await self._start_metrics_listener()
         if (self.slack is None or self.settings.slack_app_token is not None) \
                 and "port" in self.settings.model_fields_set:
@@ -175,6 +180,8 @@ class Service:
             await self.post_audit_head()
             self.scheduler.every("audit-head", self.post_audit_head,
                                  self.settings.audit_head_interval)
+        if self.settings.policy_file is not None:  # a changed file is picked up, audited
+            self.scheduler.every("policy-file", self.reload_policy, POLICY_CHECK_EVERY)
         if self.settings.prune_older_than:
             self.scheduler.every("prune", self.prune, PRUNE_EVERY)
         if self.web is not None:
@@ -319,6 +326,32 @@ class Service:
             log.info("SIGHUP: %s", reload_keys(self.engine))
         except ConfigError as exc:
             log.warning("SIGHUP: keys not read again, those in use are kept: %s", exc)
+
+    async def reload_policy(self) -> bool:
+        """Put a changed policy file in force in this process (for requests not yet made:
+        the stored request decides the others), audited as this process's load; a file
+        that does not load changes nothing and is logged once. True when it changed."""
+        path = self.settings.policy_file
+        stamp = _file_stamp(path)
+        if path is None or stamp == self._policy_seen:
+            return False
+        self._policy_seen = stamp
+        registry = self.engine.registry
+        old = registry.policy
+        try:
+            new = load_policy_file(path, max_ttl=self.settings.max_ttl_value())
+            if new.digest == old.digest:
+                return False
+            registry.use_policy(new)
+            registry.check_policy()
+        except ConfigError as exc:
+            registry.use_policy(old)
+            log.error("the policy file changed but does not load; the one in force is "
+                      "kept: %s", exc)
+            return False
+        await self.engine.note_policy(per_process=True)
+        log.info("policy file %s loaded (sha256 %s)", path, new.digest)
+        return True
 
     async def prune(self) -> None:
         """Prune finished runs past ``APPROVALD_PRUNE_OLDER_THAN`` (see ``approvald prune``)."""
@@ -615,3 +648,15 @@ async def _run(service: Service) -> ConfigError | None:
     finally:
         await service.stop()
     return service.fatal
+
+
+def _file_stamp(path: Path | None) -> tuple[int, int] | None:
+    """When the file was last changed, and its size (None: no file, or it cannot be read):
+    the policy file is read again only when this changes."""
+    if path is None:
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size

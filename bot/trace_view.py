@@ -111,6 +111,8 @@ def describe(e: Entry) -> tuple[str, list[str]]:
             more.append(f"vote {v.actor} {v.verdict} on {v.digest[:12]}… at "
                         f"{v.at.isoformat()} via {v.via}"
                         + ("" if v.counts else " (not counted: cast on other arguments)"))
+        for d in e.disagrees or []:  # the row against the audit chain (issue 52)
+            more.append(f"DISAGREES WITH THE AUDIT LOG: {d}")
         return head, more
     head = e.title + (f"  ({e.via})" if e.via and e.via != "runtime" else "")
     if e.details:

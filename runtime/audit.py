@@ -31,11 +31,12 @@ import io
 import json
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 from approvald.runtime import binding, prefix
+from approvald.runtime.audit_check import ChainFacts, opened, table_disagreements
 from approvald.runtime.canonical import canonical_json, compact_json, sha256_hex, value_digest
 from approvald.runtime.errors import ConfigError
 from approvald.runtime.sensitive import ARGS_KEYS, masked_details, sensitive_of_snapshot
@@ -194,7 +195,14 @@ class AuditTrail:
         seq, prev = await tx.audit.lock_head()
         kid = self.key.id if self.key is not None else ""
         rows = []
+        # an entry's time is when it was recorded, never before the entry it follows (a
+        # clock read before another transaction chained its entries, a standing use whose
+        # request was stamped after its decision was worked out): times never run back
+        last = await tx.audit.time_of(seq) if seq else None
         for e in entries:
+            if last is not None and e.at < last:
+                e = replace(e, at=last)
+            last = e.at
             seq += 1
             hidden = e.sensitive if e.sensitive is not None \
                 else paths.get(e.approval_id or "", ())
@@ -252,10 +260,13 @@ class VerifyReport:
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     unkeyed: int = 0  # entries that only a recorded head protects against a writer
+    # why the chain could not be checked at all (its entries are keyed, and no key was
+    # given): nothing is known to be wrong, nor proven right
+    cannot: str | None = None
 
     @property
     def ok(self) -> bool:
-        return not self.problems
+        return not self.problems and self.cannot is None
 
     @property
     def head_text(self) -> str:
@@ -270,6 +281,14 @@ def parse_head(text: str) -> tuple[int, str]:
         raise ValueError(f"not an audit head {text!r} (expected SEQ:HASH as printed by "
                          "`approvald audit verify`)")
     return int(seq), digest
+
+
+def no_key(e: AuditRecord) -> str:
+    """Why a keyed chain cannot be checked without its key (never that it is broken)."""
+    return (f"{_describe(e)} and those after it are signed with audit key {e.key_id}, and "
+            "no key was given: the chain cannot be verified here (nothing is known to be "
+            "wrong); set APPROVALD_AUDIT_KEY (and APPROVALD_AUDIT_OLD_KEYS for retired "
+            "keys) to verify it")
 
 
 def _describe(e: AuditRecord) -> str:
@@ -291,6 +310,7 @@ async def verify(db: Database, *, keys: Sequence[AuditKey] = (),
     report = VerifyReport()
     by_id = {k.id: k for k in keys}
     standing = StandingState()
+    facts = ChainFacts()
     # one snapshot, and the head read first: entries appended during the walk are not
     # the walk's business, and cannot look like entries deleted from the end
     async with db.read(snapshot=True) as tx:
@@ -315,6 +335,9 @@ async def verify(db: Database, *, keys: Sequence[AuditKey] = (),
             key: AuditKey | None = None
             if e.key_id:
                 key = by_id.get(e.key_id)
+                if key is None and not keys:
+                    report.cannot = no_key(e)
+                    return report
                 if key is None:
                     report.problems.append(
                         f"{_describe(e)} is signed with audit key {e.key_id}, which was not "
@@ -342,6 +365,10 @@ async def verify(db: Database, *, keys: Sequence[AuditKey] = (),
                 expected_hash = e.hash
             prev_seq, prev_hash = e.seq, e.hash
             _replay_standing(standing, e, report)
+            facts.apply(e)
+        # the rows the views show, against what the chain proves (issue 52)
+        tables = await table_disagreements(tx, facts)
+        tables += await _standing_rows(tx, standing)
     if (head_seq, head_hash) != (prev_seq, prev_hash):
         if head_seq > prev_seq:
             report.problems.append(
@@ -362,6 +389,10 @@ async def verify(db: Database, *, keys: Sequence[AuditKey] = (),
                 "was rewritten")
         else:
             report.notes.append(f"the chain passes through the recorded head {seq}:{digest}")
+    report.problems += tables
+    if not tables:
+        report.notes.append("the approvals, votes and standing approvals tables agree with "
+                            "the chain")
     if standing.uses:
         report.notes.append(f"{standing.uses} calls that standing approvals let run were each "
                             "covered by a grant recorded in the chain")
@@ -375,6 +406,27 @@ async def verify(db: Database, *, keys: Sequence[AuditKey] = (),
             "but someone who can write the database can rewrite it; compare the head with "
             "one recorded elsewhere (--expect)")
     return report
+
+
+async def _standing_rows(tx: Tx, state: StandingState) -> list[str]:
+    """Each standing approval whose row says otherwise than its grants and revocation in
+    the chain (``state``: the whole chain replayed)."""
+    out: list[str] = []
+    after = ""
+    while True:
+        rows = await tx.standing.every(after=after)
+        if not rows:
+            return out
+        for s in rows:
+            scope, unreadable = opened(s.scope, "standing_approvals.scope")
+            if unreadable:
+                out.append(f"standing approval {s.id}: its scope {unreadable}")
+            why = state.disagrees(
+                replace(s, scope=compact_json(scope)) if scope is not None else s,
+                unread=() if scope is not None else ("scope_value",))
+            if why is not None:
+                out.append(f"standing approval {s.id}: {why}")
+        after = rows[-1].id
 
 
 def _replay_standing(state: StandingState, e: AuditRecord, report: VerifyReport) -> None:
@@ -412,7 +464,8 @@ _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
 def export_row(e: AuditRecord, sensitive: Sequence[str] | None = None, *,
-               details: dict[str, Any] | None = None) -> dict[str, Any]:
+               details: dict[str, Any] | None = None,
+               as_recorded: bool = False) -> dict[str, Any]:
     """One entry as exported (``details``: its details, if not as recorded);
     ``sensitive`` (its request's sensitive paths) given: with those values, and every
     secret the detectors find, masked (entries written before the chain recorded them
@@ -423,12 +476,16 @@ def export_row(e: AuditRecord, sensitive: Sequence[str] | None = None, *,
         details = json.loads(e.details)
     if sensitive is not None:
         details = masked_details(details, sensitive)
-    # what leaves the database binds with keyed bindings, never plain digests (invariant 20)
-    details = binding.shown_details(details)
+    # what leaves the database binds with keyed bindings, never plain digests (invariant 20);
+    # ``as_recorded``: the digests the MACs cover, so that `audit verify --file` recomputes
+    # each MAC (for whoever holds the audit key: it binds with plain digests)
+    if not as_recorded:
+        details = binding.shown_details(details)
     return {
         "seq": e.seq, "at": e.at.isoformat(), "action": e.action, "actor": e.actor,
         "via": e.via, "run_id": e.run_id, "approval_id": e.approval_id,
-        "tool": details.get("tool"), "digest": binding.shown_opt(e.digest),
+        "tool": details.get("tool"),
+        "digest": e.digest if as_recorded else binding.shown_opt(e.digest),
         "args": details.get("args"),
         "reason": details.get("reason"), "details": details, "key_id": e.key_id,
         "prev_hash": e.prev_hash, "hash": e.hash,
@@ -445,7 +502,7 @@ def csv_cell(value: Any) -> Any:
 
 async def export(db: Database, *, run_id: str | None = None, since: datetime | None = None,
                  fmt: str = "jsonl", batch: int = 500,
-                 reveal: bool = False) -> AsyncIterator[str]:
+                 reveal: bool = False, as_recorded: bool = False) -> AsyncIterator[str]:
     """Yield the matching entries as JSON lines or CSV text (header first), reading the
     log in batches so an export of any size runs in constant memory.
 
@@ -486,7 +543,7 @@ async def export(db: Database, *, run_id: str | None = None, since: datetime | N
                     if len(hidden) > 4096:
                         hidden.clear()
                 paths = hidden.get(key, ())
-            row = export_row(e, paths, details=details)
+            row = export_row(e, paths, details=details, as_recorded=as_recorded)
             if fmt == "jsonl":
                 yield json.dumps(row, ensure_ascii=False) + "\n"
                 continue

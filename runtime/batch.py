@@ -12,12 +12,13 @@ the others are decided all the same, and the outcome says which and why.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from approvald.runtime.decide import Actor, Decision
 from approvald.runtime.decisions import Decisions
 from approvald.runtime.errors import DecisionRefused, NotFound
+from approvald.runtime.ids import new_id
 
 MAX_BATCH = 100  # requests one batch may decide
 BatchVerdict = Literal["approve", "deny"]
@@ -59,6 +60,8 @@ async def decide_each(decisions: Decisions, targets: Sequence[Target], *, actor:
         raise ValueError("a denial needs a reason (one reason for every selected request)")
     seen: set[str] = set()
     out: list[Outcome] = []
+    # one id the batch's audit entries share: an auditor tells they were one act
+    actor = replace(actor, batch=actor.batch or new_id())
     for t in targets:
         if t.approval_id in seen:
             continue

@@ -40,7 +40,13 @@ from approvald.runtime.failpoints import failpoint
 from approvald.runtime.gate import CARD_UPDATE, Gate, tell_edited, tell_mailed
 from approvald.runtime.ids import TokenSigner, lease_id
 from approvald.runtime.limits import PayloadCap
-from approvald.runtime.packet import edited_packet, impact_of, masked_packet, sensitive_paths
+from approvald.runtime.packet import (
+    card_posted,
+    edited_packet,
+    impact_of,
+    masked_packet,
+    sensitive_paths,
+)
 from approvald.runtime.policy import ApprovalPolicy, CallPolicy, PolicyFile
 from approvald.runtime.sensitive import Masking, unmask_edit
 from approvald.runtime.shown import of_request
@@ -76,6 +82,17 @@ class Actor:
 
     id: str
     via: str
+    # the person's name as the face knew it at the time (Slack's signed payload says it),
+    # and the batch the decision was one of: recorded beside the id in its audit entry
+    name: str | None = None
+    batch: str | None = None
+
+    def marks(self) -> dict[str, str]:
+        """What an audit entry of this actor's act records beside the id."""
+        out = {"actor_name": self.name} if self.name else {}
+        if self.batch:
+            out["batch"] = self.batch
+        return out
 
 
 @dataclass(frozen=True)
@@ -418,7 +435,7 @@ class Decider:
                           run_id=a.run_id, approval_id=a.id, digest=a.effective_digest,
                           details={"verdict": at.verdict, "tool": a.tool, "status": a.status,
                                    "decided_at": a.decided_at.isoformat()
-                                   if a.decided_at else None})
+                                   if a.decided_at else None, **at.actor.marks()})
         outcome = a.status if a.kind == "tool_call" else (a.verdict or a.status)
         return Decision(a, outcome, a.approve_count, a.quorum, False, repeated=True)
 
@@ -468,7 +485,8 @@ class Decider:
                              "previous_args": a.effective_args(), "previous_digest": digest,
                              "original_args": a.args_value(), "original_digest": a.digest,
                              "impact": at.edited_impact,
-                             "discarded_votes": list(discarded), "reason": at.reason})
+                             "discarded_votes": list(discarded), "reason": at.reason,
+                             **actor.marks(), **card_posted(a)})
                 # whatever face it came through: a mailed request's thread is told
                 await tell_edited(tx, a, args=at.edited, digest=new, by=actor.id,
                                   via=actor.via, mode=policy.edits, discarded=discarded,
@@ -502,7 +520,8 @@ class Decider:
             self.audit.record(tx, at=now, action=status, actor=actor.id, via=actor.via,
                                 run_id=a.run_id, approval_id=a.id, digest=digest,
                                 details={"tool": a.tool, "args": done.effective_args(),
-                                         said: at.reason, **outcome_details(done)})
+                                         said: at.reason, **outcome_details(done),
+                                         **actor.marks(), **card_posted(done)})
             ready, claim = await self._run_ready(tx, done)
             return Decision(done, status, done.approve_count, done.quorum, ready, discarded,
                             claim)
@@ -514,7 +533,8 @@ class Decider:
                                 run_id=a.run_id, approval_id=a.id, digest=digest,
                                 details={"tool": a.tool, "args": at.edited or a.effective_args(),
                                          "approvals": len(voters), "quorum": a.quorum,
-                                         "voters": voters})
+                                         "voters": voters, **actor.marks(),
+                                         **card_posted(a)})
             fresh = await self._card(tx, a.id)
             return Decision(fresh, "voted", len(voters), a.quorum, False, discarded)
         done = await tx.approvals.transition(
@@ -528,7 +548,9 @@ class Decider:
                             details={"tool": a.tool, "args": done.effective_args(),
                                      "approvers": voters, "quorum": a.quorum,
                                      "edited": done.edited_args is not None,
-                                     **outcome_details(done)})
+                                     **({"reason": at.reason} if at.reason else {}),
+                                     **outcome_details(done),
+                                     **actor.marks(), **card_posted(done)})
         ready, claim = await self._run_ready(tx, done)
         return Decision(done, "approved", len(voters), a.quorum, ready, discarded, claim)
 
@@ -547,7 +569,8 @@ class Decider:
         self.audit.record(tx, at=now, action=action, actor=actor.id,
                             via=actor.via, run_id=a.run_id, approval_id=a.id, digest=a.digest,
                             details={"tool": a.tool, "args": a.args_value(), "verdict": verdict,
-                                     "reason": reason, **outcome_details(done)})
+                                     "reason": reason, **outcome_details(done),
+                                     **actor.marks()})
         if verdict == "mark_done":
             await tx.executions.record_result(
                 run_id=a.run_id, call_id=a.call_id, status="succeeded",
@@ -619,7 +642,8 @@ class Decider:
                 tx, at=now, action="refused", actor=at.actor.id, via=at.actor.via,
                 run_id=a.run_id, approval_id=a.id, digest=a.effective_digest,
                 details={"reason": refusal.reason, "verdict": at.verdict, "tool": a.tool,
-                         "status": a.status, "message": str(refusal)[:500]})
+                         "status": a.status, "message": str(refusal)[:500],
+                         **at.actor.marks()})
             return settled
 
         try:

@@ -19,6 +19,7 @@ from approvald.runtime import prefix, retention, sealing
 from approvald.runtime.adapters.gate import ApprovalGate
 from approvald.runtime.agent import Registry
 from approvald.runtime.audit import AuditKey, AuditTrail
+from approvald.runtime.audit_check import disagreements_of
 from approvald.runtime.clock import Clock, SystemClock
 from approvald.runtime.decide import Actor, Decider, Decision, Verdict
 from approvald.runtime.decisions import Decisions
@@ -254,26 +255,32 @@ class Engine:
     def notify_opened(self, approval_id: str) -> None:
         self.signals.notify_opened(approval_id)
 
-    async def note_policy(self) -> bool:
+    async def note_policy(self, *, per_process: bool = False) -> bool:
         """Record the policy file this process loaded as the one in force, and audit the
         change when it differs from the last one recorded (invariant 18: an auditor can say
-        which policy governed each decision). True when it changed."""
+        which policy governed each decision). ``per_process``: audit this process's load
+        even when the policy is in force already (a long-lived process, ``serve``: each
+        one's loads are on record, so two policies are never in force unnoticed). The
+        entry holds the policy's text, whose SHA-256 is its digest. True when audited."""
         policy = self.registry.policy
-        async with self.db.read() as tx:
-            if await tx.policy.current() == policy.digest:
-                return False  # the common case: no write at all
+        if not per_process:
+            async with self.db.read() as tx:
+                if await tx.policy.current() == policy.digest:
+                    return False  # the common case: no write at all
 
         async def write(tx: Tx) -> bool:
             now = self.clock.now()
             before = await tx.policy.replace(digest=policy.digest,
                                              source=policy.source or "(none)", now=now)
-            if before == policy.digest:
+            if before == policy.digest and not per_process:
                 return False
             self.audit.record(tx, at=now, action="policy_loaded", actor=f"process:{self.owner}",
                               via="runtime",
                               details={"digest": policy.digest, "previous": before,
                                        "source": policy.source or None,
-                                       "tools": sorted(policy.tools)})
+                                       "tools": sorted(policy.tools), "process": self.owner,
+                                       "text": policy.text,
+                                       "digest_of": "sha256 of text (UTF-8)"})
             return True
 
         return await self.db.transact(write, what="the policy in force")
@@ -533,6 +540,13 @@ class Engine:
                            credential: TokenRecord) -> SwitchRecord | None:
         """Why ``form`` of ``face`` lets nothing through now (None: it is on)."""
         return await self.parts.switches.off(face, form, credential=credential)
+
+    async def approval_check(self, approval_id: str) -> list[str]:
+        """How request ``approval_id``'s row and votes say otherwise than its audit
+        entries (empty: they agree). A view shows it beside the row: a row changed behind
+        the chain's back is never shown as if it were the record."""
+        async with self.db.read() as tx:
+            return await disagreements_of(tx, approval_id)
 
     async def votes(self, approval_id: str) -> list[VoteRecord]:
         """The votes cast on request ``approval_id`` (an exact id), in order."""

@@ -37,6 +37,7 @@ from approvald.runtime.gate import (
     tell_mailed,
 )
 from approvald.runtime.metrics import Meter
+from approvald.runtime.packet import card_posted
 from approvald.runtime.policy import ApprovalPolicy
 from approvald.runtime.signals import Signals
 from approvald.runtime.tools import asked_identity
@@ -249,7 +250,7 @@ class Expiry:
                 at=now, action="expired", actor="system:expiry", via="scheduler",
                 run_id=a.run_id, approval_id=a.id, digest=a.effective_digest,
                 details={"tool": a.tool, "args": a.effective_args(), "rung": a.rung,
-                         "outcome": OutcomeName.EXPIRED.value}))
+                         "outcome": OutcomeName.EXPIRED.value, **card_posted(a)}))
             result.expired.append(a.id)
         self.audit.record_many(tx, entries)
         await tx.outbox.add_many(cards, now=now)
@@ -273,7 +274,8 @@ class Expiry:
                             via="scheduler", run_id=a.run_id, approval_id=a.id,
                             digest=a.effective_digest,
                             details={"tool": a.tool, "superseded_by": new_id,
-                                     "outcome": OutcomeName.ESCALATED.value})
+                                     "outcome": OutcomeName.ESCALATED.value,
+                                     **card_posted(a)})
         self.audit.record(tx, at=now, action="escalated", actor="system:expiry",
                             via="scheduler", run_id=a.run_id, approval_id=new_id,
                             digest=a.effective_digest,
@@ -312,7 +314,8 @@ class Expiry:
                                 run_id=a.run_id, approval_id=a.id,
                                 digest=a.effective_digest,
                                 details={"tool": a.tool, "n": a.reminders_sent + 1,
-                                         "expires_at": a.expires_at.isoformat()})
+                                         "expires_at": a.expires_at.isoformat(),
+                                         "to": a.approvers_value()})
         result.reminded.append(a.id)
 
     async def _stop_reminding(self, a: ApprovalRecord, now: datetime, failure: Exception) -> None:

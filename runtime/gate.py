@@ -28,6 +28,8 @@ from approvald.store.records import ApprovalRecord, ExecutionRecord, RunRecord
 from approvald.store.repos import Tx
 
 # outbox kinds the delivery side understands
+# the words of a request's packet its card shows, recorded in its ``requested`` entry
+CARD_WORDS = ("doing", "code", "evidence", "impact", "why", "description")
 CARD_POST = "approval.requested"
 REQUEST_MAIL = "mail.request"  # a request mailed to its approvers (policy channels "email")
 # in the request mail's thread (its outbox group): what became of it, and its reminders
@@ -245,7 +247,12 @@ class Gate:
                      "source": source.subject(tool), "policy": source.policy_name(tool),
                      "policy_digest": snapshot_digest(snapshot),
                      "policy_file": self.policy().digest,
-                     **({"rule": policy.rule} if policy.rule else {})},
+                     **({"rule": policy.rule} if policy.rule else {}),
+                     # what the card shows (its words as recorded: masked above, and by
+                     # the chain's funnel again) and what silence does
+                     "card": {k: packet[k] for k in CARD_WORDS if packet.get(k)},
+                     "on_expire": policy.on_expire, "escalate": snapshot.get("escalate"),
+                     "reminders": snapshot.get("reminders")},
         )
         return approval_id
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from approvald.runtime import binding
@@ -228,3 +229,15 @@ def edit_changes(a: ApprovalRecord, before: Any,
                _shown(_at(masked_after, p)) if p in real_after else None)
               for p in changed[:MAX_CHANGES]]
     return listed, len(changed) - len(listed)
+
+
+def card_posted(a: ApprovalRecord) -> dict[str, Any]:
+    """Where and when ``a``'s card was posted, as an entry about a decision on it records
+    it (its Slack ts is the post's time): what the decider was shown, from when."""
+    if not (a.channel and a.message_ts):
+        return {}
+    try:
+        at = datetime.fromtimestamp(float(a.message_ts), UTC).isoformat()
+    except (ValueError, OverflowError):
+        at = None
+    return {"card_posted": {"channel": a.channel, "ts": a.message_ts, "at": at}}

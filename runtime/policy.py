@@ -44,7 +44,7 @@ from approvald.runtime.identity import (
 from approvald.runtime.rule_check import check_rule
 from approvald.runtime.rules import RuleError, compile_condition, holds
 from approvald.runtime.sensitive import normalize_path
-from approvald.runtime.tomlfile import read_toml
+from approvald.runtime.tomlfile import read_toml_text
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -484,6 +484,7 @@ class PolicyFile(BaseModel):
         PrivateAttr(default_factory=dict)
     _entries: dict[str, tuple[str, ToolOverride] | None] = PrivateAttr(default_factory=dict)
     _digest: str | None = PrivateAttr(default=None)
+    _text: str | None = PrivateAttr(default=None)  # the file's text, as read
     # the longest a request (or any rung of its ladder) may wait: APPROVALD_MAX_TTL
     _max_ttl: timedelta = PrivateAttr(default=DEFAULT_MAX_TTL)
 
@@ -501,13 +502,24 @@ class PolicyFile(BaseModel):
         applied policy found for this file says nothing of the copy's."""
         copied = super().model_copy(update=update, deep=deep)
         copied._applied, copied._entries, copied._digest = {}, {}, None
+        copied._text = None
         return copied
 
     @property
+    def text(self) -> str:
+        """What the policy says, as an auditor reads it: the policy file's text exactly as
+        read; for a policy not read from a file (the built-in defaults, one built in code),
+        the canonical JSON of its fields (keys sorted, no whitespace, UTF-8)."""
+        if self._text is None:
+            self._text = canonical_json(self.model_dump(mode="json"))
+        return self._text
+
+    @property
     def digest(self) -> str:
-        """SHA-256 of the policy as parsed (canonical JSON): which policy was in force."""
+        """Which policy was in force: the SHA-256 of :attr:`text` (UTF-8), so of a policy
+        file's bytes, as ``sha256sum FILE`` prints it."""
         if self._digest is None:
-            self._digest = sha256_hex(canonical_json(self.model_dump(mode="json")))
+            self._digest = sha256_hex(self.text)
         return self._digest
 
     def entry(self, name: str) -> tuple[str, ToolOverride] | None:
@@ -661,14 +673,16 @@ class PolicyFile(BaseModel):
 def load_policy_file(path: str | Path, *, max_ttl: timedelta = DEFAULT_MAX_TTL) -> PolicyFile:
     """Read and validate a policy file; any problem is one :class:`ConfigError` line."""
     p = Path(path)
-    data = read_toml(p, error=ConfigError, missing=f"APPROVALD_POLICY_FILE: {p} does not exist",
-                     unreadable=f"APPROVALD_POLICY_FILE: cannot read {p}",
-                     invalid=f"APPROVALD_POLICY_FILE: {p} is not valid TOML")
+    data, text = read_toml_text(
+        p, error=ConfigError, missing=f"APPROVALD_POLICY_FILE: {p} does not exist",
+        unreadable=f"APPROVALD_POLICY_FILE: cannot read {p}",
+        invalid=f"APPROVALD_POLICY_FILE: {p} is not valid TOML")
     try:
         parsed = PolicyFile.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(f"APPROVALD_POLICY_FILE: {p}: {_first_error(exc)}") from None
     parsed.source = str(p)
+    parsed._text = text  # its digest is the file's SHA-256
     parsed.max_ttl = max_ttl
     parsed.default_policy()  # a [default] that could never apply fails here, at start-up
     return parsed

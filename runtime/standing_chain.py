@@ -12,7 +12,7 @@ the same subject and under the same policy (:meth:`StandingState.covered`).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -45,7 +45,9 @@ class StandingState:
         elif action == "standing_revoked":
             self.revoked.setdefault(sid, at)
 
-    def disagrees(self, s: StandingRecord) -> str | None:
+    def disagrees(self, s: StandingRecord, *, unread: Collection[str] = ()) -> str | None:
+        """How ``s``'s row says otherwise than its grants and revocation, or None.
+        ``unread``: fields not compared (a sealed scope where no data key opens it)."""
         grant = self.granted.get(s.id)
         if grant is None:
             return "no grant of it is in the audit log"
@@ -56,8 +58,11 @@ class StandingState:
             return "it reads revoked, but no revocation of it is in the audit log"
         for field, row in (("subject", s.subject), ("policy_digest", s.policy_digest),
                            ("expires_at", s.expires_at.isoformat()),
-                           ("scope_value", json.loads(s.scope)),
+                           ("scope_value", None if "scope_value" in unread
+                                            else json.loads(s.scope)),
                            ("approvers", s.approvers_value()), ("quorum", s.quorum)):
+            if field in unread:
+                continue
             if field in masked and isinstance(masked, dict):  # recorded masked: by digest
                 if masked[field] != value_digest(row):
                     return f"its {field} is not the one granted"

@@ -14,11 +14,12 @@ time) takes the time of what came just before it in the transcript, flagged ``es
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from approvald.runtime import binding
+from approvald.runtime.audit_check import disagreements_of
 from approvald.runtime.canonical import compact_json
 from approvald.runtime.sensitive import Masking
 from approvald.runtime.shown import RunMasking, of_run, read_run
@@ -99,6 +100,9 @@ class Entry(_Doc):
     wait_ms: float | None = None
     pending: bool | None = None
     votes: list[Vote] | None = None
+    # how the request's row and votes say otherwise than its audit entries (a row changed
+    # behind the chain's back: see runtime.audit_check); None when they agree
+    disagrees: list[str] | None = None
     # transition
     action: str | None = None
     actor: str | None = None
@@ -160,15 +164,17 @@ async def load_trace(db: Database, run_id: str, *, now: datetime) -> Trace:
         r = await read_run(tx, run_id)
         votes = {a.id: await tx.approvals.votes(a.id) for a in r.approvals}
         audit = await tx.audit.query(run_id=run_id)
+        disagree = {a.id: await disagreements_of(tx, a.id) for a in r.approvals}
     return build_trace(r.run, r.messages, r.executions, r.approvals, votes, audit, now=now,
-                       masking=r.masking())
+                       masking=r.masking(), disagree=disagree)
 
 
 def build_trace(run: RunRecord,
                 messages: Sequence[UserMessage | AssistantMessage | ToolMessage],
                 executions: dict[str, ExecutionRecord], approvals: Sequence[ApprovalRecord],
                 votes: dict[str, list[VoteRecord]], audit: Sequence[AuditRecord], *,
-                now: datetime, masking: RunMasking | None = None) -> Trace:
+                now: datetime, masking: RunMasking | None = None,
+                disagree: Mapping[str, list[str]] | None = None) -> Trace:
     """The timeline from what the store holds for one run (pure: no I/O). Everything in
     it is masked by ``masking`` (the run's calls' declared paths and values, and the
     detectors; by default worked out from the transcript, requests and ledger given)."""
@@ -203,7 +209,8 @@ def build_trace(run: RunRecord,
     # at one instant (a frozen test clock, a fast step) the run's start comes first, then
     # the transcript in its own order, then what the audit log and the requests say
     others = [*_transitions(run, audit, shown.run),
-              *(_approval(a, votes.get(a.id, []), now, shown) for a in approvals)]
+              *(_approval(a, votes.get(a.id, []), now, shown, (disagree or {}).get(a.id))
+                for a in approvals)]
     keyed = [(e.start, 1, i, e) for i, e in enumerate(entries)]
     keyed += [(e.start, 0 if e.action == "started" else 2, i, e) for i, e in enumerate(others)]
     entries = [e for *_, e in sorted(keyed, key=lambda k: k[:3])]
@@ -285,7 +292,7 @@ def _tool_call(run: RunRecord, call_id: str, name: str, args: dict[str, Any], st
 
 
 def _approval(a: ApprovalRecord, votes: list[VoteRecord], now: datetime,
-              shown: RunMasking) -> Entry:
+              shown: RunMasking, disagrees: list[str] | None = None) -> Entry:
     pending = a.status == "pending"
     end = a.decided_at if a.decided_at is not None else (now if pending else None)
     who = f" by {a.decided_by}" if a.decided_by else ""
@@ -307,6 +314,7 @@ def _approval(a: ApprovalRecord, votes: list[VoteRecord], now: datetime,
         votes=[Vote(actor=v.actor, verdict=v.verdict, digest=binding.shown(v.digest), via=v.via,
                     at=v.at,
                     counts=v.digest == a.effective_digest) for v in votes],
+        disagrees=disagrees or None,
     )
 
 

@@ -167,6 +167,8 @@ async def cmd_show(s: Settings, a: argparse.Namespace) -> int:
                          "at": v.at.isoformat(), "digest": binding.shown(v.digest),
                          "counts": v.digest == r.effective_digest}
                         for v in await engine.votes(r.id)]
+        # the row against the audit chain: a forged decider is never shown as the record
+        doc["disagrees_with_audit_log"] = await engine.approval_check(r.id)
         if a.json:
             out(doc)
             return 0
@@ -185,6 +187,8 @@ async def cmd_show(s: Settings, a: argparse.Namespace) -> int:
         for v in doc["votes"]:
             counts = "" if v["counts"] else " (on earlier arguments: does not count)"
             print(f"{'vote':>13}: {v['actor']} {v['verdict']} {v['digest'][:12]}{counts}")
+        for d in doc["disagrees_with_audit_log"]:
+            print(f"{'WARNING':>13}: this row disagrees with the audit log: {d}")
         packet = doc["packet"]
         # after an edit, the request's words are about the arguments first asked for
         before = "(as asked, before the edit) " if doc["words_about_original"] else ""

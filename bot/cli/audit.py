@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from datetime import UTC, datetime
 
 from approvald.bot.cli.common import (
@@ -15,6 +16,7 @@ from approvald.bot.cli.common import (
 from approvald.bot.config import Settings
 from approvald.bot.wiring import open_database
 from approvald.runtime import audit
+from approvald.runtime.audit_file import ExportUnreadable, verify_export
 from approvald.runtime.engine import Engine
 from approvald.runtime.errors import ConfigError
 from approvald.runtime.prefix import id_help
@@ -29,6 +31,10 @@ def register(sub: Subparsers) -> None:
                        "its head")
     av.add_argument("--expect", metavar="SEQ:HASH",
                     help="a head recorded earlier: prove nothing up to it changed or was cut")
+    av.add_argument("--file", metavar="EXPORT",
+                    help="verify an exported log (JSON lines, from `audit export`; - for "
+                         "stdin) instead of the database: with the key, and --expect a head "
+                         "recorded elsewhere")
     av.set_defaults(fn=cmd_verify)
     ex = au.add_parser("export", help="every transition with its arguments (sensitive values "
                        "masked unless --reveal)")
@@ -42,6 +48,10 @@ def register(sub: Subparsers) -> None:
                     help="export the real arguments (read from their sealed requests, so "
                          "APPROVALD_DATA_KEY is needed) instead of masked ones; the export "
                          "is itself audited (action revealed, by this operator)")
+    ex.add_argument("--as-recorded", action="store_true",
+                    help="the digests as the chain recorded them (not their bindings), so "
+                         "`audit verify --file` can recompute each entry's MAC: for whoever "
+                         "holds the audit key")
     ex.set_defaults(fn=cmd_export)
 
 
@@ -53,23 +63,48 @@ async def cmd_verify(s: Settings, a: argparse.Namespace) -> int:
         except ValueError as exc:
             raise UsageError(f"--expect: {exc}") from None
     keys = s.audit_keys()
+    if a.file:
+        return _said(_verify_file(a.file, keys, expect, s.audit_unkeyed_until), keys,
+                     what="export")
     db = await open_database(s)
     try:
         report = await audit.verify(db, keys=keys, expect=expect,
                                     unkeyed_until=s.audit_unkeyed_until)
     finally:
         await db.close()
+    return _said(report, keys, what="audit log")
+
+
+def _verify_file(path: str, keys: list[audit.AuditKey], expect: tuple[int, str] | None,
+                 unkeyed_until: int) -> audit.VerifyReport:
+    try:
+        if path == "-":
+            return verify_export(sys.stdin, keys=keys, expect=expect,
+                                 unkeyed_until=unkeyed_until)
+        with open(path, encoding="utf-8") as f:
+            return verify_export(f, keys=keys, expect=expect, unkeyed_until=unkeyed_until)
+    except OSError as exc:
+        raise UsageError(f"--file: cannot read {path}: {exc.strerror or exc}") from None
+    except ExportUnreadable as exc:
+        raise UsageError(f"--file {path}: {exc}") from None
+
+
+def _said(report: audit.VerifyReport, keys: list[audit.AuditKey], *, what: str) -> int:
+    """Print a verification: 0 verified, 5 broken, 7 cannot be verified without the key."""
     # the head is printed every time: record it somewhere the database's writers cannot
     # reach, and a later `--expect` proves that nothing up to it has changed since
     print(f"head {report.head_text}")
+    if report.cannot is not None:
+        print(f"{what} NOT VERIFIED: {report.cannot}")
+        return 7
     if report.ok:
         keyed = "keyed" if keys else "unkeyed"
-        print(f"audit log OK: {report.entries} entries, chain intact ({keyed})")
+        print(f"{what} OK: {report.entries} entries, chain intact ({keyed})")
         for note in report.notes:
             print(f"  note: {note}")
         return 0
     for p in report.problems:
-        print(f"audit log BROKEN: {p}")
+        print(f"{what} BROKEN: {p}")
     return 5
 
 
@@ -99,12 +134,24 @@ async def cmd_export(s: Settings, a: argparse.Namespace) -> int:
     db = await open_database(s)
     try:
         await _export(db, a, since)
+        # an export is checked as it is handed over: a log that does not verify is said
+        # (the export is written all the same: it is the evidence)
+        keys = s.audit_keys()
+        report = await audit.verify(db, keys=keys, unkeyed_until=s.audit_unkeyed_until)
     finally:
         await db.close()
+    if report.cannot is not None:
+        print(f"approvald: note: the exported log was not verified: {report.cannot}",
+              file=sys.stderr)
+    elif not report.ok:
+        print(f"approvald: the exported log does not verify: {report.problems[0]}"
+              + (f" (and {len(report.problems) - 1} more: run `approvald audit verify`)"
+                 if len(report.problems) > 1 else ""), file=sys.stderr)
+        return 5
     return 0
 
 
 async def _export(db: Database, a: argparse.Namespace, since: datetime | None) -> None:
     chunks = [c async for c in audit.export(db, run_id=a.run, since=since, fmt=a.format,
-                                            reveal=a.reveal)]
+                                            reveal=a.reveal, as_recorded=a.as_recorded)]
     await write_out(a.output, "".join(chunks))

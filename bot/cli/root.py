@@ -5,9 +5,12 @@ User mistakes (unknown agent or run, bad URL, bad flag) and an environment that 
 (a database that cannot be reached, a port in use) are one line on stderr and a non-zero
 exit, never a traceback. Exit codes: 0 ok (a run completed or is waiting for approval),
 1 a run failed or was cancelled, 2 usage, input or configuration error, 3 a run needs
-attention, 4 a decision was refused, 5 the audit log does not verify, 6 the run goes on
-without this command (another process is advancing it, or it waits for a rate limit or
-an outage to pass; `approvald serve` resumes it), 70 an internal error (a bug). Output
+attention, 4 a decision was refused, 5 the audit log does not verify (`audit verify`, and
+`audit export` of a log that does not: the export is written all the same), 6 the run
+goes on without this command (another process is advancing it, or it waits for a rate
+limit or an outage to pass; `approvald serve` resumes it), 7 the audit log cannot be
+verified here (its entries are keyed and no key was given: nothing is known to be wrong),
+70 an internal error (a bug). Output
 whose reader has gone (``| head -1``) is dropped quietly.
 
 ``main`` never calls ``sys.exit`` (only ``python -m approvald.bot.cli`` and the console

@@ -134,6 +134,8 @@ async def cmd_runs_show(s: Settings, a: argparse.Namespace) -> int:
         state = await engine.state(run.id)
         approvals = await engine.run_approvals(run.id)
         doc = documents.run_document(run, state, approvals, await engine.run_masking(run.id))
+        for ap in doc["approvals"]:  # each row against the audit chain (issue 52)
+            ap["disagrees_with_audit_log"] = await engine.approval_check(ap["id"])
         if a.json:
             out(doc)
             return 0
@@ -146,6 +148,9 @@ async def cmd_runs_show(s: Settings, a: argparse.Namespace) -> int:
             print(f"  error: {doc['error']}")
         if doc["waiting"]:
             print(f"  waiting until {doc['waiting']['until']}: {doc['waiting']['reason']}")
+        for ap in doc["approvals"]:
+            for d in ap["disagrees_with_audit_log"]:
+                print(f"  WARNING: request {ap['id']} disagrees with the audit log: {d}")
         for p in doc["pending"]:
             print(f"  pending: approval {p['approval_id']} {p['tool']} "
                   f"{json.dumps(p['args'], ensure_ascii=False)}")

@@ -147,7 +147,8 @@ class Handlers:
 
     async def _decide(self, *, approval_id: str, token: str, user: str, verdict: Verdict,
                       reason: str | None = None, args: Any = None,
-                      mentions: bool = True) -> tuple[Decision | None, str | None]:
+                      mentions: bool = True,
+                      name: str | None = None) -> tuple[Decision | None, str | None]:
         """Record a decision now, before the caller acks: ``(decision, None)`` once it is
         committed, or ``(None, what to tell the clicker)`` when nothing was recorded
         (``mentions=False``: to be shown as plain text, in a modal)."""
@@ -156,7 +157,8 @@ class Handlers:
         with self.e.tracer.span("slack.click", approval_id=approval_id, user=user,
                                 verdict=verdict) as span:
             try:
-                decision = await self.e.decide(approval_id, actor=Actor(user, "slack"),
+                decision = await self.e.decide(approval_id,
+                                               actor=Actor(user, "slack", name=name),
                                                verdict=verdict, reason=reason, args=args,
                                                token=token)
             except (ApprovaldError, ValueError) as exc:
@@ -206,7 +208,8 @@ class Handlers:
                 self._later(self._tell(client, user, channel, texts.REPLY_MALFORMED))
                 return
             decision, refusal = await self._decide(approval_id=approval_id, token=token,
-                                                   user=user, verdict=verdict)
+                                                   user=user, verdict=verdict,
+                                                   name=_name(body))
             await ack()  # only now: the decision is committed (or nothing changed)
             self._later(self._after(client, user, channel, decision, refusal))
         return handler
@@ -307,7 +310,7 @@ class Handlers:
             decision, refusal = await self._decide(approval_id=target.approval_id,
                                                    token=target.token, user=user,
                                                    verdict=verdict, reason=reason,
-                                                   mentions=False)
+                                                   mentions=False, name=_name(body))
             if refusal is not None:  # shown in the modal, which stays open to read it
                 await ack(response_action="errors", errors={block: refusal[:1000]})
                 return
@@ -337,9 +340,13 @@ class Handlers:
                       errors={cards.ARGS_BLOCK: self._refusal(exc, mentions=False)[:1000]})
             return
         user = body["user"]["id"]
+        why = (((view.get("state") or {}).get("values") or {}).get(cards.REASON_BLOCK)
+               or {}).get(cards.REASON_INPUT) or {}
         decision, refusal = await self._decide(approval_id=target.approval_id,
                                                token=target.token, user=user, verdict="edit",
-                                               args=args, mentions=False)
+                                               args=args, mentions=False,
+                                               reason=(why.get("value") or "").strip() or None,
+                                               name=_name(body))
         if refusal is not None:
             await ack(response_action="errors", errors={cards.ARGS_BLOCK: refusal[:1000]})
             return
@@ -670,3 +677,11 @@ def _why(exc: ValueError) -> str:
     if isinstance(exc, ValidationError) and exc.errors():
         text = str(exc.errors()[0].get("msg") or exc).removeprefix("Value error, ")
     return cut_plain(text, 500)
+
+
+def _name(body: dict[str, Any]) -> str | None:
+    """The clicker's name as Slack's signed payload gives it at the time (recorded beside
+    the id in the audit entry of the decision: who a user id was, then)."""
+    user = body.get("user") or {}
+    name = user.get("name") or user.get("username")
+    return str(name)[:200] if name else None

@@ -343,6 +343,8 @@ MODAL_PROPOSE_INTRO = ("Edit the arguments of `{tool}` as JSON. Your edit is val
                        "other than you must then approve them. Earlier approvals stop "
                        "counting. The original is kept in the audit log.")
 MODAL_EDIT_LABEL = "Arguments (JSON)"
+MODAL_EDIT_REASON_LABEL = "Why this edit"
+MODAL_EDIT_REASON_PLACEHOLDER = "Recorded in the audit log beside the edit"
 MODAL_EDIT_HINT = "Checked against the schema of {tool} before anything is approved."
 MODAL_EDIT_TOO_BIG = ("These arguments are {n:,} characters long, more than Slack lets a text "
                       "box hold ({limit:,}). Edit them from the command line:\n"

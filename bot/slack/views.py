@@ -289,6 +289,12 @@ def edit_modal(a: ApprovalRecord, token: str, channel: str | None,
                    element=PlainTextInputElement(action_id=ARGS_INPUT, multiline=True,
                                                  initial_value=text, min_length=2,
                                                  max_length=INPUT_MAX)),
+        # why: recorded beside the edit in the audit log, for whoever reviews it later
+        InputBlock(block_id=REASON_BLOCK, label=plain(T.MODAL_EDIT_REASON_LABEL),
+                   optional=True,
+                   element=PlainTextInputElement(
+                       action_id=REASON_INPUT, multiline=True, max_length=REASON_MAX,
+                       placeholder=plain(T.MODAL_EDIT_REASON_PLACEHOLDER))),
     ]
     return _modal(T.MODAL_EDIT_TITLE, blocks, callback_id=EDIT_MODAL,
                   submit=T.MODAL_PROPOSE_SUBMIT if propose else T.MODAL_EDIT_SUBMIT,

@@ -11,7 +11,18 @@ from approvald.store.fastsql import fast
 from approvald.store.models import Approval, ApprovalVote, Run
 from approvald.store.records import ApprovalRecord, VoteRecord
 from approvald.store.repos.base import Repo, to_record
-from sqlalchemy import Insert, Select, Table, Update, bindparam, func, select, update
+from sqlalchemy import (
+    Insert,
+    Select,
+    Table,
+    Text,
+    Update,
+    bindparam,
+    func,
+    select,
+    type_coerce,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 
 _T = cast(Table, Approval.__table__)
@@ -214,6 +225,27 @@ class ApprovalsRepo(Repo):
              "via": via, "at": at},
         )
         return bool(res.rowcount == 1)
+
+    async def decided_rows(self, *, after: str = "", batch: int = 500,
+                           only: str | None = None) -> list[dict[str, Any]]:
+        """A batch of requests in id order after ``after`` (``only``: that one): what
+        ``audit verify`` compares with the chain (the arguments as stored, sealed or not)."""
+        cols = [_T.c.id, _T.c.run_id, _T.c.kind, _T.c.tool, _T.c.digest, _T.c.edited_digest,
+                _T.c.edited_by, _T.c.status, _T.c.decided_by, _T.c.decided_via,
+                type_coerce(_T.c.args, Text).label("args"),
+                type_coerce(_T.c.edited_args, Text).label("edited_args")]
+        where = _T.c.id == only if only is not None else _T.c.id > after
+        rows = await self.conn.execute(select(*cols).where(where)
+                                       .order_by(_T.c.id).limit(batch))
+        return [dict(r._mapping) for r in rows]
+
+    async def votes_of(self, approval_ids: Sequence[str]) -> list[VoteRecord]:
+        """Every vote on the requests ``approval_ids``."""
+        if not approval_ids:
+            return []
+        rows = await self.conn.execute(select(_V).where(_V.c.approval_id.in_(list(approval_ids)))
+                                       .order_by(_V.c.approval_id, _V.c.at))
+        return [VoteRecord(**r._mapping) for r in rows]
 
     async def votes(self, approval_id: str) -> list[VoteRecord]:
         rows = await self.conn.execute(_VOTES, {"aid": approval_id})

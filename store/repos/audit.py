@@ -17,6 +17,7 @@ GENESIS = "0" * 64
 _T = cast(Table, AuditEntry.__table__)
 _H = cast(Table, AuditHead.__table__)
 _INSERT = fast(_T.insert())
+_TIME_OF = fast(select(_T.c.at).where(_T.c.seq == bindparam("s")))
 # the no-op SET takes the row lock on PostgreSQL
 _LOCK = fast(update(_H).where(_H.c.id == 1).values(seq=_H.c.seq)
              .returning(_H.c.seq, _H.c.hash))
@@ -69,6 +70,11 @@ class AuditRepo(Repo):
             return
         await self.conn.execute(_INSERT, rows)
         await self.conn.execute(_MOVE, head)
+
+    async def time_of(self, seq: int) -> datetime | None:
+        """The time of entry ``seq`` (None: there is none)."""
+        row = (await self.conn.execute(_TIME_OF, {"s": seq})).first()
+        return None if row is None else cast(datetime, row[0])
 
     async def head(self) -> tuple[int, str]:
         row = (await self.conn.execute(select(AuditHead.seq, AuditHead.hash))).first()

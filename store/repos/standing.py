@@ -20,7 +20,7 @@ from typing import Any, cast
 from approvald.store.fastsql import fast
 from approvald.store.models import StandingApproval
 from approvald.store.repos.base import Repo, to_record
-from sqlalchemy import Table, bindparam, select, update
+from sqlalchemy import Table, Text, bindparam, select, type_coerce, update
 
 _S = cast(Table, StandingApproval.__table__)
 _GET = fast(select(_S).where(_S.c.id == bindparam("sid")))
@@ -95,6 +95,15 @@ class StandingRepo(Repo):
         """The standing approvals proposed on request ``approval_id`` (a call of ``tool``:
         the tool narrows the search to its rows), oldest first."""
         rows = (await self.conn.execute(_GRANTED_ON, {"tool": tool, "aid": approval_id})).all()
+        return [StandingRecord(**r._mapping) for r in rows]
+
+    async def every(self, *, after: str = "", batch: int = 500) -> list[StandingRecord]:
+        """A batch of every standing approval in id order after ``after``, its scope as
+        stored (sealed or not: see :func:`runtime.audit_check.opened`)."""
+        cols = [type_coerce(c, Text).label("scope") if c.name == "scope" else c
+                for c in _S.c]
+        rows = (await self.conn.execute(select(*cols).where(_S.c.id > after)
+                                        .order_by(_S.c.id).limit(batch))).all()
         return [StandingRecord(**r._mapping) for r in rows]
 
     async def listing(self, *, live_only: bool, now: datetime,

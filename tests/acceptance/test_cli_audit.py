@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import sqlite3
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -49,12 +51,83 @@ def test_verify_prints_the_head_and_a_recorded_head_proves_the_past(cli: Cli) ->
         conn.execute("DELETE FROM audit_log WHERE seq > 3")
         seq3 = conn.execute("SELECT hash FROM audit_log WHERE seq = 3").fetchone()[0]
         conn.execute("UPDATE audit_head SET seq = 3, hash = ?", (seq3,))
-    assert cli("audit", "verify").returncode == 0  # the chain alone cannot tell...
+    # the chain alone cannot tell; the tables can (the approval is in them, not in it)...
+    cut = cli("audit", "verify")
+    assert cut.returncode == 5 and f"approval {approval_id}: status approved" in cut.stdout
     done = cli("audit", "verify", "--expect", head)
-    assert done.returncode == 5  # ...the recorded head can
+    assert done.returncode == 5  # ...and the recorded head can
     assert "entries 4-6 were deleted" in done.stdout
     bad = cli("audit", "verify", "--expect", "3:zz")
     assert bad.returncode == 2 and "--expect" in bad.stderr
+
+
+def test_a_forged_decider_is_named_by_verify_and_every_view(cli: Cli) -> None:
+    run_id, approval_id = pause(cli)
+    cli.ok("approvals", "approve", approval_id, "--as", "U_ALICE")
+    with sqlite3.connect(db_path(cli)) as conn:
+        conn.execute("UPDATE approvals SET decided_by = 'U_MALLORY' WHERE id = ?",
+                     (approval_id,))
+    done = cli("audit", "verify")
+    assert done.returncode == 5
+    assert (f"audit log BROKEN: approval {approval_id}: decided_by U_MALLORY is not the "
+            "decider the audit log records (U_ALICE)") in done.stdout
+    shown = cli.ok("approvals", "show", approval_id)
+    assert "disagrees with the audit log" in shown and "(U_ALICE)" in shown
+    assert "disagrees with the audit log" in cli.ok("runs", "show", run_id)
+    assert "DISAGREES WITH THE AUDIT LOG" in cli.ok("trace", run_id)
+
+
+def test_an_export_file_is_verified_by_whoever_holds_it_and_the_key(
+        cli: Cli, tmp_path: Path) -> None:
+    run_id, approval_id = pause(cli)
+    cli.ok("approvals", "approve", approval_id, "--as", "U_ALICE")
+    head = cli.ok("audit", "verify").splitlines()[0].removeprefix("head ")
+    export = tmp_path / "audit.jsonl"
+    done = cli("audit", "export", "--as-recorded", "-o", str(export))
+    assert done.returncode == 0 and done.stderr == ""
+    ok = cli("audit", "verify", "--file", str(export), "--expect", head)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert ok.stdout.splitlines()[0] == f"head {head}"
+    assert "export OK: 6 entries, chain intact (keyed)" in ok.stdout
+    assert "passes through the recorded head" in ok.stdout
+    # a filtered export: each entry proven, the gaps named
+    one = tmp_path / "run.jsonl"
+    cli.ok("audit", "export", "--as-recorded", "--run", run_id, "-o", str(one))
+    part = cli("audit", "verify", "--file", str(one))
+    assert part.returncode == 0 and "not in this export" in part.stdout, part.stdout
+    # without the key: it cannot be verified, which is not "broken"
+    keyless = replace(cli, env_extra={})
+    for args in (("--file", str(export)), ()):
+        unkeyed = keyless("audit", "verify", *args)
+        assert unkeyed.returncode == 7, unkeyed.stdout + unkeyed.stderr
+        assert "NOT VERIFIED" in unkeyed.stdout and "BROKEN" not in unkeyed.stdout
+        assert "no key was given" in unkeyed.stdout
+    # an edited line of the file is named
+    lines = export.read_text().splitlines()
+    row = json.loads(lines[3])
+    row["actor"] = "U_MALLORY"
+    lines[3] = json.dumps(row)
+    forged = tmp_path / "forged.jsonl"
+    forged.write_text("\n".join(lines) + "\n")
+    bad = cli("audit", "verify", "--file", str(forged))
+    assert bad.returncode == 5 and f"entry {row['seq']} (" in bad.stdout and "was edited" \
+        in bad.stdout, bad.stdout
+    garbage = tmp_path / "audit.csv"
+    cli.ok("audit", "export", "--format", "csv", "-o", str(garbage))
+    unreadable = cli("audit", "verify", "--file", str(garbage))
+    assert unreadable.returncode == 2 and "line 1" in unreadable.stderr
+
+
+def test_an_export_of_a_log_that_does_not_verify_says_so(cli: Cli, tmp_path: Path) -> None:
+    _, approval_id = pause(cli)
+    cli.ok("approvals", "approve", approval_id, "--as", "U_ALICE")
+    with sqlite3.connect(db_path(cli)) as conn:
+        conn.execute("UPDATE approvals SET decided_by = 'U_MALLORY' WHERE id = ?",
+                     (approval_id,))
+    done = cli("audit", "export", "-o", str(tmp_path / "audit.jsonl"))
+    assert done.returncode == 5
+    assert "does not verify" in done.stderr and "U_MALLORY" in done.stderr
+    assert (tmp_path / "audit.jsonl").read_text().count("\n") == 6  # written all the same
 
 
 def test_without_the_key_a_rewritten_log_is_broken(cli: Cli) -> None:

@@ -192,3 +192,30 @@ async def test_a_proposed_edit_is_told_everywhere_as_the_call_that_will_run(
 async def _edited(h: Harness, approval_id: str) -> Any:
     a = await h.approval(approval_id)
     return a if a.edited_args is not None else None
+
+
+async def test_the_edit_modal_asks_why_and_the_audit_log_keeps_it_with_the_editors_name(
+        sqlite_url: str, tmp_path: Path) -> None:
+    async with harness(sqlite_url, tmp_path) as h:
+        paused = await h.pause_refund()
+        [aid] = paused.approval_ids
+        await h.card(aid)  # posted
+        a = await h.approval(aid)
+        await h.slack.click(cards.EDIT, h.value(a), user_id="U_ALICE", channel_id=CHANNEL,
+                            message_ts=a.message_ts)
+        [shown] = await wait_for(
+            lambda: h.emulator.views(user_id="U_ALICE", callback_id=cards.EDIT_MODAL),
+            what="the edit modal")
+        assert T.MODAL_EDIT_REASON_LABEL in json.dumps(shown)
+        ok = await h.slack.submit_view(
+            cards.EDIT_MODAL, {"args": {"args_input": json.dumps(EDIT)},
+                               cards.REASON_BLOCK: {cards.REASON_INPUT: "only the duplicate"}},
+            user_id="U_ALICE")
+        assert ok.status == 200 and ok.body in ("", "{}"), ok.body
+        async with h.engine.db.read() as tx:
+            entries = await tx.audit.query(approval_id=aid)
+        [edited] = [json.loads(e.details) for e in entries if e.action == "edited"]
+        assert edited["reason"] == "only the duplicate"
+        assert edited["actor_name"]  # who U_ALICE was, as Slack said then
+        # where and when the card the editor was shown had been posted
+        assert edited["card_posted"]["channel"] == CHANNEL and edited["card_posted"]["at"]

@@ -643,8 +643,10 @@ def test_edit_modal_prefills_the_effective_arguments() -> None:
         view = views.edit_modal(a, TOKEN, "C1", "1.2")
         check_view(view)
         assert view["callback_id"] == cards.EDIT_MODAL
-        block = view["blocks"][-1]
+        block = view["blocks"][-2]
         assert block["block_id"] == cards.ARGS_BLOCK and not block.get("optional")
+        why = view["blocks"][-1]  # the edit's reason, kept in the audit log (issue 52)
+        assert why["block_id"] == cards.REASON_BLOCK and why["optional"]
         el = block["element"]
         assert el["action_id"] == cards.ARGS_INPUT and el["multiline"]
         assert json.loads(el["initial_value"]) == a.effective_args()
@@ -659,7 +661,7 @@ def test_edit_modal_for_arguments_too_long_to_edit_in_slack() -> None:
     check_view(view)
     assert "submit" not in view and "approvald approvals edit" in dump(view)
     mid = approval(args={"x": "y" * 2000, "z": list(range(200))})  # compact fits, pretty not
-    el = views.edit_modal(mid, TOKEN, None, None)["blocks"][-1]["element"]
+    el = views.edit_modal(mid, TOKEN, None, None)["blocks"][-2]["element"]
     assert json.loads(el["initial_value"]) == mid.args_value() and "\n" not in el["initial_value"]
 
 

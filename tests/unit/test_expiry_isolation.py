@@ -97,7 +97,8 @@ async def test_an_escalation_that_cannot_be_computed_expires_alone(
     assert any(isinstance(m, ToolMessage) and m.content == {"status": "expired"}
                for m in state.messages)
     assert refund_lines(ledger_path) == []
-    assert (await audit.verify(db)).ok
+    report = await audit.verify(db)
+    assert report.ok, report.problems
 
 
 async def test_a_reminder_that_cannot_be_computed_stops_alone(
@@ -228,4 +229,5 @@ async def test_a_click_on_a_bad_request_past_its_expiry_is_refused_and_audited(
     async with db.read() as tx:
         assert (await tx.approvals.get(bad_id)).status == "expired"
     assert refund_lines(ledger_path) == []
-    assert (await audit.verify(db)).ok
+    report = await audit.verify(db)
+    assert report.ok, report.problems

@@ -1,0 +1,83 @@
+"""Which policy was in force is read from the audit log alone (issue 52.9): its digest is
+the policy file's SHA-256 (the recipe is tested here, as the docs give it), the
+``policy_loaded`` entry holds its text, a run's export carries the policies its requests
+name, and each serving process picks up a changed file and audits its own load, so two
+policies are never in force unnoticed."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from approvald.bot.config import Settings
+from approvald.bot.serve import Service
+from approvald.runtime import audit
+from approvald.runtime.policy import PolicyFile, load_policy_file
+from approvald.store.db import Database
+
+POLICY = '[tools.issue_refund]\r\npolicy = "approve_before"\r\nwhy = "money moves"\r\n'
+
+
+def test_the_digest_is_the_files_sha256_and_the_text_is_the_files(tmp_path: Path) -> None:
+    path = tmp_path / "policy.toml"
+    path.write_bytes(POLICY.encode())  # CRLF kept: the digest is of the bytes
+    policy = load_policy_file(path)
+    assert policy.digest == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert policy.text == POLICY
+    # no file: the SHA-256 of the canonical JSON of its fields, the text recorded
+    builtin = PolicyFile()
+    assert builtin.digest == hashlib.sha256(builtin.text.encode()).hexdigest()
+    assert json.loads(builtin.text) == builtin.model_dump(mode="json")
+
+
+def _settings(url: str, tmp_path: Path, policy: Path) -> Settings:
+    return Settings(APPROVALD_DATABASE_URL=url, APPROVALD_HOST="127.0.0.1",
+                    APPROVALD_PORT="0", APPROVALD_POLL_INTERVAL="600",
+                    APPROVALD_METRICS_ADDR="off", APPROVALD_POLICY_FILE=str(policy),
+                    APPROVALD_DEMO_LEDGER=str(tmp_path / "ledger.jsonl"))
+
+
+async def _loads(db: Database) -> list[dict]:
+    async with db.read() as tx:
+        return [{"actor": e.actor, **json.loads(e.details)}
+                for e in await tx.audit.query() if e.action == "policy_loaded"]
+
+
+async def test_each_process_picks_up_a_changed_policy_and_audits_its_load(
+        sqlite_url: str, tmp_path: Path) -> None:
+    path = tmp_path / "policy.toml"
+    path.write_text('[tools.issue_refund]\npolicy = "approve_before"\n')
+    first = hashlib.sha256(path.read_bytes()).hexdigest()
+    db = Database(sqlite_url)
+    a = Service(_settings(sqlite_url, tmp_path, path), db)
+    b = Service(_settings(sqlite_url, tmp_path, path), db)
+    try:
+        await a.start()
+        await b.start()
+        loads = await _loads(db)
+        # each process's load is on record, with its id and the text
+        assert [(x["process"], x["digest"]) for x in loads] == [
+            (a.engine.owner, first), (b.engine.owner, first)]
+        assert all(x["actor"] == f"process:{x['process']}" for x in loads)
+        assert loads[0]["text"] == path.read_text()
+        assert await a.reload_policy() is False  # unchanged: nothing read, nothing audited
+
+        path.write_text('[tools.issue_refund]\npolicy = "approve_before"\nwhy = "new"\n')
+        second = hashlib.sha256(path.read_bytes()).hexdigest()
+        assert await a.reload_policy() is True
+        assert a.engine.registry.policy.digest == second
+        assert await b.reload_policy() is True
+        loads = await _loads(db)
+        assert [(x["process"], x["digest"], x["previous"]) for x in loads[2:]] == [
+            (a.engine.owner, second, first), (b.engine.owner, second, second)]
+
+        path.write_text("[tools.issue_refund]\npolicy = \"nonsense\"\n")  # does not load
+        assert await a.reload_policy() is False
+        assert a.engine.registry.policy.digest == second  # the one in force is kept
+        assert len(await _loads(db)) == 4
+        assert (await audit.verify(db)).ok
+    finally:
+        await b.stop()
+        await a.stop()
+        await db.close()
