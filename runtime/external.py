@@ -41,7 +41,7 @@ from approvald.runtime.audit import AuditTrail, Entry, result_excerpt
 from approvald.runtime.canonical import call_digest, canonical_json, compact_json, sha256_hex
 from approvald.runtime.clock import Clock
 from approvald.runtime.errors import ApprovaldError, InvalidArguments, NotFound
-from approvald.runtime.gate import Gate
+from approvald.runtime.gate import Gate, shadow_details
 from approvald.runtime.ids import is_external, new_request_id
 from approvald.runtime.intake import (
     EXTERNAL_AGENT,
@@ -398,7 +398,7 @@ class ExternalRequests:
                 return None  # approved as it was made (revoked meanwhile: asked below)
             return await self.gate.insert_approval(
                 tx, run=run, call_id=CALL_ID, kind="tool_call", tool=req.tool, args=req.args,
-                policy=chosen.approval, rung=0, packet=packet)
+                policy=chosen.approval, rung=0, packet=packet, shadow=chosen.shadow)
         # the policy answers at once: audited as a request and its answer by the policy
         rule = {"rule": chosen.approval.rule} if chosen.approval.rule else {}
         self.audit.record(
@@ -407,7 +407,8 @@ class ExternalRequests:
             details={"kind": "tool_call", "tool": req.tool, "args": req.args, "call_id": CALL_ID,
                      "requested_by": req.requested_by, "task": packet["task"], "policy": name,
                      "policy_file": self.policy().digest,
-                     "answer": chosen.kind, **rule}, sensitive=chosen.approval.sensitive)
+                     "answer": chosen.kind, **rule, **shadow_details(chosen.shadow)},
+            sensitive=chosen.approval.sensitive)
         self.audit.record(
             tx, at=now, action="denied" if kind == "forbidden" else "approved",
             actor="system:policy", via="policy", run_id=request_id, digest=digest,

@@ -19,7 +19,7 @@ from approvald.runtime.clock import Clock
 from approvald.runtime.ids import new_id, new_nonce
 from approvald.runtime.intake import Source, snapshot_digest
 from approvald.runtime.packet import edit_changes, impact_of, masked_packet
-from approvald.runtime.policy import ApprovalPolicy, PolicyFile
+from approvald.runtime.policy import ApprovalPolicy, PolicyFile, Shadow
 from approvald.runtime.sensitive import Masking
 from approvald.runtime.state import AssistantMessage, ToolCall, ToolMessage
 from approvald.runtime.tools import Tool
@@ -52,6 +52,7 @@ class GateRequest:
     tool: Tool
     args: dict[str, Any]
     policy: ApprovalPolicy
+    shadow: tuple[Shadow, ...] = ()  # what shadow rules would have decided: recorded
 
 
 def build_packet(transcript: Sequence[Any], call: ToolCall, tool: Tool, args: dict[str, Any],
@@ -85,6 +86,12 @@ def build_packet(transcript: Sequence[Any], call: ToolCall, tool: Tool, args: di
         "why": policy.why or f"{tool.name} is a {tool.permission} tool that needs approval.",
         "description": tool.description,
     }
+
+
+def shadow_details(shadow: Sequence[Shadow]) -> dict[str, Any]:
+    """What a call's audit entry records of the shadow rules that hold for it (nothing
+    when none does: an entry of a file without shadows is as it always was)."""
+    return {"shadow": [s.record() for s in shadow]} if shadow else {}
 
 
 def mail_group(approval_id: str) -> str:
@@ -184,17 +191,18 @@ class Gate:
             packet = build_packet(transcript, g.call, g.tool, g.args, g.policy, run)
             ids.append(await self.insert_approval(
                 tx, run=run, call_id=g.call.id, kind="tool_call", tool=g.tool.name,
-                args=g.args, policy=g.policy, rung=0, packet=packet))
+                args=g.args, policy=g.policy, rung=0, packet=packet, shadow=g.shadow))
         return ids
 
     async def insert_approval(self, tx: Tx, *, run: RunRecord | None, call_id: str, kind: str,
                               tool: str, args: dict[str, Any], policy: ApprovalPolicy, rung: int,
                               packet: dict[str, Any], supersedes: ApprovalRecord | None = None,
                               ttl: timedelta | None = None, card: bool = True,
-                              mail: bool = False) -> str:
+                              mail: bool = False, shadow: Sequence[Shadow] = ()) -> str:
         """Insert one pending request with its card's outbox row (and its mail's, when its
         policy names the email channel or ``mail`` says so: an escalation of a request
-        that was mailed) and its audit entry."""
+        that was mailed) and its audit entry (``shadow``: what the shadow rules that hold
+        for the call would have decided, recorded in it)."""
         now = self.clock.now()
         approvers, rung_ttl, quorum = policy.rung(rung)
         ttl = ttl or rung_ttl
@@ -240,7 +248,8 @@ class Gate:
                      "source": source.subject(tool), "policy": source.policy_name(tool),
                      "policy_digest": snapshot_digest(snapshot),
                      "policy_file": self.policy().digest,
-                     **({"rule": policy.rule} if policy.rule else {})},
+                     **({"rule": policy.rule} if policy.rule else {}),
+                     **shadow_details(shadow)},
         )
         return approval_id
 

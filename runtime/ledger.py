@@ -24,7 +24,7 @@ import json
 import os
 import socket
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -382,16 +382,18 @@ class Ledger:
 
 def audit_execution(trail: AuditTrail, tx: Tx, *, at: Any, approval_id: str | None,
                     rec: Recorded, tool: str, digest: str, args: dict[str, Any],
-                    policy: str, sensitive: Sequence[str]) -> None:
+                    policy: str, sensitive: Sequence[str],
+                    noted: Mapping[str, Any] | None = None) -> None:
     """Audit entry for a call's execution, asked about or not (``approval_id`` None: the
     policy ran it without asking; ``policy`` says how): the exact arguments that ran
     (beside the proposed and edited ones in earlier entries) and what came of them,
-    recorded masked under the call's declared paths, ``sensitive``."""
+    recorded masked under the call's declared paths, ``sensitive``; ``noted``: more of
+    the call's record (what shadow rules would have decided)."""
     trail.record(
         tx, at=at, action="executed", actor="system:runtime", via="runtime",
         run_id=rec.run_id, approval_id=approval_id, digest=digest,
         details={"tool": tool, "args": args, "status": rec.status, "answer": policy,
                  "idempotency_key": rec.idempotency_key, "result": result_excerpt(rec.result),
-                 "error": rec.error, "latency_ms": rec.latency_ms},
+                 "error": rec.error, "latency_ms": rec.latency_ms, **(noted or {})},
         sensitive=sensitive,
     )
