@@ -25,6 +25,7 @@ from typing import Any
 from approvald.runtime.audit import MASKED, AuditKey, verify
 from approvald.runtime.errors import ApprovaldError
 from approvald.runtime.intake import EXTERNAL_AGENT, Source
+from approvald.runtime.masking import Masking
 from approvald.store.db import Database
 
 # the actions a request's record is made of (the rest of the chain is verified, not read)
@@ -33,6 +34,7 @@ ACTIONS = ("requested", "approved", "denied", "redirected", "edited", "expired",
 # what a person decided, in the words the replay and the insights use
 PERSON = frozenset({"approved", "edited", "denied", "redirected"})
 NOT_APPROVED = frozenset({"edited", "denied", "redirected"})  # a person changed or refused it
+_PLAIN = Masking()  # (the detectors only)
 SETTLED = frozenset({"approved", "edited", "denied", "redirected", "expired", "standing"})
 
 
@@ -78,6 +80,12 @@ class Request:
         if self.decided_at is None or self.outcome not in PERSON:
             return None
         return (self.decided_at - self.at).total_seconds()
+
+    def masking(self) -> Masking:
+        """What may be shown of it (the funnel, :mod:`runtime.masking`): the values its
+        record masked, masked wherever they occur in what is said about it."""
+        keys = [k for k, v in self.args.items() if self.shown.get(k) != v]
+        return Masking.of_call(keys, self.args) if keys else _PLAIN
 
     @property
     def person_said_no(self) -> bool:

@@ -46,7 +46,7 @@ class Change:
         as recorded)."""
         r, now = self.request, self.now
         approvers, _, quorum = now.approval.rung(0)
-        return {
+        doc: dict[str, Any] = r.masking().data({
             "request": r.key,
             "at": r.at.isoformat(),
             "tool": r.tool,
@@ -68,7 +68,8 @@ class Change:
                     "reason": now.reason},
             "shadow": [s.record() for s in now.shadow],
             "decided_on_masked_args": not r.opened,
-        }
+        })
+        return doc
 
 
 @dataclass

@@ -7,7 +7,9 @@ exit, never a traceback. Exit codes: 0 ok (a run completed or is waiting for app
 1 a run failed or was cancelled, 2 usage, input or configuration error, 3 a run needs
 attention, 4 a decision was refused, 5 the audit log does not verify, 6 the run goes on
 without this command (another process is advancing it, or it waits for a rate limit or
-an outage to pass; `approvald serve` resumes it), 70 an internal error (a bug). Output
+an outage to pass; `approvald serve` resumes it), 7 a policy file replayed against the
+record (``policy replay``, ``policy check --against-history``) would run without asking a
+call a person had denied, redirected or edited, 70 an internal error (a bug). Output
 whose reader has gone (``| head -1``) is dropped quietly.
 
 ``main`` never calls ``sys.exit`` (only ``python -m approvald.bot.cli`` and the console
@@ -49,6 +51,9 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("standing", "standing", "standing approvals: calls like an approved one run without a "
                              "card for a while"),
     ("audit", "audit", "verify and export the audit log"),
+    ("policy", "policy", "check a new policy file against the record of requests"),
+    ("insights", "policy", "per tool and per rule: requests, answers, time to decision, who "
+                           "decides; shadow rules' records; suggested rules"),
     ("outbox", "outbox", "see and re-drive deliveries to Slack"),
     ("tokens", "tokens", "bearer tokens of the HTTP API (/v1)"),
     ("keys", "keys", "the data key sensitive values are sealed under"),
