@@ -275,7 +275,8 @@ def _describe(e: AuditRecord) -> str:
 
 async def verify(db: Database, *, keys: Sequence[AuditKey] = (),
                  expect: tuple[int, str] | None = None,
-                 unkeyed_until: int = 0) -> VerifyReport:
+                 unkeyed_until: int = 0,
+                 visit: Callable[[AuditRecord], None] | None = None) -> VerifyReport:
     """Walk the chain up to its head; report the first break and what kind it is.
 
     ``keys``: the current key and any retired ones (entries name theirs by fingerprint).
@@ -283,7 +284,9 @@ async def verify(db: Database, *, keys: Sequence[AuditKey] = (),
     before the deployment had a key: a number the operator keeps outside the database,
     so a writer cannot pass a rewritten chain off as old and unkeyed).
     ``expect``: a head recorded earlier outside the database; the chain must still pass
-    through it, and must not end before it.
+    through it, and must not end before it. ``visit``: called with each entry once its
+    MAC is checked (a reader of the record walks the chain once, not twice); trust what
+    it saw only when the report is ok.
     """
     report = VerifyReport()
     by_id = {k.id: k for k in keys}
@@ -339,6 +342,8 @@ async def verify(db: Database, *, keys: Sequence[AuditKey] = (),
                 expected_hash = e.hash
             prev_seq, prev_hash = e.seq, e.hash
             _replay_standing(standing, e, report)
+            if visit is not None:
+                visit(e)
     if (head_seq, head_hash) != (prev_seq, prev_hash):
         if head_seq > prev_seq:
             report.problems.append(

@@ -27,6 +27,7 @@ from approvald.runtime.errors import ApprovaldError
 from approvald.runtime.intake import EXTERNAL_AGENT, Source
 from approvald.runtime.masking import Masking
 from approvald.store.db import Database
+from approvald.store.records import AuditRecord
 
 # the actions a request's record is made of (the rest of the chain is verified, not read)
 ACTIONS = ("requested", "approved", "denied", "redirected", "edited", "expired",
@@ -105,16 +106,20 @@ class History:
 
 async def read_history(db: Database, *, since: datetime | None, keys: Sequence[AuditKey] = (),
                        unkeyed_until: int = 0) -> History:
-    """Verify the chain (:func:`runtime.audit.verify`; :class:`ChainBroken` if it does not),
-    then read the requests recorded since ``since``."""
-    report = await verify(db, keys=keys, unkeyed_until=unkeyed_until)
+    """The requests recorded since ``since``, read in the walk that verifies the chain
+    (:func:`runtime.audit.verify`), and only once it verifies (:class:`ChainBroken` if
+    it does not)."""
+    builder = _Builder()
+    wanted = frozenset(ACTIONS)
+
+    def visit(e: AuditRecord) -> None:  # in the one walk that verifies the chain
+        if e.action in wanted and (since is None or e.at >= since):
+            builder.add(e.at, e.action, e.actor, e.run_id, e.approval_id, e.details)
+
+    report = await verify(db, keys=keys, unkeyed_until=unkeyed_until, visit=visit)
     if not report.ok:
         raise ChainBroken(report.problems)
-    builder = _Builder()
     async with db.read(snapshot=True) as tx:
-        async for row in tx.audit.requests_record(actions=ACTIONS, since=since,
-                                                  upto=report.head[0]):
-            builder.add(*row)
         for r in builder.sealed():
             await _open(tx, r)
     return History(builder.requests, since, report.head, report.entries)

@@ -334,6 +334,9 @@ def _without_unset_mode(data: Any) -> Any:
     return data
 
 
+_BLANK = ApprovalPolicy()  # one object: [default] over it is applied (and cached) once
+
+
 def is_group(approver: str) -> bool:
     """Slack user-group ids start with ``S``; user ids with ``U`` or ``W``."""
     return approver.startswith("S")
@@ -423,8 +426,9 @@ class ToolOverride(_Fields):
         return _without_unset_mode(handler(self))
 
     rules: list[Rule] = Field(default_factory=list)
-    # "shadow": the whole entry is evaluated on every call it names and recorded (what it
-    # would have decided), never enforced: the call gets what it would without the entry
+    # "shadow": evaluated on every call it names and recorded in the call's audit entry
+    # (what it would have decided), never enforced: the call gets what it would without
+    # this entry (on a rule: without this rule)
     mode: Mode | None = None
     # gone: a tool of an HTTP API caller is named by its source now (api:<token>/<tool>),
     # so an entry can no longer be "external" to lend its policy to any caller that names it
@@ -578,9 +582,8 @@ class PolicyFile(BaseModel):
 
     def default_policy(self) -> tuple[PolicyKind, ApprovalPolicy]:
         """The operator's policy for a tool nobody declared: ``[default]`` over asking."""
-        base = ApprovalPolicy()
         return self.default.policy or "approve_before", \
-            self._apply(self.default, base, "default")
+            self._apply(self.default, _BLANK, "default")
 
     def effective(
         self, tool: str, kind: PolicyKind, base: ApprovalPolicy

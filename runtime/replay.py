@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from approvald.runtime.agent import Registry
 from approvald.runtime.directory import Directory
@@ -29,6 +28,7 @@ from approvald.runtime.policy import ApprovalPolicy, CallPolicy, PolicyFile, Pol
 from approvald.runtime.tools import Tool
 
 RUNS = ("auto", "notify_after")
+_BLANK = ApprovalPolicy()  # one object, so that the file's policy over it is cached
 CHANGES = ("runs_unasked", "forbidden", "asks", "approvers")
 
 
@@ -40,36 +40,6 @@ class Change:
     change: str  # one of CHANGES
     now: CallPolicy
     dangerous: bool  # it would run without asking, and a person had said no to it
-
-    def document(self) -> dict[str, Any]:
-        """One changed request, as ``policy replay --json`` prints it (arguments masked
-        as recorded)."""
-        r, now = self.request, self.now
-        approvers, _, quorum = now.approval.rung(0)
-        doc: dict[str, Any] = r.masking().data({
-            "request": r.key,
-            "at": r.at.isoformat(),
-            "tool": r.tool,
-            "policy": r.policy_name,
-            "source": r.source.subject(r.tool) if r.source.name else r.tool,
-            "args": r.shown,
-            "change": self.change,
-            "dangerous": self.dangerous,
-            "then": {"policy": r.answer, "approvers": r.approvers if r.asked else [],
-                     "quorum": r.quorum if r.asked else None, "rule": r.rule},
-            "outcome": r.outcome,
-            "edited": r.edited,
-            "decided_by": r.decided_by,
-            "reason": r.reason,
-            "now": {"policy": now.kind,
-                    "approvers": approvers if now.kind == "approve_before" else [],
-                    "quorum": quorum if now.kind == "approve_before" else None,
-                    "rule": now.approval.rule if now.rule is not None else None,
-                    "reason": now.reason},
-            "shadow": [s.record() for s in now.shadow],
-            "decided_on_masked_args": not r.opened,
-        })
-        return doc
 
 
 @dataclass
@@ -127,7 +97,7 @@ def replay(requests: Iterable[Request], policy: PolicyFile, directory: Directory
         decl = declared(r.source, r.tool)
         if decl is None and r.source.kind == "agent":
             # a tool no agent registered here declares: as it was then, by its answer
-            decl = (_kind(r.answer), ApprovalPolicy())
+            decl = (_kind(r.answer), _BLANK)
         now = intake.resolve(r.source, r.tool, r.args, declared=decl)
         for s in now.shadow:
             agreed = agrees(s.kind, list(s.approvers), r)

@@ -107,7 +107,7 @@ async def cmd_replay(s: Settings, a: argparse.Namespace) -> int:
         result = engine.replay_policy(history, new)
         if a.json:
             for c in result.changes:
-                print(json.dumps(c.document(), ensure_ascii=False))
+                print(json.dumps(change_document(c), ensure_ascii=False))
         else:
             print_replay(a.file, history, result, window_of(since), listed=SHOWN)
         return 7 if result.dangerous else 0
@@ -164,6 +164,40 @@ def insights_document(found: Insights) -> dict[str, Any]:
     }
 
 
+def change_document(c: Change) -> dict[str, Any]:
+    """One changed request, as ``policy replay --json`` prints it (a line each): what
+    happened (``then``, ``outcome``, who decided and why) and what the new file would do
+    (``now``); ``dangerous``: it would run without asking, and a person had denied,
+    redirected or edited it. Its arguments and words are shown masked, as recorded,
+    through the one masking funnel."""
+    r, now = c.request, c.now
+    shown = r.masking()
+    approvers, _, quorum = now.approval.rung(0)
+    asks = now.kind == "approve_before"
+    return {
+        "request": r.key,
+        "at": r.at.isoformat(),
+        "tool": r.tool,
+        "policy": r.policy_name,
+        "source": r.source.subject(r.tool) if r.source.name else r.tool,
+        "args": shown.data(r.shown),
+        "change": c.change,
+        "dangerous": c.dangerous,
+        "then": {"policy": r.answer, "approvers": r.approvers if r.asked else [],
+                 "quorum": r.quorum if r.asked else None, "rule": r.rule},
+        "outcome": r.outcome,
+        "edited": r.edited,
+        "decided_by": r.decided_by,
+        "reason": shown.data(r.reason),
+        "now": {"policy": now.kind, "approvers": approvers if asks else [],
+                "quorum": quorum if asks else None,
+                "rule": now.approval.rule if now.rule is not None else None,
+                "reason": shown.data(now.reason)},
+        "shadow": [s.record() for s in now.shadow],
+        "decided_on_masked_args": not r.opened,
+    }
+
+
 def table(head: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows, strict=False)]
     return ["  ".join(str(x).ljust(w) if i == 0 else str(x).rjust(w)
@@ -207,7 +241,7 @@ def print_replay(path: str, history: History, result: Replay, window: str, *,
 
 def describe(c: Change) -> str:
     """One changed request in a line (its arguments masked, as recorded)."""
-    doc = c.document()
+    doc = change_document(c)
     then = doc["then"]["policy"] if doc["then"]["policy"] != "approve_before" else \
         f"asked {', '.join(doc['then']['approvers']) or 'anyone'}"
     now = doc["now"]

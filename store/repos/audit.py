@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any, cast
 
@@ -10,7 +10,7 @@ from approvald.store.fastsql import fast
 from approvald.store.models import AuditEntry, AuditHead
 from approvald.store.records import AuditRecord
 from approvald.store.repos.base import Repo
-from sqlalchemy import Table, bindparam, func, select, update
+from sqlalchemy import Table, bindparam, select, update
 
 GENESIS = "0" * 64
 _T = cast(Table, AuditEntry.__table__)
@@ -86,26 +86,3 @@ class AuditRepo(Repo):
         if approval_id:
             stmt = stmt.where(AuditEntry.approval_id == approval_id)
         return [AuditRecord(**r._mapping) for r in await self.conn.execute(stmt)]
-
-    async def requests_record(self, *, actions: Sequence[str], since: datetime | None,
-                              upto: int, batch: int = 5000
-                              ) -> AsyncIterator[tuple[datetime, str, str, str | None,
-                                                       str | None, str]]:
-        """(at, action, actor, run_id, approval_id, details) of the entries of ``actions``
-        from ``since`` up to seq ``upto``, in seq order, in batches: what the record of
-        requests is read from (runtime/history.py), without the columns it does not use."""
-        cols = (_T.c.seq, _T.c.at, _T.c.action, _T.c.actor, _T.c.run_id, _T.c.approval_id,
-                _T.c.details)
-        last = 0
-        if since is not None:  # start at the first entry of the window (seq follows at)
-            first = (await self.conn.execute(
-                select(func.min(_T.c.seq)).where(_T.c.at >= since))).scalar()
-            if first is None:
-                return
-            last = int(first) - 1
-        while last < upto:
-            stmt = (select(*cols).where(_T.c.seq > last, _T.c.seq <= min(upto, last + batch),
-                                        _T.c.action.in_(actions)).order_by(_T.c.seq))
-            for r in await self.conn.execute(stmt):
-                yield r[1], r[2], r[3], r[4], r[5], r[6]
-            last += batch
