@@ -18,11 +18,13 @@ from approvald.bot.cli.common import JSON, Subparsers, UsageError, with_engine
 from approvald.bot.config import Settings
 from approvald.runtime.agent import Registry
 from approvald.runtime.engine import Engine
+from approvald.runtime.errors import ConfigError
 from approvald.runtime.history import ChainBroken, History
 from approvald.runtime.insights import MIN_REQUESTS, Insights
 from approvald.runtime.policy import PolicyFile, format_duration, load_policy_file, parse_duration
 from approvald.runtime.replay import CHANGES, Change, Replay
 
+ENV = "APPROVALD_POLICY_FILE"
 SHOWN = 50  # changed requests a summary lists (--json: all of them)
 OUTCOMES = ("approved", "edited", "denied", "redirected", "expired", "cancelled",
             "standing", "pending", "ran", "forbidden")
@@ -81,8 +83,11 @@ def window_of(since: timedelta | None) -> str:
 
 def load_new(s: Settings, engine: Engine, path: str) -> PolicyFile:
     """The new file, refused (exit 2) as ``serve`` would refuse it with these agents."""
-    new = load_policy_file(path, max_ttl=s.max_ttl_value())
-    Registry(engine.registry.releases(), new)  # the start-up checks of each agent's tools
+    try:
+        new = load_policy_file(path, max_ttl=s.max_ttl_value())
+        Registry(engine.registry.releases(), new)  # the start-up checks of each agent's tools
+    except ConfigError as exc:  # (the new file, not the one APPROVALD_POLICY_FILE names)
+        raise ConfigError(str(exc).replace(f"{ENV}: ", "the new policy file: ", 1)) from None
     return new
 
 

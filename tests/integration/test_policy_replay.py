@@ -234,3 +234,35 @@ async def test_three_policies_replayed_over_a_history_made_through_the_faces(
     assert not leaks(shown)
     text = ran(cli, "insights", "--since", "all")
     assert text.returncode == 0 and "people agreed on 1 of 2 (50%)" in text.stdout
+
+
+async def test_bad_input_is_refused_and_a_broken_chain_is_never_read(
+        sqlite_url: str, tmp_path: Path) -> None:
+    from approvald.store.db import Database
+    from sqlalchemy import text
+
+    cli = make_cli(sqlite_url, tmp_path, in_process=True)
+    (tmp_path / "bad.toml").write_text('[tools."api:*/deploy"]\nquorum = "two"\n')
+    (tmp_path / "good.toml").write_text('[tools."api:*/deploy"]\npolicy = "auto"\n')
+    bad = cli("policy", "replay", str(tmp_path / "bad.toml"))
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
+    assert "the new policy file: " in bad.stderr and "tools.api:*/deploy.quorum" in bad.stderr
+    since = cli("insights", "--since", "last week")
+    assert since.returncode == 2 and "--since: not a duration" in since.stderr
+    empty = cli("policy", "replay", str(tmp_path / "good.toml"), "--since", "all")
+    assert empty.returncode == 0 and "over 0 requests" in empty.stdout, empty.stdout
+    # an entry on the record (a token made), then rewritten behind the chain's back
+    made = cli("tokens", "create", "ci", "--tools", "deploy", "--json",
+               APPROVALD_SECRET="approvald-test-secret-0123456789")
+    token = json.loads(made.stdout)
+    assert token["name"] == "ci"
+    db = Database(sqlite_url)
+    try:
+        async with db.connection() as conn:
+            await conn.execute(text("UPDATE audit_log SET actor = 'someone' WHERE seq = 1"))
+            await conn.commit()
+    finally:
+        await db.close()
+    broken = cli("policy", "check", str(tmp_path / "good.toml"), "--against-history")
+    assert broken.returncode == 5 and "audit log BROKEN" in broken.stdout, broken.stdout
+    assert cli("insights").returncode == 5
