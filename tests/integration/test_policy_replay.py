@@ -161,7 +161,7 @@ async def test_three_policies_replayed_over_a_history_made_through_the_faces(
     # shadow rules enforced nowhere: every face still asked
     assert made["refund_asked"] == "pending"
     assert made["api_statuses"] == ["pending"] * 3
-    assert all("waiting for approval" in said for said in made["hook_said"])
+    assert all("waiting for approval" in said for said in made["hook_said"]), made["hook_said"]
 
     # looser: runs without asking what people denied and edited -> exit 7, listed
     (tmp_path / "looser.toml").write_text(LOOSER)
