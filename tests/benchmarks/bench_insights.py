@@ -89,6 +89,8 @@ def record(n: int, rng: random.Random) -> list[tuple[str, str, str, str | None, 
             "risk": "high", "edits": "approve", "supersedes": None, "source": source,
             "policy": name, "policy_digest": "d" * 64, "policy_file": "f" * 64}))
         roll = rng.random()
+        if tool == "issue_refund" and int(str(args["amount_cents"])) <= 20000:
+            roll = 0.0  # people approve every refund up to $200: the record suggests a rule
         if roll < 0.8:
             out.append(("approved", "U_ALICE", "slack", run, aid, digest, {
                 "tool": tool, "args": args, "approvers": ["U_ALICE"], "quorum": 1,
