@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from approvald.runtime import binding
 from approvald.runtime.api_tokens import check_name, own_credential
 from approvald.runtime.canonical import call_digest
 from approvald.runtime.decide import Actor
@@ -46,6 +47,7 @@ from approvald.runtime.external import CALL_ID, ExternalError, NewRequest
 from approvald.runtime.gate import Where
 from approvald.runtime.intake import Source
 from approvald.runtime.state import FINAL_STATUSES
+from approvald.runtime.vocabulary import WORDS, OutcomeName
 from approvald.store.repos.external import TokenRecord
 
 OPEN = frozenset({"pending", "superseded"})
@@ -99,8 +101,10 @@ def refusal(doc: dict[str, Any]) -> Refused:
         text = f"approvald: {tool} did not run; its approval request was cancelled"
         if reason:
             text += f": {reason}"
-    else:
-        text = f"approvald: {tool} did not run (request {status})"
+    else:  # an outcome this face has no sentence for: named as every view names it
+        named = WORDS[OutcomeName(doc["outcome"])] if doc.get("outcome") in set(OutcomeName) \
+            else WORDS[OutcomeName.UNKNOWN]
+        text = f"approvald: {tool} did not run (request {named.words})"
     return Refused(status, f"{text} (request {rid}). Nothing was executed.", rid)
 
 
@@ -186,8 +190,9 @@ class CallerGate:
 
     def call_key(self, tool: str, args: dict[str, Any]) -> str:
         """What makes two calls the same call (their requests one): here the tool and its
-        arguments, whichever client of the gateway makes it."""
-        return call_digest(tool, args)
+        arguments, whichever client of the gateway makes it. Keyed (a binding: it is
+        part of an idempotency key, which traces and questions show)."""
+        return binding.shown(call_digest(tool, args))
 
     async def _first_open(self, token: TokenRecord, digest: str) -> int:
         """The first generation of this call that may still be open: requests are made in

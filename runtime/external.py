@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
 
+from approvald.runtime import binding
 from approvald.runtime.api_tokens import allows, token_tools
 from approvald.runtime.audit import AuditTrail, Entry, result_excerpt
 from approvald.runtime.canonical import call_digest, canonical_json, compact_json, sha256_hex
@@ -58,6 +59,7 @@ from approvald.runtime.sensitive import paths_text, sensitive_of_snapshot
 from approvald.runtime.signals import Signals
 from approvald.runtime.standing import StandingApprovals
 from approvald.runtime.tools import Tool
+from approvald.runtime.vocabulary import OutcomeName, outcome_of, policy_outcome
 from approvald.store.db import Database
 from approvald.store.records import ApprovalRecord, ExecutionRecord, RunRecord, paths_of
 from approvald.store.repos import Tx
@@ -196,23 +198,26 @@ def document(rec: ExternalRecord, run: RunRecord, a: ApprovalRecord | None,
     """The request and its decision, as the caller reads it and as webhooks send it.
 
     ``effective_args`` are what an approval covers (an approver's edit, if any): the caller
-    must run exactly those, and report their digest, ``effective_digest``.
+    must run exactly those, and report ``effective_digest``. Digests are shown as bindings
+    (``runtime/binding.py``), never as plain hashes of the arguments.
     """
     args = json.loads(rec.args)
     doc: dict[str, Any] = {
-        "id": rec.id, "tool": rec.tool, "args": args, "args_digest": rec.digest,
+        "id": rec.id, "tool": rec.tool, "args": args, "args_digest": binding.shown(rec.digest),
         "policy": rec.policy_name, "requested_by": run.requested_by,
         "created_at": _iso(rec.created_at), "approval_id": None, "expires_at": None,
-        "effective_args": args, "effective_digest": rec.digest, "edited": False,
+        "effective_args": args, "effective_digest": binding.shown(rec.digest), "edited": False,
         "edited_by": None, "decision": None, "result": None,
     }
     if a is None:  # the policy answered at once
         doc["status"] = "forbidden" if rec.kind == "forbidden" else "approved"
+        doc["outcome"] = policy_outcome(rec.kind).value
         doc["decision"] = {"verdict": rec.kind, "decided_by": "policy", "decided_via": "policy",
                            "decided_at": _iso(rec.created_at), "reason": rec.reason}
     else:
-        doc.update(status=a.status, approval_id=a.id, expires_at=_iso(a.expires_at),
-                   effective_args=a.effective_args(), effective_digest=a.effective_digest,
+        doc.update(status=a.status, outcome=outcome_of(a).value, approval_id=a.id,
+                   expires_at=_iso(a.expires_at), effective_args=a.effective_args(),
+                   effective_digest=binding.shown(a.effective_digest),
                    edited=a.edited_args is not None, edited_by=a.edited_by)
         if a.status not in OPEN:
             doc["decision"] = {"verdict": a.verdict, "decided_by": a.decided_by,
@@ -221,15 +226,23 @@ def document(rec: ExternalRecord, run: RunRecord, a: ApprovalRecord | None,
                                "quorum": a.quorum}
     if run.status == "cancelled" and doc["status"] == "approved":
         # approved, then cancelled before its call was reported: it must not run now
-        doc["status"] = "cancelled"
+        doc["status"] = doc["outcome"] = OutcomeName.CANCELLED.value
         doc["decision"] = {**(doc["decision"] or {}), "verdict": "cancel",
                            "decided_by": run.cancel_requested_by, "decided_via": "cancel",
                            "decided_at": _iso(run.updated_at), "reason": run.cancel_reason}
     if execution is not None and execution.finished_at is not None:
         doc["result"] = {"status": execution.status, "result": execution.result_value(),
-                         "error": execution.error, "args_digest": execution.args_digest,
+                         "error": execution.error,
+                         "args_digest": binding.shown(execution.args_digest),
                          "reported_at": _iso(execution.finished_at)}
     return doc
+
+
+def _reported(given: str, digest: str) -> bool:
+    """Whether a caller's ``args_digest`` names the arguments with ``digest``: their
+    binding, as its documents show it, or their plain digest, as earlier versions showed
+    it (the caller sent those arguments: nothing is given away)."""
+    return len(given) == 64 and binding.matches(given, digest, plain=True)
 
 
 def _text(value: Any, limit: int) -> str | None:
@@ -413,7 +426,8 @@ class ExternalRequests:
             tx, at=now, action="denied" if kind == "forbidden" else "approved",
             actor="system:policy", via="policy", run_id=request_id, digest=digest,
             details={"tool": req.tool, "args": req.args, "policy": name,
-                     "answer": chosen.kind, "reason": chosen.reason, **rule},
+                     "answer": chosen.kind, "reason": chosen.reason, **rule,
+                     "outcome": policy_outcome(chosen.kind).value},
             sensitive=chosen.approval.sensitive)
         if kind == "forbidden":
             await tx.runs.update(request_id, expect_status=[STATUS], status="completed",
@@ -559,11 +573,11 @@ class ExternalRequests:
                                     code="cancelled" if why == "cancelled" else "not_approved",
                                     run_id=request_id)
             digest = a.effective_digest if a is not None else rec.digest
-            if args_digest != digest:
+            if not _reported(args_digest, digest):
                 raise ExternalError(
                     f"args_digest {args_digest[:64]!r} is not the approved arguments' "
-                    f"digest {digest}: run exactly effective_args", code="digest_mismatch",
-                    run_id=request_id)
+                    f"{binding.shown(digest)}: run exactly effective_args",
+                    code="digest_mismatch", run_id=request_id)
             if not await tx.executions.record_intent(run_id=request_id, call_id=CALL_ID,
                                                      step=0, tool=rec.tool, digest=digest,
                                                      now=now, owner=owner,
@@ -615,11 +629,11 @@ class ExternalRequests:
                                     else "not_approved", run_id=request_id)
             digest = a.effective_digest if a is not None else rec.digest
             args = a.effective_args() if a is not None else json.loads(rec.args)
-            if rep.args_digest != digest:
+            if not _reported(rep.args_digest, digest):
                 raise ExternalError(
                     f"args_digest {rep.args_digest[:64]!r} is not the approved arguments' "
-                    f"digest {digest}: run exactly effective_args, and report their digest",
-                    code="digest_mismatch", run_id=request_id)
+                    f"{binding.shown(digest)}: run exactly effective_args, and report their "
+                    "effective_digest", code="digest_mismatch", run_id=request_id)
             failed = rep.status == "failed"
             ran_digest = digest if rep.ran is None else call_digest(rec.tool, rep.ran)
             mismatch = ran_digest != digest

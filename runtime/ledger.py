@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from approvald.runtime import binding
 from approvald.runtime.audit import AuditTrail, result_excerpt
 from approvald.runtime.canonical import compact_json
 from approvald.runtime.clock import Clock
@@ -37,6 +38,7 @@ from approvald.runtime.failpoints import failpoint
 from approvald.runtime.ids import owner_is_dead, parse_worker_id
 from approvald.runtime.sensitive import paths_text
 from approvald.runtime.tools import Reconciled, Tool, ToolContext
+from approvald.runtime.vocabulary import ANSWERED_AT_ONCE, policy_outcome
 from approvald.store.db import Database
 from approvald.store.records import ExecutionRecord
 from approvald.store.repos import Tx
@@ -185,7 +187,8 @@ class Ledger:
             if existing.args_digest != digest:
                 raise DigestMismatch(
                     f"call {ctx.call_id} was recorded with different arguments "
-                    f"({existing.args_digest[:12]} != {digest[:12]}); refusing to run it",
+                    f"({binding.short(existing.args_digest)} != {binding.short(digest)}); "
+                    "refusing to run it",
                     run_id=ctx.run_id,
                 )
             if existing.status in ("succeeded", "failed"):
@@ -394,6 +397,11 @@ def audit_execution(trail: AuditTrail, tx: Tx, *, at: Any, approval_id: str | No
         run_id=rec.run_id, approval_id=approval_id, digest=digest,
         details={"tool": tool, "args": args, "status": rec.status, "answer": policy,
                  "idempotency_key": rec.idempotency_key, "result": result_excerpt(rec.result),
-                 "error": rec.error, "latency_ms": rec.latency_ms, **(noted or {})},
+                 "error": rec.error, "latency_ms": rec.latency_ms,
+                 # a call nobody was asked about: its outcome is the policy's answer (a
+                 # request's outcome is on the entry that decided it)
+                 **({"outcome": policy_outcome(policy).value}
+                    if approval_id is None and policy in ANSWERED_AT_ONCE else {}),
+                 **(noted or {})},
         sensitive=sensitive,
     )

@@ -479,3 +479,15 @@ class WebRefusalCount(Base):
     source: Mapped[str] = mapped_column(String(64), primary_key=True)
     reason: Mapped[str] = mapped_column(String(40), primary_key=True)
     count: Mapped[int] = mapped_column(Integer)
+
+
+class DeploymentKey(Base):
+    """A key a deployment generated for itself, once, where the operator gave none
+    (``binding``: what keys the bindings shown outside the database, see
+    ``runtime/binding.py``). Every process on the database reads the same one."""
+
+    __tablename__ = "deployment_keys"
+
+    name: Mapped[str] = mapped_column(String(40), primary_key=True)
+    secret: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())

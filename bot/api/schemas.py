@@ -10,6 +10,7 @@ from approvald.runtime import external
 from approvald.runtime.api_tokens import SIGNATURE_HEADER, check_webhook_url
 from approvald.runtime.errors import ApprovaldError
 from approvald.runtime.policy import MAX_DURATION
+from approvald.runtime.vocabulary import CALL, TOOL_CALL, WORDS
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 MAX_SECONDS = int(MAX_DURATION.total_seconds())
@@ -111,12 +112,18 @@ class CreateRequest(_In):
             raise ValueError(str(exc)) from None
 
 
+BOUND = ("the arguments' binding: HMAC-SHA-256 of their digest under the deployment's "
+         "binding key (64 hex characters), never a plain hash of them")
+
+
 class ReportResult(_In):
     """What came of running the approved call."""
 
     status: Literal["succeeded", "failed"]
     args_digest: str = Field(pattern="^[0-9a-f]{64}$",
-                             description="effective_digest of the request: the arguments run")
+                             description="effective_digest of the request: the arguments run "
+                                         "(their plain SHA-256 digest, as earlier versions "
+                                         "showed it, is taken too)")
     result: Any = None
     error: str | None = Field(None, max_length=4000)
 
@@ -136,7 +143,7 @@ class Result(BaseModel):
     status: Literal["succeeded", "failed"]
     result: Any
     error: str | None
-    args_digest: str
+    args_digest: str = Field(description=BOUND)
     reported_at: str
 
 
@@ -147,16 +154,21 @@ class RequestDocument(BaseModel):
     id: str
     tool: str
     args: dict[str, Any]
-    args_digest: str
+    args_digest: str = Field(description=BOUND)
     policy: str | None
     requested_by: str
     created_at: str
     status: str = Field(description="pending, approved, denied, expired, cancelled, "
                                     "redirected or forbidden")
+    outcome: str = Field(description=(
+        "what became of the request, named as every view of approvald names it: "
+        + ", ".join(w.name.value for w in WORDS.values() if w.kinds & {TOOL_CALL, CALL})
+        + " (status is where it stands: an approval with edits, or by a standing "
+          "approval, is status approved)"))
     approval_id: str | None
     expires_at: str | None
     effective_args: dict[str, Any]
-    effective_digest: str
+    effective_digest: str = Field(description=BOUND)
     edited: bool
     edited_by: str | None
     decision: Decision | None
