@@ -124,9 +124,13 @@ async def make_history(h: Harness, cli: Cli, hook_env: dict[str, str]) -> dict[s
     # Claude Code's hook: two commands, asked, decided from the command line
     hooked = []
     for use, command in (("toolu_01", "make release"), ("toolu_02", "rm -rf build")):
-        code, out, _ = claude(cli, "Bash", {"command": command}, use=use, **hook_env)
-        assert code == 0 and out["hookSpecificOutput"]["permissionDecision"] == "deny", out
-        hooked.append(out["hookSpecificOutput"]["permissionDecisionReason"])
+        for _ in range(3):  # a loaded machine can exceed the hook's budget: it denies, so
+            code, out, _ = claude(cli, "Bash", {"command": command}, use=use, **hook_env)
+            assert code == 0 and out["hookSpecificOutput"]["permissionDecision"] == "deny"
+            said = out["hookSpecificOutput"]["permissionDecisionReason"]
+            if "could not decide" not in said:  # ... and the same call again joins it
+                break
+        hooked.append(said)
     made["hook_said"] = hooked
     pending = json.loads(ran(cli, "approvals", "list", "--json").stdout)
     for a in pending:
