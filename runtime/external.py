@@ -41,6 +41,9 @@ from approvald.runtime.api_tokens import allows, token_tools
 from approvald.runtime.audit import AuditTrail, Entry, result_excerpt
 from approvald.runtime.canonical import call_digest, canonical_json, compact_json, sha256_hex
 from approvald.runtime.clock import Clock
+from approvald.runtime.collect import ACTOR as WINDOW_ACTOR
+from approvald.runtime.collect import REASON as WINDOW_CLOSED
+from approvald.runtime.collect import collectable, why_not
 from approvald.runtime.errors import ApprovaldError, InvalidArguments, NotFound
 from approvald.runtime.gate import Gate, shadow_details
 from approvald.runtime.ids import is_external, new_request_id
@@ -441,16 +444,48 @@ class ExternalRequests:
 
     # -- read and wait ------------------------------------------------------------------
     async def get(self, token: TokenRecord, request_id: str) -> dict[str, Any]:
-        """The request's document; NotFound unless ``token`` made it."""
+        """The request's document; NotFound unless ``token`` made it. An approval nobody
+        collected within its window is closed first (:mod:`runtime.collect`): every poll,
+        retry, join and resume reads the request through here, so none of them sees it
+        approved once its window closed."""
         async with self.db.read(snapshot=True) as tx:
             rec = await tx.external.get(request_id)
             if rec is None or rec.token_id != token.id:
                 raise NotFound(f"no request {request_id}")
             run = await tx.runs.get(request_id)
-            approvals = await tx.approvals.for_run(request_id)
+            a = current(await tx.approvals.for_run(request_id))
             execution = await tx.executions.get(request_id, CALL_ID)
         assert run is not None
-        return document(rec, run, current(approvals), execution)
+        if run.status == STATUS and execution is None and not collectable(a, self.clock.now()):
+            await self.db.transact(lambda tx: self._close_window(tx, request_id),
+                                   what=f"window of request {request_id}")
+            return await self.get(token, request_id)
+        return document(rec, run, a, execution)
+
+    async def _close_window(self, tx: Tx, request_id: str) -> bool:
+        """Cancel request ``request_id`` if its approved call was not collected within its
+        window and nothing started it (its run locked first, the one lock order): audited
+        as a cancel by :data:`runtime.collect.ACTOR`, its caller told by the same path as
+        any cancel, and the request over (the same call made again is asked afresh).
+        True if it was closed here."""
+        await tx.runs.lock(request_id)
+        now = self.clock.now()
+        run = await tx.runs.get(request_id)
+        a = current(await tx.approvals.for_run(request_id))
+        if run is None or run.status != STATUS or a is None or collectable(a, now) \
+                or await tx.executions.get(request_id, CALL_ID) is not None:
+            return False
+        why = why_not(a)
+        if not await tx.runs.cancel_if_idle(request_id, now=now, by=WINDOW_ACTOR, reason=why,
+                                            error=f"cancelled by {WINDOW_ACTOR}: {why}"):
+            return False
+        await tx.external.mark_answered(request_id, now=now)
+        self.audit.record(tx, at=now, action="cancelled", actor=WINDOW_ACTOR,
+                          via=Source.of_run(run.agent).via, run_id=request_id,
+                          details={"was": STATUS, "reason": why, "code": WINDOW_CLOSED,
+                                   "approval_id": a.id, "tool": a.tool,
+                                   "window_closed_at": a.expires_at.isoformat()})
+        return True
 
     async def wait(self, token: TokenRecord, request_id: str, *, seconds: float,
                    stop: asyncio.Event | None = None) -> dict[str, Any]:
@@ -556,12 +591,14 @@ class ExternalRequests:
         owner and start) when an attempt was recorded before, and as :meth:`report` would
         refuse (``not_approved``, ``digest_mismatch``, ``already_reported``)."""
 
-        async def work(tx: Tx) -> None:
+        async def work(tx: Tx) -> bool:
             now = self.clock.now()
             rec = await _lock_own(tx, token, request_id)
             if rec.result_digest is not None:
                 raise ExternalError(f"request {request_id} was already reported",
                                     code="already_reported", run_id=request_id)
+            if await self._close_window(tx, request_id):
+                return False  # committed, then refused below
             a = current(await tx.approvals.for_run(request_id))
             status = a.status if a is not None else \
                 "forbidden" if rec.kind == "forbidden" else "approved"
@@ -589,8 +626,17 @@ class ExternalRequests:
                     f"{earlier.started_at.isoformat()} by {earlier.owner or 'its caller'}",
                     code="already_started", run_id=request_id, owner=earlier.owner,
                     started_at=earlier.started_at.isoformat())
+            return True
 
-        await self.db.transact(work, what=f"start of request {request_id}")
+        if not await self.db.transact(work, what=f"start of request {request_id}"):
+            raise self._window_closed(request_id)
+
+    @staticmethod
+    def _window_closed(request_id: str) -> ExternalError:
+        return ExternalError(f"request {request_id} was approved, but its call was not "
+                             "collected before the request's window closed: it is cancelled "
+                             "and must not run (make the call again to be asked afresh)",
+                             code="cancelled", run_id=request_id, reason=WINDOW_CLOSED)
 
     # -- report -------------------------------------------------------------------------
     async def report(self, token: TokenRecord, request_id: str,
@@ -601,7 +647,7 @@ class ExternalRequests:
         self.cap.check(result_text, what="the result")
         fingerprint = rep.fingerprint()
 
-        async def work(tx: Tx) -> bool:
+        async def work(tx: Tx) -> bool | None:
             now = self.clock.now()
             rec = await _lock_own(tx, token, request_id)
             if rec.result_digest is not None:
@@ -610,6 +656,8 @@ class ExternalRequests:
                 raise ExternalError(f"request {request_id} already has a report, with another "
                                     "result: a call is reported once", code="already_reported",
                                     run_id=request_id)
+            if await self._close_window(tx, request_id):
+                return None  # nothing started it in its window: committed, then refused
             a = current(await tx.approvals.for_run(request_id))
             status = a.status if a is not None else \
                 "forbidden" if rec.kind == "forbidden" else "approved"
@@ -676,6 +724,8 @@ class ExternalRequests:
             return True
 
         new = await self.db.transact(work, what=f"report on request {request_id}")
+        if new is None:
+            raise self._window_closed(request_id)
         return await self.get(token, request_id), new
 
     # -- decisions, whichever path made them --------------------------------------------
