@@ -297,7 +297,8 @@ def _describe(e: AuditRecord) -> str:
 
 async def verify(db: Database, *, keys: Sequence[AuditKey] = (),
                  expect: tuple[int, str] | None = None,
-                 unkeyed_until: int = 0) -> VerifyReport:
+                 unkeyed_until: int = 0,
+                 visit: Callable[[AuditRecord], None] | None = None) -> VerifyReport:
     """Walk the chain up to its head; report the first break and what kind it is.
 
     ``keys``: the current key and any retired ones (entries name theirs by fingerprint).
@@ -305,7 +306,9 @@ async def verify(db: Database, *, keys: Sequence[AuditKey] = (),
     before the deployment had a key: a number the operator keeps outside the database,
     so a writer cannot pass a rewritten chain off as old and unkeyed).
     ``expect``: a head recorded earlier outside the database; the chain must still pass
-    through it, and must not end before it.
+    through it, and must not end before it. ``visit``: called with each entry once its
+    MAC is checked (a reader of the record walks the chain once, not twice); trust what
+    it saw only when the report is ok.
     """
     report = VerifyReport()
     by_id = {k.id: k for k in keys}
@@ -366,6 +369,8 @@ async def verify(db: Database, *, keys: Sequence[AuditKey] = (),
             prev_seq, prev_hash = e.seq, e.hash
             _replay_standing(standing, e, report)
             facts.apply(e)
+            if visit is not None:
+                visit(e)
         # the rows the views show, against what the chain proves (issue 52)
         tables = await table_disagreements(tx, facts)
         tables += await _standing_rows(tx, standing)

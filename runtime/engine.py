@@ -29,7 +29,9 @@ from approvald.runtime.errors import ApprovaldError, NotFound
 from approvald.runtime.expiry import Expiry
 from approvald.runtime.external import ExternalRequests
 from approvald.runtime.gate import Gate, Where, where
+from approvald.runtime.history import History, read_history
 from approvald.runtime.ids import TokenSigner, lease_id, new_id
+from approvald.runtime.insights import MIN_REQUESTS, Insights, insights
 from approvald.runtime.intake import Intake, Tighten
 from approvald.runtime.ledger import Ledger
 from approvald.runtime.limits import DEFAULT_MAX_PAYLOAD, PayloadCap
@@ -40,6 +42,7 @@ from approvald.runtime.outbox import deadline as outbox_deadline
 from approvald.runtime.outcomes import Outcome
 from approvald.runtime.owners import Owners
 from approvald.runtime.policy import PolicyFile
+from approvald.runtime.replay import Replay, declared_for, replay
 from approvald.runtime.runner import Runner
 from approvald.runtime.scheduler import ExpiryScheduler
 from approvald.runtime.sealing import Sealer
@@ -482,6 +485,29 @@ class Engine:
         """What the agents this process loaded could not run of the calls waiting in the
         database (see :mod:`runtime.deploy_check`)."""
         return await deploy_check(self.db, self.registry)
+
+    # -- the record of requests: a policy replayed against it, and insights (issue 51) ----
+    async def history(self, *, since: timedelta | None, keys: Sequence[AuditKey] = (),
+                      unkeyed_until: int = 0) -> History:
+        """The requests recorded in the last ``since`` (None: the whole record), read
+        from the audit chain once it verifies (:class:`runtime.history.ChainBroken` if
+        not)."""
+        start = self.clock.now() - since if since is not None else None
+        return await read_history(self.db, since=start, keys=keys,
+                                  unkeyed_until=unkeyed_until)
+
+    def replay_policy(self, history: History, policy: PolicyFile) -> Replay:
+        """What ``policy`` would have done to ``history``'s requests (the intake decides
+        each again; see :mod:`runtime.replay`). Nothing changes."""
+        return replay(history.requests, policy, self.directory, declared_for(self.registry))
+
+    def insights(self, history: History, *, window: str,
+                 min_requests: int = MIN_REQUESTS) -> Insights:
+        """Figures, shadow records and suggestions for ``history`` under the policy in
+        force (see :mod:`runtime.insights`)."""
+        return insights(history, self.registry.policy, self.directory,
+                        declared_for(self.registry), window=window,
+                        min_requests=min_requests)
 
     async def prune(self, older_than: timedelta, *, dry_run: bool = False
                     ) -> retention.PruneReport:

@@ -45,7 +45,7 @@ from approvald.runtime.collect import ACTOR as WINDOW_ACTOR
 from approvald.runtime.collect import REASON as WINDOW_CLOSED
 from approvald.runtime.collect import collectable, why_not
 from approvald.runtime.errors import ApprovaldError, InvalidArguments, NotFound
-from approvald.runtime.gate import Gate
+from approvald.runtime.gate import Gate, shadow_details
 from approvald.runtime.ids import is_external, new_request_id
 from approvald.runtime.intake import (
     EXTERNAL_AGENT,
@@ -450,7 +450,8 @@ class ExternalRequests:
                 return _Opened(None, None, queued=True)
             return _Opened(await self.gate.insert_approval(
                 tx, run=run, call_id=CALL_ID, kind="tool_call", tool=req.tool, args=req.args,
-                policy=chosen.approval, rung=0, packet=packet), None, queued=True)
+                policy=chosen.approval, rung=0, packet=packet, shadow=chosen.shadow),
+                None, queued=True)
         # the policy answers at once: audited as a request and its answer by the policy
         rule = {"rule": chosen.approval.rule} if chosen.approval.rule else {}
         self.audit.record(
@@ -459,7 +460,8 @@ class ExternalRequests:
             details={"kind": "tool_call", "tool": req.tool, "args": req.args, "call_id": CALL_ID,
                      "requested_by": req.requested_by, "task": packet["task"], "policy": name,
                      "policy_file": self.policy().digest,
-                     "answer": chosen.kind, **rule}, sensitive=chosen.approval.sensitive)
+                     "answer": chosen.kind, **rule, **shadow_details(chosen.shadow)},
+            sensitive=chosen.approval.sensitive)
         self.audit.record(
             tx, at=now, action="denied" if kind == "forbidden" else "approved",
             actor="system:policy", via="policy", run_id=request_id, digest=digest,

@@ -19,7 +19,7 @@ from approvald.runtime.clock import Clock
 from approvald.runtime.ids import new_id, new_nonce
 from approvald.runtime.intake import Source, snapshot_digest
 from approvald.runtime.packet import edit_changes, impact_of, masked_packet
-from approvald.runtime.policy import ApprovalPolicy, PolicyFile
+from approvald.runtime.policy import ApprovalPolicy, PolicyFile, Shadow
 from approvald.runtime.sensitive import Masking
 from approvald.runtime.state import AssistantMessage, ToolCall, ToolMessage
 from approvald.runtime.tools import Tool, ToolIdentity
@@ -55,6 +55,7 @@ class GateRequest:
     tool: Tool
     args: dict[str, Any]
     policy: ApprovalPolicy
+    shadow: tuple[Shadow, ...] = ()  # what shadow rules would have decided: recorded
 
 
 def build_packet(transcript: Sequence[Any], call: ToolCall, tool: Tool, args: dict[str, Any],
@@ -88,6 +89,12 @@ def build_packet(transcript: Sequence[Any], call: ToolCall, tool: Tool, args: di
         "why": policy.why or f"{tool.name} is a {tool.permission} tool that needs approval.",
         "description": tool.description,
     }
+
+
+def shadow_details(shadow: Sequence[Shadow]) -> dict[str, Any]:
+    """What a call's audit entry records of the shadow rules that hold for it (nothing
+    when none does: an entry of a file without shadows is as it always was)."""
+    return {"shadow": [s.record() for s in shadow]} if shadow else {}
 
 
 def mail_group(approval_id: str) -> str:
@@ -188,18 +195,20 @@ class Gate:
             ids.append(await self.insert_approval(
                 tx, run=run, call_id=g.call.id, kind="tool_call", tool=g.tool.name,
                 args=g.args, policy=g.policy, rung=0, packet=packet,
-                identity=g.tool.identity()))
+                identity=g.tool.identity(), shadow=g.shadow))
         return ids
 
     async def insert_approval(self, tx: Tx, *, run: RunRecord | None, call_id: str, kind: str,
                               tool: str, args: dict[str, Any], policy: ApprovalPolicy, rung: int,
                               packet: dict[str, Any], supersedes: ApprovalRecord | None = None,
                               ttl: timedelta | None = None, card: bool = True,
-                              mail: bool = False, identity: ToolIdentity | None = None) -> str:
+                              mail: bool = False, identity: ToolIdentity | None = None,
+                              shadow: Sequence[Shadow] = ()) -> str:
         """Insert one pending request with its card's outbox row (and its mail's, when its
         policy names the email channel or ``mail`` says so: an escalation of a request
         that was mailed) and its audit entry. ``identity``: the tool's the call is asked
-        about (an agent's: approvald runs it), which the approval binds."""
+        about (an agent's: approvald runs it), which the approval binds. ``shadow``: what
+        the shadow rules that hold for the call would have decided, recorded in its entry."""
         now = self.clock.now()
         approvers, rung_ttl, quorum = policy.rung(rung)
         ttl = ttl or rung_ttl
@@ -252,7 +261,8 @@ class Gate:
                      # the chain's funnel again) and what silence does
                      "card": {k: packet[k] for k in CARD_WORDS if packet.get(k)},
                      "on_expire": policy.on_expire, "escalate": snapshot.get("escalate"),
-                     "reminders": snapshot.get("reminders")},
+                     "reminders": snapshot.get("reminders"),
+                     **shadow_details(shadow)},
         )
         return approval_id
 

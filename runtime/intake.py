@@ -322,7 +322,8 @@ class Intake:
             msg = str(err["msg"]).removeprefix("Value error, ")
             raise IntakeError(f"tighten: {msg} (under the operator's policy for this tool)",
                               code="unsatisfiable", field="tighten") from None
-        return CallPolicy(chosen.kind, stricter, chosen.rule, chosen.reason, chosen.entry)
+        return CallPolicy(chosen.kind, stricter, chosen.rule, chosen.reason, chosen.entry,
+                          chosen.shadow)
 
     async def _drawn_from(self, approvers: list[str], who: str) -> bool:
         if not approvers or who in approvers:

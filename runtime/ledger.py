@@ -24,7 +24,7 @@ import json
 import os
 import socket
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -399,11 +399,13 @@ class Ledger:
 
 def audit_execution(trail: AuditTrail, tx: Tx, *, at: Any, approval_id: str | None,
                     rec: Recorded, tool: str, digest: str, args: dict[str, Any],
-                    policy: str, sensitive: Sequence[str]) -> None:
+                    policy: str, sensitive: Sequence[str],
+                    noted: Mapping[str, Any] | None = None) -> None:
     """Audit entry for a call's execution, asked about or not (``approval_id`` None: the
     policy ran it without asking; ``policy`` says how): the exact arguments that ran
     (beside the proposed and edited ones in earlier entries) and what came of them,
-    recorded masked under the call's declared paths, ``sensitive``."""
+    recorded masked under the call's declared paths, ``sensitive``; ``noted``: more of
+    the call's record (what shadow rules would have decided)."""
     trail.record(
         tx, at=at, action="executed", actor="system:runtime", via="runtime",
         run_id=rec.run_id, approval_id=approval_id, digest=digest,
@@ -413,6 +415,7 @@ def audit_execution(trail: AuditTrail, tx: Tx, *, at: Any, approval_id: str | No
                  # a call nobody was asked about: its outcome is the policy's answer (a
                  # request's outcome is on the entry that decided it)
                  **({"outcome": policy_outcome(policy).value}
-                    if approval_id is None and policy in ANSWERED_AT_ONCE else {})},
+                    if approval_id is None and policy in ANSWERED_AT_ONCE else {}),
+                 **(noted or {})},
         sensitive=sensitive,
     )

@@ -53,13 +53,18 @@ from pydantic import (
     Field,
     PlainSerializer,
     PrivateAttr,
+    SerializerFunctionWrapHandler,
     ValidationError,
     ValidationInfo,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
 PolicyKind = Literal["auto", "notify_after", "approve_before", "forbidden"]
+# "enforce" (what a rule or an entry is unless it says): it decides; "shadow": it is
+# evaluated on every call and its verdict recorded, and it decides nothing
+Mode = Literal["enforce", "shadow"]
 POLICY_KINDS: tuple[str, ...] = ("auto", "notify_after", "approve_before", "forbidden")
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(d|h|m|s)")
@@ -328,6 +333,17 @@ class ApprovalPolicy(BaseModel):
         return cls.model_validate(dict(data), context={_STORED: True})
 
 
+def _without_unset_mode(data: Any) -> Any:
+    """A rule's or an entry's dump without ``mode`` when it is unset: a file that names no
+    mode keeps the digest it always had."""
+    if isinstance(data, dict) and data.get("mode") is None:
+        data.pop("mode", None)
+    return data
+
+
+_BLANK = ApprovalPolicy()  # one object: [default] over it is applied (and cached) once
+
+
 def is_group(approver: str) -> bool:
     """Slack user-group ids start with ``S``; user ids with ``U`` or ``W``."""
     return approver.startswith("S")
@@ -371,7 +387,7 @@ class _Fields(BaseModel):
 
     def apply(self, base: ApprovalPolicy) -> ApprovalPolicy:
         fields = self.model_dump(exclude_none=True, exclude={"policy", "rules", "when",
-                                                             "reason", "external"})
+                                                             "reason", "external", "mode"})
         if self.on_expire == "cancel" and self.escalate is None:
             fields["escalate"] = []  # the deployment turns the code's ladder off
         if self.sensitive is not None:  # added to the tool's own: only ever more is masked
@@ -387,6 +403,13 @@ class Rule(_Fields):
 
     when: str
     reason: str | None = None  # why a forbidden call is refused, as the model is told
+    # "shadow": evaluated on every call of the tool and recorded (what it would have
+    # decided), never enforced
+    mode: Mode | None = None
+
+    @model_serializer(mode="wrap")
+    def _unset_mode(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return _without_unset_mode(handler(self))
 
     @field_validator("when")
     @classmethod
@@ -405,7 +428,15 @@ class Rule(_Fields):
 class ToolOverride(_Fields):
     """What a deployment may override for one tool, and its rules on arguments."""
 
+    @model_serializer(mode="wrap")
+    def _unset_mode(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return _without_unset_mode(handler(self))
+
     rules: list[Rule] = Field(default_factory=list)
+    # "shadow": evaluated on every call it names and recorded in the call's audit entry
+    # (what it would have decided), never enforced: the call gets what it would without
+    # this entry (on a rule: without this rule)
+    mode: Mode | None = None
     # gone: a tool of an HTTP API caller is named by its source now (api:<token>/<tool>),
     # so an entry can no longer be "external" to lend its policy to any caller that names it
     external: bool | None = None
@@ -458,6 +489,27 @@ class CallPolicy:
     rule: int | None = None  # index of the matched rule; None: the tool's own policy
     reason: str | None = None
     entry: str | None = None  # the [tools] key that applied (None: no entry matched)
+    # what each shadow rule or entry that holds for the call would have decided
+    shadow: tuple[Shadow, ...] = ()
+
+
+@dataclass(frozen=True)
+class Shadow:
+    """What a ``mode = "shadow"`` rule or entry would have decided for one call: recorded
+    in the call's audit entry, never enforced. ``where``: ``tools.KEY.rules[i]`` or
+    ``tools.KEY``."""
+
+    where: str
+    when: str | None
+    kind: PolicyKind
+    approvers: tuple[str, ...]
+    quorum: int
+    reason: str | None = None
+
+    def record(self) -> dict[str, Any]:
+        """As the call's audit entry keeps it (under ``shadow``)."""
+        return {"where": self.where, "when": self.when, "would": self.kind,
+                "approvers": list(self.approvers), "quorum": self.quorum}
 
 
 class PolicyFile(BaseModel):
@@ -482,9 +534,11 @@ class PolicyFile(BaseModel):
     # policy each time, and validating one is the cost of choosing it (bench_rules.py)
     _applied: dict[tuple[int, int, str | None], tuple[Any, ApprovalPolicy, ApprovalPolicy]] = \
         PrivateAttr(default_factory=dict)
-    _entries: dict[str, tuple[str, ToolOverride] | None] = PrivateAttr(default_factory=dict)
+    _entries: dict[tuple[str, bool], tuple[str, ToolOverride] | None] = \
+        PrivateAttr(default_factory=dict)
     _digest: str | None = PrivateAttr(default=None)
     _text: str | None = PrivateAttr(default=None)  # the file's text, as read
+    _shadows: bool | None = PrivateAttr(default=None)
     # the longest a request (or any rung of its ladder) may wait: APPROVALD_MAX_TTL
     _max_ttl: timedelta = PrivateAttr(default=DEFAULT_MAX_TTL)
 
@@ -503,6 +557,7 @@ class PolicyFile(BaseModel):
         copied = super().model_copy(update=update, deep=deep)
         copied._applied, copied._entries, copied._digest = {}, {}, None
         copied._text = None
+        copied._shadows = None
         return copied
 
     @property
@@ -522,29 +577,32 @@ class PolicyFile(BaseModel):
             self._digest = sha256_hex(self.text)
         return self._digest
 
-    def entry(self, name: str) -> tuple[str, ToolOverride] | None:
-        """The ``[tools]`` entry (key, fields) that governs policy name ``name``."""
-        if name in self._entries:
-            return self._entries[name]
+    def entry(self, name: str, *, shadow: bool = False) -> tuple[str, ToolOverride] | None:
+        """The ``[tools]`` entry (key, fields) that governs policy name ``name`` (with
+        ``shadow``: the shadow entry that would, were it in force; an entry in shadow
+        mode governs nothing)."""
+        cached = (name, shadow)
+        if cached in self._entries:
+            return self._entries[cached]
         found: tuple[str, ToolOverride] | None = None
         exact = self.tools.get(name)
-        if exact is not None:
+        if exact is not None and (exact.mode == "shadow") == shadow:
             found = (name, exact)
         else:
             for key, override in self.tools.items():
-                if is_pattern(key) and fnmatch.fnmatchcase(name, key):
+                if is_pattern(key) and (override.mode == "shadow") == shadow \
+                        and fnmatch.fnmatchcase(name, key):
                     found = (key, override)
                     break
         if len(self._entries) >= 4096:
             self._entries.clear()
-        self._entries[name] = found
+        self._entries[cached] = found
         return found
 
     def default_policy(self) -> tuple[PolicyKind, ApprovalPolicy]:
         """The operator's policy for a tool nobody declared: ``[default]`` over asking."""
-        base = ApprovalPolicy()
         return self.default.policy or "approve_before", \
-            self._apply(self.default, base, "default")
+            self._apply(self.default, _BLANK, "default")
 
     def effective(
         self, tool: str, kind: PolicyKind, base: ApprovalPolicy
@@ -621,18 +679,61 @@ class PolicyFile(BaseModel):
                  annotations: Mapping[str, Any] | None = None) -> CallPolicy:
         """The policy for one call of ``tool`` with these (validated) arguments: the first
         of the tool's rules whose condition holds, else the tool's policy. A condition that
-        cannot be evaluated on these arguments fails closed: the call is forbidden."""
-        kind, approval = self.effective(tool, kind, base)
+        cannot be evaluated on these arguments fails closed: the call is forbidden.
+        Shadow rules and entries decide nothing: what each that holds would have decided
+        is in ``shadow``."""
         found = self.entry(tool)
-        key = found[0] if found else None
+        chosen, seen = self._decide(tool, kind, base, found, args, annotations)
+        if not self.has_shadows:
+            return chosen
+        shadows = list(seen)
+        other = self.entry(tool, shadow=True)
+        if other is not None:
+            theirs, _ = self._decide(tool, kind, base, other, args, annotations)
+            where = f"tools.{other[0]}"
+            if theirs.rule is not None:
+                where += f".rules[{theirs.rule}]"
+            rules = other[1].rules
+            shadows.insert(0, _shadow(where, rules[theirs.rule].when
+                                      if theirs.rule is not None else None, theirs))
+        if not shadows:
+            return chosen
+        return CallPolicy(chosen.kind, chosen.approval, chosen.rule, chosen.reason,
+                          chosen.entry, tuple(shadows))
+
+    @property
+    def has_shadows(self) -> bool:
+        """Whether any entry or rule of the file is a shadow (else none is looked for)."""
+        if self._shadows is None:
+            self._shadows = any(o.mode == "shadow" or any(r.mode == "shadow" for r in o.rules)
+                                for o in self.tools.values())
+        return self._shadows
+
+    def _decide(self, tool: str, kind: PolicyKind, base: ApprovalPolicy,
+                found: tuple[str, ToolOverride] | None, args: Mapping[str, Any],
+                annotations: Mapping[str, Any] | None) -> tuple[CallPolicy, list[Shadow]]:
+        """What entry ``found`` decides for the call, and what each of its shadow rules
+        that holds before the deciding rule would have decided instead."""
+        if found is not None:
+            key, override = found
+            kind = override.policy or kind
+            approval = self._apply(override, base, f"tools.{key}")
+        else:
+            key, approval = None, base
+        seen: list[Shadow] = []
         for i, rule in enumerate(found[1].rules if found else ()):
             where = f"tools.{key}.rules[{i}]"
             try:
                 matched = holds(rule.when, tool, args, annotations)
             except RuleError as exc:
+                if rule.mode == "shadow":
+                    seen.append(Shadow(where, rule.when, "forbidden", (), 1,
+                                       f"cannot be evaluated: {exc}"))
+                    continue
                 return CallPolicy("forbidden", approval, i,
                                   f"{tool} is forbidden: policy rule {where} ({rule.when}) "
-                                  f"cannot be evaluated on these arguments: {exc}", key)
+                                  f"cannot be evaluated on these arguments: {exc}",
+                                  key), seen
             if not matched:
                 continue
             rule_kind = rule.policy or kind
@@ -641,10 +742,14 @@ class PolicyFile(BaseModel):
             if rule_kind == "forbidden":
                 reason = rule.reason or f"{tool} is forbidden by policy rule {where} " \
                                         f"({rule.when})"
-            return CallPolicy(rule_kind, labelled, i, reason, key)
+            verdict = CallPolicy(rule_kind, labelled, i, reason, key)
+            if rule.mode == "shadow":
+                seen.append(_shadow(where, rule.when, verdict))
+                continue
+            return verdict, seen
         reason = f"{tool} is forbidden by this deployment's policy" \
             if kind == "forbidden" else None
-        return CallPolicy(kind, approval, None, reason, key)
+        return CallPolicy(kind, approval, None, reason, key), seen
 
     def _apply(self, fields: _Fields, base: ApprovalPolicy, where: str, *,
                label: str | None = None) -> ApprovalPolicy:
@@ -668,6 +773,11 @@ class PolicyFile(BaseModel):
             self._applied.clear()
         self._applied[key] = (fields, base, applied)
         return applied
+
+
+def _shadow(where: str, when: str | None, verdict: CallPolicy) -> Shadow:
+    approvers, _, quorum = verdict.approval.rung(0)
+    return Shadow(where, when, verdict.kind, tuple(approvers), quorum, verdict.reason)
 
 
 def load_policy_file(path: str | Path, *, max_ttl: timedelta = DEFAULT_MAX_TTL) -> PolicyFile:

@@ -36,7 +36,7 @@ from approvald.runtime.errors import (
     StateVersionError,
 )
 from approvald.runtime.failpoints import failpoint
-from approvald.runtime.gate import RUN_WAITING, Gate, GateRequest, build_packet
+from approvald.runtime.gate import RUN_WAITING, Gate, GateRequest, build_packet, shadow_details
 from approvald.runtime.intake import Intake, Source
 from approvald.runtime.ledger import (
     Executed,
@@ -63,7 +63,7 @@ from approvald.runtime.outcomes import (
     Yielded,
 )
 from approvald.runtime.packet import sensitive_paths
-from approvald.runtime.policy import CallPolicy
+from approvald.runtime.policy import CallPolicy, Shadow
 from approvald.runtime.sealing import DataKeyError
 from approvald.runtime.sensitive import mask_args
 from approvald.runtime.signals import Signals
@@ -585,6 +585,7 @@ class Runner:
         existing = live.executions.get(call.id)
         _link_decision(self.tracer, approval)
         kind: str
+        shadow: tuple[Shadow, ...] = ()
         if approval is not None:
             if approval.status == "pending":
                 pending.waiting.append(approval)
@@ -628,6 +629,7 @@ class Runner:
             chosen = self.intake.resolve(Source("agent", agent.name), tool.name, args,
                                       declared=(tool.policy, tool.approval))
             kind = chosen.kind
+            shadow = chosen.shadow  # recorded with the call, enforced nowhere
             paths = chosen.approval.sensitive  # resolved once, recorded with the call
             if existing is None and kind == "forbidden":
                 observe({"status": "forbidden", "reason": chosen.reason})
@@ -636,7 +638,7 @@ class Runner:
                 approval = await self._standing(live, pending, call, tool, args, chosen)
                 if approval is None:
                     pending.gates.append(GateRequest(call=call, tool=tool, args=args,
-                                                     policy=chosen.approval))
+                                                     policy=chosen.approval, shadow=shadow))
                     return
 
         tool = found
@@ -656,7 +658,7 @@ class Runner:
             audit_execution(self.audit, tx, at=self.clock.now(),
                             approval_id=approval.id if approval is not None else None,
                             rec=rec, tool=tool.name, digest=digest, args=args, policy=kind,
-                            sensitive=paths)
+                            sensitive=paths, noted=shadow_details(shadow))
             if kind == "notify_after":
                 await tx.outbox.add(kind="tool.notice", group_key=live.run.id,
                                     # ``seq``: the call's result is told at or after

@@ -10,7 +10,9 @@ attention, 4 a decision was refused, 5 the audit log does not verify (`audit ver
 goes on without this command (another process is advancing it, or it waits for a rate
 limit or an outage to pass; `approvald serve` resumes it), 7 the audit log cannot be
 verified here (its entries are keyed and no key was given: nothing is known to be wrong),
-70 an internal error (a bug). Output
+8 a policy file replayed against the record (``policy replay``, ``policy check
+--against-history``) would run without asking a call a person had denied, redirected or
+edited, 70 an internal error (a bug). Output
 whose reader has gone (``| head -1``) is dropped quietly.
 
 ``main`` never calls ``sys.exit`` (only ``python -m approvald.bot.cli`` and the console
@@ -52,6 +54,9 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("standing", "standing", "standing approvals: calls like an approved one run without a "
                              "card for a while"),
     ("audit", "audit", "verify and export the audit log"),
+    ("policy", "policy", "check a new policy file against the record of requests"),
+    ("insights", "policy", "per tool and per rule: requests, answers, time to decision, who "
+                           "decides; shadow rules' records; suggested rules"),
     ("outbox", "outbox", "see and re-drive deliveries to Slack"),
     ("tokens", "tokens", "bearer tokens of the HTTP API (/v1)"),
     ("keys", "keys", "the data key sensitive values are sealed under"),

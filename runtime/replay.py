@@ -1,0 +1,160 @@
+"""A policy replayed against the record (issue 51): what a new policy file would have done.
+
+Every request of the window (:mod:`runtime.history`) is decided again by the intake, the
+code that decides live (:meth:`runtime.intake.Intake.resolve`), under the new file, and
+set beside what happened. A request changes when the new file would
+
+* ``runs_unasked``: run it without asking a person where one was asked (**dangerous**
+  when a person had denied, redirected or edited it);
+* ``forbidden``: refuse it where it was asked or run (noted when it had been approved);
+* ``asks``: ask a person where it ran (or was refused) at once;
+* ``approvers``: ask other approvers, or another quorum.
+
+The stored request decides (invariant 12): a replay changes nothing, it only tells.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from approvald.runtime.agent import Registry
+from approvald.runtime.directory import Directory
+from approvald.runtime.errors import NotFound
+from approvald.runtime.history import Request
+from approvald.runtime.intake import Intake, Source
+from approvald.runtime.policy import ApprovalPolicy, CallPolicy, PolicyFile, PolicyKind
+from approvald.runtime.tools import Tool
+
+RUNS = ("auto", "notify_after")
+_BLANK = ApprovalPolicy()  # one object, so that the file's policy over it is cached
+CHANGES = ("runs_unasked", "forbidden", "asks", "approvers")
+
+
+@dataclass(frozen=True)
+class Change:
+    """One request the new policy would have treated otherwise."""
+
+    request: Request
+    change: str  # one of CHANGES
+    now: CallPolicy
+    dangerous: bool  # it would run without asking, and a person had said no to it
+
+
+@dataclass
+class Replay:
+    """What a policy file would have done to the requests of a window."""
+
+    requests: int = 0
+    changes: list[Change] = field(default_factory=list)
+    # (change, outcome) -> requests
+    table: Counter[tuple[str, str]] = field(default_factory=Counter)
+    # shadow rule (its place in the new file) -> [matched, settled, agreed]
+    shadow: dict[str, list[int]] = field(default_factory=dict)
+    masked_only: int = 0  # requests decided on their masked arguments (no sealed row)
+
+    @property
+    def dangerous(self) -> list[Change]:
+        """Calls a person denied, redirected or edited that would now run unasked."""
+        return [c for c in self.changes if c.dangerous]
+
+
+def declared_for(registry: Registry) -> Callable[[Source, str], tuple[PolicyKind,
+                                                                      ApprovalPolicy] | None]:
+    """What an agent's code declares for its tool (the registry's agents; for an agent no
+    longer registered, or a call whose agent the record does not name, the first agent
+    that has a tool of that name)."""
+    by_name: dict[str, Tool] = {}
+    for agent in registry.releases():
+        for t in agent.tools:
+            by_name.setdefault(t.name, t)
+
+    def declared(source: Source, tool: str) -> tuple[PolicyKind, ApprovalPolicy] | None:
+        if source.kind != "agent":
+            return None
+        found: Tool | None = None
+        if source.name:
+            try:
+                found = registry.get(source.name).tool(tool)
+            except NotFound:
+                found = None
+        found = found or by_name.get(tool)
+        return None if found is None else (found.policy, found.approval)
+    return declared
+
+
+def replay(requests: Iterable[Request], policy: PolicyFile, directory: Directory,
+           declared: Callable[[Source, str], tuple[PolicyKind, ApprovalPolicy] | None]
+           ) -> Replay:
+    """Decide each request again under ``policy`` with the intake, and compare."""
+    intake = Intake(lambda: policy, directory)
+    out = Replay()
+    for r in requests:
+        out.requests += 1
+        if not r.opened:
+            out.masked_only += 1
+        decl = declared(r.source, r.tool)
+        if decl is None and r.source.kind == "agent":
+            # a tool no agent registered here declares: as it was then, by its answer
+            decl = (_kind(r.answer), _BLANK)
+        now = intake.resolve(r.source, r.tool, r.args, declared=decl)
+        for s in now.shadow:
+            agreed = agrees(s.kind, list(s.approvers), r)
+            tally = out.shadow.setdefault(s.where, [0, 0, 0])
+            tally[0] += 1
+            if agreed is not None:
+                tally[1] += 1
+                tally[2] += agreed
+        change = compare(r, now)
+        if change is None:
+            out.table[("unchanged", r.outcome)] += 1
+            continue
+        dangerous = change == "runs_unasked" and r.person_said_no
+        out.table[(change, r.outcome)] += 1
+        out.changes.append(Change(r, change, now, dangerous))
+    return out
+
+
+def compare(r: Request, now: CallPolicy) -> str | None:
+    """How the new decision differs from what happened (None: it does not)."""
+    then = r.answer
+    if now.kind in RUNS:
+        return None if then in RUNS else "runs_unasked"
+    if now.kind == "forbidden":
+        return None if then == "forbidden" else "forbidden"
+    if then != "approve_before":
+        return "asks"
+    approvers, _, quorum = now.approval.rung(0)
+    if sorted(approvers) != sorted(r.approvers) or quorum != r.quorum:
+        return "approvers"
+    return None
+
+
+def agrees(would: str, approvers: Sequence[str], r: Request) -> bool | None:
+    """Whether people agreed with what a shadow rule would have decided for ``r`` (None:
+    nothing was settled to agree with). Run unasked: agreed when it was approved as asked
+    (or ran); forbidden: when it was denied or refused; asked: when it was asked, and
+    decided by one of the rule's approvers when it names them."""
+    if r.outcome not in ("approved", "edited", "denied", "redirected", "expired",
+                         "standing", "ran", "forbidden"):
+        return None
+    if would in RUNS:
+        return r.outcome in ("approved", "standing", "ran") and not r.edited
+    if would == "forbidden":
+        return r.outcome in ("denied", "redirected", "forbidden")
+    if not r.asked:
+        return False
+    if approvers and r.decided_by is not None:
+        return r.decided_by in approvers or any(a.startswith("S") for a in approvers)
+    return True
+
+
+def _kind(answer: str) -> PolicyKind:
+    if answer == "auto":
+        return "auto"
+    if answer == "notify_after":
+        return "notify_after"
+    if answer == "forbidden":
+        return "forbidden"
+    return "approve_before"

@@ -1,0 +1,210 @@
+"""Policy replay and insights over a million audit entries (issue 51).
+
+    python tests/benchmarks/bench_insights.py [--entries 1000000] [--db URL]
+
+Fills the audit log of a real database (a temp SQLite file unless --db names another)
+with a chained, verifiable record of requests, made by bulk insert (about 4.5 entries a
+request: requested, a decision, executed, and some edits, expiries and calls run at once),
+spread over 30 days. Then times, each from a cold start of the command's work:
+
+* the in-run baseline: a bare full scan of the audit table (every row fetched), and
+  ``audit verify`` (the chain walked and every MAC recomputed), which both commands do
+  first;
+* ``policy replay`` (verify, read the window, decide every request again with the intake
+  under a looser file) and ``insights`` (verify, read, figures and suggestions, each
+  suggestion replayed).
+
+Targets: each command within ``--target`` seconds (default 60; "runs in seconds" over a
+million entries on a loaded 2-core machine), and its work beyond verifying the chain
+within 3x the bare scan. Prints PASS or FAIL for each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from approvald.runtime.agent import Registry
+from approvald.runtime.audit import AuditKey, entry_hash, verify
+from approvald.runtime.canonical import call_digest, compact_json
+from approvald.runtime.clock import ManualClock
+from approvald.runtime.demo import demo_agents
+from approvald.runtime.engine import assemble
+from approvald.runtime.ids import new_id
+from approvald.runtime.policy import PolicyFile
+from approvald.store import migrate
+from approvald.store.db import Database
+from approvald.store.models import AuditEntry, AuditHead
+from sqlalchemy import insert, text, update
+
+KEY = AuditKey("bench-audit-key-0123456789abcdef")
+START = datetime(2026, 11, 1, tzinfo=UTC)
+DAYS = 30
+LOOSER = PolicyFile.model_validate({"tools": {
+    "issue_refund": {"approvers": ["U_ALICE"], "rules": [
+        {"when": "args.amount_cents <= 5000", "policy": "auto"}]},
+    "api:*/deploy": {"approvers": ["U_BOB"]}}})
+
+
+def record(n: int, rng: random.Random) -> list[tuple[str, str, str, str | None, str | None,
+                                                    str | None, dict[str, object]]]:
+    """(action, actor, via, run_id, approval_id, digest, details) of about ``n`` entries."""
+    out: list[tuple[str, str, str, str | None, str | None, str | None,
+                    dict[str, object]]] = []
+    while len(out) < n:
+        run, aid = new_id(), new_id()
+        if rng.random() < 0.7:
+            tool, name, actor = "issue_refund", "issue_refund", "agent:demo-refund"
+            args: dict[str, object] = {"order_id": f"A-{rng.randrange(10**6)}",
+                                       "amount_cents": rng.choice((rng.randrange(100, 5000),
+                                                                   rng.randrange(100, 90000))),
+                                       "reason": "customer was double charged"}
+            source = f"agent:demo-refund/{tool}"
+        else:
+            tool, name, actor = "deploy", "api:ci/deploy", "agent:external:ci"
+            args = {"service": rng.choice(("api", "docs", "web")), "version": "1.2.3"}
+            source = f"api:ci/{tool}"
+        digest = call_digest(tool, args)
+        if rng.random() < 0.1:  # run at once (a caller's call the policy answered)
+            out.append(("requested", actor, "http_api", run, None, digest, {
+                "kind": "tool_call", "tool": tool, "args": args, "call_id": "call",
+                "requested_by": "U_DANA", "task": "bench", "policy": name,
+                "policy_file": "f" * 64, "answer": "auto"}))
+            out.append(("approved", "system:policy", "policy", run, None, digest,
+                        {"tool": tool, "args": args, "policy": name, "answer": "auto"}))
+            continue
+        out.append(("requested", actor, "runtime", run, aid, digest, {
+            "kind": "tool_call", "tool": tool, "args": args, "call_id": "call",
+            "requested_by": "U_DANA", "task": "bench", "approvers": ["U_ALICE"],
+            "quorum": 1, "rung": 0, "expires_at": "2026-12-01T00:00:00+00:00",
+            "risk": "high", "edits": "approve", "supersedes": None, "source": source,
+            "policy": name, "policy_digest": "d" * 64, "policy_file": "f" * 64}))
+        roll = rng.random()
+        if tool == "issue_refund" and int(str(args["amount_cents"])) <= 20000:
+            roll = 0.0  # people approve every refund up to $200: the record suggests a rule
+        if roll < 0.8:
+            out.append(("approved", "U_ALICE", "slack", run, aid, digest, {
+                "tool": tool, "args": args, "approvers": ["U_ALICE"], "quorum": 1,
+                "edited": False}))
+            out.append(("executed", "system:runtime", "runtime", run, aid, digest, {
+                "tool": tool, "args": args, "status": "succeeded",
+                "answer": "approve_before", "idempotency_key": f"{run}:call",
+                "result": {"ok": True}, "error": None, "latency_ms": 12.5}))
+            out.append(("reminded", "system:expiry", "scheduler", run, aid, digest,
+                        {"tool": tool}))
+        elif roll < 0.9:
+            out.append(("denied", "U_ALICE", "slack", run, aid, digest,
+                        {"tool": tool, "args": args, "reason": "too much"}))
+        elif roll < 0.95:
+            edited = {**args, "reason": "edited"}
+            out.append(("edited", "U_ALICE", "slack", run, aid, call_digest(tool, edited),
+                        {"tool": tool, "args": edited, "previous_args": args}))
+            out.append(("approved", "U_ALICE", "slack", run, aid, call_digest(tool, edited),
+                        {"tool": tool, "args": edited, "approvers": ["U_ALICE"],
+                         "quorum": 1, "edited": True}))
+        else:
+            out.append(("expired", "system:expiry", "scheduler", run, aid, digest,
+                        {"tool": tool, "args": args, "rung": 0}))
+    return out[:n]
+
+
+async def fill(db: Database, n: int) -> None:
+    rng = random.Random(51)
+    entries = record(n, rng)
+    step = timedelta(days=DAYS) / max(n, 1)
+    prev, rows = "0" * 64, []
+    async with db.write() as tx:
+        for seq, (action, actor, via, run, aid, digest, details) in enumerate(entries, 1):
+            at = START + step * seq
+            body = compact_json(details)
+            h = entry_hash(KEY, prev, seq=seq, at=at, action=action, actor=actor, via=via,
+                           run_id=run, approval_id=aid, digest=digest, details=body)
+            rows.append({"seq": seq, "at": at, "action": action, "actor": actor, "via": via,
+                         "run_id": run, "approval_id": aid, "digest": digest,
+                         "details": body, "key_id": KEY.id, "prev_hash": prev, "hash": h})
+            prev = h
+            if len(rows) == 5000:
+                await tx.conn.execute(insert(AuditEntry), rows)
+                rows = []
+        if rows:
+            await tx.conn.execute(insert(AuditEntry), rows)
+        await tx.audit.lock_head()
+        await tx.conn.execute(update(AuditHead).where(AuditHead.id == 1)
+                              .values(seq=len(entries), hash=prev))
+
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "FAIL"
+
+
+async def bench(url: str | None, n: int, target: float) -> int:
+    if url is None:
+        url = f"sqlite+aiosqlite:///{os.path.join(tempfile.mkdtemp(), 'insights.db')}"
+    db = Database(url)
+    await migrate.upgrade(db)
+    t0 = time.perf_counter()
+    await fill(db, n)
+    print(f"database: {db.display_url.split('?')[0]}")
+    print(f"filled {n:,} chained audit entries in {time.perf_counter() - t0:.1f} s")
+    clock = ManualClock(START + timedelta(days=DAYS, hours=1))
+    engine = assemble(db, Registry(demo_agents()), clock=clock, audit_key=KEY)
+
+    t0 = time.perf_counter()
+    async with db.connection() as conn:
+        result = await conn.stream(text("SELECT * FROM audit_log"))
+        rows = 0
+        async for part in result.partitions(5000):
+            rows += len(part)
+    scan = time.perf_counter() - t0
+    assert rows == n
+    t0 = time.perf_counter()
+    report = await verify(db, keys=[KEY])
+    verified = time.perf_counter() - t0
+    assert report.ok, report.problems
+    print(f"baseline: bare full scan of the audit table {scan:.1f} s; audit verify "
+          f"{verified:.1f} s ({verified / n * 1e6:.0f} us/entry)")
+
+    t0 = time.perf_counter()
+    history = await engine.history(since=timedelta(days=DAYS), keys=[KEY])
+    replayed = engine.replay_policy(history, LOOSER)
+    replay_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    history = await engine.history(since=timedelta(days=DAYS), keys=[KEY])
+    found = engine.insights(history, window=f"{DAYS} days")
+    insights_s = time.perf_counter() - t0
+    print(f"policy replay: {replay_s:.1f} s for {replayed.requests:,} requests "
+          f"({len(replayed.changes):,} changed, {len(replayed.dangerous):,} dangerous)")
+    print(f"insights: {insights_s:.1f} s ({len(found.tools)} tools, "
+          f"{len(found.suggestions)} suggestions)")
+    failed = 0
+    for name, took in (("policy replay", replay_s), ("insights", insights_s)):
+        beyond = took - verified
+        ok_total, ok_beyond = took <= target, beyond <= 3 * scan
+        failed += not (ok_total and ok_beyond)
+        print(f"  {name}: {verdict(ok_total)} total {took:.1f} s <= {target:.0f} s; "
+              f"{verdict(ok_beyond)} beyond verifying {beyond:.1f} s <= 3x bare scan "
+              f"({3 * scan:.1f} s)")
+    await db.close()
+    return 1 if failed else 0
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--entries", type=int, default=1_000_000)
+    p.add_argument("--target", type=float, default=60.0)
+    p.add_argument("--db", default=None, help="database URL (default: a temp SQLite file)")
+    a = p.parse_args()
+    return asyncio.run(bench(a.db, a.entries, a.target))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
