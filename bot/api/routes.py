@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar
 
 from aiohttp import web
+from approvald.bot import claude_code
 from approvald.bot.api import schemas
-from approvald.bot.hooks import claude_code
 from approvald.runtime import api_tokens, external
 from approvald.runtime.canonical import compact_json
 from approvald.runtime.engine import Engine
@@ -269,13 +269,13 @@ class Routes:
 
     async def claude_code(self, request: web.Request) -> web.StreamResponse:
         """Claude Code's HTTP hook: the event as the command hook reads it on stdin, the
-        answer as it prints (:mod:`bot.hooks.claude_code`), for the token's requester.
+        answer as it prints (:mod:`bot.claude_code`), for the token's requester.
 
         A missing or revoked token is a 401, another face's a 403. Past that, whatever
         stops a ``PreToolUse`` from being decided (an event too large, too deep, not UTF-8
         or not JSON, a ``wait`` out of range, a database that fails or does not answer, a
         bug) is a 200 deny saying why, and the answer comes within ``wait`` plus
-        :data:`~bot.hooks.contract.HTTP_MARGIN` seconds of the request, the token's check
+        :data:`~bot.claude_code_contract.HTTP_MARGIN` seconds of the request, the token's check
         included: Claude Code reads a non-2xx or late answer as a failed hook, which lets
         the call go ahead unless the hook's settings say ``"onFailure": "block"``. An
         event it cannot read is taken to be a ``PreToolUse`` (denied); a ``PostToolUse``
