@@ -149,7 +149,7 @@ class Routes:
         # own listeners); none, without the setting
         self.webhook_hosts = webhook_hosts or WebhookHosts(())
         # arguments and a packet, or a result, each up to the payload cap, and their JSON
-        self.body_limit = 2 * engine.config.max_payload_bytes + 64 * 1024
+        self.body_limit = 2 * engine.max_payload_bytes + 64 * 1024
         # hook requests answered before their work ended (see claude_code)
         self._stragglers: set[asyncio.Future[Any]] = set()
 
@@ -180,7 +180,7 @@ class Routes:
         return guarded
 
     async def _token(self, request: web.Request) -> TokenRecord:
-        token = await api_tokens.from_header(self.e.db, request.headers.get("Authorization", ""))
+        token = await self.e.caller(request.headers.get("Authorization", ""))
         if token is None:
             raise ApiError(401, "unauthorized", "a valid bearer token is required "
                            "(Authorization: Bearer <token from `approvald tokens create`>)",
@@ -241,7 +241,7 @@ class Routes:
                 self.webhook_hosts.check_url(body.webhook_url)
             except WebhookRefused as exc:  # the operator's list: an authorization matter
                 raise ApiError(403, "webhook_not_allowed", f"webhook_url: {exc}") from None
-        doc, new = await self.e.external.create(token, NewRequest(
+        doc, new = await self.e.open_request(token, NewRequest(
             tool=body.tool, args=body.args,
             requested_by=body.requested_by or f"api:{token.name}",
             packet=body.packet.model_dump(exclude_none=True) if body.packet else {},
@@ -253,16 +253,16 @@ class Routes:
         return answer(doc, 201 if new else 200)
 
     async def read(self, request: web.Request, token: TokenRecord) -> web.StreamResponse:
-        return answer(await self.e.external.get(token, request.match_info["id"]))
+        return answer(await self.e.request_document(token, request.match_info["id"]))
 
     async def decision(self, request: web.Request, token: TokenRecord) -> web.StreamResponse:
         wait = self._seconds(request, DEFAULT_WAIT, external.MAX_WAIT)
-        return answer(await self.e.external.wait(token, request.match_info["id"],
-                                                 seconds=wait, stop=self.stop))
+        return answer(await self.e.wait_request(token, request.match_info["id"],
+                                                seconds=wait, stop=self.stop))
 
     async def result(self, request: web.Request, token: TokenRecord) -> web.StreamResponse:
         body: schemas.ReportResult = await self._body(request, schemas.ReportResult)
-        doc, new = await self.e.external.report(token, request.match_info["id"], Report(
+        doc, new = await self.e.report_request(token, request.match_info["id"], Report(
             status=body.status, args_digest=body.args_digest, result=body.result,
             error=body.error))
         return answer(doc, 201 if new else 200)

@@ -66,7 +66,7 @@ class WebhookDeliverer:
         except WebhookRefused as exc:  # the setting changed since, or it predates it
             raise Undeliverable(f"webhook {url} refused: {exc}") from None
         body = compact_json(payload["document"]).encode("utf-8")
-        t = int(self.e.clock.now().timestamp())
+        t = int(self.e.now().timestamp())
         headers = {"Content-Type": "application/json", "User-Agent": "approvald",
                    SIGNATURE_HEADER: signature(self.keys.secret(payload["token_id"]), body, t),
                    "X-Approvald-Event": str(payload.get("event", "decision")),

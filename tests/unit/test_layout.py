@@ -85,3 +85,23 @@ def test_every_command_group_registers_the_same_way_and_none_reaches_past_the_en
                   for node in ast.walk(tree)
                   if isinstance(node, ast.Attribute) and node.attr == "db"]
     assert found == []
+
+
+# faces that touch only the engine's verbs and views (issue 47: the others follow, one face
+# at a time; `python .ci/architecture.py` counts what is left)
+CLOSED = ("api", "mcp")
+
+
+def test_the_closed_faces_read_no_part_of_the_engine_and_open_no_transaction() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("architecture",
+                                                  ROOT / ".ci" / "architecture.py")
+    assert spec is not None and spec.loader is not None
+    architecture = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(architecture)
+    inside = tuple(f"bot/{face}/" for face in CLOSED)
+    reach = {p: n for p, n in architecture.reach_throughs(architecture.parts()).items()
+             if p.startswith(inside)}
+    opened = {p: n for p, n in architecture.transactions().items() if p.startswith(inside)}
+    assert (reach, opened) == ({}, {})
