@@ -46,6 +46,7 @@ from approvald.runtime.external import CALL_ID, ExternalError, NewRequest
 from approvald.runtime.gate import Where
 from approvald.runtime.intake import Source
 from approvald.runtime.state import FINAL_STATUSES
+from approvald.runtime.vocabulary import WORDS, OutcomeName
 from approvald.store.repos.external import TokenRecord
 
 OPEN = frozenset({"pending", "superseded"})
@@ -99,8 +100,10 @@ def refusal(doc: dict[str, Any]) -> Refused:
         text = f"approvald: {tool} did not run; its approval request was cancelled"
         if reason:
             text += f": {reason}"
-    else:
-        text = f"approvald: {tool} did not run (request {status})"
+    else:  # an outcome this face has no sentence for: named as every view names it
+        named = WORDS[OutcomeName(doc["outcome"])] if doc.get("outcome") in set(OutcomeName) \
+            else WORDS[OutcomeName.UNKNOWN]
+        text = f"approvald: {tool} did not run (request {named.words})"
     return Refused(status, f"{text} (request {rid}). Nothing was executed.", rid)
 
 

@@ -10,6 +10,7 @@ from approvald.runtime.policy import ApprovalPolicy
 from approvald.runtime.sensitive import Masking
 from approvald.runtime.shown import RunMasking
 from approvald.runtime.state import AssistantMessage, RunState, ToolMessage
+from approvald.runtime.vocabulary import deadline, outcome_of
 from approvald.store.records import ApprovalRecord, RunRecord
 
 
@@ -23,7 +24,9 @@ def approval_document(a: ApprovalRecord) -> dict[str, Any]:
     asked, about other arguments when ``words_about_original`` (after an edit), and then
     ``original_impact`` is the packet's impact when nothing was worked out for the edit.
     Sensitive values (the request's declared paths, and what the detectors find) are
-    masked, as on its card."""
+    masked, as on its card. ``outcome`` is what became of it, named as every view names it
+    (``status`` is where it is in its life: a question answered is stored approved or
+    denied); ``expires_at`` is null for a question, which has no deadline."""
     w = will_run(a)
     return {
         "id": a.id,
@@ -38,6 +41,7 @@ def approval_document(a: ApprovalRecord) -> dict[str, Any]:
         "edited_by": a.edited_by,
         "edited_at": iso(a.edited_at),
         "status": a.status,
+        "outcome": outcome_of(a).value,
         "rung": a.rung,
         "supersedes": a.supersedes,
         "approvers": a.approvers_value(),
@@ -45,7 +49,7 @@ def approval_document(a: ApprovalRecord) -> dict[str, Any]:
         "approvals": a.approve_count,
         "requested_by": a.requested_by,
         "requested_at": iso(a.requested_at),
-        "expires_at": iso(a.expires_at),
+        "expires_at": iso(deadline(a)),
         "decided_at": iso(a.decided_at),
         "decided_by": a.decided_by,
         "decided_via": a.decided_via,
@@ -91,7 +95,7 @@ def run_document(run: RunRecord, state: RunState, approvals: list[ApprovalRecord
     pending = [
         {"approval_id": a.id, "kind": a.kind, "tool": a.tool, "args": shown_args(a),
          "impact": will_run(a).impact,
-         "expires_at": iso(a.expires_at) if a.kind == "tool_call" else None,
+         "expires_at": iso(deadline(a)),
          "approvers": a.approvers_value()}
         for a in approvals if a.status == "pending"
     ]
@@ -114,7 +118,8 @@ def run_document(run: RunRecord, state: RunState, approvals: list[ApprovalRecord
         "cancel_reason": run.cancel_reason,
         "waiting": waiting(run, masking),
         "pending": pending,
-        "approvals": [{"id": a.id, "tool": a.tool, "status": a.status, "kind": a.kind,
+        "approvals": [{"id": a.id, "tool": a.tool, "status": a.status,
+                       "outcome": outcome_of(a).value, "kind": a.kind,
                        "decided_by": a.decided_by,
                        "reason": shown.text(a.reason) if a.reason else None}
                       for a in approvals],

@@ -87,6 +87,8 @@ def describe(e: Entry) -> tuple[str, list[str]]:
                             f"attempts {e.attempts}" if e.attempts and e.attempts > 1 else None,
                             e.error_class) if b]
         head = e.title + "".join(f"  {b}" for b in bits)
+        if e.outcome is not None:
+            more.append(f"outcome {e.outcome}")
         more.append(f"args {_args(e.arguments)}")
         if e.result_summary is not None:
             more.append(f"result {e.result_summary}")

@@ -1099,7 +1099,26 @@ def render_json_documents() -> str:
             out.append(f"Built by `{where}`" + (f": {rst_to_md(doc)}" if doc else ".")
                        + "\n\n")
             out.append(table(["key", "value"], rows) + "\n")
+    out.append(render_outcomes())
     return "".join(out)
+
+
+def render_outcomes() -> str:
+    """The one vocabulary of outcomes (``approvald.runtime.vocabulary``), as a table."""
+    from approvald.runtime import vocabulary
+
+    kinds = {vocabulary.TOOL_CALL: "request", vocabulary.OUTCOME_UNKNOWN: "outcome question",
+             vocabulary.CANNOT_RUN: "cannot-run question",
+             vocabulary.CALL: "call nobody was asked about"}
+    rows = [[code(w.name.value), w.words, f"{w.icon} {w.label}",
+             ", ".join(kinds[k] for k in sorted(w.kinds, key=list(kinds).index)), w.meaning]
+            for w in vocabulary.WORDS.values()]
+    return ("\n## Outcomes\n\n" + rst_to_md(first_paragraph(vocabulary.__doc__)) + "\n\n"
+            "The `outcome` of each document above (and of the HTTP API's request document, "
+            "and `details.outcome` of the audit entry that closes a request or records a "
+            "call nobody was asked about) is one of these names; every view says it with "
+            "these words.\n\n"
+            + table(["outcome", "words", "label", "ends", "meaning"], rows) + "\n")
 
 
 # -- the policy file -----------------------------------------------------------------------

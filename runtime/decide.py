@@ -53,6 +53,7 @@ from approvald.runtime.sensitive import Masking, unmask_edit
 from approvald.runtime.shown import of_request
 from approvald.runtime.signals import Signals
 from approvald.runtime.tools import Tool
+from approvald.runtime.vocabulary import outcome_details, outcome_of, word
 from approvald.store.db import Database, is_store_failure
 from approvald.store.records import ApprovalRecord
 from approvald.store.repos import Tx
@@ -152,6 +153,7 @@ def _refuse(a: ApprovalRecord, code: Refusal, message: str, **fields: Any) -> De
     # people their own way, rather than repeat ``message`` (raw ids, for logs and the CLI)
     return DecisionRefused(message, reason=code, status=a.status, approval_id=a.id,
                            run_id=a.run_id, decided_by=a.decided_by,
+                           outcome=outcome_of(a).value,
                            approvers=list(a.approvers_value()), **fields)
 
 
@@ -168,7 +170,7 @@ def not_pending_message(a: ApprovalRecord) -> str:
         return f"approval {a.id} expired at {a.expires_at.isoformat()}"
     who = f" by {a.decided_by}" if a.decided_by else ""
     when = f" at {a.decided_at.isoformat()}" if a.decided_at else ""
-    return f"approval {a.id} is already {a.status}{who}{when}"
+    return f"approval {a.id} is already {word(a).words}{who}{when}"
 
 
 def counted(a: ApprovalRecord, voters: Sequence[str], digest: str | None = None) -> list[str]:
@@ -496,7 +498,7 @@ class Decider:
             self.audit.record(tx, at=now, action=status, actor=actor.id, via=actor.via,
                                 run_id=a.run_id, approval_id=a.id, digest=digest,
                                 details={"tool": a.tool, "args": done.effective_args(),
-                                         said: at.reason})
+                                         said: at.reason, **outcome_details(done)})
             ready, claim = await self._run_ready(tx, done)
             return Decision(done, status, done.approve_count, done.quorum, ready, discarded,
                             claim)
@@ -521,7 +523,8 @@ class Decider:
                             run_id=a.run_id, approval_id=a.id, digest=digest,
                             details={"tool": a.tool, "args": done.effective_args(),
                                      "approvers": voters, "quorum": a.quorum,
-                                     "edited": done.edited_args is not None})
+                                     "edited": done.edited_args is not None,
+                                     **outcome_details(done)})
         ready, claim = await self._run_ready(tx, done)
         return Decision(done, "approved", len(voters), a.quorum, ready, discarded, claim)
 
@@ -540,7 +543,7 @@ class Decider:
         self.audit.record(tx, at=now, action=action, actor=actor.id,
                             via=actor.via, run_id=a.run_id, approval_id=a.id, digest=a.digest,
                             details={"tool": a.tool, "args": a.args_value(), "verdict": verdict,
-                                     "reason": reason})
+                                     "reason": reason, **outcome_details(done)})
         if verdict == "mark_done":
             await tx.executions.record_result(
                 run_id=a.run_id, call_id=a.call_id, status="succeeded",

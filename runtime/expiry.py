@@ -40,6 +40,7 @@ from approvald.runtime.outbox_kinds import (
 )
 from approvald.runtime.policy import ApprovalPolicy
 from approvald.runtime.signals import Signals
+from approvald.runtime.vocabulary import OutcomeName
 from approvald.store.db import Database, is_store_failure
 from approvald.store.records import ApprovalRecord
 from approvald.store.repos import Tx
@@ -245,7 +246,8 @@ class Expiry:
             entries.append(Entry(
                 at=now, action="expired", actor="system:expiry", via="scheduler",
                 run_id=a.run_id, approval_id=a.id, digest=a.effective_digest,
-                details={"tool": a.tool, "args": a.effective_args(), "rung": a.rung}))
+                details={"tool": a.tool, "args": a.effective_args(), "rung": a.rung,
+                         "outcome": OutcomeName.EXPIRED.value}))
             result.expired.append(a.id)
         self.audit.record_many(tx, entries)
         await queue_many(tx, cards, now=now)
@@ -268,7 +270,8 @@ class Expiry:
         self.audit.record(tx, at=now, action="superseded", actor="system:expiry",
                             via="scheduler", run_id=a.run_id, approval_id=a.id,
                             digest=a.effective_digest,
-                            details={"tool": a.tool, "superseded_by": new_id})
+                            details={"tool": a.tool, "superseded_by": new_id,
+                                     "outcome": OutcomeName.ESCALATED.value})
         self.audit.record(tx, at=now, action="escalated", actor="system:expiry",
                             via="scheduler", run_id=a.run_id, approval_id=new_id,
                             digest=a.effective_digest,

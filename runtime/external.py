@@ -59,6 +59,7 @@ from approvald.runtime.sensitive import paths_text, sensitive_of_snapshot
 from approvald.runtime.signals import Signals
 from approvald.runtime.standing import StandingApprovals
 from approvald.runtime.tools import Tool
+from approvald.runtime.vocabulary import OutcomeName, outcome_of, policy_outcome
 from approvald.store.db import Database
 from approvald.store.records import ApprovalRecord, ExecutionRecord, RunRecord, paths_of
 from approvald.store.repos import Tx
@@ -208,10 +209,12 @@ def document(rec: ExternalRecord, run: RunRecord, a: ApprovalRecord | None,
     }
     if a is None:  # the policy answered at once
         doc["status"] = "forbidden" if rec.kind == "forbidden" else "approved"
+        doc["outcome"] = policy_outcome(rec.kind).value
         doc["decision"] = {"verdict": rec.kind, "decided_by": "policy", "decided_via": "policy",
                            "decided_at": _iso(rec.created_at), "reason": rec.reason}
     else:
-        doc.update(status=a.status, approval_id=a.id, expires_at=_iso(a.expires_at),
+        doc.update(status=a.status, outcome=outcome_of(a).value, approval_id=a.id,
+                   expires_at=_iso(a.expires_at),
                    effective_args=a.effective_args(), effective_digest=a.effective_digest,
                    edited=a.edited_args is not None, edited_by=a.edited_by)
         if a.status not in OPEN:
@@ -221,7 +224,7 @@ def document(rec: ExternalRecord, run: RunRecord, a: ApprovalRecord | None,
                                "quorum": a.quorum}
     if run.status == "cancelled" and doc["status"] == "approved":
         # approved, then cancelled before its call was reported: it must not run now
-        doc["status"] = "cancelled"
+        doc["status"] = doc["outcome"] = OutcomeName.CANCELLED.value
         doc["decision"] = {**(doc["decision"] or {}), "verdict": "cancel",
                            "decided_by": run.cancel_requested_by, "decided_via": "cancel",
                            "decided_at": _iso(run.updated_at), "reason": run.cancel_reason}
@@ -412,7 +415,8 @@ class ExternalRequests:
             tx, at=now, action="denied" if kind == "forbidden" else "approved",
             actor="system:policy", via="policy", run_id=request_id, digest=digest,
             details={"tool": req.tool, "args": req.args, "policy": name,
-                     "answer": chosen.kind, "reason": chosen.reason, **rule},
+                     "answer": chosen.kind, "reason": chosen.reason, **rule,
+                     "outcome": policy_outcome(chosen.kind).value},
             sensitive=chosen.approval.sensitive)
         if kind == "forbidden":
             await tx.runs.update(request_id, expect_status=[STATUS], status="completed",

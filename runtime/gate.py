@@ -33,6 +33,7 @@ from approvald.runtime.policy import ApprovalPolicy, PolicyFile
 from approvald.runtime.sensitive import Masking
 from approvald.runtime.state import AssistantMessage, ToolCall, ToolMessage
 from approvald.runtime.tools import Tool
+from approvald.runtime.vocabulary import outcome_details
 from approvald.store.records import ApprovalRecord, ExecutionRecord, RunRecord
 from approvald.store.repos import Tx
 
@@ -283,4 +284,4 @@ class Gate:
             self.audit.record(tx, at=now, action="cancelled", actor=actor, via=via,
                                 run_id=run_id, approval_id=a.id, digest=a.effective_digest,
                                 details={"tool": a.tool, "args": a.effective_args(),
-                                         "reason": reason})
+                                         "reason": reason, **outcome_details(a)})

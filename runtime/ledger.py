@@ -37,6 +37,7 @@ from approvald.runtime.failpoints import failpoint
 from approvald.runtime.ids import owner_is_dead, parse_worker_id
 from approvald.runtime.sensitive import paths_text
 from approvald.runtime.tools import Reconciled, Tool, ToolContext
+from approvald.runtime.vocabulary import ANSWERED_AT_ONCE, policy_outcome
 from approvald.store.db import Database
 from approvald.store.records import ExecutionRecord
 from approvald.store.repos import Tx
@@ -392,6 +393,10 @@ def audit_execution(trail: AuditTrail, tx: Tx, *, at: Any, approval_id: str | No
         run_id=rec.run_id, approval_id=approval_id, digest=digest,
         details={"tool": tool, "args": args, "status": rec.status, "answer": policy,
                  "idempotency_key": rec.idempotency_key, "result": result_excerpt(rec.result),
-                 "error": rec.error, "latency_ms": rec.latency_ms},
+                 "error": rec.error, "latency_ms": rec.latency_ms,
+                 # a call nobody was asked about: its outcome is the policy's answer (a
+                 # request's outcome is on the entry that decided it)
+                 **({"outcome": policy_outcome(policy).value}
+                    if approval_id is None and policy in ANSWERED_AT_ONCE else {})},
         sensitive=sensitive,
     )

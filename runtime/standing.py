@@ -62,6 +62,7 @@ from approvald.runtime.sensitive import mask_args
 from approvald.runtime.signals import Signals
 from approvald.runtime.standing_chain import StandingState
 from approvald.runtime.urgency import Urgency
+from approvald.runtime.vocabulary import STANDING_VIA, outcome_details
 from approvald.store.db import Database
 from approvald.store.records import ApprovalRecord, RunRecord
 from approvald.store.repos import Tx
@@ -71,7 +72,7 @@ log = logging.getLogger("approvald.standing")
 
 MIN_WINDOW = timedelta(minutes=15)
 MAX_WINDOW = timedelta(hours=8)
-VIA = "standing"  # decided_via of a request a standing approval approved
+VIA = STANDING_VIA  # decided_via of a request a standing approval approved
 
 
 class StandingRefusal(StrEnum):
@@ -381,7 +382,8 @@ class StandingApprovals:
                                      "policy_digest": policy_digest(policy),
                                      "approvers": policy.rung(0)[0],
                                      "quorum": policy.rung(0)[2],
-                                     "scope": _shown_scope(s, policy)})
+                                     "scope": _shown_scope(s, policy),
+                                     **outcome_details(done)})
         return done
 
     async def tampered(self, tx: Tx, s: StandingRecord) -> str | None:

@@ -22,6 +22,7 @@ from approvald.runtime.canonical import compact_json
 from approvald.runtime.sensitive import Masking
 from approvald.runtime.shown import RunMasking, of_run, read_run
 from approvald.runtime.state import FINAL_STATUSES, AssistantMessage, ToolMessage, UserMessage
+from approvald.runtime.vocabulary import outcome_of, policy_outcome, word
 from approvald.store.db import Database
 from approvald.store.records import (
     ApprovalRecord,
@@ -74,6 +75,9 @@ class Entry(_Doc):
     tool: str | None = None
     arguments: dict[str, Any] | None = None
     status: str | None = None
+    # what became of it, named as every view names it (runtime.vocabulary): a request's
+    # outcome, or, for a call nobody was asked about, the policy that ran it
+    outcome: str | None = None
     result_summary: str | None = None
     error_class: str | None = None
     error: str | None = None
@@ -173,6 +177,11 @@ def build_trace(run: RunRecord,
     by_call: dict[str, list[ApprovalRecord]] = {}
     for a in approvals:
         by_call.setdefault(a.call_id, []).append(a)
+    # how the policy answered each call nobody was asked about, as its execution's audit
+    # entry records it (auto, notify_after)
+    answered = {str(d.get("idempotency_key")): str(d.get("answer"))
+                for r in audit if r.action == "executed" and r.approval_id is None
+                for d in [json.loads(r.details) if r.details else {}]}
     last = run.created_at  # the latest time known so far, walking the transcript
     step = 0
     for m in messages:
@@ -186,7 +195,8 @@ def build_trace(run: RunRecord,
             rec = executions.get(call.id)
             asked = by_call.get(call.id, [])
             tool_entry = _tool_call(run, call.id, call.name, call.arguments, step, rec,
-                                    results.get(call.id), asked, last, shown)
+                                    results.get(call.id), asked, last, shown,
+                                    answered.get(f"{run.id}:{call.id}"))
             entries.append(tool_entry)
             last = max(last, tool_entry.end or tool_entry.start)
     # at one instant (a frozen test clock, a fast step) the run's start comes first, then
@@ -229,7 +239,8 @@ def _model_step(m: AssistantMessage, step: int, last: datetime, run_version: str
 
 def _tool_call(run: RunRecord, call_id: str, name: str, args: dict[str, Any], step: int,
                rec: ExecutionRecord | None, result: ToolMessage | None,
-               asked: list[ApprovalRecord], last: datetime, shown: RunMasking) -> Entry:
+               asked: list[ApprovalRecord], last: datetime, shown: RunMasking,
+               answer: str | None = None) -> Entry:
     approval = asked[-1] if asked else None  # the last rung decides what ran
     if approval is not None and approval.kind == "tool_call":
         args = approval.effective_args()
@@ -244,6 +255,13 @@ def _tool_call(run: RunRecord, call_id: str, name: str, args: dict[str, Any], st
         status = "awaiting_approval"
     else:
         status = "not_run" if result is not None else "pending"
+    named: str | None = None
+    if approval is not None:
+        named = outcome_of(approval).value
+    elif status == "forbidden":
+        named = policy_outcome("forbidden").value
+    elif answer in ("auto", "notify_after"):
+        named = policy_outcome(answer).value
     if rec is not None:
         start, end, estimated = rec.started_at, rec.finished_at, False
     elif approval is not None:  # it did not run: it ends where the request did
@@ -254,7 +272,7 @@ def _tool_call(run: RunRecord, call_id: str, name: str, args: dict[str, Any], st
     return Entry(
         kind="tool_call", lane="tools", start=start, end=end, estimated=estimated,
         title=f"{name} ({status})", step=step, call_id=call_id, tool=name,
-        arguments=shown.call(call_id).args(args), status=status,
+        arguments=shown.call(call_id).args(args), status=status, outcome=named,
         result_summary=summarize(shown.call(call_id).data(outcome))
         if outcome is not None else None,
         error_class=rec.error_class if rec else None,
@@ -274,8 +292,9 @@ def _approval(a: ApprovalRecord, votes: list[VoteRecord], now: datetime,
             "cannot_run": "question: cannot run "}.get(a.kind, "")
     return Entry(
         kind="approval", lane="humans", start=a.requested_at, end=end,
-        title=f"{what}{a.tool}: {a.status}{who}", call_id=a.call_id, tool=a.tool,
+        title=f"{what}{a.tool}: {word(a).words}{who}", call_id=a.call_id, tool=a.tool,
         arguments=shown.call(a.call_id).args(a.args_value()), status=a.status,
+        outcome=outcome_of(a).value,
         approval_id=a.id, approval_kind=a.kind,
         requested_by=a.requested_by, approvers=a.approvers_value(),
         decided_by=a.decided_by, decided_via=a.decided_via, decided_at=a.decided_at,

@@ -10,6 +10,7 @@ from approvald.runtime import external
 from approvald.runtime.api_tokens import SIGNATURE_HEADER, check_webhook_url
 from approvald.runtime.errors import ApprovaldError
 from approvald.runtime.policy import MAX_DURATION
+from approvald.runtime.vocabulary import CALL, TOOL_CALL, WORDS
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 MAX_SECONDS = int(MAX_DURATION.total_seconds())
@@ -153,6 +154,11 @@ class RequestDocument(BaseModel):
     created_at: str
     status: str = Field(description="pending, approved, denied, expired, cancelled, "
                                     "redirected or forbidden")
+    outcome: str = Field(description=(
+        "what became of the request, named as every view of approvald names it: "
+        + ", ".join(w.name.value for w in WORDS.values() if w.kinds & {TOOL_CALL, CALL})
+        + " (status is where it stands: an approval with edits, or by a standing "
+          "approval, is status approved)"))
     approval_id: str | None
     expires_at: str | None
     effective_args: dict[str, Any]

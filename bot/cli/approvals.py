@@ -33,6 +33,8 @@ from approvald.runtime.engine import Engine
 from approvald.runtime.json_input import MAX_DEPTH, TooDeep, loads
 from approvald.runtime.packet import shown_args
 from approvald.runtime.prefix import id_help
+from approvald.runtime.vocabulary import deadline, outcome_of, word
+from approvald.store.records import ApprovalRecord
 
 DECISIONS = (
     ("approve", "approve a request as a Slack user"),
@@ -50,8 +52,9 @@ def register(sub: Subparsers) -> None:
         dest="sub", required=True, metavar="COMMAND")
     al = ap.add_parser("list", help="pending (or all) approval requests, oldest first")
     al.add_argument("--status", default="pending",
-                    help="only requests with this status (default pending; also approved, "
-                         "denied, redirected, expired, superseded, cancelled)")
+                    help="only requests stored with this status (default pending; also "
+                         "approved, denied, redirected, expired, superseded, cancelled); "
+                         "each line names the request's outcome")
     al.add_argument("--all", action="store_true", help="every status")
     al.add_argument("--run", metavar="RUN_ID",
                     help=id_help("only the requests of this run: its id"))
@@ -136,11 +139,22 @@ async def cmd_list(s: Settings, a: argparse.Namespace) -> int:
         if not rows:
             print("no approvals" if status is None else f"no {status} approvals")
         for r in rows:
-            when = r.expires_at.strftime("%Y-%m-%d %H:%M:%S") if r.kind == "tool_call" else "-"
-            print(f"{r.id}  {r.status:<10} {r.tool:<20} run {r.run_id[:12]}  "
-                  f"expires {when}  {json.dumps(shown_args(r), ensure_ascii=False)[:80]}")
+            print(list_line(r))
         return 0
     return await with_engine(s, go)
+
+
+def list_line(r: ApprovalRecord) -> str:
+    """A request as a line of ``approvals list``: its outcome's name, its deadline."""
+    return (f"{r.id}  {outcome_of(r).value:<10} {r.tool:<20} run {r.run_id[:12]}  "
+            f"expires {expiry(r)}  {json.dumps(shown_args(r), ensure_ascii=False)[:80]}")
+
+
+def expiry(a: ApprovalRecord) -> str:
+    """A request's deadline as ``list`` and ``show`` print it: ``-`` for a question, which
+    has none."""
+    when = deadline(a)
+    return "-" if when is None else when.strftime("%Y-%m-%d %H:%M:%S")
 
 
 async def cmd_show(s: Settings, a: argparse.Namespace) -> int:
@@ -155,10 +169,11 @@ async def cmd_show(s: Settings, a: argparse.Namespace) -> int:
         if a.json:
             out(doc)
             return 0
-        for key in ("id", "run_id", "kind", "tool", "status", "approvers", "quorum", "approvals",
-                    "requested_by", "requested_at", "expires_at", "decided_by", "verdict",
-                    "reason", "digest"):
-            print(f"{key:>13}: {doc[key]}")
+        shown = {**doc, "expires_at": expiry(r)}
+        for key in ("id", "run_id", "kind", "tool", "outcome", "approvers", "quorum",
+                    "approvals", "requested_by", "requested_at", "expires_at", "decided_by",
+                    "verdict", "reason", "digest"):
+            print(f"{key:>13}: {shown[key]}")
         if doc["rule"]:
             print(f"{'policy rule':>13}: {doc['rule']}")
         print(f"{'args':>13}: {json.dumps(doc['args'], ensure_ascii=False, indent=2)}")
@@ -307,7 +322,7 @@ def decided_line(d: Decision, as_user: str) -> str:
     records it (a repeat, a vote, a proposal, an approval with edits)."""
     rec = d.approval
     if d.repeated:
-        return (f"approval {rec.id}: already {rec.status} by {rec.decided_by} at "
+        return (f"approval {rec.id}: already {word(rec).words} by {rec.decided_by} at "
                 f"{iso(rec.decided_at)}; the decision stands (recorded as repeated)")
     if d.outcome == "voted":
         return (f"approval {rec.id}: {d.approvals} of {d.quorum} approvals on arguments "
@@ -315,9 +330,7 @@ def decided_line(d: Decision, as_user: str) -> str:
     if d.outcome == "edited":
         return (f"approval {rec.id}: arguments replaced by {as_user} (now "
                 f"{rec.effective_digest[:12]}); someone else must approve them")
-    if d.edited and rec.edited_by == as_user:
-        return f"approval {rec.id}: approved with edits by {as_user}"
-    return f"approval {rec.id}: {d.outcome} by {as_user}"
+    return f"approval {rec.id}: {word(rec).words} by {as_user}"
 
 
 async def cmd_sweep(s: Settings, a: argparse.Namespace) -> int:

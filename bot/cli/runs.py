@@ -149,6 +149,10 @@ async def cmd_runs_show(s: Settings, a: argparse.Namespace) -> int:
         for p in doc["pending"]:
             print(f"  pending: approval {p['approval_id']} {p['tool']} "
                   f"{json.dumps(p['args'], ensure_ascii=False)}")
+        for d in doc["approvals"]:
+            if d["outcome"] != "pending":
+                print(f"  request {d['id']} {d['tool']} ({d['kind']}): {d['outcome']}"
+                      + (f" by {d['decided_by']}" if d["decided_by"] else ""))
         print("  transcript:")
         for m in doc["transcript"]:
             if m["role"] == "assistant":

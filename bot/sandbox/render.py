@@ -21,6 +21,8 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from approvald.runtime.vocabulary import WORDS
+
 JSON = dict[str, Any]
 
 EMOJI = {
@@ -33,6 +35,8 @@ EMOJI = {
     "sparkles": "✨", "warning": "⚠️", "white_check_mark": "✅", "white_small_square": "▫️",
     "x": "❌", "tada": "🎉", "wave": "👋", "+1": "👍", "eyes": "👀",
     "leftwards_arrow_with_hook": "↩️", "outbox_tray": "📤", "repeat": "🔁",
+    # each outcome's emoji, as the one vocabulary pairs its short name with its character
+    **{w.emoji: w.icon for w in WORDS.values()},
 }
 # what an emoji means, in words: drawn instead of it where the browser has no glyph for it
 EMOJI_WORDS = {"+1": "thumbs up", "pencil2": "pencil", "x": "cross",

@@ -48,6 +48,7 @@ from approvald.runtime.policy import ApprovalPolicy
 from approvald.runtime.scope import Scope
 from approvald.runtime.sensitive import mask_args, mask_text, masked_json
 from approvald.runtime.standing import MAX_WINDOW, MIN_WINDOW
+from approvald.runtime.vocabulary import OutcomeName, outcome_of, word
 from approvald.store.records import ApprovalRecord, VoteRecord
 from approvald.store.repos.standing import StandingRecord
 from slack_sdk.models.blocks import (
@@ -438,17 +439,14 @@ def _doing_line(w: WillRun, limit: int) -> str | None:
 # -- the card ---------------------------------------------------------------------------------
 
 def _headline(a: ApprovalRecord) -> str:
-    if a.kind == "cannot_run":
-        return (T.HEADER_CANNOT_RUN if a.status == "pending"
-                else T.HEADER_CANNOT_RUN_DONE).format(tool=a.tool)
     if a.status == "pending":
+        if a.kind == "cannot_run":
+            return T.HEADER_CANNOT_RUN.format(tool=a.tool)
         if a.kind == "outcome_unknown":
             return T.HEADER_QUESTION.format(tool=a.tool)
         return T.HEADER_PENDING.format(emoji=T.RISK_EMOJI[risk_of(a)], tool=a.tool, risk=risk_of(a))
-    if a.kind == "outcome_unknown" and a.status in ("approved", "denied"):
-        return T.HEADER_QUESTION_DONE.format(tool=a.tool)
-    template = T.HEADER_DONE.get(a.status, T.HEADER_OTHER)
-    return template.format(tool=a.tool, status=T.STATUS_WORDS.get(a.status, T.CLOSED_WORD))
+    template = T.HEADER_CANNOT_RUN_DONE if a.kind == "cannot_run" else T.HEADER_DONE
+    return template.format(label=word(a).label, tool=a.tool)
 
 
 def _intro(a: ApprovalRecord, p: dict[str, Any], thread_url: str | None) -> str:
@@ -501,9 +499,9 @@ def _evidence(p: dict[str, Any]) -> str | None:
 
 def _decision(a: ApprovalRecord, votes: Sequence[VoteRecord], superseded_by: str | None) -> str:
     """What happened, by whom and when, for a card without buttons."""
-    emoji = T.STATUS_EMOJI.get(a.status, T.UNKNOWN_EMOJI)
+    emoji = outcome_emoji(a)
     when = slack_date(a.decided_at or a.expires_at, T.DATE_AT)
-    fields = {"emoji": emoji, "who": who(a.decided_by), "date": when,
+    fields = {"emoji": emoji, "who": who(a.decided_by), "date": when, "label": word(a).label,
               "via": T.DECIDED_VIA_CLI if (a.decided_via or "").startswith("cli")
               else T.DECIDED_VIA_WEB if a.decided_via == "web" else ""}
     if a.status == "pending":
@@ -526,9 +524,11 @@ def _decision(a: ApprovalRecord, votes: Sequence[VoteRecord], superseded_by: str
     elif a.status == "redirected":  # the guidance is the point: it leads, not a "Reason:"
         return T.DECIDED_REDIRECTED.format(guidance=clip(a.reason or "", 1000), **fields)
     elif a.status == "expired":
-        text = T.DECIDED_EXPIRED.format(emoji=emoji, date=slack_date(a.expires_at, T.DATE_AT))
+        text = T.DECIDED_EXPIRED.format(emoji=emoji, label=fields["label"],
+                                        date=slack_date(a.expires_at, T.DATE_AT))
     elif a.status == "superseded":
-        text = T.DECIDED_SUPERSEDED.format(emoji=emoji, date=slack_date(a.expires_at, T.DATE_AT))
+        text = T.DECIDED_SUPERSEDED.format(emoji=emoji, label=fields["label"],
+                                           date=slack_date(a.expires_at, T.DATE_AT))
         new = safe_url(superseded_by)
         if new:
             text += T.DECIDED_SUPERSEDED_URL.format(url=new)
@@ -536,9 +536,9 @@ def _decision(a: ApprovalRecord, votes: Sequence[VoteRecord], superseded_by: str
             text += T.DECIDED_SUPERSEDED_ID.format(id=code_span(superseded_by, 80))
     elif a.status == "cancelled":
         by = T.DECIDED_CANCELLED_BY.format(who=who(a.decided_by)) if a.decided_by else ""
-        text = T.DECIDED_CANCELLED.format(emoji=emoji, by=by, date=when)
+        text = T.DECIDED_CANCELLED.format(emoji=emoji, label=fields["label"], by=by, date=when)
     else:
-        text = T.DECIDED_OTHER.format(emoji=emoji, status=clip(a.status, 40))
+        text = T.DECIDED_OTHER.format(emoji=emoji, status=word(a).label)
     if a.reason:
         text += "\n" + T.DECIDED_REASON.format(reason=clip(a.reason, 1000))
     return text
@@ -645,8 +645,7 @@ def approval_card(a: ApprovalRecord, *, token: str | None, now: datetime,
 def _fallback(a: ApprovalRecord, p: dict[str, Any]) -> str:
     agent, tool = clip(asker(p.get("agent")), 80), clip(a.tool, 80)
     if a.status != "pending":
-        text = T.FALLBACK_DONE.format(tool=tool,
-                                     status=T.STATUS_WORDS.get(a.status, T.CLOSED_WORD))
+        text = T.FALLBACK_DONE.format(tool=tool, status=word(a).words)
     elif a.kind == "outcome_unknown":
         text = T.FALLBACK_QUESTION.format(agent=agent, tool=tool)
     elif a.kind == "cannot_run":
@@ -670,7 +669,7 @@ def compact_blocks(a: ApprovalRecord, token: str | None, *, now: datetime,
     if a.kind in ("outcome_unknown", "cannot_run"):
         line = (T.COMPACT_QUESTION_LINE if a.kind == "outcome_unknown"
                 else T.COMPACT_CANNOT_RUN_LINE)
-        lines = [line.format(emoji=T.STATUS_EMOJI["pending"],
+        lines = [line.format(emoji=outcome_emoji(a),
                                                 tool=code_span(a.tool, 80), agent=agent,
                                                 requester=requester)]
     else:
@@ -702,18 +701,20 @@ def compact_blocks(a: ApprovalRecord, token: str | None, *, now: datetime,
 
 
 def status_word(a: ApprovalRecord) -> str:
-    """How a request ended, in a word or two ("approved with edits", "marked done")."""
-    if a.kind != "tool_call" and a.verdict in T.VERDICT_WORDS:
-        return T.VERDICT_WORDS[a.verdict]
-    if a.status == "approved" and a.edited_args is not None:
-        return T.EDITED_WORD
-    return T.STATUS_WORDS.get(a.status, clip(a.status, 20))
+    """How a request ended, in its outcome's words ("approved with edits", "re-planned")."""
+    return word(a).words
+
+
+def outcome_emoji(a: ApprovalRecord) -> str:
+    """The emoji of ``a``'s outcome, as Slack draws it."""
+    return T.EMOJI.format(name=word(a).emoji)
 
 
 def recent_line(a: ApprovalRecord) -> str:
     """One line about a decided request: ":white_check_mark: `tool` approved by @x <date>"."""
-    status = status_word(a)
-    fields = {"emoji": T.STATUS_EMOJI.get(a.status, T.UNKNOWN_EMOJI),
-              "tool": code_span(a.tool, 80), "status": status, "who": who(a.decided_by),
+    fields = {"emoji": outcome_emoji(a), "tool": code_span(a.tool, 80),
+              "status": status_word(a), "who": who(a.decided_by),
               "date": slack_date(a.decided_at or a.expires_at, T.DATE_AT)}
-    return (T.RECENT_LINE if a.decided_by else T.RECENT_LINE_NOBODY).format(**fields)
+    # a standing approval's words say what decided it
+    named = a.decided_by and outcome_of(a) is not OutcomeName.APPROVED_STANDING
+    return (T.RECENT_LINE if named else T.RECENT_LINE_NOBODY).format(**fields)

@@ -21,6 +21,7 @@ from approvald.bot.slack.cards import (
     as_text,
     impact_line,
     json_object,
+    outcome_emoji,
     status_word,
 )
 from approvald.bot.slack.mrkdwn import (
@@ -45,6 +46,7 @@ from approvald.bot.slack.mrkdwn import (
 from approvald.runtime.errors import DecisionRefused
 from approvald.runtime.packet import asker, sensitive_paths, will_run
 from approvald.runtime.sensitive import Masking
+from approvald.runtime.vocabulary import ANSWERS, WORDS, OutcomeName
 from approvald.store.records import ApprovalRecord, RunRecord
 from slack_sdk.models.blocks import Block
 
@@ -67,15 +69,23 @@ DETAILED = frozenset({"invalid_arguments", "rule_changed"})
 
 def refusal_text(code: str, *, status: str | None = None, detail: str | None = None,
                  decided_by: str | None = None, approvers: Sequence[str] = (),
-                 mentions: bool = True, viewer: str | None = None) -> str:
+                 mentions: bool = True, viewer: str | None = None,
+                 outcome: str | None = None) -> str:
     """The reply to a refused decision, one wording per ``DecisionRefused.reason``, said
     once: ``status`` (the approval's status now) and ``decided_by`` word a late click,
     ``approvers`` a stranger's; people are Slack mentions, or (``mentions=False``, for
     plain text such as a modal's errors, where a mention shows as its raw markup) left out.
     ``detail``, the runtime's message, is added (escaped) only where the wording needs it.
     ``viewer``: who reads it; the one who decided is told that their decision stands.
+    ``outcome``: the request's outcome's name; an answered question is told by it (its
+    status, approved or denied, is not what it was answered).
     """
-    if code == "not_pending":
+    answered = WORDS[OutcomeName(outcome)] if outcome in ANSWERS else None
+    if code == "not_pending" and answered is not None:
+        text = (T.REFUSAL_ANSWERED_BY.format(who=who(decided_by), words=answered.words)
+                if mentions and decided_by else
+                T.REFUSAL_ANSWERED.format(words=answered.words))
+    elif code == "not_pending":
         text = T.REFUSAL_NOT_PENDING.get(status or "", T.REFUSAL_NOT_PENDING_OTHER)
         if viewer and decided_by == viewer and status in T.REPLY_REPEATED:
             text = T.REPLY_REPEATED[status]
@@ -96,6 +106,7 @@ def refusal_of(exc: DecisionRefused, *, mentions: bool = True,
                viewer: str | None = None) -> str:
     """:func:`refusal_text` for a refusal the runtime raised, from its fields."""
     return refusal_text(exc.reason, status=exc.status, detail=str(exc),
+                        outcome=exc.fields.get("outcome"),
                         decided_by=exc.fields.get("decided_by"),
                         approvers=exc.fields.get("approvers") or (), mentions=mentions,
                         viewer=viewer)
@@ -229,7 +240,7 @@ def thread_approval_decided(a: ApprovalRecord) -> str:
     """How a request ended: approved, denied (with the reason), expired, escalated…"""
     status = status_word(a)
     reason = T.THREAD_REASON.format(reason=clip(a.reason, 300)) if a.reason else ""
-    fields = {"emoji": T.STATUS_EMOJI.get(a.status, T.UNKNOWN_EMOJI),
+    fields = {"emoji": outcome_emoji(a),
               "tool": code_span(a.tool, 80), "status": status, "reason": reason}
     if a.decided_via == "standing" and a.decided_by:  # no card: say what allowed it
         return T.THREAD_STANDING.format(emoji=fields["emoji"], tool=fields["tool"],

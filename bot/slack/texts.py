@@ -14,18 +14,10 @@ from __future__ import annotations
 
 HEADER_PENDING = "{emoji} Approval needed: {tool} · {risk} risk"
 HEADER_QUESTION = ":warning: Did this happen? {tool}"
-HEADER_DONE = {
-    "approved": "Approved: {tool}",
-    "denied": "Denied: {tool}",
-    "redirected": "Redirected: {tool}",
-    "expired": "Expired: {tool}",
-    "superseded": "Escalated: {tool}",
-    "cancelled": "Cancelled: {tool}",
-}
-HEADER_QUESTION_DONE = "Resolved: {tool}"
+# a closed request's heading: its outcome's label (runtime.vocabulary), "Re-planned: pay"
+HEADER_DONE = "{label}: {tool}"
 HEADER_CANNOT_RUN = ":warning: Approved but not run: {tool}"
-HEADER_CANNOT_RUN_DONE = "Answered: {tool} was not run"
-HEADER_OTHER = "{tool}: {status}"
+HEADER_CANNOT_RUN_DONE = "{label}: {tool} was not run"
 FALLBACK_PENDING = "{agent} needs approval to run {tool} ({risk} risk)"
 FALLBACK_QUESTION = "{agent}: did {tool} take effect? A human needs to answer"
 FALLBACK_CANNOT_RUN = ("{agent}: approved {tool} cannot run on the deployed agent; a human "
@@ -34,11 +26,8 @@ FALLBACK_DONE = "{tool}: {status}"
 
 RISK_EMOJI = {"low": ":large_green_circle:", "medium": ":large_yellow_circle:",
               "high": ":red_circle:"}
-STATUS_EMOJI = {
-    "pending": ":hourglass_flowing_sand:", "approved": ":white_check_mark:",
-    "denied": ":no_entry:", "expired": ":hourglass:", "superseded": ":arrow_double_up:",
-    "cancelled": ":heavy_multiplication_x:", "redirected": ":leftwards_arrow_with_hook:",
-}
+# an outcome's emoji is its Word's (runtime.vocabulary), drawn as ``:name:``
+EMOJI = ":{name}:"
 UNKNOWN_EMOJI = ":grey_question:"
 
 INTRO = "*{agent}* wants to run `{tool}` for {requester}."
@@ -123,28 +112,29 @@ CONFIRM_RETRY_TEXT = ("If the first attempt did take effect, retrying makes it h
 CONFIRM_RETRY_YES = "Retry"
 CONFIRM_NO = "Cancel"
 
-DECIDED_APPROVED = "{emoji} *Approved* by {who} {date}{via}"
-DECIDED_APPROVED_EDITED = "{emoji} *Approved with edits* by {who} {date}{via}"
+# ``label``: the outcome's label (runtime.vocabulary), as every view names it
+DECIDED_APPROVED = "{emoji} *{label}* by {who} {date}{via}"
+DECIDED_APPROVED_EDITED = "{emoji} *{label}* by {who} {date}{via}"
 DECIDED_VOTERS = "Approvals: {who}"
-DECIDED_DENIED = "{emoji} *Denied* by {who} {date}{via}"
+DECIDED_DENIED = "{emoji} *{label}* by {who} {date}{via}"
 DECIDED_REASON = "*Reason:* {reason}"
-DECIDED_REDIRECTED = ("{emoji} *Redirected* by {who}: {guidance}\n"
+DECIDED_REDIRECTED = ("{emoji} *{label}* by {who}: {guidance}\n"
                       "Decided {date}{via}: the call did not run; the agent re-plans on "
                       "this guidance.")
-DECIDED_EXPIRED = ("{emoji} *Expired* {date} with no decision. Silence never approves: "
+DECIDED_EXPIRED = ("{emoji} *{label}* {date} with no decision. Silence never approves: "
                    "the call did not run.")
-DECIDED_SUPERSEDED = ("{emoji} *Expired and escalated* {date}: the request went to the next "
+DECIDED_SUPERSEDED = ("{emoji} *{label}* {date}: the request went to the next "
                       "approvers.")
 DECIDED_SUPERSEDED_URL = " <{url}|See the new request>"
 DECIDED_SUPERSEDED_ID = " New request: `{id}`"
-DECIDED_CANCELLED = ("{emoji} *Cancelled*{by} {date}: the run was cancelled, so this call "
+DECIDED_CANCELLED = ("{emoji} *{label}*{by} {date}: the run was cancelled, so this call "
                      "will not run.")
 DECIDED_CANCELLED_BY = " by {who}"
-DECIDED_RETRY = "{emoji} *Retry* chosen by {who} {date}{via}: the call runs again."
-DECIDED_MARK_DONE = ("{emoji} *Marked done* by {who} {date}{via}: the run continues as if "
+DECIDED_RETRY = "{emoji} *{label}* by {who} {date}{via}: the call runs again."
+DECIDED_MARK_DONE = ("{emoji} *{label}* by {who} {date}{via}: the run continues as if "
                      "it succeeded.")
-DECIDED_ABORT = "{emoji} *Aborted* by {who} {date}{via}: the run was cancelled."
-DECIDED_REPLAN = ("{emoji} *Re-plan* chosen by {who} {date}{via}: the agent was told the call "
+DECIDED_ABORT = "{emoji} *{label}* by {who} {date}{via}: the run was cancelled."
+DECIDED_REPLAN = ("{emoji} *{label}* by {who} {date}{via}: the agent was told the call "
                   "did not run, and plans again.")
 DECIDED_NOT_EXECUTED = (":warning: *Not executed:* {reason}. A person decides what happens "
                         "next (re-plan or abort).")
@@ -170,13 +160,6 @@ COMPACT_CANNOT_RUN_LINE = ("{emoji} *Approved `{tool}` cannot run* · *{agent}* 
                            "{requester}")
 RECENT_LINE = "{emoji} `{tool}` {status} by {who} {date}"
 RECENT_LINE_NOBODY = "{emoji} `{tool}` {status} {date}"
-STATUS_WORDS = {"approved": "approved", "denied": "denied", "expired": "expired",
-                "superseded": "escalated", "cancelled": "cancelled", "pending": "pending",
-                "redirected": "redirected"}
-VERDICT_WORDS = {"retry": "retried", "mark_done": "marked done", "abort": "aborted",
-                 "replan": "re-planned"}
-EDITED_WORD = "approved with edits"
-CLOSED_WORD = "closed"
 
 HOME_TITLE = "Waiting for your approval"
 HOME_EMPTY = ":sparkles: Nothing is waiting for your approval."
@@ -427,6 +410,9 @@ REFUSAL_NOT_PENDING_BY = {
     "redirected": "Too late: {who} already redirected this request.",
 }
 REFUSAL_NOT_PENDING_OTHER = "This request has already been decided."
+# a question already answered: ``words``, its outcome's (runtime.vocabulary)
+REFUSAL_ANSWERED = "Too late: this question was already answered: {words}."
+REFUSAL_ANSWERED_BY = "Too late: {who} already answered this question: {words}."
 # naming the approvers (where mentions render)
 REFUSAL_NOT_AUTHORIZED_WHO = "You're not an approver for this request (its approvers: {who})."
 REFUSAL_UNKNOWN = "That didn't go through, and nothing changed."

@@ -18,6 +18,7 @@ from typing import Any
 from approvald.runtime.packet import asker, shown_packet, will_run
 from approvald.runtime.packet import shown_args as packet_shown_args
 from approvald.runtime.policy import ApprovalPolicy
+from approvald.runtime.vocabulary import WORDS, OutcomeName, outcome_of
 from approvald.store.records import ApprovalRecord
 
 STYLE = """
@@ -372,9 +373,6 @@ def request_text(a: ApprovalRecord, link: str, *, slack: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
-STATUS_WORDS = {"approved": "approved", "denied": "denied", "redirected": "redirected",
-                "expired": "expired", "superseded": "escalated to a newer request",
-                "cancelled": "cancelled"}
 VIA_WORDS = {"web": "on the web review queue", "slack": "in Slack", "standing":
              "by a standing approval"}
 
@@ -418,15 +416,13 @@ def edit_text(a: ApprovalRecord, edit: dict[str, Any], link: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-ANSWER_WORDS = {"retry": "answered: retry", "mark_done": "marked done", "abort": "aborted"}
-
-
 def outcome_line(a: ApprovalRecord) -> str:
-    """What became of a closed request (or question): by whom, when, where, and why."""
-    words = (ANSWER_WORDS.get(a.verdict or "") if a.kind == "outcome_unknown" else None) \
-        or STATUS_WORDS.get(a.status, a.status)
-    text = f"{a.tool} (request {a.id}) was {words}"
-    if a.decided_by and a.status not in ("expired", "superseded"):
+    """What became of a closed request (or question), in its outcome's words (as every
+    view says it): by whom, when, where, and why."""
+    named = outcome_of(a)
+    text = f"{a.tool} (request {a.id}) was {WORDS[named].words}"
+    if a.decided_by and named is not OutcomeName.APPROVED_STANDING \
+            and a.status not in ("expired", "superseded"):
         where = _where(a.decided_via or "")
         text += f" by {a.decided_by}" + (f" {where}" if where else "")
     when = a.decided_at or (a.expires_at if a.status in ("expired", "superseded") else None)

@@ -110,7 +110,7 @@ def test_a_pinned_digest_refuses_arguments_that_changed(cli: Cli, tmp_path: Path
     shown = cli.ok("approvals", "show", approval_id)
     assert "does not count" in shown
     done = cli.ok("approvals", "approve", approval_id, "--as", "U_ALICE")
-    assert "approved by U_ALICE" in done
+    assert "approved with edits by U_ALICE" in done  # U_BOB's edit: its outcome everywhere
     [refund] = [e for e in cli.ledger_lines() if e["tool"] == "issue_refund"]
     assert refund["args"]["amount_cents"] == 100
 

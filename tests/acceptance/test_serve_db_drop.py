@@ -256,7 +256,11 @@ async def test_serve_carries_on_when_postgres_drops_its_connections(
         audit = [json.loads(x) for x in (await run_cli(cli, "audit", "export")).splitlines()]
         for action in ("requested", "approved", "executed"):
             per = Counter(e["approval_id"] for e in audit if e["action"] == action)
+            ungated = per.pop(None, 0)
             assert per == dict.fromkeys((a.id for a in approvals), 1), action
+            # every ungated call (auto and notify_after) is audited as it executes, once each
+            assert ungated == (sum(n for (t, _), n in keys.items() if t != "issue_refund")
+                               if action == "executed" else 0), (action, ungated)
 
         # one card per request, each showing its decision, once the outbox has drained
         async def drained() -> bool:

@@ -15,6 +15,7 @@ from typing import Any
 from approvald.bot.web.routes import SESSION_COOKIE
 from approvald.runtime.clock import ManualClock
 from approvald.runtime.decide import Actor
+from approvald.runtime.vocabulary import WORDS, OutcomeName
 from sqlalchemy import text
 
 from tests.integration.slack_harness import Harness, wait_for
@@ -831,7 +832,7 @@ async def test_a_mailed_request_is_followed_in_its_thread(db_url: str,
         [bobs] = [m for m in inbox.messages[2:] if not m["In-Reply-To"]]
         assert told["X-Envelope-To"] == "alice@example.com"
         assert told["In-Reply-To"] == first["Message-ID"]
-        assert "escalated to a newer request" in _text(told)
+        assert f"was {WORDS[OutcomeName.ESCALATED].words}" in _text(told)
         assert bobs["X-Envelope-To"] == "bob@example.com"
         assert f"/review/requests/{new_id}" in _text(bobs)
 
@@ -950,7 +951,7 @@ async def test_a_request_that_fell_back_to_mail_is_reminded_and_escalated_by_mai
         assert f"{url}/review/requests/{new_id}" in _text(bobs)
         [told] = [m for m in inbox.messages[2:] if m["In-Reply-To"]]
         assert told["X-Envelope-To"] == "alice@example.com"
-        assert "escalated to a newer request" in _text(told)
+        assert f"was {WORDS[OutcomeName.ESCALATED].words}" in _text(told)
 
 
 async def test_a_slack_click_on_a_mailed_request_is_told_in_its_mail_thread(
@@ -1076,7 +1077,7 @@ async def test_an_edit_of_a_mailed_request_is_told_in_its_thread(db_url: str,
         await wait_for(lambda: _status(h, paused.run_id, "completed"), what="completion")
         assert [r["args"] for r in h.refunds()] == [less]
         outcome = (await wait_for(lambda: thread()[2:], what="the outcome mail"))[0]
-        assert "was approved by U_ALICE from the command line" in _text(outcome)
+        assert "was approved with edits by U_ALICE from the command line" in _text(outcome)
         assert len(thread()) == 3
         for mail in inbox.messages:
             assert '"reason": "duplicate charge"' not in _text(mail)

@@ -14,6 +14,7 @@ import pytest
 from approvald.bot.slack import cards, messages, views
 from approvald.bot.slack import texts as T
 from approvald.bot.slack.mrkdwn import clip, code_block, escape_mrkdwn, pretty_json, safe_cut, units
+from approvald.runtime.vocabulary import WORDS, outcome_of
 from approvald.store.records import ApprovalRecord, RunRecord, VoteRecord
 from slack_sdk.models.blocks import Block
 from slack_sdk.models.views import View
@@ -258,7 +259,9 @@ def test_every_decided_status_has_a_decision_line_and_no_buttons(status: str, wo
     assert not buttons_of(card)
     body = dump(card)
     assert words in body and "<!date^" in body
-    assert card["blocks"][0]["text"]["text"] == T.HEADER_DONE[status].format(tool="issue_refund")
+    label = WORDS[outcome_of(decided(status))].label  # as every view names it
+    assert card["blocks"][0]["text"]["text"] == T.HEADER_DONE.format(label=label,
+                                                                     tool="issue_refund")
 
 
 def test_denial_reason_is_escaped_and_cli_decisions_are_marked() -> None:
@@ -414,7 +417,7 @@ def test_outcome_question_shows_the_attempt_and_what_reconcile_said() -> None:
 
 
 @pytest.mark.parametrize(("verdict", "status", "words"), [
-    ("retry", "approved", "*Retry* chosen"), ("mark_done", "approved", "*Marked done*"),
+    ("retry", "approved", "*Retried* by"), ("mark_done", "approved", "*Marked done*"),
     ("abort", "denied", "*Aborted*")])
 def test_answered_question(verdict: str, status: str, words: str) -> None:
     a = replace(question(), status=status, verdict=verdict, decided_by="U0BOB", decided_at=NOW,
@@ -452,7 +455,7 @@ def test_cannot_run_question_asks_to_replan_or_abort() -> None:
 
 
 @pytest.mark.parametrize(("verdict", "status", "words"), [
-    ("replan", "approved", "*Re-plan* chosen"), ("abort", "denied", "*Aborted*")])
+    ("replan", "approved", "*Re-planned* by"), ("abort", "denied", "*Aborted*")])
 def test_answered_cannot_run(verdict: str, status: str, words: str) -> None:
     a = replace(cannot_run(), status=status, verdict=verdict, decided_by="U0BOB",
                 decided_at=NOW, reason="paid by hand" if verdict == "abort" else None)

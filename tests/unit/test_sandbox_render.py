@@ -9,6 +9,7 @@ from typing import Any
 
 from approvald.bot.sandbox import render
 from approvald.bot.slack import cards, messages, views
+from approvald.runtime.vocabulary import WORDS
 
 from tests.unit.test_cards import HOSTILE, NOW, TOKEN, approval, decided, packet, question, run
 
@@ -124,6 +125,8 @@ def product_shortcodes() -> dict[str, str]:
                 if isinstance(node, ast.Constant) and isinstance(node.value, str):
                     for m in _SHORTCODE.finditer(node.value):
                         found.setdefault(m.group(1), str(path))
+    for w in WORDS.values():  # an outcome's emoji is named without colons, drawn with them
+        found.setdefault(w.emoji, f"runtime/vocabulary.py ({w.name})")
     return found
 
 
