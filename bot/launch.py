@@ -12,17 +12,11 @@ what to install).
 from __future__ import annotations
 
 import shlex
-from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from approvald.bot.config import Settings
-    from approvald.bot.evals.dataset import Dataset
-    from approvald.bot.evals.evaluate import Report
     from approvald.bot.hooks.command import WithEngine
-    from approvald.runtime.agent import Agent
-    from approvald.runtime.policy import PolicyFile
-    from approvald.store.db import Database
 
 
 # -- the sandbox ----------------------------------------------------------------------------
@@ -106,24 +100,3 @@ def check_claude_code_hook(*, scope: str | None) -> int:
     from approvald.bot.hooks import command
 
     return command.check(scope=scope)
-
-
-# -- journey evals --------------------------------------------------------------------------
-
-def load_eval_dataset(path: str, *, agent: str | None) -> Dataset:
-    """``approvald eval``'s dataset, checked (a :class:`DatasetError` says what is wrong)."""
-    from approvald.bot.evals.dataset import load_dataset
-
-    return load_dataset(path, agent=agent)
-
-
-async def evaluate_dataset(dataset: Dataset, *, agents: Sequence[Agent],
-                           databases: Callable[[], Awaitable[Database]], policy: PolicyFile,
-                           ledger_path: str, agent_modules: str) -> tuple[Report, str]:
-    """``approvald eval``: ``dataset`` run and scored (every journey on a database
-    ``databases`` makes); the report and its console table."""
-    from approvald.bot.evals.evaluate import evaluate, table
-
-    report = await evaluate(dataset, agents=agents, databases=databases, policy=policy,
-                            ledger_path=ledger_path, agent_modules=agent_modules)
-    return report, table(report)

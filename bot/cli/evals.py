@@ -102,11 +102,11 @@ def report_path(path: str) -> str:
 
 async def cmd_eval(s: Settings, a: argparse.Namespace) -> int:
     # runs nothing in APPROVALD_DATABASE_URL: every journey gets a scratch database
-    from approvald.bot.launch import evaluate_dataset, load_eval_dataset
+    from approvald.bot.eval_run import load_dataset, run_dataset, table
     from approvald.bot.wiring import build_registry
     from approvald.store.scratch import ScratchDatabases
 
-    dataset = load_eval_dataset(a.dataset, agent=a.agent)
+    dataset = load_dataset(a.dataset, agent=a.agent)
     # a report that cannot be written is refused before the journeys run, not after
     where = report_path(a.report) if a.report else ""
     scratch = ScratchDatabases()
@@ -117,7 +117,7 @@ async def cmd_eval(s: Settings, a: argparse.Namespace) -> int:
         ledger = s.demo_ledger or str(scratch.dir / "ledger.jsonl")
         os.environ["APPROVALD_DEMO_LEDGER"] = ledger
         registry = build_registry(s.model_copy(update={"demo_ledger": ledger}))
-        report, shown = await evaluate_dataset(
+        report = await run_dataset(
             dataset, agents=[registry.get(n) for n in registry.names()],
             databases=scratch.new, policy=registry.policy, ledger_path=ledger,
             agent_modules=s.agents or "")
@@ -130,7 +130,7 @@ async def cmd_eval(s: Settings, a: argparse.Namespace) -> int:
     if a.json:
         out(report.to_json())
     else:
-        print(shown)
+        print(table(report))
     if a.report:
         from approvald.bot import eval_report
 
