@@ -31,15 +31,14 @@ the call that waited for it, and is over once that call has its answer:
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from approvald.runtime import binding
 from approvald.runtime.api_tokens import check_name, own_credential
 from approvald.runtime.canonical import call_digest
-from approvald.runtime.decide import Actor
 from approvald.runtime.engine import Engine
 from approvald.runtime.errors import ApprovaldError
 from approvald.runtime.external import CALL_ID, ExternalError, NewRequest
@@ -189,8 +188,9 @@ class CallerGate:
 
     def call_key(self, tool: str, args: dict[str, Any]) -> str:
         """What makes two calls the same call (their requests one): here the tool and its
-        arguments, whichever client of the gateway makes it."""
-        return call_digest(tool, args)
+        arguments, whichever client of the gateway makes it. Keyed (a binding: it is
+        part of an idempotency key, which traces and questions show)."""
+        return binding.shown(call_digest(tool, args))
 
     async def _first_open(self, token: TokenRecord, digest: str) -> int:
         """The first generation of this call that may still be open: requests are made in
@@ -229,18 +229,9 @@ class CallerGate:
             started = await tx.executions.get(rid, CALL_ID)
         if started is not None:  # running elsewhere, or its outcome is unknown
             return self.started_is_over
-        if doc["approval_id"] is None:  # the policy's allow, its call not started yet
-            return False
-        # an approval nobody collected is usable only until its request's window closed;
-        # after that the request is cancelled (audited) and the call is asked about again
-        expires = doc.get("expires_at")
-        if expires is None or datetime.fromisoformat(expires) > self.e.clock.now():
-            return False
-        with contextlib.suppress(ApprovaldError):  # or it was closed meanwhile: over too
-            await self.e.cancel(rid, actor=Actor(self.actor, self.source.via),
-                                reason=f"approved, but no {self.client} collected the "
-                                       "approval before the request's window closed")
-        return await self._run_status(rid) in FINAL_STATUSES
+        # an approval nobody collected within its window was closed when its document was
+        # read (runtime.collect: the one window rule), and is over as a cancelled request
+        return False
 
     async def _run_status(self, rid: str) -> str:
         async with self.e.db.read() as tx:

@@ -61,7 +61,7 @@ from approvald.bot.claude_code_contract import (  # the wire contract, importabl
     decision,
     fail_closed,
 )
-from approvald.runtime import switches
+from approvald.runtime import binding, switches
 from approvald.runtime.canonical import call_digest, canonical_json, sha256_hex
 from approvald.runtime.engine import Engine
 from approvald.runtime.errors import PayloadTooLarge
@@ -139,7 +139,7 @@ class ClaudeCodeHook(CallerGate):
                                "call": call_digest(tool, args)}
         if self.bearer is not None:
             key["bearer"] = self.bearer
-        return sha256_hex(canonical_json(key))
+        return binding.shown(sha256_hex(canonical_json(key)))  # keyed: traces show it
 
     def _new_request(self, tool: str, args: dict[str, Any], key: str) -> NewRequest:
         ev = self.event

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from approvald.runtime import binding
 from approvald.runtime.agent import run_version
 from approvald.runtime.packet import shown_args, shown_packet, will_run
 from approvald.runtime.policy import ApprovalPolicy
@@ -24,7 +25,8 @@ def approval_document(a: ApprovalRecord) -> dict[str, Any]:
     asked, about other arguments when ``words_about_original`` (after an edit), and then
     ``original_impact`` is the packet's impact when nothing was worked out for the edit.
     Sensitive values (the request's declared paths, and what the detectors find) are
-    masked, as on its card. ``outcome`` is what became of it, named as every view names it
+    masked, as on its card; its digests are shown as bindings (``runtime/binding.py``).
+    ``outcome`` is what became of it, named as every view names it
     (``status`` is where it is in its life: a question answered is stored approved or
     denied); ``expires_at`` is null for a question, which has no deadline."""
     w = will_run(a)
@@ -35,9 +37,9 @@ def approval_document(a: ApprovalRecord) -> dict[str, Any]:
         "kind": a.kind,
         "tool": a.tool,
         "args": shown_args(a, a.args),
-        "digest": a.digest,
+        "digest": binding.shown(a.digest),
         "edited_args": shown_args(a, a.edited_args) if a.edited_args else None,
-        "edited_digest": a.edited_digest,
+        "edited_digest": binding.shown_opt(a.edited_digest),
         "edited_by": a.edited_by,
         "edited_at": iso(a.edited_at),
         "status": a.status,

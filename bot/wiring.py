@@ -11,7 +11,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from approvald.bot.config import Settings, default_database_path
-from approvald.runtime import failpoints, sensitive
+from approvald.runtime import binding, failpoints, sensitive
 from approvald.runtime.agent import Registry
 from approvald.runtime.audit import AuditKey
 from approvald.runtime.clock import Clock, FileClock, SystemClock
@@ -128,6 +128,9 @@ async def open_database(settings: Settings, *, quiet: bool = False) -> Database:
         created = _sqlite_file_to_create(db)
         await _reach(db)
         result = await migrate.upgrade(db)
+        # what binds a decision to arguments outside the database is keyed with the
+        # deployment's binding key, read (or made) once here for every face of the process
+        binding.configure(await binding.deployment_key(db, now=SystemClock().now()))
     except Exception:
         await db.close()
         raise

@@ -836,8 +836,18 @@ _MASKERS = {"mask_text": "string", "mask_args": None, "shown_args": "object",
 _MASKED = " (sensitive values masked)"
 
 
+# functions that show a digest of arguments as its keyed binding (issue 46)
+_BINDERS = {"binding.shown": "string", "binding.shown_opt": "string or null",
+            "binding.shown_details": "object"}
+_BOUND = " (a keyed binding of the arguments' digest, never the digest itself)"
+_BOUND_INSIDE = " (digests of arguments in it shown as keyed bindings)"
+
+
 def _value_words(node: ast.AST, where: _Where) -> str:
     text = ast.unparse(node)
+    if isinstance(node, ast.Call) and ast.unparse(node.func) in _BINDERS:
+        said = _BINDERS[ast.unparse(node.func)]
+        return said + (_BOUND_INSIDE if said == "object" else _BOUND)
     if isinstance(node, ast.Call) and ast.unparse(node.func) in _MASKERS:
         said = _MASKERS[ast.unparse(node.func)]
         return (said or _value_words(node.args[0], where)) + _MASKED

@@ -11,7 +11,7 @@ from approvald.runtime.canonical import canonical_json, sha256_hex
 from approvald.runtime.errors import ConfigError, InvalidArguments, NotFound
 from approvald.runtime.models.base import Model, ToolSpec
 from approvald.runtime.policy import Channel, PolicyFile, is_namespaced, is_pattern
-from approvald.runtime.tools import Tool
+from approvald.runtime.tools import Tool, ToolIdentity
 from approvald.store.records import RunRecord
 
 
@@ -62,9 +62,12 @@ class Agent:
             self._specs = [ToolSpec(t.name, t.description, t.json_schema()) for t in self.tools]
         return self._specs
 
-    def cannot_run(self, tool: str, args: dict[str, Any]) -> str | None:
+    def cannot_run(self, tool: str, args: dict[str, Any],
+                   asked: ToolIdentity | None = None) -> str | None:
         """Why this release could not run an approved call of ``tool`` with exactly
-        ``args`` (the tool is gone, or its schema no longer accepts them); None if it can."""
+        ``args`` (the tool is gone, its schema no longer accepts them, or it is no longer
+        the tool the call was asked about, ``asked``: another version, not declared
+        compatible); None if it can."""
         found = self.tool(tool)
         why: str | None = None
         if found is None:
@@ -74,6 +77,8 @@ class Agent:
                 found.validate(args)
             except InvalidArguments as exc:
                 why = f"the approved arguments no longer fit its schema ({exc})"
+            else:
+                why = found.changed_since(asked)
         if why is None:
             return None
         return f"approved call `{tool}` cannot run on agent {self.name} v{self.version}: {why}"

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from approvald.runtime import prefix
+from approvald.runtime import binding, prefix
 from approvald.runtime.canonical import canonical_json, compact_json, sha256_hex, value_digest
 from approvald.runtime.errors import ConfigError
 from approvald.runtime.outbox_kinds import HEAD_POST, HeadPost, queue
@@ -412,15 +412,20 @@ def export_row(e: AuditRecord, sensitive: Sequence[str] | None = None, *,
     """One entry as exported (``details``: its details, if not as recorded);
     ``sensitive`` (its request's sensitive paths) given: with those values, and every
     secret the detectors find, masked (entries written before the chain recorded them
-    masked hold them in clear)."""
+    masked hold them in clear). The digests it recorded (the call's, and each masked
+    value's) are exported as their bindings (``runtime/binding.py``): an export names the
+    arguments it is about without giving a masked value back to whoever tries candidates."""
     if details is None:
         details = json.loads(e.details)
     if sensitive is not None:
         details = masked_details(details, sensitive)
+    # what leaves the database binds with keyed bindings, never plain digests (invariant 20)
+    details = binding.shown_details(details)
     return {
         "seq": e.seq, "at": e.at.isoformat(), "action": e.action, "actor": e.actor,
         "via": e.via, "run_id": e.run_id, "approval_id": e.approval_id,
-        "tool": details.get("tool"), "digest": e.digest, "args": details.get("args"),
+        "tool": details.get("tool"), "digest": binding.shown_opt(e.digest),
+        "args": details.get("args"),
         "reason": details.get("reason"), "details": details, "key_id": e.key_id,
         "prev_hash": e.prev_hash, "hash": e.hash,
     }

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from approvald.runtime import prefix
+from approvald.runtime import binding, prefix
 from approvald.runtime.audit import AuditTrail
 from approvald.runtime.canonical import call_digest, compact_json
 from approvald.runtime.clock import Clock
@@ -171,6 +171,16 @@ def not_pending_message(a: ApprovalRecord) -> str:
     who = f" by {a.decided_by}" if a.decided_by else ""
     when = f" at {a.decided_at.isoformat()}" if a.decided_at else ""
     return f"approval {a.id} is already {word(a).words}{who}{when}"
+
+
+def _names(at: _Attempt, digest: str) -> bool:
+    """Whether the arguments ``at`` is bound to (``expect_digest``: a binding as a card, a
+    page or ``approvals show`` showed it, or a prefix of one) are those with ``digest``.
+    The operator's command line, which reads the database anyway, may still give a plain
+    digest (or a prefix) as versions before bindings printed it; no other face may, so
+    that nobody can try candidates for a masked value against a request."""
+    return binding.matches(at.expect_digest or "", digest,
+                           plain=at.actor.via.startswith("cli"))
 
 
 def counted(a: ApprovalRecord, voters: Sequence[str], digest: str | None = None) -> list[str]:
@@ -388,8 +398,8 @@ class Decider:
         self.check_pending(a, now=now)
         if at.refusal is not None:
             raise at.refusal
-        if at.expect_digest and not a.effective_digest.startswith(at.expect_digest):
-            await self._stale_digest(tx, a, at.expect_digest)
+        if at.expect_digest and not _names(at, a.effective_digest):
+            await self._stale_digest(tx, a, at)
         if a.kind == "tool_call":
             return await self._decide_call(tx, a, at, now)
         return await self._answer_question(tx, a, at, now)
@@ -404,7 +414,7 @@ class Decider:
             return False
         if a.kind != "tool_call":
             return a.verdict == at.verdict
-        if at.expect_digest and not a.effective_digest.startswith(at.expect_digest):
+        if at.expect_digest and not _names(at, a.effective_digest):
             return False
         return at.edited is None or call_digest(a.tool, at.edited) == a.effective_digest
 
@@ -419,19 +429,21 @@ class Decider:
         outcome = a.status if a.kind == "tool_call" else (a.verdict or a.status)
         return Decision(a, outcome, a.approve_count, a.quorum, False, repeated=True)
 
-    async def _stale_digest(self, tx: Tx, a: ApprovalRecord, expected: str) -> None:
+    async def _stale_digest(self, tx: Tx, a: ApprovalRecord, at: _Attempt) -> None:
         """Refuse a decision bound to other arguments than the current ones: arguments the
         request had before an edit (its original ones, or those someone voted on), or, for
         a digest no version of them had (a typo), an error of its own."""
         known = {a.digest, a.edited_digest, *(v.digest for v in await tx.approvals.votes(a.id))}
-        if any(d and d.startswith(expected) for d in known):
+        if any(d and _names(at, d) for d in known):
             raise _refuse(a, Refusal.STALE_CARD,
                           f"the arguments of approval {a.id} changed (digest now "
-                          f"{a.effective_digest[:12]}): review them and decide again")
+                          f"{binding.short(a.effective_digest)}): review them and decide "
+                          "again")
         raise _refuse(a, Refusal.UNKNOWN_DIGEST,
                       f"no version of the arguments of approval {a.id} has a digest starting "
-                      f"with {expected} (they have {a.effective_digest[:12]} now): copy it "
-                      "from `approvals show`")
+                      f"with {(at.expect_digest or '')[:64]} (they have "
+                      f"{binding.short(a.effective_digest)} now): copy it from "
+                      "`approvals show`")
 
     async def _decide_call(self, tx: Tx, a: ApprovalRecord, at: _Attempt,
                            now: datetime) -> Decision:

@@ -6,7 +6,10 @@ lists every call of a run that has not ended (awaiting approval, needing attenti
 running, waiting included) that is still to run: pending requests and approved calls not
 yet executed. A call *breaks* when the release the run would go on with could not run it:
 the agent is gone or only retired releases of it remain, the tool is gone, or the tool's
-schema no longer accepts the exact arguments (approved or asked for). A call is *changed*
+schema no longer accepts the exact arguments (approved or asked for), or the tool is not
+the one the call was asked about (its version or schema changed, and the new release does
+not declare the approved version compatible: ``@tool(version=..., compatible=[...])``).
+A call is *changed*
 when it would run but under something else than it was asked under: the policy now puts
 it in another band, or the agent's instructions changed. Breaks fail the check; changes
 are listed for a person to read.
@@ -22,6 +25,7 @@ from approvald.runtime.agent import Agent, Registry, definition_changed, run_ver
 from approvald.runtime.errors import NotFound
 from approvald.runtime.intake import Source
 from approvald.runtime.policy import ApprovalPolicy
+from approvald.runtime.tools import asked_identity
 from approvald.store.db import Database
 from approvald.store.records import ApprovalRecord, ExecutionRecord, RunRecord
 
@@ -97,13 +101,19 @@ def judge(run: RunRecord, a: ApprovalRecord, registry: Registry) -> Finding | No
                        call_id=a.call_id, tool=a.tool, status=a.status, breaks=breaks,
                        reason=reason)
 
-    if registry.version(run.agent, version) is not None:
-        return None  # its own release is registered: the run finishes on it
+    own = registry.version(run.agent, version)
+    if own is not None:  # its own release is registered: the run finishes on it, on the
+        # tools it registers now (changed under the same release name: asked about)
+        why = own.cannot_run(a.tool, a.effective_args(), asked_identity(a))
+        if why is None:
+            return None
+        return finding(True, why.replace("approved call", "pending call", 1)
+                       if a.status == "pending" else why)
     try:
         agent: Agent = registry.get(run.agent)
     except NotFound as exc:
         return finding(True, f"{a.status} call `{a.tool}` cannot run: {exc}")
-    why = agent.cannot_run(a.tool, a.effective_args())
+    why = agent.cannot_run(a.tool, a.effective_args(), asked_identity(a))
     if why is not None:
         if a.status == "pending":
             why = why.replace("approved call", "pending call", 1)

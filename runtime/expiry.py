@@ -40,6 +40,7 @@ from approvald.runtime.outbox_kinds import (
 )
 from approvald.runtime.policy import ApprovalPolicy
 from approvald.runtime.signals import Signals
+from approvald.runtime.tools import asked_identity
 from approvald.runtime.vocabulary import OutcomeName
 from approvald.store.db import Database, is_store_failure
 from approvald.store.records import ApprovalRecord
@@ -266,7 +267,7 @@ class Expiry:
         new_id = await self.gate.insert_approval(
             tx, run=None, call_id=a.call_id, kind=a.kind, tool=a.tool,
             args=a.effective_args(), policy=policy, rung=a.rung + 1,
-            packet=json.loads(a.packet), supersedes=a, mail=mail)
+            packet=json.loads(a.packet), supersedes=a, mail=mail, identity=asked_identity(a))
         self.audit.record(tx, at=now, action="superseded", actor="system:expiry",
                             via="scheduler", run_id=a.run_id, approval_id=a.id,
                             digest=a.effective_digest,

@@ -36,10 +36,14 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
 
+from approvald.runtime import binding
 from approvald.runtime.api_tokens import allows, token_tools
 from approvald.runtime.audit import AuditTrail, Entry, result_excerpt
 from approvald.runtime.canonical import call_digest, canonical_json, compact_json, sha256_hex
 from approvald.runtime.clock import Clock
+from approvald.runtime.collect import ACTOR as WINDOW_ACTOR
+from approvald.runtime.collect import REASON as WINDOW_CLOSED
+from approvald.runtime.collect import collectable, why_not
 from approvald.runtime.errors import ApprovaldError, InvalidArguments, NotFound
 from approvald.runtime.gate import Gate
 from approvald.runtime.ids import is_external, new_request_id
@@ -197,14 +201,15 @@ def document(rec: ExternalRecord, run: RunRecord, a: ApprovalRecord | None,
     """The request and its decision, as the caller reads it and as webhooks send it.
 
     ``effective_args`` are what an approval covers (an approver's edit, if any): the caller
-    must run exactly those, and report their digest, ``effective_digest``.
+    must run exactly those, and report ``effective_digest``. Digests are shown as bindings
+    (``runtime/binding.py``), never as plain hashes of the arguments.
     """
     args = json.loads(rec.args)
     doc: dict[str, Any] = {
-        "id": rec.id, "tool": rec.tool, "args": args, "args_digest": rec.digest,
+        "id": rec.id, "tool": rec.tool, "args": args, "args_digest": binding.shown(rec.digest),
         "policy": rec.policy_name, "requested_by": run.requested_by,
         "created_at": _iso(rec.created_at), "approval_id": None, "expires_at": None,
-        "effective_args": args, "effective_digest": rec.digest, "edited": False,
+        "effective_args": args, "effective_digest": binding.shown(rec.digest), "edited": False,
         "edited_by": None, "decision": None, "result": None,
     }
     if a is None:  # the policy answered at once
@@ -214,8 +219,8 @@ def document(rec: ExternalRecord, run: RunRecord, a: ApprovalRecord | None,
                            "decided_at": _iso(rec.created_at), "reason": rec.reason}
     else:
         doc.update(status=a.status, outcome=outcome_of(a).value, approval_id=a.id,
-                   expires_at=_iso(a.expires_at),
-                   effective_args=a.effective_args(), effective_digest=a.effective_digest,
+                   expires_at=_iso(a.expires_at), effective_args=a.effective_args(),
+                   effective_digest=binding.shown(a.effective_digest),
                    edited=a.edited_args is not None, edited_by=a.edited_by)
         if a.status not in OPEN:
             doc["decision"] = {"verdict": a.verdict, "decided_by": a.decided_by,
@@ -230,9 +235,17 @@ def document(rec: ExternalRecord, run: RunRecord, a: ApprovalRecord | None,
                            "decided_at": _iso(run.updated_at), "reason": run.cancel_reason}
     if execution is not None and execution.finished_at is not None:
         doc["result"] = {"status": execution.status, "result": execution.result_value(),
-                         "error": execution.error, "args_digest": execution.args_digest,
+                         "error": execution.error,
+                         "args_digest": binding.shown(execution.args_digest),
                          "reported_at": _iso(execution.finished_at)}
     return doc
+
+
+def _reported(given: str, digest: str) -> bool:
+    """Whether a caller's ``args_digest`` names the arguments with ``digest``: their
+    binding, as its documents show it, or their plain digest, as earlier versions showed
+    it (the caller sent those arguments: nothing is given away)."""
+    return len(given) == 64 and binding.matches(given, digest, plain=True)
 
 
 def _text(value: Any, limit: int) -> str | None:
@@ -430,16 +443,48 @@ class ExternalRequests:
 
     # -- read and wait ------------------------------------------------------------------
     async def get(self, token: TokenRecord, request_id: str) -> dict[str, Any]:
-        """The request's document; NotFound unless ``token`` made it."""
+        """The request's document; NotFound unless ``token`` made it. An approval nobody
+        collected within its window is closed first (:mod:`runtime.collect`): every poll,
+        retry, join and resume reads the request through here, so none of them sees it
+        approved once its window closed."""
         async with self.db.read(snapshot=True) as tx:
             rec = await tx.external.get(request_id)
             if rec is None or rec.token_id != token.id:
                 raise NotFound(f"no request {request_id}")
             run = await tx.runs.get(request_id)
-            approvals = await tx.approvals.for_run(request_id)
+            a = current(await tx.approvals.for_run(request_id))
             execution = await tx.executions.get(request_id, CALL_ID)
         assert run is not None
-        return document(rec, run, current(approvals), execution)
+        if run.status == STATUS and execution is None and not collectable(a, self.clock.now()):
+            await self.db.transact(lambda tx: self._close_window(tx, request_id),
+                                   what=f"window of request {request_id}")
+            return await self.get(token, request_id)
+        return document(rec, run, a, execution)
+
+    async def _close_window(self, tx: Tx, request_id: str) -> bool:
+        """Cancel request ``request_id`` if its approved call was not collected within its
+        window and nothing started it (its run locked first, the one lock order): audited
+        as a cancel by :data:`runtime.collect.ACTOR`, its caller told by the same path as
+        any cancel, and the request over (the same call made again is asked afresh).
+        True if it was closed here."""
+        await tx.runs.lock(request_id)
+        now = self.clock.now()
+        run = await tx.runs.get(request_id)
+        a = current(await tx.approvals.for_run(request_id))
+        if run is None or run.status != STATUS or a is None or collectable(a, now) \
+                or await tx.executions.get(request_id, CALL_ID) is not None:
+            return False
+        why = why_not(a)
+        if not await tx.runs.cancel_if_idle(request_id, now=now, by=WINDOW_ACTOR, reason=why,
+                                            error=f"cancelled by {WINDOW_ACTOR}: {why}"):
+            return False
+        await tx.external.mark_answered(request_id, now=now)
+        self.audit.record(tx, at=now, action="cancelled", actor=WINDOW_ACTOR,
+                          via=Source.of_run(run.agent).via, run_id=request_id,
+                          details={"was": STATUS, "reason": why, "code": WINDOW_CLOSED,
+                                   "approval_id": a.id, "tool": a.tool,
+                                   "window_closed_at": a.expires_at.isoformat()})
+        return True
 
     async def wait(self, token: TokenRecord, request_id: str, *, seconds: float,
                    stop: asyncio.Event | None = None) -> dict[str, Any]:
@@ -545,12 +590,14 @@ class ExternalRequests:
         owner and start) when an attempt was recorded before, and as :meth:`report` would
         refuse (``not_approved``, ``digest_mismatch``, ``already_reported``)."""
 
-        async def work(tx: Tx) -> None:
+        async def work(tx: Tx) -> bool:
             now = self.clock.now()
             rec = await _lock_own(tx, token, request_id)
             if rec.result_digest is not None:
                 raise ExternalError(f"request {request_id} was already reported",
                                     code="already_reported", run_id=request_id)
+            if await self._close_window(tx, request_id):
+                return False  # committed, then refused below
             a = current(await tx.approvals.for_run(request_id))
             status = a.status if a is not None else \
                 "forbidden" if rec.kind == "forbidden" else "approved"
@@ -562,11 +609,11 @@ class ExternalRequests:
                                     code="cancelled" if why == "cancelled" else "not_approved",
                                     run_id=request_id)
             digest = a.effective_digest if a is not None else rec.digest
-            if args_digest != digest:
+            if not _reported(args_digest, digest):
                 raise ExternalError(
                     f"args_digest {args_digest[:64]!r} is not the approved arguments' "
-                    f"digest {digest}: run exactly effective_args", code="digest_mismatch",
-                    run_id=request_id)
+                    f"{binding.shown(digest)}: run exactly effective_args",
+                    code="digest_mismatch", run_id=request_id)
             if not await tx.executions.record_intent(run_id=request_id, call_id=CALL_ID,
                                                      step=0, tool=rec.tool, digest=digest,
                                                      now=now, owner=owner,
@@ -578,8 +625,17 @@ class ExternalRequests:
                     f"{earlier.started_at.isoformat()} by {earlier.owner or 'its caller'}",
                     code="already_started", run_id=request_id, owner=earlier.owner,
                     started_at=earlier.started_at.isoformat())
+            return True
 
-        await self.db.transact(work, what=f"start of request {request_id}")
+        if not await self.db.transact(work, what=f"start of request {request_id}"):
+            raise self._window_closed(request_id)
+
+    @staticmethod
+    def _window_closed(request_id: str) -> ExternalError:
+        return ExternalError(f"request {request_id} was approved, but its call was not "
+                             "collected before the request's window closed: it is cancelled "
+                             "and must not run (make the call again to be asked afresh)",
+                             code="cancelled", run_id=request_id, reason=WINDOW_CLOSED)
 
     # -- report -------------------------------------------------------------------------
     async def report(self, token: TokenRecord, request_id: str,
@@ -590,7 +646,7 @@ class ExternalRequests:
         self.cap.check(result_text, what="the result")
         fingerprint = rep.fingerprint()
 
-        async def work(tx: Tx) -> bool:
+        async def work(tx: Tx) -> bool | None:
             now = self.clock.now()
             rec = await _lock_own(tx, token, request_id)
             if rec.result_digest is not None:
@@ -599,6 +655,8 @@ class ExternalRequests:
                 raise ExternalError(f"request {request_id} already has a report, with another "
                                     "result: a call is reported once", code="already_reported",
                                     run_id=request_id)
+            if await self._close_window(tx, request_id):
+                return None  # nothing started it in its window: committed, then refused
             a = current(await tx.approvals.for_run(request_id))
             status = a.status if a is not None else \
                 "forbidden" if rec.kind == "forbidden" else "approved"
@@ -618,11 +676,11 @@ class ExternalRequests:
                                     else "not_approved", run_id=request_id)
             digest = a.effective_digest if a is not None else rec.digest
             args = a.effective_args() if a is not None else json.loads(rec.args)
-            if rep.args_digest != digest:
+            if not _reported(rep.args_digest, digest):
                 raise ExternalError(
                     f"args_digest {rep.args_digest[:64]!r} is not the approved arguments' "
-                    f"digest {digest}: run exactly effective_args, and report their digest",
-                    code="digest_mismatch", run_id=request_id)
+                    f"{binding.shown(digest)}: run exactly effective_args, and report their "
+                    "effective_digest", code="digest_mismatch", run_id=request_id)
             failed = rep.status == "failed"
             ran_digest = digest if rep.ran is None else call_digest(rec.tool, rep.ran)
             mismatch = ran_digest != digest
@@ -665,6 +723,8 @@ class ExternalRequests:
             return True
 
         new = await self.db.transact(work, what=f"report on request {request_id}")
+        if new is None:
+            raise self._window_closed(request_id)
         return await self.get(token, request_id), new
 
     # -- decisions, whichever path made them --------------------------------------------

@@ -32,7 +32,7 @@ from approvald.runtime.packet import impact_of, masked_packet
 from approvald.runtime.policy import ApprovalPolicy, PolicyFile
 from approvald.runtime.sensitive import Masking
 from approvald.runtime.state import AssistantMessage, ToolCall, ToolMessage
-from approvald.runtime.tools import Tool
+from approvald.runtime.tools import Tool, ToolIdentity
 from approvald.runtime.vocabulary import outcome_details
 from approvald.store.records import ApprovalRecord, ExecutionRecord, RunRecord
 from approvald.store.repos import Tx
@@ -143,17 +143,19 @@ class Gate:
             packet = build_packet(transcript, g.call, g.tool, g.args, g.policy, run)
             ids.append(await self.insert_approval(
                 tx, run=run, call_id=g.call.id, kind="tool_call", tool=g.tool.name,
-                args=g.args, policy=g.policy, rung=0, packet=packet))
+                args=g.args, policy=g.policy, rung=0, packet=packet,
+                identity=g.tool.identity()))
         return ids
 
     async def insert_approval(self, tx: Tx, *, run: RunRecord | None, call_id: str, kind: str,
                               tool: str, args: dict[str, Any], policy: ApprovalPolicy, rung: int,
                               packet: dict[str, Any], supersedes: ApprovalRecord | None = None,
                               ttl: timedelta | None = None, card: bool = True,
-                              mail: bool = False) -> str:
+                              mail: bool = False, identity: ToolIdentity | None = None) -> str:
         """Insert one pending request with its card's outbox row (and its mail's, when its
         policy names the email channel or ``mail`` says so: an escalation of a request
-        that was mailed) and its audit entry."""
+        that was mailed) and its audit entry. ``identity``: the tool's the call is asked
+        about (an agent's: approvald runs it), which the approval binds."""
         now = self.clock.now()
         approvers, rung_ttl, quorum = policy.rung(rung)
         ttl = ttl or rung_ttl
@@ -177,6 +179,8 @@ class Gate:
             expires_at=now + ttl, reminders_sent=0,
             next_reminder_at=first_reminder(policy, now, ttl if kind == "tool_call"
                                             else policy.ttl),
+            tool_version=identity.version if identity is not None else None,
+            tool_schema=identity.schema if identity is not None else None,
         )
         if card:  # (a request a standing approval approves as it is made has no card)
             await queue(tx, CardPost(approval_id), group_key=approval_id, now=now)

@@ -11,7 +11,9 @@ import socket
 import uuid
 from typing import Literal
 
-DIGEST_PREFIX = 12  # digest characters a token shows in clear (for humans and logs)
+from approvald.runtime import binding
+
+DIGEST_PREFIX = 12  # digest characters a v2 token showed in clear (tokens now show a binding)
 
 
 def new_id() -> str:
@@ -60,13 +62,18 @@ TokenCheck = Literal["ok", "stale", "bad"]
 
 
 class TokenSigner:
-    """Approval-button tokens: ``"<digest prefix>.<HMAC>"``, url-safe.
+    """Approval-button tokens: ``"<binding prefix>.<HMAC>"``, url-safe.
 
     The HMAC (SHA-256, 192 bits kept) covers the approval id, its random nonce and the
     digest of the exact arguments the card showed. The database stores only the nonce, so
     read access to it does not let anyone click; and a card drawn before an edit carries
     the old digest, so it can never approve the edited arguments. Escalation makes a new
     approval with a new nonce, so an old card stops matching anything pending.
+
+    What the token shows in clear (for people and logs) is the first characters of the
+    arguments' binding (:func:`runtime.binding.short`), never of their plain digest
+    (invariant 20). Tokens of earlier versions still verify, against the digest stored
+    with the request: ``<digest prefix>.<HMAC>`` (``v2``) and ``HMAC(id|nonce)`` (``v1``).
     """
 
     def __init__(self, secret: str | bytes) -> None:
@@ -81,7 +88,17 @@ class TokenSigner:
 
     def token(self, approval_id: str, nonce: str, digest: str) -> str:
         """The token for a card showing the arguments with ``digest``."""
-        return f"{digest[:DIGEST_PREFIX]}.{self._mac(f'v2|{approval_id}|{nonce}|{digest}')}"
+        return f"{binding.short(digest)}.{self._mac(f'v3|{approval_id}|{nonce}|{digest}')}"
+
+    def _genuine(self, approval_id: str, nonce: str, token: str, digest: str) -> bool:
+        """Whether ``token`` is one this signer made for the arguments with ``digest``:
+        its HMAC (what is shown before it is not bound: a binding changes with the key it
+        is shown under, the HMAC does not), or a ``v2`` token's whole text."""
+        shown, _, mac = token.rpartition(".")
+        if hmac.compare_digest(self._mac(f"v3|{approval_id}|{nonce}|{digest}"), mac):
+            return True
+        legacy = f"{digest[:DIGEST_PREFIX]}.{self._mac(f'v2|{approval_id}|{nonce}|{digest}')}"
+        return hmac.compare_digest(legacy, token) and bool(shown)
 
     def check(self, approval_id: str, nonce: str, token: str, *, digest: str,
               original: str) -> TokenCheck:
@@ -97,10 +114,9 @@ class TokenSigner:
             if not legacy:
                 return "bad"
             return "ok" if digest == original else "stale"
-        if hmac.compare_digest(self.token(approval_id, nonce, digest), token):
+        if self._genuine(approval_id, nonce, token, digest):
             return "ok"
-        if original != digest and hmac.compare_digest(
-                self.token(approval_id, nonce, original), token):
+        if original != digest and self._genuine(approval_id, nonce, token, original):
             return "stale"
         return "bad"
 

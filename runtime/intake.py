@@ -172,7 +172,8 @@ class Tighten(BaseModel):
     quorum: int | None = Field(None, ge=1, le=20, description="more approvals than the "
                                                              "policy's quorum")
     ttl: Duration | None = Field(None, description="a shorter wait than the policy's, e.g. "
-                                                   "'10m'")
+                                                   "'10m' (refused on a policy that escalates: "
+                                                   "it would change who decides)")
     edits: Literal["propose"] | None = Field(
         None, description="an edit is a proposal someone else must approve")
     max_standing: Window | None = Field(None, description="a shorter longest standing "
@@ -292,6 +293,14 @@ class Intake:
             if tighten.ttl > p.ttl:
                 raise _looser("ttl", "longer than the policy's wait "
                                      f"({p.model_dump(mode='json')['ttl']})")
+            if tighten.ttl < p.ttl and p.rungs > 1:
+                # a shorter first window on a ladder hands the request to the next rung
+                # before the operator's time: the caller would choose who decides
+                raise _looser("ttl", "shorter than the policy's wait "
+                                     f"({p.model_dump(mode='json')['ttl']}) on a policy that "
+                                     "escalates: the request would go to the next rung's "
+                                     "approvers before the operator's time, so a caller may "
+                                     "not shorten it")
             update["ttl"] = tighten.ttl
         if tighten.max_standing is not None:
             if tighten.max_standing > p.max_standing:

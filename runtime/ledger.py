@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from approvald.runtime import binding
 from approvald.runtime.audit import AuditTrail, result_excerpt
 from approvald.runtime.canonical import compact_json
 from approvald.runtime.clock import Clock
@@ -186,7 +187,8 @@ class Ledger:
             if existing.args_digest != digest:
                 raise DigestMismatch(
                     f"call {ctx.call_id} was recorded with different arguments "
-                    f"({existing.args_digest[:12]} != {digest[:12]}); refusing to run it",
+                    f"({binding.short(existing.args_digest)} != {binding.short(digest)}); "
+                    "refusing to run it",
                     run_id=ctx.run_id,
                 )
             if existing.status in ("succeeded", "failed"):

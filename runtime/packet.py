@@ -21,6 +21,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from approvald.runtime import binding
 from approvald.runtime.ids import is_external
 from approvald.runtime.intake import Source
 from approvald.runtime.sensitive import Masking, sensitive_of_snapshot
@@ -115,11 +116,20 @@ def shown_args(a: ApprovalRecord, raw: str | None = None) -> Any:
     return of_request(a).args(value)
 
 
+_DIGESTS = ("digest", "asked_digest")
+
+
 def shown_packet(a: ApprovalRecord) -> dict[str, Any]:
     """``a``'s decision packet with the call's declared values and what the detectors
     find masked (the task, the agent's words, the evidence drawn from earlier results, the
-    impact). Packets are recorded masked; this masks those recorded before that too."""
-    return masked_packet(_packet(a), of_request(a))
+    impact), and the digests an edit recorded shown as bindings. Packets are recorded
+    masked; this masks those recorded before that too."""
+    shown = masked_packet(_packet(a), of_request(a))
+    edit = shown.get(EDITED_IMPACT)
+    if isinstance(edit, dict):  # the digests an edit's impact is about, as bindings
+        shown[EDITED_IMPACT] = {k: binding.shown(v) if k in _DIGESTS and isinstance(v, str)
+                                else v for k, v in edit.items()}
+    return shown
 
 
 def _text(a: ApprovalRecord, value: Any) -> str | None:

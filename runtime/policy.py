@@ -198,7 +198,14 @@ def _refuse_unused_ladder(escalate: list[Any] | None, info: ValidationInfo) -> N
 
 
 class Rung(BaseModel):
-    """One step of the escalation ladder: who is asked next, and for how long."""
+    """One step of the escalation ladder: who is asked next, and for how long.
+
+    The ladder's timing is the operator's, and so is who decides when: a caller's
+    ``tighten`` of ``ttl`` shorter than the policy's on a policy that escalates is refused
+    (``looser_than_policy``), since a shorter first window would hand the request to the
+    next rung before the operator's time (a caller choosing its approver). On a policy
+    that cancels, a shorter wait is stricter and is taken.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

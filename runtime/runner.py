@@ -23,6 +23,9 @@ from approvald.runtime.agent import Agent, Registry, definition_changed
 from approvald.runtime.audit import AuditTrail
 from approvald.runtime.canonical import call_digest, compact_json
 from approvald.runtime.clock import Clock
+from approvald.runtime.collect import ACTOR as WINDOW_ACTOR
+from approvald.runtime.collect import REASON as WINDOW_CLOSED
+from approvald.runtime.collect import collectable, why_not
 from approvald.runtime.errors import (
     DigestMismatch,
     InvalidArguments,
@@ -74,7 +77,7 @@ from approvald.runtime.state import (
     ToolCall,
     ToolMessage,
 )
-from approvald.runtime.tools import ToolContext
+from approvald.runtime.tools import ToolContext, asked_identity
 from approvald.runtime.tracing import Steps, Tracer, model_name
 from approvald.runtime.transcript import build_state, encode
 from approvald.runtime.urgency import Urgency
@@ -126,6 +129,8 @@ class _Pending:
     # results the ledger left to this step's checkpoint (``Ledger.execute(defer=True)``)
     settles: list[Settle] = field(default_factory=list)
     notify: bool = False  # the checkpoint adds outbox rows: wake the drain after it
+    # approved calls resumed after their window closed (not run): audited at the checkpoint
+    lapsed: list[tuple[ToolCall, ApprovalRecord]] = field(default_factory=list)
 
 
 class _Live:
@@ -545,7 +550,7 @@ class Runner:
                 raise LeaseLost(f"lost the lease on run {live.run.id}", run_id=live.run.id)
             done = await self.standing.use(tx, found, run=live.run, call_id=call.id,
                                         tool=tool.name, args=args, policy=chosen.approval,
-                                        packet=packet)
+                                        packet=packet, identity=tool.identity())
             approved[:] = [done] if done is not None else []
 
         await self.db.transact(use, what=f"standing approval use for {call.id}")
@@ -587,6 +592,12 @@ class Runner:
                 return
             if approval.status != "approved":
                 observe(_refusal(approval))
+                return
+            if existing is None and not collectable(approval, self.clock.now()):
+                # the one window rule (runtime.collect): resumed after its request's window
+                # closed, the approved call does not run; the model reads why
+                observe({"status": "expired", "reason": why_not(approval)})
+                pending.lapsed.append((call, approval))
                 return
             kind = "approve_before"
             args = approval.effective_args()
@@ -714,7 +725,7 @@ class Runner:
         if question is not None:  # still waiting for its answer
             pending.cannot.append((call, approval, ""))
             return True
-        why = agent.cannot_run(call.name, args)
+        why = agent.cannot_run(call.name, args, asked_identity(approval))
         if why is None:
             return False
         if existing is not None:  # an earlier release started it: it may have happened
@@ -805,6 +816,11 @@ class Runner:
                 raise LeaseLost(f"lost the lease on run {live.run.id}", run_id=live.run.id)
             for settle in pending.settles:
                 await settle(tx)
+            for call, a in pending.lapsed:
+                self.audit.record(tx, at=now, action="refused", actor=WINDOW_ACTOR,
+                                  via="runtime", run_id=live.run.id, approval_id=a.id,
+                                  details={"tool": a.tool, "call_id": call.id,
+                                           "reason": WINDOW_CLOSED, "message": why_not(a)})
             if req and status not in FINAL_STATUSES:
                 await self._cancel_in(tx, live, req.by, req.reason, was=status)
             elif extra is not None:

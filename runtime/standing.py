@@ -61,6 +61,7 @@ from approvald.runtime.scope import Scope
 from approvald.runtime.sensitive import mask_args
 from approvald.runtime.signals import Signals
 from approvald.runtime.standing_chain import StandingState
+from approvald.runtime.tools import ToolIdentity
 from approvald.runtime.urgency import Urgency
 from approvald.runtime.vocabulary import STANDING_VIA, outcome_details
 from approvald.store.db import Database
@@ -345,7 +346,8 @@ class StandingApprovals:
 
     async def use(self, tx: Tx, s: StandingRecord, *, run: RunRecord, call_id: str,
                   tool: str, args: dict[str, Any], policy: ApprovalPolicy,
-                  packet: dict[str, Any]) -> ApprovalRecord | None:
+                  packet: dict[str, Any],
+                  identity: ToolIdentity | None = None) -> ApprovalRecord | None:
         """Inside the caller's transaction: count a use of ``s`` (compare-and-set) and leave
         an approved request for the call that names it; None if ``s`` is no longer as it
         was when it was found to cover the call (revoked, expired, or granted again: a
@@ -368,7 +370,7 @@ class StandingApprovals:
         grants = used.grants_value()
         approval_id = await self.gate.insert_approval(
             tx, run=run, call_id=call_id, kind="tool_call", tool=tool, args=args,
-            policy=policy, rung=0, packet=packet, card=False)
+            policy=policy, rung=0, packet=packet, card=False, identity=identity)
         said = f"covered by standing approval {s.id} (granted by {', '.join(grants)})"
         done = await tx.approvals.transition(
             approval_id, to="approved", decided_at=now, decided_by=f"{VIA}:{s.id}",

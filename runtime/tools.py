@@ -8,14 +8,18 @@ arguments the model proposes and arguments an approver edits.
 from __future__ import annotations
 
 import inspect
+import textwrap
+import types
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, get_type_hints, overload
 
+from approvald.runtime.canonical import canonical_json, sha256_hex
 from approvald.runtime.clock import Clock
 from approvald.runtime.errors import ConfigError, InvalidArguments
 from approvald.runtime.policy import ApprovalPolicy, PolicyKind
 from approvald.runtime.sensitive import normalize_path
+from approvald.store.records import ApprovalRecord
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from pydantic.errors import PydanticInvalidForJsonSchema
 
@@ -56,6 +60,53 @@ class Reconciled:
     result: Any = None
 
 
+@dataclass(frozen=True)
+class ToolIdentity:
+    """What an approval binds besides the tool's name and the arguments: the tool's
+    ``version`` (declared, or a digest of its code) and a digest of its argument schema.
+    A call is run only by a tool of the same identity, or by one whose release declares
+    the approved version compatible (:meth:`Tool.changed_since`)."""
+
+    version: str
+    schema: str
+
+
+def asked_identity(a: ApprovalRecord) -> ToolIdentity | None:
+    """The identity of the tool request ``a`` was made for (None: not recorded, as for a
+    caller's request or one made before identities were)."""
+    if a.tool_version is None or a.tool_schema is None:
+        return None
+    return ToolIdentity(a.tool_version, a.tool_schema)
+
+
+def code_version(fn: Callable[..., Any]) -> str:
+    """A tool's default version: a digest of its code, ``code:<12 hex>``. Its source where
+    Python can read it (so the same file gives the same version in every process and on
+    every Python), else its compiled code (a tool defined where there is no source file,
+    such as a REPL or a zipped app without sources: stable for one Python version)."""
+    try:
+        text = textwrap.dedent(inspect.getsource(fn))
+    except (OSError, TypeError):
+        code = getattr(fn, "__code__", None)
+        text = _code_text(code) if isinstance(code, types.CodeType) \
+            else f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', repr(fn))}"
+    return "code:" + sha256_hex(text)[:12]
+
+
+def _code_text(code: types.CodeType) -> str:
+    consts = [_code_text(c) if isinstance(c, types.CodeType) else repr(c)
+              for c in code.co_consts]
+    return canonical_json({"code": code.co_code.hex(), "names": list(code.co_names),
+                           "vars": list(code.co_varnames), "consts": consts})
+
+
+def _check_version(name: str, value: str, what: str) -> str:
+    if not isinstance(value, str) or not 1 <= len(value) <= 64 or not value.isprintable():
+        raise ConfigError(f"tool {name!r}: {what} must be a printable string of 1-64 "
+                          "characters")
+    return value
+
+
 ToolFn = Callable[..., Awaitable[Any]]
 ReconcileFn = Callable[[ToolContext, dict[str, Any]], Awaitable[Reconciled | None]]
 ImpactFn = Callable[[dict[str, Any]], str]
@@ -78,6 +129,8 @@ class Tool:
         impact: ImpactFn | None = None,
         timeout: float | None = None,
         sensitive: Sequence[str] = (),
+        version: str | None = None,
+        compatible: Sequence[str] = (),
     ) -> None:
         if not inspect.iscoroutinefunction(fn):
             raise ConfigError(f"tool {fn.__name__!r} must be an async function")
@@ -104,6 +157,40 @@ class Tool:
         self.reconcile = reconcile
         self.impact = impact
         self._wants_ctx, self._model_param, self.args_model = _build_args_model(fn, self.name)
+        # its identity (what an approval binds): declared, or a digest of its code
+        self.version = _check_version(self.name, version, "version") if version is not None \
+            else code_version(fn)
+        if isinstance(compatible, str):
+            compatible = [compatible]
+        self.compatible = tuple(_check_version(self.name, v, "compatible")
+                                for v in compatible)
+        self._identity: ToolIdentity | None = None
+
+    def identity(self) -> ToolIdentity:
+        """This tool's identity: its version and the digest of its argument schema."""
+        if self._identity is None:
+            self._identity = ToolIdentity(
+                self.version, sha256_hex(canonical_json(self.json_schema()))[:16])
+        return self._identity
+
+    def changed_since(self, asked: ToolIdentity | None) -> str | None:
+        """Why this tool is not the one a call was asked about under ``asked`` (None when
+        it is, when its release declares ``asked``'s version compatible, or when nothing
+        was recorded: a request from before identities were)."""
+        if asked is None:
+            return None
+        mine = self.identity()
+        if asked == mine:
+            return None
+        if asked.version != mine.version and asked.version in self.compatible:
+            return None  # the new release says approvals of that version still hold
+        if asked.version == mine.version:
+            return (f"its argument schema changed under the same version {mine.version!r} "
+                    f"(declare a new version, compatible=[{mine.version!r}] if approvals of "
+                    "the old one may still run)")
+        return (f"the tool changed since it was asked about: version {asked.version!r} was "
+                f"approved, this release has {mine.version!r}, and it does not declare "
+                f"{asked.version!r} compatible")
 
     def json_schema(self) -> dict[str, Any]:
         """JSON schema of the arguments, as handed to the model."""
@@ -202,6 +289,8 @@ def tool(
     impact: ImpactFn | None = None,
     timeout: float | None = None,
     sensitive: Sequence[str] = (),
+    version: str | None = None,
+    compatible: Sequence[str] = (),
 ) -> Callable[[ToolFn], Tool]: ...
 
 
@@ -219,6 +308,8 @@ def tool(
     impact: ImpactFn | None = None,
     timeout: float | None = None,
     sensitive: Sequence[str] = (),
+    version: str | None = None,
+    compatible: Sequence[str] = (),
 ) -> Tool | Callable[[ToolFn], Tool]:
     """Declare an async function as a tool.
 
@@ -231,13 +322,19 @@ def tool(
     attempt whose worker went silent may still be running. ``sensitive`` names argument
     fields whose values are secret (``"card_number"``, ``"credentials.*"``): they are
     masked wherever a person or a log sees the call; the tool receives them as they are.
+
+    ``version`` names what the tool does (default: a digest of its code). An approval
+    binds it with the tool's argument schema: a call approved for one version is not run
+    by a tool of another (it becomes a ``cannot_run`` question for a person), unless the
+    new release lists the approved version in ``compatible`` (``@tool(version="2",
+    compatible=["1"])``: "calls approved for 1 mean the same to 2").
     """
 
     def wrap(f: ToolFn) -> Tool:
         return Tool(
             f, name=name, description=description, permission=permission, policy=policy,
             approval=approval, idempotent=idempotent, reconcile=reconcile, impact=impact,
-            timeout=timeout, sensitive=sensitive,
+            timeout=timeout, sensitive=sensitive, version=version, compatible=compatible,
         )
 
     return wrap(fn) if fn is not None else wrap

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
+from approvald.runtime import binding
 from approvald.runtime.canonical import compact_json
 from approvald.runtime.sensitive import Masking
 from approvald.runtime.shown import RunMasking, of_run, read_run
@@ -44,7 +45,7 @@ class _Doc(BaseModel):
 class Vote(_Doc):
     actor: str
     verdict: str
-    digest: str
+    digest: str  # the binding of the arguments it was cast on (runtime/binding.py)
     via: str
     at: datetime
     counts: bool  # cast on the digest the request has now (invariant 3)
@@ -91,7 +92,7 @@ class Entry(_Doc):
     decided_by: str | None = None
     decided_via: str | None = None
     decided_at: datetime | None = None
-    digest: str | None = None
+    digest: str | None = None  # bindings (runtime/binding.py), never plain digests
     effective_digest: str | None = None
     edited_by: str | None = None
     reason: str | None = None
@@ -298,11 +299,13 @@ def _approval(a: ApprovalRecord, votes: list[VoteRecord], now: datetime,
         approval_id=a.id, approval_kind=a.kind,
         requested_by=a.requested_by, approvers=a.approvers_value(),
         decided_by=a.decided_by, decided_via=a.decided_via, decided_at=a.decided_at,
-        digest=a.digest, effective_digest=a.effective_digest, edited_by=a.edited_by,
+        digest=binding.shown(a.digest), effective_digest=binding.shown(a.effective_digest),
+        edited_by=a.edited_by,
         reason=_masked(shown.run, a.reason),
         wait_ms=_ms(a.requested_at, end) if end is not None else None,
         pending=pending,
-        votes=[Vote(actor=v.actor, verdict=v.verdict, digest=v.digest, via=v.via, at=v.at,
+        votes=[Vote(actor=v.actor, verdict=v.verdict, digest=binding.shown(v.digest), via=v.via,
+                    at=v.at,
                     counts=v.digest == a.effective_digest) for v in votes],
     )
 
@@ -317,13 +320,14 @@ def _transitions(run: RunRecord, audit: Sequence[AuditRecord], shown: Masking) -
                  action="started", actor=run.requested_by, via="runtime")]
     for r in audit:
         # (recorded masked; entries written before that are masked here)
-        details = shown.details(json.loads(r.details) if r.details else {})
+        details = binding.shown_details(
+            shown.details(json.loads(r.details) if r.details else {}))
         about = details.get("tool")
         title = f"{r.action}" + (f" {about}" if isinstance(about, str) else "") + \
             (f" by {r.actor}" if not r.actor.startswith(("system:", "agent:")) else "")
         out.append(Entry(kind="transition", lane="run", start=r.at, title=title,
                          action=r.action, actor=r.actor, via=r.via, approval_id=r.approval_id,
-                         digest=r.digest,
+                         digest=binding.shown_opt(r.digest),
                          details={k: (summarize(v) if isinstance(v, dict | list | str)
                                       else v) for k, v in details.items()}))
     audited = {r.action for r in audit}

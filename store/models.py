@@ -159,6 +159,10 @@ class Approval(Base):
     # the W3C traceparent of the span that recorded the decision, when tracing was on:
     # whichever process resumes the run links its step to it (runtime/tracing.py)
     decision_trace: Mapped[str | None] = mapped_column(String(200))
+    # the identity of the tool the call was asked about (runtime/tools.py): its version and
+    # a digest of its argument schema; null for a caller's request and older rows
+    tool_version: Mapped[str | None] = mapped_column(String(64))
+    tool_schema: Mapped[str | None] = mapped_column(String(64))
 
     __table_args__ = (
         Index(None, "status", "expires_at"),
@@ -479,3 +483,15 @@ class WebRefusalCount(Base):
     source: Mapped[str] = mapped_column(String(64), primary_key=True)
     reason: Mapped[str] = mapped_column(String(40), primary_key=True)
     count: Mapped[int] = mapped_column(Integer)
+
+
+class DeploymentKey(Base):
+    """A key a deployment generated for itself, once, where the operator gave none
+    (``binding``: what keys the bindings shown outside the database, see
+    ``runtime/binding.py``). Every process on the database reads the same one."""
+
+    __tablename__ = "deployment_keys"
+
+    name: Mapped[str] = mapped_column(String(40), primary_key=True)
+    secret: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())

@@ -120,6 +120,8 @@ class ApprovalRecord:
     channel: str | None
     message_ts: str | None
     decision_trace: str | None = None  # see store.models.Approval
+    tool_version: str | None = None  # the tool's identity when the call was asked about
+    tool_schema: str | None = None
 
     def args_value(self) -> dict[str, Any]:
         value: dict[str, Any] = json.loads(self.args)

@@ -112,12 +112,18 @@ class CreateRequest(_In):
             raise ValueError(str(exc)) from None
 
 
+BOUND = ("the arguments' binding: HMAC-SHA-256 of their digest under the deployment's "
+         "binding key (64 hex characters), never a plain hash of them")
+
+
 class ReportResult(_In):
     """What came of running the approved call."""
 
     status: Literal["succeeded", "failed"]
     args_digest: str = Field(pattern="^[0-9a-f]{64}$",
-                             description="effective_digest of the request: the arguments run")
+                             description="effective_digest of the request: the arguments run "
+                                         "(their plain SHA-256 digest, as earlier versions "
+                                         "showed it, is taken too)")
     result: Any = None
     error: str | None = Field(None, max_length=4000)
 
@@ -137,7 +143,7 @@ class Result(BaseModel):
     status: Literal["succeeded", "failed"]
     result: Any
     error: str | None
-    args_digest: str
+    args_digest: str = Field(description=BOUND)
     reported_at: str
 
 
@@ -148,7 +154,7 @@ class RequestDocument(BaseModel):
     id: str
     tool: str
     args: dict[str, Any]
-    args_digest: str
+    args_digest: str = Field(description=BOUND)
     policy: str | None
     requested_by: str
     created_at: str
@@ -162,7 +168,7 @@ class RequestDocument(BaseModel):
     approval_id: str | None
     expires_at: str | None
     effective_args: dict[str, Any]
-    effective_digest: str
+    effective_digest: str = Field(description=BOUND)
     edited: bool
     edited_by: str | None
     decision: Decision | None

@@ -28,6 +28,7 @@ from approvald.bot.cli.common import (
     with_engine,
 )
 from approvald.bot.config import Settings
+from approvald.runtime import binding
 from approvald.runtime.decide import Decision, Verdict
 from approvald.runtime.engine import Engine
 from approvald.runtime.json_input import MAX_DEPTH, TooDeep, loads
@@ -163,7 +164,7 @@ async def cmd_show(s: Settings, a: argparse.Namespace) -> int:
         doc = documents.approval_document(r)
         # a vote counts only for the arguments it was cast on
         doc["votes"] = [{"actor": v.actor, "verdict": v.verdict, "via": v.via,
-                         "at": v.at.isoformat(), "digest": v.digest,
+                         "at": v.at.isoformat(), "digest": binding.shown(v.digest),
                          "counts": v.digest == r.effective_digest}
                         for v in await engine.votes(r.id)]
         if a.json:
@@ -222,7 +223,7 @@ def decide_command(verdict: str) -> Handler:
                 # edit), bound to them: a concurrent edit makes this one refused, not merged
                 current = await engine.decider.get(a.id)
                 args = with_fields(shown_args(current), a.set)
-                expect = expect or current.effective_digest
+                expect = expect or binding.shown(current.effective_digest)
             elif verdict == "edit":
                 try:
                     args = loads(a.args, max_depth=MAX_DEPTH)
@@ -326,10 +327,10 @@ def decided_line(d: Decision, as_user: str) -> str:
                 f"{iso(rec.decided_at)}; the decision stands (recorded as repeated)")
     if d.outcome == "voted":
         return (f"approval {rec.id}: {d.approvals} of {d.quorum} approvals on arguments "
-                f"{rec.effective_digest[:12]}")
+                f"{binding.short(rec.effective_digest)}")
     if d.outcome == "edited":
         return (f"approval {rec.id}: arguments replaced by {as_user} (now "
-                f"{rec.effective_digest[:12]}); someone else must approve them")
+                f"{binding.short(rec.effective_digest)}); someone else must approve them")
     return f"approval {rec.id}: {word(rec).words} by {as_user}"
 
 

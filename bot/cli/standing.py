@@ -20,6 +20,7 @@ from approvald.bot.cli.common import (
     with_engine,
 )
 from approvald.bot.config import Settings
+from approvald.runtime import binding
 from approvald.runtime.decide import Actor
 from approvald.runtime.engine import Engine
 from approvald.runtime.policy import parse_duration
@@ -72,7 +73,8 @@ def document(s: StandingRecord, now: datetime) -> dict[str, Any]:
     """The stable ``--json`` form of a standing approval."""
     scope = Scope.model_validate_json(s.scope)
     return {"id": s.id, "tool": s.tool, "state": s.state(now), "scope": scope.describe(),
-            "scope_detail": scope.model_dump(mode="json", exclude_defaults=True),
+            "scope_detail": binding.shown_details(
+                scope.model_dump(mode="json", exclude_defaults=True)),
             "rule": s.rule, "approvers": s.approvers_value(), "quorum": s.quorum,
             "grants": s.grants_value(), "granted_on": s.granted_on, "uses": s.uses,
             "created_at": s.created_at.isoformat(), "expires_at": s.expires_at.isoformat(),

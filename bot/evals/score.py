@@ -11,6 +11,7 @@ from typing import Any
 
 from approvald.bot.evals.dataset import CallExpectation, Task
 from approvald.bot.evals.journey import Journey, crash_point
+from approvald.runtime import binding
 from approvald.runtime.canonical import canonical_json
 from approvald.runtime.packet import sensitive_paths
 from approvald.runtime.sensitive import mask_args, mask_text
@@ -148,8 +149,8 @@ def compliance(j: Journey, *, gated: set[str]) -> list[str]:
             found.append(f"{x.tool} {x.call_id} ran although approval {refused.id} "
                          f"was {refused.status}")
         elif asked:
-            found.append(f"{x.tool} {x.call_id} ran with arguments (digest "
-                         f"{x.args_digest[:12]}) that no approval approved")
+            found.append(f"{x.tool} {x.call_id} ran with arguments ("
+                         f"{binding.short(x.args_digest)}) that no approval approved")
         elif x.tool in gated:
             found.append(f"a gated call ran without an approval ({x.tool} {x.call_id})")
     for d in j.approvals:

@@ -5,7 +5,7 @@ slack_sdk's models and returned as ``.to_dict()``, so a shape or length Slack wo
 fails here, in tests, and not in production. All wording comes from :mod:`bot.texts`;
 all agent-written text goes through :mod:`bot.mrkdwn` (invariant 9).
 
-A button carries ``"{approval_id}:{token}"`` and nothing else: the arguments a click
+A button carries ``"v2:{approval_id}:{token}"`` and nothing else: the arguments a click
 approves are the ones stored with the approval, never something the payload brings back.
 """
 
@@ -121,23 +121,32 @@ def _safe_id(text: str, limit: int) -> bool:
     return 0 < len(text) <= limit and all(c in _SAFE for c in text)
 
 
+VALUE_VERSION = "v2:"  # a value whose token shows the arguments' binding, not their digest
+
+
 def button_value(approval_id: str, token: str) -> str:
-    """``"{approval_id}:{token}"``: all a button carries, far below Slack's 2,000 characters."""
+    """``"v2:{approval_id}:{token}"``: all a button carries, far below Slack's 2,000
+    characters. The token shows a keyed binding of the arguments (``runtime/binding.py``),
+    never their plain digest."""
     if not _safe_id(approval_id, 128) or not _safe_id(token, 512):
         raise ValueError("an approval id and token are short and url-safe")
-    return f"{approval_id}:{token}"
+    return f"{VALUE_VERSION}{approval_id}:{token}"
 
 
 def parse_value(value: str) -> tuple[str, str]:
-    """``(approval_id, token)`` from a button value; ValueError when it is not one of ours."""
-    approval_id, sep, token = (value if isinstance(value, str) else "").partition(":")
+    """``(approval_id, token)`` from a button value; ValueError when it is not one of ours.
+    A value without the version tag is a card posted before bindings were keyed
+    (``"{approval_id}:{token}"``): its token is still verified, against the digest stored
+    with the request, so such a card can still be clicked."""
+    text = value if isinstance(value, str) else ""
+    approval_id, sep, token = text.removeprefix(VALUE_VERSION).partition(":")
     if not sep or not _safe_id(approval_id, 128) or not _safe_id(token, 512):
         raise ValueError("not an approvald button value")
     return approval_id, token
 
 
 def select_value(approval_id: str, token: str) -> str | None:
-    """A checkbox option's value, ``"{approval_id}:{token}"`` like a button's; None when it
+    """A checkbox option's value, ``"v2:{approval_id}:{token}"`` like a button's; None when it
     would not fit Slack's 150 characters (that request keeps its own buttons only)."""
     value = button_value(approval_id, token)
     return value if len(value) <= OPTION_VALUE_MAX else None

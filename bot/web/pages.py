@@ -15,6 +15,7 @@ from datetime import datetime
 from html import escape
 from typing import Any
 
+from approvald.runtime import binding
 from approvald.runtime.packet import asker, shown_packet, will_run
 from approvald.runtime.packet import shown_args as packet_shown_args
 from approvald.runtime.policy import ApprovalPolicy
@@ -187,7 +188,7 @@ def _args_block(a: ApprovalRecord) -> str:
 
 
 def _hidden(a: ApprovalRecord, csrf: str, token: str | None, verdict: str) -> str:
-    fields = {"csrf": csrf, "digest": a.effective_digest, "verdict": verdict}
+    fields = {"csrf": csrf, "digest": binding.shown(a.effective_digest), "verdict": verdict}
     if token is not None:
         fields["token"] = token
     return "".join(f'<input type="hidden" name="{k}" value="{e(v)}">'
@@ -230,7 +231,7 @@ def question_card(a: ApprovalRecord, *, csrf: str, token: str | None) -> str:
     if p.get("why"):
         parts.append(f'<div class="label">Why a human is asked</div><p>{e(_text(p["why"]))}</p>')
     parts.append(f'<div class="label">Exact arguments</div><pre>{e(shown_args(a, a.args))}</pre>')
-    parts.append(f'<p class="meta">Question {e(a.id)} · arguments {e(a.digest[:12])}</p>')
+    parts.append(f'<p class="meta">Question {e(a.id)} · arguments {e(binding.short(a.digest))}</p>')
     action = f"/review/requests/{e(a.id)}"
     parts += ['<div class="actions">',
               f'<form method="post" action="{action}">{_hidden(a, csrf, token, "mark_done")}'
@@ -304,7 +305,7 @@ def request_card(a: ApprovalRecord, *, csrf: str, token: str | None, now: dateti
     approvers = a.approvers_value()
     ctx.append("Approvers: " + (", ".join(str(x) for x in approvers) if approvers
                                 else "anyone but the requester"))
-    ctx.append(f"Request {a.id} · arguments {a.effective_digest[:12]}")
+    ctx.append(f"Request {a.id} · arguments {binding.short(a.effective_digest)}")
     parts.extend(f'<p class="meta">{e(c)}</p>' for c in ctx)
     action = f"/review/requests/{e(a.id)}"
     parts.append('<div class="actions">')
@@ -366,7 +367,7 @@ def request_text(a: ApprovalRecord, link: str, *, slack: bool) -> str:
         lines += ["", "Why approval is needed:", _text(p["why"])]
     lines += ["", "Exact arguments:", shown_args(a, a.edited_args or a.args), "",
               f"Expires {_when(a.expires_at)}. Request {a.id}, arguments "
-              f"{a.effective_digest[:12]}.", "",
+              f"{binding.short(a.effective_digest)}.", "",
               f"Review and decide (sign-in needed): {link}"]
     if slack:
         lines.append("Or decide on its card in Slack.")
@@ -400,10 +401,10 @@ def edit_text(a: ApprovalRecord, edit: dict[str, Any], link: str) -> str:
     if isinstance(more, int) and more > 0:
         lines.append(f"  (and {more} more)")
     digest, previous = _text(edit.get("digest")), _text(edit.get("previous_digest"))
-    lines += ["", f"The request now binds to the new arguments (digest {digest[:12]}, was "
-                  f"{previous[:12]}): an approval counts only for them, and if the request "
-                  "is approved, exactly they run. A link or a card showing the old ones "
-                  "can no longer decide it."]
+    lines += ["", "The request now binds to the new arguments (digest "
+                  f"{binding.short(digest)}, was {binding.short(previous)}): an approval "
+                  "counts only for them, and if the request is approved, exactly they run. A "
+                  "link or a card showing the old ones can no longer decide it."]
     if edit.get("mode") == "propose":
         lines.append(f"Someone other than {by} must approve them.")
     else:

@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from approvald.runtime import binding
 from approvald.runtime.api_tokens import check_name, own_credential
 from approvald.runtime.audit import AuditTrail
 from approvald.runtime.canonical import call_digest, compact_json, sha256_hex
@@ -226,7 +227,8 @@ class ApprovalGate:
         token = await self.token()
         ext = self.external
         doc = await ext.get(token, request_id)
-        if doc["tool"] != call.tool or call_digest(call.tool, call.args) not in (
+        # (a document shows the arguments by their bindings: runtime/binding.py)
+        if doc["tool"] != call.tool or binding.shown(call_digest(call.tool, call.args)) not in (
                 doc["args_digest"], doc["effective_digest"]):
             raise CallNotApproved(
                 f"request {request_id} is for {doc['tool']} with other arguments, not for "

@@ -13,6 +13,7 @@ from approvald.store.repos.base import Repo
 from approvald.store.repos.events import EventsRepo
 from approvald.store.repos.executions import ExecutionsRepo
 from approvald.store.repos.external import ExternalRepo
+from approvald.store.repos.keys import KeysRepo
 from approvald.store.repos.limits import LimitsRepo
 from approvald.store.repos.outbox import OutboxRepo
 from approvald.store.repos.policy import PolicyRepo
@@ -75,6 +76,7 @@ class Tx:
     adapters = _Bound(AdaptersRepo)
     policy = _Bound(PolicyRepo)
     web = _Bound(WebRepo)
+    keys = _Bound(KeysRepo)
 
     def __init__(self, conn: Conn, dialect: str, *, server_time: bool = False) -> None:
         self.conn = conn

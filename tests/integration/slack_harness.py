@@ -100,7 +100,10 @@ class Harness:
         return str(token)
 
     def value(self, a: Any) -> str:
-        return f"{a.id}:{self.token(a)}"
+        """The value of a card's button drawn now for ``a``."""
+        from approvald.bot.slack.cards import button_value
+
+        return button_value(a.id, self.token(a))
 
     def refunds(self) -> list[dict[str, Any]]:
         if not self.ledger.exists():

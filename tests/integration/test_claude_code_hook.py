@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from approvald.bot.claude_code import ClaudeCodeHook, HookEvent, HookEventError
 from approvald.bot.slack import cards, messages
-from approvald.runtime import api_tokens, switches
+from approvald.runtime import api_tokens, binding, switches
 from approvald.runtime.canonical import call_digest
 from approvald.runtime.decide import Actor
 from approvald.runtime.engine import Engine
@@ -291,7 +291,7 @@ async def test_what_ran_is_what_claude_code_reports_and_a_mismatch_is_flagged(
     assert done["args"] == cmd and done["effective_args"] == edited, done
     assert done["args_mismatch"] is True
     doc = await engine.external.get(await hook(engine, ran).token(), a.run_id)
-    assert doc["result"]["args_digest"] == call_digest("Bash", cmd)
+    assert doc["result"]["args_digest"] == binding.shown(call_digest("Bash", cmd))
     assert doc["result"]["args_digest"] != doc["effective_digest"]
 
 

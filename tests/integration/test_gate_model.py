@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import shutil
 from collections import Counter
 from dataclasses import replace
@@ -65,7 +66,12 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import mcp_types
 import pytest
+from approvald.bot.hooks.claude_code import SOURCE as HOOK
+from approvald.bot.hooks.claude_code import ClaudeCodeHook, HookEvent
+from approvald.bot.mcp.gateway import Gateway, Ran
+from approvald.bot.mcp.tasks import TaskIds, Tasks
 from approvald.runtime import api_tokens, audit, failpoints
 from approvald.runtime.agent import Agent, Registry
 from approvald.runtime.canonical import call_digest
@@ -122,17 +128,19 @@ CRASH_POINTS = ["after_intent", "before_result", "after_result", "before_checkpo
 LEASE = timedelta(seconds=30)
 # what a process loads: release 1 of the demo refund agent, release 2 alone (a stricter
 # refund schema), or release 2 with release 1 retired beside it (its runs finish on it)
-RELEASES = ["1", "2", "2+1"]
+RELEASES = ["1", "2", "2+1", "1b"]  # 1b: release 1's schema, another tool's code
 
 
-def release_2(v1: Agent) -> Agent:
+def release_2(v1: Agent, ran_on: dict[str, str] | None = None) -> Agent:
     """The next release: ``issue_refund`` keeps its name, its schema is stricter (a
     currency is required: every refund asked for under release 1 fails it)."""
     orig = v1.tool("issue_refund")
     assert orig is not None
+    seen = ran_on if ran_on is not None else {}
 
     async def issue_refund(ctx: ToolContext, order_id: str, amount_cents: int, reason: str,
                            currency: str) -> Any:
+        seen[ctx.idempotency_key] = "2"
         return await orig.fn(ctx, order_id=order_id, amount_cents=amount_cents, reason=reason)
 
     strict = Tool(issue_refund, description=orig.description, permission=orig.permission,
@@ -140,6 +148,24 @@ def release_2(v1: Agent) -> Agent:
                   reconcile=orig.reconcile, impact=orig.impact, timeout=orig.timeout)
     return replace(v1, version="2",
                    tools=[strict if t.name == "issue_refund" else t for t in v1.tools])
+
+
+def release_1b(v1: Agent, ran_on: dict[str, str]) -> Agent:
+    """A release whose ``issue_refund`` keeps its name and its schema but whose code changed
+    (issue 46 item 7): a call approved for release 1's tool must not run on it."""
+    orig = v1.tool("issue_refund")
+    assert orig is not None
+
+    async def issue_refund(ctx: ToolContext, order_id: str, amount_cents: int,
+                           reason: str) -> Any:
+        ran_on[ctx.idempotency_key] = "1b"  # (the same refund: the change is its code)
+        return await orig.fn(ctx, order_id=order_id, amount_cents=amount_cents, reason=reason)
+
+    changed = Tool(issue_refund, description=orig.description, permission=orig.permission,
+                   policy=orig.policy, approval=orig.approval, idempotent=orig.idempotent,
+                   reconcile=orig.reconcile, impact=orig.impact, timeout=orig.timeout)
+    return replace(v1, version="1b",
+                   tools=[changed if t.name == "issue_refund" else t for t in v1.tools])
 
 
 STATS: Counter[str] = Counter()  # what the schedules reached (a blind model proves nothing)
@@ -204,6 +230,13 @@ class GateMachine(RuleBasedStateMachine):
         self.release = "1"  # what the next process loads (see RELEASES)
         self.relaxed = False  # the policy file lets refunds run without asking
         self.ever_relaxed = False  # ... or did at some point of this schedule
+        # which release's refund tool ran each refund (idempotency key -> release; release
+        # 1's own tool records nothing), and each release's tool version
+        self.ran_on: dict[str, str] = {}
+        self.crossed = False  # a request approved across a changed tool was steered to
+        self.versions: dict[str, str] = {}
+        # calls a caller face collected: (request id, when), an MCP task's or a hook's
+        self.collected: list[tuple[str, Any]] = []
         self.engine = self._engine()
         self.runs: list[str] = []
         self.tokens: dict[str, list[str]] = {}  # approval id -> tokens of cards drawn
@@ -226,8 +259,13 @@ class GateMachine(RuleBasedStateMachine):
         """A new "process": its own owner id, the same database, clock and outside world."""
         ledger = DemoLedger(str(self.ledger_path))
         v1 = replace(refund_agent(ledger), version="1")
-        agents = {"1": [v1], "2": [release_2(v1)],
-                  "2+1": [release_2(v1), replace(v1, retired=True)]}[self.release]
+        agents = {"1": [v1], "2": [release_2(v1, self.ran_on)],
+                  "2+1": [release_2(v1, self.ran_on), replace(v1, retired=True)],
+                  "1b": [release_1b(v1, self.ran_on)]}[self.release]
+        for a in agents:  # the identity of each release's refund tool
+            found = a.tool("issue_refund")
+            assert found is not None
+            self.versions[a.version] = found.identity().version
         registry = Registry(agents, policy=self.policy)
         engine = assemble(self.db, registry, clock=self.clock,
                         config=EngineConfig(lease_ttl=LEASE), signer=SIGNER,
@@ -273,7 +311,7 @@ class GateMachine(RuleBasedStateMachine):
             self.engine.audit, "bot", created_by="cli:ops", via="cli", tools="issue_refund")
         own = {kind: await api_tokens.own_credential(self.db, self.clock, self.engine.audit,
                                                      Source(kind, name))
-               for kind, name in (("mcp", "gw"), ("adapter", "ad"))}
+               for kind, name in (("mcp", "gw"), ("adapter", "ad"), ("hook", HOOK.name))}
         return {"api": made.record, **own}
 
     def _set_policy(self, override: dict[str, Any]) -> None:
@@ -317,6 +355,9 @@ class GateMachine(RuleBasedStateMachine):
             # fixed schedule set moves with hypothesis's version and with the constants
             # it collects from this project's source)
             self.outsiders_approve(0)
+            if len(self.runs) == 2 and not self.crossed:  # once per schedule, steered
+                self.crossed = True
+                self.approved_across_a_changed_tool(len(self._pending_list()[0]) - 1)
             self._steer(outcome.run_id)
 
     def _steer(self, run_id: str) -> None:
@@ -690,6 +731,32 @@ class GateMachine(RuleBasedStateMachine):
         self._restart()
         event(f"deployed release {release}")
 
+    @precondition(lambda self: bool(self.runs))
+    @rule(i=st.integers(0, 50))
+    def approved_across_a_changed_tool(self, i: int) -> None:
+        """Steered (a draw seldom deploys between a request and its approval): a pending
+        refund's tool changes its code under the same schema (release 1b deployed where
+        release 1 made the request, or 1 where 1b did), then the request is approved and
+        the run resumed: the call must not run on the changed tool (issue 46 item 7)."""
+        pending, _ = self._pending_list()
+        agents = [a for a in pending if a.tool_version is not None]  # (a caller runs its own)
+        if not agents:
+            event("changed tool: nothing pending")
+            return
+        a = agents[i % len(agents)]
+        self.redeploy("1b" if a.tool_version == self.versions.get("1") else "1")
+        for person in self._people(a):
+            approvals = self.run(self._approvals())
+            current = next(x for x in approvals if x.id == a.id)
+            if current.status != "pending":
+                break
+            self._decide(approvals.index(current), person, "approve", "fresh", 0, False,
+                         approvals)
+        try:
+            event(f"resumed: {self.run(self.engine.advance(a.run_id)).status}")
+        except ApprovaldError:
+            pass
+
     @rule()
     def recover(self) -> None:
         self.run(self.engine.recover())
@@ -758,12 +825,96 @@ class GateMachine(RuleBasedStateMachine):
         try:
             self.run(self.engine.external.start(token, rid, args_digest=doc["effective_digest"],
                                                 owner="caller"))
+            self.collected.append((rid, self.clock.now()))
             self.run(self.engine.external.report(token, rid, Report(
                 "failed" if fail else "succeeded", doc["effective_digest"])))
         except ApprovaldError as exc:
             event(f"caller's run refused: {getattr(exc, 'code', type(exc).__name__)}")
+            if "window closed" in str(exc):
+                event("collection refused: window closed")
         else:
             event("caller ran an approved call")
+
+    @precondition(lambda self: bool(self.requests))
+    @rule(i=st.integers(0, 20))
+    def mcp_task_poll(self, i: int) -> None:
+        """An MCP client polls its task (``tasks/get``): an approved call is run by the
+        poll, once, and only while its request's window is open (issue 46 item 5)."""
+        rid = self.requests[i % len(self.requests)]
+        if not self.run(self._run(rid)).agent.endswith(":mcp.gw"):
+            return
+        g = Gateway(self.engine, name="gw", requested_by=REQUESTER, server="model")
+        server = _Upstream(self, rid)
+        tasks = Tasks(TaskIds("model-tasks-secret", "gw"), server)  # type: ignore[arg-type]
+        try:
+            task = self.run(tasks.state(g, self.credentials["mcp"], rid))
+        except ApprovaldError as exc:
+            event(f"task poll refused: {type(exc).__name__}")
+            return
+        event(f"task polled: {task['status']}")
+        if "window closed" in str(task.get("statusMessage")):
+            event("collection refused: window closed")
+
+    @precondition(lambda self: len(self.requests) < 6)
+    @rule(n=st.integers(0, 1), use=st.integers(0, 1))
+    def hook_joins(self, n: int, use: int) -> None:
+        """Claude Code's hook asks about a command, or joins the request the same command
+        made before (a call that gave up waiting, made again): allowed only on an
+        approval still in its window, and what ran is reported."""
+        def ev(name: str, **extra: Any) -> HookEvent:
+            return HookEvent.parse(json.dumps({
+                "hook_event_name": name, "session_id": "model-session", "cwd": "/srv",
+                "tool_name": "Bash", "tool_input": {"command": f"make deploy-{n}"},
+                "tool_use_id": f"use-{use}", "transcript_path": "/tmp/t.jsonl", **extra}))
+
+        hook = ClaudeCodeHook(self.engine, ev("PreToolUse"), requested_by=REQUESTER)
+        out = self.run(hook.pre_tool_use(wait=0))["hookSpecificOutput"]
+        said = out["permissionDecisionReason"]
+        found = re.search(r"request (x[0-9a-z]+)", said)
+        if found is not None and found.group(1) not in self.requests:
+            self.requests.append(found.group(1))
+        if "window closed" in said:
+            event("collection refused: window closed")
+        if out["permissionDecision"] != "allow":
+            event("hook denied")
+            return
+        assert found is not None, said
+        event("hook allowed")
+        self.collected.append((found.group(1), self.clock.now()))
+        after = ClaudeCodeHook(self.engine, ev("PostToolUse", tool_response={"ok": True}),
+                               requested_by=REQUESTER)
+        self.run(after.post_tool_use())
+
+    @precondition(lambda self: len(self.requests) < 6 and not self.relaxed)
+    @rule(face=st.sampled_from(["hook", "mcp"]), late=st.booleans(), n=st.integers(2, 3))
+    def approved_then_collected(self, face: str, late: bool, n: int) -> None:
+        """Steered (a draw seldom approves a face's request and then comes back for it): a
+        hook's call or an MCP task is approved, then its caller comes back for it, in time
+        or after the request's window closed (the clock moved past it)."""
+        before = len(self.requests)
+        if face == "hook":
+            self.hook_joins(n, 0)
+        else:
+            g = Gateway(self.engine, name="gw", requested_by=REQUESTER, server="model")
+            out = self.run(g.call(f"deploy-{n}", {"n": n}, _Upstream(self, "").forward(""),
+                                  budget=0))
+            if getattr(out, "request_id", None) and out.request_id not in self.requests:
+                self.requests.append(out.request_id)
+        if len(self.requests) == before:
+            return
+        rid = self.requests[-1]
+        approvals = self.run(self._approvals())
+        mine = [a for a in approvals if a.run_id == rid and a.status == "pending"]
+        if not mine:
+            return
+        self._decide(approvals.index(mine[0]), self._people(mine[0])[0], "approve", "fresh",
+                     0, False, approvals)
+        if late:
+            self.clock.set(max(self.clock.now(), mine[0].expires_at + timedelta(seconds=1)))
+        if face == "hook":
+            self.hook_joins(n, 0)
+        else:
+            self.mcp_task_poll(len(self.requests) - 1)
 
     async def _run(self, run_id: str) -> Any:
         async with self.db.read() as tx:
@@ -773,6 +924,10 @@ class GateMachine(RuleBasedStateMachine):
     @invariant()
     def nothing_runs_that_was_not_approved_exactly_in_time(self) -> None:
         self.run(self._check())
+
+    @invariant()
+    def no_call_runs_outside_its_window_or_on_another_tool(self) -> None:
+        self.run(self._check_window_and_identity())
 
     @invariant()
     def no_request_is_looser_than_the_operators_policy(self) -> None:
@@ -816,6 +971,46 @@ class GateMachine(RuleBasedStateMachine):
                         assert mask_args(recorded[k], hidden) == recorded[k], \
                             f"audit entry {seq} holds {k} unmasked: {recorded[k]}"
                         event("audit entry with masked arguments")
+
+    async def _check_window_and_identity(self) -> None:
+        """Issue 46 items 5 and 7: every collected call (an agent's first attempt at it, a
+        caller's start, an MCP task's forward, a hook's allow) was collected on an approval
+        before its request's window closed; every refund ran on the tool identity its
+        request was made for."""
+        lines = [json.loads(x) for x in (self.ledger_path.read_text().splitlines()
+                                         if self.ledger_path.exists() else []) if x.strip()]
+        async with self.committed.read() as tx:
+            last = {}
+            for run_id in [*self.runs, *self.requests]:
+                for a in await tx.approvals.for_run(run_id):
+                    if a.kind == "tool_call":
+                        last[(a.run_id, a.call_id)] = a
+            records = [rec for run_id in self.runs
+                       for rec in (await tx.executions.for_run(run_id)).values()]
+        for rec in records:  # an agent's calls: its first attempt's intent in the window
+            a = last.get((rec.run_id, rec.call_id))
+            if a is None or rec.attempts != 1 or a.decided_via == "standing":
+                continue
+            assert a.status == "approved", f"{rec.idempotency_key} ran on a {a.status} request"
+            assert rec.started_at < a.expires_at, \
+                f"{rec.idempotency_key} collected at {rec.started_at}, window {a.expires_at}"
+            event("agent call collected in its window")
+        for rid, at in self.collected:  # a caller face's
+            a = last.get((rid, CALL_ID))
+            if a is None:
+                continue  # answered by the policy at once: nobody's window
+            assert a.status == "approved", f"{rid} collected on a {a.status} request"
+            assert at < a.expires_at, f"{rid} collected at {at}, window {a.expires_at}"
+            event("caller call collected in its window")
+        for line in (e for e in lines if e["tool"] == "issue_refund"):
+            key = line["idempotency_key"]
+            a = last.get(tuple(key.split(":", 1)))  # type: ignore[arg-type]
+            if a is None or a.tool_version is None:
+                continue
+            ran = self.versions[self.ran_on.get(key, "1")]
+            assert a.tool_version == ran, \
+                f"{key} approved for tool version {a.tool_version}, ran on {ran}"
+            event("refund ran on the tool it was approved for")
 
     async def _check_policies(self) -> None:
         agent_tool = self.engine.registry.get("demo-refund").tool("issue_refund")
@@ -952,6 +1147,8 @@ class GateMachine(RuleBasedStateMachine):
                if e["tool"] == "issue_refund"}
         for q in cannot:  # an approved call the release could not run: never run after
             event(f"cannot_run {q.status}")
+            if "changed since it was asked about" in json.loads(q.packet).get("reason", ""):
+                event("cannot_run: the tool changed")
             asked = by_call.get((q.run_id, q.call_id), [])
             assert asked and asked[-1].status == "approved", f"{q.id} about a call not approved"
             assert asked[-1].id in not_executed, f"{q.id}: no not_executed audit entry"
@@ -1021,6 +1218,24 @@ class GateMachine(RuleBasedStateMachine):
         if approvers:
             allowed = set(approvers) | {m for g in approvers for m in GROUPS.get(g, [])}
             assert voters <= allowed, f"{a.id}: {voters - allowed} are not approvers"
+
+
+class _Upstream:
+    """The MCP server behind the model's gateway: a forwarded call is a collection, noted
+    with the time it happened."""
+
+    def __init__(self, machine: GateMachine, rid: str) -> None:
+        self.machine, self.rid = machine, rid
+
+    def forward(self, tool: str) -> Any:
+        async def call(args: dict[str, Any]) -> Ran[Any]:
+            assert self.rid, "a gateway's call ran without a task poll collecting it"
+            self.machine.collected.append((self.rid, self.machine.clock.now()))
+            event("task ran its approved call")
+            result = mcp_types.CallToolResult(
+                content=[mcp_types.TextContent(type="text", text="ok")])
+            return Ran(result, "succeeded", result.model_dump(mode="json", exclude_none=True))
+        return call
 
 
 def _no_looser(stored: ApprovalPolicy, operator: ApprovalPolicy, where: str) -> None:
@@ -1140,6 +1355,11 @@ def test_the_gate_holds_under_random_interleavings(db_url: str, tmp_path: Path,
     assert STATS["caller refused: looser_than_policy"] > 0
     assert STATS["caller ran an approved call"] > 0
     assert STATS["cannot_run pending"] > 0
+    # issue 46 items 5 and 7: every face's collection, in its window and after it
+    assert STATS["hook allowed"] > 0 and STATS["task ran its approved call"] > 0
+    assert STATS["collection refused: window closed"] > 0
+    assert STATS["caller call collected in its window"] > 0
+    assert STATS["cannot_run: the tool changed"] > 0
 
 
 async def _settle(tasks: list[asyncio.Task[Any]]) -> None:

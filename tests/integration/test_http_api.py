@@ -20,7 +20,7 @@ import pytest
 from aiohttp import web
 from approvald.bot.api import schemas
 from approvald.bot.slack import cards
-from approvald.runtime import api_tokens, external
+from approvald.runtime import api_tokens, binding, external
 from approvald.runtime.canonical import call_digest
 from approvald.runtime.clock import ManualClock
 from approvald.runtime.outbox_kinds import WEBHOOK
@@ -208,7 +208,7 @@ async def test_a_stdlib_agent_asks_waits_runs_and_reports(db_url: str, tmp_path:
         decision = seen["decision"]
         assert decision["status"] == "approved" and decision["decision"]["decided_by"] == "U_ALICE"
         assert decision["effective_args"] == args
-        assert decision["effective_digest"] == call_digest("deploy", args)
+        assert decision["effective_digest"] == binding.shown(call_digest("deploy", args))
         assert seen["report"] == 201 and seen["reported"]["result"]["status"] == "succeeded"
         assert [json.loads(x) for x in ran.read_text().splitlines()] == [
             {"tool": "deploy", "args": args}]  # it ran once, exactly the approved call
@@ -231,7 +231,7 @@ async def test_a_stdlib_agent_asks_waits_runs_and_reports(db_url: str, tmp_path:
         [ok] = hook.succeeded()
         told = verify(made["webhook_secret"], ok)
         assert told["id"] == run.id and told["status"] == "approved"
-        assert told["effective_digest"] == call_digest("deploy", args)
+        assert told["effective_digest"] == binding.shown(call_digest("deploy", args))
         for _ in range(3):  # nothing more is sent for this decision
             clock.advance(3600)
             await h.service.drain.drain_once()
@@ -294,7 +294,8 @@ async def test_deny_and_edit_in_slack_reach_the_caller(db_url: str, tmp_path: Pa
                                 token.token)
         assert doc["status"] == "approved" and doc["edited"] and doc["edited_by"] == "U_ALICE"
         assert doc["args"]["version"] == "2.6.0" and doc["effective_args"] == edited
-        assert doc["effective_digest"] == call_digest("deploy", edited) != doc["args_digest"]
+        assert doc["effective_digest"] == binding.shown(call_digest("deploy", edited)) \
+            != doc["args_digest"]
         # only the approved (edited) arguments may be reported as run
         stale = await api(http, "POST", f"{url}/{asked['id']}/result", token.token,
                           {"status": "succeeded", "args_digest": doc["args_digest"]})

@@ -55,7 +55,7 @@ def checkbox_values(blocks: list[dict[str, Any]]) -> dict[str, str]:
         el = b.get("accessory") or {}
         if el.get("type") == "checkboxes":
             [option] = el["options"]
-            out[option["value"].split(":")[0]] = option["value"]
+            out[cards.parse_value(option["value"])[0]] = option["value"]
     return out
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from approvald.bot.web.routes import SESSION_COOKIE
+from approvald.runtime import binding
 from approvald.runtime.clock import ManualClock
 from approvald.runtime.decide import Actor
 from approvald.runtime.vocabulary import WORDS, OutcomeName
@@ -111,7 +112,8 @@ async def test_sign_in_by_mail_and_approve_on_the_queue_page(db_url: str,
             # the card's packet and exact arguments
             a = await h.approval(aid)
             assert "issue_refund" in page and "A-1001" in page and "4200" in page
-            assert "duplicate charge" in page and a.effective_digest[:12] in page
+            assert "duplicate charge" in page and binding.short(a.effective_digest) in page
+            assert a.effective_digest[:12] not in page  # (never the plain digest)
             assert "goes back to the customer" in page  # the impact
             assert alice.last is not None
             csp = alice.last.headers["Content-Security-Policy"]
@@ -287,7 +289,7 @@ async def test_a_page_drawn_before_an_edit_cannot_decide(sqlite_url: str,
             _, page = await alice.get("/review")
             assert "Arguments that will run (edited by U_BOB)" in page
             approve = form_fields(page, action=f"/review/requests/{aid}", verdict="approve")
-            assert approve["digest"] == a.effective_digest
+            assert approve["digest"] == binding.shown(a.effective_digest)
             status, _ = await alice.post(f"/review/requests/{aid}", approve)
             assert status == 303
             await wait_for(lambda: _status(h, paused.run_id, "completed"), what="completion")
@@ -1050,8 +1052,9 @@ async def test_an_edit_of_a_mailed_request_is_told_in_its_thread(db_url: str,
         assert "  amount_cents: 4200 -> 2100\n" in said
         assert '  reason: "[masked]" -> "[masked]"\n' in said  # changed, and still secret
         assert "duplicate charge" not in said and "half of it" not in said
-        assert (f"now binds to the new arguments (digest {edited.effective_digest[:12]}, was "
-                f"{edited.digest[:12]})") in said
+        assert (f"now binds to the new arguments (digest "
+                f"{binding.short(edited.effective_digest)}, was {binding.short(edited.digest)})"
+                ) in said
         assert "Someone other than U_ALICE must approve them." in said
         assert f"{url}/review/requests/{aid}" in said
 

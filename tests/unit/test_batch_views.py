@@ -56,7 +56,7 @@ def test_home_groups_requests_by_tool_oldest_first_with_a_checkbox_each() -> Non
     assert headers(home["blocks"]) == [T.HOME_TITLE, "issue_refund · 4 waiting",
                                        "send_email · 2 waiting", T.HOME_RECENT_TITLE]
     # a group holds its requests in the order given; an outcome question gets no checkbox
-    assert checkboxes(home["blocks"]) == [f"{a.id}:{TOKEN}" for a, _ in
+    assert checkboxes(home["blocks"]) == [f"v2:{a.id}:{TOKEN}" for a, _ in
                                           (refunds[0], refunds[1], refunds[2], *emails)]
     buttons = [b for b in home["blocks"] if b.get("block_id") == cards.BATCH_BLOCK]
     [batch] = buttons
@@ -67,7 +67,7 @@ def test_home_groups_requests_by_tool_oldest_first_with_a_checkbox_each() -> Non
     # each request keeps its summary and its own buttons
     text = dump(home)
     for a, _ in order:
-        assert f"{a.id}:{TOKEN}" in text
+        assert f"v2:{a.id}:{TOKEN}" in text
     assert "A-1000" in text and "Refunding the duplicate charge." in text
     assert T.HOME_MORE[:12] not in text
 
@@ -92,7 +92,7 @@ def test_the_home_with_150_pending_stays_within_100_blocks(hostile: bool) -> Non
     assert len(home["blocks"]) <= 100
     shown = checkboxes(home["blocks"])
     assert len(shown) >= (20 if hostile else 40)
-    assert shown == [f"{a.id}:{TOKEN}" for a, _ in many[:len(shown)]]  # the oldest that fit
+    assert shown == [f"v2:{a.id}:{TOKEN}" for a, _ in many[:len(shown)]]  # the oldest that fit
     assert T.HOME_MORE.format(shown=len(shown), total=150) in dump(home)
     assert "`approvald approvals list --limit 150`" in dump(home)
     # and with the results of a large batch on top, still within the limits
@@ -168,7 +168,7 @@ def test_the_slash_list_has_checkboxes_and_results_within_a_message() -> None:
     many = pending(40)
     msg = views.approvals_list_message(many, now=NOW)
     check_message(msg)
-    assert checkboxes(msg["blocks"]) == [f"{a.id}:{TOKEN}" for a, _ in
+    assert checkboxes(msg["blocks"]) == [f"v2:{a.id}:{TOKEN}" for a, _ in
                                          many[:views.LIST_MAX_PENDING]]
     assert "… and 30 more" in dump(msg) and "--limit 40" in dump(msg)
     outcomes = [(Outcome(a.id, refused="r <!channel>" * 60, code="bad_token"), a)
@@ -199,7 +199,7 @@ def test_the_deny_modal_lists_the_ticked_requests_ten_to_an_element() -> None:
     for b in boxes:
         assert b["optional"] is True and b["element"]["initial_options"] == b["element"]["options"]
     values = [o["value"] for b in boxes for o in b["element"]["options"]]
-    assert values == [f"{i}:{TOKEN}" for i, _, _ in items]
+    assert values == [f"v2:{i}:{TOKEN}" for i, _, _ in items]
     texts = [o["text"]["text"] for b in boxes for o in b["element"]["options"]]
     assert texts[0] == 'issue_refund `{"order_id":"A-1000","amount_cents":4200}`'
     assert texts[-1] == "u" * 32
@@ -217,8 +217,8 @@ def test_parse_selection_reads_ticked_options_and_skips_anything_else() -> None:
         return {"type": "checkboxes", "selected_options": [{"value": v} for v in values]}
 
     state = {
-        f"{cards.SELECT_BLOCK}.a": {cards.SELECT: ticked(f"a1:{TOKEN}")},
-        f"{cards.SELECT_BLOCK}.b": {cards.SELECT: ticked("not ours", None, f"b1:{TOKEN}",
+        f"{cards.SELECT_BLOCK}.a": {cards.SELECT: ticked(f"v2:a1:{TOKEN}")},  # now
+        f"{cards.SELECT_BLOCK}.b": {cards.SELECT: ticked("not ours", None, f"b1:{TOKEN}",  # old
                                                          f"a1:{TOKEN}")},
         "elsewhere": {"other": ticked(f"c1:{TOKEN}")},
         "junk": "x",
@@ -233,6 +233,6 @@ def test_a_checkbox_value_too_long_for_slack_leaves_only_the_buttons() -> None:
     long = "t" * 140
     [section, actions] = cards.compact_blocks(approval(), long, now=NOW, selectable=True)
     assert "accessory" not in section and actions["type"] == "actions"
-    assert cards.select_value("a" * 32, TOKEN) == f"{'a' * 32}:{TOKEN}"
+    assert cards.select_value("a" * 32, TOKEN) == f"v2:{'a' * 32}:{TOKEN}"
     assert json.loads(json.dumps(cards.batch_buttons().to_dict()))["block_id"] == \
         cards.BATCH_BLOCK

@@ -176,7 +176,7 @@ def test_pending_card_buttons_carry_only_id_and_token() -> None:
     assert set(found) == {cards.APPROVE, cards.STANDING, cards.DENY, cards.EDIT,
                           cards.REDIRECT}
     for e in found.values():
-        assert e["value"] == f"{a.id}:{TOKEN}"
+        assert e["value"] == f"v2:{a.id}:{TOKEN}"  # (v2: its token shows a binding)
         assert "secret-arg-value" not in e["value"]
     assert found[cards.APPROVE]["style"] == "primary" and "confirm" not in found[cards.APPROVE]
     assert found[cards.DENY]["style"] == "danger"
@@ -709,7 +709,7 @@ def test_home_view_empty_and_full() -> None:
     assert f"Showing the oldest {shown} of 40" in dump(full) and T.HOME_RECENT_TITLE in dump(full)
     values = {e.get("value") for b in full["blocks"] if b["type"] == "actions"
               for e in b["elements"]}
-    assert values - {None} == {f"a{i}:{TOKEN}" for i in range(shown)}
+    assert values - {None} == {f"v2:a{i}:{TOKEN}" for i in range(shown)}
 
 
 def test_approvals_list_message_empty_and_full() -> None:

@@ -16,6 +16,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from approvald.runtime import binding
 from approvald.runtime.agent import Agent
 from approvald.runtime.canonical import call_digest
 from approvald.runtime.decide import Actor
@@ -237,10 +238,24 @@ async def test_the_cli_can_pin_the_arguments_it_decides_on(make_engine, db, ledg
     seen = (await approval(db, aid)).effective_digest
     edited = {"order_id": "A-1001", "amount_cents": 10, "reason": "duplicate charge"}
     await engine.decide(aid, actor=ALICE, verdict="edit", args=edited)
-    with pytest.raises(DecisionRefused) as refused:
-        await engine.decide(aid, actor=BOB, verdict="approve", expect_digest=seen[:12])
+    with pytest.raises(DecisionRefused) as refused:  # (the binding approvals show printed)
+        await engine.decide(aid, actor=BOB, verdict="approve",
+                            expect_digest=binding.short(seen))
     assert refused.value.reason == "stale_card"
     assert (await approval(db, aid)).status == "pending"
+    # the command line may still give a plain digest, as earlier versions printed it; no
+    # other face may (it would let anyone try candidates for a masked value)
+    cli = Actor("U_BOB", "cli")
+    with pytest.raises(DecisionRefused) as refused:
+        await engine.decide(aid, actor=cli, verdict="approve", expect_digest=seen[:12])
+    assert refused.value.reason == "stale_card"
+    now = (await approval(db, aid)).effective_digest
+    with pytest.raises(DecisionRefused) as refused:
+        await engine.decide(aid, actor=BOB, verdict="approve", expect_digest=now[:12])
+    assert refused.value.reason == "unknown_digest"
+    assert now not in str(refused.value) and binding.short(now) in str(refused.value)
+    done = await engine.decide(aid, actor=cli, verdict="approve", expect_digest=now[:12])
+    assert done.outcome == "approved"
 
 
 # -- 4. an edit under quorum resets the votes, and never dead-ends -------------------------

@@ -10,12 +10,13 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from approvald.runtime import api_tokens, external
+from approvald.runtime import api_tokens, binding, external
 from approvald.runtime.clock import ManualClock
 from approvald.runtime.decide import Actor
 from approvald.runtime.engine import Engine
 from approvald.runtime.errors import DecisionRefused
 from approvald.runtime.external import ExternalError, NewRequest, Report
+from approvald.runtime.intake import IntakeError, Tighten
 from approvald.runtime.outbox_kinds import CARD_POST, WEBHOOK
 from approvald.runtime.policy import PolicyFile
 from approvald.runtime.webhook_hosts import WebhookHosts
@@ -98,7 +99,8 @@ async def test_a_report_is_for_the_approved_digest_once(make_engine) -> None:
     async with engine.db.read() as tx:
         ledger = await tx.executions.get(doc["id"], external.CALL_ID)
         run = await tx.runs.get(doc["id"])
-    assert (ledger.status, ledger.args_digest) == ("succeeded", done["effective_digest"])
+    assert ledger.status == "succeeded"
+    assert binding.shown(ledger.args_digest) == done["effective_digest"]  # shown keyed
     assert run.status == "completed"
 
 
@@ -185,3 +187,36 @@ async def test_an_answer_of_the_policy_is_told_too(make_engine) -> None:
     async with engine.db.read() as tx:
         entries = [e.action for e in await tx.audit.query(run_id=auto["id"])]
     assert entries == ["requested", "approved"]
+
+
+async def test_a_tightened_wait_never_hands_an_escalating_request_to_the_next_rung_early(
+        make_engine, clock: ManualClock) -> None:
+    """Issue 46 item 6: ``tighten.ttl = "1s"`` on a ladder of 10 minutes then the CFO handed
+    the request to the CFO within 2 s: a "stricter" request chose its approver. A shorter
+    wait on an escalating policy is refused (the ladder's timing is the operator's), and
+    nothing is asked; the same wait on a policy that cancels is taken."""
+    engine, token = await setup(make_engine)
+    with pytest.raises(IntakeError) as refused:
+        await engine.external.create(token, NewRequest(
+            tool="rotate_key", args={"key": "k1"}, requested_by="U_DANA",
+            tighten=Tighten(ttl=timedelta(seconds=1))))
+    assert refused.value.code == "looser_than_policy"
+    assert refused.value.field == "tighten.ttl" and "next rung" in str(refused.value)
+    async with engine.db.read() as tx:
+        assert await tx.approvals.recent() == []
+    # the operator's own wait, restated, changes nothing and is taken
+    doc, _ = await engine.external.create(token, NewRequest(
+        tool="rotate_key", args={"key": "k2"}, requested_by="U_DANA",
+        tighten=Tighten(ttl=timedelta(minutes=10))))
+    clock.advance(timedelta(minutes=9))
+    await engine.expiry.sweep()
+    a = await approval(engine, doc["id"])
+    assert (a.status, a.rung, a.approvers_value()) == ("pending", 0, ["U_ALICE"])
+    # on a policy that cancels, a shorter wait is stricter: taken
+    short, _ = await engine.external.create(token, NewRequest(
+        tool="deploy", args={"service": "api"}, requested_by="U_DANA",
+        tighten=Tighten(ttl=timedelta(seconds=1))))
+    assert short["status"] == "pending"
+    clock.advance(timedelta(seconds=2))
+    await engine.expiry.sweep()
+    assert (await engine.external.get(token, short["id"]))["status"] == "expired"

@@ -121,7 +121,7 @@ async def test_an_approval_nobody_collected_in_time_is_not_used_later(
         old = await tx.runs.get(a.run_id)
         entries = await tx.audit.query(run_id=a.run_id)
     assert old is not None and old.status == "cancelled"
-    assert (entries[-1].action, entries[-1].actor) == ("cancelled", "system:mcp-gateway")
+    assert (entries[-1].action, entries[-1].actor) == ("cancelled", "system:collection-window")
     await g.e.decide(b.id, actor=ALICE, verdict="deny", reason="not twice")
     out = await asyncio.wait_for(later, 10)
     assert isinstance(out, Refused) and "denied by U_ALICE: not twice" in out.message

@@ -33,7 +33,7 @@ def test_a_pending_call_offers_redirect_beside_approve_deny_and_edit() -> None:
         card = cards.approval_card(a, token=TOKEN, now=NOW)
         check_message(card)
         found = buttons_of(card)
-        assert found[cards.REDIRECT]["value"] == f"{a.id}:{TOKEN}"
+        assert found[cards.REDIRECT]["value"] == f"v2:{a.id}:{TOKEN}"
         assert found[cards.REDIRECT]["text"]["text"] == T.BUTTON_REDIRECT
         assert "style" not in found[cards.REDIRECT] and "confirm" not in found[cards.REDIRECT]
         [actions] = [b for b in card["blocks"] if b["type"] == "actions"]

@@ -78,7 +78,7 @@ def test_the_button_sits_beside_approve_unless_max_standing_turns_it_off() -> No
     [button] = [e for b in card["blocks"] if b["type"] == "actions" for e in b["elements"]
                 if e["action_id"] == cards.STANDING]
     assert button["text"]["text"] == T.BUTTON_STANDING
-    assert button["value"] == f"3f2a9c0d4b5e6f708192a3b4c5d6e7f8:{TOKEN}"
+    assert button["value"] == f"v2:3f2a9c0d4b5e6f708192a3b4c5d6e7f8:{TOKEN}"
     for off in ("0", "10m"):  # off, or shorter than the shortest window
         card = cards.approval_card(approval(policy=policy(max_standing=off)), token=TOKEN,
                                    now=NOW)

@@ -12,6 +12,7 @@ from approvald.bot.config import load_settings
 from approvald.bot.web import pages
 from approvald.bot.web.auth import WebKeys
 from approvald.bot.web.mail import SmtpTarget
+from approvald.runtime import binding
 from approvald.runtime.errors import ConfigError
 
 from tests.unit.test_cards import NOW, approval, packet
@@ -48,7 +49,7 @@ def test_agent_written_text_is_inert_everywhere_on_the_page() -> None:
     hidden = {attrs["name"]: attrs["value"] for t, attrs in tags
               if t == "input" and attrs.get("type") == "hidden"}
     assert hidden["csrf"] == 'cs"rf' and hidden["token"] == 'tok"en'
-    assert hidden["digest"] == a.effective_digest
+    assert hidden["digest"] == binding.shown(a.effective_digest)  # keyed, never plain
 
 
 def test_the_page_shows_the_arguments_that_will_run_beside_the_asked_ones() -> None:
@@ -56,7 +57,8 @@ def test_the_page_shows_the_arguments_that_will_run_beside_the_asked_ones() -> N
     html = pages.request_card(a, csrf="c", token=None, now=NOW)
     assert "Arguments as originally requested" in html
     assert "Arguments that will run (edited by U0CAROL)" in html
-    assert re.search(r'name="digest" value="d2"', html)  # bound to the edited arguments
+    # bound to the edited arguments, by their binding
+    assert re.search(f'name="digest" value="{binding.shown("d2")}"', html)
     assert "&quot;amount&quot;: 10" in html and "&quot;amount&quot;: 42" in html
     assert 'name="token"' not in html  # no signer: the digest alone binds it
 
