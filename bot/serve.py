@@ -44,17 +44,19 @@ from approvald.runtime import audit, retention, sealing
 from approvald.runtime.clock import Clock
 from approvald.runtime.engine import Engine
 from approvald.runtime.errors import ConfigError
-from approvald.runtime.outbox import Deliverer, DrainConfig
+from approvald.runtime.outbox import DrainConfig
+from approvald.runtime.outbox_kinds import MAIL_KINDS, Route, Routes, Undeliverable
 from approvald.runtime.policy import load_policy_file, parse_duration
 from approvald.runtime.tracing import Tracer
 from approvald.store.db import Database
+from approvald.store.records import OutboxRecord
 from approvald.store.wakeups import Wakeups
 
 if TYPE_CHECKING:
     from approvald.bot.mcp.http import HttpGateways
-    from approvald.bot.web.mail import MailSender
     from approvald.bot.web.service import WebFace
     from approvald.runtime.agent import Registry
+    from approvald.runtime.outbox_kinds import MailSender
 
 log = logging.getLogger("approvald.serve")
 PRUNE_EVERY = 86400.0  # s between scheduled prunes (APPROVALD_PRUNE_OLDER_THAN)
@@ -106,21 +108,24 @@ class Service:
         # /review on the same listener: the web review queue, and its mails on the drain
         self.web = _web_face(settings, self.engine, mailer)
         refuse_unsendable_mail(settings, self.engine.registry, mailer=mailer is not None)
-        deliverer: Deliverer
+        # each outbox row goes to the face that declared its kind; a kind no face delivers
+        # stops start-up here, not row by row in the drain
+        routes: list[Route] = [self.api.webhooks]
         if slack_web is not None:
             from approvald.bot.slack.app import SlackService
 
             self.slack = SlackService(settings, self.engine, slack_web,
                                       ops_routes=self._ops_routes)
-            deliverer = self.slack.deliverer
+            routes.append(self.slack.deliverer)
         else:
-            deliverer = LogDeliverer()
-        if self.web is not None:
-            deliverer = self.web.deliverer(deliverer)
+            routes.append(LogDeliverer())
+        routes.append(self.web.deliverer() if self.web is not None else NoMail())
+        self.routes = Routes(routes)
+        self.routes.check()
         # a card Slack never takes (or has not taken for APPROVALD_MAIL_FALLBACK_AFTER):
         # its request is mailed instead, when mail can be sent
         mails = self.web is not None and self.web.mailer is not None
-        self.drain = self.engine.drain(self.api.deliverer(deliverer), DrainConfig(
+        self.drain = self.engine.drain(self.routes, DrainConfig(
             mail_fallback=mails,
             mail_fallback_after=settings.mail_fallback_after_value() if mails else None))
         if settings.mail_fallback_after and not mails:
@@ -493,6 +498,18 @@ def _web_face(settings: Settings, engine: Engine,
     from approvald.bot.web.service import WebFace
 
     return WebFace(engine, settings, mailer)
+
+
+class NoMail:
+    """The mail rows, when the web face is off (no ``APPROVALD_PUBLIC_URL``): nothing can
+    compose or send them, so each is parked as dead (and reported) at its first try."""
+
+    kinds = MAIL_KINDS
+
+    async def deliver(self, row: OutboxRecord) -> dict[str, Any] | None:
+        raise Undeliverable(f"{row.kind} cannot be mailed: the web review queue is off (it "
+                            "needs APPROVALD_PUBLIC_URL, APPROVALD_SMTP_URL and "
+                            "APPROVALD_MAIL_FROM)")
 
 
 def refuse_unsendable_mail(settings: Settings, registry: Registry, *,

@@ -63,6 +63,12 @@ def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
+def webhook_keys(secret: str | None) -> WebhookKeys | None:
+    """The key webhook secrets are derived from ``secret`` (``APPROVALD_SECRET``); None
+    without one of at least 16 bytes."""
+    return WebhookKeys(secret) if secret and len(secret.encode()) >= 16 else None
+
+
 class WebhookKeys:
     """Derives each token's webhook secret from the deployment's secret."""
 

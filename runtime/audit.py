@@ -39,6 +39,7 @@ from approvald.runtime import binding, prefix
 from approvald.runtime.audit_check import ChainFacts, opened, table_disagreements
 from approvald.runtime.canonical import canonical_json, compact_json, sha256_hex, value_digest
 from approvald.runtime.errors import ConfigError
+from approvald.runtime.outbox_kinds import HEAD_POST, HeadPost, queue
 from approvald.runtime.sensitive import ARGS_KEYS, masked_details, sensitive_of_snapshot
 from approvald.runtime.standing_chain import StandingState
 from approvald.store.db import Database
@@ -234,7 +235,6 @@ class AuditTrail:
 
 # -- a witness outside the database ----------------------------------------------------
 
-HEAD_POST = "audit.head"  # outbox kind: post the chain head where the database cannot reach
 
 
 async def queue_head(db: Database, *, now: datetime) -> tuple[int, str] | None:
@@ -245,9 +245,8 @@ async def queue_head(db: Database, *, now: datetime) -> tuple[int, str] | None:
         last = await tx.outbox.latest(HEAD_POST)
         if seq == 0 or (last is not None and last.payload_value().get("seq") == seq):
             return None
-        await tx.outbox.add(kind=HEAD_POST, group_key=HEAD_POST, now=now,
-                            payload=compact_json({"seq": seq, "hash": digest,
-                                                  "at": now.isoformat()}))
+        await queue(tx, HeadPost(seq=seq, hash=digest, at=now.isoformat()),
+                    group_key=HEAD_POST, now=now)
     return seq, digest
 
 

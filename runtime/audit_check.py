@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from approvald.runtime.binding import short
 from approvald.runtime.canonical import call_digest
 from approvald.runtime.sealing import DataKeyError, is_sealed
 from approvald.store.records import AuditRecord, VoteRecord
@@ -135,8 +136,8 @@ def row_disagreements(row: Mapping[str, Any], votes: Iterable[VoteRecord],
         out.append(f"approval {aid}: {text}")
 
     if row["digest"] != told.digest:
-        say(f"its digest {str(row['digest'])[:12]} is not the one requested "
-            f"({told.digest[:12]})")
+        say(f"its digest (binding {short(str(row['digest']))}) is not the one requested "
+            f"({short(told.digest)})")
     if told.tool is not None and row["tool"] != told.tool:
         say(f"its tool {row['tool']} is not the one requested ({told.tool})")
     args, why = opened(row.get("args"), "approvals.args")
@@ -147,8 +148,8 @@ def row_disagreements(row: Mapping[str, Any], votes: Iterable[VoteRecord],
             "requested entry's)")
     last_edit = told.edits[-1] if told.edits else (None, None)
     if row["edited_digest"] != last_edit[0]:
-        say(f"edited_digest {row['edited_digest']} is not the last edit the audit log "
-            f"records ({last_edit[0]})")
+        say(f"edited_digest (binding {short(str(row['edited_digest'] or ''))}) is not the "
+            f"last edit the audit log records ({short(str(last_edit[0] or '')) or 'none'})")
     if row["edited_by"] != last_edit[1]:
         say(f"edited_by {row['edited_by']} is not the editor the audit log records "
             f"({last_edit[1]})")
@@ -157,7 +158,7 @@ def row_disagreements(row: Mapping[str, Any], votes: Iterable[VoteRecord],
         say(f"its edited arguments {why}")
     elif edited is not None and call_digest(row["tool"], edited) != last_edit[0]:
         say("its edited arguments are not the ones the audit log records (their digest "
-            f"differs from the edited entry's {str(last_edit[0])[:12]})")
+            f"differs from the edited entry's {short(str(last_edit[0] or ''))})")
     if row["status"] != told.status:
         say(f"status {row['status']} is not the one the audit log records ({told.status})")
     if told.decided_by is not None and row["decided_by"] != told.decided_by:
@@ -172,9 +173,9 @@ def row_disagreements(row: Mapping[str, Any], votes: Iterable[VoteRecord],
             f"({told.decided_via})")
     held = {(v.actor, v.digest, v.verdict) for v in votes}
     for actor, digest, verdict in sorted(held - told.votes):
-        say(f"a vote by {actor} ({verdict} on {digest[:12]}) is not in the audit log")
+        say(f"a vote by {actor} ({verdict} on {short(digest)}) is not in the audit log")
     for actor, digest, verdict in sorted(told.votes - held):
-        say(f"the audit log records a vote by {actor} ({verdict} on {digest[:12]}) that "
+        say(f"the audit log records a vote by {actor} ({verdict} on {short(digest)}) that "
             "the votes table lacks")
     return out
 

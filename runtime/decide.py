@@ -37,11 +37,13 @@ from approvald.runtime.directory import Directory, DirectoryError, is_approver
 from approvald.runtime.errors import DecisionRefused, InvalidArguments, NotFound, Refusal
 from approvald.runtime.expiry import Expiry, SweepResult
 from approvald.runtime.failpoints import failpoint
-from approvald.runtime.gate import CARD_UPDATE, Gate, tell_edited, tell_mailed
+from approvald.runtime.gate import Gate
 from approvald.runtime.ids import TokenSigner, lease_id
 from approvald.runtime.limits import PayloadCap
+from approvald.runtime.outbox_kinds import CardUpdate, queue, tell_edited, tell_mailed
 from approvald.runtime.packet import (
     card_posted,
+    edit_changes,
     edited_packet,
     impact_of,
     masked_packet,
@@ -488,9 +490,10 @@ class Decider:
                              "discarded_votes": list(discarded), "reason": at.reason,
                              **actor.marks(), **card_posted(a)})
                 # whatever face it came through: a mailed request's thread is told
-                await tell_edited(tx, a, args=at.edited, digest=new, by=actor.id,
-                                  via=actor.via, mode=policy.edits, discarded=discarded,
-                                  now=now)
+                await tell_edited(
+                    tx, a, changed=lambda: edit_changes(a, a.effective_args(), at.edited),
+                    digest=new, by=actor.id, via=actor.via, mode=policy.edits,
+                    discarded=discarded, now=now)
                 digest = new
                 if policy.edits == "propose":  # someone other than the editor decides
                     fresh = await self._card(tx, a.id)
@@ -620,8 +623,7 @@ class Decider:
     async def _update_card(self, tx: Tx, a: ApprovalRecord) -> None:
         """Redraw ``a``'s card; once it is closed, its mail thread is told too."""
         now = self.clock.now()
-        await tx.outbox.add(kind=CARD_UPDATE, group_key=a.id,
-                            payload=compact_json({"approval_id": a.id}), now=now)
+        await queue(tx, CardUpdate(a.id), group_key=a.id, now=now)
         if a.status != "pending" and a.kind == "tool_call":
             await tell_mailed(tx, [a.id], now)
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from approvald.runtime import prefix, retention, sealing
+from approvald.runtime import api_tokens, prefix, retention, sealing
 from approvald.runtime.adapters.gate import ApprovalGate
 from approvald.runtime.agent import Registry
 from approvald.runtime.audit import AuditKey, AuditTrail
@@ -27,7 +27,7 @@ from approvald.runtime.deploy_check import DeployReport, deploy_check
 from approvald.runtime.directory import Directory, StaticDirectory
 from approvald.runtime.errors import ApprovaldError, NotFound
 from approvald.runtime.expiry import Expiry
-from approvald.runtime.external import ExternalRequests
+from approvald.runtime.external import ExternalRequests, NewRequest, Report
 from approvald.runtime.gate import Gate, Where, where
 from approvald.runtime.history import History, read_history
 from approvald.runtime.ids import TokenSigner, lease_id, new_id
@@ -601,6 +601,49 @@ class Engine:
         async with self.db.write() as tx:
             rows = await tx.outbox.redrive(row_ids, now=now, give_up_at=now + OUTBOX_WINDOW)
             return [(r, await outbox_deadline(tx, r)) for r in rows]
+
+    # -- callers' requests (the HTTP API, the MCP gateways, Claude Code's hooks) --------
+    def now(self) -> datetime:
+        """The time, by the engine's one clock."""
+        return self.clock.now()
+
+    @property
+    def max_payload_bytes(self) -> int:
+        """The largest arguments or result a request may carry (``APPROVALD_MAX_PAYLOAD``)."""
+        return self.config.max_payload_bytes
+
+    def policy_file(self) -> PolicyFile:
+        """The operator's policy file in force."""
+        return self.registry.policy
+
+    async def caller(self, authorization: str) -> TokenRecord | None:
+        """The live token an ``Authorization: Bearer …`` header carries, or None."""
+        return await api_tokens.from_header(self.db, authorization)
+
+    async def open_request(self, token: TokenRecord, req: NewRequest
+                           ) -> tuple[dict[str, Any], bool]:
+        """Open a caller's request (or find the one its idempotency key made): (its
+        document, whether it is new); see :meth:`runtime.external.ExternalRequests.create`."""
+        return await self.external.create(token, req)
+
+    async def request_document(self, token: TokenRecord, request_id: str) -> dict[str, Any]:
+        """A caller's request as it stands; NotFound unless ``token`` made it."""
+        return await self.external.get(token, request_id)
+
+    async def wait_request(self, token: TokenRecord, request_id: str, *, seconds: float,
+                           stop: asyncio.Event | None = None) -> dict[str, Any]:
+        """The request's document once it is decided, or after ``seconds`` (a long poll)."""
+        return await self.external.wait(token, request_id, seconds=seconds, stop=stop)
+
+    async def start_request(self, token: TokenRecord, request_id: str, *, args_digest: str,
+                            owner: str) -> None:
+        """Record that the caller is about to run its approved call (before the call)."""
+        await self.external.start(token, request_id, args_digest=args_digest, owner=owner)
+
+    async def report_request(self, token: TokenRecord, request_id: str, rep: Report
+                             ) -> tuple[dict[str, Any], bool]:
+        """Record what came of the approved call: (the document, whether it is new)."""
+        return await self.external.report(token, request_id, rep)
 
     # -- approvals ----------------------------------------------------------------------
     async def decide(self, approval_id: str, *, actor: Actor, verdict: Verdict,

@@ -23,20 +23,21 @@ from datetime import datetime
 from typing import Any
 
 from approvald.runtime.audit import AuditTrail, Entry
-from approvald.runtime.canonical import compact_json
 from approvald.runtime.clock import Clock
-from approvald.runtime.gate import (
-    CARD_UPDATE,
-    OUTCOME_MAIL,
-    REMINDER,
-    REMINDER_MAIL,
-    Gate,
-    first_reminder,
+from approvald.runtime.gate import Gate, first_reminder
+from approvald.runtime.metrics import Meter
+from approvald.runtime.outbox_kinds import (
+    CardUpdate,
+    OutcomeMail,
+    Payload,
+    Reminder,
+    ReminderMail,
     mail_group,
     mailed,
+    queue,
+    queue_many,
     tell_mailed,
 )
-from approvald.runtime.metrics import Meter
 from approvald.runtime.packet import card_posted
 from approvald.runtime.policy import ApprovalPolicy
 from approvald.runtime.signals import Signals
@@ -202,8 +203,7 @@ class Expiry:
                     approval_id=a.id, digest=a.effective_digest,
                     details={"tool": a.tool, "args": _args(a), "rung": a.rung,
                              "on_expire": "cancel", "because": "failed"})
-                await tx.outbox.add(kind=CARD_UPDATE, group_key=a.id,
-                                    payload=compact_json({"approval_id": a.id}), now=now)
+                await queue(tx, CardUpdate(a.id), group_key=a.id, now=now)
                 await tell_mailed(tx, [a.id], now)
                 settled.expired.append(a.id)
                 idle = await tx.approvals.runs_without_pending([a.run_id], kind="tool_call")
@@ -232,15 +232,14 @@ class Expiry:
                       result: SweepResult) -> None:
         """Escalate or finally expire a batch that just lost its compare-and-set to silence."""
         entries: list[Entry] = []
-        cards: list[tuple[str, str, str]] = []
+        cards: list[tuple[Payload, str]] = []
         finals: list[ApprovalRecord] = []
         # those mailed get a follow-up in their thread; an escalation of one is mailed too
         was_mailed = await mailed(tx, [a.id for a in expired if a.kind == "tool_call"])
         for approval_id in sorted(await mailed(tx, sorted(was_mailed), given_up=False)):
-            cards.append((OUTCOME_MAIL, mail_group(approval_id),
-                          compact_json({"approval_id": approval_id})))
+            cards.append((OutcomeMail(approval_id), mail_group(approval_id)))
         for a in expired:
-            cards.append((CARD_UPDATE, a.id, compact_json({"approval_id": a.id})))
+            cards.append((CardUpdate(a.id), a.id))
             policy = ApprovalPolicy.from_snapshot(a.policy)
             if a.kind == "tool_call" and a.rung + 1 < policy.rungs:
                 await self._escalate(tx, a, policy, now, result, mail=a.id in was_mailed)
@@ -253,7 +252,7 @@ class Expiry:
                          "outcome": OutcomeName.EXPIRED.value, **card_posted(a)}))
             result.expired.append(a.id)
         self.audit.record_many(tx, entries)
-        await tx.outbox.add_many(cards, now=now)
+        await queue_many(tx, cards, now=now)
         run_ids = list(dict.fromkeys(a.run_id for a in finals))
         idle = await tx.approvals.runs_without_pending(run_ids, kind="tool_call")
         result.runs_ready.update(await tx.runs.wake(idle, now=now))
@@ -305,11 +304,11 @@ class Expiry:
             if not await tx.approvals.advance_reminder(a.id, sent=a.reminders_sent,
                                                        next_at=nxt):
                 return  # another replica sent it
-            reminder = compact_json({"approval_id": a.id, "n": a.reminders_sent + 1})
-            await tx.outbox.add(kind=REMINDER, group_key=a.id, payload=reminder, now=now)
+            n = a.reminders_sent + 1
+            await queue(tx, Reminder(a.id, n), group_key=a.id, now=now)
             if a.kind == "tool_call" and await mailed(tx, [a.id], given_up=False):  # mail too
-                await tx.outbox.add(kind=REMINDER_MAIL, group_key=mail_group(a.id),
-                                    payload=reminder, now=now, give_up_at=a.expires_at)
+                await queue(tx, ReminderMail(a.id, n), group_key=mail_group(a.id), now=now,
+                            give_up_at=a.expires_at)
             self.audit.record(tx, at=now, action="reminded", actor=ACTOR, via=VIA,
                                 run_id=a.run_id, approval_id=a.id,
                                 digest=a.effective_digest,

@@ -57,6 +57,7 @@ from approvald.runtime.intake import (
     requester,
 )
 from approvald.runtime.limits import PayloadCap
+from approvald.runtime.outbox_kinds import WEBHOOK, Webhook, queue
 from approvald.runtime.policy import ApprovalPolicy, CallPolicy, PolicyFile, PolicyKind
 from approvald.runtime.sensitive import paths_text, sensitive_of_snapshot
 from approvald.runtime.signals import Signals
@@ -72,7 +73,6 @@ from approvald.store.repos.standing import StandingRecord
 AGENT_PREFIX = EXTERNAL_AGENT  # the agent of an external request's run: external:<token name>
 STATUS = "external"  # its run's status while open, or approved and not yet reported
 CALL_ID = "call"  # the one call of the run: its ledger key is <id>:call
-WEBHOOK = "api.webhook"  # outbox kind: POST a decision document to a caller's URL
 VIA = "http_api"
 MAX_WAIT = 60.0  # s a long poll may hold a request
 POLL = 1.0  # s between a waiter's looks at the database when nothing woke it
@@ -824,9 +824,6 @@ class ExternalRequests:
                              now: datetime) -> None:
         if rec.webhook_url is None:
             return
-        await tx.outbox.add(
-            kind=WEBHOOK, group_key=f"{WEBHOOK}:{rec.id}",
-            payload=compact_json({"run_id": rec.id, "token_id": rec.token_id,
-                                  "url": rec.webhook_url, "event": "decision",
-                                  "document": doc}),
-            now=now)
+        await queue(tx, Webhook(run_id=rec.id, token_id=rec.token_id, url=rec.webhook_url,
+                                event="decision", document=doc),
+                    group_key=f"{WEBHOOK}:{rec.id}", now=now)

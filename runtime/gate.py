@@ -18,7 +18,17 @@ from approvald.runtime.canonical import call_digest, compact_json
 from approvald.runtime.clock import Clock
 from approvald.runtime.ids import new_id, new_nonce
 from approvald.runtime.intake import Source, snapshot_digest
-from approvald.runtime.packet import edit_changes, impact_of, masked_packet
+from approvald.runtime.outbox_kinds import (
+    CARD_POST,
+    CardPost,
+    CardUpdate,
+    RequestMail,
+    mail_group,
+    mailed,
+    queue,
+    tell_mailed,
+)
+from approvald.runtime.packet import impact_of, masked_packet
 from approvald.runtime.policy import ApprovalPolicy, PolicyFile, Shadow
 from approvald.runtime.sensitive import Masking
 from approvald.runtime.state import AssistantMessage, ToolCall, ToolMessage
@@ -27,19 +37,8 @@ from approvald.runtime.vocabulary import outcome_details
 from approvald.store.records import ApprovalRecord, ExecutionRecord, RunRecord
 from approvald.store.repos import Tx
 
-# outbox kinds the delivery side understands
 # the words of a request's packet its card shows, recorded in its ``requested`` entry
 CARD_WORDS = ("doing", "code", "evidence", "impact", "why", "description")
-CARD_POST = "approval.requested"
-REQUEST_MAIL = "mail.request"  # a request mailed to its approvers (policy channels "email")
-# in the request mail's thread (its outbox group): what became of it, and its reminders
-OUTCOME_MAIL = "mail.outcome"
-REMINDER_MAIL = "mail.reminder"
-EDIT_MAIL = "mail.edited"  # its arguments were edited: who changed what, and what binds now
-CARD_UPDATE = "approval.updated"
-REMINDER = "approval.reminder"
-NOTICE = "tool.notice"
-RUN_WAITING = "run.waiting"  # a run started waiting (an outage, a rate limit, a backoff)
 
 # an outcome question has no deadline: silence must not resolve it either way
 QUESTION_TTL = timedelta(days=3650)
@@ -97,21 +96,6 @@ def shadow_details(shadow: Sequence[Shadow]) -> dict[str, Any]:
     return {"shadow": [s.record() for s in shadow]} if shadow else {}
 
 
-def mail_group(approval_id: str) -> str:
-    """The outbox group of a request's mails: its request mail first, then its thread."""
-    return f"{REQUEST_MAIL}:{approval_id}"
-
-
-async def mailed(tx: Tx, approval_ids: Sequence[str], *, given_up: bool = True) -> set[str]:
-    """Those of ``approval_ids`` whose request was mailed (or is on its way): by their
-    policy, or because Slack did not take their cards; with ``given_up=False`` not those
-    whose mail was given up (nobody got it: there is no thread to follow)."""
-    groups = await tx.outbox.groups_having(
-        REQUEST_MAIL, [mail_group(i) for i in approval_ids],
-        statuses=("pending", "delivered", "dead") if given_up else ("pending", "delivered"))
-    return {g.removeprefix(f"{REQUEST_MAIL}:") for g in groups}
-
-
 @dataclass(frozen=True)
 class Where:
     """Where a pending request can be decided now, as the database knows it (not as the
@@ -141,31 +125,6 @@ async def where(tx: Tx, a: ApprovalRecord) -> Where:
         last = rows[-1]
         card = {"pending": "queued", "dead": "given_up"}.get(last.status, "logged")
     return Where(a.id, card, mailed=was_mailed)
-
-
-async def tell_mailed(tx: Tx, approval_ids: Sequence[str], now: datetime) -> None:
-    """Requests just closed (decided anywhere, expired, escalated, cancelled): those that
-    were mailed get a follow-up in their mail's thread saying what became of them."""
-    for approval_id in sorted(await mailed(tx, approval_ids, given_up=False)):
-        await tx.outbox.add(kind=OUTCOME_MAIL, group_key=mail_group(approval_id),
-                            payload=compact_json({"approval_id": approval_id}), now=now)
-
-
-async def tell_edited(tx: Tx, a: ApprovalRecord, *, args: dict[str, Any], digest: str,
-                      by: str, via: str, mode: str, discarded: Sequence[str],
-                      now: datetime) -> None:
-    """An edit of ``a`` (to ``args``, digest ``digest``), by ``by`` through ``via``: if
-    ``a`` was mailed, its mail thread is told who changed what (masked where sensitive;
-    the payload holds nothing else of the arguments) and that the request now binds to
-    the new arguments."""
-    if not await mailed(tx, [a.id], given_up=False):
-        return
-    changes, more = edit_changes(a, a.effective_args(), args)
-    await tx.outbox.add(kind=EDIT_MAIL, group_key=mail_group(a.id), payload=compact_json({
-        "approval_id": a.id, "by": by, "via": via, "at": now.isoformat(), "mode": mode,
-        "previous_digest": a.effective_digest, "digest": digest,
-        "changes": [list(c) for c in changes], "more": more,
-        "discarded": list(discarded)}), now=now)
 
 
 def first_reminder(policy: ApprovalPolicy, requested_at: datetime, ttl: timedelta,
@@ -236,13 +195,11 @@ class Gate:
             tool_schema=identity.schema if identity is not None else None,
         )
         if card:  # (a request a standing approval approves as it is made has no card)
-            await tx.outbox.add(kind=CARD_POST, group_key=approval_id,
-                                payload=compact_json({"approval_id": approval_id}), now=now)
+            await queue(tx, CardPost(approval_id), group_key=approval_id, now=now)
             if (mail or "email" in policy.channels) and kind == "tool_call":
                 # (given up at its expiry: pointless after)
-                await tx.outbox.add(kind=REQUEST_MAIL, group_key=mail_group(approval_id),
-                                    payload=compact_json({"approval_id": approval_id}),
-                                    now=now, give_up_at=now + ttl)
+                await queue(tx, RequestMail(approval_id), group_key=mail_group(approval_id),
+                            now=now, give_up_at=now + ttl)
         # the source, the policy name it was resolved under and the digests of that policy
         # and of the file in force: an auditor can tell under which rules each request ran
         self.audit.record(
@@ -333,8 +290,7 @@ class Gate:
         said = said if isinstance(said, dict) else {}
         await tx.approvals.set_packet(approval.id, compact_json(
             {**said, "not_executed": reason, "cannot_run_question": question_id}))
-        await tx.outbox.add(kind=CARD_UPDATE, group_key=approval.id,
-                            payload=compact_json({"approval_id": approval.id}), now=now)
+        await queue(tx, CardUpdate(approval.id), group_key=approval.id, now=now)
         return question_id
 
     async def cancel_pending(self, tx: Tx, run_id: str, *, actor: str, via: str,
@@ -346,8 +302,7 @@ class Gate:
                                                               reason=reason)
         await tell_mailed(tx, [a.id for a in cancelled if a.kind == "tool_call"], now)
         for a in cancelled:
-            await tx.outbox.add(kind=CARD_UPDATE, group_key=a.id,
-                                payload=compact_json({"approval_id": a.id}), now=now)
+            await queue(tx, CardUpdate(a.id), group_key=a.id, now=now)
             self.audit.record(tx, at=now, action="cancelled", actor=actor, via=via,
                                 run_id=run_id, approval_id=a.id, digest=a.effective_digest,
                                 details={"tool": a.tool, "args": a.effective_args(),

@@ -37,15 +37,20 @@ from typing import Any, Protocol
 from approvald.runtime.audit import AuditTrail
 from approvald.runtime.canonical import compact_json
 from approvald.runtime.clock import Clock
-from approvald.runtime.errors import ApprovaldError
 from approvald.runtime.failpoints import failpoint
-from approvald.runtime.gate import (
+from approvald.runtime.outbox_kinds import (
+    APPROVAL_KINDS,
     CARD_POST,
     CARD_UPDATE,
+    DEAD_REPORT,
     REMINDER,
-    REQUEST_MAIL,
+    DeadReport,
+    RequestMail,
+    RetryLater,
+    Undeliverable,
     mail_group,
     mailed,
+    queue,
 )
 from approvald.runtime.owners import Owners
 from approvald.runtime.periodic import repeat
@@ -57,25 +62,10 @@ from approvald.store.repos import Tx
 
 log = logging.getLogger("approvald.outbox")
 
-DEAD_REPORT = "delivery.dead"  # outbox kind: tell ops that another row could not be delivered
 WINDOW = timedelta(hours=24)  # how long a row that is not about a live request keeps trying
-APPROVAL_KINDS = frozenset({CARD_POST, CARD_UPDATE, REMINDER})
-
-
-class RetryLater(ApprovaldError):
-    """The row could not be delivered now; try again later.
-
-    With ``after`` the far side said when (a rate limit's ``Retry-After``): that is a wait,
-    not a failure, and the row tries again exactly then. Without it the row backs off.
-    """
-
-    def __init__(self, message: str, *, after: float | None = None) -> None:
-        super().__init__(message)
-        self.after = after
-
-
-class Undeliverable(ApprovaldError):
-    """The row can never be delivered (bad channel, message too long): park it as dead."""
+# what a deliverer raises (declared with the kinds, in the outbox's contract)
+__all__ = ["WINDOW", "Deliverer", "DrainConfig", "OutboxDrain", "RetryLater", "Undeliverable",
+           "deadline", "give_up_time"]
 
 
 class Deliverer(Protocol):
@@ -245,9 +235,9 @@ class OutboxDrain:
                                           waited=waited):
                 return  # another worker took the row over; its try is the one that counts
             if dead and row.kind != DEAD_REPORT:  # a report that dies is only logged
-                await tx.outbox.add(kind=DEAD_REPORT, group_key=f"{DEAD_REPORT}:{row.id}",
-                                    payload=compact_json(self._report(row, error, waited)),
-                                    now=now, give_up_at=now + config.window)
+                await queue(tx, self._report(row, error, waited),
+                            group_key=f"{DEAD_REPORT}:{row.id}", now=now,
+                            give_up_at=now + config.window)
             if dead and row.kind == CARD_POST and config.mail_fallback:
                 await self._mail_instead(tx, row, now, because="card_dead", error=error)
             elif fallback is not None and now >= fallback:
@@ -290,9 +280,8 @@ class OutboxDrain:
             return
         if await mailed(tx, [a.id]):
             return  # mailed already (or on its way)
-        await tx.outbox.add(kind=REQUEST_MAIL, group_key=mail_group(a.id),
-                            payload=compact_json({"approval_id": a.id, "fallback": True}),
-                            now=now, give_up_at=a.expires_at)
+        await queue(tx, RequestMail(a.id, fallback=True), group_key=mail_group(a.id), now=now,
+                    give_up_at=a.expires_at)
         if self.audit is not None:
             self.audit.record(tx, at=now, action="mailed_instead", actor="system:outbox",
                               via="email", run_id=a.run_id, approval_id=a.id,
@@ -310,15 +299,12 @@ class OutboxDrain:
                         error[:200])
 
     @staticmethod
-    def _report(row: OutboxRecord, error: str, waited: bool) -> dict[str, Any]:
+    def _report(row: OutboxRecord, error: str, waited: bool) -> DeadReport:
         payload = row.payload_value()
-        report: dict[str, Any] = {"outbox_id": row.id, "kind": row.kind,
-                                  "attempts": row.attempts + 1, "waits": row.waits + waited,
-                                  "error": error[:500]}
-        for key in ("approval_id", "run_id", "call_id"):
-            if isinstance(payload.get(key), str):
-                report[key] = payload[key]
-        return report
+        about = {key: payload[key] for key in ("approval_id", "run_id", "call_id")
+                 if isinstance(payload.get(key), str)}
+        return DeadReport(outbox_id=row.id, dead_kind=row.kind, attempts=row.attempts + 1,
+                          waits=row.waits + waited, error=error[:500], **about)
 
     async def run(self, stop: asyncio.Event, *, interval: float = 1.0) -> None:
         """Drain until ``stop`` is set: at every wake-up, and every ``interval`` seconds."""

@@ -36,7 +36,7 @@ from approvald.runtime.errors import (
     StateVersionError,
 )
 from approvald.runtime.failpoints import failpoint
-from approvald.runtime.gate import RUN_WAITING, Gate, GateRequest, build_packet, shadow_details
+from approvald.runtime.gate import Gate, GateRequest, build_packet, shadow_details
 from approvald.runtime.intake import Intake, Source
 from approvald.runtime.ledger import (
     Executed,
@@ -51,6 +51,7 @@ from approvald.runtime.ledger import (
 )
 from approvald.runtime.limits import PayloadCap
 from approvald.runtime.metrics import DecidedRuns, Meter
+from approvald.runtime.outbox_kinds import Notice, RunWaiting, queue
 from approvald.runtime.outcomes import (
     Busy,
     Cancelled,
@@ -378,9 +379,9 @@ class Runner:
                             now: datetime, *, seq: int) -> None:
         # ``seq``: the run's events before it are told first (in its thread, where they
         # happened before the wait)
-        await tx.outbox.add(kind=RUN_WAITING, group_key=run_id, now=now,
-                            payload=compact_json({"run_id": run_id, "until": until.isoformat(),
-                                                  "reason": reason[:1000], "seq": seq}))
+        await queue(tx, RunWaiting(run_id=run_id, until=until.isoformat(),
+                                   reason=reason[:1000], seq=seq),
+                    group_key=run_id, now=now)
 
     async def _poisoned(self, run: RunRecord, owner: str, exc: Exception) -> Outcome:
         """An error that retrying the same way may not fix: back off, and after
@@ -660,14 +661,11 @@ class Runner:
                             rec=rec, tool=tool.name, digest=digest, args=args, policy=kind,
                             sensitive=paths, noted=shadow_details(shadow))
             if kind == "notify_after":
-                await tx.outbox.add(kind="tool.notice", group_key=live.run.id,
-                                    # ``seq``: the call's result is told at or after
-                                    # it, and the notice is told after the result
-                                    payload=compact_json({"run_id": live.run.id,
-                                                          "call_id": call.id,
-                                                          "args": args, "seq": live.seq,
-                                                          "sensitive": list(paths)}),
-                                    now=self.clock.now())
+                # ``seq``: the call's result is told at or after it, and the notice is
+                # told after the result
+                await queue(tx, Notice(run_id=live.run.id, call_id=call.id, args=args,
+                                       seq=live.seq, sensitive=list(paths)),
+                            group_key=live.run.id, now=self.clock.now())
 
         ctx = ToolContext(run_id=live.run.id, call_id=call.id,
                           idempotency_key=f"{live.run.id}:{call.id}",

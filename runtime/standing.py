@@ -52,9 +52,10 @@ from approvald.runtime.decide import Actor, Decision
 from approvald.runtime.decisions import Decisions
 from approvald.runtime.directory import Directory, DirectoryError, is_approver
 from approvald.runtime.errors import ApprovaldError
-from approvald.runtime.gate import CARD_UPDATE, Gate
+from approvald.runtime.gate import Gate
 from approvald.runtime.ids import new_id
 from approvald.runtime.intake import Source, policy_digest, snapshot_digest
+from approvald.runtime.outbox_kinds import CardUpdate, queue
 from approvald.runtime.policy import ApprovalPolicy, CallPolicy
 from approvald.runtime.scope import Scope
 from approvald.runtime.sensitive import mask_args
@@ -299,8 +300,7 @@ class StandingApprovals:
         """Queue an update of the card of the request a standing approval was granted on,
         which tells its grants and state (written with the change, so the card cannot miss
         it)."""
-        await tx.outbox.add(kind=CARD_UPDATE, group_key=approval_id,
-                            payload=compact_json({"approval_id": approval_id}), now=now)
+        await queue(tx, CardUpdate(approval_id), group_key=approval_id, now=now)
 
     async def get(self, standing_id: str) -> StandingRecord:
         """A standing approval by id or unambiguous id prefix (:func:`runtime.prefix.resolve`)."""

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar
 
 from aiohttp import web
+from approvald.bot import claude_code
 from approvald.bot.api import schemas
-from approvald.bot.hooks import claude_code
 from approvald.runtime import api_tokens, external
 from approvald.runtime.canonical import compact_json
 from approvald.runtime.engine import Engine
@@ -149,7 +149,7 @@ class Routes:
         # own listeners); none, without the setting
         self.webhook_hosts = webhook_hosts or WebhookHosts(())
         # arguments and a packet, or a result, each up to the payload cap, and their JSON
-        self.body_limit = 2 * engine.config.max_payload_bytes + 64 * 1024
+        self.body_limit = 2 * engine.max_payload_bytes + 64 * 1024
         # hook requests answered before their work ended (see claude_code)
         self._stragglers: set[asyncio.Future[Any]] = set()
 
@@ -180,7 +180,7 @@ class Routes:
         return guarded
 
     async def _token(self, request: web.Request) -> TokenRecord:
-        token = await api_tokens.from_header(self.e.db, request.headers.get("Authorization", ""))
+        token = await self.e.caller(request.headers.get("Authorization", ""))
         if token is None:
             raise ApiError(401, "unauthorized", "a valid bearer token is required "
                            "(Authorization: Bearer <token from `approvald tokens create`>)",
@@ -241,7 +241,7 @@ class Routes:
                 self.webhook_hosts.check_url(body.webhook_url)
             except WebhookRefused as exc:  # the operator's list: an authorization matter
                 raise ApiError(403, "webhook_not_allowed", f"webhook_url: {exc}") from None
-        doc, new = await self.e.external.create(token, NewRequest(
+        doc, new = await self.e.open_request(token, NewRequest(
             tool=body.tool, args=body.args,
             requested_by=body.requested_by or f"api:{token.name}",
             packet=body.packet.model_dump(exclude_none=True) if body.packet else {},
@@ -253,29 +253,29 @@ class Routes:
         return answer(doc, 201 if new else 200)
 
     async def read(self, request: web.Request, token: TokenRecord) -> web.StreamResponse:
-        return answer(await self.e.external.get(token, request.match_info["id"]))
+        return answer(await self.e.request_document(token, request.match_info["id"]))
 
     async def decision(self, request: web.Request, token: TokenRecord) -> web.StreamResponse:
         wait = self._seconds(request, DEFAULT_WAIT, external.MAX_WAIT)
-        return answer(await self.e.external.wait(token, request.match_info["id"],
-                                                 seconds=wait, stop=self.stop))
+        return answer(await self.e.wait_request(token, request.match_info["id"],
+                                                seconds=wait, stop=self.stop))
 
     async def result(self, request: web.Request, token: TokenRecord) -> web.StreamResponse:
         body: schemas.ReportResult = await self._body(request, schemas.ReportResult)
-        doc, new = await self.e.external.report(token, request.match_info["id"], Report(
+        doc, new = await self.e.report_request(token, request.match_info["id"], Report(
             status=body.status, args_digest=body.args_digest, result=body.result,
             error=body.error))
         return answer(doc, 201 if new else 200)
 
     async def claude_code(self, request: web.Request) -> web.StreamResponse:
         """Claude Code's HTTP hook: the event as the command hook reads it on stdin, the
-        answer as it prints (:mod:`bot.hooks.claude_code`), for the token's requester.
+        answer as it prints (:mod:`bot.claude_code`), for the token's requester.
 
         A missing or revoked token is a 401, another face's a 403. Past that, whatever
         stops a ``PreToolUse`` from being decided (an event too large, too deep, not UTF-8
         or not JSON, a ``wait`` out of range, a database that fails or does not answer, a
         bug) is a 200 deny saying why, and the answer comes within ``wait`` plus
-        :data:`~bot.hooks.contract.HTTP_MARGIN` seconds of the request, the token's check
+        :data:`~bot.claude_code_contract.HTTP_MARGIN` seconds of the request, the token's check
         included: Claude Code reads a non-2xx or late answer as a failed hook, which lets
         the call go ahead unless the hook's settings say ``"onFailure": "block"``. An
         event it cannot read is taken to be a ``PreToolUse`` (denied); a ``PostToolUse``

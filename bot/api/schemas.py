@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from approvald.bot.hooks import claude_code as hook
+from approvald.bot import claude_code as hook
 from approvald.runtime import external
 from approvald.runtime.api_tokens import SIGNATURE_HEADER, check_webhook_url
 from approvald.runtime.errors import ApprovaldError

@@ -8,15 +8,14 @@ from aiohttp import web
 from approvald.bot.api.routes import Routes
 from approvald.bot.api.webhooks import WebhookDeliverer
 from approvald.bot.config import Settings
+from approvald.runtime import api_tokens
 from approvald.runtime.api_tokens import WebhookKeys
 from approvald.runtime.engine import Engine
-from approvald.runtime.outbox import Deliverer
 
 
 def webhook_keys(settings: Settings) -> WebhookKeys | None:
     """The key webhook secrets are derived from (None without a long enough secret)."""
-    secret = settings.token_secret()
-    return WebhookKeys(secret) if secret and len(secret.encode()) >= 16 else None
+    return api_tokens.webhook_keys(settings.token_secret())
 
 
 class HttpApi:
@@ -29,10 +28,9 @@ class HttpApi:
         # where webhooks may go; serve adds the ports it binds (see WebhookHosts.add_own_port)
         self.webhook_hosts = settings.webhook_allowlist()
         self.routes = Routes(engine, stop=stop, webhook_hosts=self.webhook_hosts)
+        # its outbox rows (webhooks), on serve's drain
+        self.webhooks = WebhookDeliverer(engine, self.keys, hosts=self.webhook_hosts)
 
     def add_routes(self, app: web.Application) -> None:
         self.routes.add_to(app)
 
-    def deliverer(self, inner: Deliverer) -> Deliverer:
-        """``inner`` with webhook rows delivered here."""
-        return WebhookDeliverer(self.engine, inner, self.keys, hosts=self.webhook_hosts)

@@ -26,8 +26,7 @@ from approvald.bot.guarded_dns import GuardedResolver
 from approvald.runtime.api_tokens import SIGNATURE_HEADER, WebhookKeys, signature
 from approvald.runtime.canonical import compact_json
 from approvald.runtime.engine import Engine
-from approvald.runtime.external import WEBHOOK
-from approvald.runtime.outbox import Deliverer, RetryLater, Undeliverable
+from approvald.runtime.outbox_kinds import WEBHOOK, RetryLater, Undeliverable
 from approvald.runtime.webhook_hosts import WebhookHosts, WebhookRefused
 from approvald.store.records import OutboxRecord
 
@@ -44,12 +43,13 @@ def _retry_after(value: str | None) -> float:
 
 
 class WebhookDeliverer:
-    """Delivers webhook rows and hands every other row to ``inner`` (Slack, or the log)."""
+    """Delivers the HTTP API's outbox rows: decision webhooks."""
 
-    def __init__(self, engine: Engine, inner: Deliverer, keys: WebhookKeys | None, *,
+    kinds = frozenset({WEBHOOK})
+
+    def __init__(self, engine: Engine, keys: WebhookKeys | None, *,
                  hosts: WebhookHosts, timeout: float = TIMEOUT) -> None:
         self.e = engine
-        self.inner = inner
         self.keys = keys
         self.hosts = hosts
         self.timeout = timeout
@@ -57,8 +57,6 @@ class WebhookDeliverer:
         self.resolver: Callable[[], AbstractResolver] = DefaultResolver
 
     async def deliver(self, row: OutboxRecord) -> dict[str, Any] | None:
-        if row.kind != WEBHOOK:
-            return await self.inner.deliver(row)
         if self.keys is None:  # a setting someone can still fix: keep trying till then
             raise RetryLater("APPROVALD_SECRET is not set: webhooks cannot be signed")
         payload = row.payload_value()
@@ -68,7 +66,7 @@ class WebhookDeliverer:
         except WebhookRefused as exc:  # the setting changed since, or it predates it
             raise Undeliverable(f"webhook {url} refused: {exc}") from None
         body = compact_json(payload["document"]).encode("utf-8")
-        t = int(self.e.clock.now().timestamp())
+        t = int(self.e.now().timestamp())
         headers = {"Content-Type": "application/json", "User-Agent": "approvald",
                    SIGNATURE_HEADER: signature(self.keys.secret(payload["token_id"]), body, t),
                    "X-Approvald-Event": str(payload.get("event", "decision")),

@@ -102,8 +102,7 @@ def report_path(path: str) -> str:
 
 async def cmd_eval(s: Settings, a: argparse.Namespace) -> int:
     # runs nothing in APPROVALD_DATABASE_URL: every journey gets a scratch database
-    from approvald.bot.evals.dataset import load_dataset
-    from approvald.bot.evals.evaluate import evaluate, table
+    from approvald.bot.eval_run import load_dataset, run_dataset, table
     from approvald.bot.wiring import build_registry
     from approvald.store.scratch import ScratchDatabases
 
@@ -118,9 +117,10 @@ async def cmd_eval(s: Settings, a: argparse.Namespace) -> int:
         ledger = s.demo_ledger or str(scratch.dir / "ledger.jsonl")
         os.environ["APPROVALD_DEMO_LEDGER"] = ledger
         registry = build_registry(s.model_copy(update={"demo_ledger": ledger}))
-        report = await evaluate(dataset, agents=[registry.get(n) for n in registry.names()],
-                                databases=scratch.new, policy=registry.policy,
-                                ledger_path=ledger, agent_modules=s.agents or "")
+        report = await run_dataset(
+            dataset, agents=[registry.get(n) for n in registry.names()],
+            databases=scratch.new, policy=registry.policy, ledger_path=ledger,
+            agent_modules=s.agents or "")
     finally:
         if before is None:
             os.environ.pop("APPROVALD_DEMO_LEDGER", None)

@@ -1,6 +1,7 @@
 """``approvald hook``: the arguments of Claude Code's command hook (``hook claude-code``)
 and of its place in Claude Code's settings (``hook install claude-code``, ``hook check
-claude-code``); the commands themselves are :mod:`approvald.bot.hooks.command`'s. And the
+claude-code``); the commands themselves are :mod:`approvald.bot.hooks.command`'s (started
+through :mod:`approvald.bot.launch`). And the
 hook's kill switch (``hook disable|enable|status claude-code``). The hook runs for every
 tool call: this module imports only what building its parser needs.
 """
@@ -11,11 +12,12 @@ import argparse
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
+from approvald.bot import claude_code_contract as contract
+from approvald.bot import launch
 from approvald.bot.cli.argtypes import Subparsers, seconds
-from approvald.bot.hooks import command
 from approvald.runtime import switches
 
-DEFAULT_WAIT, MARGIN = command.DEFAULT_WAIT, command.MARGIN
+DEFAULT_WAIT, MARGIN = contract.DEFAULT_WAIT, contract.MARGIN
 
 if TYPE_CHECKING:
     from approvald.bot.config import Settings
@@ -101,18 +103,19 @@ def _where(p: argparse.ArgumentParser, verb: str) -> None:
 
 
 def claude_code(a: argparse.Namespace) -> int:
-    return command.claude_code(wait=a.wait, serve=a.serve, requested_by=a.requested_by,
-                               own_process=getattr(a, "own_process", False),
-                               with_engine=_with_engine)
+    return launch.claude_code_hook(wait=a.wait, serve=a.serve, requested_by=a.requested_by,
+                                   own_process=getattr(a, "own_process", False),
+                                   with_engine=_with_engine)
 
 
 def install(a: argparse.Namespace) -> int:
-    return command.install(scope=a.scope, wait=a.wait, requested_by=a.requested_by,
-                           serve=a.serve, http=a.http)
+    return launch.install_claude_code_hook(scope=a.scope, wait=a.wait,
+                                           requested_by=a.requested_by, serve=a.serve,
+                                           http=a.http)
 
 
 def check(a: argparse.Namespace) -> int:
-    return command.check(scope=a.scope)
+    return launch.check_claude_code_hook(scope=a.scope)
 
 
 async def _with_engine(settings: Settings, fn: Callable[[Engine], Awaitable[int]],

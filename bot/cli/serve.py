@@ -1,4 +1,5 @@
-"""``approvald serve``, ``sandbox`` and ``mcp-proxy``: the long-running processes.
+"""``approvald serve``, ``sandbox`` and ``mcp-proxy``: the long-running processes (built
+and run by :mod:`bot.serve` and :mod:`bot.launch`).
 
 The ``mcp`` SDK is imported only when ``mcp-proxy`` runs, so ``approvald`` without the
 ``mcp`` extra still works (and that command says what to install).
@@ -7,15 +8,11 @@ The ``mcp`` SDK is imported only when ``mcp-proxy`` runs, so ``approvald`` witho
 from __future__ import annotations
 
 import argparse
-import shlex
 
 from approvald.bot.cli.common import Subparsers, UsageError, port
 from approvald.bot.config import Settings
-from approvald.bot.install import install_command
-from approvald.bot.wiring import build_engine, open_database
-from approvald.runtime.errors import ApprovaldError, ConfigError
+from approvald.runtime.errors import ApprovaldError
 from approvald.runtime.identity import InvalidIdentity, normalize_user_id
-from approvald.store.wakeups import Wakeups
 
 
 def register(sub: Subparsers) -> None:
@@ -77,58 +74,31 @@ async def cmd_serve(s: Settings, a: argparse.Namespace) -> int:
 
 
 async def cmd_sandbox(s: Settings, a: argparse.Namespace) -> int:
-    if a.slack_only:
-        from approvald.bot.sandbox.server import run_forever
+    from approvald.bot import launch
 
+    if a.slack_only:
         try:
-            await run_forever(host=a.host, port=a.port)
+            await launch.slack_only_sandbox(host=a.host, port=a.port)
         except OSError as exc:
             raise UsageError(f"approvald sandbox: cannot listen on {a.host}:{a.port}: "
                              f"{exc.strerror or exc}") from None
         return 0
-    from approvald.bot.sandbox.workspace import run_sandbox
-
-    return await run_sandbox(s, host=a.host, port=a.port)
+    return await launch.sandbox(s, host=a.host, port=a.port)
 
 
 async def cmd_mcp_proxy(s: Settings, a: argparse.Namespace) -> int:
+    from approvald.bot import launch
+
     command = list(a.command)
     if command and command[0] == "--":
         command = command[1:]
     if not command:
         raise ApprovaldError("mcp-proxy: name the MCP server to launch after --, e.g. "
                              "approvald mcp-proxy --name files -- npx server-filesystem /tmp")
-    try:
-        from approvald.bot.mcp.gateway import Gateway
-        from approvald.bot.mcp.proxy import Proxy
-    except ImportError as exc:
-        raise ConfigError(f"mcp-proxy needs the MCP SDK: {install_command('mcp')} "
-                          f"({exc})") from None
     requested_by = f"mcp:{a.name}"
     if a.requested_by:
         try:
             requested_by = normalize_user_id(a.requested_by)
         except InvalidIdentity as exc:
             raise ApprovaldError(f"--requested-by: {exc}") from None
-    db = await open_database(s)
-    engine = build_engine(s, db)
-    await engine.note_policy()
-
-    # on PostgreSQL, serve hears of new requests, and this process of decisions, at once
-    # (on SQLite both sides poll)
-    def woken(kind: str, key: str) -> None:
-        if kind == "decided" and key:
-            engine.external.wake(key)
-
-    wakeups = Wakeups(db, origin=engine.owner, on_signal=woken)
-    engine.on_opened(lambda approval_id: wakeups.publish("opened", approval_id))
-    engine.on_outbox(lambda: wakeups.publish("outbox"))
-    try:
-        await wakeups.start()
-        gateway = Gateway(engine, name=a.name, requested_by=requested_by,
-                          server=shlex.join(command))
-        await Proxy(gateway, command).serve()
-    finally:
-        await wakeups.close()
-        await db.close()
-    return 0
+    return await launch.mcp_proxy(s, name=a.name, requested_by=requested_by, command=command)

@@ -6,11 +6,11 @@ import argparse
 import json
 from typing import Any
 
-from approvald.bot.api.service import webhook_keys
 from approvald.bot.cli.common import JSON, Subparsers, operator
 from approvald.bot.config import Settings
 from approvald.bot.wiring import open_database
 from approvald.runtime import api_tokens
+from approvald.runtime.api_tokens import webhook_keys
 from approvald.runtime.audit import AuditKey, AuditTrail
 from approvald.runtime.clock import Clock, FileClock, SystemClock
 from approvald.runtime.errors import ConfigError
@@ -70,7 +70,7 @@ def _row(t: TokenRecord) -> dict[str, Any]:
 
 
 async def cmd_create(s: Settings, a: argparse.Namespace) -> int:
-    keys = webhook_keys(s)
+    keys = webhook_keys(s.token_secret())
     if keys is None:
         raise ConfigError("APPROVALD_SECRET is not set or shorter than 16 characters "
                           "(the key webhook secrets are derived from)")

@@ -6,10 +6,10 @@ The hook runs for every tool call, so importing this costs next to nothing: the 
 starts its clock and its watchdog (:mod:`.process`) first, then reads the event (bytes,
 decoded as UTF-8 whatever the locale says), then either hands it to a running ``serve``
 (``--serve URL``, :mod:`.handoff`: the standard library only, milliseconds) or decides
-here (:mod:`.claude_code`: importing the engine and opening the database). Whatever
-happens, it answers within ``--wait`` plus :data:`~.contract.MARGIN`: the decision, or a
-deny saying why; never an allow it did not decide, never an exit status Claude Code
-reads as "go ahead".
+here (:mod:`approvald.bot.claude_code`: importing the engine and opening the database).
+Whatever happens, it answers within ``--wait`` plus
+:data:`~approvald.bot.claude_code_contract.MARGIN`: the decision, or a deny saying why;
+never an allow it did not decide, never an exit status Claude Code reads as "go ahead".
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from approvald.bot.hooks.contract import (
+from approvald.bot.claude_code_contract import (
     DEFAULT_WAIT,
     HTTP_MARGIN,
     MARGIN,
@@ -188,7 +188,7 @@ def _decide_here(a: _Options, event: HookEvent, answer: Answer,
 
 async def _decide(settings: Settings, a: _Options, event: HookEvent,
                   requested_by: str, answer: Answer, started: float) -> int:
-    from approvald.bot.hooks.claude_code import ClaudeCodeHook
+    from approvald.bot.claude_code import ClaudeCodeHook
 
     pre = event.event == PRE
 

@@ -22,7 +22,7 @@ import time
 from typing import Any, NamedTuple
 from urllib.parse import quote, urlsplit
 
-from approvald.bot.hooks.contract import PRE
+from approvald.bot.claude_code_contract import PRE
 
 TOKEN_VARIABLE = "APPROVALD_HOOK_TOKEN"
 # read here, not through approvald's settings: the fast path does not load them

@@ -23,7 +23,7 @@ import threading
 import time
 from typing import BinaryIO, TextIO
 
-from approvald.bot.hooks.contract import MAX_EVENT
+from approvald.bot.claude_code_contract import MAX_EVENT
 
 LINGER = 1.0  # seconds the process may take to tidy up once it has answered
 

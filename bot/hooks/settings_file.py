@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from approvald.bot.hooks.contract import (
+from approvald.bot.claude_code_contract import (
     DEFAULT_WAIT,
     EVENTS,
     MARGIN,

@@ -182,7 +182,7 @@ class Gateway(CallerGate):
                         mask_text(repr(task.exception())))
 
     async def _closed(self, token: TokenRecord, tool: str, rid: str) -> Refused:
-        doc = await self.e.external.get(token, rid)
+        doc = await self.e.request_document(token, rid)
         if doc["result"] is not None:
             return Refused("ran", f"approvald: request {rid} for {tool} already ran, for "
                            "another call of this gateway, which received its result "
@@ -208,8 +208,8 @@ class Gateway(CallerGate):
         report what came of it."""
         rid = str(doc["id"])
         try:
-            await self.e.external.start(token, rid, args_digest=doc["effective_digest"],
-                                        owner=lease_id(self.owner))
+            await self.e.start_request(token, rid, args_digest=doc["effective_digest"],
+                                       owner=lease_id(self.owner))
         except ExternalError as exc:
             return self._not_started(tool, rid, exc)
         # an exception here (the server gone mid-call, a cancellation at shutdown) is left
@@ -225,13 +225,13 @@ class Gateway(CallerGate):
         rep = Report(status_, doc["effective_digest"], record, error)
         try:
             try:
-                await self.e.external.record_report(token, rid, rep)
+                await self.e.report_request(token, rid, rep)
             except PayloadTooLarge:
                 text = compact_json(record)
                 rep = Report(status_, doc["effective_digest"],
                              {"truncated": True, "chars": len(text),
                               "start": text[:RESULT_SUMMARY]}, error)
-                await self.e.external.record_report(token, rid, rep)
+                await self.e.report_request(token, rid, rep)
         except Exception:  # the client still gets its answer; the log says what is missing
             log.exception("could not record the result of request %s: its ledger row stays "
                           "'started' (outcome unknown)", rid)

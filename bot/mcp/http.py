@@ -156,7 +156,7 @@ class HttpGateway:
                               f"{type(first).__name__}: {first}") from None
         self.upstream = Upstream(client, self.name, url=c.url)
         await self.upstream.learn_revisions()
-        await self.upstream.check_rules(Source("mcp", self.name), self.e.registry.policy)
+        await self.upstream.check_rules(Source("mcp", self.name), self.e.policy_file())
         info = client.server_info
         server: Server[Any] = Server(
             f"approvald-{self.name}", version=info.version if info else "",
@@ -288,7 +288,7 @@ class HttpGateways:
         g = self.gateways.get(request.match_info["name"])
         if g is None or g.manager is None:
             return _error(404, "unknown_gateway", f"no MCP gateway is served at {request.path}")
-        token = await api_tokens.from_header(self.e.db, request.headers.get("Authorization", ""))
+        token = await self.e.caller(request.headers.get("Authorization", ""))
         if token is None:
             return _error(401, "unauthorized", "a valid bearer token is required "
                           f"(`approvald tokens create NAME --face {g.face} --requested-by U…`)",

@@ -63,7 +63,7 @@ class Proxy:
     async def _serve(self) -> None:
         async with Client(self.params, cache=None) as client:
             self.upstream = Upstream(client, self.gateway.name)
-            await self.upstream.check_rules(self.gateway.source, self.gateway.e.registry.policy)
+            await self.upstream.check_rules(self.gateway.source, self.gateway.e.policy_file())
             upstream = client
             info = upstream.server_info
             server: Server[Any] = Server(

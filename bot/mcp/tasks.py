@@ -137,7 +137,7 @@ class Tasks:
     async def cancel(self, gateway: Gateway, token: TokenRecord,
                      params: TaskParams) -> dict[str, Any]:
         rid = self.ids.request_of(token, params.task_id)
-        doc = await gateway.e.external.get(await gateway.token(), rid)
+        doc = await gateway.e.request_document(await gateway.token(), rid)
         if doc["status"] in OPEN:
             try:
                 await gateway.e.cancel(rid, actor=Actor(gateway.requested_by, "mcp"),
@@ -165,7 +165,7 @@ class Tasks:
         """The task of request ``rid`` as it stands (a DetailedTask); an approved call
         nobody has run yet is run now."""
         own = await gateway.token()
-        doc = await gateway.e.external.get(own, rid)
+        doc = await gateway.e.request_document(own, rid)
         task = self._task(token, rid, doc)
         if doc["status"] in OPEN:
             return {**task, "status": "working",
@@ -182,7 +182,7 @@ class Tasks:
         outcome = await gateway.collect(own, str(doc["tool"]), doc,
                                         self.upstream.forward(str(doc["tool"])))
         # it changed as it ran: its last update is when its result was recorded
-        task = self._task(token, rid, await gateway.e.external.get(own, rid))
+        task = self._task(token, rid, await gateway.e.request_document(own, rid))
         if isinstance(outcome, Ran) and isinstance(outcome.value, MCPError):
             text = f"{doc['tool']} failed: {outcome.value.message}"
             return {**task, "status": "completed", "statusMessage": text,

@@ -20,8 +20,8 @@ from datetime import UTC, datetime
 from email.utils import make_msgid
 
 from approvald.bot.sandbox import render
-from approvald.bot.web.mail import Mail
 from approvald.runtime.clock import Clock
+from approvald.runtime.outbox_kinds import Mail
 
 KEEP = 200
 _URL = re.compile(r"https?://[^\s<>\"']+")

@@ -3,9 +3,11 @@
 HTTP mode (``SLACK_SIGNING_SECRET``): events, interactivity and the slash command arrive
 at ``POST /slack/events``. The signature and timestamp are checked on the raw bytes before
 anything parses the body: an unauthenticated request gets 401 and is never parsed, an
-authenticated one that does not parse gets 400, neither reaches a listener (bolt checks
-the signature again when it dispatches). Socket Mode (``SLACK_APP_TOKEN``): the app
-dials out over a websocket, no public URL needed. Web API calls go to ``SLACK_API_URL``.
+authenticated one that does not parse gets 400, neither reaches a listener. That check is
+the only one (:mod:`.transport`): the app is built with bolt's documented switch for a
+check made in front of it, ``request_verification_enabled=False``. Socket Mode
+(``SLACK_APP_TOKEN``): the app dials out over a websocket, no public URL needed. Web API
+calls go to ``SLACK_API_URL``.
 
 Starting binds the HTTP listener (a local act) and nothing else; :meth:`SlackService.connect`
 then checks the bot token with ``auth.test`` and, in Socket Mode, opens the websocket, in
@@ -17,31 +19,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import hmac
 import logging
 import os
 import random
-import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
 from aiohttp import web
 from approvald.bot.config import Settings
 from approvald.bot.http_log import quiet_malformed_requests
-from approvald.bot.slack.body import parse_body
 from approvald.bot.slack.delivery import SlackDeliverer
 from approvald.bot.slack.directory import SlackDirectory
 from approvald.bot.slack.handlers import Handlers
 from approvald.bot.slack.threads import ThreadFollower
+from approvald.bot.slack.transport import RawBodyVerifier, events_handler
 from approvald.runtime.engine import Engine
 from approvald.runtime.errors import ConfigError
-from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.async_app import AsyncApp
-from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_sdk.errors import SlackApiError
-from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
 if TYPE_CHECKING:  # imported where it is used: only Socket Mode needs it
@@ -49,14 +45,6 @@ if TYPE_CHECKING:  # imported where it is used: only Socket Mode needs it
 
 log = logging.getLogger("approvald.slack")
 MAX_REQUEST_BYTES = 1024 * 1024  # Slack's own payloads are far smaller; refuse floods
-# Slack's timestamp is Unix seconds in ASCII digits; anything else (a sign, spaces, other
-# scripts' digits, thousands of digits that int() refuses) is simply not a valid request
-_TIMESTAMP = re.compile(r"[0-9]{1,16}")
-# slack_sdk's compare_digest raises on non-ASCII text, so the shape is checked first
-_SIGNATURE = re.compile(r"v0=[0-9a-f]{64}")
-# What parsing a signed but malformed body can raise, in bolt's parse_body (json, form) or in
-# the context it extracts from the parsed body (a list or a string where a dict belongs)
-_UNPARSEABLE = (ValueError, TypeError, AttributeError, LookupError, RecursionError)
 # Slack's answers that refuse a token outright: no retry can fix them, a person must
 REFUSED = frozenset({"invalid_auth", "not_authed", "token_revoked", "account_inactive",
                      "token_expired", "not_allowed_token_type"})
@@ -144,42 +132,6 @@ def _socket_logger() -> logging.Logger:
     return logger
 
 
-class _RawBodyVerifier(SignatureVerifier):
-    """slack_sdk's verifier (timestamp window, constant-time compare) over the raw bytes.
-
-    slack_sdk decodes a bytes body as UTF-8 before hashing and raises on one that is not;
-    Slack signs the bytes, so those are hashed as they are, and an authentic body that is
-    not UTF-8 is told apart from a forged one (400, not 401).
-    """
-
-    def generate_signature(self, *, timestamp: str, body: str | bytes) -> str | None:
-        if isinstance(body, bytes):
-            try:
-                body.decode("utf-8")
-            except UnicodeDecodeError:
-                base = b"v0:" + timestamp.encode("ascii") + b":" + body
-                digest = hmac.new(self.signing_secret.encode(), base, hashlib.sha256)
-                return f"v0={digest.hexdigest()}"
-        return super().generate_signature(timestamp=timestamp, body=body)
-
-
-def authentic(verifier: SignatureVerifier | None, body: bytes,
-              headers: Mapping[str, str]) -> bool:
-    """Whether ``body`` is signed by Slack under a timestamp within five minutes.
-
-    The window is slack_sdk's, either way, on the system clock that bolt's own check uses.
-    Reads only the two headers and hashes the bytes: nothing here parses the body, so an
-    unauthenticated request costs one HMAC whatever it holds.
-    """
-    timestamp = headers.get("X-Slack-Request-Timestamp")
-    signature = headers.get("X-Slack-Signature")
-    if verifier is None or timestamp is None or signature is None:
-        return False
-    if not _TIMESTAMP.fullmatch(timestamp) or not _SIGNATURE.fullmatch(signature):
-        return False
-    return verifier.is_valid(body=body, timestamp=timestamp, signature=signature)
-
-
 class SlackWeb:
     """The Slack Web API as one process uses it: its client, the directory of user groups
     read through it (made before the engine, which takes the directory), and one pooled
@@ -226,7 +178,9 @@ class SlackService:
             client=self.client,
             logger=_bolt_logger(),
             signing_secret=None if secret is None else secret.get_secret_value(),
-            request_verification_enabled=not socket or secret is not None,
+            # the signature of an HTTP request is checked once, on its raw bytes, in front
+            # of the app (bot/slack/transport.py): bolt's documented switch for that case
+            request_verification_enabled=False,
             # listeners ack, then hand their work to tasks (see bot/slack/handlers.py): the
             # response goes out as soon as the listener returns, with no polling for it
             process_before_response=True,
@@ -254,33 +208,8 @@ class SlackService:
         # route, and the fix it points at (set SLACK_SIGNING_SECRET) is the one that makes
         # HTTP events work. Socket Mode does not serve this route in the first place.
         secret = self.settings.slack_signing_secret
-        verifier = None if secret is None else _RawBodyVerifier(secret.get_secret_value())
-
-        async def events(request: web.Request) -> web.StreamResponse:
-            raw = await request.read()  # past client_max_size aiohttp answers 413 itself
-            if not authentic(verifier, raw, request.headers):
-                log.debug("refused a Slack request without a valid signature")
-                return web.json_response({"ok": False, "error": "invalid signature"},
-                                         status=401)
-            # Authentic from here on: only now is the body decoded and parsed
-            try:
-                body = parse_body(raw.decode("utf-8"), request.content_type)
-                if not isinstance(body, dict):
-                    raise TypeError("not a JSON object or a form")
-                # bolt takes a parsed body only as a Socket Mode request; its own signature
-                # check, which that skips, is the one authentic() just made. Its headers are
-                # a plain dict: names lowercased, a repeated header's last value (what bolt
-                # made of the multidict itself)
-                headers: dict[str, str | Sequence[str]] = {
-                    name.lower(): value for name, value in request.headers.items()}
-                bolt_request = AsyncBoltRequest(body=body, query=request.query_string,
-                                                headers=headers, mode="socket_mode")
-            except _UNPARSEABLE as exc:  # no traceback: the body is the sender's fault
-                log.warning("a signed Slack request did not parse: %s", type(exc).__name__)
-                return web.json_response({"ok": False, "error": "malformed request"},
-                                         status=400)
-            resp = await self.app.async_dispatch(bolt_request)
-            return await to_aiohttp_response(resp)
+        verifier = None if secret is None else RawBodyVerifier(secret.get_secret_value())
+        events = events_handler(self.app, verifier)
 
         async def health(_request: web.Request) -> web.StreamResponse:
             # the durable parts run whether or not Slack is reachable: this stays ok

@@ -24,12 +24,21 @@ from typing import Any
 import aiohttp
 from approvald.bot.metrics import slack_method
 from approvald.bot.slack import cards, messages, texts
+from approvald.bot.slack.log_delivery import SLACK_KINDS
 from approvald.bot.slack.mrkdwn import clause, clip, code_span, safe_cut, slack_date
-from approvald.runtime.audit import HEAD_POST
 from approvald.runtime.engine import Engine
-from approvald.runtime.gate import CARD_POST, CARD_UPDATE, NOTICE, REMINDER, RUN_WAITING
 from approvald.runtime.ids import is_external
-from approvald.runtime.outbox import DEAD_REPORT, RetryLater, Undeliverable
+from approvald.runtime.outbox_kinds import (
+    CARD_POST,
+    CARD_UPDATE,
+    DEAD_REPORT,
+    HEAD_POST,
+    NOTICE,
+    REMINDER,
+    RUN_WAITING,
+    RetryLater,
+    Undeliverable,
+)
 from approvald.runtime.policy import ApprovalPolicy
 from approvald.runtime.sensitive import Masking
 from approvald.store.records import ApprovalRecord, OutboxRecord
@@ -95,6 +104,10 @@ def classify(exc: BaseException) -> Exception:
 
 
 class SlackDeliverer:
+    """The Slack face's outbox rows (:data:`SLACK_KINDS`) -> Slack Web API calls."""
+
+    kinds = SLACK_KINDS
+
     def __init__(self, engine: Engine, client: AsyncWebClient, *, channel: str,
                  ops_channel: str, audit_channel: str | None = None) -> None:
         self.e = engine

@@ -16,8 +16,9 @@ A standing approval ("Approve, and calls like this…") is granted from its moda
 other decision: the request's approval and the standing approval are both committed
 before the submission is acknowledged; Revoke and Grant too on the App Home are committed
 before their ack, and the Home is drawn again saying what happened.
-Identity comes only from Slack's signed payload (bolt verified the
-signature before any listener runs). A refused click changes nothing and gets an
+Identity comes only from Slack's signed payload (its signature was
+checked on the raw bytes before bolt saw the request: :mod:`.transport`; in Socket Mode,
+Slack's own websocket carries it). A refused click changes nothing and gets an
 ephemeral explanation; the card itself is updated through the outbox.
 """
 

@@ -10,13 +10,30 @@ import json
 import logging
 from typing import Any
 
+from approvald.runtime.outbox_kinds import (
+    CARD_POST,
+    CARD_UPDATE,
+    DEAD_REPORT,
+    HEAD_POST,
+    NOTICE,
+    REMINDER,
+    RUN_WAITING,
+)
 from approvald.runtime.sensitive import Masking
 from approvald.store.records import OutboxRecord
 
 log = logging.getLogger("approvald.delivery")
 
+# the outbox kinds the Slack face delivers (and, without Slack, this log in its place)
+SLACK_KINDS = frozenset({CARD_POST, CARD_UPDATE, REMINDER, NOTICE, RUN_WAITING, HEAD_POST,
+                         DEAD_REPORT})
+
 
 class LogDeliverer:
+    """The Slack face's rows as log lines, when no Slack app is configured."""
+
+    kinds = SLACK_KINDS
+
     def __init__(self) -> None:
         self.delivered: list[OutboxRecord] = []
 

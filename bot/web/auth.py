@@ -47,12 +47,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from approvald.bot.web.mail import SIGN_IN_MAIL
 from approvald.bot.web.refusals import ANONYMOUS, Refusals
 from approvald.runtime.audit import AuditTrail
-from approvald.runtime.canonical import compact_json
 from approvald.runtime.clock import Clock
 from approvald.runtime.ids import new_id
+from approvald.runtime.outbox_kinds import SIGN_IN_MAIL, SignInMail, queue
 from approvald.store.db import Database
 from approvald.store.repos import Tx
 from approvald.store.repos.web import LinkRecord, SessionRecord
@@ -175,9 +174,9 @@ class WebAuth:
                 return False
             await tx.web.add_link(id=link_id, token_hash=sha256(token), user_id=user,
                                   email=email, created_at=now, expires_at=now + LINK_TTL)
-            await tx.outbox.add(kind=SIGN_IN_MAIL, group_key=f"{SIGN_IN_MAIL}:{link_id}",
-                                payload=compact_json({"link_id": link_id, "user": user}),
-                                now=now, give_up_at=now + LINK_TTL)
+            await queue(tx, SignInMail(link_id=link_id, user=user),
+                        group_key=f"{SIGN_IN_MAIL}:{link_id}", now=now,
+                        give_up_at=now + LINK_TTL)
             self.audit.record(tx, at=now, action="web_link_sent", actor=user, via=VIA,
                               details={"link": link_id, "to": email,
                                        "expires_at": (now + LINK_TTL).isoformat()})

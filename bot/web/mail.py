@@ -27,17 +27,16 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from email.message import EmailMessage
 from email.utils import formataddr, make_msgid
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 from urllib.parse import unquote, urlsplit
 
 import aiosmtplib
-from approvald.runtime.outbox import Deliverer, RetryLater, Undeliverable
+from approvald.runtime.outbox_kinds import MAIL_KINDS, Mail, MailSender, RetryLater, Undeliverable
 from approvald.store.records import OutboxRecord
 
 log = logging.getLogger("approvald.mail")
 Tls = Literal["starttls", "implicit", "none"]
 
-SIGN_IN_MAIL = "mail.signin"  # outbox kind: a sign-in link for the web review queue
 TIMEOUT = 30.0  # s for one try
 # scheme -> (default port, how TLS is had): STARTTLS required, TLS from the first byte,
 # or none (only where the operator named it so: see SmtpTarget.parse)
@@ -107,30 +106,6 @@ class SmtpTarget:
     def where(self) -> str:
         return f"{self.host}:{self.port}" if ":" not in self.host \
             else f"[{self.host}]:{self.port}"
-
-
-@dataclass(frozen=True)
-class Mail:
-    """One message: ``to`` is its To header; ``bcc``, when given, are its envelope
-    recipients instead (approvers do not see each other's addresses)."""
-
-    to: str
-    subject: str
-    text: str
-    bcc: tuple[str, ...] = ()
-    # a follow-up: the Message-ID of the mail it answers (In-Reply-To and References)
-    in_reply_to: str | None = None
-
-
-class MailSender(Protocol):
-    """What sends a mail: :class:`Mailer` (SMTP), or the sandbox's mailbox."""
-
-    sender: str  # the From address
-
-    async def send(self, mail: Mail) -> str:
-        """Send ``mail``; its Message-ID. RetryLater / Undeliverable as the outbox reads
-        them."""
-        ...
 
 
 class Mailer:
@@ -234,19 +209,18 @@ def _tls_reason(exc: ssl.SSLError) -> str:
 
 
 class MailDeliverer:
-    """Delivers ``mail.*`` rows (composed by ``compose``) and hands every other row to
-    ``inner``."""
+    """Delivers the mail rows (:data:`~approvald.runtime.outbox_kinds.MAIL_KINDS`), each
+    composed by ``compose``."""
 
-    def __init__(self, inner: Deliverer, mailer: MailSender | None,
+    kinds = MAIL_KINDS
+
+    def __init__(self, mailer: MailSender | None,
                  compose: Callable[[OutboxRecord], Awaitable[Mail | None]]) -> None:
-        self.inner = inner
         self.mailer = mailer
         # the mail a row asks for (None: nothing left to send); Undeliverable: never
         self.compose = compose
 
     async def deliver(self, row: OutboxRecord) -> dict[str, Any] | None:
-        if not row.kind.startswith("mail."):
-            return await self.inner.deliver(row)
         if self.mailer is None:  # a setting someone can still fix: keep trying till then
             raise RetryLater("APPROVALD_SMTP_URL and APPROVALD_MAIL_FROM are not set: "
                              "mail cannot be sent")

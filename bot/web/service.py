@@ -10,27 +10,24 @@ from aiohttp import web
 from approvald.bot.config import Settings
 from approvald.bot.web import pages
 from approvald.bot.web.auth import WebAuth, WebKeys
-from approvald.bot.web.mail import (
-    SIGN_IN_MAIL,
-    Mail,
-    MailDeliverer,
-    Mailer,
-    MailSender,
-    NoTls,
-)
+from approvald.bot.web.mail import MailDeliverer, Mailer, NoTls
 from approvald.bot.web.routes import WebRoutes
 from approvald.bot.web.slack_sign_in import SlackOpenId
 from approvald.runtime.decide import Actor
 from approvald.runtime.engine import Engine
 from approvald.runtime.errors import ConfigError, DecisionRefused, Refusal
-from approvald.runtime.gate import (
+from approvald.runtime.outbox_kinds import (
     EDIT_MAIL,
     OUTCOME_MAIL,
     REMINDER_MAIL,
     REQUEST_MAIL,
+    SIGN_IN_MAIL,
+    Mail,
+    MailSender,
+    RetryLater,
+    Undeliverable,
     mail_group,
 )
-from approvald.runtime.outbox import Deliverer, RetryLater, Undeliverable
 from approvald.store.records import ApprovalRecord, OutboxRecord
 
 MIN_SECRET = 16
@@ -104,9 +101,9 @@ class WebFace:
             return
         log.info("mail: SMTP server %s checked: %s", where, how)
 
-    def deliverer(self, inner: Deliverer) -> Deliverer:
-        """``inner`` with mail rows delivered here."""
-        return MailDeliverer(inner, self.mailer, self.compose)
+    def deliverer(self) -> MailDeliverer:
+        """The web face's outbox rows: the mails (sent when a mailer is set)."""
+        return MailDeliverer(self.mailer, self.compose)
 
     async def compose(self, row: OutboxRecord) -> Mail | None:
         """The mail a row asks for; None when there is nothing left to send."""

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 from approvald.runtime.clock import ManualClock
-from approvald.runtime.outbox import DrainConfig, Undeliverable
+from approvald.runtime.outbox import DrainConfig
+from approvald.runtime.outbox_kinds import Undeliverable
 from approvald.store.records import OutboxRecord
 
 from tests.helpers import START, Cli, make_cli

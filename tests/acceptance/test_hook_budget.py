@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from approvald.bot.hooks.contract import MARGIN
+from approvald.bot.claude_code_contract import MARGIN
 
 from tests.helpers import APPROVALD, Cli, silent_server
 

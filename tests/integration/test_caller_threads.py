@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 from approvald.bot.api.service import webhook_keys
+from approvald.bot.claude_code import ClaudeCodeHook, HookEvent
 from approvald.bot.config import Settings
-from approvald.bot.hooks.claude_code import ClaudeCodeHook, HookEvent
 from approvald.runtime import api_tokens
 from approvald.runtime.external import NewRequest
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from approvald.bot.hooks.contract import HTTP_MARGIN
+from approvald.bot.claude_code_contract import HTTP_MARGIN
 
 from tests.helpers import APPROVALD, Cli, silent_server
 from tests.integration.adapter_helpers import approve_in_slack, audit_actions, pending_request

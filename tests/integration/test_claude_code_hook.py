@@ -1,4 +1,4 @@
-"""``approvald hook claude-code`` (bot.hooks.claude_code): Claude Code's PreToolUse and
+"""``approvald hook claude-code`` (bot.claude_code): Claude Code's PreToolUse and
 PostToolUse events, gated under the operator's policy for ``hook:claude-code/<tool>``.
 
 In this process (the decisions made through the engine, as a Slack click's handler makes
@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from approvald.bot.hooks.claude_code import ClaudeCodeHook, HookEvent, HookEventError
+from approvald.bot.claude_code import ClaudeCodeHook, HookEvent, HookEventError
 from approvald.bot.slack import cards, messages
 from approvald.runtime import api_tokens, binding, switches
 from approvald.runtime.canonical import call_digest

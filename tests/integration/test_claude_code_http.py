@@ -18,8 +18,8 @@ from typing import Any
 import aiohttp
 import asyncpg
 import pytest
+from approvald.bot import claude_code
 from approvald.bot.api.service import webhook_keys
-from approvald.bot.hooks import claude_code
 from approvald.runtime import api_tokens
 
 from tests.integration.adapter_helpers import (

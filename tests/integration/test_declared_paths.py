@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from approvald.bot import documents
-from approvald.bot.hooks.claude_code import ClaudeCodeHook
+from approvald.bot.claude_code import ClaudeCodeHook
 from approvald.bot.mcp.gateway import Gateway, Ran
 from approvald.bot.slack import cards
 from approvald.bot.web import pages

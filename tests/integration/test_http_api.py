@@ -23,7 +23,7 @@ from approvald.bot.slack import cards
 from approvald.runtime import api_tokens, binding, external
 from approvald.runtime.canonical import call_digest
 from approvald.runtime.clock import ManualClock
-from approvald.runtime.external import WEBHOOK
+from approvald.runtime.outbox_kinds import WEBHOOK
 from approvald.store.records import OutboxRecord
 
 from tests.helpers import InProcessCli

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from approvald.bot.web.mail import Mail, Mailer, SmtpTarget
+from approvald.bot.web.mail import Mailer, SmtpTarget
 from approvald.runtime.clock import ManualClock
-from approvald.runtime.outbox import RetryLater
+from approvald.runtime.outbox_kinds import Mail, RetryLater
 from sqlalchemy import text
 
 from tests.integration.slack_harness import wait_for

@@ -27,7 +27,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from approvald.bot.hooks.claude_code import ClaudeCodeHook
+from approvald.bot.claude_code import ClaudeCodeHook
 from approvald.runtime.adapters.gate import Call
 
 from tests.integration.adapter_helpers import approve_in_slack, pending_request

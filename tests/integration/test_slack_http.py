@@ -242,3 +242,40 @@ async def test_without_a_signing_secret_the_route_refuses_everything(
             await runner.cleanup()
         assert await snapshot(h, a.id) == before
     assert_no_traceback(caplog)
+
+
+async def test_bolt_gets_http_requests_only_after_the_one_signature_check(
+        sqlite_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 47: the transport checks the signature (bolt's own check is switched off the way
+    bolt documents it, not skipped by labelling the request Socket Mode). An unsigned, a
+    forged and a stale-signed click are refused with 401 before bolt sees them and change
+    nothing; the genuine one reaches bolt as an HTTP-mode request holding the raw body."""
+    from slack_bolt.request.async_request import AsyncBoltRequest
+
+    async with harness(sqlite_url, tmp_path) as h:
+        a = await _pending(h)
+        before = await snapshot(h, a.id)
+        app = h.service.slack.app
+        dispatched: list[AsyncBoltRequest] = []
+        dispatch = app.async_dispatch
+
+        async def spy(req: AsyncBoltRequest) -> Any:
+            dispatched.append(req)
+            return await dispatch(req)
+
+        app.async_dispatch = spy  # type: ignore[method-assign]
+        body = approve_click(h, a)
+        for refused in (_unsigned, _forged, _stale):
+            status, text = await post(h, body, refused(body))
+            assert (status, json.loads(text)) == (401, {"ok": False,
+                                                        "error": "invalid signature"})
+        assert dispatched == []
+        assert await snapshot(h, a.id) == before
+        assert h.refunds() == []
+        status, _ = await post(h, body, signed(body))
+        assert status == 200
+        [req] = dispatched
+        assert (req.mode, req.raw_body) == ("http", body.decode())
+        assert (await wait_for(lambda: _completed(h, a.run_id), what="the run")).status \
+            == "completed"
+    assert_no_traceback(caplog)

@@ -354,7 +354,7 @@ async def test_a_sign_in_mail_is_retried_then_reported_dead(sqlite_url: str,
     server answers it is delivered. A mail that cannot go out before its link expires is
     given up and reported to ops in Slack, like a dead card."""
     from aiosmtpd.controller import Controller
-    from approvald.runtime.outbox import DEAD_REPORT
+    from approvald.runtime.outbox_kinds import DEAD_REPORT
 
     from tests.integration.slack_harness import OPS
     from tests.integration.web_helpers import Inbox, free_port

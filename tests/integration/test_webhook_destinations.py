@@ -18,8 +18,7 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from approvald.runtime import api_tokens
 from approvald.runtime.clock import ManualClock
 from approvald.runtime.decide import Actor
-from approvald.runtime.external import WEBHOOK
-from approvald.runtime.outbox import DEAD_REPORT
+from approvald.runtime.outbox_kinds import DEAD_REPORT, WEBHOOK
 from approvald.runtime.webhook_hosts import WebhookHosts
 from approvald.store.records import OutboxRecord
 
@@ -98,7 +97,7 @@ async def test_serve_refuses_at_delivery_what_a_name_resolves_to(db_url: str,
             "localhost": ["127.0.0.1"],
             # one good and one link-local answer: only the good one is used
             "mixed.corp.test": ["169.254.169.254", "127.0.0.1"]})
-        h.service.drain.deliverer.resolver = lambda: dns  # type: ignore[attr-defined]
+        h.service.api.webhooks.resolver = lambda: dns
         token = await api_tokens.create(
             h.engine.db, h.engine.clock, api_tokens.WebhookKeys(SECRET), h.engine.audit,
             "resolver-bot", created_by="test", via="test", tools="*",

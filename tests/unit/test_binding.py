@@ -114,6 +114,8 @@ ALLOWED = {
     ("runtime/demo.py", '"rf_" + digest[:12]'): "the demo's refund id, of its idempotency key",
     ("runtime/external.py", "args_digest[:64]!r}"): "what the caller sent, quoted back to it",
     ("bot/trace_view.py", "{v.digest[:12]}"): "a trace's votes hold bindings (runtime/trace.py)",
+    ("bot/cli/policy.py", "new.digest[:16]"): "a policy file's SHA-256, not of arguments",
+    ("bot/cli/policy.py", "{digest[:16]}…)"): "the audit chain's head, not of arguments",
 }
 
 

@@ -15,9 +15,9 @@ from approvald.runtime.clock import ManualClock
 from approvald.runtime.decide import Actor
 from approvald.runtime.engine import Engine
 from approvald.runtime.errors import DecisionRefused
-from approvald.runtime.external import WEBHOOK, ExternalError, NewRequest, Report
-from approvald.runtime.gate import CARD_POST
+from approvald.runtime.external import ExternalError, NewRequest, Report
 from approvald.runtime.intake import IntakeError, Tighten
+from approvald.runtime.outbox_kinds import CARD_POST, WEBHOOK
 from approvald.runtime.policy import PolicyFile
 from approvald.runtime.webhook_hosts import WebhookHosts
 

@@ -15,7 +15,7 @@ from approvald.runtime.clock import ManualClock
 from approvald.runtime.decide import Actor
 from approvald.runtime.engine import Engine
 from approvald.runtime.errors import DecisionRefused
-from approvald.runtime.gate import CARD_POST, REQUEST_MAIL, mail_group
+from approvald.runtime.outbox_kinds import CARD_POST, REQUEST_MAIL, mail_group
 from approvald.runtime.policy import PolicyFile
 from approvald.store.models import Outbox
 from sqlalchemy import update

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 from approvald.runtime.clock import ManualClock
 from approvald.runtime.engine import Engine
-from approvald.runtime.outbox import DrainConfig, OutboxDrain, RetryLater, Undeliverable
+from approvald.runtime.outbox import DrainConfig, OutboxDrain
+from approvald.runtime.outbox_kinds import RetryLater, Undeliverable
 from approvald.store.records import OutboxRecord
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_slack_response import AsyncSlackResponse

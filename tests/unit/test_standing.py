@@ -10,7 +10,7 @@ import pytest
 from approvald.bot.slack import story
 from approvald.runtime.decide import Actor
 from approvald.runtime.directory import StaticDirectory
-from approvald.runtime.gate import CARD_POST
+from approvald.runtime.outbox_kinds import CARD_POST
 from approvald.runtime.outcomes import Completed, Paused
 from approvald.runtime.policy import PolicyFile
 from approvald.runtime.scope import Scope, scope_for

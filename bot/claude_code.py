@@ -1,4 +1,6 @@
-"""Claude Code's ``PreToolUse`` / ``PostToolUse`` command hook (``approvald hook claude-code``).
+"""Claude Code's ``PreToolUse`` / ``PostToolUse`` hook: the decision, served by the command
+hook (``approvald hook claude-code``, :mod:`bot.hooks`) and by the HTTP hook (``POST
+/v1/hooks/claude-code``, :mod:`bot.api`), so it lives in no face.
 
 The contract, for Claude Code and any tool with the same shape. The hook reads one JSON
 object on stdin: ``hook_event_name`` (``PreToolUse``, ``PostToolUse`` or
@@ -43,7 +45,7 @@ from dataclasses import replace
 from typing import Any
 
 from approvald.bot.callers import OPEN, CallerGate, CallerOff, Refused
-from approvald.bot.hooks.contract import (  # the wire contract, importable on its own
+from approvald.bot.claude_code_contract import (  # the wire contract, importable on its own
     DEFAULT_WAIT,
     EVENTS,
     HTTP_MARGIN,

@@ -3,8 +3,10 @@ approvald gives, and how long it may take.
 
 Importing this costs next to nothing (the standard library, approvald's JSON reader and
 its error root), so the process that answers Claude Code can start its clock and its
-watchdog (:mod:`.process`) and read the event before it imports anything that could fail
-or take time; the decision itself is :mod:`.claude_code`'s.
+watchdog (:mod:`bot.hooks.process`) and read the event before it imports anything that
+could fail or take time; the decision itself is :mod:`bot.claude_code`'s. Claude Code's
+command hook (:mod:`bot.hooks`) and its HTTP hook (:mod:`bot.api`) both serve it, so it
+lives beside them, in no face.
 
 The budget. Claude Code runs a call whose command hook outlives the hook's ``timeout`` or
 exits with a status other than 0 or 2 (and one whose HTTP hook answers late or non-2xx),
