@@ -193,13 +193,12 @@ class AuditTrail:
         if not entries:
             return
         paths = await self._sensitive(tx, entries)
-        seq, prev = await tx.audit.lock_head()
+        seq, prev, last = await tx.audit.lock_head()
         kid = self.key.id if self.key is not None else ""
         rows = []
         # an entry's time is when it was recorded, never before the entry it follows (a
         # clock read before another transaction chained its entries, a standing use whose
         # request was stamped after its decision was worked out): times never run back
-        last = await tx.audit.time_of(seq) if seq else None
         for e in entries:
             if last is not None and e.at < last:
                 e = replace(e, at=last)

@@ -48,7 +48,7 @@ TABLES = ("approval_votes", "approvals", "audit_log", "audit_head", "limits", "o
           "external_requests", "api_tokens", "standing_approvals", "adapter_pauses",
           "run_threads", "run_events", "tool_executions", "runs", "policy_in_force",
           "web_links", "web_sessions", "web_slack_states", "face_switches",
-          "web_refusal_counts")
+          "web_refusal_counts", "deployment_keys")
 RESET = "; ".join([*(f"DELETE FROM {table}" for table in TABLES),
                    "SELECT setval(oid, 1, false) FROM pg_class WHERE relkind = 'S'"])
 # under pytest-xdist each worker has a database of its own (gw0, gw1, ...)

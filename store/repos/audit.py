@@ -17,10 +17,11 @@ GENESIS = "0" * 64
 _T = cast(Table, AuditEntry.__table__)
 _H = cast(Table, AuditHead.__table__)
 _INSERT = fast(_T.insert())
-_TIME_OF = fast(select(_T.c.at).where(_T.c.seq == bindparam("s")))
-# the no-op SET takes the row lock on PostgreSQL
+# the no-op SET takes the row lock on PostgreSQL; it returns the head and the time of the
+# entry it names (times never run backwards), in the one statement
 _LOCK = fast(update(_H).where(_H.c.id == 1).values(seq=_H.c.seq)
-             .returning(_H.c.seq, _H.c.hash))
+             .returning(_H.c.seq, _H.c.hash,
+                        select(_T.c.at).where(_T.c.seq == _H.c.seq).scalar_subquery()))
 _MOVE = fast(update(_H).where(_H.c.id == 1).values(seq=bindparam("s"), hash=bindparam("h")))
 # PostgreSQL: one entry and the head's move in one statement (a data-modifying CTE runs
 # exactly once): the head's lock, the queue every audited commit waits in, is held for a
@@ -44,8 +45,9 @@ def _append_many(n: int) -> Any:
 
 
 class AuditRepo(Repo):
-    async def lock_head(self) -> tuple[int, str]:
-        """Lock the chain head row and return (last seq, last hash).
+    async def lock_head(self) -> tuple[int, str, datetime | None]:
+        """Lock the chain head row and return (last seq, last hash, the last entry's time:
+        None when there is none).
 
         The no-op UPDATE takes the row lock on PostgreSQL (SQLite's write transaction
         already holds the database lock), so appends are serialized and the chain cannot fork.
@@ -56,7 +58,7 @@ class AuditRepo(Repo):
                 self.insert_ignore(AuditHead), {"id": 1, "seq": 0, "hash": GENESIS}
             )
             return await self.lock_head()
-        return int(row[0]), str(row[1])
+        return int(row[0]), str(row[1]), cast("datetime | None", row[2])
 
     async def append_rows(self, rows: list[dict[str, Any]]) -> None:
         """Insert consecutive entries and move the head to the last one."""
@@ -70,11 +72,6 @@ class AuditRepo(Repo):
             return
         await self.conn.execute(_INSERT, rows)
         await self.conn.execute(_MOVE, head)
-
-    async def time_of(self, seq: int) -> datetime | None:
-        """The time of entry ``seq`` (None: there is none)."""
-        row = (await self.conn.execute(_TIME_OF, {"s": seq})).first()
-        return None if row is None else cast(datetime, row[0])
 
     async def head(self) -> tuple[int, str]:
         row = (await self.conn.execute(select(AuditHead.seq, AuditHead.hash))).first()

@@ -13,7 +13,7 @@ from typing import Any
 
 import mcp_types as types
 import pytest
-from approvald.bot.hooks.claude_code import ClaudeCodeHook, HookEvent
+from approvald.bot.claude_code import ClaudeCodeHook, HookEvent
 from approvald.bot.mcp.gateway import Gateway, Ran, Refused
 from approvald.bot.mcp.tasks import TaskIds, Tasks
 from approvald.runtime import api_tokens

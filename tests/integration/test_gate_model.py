@@ -68,8 +68,8 @@ from typing import Any
 
 import mcp_types
 import pytest
-from approvald.bot.hooks.claude_code import SOURCE as HOOK
-from approvald.bot.hooks.claude_code import ClaudeCodeHook, HookEvent
+from approvald.bot.claude_code import SOURCE as HOOK
+from approvald.bot.claude_code import ClaudeCodeHook, HookEvent
 from approvald.bot.mcp.gateway import Gateway, Ran
 from approvald.bot.mcp.tasks import TaskIds, Tasks
 from approvald.runtime import api_tokens, audit, failpoints

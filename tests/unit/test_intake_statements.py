@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from approvald.bot.hooks.claude_code import ClaudeCodeHook, HookEvent
+from approvald.bot.claude_code import ClaudeCodeHook, HookEvent
 from approvald.runtime import api_tokens, external
 from approvald.runtime.agent import Registry
 from approvald.runtime.audit import verify
