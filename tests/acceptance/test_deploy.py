@@ -47,7 +47,7 @@ def script_for(tool_name, args):
 
 V1 = COMMON + '''
 
-@tool(permission="execute", policy="approve_before")
+@tool(permission="execute", policy="approve_before", version="1")
 async def pay(invoice: str, amount_cents: int) -> dict:
     """Pay an invoice."""
     return paid("pay", invoice=invoice, amount_cents=amount_cents)
@@ -73,10 +73,12 @@ payer = Agent(name="payer", version="2", instructions="Pay the invoice.",
               tools=[pay_invoice])
 '''
 
-# same name, a schema that still accepts the approved arguments
+# same name, a schema that still accepts the approved arguments, and a release that says
+# its code means what version 1 meant (without that, a changed tool is asked about again:
+# tests/unit/test_tool_identity.py)
 V2_COMPATIBLE = COMMON + '''
 
-@tool(permission="execute", policy="approve_before")
+@tool(permission="execute", policy="approve_before", version="2", compatible=["1"])
 async def pay(invoice: str, amount_cents: int, memo: str = "") -> dict:
     """Pay an invoice."""
     return paid("pay", invoice=invoice, amount_cents=amount_cents, memo=memo)
