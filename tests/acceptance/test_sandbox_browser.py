@@ -135,7 +135,7 @@ def _click_through(page: Any, expect: Any, sb: Sandbox) -> None:
     act_as("U_BOB")  # in @finance, the approvers' group
     second.locator("button[data-action-id='approvald.edit']").click()
     expect(modal).to_contain_text("Edit arguments")
-    editor = modal.locator("textarea")
+    editor = modal.locator("textarea[name='args/args_input']")  # beside the edit's reason
     expect(editor).to_have_value(re.compile(r'"amount_cents": 3000'))
     editor.fill(json.dumps({"order_id": "A-2", "amount_cents": "lots",
                             "reason": "duplicate charge"}))
