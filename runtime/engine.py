@@ -9,6 +9,7 @@ other processes find the same facts by polling the database.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -20,6 +21,8 @@ from approvald.runtime.adapters.gate import ApprovalGate
 from approvald.runtime.agent import Registry
 from approvald.runtime.audit import AuditKey, AuditTrail
 from approvald.runtime.audit_check import disagreements_of
+from approvald.runtime.batch import BatchVerdict, Target, decide_each
+from approvald.runtime.batch import Outcome as BatchOutcome
 from approvald.runtime.clock import Clock, SystemClock
 from approvald.runtime.decide import Actor, Decider, Decision, Verdict
 from approvald.runtime.decisions import Decisions
@@ -45,24 +48,28 @@ from approvald.runtime.policy import PolicyFile
 from approvald.runtime.replay import Replay, declared_for, replay
 from approvald.runtime.runner import Runner
 from approvald.runtime.scheduler import ExpiryScheduler
+from approvald.runtime.scope import Scope
 from approvald.runtime.sealing import Sealer
 from approvald.runtime.shown import RunMasking, read_run
 from approvald.runtime.signals import Signals
 from approvald.runtime.standing import StandingApprovals
 from approvald.runtime.state import FINAL_STATUSES, RunState, UserMessage
 from approvald.runtime.switches import Switches
+from approvald.runtime.threads import RunThreads
 from approvald.runtime.tool_lookup import ToolLookup
 from approvald.runtime.tools import Tool
 from approvald.runtime.trace import Trace, load_trace
-from approvald.runtime.tracing import Tracer
+from approvald.runtime.tracing import Span, Tracer
 from approvald.runtime.transcript import build_state, encode
 from approvald.runtime.urgency import Urgency
+from approvald.runtime.views import Views
 from approvald.runtime.worker import ResumeWorker
 from approvald.store import sealed
 from approvald.store.db import Database
 from approvald.store.records import ApprovalRecord, OutboxRecord, RunRecord, VoteRecord
 from approvald.store.repos import Tx
 from approvald.store.repos.external import SwitchRecord, TokenRecord
+from approvald.store.repos.standing import StandingRecord
 
 log = logging.getLogger("approvald.engine")
 
@@ -202,6 +209,9 @@ class Engine:
         self.standing = parts.standing
         self.external = parts.external
         self.runner = parts.runner
+        self._views = Views(parts.db, parts.clock, parts.registry, parts.decider,
+                            parts.standing, parts.signer)
+        self._threads = RunThreads(parts.db, parts.clock, parts.owners.owner)
 
     # -- the services around the runs, built from the same parts ------------------------
     def worker(self, *, concurrency: int = 8, poll_interval: float = 2.0) -> ResumeWorker:
@@ -644,6 +654,88 @@ class Engine:
                              ) -> tuple[dict[str, Any], bool]:
         """Record what came of the approved call: (the document, whether it is new)."""
         return await self.external.report(token, request_id, rep)
+
+    # -- what the chat faces read and do (issue 47: the Slack face through the front door) --
+    @property
+    def views(self) -> Views:
+        """The read models a face draws from (:mod:`runtime.views`)."""
+        return self._views
+
+    @property
+    def threads(self) -> RunThreads:
+        """The run threads a face tells in chat: its claims and progress
+        (:mod:`runtime.threads`)."""
+        return self._threads
+
+    @property
+    def signs_buttons(self) -> bool:
+        """Do cards' buttons carry tokens (a signer from ``APPROVALD_SECRET``)?"""
+        return self.signer is not None
+
+    def span(self, name: str, **attributes: Any) -> contextlib.AbstractContextManager[Span]:
+        """A tracing span around a face's act (a click: its decision is a child)."""
+        return self.tracer.span(name, **attributes)
+
+    async def settle(self, patience: float) -> bool:
+        """Defer to decided runs: wait until none is pressing, at most ``patience``
+        seconds (background work, such as telling threads, calls this first)."""
+        return await self.urgency.settle(patience)
+
+    def note_face_error(self, face: str, method: str, error: str) -> None:
+        """Count a face's failed call to its platform (``method``, ``error``) where the
+        process reports about itself (a meter's ``<face>_error``, if it counts them)."""
+        note = getattr(self.meter, f"{face}_error", None)
+        if note is not None:
+            note(method, error)
+
+    async def card_posted(self, approval_id: str, *, channel: str, ts: str) -> None:
+        """Record where request ``approval_id``'s card was posted (updates go there)."""
+        async with self.db.write() as tx:
+            await tx.approvals.set_message(approval_id, channel=channel, ts=ts)
+
+    async def approval(self, approval_id: str) -> ApprovalRecord:
+        """A request by id or unambiguous id prefix (NotFound if none)."""
+        return await self.decider.get(approval_id)
+
+    async def preflight(self, approval_id: str, token: str | None,
+                        actor: Actor) -> ApprovalRecord:
+        """Would a decision by ``actor`` on request ``approval_id`` with the card's
+        ``token`` be accepted now? The request if so; raises as :meth:`decide` would
+        otherwise (a modal is opened only for a click a decision would accept)."""
+        a = await self.decider.get(approval_id)
+        self.decider.check_open(a, token)
+        await self.decider.authorize(a, actor)
+        return a
+
+    async def read_edit(self, approval_id: str, args: Any) -> dict[str, Any]:
+        """An approver's edit of request ``approval_id`` as it will run: sensitive values
+        given back as shown keep their real value; validated by the tool
+        (``InvalidArguments``)."""
+        return await self.decider.read_edit(await self.decider.get(approval_id), args)
+
+    async def decide_batch(self, targets: Sequence[Target], *, actor: Actor,
+                           verdict: BatchVerdict, reason: str | None = None
+                           ) -> list[BatchOutcome]:
+        """Decide each target on its own (see :func:`runtime.batch.decide_each`)."""
+        return await decide_each(self.decisions, targets, actor=actor, verdict=verdict,
+                                 reason=reason)
+
+    async def grant_standing(self, approval_id: str, *, actor: Actor, window: timedelta,
+                             scope: Scope, token: str | None = None
+                             ) -> tuple[StandingRecord, Decision]:
+        """Approve request ``approval_id`` and grant a standing approval drawn from it
+        (see :meth:`runtime.standing.StandingApprovals.grant`)."""
+        return await self.standing.grant(approval_id, actor=actor, window=window,
+                                         scope=scope, token=token)
+
+    async def add_standing_grant(self, standing_id: str, *, actor: Actor) -> StandingRecord:
+        """A further approver's grant of a proposed standing approval."""
+        return await self.standing.add_grant(standing_id, actor=actor)
+
+    async def revoke_standing(self, standing_id: str, *, actor: Actor,
+                              reason: str | None = None) -> StandingRecord:
+        """Revoke a standing approval at once (a granter or an approver of its tool)."""
+        return await self.standing.revoke(standing_id, actor=actor, reason=reason)
 
     # -- approvals ----------------------------------------------------------------------
     async def decide(self, approval_id: str, *, actor: Actor, verdict: Verdict,

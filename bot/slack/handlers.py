@@ -32,10 +32,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from approvald.bot.slack import cards, messages, story, texts, views
 from approvald.bot.slack.mrkdwn import REASON_MAX, approver, code_span, cut_plain
-from approvald.runtime.batch import MAX_BATCH, BatchVerdict, Target, decide_each
+from approvald.runtime.batch import MAX_BATCH, BatchVerdict, Target
 from approvald.runtime.decide import Actor, Decision, Verdict
 from approvald.runtime.errors import ApprovaldError, DecisionRefused, InvalidArguments, NotFound
-from approvald.runtime.packet import sensitive_paths
 from approvald.runtime.scope import scope_for
 from approvald.runtime.standing import StandingRefused
 from approvald.store.records import ApprovalRecord
@@ -53,7 +52,6 @@ Listener = Callable[[AsyncAck, dict[str, Any], AsyncWebClient], Awaitable[None]]
 # builds a modal for an approval: (approval, token, channel, message ts) -> view
 ModalBuilder = Callable[[ApprovalRecord, str, str | None, str | None], dict[str, Any]]
 StandingVerb = Literal["revoke", "grant"]
-CANDIDATES = 500  # pending requests looked at for one viewer's lists
 _STANDING_ID = re.compile(r"[A-Za-z0-9_-]{6,64}")
 
 
@@ -141,10 +139,7 @@ class Handlers:
 
     async def _preflight(self, approval_id: str, token: str, actor: Actor) -> ApprovalRecord:
         """Would a decision by ``actor`` be accepted now? Raises like ``decide`` would."""
-        a = await self.e.decider.get(approval_id)
-        self.e.decider.check_open(a, token)
-        await self.e.decider.authorize(a, actor)
-        return a
+        return await self.e.preflight(approval_id, token, actor)
 
     async def _decide(self, *, approval_id: str, token: str, user: str, verdict: Verdict,
                       reason: str | None = None, args: Any = None,
@@ -155,7 +150,7 @@ class Handlers:
         (``mentions=False``: to be shown as plain text, in a modal)."""
         # the click's span: its decision is a child, and so are the steps of the run it
         # resumes in this process (see runtime/tracing.py)
-        with self.e.tracer.span("slack.click", approval_id=approval_id, user=user,
+        with self.e.span("slack.click", approval_id=approval_id, user=user,
                                 verdict=verdict) as span:
             try:
                 decision = await self.e.decide(approval_id,
@@ -224,7 +219,7 @@ class Handlers:
             if check:
                 a = await self._preflight(approval_id, token, Actor(user, "slack"))
             else:
-                a = await self.e.decider.get(approval_id)
+                a = await self.e.approval(approval_id)
         except (ValueError, KeyError, IndexError):
             await self._tell(client, user, channel, texts.REPLY_MALFORMED)
             return
@@ -330,9 +325,8 @@ class Handlers:
             return
         try:
             target = views.parse_metadata(view.get("private_metadata") or "")
-            a = await self.e.decider.get(target.approval_id)
             # the box showed sensitive values masked: decide reads them back the same way
-            await self.e.decider.read_edit(a, args)
+            await self.e.read_edit(target.approval_id, args)
         except InvalidArguments as exc:
             await ack(**views.edit_errors(exc.errors))
             return
@@ -388,10 +382,10 @@ class Handlers:
         """``((standing approval, decision), {})`` once both are committed, else
         ``(None, the modal's errors)`` and nothing was granted."""
         scope_block = views.scope_error_block(choice.kind)
-        with self.e.tracer.span("slack.standing", approval_id=target.approval_id,
+        with self.e.span("slack.standing", approval_id=target.approval_id,
                                 user=user) as span:
             try:
-                a = await self.e.decider.get(target.approval_id)
+                a = await self.e.approval(target.approval_id)
                 scope = scope_for(a, choice.kind, fields=choice.fields, when=choice.when)
             except NotFound:
                 return None, {cards.WINDOW_BLOCK: texts.REPLY_UNKNOWN_APPROVAL}
@@ -400,7 +394,7 @@ class Handlers:
                 return None, {scope_block: texts.MODAL_STANDING_BAD_SCOPE.format(
                     why=_why(exc))[:1000]}
             try:
-                granted = await self.e.standing.grant(
+                granted = await self.e.grant_standing(
                     a.id, actor=Actor(user, "slack"), window=choice.window, scope=scope,
                     token=target.token)
             except StandingRefused as exc:
@@ -454,13 +448,13 @@ class Handlers:
 
     async def _change_standing(self, verb: StandingVerb, standing_id: str, user: str) -> str:
         actor = Actor(user, "slack")
-        with self.e.tracer.span(f"slack.standing_{verb}", standing_id=standing_id,
+        with self.e.span(f"slack.standing_{verb}", standing_id=standing_id,
                                 user=user) as span:
             try:
                 if verb == "revoke":
-                    s = await self.e.standing.revoke(standing_id, actor=actor)
+                    s = await self.e.revoke_standing(standing_id, actor=actor)
                 else:
-                    s = await self.e.standing.add_grant(standing_id, actor=actor)
+                    s = await self.e.add_standing_grant(standing_id, actor=actor)
             except StandingRefused as exc:
                 span.set(outcome=f"refused:{exc.reason}")
                 return texts.HOME_STANDING_REFUSED.format(
@@ -480,20 +474,6 @@ class Handlers:
         return texts.HOME_STANDING_GRANTED.format(
             count=len(s.grants_value()), quorum=s.quorum,
             active=texts.HOME_STANDING_NOW_ACTIVE if s.status == "active" else "", **fields)
-
-    async def standing_for(self, user: str) -> list[views.HomeStanding]:
-        """Live standing approvals ``user`` may revoke (granted them, or approves them),
-        those still needing their grant first, then newest first."""
-        items = []
-        for s in await self.e.standing.listing(live_only=True):
-            if await self.e.standing.may_revoke(s, user):
-                async with self.e.db.read() as tx:
-                    granted_on = await tx.approvals.get(s.granted_on)
-                hide = sensitive_paths(granted_on) if granted_on is not None else ()
-                items.append(views.HomeStanding(s, await self.e.standing.may_grant(s, user),
-                                                hide))
-        items.sort(key=lambda item: not item.may_grant)  # stable: newest first within
-        return items
 
     # -- batch decisions ----------------------------------------------------------------
     async def on_select(self, ack: AsyncAck) -> None:
@@ -534,8 +514,7 @@ class Handlers:
         if not targets or len(targets) > MAX_BATCH:
             await self._batch(client, user, channel, respond, targets, "deny", None)
             return
-        async with self.e.db.read() as tx:
-            found = {i: await tx.approvals.get(i) for i, _ in targets}
+        found = await self.e.views.approvals([i for i, _ in targets])
         items = [(i, token, found.get(i)) for i, token in targets]
         await client.views_open(trigger_id=trigger_id,
                                 view=views.batch_deny_modal(items, channel=channel))
@@ -582,11 +561,11 @@ class Handlers:
 
     async def _decide_batch(self, user: str, targets: list[tuple[str, str]],
                             verdict: BatchVerdict, reason: str | None) -> views.BatchResult:
-        with self.e.tracer.span("slack.batch", user=user, verdict=verdict,
+        with self.e.span("slack.batch", user=user, verdict=verdict,
                                 selected=len(targets)) as span:
             try:
-                outcomes = await decide_each(
-                    self.e.decisions, [Target(i, token) for i, token in targets],
+                outcomes = await self.e.decide_batch(
+                    [Target(i, token) for i, token in targets],
                     actor=Actor(user, "slack"), verdict=verdict, reason=reason)
             except ValueError as exc:  # refused as a whole, before anything was decided
                 span.set(outcome="refused")
@@ -600,8 +579,7 @@ class Handlers:
         refused = [o.approval_id for o in outcomes if not o.ok]
         now: dict[str, ApprovalRecord | None] = {}
         if refused:  # as they are now: a refusal's wording depends on the status
-            async with self.e.db.read() as tx:
-                now = {i: await tx.approvals.get(i) for i in refused}
+            now = await self.e.views.approvals(refused)
         return views.BatchResult(verdict, [
             (o, o.decision.approval if o.decision else now.get(o.approval_id))
             for o in outcomes])
@@ -614,7 +592,7 @@ class Handlers:
             await self.publish_home(client, user, result=result)
             return
         pending = await self.actionable(user)
-        msg = views.approvals_list_message(pending, now=self.e.clock.now(), result=result)
+        msg = views.approvals_list_message(pending, now=self.e.now(), result=result)
         if respond is not None:
             await respond(response_type="ephemeral", replace_original=True, **msg)
         else:
@@ -623,20 +601,8 @@ class Handlers:
     # -- lists ----------------------------------------------------------------------------
     async def actionable(self, user: str) -> list[tuple[ApprovalRecord, str]]:
         """Pending requests ``user`` may decide, oldest first, with the tokens for their
-        buttons and checkboxes (among the first :data:`CANDIDATES` to expire)."""
-        async with self.e.db.read() as tx:
-            pending = await tx.approvals.pending_for_actor_candidates(limit=CANDIDATES)
-        out = []
-        for a in pending:
-            try:
-                await self.e.decider.authorize(a, Actor(user, "slack"))
-            except DecisionRefused:
-                continue
-            token = self.e.button_token(a)
-            if token is not None:
-                out.append((a, token))
-        out.sort(key=lambda pair: (pair[0].requested_at, pair[0].id))
-        return out
+        buttons and checkboxes (see :meth:`runtime.views.Views.actionable`)."""
+        return list(await self.e.views.actionable(Actor(user, "slack")))
 
     async def on_command(self, ack: AsyncAck, body: dict[str, Any],
                          respond: AsyncRespond) -> None:
@@ -645,7 +611,7 @@ class Handlers:
 
     async def _list_for(self, user: str, respond: AsyncRespond) -> None:
         pending = await self.actionable(user)
-        msg = views.approvals_list_message(pending, now=self.e.clock.now())
+        msg = views.approvals_list_message(pending, now=self.e.now())
         await respond(response_type="ephemeral", **msg)
 
     async def publish_home(self, client: AsyncWebClient, user: str, *,
@@ -653,14 +619,12 @@ class Handlers:
                            notice: str | None = None) -> None:
         """Draw ``user``'s App Home (with what a batch just did, when ``result`` is given,
         or what a click on a standing approval did, ``notice``)."""
-        pending = await self.actionable(user)
-        async with self.e.db.read() as tx:
-            recent = [a for a in await tx.approvals.recent(limit=200)
-                      if a.decided_by == user][:views.HOME_MAX_RECENT]
-        standing = await self.standing_for(user)
+        home = await self.e.views.home(Actor(user, "slack"), recent=views.HOME_MAX_RECENT)
+        standing = [views.HomeStanding(i.standing, i.may_grant, i.sensitive)
+                    for i in home.standing]
         await client.views_publish(user_id=user, view=views.home_view(
-            pending, recent, now=self.e.clock.now(), result=result, standing=standing,
-            notice=notice))
+            list(home.pending), list(home.recent), now=home.now, result=result,
+            standing=standing, notice=notice))
 
     async def on_home_opened(self, event: dict[str, Any], client: AsyncWebClient) -> None:
         if event.get("tab", "home") == "home":
