@@ -19,7 +19,7 @@ from approvald.runtime.clock import Clock
 from approvald.runtime.decide import Actor, Decider
 from approvald.runtime.errors import DecisionRefused
 from approvald.runtime.ids import TokenSigner, is_external
-from approvald.runtime.packet import sensitive_paths
+from approvald.runtime.sensitive import sensitive_of_snapshot
 from approvald.runtime.standing import StandingApprovals
 from approvald.runtime.threads import MAX_REPOSTS, Place, place
 from approvald.store.db import Database
@@ -186,13 +186,15 @@ class Views:
             decided = [a for a in await tx.approvals.recent(limit=200)
                        if a.decided_by == user][:recent]
             live = await tx.standing.listing(live_only=True, now=self._clock.now())
-            granted_on = {s.granted_on: await tx.approvals.get(s.granted_on) for s in live}
+            # the policy each was granted under declares the paths its scope masks
+            policies = await tx.approvals.policies([s.granted_on for s in live])
         items = []
         for s in live:
             if await self._standing.may_revoke(s, user):
-                on = granted_on.get(s.granted_on)
+                policy = policies.get(s.granted_on)
                 items.append(StandingItem(s, await self._standing.may_grant(s, user),
-                                          sensitive_paths(on) if on is not None else ()))
+                                          sensitive_of_snapshot(policy)
+                                          if policy is not None else ()))
         items.sort(key=lambda item: not item.may_grant)  # stable: newest first within
         return HomeView(await self._mine(pending, actor), tuple(decided), tuple(items),
                         self._clock.now())

@@ -233,3 +233,24 @@ async def _keep(box: list[asyncio.Task[None]], task: asyncio.Task[None]) -> None
         await task
     except asyncio.CancelledError:
         pass
+
+
+def opened_by_faces(monkeypatch: Any, db: Any) -> list[str]:
+    """The reads and writes opened on ``db`` from now on, each as ``kind:module`` of the
+    code that opened it; the expiry scheduler's own timer (which may fire meanwhile) is
+    left out."""
+    opened: list[str] = []
+
+    def counting(kind: str) -> Any:
+        real = getattr(db, kind)
+
+        def open_(*args: Any, **kwargs: Any) -> Any:
+            where = Path(sys._getframe(1).f_code.co_filename)
+            if where.name != "scheduler.py":
+                opened.append(f"{kind}:{where.parent.name}/{where.stem}")
+            return real(*args, **kwargs)
+        return open_
+
+    for kind in ("read", "write", "transact"):
+        monkeypatch.setattr(db, kind, counting(kind))
+    return opened
