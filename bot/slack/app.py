@@ -181,7 +181,7 @@ class SlackService:
             # the signature of an HTTP request is checked once, on its raw bytes, in front
             # of the app (bot/slack/transport.py): bolt's documented switch for that case
             request_verification_enabled=False,
-            # listeners ack, then hand their work to tasks (see bot/slack/handlers.py): the
+            # listeners ack, then hand their work to tasks (see bot/slack/listeners.py): the
             # response goes out as soon as the listener returns, with no polling for it
             process_before_response=True,
         )

@@ -15,7 +15,9 @@ card to be posted (``card_wait`` at most), so that it links to it.
 
 Several replicas may follow the same runs, so each thread's work is claimed first: a
 compare-and-set on its row (inserted already claimed, before the parent exists) gives one
-replica a lease, and only the holder posts for that run until the lease ends. Every post
+replica a lease, and only the holder posts for that run until the lease ends (the engine
+keeps the claims, :mod:`runtime.threads`; a turn reads what it tells from the engine's
+view of the run, :meth:`runtime.views.Views.turn`, one snapshot). Every post
 carries message metadata: the parent names its run, a reply names the seq its events run
 up to. What a turn posted is recorded as the claim is released; when a claim is taken over
 uncleanly (the last holder crashed or failed after posting, before recording), the new
