@@ -196,3 +196,26 @@ async def test_the_clients_own_capabilities_are_declared_to_the_server(
                 said.append(result.structured_content)
         assert said == [{"sampling": True, "elicitation": False},
                         {"sampling": False, "elicitation": False}]
+
+
+async def test_a_resource_with_a_2000_character_uri_is_read_gated_and_recorded(
+        db_url: str, tmp_path: Path, ledger: Path) -> None:
+    """A resource URI is the caller's (a server's template takes any value): one of 2,000
+    characters is named in its request, asked about, read and recorded whole, on both
+    databases (each column that holds a caller's name or URI is text, not a short string)."""
+    uri = "bank://statements/" + "m" * (2000 - len("bank://statements/"))
+    assert len(uri) == 2000
+    async with harness(db_url, tmp_path, background=False, **gateways(tmp_path)) as h:
+        bearer = await token(h, "dana-agent", face="mcp:bank", requested_by="U_DANA")
+        async with client(url(h.service, "bank"), bearer) as c:
+            read = asyncio.create_task(c.read_resource(uri))
+            rid = await pending_request(h)
+            async with h.engine.db.read() as tx:
+                [a] = await tx.approvals.for_run(rid)
+            assert a.tool == f"resource:{uri}"
+            await approve_in_slack(h, rid)
+            assert text_of(await asyncio.wait_for(read, 30)).endswith(": 3 transfers")
+            assert reads(ledger) == [uri]
+        async with h.engine.db.read() as tx:
+            [executed] = [e for e in await tx.audit.query() if e.action == "executed"]
+        assert uri in json.dumps(executed.details)
