@@ -17,7 +17,7 @@ For the events after the call it prints nothing and exits 0: what ran (the event
 ``tool_input``, flagged where it is not what was approved), and what came of it, is
 recorded as the call's execution (audit ``executed``).
 
-Each call is an external request (:mod:`bot.callers`) under approvald's own credential
+Each call is an external request (:mod:`runtime.callers`) under approvald's own credential
 ``hook.claude-code``, named ``hook:claude-code/<tool_name>`` in the policy file (MCP tools
 arrive as ``mcp__<server>__<tool>``), whose rules see ``args`` (the ``tool_input``). The
 operator's ``auto`` allows at once (each call its own request, recorded), ``forbidden``
@@ -26,7 +26,7 @@ denies at once, anything else waits for a decision (its card goes to Slack throu
 deny, saying where it can be decided (as the database knows it) and audited; the same call
 made again in the same session (same tool, same input: the join key) joins that request
 instead of asking twice, and once it is decided, the call made next gets its answer, once
-(:mod:`bot.callers`).
+(:mod:`runtime.callers`).
 
 An approval allows the call once. Allowing it records the call's start (the execution
 ledger's intent row, owned by ``claude-code:<session>:<tool_use_id>``), so the request is

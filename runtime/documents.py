@@ -9,8 +9,10 @@ approver's list and Home, a run's thread) are :mod:`runtime.views`'s.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from types import MappingProxyType
 from typing import Any
 
 from approvald.runtime.external import CALL_ID
@@ -25,15 +27,15 @@ class RequestThread:
     thread (an outcome, a reminder, an edit) is drawn from."""
 
     approval: ApprovalRecord | None  # None: no such request
-    sent: dict[str, Any] = field(default_factory=dict)  # the delivered mail's to, subject,
-    # message_id (empty: it was never mailed to anyone)
+    # the delivered mail's to, subject, message_id (empty: it was never mailed to anyone)
+    sent: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True)
 class Figures:
     """How much is waiting, and since when (a scrape's gauges)."""
 
-    runs: dict[str, int]  # by status
+    runs: Mapping[str, int]  # by status
     pending_approvals: int
     oldest_pending_at: datetime | None
     outbox_pending: int
@@ -69,7 +71,7 @@ class Documents:
                                                          kind=REQUEST_MAIL)
                      if r.status == "delivered"]
         sent: dict[str, Any] = json.loads(first[0].result or "{}") if first else {}
-        return RequestThread(a, sent)
+        return RequestThread(a, MappingProxyType(sent))
 
     async def review_candidates(self, *, limit: int) -> tuple[ApprovalRecord, ...]:
         """The pending requests someone may be asked to decide (the web queue's candidates,
@@ -81,7 +83,7 @@ class Documents:
         """How much is waiting, and since when."""
         async with self._db.read() as tx:
             s = await tx.stats.snapshot()
-        return Figures(dict(s.runs), s.pending_approvals, s.oldest_pending_at,
+        return Figures(MappingProxyType(dict(s.runs)), s.pending_approvals, s.oldest_pending_at,
                        s.outbox_pending, s.oldest_outbox_at, s.outbox_dead)
 
     async def run_file(self, run_id: str) -> RunFile:
