@@ -115,7 +115,7 @@ class Batch(Home):
         with self.e.span("slack.batch", user=user, verdict=verdict,
                                 selected=len(targets)) as span:
             try:
-                outcomes = await self.e.decide_batch(
+                outcomes = await self.e.decide_each(
                     [Target(i, token) for i, token in targets],
                     actor=Actor(user, "slack"), verdict=verdict, reason=reason)
             except ValueError as exc:  # refused as a whole, before anything was decided
