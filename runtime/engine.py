@@ -156,8 +156,9 @@ def assemble(db: Database, registry: Registry, *, clock: Clock | None = None,
                                  signals)
     external = ExternalRequests(db, clock, audit, intake, gate, standing, signals, cap, policy)
     # the request document's webhook and its waiters follow every transition, whichever
-    # path made it: a hook in the transaction that audited it, and a wake-up after commit
-    audit.observe(external.observe)
+    # path made it: an outbox row queued with what it audited (its follow-up runs in the
+    # drain, never in the deciding transaction), and a wake-up after commit
+    audit.follow(external.follow)
     signals.on_outbox(external.announce)
     runner = Runner(db, clock, audit, registry, intake, gate, standing, ledger, cap, signals,
                     urgency, tracer, meter, decided_runs, owner=owners.owner,
@@ -216,7 +217,7 @@ class Engine:
         """An outbox drain that hands each committed row to ``deliverer``."""
         p = self.parts
         return OutboxDrain(p.db, p.clock, p.owners, p.urgency, deliverer, config,
-                           audit=p.audit)
+                           audit=p.audit, own=p.external)  # the runtime's own rows
 
     def expiry_scheduler(self, *, sweep_interval: timedelta = timedelta(seconds=15)
                          ) -> ExpiryScheduler:

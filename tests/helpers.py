@@ -233,3 +233,17 @@ async def _keep(box: list[asyncio.Task[None]], task: asyncio.Task[None]) -> None
         await task
     except asyncio.CancelledError:
         pass
+
+
+class Taken:
+    """A face that takes every outbox row as delivered (tests that read the outbox)."""
+
+    async def deliver(self, row: Any) -> dict[str, Any] | None:
+        return None
+
+
+async def follow_up(engine: Any) -> int:
+    """Drain ``engine``'s outbox once, as ``serve`` does after a commit: the runtime's own
+    rows are followed up (a caller's request decided: its webhook queued, its run ended)
+    and every face's row is taken as delivered. How many rows went."""
+    return int(await engine.drain(Taken()).drain_once())
