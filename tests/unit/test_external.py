@@ -21,7 +21,7 @@ from approvald.runtime.outbox_kinds import CARD_POST, WEBHOOK
 from approvald.runtime.policy import PolicyFile
 from approvald.runtime.webhook_hosts import WebhookHosts
 
-from tests.helpers import follow_up
+from tests.helpers import Rows, follow_up
 
 KEYS = api_tokens.WebhookKeys("approvald-test-secret-0123456789")
 ALICE = Actor("U_ALICE", "cli:test")
@@ -47,13 +47,11 @@ async def setup(make_engine: Callable[..., Engine], *, webhook: bool = True
 
 
 async def rows(engine: Engine, kind: str) -> list[Any]:
-    async with engine.db.read() as tx:
-        return await tx.outbox.recent(kind=kind)
+    return await Rows.of(engine).outbox(kind)
 
 
 async def approval(engine: Engine, request_id: str) -> Any:
-    async with engine.db.read() as tx:
-        return external.current(await tx.approvals.for_run(request_id))
+    return external.current(await Rows.of(engine).approvals(request_id))
 
 
 async def test_a_request_is_a_run_no_worker_advances(make_engine, clock: ManualClock) -> None:

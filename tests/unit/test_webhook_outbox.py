@@ -24,7 +24,7 @@ from approvald.runtime.outbox_kinds import REQUEST_DECIDED, WEBHOOK
 from approvald.runtime.policy import PolicyFile
 from approvald.runtime.webhook_hosts import WebhookHosts
 
-from tests.helpers import Crash, crash, follow_up
+from tests.helpers import Crash, Rows, crash, follow_up
 from tests.unit.test_intake_statements import Statements, statements  # noqa: F401
 
 ALICE = Actor("U_ALICE", "slack")
@@ -44,15 +44,11 @@ async def asked(make_engine: Callable[..., Engine]) -> tuple[Engine, Any, dict[s
 
 
 async def rows(engine: Engine, kind: str) -> list[Any]:
-    async with engine.db.read() as tx:
-        return await tx.outbox.recent(kind=kind)
+    return await Rows.of(engine).outbox(kind)
 
 
 async def run_status(engine: Engine, run_id: str) -> str:
-    async with engine.db.read() as tx:
-        run = await tx.runs.get(run_id)
-    assert run is not None
-    return run.status
+    return str((await Rows.of(engine).run(run_id)).status)
 
 
 async def test_a_webhook_is_queued_once_per_decision_with_the_document_as_read(
