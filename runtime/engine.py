@@ -164,14 +164,15 @@ def assemble(db: Database, registry: Registry, *, clock: Clock | None = None,
     tool_for = ToolLookup(db, registry, intake)
     decider = Decider(db, clock, audit, directory, tool_for, policy, cap, gate, expiry,
                       signals, owner=owners.owner, lease_ttl=config.lease_ttl, signer=signer,
-                      require_tokens=require_tokens)
+                      require_tokens=require_tokens, traceparent=tracer.traceparent)
     decisions = Decisions(decider, clock, signals, urgency, tracer, meter, decided_runs)
     standing = StandingApprovals(db, clock, audit, directory, gate, decisions, urgency,
                                  signals)
     external = ExternalRequests(db, clock, audit, intake, gate, standing, signals, cap, policy)
     # the request document's webhook and its waiters follow every transition, whichever
-    # path made it: a hook in the transaction that audited it, and a wake-up after commit
-    audit.observe(external.observe)
+    # path made it: an outbox row queued with what it audited (its follow-up runs in the
+    # drain, never in the deciding transaction), and a wake-up after commit
+    audit.follow(external.follow)
     signals.on_outbox(external.announce)
     runner = Runner(db, clock, audit, registry, intake, gate, standing, ledger, cap, signals,
                     urgency, tracer, meter, decided_runs, owner=owners.owner,
@@ -225,15 +226,16 @@ class Engine:
     def worker(self, *, concurrency: int = 8, poll_interval: float = 2.0) -> ResumeWorker:
         """A worker that advances this database's runs that can go on."""
         p = self.parts
+        # the runner's drive, not this front door's: the worker does not call back up
         return ResumeWorker(p.db, p.clock, p.owners, p.signals, p.urgency, p.meter,
-                            self.advance, lease_ttl=p.config.lease_ttl,
+                            p.runner.advance, lease_ttl=p.config.lease_ttl,
                             concurrency=concurrency, poll_interval=poll_interval)
 
     def drain(self, deliverer: Deliverer, config: DrainConfig | None = None) -> OutboxDrain:
         """An outbox drain that hands each committed row to ``deliverer``."""
         p = self.parts
         return OutboxDrain(p.db, p.clock, p.owners, p.urgency, deliverer, config,
-                           audit=p.audit)
+                           audit=p.audit, own=p.external)  # the runtime's own rows
 
     def expiry_scheduler(self, *, sweep_interval: timedelta = timedelta(seconds=15)
                          ) -> ExpiryScheduler:
@@ -354,15 +356,8 @@ class Engine:
         """Drive the run until it completes, fails, pauses, or ``stop`` is set (``claim``:
         the lease id the caller already holds the run under: a worker's poll claimed it,
         see ``RunsRepo.claim_runnable``, or :meth:`start_run` leased it)."""
-        try:
-            outcome = await self.runner.advance(run_id, stop=stop, stale_owners=stale_owners,
-                                                claim=claim)
-        finally:
-            self.urgency.end(run_id)
-        if outcome.status == "awaiting_approval":
-            for approval_id in getattr(outcome, "approval_ids", ()):
-                self.notify_opened(approval_id)
-        return outcome
+        return await self.runner.advance(run_id, stop=stop, stale_owners=stale_owners,
+                                         claim=claim)
 
     async def run(self, agent: str, task: str, *, requested_by: str) -> Outcome:
         claim = lease_id(self.owner)  # the run is ours from the start: no poll takes it

@@ -74,3 +74,36 @@ async def test_a_decider_is_built_from_the_collaborators_it_names(db: Database,
     assert decision.outcome == "approved" and decision.run_ready
     edited = await decider.get(approval_id)
     assert edited.status == "approved" and edited.decided_by == "U_ALICE"
+
+
+async def test_the_worker_drives_runs_through_the_runner_not_the_front_door(
+        make_engine, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The worker is given the runner's drive at construction (issue 47): it never calls
+    back up through ``Engine.advance``, and a run it drives still ends pressing and
+    announces the requests it opened, as the front door's advance does."""
+    import asyncio
+
+    from approvald.runtime.engine import Engine
+
+    engine = make_engine()
+
+    async def not_here(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the worker called back up through Engine.advance")
+
+    monkeypatch.setattr(Engine, "advance", not_here)
+    opened: list[str] = []
+    announced = asyncio.Event()
+    engine.on_opened(lambda approval_id: (opened.append(approval_id), announced.set()))
+    run_id = await engine.start_run("demo-refund", "Refund order A-1001",
+                                    requested_by="U_DANA")
+    worker = engine.worker(concurrency=1, poll_interval=3600)
+    stop = asyncio.Event()
+    serving = asyncio.create_task(worker.run(stop))
+    try:
+        worker.wake(run_id)
+        await asyncio.wait_for(announced.wait(), 10)
+    finally:
+        stop.set()
+        await asyncio.wait_for(serving, 10)
+    assert len(opened) == 1  # the refund's request, announced by the runner's drive
+    assert (await engine.state(run_id)).status == "awaiting_approval"
