@@ -488,13 +488,13 @@ class Engine:
 
     # -- the record of requests: a policy replayed against it, and insights (issue 51) ----
     async def history(self, *, since: timedelta | None, keys: Sequence[AuditKey] = (),
-                      unkeyed_until: int = 0) -> History:
+                      unkeyed_until: int = 0, full: bool = False) -> History:
         """The requests recorded in the last ``since`` (None: the whole record), read
         from the audit chain once it verifies (:class:`runtime.history.ChainBroken` if
-        not)."""
+        not): from its verified-through checkpoint, or (``full``) all of it."""
         start = self.clock.now() - since if since is not None else None
         return await read_history(self.db, since=start, keys=keys,
-                                  unkeyed_until=unkeyed_until)
+                                  unkeyed_until=unkeyed_until, full=full)
 
     def replay_policy(self, history: History, policy: PolicyFile) -> Replay:
         """What ``policy`` would have done to ``history``'s requests (the intake decides
