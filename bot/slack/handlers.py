@@ -658,9 +658,10 @@ class Handlers:
             recent = [a for a in await tx.approvals.recent(limit=200)
                       if a.decided_by == user][:views.HOME_MAX_RECENT]
         standing = await self.standing_for(user)
+        insights = await self.e.operator_insights(user)  # (None: not an operator)
         await client.views_publish(user_id=user, view=views.home_view(
             pending, recent, now=self.e.clock.now(), result=result, standing=standing,
-            notice=notice))
+            notice=notice, insights=insights))
 
     async def on_home_opened(self, event: dict[str, Any], client: AsyncWebClient) -> None:
         if event.get("tab", "home") == "home":
