@@ -26,12 +26,11 @@ writer, so each read walks it all.
 from __future__ import annotations
 
 import hmac
-from collections.abc import Callable, Sequence
-from datetime import datetime
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
 
 from approvald.runtime.audit import AuditKey, ChainWalk, VerifyReport
 from approvald.store.db import Database
+from approvald.store.records import AuditRecord
 from approvald.store.repos import Tx
 
 _TAG = "approvald-audit-checkpoint-v1"
@@ -59,21 +58,17 @@ async def record_checkpoint(db: Database, report: VerifyReport, keys: Sequence[A
     return True
 
 
-# what a reader takes of an entry read without its MAC recomputed:
-# (seq, at, action, actor, run_id, approval_id, details), see store.repos.audit
-RecordRow = tuple[int, datetime, str, str, str | None, str | None, str]
-
-
 async def verify_from_checkpoint(
         tx: Tx, *, keys: Sequence[AuditKey], unkeyed_until: int,
-        before: Callable[[int], Any], after: Callable[[Any], None]) -> VerifyReport | None:
+        before: Callable[[Tx, int], Awaitable[None]],
+        after: Callable[[AuditRecord], None]) -> VerifyReport | None:
     """Verify the chain from its checkpoint in ``tx`` (a snapshot); None when there is no
     checkpoint this reader can use (none recorded, made with a key not given, or under
     another unkeyed prefix): then the whole chain must be verified.
 
-    ``before(seq)``: awaited once the checkpoint (at ``seq``) holds, to read what the
-    reader wants of the entries up to it. ``after(entry)``: called with each entry past it,
-    once its MAC is checked. Trust what they saw only when the report is ok.
+    ``before(tx, seq)``: awaited once the checkpoint (at ``seq``) holds, to read what the
+    reader wants of the entries up to it, in ``tx``. ``after(entry)``: called with each
+    entry past it, once its MAC is checked. Trust what they saw only when the report is ok.
     """
     found = await tx.audit.checkpoint()
     if found is None:
@@ -113,7 +108,7 @@ async def verify_from_checkpoint(
             "were deleted")
         return report
     report.entries = seq
-    await before(seq)
+    await before(tx, seq)
     async for e in tx.audit.iterate(after=seq, upto=report.head[0], batch=5000):
         if not walk.check(e):
             return report

@@ -29,6 +29,7 @@ from approvald.runtime.intake import EXTERNAL_AGENT, Source
 from approvald.runtime.masking import Masking
 from approvald.store.db import Database
 from approvald.store.records import AuditRecord
+from approvald.store.repos import Tx
 
 # the actions a request's record is made of (the rest of the chain is verified, not read)
 ACTIONS = ("requested", "approved", "denied", "redirected", "edited", "expired",
@@ -127,7 +128,7 @@ async def read_history(db: Database, *, since: datetime | None, keys: Sequence[A
         if e.action in wanted and (since is None or e.at >= since):
             builder.add(e.at, e.action, e.actor, e.run_id, e.approval_id, e.details)
 
-    async def before(seq: int) -> None:  # the entries up to the checkpoint, batched
+    async def before(tx: Tx, seq: int) -> None:  # the entries up to the checkpoint, batched
         async for rows in tx.audit.records(actions=_READ, unasked=_UNASKED, after=0,
                                            upto=seq, since=since):
             add = builder.add
