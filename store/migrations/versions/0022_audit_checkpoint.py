@@ -5,7 +5,7 @@
   after it (see :mod:`runtime.audit_checkpoint`).
 
 Revision ID: 0022
-Revises: 0020
+Revises: 0021
 Create Date: 2026-12-06
 """
 
@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0022"
-down_revision = "0020"
+down_revision = "0021"
 branch_labels = None
 depends_on = None
 
