@@ -309,3 +309,25 @@ class Rows:
 
         async with self.db.write() as tx:
             await tx.conn.execute(update(table).where(*where).values(**values))
+
+    async def remove(self, table: Any, *where: Any) -> None:
+        """Delete rows behind the runtime's back: ``DELETE FROM table WHERE where``."""
+        from sqlalchemy import delete
+
+        async with self.db.write() as tx:
+            await tx.conn.execute(delete(table).where(*where))
+
+    async def value(self, column: Any, *where: Any) -> Any:
+        """One column of one row, read as it is stored (``SELECT column WHERE where``)."""
+        from sqlalchemy import select
+
+        async with self.db.read() as tx:
+            return (await tx.conn.execute(select(column).where(*where))).scalar_one()
+
+    async def audit_head(self) -> tuple[int, str]:
+        async with self.db.read() as tx:
+            return tuple(await tx.audit.head())  # type: ignore[return-value]
+
+    async def audit_checkpoint(self) -> Any:
+        async with self.db.read() as tx:
+            return await tx.audit.checkpoint()

@@ -276,7 +276,7 @@ async def test_the_readers_verify_from_the_checkpoint_audit_verify_records_and_f
     entries before it (the documented trade-off), while `--full` and `audit verify` walk
     and recompute the whole chain."""
     from approvald.store.db import Database
-    from sqlalchemy import text
+    from approvald.store.models import AuditEntry
 
     cli = make_cli(sqlite_url, tmp_path, in_process=True)
     keyed = {"APPROVALD_AUDIT_KEY": "audit-key-kept-in-a-vault-0123456789",
@@ -287,9 +287,7 @@ async def test_the_readers_verify_from_the_checkpoint_audit_verify_records_and_f
     assert cli("tokens", "create", "cd", "--tools", "deploy", **keyed).returncode == 0
     db = Database(sqlite_url)
     try:
-        async with db.connection() as conn:
-            await conn.execute(text("UPDATE audit_log SET actor = 'someone' WHERE seq = 1"))
-            await conn.commit()
+        await Rows(db).forge(AuditEntry, AuditEntry.seq == 1, actor="someone")
     finally:
         await db.close()
     # entry 1 is before the checkpoint: not rechecked by a reader that trusts it

@@ -14,7 +14,8 @@ from approvald.runtime.audit_checkpoint import checkpoint_mac, record_checkpoint
 from approvald.runtime.decide import Actor
 from approvald.runtime.history import ChainBroken
 from approvald.store.models import AuditCheckpoint, AuditEntry
-from sqlalchemy import delete, select, update
+
+from tests.helpers import Rows
 
 KEY = AuditKey("audit-key-kept-in-a-vault-0123456789")
 
@@ -38,8 +39,7 @@ async def _checkpointed(engine, db) -> int:
 
 
 async def _checkpoint(db) -> tuple[int, str]:
-    async with db.read() as tx:
-        found = await tx.audit.checkpoint()
+    found = await Rows(db).audit_checkpoint()
     assert found is not None
     return found[0], found[1]
 
@@ -50,13 +50,10 @@ def _summary(history) -> list[tuple[str, str, str | None]]:
 
 async def _edit(db, seq: int) -> None:
     """Someone who can write the database, without the key, edits entry ``seq``."""
-    async with db.write() as tx:
-        row = (await tx.conn.execute(select(AuditEntry.details)
-                                     .where(AuditEntry.seq == seq))).scalar_one()
-        details = json.loads(row)
-        details["edited_by_hand"] = True
-        await tx.conn.execute(update(AuditEntry).where(AuditEntry.seq == seq)
-                              .values(details=json.dumps(details)))
+    rows = Rows(db)
+    details = json.loads(await rows.value(AuditEntry.details, AuditEntry.seq == seq))
+    details["edited_by_hand"] = True
+    await rows.forge(AuditEntry, AuditEntry.seq == seq, details=json.dumps(details))
 
 
 async def test_a_read_verifies_from_the_checkpoint_and_moves_it_to_the_head(make_engine, db):
@@ -64,9 +61,8 @@ async def test_a_read_verifies_from_the_checkpoint_and_moves_it_to_the_head(make
     at = await _checkpointed(engine, db)
     assert (await _checkpoint(db))[0] == at
     history = await engine.history(since=None, keys=[KEY])
-    async with db.read() as tx:
-        head = await tx.audit.head()
-    assert history.head == head and head[0] > at
+    head = await Rows(db).audit_head()
+    assert tuple(history.head) == head and head[0] > at
     assert await _checkpoint(db) == head  # the tail it verified is verified
     full = await engine.history(since=None, keys=[KEY], full=True)
     assert _summary(history) == _summary(full)
@@ -110,8 +106,7 @@ async def test_an_edit_before_the_checkpoint_is_caught_by_verify_and_by_a_full_r
 async def test_a_deleted_entry_before_the_checkpoint_is_caught(make_engine, db):
     engine = make_engine(audit_key=KEY)
     at = await _checkpointed(engine, db)
-    async with db.write() as tx:
-        await tx.conn.execute(delete(AuditEntry).where(AuditEntry.seq == 2))
+    await Rows(db).remove(AuditEntry, AuditEntry.seq == 2)
     with pytest.raises(ChainBroken, match=rf"1 entries up to entry {at}.* were deleted"):
         await engine.history(since=None, keys=[KEY])
 
@@ -122,11 +117,10 @@ async def test_a_checkpoint_not_made_with_the_key_is_caught(make_engine, db):
     engine = make_engine(audit_key=KEY)
     at = await _checkpointed(engine, db)
     await _edit(db, at + 1)
-    async with db.write() as tx:
-        seq, digest = await tx.audit.head()
-        forged = checkpoint_mac(AuditKey("a-key-that-is-not-the-deployments"), seq, digest, 0)
-        await tx.conn.execute(update(AuditCheckpoint).values(seq=seq, hash=digest,
-                                                             mac=forged))
+    seq, digest = await Rows(db).audit_head()
+    forged = checkpoint_mac(AuditKey("a-key-that-is-not-the-deployments"), seq, digest, 0)
+    await Rows(db).forge(AuditCheckpoint, AuditCheckpoint.seq.is_not(None), seq=seq,
+                         hash=digest, mac=forged)
     with pytest.raises(ChainBroken, match=r"checkpoint .* not signed with the audit key"):
         await engine.history(since=None, keys=[KEY])
 
@@ -135,8 +129,7 @@ async def test_a_removed_checkpoint_means_a_full_walk(make_engine, db):
     engine = make_engine(audit_key=KEY)
     await _checkpointed(engine, db)
     await _edit(db, 2)
-    async with db.write() as tx:
-        await tx.conn.execute(delete(AuditCheckpoint))
+    await Rows(db).remove(AuditCheckpoint, AuditCheckpoint.seq.is_not(None))
     with pytest.raises(ChainBroken, match=r"entry 2 .* was edited"):
         await engine.history(since=None, keys=[KEY])
 
@@ -148,5 +141,4 @@ async def test_without_a_key_no_checkpoint_is_recorded(make_engine, db):
     assert report.ok
     assert not await record_checkpoint(db, report, [], 0)
     await engine.history(since=None)
-    async with db.read() as tx:
-        assert await tx.audit.checkpoint() is None
+    assert await Rows(db).audit_checkpoint() is None
