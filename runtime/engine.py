@@ -55,6 +55,7 @@ from approvald.runtime.tool_lookup import ToolLookup
 from approvald.runtime.tools import Tool
 from approvald.runtime.trace import Trace, load_trace
 from approvald.runtime.tracing import Tracer
+from approvald.runtime.vocabulary import OutcomeName, match_of
 from approvald.runtime.transcript import build_state, encode
 from approvald.runtime.urgency import Urgency
 from approvald.runtime.worker import ResumeWorker
@@ -530,13 +531,16 @@ class Engine:
         key they were chained with, so ``audit verify`` needs the old one retired)."""
         self.audit.key = key
 
-    async def oldest_approvals(self, *, status: str | None = None, run_id: str | None = None,
+    async def oldest_approvals(self, *, outcome: OutcomeName | None = None,
+                               run_id: str | None = None,
                                limit: int = 100) -> tuple[list[ApprovalRecord], int]:
-        """The ``limit`` oldest requests (of ``status``, of ``run_id``), oldest first, and
-        how many there are in all."""
+        """The ``limit`` oldest requests (whose outcome is ``outcome``, as every view names
+        it: :mod:`runtime.vocabulary`; of ``run_id``), oldest first, and how many there are
+        in all."""
+        match = None if outcome is None else match_of(outcome)
         async with self.db.read() as tx:
-            rows = await tx.approvals.oldest(status=status, run_id=run_id, limit=limit)
-            total = (await tx.approvals.count(status=status, run_id=run_id)
+            rows = await tx.approvals.oldest(run_id=run_id, limit=limit, match=match)
+            total = (await tx.approvals.count(run_id=run_id, match=match)
                      if len(rows) == limit else len(rows))
         return rows, total
 
