@@ -55,9 +55,9 @@ from approvald.runtime.tool_lookup import ToolLookup
 from approvald.runtime.tools import Tool
 from approvald.runtime.trace import Trace, load_trace
 from approvald.runtime.tracing import Tracer
-from approvald.runtime.vocabulary import OutcomeName, match_of
 from approvald.runtime.transcript import build_state, encode
 from approvald.runtime.urgency import Urgency
+from approvald.runtime.vocabulary import OutcomeName, match_of
 from approvald.runtime.worker import ResumeWorker
 from approvald.store import sealed
 from approvald.store.db import Database

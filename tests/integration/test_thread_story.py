@@ -195,7 +195,8 @@ async def test_a_denial_never_gets_a_green_check(db_url, tmp_path):
         await s.engine.advance(paused.run_id)
         await s.tell()
         said = await s.said(paused.run_id)
-        assert ":no_entry: `issue_refund` denied by <@U_BOB>: Customer already got store credit" in said
+        assert (":no_entry: `issue_refund` denied by <@U_BOB>: Customer already got store "
+                "credit") in said
         parent = await s.parent(paused.run_id)
         assert ":white_check_mark:" not in parent, parent
         assert ":no_entry:" in parent and "denied" in parent, parent
