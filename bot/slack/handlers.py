@@ -376,14 +376,15 @@ class Handlers:
                       errors={cards.WINDOW_BLOCK: texts.REPLY_MALFORMED})
             return
         user = body["user"]["id"]
-        granted, errors = await self._grant(target, user, choice)
+        granted, errors = await self._grant(target, user, choice, name=_name(body))
         if granted is None:
             await ack(response_action="errors", errors=errors)
             return
         await ack()
         self._later(self._after_grant(client, user, target.channel, *granted))
 
-    async def _grant(self, target: views.ModalTarget, user: str, choice: views.StandingChoice
+    async def _grant(self, target: views.ModalTarget, user: str, choice: views.StandingChoice,
+                     *, name: str | None = None
                      ) -> tuple[tuple[StandingRecord, Decision] | None, dict[str, str]]:
         """``((standing approval, decision), {})`` once both are committed, else
         ``(None, the modal's errors)`` and nothing was granted."""
@@ -401,7 +402,8 @@ class Handlers:
                     why=_why(exc))[:1000]}
             try:
                 granted = await self.e.standing.grant(
-                    a.id, actor=Actor(user, "slack"), window=choice.window, scope=scope,
+                    a.id, actor=Actor(user, "slack", name=name), window=choice.window,
+                    scope=scope,
                     token=target.token)
             except StandingRefused as exc:
                 span.set(outcome=f"refused:{exc.reason}")
@@ -444,7 +446,7 @@ class Handlers:
             if not isinstance(value, str) or not _STANDING_ID.fullmatch(value):
                 notice = texts.REPLY_MALFORMED
             else:
-                notice = await self._change_standing(verb, value, user)
+                notice = await self._change_standing(verb, value, user, name=_name(body))
             await ack()  # only now: a revocation or a grant is committed (or nothing changed)
             if channel is None:
                 self._later(self.publish_home(client, user, notice=notice))
@@ -452,8 +454,9 @@ class Handlers:
                 self._later(self._tell(client, user, channel, notice))
         return handler
 
-    async def _change_standing(self, verb: StandingVerb, standing_id: str, user: str) -> str:
-        actor = Actor(user, "slack")
+    async def _change_standing(self, verb: StandingVerb, standing_id: str, user: str, *,
+                               name: str | None = None) -> str:
+        actor = Actor(user, "slack", name=name)
         with self.e.tracer.span(f"slack.standing_{verb}", standing_id=standing_id,
                                 user=user) as span:
             try:
@@ -517,22 +520,24 @@ class Handlers:
         await ack()  # first: a batch may outlast Slack's 3 s (see the module's docstring)
         targets, channel = self._selection(body)
         self._later(self._batch(client, body["user"]["id"], channel, respond, targets,
-                                "approve", None))
+                                "approve", None, name=_name(body)))
 
     async def on_deny_selected(self, ack: AsyncAck, body: dict[str, Any],
                                client: AsyncWebClient, respond: AsyncRespond) -> None:
         await ack()
         targets, channel = self._selection(body)
         self._later(self._open_batch_deny(client, body["user"]["id"], channel, respond,
-                                          body["trigger_id"], targets))
+                                          body["trigger_id"], targets, name=_name(body)))
 
     async def _open_batch_deny(self, client: AsyncWebClient, user: str, channel: str | None,
                                respond: AsyncRespond | None, trigger_id: str,
-                               targets: list[tuple[str, str]]) -> None:
+                               targets: list[tuple[str, str]], *,
+                               name: str | None = None) -> None:
         """The modal that asks one reason for every ticked request (none ticked, or too
         many: the list says so instead, and nothing changes)."""
         if not targets or len(targets) > MAX_BATCH:
-            await self._batch(client, user, channel, respond, targets, "deny", None)
+            await self._batch(client, user, channel, respond, targets, "deny", None,
+                              name=name)
             return
         async with self.e.db.read() as tx:
             found = {i: await tx.approvals.get(i) for i, _ in targets}
@@ -563,11 +568,12 @@ class Handlers:
             return
         await ack()  # the modal closes; the list it came from shows what was decided
         self._later(self._batch(client, body["user"]["id"], channel, None, targets, "deny",
-                                reason))
+                                reason, name=_name(body)))
 
     async def _batch(self, client: AsyncWebClient, user: str, channel: str | None,
                      respond: AsyncRespond | None, targets: list[tuple[str, str]],
-                     verdict: BatchVerdict, reason: str | None) -> None:
+                     verdict: BatchVerdict, reason: str | None, *,
+                     name: str | None = None) -> None:
         """Decide every ticked request as ``user``, then redraw the list with what
         became of each. Each decision is an ordinary one (its card is updated through the
         outbox and its run resumed by the engine, as for a click on the card)."""
@@ -577,17 +583,18 @@ class Handlers:
             result = views.BatchResult(verdict, refused=texts.BATCH_TOO_MANY.format(
                 most=MAX_BATCH, n=len(targets)))
         else:
-            result = await self._decide_batch(user, targets, verdict, reason)
+            result = await self._decide_batch(user, targets, verdict, reason, name=name)
         await self._show_batch(client, user, channel, respond, result)
 
     async def _decide_batch(self, user: str, targets: list[tuple[str, str]],
-                            verdict: BatchVerdict, reason: str | None) -> views.BatchResult:
+                            verdict: BatchVerdict, reason: str | None, *,
+                            name: str | None = None) -> views.BatchResult:
         with self.e.tracer.span("slack.batch", user=user, verdict=verdict,
                                 selected=len(targets)) as span:
             try:
                 outcomes = await decide_each(
                     self.e.decisions, [Target(i, token) for i, token in targets],
-                    actor=Actor(user, "slack"), verdict=verdict, reason=reason)
+                    actor=Actor(user, "slack", name=name), verdict=verdict, reason=reason)
             except ValueError as exc:  # refused as a whole, before anything was decided
                 span.set(outcome="refused")
                 return views.BatchResult(verdict, refused=str(exc))
