@@ -293,6 +293,53 @@ def _describe(e: AuditRecord) -> str:
     return f"entry {e.seq} ({e.action} by {e.actor} at {e.at.isoformat()})"
 
 
+def mac_matches(key: AuditKey | None, e: AuditRecord) -> bool:
+    """Whether ``e``'s MAC is the one its fields and the MAC before it make (``key``: the
+    key it names; None for an unkeyed entry)."""
+    recomputed = entry_hash(key, e.prev_hash, seq=e.seq, at=e.at, action=e.action,
+                            actor=e.actor, via=e.via, run_id=e.run_id,
+                            approval_id=e.approval_id, digest=e.digest, details=e.details)
+    return hmac.compare_digest(recomputed, e.hash)
+
+
+class EntryKeys:
+    """Which key each entry of a walk along the chain needs, one entry after another (the
+    database's chain, :func:`verify`, and an exported file's, ``runtime/audit_file.py``):
+    an entry names its key by fingerprint; with keys given, every entry after the first
+    ``unkeyed_until`` must be keyed, and none after a keyed one may be unkeyed."""
+
+    def __init__(self, keys: Sequence[AuditKey], unkeyed_until: int) -> None:
+        self.keys = keys
+        self.by_id = {k.id: k for k in keys}
+        self.unkeyed_until = unkeyed_until
+        self.seen_keyed = False
+
+    def key_for(self, e: AuditRecord, report: VerifyReport) -> tuple[bool, AuditKey | None]:
+        """``(True, its key)`` (None: it is unkeyed, and may be), or ``(False, None)``
+        with why it cannot be checked in ``report`` (the walk stops there)."""
+        if not e.key_id:
+            if self.seen_keyed or (self.keys and e.seq > self.unkeyed_until):
+                report.problems.append(
+                    f"{_describe(e)} is not keyed, but entries after {self.unkeyed_until} "
+                    "must be: it was rewritten by someone without the key (if it predates "
+                    "the key, set APPROVALD_AUDIT_UNKEYED_UNTIL to the last entry written "
+                    "before it)")
+                return False, None
+            report.unkeyed += 1
+            return True, None
+        key = self.by_id.get(e.key_id)
+        if key is None and not self.keys:
+            report.cannot = no_key(e)
+            return False, None
+        if key is None:
+            report.problems.append(
+                f"{_describe(e)} is signed with audit key {e.key_id}, which was not given: "
+                "set APPROVALD_AUDIT_KEY (or APPROVALD_AUDIT_OLD_KEYS for a retired key)")
+            return False, None
+        self.seen_keyed = True
+        return True, key
+
+
 async def verify(db: Database, *, keys: Sequence[AuditKey] = (),
                  expect: tuple[int, str] | None = None,
                  unkeyed_until: int = 0,
@@ -309,7 +356,7 @@ async def verify(db: Database, *, keys: Sequence[AuditKey] = (),
     it saw only when the report is ok.
     """
     report = VerifyReport()
-    by_id = {k.id: k for k in keys}
+    walk = EntryKeys(keys, unkeyed_until)
     standing = StandingState()
     facts = ChainFacts()
     # one snapshot, and the head read first: entries appended during the walk are not
@@ -318,7 +365,6 @@ async def verify(db: Database, *, keys: Sequence[AuditKey] = (),
         head_seq, head_hash = await tx.audit.head()
         report.head = (head_seq, head_hash)
         prev_seq, prev_hash = 0, GENESIS
-        seen_keyed = False
         expected_hash: str | None = None
         async for e in tx.audit.iterate(upto=head_seq):
             report.entries += 1
@@ -333,32 +379,10 @@ async def verify(db: Database, *, keys: Sequence[AuditKey] = (),
                     f"{_describe(e)} does not follow entry {prev_seq}: reordered, or the "
                     "entry before it was rewritten")
                 return report
-            key: AuditKey | None = None
-            if e.key_id:
-                key = by_id.get(e.key_id)
-                if key is None and not keys:
-                    report.cannot = no_key(e)
-                    return report
-                if key is None:
-                    report.problems.append(
-                        f"{_describe(e)} is signed with audit key {e.key_id}, which was not "
-                        "given: set APPROVALD_AUDIT_KEY (or APPROVALD_AUDIT_OLD_KEYS for a "
-                        "retired key)")
-                    return report
-                seen_keyed = True
-            elif seen_keyed or (keys and e.seq > unkeyed_until):
-                report.problems.append(
-                    f"{_describe(e)} is not keyed, but entries after {unkeyed_until} must be: "
-                    "it was rewritten by someone without the key (if it predates the key, "
-                    "set APPROVALD_AUDIT_UNKEYED_UNTIL to the last entry written before it)")
+            usable, key = walk.key_for(e, report)
+            if not usable:
                 return report
-            else:
-                report.unkeyed += 1
-            recomputed = entry_hash(key, e.prev_hash, seq=e.seq, at=e.at, action=e.action,
-                                    actor=e.actor, via=e.via, run_id=e.run_id,
-                                    approval_id=e.approval_id, digest=e.digest,
-                                    details=e.details)
-            if not hmac.compare_digest(recomputed, e.hash):
+            if not mac_matches(key, e):
                 report.problems.append(
                     f"{_describe(e)} was edited: its content does not match its MAC")
                 return report

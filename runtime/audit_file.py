@@ -14,13 +14,12 @@ recorded masked ones, so its entries do not verify: verify the masked export.
 
 from __future__ import annotations
 
-import hmac
 import json
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from approvald.runtime.audit import AuditKey, VerifyReport, entry_hash, no_key
+from approvald.runtime.audit import AuditKey, EntryKeys, VerifyReport, mac_matches
 from approvald.runtime.canonical import compact_json
 from approvald.store.records import AuditRecord
 from approvald.store.repos.audit import GENESIS
@@ -57,10 +56,9 @@ def verify_export(lines: Iterable[str], *, keys: Sequence[AuditKey] = (),
                   unkeyed_until: int = 0) -> VerifyReport:
     """Verify an exported log (its lines); the report's head is the file's last entry."""
     report = VerifyReport()
-    by_id = {k.id: k for k in keys}
+    walk = EntryKeys(keys, unkeyed_until)
     prev: AuditRecord | None = None
     gaps: list[str] = []
-    seen_keyed = False
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -79,29 +77,10 @@ def verify_export(lines: Iterable[str], *, keys: Sequence[AuditKey] = (),
                 f"entry {e.seq} ({e.action} by {e.actor}) does not follow entry {e.seq - 1}: "
                 "reordered, or the entry before it was rewritten")
             return report
-        key: AuditKey | None = None
-        if e.key_id:
-            key = by_id.get(e.key_id)
-            if key is None and not keys:
-                report.cannot = no_key(e)
-                return report
-            if key is None:
-                report.problems.append(
-                    f"entry {e.seq} is signed with audit key {e.key_id}, which was not given: "
-                    "set APPROVALD_AUDIT_KEY (or APPROVALD_AUDIT_OLD_KEYS for a retired key)")
-                return report
-            seen_keyed = True
-        elif seen_keyed or (keys and e.seq > unkeyed_until):
-            report.problems.append(
-                f"entry {e.seq} is not keyed, but entries after {unkeyed_until} must be: it "
-                "was rewritten by someone without the key")
+        usable, key = walk.key_for(e, report)
+        if not usable:
             return report
-        else:
-            report.unkeyed += 1
-        recomputed = entry_hash(key, e.prev_hash, seq=e.seq, at=e.at, action=e.action,
-                                actor=e.actor, via=e.via, run_id=e.run_id,
-                                approval_id=e.approval_id, digest=e.digest, details=e.details)
-        if not hmac.compare_digest(recomputed, e.hash):
+        if not mac_matches(key, e):
             report.problems.append(
                 f"entry {e.seq} ({e.action} by {e.actor} at {e.at.isoformat()}) was edited: "
                 "its content does not match its MAC (verify an export made with "

@@ -36,7 +36,6 @@ a standing approval let run was covered (:func:`check_uses`).
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
 from collections.abc import Mapping
@@ -45,7 +44,7 @@ from enum import StrEnum
 from typing import Any
 
 from approvald.runtime import prefix
-from approvald.runtime.audit import AuditTrail, entry_hash
+from approvald.runtime.audit import AuditTrail, mac_matches
 from approvald.runtime.canonical import compact_json
 from approvald.runtime.clock import Clock
 from approvald.runtime.decide import Actor, Decision
@@ -408,11 +407,7 @@ class StandingApprovals:
             entries = await self._chain_of(tx, s)
         key = self.audit.key
         for e in entries:
-            if key is not None and e.key_id == key.id and not hmac.compare_digest(
-                    e.hash, entry_hash(key, e.prev_hash, seq=e.seq, at=e.at,
-                                       action=e.action, actor=e.actor, via=e.via,
-                                       run_id=e.run_id, approval_id=e.approval_id,
-                                       digest=e.digest, details=e.details)):
+            if key is not None and e.key_id == key.id and not mac_matches(key, e):
                 return f"audit entry {e.seq} about it does not match its MAC"
         state = StandingState()
         for e in entries:
