@@ -259,12 +259,18 @@ class Engine:
     def notify_opened(self, approval_id: str) -> None:
         self.signals.notify_opened(approval_id)
 
-    async def note_policy(self, *, per_process: bool = False) -> bool:
+    async def note_policy(self, *, per_process: bool = False,
+                          command: bool = False) -> bool:
         """Record the policy file this process loaded as the one in force, and audit the
         change when it differs from the last one recorded (invariant 18: an auditor can say
         which policy governed each decision). ``per_process``: audit this process's load
         even when the policy is in force already (a long-lived process, ``serve``: each
-        one's loads are on record, so two policies are never in force unnoticed). The
+        one's loads are on record, so two policies are never in force unnoticed).
+        ``command``: a short-lived process (a CLI command, a hook call) that opens or
+        decides requests: its load is audited whenever its policy is not the one on record
+        as in force, every time, and it changes that record only where none was made yet
+        (the long-lived processes hold the policy in force; a command run with another file
+        acts under it for its own life, on record, without passing it off as theirs). The
         entry holds the policy's text, whose SHA-256 is its digest. True when audited."""
         policy = self.registry.policy
         if not per_process:
@@ -274,16 +280,26 @@ class Engine:
 
         async def write(tx: Tx) -> bool:
             now = self.clock.now()
-            before = await tx.policy.replace(digest=policy.digest,
-                                             source=policy.source or "(none)", now=now)
-            if before == policy.digest and not per_process:
-                return False
+            if command:
+                before = await tx.policy.current()
+                if before == policy.digest:
+                    return False
+                if before is None:
+                    await tx.policy.replace(digest=policy.digest,
+                                            source=policy.source or "(none)", now=now)
+            else:
+                before = await tx.policy.replace(digest=policy.digest,
+                                                 source=policy.source or "(none)", now=now)
+                if before == policy.digest and not per_process:
+                    return False
+            lifetime = {"lifetime": "command", "in_force": before or policy.digest} \
+                if command else {}
             self.audit.record(tx, at=now, action="policy_loaded", actor=f"process:{self.owner}",
                               via="runtime",
                               details={"digest": policy.digest, "previous": before,
                                        "source": policy.source or None,
                                        "tools": sorted(policy.tools), "process": self.owner,
-                                       "text": policy.text,
+                                       **lifetime, "text": policy.text,
                                        "digest_of": "sha256 of text (UTF-8)"})
             return True
 
