@@ -976,3 +976,23 @@ def test_a_finished_runs_headline_says_the_outcome_with_the_vocabulary() -> None
         assert ended is not None
         assert ended[0] == f":{WORDS[name].emoji}:" and WORDS[name].words in ended[1], ended
     assert story.ended_badly([approval(status="approved")], {}) is None
+
+
+def test_a_retry_says_whether_the_call_ran_once() -> None:
+    """A crash after a call's intent, and its retry, in the run's thread (issue 52): which
+    attempt it is, why running it again was safe, and whether the call ran once."""
+    from approvald.bot.slack import story
+    from approvald.runtime.shown import RunMasking
+
+    def said(**details: Any) -> str:
+        e = _entry("retried", "system:runtime", "runtime", tool="issue_refund", **details)
+        [line] = story.entry_lines(e, {}, {}, {}, RunMasking())
+        return line.text
+
+    once = said(attempt=2, once=True, why="its reconcile hook says it did not happen")
+    assert "runs again as attempt 2: attempt 1 was cut off" in once
+    assert "its reconcile hook says it did not happen" in once and "ran once" in once
+    again = said(attempt=3, once=False,
+                 why="the tool is idempotent, so running it again under its key is harmless")
+    assert "attempt 3" in again and "ran once" not in again
+    assert "idempotent: had attempt 2 taken effect" in again
