@@ -127,7 +127,7 @@ def test_the_ops_questions_answered_from_the_thread_alone(tmp_path: Path) -> Non
         modal.locator("[data-submit]").click()
         expect(modal).to_have_count(0)
         expect(thread).to_contain_text(
-            rx(r"@Bob Finance denied issue_refund: Customer already got store credit"))
+            rx(r"issue_refund denied by @Bob Finance: Customer already got store credit"))
         expect(thread).to_contain_text("completed, but issue_refund denied and did not run")
         shot("2-denial")
 
