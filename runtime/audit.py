@@ -30,7 +30,7 @@ import hmac
 import io
 import json
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -39,7 +39,7 @@ from approvald.runtime import binding, prefix
 from approvald.runtime.audit_check import ChainFacts, opened, table_disagreements
 from approvald.runtime.canonical import canonical_json, compact_json, sha256_hex, value_digest
 from approvald.runtime.errors import ConfigError
-from approvald.runtime.outbox_kinds import HEAD_POST, HeadPost, queue
+from approvald.runtime.outbox_kinds import HEAD_POST, HeadPost, Payload, queue, queue_many
 from approvald.runtime.sensitive import ARGS_KEYS, masked_details, sensitive_of_snapshot
 from approvald.runtime.standing_chain import StandingState
 from approvald.store.db import Database
@@ -170,8 +170,9 @@ class Entry:
     sensitive: tuple[str, ...] | None = None
 
 
-# a reaction to what a transaction audited, run inside it (see AuditTrail.observe)
-Observer = Callable[[Tx, Sequence[Entry]], Awaitable[None]]
+# the outbox rows (payload, group) what a transaction audited calls for, worked out from
+# the entries alone: no statement, no read (see AuditTrail.follow)
+Follower = Callable[[Sequence[Entry]], Sequence[tuple[Payload, str]]]
 
 
 class AuditTrail:
@@ -179,17 +180,19 @@ class AuditTrail:
 
     def __init__(self, key: AuditKey | None = None) -> None:
         self.key = key
-        self._observers: list[Observer] = []
+        self._followers: list[Follower] = []
         # approval id -> its sensitive paths (a request's stored policy never changes)
         self._paths: OrderedDict[str, tuple[str, ...]] = OrderedDict()
 
-    def observe(self, fn: Observer) -> None:
-        """Call ``fn(tx, entries)`` with what each write transaction audited, inside that
-        transaction, just before its entries are chained. Every transition of a request is
-        audited, so this is where a reaction that must commit with a transition, whichever
-        path made it (a click, the CLI, the expiry sweep, a cancel), is written: the
-        decision webhook of an external request (see :mod:`runtime.external`)."""
-        self._observers.append(fn)
+    def follow(self, fn: Follower) -> None:
+        """Queue the outbox rows ``fn(entries)`` names with what each write transaction
+        audited, in that transaction. Every transition of a request is audited, so this is
+        where what must follow a transition, whichever path made it (a click, the CLI, the
+        expiry sweep, a cancel), is made durable with it: the decision webhook of a
+        caller's request (:mod:`runtime.external`). ``fn`` reads nothing: the work the row
+        stands for is done by the drain, in a transaction of its own, so it never runs in,
+        slows or rolls back the transaction that decided."""
+        self._followers.append(fn)
 
     def record(self, tx: Tx, *, at: datetime, action: str, actor: str, via: str,
                run_id: str | None = None, approval_id: str | None = None,
@@ -215,11 +218,11 @@ class AuditTrail:
         pending.extend(entries)
 
     async def _chain(self, tx: Tx) -> None:
-        for observe in self._observers:  # what they record is chained with the rest
-            await observe(tx, list(tx.scratch.get(_PENDING, ())))
         entries: list[Entry] = tx.scratch.pop(_PENDING, [])
         if not entries:
             return
+        if follow := [row for fn in self._followers for row in fn(entries)]:
+            await queue_many(tx, follow, now=max(e.at for e in entries))
         paths = await self._sensitive(tx, entries)
         seq, prev, last = await tx.audit.lock_head()
         kid = self.key.id if self.key is not None else ""

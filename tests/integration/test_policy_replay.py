@@ -23,7 +23,7 @@ import aiohttp
 import pytest
 
 from tests.acceptance.test_cli_hook import claude
-from tests.helpers import Cli, make_cli
+from tests.helpers import Cli, Rows, make_cli
 from tests.integration.slack_harness import Harness, harness, wait_for
 from tests.integration.test_http_api import api, approval_of, base, make_token
 from tests.integration.test_sealed_at_rest import KEY_1
@@ -243,7 +243,7 @@ async def test_three_policies_replayed_over_a_history_made_through_the_faces(
 async def test_bad_input_is_refused_and_a_broken_chain_is_never_read(
         sqlite_url: str, tmp_path: Path) -> None:
     from approvald.store.db import Database
-    from sqlalchemy import text
+    from approvald.store.models import AuditEntry
 
     cli = make_cli(sqlite_url, tmp_path, in_process=True)
     (tmp_path / "bad.toml").write_text('[tools."api:*/deploy"]\nquorum = "two"\n')
@@ -262,9 +262,7 @@ async def test_bad_input_is_refused_and_a_broken_chain_is_never_read(
     assert token["name"] == "ci"
     db = Database(sqlite_url)
     try:
-        async with db.connection() as conn:
-            await conn.execute(text("UPDATE audit_log SET actor = 'someone' WHERE seq = 1"))
-            await conn.commit()
+        await Rows(db).forge(AuditEntry, AuditEntry.seq == 1, actor="someone")
     finally:
         await db.close()
     broken = cli("policy", "check", str(tmp_path / "good.toml"), "--against-history")
