@@ -9,23 +9,24 @@ from dataclasses import asdict, replace
 
 from approvald.runtime.vocabulary import REQUEST_OUTCOMES, match_of, outcome_of
 from approvald.store.db import Database
-from approvald.store.models import Approval
+from approvald.store.models import Approval, Run
 
+from tests.helpers import Rows
 from tests.unit.test_outcome_vocabulary import NOW, REQUESTS
 
 
 async def test_each_outcome_word_finds_its_requests_only(db: Database) -> None:
-    async with db.write() as tx:
-        await tx.runs.create(run_id="r" * 32, agent="payer", task="Pay INV-1",
-                             requested_by="U_DANA", instructions_version="1", now=NOW)
-        for n, a in enumerate(REQUESTS.values()):
-            row = asdict(replace(a, id=f"{n:032d}", call_id=f"call{n}", token_nonce=f"n{n}"))
-            await tx.approvals.conn.execute(Approval.__table__.insert(), row)
+    rows = Rows(db)
+    await rows.insert(Run.__table__, [{
+        "id": "r" * 32, "agent": "payer", "status": "running", "step": 0, "next_seq": 0,
+        "task": "Pay INV-1", "requested_by": "U_DANA", "instructions_version": "1",
+        "created_at": NOW, "updated_at": NOW}])
+    await rows.insert(Approval.__table__, [
+        asdict(replace(a, id=f"{n:032d}", call_id=f"call{n}", token_nonce=f"n{n}"))
+        for n, a in enumerate(REQUESTS.values())])
     by_id = {f"{n:032d}": name for n, name in enumerate(REQUESTS)}
     assert set(REQUEST_OUTCOMES) == set(REQUESTS)
-    async with db.read() as tx:
-        for name in REQUEST_OUTCOMES:
-            found = await tx.approvals.oldest(match=match_of(name), limit=100)
-            assert [by_id[a.id] for a in found] == [name], name
-            assert [outcome_of(a) for a in found] == [name]
-            assert await tx.approvals.count(match=match_of(name)) == 1
+    for name in REQUEST_OUTCOMES:
+        found, counted = await rows.approvals_matching(match_of(name))
+        assert [by_id[a.id] for a in found] == [name], name
+        assert [outcome_of(a) for a in found] == [name] and counted == 1
