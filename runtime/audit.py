@@ -371,6 +371,74 @@ class EntryKeys:
         return True, key
 
 
+class ChainWalk:
+    """The checks of each entry in a walk along the chain, in seq order: none missing,
+    each following the one before, keyed as it must be, and its MAC recomputed. A walk
+    may start after a point already verified (``start``: its seq and MAC)."""
+
+    def __init__(self, report: VerifyReport, keys: Sequence[AuditKey], unkeyed_until: int,
+                 start: tuple[int, str] = (0, GENESIS), *, keyed: bool = False) -> None:
+        self.report = report
+        self.keys = EntryKeys(keys, unkeyed_until)
+        self.keys.seen_keyed = keyed
+        self.prev_seq, self.prev_hash = start
+
+    @property
+    def seen_keyed(self) -> bool:
+        """Whether a keyed entry was walked (none after it may be unkeyed)."""
+        return self.keys.seen_keyed
+
+    @seen_keyed.setter
+    def seen_keyed(self, value: bool) -> None:
+        self.keys.seen_keyed = value
+
+    def check(self, e: AuditRecord) -> bool:
+        """Check ``e``, the next entry; False (and the report says why) if it fails."""
+        report = self.report
+        report.entries += 1
+        prev_seq = self.prev_seq
+        if e.seq != prev_seq + 1:
+            missing = (f"entry {prev_seq + 1}" if e.seq == prev_seq + 2
+                       else f"entries {prev_seq + 1}-{e.seq - 1}")
+            report.problems.append(
+                f"{missing} deleted: the log jumps from {prev_seq} to {e.seq}")
+            return False
+        if e.prev_hash != self.prev_hash:
+            report.problems.append(
+                f"{_describe(e)} does not follow entry {prev_seq}: reordered, or the "
+                "entry before it was rewritten")
+            return False
+        if not self.mac_matches(e):
+            return False
+        self.prev_seq, self.prev_hash = e.seq, e.hash
+        return True
+
+    def mac_matches(self, e: AuditRecord) -> bool:
+        """``e`` is keyed as it must be and its MAC is its content's (else the report
+        says why, and False)."""
+        usable, key = self.keys.key_for(e, self.report)
+        if not usable:
+            return False
+        if not mac_matches(key, e):
+            self.report.problems.append(
+                f"{_describe(e)} was edited: its content does not match its MAC")
+            return False
+        return True
+
+    def reached_head(self) -> bool:
+        """The walk ended at the head the walk read first (else the report says why)."""
+        seq, digest = self.report.head
+        if (seq, digest) == (self.prev_seq, self.prev_hash):
+            return True
+        if seq > self.prev_seq:
+            self.report.problems.append(
+                f"entries {self.prev_seq + 1}-{seq} deleted from the end of the log")
+        else:
+            self.report.problems.append(
+                f"the chain head (entry {seq}) does not match the last entry {self.prev_seq}")
+        return False
+
+
 async def verify(db: Database, *, keys: Sequence[AuditKey] = (),
                  expect: tuple[int, str] | None = None,
                  unkeyed_until: int = 0,
@@ -387,7 +455,6 @@ async def verify(db: Database, *, keys: Sequence[AuditKey] = (),
     it saw only when the report is ok.
     """
     report = VerifyReport()
-    walk = EntryKeys(keys, unkeyed_until)
     standing = StandingState()
     facts = ChainFacts()
     # one snapshot, and the head read first: entries appended during the walk are not
@@ -395,31 +462,13 @@ async def verify(db: Database, *, keys: Sequence[AuditKey] = (),
     async with db.read(snapshot=True) as tx:
         head_seq, head_hash = await tx.audit.head()
         report.head = (head_seq, head_hash)
-        prev_seq, prev_hash = 0, GENESIS
+        walk = ChainWalk(report, keys, unkeyed_until)
         expected_hash: str | None = None
         async for e in tx.audit.iterate(upto=head_seq):
-            report.entries += 1
-            if e.seq != prev_seq + 1:
-                missing = (f"entry {prev_seq + 1}" if e.seq == prev_seq + 2
-                           else f"entries {prev_seq + 1}-{e.seq - 1}")
-                report.problems.append(
-                    f"{missing} deleted: the log jumps from {prev_seq} to {e.seq}")
-                return report
-            if e.prev_hash != prev_hash:
-                report.problems.append(
-                    f"{_describe(e)} does not follow entry {prev_seq}: reordered, or the "
-                    "entry before it was rewritten")
-                return report
-            usable, key = walk.key_for(e, report)
-            if not usable:
-                return report
-            if not mac_matches(key, e):
-                report.problems.append(
-                    f"{_describe(e)} was edited: its content does not match its MAC")
+            if not walk.check(e):
                 return report
             if expect is not None and e.seq == expect[0]:
                 expected_hash = e.hash
-            prev_seq, prev_hash = e.seq, e.hash
             _replay_standing(standing, e, report)
             facts.apply(e)
             if visit is not None:
@@ -427,13 +476,7 @@ async def verify(db: Database, *, keys: Sequence[AuditKey] = (),
         # the rows the views show, against what the chain proves (issue 52)
         tables = await table_disagreements(tx, facts)
         tables += await _standing_rows(tx, standing)
-    if (head_seq, head_hash) != (prev_seq, prev_hash):
-        if head_seq > prev_seq:
-            report.problems.append(
-                f"entries {prev_seq + 1}-{head_seq} deleted from the end of the log")
-        else:
-            report.problems.append(
-                f"the chain head (entry {head_seq}) does not match the last entry {prev_seq}")
+    if not walk.reached_head():
         return report
     if expect is not None:
         seq, digest = expect

@@ -36,6 +36,7 @@ from approvald.runtime.gate import Gate, Where, where
 from approvald.runtime.history import History, read_history
 from approvald.runtime.ids import TokenSigner, lease_id, new_id
 from approvald.runtime.insights import MIN_REQUESTS, Insights, insights
+from approvald.runtime.insights_board import InsightsBoard, OperatorInsights
 from approvald.runtime.intake import Intake, Source, Tighten
 from approvald.runtime.ledger import Ledger
 from approvald.runtime.limits import DEFAULT_MAX_PAYLOAD, PayloadCap
@@ -96,6 +97,11 @@ class CallResult:
 class EngineConfig:
     lease_ttl: timedelta = timedelta(seconds=30)
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD
+    # who sees the insights in the App Home and on the web queue (APPROVALD_OPERATORS)
+    operators: frozenset[str] = frozenset()
+    # how the record the insights read is verified (as `audit verify` is)
+    audit_old_keys: tuple[AuditKey, ...] = ()
+    audit_unkeyed_until: int = 0
 
 
 @dataclass(frozen=True)
@@ -128,6 +134,7 @@ class Parts:
     external: ExternalRequests
     runner: Runner
     switches: Switches  # the faces' kill switches (approvald hook disable|enable)
+    board: InsightsBoard  # the operators' insights (issue 51)
 
 
 def assemble(db: Database, registry: Registry, *, clock: Clock | None = None,
@@ -178,13 +185,24 @@ def assemble(db: Database, registry: Registry, *, clock: Clock | None = None,
     runner = Runner(db, clock, audit, registry, intake, gate, standing, ledger, cap, signals,
                     urgency, tracer, meter, decided_runs, owner=owners.owner,
                     lease_ttl=config.lease_ttl)
+    keys = [*([audit_key] if audit_key is not None else []), *config.audit_old_keys]
+
+    async def record(window: timedelta) -> History:
+        return await read_history(db, since=clock.now() - window, keys=keys,
+                                  unkeyed_until=config.audit_unkeyed_until)
+
+    def figure(history: History, window: str) -> Insights:
+        return insights(history, registry.policy, directory, declared_for(registry),
+                        window=window)
+
+    board = InsightsBoard(clock, config.operators, record, figure)
     return Engine(Parts(
         db=db, registry=registry, clock=clock, config=config, directory=directory,
         signer=signer, require_tokens=require_tokens, owners=owners, audit=audit, cap=cap,
         signals=signals, urgency=urgency, meter=meter, tracer=tracer,
         decided_runs=decided_runs, intake=intake, ledger=ledger, gate=gate, expiry=expiry,
         tool_for=tool_for, decider=decider, decisions=decisions, standing=standing,
-        external=external, runner=runner, switches=Switches(db, clock, audit)))
+        external=external, runner=runner, switches=Switches(db, clock, audit), board=board))
 
 
 class Engine:
@@ -518,13 +536,18 @@ class Engine:
 
     # -- the record of requests: a policy replayed against it, and insights (issue 51) ----
     async def history(self, *, since: timedelta | None, keys: Sequence[AuditKey] = (),
-                      unkeyed_until: int = 0) -> History:
+                      unkeyed_until: int = 0, full: bool = False) -> History:
         """The requests recorded in the last ``since`` (None: the whole record), read
         from the audit chain once it verifies (:class:`runtime.history.ChainBroken` if
-        not)."""
+        not): from its verified-through checkpoint, or (``full``) all of it."""
         start = self.clock.now() - since if since is not None else None
         return await read_history(self.db, since=start, keys=keys,
-                                  unkeyed_until=unkeyed_until)
+                                  unkeyed_until=unkeyed_until, full=full)
+
+    async def operator_insights(self, viewer: str) -> OperatorInsights | None:
+        """The insights an operator's App Home and web queue show (None: ``viewer`` is not
+        one of ``APPROVALD_OPERATORS``; see :mod:`runtime.insights_board`)."""
+        return await self.parts.board.for_viewer(viewer)
 
     def replay_policy(self, history: History, policy: PolicyFile) -> Replay:
         """What ``policy`` would have done to ``history``'s requests (the intake decides

@@ -40,9 +40,10 @@ class Home(Listeners):
         home = await self.e.views.home(Actor(user, "slack"), recent=views.HOME_MAX_RECENT)
         standing = [views.HomeStanding(i.standing, i.may_grant, i.sensitive)
                     for i in home.standing]
+        insights = await self.e.operator_insights(user)  # (None: not an operator)
         await client.views_publish(user_id=user, view=views.home_view(
             list(home.pending), list(home.recent), now=home.now, result=result,
-            standing=standing, notice=notice))
+            standing=standing, notice=notice, insights=insights))
 
     async def on_home_opened(self, event: dict[str, Any], client: AsyncWebClient) -> None:
         if event.get("tab", "home") == "home":

@@ -268,3 +268,36 @@ async def test_bad_input_is_refused_and_a_broken_chain_is_never_read(
     broken = cli("policy", "check", str(tmp_path / "good.toml"), "--against-history")
     assert broken.returncode == 5 and "audit log BROKEN" in broken.stdout, broken.stdout
     assert cli("insights").returncode == 5
+
+
+async def test_the_readers_verify_from_the_checkpoint_audit_verify_records_and_full_walks_it_all(
+        sqlite_url: str, tmp_path: Path) -> None:
+    """`audit verify` records the verified-through checkpoint; `insights` then trusts the
+    entries before it (the documented trade-off), while `--full` and `audit verify` walk
+    and recompute the whole chain."""
+    from approvald.store.db import Database
+    from sqlalchemy import text
+
+    cli = make_cli(sqlite_url, tmp_path, in_process=True)
+    keyed = {"APPROVALD_AUDIT_KEY": "audit-key-kept-in-a-vault-0123456789",
+             "APPROVALD_SECRET": "approvald-test-secret-0123456789"}
+    for name in ("ci", "ci-2"):
+        assert cli("tokens", "create", name, "--tools", "deploy", **keyed).returncode == 0
+    assert cli("audit", "verify", **keyed).returncode == 0  # records the checkpoint
+    assert cli("tokens", "create", "cd", "--tools", "deploy", **keyed).returncode == 0
+    db = Database(sqlite_url)
+    try:
+        async with db.connection() as conn:
+            await conn.execute(text("UPDATE audit_log SET actor = 'someone' WHERE seq = 1"))
+            await conn.commit()
+    finally:
+        await db.close()
+    # entry 1 is before the checkpoint: not rechecked by a reader that trusts it
+    assert cli("insights", **keyed).returncode == 0
+    full = cli("insights", "--full", **keyed)
+    assert full.returncode == 5 and "entry 1 " in full.stdout, full.stdout
+    (tmp_path / "new.toml").write_text('[tools."api:*/deploy"]\npolicy = "auto"\n')
+    assert cli("policy", "replay", str(tmp_path / "new.toml"), **keyed).returncode == 0
+    replay = cli("policy", "replay", str(tmp_path / "new.toml"), "--full", **keyed)
+    assert replay.returncode == 5 and "audit log BROKEN" in replay.stdout, replay.stdout
+    assert cli("audit", "verify", **keyed).returncode == 5
