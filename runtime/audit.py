@@ -105,9 +105,37 @@ class AuditKey:
             raise ConfigError("APPROVALD_AUDIT_KEY: a key needs at least 16 bytes")
         self._key = hashlib.sha256(b"approvald-audit-v1\x00" + raw).digest()
         self.id = hashlib.sha256(b"approvald-audit-key-id\x00" + raw).hexdigest()[:12]
+        # an export's rows are MACed under a key of their own (see export_mac)
+        self._export = hmac.new(self._key, EXPORT_LABEL, hashlib.sha256).digest()
 
     def mac(self, text: str) -> str:
         return hmac.new(self._key, text.encode("utf-8"), hashlib.sha256).hexdigest()
+
+    def export_mac(self, text: str) -> str:
+        return hmac.new(self._export, text.encode("utf-8"), hashlib.sha256).hexdigest()
+
+
+# An exported row's own MAC (recipe v1): what leaves the database shows keyed bindings, not
+# the plain digests each entry's chain MAC covers (invariant 20), so an export cannot be
+# checked against the chain MACs alone. Each row carries ``export_mac`` = "v1:" + hex of
+# HMAC-SHA-256 under K_export of the canonical JSON (sorted keys, no whitespace, UTF-8) of
+# the row without ``export_mac``: its fields as exported (bindings, masked details), and
+# the chain's ``hash`` and ``prev_hash``, so a row is tied to its place in the chain.
+# K_export = HMAC-SHA-256(K, "approvald-export-v1"), K = SHA-256("approvald-audit-v1\0" +
+# the audit key) (the key the entry names by ``key_id``); an unkeyed entry's is a plain
+# SHA-256 of "approvald-export-v1\n" + that JSON. Documented in docs/how-to/audit.md.
+EXPORT_MAC = "export_mac"
+EXPORT_RECIPE = "v1"
+EXPORT_LABEL = b"approvald-export-v1"
+
+
+def export_mac(key: AuditKey | None, row: Mapping[str, Any]) -> str:
+    """The export MAC of exported ``row`` (recipe :data:`EXPORT_RECIPE`) under ``key``, the
+    key its entry names (None: an unkeyed entry)."""
+    text = canonical_json({k: v for k, v in row.items() if k != EXPORT_MAC})
+    mac = key.export_mac(text) if key is not None else \
+        sha256_hex(EXPORT_LABEL.decode() + "\n" + text)
+    return f"{EXPORT_RECIPE}:{mac}"
 
 
 def entry_hash(key: AuditKey | None, prev_hash: str, *, seq: int, at: datetime, action: str,
@@ -296,6 +324,53 @@ def _describe(e: AuditRecord) -> str:
     return f"entry {e.seq} ({e.action} by {e.actor} at {e.at.isoformat()})"
 
 
+def mac_matches(key: AuditKey | None, e: AuditRecord) -> bool:
+    """Whether ``e``'s MAC is the one its fields and the MAC before it make (``key``: the
+    key it names; None for an unkeyed entry)."""
+    recomputed = entry_hash(key, e.prev_hash, seq=e.seq, at=e.at, action=e.action,
+                            actor=e.actor, via=e.via, run_id=e.run_id,
+                            approval_id=e.approval_id, digest=e.digest, details=e.details)
+    return hmac.compare_digest(recomputed, e.hash)
+
+
+class EntryKeys:
+    """Which key each entry of a walk along the chain needs, one entry after another (the
+    database's chain, :func:`verify`, and an exported file's, ``runtime/audit_file.py``):
+    an entry names its key by fingerprint; with keys given, every entry after the first
+    ``unkeyed_until`` must be keyed, and none after a keyed one may be unkeyed."""
+
+    def __init__(self, keys: Sequence[AuditKey], unkeyed_until: int) -> None:
+        self.keys = keys
+        self.by_id = {k.id: k for k in keys}
+        self.unkeyed_until = unkeyed_until
+        self.seen_keyed = False
+
+    def key_for(self, e: AuditRecord, report: VerifyReport) -> tuple[bool, AuditKey | None]:
+        """``(True, its key)`` (None: it is unkeyed, and may be), or ``(False, None)``
+        with why it cannot be checked in ``report`` (the walk stops there)."""
+        if not e.key_id:
+            if self.seen_keyed or (self.keys and e.seq > self.unkeyed_until):
+                report.problems.append(
+                    f"{_describe(e)} is not keyed, but entries after {self.unkeyed_until} "
+                    "must be: it was rewritten by someone without the key (if it predates "
+                    "the key, set APPROVALD_AUDIT_UNKEYED_UNTIL to the last entry written "
+                    "before it)")
+                return False, None
+            report.unkeyed += 1
+            return True, None
+        key = self.by_id.get(e.key_id)
+        if key is None and not self.keys:
+            report.cannot = no_key(e)
+            return False, None
+        if key is None:
+            report.problems.append(
+                f"{_describe(e)} is signed with audit key {e.key_id}, which was not given: "
+                "set APPROVALD_AUDIT_KEY (or APPROVALD_AUDIT_OLD_KEYS for a retired key)")
+            return False, None
+        self.seen_keyed = True
+        return True, key
+
+
 class ChainWalk:
     """The checks of each entry in a walk along the chain, in seq order: none missing,
     each following the one before, keyed as it must be, and its MAC recomputed. A walk
@@ -304,11 +379,18 @@ class ChainWalk:
     def __init__(self, report: VerifyReport, keys: Sequence[AuditKey], unkeyed_until: int,
                  start: tuple[int, str] = (0, GENESIS), *, keyed: bool = False) -> None:
         self.report = report
-        self.keys = keys
-        self.by_id = {k.id: k for k in keys}
-        self.unkeyed_until = unkeyed_until
+        self.keys = EntryKeys(keys, unkeyed_until)
+        self.keys.seen_keyed = keyed
         self.prev_seq, self.prev_hash = start
-        self.seen_keyed = keyed
+
+    @property
+    def seen_keyed(self) -> bool:
+        """Whether a keyed entry was walked (none after it may be unkeyed)."""
+        return self.keys.seen_keyed
+
+    @seen_keyed.setter
+    def seen_keyed(self, value: bool) -> None:
+        self.keys.seen_keyed = value
 
     def check(self, e: AuditRecord) -> bool:
         """Check ``e``, the next entry; False (and the report says why) if it fails."""
@@ -334,34 +416,11 @@ class ChainWalk:
     def mac_matches(self, e: AuditRecord) -> bool:
         """``e`` is keyed as it must be and its MAC is its content's (else the report
         says why, and False)."""
-        report = self.report
-        key: AuditKey | None = None
-        if e.key_id:
-            key = self.by_id.get(e.key_id)
-            if key is None and not self.keys:
-                report.cannot = no_key(e)
-                return False
-            if key is None:
-                report.problems.append(
-                    f"{_describe(e)} is signed with audit key {e.key_id}, which was not "
-                    "given: set APPROVALD_AUDIT_KEY (or APPROVALD_AUDIT_OLD_KEYS for a "
-                    "retired key)")
-                return False
-            self.seen_keyed = True
-        elif self.seen_keyed or (self.keys and e.seq > self.unkeyed_until):
-            report.problems.append(
-                f"{_describe(e)} is not keyed, but entries after {self.unkeyed_until} must "
-                "be: it was rewritten by someone without the key (if it predates the key, "
-                "set APPROVALD_AUDIT_UNKEYED_UNTIL to the last entry written before it)")
+        usable, key = self.keys.key_for(e, self.report)
+        if not usable:
             return False
-        else:
-            report.unkeyed += 1
-        recomputed = entry_hash(key, e.prev_hash, seq=e.seq, at=e.at, action=e.action,
-                                actor=e.actor, via=e.via, run_id=e.run_id,
-                                approval_id=e.approval_id, digest=e.digest,
-                                details=e.details)
-        if not hmac.compare_digest(recomputed, e.hash):
-            report.problems.append(
+        if not mac_matches(key, e):
+            self.report.problems.append(
                 f"{_describe(e)} was edited: its content does not match its MAC")
             return False
         return True
@@ -500,38 +559,41 @@ def _replay_standing(state: StandingState, e: AuditRecord, report: VerifyReport)
 # -- export ------------------------------------------------------------------------------
 
 EXPORT_FIELDS = ("seq", "at", "action", "actor", "via", "run_id", "approval_id", "tool", "digest",
-                 "args", "reason", "details", "key_id", "prev_hash", "hash")
+                 "args", "reason", "details", "key_id", "prev_hash", "hash", EXPORT_MAC)
 # a cell a spreadsheet would read as a formula (OWASP's CSV injection guidance)
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
 def export_row(e: AuditRecord, sensitive: Sequence[str] | None = None, *,
                details: dict[str, Any] | None = None,
-               as_recorded: bool = False) -> dict[str, Any]:
+               keys: Mapping[str, AuditKey] | None = None) -> dict[str, Any]:
     """One entry as exported (``details``: its details, if not as recorded);
     ``sensitive`` (its request's sensitive paths) given: with those values, and every
     secret the detectors find, masked (entries written before the chain recorded them
     masked hold them in clear). The digests it recorded (the call's, and each masked
     value's) are exported as their bindings (``runtime/binding.py``): an export names the
-    arguments it is about without giving a masked value back to whoever tries candidates."""
+    arguments it is about without giving a masked value back to whoever tries candidates.
+    ``keys`` (the audit keys by fingerprint) given: the row carries its export MAC
+    (:func:`export_mac`), when the key its entry names is among them, so that
+    ``audit verify --file`` proves the row, bindings included, with the key."""
     if details is None:
         details = json.loads(e.details)
     if sensitive is not None:
         details = masked_details(details, sensitive)
-    # what leaves the database binds with keyed bindings, never plain digests (invariant 20);
-    # ``as_recorded``: the digests the MACs cover, so that `audit verify --file` recomputes
-    # each MAC (for whoever holds the audit key: it binds with plain digests)
-    if not as_recorded:
-        details = binding.shown_details(details)
-    return {
+    # what leaves the database binds with keyed bindings, never plain digests (invariant 20)
+    details = binding.shown_details(details)
+    row: dict[str, Any] = {
         "seq": e.seq, "at": e.at.isoformat(), "action": e.action, "actor": e.actor,
         "via": e.via, "run_id": e.run_id, "approval_id": e.approval_id,
         "tool": details.get("tool"),
-        "digest": e.digest if as_recorded else binding.shown_opt(e.digest),
+        "digest": binding.shown_opt(e.digest),
         "args": details.get("args"),
         "reason": details.get("reason"), "details": details, "key_id": e.key_id,
         "prev_hash": e.prev_hash, "hash": e.hash,
     }
+    if keys is not None and (not e.key_id or e.key_id in keys):
+        row[EXPORT_MAC] = export_mac(keys.get(e.key_id) if e.key_id else None, row)
+    return row
 
 
 def csv_cell(value: Any) -> Any:
@@ -544,7 +606,7 @@ def csv_cell(value: Any) -> Any:
 
 async def export(db: Database, *, run_id: str | None = None, since: datetime | None = None,
                  fmt: str = "jsonl", batch: int = 500,
-                 reveal: bool = False, as_recorded: bool = False) -> AsyncIterator[str]:
+                 reveal: bool = False, keys: Sequence[AuditKey] = ()) -> AsyncIterator[str]:
     """Yield the matching entries as JSON lines or CSV text (header first), reading the
     log in batches so an export of any size runs in constant memory.
 
@@ -558,6 +620,11 @@ async def export(db: Database, *, run_id: str | None = None, since: datetime | N
     ``run_id``: only that run's entries; a full id or an unambiguous prefix, as everywhere
     (:func:`runtime.prefix.resolve`). A run that does not exist is :class:`NotFound`,
     raised before anything is yielded: an export is never silently empty by mistake.
+
+    ``keys``: the audit keys (the current one and retired ones); each row whose entry's
+    key is among them (and each unkeyed one) carries its export MAC, which ``audit verify
+    --file`` checks with the key. A revealing export carries none: its values are not
+    the ones the chain recorded, and it is not to pass for them.
     """
     if fmt not in ("jsonl", "csv"):
         raise ValueError(f"unknown export format {fmt!r} (jsonl or csv)")
@@ -571,6 +638,7 @@ async def export(db: Database, *, run_id: str | None = None, since: datetime | N
             writer.writeheader()
             yield _take(buf)
         hidden: dict[str, Sequence[str]] = {}
+        by_id = {k.id: k for k in keys}
         held: dict[str, dict[str, Any]] = {}  # approval id -> {digest: real arguments}
         async for e in tx.audit.iterate(run_id=run_id, since=since, batch=batch):
             paths: Sequence[str] | None = None
@@ -585,13 +653,14 @@ async def export(db: Database, *, run_id: str | None = None, since: datetime | N
                     if len(hidden) > 4096:
                         hidden.clear()
                 paths = hidden.get(key, ())
-            row = export_row(e, paths, details=details, as_recorded=as_recorded)
+            row = export_row(e, paths, details=details, keys=None if reveal else by_id)
             if fmt == "jsonl":
                 yield json.dumps(row, ensure_ascii=False) + "\n"
                 continue
             for key in ("args", "details"):
                 row[key] = "" if row[key] is None else canonical_json(row[key])
-            writer.writerow({k: csv_cell(v) for k, v in row.items()})
+            writer.writerow({k: csv_cell(v) for k, v in row.items()} | {
+                EXPORT_MAC: row.get(EXPORT_MAC, "")})
             yield _take(buf)
 
 

@@ -3,13 +3,19 @@ whoever received it: with the key, each entry's MAC is recomputed from the field
 export holds, and consecutive entries must link; with a head recorded elsewhere (the one
 posted to the audit channel, say), the file must pass through it.
 
-A JSON lines export (``audit export``, the default format) holds each entry's fields as
-recorded (its details masked, as the chain records them), its key's fingerprint, its
-MAC and the MAC before it, which is all the recipe of :func:`runtime.audit.entry_hash`
-needs. A filtered export (``--run``, ``--since``) leaves entries out: each entry in it is
-still proven, and the gaps are named, but only a full export and a recorded head prove
-that nothing is missing. An export with ``--reveal`` shows real values where the chain
-recorded masked ones, so its entries do not verify: verify the masked export.
+A JSON lines export (``audit export``, the default format) holds each entry's fields
+(its details masked, as the chain records them, and every digest of arguments shown as
+its keyed binding: invariant 20), its key's fingerprint, its chain MAC and the MAC
+before it, and the row's own MAC (``export_mac``, recipe v1 of
+:func:`runtime.audit.export_mac`) over all of those as exported: with the key, each row
+is proven as it stands, bindings included, and tied to its place in the chain by the
+chain MACs it carries, which link row to row. A row without an export MAC (an export
+from before it, made with plain digests) is checked against its chain MAC
+(:func:`runtime.audit.entry_hash`). A filtered export (``--run``, ``--since``) leaves
+entries out: each entry in it is still proven, and the gaps are named, but only a full
+export and a recorded head prove that nothing is missing. An export with ``--reveal``
+shows real values where the chain recorded masked ones, and carries no export MAC, so its
+entries do not verify: verify the masked export.
 """
 
 from __future__ import annotations
@@ -20,7 +26,15 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from approvald.runtime.audit import AuditKey, VerifyReport, entry_hash, no_key
+from approvald.runtime.audit import (
+    EXPORT_MAC,
+    EXPORT_RECIPE,
+    AuditKey,
+    EntryKeys,
+    VerifyReport,
+    export_mac,
+    mac_matches,
+)
 from approvald.runtime.canonical import compact_json
 from approvald.store.records import AuditRecord
 from approvald.store.repos.audit import GENESIS
@@ -34,8 +48,8 @@ class ExportUnreadable(ValueError):
     or it was cut or mangled): the file cannot be verified, and the line is named."""
 
 
-def entry_of(line: str, number: int) -> AuditRecord:
-    """One exported line as the entry it was exported from."""
+def entry_of(line: str, number: int) -> tuple[AuditRecord, dict[str, Any]]:
+    """One exported line as the entry it was exported from, and the row as exported."""
     try:
         row: Any = json.loads(line)
         if not isinstance(row, dict) or any(f not in row for f in _FIELDS):
@@ -45,7 +59,7 @@ def entry_of(line: str, number: int) -> AuditRecord:
             action=str(row["action"]), actor=str(row["actor"]), via=str(row["via"]),
             run_id=row["run_id"], approval_id=row["approval_id"], digest=row["digest"],
             details=compact_json(row["details"]), key_id=str(row["key_id"] or ""),
-            prev_hash=str(row["prev_hash"]), hash=str(row["hash"]))
+            prev_hash=str(row["prev_hash"]), hash=str(row["hash"])), row
     except (ValueError, TypeError) as exc:
         raise ExportUnreadable(
             f"line {number} is not an entry of a JSON lines audit export ({exc}): export "
@@ -57,14 +71,13 @@ def verify_export(lines: Iterable[str], *, keys: Sequence[AuditKey] = (),
                   unkeyed_until: int = 0) -> VerifyReport:
     """Verify an exported log (its lines); the report's head is the file's last entry."""
     report = VerifyReport()
-    by_id = {k.id: k for k in keys}
+    walk = EntryKeys(keys, unkeyed_until)
     prev: AuditRecord | None = None
     gaps: list[str] = []
-    seen_keyed = False
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        e = entry_of(line, number)
+        e, row = entry_of(line, number)
         report.entries += 1
         if prev is not None and e.seq <= prev.seq:
             report.problems.append(f"entry {e.seq} comes after entry {prev.seq} in the file: "
@@ -79,34 +92,13 @@ def verify_export(lines: Iterable[str], *, keys: Sequence[AuditKey] = (),
                 f"entry {e.seq} ({e.action} by {e.actor}) does not follow entry {e.seq - 1}: "
                 "reordered, or the entry before it was rewritten")
             return report
-        key: AuditKey | None = None
-        if e.key_id:
-            key = by_id.get(e.key_id)
-            if key is None and not keys:
-                report.cannot = no_key(e)
-                return report
-            if key is None:
-                report.problems.append(
-                    f"entry {e.seq} is signed with audit key {e.key_id}, which was not given: "
-                    "set APPROVALD_AUDIT_KEY (or APPROVALD_AUDIT_OLD_KEYS for a retired key)")
-                return report
-            seen_keyed = True
-        elif seen_keyed or (keys and e.seq > unkeyed_until):
-            report.problems.append(
-                f"entry {e.seq} is not keyed, but entries after {unkeyed_until} must be: it "
-                "was rewritten by someone without the key")
+        usable, key = walk.key_for(e, report)
+        if not usable:
             return report
-        else:
-            report.unkeyed += 1
-        recomputed = entry_hash(key, e.prev_hash, seq=e.seq, at=e.at, action=e.action,
-                                actor=e.actor, via=e.via, run_id=e.run_id,
-                                approval_id=e.approval_id, digest=e.digest, details=e.details)
-        if not hmac.compare_digest(recomputed, e.hash):
+        wrong = _row_wrong(key, e, row)
+        if wrong is not None:
             report.problems.append(
-                f"entry {e.seq} ({e.action} by {e.actor} at {e.at.isoformat()}) was edited: "
-                "its content does not match its MAC (verify an export made with "
-                "--as-recorded and without --reveal: bindings and revealed values are not "
-                "what the MACs cover)")
+                f"entry {e.seq} ({e.action} by {e.actor} at {e.at.isoformat()}) {wrong}")
             return report
         if expect is not None and e.seq == expect[0] and e.hash != expect[1]:
             report.problems.append(
@@ -140,6 +132,24 @@ def verify_export(lines: Iterable[str], *, keys: Sequence[AuditKey] = (),
             "made it could have recomputed every hash; compare its head with one recorded "
             "elsewhere (--expect)")
     return report
+
+
+def _row_wrong(key: AuditKey | None, e: AuditRecord, row: dict[str, Any]) -> str | None:
+    """Why exported ``row`` (entry ``e``) is not as exported from the chain, or None."""
+    mac = row.get(EXPORT_MAC)
+    if mac is None:  # an export from before export MACs: its plain digests, as recorded
+        if mac_matches(key, e):
+            return None
+        return ("does not match its MAC, and its row carries no export MAC: it was edited, "
+                "or exported with --reveal or without the audit key (export again with "
+                "APPROVALD_AUDIT_KEY set, and without --reveal)")
+    if not isinstance(mac, str) or mac.partition(":")[0] != EXPORT_RECIPE:
+        return (f"carries an export MAC of a recipe this release does not know "
+                f"({str(mac).partition(':')[0]!r}; it knows {EXPORT_RECIPE!r})")
+    if hmac.compare_digest(export_mac(key, row), mac):
+        return None
+    return ("was edited in the export: its fields (its bindings, details, actor, time or "
+            "chain MACs) do not match its export MAC")
 
 
 def _within(seq: int, gap: str) -> bool:

@@ -66,6 +66,7 @@ from approvald.runtime.tracing import Span, Tracer
 from approvald.runtime.transcript import build_state, encode
 from approvald.runtime.urgency import Urgency
 from approvald.runtime.views import Views
+from approvald.runtime.vocabulary import OutcomeName, match_of
 from approvald.runtime.worker import ResumeWorker
 from approvald.store import sealed
 from approvald.store.db import Database
@@ -296,12 +297,18 @@ class Engine:
     def notify_opened(self, approval_id: str) -> None:
         self.signals.notify_opened(approval_id)
 
-    async def note_policy(self, *, per_process: bool = False) -> bool:
+    async def note_policy(self, *, per_process: bool = False,
+                          command: bool = False) -> bool:
         """Record the policy file this process loaded as the one in force, and audit the
         change when it differs from the last one recorded (invariant 18: an auditor can say
         which policy governed each decision). ``per_process``: audit this process's load
         even when the policy is in force already (a long-lived process, ``serve``: each
-        one's loads are on record, so two policies are never in force unnoticed). The
+        one's loads are on record, so two policies are never in force unnoticed).
+        ``command``: a short-lived process (a CLI command, a hook call) that opens or
+        decides requests: its load is audited whenever its policy is not the one on record
+        as in force, every time, and it changes that record only where none was made yet
+        (the long-lived processes hold the policy in force; a command run with another file
+        acts under it for its own life, on record, without passing it off as theirs). The
         entry holds the policy's text, whose SHA-256 is its digest. True when audited."""
         policy = self.registry.policy
         if not per_process:
@@ -311,16 +318,26 @@ class Engine:
 
         async def write(tx: Tx) -> bool:
             now = self.clock.now()
-            before = await tx.policy.replace(digest=policy.digest,
-                                             source=policy.source or "(none)", now=now)
-            if before == policy.digest and not per_process:
-                return False
+            if command:
+                before = await tx.policy.current()
+                if before == policy.digest:
+                    return False
+                if before is None:
+                    await tx.policy.replace(digest=policy.digest,
+                                            source=policy.source or "(none)", now=now)
+            else:
+                before = await tx.policy.replace(digest=policy.digest,
+                                                 source=policy.source or "(none)", now=now)
+                if before == policy.digest and not per_process:
+                    return False
+            lifetime = {"lifetime": "command", "in_force": before or policy.digest} \
+                if command else {}
             self.audit.record(tx, at=now, action="policy_loaded", actor=f"process:{self.owner}",
                               via="runtime",
                               details={"digest": policy.digest, "previous": before,
                                        "source": policy.source or None,
                                        "tools": sorted(policy.tools), "process": self.owner,
-                                       "text": policy.text,
+                                       **lifetime, "text": policy.text,
                                        "digest_of": "sha256 of text (UTF-8)"})
             return True
 
@@ -566,13 +583,16 @@ class Engine:
         key they were chained with, so ``audit verify`` needs the old one retired)."""
         self.audit.key = key
 
-    async def oldest_approvals(self, *, status: str | None = None, run_id: str | None = None,
+    async def oldest_approvals(self, *, outcome: OutcomeName | None = None,
+                               run_id: str | None = None,
                                limit: int = 100) -> tuple[list[ApprovalRecord], int]:
-        """The ``limit`` oldest requests (of ``status``, of ``run_id``), oldest first, and
-        how many there are in all."""
+        """The ``limit`` oldest requests (whose outcome is ``outcome``, as every view names
+        it: :mod:`runtime.vocabulary`; of ``run_id``), oldest first, and how many there are
+        in all."""
+        match = None if outcome is None else match_of(outcome)
         async with self.db.read() as tx:
-            rows = await tx.approvals.oldest(status=status, run_id=run_id, limit=limit)
-            total = (await tx.approvals.count(status=status, run_id=run_id)
+            rows = await tx.approvals.oldest(run_id=run_id, limit=limit, match=match)
+            total = (await tx.approvals.count(run_id=run_id, match=match)
                      if len(rows) == limit else len(rows))
         return rows, total
 

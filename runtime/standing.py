@@ -36,7 +36,6 @@ a standing approval let run was covered (:func:`check_uses`).
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
 from collections.abc import Mapping
@@ -45,7 +44,7 @@ from enum import StrEnum
 from typing import Any
 
 from approvald.runtime import prefix
-from approvald.runtime.audit import AuditTrail, entry_hash
+from approvald.runtime.audit import AuditTrail, mac_matches
 from approvald.runtime.canonical import compact_json
 from approvald.runtime.clock import Clock
 from approvald.runtime.decide import Actor, Decision
@@ -65,7 +64,7 @@ from approvald.runtime.tools import ToolIdentity
 from approvald.runtime.urgency import Urgency
 from approvald.runtime.vocabulary import STANDING_VIA, outcome_details
 from approvald.store.db import Database
-from approvald.store.records import ApprovalRecord, RunRecord
+from approvald.store.records import ApprovalRecord, AuditRecord, RunRecord
 from approvald.store.repos import Tx
 from approvald.store.repos.standing import StandingRecord
 
@@ -160,7 +159,7 @@ class StandingApprovals:
                          "window": str(window), "expires_at": (now + window).isoformat(),
                          "grants": 1, "granted_by": [actor.id], "quorum": a.quorum,
                          "rule": policy.rule, "approvers": a.approvers_value(),
-                         "policy_digest": digest})
+                         "policy_digest": digest, **actor.marks()})
             await self._redraw(tx, a.id, now)
             got = await tx.standing.get(sid)
             assert got is not None
@@ -223,7 +222,8 @@ class StandingApprovals:
                 tx, at=now, action="standing_granted", actor=actor.id, via=actor.via,
                 run_id=await _run_of(tx, s), approval_id=s.granted_on,
                 details={"standing_approval": s.id, "tool": s.tool, "grants": len(grants),
-                         "granted_by": grants, "quorum": s.quorum, "status": status})
+                         "granted_by": grants, "quorum": s.quorum, "status": status,
+                         **actor.marks()})
             await self._redraw(tx, s.granted_on, now)
             return done
 
@@ -258,7 +258,8 @@ class StandingApprovals:
                                 via=actor.via, run_id=await _run_of(tx, s),
                                 approval_id=s.granted_on,
                                 details={"standing_approval": s.id, "tool": s.tool,
-                                         "uses": done.uses, "reason": reason})
+                                         "uses": done.uses, "reason": reason,
+                                         **actor.marks()})
             await self._redraw(tx, s.granted_on, now)
             return done
 
@@ -283,7 +284,7 @@ class StandingApprovals:
                 details={"verdict": verdict, "reason": exc.reason,
                          "standing_approval": standing.id if standing else None,
                          "tool": standing.tool if standing else approval.tool if approval
-                         else None, "message": str(exc)[:500]})
+                         else None, "message": str(exc)[:500], **actor.marks()})
 
         await self.db.transact(write, what=f"refused {verdict}")
 
@@ -355,7 +356,8 @@ class StandingApprovals:
         grant added since, the requester's own say, was not part of that check), or if
         its row disagrees with the grants and revocations the audit chain records."""
         now = self.clock.now()
-        tampered = await self.tampered(tx, s)
+        chain = await self._chain_of(tx, s)
+        tampered = await self.tampered(tx, s, chain)
         if tampered is not None:
             log.error("standing approval %s covers nothing: %s", s.id, tampered)
             self.audit.record(
@@ -386,22 +388,27 @@ class StandingApprovals:
                                      "approvers": policy.rung(0)[0],
                                      "quorum": policy.rung(0)[2],
                                      "scope": _shown_scope(s, policy),
+                                     **granter_names(chain, s.id, grants),
                                      **outcome_details(done)})
         return done
 
-    async def tampered(self, tx: Tx, s: StandingRecord) -> str | None:
-        """How ``s``'s row disagrees with what the audit chain records of it (its grant
-        entries and any revocation), or None when it agrees."""
+    async def _chain_of(self, tx: Tx, s: StandingRecord) -> list[AuditRecord]:
+        """The audit entries of ``s``'s grants and revocation (with those of other standing
+        approvals granted on the same request)."""
         run_id = await _run_of(tx, s)
-        entries = [e for e in await tx.audit.query(run_id=run_id, approval_id=s.granted_on)
-                   if e.action in ("standing_granted", "standing_revoked")]
+        return [e for e in await tx.audit.query(run_id=run_id, approval_id=s.granted_on)
+                if e.action in ("standing_granted", "standing_revoked")]
+
+    async def tampered(self, tx: Tx, s: StandingRecord,
+                       entries: list[AuditRecord] | None = None) -> str | None:
+        """How ``s``'s row disagrees with what the audit chain records of it (its grant
+        entries and any revocation, ``entries`` when they were read already), or None
+        when it agrees."""
+        if entries is None:
+            entries = await self._chain_of(tx, s)
         key = self.audit.key
         for e in entries:
-            if key is not None and e.key_id == key.id and not hmac.compare_digest(
-                    e.hash, entry_hash(key, e.prev_hash, seq=e.seq, at=e.at,
-                                       action=e.action, actor=e.actor, via=e.via,
-                                       run_id=e.run_id, approval_id=e.approval_id,
-                                       digest=e.digest, details=e.details)):
+            if key is not None and e.key_id == key.id and not mac_matches(key, e):
                 return f"audit entry {e.seq} about it does not match its MAC"
         state = StandingState()
         for e in entries:
@@ -415,6 +422,22 @@ class StandingApprovals:
             return await is_approver(self.directory, s.approvers_value(), user)
         except DirectoryError:
             return False
+
+
+def granter_names(entries: list[AuditRecord], sid: str, grants: list[str]) -> dict[str, Any]:
+    """What a use's entry records of who its granters were (``granted_by_names``: each
+    granter's name as their grant's entry recorded it, at the time of the grant), so an
+    export tells who a user id was without a directory; {} when no grant recorded one."""
+    names: dict[str, str] = {}
+    for e in entries:
+        details = json.loads(e.details)
+        if e.action != "standing_granted" or e.actor not in grants or \
+                details.get("standing_approval") != sid:
+            continue
+        name = details.get("actor_name")
+        if isinstance(name, str) and name:
+            names[e.actor] = name
+    return {"granted_by_names": names} if names else {}
 
 
 async def _run_of(tx: Tx, s: StandingRecord) -> str | None:

@@ -17,6 +17,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from approvald.store.records import ApprovalRecord
+from approvald.store.repos.approvals import Match
 
 # the kinds of request (``ApprovalRecord.kind``), and a call nobody was asked about
 TOOL_CALL, OUTCOME_UNKNOWN, CANNOT_RUN = "tool_call", "outcome_unknown", "cannot_run"
@@ -165,3 +166,34 @@ def deadline(a: ApprovalRecord) -> datetime | None:
 def outcome_details(a: ApprovalRecord) -> dict[str, str]:
     """What an audit entry that closes ``a`` records of its outcome."""
     return {"outcome": outcome_of(a).value}
+
+
+# the outcomes a request can have (what ``approvals list --status`` takes)
+REQUEST_OUTCOMES = tuple(n for n in OutcomeName if not WORDS[n].kinds <= {CALL})
+
+
+def match_of(name: OutcomeName) -> Match:
+    """The stored columns of the requests whose outcome is ``name`` (the inverse of
+    :func:`outcome_of`, for a query: a list filtered by an outcome's word shows exactly the
+    requests every view names with it)."""
+    tool = frozenset({TOOL_CALL})
+    answers = {o: v for v, o in _ANSWERS.items()}
+    if name in ANSWERS:
+        return Match(statuses=frozenset({"approved", "denied"}), kinds=QUESTIONS,
+                     verdicts=frozenset({answers[name]}))
+    if name is N.APPROVED:
+        return Match(statuses=frozenset({"approved"}), kinds=tool, edited=False,
+                     not_via=STANDING_VIA)
+    if name is N.APPROVED_WITH_EDITS:
+        return Match(statuses=frozenset({"approved"}), kinds=tool, edited=True,
+                     not_via=STANDING_VIA)
+    if name is N.APPROVED_STANDING:
+        return Match(statuses=frozenset({"approved"}), kinds=tool, via=STANDING_VIA)
+    if name is N.UNKNOWN:  # a status this release does not know
+        return Match(statuses=frozenset({*_CLOSED, "approved"}), exclude=True)
+    stored = [s for s, o in _CLOSED.items() if o is name]
+    if not stored:
+        raise ValueError(f"{name.value!r} is not an outcome of a request")
+    # a question is stored approved or denied: its answer is its outcome, never these
+    kinds = tool if {"approved", "denied"} & set(stored) else None
+    return Match(statuses=frozenset(stored), kinds=kinds)

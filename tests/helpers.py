@@ -303,6 +303,19 @@ class Rows:
         async with self.db.read() as tx:
             return list(await tx.audit.query(approval_id=approval_id, run_id=run_id))
 
+    async def approvals_matching(self, match: Any) -> tuple[list[Any], int]:
+        """The requests ``match`` (a ``store.repos.approvals.Match``) finds, oldest first,
+        and how many it counts."""
+        async with self.db.read() as tx:
+            return (await tx.approvals.oldest(match=match, limit=1000),
+                    await tx.approvals.count(match=match))
+
+    async def insert(self, table: Any, rows: list[dict[str, Any]]) -> None:
+        """Put rows in behind the runtime's back: ``INSERT INTO table`` (a state no path
+        of this release makes, or one made faster than through the runtime)."""
+        async with self.db.write() as tx:
+            await tx.conn.execute(table.insert(), rows)
+
     async def forge(self, table: Any, *where: Any, **values: Any) -> None:
         """Change rows behind the runtime's back: ``UPDATE table SET values WHERE where``."""
         from sqlalchemy import update

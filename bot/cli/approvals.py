@@ -34,7 +34,13 @@ from approvald.runtime.engine import Engine
 from approvald.runtime.json_input import MAX_DEPTH, TooDeep, loads
 from approvald.runtime.packet import shown_args
 from approvald.runtime.prefix import id_help
-from approvald.runtime.vocabulary import deadline, outcome_of, word
+from approvald.runtime.vocabulary import (
+    REQUEST_OUTCOMES,
+    OutcomeName,
+    deadline,
+    outcome_of,
+    word,
+)
 from approvald.store.records import ApprovalRecord
 
 DECISIONS = (
@@ -52,10 +58,11 @@ def register(sub: Subparsers) -> None:
     ap = sub.add_parser("approvals", help="list and decide approval requests").add_subparsers(
         dest="sub", required=True, metavar="COMMAND")
     al = ap.add_parser("list", help="pending (or all) approval requests, oldest first")
-    al.add_argument("--status", default="pending",
-                    help="only requests stored with this status (default pending; also "
-                         "approved, denied, redirected, expired, superseded, cancelled); "
-                         "each line names the request's outcome")
+    al.add_argument("--status", default="pending", metavar="OUTCOME",
+                    choices=[n.value for n in REQUEST_OUTCOMES],
+                    help="only requests with this outcome, named as every view and the "
+                         "audit log name it (default pending; "
+                         + ", ".join(n.value for n in REQUEST_OUTCOMES[1:]) + ")")
     al.add_argument("--all", action="store_true", help="every status")
     al.add_argument("--run", metavar="RUN_ID",
                     help=id_help("only the requests of this run: its id"))
@@ -122,9 +129,9 @@ def register(sub: Subparsers) -> None:
 
 async def cmd_list(s: Settings, a: argparse.Namespace) -> int:
     async def go(engine: Engine) -> int:
-        status = None if a.all else a.status
+        status = None if a.all else OutcomeName(a.status)
         run_id = None if a.run is None else (await engine.resolve_run(a.run)).id
-        rows, total = await engine.oldest_approvals(status=status, run_id=run_id,
+        rows, total = await engine.oldest_approvals(outcome=status, run_id=run_id,
                                                     limit=a.limit)
         if total > len(rows):  # on stderr: `--ids | head -1` stays the oldest, and clean
             what = "approvals" if status is None else f"{status} approvals"

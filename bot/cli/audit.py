@@ -49,10 +49,6 @@ def register(sub: Subparsers) -> None:
                     help="export the real arguments (read from their sealed requests, so "
                          "APPROVALD_DATA_KEY is needed) instead of masked ones; the export "
                          "is itself audited (action revealed, by this operator)")
-    ex.add_argument("--as-recorded", action="store_true",
-                    help="the digests as the chain recorded them (not their bindings), so "
-                         "`audit verify --file` can recompute each entry's MAC: for whoever "
-                         "holds the audit key")
     ex.set_defaults(fn=cmd_export)
 
 
@@ -136,10 +132,12 @@ async def cmd_export(s: Settings, a: argparse.Namespace) -> int:
         await with_engine(s, revealing)
     db = await open_database(s)
     try:
-        await _export(db, a, since)
+        keys = s.audit_keys()
+        # each row carries its export MAC under the key its entry names, so that whoever
+        # receives the file proves it with the key (`audit verify --file`)
+        await _export(db, a, since, keys)
         # an export is checked as it is handed over: a log that does not verify is said
         # (the export is written all the same: it is the evidence)
-        keys = s.audit_keys()
         report = await audit.verify(db, keys=keys, unkeyed_until=s.audit_unkeyed_until)
     finally:
         await db.close()
@@ -154,7 +152,8 @@ async def cmd_export(s: Settings, a: argparse.Namespace) -> int:
     return 0
 
 
-async def _export(db: Database, a: argparse.Namespace, since: datetime | None) -> None:
+async def _export(db: Database, a: argparse.Namespace, since: datetime | None,
+                  keys: list[audit.AuditKey]) -> None:
     chunks = [c async for c in audit.export(db, run_id=a.run, since=since, fmt=a.format,
-                                            reveal=a.reveal, as_recorded=a.as_recorded)]
+                                            reveal=a.reveal, keys=keys)]
     await write_out(a.output, "".join(chunks))

@@ -108,14 +108,15 @@ def iso(value: datetime | None) -> str:
 async def with_engine(s: Settings, fn: Callable[[Engine], Awaitable[int]], *,
                       acts: bool = False) -> int:
     """Run ``fn`` with an engine. ``acts``: the command opens or decides requests, so the
-    policy file it loaded is recorded as the one in force (audited when it changed);
-    commands that only read leave the log alone."""
+    policy file it loaded is on record: audited as this process's load whenever it is not
+    the one in force (:meth:`Engine.note_policy`, ``command``); commands that only read
+    leave the log alone."""
     db = await open_database(s)
     engine = None
     try:
         engine = build_engine(s, db)
         if acts:
-            await engine.note_policy()
+            await engine.note_policy(command=True)
         return await fn(engine)
     finally:
         if engine is not None:

@@ -13,6 +13,7 @@ from typing import Any
 
 from approvald.bot.slack import cards, messages, texts, views
 from approvald.bot.slack.home import Home
+from approvald.bot.slack.listeners import name_of
 from approvald.bot.slack.mrkdwn import REASON_MAX
 from approvald.runtime.batch import MAX_BATCH, BatchVerdict, Target
 from approvald.runtime.decide import Actor
@@ -48,22 +49,24 @@ class Batch(Home):
         await ack()  # first: a batch may outlast Slack's 3 s (see the module's docstring)
         targets, channel = self._selection(body)
         self._later(self._batch(client, body["user"]["id"], channel, respond, targets,
-                                "approve", None))
+                                "approve", None, name=name_of(body)))
 
     async def on_deny_selected(self, ack: AsyncAck, body: dict[str, Any],
                                client: AsyncWebClient, respond: AsyncRespond) -> None:
         await ack()
         targets, channel = self._selection(body)
         self._later(self._open_batch_deny(client, body["user"]["id"], channel, respond,
-                                          body["trigger_id"], targets))
+                                          body["trigger_id"], targets, name=name_of(body)))
 
     async def _open_batch_deny(self, client: AsyncWebClient, user: str, channel: str | None,
                                respond: AsyncRespond | None, trigger_id: str,
-                               targets: list[tuple[str, str]]) -> None:
+                               targets: list[tuple[str, str]], *,
+                               name: str | None = None) -> None:
         """The modal that asks one reason for every ticked request (none ticked, or too
         many: the list says so instead, and nothing changes)."""
         if not targets or len(targets) > MAX_BATCH:
-            await self._batch(client, user, channel, respond, targets, "deny", None)
+            await self._batch(client, user, channel, respond, targets, "deny", None,
+                              name=name)
             return
         found = await self.e.views.approvals([i for i, _ in targets])
         items = [(i, token, found.get(i)) for i, token in targets]
@@ -93,11 +96,12 @@ class Batch(Home):
             return
         await ack()  # the modal closes; the list it came from shows what was decided
         self._later(self._batch(client, body["user"]["id"], channel, None, targets, "deny",
-                                reason))
+                                reason, name=name_of(body)))
 
     async def _batch(self, client: AsyncWebClient, user: str, channel: str | None,
                      respond: AsyncRespond | None, targets: list[tuple[str, str]],
-                     verdict: BatchVerdict, reason: str | None) -> None:
+                     verdict: BatchVerdict, reason: str | None, *,
+                     name: str | None = None) -> None:
         """Decide every ticked request as ``user``, then redraw the list with what
         became of each. Each decision is an ordinary one (its card is updated through the
         outbox and its run resumed by the engine, as for a click on the card)."""
@@ -107,17 +111,18 @@ class Batch(Home):
             result = views.BatchResult(verdict, refused=texts.BATCH_TOO_MANY.format(
                 most=MAX_BATCH, n=len(targets)))
         else:
-            result = await self._decide_batch(user, targets, verdict, reason)
+            result = await self._decide_batch(user, targets, verdict, reason, name=name)
         await self._show_batch(client, user, channel, respond, result)
 
     async def _decide_batch(self, user: str, targets: list[tuple[str, str]],
-                            verdict: BatchVerdict, reason: str | None) -> views.BatchResult:
+                            verdict: BatchVerdict, reason: str | None, *,
+                            name: str | None = None) -> views.BatchResult:
         with self.e.span("slack.batch", user=user, verdict=verdict,
                                 selected=len(targets)) as span:
             try:
                 outcomes = await self.e.decide_each(
                     [Target(i, token) for i, token in targets],
-                    actor=Actor(user, "slack"), verdict=verdict, reason=reason)
+                    actor=Actor(user, "slack", name=name), verdict=verdict, reason=reason)
             except ValueError as exc:  # refused as a whole, before anything was decided
                 span.set(outcome="refused")
                 return views.BatchResult(verdict, refused=str(exc))

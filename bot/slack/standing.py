@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from approvald.bot.slack import cards, messages, texts, views
 from approvald.bot.slack.decisions import Decisions
-from approvald.bot.slack.listeners import Listener, why_of
+from approvald.bot.slack.listeners import Listener, name_of, why_of
 from approvald.bot.slack.mrkdwn import code_span
 from approvald.runtime.decide import Actor, Decision
 from approvald.runtime.errors import ApprovaldError, NotFound
@@ -54,14 +54,15 @@ class Standing(Decisions):
                       errors={cards.WINDOW_BLOCK: texts.REPLY_MALFORMED})
             return
         user = body["user"]["id"]
-        granted, errors = await self._grant(target, user, choice)
+        granted, errors = await self._grant(target, user, choice, name=name_of(body))
         if granted is None:
             await ack(response_action="errors", errors=errors)
             return
         await ack()
         self._later(self._after_grant(client, user, target.channel, *granted))
 
-    async def _grant(self, target: views.ModalTarget, user: str, choice: views.StandingChoice
+    async def _grant(self, target: views.ModalTarget, user: str, choice: views.StandingChoice,
+                     *, name: str | None = None
                      ) -> tuple[tuple[StandingRecord, Decision] | None, dict[str, str]]:
         """``((standing approval, decision), {})`` once both are committed, else
         ``(None, the modal's errors)`` and nothing was granted."""
@@ -79,7 +80,8 @@ class Standing(Decisions):
                     why=why_of(exc))[:1000]}
             try:
                 granted = await self.e.grant_standing(
-                    a.id, actor=Actor(user, "slack"), window=choice.window, scope=scope,
+                    a.id, actor=Actor(user, "slack", name=name), window=choice.window,
+                    scope=scope,
                     token=target.token)
             except StandingRefused as exc:
                 span.set(outcome=f"refused:{exc.reason}")
@@ -122,7 +124,7 @@ class Standing(Decisions):
             if not isinstance(value, str) or not _STANDING_ID.fullmatch(value):
                 notice = texts.REPLY_MALFORMED
             else:
-                notice = await self._change_standing(verb, value, user)
+                notice = await self._change_standing(verb, value, user, name=name_of(body))
             await ack()  # only now: a revocation or a grant is committed (or nothing changed)
             if channel is None:
                 self._later(self.publish_home(client, user, notice=notice))
@@ -130,8 +132,9 @@ class Standing(Decisions):
                 self._later(self._tell(client, user, channel, notice))
         return handler
 
-    async def _change_standing(self, verb: StandingVerb, standing_id: str, user: str) -> str:
-        actor = Actor(user, "slack")
+    async def _change_standing(self, verb: StandingVerb, standing_id: str, user: str, *,
+                               name: str | None = None) -> str:
+        actor = Actor(user, "slack", name=name)
         with self.e.span(f"slack.standing_{verb}", standing_id=standing_id,
                                 user=user) as span:
             try:

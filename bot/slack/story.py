@@ -37,6 +37,7 @@ from approvald.bot.slack.mrkdwn import (
 )
 from approvald.runtime.packet import will_run
 from approvald.runtime.shown import RunMasking
+from approvald.runtime.vocabulary import WORDS, OutcomeName, outcome_of
 from approvald.store.records import ApprovalRecord, AuditRecord, ExecutionRecord
 from slack_sdk.models.blocks import ButtonElement
 
@@ -104,6 +105,30 @@ def _ids(value: Any) -> list[str]:
     return [str(p) for p in value] if isinstance(value, list) else []
 
 
+# what an entry of each action names, when it does not record its outcome itself
+_ACTION_OUTCOME = {"approved": OutcomeName.APPROVED, "denied": OutcomeName.DENIED,
+                   "redirected": OutcomeName.REDIRECTED, "expired": OutcomeName.EXPIRED,
+                   "escalated": OutcomeName.ESCALATED}
+_ANSWER_OUTCOME = {"retry": OutcomeName.RETRIED, "mark_done": OutcomeName.MARKED_DONE,
+                   "abort": OutcomeName.ABORTED, "replan": OutcomeName.REPLANNED}
+
+
+def said_outcome(name: OutcomeName) -> dict[str, str]:
+    """An outcome as a line says it: ``{icon}`` and ``{outcome}`` of the one vocabulary
+    (:mod:`runtime.vocabulary`), as every view and the audit log name it."""
+    w = WORDS[name]
+    return {"icon": f":{w.emoji}:", "outcome": w.words}
+
+
+def _outcome(d: dict[str, Any], fallback: OutcomeName) -> dict[str, str]:
+    """The outcome entry details ``d`` record (``outcome``), else ``fallback``."""
+    try:
+        name = OutcomeName(str(d["outcome"])) if d.get("outcome") else fallback
+    except ValueError:  # a word a newer release wrote
+        name = OutcomeName.UNKNOWN
+    return said_outcome(name)
+
+
 def entry_lines(e: AuditRecord, approvals: Mapping[str, ApprovalRecord],
                 executions: Mapping[str, ExecutionRecord], links: Mapping[str, str | None],
                 shown: RunMasking) -> list[Line]:
@@ -132,41 +157,46 @@ def entry_lines(e: AuditRecord, approvals: Mapping[str, ApprovalRecord],
         if e.actor == "system:policy":
             return []
         return [Line(T.STORY_DENIED.format(who=actor, tool=tool, reason=_reason(
-            a.reason if a else d.get("reason"))))]
+            a.reason if a else d.get("reason")), **_outcome(d, OutcomeName.DENIED)))]
     if e.action == "redirected":
         return [Line(T.STORY_REDIRECTED.format(who=actor, tool=tool, reason=_reason(
-            a.reason if a else d.get("guidance") or d.get("reason"))))]
+            a.reason if a else d.get("guidance") or d.get("reason")),
+            **_outcome(d, OutcomeName.REDIRECTED)))]
     if e.action == "edited":
         impact = impact_line(will_run(a), 300) if a is not None and a.kind == "tool_call" \
             else None
         return [Line(T.STORY_EDITED.format(who=actor, tool=tool,
                                            impact=" " + impact if impact else ""))]
     if e.action == "expired":
-        return [Line(T.STORY_EXPIRED.format(tool=tool))]
+        return [Line(T.STORY_EXPIRED.format(tool=tool, **_outcome(d, OutcomeName.EXPIRED)))]
     if e.action == "escalated":
         when = a.expires_at if a is not None else None
         return [Line(T.STORY_ESCALATED.format(
             tool=tool, approvers=people(_ids(d.get("approvers")) or
                                         (approver_ids(a) if a else [])),
             until=until(when) if when else "—",
-            link=_link(links.get(e.approval_id or ""), T.STORY_NEW_LINK)))]
+            link=_link(links.get(e.approval_id or ""), T.STORY_NEW_LINK),
+            **_outcome(d, OutcomeName.ESCALATED)))]
     if e.action == "cancelled" and e.approval_id is None:
         return [Line(T.STORY_RUN_CANCELLED.format(who=actor, reason=_reason(d.get("reason"))))]
     if e.action == "cancel_requested":
         return [Line(T.STORY_CANCEL_REQUESTED.format(who=actor,
                                                      reason=_reason(d.get("reason"))))]
     if e.action in ("outcome_resolved", "cannot_run_resolved"):
-        template = T.STORY_RESOLVED.get(str(d.get("verdict")), T.STORY_RESOLVED_OTHER)
-        return [Line(template.format(who=actor, tool=tool))]
+        verdict = str(d.get("verdict"))
+        template = T.STORY_RESOLVED.get(verdict, T.STORY_RESOLVED_OTHER)
+        return [Line(template.format(who=actor, tool=tool, **_outcome(
+            d, _ANSWER_OUTCOME.get(verdict, OutcomeName.UNKNOWN))))]
     if e.action == "not_executed":
         return [Line(T.STORY_NOT_EXECUTED.format(tool=tool, reason=clause(clip(
             as_text(d.get("reason")), 300))))]
     if e.action == "retried":
         attempt = int(d.get("attempt") or 2)
+        once = T.STORY_RETRIED_ONCE if d.get("once") else \
+            T.STORY_RETRIED_IDEMPOTENT.format(before=attempt - 1)
         return [Line(T.STORY_RETRIED.format(
             tool=tool, attempt=attempt, before=attempt - 1,
-            why=clause(clip(as_text(d.get("why")), 300)),
-            once=T.STORY_RETRIED_ONCE if d.get("once") else ""))]
+            why=clause(clip(as_text(d.get("why")), 300)), once=once))]
     if e.action == "executed":
         return _executed(e, d, executions, tool, shown)
     return []
@@ -197,9 +227,10 @@ def _approved(e: AuditRecord, d: dict[str, Any], a: ApprovalRecord | None, tool:
               actor: str) -> str:
     if e.via == "standing" or d.get("standing_approval"):
         return T.STORY_STANDING.format(tool=tool, who=people(_ids(d.get("granted_by"))),
-                                       id=code_span(str(d.get("standing_approval") or ""), 64))
+                                       id=code_span(str(d.get("standing_approval") or ""), 64),
+                                       **_outcome(d, OutcomeName.APPROVED_STANDING))
     if e.actor == "system:policy":
-        return T.STORY_POLICY.format(tool=tool)
+        return T.STORY_POLICY.format(tool=tool, **_outcome(d, OutcomeName.AUTO))
     votes = ""
     quorum = a.quorum if a is not None else 1
     if quorum > 1 and a is not None:
@@ -207,8 +238,9 @@ def _approved(e: AuditRecord, d: dict[str, Any], a: ApprovalRecord | None, tool:
         names = ", ".join(person(p) for p in voters) if voters else actor
         votes = T.STORY_VOTES.format(count=a.approve_count, quorum=quorum, who=names)
     edited = a is not None and a.edited_args is not None
-    template = T.STORY_APPROVED_EDITED if edited else T.STORY_APPROVED
-    text = template.format(who=actor, tool=tool, votes=votes)
+    fallback = OutcomeName.APPROVED_WITH_EDITS if edited else OutcomeName.APPROVED
+    text = T.STORY_APPROVED.format(who=actor, tool=tool, votes=votes,
+                                   **_outcome(d, fallback))
     ran = edited_call(a) if a is not None else None
     return text + ("\n" + ran if ran else "")
 
@@ -290,6 +322,10 @@ def waiting_lines(pending: Sequence[ApprovalRecord]) -> list[str]:
     return out
 
 
+# the outcomes of a request whose call did not run (the run went on without it)
+_DID_NOT_RUN = frozenset({OutcomeName.DENIED, OutcomeName.EXPIRED, OutcomeName.REDIRECTED})
+
+
 def ended_badly(approvals: Sequence[ApprovalRecord],
                 executions: Mapping[str, ExecutionRecord]) -> tuple[str, str] | None:
     """A completed run's honest ``(emoji, status)`` when a call it asked for did not run
@@ -299,12 +335,14 @@ def ended_badly(approvals: Sequence[ApprovalRecord],
         if a.kind == "tool_call" and a.status != "superseded":
             last[a.call_id] = a
     for a in last.values():
-        if a.status in T.RUN_ENDED:
-            emoji, words = T.RUN_ENDED[a.status]
-            return emoji, words.format(tool=code_span(a.tool, 80))
+        name = outcome_of(a)
+        if name in _DID_NOT_RUN:
+            said = said_outcome(name)
+            return said["icon"], T.RUN_ENDED.format(tool=code_span(a.tool, 80),
+                                                    outcome=said["outcome"])
     for rec in executions.values():
         if rec.status == "failed":
-            emoji, words = T.RUN_ENDED["failed"]
+            emoji, words = T.RUN_ENDED_FAILED
             return emoji, words.format(tool=code_span(rec.tool, 80))
     return None
 

@@ -483,7 +483,9 @@ RUN_WAITING = (":hourglass: Waiting until {date}: {reason}. Nothing failed; the 
 THREAD_FINAL = ":checkered_flag: *Final answer*\n{answer}"
 
 # a run's story in its thread, one line per audit entry that changes who or what the run
-# waits on (bot/slack/story.py); {who}: people as mentions, {until}: a Slack date
+# waits on (bot/slack/story.py); {who}: people as mentions, {until}: a Slack date; an
+# outcome is said with the one vocabulary's words (runtime/vocabulary.py): {icon} its
+# emoji, {outcome} its words, as every other view and the audit log name it
 STORY_REQUESTED = (":hourglass_flowing_sand: Asked {approvers} to approve `{tool}`{quorum}, "
                    "until {until}.{link}")
 STORY_REQUESTED_QUESTION = (":warning: `{tool}` may or may not have taken effect: asked "
@@ -498,38 +500,37 @@ STORY_REMINDED = (":alarm_clock: Reminder {n} sent to {approvers}: `{tool}` is s
                   "waiting{progress}; it {expires}.{link}")
 STORY_VOTED = (":ballot_box_with_check: {who} approved `{tool}` ({count} of {quorum} "
                "approvals); waiting for more.")
-STORY_APPROVED = ":white_check_mark: {who} approved `{tool}`{votes}."
-STORY_APPROVED_EDITED = ":white_check_mark: {who} approved `{tool}` with edits{votes}."
+STORY_APPROVED = "{icon} `{tool}` {outcome} by {who}{votes}."
 STORY_VOTES = " ({count} of {quorum} approvals: {who})"
-STORY_STANDING = (":repeat: `{tool}` approved without a card: standing approval `{id}`, "
-                  "granted by {who}, covers it.")
-STORY_POLICY = ":white_check_mark: The policy allowed `{tool}` without asking anyone."
-STORY_DENIED = ":no_entry: {who} denied `{tool}`{reason}. It did not run."
-STORY_REDIRECTED = (":leftwards_arrow_with_hook: {who} redirected `{tool}`{reason}. It did "
-                    "not run; the agent re-plans.")
+STORY_STANDING = ("{icon} `{tool}` {outcome}: `{id}`, granted by {who}; nobody was asked "
+                  "this time.")
+STORY_POLICY = "{icon} `{tool}` {outcome}: the policy allows it."
+STORY_DENIED = "{icon} `{tool}` {outcome} by {who}{reason}. It did not run."
+STORY_REDIRECTED = ("{icon} `{tool}` {outcome} by {who}{reason}. It did not run; the agent "
+                    "re-plans.")
 STORY_REASON = ": {reason}"
 STORY_EDITED_ARGS = "*Edited arguments:* `{args}`"
 STORY_EDITED = ":pencil2: {who} edited the arguments of `{tool}`.{impact}"
-STORY_EXPIRED = (":hourglass: Nobody decided `{tool}` by its deadline: it expired and did "
-                 "not run (silence never approves).")
-STORY_ESCALATED = (":arrow_double_up: Nobody decided `{tool}` in time: escalated to "
-                   "{approvers}, to decide by {until}.{link}")
+STORY_EXPIRED = ("{icon} Nobody decided `{tool}` by its deadline: {outcome}; it did not run "
+                 "(silence never approves).")
+STORY_ESCALATED = ("{icon} Nobody decided `{tool}` in time: {outcome} to {approvers}, to "
+                   "decide by {until}.{link}")
 STORY_RUN_CANCELLED = ":no_entry_sign: {who} cancelled the run{reason}."
 STORY_CANCEL_REQUESTED = (":octagonal_sign: {who} asked to cancel the run{reason}; it stops "
                           "at its next step.")
 STORY_RESOLVED = {
-    "retry": ":repeat: {who} checked that `{tool}` did not take effect and chose Retry.",
-    "mark_done": ":white_check_mark: {who} marked `{tool}` done: the run goes on as if it "
-                 "succeeded.",
-    "abort": ":no_entry_sign: {who} aborted the run at `{tool}`.",
-    "replan": ":leftwards_arrow_with_hook: {who} chose Re-plan for `{tool}`: the agent plans "
-              "again.",
+    "retry": "{icon} `{tool}` {outcome} by {who}, who checked that it did not take effect.",
+    "mark_done": "{icon} `{tool}` {outcome} by {who}: the run goes on as if it succeeded.",
+    "abort": "{icon} `{tool}` {outcome} by {who}: the run ends here.",
+    "replan": "{icon} `{tool}` {outcome} by {who}: the agent plans again.",
 }
-STORY_RESOLVED_OTHER = "{who} answered about `{tool}`."
+STORY_RESOLVED_OTHER = "{icon} `{tool}` {outcome} by {who}."
 STORY_NOT_EXECUTED = ":warning: `{tool}` was approved but not executed: {reason}."
 STORY_RETRIED = (":repeat: `{tool}` runs again as attempt {attempt}: attempt {before} was cut "
                  "off before its result was recorded, and {why}.{once}")
 STORY_RETRIED_ONCE = " The call ran once."
+STORY_RETRIED_IDEMPOTENT = (" The tool is idempotent: had attempt {before} taken effect, "
+                            "running it again under the same key changes nothing.")
 STORY_RAN = ":white_small_square: `{tool}` succeeded{attempt}{how}{words}"
 STORY_RAN_FAILED = ":small_red_triangle: `{tool}` failed{attempt}{how}: {error}"
 STORY_ATTEMPT = " on attempt {n}"
@@ -558,13 +559,10 @@ RUN_WAITS_PROGRESS = " ({count} of {quorum} approvals so far)"
 RUN_WAITS_IMPACT = "_{impact}_"
 RUN_AT_STEP = "Step {step}"
 # a finished run's honest headline: what did not happen is not a green check
-RUN_ENDED = {
-    "denied": (":no_entry:", "completed, but `{tool}` was denied"),
-    "expired": (":hourglass:", "completed, but `{tool}` expired and did not run"),
-    "redirected": (":leftwards_arrow_with_hook:", "completed, but `{tool}` was redirected "
-                                                  "and did not run"),
-    "failed": (":warning:", "completed, but `{tool}` failed"),
-}
+# (the icon and {outcome} of a request's outcome are the vocabulary's; a failed call is
+# an execution's, not a request's)
+RUN_ENDED = "completed, but `{tool}` {outcome} and did not run"
+RUN_ENDED_FAILED = (":warning:", "completed, but `{tool}` failed")
 ELLIPSIS = "…"
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
@@ -19,6 +20,7 @@ from sqlalchemy import (
     Update,
     bindparam,
     func,
+    or_,
     select,
     type_coerce,
     update,
@@ -123,16 +125,17 @@ class ApprovalsRepo(Repo):
         return [ApprovalRecord(**r._mapping) for r in await self.conn.execute(stmt)]
 
     async def oldest(self, *, status: str | None = None, run_id: str | None = None,
-                     limit: int = 100) -> list[ApprovalRecord]:
-        """The ``limit`` oldest requests (of ``status``, of ``run_id``), oldest first: the
-        head of the queue, whatever its length."""
+                     limit: int = 100, match: Match | None = None) -> list[ApprovalRecord]:
+        """The ``limit`` oldest requests (of ``status``, of ``run_id``, that ``match``),
+        oldest first: the head of the queue, whatever its length."""
         stmt = select(_T).order_by(Approval.requested_at, Approval.id).limit(limit)
         return [ApprovalRecord(**r._mapping)
-                for r in await self.conn.execute(_where(stmt, status, run_id))]
+                for r in await self.conn.execute(_where(stmt, status, run_id, match))]
 
-    async def count(self, *, status: str | None = None, run_id: str | None = None) -> int:
-        """How many requests there are (of ``status``, of ``run_id``)."""
-        stmt = _where(select(func.count()).select_from(Approval), status, run_id)
+    async def count(self, *, status: str | None = None, run_id: str | None = None,
+                    match: Match | None = None) -> int:
+        """How many requests there are (of ``status``, of ``run_id``, that ``match``)."""
+        stmt = _where(select(func.count()).select_from(Approval), status, run_id, match)
         return int((await self.conn.execute(stmt)).scalar_one())
 
     async def pending_schedule(self) -> list[tuple[str, datetime, datetime | None]]:
@@ -330,9 +333,41 @@ class ApprovalsRepo(Repo):
         return [r for r in run_ids if r not in busy]
 
 
-def _where(stmt: Select[Any], status: str | None, run_id: str | None) -> Select[Any]:
+@dataclass(frozen=True)
+class Match:
+    """Requests by their stored columns (the runtime says which columns make an outcome:
+    :func:`runtime.vocabulary.match_of`). A field left None matches anything; ``statuses``
+    with ``exclude``: any status but those."""
+
+    statuses: frozenset[str] | None = None
+    exclude: bool = False
+    kinds: frozenset[str] | None = None
+    verdicts: frozenset[str] | None = None
+    edited: bool | None = None  # edited_args set (True) or not (False)
+    via: str | None = None  # decided_via is this one
+    not_via: str | None = None  # decided_via is not this one (or none)
+
+
+def _where(stmt: Select[Any], status: str | None, run_id: str | None,
+           match: Match | None = None) -> Select[Any]:
     if status:
         stmt = stmt.where(Approval.status == status)
+    if match is not None:
+        if match.statuses is not None:
+            stmt = stmt.where(Approval.status.not_in(sorted(match.statuses)) if match.exclude
+                              else Approval.status.in_(sorted(match.statuses)))
+        if match.kinds is not None:
+            stmt = stmt.where(Approval.kind.in_(sorted(match.kinds)))
+        if match.verdicts is not None:
+            stmt = stmt.where(Approval.verdict.in_(sorted(match.verdicts)))
+        if match.edited is not None:
+            stmt = stmt.where(Approval.edited_args.is_not(None) if match.edited
+                              else Approval.edited_args.is_(None))
+        if match.via is not None:
+            stmt = stmt.where(Approval.decided_via == match.via)
+        if match.not_via is not None:
+            stmt = stmt.where(or_(Approval.decided_via.is_(None),
+                                  Approval.decided_via != match.not_via))
     if run_id:
         stmt = stmt.where(Approval.run_id == run_id)
     return stmt

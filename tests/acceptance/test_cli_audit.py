@@ -6,9 +6,11 @@ import csv
 import io
 import json
 import sqlite3
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -83,7 +85,7 @@ def test_an_export_file_is_verified_by_whoever_holds_it_and_the_key(
     cli.ok("approvals", "approve", approval_id, "--as", "U_ALICE")
     head = cli.ok("audit", "verify").splitlines()[0].removeprefix("head ")
     export = tmp_path / "audit.jsonl"
-    done = cli("audit", "export", "--as-recorded", "-o", str(export))
+    done = cli("audit", "export", "-o", str(export))
     assert done.returncode == 0 and done.stderr == ""
     ok = cli("audit", "verify", "--file", str(export), "--expect", head)
     assert ok.returncode == 0, ok.stdout + ok.stderr
@@ -92,7 +94,7 @@ def test_an_export_file_is_verified_by_whoever_holds_it_and_the_key(
     assert "passes through the recorded head" in ok.stdout
     # a filtered export: each entry proven, the gaps named
     one = tmp_path / "run.jsonl"
-    cli.ok("audit", "export", "--as-recorded", "--run", run_id, "-o", str(one))
+    cli.ok("audit", "export", "--run", run_id, "-o", str(one))
     part = cli("audit", "verify", "--file", str(one))
     assert part.returncode == 0 and "not in this export" in part.stdout, part.stdout
     # without the key: it cannot be verified, which is not "broken"
@@ -116,6 +118,49 @@ def test_an_export_file_is_verified_by_whoever_holds_it_and_the_key(
     cli.ok("audit", "export", "--format", "csv", "-o", str(garbage))
     unreadable = cli("audit", "verify", "--file", str(garbage))
     assert unreadable.returncode == 2 and "line 1" in unreadable.stderr
+
+
+def test_an_exported_binding_is_proven_by_the_export_mac(cli: Cli, tmp_path: Path) -> None:
+    """An export shows bindings, never the plain digests its chain MACs cover (invariant
+    20); each row's export MAC (recipe v1) proves it, bindings included, with the key: a
+    binding swapped or edited in the file is named by ``audit verify --file``."""
+    _, approval_id = pause(cli)
+    cli.ok("approvals", "approve", approval_id, "--as", "U_ALICE")
+    export = tmp_path / "audit.jsonl"
+    cli.ok("audit", "export", "-o", str(export))
+    rows = [json.loads(x) for x in export.read_text().splitlines()]
+    with sqlite3.connect(db_path(cli)) as conn:
+        [(plain,)] = conn.execute("SELECT digest FROM approvals WHERE id = ?", (approval_id,))
+    text = export.read_text()
+    assert plain not in text  # no plain digest of arguments leaves the database
+    approved = next(r for r in rows if r["action"] == "approved")
+    assert approved["digest"] and approved["digest"] != plain
+    assert all(r["export_mac"].startswith("v1:") for r in rows)
+    assert cli("audit", "verify", "--file", str(export)).returncode == 0
+
+    def forged(change: Callable[[dict[str, Any]], None]) -> str:
+        lines = export.read_text().splitlines()
+        i = next(n for n, x in enumerate(lines) if json.loads(x)["action"] == "approved")
+        row = json.loads(lines[i])
+        change(row)
+        lines[i] = json.dumps(row)
+        path = tmp_path / "forged.jsonl"
+        path.write_text("\n".join(lines) + "\n")
+        done = cli("audit", "verify", "--file", str(path))
+        assert done.returncode == 5, done.stdout
+        return done.stdout
+
+    def other_binding(row: dict[str, Any]) -> None:
+        row["digest"] = "0" * 64
+
+    said = forged(other_binding)
+    assert f"export BROKEN: entry {approved['seq']} (approved by U_ALICE" in said, said
+    assert "export MAC" in said and "bindings" in said, said
+
+    def drop_mac(row: dict[str, Any]) -> None:  # passed off as an old, as-recorded row
+        del row["export_mac"]
+
+    assert "carries no export MAC" in forged(drop_mac)
 
 
 def test_an_export_of_a_log_that_does_not_verify_says_so(cli: Cli, tmp_path: Path) -> None:

@@ -85,6 +85,34 @@ def record(cli: Cli, approval_id: str) -> ApprovalRecord:
     return asyncio.run(read())
 
 
+def test_list_status_takes_the_outcome_words(cli: Cli) -> None:
+    """``approvals list --status`` filters by the outcome every view names (approved,
+    approved_with_edits, escalated, ...), never by a raw stored status ("superseded")."""
+    started = []
+    for n in range(3):
+        run_id = cli.ok("run", "demo-refund", "--task", f"Refund order A-10{n}",
+                        "--requested-by", "U_DANA").strip()
+        [aid] = cli.ok("approvals", "list", "--ids", "--run", run_id).split()
+        started.append(aid)
+    plain, edited, denied = started
+    cli.ok("approvals", "approve", plain, "--as", "U_ALICE", "--no-resume")
+    cli.ok("approvals", "edit", edited, "--as", "U_ALICE", "--set", "amount_cents=100",
+           "--no-resume")
+    cli.ok("approvals", "deny", denied, "--as", "U_ALICE", "--reason", "no", "--no-resume")
+
+    def ids(status: str) -> list[str]:
+        return cli.ok("approvals", "list", "--ids", "--status", status).split()
+
+    assert ids("approved") == [plain]
+    assert ids("approved_with_edits") == [edited]
+    assert ids("denied") == [denied]
+    assert ids("pending") == []
+    for r in cli.json("approvals", "list", "--status", "approved_with_edits", "--json"):
+        assert r["outcome"] == "approved_with_edits"
+    refused = cli("approvals", "list", "--status", "superseded")
+    assert refused.returncode == 2 and "escalated" in refused.stderr, refused
+
+
 def texts(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
@@ -104,6 +132,10 @@ def test_a_cannot_run_answer_is_named_alike_in_every_view(
     assert "expires -" in line
     [doc] = [d for d in cli.json("approvals", "list", "--all", "--json") if d["id"] == qid]
     assert doc["outcome"] == name.value and doc["expires_at"] is None
+    # --status takes the outcome's word, not the stored status (the question is stored
+    # approved or denied): the same words every view shows
+    assert qid in cli.ok("approvals", "list", "--ids", "--status", name.value).split()
+    assert qid not in cli.ok("approvals", "list", "--ids", "--status", wrong).split()
 
     # approvals show: the same name and the same missing deadline, text and JSON
     shown = cli.ok("approvals", "show", qid)

@@ -102,7 +102,7 @@ def test_the_ops_questions_answered_from_the_thread_alone(tmp_path: Path) -> Non
         card.locator("button[data-action-id='approvald.approve']").click()
         expect(card.locator(".b-header")).to_contain_text("Approved")
         # who decided
-        expect(thread).to_contain_text(rx(r"@Alice Approver approved issue_refund"))
+        expect(thread).to_contain_text(rx(r"issue_refund approved by @Alice Approver"))
         what_ran("send_customer_email succeeded (ran without asking")  # what ran, once
         assert thread.inner_text().count("send_customer_email") == 1
         expect(thread).to_contain_text("completed")
@@ -127,8 +127,8 @@ def test_the_ops_questions_answered_from_the_thread_alone(tmp_path: Path) -> Non
         modal.locator("[data-submit]").click()
         expect(modal).to_have_count(0)
         expect(thread).to_contain_text(
-            rx(r"@Bob Finance denied issue_refund: Customer already got store credit"))
-        expect(thread).to_contain_text("completed, but issue_refund was denied")
+            rx(r"issue_refund denied by @Bob Finance: Customer already got store credit"))
+        expect(thread).to_contain_text("completed, but issue_refund denied and did not run")
         shot("2-denial")
 
         # -- a quorum of two: each vote ---------------------------------------------------
@@ -142,7 +142,7 @@ def test_the_ops_questions_answered_from_the_thread_alone(tmp_path: Path) -> Non
         expect(thread).to_contain_text("1 of 2 approvals so far")
         act_as("U_CAROL")
         card.locator("button[data-action-id='approvald.approve']").click()
-        expect(thread).to_contain_text(rx(r"@Carol Finance approved issue_refund \(2 of 2 "
+        expect(thread).to_contain_text(rx(r"issue_refund approved by @Carol Finance \(2 of 2 "
                                           r"approvals: @Bob Finance, @Carol"))
         what_ran("issue_refund succeeded")
         shot("3-quorum")
@@ -164,9 +164,9 @@ def test_the_ops_questions_answered_from_the_thread_alone(tmp_path: Path) -> Non
         modal.locator("textarea").fill("Refund only $12.50, the duplicate charge")
         modal.locator("[data-submit]").click()
         expect(modal).to_have_count(0)
-        expect(thread).to_contain_text(rx(r"@Alice Approver redirected issue_refund: Refund only "
-                                          r"\$12.50"))
-        expect(thread).to_contain_text(rx(r"redirected issue_refund.*Asked .* to approve "
+        expect(thread).to_contain_text(rx(r"issue_refund redirected by @Alice Approver: "
+                                          r"Refund only \$12.50"))
+        expect(thread).to_contain_text(rx(r"issue_refund redirected by.*Asked .* to approve "
                                           r"issue_refund.*\$12.50"))
         assert thread.locator("a", has_text="Open the request").count() >= 2
         expect(thread).to_contain_text(rx(r"Waiting on .*\$12.50"))

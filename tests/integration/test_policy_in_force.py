@@ -81,3 +81,51 @@ async def test_each_process_picks_up_a_changed_policy_and_audits_its_load(
         await b.stop()
         await a.stop()
         await db.close()
+
+
+def test_each_command_that_acts_under_another_policy_is_on_record(
+        sqlite_url: str, tmp_path: Path) -> None:
+    """A short-lived CLI process that opens or decides requests records the policy it
+    used: whenever its file is not the one in force, its own ``policy_loaded`` entry (its
+    process, ``lifetime: command``, the policy in force beside it), every time, and it
+    never passes its file off as the one in force; a command under the policy in force
+    writes nothing."""
+    from tests.helpers import make_cli
+
+    cli = make_cli(sqlite_url, tmp_path, in_process=True)
+    served = tmp_path / "served.toml"
+    served.write_text('[tools.issue_refund]\npolicy = "approve_before"\n')
+    other = tmp_path / "other.toml"
+    other.write_text('[tools.issue_refund]\npolicy = "approve_before"\nwhy = "other"\n')
+    a = hashlib.sha256(served.read_bytes()).hexdigest()
+    b = hashlib.sha256(other.read_bytes()).hexdigest()
+
+    def act(policy: Path) -> None:
+        cli.env_extra["APPROVALD_POLICY_FILE"] = str(policy)
+        cli.ok("run", "demo-refund", "--task", "Refund order A-1001",
+               "--requested-by", "U_DANA")
+
+    def loads() -> list[dict]:
+        return [r["details"] for r in map(json.loads, cli.ok("audit", "export").splitlines())
+                if r["action"] == "policy_loaded"]
+
+    def requests_under() -> list[str]:
+        return [r["details"]["policy_file"]
+                for r in map(json.loads, cli.ok("audit", "export").splitlines())
+                if r["action"] == "requested" and r["details"].get("kind") == "tool_call"]
+
+    act(served)  # the first on record: in force
+    act(served)  # the policy in force: nothing more
+    assert [(x["digest"], x["previous"]) for x in loads()] == [(a, None)]
+    act(other)
+    act(other)  # each command under another file, every time
+    later = loads()[1:]
+    assert [(x["digest"], x["previous"], x["in_force"], x["lifetime"]) for x in later] == [
+        (b, a, a, "command")] * 2
+    assert later[0]["process"] != later[1]["process"]
+    assert later[0]["text"] == other.read_text()
+    act(served)
+    assert len(loads()) == 3  # the one in force was never replaced by a command's
+    # every request names the file it was made under, and that file's text is on record
+    assert requests_under() == [a, a, b, b, a]
+    assert {x["digest"] for x in loads()} == {a, b}

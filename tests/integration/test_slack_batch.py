@@ -115,6 +115,12 @@ async def test_approve_selected_from_the_home_some_decided_elsewhere_a_moment_be
         by_alice = {(e.approval_id, e.action) for e in entries if e.actor == "U_ALICE"}
         assert by_alice == {(i, "approved") for i in mine} | {
             (selected[3], "refused"), (selected[7], "refused")}
+        # one batch, and who U_ALICE was as Slack's signed payload named her then, on each
+        marks = {(d.get("batch"), d.get("actor_name")) for e in entries
+                 if e.actor == "U_ALICE" and e.action == "approved"
+                 for d in [json.loads(e.details)]}
+        [(batch, name)] = marks
+        assert batch and name, marks
         report = await audit.verify(h.engine.db)
         assert report.ok, report.problems
 

@@ -117,7 +117,7 @@ async def test_a_card_approved_with_edits_tells_the_edited_call_and_its_impact(
 
         # the thread says the call was approved with edits, and what the edit runs
         assert unlabelled_42(done) == []
-        decided = next(t for t in texts_of(done) if "`issue_refund` with edits" in t)
+        decided = next(t for t in texts_of(done) if "`issue_refund` approved with edits by" in t)
         assert IMPACT_20 in decided
 
 
@@ -185,7 +185,7 @@ async def test_a_proposed_edit_is_told_everywhere_as_the_call_that_will_run(
         assert unlabelled_42(closed) == [] and labelled_doing(closed)
         assert T.SECTION_IMPACT_EDITED.format(text=IMPACT_20) in texts_of(closed)
         assert unlabelled_42(done) == []
-        decided = next(t for t in texts_of(done) if "`issue_refund` with edits" in t)
+        decided = next(t for t in texts_of(done) if "`issue_refund` approved with edits by" in t)
         assert IMPACT_20 in decided
 
 

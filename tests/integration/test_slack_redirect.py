@@ -120,7 +120,7 @@ async def test_redirect_opens_a_modal_and_the_agent_replans(sqlite_url: str,
                      if isinstance(m, ToolMessage) and m.name == "issue_refund")
         assert first.content == {"status": "redirected", "guidance": GUIDANCE, "by": "U_ALICE"}
         await wait_for(lambda: _thread_has(h, paused.run_id,
-                                           "<@U_ALICE> redirected `issue_refund`"),
+                                           "`issue_refund` redirected by <@U_ALICE>"),
                        what="the redirect in the run's thread")
         assert h.emulator.ephemeral(CHANNEL, "U_ALICE") == []  # nothing went wrong to say
 

@@ -195,8 +195,8 @@ async def test_the_issue_scenario_through_slack(db_url: str, tmp_path: Path) -> 
                           if x.tool == "issue_refund"]
             assert (used.decided_via, used.decided_by) == ("standing", f"standing:{s.id}")
             await wait_for(lambda run=done.run_id: thread_has(
-                h, run, f"approved without a card: standing approval `{s.id}`, granted "
-                        "by <@U_ALICE>, covers it"), what="the run thread naming it")
+                h, run, f"approved by a standing approval: `{s.id}`, granted by "
+                        "<@U_ALICE>; nobody was asked"), what="the run thread naming it")
         assert cards_posted(h) == posted  # no new card
         assert [r["args"]["amount_cents"] for r in h.refunds()] == [4200, 2000, 4500, 5000]
         # a fourth, for $60, is outside the scope: it gets a card
@@ -243,6 +243,14 @@ async def test_the_issue_scenario_through_slack(db_url: str, tmp_path: Path) -> 
         uses = [e for e in entries if e.actor == f"standing:{s.id}"]
         assert len(uses) == 4 and all(
             json.loads(e.details)["standing_approval"] == s.id for e in uses)
+        # who the user ids were, as Slack's signed payloads named them at the time: the
+        # grant's and the revocation's entries, and each use names its granter
+        grant, revoke = [json.loads(e.details) for e in entries
+                         if e.action.startswith("standing_")]
+        assert grant["actor_name"] and revoke["actor_name"], (grant, revoke)
+        for e in uses:
+            assert json.loads(e.details)["granted_by_names"] == {
+                "U_ALICE": grant["actor_name"]}
         report = await audit.verify(h.engine.db)
         assert report.ok, report.problems
 
@@ -296,8 +304,8 @@ async def test_a_quorum_2_tool_needs_a_second_grant_from_the_home(sqlite_url: st
         done = await ask(h, "$45")
         assert isinstance(done, Completed), done
         await wait_for(lambda: thread_has(
-            h, done.run_id, f"standing approval `{s.id}`, granted by <@U_ALICE>, "
-                            "<@U_CAROL>, covers it"), what="the run thread naming it")
+            h, done.run_id, f"standing approval: `{s.id}`, granted by <@U_ALICE>, "
+                            "<@U_CAROL>; nobody was asked"), what="the run thread naming it")
         # after the window (moved on the injected clock), a matching call asks again
         clock.advance(timedelta(hours=1, minutes=1))
         late = await ask(h, "$45")

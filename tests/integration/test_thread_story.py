@@ -172,7 +172,7 @@ async def test_an_approval_is_told_with_whom_until_when_who_and_what_ran(db_url,
         assert (await s.engine.advance(paused.run_id)).status == "completed"
         await s.tell()
         said = await s.said(paused.run_id)
-        assert "<@U_ALICE> approved `issue_refund`" in said, said
+        assert "`issue_refund` approved by <@U_ALICE>" in said, said
         assert re.search(r"`issue_refund` succeeded", said), said
         assert said.count("send_customer_email") == 1, said  # once, not twice
         replies = await s.replies(paused.run_id)
@@ -195,7 +195,8 @@ async def test_a_denial_never_gets_a_green_check(db_url, tmp_path):
         await s.engine.advance(paused.run_id)
         await s.tell()
         said = await s.said(paused.run_id)
-        assert "<@U_BOB> denied `issue_refund`: Customer already got store credit" in said
+        assert (":no_entry: `issue_refund` denied by <@U_BOB>: Customer already got store "
+                "credit") in said
         parent = await s.parent(paused.run_id)
         assert ":white_check_mark:" not in parent, parent
         assert ":no_entry:" in parent and "denied" in parent, parent
@@ -251,7 +252,7 @@ async def test_a_redirect_announces_and_links_the_new_request(db_url, tmp_path):
         await s.tell()
         [b] = await s.pending(paused.run_id)
         said = await s.said(paused.run_id)
-        assert "<@U_ALICE> redirected `issue_refund`: Refund only $12.50" in said, said
+        assert "`issue_refund` redirected by <@U_ALICE>: Refund only $12.50" in said, said
         after = said.split("redirected", 1)[1]
         async with s.engine.db.read() as tx:
             b = await tx.approvals.get(b.id)
@@ -280,7 +281,7 @@ async def test_each_vote_of_a_quorum_is_told(db_url, tmp_path):
         await s.engine.advance(paused.run_id)
         await s.tell()
         said = await s.said(paused.run_id)
-        assert "<@U_CAROL> approved `issue_refund` (2 of 2 approvals" in said, said
+        assert "`issue_refund` approved by <@U_CAROL> (2 of 2 approvals" in said, said
         assert_nothing_twice(await s.replies(paused.run_id))
 
 

@@ -7,6 +7,7 @@ quorum's votes, the batch), and what ran. Entry times never run backwards."""
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 from datetime import timedelta
 from pathlib import Path
@@ -20,7 +21,8 @@ from approvald.runtime.policy import Rung, load_policy_file
 
 from tests.unit.test_decisions import ALICE, DANA, approval, engine_with
 
-KEY = AuditKey("audit-key-kept-in-a-vault-0123456789")
+SECRET = "audit-key-kept-in-a-vault-0123456789"
+KEY = AuditKey(SECRET)
 POLICY = """# refunds: finance decides what the agent's own rules do not
 [default]
 policy = "approve_before"
@@ -58,12 +60,20 @@ async def test_six_questions_from_one_export_file_and_the_key(make_engine, ledge
     assert (await audit.verify(db, keys=[KEY])).ok
 
     export = tmp_path / "audit.jsonl"
-    export.write_text("".join([c async for c in audit.export(db, as_recorded=True)]))
+    export.write_text("".join([c async for c in audit.export(db, keys=[KEY])]))
 
     # -- the auditor's side: the file and the key, nothing else ------------------------
     lines = export.read_text().splitlines()
     report = verify_export(lines, keys=[KEY])
     assert report.ok, report.problems
+    # each row's export MAC, recomputed by the recipe the audit how-to gives (v1)
+    k = hashlib.sha256(b"approvald-audit-v1\x00" + SECRET.encode()).digest()
+    k_export = hmac.new(k, b"approvald-export-v1", hashlib.sha256).digest()
+    for line in lines:
+        row = json.loads(line)
+        mac = row.pop("export_mac")
+        text = json.dumps(row, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        assert mac == "v1:" + hmac.new(k_export, text.encode(), hashlib.sha256).hexdigest()
     rows = [json.loads(x) for x in lines]
     times = [r["at"] for r in rows]
     assert times == sorted(times)  # never backwards

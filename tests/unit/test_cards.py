@@ -862,7 +862,7 @@ def test_thread_lines_are_escaped_and_short() -> None:
     assert "Reminder 1 sent to <@U0BOB>, <!subteam^S0FIN>" in lines[1]
     assert "<@U0BOB> approved `t` (1 of 2 approvals)" in lines[2]
     assert "(0 of 2 approvals: <@U0BOB>, <@U0CAROL>)" in lines[3]
-    assert lines[4].startswith(":no_entry: <@U0BOB> denied `t`: ")
+    assert lines[4].startswith(":no_entry: `t` denied by <@U0BOB>: ")
     assert "escalated to <@U0CFO>" in lines[6] and "Open the new request" in lines[6]
     assert lines[7].startswith(":no_entry_sign: root (on the command line) cancelled the run")
     assert "attempt 2" in lines[8] and "ran once" in lines[8]
@@ -928,3 +928,71 @@ def test_a_reason_a_template_ends_ends_once() -> None:
     cannot = approval(kind="cannot_run", packet_={"reason": "release 7 has no tool issue_refund."})
     line = _story("requested", cannot)
     assert "issue_refund. Asked" in line and ".." not in line
+
+
+@pytest.mark.parametrize(("action", "verdict", "name"), [
+    ("approved", None, "approved"), ("approved", None, "approved_with_edits"),
+    ("approved", None, "approved_standing"), ("approved", None, "auto"),
+    ("denied", None, "denied"), ("redirected", None, "redirected"),
+    ("expired", None, "expired"), ("escalated", None, "escalated"),
+    ("outcome_resolved", "retry", "retried"), ("outcome_resolved", "mark_done", "marked_done"),
+    ("outcome_resolved", "abort", "aborted"), ("cannot_run_resolved", "replan", "replanned"),
+])
+def test_thread_lines_say_outcomes_with_the_one_vocabulary(action: str, verdict: str | None,
+                                                           name: str) -> None:
+    """Issue 48 item 2 in a run's thread: a decision's line names its outcome with the
+    words and emoji of runtime/vocabulary.py, as the CLI, the cards and the audit do."""
+    from approvald.bot.slack import story
+    from approvald.runtime.shown import RunMasking
+    from approvald.runtime.vocabulary import WORDS, OutcomeName
+
+    a = approval()
+    actor, via = {"approved_standing": ("standing:s1", "standing"),
+                  "auto": ("system:policy", "policy")}.get(name, ("U0BOB", "slack"))
+    details: dict[str, Any] = {"tool": "t", "outcome": name, "approvers": ["U0CFO"]}
+    if verdict:
+        details["verdict"] = verdict
+    if name == "approved_standing":
+        details.update(standing_approval="s1", granted_by=["U0BOB"])
+    e = _entry(action, actor, via, a.id, **details)
+    [line] = story.entry_lines(e, {a.id: a}, {}, {}, RunMasking())
+    w = WORDS[OutcomeName(name)]
+    assert line.text.startswith(f":{w.emoji}:"), line.text
+    assert f" {w.words}" in line.text, line.text
+    # and the words of no other outcome of the same icon
+    others = [o.words for o in WORDS.values()
+              if o.words != w.words and not w.words.startswith(o.words)
+              and o.name not in (OutcomeName.APPROVED,)]
+    assert not [o for o in others if f"`t` {o} " in line.text], line.text
+
+
+def test_a_finished_runs_headline_says_the_outcome_with_the_vocabulary() -> None:
+    from approvald.bot.slack import story
+    from approvald.runtime.vocabulary import WORDS, OutcomeName
+
+    for status, name in (("denied", OutcomeName.DENIED), ("expired", OutcomeName.EXPIRED),
+                         ("redirected", OutcomeName.REDIRECTED)):
+        ended = story.ended_badly([approval(status=status)], {})
+        assert ended is not None
+        assert ended[0] == f":{WORDS[name].emoji}:" and WORDS[name].words in ended[1], ended
+    assert story.ended_badly([approval(status="approved")], {}) is None
+
+
+def test_a_retry_says_whether_the_call_ran_once() -> None:
+    """A crash after a call's intent, and its retry, in the run's thread (issue 52): which
+    attempt it is, why running it again was safe, and whether the call ran once."""
+    from approvald.bot.slack import story
+    from approvald.runtime.shown import RunMasking
+
+    def said(**details: Any) -> str:
+        e = _entry("retried", "system:runtime", "runtime", tool="issue_refund", **details)
+        [line] = story.entry_lines(e, {}, {}, {}, RunMasking())
+        return line.text
+
+    once = said(attempt=2, once=True, why="its reconcile hook says it did not happen")
+    assert "runs again as attempt 2: attempt 1 was cut off" in once
+    assert "its reconcile hook says it did not happen" in once and "ran once" in once
+    again = said(attempt=3, once=False,
+                 why="the tool is idempotent, so running it again under its key is harmless")
+    assert "attempt 3" in again and "ran once" not in again
+    assert "idempotent: had attempt 2 taken effect" in again

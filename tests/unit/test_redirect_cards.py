@@ -96,7 +96,7 @@ def test_thread_and_list_lines_say_redirected_with_the_guidance() -> None:
                         details=json.dumps({"tool": a.tool}), key_id="", prev_hash="", hash="")
     [said] = story.entry_lines(entry, {a.id: a}, {}, {}, RunMasking())
     line = said.text
-    assert line.startswith(":leftwards_arrow_with_hook: <@U0BOB> redirected `issue_refund`:")
+    assert line.startswith(":leftwards_arrow_with_hook: `issue_refund` redirected by <@U0BOB>:")
     assert "Refund $20 &lt;!channel&gt;" in line
     assert_inert(line)
     recent = cards.recent_line(redirected())

@@ -96,9 +96,9 @@ async def test_the_issue_scenario(make_engine, db, clock, ledger_path) -> None:
         assert len(executed) == 1
         # the run thread says what allowed it
         [told] = story.entry_lines(approved[0], {a.id: a}, {}, {}, RunMasking())
-        assert told.text.endswith(f"`issue_refund` approved without a card: standing "
-                                  f"approval `{standing.id}`, granted by <@U_ALICE>, covers "
-                                  "it.")
+        assert told.text.endswith(f"`issue_refund` approved by a standing approval: "
+                                  f"`{standing.id}`, granted by <@U_ALICE>; nobody was "
+                                  "asked this time.")
     # a fourth, for $60, is outside the scope: it asks
     over = await start(engine, "$60")
     assert isinstance(over, Paused)
