@@ -645,6 +645,13 @@ class Engine:
         """Record what came of the approved call: (the document, whether it is new)."""
         return await self.external.report(token, request_id, rep)
 
+    async def record_request_report(self, token: TokenRecord, request_id: str, rep: Report
+                                    ) -> bool:
+        """:meth:`report_request` for a caller face that ran the call itself and knows what
+        it tells its client: the report recorded, the document not read back; whether
+        the report is new."""
+        return await self.external.record_report(token, request_id, rep)
+
     # -- approvals ----------------------------------------------------------------------
     async def decide(self, approval_id: str, *, actor: Actor, verdict: Verdict,
                      reason: str | None = None, args: Any = None, token: str | None = None,

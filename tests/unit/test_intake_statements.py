@@ -313,3 +313,82 @@ async def test_answers_at_once_from_two_processes_keep_the_chain_linear(
         assert len(mine) == len(calls) and set(mine.values()) == {2}
     finally:
         await other_db.close()
+
+
+# -- a caller face that runs the call itself: its start and its report ------------------
+
+async def test_the_start_and_report_of_an_auto_call_read_each_row_once(
+        make_engine, statements) -> None:
+    """An MCP gateway's auto call: its start and its report, each one write transaction
+    that reads the run (under its lock) and the request once. The run is not locked and
+    read again to see whether the request's window closed, and an auto request's
+    approvals (it has none: nothing was asked) are not read; the report's document is
+    not read back (the gateway tells its client what it ran)."""
+    from approvald.runtime.external import CALL_ID, Report
+    engine, token = await setup(make_engine)
+    for i in range(2):  # the first: connections opened, plans made
+        doc, new = await engine.external.create(token, NewRequest(
+            tool="read_metrics", args={"n": i}, requested_by="U_DANA"))
+        assert new and doc["status"] == "approved"
+        window = statements.during()
+        await engine.external.start(token, doc["id"], args_digest=doc["effective_digest"],
+                                    owner="gw")
+        started = window.kinds()
+        window = statements.during()
+        assert await engine.record_request_report(token, doc["id"], Report(
+            "succeeded", doc["effective_digest"], {"rows": i}, None))
+        reported = window.kinds()
+    # run locked and read, request locked, the intent
+    lock = {"SELECT runs": 1, "SELECT external_requests": 1}
+    assert started == collections.Counter({"BEGIN": 1, **lock, "INSERT tool_executions": 1,
+                                           "COMMIT": 1}), started
+    assert reported == collections.Counter({
+        "BEGIN": 1, **lock, "SELECT tool_executions": 1, "UPDATE tool_executions": 1,
+        "UPDATE external_requests": 1, "UPDATE runs": 1, "COMMIT": 1,
+        **_one_entry(engine.db.dialect)}), reported
+    after = await engine.external.get(token, doc["id"])
+    assert after["status"] == "approved" and after["result"]["status"] == "succeeded"
+    async with engine.db.read() as tx:
+        ran = await tx.executions.get(doc["id"], CALL_ID)
+    assert ran is not None and ran.status == "succeeded" and ran.owner == "gw"
+    assert (await verify(engine.db)).ok
+
+
+def _one_entry(dialect: str) -> dict[str, int]:
+    if dialect == "postgresql":
+        return {"UPDATE audit_head": 1, "WITH": 1}
+    return {"UPDATE audit_head": 2, "INSERT audit_log": 1}
+
+
+async def test_an_auto_call_started_or_reported_twice_is_refused_as_before(
+        make_engine) -> None:
+    """Without its approvals read, an auto request's start and report still refuse what
+    they refused: a second start (already started), a report with other arguments, a
+    second report with another result; the same report again is not new."""
+    from approvald.runtime.external import ExternalError, Report
+    engine, token = await setup(make_engine)
+    doc, _ = await engine.external.create(token, NewRequest(
+        tool="read_metrics", args={"n": 1}, requested_by="U_DANA"))
+    await engine.external.start(token, doc["id"], args_digest=doc["effective_digest"],
+                                owner="gw")
+    with pytest.raises(ExternalError) as exc:
+        await engine.external.start(token, doc["id"], args_digest=doc["effective_digest"],
+                                    owner="gw2")
+    assert exc.value.code == "already_started"
+    with pytest.raises(ExternalError) as exc:
+        await engine.record_request_report(token, doc["id"], Report(
+            "succeeded", "0" * 64, {"rows": 1}, None))
+    assert exc.value.code == "digest_mismatch"
+    rep = Report("succeeded", doc["effective_digest"], {"rows": 1}, None)
+    assert await engine.record_request_report(token, doc["id"], rep)
+    assert not await engine.record_request_report(token, doc["id"], rep)
+    with pytest.raises(ExternalError) as exc:
+        await engine.record_request_report(token, doc["id"], Report(
+            "succeeded", doc["effective_digest"], {"rows": 2}, None))
+    assert exc.value.code == "already_reported"
+    forbidden, _ = await engine.external.create(token, NewRequest(
+        tool="drop_table", args={"n": 1}, requested_by="U_DANA"))
+    with pytest.raises(ExternalError) as exc:
+        await engine.external.start(token, forbidden["id"],
+                                    args_digest=forbidden["effective_digest"], owner="gw")
+    assert exc.value.code == "not_approved"
