@@ -154,6 +154,11 @@ class AuditTrail:
         self._observers: list[Observer] = []
         # approval id -> its sensitive paths (a request's stored policy never changes)
         self._paths: OrderedDict[str, tuple[str, ...]] = OrderedDict()
+        # the head (seq, hash, time) as this process's last chaining left it, committed
+        # or about to be: the next chaining appends to it without reading the head first,
+        # and reads it (under its lock) only when it moved otherwise (another process, a
+        # transaction rolled back)
+        self._head: tuple[int, str, datetime | None] | None = None
 
     def observe(self, fn: Observer) -> None:
         """Call ``fn(tx, entries)`` with what each write transaction audited, inside that
@@ -193,7 +198,19 @@ class AuditTrail:
         if not entries:
             return
         paths = await self._sensitive(tx, entries)
-        seq, prev, last = await tx.audit.lock_head()
+        guess = self._head
+        if guess is not None:  # the head as this process last chained it: not read first
+            rows = self._rows(entries, paths, *guess)
+            if await tx.audit.append_if_head(rows, seq=guess[0], hash=guess[1]):
+                self._head = _after(rows)
+                return
+        rows = self._rows(entries, paths, *await tx.audit.lock_head())
+        await tx.audit.append_rows(rows)
+        self._head = _after(rows)
+
+    def _rows(self, entries: Sequence[Entry], paths: Mapping[str, tuple[str, ...]], seq: int,
+              prev: str, last: datetime | None) -> list[dict[str, Any]]:
+        """``entries`` as rows chained after entry ``seq`` (hash ``prev``, time ``last``)."""
         kid = self.key.id if self.key is not None else ""
         rows = []
         # an entry's time is when it was recorded, never before the entry it follows (a
@@ -215,7 +232,7 @@ class AuditTrail:
                          "digest": e.digest, "details": text, "key_id": kid,
                          "prev_hash": prev, "hash": h})
             prev = h
-        await tx.audit.append_rows(rows)
+        return rows
 
     async def _sensitive(self, tx: Tx, entries: Sequence[Entry]) -> dict[str, tuple[str, ...]]:
         """The sensitive paths of the requests whose entries hold a call's arguments (read
@@ -230,6 +247,11 @@ class AuditTrail:
             while len(self._paths) > _PATHS_KEPT:
                 self._paths.popitem(last=False)
         return {a: self._paths.get(a, ()) for a in wanted}
+
+
+def _after(rows: Sequence[Mapping[str, Any]]) -> tuple[int, str, datetime | None]:
+    last = rows[-1]
+    return int(last["seq"]), str(last["hash"]), last["at"]
 
 
 # -- a witness outside the database ----------------------------------------------------

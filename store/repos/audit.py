@@ -11,7 +11,7 @@ from approvald.store.fastsql import fast
 from approvald.store.models import AuditEntry, AuditHead
 from approvald.store.records import AuditRecord
 from approvald.store.repos.base import Repo
-from sqlalchemy import Table, bindparam, select, update
+from sqlalchemy import Table, bindparam, select, union_all, update
 
 GENESIS = "0" * 64
 _T = cast(Table, AuditEntry.__table__)
@@ -44,6 +44,26 @@ def _append_many(n: int) -> Any:
         .cte("moved")))
 
 
+# the head moved only if it is still (es, eh), in the statement that inserts the entries,
+# none of them if it is not: a writer that knows the head (it wrote it last) chains without
+# reading it first. PostgreSQL re-checks the condition once a writer holding the row has
+# committed, so a head moved meanwhile is never written over.
+_CAS = fast(update(_H).where(_H.c.id == 1, _H.c.seq == bindparam("es"),
+                             _H.c.hash == bindparam("eh"))
+            .values(seq=bindparam("s"), hash=bindparam("h")))
+
+
+@functools.cache
+def _append_if(n: int) -> Any:
+    moved = (update(_H).where(_H.c.id == 1, _H.c.seq == bindparam("es"),
+                              _H.c.hash == bindparam("eh"))
+             .values(seq=bindparam("s"), hash=bindparam("h")).returning(_H.c.id).cte("moved"))
+    rows = [select(*(bindparam(f"{c}_{i}", type_=_T.c[c].type).label(c) for c in _ROW))
+            .where(select(moved.c.id).exists()) for i in range(n)]
+    return fast(_T.insert().from_select(list(_ROW), rows[0] if n == 1 else union_all(*rows))
+                .returning(_T.c.seq))
+
+
 class AuditRepo(Repo):
     async def lock_head(self) -> tuple[int, str, datetime | None]:
         """Lock the chain head row and return (last seq, last hash, the last entry's time:
@@ -72,6 +92,22 @@ class AuditRepo(Repo):
             return
         await self.conn.execute(_INSERT, rows)
         await self.conn.execute(_MOVE, head)
+
+    async def append_if_head(self, rows: list[dict[str, Any]], *, seq: int, hash: str
+                             ) -> bool:
+        """:meth:`append_rows` if the head is still entry ``seq`` with ``hash`` (the entries
+        chained to it), without reading it first: whether they were appended (nothing
+        was written if not). On PostgreSQL one statement; on SQLite, whose writer holds
+        the database, the head's move and the rows."""
+        head = {"s": rows[-1]["seq"], "h": rows[-1]["hash"], "es": seq, "eh": hash}
+        if self.dialect == "postgresql" and len(rows) <= _MANY:
+            done = await self.conn.execute(_append_if(len(rows)), {
+                **{f"{c}_{i}": row[c] for i, row in enumerate(rows) for c in _ROW}, **head})
+            return len(list(done)) == len(rows)
+        if (await self.conn.execute(_CAS, head)).rowcount != 1:
+            return False
+        await self.conn.execute(_INSERT, rows)
+        return True
 
     async def head(self) -> tuple[int, str]:
         row = (await self.conn.execute(select(AuditHead.seq, AuditHead.hash))).first()

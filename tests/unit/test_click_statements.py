@@ -58,8 +58,9 @@ async def test_an_approval_to_its_completed_run(db: Database, tmp_path: Path,
 
 def _lines(dialect: str) -> dict[str, int]:
     """What differs by dialect: the run events written (one more on SQLite), and the
-    three audit entries (the decision, the two calls run): the head's lock and its move
-    (on PostgreSQL the move and the entry are one statement)."""
+    three audit entries (the decision, the two calls run), each chained to the head this
+    process left: the head's move if it is still that one and the entry (on PostgreSQL
+    one statement)."""
     if dialect == "postgresql":
-        return {"INSERT run_events": 3, "UPDATE audit_head": 3, "WITH": 3}
-    return {"INSERT run_events": 4, "UPDATE audit_head": 6, "INSERT audit_log": 3}
+        return {"INSERT run_events": 3, "WITH": 3}
+    return {"INSERT run_events": 4, "UPDATE audit_head": 3, "INSERT audit_log": 3}
