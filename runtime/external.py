@@ -68,6 +68,7 @@ from approvald.store.db import Database
 from approvald.store.records import ApprovalRecord, ExecutionRecord, RunRecord, paths_of
 from approvald.store.repos import Tx
 from approvald.store.repos.external import ExternalRecord, TokenRecord
+from approvald.store.repos.runs import as_inserted, new_run
 from approvald.store.repos.standing import StandingRecord
 
 AGENT_PREFIX = EXTERNAL_AGENT  # the agent of an external request's run: external:<token name>
@@ -436,10 +437,10 @@ class ExternalRequests:
         now = self.clock.now()
         name = source.policy_name(req.tool)
         packet = self._packet(token, source, req, chosen, name)
-        run = await tx.runs.create(
-            run_id=request_id, agent=packet["agent"], task=packet["task"],
-            requested_by=req.requested_by, instructions_version=source.via, now=now,
-            status=STATUS)
+        inserted = new_run(run_id=request_id, agent=packet["agent"], task=packet["task"],
+                           requested_by=req.requested_by, instructions_version=source.via,
+                           now=now, status=STATUS)
+        run = as_inserted(inserted)
         digest = call_digest(req.tool, req.args)
         kind = "auto" if chosen.kind == "notify_after" else chosen.kind
         values: dict[str, Any] = dict(
@@ -448,7 +449,7 @@ class ExternalRequests:
             digest=digest, policy_name=name, kind=kind, reason=chosen.reason,
             webhook_url=req.webhook_url or token.webhook_url, created_at=now,
             sensitive=paths_text(chosen.approval.sensitive))
-        if not await tx.external.add(**values):
+        if not await tx.external.add_with_run(inserted, **values):
             raise _Taken
         if kind == "approve_before":
             if standing is not None and await self.standing.use(

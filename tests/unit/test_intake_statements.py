@@ -141,6 +141,14 @@ async def setup(make_engine: Callable[..., Engine], *, webhook: bool = False,
     return engine, made.record
 
 
+def request_lines(dialect: str) -> collections.Counter[str]:
+    """The request and its run: on PostgreSQL one statement (``WITH run AS (INSERT INTO
+    runs ...) INSERT INTO external_requests ... ON CONFLICT DO NOTHING``)."""
+    if dialect == "postgresql":
+        return collections.Counter({"WITH": 1})
+    return collections.Counter({"INSERT runs": 1, "INSERT external_requests": 1})
+
+
 def audit_lines(dialect: str) -> collections.Counter[str]:
     """Two entries chained to the head as this process last left it, not read first: the
     head moved if it is still that one, and the entries (on PostgreSQL one statement,
@@ -159,9 +167,8 @@ async def test_an_api_auto_answer_is_one_write_transaction(make_engine, statemen
     doc, new = await engine.external.create(token, NewRequest(
         tool="read_metrics", args={"n": 1}, requested_by="U_DANA"))
     assert new and doc["status"] == "approved"
-    assert window.kinds() == collections.Counter({
-        "BEGIN": 1, "INSERT runs": 1, "INSERT external_requests": 1, "COMMIT": 1,
-        **audit_lines(engine.db.dialect)}), window.sent
+    assert window.kinds() == collections.Counter({"BEGIN": 1, "COMMIT": 1}) \
+        + request_lines(engine.db.dialect) + audit_lines(engine.db.dialect), window.sent
 
 
 async def test_a_hook_auto_call_is_its_checks_and_one_write_transaction(
@@ -183,9 +190,8 @@ async def test_a_hook_auto_call_is_its_checks_and_one_write_transaction(
     assert window.kinds() == collections.Counter({
         # the hook's credential, its kill switch, and whether this call was made before
         "SELECT api_tokens": 1, "SELECT face_switches": 1, "SELECT external_requests": 1,
-        "BEGIN": 1, "INSERT runs": 1, "INSERT external_requests": 1,
-        "INSERT tool_executions": 1, "COMMIT": 1, **audit_lines(engine.db.dialect)}), \
-        window.sent
+        "BEGIN": 1, "INSERT tool_executions": 1, "COMMIT": 1}) \
+        + request_lines(engine.db.dialect) + audit_lines(engine.db.dialect), window.sent
 
 
 # -- why each statement taken off the path was not needed --------------------------------
