@@ -201,12 +201,15 @@ class AuditTrail:
         guess = self._head
         if guess is not None:  # the head as this process last chained it: not read first
             rows = self._rows(entries, paths, *guess)
+            # set before the statement is sent: a transaction of this process chaining
+            # meanwhile follows these rows (it waits for this one's lock on the head, and
+            # finds the head moved to them once this one commits)
+            self._head = _after(rows)
             if await tx.audit.append_if_head(rows, seq=guess[0], hash=guess[1]):
-                self._head = _after(rows)
                 return
         rows = self._rows(entries, paths, *await tx.audit.lock_head())
-        await tx.audit.append_rows(rows)
         self._head = _after(rows)
+        await tx.audit.append_rows(rows)
 
     def _rows(self, entries: Sequence[Entry], paths: Mapping[str, tuple[str, ...]], seq: int,
               prev: str, last: datetime | None) -> list[dict[str, Any]]:
