@@ -24,6 +24,7 @@ the key.
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import hashlib
 import hmac
@@ -159,6 +160,7 @@ class AuditTrail:
         # and reads it (under its lock) only when it moved otherwise (another process, a
         # transaction rolled back)
         self._head: tuple[int, str, datetime | None] | None = None
+        self._turn: asyncio.Future[None] | None = None  # the last chaining's head statement
 
     def observe(self, fn: Observer) -> None:
         """Call ``fn(tx, entries)`` with what each write transaction audited, inside that
@@ -198,18 +200,30 @@ class AuditTrail:
         if not entries:
             return
         paths = await self._sensitive(tx, entries)
-        guess = self._head
-        if guess is not None:  # the head as this process last chained it: not read first
-            rows = self._rows(entries, paths, *guess)
-            # set before the statement is sent: a transaction of this process chaining
-            # meanwhile follows these rows (it waits for this one's lock on the head, and
-            # finds the head moved to them once this one commits)
+        # this process's chainings send their head statements in the order they chain:
+        # each after the one before was answered (it holds the head's lock then), so it
+        # reaches the head after that one and, once that one commits, finds the head it
+        # guessed (the server would have made it wait for that lock all the same)
+        before, turn = self._turn, asyncio.get_running_loop().create_future()
+        self._turn = turn
+        try:
+            if before is not None and before.get_loop() is turn.get_loop():
+                await asyncio.shield(before)
+            guess = self._head
+            if guess is not None:  # the head as this process last chained it: not read
+                rows = self._rows(entries, paths, *guess)
+                # set before the statement is sent: the next chaining follows these rows
+                self._head = _after(rows)
+                if await tx.audit.append_if_head(rows, seq=guess[0], hash=guess[1]):
+                    return
+                # the head moved otherwise: until it is read again, this process's
+                # chainings read it under its lock, not follow rows never appended
+                self._head = None
+            rows = self._rows(entries, paths, *await tx.audit.lock_head())
             self._head = _after(rows)
-            if await tx.audit.append_if_head(rows, seq=guess[0], hash=guess[1]):
-                return
-        rows = self._rows(entries, paths, *await tx.audit.lock_head())
-        self._head = _after(rows)
-        await tx.audit.append_rows(rows)
+            await tx.audit.append_rows(rows)
+        finally:
+            turn.set_result(None)
 
     def _rows(self, entries: Sequence[Entry], paths: Mapping[str, tuple[str, ...]], seq: int,
               prev: str, last: datetime | None) -> list[dict[str, Any]]:

@@ -359,3 +359,34 @@ async def test_a_head_moved_by_another_writer_is_read_before_chaining(db):
 
 async def _boom(tx: Any) -> None:
     raise RuntimeError("the commit fails after the entries were chained")
+
+
+async def test_chainings_of_one_process_at_once_follow_each_other(db, monkeypatch):
+    """Twenty transactions of one process chaining at once: each sends its head statement
+    after the one before it was answered, so each finds the head it guessed (the one
+    before's rows, once that commits) and none reads the head under its lock; one chain,
+    every entry once."""
+    trail = audit.AuditTrail(KEY)
+    now = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
+    reads = []
+    lock_head = AuditRepo.lock_head
+
+    async def counted(self):
+        reads.append(1)
+        return await lock_head(self)
+
+    monkeypatch.setattr(AuditRepo, "lock_head", counted)
+
+    async def append(run_id: str) -> None:
+        async with db.write() as tx:
+            trail.record(tx, at=now, action="requested", actor="U_DANA", via="cli",
+                         run_id=run_id)
+
+    await append("first")  # the head read under its lock (made first: a new database)
+    assert reads
+    read = len(reads)
+    await asyncio.gather(*(append(f"r{i}") for i in range(20)))
+    assert len(reads) == read
+    report = await audit.verify(db, keys=[KEY])
+    assert report.ok, report.problems
+    assert report.entries == 21
