@@ -17,7 +17,7 @@ For the events after the call it prints nothing and exits 0: what ran (the event
 ``tool_input``, flagged where it is not what was approved), and what came of it, is
 recorded as the call's execution (audit ``executed``).
 
-Each call is an external request (:mod:`bot.callers`) under approvald's own credential
+Each call is an external request (:mod:`runtime.callers`) under approvald's own credential
 ``hook.claude-code``, named ``hook:claude-code/<tool_name>`` in the policy file (MCP tools
 arrive as ``mcp__<server>__<tool>``), whose rules see ``args`` (the ``tool_input``). The
 operator's ``auto`` allows at once (each call its own request, recorded), ``forbidden``
@@ -26,7 +26,7 @@ denies at once, anything else waits for a decision (its card goes to Slack throu
 deny, saying where it can be decided (as the database knows it) and audited; the same call
 made again in the same session (same tool, same input: the join key) joins that request
 instead of asking twice, and once it is decided, the call made next gets its answer, once
-(:mod:`bot.callers`).
+(:mod:`runtime.callers`).
 
 An approval allows the call once. Allowing it records the call's start (the execution
 ledger's intent row, owned by ``claude-code:<session>:<tool_use_id>``), so the request is
@@ -44,7 +44,6 @@ import asyncio
 from dataclasses import replace
 from typing import Any
 
-from approvald.bot.callers import OPEN, CallerGate, CallerOff, Refused
 from approvald.bot.claude_code_contract import (  # the wire contract, importable on its own
     DEFAULT_WAIT,
     EVENTS,
@@ -62,6 +61,7 @@ from approvald.bot.claude_code_contract import (  # the wire contract, importabl
     fail_closed,
 )
 from approvald.runtime import binding, switches
+from approvald.runtime.callers import OPEN, CallerGate, CallerOff, Refused
 from approvald.runtime.canonical import call_digest, canonical_json, sha256_hex
 from approvald.runtime.engine import Engine
 from approvald.runtime.errors import PayloadTooLarge
@@ -199,8 +199,8 @@ class ClaudeCodeHook(CallerGate):
                 return decision(False, (await self.answer(token, doc)).message)
             rid = str(doc["id"])
             try:  # the allow takes the approval: the intent row is this tool use's
-                await self.e.external.start(token, rid, args_digest=doc["effective_digest"],
-                                            owner=self.ledger_owner)
+                await self.e.start_request(token, rid, args_digest=doc["effective_digest"],
+                                           owner=self.ledger_owner)
             except ExternalError as exc:
                 if exc.code == "already_started":
                     continue  # another call took it first: this one is a call of its own
@@ -243,22 +243,21 @@ class ClaudeCodeHook(CallerGate):
         """Record what came of the call this tool use was allowed as; None when no request
         of this hook started it (a call the hook never saw), else the request id."""
         ev = self.event
-        async with self.e.db.read() as tx:
-            rid = await tx.executions.started_by(self.ledger_owner)
+        rid = await self.e.documents.started_by(self.ledger_owner)
         if rid is None:
             return None
         # a call allowed before the hook was switched off ran all the same: recorded
         token = await self.credential()
-        doc = await self.e.external.get(token, rid)
+        doc = await self.e.request_document(token, rid)
         failed = ev.event == POST_FAILED
         # what ran is what Claude Code says ran (its event's input): an input other than
         # the approved one is recorded as what ran, the difference flagged
         rep = Report("failed" if failed else "succeeded", doc["effective_digest"],
                      ev.tool_response, ev.error if failed else None, ran=ev.tool_input)
         try:
-            await self.e.external.record_report(token, rid, rep)
+            await self.e.record_request_report(token, rid, rep)
         except PayloadTooLarge:
             text = canonical_json(ev.tool_response)
-            await self.e.external.record_report(token, rid, replace(rep, result={
+            await self.e.record_request_report(token, rid, replace(rep, result={
                 "truncated": True, "chars": len(text), "start": text[:RESULT_SUMMARY]}))
         return rid

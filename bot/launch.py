@@ -59,9 +59,9 @@ async def mcp_proxy(s: Settings, *, name: str, requested_by: str, command: list[
     # (on SQLite both sides poll)
     def woken(kind: str, key: str) -> None:
         if kind == "decided" and key:
-            engine.external.wake(key)
+            engine.wake_request(key)
 
-    wakeups = Wakeups(db, origin=engine.owner, on_signal=woken)
+    wakeups = Wakeups(db, origin=engine.process, on_signal=woken)
     engine.on_opened(lambda approval_id: wakeups.publish("opened", approval_id))
     engine.on_outbox(lambda: wakeups.publish("outbox"))
     try:

@@ -101,9 +101,8 @@ class PrometheusMeter(Meter):
 
     # -- a scrape ------------------------------------------------------------------------
     async def refresh(self, engine: Engine) -> None:
-        async with engine.db.read() as tx:
-            s = await tx.stats.snapshot()
-        now = engine.clock.now()
+        s = await engine.documents.figures()
+        now = engine.now()
         self.runs.clear()
         for status, n in s.runs.items():
             self.runs.labels(status=status).set(n)

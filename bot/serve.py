@@ -40,7 +40,7 @@ from approvald.bot.readiness import Readiness
 from approvald.bot.slack.log_delivery import LogDeliverer
 from approvald.bot.tracing import from_environment as tracing_from_environment
 from approvald.bot.wiring import build_engine, build_registry, open_database, reload_keys
-from approvald.runtime import audit, retention, sealing
+from approvald.runtime import retention, sealing
 from approvald.runtime.clock import Clock
 from approvald.runtime.engine import Engine
 from approvald.runtime.errors import ConfigError
@@ -55,7 +55,6 @@ from approvald.store.wakeups import Wakeups
 if TYPE_CHECKING:
     from approvald.bot.mcp.http import HttpGateways
     from approvald.bot.web.service import WebFace
-    from approvald.runtime.agent import Registry
     from approvald.runtime.outbox_kinds import MailSender
 
 log = logging.getLogger("approvald.serve")
@@ -107,7 +106,8 @@ class Service:
         self.mcp = _mcp_gateways(settings, self.engine)
         # /review on the same listener: the web review queue, and its mails on the drain
         self.web = _web_face(settings, self.engine, mailer)
-        refuse_unsendable_mail(settings, self.engine.registry, mailer=mailer is not None)
+        refuse_unsendable_mail(settings, self.engine.naming_channel("email"),
+                               mailer=mailer is not None)
         # each outbox row goes to the face that declared its kind; a kind no face delivers
         # stops start-up here, not row by row in the drain
         routes: list[Route] = [self.api.webhooks]
@@ -140,11 +140,11 @@ class Service:
             sweep_interval=timedelta(seconds=settings.sweep_interval))
         self.engine.on_outbox(self.drain.wake)
         # other replicas on the same PostgreSQL database hear of what this one commits
-        self.wakeups = Wakeups(db, origin=self.engine.owner, on_signal=self._woken)
+        self.wakeups = Wakeups(db, origin=self.engine.process, on_signal=self._woken)
         self.engine.on_ready(lambda run_id: self.wakeups.publish("ready", run_id))
         self.engine.on_opened(lambda approval_id: self.wakeups.publish("opened", approval_id))
         self.engine.on_outbox(lambda: self.wakeups.publish("outbox"))
-        self.engine.external.on_decided(lambda rid: self.wakeups.publish("decided", rid))
+        self.engine.on_request_decided(lambda rid: self.wakeups.publish("decided", rid))
         self._tasks: list[asyncio.Task[None]] = []
         self._chores: list[asyncio.Task[None]] = []  # cancelled at stop, not waited for
         self._connector: asyncio.Task[None] | None = None
@@ -236,7 +236,7 @@ class Service:
     async def post_audit_head(self) -> None:
         """Queue the audit chain's head for the audit channel: a witness outside the
         database that ``audit verify --expect`` can be checked against later."""
-        if await audit.queue_head(self.db, now=self.engine.clock.now()):
+        if await self.engine.queue_audit_head():
             self.engine.notify_outbox()
 
     def _ops_routes(self, app: web.Application) -> None:
@@ -321,7 +321,7 @@ class Service:
         elif kind == "outbox":
             self.engine.notify_outbox()
         elif kind == "decided" and key:  # an external request's long polls look again
-            self.engine.external.wake(key)
+            self.engine.wake_request(key)
 
     def reload_keys(self) -> None:
         """SIGHUP: read the data and audit keys again (from ``APPROVALD_SECRETS_DIR``'s
@@ -341,16 +341,12 @@ class Service:
         if path is None or stamp == self._policy_seen:
             return False
         self._policy_seen = stamp
-        registry = self.engine.registry
-        old = registry.policy
         try:
             new = load_policy_file(path, max_ttl=self.settings.max_ttl_value())
-            if new.digest == old.digest:
+            if new.digest == self.engine.policy_file().digest:
                 return False
-            registry.use_policy(new)
-            registry.check_policy()
+            self.engine.use_policy(new)  # checked; a refused one leaves the old in force
         except ConfigError as exc:
-            registry.use_policy(old)
             log.error("the policy file changed but does not load; the one in force is "
                       "kept: %s", exc)
             return False
@@ -361,8 +357,7 @@ class Service:
     async def prune(self) -> None:
         """Prune finished runs past ``APPROVALD_PRUNE_OLDER_THAN`` (see ``approvald prune``)."""
         assert self.settings.prune_older_than
-        report = await retention.prune(self.db, self.engine.clock,
-                                       parse_duration(self.settings.prune_older_than))
+        report = await self.engine.prune(parse_duration(self.settings.prune_older_than))
         log.info("%s", report.summary())
 
     async def prune_expired(self) -> None:
@@ -409,7 +404,7 @@ class Service:
         if self.mcp is not None:  # the wrapped servers, once nobody can call them
             await self.mcp.close()
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(self.engine.registry.aclose(), AFTER_CANCEL)
+            await asyncio.wait_for(self.engine.aclose(), AFTER_CANCEL)
         with contextlib.suppress(Exception):  # the last spans, if the collector answers
             await self.tracing.shutdown(within=AFTER_CANCEL)
 
@@ -512,13 +507,13 @@ class NoMail:
                             "APPROVALD_MAIL_FROM)")
 
 
-def refuse_unsendable_mail(settings: Settings, registry: Registry, *,
+def refuse_unsendable_mail(settings: Settings, where: str | None, *,
                            mailer: bool = False) -> None:
     """A policy in force that names the ``email`` channel, on a deployment that cannot
     send mail, stops start-up with one line naming what to set: its requests' mails would
     otherwise only be reported dead, one by one. ``mailer``: mails have somewhere to go
-    other than ``APPROVALD_SMTP_URL``."""
-    where = registry.naming_channel("email")
+    other than ``APPROVALD_SMTP_URL``. ``where``: where a policy in force names the
+    channel (None: none does)."""
     if where is None:
         return
     needed = [] if mailer else [("APPROVALD_SMTP_URL", settings.smtp_url),
@@ -619,7 +614,7 @@ async def serve(settings: Settings) -> int:
     signals.install()  # before anything slow: a SIGTERM during migrations is heard too
     try:
         # before the database is opened: a policy this deployment cannot follow writes nothing
-        refuse_unsendable_mail(settings, build_registry(settings))
+        refuse_unsendable_mail(settings, build_registry(settings).naming_channel("email"))
         db = await open_database(settings)
         try:
             service = Service(settings, db, stop_event=stop)

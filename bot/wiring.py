@@ -165,8 +165,7 @@ def _sqlite_file_to_create(db: Database) -> Path | None:
 async def _reach(db: Database) -> None:
     """Connect once, so an unreachable or missing database is one clear line."""
     try:
-        async with db.connection():
-            pass
+        await db.reach()
     except (OSError, TimeoutError, DBAPIError) as exc:
         cause = exc.orig if isinstance(exc, DBAPIError) else exc
         why = (str(cause).strip().splitlines() or [type(cause).__name__])[0]

@@ -17,22 +17,25 @@ from typing import Any
 
 from approvald.runtime import api_tokens, prefix, retention, sealing
 from approvald.runtime.adapters.gate import ApprovalGate
-from approvald.runtime.agent import Registry
-from approvald.runtime.audit import AuditKey, AuditTrail
+from approvald.runtime.agent import Agent, Registry
+from approvald.runtime.audit import AuditKey, AuditTrail, queue_head
 from approvald.runtime.audit_check import disagreements_of
+from approvald.runtime.batch import BatchVerdict, Target, decide_each
+from approvald.runtime.batch import Outcome as BatchOutcome
 from approvald.runtime.clock import Clock, SystemClock
 from approvald.runtime.decide import Actor, Decider, Decision, Verdict
 from approvald.runtime.decisions import Decisions
 from approvald.runtime.deploy_check import DeployReport, deploy_check
 from approvald.runtime.directory import Directory, StaticDirectory
-from approvald.runtime.errors import ApprovaldError, NotFound
-from approvald.runtime.expiry import Expiry
+from approvald.runtime.documents import Documents
+from approvald.runtime.errors import ApprovaldError, ConfigError, NotFound
+from approvald.runtime.expiry import Expiry, SweepResult
 from approvald.runtime.external import ExternalRequests, NewRequest, Report
 from approvald.runtime.gate import Gate, Where, where
 from approvald.runtime.history import History, read_history
 from approvald.runtime.ids import TokenSigner, lease_id, new_id
 from approvald.runtime.insights import MIN_REQUESTS, Insights, insights
-from approvald.runtime.intake import Intake, Tighten
+from approvald.runtime.intake import Intake, Source, Tighten
 from approvald.runtime.ledger import Ledger
 from approvald.runtime.limits import DEFAULT_MAX_PAYLOAD, PayloadCap
 from approvald.runtime.metrics import DecidedRuns, Meter
@@ -41,10 +44,12 @@ from approvald.runtime.outbox import Deliverer, DrainConfig, OutboxDrain
 from approvald.runtime.outbox import deadline as outbox_deadline
 from approvald.runtime.outcomes import Outcome
 from approvald.runtime.owners import Owners
-from approvald.runtime.policy import PolicyFile
+from approvald.runtime.policy import Channel, PolicyFile
 from approvald.runtime.replay import Replay, declared_for, replay
+from approvald.runtime.review_state import ReviewState
 from approvald.runtime.runner import Runner
 from approvald.runtime.scheduler import ExpiryScheduler
+from approvald.runtime.scope import Scope
 from approvald.runtime.sealing import Sealer
 from approvald.runtime.shown import RunMasking, read_run
 from approvald.runtime.signals import Signals
@@ -60,9 +65,15 @@ from approvald.runtime.urgency import Urgency
 from approvald.runtime.worker import ResumeWorker
 from approvald.store import sealed
 from approvald.store.db import Database
-from approvald.store.records import ApprovalRecord, OutboxRecord, RunRecord, VoteRecord
+from approvald.store.records import (
+    ApprovalRecord,
+    OutboxRecord,
+    RunRecord,
+    VoteRecord,
+)
 from approvald.store.repos import Tx
 from approvald.store.repos.external import SwitchRecord, TokenRecord
+from approvald.store.repos.standing import StandingRecord
 
 log = logging.getLogger("approvald.engine")
 
@@ -202,6 +213,7 @@ class Engine:
         self.standing = parts.standing
         self.external = parts.external
         self.runner = parts.runner
+        self._documents = Documents(parts.db)
 
     # -- the services around the runs, built from the same parts ------------------------
     def worker(self, *, concurrency: int = 8, poll_interval: float = 2.0) -> ResumeWorker:
@@ -620,11 +632,12 @@ class Engine:
         """The live token an ``Authorization: Bearer …`` header carries, or None."""
         return await api_tokens.from_header(self.db, authorization)
 
-    async def open_request(self, token: TokenRecord, req: NewRequest
+    async def open_request(self, token: TokenRecord, req: NewRequest, *, fresh: bool = False
                            ) -> tuple[dict[str, Any], bool]:
         """Open a caller's request (or find the one its idempotency key made): (its
-        document, whether it is new); see :meth:`runtime.external.ExternalRequests.create`."""
-        return await self.external.create(token, req)
+        document, whether it is new); see :meth:`runtime.external.ExternalRequests.create`
+        (``fresh``: the key was just seen unused)."""
+        return await self.external.create(token, req, fresh=fresh)
 
     async def request_document(self, token: TokenRecord, request_id: str) -> dict[str, Any]:
         """A caller's request as it stands; NotFound unless ``token`` made it."""
@@ -645,13 +658,6 @@ class Engine:
         """Record what came of the approved call: (the document, whether it is new)."""
         return await self.external.report(token, request_id, rep)
 
-    async def record_request_report(self, token: TokenRecord, request_id: str, rep: Report
-                                    ) -> bool:
-        """:meth:`report_request` for a caller face that ran the call itself and knows what
-        it tells its client: the report recorded, the document not read back; whether
-        the report is new."""
-        return await self.external.record_report(token, request_id, rep)
-
     # -- approvals ----------------------------------------------------------------------
     async def decide(self, approval_id: str, *, actor: Actor, verdict: Verdict,
                      reason: str | None = None, args: Any = None, token: str | None = None,
@@ -660,3 +666,143 @@ class Engine:
         return await self.decisions.decide(approval_id, actor=actor, verdict=verdict,
                                            reason=reason, args=args, token=token,
                                            expect_digest=expect_digest)
+
+    # -- the verbs and read models of the faces other than Slack's (issue 47) ------------
+    @property
+    def documents(self) -> Documents:
+        """The read models of the HTTP API, the web review queue, the mails and the
+        callers' faces (:mod:`runtime.documents`): each one read transaction, frozen."""
+        return self._documents
+
+    @property
+    def process(self) -> str:
+        """This process's name in leases, claims and wake-ups (host and pid)."""
+        return self.owner
+
+    def new_claim(self) -> str:
+        """A new lease id of this process: a run started under it is ours from the start
+        (no poll takes it), until :meth:`advance` is called with it."""
+        return lease_id(self.owner)
+
+    @property
+    def lease_ttl(self) -> timedelta:
+        """How long a lease lives unrenewed (a dead process's runs wait that long)."""
+        return self.config.lease_ttl
+
+    def review_state(self) -> ReviewState:
+        """The web review queue's own state (links, sessions, refusal counts): the narrow
+        part that face is handed instead of the database."""
+        p = self.parts
+        return ReviewState(p.db, p.clock, p.audit, self.notify_outbox)
+
+    # the agents and the policy in force
+    def agent(self, name: str) -> Agent:
+        """The current release of agent ``name`` (:class:`ConfigError`-like refusal for an
+        unknown one: see :meth:`runtime.agent.Registry.get`)."""
+        return self.registry.get(name)
+
+    def agent_releases(self) -> list[Agent]:
+        """Every registered release of every agent, current and retired."""
+        return self.registry.releases()
+
+    def naming_channel(self, channel: Channel) -> str | None:
+        """Where a policy in force names ``channel`` (None: none does)."""
+        return self.registry.naming_channel(channel)
+
+    def use_policy(self, policy: PolicyFile, *, check: bool = True) -> None:
+        """Put ``policy`` in force in this process for requests not yet made. ``check``:
+        refuse (:class:`ConfigError`) a file that names a tool no agent defines, keeping
+        the one in force."""
+        old = self.registry.policy
+        self.registry.use_policy(policy)
+        if not check:
+            return
+        try:
+            self.registry.check_policy()
+        except ConfigError:
+            self.registry.use_policy(old)
+            raise
+
+    async def queue_audit_head(self) -> bool:
+        """Queue the audit chain's head for the audit channel, unless the last one queued
+        is this head already; True when one was queued."""
+        return await queue_head(self.db, now=self.clock.now()) is not None
+
+    async def aclose(self) -> None:
+        """Close the agents' model clients that hold connections."""
+        await self.registry.aclose()
+
+    # requests, decided one by one or in a batch; expiry
+    async def approval(self, approval_id: str) -> ApprovalRecord:
+        """A request by id or unambiguous id prefix (NotFound otherwise)."""
+        return await self.decider.get(approval_id)
+
+    async def may_decide(self, a: ApprovalRecord, actor: Actor) -> None:
+        """Raise :class:`DecisionRefused` unless ``actor`` may decide ``a`` (the same check
+        as a click: never its requester; its approvers as the request was made)."""
+        await self.decider.authorize(a, actor)
+
+    async def decide_each(self, targets: Sequence[Target], *, actor: Actor,
+                          verdict: BatchVerdict, reason: str | None = None
+                          ) -> list[BatchOutcome]:
+        """Decide each target on its own (see :func:`runtime.batch.decide_each`)."""
+        return await decide_each(self.decisions, targets, actor=actor, verdict=verdict,
+                                 reason=reason)
+
+    async def sweep(self, *, only: Sequence[str] | None = None) -> SweepResult:
+        """Settle every request overdue as of now (or just those in ``only``): expired,
+        escalated, reminded (:meth:`runtime.expiry.Expiry.sweep`)."""
+        return await self.expiry.sweep(only=only)
+
+    # standing approvals (runtime.standing)
+    async def grant_standing(self, approval_id: str, *, actor: Actor, window: timedelta,
+                             scope: Scope) -> tuple[StandingRecord, Decision]:
+        """Approve ``approval_id`` and propose a standing approval drawn from it."""
+        return await self.standing.grant(approval_id, actor=actor, window=window, scope=scope)
+
+    async def standing_grants(self, *, live_only: bool = True) -> list[StandingRecord]:
+        return await self.standing.listing(live_only=live_only)
+
+    async def standing_grant(self, standing_id: str) -> StandingRecord:
+        """A standing approval by id or unambiguous id prefix."""
+        return await self.standing.get(standing_id)
+
+    async def add_standing_grant(self, standing_id: str, *, actor: Actor) -> StandingRecord:
+        """A further approver's grant of a proposed standing approval."""
+        return await self.standing.add_grant(standing_id, actor=actor)
+
+    async def revoke_standing(self, standing_id: str, *, actor: Actor,
+                              reason: str | None = None) -> StandingRecord:
+        return await self.standing.revoke(standing_id, actor=actor, reason=reason)
+
+    # callers' requests (runtime.callers, the HTTP API's long polls)
+    async def caller_credential(self, source: Source) -> TokenRecord:
+        """The credential a caller face's requests are made under, made on first use."""
+        p = self.parts
+        return await api_tokens.own_credential(p.db, p.clock, p.audit, source)
+
+    async def request_answered(self, token: TokenRecord, request_id: str) -> datetime | None:
+        return await self.external.answered(token, request_id)
+
+    async def mark_request_answered(self, token: TokenRecord, request_id: str) -> None:
+        await self.external.mark_answered(token, request_id)
+
+    async def refuse_request(self, token: TokenRecord, *, tool: str, reason: str,
+                             message: str, actor: str, request_id: str | None = None,
+                             details: Mapping[str, Any] | None = None) -> None:
+        """Audit a call a face refused with no decision behind it."""
+        await self.external.refused(token, tool=tool, reason=reason, message=message,
+                                    actor=actor, request_id=request_id, details=details)
+
+    async def record_request_report(self, token: TokenRecord, request_id: str,
+                                    rep: Report) -> bool:
+        """:meth:`report_request` without reading the document back: whether it is new."""
+        return await self.external.record_report(token, request_id, rep)
+
+    def on_request_decided(self, fn: Callable[[str], None]) -> None:
+        """Call ``fn(request_id)`` after this process committed a request's decision."""
+        self.external.on_decided(fn)
+
+    def wake_request(self, request_id: str) -> None:
+        """Another process committed something about ``request_id``: its waiters look."""
+        self.external.wake(request_id)

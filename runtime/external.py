@@ -75,6 +75,10 @@ AGENT_PREFIX = EXTERNAL_AGENT  # the agent of an external request's run: externa
 STATUS = "external"  # its run's status while open, or approved and not yet reported
 CALL_ID = "call"  # the one call of the run: its ledger key is <id>:call
 VIA = "http_api"
+# bytes of a request's tool name: an MCP gateway's read is named by its URI (resource:URI),
+# which the caller chooses; within a PostgreSQL index entry (standing approvals are indexed
+# by tool and by subject)
+TOOL_LIMIT = 2048
 MAX_WAIT = 60.0  # s a long poll may hold a request
 POLL = 1.0  # s between a waiter's looks at the database when nothing woke it
 MAX_CODE = 3000  # characters of a packet's code (a command, a file's content) kept
@@ -363,8 +367,9 @@ class ExternalRequests:
     def _check(self, token: TokenRecord, source: Source, req: NewRequest) -> NewRequest:
         """Bound what the caller gave, before anything is read or written; the request
         with its requester in the one form identities are compared in."""
-        if not 1 <= len(req.tool) <= 100:
-            raise ExternalError("tool is 1-100 characters", code="invalid_request")
+        if not req.tool or len(req.tool.encode()) > TOOL_LIMIT:
+            raise ExternalError(f"tool is 1 to {TOOL_LIMIT} bytes (UTF-8)",
+                                code="invalid_request")
         if req.idempotency_key is not None and not 1 <= len(req.idempotency_key) <= 200:
             raise ExternalError("idempotency_key is 1-200 characters", code="invalid_request")
         if not allows(token, req.tool):

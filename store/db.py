@@ -397,6 +397,12 @@ class Database:
         async with self.engine.connect() as conn:
             yield conn
 
+    async def reach(self) -> None:
+        """Connect once and let go: an unreachable or missing database raises here (what
+        opening it checks), and nothing is read or written."""
+        async with self.connection():
+            pass
+
     async def close(self) -> None:
         """Close every connection: idle ones now, ones in use as they come back. Each is
         closed whatever happens to the others (an unclosed aiosqlite connection left to

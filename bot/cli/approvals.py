@@ -160,7 +160,7 @@ def expiry(a: ApprovalRecord) -> str:
 
 async def cmd_show(s: Settings, a: argparse.Namespace) -> int:
     async def go(engine: Engine) -> int:
-        r = await engine.decider.get(a.id)
+        r = await engine.approval(a.id)
         doc = documents.approval_document(r)
         # a vote counts only for the arguments it was cast on
         doc["votes"] = [{"actor": v.actor, "verdict": v.verdict, "via": v.via,
@@ -225,7 +225,7 @@ def decide_command(verdict: str) -> Handler:
                 # the fields changed on the arguments as they stand now (shown masked: a
                 # sensitive value left alone keeps its real value, as decide reads an
                 # edit), bound to them: a concurrent edit makes this one refused, not merged
-                current = await engine.decider.get(a.id)
+                current = await engine.approval(a.id)
                 args = with_fields(shown_args(current), a.set)
                 expect = expect or binding.shown(current.effective_digest)
             elif verdict == "edit":
@@ -296,13 +296,14 @@ async def decide_batch(engine: Engine, a: argparse.Namespace, as_user: str,
     """``approvals approve ID ID…``: each request decided on its own (its own checks and
     compare-and-set), a line for each, then the runs they made ready resumed. Exit 0 when
     every one was decided as asked, 4 when any was refused (the others stand)."""
-    from approvald.runtime.batch import Target, decide_each
+    from approvald.runtime.batch import Target
 
     try:
-        outcomes = await decide_each(engine.decisions, [Target(i) for i in a.id],
-                                     actor=acting_as(as_user),
-                                     verdict="approve" if verdict == "approve" else "deny",
-                                     reason=getattr(a, "reason", None))
+        outcomes = await engine.decide_each([Target(i) for i in a.id],
+                                            actor=acting_as(as_user),
+                                            verdict="approve" if verdict == "approve"
+                                            else "deny",
+                                            reason=getattr(a, "reason", None))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     ready: list[str] = []
@@ -340,7 +341,7 @@ def decided_line(d: Decision, as_user: str) -> str:
 
 async def cmd_sweep(s: Settings, a: argparse.Namespace) -> int:
     async def go(engine: Engine) -> int:
-        result = await engine.expiry.sweep()
+        result = await engine.sweep()
         print(f"{len(result.expired)} expired, {len(result.escalated)} escalated, "
               f"{len(result.reminded)} reminders queued")
         for run_id in sorted(result.runs_ready):

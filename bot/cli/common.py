@@ -119,7 +119,7 @@ async def with_engine(s: Settings, fn: Callable[[Engine], Awaitable[int]], *,
         return await fn(engine)
     finally:
         if engine is not None:
-            await engine.registry.aclose()
+            await engine.aclose()
         await db.close()
 
 

@@ -85,7 +85,7 @@ def load_new(s: Settings, engine: Engine, path: str) -> PolicyFile:
     """The new file, refused (exit 2) as ``serve`` would refuse it with these agents."""
     try:
         new = load_policy_file(path, max_ttl=s.max_ttl_value())
-        Registry(engine.registry.releases(), new)  # the start-up checks of each agent's tools
+        Registry(engine.agent_releases(), new)  # the start-up checks of each agent's tools
     except ConfigError as exc:  # (the new file, not the one APPROVALD_POLICY_FILE names)
         raise ConfigError(str(exc).replace(f"{ENV}: ", "the new policy file: ", 1)) from None
     return new

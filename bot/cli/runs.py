@@ -27,7 +27,6 @@ from approvald.bot.config import Settings
 from approvald.bot.wiring import open_database
 from approvald.runtime.decide import Actor
 from approvald.runtime.engine import Engine
-from approvald.runtime.ids import lease_id
 from approvald.runtime.sensitive import mask_text
 
 
@@ -97,8 +96,8 @@ async def cmd_run(s: Settings, a: argparse.Namespace) -> int:
                     else slack_user("--requested-by", a.requested_by))
 
     async def go(engine: Engine) -> int:
-        engine.registry.get(a.agent)
-        claim = lease_id(engine.owner)  # ours from the start: a serve's worker waits
+        engine.agent(a.agent)
+        claim = engine.new_claim()  # ours from the start: a serve's worker waits
         run_id = await engine.start_run(a.agent, a.task, requested_by=requested_by,
                                         claim=claim)
         print(run_id, flush=True)
@@ -117,7 +116,7 @@ async def cmd_runs_list(s: Settings, a: argparse.Namespace) -> int:
             return 0
         if not runs:
             print("no runs")
-        now = engine.clock.now()
+        now = engine.now()
         for r in runs:
             waits = (f"  waiting until {r.wait_until:%Y-%m-%d %H:%M:%S}: "
                      f"{mask_text(r.wait_reason or '')}"

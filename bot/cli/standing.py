@@ -95,13 +95,13 @@ async def grant(engine: Engine, a: argparse.Namespace, actor: Actor) -> int:
         window = parse_duration(a.standing)
     except ValueError as exc:
         raise UsageError(f"--standing: {exc}") from None
-    request = await engine.decider.get(a.id)
+    request = await engine.approval(a.id)
     fields = [f.strip() for f in (a.fields or "").split(",") if f.strip()]
     try:
         scope = scope_for(request, a.scope, fields=fields, when=a.when)
     except ValueError as exc:
         raise UsageError(f"--scope {a.scope}: {exc}") from None
-    standing, decision = await engine.standing.grant(request.id, actor=actor, window=window,
+    standing, decision = await engine.grant_standing(request.id, actor=actor, window=window,
                                                      scope=scope)
     print(f"approval {request.id}: {decision.outcome} by {actor.id}")
     print(f"standing approval {standing.id}: {standing.status} "
@@ -116,8 +116,8 @@ async def grant(engine: Engine, a: argparse.Namespace, actor: Actor) -> int:
 
 async def cmd_list(s: Settings, a: argparse.Namespace) -> int:
     async def go(engine: Engine) -> int:
-        rows = await engine.standing.listing(live_only=not a.all)
-        now = engine.clock.now()
+        rows = await engine.standing_grants(live_only=not a.all)
+        now = engine.now()
         if a.json:
             print(json.dumps([document(r, now) for r in rows], indent=2))
         else:
@@ -129,7 +129,7 @@ async def cmd_list(s: Settings, a: argparse.Namespace) -> int:
 
 async def cmd_show(s: Settings, a: argparse.Namespace) -> int:
     async def go(engine: Engine) -> int:
-        doc = document(await engine.standing.get(a.id), engine.clock.now())
+        doc = document(await engine.standing_grant(a.id), engine.now())
         if a.json:
             print(json.dumps(doc, indent=2))
         else:
@@ -148,13 +148,13 @@ def acting(fn: Callable[[Engine, argparse.Namespace, Actor], Awaitable[int]]) ->
 
 
 async def do_grant(engine: Engine, a: argparse.Namespace, actor: Actor) -> int:
-    s = await engine.standing.add_grant(a.id, actor=actor)
+    s = await engine.add_standing_grant(a.id, actor=actor)
     print(f"standing approval {s.id}: {s.status} ({len(s.grants_value())} of "
           f"{s.quorum} grants)")
     return 0
 
 
 async def do_revoke(engine: Engine, a: argparse.Namespace, actor: Actor) -> int:
-    s = await engine.standing.revoke(a.id, actor=actor, reason=a.reason)
+    s = await engine.revoke_standing(a.id, actor=actor, reason=a.reason)
     print(f"standing approval {s.id}: revoked by {s.revoked_by} after {s.uses} uses")
     return 0

@@ -28,7 +28,7 @@ from approvald.runtime.errors import DecisionRefused
 from approvald.runtime.outcomes import Waiting
 from approvald.runtime.policy import PolicyFile, ToolOverride
 from approvald.runtime.state import AssistantMessage, ToolCall
-from approvald.runtime.trace import Trace, load_trace
+from approvald.runtime.trace import Trace
 from approvald.store.db import Database
 from approvald.store.records import ApprovalRecord, ExecutionRecord
 
@@ -138,7 +138,7 @@ class Driver:
                 kill = None if left == 0 else (kill[0], left)
                 if left == 0:  # its lease dies with it: time moves on until it has lapsed
                     journey.killed = True
-                    self.clock.set(self.clock.now() + engine.config.lease_ttl
+                    self.clock.set(self.clock.now() + engine.lease_ttl
                                    + timedelta(seconds=1))
             outcome = await engine.advance(run_id)
             if outcome.status == "needs_attention":
@@ -151,8 +151,7 @@ class Driver:
                 continue
             if outcome.status != "awaiting_approval":
                 return
-            async with self.db.read() as tx:
-                approvals = await tx.approvals.for_run(run_id)
+            approvals = await engine.run_approvals(run_id)
             pending = [a for a in approvals if a.status == "pending" and a.kind == "tool_call"]
             if not pending:
                 journey.problems.append(f"the run waits for approval ({outcome.status}) but "
@@ -174,8 +173,9 @@ class Driver:
                     # one that asked: that one died (the driver never lets one live on)
                 elif variant.startswith("policy_") and decision.action != "expire":
                     kind = "auto" if variant == "policy_auto_while_paused" else "forbidden"
-                    restore = restore or engine.registry.policy
-                    engine.registry.use_policy(_override(engine.registry.policy, a.tool, kind))
+                    restore = restore or engine.policy_file()
+                    engine.use_policy(_override(engine.policy_file(), a.tool, kind),
+                                      check=False)
                 if not await self.apply(engine, a, decision, journey,
                                         twice=variant == "duplicate_callback"):
                     return
@@ -183,7 +183,7 @@ class Driver:
                 # the run resumes under the changed policy (the stored request decides),
                 # and the change is undone once the decided call has been dealt with
                 await engine.advance(run_id)
-                engine.registry.use_policy(restore)
+                engine.use_policy(restore, check=False)
         journey.problems.append(f"the run did not end within {MAX_ROUNDS} rounds of "
                                 "advancing and deciding")
 
@@ -206,9 +206,8 @@ class Driver:
         operator who checks the outside world would (the demo ledger: the call's
         idempotency key is there if it ran): "it happened" (mark done) or "retry". False
         if there is nothing to answer, or the answer is refused."""
-        async with self.db.read() as tx:
-            questions = [a for a in await tx.approvals.for_run(journey.run_id)
-                         if a.status == "pending" and a.kind == "outcome_unknown"]
+        questions = [a for a in await engine.run_approvals(journey.run_id)
+                     if a.status == "pending" and a.kind == "outcome_unknown"]
         if not questions:
             return False
         ran = side_effects(self.ledger_path, journey.run_id)
@@ -264,9 +263,9 @@ class Driver:
         nothing); False if the journey cannot go on."""
         if d.action == "expire":
             self.clock.set(max(self.clock.now(), a.expires_at + timedelta(seconds=1)))
-            await engine.expiry.sweep()
+            await engine.sweep()
             if twice:
-                repeat = await engine.expiry.sweep()
+                repeat = await engine.sweep()
                 if repeat.expired:
                     journey.problems.append(
                         f"a second expiry sweep expired {', '.join(repeat.expired)} again")
@@ -305,10 +304,8 @@ class Driver:
     async def read_back(self, engine: Engine, journey: Journey) -> None:
         """Fill ``journey`` from the database and the outside world's ledger."""
         state = await engine.state(journey.run_id)
-        async with self.db.read() as tx:
-            run = await tx.runs.get(journey.run_id)
-            executions = await tx.executions.for_run(journey.run_id)
-            approvals = await tx.approvals.for_run(journey.run_id)
+        file = await engine.documents.run_file(journey.run_id)
+        run, approvals = file.run, file.approvals
         assert run is not None
         journey.status, journey.result, journey.error = run.status, run.result, run.error
         journey.steps = run.step
@@ -319,13 +316,13 @@ class Driver:
                 if m.meta is not None and m.meta.cost_usd is not None:
                     costs.append(m.meta.cost_usd)
         journey.cost_usd = sum(costs) if costs else None
-        journey.executions = sorted(executions.values(),
+        journey.executions = sorted(file.executions,
                                     key=lambda e: (journey.call_order(e.call_id), e.call_id))
         journey.approvals = sorted(approvals, key=lambda a: (a.requested_at, a.id))
         journey.side_effects = side_effects(self.ledger_path, journey.run_id)
         journey.idempotent = {t.name for a in self.agents if a.name == run.agent
                               for t in a.tools if t.idempotent}
-        journey.trace = await load_trace(self.db, journey.run_id, now=self.clock.now())
+        journey.trace = await engine.trace(journey.run_id)
 
 
 def crash_point(variant: str) -> tuple[str, int] | None:

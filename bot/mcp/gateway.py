@@ -35,7 +35,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
 
-from approvald.bot.callers import (
+from approvald.runtime.callers import (
     HEARTBEAT,
     OPEN,
     CallerGate,

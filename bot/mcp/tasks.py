@@ -33,9 +33,9 @@ from datetime import datetime
 from typing import Any
 
 import mcp_types as types
-from approvald.bot.callers import OPEN
 from approvald.bot.mcp.gateway import Gateway, Ran, Refused
 from approvald.bot.mcp.upstream import Upstream, error_result
+from approvald.runtime.callers import OPEN
 from approvald.runtime.decide import Actor
 from approvald.runtime.errors import ApprovaldError
 from approvald.store.repos.external import TokenRecord

@@ -20,7 +20,6 @@ from datetime import UTC, datetime
 from email.utils import make_msgid
 
 from approvald.bot.sandbox import render
-from approvald.runtime.clock import Clock
 from approvald.runtime.outbox_kinds import Mail
 
 KEEP = 200
@@ -45,7 +44,7 @@ class Mailbox:
 
     def __init__(self, sender: str, *, on_change: Callable[[], None] | None = None) -> None:
         self.sender = sender
-        self.clock: Clock | None = None  # serve's, once it is built
+        self.clock: Callable[[], datetime] | None = None  # serve's time, once it is built
         self.on_change = on_change
         self.sent: list[Sent] = []
         self._n = 0
@@ -54,7 +53,7 @@ class Mailbox:
         """Keep ``mail`` (for its envelope recipients); its Message-ID."""
         self._n += 1
         message_id = make_msgid(domain=self.sender.rpartition("@")[2] or None)
-        at = self.clock.now() if self.clock is not None else datetime.now(UTC)
+        at = self.clock() if self.clock is not None else datetime.now(UTC)
         self.sent.append(Sent(self._n, message_id, at, tuple(mail.bcc or (mail.to,)),
                               mail.subject, mail.text, mail.in_reply_to))
         del self.sent[:-KEEP]

@@ -31,8 +31,8 @@ from approvald.bot.sandbox.server import SlackEmulator
 from approvald.bot.sandbox.web import SandboxWeb
 from approvald.bot.serve import Service, Signals, settle_heap
 from approvald.bot.wiring import open_database
+from approvald.runtime.engine import Engine
 from approvald.runtime.errors import ConfigError
-from approvald.store.db import Database
 from pydantic import SecretStr
 from sqlalchemy.engine import make_url
 
@@ -97,15 +97,14 @@ class Sandbox:
         if "secret" not in self.extra:
             self.extra["secret"] = secrets.token_urlsafe(32)
 
-    async def _match(self, db: Database) -> None:
+    async def _match(self, engine: Engine) -> None:
         """A workspace kept from a database that is gone (deleted to start over) would show
         cards nothing can decide: with no run in the database, start a fresh one."""
         state = self.emulator.state
         if not any(c.messages for c in state.channels.values()):
             return
-        async with db.read() as tx:
-            if any((await tx.runs.count_by_status()).values()):
-                return
+        if any((await engine.runs_by_status()).values()):
+            return
         for kept in (state.channels, state.users, state.usergroups, state.views,
                      state.view_users, state.home_views, state.ephemerals):
             kept.clear()
@@ -154,17 +153,17 @@ class Sandbox:
         self.url = self.emulator.root_url
         settings = self.serve_settings()
         db = await open_database(settings)  # makes the default database's directory
+        self.service = Service(settings, db, stop_event=self.stop_event,
+                               mailer=self.mailbox)
         try:
-            await self._match(db)
+            await self._match(self.service.engine)
             self.save()  # the key of the cards' tokens too, before any card is posted
         except OSError as exc:
             await db.close()
             path = self.file.path if self.file else ""
             raise ConfigError(f"sandbox: cannot write the workspace to {path}: "
                               f"{exc.strerror or exc}") from None
-        self.service = Service(settings, db, stop_event=self.stop_event,
-                               mailer=self.mailbox)
-        self.mailbox.clock = self.service.engine.clock
+        self.mailbox.clock = self.service.engine.now
         self.mailbox.on_change = self.web.changed
         await self.service.start()
         settle_heap()  # the sandbox is a long-running serve too

@@ -43,17 +43,12 @@ import base64
 import hashlib
 import hmac
 import secrets
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from approvald.bot.web.refusals import ANONYMOUS, Refusals
-from approvald.runtime.audit import AuditTrail
-from approvald.runtime.clock import Clock
 from approvald.runtime.ids import new_id
-from approvald.runtime.outbox_kinds import SIGN_IN_MAIL, SignInMail, queue
-from approvald.store.db import Database
-from approvald.store.repos import Tx
+from approvald.runtime.review_state import OTHER_APPROVER, ReviewState
 from approvald.store.repos.web import LinkRecord, SessionRecord
 
 LINK_TTL = timedelta(minutes=15)
@@ -146,16 +141,12 @@ class Session:
 class WebAuth:
     """Links, sessions and the audit entries of both."""
 
-    def __init__(self, db: Database, clock: Clock, audit: AuditTrail, notify: Callable[[], None],
-                 keys: WebKeys, emails: dict[str, str]) -> None:
-        self.db = db
-        self.clock = clock
-        self.audit = audit
-        self.notify = notify  # the outbox has a new row
+    def __init__(self, state: ReviewState, keys: WebKeys, emails: dict[str, str]) -> None:
+        self.state = state  # the face's own rows (links, sessions), never the database
         self.keys = keys
         self.emails = emails
         self.users = {address.lower(): user for user, address in emails.items()}
-        self.refusals = Refusals(db, clock, audit)
+        self.refusals = Refusals(state)
 
     # -- links ----------------------------------------------------------------------------
     async def request_link(self, address: str) -> bool:
@@ -167,56 +158,30 @@ class WebAuth:
         email = self.emails[user]
         link_id = new_id()
         token = self.keys.link_token(link_id)
-
-        async def write(tx: Tx) -> bool:
-            now = self.clock.now()
-            if await tx.web.live_links(user, now=now) >= MAX_LIVE_LINKS:
-                return False
-            await tx.web.add_link(id=link_id, token_hash=sha256(token), user_id=user,
-                                  email=email, created_at=now, expires_at=now + LINK_TTL)
-            await queue(tx, SignInMail(link_id=link_id, user=user),
-                        group_key=f"{SIGN_IN_MAIL}:{link_id}", now=now,
-                        give_up_at=now + LINK_TTL)
-            self.audit.record(tx, at=now, action="web_link_sent", actor=user, via=VIA,
-                              details={"link": link_id, "to": email,
-                                       "expires_at": (now + LINK_TTL).isoformat()})
-            return True
-
-        queued: bool = await self.db.transact(write, what="a sign-in link")
-        if queued:
-            self.notify()
-        return queued
+        return await self.state.add_link(link_id=link_id, token_hash=sha256(token),
+                                         user=user, email=email, ttl=LINK_TTL,
+                                         max_live=MAX_LIVE_LINKS)
 
     async def link(self, link_id: str) -> LinkRecord | None:
-        async with self.db.read() as tx:
-            return await tx.web.link(link_id)
+        return await self.state.link(link_id)
 
     async def peek(self, token: str) -> LinkRecord | None:
         """The link ``token`` opens, as it stands (reading changes nothing)."""
-        async with self.db.read() as tx:
-            return await tx.web.link_by_hash(sha256(token))
+        return await self.state.link_by_hash(sha256(token))
 
     async def sign_in(self, token: str, *, current: Session | None,
                       source: str | None = None) -> tuple[str, Session]:
         """Use the link ``token`` (once): a new session's id (for the cookie) and the
         session. :class:`Refused` (audited) for a link used before, expired, unknown, or
         for another approver than the one this browser is signed in as."""
-        token_hash = sha256(token)
         session_id = _b64(secrets.token_bytes(32))
-
-        async def write(tx: Tx) -> SessionRecord | Refused | None:
-            now = self.clock.now()
-            link = await tx.web.link_by_hash(token_hash)
-            if link is not None and current is not None and current.user != link.user_id:
-                return Refused("other_approver", "This link is for another approver than "
-                               "the one signed in here. Sign out first.")
-            used = await tx.web.use_link(token_hash, now=now)
-            if used is None:
-                return None  # why is read after: a use racing this one may have won
-            return await self._open_session(tx, session_id, used.user_id,
-                                            {"link": used.id})
-
-        result = await self.db.transact(write, what="a sign-in")
+        used = await self.state.use_link(sha256(token), session_hash=sha256(session_id),
+                                         current=current.user if current else None,
+                                         ttl=SESSION_TTL)
+        result: SessionRecord | Refused | None = (
+            Refused("other_approver", "This link is for another approver than the one "
+                    "signed in here. Sign out first.") if used == OTHER_APPROVER
+            else used if isinstance(used, SessionRecord) else None)
         if not isinstance(result, SessionRecord):
             link = await self.peek(token)
             if result is None:
@@ -242,7 +207,7 @@ class WebAuth:
     def begin_slack(self, browser: str) -> str:
         """A new ``state`` for a sign-in with Slack from the browser whose cookie holds
         ``browser``: ``NONCE.EXPIRES.MAC.BROWSER_MAC``. Nothing is stored."""
-        expires = int((self.clock.now() + STATE_TTL).timestamp())
+        expires = int((self.state.now() + STATE_TTL).timestamp())
         body = f"{_b64(secrets.token_bytes(16))}.{expires}"
         return f"{body}.{self.keys.state(body)}.{self.keys.state_browser(body, browser)}"
 
@@ -258,16 +223,15 @@ class WebAuth:
         refusal: Refused | None = Refused(
             "unknown_state", "This sign-in with Slack was not begun here. Start again from "
             "the review queue.")
-        until = self.clock.now()
+        until = self.state.now()
         if made:
             until = datetime.fromtimestamp(int(parts[1]), UTC)
-            async with self.db.read() as tx:
-                used = await tx.web.slack_state(sha256(state)) is not None
+            used = await self.state.slack_state_used(sha256(state))
             refusal = (
                 Refused("state_used", "This sign-in with Slack was completed already. Start "
                         "again from the review queue.") if used else
                 Refused("state_expired", "This sign-in with Slack took too long. Start again "
-                        "from the review queue.") if until <= self.clock.now() else
+                        "from the review queue.") if until <= self.state.now() else
                 Refused("state_no_cookie", "This browser did not begin this sign-in with "
                         "Slack (or its cookie is gone). Start again from the review queue.")
                 if not browser else
@@ -304,16 +268,10 @@ class WebAuth:
                               slack_user=user, slack_team=team)
             raise refusal
         session_id = _b64(secrets.token_bytes(32))
-
-        async def write(tx: Tx) -> SessionRecord | None:
-            if not await tx.web.use_slack_state(
-                    id_hash=state.id_hash, browser_hash=state.browser_hash,
-                    created_at=state.created_at, expires_at=state.expires_at,
-                    now=self.clock.now()):
-                return None  # used meanwhile, by a request racing this one
-            return await self._open_session(tx, session_id, user, {"slack_team": team})
-
-        record = await self.db.transact(write, what="a sign-in")
+        record = await self.state.use_slack_state(
+            id_hash=state.id_hash, browser_hash=state.browser_hash,
+            created_at=state.created_at, expires_at=state.expires_at,
+            session_hash=sha256(session_id), user=user, team=team, ttl=SESSION_TTL)
         if record is None:
             used = Refused("state_used", "This sign-in with Slack was completed already. "
                            "Start again from the review queue.")
@@ -322,35 +280,15 @@ class WebAuth:
         return session_id, Session(record, self.keys.csrf(session_id))
 
     # -- sessions -------------------------------------------------------------------------
-    async def _open_session(self, tx: Tx, session_id: str, user: str,
-                            how: dict[str, str]) -> SessionRecord:
-        """Write a new session for ``user`` and audit it (``how``: the link, or Slack)."""
-        now = self.clock.now()
-        record = SessionRecord(id_hash=sha256(session_id), user_id=user, created_at=now,
-                               expires_at=now + SESSION_TTL, ended_at=None)
-        await tx.web.add_session(id_hash=record.id_hash, user_id=user, created_at=now,
-                                 expires_at=record.expires_at)
-        self.audit.record(tx, at=now, action="web_signed_in", actor=user, via=VIA,
-                          details={**how,
-                                   "session_expires_at": record.expires_at.isoformat()})
-        return record
-
     async def session(self, session_id: str | None) -> Session | None:
         """The live session a cookie names, or None."""
         if not session_id:
             return None
-        async with self.db.read() as tx:
-            record = await tx.web.session(sha256(session_id), now=self.clock.now())
+        record = await self.state.session(sha256(session_id))
         return None if record is None else Session(record, self.keys.csrf(session_id))
 
     async def sign_out(self, session: Session) -> None:
-        async def write(tx: Tx) -> None:
-            now = self.clock.now()
-            if await tx.web.end_session(session.record.id_hash, now=now):
-                self.audit.record(tx, at=now, action="web_signed_out", actor=session.user,
-                                  via=VIA)
-
-        await self.db.transact(write, what="a sign-out")
+        await self.state.end_session(session.record.id_hash, user=session.user)
 
     # -- refusals -------------------------------------------------------------------------
     async def refuse(self, reason: str, *, actor: str = ANONYMOUS, source: str | None = None,

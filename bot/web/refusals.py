@@ -23,16 +23,11 @@ value at most :data:`LONGEST` characters.
 from __future__ import annotations
 
 import ipaddress
-from collections import defaultdict
 from datetime import datetime, timedelta
 
-from approvald.runtime.audit import AuditTrail, Entry
-from approvald.runtime.clock import Clock
-from approvald.store.db import Database
-from approvald.store.repos import Tx
+from approvald.runtime.review_state import ReviewState
 
 ANONYMOUS = "anonymous"  # the actor of a refusal before anyone is known
-VIA = "web"
 MINUTE = timedelta(minutes=1)
 # a minute is folded once it has been over this long: a replica whose clock is a little
 # behind may still count into it meanwhile
@@ -65,51 +60,26 @@ class Refusals:
     """Audits each refusal of someone known, counts those of someone unknown, and folds
     the counts into the audit log (see the module's docstring)."""
 
-    def __init__(self, db: Database, clock: Clock, audit: AuditTrail) -> None:
-        self.db = db
-        self.clock = clock
-        self.audit = audit
+    def __init__(self, state: ReviewState) -> None:
+        self.state = state
 
     async def refuse(self, reason: str, *, actor: str = ANONYMOUS, source: str | None = None,
                      approval_id: str | None = None, **details: str | None) -> None:
         """Record a refusal (its own transaction: nothing else is written). ``actor``:
         who was refused, :data:`ANONYMOUS` when nobody is known (then only counted, by
         ``source``, the request's address)."""
-        now = self.clock.now()
+        now = self.state.now()
         if actor == ANONYMOUS:
-            async def count(tx: Tx) -> None:
-                await tx.web.count_refusal(minute=minute_of(now), source=source_of(source),
+            await self.state.count_refusal(minute=minute_of(now), source=source_of(source),
                                            reason=reason[:40])
-
-            await self.db.transact(count, what="a refusal")
             return
-
-        async def write(tx: Tx) -> None:
-            self.audit.record(tx, at=now, action="web_refused", actor=actor[:LONGEST],
-                              via=VIA, approval_id=approval_id,
-                              details={"reason": reason,
-                                       **{k: v[:LONGEST] for k, v in details.items()
+        await self.state.record_refusal(
+            at=now, actor=actor[:LONGEST], approval_id=approval_id,
+            details={"reason": reason, **{k: v[:LONGEST] for k, v in details.items()
                                           if v is not None}})
-
-        await self.db.transact(write, what="a refusal")
 
     async def fold(self) -> int:
         """Fold the counts of minutes over at least :data:`SETTLE` ago into the audit log,
         one entry per minute and source; how many entries were written."""
-        now = self.clock.now()
-
-        async def write(tx: Tx) -> int:
-            rows = await tx.web.take_refusal_counts(minute_of(now) - SETTLE)
-            by: dict[tuple[datetime, str], dict[str, int]] = defaultdict(dict)
-            for minute, source, reason, n in rows:
-                by[minute, source][reason] = by[minute, source].get(reason, 0) + n
-            if by:
-                self.audit.record_many(tx, [
-                    Entry(at=now, action="web_refused", actor=ANONYMOUS, via=VIA,
-                          details={"source": source, "minute": minute.isoformat(),
-                                   "count": sum(reasons.values()), "reasons": reasons})
-                    for (minute, source), reasons in sorted(by.items())])
-            return len(by)
-
-        folded: int = await self.db.transact(write, what="folding refusals")
-        return folded
+        return await self.state.fold_refusals(before=minute_of(self.state.now()) - SETTLE,
+                                              actor=ANONYMOUS)

@@ -198,7 +198,7 @@ class WebRoutes:
         items = await self.actionable(session.user)
         done = request.query.get("done")
         return html(pages.queue(items, user=session.user, csrf=session.csrf,
-                                now=self.e.clock.now(), note=DONE.get(done or "")))
+                                now=self.e.now(), note=DONE.get(done or "")))
 
     async def one(self, request: web.Request) -> web.StreamResponse:
         """One request (a mail's link): to decide while it is open, else who decided it and
@@ -208,34 +208,33 @@ class WebRoutes:
             return await self.queue(request)  # the sign-in form
         user, csrf = session.user, session.csrf
         try:
-            a = await self.e.decider.get(request.match_info["id"][:64])
+            a = await self.e.approval(request.match_info["id"][:64])
         except NotFound:
             a = None
         if a is None or a.kind not in KINDS:
             return html(pages.message("Not found", "There is no such request.", error=True,
                                       user=user, csrf=csrf), 404)
         try:
-            await self.e.decider.authorize(a, Actor(user, "web"))
+            await self.e.may_decide(a, Actor(user, "web"))
         except DecisionRefused:
             return html(pages.message("Not yours", "You may not decide this request.",
                                       error=True, user=user, csrf=csrf), 403)
         if a.status == "pending":
             return html(pages.queue([(a, self.e.button_token(a))], user=user, csrf=csrf,
-                                    now=self.e.clock.now()))
+                                    now=self.e.now()))
         return html(pages.message("Decided", pages.outcome_line(a), user=user, csrf=csrf))
 
     async def actionable(self, user: str) -> list[tuple[ApprovalRecord, str | None]]:
         """Pending tool calls and outcome questions ``user`` may decide, oldest first: the
         same check as a click (the requester never approves their own; approvers and user
         groups as the request was made)."""
-        async with self.e.db.read() as tx:
-            pending = await tx.approvals.pending_for_actor_candidates(limit=CANDIDATES)
+        pending = await self.e.documents.review_candidates(limit=CANDIDATES)
         out: list[tuple[ApprovalRecord, str | None]] = []
         for a in pending:
             if a.kind not in KINDS:
                 continue
             try:
-                await self.e.decider.authorize(a, Actor(user, "web"))
+                await self.e.may_decide(a, Actor(user, "web"))
             except DecisionRefused:
                 continue
             out.append((a, self.e.button_token(a)))
@@ -247,7 +246,7 @@ class WebRoutes:
         in: a mail scanner that fetches the link changes nothing)."""
         token = request.match_info["token"]
         link = await self.auth.peek(token) if len(token) <= 100 else None
-        now = self.e.clock.now()
+        now = self.e.now()
         if link is None or link.used_at is not None or link.expires_at <= now:
             why = ("This sign-in link is not valid." if link is None
                    else "This sign-in link was used already." if link.used_at is not None

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import logging
-from typing import Any
 
 from aiohttp import web
 from approvald.bot.config import Settings
@@ -26,7 +24,6 @@ from approvald.runtime.outbox_kinds import (
     MailSender,
     RetryLater,
     Undeliverable,
-    mail_group,
 )
 from approvald.store.records import ApprovalRecord, OutboxRecord
 
@@ -71,8 +68,7 @@ class WebFace:
         self.public_url = settings.public_url
         self.slack_cards = settings.slack_configured  # whether requests have Slack cards
         self.keys = WebKeys(secret)
-        self.auth = WebAuth(engine.db, engine.clock, engine.audit, engine.notify_outbox,
-                            self.keys, settings.emails())
+        self.auth = WebAuth(engine.review_state(), self.keys, settings.emails())
         self.slack = slack_open_id(settings)
         self.routes = WebRoutes(engine, self.auth, settings.public_url, self.slack)
         self.mailer: MailSender | None = mailer
@@ -118,7 +114,7 @@ class WebFace:
             raise Undeliverable("the sign-in link of this mail does not exist")
         if link.used_at is not None:
             return None  # its mail got through once already (a re-driven row)
-        if link.expires_at <= self.engine.clock.now():  # the approver never got it
+        if link.expires_at <= self.engine.now():  # the approver never got it
             raise Undeliverable(f"the sign-in link for {link.user_id} expired before it "
                                 "could be mailed")
         url = f"{self.public_url}/review/sign-in/{self.keys.link_token(link.id)}"
@@ -135,7 +131,7 @@ class WebFace:
         out = []
         for user, address in sorted(self.auth.emails.items()):
             try:
-                await self.engine.decider.authorize(a, Actor(user, "web"))
+                await self.engine.may_decide(a, Actor(user, "web"))
             except DecisionRefused as exc:
                 if exc.reason == Refusal.DIRECTORY_UNAVAILABLE:
                     raise RetryLater(f"approvers of {a.id}: {exc}") from None
@@ -147,8 +143,7 @@ class WebFace:
         """A pending request, mailed to its approvers: its packet, its exact arguments and
         a link to it in the review queue (deciding needs a sign-in: the link decides
         nothing). None once it is decided: the card and the queue tell the rest."""
-        async with self.engine.db.read() as tx:
-            a = await tx.approvals.get(approval_id)
+        a = await self.engine.documents.request(approval_id)
         if a is None:
             raise Undeliverable(f"approval {approval_id} does not exist")
         if a.status != "pending":
@@ -173,14 +168,10 @@ class WebFace:
         for a request closed since."""
         payload = row.payload_value()
         approval_id = str(payload.get("approval_id"))
-        async with self.engine.db.read() as tx:
-            a = await tx.approvals.get(approval_id)
-            first = [r for r in await tx.outbox.in_group(mail_group(approval_id),
-                                                         kind=REQUEST_MAIL)
-                     if r.status == "delivered"]
+        thread = await self.engine.documents.request_thread(approval_id)
+        a, sent = thread.approval, thread.sent
         if a is None:
             raise Undeliverable(f"approval {approval_id} does not exist")
-        sent: dict[str, Any] = json.loads(first[0].result or "{}") if first else {}
         to = tuple(str(t) for t in sent.get("to") or ())
         if not to or not sent.get("message_id"):
             return None  # the request was never mailed to anyone: no thread to follow

@@ -3,13 +3,14 @@ a runtime and store that know nothing of any face, and no import circle inside a
 
 Every package under ``bot/`` is a face (issue 47: all eight are checked); what several
 faces share lives below them (the runtime) or beside them in a module of ``bot/`` that is
-no face (``bot/callers.py``, ``bot/claude_code.py``...), and the faces are put together
+no face (``bot/claude_code.py``...), and the faces are put together
 only at the top (``bot/serve.py``, ``bot/launch.py``)."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 FACES = ("api", "cli", "evals", "hooks", "mcp", "sandbox", "slack", "web")
@@ -87,12 +88,14 @@ def test_every_command_group_registers_the_same_way_and_none_reaches_past_the_en
     assert found == []
 
 
-# faces that touch only the engine's verbs and views (issue 47: the others follow, one face
-# at a time; `python .ci/architecture.py` counts what is left)
-CLOSED = ("api", "mcp")
+# issue 47: no face reads the engine's parts or opens a transaction; everything outside the
+# face packages (serve, launch, metrics, wiring, claude_code...) is held to it too.
+# The one exception left: the Slack face, whose views helper h47a is moving onto the front
+# door in parallel. MERGER: once h47a lands, empty this tuple (the test then covers all).
+NOT_YET_CLOSED = ("bot/slack/",)
 
 
-def test_the_closed_faces_read_no_part_of_the_engine_and_open_no_transaction() -> None:
+def _architecture() -> Any:
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("architecture",
@@ -100,8 +103,43 @@ def test_the_closed_faces_read_no_part_of_the_engine_and_open_no_transaction() -
     assert spec is not None and spec.loader is not None
     architecture = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(architecture)
-    inside = tuple(f"bot/{face}/" for face in CLOSED)
+    return architecture
+
+
+def test_no_face_reads_a_part_of_the_engine_or_opens_a_transaction() -> None:
+    architecture = _architecture()
     reach = {p: n for p, n in architecture.reach_throughs(architecture.parts()).items()
-             if p.startswith(inside)}
-    opened = {p: n for p, n in architecture.transactions().items() if p.startswith(inside)}
+             if not p.startswith(NOT_YET_CLOSED)}
+    opened = {p: n for p, n in architecture.transactions().items()
+              if not p.startswith(NOT_YET_CLOSED)}
     assert (reach, opened) == ({}, {})
+
+
+def test_the_count_sees_a_reach_through_and_a_transaction(tmp_path: Path) -> None:
+    """The check above cannot pass by counting nothing: a face module that reads
+    ``engine.db`` and opens a read is counted, in a face package and outside one."""
+    architecture = _architecture()
+    parts = architecture.parts()
+    for where in ("web", None):
+        bot = tmp_path / str(where) / "bot"
+        folder = bot / where if where else bot
+        folder.mkdir(parents=True)
+        (folder / "face.py").write_text(
+            "async def show(engine):\n"
+            "    async with engine.db.read() as tx:\n"
+            "        return engine.decider, tx\n")
+        architecture.BOT, root = bot, architecture.ROOT
+        architecture.ROOT = bot.parent
+        try:
+            reach = architecture.reach_throughs(parts)
+            opened = architecture.transactions()
+        finally:
+            architecture.BOT, architecture.ROOT = ROOT / "bot", root
+        assert sum(reach.values()) == 2 and sum(opened.values()) == 1, (where, reach, opened)
+
+
+def test_the_callers_module_lives_in_the_runtime() -> None:
+    """What the MCP gateways and the coding assistants' hooks share is the runtime's (it
+    knows no face), not a module of ``bot/`` beside the faces."""
+    assert not (ROOT / "bot" / "callers.py").exists()
+    assert (ROOT / "runtime" / "callers.py").exists()

@@ -12,12 +12,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from approvald.bot import callers, documents
+from approvald.bot import documents
 from approvald.bot.cli.approvals import list_line
 from approvald.bot.slack import cards, messages
 from approvald.bot.slack import texts as T
 from approvald.bot.web import pages
-from approvald.runtime import decide, external, trace
+from approvald.runtime import callers, decide, external, trace
 from approvald.runtime.errors import Refusal
 from approvald.runtime.shown import RunMasking
 from approvald.runtime.vocabulary import (

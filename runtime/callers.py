@@ -1,5 +1,7 @@
 """A caller's calls gated as external requests: what the MCP gateway and the coding
-assistants' hooks share (no MCP, no Slack in this module).
+assistants' hooks share (no MCP, no Slack in this module). It lives in the runtime and goes through
+the engine's front door like any face: its verbs, and its documents
+(:mod:`runtime.documents`).
 
 A caller face (``mcp-proxy``, ``approvald hook claude-code``) makes each call it is about to
 run an external request of :mod:`runtime.external` under approvald's own credential for
@@ -37,11 +39,11 @@ from datetime import datetime
 from typing import Any
 
 from approvald.runtime import binding
-from approvald.runtime.api_tokens import check_name, own_credential
+from approvald.runtime.api_tokens import check_name
 from approvald.runtime.canonical import call_digest
 from approvald.runtime.engine import Engine
 from approvald.runtime.errors import ApprovaldError
-from approvald.runtime.external import CALL_ID, ExternalError, NewRequest, started_at_once
+from approvald.runtime.external import ExternalError, NewRequest, started_at_once
 from approvald.runtime.gate import Where
 from approvald.runtime.intake import Source
 from approvald.runtime.state import FINAL_STATUSES
@@ -130,7 +132,7 @@ class CallerGate:
         self.key_prefix = f"{source.kind}:"
         self.requested_by = requested_by
         self.heartbeat = heartbeat
-        self.owner = engine.owner
+        self.owner = engine.process
         self._cursor: dict[str, int] = {}  # digest -> the first generation maybe open
 
     # -- the credential -------------------------------------------------------------------
@@ -148,7 +150,7 @@ class CallerGate:
     async def credential(self) -> TokenRecord:
         """The face's credential, switched off or not (what came of a call it let through
         before it was switched off is still recorded)."""
-        return await own_credential(self.e.db, self.e.clock, self.e.audit, self.source)
+        return await self.e.caller_credential(self.source)
 
     async def switched_off(self, found: TokenRecord) -> str | None:
         """Why the face lets nothing through now (None: it is on)."""
@@ -177,13 +179,13 @@ class CallerGate:
         while True:
             req = self._new_request(tool, args, idempotency_key(self.key_prefix, digest, n))
             try:
-                doc, new = await self.e.external.create(token, req, fresh=fresh)
+                doc, new = await self.e.open_request(token, req, fresh=fresh)
             except ExternalError as exc:
                 # same key, other contents (the tool's description changed meanwhile):
                 # still the same call, so join its request
                 if exc.code != "idempotency_conflict" or exc.run_id is None:
                     raise
-                doc, new = await self.e.external.get(token, exc.run_id), False
+                doc, new = await self.e.request_document(token, exc.run_id), False
             if new or not await self._over(token, doc):
                 self._cursor[digest] = n
                 return doc, started_at_once(req, doc, new)
@@ -201,9 +203,8 @@ class CallerGate:
         search for the first free key (a few lookups, however often the call was made).
         With it, whether that generation was seen not to exist yet (the call never made)."""
         async def made(n: int) -> bool:
-            async with self.e.db.read() as tx:
-                key = idempotency_key(self.key_prefix, digest, n)
-                return await tx.external.by_key(token.id, key) is not None
+            key = idempotency_key(self.key_prefix, digest, n)
+            return await self.e.documents.request_made(token.id, key)
 
         if not await made(0):
             return 0, True
@@ -224,39 +225,35 @@ class CallerGate:
         rid = str(doc["id"])
         if status != "approved":  # it answers the call that waited for it, once
             return doc["approval_id"] is None \
-                or await self.e.external.answered(token, rid) is not None
+                or await self.e.request_answered(token, rid) is not None
         if doc["result"] is not None or await self._run_status(rid) in FINAL_STATUSES:
             return True
         if self.running_here(rid):
             return False
-        async with self.e.db.read() as tx:
-            started = await tx.executions.get(rid, CALL_ID)
-        if started is not None:  # running elsewhere, or its outcome is unknown
+        if await self.e.documents.request_started(rid):  # running elsewhere, or unknown
             return self.started_is_over
         # an approval nobody collected within its window was closed when its document was
         # read (runtime.collect: the one window rule), and is over as a cancelled request
         return False
 
     async def _run_status(self, rid: str) -> str:
-        async with self.e.db.read() as tx:
-            run = await tx.runs.get(rid)
-        return run.status if run is not None else "cancelled"
+        return await self.e.documents.run_status(rid) or "cancelled"
 
     async def answer(self, token: TokenRecord, doc: dict[str, Any]) -> Refused:
         """What the client is told about request ``doc``, which ended without running its
         call; from now on the request has answered its call, and the same call made again
         is asked about again. (A policy's refusal answers only the call that made it.)"""
         if doc["approval_id"] is not None:
-            await self.e.external.mark_answered(token, str(doc["id"]))
+            await self.e.mark_request_answered(token, str(doc["id"]))
         return refusal(doc)
 
     async def refused(self, token: TokenRecord, tool: str, out: Refused,
                       **details: Any) -> Refused:
         """Audit ``out``, a refusal of the face's own (no decision behind it: the call is
         still waiting at its budget, its start was refused...), and return it."""
-        await self.e.external.refused(token, tool=tool, reason=out.status,
-                                      message=out.message, actor=self.actor,
-                                      request_id=out.request_id, details=details)
+        await self.e.refuse_request(token, tool=tool, reason=out.status,
+                                    message=out.message, actor=self.actor,
+                                    request_id=out.request_id, details=details)
         return out
 
     # -- waiting for the decision -------------------------------------------------------
@@ -269,9 +266,9 @@ class CallerGate:
             await waiting(doc)
         expires = doc.get("expires_at")
         if expires is not None and doc["approval_id"] is not None \
-                and datetime.fromisoformat(expires) <= self.e.clock.now():
-            await self.e.expiry.sweep(only=[str(doc["approval_id"])])
-        return await self.e.external.wait(token, str(doc["id"]), seconds=min(
+                and datetime.fromisoformat(expires) <= self.e.now():
+            await self.e.sweep(only=[str(doc["approval_id"])])
+        return await self.e.wait_request(token, str(doc["id"]), seconds=min(
             self.heartbeat, self.heartbeat if seconds is None else seconds))
 
     async def progress(self, doc: dict[str, Any]) -> str:
