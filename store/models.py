@@ -250,6 +250,21 @@ class AuditHead(Base):
     hash: Mapped[str] = mapped_column(String(64))
 
 
+class AuditCheckpoint(Base):
+    """How far the chain was last verified with the key: the entry (``seq``, its MAC
+    ``hash``) a full verify passed through, MAC'd with the key ``key_id`` (``mac``), so a
+    writer without the key cannot move it past an entry they changed."""
+
+    __tablename__ = "audit_checkpoint"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    seq: Mapped[int] = mapped_column(Integer)
+    hash: Mapped[str] = mapped_column(String(64))
+    key_id: Mapped[str] = mapped_column(String(16))
+    unkeyed_until: Mapped[int] = mapped_column(Integer)
+    mac: Mapped[str] = mapped_column(String(64))
+
+
 class RunThread(Base):
     """Where a run's ops thread lives in chat, and how far it has been told (bot-owned).
 

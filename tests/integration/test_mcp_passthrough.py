@@ -24,6 +24,7 @@ import pytest
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 
+from tests.helpers import Rows
 from tests.integration.adapter_helpers import approve_in_slack, deny_in_slack, pending_request
 from tests.integration.slack_harness import harness
 from tests.integration.test_mcp_http import SERVER, client, token, url
@@ -133,8 +134,7 @@ async def test_resource_reads_are_named_in_the_policy_gated_or_forbidden_like_ca
             # gated: waits for a signed click, reads nothing before it
             read = asyncio.create_task(c.read_resource("bank://statements/2026-01"))
             rid = await pending_request(h)
-            async with h.engine.db.read() as tx:
-                [a] = await tx.approvals.for_run(rid)
+            [a] = await Rows.of(h.engine).approvals(rid)
             assert a.tool == "resource:bank://statements/2026-01"
             assert reads(ledger) == ["bank://balance"] and not read.done()
             await approve_in_slack(h, rid)
@@ -147,8 +147,7 @@ async def test_resource_reads_are_named_in_the_policy_gated_or_forbidden_like_ca
             with pytest.raises(MCPError, match="not this month"):
                 await asyncio.wait_for(read, 30)
             assert reads(ledger) == ["bank://balance", "bank://statements/2026-01"]
-        async with h.engine.db.read() as tx:
-            actions = [e.action for e in await tx.audit.query()]
+        actions = [e.action for e in await Rows.of(h.engine).audit()]
         assert actions.count("executed") >= 3  # the reads that ran, each in the audit log
 
 
@@ -213,14 +212,12 @@ async def test_a_resource_with_a_2000_character_uri_is_read_gated_and_recorded(
         async with client(url(h.service, "bank"), bearer) as c:
             read = asyncio.create_task(c.read_resource(uri))
             rid = await pending_request(h)
-            async with h.engine.db.read() as tx:
-                [a] = await tx.approvals.for_run(rid)
+            [a] = await Rows.of(h.engine).approvals(rid)
             assert a.tool == f"resource:{uri}"
             await approve_in_slack(h, rid)
             assert text_of(await asyncio.wait_for(read, 30)).endswith(": 3 transfers")
             assert reads(ledger) == [uri]
-        async with h.engine.db.read() as tx:
-            [executed] = [e for e in await tx.audit.query() if e.action == "executed"]
+        [executed] = [e for e in await Rows.of(h.engine).audit() if e.action == "executed"]
         assert uri in json.dumps(executed.details)
 
 

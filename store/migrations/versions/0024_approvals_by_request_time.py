@@ -9,7 +9,7 @@ Without them PostgreSQL read the whole table for each (``bench_history.py``'s pl
 deployment's approvals grow with its history, not only with what waits.
 
 Revision ID: 0024
-Revises: 0021
+Revises: 0022
 Create Date: 2026-12-06
 """
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 from alembic import op
 
 revision = "0024"
-down_revision = "0021"
+down_revision = "0022"
 branch_labels = None
 depends_on = None
 
