@@ -54,7 +54,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 sys.path.insert(0, str(HERE))
 
-from approvald.bot.slack.handlers import CANDIDATES, Handlers
+from approvald.bot.slack.handlers import Handlers
 from approvald.bot.web import pages
 from approvald.bot.web.routes import WebRoutes
 from approvald.runtime.agent import Registry
@@ -65,6 +65,7 @@ from approvald.runtime.demo import REFUND_POLICY, demo_agents
 from approvald.runtime.engine import Engine, assemble
 from approvald.runtime.ids import new_id, new_nonce
 from approvald.runtime.outbox_kinds import CARD_POST, CARD_UPDATE
+from approvald.runtime.views import CANDIDATES
 from approvald.store import migrate
 from approvald.store.db import Database
 from approvald.store.models import Approval, Outbox, Run
