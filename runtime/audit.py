@@ -24,6 +24,7 @@ the key.
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import hashlib
 import hmac
@@ -183,6 +184,12 @@ class AuditTrail:
         self._followers: list[Follower] = []
         # approval id -> its sensitive paths (a request's stored policy never changes)
         self._paths: OrderedDict[str, tuple[str, ...]] = OrderedDict()
+        # the head (seq, hash, time) as this process's last chaining left it, committed
+        # or about to be: the next chaining appends to it without reading the head first,
+        # and reads it (under its lock) only when it moved otherwise (another process, a
+        # transaction rolled back)
+        self._head: tuple[int, str, datetime | None] | None = None
+        self._turn: asyncio.Future[None] | None = None  # the last chaining's head statement
 
     def follow(self, fn: Follower) -> None:
         """Queue the outbox rows ``fn(entries)`` names with what each write transaction
@@ -224,7 +231,34 @@ class AuditTrail:
         if follow := [row for fn in self._followers for row in fn(entries)]:
             await queue_many(tx, follow, now=max(e.at for e in entries))
         paths = await self._sensitive(tx, entries)
-        seq, prev, last = await tx.audit.lock_head()
+        # this process's chainings send their head statements in the order they chain:
+        # each after the one before was answered (it holds the head's lock then), so it
+        # reaches the head after that one and, once that one commits, finds the head it
+        # guessed (the server would have made it wait for that lock all the same)
+        before, turn = self._turn, asyncio.get_running_loop().create_future()
+        self._turn = turn
+        try:
+            if before is not None and before.get_loop() is turn.get_loop():
+                await asyncio.shield(before)
+            guess = self._head
+            if guess is not None:  # the head as this process last chained it: not read
+                rows = self._rows(entries, paths, *guess)
+                # set before the statement is sent: the next chaining follows these rows
+                self._head = _after(rows)
+                if await tx.audit.append_if_head(rows, seq=guess[0], hash=guess[1]):
+                    return
+                # the head moved otherwise: until it is read again, this process's
+                # chainings read it under its lock, not follow rows never appended
+                self._head = None
+            rows = self._rows(entries, paths, *await tx.audit.lock_head())
+            self._head = _after(rows)
+            await tx.audit.append_rows(rows)
+        finally:
+            turn.set_result(None)
+
+    def _rows(self, entries: Sequence[Entry], paths: Mapping[str, tuple[str, ...]], seq: int,
+              prev: str, last: datetime | None) -> list[dict[str, Any]]:
+        """``entries`` as rows chained after entry ``seq`` (hash ``prev``, time ``last``)."""
         kid = self.key.id if self.key is not None else ""
         rows = []
         # an entry's time is when it was recorded, never before the entry it follows (a
@@ -246,7 +280,7 @@ class AuditTrail:
                          "digest": e.digest, "details": text, "key_id": kid,
                          "prev_hash": prev, "hash": h})
             prev = h
-        await tx.audit.append_rows(rows)
+        return rows
 
     async def _sensitive(self, tx: Tx, entries: Sequence[Entry]) -> dict[str, tuple[str, ...]]:
         """The sensitive paths of the requests whose entries hold a call's arguments (read
@@ -261,6 +295,11 @@ class AuditTrail:
             while len(self._paths) > _PATHS_KEPT:
                 self._paths.popitem(last=False)
         return {a: self._paths.get(a, ()) for a in wanted}
+
+
+def _after(rows: Sequence[Mapping[str, Any]]) -> tuple[int, str, datetime | None]:
+    last = rows[-1]
+    return int(last["seq"]), str(last["hash"]), last["at"]
 
 
 # -- a witness outside the database ----------------------------------------------------

@@ -40,7 +40,7 @@ from approvald.runtime.failpoints import failpoint
 from approvald.runtime.gate import Gate
 from approvald.runtime.ids import TokenSigner, lease_id
 from approvald.runtime.limits import PayloadCap
-from approvald.runtime.outbox_kinds import CardUpdate, queue, tell_edited, tell_mailed
+from approvald.runtime.outbox_kinds import CardUpdate, queue, queue_closed, tell_edited
 from approvald.runtime.packet import (
     card_posted,
     edit_changes,
@@ -621,9 +621,10 @@ class Decider:
     async def _update_card(self, tx: Tx, a: ApprovalRecord) -> None:
         """Redraw ``a``'s card; once it is closed, its mail thread is told too."""
         now = self.clock.now()
-        await queue(tx, CardUpdate(a.id), group_key=a.id, now=now)
         if a.status != "pending" and a.kind == "tool_call":
-            await tell_mailed(tx, [a.id], now)
+            await queue_closed(tx, CardUpdate(a.id), a.id, now)
+        else:
+            await queue(tx, CardUpdate(a.id), group_key=a.id, now=now)
 
     # -- a refusal: the audit entry, and an overdue request settled on the way ----------
     async def _record_refusal(self, a0: ApprovalRecord, at: _Attempt,

@@ -37,7 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
@@ -88,6 +88,7 @@ from approvald.store.records import (
 )
 from approvald.store.repos import Tx
 from approvald.store.repos.external import ExternalRecord, TokenRecord
+from approvald.store.repos.runs import as_inserted, new_run
 from approvald.store.repos.standing import StandingRecord
 
 AGENT_PREFIX = EXTERNAL_AGENT  # the agent of an external request's run: external:<token name>
@@ -237,6 +238,14 @@ async def _lock_own(tx: Tx, token: TokenRecord,
     if rec is None or run is None or rec.token_id != token.id:
         raise NotFound(f"no request {request_id}")
     return rec, run
+
+
+async def _live_approval(tx: Tx, rec: ExternalRecord) -> ApprovalRecord | None:
+    """The live approval of request ``rec``: none for a request the policy answered at
+    once (``auto``, ``forbidden``: nothing is ever asked about it), so none is read."""
+    if rec.kind != "approve_before":
+        return None
+    return current(await tx.approvals.for_run(rec.id))
 
 
 def _paths(rec: ExternalRecord, a: ApprovalRecord | None) -> str | None:
@@ -457,10 +466,10 @@ class ExternalRequests:
         now = self.clock.now()
         name = source.policy_name(req.tool)
         packet = self._packet(token, source, req, chosen, name)
-        run = await tx.runs.create(
-            run_id=request_id, agent=packet["agent"], task=packet["task"],
-            requested_by=req.requested_by, instructions_version=source.via, now=now,
-            status=STATUS)
+        inserted = new_run(run_id=request_id, agent=packet["agent"], task=packet["task"],
+                           requested_by=req.requested_by, instructions_version=source.via,
+                           now=now, status=STATUS)
+        run = as_inserted(inserted)
         digest = call_digest(req.tool, req.args)
         kind = "auto" if chosen.kind == "notify_after" else chosen.kind
         values: dict[str, Any] = dict(
@@ -469,7 +478,7 @@ class ExternalRequests:
             digest=digest, policy_name=name, kind=kind, reason=chosen.reason,
             webhook_url=req.webhook_url or token.webhook_url, created_at=now,
             sensitive=paths_text(chosen.approval.sensitive))
-        if not await tx.external.add(**values):
+        if not await tx.external.add_with_run(inserted, **values):
             raise _Taken
         if kind == "approve_before":
             if standing is not None and await self.standing.use(
@@ -525,7 +534,7 @@ class ExternalRequests:
             if rec is None or rec.token_id != token.id:
                 raise NotFound(f"no request {request_id}")
             run = await tx.runs.get(request_id)
-            a = current(await tx.approvals.for_run(request_id))
+            a = await _live_approval(tx, rec)
             execution = await tx.executions.get(request_id, CALL_ID)
         assert run is not None
         if run.status == STATUS and execution is None and not collectable(a, self.clock.now()):
@@ -540,12 +549,24 @@ class ExternalRequests:
         as a cancel by :data:`runtime.collect.ACTOR`, its caller told by the same path as
         any cancel, and the request over (the same call made again is asked afresh).
         True if it was closed here."""
-        await tx.runs.lock(request_id)
-        now = self.clock.now()
-        run = await tx.runs.get(request_id)
+        run = await tx.runs.get_locked(request_id)
         a = current(await tx.approvals.for_run(request_id))
-        if run is None or run.status != STATUS or a is None or collectable(a, now) \
-                or await tx.executions.get(request_id, CALL_ID) is not None:
+        return await self._close_locked(tx, run, a)
+
+    async def _close_locked(self, tx: Tx, run: RunRecord | None, a: ApprovalRecord | None,
+                            started: Callable[[], Awaitable[ExecutionRecord | None]]
+                            | None = None) -> bool:
+        """:meth:`_close_window` for a run already read under its lock in this transaction
+        and its request's live approval (``a``): neither is read again (nobody changes
+        them while the run's lock is held). ``started``: how the call's execution row is
+        read, when the caller needs it too (read once)."""
+        now = self.clock.now()
+        if run is None or run.status != STATUS or a is None or collectable(a, now):
+            return False
+        request_id = run.id
+        execution = await started() if started is not None else \
+            await tx.executions.get(request_id, CALL_ID)
+        if execution is not None:
             return False
         why = why_not(a)
         if not await tx.runs.cancel_if_idle(request_id, now=now, by=WINDOW_ACTOR, reason=why,
@@ -669,9 +690,9 @@ class ExternalRequests:
             if rec.result_digest is not None:
                 raise ExternalError(f"request {request_id} was already reported",
                                     code="already_reported", run_id=request_id)
-            if await self._close_window(tx, request_id):
+            a = await _live_approval(tx, rec)
+            if await self._close_locked(tx, run, a):
                 return False  # committed, then refused below
-            a = current(await tx.approvals.for_run(request_id))
             status = a.status if a is not None else \
                 "forbidden" if rec.kind == "forbidden" else "approved"
             if status != "approved" or run.status != STATUS:
@@ -733,16 +754,23 @@ class ExternalRequests:
                 raise ExternalError(f"request {request_id} already has a report, with another "
                                     "result: a call is reported once", code="already_reported",
                                     run_id=request_id)
-            if await self._close_window(tx, request_id):
+            a = await _live_approval(tx, rec)
+            read: list[ExecutionRecord | None] = []
+
+            async def execution() -> ExecutionRecord | None:  # read once, if at all here
+                if not read:
+                    read.append(await tx.executions.get(request_id, CALL_ID))
+                return read[0]
+
+            if await self._close_locked(tx, run, a, execution):
                 return None  # nothing started it in its window: committed, then refused
-            a = current(await tx.approvals.for_run(request_id))
             status = a.status if a is not None else \
                 "forbidden" if rec.kind == "forbidden" else "approved"
             if status != "approved":
                 raise ExternalError(f"request {request_id} is {status}: only an approved call "
                                     "runs, so only it is reported", code="not_approved",
                                     run_id=request_id)
-            started = await tx.executions.get(request_id, CALL_ID)
+            started = await execution()
             if run.status != STATUS and started is None:
                 # closed (cancelled) before its call started: nothing can have run under it;
                 # a call started before the cancel did run, and its report is still taken

@@ -240,6 +240,15 @@ async def tell_mailed(tx: Tx, approval_ids: Sequence[str], now: datetime) -> Non
         await queue(tx, OutcomeMail(approval_id), group_key=mail_group(approval_id), now=now)
 
 
+async def queue_closed(tx: Tx, card: Payload, approval_id: str, now: datetime) -> None:
+    """A request just closed: its card's update queued, and (as :func:`tell_mailed`) the
+    follow-up in its mail's thread if it was mailed, in one statement."""
+    await tx.outbox.add_if_group(
+        (card.kind, approval_id, card.encode()),
+        (OUTCOME_MAIL, mail_group(approval_id), OutcomeMail(approval_id).encode()),
+        having=REQUEST_MAIL, statuses=("pending", "delivered"), now=now)
+
+
 Changes = tuple[Sequence[tuple[str, str | None, str | None]], int]
 
 

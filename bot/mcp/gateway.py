@@ -225,13 +225,13 @@ class Gateway(CallerGate):
         rep = Report(status_, doc["effective_digest"], record, error)
         try:
             try:
-                await self.e.report_request(token, rid, rep)
+                await self.e.record_request_report(token, rid, rep)
             except PayloadTooLarge:
                 text = compact_json(record)
                 rep = Report(status_, doc["effective_digest"],
                              {"truncated": True, "chars": len(text),
                               "start": text[:RESULT_SUMMARY]}, error)
-                await self.e.report_request(token, rid, rep)
+                await self.e.record_request_report(token, rid, rep)
         except Exception:  # the client still gets its answer; the log says what is missing
             log.exception("could not record the result of request %s: its ledger row stays "
                           "'started' (outcome unknown)", rid)

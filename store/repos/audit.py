@@ -11,7 +11,7 @@ from approvald.store.fastsql import fast
 from approvald.store.models import AuditCheckpoint, AuditEntry, AuditHead
 from approvald.store.records import AuditRecord
 from approvald.store.repos.base import Repo
-from sqlalchemy import Table, and_, bindparam, func, or_, select, update
+from sqlalchemy import Table, and_, bindparam, case, func, or_, select, union_all, update
 
 GENESIS = "0" * 64
 _T = cast(Table, AuditEntry.__table__)
@@ -55,6 +55,38 @@ def _append_many(n: int) -> Any:
         .cte("moved")))
 
 
+# the head moved only if it is still (es, eh), in the statement that inserts the entries,
+# none of them if it is not: a writer that knows the head (it wrote it last) chains without
+# reading it first (SQLite, whose writer holds the database: then the rows)
+_CAS = fast(update(_H).where(_H.c.id == 1, _H.c.seq == bindparam("es"),
+                             _H.c.hash == bindparam("eh"))
+            .values(seq=bindparam("s"), hash=bindparam("h")))
+
+
+# PostgreSQL: the condition is in the SET, not the WHERE. A WHERE is first checked on the
+# row as the statement's snapshot sees it: while another transaction holds the head, moved
+# to the very head guessed but not committed yet, the old row would not match and the
+# statement would pass over it without waiting. Matched on id alone, the row is waited
+# for, and the SET's condition is worked out on the row as that transaction left it; the
+# head returned is the guess's last entry if it moved.
+_STILL = and_(_H.c.seq == bindparam("es"), _H.c.hash == bindparam("eh"))
+_MOVE_IF = (update(_H).where(_H.c.id == 1)
+            .values(seq=case((_STILL, bindparam("s")), else_=_H.c.seq),
+                    hash=case((_STILL, bindparam("h")), else_=_H.c.hash))
+            .returning(_H.c.hash))
+_CAS_PG = fast(_MOVE_IF)
+
+
+@functools.cache
+def _append_if(n: int) -> Any:
+    moved = _MOVE_IF.cte("moved")
+    rows = [select(*(bindparam(f"{c}_{i}", type_=_T.c[c].type).label(c) for c in _ROW))
+            .where(select(moved.c.hash).where(moved.c.hash == bindparam("h")).exists())
+            for i in range(n)]
+    return fast(_T.insert().from_select(list(_ROW), rows[0] if n == 1 else union_all(*rows))
+                .returning(_T.c.seq))
+
+
 @functools.cache
 def _records(actions: tuple[str, ...], unasked: tuple[str, ...], since: bool) -> Any:
     stmt = select(*(_T.c[c] for c in RECORD_COLUMNS)).where(
@@ -94,6 +126,25 @@ class AuditRepo(Repo):
             return
         await self.conn.execute(_INSERT, rows)
         await self.conn.execute(_MOVE, head)
+
+    async def append_if_head(self, rows: list[dict[str, Any]], *, seq: int, hash: str
+                             ) -> bool:
+        """:meth:`append_rows` if the head is still entry ``seq`` with ``hash`` (the entries
+        chained to it), without reading it first: whether they were appended (nothing
+        was written if not). On PostgreSQL one statement; on SQLite, whose writer holds
+        the database, the head's move and the rows."""
+        head = {"s": rows[-1]["seq"], "h": rows[-1]["hash"], "es": seq, "eh": hash}
+        if self.dialect == "postgresql" and len(rows) <= _MANY:
+            done = await self.conn.execute(_append_if(len(rows)), {
+                **{f"{c}_{i}": row[c] for i, row in enumerate(rows) for c in _ROW}, **head})
+            return len(list(done)) == len(rows)
+        if self.dialect == "postgresql":
+            if (await self.conn.execute(_CAS_PG, head)).scalar_one_or_none() != head["h"]:
+                return False
+        elif (await self.conn.execute(_CAS, head)).rowcount != 1:
+            return False
+        await self.conn.execute(_INSERT, rows)
+        return True
 
     async def head(self) -> tuple[int, str]:
         row = (await self.conn.execute(select(AuditHead.seq, AuditHead.hash))).first()

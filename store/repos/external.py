@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from approvald.store.models import ApiToken, ExternalRequest, FaceSwitch
+from approvald.store.models import ApiToken, ExternalRequest, FaceSwitch, Run
 from approvald.store.records import paths_of
 from approvald.store.repos.base import Repo, to_record
-from sqlalchemy import Table, bindparam, delete, or_, select, update
+from sqlalchemy import Table, bindparam, delete, insert, or_, select, update
 
 _K = cast(Table, ApiToken.__table__)
 _X = cast(Table, ExternalRequest.__table__)
@@ -118,6 +118,19 @@ class ExternalRepo(Repo):
         """Insert a request; False when its token already has one under its idempotency key."""
         res = await self.conn.execute(self.insert_ignore(ExternalRequest), values)
         return bool(res.rowcount == 1)
+
+    async def add_with_run(self, run: dict[str, Any], **values: Any) -> bool:
+        """Insert a request and its run (``run``: :func:`~store.repos.runs.new_run`'s
+        columns); False when its token already has one under its idempotency key (the
+        run was inserted too: the caller rolls back). On PostgreSQL one statement (the run
+        a data-modifying CTE of the request's INSERT: the request's foreign key is checked
+        at the statement's end, the run inserted by then)."""
+        if self.dialect != "postgresql":
+            await self.conn.execute(insert(Run), run)
+            return await self.add(**values)
+        stmt = self.insert_ignore(ExternalRequest).values(**values) \
+            .add_cte(insert(Run).values(**run).cte("run")).returning(_X.c.id)
+        return len(list(await self.conn.execute(stmt))) == 1
 
     async def get(self, request_id: str) -> ExternalRecord | None:
         row = (await self.conn.execute(_GET, {"xid": request_id})).first()

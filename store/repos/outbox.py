@@ -15,7 +15,7 @@ from approvald.store.fastsql import fast
 from approvald.store.models import Outbox
 from approvald.store.records import OutboxRecord
 from approvald.store.repos.base import Repo, to_record
-from sqlalchemy import Table, bindparam, case, or_, select, update
+from sqlalchemy import Table, bindparam, case, literal, or_, select, union_all, update
 from sqlalchemy.orm import aliased
 
 _T = cast(Table, Outbox.__table__)
@@ -109,6 +109,25 @@ class OutboxRepo(Repo):
         if kind:
             stmt = stmt.where(Outbox.kind == kind)
         return [OutboxRecord(**r._mapping) for r in await self.conn.execute(stmt)]
+
+    async def add_if_group(self, row: tuple[str, str, str], follow: tuple[str, str, str], *,
+                           having: str, statuses: Sequence[str], now: datetime) -> None:
+        """Queue ``row`` (kind, group, payload) and, in the same statement, ``follow``
+        when ``follow``'s group holds a row of kind ``having`` in one of ``statuses``
+        (what :meth:`groups_having` then :meth:`add` would do, in one round trip)."""
+        def values(kind: str, group_key: str, payload: str) -> Any:
+            given = {"kind": kind, "group_key": group_key, "payload": payload,
+                     "status": "pending", "attempts": 0, "not_before": now,
+                     "created_at": now, "give_up_at": None, "waits": 0}
+            return select(*(literal(v, type_=_T.c[c].type).label(c) for c, v in given.items()))
+
+        group_key = follow[1]
+        holds = select(Outbox.id).where(Outbox.kind == having, Outbox.group_key == group_key,
+                                        Outbox.status.in_(list(statuses))).exists()
+        both = union_all(values(*row), values(*follow).where(holds))
+        cols = ["kind", "group_key", "payload", "status", "attempts", "not_before",
+                "created_at", "give_up_at", "waits"]
+        await self.conn.execute(_T.insert().from_select(cols, both))
 
     async def groups_having(self, kind: str, group_keys: Sequence[str], *,
                             statuses: Sequence[str] = STATUSES) -> set[str]:

@@ -187,22 +187,37 @@ def _lease(row: Any, owner: str, prev: str | None) -> Lease:
     return Lease(RunRecord(**m), prev if prev is not None and prev != owner else None)
 
 
+def new_run(*, run_id: str, agent: str, task: str, requested_by: str,
+            instructions_version: str, now: datetime, status: str = "running",
+            agent_version: str | None = None) -> dict[str, Any]:
+    """The columns a new run is inserted with (:meth:`RunsRepo.create`)."""
+    return {
+        "id": run_id, "agent": agent, "status": status, "step": 0, "next_seq": 0,
+        "task": task, "requested_by": requested_by,
+        "instructions_version": instructions_version, "cancel_requested": False,
+        "created_at": now, "updated_at": now, "agent_version": agent_version,
+    }
+
+
+def as_inserted(values: dict[str, Any]) -> RunRecord:
+    """The run :func:`new_run`'s ``values`` make, every column (those not given take their
+    defaults, named here)."""
+    return RunRecord(**values, result=None, error=None, inflight=None,
+                     cancel_requested_by=None, cancel_reason=None, lease_owner=None,
+                     lease_expires_at=None, wait_until=None, wait_reason=None, failures=0)
+
+
 class RunsRepo(Repo):
     async def create(self, *, run_id: str, agent: str, task: str, requested_by: str,
                      instructions_version: str, now: datetime, status: str = "running",
                      agent_version: str | None = None) -> RunRecord:
         """Insert a run; the record as inserted (what :meth:`get` would read back now,
         without the read: the columns not given take their defaults, named here)."""
-        values: dict[str, Any] = {
-            "id": run_id, "agent": agent, "status": status, "step": 0, "next_seq": 0,
-            "task": task, "requested_by": requested_by,
-            "instructions_version": instructions_version, "cancel_requested": False,
-            "created_at": now, "updated_at": now, "agent_version": agent_version,
-        }
+        values = new_run(run_id=run_id, agent=agent, task=task, requested_by=requested_by,
+                         instructions_version=instructions_version, now=now, status=status,
+                         agent_version=agent_version)
         await self.conn.execute(_INSERT, values)
-        return RunRecord(**values, result=None, error=None, inflight=None,
-                         cancel_requested_by=None, cancel_reason=None, lease_owner=None,
-                         lease_expires_at=None, wait_until=None, wait_reason=None, failures=0)
+        return as_inserted(values)
 
     async def get(self, run_id: str) -> RunRecord | None:
         row = (await self.conn.execute(_GET, {"rid": run_id})).first()

@@ -67,24 +67,11 @@ sys.path.insert(0, str(HERE))
 import aiohttp
 import sql_count
 from approvald.store.db import Database
+from bench_common import APPROVALD, HOOK_POLICY, cpu_seconds, free_port, pct, setup_database
 from sqlalchemy import text
-from sqlalchemy.engine import make_url
 
-APPROVALD = str(Path(sys.executable).parent / "approvald")
 MCP_SERVER = HERE.parent / "fixtures" / "mcp_server.py"
-POLICY = """
-[tools."hook:claude-code/Bash"]
-approvers = ["U_ALICE"]
-
-[[tools."hook:claude-code/Bash".rules]]
-when = 'args.command.startsWith("ls")'
-policy = "auto"
-
-[[tools."hook:claude-code/Bash".rules]]
-when = 'args.command.startsWith("git push")'
-policy = "forbidden"
-reason = "pushes go through CI"
-
+POLICY = HOOK_POLICY + """
 [tools."api:fleet/read_metrics"]
 policy = "auto"
 
@@ -110,22 +97,7 @@ KINDS = ("auto", "forbidden", "asked")
 TARGET_RATE, TARGET_P99, TARGET_STATEMENTS = 1000.0, 20.0, 3.0
 
 
-def pct(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] * 1000
 
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Callers:
@@ -317,31 +289,6 @@ def show(row: Row, *, stmts: bool = True) -> None:
     print(f"  {row.name:44} {figures}")
 
 
-async def setup_database(url: str | None, tmp: Path) -> tuple[str, Callable[[], Awaitable[None]]]:
-    """A database for this run, and how to drop it afterwards."""
-    if url is None:
-        return f"sqlite+aiosqlite:///{tmp / 'fleet.db'}", _nothing
-    import asyncpg  # type: ignore[import-untyped]
-
-    u = make_url(url)
-    name = f"bench_fleet_{os.getpid()}"
-    plain = u.set(drivername="postgresql", database="postgres").render_as_string(
-        hide_password=False)
-    conn = await asyncpg.connect(plain)
-    await conn.execute(f'CREATE DATABASE "{name}"')
-    await conn.close()
-
-    async def drop() -> None:
-        c = await asyncpg.connect(plain)
-        await c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await c.close()
-
-    return u.set(database=name).render_as_string(hide_password=False), drop
-
-
-async def _nothing() -> None:
-    return None
-
 
 def launch(tmp: Path, db_url: str) -> tuple[subprocess.Popen[bytes], dict[str, str], int]:
     """The policy and gateway files, a token for each face (``approvald tokens create``)
@@ -380,7 +327,7 @@ def launch(tmp: Path, db_url: str) -> tuple[subprocess.Popen[bytes], dict[str, s
 
 async def bench(a: argparse.Namespace) -> int:
     tmp = Path(tempfile.mkdtemp())
-    db_url, drop = await setup_database(a.db, tmp)
+    db_url, drop = await setup_database(a.db, tmp, "bench_fleet")
     proc, tokens, port = launch(tmp, db_url)
     serve = Serve(proc, tmp)
     db = Database(db_url)

@@ -29,7 +29,6 @@ import json
 import os
 import resource
 import shlex
-import socket
 import subprocess
 import sys
 import tempfile
@@ -38,27 +37,13 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-APPROVALD = str(Path(sys.executable).parent / "approvald")
-POLICY = """
-[tools."hook:claude-code/Bash"]
-approvers = ["U_ALICE"]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-[[tools."hook:claude-code/Bash".rules]]
-when = 'args.command.startsWith("ls")'
-policy = "auto"
+from bench_common import APPROVALD, HOOK_POLICY, free_port, pct
 
-[[tools."hook:claude-code/Bash".rules]]
-when = 'args.command.startsWith("git push")'
-policy = "forbidden"
-reason = "pushes go through CI"
-"""
+POLICY = HOOK_POLICY
 TARGETS = {"command hook (--serve), auto": 50.0, "command hook (--serve), forbidden": 50.0,
            "HTTP hook, auto": 10.0, "HTTP hook, forbidden": 10.0, "approvald --help": 150.0}
-
-
-def pct(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] * 1000
 
 
 CPU: dict[str, list[float]] = {}  # a process figure's CPU seconds (user + system) per run
@@ -85,11 +70,6 @@ def event(i: int, command: str) -> bytes:
                        "cwd": "/tmp", "tool_name": "Bash", "tool_input": {"command": command},
                        "tool_use_id": f"toolu_{i}"}).encode()
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def main() -> int:

@@ -8,6 +8,7 @@ import csv
 import io
 import json
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from approvald.runtime import audit
@@ -270,36 +271,48 @@ async def test_appends_of_one_entry_and_of_several_chain_alike(db, monkeypatch):
     """Each audited commit waits for the chain head's lock, so an entry is appended in as
     few round trips as its database allows: on PostgreSQL one statement inserts it and
     moves the head (a data-modifying CTE), and so do up to four entries (one multi-row
-    INSERT); more entries, and SQLite, take two. Either way the chain verifies and the
+    INSERT); more entries, and SQLite, take two. The first chaining of a process reads
+    the head under its lock first; the next ones chain to the head it left, moved only
+    if it still is that one, without reading it. Either way the chain verifies and the
     head is the last entry."""
     trail = audit.AuditTrail(KEY)
     statements: list[str] = []
     appending = False
-    append, execute = AuditRepo.append_rows, Conn.execute
+    execute = Conn.execute
 
     async def counted(self, stmt, params=None):
         if appending:
             statements.append(str(stmt).split()[0])
         return await execute(self, stmt, params)
 
-    async def counting(self, rows):
-        nonlocal appending
-        appending = True
-        try:
-            return await append(self, rows)
-        finally:
-            appending = False
+    def counting(real):
+        async def call(self, *args, **kwargs):
+            nonlocal appending
+            appending = True
+            try:
+                return await real(self, *args, **kwargs)
+            finally:
+                appending = False
+        return call
+
     monkeypatch.setattr(Conn, "execute", counted)
-    monkeypatch.setattr(AuditRepo, "append_rows", counting)
+    monkeypatch.setattr(AuditRepo, "append_rows", counting(AuditRepo.append_rows))
+    monkeypatch.setattr(AuditRepo, "append_if_head", counting(AuditRepo.append_if_head))
+    monkeypatch.setattr(AuditRepo, "lock_head", counting(AuditRepo.lock_head))
     now = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
-    for n in (1, 3, 6, 1):
+    for k, n in enumerate((1, 3, 6, 1)):
         statements.clear()
         async with db.write() as tx:
             trail.record_many(tx, [audit.Entry(at=now, action="requested", actor="U_DANA",
                                                via="cli", run_id=f"r{n}-{i}")
                                    for i in range(n)])
         one = n <= 4 and db.dialect == "postgresql"
-        assert statements == (["WITH"] if one else ["INSERT", "UPDATE"]), (n, statements)
+        if k == 0:  # the head read under its lock (made first: a new database), then
+            # the rows and the head's move
+            assert statements == ["UPDATE", "INSERT", "UPDATE"] \
+                + (["WITH"] if one else ["INSERT", "UPDATE"]), (n, statements)
+        else:  # chained to the head this trail left: the head's move if it still is
+            assert statements == (["WITH"] if one else ["UPDATE", "INSERT"]), (n, statements)
     report = await audit.verify(db, keys=[KEY])
     assert report.ok, report.problems
     assert report.entries == 11
@@ -307,3 +320,73 @@ async def test_appends_of_one_entry_and_of_several_chain_alike(db, monkeypatch):
         seq, digest = await tx.audit.head()
         last = [e async for e in tx.audit.iterate()][-1]
     assert (seq, digest) == (11, last.hash)
+
+
+async def test_a_head_moved_by_another_writer_is_read_before_chaining(db):
+    """A process chains to the head it last left without reading it; when another writer
+    (another process, here another trail) moved it meanwhile, nothing is written by that
+    guess and the head is read under its lock: one chain, every entry once, in order. A
+    transaction that chained and then rolled back leaves the guess wrong the same way."""
+    a, b = audit.AuditTrail(KEY), audit.AuditTrail(KEY)
+    now = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
+
+    async def append(trail: audit.AuditTrail, run_id: str, n: int = 2,
+                     fail: bool = False) -> None:
+        try:
+            async with db.write() as tx:
+                trail.record_many(tx, [audit.Entry(at=now, action="requested",
+                                                   actor="U_DANA", via="cli", run_id=run_id)
+                                       for _ in range(n)])
+                if fail:
+                    tx.before_commit(_boom)
+        except RuntimeError:
+            pass
+
+    await append(a, "a1")
+    await append(b, "b1")
+    await append(a, "a2")  # a's guess (entry 2) is stale: b moved the head to 4
+    await append(b, "b2", n=6)  # b's guess (entry 4) is stale too, and past four entries
+    await append(a, "x", fail=True)  # chained, then rolled back: a's guess is wrong again
+    await append(a, "a3", n=1)
+    report = await audit.verify(db, keys=[KEY])
+    assert report.ok, report.problems
+    async with db.read() as tx:
+        entries = await tx.audit.query()
+    assert [e.seq for e in entries] == list(range(1, 14))
+    assert [e.run_id for e in entries] == ["a1"] * 2 + ["b1"] * 2 + ["a2"] * 2 \
+        + ["b2"] * 6 + ["a3"]
+
+
+async def _boom(tx: Any) -> None:
+    raise RuntimeError("the commit fails after the entries were chained")
+
+
+async def test_chainings_of_one_process_at_once_follow_each_other(db, monkeypatch):
+    """Twenty transactions of one process chaining at once: each sends its head statement
+    after the one before it was answered, so each finds the head it guessed (the one
+    before's rows, once that commits) and none reads the head under its lock; one chain,
+    every entry once."""
+    trail = audit.AuditTrail(KEY)
+    now = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
+    reads = []
+    lock_head = AuditRepo.lock_head
+
+    async def counted(self):
+        reads.append(1)
+        return await lock_head(self)
+
+    monkeypatch.setattr(AuditRepo, "lock_head", counted)
+
+    async def append(run_id: str) -> None:
+        async with db.write() as tx:
+            trail.record(tx, at=now, action="requested", actor="U_DANA", via="cli",
+                         run_id=run_id)
+
+    await append("first")  # the head read under its lock (made first: a new database)
+    assert reads
+    read = len(reads)
+    await asyncio.gather(*(append(f"r{i}") for i in range(20)))
+    assert len(reads) == read
+    report = await audit.verify(db, keys=[KEY])
+    assert report.ok, report.problems
+    assert report.entries == 21

@@ -141,13 +141,22 @@ async def setup(make_engine: Callable[..., Engine], *, webhook: bool = False,
     return engine, made.record
 
 
-def audit_lines(dialect: str) -> collections.Counter[str]:
-    """Two entries chained: the head locked, the entries, the head moved (on PostgreSQL
-    the entries and the head's move are one statement, ``WITH moved AS (UPDATE
-    audit_head ...) INSERT INTO audit_log ...``)."""
+def request_lines(dialect: str) -> collections.Counter[str]:
+    """The request and its run: on PostgreSQL one statement (``WITH run AS (INSERT INTO
+    runs ...) INSERT INTO external_requests ... ON CONFLICT DO NOTHING``)."""
     if dialect == "postgresql":
-        return collections.Counter({"UPDATE audit_head": 1, "WITH": 1})
-    return collections.Counter({"UPDATE audit_head": 2, "INSERT audit_log": 2})
+        return collections.Counter({"WITH": 1})
+    return collections.Counter({"INSERT runs": 1, "INSERT external_requests": 1})
+
+
+def audit_lines(dialect: str) -> collections.Counter[str]:
+    """Two entries chained to the head as this process last left it, not read first: the
+    head moved if it is still that one, and the entries (on PostgreSQL one statement,
+    ``WITH moved AS (UPDATE audit_head ... WHERE seq = ... AND hash = ...) INSERT INTO
+    audit_log ... WHERE EXISTS (moved)``)."""
+    if dialect == "postgresql":
+        return collections.Counter({"WITH": 1})
+    return collections.Counter({"UPDATE audit_head": 1, "INSERT audit_log": 2})
 
 
 async def test_an_api_auto_answer_is_one_write_transaction(make_engine, statements) -> None:
@@ -158,9 +167,8 @@ async def test_an_api_auto_answer_is_one_write_transaction(make_engine, statemen
     doc, new = await engine.external.create(token, NewRequest(
         tool="read_metrics", args={"n": 1}, requested_by="U_DANA"))
     assert new and doc["status"] == "approved"
-    assert window.kinds() == collections.Counter({
-        "BEGIN": 1, "INSERT runs": 1, "INSERT external_requests": 1, "COMMIT": 1,
-        **audit_lines(engine.db.dialect)}), window.sent
+    assert window.kinds() == collections.Counter({"BEGIN": 1, "COMMIT": 1}) \
+        + request_lines(engine.db.dialect) + audit_lines(engine.db.dialect), window.sent
 
 
 async def test_a_hook_auto_call_is_its_checks_and_one_write_transaction(
@@ -182,9 +190,8 @@ async def test_a_hook_auto_call_is_its_checks_and_one_write_transaction(
     assert window.kinds() == collections.Counter({
         # the hook's credential, its kill switch, and whether this call was made before
         "SELECT api_tokens": 1, "SELECT face_switches": 1, "SELECT external_requests": 1,
-        "BEGIN": 1, "INSERT runs": 1, "INSERT external_requests": 1,
-        "INSERT tool_executions": 1, "COMMIT": 1, **audit_lines(engine.db.dialect)}), \
-        window.sent
+        "BEGIN": 1, "INSERT tool_executions": 1, "COMMIT": 1}) \
+        + request_lines(engine.db.dialect) + audit_lines(engine.db.dialect), window.sent
 
 
 # -- why each statement taken off the path was not needed --------------------------------
@@ -313,3 +320,82 @@ async def test_answers_at_once_from_two_processes_keep_the_chain_linear(
         assert len(mine) == len(calls) and set(mine.values()) == {2}
     finally:
         await other_db.close()
+
+
+# -- a caller face that runs the call itself: its start and its report ------------------
+
+async def test_the_start_and_report_of_an_auto_call_read_each_row_once(
+        make_engine, statements) -> None:
+    """An MCP gateway's auto call: its start and its report, each one write transaction
+    that reads the run (under its lock) and the request once. The run is not locked and
+    read again to see whether the request's window closed, and an auto request's
+    approvals (it has none: nothing was asked) are not read; the report's document is
+    not read back (the gateway tells its client what it ran)."""
+    from approvald.runtime.external import CALL_ID, Report
+    engine, token = await setup(make_engine)
+    for i in range(2):  # the first: connections opened, plans made
+        doc, new = await engine.external.create(token, NewRequest(
+            tool="read_metrics", args={"n": i}, requested_by="U_DANA"))
+        assert new and doc["status"] == "approved"
+        window = statements.during()
+        await engine.external.start(token, doc["id"], args_digest=doc["effective_digest"],
+                                    owner="gw")
+        started = window.kinds()
+        window = statements.during()
+        assert await engine.record_request_report(token, doc["id"], Report(
+            "succeeded", doc["effective_digest"], {"rows": i}, None))
+        reported = window.kinds()
+    # run locked and read, request locked, the intent
+    lock = {"SELECT runs": 1, "SELECT external_requests": 1}
+    assert started == collections.Counter({"BEGIN": 1, **lock, "INSERT tool_executions": 1,
+                                           "COMMIT": 1}), started
+    assert reported == collections.Counter({
+        "BEGIN": 1, **lock, "SELECT tool_executions": 1, "UPDATE tool_executions": 1,
+        "UPDATE external_requests": 1, "UPDATE runs": 1, "COMMIT": 1,
+        **_one_entry(engine.db.dialect)}), reported
+    after = await engine.external.get(token, doc["id"])
+    assert after["status"] == "approved" and after["result"]["status"] == "succeeded"
+    async with engine.db.read() as tx:
+        ran = await tx.executions.get(doc["id"], CALL_ID)
+    assert ran is not None and ran.status == "succeeded" and ran.owner == "gw"
+    assert (await verify(engine.db)).ok
+
+
+def _one_entry(dialect: str) -> dict[str, int]:
+    if dialect == "postgresql":
+        return {"WITH": 1}
+    return {"UPDATE audit_head": 1, "INSERT audit_log": 1}
+
+
+async def test_an_auto_call_started_or_reported_twice_is_refused_as_before(
+        make_engine) -> None:
+    """Without its approvals read, an auto request's start and report still refuse what
+    they refused: a second start (already started), a report with other arguments, a
+    second report with another result; the same report again is not new."""
+    from approvald.runtime.external import ExternalError, Report
+    engine, token = await setup(make_engine)
+    doc, _ = await engine.external.create(token, NewRequest(
+        tool="read_metrics", args={"n": 1}, requested_by="U_DANA"))
+    await engine.external.start(token, doc["id"], args_digest=doc["effective_digest"],
+                                owner="gw")
+    with pytest.raises(ExternalError) as exc:
+        await engine.external.start(token, doc["id"], args_digest=doc["effective_digest"],
+                                    owner="gw2")
+    assert exc.value.code == "already_started"
+    with pytest.raises(ExternalError) as exc:
+        await engine.record_request_report(token, doc["id"], Report(
+            "succeeded", "0" * 64, {"rows": 1}, None))
+    assert exc.value.code == "digest_mismatch"
+    rep = Report("succeeded", doc["effective_digest"], {"rows": 1}, None)
+    assert await engine.record_request_report(token, doc["id"], rep)
+    assert not await engine.record_request_report(token, doc["id"], rep)
+    with pytest.raises(ExternalError) as exc:
+        await engine.record_request_report(token, doc["id"], Report(
+            "succeeded", doc["effective_digest"], {"rows": 2}, None))
+    assert exc.value.code == "already_reported"
+    forbidden, _ = await engine.external.create(token, NewRequest(
+        tool="drop_table", args={"n": 1}, requested_by="U_DANA"))
+    with pytest.raises(ExternalError) as exc:
+        await engine.external.start(token, forbidden["id"],
+                                    args_digest=forbidden["effective_digest"], owner="gw")
+    assert exc.value.code == "not_approved"

@@ -1,0 +1,66 @@
+"""What an approval sends the database, from the click to the completed run (issue 50):
+the decision, the run's resume under the lease the decision took, the approved call's
+intent and result, the run's last step. Counted exactly (every statement the driver is
+given), on both dialects, and each statement taken off that path shown not needed.
+"""
+
+from __future__ import annotations
+
+import collections
+from pathlib import Path
+
+from approvald.runtime.agent import Registry
+from approvald.runtime.audit import verify
+from approvald.runtime.decide import Actor
+from approvald.runtime.demo import REFUND_POLICY, DemoLedger, refund_agent
+from approvald.runtime.engine import assemble
+from approvald.runtime.outcomes import Completed, Paused
+from approvald.store.db import Database
+
+from tests.conftest import SIGNER
+from tests.unit.test_decisions import card_token
+from tests.unit.test_intake_statements import statements  # noqa: F401  (a fixture)
+
+
+async def test_an_approval_to_its_completed_run(db: Database, tmp_path: Path,
+                                                statements) -> None:  # noqa: F811
+    ledger = DemoLedger(str(tmp_path / "ledger.json"))
+    engine = assemble(db, Registry([refund_agent(ledger, approval=REFUND_POLICY)]),
+                      signer=SIGNER)
+    for i in range(2):  # the first: connections opened, plans made
+        paused = await engine.run("demo-refund", f"Refund order A-100{i}, customer was "
+                                  "double charged", requested_by="U_DANA")
+        assert isinstance(paused, Paused)
+        approval = await engine.decider.get(paused.approval_ids[0])
+        window = statements.during()
+        await engine.decide(approval.id, actor=Actor("U_ALICE", "slack"), verdict="approve",
+                            token=card_token(approval))
+        assert isinstance(await engine.advance(approval.run_id), Completed)
+        kinds = window.kinds()
+    assert kinds == collections.Counter({
+        # the decision: the approval (read to find its run, then locked after the run);
+        # the vote, the transition, the card's update queued with its mail thread's
+        # follow-up in one INSERT ... SELECT (no separate read of whether it was mailed),
+        # the run woken, the audit entry
+        "INSERT approval_votes": 1, "UPDATE approvals": 1,
+        # the run's resume: its events, executions and approvals read once each
+        "SELECT run_events": 1, "SELECT tool_executions": 1,
+        "SELECT approvals": 2 + 1,
+        # the run: on PostgreSQL its lock in the decision (its resume reads it in the
+        # lease's UPDATE ... FROM); on SQLite the resume's read of it
+        "SELECT runs": 1,
+        # the refund and its notice: two calls, each an intent and a result; the last step
+        "INSERT tool_executions": 2, "UPDATE tool_executions": 2,
+        "INSERT outbox": 2, "UPDATE runs": 7, "BEGIN": 7, "COMMIT": 7,
+        **_lines(db.dialect)}), dict(kinds)
+    assert (await verify(db)).ok
+
+
+def _lines(dialect: str) -> dict[str, int]:
+    """What differs by dialect: the run events written (one more on SQLite), and the
+    three audit entries (the decision, the two calls run), each chained to the head this
+    process left: the head's move if it is still that one and the entry (on PostgreSQL
+    one statement)."""
+    if dialect == "postgresql":
+        return {"INSERT run_events": 3, "WITH": 3}
+    return {"INSERT run_events": 4, "UPDATE audit_head": 3, "INSERT audit_log": 3}
