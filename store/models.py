@@ -168,7 +168,7 @@ class Approval(Base):
         Index(None, "status", "expires_at"),
         Index(None, "status", "next_reminder_at"),
         Index(None, "run_id", "call_id"),
-        # the newest and the oldest requests, of a status or of all (migration 0024)
+        # the newest and the oldest requests, of a status or of all (migration 0023)
         Index(None, "requested_at", "id"),
         Index(None, "status", "requested_at", "id"),
     )

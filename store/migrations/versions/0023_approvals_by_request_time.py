@@ -8,7 +8,7 @@
 Without them PostgreSQL read the whole table for each (``bench_history.py``'s plans): a
 deployment's approvals grow with its history, not only with what waits.
 
-Revision ID: 0024
+Revision ID: 0023
 Revises: 0022
 Create Date: 2026-12-06
 """
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from alembic import op
 
-revision = "0024"
+revision = "0023"
 down_revision = "0022"
 branch_labels = None
 depends_on = None
