@@ -111,6 +111,8 @@ ALLOWED = {
     ("runtime/ids.py", "digest[:DIGEST_PREFIX]"): "the token form of earlier versions, "
                                                  "verified for cards posted before them",
     ("runtime/audit.py", "({digest[:16]}…)"): "the audit chain's head, not of arguments",
+    ("runtime/audit_checkpoint.py", "({digest[:16]}…)"): "the chain's entry hash verified "
+                                                          "through, not of arguments",
     ("runtime/demo.py", '"rf_" + digest[:12]'): "the demo's refund id, of its idempotency key",
     ("runtime/external.py", "args_digest[:64]!r}"): "what the caller sent, quoted back to it",
     ("bot/trace_view.py", "{v.digest[:12]}"): "a trace's votes hold bindings (runtime/trace.py)",
