@@ -691,12 +691,13 @@ class ExternalRequests:
                     and await tx.executions.get(request_id, CALL_ID) is None:
                 why = (f"{rec.tool} changed since the call was approved: {what}. The call "
                        "did not run; make it again to be asked afresh")
-                # (digests here, bindings wherever the entry leaves the database)
-                if await self._cancel_uncollected(
-                        tx, run, a, actor=TOOL_ACTOR, why=why, code=TOOL_CHANGED,
-                        approved_identity=asked.digest(), current_identity=identity.digest()):
-                    changed[:] = [why, what]
-                    return False
+                # (digests here, bindings wherever the entry leaves the database); the run
+                # is open and locked here, so this cancels it; never started either way
+                await self._cancel_uncollected(
+                    tx, run, a, actor=TOOL_ACTOR, why=why, code=TOOL_CHANGED,
+                    approved_identity=asked.digest(), current_identity=identity.digest())
+                changed[:] = [why, what]
+                return False
             if not await tx.executions.record_intent(run_id=request_id, call_id=CALL_ID,
                                                      step=0, tool=rec.tool, digest=digest,
                                                      now=now, owner=owner,

@@ -9,15 +9,25 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import aiohttp
 import pytest
 from approvald.bot.slack import cards
 from approvald.runtime import binding
 from approvald.runtime.tools import ToolIdentity
 
-from tests.integration.slack_harness import CHANNEL
+from tests.integration.adapter_helpers import approve_in_slack, pending_request
+from tests.integration.slack_harness import CHANNEL, harness
 from tests.integration.test_mcp_gateway import gated, text
+from tests.integration.test_mcp_http import files, rpc, token, transfers, url
 
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "transfers.jsonl"
+    monkeypatch.setenv("MCP_FIXTURE_LEDGER", str(path))  # serve's wrapped server's
+    return path
 
 
 async def test_an_upstream_tool_changed_after_its_approval_does_not_run_and_is_asked_afresh(
@@ -84,3 +94,40 @@ async def test_an_upstream_tool_changed_after_its_approval_does_not_run_and_is_a
         ran = await asyncio.wait_for(again, 30)
         assert not ran.is_error, text(ran)
         assert g.transfers()[1:] == [{"to": "acct-2", "cents": 700, "memo": "", "release": 2}]
+
+
+async def test_a_task_polled_after_its_tool_changed_completes_with_the_refusal(
+        db_url: str, tmp_path: Path, ledger: Path) -> None:
+    """The same over Streamable HTTP, collected by a Tasks client's ``tasks/get``."""
+    release = Path(str(ledger) + ".release")
+    async with harness(db_url, tmp_path, background=False, **files(tmp_path)) as h, \
+            aiohttp.ClientSession() as http:
+        dana = await token(h, "dana-agent", face="mcp:bank", requested_by="U_DANA")
+        target = url(h.service, "bank")
+        call = {"name": "transfer_money", "arguments": {"to": "ACME", "cents": 400}}
+        made = (await rpc(http, target, dana, "tools/call", call))["result"]
+        rid = await pending_request(h)
+        await asyncio.to_thread(release.write_text, "2")  # the rug pull, before the click
+        await approve_in_slack(h, rid)
+        done = (await rpc(http, target, dana, "tasks/get", {"taskId": made["taskId"]}))
+        result = done["result"]
+        assert result["status"] == "completed" and result["result"]["isError"] is True, done
+        said = result["result"]["content"][0]["text"]
+        assert "changed the tool since the call was approved" in said, said
+        assert transfers(ledger) == []
+        assert (await h.run(rid)).status == "cancelled"
+        # polled again: still not run, now a cancelled task saying why
+        again = (await rpc(http, target, dana, "tasks/get", {"taskId": made["taskId"]}))
+        assert again["result"]["status"] == "cancelled", again
+        assert "changed since" in again["result"]["statusMessage"] and transfers(ledger) == []
+
+        # the same call made again is asked afresh, and runs once on the tool as it is now
+        fresh = (await rpc(http, target, dana, "tools/call", call))["result"]
+        assert fresh["taskId"] != made["taskId"]
+        rid2 = await pending_request(h)
+        assert rid2 != rid
+        await approve_in_slack(h, rid2)
+        ran = (await rpc(http, target, dana, "tasks/get", {"taskId": fresh["taskId"]}))
+        assert ran["result"]["status"] == "completed", ran
+        assert ran["result"]["result"]["isError"] is False, ran
+        assert transfers(ledger) == [{"to": "ACME", "cents": 400, "memo": "", "release": 2}]
