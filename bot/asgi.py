@@ -17,9 +17,12 @@ CHUNK = 64 * 1024
 GONE_POLL = 0.5  # s between looks at whether the client went away, once the body is read
 
 
-async def answer(app: Asgi, request: web.Request, **scope_extra: Any) -> web.StreamResponse:
+async def answer(app: Asgi, request: web.Request, *, body: bytes | None = None,
+                 headers: dict[str, str] | None = None,
+                 **scope_extra: Any) -> web.StreamResponse:
     """Run ``app`` on ``request`` (``scope_extra``: keys added to the ASGI scope) and
-    return the response it wrote."""
+    return the response it wrote; ``body``: the request's body, read already by the
+    caller; ``headers``: added to the response."""
     peer = request.transport.get_extra_info("peername") if request.transport else None
     sock = request.transport.get_extra_info("sockname") if request.transport else None
     scope: dict[str, Any] = {
@@ -39,6 +42,9 @@ async def answer(app: Asgi, request: web.Request, **scope_extra: Any) -> web.Str
 
     async def receive() -> Message:
         nonlocal body_read
+        if not body_read and body is not None:
+            body_read = True
+            return {"type": "http.request", "body": body, "more_body": False}
         if not body_read:
             chunk = await request.content.read(CHUNK)
             body_read = request.content.at_eof()
@@ -56,17 +62,17 @@ async def answer(app: Asgi, request: web.Request, **scope_extra: Any) -> web.Str
     async def send(message: Message) -> None:
         nonlocal response
         if message["type"] == "http.response.start":
-            headers = [(k.decode("latin-1"), v.decode("latin-1"))
-                       for k, v in message.get("headers", [])]
+            said = [(k.decode("latin-1"), v.decode("latin-1"))
+                    for k, v in message.get("headers", [])]
             response = web.StreamResponse(status=int(message["status"]))
-            for k, v in headers:
+            for k, v in [*said, *(headers or {}).items()]:
                 response.headers.add(k, v)
             await response.prepare(request)
         elif message["type"] == "http.response.body":
             assert response is not None, "a body before the response started"
-            body = message.get("body", b"")
-            if body:
-                await response.write(body)
+            out = message.get("body", b"")
+            if out:
+                await response.write(out)
             if not message.get("more_body", False):
                 await response.write_eof()
                 finished.set()

@@ -269,6 +269,11 @@ class Settings(BaseSettings):
         0, ge=0, validation_alias=_env("APPROVALD_AUDIT_UNKEYED_UNTIL"),
         description="the last audit entry written before the deployment had a key (entries up to "
                     "it may be unkeyed)")
+    operators: str | None = Field(
+        None, validation_alias=_env("APPROVALD_OPERATORS"),
+        description="comma-separated Slack user ids of the deployment's operators: they see "
+                    "the insights (approvald insights: answers, waits, who decides, suggested "
+                    "rules) in their App Home and on the web review queue")
     audit_channel: str | None = Field(
         None, validation_alias=_env("APPROVALD_AUDIT_CHANNEL"),
         description="the Slack channel serve posts the audit chain's head to (unset: not posted)")
@@ -554,6 +559,10 @@ class Settings(BaseSettings):
         if v is not None and len(v.get_secret_value().encode()) < 16:
             raise ValueError("a key needs at least 16 bytes")
         return v
+
+    def operator_ids(self) -> frozenset[str]:
+        """``APPROVALD_OPERATORS`` as a set of Slack user ids."""
+        return frozenset(u.strip() for u in (self.operators or "").split(",") if u.strip())
 
     def audit_keys(self) -> list[AuditKey]:
         """The current audit key first, then the retired ones (for ``audit verify``)."""

@@ -66,7 +66,11 @@ def build_engine(settings: Settings, db: Database, *, require_tokens: bool = Fal
                         else SystemClock()),
         meter=meter, tracer=tracer, directory=directory,
         config=EngineConfig(lease_ttl=timedelta(seconds=settings.lease_ttl),
-                            max_payload_bytes=settings.max_payload),
+                            max_payload_bytes=settings.max_payload,
+                            operators=settings.operator_ids(),
+                            audit_old_keys=tuple(
+                                settings.audit_keys()[1 if settings.audit_key else 0:]),
+                            audit_unkeyed_until=settings.audit_unkeyed_until),
         # a secret too short to key tokens leaves the engine without one; the Slack face
         # refuses to start without it, while CLI-only use never needs one
         signer=TokenSigner(secret) if secret and len(secret.encode()) >= 16 else None,

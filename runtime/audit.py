@@ -30,7 +30,7 @@ import hmac
 import io
 import json
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -39,7 +39,7 @@ from approvald.runtime import binding, prefix
 from approvald.runtime.audit_check import ChainFacts, opened, table_disagreements
 from approvald.runtime.canonical import canonical_json, compact_json, sha256_hex, value_digest
 from approvald.runtime.errors import ConfigError
-from approvald.runtime.outbox_kinds import HEAD_POST, HeadPost, queue
+from approvald.runtime.outbox_kinds import HEAD_POST, HeadPost, Payload, queue, queue_many
 from approvald.runtime.sensitive import ARGS_KEYS, masked_details, sensitive_of_snapshot
 from approvald.runtime.standing_chain import StandingState
 from approvald.store.db import Database
@@ -142,8 +142,9 @@ class Entry:
     sensitive: tuple[str, ...] | None = None
 
 
-# a reaction to what a transaction audited, run inside it (see AuditTrail.observe)
-Observer = Callable[[Tx, Sequence[Entry]], Awaitable[None]]
+# the outbox rows (payload, group) what a transaction audited calls for, worked out from
+# the entries alone: no statement, no read (see AuditTrail.follow)
+Follower = Callable[[Sequence[Entry]], Sequence[tuple[Payload, str]]]
 
 
 class AuditTrail:
@@ -151,17 +152,19 @@ class AuditTrail:
 
     def __init__(self, key: AuditKey | None = None) -> None:
         self.key = key
-        self._observers: list[Observer] = []
+        self._followers: list[Follower] = []
         # approval id -> its sensitive paths (a request's stored policy never changes)
         self._paths: OrderedDict[str, tuple[str, ...]] = OrderedDict()
 
-    def observe(self, fn: Observer) -> None:
-        """Call ``fn(tx, entries)`` with what each write transaction audited, inside that
-        transaction, just before its entries are chained. Every transition of a request is
-        audited, so this is where a reaction that must commit with a transition, whichever
-        path made it (a click, the CLI, the expiry sweep, a cancel), is written: the
-        decision webhook of an external request (see :mod:`runtime.external`)."""
-        self._observers.append(fn)
+    def follow(self, fn: Follower) -> None:
+        """Queue the outbox rows ``fn(entries)`` names with what each write transaction
+        audited, in that transaction. Every transition of a request is audited, so this is
+        where what must follow a transition, whichever path made it (a click, the CLI, the
+        expiry sweep, a cancel), is made durable with it: the decision webhook of a
+        caller's request (:mod:`runtime.external`). ``fn`` reads nothing: the work the row
+        stands for is done by the drain, in a transaction of its own, so it never runs in,
+        slows or rolls back the transaction that decided."""
+        self._followers.append(fn)
 
     def record(self, tx: Tx, *, at: datetime, action: str, actor: str, via: str,
                run_id: str | None = None, approval_id: str | None = None,
@@ -187,11 +190,11 @@ class AuditTrail:
         pending.extend(entries)
 
     async def _chain(self, tx: Tx) -> None:
-        for observe in self._observers:  # what they record is chained with the rest
-            await observe(tx, list(tx.scratch.get(_PENDING, ())))
         entries: list[Entry] = tx.scratch.pop(_PENDING, [])
         if not entries:
             return
+        if follow := [row for fn in self._followers for row in fn(entries)]:
+            await queue_many(tx, follow, now=max(e.at for e in entries))
         paths = await self._sensitive(tx, entries)
         seq, prev, last = await tx.audit.lock_head()
         kid = self.key.id if self.key is not None else ""
@@ -293,6 +296,90 @@ def _describe(e: AuditRecord) -> str:
     return f"entry {e.seq} ({e.action} by {e.actor} at {e.at.isoformat()})"
 
 
+class ChainWalk:
+    """The checks of each entry in a walk along the chain, in seq order: none missing,
+    each following the one before, keyed as it must be, and its MAC recomputed. A walk
+    may start after a point already verified (``start``: its seq and MAC)."""
+
+    def __init__(self, report: VerifyReport, keys: Sequence[AuditKey], unkeyed_until: int,
+                 start: tuple[int, str] = (0, GENESIS), *, keyed: bool = False) -> None:
+        self.report = report
+        self.keys = keys
+        self.by_id = {k.id: k for k in keys}
+        self.unkeyed_until = unkeyed_until
+        self.prev_seq, self.prev_hash = start
+        self.seen_keyed = keyed
+
+    def check(self, e: AuditRecord) -> bool:
+        """Check ``e``, the next entry; False (and the report says why) if it fails."""
+        report = self.report
+        report.entries += 1
+        prev_seq = self.prev_seq
+        if e.seq != prev_seq + 1:
+            missing = (f"entry {prev_seq + 1}" if e.seq == prev_seq + 2
+                       else f"entries {prev_seq + 1}-{e.seq - 1}")
+            report.problems.append(
+                f"{missing} deleted: the log jumps from {prev_seq} to {e.seq}")
+            return False
+        if e.prev_hash != self.prev_hash:
+            report.problems.append(
+                f"{_describe(e)} does not follow entry {prev_seq}: reordered, or the "
+                "entry before it was rewritten")
+            return False
+        if not self.mac_matches(e):
+            return False
+        self.prev_seq, self.prev_hash = e.seq, e.hash
+        return True
+
+    def mac_matches(self, e: AuditRecord) -> bool:
+        """``e`` is keyed as it must be and its MAC is its content's (else the report
+        says why, and False)."""
+        report = self.report
+        key: AuditKey | None = None
+        if e.key_id:
+            key = self.by_id.get(e.key_id)
+            if key is None and not self.keys:
+                report.cannot = no_key(e)
+                return False
+            if key is None:
+                report.problems.append(
+                    f"{_describe(e)} is signed with audit key {e.key_id}, which was not "
+                    "given: set APPROVALD_AUDIT_KEY (or APPROVALD_AUDIT_OLD_KEYS for a "
+                    "retired key)")
+                return False
+            self.seen_keyed = True
+        elif self.seen_keyed or (self.keys and e.seq > self.unkeyed_until):
+            report.problems.append(
+                f"{_describe(e)} is not keyed, but entries after {self.unkeyed_until} must "
+                "be: it was rewritten by someone without the key (if it predates the key, "
+                "set APPROVALD_AUDIT_UNKEYED_UNTIL to the last entry written before it)")
+            return False
+        else:
+            report.unkeyed += 1
+        recomputed = entry_hash(key, e.prev_hash, seq=e.seq, at=e.at, action=e.action,
+                                actor=e.actor, via=e.via, run_id=e.run_id,
+                                approval_id=e.approval_id, digest=e.digest,
+                                details=e.details)
+        if not hmac.compare_digest(recomputed, e.hash):
+            report.problems.append(
+                f"{_describe(e)} was edited: its content does not match its MAC")
+            return False
+        return True
+
+    def reached_head(self) -> bool:
+        """The walk ended at the head the walk read first (else the report says why)."""
+        seq, digest = self.report.head
+        if (seq, digest) == (self.prev_seq, self.prev_hash):
+            return True
+        if seq > self.prev_seq:
+            self.report.problems.append(
+                f"entries {self.prev_seq + 1}-{seq} deleted from the end of the log")
+        else:
+            self.report.problems.append(
+                f"the chain head (entry {seq}) does not match the last entry {self.prev_seq}")
+        return False
+
+
 async def verify(db: Database, *, keys: Sequence[AuditKey] = (),
                  expect: tuple[int, str] | None = None,
                  unkeyed_until: int = 0,
@@ -309,7 +396,6 @@ async def verify(db: Database, *, keys: Sequence[AuditKey] = (),
     it saw only when the report is ok.
     """
     report = VerifyReport()
-    by_id = {k.id: k for k in keys}
     standing = StandingState()
     facts = ChainFacts()
     # one snapshot, and the head read first: entries appended during the walk are not
@@ -317,54 +403,13 @@ async def verify(db: Database, *, keys: Sequence[AuditKey] = (),
     async with db.read(snapshot=True) as tx:
         head_seq, head_hash = await tx.audit.head()
         report.head = (head_seq, head_hash)
-        prev_seq, prev_hash = 0, GENESIS
-        seen_keyed = False
+        walk = ChainWalk(report, keys, unkeyed_until)
         expected_hash: str | None = None
         async for e in tx.audit.iterate(upto=head_seq):
-            report.entries += 1
-            if e.seq != prev_seq + 1:
-                missing = (f"entry {prev_seq + 1}" if e.seq == prev_seq + 2
-                           else f"entries {prev_seq + 1}-{e.seq - 1}")
-                report.problems.append(
-                    f"{missing} deleted: the log jumps from {prev_seq} to {e.seq}")
-                return report
-            if e.prev_hash != prev_hash:
-                report.problems.append(
-                    f"{_describe(e)} does not follow entry {prev_seq}: reordered, or the "
-                    "entry before it was rewritten")
-                return report
-            key: AuditKey | None = None
-            if e.key_id:
-                key = by_id.get(e.key_id)
-                if key is None and not keys:
-                    report.cannot = no_key(e)
-                    return report
-                if key is None:
-                    report.problems.append(
-                        f"{_describe(e)} is signed with audit key {e.key_id}, which was not "
-                        "given: set APPROVALD_AUDIT_KEY (or APPROVALD_AUDIT_OLD_KEYS for a "
-                        "retired key)")
-                    return report
-                seen_keyed = True
-            elif seen_keyed or (keys and e.seq > unkeyed_until):
-                report.problems.append(
-                    f"{_describe(e)} is not keyed, but entries after {unkeyed_until} must be: "
-                    "it was rewritten by someone without the key (if it predates the key, "
-                    "set APPROVALD_AUDIT_UNKEYED_UNTIL to the last entry written before it)")
-                return report
-            else:
-                report.unkeyed += 1
-            recomputed = entry_hash(key, e.prev_hash, seq=e.seq, at=e.at, action=e.action,
-                                    actor=e.actor, via=e.via, run_id=e.run_id,
-                                    approval_id=e.approval_id, digest=e.digest,
-                                    details=e.details)
-            if not hmac.compare_digest(recomputed, e.hash):
-                report.problems.append(
-                    f"{_describe(e)} was edited: its content does not match its MAC")
+            if not walk.check(e):
                 return report
             if expect is not None and e.seq == expect[0]:
                 expected_hash = e.hash
-            prev_seq, prev_hash = e.seq, e.hash
             _replay_standing(standing, e, report)
             facts.apply(e)
             if visit is not None:
@@ -372,13 +417,7 @@ async def verify(db: Database, *, keys: Sequence[AuditKey] = (),
         # the rows the views show, against what the chain proves (issue 52)
         tables = await table_disagreements(tx, facts)
         tables += await _standing_rows(tx, standing)
-    if (head_seq, head_hash) != (prev_seq, prev_hash):
-        if head_seq > prev_seq:
-            report.problems.append(
-                f"entries {prev_seq + 1}-{head_seq} deleted from the end of the log")
-        else:
-            report.problems.append(
-                f"the chain head (entry {head_seq}) does not match the last entry {prev_seq}")
+    if not walk.reached_head():
         return report
     if expect is not None:
         seq, digest = expect

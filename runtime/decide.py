@@ -144,7 +144,6 @@ class _Attempt:
     edited_impact: str | None = None
     refusal: DecisionRefused | None = None  # found before the transaction (kept for order)
     side: SweepResult = field(default_factory=SweepResult)  # an expiry applied on the way
-    since: float | None = None  # the write-queue rank (Urgency.begin_answer)
     trace: str | None = None  # the deciding span's traceparent (Tracer.traceparent)
 
     def traced(self) -> dict[str, str]:
@@ -216,7 +215,8 @@ class Decider:
                  tool_for: Callable[[ApprovalRecord], Awaitable[Tool]],
                  policy: Callable[[], PolicyFile], cap: PayloadCap, gate: Gate,
                  expiry: Expiry, signals: Signals, *, owner: str, lease_ttl: timedelta,
-                 signer: TokenSigner | None = None, require_tokens: bool = False) -> None:
+                 signer: TokenSigner | None = None, require_tokens: bool = False,
+                 traceparent: Callable[[], str | None] = lambda: None) -> None:
         self.db = db
         self.clock = clock
         self.audit = audit
@@ -231,6 +231,9 @@ class Decider:
         self.lease_ttl = lease_ttl  # a decision that makes a run ready leases it (see _claim)
         self.signer = signer
         self.require_tokens = require_tokens
+        # the current span as a W3C traceparent (Tracer.traceparent), stored with a request
+        # this decides: the span the front door of a decision opened around it
+        self.traceparent = traceparent
 
     async def get(self, approval_id: str) -> ApprovalRecord:
         """A request by id or unambiguous id prefix (see :func:`runtime.prefix.resolve`)."""
@@ -287,21 +290,18 @@ class Decider:
 
     async def decide(self, approval_id: str, *, actor: Actor, verdict: Verdict,
                      reason: str | None = None, args: Any = None, token: str | None = None,
-                     expect_digest: str | None = None, since: float | None = None,
-                     trace: str | None = None) -> Decision:
+                     expect_digest: str | None = None) -> Decision:
         """Record one decision; on refusal, record only the refusal and raise it.
 
         ``reason``: why (required for a denial); for a redirect, the guidance the model
         receives instead of the call's result (required). ``expect_digest`` (a prefix is
         enough): decide only if the arguments are still the ones with this digest (a card's
-        token carries it; the CLI takes ``--digest``). ``since``: the rank this decision's
-        writes queue by (:meth:`runtime.urgency.Urgency.begin_answer`: when the decider
-        began waiting, less the lead an open request gets); oldest first. ``trace``: the
-        deciding span's W3C traceparent, stored with a request this decides.
+        token carries it; the CLI takes ``--digest``). The deciding span's W3C
+        traceparent is stored with a request this decides.
         """
         a0 = await self.get(approval_id)
         at = _Attempt(actor=actor, verdict=verdict, reason=(reason or "").strip() or None,
-                      token=token, expect_digest=expect_digest, since=since, trace=trace)
+                      token=token, expect_digest=expect_digest, trace=self.traceparent())
         try:
             await self._precheck(a0, at, args)
         except DecisionRefused as exc:
@@ -311,9 +311,7 @@ class Decider:
             return await self._decide_in(tx, a0, at)
 
         try:
-            # the clicker's request is held open until this commits: it goes first
-            decision = await self.db.transact(attempt, since=at.since,
-                                                what=f"decision on approval {a0.id}")
+            decision = await self.db.transact(attempt, what=f"decision on approval {a0.id}")
         except DecisionRefused as refusal:
             await self._record_refusal(a0, at, refusal)
             raise
@@ -649,8 +647,7 @@ class Decider:
             return settled
 
         try:
-            at.side = await self.db.transact(record, since=at.since,
-                                               what=f"refusal on approval {a0.id}")
+            at.side = await self.db.transact(record, what=f"refusal on approval {a0.id}")
         except Exception as exc:
             if is_store_failure(exc):
                 raise
@@ -660,7 +657,6 @@ class Decider:
             log.error("approval %s: its expiry could not be applied with the refusal (%s); "
                       "the sweep settles it", a0.id, exc)
             settle = False
-            at.side = await self.db.transact(record, since=at.since,
-                                               what=f"refusal on approval {a0.id}")
+            at.side = await self.db.transact(record, what=f"refusal on approval {a0.id}")
             await self.expiry.sweep(only=[a0.id])  # (it tells what it settled)
         self.expiry.announce(at.side)

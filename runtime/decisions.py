@@ -44,10 +44,12 @@ class Decisions:
         with self.tracer.span("approval.decision", approval_id=approval_id, verdict=verdict,
                               actor=actor.id, via=actor.via) as span:
             try:
-                decision = await self.decider.decide(
-                    approval_id, actor=actor, verdict=verdict, reason=reason, args=args,
-                    token=token, expect_digest=expect_digest, since=rank,
-                    trace=self.tracer.traceparent())
+                # the decider's request is held open until this commits: its writes
+                # go first, by ``rank``
+                with self.urgency.waits(rank):
+                    decision = await self.decider.decide(
+                        approval_id, actor=actor, verdict=verdict, reason=reason, args=args,
+                        token=token, expect_digest=expect_digest)
             except DecisionRefused as refused:
                 span.set(outcome=f"refused:{refused.reason}")
                 self.meter.decision(f"refused:{refused.reason}", time.monotonic() - started)

@@ -9,6 +9,7 @@ other processes find the same facts by polling the database.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ from approvald.runtime.gate import Gate, Where, where
 from approvald.runtime.history import History, read_history
 from approvald.runtime.ids import TokenSigner, lease_id, new_id
 from approvald.runtime.insights import MIN_REQUESTS, Insights, insights
+from approvald.runtime.insights_board import InsightsBoard, OperatorInsights
 from approvald.runtime.intake import Intake, Source, Tighten
 from approvald.runtime.ledger import Ledger
 from approvald.runtime.limits import DEFAULT_MAX_PAYLOAD, PayloadCap
@@ -56,12 +58,14 @@ from approvald.runtime.signals import Signals
 from approvald.runtime.standing import StandingApprovals
 from approvald.runtime.state import FINAL_STATUSES, RunState, UserMessage
 from approvald.runtime.switches import Switches
+from approvald.runtime.threads import RunThreads
 from approvald.runtime.tool_lookup import ToolLookup
 from approvald.runtime.tools import Tool, ToolIdentity
 from approvald.runtime.trace import Trace, load_trace
-from approvald.runtime.tracing import Tracer
+from approvald.runtime.tracing import Span, Tracer
 from approvald.runtime.transcript import build_state, encode
 from approvald.runtime.urgency import Urgency
+from approvald.runtime.views import Views
 from approvald.runtime.worker import ResumeWorker
 from approvald.store import sealed
 from approvald.store.db import Database
@@ -92,6 +96,11 @@ class CallResult:
 class EngineConfig:
     lease_ttl: timedelta = timedelta(seconds=30)
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD
+    # who sees the insights in the App Home and on the web queue (APPROVALD_OPERATORS)
+    operators: frozenset[str] = frozenset()
+    # how the record the insights read is verified (as `audit verify` is)
+    audit_old_keys: tuple[AuditKey, ...] = ()
+    audit_unkeyed_until: int = 0
 
 
 @dataclass(frozen=True)
@@ -124,6 +133,7 @@ class Parts:
     external: ExternalRequests
     runner: Runner
     switches: Switches  # the faces' kill switches (approvald hook disable|enable)
+    board: InsightsBoard  # the operators' insights (issue 51)
 
 
 def assemble(db: Database, registry: Registry, *, clock: Clock | None = None,
@@ -161,25 +171,37 @@ def assemble(db: Database, registry: Registry, *, clock: Clock | None = None,
     tool_for = ToolLookup(db, registry, intake)
     decider = Decider(db, clock, audit, directory, tool_for, policy, cap, gate, expiry,
                       signals, owner=owners.owner, lease_ttl=config.lease_ttl, signer=signer,
-                      require_tokens=require_tokens)
+                      require_tokens=require_tokens, traceparent=tracer.traceparent)
     decisions = Decisions(decider, clock, signals, urgency, tracer, meter, decided_runs)
     standing = StandingApprovals(db, clock, audit, directory, gate, decisions, urgency,
                                  signals)
     external = ExternalRequests(db, clock, audit, intake, gate, standing, signals, cap, policy)
     # the request document's webhook and its waiters follow every transition, whichever
-    # path made it: a hook in the transaction that audited it, and a wake-up after commit
-    audit.observe(external.observe)
+    # path made it: an outbox row queued with what it audited (its follow-up runs in the
+    # drain, never in the deciding transaction), and a wake-up after commit
+    audit.follow(external.follow)
     signals.on_outbox(external.announce)
     runner = Runner(db, clock, audit, registry, intake, gate, standing, ledger, cap, signals,
                     urgency, tracer, meter, decided_runs, owner=owners.owner,
                     lease_ttl=config.lease_ttl)
+    keys = [*([audit_key] if audit_key is not None else []), *config.audit_old_keys]
+
+    async def record(window: timedelta) -> History:
+        return await read_history(db, since=clock.now() - window, keys=keys,
+                                  unkeyed_until=config.audit_unkeyed_until)
+
+    def figure(history: History, window: str) -> Insights:
+        return insights(history, registry.policy, directory, declared_for(registry),
+                        window=window)
+
+    board = InsightsBoard(clock, config.operators, record, figure)
     return Engine(Parts(
         db=db, registry=registry, clock=clock, config=config, directory=directory,
         signer=signer, require_tokens=require_tokens, owners=owners, audit=audit, cap=cap,
         signals=signals, urgency=urgency, meter=meter, tracer=tracer,
         decided_runs=decided_runs, intake=intake, ledger=ledger, gate=gate, expiry=expiry,
         tool_for=tool_for, decider=decider, decisions=decisions, standing=standing,
-        external=external, runner=runner, switches=Switches(db, clock, audit)))
+        external=external, runner=runner, switches=Switches(db, clock, audit), board=board))
 
 
 class Engine:
@@ -214,20 +236,24 @@ class Engine:
         self.external = parts.external
         self.runner = parts.runner
         self._documents = Documents(parts.db)
+        self._views = Views(parts.db, parts.clock, parts.registry, parts.decider,
+                            parts.standing, parts.signer)
+        self._threads = RunThreads(parts.db, parts.clock, parts.owners.owner)
 
     # -- the services around the runs, built from the same parts ------------------------
     def worker(self, *, concurrency: int = 8, poll_interval: float = 2.0) -> ResumeWorker:
         """A worker that advances this database's runs that can go on."""
         p = self.parts
+        # the runner's drive, not this front door's: the worker does not call back up
         return ResumeWorker(p.db, p.clock, p.owners, p.signals, p.urgency, p.meter,
-                            self.advance, lease_ttl=p.config.lease_ttl,
+                            p.runner.advance, lease_ttl=p.config.lease_ttl,
                             concurrency=concurrency, poll_interval=poll_interval)
 
     def drain(self, deliverer: Deliverer, config: DrainConfig | None = None) -> OutboxDrain:
         """An outbox drain that hands each committed row to ``deliverer``."""
         p = self.parts
         return OutboxDrain(p.db, p.clock, p.owners, p.urgency, deliverer, config,
-                           audit=p.audit)
+                           audit=p.audit, own=p.external)  # the runtime's own rows
 
     def expiry_scheduler(self, *, sweep_interval: timedelta = timedelta(seconds=15)
                          ) -> ExpiryScheduler:
@@ -348,15 +374,8 @@ class Engine:
         """Drive the run until it completes, fails, pauses, or ``stop`` is set (``claim``:
         the lease id the caller already holds the run under: a worker's poll claimed it,
         see ``RunsRepo.claim_runnable``, or :meth:`start_run` leased it)."""
-        try:
-            outcome = await self.runner.advance(run_id, stop=stop, stale_owners=stale_owners,
-                                                claim=claim)
-        finally:
-            self.urgency.end(run_id)
-        if outcome.status == "awaiting_approval":
-            for approval_id in getattr(outcome, "approval_ids", ()):
-                self.notify_opened(approval_id)
-        return outcome
+        return await self.runner.advance(run_id, stop=stop, stale_owners=stale_owners,
+                                         claim=claim)
 
     async def run(self, agent: str, task: str, *, requested_by: str) -> Outcome:
         claim = lease_id(self.owner)  # the run is ours from the start: no poll takes it
@@ -500,13 +519,18 @@ class Engine:
 
     # -- the record of requests: a policy replayed against it, and insights (issue 51) ----
     async def history(self, *, since: timedelta | None, keys: Sequence[AuditKey] = (),
-                      unkeyed_until: int = 0) -> History:
+                      unkeyed_until: int = 0, full: bool = False) -> History:
         """The requests recorded in the last ``since`` (None: the whole record), read
         from the audit chain once it verifies (:class:`runtime.history.ChainBroken` if
-        not)."""
+        not): from its verified-through checkpoint, or (``full``) all of it."""
         start = self.clock.now() - since if since is not None else None
         return await read_history(self.db, since=start, keys=keys,
-                                  unkeyed_until=unkeyed_until)
+                                  unkeyed_until=unkeyed_until, full=full)
+
+    async def operator_insights(self, viewer: str) -> OperatorInsights | None:
+        """The insights an operator's App Home and web queue show (None: ``viewer`` is not
+        one of ``APPROVALD_OPERATORS``; see :mod:`runtime.insights_board`)."""
+        return await self.parts.board.for_viewer(viewer)
 
     def replay_policy(self, history: History, policy: PolicyFile) -> Replay:
         """What ``policy`` would have done to ``history``'s requests (the intake decides
@@ -661,6 +685,60 @@ class Engine:
         """Record what came of the approved call: (the document, whether it is new)."""
         return await self.external.report(token, request_id, rep)
 
+    # -- what the chat faces read and do (issue 47: the Slack face through the front door) --
+    @property
+    def views(self) -> Views:
+        """The read models a face draws from (:mod:`runtime.views`)."""
+        return self._views
+
+    @property
+    def threads(self) -> RunThreads:
+        """The run threads a face tells in chat: its claims and progress
+        (:mod:`runtime.threads`)."""
+        return self._threads
+
+    @property
+    def signs_buttons(self) -> bool:
+        """Do cards' buttons carry tokens (a signer from ``APPROVALD_SECRET``)?"""
+        return self.signer is not None
+
+    def span(self, name: str, **attributes: Any) -> contextlib.AbstractContextManager[Span]:
+        """A tracing span around a face's act (a click: its decision is a child)."""
+        return self.tracer.span(name, **attributes)
+
+    async def settle(self, patience: float) -> bool:
+        """Defer to decided runs: wait until none is pressing, at most ``patience``
+        seconds (background work, such as telling threads, calls this first)."""
+        return await self.urgency.settle(patience)
+
+    def note_face_error(self, face: str, method: str, error: str) -> None:
+        """Count a face's failed call to its platform (``method``, ``error``) where the
+        process reports about itself (a meter's ``<face>_error``, if it counts them)."""
+        note = getattr(self.meter, f"{face}_error", None)
+        if note is not None:
+            note(method, error)
+
+    async def card_posted(self, approval_id: str, *, channel: str, ts: str) -> None:
+        """Record where request ``approval_id``'s card was posted (updates go there)."""
+        async with self.db.write() as tx:
+            await tx.approvals.set_message(approval_id, channel=channel, ts=ts)
+
+    async def preflight(self, approval_id: str, token: str | None,
+                        actor: Actor) -> ApprovalRecord:
+        """Would a decision by ``actor`` on request ``approval_id`` with the card's
+        ``token`` be accepted now? The request if so; raises as :meth:`decide` would
+        otherwise (a modal is opened only for a click a decision would accept)."""
+        a = await self.decider.get(approval_id)
+        self.decider.check_open(a, token)
+        await self.decider.authorize(a, actor)
+        return a
+
+    async def read_edit(self, approval_id: str, args: Any) -> dict[str, Any]:
+        """An approver's edit of request ``approval_id`` as it will run: sensitive values
+        given back as shown keep their real value; validated by the tool
+        (``InvalidArguments``)."""
+        return await self.decider.read_edit(await self.decider.get(approval_id), args)
+
     # -- approvals ----------------------------------------------------------------------
     async def decide(self, approval_id: str, *, actor: Actor, verdict: Verdict,
                      reason: str | None = None, args: Any = None, token: str | None = None,
@@ -759,9 +837,12 @@ class Engine:
 
     # standing approvals (runtime.standing)
     async def grant_standing(self, approval_id: str, *, actor: Actor, window: timedelta,
-                             scope: Scope) -> tuple[StandingRecord, Decision]:
-        """Approve ``approval_id`` and propose a standing approval drawn from it."""
-        return await self.standing.grant(approval_id, actor=actor, window=window, scope=scope)
+                             scope: Scope, token: str | None = None
+                             ) -> tuple[StandingRecord, Decision]:
+        """Approve ``approval_id`` and propose a standing approval drawn from it (``token``:
+        the card's, checked as a click's)."""
+        return await self.standing.grant(approval_id, actor=actor, window=window, scope=scope,
+                                         token=token)
 
     async def standing_grants(self, *, live_only: bool = True) -> list[StandingRecord]:
         return await self.standing.listing(live_only=live_only)

@@ -17,13 +17,19 @@ token's source: never named by the caller), the webhook URL, and its report. The
 row of the execution ledger (``<id>:call``) and an ``executed`` audit entry, so the audit
 export shows requested, approved and executed with the exact arguments.
 
-Telling the caller: every transition of a request is audited, and :meth:`ExternalRequests._observe`
-(an audit observer) reacts inside the transaction that made the transition, whichever path
-made it: once an external run's request is final it queues the decision webhook (an
-outbox row, so it is retried with backoff until delivered) and ends the run unless the
-call was approved. Long polls in this process wake after that commit (every decision path
-then notifies the outbox listeners); other replicas hear through :meth:`on_decided`
-listeners (``serve`` forwards them by PostgreSQL NOTIFY); failing both, waiters poll.
+Telling the caller: every transition of a request is audited, and the transaction that
+audited an entry that may have ended a request, whichever path made it, also queues a
+``request.decided`` outbox row (:meth:`ExternalRequests.follow`, worked out from the entries:
+no read, no other statement). The drain hands that row to the runtime itself
+(:meth:`ExternalRequests.deliver`), which, in a transaction of its own, queues the decision
+webhook once the request is final (a face's outbox row, retried with backoff until
+delivered) and ends the run unless the call was approved: a crash between the decision's
+commit and that follow-up loses nothing (the row is there), a repeat of it tells nobody
+twice (``mark_decided`` is a compare-and-set), and nothing in it runs in, or can roll back,
+the transaction that decided. Long polls in this process wake after the decision's commit
+(every decision path then notifies the outbox listeners: the document is the approval's);
+other replicas hear through :meth:`on_decided` listeners (``serve`` forwards them by
+PostgreSQL NOTIFY); failing both, waiters poll.
 """
 
 from __future__ import annotations
@@ -57,7 +63,15 @@ from approvald.runtime.intake import (
     requester,
 )
 from approvald.runtime.limits import PayloadCap
-from approvald.runtime.outbox_kinds import WEBHOOK, Webhook, queue
+from approvald.runtime.outbox_kinds import (
+    REQUEST_DECIDED,
+    WEBHOOK,
+    Payload,
+    RequestDecided,
+    Webhook,
+    payload_of,
+    queue,
+)
 from approvald.runtime.policy import ApprovalPolicy, CallPolicy, PolicyFile, PolicyKind
 from approvald.runtime.sensitive import paths_text, sensitive_of_snapshot
 from approvald.runtime.signals import Signals
@@ -65,7 +79,13 @@ from approvald.runtime.standing import StandingApprovals
 from approvald.runtime.tools import Tool, ToolIdentity, asked_identity, identity_change
 from approvald.runtime.vocabulary import OutcomeName, outcome_of, policy_outcome
 from approvald.store.db import Database
-from approvald.store.records import ApprovalRecord, ExecutionRecord, RunRecord, paths_of
+from approvald.store.records import (
+    ApprovalRecord,
+    ExecutionRecord,
+    OutboxRecord,
+    RunRecord,
+    paths_of,
+)
 from approvald.store.repos import Tx
 from approvald.store.repos.external import ExternalRecord, TokenRecord
 from approvald.store.repos.standing import StandingRecord
@@ -74,12 +94,20 @@ AGENT_PREFIX = EXTERNAL_AGENT  # the agent of an external request's run: externa
 STATUS = "external"  # its run's status while open, or approved and not yet reported
 CALL_ID = "call"  # the one call of the run: its ledger key is <id>:call
 VIA = "http_api"
+# bytes of a request's tool name: an MCP gateway's read is named by its URI (resource:URI),
+# which the caller chooses; within a PostgreSQL index entry (standing approvals are indexed
+# by tool and by subject)
+TOOL_LIMIT = 2048
 MAX_WAIT = 60.0  # s a long poll may hold a request
 POLL = 1.0  # s between a waiter's looks at the database when nothing woke it
 MAX_CODE = 3000  # characters of a packet's code (a command, a file's content) kept
 OPEN = frozenset({"pending", "superseded"})  # an approval that is not the answer yet
 TOOL_ACTOR = "system:tool-identity"  # who cancels an approval whose tool changed since
 TOOL_CHANGED = "tool_changed"  # the stable code of a call refused for it
+# the entries that may end a request's approval (the rest leave it open, or are not about
+# one: "requested", "voted", "edited", "refused", "reminded", "escalated"...); a cancel with
+# no approval is its run's, cancelled after its approval
+ENDING = frozenset({"approved", "denied", "redirected", "expired", "cancelled"})
 
 
 class ExternalError(ApprovaldError):
@@ -362,8 +390,9 @@ class ExternalRequests:
     def _check(self, token: TokenRecord, source: Source, req: NewRequest) -> NewRequest:
         """Bound what the caller gave, before anything is read or written; the request
         with its requester in the one form identities are compared in."""
-        if not 1 <= len(req.tool) <= 100:
-            raise ExternalError("tool is 1-100 characters", code="invalid_request")
+        if not req.tool or len(req.tool.encode()) > TOOL_LIMIT:
+            raise ExternalError(f"tool is 1 to {TOOL_LIMIT} bytes (UTF-8)",
+                                code="invalid_request")
         if req.idempotency_key is not None and not 1 <= len(req.idempotency_key) <= 200:
             raise ExternalError("idempotency_key is 1-200 characters", code="invalid_request")
         if not allows(token, req.tool):
@@ -820,39 +849,63 @@ class ExternalRequests:
         return new
 
     # -- decisions, whichever path made them --------------------------------------------
-    async def observe(self, tx: Tx, entries: Sequence[Entry]) -> None:
-        """In the transaction that audited ``entries``: for each external request whose
-        approval is now final and not yet told, queue its webhook and end its run unless
-        it was approved."""
-        seen: set[str] = set()
+    kinds = frozenset({REQUEST_DECIDED})  # the outbox rows this part delivers itself
+
+    def follow(self, entries: Sequence[Entry]) -> list[tuple[Payload, str]]:
+        """The ``request.decided`` rows the transaction that audited ``entries`` queues:
+        one for each caller's request an entry may have ended (an audit follower: it reads
+        nothing). Its waiters here look again once that transaction commits."""
+        rows: list[tuple[Payload, str]] = []
+        seen: set[tuple[str, str | None]] = set()
         for entry in entries:
             run_id, approval_id = entry.run_id, entry.approval_id
-            if run_id and not approval_id and entry.action == "cancelled" \
-                    and is_external(run_id):
-                await self._cancelled(tx, run_id)
+            if not run_id or not is_external(run_id) or entry.action not in ENDING \
+                    or (approval_id is None and entry.action != "cancelled") \
+                    or (run_id, approval_id) in seen:
                 continue
-            if not run_id or not approval_id or not is_external(run_id) \
-                    or approval_id in seen:
-                continue
-            seen.add(approval_id)
-            a = await tx.approvals.get(approval_id)
-            if a is None or a.status in OPEN or not await tx.external.mark_decided(run_id, a.id):
-                continue
-            rec = await tx.external.get(run_id)
-            run = await tx.runs.get(run_id)
-            if rec is None or run is None:
-                continue
-            now = self.clock.now()
-            if a.status != "approved":  # the call will not run: the request is over
-                await tx.runs.update(run_id, expect_status=[STATUS], status="completed",
-                                     result=compact_json({"status": a.status,
-                                                          "reason": a.reason,
-                                                          "by": a.decided_by}),
-                                     updated_at=now)
-            await self._queue_webhook(tx, rec, document(rec, run, a, None), now)
+            seen.add((run_id, approval_id))
+            # the webhook's group: it follows this row, after those told before it
+            rows.append((RequestDecided(run_id, approval_id), f"{WEBHOOK}:{run_id}"))
             self._decided.append(run_id)
+        return rows
 
-    async def _cancelled(self, tx: Tx, run_id: str) -> None:
+    async def deliver(self, row: OutboxRecord) -> dict[str, Any]:
+        """Follow up a ``request.decided`` row, in a transaction of its own (the request's
+        run locked first, the one lock order): if its request is final and not yet told,
+        queue its webhook and end its run unless the call was approved."""
+        told = payload_of(row)
+        assert isinstance(told, RequestDecided)
+        run_id, approval_id = told.run_id, told.approval_id
+
+        async def work(tx: Tx) -> bool:
+            await tx.runs.lock(run_id)
+            if approval_id is None:
+                return await self._cancelled(tx, run_id)
+            return await self._decided_in(tx, run_id, approval_id)
+
+        queued = await self.db.transact(work, what=f"decision of request {run_id}")
+        if queued:
+            self.signals.notify_outbox()  # its webhook
+        return {"told": queued}
+
+    async def _decided_in(self, tx: Tx, run_id: str, approval_id: str) -> bool:
+        a = await tx.approvals.get(approval_id)
+        if a is None or a.status in OPEN or not await tx.external.mark_decided(run_id, a.id):
+            return False
+        rec = await tx.external.get(run_id)
+        run = await tx.runs.get(run_id)
+        if rec is None or run is None:
+            return False
+        now = self.clock.now()
+        if a.status != "approved":  # the call will not run: the request is over
+            await tx.runs.update(run_id, expect_status=[STATUS], status="completed",
+                                 result=compact_json({"status": a.status, "reason": a.reason,
+                                                      "by": a.decided_by}),
+                                 updated_at=now)
+        await self._queue_webhook(tx, rec, document(rec, run, a, None), now)
+        return rec.webhook_url is not None
+
+    async def _cancelled(self, tx: Tx, run_id: str) -> bool:
         """A request cancelled after its approval (a pending one is told through its
         approval's own ``cancelled`` entry): its caller learns it must not run the call."""
         run = await tx.runs.get(run_id)
@@ -861,9 +914,9 @@ class ExternalRequests:
         if run is None or rec is None or run.status != "cancelled" \
                 or (a is not None and a.status != "approved") \
                 or not await tx.external.mark_decided(run_id, "cancelled"):
-            return
+            return False
         await self._queue_webhook(tx, rec, document(rec, run, a, None), self.clock.now())
-        self._decided.append(run_id)
+        return rec.webhook_url is not None
 
     async def _queue_webhook(self, tx: Tx, rec: ExternalRecord, doc: dict[str, Any],
                              now: datetime) -> None:

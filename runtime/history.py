@@ -23,11 +23,13 @@ from datetime import datetime
 from typing import Any
 
 from approvald.runtime.audit import MASKED, AuditKey, verify
+from approvald.runtime.audit_checkpoint import record_checkpoint, verify_from_checkpoint
 from approvald.runtime.errors import ApprovaldError
 from approvald.runtime.intake import EXTERNAL_AGENT, Source
 from approvald.runtime.masking import Masking
 from approvald.store.db import Database
 from approvald.store.records import AuditRecord
+from approvald.store.repos import Tx
 
 # the actions a request's record is made of (the rest of the chain is verified, not read)
 ACTIONS = ("requested", "approved", "denied", "redirected", "edited", "expired",
@@ -36,6 +38,10 @@ ACTIONS = ("requested", "approved", "denied", "redirected", "edited", "expired",
 PERSON = frozenset({"approved", "edited", "denied", "redirected"})
 NOT_APPROVED = frozenset({"edited", "denied", "redirected"})  # a person changed or refused it
 _PLAIN = Masking()  # (the detectors only)
+# what is read of the entries up to the checkpoint: a request, what became of it (an
+# entry of these with no approval changes no request), and a call run without asking
+_READ = ("requested", "approved", "denied", "redirected", "edited", "expired", "cancelled")
+_UNASKED = ("executed",)
 SETTLED = frozenset({"approved", "edited", "denied", "redirected", "expired", "standing"})
 
 
@@ -105,20 +111,41 @@ class History:
 
 
 async def read_history(db: Database, *, since: datetime | None, keys: Sequence[AuditKey] = (),
-                       unkeyed_until: int = 0) -> History:
-    """The requests recorded since ``since``, read in the walk that verifies the chain
-    (:func:`runtime.audit.verify`), and only once it verifies (:class:`ChainBroken` if
-    it does not)."""
+                       unkeyed_until: int = 0, full: bool = False) -> History:
+    """The requests recorded since ``since``, read only once the chain verifies
+    (:class:`ChainBroken` if it does not).
+
+    With a key, the chain is verified from its verified-through checkpoint (see
+    :mod:`runtime.audit_checkpoint`: the entries after it in full, the checkpointed entry
+    and the count before it) and the entries up to it are read in batches, only those the
+    record is made of; ``full`` (or no usable checkpoint) walks and verifies the whole
+    chain (:func:`runtime.audit.verify`) and reads the record in the same walk. Either
+    way the checkpoint then moves to the head verified."""
     builder = _Builder()
     wanted = frozenset(ACTIONS)
 
-    def visit(e: AuditRecord) -> None:  # in the one walk that verifies the chain
+    def visit(e: AuditRecord) -> None:  # in the walk that verifies the chain
         if e.action in wanted and (since is None or e.at >= since):
             builder.add(e.at, e.action, e.actor, e.run_id, e.approval_id, e.details)
 
-    report = await verify(db, keys=keys, unkeyed_until=unkeyed_until, visit=visit)
+    async def before(tx: Tx, seq: int) -> None:  # the entries up to the checkpoint, batched
+        async for rows in tx.audit.records(actions=_READ, unasked=_UNASKED, after=0,
+                                           upto=seq, since=since):
+            add = builder.add
+            for _, at, action, actor, run_id, approval_id, details in rows:
+                add(at, action, actor, run_id, approval_id, details)
+
+    report = None
+    if keys and not full:
+        async with db.read(snapshot=True) as tx:
+            report = await verify_from_checkpoint(tx, keys=keys, unkeyed_until=unkeyed_until,
+                                                  before=before, after=visit)
+    if report is None:
+        builder = _Builder()
+        report = await verify(db, keys=keys, unkeyed_until=unkeyed_until, visit=visit)
     if not report.ok:
-        raise ChainBroken(report.problems)
+        raise ChainBroken(report.problems if report.problems else [str(report.cannot)])
+    await record_checkpoint(db, report, keys, unkeyed_until)
     async with db.read(snapshot=True) as tx:
         for r in builder.sealed():
             await _open(tx, r)

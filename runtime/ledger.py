@@ -167,14 +167,11 @@ class Ledger:
         journal: str | None = None,
         after_result: AfterResult | None = None,
         retry_sanctioned: bool = False,
-        since: float | None = None,
         defer: bool = False,
         sensitive: Sequence[str] = (),
     ) -> Executed | OutcomeUnknown | WaitForAttempt:
         """Run ``tool`` once under ``ctx.idempotency_key`` (or reuse what is recorded).
 
-        ``since``: when someone began waiting for this call to start (monotonic): its
-        intent write goes ahead of ordinary ones, whoever has waited longest first.
         ``defer``: do not commit the result; hand its write back in ``Executed.settle`` for
         the caller's next transaction, which must follow at once (the step's checkpoint,
         so a step is one commit fewer). A fresh call of an idempotent tool then needs no
@@ -206,7 +203,7 @@ class Ledger:
                     return decided
                 why = decided  # it provably did not happen: run it again under the same key
             attempt = existing.attempts + 1
-            async with self.db.write(since=since) as tx:
+            async with self.db.write() as tx:
                 await self._check_lease(tx, ctx.run_id, owner, journal)
                 if not await tx.executions.retry_intent(
                         run_id=ctx.run_id, call_id=ctx.call_id, now=self.clock.now(),
@@ -223,7 +220,7 @@ class Ledger:
                                  "once": not tool.idempotent or retry_sanctioned},
                         sensitive=sensitive)
         elif not bare:
-            async with self.db.write(since=since) as tx:
+            async with self.db.write() as tx:
                 # the step's model reply is journaled with its first side effect, so a
                 # retried step replays these exact calls instead of asking the model again
                 await self._check_lease(tx, ctx.run_id, owner, journal)

@@ -47,6 +47,7 @@ from approvald.runtime.outbox_kinds import (
     DeadReport,
     RequestMail,
     RetryLater,
+    Route,
     Undeliverable,
     mail_group,
     mailed,
@@ -135,8 +136,10 @@ class OutboxDrain:
 
     def __init__(self, db: Database, clock: Clock, owners: Owners, urgency: Urgency,
                  deliverer: Deliverer, config: DrainConfig | None = None, *,
-                 audit: AuditTrail | None = None) -> None:
+                 audit: AuditTrail | None = None, own: Route | None = None) -> None:
         self.db = db
+        # the runtime's own rows (outbox_kinds.RUNTIME_KINDS): delivered here, not by a face
+        self.own = own
         self.audit = audit
         self.clock = clock
         self.owners = owners
@@ -192,7 +195,9 @@ class OutboxDrain:
     async def _one(self, row: OutboxRecord) -> tuple[bool, str | None]:
         """Deliver one claimed row: (delivered, result JSON); failures are recorded here."""
         try:
-            result = await self.deliverer.deliver(row)
+            route = self.own if self.own is not None and row.kind in self.own.kinds \
+                else self.deliverer
+            result = await route.deliver(row)
         except RetryLater as exc:
             await self._failed(row, str(exc), after=exc.after)
             return False, None

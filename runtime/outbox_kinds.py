@@ -8,6 +8,11 @@ The faces declare the kinds they deliver (a deliverer's ``kinds``); :class:`Rout
 each row to the face that declared its kind, and ``serve`` refuses to start while a kind
 has no face to deliver it (:meth:`Routes.check`), rather than find out row by row.
 
+One kind is the runtime's own (:data:`RUNTIME_KINDS`): a caller's request that a
+transaction may have ended (:class:`RequestDecided`) is followed up by the runtime itself,
+in the drain, in a transaction of its own (the decision webhook it queues is then a face's
+row like any other); no face declares it, and the drain routes it to the runtime.
+
 The mails of a request form one thread, in one outbox group (:func:`mail_group`): the
 request mail first, then what became of it, its reminders and its edits, in order.
 """
@@ -38,9 +43,12 @@ OUTCOME_MAIL = "mail.outcome"  # in the request mail's thread: what became of it
 REMINDER_MAIL = "mail.reminder"  # ... its reminders
 EDIT_MAIL = "mail.edited"  # ... its arguments were edited: who changed what, what binds now
 SIGN_IN_MAIL = "mail.signin"  # a sign-in link for the web review queue
+# a caller's request may have ended: its webhook is queued, its run ended (runtime.external)
+REQUEST_DECIDED = "request.decided"
 
 APPROVAL_KINDS = frozenset({CARD_POST, CARD_UPDATE, REMINDER})  # about one approval's card
 MAIL_KINDS = frozenset({REQUEST_MAIL, OUTCOME_MAIL, REMINDER_MAIL, EDIT_MAIL, SIGN_IN_MAIL})
+RUNTIME_KINDS = frozenset({REQUEST_DECIDED})  # delivered by the runtime's own route
 
 
 # -- the payloads ----------------------------------------------------------------------------
@@ -131,6 +139,13 @@ class Webhook(Payload):
 
 
 @dataclass(frozen=True)
+class RequestDecided(Payload):
+    kind = REQUEST_DECIDED
+    run_id: str  # the request's (its run's id)
+    approval_id: str | None = None  # the approval an entry ended; None: its run was cancelled
+
+
+@dataclass(frozen=True)
 class RequestMail(Payload):
     kind = REQUEST_MAIL
     approval_id: str
@@ -174,7 +189,7 @@ class SignInMail(Payload):
 
 PAYLOADS: Mapping[str, type[Payload]] = {p.kind: p for p in (
     CardPost, CardUpdate, Reminder, Notice, RunWaiting, HeadPost, DeadReport, Webhook,
-    RequestMail, OutcomeMail, ReminderMail, EditMail, SignInMail)}
+    RequestDecided, RequestMail, OutcomeMail, ReminderMail, EditMail, SignInMail)}
 KINDS: frozenset[str] = frozenset(PAYLOADS)  # every kind a row may have
 
 
@@ -320,8 +335,8 @@ class Routes:
         return found
 
     def missing(self) -> list[str]:
-        """The kinds of :data:`KINDS` no face delivers, sorted."""
-        return sorted(KINDS - set(self._by_kind))
+        """The kinds of :data:`KINDS` no face delivers (the runtime's own aside), sorted."""
+        return sorted(KINDS - RUNTIME_KINDS - set(self._by_kind))
 
     def check(self) -> None:
         """Refuse (one line) a build in which a kind has no route: its rows would wait in

@@ -185,9 +185,25 @@ class Runner:
     # -- entry -----------------------------------------------------------------------
     async def advance(self, run_id: str, *, stop: asyncio.Event | None = None,
                       stale_owners: tuple[str, ...] = (), claim: str | None = None) -> Outcome:
-        """Take the run's lease and drive it. ``claim``: the lease id under which the
-        caller already holds the run (a worker's poll claimed it, or ``start_run`` leased
-        it); the run goes on under it."""
+        """Take the run's lease and drive it until it completes, fails, pauses, or ``stop``
+        is set. ``claim``: the lease id under which the caller already holds the run (a
+        worker's poll claimed it, or ``start_run`` leased it); the run goes on under it.
+
+        What the worker is given to drive a run (:class:`runtime.worker.Advance`), and
+        what the front door's ``advance`` does: the run presses no more once this returns,
+        and the requests it opened are announced to this process's listeners."""
+        try:
+            outcome = await self._advance(run_id, stop=stop, stale_owners=stale_owners,
+                                          claim=claim)
+        finally:
+            self.urgency.end(run_id)
+        if outcome.status == "awaiting_approval":
+            for approval_id in getattr(outcome, "approval_ids", ()):
+                self.signals.notify_opened(approval_id)
+        return outcome
+
+    async def _advance(self, run_id: str, *, stop: asyncio.Event | None,
+                       stale_owners: tuple[str, ...], claim: str | None) -> Outcome:
         now = self.clock.now()
         # one lease id per attempt, not per process: two tasks of one process (a worker
         # and a CLI command, say) must not both believe they hold the run
@@ -195,13 +211,15 @@ class Runner:
         queued: Outcome | None = None
         got = await self._claimed(run_id, claim) if claim is not None else None
         if got is None:
-            async with self.db.write(since=self.urgency.since(run_id)) as tx:
-                lease = await tx.runs.acquire_lease(run_id, owner=owner, now=now,
-                                                    until=now + self.lease_ttl,
-                                                    stale_owners=stale_owners)
-                got = lease.run if lease is not None else None
-                if got is not None:
-                    queued = await self._over_limit(tx, got, owner, now)
+            # a decided run's person waits on its lease: it queues by when they began
+            with self.urgency.waits(self.urgency.since(run_id)):
+                async with self.db.write() as tx:
+                    lease = await tx.runs.acquire_lease(run_id, owner=owner, now=now,
+                                                        until=now + self.lease_ttl,
+                                                        stale_owners=stale_owners)
+                    got = lease.run if lease is not None else None
+                    if got is not None:
+                        queued = await self._over_limit(tx, got, owner, now)
             if got is None:
                 return await self._not_ours(run_id)
             if lease is not None and lease.taken_over:
@@ -670,19 +688,22 @@ class Runner:
         ctx = ToolContext(run_id=live.run.id, call_id=call.id,
                           idempotency_key=f"{live.run.id}:{call.id}",
                           requested_by=live.run.requested_by, agent=agent.name, clock=self.clock)
+        # a decision that resumed this run has reached its call: it presses no more, but
+        # its person still waits on the call's start (its intent write, in the ledger)
         waiting = self.urgency.since(live.run.id)
-        self.urgency.end(live.run.id)  # a decision that resumed this run has reached its call
+        self.urgency.end(live.run.id)
         since = self.decided_runs.reached(live.run.id)
         if since is not None:
             self.meter.tool_started(since)
         defer = last or tool.idempotent
         with self.tracer.span("tool.call", run_id=live.run.id, tool=tool.name, call_id=call.id,
                            idempotency_key=ctx.idempotency_key, policy=kind,
-                           approval_id=approval.id if approval else None) as span:
+                           approval_id=approval.id if approval else None) as span, \
+                self.urgency.waits(waiting):
             result = await self.ledger.execute(
                 tool=tool, ctx=ctx, step=live.step, args=args, digest=digest,
                 existing=existing, owner=live.owner, journal=pending.journal,
-                after_result=after_result, retry_sanctioned=sanctioned, since=waiting,
+                after_result=after_result, retry_sanctioned=sanctioned,
                 defer=defer, sensitive=paths,
             )
             span.set(status=_call_status(result))

@@ -262,8 +262,9 @@ class StandingApprovals:
             await self._redraw(tx, s.granted_on, now)
             return done
 
-        done = await self.db.transact(write, since=self.urgency.now(),
-                                         what=f"revocation of standing approval {s.id}")
+        with self.urgency.waits(self.urgency.now()):  # the revoker's request is held open
+            done = await self.db.transact(write,
+                                          what=f"revocation of standing approval {s.id}")
         self.signals.notify_outbox()
         return done
 

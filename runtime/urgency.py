@@ -4,8 +4,11 @@ A human who clicks Approve is waiting for the call to run. From the moment a dec
 being recorded until the resumed run starts its next tool call (or parks, or finishes),
 the run is *pressing*, and this process serves it first:
 
-* its writes (the decision, the lease, the ledger intent) carry the monotonic time its
-  person began waiting (``since``: the click's, which the run it decides inherits); where
+* its writes (the decision, the lease, the ledger intent) are made inside
+  :meth:`Urgency.waits`, a context (:mod:`store.waiting`) holding the monotonic time its
+  person began waiting (``since``: the click's, which the run it decides inherits), set
+  here and where a decided run goes on, never passed to the code that decides or
+  executes; where
   the store queues writers in-process they go ahead of ordinary ones, whoever has waited
   longest first (the store still gives ordinary writers a regular turn, so nothing
   starves). A decision's request is held open until it commits, so it ranks
@@ -32,6 +35,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Hashable
+from contextlib import AbstractContextManager
+
+from approvald.store import waiting
 
 ANSWER_LEAD = 0.04  # s: how much sooner than its age an answer is served
 
@@ -53,6 +59,11 @@ class Urgency:
         """This process's monotonic clock, as the marks read it (what a writer someone
         waits on from now passes as ``since``)."""
         return self._now()
+
+    def waits(self, since: float | None) -> AbstractContextManager[None]:
+        """Inside: the writes this task makes are for someone who has waited since
+        ``since`` (None: nobody); the store queues them by it (:mod:`store.waiting`)."""
+        return waiting.waiting(since)
 
     def begin(self, key: Hashable, *, since: float | None = None) -> float:
         """``key`` (a run id, or a token for a decision in progress) is pressing for

@@ -40,7 +40,7 @@ ANSWER_PATIENCE = 0.25  # s a woken run waits, at most, for clicks being answere
 
 
 class Advance(Protocol):
-    """Drive one run until it pauses or ends (``Engine.advance``)."""
+    """Drive one run until it pauses or ends (:meth:`runtime.runner.Runner.advance`)."""
 
     def __call__(self, run_id: str, *, stop: asyncio.Event | None = None,
                  stale_owners: tuple[str, ...] = (),
@@ -60,7 +60,7 @@ class ResumeWorker:
         self.signals = signals
         self.urgency = urgency
         self.meter = meter
-        self.advance = advance  # the engine's: drive one run (under a claim, maybe)
+        self.advance = advance  # the runner's: drive one run (under a claim, maybe)
         self.lease_ttl = lease_ttl
         self.concurrency = concurrency
         self.poll_interval = poll_interval

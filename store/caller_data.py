@@ -70,6 +70,14 @@ CLEAR: Mapping[str, str] = {
     "standing_approvals.grants": "the ids of the users who granted it",
     "policy_in_force.source": "where the operator's policy file was loaded from",
     "face_switches.reason": "the operator's words on switching a face off (hook disable)",
+    # widened to Text by 0021 (an MCP resource's URI is its tool name); names, not values:
+    # the operator's policy matches them and the indexes find requests by them
+    "approvals.tool": "the tool's name (an MCP resource's URI), matched by the policy",
+    "tool_executions.tool": "the tool's name (an MCP resource's URI), matched by the policy",
+    "external_requests.tool": "the tool's name a caller named, matched by the policy",
+    "external_requests.policy_name": "the name the operator's policy resolved it under",
+    "standing_approvals.tool": "the tool's name it covers, indexed to find it",
+    "standing_approvals.subject": "the source and tool it covers (agent:NAME/TOOL), indexed",
 }
 
 

@@ -26,7 +26,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any, TypeVar
 
 import aiosqlite
-from approvald.store import fastsql, private_aiosqlite, private_sqlalchemy
+from approvald.store import fastsql, private_aiosqlite, private_sqlalchemy, waiting
 from approvald.store.errors import ConfigError
 from approvald.store.fastsql import Conn
 from approvald.store.liveness import Liveness, server_gone
@@ -246,13 +246,13 @@ class Database:
         return self.url.render_as_string(hide_password=True)
 
     @asynccontextmanager
-    async def write(self, *, since: float | None = None) -> AsyncIterator[Tx]:
+    async def write(self) -> AsyncIterator[Tx]:
         """A read-write transaction, committed on exit, rolled back on error.
 
-        ``since``: the monotonic time someone began waiting on this write (a click whose
-        request is held open until its decision commits, an approved call about to
-        start). Such writes take this process's SQLite write queue ahead of the others,
-        whoever has waited longest first. The order of commits is all it changes.
+        A write someone waits on (:func:`store.waiting.since`: a click whose request is
+        held open until its decision commits, an approved call about to start) takes this
+        process's SQLite write queue ahead of the others, whoever has waited longest
+        first. The order of commits is all it changes.
         """
         if self._write_lock is None:
             async with self.engine.connect() as conn, conn.begin():
@@ -260,7 +260,7 @@ class Database:
                 yield tx
                 await tx.prepare_commit()
             return
-        await self._write_lock.acquire(since=since)
+        await self._write_lock.acquire(since=waiting.since())
         if self._plans is None:  # no fast path: a pooled connection, begun by SQLAlchemy
             try:
                 async with self.engine.connect() as conn, _never_reused_after_error(conn):
@@ -314,8 +314,7 @@ class Database:
                     await asyncio.shield(_discard(writer))
             self._write_lock.release()
 
-    async def transact(self, work: Callable[[Tx], Awaitable[T]], *,
-                       since: float | None = None, attempts: int = 4,
+    async def transact(self, work: Callable[[Tx], Awaitable[T]], *, attempts: int = 4,
                        what: str = "transaction") -> T:
         """Run ``work(tx)`` in a write transaction, again from the start (a bounded number
         of times) when the database rolled it back: to break a deadlock or a serialization
@@ -324,7 +323,7 @@ class Database:
         handed."""
         for attempt in range(1, attempts + 1):
             try:
-                async with self.write(since=since) as tx:
+                async with self.write() as tx:
                     return await work(tx)
             except DBAPIError as exc:
                 if attempt == attempts or not is_retryable(exc):

@@ -99,7 +99,7 @@ class ToolExecution(Base):
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), primary_key=True)
     call_id: Mapped[str] = mapped_column(String(100), primary_key=True)
     step: Mapped[int] = mapped_column(Integer)
-    tool: Mapped[str] = mapped_column(String(100))
+    tool: Mapped[str] = mapped_column(Text)  # resource:URI is as long as its URI (0021)
     args_digest: Mapped[str] = mapped_column(String(64))
     status: Mapped[str] = mapped_column(String(16))  # started|succeeded|failed|unknown
     result: Mapped[str | None] = mapped_column(SealedText("tool_executions.result"))
@@ -128,7 +128,7 @@ class Approval(Base):
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
     call_id: Mapped[str] = mapped_column(String(100))
     kind: Mapped[str] = mapped_column(String(20))  # tool_call | outcome_unknown
-    tool: Mapped[str] = mapped_column(String(100))
+    tool: Mapped[str] = mapped_column(Text)  # resource:URI is as long as its URI (0021)
     args: Mapped[str] = mapped_column(SealedText("approvals.args"))
     digest: Mapped[str] = mapped_column(String(64))
     edited_args: Mapped[str | None] = mapped_column(SealedText("approvals.edited_args"))
@@ -247,6 +247,21 @@ class AuditHead(Base):
     hash: Mapped[str] = mapped_column(String(64))
 
 
+class AuditCheckpoint(Base):
+    """How far the chain was last verified with the key: the entry (``seq``, its MAC
+    ``hash``) a full verify passed through, MAC'd with the key ``key_id`` (``mac``), so a
+    writer without the key cannot move it past an entry they changed."""
+
+    __tablename__ = "audit_checkpoint"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    seq: Mapped[int] = mapped_column(Integer)
+    hash: Mapped[str] = mapped_column(String(64))
+    key_id: Mapped[str] = mapped_column(String(16))
+    unkeyed_until: Mapped[int] = mapped_column(Integer)
+    mac: Mapped[str] = mapped_column(String(64))
+
+
 class RunThread(Base):
     """Where a run's ops thread lives in chat, and how far it has been told (bot-owned).
 
@@ -317,10 +332,10 @@ class ExternalRequest(Base):
     token_id: Mapped[str] = mapped_column(ForeignKey("api_tokens.id"))
     idempotency_key: Mapped[str | None] = mapped_column(String(200))
     fingerprint: Mapped[str] = mapped_column(String(64))  # of the request as created
-    tool: Mapped[str] = mapped_column(String(100))
+    tool: Mapped[str] = mapped_column(Text)  # resource:URI is as long as its URI (0021)
     args: Mapped[str] = mapped_column(SealedText("external_requests.args"))
     digest: Mapped[str] = mapped_column(String(64))
-    policy_name: Mapped[str | None] = mapped_column(String(100))
+    policy_name: Mapped[str | None] = mapped_column(Text)
     kind: Mapped[str] = mapped_column(String(20))  # auto, approve_before or forbidden
     reason: Mapped[str | None] = mapped_column(Text)  # why a forbidden call is refused
     # JSON list of the argument paths its policy declared sensitive (as on the ledger)
@@ -364,7 +379,7 @@ class StandingApproval(Base):
     __tablename__ = "standing_approvals"
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
-    tool: Mapped[str] = mapped_column(String(100))
+    tool: Mapped[str] = mapped_column(Text)  # resource:URI is as long as its URI (0021)
     # JSON: {"kind": exact|fields|condition, ...}
     scope: Mapped[str] = mapped_column(SealedText("standing_approvals.scope"))
     rule: Mapped[str | None] = mapped_column(Text)  # the policy rule label of its band
@@ -381,7 +396,7 @@ class StandingApproval(Base):
     revoked_by: Mapped[str | None] = mapped_column(String(200))
     # the source and tool it covers (agent:NAME/TOOL, api:TOKEN/TOOL, ...) and the digest
     # of the resolved policy it was granted under; null (made before 0010): covers nothing
-    subject: Mapped[str | None] = mapped_column(String(300))
+    subject: Mapped[str | None] = mapped_column(Text)
     policy_digest: Mapped[str | None] = mapped_column(String(64))
 
     __table_args__ = (Index("ix_standing_approvals_tool_status", "tool", "status"),

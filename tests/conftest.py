@@ -44,8 +44,9 @@ PG_ADMIN_URL = os.environ.get("APPROVALD_TEST_PG_URL",
 # again (tests/integration/test_pg_reset.py checks that the list names them all, in an order
 # that deletes). DELETE, not TRUNCATE: on tables of a few rows TRUNCATE costs ~100 ms (it
 # makes new files for fifteen tables and their indexes), DELETE under 1 ms.
-TABLES = ("approval_votes", "approvals", "audit_log", "audit_head", "limits", "outbox",
-          "external_requests", "api_tokens", "standing_approvals", "adapter_pauses",
+TABLES = ("approval_votes", "approvals", "audit_log", "audit_head", "audit_checkpoint",
+          "limits", "outbox", "external_requests", "api_tokens", "standing_approvals",
+          "adapter_pauses",
           "run_threads", "run_events", "tool_executions", "runs", "policy_in_force",
           "web_links", "web_sessions", "web_slack_states", "face_switches",
           "web_refusal_counts", "deployment_keys")

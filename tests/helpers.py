@@ -233,3 +233,79 @@ async def _keep(box: list[asyncio.Task[None]], task: asyncio.Task[None]) -> None
         await task
     except asyncio.CancelledError:
         pass
+
+
+def opened_by_faces(monkeypatch: Any, db: Any) -> list[str]:
+    """The reads and writes opened on ``db`` from now on, each as ``kind:module`` of the
+    code that opened it; the expiry scheduler's own timer (which may fire meanwhile) is
+    left out."""
+    opened: list[str] = []
+
+    def counting(kind: str) -> Any:
+        real = getattr(db, kind)
+
+        def open_(*args: Any, **kwargs: Any) -> Any:
+            where = Path(sys._getframe(1).f_code.co_filename)
+            if where.name != "scheduler.py":
+                opened.append(f"{kind}:{where.parent.name}/{where.stem}")
+            return real(*args, **kwargs)
+        return open_
+
+    for kind in ("read", "write", "transact"):
+        monkeypatch.setattr(db, kind, counting(kind))
+    return opened
+class Taken:
+    """A face that takes every outbox row as delivered (tests that read the outbox)."""
+
+    async def deliver(self, row: Any) -> dict[str, Any] | None:
+        return None
+
+
+async def follow_up(engine: Any) -> int:
+    """Drain ``engine``'s outbox once, as ``serve`` does after a commit: the runtime's own
+    rows are followed up (a caller's request decided: its webhook queued, its run ended)
+    and every face's row is taken as delivered. How many rows went."""
+    return int(await engine.drain(Taken()).drain_once())
+
+
+class Rows:
+    """The tests' one way into the database: the rows a test reads to assert on, and the
+    rows a tampering test forges past the runtime (an attacker with write access and not
+    the key). A test that needs another read adds it here, not a ``db.read()`` of its
+    own (issue 47); the layout test holds the files that still open one to a count."""
+
+    def __init__(self, db: Any) -> None:
+        self.db = db
+
+    @classmethod
+    def of(cls, engine: Any) -> Rows:
+        return cls(engine.db)
+
+    async def approval(self, approval_id: str) -> Any:
+        async with self.db.read() as tx:
+            return await tx.approvals.get(approval_id)
+
+    async def approvals(self, *run_ids: str) -> list[Any]:
+        """The approvals of ``run_ids``, run by run, each run's in the order made."""
+        async with self.db.read() as tx:
+            return [a for run_id in run_ids for a in await tx.approvals.for_run(run_id)]
+
+    async def run(self, run_id: str) -> Any:
+        async with self.db.read() as tx:
+            return await tx.runs.get(run_id)
+
+    async def outbox(self, kind: str) -> list[Any]:
+        async with self.db.read() as tx:
+            return list(await tx.outbox.recent(kind=kind))
+
+    async def audit(self, *, approval_id: str | None = None,
+                    run_id: str | None = None) -> list[Any]:
+        async with self.db.read() as tx:
+            return list(await tx.audit.query(approval_id=approval_id, run_id=run_id))
+
+    async def forge(self, table: Any, *where: Any, **values: Any) -> None:
+        """Change rows behind the runtime's back: ``UPDATE table SET values WHERE where``."""
+        from sqlalchemy import update
+
+        async with self.db.write() as tx:
+            await tx.conn.execute(update(table).where(*where).values(**values))

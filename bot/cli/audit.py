@@ -16,6 +16,7 @@ from approvald.bot.cli.common import (
 from approvald.bot.config import Settings
 from approvald.bot.wiring import open_database
 from approvald.runtime import audit
+from approvald.runtime.audit_checkpoint import record_checkpoint
 from approvald.runtime.audit_file import ExportUnreadable, verify_export
 from approvald.runtime.engine import Engine
 from approvald.runtime.errors import ConfigError
@@ -70,6 +71,8 @@ async def cmd_verify(s: Settings, a: argparse.Namespace) -> int:
     try:
         report = await audit.verify(db, keys=keys, expect=expect,
                                     unkeyed_until=s.audit_unkeyed_until)
+        # later reads of the record (policy replay, insights) verify from here on
+        await record_checkpoint(db, report, keys, s.audit_unkeyed_until)
     finally:
         await db.close()
     return _said(report, keys, what="audit log")

@@ -35,6 +35,10 @@ SINCE = ("how far back the record is read: a duration such as 30d, 12h (default 
          "'all'")
 
 
+FULL = ("verify the whole audit chain first, not only the entries after the last verified "
+        "checkpoint (as `audit verify` does)")
+
+
 def register(sub: Subparsers) -> None:
     """Add ``policy replay|check`` and ``insights``."""
     po = sub.add_parser("policy", help="check a new policy file against the record of "
@@ -45,6 +49,7 @@ def register(sub: Subparsers) -> None:
                        "or edited would run without asking)")
     rp.add_argument("file", metavar="NEW.toml", help="the policy file to try")
     rp.add_argument("--since", default="30d", help=SINCE)
+    rp.add_argument("--full", action="store_true", help=FULL)
     rp.add_argument("--json", action="store_true", help=JSON + "; one per changed request")
     rp.set_defaults(fn=cmd_replay)
     ck = po.add_parser("check", help="load a policy file as serve would; with "
@@ -54,10 +59,12 @@ def register(sub: Subparsers) -> None:
     ck.add_argument("--against-history", action="store_true",
                     help="replay the record of requests under it (as policy replay does)")
     ck.add_argument("--since", default="30d", help=SINCE)
+    ck.add_argument("--full", action="store_true", help=FULL)
     ck.set_defaults(fn=cmd_check)
     ins = sub.add_parser("insights", help="per tool and per rule: requests, answers, time to "
                          "decision, who decides; shadow rules' records; suggested rules")
     ins.add_argument("--since", default="30d", help=SINCE)
+    ins.add_argument("--full", action="store_true", help=FULL)
     ins.add_argument("--min-requests", type=int, default=MIN_REQUESTS,
                      help="requests a suggestion needs behind it")
     ins.add_argument("--json", action="store_true", help=JSON)
@@ -91,10 +98,11 @@ def load_new(s: Settings, engine: Engine, path: str) -> PolicyFile:
     return new
 
 
-async def _history(s: Settings, engine: Engine, since: timedelta | None) -> History | None:
+async def _history(s: Settings, engine: Engine, since: timedelta | None,
+                   full: bool) -> History | None:
     try:
         return await engine.history(since=since, keys=s.audit_keys(),
-                                    unkeyed_until=s.audit_unkeyed_until)
+                                    unkeyed_until=s.audit_unkeyed_until, full=full)
     except ChainBroken as exc:
         for p in exc.problems:
             print(f"audit log BROKEN: {p}")
@@ -106,7 +114,7 @@ async def cmd_replay(s: Settings, a: argparse.Namespace) -> int:
 
     async def go(engine: Engine) -> int:
         new = load_new(s, engine, a.file)
-        history = await _history(s, engine, since)
+        history = await _history(s, engine, since, a.full)
         if history is None:
             return 5
         result = engine.replay_policy(history, new)
@@ -127,7 +135,7 @@ async def cmd_check(s: Settings, a: argparse.Namespace) -> int:
         print(f"{a.file}: loads (policy digest {new.digest[:16]}…)")
         if not a.against_history:
             return 0
-        history = await _history(s, engine, since)
+        history = await _history(s, engine, since, a.full)
         if history is None:
             return 5
         result = engine.replay_policy(history, new)
@@ -142,7 +150,7 @@ async def cmd_insights(s: Settings, a: argparse.Namespace) -> int:
         raise UsageError("--min-requests: at least 1")
 
     async def go(engine: Engine) -> int:
-        history = await _history(s, engine, since)
+        history = await _history(s, engine, since, a.full)
         if history is None:
             return 5
         found = engine.insights(history, window=window_of(since), min_requests=a.min_requests)

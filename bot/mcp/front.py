@@ -26,11 +26,11 @@ from typing import Any
 import mcp_types as types
 from approvald.bot.mcp.gateway import Forward, Gateway, Ran, Refused
 from approvald.bot.mcp.upstream import Upstream
+from approvald.runtime.external import TOOL_LIMIT
 from mcp import MCPError
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 
-NAME_LIMIT = 100  # characters of a request's tool name (resource:URI, prompt:NAME)
 GatewayFor = Callable[[ServerRequestContext[Any]], Gateway]
 
 
@@ -125,10 +125,10 @@ class Front:
 
     async def _gated(self, ctx: ServerRequestContext[Any], name: str, args: dict[str, Any],
                      forward: Forward[Any]) -> Any:
-        if len(name) > NAME_LIMIT:
+        if len(name.encode()) > TOOL_LIMIT:
             raise MCPError(types.INVALID_PARAMS, f"approvald: {name[:60]}… is too long to be "
-                           f"named in a request ({len(name)} characters, at most "
-                           f"{NAME_LIMIT} with its prefix). Nothing was read.")
+                           f"named in a request ({len(name.encode())} bytes, at most "
+                           f"{TOOL_LIMIT} with its prefix). Nothing was read.")
         gateway = self.gateway_for(ctx)
         started = time.monotonic()
 

@@ -23,6 +23,7 @@ undecided, it is a tool error naming the request, and the same call made again j
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import shlex
 import tomllib
@@ -35,6 +36,7 @@ from approvald.bot.asgi import answer
 from approvald.bot.mcp.front import Front
 from approvald.bot.mcp.gateway import Gateway, Refused
 from approvald.bot.mcp.proxy import server_environment
+from approvald.bot.mcp.relay import BACK_KEY, SESSION_KEY, TOKEN_KEY, BackChannel, Session
 from approvald.bot.mcp.tasks import (
     EXTENSION,
     TaskIds,
@@ -65,7 +67,6 @@ from pydantic import (
 
 log = logging.getLogger("approvald.mcp")
 
-TOKEN_KEY = "approvald.token"  # the ASGI scope's key for the request's bearer token
 MAX_BODY = 4 * 1024 * 1024
 Name = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9._-]{0,59}$")]
 
@@ -266,6 +267,8 @@ class HttpGateways:
         self.gateways = {name: HttpGateway(engine, name, c, secret=secret)
                          for name, c in configs.items()}
         self._stack = contextlib.AsyncExitStack()
+        # server-to-client requests written on this process's streams, awaiting replies
+        self.back = BackChannel()
 
     async def start(self, host: str, port: int | None) -> None:
         try:
@@ -296,7 +299,39 @@ class HttpGateways:
         refused = api_tokens.face_refusal(token, g.face)
         if refused is not None:
             return _error(403, "wrong_face", refused)
-        return await answer(g.manager.handle_request, request, **{TOKEN_KEY: token})
+        body: bytes | None = None
+        said: Any = None
+        headers: dict[str, str] = {}
+        if request.method == "POST" and (request.content_length or 0) <= MAX_BODY:
+            body = await _read(request)
+            with contextlib.suppress(ValueError):
+                said = json.loads(body)
+            if self.back.deliver(token.id, said):  # a reply to a request relayed here
+                return web.Response(status=202)
+            if isinstance(said, dict) and said.get("method") == "initialize":
+                # a 2025-11-25 client's session: what it declared, for its later requests
+                with contextlib.suppress(ValueError):
+                    caps = types.ClientCapabilities.model_validate(
+                        (said.get("params") or {}).get("capabilities") or {})
+                    made = Session(caps).encode()
+                    if made is not None:
+                        headers["Mcp-Session-Id"] = made
+        session = Session.decode(request.headers.get("Mcp-Session-Id"))
+        return await answer(g.manager.handle_request, request, body=body, headers=headers,
+                            **{TOKEN_KEY: token, SESSION_KEY: session, BACK_KEY: self.back})
+
+
+async def _read(request: web.Request) -> bytes:
+    """The request's body, up to one byte past MAX_BODY (the SDK refuses a longer one)."""
+    chunks: list[bytes] = []
+    size = 0
+    while size <= MAX_BODY:
+        chunk = await request.content.read(64 * 1024)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
 
 
 def _error(status: int, code: str, message: str,

@@ -163,7 +163,7 @@ class SlackService:
                  ops_routes: Callable[[web.Application], None] | None = None) -> None:
         check_slack_settings(settings)
         self.ops_routes = ops_routes  # /healthz, /readyz, /v1 (see bot/metrics.py)
-        if engine.signer is None:
+        if not engine.signs_buttons:
             raise ConfigError("APPROVALD_SECRET is not set or shorter than 16 characters "
                               "(the key approval-button tokens are derived from)")
         assert settings.slack_bot_token is not None and settings.channel is not None
@@ -181,7 +181,7 @@ class SlackService:
             # the signature of an HTTP request is checked once, on its raw bytes, in front
             # of the app (bot/slack/transport.py): bolt's documented switch for that case
             request_verification_enabled=False,
-            # listeners ack, then hand their work to tasks (see bot/slack/handlers.py): the
+            # listeners ack, then hand their work to tasks (see bot/slack/listeners.py): the
             # response goes out as soon as the listener returns, with no polling for it
             process_before_response=True,
         )

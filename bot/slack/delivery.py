@@ -15,7 +15,6 @@ thread when it has one) by a ``delivery.dead`` row, delivered here like any othe
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections import OrderedDict
 from datetime import datetime, timedelta
@@ -27,7 +26,6 @@ from approvald.bot.slack import cards, messages, texts
 from approvald.bot.slack.log_delivery import SLACK_KINDS
 from approvald.bot.slack.mrkdwn import clause, clip, code_span, safe_cut, slack_date
 from approvald.runtime.engine import Engine
-from approvald.runtime.ids import is_external
 from approvald.runtime.outbox_kinds import (
     CARD_POST,
     CARD_UPDATE,
@@ -41,8 +39,9 @@ from approvald.runtime.outbox_kinds import (
 )
 from approvald.runtime.policy import ApprovalPolicy
 from approvald.runtime.sensitive import Masking
+from approvald.runtime.threads import Place
+from approvald.runtime.views import CardView
 from approvald.store.records import ApprovalRecord, OutboxRecord
-from approvald.store.repos import Tx
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -50,7 +49,6 @@ log = logging.getLogger("approvald.slack")
 
 CARD_EVENT = "approvald_card"
 PERMALINKS_KEPT = 4096  # cached message permalinks (one chat.getPermalink each, else)
-MAX_REPOSTS = 1  # a deleted thread parent is posted again once; then the thread is let go
 THREAD_WAIT = 0.5  # seconds a run's line waits, at a time, for its thread to tell what came first
 DEAD_REPORT_MAX = 3000  # characters of a dead-delivery report (the error is clipped first)
 # errors that retrying cannot fix: park the row (it stays visible as dead)
@@ -129,61 +127,58 @@ class SlackDeliverer:
                 return await self._run_waiting(payload)
             if row.kind == DEAD_REPORT:
                 return await self._dead_report(payload)
-            async with self.e.db.read() as tx:
-                a = await tx.approvals.get(payload["approval_id"])
-            if a is None:
-                raise Undeliverable(f"approval {payload['approval_id']} does not exist")
-            if row.kind == CARD_POST:
-                return await self._post(row, a)
-            if row.kind == CARD_UPDATE:
-                return await self._update(row, a)
+            if row.kind in (CARD_POST, CARD_UPDATE):
+                # the card's view: the request and what its card shows, in one read
+                view = await self.e.views.card(payload["approval_id"])
+                if view is None:
+                    raise Undeliverable(f"approval {payload['approval_id']} does not exist")
+                if row.kind == CARD_POST:
+                    return await self._post(row, view)
+                return await self._update(row, view)
             if row.kind == REMINDER:
+                a = await self.e.views.approval(payload["approval_id"])
+                if a is None:
+                    raise Undeliverable(f"approval {payload['approval_id']} does not exist")
                 return await self._remind(a)
         except (RetryLater, Undeliverable):
             raise
         except Exception as exc:
             if isinstance(exc, SlackApiError):
-                note = getattr(self.e.meter, "slack_error", None)
-                if note is not None:
-                    note(*slack_method(exc))
+                self.e.note_face_error("slack", *slack_method(exc))
             raise classify(exc) from exc
         raise Undeliverable(f"unknown outbox kind {row.kind!r}")
 
     # -- cards -----------------------------------------------------------------------
     async def render(self, a: ApprovalRecord) -> dict[str, Any]:
-        """The card for ``a`` as it stands in the database now (one read transaction)."""
-        async with self.e.db.read() as tx:
-            # only a quorum card shows individual votes; only escalations link cards
-            votes = await tx.approvals.votes(a.id) if a.quorum > 1 else []
-            # read each time: a thread still being started has no ts, a re-posted one moves
-            found = await tx.threads.get(a.run_id)
-            thread = (found.channel, found.ts) if found is not None and found.ts else None
-            newer = None
-            if a.status == "superseded":
-                newer = next((x for x in await tx.approvals.for_run(a.run_id)
-                              if x.supersedes == a.id), None)
-            older = await tx.approvals.get(a.supersedes) if a.supersedes else None
-            # a standing approval granted on this request is told on its card
-            standing = (await tx.standing.granted_on(a.id, tool=a.tool)
-                        if a.kind == "tool_call" and a.decided_via != "standing" else [])
-        token = self.e.button_token(a) if a.status == "pending" else None
-        thread_url = await self._permalink(*thread) if thread else None
+        """The card for ``a`` as it stands in the database now (its view: one read)."""
+        view = await self.e.views.card(a.id)
+        if view is None:
+            raise Undeliverable(f"approval {a.id} does not exist")
+        return await self.draw(view)
+
+    async def draw(self, view: CardView) -> dict[str, Any]:
+        """The card a view shows, with the links Slack gives (permalinks, cached)."""
+        a = view.approval
+        thread_url = await self._permalink(*view.thread) if view.thread else None
         superseded_by = None
+        newer, older = view.newer, view.older
         if newer is not None:
             superseded_by = (await self._permalink(newer.channel, newer.message_ts)
                              if newer.channel and newer.message_ts else None) or newer.id
         supersedes_url = None
         if older is not None and older.channel and older.message_ts:
             supersedes_url = await self._permalink(older.channel, older.message_ts)
-        return cards.approval_card(a, token=token, now=self.e.clock.now(), votes=votes,
+        return cards.approval_card(a, token=view.token, now=view.now, votes=list(view.votes),
                                    thread_url=thread_url, superseded_by=superseded_by,
-                                   supersedes_url=supersedes_url, standing=standing)
+                                   supersedes_url=supersedes_url,
+                                   standing=list(view.standing))
 
     def channel_for(self, a: ApprovalRecord) -> str:
         policy = ApprovalPolicy.from_snapshot(a.policy)
         return policy.channel or self.channel
 
-    async def _post(self, row: OutboxRecord, a: ApprovalRecord) -> dict[str, Any]:
+    async def _post(self, row: OutboxRecord, view: CardView) -> dict[str, Any]:
+        a = view.approval
         if a.channel and a.message_ts:  # posted before; only the bookkeeping was lost
             return {"channel": a.channel, "ts": a.message_ts, "reused": True}
         channel = self.channel_for(a)
@@ -192,7 +187,7 @@ class SlackDeliverer:
             if found is not None:
                 await self._remember(a, channel, found)
                 return {"channel": channel, "ts": found, "reused": True}
-        card = await self.render(a)
+        card = await self.draw(view)
         resp = await self.client.chat_postMessage(
             channel=channel, text=card["text"], blocks=card["blocks"], unfurl_links=False,
             unfurl_media=False,
@@ -216,14 +211,14 @@ class SlackDeliverer:
         return None
 
     async def _remember(self, a: ApprovalRecord, channel: str, ts: str) -> None:
-        async with self.e.db.write() as tx:
-            await tx.approvals.set_message(a.id, channel=channel, ts=ts)
+        await self.e.card_posted(a.id, channel=channel, ts=ts)
 
-    async def _update(self, row: OutboxRecord, a: ApprovalRecord) -> dict[str, Any]:
+    async def _update(self, row: OutboxRecord, view: CardView) -> dict[str, Any]:
+        a = view.approval
         if not (a.channel and a.message_ts):
             log.warning("approval %s has no card to update (its post failed); skipping", a.id)
             return {"skipped": "no card"}
-        card = await self.render(a)
+        card = await self.draw(view)
         try:
             await self.client.chat_update(channel=a.channel, ts=a.message_ts, text=card["text"],
                                           blocks=card["blocks"])
@@ -245,79 +240,43 @@ class SlackDeliverer:
         url = await self._permalink(a.channel, a.message_ts)
         resp = await self.client.chat_postMessage(
             channel=a.channel, thread_ts=a.message_ts,
-            text=messages.reminder_text(a, now=self.e.clock.now(), card_url=url))
+            text=messages.reminder_text(a, now=self.e.now(), card_url=url))
         return {"channel": a.channel, "ts": str(resp["ts"])}
 
     async def _notice(self, payload: dict[str, Any]) -> dict[str, Any]:
-        args: Any = payload.get("args")
         run_id = str(payload["run_id"])
-        async with self.e.db.read() as tx:
-            thread = await tx.threads.get(run_id)
-            if not is_external(run_id) and (thread is None or thread.reposts <= MAX_REPOSTS):
-                # an agent's run has a thread, which tells the call (from its audit entry,
-                # "ran without asking": notify-after) with its result one click away: a
-                # notice there said it a second time
-                return {"skipped": "told in the run's thread"}
-            rec = await tx.executions.get(run_id, payload["call_id"])
-            where = await self._where(tx, run_id, payload.get("seq"),
-                                      call_id=str(payload["call_id"]))
-            # notices queued before the arguments rode in the payload: read the transcript
-            events = await tx.events.load(run_id) if "args" not in payload else []
-            run = await tx.runs.get(run_id)
+        view = await self.e.views.notice(run_id, str(payload["call_id"]), payload.get("seq"),
+                                         args=payload.get("args"), has_args="args" in payload)
+        if view is None:
+            # an agent's run has a thread, which tells the call (from its audit entry,
+            # "ran without asking": notify-after) with its result one click away: a
+            # notice there said it a second time
+            return {"skipped": "told in the run's thread"}
+        channel, thread_ts = self._at(run_id, view.place)
+        rec = view.execution
         if rec is None:
             raise Undeliverable("the notice's execution record is gone")
-        for ev in events:
-            body = json.loads(ev.body)
-            for call in body.get("tool_calls") or []:
-                if call.get("id") == payload["call_id"]:
-                    args = call.get("arguments")
-        # the paths resolved when the call was made (a row from before they were
-        # recorded: those of the agent's tool now)
-        hide = rec.sensitive_paths() or (
-            self.e.registry.sensitive_paths(run, rec.tool) if run is not None else ())
-        shown = Masking.of_call(hide, args)
+        args = view.args
+        shown = Masking.of_call(view.sensitive, args)
         text = messages.notice_text(rec.tool, shown.args(args), shown.data(
             rec.result_value() if rec.status == "succeeded" else {"error": rec.error}))
-        channel, thread_ts = where
         resp = await self.client.chat_postMessage(channel=channel, thread_ts=thread_ts, text=text)
         return {"channel": channel, "ts": str(resp["ts"])}
 
-    async def _where(self, tx: Tx, run_id: str, seq: Any, *,
-                     call_id: str | None = None) -> tuple[str, str | None]:
-        """Where a line about run ``run_id`` goes: ``(channel, thread_ts)``.
-
-        The run's thread is told by the thread follower from the run's events; a line the
-        outbox delivers there waits (:class:`RetryLater`, a wait) until the thread has told
-        the events before ``seq`` (the run's next seq when the line was written) and, for
-        ``call_id``, that call's result, so lines appear in the order things happened. A
-        row from before ``seq`` was recorded goes where the thread is now, and so does a
-        line whose thread is failing (order cannot be kept there; the line is not held
-        back for it); a run whose thread was let go gets its lines in the ops channel.
-        """
-        thread = await tx.threads.get(run_id)
-        if thread is not None and thread.reposts > MAX_REPOSTS:
-            return self.ops_channel, None
-        if not isinstance(seq, int) or (thread is not None and thread.failures > 0):
-            if thread is not None and thread.ts:
-                return thread.channel, thread.ts
-            return self.ops_channel, None
-        if thread is None or thread.ts is None or thread.posted_seq < seq:
+    def _at(self, run_id: str, place: Place) -> tuple[str, str | None]:
+        """Where a line about run ``run_id`` goes: ``(channel, thread_ts)`` (see
+        :func:`runtime.threads.place`: its thread, the ops channel, or not yet)."""
+        if place.wait:
             raise _told_first(run_id)
-        if call_id is not None:
-            run = await tx.runs.get(run_id)
-            if run is not None and run.next_seq <= seq:
-                raise _told_first(run_id)  # the call's step is not recorded yet
-            for ev in await tx.events.load(run_id, since=max(seq, thread.posted_seq)):
-                body = json.loads(ev.body)
-                if body.get("role") == "tool" and body.get("call_id") == call_id:
-                    raise _told_first(run_id)  # its result is not told yet
-        return thread.channel, thread.ts
+        if place.channel is None:
+            return self.ops_channel, None
+        return place.channel, place.ts
 
     async def _run_waiting(self, payload: dict[str, Any]) -> dict[str, Any]:
         """A run started waiting: say why and until when, in its thread (or the ops channel)."""
-        async with self.e.db.read() as tx:
-            channel, thread_ts = await self._where(tx, str(payload["run_id"]),
-                                                   payload.get("seq"))
+        run_id = str(payload["run_id"])
+        channel, thread_ts = self._at(run_id, await self.e.views.line_place(
+            run_id, payload.get("seq")))
         until = datetime.fromisoformat(str(payload["until"]))
         text = texts.RUN_WAITING.format(date=slack_date(until, texts.DATE_AT),
                                         reason=clause(clip(str(payload.get("reason") or ""),
@@ -340,17 +299,14 @@ class SlackDeliverer:
         """Tell ops that a row was given up: in its run's thread when the run has one."""
         approval_id, run_id = payload.get("approval_id"), payload.get("run_id")
         call_id = payload.get("call_id")
-        async with self.e.db.read() as tx:
-            a = await tx.approvals.get(str(approval_id)) if approval_id else None
-            run_id = a.run_id if a is not None else run_id
-            thread = await tx.threads.get(str(run_id)) if run_id else None
-            # a notice names its tool through the execution it reports
-            rec = (await tx.executions.get(str(run_id), str(call_id))
-                   if a is None and run_id and call_id else None)
+        dead = await self.e.views.dead(
+            approval_id=str(approval_id) if approval_id else None,
+            run_id=str(run_id) if run_id else None, call_id=str(call_id) if call_id else None)
+        a, thread, rec = dead.approval, dead.thread, dead.execution
         tool = a.tool if a is not None else rec.tool if rec is not None else None
         text = dead_report_text(payload, tool=tool,
                                 open_request=a is not None and a.status == "pending"
-                                and a.expires_at > self.e.clock.now())
+                                and a.expires_at > self.e.now())
         channel, thread_ts = self.ops_channel, None
         if thread is not None and thread.ts:  # a thread still being started has no ts yet
             channel, thread_ts = thread.channel, thread.ts

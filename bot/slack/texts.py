@@ -167,6 +167,19 @@ HOME_MORE = ("Showing the oldest {shown} of {total}. Decide these first, or see 
              "`approvald approvals list --limit {total}`.")
 HOME_RECENT_TITLE = "Recent decisions"
 HOME_RECENT_EMPTY = "No decisions yet."
+# the insights, for the deployment's operators (APPROVALD_OPERATORS; issue 51)
+HOME_INSIGHTS_TITLE = "Insights: the last {window}"
+HOME_INSIGHTS_SUMMARY = "{requests} requests, as of {at} · the same as `approvald insights`"
+HOME_INSIGHTS_TOOL = ("*`{tool}`* · asked {asked} · approve {approve} · edit {edit} · "
+                      "deny {deny} · expire {expire} · median {median} · p90 {p90}")
+HOME_INSIGHTS_DENIED = "  denied for: {reasons}"
+HOME_INSIGHTS_DECIDERS = "  decided by: {who}"
+HOME_INSIGHTS_SHADOW = ("Shadow rule `{where}` ({when}): held for {matched}; people agreed "
+                        "on {agreed} of {settled}")
+HOME_INSIGHTS_SUGGESTED = "*Suggested rule* (paste into the policy file; nothing is applied)"
+HOME_INSIGHTS_BROKEN = (":warning: The audit log does not verify, so its record is not read: "
+                        "{why}")
+HOME_INSIGHTS_EMPTY = "No requests in the window."
 LIST_TITLE = "*{n} request(s) waiting for your approval*"
 LIST_EMPTY = ":sparkles: Nothing is waiting for your approval."
 LIST_MORE = ("… and {n} more. The App Home tab shows more at once, and "

@@ -15,7 +15,9 @@ card to be posted (``card_wait`` at most), so that it links to it.
 
 Several replicas may follow the same runs, so each thread's work is claimed first: a
 compare-and-set on its row (inserted already claimed, before the parent exists) gives one
-replica a lease, and only the holder posts for that run until the lease ends. Every post
+replica a lease, and only the holder posts for that run until the lease ends (the engine
+keeps the claims, :mod:`runtime.threads`; a turn reads what it tells from the engine's
+view of the run, :meth:`runtime.views.Views.turn`, one snapshot). Every post
 carries message metadata: the parent names its run, a reply names the seq its events run
 up to. What a turn posted is recorded as the claim is released; when a claim is taken over
 uncleanly (the last holder crashed or failed after posting, before recording), the new
@@ -42,13 +44,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from approvald.bot.slack import messages, story
-from approvald.bot.slack.delivery import MAX_REPOSTS, slack_error
+from approvald.bot.slack.delivery import slack_error
 from approvald.runtime.engine import Engine
 from approvald.runtime.failpoints import failpoint
-from approvald.runtime.ids import is_external
 from approvald.runtime.periodic import repeat
 from approvald.runtime.shown import RunMasking, of_run
 from approvald.runtime.state import AssistantMessage
+from approvald.runtime.threads import MAX_REPOSTS, Claim
 from approvald.runtime.transcript import decode
 from approvald.store.records import (
     ApprovalRecord,
@@ -115,7 +117,7 @@ class ThreadFollower:
         self.client = client
         self.channel = channel
         self.interval = per_channel_interval
-        self.since = engine.clock.now() - lookback
+        self.since = engine.now() - lookback
         self.claim_ttl = claim_ttl
         self.batch = batch
         self.backoff = backoff
@@ -141,44 +143,31 @@ class ThreadFollower:
 
     async def sync_once(self) -> int:
         """Give each lagging thread one turn (as far as pacing allows); returns posts."""
-        async with self.e.db.read() as tx:
-            behind = await tx.threads.behind(now=self.e.clock.now(), since=self.since,
-                                             limit=self.batch, max_reposts=MAX_REPOSTS,
+        behind = await self.e.threads.behind(since=self.since, limit=self.batch,
                                              callers=self.callers)
         posts = 0
         for run, seen in behind:
             channel = seen.channel if seen else self.channel
             if not self._ready(channel):
                 continue
-            await self.e.urgency.settle(self.patience)
+            await self.e.settle(self.patience)
             posts += await self._turn(run, seen, channel)
         return posts
 
     # -- one claimed turn ----------------------------------------------------------------
 
     async def _turn(self, run: RunRecord, seen: ThreadRecord | None, channel: str) -> int:
-        now = self.e.clock.now()
-        until = now + self.claim_ttl
-        async with self.e.db.write() as tx:
-            if seen is None:
-                claimed = await tx.threads.open(run.id, channel=channel, owner=self.e.owner,
-                                                until=until)
-            else:
-                claimed = await tx.threads.claim(run.id, owner=self.e.owner, now=now,
-                                                 until=until, seen_by=seen.claimed_by)
-        if claimed is None:
+        claim: Claim | None = await self.e.threads.claim(run.id, seen, channel=channel,
+                                                         ttl=self.claim_ttl)
+        if claim is None:
             return 0  # another replica has this thread
-        # claimed_by left set: the last holder may have posted more than it recorded
-        turn = _Turn(claimed, lease_end=until,
-                     unsure=seen is not None and seen.claimed_by is not None)
+        turn = _Turn(claim.thread, lease_end=claim.lease_end, unsure=claim.unsure)
         try:
             try:
                 await self._work(turn)
             except _OutOfLease:
                 pass
-            async with self.e.db.write() as tx:
-                kept = await tx.threads.finish(run.id, owner=self.e.owner,
-                                               now=self.e.clock.now(), **turn.progress)
+            kept = await self.e.threads.finish(run.id, turn.progress)
             if not kept:
                 log.warning("run %s: thread claim lapsed before its turn was recorded", run.id)
         except Exception as exc:
@@ -187,7 +176,6 @@ class ThreadFollower:
 
     async def _failed(self, turn: _Turn, exc: Exception) -> None:
         t = turn.thread
-        now = self.e.clock.now()
         resp = exc.response if isinstance(exc, SlackApiError) else None
         limited = resp is not None and (resp.status_code == 429
                                         or _error(exc) == "ratelimited")
@@ -199,26 +187,22 @@ class ThreadFollower:
             log.warning("run %s: thread update failed (%d in a row; next try in %.0f s): %s",
                         t.run_id, t.failures + 1, after, exc)
         try:
-            async with self.e.db.write() as tx:
-                await tx.threads.fail(t.run_id, owner=self.e.owner, now=now,
-                                      retry_at=now + timedelta(seconds=after),
-                                      unsure=turn.unsure, failed=not limited, **turn.progress)
+            await self.e.threads.fail(t.run_id, retry_in=timedelta(seconds=after),
+                                      unsure=turn.unsure, failed=not limited,
+                                      progress=turn.progress)
         except Exception as db_exc:  # the claim then lapses on its own at its lease end
             log.warning("run %s: could not record a failed thread turn: %s", t.run_id, db_exc)
 
     async def _work(self, turn: _Turn) -> None:
         t = turn.thread
-        async with self.e.db.read(snapshot=True) as tx:
-            run = await tx.runs.get(t.run_id)
-            approvals = await tx.approvals.for_run(t.run_id)
-            events = await tx.events.load(t.run_id, since=t.posted_seq)
-            entries = await tx.audit.of_run(t.run_id, after=t.told_audit, limit=self.batch)
-            executions = await tx.executions.for_run(t.run_id)
-            external = await tx.external.get(t.run_id) if is_external(t.run_id) else None
+        view = await self.e.views.turn(t.run_id, since_seq=t.posted_seq,
+                                       after_audit=t.told_audit, limit=self.batch)
+        run, executions = view.run, view.executions
+        approvals, events, entries = list(view.approvals), list(view.events), list(view.entries)
         if run is None:
             return
         told = [decode(ev, executions) for ev in events if ev.seq >= turn.posted_seq]
-        turn.shown = of_run(told, approvals, executions, external)
+        turn.shown = of_run(told, approvals, executions, view.external)
         if turn.unsure:
             await self._reconcile(turn, run)
         if turn.ts is None:
@@ -266,7 +250,7 @@ class ThreadFollower:
         by_id = {a.id: a for a in approvals}
         links: dict[str, str | None] = {}
         items: list[story.Item] = []
-        now = self.e.clock.now()
+        now = self.e.now()
         for e in entries:
             a = by_id.get(e.approval_id or "")
             if e.action in ("requested", "escalated", "reminded") and a is not None:
@@ -303,7 +287,7 @@ class ThreadFollower:
         """chat.postMessage, started only while the claim outlasts the call's timeout;
         returns the new message's ts."""
         margin = timedelta(seconds=float(self.client.timeout or 30))
-        if self.e.clock.now() + margin >= turn.lease_end:
+        if self.e.now() + margin >= turn.lease_end:
             raise _OutOfLease
         turn.unsure = True
         try:
@@ -319,7 +303,7 @@ class ThreadFollower:
 
     def _parent(self, turn: _Turn, run: RunRecord, approvals: list[ApprovalRecord],
                 executions: dict[str, ExecutionRecord]) -> dict[str, Any]:
-        return messages.run_parent(run, now=self.e.clock.now(),
+        return messages.run_parent(run, now=self.e.now(),
                                    pending=[a for a in approvals if a.status == "pending"],
                                    ended=story.ended_badly(approvals, executions),
                                    shown=turn.shown.run)

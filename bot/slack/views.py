@@ -88,6 +88,7 @@ from approvald.bot.slack.mrkdwn import (
 )
 from approvald.runtime.batch import MAX_BATCH, BatchVerdict, Outcome
 from approvald.runtime.engine import CallResult
+from approvald.runtime.insights_board import OperatorInsights
 from approvald.runtime.json_input import MAX_DEPTH, TooDeep, loads
 from approvald.runtime.packet import sensitive_paths, will_run
 from approvald.runtime.rules import MAX_EXPRESSION, RuleError, holds
@@ -489,10 +490,64 @@ def _batch_top(pending: Sequence[tuple[ApprovalRecord, str]]) -> list[Block]:
     return [context([T.BATCH_HINT]), batch_buttons()]
 
 
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.0%}"
+
+
+def _wait(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.0f}s" if x < 90 else f"{x / 60:.1f}m" if x < 5400 else f"{x / 3600:.1f}h"
+
+
+HOME_INSIGHTS_TOOLS = 8  # tools listed (the most asked first)
+HOME_INSIGHTS_SUGGESTIONS = 3
+
+
+def insights_blocks(view: OperatorInsights) -> list[dict[str, Any]]:
+    """The insights at the foot of an operator's App Home: per tool, how often people are
+    asked, what they answer and how fast, who decides; shadow rules' records; the rules
+    the record supports, each a snippet to paste (the same as ``approvald insights``)."""
+    out: list[Block | dict[str, Any]] = [header(T.HOME_INSIGHTS_TITLE.format(
+        window=view.window))]
+    found = view.insights
+    if found is None:
+        out.append(section(T.HOME_INSIGHTS_BROKEN.format(
+            why=clip(view.broken[0] if view.broken else "", 500))))
+        return _dicts(out)
+    out.append(context([T.HOME_INSIGHTS_SUMMARY.format(
+        requests=found.requests, at=slack_date(view.at, T.DATE_AT))]))
+    lines = []
+    for st in found.tools[:HOME_INSIGHTS_TOOLS]:
+        d = st.document()
+        line = T.HOME_INSIGHTS_TOOL.format(
+            tool=code_span(st.name, 80), asked=st.asked, approve=_pct(d["approve_rate"]),
+            edit=_pct(d["edit_rate"]), deny=_pct(d["deny_rate"]),
+            expire=_pct(d["expire_rate"]), median=_wait(d["median_seconds"]),
+            p90=_wait(d["p90_seconds"]))
+        if d["top_denial_reasons"]:
+            line += "\n" + T.HOME_INSIGHTS_DENIED.format(reasons="; ".join(
+                f"{clip(r['reason'], 120)} ({r['count']})" for r in d["top_denial_reasons"]))
+        if d["deciders"]:
+            line += "\n" + T.HOME_INSIGHTS_DECIDERS.format(who=", ".join(
+                f"{who(k)} ({n})" for k, n in list(d["deciders"].items())[:5]))
+        lines.append(line)
+    lines += [T.HOME_INSIGHTS_SHADOW.format(
+        where=code_span(sh.where, 120), when=code_span(sh.when or "the entry", 200),
+        matched=sh.matched, agreed=sh.agreed, settled=sh.settled) for sh in found.shadows[:5]]
+    out += [section(c) for c in coalesce(lines, SECTION_MAX)[:3]] or [
+        context([T.HOME_INSIGHTS_EMPTY])]
+    for sg in found.suggestions[:HOME_INSIGHTS_SUGGESTIONS]:
+        block, _ = code_block(sg.snippet, 1200)
+        out.append(section(f"{T.HOME_INSIGHTS_SUGGESTED}\n{clip(sg.text, 1200)}\n{block}"))
+    return _dicts(out)
+
+
 def home_view(pending: Sequence[tuple[ApprovalRecord, str]], recent: Sequence[ApprovalRecord],
               *, now: datetime, total: int | None = None,
               result: BatchResult | None = None, standing: Sequence[HomeStanding] = (),
-              standing_total: int | None = None, notice: str | None = None) -> dict[str, Any]:
+              standing_total: int | None = None, notice: str | None = None,
+              insights: OperatorInsights | None = None) -> dict[str, Any]:
     """The App Home tab: what a batch just did (``result``) or what a click on a standing
     approval did (``notice``, mrkdwn), the viewer's pending requests with checkboxes and
     live buttons, the live standing approvals they granted or approve, then their recent
@@ -514,12 +569,14 @@ def home_view(pending: Sequence[tuple[ApprovalRecord, str]], recent: Sequence[Ap
         top.append(section(T.HOME_EMPTY))
     top += _batch_top(pending)
     lasting = _dicts(standing_blocks(standing, now=now, total=standing_total))
+    foot = insights_blocks(insights) if insights is not None else []
     # leave room for: the "more" note, the standing approvals, the recent header and two
-    # recent sections
+    # recent sections, and an operator's insights
     items, shown = _pending_groups(
         pending, now=now, most=HOME_MAX_PENDING,
-        max_blocks=VIEW_BLOCKS_MAX - len(top) - len(lasting) - 4,
-        budget=HOME_TEXT_BUDGET - text_length(_dicts(top)) - text_length(lasting))
+        max_blocks=VIEW_BLOCKS_MAX - len(top) - len(lasting) - len(foot) - 4,
+        budget=HOME_TEXT_BUDGET - text_length(_dicts(top)) - text_length(lasting)
+        - text_length(foot))
     top += items
     if shown < total:
         top.append(context([T.HOME_MORE.format(shown=shown, total=total)]))
@@ -528,6 +585,7 @@ def home_view(pending: Sequence[tuple[ApprovalRecord, str]], recent: Sequence[Ap
     lines = [recent_line(a) for a in recent[:HOME_MAX_RECENT]]
     chunks = coalesce(lines, SECTION_MAX)[:2]
     top += [section(c) for c in chunks] or [context([T.HOME_RECENT_EMPTY])]
+    top += foot
     return _view(top, type="home")
 
 

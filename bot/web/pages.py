@@ -16,6 +16,7 @@ from html import escape
 from typing import Any
 
 from approvald.runtime import binding
+from approvald.runtime.insights_board import OperatorInsights
 from approvald.runtime.packet import asker, shown_packet, will_run
 from approvald.runtime.packet import shown_args as packet_shown_args
 from approvald.runtime.policy import ApprovalPolicy
@@ -57,6 +58,10 @@ textarea.args{font-family:ui-monospace,monospace;font-size:.85rem;min-height:8re
  margin:0 0 1rem}
 .error{background:#fdecee;border-color:#e8a0ae}
 .empty{color:#555;text-align:center;padding:2rem 0}
+.insights table{border-collapse:collapse;width:100%;font-size:.85rem;display:block;
+ overflow-x:auto}
+.insights th,.insights td{border-bottom:1px solid #e1e4e8;padding:.25rem .4rem;
+ text-align:left}
 """
 
 EDITABLE_CHARS = 20000  # past this, the arguments are not offered for editing here
@@ -336,14 +341,83 @@ def request_card(a: ApprovalRecord, *, csrf: str, token: str | None, now: dateti
 
 
 def queue(items: Sequence[tuple[ApprovalRecord, str | None]], *, user: str, csrf: str,
-          now: datetime, note: str | None = None, error: bool = False) -> str:
-    """The queue: the pending requests ``user`` may decide, oldest first."""
+          now: datetime, note: str | None = None, error: bool = False,
+          insights: OperatorInsights | None = None) -> str:
+    """The queue: the pending requests ``user`` may decide, oldest first; then, for an
+    operator, the insights (``insights``)."""
     body = "".join(request_card(a, csrf=csrf, token=t, now=now) for a, t in items)
     if not items:
         body = '<p class="empty">Nothing waits for you.</p>'
     if note:
         body = f'<div class="notice{" error" if error else ""}">{e(note)}</div>' + body
+    if insights is not None:
+        body += insights_section(insights)
     return page("Review queue", body, user=user, csrf=csrf)
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.0%}"
+
+
+def _wait(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.0f}s" if x < 90 else f"{x / 60:.1f}m" if x < 5400 else f"{x / 3600:.1f}h"
+
+
+def insights_section(view: OperatorInsights) -> str:
+    """What an operator sees under the queue: per tool, how often people are asked, what
+    they answer and how fast, who decides; shadow rules' records; suggested rules, each a
+    snippet to paste (``approvald insights``, the same figures)."""
+    title = f"Insights: the last {e(view.window)}"
+    found = view.insights
+    if found is None:
+        why = e(view.broken[0]) if view.broken else ""
+        return (f'<section class="card insights"><h2>{title}</h2><p class="notice error">'
+                f"The audit log does not verify, so its record is not read: {why}</p>"
+                "</section>")
+    out = [f'<section class="card insights"><h2>{title}</h2>',
+           f'<p class="meta">{found.requests} requests, as of {e(_when(view.at))}</p>']
+    if found.tools:
+        out.append('<table><thead><tr><th>tool</th><th>asked</th><th>approve</th>'
+                   '<th>edit</th><th>deny</th><th>expire</th><th>median</th><th>p90</th>'
+                   '</tr></thead><tbody>')
+        for st in found.tools:
+            d = st.document()
+            out.append(f"<tr><td>{e(st.name)}</td><td>{st.asked}</td>"
+                       f"<td>{_pct(d['approve_rate'])}</td><td>{_pct(d['edit_rate'])}</td>"
+                       f"<td>{_pct(d['deny_rate'])}</td><td>{_pct(d['expire_rate'])}</td>"
+                       f"<td>{_wait(d['median_seconds'])}</td>"
+                       f"<td>{_wait(d['p90_seconds'])}</td></tr>")
+        out.append("</tbody></table>")
+        for st in found.tools:
+            d = st.document()
+            said = []
+            if d["top_denial_reasons"]:
+                said.append("denied for: " + "; ".join(
+                    f"{e(r['reason'])} ({r['count']})" for r in d["top_denial_reasons"]))
+            if d["deciders"]:
+                said.append("decided by: " + ", ".join(
+                    f"{e(k)} ({n})" for k, n in d["deciders"].items()))
+            if d["asked_of"]:
+                said.append("asked of: " + ", ".join(
+                    f"{e(k)} ({n})" for k, n in d["asked_of"].items()))
+            if said:
+                out.append(f'<p class="meta"><strong>{e(st.name)}</strong>: '
+                           + " · ".join(said) + "</p>")
+    else:
+        out.append('<p class="empty">No requests in the window.</p>')
+    for sh in found.shadows:
+        out.append(f'<p class="meta">Shadow rule {e(sh.where)} ({e(sh.when or "the entry")})'
+                   f": held for {sh.matched}; people agreed on {sh.agreed} of {sh.settled}"
+                   "</p>")
+    if found.suggestions:
+        out.append('<div class="label">Suggested rules (paste into the policy file; nothing '
+                   "is applied)</div>")
+        for sg in found.suggestions:
+            out.append(f"<p>{e(sg.text)}</p><pre>{e(sg.snippet)}</pre>")
+    out.append("</section>")
+    return "".join(out)
 
 
 def request_text(a: ApprovalRecord, link: str, *, slack: bool) -> str:

@@ -198,7 +198,8 @@ class WebRoutes:
         items = await self.actionable(session.user)
         done = request.query.get("done")
         return html(pages.queue(items, user=session.user, csrf=session.csrf,
-                                now=self.e.now(), note=DONE.get(done or "")))
+                                now=self.e.now(), note=DONE.get(done or ""),
+                                insights=await self.e.operator_insights(session.user)))
 
     async def one(self, request: web.Request) -> web.StreamResponse:
         """One request (a mail's link): to decide while it is open, else who decided it and

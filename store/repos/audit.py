@@ -3,19 +3,30 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
 from typing import Any, cast
 
 from approvald.store.fastsql import fast
-from approvald.store.models import AuditEntry, AuditHead
+from approvald.store.models import AuditCheckpoint, AuditEntry, AuditHead
 from approvald.store.records import AuditRecord
 from approvald.store.repos.base import Repo
-from sqlalchemy import Table, bindparam, select, update
+from sqlalchemy import Table, and_, bindparam, func, or_, select, update
 
 GENESIS = "0" * 64
 _T = cast(Table, AuditEntry.__table__)
 _H = cast(Table, AuditHead.__table__)
+_C = cast(Table, AuditCheckpoint.__table__)
+_CHECKPOINT = fast(select(_C.c.seq, _C.c.hash, _C.c.key_id, _C.c.unkeyed_until, _C.c.mac)
+                   .where(_C.c.id == 1))
+# a checkpoint only moves forward: two verifiers racing leave the further one
+_ADVANCE = fast(update(_C).where(_C.c.id == 1, _C.c.seq <= bindparam("seq")).values(
+    seq=bindparam("seq"), hash=bindparam("hash"), key_id=bindparam("key_id"),
+    unkeyed_until=bindparam("unkeyed_until"), mac=bindparam("mac")))
+_COUNT_UPTO = fast(select(func.count()).select_from(_T).where(_T.c.seq <= bindparam("upto")))
+_ONE = fast(select(_T).where(_T.c.seq == bindparam("seq")))
+# what a reader of the record takes of an entry (not its chain fields)
+RECORD_COLUMNS = ("seq", "at", "action", "actor", "run_id", "approval_id", "details")
 _INSERT = fast(_T.insert())
 # the no-op SET takes the row lock on PostgreSQL; it returns the head and the time of the
 # entry it names (times never run backwards), in the one statement
@@ -42,6 +53,17 @@ def _append_many(n: int) -> Any:
     return fast(_T.insert().values(rows).add_cte(
         update(_H).where(_H.c.id == 1).values(seq=bindparam("s"), hash=bindparam("h"))
         .cte("moved")))
+
+
+@functools.cache
+def _records(actions: tuple[str, ...], unasked: tuple[str, ...], since: bool) -> Any:
+    stmt = select(*(_T.c[c] for c in RECORD_COLUMNS)).where(
+        _T.c.seq > bindparam("after"), _T.c.seq <= bindparam("upto"),
+        or_(_T.c.action.in_(actions),
+            and_(_T.c.action.in_(unasked), _T.c.approval_id.is_(None))))
+    if since:
+        stmt = stmt.where(_T.c.at >= bindparam("since"))
+    return fast(stmt.order_by(_T.c.seq).limit(bindparam("n")))
 
 
 class AuditRepo(Repo):
@@ -78,10 +100,11 @@ class AuditRepo(Repo):
         return (0, GENESIS) if row is None else (int(row[0]), str(row[1]))
 
     async def iterate(self, *, batch: int = 1000, upto: int | None = None,
-                      run_id: str | None = None,
-                      since: datetime | None = None) -> AsyncIterator[AuditRecord]:
-        """Entries in seq order (up to seq ``upto``, of one run, from a time), in batches."""
-        last = 0
+                      run_id: str | None = None, since: datetime | None = None,
+                      after: int = 0) -> AsyncIterator[AuditRecord]:
+        """Entries in seq order (after seq ``after``, up to seq ``upto``, of one run, from a
+        time), in batches."""
+        last = after
         while True:
             stmt = select(_T).where(AuditEntry.seq > last)
             if upto is not None:
@@ -96,6 +119,49 @@ class AuditRepo(Repo):
             for r in rows:
                 yield AuditRecord(**r._mapping)
             last = rows[-1].seq
+
+    async def records(self, *, actions: Sequence[str], unasked: Sequence[str] = (),
+                      after: int, upto: int, since: datetime | None = None,
+                      batch: int = 5000) -> AsyncIterator[list[Any]]:
+        """The entries ``after`` < seq <= ``upto`` (from time ``since``) whose action is one
+        of ``actions``, or of ``unasked`` with no approval: batches of rows of
+        :data:`RECORD_COLUMNS` in seq order. For a reader of a long record: one statement
+        per ``batch`` rows, and no object per entry beyond its row."""
+        stmt = _records(tuple(actions), tuple(unasked), since is not None)
+        params: dict[str, Any] = {"upto": upto, "n": batch}
+        if since is not None:
+            params["since"] = since
+        while True:
+            rows = list(await self.conn.execute(stmt, {**params, "after": after}))
+            if not rows:
+                return
+            yield rows
+            if len(rows) < batch:
+                return
+            after = int(rows[-1][0])
+
+    async def count_upto(self, seq: int) -> int:
+        """How many entries have seq <= ``seq`` (all of them, if none was deleted)."""
+        return int((await self.conn.execute(_COUNT_UPTO, {"upto": seq})).scalar_one())
+
+    async def entry(self, seq: int) -> AuditRecord | None:
+        row = (await self.conn.execute(_ONE, {"seq": seq})).first()
+        return None if row is None else AuditRecord(**row._mapping)
+
+    async def checkpoint(self) -> tuple[int, str, str, int, str] | None:
+        """The verified-through checkpoint: (seq, hash, key_id, unkeyed_until, mac)."""
+        row = (await self.conn.execute(_CHECKPOINT)).first()
+        return None if row is None else (int(row[0]), str(row[1]), str(row[2]),
+                                         int(row[3]), str(row[4]))
+
+    async def advance_checkpoint(self, *, seq: int, hash: str, key_id: str,
+                                 unkeyed_until: int, mac: str) -> None:
+        """Record the checkpoint, unless one further on is recorded already."""
+        values = {"seq": seq, "hash": hash, "key_id": key_id, "unkeyed_until": unkeyed_until,
+                  "mac": mac}
+        if (await self.conn.execute(_ADVANCE, values)).rowcount:
+            return
+        await self.conn.execute(self.insert_ignore(AuditCheckpoint), {"id": 1, **values})
 
     async def of_run(self, run_id: str, *, after: int, limit: int = 200) -> list[AuditRecord]:
         """The run's entries past seq ``after``, oldest first, at most ``limit`` of them."""

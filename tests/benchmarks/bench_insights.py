@@ -7,16 +7,18 @@ with a chained, verifiable record of requests, made by bulk insert (about 4.5 en
 request: requested, a decision, executed, and some edits, expiries and calls run at once),
 spread over 30 days. Then times, each from a cold start of the command's work:
 
-* the in-run baseline: a bare full scan of the audit table (every row fetched), and
-  ``audit verify`` (the chain walked and every MAC recomputed), which both commands do
-  first;
-* ``policy replay`` (verify, read the window, decide every request again with the intake
-  under a looser file) and ``insights`` (verify, read, figures and suggestions, each
-  suggestion replayed).
+* the in-run anchors: a bare full scan of the audit table (every row fetched), and
+  ``audit verify`` (the chain walked, every MAC recomputed), which records the
+  verified-through checkpoint as the command does;
+* ``--tail`` more entries appended after that checkpoint (what the log gains between two
+  verifies);
+* ``policy replay`` (verify from the checkpoint, read the window, decide every request
+  again with the intake under a looser file) and ``insights`` (the same read, figures and
+  suggestions, each suggestion replayed). Before the checkpoint, each read walked and
+  verified the whole chain first: ``audit verify``'s time, plus the same deciding.
 
 Targets: each command within ``--target`` seconds (default 60; "runs in seconds" over a
-million entries on a loaded 2-core machine), and its work beyond verifying the chain
-within 3x the bare scan. Prints PASS or FAIL for each.
+million entries on a loaded 2-core machine). Prints PASS or FAIL for each.
 """
 
 from __future__ import annotations
@@ -30,11 +32,13 @@ import tempfile
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from approvald.runtime.agent import Registry
-from approvald.runtime.audit import AuditKey, entry_hash, verify
+from approvald.runtime.audit import AuditKey, VerifyReport, entry_hash, verify
+from approvald.runtime.audit_checkpoint import record_checkpoint
 from approvald.runtime.canonical import call_digest, compact_json
 from approvald.runtime.clock import ManualClock
 from approvald.runtime.demo import demo_agents
@@ -49,6 +53,7 @@ from sqlalchemy import insert, text, update
 KEY = AuditKey("bench-audit-key-0123456789abcdef")
 START = datetime(2026, 11, 1, tzinfo=UTC)
 DAYS = 30
+ROW_GONE = ": the audit log records it, but its row is gone"
 LOOSER = PolicyFile.model_validate({"tools": {
     "issue_refund": {"approvers": ["U_ALICE"], "rules": [
         {"when": "args.amount_cents <= 5000", "policy": "auto"}]},
@@ -117,13 +122,15 @@ def record(n: int, rng: random.Random) -> list[tuple[str, str, str, str | None, 
     return out[:n]
 
 
-async def fill(db: Database, n: int) -> None:
-    rng = random.Random(51)
-    entries = record(n, rng)
-    step = timedelta(days=DAYS) / max(n, 1)
-    prev, rows = "0" * 64, []
+async def fill(db: Database, entries: list[Any], total: int) -> None:
+    """Append ``entries`` to the chain (times spread as if ``total`` filled 30 days)."""
+    step = timedelta(days=DAYS) / max(total, 1)
+    rows: list[dict[str, Any]] = []
+    async with db.read() as tx:
+        last, prev = await tx.audit.head()
     async with db.write() as tx:
-        for seq, (action, actor, via, run, aid, digest, details) in enumerate(entries, 1):
+        for seq, (action, actor, via, run, aid, digest, details) in enumerate(entries,
+                                                                               last + 1):
             at = START + step * seq
             body = compact_json(details)
             h = entry_hash(KEY, prev, seq=seq, at=at, action=action, actor=actor, via=via,
@@ -139,22 +146,34 @@ async def fill(db: Database, n: int) -> None:
             await tx.conn.execute(insert(AuditEntry), rows)
         await tx.audit.lock_head()
         await tx.conn.execute(update(AuditHead).where(AuditHead.id == 1)
-                              .values(seq=len(entries), hash=prev))
+                              .values(seq=last + len(entries), hash=prev))
 
 
 def verdict(ok: bool) -> str:
     return "PASS" if ok else "FAIL"
 
 
-async def bench(url: str | None, n: int, target: float) -> int:
+async def timed(engine: Any) -> tuple[float, float, Any, Any]:
+    t0 = time.perf_counter()
+    history = await engine.history(since=timedelta(days=DAYS), keys=[KEY])
+    replayed = engine.replay_policy(history, LOOSER)
+    replay_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    history = await engine.history(since=timedelta(days=DAYS), keys=[KEY])
+    found = engine.insights(history, window=f"{DAYS} days")
+    return replay_s, time.perf_counter() - t0, replayed, found
+
+
+async def bench(url: str | None, n: int, tail: int, target: float) -> int:
     if url is None:
         url = f"sqlite+aiosqlite:///{os.path.join(tempfile.mkdtemp(), 'insights.db')}"
     db = Database(url)
     await migrate.upgrade(db)
+    entries = record(n, random.Random(51))
     t0 = time.perf_counter()
-    await fill(db, n)
+    await fill(db, entries[:n - tail], n)
     print(f"database: {db.display_url.split('?')[0]}")
-    print(f"filled {n:,} chained audit entries in {time.perf_counter() - t0:.1f} s")
+    print(f"filled {n - tail:,} chained audit entries in {time.perf_counter() - t0:.1f} s")
     clock = ManualClock(START + timedelta(days=DAYS, hours=1))
     engine = assemble(db, Registry(demo_agents()), clock=clock, audit_key=KEY)
 
@@ -165,45 +184,46 @@ async def bench(url: str | None, n: int, target: float) -> int:
         async for part in result.partitions(5000):
             rows += len(part)
     scan = time.perf_counter() - t0
-    assert rows == n
+    assert rows == n - tail
     t0 = time.perf_counter()
     report = await verify(db, keys=[KEY])
+    # the bench fills the audit log alone: verify's cross-check of the approvals table
+    # (issue 52) misses their rows; the chain itself must verify
+    chain = [p for p in report.problems if not p.endswith(ROW_GONE)]
+    assert not chain and report.cannot is None, (chain, report.cannot)
+    await record_checkpoint(db, VerifyReport(entries=report.entries, head=report.head),
+                            [KEY], 0)  # as `audit verify` does when it passes
     verified = time.perf_counter() - t0
-    assert report.ok, report.problems
-    print(f"baseline: bare full scan of the audit table {scan:.1f} s; audit verify "
-          f"{verified:.1f} s ({verified / n * 1e6:.0f} us/entry)")
+    print(f"anchors: bare full scan of the audit table {scan:.1f} s; audit verify "
+          f"{verified:.1f} s ({verified / max(n - tail, 1) * 1e6:.0f} us/entry), "
+          f"checkpoint at entry {report.head[0]:,}")
+    await fill(db, entries[n - tail:], n)
+    print(f"then {tail:,} entries appended after the checkpoint")
 
-    t0 = time.perf_counter()
-    history = await engine.history(since=timedelta(days=DAYS), keys=[KEY])
-    replayed = engine.replay_policy(history, LOOSER)
-    replay_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    history = await engine.history(since=timedelta(days=DAYS), keys=[KEY])
-    found = engine.insights(history, window=f"{DAYS} days")
-    insights_s = time.perf_counter() - t0
+    try:
+        replay_s, insights_s, replayed, found = await timed(engine)
+    finally:
+        await db.close()
     print(f"policy replay: {replay_s:.1f} s for {replayed.requests:,} requests "
           f"({len(replayed.changes):,} changed, {len(replayed.dangerous):,} dangerous)")
     print(f"insights: {insights_s:.1f} s ({len(found.tools)} tools, "
           f"{len(found.suggestions)} suggestions)")
     failed = 0
     for name, took in (("policy replay", replay_s), ("insights", insights_s)):
-        beyond = took - verified
-        ok_total, ok_beyond = took <= target, beyond <= 3 * scan
-        failed += not (ok_total and ok_beyond)
-        print(f"  {name}: {verdict(ok_total)} total {took:.1f} s <= {target:.0f} s; "
-              f"{verdict(ok_beyond)} beyond verifying {beyond:.1f} s <= 3x bare scan "
-              f"({3 * scan:.1f} s)")
-    await db.close()
+        failed += took > target
+        print(f"  {name}: {verdict(took <= target)} {took:.1f} s <= {target:.0f} s")
     return 1 if failed else 0
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--entries", type=int, default=1_000_000)
+    p.add_argument("--tail", type=int, default=10_000,
+                   help="entries appended after the checkpoint (default 10,000)")
     p.add_argument("--target", type=float, default=60.0)
     p.add_argument("--db", default=None, help="database URL (default: a temp SQLite file)")
     a = p.parse_args()
-    return asyncio.run(bench(a.db, a.entries, a.target))
+    return asyncio.run(bench(a.db, a.entries, min(a.tail, a.entries), a.target))
 
 
 if __name__ == "__main__":

@@ -145,7 +145,8 @@ async def harness(db_url: str, tmp_path: Path, *, clock: Clock | None = None,
                   tracer: Tracer | None = None, background: bool = True,
                   **extra: Any) -> AsyncIterator[Harness]:
     emulator = SlackEmulator(bot_token=BOT_TOKEN, app_token=APP_TOKEN, signing_secret=SECRET)
-    for channel in (CHANNEL, OPS, "C_FINANCE"):
+    # C_AUDIT exists before serve starts: serve posts the audit head it started on at once
+    for channel in (CHANNEL, OPS, "C_FINANCE", "C_AUDIT"):
         emulator.add_channel(channel)
     for user in ("U_ALICE", "U_BOB", "U_CAROL", "U_DANA", "U_MALLORY", "U_CFO"):
         emulator.add_user(user, user.lower())

@@ -107,7 +107,7 @@ from hypothesis.stateful import (
 from sqlalchemy import Text, select, type_coerce
 
 from tests.conftest import SIGNER, reset_pg
-from tests.helpers import Crash
+from tests.helpers import Crash, Rows
 from tests.helpers import crash as _crash
 
 # processes, browsers or hundreds of schedules: out of the inner loop (-m 'not slow')
@@ -296,12 +296,23 @@ class GateMachine(RuleBasedStateMachine):
                 self.run(self.loop.shutdown_asyncgens())
                 self.loop.close()
 
+    def _all_approve(self, a: Any) -> None:
+        """Every approver on ``a``'s card clicks Approve in turn (until it is decided),
+        then its run goes on."""
+        for person in self._people(a):
+            approvals = self.run(self._approvals())
+            current = next(x for x in approvals if x.id == a.id)
+            if current.status != "pending":
+                break
+            self._decide(approvals.index(current), person, "approve", "fresh", 0, False,
+                         approvals)
+        try:
+            event(f"resumed: {self.run(self.engine.advance(a.run_id)).status}")
+        except ApprovaldError:
+            pass
+
     async def _approvals(self) -> list[Any]:
-        async with self.db.read() as tx:
-            out = []
-            for run_id in [*self.runs, *self.requests]:
-                out += await tx.approvals.for_run(run_id)
-            return out
+        return await Rows(self.db).approvals(*self.runs, *self.requests)
 
     async def _credentials(self) -> dict[str, Any]:
         """What each face's requests are made under: an operator's API token, and
@@ -643,20 +654,10 @@ class GateMachine(RuleBasedStateMachine):
     @rule(i=st.integers(0, 50))
     def whole_quorum_approves(self, i: int) -> None:
         """Every approver on the card clicks Approve in turn, then the run goes on."""
-        a, approvals = self._pending(i)
+        a, _ = self._pending(i)
         if a is None:
             return
-        for person in self._people(a):
-            approvals = self.run(self._approvals())
-            current = next(x for x in approvals if x.id == a.id)
-            if current.status != "pending":
-                break
-            self._decide(approvals.index(current), person, "approve", "fresh", 0, False,
-                         approvals)
-        try:
-            event(f"resumed: {self.run(self.engine.advance(a.run_id)).status}")
-        except ApprovaldError:
-            pass
+        self._all_approve(a)
 
     @precondition(lambda self: bool(self.runs))
     @rule(i=st.integers(0, 50))
@@ -745,17 +746,7 @@ class GateMachine(RuleBasedStateMachine):
             return
         a = agents[i % len(agents)]
         self.redeploy("1b" if a.tool_version == self.versions.get("1") else "1")
-        for person in self._people(a):
-            approvals = self.run(self._approvals())
-            current = next(x for x in approvals if x.id == a.id)
-            if current.status != "pending":
-                break
-            self._decide(approvals.index(current), person, "approve", "fresh", 0, False,
-                         approvals)
-        try:
-            event(f"resumed: {self.run(self.engine.advance(a.run_id)).status}")
-        except ApprovaldError:
-            pass
+        self._all_approve(a)
 
     @rule()
     def recover(self) -> None:
@@ -917,8 +908,7 @@ class GateMachine(RuleBasedStateMachine):
             self.mcp_task_poll(len(self.requests) - 1)
 
     async def _run(self, run_id: str) -> Any:
-        async with self.db.read() as tx:
-            return await tx.runs.get(run_id)
+        return await Rows(self.db).run(run_id)
 
     # -- invariants --------------------------------------------------------------------
     @invariant()

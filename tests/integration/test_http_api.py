@@ -277,6 +277,7 @@ async def test_deny_and_edit_in_slack_reach_the_caller(db_url: str, tmp_path: Pa
         refused = await api(http, "POST", f"{url}/{denied['id']}/result", token.token,
                             {"status": "succeeded", "args_digest": doc["effective_digest"]})
         assert refused[0] == 409 and refused[1]["error"]["code"] == "not_approved"
+        await h.service.drain.drain_once()  # the decision's follow-up ends its run
         assert (await h.run(denied["id"])).status == "completed"
 
         # edit in the modal: the caller gets the edited arguments and their digest

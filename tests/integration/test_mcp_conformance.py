@@ -44,21 +44,8 @@ REQUIRED = os.environ.get("APPROVALD_REQUIRE_CONFORMANCE") == "1"
 # (docs/how-to/mcp-gateway.md says the same): every other check that passes directly must
 # pass through the gateway
 CANNOT = {
-    "server-sse-multiple-streams":
-        "a GET stream of server-initiated messages beside the POSTs of one session: a "
-        "stateless gateway has no session for a GET to belong to",
     "server-sse-polling":
         "resuming a closed stream with Last-Event-ID needs the session's event store",
-    "server-session-lifecycle":
-        "Mcp-Session-Id is issued and ended by a stateful server",
-    "tools-call-sampling":
-        "a 2025-11-25 server-to-client request travels back on a later POST of the same "
-        "session; stateless, it has nowhere to land (2026-07-28 clients get it as an "
-        "input_required result, which the gateway relays)",
-    "tools-call-elicitation": "the same: a server-to-client request on a 2025-11-25 session",
-    "elicitation-sep1034-defaults": "the same: a server-to-client request on a 2025-11-25 "
-                                    "session",
-    "elicitation-sep1330-enums": "the same: a server-to-client request on a 2025-11-25 session",
     "resources-subscribe":
         "a 2025-11-25 subscription delivers its updates on the session's GET stream",
     "resources-unsubscribe": "the same: a subscription belongs to a 2025-11-25 session",

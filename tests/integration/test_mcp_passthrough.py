@@ -24,6 +24,7 @@ import pytest
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 
+from tests.helpers import Rows
 from tests.integration.adapter_helpers import approve_in_slack, deny_in_slack, pending_request
 from tests.integration.slack_harness import harness
 from tests.integration.test_mcp_http import SERVER, client, token, url
@@ -45,6 +46,9 @@ reason = "Signing keys are never read through an agent."
 approvers = ["U_ALICE"]
 
 [tools."mcp:*/capabilities"]
+policy = "auto"
+
+[tools."mcp:*/ask_the_model"]
 policy = "auto"
 """
 
@@ -130,8 +134,7 @@ async def test_resource_reads_are_named_in_the_policy_gated_or_forbidden_like_ca
             # gated: waits for a signed click, reads nothing before it
             read = asyncio.create_task(c.read_resource("bank://statements/2026-01"))
             rid = await pending_request(h)
-            async with h.engine.db.read() as tx:
-                [a] = await tx.approvals.for_run(rid)
+            [a] = await Rows.of(h.engine).approvals(rid)
             assert a.tool == "resource:bank://statements/2026-01"
             assert reads(ledger) == ["bank://balance"] and not read.done()
             await approve_in_slack(h, rid)
@@ -144,8 +147,7 @@ async def test_resource_reads_are_named_in_the_policy_gated_or_forbidden_like_ca
             with pytest.raises(MCPError, match="not this month"):
                 await asyncio.wait_for(read, 30)
             assert reads(ledger) == ["bank://balance", "bank://statements/2026-01"]
-        async with h.engine.db.read() as tx:
-            actions = [e.action for e in await tx.audit.query()]
+        actions = [e.action for e in await Rows.of(h.engine).audit()]
         assert actions.count("executed") >= 3  # the reads that ran, each in the audit log
 
 
@@ -194,5 +196,63 @@ async def test_the_clients_own_capabilities_are_declared_to_the_server(
                                     cache=None, sampling_callback=callback) as c:
                 result = await c.call_tool("capabilities", {})
                 said.append(result.structured_content)
+        assert said == [{"sampling": True, "elicitation": False},
+                        {"sampling": False, "elicitation": False}]
+
+
+async def test_a_resource_with_a_2000_character_uri_is_read_gated_and_recorded(
+        db_url: str, tmp_path: Path, ledger: Path) -> None:
+    """A resource URI is the caller's (a server's template takes any value): one of 2,000
+    characters is named in its request, asked about, read and recorded whole, on both
+    databases (each column that holds a caller's name or URI is text, not a short string)."""
+    uri = "bank://statements/" + "m" * (2000 - len("bank://statements/"))
+    assert len(uri) == 2000
+    async with harness(db_url, tmp_path, background=False, **gateways(tmp_path)) as h:
+        bearer = await token(h, "dana-agent", face="mcp:bank", requested_by="U_DANA")
+        async with client(url(h.service, "bank"), bearer) as c:
+            read = asyncio.create_task(c.read_resource(uri))
+            rid = await pending_request(h)
+            [a] = await Rows.of(h.engine).approvals(rid)
+            assert a.tool == f"resource:{uri}"
+            await approve_in_slack(h, rid)
+            assert text_of(await asyncio.wait_for(read, 30)).endswith(": 3 transfers")
+            assert reads(ledger) == [uri]
+        [executed] = [e for e in await Rows.of(h.engine).audit() if e.action == "executed"]
+        assert uri in json.dumps(executed.details)
+
+
+async def test_a_2025_11_25_clients_sampling_is_relayed_back_to_it_over_its_session(
+        db_url: str, tmp_path: Path, ledger: Path) -> None:
+    """A 2025-11-25 client (the initialize handshake) of the stateless gateway: what it
+    declared at its initialize is declared upstream on each of its requests (the session id
+    the gateway gave it carries it), and the server's sampling request during a call reaches
+    it on the call's stream; its reply, a later POST of its session, goes back to the
+    server, whose result the call returns. A client that cannot sample is declared none."""
+    asked: list[str] = []
+
+    async def sample(context: Any, params: types.CreateMessageRequestParams) -> Any:
+        content = params.messages[0].content
+        assert isinstance(content, types.TextContent)
+        asked.append(content.text)
+        return types.CreateMessageResult(role="assistant", model="test-model",
+                                         content=types.TextContent(type="text", text="42"))
+
+    async with http_server() as upstream, \
+            harness(db_url, tmp_path, background=False, **gateways(tmp_path, upstream)) as h:
+        bearer = await token(h, "dana-agent", face="mcp:bank", requested_by="U_DANA")
+        said: list[Any] = []
+        for callback in (sample, None):
+            http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {bearer}"}, timeout=60)
+            async with http, Client(streamable_http_client(url(h.service, "bank"),
+                                                           http_client=http),
+                                    cache=None, mode="legacy", sampling_callback=callback) as c:
+                said.append((await c.call_tool("capabilities", {})).structured_content)
+                if callback is not None:
+                    answered = await asyncio.wait_for(
+                        c.call_tool("ask_the_model", {"question": "what is six times seven?"}),
+                        30)
+                    assert not answered.is_error, answered
+                    assert answered.content[0].text == "the model says: 42"  # type: ignore[union-attr]
+        assert asked == ["what is six times seven?"]
         assert said == [{"sampling": True, "elicitation": False},
                         {"sampling": False, "elicitation": False}]

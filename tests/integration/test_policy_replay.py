@@ -23,7 +23,7 @@ import aiohttp
 import pytest
 
 from tests.acceptance.test_cli_hook import claude
-from tests.helpers import Cli, make_cli
+from tests.helpers import Cli, Rows, make_cli
 from tests.integration.slack_harness import Harness, harness, wait_for
 from tests.integration.test_http_api import api, approval_of, base, make_token
 from tests.integration.test_sealed_at_rest import KEY_1
@@ -243,7 +243,7 @@ async def test_three_policies_replayed_over_a_history_made_through_the_faces(
 async def test_bad_input_is_refused_and_a_broken_chain_is_never_read(
         sqlite_url: str, tmp_path: Path) -> None:
     from approvald.store.db import Database
-    from sqlalchemy import text
+    from approvald.store.models import AuditEntry
 
     cli = make_cli(sqlite_url, tmp_path, in_process=True)
     (tmp_path / "bad.toml").write_text('[tools."api:*/deploy"]\nquorum = "two"\n')
@@ -262,11 +262,42 @@ async def test_bad_input_is_refused_and_a_broken_chain_is_never_read(
     assert token["name"] == "ci"
     db = Database(sqlite_url)
     try:
-        async with db.connection() as conn:
-            await conn.execute(text("UPDATE audit_log SET actor = 'someone' WHERE seq = 1"))
-            await conn.commit()
+        await Rows(db).forge(AuditEntry, AuditEntry.seq == 1, actor="someone")
     finally:
         await db.close()
     broken = cli("policy", "check", str(tmp_path / "good.toml"), "--against-history")
     assert broken.returncode == 5 and "audit log BROKEN" in broken.stdout, broken.stdout
     assert cli("insights").returncode == 5
+
+
+async def test_the_readers_verify_from_the_checkpoint_audit_verify_records_and_full_walks_it_all(
+        sqlite_url: str, tmp_path: Path) -> None:
+    """`audit verify` records the verified-through checkpoint; `insights` then trusts the
+    entries before it (the documented trade-off), while `--full` and `audit verify` walk
+    and recompute the whole chain."""
+    from approvald.store.db import Database
+    from sqlalchemy import text
+
+    cli = make_cli(sqlite_url, tmp_path, in_process=True)
+    keyed = {"APPROVALD_AUDIT_KEY": "audit-key-kept-in-a-vault-0123456789",
+             "APPROVALD_SECRET": "approvald-test-secret-0123456789"}
+    for name in ("ci", "ci-2"):
+        assert cli("tokens", "create", name, "--tools", "deploy", **keyed).returncode == 0
+    assert cli("audit", "verify", **keyed).returncode == 0  # records the checkpoint
+    assert cli("tokens", "create", "cd", "--tools", "deploy", **keyed).returncode == 0
+    db = Database(sqlite_url)
+    try:
+        async with db.connection() as conn:
+            await conn.execute(text("UPDATE audit_log SET actor = 'someone' WHERE seq = 1"))
+            await conn.commit()
+    finally:
+        await db.close()
+    # entry 1 is before the checkpoint: not rechecked by a reader that trusts it
+    assert cli("insights", **keyed).returncode == 0
+    full = cli("insights", "--full", **keyed)
+    assert full.returncode == 5 and "entry 1 " in full.stdout, full.stdout
+    (tmp_path / "new.toml").write_text('[tools."api:*/deploy"]\npolicy = "auto"\n')
+    assert cli("policy", "replay", str(tmp_path / "new.toml"), **keyed).returncode == 0
+    replay = cli("policy", "replay", str(tmp_path / "new.toml"), "--full", **keyed)
+    assert replay.returncode == 5 and "audit log BROKEN" in replay.stdout, replay.stdout
+    assert cli("audit", "verify", **keyed).returncode == 5

@@ -359,7 +359,6 @@ async def test_the_audit_head_is_posted_to_the_audit_channel_as_a_witness(sqlite
     from approvald.runtime import audit
 
     async with harness(sqlite_url, tmp_path, APPROVALD_AUDIT_CHANNEL="C_AUDIT") as h:
-        h.emulator.add_channel("C_AUDIT")
 
         def posted() -> list[dict]:
             return [m for m in h.emulator.messages("C_AUDIT") if "Audit log head" in

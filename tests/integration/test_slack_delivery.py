@@ -12,7 +12,7 @@ from approvald.runtime import failpoints
 from approvald.runtime.clock import ManualClock
 from approvald.runtime.decide import Actor
 
-from tests.helpers import Crash
+from tests.helpers import Crash, opened_by_faces
 from tests.helpers import crash as _crash
 from tests.integration.slack_harness import CHANNEL, harness, wait_for
 from tests.integration.test_slack import _status, assert_valid_blocks, text_of
@@ -219,3 +219,22 @@ async def test_socket_mode_click(sqlite_url: str, tmp_path: Path) -> None:
         assert ack["envelope_id"]
         await wait_for(lambda: _status(h, paused.run_id, "completed"), what="completion")
         assert len(h.refunds()) == 1
+
+
+async def test_a_card_update_is_drawn_from_its_view_in_one_read(sqlite_url, tmp_path,
+                                                                 monkeypatch):
+    """Delivery draws a card from the engine's card view (issue 47): the request and what
+    its card shows (votes, thread, escalations, standing grants) in one read, and no
+    write (the card was posted already)."""
+    async with harness(sqlite_url, tmp_path, clock=ManualClock(), background=False) as h:
+        paused = await h.pause_refund()
+        [aid] = paused.approval_ids
+        assert await h.service.drain.drain_once() == 1
+        await h.engine.decide(aid, actor=Actor("U_ALICE", "cli:ops"), verdict="approve")
+        async with h.engine.db.read() as tx:
+            [row] = [r for r in await tx.outbox.recent() if r.kind == "approval.updated"]
+        opened = opened_by_faces(monkeypatch, h.engine.db)
+        assert (await h.service.slack.deliverer.deliver(row))["ts"]
+        assert opened == ["read:runtime/views"]
+        [card] = card_messages(h)
+        assert "Approved" in text_of(card)

@@ -18,6 +18,7 @@ from approvald.runtime.clock import ManualClock
 from approvald.runtime.decide import Actor
 from approvald.runtime.outcomes import Completed, Paused
 
+from tests.helpers import opened_by_faces
 from tests.integration.slack_harness import CHANNEL, Harness, harness, wait_for
 from tests.integration.test_slack import assert_valid_blocks
 
@@ -390,3 +391,24 @@ async def test_what_the_modal_refuses_changes_nothing(sqlite_url: str, tmp_path:
         answer = forged.json()
         assert "turned off" in answer["errors"][cards.WINDOW_BLOCK]
         assert (await h.approval(c.id)).status == "pending" and len(await standing(h)) == 1
+
+
+async def test_the_app_home_is_drawn_from_its_view_in_one_read(sqlite_url: str, tmp_path: Path,
+                                                               monkeypatch: Any) -> None:
+    """The App Home (requests to decide, decided ones, standing approvals with their
+    masked scopes) comes from the engine's Home view: one read, whatever it holds."""
+    from approvald.runtime.scope import scope_for
+
+    clock = ManualClock(datetime.now(UTC) + timedelta(days=1))
+    async with harness(sqlite_url, tmp_path, clock=clock, background=False) as h:
+        first = await h.pause_refund()
+        a = await h.approval(first.approval_ids[0])
+        s, _ = await h.engine.grant_standing(a.id, actor=Actor("U_ALICE", "slack"),
+                                             window=timedelta(minutes=30),
+                                             scope=scope_for(a, "exact"))
+        await h.pause_refund(task="Refund order A-2002, customer was double charged")
+        opened = opened_by_faces(monkeypatch, h.engine.db)
+        await h.service.slack.handlers.publish_home(h.service.slack.client, "U_ALICE")
+        assert opened == ["read:runtime/views"]
+        home = dump(h.emulator.home_view("U_ALICE"))
+        assert s.id in home and "A-2002" in home

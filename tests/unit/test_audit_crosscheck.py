@@ -13,9 +13,9 @@ from approvald.runtime.audit import AuditKey
 from approvald.runtime.audit_check import disagreements_of
 from approvald.runtime.scope import scope_for
 from approvald.store.models import Approval, ApprovalVote, StandingApproval
-from sqlalchemy import update
 
-from tests.unit.test_decisions import ALICE, BOB, CAROL, DANA, approval, engine_with
+from tests.helpers import Rows
+from tests.unit.test_decisions import ALICE, BOB, CAROL, DANA, engine_with
 
 KEY = AuditKey("audit-key-kept-in-a-vault-0123456789")
 TASK = "Refund order A-1001, customer was double charged"
@@ -29,7 +29,7 @@ async def edited_quorum(make_engine, ledger_path, db):
     engine.audit.key = KEY
     paused = await engine.run("demo-refund", TASK, requested_by=DANA)
     aid = paused.approval_ids[0]
-    a = await approval(db, aid)
+    a = await Rows(db).approval(aid)
     edited = {**a.args_value(), "amount_cents": 1000}
     await engine.decide(aid, actor=ALICE, verdict="edit", args=edited, reason="half only")
     await engine.decide(aid, actor=BOB, verdict="approve")
@@ -49,9 +49,7 @@ async def test_an_untouched_history_agrees_with_the_chain(make_engine, ledger_pa
 
 async def test_a_forged_decider_is_named(make_engine, ledger_path, db):
     _, aid = await edited_quorum(make_engine, ledger_path, db)
-    async with db.write() as tx:
-        await tx.conn.execute(update(Approval).where(Approval.id == aid)
-                              .values(decided_by="U_MALLORY"))
+    await Rows(db).forge(Approval, Approval.id == aid, decided_by="U_MALLORY")
     report = await verified(db)
     assert not report.ok
     line = next(p for p in report.problems if aid in p)
@@ -63,12 +61,10 @@ async def test_a_forged_decider_is_named(make_engine, ledger_path, db):
 
 async def test_forged_edited_arguments_are_named(make_engine, ledger_path, db):
     _, aid = await edited_quorum(make_engine, ledger_path, db)
-    a = await approval(db, aid)
+    a = await Rows(db).approval(aid)
     forged = {**(a.edited_value() if hasattr(a, "edited_value") else
                  json.loads(a.edited_args or "{}")), "amount_cents": 999999}
-    async with db.write() as tx:
-        await tx.conn.execute(update(Approval).where(Approval.id == aid)
-                              .values(edited_args=json.dumps(forged)))
+    await Rows(db).forge(Approval, Approval.id == aid, edited_args=json.dumps(forged))
     report = await verified(db)
     assert not report.ok
     assert any(aid in p and "edited arguments" in p for p in report.problems), report.problems
@@ -76,19 +72,15 @@ async def test_forged_edited_arguments_are_named(make_engine, ledger_path, db):
 
 async def test_a_forged_editor_is_named(make_engine, ledger_path, db):
     _, aid = await edited_quorum(make_engine, ledger_path, db)
-    async with db.write() as tx:
-        await tx.conn.execute(update(Approval).where(Approval.id == aid)
-                              .values(edited_by="U_CAROL"))
+    await Rows(db).forge(Approval, Approval.id == aid, edited_by="U_CAROL")
     report = await verified(db)
     assert any(aid in p and "edited_by" in p for p in report.problems), report.problems
 
 
 async def test_a_forged_vote_is_named(make_engine, ledger_path, db):
     _, aid = await edited_quorum(make_engine, ledger_path, db)
-    async with db.write() as tx:
-        await tx.conn.execute(update(ApprovalVote).where(ApprovalVote.approval_id == aid,
-                                                         ApprovalVote.actor == "U_ALICE")
-                              .values(actor="U_CAROL"))
+    await Rows(db).forge(ApprovalVote, ApprovalVote.approval_id == aid,
+                         ApprovalVote.actor == "U_ALICE", actor="U_CAROL")
     report = await verified(db)
     assert not report.ok
     assert any(aid in p and "vote" in p and "U_CAROL" in p for p in report.problems), \
@@ -99,9 +91,7 @@ async def test_a_forged_vote_is_named(make_engine, ledger_path, db):
 
 async def test_a_forged_verdict_is_named(make_engine, ledger_path, db):
     _, aid = await edited_quorum(make_engine, ledger_path, db)
-    async with db.write() as tx:
-        await tx.conn.execute(update(Approval).where(Approval.id == aid)
-                              .values(status="denied"))
+    await Rows(db).forge(Approval, Approval.id == aid, status="denied")
     report = await verified(db)
     assert any(aid in p and "status" in p for p in report.problems), report.problems
 
@@ -110,7 +100,7 @@ async def standing(make_engine, ledger_path, db):
     engine = engine_with(make_engine, ledger_path, approvers=["U_ALICE", "U_BOB"])
     engine.audit.key = KEY
     paused = await engine.run("demo-refund", "Refund order A-1001: $30", requested_by=DANA)
-    a = await approval(db, paused.approval_ids[0])
+    a = await Rows(db).approval(paused.approval_ids[0])
     s, _ = await engine.standing.grant(
         a.id, actor=ALICE, window=timedelta(minutes=30),
         scope=scope_for(a, "condition", when="args.amount_cents <= 5000"))
@@ -120,9 +110,8 @@ async def standing(make_engine, ledger_path, db):
 async def test_a_standing_approvals_forged_grantor_is_named(make_engine, ledger_path, db):
     _, s = await standing(make_engine, ledger_path, db)
     assert (await verified(db)).ok
-    async with db.write() as tx:
-        await tx.conn.execute(update(StandingApproval).where(StandingApproval.id == s.id)
-                              .values(grants=json.dumps([CAROL.id])))
+    await Rows(db).forge(StandingApproval, StandingApproval.id == s.id,
+                         grants=json.dumps([CAROL.id]))
     report = await verified(db)
     assert any(s.id in p and "grants" in p for p in report.problems), report.problems
 
@@ -131,9 +120,7 @@ async def test_a_standing_approvals_widened_scope_is_named(make_engine, ledger_p
     _, s = await standing(make_engine, ledger_path, db)
     scope = json.loads(s.scope)
     scope["when"] = "true"
-    async with db.write() as tx:
-        await tx.conn.execute(update(StandingApproval).where(StandingApproval.id == s.id)
-                              .values(scope=json.dumps(scope)))
+    await Rows(db).forge(StandingApproval, StandingApproval.id == s.id, scope=json.dumps(scope))
     report = await verified(db)
     assert any(s.id in p and "scope" in p for p in report.problems), report.problems
 
@@ -141,10 +128,8 @@ async def test_a_standing_approvals_widened_scope_is_named(make_engine, ledger_p
 async def test_the_trace_and_the_documents_say_a_row_disagrees(make_engine, ledger_path, db,
                                                                clock):
     engine, aid = await edited_quorum(make_engine, ledger_path, db)
-    async with db.write() as tx:
-        await tx.conn.execute(update(Approval).where(Approval.id == aid)
-                              .values(decided_by="U_MALLORY"))
-    a = await approval(db, aid)
+    await Rows(db).forge(Approval, Approval.id == aid, decided_by="U_MALLORY")
+    a = await Rows(db).approval(aid)
     view = await engine.approval_check(aid)
     assert view and any("U_MALLORY" in s for s in view)
     trace = await engine.trace(a.run_id)
@@ -172,8 +157,7 @@ async def test_an_aborted_question_and_its_cancelled_run_agree_with_the_chain(ma
     finally:
         failpoints.arm("")
     assert (await engine.advance(paused.run_id)).status == "needs_attention"
-    async with db.read() as tx:
-        [q] = [a for a in await tx.approvals.for_run(paused.run_id) if a.status == "pending"]
+    [q] = [a for a in await Rows(db).approvals(paused.run_id) if a.status == "pending"]
     await engine.decide(q.id, actor=BOB, verdict="abort", reason="it did not happen")
     report = await verified(db)
     assert report.ok, report.problems

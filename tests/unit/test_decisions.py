@@ -30,6 +30,7 @@ from approvald.runtime.state import ToolMessage
 from approvald.runtime.tools import ToolContext, tool
 
 from tests.conftest import SIGNER, ledger_lines
+from tests.helpers import Rows
 
 ALICE = Actor("U_ALICE", "slack")
 BOB = Actor("U_BOB", "slack")
@@ -63,8 +64,7 @@ async def pause(engine) -> Paused:
 
 
 async def approval(db, approval_id):
-    async with db.read() as tx:
-        return await tx.approvals.get(approval_id)
+    return await Rows(db).approval(approval_id)
 
 
 def refunds(ledger_path) -> list[dict[str, Any]]:
@@ -72,8 +72,7 @@ def refunds(ledger_path) -> list[dict[str, Any]]:
 
 
 async def trail(db, approval_id=None, run_id=None):
-    async with db.read() as tx:
-        return await tx.audit.query(approval_id=approval_id, run_id=run_id)
+    return await Rows(db).audit(approval_id=approval_id, run_id=run_id)
 
 
 # -- 1. an expired request cannot be approved, whatever the sweep has done -----------------

@@ -21,6 +21,8 @@ from approvald.runtime.outbox_kinds import CARD_POST, WEBHOOK
 from approvald.runtime.policy import PolicyFile
 from approvald.runtime.webhook_hosts import WebhookHosts
 
+from tests.helpers import Rows, follow_up
+
 KEYS = api_tokens.WebhookKeys("approvald-test-secret-0123456789")
 ALICE = Actor("U_ALICE", "cli:test")
 POLICY = PolicyFile.model_validate({"tools": {
@@ -45,13 +47,11 @@ async def setup(make_engine: Callable[..., Engine], *, webhook: bool = True
 
 
 async def rows(engine: Engine, kind: str) -> list[Any]:
-    async with engine.db.read() as tx:
-        return await tx.outbox.recent(kind=kind)
+    return await Rows.of(engine).outbox(kind)
 
 
 async def approval(engine: Engine, request_id: str) -> Any:
-    async with engine.db.read() as tx:
-        return external.current(await tx.approvals.for_run(request_id))
+    return external.current(await Rows.of(engine).approvals(request_id))
 
 
 async def test_a_request_is_a_run_no_worker_advances(make_engine, clock: ManualClock) -> None:
@@ -69,10 +69,12 @@ async def test_a_request_is_a_run_no_worker_advances(make_engine, clock: ManualC
     decision = await engine.decide(a.id, actor=ALICE, verdict="approve")
     assert decision.outcome == "approved" and not decision.run_ready  # nothing to resume
     assert (await engine.external.get(token, doc["id"]))["status"] == "approved"
+    await follow_up(engine)  # the drain follows the decision up: its webhook
     [hook] = await rows(engine, WEBHOOK)
     assert hook.payload_value()["document"]["decision"]["decided_by"] == "U_ALICE"
     with pytest.raises(DecisionRefused):  # a late answer is refused, and told to nobody
         await engine.decide(a.id, actor=ALICE, verdict="deny", reason="too late")
+    await follow_up(engine)
     assert len(await rows(engine, WEBHOOK)) == 1
     async with engine.db.read() as tx:
         assert (await tx.runs.get(doc["id"])).status == "external"  # until its report
@@ -114,11 +116,13 @@ async def test_escalation_keeps_it_open_and_silence_ends_it(make_engine,
     await engine.expiry.sweep()
     now = await engine.external.get(token, doc["id"])
     assert now["status"] == "pending" and now["approval_id"] != first  # the next rung asks
+    await follow_up(engine)
     assert await rows(engine, WEBHOOK) == []
     clock.advance(timedelta(hours=2))
     await engine.expiry.sweep()
     ended = await engine.external.get(token, doc["id"])
     assert ended["status"] == "expired" and ended["decision"]["verdict"] == "expired"
+    await follow_up(engine)
     [hook] = await rows(engine, WEBHOOK)
     assert hook.payload_value()["document"]["status"] == "expired"
     async with engine.db.read() as tx:
@@ -132,6 +136,7 @@ async def test_cancelling_its_run_cancels_it(make_engine) -> None:
     assert await engine.cancel(doc["id"], actor=ALICE, reason="wrong window") == "cancelled"
     ended = await engine.external.get(token, doc["id"])
     assert ended["status"] == "cancelled" and ended["decision"]["reason"] == "wrong window"
+    await follow_up(engine)
     assert len(await rows(engine, WEBHOOK)) == 1
 
 

@@ -43,8 +43,10 @@ def row(kind: str, payload: str) -> OutboxRecord:
                         give_up_at=None, waits=0)
 
 
-def test_every_kind_has_one_payload_and_the_kinds_are_the_thirteen_known() -> None:
-    assert len(KINDS) == 13 and set(PAYLOADS) == KINDS
+def test_every_kind_has_one_payload_and_the_kinds_are_the_fourteen_known() -> None:
+    # thirteen delivered by the faces, and the runtime's own: a request's follow-up
+    assert len(KINDS) == 14 and set(PAYLOADS) == KINDS
+    assert outbox_kinds.RUNTIME_KINDS == {outbox_kinds.REQUEST_DECIDED} < KINDS
     assert MAIL_KINDS <= KINDS and all(k.startswith("mail.") for k in MAIL_KINDS)
 
 

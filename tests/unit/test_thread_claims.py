@@ -44,6 +44,33 @@ async def test_one_claim_wins_and_an_unclean_one_is_seen_by_its_taker(make_engin
     assert done.claimed_until is None and done.next_attempt_at == later
 
 
+async def test_the_engine_hands_a_face_its_thread_claims_not_the_database(make_engine, db,
+                                                                          clock: ManualClock):
+    """The thread follower's claim logic, as the runtime keeps it (runtime.threads): a thread
+    seen without a row is opened already claimed; a replica that saw it claimed waits out
+    the lease; taken over from a holder that left no record, the claim says it is unsure."""
+    run_id = await _run(make_engine)
+    a, b = make_engine(owner="a"), make_engine(owner="b")
+    ttl = timedelta(seconds=90)
+    [(run, seen)] = await a.threads.behind(since=clock.now() - ttl, limit=10)
+    assert run.id == run_id and seen is None
+    first = await a.threads.claim(run_id, seen, channel="C_OPS", ttl=ttl)
+    assert first is not None and not first.unsure and first.thread.claimed_by == "a"
+    assert first.lease_end == clock.now() + ttl
+    assert await b.threads.claim(run_id, None, channel="C_OPS", ttl=ttl) is None
+    assert await b.threads.claim(run_id, first.thread, channel="C_OPS", ttl=ttl) is None
+    clock.advance(91)  # a died without recording what it posted
+    taken = await b.threads.claim(run_id, first.thread, channel="C_OPS", ttl=ttl)
+    assert taken is not None and taken.unsure and taken.thread.claimed_by == "b"
+    assert not await a.threads.finish(run_id, {"ts": "1.000100"})  # a's lease is gone
+    await b.threads.fail(run_id, retry_in=timedelta(seconds=30), unsure=False, failed=True,
+                         progress={"ts": "1.000200"})
+    async with db.read() as tx:
+        row = await tx.threads.get(run_id)
+    assert row is not None and row.ts == "1.000200" and row.failures == 1
+    assert row.claimed_by is None and row.next_attempt_at == clock.now() + timedelta(seconds=30)
+
+
 async def test_a_failing_thread_waits_its_backoff_then_goes_behind_the_others(make_engine, db,
                                                                             clock: ManualClock):
     engine = make_engine()

@@ -12,6 +12,7 @@ from approvald.runtime.outbox import DrainConfig
 from approvald.runtime.tools import ToolContext, tool
 from approvald.runtime.urgency import Urgency
 from approvald.store.db import Database, WriteLock
+from approvald.store.waiting import waiting
 
 ALICE = Actor("U_ALICE", "slack")
 
@@ -167,9 +168,10 @@ async def test_a_pressing_sqlite_write_commits_ahead_of_queued_writes(sqlite_url
     order: list[str] = []
 
     async def write(name: str, since: float | None) -> None:
-        async with db.write(since=since) as tx:
-            await (await tx.conn.connection()).exec_driver_sql("SELECT 1")
-            order.append(name)
+        with waiting(since):  # where the person waits: the store reads it from the context
+            async with db.write() as tx:
+                await (await tx.conn.connection()).exec_driver_sql("SELECT 1")
+                order.append(name)
 
     try:
         async with db.write():
@@ -276,3 +278,53 @@ async def test_a_decided_run_presses_since_its_click(make_engine) -> None:
     assert engine.urgency.since(decision.approval.run_id) == clicked
     await engine.advance(decision.approval.run_id)
     assert engine.urgency.since(decision.approval.run_id) is None
+
+
+async def test_priority_is_the_contexts_and_no_decider_or_executor_passes_it() -> None:
+    """Scheduling priority lives in one place (issue 47): the code that decides and
+    executes, and the store's writer, take no ``since``/``trace`` parameter; the context
+    set where a person waits is what the writer reads."""
+    import inspect
+
+    from approvald.runtime.decide import Decider
+    from approvald.runtime.ledger import Ledger
+    from approvald.store import waiting as ctx
+
+    for fn in (Decider.decide, Ledger.execute, Database.write, Database.transact):
+        assert not {"since", "trace"} & set(inspect.signature(fn).parameters), fn
+    assert ctx.since() is None
+    with waiting(3.0):
+        assert ctx.since() == 3.0
+        with waiting(None):  # a block for nobody inside one for someone
+            assert ctx.since() is None
+        assert ctx.since() == 3.0
+    assert ctx.since() is None
+
+
+async def test_a_decisions_writes_queue_by_the_deciders_rank(make_engine, db,
+                                                             monkeypatch) -> None:
+    """A click's decision is written at its rank (its person's wait, less the lead an open
+    request gets), and the resumed run's lease and intent at the click's time; the writes
+    of a run nobody waits on are ordinary. Read where the store queues them."""
+    ticks = Ticks()
+    engine = make_engine(urgency=Urgency(monotonic=ticks))
+    paused = await engine.run("demo-refund", "Refund order A-1001", requested_by="U_DANA")
+    seen: list[float | None] = []
+    real = WriteLock.acquire
+
+    async def acquire(self: WriteLock, *, since: float | None = None) -> None:
+        seen.append(since)
+        await real(self, since=since)
+
+    monkeypatch.setattr(WriteLock, "acquire", acquire)
+    if db.dialect != "sqlite":  # PostgreSQL has no in-process write queue
+        return
+    await engine.decide(paused.approval_ids[0], actor=ALICE, verdict="approve")
+    rank = ticks.t - engine.urgency.answer_lead
+    assert seen and set(seen) == {rank}  # the decision's transaction (and nothing else)
+    seen.clear()
+    await engine.advance(paused.run_id)
+    # the lease and the call's intent: the click's time, which the run inherited; once
+    # its call started (its checkpoint, its card's redraw) nobody waits on its writes
+    assert seen[:2] == [ticks.t, ticks.t] and set(seen[2:]) == {None}, seen
+    assert engine.urgency.pressing == 0
