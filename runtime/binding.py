@@ -134,7 +134,10 @@ async def deployment_key(db: Database, *, now: datetime) -> BindingKey:
 # edit's impact in a packet: runtime/packet.py) or in an exact scope (``kind: exact``, a
 # standing approval's: runtime/scope.py)
 DIGEST_KEYS = frozenset({"args_digest", "asked_digest", "edited_digest", "effective_digest",
-                         "original_digest", "previous_digest"})
+                         "original_digest", "previous_digest",
+                         # and the identities of a tool that changed since its call was
+                         # approved (runtime/external.py: a caller's tool_changed)
+                         "approved_identity", "current_identity"})
 _EDIT_KEY = "asked_digest"
 MASKED_KEY = "masked"  # an audit entry's {detail: digest of its real value} (runtime/audit.py)
 

@@ -60,7 +60,7 @@ from approvald.runtime.state import FINAL_STATUSES, RunState, UserMessage
 from approvald.runtime.switches import Switches
 from approvald.runtime.threads import RunThreads
 from approvald.runtime.tool_lookup import ToolLookup
-from approvald.runtime.tools import Tool
+from approvald.runtime.tools import Tool, ToolIdentity
 from approvald.runtime.trace import Trace, load_trace
 from approvald.runtime.tracing import Span, Tracer
 from approvald.runtime.transcript import build_state, encode
@@ -693,9 +693,12 @@ class Engine:
         return await self.external.wait(token, request_id, seconds=seconds, stop=stop)
 
     async def start_request(self, token: TokenRecord, request_id: str, *, args_digest: str,
-                            owner: str) -> None:
-        """Record that the caller is about to run its approved call (before the call)."""
-        await self.external.start(token, request_id, args_digest=args_digest, owner=owner)
+                            owner: str, identity: ToolIdentity | None = None) -> None:
+        """Record that the caller is about to run its approved call (before the call), on a
+        tool of ``identity`` if it says (refused, ``tool_changed``, if the approval bound
+        another: :meth:`runtime.external.ExternalRequests.start`)."""
+        await self.external.start(token, request_id, args_digest=args_digest, owner=owner,
+                                  identity=identity)
 
     async def report_request(self, token: TokenRecord, request_id: str, rep: Report
                              ) -> tuple[dict[str, Any], bool]:

@@ -76,7 +76,7 @@ from approvald.runtime.policy import ApprovalPolicy, CallPolicy, PolicyFile, Pol
 from approvald.runtime.sensitive import paths_text, sensitive_of_snapshot
 from approvald.runtime.signals import Signals
 from approvald.runtime.standing import StandingApprovals
-from approvald.runtime.tools import Tool
+from approvald.runtime.tools import Tool, ToolIdentity, asked_identity, identity_change
 from approvald.runtime.vocabulary import OutcomeName, outcome_of, policy_outcome
 from approvald.store.db import Database
 from approvald.store.records import (
@@ -103,6 +103,8 @@ MAX_WAIT = 60.0  # s a long poll may hold a request
 POLL = 1.0  # s between a waiter's looks at the database when nothing woke it
 MAX_CODE = 3000  # characters of a packet's code (a command, a file's content) kept
 OPEN = frozenset({"pending", "superseded"})  # an approval that is not the answer yet
+TOOL_ACTOR = "system:tool-identity"  # who cancels an approval whose tool changed since
+TOOL_CHANGED = "tool_changed"  # the stable code of a call refused for it
 # the entries that may end a request's approval (the rest leave it open, or are not about
 # one: "requested", "voted", "edited", "refused", "reminded", "escalated"...); a cancel with
 # no approval is its run's, cancelled after its approval
@@ -112,7 +114,7 @@ ENDING = frozenset({"approved", "denied", "redirected", "expired", "cancelled"})
 class ExternalError(ApprovaldError):
     """A request the API cannot honour. ``code`` is stable: ``invalid_request``,
     ``tool_not_allowed``, ``idempotency_conflict``, ``not_approved``, ``cancelled``,
-    ``digest_mismatch``, ``already_reported``, ``already_started``."""
+    ``digest_mismatch``, ``already_reported``, ``already_started``, ``tool_changed``."""
 
     def __init__(self, message: str, *, code: str, **fields: Any) -> None:
         super().__init__(message, **fields)
@@ -139,6 +141,12 @@ class NewRequest:
     # would record it next (see :func:`started_at_once`). Not part of the fingerprint:
     # who would run the call does not change what is asked
     start_owner: str | None = None
+    # the identity of the tool the caller will run the call on, when it knows one (an MCP
+    # server's tool: its listed entry's digest): the approval binds it, and :meth:`start`
+    # refuses to start the call on a tool of another identity. Not part of the fingerprint:
+    # a call retried after its tool changed joins its open request, whose approval is
+    # then refused at its start (the request cancelled, the call asked afresh)
+    identity: ToolIdentity | None = None
 
     def fingerprint(self) -> str:
         """What a retry must repeat exactly to be the same request."""
@@ -483,13 +491,13 @@ class ExternalRequests:
         if kind == "approve_before":
             if standing is not None and await self.standing.use(
                     tx, standing, run=run, call_id=CALL_ID, tool=req.tool, args=req.args,
-                    policy=chosen.approval, packet=packet) is not None:
+                    policy=chosen.approval, packet=packet, identity=req.identity) is not None:
                 # approved as it was made (revoked meanwhile: asked below)
                 return _Opened(None, None, queued=True)
             return _Opened(await self.gate.insert_approval(
                 tx, run=run, call_id=CALL_ID, kind="tool_call", tool=req.tool, args=req.args,
-                policy=chosen.approval, rung=0, packet=packet, shadow=chosen.shadow),
-                None, queued=True)
+                policy=chosen.approval, rung=0, packet=packet, shadow=chosen.shadow,
+                identity=req.identity), None, queued=True)
         # the policy answers at once: audited as a request and its answer by the policy
         rule = {"rule": chosen.approval.rule} if chosen.approval.rule else {}
         self.audit.record(
@@ -568,16 +576,25 @@ class ExternalRequests:
             await tx.executions.get(request_id, CALL_ID)
         if execution is not None:
             return False
-        why = why_not(a)
-        if not await tx.runs.cancel_if_idle(request_id, now=now, by=WINDOW_ACTOR, reason=why,
-                                            error=f"cancelled by {WINDOW_ACTOR}: {why}"):
+        return await self._cancel_uncollected(
+            tx, run, a, actor=WINDOW_ACTOR, why=why_not(a), code=WINDOW_CLOSED,
+            window_closed_at=a.expires_at.isoformat())
+
+    async def _cancel_uncollected(self, tx: Tx, run: RunRecord, a: ApprovalRecord, *,
+                                  actor: str, why: str, code: str, **details: Any) -> bool:
+        """Cancel ``run``'s request, approved by ``a`` but whose call must not run (nothing
+        started it; its run locked by the caller): audited as a cancel by ``actor`` with
+        the stable ``code``, its caller told by the same path as any cancel, and the
+        request over (the same call made again is asked afresh). True if cancelled here."""
+        now = self.clock.now()
+        if not await tx.runs.cancel_if_idle(run.id, now=now, by=actor, reason=why,
+                                            error=f"cancelled by {actor}: {why}"):
             return False
-        await tx.external.mark_answered(request_id, now=now)
-        self.audit.record(tx, at=now, action="cancelled", actor=WINDOW_ACTOR,
-                          via=Source.of_run(run.agent).via, run_id=request_id,
-                          details={"was": STATUS, "reason": why, "code": WINDOW_CLOSED,
-                                   "approval_id": a.id, "tool": a.tool,
-                                   "window_closed_at": a.expires_at.isoformat()})
+        await tx.external.mark_answered(run.id, now=now)
+        self.audit.record(tx, at=now, action="cancelled", actor=actor,
+                          via=Source.of_run(run.agent).via, run_id=run.id,
+                          details={"was": STATUS, "reason": why, "code": code,
+                                   "approval_id": a.id, "tool": a.tool, **details})
         return True
 
     async def wait(self, token: TokenRecord, request_id: str, *, seconds: float,
@@ -676,13 +693,23 @@ class ExternalRequests:
 
     # -- start (optional) -----------------------------------------------------------------
     async def start(self, token: TokenRecord, request_id: str, *, args_digest: str,
-                    owner: str) -> None:
+                    owner: str, identity: ToolIdentity | None = None) -> None:
         """Record that the caller is about to run the approved call (the execution ledger's
         intent row, before the call), so that a caller that dies mid-call leaves "outcome
         unknown" behind, never "did not run". Optional: a report without it is recorded
         as one finished row. Refused (``already_started``, with the earlier attempt's
         owner and start) when an attempt was recorded before, and as :meth:`report` would
-        refuse (``not_approved``, ``digest_mismatch``, ``already_reported``)."""
+        refuse (``not_approved``, ``digest_mismatch``, ``already_reported``).
+
+        ``identity``: that of the tool the caller would run the call on now (an MCP
+        server's tool as it lists it now; :data:`runtime.tools.GONE` if it no longer
+        does). When the approval bound another identity (the tool changed since it was
+        asked about), the call is not started: the request is cancelled (audited, actor
+        :data:`TOOL_ACTOR`, code :data:`TOOL_CHANGED`, both identities recorded and
+        exported as bindings), and refused with ``tool_changed``; the same call made
+        again is asked afresh. A caller's tool has no declared versions: any change asks
+        again."""
+        changed: list[str] = []
 
         async def work(tx: Tx) -> bool:
             now = self.clock.now()
@@ -707,6 +734,20 @@ class ExternalRequests:
                     f"args_digest {args_digest[:64]!r} is not the approved arguments' "
                     f"{binding.shown(digest)}: run exactly effective_args",
                     code="digest_mismatch", run_id=request_id)
+            asked = asked_identity(a) if a is not None else None
+            what = identity_change(asked, identity)
+            if what is not None and a is not None and asked is not None \
+                    and identity is not None \
+                    and await tx.executions.get(request_id, CALL_ID) is None:
+                why = (f"{rec.tool} changed since the call was approved: {what}. The call "
+                       "did not run; make it again to be asked afresh")
+                # (digests here, bindings wherever the entry leaves the database); the run
+                # is open and locked here, so this cancels it; never started either way
+                await self._cancel_uncollected(
+                    tx, run, a, actor=TOOL_ACTOR, why=why, code=TOOL_CHANGED,
+                    approved_identity=asked.digest(), current_identity=identity.digest())
+                changed[:] = [why, what]
+                return False
             if not await tx.executions.record_intent(run_id=request_id, call_id=CALL_ID,
                                                      step=0, tool=rec.tool, digest=digest,
                                                      now=now, owner=owner,
@@ -721,6 +762,10 @@ class ExternalRequests:
             return True
 
         if not await self.db.transact(work, what=f"start of request {request_id}"):
+            if changed:
+                raise ExternalError(f"request {request_id} was approved, but {changed[0]}",
+                                    code=TOOL_CHANGED, run_id=request_id, reason=TOOL_CHANGED,
+                                    why=changed[1])
             raise self._window_closed(request_id)
 
     @staticmethod

@@ -70,6 +70,31 @@ class ToolIdentity:
     version: str
     schema: str
 
+    def digest(self) -> str:
+        """One digest of the whole identity: what the audit log records when it names an
+        identity (exported as its binding, ``runtime/binding.py``, never as it is)."""
+        return sha256_hex(f"{self.version}\0{self.schema}")
+
+
+# the identity of a tool its runner no longer offers (an MCP server that stopped listing
+# it): equal to no identity a request records (a version is never empty)
+GONE = ToolIdentity("", "")
+
+
+def identity_change(asked: ToolIdentity | None, now: ToolIdentity | None) -> str | None:
+    """What changed between the identity a call was asked about under (``asked``) and the
+    one of the tool that would run it ``now``, for a tool whose releases declare nothing
+    compatible (an MCP server's: its identity is its listed entry's digest). None when
+    they are the same, or when either is unknown (nothing recorded, nothing said)."""
+    if asked is None or now is None or asked == now:
+        return None
+    if now == GONE:
+        return "it is no longer offered"
+    if asked.schema != now.schema:
+        return "its input schema is not the one approved"
+    return ("its definition is not the one approved (the same input schema, but another "
+            "description, output schema or annotations)")
+
 
 def asked_identity(a: ApprovalRecord) -> ToolIdentity | None:
     """The identity of the tool request ``a`` was made for (None: not recorded, as for a

@@ -24,6 +24,15 @@ result. A call another process started and never reported is "outcome unknown": 
 never re-run; a person cancels its request (``approvald runs cancel ID``) to ask afresh.
 An approval nobody collected before its request's window closed is not used later: that
 request is cancelled (audited) and the call is asked about again.
+
+The tool's identity. A tool call's request records the identity of the upstream tool it
+asks about (:func:`bot.mcp.upstream.identity`: a digest of its ``tools/list`` entry), and an
+approved call is started only on a tool of that identity: before it is forwarded, the
+gateway lists the server's tools again and hands the tool's identity now to the start
+(:meth:`runtime.external.ExternalRequests.start`). A server that changed the tool since (its
+input schema, description, output schema or annotations) gets no old approval applied to
+the new tool: the request is cancelled (audited, ``tool_changed``), the client is told, and
+the same call made again is asked afresh, about the tool as it is now.
 """
 
 from __future__ import annotations
@@ -49,11 +58,12 @@ from approvald.runtime.callers import (
 from approvald.runtime.canonical import canonical_json, compact_json, sha256_hex
 from approvald.runtime.engine import Engine
 from approvald.runtime.errors import PayloadTooLarge
-from approvald.runtime.external import ExternalError, NewRequest, Report
+from approvald.runtime.external import TOOL_CHANGED, ExternalError, NewRequest, Report
 from approvald.runtime.ids import lease_id
 from approvald.runtime.intake import Source
 from approvald.runtime.sensitive import mask_text
 from approvald.runtime.state import FINAL_STATUSES
+from approvald.runtime.tools import ToolIdentity
 from approvald.store.repos.external import TokenRecord
 
 log = logging.getLogger("approvald.mcp")
@@ -80,6 +90,8 @@ class Ran(Generic[T]):
 
 
 Forward = Callable[[dict[str, Any]], Awaitable[Ran[T]]]
+# the identity of the upstream tool as its server lists it now (runtime.tools.GONE: no more)
+Identify = Callable[[], Awaitable[ToolIdentity]]
 
 
 class Gateway(CallerGate):
@@ -106,6 +118,8 @@ class Gateway(CallerGate):
         self.descriptions: dict[str, str] = {}  # tool -> its description, for cards
         # tool -> what its server says of it (readOnlyHint...): read by rules, never trusted
         self.annotations: dict[str, dict[str, Any]] = {}
+        # tool -> its identity as its server listed it, which its requests bind
+        self.identities: dict[str, ToolIdentity] = {}
         self._inflight: dict[str, asyncio.Task[Ran[Any] | Refused]] = {}
         # finished here, newest last: callers that join late get the same answer
         self._ran: OrderedDict[str, asyncio.Task[Ran[Any] | Refused]] = OrderedDict()
@@ -122,11 +136,13 @@ class Gateway(CallerGate):
         return sha256_hex(canonical_json({"bearer": self.bearer, "call": digest}))
 
     async def call(self, tool: str, args: dict[str, Any], forward: Forward[T], *,
-                   waiting: Waiting | None = None,
-                   budget: float | None = None) -> Ran[T] | Refused:
+                   waiting: Waiting | None = None, budget: float | None = None,
+                   identify: Identify | None = None) -> Ran[T] | Refused:
         """Gate one call of ``tool``; forward it (at most once) if it may run. ``budget``:
         the seconds it waits for a decision, after which it answers that the request is
-        still waiting (the same call made again joins it); None, until decided."""
+        still waiting (the same call made again joins it); None, until decided.
+        ``identify``: the tool's identity now, asked before an approved call is forwarded
+        (see the module docstring); None for what has no identity (a resource, a prompt)."""
         try:
             token = await self.token()
         except CallerOff as exc:
@@ -145,15 +161,17 @@ class Gateway(CallerGate):
             doc = await self._wait(token, doc, waiting, left)
         if doc["status"] != "approved":
             return await self.answer(token, doc)
-        out = await self.collect(token, tool, doc, forward)
+        out = await self.collect(token, tool, doc, forward, identify)
         if isinstance(out, Refused):  # not run, with no decision behind it: audited
             await self.refused(token, tool, out)
         return out
 
     async def collect(self, token: TokenRecord, tool: str, doc: dict[str, Any],
-                      forward: Forward[T]) -> Ran[T] | Refused:
+                      forward: Forward[T],
+                      identify: Identify | None = None) -> Ran[T] | Refused:
         """Run approved request ``doc``'s call here (at most once: a call running or run in
-        this process is joined; one started elsewhere is not run again)."""
+        this process is joined; one started elsewhere is not run again), on the tool it
+        was asked about only (``identify``: see :meth:`call`)."""
         rid = str(doc["id"])
         task = self._inflight.get(rid) or self._ran.get(rid)
         if task is None:
@@ -162,7 +180,8 @@ class Gateway(CallerGate):
             # looked up again with no await before it is set: one task per request here
             task = self._inflight.get(rid) or self._ran.get(rid)
             if task is None:
-                task = asyncio.ensure_future(self._execute(token, tool, doc, forward))
+                task = asyncio.ensure_future(self._execute(token, tool, doc, forward,
+                                                           identify))
                 self._inflight[rid] = task
                 task.add_done_callback(self._done)
         # the client may give up waiting; the call, once started, still finishes and is
@@ -199,17 +218,29 @@ class Gateway(CallerGate):
                 "which has not recorded what came of it: the call may still be running, or "
                 "its process stopped mid-call. approvald never runs such a call again. If it "
                 f"did not happen, `approvald runs cancel {rid}` and call the tool again.", rid)
+        if exc.code == TOOL_CHANGED:
+            return Refused(
+                "cancelled", f"approvald: {tool} did not run: the MCP server {self.name} "
+                f"changed the tool since the call was approved ({exc.fields.get('why')}), so "
+                "the approval, given for the tool as it was, does not apply to it. Make the "
+                f"same call again to be asked afresh (request {rid}). Nothing was executed.",
+                rid)
         return Refused("cancelled", f"approvald: {tool} did not run: {exc} (request {rid}). "
                        "Nothing was executed.", rid)
 
     async def _execute(self, token: TokenRecord, tool: str, doc: dict[str, Any],
-                       forward: Forward[T]) -> Ran[T] | Refused:
-        """Record the intent, forward the approved call with its effective arguments, then
-        report what came of it."""
+                       forward: Forward[T],
+                       identify: Identify | None = None) -> Ran[T] | Refused:
+        """Record the intent (on the tool as its server lists it now, when a person
+        approved it), forward the approved call with its effective arguments, then report
+        what came of it."""
         rid = str(doc["id"])
+        # a policy's answer at once judged no tool definition: nothing to compare
+        now = await identify() if identify is not None and doc["approval_id"] is not None \
+            else None
         try:
             await self.e.start_request(token, rid, args_digest=doc["effective_digest"],
-                                       owner=lease_id(self.owner))
+                                       owner=lease_id(self.owner), identity=now)
         except ExternalError as exc:
             return self._not_started(tool, rid, exc)
         # an exception here (the server gone mid-call, a cancellation at shutdown) is left
@@ -256,4 +287,5 @@ class Gateway(CallerGate):
         }
         return NewRequest(tool=tool, args=args, requested_by=self.requested_by,
                           packet=packet, idempotency_key=key,
-                          annotations=self.annotations.get(tool))
+                          annotations=self.annotations.get(tool),
+                          identity=self.identities.get(tool))

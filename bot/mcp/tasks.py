@@ -180,7 +180,8 @@ class Tasks:
         if doc["result"] is not None:  # run (here or by another replica): its result
             return {**task, "status": "completed", "result": _result(doc["result"]["result"])}
         outcome = await gateway.collect(own, str(doc["tool"]), doc,
-                                        self.upstream.forward(str(doc["tool"])))
+                                        self.upstream.forward(str(doc["tool"])),
+                                        self.upstream.identify(str(doc["tool"])))
         # it changed as it ran: its last update is when its result was recorded
         task = self._task(token, rid, await gateway.e.request_document(own, rid))
         if isinstance(outcome, Ran) and isinstance(outcome.value, MCPError):

@@ -21,6 +21,10 @@ server would refuse are refused before anyone is asked), gated by a
 gateway refuses reaches the client as a tool error (``isError: true``) whose text says why.
 Tool annotations (``readOnlyHint``, ``destructiveHint``) come from the server, not the
 operator: they are shown on cards and never change a policy.
+
+A gated call's request binds the tool's identity (:func:`identity`), and an approved call is
+forwarded only if the server still lists the tool with that identity (:meth:`Upstream.identify`
+lists its tools afresh just before: see :mod:`bot.mcp.gateway`).
 """
 
 from __future__ import annotations
@@ -32,9 +36,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import mcp_types as types
-from approvald.bot.mcp.gateway import Forward, Gateway, Ran, Refused
+from approvald.bot.mcp.gateway import Forward, Gateway, Identify, Ran, Refused
 from approvald.bot.mcp.relay import Relay
+from approvald.runtime.canonical import canonical_json, sha256_hex
 from approvald.runtime.intake import Source
+from approvald.runtime.tools import GONE, ToolIdentity
 from jsonschema import SchemaError
 from jsonschema.validators import validator_for
 from mcp import Client, MCPError
@@ -54,6 +60,25 @@ def error_result(text: str) -> types.CallToolResult:
 def _text_of(result: types.CallToolResult) -> str:
     parts = [c.text for c in result.content if isinstance(c, types.TextContent)]
     return "\n".join(parts)[:4000] or "the tool reported an error"
+
+
+# what a tool's identity covers: everything its server says about what the tool does and
+# takes and gives back, which a model chooses it by, an approver reads, or a policy's rules
+# read. Not its icons, its ``_meta`` or its ``execution`` (how it may be invoked, as a
+# task or not): presentation and transport, which change nothing a call does
+IDENTITY_FIELDS = ("name", "title", "description", "inputSchema", "outputSchema",
+                   "annotations")
+
+
+def identity(tool: types.Tool) -> ToolIdentity:
+    """An upstream tool's identity, which its calls' approvals bind: its version is
+    ``mcp:`` and a digest of its ``tools/list`` entry's :data:`IDENTITY_FIELDS`, its schema
+    a digest of its input schema. Full-length digests (60 and 64 hex characters): the
+    server is not trusted, and a shorter one is a collision it could search for."""
+    entry = tool.model_dump(mode="json", by_alias=True, exclude_none=True)
+    said = {k: entry[k] for k in IDENTITY_FIELDS if k in entry}
+    return ToolIdentity("mcp:" + sha256_hex(canonical_json(said))[:60],
+                        sha256_hex(canonical_json(tool.input_schema)))
 
 
 def hints(tool: types.Tool) -> str:
@@ -89,6 +114,7 @@ class Upstream:
         self.tools: dict[str, types.Tool] = {}
         self.descriptions: dict[str, str] = {}  # tool -> its description, for cards
         self.annotations: dict[str, dict[str, Any]] = {}  # tool -> its annotations
+        self.identities: dict[str, ToolIdentity] = {}  # tool -> its identity, as listed
 
     async def check_rules(self, gateway_source: Source, policy: Any) -> None:
         """Refuse to start on a policy rule that would fail on every call of its tool: each
@@ -108,6 +134,7 @@ class Upstream:
     def _keep(self, tools: Sequence[types.Tool]) -> None:
         for tool in tools:
             self.tools[tool.name] = tool
+            self.identities[tool.name] = identity(tool)
             if tool.annotations is not None:
                 self.annotations[tool.name] = tool.annotations.model_dump(
                     by_alias=True, exclude_none=True, mode="json")
@@ -166,6 +193,31 @@ class Upstream:
                         break
         return self.tools.get(name)
 
+    def identify(self, name: str, ctx: ServerRequestContext[Any] | None = None) -> Identify:
+        """How the identity of tool ``name`` now is found, just before an approved call of
+        it is forwarded: the server's tools listed afresh (on the session of the client
+        request ``ctx``), :data:`runtime.tools.GONE` if it no longer lists the tool. What
+        the listing says is kept, so the same call made again is asked about the tool as
+        it is now."""
+        async def identify() -> ToolIdentity:
+            found: types.Tool | None = None
+            cursor: str | None = None
+            async with self.session(ctx) as client:
+                for _ in range(100):
+                    page = await client.list_tools(cursor=cursor)
+                    self._keep(page.tools)
+                    found = next((t for t in page.tools if t.name == name), found)
+                    cursor = page.next_cursor
+                    if cursor is None or found is not None:
+                        break
+            if found is None:  # no longer listed: its cached entries go too
+                self.tools.pop(name, None)
+                self.identities.pop(name, None)
+                return GONE
+            return identity(found)
+
+        return identify
+
     @staticmethod
     def invalid(tool: types.Tool, args: dict[str, Any]) -> str | None:
         schema = tool.input_schema
@@ -223,6 +275,8 @@ class Upstream:
                                 "Nothing was asked or executed.")
         gateway.descriptions.update(self.descriptions)
         gateway.annotations.update(self.annotations)
+        # the identity of the entry the arguments were checked against (and the card shows)
+        gateway.identities[name] = identity(tool)
         started = time.monotonic()
 
         async def waiting(doc: dict[str, Any]) -> None:
@@ -232,7 +286,8 @@ class Upstream:
 
         try:
             outcome = await gateway.call(name, args, self.forward(name, ctx, params),
-                                         waiting=waiting, budget=budget)
+                                         waiting=waiting, budget=budget,
+                                         identify=self.identify(name, ctx))
         except Exception as exc:
             log.warning("MCP gateway %s: %s failed in the gateway", gateway.name, name,
                         exc_info=True)

@@ -24,6 +24,7 @@ from approvald.runtime.engine import Engine
 from approvald.runtime.external import CALL_ID, ExternalError, NewRequest, Report, current
 from approvald.runtime.intake import Source
 from approvald.runtime.policy import PolicyFile
+from approvald.runtime.tools import ToolIdentity
 
 from tests.conftest import ledger_lines
 
@@ -50,6 +51,11 @@ class Server:
 
     def forward(self, tool: str) -> Server:  # as bot.mcp.upstream.Upstream gives it
         return self
+
+    def identify(self, tool: str) -> Callable[[], Awaitable[ToolIdentity]]:
+        async def identify() -> ToolIdentity:  # its tools never change
+            return ToolIdentity("mcp:fake", "fake")
+        return identify
 
 
 async def approve_request(engine: Engine, rid: str) -> str:

@@ -88,7 +88,7 @@ from approvald.runtime.policy import ApprovalPolicy, PolicyFile
 from approvald.runtime.scope import Scope, scope_for
 from approvald.runtime.sealing import DataKey, Sealer, is_sealed, key_id
 from approvald.runtime.sensitive import MASKED, mask_args, sensitive_of_snapshot
-from approvald.runtime.tools import Tool, ToolContext
+from approvald.runtime.tools import Tool, ToolContext, ToolIdentity
 from approvald.store import types
 from approvald.store.db import Database
 from approvald.store.models import Approval, AuditEntry
@@ -1226,6 +1226,11 @@ class _Upstream:
                 content=[mcp_types.TextContent(type="text", text="ok")])
             return Ran(result, "succeeded", result.model_dump(mode="json", exclude_none=True))
         return call
+
+    def identify(self, tool: str) -> Any:
+        async def identify() -> ToolIdentity:  # the model's upstream never changes a tool
+            return ToolIdentity("mcp:model", "model")
+        return identify
 
 
 def _no_looser(stored: ApprovalPolicy, operator: ApprovalPolicy, where: str) -> None:
