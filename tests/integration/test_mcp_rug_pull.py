@@ -15,6 +15,7 @@ from approvald.bot.slack import cards
 from approvald.runtime import binding
 from approvald.runtime.tools import ToolIdentity
 
+from tests.helpers import Rows
 from tests.integration.adapter_helpers import approve_in_slack, pending_request
 from tests.integration.slack_harness import CHANNEL, harness
 from tests.integration.test_mcp_gateway import gated, text
@@ -74,8 +75,7 @@ async def test_an_upstream_tool_changed_after_its_approval_does_not_run_and_is_a
         details = closed["details"]
         assert details["code"] == "tool_changed" and closed["actor"] == "system:tool-identity"
         approved, current = details["approved_identity"], details["current_identity"]
-        async with g.h.engine.db.read() as tx:
-            b_now = await tx.approvals.get(b.id)
+        b_now = await Rows(g.h.engine.db).approval(b.id)
         assert b_now is not None and b_now.tool_version is not None
         asked = ToolIdentity(b_now.tool_version, str(b_now.tool_schema))
         assert approved == binding.shown(asked.digest()) and current != approved

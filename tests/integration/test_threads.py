@@ -367,7 +367,7 @@ async def test_the_parent_shows_the_run_as_it_is_now_not_as_it_was(db_url, tmp_p
                               verdict="approve")
         assert (await w.engine.advance(waiting.run_id)).status == "completed"
         await w.followers[0].sync_once()  # one turn: it tells what happened...
-        assert any("<@U_ALICE> approved" in line for line in
+        assert any("approved by <@U_ALICE>" in line for line in
                    w.reply_lines((await w.thread(waiting.run_id)).ts))
         shown = _parent_text(w, waiting.run_id)  # ...and the parent moved with it
         assert "waiting for approval" not in shown and "completed" in shown, shown
@@ -405,5 +405,5 @@ async def test_a_notice_comes_after_the_approval_it_followed(sqlite_url, tmp_pat
 
         texts = await wait_for(told, what="the thread and the notice")
         said = "\n".join(texts)
-        assert said.index("<@U_ALICE> approved") < said.index("notify-after"), texts
+        assert said.index("approved by <@U_ALICE>") < said.index("notify-after"), texts
         assert said.count("send_customer_email") == 1, texts

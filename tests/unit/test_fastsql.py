@@ -97,6 +97,10 @@ async def test_every_planned_select_reads_what_sqlalchemy_reads(make_engine,
         for stmt in selects:
             names = {bp.key for bp in stmt.compile(dialect=engine.db.engine.dialect)
                      .binds.values() if bp.required}
+            if not names <= params.keys():
+                # prepared by an earlier test in this worker, with parameters this run does
+                # not have (the demo refund's own reads all do: counted below)
+                continue
             args = {k: params[k] for k in names}
             mine = await conn.execute(stmt, args)
             assert isinstance(mine, fastsql.Rows), stmt  # it went by its plan

@@ -18,6 +18,7 @@ from approvald.runtime.audit import export_row
 from approvald.runtime.engine import Engine
 from approvald.runtime.tools import GONE, ToolIdentity
 
+from tests.helpers import Rows
 from tests.unit.test_mcp_gateway_core import ALICE, ARGS, Server, gateway, pending
 
 SCHEMA = {"type": "object", "properties": {"to": {"type": "string"},
@@ -107,8 +108,7 @@ async def test_an_approval_of_a_tool_since_changed_is_refused_and_asked_afresh(
     # the request is over, cancelled; its document says why
     doc2 = await g.e.request_document(await g.token(), a.run_id)
     assert doc2["status"] == "cancelled" and "changed since" in doc2["decision"]["reason"]
-    async with g.e.db.read() as tx:
-        entries = await tx.audit.query(run_id=a.run_id)
+    entries = await Rows(g.e.db).audit(run_id=a.run_id)
     closed = [e for e in entries if e.action == "cancelled"]
     assert [(e.actor, json.loads(e.details)["code"]) for e in closed] == \
         [("system:tool-identity", "tool_changed")]
