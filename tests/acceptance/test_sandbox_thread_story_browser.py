@@ -1,16 +1,20 @@
 """An on-call engineer answers the ops questions from a run's thread alone (issue 52 items
 1-5), in headless chromium against a real ``approvald sandbox``: what is the run doing, on
 whom and until when is it waiting, what ran, what failed and why, who decided. For an
-approval, a denial, a quorum of two, an escalation on expiry and a redirect (a crash and its
-retry are told the same way; tests/integration/test_thread_story.py kills a run for it).
+approval, a denial, a quorum of two, an escalation on expiry and a redirect; and a crash with
+its retry: the sandbox, started with ``APPROVALD_FAILPOINTS=after_intent``, SIGKILLs itself
+once the approved refund's intent is recorded, and started again on the same database it
+retries the call.
 
 The engineer reads only ``#thread``: the run's parent and its replies. Screenshots of each
-thread are kept in ``test-artifacts/sandbox-thread-story/``.
+thread are kept in ``test-artifacts/sandbox-thread-story/`` and
+``test-artifacts/sandbox-crash-story/``.
 """
 
 from __future__ import annotations
 
 import re
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +25,7 @@ from tests.acceptance.browser_pages import sandbox_page
 pytestmark = pytest.mark.slow
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "sandbox-thread-story"
+CRASH_ARTIFACTS = ARTIFACTS.with_name("sandbox-crash-story")
 WAIT_MS = 60_000
 CARDS = "#pane .msg:has(.b-header)"
 POLICY = """
@@ -171,3 +176,58 @@ def test_the_ops_questions_answered_from_the_thread_alone(tmp_path: Path) -> Non
         assert thread.locator("a", has_text="Open the request").count() >= 2
         expect(thread).to_contain_text(rx(r"Waiting on .*\$12.50"))
         shot("5-redirect")
+
+
+def test_a_crash_and_its_retry_told_from_the_thread_alone(tmp_path: Path) -> None:
+    """The sandbox dies by SIGKILL right after the approved refund's intent is recorded;
+    started again on the same database (without the failpoint), it retries the call. The
+    reloaded page's thread tells the retry, that the call ran once, the result and who
+    approved; the demo ledger holds the refund once."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text(POLICY)
+    with sandbox_page(tmp_path, CRASH_ARTIFACTS, WAIT_MS,
+                      extra_env={"APPROVALD_POLICY_FILE": str(policy),
+                                 "APPROVALD_FAILPOINTS": "after_intent"}) as (sb, page, expect):
+        page.goto(sb.url + "?user=U_DANA")
+        expect(page.locator("body")).to_have_attribute("data-ready", "1")
+        page.fill("#order", "A-6")
+        page.fill("#amount", "")
+        page.click("#start button[type=submit]")
+        expect(page.locator("#start-result")).to_contain_text("Refund order A-6,")
+        card = page.locator(CARDS, has_text='"order_id": "A-6"')
+        expect(card).to_contain_text("Approval needed: issue_refund")
+        page.select_option("#user", "U_ALICE")
+        expect(page.locator("body")).to_have_attribute("data-user", "U_ALICE")
+        card.locator("button[data-action-id='approvald.approve']").click()
+
+        # the approved refund's intent is recorded, and the process kills itself
+        assert sb.proc is not None
+        assert sb.proc.wait(timeout=WAIT_MS / 1000) == -signal.SIGKILL, sb.output()
+        assert [e for e in sb.ledger_lines() if e["tool"] == "issue_refund"] == []
+        del sb.extra_env["APPROVALD_FAILPOINTS"]
+        sb.start()  # the same database and workspace file, a new process and token
+
+        page.goto(sb.url + "?user=U_DANA")
+        expect(page.locator("body")).to_have_attribute("data-ready", "1")
+        parent = page.locator("#pane .msg:not(:has(.b-header))", has_text="Refund order A-6,")
+        parent.locator("a.replies").click()
+        thread = page.locator("#thread-body")
+        expect(thread).to_contain_text("Refund order A-6,")
+        # what happened: the call was cut off by the crash, retried, and ran once
+        expect(thread).to_contain_text(rx(
+            r"issue_refund runs again as attempt 2: attempt 1 was cut off before its result "
+            r"was recorded, and .*did not happen.*The call ran once\."))
+        # the result, and who decided
+        expect(thread).to_contain_text(rx(r"issue_refund succeeded on attempt 2: refund id rf_"))
+        expect(thread).to_contain_text(rx(r"issue_refund approved by @Alice Approver"))
+        expect(thread).to_contain_text("completed")
+        text = thread.inner_text()
+        assert text.count("runs again as attempt") == 1, text
+        assert len(re.findall(r"issue_refund succeeded", text)) == 1, text
+        # told in the order it happened: the approval, the retry, the result
+        assert (text.index("approved by @Alice") < text.index("runs again as attempt 2")
+                < text.index("issue_refund succeeded")), text
+        expect(card.locator(".b-header")).to_contain_text("Approved")
+        refunds = [e for e in sb.ledger_lines() if e["tool"] == "issue_refund"]
+        assert [e["args"]["order_id"] for e in refunds] == ["A-6"]
+        page.screenshot(path=str(CRASH_ARTIFACTS / "6-crash-and-retry.png"))
