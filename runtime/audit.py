@@ -282,6 +282,18 @@ class AuditTrail:
             prev = h
         return rows
 
+    def knows(self, approval_id: str, policy: str | None) -> None:
+        """Note request ``approval_id``'s sensitive paths from its stored policy, which the
+        caller holds (a decision's locked row): its entries are chained without reading
+        them (issue 50: a process that decides a request another process made)."""
+        if approval_id not in self._paths:
+            self._remember(approval_id, policy)
+
+    def _remember(self, approval_id: str, policy: str | None) -> None:
+        self._paths[approval_id] = sensitive_of_snapshot(policy)
+        while len(self._paths) > _PATHS_KEPT:
+            self._paths.popitem(last=False)
+
     async def _sensitive(self, tx: Tx, entries: Sequence[Entry]) -> dict[str, tuple[str, ...]]:
         """The sensitive paths of the requests whose entries hold a call's arguments (read
         once per request and process: one query for those a transaction first names)."""
@@ -291,9 +303,7 @@ class AuditTrail:
         if missing:
             found = await tx.approvals.policies(missing)
             for aid, snapshot in found.items():  # (a request not found is asked again)
-                self._paths[aid] = sensitive_of_snapshot(snapshot)
-            while len(self._paths) > _PATHS_KEPT:
-                self._paths.popitem(last=False)
+                self._remember(aid, snapshot)
         return {a: self._paths.get(a, ()) for a in wanted}
 
 

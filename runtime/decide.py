@@ -402,6 +402,7 @@ class Decider:
         await tx.runs.lock(a0.run_id)  # the one lock order: run, approval, audit head
         a = await tx.approvals.lock(a0.id)
         assert a is not None  # approvals are never deleted
+        self.audit.knows(a.id, a.policy)  # its entries mask its call unread (issue 50)
         self.check_token(a, at.token)  # a stale button outranks everything else
         if self._repeats(a, at):
             return await self._repeat(tx, a, at, now)

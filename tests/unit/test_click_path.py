@@ -1,0 +1,72 @@
+"""Why each statement taken off an approval's path (issue 50) was not needed: a test per
+statement, each of which fails if what the statement did is left undone.
+
+:mod:`tests.unit.test_click_statements` counts what the path sends; these show that what
+it no longer sends was redundant, for a click decided in another process than the one
+that made the request (the case a shared per-process memory could get wrong).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from approvald.runtime.agent import Agent, Registry
+from approvald.runtime.decide import Actor
+from approvald.runtime.engine import Engine, assemble
+from approvald.runtime.models.scripted import ScriptedModel, reply
+from approvald.runtime.outcomes import Completed, Paused
+from approvald.runtime.tools import ToolContext, tool
+from approvald.store.db import Database
+
+from tests.conftest import SIGNER
+from tests.unit.test_decisions import card_token
+from tests.unit.test_intake_statements import statements  # noqa: F401  (a fixture)
+
+# declared sensitive, and shaped like nothing a detector knows: only the declaration masks it
+VAULT = "hunter2-Zq81xLw-vault"
+
+
+@tool(permission="execute", sensitive=["secret"])
+async def pay(ctx: ToolContext, service: str, secret: str) -> str:
+    """Pay for a service with a vault secret (declared sensitive)."""
+    return f"paid for {service}"
+
+
+def _agent() -> Agent:
+    return Agent(name="payer", instructions="", tools=[pay],
+                 model=ScriptedModel.sequence([
+                     reply("paying", ("pay", {"service": "web", "secret": VAULT})),
+                     reply("done", turn=1)]))
+
+
+def _engine(db: Database) -> Engine:
+    """An engine of its own: a process with nothing in memory about any request."""
+    return assemble(db, Registry([_agent()]), signer=SIGNER)
+
+
+async def test_a_request_decided_in_another_process_is_audited_masked_unread(
+        db: Database, statements) -> None:  # noqa: F811
+    """The decision's audit entries mask the call's declared paths with no read of the
+    request's policy (``SELECT approvals.id, approvals.policy``): the decision holds the
+    request's row, locked, and tells the trail its paths; the run's later entries (the
+    call executed) are masked from the same."""
+    maker = _engine(db)
+    paused = await maker.run("payer", "pay for web", requested_by="U_DANA")
+    assert isinstance(paused, Paused)
+    clicker = _engine(db)  # another serve: its trail has never seen this request
+    a = await clicker.decider.get(paused.approval_ids[0])
+    window = statements.during()
+    await clicker.decide(a.id, actor=Actor("U_ALICE", "slack"), verdict="approve",
+                         token=card_token(a))
+    assert isinstance(await clicker.advance(a.run_id), Completed)
+    assert not [s for s in window.sent if s.startswith("SELECT approvals.id, approvals.policy ")
+                ], window.sent
+    async with db.read() as tx:
+        entries = await tx.audit.query(run_id=a.run_id)
+    shown = [e for e in entries if e.action in ("approved", "executed")]
+    assert {e.action for e in shown} == {"approved", "executed"}, [e.action for e in entries]
+    for e in shown:
+        details: dict[str, Any] = json.loads(e.details)
+        assert VAULT[:8] not in e.details, e.details
+        assert details["args"]["service"] == "web", details
