@@ -220,15 +220,18 @@ class Ledger:
                                  "once": not tool.idempotent or retry_sanctioned},
                         sensitive=sensitive)
         elif not bare:
-            async with self.db.write() as tx:
-                # the step's model reply is journaled with its first side effect, so a
-                # retried step replays these exact calls instead of asking the model again
-                await self._check_lease(tx, ctx.run_id, owner, journal)
-                fresh = await tx.executions.record_intent(
+            now = self.clock.now()
+            # one statement where the database can (issue 50): the lease renewed if it is
+            # still ours, the intent written only then, committed before the call starts.
+            # The step's model reply is journaled with its first side effect, so a
+            # retried step replays these exact calls instead of asking the model again
+            async with self.db.write_one() as tx:
+                fresh = await tx.executions.intent_under_lease(
                     run_id=ctx.run_id, call_id=ctx.call_id, step=step, tool=tool.name,
-                    digest=digest, now=self.clock.now(), owner=owner,
-                    sensitive=paths_text(sensitive),
-                )
+                    digest=digest, now=now, owner=owner, until=now + self.lease_ttl,
+                    journal=journal, sensitive=paths_text(sensitive))
+            if fresh is None:
+                raise LeaseLost(f"lost the lease on run {ctx.run_id}", run_id=ctx.run_id)
             if not fresh:  # somebody else recorded it between our read and our write
                 async with self.db.read() as tx:
                     again = await tx.executions.get(ctx.run_id, ctx.call_id)

@@ -314,6 +314,22 @@ class Database:
                     await asyncio.shield(_discard(writer))
             self._write_lock.release()
 
+    @asynccontextmanager
+    async def write_one(self) -> AsyncIterator[Tx]:
+        """A write of ONE statement that is atomic on its own (a repository method made
+        for it, such as ``ExecutionsRepo.intent_under_lease``): on PostgreSQL sent in
+        autocommit, committed when it returns, with no BEGIN and COMMIT round trips
+        (issue 50); on SQLite an ordinary write transaction (:meth:`write`), in which the
+        method may send more than one. Nothing may be recorded to run before commit."""
+        if self._autocommit is None:
+            async with self.write() as tx:
+                yield tx
+            return
+        async with self._autocommit.connect() as conn:
+            tx = self._tx(Conn(self._plans, conn=conn))
+            yield tx
+            assert not tx.has_before_commit(), "write_one: nothing runs before its commit"
+
     async def transact(self, work: Callable[[Tx], Awaitable[T]], *, attempts: int = 4,
                        what: str = "transaction") -> T:
         """Run ``work(tx)`` in a write transaction, again from the start (a bounded number

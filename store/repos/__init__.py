@@ -89,6 +89,9 @@ class Tx:
         """Run ``hook(tx)`` at the end of this write transaction, just before COMMIT."""
         self._hooks.append(hook)
 
+    def has_before_commit(self) -> bool:
+        return bool(self._hooks)
+
     async def prepare_commit(self) -> None:
         """Run the ``before_commit`` hooks (the transaction helpers call this)."""
         while self._hooks:

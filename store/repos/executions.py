@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime
 from typing import Any, cast
 
@@ -9,7 +10,8 @@ from approvald.store.fastsql import fast
 from approvald.store.models import ToolExecution
 from approvald.store.records import ExecutionRecord
 from approvald.store.repos.base import Repo, to_record
-from sqlalchemy import Insert, Table, and_, bindparam, select, update
+from approvald.store.repos.runs import RunsRepo, lease_renewal
+from sqlalchemy import Insert, Table, and_, bindparam, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 _COLS = cast(Table, ToolExecution.__table__)
@@ -26,6 +28,27 @@ _INTENT: dict[str, Insert] = {
     "sqlite": fast(cast(Any, sqlite.insert(_COLS)).on_conflict_do_nothing()),
     "postgresql": cast(Any, postgresql.insert(_COLS)).on_conflict_do_nothing(),
 }
+
+
+_INTENT_COLS = ("call_id", "step", "tool", "args_digest", "status", "attempts", "started_at",
+                "owner", "heard_at", "sensitive")
+
+
+@functools.lru_cache(maxsize=4)
+def _intent_under_lease(server: bool, journal: bool) -> Any:
+    """PostgreSQL, one statement: the lease renewed (and the step's reply journaled) if it
+    is still ``owner``'s, and the intent row inserted only then; answers (lease held,
+    intent inserted)."""
+    fence = lease_renewal(server, journal).cte("fence")
+    # the row's values bound under names of no column (a name that is a column of ``runs``,
+    # such as ``status``, would be taken as a value the UPDATE sets)
+    rows = select(fence.c.id, *(bindparam(f"x_{c}", type_=_COLS.c[c].type)
+                                for c in _INTENT_COLS))
+    ins = (cast(Any, postgresql.insert(_COLS)).from_select(["run_id", *_INTENT_COLS], rows,
+                                                                include_defaults=False)
+           .on_conflict_do_nothing().returning(_COLS.c.call_id).cte("ins"))
+    return select(select(func.count()).select_from(fence).scalar_subquery(),
+                  select(func.count()).select_from(ins).scalar_subquery())
 
 
 class ExecutionsRepo(Repo):
@@ -60,6 +83,38 @@ class ExecutionsRepo(Repo):
             },
         )
         return bool(res.rowcount == 1)
+
+    async def intent_under_lease(self, *, run_id: str, call_id: str, step: int, tool: str,
+                                 digest: str, now: datetime, owner: str,
+                                 until: datetime, journal: str | None,
+                                 sensitive: str | None) -> bool | None:
+        """The intent row, written only while ``owner`` holds the run's lease, which this
+        renews (until ``until``) and, with ``journal``, journals
+        the step's model reply with: None if the lease is not ``owner``'s (nothing
+        written), else whether the intent was inserted (False: one exists for this key).
+        On PostgreSQL one statement, which a caller may send on its own, in autocommit
+        (issue 50); on SQLite the renewal, then the insert."""
+        if self.dialect != "postgresql":
+            runs = RunsRepo(self.conn, self.dialect, server_time=self.server_time)
+            if not await runs.renew_lease(run_id, owner=owner, now=now,
+                                          until=until, journal=journal):
+                return None
+            return await self.record_intent(run_id=run_id, call_id=call_id, step=step,
+                                            tool=tool, digest=digest, now=now, owner=owner,
+                                            sensitive=sensitive)
+        row_values = {"call_id": call_id, "step": step, "tool": tool, "args_digest": digest,
+                      "status": "started", "attempts": 1, "started_at": now, "owner": owner,
+                      "heard_at": now, "sensitive": sensitive}
+        params: dict[str, Any] = {"rid": run_id, "owner": owner,
+                                  **{f"x_{k}": v for k, v in row_values.items()}}
+        params.update({"ttl": until - now} if self.server_time else {"until": until})
+        if journal is not None:
+            params["inflight"] = journal
+        row = (await self.conn.execute(
+            _intent_under_lease(self.server_time, journal is not None), params)).one()
+        if not row[0]:
+            return None
+        return bool(row[1])
 
     async def record_done(self, *, run_id: str, call_id: str, step: int, tool: str,
                           digest: str, started_at: datetime, now: datetime, owner: str | None,

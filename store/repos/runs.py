@@ -53,6 +53,15 @@ def _lease_until(server: bool) -> Any:
     return bindparam("until")
 
 
+def lease_renewal(server: bool, journal: bool) -> Any:
+    """``UPDATE runs``: ``owner``'s lease on run ``rid`` extended (and, with ``journal``,
+    the step's model reply journaled), returning its id if it was ``owner``'s."""
+    values: dict[str, Any] = {"lease_expires_at": _lease_until(server)}
+    if journal:
+        values["inflight"] = bindparam("inflight")
+    return update(_T).where(_OWNED).values(values).returning(_T.c.id)
+
+
 @functools.lru_cache(maxsize=8)
 def _renew(server: bool, journal: bool) -> Any:
     values: dict[str, Any] = {"lease_expires_at": _lease_until(server)}
@@ -323,7 +332,6 @@ class RunsRepo(Repo):
     def _lease(self, now: datetime, until: datetime) -> dict[str, Any]:
         """Bind a lease's expiry: a span from the database's clock, or an instant."""
         return {"ttl": until - now} if self.server_time else {"until": until}
-
     async def renew_lease(self, run_id: str, *, owner: str, now: datetime, until: datetime,
                           journal: str | None = None) -> bool:
         """Extend our lease (and journal the step's model reply); False if it is not ours."""

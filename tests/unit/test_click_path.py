@@ -8,7 +8,9 @@ that made the request (the case a shared per-process memory could get wrong).
 
 from __future__ import annotations
 
+import collections
 import json
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from approvald.runtime.agent import Agent, Registry
@@ -70,3 +72,51 @@ async def test_a_request_decided_in_another_process_is_audited_masked_unread(
         details: dict[str, Any] = json.loads(e.details)
         assert VAULT[:8] not in e.details, e.details
         assert details["args"]["service"] == "web", details
+
+
+async def _leased_run(db: Database, owner: str) -> str:
+    """A run (paused on its request) leased to ``owner`` for a minute."""
+    paused = await _engine(db).run("payer", "pay for web", requested_by="U_DANA")
+    async with db.write() as tx:
+        await tx.runs.update(paused.run_id, lease_owner=owner,
+                             lease_expires_at=datetime.now(UTC) + timedelta(minutes=1))
+    return paused.run_id
+
+
+async def _intent(db: Database, run_id: str, owner: str, call_id: str = "call_9") -> bool | None:
+    now = datetime.now(UTC)
+    async with db.write_one() as tx:
+        return await tx.executions.intent_under_lease(
+            run_id=run_id, call_id=call_id, step=1, tool="pay", digest="d" * 64, now=now,
+            owner=owner, until=now + timedelta(minutes=10), journal='{"reply": 1}',
+            sensitive=None)
+
+
+async def test_the_intent_and_the_lease_renewal_are_one_write_that_holds_both_or_neither(
+        db: Database, statements) -> None:  # noqa: F811
+    """The approved call's intent used to be a transaction of four statements (BEGIN, the
+    lease renewed, the intent, COMMIT); on PostgreSQL it is one statement in autocommit.
+    What the renewal was for still holds: a worker whose lease was taken over writes no
+    intent (so never starts the call), and one that holds it renews it, journals the
+    step's reply and writes the intent, all or nothing; an intent already there is not
+    written twice, and says so."""
+    run_id = await _leased_run(db, "worker-a/1")
+    assert await _intent(db, run_id, "worker-b/1") is None  # not b's lease: nothing written
+    async with db.read() as tx:
+        run = await tx.runs.get(run_id)
+        assert await tx.executions.get(run_id, "call_9") is None
+    assert run is not None and run.lease_owner == "worker-a/1" and run.inflight is None
+    before = run.lease_expires_at
+    window = statements.during()
+    assert await _intent(db, run_id, "worker-a/1") is True
+    if db.dialect == "postgresql":
+        assert window.kinds() == collections.Counter({"WITH": 1}), window.sent
+    async with db.read() as tx:
+        run = await tx.runs.get(run_id)
+        started = await tx.executions.get(run_id, "call_9")
+    assert started is not None and started.status == "started" \
+        and started.owner == "worker-a/1" and started.args_digest == "d" * 64
+    assert run is not None and run.inflight == '{"reply": 1}'
+    assert run.lease_expires_at is not None and before is not None \
+        and run.lease_expires_at > before
+    assert await _intent(db, run_id, "worker-a/1") is False  # already there: not again

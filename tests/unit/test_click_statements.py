@@ -50,17 +50,20 @@ async def test_an_approval_to_its_completed_run(db: Database, tmp_path: Path,
         # lease's UPDATE ... FROM); on SQLite the resume's read of it
         "SELECT runs": 1,
         # the refund and its notice: two calls, each an intent and a result; the last step
-        "INSERT tool_executions": 2, "UPDATE tool_executions": 2,
-        "INSERT outbox": 2, "UPDATE runs": 7, "BEGIN": 7, "COMMIT": 7,
+        "UPDATE tool_executions": 2, "INSERT outbox": 2,
         **_lines(db.dialect)}), dict(kinds)
     assert (await verify(db)).ok
 
 
 def _lines(dialect: str) -> dict[str, int]:
-    """What differs by dialect: the run events written (one more on SQLite), and the
-    three audit entries (the decision, the two calls run), each chained to the head this
+    """What differs by dialect: the run events written (one more on SQLite); the three
+    audit entries (the decision, the two calls run), each chained to the head this
     process left: the head's move if it is still that one and the entry (on PostgreSQL
-    one statement)."""
+    one statement); and each call's intent: on PostgreSQL one statement in autocommit
+    (``WITH fence AS (UPDATE runs ... lease renewed) INSERT INTO tool_executions ...``),
+    on SQLite a transaction of the renewal and the insert (issue 50)."""
     if dialect == "postgresql":
-        return {"INSERT run_events": 3, "WITH": 3}
-    return {"INSERT run_events": 4, "UPDATE audit_head": 3, "INSERT audit_log": 3}
+        return {"INSERT run_events": 3, "WITH": 3 + 2, "UPDATE runs": 5,
+                "BEGIN": 5, "COMMIT": 5}
+    return {"INSERT run_events": 4, "UPDATE audit_head": 3, "INSERT audit_log": 3,
+            "INSERT tool_executions": 2, "UPDATE runs": 7, "BEGIN": 7, "COMMIT": 7}
