@@ -38,6 +38,7 @@ from approvald.runtime.errors import DecisionRefused, InvalidArguments, NotFound
 from approvald.runtime.expiry import Expiry, SweepResult
 from approvald.runtime.failpoints import failpoint
 from approvald.runtime.gate import Gate
+from approvald.runtime.handoff import LeasedRuns
 from approvald.runtime.ids import TokenSigner, lease_id
 from approvald.runtime.limits import PayloadCap
 from approvald.runtime.outbox_kinds import CardUpdate, queue, queue_closed, tell_edited
@@ -56,7 +57,7 @@ from approvald.runtime.signals import Signals
 from approvald.runtime.tools import Tool
 from approvald.runtime.vocabulary import outcome_details, outcome_of, word
 from approvald.store.db import Database, is_store_failure
-from approvald.store.records import ApprovalRecord
+from approvald.store.records import ApprovalRecord, RunRecord
 from approvald.store.repos import Tx
 
 log = logging.getLogger("approvald.decide")
@@ -118,6 +119,8 @@ class Decision:
     # worker that takes decided runs: it advances the run under it, with no claim of its own)
     claim: str | None = None
     repeated: bool = False
+    # the run's row as the decision leased it under ``claim`` (runtime.handoff)
+    run: RunRecord | None = None
 
     @property
     def final(self) -> bool:
@@ -216,8 +219,11 @@ class Decider:
                  policy: Callable[[], PolicyFile], cap: PayloadCap, gate: Gate,
                  expiry: Expiry, signals: Signals, *, owner: str, lease_ttl: timedelta,
                  signer: TokenSigner | None = None, require_tokens: bool = False,
-                 traceparent: Callable[[], str | None] = lambda: None) -> None:
+                 traceparent: Callable[[], str | None] = lambda: None,
+                 leased: LeasedRuns | None = None) -> None:
         self.db = db
+        # the rows of runs this decider leased, handed to this process's runner
+        self.leased = leased or LeasedRuns()
         self.clock = clock
         self.audit = audit
         self.directory = directory
@@ -315,6 +321,8 @@ class Decider:
         except DecisionRefused as refusal:
             await self._record_refusal(a0, at, refusal)
             raise
+        if decision.claim is not None and decision.run is not None:  # committed: hand it on
+            self.leased.put(decision.claim, decision.run)
         failpoint("after_decision")
         return decision
 
@@ -524,9 +532,9 @@ class Decider:
                                 details={"tool": a.tool, "args": done.effective_args(),
                                          said: at.reason, **outcome_details(done),
                                          **actor.marks(), **card_posted(done)})
-            ready, claim = await self._run_ready(tx, done)
+            ready, claim, run = await self._run_ready(tx, done)
             return Decision(done, status, done.approve_count, done.quorum, ready, discarded,
-                            claim)
+                            claim, run=run)
         voters = [actor.id] if a.quorum == 1 else await tx.approvals.approvers_on(a.id, digest)
         voters = counted(a, voters, digest)
         if len(voters) < a.quorum:
@@ -553,8 +561,9 @@ class Decider:
                                      **({"reason": at.reason} if at.reason else {}),
                                      **outcome_details(done),
                                      **actor.marks(), **card_posted(done)})
-        ready, claim = await self._run_ready(tx, done)
-        return Decision(done, "approved", len(voters), a.quorum, ready, discarded, claim)
+        ready, claim, run = await self._run_ready(tx, done)
+        return Decision(done, "approved", len(voters), a.quorum, ready, discarded, claim,
+                        run=run)
 
     async def _answer_question(self, tx: Tx, a: ApprovalRecord, at: _Attempt,
                                now: datetime) -> Decision:
@@ -589,28 +598,33 @@ class Decider:
                                 run_id=a.run_id, approval_id=a.id, digest=a.digest,
                                 details={"reason": reason})
             return Decision(done, verdict, 0, 1, False)
-        ready, claim = await self._wake(tx, a.run_id, kind=a.kind,
-                                        from_status="needs_attention")
-        return Decision(done, verdict, 1, 1, ready, claim=claim)
+        ready, claim, run = await self._wake(tx, a.run_id, kind=a.kind,
+                                             from_status="needs_attention")
+        return Decision(done, verdict, 1, 1, ready, claim=claim, run=run)
 
-    async def _run_ready(self, tx: Tx, a: ApprovalRecord) -> tuple[bool, str | None]:
+    async def _run_ready(self, tx: Tx, a: ApprovalRecord
+                         ) -> tuple[bool, str | None, RunRecord | None]:
         """Card update, and wake the run when its last pending request is decided."""
         await self._update_card(tx, a)
         return await self._wake(tx, a.run_id, kind="tool_call")
 
     async def _wake(self, tx: Tx, run_id: str, *, kind: str,
-                    from_status: str = "awaiting_approval") -> tuple[bool, str | None]:
+                    from_status: str = "awaiting_approval"
+                    ) -> tuple[bool, str | None, RunRecord | None]:
         """Set the run ``running`` if nothing of ``kind`` is pending any more: (woken, the
-        lease id it was leased under, if this engine's worker takes decided runs). The
-        lease rides in the decision's own statement: the resumed run needs no claim."""
+        lease id it was leased under, if this engine's worker takes decided runs, and the
+        run's row as leased). The lease rides in the decision's own statement: the
+        resumed run needs no claim, nor a read of its row (runtime.handoff)."""
         now = self.clock.now()
         owner = lease_id(self.owner) if self.signals.takes_decided else None
         woken = await tx.runs.wake_if_idle(
             run_id, kind=kind, now=now, from_status=from_status,
             lease=None if owner is None else (owner, now + self.lease_ttl))
         if woken is None:
-            return False, None
-        return True, owner if woken.leased else None
+            return False, None, None
+        if not woken.leased:
+            return True, None, None
+        return True, owner, woken.run
 
     async def _card(self, tx: Tx, approval_id: str) -> ApprovalRecord:
         """Queue a card update and return the row as it now stands."""

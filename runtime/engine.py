@@ -33,6 +33,7 @@ from approvald.runtime.errors import ApprovaldError, ConfigError, NotFound
 from approvald.runtime.expiry import Expiry, SweepResult
 from approvald.runtime.external import ExternalRequests, NewRequest, Report
 from approvald.runtime.gate import Gate, Where, where
+from approvald.runtime.handoff import LeasedRuns
 from approvald.runtime.history import History, read_history
 from approvald.runtime.ids import TokenSigner, lease_id, new_id
 from approvald.runtime.insights import MIN_REQUESTS, Insights, insights
@@ -170,9 +171,11 @@ def assemble(db: Database, registry: Registry, *, clock: Clock | None = None,
     gate = Gate(clock, audit, policy)
     expiry = Expiry(db, clock, audit, gate, meter, signals)
     tool_for = ToolLookup(db, registry, intake)
+    leased = LeasedRuns()  # a decision's leased run row, handed to the runner
     decider = Decider(db, clock, audit, directory, tool_for, policy, cap, gate, expiry,
                       signals, owner=owners.owner, lease_ttl=config.lease_ttl, signer=signer,
-                      require_tokens=require_tokens, traceparent=tracer.traceparent)
+                      require_tokens=require_tokens, traceparent=tracer.traceparent,
+                      leased=leased)
     decisions = Decisions(decider, clock, signals, urgency, tracer, meter, decided_runs)
     standing = StandingApprovals(db, clock, audit, directory, gate, decisions, urgency,
                                  signals)
@@ -184,7 +187,7 @@ def assemble(db: Database, registry: Registry, *, clock: Clock | None = None,
     signals.on_outbox(external.announce)
     runner = Runner(db, clock, audit, registry, intake, gate, standing, ledger, cap, signals,
                     urgency, tracer, meter, decided_runs, owner=owners.owner,
-                    lease_ttl=config.lease_ttl)
+                    lease_ttl=config.lease_ttl, leased=leased)
     keys = [*([audit_key] if audit_key is not None else []), *config.audit_old_keys]
 
     async def record(window: timedelta) -> History:

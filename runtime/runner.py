@@ -37,6 +37,7 @@ from approvald.runtime.errors import (
 )
 from approvald.runtime.failpoints import failpoint
 from approvald.runtime.gate import Gate, GateRequest, build_packet, shadow_details
+from approvald.runtime.handoff import LeasedRuns
 from approvald.runtime.intake import Intake, Source
 from approvald.runtime.ledger import (
     Executed,
@@ -164,8 +165,9 @@ class Runner:
                  intake: Intake, gate: Gate, standing: StandingApprovals, ledger: Ledger,
                  cap: PayloadCap, signals: Signals, urgency: Urgency, tracer: Tracer,
                  meter: Meter, decided_runs: DecidedRuns, *, owner: str,
-                 lease_ttl: timedelta) -> None:
+                 lease_ttl: timedelta, leased: LeasedRuns | None = None) -> None:
         self.db = db
+        self.leased = leased or LeasedRuns()  # run rows this process's decisions leased
         self.clock = clock
         self.audit = audit
         self.registry = registry
@@ -253,9 +255,12 @@ class Runner:
     async def _claimed(self, run_id: str, claim: str) -> RunRecord | None:
         """The run, if the lease the caller claimed it under (a poll's claim, a decision's,
         ``start_run``'s) is still its lease and nothing else needs checking in a write
-        transaction (its agent has no concurrency limit); else None: acquire it anew."""
-        async with self.db.read() as tx:
-            run = await tx.runs.get(run_id)
+        transaction (its agent has no concurrency limit); else None: acquire it anew.
+        A decision here that leased it handed its row on (runtime.handoff): not read."""
+        run = self.leased.take(claim, now=self.clock.now(), fresh_for=self.lease_ttl / 2)
+        if run is None or run.id != run_id:
+            async with self.db.read() as tx:
+                run = await tx.runs.get(run_id)
         if run is None or run.status != "running" or run.lease_owner != claim:
             return None
         try:

@@ -21,6 +21,7 @@ class Woken:
     """A waiting run set ``running`` again; ``leased``: to the owner that asked."""
 
     leased: bool
+    run: RunRecord | None = None  # the row as the statement left it (when it leased it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +158,8 @@ def _wake_if_idle(lease: bool, server: bool) -> Any:
                ~select(_A.c.id).where(_A.c.run_id == bindparam("rid"), _A.c.status == "pending",
                                       _A.c.kind == bindparam("kind")).exists())
         .values(values)
-        .returning(_T.c.lease_owner)
+        # leased: the whole row, the resumed run's start (runtime.handoff); else its holder
+        .returning(*(_T.c if lease else (_T.c.lease_owner,)))
     )
 
 
@@ -369,7 +371,10 @@ class RunsRepo(Repo):
                                        params)).first()
         if row is None:
             return None
-        return Woken(leased=lease is not None and row[0] == lease[0])
+        if lease is None:
+            return Woken(leased=False)
+        run = RunRecord(**row._mapping)
+        return Woken(leased=run.lease_owner == lease[0], run=run)
 
     async def wake(self, run_ids: Sequence[str], *, now: datetime) -> list[str]:
         """Move waiting runs back to ``running``; returns those that were waiting."""

@@ -14,10 +14,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from approvald.runtime.agent import Agent, Registry
+from approvald.runtime.clock import ManualClock
 from approvald.runtime.decide import Actor
 from approvald.runtime.engine import Engine, assemble
 from approvald.runtime.models.scripted import ScriptedModel, reply
-from approvald.runtime.outcomes import Completed, Paused
+from approvald.runtime.outcomes import Busy, Completed, Paused
 from approvald.runtime.tools import ToolContext, tool
 from approvald.store.db import Database
 
@@ -120,3 +121,59 @@ async def test_the_intent_and_the_lease_renewal_are_one_write_that_holds_both_or
     assert run.lease_expires_at is not None and before is not None \
         and run.lease_expires_at > before
     assert await _intent(db, run_id, "worker-a/1") is False  # already there: not again
+
+
+def _run_reads(sent: list[str]) -> list[str]:
+    """Reads of a whole run row (``RunsRepo.get``), not the decision's lock of its id."""
+    return [s for s in sent if s.startswith("SELECT runs.id, runs.agent")]
+
+
+async def test_a_decided_run_starts_from_the_row_its_decision_leased_while_it_is_fresh(
+        db: Database, statements) -> None:  # noqa: F811
+    """The worker that takes a run decided in its process used to read the run before
+    resuming it; the decision's lease statement returns the row, and the runner starts
+    from it (runtime.handoff). Only while it can be the run as it stands: once half a
+    lease has passed, the lease may have lapsed and another worker taken and finished the
+    run, and the row is read again, so the late worker finds the run is not its own (it
+    does not try to drive a finished run from a stale row)."""
+    clock = ManualClock()
+    calls: list[str] = []
+
+    @tool(permission="execute")
+    async def deploy(ctx: ToolContext, service: str) -> str:
+        """Deploy a service."""
+        calls.append(ctx.run_id)
+        return f"deployed {service}"
+
+    def engine() -> Engine:
+        return assemble(db, Registry([Agent(
+            name="deployer", instructions="", tools=[deploy],
+            model=ScriptedModel.sequence([reply("deploying", ("deploy", {"service": "web"})),
+                                          reply("done", turn=1)]))]),
+            signer=SIGNER, clock=clock)
+
+    here, elsewhere = engine(), engine()
+    taken: list[tuple[str, str]] = []
+    here.signals.take_decided(lambda run_id, claim: taken.append((run_id, claim)))
+
+    async def decided() -> tuple[str, str]:
+        paused = await here.run("deployer", "deploy web", requested_by="U_DANA")
+        a = await here.decider.get(paused.approval_ids[0])
+        await here.decide(a.id, actor=Actor("U_ALICE", "slack"), verdict="approve",
+                          token=card_token(a))
+        return taken.pop()
+
+    await decided()  # connections opened, plans made
+    run_id, claim = await decided()
+    window = statements.during()
+    assert isinstance(await here.runner.advance(run_id, claim=claim), Completed)
+    assert _run_reads(window.sent) == [] and calls[-1] == run_id, window.sent
+
+    run_id, claim = await decided()
+    clock.advance(here.runner.lease_ttl * 2)  # the lease lapsed before the worker got to it
+    assert isinstance(await elsewhere.advance(run_id), Completed)
+    window = statements.during()
+    late = await here.runner.advance(run_id, claim=claim)
+    assert _run_reads(window.sent), window.sent  # stale: read again
+    assert late.status == "completed" and not isinstance(late, Busy), late
+    assert calls.count(run_id) == 1
