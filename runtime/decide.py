@@ -407,8 +407,8 @@ class Decider:
     # -- the transaction ------------------------------------------------------------------
     async def _decide_in(self, tx: Tx, a0: ApprovalRecord, at: _Attempt) -> Decision:
         now = self.clock.now()
-        await tx.runs.lock(a0.run_id)  # the one lock order: run, approval, audit head
-        a = await tx.approvals.lock(a0.id)
+        # the one lock order: run, approval, audit head (the first two in one statement)
+        a = await tx.approvals.lock_in_run(a0.id, a0.run_id)
         assert a is not None  # approvals are never deleted
         self.audit.knows(a.id, a.policy)  # its entries mask its call unread (issue 50)
         self.check_token(a, at.token)  # a stale button outranks everything else
@@ -648,8 +648,7 @@ class Decider:
 
         async def record(tx: Tx) -> SweepResult:
             now = self.clock.now()
-            await tx.runs.lock(a0.run_id)
-            a = await tx.approvals.lock(a0.id)
+            a = await tx.approvals.lock_in_run(a0.id, a0.run_id)
             assert a is not None
             settled = SweepResult()
             if settle and a.status == "pending" and now >= a.expires_at:

@@ -35,6 +35,15 @@ _GET = fast(select(_T).where(_T.c.id == bindparam("aid")))
 # FOR NO KEY UPDATE on PostgreSQL (votes' foreign-key checks still pass), nothing on SQLite,
 # whose write transaction already holds the database lock
 _LOCK = fast(_GET.with_for_update(key_share=True))
+# PostgreSQL: the run's row locked (an InitPlan, evaluated before the approval's row is
+# locked: the one lock order, run then approval), then the approval's, read as it stands
+# once both are held (a row changed meanwhile is read again by the lock, at READ
+# COMMITTED), in one statement (issue 50)
+_LOCK_IN_RUN = select(_T).where(
+    _T.c.id == bindparam("aid"),
+    _T.c.run_id == select(_R.c.id).where(_R.c.id == bindparam("rid"))
+    .with_for_update(key_share=True).scalar_subquery(),
+).with_for_update(key_share=True, of=_T)
 _VOTERS = fast(select(_V.c.actor).where(_V.c.approval_id == bindparam("aid"),
                                         _V.c.verdict == "approve",
                                         _V.c.digest == bindparam("d"))
@@ -83,6 +92,16 @@ class ApprovalsRepo(Repo):
         """Read the approval and hold its row until the transaction ends (lock the run
         row first: see :mod:`store.db` for the one lock order)."""
         row = (await self.conn.execute(_LOCK, {"aid": approval_id})).first()
+        return to_record(ApprovalRecord, row)
+
+    async def lock_in_run(self, approval_id: str, run_id: str) -> ApprovalRecord | None:
+        """Lock run ``run_id``'s row, then read approval ``approval_id`` (of that run) and
+        hold its row: ``RunsRepo.lock`` then :meth:`lock`, in one statement on
+        PostgreSQL (SQLite's write transaction holds both already)."""
+        if self.dialect != "postgresql":
+            return await self.lock(approval_id)
+        row = (await self.conn.execute(_LOCK_IN_RUN, {"aid": approval_id, "rid": run_id})
+               ).first()
         return to_record(ApprovalRecord, row)
 
     async def run_ids(self, approval_ids: Sequence[str]) -> list[str]:

@@ -13,6 +13,7 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from approvald.runtime.agent import Agent, Registry
 from approvald.runtime.clock import ManualClock
 from approvald.runtime.decide import Actor
@@ -177,3 +178,34 @@ async def test_a_decided_run_starts_from_the_row_its_decision_leased_while_it_is
     assert _run_reads(window.sent), window.sent  # stale: read again
     assert late.status == "completed" and not isinstance(late, Busy), late
     assert calls.count(run_id) == 1
+
+
+async def test_the_decisions_one_locking_read_holds_the_run_and_then_the_request(
+        db: Database) -> None:
+    """The decision used to lock the run's row, then read and lock the request's: on
+    PostgreSQL one statement now (``ApprovalsRepo.lock_in_run``). Both rows are still
+    held until the decision ends: a writer of either (an expiry sweep, a cancel, another
+    decision) waits for it, so what the decision read is what it decides on. The rows
+    are tried from another connection with NOWAIT while the decision's transaction is
+    open."""
+    if db.dialect != "postgresql":
+        pytest.skip("SQLite's write transaction holds the whole database")
+    paused = await _engine(db).run("payer", "pay for web", requested_by="U_DANA")
+    import asyncpg  # type: ignore[import-untyped]
+
+    other = await asyncpg.connect(db.url.set(drivername="postgresql")
+                                  .render_as_string(hide_password=False))
+    try:
+        async with db.write() as tx:
+            a = await tx.approvals.lock_in_run(paused.approval_ids[0], paused.run_id)
+            assert a is not None and a.id == paused.approval_ids[0] and a.status == "pending"
+            for table, key in (("runs", paused.run_id), ("approvals", a.id)):
+                with pytest.raises(asyncpg.exceptions.LockNotAvailableError):
+                    await other.execute(f"SELECT 1 FROM {table} WHERE id = $1 "
+                                        "FOR UPDATE NOWAIT", key)
+        for table, key in (("runs", paused.run_id), ("approvals", a.id)):  # let go at the end
+            async with other.transaction():
+                await other.execute(f"SELECT 1 FROM {table} WHERE id = $1 "
+                                    "FOR UPDATE NOWAIT", key)
+    finally:
+        await other.close()

@@ -38,7 +38,9 @@ async def test_an_approval_to_its_completed_run(db: Database, tmp_path: Path,
         assert isinstance(await engine.advance(approval.run_id), Completed)
         kinds = window.kinds()
     assert kinds == collections.Counter({
-        # the decision: the approval (read to find its run, then locked after the run);
+        # the decision: the approval (read to find its run, then locked after the run,
+        # on PostgreSQL in one statement: ``SELECT approvals ... WHERE run_id = (SELECT
+        # runs.id ... FOR NO KEY UPDATE) FOR NO KEY UPDATE OF approvals``);
         # the vote, the transition, the card's update queued with its mail thread's
         # follow-up in one INSERT ... SELECT (no separate read of whether it was mailed),
         # the run woken, the audit entry
@@ -46,9 +48,6 @@ async def test_an_approval_to_its_completed_run(db: Database, tmp_path: Path,
         # the run's resume: its events, executions and approvals read once each
         "SELECT run_events": 1, "SELECT tool_executions": 1,
         "SELECT approvals": 2 + 1,
-        # the run: on PostgreSQL its lock in the decision (its resume reads it in the
-        # lease's UPDATE ... FROM); on SQLite the resume's read of it
-        "SELECT runs": 1,
         # the refund and its notice: two calls, each an intent and a result; the last step
         "UPDATE tool_executions": 2, "INSERT outbox": 2,
         **_lines(db.dialect)}), dict(kinds)
@@ -61,9 +60,12 @@ def _lines(dialect: str) -> dict[str, int]:
     process left: the head's move if it is still that one and the entry (on PostgreSQL
     one statement); and each call's intent: on PostgreSQL one statement in autocommit
     (``WITH fence AS (UPDATE runs ... lease renewed) INSERT INTO tool_executions ...``),
-    on SQLite a transaction of the renewal and the insert (issue 50)."""
+    on SQLite a transaction of the renewal and the insert (issue 50). The run: on
+    PostgreSQL locked by the decision's read of the approval (its resume reads it in the
+    lease's ``UPDATE ... FROM``); on SQLite the resume's read of it."""
     if dialect == "postgresql":
         return {"INSERT run_events": 3, "WITH": 3 + 2, "UPDATE runs": 5,
                 "BEGIN": 5, "COMMIT": 5}
     return {"INSERT run_events": 4, "UPDATE audit_head": 3, "INSERT audit_log": 3,
-            "INSERT tool_executions": 2, "UPDATE runs": 7, "BEGIN": 7, "COMMIT": 7}
+            "INSERT tool_executions": 2, "UPDATE runs": 7, "BEGIN": 7, "COMMIT": 7,
+            "SELECT runs": 1}
