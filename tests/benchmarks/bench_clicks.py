@@ -20,7 +20,10 @@ The in-run baseline is the same signed request path doing no work (Slack's
 url_verification). Targets (issue 4, SQLite): p99 ack <= 100 ms, p99 tool start <= 250 ms.
 
 On PostgreSQL it also counts the statements the ``serve`` processes sent from the first
-click until every run completed and its card was updated (:mod:`sql_count`).
+click until every run completed and its card was updated (:mod:`sql_count`), and the
+transactions: every BEGIN, and every write sent as one statement in autocommit (a commit
+all the same); issue 50's targets there: <= 15 statements and <= 3 transactions per
+approval, serve CPU <= 3 ms per approval.
 
 ``--sensitive`` measures what masking and sealing add to the click path: the same
 benchmark twice, one after the other on this machine, first on plain calls without a data
@@ -348,6 +351,7 @@ async def bench(runs: int, concurrency: int, mode: str, db_url: str | None,
             if sql0 is not None:
                 sql1 = await count_statements(serves, tmp)
                 sent_sql = sql_count.per_kind(sql0, sql1)
+                sent_sql["autocommit"] = sql_count.autocommit_writes(sql0, sql1)
                 most_sent = sql_count.by_statement(sql0, sql1)[:statements]
             for c in extra:
                 await c.__aexit__(None, None, None)
@@ -369,10 +373,13 @@ async def bench(runs: int, concurrency: int, mode: str, db_url: str | None,
         print(f"  the machine during the clicks: {elsewhere['busy']:.0%} of its "
               f"{os.cpu_count()} cores busy; {server}; this benchmark "
               f"{elsewhere['bench'] / runs * 1000:.1f} ms/approval")
+        commits = (sent_sql.get("BEGIN", 0) + sent_sql.get("autocommit", 0)) / runs
         if sent_sql:
             print(f"  statements the serve processes sent PostgreSQL, first click until every "
                   f"run completed: {sent_sql['all'] / runs:.1f} per approval "
-                  f"({sent_sql.get('BEGIN', 0) / runs:.1f} transactions)")
+                  f"({sent_sql.get('BEGIN', 0) / runs:.1f} transactions BEGIN ... COMMIT, "
+                  f"and {sent_sql.get('autocommit', 0) / runs:.1f} writes of one statement "
+                  f"in autocommit: {commits:.1f} commits)")
         if most_sent:
             print(f"  the {len(most_sent)} statements sent most, per approval:")
             for n, sql in most_sent:
@@ -401,12 +408,20 @@ async def bench(runs: int, concurrency: int, mode: str, db_url: str | None,
                   f"{'PASS' if ok_start else 'FAIL'}")
             print(f"  p99 click -> tool start <= 100 ms (issue 14): {pct(starts, .99):.1f}  "
                   f"{'PASS' if pct(starts, .99) <= 100 else 'FAIL'}")
+        if targets and sent_sql:
+            print("targets on PostgreSQL (issue 50; times and CPU only on a quiet machine)")
+            per = sent_sql["all"] / runs
+            print(f"  statements per approval <= 15: {per:.1f}  {'PASS' if per <= 15 else 'FAIL'}")
+            print(f"  transactions (commits) per approval <= 3: {commits:.1f}  "
+                  f"{'PASS' if commits <= 3 else 'FAIL'}")
+            cpu = serve_cpu / runs * 1000
+            print(f"  serve CPU per approval <= 3 ms: {cpu:.1f}  {'PASS' if cpu <= 3 else 'FAIL'}")
         return {"per_second": runs / wall, "cpu_ms": serve_cpu / runs * 1000,
                 "busy": elsewhere["busy"], "server_ms": elsewhere["server"] / runs * 1000,
                 "whole_cpu_ms": whole_cpu / runs * 1000,
                 "ack_p99": pct(acks, .99), "start_p99": pct(starts, .99),
                 "start_p50": pct(starts, .5),
-                "statements": sent_sql.get("all", 0) / runs}
+                "statements": sent_sql.get("all", 0) / runs, "commits": commits}
     finally:
         for x in serves:
             x.terminate()

@@ -127,3 +127,14 @@ def per_kind(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
             kinds[words[0].upper() if words else "?"] += sent
             kinds["all"] += sent
     return dict(kinds)
+
+
+# the writes ``serve`` sends as ONE statement in autocommit (``Database.write_one``): each
+# a transaction of its own with no BEGIN, so counted beside the BEGINs as commits
+AUTOCOMMIT_WRITES = ("WITH fence AS (UPDATE runs",)
+
+
+def autocommit_writes(before: dict[str, int], after: dict[str, int]) -> int:
+    """How many :data:`AUTOCOMMIT_WRITES` were sent between two snapshots."""
+    return sum(n - before.get(sql, 0) for sql, n in after.items()
+               if " ".join(sql.split()).startswith(AUTOCOMMIT_WRITES))
