@@ -15,9 +15,11 @@ The stored request decides (invariant 12): a replay changes nothing, it only tel
 
 from __future__ import annotations
 
+import json
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from approvald.runtime.agent import Registry
 from approvald.runtime.directory import Directory
@@ -25,6 +27,7 @@ from approvald.runtime.errors import NotFound
 from approvald.runtime.history import Request
 from approvald.runtime.intake import Intake, Source
 from approvald.runtime.policy import ApprovalPolicy, CallPolicy, PolicyFile, PolicyKind
+from approvald.runtime.rules import argument_fields
 from approvald.runtime.tools import Tool
 
 RUNS = ("auto", "notify_after")
@@ -88,7 +91,7 @@ def replay(requests: Iterable[Request], policy: PolicyFile, directory: Directory
            declared: Callable[[Source, str], tuple[PolicyKind, ApprovalPolicy] | None]
            ) -> Replay:
     """Decide each request again under ``policy`` with the intake, and compare."""
-    intake = Intake(lambda: policy, directory)
+    decide = Decisions(Intake(lambda: policy, directory))
     out = Replay()
     for r in requests:
         out.requests += 1
@@ -98,7 +101,7 @@ def replay(requests: Iterable[Request], policy: PolicyFile, directory: Directory
         if decl is None and r.source.kind == "agent":
             # a tool no agent registered here declares: as it was then, by its answer
             decl = (_kind(r.answer), _BLANK)
-        now = intake.resolve(r.source, r.tool, r.args, declared=decl)
+        now = decide(r.source, r.tool, r.args, decl)
         for s in now.shadow:
             agreed = agrees(s.kind, list(s.approvers), r)
             tally = out.shadow.setdefault(s.where, [0, 0, 0])
@@ -114,6 +117,80 @@ def replay(requests: Iterable[Request], policy: PolicyFile, directory: Directory
         out.table[(change, r.outcome)] += 1
         out.changes.append(Change(r, change, now, dangerous))
     return out
+
+
+Declaration = tuple[PolicyKind, ApprovalPolicy] | None
+
+
+class Decisions:
+    """The intake's decision for a call (:meth:`runtime.intake.Intake.resolve`), made once
+    per distinct call as the policy file sees it: its source, its tool, what its agent's
+    code declares, and the values of the arguments the file's rules for it read (all of
+    its arguments where a rule reads them otherwise, see
+    :func:`runtime.rules.argument_fields`). The decision is a function of these alone
+    (the file's rules are pure), so a repeated call gets the same, computed once: a
+    history of a million entries repeats its calls, and a replay decides each once."""
+
+    def __init__(self, intake: Intake) -> None:
+        self.intake = intake
+        self._memo: dict[Hashable, CallPolicy] = {}
+        self._reads: dict[str, tuple[str, ...] | None] = {}
+        # what agents' code declares, by the id of its approval policy (held: ids stay theirs)
+        self._declared: dict[int, tuple[ApprovalPolicy, int]] = {}
+        self.decided = 0  # calls the intake decided (the rest were repeats)
+
+    def __call__(self, source: Source, tool: str, args: Mapping[str, Any],
+                 declared: Declaration) -> CallPolicy:
+        name = source.policy_name(tool)
+        reads = self._reads.get(name, ())
+        if reads == ():
+            reads = self._reads[name] = self._fields(name)
+        if reads is None:
+            values: Hashable = _value(args)
+        else:
+            values = tuple(_value(args[k]) if k in args else _ABSENT for k in reads)
+        key = (source, tool, self._declaration(declared), values)
+        found = self._memo.get(key)
+        if found is None:
+            found = self._memo[key] = self.intake.resolve(source, tool, args,
+                                                          declared=declared)
+            self.decided += 1
+        return found
+
+    def _fields(self, name: str) -> tuple[str, ...] | None:
+        """The arguments the rules of ``name``'s entries (in force and shadow) read."""
+        out: set[str] = set()
+        for shadow in (False, True):
+            found = self.intake.policy.entry(name, shadow=shadow)
+            for rule in found[1].rules if found is not None else ():
+                reads = argument_fields(rule.when)
+                if reads is None:
+                    return None
+                out |= reads
+        return tuple(sorted(out))
+
+    def _declaration(self, declared: Declaration) -> Hashable:
+        if declared is None:
+            return None
+        kind, approval = declared
+        held = self._declared.get(id(approval))
+        if held is None:
+            held = self._declared[id(approval)] = (approval, len(self._declared))
+        return kind, held[1]
+
+
+_ABSENT = ("absent",)
+
+
+def _value(v: Any) -> Hashable:
+    """``v`` as a memo key: equal only for values a condition cannot tell apart (``1``,
+    ``1.0`` and ``true`` differ; ``-0.0`` and ``0.0`` differ)."""
+    t = type(v)
+    if t is str:
+        return v  # type: ignore[no-any-return]
+    if t is int or t is bool or v is None:
+        return t.__name__, v
+    return "json", json.dumps(v, sort_keys=True, separators=(",", ":"))
 
 
 def compare(r: Request, now: CallPolicy) -> str | None:
