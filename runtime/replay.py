@@ -142,14 +142,14 @@ class Decisions:
     def __call__(self, source: Source, tool: str, args: Mapping[str, Any],
                  declared: Declaration) -> CallPolicy:
         name = source.policy_name(tool)
-        reads = self._reads.get(name, ())
-        if reads == ():
+        reads = self._reads.get(name, _UNREAD)
+        if reads is _UNREAD:
             reads = self._reads[name] = self._fields(name)
         if reads is None:
             values: Hashable = _value(args)
         else:
-            values = tuple(_value(args[k]) if k in args else _ABSENT for k in reads)
-        key = (source, tool, self._declaration(declared), values)
+            values = tuple([_value(args[k]) if k in args else _ABSENT for k in reads])
+        key = (source.kind, source.name, tool, self._declaration(declared), values)
         found = self._memo.get(key)
         if found is None:
             found = self._memo[key] = self.intake.resolve(source, tool, args,
@@ -180,6 +180,7 @@ class Decisions:
 
 
 _ABSENT = ("absent",)
+_UNREAD: tuple[str, ...] | None = ("(not yet read)",)
 
 
 def _value(v: Any) -> Hashable:
