@@ -56,6 +56,7 @@ class Replay:
     # shadow rule (its place in the new file) -> [matched, settled, agreed]
     shadow: dict[str, list[int]] = field(default_factory=dict)
     masked_only: int = 0  # requests decided on their masked arguments (no sealed row)
+    decided: int = field(default=0, compare=False)  # distinct calls the intake decided
 
     @property
     def dangerous(self) -> list[Change]:
@@ -116,6 +117,7 @@ def replay(requests: Iterable[Request], policy: PolicyFile, directory: Directory
         dangerous = change == "runs_unasked" and r.person_said_no
         out.table[(change, r.outcome)] += 1
         out.changes.append(Change(r, change, now, dangerous))
+    out.decided = decide.decided
     return out
 
 
