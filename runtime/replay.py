@@ -94,15 +94,22 @@ def replay(requests: Iterable[Request], policy: PolicyFile, directory: Directory
     """Decide each request again under ``policy`` with the intake, and compare."""
     decide = Decisions(Intake(lambda: policy, directory))
     out = Replay()
+    # what each source's code declares for each tool (looked up once: the registry is
+    # what it is for the whole replay)
+    declarations: dict[tuple[str, str, str], Declaration] = {}
     for r in requests:
         out.requests += 1
         if not r.opened:
             out.masked_only += 1
-        decl = declared(r.source, r.tool)
-        if decl is None and r.source.kind == "agent":
+        source = r.source
+        at = (source.kind, source.name, r.tool)
+        decl = declarations.get(at, _UNDECLARED)
+        if decl is _UNDECLARED:
+            decl = declarations[at] = declared(source, r.tool)
+        if decl is None and source.kind == "agent":
             # a tool no agent registered here declares: as it was then, by its answer
             decl = (_kind(r.answer), _BLANK)
-        now = decide(r.source, r.tool, r.args, decl)
+        now = decide(source, r.tool, r.args, decl)
         for s in now.shadow:
             agreed = agrees(s.kind, list(s.approvers), r)
             tally = out.shadow.setdefault(s.where, [0, 0, 0])
@@ -136,22 +143,28 @@ class Decisions:
     def __init__(self, intake: Intake) -> None:
         self.intake = intake
         self._memo: dict[Hashable, CallPolicy] = {}
-        self._reads: dict[str, tuple[str, ...] | None] = {}
-        # what agents' code declares, by the id of its approval policy (held: ids stay theirs)
-        self._declared: dict[int, tuple[ApprovalPolicy, int]] = {}
+        # (source kind, source name, tool, declared kind, id of the declared approval
+        # policy) -> (the arguments its rules read, its number, that policy: held, so that
+        # its id stays its own)
+        self._calls: dict[Hashable, tuple[tuple[str, ...] | None, int,
+                                          ApprovalPolicy | None]] = {}
         self.decided = 0  # calls the intake decided (the rest were repeats)
 
     def __call__(self, source: Source, tool: str, args: Mapping[str, Any],
                  declared: Declaration) -> CallPolicy:
-        name = source.policy_name(tool)
-        reads = self._reads.get(name, _UNREAD)
-        if reads is _UNREAD:
-            reads = self._reads[name] = self._fields(name)
+        at = (source.kind, source.name, tool) if declared is None else \
+            (source.kind, source.name, tool, declared[0], id(declared[1]))
+        call = self._calls.get(at)
+        if call is None:
+            call = self._calls[at] = (self._fields(source.policy_name(tool)),
+                                      len(self._calls),
+                                      None if declared is None else declared[1])
+        reads = call[0]
         if reads is None:
             values: Hashable = _value(args)
         else:
             values = tuple([_value(args[k]) if k in args else _ABSENT for k in reads])
-        key = (source.kind, source.name, tool, self._declaration(declared), values)
+        key = (call[1], values)
         found = self._memo.get(key)
         if found is None:
             found = self._memo[key] = self.intake.resolve(source, tool, args,
@@ -171,18 +184,10 @@ class Decisions:
                 out |= reads
         return tuple(sorted(out))
 
-    def _declaration(self, declared: Declaration) -> Hashable:
-        if declared is None:
-            return None
-        kind, approval = declared
-        held = self._declared.get(id(approval))
-        if held is None:
-            held = self._declared[id(approval)] = (approval, len(self._declared))
-        return kind, held[1]
 
 
 _ABSENT = ("absent",)
-_UNREAD: tuple[str, ...] | None = ("(not yet read)",)
+_UNDECLARED: Declaration = ("approve_before", ApprovalPolicy())  # (not yet looked up)
 
 
 def _value(v: Any) -> Hashable:
