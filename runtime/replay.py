@@ -97,6 +97,8 @@ def replay(requests: Iterable[Request], policy: PolicyFile, directory: Directory
     # what each source's code declares for each tool (looked up once: the registry is
     # what it is for the whole replay)
     declarations: dict[tuple[str, str, str], Declaration] = {}
+    table: dict[tuple[str, str], int] = {}  # (counted here, then into out.table in order)
+    changes = out.changes
     for r in requests:
         out.requests += 1
         if not r.opened:
@@ -118,12 +120,12 @@ def replay(requests: Iterable[Request], policy: PolicyFile, directory: Directory
                 tally[1] += 1
                 tally[2] += agreed
         change = compare(r, now)
-        if change is None:
-            out.table[("unchanged", r.outcome)] += 1
-            continue
-        dangerous = change == "runs_unasked" and r.person_said_no
-        out.table[(change, r.outcome)] += 1
-        out.changes.append(Change(r, change, now, dangerous))
+        row = ("unchanged" if change is None else change, r.outcome)
+        table[row] = table.get(row, 0) + 1
+        if change is not None:
+            changes.append(Change(r, change, now, change == "runs_unasked"
+                                  and r.person_said_no))
+    out.table.update(table)
     out.decided = decide.decided
     return out
 
