@@ -294,6 +294,11 @@ class Rows:
         async with self.db.read() as tx:
             return await tx.runs.get(run_id)
 
+    async def execution(self, run_id: str, call_id: str) -> Any:
+        """The ledger's row of a call (None: no intent was written)."""
+        async with self.db.read() as tx:
+            return await tx.executions.get(run_id, call_id)
+
     async def outbox(self, kind: str) -> list[Any]:
         async with self.db.read() as tx:
             return list(await tx.outbox.recent(kind=kind))

@@ -22,8 +22,11 @@ from approvald.runtime.models.scripted import ScriptedModel, reply
 from approvald.runtime.outcomes import Busy, Completed, Paused
 from approvald.runtime.tools import ToolContext, tool
 from approvald.store.db import Database
+from approvald.store.models import Run
+from approvald.store.repos import Tx
 
 from tests.conftest import SIGNER
+from tests.helpers import Rows
 from tests.unit.test_decisions import card_token
 from tests.unit.test_intake_statements import statements  # noqa: F401  (a fixture)
 
@@ -66,8 +69,7 @@ async def test_a_request_decided_in_another_process_is_audited_masked_unread(
     assert isinstance(await clicker.advance(a.run_id), Completed)
     assert not [s for s in window.sent if s.startswith("SELECT approvals.id, approvals.policy ")
                 ], window.sent
-    async with db.read() as tx:
-        entries = await tx.audit.query(run_id=a.run_id)
+    entries = await Rows(db).audit(run_id=a.run_id)
     shown = [e for e in entries if e.action in ("approved", "executed")]
     assert {e.action for e in shown} == {"approved", "executed"}, [e.action for e in entries]
     for e in shown:
@@ -79,9 +81,9 @@ async def test_a_request_decided_in_another_process_is_audited_masked_unread(
 async def _leased_run(db: Database, owner: str) -> str:
     """A run (paused on its request) leased to ``owner`` for a minute."""
     paused = await _engine(db).run("payer", "pay for web", requested_by="U_DANA")
-    async with db.write() as tx:
-        await tx.runs.update(paused.run_id, lease_owner=owner,
-                             lease_expires_at=datetime.now(UTC) + timedelta(minutes=1))
+    runs = Run.__table__
+    await Rows(db).forge(runs, runs.c.id == paused.run_id, lease_owner=owner,
+                         lease_expires_at=datetime.now(UTC) + timedelta(minutes=1))
     return paused.run_id
 
 
@@ -104,18 +106,15 @@ async def test_the_intent_and_the_lease_renewal_are_one_write_that_holds_both_or
     written twice, and says so."""
     run_id = await _leased_run(db, "worker-a/1")
     assert await _intent(db, run_id, "worker-b/1") is None  # not b's lease: nothing written
-    async with db.read() as tx:
-        run = await tx.runs.get(run_id)
-        assert await tx.executions.get(run_id, "call_9") is None
+    run = await Rows(db).run(run_id)
+    assert await Rows(db).execution(run_id, "call_9") is None
     assert run is not None and run.lease_owner == "worker-a/1" and run.inflight is None
     before = run.lease_expires_at
     window = statements.during()
     assert await _intent(db, run_id, "worker-a/1") is True
     if db.dialect == "postgresql":
         assert window.kinds() == collections.Counter({"WITH": 1}), window.sent
-    async with db.read() as tx:
-        run = await tx.runs.get(run_id)
-        started = await tx.executions.get(run_id, "call_9")
+    run, started = await Rows(db).run(run_id), await Rows(db).execution(run_id, "call_9")
     assert started is not None and started.status == "started" \
         and started.owner == "worker-a/1" and started.args_digest == "d" * 64
     assert run is not None and run.inflight == '{"reply": 1}'
@@ -195,15 +194,19 @@ async def test_the_decisions_one_locking_read_holds_the_run_and_then_the_request
 
     other = await asyncpg.connect(db.url.set(drivername="postgresql")
                                   .render_as_string(hide_password=False))
+    aid = paused.approval_ids[0]
+
+    async def decision(tx: Tx) -> None:  # while it is open, the two rows are tried
+        a = await tx.approvals.lock_in_run(aid, paused.run_id)
+        assert a is not None and a.id == aid and a.status == "pending"
+        for table, key in (("runs", paused.run_id), ("approvals", aid)):
+            with pytest.raises(asyncpg.exceptions.LockNotAvailableError):
+                await other.execute(f"SELECT 1 FROM {table} WHERE id = $1 "
+                                    "FOR UPDATE NOWAIT", key)
+
     try:
-        async with db.write() as tx:
-            a = await tx.approvals.lock_in_run(paused.approval_ids[0], paused.run_id)
-            assert a is not None and a.id == paused.approval_ids[0] and a.status == "pending"
-            for table, key in (("runs", paused.run_id), ("approvals", a.id)):
-                with pytest.raises(asyncpg.exceptions.LockNotAvailableError):
-                    await other.execute(f"SELECT 1 FROM {table} WHERE id = $1 "
-                                        "FOR UPDATE NOWAIT", key)
-        for table, key in (("runs", paused.run_id), ("approvals", a.id)):  # let go at the end
+        await db.transact(decision, attempts=1)
+        for table, key in (("runs", paused.run_id), ("approvals", aid)):  # let go at the end
             async with other.transaction():
                 await other.execute(f"SELECT 1 FROM {table} WHERE id = $1 "
                                     "FOR UPDATE NOWAIT", key)
