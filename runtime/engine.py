@@ -31,7 +31,7 @@ from approvald.runtime.directory import Directory, StaticDirectory
 from approvald.runtime.documents import Documents
 from approvald.runtime.errors import ApprovaldError, ConfigError, NotFound
 from approvald.runtime.expiry import Expiry, SweepResult
-from approvald.runtime.external import ExternalRequests, NewRequest, Report
+from approvald.runtime.external import ExternalError, ExternalRequests, NewRequest, Report
 from approvald.runtime.gate import Gate, Where, where
 from approvald.runtime.history import History, read_history
 from approvald.runtime.ids import TokenSigner, lease_id, new_id
@@ -223,6 +223,7 @@ class Engine:
         self.owner = parts.owners.owner
         self.audit = parts.audit
         self.signals = parts.signals
+        self._live_tokens = api_tokens.LiveTokens(parts.db)
         self.urgency = parts.urgency
         self.meter = parts.meter
         self.tracer = parts.tracer
@@ -672,8 +673,13 @@ class Engine:
         """The operator's policy file in force."""
         return self.registry.policy
 
-    async def caller(self, authorization: str) -> TokenRecord | None:
-        """The live token an ``Authorization: Bearer …`` header carries, or None."""
+    async def caller(self, authorization: str, *, to_open: bool = False
+                     ) -> TokenRecord | None:
+        """The live token an ``Authorization: Bearer …`` header carries, or None.
+        ``to_open``: for :meth:`open_request` alone, whose statements check the token is
+        still live (:class:`~runtime.api_tokens.LiveTokens`): from memory once found."""
+        if to_open:
+            return await self._live_tokens.from_header(authorization)
         return await api_tokens.from_header(self.db, authorization)
 
     async def open_request(self, token: TokenRecord, req: NewRequest, *, fresh: bool = False
@@ -681,7 +687,12 @@ class Engine:
         """Open a caller's request (or find the one its idempotency key made): (its
         document, whether it is new); see :meth:`runtime.external.ExternalRequests.create`
         (``fresh``: the key was just seen unused)."""
-        return await self.external.create(token, req, fresh=fresh)
+        try:
+            return await self.external.create(token, req, fresh=fresh)
+        except ExternalError as exc:
+            if exc.code == "unauthorized":  # revoked since it was kept in memory
+                self._live_tokens.forget(token)
+            raise
 
     async def request_document(self, token: TokenRecord, request_id: str) -> dict[str, Any]:
         """A caller's request as it stands; NotFound unless ``token`` made it."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import json
 import re
 import sqlite3
 import threading
@@ -159,6 +160,18 @@ def audit_lines(dialect: str) -> collections.Counter[str]:
     return collections.Counter({"UPDATE audit_head": 1, "INSERT audit_log": 2})
 
 
+def answered_lines(dialect: str, *, started: bool = False) -> collections.Counter[str]:
+    """A request answered at once: on PostgreSQL one statement records it, its run, its
+    call's start (a hook's) and its two audit entries chained (``WITH run AS (INSERT INTO
+    runs ...), req AS (INSERT INTO external_requests ... SELECT ... WHERE <its token is
+    live> ON CONFLICT DO NOTHING RETURNING id), moved AS (UPDATE audit_head ...), entries
+    AS (INSERT INTO audit_log ...) SELECT <requests inserted>, <entries inserted>``)."""
+    if dialect == "postgresql":
+        return collections.Counter({"WITH": 1})
+    return request_lines(dialect) + audit_lines(dialect) \
+        + collections.Counter({"INSERT tool_executions": 1} if started else {})
+
+
 async def test_an_api_auto_answer_is_one_write_transaction(make_engine, statements) -> None:
     engine, token = await setup(make_engine)
     await engine.external.create(token, NewRequest(  # connections opened, plans made
@@ -168,7 +181,7 @@ async def test_an_api_auto_answer_is_one_write_transaction(make_engine, statemen
         tool="read_metrics", args={"n": 1}, requested_by="U_DANA"))
     assert new and doc["status"] == "approved"
     assert window.kinds() == collections.Counter({"BEGIN": 1, "COMMIT": 1}) \
-        + request_lines(engine.db.dialect) + audit_lines(engine.db.dialect), window.sent
+        + answered_lines(engine.db.dialect), window.sent
 
 
 async def test_a_hook_auto_call_is_its_checks_and_one_write_transaction(
@@ -190,8 +203,8 @@ async def test_a_hook_auto_call_is_its_checks_and_one_write_transaction(
     assert window.kinds() == collections.Counter({
         # the hook's credential, its kill switch, and whether this call was made before
         "SELECT api_tokens": 1, "SELECT face_switches": 1, "SELECT external_requests": 1,
-        "BEGIN": 1, "INSERT tool_executions": 1, "COMMIT": 1}) \
-        + request_lines(engine.db.dialect) + audit_lines(engine.db.dialect), window.sent
+        "BEGIN": 1, "COMMIT": 1}) + answered_lines(engine.db.dialect, started=True), \
+        window.sent
 
 
 # -- why each statement taken off the path was not needed --------------------------------
@@ -399,3 +412,74 @@ async def test_an_auto_call_started_or_reported_twice_is_refused_as_before(
         await engine.external.start(token, forbidden["id"],
                                     args_digest=forbidden["effective_digest"], owner="gw")
     assert exc.value.code == "not_approved"
+
+
+# -- the caller's token from memory, its liveness checked by the write ------------------
+
+async def _made_token(engine: Engine, name: str = "bot") -> api_tokens.NewToken:
+    return await api_tokens.create(engine.db, engine.clock, KEYS, engine.audit, name,
+                                   created_by="test", via="test", tools="*")
+
+
+async def test_an_api_auto_decision_is_three_statements_with_its_token_kept(
+        make_engine, statements) -> None:
+    """``POST /v1/requests``'s whole work for an auto answer, its token's check included:
+    the token found once is kept in memory (its liveness is checked by the write), so the
+    answer is BEGIN, the one statement, COMMIT on PostgreSQL."""
+    engine = make_engine(policy=POLICY)
+    made = await _made_token(engine)
+    header = f"Bearer {made.token}"
+    for i in range(2):  # the first: the token read, connections opened, plans made
+        window = statements.during()
+        token = await engine.caller(header, to_open=True)
+        assert token is not None
+        doc, new = await engine.open_request(token, NewRequest(
+            tool="read_metrics", args={"n": i}, requested_by="U_DANA"))
+        assert new and doc["status"] == "approved"
+    assert window.kinds() == collections.Counter({"BEGIN": 1, "COMMIT": 1}) \
+        + answered_lines(engine.db.dialect), window.sent
+    if engine.db.dialect == "postgresql":
+        assert len(window.sent) == 3
+
+
+@pytest.mark.parametrize("tool", ["read_metrics", "drop_table", "deploy"])
+async def test_a_token_revoked_after_it_was_kept_makes_and_finds_nothing(
+        make_engine, tool: str) -> None:
+    """The token as read before its revocation (what memory keeps) makes no request, of
+    any kind, and finds none under its idempotency key: a 401 (``unauthorized``), nothing
+    written; the next look-up reads it again and finds it revoked."""
+    engine = make_engine(policy=POLICY)
+    made = await _made_token(engine)
+    header = f"Bearer {made.token}"
+    kept = await engine.caller(header, to_open=True)
+    assert kept is not None
+    doc, _ = await engine.open_request(kept, NewRequest(
+        tool=tool, args={"n": 0}, requested_by="U_DANA", idempotency_key="k0"))
+    await api_tokens.revoke(engine.db, engine.clock, engine.audit, "bot", by="test",
+                            via="test")
+    assert await engine.caller(header, to_open=True) == kept  # kept: not read again
+    async with engine.db.read() as tx:
+        before = len(await tx.runs.recent(limit=100))
+    for key in ("k0", "k1", None):  # the key of a request it made, a new key, none
+        with pytest.raises(external.ExternalError) as exc:
+            await engine.open_request(kept, NewRequest(
+                tool=tool, args={"n": 0}, requested_by="U_DANA", idempotency_key=key))
+        assert exc.value.code == "unauthorized"
+    async with engine.db.read() as tx:
+        assert len(await tx.runs.recent(limit=100)) == before
+    assert await engine.caller(header, to_open=True) is None  # forgotten, read again
+    assert (await verify(engine.db)).ok
+
+
+async def test_a_forbidden_request_is_inserted_over(make_engine) -> None:
+    """A forbidden request's run is inserted completed, with its result (no UPDATE after
+    its INSERT): the row a read gives is the run the UPDATE left."""
+    engine, token = await setup(make_engine)
+    doc, _ = await engine.external.create(token, NewRequest(
+        tool="drop_table", args={"n": 1}, requested_by="U_DANA"))
+    async with engine.db.read() as tx:
+        run = await tx.runs.get(doc["id"])
+    assert run is not None and run.status == "completed"
+    assert run.updated_at == run.created_at
+    assert run.result is not None and json.loads(run.result) == {
+        "status": "forbidden", "reason": doc["decision"]["reason"]}
