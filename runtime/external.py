@@ -88,7 +88,13 @@ from approvald.store.records import (
     paths_of,
 )
 from approvald.store.repos import Tx
-from approvald.store.repos.external import Answered, ExternalRecord, TokenRecord
+from approvald.store.repos.external import (
+    NO_CHECKS,
+    Answered,
+    Checks,
+    ExternalRecord,
+    TokenRecord,
+)
 from approvald.store.repos.runs import as_inserted, new_run
 from approvald.store.repos.standing import StandingRecord
 
@@ -148,6 +154,10 @@ class NewRequest:
     # a call retried after its tool changed joins its open request, whose approval is
     # then refused at its start (the request cancelled, the call asked afresh)
     identity: ToolIdentity | None = None
+    # what must still hold for the request to be made or found, checked by the statement
+    # that inserts or looks it up (the caller read it from memory): another token live (a
+    # person's bearer token), the face's form not switched off. Not part of the fingerprint
+    checks: Checks = NO_CHECKS
 
     def fingerprint(self) -> str:
         """What a retry must repeat exactly to be the same request."""
@@ -367,7 +377,7 @@ class ExternalRequests:
         req = self._check(token, source, req)
         fingerprint = req.fingerprint()
         if req.idempotency_key is not None and not fresh:
-            found = await self._made(token, req.idempotency_key, fingerprint)
+            found = await self._made(token, req.idempotency_key, fingerprint, req.checks)
             if found is not None:
                 return found, False
         chosen = await self.intake.tighten(
@@ -384,15 +394,13 @@ class ExternalRequests:
                                       fingerprint, standing),
                 what="external request")
         except KeyTaken:
-            async with self.db.read() as tx:  # which refused it: a revocation, or the key
-                live = await tx.external.token(token.id)
-            if live is None or live.revoked_at is not None or req.idempotency_key is None:
-                raise ExternalError(f"token {token.name} was revoked: nothing was asked",
-                                    code="unauthorized") from None
-            found = await self._made(token, req.idempotency_key, fingerprint)
+            # its key taken meanwhile, or the token revoked or the face switched off
+            found = None if req.idempotency_key is None else await self._made(
+                token, req.idempotency_key, fingerprint, req.checks)
             if found is None:
-                raise ApprovaldError("a concurrent request took this idempotency key and is "
-                                     "not visible yet; retry") from None
+                raise ExternalError(f"token {token.name} was revoked, or its face switched "
+                                    "off, meanwhile: nothing was asked",
+                                    code="unauthorized") from None
             return found, False
         if opened.approval_id is not None:
             self.signals.notify_opened(opened.approval_id)
@@ -426,10 +434,10 @@ class ExternalRequests:
                                                      strict=source.kind == "api")
         return req if who == req.requested_by else replace(req, requested_by=who)
 
-    async def _made(self, token: TokenRecord, key: str,
-                    fingerprint: str) -> dict[str, Any] | None:
+    async def _made(self, token: TokenRecord, key: str, fingerprint: str,
+                    checks: Checks = NO_CHECKS) -> dict[str, Any] | None:
         async with self.db.read() as tx:
-            rec = await tx.external.by_key(token.id, key)
+            rec = await tx.external.by_key(token.id, key, checks)
         if rec is None:
             return None
         if rec.fingerprint != fingerprint:
@@ -493,7 +501,7 @@ class ExternalRequests:
             webhook_url=req.webhook_url or token.webhook_url, created_at=now,
             sensitive=paths_text(chosen.approval.sensitive))
         if kind == "approve_before":
-            if not await tx.external.add_with_run(inserted, **values):
+            if not await tx.external.add_with_run(inserted, req.checks, **values):
                 raise _Taken
             if standing is not None and await self.standing.use(
                     tx, standing, run=run, call_id=CALL_ID, tool=req.tool, args=req.args,
@@ -534,7 +542,7 @@ class ExternalRequests:
         # the request, its run and its start: inserted now (SQLite), or by the statement
         # that chains its two audit entries (PostgreSQL: one statement for all), only
         # while its token is live
-        answered = Answered(inserted, values, intent)
+        answered = Answered(inserted, values, intent, req.checks)
         added = await tx.external.add_answered(answered)
         if added is False:
             raise _Taken

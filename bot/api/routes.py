@@ -313,8 +313,8 @@ class Routes:
     async def _claude_code(self, request: web.Request, wait: float, bad_wait: str | None,
                            seen: _Seen) -> web.StreamResponse:
         try:
-            try:
-                token = await self._token(request)
+            try:  # from memory: a PreToolUse's request checks it is still live
+                token = await self._token(request, to_open=True)
             except ApiError:
                 raise
             except Exception as exc:  # the database, most likely: deny, never allow
@@ -332,13 +332,23 @@ class Routes:
             seen.kind = event.event
             if bad_wait is not None:
                 raise _Undecided(bad_wait)
+            if seen.kind != claude_code.PRE:  # what it reports needs a token read now
+                token = await self._token(request)
             assert token.requested_by is not None  # a face token always has one
             hook = claude_code.ClaudeCodeHook(
-                self.e, event, requested_by=token.requested_by, bearer=token.name)
+                self.e, event, requested_by=token.requested_by, bearer=token.name,
+                bearer_id=token.id)
             if seen.kind != claude_code.PRE:
                 await hook.post_tool_use()
                 return web.Response(status=204)
-            return answer(await hook.pre_tool_use(wait=wait))
+            try:
+                return answer(await hook.pre_tool_use(wait=wait))
+            except ExternalError as exc:  # the bearer token, revoked since it was kept
+                if exc.code != "unauthorized":
+                    raise
+                self.e.forget_caller(token)
+                await self._token(request)  # the 401 (revoked), as for any request
+                raise
         except ApiError as exc:
             if exc.status in (401, 403) or seen.kind != claude_code.PRE:
                 return error(exc.status, exc.code, str(exc), exc.headers)

@@ -29,9 +29,6 @@ _R = cast(Table, Run.__table__)
 _E = cast(Table, ToolExecution.__table__)
 _GET = select(_X).where(_X.c.id == bindparam("xid"))
 _LOCK = _GET.with_for_update(key_share=True)
-_BY_KEY = fast(select(_X).where(
-    _X.c.token_id == bindparam("tid"), _X.c.idempotency_key == bindparam("key"),
-    exists().where(_K.c.id == _X.c.token_id, _K.c.revoked_at.is_(None))))
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +82,42 @@ class SwitchRecord:
     reason: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class Checks:
+    """What must still hold for a request to be made or found, checked by the statement
+    that inserts or looks it up (so the caller may have read it from memory): the request's
+    token is live, and so are ``live`` (other tokens: a person's bearer token a face's
+    request is made for), and the face's form ``on`` is not switched off."""
+
+    live: tuple[str, ...] = ()
+    on: tuple[str, str] | None = None  # (face, form)
+
+    @property
+    def shape(self) -> tuple[int, bool]:
+        return len(self.live), self.on is not None
+
+    def params(self) -> dict[str, Any]:
+        out: dict[str, Any] = {f"l_{i}": t for i, t in enumerate(self.live)}
+        if self.on is not None:
+            out["sw_face"], out["sw_form"] = self.on
+        return out
+
+
+NO_CHECKS = Checks()
+
+
+def _still(token: Any, shape: tuple[int, bool]) -> list[Any]:
+    """The conditions :class:`Checks` of ``shape`` make, for the request's ``token``."""
+    n, switch = shape
+    conds: list[Any] = [exists().where(_K.c.id == t, _K.c.revoked_at.is_(None))
+             for t in (token, *(bindparam(f"l_{i}", type_=_K.c.id.type) for i in range(n)))]
+    if switch:
+        conds.append(~exists().where(_S.c.face == bindparam("sw_face", type_=_S.c.face.type),
+                                     _S.c.form == bindparam("sw_form", type_=_S.c.form.type)))
+    return conds
+
+
+Shape = tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...] | None, tuple[int, bool]]
 # a run's columns whose defaults a statement built once does not fill in (as_inserted's)
 _RUN_DEFAULTS = {"failures": 0}
 
@@ -105,53 +138,52 @@ class Answered:
     run: dict[str, Any]
     request: dict[str, Any]
     intent: dict[str, Any] | None = None
+    checks: Checks = NO_CHECKS
 
     @property
-    def shape(self) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...] | None]:
+    def shape(self) -> Shape:
         return (tuple({**_RUN_DEFAULTS, **self.run}), tuple(self.request),
-                None if self.intent is None else tuple(self.intent))
+                None if self.intent is None else tuple(self.intent), self.checks.shape)
 
     def params(self) -> dict[str, Any]:
         return {**{f"r_{k}": v for k, v in {**_RUN_DEFAULTS, **self.run}.items()},
                 **{f"x_{k}": v for k, v in self.request.items()},
-                **{f"e_{k}": v for k, v in (self.intent or {}).items()}}
+                **{f"e_{k}": v for k, v in (self.intent or {}).items()},
+                **self.checks.params()}
 
 
 def _binds(table: Table, prefix: str, cols: tuple[str, ...]) -> dict[str, Any]:
     return {c: bindparam(f"{prefix}_{c}", type_=table.c[c].type) for c in cols}
 
 
-def _live_request(dialect: str, cols: tuple[str, ...]) -> Any:
-    """``INSERT INTO external_requests ... SELECT <values> WHERE <its token is live> ON
-    CONFLICT DO NOTHING``."""
-    live = exists().where(_K.c.id == bindparam("x_token_id", type_=_K.c.id.type),
-                          _K.c.revoked_at.is_(None))
-    values = select(*(b.label(c) for c, b in _binds(_X, "x", cols).items())).where(live)
+def _live_request(dialect: str, cols: tuple[str, ...], checks: tuple[int, bool]) -> Any:
+    """``INSERT INTO external_requests ... SELECT <values> WHERE <its token is live, and
+    what else checks says> ON CONFLICT DO NOTHING``."""
+    values = select(*(b.label(c) for c, b in _binds(_X, "x", cols).items())).where(
+        *_still(bindparam("x_token_id", type_=_K.c.id.type), checks))
     ins: Any = (postgresql.insert(_X) if dialect == "postgresql" else sqlite.insert(_X))
     return ins.from_select(list(cols), values).on_conflict_do_nothing()
 
 
 @functools.cache
-def _answered_parts(dialect: str, shape: tuple[tuple[str, ...], tuple[str, ...],
-                                             tuple[str, ...] | None]) -> tuple[Any, ...]:
+def _answered_parts(dialect: str, shape: Shape) -> tuple[Any, ...]:
     """SQLite: the run's, the request's and the intent's INSERTs, each on its own."""
-    run, request, intent = shape
+    run, request, intent, checks = shape
     parts = [fast(insert(_R).values(_binds(_R, "r", run))),
-             fast(_live_request(dialect, request))]
+             fast(_live_request(dialect, request, checks))]
     if intent is not None:
         parts.append(fast(sqlite.insert(_E).values(_binds(_E, "e", intent))
                           .on_conflict_do_nothing()))
     return tuple(parts)
 
 
-def answered_ctes(shape: tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...] | None]
-                  ) -> tuple[CTE, list[CTE]]:
+def answered_ctes(shape: Shape) -> tuple[CTE, list[CTE]]:
     """PostgreSQL: the request's INSERT as a CTE returning its id (none: not inserted),
     and the others to add to the statement (data-modifying CTEs run exactly once; the
     request's and the intent's foreign keys are checked at the statement's end, the run
     inserted by then)."""
-    run, request, intent = shape
-    req = _live_request("postgresql", request).returning(_X.c.id).cte("req")
+    run, request, intent, checks = shape
+    req = _live_request("postgresql", request, checks).returning(_X.c.id).cte("req")
     others = [insert(_R).values(_binds(_R, "r", run)).cte("run")]
     if intent is not None:
         others.append(postgresql.insert(_E).values(_binds(_E, "e", intent))
@@ -160,13 +192,19 @@ def answered_ctes(shape: tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]
 
 
 @functools.cache
-def _answered_alone(shape: tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...] | None]
-                    ) -> Any:
+def _answered_alone(shape: Shape) -> Any:
     req, others = answered_ctes(shape)
     stmt = select(func.count()).select_from(req)
     for cte in others:
         stmt = stmt.add_cte(cte)
     return fast(stmt)
+
+
+@functools.cache
+def _by_key(checks: tuple[int, bool]) -> Any:
+    return fast(select(_X).where(_X.c.token_id == bindparam("tid"),
+                                 _X.c.idempotency_key == bindparam("key"),
+                                 *_still(_X.c.token_id, checks)))
 
 
 class ExternalRepo(Repo):
@@ -213,12 +251,13 @@ class ExternalRepo(Repo):
         res = await self.conn.execute(self.insert_ignore(ExternalRequest), values)
         return bool(res.rowcount == 1)
 
-    async def add_with_run(self, run: dict[str, Any], **values: Any) -> bool:
+    async def add_with_run(self, run: dict[str, Any], checks: Checks = NO_CHECKS,
+                           **values: Any) -> bool:
         """Insert a request and its run (``run``: :func:`~store.repos.runs.new_run`'s
         columns); False when its token already has one under its idempotency key or was
         revoked (the run was inserted too: the caller rolls back). On PostgreSQL one
         statement (the run a data-modifying CTE of the request's INSERT)."""
-        rows = Answered(run, values)
+        rows = Answered(run, values, checks=checks)
         if self.dialect != "postgresql":
             return bool(await self.add_answered(rows))
         done = await self.conn.execute(_answered_alone(rows.shape), rows.params())
@@ -258,10 +297,13 @@ class ExternalRepo(Repo):
         row = (await self.conn.execute(_LOCK, {"xid": request_id})).first()
         return to_record(ExternalRecord, row)
 
-    async def by_key(self, token_id: str, key: str) -> ExternalRecord | None:
-        """The request ``token_id`` made under ``key``, while that token is live (a token
-        read from a cache is checked again here: a revoked one finds nothing)."""
-        row = (await self.conn.execute(_BY_KEY, {"tid": token_id, "key": key})).first()
+    async def by_key(self, token_id: str, key: str, checks: Checks = NO_CHECKS
+                     ) -> ExternalRecord | None:
+        """The request ``token_id`` made under ``key``, while that token is live and
+        ``checks`` hold (a token read from memory is checked again here: a revoked one
+        finds nothing)."""
+        row = (await self.conn.execute(_by_key(checks.shape), {
+            "tid": token_id, "key": key, **checks.params()})).first()
         return to_record(ExternalRecord, row)
 
     async def mark_decided(self, request_id: str, approval_id: str) -> bool:
