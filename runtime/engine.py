@@ -31,7 +31,7 @@ from approvald.runtime.directory import Directory, StaticDirectory
 from approvald.runtime.documents import Documents
 from approvald.runtime.errors import ApprovaldError, ConfigError, NotFound
 from approvald.runtime.expiry import Expiry, SweepResult
-from approvald.runtime.external import ExternalRequests, NewRequest, Report
+from approvald.runtime.external import ExternalError, ExternalRequests, NewRequest, Report
 from approvald.runtime.gate import Gate, Where, where
 from approvald.runtime.handoff import LeasedRuns
 from approvald.runtime.history import History, read_history
@@ -226,6 +226,12 @@ class Engine:
         self.owner = parts.owners.owner
         self.audit = parts.audit
         self.signals = parts.signals
+        self._live_tokens = api_tokens.LiveTokens(parts.db)
+        # kept for requests, whose statements check them again (Checks)
+        self._kept_credentials: dict[str, TokenRecord] = {}
+        self._kept_on: set[tuple[str, str]] = set()
+        # each caller face's calls: the first generation of each that may still be open
+        self.call_cursors: dict[str, dict[str, int]] = {}
         self.urgency = parts.urgency
         self.meter = parts.meter
         self.tracer = parts.tracer
@@ -621,10 +627,25 @@ class Engine:
         """Each form of ``face``: the switch it is off by, or None when it is on."""
         return await self.parts.switches.state(face)
 
-    async def switched_off(self, face: str, form: str, *,
-                           credential: TokenRecord) -> SwitchRecord | None:
-        """Why ``form`` of ``face`` lets nothing through now (None: it is on)."""
-        return await self.parts.switches.off(face, form, credential=credential)
+    async def switched_off(self, face: str, form: str, *, credential: TokenRecord,
+                           kept: bool = False) -> SwitchRecord | None:
+        """Why ``form`` of ``face`` lets nothing through now (None: it is on). ``kept``:
+        for a request whose statements check the switch again (``Checks.on``), a form
+        found on before is taken to be on still, without a read."""
+        if kept and (face, form) in self._kept_on:
+            return None
+        off = await self.parts.switches.off(face, form, credential=credential)
+        if off is None:
+            self._kept_on.add((face, form))
+        else:
+            self._kept_on.discard((face, form))
+        return off
+
+    def forget_kept(self) -> None:
+        """Forget the credentials and switches kept in memory (a request's statement found
+        one revoked or off): the next call reads them again."""
+        self._kept_on.clear()
+        self._kept_credentials.clear()
 
     async def approval_check(self, approval_id: str) -> list[str]:
         """How request ``approval_id``'s row and votes say otherwise than its audit
@@ -675,16 +696,30 @@ class Engine:
         """The operator's policy file in force."""
         return self.registry.policy
 
-    async def caller(self, authorization: str) -> TokenRecord | None:
-        """The live token an ``Authorization: Bearer …`` header carries, or None."""
+    async def caller(self, authorization: str, *, to_open: bool = False
+                     ) -> TokenRecord | None:
+        """The live token an ``Authorization: Bearer …`` header carries, or None.
+        ``to_open``: for :meth:`open_request` alone, whose statements check the token is
+        still live (:class:`~runtime.api_tokens.LiveTokens`): from memory once found."""
+        if to_open:
+            return await self._live_tokens.from_header(authorization)
         return await api_tokens.from_header(self.db, authorization)
+
+    def forget_caller(self, token: TokenRecord) -> None:
+        """Forget a bearer token kept in memory (a request's statement found it revoked)."""
+        self._live_tokens.forget(token)
 
     async def open_request(self, token: TokenRecord, req: NewRequest, *, fresh: bool = False
                            ) -> tuple[dict[str, Any], bool]:
         """Open a caller's request (or find the one its idempotency key made): (its
         document, whether it is new); see :meth:`runtime.external.ExternalRequests.create`
         (``fresh``: the key was just seen unused)."""
-        return await self.external.create(token, req, fresh=fresh)
+        try:
+            return await self.external.create(token, req, fresh=fresh)
+        except ExternalError as exc:
+            if exc.code == "unauthorized":  # revoked since it was kept in memory
+                self._live_tokens.forget(token)
+            raise
 
     async def request_document(self, token: TokenRecord, request_id: str) -> dict[str, Any]:
         """A caller's request as it stands; NotFound unless ``token`` made it."""
@@ -883,10 +918,19 @@ class Engine:
         return await self.standing.revoke(standing_id, actor=actor, reason=reason)
 
     # callers' requests (runtime.callers, the HTTP API's long polls)
-    async def caller_credential(self, source: Source) -> TokenRecord:
-        """The credential a caller face's requests are made under, made on first use."""
-        p = self.parts
-        return await api_tokens.own_credential(p.db, p.clock, p.audit, source)
+    async def caller_credential(self, source: Source, *, kept: bool = False) -> TokenRecord:
+        """The credential a caller face's requests are made under, made on first use.
+        ``kept``: for a request, whose statements check that its token is live: the one
+        read before, without a read."""
+        found = self._kept_credentials.get(source.credential) if kept else None
+        if found is None:
+            p = self.parts
+            found = await api_tokens.own_credential(p.db, p.clock, p.audit, source)
+            if found.revoked_at is None:  # a revoked one is read again each time
+                self._kept_credentials[source.credential] = found
+            else:
+                self._kept_credentials.pop(source.credential, None)
+        return found
 
     async def request_answered(self, token: TokenRecord, request_id: str) -> datetime | None:
         return await self.external.answered(token, request_id)
