@@ -33,6 +33,8 @@ from approvald.runtime.policy import PolicyFile
 from approvald.runtime.webhook_hosts import WebhookHosts
 from approvald.store.db import Database
 
+from tests.helpers import make_token, parts
+
 KEYS = api_tokens.WebhookKeys("approvald-test-secret-0123456789")
 POLICY = PolicyFile.model_validate({"tools": {
     "api:*/read_metrics": {"policy": "auto"},
@@ -133,11 +135,11 @@ def statements(db_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Stateme
 async def setup(make_engine: Callable[..., Engine], *, webhook: bool = False,
                 name: str = "bot") -> tuple[Engine, Any]:
     engine = make_engine(policy=POLICY)
-    made = await api_tokens.create(engine.db, engine.clock, KEYS, engine.audit, name,
-                                   created_by="test", via="test", tools="*",
-                                   webhook_url="https://hooks.example/approvald"
-                                   if webhook else None,
-                                   webhook_hosts=WebhookHosts.from_setting("hooks.example"))
+    made = await make_token(engine, KEYS, name,
+                            created_by="test", via="test", tools="*",
+                            webhook_url="https://hooks.example/approvald"
+                            if webhook else None,
+                            webhook_hosts=WebhookHosts.from_setting("hooks.example"))
     return engine, made.record
 
 
@@ -161,14 +163,15 @@ def audit_lines(dialect: str) -> collections.Counter[str]:
 
 async def test_an_api_auto_answer_is_one_write_transaction(make_engine, statements) -> None:
     engine, token = await setup(make_engine)
-    await engine.external.create(token, NewRequest(  # connections opened, plans made
+    await engine.open_request(token, NewRequest(  # connections opened, plans made
         tool="read_metrics", args={"n": 0}, requested_by="U_DANA"))
     window = statements.during()
-    doc, new = await engine.external.create(token, NewRequest(
+    doc, new = await engine.open_request(token, NewRequest(
         tool="read_metrics", args={"n": 1}, requested_by="U_DANA"))
     assert new and doc["status"] == "approved"
+    dialect = parts(engine).db.dialect
     assert window.kinds() == collections.Counter({"BEGIN": 1, "COMMIT": 1}) \
-        + request_lines(engine.db.dialect) + audit_lines(engine.db.dialect), window.sent
+        + request_lines(dialect) + audit_lines(dialect), window.sent
 
 
 async def test_a_hook_auto_call_is_its_checks_and_one_write_transaction(
@@ -187,11 +190,12 @@ async def test_a_hook_auto_call_is_its_checks_and_one_write_transaction(
     window = statements.during()
     said = await hook(1).pre_tool_use(wait=0)
     assert said["hookSpecificOutput"]["permissionDecision"] == "allow", said
+    dialect = parts(engine).db.dialect
     assert window.kinds() == collections.Counter({
         # the hook's credential, its kill switch, and whether this call was made before
         "SELECT api_tokens": 1, "SELECT face_switches": 1, "SELECT external_requests": 1,
         "BEGIN": 1, "INSERT tool_executions": 1, "COMMIT": 1}) \
-        + request_lines(engine.db.dialect) + audit_lines(engine.db.dialect), window.sent
+        + request_lines(dialect) + audit_lines(dialect), window.sent
 
 
 # -- why each statement taken off the path was not needed --------------------------------
@@ -204,11 +208,11 @@ async def test_an_answer_at_once_is_the_document_a_read_gives(
     answer was committed; the document built from what was written is that one, and so
     is the one its webhook carries."""
     engine, token = await setup(make_engine, webhook=webhook)
-    doc, new = await engine.external.create(token, NewRequest(
+    doc, new = await engine.open_request(token, NewRequest(
         tool=tool, args={"n": 1, "why": "ok"}, requested_by="U_DANA"))
     assert new and doc["status"] == ("approved" if tool == "read_metrics" else "forbidden")
-    assert doc == await engine.external.get(token, doc["id"])
-    async with engine.db.read() as tx:
+    assert doc == await engine.request_document(token, doc["id"])
+    async with parts(engine).db.read() as tx:
         hooks = await tx.outbox.recent(kind=WEBHOOK)
     assert [h.payload_value()["document"] for h in hooks] == ([doc] if webhook else [])
 
@@ -232,11 +236,11 @@ async def test_an_answer_at_once_signals_the_outbox_only_when_it_queued(make_eng
     for webhook in (False, True):
         engine, token = await setup(make_engine, webhook=webhook, name=f"bot{int(webhook)}")
         heard: list[None] = []
-        engine.signals.on_outbox(lambda heard=heard: heard.append(None))
-        await engine.external.create(token, NewRequest(
+        engine.on_outbox(lambda heard=heard: heard.append(None))
+        await engine.open_request(token, NewRequest(
             tool="read_metrics", args={"webhook": webhook}, requested_by="U_DANA"))
         assert len(heard) == (1 if webhook else 0)
-        await engine.external.create(token, NewRequest(  # a card to post: always
+        await engine.open_request(token, NewRequest(  # a card to post: always
             tool="deploy", args={"webhook": webhook}, requested_by="U_DANA"))
         assert len(heard) == (2 if webhook else 1)
 
@@ -248,16 +252,16 @@ async def test_a_fresh_key_taken_meanwhile_is_still_found(make_engine) -> None:
     engine, token = await setup(make_engine)
     req = NewRequest(tool="read_metrics", args={"n": 1}, requested_by="U_DANA",
                      idempotency_key="k1")
-    first, new = await engine.external.create(token, req, fresh=True)
+    first, new = await engine.open_request(token, req, fresh=True)
     assert new
-    again, new = await engine.external.create(token, req, fresh=True)
-    assert (again, new) == (await engine.external.get(token, first["id"]), False)
+    again, new = await engine.open_request(token, req, fresh=True)
+    assert (again, new) == (await engine.request_document(token, first["id"]), False)
     with pytest.raises(external.ExternalError) as exc:
-        await engine.external.create(token, NewRequest(
+        await engine.open_request(token, NewRequest(
             tool="read_metrics", args={"n": 2}, requested_by="U_DANA",
             idempotency_key="k1"), fresh=True)
     assert exc.value.code == "idempotency_conflict"
-    async with engine.db.read() as tx:
+    async with parts(engine).db.read() as tx:
         runs = [r for r in await tx.runs.recent(limit=50)
                 if r.agent == "external:bot"]
     assert len(runs) == 1  # the losing inserts' runs were rolled back with them
@@ -282,18 +286,18 @@ async def test_a_hook_call_started_with_its_request_is_taken_once_and_audited(
         h = hook(use)
         said = await h.pre_tool_use(wait=0)
         assert said["hookSpecificOutput"]["permissionDecision"] == "allow"
-        async with engine.db.read() as tx:
+        async with parts(engine).db.read() as tx:
             rid = await tx.executions.started_by(h.ledger_owner)
             assert rid is not None
             started = await tx.executions.get(rid, external.CALL_ID)
         assert started is not None and started.status == "started"
         ids.append(rid)
     assert ids[0] != ids[1]  # the same call again: a request of its own
-    async with engine.db.read() as tx:
+    async with parts(engine).db.read() as tx:
         entries = [e for e in await tx.audit.query() if e.run_id in ids]
     assert sorted((e.run_id, e.action) for e in entries) == sorted(
         (rid, action) for rid in ids for action in ("requested", "approved"))
-    assert (await verify(engine.db)).ok
+    assert (await verify(parts(engine).db)).ok
 
 
 async def test_answers_at_once_from_two_processes_keep_the_chain_linear(
@@ -306,13 +310,13 @@ async def test_answers_at_once_from_two_processes_keep_the_chain_linear(
     try:
         other = assemble(other_db, Registry([], policy=POLICY), clock=clock)
         calls = [(e, i) for i in range(30) for e in (engine, other)]
-        docs = await asyncio.gather(*(e.external.create(token, NewRequest(
+        docs = await asyncio.gather(*(e.open_request(token, NewRequest(
             tool="read_metrics" if i % 3 else "drop_table", args={"i": i, "by": id(e)},
             requested_by="U_DANA")) for e, i in calls))
         assert all(new for _, new in docs)
-        report = await verify(engine.db)
+        report = await verify(parts(engine).db)
         assert report.ok, report.problems
-        async with engine.db.read() as tx:
+        async with parts(engine).db.read() as tx:
             entries = await tx.audit.query()
         assert [e.seq for e in entries] == list(range(1, len(entries) + 1))
         ids = {doc["id"] for doc, _ in docs}
@@ -334,11 +338,11 @@ async def test_the_start_and_report_of_an_auto_call_read_each_row_once(
     from approvald.runtime.external import CALL_ID, Report
     engine, token = await setup(make_engine)
     for i in range(2):  # the first: connections opened, plans made
-        doc, new = await engine.external.create(token, NewRequest(
+        doc, new = await engine.open_request(token, NewRequest(
             tool="read_metrics", args={"n": i}, requested_by="U_DANA"))
         assert new and doc["status"] == "approved"
         window = statements.during()
-        await engine.external.start(token, doc["id"], args_digest=doc["effective_digest"],
+        await engine.start_request(token, doc["id"], args_digest=doc["effective_digest"],
                                     owner="gw")
         started = window.kinds()
         window = statements.during()
@@ -352,13 +356,13 @@ async def test_the_start_and_report_of_an_auto_call_read_each_row_once(
     assert reported == collections.Counter({
         "BEGIN": 1, **lock, "SELECT tool_executions": 1, "UPDATE tool_executions": 1,
         "UPDATE external_requests": 1, "UPDATE runs": 1, "COMMIT": 1,
-        **_one_entry(engine.db.dialect)}), reported
-    after = await engine.external.get(token, doc["id"])
+        **_one_entry(parts(engine).db.dialect)}), reported
+    after = await engine.request_document(token, doc["id"])
     assert after["status"] == "approved" and after["result"]["status"] == "succeeded"
-    async with engine.db.read() as tx:
+    async with parts(engine).db.read() as tx:
         ran = await tx.executions.get(doc["id"], CALL_ID)
     assert ran is not None and ran.status == "succeeded" and ran.owner == "gw"
-    assert (await verify(engine.db)).ok
+    assert (await verify(parts(engine).db)).ok
 
 
 def _one_entry(dialect: str) -> dict[str, int]:
@@ -374,12 +378,12 @@ async def test_an_auto_call_started_or_reported_twice_is_refused_as_before(
     second report with another result; the same report again is not new."""
     from approvald.runtime.external import ExternalError, Report
     engine, token = await setup(make_engine)
-    doc, _ = await engine.external.create(token, NewRequest(
+    doc, _ = await engine.open_request(token, NewRequest(
         tool="read_metrics", args={"n": 1}, requested_by="U_DANA"))
-    await engine.external.start(token, doc["id"], args_digest=doc["effective_digest"],
+    await engine.start_request(token, doc["id"], args_digest=doc["effective_digest"],
                                 owner="gw")
     with pytest.raises(ExternalError) as exc:
-        await engine.external.start(token, doc["id"], args_digest=doc["effective_digest"],
+        await engine.start_request(token, doc["id"], args_digest=doc["effective_digest"],
                                     owner="gw2")
     assert exc.value.code == "already_started"
     with pytest.raises(ExternalError) as exc:
@@ -393,9 +397,9 @@ async def test_an_auto_call_started_or_reported_twice_is_refused_as_before(
         await engine.record_request_report(token, doc["id"], Report(
             "succeeded", doc["effective_digest"], {"rows": 2}, None))
     assert exc.value.code == "already_reported"
-    forbidden, _ = await engine.external.create(token, NewRequest(
+    forbidden, _ = await engine.open_request(token, NewRequest(
         tool="drop_table", args={"n": 1}, requested_by="U_DANA"))
     with pytest.raises(ExternalError) as exc:
-        await engine.external.start(token, forbidden["id"],
+        await engine.start_request(token, forbidden["id"],
                                     args_digest=forbidden["effective_digest"], owner="gw")
     assert exc.value.code == "not_approved"
