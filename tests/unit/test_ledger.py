@@ -209,7 +209,7 @@ async def test_a_lease_lost_at_the_checkpoint_still_records_what_ran(make_engine
     async def charge(ctx: ToolContext, cents: int) -> dict[str, Any]:
         """Charges a card, while another worker takes the run over."""
         calls.append(cents)
-        async with box["engine"].db.write() as tx:
+        async with parts(box["engine"]).db.write() as tx:
             await tx.runs.update(ctx.run_id, lease_owner="elsewhere/1",
                                  lease_expires_at=clock.now() + timedelta(hours=1))
         return {"charged": cents}

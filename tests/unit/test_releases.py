@@ -14,7 +14,6 @@ import pytest
 from approvald.runtime.agent import Agent, Registry
 from approvald.runtime.decide import Actor
 from approvald.runtime.demo import DemoLedger, refund_agent, steps_agent
-from approvald.runtime.deploy_check import deploy_check
 from approvald.runtime.engine import Engine
 from approvald.runtime.errors import ConfigError, DecisionRefused, NotFound
 from approvald.runtime.models.scripted import ScriptedModel, reply
@@ -157,7 +156,7 @@ async def test_deploy_check_lists_changed_policy_and_instructions_without_failin
     old = replace(refund_agent(ledger), version="1")
     run_id, aid = await paused_run(make_engine(agents=[old, steps_agent(ledger)]))
     reworded = replace(old, version="2", instructions=old.instructions + " Be brief.")
-    report = await deploy_check(db, make_engine(agents=[reworded]).registry)
+    report = await make_engine(agents=[reworded]).deploy_check()
     assert report.ok and report.runs_checked == 1
     [change] = report.changes
     assert change.approval_id == aid
@@ -170,7 +169,7 @@ async def test_deploy_check_lists_changed_policy_and_instructions_without_failin
     auto = make_engine(agents=[reworded], policy=relaxed)
     [change] = (await auto.deploy_check()).changes
     assert "policy band changed" in change.reason and "auto" in change.reason
-    gone = await deploy_check(db, make_engine(agents=[steps_agent(ledger)]).registry)
+    gone = await make_engine(agents=[steps_agent(ledger)]).deploy_check()
     [broken] = gone.breaks
     assert broken.run_id == run_id and "unknown agent 'demo-refund'" in broken.reason
 
