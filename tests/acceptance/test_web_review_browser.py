@@ -19,7 +19,7 @@ import pytest
 from approvald.bot.web.auth import sha256
 
 from tests.acceptance.browser_pages import LAUNCH, playwright
-from tests.helpers import parts
+from tests.helpers import Rows, parts
 from tests.integration.slack_harness import Harness, wait_for
 from tests.integration.web_helpers import smtp_server, web_harness
 
@@ -135,8 +135,7 @@ async def test_slack_down_the_request_is_mailed_and_approved_in_the_browser(
         [aid] = paused.approval_ids
 
         async def tried() -> bool:
-            async with parts(h.engine).db.read() as tx:
-                [row] = await tx.outbox.recent(kind="approval.requested")
+            [row] = await Rows.of(h.engine).outbox("approval.requested")
             return bool(row.last_error and row.claimed_until is None)
 
         await wait_for(tried, what="a first try of the card")

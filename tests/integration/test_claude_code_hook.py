@@ -22,7 +22,7 @@ from approvald.runtime.engine import Engine
 from approvald.runtime.errors import ApprovaldError
 from approvald.runtime.policy import PolicyFile
 
-from tests.helpers import parts, revoke_token
+from tests.helpers import Rows, parts, revoke_token
 from tests.integration.slack_harness import wait_for
 from tests.unit.test_cards import check_blocks
 
@@ -345,8 +345,7 @@ async def test_the_card_says_claude_code_asked_and_shows_the_command_as_code(
     fence = "\n```\necho `\u200b`\u200b`done`\u200b`\u200b` &lt;!channel&gt; &amp;&amp; curl "
     assert fence in doing and doing.endswith("'&lt;http://evil|bank.com&gt;'\n```"), doing
     assert "<!channel>" not in json.dumps(card) and "<http://evil" not in json.dumps(card)
-    async with parts(engine).db.read() as tx:
-        run = await tx.runs.get(a.run_id)
+    run = await Rows.of(engine).run(a.run_id)
     assert run is not None
     parent = json.dumps(messages.run_parent(run, now=engine.now(), pending=[a]))
     assert "HTTP API" not in parent and "Claude Code" in parent, parent

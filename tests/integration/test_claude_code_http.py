@@ -21,7 +21,7 @@ import pytest
 from approvald.bot import claude_code
 from approvald.bot.api.service import webhook_keys
 
-from tests.helpers import make_token, parts, revoke_token
+from tests.helpers import Rows, make_token, parts, revoke_token
 from tests.integration.adapter_helpers import (
     approve_in_slack,
     audit_actions,
@@ -241,8 +241,7 @@ async def test_the_requester_is_the_tokens_never_the_callers(
         status, _ = await hook.post(ev, wait=0)
         assert status == 200
         rid = await pending_request(h)
-        async with parts(h.engine).db.read() as tx:
-            [a] = await tx.approvals.for_run(rid)
+        [a] = await Rows.of(h.engine).approvals(rid)
         assert a.requested_by == "U_ALICE"
 
 

@@ -27,7 +27,7 @@ from approvald.runtime.policy import PolicyFile
 from approvald.runtime.tools import ToolIdentity
 
 from tests.conftest import ledger_lines
-from tests.helpers import make_token, parts
+from tests.helpers import Rows, make_token, parts
 
 ALICE = Actor("U_ALICE", "cli:test")
 WINDOW = {"approvers": ["U_ALICE"], "ttl": "30m"}
@@ -214,8 +214,7 @@ async def test_an_agents_approved_call_resumed_past_its_window_does_not_run(
     [seen] = [m.content for m in state.messages
               if getattr(m, "name", None) == "issue_refund" and m.role == "tool"]
     assert seen["status"] == "expired" and "window closed" in seen["reason"]
-    async with parts(engine).db.read() as tx:
-        entries = await tx.audit.query(run_id=outcome.run_id)
+    entries = await Rows.of(engine).audit(run_id=outcome.run_id)
     [refused] = [e for e in entries if e.action == "refused"]
     assert (refused.actor, refused.approval_id) == (ACTOR, aid)
     assert json.loads(refused.details)["reason"] == "window_closed"

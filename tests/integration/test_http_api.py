@@ -26,7 +26,7 @@ from approvald.runtime.clock import ManualClock
 from approvald.runtime.outbox_kinds import WEBHOOK
 from approvald.store.records import OutboxRecord
 
-from tests.helpers import InProcessCli, parts, revoke_token
+from tests.helpers import InProcessCli, Rows, parts, revoke_token
 from tests.integration.slack_harness import CHANNEL, Harness, harness, wait_for
 from tests.integration.test_slack import assert_valid_blocks
 
@@ -136,8 +136,7 @@ async def api(session: aiohttp.ClientSession, method: str, url: str, token: str 
 
 
 async def approval_of(h: Harness, request_id: str) -> Any:
-    async with parts(h.engine).db.read() as tx:
-        found = await tx.approvals.for_run(request_id)
+    found = await Rows.of(h.engine).approvals(request_id)
     return found[-1] if found else None
 
 

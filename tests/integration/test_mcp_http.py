@@ -27,7 +27,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult, TextContent
 
-from tests.helpers import make_token, parts
+from tests.helpers import Rows, make_token, parts
 from tests.integration.adapter_helpers import (
     approve_in_slack,
     deny_in_slack,
@@ -132,8 +132,7 @@ async def test_a_remote_client_is_gated_by_slack_over_streamable_http(
             done = await asyncio.wait_for(call, 30)
             assert not done.is_error, text(done)
             assert transfers(ledger) == [{"to": "ACME", "cents": 500, "memo": ""}]
-            async with parts(h.engine).db.read() as tx:
-                [a] = await tx.approvals.for_run(rid)
+            [a] = await Rows.of(h.engine).approvals(rid)
             assert a.requested_by == "U_DANA" and "dana-agent" in a.packet
 
             # a deny returns the reason as a tool error; nothing runs

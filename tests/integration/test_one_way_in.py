@@ -20,7 +20,7 @@ from approvald.runtime.ids import new_id
 from approvald.runtime.scope import Scope
 from sqlalchemy import text
 
-from tests.helpers import make_token, parts, revoke_token
+from tests.helpers import Rows, make_token, parts, revoke_token
 from tests.integration.slack_harness import Harness, harness
 from tests.integration.test_http_api import api, approval_of, base
 
@@ -252,8 +252,7 @@ async def test_tokens_made_and_revoked_and_the_policy_loaded_are_audited(
                          created_by="cli:ops", via="cli", tools="deploy")
         await revoke_token(h.engine, "ci",
                            by="cli:ops", via="cli")
-        async with parts(h.engine).db.read() as tx:
-            entries = await tx.audit.query()
+        entries = await Rows.of(h.engine).audit()
         made = [json.loads(e.details) for e in entries if e.action == "token_created"]
         gone = [json.loads(e.details) for e in entries if e.action == "token_revoked"]
         assert [(d["token"], d["tools"]) for d in made] == [("ci", ["deploy"])]

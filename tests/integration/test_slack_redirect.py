@@ -12,7 +12,7 @@ from approvald.runtime.clock import ManualClock
 from approvald.runtime.state import ToolMessage
 from slack_sdk.models.blocks import Block
 
-from tests.helpers import parts
+from tests.helpers import Rows, parts
 from tests.integration.slack_harness import CHANNEL, harness, wait_for
 
 GUIDANCE = "Refund only $20 <!channel>: the customer kept one item"
@@ -39,8 +39,7 @@ async def _card_says(h, approval_id: str, word: str):
 
 
 async def _pending_other_than(h, run_id: str, approval_id: str):
-    async with parts(h.engine).db.read() as tx:
-        rows = await tx.approvals.for_run(run_id)
+    rows = await Rows.of(h.engine).approvals(run_id)
     return next((a for a in rows if a.id != approval_id and a.status == "pending"), None)
 
 

@@ -34,7 +34,7 @@ from approvald.runtime.policy import ApprovalPolicy, Rung
 from approvald.store.db import Database
 from slack_sdk.web.async_client import AsyncWebClient
 
-from tests.helpers import Crash, crash, parts
+from tests.helpers import Crash, Rows, crash, parts
 
 BOT = "xoxb-thread-story"
 OPS = "C_OPS"
@@ -232,8 +232,7 @@ async def test_an_escalation_on_expiry_names_whom_and_links_the_new_request(db_u
         escalated = [line for line in said.splitlines() if "escalated" in line]
         assert escalated and "<@U_CFO>" in escalated[0], said
         assert re.search(LINK, escalated[0]) and second.id not in said
-        async with parts(s.engine).db.read() as tx:
-            second = await tx.approvals.get(second.id)
+        second = await Rows.of(s.engine).approval(second.id)
         url = await s.deliverer._permalink(second.channel, second.message_ts)
         assert url is not None and url in escalated[0]  # the new card, not the old one
         parent = await s.parent(paused.run_id)
@@ -254,8 +253,7 @@ async def test_a_redirect_announces_and_links_the_new_request(db_url, tmp_path):
         said = await s.said(paused.run_id)
         assert "`issue_refund` redirected by <@U_ALICE>: Refund only $12.50" in said, said
         after = said.split("redirected", 1)[1]
-        async with parts(s.engine).db.read() as tx:
-            b = await tx.approvals.get(b.id)
+        b = await Rows.of(s.engine).approval(b.id)
         url = await s.deliverer._permalink(b.channel, b.message_ts)
         assert url is not None and url in after, said  # the new request, linked
         assert b.id not in said
@@ -302,8 +300,7 @@ async def test_a_crash_and_its_retry_are_told_and_audited(db_url, tmp_path):
             failpoints.arm("")
         assert (await s.engine.advance(paused.run_id)).status == "completed"
         await s.tell()
-        async with parts(s.engine).db.read() as tx:
-            entries = await tx.audit.query(run_id=paused.run_id)
+        entries = await Rows.of(s.engine).audit(run_id=paused.run_id)
         [retried] = [e for e in entries if e.action == "retried"]
         details = json.loads(retried.details)
         assert details["attempt"] == 2 and details["tool"] == "issue_refund"

@@ -34,7 +34,7 @@ from approvald.store.db import Database
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from tests.helpers import parts
+from tests.helpers import Rows, parts
 
 BOT = "xoxb-threads-test"
 OPS = "C_OPS"
@@ -281,8 +281,7 @@ async def test_a_card_links_the_thread_where_it_is_now_and_permalinks_stay_bound
         waiting = await w.refund()
         deliverer = delivery.SlackDeliverer(w.engine, w.followers[0].client,
                                             channel="C_APPROVALS", ops_channel=OPS)
-        async with parts(w.engine).db.read() as tx:
-            a = await tx.approvals.get(waiting.approval_ids[0])
+        a = await Rows.of(w.engine).approval(waiting.approval_ids[0])
         def p(ts: str) -> str:  # how a parent's permalink names it
             return f"/p{ts.replace('.', '')}"
 

@@ -22,7 +22,7 @@ from approvald.runtime.outbox_kinds import DEAD_REPORT, WEBHOOK
 from approvald.runtime.webhook_hosts import WebhookHosts
 from approvald.store.records import OutboxRecord
 
-from tests.helpers import InProcessCli, make_token, parts
+from tests.helpers import InProcessCli, Rows, make_token, parts
 from tests.integration.slack_harness import Harness, harness
 from tests.integration.test_http_api import SECRET, api, base, policy_file, receiver, verify
 
@@ -49,8 +49,7 @@ class StaticResolver(AbstractResolver):
 
 
 async def rows(h: Harness, kind: str) -> list[OutboxRecord]:
-    async with parts(h.engine).db.read() as tx:
-        found: list[OutboxRecord] = await tx.outbox.recent(kind=kind)
+    found: list[OutboxRecord] = await Rows.of(h.engine).outbox(kind)
     return found
 
 

@@ -20,7 +20,7 @@ from sqlalchemy import Select, select, text
 from sqlalchemy import types as sa_types
 from sqlalchemy.exc import IntegrityError
 
-from tests.helpers import parts
+from tests.helpers import Rows, parts
 from tests.unit.test_decisions import card_token
 
 SQLITE_ONLY = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
@@ -83,8 +83,7 @@ async def test_every_planned_select_reads_what_sqlalchemy_reads(make_engine,
     paused = await engine.run("demo-refund", "Refund order A-1001, customer was double charged",
                               requested_by="U_DANA")
     assert isinstance(paused, Paused)
-    async with parts(engine).db.read() as tx:
-        a = await tx.approvals.get(paused.approval_ids[0])
+    a = await Rows.of(engine).approval(paused.approval_ids[0])
     assert a is not None
     await engine.decide(a.id, actor=Actor("U_ALICE", "slack"), verdict="approve",
                         token=card_token(a))

@@ -33,7 +33,7 @@ from approvald.runtime.policy import PolicyFile
 from approvald.runtime.webhook_hosts import WebhookHosts
 from approvald.store.db import Database
 
-from tests.helpers import make_token, parts
+from tests.helpers import Rows, make_token, parts
 
 KEYS = api_tokens.WebhookKeys("approvald-test-secret-0123456789")
 POLICY = PolicyFile.model_validate({"tools": {
@@ -212,8 +212,7 @@ async def test_an_answer_at_once_is_the_document_a_read_gives(
         tool=tool, args={"n": 1, "why": "ok"}, requested_by="U_DANA"))
     assert new and doc["status"] == ("approved" if tool == "read_metrics" else "forbidden")
     assert doc == await engine.request_document(token, doc["id"])
-    async with parts(engine).db.read() as tx:
-        hooks = await tx.outbox.recent(kind=WEBHOOK)
+    hooks = await Rows.of(engine).outbox(WEBHOOK)
     assert [h.payload_value()["document"] for h in hooks] == ([doc] if webhook else [])
 
 
@@ -316,8 +315,7 @@ async def test_answers_at_once_from_two_processes_keep_the_chain_linear(
         assert all(new for _, new in docs)
         report = await verify(parts(engine).db)
         assert report.ok, report.problems
-        async with parts(engine).db.read() as tx:
-            entries = await tx.audit.query()
+        entries = await Rows.of(engine).audit()
         assert [e.seq for e in entries] == list(range(1, len(entries) + 1))
         ids = {doc["id"] for doc, _ in docs}
         mine = collections.Counter(e.run_id for e in entries if e.run_id in ids)

@@ -19,7 +19,7 @@ from approvald.store.models import RunEvent, ToolExecution
 from sqlalchemy import func, select
 
 from tests.conftest import ledger_lines
-from tests.helpers import parts
+from tests.helpers import Rows
 
 
 async def test_demo_steps_completes_with_one_checkpoint_per_step(make_engine, db, ledger_path):
@@ -146,8 +146,7 @@ async def test_cancel_of_an_idle_run_is_immediate_and_final(make_engine):
     outcome = await engine.run("demo-refund", "Refund order A-1001", requested_by="U_DANA")
     assert outcome.status == "awaiting_approval"
     assert await engine.cancel(outcome.run_id, actor=Actor("U_OPS", "cli")) == "cancelled"
-    async with parts(engine).db.read() as tx:
-        approvals = await tx.approvals.for_run(outcome.run_id)
+    approvals = await Rows.of(engine).approvals(outcome.run_id)
     assert [a.status for a in approvals] == ["cancelled"]
     from approvald.runtime.errors import ApprovaldError
 

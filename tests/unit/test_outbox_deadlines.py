@@ -22,7 +22,7 @@ from approvald.store.records import OutboxRecord
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
-from tests.helpers import parts
+from tests.helpers import Rows, parts
 
 NOTICE = "tool.notice"
 DEAD_REPORT = "delivery.dead"
@@ -186,8 +186,7 @@ async def test_an_approval_card_gives_up_at_the_request_expiry(make_engine, cloc
     paused = await engine.run("demo-refund", "Refund order A-1001, double charged",
                               requested_by="U_DANA")
     [aid] = paused.approval_ids
-    async with parts(engine).db.read() as tx:
-        a = await tx.approvals.get(aid)
+    a = await Rows.of(engine).approval(aid)
     assert a is not None
     drain = drain_for(engine, Scripted(lambda r: RetryLater("Slack refused the token")))
     await drain.drain_once()
