@@ -104,7 +104,7 @@ class Front:
         uri = str(params.uri)
 
         async def read(args: dict[str, Any]) -> Ran[Any]:
-            async with self.upstream.session(ctx) as client:
+            async with self.upstream.forwarding(ctx) as client:
                 return await _ran(client.session.read_resource(
                     str(args["uri"]), input_responses=params.input_responses,
                     request_state=params.request_state, allow_input_required=True))
@@ -114,7 +114,7 @@ class Front:
     async def _get_prompt(self, ctx: ServerRequestContext[Any],
                           params: types.GetPromptRequestParams) -> Any:
         async def get(args: dict[str, Any]) -> Ran[Any]:
-            async with self.upstream.session(ctx) as client:
+            async with self.upstream.forwarding(ctx) as client:
                 return await _ran(client.session.get_prompt(
                     params.name, {k: str(v) for k, v in args.items()},
                     input_responses=params.input_responses,

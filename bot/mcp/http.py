@@ -35,6 +35,7 @@ from aiohttp import web
 from approvald.bot.asgi import answer
 from approvald.bot.mcp.front import Front
 from approvald.bot.mcp.gateway import Gateway, Refused
+from approvald.bot.mcp.inflight import InFlight
 from approvald.bot.mcp.proxy import server_environment
 from approvald.bot.mcp.relay import BACK_KEY, SESSION_KEY, TOKEN_KEY, BackChannel, Session
 from approvald.bot.mcp.tasks import (
@@ -146,8 +147,11 @@ class HttpGateway:
         target: StdioServerParameters | str = (
             StdioServerParameters(command=c.command[0], args=c.command[1:],
                                   env=server_environment()) if c.command else str(c.url))
+        # a stdio server's one session: what it sends back goes to the client in flight
+        inflight = InFlight() if c.command else None
         try:
-            client = await stack.enter_async_context(Client(target, cache=None))
+            client = await stack.enter_async_context(Client(
+                target, cache=None, **(inflight.client_options() if inflight else {})))
         except Exception as exc:  # one line that names the gateway, not a task group's dump
             first: BaseException = exc
             while isinstance(first, BaseExceptionGroup) and first.exceptions:
@@ -155,7 +159,7 @@ class HttpGateway:
             raise ConfigError(f"APPROVALD_MCP_GATEWAYS_FILE: gateway {self.name}: cannot "
                               f"reach its MCP server ({c.server()}): "
                               f"{type(first).__name__}: {first}") from None
-        self.upstream = Upstream(client, self.name, url=c.url)
+        self.upstream = Upstream(client, self.name, url=c.url, inflight=inflight)
         await self.upstream.learn_revisions()
         await self.upstream.check_rules(Source("mcp", self.name), self.e.policy_file())
         info = client.server_info

@@ -17,6 +17,7 @@ from typing import Any
 import mcp_types as types
 from approvald.bot.mcp.front import Front
 from approvald.bot.mcp.gateway import Gateway
+from approvald.bot.mcp.inflight import InFlight
 from approvald.bot.mcp.upstream import Upstream
 from approvald.runtime.errors import ConfigError
 from mcp import Client, StdioServerParameters
@@ -61,8 +62,9 @@ class Proxy:
             raise first from None
 
     async def _serve(self) -> None:
-        async with Client(self.params, cache=None) as client:
-            self.upstream = Upstream(client, self.gateway.name)
+        inflight = InFlight()  # what the server sends back goes to the client's call
+        async with Client(self.params, cache=None, **inflight.client_options()) as client:
+            self.upstream = Upstream(client, self.gateway.name, inflight=inflight)
             await self.upstream.check_rules(self.gateway.source, self.gateway.e.policy_file())
             upstream = client
             info = upstream.server_info

@@ -12,7 +12,8 @@ particular. On 2026-07-28 the request's own envelope says it all, so no round tr
 (the version and capabilities first discovered are reused); a 2025-11-25 server gets an
 ``initialize`` per request. A server ``serve`` or ``mcp-proxy`` starts over stdio is one
 process with one session: every request goes through it, with progress relayed per
-request, and it declares no client capability.
+request, and what else the server sends back given to the client whose forwarded request
+is in flight, when it can be told (:mod:`bot.mcp.inflight`).
 
 ``tools/list`` is passed through (names, descriptions, input and output schemas,
 annotations). Each ``tools/call`` is checked against the tool's input schema (arguments the
@@ -37,6 +38,7 @@ from typing import Any
 
 import mcp_types as types
 from approvald.bot.mcp.gateway import Forward, Gateway, Identify, Ran, Refused
+from approvald.bot.mcp.inflight import InFlight
 from approvald.bot.mcp.relay import Relay
 from approvald.runtime.canonical import canonical_json, sha256_hex
 from approvald.runtime.intake import Source
@@ -98,10 +100,14 @@ class Upstream:
     (listed as the client pages through them, refreshed when an unknown one is called),
     their schemas, and forwarding a call."""
 
-    def __init__(self, client: Client, name: str, *, url: str | None = None) -> None:
+    def __init__(self, client: Client, name: str, *, url: str | None = None,
+                 inflight: InFlight | None = None) -> None:
         self.client = client  # the first session: start-up checks, and a stdio server's all
         self.name = name
         self.url = url  # a Streamable HTTP server: a session per client request
+        # a stdio server: the client requests forwarded on its one session (its client was
+        # made with inflight.client_options()), whose clients what it sends back goes to
+        self.inflight = inflight
         version = client.protocol_version
         # what server/discover said, reused by each 2026-07-28 request's session (no round
         # trip); None: the server speaks only the 2025-11-25 revision
@@ -172,6 +178,19 @@ class Upstream:
                           **relay.client_options()) as client:
             yield client
 
+    @contextlib.asynccontextmanager
+    async def forwarding(self, ctx: ServerRequestContext[Any] | None,
+                         relay: Relay | None = None) -> AsyncIterator[Client]:
+        """The upstream session a client request (``ctx``) is forwarded on: as
+        :meth:`session`, and on a stdio server's one session, the request counted in flight
+        while it runs (what the server sends back meanwhile may be for its client)."""
+        async with self.session(ctx) as client:
+            if self.url is not None or ctx is None or self.inflight is None:
+                yield client
+                return
+            with self.inflight.forwarding(relay or Relay(ctx)):
+                yield client
+
     async def list_tools(self, cursor: str | None,
                          ctx: ServerRequestContext[Any] | None = None) -> types.ListToolsResult:
         """A page of the tools the server lists for this client (with its capabilities)."""
@@ -239,7 +258,7 @@ class Upstream:
         the client's answers to one (``params``) passed on."""
         async def forward(args: dict[str, Any]) -> Ran[Any]:
             relay = Relay(ctx) if ctx is not None else None
-            async with self.session(ctx) as client:
+            async with self.forwarding(ctx, relay) as client:
                 try:
                     result = await client.session.call_tool(
                         name, args,

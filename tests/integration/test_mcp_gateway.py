@@ -120,7 +120,8 @@ async def test_tools_pass_through_and_a_gated_call_waits_for_an_approve_click(
     async with gated(db_url, tmp_path) as g:
         listed = {t.name: t for t in (await g.client.list_tools()).tools}
         assert set(listed) == {"echo", "transfer_money", "lookup_order", "monthly_report",
-                               "capabilities", "ask_the_model"}
+                               "capabilities", "ask_the_model", "confirm_payment",
+                               "my_roots"}
         schema = listed["transfer_money"].input_schema
         assert schema["properties"]["cents"]["type"] == "integer"
         assert set(schema["required"]) == {"to", "cents"}
