@@ -131,7 +131,7 @@ async def test_a_typescript_ext_tasks_client_creates_polls_completes_and_cancels
                 await proc.wait()
         err = (await proc.stderr.read()).decode()
         assert proc.returncode == 0 and "done" in said, (said, err)
-        async with h.engine.db.read() as tx:
+        async with parts(h.engine).db.read() as tx:
             statuses = [a.status for a in await tx.approvals.recent()]
     assert said["connected"]["era"] == "modern"
     assert said["session"]["capabilities"]["cancellation"] is True
