@@ -279,7 +279,7 @@ def parts(engine: Any) -> Any:
     return engine._parts
 
 
-async def make_token(engine: Any, keys: Any, name: str, **kw: Any) -> Any:
+async def create_token(engine: Any, keys: Any, name: str, **kw: Any) -> Any:
     """An API token made as ``approvald token create`` makes one
     (:func:`runtime.api_tokens.create` over the engine's database, clock and audit trail);
     keywords as that function's."""

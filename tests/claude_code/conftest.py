@@ -21,7 +21,7 @@ from approvald.bot.api.service import webhook_keys
 
 from tests.claude_code.claude import ClaudeCode, claude_code
 from tests.claude_code.fake_anthropic import FakeAnthropic
-from tests.helpers import make_token, parts
+from tests.helpers import create_token, parts
 from tests.integration.slack_harness import Harness, harness, wait_for
 
 POLICY = """
@@ -139,9 +139,9 @@ async def hook_token(h: Harness, name: str, user: str = "U_DANA") -> str:
     create NAME --face hook:claude-code --requested-by USER`` makes it)."""
     keys = webhook_keys(h.service.settings)
     assert keys is not None
-    made = await make_token(h.engine, keys, name,
-                            created_by="test", via="test", face="hook:claude-code",
-                            requested_by=user)
+    made = await create_token(h.engine, keys, name,
+                              created_by="test", via="test", face="hook:claude-code",
+                              requested_by=user)
     return made.token
 
 

@@ -16,7 +16,7 @@ from approvald.bot.claude_code import ClaudeCodeHook, HookEvent
 from approvald.bot.config import Settings
 from approvald.runtime.external import NewRequest
 
-from tests.helpers import make_token, parts
+from tests.helpers import create_token, parts
 from tests.integration.slack_harness import CHANNEL, OPS, Harness, harness
 
 POLICY = """
@@ -62,8 +62,8 @@ async def calls(h: Harness) -> str:
         assert out["hookSpecificOutput"]["permissionDecision"] == "allow"
     keys = webhook_keys(h.service.settings)
     assert keys is not None
-    made = await make_token(engine, keys, "ci-bot",
-                            created_by="test", via="test", tools="status,deploy")
+    made = await create_token(engine, keys, "ci-bot",
+                              created_by="test", via="test", tools="status,deploy")
     doc, _ = await engine.open_request(made.record, NewRequest(
         tool="status", args={}, requested_by="U_DANA"))
     assert doc["status"] == "approved"

@@ -21,7 +21,7 @@ import pytest
 from approvald.bot import claude_code
 from approvald.bot.api.service import webhook_keys
 
-from tests.helpers import Rows, make_token, parts, revoke_token
+from tests.helpers import Rows, create_token, parts, revoke_token
 from tests.integration.adapter_helpers import (
     approve_in_slack,
     audit_actions,
@@ -63,8 +63,8 @@ def event(tool: str, tool_input: dict[str, Any], *, name: str = "PreToolUse",
 async def token(h: Harness, name: str, **scope: Any) -> str:
     keys = webhook_keys(h.service.settings)
     assert keys is not None
-    made = await make_token(h.engine, keys, name,
-                            created_by="test", via="test", **scope)
+    made = await create_token(h.engine, keys, name,
+                              created_by="test", via="test", **scope)
     return made.token
 
 

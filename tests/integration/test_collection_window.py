@@ -27,7 +27,7 @@ from approvald.runtime.policy import PolicyFile
 from approvald.runtime.tools import ToolIdentity
 
 from tests.conftest import ledger_lines
-from tests.helpers import Rows, make_token, parts
+from tests.helpers import Rows, create_token, parts
 
 ALICE = Actor("U_ALICE", "cli:test")
 WINDOW = {"approvers": ["U_ALICE"], "ttl": "30m"}
@@ -142,8 +142,8 @@ async def adapter_resume(engine: Engine, clock: ManualClock) -> None:
 
 
 async def _api(engine: Engine, clock: ManualClock) -> tuple[Any, str, str]:
-    made = await make_token(engine, api_tokens.WebhookKeys("approvald-test-secret-0123456789"),
-                            "bot", created_by="test", via="test", tools="*")
+    made = await create_token(engine, api_tokens.WebhookKeys("approvald-test-secret-0123456789"),
+                              "bot", created_by="test", via="test", tools="*")
     doc, _ = await engine.open_request(made.record, NewRequest(
         tool="pay", args=ARGS, requested_by="U_DANA"))
     await approve_request(engine, doc["id"])

@@ -33,7 +33,7 @@ from approvald.runtime.tools import ToolContext, tool
 from approvald.store import types
 from sqlalchemy import text
 
-from tests.helpers import make_token, parts
+from tests.helpers import create_token, parts
 from tests.integration.test_claude_code_hook import answer, event, pending
 
 # declared sensitive, and shaped like nothing a detector knows
@@ -138,9 +138,9 @@ async def call_by_face(engine: Engine, face: str) -> str:
         assert rid is not None
         return rid
     if face == "api":
-        made = await make_token(engine, api_tokens.WebhookKeys(
-                                "approvald-test-secret-0123456789"), "bot", created_by="test",
-                                via="test", tools="*")
+        made = await create_token(engine, api_tokens.WebhookKeys(
+                                  "approvald-test-secret-0123456789"), "bot", created_by="test",
+                                  via="test", tools="*")
         doc, _ = await engine.open_request(made.record, NewRequest(
             tool="store_secret", args=args, requested_by="U_DANA",
             packet={"doing": f"stores {SECRET} in the vault"}))

@@ -26,7 +26,7 @@ from approvald.runtime.clock import ManualClock
 from approvald.runtime.outbox_kinds import WEBHOOK
 from approvald.store.records import OutboxRecord
 
-from tests.helpers import InProcessCli, Rows, parts, revoke_token
+from tests.helpers import InProcessCli, Rows, create_token, parts, revoke_token
 from tests.integration.slack_harness import CHANNEL, Harness, harness, wait_for
 from tests.integration.test_slack import assert_valid_blocks
 
@@ -115,10 +115,10 @@ async def make_token(h: Harness, name: str, *, webhook_url: str | None = None) -
 
     keys = webhook_keys(h.service.settings)
     assert keys is not None
-    return await make_token(h.engine, keys, name,
-                            created_by="test", via="test", tools="*",
-                            webhook_url=webhook_url,
-                            webhook_hosts=h.service.api.webhook_hosts)
+    return await create_token(h.engine, keys, name,
+                              created_by="test", via="test", tools="*",
+                              webhook_url=webhook_url,
+                              webhook_hosts=h.service.api.webhook_hosts)
 
 
 async def api(session: aiohttp.ClientSession, method: str, url: str, token: str | None,
@@ -504,8 +504,8 @@ async def test_without_slack_the_api_is_on_the_health_listener(sqlite_url: str,
 
         keys = webhook_keys(settings)
         assert keys is not None
-        made = await make_token(service.engine, keys, "socket-bot", created_by="test",
-                                via="test", tools="*")
+        made = await create_token(service.engine, keys, "socket-bot", created_by="test",
+                                  via="test", tools="*")
         root = f"http://127.0.0.1:{service.ops_port}"
         async with aiohttp.ClientSession() as http:
             assert (await api(http, "GET", f"{root}/healthz", None))[0] == 200

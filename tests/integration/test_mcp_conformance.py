@@ -31,7 +31,7 @@ import pytest
 from aiohttp import web
 from approvald.bot.api.service import webhook_keys
 
-from tests.helpers import make_token
+from tests.helpers import create_token
 from tests.integration.slack_harness import harness
 
 pytestmark = pytest.mark.slow
@@ -196,8 +196,8 @@ async def test_every_scenario_passing_directly_passes_through_the_gateway(
                            APPROVALD_MCP_GATEWAYS_FILE=str(tmp_path / "gateways.toml")) as h:
             keys = webhook_keys(h.service.settings)
             assert keys is not None
-            made = await make_token(h.engine, keys, "conformance", created_by="test", via="test",
-                                    face="mcp:ref", requested_by="U_DANA")
+            made = await create_token(h.engine, keys, "conformance", created_by="test", via="test",
+                                      face="mcp:ref", requested_by="U_DANA")
             assert h.service.slack is not None
             gateway = f"http://127.0.0.1:{h.service.slack.port}/mcp/ref"
             async with bearer_proxy(gateway, made.token) as proxied:

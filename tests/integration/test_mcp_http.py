@@ -27,7 +27,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult, TextContent
 
-from tests.helpers import Rows, make_token, parts
+from tests.helpers import Rows, create_token, parts
 from tests.integration.adapter_helpers import (
     approve_in_slack,
     deny_in_slack,
@@ -74,8 +74,8 @@ def files(tmp_path: Path) -> dict[str, str]:
 async def token(h: Harness, name: str, **scope: Any) -> str:
     keys = webhook_keys(h.service.settings)
     assert keys is not None
-    made = await make_token(h.engine, keys, name,
-                            created_by="test", via="test", **scope)
+    made = await create_token(h.engine, keys, name,
+                              created_by="test", via="test", **scope)
     return made.token
 
 

@@ -20,7 +20,7 @@ from approvald.runtime.ids import new_id
 from approvald.runtime.scope import Scope
 from sqlalchemy import text
 
-from tests.helpers import Rows, make_token, parts, revoke_token
+from tests.helpers import Rows, create_token, parts, revoke_token
 from tests.integration.slack_harness import Harness, harness
 from tests.integration.test_http_api import api, approval_of, base
 
@@ -232,8 +232,8 @@ async def test_an_unknown_tools_token_scope_is_a_403(db_url: str, tmp_path: Path
 
         keys = webhook_keys(h.service.settings)
         assert keys is not None
-        made = await make_token(h.engine, keys, "deploy-bot", created_by="cli:ops", via="cli",
-                                tools="deploy, db_*")
+        made = await create_token(h.engine, keys, "deploy-bot", created_by="cli:ops", via="cli",
+                                  tools="deploy, db_*")
         url = f"{base(h)}/v1/requests"
         for tool, want in (("deploy", 201), ("db_migrate", 201), ("issue_refund", 403)):
             status, doc = await api(http, "POST", url, made.token, {"tool": tool, "args": {}})
@@ -248,8 +248,8 @@ async def test_tokens_made_and_revoked_and_the_policy_loaded_are_audited(
 
         keys = webhook_keys(h.service.settings)
         assert keys is not None
-        await make_token(h.engine, keys, "ci",
-                         created_by="cli:ops", via="cli", tools="deploy")
+        await create_token(h.engine, keys, "ci",
+                           created_by="cli:ops", via="cli", tools="deploy")
         await revoke_token(h.engine, "ci",
                            by="cli:ops", via="cli")
         entries = await Rows.of(h.engine).audit()

@@ -26,7 +26,7 @@ from approvald.runtime.policy import ApprovalPolicy, PolicyFile
 from slack_sdk.models.blocks import Block
 
 from tests.conftest import SIGNER
-from tests.helpers import make_token, parts
+from tests.helpers import create_token, parts
 
 ALICE = Actor("U_ALICE", "slack")
 TASK = "Refund order A-1001, customer was double charged"
@@ -127,8 +127,8 @@ POLICY = PolicyFile.model_validate({"tools": {
 async def test_an_edited_external_request_labels_the_callers_words(
         make_engine, clock: ManualClock) -> None:
     engine = make_engine(policy=POLICY)
-    made = await make_token(engine, api_tokens.WebhookKeys("approvald-test-secret-0123456789"),
-                            "bot", created_by="test", via="test", tools="*")
+    made = await create_token(engine, api_tokens.WebhookKeys("approvald-test-secret-0123456789"),
+                              "bot", created_by="test", via="test", tools="*")
     doc, _ = await engine.open_request(made.record, NewRequest(
         tool="refund_card", args={"order": "A-1001", "cents": 4200}, requested_by="U_DANA",
         packet={"doing": "Refunding the duplicate charge, $42.00.",

@@ -21,7 +21,7 @@ from approvald.runtime.outbox_kinds import CARD_POST, WEBHOOK
 from approvald.runtime.policy import PolicyFile
 from approvald.runtime.webhook_hosts import WebhookHosts
 
-from tests.helpers import Rows, follow_up, make_token, parts
+from tests.helpers import Rows, create_token, follow_up, parts
 
 KEYS = api_tokens.WebhookKeys("approvald-test-secret-0123456789")
 ALICE = Actor("U_ALICE", "cli:test")
@@ -38,11 +38,11 @@ POLICY = PolicyFile.model_validate({"tools": {
 async def setup(make_engine: Callable[..., Engine], *, webhook: bool = True
                 ) -> tuple[Engine, Any]:
     engine = make_engine(policy=POLICY)
-    made = await make_token(engine, KEYS, "bot",
-                            created_by="test", via="test", tools="*",
-                            webhook_url="https://hooks.example/approvald"
-                            if webhook else None,
-                            webhook_hosts=WebhookHosts.from_setting("hooks.example"))
+    made = await create_token(engine, KEYS, "bot",
+                              created_by="test", via="test", tools="*",
+                              webhook_url="https://hooks.example/approvald"
+                              if webhook else None,
+                              webhook_hosts=WebhookHosts.from_setting("hooks.example"))
     return engine, made.record
 
 

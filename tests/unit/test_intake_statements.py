@@ -33,7 +33,7 @@ from approvald.runtime.policy import PolicyFile
 from approvald.runtime.webhook_hosts import WebhookHosts
 from approvald.store.db import Database
 
-from tests.helpers import Rows, make_token, parts
+from tests.helpers import Rows, create_token, parts
 
 KEYS = api_tokens.WebhookKeys("approvald-test-secret-0123456789")
 POLICY = PolicyFile.model_validate({"tools": {
@@ -135,11 +135,11 @@ def statements(db_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Stateme
 async def setup(make_engine: Callable[..., Engine], *, webhook: bool = False,
                 name: str = "bot") -> tuple[Engine, Any]:
     engine = make_engine(policy=POLICY)
-    made = await make_token(engine, KEYS, name,
-                            created_by="test", via="test", tools="*",
-                            webhook_url="https://hooks.example/approvald"
-                            if webhook else None,
-                            webhook_hosts=WebhookHosts.from_setting("hooks.example"))
+    made = await create_token(engine, KEYS, name,
+                              created_by="test", via="test", tools="*",
+                              webhook_url="https://hooks.example/approvald"
+                              if webhook else None,
+                              webhook_hosts=WebhookHosts.from_setting("hooks.example"))
     return engine, made.record
 
 

@@ -24,7 +24,7 @@ from approvald.runtime.outbox_kinds import REQUEST_DECIDED, WEBHOOK
 from approvald.runtime.policy import PolicyFile
 from approvald.runtime.webhook_hosts import WebhookHosts
 
-from tests.helpers import Crash, Rows, crash, follow_up, make_token, parts
+from tests.helpers import Crash, Rows, crash, create_token, follow_up, parts
 from tests.unit.test_intake_statements import Statements, statements  # noqa: F401
 
 ALICE = Actor("U_ALICE", "slack")
@@ -34,10 +34,10 @@ POLICY = PolicyFile.model_validate({"tools": {"api:*/deploy": {"approvers": ["U_
 
 async def asked(make_engine: Callable[..., Engine]) -> tuple[Engine, Any, dict[str, Any]]:
     engine = make_engine(policy=POLICY)
-    made = await make_token(engine, KEYS, "bot",
-                            created_by="test", via="test", tools="*",
-                            webhook_url="https://hooks.example/approvald",
-                            webhook_hosts=WebhookHosts.from_setting("hooks.example"))
+    made = await create_token(engine, KEYS, "bot",
+                              created_by="test", via="test", tools="*",
+                              webhook_url="https://hooks.example/approvald",
+                              webhook_hosts=WebhookHosts.from_setting("hooks.example"))
     doc, _ = await engine.open_request(made.record, NewRequest(
         tool="deploy", args={"service": "api"}, requested_by="U_DANA"))
     return engine, made.record, doc
