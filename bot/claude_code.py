@@ -67,7 +67,7 @@ from approvald.runtime.engine import Engine
 from approvald.runtime.errors import PayloadTooLarge
 from approvald.runtime.external import ExternalError, NewRequest, Report
 from approvald.runtime.intake import Source
-from approvald.store.repos.external import TokenRecord
+from approvald.store.repos.external import Checks, TokenRecord
 
 __all__ = ["DEFAULT_WAIT", "EVENTS", "HTTP_MARGIN", "MARGIN", "MAX_EVENT", "MAX_HTTP_WAIT",
            "NAME", "POST", "POST_FAILED", "PRE", "SOURCE", "ClaudeCodeHook", "HookEvent",
@@ -116,13 +116,18 @@ class ClaudeCodeHook(CallerGate):
     started_is_over = True
 
     def __init__(self, engine: Engine, event: HookEvent, *, requested_by: str,
-                 bearer: str | None = None) -> None:
+                 bearer: str | None = None, bearer_id: str | None = None) -> None:
         super().__init__(engine, SOURCE, requested_by=requested_by)
         self.event = event
         # over HTTP: the name of the bearer token the event came with. Its calls are its
         # own: another token's holder, knowing the session id, neither joins their
         # requests nor reports their results
         self.bearer = bearer
+        # and its id, when it was read from memory: the request's statements check that
+        # it is still live (as they check the hook's credential and its switch)
+        self.bearer_id = bearer_id
+        # the calls this process made, whoever's event asked (one hook per event)
+        self._cursor = engine.call_cursor(SOURCE.credential)
 
     @property
     def ledger_owner(self) -> str:
@@ -155,7 +160,9 @@ class ClaudeCodeHook(CallerGate):
             packet["code"] = code
         # allowed at once (auto), the call runs now: its start is recorded with its request
         return NewRequest(tool=tool, args=args, requested_by=self.requested_by,
-                          packet=packet, idempotency_key=key, start_owner=self.ledger_owner)
+                          packet=packet, idempotency_key=key, start_owner=self.ledger_owner,
+                          checks=Checks(live=(self.bearer_id,) if self.bearer_id else (),
+                                        on=(switches.HOOK, self.form)))
 
     @property
     def form(self) -> str:
@@ -163,8 +170,9 @@ class ClaudeCodeHook(CallerGate):
         (each can be switched off alone: :mod:`runtime.switches`)."""
         return "command" if self.bearer is None else "http"
 
-    async def switched_off(self, found: TokenRecord) -> str | None:
-        off = await self.e.switched_off(switches.HOOK, self.form, credential=found)
+    async def switched_off(self, found: TokenRecord, *, kept: bool = False) -> str | None:
+        off = await self.e.switched_off(switches.HOOK, self.form, credential=found,
+                                        kept=kept)
         if off is None:
             return None
         return (f"Claude Code's {self.form} hook is switched off by {off.off_by} at "
@@ -174,9 +182,23 @@ class ClaudeCodeHook(CallerGate):
 
     # -- before the call --------------------------------------------------------------------
     async def pre_tool_use(self, *, wait: float) -> dict[str, Any]:
+        """The decision. The hook's credential and switch are taken from memory when this
+        process read them before: the request's statements check both again (and the
+        bearer token's life), and when they find one revoked or off, all are read again
+        and the decision taken afresh. Still refused then: the bearer token was revoked
+        (``unauthorized``, a 401 over HTTP)."""
+        try:
+            return await self._pre_tool_use(wait=wait, kept=True)
+        except ExternalError as exc:
+            if exc.code != "unauthorized":
+                raise
+            self.e.forget_kept()
+            return await self._pre_tool_use(wait=wait, kept=False)
+
+    async def _pre_tool_use(self, *, wait: float, kept: bool) -> dict[str, Any]:
         ev = self.event
         try:
-            token = await self.token()
+            token = await self.token(kept=kept)
         except CallerOff as exc:
             message = f"approvald: {exc}. Nothing was allowed."
             if exc.token is None:

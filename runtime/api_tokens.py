@@ -11,7 +11,9 @@ start with ``mcp.`` or ``adapter.`` belong to approvald's own MCP gateways and a
 
 Only a token's SHA-256 is stored, so the token is shown once, when it is made, and reading
 the database does not let anyone call the API; a token this high in entropy needs no slow
-hash. A revoked token stops working at once (every request looks its hash up).
+hash. A revoked token stops working at once: every request looks its hash up, except
+those that make a request (:class:`LiveTokens`), whose own statements check the token is
+still live.
 
 Each token has a webhook secret, derived from the deployment's secret (``APPROVALD_SECRET``,
 the key approval-button tokens come from) and the token's random id: the database alone
@@ -28,6 +30,7 @@ import hmac
 import json
 import re
 import secrets
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -320,3 +323,40 @@ async def authenticate(db: Database, token: str) -> TokenRecord | None:
             or record.name.startswith(RESERVED_CREDENTIALS):
         return None  # approvald's own credentials are never a bearer's
     return record
+
+
+class LiveTokens:
+    """Tokens found live by their hash, kept in memory for the one route that makes a
+    request (``POST /v1/requests``): what a token is (its name, tools, face, requester)
+    never changes once made, and whether it is still live is checked by each statement
+    that writes or finds a request with it (the request's ``INSERT ... SELECT ... WHERE``
+    its token is not revoked, the idempotency key's lookup the same), so a token revoked
+    after it was kept here makes nothing and finds nothing (a 401). A token found
+    revoked that way is forgotten (:meth:`forget`)."""
+
+    KEPT = 4096
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self._by_hash: OrderedDict[str, TokenRecord] = OrderedDict()
+
+    async def from_header(self, authorization: str) -> TokenRecord | None:
+        scheme, _, value = authorization.partition(" ")
+        value = value.strip()
+        if scheme.lower() != "bearer" or not value.startswith(TOKEN_PREFIX) \
+                or len(value) > 200:
+            return await from_header(self.db, authorization)  # None, as it says
+        key = token_hash(value)
+        found = self._by_hash.get(key)
+        if found is not None:
+            self._by_hash.move_to_end(key)
+            return found
+        found = await authenticate(self.db, value)
+        if found is not None:
+            self._by_hash[key] = found
+            while len(self._by_hash) > self.KEPT:
+                self._by_hash.popitem(last=False)
+        return found
+
+    def forget(self, token: TokenRecord) -> None:
+        self._by_hash.pop(token.token_hash, None)

@@ -44,9 +44,11 @@ from approvald.runtime.outbox_kinds import HEAD_POST, HeadPost, Payload, queue, 
 from approvald.runtime.sensitive import ARGS_KEYS, masked_details, sensitive_of_snapshot
 from approvald.runtime.standing_chain import StandingState
 from approvald.store.db import Database
+from approvald.store.errors import KeyTaken
 from approvald.store.records import AuditRecord
 from approvald.store.repos import Tx
 from approvald.store.repos.audit import GENESIS
+from approvald.store.repos.external import Answered
 
 ACTIONS = frozenset({
     "requested", "reminded", "voted", "approved", "denied", "redirected", "edited", "expired",
@@ -66,6 +68,7 @@ ACTIONS = frozenset({
     "mailed_instead",
 })
 _PENDING = "audit.pending"  # Tx.scratch key: entries recorded, not yet chained
+_RIDER = "audit.along"  # Tx.scratch key: a request answered at once, inserted with them
 # the key of recorded details that names what masking changed, with its real digest
 MASKED = "masked"
 # details keys under which a request's sensitive paths apply (see masked_details)
@@ -224,9 +227,21 @@ class AuditTrail:
             tx.before_commit(self._chain)
         pending.extend(entries)
 
+    def ride(self, tx: Tx, rows: Answered) -> None:
+        """Have the statement that chains ``tx``'s entries insert ``rows`` too (a request
+        answered at once, on PostgreSQL: :meth:`~store.repos.external.ExternalRepo.
+        add_answered`): one statement records the decision and its audit entries."""
+        if _PENDING not in tx.scratch:
+            tx.scratch[_PENDING] = []
+            tx.before_commit(self._chain)
+        tx.scratch[_RIDER] = rows
+
     async def _chain(self, tx: Tx) -> None:
         entries: list[Entry] = tx.scratch.pop(_PENDING, [])
+        along: Answered | None = tx.scratch.pop(_RIDER, None)
         if not entries:
+            if along is not None:
+                await tx.external.add_answered_now(along)
             return
         if follow := [row for fn in self._followers for row in fn(entries)]:
             await queue_many(tx, follow, now=max(e.at for e in entries))
@@ -245,11 +260,19 @@ class AuditTrail:
                 rows = self._rows(entries, paths, *guess)
                 # set before the statement is sent: the next chaining follows these rows
                 self._head = _after(rows)
-                if await tx.audit.append_if_head(rows, seq=guess[0], hash=guess[1]):
-                    return
+                try:
+                    if await tx.audit.append_if_head(rows, seq=guess[0], hash=guess[1],
+                                                     along=along):
+                        return
+                except KeyTaken:  # the transaction rolls back: the head is not that
+                    self._head = None
+                    raise
+                along = None  # inserted all the same
                 # the head moved otherwise: until it is read again, this process's
                 # chainings read it under its lock, not follow rows never appended
                 self._head = None
+            if along is not None:  # before the head's lock: it is held for less
+                await tx.external.add_answered_now(along)
             rows = self._rows(entries, paths, *await tx.audit.lock_head())
             self._head = _after(rows)
             await tx.audit.append_rows(rows)

@@ -54,6 +54,7 @@ OPEN = frozenset({"pending", "superseded"})
 # told each heartbeat while a call waits for its decision (a progress message)
 Waiting = Callable[[dict[str, Any]], Awaitable[None]]
 HEARTBEAT = 10.0  # s between "still waiting" signals to the client (and looks at expiry)
+CURSORS = 100_000  # calls whose first generation maybe open a face keeps in memory
 
 
 class CallerOff(ApprovaldError):
@@ -136,23 +137,24 @@ class CallerGate:
         self._cursor: dict[str, int] = {}  # digest -> the first generation maybe open
 
     # -- the credential -------------------------------------------------------------------
-    async def token(self) -> TokenRecord:
+    async def token(self, *, kept: bool = False) -> TokenRecord:
         """The face's credential, made on first use (audited). Revoking it (``approvald
         tokens revoke mcp.NAME``) switches the face off: it raises :class:`CallerOff`.
         No bearer token exists for it (the HTTP API refuses every such name), and an
         operator's token is never taken for it."""
-        found = await self.credential()
-        why = await self.switched_off(found)
+        found = await self.credential(kept=kept)
+        why = await self.switched_off(found, kept=kept)
         if why is not None:
             raise CallerOff(why, token=found)
         return found
 
-    async def credential(self) -> TokenRecord:
+    async def credential(self, *, kept: bool = False) -> TokenRecord:
         """The face's credential, switched off or not (what came of a call it let through
-        before it was switched off is still recorded)."""
-        return await self.e.caller_credential(self.source)
+        before it was switched off is still recorded). ``kept``: for a request, whose
+        statements check it again (the one read before, from memory)."""
+        return await self.e.caller_credential(self.source, kept=kept)
 
-    async def switched_off(self, found: TokenRecord) -> str | None:
+    async def switched_off(self, found: TokenRecord, *, kept: bool = False) -> str | None:
         """Why the face lets nothing through now (None: it is on)."""
         if found.revoked_at is None:
             return None
@@ -174,8 +176,13 @@ class CallerGate:
         digest = self.call_key(tool, args)
         n = self._cursor.get(digest)
         fresh = False  # whether generation n was just seen not to exist
+        # a call this process has not seen: most likely never made, so its first
+        # generation is tried without a look-up first (a request under that key is found
+        # by the insert's conflict all the same); made before (by another process), the
+        # first generation that may still be open is searched for then
+        probe = n is None
         if n is None:
-            n, fresh = await self._first_open(token, digest)
+            n, fresh = 0, True
         while True:
             req = self._new_request(tool, args, idempotency_key(self.key_prefix, digest, n))
             try:
@@ -188,7 +195,15 @@ class CallerGate:
                 doc, new = await self.e.request_document(token, exc.run_id), False
             if new or not await self._over(token, doc):
                 self._cursor[digest] = n
+                while len(self._cursor) > CURSORS:
+                    self._cursor.pop(next(iter(self._cursor)))
                 return doc, started_at_once(req, doc, new)
+            if probe:
+                probe = False
+                last, fresh = await self._first_open(token, digest)
+                if last > n:
+                    n = last
+                    continue
             n, fresh = n + 1, False
 
     def call_key(self, tool: str, args: dict[str, Any]) -> str:

@@ -31,7 +31,7 @@ from approvald.runtime.directory import Directory, StaticDirectory
 from approvald.runtime.documents import Documents
 from approvald.runtime.errors import ApprovaldError, ConfigError, NotFound
 from approvald.runtime.expiry import Expiry, SweepResult
-from approvald.runtime.external import ExternalRequests, NewRequest, Report
+from approvald.runtime.external import ExternalError, ExternalRequests, NewRequest, Report
 from approvald.runtime.gate import Gate, Where, where
 from approvald.runtime.history import History, read_history
 from approvald.runtime.ids import TokenSigner, lease_id, new_id
@@ -225,6 +225,12 @@ class Engine:
         self._owner = parts.owners.owner
         self._audit = parts.audit
         self._signals = parts.signals
+        self._live_tokens = api_tokens.LiveTokens(parts.db)
+        # kept for requests, whose statements check them again (Checks)
+        self._kept_credentials: dict[str, TokenRecord] = {}
+        self._kept_on: set[tuple[str, str]] = set()
+        # each caller face's calls: the first generation of each that may still be open
+        self._call_cursors: dict[str, dict[str, int]] = {}
         self._urgency = parts.urgency
         self._meter = parts.meter
         self._tracer = parts.tracer
@@ -617,10 +623,25 @@ class Engine:
         """Each form of ``face``: the switch it is off by, or None when it is on."""
         return await self._parts.switches.state(face)
 
-    async def switched_off(self, face: str, form: str, *,
-                           credential: TokenRecord) -> SwitchRecord | None:
-        """Why ``form`` of ``face`` lets nothing through now (None: it is on)."""
-        return await self._parts.switches.off(face, form, credential=credential)
+    async def switched_off(self, face: str, form: str, *, credential: TokenRecord,
+                           kept: bool = False) -> SwitchRecord | None:
+        """Why ``form`` of ``face`` lets nothing through now (None: it is on). ``kept``:
+        for a request whose statements check the switch again (``Checks.on``), a form
+        found on before is taken to be on still, without a read."""
+        if kept and (face, form) in self._kept_on:
+            return None
+        off = await self._parts.switches.off(face, form, credential=credential)
+        if off is None:
+            self._kept_on.add((face, form))
+        else:
+            self._kept_on.discard((face, form))
+        return off
+
+    def forget_kept(self) -> None:
+        """Forget the credentials and switches kept in memory (a request's statement found
+        one revoked or off): the next call reads them again."""
+        self._kept_on.clear()
+        self._kept_credentials.clear()
 
     async def approval_check(self, approval_id: str) -> list[str]:
         """How request ``approval_id``'s row and votes say otherwise than its audit
@@ -671,16 +692,30 @@ class Engine:
         """The operator's policy file in force."""
         return self._registry.policy
 
-    async def caller(self, authorization: str) -> TokenRecord | None:
-        """The live token an ``Authorization: Bearer …`` header carries, or None."""
+    async def caller(self, authorization: str, *, to_open: bool = False
+                     ) -> TokenRecord | None:
+        """The live token an ``Authorization: Bearer …`` header carries, or None.
+        ``to_open``: for :meth:`open_request` alone, whose statements check the token is
+        still live (:class:`~runtime.api_tokens.LiveTokens`): from memory once found."""
+        if to_open:
+            return await self._live_tokens.from_header(authorization)
         return await api_tokens.from_header(self._db, authorization)
+
+    def forget_caller(self, token: TokenRecord) -> None:
+        """Forget a bearer token kept in memory (a request's statement found it revoked)."""
+        self._live_tokens.forget(token)
 
     async def open_request(self, token: TokenRecord, req: NewRequest, *, fresh: bool = False
                            ) -> tuple[dict[str, Any], bool]:
         """Open a caller's request (or find the one its idempotency key made): (its
         document, whether it is new); see :meth:`runtime.external.ExternalRequests.create`
         (``fresh``: the key was just seen unused)."""
-        return await self._external.create(token, req, fresh=fresh)
+        try:
+            return await self._external.create(token, req, fresh=fresh)
+        except ExternalError as exc:
+            if exc.code == "unauthorized":  # revoked since it was kept in memory
+                self._live_tokens.forget(token)
+            raise
 
     async def request_document(self, token: TokenRecord, request_id: str) -> dict[str, Any]:
         """A caller's request as it stands; NotFound unless ``token`` made it."""
@@ -879,10 +914,19 @@ class Engine:
         return await self._standing.revoke(standing_id, actor=actor, reason=reason)
 
     # callers' requests (runtime.callers, the HTTP API's long polls)
-    async def caller_credential(self, source: Source) -> TokenRecord:
-        """The credential a caller face's requests are made under, made on first use."""
-        p = self._parts
-        return await api_tokens.own_credential(p.db, p.clock, p.audit, source)
+    async def caller_credential(self, source: Source, *, kept: bool = False) -> TokenRecord:
+        """The credential a caller face's requests are made under, made on first use.
+        ``kept``: for a request, whose statements check that its token is live: the one
+        read before, without a read."""
+        found = self._kept_credentials.get(source.credential) if kept else None
+        if found is None:
+            p = self._parts
+            found = await api_tokens.own_credential(p.db, p.clock, p.audit, source)
+            if found.revoked_at is None:  # a revoked one is read again each time
+                self._kept_credentials[source.credential] = found
+            else:
+                self._kept_credentials.pop(source.credential, None)
+        return found
 
     async def request_answered(self, token: TokenRecord, request_id: str) -> datetime | None:
         return await self._external.answered(token, request_id)
@@ -901,6 +945,16 @@ class Engine:
                                     rep: Report) -> bool:
         """:meth:`report_request` without reading the document back: whether it is new."""
         return await self._external.record_report(token, request_id, rep)
+
+    def call_cursor(self, credential: str) -> dict[str, int]:
+        """The calls this process made for caller face ``credential``: the first generation
+        of each that may still be open (the face's own memory, kept here so every one of
+        its hooks in this process shares it)."""
+        return self._call_cursors.setdefault(credential, {})
+
+    def forget_calls(self) -> None:
+        """Forget every caller face's calls (as another process would know none of them)."""
+        self._call_cursors.clear()
 
     def on_request_decided(self, fn: Callable[[str], None]) -> None:
         """Call ``fn(request_id)`` after this process committed a request's decision."""

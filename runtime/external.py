@@ -79,6 +79,7 @@ from approvald.runtime.standing import StandingApprovals
 from approvald.runtime.tools import Tool, ToolIdentity, asked_identity, identity_change
 from approvald.runtime.vocabulary import OutcomeName, outcome_of, policy_outcome
 from approvald.store.db import Database
+from approvald.store.errors import KeyTaken
 from approvald.store.records import (
     ApprovalRecord,
     ExecutionRecord,
@@ -87,7 +88,13 @@ from approvald.store.records import (
     paths_of,
 )
 from approvald.store.repos import Tx
-from approvald.store.repos.external import ExternalRecord, TokenRecord
+from approvald.store.repos.external import (
+    NO_CHECKS,
+    Answered,
+    Checks,
+    ExternalRecord,
+    TokenRecord,
+)
 from approvald.store.repos.runs import as_inserted, new_run
 from approvald.store.repos.standing import StandingRecord
 
@@ -147,6 +154,10 @@ class NewRequest:
     # a call retried after its tool changed joins its open request, whose approval is
     # then refused at its start (the request cancelled, the call asked afresh)
     identity: ToolIdentity | None = None
+    # what must still hold for the request to be made or found, checked by the statement
+    # that inserts or looks it up (the caller read it from memory): another token live (a
+    # person's bearer token), the face's form not switched off. Not part of the fingerprint
+    checks: Checks = NO_CHECKS
 
     def fingerprint(self) -> str:
         """What a retry must repeat exactly to be the same request."""
@@ -327,8 +338,9 @@ def _text(value: Any, limit: int) -> str | None:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
-class _Taken(Exception):
-    """Another create won this idempotency key first (the transaction rolls back)."""
+class _Taken(KeyTaken):
+    """Another create won this idempotency key first, or the token was revoked meanwhile
+    (the transaction rolls back)."""
 
 
 class ExternalRequests:
@@ -365,7 +377,7 @@ class ExternalRequests:
         req = self._check(token, source, req)
         fingerprint = req.fingerprint()
         if req.idempotency_key is not None and not fresh:
-            found = await self._made(token, req.idempotency_key, fingerprint)
+            found = await self._made(token, req.idempotency_key, fingerprint, req.checks)
             if found is not None:
                 return found, False
         chosen = await self.intake.tighten(
@@ -381,12 +393,14 @@ class ExternalRequests:
                 lambda tx: self._open(tx, token, source, req, chosen, request_id,
                                       fingerprint, standing),
                 what="external request")
-        except _Taken:
-            assert req.idempotency_key is not None
-            found = await self._made(token, req.idempotency_key, fingerprint)
+        except KeyTaken:
+            # its key taken meanwhile, or the token revoked or the face switched off
+            found = None if req.idempotency_key is None else await self._made(
+                token, req.idempotency_key, fingerprint, req.checks)
             if found is None:
-                raise ApprovaldError("a concurrent request took this idempotency key and is "
-                                     "not visible yet; retry") from None
+                raise ExternalError(f"token {token.name} was revoked, or its face switched "
+                                    "off, meanwhile: nothing was asked",
+                                    code="unauthorized") from None
             return found, False
         if opened.approval_id is not None:
             self.signals.notify_opened(opened.approval_id)
@@ -420,10 +434,10 @@ class ExternalRequests:
                                                      strict=source.kind == "api")
         return req if who == req.requested_by else replace(req, requested_by=who)
 
-    async def _made(self, token: TokenRecord, key: str,
-                    fingerprint: str) -> dict[str, Any] | None:
+    async def _made(self, token: TokenRecord, key: str, fingerprint: str,
+                    checks: Checks = NO_CHECKS) -> dict[str, Any] | None:
         async with self.db.read() as tx:
-            rec = await tx.external.by_key(token.id, key)
+            rec = await tx.external.by_key(token.id, key, checks)
         if rec is None:
             return None
         if rec.fingerprint != fingerprint:
@@ -486,9 +500,9 @@ class ExternalRequests:
             digest=digest, policy_name=name, kind=kind, reason=chosen.reason,
             webhook_url=req.webhook_url or token.webhook_url, created_at=now,
             sensitive=paths_text(chosen.approval.sensitive))
-        if not await tx.external.add_with_run(inserted, **values):
-            raise _Taken
         if kind == "approve_before":
+            if not await tx.external.add_with_run(inserted, req.checks, **values):
+                raise _Taken
             if standing is not None and await self.standing.use(
                     tx, standing, run=run, call_id=CALL_ID, tool=req.tool, args=req.args,
                     policy=chosen.approval, packet=packet, identity=req.identity) is not None:
@@ -515,15 +529,25 @@ class ExternalRequests:
                      "answer": chosen.kind, "reason": chosen.reason, **rule,
                      "outcome": policy_outcome(chosen.kind).value},
             sensitive=chosen.approval.sensitive)
-        if kind == "forbidden":
+        intent = None
+        if kind == "forbidden":  # over as it is made: its run inserted completed
             result = compact_json({"status": "forbidden", "reason": chosen.reason})
-            await tx.runs.update(request_id, expect_status=[STATUS], status="completed",
-                                 result=result, updated_at=now)
-            run = replace(run, status="completed", result=result, updated_at=now)
+            inserted = {**inserted, "status": "completed", "result": result}
+            run = replace(run, status="completed", result=result)
         elif req.start_owner is not None:  # the caller runs it now: its start, recorded
-            await tx.executions.record_intent(
-                run_id=request_id, call_id=CALL_ID, step=0, tool=req.tool, digest=digest,
-                now=now, owner=req.start_owner, sensitive=values["sensitive"])
+            intent = {"run_id": request_id, "call_id": CALL_ID, "step": 0, "tool": req.tool,
+                      "args_digest": digest, "status": "started", "attempts": 1,
+                      "started_at": now, "owner": req.start_owner, "heard_at": now,
+                      "sensitive": values["sensitive"]}
+        # the request, its run and its start: inserted now (SQLite), or by the statement
+        # that chains its two audit entries (PostgreSQL: one statement for all), only
+        # while its token is live
+        answered = Answered(inserted, values, intent, req.checks)
+        added = await tx.external.add_answered(answered)
+        if added is False:
+            raise _Taken
+        if added is None:
+            self.audit.ride(tx, answered)
         # the request as inserted (its other columns start empty), not read back
         rec = ExternalRecord(**values, decided_approval=None, result_digest=None,
                              reported_at=None)

@@ -174,6 +174,8 @@ class _Builder:
     def __init__(self) -> None:
         self.requests: list[Request] = []
         self._by_approval: dict[str, Request] = {}
+        # (subject, actor, tool) -> its source: one object for a source's requests
+        self._sources: dict[tuple[str, str, str], Source] = {}
 
     def sealed(self) -> Iterable[Request]:
         return [r for r in self.requests if r.masked]
@@ -190,7 +192,6 @@ class _Builder:
         r = self._by_approval.get(approval_id or "")
         if r is None:
             return  # a question, or a request made before the window
-        details: dict[str, Any] = json.loads(text)
         if action == "escalated":
             return
         if action == "edited":
@@ -200,6 +201,7 @@ class _Builder:
             r.outcome, r.decided_at = "standing", at
             return
         if action in ("approved", "denied", "redirected"):
+            details: dict[str, Any] = json.loads(text)  # (only what is read is decoded)
             r.outcome = "edited" if action == "approved" and (
                 details.get("edited") or r.edited) else action
             r.decided_by, r.decided_at = actor, at
@@ -225,7 +227,10 @@ class _Builder:
         if d.get("supersedes"):
             return  # the next rung of a request made before the window
         tool = str(d.get("tool", ""))
-        source = _source(d, actor, tool)
+        known = (str(d.get("source") or ""), actor, tool)
+        source = self._sources.get(known)
+        if source is None:
+            source = self._sources[known] = _source(d, actor, tool)
         shown = _args(d)
         answer = str(d.get("answer") or "approve_before")
         asked = approval_id is not None

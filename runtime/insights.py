@@ -162,9 +162,15 @@ def insights(history: History, policy: PolicyFile, directory: Directory, declare
     rules: dict[str, Stats] = {}
     shadows: dict[str, ShadowStats] = {}
     for r in history.requests:
-        tools.setdefault(r.policy_name, Stats(r.policy_name)).add(r)
+        stats = tools.get(r.policy_name)
+        if stats is None:  # (made once per tool, not once per request)
+            stats = tools[r.policy_name] = Stats(r.policy_name)
+        stats.add(r)
         if r.rule:
-            rules.setdefault(r.rule, Stats(r.rule)).add(r)
+            stats = rules.get(r.rule)
+            if stats is None:
+                stats = rules[r.rule] = Stats(r.rule)
+            stats.add(r)
         for s in r.shadow:
             where = str(s.get("where"))
             st = shadows.setdefault(where, ShadowStats(where, s.get("when")))

@@ -15,9 +15,11 @@ The stored request decides (invariant 12): a replay changes nothing, it only tel
 
 from __future__ import annotations
 
+import json
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from approvald.runtime.agent import Registry
 from approvald.runtime.directory import Directory
@@ -25,6 +27,7 @@ from approvald.runtime.errors import NotFound
 from approvald.runtime.history import Request
 from approvald.runtime.intake import Intake, Source
 from approvald.runtime.policy import ApprovalPolicy, CallPolicy, PolicyFile, PolicyKind
+from approvald.runtime.rules import argument_fields
 from approvald.runtime.tools import Tool
 
 RUNS = ("auto", "notify_after")
@@ -53,6 +56,7 @@ class Replay:
     # shadow rule (its place in the new file) -> [matched, settled, agreed]
     shadow: dict[str, list[int]] = field(default_factory=dict)
     masked_only: int = 0  # requests decided on their masked arguments (no sealed row)
+    decided: int = field(default=0, compare=False)  # distinct calls the intake decided
 
     @property
     def dangerous(self) -> list[Change]:
@@ -88,17 +92,26 @@ def replay(requests: Iterable[Request], policy: PolicyFile, directory: Directory
            declared: Callable[[Source, str], tuple[PolicyKind, ApprovalPolicy] | None]
            ) -> Replay:
     """Decide each request again under ``policy`` with the intake, and compare."""
-    intake = Intake(lambda: policy, directory)
+    decide = Decisions(Intake(lambda: policy, directory))
     out = Replay()
+    # what each source's code declares for each tool (looked up once: the registry is
+    # what it is for the whole replay)
+    declarations: dict[tuple[str, str, str], Declaration] = {}
+    table: dict[tuple[str, str], int] = {}  # (counted here, then into out.table in order)
+    changes = out.changes
     for r in requests:
         out.requests += 1
         if not r.opened:
             out.masked_only += 1
-        decl = declared(r.source, r.tool)
-        if decl is None and r.source.kind == "agent":
+        source = r.source
+        at = (source.kind, source.name, r.tool)
+        decl = declarations.get(at, _UNDECLARED)
+        if decl is _UNDECLARED:
+            decl = declarations[at] = declared(source, r.tool)
+        if decl is None and source.kind == "agent":
             # a tool no agent registered here declares: as it was then, by its answer
             decl = (_kind(r.answer), _BLANK)
-        now = intake.resolve(r.source, r.tool, r.args, declared=decl)
+        now = decide(source, r.tool, r.args, decl)
         for s in now.shadow:
             agreed = agrees(s.kind, list(s.approvers), r)
             tally = out.shadow.setdefault(s.where, [0, 0, 0])
@@ -107,13 +120,87 @@ def replay(requests: Iterable[Request], policy: PolicyFile, directory: Directory
                 tally[1] += 1
                 tally[2] += agreed
         change = compare(r, now)
-        if change is None:
-            out.table[("unchanged", r.outcome)] += 1
-            continue
-        dangerous = change == "runs_unasked" and r.person_said_no
-        out.table[(change, r.outcome)] += 1
-        out.changes.append(Change(r, change, now, dangerous))
+        row = ("unchanged" if change is None else change, r.outcome)
+        table[row] = table.get(row, 0) + 1
+        if change is not None:
+            changes.append(Change(r, change, now, change == "runs_unasked"
+                                  and r.person_said_no))
+    out.table.update(table)
+    out.decided = decide.decided
     return out
+
+
+Declaration = tuple[PolicyKind, ApprovalPolicy] | None
+
+
+class Decisions:
+    """The intake's decision for a call (:meth:`runtime.intake.Intake.resolve`), made once
+    per distinct call as the policy file sees it: its source, its tool, what its agent's
+    code declares, and the values of the arguments the file's rules for it read (all of
+    its arguments where a rule reads them otherwise, see
+    :func:`runtime.rules.argument_fields`). The decision is a function of these alone
+    (the file's rules are pure), so a repeated call gets the same, computed once: a
+    history of a million entries repeats its calls, and a replay decides each once."""
+
+    def __init__(self, intake: Intake) -> None:
+        self.intake = intake
+        self._memo: dict[Hashable, CallPolicy] = {}
+        # (source kind, source name, tool, declared kind, id of the declared approval
+        # policy) -> (the arguments its rules read, its number, that policy: held, so that
+        # its id stays its own)
+        self._calls: dict[Hashable, tuple[tuple[str, ...] | None, int,
+                                          ApprovalPolicy | None]] = {}
+        self.decided = 0  # calls the intake decided (the rest were repeats)
+
+    def __call__(self, source: Source, tool: str, args: Mapping[str, Any],
+                 declared: Declaration) -> CallPolicy:
+        at = (source.kind, source.name, tool) if declared is None else \
+            (source.kind, source.name, tool, declared[0], id(declared[1]))
+        call = self._calls.get(at)
+        if call is None:
+            call = self._calls[at] = (self._fields(source.policy_name(tool)),
+                                      len(self._calls),
+                                      None if declared is None else declared[1])
+        reads = call[0]
+        if reads is None:
+            values: Hashable = _value(args)
+        else:
+            values = tuple([_value(args[k]) if k in args else _ABSENT for k in reads])
+        key = (call[1], values)
+        found = self._memo.get(key)
+        if found is None:
+            found = self._memo[key] = self.intake.resolve(source, tool, args,
+                                                          declared=declared)
+            self.decided += 1
+        return found
+
+    def _fields(self, name: str) -> tuple[str, ...] | None:
+        """The arguments the rules of ``name``'s entries (in force and shadow) read."""
+        out: set[str] = set()
+        for shadow in (False, True):
+            found = self.intake.policy.entry(name, shadow=shadow)
+            for rule in found[1].rules if found is not None else ():
+                reads = argument_fields(rule.when)
+                if reads is None:
+                    return None
+                out |= reads
+        return tuple(sorted(out))
+
+
+
+_ABSENT = ("absent",)
+_UNDECLARED: Declaration = ("approve_before", ApprovalPolicy())  # (not yet looked up)
+
+
+def _value(v: Any) -> Hashable:
+    """``v`` as a memo key: equal only for values a condition cannot tell apart (``1``,
+    ``1.0`` and ``true`` differ; ``-0.0`` and ``0.0`` differ)."""
+    t = type(v)
+    if t is str:
+        return v  # type: ignore[no-any-return]
+    if t is int or t is bool or v is None:
+        return t.__name__, v
+    return "json", json.dumps(v, sort_keys=True, separators=(",", ":"))
 
 
 def compare(r: Request, now: CallPolicy) -> str | None:

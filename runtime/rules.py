@@ -75,3 +75,55 @@ def holds(text: str, tool: str, args: Mapping[str, Any],
     if not isinstance(result, bool):
         raise RuleError(f"it yields {type(result).__name__} {result!r}, not true or false")
     return result
+
+
+@functools.lru_cache(maxsize=1024)
+def argument_fields(text: str) -> frozenset[str] | None:
+    """The top-level arguments condition ``text`` can read: every use of ``args`` in it is
+    ``args.NAME``, ``has(args.NAME)`` or ``args["NAME"]``, so it holds or not (or cannot be
+    evaluated) alike for any two calls whose arguments agree on these names (present or
+    absent, and equal in value). None when that cannot be told: ``args`` used otherwise
+    (whole, indexed by a computed key, bound by a macro), or text the syntax reader
+    (:mod:`runtime.cel_syntax`) does not read."""
+    from approvald.runtime import cel_syntax as cs  # (only a replay needs the tree)
+
+    try:
+        tree = cs.parse(text)
+    except cs.SyntaxUnknown:
+        return None
+    fields: set[str] = set()
+
+    def walk(node: cs.Node) -> bool:
+        if isinstance(node, cs.Ident):
+            return node.name != "args"  # bare: the whole map
+        if isinstance(node, cs.Select):
+            if isinstance(node.operand, cs.Ident) and node.operand.name == "args":
+                fields.add(node.field)
+                return True
+            return walk(node.operand)
+        if isinstance(node, cs.Index):
+            if isinstance(node.operand, cs.Ident) and node.operand.name == "args":
+                i = node.index
+                if isinstance(i, cs.Literal) and i.kind == "string" \
+                        and isinstance(i.value, str):
+                    fields.add(i.value)
+                    return True
+                return False
+            return walk(node.operand) and walk(node.index)
+        if isinstance(node, cs.Literal):
+            return True
+        if isinstance(node, cs.Call):
+            return (node.target is None or walk(node.target)) and all(map(walk, node.args))
+        if isinstance(node, cs.Unary):
+            return walk(node.operand)
+        if isinstance(node, cs.Binary):
+            return walk(node.left) and walk(node.right)
+        if isinstance(node, cs.Conditional):
+            return walk(node.condition) and walk(node.then) and walk(node.otherwise)
+        if isinstance(node, cs.ListExpr):
+            return all(map(walk, node.items))
+        if isinstance(node, cs.MapExpr):
+            return all(walk(k) and walk(v) for k, v in node.entries)
+        return False  # Opaque, or a node this does not know
+
+    return frozenset(fields) if walk(tree) else None

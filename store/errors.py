@@ -35,3 +35,9 @@ class ConfigError(ApprovaldError):
 
 class SchemaOutOfDate(ApprovaldError):
     """The database schema is older or newer than this code's migrations."""
+
+
+class KeyTaken(Exception):
+    """A request answered at once was not inserted, in the statement that chains its audit
+    entries: its token has a request under its idempotency key, or the token was revoked
+    meanwhile (the transaction rolls back; the caller tells which)."""

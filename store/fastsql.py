@@ -73,8 +73,20 @@ class _Plan:
         row, procs = self.row, self.procs
         if procs is None:
             return [row(r) for r in fetched]
-        return [row(v if p is None or v is None else p(v)
-                    for p, v in zip(procs, r, strict=True)) for r in fetched]
+        # only the columns that have a processor are touched (a long read's rows: issue 51)
+        todo = [(i, p) for i, p in enumerate(procs) if p is not None]
+        width = len(procs)
+        out = []
+        for r in fetched:
+            v = list(r)
+            if len(v) != width:
+                raise ValueError(f"a row of {len(v)} columns, not {width}")
+            for i, p in todo:
+                x = v[i]
+                if x is not None:
+                    v[i] = p(x)
+            out.append(row(v))
+        return out
 
     def parameters(self, params: Mapping[str, Any]) -> tuple[Any, ...]:
         out = []

@@ -34,8 +34,8 @@ from pydantic import BaseModel, ValidationError
 log = logging.getLogger("approvald.api")
 
 # ExternalError codes -> HTTP statuses
-STATUSES = {"invalid_request": 422, "looser_than_policy": 403, "tool_not_allowed": 403,
-            "unsatisfiable": 409,
+STATUSES = {"unauthorized": 401, "invalid_request": 422, "looser_than_policy": 403,
+            "tool_not_allowed": 403, "unsatisfiable": 409,
             "idempotency_conflict": 409, "not_approved": 409, "cancelled": 409,
             "digest_mismatch": 409, "already_reported": 409, "already_started": 409}
 DEFAULT_WAIT = 30.0
@@ -156,7 +156,7 @@ class Routes:
     def add_to(self, app: web.Application) -> None:
         r = app.router
         r.add_get("/v1/openapi.json", self.openapi, allow_head=False)
-        r.add_post("/v1/requests", self._guard(self.create))
+        r.add_post("/v1/requests", self._guard(self.create, to_open=True))
         r.add_get("/v1/requests/{id}", self._guard(self.read), allow_head=False)
         r.add_get("/v1/requests/{id}/decision", self._guard(self.decision), allow_head=False)
         r.add_post("/v1/requests/{id}/result", self._guard(self.result))
@@ -164,13 +164,15 @@ class Routes:
         r.add_route("*", "/v1{tail:(/.*)?}", self.unknown)
 
     # -- plumbing -------------------------------------------------------------------------
-    def _guard(self, handler: Handler, *, face: str | None = None
+    def _guard(self, handler: Handler, *, face: str | None = None, to_open: bool = False
                ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
         """``handler`` for a bearer token scoped to ``face`` (None: the /v1 API's): any
-        other is refused before the body is read (401 unknown, 403 another face's)."""
+        other is refused before the body is read (401 unknown, 403 another face's).
+        ``to_open``: the handler only opens requests (the token may come from memory:
+        :meth:`~runtime.engine.Engine.caller`)."""
         async def guarded(request: web.Request) -> web.StreamResponse:
             try:
-                token = await self._token(request)
+                token = await self._token(request, to_open=to_open)
                 refused = api_tokens.face_refusal(token, face)
                 if refused is not None:
                     raise ApiError(403, "wrong_face", refused)
@@ -179,8 +181,9 @@ class Routes:
                 return _failure(request, exc)
         return guarded
 
-    async def _token(self, request: web.Request) -> TokenRecord:
-        token = await self.e.caller(request.headers.get("Authorization", ""))
+    async def _token(self, request: web.Request, *, to_open: bool = False) -> TokenRecord:
+        token = await self.e.caller(request.headers.get("Authorization", ""),
+                                    to_open=to_open)
         if token is None:
             raise ApiError(401, "unauthorized", "a valid bearer token is required "
                            "(Authorization: Bearer <token from `approvald tokens create`>)",
@@ -310,8 +313,8 @@ class Routes:
     async def _claude_code(self, request: web.Request, wait: float, bad_wait: str | None,
                            seen: _Seen) -> web.StreamResponse:
         try:
-            try:
-                token = await self._token(request)
+            try:  # from memory: a PreToolUse's request checks it is still live
+                token = await self._token(request, to_open=True)
             except ApiError:
                 raise
             except Exception as exc:  # the database, most likely: deny, never allow
@@ -329,13 +332,23 @@ class Routes:
             seen.kind = event.event
             if bad_wait is not None:
                 raise _Undecided(bad_wait)
+            if seen.kind != claude_code.PRE:  # what it reports needs a token read now
+                token = await self._token(request)
             assert token.requested_by is not None  # a face token always has one
             hook = claude_code.ClaudeCodeHook(
-                self.e, event, requested_by=token.requested_by, bearer=token.name)
+                self.e, event, requested_by=token.requested_by, bearer=token.name,
+                bearer_id=token.id)
             if seen.kind != claude_code.PRE:
                 await hook.post_tool_use()
                 return web.Response(status=204)
-            return answer(await hook.pre_tool_use(wait=wait))
+            try:
+                return answer(await hook.pre_tool_use(wait=wait))
+            except ExternalError as exc:  # the bearer token, revoked since it was kept
+                if exc.code != "unauthorized":
+                    raise
+                self.e.forget_caller(token)
+                await self._token(request)  # the 401 (revoked), as for any request
+                raise
         except ApiError as exc:
             if exc.status in (401, 403) or seen.kind != claude_code.PRE:
                 return error(exc.status, exc.code, str(exc), exc.headers)

@@ -8,18 +8,25 @@ the loser reads the winner's row. Reporting a result is a compare-and-set on
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from approvald.store.models import ApiToken, ExternalRequest, FaceSwitch, Run
+from approvald.store.errors import KeyTaken
+from approvald.store.fastsql import fast
+from approvald.store.models import ApiToken, ExternalRequest, FaceSwitch, Run, ToolExecution
 from approvald.store.records import paths_of
 from approvald.store.repos.base import Repo, to_record
-from sqlalchemy import Table, bindparam, delete, insert, or_, select, update
+from sqlalchemy import Table, bindparam, delete, exists, func, insert, or_, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.sql.selectable import CTE
 
 _K = cast(Table, ApiToken.__table__)
 _X = cast(Table, ExternalRequest.__table__)
 _S = cast(Table, FaceSwitch.__table__)
+_R = cast(Table, Run.__table__)
+_E = cast(Table, ToolExecution.__table__)
 _GET = select(_X).where(_X.c.id == bindparam("xid"))
 _LOCK = _GET.with_for_update(key_share=True)
 
@@ -75,6 +82,131 @@ class SwitchRecord:
     reason: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class Checks:
+    """What must still hold for a request to be made or found, checked by the statement
+    that inserts or looks it up (so the caller may have read it from memory): the request's
+    token is live, and so are ``live`` (other tokens: a person's bearer token a face's
+    request is made for), and the face's form ``on`` is not switched off."""
+
+    live: tuple[str, ...] = ()
+    on: tuple[str, str] | None = None  # (face, form)
+
+    @property
+    def shape(self) -> tuple[int, bool]:
+        return len(self.live), self.on is not None
+
+    def params(self) -> dict[str, Any]:
+        out: dict[str, Any] = {f"l_{i}": t for i, t in enumerate(self.live)}
+        if self.on is not None:
+            out["sw_face"], out["sw_form"] = self.on
+        return out
+
+
+NO_CHECKS = Checks()
+
+
+def _still(token: Any, shape: tuple[int, bool]) -> list[Any]:
+    """The conditions :class:`Checks` of ``shape`` make, for the request's ``token``."""
+    n, switch = shape
+    conds: list[Any] = [exists().where(_K.c.id == t, _K.c.revoked_at.is_(None))
+             for t in (token, *(bindparam(f"l_{i}", type_=_K.c.id.type) for i in range(n)))]
+    if switch:
+        conds.append(~exists().where(_S.c.face == bindparam("sw_face", type_=_S.c.face.type),
+                                     _S.c.form == bindparam("sw_form", type_=_S.c.form.type)))
+    return conds
+
+
+Shape = tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...] | None, tuple[int, bool]]
+# a run's columns whose defaults a statement built once does not fill in (as_inserted's)
+_RUN_DEFAULTS = {"failures": 0}
+
+
+@dataclass(frozen=True, slots=True)
+class Answered:
+    """A request the policy answered at once, to be inserted with its run (and, when its
+    caller runs the call now, the call's start): ``run`` is
+    :func:`~store.repos.runs.new_run`'s columns (with ``result`` when it is over),
+    ``request`` the request's, ``intent`` the execution ledger's intent row or None.
+
+    The request is inserted only while its token is live (not revoked): a caller's token
+    read from a cache is checked again by the write itself, at no cost of a statement.
+    On PostgreSQL the three rows ride on the statement that chains the answer's audit
+    entries (:meth:`~store.repos.audit.AuditRepo.append_if_head`): one statement records
+    the decision and its audit entries."""
+
+    run: dict[str, Any]
+    request: dict[str, Any]
+    intent: dict[str, Any] | None = None
+    checks: Checks = NO_CHECKS
+
+    @property
+    def shape(self) -> Shape:
+        return (tuple({**_RUN_DEFAULTS, **self.run}), tuple(self.request),
+                None if self.intent is None else tuple(self.intent), self.checks.shape)
+
+    def params(self) -> dict[str, Any]:
+        return {**{f"r_{k}": v for k, v in {**_RUN_DEFAULTS, **self.run}.items()},
+                **{f"x_{k}": v for k, v in self.request.items()},
+                **{f"e_{k}": v for k, v in (self.intent or {}).items()},
+                **self.checks.params()}
+
+
+def _binds(table: Table, prefix: str, cols: tuple[str, ...]) -> dict[str, Any]:
+    return {c: bindparam(f"{prefix}_{c}", type_=table.c[c].type) for c in cols}
+
+
+def _live_request(dialect: str, cols: tuple[str, ...], checks: tuple[int, bool]) -> Any:
+    """``INSERT INTO external_requests ... SELECT <values> WHERE <its token is live, and
+    what else checks says> ON CONFLICT DO NOTHING``."""
+    values = select(*(b.label(c) for c, b in _binds(_X, "x", cols).items())).where(
+        *_still(bindparam("x_token_id", type_=_K.c.id.type), checks))
+    ins: Any = (postgresql.insert(_X) if dialect == "postgresql" else sqlite.insert(_X))
+    return ins.from_select(list(cols), values).on_conflict_do_nothing()
+
+
+@functools.cache
+def _answered_parts(dialect: str, shape: Shape) -> tuple[Any, ...]:
+    """SQLite: the run's, the request's and the intent's INSERTs, each on its own."""
+    run, request, intent, checks = shape
+    parts = [fast(insert(_R).values(_binds(_R, "r", run))),
+             fast(_live_request(dialect, request, checks))]
+    if intent is not None:
+        parts.append(fast(sqlite.insert(_E).values(_binds(_E, "e", intent))
+                          .on_conflict_do_nothing()))
+    return tuple(parts)
+
+
+def answered_ctes(shape: Shape) -> tuple[CTE, list[CTE]]:
+    """PostgreSQL: the request's INSERT as a CTE returning its id (none: not inserted),
+    and the others to add to the statement (data-modifying CTEs run exactly once; the
+    request's and the intent's foreign keys are checked at the statement's end, the run
+    inserted by then)."""
+    run, request, intent, checks = shape
+    req = _live_request("postgresql", request, checks).returning(_X.c.id).cte("req")
+    others = [insert(_R).values(_binds(_R, "r", run)).cte("run")]
+    if intent is not None:
+        others.append(postgresql.insert(_E).values(_binds(_E, "e", intent))
+                      .on_conflict_do_nothing().cte("intent"))
+    return req, others
+
+
+@functools.cache
+def _answered_alone(shape: Shape) -> Any:
+    req, others = answered_ctes(shape)
+    stmt = select(func.count()).select_from(req)
+    for cte in others:
+        stmt = stmt.add_cte(cte)
+    return fast(stmt)
+
+
+@functools.cache
+def _by_key(checks: tuple[int, bool]) -> Any:
+    return fast(select(_X).where(_X.c.token_id == bindparam("tid"),
+                                 _X.c.idempotency_key == bindparam("key"),
+                                 *_still(_X.c.token_id, checks)))
+
+
 class ExternalRepo(Repo):
     # -- tokens ---------------------------------------------------------------------------
     async def add_token(self, **values: Any) -> bool:
@@ -119,18 +251,42 @@ class ExternalRepo(Repo):
         res = await self.conn.execute(self.insert_ignore(ExternalRequest), values)
         return bool(res.rowcount == 1)
 
-    async def add_with_run(self, run: dict[str, Any], **values: Any) -> bool:
+    async def add_with_run(self, run: dict[str, Any], checks: Checks = NO_CHECKS,
+                           **values: Any) -> bool:
         """Insert a request and its run (``run``: :func:`~store.repos.runs.new_run`'s
-        columns); False when its token already has one under its idempotency key (the
-        run was inserted too: the caller rolls back). On PostgreSQL one statement (the run
-        a data-modifying CTE of the request's INSERT: the request's foreign key is checked
-        at the statement's end, the run inserted by then)."""
+        columns); False when its token already has one under its idempotency key or was
+        revoked (the run was inserted too: the caller rolls back). On PostgreSQL one
+        statement (the run a data-modifying CTE of the request's INSERT)."""
+        rows = Answered(run, values, checks=checks)
         if self.dialect != "postgresql":
-            await self.conn.execute(insert(Run), run)
-            return await self.add(**values)
-        stmt = self.insert_ignore(ExternalRequest).values(**values) \
-            .add_cte(insert(Run).values(**run).cte("run")).returning(_X.c.id)
-        return len(list(await self.conn.execute(stmt))) == 1
+            return bool(await self.add_answered(rows))
+        done = await self.conn.execute(_answered_alone(rows.shape), rows.params())
+        return bool(done.scalar_one() == 1)
+
+    async def add_answered(self, rows: Answered) -> bool | None:
+        """Insert a request answered at once (:class:`Answered`): False when its token
+        has one under its idempotency key or was revoked (the caller rolls back). On
+        PostgreSQL nothing is sent now (None): the rows ride on the statement that chains
+        the transaction's audit entries, which raises :class:`~store.errors.KeyTaken` if
+        the request is not inserted."""
+        if self.dialect == "postgresql":
+            return None
+        params = rows.params()
+        run, request, *intent = _answered_parts(self.dialect, rows.shape)
+        await self.conn.execute(run, params)
+        if (await self.conn.execute(request, params)).rowcount != 1:
+            return False
+        for stmt in intent:
+            await self.conn.execute(stmt, params)
+        return True
+
+    async def add_answered_now(self, rows: Answered) -> None:
+        """PostgreSQL: :meth:`add_answered`'s rows in a statement of their own (when no
+        chaining statement takes them); raises :class:`~store.errors.KeyTaken` if the
+        request is not inserted."""
+        done = await self.conn.execute(_answered_alone(rows.shape), rows.params())
+        if done.scalar_one() != 1:
+            raise KeyTaken
 
     async def get(self, request_id: str) -> ExternalRecord | None:
         row = (await self.conn.execute(_GET, {"xid": request_id})).first()
@@ -141,9 +297,13 @@ class ExternalRepo(Repo):
         row = (await self.conn.execute(_LOCK, {"xid": request_id})).first()
         return to_record(ExternalRecord, row)
 
-    async def by_key(self, token_id: str, key: str) -> ExternalRecord | None:
-        row = (await self.conn.execute(
-            select(_X).where(_X.c.token_id == token_id, _X.c.idempotency_key == key))).first()
+    async def by_key(self, token_id: str, key: str, checks: Checks = NO_CHECKS
+                     ) -> ExternalRecord | None:
+        """The request ``token_id`` made under ``key``, while that token is live and
+        ``checks`` hold (a token read from memory is checked again here: a revoked one
+        finds nothing)."""
+        row = (await self.conn.execute(_by_key(checks.shape), {
+            "tid": token_id, "key": key, **checks.params()})).first()
         return to_record(ExternalRecord, row)
 
     async def mark_decided(self, request_id: str, approval_id: str) -> bool:

@@ -24,10 +24,17 @@ TOKEN_HEADER = "X-Approvald-Sandbox"
 _TOKEN = re.compile(r'<meta name="approvald-sandbox" content="([^"]+)">')
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def reserved_port() -> socket.socket:
+    """A socket bound to a free loopback port with ``SO_REUSEADDR``, never listening: while
+    it is open no other ``bind`` (a port 0 one included) nor an outgoing connection's own
+    port takes that port, yet a server that binds it with ``SO_REUSEADDR`` (asyncio's, so
+    aiohttp's, on POSIX) listens there, again after each restart. A connection to it while
+    no server listens is refused, as to a closed port. (A port picked and let go, then
+    bound again by a restarted process, can be taken in the gap by another xdist worker.)"""
+    held = socket.socket()
+    held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    held.bind(("127.0.0.1", 0))
+    return held
 
 
 class Sandbox:
@@ -44,7 +51,8 @@ class Sandbox:
         self.db = (home / ".local" / "share" / "approvald" / "approvald.db" if home
                    else tmp_path / "sandbox.db")
         self.ledger = tmp_path / "ledger.jsonl"
-        self.port = free_port()
+        self.held = reserved_port()  # held until close(): every start listens on it
+        self.port = int(self.held.getsockname()[1])
         self.url = f"http://127.0.0.1:{self.port}/"
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
@@ -103,6 +111,7 @@ class Sandbox:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=30)
+        self.held.close()
 
     # -- the page's routes --------------------------------------------------------------
 

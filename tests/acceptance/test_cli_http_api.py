@@ -34,7 +34,7 @@ async def call(http: aiohttp.ClientSession, method: str, url: str, token: str,
 async def test_an_operator_runs_the_api_and_decides_from_the_cli(sqlite_url: str,
                                                                   tmp_path: Path) -> None:
     (tmp_path / "policy.toml").write_text(POLICY)
-    cli = make_cli(sqlite_url, tmp_path)
+    cli = make_cli(sqlite_url, tmp_path, in_process=True)
     cli.env_extra.update(APPROVALD_SECRET=SECRET,
                          APPROVALD_POLICY_FILE=str(tmp_path / "policy.toml"))
     made = json.loads(await run_cli(cli, "tokens", "create", "ci", "--tools", "deploy", "--json"))
@@ -108,7 +108,7 @@ async def test_a_token_made_for_the_claude_code_hook_calls_it_over_http(
     Code's HTTP hook against `serve`: the policy's answer, and a call that waits is asked
     for the token's person; a wrong combination of flags is refused, changing nothing."""
     (tmp_path / "policy.toml").write_text(HOOK_POLICY)
-    cli = make_cli(sqlite_url, tmp_path)
+    cli = make_cli(sqlite_url, tmp_path, in_process=True)
     cli.env_extra.update(APPROVALD_SECRET=SECRET,
                          APPROVALD_POLICY_FILE=str(tmp_path / "policy.toml"))
     for bad in (["--face", "hook:claude-code"],  # no person

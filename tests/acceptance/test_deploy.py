@@ -120,7 +120,9 @@ def cli(sqlite_url: str, tmp_path: Path) -> Cli:
     for name, text in (("payer_v1", V1), ("payer_v2", V2), ("payer_v2c", V2_COMPATIBLE),
                        ("payer_v2s", V2_STRICTER), ("payer_both", BOTH)):
         (tmp_path / f"{name}.py").write_text(textwrap.dedent(text))
-    c = make_cli(sqlite_url, tmp_path)
+    # in this process: APPROVALD_AGENTS modules are found in the working directory and
+    # imported afresh for each command, as a new process would (tests/helpers.py)
+    c = make_cli(sqlite_url, tmp_path, in_process=True)
     c.env_extra["PYTHONPATH"] = str(tmp_path)
     return c
 

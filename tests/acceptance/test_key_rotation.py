@@ -84,7 +84,7 @@ def started(serve: Serve) -> bool:
 
 async def test_a_rotation_out_of_order_is_one_line_until_serve_has_the_key(
         db_url: str, tmp_path: Path) -> None:
-    cli = make_cli(db_url, tmp_path)
+    cli = make_cli(db_url, tmp_path, in_process=True)  # serve: a process of its own
     cli.env_extra["APPROVALD_DATA_KEY"] = KEY_1
     run_id, approval = pause_refund(cli, "A-1001")
     serve = await Serve.spawn(cli, APPROVALD_LOG_LEVEL="INFO")
@@ -135,7 +135,7 @@ async def test_serve_picks_up_a_rotation_from_its_secrets_directory(
     secrets = tmp_path / "secrets"
     secrets.mkdir()
     (secrets / "APPROVALD_DATA_KEY").write_text(KEY_1 + "\n")
-    cli = make_cli(db_url, tmp_path)
+    cli = make_cli(db_url, tmp_path, in_process=True)  # serve: a process of its own
     cli.env_extra["APPROVALD_SECRETS_DIR"] = str(secrets)
     first, approval_1 = pause_refund(cli, "A-1001")
     second, approval_2 = pause_refund(cli, "B-2002")

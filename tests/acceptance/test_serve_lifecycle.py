@@ -32,7 +32,7 @@ from approvald.runtime.engine import assemble
 from approvald.store.db import Database
 
 from tests.acceptance.test_slack_serve import card_messages, free_port, run_cli, setup
-from tests.helpers import APPROVALD, Cli
+from tests.helpers import APPROVALD, Cli, InProcessCli
 from tests.integration.slack_harness import APP_TOKEN, wait_for
 
 # every line serve writes is a log record or one of its own messages: a traceback's
@@ -394,7 +394,9 @@ def test_a_port_already_taken_stops_serve_in_one_line(tmp_path: Path, slack: boo
     starts: one line, exit 2, and the waiting request is left as it was."""
     import socket
 
-    cli = Cli(db_url=f"sqlite+aiosqlite:///{tmp_path / 'approvald.db'}", workdir=tmp_path)
+    # serve is a process of its own (OWN_PROCESS); the other commands run in this one
+    cli = InProcessCli(db_url=f"sqlite+aiosqlite:///{tmp_path / 'approvald.db'}",
+                       workdir=tmp_path)
     cli.set_time(datetime(2026, 12, 1, 9, 0, tzinfo=UTC))
     done = cli("run", "demo-refund", "--task", "Refund order A-1001", "--requested-by",
                "U_DANA")

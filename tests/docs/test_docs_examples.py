@@ -157,3 +157,38 @@ def test_the_readmes_own_agent_runs_as_written(tmp_path: Path) -> None:
     assert [r.block.lang for r in ran] == ["python", "sh"] and not skipped
     assert [r.status for r in ran] == [0, 0], ran[-1].output
     assert "completed: Paid." in ran[-1].output
+
+
+@pytest.mark.slow  # starts approvald (the seed's two commands)
+def test_each_page_gets_the_two_waiting_requests_seeded_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The unrelated waiting requests a page's database holds are made by two ``approvald``
+    processes once and copied to each page (not two processes per page); each copy holds
+    both, and one seeded more than SEED_FRESH_FOR ago is made again."""
+    import sqlite3
+
+    from tests.docs import examples
+
+    made: list[Path] = []
+    real = examples.seed_database
+    monkeypatch.setattr(examples, "_SEEDED", [])
+    monkeypatch.setattr(examples, "seed_database",
+                        lambda workdir, env: (made.append(workdir), real(workdir, env)))
+    homes = [tmp_path / f"page-{i}" / "home" for i in range(3)]
+    for home in homes[:2]:
+        examples.seed(home.parent, examples.environment(home))
+    assert len(made) == 1
+    for home in homes[:2]:
+        db = sqlite3.connect(home / examples.EMBEDDED_DB)
+        try:
+            runs = sorted(r[0] for r in db.execute("SELECT agent FROM runs"))
+            waiting = [r[0] for r in db.execute(
+                "SELECT requested_by FROM approvals WHERE status = 'pending'")]
+        finally:
+            db.close()
+        # the refund's run and the Claude Code call, whose request waits
+        assert runs == ["demo-refund", "external:hook.claude-code"]
+        assert waiting == ["U_SEED"]
+    monkeypatch.setattr(examples, "SEED_FRESH_FOR", -1.0)  # the seed has gone stale
+    examples.seed(homes[2].parent, examples.environment(homes[2]))
+    assert len(made) == 2

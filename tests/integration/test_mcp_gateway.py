@@ -22,7 +22,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp_types import CallToolResult, TextContent
 
-from tests.helpers import APPROVALD, Cli, parts
+from tests.helpers import APPROVALD, Cli, InProcessCli, parts
 from tests.integration.slack_harness import CHANNEL, Harness, harness, wait_for
 
 # each test here starts approvald (or a browser) as a process of its own
@@ -94,7 +94,9 @@ def text(result: CallToolResult) -> str:
 async def gated(db_url: str, tmp_path: Path) -> AsyncIterator[Gated]:
     policy = tmp_path / "policy.toml"
     policy.write_text(POLICY)
-    cli = Cli(db_url, tmp_path, {"APPROVALD_POLICY_FILE": str(policy)})
+    # the proxy is a process of its own (its command line below); the test's own commands
+    # (audit export, tokens revoke) run in this one
+    cli = InProcessCli(db_url, tmp_path, {"APPROVALD_POLICY_FILE": str(policy)})
     ledger = tmp_path / "transfers.jsonl"
     params = StdioServerParameters(
         command=APPROVALD,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import json
 import re
 import sqlite3
 import threading
@@ -33,7 +34,7 @@ from approvald.runtime.policy import PolicyFile
 from approvald.runtime.webhook_hosts import WebhookHosts
 from approvald.store.db import Database
 
-from tests.helpers import Rows, create_token, parts
+from tests.helpers import Rows, create_token, parts, revoke_token
 
 KEYS = api_tokens.WebhookKeys("approvald-test-secret-0123456789")
 POLICY = PolicyFile.model_validate({"tools": {
@@ -136,10 +137,10 @@ async def setup(make_engine: Callable[..., Engine], *, webhook: bool = False,
                 name: str = "bot") -> tuple[Engine, Any]:
     engine = make_engine(policy=POLICY)
     made = await create_token(engine, KEYS, name,
-                              created_by="test", via="test", tools="*",
-                              webhook_url="https://hooks.example/approvald"
-                              if webhook else None,
-                              webhook_hosts=WebhookHosts.from_setting("hooks.example"))
+                            created_by="test", via="test", tools="*",
+                            webhook_url="https://hooks.example/approvald"
+                            if webhook else None,
+                            webhook_hosts=WebhookHosts.from_setting("hooks.example"))
     return engine, made.record
 
 
@@ -161,6 +162,18 @@ def audit_lines(dialect: str) -> collections.Counter[str]:
     return collections.Counter({"UPDATE audit_head": 1, "INSERT audit_log": 2})
 
 
+def answered_lines(dialect: str, *, started: bool = False) -> collections.Counter[str]:
+    """A request answered at once: on PostgreSQL one statement records it, its run, its
+    call's start (a hook's) and its two audit entries chained (``WITH run AS (INSERT INTO
+    runs ...), req AS (INSERT INTO external_requests ... SELECT ... WHERE <its token is
+    live> ON CONFLICT DO NOTHING RETURNING id), moved AS (UPDATE audit_head ...), entries
+    AS (INSERT INTO audit_log ...) SELECT <requests inserted>, <entries inserted>``)."""
+    if dialect == "postgresql":
+        return collections.Counter({"WITH": 1})
+    return request_lines(dialect) + audit_lines(dialect) \
+        + collections.Counter({"INSERT tool_executions": 1} if started else {})
+
+
 async def test_an_api_auto_answer_is_one_write_transaction(make_engine, statements) -> None:
     engine, token = await setup(make_engine)
     await engine.open_request(token, NewRequest(  # connections opened, plans made
@@ -169,33 +182,43 @@ async def test_an_api_auto_answer_is_one_write_transaction(make_engine, statemen
     doc, new = await engine.open_request(token, NewRequest(
         tool="read_metrics", args={"n": 1}, requested_by="U_DANA"))
     assert new and doc["status"] == "approved"
-    dialect = parts(engine).db.dialect
     assert window.kinds() == collections.Counter({"BEGIN": 1, "COMMIT": 1}) \
-        + request_lines(dialect) + audit_lines(dialect), window.sent
+        + answered_lines(parts(engine).db.dialect), window.sent
 
 
-async def test_a_hook_auto_call_is_its_checks_and_one_write_transaction(
-        make_engine, statements) -> None:
+async def test_a_hook_auto_call_is_one_write_transaction(make_engine, statements) -> None:
+    """A hook's auto call, from its event to its allow: its credential and its switch
+    found before are kept (the write checks both, and the bearer token's life), a call
+    this process has not seen is tried under its first generation's key without a look-up
+    (made before, the insert's conflict finds it): BEGIN, one statement, COMMIT on
+    PostgreSQL."""
     engine, _ = await setup(make_engine)
+    bearer = await _made_hook_token(engine)
 
     def hook(i: int) -> ClaudeCodeHook:
         event = HookEvent.read(
             b'{"hook_event_name": "PreToolUse", "session_id": "s1", "cwd": "/srv", '
             b'"tool_name": "Bash", "tool_input": {"command": "ls /srv/%d"}, '
             b'"tool_use_id": "toolu_%d"}' % (i, i))
-        return ClaudeCodeHook(engine, event, requested_by="U_DANA", bearer="dana")
+        return ClaudeCodeHook(engine, event, requested_by="U_DANA", bearer=bearer.name,
+                              bearer_id=bearer.id)
 
     said = await hook(0).pre_tool_use(wait=0)  # the credential made, connections opened
     assert said["hookSpecificOutput"]["permissionDecision"] == "allow"
     window = statements.during()
     said = await hook(1).pre_tool_use(wait=0)
     assert said["hookSpecificOutput"]["permissionDecision"] == "allow", said
-    dialect = parts(engine).db.dialect
-    assert window.kinds() == collections.Counter({
-        # the hook's credential, its kill switch, and whether this call was made before
-        "SELECT api_tokens": 1, "SELECT face_switches": 1, "SELECT external_requests": 1,
-        "BEGIN": 1, "INSERT tool_executions": 1, "COMMIT": 1}) \
-        + request_lines(dialect) + audit_lines(dialect), window.sent
+    assert window.kinds() == collections.Counter({"BEGIN": 1, "COMMIT": 1}) \
+        + answered_lines(parts(engine).db.dialect, started=True), window.sent
+    if parts(engine).db.dialect == "postgresql":
+        assert len(window.sent) == 3
+
+
+async def _made_hook_token(engine: Engine, name: str = "dana-hook") -> Any:
+    made = await create_token(engine, KEYS, name,
+                            created_by="test", via="test", face="hook:claude-code",
+                            requested_by="U_DANA")
+    return made.record
 
 
 # -- why each statement taken off the path was not needed --------------------------------
@@ -401,3 +424,183 @@ async def test_an_auto_call_started_or_reported_twice_is_refused_as_before(
         await engine.start_request(token, forbidden["id"],
                                     args_digest=forbidden["effective_digest"], owner="gw")
     assert exc.value.code == "not_approved"
+
+
+# -- the caller's token from memory, its liveness checked by the write ------------------
+
+async def _made_token(engine: Engine, name: str = "bot") -> api_tokens.NewToken:
+    return await create_token(engine, KEYS, name,
+                            created_by="test", via="test", tools="*")
+
+
+async def test_an_api_auto_decision_is_three_statements_with_its_token_kept(
+        make_engine, statements) -> None:
+    """``POST /v1/requests``'s whole work for an auto answer, its token's check included:
+    the token found once is kept in memory (its liveness is checked by the write), so the
+    answer is BEGIN, the one statement, COMMIT on PostgreSQL."""
+    engine = make_engine(policy=POLICY)
+    made = await _made_token(engine)
+    header = f"Bearer {made.token}"
+    for i in range(2):  # the first: the token read, connections opened, plans made
+        window = statements.during()
+        token = await engine.caller(header, to_open=True)
+        assert token is not None
+        doc, new = await engine.open_request(token, NewRequest(
+            tool="read_metrics", args={"n": i}, requested_by="U_DANA"))
+        assert new and doc["status"] == "approved"
+    assert window.kinds() == collections.Counter({"BEGIN": 1, "COMMIT": 1}) \
+        + answered_lines(parts(engine).db.dialect), window.sent
+    if parts(engine).db.dialect == "postgresql":
+        assert len(window.sent) == 3
+
+
+@pytest.mark.parametrize("tool", ["read_metrics", "drop_table", "deploy"])
+async def test_a_token_revoked_after_it_was_kept_makes_and_finds_nothing(
+        make_engine, tool: str) -> None:
+    """The token as read before its revocation (what memory keeps) makes no request, of
+    any kind, and finds none under its idempotency key: a 401 (``unauthorized``), nothing
+    written; the next look-up reads it again and finds it revoked."""
+    engine = make_engine(policy=POLICY)
+    made = await _made_token(engine)
+    header = f"Bearer {made.token}"
+    kept = await engine.caller(header, to_open=True)
+    assert kept is not None
+    await engine.open_request(kept, NewRequest(
+        tool=tool, args={"n": 0}, requested_by="U_DANA", idempotency_key="k0"))
+    await revoke_token(engine, "bot", by="test",
+                       via="test")
+    assert await engine.caller(header, to_open=True) == kept  # kept: not read again
+    async with parts(engine).db.read() as tx:
+        before = len(await tx.runs.recent(limit=100))
+    for key in ("k0", "k1", None):  # the key of a request it made, a new key, none
+        with pytest.raises(external.ExternalError) as exc:
+            await engine.open_request(kept, NewRequest(
+                tool=tool, args={"n": 0}, requested_by="U_DANA", idempotency_key=key))
+        assert exc.value.code == "unauthorized"
+    async with parts(engine).db.read() as tx:
+        assert len(await tx.runs.recent(limit=100)) == before
+    assert await engine.caller(header, to_open=True) is None  # forgotten, read again
+    assert (await verify(parts(engine).db)).ok
+
+
+async def test_a_forbidden_request_is_inserted_over(make_engine) -> None:
+    """A forbidden request's run is inserted completed, with its result (no UPDATE after
+    its INSERT): the row a read gives is the run the UPDATE left."""
+    engine, token = await setup(make_engine)
+    doc, _ = await engine.open_request(token, NewRequest(
+        tool="drop_table", args={"n": 1}, requested_by="U_DANA"))
+    run = await Rows.of(engine).run(doc["id"])
+    assert run is not None and run.status == "completed"
+    assert run.updated_at == run.created_at
+    assert run.result is not None and json.loads(run.result) == {
+        "status": "forbidden", "reason": doc["decision"]["reason"]}
+
+
+# -- the hook's credential, switch, bearer token and first look-up, taken off its path --
+
+def _bash(engine: Engine, bearer: Any, command: str, use: str) -> ClaudeCodeHook:
+    event = HookEvent.read(json.dumps({
+        "hook_event_name": "PreToolUse", "session_id": "s1", "cwd": "/srv",
+        "tool_name": "Bash", "tool_input": {"command": command},
+        "tool_use_id": use}).encode())
+    return ClaudeCodeHook(engine, event, requested_by="U_DANA", bearer=bearer.name,
+                          bearer_id=bearer.id)
+
+
+async def _hook_runs(engine: Engine) -> int:
+    async with parts(engine).db.read() as tx:
+        return len([r for r in await tx.runs.recent(limit=500)
+                    if r.agent.startswith("external:hook")])
+
+
+async def test_a_hook_switched_off_after_it_was_kept_on_allows_nothing(make_engine) -> None:
+    """The switch found on is kept, the write checks it: switched off elsewhere (another
+    process: not through this engine), the next call is denied, saying who switched it
+    off, and nothing is asked; switched on again, calls are allowed again."""
+    from approvald.runtime import switches
+    engine, _ = await setup(make_engine)
+    bearer = await _made_hook_token(engine)
+    said = await _bash(engine, bearer, "ls /a", "toolu_1").pre_tool_use(wait=0)
+    assert said["hookSpecificOutput"]["permissionDecision"] == "allow"
+    elsewhere = switches.Switches(parts(engine).db, parts(engine).clock, parts(engine).audit)
+    await elsewhere.disable(switches.HOOK, ["http"], by="U_OPS", via="cli", reason="drill")
+    runs = await _hook_runs(engine)
+    said = await _bash(engine, bearer, "ls /b", "toolu_2").pre_tool_use(wait=0)
+    out = said["hookSpecificOutput"]
+    assert out["permissionDecision"] == "deny" and "switched off by U_OPS" in \
+        out["permissionDecisionReason"], out
+    assert await _hook_runs(engine) == runs
+    await elsewhere.enable(switches.HOOK, ["http"], by="U_OPS", via="cli")
+    said = await _bash(engine, bearer, "ls /c", "toolu_3").pre_tool_use(wait=0)
+    assert said["hookSpecificOutput"]["permissionDecision"] == "allow"
+    assert (await verify(parts(engine).db)).ok
+
+
+async def test_a_hook_credential_revoked_after_it_was_kept_allows_nothing(
+        make_engine) -> None:
+    """The hook's own credential found live is kept, the write checks it: revoked
+    elsewhere (the way the hook was switched off before switches existed), the next call
+    is denied as switched off, nothing asked."""
+    from approvald.store.repos.external import ExternalRepo
+    engine, _ = await setup(make_engine)
+    bearer = await _made_hook_token(engine)
+    said = await _bash(engine, bearer, "ls /a", "toolu_1").pre_tool_use(wait=0)
+    assert said["hookSpecificOutput"]["permissionDecision"] == "allow"
+    async with parts(engine).db.write() as tx:  # as an older version's `tokens revoke` did
+        assert isinstance(tx.external, ExternalRepo)
+        assert await tx.external.revoke_token("hook.claude-code", by="U_OPS",
+                                              now=engine.now()) is not None
+    runs = await _hook_runs(engine)
+    said = await _bash(engine, bearer, "ls /b", "toolu_2").pre_tool_use(wait=0)
+    out = said["hookSpecificOutput"]
+    assert out["permissionDecision"] == "deny" and "switched off" in \
+        out["permissionDecisionReason"], out
+    assert await _hook_runs(engine) == runs
+
+
+async def test_a_bearer_revoked_after_it_was_kept_is_refused(make_engine) -> None:
+    """The person's HTTP hook token found live is kept (``POST /v1/hooks/claude-code``),
+    the write checks it: revoked, its next call asks nothing and is refused as
+    ``unauthorized`` (over HTTP: a 401, the token forgotten)."""
+    engine, _ = await setup(make_engine)
+    bearer = await _made_hook_token(engine)
+    said = await _bash(engine, bearer, "ls /a", "toolu_1").pre_tool_use(wait=0)
+    assert said["hookSpecificOutput"]["permissionDecision"] == "allow"
+    await revoke_token(engine, bearer.name, by="test",
+                       via="test")
+    runs = await _hook_runs(engine)
+    for command in ("ls /a", "ls /b"):  # a call made before, and a new one
+        with pytest.raises(external.ExternalError) as exc:
+            await _bash(engine, bearer, command, "toolu_2").pre_tool_use(wait=0)
+        assert exc.value.code == "unauthorized"
+    assert await _hook_runs(engine) == runs
+
+
+async def test_a_call_made_by_another_process_is_found_without_the_first_look_up(
+        make_engine) -> None:
+    """A call this process has not seen is tried under its first generation's key at
+    once. Made before by another process (here: this one's memory of its calls
+    forgotten), the insert's conflict finds it: a call still waiting joins its request
+    (one card, not two); one allowed and over makes the next generation's request."""
+    engine, _ = await setup(make_engine)
+    bearer = await _made_hook_token(engine)
+    asked = await _bash(engine, bearer, "rm -rf /tmp/x", "toolu_1").pre_tool_use(wait=0)
+    assert asked["hookSpecificOutput"]["permissionDecision"] == "deny"
+    allowed = await _bash(engine, bearer, "ls /a", "toolu_2").pre_tool_use(wait=0)
+    assert allowed["hookSpecificOutput"]["permissionDecision"] == "allow"
+    engine.forget_calls()  # another process: no memory of these calls
+    runs = await _hook_runs(engine)
+    again = await _bash(engine, bearer, "rm -rf /tmp/x", "toolu_3").pre_tool_use(wait=0)
+    reason = again["hookSpecificOutput"]["permissionDecisionReason"]
+    assert again["hookSpecificOutput"]["permissionDecision"] == "deny"
+    assert await _hook_runs(engine) == runs  # joined: no second request
+    first = asked["hookSpecificOutput"]["permissionDecisionReason"]
+    rid = first.split("request ")[1].split(")")[0].split(" ")[0].rstrip(".,")
+    assert rid in reason, (first, reason)
+    engine.forget_calls()
+    for use in ("toolu_4", "toolu_5"):
+        said = await _bash(engine, bearer, "ls /a", use).pre_tool_use(wait=0)
+        assert said["hookSpecificOutput"]["permissionDecision"] == "allow"
+        engine.forget_calls()
+    assert await _hook_runs(engine) == runs + 2  # each a request of its own
+    assert (await verify(parts(engine).db)).ok
