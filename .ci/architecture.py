@@ -3,7 +3,9 @@ checkout, ``python .ci/architecture.py`` (``--json`` for one document).
 
 * **reach-throughs**: in ``bot/``, an attribute of the engine that is one of its parts
   (``engine.db``, ``self.engine.decider``, ``self.e.external``…) rather than one of its
-  verbs or views. What counts as "the engine" is an expression that names it by the
+  verbs or views, or any private attribute of it (``engine._db``, ``engine._parts``: the
+  engine keeps its parts private, and a face reading one past the underscore is counted
+  too). What counts as "the engine" is an expression that names it by the
   conventions the code uses: ``engine``, ``self.engine``, ``self.e``, ``e`` (and the same
   after another attribute: ``h.engine``, ``service.engine``).
 * **transactions**: in ``bot/``, every ``…db.read(…)``, ``…db.write(…)`` and
@@ -47,12 +49,16 @@ def _modules(where: Path) -> list[Path]:
     return sorted(p for p in where.rglob("*.py") if "__pycache__" not in p.parts)
 
 
+def _private_or_part(attr: str, names: set[str]) -> bool:
+    return attr in names or (attr.startswith("_") and not attr.startswith("__"))
+
+
 def reach_throughs(names: set[str]) -> Counter[str]:
     found: Counter[str] = Counter()
     for path in _modules(BOT):
         tree = ast.parse(path.read_text(), str(path))
         for node in ast.walk(tree):
-            if isinstance(node, ast.Attribute) and node.attr in names \
+            if isinstance(node, ast.Attribute) and _private_or_part(node.attr, names) \
                     and _ENGINE.search(ast.unparse(node.value)):
                 found[str(path.relative_to(ROOT))] += 1
     return found

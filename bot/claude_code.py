@@ -127,7 +127,7 @@ class ClaudeCodeHook(CallerGate):
         # it is still live (as they check the hook's credential and its switch)
         self.bearer_id = bearer_id
         # the calls this process made, whoever's event asked (one hook per event)
-        self._cursor = engine.call_cursors.setdefault(SOURCE.credential, {})
+        self._cursor = engine.call_cursor(SOURCE.credential)
 
     @property
     def ledger_owner(self) -> str:

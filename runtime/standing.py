@@ -98,7 +98,8 @@ class StandingRefused(ApprovaldError):
 
 
 class StandingApprovals:
-    """Grant, revoke and use standing approvals (``engine.standing``)."""
+    """Grant, revoke and use standing approvals (the engine's ``grant_standing``,
+    ``add_standing_grant``, ``revoke_standing`` and ``standing_grants``)."""
 
     def __init__(self, db: Database, clock: Clock, audit: AuditTrail, directory: Directory,
                  gate: Gate, decisions: Decisions, urgency: Urgency, signals: Signals) -> None:

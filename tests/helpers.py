@@ -268,6 +268,36 @@ async def follow_up(engine: Any) -> int:
     return int(await engine.drain(Taken()).drain_once())
 
 
+def parts(engine: Any) -> Any:
+    """The engine's parts (``runtime.engine.Parts``: its database, clock, audit trail,
+    registry, deciders...), which it keeps private: the tests' one door to them (issue 47).
+    A test calls the engine's verbs and reads its views where they say what it needs, reads
+    and forges rows through :class:`Rows`, and comes through here only for what no verb
+    gives (a manual clock to move, a part to build a collaborator from, a part to spy on).
+    ``tests/unit/test_parts.py`` holds every other test module to it: none reads
+    ``engine._parts`` or another private attribute of the engine itself."""
+    return engine._parts
+
+
+async def create_token(engine: Any, keys: Any, name: str, **kw: Any) -> Any:
+    """An API token made as ``approvald token create`` makes one
+    (:func:`runtime.api_tokens.create` over the engine's database, clock and audit trail);
+    keywords as that function's."""
+    from approvald.runtime import api_tokens
+
+    p = parts(engine)
+    return await api_tokens.create(p.db, p.clock, keys, p.audit, name, **kw)
+
+
+async def revoke_token(engine: Any, name: str, **kw: Any) -> Any:
+    """Token ``name`` revoked as ``approvald token revoke`` revokes it
+    (:func:`runtime.api_tokens.revoke`)."""
+    from approvald.runtime import api_tokens
+
+    p = parts(engine)
+    return await api_tokens.revoke(p.db, p.clock, p.audit, name, **kw)
+
+
 class Rows:
     """The tests' one way into the database: the rows a test reads to assert on, and the
     rows a tampering test forges past the runtime (an attacker with write access and not
@@ -279,7 +309,7 @@ class Rows:
 
     @classmethod
     def of(cls, engine: Any) -> Rows:
-        return cls(engine.db)
+        return cls(parts(engine).db)
 
     async def approval(self, approval_id: str) -> Any:
         async with self.db.read() as tx:

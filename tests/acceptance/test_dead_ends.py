@@ -139,7 +139,7 @@ def many_pending(cli: Cli) -> list[str]:
                 ids.append(approval.id)
                 clock.advance(timedelta(seconds=1))
         finally:
-            await engine.registry.aclose()
+            await engine.aclose()
             await db.close()
         return ids
 

@@ -64,7 +64,7 @@ async def _start_while_serving(settings: Settings, n: int) -> list[tuple[str, st
             return out
         return list(await wait_for(waiting, within=60, what="the new runs to wait"))
     finally:
-        await engine.registry.aclose()
+        await engine.aclose()
         await db.close()
 
 

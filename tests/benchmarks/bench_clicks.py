@@ -69,6 +69,8 @@ from approvald.store.db import Database
 from approvald.store.types import set_codec
 from bench_agent import AGENTS
 
+from tests.helpers import parts
+
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 TOKEN_SECRET = "bench-token-secret-0123456789abcd"
 CHANNEL, OPS = "C_APPROVALS", "C_OPS"
@@ -228,7 +230,7 @@ async def follow_up(engine: Engine, emulator: SlackEmulator,
             aid = cards_at.get(call.params.get("ts"))
             if aid is not None and aid not in updated:
                 updated[aid] = call.at.timestamp()
-        async with engine.db.read() as tx:
+        async with parts(engine).db.read() as tx:
             for r, _ in values.values():
                 if r.run_id not in completed:
                     run = await tx.runs.get(r.run_id)
@@ -291,7 +293,7 @@ async def bench(runs: int, concurrency: int, mode: str, db_url: str | None,
         print(f"paused {runs} runs in {time.perf_counter() - t0:.2f} s")
         signer = TokenSigner(TOKEN_SECRET)
         while True:  # every card posted by serve first, as in real life
-            async with engine.db.read() as tx:
+            async with parts(engine).db.read() as tx:
                 rows = [await tx.approvals.get(a) for a in approvals]
             if all(r and r.message_ts for r in rows):
                 break

@@ -72,6 +72,8 @@ from approvald.store.models import Approval, Outbox, Run
 from bench_common import pct, setup_database
 from sqlalchemy import insert, text
 
+from tests.helpers import parts
+
 APPROVER = "U_ALICE"
 START = datetime(2026, 11, 1, tzinfo=UTC)
 # tables the history fills: a sequential scan of one of them grows with it
@@ -242,10 +244,10 @@ def operations(engine: Engine, clock: ManualClock) -> dict[str, Callable[[], Awa
         assert rows and total >= len(rows)
 
     async def sweep() -> None:
-        await engine.expiry.sweep()
+        await engine.sweep()
 
     async def click() -> None:
-        async with engine.db.read() as tx:
+        async with parts(engine).db.read() as tx:
             a = (await tx.approvals.pending_for_actor_candidates(limit=1))[0]
         decided = await engine.decide(a.id, actor=Actor(APPROVER, "slack"), verdict="approve",
                                       token=engine.button_token(a))

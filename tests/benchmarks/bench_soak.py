@@ -48,6 +48,8 @@ from approvald.runtime.policy import ApprovalPolicy
 from approvald.runtime.tools import ToolContext, tool
 from bench_clicks import serve_command, wait_healthy
 
+from tests.helpers import Rows
+
 TTL = timedelta(minutes=30)
 EDITED = {"service": "web", "version": "2.0.1"}
 
@@ -229,8 +231,7 @@ async def bench(runs: int, batch: int, concurrency: int, db_url: str | None) -> 
                 how = intended[aid]
                 if how == "expire":
                     return
-                async with engine.db.read() as tx:
-                    a = await tx.approvals.get(aid)
+                a = await Rows.of(engine).approval(aid)
                 assert a is not None
                 value = f"{aid}:{signer.token(aid, a.token_nonce, a.effective_digest)}"
                 action = {"approve": cards.APPROVE, "deny": cards.DENY, "edit": cards.EDIT}[how]

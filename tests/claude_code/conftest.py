@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 from approvald.bot.api.service import webhook_keys
-from approvald.runtime import api_tokens
 
 from tests.claude_code.claude import ClaudeCode, claude_code
 from tests.claude_code.fake_anthropic import FakeAnthropic
+from tests.helpers import create_token, parts
 from tests.integration.slack_harness import Harness, harness, wait_for
 
 POLICY = """
@@ -124,7 +124,7 @@ async def request_for(h: Harness, needle: str, *, within: float = 60) -> str:
     """The run id of the pending request whose arguments mention ``needle`` (the tests of a
     module share one serve: each finds its own request by its unique marker path)."""
     async def found() -> str | None:
-        async with h.engine.db.read() as tx:
+        async with parts(h.engine).db.read() as tx:
             rows = await tx.approvals.recent(status="pending")
         for a in rows:
             if needle in json.dumps(a.effective_args()):
@@ -139,9 +139,9 @@ async def hook_token(h: Harness, name: str, user: str = "U_DANA") -> str:
     create NAME --face hook:claude-code --requested-by USER`` makes it)."""
     keys = webhook_keys(h.service.settings)
     assert keys is not None
-    made = await api_tokens.create(h.engine.db, h.engine.clock, keys, h.engine.audit, name,
-                                   created_by="test", via="test", face="hook:claude-code",
-                                   requested_by=user)
+    made = await create_token(h.engine, keys, name,
+                              created_by="test", via="test", face="hook:claude-code",
+                              requested_by=user)
     return made.token
 
 

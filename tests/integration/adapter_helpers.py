@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from approvald.bot.slack import cards
 from approvald.runtime.adapters import Finished, Paused
 
+from tests.helpers import Rows, parts
 from tests.integration.slack_harness import CHANNEL, Harness, harness, wait_for
 
 POLICY = """
@@ -86,8 +87,7 @@ def said(outcome: Any) -> str:
 
 async def card_of(h: Harness, request_id: str) -> Any:
     """The request's approval, once its card is in Slack."""
-    async with h.engine.db.read() as tx:
-        [a] = await tx.approvals.for_run(request_id)
+    [a] = await Rows.of(h.engine).approvals(request_id)
     await h.service.drain.drain_once()
     await h.card(a.id)
     return await h.approval(a.id)
@@ -131,8 +131,7 @@ async def edit_in_slack(h: Harness, request_id: str, args: dict[str, Any]) -> No
 
 
 async def audit_actions(h: Harness, request_id: str) -> list[dict[str, Any]]:
-    async with h.engine.db.read() as tx:
-        entries = await tx.audit.query(run_id=request_id)
+    entries = await Rows.of(h.engine).audit(run_id=request_id)
     return [{"action": e.action, "actor": e.actor, "details": json.loads(e.details)}
             for e in entries]
 
@@ -140,7 +139,7 @@ async def audit_actions(h: Harness, request_id: str) -> list[dict[str, Any]]:
 async def pending_request(h: Harness, n: int = 1) -> str:
     """The newest pending request's id (its run's), once there are ``n`` pending."""
     async def found() -> str | None:
-        async with h.engine.db.read() as tx:
+        async with parts(h.engine).db.read() as tx:
             rows = await tx.approvals.recent(status="pending")
         return rows[0].run_id if len(rows) >= n else None
     rid: str = await wait_for(found, within=60, what="a pending request")

@@ -20,6 +20,8 @@ from approvald.runtime.clock import Clock
 from approvald.runtime.outcomes import Paused
 from approvald.runtime.tracing import Tracer
 
+from tests.helpers import parts
+
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 BOT_TOKEN = "xoxb-approvald-test"
 APP_TOKEN = "xapp-approvald-test"
@@ -67,18 +69,18 @@ class Harness:
         finally:
             failpoints.arm("")
         assert (await self.engine.advance(paused.run_id)).status == "needs_attention"
-        async with self.engine.db.read() as tx:
+        async with parts(self.engine).db.read() as tx:
             [q] = [a for a in await tx.approvals.for_run(paused.run_id)
                    if a.status == "pending"]
         assert q.kind == "outcome_unknown"
         return paused, q
 
     async def approval(self, approval_id: str):  # type: ignore[no-untyped-def]
-        async with self.engine.db.read() as tx:
+        async with parts(self.engine).db.read() as tx:
             return await tx.approvals.get(approval_id)
 
     async def run(self, run_id: str):  # type: ignore[no-untyped-def]
-        async with self.engine.db.read() as tx:
+        async with parts(self.engine).db.read() as tx:
             return await tx.runs.get(run_id)
 
     async def card(self, approval_id: str) -> dict[str, Any]:

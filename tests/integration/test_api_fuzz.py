@@ -21,6 +21,8 @@ from approvald.bot.serve import Service
 from approvald.bot.wiring import open_database
 from approvald.runtime import api_tokens, external
 
+from tests.helpers import create_token
+
 ST = Path(sys.executable).parent / "st"
 SECRET = "approvald-fuzz-secret-0123456789"
 POLICY = """
@@ -51,9 +53,8 @@ async def test_schemathesis_finds_nothing_against_a_real_serve(
     service = Service(settings, db)
     try:
         await service.start(background=True)
-        made = await api_tokens.create(db, service.engine.clock, api_tokens.WebhookKeys(SECRET),
-                                       service.engine.audit, "fuzz", created_by="test",
-                                       via="test", tools="*")
+        made = await create_token(service.engine, api_tokens.WebhookKeys(SECRET), "fuzz",
+                                  created_by="test", via="test", tools="*")
         url = f"http://127.0.0.1:{service.ops_port}/v1/openapi.json"
         seconds = os.environ.get("APPROVALD_FUZZ_SECONDS", "45")
         proc = await asyncio.create_subprocess_exec(

@@ -20,7 +20,7 @@ from approvald.runtime import sealing
 from approvald.store.db import Database
 from sqlalchemy import text
 
-from tests.helpers import make_cli
+from tests.helpers import make_cli, parts
 from tests.integration.slack_harness import harness, wait_for
 from tests.integration.test_sealed_at_rest import KEY_1, KEY_2, sealed_under
 from tests.integration.test_sensitive_args import (
@@ -52,7 +52,7 @@ async def test_the_audit_log_holds_no_secret_and_verifies_without_the_data_key(
         db_url: str, tmp_path: Path) -> None:
     received: list[dict[str, Any]] = []
     async with harness(db_url, tmp_path, APPROVALD_DATA_KEY=KEY_1) as h:
-        h.engine.registry.add(card_agent(received))
+        parts(h.engine).registry.add(card_agent(received))
         runs = await walk(h, (("A-1", "standing"), ("A-2", "edit"), ("A-3", "deny")))
         # the standing approval, its scope recorded masked, covers the same call again
         again = await h.engine.run("card-refund", "Refund A-1 please", requested_by="U_DANA")
@@ -112,7 +112,7 @@ async def test_entries_sealed_before_the_masking_verify_and_reseal_with_the_key(
         db_url: str, tmp_path: Path) -> None:
     received: list[dict[str, Any]] = []
     async with harness(db_url, tmp_path, APPROVALD_DATA_KEY=KEY_1) as h:
-        h.engine.registry.add(card_agent(received))
+        parts(h.engine).registry.add(card_agent(received))
         await walk(h, (("A-1", "approve"),))
     # the first entries as an older approvald wrote them: their details sealed whole
     # (the MAC covers the text inside, so the chain still holds)

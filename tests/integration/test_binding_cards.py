@@ -20,6 +20,7 @@ from approvald.bot.slack import cards
 from approvald.runtime import binding
 from approvald.runtime.decide import Actor
 
+from tests.helpers import parts
 from tests.integration.slack_harness import CHANNEL, Harness, harness, settings_for, wait_for
 
 SECRET = settings_for("http://x", "sqlite://", Path("x")).token_secret()
@@ -82,7 +83,7 @@ async def test_an_old_card_drawn_before_an_edit_is_stale(db_url: str, tmp_path: 
         said = await wait_for(lambda: h.emulator.ephemeral(CHANNEL, "U_ALICE"),
                               what="the stale card's reply")
         assert said and (await h.approval(aid)).status == "pending"
-        async with h.engine.db.read() as tx:
+        async with parts(h.engine).db.read() as tx:
             refused = [e async for e in tx.audit.iterate(run_id=paused.run_id)
                        if e.action == "refused"]
         assert '"stale_card"' in refused[-1].details

@@ -14,9 +14,9 @@ import pytest
 from approvald.bot.api.service import webhook_keys
 from approvald.bot.claude_code import ClaudeCodeHook, HookEvent
 from approvald.bot.config import Settings
-from approvald.runtime import api_tokens
 from approvald.runtime.external import NewRequest
 
+from tests.helpers import create_token, parts
 from tests.integration.slack_harness import CHANNEL, OPS, Harness, harness
 
 POLICY = """
@@ -62,14 +62,14 @@ async def calls(h: Harness) -> str:
         assert out["hookSpecificOutput"]["permissionDecision"] == "allow"
     keys = webhook_keys(h.service.settings)
     assert keys is not None
-    made = await api_tokens.create(engine.db, engine.clock, keys, engine.audit, "ci-bot",
-                                   created_by="test", via="test", tools="status,deploy")
-    doc, _ = await engine.external.create(made.record, NewRequest(
+    made = await create_token(engine, keys, "ci-bot",
+                              created_by="test", via="test", tools="status,deploy")
+    doc, _ = await engine.open_request(made.record, NewRequest(
         tool="status", args={}, requested_by="U_DANA"))
     assert doc["status"] == "approved"
     await ClaudeCodeHook(engine, event("Bash", {"command": "make release"}, "toolu_3"),
                          requested_by="U_DANA").pre_tool_use(wait=0)
-    async with engine.db.read() as tx:
+    async with parts(engine).db.read() as tx:
         [a] = await tx.approvals.recent(status="pending")
     await h.service.drain.drain_once()  # serve's outbox drain posts the card
     await h.card(a.id)
@@ -100,7 +100,7 @@ async def test_the_operator_may_ask_for_the_threads_of_asked_requests(
         parent, asked = await posted(h, OPS)
         assert "Asked <@U_ALICE> to approve `Bash`" in asked and "|Open the request>" in asked
         assert "Claude Code" in parent, parent
-        async with h.engine.db.read() as tx:
+        async with parts(h.engine).db.read() as tx:
             thread = await tx.threads.get(a.run_id)
         assert thread is not None and thread.ts is not None
 

@@ -23,6 +23,7 @@ from approvald.runtime.outcomes import Paused
 from approvald.store.db import Database
 
 from tests.conftest import SIGNER
+from tests.helpers import parts
 
 PROMPTLY = 5.0  # s: far more than a claim takes, far less than waiting on a lock would
 
@@ -164,7 +165,8 @@ async def test_two_replicas_sweeping_at_once_expire_each_request_once(
         db, make_replica, make_engine, clock) -> None:
     engine, paused = await _overdue(make_engine, clock, 8)
     twin = make_replica("host-b:2:bb")
-    a, b = await asyncio.gather(engine.expiry.sweep(batch=3), twin.expiry.sweep(batch=3))
+    a, b = await asyncio.gather(parts(engine).expiry.sweep(batch=3),
+                                parts(twin).expiry.sweep(batch=3))
     assert set(a.expired).isdisjoint(b.expired)
     assert set(a.expired) | set(b.expired) == {p.approval_ids[0] for p in paused}
     async with db.read() as tx:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import APPROVALD, Cli
+from tests.helpers import APPROVALD, Cli, parts
 from tests.integration.adapter_helpers import (
     approve_in_slack,
     audit_actions,
@@ -123,7 +123,7 @@ async def test_the_hooks_calls_are_decided_in_slack(db_url: str, tmp_path: Path)
         asked = asyncio.create_task(claude.pre("Write", write, use="toolu_w2"))
         await approve_in_slack(h, waiting)
         assert (await asked)[0] == "allow"
-        async with h.engine.db.read() as tx:
+        async with parts(h.engine).db.read() as tx:
             assert len([a for a in await tx.approvals.recent() if a.tool == "Write"]) == 1
 
         # the audit log: each decision, with the session and the exact tool_input

@@ -15,13 +15,14 @@ from typing import Any
 import pytest
 from approvald.bot.claude_code import ClaudeCodeHook, HookEvent, HookEventError
 from approvald.bot.slack import cards, messages
-from approvald.runtime import api_tokens, binding, switches
+from approvald.runtime import binding, switches
 from approvald.runtime.canonical import call_digest
 from approvald.runtime.decide import Actor
 from approvald.runtime.engine import Engine
 from approvald.runtime.errors import ApprovaldError
 from approvald.runtime.policy import PolicyFile
 
+from tests.helpers import Rows, parts, revoke_token
 from tests.integration.slack_harness import wait_for
 from tests.unit.test_cards import check_blocks
 
@@ -56,7 +57,7 @@ def answer(out: dict[str, Any]) -> tuple[str, str, dict[str, Any] | None]:
 
 async def pending(engine: Engine, n: int = 1) -> Any:
     async def found() -> Any:
-        async with engine.db.read() as tx:
+        async with parts(engine).db.read() as tx:
             rows = await tx.approvals.recent(status="pending")
         return rows[0] if len(rows) >= n else None
 
@@ -64,7 +65,7 @@ async def pending(engine: Engine, n: int = 1) -> Any:
 
 
 async def actions(engine: Engine) -> list[tuple[str, dict[str, Any]]]:
-    async with engine.db.read() as tx:
+    async with parts(engine).db.read() as tx:
         return [(e.action, json.loads(e.details) if isinstance(e.details, str) else e.details)
                 async for e in tx.audit.iterate()]
 
@@ -92,7 +93,7 @@ async def test_a_forbidden_rule_denies_at_once_with_its_reason(engine: Engine) -
     push = {"command": "git push origin main"}
     verdict, why, _ = answer(await hook(engine, event("Bash", push)).pre_tool_use(wait=5))
     assert verdict == "deny" and "pushes go through CI" in why
-    async with engine.db.read() as tx:
+    async with parts(engine).db.read() as tx:
         assert await tx.approvals.recent(status="pending") == []
 
 
@@ -139,11 +140,11 @@ async def test_still_pending_at_the_budget_denies_and_the_retry_joins_the_reques
     # Claude retries the same call: the same request, one card
     verdict, _, _ = answer(await hook(engine, event("Bash", cmd, use="toolu_09"))
                            .pre_tool_use(wait=0))
-    async with engine.db.read() as tx:
+    async with parts(engine).db.read() as tx:
         assert [p.id for p in await tx.approvals.recent(status="pending")] == [a.id]
     # another session's same call is its own request
     await hook(engine, event("Bash", cmd, session="another-session")).pre_tool_use(wait=0)
-    async with engine.db.read() as tx:
+    async with parts(engine).db.read() as tx:
         assert len(await tx.approvals.recent(status="pending")) == 2
     # approved meanwhile: the next retry is allowed
     await engine.decide(a.id, actor=ALICE, verdict="approve")
@@ -207,7 +208,7 @@ async def test_an_auto_call_is_allowed_each_time_and_recorded_once_each(engine: 
     both = await asyncio.gather(*(hook(engine, event("Read", read, use=f"toolu_p{n}"))
                                   .pre_tool_use(wait=5) for n in range(2)))
     assert [answer(out)[0] for out in both] == ["allow", "allow"], both
-    async with engine.db.read() as tx:
+    async with parts(engine).db.read() as tx:
         started = [await tx.executions.get(rid, "call") for rid in ids]
     assert all(e is not None for e in started)
     trail = await actions(engine)
@@ -245,7 +246,7 @@ async def test_a_decision_answers_the_call_that_waited_for_it_once(engine: Engin
                              .pre_tool_use(wait=0))
     assert verdict == "deny" and "denied by U_ALICE: not from a laptop" in why, why
     assert request_of(why) == a.run_id
-    async with engine.db.read() as tx:
+    async with parts(engine).db.read() as tx:
         assert await tx.approvals.recent(status="pending") == []
     # told once: a later call asks again
     verdict, why, _ = answer(await hook(engine, event("Bash", cmd, use="toolu_3"))
@@ -290,7 +291,7 @@ async def test_what_ran_is_what_claude_code_reports_and_a_mismatch_is_flagged(
     [done] = [d for act, d in await actions(engine) if act == "executed"]
     assert done["args"] == cmd and done["effective_args"] == edited, done
     assert done["args_mismatch"] is True
-    doc = await engine.external.get(await hook(engine, ran).token(), a.run_id)
+    doc = await engine.request_document(await hook(engine, ran).token(), a.run_id)
     assert doc["result"]["args_digest"] == binding.shown(call_digest("Bash", cmd))
     assert doc["result"]["args_digest"] != doc["effective_digest"]
 
@@ -313,7 +314,7 @@ async def test_the_hook_says_where_the_request_can_be_decided_from_what_the_data
     why = await told()  # the card is queued: serve posts it
     assert "Its card waits to be posted to Slack by `approvald serve`" in why, why
     assert f"`approvald approvals deny {a.id} --as U… --reason …`" in why
-    async with engine.db.write() as tx:  # serve posted it
+    async with parts(engine).db.write() as tx:  # serve posted it
         await tx.approvals.set_message(a.id, channel="C_APPROVALS", ts="1.000001")
     why = await told()
     assert "It can be decided on its card in Slack (channel C_APPROVALS); from a terminal" \
@@ -331,7 +332,7 @@ async def test_the_card_says_claude_code_asked_and_shows_the_command_as_code(
                           bearer=bearer)
     await gate.pre_tool_use(wait=0)
     a = await pending(engine)
-    card = cards.approval_card(a, token="t0k3n", now=engine.clock.now())
+    card = cards.approval_card(a, token="t0k3n", now=engine.now())
     check_blocks(card["blocks"], 50)
     texts = [b["text"]["text"] for b in card["blocks"] if b["type"] == "section"]
     intro, doing = texts[0], texts[1]
@@ -344,10 +345,9 @@ async def test_the_card_says_claude_code_asked_and_shows_the_command_as_code(
     fence = "\n```\necho `\u200b`\u200b`done`\u200b`\u200b` &lt;!channel&gt; &amp;&amp; curl "
     assert fence in doing and doing.endswith("'&lt;http://evil|bank.com&gt;'\n```"), doing
     assert "<!channel>" not in json.dumps(card) and "<http://evil" not in json.dumps(card)
-    async with engine.db.read() as tx:
-        run = await tx.runs.get(a.run_id)
+    run = await Rows.of(engine).run(a.run_id)
     assert run is not None
-    parent = json.dumps(messages.run_parent(run, now=engine.clock.now(), pending=[a]))
+    parent = json.dumps(messages.run_parent(run, now=engine.now(), pending=[a]))
     assert "HTTP API" not in parent and "Claude Code" in parent, parent
 
 
@@ -359,8 +359,8 @@ async def test_revoking_the_hooks_credential_is_refused_and_leaves_peoples_token
     read = event("Read", {"file_path": "README.md"})
     assert answer(await hook(engine, read).pre_tool_use(wait=5))[0] == "allow"
     with pytest.raises(ApprovaldError, match="approvald hook disable claude-code"):
-        await api_tokens.revoke(engine.db, engine.clock, engine.audit, "hook.claude-code",
-                                by="cli:ops", via="cli")
+        await revoke_token(engine, "hook.claude-code",
+                           by="cli:ops", via="cli")
     over_http = ClaudeCodeHook(engine, event("Read", {"file_path": "README.md"}, use="t2"),
                                requested_by="U_DANA", bearer="dana-laptop")
     assert answer(await over_http.pre_tool_use(wait=5))[0] == "allow"
@@ -408,9 +408,9 @@ async def test_a_credential_revoked_before_the_switch_existed_is_switched_on_aga
         engine: Engine) -> None:
     read = event("Read", {"file_path": "README.md"})
     await hook(engine, read).pre_tool_use(wait=5)
-    async with engine.db.write() as tx:  # as `tokens revoke hook.claude-code` left it
+    async with parts(engine).db.write() as tx:  # as `tokens revoke hook.claude-code` left it
         await tx.external.revoke_token("hook.claude-code", by="cli:ops",
-                                       now=engine.clock.now())
+                                       now=engine.now())
     verdict, why, _ = answer(await hook(engine, event("Read", {}, use="t2"))
                              .pre_tool_use(wait=5))
     assert verdict == "deny" and "approvald hook enable claude-code" in why, why

@@ -20,8 +20,8 @@ import asyncpg
 import pytest
 from approvald.bot import claude_code
 from approvald.bot.api.service import webhook_keys
-from approvald.runtime import api_tokens
 
+from tests.helpers import Rows, create_token, parts, revoke_token
 from tests.integration.adapter_helpers import (
     approve_in_slack,
     audit_actions,
@@ -63,8 +63,8 @@ def event(tool: str, tool_input: dict[str, Any], *, name: str = "PreToolUse",
 async def token(h: Harness, name: str, **scope: Any) -> str:
     keys = webhook_keys(h.service.settings)
     assert keys is not None
-    made = await api_tokens.create(h.engine.db, h.engine.clock, keys, h.engine.audit, name,
-                                   created_by="test", via="test", **scope)
+    made = await create_token(h.engine, keys, name,
+                              created_by="test", via="test", **scope)
     return made.token
 
 
@@ -183,7 +183,7 @@ async def test_the_budget_denies_naming_the_request_and_the_retry_joins_it(
         again = asyncio.create_task(dana.pre("Bash", rm, use="toolu_09"))
         await approve_in_slack(h, rid)
         assert (await again)[0] == "allow"
-        async with h.engine.db.read() as tx:
+        async with parts(h.engine).db.read() as tx:
             assert len(await tx.approvals.recent()) == 1
 
         # another token's holder who knows the session id makes its own request: it never
@@ -192,7 +192,7 @@ async def test_the_budget_denies_naming_the_request_and_the_retry_joins_it(
         other = {"command": "rm -rf dist/"}
         await dana.pre("Bash", other, wait=0)
         await mallory.pre("Bash", other, wait=0)
-        async with h.engine.db.read() as tx:
+        async with parts(h.engine).db.read() as tx:
             rows = await tx.approvals.recent(status="pending")
         assert sorted(a.requested_by for a in rows) == ["U_DANA", "U_MALLORY"]
 
@@ -221,11 +221,11 @@ async def test_a_token_calls_its_own_face_only_and_bad_input_is_refused(
             assert status == 200 and \
                 doc["hookSpecificOutput"]["permissionDecision"] == "deny", doc
         # a revoked token stops at once
-        await api_tokens.revoke(h.engine.db, h.engine.clock, h.engine.audit, "dana-laptop",
-                                by="test", via="test")
+        await revoke_token(h.engine, "dana-laptop",
+                           by="test", via="test")
         assert (await hook.post(ev))[0] == 401
         # nothing was asked by any of these
-        async with h.engine.db.read() as tx:
+        async with parts(h.engine).db.read() as tx:
             assert await tx.approvals.recent() == []
 
 
@@ -241,8 +241,7 @@ async def test_the_requester_is_the_tokens_never_the_callers(
         status, _ = await hook.post(ev, wait=0)
         assert status == 200
         rid = await pending_request(h)
-        async with h.engine.db.read() as tx:
-            [a] = await tx.approvals.for_run(rid)
+        [a] = await Rows.of(h.engine).approvals(rid)
         assert a.requested_by == "U_ALICE"
 
 
@@ -275,7 +274,7 @@ async def test_once_the_token_is_known_input_it_cannot_take_is_a_200_deny(
         why = deny_reason(*await hook.post(None, raw=io.BytesIO(too_big.encode())))
         assert "larger than" in why, why
         assert "not UTF-8" in deny_reason(*await hook.post(None, raw=b'{"a": "\xff"}'))
-        async with h.engine.db.read() as tx:
+        async with parts(h.engine).db.read() as tx:
             assert await tx.approvals.recent() == []
 
 

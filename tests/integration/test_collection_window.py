@@ -27,6 +27,7 @@ from approvald.runtime.policy import PolicyFile
 from approvald.runtime.tools import ToolIdentity
 
 from tests.conftest import ledger_lines
+from tests.helpers import Rows, create_token, parts
 
 ALICE = Actor("U_ALICE", "cli:test")
 WINDOW = {"approvers": ["U_ALICE"], "ttl": "30m"}
@@ -59,7 +60,7 @@ class Server:
 
 
 async def approve_request(engine: Engine, rid: str) -> str:
-    async with engine.db.read() as tx:
+    async with parts(engine).db.read() as tx:
         a = current(await tx.approvals.for_run(rid))
     assert a is not None and a.status == "pending"
     await engine.decide(a.id, actor=ALICE, verdict="approve")
@@ -68,7 +69,7 @@ async def approve_request(engine: Engine, rid: str) -> str:
 
 async def closed_by_the_window(engine: Engine, rid: str) -> None:
     """The request is cancelled, audited as the window's, and nothing started its call."""
-    async with engine.db.read() as tx:
+    async with parts(engine).db.read() as tx:
         run = await tx.runs.get(rid)
         execution = await tx.executions.get(rid, CALL_ID)
         entries = await tx.audit.query(run_id=rid)
@@ -118,7 +119,7 @@ async def hook_join(engine: Engine, clock: ManualClock) -> None:
     first = await ClaudeCodeHook(engine, event("u1"), requested_by="U_DANA") \
         .pre_tool_use(wait=0)
     assert first["hookSpecificOutput"]["permissionDecision"] == "deny"  # still waiting
-    async with engine.db.read() as tx:
+    async with parts(engine).db.read() as tx:
         [a] = await tx.approvals.recent(status="pending")
     await approve_request(engine, a.run_id)
     clock.advance(LATER)
@@ -141,11 +142,9 @@ async def adapter_resume(engine: Engine, clock: ManualClock) -> None:
 
 
 async def _api(engine: Engine, clock: ManualClock) -> tuple[Any, str, str]:
-    made = await api_tokens.create(engine.db, engine.clock,
-                                   api_tokens.WebhookKeys("approvald-test-secret-0123456789"),
-                                   engine.audit, "bot", created_by="test", via="test",
-                                   tools="*")
-    doc, _ = await engine.external.create(made.record, NewRequest(
+    made = await create_token(engine, api_tokens.WebhookKeys("approvald-test-secret-0123456789"),
+                              "bot", created_by="test", via="test", tools="*")
+    doc, _ = await engine.open_request(made.record, NewRequest(
         tool="pay", args=ARGS, requested_by="U_DANA"))
     await approve_request(engine, doc["id"])
     clock.advance(LATER)
@@ -154,7 +153,7 @@ async def _api(engine: Engine, clock: ManualClock) -> tuple[Any, str, str]:
 
 async def api_poll(engine: Engine, clock: ManualClock) -> None:
     token, rid, _ = await _api(engine, clock)
-    doc = await engine.external.wait(token, rid, seconds=0)  # the caller's long poll
+    doc = await engine.wait_request(token, rid, seconds=0)  # the caller's long poll
     assert doc["status"] == "cancelled" and "window closed" in doc["decision"]["reason"]
     await closed_by_the_window(engine, rid)
 
@@ -162,7 +161,7 @@ async def api_poll(engine: Engine, clock: ManualClock) -> None:
 async def api_start(engine: Engine, clock: ManualClock) -> None:
     token, rid, digest = await _api(engine, clock)  # it read "approved" three days ago
     with pytest.raises(ExternalError) as refused:
-        await engine.external.start(token, rid, args_digest=digest, owner="caller")
+        await engine.start_request(token, rid, args_digest=digest, owner="caller")
     assert refused.value.code == "cancelled"
     await closed_by_the_window(engine, rid)
 
@@ -170,7 +169,7 @@ async def api_start(engine: Engine, clock: ManualClock) -> None:
 async def api_report(engine: Engine, clock: ManualClock) -> None:
     token, rid, digest = await _api(engine, clock)
     with pytest.raises(ExternalError) as refused:
-        await engine.external.report(token, rid, Report("succeeded", digest))
+        await engine.report_request(token, rid, Report("succeeded", digest))
     assert refused.value.code == "cancelled"
     await closed_by_the_window(engine, rid)
 
@@ -215,8 +214,7 @@ async def test_an_agents_approved_call_resumed_past_its_window_does_not_run(
     [seen] = [m.content for m in state.messages
               if getattr(m, "name", None) == "issue_refund" and m.role == "tool"]
     assert seen["status"] == "expired" and "window closed" in seen["reason"]
-    async with engine.db.read() as tx:
-        entries = await tx.audit.query(run_id=outcome.run_id)
+    entries = await Rows.of(engine).audit(run_id=outcome.run_id)
     [refused] = [e for e in entries if e.action == "refused"]
     assert (refused.actor, refused.approval_id) == (ACTOR, aid)
     assert json.loads(refused.details)["reason"] == "window_closed"

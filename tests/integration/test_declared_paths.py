@@ -33,6 +33,7 @@ from approvald.runtime.tools import ToolContext, tool
 from approvald.store import types
 from sqlalchemy import text
 
+from tests.helpers import create_token, parts
 from tests.integration.test_claude_code_hook import answer, event, pending
 
 # declared sensitive, and shaped like nothing a detector knows
@@ -77,7 +78,7 @@ async def test_text_derived_from_a_hooks_input_masks_its_declared_values(
     assert verdict == "deny" and "was not run" in why  # waiting for a decision
     a = await pending(engine)
     assert a.effective_args() == write  # the request holds the real input
-    now = engine.clock.now()
+    now = engine.now()
     shown = {
         "packet as stored": json.loads(a.packet),
         "doing": will_run(a).doing,
@@ -94,24 +95,24 @@ async def test_text_derived_from_a_hooks_input_masks_its_declared_values(
 
 async def audit_rows(engine: Engine) -> list[str]:
     """Every audit entry's details as the database holds them."""
-    async with engine.db.connection() as conn:
+    async with parts(engine).db.connection() as conn:
         return [str(r[0]) for r in await conn.execute(
             text("SELECT details FROM audit_log ORDER BY seq"))]
 
 
 async def executions(engine: Engine, run_id: str) -> dict[str, Any]:
-    async with engine.db.read() as tx:
+    async with parts(engine).db.read() as tx:
         return await tx.executions.for_run(run_id)
 
 
 async def executed_entries(engine: Engine, run_id: str) -> list[dict[str, Any]]:
-    async with engine.db.read() as tx:
+    async with parts(engine).db.read() as tx:
         return [json.loads(e.details) for e in await tx.audit.query(run_id=run_id)
                 if e.action == "executed"]
 
 
 async def exported(engine: Engine) -> str:
-    return "".join([line async for line in audit.export(engine.db)])
+    return "".join([line async for line in audit.export(parts(engine).db)])
 
 
 async def shown_run(engine: Engine, run_id: str) -> dict[str, Any]:
@@ -137,14 +138,14 @@ async def call_by_face(engine: Engine, face: str) -> str:
         assert rid is not None
         return rid
     if face == "api":
-        made = await api_tokens.create(engine.db, engine.clock, api_tokens.WebhookKeys(
-            "approvald-test-secret-0123456789"), engine.audit, "bot", created_by="test",
-            via="test", tools="*")
-        doc, _ = await engine.external.create(made.record, NewRequest(
+        made = await create_token(engine, api_tokens.WebhookKeys(
+                                  "approvald-test-secret-0123456789"), "bot", created_by="test",
+                                  via="test", tools="*")
+        doc, _ = await engine.open_request(made.record, NewRequest(
             tool="store_secret", args=args, requested_by="U_DANA",
             packet={"doing": f"stores {SECRET} in the vault"}))
         assert doc["status"] == "approved"
-        await engine.external.report(made.record, doc["id"], Report(
+        await engine.report_request(made.record, doc["id"], Report(
             "succeeded", doc["effective_digest"], {"stored": SECRET}))
         return str(doc["id"])
     if face == "adapter":
@@ -167,7 +168,7 @@ async def call_by_face(engine: Engine, face: str) -> str:
 
     ran = await gw.call("store_secret", args, forward, budget=0)
     assert isinstance(ran, Ran)
-    async with engine.db.read() as tx:
+    async with parts(engine).db.read() as tx:
         [run] = [r for r in await tx.runs.recent() if r.agent == "external:mcp.vault"]
     return run.id
 

@@ -107,7 +107,7 @@ from hypothesis.stateful import (
 from sqlalchemy import Text, select, type_coerce
 
 from tests.conftest import SIGNER, reset_pg
-from tests.helpers import Crash, Rows
+from tests.helpers import Crash, Rows, parts
 from tests.helpers import crash as _crash
 
 # processes, browsers or hundreds of schedules: out of the inner loop (-m 'not slow')
@@ -319,8 +319,8 @@ class GateMachine(RuleBasedStateMachine):
         approvald's own credentials for an MCP gateway and an adapter."""
         made = await api_tokens.create(
             self.db, self.clock, api_tokens.WebhookKeys("model-test-secret-0123456789"),
-            self.engine.audit, "bot", created_by="cli:ops", via="cli", tools="issue_refund")
-        own = {kind: await api_tokens.own_credential(self.db, self.clock, self.engine.audit,
+            parts(self.engine).audit, "bot", created_by="cli:ops", via="cli", tools="issue_refund")
+        own = {kind: await api_tokens.own_credential(self.db, self.clock, parts(self.engine).audit,
                                                      Source(kind, name))
                for kind, name in (("mcp", "gw"), ("adapter", "ad"), ("hook", HOOK.name))}
         return {"api": made.record, **own}
@@ -336,7 +336,7 @@ class GateMachine(RuleBasedStateMachine):
             "issue_refund": override, "api:bot/issue_refund": self.api_policy,
             "adapter:*/issue_refund": {"approvers": ["U_A", "U_B"], "ttl": "5m"}},
             "groups": GROUPS})
-        self.engine.registry.use_policy(self.policy)
+        self.engine.use_policy(self.policy, check=False)
         self.run(self.engine.note_policy())
 
     # -- rules -------------------------------------------------------------------------
@@ -428,7 +428,7 @@ class GateMachine(RuleBasedStateMachine):
         people = self._people(a)
         try:
             sc = scope_for(a, scope, fields=["reason"], when="args.amount_cents <= 5000")
-            s, _ = self.run(self.engine.standing.grant(
+            s, _ = self.run(self.engine.grant_standing(
                 a.id, actor=Actor(people[j % len(people)], "slack"),
                 window=timedelta(minutes=minutes), scope=sc, token=self.engine.button_token(a)))
         except ValueError:
@@ -444,7 +444,7 @@ class GateMachine(RuleBasedStateMachine):
     def grant_standing_again(self, k: int, who: str) -> None:
         sid, _ = self.standing[k % len(self.standing)]
         try:
-            self.run(self.engine.standing.add_grant(sid, actor=Actor(who, "slack")))
+            self.run(self.engine.add_standing_grant(sid, actor=Actor(who, "slack")))
         except ApprovaldError as exc:
             event(f"standing grant refused: {getattr(exc, 'reason', type(exc).__name__)}")
         else:
@@ -455,11 +455,11 @@ class GateMachine(RuleBasedStateMachine):
     def revoke_standing(self, k: int, stranger: bool) -> None:
         """A granter revokes (or a stranger tries to)."""
         sid, _ = self.standing[k % len(self.standing)]
-        s = self.run(self.engine.standing.get(sid))
+        s = self.run(self.engine.standing_grant(sid))
         who = "U_X" if stranger and "U_X" not in s.approvers_value() \
             and s.approvers_value() else s.grants_value()[0]
         try:
-            self.run(self.engine.standing.revoke(sid, actor=Actor(who, "slack")))
+            self.run(self.engine.revoke_standing(sid, actor=Actor(who, "slack")))
         except ApprovaldError as exc:
             event(f"standing revoke refused: {getattr(exc, 'reason', type(exc).__name__)}")
         else:
@@ -475,15 +475,15 @@ class GateMachine(RuleBasedStateMachine):
         if len(self.standing) == before:
             return
         sid, _ = self.standing[-1]
-        s = self.run(self.engine.standing.get(sid))
+        s = self.run(self.engine.standing_grant(sid))
         for person in self._people(s):  # a quorum's other approvers join the grant
             if s.status != "proposed":
                 break
             if person not in s.grants_value():
                 self.grant_standing_again(len(self.standing) - 1, person)
-                s = self.run(self.engine.standing.get(sid))
+                s = self.run(self.engine.standing_grant(sid))
         self.start_run_under_a_standing_band(len(self.standing) - 1)
-        self.run(self.engine.standing.revoke(sid, actor=Actor(s.grants_value()[0], "slack")))
+        self.run(self.engine.revoke_standing(sid, actor=Actor(s.grants_value()[0], "slack")))
         event("standing revoked")
         if len(self.runs) < 6:
             self.start_run_under_a_standing_band(len(self.standing) - 1)
@@ -678,7 +678,7 @@ class GateMachine(RuleBasedStateMachine):
 
     @rule()
     def sweep(self) -> None:
-        self.run(self.engine.expiry.sweep())
+        self.run(self.engine.sweep())
 
     @precondition(lambda self: bool(self.runs))
     @rule(i=st.integers(0, 50), crash=st.sampled_from([None, None, *CRASH_POINTS]))
@@ -795,7 +795,7 @@ class GateMachine(RuleBasedStateMachine):
         args = {"order_id": f"X-{len(self.requests)}", "amount_cents": amount,
                 "reason": "caller"}
         try:
-            doc, _ = self.run(self.engine.external.create(token, NewRequest(
+            doc, _ = self.run(self.engine.open_request(token, NewRequest(
                 tool="issue_refund", args=args, requested_by=written,
                 tighten=None if tighten is None else Tighten.model_validate(tighten))))
         except ApprovaldError as exc:
@@ -812,12 +812,12 @@ class GateMachine(RuleBasedStateMachine):
         rid = self.requests[i % len(self.requests)]
         run = self.run(self._run(rid))
         token = self.credentials[Source.of_run(run.agent).kind]
-        doc = self.run(self.engine.external.get(token, rid))
+        doc = self.run(self.engine.request_document(token, rid))
         try:
-            self.run(self.engine.external.start(token, rid, args_digest=doc["effective_digest"],
+            self.run(self.engine.start_request(token, rid, args_digest=doc["effective_digest"],
                                                 owner="caller"))
             self.collected.append((rid, self.clock.now()))
-            self.run(self.engine.external.report(token, rid, Report(
+            self.run(self.engine.report_request(token, rid, Report(
                 "failed" if fail else "succeeded", doc["effective_digest"])))
         except ApprovaldError as exc:
             event(f"caller's run refused: {getattr(exc, 'code', type(exc).__name__)}")
@@ -1003,7 +1003,7 @@ class GateMachine(RuleBasedStateMachine):
             event("refund ran on the tool it was approved for")
 
     async def _check_policies(self) -> None:
-        agent_tool = self.engine.registry.get("demo-refund").tool("issue_refund")
+        agent_tool = self.engine.agent("demo-refund").tool("issue_refund")
         async with self.committed.read() as tx:
             rows = [(a, await tx.runs.get(a.run_id)) for run_id in [*self.runs, *self.requests]
                     for a in await tx.approvals.for_run(run_id)]

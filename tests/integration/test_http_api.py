@@ -26,7 +26,7 @@ from approvald.runtime.clock import ManualClock
 from approvald.runtime.outbox_kinds import WEBHOOK
 from approvald.store.records import OutboxRecord
 
-from tests.helpers import InProcessCli
+from tests.helpers import InProcessCli, Rows, create_token, parts, revoke_token
 from tests.integration.slack_harness import CHANNEL, Harness, harness, wait_for
 from tests.integration.test_slack import assert_valid_blocks
 
@@ -115,10 +115,10 @@ async def make_token(h: Harness, name: str, *, webhook_url: str | None = None) -
 
     keys = webhook_keys(h.service.settings)
     assert keys is not None
-    return await api_tokens.create(h.engine.db, h.engine.clock, keys, h.engine.audit, name,
-                                   created_by="test", via="test", tools="*",
-                                   webhook_url=webhook_url,
-                                   webhook_hosts=h.service.api.webhook_hosts)
+    return await create_token(h.engine, keys, name,
+                              created_by="test", via="test", tools="*",
+                              webhook_url=webhook_url,
+                              webhook_hosts=h.service.api.webhook_hosts)
 
 
 async def api(session: aiohttp.ClientSession, method: str, url: str, token: str | None,
@@ -136,13 +136,12 @@ async def api(session: aiohttp.ClientSession, method: str, url: str, token: str 
 
 
 async def approval_of(h: Harness, request_id: str) -> Any:
-    async with h.engine.db.read() as tx:
-        found = await tx.approvals.for_run(request_id)
+    found = await Rows.of(h.engine).approvals(request_id)
     return found[-1] if found else None
 
 
 async def webhook_rows(h: Harness) -> list[OutboxRecord]:
-    async with h.engine.db.read() as tx:
+    async with parts(h.engine).db.read() as tx:
         return await tx.outbox.recent(kind=WEBHOOK)
 
 
@@ -184,7 +183,7 @@ async def test_a_stdlib_agent_asks_waits_runs_and_reports(db_url: str, tmp_path:
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
 
         async def opened() -> Any:
-            async with h.engine.db.read() as tx:
+            async with parts(h.engine).db.read() as tx:
                 runs = [r for r in await tx.runs.recent() if r.agent == "external:deploy-bot"]
             return runs[0] if runs else None
 
@@ -337,7 +336,7 @@ async def test_an_expired_request_is_never_approved(db_url: str, tmp_path: Path,
         await asyncio.sleep(0.2)
         assert not waiting.done()
         clock.advance(31 * 60)  # silence past the 30 minutes
-        await h.engine.expiry.sweep()
+        await h.engine.sweep()
         status, doc = await asyncio.wait_for(waiting, 10)
         assert status == 200 and doc["status"] == "expired"
         assert doc["decision"]["verdict"] == "expired"
@@ -360,7 +359,7 @@ async def test_policy_answers_and_refusals(db_url: str, tmp_path: Path) -> None:
         url = f"{base(h)}/v1/requests"
 
         async def count_runs() -> int:
-            async with h.engine.db.read() as tx:
+            async with parts(h.engine).db.read() as tx:
                 return len(await tx.runs.recent(limit=1000))
 
         # the rules on arguments answer at once: auto, forbidden; else a person decides
@@ -413,8 +412,8 @@ async def test_policy_answers_and_refusals(db_url: str, tmp_path: Path) -> None:
 
         before = await count_runs()
         # no token, a wrong one, a revoked one: 401, and nothing changes
-        await api_tokens.revoke(h.engine.db, h.engine.clock, h.engine.audit, "other-bot",
-                                by="test", via="test")
+        await revoke_token(h.engine, "other-bot",
+                           by="test", via="test")
         for bearer in (None, "apd_" + "x" * 43, other.token):
             refused = await api(http, "POST", url, bearer, {"tool": "deploy", "args": {}})
             assert refused[0] == 401 and refused[1]["error"]["code"] == "unauthorized"
@@ -469,7 +468,7 @@ async def test_arguments_nested_too_deep_are_refused_naming_the_limit(
         async with http.post(url, data=ok.encode(), headers={
                 "Authorization": f"Bearer {token.token}"}) as resp:
             assert resp.status == 201, await resp.text()
-        async with h.engine.db.read() as tx:
+        async with parts(h.engine).db.read() as tx:
             assert len(await tx.approvals.recent()) == 1
 
 
@@ -484,7 +483,7 @@ async def test_concurrent_creates_with_one_key_make_one_request(db_url: str,
                                              token.token, body) for _ in range(8)))
         assert sorted(s for s, _ in answers) == [200] * 7 + [201]
         assert len({d["id"] for _, d in answers}) == 1
-        async with h.engine.db.read() as tx:
+        async with parts(h.engine).db.read() as tx:
             assert len(await tx.approvals.recent()) == 1
 
 
@@ -505,9 +504,8 @@ async def test_without_slack_the_api_is_on_the_health_listener(sqlite_url: str,
 
         keys = webhook_keys(settings)
         assert keys is not None
-        made = await api_tokens.create(db, service.engine.clock, keys, service.engine.audit,
-                                       "socket-bot", created_by="test", via="test",
-                                       tools="*")
+        made = await create_token(service.engine, keys, "socket-bot", created_by="test",
+                                  via="test", tools="*")
         root = f"http://127.0.0.1:{service.ops_port}"
         async with aiohttp.ClientSession() as http:
             assert (await api(http, "GET", f"{root}/healthz", None))[0] == 200
@@ -531,7 +529,7 @@ async def test_the_ops_thread_follows_an_external_request(sqlite_url: str,
         assert status == 201
 
         async def parent() -> Any:
-            async with h.engine.db.read() as tx:
+            async with parts(h.engine).db.read() as tx:
                 t = await tx.threads.get(doc["id"])
             return t and t.ts and h.emulator.message(t.channel, t.ts)
 
@@ -570,12 +568,12 @@ async def test_a_decision_on_one_replica_ends_a_long_poll_on_another(
         async with asyncio.timeout(10):
             await a.wakeups.listening()
             await b.wakeups.listening()
-        made = await api_tokens.create(db_b, b.engine.clock, api_tokens.WebhookKeys(SECRET),
-                                       b.engine.audit, f"replica-{uuid.uuid4().hex[:8]}",
+        made = await api_tokens.create(db_b, parts(b.engine).clock, api_tokens.WebhookKeys(SECRET),
+                                       parts(b.engine).audit, f"replica-{uuid.uuid4().hex[:8]}",
                                        created_by="test", via="test", tools="*")
-        doc, _ = await b.engine.external.create(made.record, external.NewRequest(
+        doc, _ = await b.engine.open_request(made.record, external.NewRequest(
             tool="deploy", args={"service": "api"}, requested_by="U_DANA"))
-        waiting = asyncio.ensure_future(b.engine.external.wait(made.record, doc["id"],
+        waiting = asyncio.ensure_future(b.engine.wait_request(made.record, doc["id"],
                                                                seconds=30))
         await asyncio.sleep(0.2)
         assert not waiting.done()
@@ -629,7 +627,7 @@ async def test_every_route_refuses_a_missing_token_and_another_tokens_request(
             return
 
         async def state() -> tuple[int, Any]:
-            async with h.engine.db.read() as tx:
+            async with parts(h.engine).db.read() as tx:
                 runs = len(await tx.runs.recent(limit=1000))
             return runs, (await api(http, "GET", f"{base(h)}/v1/requests/{made['id']}",
                                     mine.token))[1]

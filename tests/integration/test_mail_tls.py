@@ -18,6 +18,7 @@ from approvald.runtime.clock import ManualClock
 from approvald.runtime.outbox_kinds import Mail, RetryLater
 from sqlalchemy import text
 
+from tests.helpers import parts
 from tests.integration.slack_harness import wait_for
 from tests.integration.web_helpers import (
     Browser,
@@ -112,7 +113,7 @@ async def test_a_sign_in_mail_waits_rather_than_go_in_clear(db_url: str, tmp_pat
             assert await b.ask_link("alice@example.com") == 200
 
             async def row() -> Any:
-                async with h.engine.db.read() as tx:
+                async with parts(h.engine).db.read() as tx:
                     rows = [tuple(r) for r in await tx.conn.execute(text(
                         "SELECT status, last_error FROM outbox WHERE kind = 'mail.signin'"))]
                 return rows if rows and rows[0][1] else None
@@ -131,7 +132,7 @@ async def test_a_sign_in_mail_waits_rather_than_go_in_clear(db_url: str, tmp_pat
 
 
 async def _dead(h: Any) -> bool:
-    async with h.engine.db.read() as tx:
+    async with parts(h.engine).db.read() as tx:
         rows = [tuple(r) for r in await tx.conn.execute(text(
             "SELECT status, result FROM outbox WHERE kind = 'mail.signin'"))]
     return rows[0][0] == "dead" if rows else False

@@ -30,8 +30,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 from approvald.bot.api.service import webhook_keys
-from approvald.runtime import api_tokens
 
+from tests.helpers import create_token
 from tests.integration.slack_harness import harness
 
 pytestmark = pytest.mark.slow
@@ -196,9 +196,8 @@ async def test_every_scenario_passing_directly_passes_through_the_gateway(
                            APPROVALD_MCP_GATEWAYS_FILE=str(tmp_path / "gateways.toml")) as h:
             keys = webhook_keys(h.service.settings)
             assert keys is not None
-            made = await api_tokens.create(h.engine.db, h.engine.clock, keys, h.engine.audit,
-                                           "conformance", created_by="test", via="test",
-                                           face="mcp:ref", requested_by="U_DANA")
+            made = await create_token(h.engine, keys, "conformance", created_by="test", via="test",
+                                      face="mcp:ref", requested_by="U_DANA")
             assert h.service.slack is not None
             gateway = f"http://127.0.0.1:{h.service.slack.port}/mcp/ref"
             async with bearer_proxy(gateway, made.token) as proxied:

@@ -22,7 +22,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp_types import CallToolResult, TextContent
 
-from tests.helpers import APPROVALD, Cli, InProcessCli
+from tests.helpers import APPROVALD, Cli, InProcessCli, parts
 from tests.integration.slack_harness import CHANNEL, Harness, harness, wait_for
 
 # each test here starts approvald (or a browser) as a process of its own
@@ -57,7 +57,7 @@ class Gated:
         return [json.loads(line) for line in self.ledger.read_text().splitlines()]
 
     async def requests(self, tool: str = "transfer_money") -> list[Any]:
-        async with self.h.engine.db.read() as tx:
+        async with parts(self.h.engine).db.read() as tx:
             runs = [r for r in await tx.runs.recent() if r.agent == "external:mcp.test"]
             found = []
             for r in runs:
@@ -70,7 +70,7 @@ class Gated:
         """The approval a gated call of transfer_money with ``args`` waits on, once its
         card is posted."""
         async def opened() -> Any:
-            async with self.h.engine.db.read() as tx:
+            async with parts(self.h.engine).db.read() as tx:
                 for a in await tx.approvals.recent(status="pending"):
                     if a.tool == "transfer_money" and a.effective_args() == args:
                         return a
@@ -191,7 +191,7 @@ async def test_deny_edit_forbid_and_expiry_reach_the_client(db_url: str,
             g.client.call_tool("transfer_money", {"to": "acct-9", "cents": 2_000_000}), 20)
         assert forbidden.is_error
         assert "Transfers over $10,000 go through the treasury desk." in text(forbidden)
-        async with g.h.engine.db.read() as tx:
+        async with parts(g.h.engine).db.read() as tx:
             assert await tx.approvals.recent(status="pending") == []
 
         # denied in Slack, with a reason: a tool error carrying it, nothing ran
@@ -239,7 +239,7 @@ async def test_deny_edit_forbid_and_expiry_reach_the_client(db_url: str,
         assert a.expires_at is not None
         later = max(a.expires_at, datetime.now(UTC)) + timedelta(minutes=1)
         g.cli.clock_file.write_text(later.isoformat())
-        await g.h.engine.expiry.sweep()
+        await g.h.engine.sweep()
         expired = await asyncio.wait_for(call, 30)
         assert expired.is_error and "expired unanswered" in text(expired)
         assert len(g.transfers()) == 1
@@ -274,7 +274,7 @@ async def test_a_tool_the_file_does_not_name_is_asked_about_whatever_agents_have
         call = asyncio.ensure_future(g.client.call_tool("lookup_order", {"order_id": "A-1"}))
 
         async def opened() -> Any:
-            async with g.h.engine.db.read() as tx:
+            async with parts(g.h.engine).db.read() as tx:
                 found = [a for a in await tx.approvals.recent(status="pending")
                          if a.tool == "lookup_order"]
             return found[0] if found else None

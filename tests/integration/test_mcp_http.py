@@ -27,6 +27,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult, TextContent
 
+from tests.helpers import Rows, create_token, parts
 from tests.integration.adapter_helpers import (
     approve_in_slack,
     deny_in_slack,
@@ -73,8 +74,8 @@ def files(tmp_path: Path) -> dict[str, str]:
 async def token(h: Harness, name: str, **scope: Any) -> str:
     keys = webhook_keys(h.service.settings)
     assert keys is not None
-    made = await api_tokens.create(h.engine.db, h.engine.clock, keys, h.engine.audit, name,
-                                   created_by="test", via="test", **scope)
+    made = await create_token(h.engine, keys, name,
+                              created_by="test", via="test", **scope)
     return made.token
 
 
@@ -131,8 +132,7 @@ async def test_a_remote_client_is_gated_by_slack_over_streamable_http(
             done = await asyncio.wait_for(call, 30)
             assert not done.is_error, text(done)
             assert transfers(ledger) == [{"to": "ACME", "cents": 500, "memo": ""}]
-            async with h.engine.db.read() as tx:
-                [a] = await tx.approvals.for_run(rid)
+            [a] = await Rows.of(h.engine).approvals(rid)
             assert a.requested_by == "U_DANA" and "dana-agent" in a.packet
 
             # a deny returns the reason as a tool error; nothing runs
@@ -156,7 +156,7 @@ async def test_past_its_wait_a_call_names_its_request_and_the_retry_joins_it(
             rid = await pending_request(h)
             assert first.is_error and rid in text(first) and "same call again" in text(first)
             assert (await c.call_tool("transfer_money", args)).is_error  # joins: no new card
-            async with h.engine.db.read() as tx:
+            async with parts(h.engine).db.read() as tx:
                 assert len(await tx.approvals.recent()) == 1
             await approve_in_slack(h, rid)
             ran = await c.call_tool("transfer_money", args)
@@ -164,7 +164,7 @@ async def test_past_its_wait_a_call_names_its_request_and_the_retry_joins_it(
         # someone else's token making the same call asks for itself, as its own person
         async with client(url(h.service, "quick"), mallory) as c:
             assert (await c.call_tool("transfer_money", args)).is_error
-        async with h.engine.db.read() as tx:
+        async with parts(h.engine).db.read() as tx:
             pending = await tx.approvals.recent(status="pending")
         assert [a.requested_by for a in pending] == ["U_MALLORY"]
 
@@ -199,7 +199,7 @@ async def test_tokens_hosts_and_origins_are_checked_before_anything_is_asked(
         async with http.get(target.replace("/mcp/bank", "/v1/requests/x"),
                             headers={"Authorization": f"Bearer {bank}"}) as resp:
             assert resp.status == 403
-        async with h.engine.db.read() as tx:
+        async with parts(h.engine).db.read() as tx:
             assert await tx.approvals.recent() == []
 
 
@@ -401,7 +401,7 @@ async def test_tasks_methods_answer_only_clients_that_declared_the_extension(
             assert refused.get("error", {}).get("code") == -32021, (method, refused)
             assert refused["error"]["data"]["requiredCapabilities"] == {
                 "extensions": {TASKS: {}}}, refused
-        async with h.engine.db.read() as tx:
+        async with parts(h.engine).db.read() as tx:
             assert [a.status for a in await tx.approvals.recent()] == ["pending"]
         still = await rpc(http, target, dana, "tasks/get", {"taskId": tid})
         assert still["result"]["status"] == "working", still
@@ -422,7 +422,7 @@ async def test_a_tasks_mcp_name_header_must_name_the_task(
             wrong = await rpc(http, target, dana, method, {"taskId": tid},
                               name="another-task")
             assert wrong.get("error", {}).get("code") == -32020, (method, wrong)
-        async with h.engine.db.read() as tx:
+        async with parts(h.engine).db.read() as tx:
             assert [a.status for a in await tx.approvals.recent()] == ["pending"]
 
 
@@ -440,10 +440,10 @@ async def test_a_completed_tasks_last_update_is_when_its_call_finished(
         done = (await rpc(http, target, dana, "tasks/get", {"taskId": tid}))["result"]
         assert done["status"] == "completed", done
         assert h.service.mcp is not None
-        record = await api_tokens.from_header(h.engine.db, f"Bearer {dana}")
+        record = await api_tokens.from_header(parts(h.engine).db, f"Bearer {dana}")
         assert record is not None
         gateway = h.service.mcp.gateways["bank"].gateway_for(record)
-        doc = await h.engine.external.get(await gateway.token(), rid)
+        doc = await h.engine.request_document(await gateway.token(), rid)
         assert doc["decision"]["decided_at"] < doc["result"]["reported_at"]
         assert done["lastUpdatedAt"] == doc["result"]["reported_at"], (done, doc)
         again = (await rpc(http, target, dana, "tasks/get", {"taskId": tid}))["result"]

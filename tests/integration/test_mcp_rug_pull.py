@@ -75,7 +75,7 @@ async def test_an_upstream_tool_changed_after_its_approval_does_not_run_and_is_a
         details = closed["details"]
         assert details["code"] == "tool_changed" and closed["actor"] == "system:tool-identity"
         approved, current = details["approved_identity"], details["current_identity"]
-        b_now = await Rows(g.h.engine.db).approval(b.id)
+        b_now = await Rows.of(g.h.engine).approval(b.id)
         assert b_now is not None and b_now.tool_version is not None
         asked = ToolIdentity(b_now.tool_version, str(b_now.tool_schema))
         assert approved == binding.shown(asked.digest()) and current != approved

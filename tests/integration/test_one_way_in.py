@@ -20,6 +20,7 @@ from approvald.runtime.ids import new_id
 from approvald.runtime.scope import Scope
 from sqlalchemy import text
 
+from tests.helpers import Rows, create_token, parts, revoke_token
 from tests.integration.slack_harness import Harness, harness
 from tests.integration.test_http_api import api, approval_of, base
 
@@ -36,20 +37,20 @@ class Token:
 async def bearer(h: Harness, name: str) -> Token:
     """A token as an operator made it before token scopes (any tool): its row, by hand."""
     token = api_tokens.TOKEN_PREFIX + secrets.token_urlsafe(32)
-    async with h.engine.db.write() as tx:
+    async with parts(h.engine).db.write() as tx:
         assert await tx.external.add_token(
             id=new_id(), name=name, token_hash=api_tokens.token_hash(token), webhook_url=None,
-            created_at=h.engine.clock.now(), created_by="cli:ops")
+            created_at=h.engine.now(), created_by="cli:ops")
     return Token(name, token)
 
 
 async def requests_made(h: Harness) -> int:
-    async with h.engine.db.read() as tx:
+    async with parts(h.engine).db.read() as tx:
         return len([r for r in await tx.runs.recent() if r.agent.startswith("external:")])
 
 
 async def actions(h: Harness, run_id: str | None = None) -> list[str]:
-    async with h.engine.db.read() as tx:
+    async with parts(h.engine).db.read() as tx:
         return [e.action for e in await tx.audit.query(run_id=run_id)]
 
 
@@ -73,12 +74,12 @@ async def test_a_caller_never_sets_policy_and_a_standing_approval_stays_with_its
         a = await approval_of(h, doc["id"])
         # the requester may not grant herself a standing approval on it
         with pytest.raises(DecisionRefused):
-            await h.engine.standing.grant(a.id, actor=DANA, window=timedelta(hours=1),
+            await h.engine.grant_standing(a.id, actor=DANA, window=timedelta(hours=1),
                                           scope=Scope(kind="condition", when="true"),
                                           token=h.token(a))
         # an approver's standing approval on the API request covers the API's calls only:
         # Dana's own agent's issue_refund still asks
-        await h.engine.standing.grant(a.id, actor=ALICE, window=timedelta(hours=1),
+        await h.engine.grant_standing(a.id, actor=ALICE, window=timedelta(hours=1),
                                       scope=Scope(kind="condition", when="true"),
                                       token=h.token(a))
         await h.pause_refund(requested_by="U_DANA")
@@ -211,8 +212,9 @@ async def test_an_adapter_or_gateway_never_shares_an_operators_token(
         assert keys is not None
         for name in ("mcp.files", "adapter.support-agent"):
             with pytest.raises(ApprovaldError):
-                await api_tokens.create(h.engine.db, h.engine.clock, keys, AuditTrail(), name,
-                                        created_by="cli:ops", via="cli", tools="*")
+                await api_tokens.create(parts(h.engine).db, parts(h.engine).clock, keys,
+                                        AuditTrail(), name, created_by="cli:ops", via="cli",
+                                        tools="*")
         # ...and a gateway never adopts one made before that rule
         legacy = await bearer(h, "mcp.files")
         from approvald.bot.mcp.gateway import Gateway
@@ -220,7 +222,7 @@ async def test_an_adapter_or_gateway_never_shares_an_operators_token(
         gw = Gateway(h.engine, name="files", requested_by="U_DANA", server="files-server")
         with pytest.raises(ApprovaldError, match="never shares"):
             await gw.token()
-        assert await api_tokens.authenticate(h.engine.db, legacy.token) is None
+        assert await api_tokens.authenticate(parts(h.engine).db, legacy.token) is None
 
 
 async def test_an_unknown_tools_token_scope_is_a_403(db_url: str, tmp_path: Path) -> None:
@@ -230,9 +232,8 @@ async def test_an_unknown_tools_token_scope_is_a_403(db_url: str, tmp_path: Path
 
         keys = webhook_keys(h.service.settings)
         assert keys is not None
-        made = await api_tokens.create(h.engine.db, h.engine.clock, keys, h.engine.audit,
-                                       "deploy-bot", created_by="cli:ops", via="cli",
-                                       tools="deploy, db_*")
+        made = await create_token(h.engine, keys, "deploy-bot", created_by="cli:ops", via="cli",
+                                  tools="deploy, db_*")
         url = f"{base(h)}/v1/requests"
         for tool, want in (("deploy", 201), ("db_migrate", 201), ("issue_refund", 403)):
             status, doc = await api(http, "POST", url, made.token, {"tool": tool, "args": {}})
@@ -247,12 +248,11 @@ async def test_tokens_made_and_revoked_and_the_policy_loaded_are_audited(
 
         keys = webhook_keys(h.service.settings)
         assert keys is not None
-        await api_tokens.create(h.engine.db, h.engine.clock, keys, h.engine.audit, "ci",
-                                created_by="cli:ops", via="cli", tools="deploy")
-        await api_tokens.revoke(h.engine.db, h.engine.clock, h.engine.audit, "ci",
-                                by="cli:ops", via="cli")
-        async with h.engine.db.read() as tx:
-            entries = await tx.audit.query()
+        await create_token(h.engine, keys, "ci",
+                           created_by="cli:ops", via="cli", tools="deploy")
+        await revoke_token(h.engine, "ci",
+                           by="cli:ops", via="cli")
+        entries = await Rows.of(h.engine).audit()
         made = [json.loads(e.details) for e in entries if e.action == "token_created"]
         gone = [json.loads(e.details) for e in entries if e.action == "token_revoked"]
         assert [(d["token"], d["tools"]) for d in made] == [("ci", ["deploy"])]
@@ -260,7 +260,7 @@ async def test_tokens_made_and_revoked_and_the_policy_loaded_are_audited(
         assert all("hash" not in json.dumps(d) for d in made + gone)
         # serve recorded the policy in force when it started, once
         loaded = [json.loads(e.details) for e in entries if e.action == "policy_loaded"]
-        assert [d["digest"] for d in loaded] == [h.engine.registry.policy.digest]
+        assert [d["digest"] for d in loaded] == [h.engine.policy_file().digest]
         assert not await h.engine.note_policy()  # the same policy again: nothing new
 
 
@@ -270,12 +270,12 @@ async def test_a_tampered_standing_approval_covers_nothing(db_url: str,
         paused = await h.pause_refund(requested_by="U_DANA")
         [approval_id] = paused.approval_ids
         a = await h.approval(approval_id)
-        standing, _ = await h.engine.standing.grant(
+        standing, _ = await h.engine.grant_standing(
             a.id, actor=ALICE, window=timedelta(hours=1),
             scope=Scope(kind="fields", values={"order_id": "A-1001"}), token=h.token(a))
-        await h.engine.standing.revoke(standing.id, actor=ALICE)
+        await h.engine.revoke_standing(standing.id, actor=ALICE)
         # someone with write access to the database brings it back, and widens it
-        async with h.engine.db.connection() as conn:
+        async with parts(h.engine).db.connection() as conn:
             await conn.execute(text(
                 "UPDATE standing_approvals SET status = 'active', revoked_at = NULL, "
                 "revoked_by = NULL, scope = :scope WHERE id = :id"),
@@ -286,7 +286,7 @@ async def test_a_tampered_standing_approval_covers_nothing(db_url: str,
         await h.pause_refund(requested_by="U_DANA", task="Refund order A-2002, customer was "
                                                         "double charged")
         assert len(h.refunds()) == before  # it asked instead
-        async with h.engine.db.read() as tx:
+        async with parts(h.engine).db.read() as tx:
             refused = [json.loads(e.details) for e in await tx.audit.query()
                        if e.action == "refused"]
         assert any(d.get("reason") == "standing_tampered" for d in refused), refused
@@ -301,7 +301,7 @@ async def test_a_standing_approval_answers_its_own_sources_later_requests_only(
         status, doc = await api(http, "POST", url, mine.token, {
             "tool": "issue_refund", "args": ARGS, "requested_by": "U_DANA"})
         a = await approval_of(h, doc["id"])
-        await h.engine.standing.grant(a.id, actor=ALICE, window=timedelta(hours=1),
+        await h.engine.grant_standing(a.id, actor=ALICE, window=timedelta(hours=1),
                                       scope=Scope(kind="condition",
                                                   when="args.amount_cents <= 5000"),
                                       token=h.token(a))

@@ -14,6 +14,7 @@ import pytest
 from approvald.runtime.clock import ManualClock
 from approvald.store.records import OutboxRecord
 
+from tests.helpers import parts
 from tests.integration.slack_harness import BOT_TOKEN, CHANNEL, OPS, harness, wait_for
 from tests.integration.test_slack import text_of
 
@@ -32,7 +33,7 @@ def posts_to(h, channel: str) -> list:  # type: ignore[no-untyped-def]
 
 
 async def outbox(h, kind: str) -> list[OutboxRecord]:  # type: ignore[no-untyped-def]
-    async with h.engine.db.read() as tx:
+    async with parts(h.engine).db.read() as tx:
         return await tx.outbox.recent(kind=kind)
 
 
@@ -102,7 +103,7 @@ async def test_a_revoked_token_retries_until_expiry_then_reports_in_the_ops_thre
         [aid] = paused.approval_ids
         assert h.service.slack is not None
         await h.service.slack.threads.sync_once()  # the run's thread in the ops channel
-        async with h.engine.db.read() as tx:
+        async with parts(h.engine).db.read() as tx:
             thread = await tx.threads.get(paused.run_id)
         assert thread is not None and thread.ts and thread.channel == OPS
         a = await h.approval(aid)
@@ -162,7 +163,7 @@ async def test_an_undeliverable_card_is_reported_and_redriven_exactly_once(
         assert f"approvald approvals approve|deny {aid}" in text  # still open: decidable
 
         h.emulator.add_channel("C_NEW")  # the bot was invited
-        async with h.engine.db.write() as tx:  # what `approvald outbox retry ID` does
+        async with parts(h.engine).db.write() as tx:  # what `approvald outbox retry ID` does
             [revived] = await tx.outbox.redrive([card.id], now=clock.now(),
                                                 give_up_at=clock.now() + timedelta(days=1))
         assert revived.status == "pending"
@@ -187,7 +188,7 @@ async def test_a_report_that_cannot_be_delivered_does_not_cascade(
         with caplog.at_level(logging.ERROR, logger="approvald.outbox"):
             for _ in range(4):
                 await h.service.drain.drain_once()
-        async with h.engine.db.read() as tx:
+        async with parts(h.engine).db.read() as tx:
             rows = await tx.outbox.recent()
         assert [(r.kind, r.status) for r in rows] == [(CARD_POST, "dead"),
                                                       (DEAD_REPORT, "dead")]
@@ -203,7 +204,7 @@ async def test_after_a_day_long_outage_ops_hear_which_update_was_lost(
         assert await h.service.drain.drain_once() == 1  # the card is up
         assert h.service.slack is not None
         await h.service.slack.threads.sync_once()
-        async with h.engine.db.read() as tx:
+        async with parts(h.engine).db.read() as tx:
             thread = await tx.threads.get(paused.run_id)
         assert thread is not None and thread.ts
         await h.emulator.down("503")
@@ -217,7 +218,7 @@ async def test_after_a_day_long_outage_ops_hear_which_update_was_lost(
             """The thread cannot be told either (its turn comes once the per-channel pace,
             in real time, allows: the line above was posted moments ago)."""
             await threads.sync_once()
-            async with h.engine.db.read() as tx:
+            async with parts(h.engine).db.read() as tx:
                 row = await tx.threads.get(paused.run_id)
             return row is not None and row.failures > 0
         await wait_for(thread_failed, what="the thread's post to fail")

@@ -102,7 +102,7 @@ async def test_a_decision_begins_only_its_writes(db: Database, tmp_path: Path,
     paused = await engine.run("demo-refund", "Refund order A-1001, customer was double "
                               "charged", requested_by="U_DANA")
     assert isinstance(paused, Paused)
-    approval = await engine.decider.get(paused.approval_ids[0])
+    approval = await engine.approval(paused.approval_ids[0])
     counted.on = True
     await engine.decide(approval.id, actor=Actor("U_ALICE", "slack"), verdict="approve",
                         token=card_token(approval))

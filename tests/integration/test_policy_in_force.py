@@ -58,7 +58,7 @@ async def test_each_process_picks_up_a_changed_policy_and_audits_its_load(
         loads = await _loads(db)
         # each process's load is on record, with its id and the text
         assert [(x["process"], x["digest"]) for x in loads] == [
-            (a.engine.owner, first), (b.engine.owner, first)]
+            (a.engine.process, first), (b.engine.process, first)]
         assert all(x["actor"] == f"process:{x['process']}" for x in loads)
         assert loads[0]["text"] == path.read_text()
         assert await a.reload_policy() is False  # unchanged: nothing read, nothing audited
@@ -66,15 +66,15 @@ async def test_each_process_picks_up_a_changed_policy_and_audits_its_load(
         path.write_text('[tools.issue_refund]\npolicy = "approve_before"\nwhy = "new"\n')
         second = hashlib.sha256(path.read_bytes()).hexdigest()
         assert await a.reload_policy() is True
-        assert a.engine.registry.policy.digest == second
+        assert a.engine.policy_file().digest == second
         assert await b.reload_policy() is True
         loads = await _loads(db)
         assert [(x["process"], x["digest"], x["previous"]) for x in loads[2:]] == [
-            (a.engine.owner, second, first), (b.engine.owner, second, second)]
+            (a.engine.process, second, first), (b.engine.process, second, second)]
 
         path.write_text("[tools.issue_refund]\npolicy = \"nonsense\"\n")  # does not load
         assert await a.reload_policy() is False
-        assert a.engine.registry.policy.digest == second  # the one in force is kept
+        assert a.engine.policy_file().digest == second  # the one in force is kept
         assert len(await _loads(db)) == 4
         assert (await audit.verify(db)).ok
     finally:

@@ -23,7 +23,7 @@ import aiohttp
 import pytest
 
 from tests.acceptance.test_cli_hook import claude
-from tests.helpers import Cli, Rows, make_cli
+from tests.helpers import Cli, Rows, make_cli, parts
 from tests.integration.slack_harness import Harness, harness, wait_for
 from tests.integration.test_http_api import api, approval_of, base, make_token
 from tests.integration.test_sealed_at_rest import KEY_1
@@ -96,7 +96,7 @@ async def make_history(h: Harness, cli: Cli, hook_env: dict[str, str]) -> dict[s
     """The faces' requests; what became of each, by name."""
     made: dict[str, Any] = {}
     # Slack clicks: an agent's card refunds (the card number and auth code sealed)
-    h.engine.registry.add(card_agent([]))
+    parts(h.engine).registry.add(card_agent([]))
     made["cards"] = await walk(h, (("A-1", "approve"), ("A-2", "edit"), ("A-3", "deny")))
     # an agent's refund the shadow rule would run: still asked, approved in Slack
     paused = await h.pause_refund()

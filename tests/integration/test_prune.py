@@ -88,7 +88,7 @@ async def test_prune_keeps_what_must_stay_and_the_audit_log_verifies(db, make_en
     assert report_after.head == head_before
     # the waiting run still goes on: its request lapsed long ago, so the sweep expires it
     # and the model hears {"status": "expired"}; its whole transcript was there to resume
-    await engine.expiry.sweep()
+    await engine.sweep()
     assert (await engine.advance(waiting.run_id)).status == "completed"
     # a second prune finds nothing more to do
     again = await prune(db, clock, timedelta(days=90))

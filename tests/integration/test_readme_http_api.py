@@ -18,6 +18,8 @@ from approvald.bot.wiring import open_database
 from approvald.runtime import api_tokens
 from approvald.runtime.decide import Actor
 
+from tests.helpers import parts
+
 # each test here starts approvald (or a browser) as a process of its own
 pytestmark = pytest.mark.slow
 
@@ -61,8 +63,8 @@ async def test_the_readme_example_works(sqlite_url: str, tmp_path: Path) -> None
     service = Service(settings, db)
     try:
         await service.start(background=False)
-        made = await api_tokens.create(db, service.engine.clock,
-                                       api_tokens.WebhookKeys(SECRET), service.engine.audit,
+        made = await api_tokens.create(db, parts(service.engine).clock,
+                                       api_tokens.WebhookKeys(SECRET), parts(service.engine).audit,
                                        "deploy-bot", created_by="test", via="test",
                                        tools="deploy")
         env = {"API": f"http://127.0.0.1:{service.ops_port}/v1", "TOKEN": made.token}

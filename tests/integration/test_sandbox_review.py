@@ -21,6 +21,7 @@ from approvald.bot.config import Settings
 from approvald.bot.sandbox.guard import TOKEN_HEADER
 from approvald.bot.sandbox.workspace import Sandbox
 
+from tests.helpers import Rows
 from tests.integration.slack_harness import wait_for
 from tests.integration.web_helpers import Browser, form_fields
 
@@ -107,15 +108,13 @@ async def test_a_mailed_request_is_approved_on_the_queue_through_the_sandbox_mai
         engine = sandbox.service.engine
 
         async def completed() -> bool:
-            async with engine.db.read() as tx:
-                run = await tx.runs.get(run_id)
+            run = await Rows.of(engine).run(run_id)
             return run is not None and run.status == "completed"
 
         await wait_for(completed, within=30, what="the run to complete")
         [refund] = refunds(ledger)
         assert refund["args"]["order_id"] == "A-7"
-        async with engine.db.read() as tx:
-            a = await tx.approvals.get(approval_id)
+        a = await Rows.of(engine).approval(approval_id)
         assert a is not None and (a.decided_by, a.decided_via) == ("U_ALICE", "web")
         # the page opened as localhost works too: its own origin is the queue's
         bob = Browser(page.base.replace("127.0.0.1", "localhost"))

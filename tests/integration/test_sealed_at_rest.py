@@ -25,7 +25,7 @@ from approvald.store.db import Database
 from approvald.store.models import Base
 from sqlalchemy import text
 
-from tests.helpers import make_cli
+from tests.helpers import make_cli, parts
 from tests.integration.slack_harness import harness, settings_for, wait_for
 from tests.integration.test_sensitive_args import AUTH, CARD, card_agent, ended, walk
 
@@ -69,7 +69,7 @@ async def test_a_card_number_is_sealed_at_rest_and_a_lost_key_changes_nothing(
         db_url: str, tmp_path: Path) -> None:
     received: list[dict[str, Any]] = []
     async with harness(db_url, tmp_path, APPROVALD_DATA_KEY=KEY_1) as h:
-        h.engine.registry.add(card_agent(received))
+        parts(h.engine).registry.add(card_agent(received))
         await walk(h, (("A-1", "approve"), ("A-2", "edit"), ("A-3", "deny")))
         waiting = await h.pause_refund(agent="card-refund", task="Refund A-5 please")
         [aid] = waiting.approval_ids
@@ -120,7 +120,7 @@ async def test_a_card_number_is_sealed_at_rest_and_a_lost_key_changes_nothing(
     db = await open_database(settings, quiet=True)
     try:
         engine = build_engine(settings, db)
-        engine.registry.add(card_agent(received))
+        parts(engine).registry.add(card_agent(received))
         with pytest.raises(ConfigError, match="APPROVALD_DATA_KEY"):
             await engine.advance(waiting.run_id)
     finally:
@@ -140,7 +140,7 @@ async def test_a_card_number_is_sealed_at_rest_and_a_lost_key_changes_nothing(
 
     # the run paused under the old key completes under the new one alone
     async with harness(db_url, tmp_path, APPROVALD_DATA_KEY=KEY_2) as h:
-        h.engine.registry.add(card_agent(received))
+        parts(h.engine).registry.add(card_agent(received))
         await wait_for(lambda: ended(h, waiting.run_id), what="the old run to end")
         assert (await h.run(waiting.run_id)).status == "completed"
     assert received[-1] == {"order_id": "A-5", "amount_cents": 4200, **real}

@@ -33,7 +33,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from sqlalchemy import text
 
-from tests.helpers import make_cli
+from tests.helpers import make_cli, parts
 from tests.integration.slack_harness import CHANNEL, OPS, Harness, harness, wait_for
 
 CARD = "4242 4242 4242 4242"
@@ -99,7 +99,7 @@ async def ended(h: Harness, run_id: str) -> bool:
 
 
 async def _thread_ended(h: Harness, run_id: str) -> bool:
-    async with h.engine.db.read() as tx:
+    async with parts(h.engine).db.read() as tx:
         t = await tx.threads.get(run_id)
         run = await tx.runs.get(run_id)
     return bool(t and t.ts and t.posted_status == run.status)
@@ -170,7 +170,7 @@ async def test_a_card_number_never_reaches_slack_logs_traces_or_the_audit_export
     provider = TracerProvider(shutdown_on_exit=False)
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     async with harness(sqlite_url, tmp_path, tracer=OtelTracer(provider)) as h:
-        h.engine.registry.add(card_agent(received))
+        parts(h.engine).registry.add(card_agent(received))
         runs = {}
         for order, how in (("A-1", "approve"), ("A-2", "edit"), ("A-3", "deny"),
                            ("A-4", "fail")):
@@ -222,7 +222,7 @@ async def test_a_card_number_never_reaches_slack_logs_traces_or_the_audit_export
 
         assert not leaks(slack_saw(h)), leaks(slack_saw(h))
         for run_id, _ in runs.values():
-            trace = await load_trace(h.engine.db, run_id, now=h.engine.clock.now())
+            trace = await load_trace(parts(h.engine).db, run_id, now=h.engine.now())
             for shown in (trace_view.text(trace), trace_view.html(trace),
                           trace.to_document()):
                 assert not leaks(shown), leaks(shown)
@@ -245,7 +245,7 @@ async def test_a_card_number_never_reaches_slack_logs_traces_or_the_audit_export
         # `approvald audit export`: masked, as the log records it (with no data key, the
         # real values are in the database only in the requests: --reveal is refused; it is
         # shown under a key in test_audit_masked)
-        async with h.engine.db.connection() as conn:
+        async with parts(h.engine).db.connection() as conn:
             recorded = [r[0] for r in await conn.execute(text("SELECT details FROM audit_log"))]
         assert "refund_card" in "".join(recorded) and not leaks(recorded), leaks(recorded)
         exported = cli.ok("audit", "export")
@@ -280,7 +280,7 @@ async def test_an_undeclared_api_key_is_masked_unless_its_detector_is_off(
     extra = {"APPROVALD_SECRET_DETECTORS_OFF": off} if off else {}
     try:
         async with harness(sqlite_url, tmp_path, **extra) as h:
-            h.engine.registry.add(key_agent())
+            parts(h.engine).registry.add(key_agent())
             paused = await h.pause_refund(agent="key-agent", task="Set the webhook")
             card = json.dumps(await h.card(paused.approval_ids[0]), ensure_ascii=False)
             if off:
@@ -299,9 +299,9 @@ async def test_an_edit_given_back_masked_keeps_the_real_value_on_every_face(
     value given back as shown keeps the real one, a value typed over is the new one."""
     received: list[dict[str, Any]] = []
     async with harness(sqlite_url, tmp_path) as h:
-        h.engine.registry.add(card_agent(received))
+        parts(h.engine).registry.add(card_agent(received))
         paused = await h.pause_refund(agent="card-refund", task="Refund A-7")
-        a = await h.engine.decider.get(paused.approval_ids[0])
+        a = await h.engine.approval(paused.approval_ids[0])
         shown = sensitive.mask_args(a.effective_args(), ["card_number", "auth.*"])
         assert shown["card_number"] != CARD
         from approvald.runtime.decide import Actor

@@ -12,6 +12,7 @@ from approvald.runtime.clock import ManualClock
 from approvald.runtime.state import ToolMessage
 from slack_sdk.models.blocks import Block
 
+from tests.helpers import parts
 from tests.integration.slack_harness import CHANNEL, OPS, harness, wait_for
 
 
@@ -68,7 +69,7 @@ async def _updated_card(h, approval_id: str, word: str):
 
 
 async def _thread_has(h, run_id: str, text: str) -> bool:
-    async with h.engine.db.read() as tx:
+    async with parts(h.engine).db.read() as tx:
         thread = await tx.threads.get(run_id)
     if thread is None:
         return False
@@ -149,7 +150,7 @@ async def test_bad_signatures_get_401_and_change_nothing(sqlite_url, tmp_path, c
                                    channel_id=CHANNEL, **kwargs)
         assert resp.status == 401
         assert (await h.approval(aid)).status == "pending"
-        async with h.engine.db.read() as tx:
+        async with parts(h.engine).db.read() as tx:
             assert await tx.approvals.votes(aid) == []
 
 
@@ -175,7 +176,7 @@ async def test_refused_clicks_get_an_ephemeral_reply_and_change_nothing(sqlite_u
                               what="an ephemeral reply")
         assert said[0]["text"]
         assert (await h.approval(aid)).status == "pending"
-        async with h.engine.db.read() as tx:
+        async with parts(h.engine).db.read() as tx:
             assert await tx.approvals.votes(aid) == []
 
 
@@ -200,7 +201,7 @@ async def test_double_click_and_late_click(sqlite_url, tmp_path):
                               what="Bob's ephemeral")
         assert "already" in said[0]["text"].lower()
         assert len(h.refunds()) == 1
-        async with h.engine.db.read() as tx:
+        async with parts(h.engine).db.read() as tx:
             votes = await tx.approvals.votes(aid)
         assert [v.actor for v in votes] == ["U_ALICE"]
 
@@ -282,7 +283,7 @@ async def test_hostile_arguments_render_inert(sqlite_url, tmp_path):
                   model=ScriptedModel.sequence([reply(hostile, ("post_note", {
                       "text": hostile, "blob": blob})), reply("done", turn=1)]))
     async with harness(sqlite_url, tmp_path) as h:
-        h.engine.registry.add(agent)
+        parts(h.engine).registry.add(agent)
         paused = await h.pause_refund(agent="hostile", task=hostile)
         card = await h.card(paused.approval_ids[0])
         assert_valid_blocks(card["blocks"])
@@ -300,7 +301,7 @@ async def test_thread_is_created_and_kept_current(sqlite_url, tmp_path):
         outcome = await h.engine.run("demo-steps", "12", requested_by="U_DANA")
         assert outcome.status == "completed"
         async def thread():
-            async with h.engine.db.read() as tx:
+            async with parts(h.engine).db.read() as tx:
                 t = await tx.threads.get(outcome.run_id)
             return t if t and t.posted_status == "completed" else None
         t = await wait_for(thread, what="the thread to catch up")
@@ -329,7 +330,7 @@ async def test_too_large_or_malformed_requests_are_refused_and_change_nothing(sq
         garbled = await h.slack.post("payload=%7Bnot-json", "application/x-www-form-urlencoded")
         assert garbled.status == 400 and "malformed" in garbled.body
         assert (await h.approval(aid)).status == "pending"
-        async with h.engine.db.read() as tx:
+        async with parts(h.engine).db.read() as tx:
             assert await tx.approvals.votes(aid) == []
 
 
@@ -342,7 +343,7 @@ async def test_a_run_that_starts_waiting_says_why_and_until_when_in_ops(sqlite_u
             raise ModelUnavailable("provider answered HTTP 503", retry_after=600)
 
     async with harness(sqlite_url, tmp_path) as h:
-        h.engine.registry.add(Agent(name="flaky", instructions="", model=Down(), tools=[]))
+        parts(h.engine).registry.add(Agent(name="flaky", instructions="", model=Down(), tools=[]))
         outcome = await h.engine.run("flaky", "hello", requested_by="U_DANA")
         assert outcome.status == "running" and "503" in outcome.reason
 
@@ -371,7 +372,7 @@ async def test_the_audit_head_is_posted_to_the_audit_channel_as_a_witness(sqlite
         await h.service.post_audit_head()  # nothing new: not posted twice
         await wait_for(lambda: len(posted()) == 2, what="the head in the audit channel")
         message = posted()[-1]
-        report = await audit.verify(h.engine.db)
+        report = await audit.verify(parts(h.engine).db)
         assert report.head_text in message["text"]
         assert f"approvald audit verify --expect {report.head_text}" in message["text"]
         from approvald.runtime.decide import Actor

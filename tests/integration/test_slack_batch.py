@@ -14,6 +14,7 @@ from approvald.runtime import audit
 from approvald.runtime.decide import Actor
 from approvald.runtime.state import ToolMessage
 
+from tests.helpers import parts
 from tests.integration.slack_harness import CHANNEL, Harness, harness, wait_for
 from tests.integration.test_slack import assert_valid_blocks
 
@@ -106,7 +107,7 @@ async def test_approve_selected_from_the_home_some_decided_elsewhere_a_moment_be
                                                                 ("denied", "U_BOB")]
         assert (await h.approval(selected[7])).reason == "duplicate of an earlier refund"
         assert await statuses(h, ids[15:]) == [("pending", None)] * 5
-        async with h.engine.db.read() as tx:
+        async with parts(h.engine).db.read() as tx:
             for i in ids[15:]:
                 assert await tx.approvals.votes(i) == []
             for i in (selected[3], selected[7]):
@@ -121,7 +122,7 @@ async def test_approve_selected_from_the_home_some_decided_elsewhere_a_moment_be
                  for d in [json.loads(e.details)]}
         [(batch, name)] = marks
         assert batch and name, marks
-        report = await audit.verify(h.engine.db)
+        report = await audit.verify(parts(h.engine).db)
         assert report.ok, report.problems
 
         # the redrawn Home: what happened on top, the 5 left below with their checkboxes
@@ -170,7 +171,7 @@ async def test_a_request_edited_after_the_home_was_drawn_is_refused_as_stale(
         assert await statuses(h, [ids[0], ids[2]]) == [("approved", "U_ALICE")] * 2
         a = await h.approval(edited)
         assert a.status == "pending" and a.effective_args() == new_args
-        async with h.engine.db.read() as tx:
+        async with parts(h.engine).db.read() as tx:
             assert "U_ALICE" not in [v.actor for v in await tx.approvals.votes(edited)]
         text = dump(redrawn["blocks"])
         assert f"Refused `issue_refund` `{edited[:8]}`" in text
@@ -179,7 +180,7 @@ async def test_a_request_edited_after_the_home_was_drawn_is_refused_as_stale(
         again = checkbox_values(redrawn["blocks"])
         assert list(again) == [edited] and again[edited] != drawn[edited]
         assert again[edited] == h.value(a) and "9900" in text
-        assert (await audit.verify(h.engine.db)).ok
+        assert (await audit.verify(parts(h.engine).db)).ok
 
 
 async def test_deny_selected_asks_one_reason_in_a_modal(sqlite_url: str, tmp_path: Path) -> None:

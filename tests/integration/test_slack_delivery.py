@@ -12,7 +12,7 @@ from approvald.runtime import failpoints
 from approvald.runtime.clock import ManualClock
 from approvald.runtime.decide import Actor
 
-from tests.helpers import Crash, opened_by_faces
+from tests.helpers import Crash, opened_by_faces, parts
 from tests.helpers import crash as _crash
 from tests.integration.slack_harness import CHANNEL, harness, wait_for
 from tests.integration.test_slack import _status, assert_valid_blocks, text_of
@@ -47,7 +47,7 @@ async def test_slack_down_then_back_delivers_each_card_and_update_once_in_order(
                                                                      "chat.update"]
         [card] = card_messages(h)
         assert "Approved" in text_of(card)
-        async with h.engine.db.read() as tx:
+        async with parts(h.engine).db.read() as tx:
             rows = await tx.outbox.recent()
         assert [(r.kind, r.status) for r in rows] == [("approval.requested", "delivered"),
                                                       ("approval.updated", "delivered")]
@@ -60,7 +60,7 @@ async def test_rate_limited_delivery_waits_for_retry_after(sqlite_url, tmp_path)
         h.emulator.rate_limit_next(1, retry_after=30)
         paused = await h.pause_refund()
         assert await h.service.drain.drain_once() == 0
-        async with h.engine.db.read() as tx:
+        async with parts(h.engine).db.read() as tx:
             [row] = await tx.outbox.recent()
         assert row.not_before - clock.now() == timedelta(seconds=30)
         clock.advance(timedelta(seconds=29))
@@ -82,14 +82,14 @@ async def test_crash_after_post_before_mark_does_not_post_twice(sqlite_url, tmp_
         finally:
             failpoints.arm("")
         assert len(card_messages(h)) == 1
-        async with h.engine.db.write() as tx:  # what a restart sees: bookkeeping lost too
+        async with parts(h.engine).db.write() as tx:  # what a restart sees: bookkeeping lost too
             from approvald.store.models import Approval
             from sqlalchemy import update
             await tx.conn.execute(update(Approval).values(channel=None, message_ts=None))
         clock.advance(timedelta(minutes=5))  # the dead worker's claim expires
         assert await h.service.drain.drain_once() == 1
         assert len(card_messages(h)) == 1  # found by its metadata, not posted again
-        async with h.engine.db.read() as tx:
+        async with parts(h.engine).db.read() as tx:
             [row] = await tx.outbox.recent()
         assert json.loads(row.result)["reused"] is True
 
@@ -131,7 +131,7 @@ async def test_escalation_updates_the_old_card_and_posts_a_linked_new_one(sqlite
         await h.service.drain.drain_once()
         old = await h.approval(old_id)
         clock.advance(timedelta(minutes=31))
-        swept = await h.engine.expiry.sweep()
+        swept = await h.engine.sweep()
         [(_, new_id)] = swept.escalated
         for _ in range(3):
             await h.service.drain.drain_once()
@@ -165,7 +165,7 @@ async def test_click_after_expiry_is_explained(sqlite_url, tmp_path):
         await h.card(aid)
         a = await h.approval(aid)
         clock.advance(timedelta(minutes=31))
-        await h.engine.expiry.sweep()
+        await h.engine.sweep()
 
         async def card_expired():
             msg = h.emulator.message(a.channel, a.message_ts)
@@ -231,9 +231,9 @@ async def test_a_card_update_is_drawn_from_its_view_in_one_read(sqlite_url, tmp_
         [aid] = paused.approval_ids
         assert await h.service.drain.drain_once() == 1
         await h.engine.decide(aid, actor=Actor("U_ALICE", "cli:ops"), verdict="approve")
-        async with h.engine.db.read() as tx:
+        async with parts(h.engine).db.read() as tx:
             [row] = [r for r in await tx.outbox.recent() if r.kind == "approval.updated"]
-        opened = opened_by_faces(monkeypatch, h.engine.db)
+        opened = opened_by_faces(monkeypatch, parts(h.engine).db)
         assert (await h.service.slack.deliverer.deliver(row))["ts"]
         assert opened == ["read:runtime/views"]
         [card] = card_messages(h)

@@ -11,6 +11,7 @@ from pathlib import Path
 from approvald.bot.slack import cards
 from approvald.runtime.agent import Registry
 
+from tests.helpers import parts
 from tests.integration.slack_harness import CHANNEL, harness, wait_for
 
 
@@ -35,13 +36,13 @@ async def test_replan_from_the_cannot_run_card(sqlite_url: str, tmp_path: Path) 
         [aid] = paused.approval_ids
         await h.card(aid)
         a = await h.approval(aid)
-        redeploy_without(h.engine.registry, "demo-refund", "issue_refund")
+        redeploy_without(parts(h.engine).registry, "demo-refund", "issue_refund")
         resp = await h.slack.click(cards.APPROVE, h.value(a), user_id="U_ALICE",
                                    channel_id=CHANNEL, message_ts=a.message_ts)
         assert resp.status == 200
 
         async def question():
-            async with h.engine.db.read() as tx:
+            async with parts(h.engine).db.read() as tx:
                 found = [x for x in await tx.approvals.for_run(paused.run_id)
                          if x.kind == "cannot_run" and x.message_ts]
             return found[0] if found else None
@@ -59,7 +60,7 @@ async def test_replan_from_the_cannot_run_card(sqlite_url: str, tmp_path: Path) 
         await wait_for(approved_card_says_so, what="the approved card to say not executed")
 
         async def thread_says_so():
-            async with h.engine.db.read() as tx:
+            async with parts(h.engine).db.read() as tx:
                 t = await tx.threads.get(paused.run_id)
             if t is None:
                 return None

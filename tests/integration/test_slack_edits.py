@@ -21,6 +21,7 @@ from approvald.bot.slack import cards
 from approvald.bot.slack import texts as T
 from slack_sdk.models.blocks import Block
 
+from tests.helpers import Rows, parts
 from tests.integration.slack_harness import CHANNEL, OPS, Harness, harness, wait_for
 
 EDIT = {"order_id": "A-1001", "amount_cents": 2000, "reason": "partial refund"}
@@ -65,7 +66,7 @@ async def _card_when(h: Harness, approval_id: str, word: str) -> dict[str, Any] 
 
 async def _thread(h: Harness, run_id: str) -> list[dict[str, Any]] | None:
     """The run's thread replies once the thread has told the run's end."""
-    async with h.engine.db.read() as tx:
+    async with parts(h.engine).db.read() as tx:
         t = await tx.threads.get(run_id)
         run = await tx.runs.get(run_id)
     if t is None or t.ts is None or t.posted_status != run.status \
@@ -212,8 +213,7 @@ async def test_the_edit_modal_asks_why_and_the_audit_log_keeps_it_with_the_edito
                                cards.REASON_BLOCK: {cards.REASON_INPUT: "only the duplicate"}},
             user_id="U_ALICE")
         assert ok.status == 200 and ok.body in ("", "{}"), ok.body
-        async with h.engine.db.read() as tx:
-            entries = await tx.audit.query(approval_id=aid)
+        entries = await Rows.of(h.engine).audit(approval_id=aid)
         [edited] = [json.loads(e.details) for e in entries if e.action == "edited"]
         assert edited["reason"] == "only the duplicate"
         assert edited["actor_name"]  # who U_ALICE was, as Slack said then

@@ -21,6 +21,7 @@ from aiohttp import web
 from approvald.bot.slack import cards
 from approvald.bot.slack.app import MAX_REQUEST_BYTES
 
+from tests.helpers import parts
 from tests.integration.slack_harness import CHANNEL, SECRET, Harness, harness, wait_for
 
 FORM = "application/x-www-form-urlencoded"
@@ -130,7 +131,7 @@ async def post(h: Harness, body: bytes, headers: dict[str, str]) -> tuple[int, s
 
 async def snapshot(h: Harness, approval_id: str) -> tuple[str, list[Any], tuple[int, str]]:
     await h.service.slack.handlers.drain()  # any work a listener handed off is done
-    async with h.engine.db.read() as tx:
+    async with parts(h.engine).db.read() as tx:
         a = await tx.approvals.get(approval_id)
         return a.status, await tx.approvals.votes(approval_id), await tx.audit.head()
 

@@ -8,11 +8,12 @@ from pathlib import Path
 
 from approvald.bot.slack import cards
 
+from tests.helpers import parts
 from tests.integration.slack_harness import CHANNEL, harness, wait_for
 
 
 async def _audit(h, approval_id: str) -> list:  # type: ignore[no-untyped-def]
-    async with h.engine.db.read() as tx:
+    async with parts(h.engine).db.read() as tx:
         return [e for e in await tx.audit.query() if e.approval_id == approval_id]
 
 
@@ -95,5 +96,5 @@ async def test_votes_an_edit_discarded_name_their_voters_as_mentions(
 
 
 async def _voted(h, approval_id: str) -> bool:  # type: ignore[no-untyped-def]
-    async with h.engine.db.read() as tx:
+    async with parts(h.engine).db.read() as tx:
         return bool(await tx.approvals.votes(approval_id))

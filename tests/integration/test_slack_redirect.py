@@ -12,6 +12,7 @@ from approvald.runtime.clock import ManualClock
 from approvald.runtime.state import ToolMessage
 from slack_sdk.models.blocks import Block
 
+from tests.helpers import Rows, parts
 from tests.integration.slack_harness import CHANNEL, harness, wait_for
 
 GUIDANCE = "Refund only $20 <!channel>: the customer kept one item"
@@ -38,13 +39,12 @@ async def _card_says(h, approval_id: str, word: str):
 
 
 async def _pending_other_than(h, run_id: str, approval_id: str):
-    async with h.engine.db.read() as tx:
-        rows = await tx.approvals.for_run(run_id)
+    rows = await Rows.of(h.engine).approvals(run_id)
     return next((a for a in rows if a.id != approval_id and a.status == "pending"), None)
 
 
 async def _thread_has(h, run_id: str, text: str) -> bool:
-    async with h.engine.db.read() as tx:
+    async with parts(h.engine).db.read() as tx:
         thread = await tx.threads.get(run_id)
     if thread is None:
         return False

@@ -18,7 +18,7 @@ from approvald.runtime.clock import ManualClock
 from approvald.runtime.decide import Actor
 from approvald.runtime.outcomes import Completed, Paused
 
-from tests.helpers import opened_by_faces
+from tests.helpers import opened_by_faces, parts
 from tests.integration.slack_harness import CHANNEL, Harness, harness, wait_for
 from tests.integration.test_slack import assert_valid_blocks
 
@@ -93,7 +93,7 @@ def element(view: dict[str, Any], block_id: str) -> dict[str, Any]:
 
 
 async def standing(h: Harness) -> list[Any]:
-    return await h.engine.standing.listing(live_only=False)
+    return await h.engine.standing_grants(live_only=False)
 
 
 async def card_says(h: Harness, approval_id: str, *words: str) -> dict[str, Any] | None:
@@ -103,7 +103,7 @@ async def card_says(h: Harness, approval_id: str, *words: str) -> dict[str, Any]
 
 
 async def thread_has(h: Harness, run_id: str, text: str) -> bool:
-    async with h.engine.db.read() as tx:
+    async with parts(h.engine).db.read() as tx:
         thread = await tx.threads.get(run_id)
     if thread is None:
         return False
@@ -190,7 +190,7 @@ async def test_the_issue_scenario_through_slack(db_url: str, tmp_path: Path) -> 
         for amount in ("$20", "$45", "$50"):
             done = await ask(h, amount)
             assert isinstance(done, Completed), done
-            async with h.engine.db.read() as tx:
+            async with parts(h.engine).db.read() as tx:
                 [used] = [x for x in await tx.approvals.for_run(done.run_id)
                           if x.tool == "issue_refund"]
             assert (used.decided_via, used.decided_by) == ("standing", f"standing:{s.id}")
@@ -220,7 +220,7 @@ async def test_the_issue_scenario_through_slack(db_url: str, tmp_path: Path) -> 
         refused = await press(h, cards.STANDING_REVOKE, s.id, "U_MALLORY", stranger)
         assert "Nothing changed" in dump(refused["blocks"][:3])
         assert T.STANDING_REFUSAL["not_authorized"] in dump(refused["blocks"][:3])
-        assert (await h.engine.standing.get(s.id)).status == "active"
+        assert (await h.engine.standing_grant(s.id)).status == "active"
         still = await ask(h, "$10")
         assert isinstance(still, Completed)
 
@@ -228,7 +228,7 @@ async def test_the_issue_scenario_through_slack(db_url: str, tmp_path: Path) -> 
         after = await press(h, cards.STANDING_REVOKE, s.id, "U_BOB", home)
         assert "You revoked standing approval" in dump(after["blocks"][:3])
         assert cards.STANDING_REVOKE not in buttons_of(after["blocks"])
-        got = await h.engine.standing.get(s.id)
+        got = await h.engine.standing_grant(s.id)
         assert (got.status, got.revoked_by, got.uses) == ("revoked", "U_BOB", 4)
         asks = await ask(h, "$20")
         assert isinstance(asks, Paused)
@@ -236,7 +236,7 @@ async def test_the_issue_scenario_through_slack(db_url: str, tmp_path: Path) -> 
         await wait_for(lambda: card_says(h, a.id, "Revoked by <@U_BOB>"),
                        what="the granting card to tell the revocation")
 
-        async with h.engine.db.read() as tx:
+        async with parts(h.engine).db.read() as tx:
             entries = [e async for e in tx.audit.iterate()]
         assert [(e.action, e.actor) for e in entries if e.action.startswith("standing_")] == [
             ("standing_granted", "U_ALICE"), ("standing_revoked", "U_BOB")]
@@ -251,7 +251,7 @@ async def test_the_issue_scenario_through_slack(db_url: str, tmp_path: Path) -> 
         for e in uses:
             assert json.loads(e.details)["granted_by_names"] == {
                 "U_ALICE": grant["actor_name"]}
-        report = await audit.verify(h.engine.db)
+        report = await audit.verify(parts(h.engine).db)
         assert report.ok, report.problems
 
 
@@ -294,7 +294,7 @@ async def test_a_quorum_2_tool_needs_a_second_grant_from_the_home(sqlite_url: st
         assert "2 of 2 grants, so it is active" in dump(after["blocks"][:3])
         assert cards.STANDING_GRANT not in buttons_of(after["blocks"])
         assert "grants 2/2 (<@U_ALICE>, <@U_CAROL>)" in dump(after["blocks"])
-        got = await h.engine.standing.get(s.id)
+        got = await h.engine.standing_grant(s.id)
         assert (got.status, got.grants_value()) == ("active", ["U_ALICE", "U_CAROL"])
         await wait_for(lambda: card_says(h, a.id, s.id, "*2 of 2 grants*"),
                        what="the card to tell the second grant")
@@ -312,7 +312,7 @@ async def test_a_quorum_2_tool_needs_a_second_grant_from_the_home(sqlite_url: st
         assert isinstance(late, Paused)
         await h.card(late.approval_ids[0])
         assert cards_posted(h) == posted + 1
-        assert (await h.engine.standing.get(s.id)).uses == 1
+        assert (await h.engine.standing_grant(s.id)).uses == 1
 
 
 async def test_what_the_modal_refuses_changes_nothing(sqlite_url: str, tmp_path: Path) -> None:
@@ -415,7 +415,7 @@ async def test_the_app_home_is_drawn_from_its_view_in_one_read(sqlite_url: str, 
                                              window=timedelta(minutes=30),
                                              scope=scope_for(a, "exact"))
         await h.pause_refund(task="Refund order A-2002, customer was double charged")
-        opened = opened_by_faces(monkeypatch, h.engine.db)
+        opened = opened_by_faces(monkeypatch, parts(h.engine).db)
         await h.service.slack.handlers.publish_home(h.service.slack.client, "U_ALICE")
         assert opened == ["read:runtime/views"]
         home = dump(h.emulator.home_view("U_ALICE"))

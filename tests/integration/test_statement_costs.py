@@ -68,7 +68,7 @@ async def decision_cost(tmp_path: Path, waiting: int,
             paused = await engine.run("demo-refund", "Refund order A-1001, customer was "
                                       "double charged", requested_by="U_DANA")
             assert isinstance(paused, Paused)
-        approval = await engine.decider.get(paused.approval_ids[0])
+        approval = await engine.approval(paused.approval_ids[0])
         counting[0] = True
         for raw, step in connections:
             raw.set_progress_handler(step, 1)

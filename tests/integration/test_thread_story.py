@@ -34,7 +34,7 @@ from approvald.runtime.policy import ApprovalPolicy, Rung
 from approvald.store.db import Database
 from slack_sdk.web.async_client import AsyncWebClient
 
-from tests.helpers import Crash, crash
+from tests.helpers import Crash, Rows, crash, parts
 
 BOT = "xoxb-thread-story"
 OPS = "C_OPS"
@@ -69,11 +69,11 @@ class Story:
                     break
 
     async def pending(self, run_id: str) -> list[Any]:
-        async with self.engine.db.read() as tx:
+        async with parts(self.engine).db.read() as tx:
             return [a for a in await tx.approvals.for_run(run_id) if a.status == "pending"]
 
     async def thread_ts(self, run_id: str) -> str:
-        async with self.engine.db.read() as tx:
+        async with parts(self.engine).db.read() as tx:
             t = await tx.threads.get(run_id)
         assert t is not None and t.ts is not None
         return str(t.ts)
@@ -213,7 +213,7 @@ async def test_an_escalation_on_expiry_names_whom_and_links_the_new_request(db_u
         paused = await s.refund()
         [first] = await s.pending(paused.run_id)
         s.clock.advance(timedelta(minutes=16))  # half the time: the reminder
-        await s.engine.expiry.sweep()
+        await s.engine.sweep()
         await s.tell()
         said = await s.said(paused.run_id)
         reminder = [line for line in said.splitlines() if "Reminder" in line]
@@ -224,7 +224,7 @@ async def test_an_escalation_on_expiry_names_whom_and_links_the_new_request(db_u
                          _fallbacks(reminder[0])), reminder[0]
 
         s.clock.advance(timedelta(minutes=15))  # past the deadline: escalated to the CFO
-        await s.engine.expiry.sweep()
+        await s.engine.sweep()
         await s.tell()
         [second] = await s.pending(paused.run_id)
         assert second.id != first.id
@@ -232,8 +232,7 @@ async def test_an_escalation_on_expiry_names_whom_and_links_the_new_request(db_u
         escalated = [line for line in said.splitlines() if "escalated" in line]
         assert escalated and "<@U_CFO>" in escalated[0], said
         assert re.search(LINK, escalated[0]) and second.id not in said
-        async with s.engine.db.read() as tx:
-            second = await tx.approvals.get(second.id)
+        second = await Rows.of(s.engine).approval(second.id)
         url = await s.deliverer._permalink(second.channel, second.message_ts)
         assert url is not None and url in escalated[0]  # the new card, not the old one
         parent = await s.parent(paused.run_id)
@@ -254,8 +253,7 @@ async def test_a_redirect_announces_and_links_the_new_request(db_url, tmp_path):
         said = await s.said(paused.run_id)
         assert "`issue_refund` redirected by <@U_ALICE>: Refund only $12.50" in said, said
         after = said.split("redirected", 1)[1]
-        async with s.engine.db.read() as tx:
-            b = await tx.approvals.get(b.id)
+        b = await Rows.of(s.engine).approval(b.id)
         url = await s.deliverer._permalink(b.channel, b.message_ts)
         assert url is not None and url in after, said  # the new request, linked
         assert b.id not in said
@@ -302,8 +300,7 @@ async def test_a_crash_and_its_retry_are_told_and_audited(db_url, tmp_path):
             failpoints.arm("")
         assert (await s.engine.advance(paused.run_id)).status == "completed"
         await s.tell()
-        async with s.engine.db.read() as tx:
-            entries = await tx.audit.query(run_id=paused.run_id)
+        entries = await Rows.of(s.engine).audit(run_id=paused.run_id)
         [retried] = [e for e in entries if e.action == "retried"]
         details = json.loads(retried.details)
         assert details["attempt"] == 2 and details["tool"] == "issue_refund"
@@ -344,7 +341,7 @@ async def test_show_json_opens_the_result_masked_and_whole(sqlite_url, tmp_path)
                             channel_id=CHANNEL, message_ts=a.message_ts)
 
         async def button() -> dict[str, Any] | None:
-            async with h.engine.db.read() as tx:
+            async with parts(h.engine).db.read() as tx:
                 t = await tx.threads.get(paused.run_id)
             if t is None or t.ts is None or t.posted_status != "completed":
                 return None

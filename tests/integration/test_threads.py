@@ -34,6 +34,8 @@ from approvald.store.db import Database
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from tests.helpers import Rows, parts
+
 BOT = "xoxb-threads-test"
 OPS = "C_OPS"
 SIGNER = TokenSigner("test-secret-0123456789abcdef")
@@ -62,11 +64,11 @@ class World:
         return outcome
 
     async def thread(self, run_id: str) -> Any:
-        async with self.engine.db.read() as tx:
+        async with parts(self.engine).db.read() as tx:
             return await tx.threads.get(run_id)
 
     async def caught_up(self, *run_ids: str) -> bool:
-        async with self.engine.db.read() as tx:
+        async with parts(self.engine).db.read() as tx:
             for run_id in run_ids:
                 run = await tx.runs.get(run_id)
                 t = await tx.threads.get(run_id)
@@ -180,7 +182,7 @@ async def test_a_crash_between_post_and_record_leaves_no_orphan_and_no_repeat(
         db_url, tmp_path, monkeypatch, posts):
     async with world(db_url, tmp_path) as w:
         run_id = await w.steps(4)
-        crashed = crash_recording_after(w, w.engine.db, posts, monkeypatch)
+        crashed = crash_recording_after(w, parts(w.engine).db, posts, monkeypatch)
 
         async def has_crashed() -> bool:
             return crashed()
@@ -279,8 +281,7 @@ async def test_a_card_links_the_thread_where_it_is_now_and_permalinks_stay_bound
         waiting = await w.refund()
         deliverer = delivery.SlackDeliverer(w.engine, w.followers[0].client,
                                             channel="C_APPROVALS", ops_channel=OPS)
-        async with w.engine.db.read() as tx:
-            a = await tx.approvals.get(waiting.approval_ids[0])
+        a = await Rows.of(w.engine).approval(waiting.approval_ids[0])
         def p(ts: str) -> str:  # how a parent's permalink names it
             return f"/p{ts.replace('.', '')}"
 
@@ -394,7 +395,7 @@ async def test_a_notice_comes_after_the_approval_it_followed(sqlite_url, tmp_pat
                             channel_id=CHANNEL, message_ts=a.message_ts)
 
         async def told() -> list[str] | None:
-            async with h.engine.db.read() as tx:
+            async with parts(h.engine).db.read() as tx:
                 t = await tx.threads.get(paused.run_id)
                 run = await tx.runs.get(paused.run_id)
             if t is None or t.ts is None or run is None or run.status != "completed" \

@@ -21,7 +21,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from tests.helpers import Crash, crash
+from tests.helpers import Crash, crash, parts
 from tests.integration.slack_harness import CHANNEL, TASK, harness, wait_for
 from tests.unit.test_attempts import Provider, pay_agent
 
@@ -252,7 +252,7 @@ async def test_tracing_off_records_nothing(make_engine, exported,
     # whatever asks OpenTelemetry for its global provider gets the test's one
     monkeypatch.setattr(trace, "get_tracer_provider", lambda: provider)
     engine = make_engine()
-    assert type(engine.tracer) is Tracer and not engine.tracer.enabled
+    assert type(parts(engine).tracer) is Tracer and not parts(engine).tracer.enabled
     outcome = await engine.run("demo-refund", TASK, requested_by="U_DANA")
     assert isinstance(outcome, Paused)
     await engine.decide(outcome.approval_ids[0], actor=Actor("U_ALICE", "slack"),

@@ -19,6 +19,7 @@ from approvald.runtime.decide import Actor
 from approvald.runtime.vocabulary import WORDS, OutcomeName
 from sqlalchemy import text
 
+from tests.helpers import parts
 from tests.integration.slack_harness import Harness, wait_for
 from tests.integration.web_helpers import (
     Browser,
@@ -31,7 +32,7 @@ from tests.integration.web_helpers import (
 
 
 async def audit(h: Harness, action: str) -> list[Any]:
-    async with h.engine.db.read() as tx:
+    async with parts(h.engine).db.read() as tx:
         return [e for e in await tx.audit.query() if e.action == action]
 
 
@@ -40,7 +41,7 @@ async def refusals(h: Harness) -> list[dict[str, Any]]:
 
 
 async def sql(h: Harness, query: str) -> list[tuple[Any, ...]]:
-    async with h.engine.db.read() as tx:
+    async with parts(h.engine).db.read() as tx:
         return [tuple(r) for r in await tx.conn.execute(text(query))]
 
 
@@ -815,7 +816,7 @@ async def test_a_mailed_request_is_followed_in_its_thread(db_url: str,
         await wait_for(lambda: _no_mail_in_flight(h), what="the drain to mark its mail")
 
         clock.advance(timedelta(minutes=31))
-        swept = await h.engine.expiry.sweep()
+        swept = await h.engine.sweep()
         assert swept.reminded == [aid]
         await wait_for(lambda: len(inbox.messages) == 2, what="the reminder mail")
         reminder = inbox.messages[1]
@@ -827,7 +828,7 @@ async def test_a_mailed_request_is_followed_in_its_thread(db_url: str,
         await wait_for(lambda: _no_mail_in_flight(h), what="the drain to mark its mail")
 
         clock.advance(timedelta(minutes=30))
-        swept = await h.engine.expiry.sweep()
+        swept = await h.engine.sweep()
         [(_, new_id)] = swept.escalated
         await wait_for(lambda: len(inbox.messages) == 4, what="the escalation's mails")
         [told] = [m for m in inbox.messages[2:] if m["In-Reply-To"]]
@@ -857,7 +858,7 @@ async def test_a_mailed_request_is_followed_in_its_thread(db_url: str,
         # flight would let another drain take the row over and send it again)
         await wait_for(lambda: _no_mail_in_flight(h), what="the drain to mark its mails")
         clock.advance(timedelta(hours=2))
-        await h.engine.expiry.sweep()
+        await h.engine.sweep()
         await h.service.drain.drain_once()
         assert len(inbox.messages) == 5, [(m["Subject"], m["X-Envelope-To"], _text(m)[:300])
                                           for m in inbox.messages]
@@ -937,7 +938,7 @@ async def test_a_request_that_fell_back_to_mail_is_reminded_and_escalated_by_mai
         await wait_for(lambda: _no_mail_in_flight(h), what="the drain to mark its mail")
 
         clock.advance(timedelta(minutes=25))
-        assert (await h.engine.expiry.sweep()).reminded == [aid]
+        assert (await h.engine.sweep()).reminded == [aid]
         await wait_for(lambda: len(inbox.messages) == 2, what="the reminder mail")
         reminder = inbox.messages[1]
         assert reminder["In-Reply-To"] == first["Message-ID"]
@@ -946,7 +947,7 @@ async def test_a_request_that_fell_back_to_mail_is_reminded_and_escalated_by_mai
         await wait_for(lambda: _no_mail_in_flight(h), what="the drain to mark its mail")
 
         clock.advance(timedelta(minutes=31))
-        [(_, new_id)] = (await h.engine.expiry.sweep()).escalated
+        [(_, new_id)] = (await h.engine.sweep()).escalated
         await wait_for(lambda: len(inbox.messages) == 4, what="the escalation's mails")
         [bobs] = [m for m in inbox.messages[2:] if not m["In-Reply-To"]]
         assert bobs["X-Envelope-To"] == "bob@example.com"

@@ -22,7 +22,7 @@ from approvald.runtime.outbox_kinds import DEAD_REPORT, WEBHOOK
 from approvald.runtime.webhook_hosts import WebhookHosts
 from approvald.store.records import OutboxRecord
 
-from tests.helpers import InProcessCli
+from tests.helpers import InProcessCli, Rows, create_token, parts
 from tests.integration.slack_harness import Harness, harness
 from tests.integration.test_http_api import SECRET, api, base, policy_file, receiver, verify
 
@@ -49,8 +49,7 @@ class StaticResolver(AbstractResolver):
 
 
 async def rows(h: Harness, kind: str) -> list[OutboxRecord]:
-    async with h.engine.db.read() as tx:
-        found: list[OutboxRecord] = await tx.outbox.recent(kind=kind)
+    found: list[OutboxRecord] = await Rows.of(h.engine).outbox(kind)
     return found
 
 
@@ -98,10 +97,9 @@ async def test_serve_refuses_at_delivery_what_a_name_resolves_to(db_url: str,
             # one good and one link-local answer: only the good one is used
             "mixed.corp.test": ["169.254.169.254", "127.0.0.1"]})
         h.service.api.webhooks.resolver = lambda: dns
-        token = await api_tokens.create(
-            h.engine.db, h.engine.clock, api_tokens.WebhookKeys(SECRET), h.engine.audit,
-            "resolver-bot", created_by="test", via="test", tools="*",
-            webhook_hosts=h.service.api.webhook_hosts)
+        token = await create_token(
+            h.engine, api_tokens.WebhookKeys(SECRET), "resolver-bot", created_by="test",
+            via="test", tools="*", webhook_hosts=h.service.api.webhook_hosts)
 
         cases = [(f"http://hooks.test:{hook_port}/hook", "169.254.169.254 is a link-local "
                   "address (cloud metadata lives there): webhooks never go there"),
@@ -146,25 +144,22 @@ async def test_a_webhook_allowed_when_made_is_checked_again_when_delivered(
         assert h.service.slack is not None
         then = WebhookHosts.from_setting("127.0.0.1, hooks.example.com")
         keys = api_tokens.WebhookKeys(SECRET)
-        gone = await api_tokens.create(h.engine.db, h.engine.clock, keys, h.engine.audit,
-                                       "narrowed", created_by="test", via="test", tools="*",
-                                       webhook_hosts=then,
-                                       webhook_url="https://hooks.example.com/approvald")
-        own = await api_tokens.create(h.engine.db, h.engine.clock, keys, h.engine.audit,
-                                      "own-port", created_by="test", via="test", tools="*",
-                                      webhook_hosts=then,
-                                      webhook_url=f"http://127.0.0.1:{h.service.slack.port}"
-                                                  "/slack/events")
+        gone = await create_token(h.engine, keys, "narrowed", created_by="test", via="test",
+                                  tools="*", webhook_hosts=then,
+                                  webhook_url="https://hooks.example.com/approvald")
+        own = await create_token(h.engine, keys, "own-port", created_by="test", via="test",
+                                 tools="*", webhook_hosts=then,
+                                 webhook_url=f"http://127.0.0.1:{h.service.slack.port}"
+                                           "/slack/events")
         row = await decided_webhook(h, http, gone.token)
         assert row.status == "dead" and "hooks.example.com is not in " \
             "APPROVALD_WEBHOOK_HOSTS" in (row.last_error or ""), row.last_error
         row = await decided_webhook(h, http, own.token)
         assert row.status == "dead" and "approvald's own listener" in (row.last_error or "")
         # the allowlisted loopback receiver, named exactly, gets its webhook
-        ok = await api_tokens.create(h.engine.db, h.engine.clock, keys, h.engine.audit,
-                                     "receiver", created_by="test", via="test", tools="*",
-                                     webhook_url=hook.url,
-                                     webhook_hosts=h.service.api.webhook_hosts)
+        ok = await create_token(h.engine, keys, "receiver", created_by="test", via="test",
+                                tools="*", webhook_url=hook.url,
+                                webhook_hosts=h.service.api.webhook_hosts)
         row = await decided_webhook(h, http, ok.token)
         assert row.status == "delivered", row.last_error
         assert verify(ok.webhook_secret, hook.calls[0])["status"] == "approved"
@@ -214,9 +209,8 @@ async def test_the_http_api_refuses_a_request_naming_a_webhook_not_allowed(
                        APPROVALD_WEBHOOK_HOSTS="hooks.example.com, 127.0.0.1") as h, \
             aiohttp.ClientSession() as http:
         assert h.service.slack is not None
-        token = await api_tokens.create(h.engine.db, h.engine.clock,
-                                        api_tokens.WebhookKeys(SECRET), h.engine.audit, "asker",
-                                        created_by="test", via="test", tools="*")
+        token = await create_token(h.engine, api_tokens.WebhookKeys(SECRET), "asker",
+                                   created_by="test", via="test", tools="*")
         for url, words in [("http://169.254.169.254/latest/meta-data/", "link-local"),
                            ("https://evil.example.net/x", "not in APPROVALD_WEBHOOK_HOSTS"),
                            (f"http://127.0.0.1:{h.service.slack.port}/slack/events",
@@ -226,5 +220,5 @@ async def test_the_http_api_refuses_a_request_naming_a_webhook_not_allowed(
                                      "webhook_url": url})
             assert status == 403 and words in doc["error"]["message"], doc
             assert doc["error"]["code"] == "webhook_not_allowed"
-        async with h.engine.db.read() as tx:
+        async with parts(h.engine).db.read() as tx:
             assert await tx.approvals.recent() == []  # nothing was asked

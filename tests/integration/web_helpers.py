@@ -24,6 +24,7 @@ from aiosmtpd.controller import Controller
 from approvald.runtime.clock import Clock
 from approvald.runtime.errors import ConfigError
 
+from tests.helpers import parts
 from tests.integration.slack_harness import Harness, harness, wait_for
 
 EMAILS = {"U_ALICE": "alice@example.com", "U_DANA": "dana@example.com",
@@ -267,7 +268,7 @@ async def refusal_tally(h: Harness) -> Counter[str]:
     """Every refusal of the review queue so far, by reason: audited one by one (someone
     known), folded into a minute's count (someone unknown), or still being counted."""
     tally: Counter[str] = Counter()
-    async with h.engine.db.read() as tx:
+    async with parts(h.engine).db.read() as tx:
         for e in await tx.audit.query():
             if e.action == "web_refused":
                 details = json.loads(e.details)

@@ -26,7 +26,7 @@ async def edited_quorum(make_engine, ledger_path, db):
     two on the edited arguments."""
     engine = engine_with(make_engine, ledger_path, approvers=["U_ALICE", "U_BOB", "U_CAROL"],
                          quorum=2)
-    engine.audit.key = KEY
+    engine.use_audit_key(KEY)
     paused = await engine.run("demo-refund", TASK, requested_by=DANA)
     aid = paused.approval_ids[0]
     a = await Rows(db).approval(aid)
@@ -98,10 +98,10 @@ async def test_a_forged_verdict_is_named(make_engine, ledger_path, db):
 
 async def standing(make_engine, ledger_path, db):
     engine = engine_with(make_engine, ledger_path, approvers=["U_ALICE", "U_BOB"])
-    engine.audit.key = KEY
+    engine.use_audit_key(KEY)
     paused = await engine.run("demo-refund", "Refund order A-1001: $30", requested_by=DANA)
     a = await Rows(db).approval(paused.approval_ids[0])
-    s, _ = await engine.standing.grant(
+    s, _ = await engine.grant_standing(
         a.id, actor=ALICE, window=timedelta(minutes=30),
         scope=scope_for(a, "condition", when="args.amount_cents <= 5000"))
     return engine, s

@@ -15,10 +15,11 @@ from pathlib import Path
 from approvald.runtime import audit
 from approvald.runtime.audit import AuditKey
 from approvald.runtime.audit_file import verify_export
-from approvald.runtime.batch import Target, decide_each
+from approvald.runtime.batch import Target
 from approvald.runtime.decide import Actor
 from approvald.runtime.policy import Rung, load_policy_file
 
+from tests.helpers import parts
 from tests.unit.test_decisions import ALICE, DANA, approval, engine_with
 
 SECRET = "audit-key-kept-in-a-vault-0123456789"
@@ -39,22 +40,21 @@ async def test_six_questions_from_one_export_file_and_the_key(make_engine, ledge
         make_engine, ledger_path, policy_file=load_policy_file(policy_path),
         approvers=["U_ALICE"], ttl="30m", reminders=["50%"], on_expire="escalate",
         escalate=[Rung(approvers=["U_CFO", "U_CAROL"], quorum=2, ttl="1h")])
-    engine.audit.key = KEY
+    engine.use_audit_key(KEY)
     await engine.note_policy()
     paused = await engine.run("demo-refund", "Refund order A-1001, customer was double charged",
                               requested_by=DANA)
     first = paused.approval_ids[0]
     clock.advance(timedelta(minutes=16))
-    await engine.expiry.sweep()  # a reminder to Alice
+    await engine.sweep()  # a reminder to Alice
     clock.advance(timedelta(minutes=15))
-    swept = await engine.expiry.sweep()  # silence: escalated to the CFO and Carol
+    swept = await engine.sweep()  # silence: escalated to the CFO and Carol
     [(_, second)] = swept.escalated
     a = await approval(db, second)
     edited = {**a.args_value(), "amount_cents": 1000}
     await engine.decide(second, actor=CFO, verdict="edit", args=edited,
                         reason="only the duplicate charge")
-    [outcome] = await decide_each(engine.decisions, [Target(second)], actor=CAROL,
-                                  verdict="approve")
+    [outcome] = await engine.decide_each([Target(second)], actor=CAROL, verdict="approve")
     assert outcome.decision is not None and outcome.decision.outcome == "approved"
     await engine.advance(paused.run_id)
     assert (await audit.verify(db, keys=[KEY])).ok
@@ -136,22 +136,22 @@ async def test_a_standing_use_is_never_recorded_before_its_request(make_engine, 
     a = await approval(db, paused.approval_ids[0])
     from approvald.runtime.scope import scope_for
 
-    await engine.standing.grant(a.id, actor=ALICE, window=timedelta(minutes=30),
+    await engine.grant_standing(a.id, actor=ALICE, window=timedelta(minutes=30),
                                 scope=scope_for(a, "condition", when="true"))
     await engine.advance(paused.run_id)
     # the clock ticks between the use's decision and its request being stamped
-    original = engine.clock.now
+    original = parts(engine).clock.now
     ticks = iter(range(1000))
 
     def ticking():
         return original() + timedelta(milliseconds=next(ticks))
 
-    engine.clock.now = ticking  # type: ignore[method-assign]
+    parts(engine).clock.now = ticking  # type: ignore[method-assign]
     try:
         again = await engine.run("demo-refund", "Refund order A-1001: $20", requested_by=DANA)
         await engine.advance(again.run_id)
     finally:
-        engine.clock.now = original  # type: ignore[method-assign]
+        parts(engine).clock.now = original  # type: ignore[method-assign]
     async with db.read() as tx:
         entries = await tx.audit.query()
     times = [e.at for e in entries]

@@ -31,7 +31,7 @@ async def test_an_approval_to_its_completed_run(db: Database, tmp_path: Path,
         paused = await engine.run("demo-refund", f"Refund order A-100{i}, customer was "
                                   "double charged", requested_by="U_DANA")
         assert isinstance(paused, Paused)
-        approval = await engine.decider.get(paused.approval_ids[0])
+        approval = await engine.approval(paused.approval_ids[0])
         window = statements.during()
         await engine.decide(approval.id, actor=Actor("U_ALICE", "slack"), verdict="approve",
                             token=card_token(approval))

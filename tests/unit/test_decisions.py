@@ -30,7 +30,7 @@ from approvald.runtime.state import ToolMessage
 from approvald.runtime.tools import ToolContext, tool
 
 from tests.conftest import SIGNER, ledger_lines
-from tests.helpers import Rows
+from tests.helpers import Rows, parts
 
 ALICE = Actor("U_ALICE", "slack")
 BOB = Actor("U_BOB", "slack")
@@ -133,7 +133,7 @@ async def test_the_modal_preflight_refuses_an_expired_request(make_engine, db, c
     clock.advance(5)
     a = await approval(db, aid)
     with pytest.raises(DecisionRefused) as refused:
-        engine.decider.check_open(a, card_token(a))
+        parts(engine).decider.check_open(a, card_token(a))
     assert refused.value.reason == "expired"
 
 
@@ -150,7 +150,7 @@ async def test_a_relaxed_policy_never_runs_a_refused_call(make_engine, db, clock
                             token=card_token(await approval(db, aid)))
     else:
         clock.advance(timedelta(hours=1))
-        await engine.expiry.sweep()
+        await engine.sweep()
     # someone relaxes the tool to `auto` in the policy file and restarts before the resume
     relaxed = PolicyFile.model_validate({"tools": {"issue_refund": {"policy": "auto"}}})
     restarted = engine_with(make_engine, ledger_path, policy_file=relaxed)

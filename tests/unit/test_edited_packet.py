@@ -26,6 +26,7 @@ from approvald.runtime.policy import ApprovalPolicy, PolicyFile
 from slack_sdk.models.blocks import Block
 
 from tests.conftest import SIGNER
+from tests.helpers import create_token, parts
 
 ALICE = Actor("U_ALICE", "slack")
 TASK = "Refund order A-1001, customer was double charged"
@@ -71,7 +72,7 @@ def refund_engine(make_engine, ledger_path, **policy: Any):
 
 
 async def requests(engine, run_id: str) -> list[Any]:
-    async with engine.db.read() as tx:
+    async with parts(engine).db.read() as tx:
         return list(await tx.approvals.for_run(run_id))
 
 
@@ -107,7 +108,7 @@ async def test_an_edited_request_escalated_to_the_next_rung_keeps_the_edits_impa
     [aid] = paused.approval_ids
     await engine.decide(aid, actor=ALICE, verdict="edit", args=EDIT)
     clock.advance(timedelta(minutes=11))
-    await engine.expiry.sweep()
+    await engine.sweep()
     old, new = await requests(engine, paused.run_id)
     assert (old.status, new.status, new.rung) == ("superseded", "pending", 1)
     # the next rung is asked about the arguments as they stand: the edit
@@ -126,11 +127,9 @@ POLICY = PolicyFile.model_validate({"tools": {
 async def test_an_edited_external_request_labels_the_callers_words(
         make_engine, clock: ManualClock) -> None:
     engine = make_engine(policy=POLICY)
-    made = await api_tokens.create(engine.db, engine.clock,
-                                   api_tokens.WebhookKeys("approvald-test-secret-0123456789"),
-                                   engine.audit, "bot", created_by="test", via="test",
-                                   tools="*")
-    doc, _ = await engine.external.create(made.record, NewRequest(
+    made = await create_token(engine, api_tokens.WebhookKeys("approvald-test-secret-0123456789"),
+                              "bot", created_by="test", via="test", tools="*")
+    doc, _ = await engine.open_request(made.record, NewRequest(
         tool="refund_card", args={"order": "A-1001", "cents": 4200}, requested_by="U_DANA",
         packet={"doing": "Refunding the duplicate charge, $42.00.",
                                       "impact": "$42.00 back to the customer's card"}))

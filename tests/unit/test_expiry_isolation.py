@@ -64,7 +64,7 @@ async def test_an_escalation_that_cannot_be_computed_expires_alone(
     await endless_rung(db, bad_id)
     clock.advance(timedelta(minutes=31))
 
-    swept = await engine.expiry.sweep(only=[bad_id, good_id] if only else None)
+    swept = await engine.sweep(only=[bad_id, good_id] if only else None)
 
     # the ordinary request escalates as it always did
     [(old, new)] = swept.escalated
@@ -87,7 +87,7 @@ async def test_an_escalation_that_cannot_be_computed_expires_alone(
 
     # settled for good: the next sweeps neither fail nor log it again
     clock.advance(timedelta(minutes=1))
-    again = await engine.expiry.sweep()
+    again = await engine.sweep()
     assert again.expired == [] and again.escalated == []
     assert len(logged(caplog, bad_id)) == 1
     # the run hears "expired", and the refund never runs (silence never approves)
@@ -114,7 +114,7 @@ async def test_a_reminder_that_cannot_be_computed_stops_alone(
                  next_reminder_at=requested_at + timedelta(minutes=1))
     clock.advance(timedelta(minutes=15))
 
-    swept = await engine.expiry.sweep()
+    swept = await engine.sweep()
 
     assert swept.reminded == [good_id]  # the ordinary request is reminded as usual
     async with db.read() as tx:
@@ -125,12 +125,12 @@ async def test_a_reminder_that_cannot_be_computed_stops_alone(
     failed = json.loads(entries[1].details)
     assert failed["during"] == "reminder" and failed["error"]
     assert len(logged(caplog, bad_id)) == 1
-    assert (await engine.expiry.sweep()).reminded == []
+    assert (await engine.sweep()).reminded == []
     assert len(logged(caplog, bad_id)) == 1
 
     # at its expiry it cannot be escalated either (its ladder is unreadable): it expires
     clock.advance(timedelta(minutes=16))
-    swept = await engine.expiry.sweep()
+    swept = await engine.sweep()
     assert swept.expired == [bad_id] and [o for o, _ in swept.escalated] == [good_id]
     assert [e.action for e in await trail(db, bad_id)] == [
         "requested", "failed", "failed", "expired"]

@@ -21,7 +21,7 @@ from approvald.runtime.outbox_kinds import CARD_POST, WEBHOOK
 from approvald.runtime.policy import PolicyFile
 from approvald.runtime.webhook_hosts import WebhookHosts
 
-from tests.helpers import Rows, follow_up
+from tests.helpers import Rows, create_token, follow_up, parts
 
 KEYS = api_tokens.WebhookKeys("approvald-test-secret-0123456789")
 ALICE = Actor("U_ALICE", "cli:test")
@@ -38,11 +38,11 @@ POLICY = PolicyFile.model_validate({"tools": {
 async def setup(make_engine: Callable[..., Engine], *, webhook: bool = True
                 ) -> tuple[Engine, Any]:
     engine = make_engine(policy=POLICY)
-    made = await api_tokens.create(engine.db, engine.clock, KEYS, engine.audit, "bot",
-                                   created_by="test", via="test", tools="*",
-                                   webhook_url="https://hooks.example/approvald"
-                                   if webhook else None,
-                                   webhook_hosts=WebhookHosts.from_setting("hooks.example"))
+    made = await create_token(engine, KEYS, "bot",
+                              created_by="test", via="test", tools="*",
+                              webhook_url="https://hooks.example/approvald"
+                              if webhook else None,
+                              webhook_hosts=WebhookHosts.from_setting("hooks.example"))
     return engine, made.record
 
 
@@ -56,10 +56,10 @@ async def approval(engine: Engine, request_id: str) -> Any:
 
 async def test_a_request_is_a_run_no_worker_advances(make_engine, clock: ManualClock) -> None:
     engine, token = await setup(make_engine)
-    doc, new = await engine.external.create(token, NewRequest(
+    doc, new = await engine.open_request(token, NewRequest(
         tool="deploy", args={"service": "api"}, requested_by="U_DANA"))
     assert new and doc["status"] == "pending" and doc["id"].startswith("x")
-    async with engine.db.write() as tx:
+    async with parts(engine).db.write() as tx:
         run = await tx.runs.get(doc["id"])
         claimed = await tx.runs.claim_runnable(owner="w", now=clock.now(), limit=10,
                                                until=clock.now() + timedelta(seconds=30))
@@ -68,7 +68,7 @@ async def test_a_request_is_a_run_no_worker_advances(make_engine, clock: ManualC
     a = await approval(engine, doc["id"])
     decision = await engine.decide(a.id, actor=ALICE, verdict="approve")
     assert decision.outcome == "approved" and not decision.run_ready  # nothing to resume
-    assert (await engine.external.get(token, doc["id"]))["status"] == "approved"
+    assert (await engine.request_document(token, doc["id"]))["status"] == "approved"
     await follow_up(engine)  # the drain follows the decision up: its webhook
     [hook] = await rows(engine, WEBHOOK)
     assert hook.payload_value()["document"]["decision"]["decided_by"] == "U_ALICE"
@@ -76,29 +76,29 @@ async def test_a_request_is_a_run_no_worker_advances(make_engine, clock: ManualC
         await engine.decide(a.id, actor=ALICE, verdict="deny", reason="too late")
     await follow_up(engine)
     assert len(await rows(engine, WEBHOOK)) == 1
-    async with engine.db.read() as tx:
+    async with parts(engine).db.read() as tx:
         assert (await tx.runs.get(doc["id"])).status == "external"  # until its report
 
 
 async def test_a_report_is_for_the_approved_digest_once(make_engine) -> None:
     engine, token = await setup(make_engine)
-    doc, _ = await engine.external.create(token, NewRequest(
+    doc, _ = await engine.open_request(token, NewRequest(
         tool="deploy", args={"service": "api"}, requested_by="U_DANA"))
     with pytest.raises(ExternalError, match="pending"):
-        await engine.external.report(token, doc["id"], Report("succeeded", doc["args_digest"]))
+        await engine.report_request(token, doc["id"], Report("succeeded", doc["args_digest"]))
     a = await approval(engine, doc["id"])
     await engine.decide(a.id, actor=ALICE, verdict="edit", args={"service": "api", "n": 2})
-    done = await engine.external.get(token, doc["id"])
+    done = await engine.request_document(token, doc["id"])
     assert done["status"] == "approved" and done["effective_args"] == {"service": "api", "n": 2}
     with pytest.raises(ExternalError) as wrong:
-        await engine.external.report(token, doc["id"], Report("succeeded", doc["args_digest"]))
+        await engine.report_request(token, doc["id"], Report("succeeded", doc["args_digest"]))
     assert wrong.value.code == "digest_mismatch"
     rep = Report("succeeded", done["effective_digest"], result={"ok": True})
-    first, new = await engine.external.report(token, doc["id"], rep)
-    again, repeated = await engine.external.report(token, doc["id"], rep)
+    first, new = await engine.report_request(token, doc["id"], rep)
+    again, repeated = await engine.report_request(token, doc["id"], rep)
     assert (new, repeated) == (True, False) and first == again
     assert first["result"]["result"] == {"ok": True}
-    async with engine.db.read() as tx:
+    async with parts(engine).db.read() as tx:
         ledger = await tx.executions.get(doc["id"], external.CALL_ID)
         run = await tx.runs.get(doc["id"])
     assert ledger.status == "succeeded"
@@ -109,32 +109,32 @@ async def test_a_report_is_for_the_approved_digest_once(make_engine) -> None:
 async def test_escalation_keeps_it_open_and_silence_ends_it(make_engine,
                                                           clock: ManualClock) -> None:
     engine, token = await setup(make_engine)
-    doc, _ = await engine.external.create(token, NewRequest(
+    doc, _ = await engine.open_request(token, NewRequest(
         tool="rotate_key", args={"key": "k1"}, requested_by="U_DANA"))
     first = doc["approval_id"]
     clock.advance(timedelta(minutes=11))
-    await engine.expiry.sweep()
-    now = await engine.external.get(token, doc["id"])
+    await engine.sweep()
+    now = await engine.request_document(token, doc["id"])
     assert now["status"] == "pending" and now["approval_id"] != first  # the next rung asks
     await follow_up(engine)
     assert await rows(engine, WEBHOOK) == []
     clock.advance(timedelta(hours=2))
-    await engine.expiry.sweep()
-    ended = await engine.external.get(token, doc["id"])
+    await engine.sweep()
+    ended = await engine.request_document(token, doc["id"])
     assert ended["status"] == "expired" and ended["decision"]["verdict"] == "expired"
     await follow_up(engine)
     [hook] = await rows(engine, WEBHOOK)
     assert hook.payload_value()["document"]["status"] == "expired"
-    async with engine.db.read() as tx:
+    async with parts(engine).db.read() as tx:
         assert (await tx.runs.get(doc["id"])).status == "completed"
 
 
 async def test_cancelling_its_run_cancels_it(make_engine) -> None:
     engine, token = await setup(make_engine)
-    doc, _ = await engine.external.create(token, NewRequest(
+    doc, _ = await engine.open_request(token, NewRequest(
         tool="deploy", args={"service": "api"}, requested_by="U_DANA"))
     assert await engine.cancel(doc["id"], actor=ALICE, reason="wrong window") == "cancelled"
-    ended = await engine.external.get(token, doc["id"])
+    ended = await engine.request_document(token, doc["id"])
     assert ended["status"] == "cancelled" and ended["decision"]["reason"] == "wrong window"
     await follow_up(engine)
     assert len(await rows(engine, WEBHOOK)) == 1
@@ -142,10 +142,10 @@ async def test_cancelling_its_run_cancels_it(make_engine) -> None:
 
 async def test_the_rules_choose_and_an_edit_stays_in_its_band(make_engine) -> None:
     engine, token = await setup(make_engine, webhook=False)
-    auto, _ = await engine.external.create(token, NewRequest(
+    auto, _ = await engine.open_request(token, NewRequest(
         tool="refund_card", args={"cents": 1500}, requested_by="U_DANA"))
     assert auto["status"] == "approved" and auto["decision"]["verdict"] == "auto"
-    mid, _ = await engine.external.create(token, NewRequest(
+    mid, _ = await engine.open_request(token, NewRequest(
         tool="refund_card", args={"cents": 50_000}, requested_by="U_DANA"))
     a = await approval(engine, mid["id"])
     for cents in (1000, 500_000):  # into auto, into the two-person band: both refused
@@ -153,8 +153,8 @@ async def test_the_rules_choose_and_an_edit_stays_in_its_band(make_engine) -> No
             await engine.decide(a.id, actor=ALICE, verdict="edit", args={"cents": cents})
         assert refused.value.reason == "rule_changed"
     await engine.decide(a.id, actor=ALICE, verdict="edit", args={"cents": 40_000})
-    assert (await engine.external.get(token, mid["id"]))["effective_args"] == {"cents": 40_000}
-    big, _ = await engine.external.create(token, NewRequest(
+    assert (await engine.request_document(token, mid["id"]))["effective_args"] == {"cents": 40_000}
+    big, _ = await engine.open_request(token, NewRequest(
         tool="refund_card", args={"cents": 500_000}, requested_by="U_DANA"))
     assert (await approval(engine, big["id"])).quorum == 2
     assert await rows(engine, WEBHOOK) == []  # neither the token nor the requests name a URL
@@ -163,18 +163,18 @@ async def test_the_rules_choose_and_an_edit_stays_in_its_band(make_engine) -> No
 async def test_a_waiter_wakes_on_a_decision_in_this_process(make_engine, monkeypatch) -> None:
     monkeypatch.setattr(external, "POLL", 60.0)  # no polling: only the wake-up can end it
     engine, token = await setup(make_engine)
-    doc, _ = await engine.external.create(token, NewRequest(
+    doc, _ = await engine.open_request(token, NewRequest(
         tool="deploy", args={"service": "api"}, requested_by="U_DANA"))
-    waiting = asyncio.ensure_future(engine.external.wait(token, doc["id"], seconds=30))
+    waiting = asyncio.ensure_future(engine.wait_request(token, doc["id"], seconds=30))
     await asyncio.sleep(0.05)
     assert not waiting.done()
     await engine.decide(doc["approval_id"], actor=ALICE, verdict="deny", reason="no")
     told = await asyncio.wait_for(waiting, 5)
     assert told["status"] == "denied" and told["decision"]["reason"] == "no"
     stop = asyncio.Event()
-    other, _ = await engine.external.create(token, NewRequest(
+    other, _ = await engine.open_request(token, NewRequest(
         tool="deploy", args={"service": "web"}, requested_by="U_DANA"))
-    waiting = asyncio.ensure_future(engine.external.wait(token, other["id"], seconds=30,
+    waiting = asyncio.ensure_future(engine.wait_request(token, other["id"], seconds=30,
                                                          stop=stop))
     await asyncio.sleep(0.05)
     stop.set()  # a stopping server answers its long polls at once
@@ -183,13 +183,13 @@ async def test_a_waiter_wakes_on_a_decision_in_this_process(make_engine, monkeyp
 
 async def test_an_answer_of_the_policy_is_told_too(make_engine) -> None:
     engine, token = await setup(make_engine)
-    auto, _ = await engine.external.create(token, NewRequest(
+    auto, _ = await engine.open_request(token, NewRequest(
         tool="refund_card", args={"cents": 100}, requested_by="U_DANA"))
     [hook] = await rows(engine, WEBHOOK)
     told = hook.payload_value()["document"]
     assert (told["id"], told["status"], told["decision"]["decided_by"]) == (
         auto["id"], "approved", "policy")
-    async with engine.db.read() as tx:
+    async with parts(engine).db.read() as tx:
         entries = [e.action for e in await tx.audit.query(run_id=auto["id"])]
     assert entries == ["requested", "approved"]
 
@@ -202,26 +202,26 @@ async def test_a_tightened_wait_never_hands_an_escalating_request_to_the_next_ru
     nothing is asked; the same wait on a policy that cancels is taken."""
     engine, token = await setup(make_engine)
     with pytest.raises(IntakeError) as refused:
-        await engine.external.create(token, NewRequest(
+        await engine.open_request(token, NewRequest(
             tool="rotate_key", args={"key": "k1"}, requested_by="U_DANA",
             tighten=Tighten(ttl=timedelta(seconds=1))))
     assert refused.value.code == "looser_than_policy"
     assert refused.value.field == "tighten.ttl" and "next rung" in str(refused.value)
-    async with engine.db.read() as tx:
+    async with parts(engine).db.read() as tx:
         assert await tx.approvals.recent() == []
     # the operator's own wait, restated, changes nothing and is taken
-    doc, _ = await engine.external.create(token, NewRequest(
+    doc, _ = await engine.open_request(token, NewRequest(
         tool="rotate_key", args={"key": "k2"}, requested_by="U_DANA",
         tighten=Tighten(ttl=timedelta(minutes=10))))
     clock.advance(timedelta(minutes=9))
-    await engine.expiry.sweep()
+    await engine.sweep()
     a = await approval(engine, doc["id"])
     assert (a.status, a.rung, a.approvers_value()) == ("pending", 0, ["U_ALICE"])
     # on a policy that cancels, a shorter wait is stricter: taken
-    short, _ = await engine.external.create(token, NewRequest(
+    short, _ = await engine.open_request(token, NewRequest(
         tool="deploy", args={"service": "api"}, requested_by="U_DANA",
         tighten=Tighten(ttl=timedelta(seconds=1))))
     assert short["status"] == "pending"
     clock.advance(timedelta(seconds=2))
-    await engine.expiry.sweep()
-    assert (await engine.external.get(token, short["id"]))["status"] == "expired"
+    await engine.sweep()
+    assert (await engine.request_document(token, short["id"]))["status"] == "expired"

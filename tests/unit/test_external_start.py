@@ -8,7 +8,6 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from approvald.runtime import api_tokens
 from approvald.runtime.canonical import call_digest
 from approvald.runtime.clock import ManualClock
 from approvald.runtime.decide import Actor
@@ -17,6 +16,8 @@ from approvald.runtime.external import CALL_ID, ExternalError, NewRequest, Repor
 from approvald.runtime.intake import Source
 from approvald.runtime.policy import PolicyFile
 
+from tests.helpers import parts
+
 POLICY = PolicyFile.model_validate({"tools": {
     "mcp:test/deploy": {"approvers": ["U_ALICE"], "ttl": "30m"}}})
 
@@ -24,15 +25,14 @@ POLICY = PolicyFile.model_validate({"tools": {
 async def opened(make_engine: Callable[..., Engine]) -> tuple[Engine, Any, dict[str, Any]]:
     engine = make_engine(policy=POLICY)
     # the credential an MCP gateway named "test" makes its requests under
-    token = await api_tokens.own_credential(engine.db, engine.clock, engine.audit,
-                                            Source("mcp", "test"))
-    doc, _ = await engine.external.create(token, NewRequest(
+    token = await engine.caller_credential(Source("mcp", "test"))
+    doc, _ = await engine.open_request(token, NewRequest(
         tool="deploy", args={"service": "api"}, requested_by="U_DANA"))
     return engine, token, doc
 
 
 async def approve(engine: Engine, request_id: str) -> None:
-    async with engine.db.read() as tx:
+    async with parts(engine).db.read() as tx:
         a = current(await tx.approvals.for_run(request_id))
     assert a is not None
     await engine.decide(a.id, actor=Actor("U_ALICE", "cli:test"), verdict="approve")
@@ -43,35 +43,35 @@ async def test_start_records_the_intent_and_the_report_completes_it(
     engine, token, doc = await opened(make_engine)
     digest = doc["effective_digest"]
     with pytest.raises(ExternalError) as refused:  # not approved yet
-        await engine.external.start(token, doc["id"], args_digest=digest, owner="w1")
+        await engine.start_request(token, doc["id"], args_digest=digest, owner="w1")
     assert refused.value.code == "not_approved"
     await approve(engine, doc["id"])
     with pytest.raises(ExternalError) as refused:  # only the approved arguments run
-        await engine.external.start(token, doc["id"], args_digest=call_digest("deploy", {}),
+        await engine.start_request(token, doc["id"], args_digest=call_digest("deploy", {}),
                                     owner="w1")
     assert refused.value.code == "digest_mismatch"
 
-    await engine.external.start(token, doc["id"], args_digest=digest, owner="w1")
-    async with engine.db.read() as tx:
+    await engine.start_request(token, doc["id"], args_digest=digest, owner="w1")
+    async with parts(engine).db.read() as tx:
         intent = await tx.executions.get(doc["id"], CALL_ID)
     assert intent is not None and (intent.status, intent.owner) == ("started", "w1")
     with pytest.raises(ExternalError) as refused:  # a second attempt is never started
-        await engine.external.start(token, doc["id"], args_digest=digest, owner="w2")
+        await engine.start_request(token, doc["id"], args_digest=digest, owner="w2")
     assert refused.value.code == "already_started"
     assert refused.value.fields["owner"] == "w1"
 
     clock.advance(timedelta(seconds=2))
-    reported, new = await engine.external.report(
+    reported, new = await engine.report_request(
         token, doc["id"], Report("succeeded", digest, {"ok": True}))
     assert new and reported["result"]["status"] == "succeeded"
-    async with engine.db.read() as tx:
+    async with parts(engine).db.read() as tx:
         done = await tx.executions.get(doc["id"], CALL_ID)
         entries = await tx.audit.query(run_id=doc["id"])
     assert done is not None and done.status == "succeeded" and done.latency_ms == 2000
     assert done.started_at == intent.started_at  # the one row, completed
     assert [(e.action, e.via) for e in entries][-1] == ("executed", "mcp")
     with pytest.raises(ExternalError) as refused:
-        await engine.external.start(token, doc["id"], args_digest=digest, owner="w1")
+        await engine.start_request(token, doc["id"], args_digest=digest, owner="w1")
     assert refused.value.code == "already_reported"
 
 
@@ -80,6 +80,6 @@ async def test_a_cancelled_request_is_not_started(make_engine) -> None:
     await approve(engine, doc["id"])
     await engine.cancel(doc["id"], actor=Actor("cli:ops", "cli:ops"), reason="not today")
     with pytest.raises(ExternalError) as refused:
-        await engine.external.start(token, doc["id"], args_digest=doc["effective_digest"],
+        await engine.start_request(token, doc["id"], args_digest=doc["effective_digest"],
                                     owner="w1")
     assert refused.value.code == "cancelled" and "cancelled" in str(refused.value)

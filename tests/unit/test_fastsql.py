@@ -20,6 +20,7 @@ from sqlalchemy import Select, select, text
 from sqlalchemy import types as sa_types
 from sqlalchemy.exc import IntegrityError
 
+from tests.helpers import Rows, parts
 from tests.unit.test_decisions import card_token
 
 SQLITE_ONLY = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
@@ -82,14 +83,13 @@ async def test_every_planned_select_reads_what_sqlalchemy_reads(make_engine,
     paused = await engine.run("demo-refund", "Refund order A-1001, customer was double charged",
                               requested_by="U_DANA")
     assert isinstance(paused, Paused)
-    async with engine.db.read() as tx:
-        a = await tx.approvals.get(paused.approval_ids[0])
+    a = await Rows.of(engine).approval(paused.approval_ids[0])
     assert a is not None
     await engine.decide(a.id, actor=Actor("U_ALICE", "slack"), verdict="approve",
                         token=card_token(a))
     assert isinstance(await engine.advance(a.run_id), Completed)
     execs = None
-    async with engine.db.read() as tx:
+    async with parts(engine).db.read() as tx:
         execs = await tx.executions.for_run(a.run_id)
     call_id = next(iter(execs))
     params = {"aid": a.id, "rid": a.run_id, "cid": call_id, "since": 0, "d": a.digest,
@@ -99,10 +99,10 @@ async def test_every_planned_select_reads_what_sqlalchemy_reads(make_engine,
     selects = [p.stmt for p in fastsql._PREPARED.values() if isinstance(p.stmt, Select)]
     assert len(selects) >= 8
     compared = 0
-    async with engine.db.write() as tx:  # inside a transaction: every plan applies
+    async with parts(engine).db.write() as tx:  # inside a transaction: every plan applies
         conn = tx.runs.conn
         for stmt in selects:
-            binds = [bp for bp in stmt.compile(dialect=engine.db.engine.dialect)
+            binds = [bp for bp in stmt.compile(dialect=parts(engine).db.engine.dialect)
                      .binds.values() if bp.required]
             names = {bp.key for bp in binds}
             if not names <= params.keys() or any(

@@ -106,9 +106,9 @@ async def test_expiry_cancels_and_the_model_is_told(make_engine, clock, ledger_p
     engine = make_engine()
     outcome = await pause(engine)
     clock.advance(timedelta(minutes=29))
-    assert (await engine.expiry.sweep()).expired == []
+    assert (await engine.sweep()).expired == []
     clock.advance(timedelta(minutes=1))
-    swept = await engine.expiry.sweep()
+    swept = await engine.sweep()
     assert swept.expired == list(outcome.approval_ids)
     assert swept.runs_ready == {outcome.run_id}
     done = await engine.advance(outcome.run_id)
@@ -279,7 +279,7 @@ async def test_fifty_concurrent_decisions_racing_expiry_have_one_outcome(
         verdict = rnd.choice(["approve", "deny"])
         attempts.append(engine.decide(aid, actor=Actor(who, "slack"), verdict=verdict,
                                       reason="no" if verdict == "deny" else None))
-    attempts.append(engine.expiry.sweep())
+    attempts.append(engine.sweep())
     results = await asyncio.gather(*attempts, return_exceptions=True)
     accepted = [r for r in results[:-1] if not isinstance(r, BaseException)]
     decisions = [r for r in accepted if not r.repeated]
@@ -318,12 +318,12 @@ async def test_escalation_ladder_reminds_escalates_then_cancels(make_engine, db,
     old_token = SIGNER.token(a.id, a.token_nonce, a.digest)
 
     clock.advance(timedelta(minutes=15))
-    assert (await engine.expiry.sweep()).reminded == [first]
-    assert (await engine.expiry.sweep()).reminded == []  # once per reminder
+    assert (await engine.sweep()).reminded == [first]
+    assert (await engine.sweep()).reminded == []  # once per reminder
     clock.advance(timedelta(minutes=12))
-    assert (await engine.expiry.sweep()).reminded == [first]
+    assert (await engine.sweep()).reminded == [first]
     clock.advance(timedelta(minutes=3))
-    swept = await engine.expiry.sweep()
+    swept = await engine.sweep()
     assert swept.expired == [] and len(swept.escalated) == 1
     old, new = swept.escalated[0]
     assert old == first
@@ -347,9 +347,9 @@ async def test_escalation_ladder_reminds_escalates_then_cancels(make_engine, db,
         await engine.decide(new, actor=ALICE, verdict="approve")
 
     clock.advance(timedelta(minutes=30))
-    assert (await engine.expiry.sweep()).reminded == [new]
+    assert (await engine.sweep()).reminded == [new]
     clock.advance(timedelta(minutes=30))
-    final = await engine.expiry.sweep()
+    final = await engine.sweep()
     assert final.expired == [new] and final.escalated == []  # end of the ladder: cancel
     done = await engine.advance(outcome.run_id)
     assert "expired" in (done.result or "") and refund_lines(ledger_path) == []
@@ -368,7 +368,7 @@ async def test_silence_never_approves(make_engine, db, clock, ledger_path):
     outcome = await pause(engine)
     for _ in range(20):
         clock.advance(timedelta(hours=1))
-        await engine.expiry.sweep()
+        await engine.sweep()
     done = await engine.advance(outcome.run_id)
     assert done.status == "completed" and refund_lines(ledger_path) == []
     async with db.read() as tx:

@@ -114,7 +114,7 @@ async def test_an_ambiguous_request_or_standing_prefix_says_so(make_engine, monk
     for request_id in (REQ_A, REQ_B):
         async with db.read() as tx:
             a = await tx.approvals.get(request_id)
-        await engine.standing.grant(a.id, actor=ALICE, window=timedelta(minutes=30),
+        await engine.grant_standing(a.id, actor=ALICE, window=timedelta(minutes=30),
                                     scope=scope_for(a, "exact"))
 
     for argv, prefix, both in ((("approvals", "show"), "def456", (REQ_A, REQ_B)),
@@ -139,7 +139,7 @@ async def test_a_prefix_too_short_says_so_and_not_that_nothing_exists(make_engin
     monkeypatch.setattr("approvald.runtime.standing.new_id", ids(STAND_A))
     async with db.read() as tx:
         a = await tx.approvals.get(REQ_A)
-    await engine.standing.grant(a.id, actor=ALICE, window=timedelta(minutes=30),
+    await engine.grant_standing(a.id, actor=ALICE, window=timedelta(minutes=30),
                                 scope=scope_for(a, "exact"))
     short = {"run": RUN_A[:4], "approval": REQ_A[:4], "standing approval": STAND_A[:4]}
     for kind, argv in (

@@ -34,6 +34,8 @@ from approvald.runtime.policy import PolicyFile
 from approvald.runtime.webhook_hosts import WebhookHosts
 from approvald.store.db import Database
 
+from tests.helpers import Rows, create_token, parts, revoke_token
+
 KEYS = api_tokens.WebhookKeys("approvald-test-secret-0123456789")
 POLICY = PolicyFile.model_validate({"tools": {
     "api:*/read_metrics": {"policy": "auto"},
@@ -134,11 +136,11 @@ def statements(db_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Stateme
 async def setup(make_engine: Callable[..., Engine], *, webhook: bool = False,
                 name: str = "bot") -> tuple[Engine, Any]:
     engine = make_engine(policy=POLICY)
-    made = await api_tokens.create(engine.db, engine.clock, KEYS, engine.audit, name,
-                                   created_by="test", via="test", tools="*",
-                                   webhook_url="https://hooks.example/approvald"
-                                   if webhook else None,
-                                   webhook_hosts=WebhookHosts.from_setting("hooks.example"))
+    made = await create_token(engine, KEYS, name,
+                            created_by="test", via="test", tools="*",
+                            webhook_url="https://hooks.example/approvald"
+                            if webhook else None,
+                            webhook_hosts=WebhookHosts.from_setting("hooks.example"))
     return engine, made.record
 
 
@@ -174,14 +176,14 @@ def answered_lines(dialect: str, *, started: bool = False) -> collections.Counte
 
 async def test_an_api_auto_answer_is_one_write_transaction(make_engine, statements) -> None:
     engine, token = await setup(make_engine)
-    await engine.external.create(token, NewRequest(  # connections opened, plans made
+    await engine.open_request(token, NewRequest(  # connections opened, plans made
         tool="read_metrics", args={"n": 0}, requested_by="U_DANA"))
     window = statements.during()
-    doc, new = await engine.external.create(token, NewRequest(
+    doc, new = await engine.open_request(token, NewRequest(
         tool="read_metrics", args={"n": 1}, requested_by="U_DANA"))
     assert new and doc["status"] == "approved"
     assert window.kinds() == collections.Counter({"BEGIN": 1, "COMMIT": 1}) \
-        + answered_lines(engine.db.dialect), window.sent
+        + answered_lines(parts(engine).db.dialect), window.sent
 
 
 async def test_a_hook_auto_call_is_one_write_transaction(make_engine, statements) -> None:
@@ -207,15 +209,15 @@ async def test_a_hook_auto_call_is_one_write_transaction(make_engine, statements
     said = await hook(1).pre_tool_use(wait=0)
     assert said["hookSpecificOutput"]["permissionDecision"] == "allow", said
     assert window.kinds() == collections.Counter({"BEGIN": 1, "COMMIT": 1}) \
-        + answered_lines(engine.db.dialect, started=True), window.sent
-    if engine.db.dialect == "postgresql":
+        + answered_lines(parts(engine).db.dialect, started=True), window.sent
+    if parts(engine).db.dialect == "postgresql":
         assert len(window.sent) == 3
 
 
 async def _made_hook_token(engine: Engine, name: str = "dana-hook") -> Any:
-    made = await api_tokens.create(engine.db, engine.clock, KEYS, engine.audit, name,
-                                   created_by="test", via="test", face="hook:claude-code",
-                                   requested_by="U_DANA")
+    made = await create_token(engine, KEYS, name,
+                            created_by="test", via="test", face="hook:claude-code",
+                            requested_by="U_DANA")
     return made.record
 
 
@@ -229,12 +231,11 @@ async def test_an_answer_at_once_is_the_document_a_read_gives(
     answer was committed; the document built from what was written is that one, and so
     is the one its webhook carries."""
     engine, token = await setup(make_engine, webhook=webhook)
-    doc, new = await engine.external.create(token, NewRequest(
+    doc, new = await engine.open_request(token, NewRequest(
         tool=tool, args={"n": 1, "why": "ok"}, requested_by="U_DANA"))
     assert new and doc["status"] == ("approved" if tool == "read_metrics" else "forbidden")
-    assert doc == await engine.external.get(token, doc["id"])
-    async with engine.db.read() as tx:
-        hooks = await tx.outbox.recent(kind=WEBHOOK)
+    assert doc == await engine.request_document(token, doc["id"])
+    hooks = await Rows.of(engine).outbox(WEBHOOK)
     assert [h.payload_value()["document"] for h in hooks] == ([doc] if webhook else [])
 
 
@@ -257,11 +258,11 @@ async def test_an_answer_at_once_signals_the_outbox_only_when_it_queued(make_eng
     for webhook in (False, True):
         engine, token = await setup(make_engine, webhook=webhook, name=f"bot{int(webhook)}")
         heard: list[None] = []
-        engine.signals.on_outbox(lambda heard=heard: heard.append(None))
-        await engine.external.create(token, NewRequest(
+        engine.on_outbox(lambda heard=heard: heard.append(None))
+        await engine.open_request(token, NewRequest(
             tool="read_metrics", args={"webhook": webhook}, requested_by="U_DANA"))
         assert len(heard) == (1 if webhook else 0)
-        await engine.external.create(token, NewRequest(  # a card to post: always
+        await engine.open_request(token, NewRequest(  # a card to post: always
             tool="deploy", args={"webhook": webhook}, requested_by="U_DANA"))
         assert len(heard) == (2 if webhook else 1)
 
@@ -273,16 +274,16 @@ async def test_a_fresh_key_taken_meanwhile_is_still_found(make_engine) -> None:
     engine, token = await setup(make_engine)
     req = NewRequest(tool="read_metrics", args={"n": 1}, requested_by="U_DANA",
                      idempotency_key="k1")
-    first, new = await engine.external.create(token, req, fresh=True)
+    first, new = await engine.open_request(token, req, fresh=True)
     assert new
-    again, new = await engine.external.create(token, req, fresh=True)
-    assert (again, new) == (await engine.external.get(token, first["id"]), False)
+    again, new = await engine.open_request(token, req, fresh=True)
+    assert (again, new) == (await engine.request_document(token, first["id"]), False)
     with pytest.raises(external.ExternalError) as exc:
-        await engine.external.create(token, NewRequest(
+        await engine.open_request(token, NewRequest(
             tool="read_metrics", args={"n": 2}, requested_by="U_DANA",
             idempotency_key="k1"), fresh=True)
     assert exc.value.code == "idempotency_conflict"
-    async with engine.db.read() as tx:
+    async with parts(engine).db.read() as tx:
         runs = [r for r in await tx.runs.recent(limit=50)
                 if r.agent == "external:bot"]
     assert len(runs) == 1  # the losing inserts' runs were rolled back with them
@@ -307,18 +308,18 @@ async def test_a_hook_call_started_with_its_request_is_taken_once_and_audited(
         h = hook(use)
         said = await h.pre_tool_use(wait=0)
         assert said["hookSpecificOutput"]["permissionDecision"] == "allow"
-        async with engine.db.read() as tx:
+        async with parts(engine).db.read() as tx:
             rid = await tx.executions.started_by(h.ledger_owner)
             assert rid is not None
             started = await tx.executions.get(rid, external.CALL_ID)
         assert started is not None and started.status == "started"
         ids.append(rid)
     assert ids[0] != ids[1]  # the same call again: a request of its own
-    async with engine.db.read() as tx:
+    async with parts(engine).db.read() as tx:
         entries = [e for e in await tx.audit.query() if e.run_id in ids]
     assert sorted((e.run_id, e.action) for e in entries) == sorted(
         (rid, action) for rid in ids for action in ("requested", "approved"))
-    assert (await verify(engine.db)).ok
+    assert (await verify(parts(engine).db)).ok
 
 
 async def test_answers_at_once_from_two_processes_keep_the_chain_linear(
@@ -331,14 +332,13 @@ async def test_answers_at_once_from_two_processes_keep_the_chain_linear(
     try:
         other = assemble(other_db, Registry([], policy=POLICY), clock=clock)
         calls = [(e, i) for i in range(30) for e in (engine, other)]
-        docs = await asyncio.gather(*(e.external.create(token, NewRequest(
+        docs = await asyncio.gather(*(e.open_request(token, NewRequest(
             tool="read_metrics" if i % 3 else "drop_table", args={"i": i, "by": id(e)},
             requested_by="U_DANA")) for e, i in calls))
         assert all(new for _, new in docs)
-        report = await verify(engine.db)
+        report = await verify(parts(engine).db)
         assert report.ok, report.problems
-        async with engine.db.read() as tx:
-            entries = await tx.audit.query()
+        entries = await Rows.of(engine).audit()
         assert [e.seq for e in entries] == list(range(1, len(entries) + 1))
         ids = {doc["id"] for doc, _ in docs}
         mine = collections.Counter(e.run_id for e in entries if e.run_id in ids)
@@ -359,11 +359,11 @@ async def test_the_start_and_report_of_an_auto_call_read_each_row_once(
     from approvald.runtime.external import CALL_ID, Report
     engine, token = await setup(make_engine)
     for i in range(2):  # the first: connections opened, plans made
-        doc, new = await engine.external.create(token, NewRequest(
+        doc, new = await engine.open_request(token, NewRequest(
             tool="read_metrics", args={"n": i}, requested_by="U_DANA"))
         assert new and doc["status"] == "approved"
         window = statements.during()
-        await engine.external.start(token, doc["id"], args_digest=doc["effective_digest"],
+        await engine.start_request(token, doc["id"], args_digest=doc["effective_digest"],
                                     owner="gw")
         started = window.kinds()
         window = statements.during()
@@ -377,13 +377,13 @@ async def test_the_start_and_report_of_an_auto_call_read_each_row_once(
     assert reported == collections.Counter({
         "BEGIN": 1, **lock, "SELECT tool_executions": 1, "UPDATE tool_executions": 1,
         "UPDATE external_requests": 1, "UPDATE runs": 1, "COMMIT": 1,
-        **_one_entry(engine.db.dialect)}), reported
-    after = await engine.external.get(token, doc["id"])
+        **_one_entry(parts(engine).db.dialect)}), reported
+    after = await engine.request_document(token, doc["id"])
     assert after["status"] == "approved" and after["result"]["status"] == "succeeded"
-    async with engine.db.read() as tx:
+    async with parts(engine).db.read() as tx:
         ran = await tx.executions.get(doc["id"], CALL_ID)
     assert ran is not None and ran.status == "succeeded" and ran.owner == "gw"
-    assert (await verify(engine.db)).ok
+    assert (await verify(parts(engine).db)).ok
 
 
 def _one_entry(dialect: str) -> dict[str, int]:
@@ -399,12 +399,12 @@ async def test_an_auto_call_started_or_reported_twice_is_refused_as_before(
     second report with another result; the same report again is not new."""
     from approvald.runtime.external import ExternalError, Report
     engine, token = await setup(make_engine)
-    doc, _ = await engine.external.create(token, NewRequest(
+    doc, _ = await engine.open_request(token, NewRequest(
         tool="read_metrics", args={"n": 1}, requested_by="U_DANA"))
-    await engine.external.start(token, doc["id"], args_digest=doc["effective_digest"],
+    await engine.start_request(token, doc["id"], args_digest=doc["effective_digest"],
                                 owner="gw")
     with pytest.raises(ExternalError) as exc:
-        await engine.external.start(token, doc["id"], args_digest=doc["effective_digest"],
+        await engine.start_request(token, doc["id"], args_digest=doc["effective_digest"],
                                     owner="gw2")
     assert exc.value.code == "already_started"
     with pytest.raises(ExternalError) as exc:
@@ -418,10 +418,10 @@ async def test_an_auto_call_started_or_reported_twice_is_refused_as_before(
         await engine.record_request_report(token, doc["id"], Report(
             "succeeded", doc["effective_digest"], {"rows": 2}, None))
     assert exc.value.code == "already_reported"
-    forbidden, _ = await engine.external.create(token, NewRequest(
+    forbidden, _ = await engine.open_request(token, NewRequest(
         tool="drop_table", args={"n": 1}, requested_by="U_DANA"))
     with pytest.raises(ExternalError) as exc:
-        await engine.external.start(token, forbidden["id"],
+        await engine.start_request(token, forbidden["id"],
                                     args_digest=forbidden["effective_digest"], owner="gw")
     assert exc.value.code == "not_approved"
 
@@ -429,8 +429,8 @@ async def test_an_auto_call_started_or_reported_twice_is_refused_as_before(
 # -- the caller's token from memory, its liveness checked by the write ------------------
 
 async def _made_token(engine: Engine, name: str = "bot") -> api_tokens.NewToken:
-    return await api_tokens.create(engine.db, engine.clock, KEYS, engine.audit, name,
-                                   created_by="test", via="test", tools="*")
+    return await create_token(engine, KEYS, name,
+                            created_by="test", via="test", tools="*")
 
 
 async def test_an_api_auto_decision_is_three_statements_with_its_token_kept(
@@ -449,8 +449,8 @@ async def test_an_api_auto_decision_is_three_statements_with_its_token_kept(
             tool="read_metrics", args={"n": i}, requested_by="U_DANA"))
         assert new and doc["status"] == "approved"
     assert window.kinds() == collections.Counter({"BEGIN": 1, "COMMIT": 1}) \
-        + answered_lines(engine.db.dialect), window.sent
-    if engine.db.dialect == "postgresql":
+        + answered_lines(parts(engine).db.dialect), window.sent
+    if parts(engine).db.dialect == "postgresql":
         assert len(window.sent) == 3
 
 
@@ -467,30 +467,29 @@ async def test_a_token_revoked_after_it_was_kept_makes_and_finds_nothing(
     assert kept is not None
     await engine.open_request(kept, NewRequest(
         tool=tool, args={"n": 0}, requested_by="U_DANA", idempotency_key="k0"))
-    await api_tokens.revoke(engine.db, engine.clock, engine.audit, "bot", by="test",
-                            via="test")
+    await revoke_token(engine, "bot", by="test",
+                       via="test")
     assert await engine.caller(header, to_open=True) == kept  # kept: not read again
-    async with engine.db.read() as tx:
+    async with parts(engine).db.read() as tx:
         before = len(await tx.runs.recent(limit=100))
     for key in ("k0", "k1", None):  # the key of a request it made, a new key, none
         with pytest.raises(external.ExternalError) as exc:
             await engine.open_request(kept, NewRequest(
                 tool=tool, args={"n": 0}, requested_by="U_DANA", idempotency_key=key))
         assert exc.value.code == "unauthorized"
-    async with engine.db.read() as tx:
+    async with parts(engine).db.read() as tx:
         assert len(await tx.runs.recent(limit=100)) == before
     assert await engine.caller(header, to_open=True) is None  # forgotten, read again
-    assert (await verify(engine.db)).ok
+    assert (await verify(parts(engine).db)).ok
 
 
 async def test_a_forbidden_request_is_inserted_over(make_engine) -> None:
     """A forbidden request's run is inserted completed, with its result (no UPDATE after
     its INSERT): the row a read gives is the run the UPDATE left."""
     engine, token = await setup(make_engine)
-    doc, _ = await engine.external.create(token, NewRequest(
+    doc, _ = await engine.open_request(token, NewRequest(
         tool="drop_table", args={"n": 1}, requested_by="U_DANA"))
-    async with engine.db.read() as tx:
-        run = await tx.runs.get(doc["id"])
+    run = await Rows.of(engine).run(doc["id"])
     assert run is not None and run.status == "completed"
     assert run.updated_at == run.created_at
     assert run.result is not None and json.loads(run.result) == {
@@ -509,7 +508,7 @@ def _bash(engine: Engine, bearer: Any, command: str, use: str) -> ClaudeCodeHook
 
 
 async def _hook_runs(engine: Engine) -> int:
-    async with engine.db.read() as tx:
+    async with parts(engine).db.read() as tx:
         return len([r for r in await tx.runs.recent(limit=500)
                     if r.agent.startswith("external:hook")])
 
@@ -523,7 +522,7 @@ async def test_a_hook_switched_off_after_it_was_kept_on_allows_nothing(make_engi
     bearer = await _made_hook_token(engine)
     said = await _bash(engine, bearer, "ls /a", "toolu_1").pre_tool_use(wait=0)
     assert said["hookSpecificOutput"]["permissionDecision"] == "allow"
-    elsewhere = switches.Switches(engine.db, engine.clock, engine.audit)
+    elsewhere = switches.Switches(parts(engine).db, parts(engine).clock, parts(engine).audit)
     await elsewhere.disable(switches.HOOK, ["http"], by="U_OPS", via="cli", reason="drill")
     runs = await _hook_runs(engine)
     said = await _bash(engine, bearer, "ls /b", "toolu_2").pre_tool_use(wait=0)
@@ -534,7 +533,7 @@ async def test_a_hook_switched_off_after_it_was_kept_on_allows_nothing(make_engi
     await elsewhere.enable(switches.HOOK, ["http"], by="U_OPS", via="cli")
     said = await _bash(engine, bearer, "ls /c", "toolu_3").pre_tool_use(wait=0)
     assert said["hookSpecificOutput"]["permissionDecision"] == "allow"
-    assert (await verify(engine.db)).ok
+    assert (await verify(parts(engine).db)).ok
 
 
 async def test_a_hook_credential_revoked_after_it_was_kept_allows_nothing(
@@ -547,10 +546,10 @@ async def test_a_hook_credential_revoked_after_it_was_kept_allows_nothing(
     bearer = await _made_hook_token(engine)
     said = await _bash(engine, bearer, "ls /a", "toolu_1").pre_tool_use(wait=0)
     assert said["hookSpecificOutput"]["permissionDecision"] == "allow"
-    async with engine.db.write() as tx:  # as an older version's `tokens revoke` did
+    async with parts(engine).db.write() as tx:  # as an older version's `tokens revoke` did
         assert isinstance(tx.external, ExternalRepo)
         assert await tx.external.revoke_token("hook.claude-code", by="U_OPS",
-                                              now=engine.clock.now()) is not None
+                                              now=engine.now()) is not None
     runs = await _hook_runs(engine)
     said = await _bash(engine, bearer, "ls /b", "toolu_2").pre_tool_use(wait=0)
     out = said["hookSpecificOutput"]
@@ -567,8 +566,8 @@ async def test_a_bearer_revoked_after_it_was_kept_is_refused(make_engine) -> Non
     bearer = await _made_hook_token(engine)
     said = await _bash(engine, bearer, "ls /a", "toolu_1").pre_tool_use(wait=0)
     assert said["hookSpecificOutput"]["permissionDecision"] == "allow"
-    await api_tokens.revoke(engine.db, engine.clock, engine.audit, bearer.name, by="test",
-                            via="test")
+    await revoke_token(engine, bearer.name, by="test",
+                       via="test")
     runs = await _hook_runs(engine)
     for command in ("ls /a", "ls /b"):  # a call made before, and a new one
         with pytest.raises(external.ExternalError) as exc:
@@ -589,7 +588,7 @@ async def test_a_call_made_by_another_process_is_found_without_the_first_look_up
     assert asked["hookSpecificOutput"]["permissionDecision"] == "deny"
     allowed = await _bash(engine, bearer, "ls /a", "toolu_2").pre_tool_use(wait=0)
     assert allowed["hookSpecificOutput"]["permissionDecision"] == "allow"
-    engine.call_cursors.clear()  # another process: no memory of these calls
+    engine.forget_calls()  # another process: no memory of these calls
     runs = await _hook_runs(engine)
     again = await _bash(engine, bearer, "rm -rf /tmp/x", "toolu_3").pre_tool_use(wait=0)
     reason = again["hookSpecificOutput"]["permissionDecisionReason"]
@@ -598,10 +597,10 @@ async def test_a_call_made_by_another_process_is_found_without_the_first_look_up
     first = asked["hookSpecificOutput"]["permissionDecisionReason"]
     rid = first.split("request ")[1].split(")")[0].split(" ")[0].rstrip(".,")
     assert rid in reason, (first, reason)
-    engine.call_cursors.clear()
+    engine.forget_calls()
     for use in ("toolu_4", "toolu_5"):
         said = await _bash(engine, bearer, "ls /a", use).pre_tool_use(wait=0)
         assert said["hookSpecificOutput"]["permissionDecision"] == "allow"
-        engine.call_cursors.clear()
+        engine.forget_calls()
     assert await _hook_runs(engine) == runs + 2  # each a request of its own
-    assert (await verify(engine.db)).ok
+    assert (await verify(parts(engine).db)).ok

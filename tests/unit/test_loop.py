@@ -19,6 +19,7 @@ from approvald.store.models import RunEvent, ToolExecution
 from sqlalchemy import func, select
 
 from tests.conftest import ledger_lines
+from tests.helpers import Rows
 
 
 async def test_demo_steps_completes_with_one_checkpoint_per_step(make_engine, db, ledger_path):
@@ -105,7 +106,7 @@ async def test_expired_lease_lets_another_worker_take_over(make_engine, db, cloc
     async with db.write() as tx:  # worker a took the lease, then vanished
         now = clock.now()
         assert await tx.runs.acquire_lease(run_id, owner="host-a:1:aa", now=now,
-                                           until=now + a.config.lease_ttl)
+                                           until=now + a.lease_ttl)
     assert isinstance(await b.advance(run_id), Busy)
     clock.advance(31)
     outcome = await b.advance(run_id)
@@ -145,8 +146,7 @@ async def test_cancel_of_an_idle_run_is_immediate_and_final(make_engine):
     outcome = await engine.run("demo-refund", "Refund order A-1001", requested_by="U_DANA")
     assert outcome.status == "awaiting_approval"
     assert await engine.cancel(outcome.run_id, actor=Actor("U_OPS", "cli")) == "cancelled"
-    async with engine.db.read() as tx:
-        approvals = await tx.approvals.for_run(outcome.run_id)
+    approvals = await Rows.of(engine).approvals(outcome.run_id)
     assert [a.status for a in approvals] == ["cancelled"]
     from approvald.runtime.errors import ApprovaldError
 
@@ -173,10 +173,10 @@ async def test_unknown_tool_and_invalid_arguments_become_observations(make_engin
         return a + b
 
     engine = make_engine(agents=[_agent_calling("nope", add)])
-    obs = await _observation(engine, engine.registry.get("probe"))
+    obs = await _observation(engine, engine.agent("probe"))
     assert obs["status"] == "error" and "nope" in obs["error"]
     engine = make_engine(agents=[_agent_calling("add", add, args={"a": "x"})])
-    obs = await _observation(engine, engine.registry.get("probe"))
+    obs = await _observation(engine, engine.agent("probe"))
     assert obs["status"] == "invalid_arguments"
     assert {tuple(e["loc"]) for e in obs["errors"]} == {("a",), ("b",)}
 
@@ -188,7 +188,7 @@ async def test_tool_exception_is_an_error_observation_recorded_once(make_engine,
         raise RuntimeError("kaboom")
 
     engine = make_engine(agents=[_agent_calling("explode", explode)])
-    obs = await _observation(engine, engine.registry.get("probe"))
+    obs = await _observation(engine, engine.agent("probe"))
     assert obs == {"status": "error", "error_class": "RuntimeError", "error": "kaboom"}
     async with db.read() as tx:
         rows = (await tx.conn.execute(select(ToolExecution.status))).scalars().all()
@@ -202,7 +202,7 @@ async def test_oversized_tool_result_is_refused_with_a_clear_error(make_engine):
         return "x" * 5000
 
     engine = make_engine(agents=[_agent_calling("huge", huge)], max_payload_bytes=2048)
-    obs = await _observation(engine, engine.registry.get("probe"))
+    obs = await _observation(engine, engine.agent("probe"))
     assert obs["error_class"] == "PayloadTooLarge" and "2048-byte cap" in obs["error"]
 
 

@@ -20,6 +20,7 @@ from approvald.runtime.policy import PolicyFile
 from approvald.store.models import Outbox
 from sqlalchemy import update
 
+from tests.helpers import parts
 from tests.integration.slack_harness import wait_for
 
 ALICE = Actor("U_ALICE", "cli:test")
@@ -49,7 +50,7 @@ def gateway(make_engine: Callable[..., Engine], engine: Engine | None = None) ->
 
 async def pending(g: Gateway, *, n: int = 1) -> Any:
     async def found() -> Any:
-        async with g.e.db.read() as tx:
+        async with parts(g.e).db.read() as tx:
             rows = await tx.approvals.recent(status="pending")
         return rows[0] if len(rows) >= n else None
 
@@ -86,7 +87,7 @@ async def test_a_call_started_elsewhere_and_never_reported_is_not_run_again(
     assert isinstance(out, Refused) and out.status == "unknown"
     assert "never runs such a call again" in out.message and a.run_id in out.message
     assert server.ran == []
-    async with engine.db.read() as tx:
+    async with parts(engine).db.read() as tx:
         execution = await tx.executions.get(a.run_id, "call")
     assert execution is not None and execution.status == "started"  # outcome unknown
 
@@ -101,7 +102,7 @@ async def test_an_approval_is_collected_by_a_retry_within_its_window(make_engine
     out = await asyncio.wait_for(g.call("pay", ARGS, server), 10)  # its retry
     assert isinstance(out, Ran) and out.value == "paid 500"
     assert server.ran == [ARGS]
-    async with g.e.db.read() as tx:
+    async with parts(g.e).db.read() as tx:
         assert len(await tx.approvals.recent()) == 1  # no second request
 
 
@@ -117,7 +118,7 @@ async def test_an_approval_nobody_collected_in_time_is_not_used_later(
     later = asyncio.ensure_future(g.call("pay", ARGS, server))
     b = await pending(g)
     assert b.run_id != a.run_id and server.ran == []  # asked again
-    async with g.e.db.read() as tx:
+    async with parts(g.e).db.read() as tx:
         old = await tx.runs.get(a.run_id)
         entries = await tx.audit.query(run_id=a.run_id)
     assert old is not None and old.status == "cancelled"
@@ -158,7 +159,7 @@ async def test_progress_says_where_the_request_can_be_decided_now(make_engine) -
         return said[-1]
 
     async def card_row(status: str) -> None:
-        async with g.e.db.write() as tx:
+        async with parts(g.e).db.write() as tx:
             await tx.conn.execute(update(Outbox).where(Outbox.group_key == a.id,
                                                        Outbox.kind == CARD_POST)
                                   .values(status=status))
@@ -172,13 +173,13 @@ async def test_progress_says_where_the_request_can_be_decided_now(make_engine) -
     assert "It has no card in Slack" in await next_line()
     await card_row("dead")
     assert "could not be posted to Slack" in await next_line()
-    async with g.e.db.write() as tx:  # now its card is posted
+    async with parts(g.e).db.write() as tx:  # now its card is posted
         await tx.approvals.set_message(a.id, channel="C_APPROVALS", ts="1.000001")
     line = await next_line()
     assert "It can be decided on its card in Slack (channel C_APPROVALS); from a" in line
-    async with g.e.db.write() as tx:  # mailed to its approvers: the web review queue
+    async with parts(g.e).db.write() as tx:  # mailed to its approvers: the web review queue
         await tx.outbox.add(kind=REQUEST_MAIL, group_key=mail_group(a.id), payload="{}",
-                            now=g.e.clock.now())
+                            now=g.e.now())
     assert "; in the web review queue (it was mailed to its approvers); " in await next_line()
     await g.e.decide(a.id, actor=ALICE, verdict="approve")
     assert isinstance(await call, Ran)
@@ -198,6 +199,6 @@ async def test_a_denial_answers_the_call_that_waited_for_it_once(make_engine) ->
     out = await g.call("pay", ARGS, server, budget=0)
     assert isinstance(out, Refused) and out.status == "pending"
     assert out.request_id != a.run_id and server.ran == []
-    async with g.e.db.read() as tx:
+    async with parts(g.e).db.read() as tx:
         refused = [e for e in await tx.audit.query(run_id=a.run_id) if e.action == "refused"]
     assert [json.loads(e.details)["reason"] for e in refused] == ["pending"]

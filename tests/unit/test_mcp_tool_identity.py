@@ -108,7 +108,7 @@ async def test_an_approval_of_a_tool_since_changed_is_refused_and_asked_afresh(
     # the request is over, cancelled; its document says why
     doc2 = await g.e.request_document(await g.token(), a.run_id)
     assert doc2["status"] == "cancelled" and "changed since" in doc2["decision"]["reason"]
-    entries = await Rows(g.e.db).audit(run_id=a.run_id)
+    entries = await Rows.of(g.e).audit(run_id=a.run_id)
     closed = [e for e in entries if e.action == "cancelled"]
     assert [(e.actor, json.loads(e.details)["code"]) for e in closed] == \
         [("system:tool-identity", "tool_changed")]

@@ -22,6 +22,8 @@ from approvald.store.records import OutboxRecord
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
+from tests.helpers import Rows, parts
+
 NOTICE = "tool.notice"
 DEAD_REPORT = "delivery.dead"
 
@@ -48,7 +50,7 @@ def drain_for(engine: Engine, deliverer: Scripted) -> OutboxDrain:
 
 
 async def add_notice(engine: Engine, clock: ManualClock, group: str = "run-1") -> int:
-    async with engine.db.write() as tx:
+    async with parts(engine).db.write() as tx:
         await tx.outbox.add(kind=NOTICE, group_key=group, now=clock.now(),
                             payload=json.dumps({"run_id": group, "call_id": "c1"}))
         return max(r.id for r in await tx.outbox.recent(kind=NOTICE))
@@ -60,12 +62,12 @@ def errors(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
 
 
 async def rows(engine: Engine) -> list[OutboxRecord]:
-    async with engine.db.read() as tx:
+    async with parts(engine).db.read() as tx:
         return await tx.outbox.recent()
 
 
 async def row(engine: Engine, outbox_id: int) -> OutboxRecord:
-    async with engine.db.read() as tx:
+    async with parts(engine).db.read() as tx:
         found = await tx.outbox.get(outbox_id)
     assert found is not None
     return found
@@ -184,8 +186,7 @@ async def test_an_approval_card_gives_up_at_the_request_expiry(make_engine, cloc
     paused = await engine.run("demo-refund", "Refund order A-1001, double charged",
                               requested_by="U_DANA")
     [aid] = paused.approval_ids
-    async with engine.db.read() as tx:
-        a = await tx.approvals.get(aid)
+    a = await Rows.of(engine).approval(aid)
     assert a is not None
     drain = drain_for(engine, Scripted(lambda r: RetryLater("Slack refused the token")))
     await drain.drain_once()
@@ -259,7 +260,7 @@ async def test_redrive_revives_dead_rows_and_leaves_delivered_ones(make_engine,
         lambda r: None if r.id == done_id else Undeliverable("gone")))
     await drain.drain_once()
     clock.advance(timedelta(hours=30))
-    async with engine.db.write() as tx:
+    async with parts(engine).db.write() as tx:
         revived = await tx.outbox.redrive([dead_id, done_id], now=clock.now(),
                                           give_up_at=clock.now() + timedelta(days=1))
     assert [r.id for r in revived] == [dead_id]
@@ -268,11 +269,11 @@ async def test_redrive_revives_dead_rows_and_leaves_delivered_ones(make_engine,
                                                       clock.now() + timedelta(days=1))
     assert r.last_error == "gone"  # why it died stays visible until it is delivered
     assert (await row(engine, done_id)).status == "delivered"
-    async with engine.db.write() as tx:  # --all: only dead rows (the report)
+    async with parts(engine).db.write() as tx:  # --all: only dead rows (the report)
         again = await tx.outbox.redrive(None, now=clock.now(), give_up_at=clock.now())
     assert [x.kind for x in again] == [DEAD_REPORT]
     clock.advance(timedelta(minutes=1))
-    async with engine.db.write() as tx:  # a waiting row: only its next try moves
+    async with parts(engine).db.write() as tx:  # a waiting row: only its next try moves
         [nudged] = await tx.outbox.redrive([dead_id], now=clock.now(),
                                            give_up_at=clock.now() + timedelta(days=9))
     assert (nudged.not_before, nudged.give_up_at) == (clock.now(),

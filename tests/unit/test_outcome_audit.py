@@ -87,7 +87,7 @@ async def test_every_closed_request_and_every_execution_has_its_outcome_in_the_a
                          escalate=[Rung(approvers=["U_BOB"], ttl=timedelta(hours=1))])
     _, escalated = await paused(ladder)
     clock.advance(timedelta(minutes=31))
-    await ladder.expiry.sweep()
+    await ladder.sweep()
     expect[expired], expect[escalated] = N.EXPIRED, N.ESCALATED
 
     async with db.read() as tx:

@@ -122,3 +122,74 @@ async def test_the_worker_drives_runs_through_the_runner_not_the_front_door(
         await asyncio.wait_for(serving, 10)
     assert len(opened) == 1  # the refund's request, announced by the runner's drive
     assert (await engine.state(run_id)).status == "awaiting_approval"
+
+
+# -- the front door is closed (issue 47): the engine's parts are its own ------------------
+TESTS = Path(__file__).resolve().parents[1]
+_PRIMITIVE = (str, bytes, int, float, bool, timedelta, type(None))
+
+
+def test_the_engine_shows_no_part_of_its_own(make_engine) -> None:  # type: ignore[no-untyped-def]
+    """An assembled engine has no public attribute at all (its parts, the database, the
+    clock, the deciders, are underscore names), and none of its properties hands a part
+    out: a face calls a verb or reads a view."""
+    import dataclasses
+
+    from tests.helpers import parts
+
+    engine = make_engine()
+    held = parts(engine)
+    objects = {id(held)} | {id(v) for v in (getattr(held, f.name)
+                                            for f in dataclasses.fields(held))
+                            if not isinstance(v, _PRIMITIVE)}
+    assert sorted(k for k in vars(engine) if not k.startswith("_")) == []
+    shown = sorted(name for name in dir(type(engine))
+                   if not name.startswith("_")
+                   and isinstance(getattr(type(engine), name), property)
+                   and id(getattr(engine, name)) in objects)
+    assert shown == []
+
+
+def _private_reads(source: str, where: str = "<test>") -> list[str]:
+    """Where ``source`` reads the engine's parts past the one door (``tests.helpers.parts``):
+    ``x._parts``, or a private attribute of anything but ``self``/``cls`` named after one
+    of the engine's parts (``engine._db``, ``h.engine._decider``), or ``getattr`` of one."""
+    import dataclasses
+
+    from approvald.runtime.engine import Parts
+
+    private = {"_parts", "_owner"} | {f"_{f.name}" for f in dataclasses.fields(Parts)}
+    found = []
+    for node in ast.walk(ast.parse(source, where)):
+        if isinstance(node, ast.Attribute) and (
+                node.attr == "_parts" or (node.attr in private
+                                          and ast.unparse(node.value) not in ("self", "cls"))):
+            found.append(f"{where}:{node.lineno} {ast.unparse(node)}")
+        elif isinstance(node, ast.Call) and ast.unparse(node.func) == "getattr" \
+                and len(node.args) > 1 and isinstance(node.args[1], ast.Constant) \
+                and node.args[1].value in private:
+            found.append(f"{where}:{node.lineno} {ast.unparse(node)}")
+    return found
+
+
+def test_tests_reach_the_engines_parts_through_the_one_door() -> None:
+    """``tests.helpers.parts`` is the tests' only way to the engine's parts: no other test
+    module reads ``engine._parts`` or a private part of the engine itself."""
+    helpers = TESTS / "helpers.py"
+    found = [hit for path in sorted(TESTS.rglob("*.py"))
+             if path != helpers and "node_modules" not in path.parts
+             for hit in _private_reads(path.read_text(), str(path.relative_to(TESTS)))]
+    assert found == []
+
+
+def test_the_one_door_check_sees_a_reach_past_it() -> None:
+    """The check above cannot pass by finding nothing."""
+    found = _private_reads(
+        "async def peek(engine, h):\n"
+        "    async with engine._db.read() as tx:\n"
+        "        return h.engine._parts.decider, getattr(engine, '_clock'), tx\n"
+        "class Fake:\n"
+        "    def go(self):\n"
+        "        return self._runner\n")
+    assert sorted(hit.split(" ", 1)[1] for hit in found) == [
+        "engine._db", "getattr(engine, '_clock')", "h.engine._parts"], found

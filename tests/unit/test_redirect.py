@@ -204,7 +204,7 @@ async def test_a_redirected_call_is_not_run_in_the_trace_and_in_compliance(make_
     await engine.advance(paused.run_id)
     redirected = await approval(db, aid)
 
-    trace = await load_trace(db, paused.run_id, now=engine.clock.now())
+    trace = await load_trace(db, paused.run_id, now=engine.now())
     call = next(e for e in trace.entries if e.kind == "tool_call"
                 and e.call_id == redirected.call_id)
     assert call.status == "redirected" and call.latency_ms is None

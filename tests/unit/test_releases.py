@@ -14,7 +14,6 @@ import pytest
 from approvald.runtime.agent import Agent, Registry
 from approvald.runtime.decide import Actor
 from approvald.runtime.demo import DemoLedger, refund_agent, steps_agent
-from approvald.runtime.deploy_check import deploy_check
 from approvald.runtime.engine import Engine
 from approvald.runtime.errors import ConfigError, DecisionRefused, NotFound
 from approvald.runtime.models.scripted import ScriptedModel, reply
@@ -91,7 +90,7 @@ async def test_a_removed_tool_asks_and_replan_hands_the_model_the_error(
     old = replace(refund_agent(ledger), version="1")
     run_id, aid = await paused_run(make_engine(agents=[old]))
     engine = make_engine(agents=[without(old, "issue_refund", "2")])
-    report = await deploy_check(db, engine.registry)
+    report = await engine.deploy_check()
     assert not report.ok and [f.approval_id for f in report.breaks] == [aid]
 
     decision = await engine.decide(aid, actor=ALICE, verdict="approve")
@@ -107,7 +106,7 @@ async def test_a_removed_tool_asks_and_replan_hands_the_model_the_error(
     actions = await audit_actions(db, run_id)
     [(_, details)] = [x for x in actions if x[0] == "not_executed"]
     assert details["reason"].endswith("no such tool") and details["question"] == q.id
-    assert (await deploy_check(db, engine.registry)).ok  # a person answers for it now
+    assert (await engine.deploy_check()).ok  # a person answers for it now
 
     await engine.decide(q.id, actor=ALICE, verdict="replan")
     outcome = await engine.advance(run_id)
@@ -141,7 +140,7 @@ async def test_the_retired_release_finishes_its_run_and_a_new_run_uses_the_new_o
     run_id, aid = await paused_run(make_engine(agents=[old]))
     new = without(old, "issue_refund", "2")
     engine = make_engine(agents=[new, replace(old, retired=True)])
-    assert (await deploy_check(db, engine.registry)).ok
+    assert (await engine.deploy_check()).ok
     await engine.decide(aid, actor=ALICE, verdict="approve")
     assert (await engine.advance(run_id)).status == "completed"
     assert "issue_refund" in [e["tool"] for e in ledger_lines(ledger_path)]
@@ -157,7 +156,7 @@ async def test_deploy_check_lists_changed_policy_and_instructions_without_failin
     old = replace(refund_agent(ledger), version="1")
     run_id, aid = await paused_run(make_engine(agents=[old, steps_agent(ledger)]))
     reworded = replace(old, version="2", instructions=old.instructions + " Be brief.")
-    report = await deploy_check(db, make_engine(agents=[reworded]).registry)
+    report = await make_engine(agents=[reworded]).deploy_check()
     assert report.ok and report.runs_checked == 1
     [change] = report.changes
     assert change.approval_id == aid
@@ -168,9 +167,9 @@ async def test_deploy_check_lists_changed_policy_and_instructions_without_failin
         "descriptions or schemas changed since")
     relaxed = PolicyFile.model_validate({"tools": {"issue_refund": {"policy": "auto"}}})
     auto = make_engine(agents=[reworded], policy=relaxed)
-    [change] = (await deploy_check(db, auto.registry)).changes
+    [change] = (await auto.deploy_check()).changes
     assert "policy band changed" in change.reason and "auto" in change.reason
-    gone = await deploy_check(db, make_engine(agents=[steps_agent(ledger)]).registry)
+    gone = await make_engine(agents=[steps_agent(ledger)]).deploy_check()
     [broken] = gone.breaks
     assert broken.run_id == run_id and "unknown agent 'demo-refund'" in broken.reason
 

@@ -17,6 +17,7 @@ from approvald.runtime.scope import Scope, scope_for
 from approvald.runtime.shown import RunMasking
 from approvald.runtime.standing import StandingRefused
 
+from tests.helpers import parts
 from tests.unit.test_decisions import ALICE, BOB, CAROL, DANA, approval, engine_with, refunds
 
 
@@ -50,7 +51,7 @@ async def grant_on_first(engine, db, *, window=timedelta(minutes=30), when=UP_TO
     paused = await start(engine, "$30")
     assert isinstance(paused, Paused), paused
     a = await approval(db, paused.approval_ids[0])
-    standing, decision = await engine.standing.grant(
+    standing, decision = await engine.grant_standing(
         a.id, actor=by, window=window, scope=scope_for(a, "condition", when=when))
     assert decision.outcome in ("approved", "voted")
     return paused, standing
@@ -59,14 +60,14 @@ async def grant_on_first(engine, db, *, window=timedelta(minutes=30), when=UP_TO
 def between_check_and_use(engine, act) -> None:
     """Run ``act()`` (a coroutine) right after the next standing-approval candidate is
     read, before its use's compare-and-set."""
-    original = engine.standing.candidate
+    original = parts(engine).standing.candidate
 
     async def read_then_act(*args, **kwargs):
         found = await original(*args, **kwargs)
         await act()
         return found
 
-    engine.standing.candidate = read_then_act
+    parts(engine).standing.candidate = read_then_act
 
 
 async def card_posts(db, approval_id: str) -> int:
@@ -107,7 +108,7 @@ async def test_the_issue_scenario(make_engine, db, clock, ledger_path) -> None:
     clock.advance(timedelta(minutes=31))
     late = await start(engine, "$10", order="A-1001")
     assert isinstance(late, Paused)
-    got = await engine.standing.get(standing.id)
+    got = await engine.standing_grant(standing.id)
     assert got.uses == 3 and got.state(clock.now()) == "expired"
     assert [r["args"]["amount_cents"] for r in refunds(ledger_path)] == [3000, 2000, 4500, 5000]
 
@@ -116,11 +117,11 @@ async def test_revoke_stops_the_next_match_at_once(make_engine, db, clock, ledge
     engine = engine_with(make_engine, ledger_path)
     _, standing = await grant_on_first(engine, db)
     assert isinstance(await start(engine, "$20"), Completed)
-    revoked = await engine.standing.revoke(standing.id, actor=BOB, reason="too broad")
+    revoked = await engine.revoke_standing(standing.id, actor=BOB, reason="too broad")
     assert revoked.status == "revoked" and revoked.revoked_by == "U_BOB"
     assert isinstance(await start(engine, "$20"), Paused)
     with pytest.raises(StandingRefused, match="already revoked"):
-        await engine.standing.revoke(standing.id, actor=ALICE)
+        await engine.revoke_standing(standing.id, actor=ALICE)
     async with db.read() as tx:
         entries = [e for e in await tx.audit.query() if e.action.startswith("standing_")
                    or (e.action == "refused" and "standing" in e.details)]
@@ -135,10 +136,10 @@ async def test_a_use_loses_to_a_revocation_that_committed_first(make_engine, db,
     # the candidate was read before the revocation; the use's compare-and-set sees it
     engine = engine_with(make_engine, ledger_path)
     _, standing = await grant_on_first(engine, db)
-    between_check_and_use(engine, lambda: engine.standing.revoke(standing.id, actor=ALICE))
+    between_check_and_use(engine, lambda: engine.revoke_standing(standing.id, actor=ALICE))
     outcome = await start(engine, "$20")
     assert isinstance(outcome, Paused)  # it asked instead
-    assert (await engine.standing.get(standing.id)).uses == 0
+    assert (await engine.standing_grant(standing.id)).uses == 0
 
 
 async def test_the_requester_cannot_join_the_granters_between_check_and_use(
@@ -152,7 +153,7 @@ async def test_the_requester_cannot_join_the_granters_between_check_and_use(
 
     async def bob_grants() -> None:
         try:
-            await engine.standing.add_grant(standing.id, actor=BOB)
+            await engine.add_standing_grant(standing.id, actor=BOB)
         except StandingRefused as exc:
             refused.append(exc)
 
@@ -160,7 +161,7 @@ async def test_the_requester_cannot_join_the_granters_between_check_and_use(
     outcome = await start(engine, "$20", requested_by="U_BOB")
     assert [r.reason for r in refused] == ["fully_granted"]
     assert isinstance(outcome, Completed)
-    got = await engine.standing.get(standing.id)
+    got = await engine.standing_grant(standing.id)
     assert got.grants_value() == ["U_ALICE"] and got.uses == 1
 
 
@@ -171,14 +172,14 @@ async def test_a_quorum_2_tool_needs_two_grants(make_engine, db, clock, ledger_p
     assert standing.status == "proposed"
     assert isinstance(await start(engine, "$20"), Paused)  # one grant covers nothing
     with pytest.raises(StandingRefused, match="already granted"):
-        await engine.standing.add_grant(standing.id, actor=ALICE)
+        await engine.add_standing_grant(standing.id, actor=ALICE)
     with pytest.raises(StandingRefused, match="not an approver"):
-        await engine.standing.add_grant(standing.id, actor=Actor("U_MALLORY", "slack"))
+        await engine.add_standing_grant(standing.id, actor=Actor("U_MALLORY", "slack"))
     async with db.read() as tx:  # a stranger's attempt leaves its trace, and changed nothing
         [tried] = [e for e in await tx.audit.query() if e.actor == "U_MALLORY"]
     assert tried.action == "refused" and json.loads(tried.details)["reason"] == "not_authorized"
-    assert (await engine.standing.get(standing.id)).grants_value() == ["U_ALICE"]
-    active = await engine.standing.add_grant(standing.id, actor=CAROL)
+    assert (await engine.standing_grant(standing.id)).grants_value() == ["U_ALICE"]
+    active = await engine.add_standing_grant(standing.id, actor=CAROL)
     assert active.status == "active" and active.grants_value() == ["U_ALICE", "U_CAROL"]
     done = await start(engine, "$20", requested_by="U_DANA")
     assert isinstance(done, Completed)
@@ -192,7 +193,7 @@ async def test_a_granter_taken_off_the_approvers_lends_no_grant(make_engine, db,
     assert isinstance(await start(engine, "$20"), Completed)
     groups.leave("S_REFUNDS", "U_ALICE")  # Alice left the group
     assert isinstance(await start(engine, "$20"), Paused)
-    assert (await engine.standing.get(standing.id)).uses == 1
+    assert (await engine.standing_grant(standing.id)).uses == 1
 
 
 async def test_never_across_a_band_nor_for_a_forbidden_call(make_engine, db, clock,
@@ -203,14 +204,14 @@ async def test_never_across_a_band_nor_for_a_forbidden_call(make_engine, db, clo
     engine = engine_with(make_engine, ledger_path, policy_file=rules)
     paused = await start(engine, "$20")
     a = await approval(db, paused.approval_ids[0])
-    standing, _ = await engine.standing.grant(
+    standing, _ = await engine.grant_standing(
         a.id, actor=ALICE, window=timedelta(hours=1),
         scope=scope_for(a, "condition", when="args.order_id == 'A-1001'"))
     assert isinstance(await start(engine, "$15"), Completed)  # same band: covered
     assert isinstance(await start(engine, "$30"), Paused)  # Carol's band: asks Carol
     forbidden = await start(engine, "$45")
     assert isinstance(forbidden, Completed) and "forbidden" in (forbidden.result or "")
-    assert (await engine.standing.get(standing.id)).uses == 1
+    assert (await engine.standing_grant(standing.id)).uses == 1
 
 
 async def test_the_requester_does_not_ride_their_own_grant(make_engine, db, clock,
@@ -219,7 +220,7 @@ async def test_the_requester_does_not_ride_their_own_grant(make_engine, db, cloc
     _, standing = await grant_on_first(engine, db)
     mine = await start(engine, "$20", requested_by="U_ALICE")
     assert isinstance(mine, Paused)
-    assert (await engine.standing.get(standing.id)).uses == 0
+    assert (await engine.standing_grant(standing.id)).uses == 0
 
 
 @pytest.mark.parametrize(("policy", "window", "message"), [
@@ -234,7 +235,7 @@ async def test_windows_are_bounded_by_policy(make_engine, db, clock, ledger_path
     paused = await start(engine, "$30")
     a = await approval(db, paused.approval_ids[0])
     with pytest.raises(StandingRefused, match=message):
-        await engine.standing.grant(a.id, actor=ALICE, window=window,
+        await engine.grant_standing(a.id, actor=ALICE, window=window,
                                     scope=scope_for(a, "exact"))
     assert (await approval(db, a.id)).status == "pending"  # nothing was decided
 
@@ -266,14 +267,15 @@ async def test_audit_verify_proves_every_use_from_the_chain(make_engine, db, clo
 
     # a process that skipped the checks (or a writer who appends with the key) records a
     # use after the revocation, and one outside the scope: the chain alone refutes both
-    await engine.standing.revoke(standing.id, actor=ALICE)
+    await engine.revoke_standing(standing.id, actor=ALICE)
     use = {"tool": "issue_refund", "standing_approval": standing.id,
            "subject": "agent:demo-refund/issue_refund",
            "policy_digest": standing.policy_digest, "granted_by": [ALICE.id]}
     async with db.write() as tx:
-        engine.audit.record(tx, at=clock.now(), action="approved", actor=f"standing:{standing.id}",
-                            via="standing", details={**use, "args": {
-                                "order_id": "A-1001", "amount_cents": 2000, "reason": "r"}})
+        parts(engine).audit.record(tx, at=clock.now(), action="approved",
+                                   actor=f"standing:{standing.id}", via="standing",
+                                   details={**use, "args": {"order_id": "A-1001",
+                                                            "amount_cents": 2000, "reason": "r"}})
     report = await verify(db)
     assert not report.ok and "was revoked at" in report.problems[0], report.problems
 
@@ -285,7 +287,7 @@ async def test_audit_verify_refutes_a_use_outside_the_granted_scope(make_engine,
     engine = engine_with(make_engine, ledger_path)
     _, standing = await grant_on_first(engine, db)
     async with db.write() as tx:
-        engine.audit.record(
+        parts(engine).audit.record(
             tx, at=clock.now(), action="approved", actor=f"standing:{standing.id}",
             via="standing", details={
                 "tool": "issue_refund", "standing_approval": standing.id,
@@ -303,12 +305,12 @@ async def test_a_standing_approval_with_all_its_grants_takes_no_more(make_engine
     engine = engine_with(make_engine, ledger_path, approvers=["U_ALICE", "U_BOB", "U_CAROL"],
                          quorum=2)
     _paused, standing = await grant_on_first(engine, db)
-    active = await engine.standing.add_grant(standing.id, actor=CAROL)
+    active = await engine.add_standing_grant(standing.id, actor=CAROL)
     assert active.status == "active"
     with pytest.raises(StandingRefused, match="already has the 2 grants it needs"):
-        await engine.standing.add_grant(standing.id, actor=BOB)
+        await engine.add_standing_grant(standing.id, actor=BOB)
     async with db.read() as tx:
         [tried] = [e for e in await tx.audit.query() if e.actor == "U_BOB"]
     assert tried.action == "refused" and json.loads(tried.details)["reason"] == "fully_granted"
-    got = await engine.standing.get(standing.id)
+    got = await engine.standing_grant(standing.id)
     assert got.grants_value() == ["U_ALICE", "U_CAROL"] and got.status == "active"

@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 from approvald.runtime.agent import Agent
 from approvald.runtime.decide import Actor
-from approvald.runtime.deploy_check import deploy_check
 from approvald.runtime.engine import Engine
 from approvald.runtime.errors import ConfigError
 from approvald.runtime.models.scripted import ScriptedModel, reply
@@ -63,9 +62,9 @@ async def test_a_changed_tool_does_not_run_an_old_approval(
         make_engine: Callable[..., Engine], db: Database) -> None:
     run_id, aid = await approved_on_release_1(make_engine, pay_in_cents)
     v2 = make_engine(agents=[release(pay_in_dollars, "2")])
-    assert v2.registry.get("payer").tool("pay").json_schema() == \
+    assert v2.agent("payer").tool("pay").json_schema() == \
         release(pay_in_cents, "1").tool("pay").json_schema()  # the same schema
-    report = await deploy_check(db, v2.registry)  # listed before the deploy
+    report = await v2.deploy_check()  # listed before the deploy
     [broken] = report.breaks
     assert broken.approval_id == aid and "changed since it was asked about" in broken.reason
     await v2.decide(aid, actor=ALICE, verdict="approve")
@@ -84,7 +83,7 @@ async def test_a_release_that_declares_the_version_compatible_runs_it(
     run_id, aid = await approved_on_release_1(make_engine, one)
     two = Tool(pay_in_cents.fn, permission="execute", version="2", compatible=["1"])
     v2 = make_engine(agents=[release(two, "2")])
-    assert (await deploy_check(db, v2.registry)).ok
+    assert (await v2.deploy_check()).ok
     await v2.decide(aid, actor=ALICE, verdict="approve")
     assert (await v2.advance(run_id)).status == "completed" and PAID == [500]
 

@@ -14,6 +14,8 @@ from approvald.runtime.urgency import Urgency
 from approvald.store.db import Database, WriteLock
 from approvald.store.waiting import waiting
 
+from tests.helpers import parts
+
 ALICE = Actor("U_ALICE", "slack")
 
 
@@ -227,7 +229,7 @@ async def test_a_decided_run_does_not_wait_for_a_worker_slot(make_engine) -> Non
         # without the bypass this times out: the only slot stays held until release
         await asyncio.wait_for(deploying.wait(), 10)
         assert started == ["crawl a", "deploy web"]
-        assert engine.urgency.pressing == 0  # the mark ended when the call started
+        assert parts(engine).urgency.pressing == 0  # the mark ended when the call started
     finally:
         release.set()
         stop.set()
@@ -253,14 +255,14 @@ async def test_outbox_batches_shrink_while_a_decision_presses(make_engine, db) -
             Counting.inflight -= 1
             return {"ok": True}
 
-    engine.urgency.begin("someone's run")
+    parts(engine).urgency.begin("someone's run")
     drain = engine.drain(Counting(), DrainConfig(patience=0, busy_batch=2))
     assert await drain.drain_once() == 5
     assert max(batches) == 2
     for i in range(5, 10):
         await engine.run("demo-refund", f"Refund order A-100{i}", requested_by="U_DANA")
     batches.clear()
-    engine.urgency.end("someone's run")
+    parts(engine).urgency.end("someone's run")
     assert await drain.drain_once() == 5
     assert max(batches) == 5
 
@@ -275,9 +277,9 @@ async def test_a_decided_run_presses_since_its_click(make_engine) -> None:
     decision = await engine.decide(paused.approval_ids[0], actor=ALICE, verdict="approve")
     ticks.t += 0.5  # the worker gets to it later
     assert decision.run_ready
-    assert engine.urgency.since(decision.approval.run_id) == clicked
+    assert parts(engine).urgency.since(decision.approval.run_id) == clicked
     await engine.advance(decision.approval.run_id)
-    assert engine.urgency.since(decision.approval.run_id) is None
+    assert parts(engine).urgency.since(decision.approval.run_id) is None
 
 
 async def test_priority_is_the_contexts_and_no_decider_or_executor_passes_it() -> None:
@@ -320,11 +322,11 @@ async def test_a_decisions_writes_queue_by_the_deciders_rank(make_engine, db,
     if db.dialect != "sqlite":  # PostgreSQL has no in-process write queue
         return
     await engine.decide(paused.approval_ids[0], actor=ALICE, verdict="approve")
-    rank = ticks.t - engine.urgency.answer_lead
+    rank = ticks.t - parts(engine).urgency.answer_lead
     assert seen and set(seen) == {rank}  # the decision's transaction (and nothing else)
     seen.clear()
     await engine.advance(paused.run_id)
     # the lease and the call's intent: the click's time, which the run inherited; once
     # its call started (its checkpoint, its card's redraw) nobody waits on its writes
     assert seen[:2] == [ticks.t, ticks.t] and set(seen[2:]) == {None}, seen
-    assert engine.urgency.pressing == 0
+    assert parts(engine).urgency.pressing == 0

@@ -24,7 +24,7 @@ from approvald.runtime.outbox_kinds import REQUEST_DECIDED, WEBHOOK
 from approvald.runtime.policy import PolicyFile
 from approvald.runtime.webhook_hosts import WebhookHosts
 
-from tests.helpers import Crash, Rows, crash, follow_up
+from tests.helpers import Crash, Rows, crash, create_token, follow_up, parts
 from tests.unit.test_intake_statements import Statements, statements  # noqa: F401
 
 ALICE = Actor("U_ALICE", "slack")
@@ -34,11 +34,11 @@ POLICY = PolicyFile.model_validate({"tools": {"api:*/deploy": {"approvers": ["U_
 
 async def asked(make_engine: Callable[..., Engine]) -> tuple[Engine, Any, dict[str, Any]]:
     engine = make_engine(policy=POLICY)
-    made = await api_tokens.create(engine.db, engine.clock, KEYS, engine.audit, "bot",
-                                   created_by="test", via="test", tools="*",
-                                   webhook_url="https://hooks.example/approvald",
-                                   webhook_hosts=WebhookHosts.from_setting("hooks.example"))
-    doc, _ = await engine.external.create(made.record, NewRequest(
+    made = await create_token(engine, KEYS, "bot",
+                              created_by="test", via="test", tools="*",
+                              webhook_url="https://hooks.example/approvald",
+                              webhook_hosts=WebhookHosts.from_setting("hooks.example"))
+    doc, _ = await engine.open_request(made.record, NewRequest(
         tool="deploy", args={"service": "api"}, requested_by="U_DANA"))
     return engine, made.record, doc
 
@@ -63,10 +63,10 @@ async def test_a_webhook_is_queued_once_per_decision_with_the_document_as_read(
     [hook] = await rows(engine, WEBHOOK)
     assert hook.payload_value() == {
         "run_id": doc["id"], "token_id": token.id, "url": "https://hooks.example/approvald",
-        "event": "decision", "document": await engine.external.get(token, doc["id"])}
+        "event": "decision", "document": await engine.request_document(token, doc["id"])}
     # the follow-up again (a drain that died before marking it delivered): nobody is told
     # twice, and more drains add nothing
-    assert (await engine.parts.external.deliver(followed)) == {"told": False}
+    assert (await parts(engine).external.deliver(followed)) == {"told": False}
     await follow_up(engine)
     assert len(await rows(engine, WEBHOOK)) == 1
     # a later decision on the same request (its run cancelled after the approval): its own
@@ -80,7 +80,7 @@ async def test_a_webhook_is_queued_once_per_decision_with_the_document_as_read(
 async def test_a_denial_ends_its_run_in_the_follow_up(make_engine) -> None:
     engine, token, doc = await asked(make_engine)
     await engine.decide(doc["approval_id"], actor=ALICE, verdict="deny", reason="no")
-    assert (await engine.external.get(token, doc["id"]))["status"] == "denied"  # at once
+    assert (await engine.request_document(token, doc["id"]))["status"] == "denied"  # at once
     await follow_up(engine)
     assert await run_status(engine, doc["id"]) == "completed"
     [hook] = await rows(engine, WEBHOOK)
@@ -102,7 +102,7 @@ async def test_a_crash_between_the_commit_and_the_webhook_loses_nothing(
     finally:
         failpoints.arm("")
     restarted = make_engine(policy=POLICY)
-    restarted.clock.advance(DrainConfig().claim_ttl * 2)  # (a dead drain's claim lapses)
+    parts(restarted).clock.advance(DrainConfig().claim_ttl * 2)  # (a dead drain's claim lapses)
     await follow_up(restarted)
     [hook] = await rows(restarted, WEBHOOK)
     assert hook.payload_value()["document"]["status"] == "approved"
@@ -125,9 +125,9 @@ async def test_a_failing_follow_up_neither_rolls_back_nor_loses_the_decision(
     [row] = await rows(engine, REQUEST_DECIDED)
     assert row.status == "pending" and "the follow-up broke" in (row.last_error or "")
     assert await rows(engine, WEBHOOK) == []
-    assert (await engine.external.get(token, doc["id"]))["status"] == "denied"
+    assert (await engine.request_document(token, doc["id"]))["status"] == "denied"
     monkeypatch.setattr(ExternalRequests, "_decided_in", real)
-    engine.clock.advance(timedelta(seconds=DrainConfig().max_backoff))  # its retry is due
+    parts(engine).clock.advance(timedelta(seconds=DrainConfig().max_backoff))  # its retry is due
     await follow_up(engine)
     assert len(await rows(engine, WEBHOOK)) == 1
 
@@ -139,7 +139,7 @@ async def test_the_deciding_transaction_runs_no_observer(
     decision: one outbox row more than a decision on an agent's call, no statement about
     the request."""
     engine, token, doc = await asked(make_engine)
-    second, _ = await engine.external.create(token, NewRequest(
+    second, _ = await engine.open_request(token, NewRequest(
         tool="deploy", args={"service": "web"}, requested_by="U_DANA"))
     await engine.decide(doc["approval_id"], actor=ALICE, verdict="deny", reason="warm-up")
     window = statements.during()
