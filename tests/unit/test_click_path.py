@@ -26,7 +26,7 @@ from approvald.store.models import Run
 from approvald.store.repos import Tx
 
 from tests.conftest import SIGNER
-from tests.helpers import Rows
+from tests.helpers import Rows, parts
 from tests.unit.test_decisions import card_token
 from tests.unit.test_intake_statements import statements  # noqa: F401  (a fixture)
 
@@ -62,7 +62,7 @@ async def test_a_request_decided_in_another_process_is_audited_masked_unread(
     paused = await maker.run("payer", "pay for web", requested_by="U_DANA")
     assert isinstance(paused, Paused)
     clicker = _engine(db)  # another serve: its trail has never seen this request
-    a = await clicker.decider.get(paused.approval_ids[0])
+    a = await parts(clicker).decider.get(paused.approval_ids[0])
     window = statements.during()
     await clicker.decide(a.id, actor=Actor("U_ALICE", "slack"), verdict="approve",
                          token=card_token(a))
@@ -154,11 +154,11 @@ async def test_a_decided_run_starts_from_the_row_its_decision_leased_while_it_is
 
     here, elsewhere = engine(), engine()
     taken: list[tuple[str, str]] = []
-    here.signals.take_decided(lambda run_id, claim: taken.append((run_id, claim)))
+    parts(here).signals.take_decided(lambda run_id, claim: taken.append((run_id, claim)))
 
     async def decided() -> tuple[str, str]:
         paused = await here.run("deployer", "deploy web", requested_by="U_DANA")
-        a = await here.decider.get(paused.approval_ids[0])
+        a = await parts(here).decider.get(paused.approval_ids[0])
         await here.decide(a.id, actor=Actor("U_ALICE", "slack"), verdict="approve",
                           token=card_token(a))
         return taken.pop()
@@ -166,14 +166,14 @@ async def test_a_decided_run_starts_from_the_row_its_decision_leased_while_it_is
     await decided()  # connections opened, plans made
     run_id, claim = await decided()
     window = statements.during()
-    assert isinstance(await here.runner.advance(run_id, claim=claim), Completed)
+    assert isinstance(await parts(here).runner.advance(run_id, claim=claim), Completed)
     assert _run_reads(window.sent) == [] and calls[-1] == run_id, window.sent
 
     run_id, claim = await decided()
-    clock.advance(here.runner.lease_ttl * 2)  # the lease lapsed before the worker got to it
+    clock.advance(parts(here).runner.lease_ttl * 2)  # the lease lapsed before the worker got to it
     assert isinstance(await elsewhere.advance(run_id), Completed)
     window = statements.during()
-    late = await here.runner.advance(run_id, claim=claim)
+    late = await parts(here).runner.advance(run_id, claim=claim)
     assert _run_reads(window.sent), window.sent  # stale: read again
     assert late.status == "completed" and not isinstance(late, Busy), late
     assert calls.count(run_id) == 1
