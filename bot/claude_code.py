@@ -60,13 +60,14 @@ from approvald.bot.claude_code_contract import (  # the wire contract, importabl
     decision,
     fail_closed,
 )
-from approvald.runtime import binding, switches
 from approvald.runtime.callers import OPEN, CallerGate, CallerOff, Refused
-from approvald.runtime.canonical import call_digest, canonical_json, sha256_hex
 from approvald.runtime.engine import Engine
-from approvald.runtime.errors import PayloadTooLarge
-from approvald.runtime.external import ExternalError, NewRequest, Report
-from approvald.runtime.intake import Source
+from approvald.runtime.kernel import binding
+from approvald.runtime.kernel.canonical import call_digest, canonical_json, sha256_hex
+from approvald.runtime.kernel.errors import PayloadTooLarge
+from approvald.runtime.policies.intake import Source
+from approvald.runtime.record import switches
+from approvald.runtime.runs.external import ExternalError, NewRequest, Report
 from approvald.store.repos.external import Checks, TokenRecord
 
 __all__ = ["DEFAULT_WAIT", "EVENTS", "HTTP_MARGIN", "MARGIN", "MAX_EVENT", "MAX_HTTP_WAIT",
@@ -167,7 +168,7 @@ class ClaudeCodeHook(CallerGate):
     @property
     def form(self) -> str:
         """Which form of the hook this is: ``command``, or ``http`` over serve's listener
-        (each can be switched off alone: :mod:`runtime.switches`)."""
+        (each can be switched off alone: :mod:`runtime.record.switches`)."""
         return "command" if self.bearer is None else "http"
 
     async def switched_off(self, found: TokenRecord, *, kept: bool = False) -> str | None:

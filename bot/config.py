@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TypeVar
 
 import platformdirs
-from approvald.runtime.audit import AuditKey
-from approvald.runtime.errors import ConfigError
-from approvald.runtime.sealing import DataKey, Sealer
-from approvald.runtime.sensitive import Detectors
-from approvald.runtime.webhook_hosts import WebhookHosts
+from approvald.runtime.kernel.errors import ConfigError
+from approvald.runtime.kernel.webhook_hosts import WebhookHosts
+from approvald.runtime.policies.sensitive import Detectors
+from approvald.runtime.record.audit import AuditKey
+from approvald.runtime.record.sealing import DataKey, Sealer
 from pydantic import (
     AliasChoices,
     Field,
@@ -144,7 +144,7 @@ class Settings(BaseSettings):
         DEFAULT_METRICS_ADDR, validation_alias=_env("APPROVALD_METRICS_ADDR"),
         description="where serve serves /metrics, on a listener of its own: host:port ([::1]:9464 "
                     "for IPv6; port 0: any), or off")
-    # the hosts decision webhooks may go to (runtime/webhook_hosts.py); unset: none
+    # the hosts decision webhooks may go to (runtime/kernel/webhook_hosts.py); unset: none
     webhook_hosts: str | None = Field(
         None, validation_alias=_env("APPROVALD_WEBHOOK_HOSTS"),
         description="comma-separated hosts the HTTP API's decision webhooks may go to: name, "
@@ -243,7 +243,7 @@ class Settings(BaseSettings):
         None, validation_alias=_env("APPROVALD_SECRET"),
         description="the key approval tokens are derived from (unset: the Slack signing secret, "
                     "else the app token); set it to rotate Slack secrets freely")
-    # the audit chain's HMAC key: kept out of the database (see runtime/audit.py)
+    # the audit chain's HMAC key: kept out of the database (see runtime/record/audit.py)
     audit_key: SecretStr | None = Field(
         None, validation_alias=_env("APPROVALD_AUDIT_KEY"),
         description="the audit chain's HMAC key, kept out of the database (at least 16 bytes)")
@@ -252,7 +252,7 @@ class Settings(BaseSettings):
         None, validation_alias=_env("APPROVALD_AUDIT_OLD_KEYS"),
         description="comma-separated retired audit keys, so that audit verify can check the "
                     "entries written under them")
-    # the key sensitive values are sealed at rest under (see runtime/sealing.py)
+    # the key sensitive values are sealed at rest under (see runtime/record/sealing.py)
     data_key: SecretStr | None = Field(
         None, validation_alias=_env("APPROVALD_DATA_KEY"),
         description="the key sensitive arguments are sealed at rest under (AES-256-GCM, at "
@@ -318,7 +318,7 @@ class Settings(BaseSettings):
         30.0, ge=0, le=3600, validation_alias=_env("APPROVALD_SHUTDOWN_GRACE"),
         description="seconds serve gives in-flight runs to reach a step boundary after SIGTERM or "
                     "SIGINT before cutting them off")
-    # testing hook: time read from this file (see runtime.clock.FileClock)
+    # testing hook: time read from this file (see runtime.kernel.clock.FileClock)
     clock_file: str | None = Field(
         None, validation_alias=_env("APPROVALD_CLOCK_FILE"),
         description="testing hook: time is read from this file, which holds an ISO-8601 instant "
@@ -376,7 +376,7 @@ class Settings(BaseSettings):
         return self._slack_users().get(local)
 
     def _slack_users(self) -> dict[str, str]:
-        from approvald.runtime.identity import normalize_user_id
+        from approvald.runtime.kernel.identity import normalize_user_id
 
         pairs: dict[str, str] = {}
         for item in (self.slack_users or "").split(","):
@@ -388,7 +388,7 @@ class Settings(BaseSettings):
     @field_validator("slack_users")
     @classmethod
     def _slack_users_pairs(cls, v: str | None) -> str | None:
-        from approvald.runtime.identity import InvalidIdentity, normalize_user_id
+        from approvald.runtime.kernel.identity import InvalidIdentity, normalize_user_id
 
         for item in (v or "").split(","):
             if not item.strip():
@@ -498,8 +498,8 @@ class Settings(BaseSettings):
     def _prune_horizon(cls, v: str | None) -> str | None:
         if v is None or not v.strip():
             return None
-        from approvald.runtime.policy import parse_duration
-        from approvald.runtime.retention import MIN_HORIZON
+        from approvald.runtime.policies.policy import parse_duration
+        from approvald.runtime.record.retention import MIN_HORIZON
         if parse_duration(v) < MIN_HORIZON:
             raise ValueError("must be at least 1d")
         return v
@@ -509,13 +509,13 @@ class Settings(BaseSettings):
     def _mail_fallback_after(cls, v: str | None) -> str | None:
         if v is None or not v.strip():
             return None
-        from approvald.runtime.policy import parse_duration
+        from approvald.runtime.policies.policy import parse_duration
         parse_duration(v)  # a ValueError for anything not a positive duration
         return v
 
     def mail_fallback_after_value(self) -> timedelta | None:
         """How long a card may stay unposted before its request is mailed (None: off)."""
-        from approvald.runtime.policy import parse_duration
+        from approvald.runtime.policies.policy import parse_duration
         return parse_duration(self.mail_fallback_after) if self.mail_fallback_after else None
 
     @field_validator("secret_detectors_off")
@@ -531,12 +531,12 @@ class Settings(BaseSettings):
     @field_validator("max_ttl")
     @classmethod
     def _max_ttl(cls, v: str) -> str:
-        from approvald.runtime.policy import parse_duration
+        from approvald.runtime.policies.policy import parse_duration
         parse_duration(v)
         return v
 
     def max_ttl_value(self) -> timedelta:
-        from approvald.runtime.policy import parse_duration
+        from approvald.runtime.policies.policy import parse_duration
         return parse_duration(self.max_ttl)
 
     @field_validator("secret")
@@ -592,7 +592,7 @@ _EMAIL = re.compile(r"[^@\s,<>\"]{1,64}@[A-Za-z0-9.-]{1,253}\.[A-Za-z]{2,63}")
 
 def parse_emails(text: str | None) -> dict[str, str]:
     """``U1=a@x.com,U2=b@y.org`` as {user: address}; ValueError naming a bad pair."""
-    from approvald.runtime.identity import InvalidIdentity, normalize_user_id
+    from approvald.runtime.kernel.identity import InvalidIdentity, normalize_user_id
 
     out: dict[str, str] = {}
     for item in (text or "").split(","):

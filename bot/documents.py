@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from approvald.runtime import binding
-from approvald.runtime.agent import run_version
-from approvald.runtime.packet import shown_args, shown_packet, will_run
-from approvald.runtime.policy import ApprovalPolicy
-from approvald.runtime.sensitive import Masking
-from approvald.runtime.shown import RunMasking
-from approvald.runtime.state import AssistantMessage, RunState, ToolMessage
-from approvald.runtime.vocabulary import deadline, outcome_of
+from approvald.runtime.kernel import binding
+from approvald.runtime.kernel.vocabulary import deadline, outcome_of
+from approvald.runtime.policies.policy import ApprovalPolicy
+from approvald.runtime.policies.sensitive import Masking
+from approvald.runtime.record.shown import RunMasking
+from approvald.runtime.record.state import AssistantMessage, RunState, ToolMessage
+from approvald.runtime.requests.packet import shown_args, shown_packet, will_run
+from approvald.runtime.runs.agent import run_version
 from approvald.store.records import ApprovalRecord, RunRecord
 
 
@@ -25,7 +25,7 @@ def approval_document(a: ApprovalRecord) -> dict[str, Any]:
     asked, about other arguments when ``words_about_original`` (after an edit), and then
     ``original_impact`` is the packet's impact when nothing was worked out for the edit.
     Sensitive values (the request's declared paths, and what the detectors find) are
-    masked, as on its card; its digests are shown as bindings (``runtime/binding.py``).
+    masked, as on its card; its digests are shown as bindings (``runtime/kernel/binding.py``).
     ``outcome`` is what became of it, named as every view names it
     (``status`` is where it is in its life: a question answered is stored approved or
     denied); ``expires_at`` is null for a question, which has no deadline."""

@@ -1,5 +1,5 @@
 """OpenTelemetry traces for ``serve``, off unless the standard ``OTEL_*`` variables ask
-for them (the spans themselves are described in ``runtime/tracing.py``).
+for them (the spans themselves are described in ``runtime/record/tracing.py``).
 
 Tracing is on when ``OTEL_TRACES_EXPORTER`` names an exporter (``otlp``, ``console``, or
 both, comma-separated; ``none`` turns it off), or, with that variable unset, when an OTLP
@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from approvald.bot.install import install_command
-from approvald.runtime.errors import ConfigError
-from approvald.runtime.tracing import OtelTracer, Tracer
+from approvald.runtime.kernel.errors import ConfigError
+from approvald.runtime.record.tracing import OtelTracer, Tracer
 
 if TYPE_CHECKING:  # imported when tracing is on, not before (see from_environment)
     from opentelemetry.sdk.trace import TracerProvider

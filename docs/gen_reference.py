@@ -489,7 +489,7 @@ def render_settings() -> str:
 # modules that read variables the settings model does not hold, each declaring them in a
 # module-level ENVIRONMENT = {name: what it does}
 ENVIRONMENT_MODULES = ("approvald.runtime.models.openai", "approvald.bot.tracing",
-                       "approvald.runtime.failpoints", "approvald.bot.hooks.handoff")
+                       "approvald.runtime.kernel.failpoints", "approvald.bot.hooks.handoff")
 
 
 def other_environment() -> list[tuple[str, str]]:
@@ -529,7 +529,7 @@ def metric_names() -> set[str]:
 
 def render_metrics() -> str:
     from approvald.bot import metrics
-    from approvald.runtime.metrics import Meter
+    from approvald.runtime.kernel.metrics import Meter
 
     rows = metric_rows()
     out = [HEADER, "# Metrics\n\n",
@@ -545,7 +545,7 @@ def render_metrics() -> str:
     events = [(name, fn) for name, fn in vars(Meter).items()
               if callable(fn) and not name.startswith("_")]
     out.append("\n## The runtime's events\n\n"
-               "The runtime reports to a `Meter` (`approvald.runtime.metrics`); the "
+               "The runtime reports to a `Meter` (`approvald.runtime.kernel.metrics`); the "
                "Prometheus meter above turns these calls into metrics. An embedding "
                "application can subclass `Meter` to export them elsewhere.\n\n")
     out.append(table(["event", "meaning"], [
@@ -1114,8 +1114,8 @@ def render_json_documents() -> str:
 
 
 def render_outcomes() -> str:
-    """The one vocabulary of outcomes (``approvald.runtime.vocabulary``), as a table."""
-    from approvald.runtime import vocabulary
+    """The one vocabulary of outcomes (``approvald.runtime.kernel.vocabulary``), as a table."""
+    from approvald.runtime.kernel import vocabulary
 
     kinds = {vocabulary.TOOL_CALL: "request", vocabulary.OUTCOME_UNKNOWN: "outcome question",
              vocabulary.CANNOT_RUN: "cannot-run question",
@@ -1134,7 +1134,7 @@ def render_outcomes() -> str:
 # -- the policy file -----------------------------------------------------------------------
 
 def _policy_aliases() -> dict[str, str]:
-    from approvald.runtime import policy
+    from approvald.runtime.policies import policy
     return {repr(policy.Duration): "duration (`\"30m\"`, `\"1h30m\"`, `\"2d\"`, or seconds)",
             repr(policy.Window): "duration, or `\"0\"` for none",
             repr(policy.Approver): "Slack user (`U…`, `W…`) or user-group (`S…`) id",
@@ -1152,7 +1152,7 @@ def _policy_aliases() -> dict[str, str]:
 
 
 def _model_rows(model: type[Any], *, skip: tuple[str, ...] = ()) -> list[list[str]]:
-    from approvald.runtime import policy
+    from approvald.runtime.policies import policy
     from pydantic import BaseModel
 
     # what a field means is said once, on the policy it sets (ApprovalPolicy)
@@ -1177,7 +1177,7 @@ def _model_rows(model: type[Any], *, skip: tuple[str, ...] = ()) -> list[list[st
         elif field.default is None or field.is_required():
             default = "" if field.is_required() else "unset"
         elif isinstance(field.default, timedelta):
-            from approvald.runtime.policy import format_duration
+            from approvald.runtime.policies.policy import format_duration
             default = code(json.dumps(format_duration(field.default)))
         else:
             default = code(json.dumps(field.default))
@@ -1187,14 +1187,14 @@ def _model_rows(model: type[Any], *, skip: tuple[str, ...] = ()) -> list[list[st
 
 
 def policy_fields() -> dict[str, set[str]]:
-    from approvald.runtime import policy
+    from approvald.runtime.policies import policy
     return {m.__name__: set(m.model_fields) for m in (
         policy.PolicyFile, policy.ToolOverride, policy.Rule, policy.DefaultPolicy,
         policy.Rung, policy.ApprovalPolicy)}
 
 
 def render_policy_file() -> str:
-    from approvald.runtime import policy
+    from approvald.runtime.policies import policy
 
     head = ["field", "type", "required", "default", "limits", "meaning"]
 
@@ -1205,7 +1205,7 @@ def render_policy_file() -> str:
     example = re.search(r"::\n\n((?:    .*\n|\n)+)", module_doc + "\n")
     out = [HEADER, "# Policy file\n\n",
            "The TOML file `APPROVALD_POLICY_FILE` names (see [Settings](settings.md)). "
-           "Its schema, read from the pydantic models in `approvald.runtime.policy`.\n\n"]
+           "Its schema, read from the pydantic models in `approvald.runtime.policies.policy`.\n\n"]
     if example:
         out.append("```toml\n" + textwrap.dedent(example.group(1)).strip() + "\n```\n\n")
     rest = module_doc[example.end():] if example else ""

@@ -4,9 +4,9 @@ the engine's front door like any face: its verbs, and its documents
 (:mod:`runtime.documents`).
 
 A caller face (``mcp-proxy``, ``approvald hook claude-code``) makes each call it is about to
-run an external request of :mod:`runtime.external` under approvald's own credential for
+run an external request of :mod:`runtime.runs.external` under approvald's own credential for
 that face (``mcp.<name>``, ``hook.<name>``: no bearer token exists for either, and an
-operator's token is never taken for one). Its :class:`~runtime.intake.Source` names the
+operator's token is never taken for one). Its :class:`~runtime.policies.intake.Source` names the
 call for the operator's policy (``mcp:<name>/<tool>``, ``hook:<name>/<tool>``), with its
 rules on arguments, and a tool the file does not name gets the file's ``[default]``, which
 always asks.
@@ -38,16 +38,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from approvald.runtime import binding
-from approvald.runtime.api_tokens import check_name
-from approvald.runtime.canonical import call_digest
 from approvald.runtime.engine import Engine
-from approvald.runtime.errors import ApprovaldError
-from approvald.runtime.external import ExternalError, NewRequest, started_at_once
-from approvald.runtime.gate import Where
-from approvald.runtime.intake import Source
-from approvald.runtime.state import FINAL_STATUSES
-from approvald.runtime.vocabulary import WORDS, OutcomeName
+from approvald.runtime.kernel import binding
+from approvald.runtime.kernel.canonical import call_digest
+from approvald.runtime.kernel.errors import ApprovaldError
+from approvald.runtime.kernel.vocabulary import WORDS, OutcomeName
+from approvald.runtime.policies.intake import Source
+from approvald.runtime.record.state import FINAL_STATUSES
+from approvald.runtime.requests.api_tokens import check_name
+from approvald.runtime.requests.gate import Where
+from approvald.runtime.runs.external import ExternalError, NewRequest, started_at_once
 from approvald.store.repos.external import TokenRecord
 
 OPEN = frozenset({"pending", "superseded"})
@@ -172,7 +172,7 @@ class CallerGate:
     async def _request(self, token: TokenRecord, tool: str,
                        args: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         """The request this call joins or makes: (its document, whether the call's start
-        was recorded with it: :func:`~runtime.external.started_at_once`)."""
+        was recorded with it: :func:`~runtime.runs.external.started_at_once`)."""
         digest = self.call_key(tool, args)
         n = self._cursor.get(digest)
         fresh = False  # whether generation n was just seen not to exist
@@ -248,7 +248,7 @@ class CallerGate:
         if await self.e.documents.request_started(rid):  # running elsewhere, or unknown
             return self.started_is_over
         # an approval nobody collected within its window was closed when its document was
-        # read (runtime.collect: the one window rule), and is over as a cancelled request
+        # read (runtime.kernel.collect: the one window rule), and is over as a cancelled request
         return False
 
     async def _run_status(self, rid: str) -> str:

@@ -15,8 +15,8 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
-from approvald.runtime.external import CALL_ID
-from approvald.runtime.outbox_kinds import REQUEST_MAIL, mail_group
+from approvald.runtime.record.outbox_kinds import REQUEST_MAIL, mail_group
+from approvald.runtime.runs.external import CALL_ID
 from approvald.store.db import Database
 from approvald.store.records import ApprovalRecord, ExecutionRecord, RunRecord
 

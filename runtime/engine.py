@@ -16,59 +16,61 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from approvald.runtime import api_tokens, prefix, retention, sealing
 from approvald.runtime.adapters.gate import ApprovalGate
-from approvald.runtime.agent import Agent, Registry
-from approvald.runtime.audit import AuditKey, AuditTrail, queue_head
-from approvald.runtime.audit_check import disagreements_of
-from approvald.runtime.batch import BatchVerdict, Target, decide_each
-from approvald.runtime.batch import Outcome as BatchOutcome
-from approvald.runtime.clock import Clock, SystemClock
-from approvald.runtime.decide import Actor, Decider, Decision, Verdict
-from approvald.runtime.decisions import Decisions
-from approvald.runtime.deploy_check import DeployReport, deploy_check
-from approvald.runtime.directory import Directory, StaticDirectory
+from approvald.runtime.approvals.batch import BatchVerdict, Target, decide_each
+from approvald.runtime.approvals.batch import Outcome as BatchOutcome
+from approvald.runtime.approvals.decide import Actor, Decider, Decision, Verdict
+from approvald.runtime.approvals.decisions import Decisions
+from approvald.runtime.approvals.standing import StandingApprovals
 from approvald.runtime.documents import Documents
-from approvald.runtime.errors import ApprovaldError, ConfigError, NotFound
-from approvald.runtime.expiry import Expiry, SweepResult
-from approvald.runtime.external import ExternalError, ExternalRequests, NewRequest, Report
-from approvald.runtime.gate import Gate, Where, where
-from approvald.runtime.handoff import LeasedRuns
-from approvald.runtime.history import History, read_history
-from approvald.runtime.ids import TokenSigner, lease_id, new_id
 from approvald.runtime.insights import MIN_REQUESTS, Insights, insights
 from approvald.runtime.insights_board import InsightsBoard, OperatorInsights
-from approvald.runtime.intake import Intake, Source, Tighten
-from approvald.runtime.ledger import Ledger
-from approvald.runtime.limits import DEFAULT_MAX_PAYLOAD, PayloadCap
-from approvald.runtime.metrics import DecidedRuns, Meter
-from approvald.runtime.outbox import WINDOW as OUTBOX_WINDOW
-from approvald.runtime.outbox import Deliverer, DrainConfig, OutboxDrain
-from approvald.runtime.outbox import deadline as outbox_deadline
-from approvald.runtime.outcomes import Outcome
-from approvald.runtime.owners import Owners
-from approvald.runtime.policy import Channel, PolicyFile
+from approvald.runtime.kernel import prefix
+from approvald.runtime.kernel.clock import Clock, SystemClock
+from approvald.runtime.kernel.errors import ApprovaldError, ConfigError, NotFound
+from approvald.runtime.kernel.handoff import LeasedRuns
+from approvald.runtime.kernel.ids import TokenSigner, lease_id, new_id
+from approvald.runtime.kernel.limits import DEFAULT_MAX_PAYLOAD, PayloadCap
+from approvald.runtime.kernel.metrics import DecidedRuns, Meter
+from approvald.runtime.kernel.outcomes import Outcome
+from approvald.runtime.kernel.owners import Owners
+from approvald.runtime.kernel.signals import Signals
+from approvald.runtime.kernel.urgency import Urgency
+from approvald.runtime.kernel.vocabulary import OutcomeName, match_of
+from approvald.runtime.policies.directory import Directory, StaticDirectory
+from approvald.runtime.policies.intake import Intake, Source, Tighten
+from approvald.runtime.policies.policy import Channel, PolicyFile
+from approvald.runtime.policies.scope import Scope
+from approvald.runtime.policies.tools import Tool, ToolIdentity
+from approvald.runtime.record import retention, sealing
+from approvald.runtime.record.audit import AuditKey, AuditTrail, queue_head
+from approvald.runtime.record.audit_check import disagreements_of
+from approvald.runtime.record.history import History, read_history
+from approvald.runtime.record.ledger import Ledger
+from approvald.runtime.record.outbox import WINDOW as OUTBOX_WINDOW
+from approvald.runtime.record.outbox import Deliverer, DrainConfig, OutboxDrain
+from approvald.runtime.record.outbox import deadline as outbox_deadline
+from approvald.runtime.record.review_state import ReviewState
+from approvald.runtime.record.sealing import Sealer
+from approvald.runtime.record.shown import RunMasking, read_run
+from approvald.runtime.record.state import FINAL_STATUSES, RunState, UserMessage
+from approvald.runtime.record.switches import Switches
+from approvald.runtime.record.tracing import Span, Tracer
+from approvald.runtime.record.transcript import build_state, encode
 from approvald.runtime.replay import Replay, declared_for, replay
-from approvald.runtime.review_state import ReviewState
-from approvald.runtime.runner import Runner
-from approvald.runtime.scheduler import ExpiryScheduler
-from approvald.runtime.scope import Scope
-from approvald.runtime.sealing import Sealer
-from approvald.runtime.shown import RunMasking, read_run
-from approvald.runtime.signals import Signals
-from approvald.runtime.standing import StandingApprovals
-from approvald.runtime.state import FINAL_STATUSES, RunState, UserMessage
-from approvald.runtime.switches import Switches
+from approvald.runtime.requests import api_tokens
+from approvald.runtime.requests.expiry import Expiry, SweepResult
+from approvald.runtime.requests.gate import Gate, Where, where
+from approvald.runtime.runs.agent import Agent, Registry
+from approvald.runtime.runs.deploy_check import DeployReport, deploy_check
+from approvald.runtime.runs.external import ExternalError, ExternalRequests, NewRequest, Report
+from approvald.runtime.runs.runner import Runner
+from approvald.runtime.runs.scheduler import ExpiryScheduler
+from approvald.runtime.runs.tool_lookup import ToolLookup
+from approvald.runtime.runs.worker import ResumeWorker
 from approvald.runtime.threads import RunThreads
-from approvald.runtime.tool_lookup import ToolLookup
-from approvald.runtime.tools import Tool, ToolIdentity
 from approvald.runtime.trace import Trace, load_trace
-from approvald.runtime.tracing import Span, Tracer
-from approvald.runtime.transcript import build_state, encode
-from approvald.runtime.urgency import Urgency
 from approvald.runtime.views import Views
-from approvald.runtime.vocabulary import OutcomeName, match_of
-from approvald.runtime.worker import ResumeWorker
 from approvald.store import sealed
 from approvald.store.db import Database
 from approvald.store.records import (
@@ -279,7 +281,7 @@ class Engine:
         return ApprovalGate(p.db, p.clock, p.audit, p.external, p.cap, owner=self._owner,
                             name=name, tighten=tighten)
 
-    # -- local notifications (see runtime.signals) -------------------------------------
+    # -- local notifications (see runtime.kernel.signals) -------------------------------------
     def take_decided(self, fn: Callable[[str, str], None] | None) -> None:
         self._signals.take_decided(fn)
 
@@ -362,11 +364,11 @@ class Engine:
         return self._signer.token(a.id, a.token_nonce, a.effective_digest)
 
     async def tool_for(self, a: ApprovalRecord) -> Tool:
-        """The tool an approval is about (see :class:`runtime.tool_lookup.ToolLookup`)."""
+        """The tool an approval is about (see :class:`runtime.runs.tool_lookup.ToolLookup`)."""
         return await self._parts.tool_for(a)
 
     async def resolve_run(self, run_id: str) -> RunRecord:
-        """A run by id or unambiguous id prefix (see :func:`runtime.prefix.resolve`)."""
+        """A run by id or unambiguous id prefix (see :func:`runtime.kernel.prefix.resolve`)."""
         async with self._db.read() as tx:
             return await prefix.resolve("run", run_id, tx.runs.get, tx.runs.find,
                                         field="run_id")
@@ -375,7 +377,7 @@ class Engine:
     async def start_run(self, agent: str, task: str, *, requested_by: str,
                         claim: str | None = None) -> str:
         """Create a run (status ``running``) with the task as its first message. With
-        ``claim`` (a :func:`runtime.ids.lease_id` of this process) the new run is leased to
+        ``claim`` (a :func:`runtime.kernel.ids.lease_id` of this process) the new run is leased to
         the caller in the same transaction, so no worker's poll claims it before the caller
         advances it with ``advance(run_id, claim=claim)``."""
         a = self._registry.get(agent)
@@ -428,7 +430,7 @@ class Engine:
     async def reseal(self, sealer: Sealer, *, actor: str, via: str,
                      batch: int = sealed.BATCH) -> dict[str, int]:
         """Seal every sensitive value again under ``sealer``'s current key, in batches
-        (:func:`runtime.sealing.reseal`), and audit who did it (``resealed``: the key, the
+        (:func:`runtime.record.sealing.reseal`), and audit who did it (``resealed``: the key, the
         retired keys, how many values each table had rewritten); the counts."""
         counts = await sealing.reseal(self._db, sealer, batch=batch)
         current = sealer.current
@@ -511,7 +513,7 @@ class Engine:
 
     async def run_masking(self, run_id: str) -> RunMasking:
         """What may be shown of run ``run_id``'s calls: each call's declared paths and
-        values as the store recorded them, with the detectors (:mod:`runtime.shown`)."""
+        values as the store recorded them, with the detectors (:mod:`runtime.record.shown`)."""
         async with self._db.read() as tx:
             return (await read_run(tx, run_id)).masking()
 
@@ -539,14 +541,14 @@ class Engine:
 
     async def deploy_check(self) -> DeployReport:
         """What the agents this process loaded could not run of the calls waiting in the
-        database (see :mod:`runtime.deploy_check`)."""
+        database (see :mod:`runtime.runs.deploy_check`)."""
         return await deploy_check(self._db, self._registry)
 
     # -- the record of requests: a policy replayed against it, and insights (issue 51) ----
     async def history(self, *, since: timedelta | None, keys: Sequence[AuditKey] = (),
                       unkeyed_until: int = 0, full: bool = False) -> History:
         """The requests recorded in the last ``since`` (None: the whole record), read
-        from the audit chain once it verifies (:class:`runtime.history.ChainBroken` if
+        from the audit chain once it verifies (:class:`runtime.record.history.ChainBroken` if
         not): from its verified-through checkpoint, or (``full``) all of it."""
         start = self._clock.now() - since if since is not None else None
         return await read_history(self._db, since=start, keys=keys,
@@ -572,13 +574,13 @@ class Engine:
 
     async def prune(self, older_than: timedelta, *, dry_run: bool = False
                     ) -> retention.PruneReport:
-        """Delete what finished before ``older_than`` ago (see :func:`runtime.retention.prune`;
+        """Delete what finished before ``older_than`` ago (see :func:`runtime.record.retention.prune`;
         ``ValueError`` for a horizon too short)."""
         return await retention.prune(self._db, self._clock, older_than, dry_run=dry_run)
 
     async def prune_expired(self) -> dict[str, int]:
         """Delete the web review queue's rows that expired a day ago (see
-        :func:`runtime.retention.prune_expired`); how many, by table."""
+        :func:`runtime.record.retention.prune_expired`); how many, by table."""
         return await retention.prune_expired(self._db, self._clock)
 
     @property
@@ -595,7 +597,7 @@ class Engine:
                                run_id: str | None = None,
                                limit: int = 100) -> tuple[list[ApprovalRecord], int]:
         """The ``limit`` oldest requests (whose outcome is ``outcome``, as every view names
-        it: :mod:`runtime.vocabulary`; of ``run_id``), oldest first, and how many there are
+        it: :mod:`runtime.kernel.vocabulary`; of ``run_id``), oldest first, and how many there are
         in all."""
         match = None if outcome is None else match_of(outcome)
         async with self._db.read() as tx:
@@ -611,7 +613,7 @@ class Engine:
             a = await tx.approvals.get(approval_id)
             return None if a is None else await where(tx, a)
 
-    # -- the faces' kill switches (runtime.switches) --------------------------------------
+    # -- the faces' kill switches (runtime.record.switches) --------------------------------------
     async def switch_off(self, face: str, forms: Sequence[str], *, by: str, via: str,
                          reason: str | None = None) -> list[SwitchRecord]:
         """Switch ``forms`` of ``face`` off (audited); the forms now off."""
@@ -699,7 +701,7 @@ class Engine:
                      ) -> TokenRecord | None:
         """The live token an ``Authorization: Bearer …`` header carries, or None.
         ``to_open``: for :meth:`open_request` alone, whose statements check the token is
-        still live (:class:`~runtime.api_tokens.LiveTokens`): from memory once found."""
+        still live (:class:`~runtime.requests.api_tokens.LiveTokens`): from memory once found."""
         if to_open:
             return await self._live_tokens.from_header(authorization)
         return await api_tokens.from_header(self._db, authorization)
@@ -711,7 +713,7 @@ class Engine:
     async def open_request(self, token: TokenRecord, req: NewRequest, *, fresh: bool = False
                            ) -> tuple[dict[str, Any], bool]:
         """Open a caller's request (or find the one its idempotency key made): (its
-        document, whether it is new); see :meth:`runtime.external.ExternalRequests.create`
+        document, whether it is new); see :meth:`runtime.runs.external.ExternalRequests.create`
         (``fresh``: the key was just seen unused)."""
         try:
             return await self._external.create(token, req, fresh=fresh)
@@ -733,7 +735,7 @@ class Engine:
                             owner: str, identity: ToolIdentity | None = None) -> None:
         """Record that the caller is about to run its approved call (before the call), on a
         tool of ``identity`` if it says (refused, ``tool_changed``, if the approval bound
-        another: :meth:`runtime.external.ExternalRequests.start`)."""
+        another: :meth:`runtime.runs.external.ExternalRequests.start`)."""
         await self._external.start(token, request_id, args_digest=args_digest, owner=owner,
                                   identity=identity)
 
@@ -800,7 +802,7 @@ class Engine:
     async def decide(self, approval_id: str, *, actor: Actor, verdict: Verdict,
                      reason: str | None = None, args: Any = None, token: str | None = None,
                      expect_digest: str | None = None) -> Decision:
-        """Record a decision (see :class:`runtime.decisions.Decisions`)."""
+        """Record a decision (see :class:`runtime.approvals.decisions.Decisions`)."""
         return await self._decisions.decide(approval_id, actor=actor, verdict=verdict,
                                            reason=reason, args=args, token=token,
                                            expect_digest=expect_digest)
@@ -836,7 +838,7 @@ class Engine:
     # the agents and the policy in force
     def agent(self, name: str) -> Agent:
         """The current release of agent ``name`` (:class:`ConfigError`-like refusal for an
-        unknown one: see :meth:`runtime.agent.Registry.get`)."""
+        unknown one: see :meth:`runtime.runs.agent.Registry.get`)."""
         return self._registry.get(name)
 
     def agent_releases(self) -> list[Agent]:
@@ -883,16 +885,16 @@ class Engine:
     async def decide_each(self, targets: Sequence[Target], *, actor: Actor,
                           verdict: BatchVerdict, reason: str | None = None
                           ) -> list[BatchOutcome]:
-        """Decide each target on its own (see :func:`runtime.batch.decide_each`)."""
+        """Decide each target on its own (see :func:`runtime.approvals.batch.decide_each`)."""
         return await decide_each(self._decisions, targets, actor=actor, verdict=verdict,
                                  reason=reason)
 
     async def sweep(self, *, only: Sequence[str] | None = None) -> SweepResult:
         """Settle every request overdue as of now (or just those in ``only``): expired,
-        escalated, reminded (:meth:`runtime.expiry.Expiry.sweep`)."""
+        escalated, reminded (:meth:`runtime.requests.expiry.Expiry.sweep`)."""
         return await self._expiry.sweep(only=only)
 
-    # standing approvals (runtime.standing)
+    # standing approvals (runtime.approvals.standing)
     async def grant_standing(self, approval_id: str, *, actor: Actor, window: timedelta,
                              scope: Scope, token: str | None = None
                              ) -> tuple[StandingRecord, Decision]:

@@ -20,16 +20,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from approvald.runtime.directory import Directory
-from approvald.runtime.history import NOT_APPROVED, History, Request
-from approvald.runtime.intake import Source
-from approvald.runtime.policy import (
+from approvald.runtime.policies.directory import Directory
+from approvald.runtime.policies.intake import Source
+from approvald.runtime.policies.policy import (
     ApprovalPolicy,
     PolicyFile,
     PolicyKind,
     Rule,
     ToolOverride,
 )
+from approvald.runtime.record.history import NOT_APPROVED, History, Request
 from approvald.runtime.replay import agrees, replay
 
 MIN_REQUESTS = 10  # a suggestion needs at least this many approved requests behind it

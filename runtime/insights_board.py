@@ -4,7 +4,7 @@ review queue show an operator, the same figures and suggestions as ``approvald i
 Only the deployment's operators (``APPROVALD_OPERATORS``: Slack user ids) see them: who
 is asked how often and who denies what is the operator's business, not every approver's.
 The record is read from the verified audit chain (from its checkpoint, see
-:mod:`runtime.audit_checkpoint`) and kept for ``max_age`` by the injected clock, so a
+:mod:`runtime.record.audit_checkpoint`) and kept for ``max_age`` by the injected clock, so a
 tab opened again and again does not read the chain again each time.
 """
 
@@ -14,9 +14,9 @@ from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from approvald.runtime.clock import Clock
-from approvald.runtime.history import ChainBroken, History
 from approvald.runtime.insights import Insights
+from approvald.runtime.kernel.clock import Clock
+from approvald.runtime.record.history import ChainBroken, History
 
 DEFAULT_WINDOW = timedelta(days=30)
 DEFAULT_MAX_AGE = timedelta(minutes=5)

@@ -1,7 +1,7 @@
 """A policy replayed against the record (issue 51): what a new policy file would have done.
 
-Every request of the window (:mod:`runtime.history`) is decided again by the intake, the
-code that decides live (:meth:`runtime.intake.Intake.resolve`), under the new file, and
+Every request of the window (:mod:`runtime.record.history`) is decided again by the intake, the
+code that decides live (:meth:`runtime.policies.intake.Intake.resolve`), under the new file, and
 set beside what happened. A request changes when the new file would
 
 * ``runs_unasked``: run it without asking a person where one was asked (**dangerous**
@@ -21,14 +21,14 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from approvald.runtime.agent import Registry
-from approvald.runtime.directory import Directory
-from approvald.runtime.errors import NotFound
-from approvald.runtime.history import Request
-from approvald.runtime.intake import Intake, Source
-from approvald.runtime.policy import ApprovalPolicy, CallPolicy, PolicyFile, PolicyKind
-from approvald.runtime.rules import argument_fields
-from approvald.runtime.tools import Tool
+from approvald.runtime.kernel.errors import NotFound
+from approvald.runtime.policies.directory import Directory
+from approvald.runtime.policies.intake import Intake, Source
+from approvald.runtime.policies.policy import ApprovalPolicy, CallPolicy, PolicyFile, PolicyKind
+from approvald.runtime.policies.rules import argument_fields
+from approvald.runtime.policies.tools import Tool
+from approvald.runtime.record.history import Request
+from approvald.runtime.runs.agent import Registry
 
 RUNS = ("auto", "notify_after")
 _BLANK = ApprovalPolicy()  # one object, so that the file's policy over it is cached
@@ -134,11 +134,11 @@ Declaration = tuple[PolicyKind, ApprovalPolicy] | None
 
 
 class Decisions:
-    """The intake's decision for a call (:meth:`runtime.intake.Intake.resolve`), made once
+    """The intake's decision for a call (:meth:`runtime.policies.intake.Intake.resolve`), made once
     per distinct call as the policy file sees it: its source, its tool, what its agent's
     code declares, and the values of the arguments the file's rules for it read (all of
     its arguments where a rule reads them otherwise, see
-    :func:`runtime.rules.argument_fields`). The decision is a function of these alone
+    :func:`runtime.policies.rules.argument_fields`). The decision is a function of these alone
     (the file's rules are pure), so a repeated call gets the same, computed once: a
     history of a million entries repeats its calls, and a replay decides each once."""
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from approvald.runtime.clock import Clock
+from approvald.runtime.kernel.clock import Clock
 from approvald.store.db import Database
 from approvald.store.records import RunRecord
 from approvald.store.repos import Tx

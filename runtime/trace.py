@@ -1,7 +1,7 @@
 """A run's timeline, for people and machines (``approvald trace``).
 
 Everything comes from what the store already keeps: the run row, its transcript events
-(each fresh model reply carries :class:`~runtime.state.ModelStep`), the execution ledger
+(each fresh model reply carries :class:`~runtime.record.state.ModelStep`), the execution ledger
 (start, finish, latency, error class, attempts), the approval requests with their votes,
 and the run's audit entries (every transition, with who and when). Nothing is recorded
 for the trace's sake beyond the model step.
@@ -18,13 +18,18 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from approvald.runtime import binding
-from approvald.runtime.audit_check import disagreements_of
-from approvald.runtime.canonical import compact_json
-from approvald.runtime.sensitive import Masking
-from approvald.runtime.shown import RunMasking, of_run, read_run
-from approvald.runtime.state import FINAL_STATUSES, AssistantMessage, ToolMessage, UserMessage
-from approvald.runtime.vocabulary import outcome_of, policy_outcome, word
+from approvald.runtime.kernel import binding
+from approvald.runtime.kernel.canonical import compact_json
+from approvald.runtime.kernel.vocabulary import outcome_of, policy_outcome, word
+from approvald.runtime.policies.sensitive import Masking
+from approvald.runtime.record.audit_check import disagreements_of
+from approvald.runtime.record.shown import RunMasking, of_run, read_run
+from approvald.runtime.record.state import (
+    FINAL_STATUSES,
+    AssistantMessage,
+    ToolMessage,
+    UserMessage,
+)
 from approvald.store.db import Database
 from approvald.store.records import (
     ApprovalRecord,
@@ -46,7 +51,7 @@ class _Doc(BaseModel):
 class Vote(_Doc):
     actor: str
     verdict: str
-    digest: str  # the binding of the arguments it was cast on (runtime/binding.py)
+    digest: str  # the binding of the arguments it was cast on (runtime/kernel/binding.py)
     via: str
     at: datetime
     counts: bool  # cast on the digest the request has now (invariant 3)
@@ -77,7 +82,7 @@ class Entry(_Doc):
     tool: str | None = None
     arguments: dict[str, Any] | None = None
     status: str | None = None
-    # what became of it, named as every view names it (runtime.vocabulary): a request's
+    # what became of it, named as every view names it (runtime.kernel.vocabulary): a request's
     # outcome, or, for a call nobody was asked about, the policy that ran it
     outcome: str | None = None
     result_summary: str | None = None
@@ -93,7 +98,7 @@ class Entry(_Doc):
     decided_by: str | None = None
     decided_via: str | None = None
     decided_at: datetime | None = None
-    digest: str | None = None  # bindings (runtime/binding.py), never plain digests
+    digest: str | None = None  # bindings (runtime/kernel/binding.py), never plain digests
     effective_digest: str | None = None
     edited_by: str | None = None
     reason: str | None = None
@@ -101,7 +106,7 @@ class Entry(_Doc):
     pending: bool | None = None
     votes: list[Vote] | None = None
     # how the request's row and votes say otherwise than its audit entries (a row changed
-    # behind the chain's back: see runtime.audit_check); None when they agree
+    # behind the chain's back: see runtime.record.audit_check); None when they agree
     disagrees: list[str] | None = None
     # transition
     action: str | None = None

@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from approvald.runtime.agent import Registry
-from approvald.runtime.clock import Clock
-from approvald.runtime.decide import Actor, Decider
-from approvald.runtime.errors import DecisionRefused
-from approvald.runtime.ids import TokenSigner, is_external
-from approvald.runtime.sensitive import sensitive_of_snapshot
-from approvald.runtime.standing import StandingApprovals
+from approvald.runtime.approvals.decide import Actor, Decider
+from approvald.runtime.approvals.standing import StandingApprovals
+from approvald.runtime.kernel.clock import Clock
+from approvald.runtime.kernel.errors import DecisionRefused
+from approvald.runtime.kernel.ids import TokenSigner, is_external
+from approvald.runtime.policies.sensitive import sensitive_of_snapshot
+from approvald.runtime.runs.agent import Registry
 from approvald.runtime.threads import MAX_REPOSTS, Place, place
 from approvald.store.db import Database
 from approvald.store.records import (

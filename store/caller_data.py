@@ -6,7 +6,7 @@ Every text column of the schema is named here, once, with what it holds:
   packet, an error (which may quote any of them), or anything that carries them (an
   outbox payload, a paused framework's state). These columns are
   :class:`~approvald.store.types.SealedText`, which reads this registry: with a data key
-  each value is sealed at rest (``runtime/sealing.py``), and ``keys reseal`` finds them in
+  each value is sealed at rest (``runtime/record/sealing.py``), and ``keys reseal`` finds them in
   the schema.
 * :data:`MASKED`: written masked (the runtime masks what it records there), in clear so
   that it is read without the data key; values sealed there by older versions still open.
@@ -50,7 +50,7 @@ SEALED: Mapping[str, str] = {
 }
 
 MASKED: Mapping[str, str] = {
-    "audit_log.details": "the audit log: recorded masked (runtime/audit.py), so that the "
+    "audit_log.details": "the audit log: recorded masked (runtime/record/audit.py), so that the "
                          "chain verifies and exports without the data key",
 }
 

@@ -1,6 +1,6 @@
 """The root of approvald's error hierarchy lives at the bottom layer so every layer can use it.
 
-:mod:`runtime.errors` re-exports these and adds the runtime's own.
+:mod:`runtime.kernel.errors` re-exports these and adds the runtime's own.
 """
 
 from __future__ import annotations

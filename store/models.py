@@ -157,9 +157,9 @@ class Approval(Base):
     channel: Mapped[str | None] = mapped_column(String(40))
     message_ts: Mapped[str | None] = mapped_column(String(40))
     # the W3C traceparent of the span that recorded the decision, when tracing was on:
-    # whichever process resumes the run links its step to it (runtime/tracing.py)
+    # whichever process resumes the run links its step to it (runtime/record/tracing.py)
     decision_trace: Mapped[str | None] = mapped_column(String(200))
-    # the identity of the tool the call was asked about (runtime/tools.py): its version and
+    # the identity of the tool the call was asked about (runtime/policies/tools.py): its version and
     # a digest of its argument schema; null for a caller's request and older rows
     tool_version: Mapped[str | None] = mapped_column(String(64))
     tool_schema: Mapped[str | None] = mapped_column(String(64))
@@ -231,7 +231,7 @@ class AuditEntry(Base):
     run_id: Mapped[str | None] = mapped_column(String(32), index=True)
     approval_id: Mapped[str | None] = mapped_column(String(32))
     digest: Mapped[str | None] = mapped_column(String(64))
-    # masked when recorded (runtime/audit.py), so written in clear: the chain verifies
+    # masked when recorded (runtime/record/audit.py), so written in clear: the chain verifies
     # without the data key; entries written sealed before that still open with it
     details: Mapped[str] = mapped_column(SealedText("audit_log.details"))
     # fingerprint of the key the entry's MAC was made with ("" for an unkeyed SHA-256)
@@ -325,7 +325,7 @@ class ExternalRequest(Base):
     """An approval request made over the HTTP API for a call its caller runs itself.
 
     Its id is its run's: a run of agent ``external:<token name>`` that no worker advances
-    (see ``runtime.external``), so its approvals, expiry, cards, audit entries and
+    (see ``runtime.runs.external``), so its approvals, expiry, cards, audit entries and
     execution ledger row are those of any run.
     """
 
@@ -461,7 +461,7 @@ class WebLink(Base):
     user_id: Mapped[str] = mapped_column(String(200), index=True)
     email: Mapped[str] = mapped_column(String(320))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
-    # pruned once expired (runtime/retention.py)
+    # pruned once expired (runtime/record/retention.py)
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
     used_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
@@ -508,7 +508,7 @@ class WebRefusalCount(Base):
 class DeploymentKey(Base):
     """A key a deployment generated for itself, once, where the operator gave none
     (``binding``: what keys the bindings shown outside the database, see
-    ``runtime/binding.py``). Every process on the database reads the same one."""
+    ``runtime/kernel/binding.py``). Every process on the database reads the same one."""
 
     __tablename__ = "deployment_keys"
 

@@ -41,7 +41,7 @@ class UTCDateTime(TypeDecorator[datetime]):
 
 class Codec(Protocol):
     """What turns a sensitive column's text into what is stored, and back
-    (``runtime/sealing.py``: authenticated encryption under the operator's data key).
+    (``runtime/record/sealing.py``: authenticated encryption under the operator's data key).
     ``column``: ``table.column``, bound into the sealed value so that it opens nowhere
     else. Either call may raise to refuse (a missing key): the statement, and so the
     transaction, then fails whole."""

@@ -1,7 +1,7 @@
 """Who waits on this task's writes: the one way scheduling priority reaches the store.
 
 Where a person waits (a click held open until its decision commits, a decided run on its
-way to its tool call), :mod:`runtime.urgency` sets :func:`waiting` around the work done
+way to its tool call), :mod:`runtime.kernel.urgency` sets :func:`waiting` around the work done
 for them; :meth:`store.db.Database.write` reads :func:`since` and queues the write by it.
 The code that decides and executes never passes a priority along: it is the context's
 (a ``contextvars`` variable, so it follows the task and the tasks it starts, and ends with

@@ -18,17 +18,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from approvald.runtime import failpoints
-from approvald.runtime.agent import Agent, Registry
-from approvald.runtime.audit import AuditKey
-from approvald.runtime.clock import ManualClock
-from approvald.runtime.demo import DemoLedger, refund_agent, steps_agent
-from approvald.runtime.directory import Directory
 from approvald.runtime.engine import Engine, EngineConfig, assemble
-from approvald.runtime.ids import TokenSigner
-from approvald.runtime.policy import PolicyFile
-from approvald.runtime.tracing import Tracer
-from approvald.runtime.urgency import Urgency
+from approvald.runtime.kernel import failpoints
+from approvald.runtime.kernel.clock import ManualClock
+from approvald.runtime.kernel.ids import TokenSigner
+from approvald.runtime.kernel.urgency import Urgency
+from approvald.runtime.policies.directory import Directory
+from approvald.runtime.policies.policy import PolicyFile
+from approvald.runtime.record.audit import AuditKey
+from approvald.runtime.record.tracing import Tracer
+from approvald.runtime.runs.agent import Agent, Registry
+from approvald.runtime.runs.demo import DemoLedger, refund_agent, steps_agent
 from approvald.store import migrate, types
 from approvald.store.db import Database
 from hypothesis import settings as hypothesis_settings

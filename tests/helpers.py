@@ -281,9 +281,9 @@ def parts(engine: Any) -> Any:
 
 async def create_token(engine: Any, keys: Any, name: str, **kw: Any) -> Any:
     """An API token made as ``approvald token create`` makes one
-    (:func:`runtime.api_tokens.create` over the engine's database, clock and audit trail);
+    (:func:`runtime.requests.api_tokens.create` over the engine's database, clock and audit trail);
     keywords as that function's."""
-    from approvald.runtime import api_tokens
+    from approvald.runtime.requests import api_tokens
 
     p = parts(engine)
     return await api_tokens.create(p.db, p.clock, keys, p.audit, name, **kw)
@@ -291,8 +291,8 @@ async def create_token(engine: Any, keys: Any, name: str, **kw: Any) -> Any:
 
 async def revoke_token(engine: Any, name: str, **kw: Any) -> Any:
     """Token ``name`` revoked as ``approvald token revoke`` revokes it
-    (:func:`runtime.api_tokens.revoke`)."""
-    from approvald.runtime import api_tokens
+    (:func:`runtime.requests.api_tokens.revoke`)."""
+    from approvald.runtime.requests import api_tokens
 
     p = parts(engine)
     return await api_tokens.revoke(p.db, p.clock, p.audit, name, **kw)

@@ -20,14 +20,15 @@ from typing import Any, NoReturn, TypeVar
 from aiohttp import web
 from approvald.bot import claude_code
 from approvald.bot.api import schemas
-from approvald.runtime import api_tokens, external
-from approvald.runtime.canonical import compact_json
 from approvald.runtime.engine import Engine
-from approvald.runtime.errors import ApprovaldError, NotFound, PayloadTooLarge
-from approvald.runtime.external import ExternalError, NewRequest, Report
-from approvald.runtime.intake import IntakeError, Tighten
-from approvald.runtime.json_input import MAX_DEPTH, TooDeep, loads
-from approvald.runtime.webhook_hosts import WebhookHosts, WebhookRefused
+from approvald.runtime.kernel.canonical import compact_json
+from approvald.runtime.kernel.errors import ApprovaldError, NotFound, PayloadTooLarge
+from approvald.runtime.kernel.json_input import MAX_DEPTH, TooDeep, loads
+from approvald.runtime.kernel.webhook_hosts import WebhookHosts, WebhookRefused
+from approvald.runtime.policies.intake import IntakeError, Tighten
+from approvald.runtime.requests import api_tokens
+from approvald.runtime.runs import external
+from approvald.runtime.runs.external import ExternalError, NewRequest, Report
 from approvald.store.repos.external import TokenRecord
 from pydantic import BaseModel, ValidationError
 

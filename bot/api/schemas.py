@@ -6,11 +6,11 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from approvald.bot import claude_code as hook
-from approvald.runtime import external
-from approvald.runtime.api_tokens import SIGNATURE_HEADER, check_webhook_url
-from approvald.runtime.errors import ApprovaldError
-from approvald.runtime.policy import MAX_DURATION
-from approvald.runtime.vocabulary import CALL, TOOL_CALL, WORDS
+from approvald.runtime.kernel.errors import ApprovaldError
+from approvald.runtime.kernel.vocabulary import CALL, TOOL_CALL, WORDS
+from approvald.runtime.policies.policy import MAX_DURATION
+from approvald.runtime.requests.api_tokens import SIGNATURE_HEADER, check_webhook_url
+from approvald.runtime.runs import external
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 MAX_SECONDS = int(MAX_DURATION.total_seconds())

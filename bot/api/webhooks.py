@@ -1,6 +1,6 @@
 """Decision webhooks: ``api.webhook`` outbox rows -> a signed POST to the caller's URL.
 
-The row was committed with the decision it tells (see ``runtime.external``), so a crash
+The row was committed with the decision it tells (see ``runtime.runs.external``), so a crash
 loses nothing, and the drain retries a failure with exponential backoff until the row's
 deadline (24 hours), as for Slack: a 429 waits for its ``Retry-After``; other 4xx answers
 that no retry can change (400, 404, 410, ...) park the row as dead at once, reported to
@@ -23,11 +23,11 @@ import aiohttp
 from aiohttp.abc import AbstractResolver
 from aiohttp.resolver import DefaultResolver
 from approvald.bot.guarded_dns import GuardedResolver
-from approvald.runtime.api_tokens import SIGNATURE_HEADER, WebhookKeys, signature
-from approvald.runtime.canonical import compact_json
 from approvald.runtime.engine import Engine
-from approvald.runtime.outbox_kinds import WEBHOOK, RetryLater, Undeliverable
-from approvald.runtime.webhook_hosts import WebhookHosts, WebhookRefused
+from approvald.runtime.kernel.canonical import compact_json
+from approvald.runtime.kernel.webhook_hosts import WebhookHosts, WebhookRefused
+from approvald.runtime.record.outbox_kinds import WEBHOOK, RetryLater, Undeliverable
+from approvald.runtime.requests.api_tokens import SIGNATURE_HEADER, WebhookKeys, signature
 from approvald.store.records import OutboxRecord
 
 TIMEOUT = 10.0  # s for one try

@@ -15,12 +15,12 @@ from approvald.bot.cli.common import (
 )
 from approvald.bot.config import Settings
 from approvald.bot.wiring import open_database
-from approvald.runtime import audit
-from approvald.runtime.audit_checkpoint import record_checkpoint
-from approvald.runtime.audit_file import ExportUnreadable, verify_export
 from approvald.runtime.engine import Engine
-from approvald.runtime.errors import ConfigError
-from approvald.runtime.prefix import id_help
+from approvald.runtime.kernel.errors import ConfigError
+from approvald.runtime.kernel.prefix import id_help
+from approvald.runtime.record import audit
+from approvald.runtime.record.audit_checkpoint import record_checkpoint
+from approvald.runtime.record.audit_file import ExportUnreadable, verify_export
 from approvald.store.db import Database
 
 

@@ -10,8 +10,8 @@ import json
 
 from approvald.bot.cli.common import JSON, Subparsers, with_engine
 from approvald.bot.config import Settings
-from approvald.runtime.deploy_check import DeployReport
 from approvald.runtime.engine import Engine
+from approvald.runtime.runs.deploy_check import DeployReport
 
 
 def register(sub: Subparsers) -> None:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from approvald.bot import claude_code_contract as contract
 from approvald.bot import launch
 from approvald.bot.cli.argtypes import Subparsers, seconds
-from approvald.runtime import switches
+from approvald.runtime.record import switches
 
 DEFAULT_WAIT, MARGIN = contract.DEFAULT_WAIT, contract.MARGIN
 
@@ -134,7 +134,7 @@ ASSISTANT = "the coding assistant whose hook it is: claude-code"
 
 def register_switch(hk: Subparsers) -> None:
     """Add ``hook disable``, ``hook enable`` and ``hook status``: the kill switch, by form
-    (:mod:`approvald.runtime.switches`)."""
+    (:mod:`approvald.runtime.record.switches`)."""
     for verb, fn, what in (
             ("disable", cmd_disable, "switch the hook off: every call through it is denied, "
                                      "saying so, until it is switched on again (audited)"),

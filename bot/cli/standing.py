@@ -1,5 +1,5 @@
 """``approvald standing list|show|grant|revoke`` and ``approvals approve ID --standing 30m``:
-standing approvals from the command line (see :mod:`runtime.standing`)."""
+standing approvals from the command line (see :mod:`runtime.approvals.standing`)."""
 
 from __future__ import annotations
 
@@ -20,12 +20,12 @@ from approvald.bot.cli.common import (
     with_engine,
 )
 from approvald.bot.config import Settings
-from approvald.runtime import binding
-from approvald.runtime.decide import Actor
+from approvald.runtime.approvals.decide import Actor
 from approvald.runtime.engine import Engine
-from approvald.runtime.policy import parse_duration
-from approvald.runtime.prefix import id_help
-from approvald.runtime.scope import Scope, scope_for
+from approvald.runtime.kernel import binding
+from approvald.runtime.kernel.prefix import id_help
+from approvald.runtime.policies.policy import parse_duration
+from approvald.runtime.policies.scope import Scope, scope_for
 from approvald.store.repos.standing import StandingRecord
 
 STANDING_ID = id_help("its id")

@@ -9,11 +9,11 @@ from typing import Any
 from approvald.bot.cli.common import JSON, Subparsers, operator
 from approvald.bot.config import Settings
 from approvald.bot.wiring import open_database
-from approvald.runtime import api_tokens
-from approvald.runtime.api_tokens import webhook_keys
-from approvald.runtime.audit import AuditKey, AuditTrail
-from approvald.runtime.clock import Clock, FileClock, SystemClock
-from approvald.runtime.errors import ConfigError
+from approvald.runtime.kernel.clock import Clock, FileClock, SystemClock
+from approvald.runtime.kernel.errors import ConfigError
+from approvald.runtime.record.audit import AuditKey, AuditTrail
+from approvald.runtime.requests import api_tokens
+from approvald.runtime.requests.api_tokens import webhook_keys
 from approvald.store.repos.external import TokenRecord
 
 

@@ -17,12 +17,12 @@ import json
 import sys
 from datetime import datetime
 
-from approvald.runtime import failpoints
-from approvald.runtime.agent import Registry
-from approvald.runtime.clock import ManualClock
-from approvald.runtime.demo import demo_agents
 from approvald.runtime.engine import assemble
-from approvald.runtime.policy import PolicyFile
+from approvald.runtime.kernel import failpoints
+from approvald.runtime.kernel.clock import ManualClock
+from approvald.runtime.policies.policy import PolicyFile
+from approvald.runtime.runs.agent import Registry
+from approvald.runtime.runs.demo import demo_agents
 from approvald.store.db import Database
 
 

@@ -10,11 +10,11 @@ from typing import Any
 from approvald.bot.evals.dataset import Dataset, DatasetError
 from approvald.bot.evals.journey import Driver, Journey, crash_variants
 from approvald.bot.evals.score import SCORES, score
-from approvald.runtime.agent import Agent, Registry
-from approvald.runtime.clock import ManualClock
-from approvald.runtime.errors import NotFound
-from approvald.runtime.policy import PolicyFile
-from approvald.runtime.sensitive import mask_text
+from approvald.runtime.kernel.clock import ManualClock
+from approvald.runtime.kernel.errors import NotFound
+from approvald.runtime.policies.policy import PolicyFile
+from approvald.runtime.policies.sensitive import mask_text
+from approvald.runtime.runs.agent import Agent, Registry
 from approvald.store.db import Database
 
 

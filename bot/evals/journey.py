@@ -19,15 +19,15 @@ from datetime import timedelta
 from typing import Any
 
 from approvald.bot.evals.dataset import Decision, Task
-from approvald.runtime.agent import Agent, Registry
-from approvald.runtime.clock import ManualClock
-from approvald.runtime.decide import Actor, Verdict
-from approvald.runtime.demo import DemoLedger
+from approvald.runtime.approvals.decide import Actor, Verdict
 from approvald.runtime.engine import Engine, assemble
-from approvald.runtime.errors import DecisionRefused
-from approvald.runtime.outcomes import Waiting
-from approvald.runtime.policy import PolicyFile, ToolOverride
-from approvald.runtime.state import AssistantMessage, ToolCall
+from approvald.runtime.kernel.clock import ManualClock
+from approvald.runtime.kernel.errors import DecisionRefused
+from approvald.runtime.kernel.outcomes import Waiting
+from approvald.runtime.policies.policy import PolicyFile, ToolOverride
+from approvald.runtime.record.state import AssistantMessage, ToolCall
+from approvald.runtime.runs.agent import Agent, Registry
+from approvald.runtime.runs.demo import DemoLedger
 from approvald.runtime.trace import Trace
 from approvald.store.db import Database
 from approvald.store.records import ApprovalRecord, ExecutionRecord

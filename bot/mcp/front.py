@@ -5,7 +5,7 @@ Resources and prompts are named in the operator's policy like tools:
 ``mcp:<gateway>/resource:<uri>`` (a glob such as ``mcp:files/resource:file:///etc/*``) and
 ``mcp:<gateway>/prompt:<name>``, with rules that see ``args.uri`` (a resource) or the
 prompt's arguments. They are readable by default (the intake lets through what the file
-does not name, :meth:`runtime.intake.Source.reads_by_default`), and an operator can gate a
+does not name, :meth:`runtime.policies.intake.Source.reads_by_default`), and an operator can gate a
 read (it waits for its decision like a call) or forbid it (refused with the reason, never
 reaching the upstream). Every read is a request through the same intake as a call, and
 audited. A read whose decision does not come within the gateway's wait is an error naming
@@ -26,7 +26,7 @@ from typing import Any
 import mcp_types as types
 from approvald.bot.mcp.gateway import Forward, Gateway, Ran, Refused
 from approvald.bot.mcp.upstream import Upstream
-from approvald.runtime.external import TOOL_LIMIT
+from approvald.runtime.runs.external import TOOL_LIMIT
 from mcp import MCPError
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server

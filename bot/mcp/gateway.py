@@ -1,6 +1,6 @@
 """Each tool call through the MCP gateway, as an external request (no MCP in this module).
 
-A call is an external request of :mod:`runtime.external` made under approvald's own
+A call is an external request of :mod:`runtime.runs.external` made under approvald's own
 credential for the gateway, ``mcp.<name>`` (its run's agent is ``external:mcp.<name>``; no
 bearer token exists for it, and an operator's token is never taken for it). Its source is
 ``mcp:<name>``: the intake answers it with the operator's policy for ``mcp:<name>/<tool>``
@@ -29,7 +29,7 @@ The tool's identity. A tool call's request records the identity of the upstream 
 asks about (:func:`bot.mcp.upstream.identity`: a digest of its ``tools/list`` entry), and an
 approved call is started only on a tool of that identity: before it is forwarded, the
 gateway lists the server's tools again and hands the tool's identity now to the start
-(:meth:`runtime.external.ExternalRequests.start`). A server that changed the tool since (its
+(:meth:`runtime.runs.external.ExternalRequests.start`). A server that changed the tool since (its
 input schema, description, output schema or annotations) gets no old approval applied to
 the new tool: the request is cancelled (audited, ``tool_changed``), the client is told, and
 the same call made again is asked afresh, about the tool as it is now.
@@ -55,15 +55,15 @@ from approvald.runtime.callers import (
     refusal,
     when,
 )
-from approvald.runtime.canonical import canonical_json, compact_json, sha256_hex
 from approvald.runtime.engine import Engine
-from approvald.runtime.errors import PayloadTooLarge
-from approvald.runtime.external import TOOL_CHANGED, ExternalError, NewRequest, Report
-from approvald.runtime.ids import lease_id
-from approvald.runtime.intake import Source
-from approvald.runtime.sensitive import mask_text
-from approvald.runtime.state import FINAL_STATUSES
-from approvald.runtime.tools import ToolIdentity
+from approvald.runtime.kernel.canonical import canonical_json, compact_json, sha256_hex
+from approvald.runtime.kernel.errors import PayloadTooLarge
+from approvald.runtime.kernel.ids import lease_id
+from approvald.runtime.policies.intake import Source
+from approvald.runtime.policies.sensitive import mask_text
+from approvald.runtime.policies.tools import ToolIdentity
+from approvald.runtime.record.state import FINAL_STATUSES
+from approvald.runtime.runs.external import TOOL_CHANGED, ExternalError, NewRequest, Report
 from approvald.store.repos.external import TokenRecord
 
 log = logging.getLogger("approvald.mcp")
@@ -90,7 +90,7 @@ class Ran(Generic[T]):
 
 
 Forward = Callable[[dict[str, Any]], Awaitable[Ran[T]]]
-# the identity of the upstream tool as its server lists it now (runtime.tools.GONE: no more)
+# the identity of the upstream tool as its server lists it now (runtime.policies.tools.GONE: no more)
 Identify = Callable[[], Awaitable[ToolIdentity]]
 
 

@@ -40,9 +40,9 @@ import mcp_types as types
 from approvald.bot.mcp.gateway import Forward, Gateway, Identify, Ran, Refused
 from approvald.bot.mcp.inflight import InFlight
 from approvald.bot.mcp.relay import Relay
-from approvald.runtime.canonical import canonical_json, sha256_hex
-from approvald.runtime.intake import Source
-from approvald.runtime.tools import GONE, ToolIdentity
+from approvald.runtime.kernel.canonical import canonical_json, sha256_hex
+from approvald.runtime.policies.intake import Source
+from approvald.runtime.policies.tools import GONE, ToolIdentity
 from jsonschema import SchemaError
 from jsonschema.validators import validator_for
 from mcp import Client, MCPError
@@ -215,7 +215,7 @@ class Upstream:
     def identify(self, name: str, ctx: ServerRequestContext[Any] | None = None) -> Identify:
         """How the identity of tool ``name`` now is found, just before an approved call of
         it is forwarded: the server's tools listed afresh (on the session of the client
-        request ``ctx``), :data:`runtime.tools.GONE` if it no longer lists the tool. What
+        request ``ctx``), :data:`runtime.policies.tools.GONE` if it no longer lists the tool. What
         the listing says is kept, so the same call made again is asked about the tool as
         it is now."""
         async def identify() -> ToolIdentity:

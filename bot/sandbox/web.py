@@ -38,7 +38,7 @@ from approvald.bot.sandbox.page import page_html
 from approvald.bot.sandbox.review import ReviewProxy
 from approvald.bot.sandbox.server import SlackEmulator
 from approvald.bot.sandbox.state import JSON
-from approvald.runtime.errors import ApprovaldError
+from approvald.runtime.kernel.errors import ApprovaldError
 
 if TYPE_CHECKING:
     from approvald.bot.sandbox.mailbox import Mailbox

@@ -35,7 +35,7 @@ from approvald.bot.slack.handlers import Handlers
 from approvald.bot.slack.threads import ThreadFollower
 from approvald.bot.slack.transport import RawBodyVerifier, events_handler
 from approvald.runtime.engine import Engine
-from approvald.runtime.errors import ConfigError
+from approvald.runtime.kernel.errors import ConfigError
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient

@@ -42,13 +42,19 @@ from approvald.bot.slack.mrkdwn import (
     units,
     who,
 )
-from approvald.runtime.decide import counted
-from approvald.runtime.packet import WillRun, asker, sensitive_paths, shown_packet, will_run
-from approvald.runtime.policy import ApprovalPolicy
-from approvald.runtime.scope import Scope
-from approvald.runtime.sensitive import mask_args, mask_text, masked_json
-from approvald.runtime.standing import MAX_WINDOW, MIN_WINDOW
-from approvald.runtime.vocabulary import OutcomeName, outcome_of, word
+from approvald.runtime.approvals.decide import counted
+from approvald.runtime.approvals.standing import MAX_WINDOW, MIN_WINDOW
+from approvald.runtime.kernel.vocabulary import OutcomeName, outcome_of, word
+from approvald.runtime.policies.policy import ApprovalPolicy
+from approvald.runtime.policies.scope import Scope
+from approvald.runtime.policies.sensitive import mask_args, mask_text, masked_json
+from approvald.runtime.requests.packet import (
+    WillRun,
+    asker,
+    sensitive_paths,
+    shown_packet,
+    will_run,
+)
 from approvald.store.records import ApprovalRecord, VoteRecord
 from approvald.store.repos.standing import StandingRecord
 from slack_sdk.models.blocks import (
@@ -126,7 +132,7 @@ VALUE_VERSION = "v2:"  # a value whose token shows the arguments' binding, not t
 
 def button_value(approval_id: str, token: str) -> str:
     """``"v2:{approval_id}:{token}"``: all a button carries, far below Slack's 2,000
-    characters. The token shows a keyed binding of the arguments (``runtime/binding.py``),
+    characters. The token shows a keyed binding of the arguments (``runtime/kernel/binding.py``),
     never their plain digest."""
     if not _safe_id(approval_id, 128) or not _safe_id(token, 512):
         raise ValueError("an approval id and token are short and url-safe")
@@ -241,7 +247,7 @@ def _approvers(a: ApprovalRecord, limit: int = 10) -> str:
 
 def _voters(a: ApprovalRecord, votes: Sequence[VoteRecord]) -> list[str]:
     """Who approved the arguments that will run: a vote on a pre-edit digest does not
-    count, nor a proposal's author's own (see :func:`runtime.decide.counted`)."""
+    count, nor a proposal's author's own (see :func:`runtime.approvals.decide.counted`)."""
     return counted(a, [v.actor for v in votes
                        if v.verdict == "approve" and v.digest == a.effective_digest])
 
@@ -395,7 +401,7 @@ def standing_lines(s: StandingRecord, *, now: datetime, here: bool = True,
 
 
 # -- what the request says about its call ----------------------------------------------------
-# Every face tells a request through runtime.packet.will_run: the impact shown is that of
+# Every face tells a request through runtime.requests.packet.will_run: the impact shown is that of
 # the arguments that will run, and the requester's words, once an edit has made them about
 # other arguments, only ever appear labelled as such.
 

@@ -12,8 +12,8 @@ from approvald.bot.slack import cards, messages, texts, views
 from approvald.bot.slack.home import Home
 from approvald.bot.slack.listeners import Listener, ModalBuilder, name_of
 from approvald.bot.slack.mrkdwn import approver
-from approvald.runtime.decide import Actor, Decision, Verdict
-from approvald.runtime.errors import ApprovaldError, InvalidArguments
+from approvald.runtime.approvals.decide import Actor, Decision, Verdict
+from approvald.runtime.kernel.errors import ApprovaldError, InvalidArguments
 from approvald.store.records import ApprovalRecord
 from slack_bolt.async_app import AsyncAck
 from slack_sdk.web.async_client import AsyncWebClient
@@ -36,7 +36,7 @@ class Decisions(Home):
         committed, or ``(None, what to tell the clicker)`` when nothing was recorded
         (``mentions=False``: to be shown as plain text, in a modal)."""
         # the click's span: its decision is a child, and so are the steps of the run it
-        # resumes in this process (see runtime/tracing.py)
+        # resumes in this process (see runtime/record/tracing.py)
         with self.e.span("slack.click", approval_id=approval_id, user=user,
                                 verdict=verdict) as span:
             try:

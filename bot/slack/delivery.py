@@ -26,7 +26,9 @@ from approvald.bot.slack import cards, messages, texts
 from approvald.bot.slack.log_delivery import SLACK_KINDS
 from approvald.bot.slack.mrkdwn import clause, clip, code_span, safe_cut, slack_date
 from approvald.runtime.engine import Engine
-from approvald.runtime.outbox_kinds import (
+from approvald.runtime.policies.policy import ApprovalPolicy
+from approvald.runtime.policies.sensitive import Masking
+from approvald.runtime.record.outbox_kinds import (
     CARD_POST,
     CARD_UPDATE,
     DEAD_REPORT,
@@ -37,8 +39,6 @@ from approvald.runtime.outbox_kinds import (
     RetryLater,
     Undeliverable,
 )
-from approvald.runtime.policy import ApprovalPolicy
-from approvald.runtime.sensitive import Masking
 from approvald.runtime.threads import Place
 from approvald.runtime.views import CardView
 from approvald.store.records import ApprovalRecord, OutboxRecord

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from approvald.bot.slack import messages, texts
 from approvald.bot.slack.mrkdwn import cut_plain
-from approvald.runtime.errors import DecisionRefused, NotFound
+from approvald.runtime.kernel.errors import DecisionRefused, NotFound
 from approvald.store.records import ApprovalRecord
 from pydantic import ValidationError
 from slack_bolt.async_app import AsyncAck

@@ -10,7 +10,8 @@ import json
 import logging
 from typing import Any
 
-from approvald.runtime.outbox_kinds import (
+from approvald.runtime.policies.sensitive import Masking
+from approvald.runtime.record.outbox_kinds import (
     CARD_POST,
     CARD_UPDATE,
     DEAD_REPORT,
@@ -19,7 +20,6 @@ from approvald.runtime.outbox_kinds import (
     REMINDER,
     RUN_WAITING,
 )
-from approvald.runtime.sensitive import Masking
 from approvald.store.records import OutboxRecord
 
 log = logging.getLogger("approvald.delivery")

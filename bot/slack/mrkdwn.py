@@ -23,7 +23,7 @@ from typing import Any
 from urllib.parse import quote
 
 from approvald.bot.slack import texts as T
-from approvald.runtime.sensitive import mask_args, mask_text
+from approvald.runtime.policies.sensitive import mask_args, mask_text
 from slack_sdk.models.blocks import (
     ContextBlock,
     HeaderBlock,
@@ -41,7 +41,7 @@ CARD_TEXT_BUDGET = 12_000  # Slack answers msg_blocks_too_long a little above 13
 BUTTON_VALUE_MAX = 2000
 FALLBACK_MAX = 3000
 INPUT_MAX = 3000  # a plain_text_input holds at most 3,000 characters
-REASON_MAX = 2000  # runtime.decide.MAX_REASON
+REASON_MAX = 2000  # runtime.approvals.decide.MAX_REASON
 
 _USER = re.compile(r"[UW][A-Z0-9_]{2,31}")  # U_ALICE as the README writes ids, too
 _GROUP = re.compile(r"S[A-Z0-9_]{2,31}")

@@ -35,9 +35,9 @@ from approvald.bot.slack.mrkdwn import (
     units,
     who,
 )
-from approvald.runtime.packet import will_run
-from approvald.runtime.shown import RunMasking
-from approvald.runtime.vocabulary import WORDS, OutcomeName, outcome_of
+from approvald.runtime.kernel.vocabulary import WORDS, OutcomeName, outcome_of
+from approvald.runtime.record.shown import RunMasking
+from approvald.runtime.requests.packet import will_run
 from approvald.store.records import ApprovalRecord, AuditRecord, ExecutionRecord
 from slack_sdk.models.blocks import ButtonElement
 
@@ -115,7 +115,7 @@ _ANSWER_OUTCOME = {"retry": OutcomeName.RETRIED, "mark_done": OutcomeName.MARKED
 
 def said_outcome(name: OutcomeName) -> dict[str, str]:
     """An outcome as a line says it: ``{icon}`` and ``{outcome}`` of the one vocabulary
-    (:mod:`runtime.vocabulary`), as every view and the audit log name it."""
+    (:mod:`runtime.kernel.vocabulary`), as every view and the audit log name it."""
     w = WORDS[name]
     return {"icon": f":{w.emoji}:", "outcome": w.words}
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 HEADER_PENDING = "{emoji} Approval needed: {tool} · {risk} risk"
 HEADER_QUESTION = ":warning: Did this happen? {tool}"
-# a closed request's heading: its outcome's label (runtime.vocabulary), "Re-planned: pay"
+# a closed request's heading: its outcome's label (runtime.kernel.vocabulary), "Re-planned: pay"
 HEADER_DONE = "{label}: {tool}"
 HEADER_CANNOT_RUN = ":warning: Approved but not run: {tool}"
 HEADER_CANNOT_RUN_DONE = "{label}: {tool} was not run"
@@ -26,7 +26,7 @@ FALLBACK_DONE = "{tool}: {status}"
 
 RISK_EMOJI = {"low": ":large_green_circle:", "medium": ":large_yellow_circle:",
               "high": ":red_circle:"}
-# an outcome's emoji is its Word's (runtime.vocabulary), drawn as ``:name:``
+# an outcome's emoji is its Word's (runtime.kernel.vocabulary), drawn as ``:name:``
 EMOJI = ":{name}:"
 UNKNOWN_EMOJI = ":grey_question:"
 
@@ -112,7 +112,7 @@ CONFIRM_RETRY_TEXT = ("If the first attempt did take effect, retrying makes it h
 CONFIRM_RETRY_YES = "Retry"
 CONFIRM_NO = "Cancel"
 
-# ``label``: the outcome's label (runtime.vocabulary), as every view names it
+# ``label``: the outcome's label (runtime.kernel.vocabulary), as every view names it
 DECIDED_APPROVED = "{emoji} *{label}* by {who} {date}{via}"
 DECIDED_APPROVED_EDITED = "{emoji} *{label}* by {who} {date}{via}"
 DECIDED_VOTERS = "Approvals: {who}"
@@ -425,7 +425,7 @@ REFUSAL_NOT_PENDING_BY = {
     "redirected": "Too late: {who} already redirected this request.",
 }
 REFUSAL_NOT_PENDING_OTHER = "This request has already been decided."
-# a question already answered: ``words``, its outcome's (runtime.vocabulary)
+# a question already answered: ``words``, its outcome's (runtime.kernel.vocabulary)
 REFUSAL_ANSWERED = "Too late: this question was already answered: {words}."
 REFUSAL_ANSWERED_BY = "Too late: {who} already answered this question: {words}."
 # naming the approvers (where mentions render)
@@ -484,7 +484,7 @@ THREAD_FINAL = ":checkered_flag: *Final answer*\n{answer}"
 
 # a run's story in its thread, one line per audit entry that changes who or what the run
 # waits on (bot/slack/story.py); {who}: people as mentions, {until}: a Slack date; an
-# outcome is said with the one vocabulary's words (runtime/vocabulary.py): {icon} its
+# outcome is said with the one vocabulary's words (runtime/kernel/vocabulary.py): {icon} its
 # emoji, {outcome} its words, as every other view and the audit log name it
 STORY_REQUESTED = (":hourglass_flowing_sand: Asked {approvers} to approve `{tool}`{quorum}, "
                    "until {until}.{link}")

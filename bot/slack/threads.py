@@ -46,12 +46,12 @@ from typing import Any
 from approvald.bot.slack import messages, story
 from approvald.bot.slack.delivery import slack_error
 from approvald.runtime.engine import Engine
-from approvald.runtime.failpoints import failpoint
-from approvald.runtime.periodic import repeat
-from approvald.runtime.shown import RunMasking, of_run
-from approvald.runtime.state import AssistantMessage
+from approvald.runtime.kernel.failpoints import failpoint
+from approvald.runtime.kernel.periodic import repeat
+from approvald.runtime.record.shown import RunMasking, of_run
+from approvald.runtime.record.state import AssistantMessage
+from approvald.runtime.record.transcript import decode
 from approvald.runtime.threads import MAX_REPOSTS, Claim
-from approvald.runtime.transcript import decode
 from approvald.store.records import (
     ApprovalRecord,
     AuditRecord,
@@ -85,7 +85,7 @@ class _Turn:
     progress: dict[str, Any] = field(default_factory=dict)
     told_status: str | None = None  # status lines known posted at ``posted_seq``
     posts: int = 0
-    # what may be shown of the run's calls (runtime.shown): its task, results and words
+    # what may be shown of the run's calls (runtime.record.shown): its task, results and words
     # with each call's declared values masked, as everywhere
     shown: RunMasking = field(default_factory=RunMasking)
 

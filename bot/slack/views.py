@@ -86,13 +86,13 @@ from approvald.bot.slack.mrkdwn import (
     units,
     who,
 )
-from approvald.runtime.batch import MAX_BATCH, BatchVerdict, Outcome
+from approvald.runtime.approvals.batch import MAX_BATCH, BatchVerdict, Outcome
 from approvald.runtime.engine import CallResult
 from approvald.runtime.insights_board import OperatorInsights
-from approvald.runtime.json_input import MAX_DEPTH, TooDeep, loads
-from approvald.runtime.packet import sensitive_paths, will_run
-from approvald.runtime.rules import MAX_EXPRESSION, RuleError, holds
-from approvald.runtime.sensitive import mask_args
+from approvald.runtime.kernel.json_input import MAX_DEPTH, TooDeep, loads
+from approvald.runtime.policies.rules import MAX_EXPRESSION, RuleError, holds
+from approvald.runtime.policies.sensitive import mask_args
+from approvald.runtime.requests.packet import sensitive_paths, will_run
 from approvald.store.records import ApprovalRecord
 from approvald.store.repos.standing import StandingRecord
 from slack_sdk.models.blocks import (
@@ -350,7 +350,7 @@ def parse_edit(text: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]
 class BatchResult(NamedTuple):
     """What "Approve/Deny selected" did, for the view drawn after it.
 
-    ``outcomes``: each request's :class:`runtime.batch.Outcome` with the request as it is
+    ``outcomes``: each request's :class:`runtime.approvals.batch.Outcome` with the request as it is
     now (None when there is no such request). ``refused``: why the whole batch was refused
     before anything was decided. ``error``: why it stopped part-way. No outcomes and
     neither: nothing was selected.

@@ -31,7 +31,13 @@ from typing import Any, Literal
 from urllib.parse import unquote, urlsplit
 
 import aiosmtplib
-from approvald.runtime.outbox_kinds import MAIL_KINDS, Mail, MailSender, RetryLater, Undeliverable
+from approvald.runtime.record.outbox_kinds import (
+    MAIL_KINDS,
+    Mail,
+    MailSender,
+    RetryLater,
+    Undeliverable,
+)
 from approvald.store.records import OutboxRecord
 
 log = logging.getLogger("approvald.mail")
@@ -209,7 +215,7 @@ def _tls_reason(exc: ssl.SSLError) -> str:
 
 
 class MailDeliverer:
-    """Delivers the mail rows (:data:`~approvald.runtime.outbox_kinds.MAIL_KINDS`), each
+    """Delivers the mail rows (:data:`~approvald.runtime.record.outbox_kinds.MAIL_KINDS`), each
     composed by ``compose``."""
 
     kinds = MAIL_KINDS

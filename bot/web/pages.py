@@ -15,12 +15,12 @@ from datetime import datetime
 from html import escape
 from typing import Any
 
-from approvald.runtime import binding
 from approvald.runtime.insights_board import OperatorInsights
-from approvald.runtime.packet import asker, shown_packet, will_run
-from approvald.runtime.packet import shown_args as packet_shown_args
-from approvald.runtime.policy import ApprovalPolicy
-from approvald.runtime.vocabulary import WORDS, OutcomeName, outcome_of
+from approvald.runtime.kernel import binding
+from approvald.runtime.kernel.vocabulary import WORDS, OutcomeName, outcome_of
+from approvald.runtime.policies.policy import ApprovalPolicy
+from approvald.runtime.requests.packet import asker, shown_packet, will_run
+from approvald.runtime.requests.packet import shown_args as packet_shown_args
 from approvald.store.records import ApprovalRecord
 
 STYLE = """

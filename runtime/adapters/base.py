@@ -170,6 +170,6 @@ def _outcome_json(outcome: Paused | Finished) -> dict[str, Any]:
 
 
 def _outcome_text(outcome: Paused | Finished) -> str:
-    from approvald.runtime.canonical import compact_json
+    from approvald.runtime.kernel.canonical import compact_json
 
     return compact_json(_outcome_json(outcome))

@@ -2,7 +2,7 @@
 
 A framework (LangGraph, Pydantic AI, the OpenAI Agents SDK) runs its own loop and its own
 tools; approvald decides and remembers. Each gated call becomes an *external request*
-(:mod:`runtime.external`), made in-process under approvald's own credential for the
+(:mod:`runtime.runs.external`), made in-process under approvald's own credential for the
 adapter, so its card, reminders, expiry, escalation, clicks, CLI and audit chain are
 those of any request.
 The request is made with an idempotency key derived from the framework's own ids, so a
@@ -23,16 +23,16 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from approvald.runtime import binding
-from approvald.runtime.api_tokens import check_name, own_credential
-from approvald.runtime.audit import AuditTrail
-from approvald.runtime.canonical import call_digest, compact_json, sha256_hex
-from approvald.runtime.clock import Clock
-from approvald.runtime.errors import ApprovaldError, NotFound
-from approvald.runtime.external import ExternalError, ExternalRequests, NewRequest, Report
-from approvald.runtime.ids import new_id
-from approvald.runtime.intake import Source, Tighten
-from approvald.runtime.limits import PayloadCap
+from approvald.runtime.kernel import binding
+from approvald.runtime.kernel.canonical import call_digest, compact_json, sha256_hex
+from approvald.runtime.kernel.clock import Clock
+from approvald.runtime.kernel.errors import ApprovaldError, NotFound
+from approvald.runtime.kernel.ids import new_id
+from approvald.runtime.kernel.limits import PayloadCap
+from approvald.runtime.policies.intake import Source, Tighten
+from approvald.runtime.record.audit import AuditTrail
+from approvald.runtime.requests.api_tokens import check_name, own_credential
+from approvald.runtime.runs.external import ExternalError, ExternalRequests, NewRequest, Report
 from approvald.store.db import Database
 from approvald.store.repos.adapters import AdapterPauseRecord
 from approvald.store.repos.external import TokenRecord
@@ -131,7 +131,7 @@ class ApprovalGate:
     from asking), never under an operator's token, and their source is ``adapter:<name>``:
     the operator's policy for a call is the policy file's ``[tools."adapter:NAME/TOOL"]``
     entry (or a glob), else its ``[default]``. ``tighten`` may make every request stricter
-    (:class:`runtime.intake.Tighten`), never looser.
+    (:class:`runtime.policies.intake.Tighten`), never looser.
     """
 
     def __init__(self, db: Database, clock: Clock, audit: AuditTrail,
@@ -187,7 +187,7 @@ class ApprovalGate:
     async def ask(self, call: Call, *, key: str, requested_by: str, framework: str,
                   task: str | None = None) -> dict[str, Any]:
         """Open the request for ``call`` (or find the one ``key`` already made): its
-        document (see :func:`runtime.external.document`)."""
+        document (see :func:`runtime.runs.external.document`)."""
         token = await self._live_token()
         doc, _ = await self.external.create(
             token, self._request(call, key=key, requested_by=requested_by, task=task,
@@ -227,7 +227,7 @@ class ApprovalGate:
         token = await self.token()
         ext = self.external
         doc = await ext.get(token, request_id)
-        # (a document shows the arguments by their bindings: runtime/binding.py)
+        # (a document shows the arguments by their bindings: runtime/kernel/binding.py)
         if doc["tool"] != call.tool or binding.shown(call_digest(call.tool, call.args)) not in (
                 doc["args_digest"], doc["effective_digest"]):
             raise CallNotApproved(

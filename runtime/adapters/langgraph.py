@@ -26,7 +26,7 @@ from typing import Any
 
 from approvald.runtime.adapters.base import Adapter, Finished, Paused, Step
 from approvald.runtime.adapters.gate import ApprovalGate, Call, Decision, jsonable
-from approvald.runtime.canonical import sha256_hex
+from approvald.runtime.kernel.canonical import sha256_hex
 from approvald.store.repos.adapters import AdapterPauseRecord
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import BaseTool

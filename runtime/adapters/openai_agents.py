@@ -29,8 +29,8 @@ from agents import Agent, FunctionTool, RunConfig, Runner, RunState
 from agents.tool_context import ToolContext
 from approvald.runtime.adapters.base import Adapter, Finished, Paused, Step
 from approvald.runtime.adapters.gate import ApprovalGate, Call, Decision
-from approvald.runtime.canonical import sha256_hex
-from approvald.runtime.errors import ApprovaldError
+from approvald.runtime.kernel.canonical import sha256_hex
+from approvald.runtime.kernel.errors import ApprovaldError
 from approvald.store.repos.adapters import AdapterPauseRecord
 
 # the approvald request of each approved call of the resume in progress, by call id

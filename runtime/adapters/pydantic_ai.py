@@ -27,8 +27,8 @@ from typing import Any
 
 from approvald.runtime.adapters.base import Adapter, Finished, Paused, Step
 from approvald.runtime.adapters.gate import ApprovalGate, Call, Decision
-from approvald.runtime.canonical import sha256_hex
-from approvald.runtime.errors import ApprovaldError
+from approvald.runtime.kernel.canonical import sha256_hex
+from approvald.runtime.kernel.errors import ApprovaldError
 from approvald.store.repos.adapters import AdapterPauseRecord
 from pydantic_ai import Agent, RunContext
 from pydantic_ai.capabilities import AbstractCapability, WrapToolExecuteHandler

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from approvald.runtime.state import AssistantMessage, ToolCall, ToolMessage, UserMessage
+from approvald.runtime.record.state import AssistantMessage, ToolCall, ToolMessage, UserMessage
 
 Transcript = Sequence[UserMessage | AssistantMessage | ToolMessage]
 

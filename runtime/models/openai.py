@@ -8,8 +8,8 @@ tools, and turns the first choice back into a :class:`~runtime.models.base.Model
 Transient failures (HTTP 429/500/502/503/504, connection errors, timeouts) are retried
 with exponential backoff, honouring ``Retry-After``; when they persist, or the provider
 asks for a longer pause than ``max_in_call_wait``, the call raises
-:class:`~runtime.errors.ModelUnavailable` and the run waits durably (its lease released)
-until then. Everything else becomes a :class:`~runtime.errors.ModelError` at once, which
+:class:`~runtime.kernel.errors.ModelUnavailable` and the run waits durably (its lease released)
+until then. Everything else becomes a :class:`~runtime.kernel.errors.ModelError` at once, which
 fails the run with a one-line reason.
 The API key never appears in an error message.
 
@@ -34,11 +34,11 @@ from types import TracebackType
 from typing import Any
 
 import aiohttp
-from approvald.runtime.canonical import compact_json
-from approvald.runtime.errors import ConfigError, ModelError, ModelUnavailable
-from approvald.runtime.json_input import MAX_DEPTH, loads
+from approvald.runtime.kernel.canonical import compact_json
+from approvald.runtime.kernel.errors import ConfigError, ModelError, ModelUnavailable
+from approvald.runtime.kernel.json_input import MAX_DEPTH, loads
 from approvald.runtime.models.base import ModelReply, ToolSpec, Transcript, Usage
-from approvald.runtime.state import AssistantMessage, ToolCall, ToolMessage, UserMessage
+from approvald.runtime.record.state import AssistantMessage, ToolCall, ToolMessage, UserMessage
 from yarl import URL
 
 __all__ = ["DEFAULT_BASE_URL", "INVALID_JSON_KEY", "OpenAIChatModel"]

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from approvald.runtime.errors import ModelError
+from approvald.runtime.kernel.errors import ModelError
 from approvald.runtime.models.base import ModelReply, ToolSpec, Transcript
-from approvald.runtime.state import AssistantMessage, ToolCall
+from approvald.runtime.record.state import AssistantMessage, ToolCall
 
 Script = Callable[[Transcript], ModelReply]
 

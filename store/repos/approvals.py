@@ -278,7 +278,7 @@ class ApprovalsRepo(Repo):
                        packet: str) -> bool:
         """Replace the arguments of a pending request (compare-and-set on the arguments the
         editor saw); votes on earlier arguments stop counting. ``packet``: the request's
-        packet with the edit's impact recorded beside its words (see runtime/packet.py)."""
+        packet with the edit's impact recorded beside its words (see runtime/requests/packet.py)."""
         res = await self.conn.execute(
             update(_T).where(
                 Approval.id == approval_id, Approval.status == "pending",
@@ -355,7 +355,7 @@ class ApprovalsRepo(Repo):
 @dataclass(frozen=True)
 class Match:
     """Requests by their stored columns (the runtime says which columns make an outcome:
-    :func:`runtime.vocabulary.match_of`). A field left None matches anything; ``statuses``
+    :func:`runtime.kernel.vocabulary.match_of`). A field left None matches anything; ``statuses``
     with ``exclude``: any status but those."""
 
     statuses: frozenset[str] | None = None

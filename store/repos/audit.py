@@ -1,4 +1,4 @@
-"""Audit log rows and the chain head. Hashing rules live in :mod:`runtime.audit`."""
+"""Audit log rows and the chain head. Hashing rules live in :mod:`runtime.record.audit`."""
 
 from __future__ import annotations
 

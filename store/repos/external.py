@@ -239,7 +239,7 @@ class ExternalRepo(Repo):
 
     async def unrevoke_token(self, name: str) -> bool:
         """Clear a revocation (of approvald's own credential for a face, switched on
-        again: see runtime.switches); False when it was not revoked."""
+        again: see runtime.record.switches); False when it was not revoked."""
         res = await self.conn.execute(
             update(_K).where(_K.c.name == name, _K.c.revoked_at.is_not(None))
             .values(revoked_at=None, revoked_by=None))

@@ -63,7 +63,7 @@ class OutboxRepo(Repo):
     async def add(self, *, kind: str, group_key: str, payload: str, now: datetime,
                   give_up_at: datetime | None = None) -> None:
         """Queue one row. Without ``give_up_at`` the drain works the deadline out from
-        the row's kind the first time a delivery fails (see ``runtime.outbox``)."""
+        the row's kind the first time a delivery fails (see ``runtime.record.outbox``)."""
         await self.conn.execute(
             _INSERT,
             {"kind": kind, "group_key": group_key, "payload": payload, "status": "pending",

@@ -158,7 +158,7 @@ def _wake_if_idle(lease: bool, server: bool) -> Any:
                ~select(_A.c.id).where(_A.c.run_id == bindparam("rid"), _A.c.status == "pending",
                                       _A.c.kind == bindparam("kind")).exists())
         .values(values)
-        # leased: the whole row, the resumed run's start (runtime.handoff); else its holder
+        # leased: the whole row, the resumed run's start (runtime.kernel.handoff); else its holder
         .returning(*(_T.c if lease else (_T.c.lease_owner,)))
     )
 
@@ -258,7 +258,7 @@ class RunsRepo(Repo):
 
     async def find(self, prefix: str, limit: int = 2) -> list[RunRecord]:
         """Up to ``limit`` runs whose id starts with ``prefix``, in id order (see
-        :func:`runtime.prefix.resolve`)."""
+        :func:`runtime.kernel.prefix.resolve`)."""
         rows = await self.conn.execute(
             select(Run.__table__).where(Run.id.startswith(prefix, autoescape=True))
             .order_by(Run.id).limit(limit)

@@ -99,7 +99,7 @@ class StandingRepo(Repo):
 
     async def every(self, *, after: str = "", batch: int = 500) -> list[StandingRecord]:
         """A batch of every standing approval in id order after ``after``, its scope as
-        stored (sealed or not: see :func:`runtime.audit_check.opened`)."""
+        stored (sealed or not: see :func:`runtime.record.audit_check.opened`)."""
         cols = [type_coerce(c, Text).label("scope") if c.name == "scope" else c
                 for c in _S.c]
         rows = (await self.conn.execute(select(*cols).where(_S.c.id > after)

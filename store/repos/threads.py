@@ -21,7 +21,7 @@ from sqlalchemy import Table, and_, bindparam, exists, func, or_, select, update
 _T = cast(Table, RunThread.__table__)
 _R = cast(Table, Run.__table__)
 _A = cast(Table, Approval.__table__)
-EXTERNAL = "external:"  # the agent of a caller's request's run (runtime.intake)
+EXTERNAL = "external:"  # the agent of a caller's request's run (runtime.policies.intake)
 _GET = fast(select(_T).where(_T.c.run_id == bindparam("rid")))
 _FREE = or_(_T.c.claimed_until.is_(None), _T.c.claimed_until <= bindparam("now"))
 _DUE = or_(_T.c.next_attempt_at.is_(None), _T.c.next_attempt_at <= bindparam("now"))

@@ -252,8 +252,8 @@ def test_repeating_a_decision_after_a_crash_says_it_stands_and_resumes_the_run(
 
 def test_runs_show_says_why_and_until_when_a_run_waits(cli: Cli, tmp_path: Path) -> None:
     (tmp_path / "flaky.py").write_text('''
-from approvald.runtime.agent import Agent
-from approvald.runtime.errors import ModelUnavailable
+from approvald.runtime.runs.agent import Agent
+from approvald.runtime.kernel.errors import ModelUnavailable
 
 
 class Down:

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from approvald.runtime.clock import ManualClock
-from approvald.runtime.outbox import DrainConfig
-from approvald.runtime.outbox_kinds import Undeliverable
+from approvald.runtime.kernel.clock import ManualClock
+from approvald.runtime.record.outbox import DrainConfig
+from approvald.runtime.record.outbox_kinds import Undeliverable
 from approvald.store.records import OutboxRecord
 
 from tests.helpers import START, Cli, make_cli

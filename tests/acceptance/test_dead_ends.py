@@ -13,10 +13,10 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from approvald.runtime.agent import Registry
-from approvald.runtime.clock import ManualClock
-from approvald.runtime.demo import DemoLedger, refund_agent
 from approvald.runtime.engine import assemble
+from approvald.runtime.kernel.clock import ManualClock
+from approvald.runtime.runs.agent import Registry
+from approvald.runtime.runs.demo import DemoLedger, refund_agent
 from approvald.store.db import Database
 
 from tests.conftest import SIGNER
@@ -72,8 +72,8 @@ def test_a_database_url_still_decides(tmp_path: Path) -> None:
 # -- APPROVALD_AGENTS from the current directory, and a model failure said once --------------
 
 AGENTS = textwrap.dedent('''
-    from approvald.runtime.agent import Agent
-    from approvald.runtime.errors import ModelError
+    from approvald.runtime.runs.agent import Agent
+    from approvald.runtime.kernel.errors import ModelError
     from approvald.runtime.models import ScriptedModel, reply
 
 

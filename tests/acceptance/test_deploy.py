@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from approvald.runtime.state import SCHEMA_VERSION
+from approvald.runtime.record.state import SCHEMA_VERSION
 
 from tests.helpers import Cli, make_cli
 
@@ -21,10 +21,10 @@ COMMON = '''
 import json
 from pathlib import Path
 
-from approvald.runtime.agent import Agent
+from approvald.runtime.runs.agent import Agent
 from approvald.runtime.models.scripted import ScriptedModel, assistant_turns, reply
-from approvald.runtime.state import ToolMessage
-from approvald.runtime.tools import tool
+from approvald.runtime.record.state import ToolMessage
+from approvald.runtime.policies.tools import tool
 
 
 def paid(tool_name, **args):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from approvald.runtime.sealing import DataKey
+from approvald.runtime.record.sealing import DataKey
 from approvald.store.db import Database
 from sqlalchemy import text
 

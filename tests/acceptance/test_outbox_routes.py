@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from approvald.bot.cli import main
-from approvald.runtime import outbox_kinds
+from approvald.runtime.record import outbox_kinds
 
 from tests.helpers import Cli
 from tests.integration.slack_harness import harness
@@ -26,7 +26,7 @@ def test_serve_refuses_to_start_while_a_kind_has_no_face(
     assert main(["serve"]) == 2
     lines = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
     assert lines == ["approvald: outbox kind x.unrouted: no face delivers it; declare it in "
-                     "a deliverer's kinds (runtime/outbox_kinds.py)"]
+                     "a deliverer's kinds (runtime/record/outbox_kinds.py)"]
     assert cli.ok("outbox", "list", "--json") == before
 
 

@@ -15,17 +15,17 @@ from typing import Any
 import pytest
 from approvald.bot.slack import cards
 from approvald.bot.web import pages
-from approvald.runtime.vocabulary import WORDS, OutcomeName
+from approvald.runtime.kernel.vocabulary import WORDS, OutcomeName
 from approvald.store.db import Database
 from approvald.store.records import ApprovalRecord
 
 from tests.helpers import Cli
 
 PAYER = '''
-from approvald.runtime.agent import Agent
+from approvald.runtime.runs.agent import Agent
 from approvald.runtime.models.scripted import ScriptedModel, assistant_turns, reply
-from approvald.runtime.state import ToolMessage
-from approvald.runtime.tools import tool
+from approvald.runtime.record.state import ToolMessage
+from approvald.runtime.policies.tools import tool
 
 
 def script(messages):

@@ -22,7 +22,7 @@ import pytest
 from approvald.bot.config import Settings
 from approvald.bot.slack import cards
 from approvald.bot.wiring import build_engine, open_database
-from approvald.runtime import collect
+from approvald.runtime.kernel import collect
 
 from tests.acceptance.test_ack_durability import _pause_refunds
 from tests.acceptance.test_slack_serve import (
@@ -95,7 +95,7 @@ async def _audit_actions(settings: Settings) -> Counter[tuple[str | None, str]]:
 async def _lapsed(settings: Settings) -> set[str]:
     """Approvals decided in time whose run resumed only after the request's window had
     closed (the clock jumped 31 minutes between the click and the resume): by the one
-    window rule (runtime.collect) their calls did not run, and the audit says so."""
+    window rule (runtime.kernel.collect) their calls did not run, and the audit says so."""
     db = await open_database(settings, quiet=True)
     try:
         async with db.read() as tx:

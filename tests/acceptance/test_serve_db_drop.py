@@ -33,9 +33,9 @@ import pytest
 from approvald.bot.config import Settings
 from approvald.bot.slack import cards
 from approvald.bot.wiring import build_registry
-from approvald.runtime.clock import FileClock
 from approvald.runtime.engine import assemble
-from approvald.runtime.ids import TokenSigner
+from approvald.runtime.kernel.clock import FileClock
+from approvald.runtime.kernel.ids import TokenSigner
 from approvald.store.db import Database
 
 from tests.acceptance.test_serve_lifecycle import Serve
@@ -96,10 +96,10 @@ REFUND_AGENT = '''
 
 import os
 
-from approvald.runtime.agent import Agent
-from approvald.runtime.demo import REFUND_POLICY, DemoLedger, refund_script
+from approvald.runtime.runs.agent import Agent
+from approvald.runtime.runs.demo import REFUND_POLICY, DemoLedger, refund_script
 from approvald.runtime.models.scripted import ScriptedModel
-from approvald.runtime.tools import Reconciled, ToolContext, tool
+from approvald.runtime.policies.tools import Reconciled, ToolContext, tool
 
 LEDGER = DemoLedger(os.environ.get("APPROVALD_DEMO_LEDGER"))
 

@@ -27,8 +27,8 @@ import pytest
 from approvald.bot.config import Settings
 from approvald.bot.sandbox import SlackEmulator
 from approvald.bot.wiring import build_registry
-from approvald.runtime.clock import FileClock
 from approvald.runtime.engine import assemble
+from approvald.runtime.kernel.clock import FileClock
 from approvald.store.db import Database
 
 from tests.acceptance.test_slack_serve import card_messages, free_port, run_cli, setup
@@ -245,10 +245,10 @@ SLOW_AGENT = '''
 import asyncio
 import os
 
-from approvald.runtime.agent import Agent
-from approvald.runtime.demo import DemoLedger
+from approvald.runtime.runs.agent import Agent
+from approvald.runtime.runs.demo import DemoLedger
 from approvald.runtime.models.scripted import ScriptedModel, assistant_turns, reply
-from approvald.runtime.tools import ToolContext, tool
+from approvald.runtime.policies.tools import ToolContext, tool
 
 LEDGER = DemoLedger(os.environ.get("APPROVALD_DEMO_LEDGER"))
 

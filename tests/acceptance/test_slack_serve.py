@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 from approvald.bot.sandbox import SlackEmulator
 from approvald.bot.slack import cards
-from approvald.runtime.ids import TokenSigner
+from approvald.runtime.kernel.ids import TokenSigner
 from approvald.store.db import Database
 
 from tests.helpers import APPROVALD, Cli, make_cli, run_in_process

@@ -117,7 +117,7 @@ async def test_slack_down_the_request_is_mailed_and_approved_in_the_browser(
     import re
     from datetime import UTC, datetime, timedelta
 
-    from approvald.runtime.clock import ManualClock
+    from approvald.runtime.kernel.clock import ManualClock
 
     async_playwright = playwright("async")
     from playwright.async_api import expect

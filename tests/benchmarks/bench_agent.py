@@ -14,9 +14,9 @@ from __future__ import annotations
 import os
 import time
 
-from approvald.runtime.agent import Agent
 from approvald.runtime.models.scripted import ScriptedModel, reply
-from approvald.runtime.tools import ToolContext, tool
+from approvald.runtime.policies.tools import ToolContext, tool
+from approvald.runtime.runs.agent import Agent
 
 if os.environ.get("BENCH_SQL_COUNT"):
     import sql_count

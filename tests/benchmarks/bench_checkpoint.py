@@ -38,11 +38,11 @@ from typing import Annotated, Any, TypedDict
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from approvald.runtime.agent import Registry
-from approvald.runtime.demo import DemoLedger, steps_agent
 from approvald.runtime.engine import assemble
-from approvald.runtime.runner import Runner
-from approvald.runtime.sealing import DataKey, Sealer
+from approvald.runtime.record.sealing import DataKey, Sealer
+from approvald.runtime.runs.agent import Registry
+from approvald.runtime.runs.demo import DemoLedger, steps_agent
+from approvald.runtime.runs.runner import Runner
 from approvald.store import migrate
 from approvald.store.db import Database
 from approvald.store.types import set_codec

@@ -13,7 +13,7 @@ call; every card then gets one signed Approve click, ``--concurrency`` at a time
   throughput (latency is then mostly queueing behind earlier clicks).
 
 Prints p50/p99 of click -> HTTP response (the ack) and click -> the approved tool
-starting; then, since decided runs go first (``runtime/urgency.py``) and the card
+starting; then, since decided runs go first (``runtime/kernel/urgency.py``) and the card
 updates and the rest of each run wait their turn, also click -> card updated in Slack and
 click -> run completed, so the cost of that ordering is on the same page.
 The in-run baseline is the same signed request path doing no work (Slack's
@@ -60,10 +60,10 @@ import aiohttp
 import sql_count
 from approvald.bot.sandbox import SlackEmulator
 from approvald.bot.slack import cards
-from approvald.runtime.agent import Registry
 from approvald.runtime.engine import Engine, assemble
-from approvald.runtime.ids import TokenSigner
-from approvald.runtime.sealing import DataKey, Sealer
+from approvald.runtime.kernel.ids import TokenSigner
+from approvald.runtime.record.sealing import DataKey, Sealer
+from approvald.runtime.runs.agent import Registry
 from approvald.store import migrate
 from approvald.store.db import Database
 from approvald.store.types import set_codec

@@ -24,12 +24,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from approvald.runtime.agent import Registry
-from approvald.runtime.canonical import call_digest
-from approvald.runtime.clock import ManualClock
-from approvald.runtime.demo import REFUND_POLICY, demo_agents
 from approvald.runtime.engine import assemble
-from approvald.runtime.ids import new_id, new_nonce
+from approvald.runtime.kernel.canonical import call_digest
+from approvald.runtime.kernel.clock import ManualClock
+from approvald.runtime.kernel.ids import new_id, new_nonce
+from approvald.runtime.runs.agent import Registry
+from approvald.runtime.runs.demo import REFUND_POLICY, demo_agents
 from approvald.store import migrate
 from approvald.store.db import Database
 from approvald.store.models import Approval, Run

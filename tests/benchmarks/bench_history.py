@@ -57,14 +57,14 @@ sys.path.insert(0, str(HERE))
 from approvald.bot.slack.handlers import Handlers
 from approvald.bot.web import pages
 from approvald.bot.web.routes import WebRoutes
-from approvald.runtime.agent import Registry
-from approvald.runtime.canonical import call_digest
-from approvald.runtime.clock import ManualClock
-from approvald.runtime.decide import Actor
-from approvald.runtime.demo import REFUND_POLICY, demo_agents
+from approvald.runtime.approvals.decide import Actor
 from approvald.runtime.engine import Engine, assemble
-from approvald.runtime.ids import new_id, new_nonce
-from approvald.runtime.outbox_kinds import CARD_POST, CARD_UPDATE
+from approvald.runtime.kernel.canonical import call_digest
+from approvald.runtime.kernel.clock import ManualClock
+from approvald.runtime.kernel.ids import new_id, new_nonce
+from approvald.runtime.record.outbox_kinds import CARD_POST, CARD_UPDATE
+from approvald.runtime.runs.agent import Registry
+from approvald.runtime.runs.demo import REFUND_POLICY, demo_agents
 from approvald.runtime.views import CANDIDATES
 from approvald.store import migrate
 from approvald.store.db import Database

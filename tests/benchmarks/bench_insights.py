@@ -42,15 +42,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from approvald.runtime.agent import Registry
-from approvald.runtime.audit import AuditKey, VerifyReport, entry_hash, verify
-from approvald.runtime.audit_checkpoint import record_checkpoint
-from approvald.runtime.canonical import call_digest, compact_json
-from approvald.runtime.clock import ManualClock
-from approvald.runtime.demo import demo_agents
 from approvald.runtime.engine import assemble
-from approvald.runtime.ids import new_id
-from approvald.runtime.policy import PolicyFile
+from approvald.runtime.kernel.canonical import call_digest, compact_json
+from approvald.runtime.kernel.clock import ManualClock
+from approvald.runtime.kernel.ids import new_id
+from approvald.runtime.policies.policy import PolicyFile
+from approvald.runtime.record.audit import AuditKey, VerifyReport, entry_hash, verify
+from approvald.runtime.record.audit_checkpoint import record_checkpoint
+from approvald.runtime.runs.agent import Registry
+from approvald.runtime.runs.demo import demo_agents
 from approvald.store import migrate
 from approvald.store.db import Database
 from approvald.store.models import AuditEntry, AuditHead

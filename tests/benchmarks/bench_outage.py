@@ -25,16 +25,16 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 
 from aiohttp import web
-from approvald.runtime.agent import Agent, Registry
 from approvald.runtime.engine import assemble
 from approvald.runtime.models.openai import OpenAIChatModel
+from approvald.runtime.runs.agent import Agent, Registry
 from approvald.store import migrate
 from approvald.store.db import Database
 from bench_clicks import cpu_seconds
 
 AGENT_MODULE = '''
 import os
-from approvald.runtime.agent import Agent
+from approvald.runtime.runs.agent import Agent
 from approvald.runtime.models.openai import OpenAIChatModel
 
 AGENTS = [Agent(name="bench-outage", instructions="Say hello.",

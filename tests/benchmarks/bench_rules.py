@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from approvald.runtime.demo import REFUND_POLICY
-from approvald.runtime.policy import PolicyFile
+from approvald.runtime.policies.policy import PolicyFile
+from approvald.runtime.runs.demo import REFUND_POLICY
 
 BANDS = {"tools": {"issue_refund": {"rules": [
     {"when": "args.amount_cents <= 2000", "policy": "auto"},

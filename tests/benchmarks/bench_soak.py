@@ -42,10 +42,10 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 
-from approvald.runtime.agent import Agent
 from approvald.runtime.models.scripted import ScriptedModel, reply
-from approvald.runtime.policy import ApprovalPolicy
-from approvald.runtime.tools import ToolContext, tool
+from approvald.runtime.policies.policy import ApprovalPolicy
+from approvald.runtime.policies.tools import ToolContext, tool
+from approvald.runtime.runs.agent import Agent
 from bench_clicks import serve_command, wait_healthy
 
 from tests.helpers import Rows
@@ -139,10 +139,10 @@ async def wait_until(check: Any, what: str, within: float = 300.0) -> Any:
 async def bench(runs: int, batch: int, concurrency: int, db_url: str | None) -> int:
     from approvald.bot.sandbox import SlackEmulator
     from approvald.bot.slack import cards
-    from approvald.runtime.agent import Registry
-    from approvald.runtime.clock import FileClock
     from approvald.runtime.engine import assemble
-    from approvald.runtime.ids import TokenSigner
+    from approvald.runtime.kernel.clock import FileClock
+    from approvald.runtime.kernel.ids import TokenSigner
+    from approvald.runtime.runs.agent import Registry
     from approvald.store import migrate
     from approvald.store.db import Database
     from approvald.store.models import Approval, Outbox, Run, ToolExecution

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from approvald.runtime.state import AssistantMessage, ToolCall, ToolMessage, UserMessage
+from approvald.runtime.record.state import AssistantMessage, ToolCall, ToolMessage, UserMessage
 
 from tests.docs.examples import blocks
 

@@ -16,9 +16,9 @@ from approvald.bot.sandbox import SlackEmulator
 from approvald.bot.sandbox.client import SlackClientSim
 from approvald.bot.serve import Service
 from approvald.bot.wiring import open_database
-from approvald.runtime.clock import Clock
-from approvald.runtime.outcomes import Paused
-from approvald.runtime.tracing import Tracer
+from approvald.runtime.kernel.clock import Clock
+from approvald.runtime.kernel.outcomes import Paused
+from approvald.runtime.record.tracing import Tracer
 
 from tests.helpers import parts
 
@@ -50,8 +50,8 @@ class Harness:
     async def outcome_question(self) -> tuple[Paused, Any]:
         """A refund approved and run, its customer email cut off before its result was
         recorded: the run needs attention, and its question (returned) is pending."""
-        from approvald.runtime import failpoints
-        from approvald.runtime.decide import Actor
+        from approvald.runtime.approvals.decide import Actor
+        from approvald.runtime.kernel import failpoints
 
         from tests.helpers import Crash, crash
 

@@ -118,7 +118,7 @@ async def test_an_interruption_the_adapter_cannot_serve_is_refused(
         db_url: str, tmp_path: Path) -> None:
     """A tool of another agent (reached by handoff, say) is not wrapped: the adapter says
     so instead of approving a call it could not run once."""
-    from approvald.runtime.errors import ApprovaldError
+    from approvald.runtime.kernel.errors import ApprovaldError
 
     async with adapter_harness(db_url, tmp_path) as (h, effects):
         oa = adapter_for(h, effects)

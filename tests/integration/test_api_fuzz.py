@@ -4,7 +4,7 @@ finds no 500, no undocumented status, no schema-violating request accepted and n
 schema-valid request refused.
 
 A short run (its seed fixed, so CI asks the same questions each time); ``APPROVALD_FUZZ_SECONDS``
-runs it longer. Long polls are capped at two seconds here (``runtime.external.MAX_WAIT``,
+runs it longer. Long polls are capped at two seconds here (``runtime.runs.external.MAX_WAIT``,
 which the served document states), so a generated ``wait`` never outlasts the run.
 """
 
@@ -19,7 +19,8 @@ import pytest
 from approvald.bot.config import Settings
 from approvald.bot.serve import Service
 from approvald.bot.wiring import open_database
-from approvald.runtime import api_tokens, external
+from approvald.runtime.requests import api_tokens
+from approvald.runtime.runs import external
 
 from tests.helpers import create_token
 

@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from approvald.runtime import sealing
+from approvald.runtime.record import sealing
 from approvald.store.db import Database
 from sqlalchemy import text
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 from approvald.bot.slack import cards
-from approvald.runtime import binding
-from approvald.runtime.decide import Actor
+from approvald.runtime.approvals.decide import Actor
+from approvald.runtime.kernel import binding
 
 from tests.helpers import parts
 from tests.integration.slack_harness import CHANNEL, Harness, harness, settings_for, wait_for

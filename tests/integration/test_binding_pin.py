@@ -23,14 +23,14 @@ from typing import Any
 
 import aiohttp
 from approvald.bot.slack import cards
-from approvald.runtime import binding
-from approvald.runtime.agent import Agent
-from approvald.runtime.canonical import call_digest, canonical_json, value_digest
-from approvald.runtime.decide import Actor
+from approvald.runtime.approvals.decide import Actor
+from approvald.runtime.kernel import binding
+from approvald.runtime.kernel.canonical import call_digest, canonical_json, value_digest
 from approvald.runtime.models.base import ModelReply, Transcript
 from approvald.runtime.models.scripted import ScriptedModel, assistant_turns, reply
-from approvald.runtime.packet import shown_args
-from approvald.runtime.tools import tool
+from approvald.runtime.policies.tools import tool
+from approvald.runtime.requests.packet import shown_args
+from approvald.runtime.runs.agent import Agent
 
 from tests.helpers import make_cli
 from tests.integration.slack_harness import Harness, wait_for

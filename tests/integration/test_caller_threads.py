@@ -14,7 +14,7 @@ import pytest
 from approvald.bot.api.service import webhook_keys
 from approvald.bot.claude_code import ClaudeCodeHook, HookEvent
 from approvald.bot.config import Settings
-from approvald.runtime.external import NewRequest
+from approvald.runtime.runs.external import NewRequest
 
 from tests.helpers import create_token, parts
 from tests.integration.slack_harness import CHANNEL, OPS, Harness, harness

@@ -15,11 +15,11 @@ from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import pytest
-from approvald.runtime.agent import Registry
-from approvald.runtime.decide import Actor
-from approvald.runtime.demo import DemoLedger, refund_agent, steps_agent
+from approvald.runtime.approvals.decide import Actor
 from approvald.runtime.engine import Engine, assemble
-from approvald.runtime.outcomes import Paused
+from approvald.runtime.kernel.outcomes import Paused
+from approvald.runtime.runs.agent import Registry
+from approvald.runtime.runs.demo import DemoLedger, refund_agent, steps_agent
 from approvald.store.db import Database
 
 from tests.conftest import SIGNER

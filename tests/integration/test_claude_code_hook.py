@@ -15,12 +15,13 @@ from typing import Any
 import pytest
 from approvald.bot.claude_code import ClaudeCodeHook, HookEvent, HookEventError
 from approvald.bot.slack import cards, messages
-from approvald.runtime import binding, switches
-from approvald.runtime.canonical import call_digest
-from approvald.runtime.decide import Actor
+from approvald.runtime.approvals.decide import Actor
 from approvald.runtime.engine import Engine
-from approvald.runtime.errors import ApprovaldError
-from approvald.runtime.policy import PolicyFile
+from approvald.runtime.kernel import binding
+from approvald.runtime.kernel.canonical import call_digest
+from approvald.runtime.kernel.errors import ApprovaldError
+from approvald.runtime.policies.policy import PolicyFile
+from approvald.runtime.record import switches
 
 from tests.helpers import Rows, parts, revoke_token
 from tests.integration.slack_harness import wait_for

@@ -16,15 +16,15 @@ import pytest
 from approvald.bot.claude_code import ClaudeCodeHook, HookEvent
 from approvald.bot.mcp.gateway import Gateway, Ran, Refused
 from approvald.bot.mcp.tasks import TaskIds, Tasks
-from approvald.runtime import api_tokens
 from approvald.runtime.adapters.gate import Call, CallNotApproved
-from approvald.runtime.clock import ManualClock
-from approvald.runtime.decide import Actor
+from approvald.runtime.approvals.decide import Actor
 from approvald.runtime.engine import Engine
-from approvald.runtime.external import CALL_ID, ExternalError, NewRequest, Report, current
-from approvald.runtime.intake import Source
-from approvald.runtime.policy import PolicyFile
-from approvald.runtime.tools import ToolIdentity
+from approvald.runtime.kernel.clock import ManualClock
+from approvald.runtime.policies.intake import Source
+from approvald.runtime.policies.policy import PolicyFile
+from approvald.runtime.policies.tools import ToolIdentity
+from approvald.runtime.requests import api_tokens
+from approvald.runtime.runs.external import CALL_ID, ExternalError, NewRequest, Report, current
 
 from tests.conftest import ledger_lines
 from tests.helpers import Rows, create_token, parts

@@ -154,8 +154,8 @@ def test_crash_between_request_commit_and_delivery_delivers_once(cli: Cli, db_ur
     [approval] = cli.json("approvals", "list", "--json")
 
     async def drain_twice() -> list[int]:
-        from approvald.runtime.agent import Registry
         from approvald.runtime.engine import assemble
+        from approvald.runtime.runs.agent import Registry
         from approvald.store.db import Database
 
         class Recorder:

@@ -21,15 +21,16 @@ from approvald.bot.claude_code import ClaudeCodeHook
 from approvald.bot.mcp.gateway import Gateway, Ran
 from approvald.bot.slack import cards
 from approvald.bot.web import pages
-from approvald.runtime import api_tokens, audit, sealing
 from approvald.runtime.adapters.gate import Call
-from approvald.runtime.agent import Agent
 from approvald.runtime.engine import Engine
-from approvald.runtime.external import NewRequest, Report
 from approvald.runtime.models.scripted import ScriptedModel, reply
-from approvald.runtime.packet import will_run
-from approvald.runtime.policy import PolicyFile
-from approvald.runtime.tools import ToolContext, tool
+from approvald.runtime.policies.policy import PolicyFile
+from approvald.runtime.policies.tools import ToolContext, tool
+from approvald.runtime.record import audit, sealing
+from approvald.runtime.requests import api_tokens
+from approvald.runtime.requests.packet import will_run
+from approvald.runtime.runs.agent import Agent
+from approvald.runtime.runs.external import NewRequest, Report
 from approvald.store import types
 from sqlalchemy import text
 
@@ -246,7 +247,7 @@ async def test_the_demo_auto_email_is_audited(make_engine: Callable[..., Engine]
     engine = make_engine()
     outcome = await engine.run("demo-refund", "Refund order A-1001", requested_by="U_DANA")
     [aid] = outcome.approval_ids
-    from approvald.runtime.decide import Actor
+    from approvald.runtime.approvals.decide import Actor
 
     await engine.decide(aid, actor=Actor("U_ALICE", "cli"), verdict="approve")
     done = await engine.advance(outcome.run_id)

@@ -72,23 +72,25 @@ from approvald.bot.claude_code import SOURCE as HOOK
 from approvald.bot.claude_code import ClaudeCodeHook, HookEvent
 from approvald.bot.mcp.gateway import Gateway, Ran
 from approvald.bot.mcp.tasks import TaskIds, Tasks
-from approvald.runtime import api_tokens, audit, failpoints
-from approvald.runtime.agent import Agent, Registry
-from approvald.runtime.canonical import call_digest
-from approvald.runtime.clock import ManualClock
-from approvald.runtime.decide import Actor
-from approvald.runtime.demo import DemoLedger, refund_agent
-from approvald.runtime.directory import StaticDirectory
+from approvald.runtime.approvals.decide import Actor
 from approvald.runtime.engine import Engine, EngineConfig, assemble
-from approvald.runtime.errors import ApprovaldError
-from approvald.runtime.external import CALL_ID, NewRequest, Report
-from approvald.runtime.intake import Intake, Source, Tighten
-from approvald.runtime.packet import shown_args
-from approvald.runtime.policy import ApprovalPolicy, PolicyFile
-from approvald.runtime.scope import Scope, scope_for
-from approvald.runtime.sealing import DataKey, Sealer, is_sealed, key_id
-from approvald.runtime.sensitive import MASKED, mask_args, sensitive_of_snapshot
-from approvald.runtime.tools import Tool, ToolContext, ToolIdentity
+from approvald.runtime.kernel import failpoints
+from approvald.runtime.kernel.canonical import call_digest
+from approvald.runtime.kernel.clock import ManualClock
+from approvald.runtime.kernel.errors import ApprovaldError
+from approvald.runtime.policies.directory import StaticDirectory
+from approvald.runtime.policies.intake import Intake, Source, Tighten
+from approvald.runtime.policies.policy import ApprovalPolicy, PolicyFile
+from approvald.runtime.policies.scope import Scope, scope_for
+from approvald.runtime.policies.sensitive import MASKED, mask_args, sensitive_of_snapshot
+from approvald.runtime.policies.tools import Tool, ToolContext, ToolIdentity
+from approvald.runtime.record import audit
+from approvald.runtime.record.sealing import DataKey, Sealer, is_sealed, key_id
+from approvald.runtime.requests import api_tokens
+from approvald.runtime.requests.packet import shown_args
+from approvald.runtime.runs.agent import Agent, Registry
+from approvald.runtime.runs.demo import DemoLedger, refund_agent
+from approvald.runtime.runs.external import CALL_ID, NewRequest, Report
 from approvald.store import types
 from approvald.store.db import Database
 from approvald.store.models import Approval, AuditEntry
@@ -1034,7 +1036,7 @@ class GateMachine(RuleBasedStateMachine):
                 f"{run_id} ran on a {last[-1].status} request"
 
     async def _check_authority(self) -> None:
-        from approvald.runtime.standing_chain import StandingState
+        from approvald.runtime.record.standing_chain import StandingState
 
         async with self.committed.read() as tx:
             entries = [e async for e in tx.audit.iterate()]

@@ -20,10 +20,12 @@ import pytest
 from aiohttp import web
 from approvald.bot.api import schemas
 from approvald.bot.slack import cards
-from approvald.runtime import api_tokens, binding, external
-from approvald.runtime.canonical import call_digest
-from approvald.runtime.clock import ManualClock
-from approvald.runtime.outbox_kinds import WEBHOOK
+from approvald.runtime.kernel import binding
+from approvald.runtime.kernel.canonical import call_digest
+from approvald.runtime.kernel.clock import ManualClock
+from approvald.runtime.record.outbox_kinds import WEBHOOK
+from approvald.runtime.requests import api_tokens
+from approvald.runtime.runs import external
 from approvald.store.records import OutboxRecord
 
 from tests.helpers import InProcessCli, Rows, create_token, parts, revoke_token
@@ -554,7 +556,7 @@ async def test_a_decision_on_one_replica_ends_a_long_poll_on_another(
 
     from approvald.bot.config import Settings
     from approvald.bot.serve import Service
-    from approvald.runtime.decide import Actor
+    from approvald.runtime.approvals.decide import Actor
     from approvald.store.db import Database
 
     monkeypatch.setattr(external, "POLL", 60.0)  # only PostgreSQL's NOTIFY can end it soon

@@ -12,8 +12,8 @@ import asyncio
 import time
 
 import pytest
-from approvald.runtime.decide import Actor
-from approvald.runtime.outcomes import Paused
+from approvald.runtime.approvals.decide import Actor
+from approvald.runtime.kernel.outcomes import Paused
 
 from tests.conftest import PG_ADMIN_URL
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 from approvald.bot.web.mail import Mailer, SmtpTarget
-from approvald.runtime.clock import ManualClock
-from approvald.runtime.outbox_kinds import Mail, RetryLater
+from approvald.runtime.kernel.clock import ManualClock
+from approvald.runtime.record.outbox_kinds import Mail, RetryLater
 from sqlalchemy import text
 
 from tests.helpers import parts

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 from approvald.bot.slack import cards
-from approvald.runtime.clock import FileClock
-from approvald.runtime.decide import Actor
+from approvald.runtime.approvals.decide import Actor
+from approvald.runtime.kernel.clock import FileClock
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp_types import CallToolResult, TextContent

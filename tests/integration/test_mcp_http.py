@@ -22,7 +22,7 @@ from approvald.bot.api.service import webhook_keys
 from approvald.bot.config import Settings
 from approvald.bot.serve import Service
 from approvald.bot.wiring import open_database
-from approvald.runtime import api_tokens
+from approvald.runtime.requests import api_tokens
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult, TextContent
@@ -370,7 +370,7 @@ async def test_a_client_with_tasks_gets_a_task_that_completes_after_the_click(
 
 async def test_a_gateway_whose_server_cannot_be_reached_stops_serve_saying_which(
         sqlite_url: str, tmp_path: Path) -> None:
-    from approvald.runtime.errors import ConfigError
+    from approvald.runtime.kernel.errors import ConfigError
 
     (tmp_path / "gateways.toml").write_text(
         '[gateways.files]\ncommand = ["/nonexistent/mcp-server"]\n')

@@ -12,8 +12,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 from approvald.bot.slack import cards
-from approvald.runtime import binding
-from approvald.runtime.tools import ToolIdentity
+from approvald.runtime.kernel import binding
+from approvald.runtime.policies.tools import ToolIdentity
 
 from tests.helpers import Rows
 from tests.integration.adapter_helpers import approve_in_slack, pending_request

@@ -13,9 +13,9 @@ from typing import Any
 import aiohttp
 from approvald.bot.config import Settings
 from approvald.bot.serve import Service
-from approvald.runtime.clock import ManualClock
-from approvald.runtime.decide import Actor
-from approvald.runtime.errors import ApprovaldError
+from approvald.runtime.approvals.decide import Actor
+from approvald.runtime.kernel.clock import ManualClock
+from approvald.runtime.kernel.errors import ApprovaldError
 from approvald.store import migrate
 from approvald.store.db import Database
 from prometheus_client.parser import text_string_to_metric_families

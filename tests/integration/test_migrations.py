@@ -262,7 +262,7 @@ async def test_0015_seals_a_paused_adapters_calls_kept_in_clear_and_opens_them_b
 
 async def _seal_pauses(url: str) -> None:
     from alembic import command
-    from approvald.runtime import sealing
+    from approvald.runtime.record import sealing
     from approvald.store import types
 
     calls = '{"task":"Refund A-1","calls":[{"call_id":"c1","tool":"refund","args":{"card":"4242 4242 4242 4242"}}]}'  # noqa: E501

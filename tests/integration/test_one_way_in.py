@@ -12,12 +12,12 @@ from typing import Any
 
 import aiohttp
 import pytest
-from approvald.runtime import api_tokens
 from approvald.runtime.adapters.gate import Call
-from approvald.runtime.decide import Actor
-from approvald.runtime.errors import ApprovaldError, DecisionRefused
-from approvald.runtime.ids import new_id
-from approvald.runtime.scope import Scope
+from approvald.runtime.approvals.decide import Actor
+from approvald.runtime.kernel.errors import ApprovaldError, DecisionRefused
+from approvald.runtime.kernel.ids import new_id
+from approvald.runtime.policies.scope import Scope
+from approvald.runtime.requests import api_tokens
 from sqlalchemy import text
 
 from tests.helpers import Rows, create_token, parts, revoke_token
@@ -206,7 +206,7 @@ async def test_an_adapter_or_gateway_never_shares_an_operators_token(
 
         # no operator token takes a name of approvald's own credentials...
         from approvald.bot.api.service import webhook_keys
-        from approvald.runtime.audit import AuditTrail
+        from approvald.runtime.record.audit import AuditTrail
 
         keys = webhook_keys(h.service.settings)
         assert keys is not None

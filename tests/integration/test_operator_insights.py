@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from approvald.runtime.decide import Actor
+from approvald.runtime.approvals.decide import Actor
 
 from tests.integration.slack_harness import Harness, wait_for
 from tests.integration.web_helpers import Browser, smtp_server, web_harness

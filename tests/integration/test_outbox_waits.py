@@ -11,7 +11,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from approvald.runtime.clock import ManualClock
+from approvald.runtime.kernel.clock import ManualClock
 from approvald.store.records import OutboxRecord
 
 from tests.helpers import parts
@@ -208,7 +208,7 @@ async def test_after_a_day_long_outage_ops_hear_which_update_was_lost(
             thread = await tx.threads.get(paused.run_id)
         assert thread is not None and thread.ts
         await h.emulator.down("503")
-        from approvald.runtime.decide import Actor
+        from approvald.runtime.approvals.decide import Actor
 
         await h.engine.decide(aid, actor=Actor("U_ALICE", "cli:ops"), verdict="approve")
         assert (await h.engine.advance(paused.run_id)).status == "completed"

@@ -1,13 +1,13 @@
 """``approvals list --status WORD`` filters by the outcome every view names (issue 48):
-the vocabulary's query of the stored columns (:func:`runtime.vocabulary.match_of`) finds
-exactly the requests :func:`runtime.vocabulary.outcome_of` names with that word, on both
+the vocabulary's query of the stored columns (:func:`runtime.kernel.vocabulary.match_of`) finds
+exactly the requests :func:`runtime.kernel.vocabulary.outcome_of` names with that word, on both
 dialects: one request of each outcome, each found by its own word only."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, replace
 
-from approvald.runtime.vocabulary import REQUEST_OUTCOMES, match_of, outcome_of
+from approvald.runtime.kernel.vocabulary import REQUEST_OUTCOMES, match_of, outcome_of
 from approvald.store.db import Database
 from approvald.store.models import Approval, Run
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from approvald.runtime.agent import Registry
-from approvald.runtime.clock import ManualClock
-from approvald.runtime.decide import Actor
-from approvald.runtime.demo import DemoLedger, refund_agent
+from approvald.runtime.approvals.decide import Actor
 from approvald.runtime.engine import assemble
+from approvald.runtime.kernel.clock import ManualClock
+from approvald.runtime.runs.agent import Registry
+from approvald.runtime.runs.demo import DemoLedger, refund_agent
 from approvald.store.db import Database
 from approvald.store.models import Base
 from sqlalchemy import text

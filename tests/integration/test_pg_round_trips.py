@@ -19,11 +19,11 @@ from typing import Any
 
 import asyncpg  # type: ignore[import-untyped]
 import pytest
-from approvald.runtime.agent import Registry
-from approvald.runtime.decide import Actor
-from approvald.runtime.demo import REFUND_POLICY, DemoLedger, refund_agent
+from approvald.runtime.approvals.decide import Actor
 from approvald.runtime.engine import assemble
-from approvald.runtime.outcomes import Completed, Paused
+from approvald.runtime.kernel.outcomes import Completed, Paused
+from approvald.runtime.runs.agent import Registry
+from approvald.runtime.runs.demo import REFUND_POLICY, DemoLedger, refund_agent
 from approvald.store.db import Database
 from sqlalchemy import event, text
 

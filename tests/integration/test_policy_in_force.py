@@ -12,8 +12,8 @@ from pathlib import Path
 
 from approvald.bot.config import Settings
 from approvald.bot.serve import Service
-from approvald.runtime import audit
-from approvald.runtime.policy import PolicyFile, load_policy_file
+from approvald.runtime.policies.policy import PolicyFile, load_policy_file
+from approvald.runtime.record import audit
 from approvald.store.db import Database
 
 POLICY = '[tools.issue_refund]\r\npolicy = "approve_before"\r\nwhy = "money moves"\r\n'

@@ -8,10 +8,10 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from approvald.runtime import audit
-from approvald.runtime.decide import Actor
-from approvald.runtime.outbox import DrainConfig
-from approvald.runtime.retention import prune
+from approvald.runtime.approvals.decide import Actor
+from approvald.runtime.record import audit
+from approvald.runtime.record.outbox import DrainConfig
+from approvald.runtime.record.retention import prune
 from approvald.store.models import Approval, AuditEntry, Outbox, Run, RunEvent, ToolExecution
 from sqlalchemy import func, select
 

@@ -15,8 +15,8 @@ import pytest
 from approvald.bot.config import Settings
 from approvald.bot.serve import Service
 from approvald.bot.wiring import open_database
-from approvald.runtime import api_tokens
-from approvald.runtime.decide import Actor
+from approvald.runtime.approvals.decide import Actor
+from approvald.runtime.requests import api_tokens
 
 from tests.helpers import parts
 

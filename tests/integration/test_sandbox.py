@@ -16,7 +16,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 from approvald.bot.sandbox import SlackClientSim, SlackEmulator, run_forever
-from approvald.runtime.clock import ManualClock
+from approvald.runtime.kernel.clock import ManualClock
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import AsyncServerErrorRetryHandler
 from slack_sdk.http_retry.builtin_interval_calculators import FixedValueRetryIntervalCalculator

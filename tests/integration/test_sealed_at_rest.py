@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 from approvald.bot.wiring import build_engine, open_database
-from approvald.runtime import sealing
-from approvald.runtime.errors import ConfigError
+from approvald.runtime.kernel.errors import ConfigError
+from approvald.runtime.record import sealing
 from approvald.store.db import Database
 from approvald.store.models import Base
 from sqlalchemy import text

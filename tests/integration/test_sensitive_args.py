@@ -20,14 +20,14 @@ from typing import Any
 import pytest
 from approvald.bot import trace_view
 from approvald.bot.slack import cards
-from approvald.runtime import sensitive
-from approvald.runtime.agent import Agent
 from approvald.runtime.models.base import ModelReply, Transcript
 from approvald.runtime.models.scripted import ScriptedModel, assistant_turns, reply
-from approvald.runtime.state import ToolMessage
-from approvald.runtime.tools import tool
+from approvald.runtime.policies import sensitive
+from approvald.runtime.policies.tools import tool
+from approvald.runtime.record.state import ToolMessage
+from approvald.runtime.record.tracing import OtelTracer
+from approvald.runtime.runs.agent import Agent
 from approvald.runtime.trace import load_trace
-from approvald.runtime.tracing import OtelTracer
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -304,7 +304,7 @@ async def test_an_edit_given_back_masked_keeps_the_real_value_on_every_face(
         a = await h.engine.approval(paused.approval_ids[0])
         shown = sensitive.mask_args(a.effective_args(), ["card_number", "auth.*"])
         assert shown["card_number"] != CARD
-        from approvald.runtime.decide import Actor
+        from approvald.runtime.approvals.decide import Actor
         decision = await h.engine.decide(
             a.id, actor=Actor("U_ALICE", "api"), verdict="edit",
             args={**shown, "amount_cents": 1000}, token=h.engine.button_token(a))

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 from approvald.bot.slack import cards
-from approvald.runtime.clock import ManualClock
-from approvald.runtime.state import ToolMessage
+from approvald.runtime.kernel.clock import ManualClock
+from approvald.runtime.record.state import ToolMessage
 from slack_sdk.models.blocks import Block
 
 from tests.helpers import parts
@@ -267,9 +267,9 @@ async def test_home_tab_and_slash_command_list_the_viewers_requests(sqlite_url, 
 
 
 async def test_hostile_arguments_render_inert(sqlite_url, tmp_path):
-    from approvald.runtime.agent import Agent
     from approvald.runtime.models.scripted import ScriptedModel, reply
-    from approvald.runtime.tools import tool
+    from approvald.runtime.policies.tools import tool
+    from approvald.runtime.runs.agent import Agent
 
     @tool(permission="execute")
     async def post_note(text: str, blob: dict) -> str:
@@ -335,8 +335,8 @@ async def test_too_large_or_malformed_requests_are_refused_and_change_nothing(sq
 
 
 async def test_a_run_that_starts_waiting_says_why_and_until_when_in_ops(sqlite_url, tmp_path):
-    from approvald.runtime.agent import Agent
-    from approvald.runtime.errors import ModelUnavailable
+    from approvald.runtime.kernel.errors import ModelUnavailable
+    from approvald.runtime.runs.agent import Agent
 
     class Down:
         async def complete(self, **kw):  # type: ignore[no-untyped-def]
@@ -357,7 +357,7 @@ async def test_a_run_that_starts_waiting_says_why_and_until_when_in_ops(sqlite_u
 
 
 async def test_the_audit_head_is_posted_to_the_audit_channel_as_a_witness(sqlite_url, tmp_path):
-    from approvald.runtime import audit
+    from approvald.runtime.record import audit
 
     async with harness(sqlite_url, tmp_path, APPROVALD_AUDIT_CHANNEL="C_AUDIT") as h:
 
@@ -375,7 +375,7 @@ async def test_the_audit_head_is_posted_to_the_audit_channel_as_a_witness(sqlite
         report = await audit.verify(parts(h.engine).db)
         assert report.head_text in message["text"]
         assert f"approvald audit verify --expect {report.head_text}" in message["text"]
-        from approvald.runtime.decide import Actor
+        from approvald.runtime.approvals.decide import Actor
 
         await h.engine.decide(paused.approval_ids[0], actor=Actor("U_ALICE", "slack"),
                               verdict="approve")

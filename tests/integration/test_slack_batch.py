@@ -10,9 +10,9 @@ from typing import Any
 
 from approvald.bot.slack import cards, views
 from approvald.bot.slack import texts as T
-from approvald.runtime import audit
-from approvald.runtime.decide import Actor
-from approvald.runtime.state import ToolMessage
+from approvald.runtime.approvals.decide import Actor
+from approvald.runtime.record import audit
+from approvald.runtime.record.state import ToolMessage
 
 from tests.helpers import parts
 from tests.integration.slack_harness import CHANNEL, Harness, harness, wait_for

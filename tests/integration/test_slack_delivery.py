@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 from approvald.bot.slack import cards
-from approvald.runtime import failpoints
-from approvald.runtime.clock import ManualClock
-from approvald.runtime.decide import Actor
+from approvald.runtime.approvals.decide import Actor
+from approvald.runtime.kernel import failpoints
+from approvald.runtime.kernel.clock import ManualClock
 
 from tests.helpers import Crash, opened_by_faces, parts
 from tests.helpers import crash as _crash

@@ -9,7 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from approvald.bot.slack import cards
-from approvald.runtime.agent import Registry
+from approvald.runtime.runs.agent import Registry
 
 from tests.helpers import parts
 from tests.integration.slack_harness import CHANNEL, harness, wait_for

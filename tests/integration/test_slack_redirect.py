@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from approvald.bot.slack import cards
-from approvald.runtime.clock import ManualClock
-from approvald.runtime.state import ToolMessage
+from approvald.runtime.kernel.clock import ManualClock
+from approvald.runtime.record.state import ToolMessage
 from slack_sdk.models.blocks import Block
 
 from tests.helpers import Rows, parts

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from approvald.bot.slack import cards
-from approvald.runtime.outcomes import Paused
+from approvald.runtime.kernel.outcomes import Paused
 
 from tests.integration.slack_harness import CHANNEL, harness, wait_for
 from tests.integration.test_slack import _status, _updated_card, assert_valid_blocks, text_of

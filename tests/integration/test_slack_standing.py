@@ -13,10 +13,10 @@ from typing import Any
 
 from approvald.bot.slack import cards, views
 from approvald.bot.slack import texts as T
-from approvald.runtime import audit
-from approvald.runtime.clock import ManualClock
-from approvald.runtime.decide import Actor
-from approvald.runtime.outcomes import Completed, Paused
+from approvald.runtime.approvals.decide import Actor
+from approvald.runtime.kernel.clock import ManualClock
+from approvald.runtime.kernel.outcomes import Completed, Paused
+from approvald.runtime.record import audit
 
 from tests.helpers import opened_by_faces, parts
 from tests.integration.slack_harness import CHANNEL, Harness, harness, wait_for
@@ -405,7 +405,7 @@ async def test_the_app_home_is_drawn_from_its_view_in_one_read(sqlite_url: str, 
                                                                monkeypatch: Any) -> None:
     """The App Home (requests to decide, decided ones, standing approvals with their
     masked scopes) comes from the engine's Home view: one read, whatever it holds."""
-    from approvald.runtime.scope import scope_for
+    from approvald.runtime.policies.scope import scope_for
 
     clock = ManualClock(datetime.now(UTC) + timedelta(days=1))
     async with harness(sqlite_url, tmp_path, clock=clock, background=False) as h:

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from approvald.runtime.agent import Registry
-from approvald.runtime.decide import Actor
-from approvald.runtime.demo import REFUND_POLICY, DemoLedger, refund_agent
+from approvald.runtime.approvals.decide import Actor
 from approvald.runtime.engine import assemble
-from approvald.runtime.outcomes import Completed, Paused
+from approvald.runtime.kernel.outcomes import Completed, Paused
+from approvald.runtime.runs.agent import Registry
+from approvald.runtime.runs.demo import REFUND_POLICY, DemoLedger, refund_agent
 from approvald.store import migrate, private_aiosqlite
 from approvald.store.db import Database
 

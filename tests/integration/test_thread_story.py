@@ -22,15 +22,15 @@ from typing import Any
 from approvald.bot.sandbox import SlackEmulator
 from approvald.bot.slack.delivery import SlackDeliverer
 from approvald.bot.slack.threads import ThreadFollower
-from approvald.runtime import failpoints
-from approvald.runtime.agent import Registry
-from approvald.runtime.clock import ManualClock
-from approvald.runtime.decide import Actor
-from approvald.runtime.demo import REFUND_POLICY, DemoLedger, refund_agent
+from approvald.runtime.approvals.decide import Actor
 from approvald.runtime.engine import Engine, assemble
-from approvald.runtime.ids import TokenSigner
-from approvald.runtime.outcomes import Paused
-from approvald.runtime.policy import ApprovalPolicy, Rung
+from approvald.runtime.kernel import failpoints
+from approvald.runtime.kernel.clock import ManualClock
+from approvald.runtime.kernel.ids import TokenSigner
+from approvald.runtime.kernel.outcomes import Paused
+from approvald.runtime.policies.policy import ApprovalPolicy, Rung
+from approvald.runtime.runs.agent import Registry
+from approvald.runtime.runs.demo import REFUND_POLICY, DemoLedger, refund_agent
 from approvald.store.db import Database
 from slack_sdk.web.async_client import AsyncWebClient
 

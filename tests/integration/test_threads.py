@@ -22,14 +22,14 @@ from typing import Any
 import pytest
 from approvald.bot.sandbox import SlackEmulator
 from approvald.bot.slack.threads import ThreadFollower
-from approvald.runtime import failpoints
-from approvald.runtime.agent import Registry
-from approvald.runtime.clock import ManualClock
-from approvald.runtime.decide import Actor
-from approvald.runtime.demo import DemoLedger, refund_agent, steps_agent
+from approvald.runtime.approvals.decide import Actor
 from approvald.runtime.engine import Engine, assemble
-from approvald.runtime.ids import TokenSigner
-from approvald.runtime.outcomes import Paused
+from approvald.runtime.kernel import failpoints
+from approvald.runtime.kernel.clock import ManualClock
+from approvald.runtime.kernel.ids import TokenSigner
+from approvald.runtime.kernel.outcomes import Paused
+from approvald.runtime.runs.agent import Registry
+from approvald.runtime.runs.demo import DemoLedger, refund_agent, steps_agent
 from approvald.store.db import Database
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient

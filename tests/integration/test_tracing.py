@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from approvald.bot.slack import cards
 from approvald.bot.tracing import from_environment
-from approvald.runtime import failpoints
-from approvald.runtime.decide import Actor
-from approvald.runtime.errors import ConfigError
-from approvald.runtime.outcomes import Completed, NeedsAttention, Paused
-from approvald.runtime.tracing import OtelTracer, Tracer
+from approvald.runtime.approvals.decide import Actor
+from approvald.runtime.kernel import failpoints
+from approvald.runtime.kernel.errors import ConfigError
+from approvald.runtime.kernel.outcomes import Completed, NeedsAttention, Paused
+from approvald.runtime.record.tracing import OtelTracer, Tracer
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -271,7 +271,7 @@ async def test_tracing_off_records_nothing(make_engine, exported,
 def test_nothing_imports_opentelemetry_unless_tracing_is_on(tmp_path: Path) -> None:
     code = ("import sys\n"
             "import approvald.bot.serve, approvald.bot.slack.handlers\n"
-            "import approvald.runtime.engine, approvald.runtime.runner\n"
+            "import approvald.runtime.engine, approvald.runtime.runs.runner\n"
             "from approvald.bot.tracing import from_environment\n"
             "t = from_environment({})\n"
             "assert not t.tracer.enabled and t.provider is None\n"

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from approvald.bot.config import Settings
 from approvald.bot.serve import Service
-from approvald.runtime.decide import Actor
+from approvald.runtime.approvals.decide import Actor
 from approvald.store.db import Database
 from approvald.store.wakeups import Wakeups
 

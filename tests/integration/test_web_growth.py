@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from approvald.runtime.clock import ManualClock
+from approvald.runtime.kernel.clock import ManualClock
 from sqlalchemy import text
 
 from tests.helpers import parts

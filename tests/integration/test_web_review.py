@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from approvald.bot.web.routes import SESSION_COOKIE
-from approvald.runtime import binding
-from approvald.runtime.clock import ManualClock
-from approvald.runtime.decide import Actor
-from approvald.runtime.vocabulary import WORDS, OutcomeName
+from approvald.runtime.approvals.decide import Actor
+from approvald.runtime.kernel import binding
+from approvald.runtime.kernel.clock import ManualClock
+from approvald.runtime.kernel.vocabulary import WORDS, OutcomeName
 from sqlalchemy import text
 
 from tests.helpers import parts
@@ -355,7 +355,7 @@ async def test_a_sign_in_mail_is_retried_then_reported_dead(sqlite_url: str,
     server answers it is delivered. A mail that cannot go out before its link expires is
     given up and reported to ops in Slack, like a dead card."""
     from aiosmtpd.controller import Controller
-    from approvald.runtime.outbox_kinds import DEAD_REPORT
+    from approvald.runtime.record.outbox_kinds import DEAD_REPORT
 
     from tests.integration.slack_harness import OPS
     from tests.integration.web_helpers import Inbox, free_port
@@ -675,7 +675,7 @@ async def test_a_public_url_without_a_listener_stops_serve(sqlite_url: str,
     from approvald.bot.config import Settings
     from approvald.bot.serve import Service
     from approvald.bot.wiring import open_database
-    from approvald.runtime.errors import ConfigError
+    from approvald.runtime.kernel.errors import ConfigError
 
     settings = Settings(APPROVALD_DATABASE_URL=sqlite_url,  # type: ignore[call-arg]
                         APPROVALD_PUBLIC_URL="https://approvals.example.com",

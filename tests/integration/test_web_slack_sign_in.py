@@ -16,7 +16,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 
 from approvald.bot.web.routes import SESSION_COOKIE, SLACK_COOKIE
 from approvald.bot.web.slack_sign_in import CALLBACK
-from approvald.runtime.clock import ManualClock
+from approvald.runtime.kernel.clock import ManualClock
 
 from tests.integration.slack_harness import Harness, wait_for
 from tests.integration.test_web_review import (

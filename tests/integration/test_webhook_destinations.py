@@ -15,11 +15,11 @@ from typing import Any
 
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
-from approvald.runtime import api_tokens
-from approvald.runtime.clock import ManualClock
-from approvald.runtime.decide import Actor
-from approvald.runtime.outbox_kinds import DEAD_REPORT, WEBHOOK
-from approvald.runtime.webhook_hosts import WebhookHosts
+from approvald.runtime.approvals.decide import Actor
+from approvald.runtime.kernel.clock import ManualClock
+from approvald.runtime.kernel.webhook_hosts import WebhookHosts
+from approvald.runtime.record.outbox_kinds import DEAD_REPORT, WEBHOOK
+from approvald.runtime.requests import api_tokens
 from approvald.store.records import OutboxRecord
 
 from tests.helpers import InProcessCli, Rows, create_token, parts

@@ -21,8 +21,8 @@ from typing import Any
 
 import aiohttp
 from aiosmtpd.controller import Controller
-from approvald.runtime.clock import Clock
-from approvald.runtime.errors import ConfigError
+from approvald.runtime.kernel.clock import Clock
+from approvald.runtime.kernel.errors import ConfigError
 
 from tests.helpers import parts
 from tests.integration.slack_harness import Harness, harness, wait_for

@@ -11,9 +11,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from approvald.runtime import audit
-from approvald.runtime.audit import AuditKey
-from approvald.runtime.decide import Actor
+from approvald.runtime.approvals.decide import Actor
+from approvald.runtime.record import audit
+from approvald.runtime.record.audit import AuditKey
 from approvald.store.fastsql import Conn
 from approvald.store.models import AuditEntry, AuditHead
 from approvald.store.repos.audit import AuditRepo

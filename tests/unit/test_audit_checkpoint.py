@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from approvald.runtime import audit
-from approvald.runtime.audit import AuditKey
-from approvald.runtime.audit_checkpoint import checkpoint_mac, record_checkpoint
-from approvald.runtime.decide import Actor
-from approvald.runtime.history import ChainBroken
+from approvald.runtime.approvals.decide import Actor
+from approvald.runtime.record import audit
+from approvald.runtime.record.audit import AuditKey
+from approvald.runtime.record.audit_checkpoint import checkpoint_mac, record_checkpoint
+from approvald.runtime.record.history import ChainBroken
 from approvald.store.models import AuditCheckpoint, AuditEntry
 
 from tests.helpers import Rows

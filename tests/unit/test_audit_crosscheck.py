@@ -8,10 +8,10 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
-from approvald.runtime import audit
-from approvald.runtime.audit import AuditKey
-from approvald.runtime.audit_check import disagreements_of
-from approvald.runtime.scope import scope_for
+from approvald.runtime.policies.scope import scope_for
+from approvald.runtime.record import audit
+from approvald.runtime.record.audit import AuditKey
+from approvald.runtime.record.audit_check import disagreements_of
 from approvald.store.models import Approval, ApprovalVote, StandingApproval
 
 from tests.helpers import Rows
@@ -141,7 +141,7 @@ async def test_the_trace_and_the_documents_say_a_row_disagrees(make_engine, ledg
 async def test_an_aborted_question_and_its_cancelled_run_agree_with_the_chain(make_engine, db):
     """A question answered Abort (denied) whose run is then cancelled: the cancel's entry
     names the request, which stays denied (no false alarm)."""
-    from approvald.runtime import failpoints
+    from approvald.runtime.kernel import failpoints
 
     from tests.helpers import Crash, crash
 

@@ -12,12 +12,12 @@ import json
 from datetime import timedelta
 from pathlib import Path
 
-from approvald.runtime import audit
-from approvald.runtime.audit import AuditKey
-from approvald.runtime.audit_file import verify_export
-from approvald.runtime.batch import Target
-from approvald.runtime.decide import Actor
-from approvald.runtime.policy import Rung, load_policy_file
+from approvald.runtime.approvals.batch import Target
+from approvald.runtime.approvals.decide import Actor
+from approvald.runtime.policies.policy import Rung, load_policy_file
+from approvald.runtime.record import audit
+from approvald.runtime.record.audit import AuditKey
+from approvald.runtime.record.audit_file import verify_export
 
 from tests.helpers import parts
 from tests.unit.test_decisions import ALICE, DANA, approval, engine_with
@@ -134,7 +134,7 @@ async def test_a_standing_use_is_never_recorded_before_its_request(make_engine, 
     engine = engine_with(make_engine, ledger_path, approvers=["U_ALICE"])
     paused = await engine.run("demo-refund", "Refund order A-1001: $30", requested_by=DANA)
     a = await approval(db, paused.approval_ids[0])
-    from approvald.runtime.scope import scope_for
+    from approvald.runtime.policies.scope import scope_for
 
     await engine.grant_standing(a.id, actor=ALICE, window=timedelta(minutes=30),
                                 scope=scope_for(a, "condition", when="true"))

@@ -12,8 +12,8 @@ import pytest
 from approvald.bot.slack import cards, views
 from approvald.bot.slack import texts as T
 from approvald.bot.slack.mrkdwn import text_length
-from approvald.runtime.batch import Outcome
-from approvald.runtime.decide import Decision
+from approvald.runtime.approvals.batch import Outcome
+from approvald.runtime.approvals.decide import Decision
 from approvald.store.records import ApprovalRecord
 
 from tests.unit.test_cards import (

@@ -1,4 +1,4 @@
-"""One binding key, one function (issue 46 item 1; runtime/binding.py).
+"""One binding key, one function (issue 46 item 1; runtime/kernel/binding.py).
 
 The deployment's key is made once per database and read the same by every process; a
 binding is keyed (a plain digest never comes out of :func:`binding.shown`); what comes
@@ -14,10 +14,10 @@ import re
 from pathlib import Path
 
 import pytest
-from approvald.runtime import binding
-from approvald.runtime.canonical import call_digest
-from approvald.runtime.clock import ManualClock
-from approvald.runtime.ids import TokenSigner
+from approvald.runtime.kernel import binding
+from approvald.runtime.kernel.canonical import call_digest
+from approvald.runtime.kernel.clock import ManualClock
+from approvald.runtime.kernel.ids import TokenSigner
 from approvald.store.db import Database
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -108,13 +108,13 @@ def test_a_button_token_shows_a_binding_and_binds_the_digest_whatever_key_shows_
 SHOWN = re.compile(r"digest\)?\[:\d+\]|[\"']digest[\"']: (?:a|r|rec|v)\.\w*digest\b")
 # where a digest is sliced for another reason, and why: (file, what the line holds)
 ALLOWED = {
-    ("runtime/ids.py", "digest[:DIGEST_PREFIX]"): "the token form of earlier versions, "
+    ("runtime/kernel/ids.py", "digest[:DIGEST_PREFIX]"): "the token form of earlier versions, "
                                                  "verified for cards posted before them",
-    ("runtime/audit.py", "({digest[:16]}…)"): "the audit chain's head, not of arguments",
-    ("runtime/audit_checkpoint.py", "({digest[:16]}…)"): "the chain's entry hash verified "
+    ("runtime/record/audit.py", "({digest[:16]}…)"): "the audit chain's head, not of arguments",
+    ("runtime/record/audit_checkpoint.py", "({digest[:16]}…)"): "the chain's entry hash verified "
                                                           "through, not of arguments",
-    ("runtime/demo.py", '"rf_" + digest[:12]'): "the demo's refund id, of its idempotency key",
-    ("runtime/external.py", "args_digest[:64]!r}"): "what the caller sent, quoted back to it",
+    ("runtime/runs/demo.py", '"rf_" + digest[:12]'): "the demo's refund id, of its idempotency key",
+    ("runtime/runs/external.py", "args_digest[:64]!r}"): "what the caller sent, quoted back to it",
     ("bot/trace_view.py", "{v.digest[:12]}"): "a trace's votes hold bindings (runtime/trace.py)",
     ("bot/cli/policy.py", "new.digest[:16]"): "a policy file's SHA-256, not of arguments",
     ("bot/cli/policy.py", "{digest[:16]}…)"): "the audit chain's head, not of arguments",
@@ -126,7 +126,7 @@ def test_no_face_shows_a_digest_except_through_the_binding() -> None:
     for folder in ("bot", "runtime"):
         for path in sorted((ROOT / folder).rglob("*.py")):
             rel = path.relative_to(ROOT).as_posix()
-            if rel == "runtime/binding.py":
+            if rel == "runtime/kernel/binding.py":
                 continue
             for n, line in enumerate(path.read_text().splitlines(), 1):
                 if SHOWN.search(line) and not any(

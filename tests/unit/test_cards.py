@@ -14,7 +14,7 @@ import pytest
 from approvald.bot.slack import cards, messages, views
 from approvald.bot.slack import texts as T
 from approvald.bot.slack.mrkdwn import clip, code_block, escape_mrkdwn, pretty_json, safe_cut, units
-from approvald.runtime.vocabulary import WORDS, outcome_of
+from approvald.runtime.kernel.vocabulary import WORDS, outcome_of
 from approvald.store.records import ApprovalRecord, RunRecord, VoteRecord
 from slack_sdk.models.blocks import Block
 from slack_sdk.models.views import View
@@ -821,7 +821,7 @@ def _entry(action: str, actor: str = "U0BOB", via: str = "slack", approval_id: s
 def _story(action: str, a: ApprovalRecord) -> str:
     """What a run's thread says of ``a``'s audit entry ``action``."""
     from approvald.bot.slack import story
-    from approvald.runtime.shown import RunMasking
+    from approvald.runtime.record.shown import RunMasking
 
     e = _entry(action, approval_id=a.id, tool=a.tool)
     return "\n".join(ln.text for ln in story.entry_lines(e, {a.id: a}, {}, {}, RunMasking()))
@@ -829,7 +829,7 @@ def _story(action: str, a: ApprovalRecord) -> str:
 
 def test_thread_lines_are_escaped_and_short() -> None:
     from approvald.bot.slack import story
-    from approvald.runtime.shown import RunMasking
+    from approvald.runtime.record.shown import RunMasking
 
     a = approval(quorum=2, reason=HOSTILE)
     found = {a.id: a}
@@ -941,10 +941,10 @@ def test_a_reason_a_template_ends_ends_once() -> None:
 def test_thread_lines_say_outcomes_with_the_one_vocabulary(action: str, verdict: str | None,
                                                            name: str) -> None:
     """Issue 48 item 2 in a run's thread: a decision's line names its outcome with the
-    words and emoji of runtime/vocabulary.py, as the CLI, the cards and the audit do."""
+    words and emoji of runtime/kernel/vocabulary.py, as the CLI, the cards and the audit do."""
     from approvald.bot.slack import story
-    from approvald.runtime.shown import RunMasking
-    from approvald.runtime.vocabulary import WORDS, OutcomeName
+    from approvald.runtime.kernel.vocabulary import WORDS, OutcomeName
+    from approvald.runtime.record.shown import RunMasking
 
     a = approval()
     actor, via = {"approved_standing": ("standing:s1", "standing"),
@@ -968,7 +968,7 @@ def test_thread_lines_say_outcomes_with_the_one_vocabulary(action: str, verdict:
 
 def test_a_finished_runs_headline_says_the_outcome_with_the_vocabulary() -> None:
     from approvald.bot.slack import story
-    from approvald.runtime.vocabulary import WORDS, OutcomeName
+    from approvald.runtime.kernel.vocabulary import WORDS, OutcomeName
 
     for status, name in (("denied", OutcomeName.DENIED), ("expired", OutcomeName.EXPIRED),
                          ("redirected", OutcomeName.REDIRECTED)):
@@ -982,7 +982,7 @@ def test_a_retry_says_whether_the_call_ran_once() -> None:
     """A crash after a call's intent, and its retry, in the run's thread (issue 52): which
     attempt it is, why running it again was safe, and whether the call ran once."""
     from approvald.bot.slack import story
-    from approvald.runtime.shown import RunMasking
+    from approvald.runtime.record.shown import RunMasking
 
     def said(**details: Any) -> str:
         e = _entry("retried", "system:runtime", "runtime", tool="issue_refund", **details)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from approvald.bot.cli.common import ELSEWHERE, describe, exit_code, follow
-from approvald.runtime.outcomes import Busy, Completed
+from approvald.runtime.kernel.outcomes import Busy, Completed
 
 from tests.unit.test_waiting import sleepy_agent
 

@@ -14,13 +14,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from approvald.runtime.agent import Agent, Registry
-from approvald.runtime.clock import ManualClock
-from approvald.runtime.decide import Actor
+from approvald.runtime.approvals.decide import Actor
 from approvald.runtime.engine import Engine, assemble
+from approvald.runtime.kernel.clock import ManualClock
+from approvald.runtime.kernel.outcomes import Busy, Completed, Paused
 from approvald.runtime.models.scripted import ScriptedModel, reply
-from approvald.runtime.outcomes import Busy, Completed, Paused
-from approvald.runtime.tools import ToolContext, tool
+from approvald.runtime.policies.tools import ToolContext, tool
+from approvald.runtime.runs.agent import Agent, Registry
 from approvald.store.db import Database
 from approvald.store.models import Run
 from approvald.store.repos import Tx
@@ -132,7 +132,7 @@ async def test_a_decided_run_starts_from_the_row_its_decision_leased_while_it_is
         db: Database, statements) -> None:  # noqa: F811
     """The worker that takes a run decided in its process used to read the run before
     resuming it; the decision's lease statement returns the row, and the runner starts
-    from it (runtime.handoff). Only while it can be the run as it stands: once half a
+    from it (runtime.kernel.handoff). Only while it can be the run as it stands: once half a
     lease has passed, the lease may have lapsed and another worker taken and finished the
     run, and the row is read again, so the late worker finds the run is not its own (it
     does not try to drive a finished run from a stale row)."""

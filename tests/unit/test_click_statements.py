@@ -9,12 +9,12 @@ from __future__ import annotations
 import collections
 from pathlib import Path
 
-from approvald.runtime.agent import Registry
-from approvald.runtime.audit import verify
-from approvald.runtime.decide import Actor
-from approvald.runtime.demo import REFUND_POLICY, DemoLedger, refund_agent
+from approvald.runtime.approvals.decide import Actor
 from approvald.runtime.engine import assemble
-from approvald.runtime.outcomes import Completed, Paused
+from approvald.runtime.kernel.outcomes import Completed, Paused
+from approvald.runtime.record.audit import verify
+from approvald.runtime.runs.agent import Registry
+from approvald.runtime.runs.demo import REFUND_POLICY, DemoLedger, refund_agent
 from approvald.store.db import Database
 
 from tests.conftest import SIGNER

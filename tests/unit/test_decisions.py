@@ -16,18 +16,18 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from approvald.runtime import binding
-from approvald.runtime.agent import Agent
-from approvald.runtime.canonical import call_digest
-from approvald.runtime.decide import Actor
-from approvald.runtime.demo import REFUND_POLICY, DemoLedger, refund_agent
-from approvald.runtime.directory import StaticDirectory
-from approvald.runtime.errors import DecisionRefused
+from approvald.runtime.approvals.decide import Actor
+from approvald.runtime.kernel import binding
+from approvald.runtime.kernel.canonical import call_digest
+from approvald.runtime.kernel.errors import DecisionRefused
+from approvald.runtime.kernel.outcomes import Cancelled, Completed, Paused
 from approvald.runtime.models.scripted import ScriptedModel, reply
-from approvald.runtime.outcomes import Cancelled, Completed, Paused
-from approvald.runtime.policy import ApprovalPolicy, PolicyFile
-from approvald.runtime.state import ToolMessage
-from approvald.runtime.tools import ToolContext, tool
+from approvald.runtime.policies.directory import StaticDirectory
+from approvald.runtime.policies.policy import ApprovalPolicy, PolicyFile
+from approvald.runtime.policies.tools import ToolContext, tool
+from approvald.runtime.record.state import ToolMessage
+from approvald.runtime.runs.agent import Agent
+from approvald.runtime.runs.demo import REFUND_POLICY, DemoLedger, refund_agent
 
 from tests.conftest import SIGNER, ledger_lines
 from tests.helpers import Rows, parts

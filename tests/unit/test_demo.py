@@ -6,10 +6,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from approvald.runtime.demo import refund_script, task_amount, task_order
 from approvald.runtime.engine import Engine
-from approvald.runtime.outcomes import Completed
-from approvald.runtime.state import AssistantMessage, ToolCall, ToolMessage, UserMessage
+from approvald.runtime.kernel.outcomes import Completed
+from approvald.runtime.record.state import AssistantMessage, ToolCall, ToolMessage, UserMessage
+from approvald.runtime.runs.demo import refund_script, task_amount, task_order
 
 from tests.conftest import ledger_lines
 

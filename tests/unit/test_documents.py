@@ -8,8 +8,8 @@ import json
 from datetime import timedelta
 
 import pytest
-from approvald.runtime.outbox_kinds import REQUEST_MAIL, RequestMail, mail_group, queue
-from approvald.runtime.outcomes import Paused
+from approvald.runtime.kernel.outcomes import Paused
+from approvald.runtime.record.outbox_kinds import REQUEST_MAIL, RequestMail, mail_group, queue
 
 from tests.unit.test_decisions import ALICE, DANA, TASK, engine_with
 

@@ -17,12 +17,12 @@ from typing import Any
 from approvald.bot import documents
 from approvald.bot.slack import cards, messages
 from approvald.bot.slack import texts as T
-from approvald.runtime import api_tokens
-from approvald.runtime.clock import ManualClock
-from approvald.runtime.decide import Actor
-from approvald.runtime.demo import REFUND_POLICY, DemoLedger, refund_agent
-from approvald.runtime.external import NewRequest
-from approvald.runtime.policy import ApprovalPolicy, PolicyFile
+from approvald.runtime.approvals.decide import Actor
+from approvald.runtime.kernel.clock import ManualClock
+from approvald.runtime.policies.policy import ApprovalPolicy, PolicyFile
+from approvald.runtime.requests import api_tokens
+from approvald.runtime.runs.demo import REFUND_POLICY, DemoLedger, refund_agent
+from approvald.runtime.runs.external import NewRequest
 from slack_sdk.models.blocks import Block
 
 from tests.conftest import SIGNER

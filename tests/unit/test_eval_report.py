@@ -16,7 +16,7 @@ from approvald.bot.evals.dataset import load_dataset
 from approvald.bot.evals.evaluate import Report, Row, evaluate
 from approvald.bot.evals.journey import Journey
 from approvald.bot.evals.score import SCORES
-from approvald.runtime.demo import DemoLedger, demo_agents
+from approvald.runtime.runs.demo import DemoLedger, demo_agents
 from approvald.store.scratch import ScratchDatabases
 
 from tests.fixtures.eval_agents import broken_agents

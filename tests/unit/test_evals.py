@@ -9,7 +9,7 @@ import pytest
 from approvald.bot.evals.dataset import INTERRUPTIONS, DatasetError, load_dataset
 from approvald.bot.evals.evaluate import Report, evaluate, table
 from approvald.bot.evals.score import subset
-from approvald.runtime.demo import DemoLedger, demo_agents
+from approvald.runtime.runs.demo import DemoLedger, demo_agents
 from approvald.store.scratch import ScratchDatabases
 
 from tests.fixtures.eval_agents import broken_agents

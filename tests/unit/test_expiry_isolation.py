@@ -16,9 +16,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from approvald.runtime import audit
-from approvald.runtime.policy import Rung
-from approvald.runtime.state import ToolMessage
+from approvald.runtime.policies.policy import Rung
+from approvald.runtime.record import audit
+from approvald.runtime.record.state import ToolMessage
 from approvald.store.models import Approval
 from sqlalchemy import update
 
@@ -213,8 +213,8 @@ async def test_a_click_on_a_bad_request_past_its_expiry_is_refused_and_audited(
     """No sweep has run: the click finds the request overdue, whose expiry cannot be
     worked out with the refusal; the refusal is recorded all the same, the clicker is told
     it expired, and the request is settled the safe way."""
-    from approvald.runtime.decide import Actor
-    from approvald.runtime.errors import DecisionRefused
+    from approvald.runtime.approvals.decide import Actor
+    from approvald.runtime.kernel.errors import DecisionRefused
 
     engine = refunds(make_engine, ledger_path, **LADDER)
     bad = await pause(engine)

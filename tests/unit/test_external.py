@@ -10,16 +10,18 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from approvald.runtime import api_tokens, binding, external
-from approvald.runtime.clock import ManualClock
-from approvald.runtime.decide import Actor
+from approvald.runtime.approvals.decide import Actor
 from approvald.runtime.engine import Engine
-from approvald.runtime.errors import DecisionRefused
-from approvald.runtime.external import ExternalError, NewRequest, Report
-from approvald.runtime.intake import IntakeError, Tighten
-from approvald.runtime.outbox_kinds import CARD_POST, WEBHOOK
-from approvald.runtime.policy import PolicyFile
-from approvald.runtime.webhook_hosts import WebhookHosts
+from approvald.runtime.kernel import binding
+from approvald.runtime.kernel.clock import ManualClock
+from approvald.runtime.kernel.errors import DecisionRefused
+from approvald.runtime.kernel.webhook_hosts import WebhookHosts
+from approvald.runtime.policies.intake import IntakeError, Tighten
+from approvald.runtime.policies.policy import PolicyFile
+from approvald.runtime.record.outbox_kinds import CARD_POST, WEBHOOK
+from approvald.runtime.requests import api_tokens
+from approvald.runtime.runs import external
+from approvald.runtime.runs.external import ExternalError, NewRequest, Report
 
 from tests.helpers import Rows, create_token, follow_up, parts
 

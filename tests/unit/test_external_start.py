@@ -8,13 +8,13 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from approvald.runtime.canonical import call_digest
-from approvald.runtime.clock import ManualClock
-from approvald.runtime.decide import Actor
+from approvald.runtime.approvals.decide import Actor
 from approvald.runtime.engine import Engine
-from approvald.runtime.external import CALL_ID, ExternalError, NewRequest, Report, current
-from approvald.runtime.intake import Source
-from approvald.runtime.policy import PolicyFile
+from approvald.runtime.kernel.canonical import call_digest
+from approvald.runtime.kernel.clock import ManualClock
+from approvald.runtime.policies.intake import Source
+from approvald.runtime.policies.policy import PolicyFile
+from approvald.runtime.runs.external import CALL_ID, ExternalError, NewRequest, Report, current
 
 from tests.helpers import parts
 

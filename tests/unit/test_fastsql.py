@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from approvald.runtime.decide import Actor
-from approvald.runtime.demo import REFUND_POLICY, DemoLedger, refund_agent
-from approvald.runtime.outcomes import Completed, Paused
+from approvald.runtime.approvals.decide import Actor
+from approvald.runtime.kernel.outcomes import Completed, Paused
+from approvald.runtime.runs.demo import REFUND_POLICY, DemoLedger, refund_agent
 from approvald.store import fastsql
 from approvald.store.db import Database
 from approvald.store.models import Approval

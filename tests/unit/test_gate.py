@@ -8,13 +8,13 @@ import random
 from datetime import timedelta
 
 import pytest
-from approvald.runtime.decide import Actor
-from approvald.runtime.demo import REFUND_POLICY, DemoLedger, refund_agent
-from approvald.runtime.directory import StaticDirectory
-from approvald.runtime.errors import DecisionRefused
-from approvald.runtime.outcomes import Completed, Paused
-from approvald.runtime.policy import ApprovalPolicy, Rung
-from approvald.runtime.state import ToolMessage
+from approvald.runtime.approvals.decide import Actor
+from approvald.runtime.kernel.errors import DecisionRefused
+from approvald.runtime.kernel.outcomes import Completed, Paused
+from approvald.runtime.policies.directory import StaticDirectory
+from approvald.runtime.policies.policy import ApprovalPolicy, Rung
+from approvald.runtime.record.state import ToolMessage
+from approvald.runtime.runs.demo import REFUND_POLICY, DemoLedger, refund_agent
 from approvald.store.models import Outbox
 from sqlalchemy import select
 
@@ -58,7 +58,7 @@ async def test_request_is_committed_with_exact_args_before_anything_is_delivered
     assert a.status == "pending" and a.tool == "issue_refund"
     assert a.args_value() == {"order_id": "A-1001", "amount_cents": 4200,
                               "reason": "duplicate charge"}
-    from approvald.runtime.canonical import call_digest
+    from approvald.runtime.kernel.canonical import call_digest
 
     assert a.digest == call_digest("issue_refund", a.args_value())
     assert len(a.token_nonce) == 32  # 128 random bits; the token itself is never stored
@@ -232,7 +232,7 @@ async def test_valid_edit_executes_the_edited_arguments_and_audit_shows_both(
     async with db.read() as tx:
         a = await tx.approvals.get(aid)
         trail = await tx.audit.query(approval_id=aid)
-    from approvald.runtime.canonical import call_digest
+    from approvald.runtime.kernel.canonical import call_digest
 
     assert a.edited_digest == call_digest("issue_refund", edited) != a.digest
     edit_entry = next(t for t in trail if t.action == "edited")
@@ -377,9 +377,9 @@ async def test_silence_never_approves(make_engine, db, clock, ledger_path):
 
 
 async def test_several_gated_calls_resume_only_when_all_are_decided(make_engine, ledger_path):
-    from approvald.runtime.agent import Agent
     from approvald.runtime.models.scripted import ScriptedModel, reply
-    from approvald.runtime.tools import ToolContext, tool
+    from approvald.runtime.policies.tools import ToolContext, tool
+    from approvald.runtime.runs.agent import Agent
 
     ran: list[int] = []
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 from approvald.bot.cli import main
-from approvald.runtime.decide import Actor
-from approvald.runtime.ids import new_id
-from approvald.runtime.scope import scope_for
+from approvald.runtime.approvals.decide import Actor
+from approvald.runtime.kernel.ids import new_id
+from approvald.runtime.policies.scope import scope_for
 
 RUN_A, RUN_B = "abc123" + "a" * 26, "abc123" + "b" * 26
 REQ_A, REQ_B = "def456" + "a" * 26, "def456" + "b" * 26
@@ -60,7 +60,7 @@ async def two_runs(make_engine, monkeypatch) -> None:  # type: ignore[no-untyped
     """Two paused refund runs whose ids share the prefix abc123, with requests whose ids
     share def456."""
     monkeypatch.setattr("approvald.runtime.engine.new_id", ids(RUN_A, RUN_B))
-    monkeypatch.setattr("approvald.runtime.gate.new_id", ids(REQ_A, REQ_B))
+    monkeypatch.setattr("approvald.runtime.requests.gate.new_id", ids(REQ_A, REQ_B))
     engine = make_engine()
     for task in ("Refund order A-1001", "Refund order B-2002"):
         await engine.run("demo-refund", task, requested_by="U_DANA")
@@ -110,7 +110,7 @@ async def test_runs_are_named_alike_by_every_command(make_engine, monkeypatch, c
 async def test_an_ambiguous_request_or_standing_prefix_says_so(make_engine, monkeypatch, db,
                                                                 cli):
     engine = await two_runs(make_engine, monkeypatch)
-    monkeypatch.setattr("approvald.runtime.standing.new_id", ids(STAND_A, STAND_B))
+    monkeypatch.setattr("approvald.runtime.approvals.standing.new_id", ids(STAND_A, STAND_B))
     for request_id in (REQ_A, REQ_B):
         async with db.read() as tx:
             a = await tx.approvals.get(request_id)
@@ -133,10 +133,10 @@ async def test_a_prefix_too_short_says_so_and_not_that_nothing_exists(make_engin
     """``approvald trace f228`` for the only run (issue 33): the prefix is too short to
     trust, and the error says that, first, for every command and every kind of id; the
     commands' help names the same minimum."""
-    from approvald.runtime.prefix import MIN_PREFIX
+    from approvald.runtime.kernel.prefix import MIN_PREFIX
 
     engine = await two_runs(make_engine, monkeypatch)
-    monkeypatch.setattr("approvald.runtime.standing.new_id", ids(STAND_A))
+    monkeypatch.setattr("approvald.runtime.approvals.standing.new_id", ids(STAND_A))
     async with db.read() as tx:
         a = await tx.approvals.get(REQ_A)
     await engine.grant_standing(a.id, actor=ALICE, window=timedelta(minutes=30),

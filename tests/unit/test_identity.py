@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from approvald.runtime.errors import ApprovaldError
-from approvald.runtime.identity import (
+from approvald.runtime.kernel.errors import ApprovaldError
+from approvald.runtime.kernel.identity import (
     InvalidIdentity,
     normalize_approver,
     normalize_group_id,

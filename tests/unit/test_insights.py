@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from approvald.runtime.directory import StaticDirectory
-from approvald.runtime.history import History, Request
 from approvald.runtime.insights import insights
-from approvald.runtime.intake import Source
-from approvald.runtime.policy import ApprovalPolicy, PolicyFile
+from approvald.runtime.policies.directory import StaticDirectory
+from approvald.runtime.policies.intake import Source
+from approvald.runtime.policies.policy import ApprovalPolicy, PolicyFile
+from approvald.runtime.record.history import History, Request
 from approvald.runtime.replay import replay
 
 T0 = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from approvald.runtime.clock import ManualClock
-from approvald.runtime.history import ChainBroken, History
 from approvald.runtime.insights import Insights
 from approvald.runtime.insights_board import InsightsBoard
+from approvald.runtime.kernel.clock import ManualClock
+from approvald.runtime.record.history import ChainBroken, History
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 

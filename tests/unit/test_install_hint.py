@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from approvald.bot.install import install_command
 from approvald.bot.tracing import from_environment
-from approvald.runtime.errors import ConfigError
+from approvald.runtime.kernel.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -25,13 +25,14 @@ from typing import Any
 
 import pytest
 from approvald.bot.claude_code import ClaudeCodeHook, HookEvent
-from approvald.runtime import api_tokens, external
-from approvald.runtime.agent import Registry
-from approvald.runtime.audit import verify
 from approvald.runtime.engine import Engine, assemble
-from approvald.runtime.external import WEBHOOK, NewRequest
-from approvald.runtime.policy import PolicyFile
-from approvald.runtime.webhook_hosts import WebhookHosts
+from approvald.runtime.kernel.webhook_hosts import WebhookHosts
+from approvald.runtime.policies.policy import PolicyFile
+from approvald.runtime.record.audit import verify
+from approvald.runtime.requests import api_tokens
+from approvald.runtime.runs import external
+from approvald.runtime.runs.agent import Registry
+from approvald.runtime.runs.external import WEBHOOK, NewRequest
 from approvald.store.db import Database
 
 from tests.helpers import Rows, create_token, parts, revoke_token
@@ -356,7 +357,7 @@ async def test_the_start_and_report_of_an_auto_call_read_each_row_once(
     read again to see whether the request's window closed, and an auto request's
     approvals (it has none: nothing was asked) are not read; the report's document is
     not read back (the gateway tells its client what it ran)."""
-    from approvald.runtime.external import CALL_ID, Report
+    from approvald.runtime.runs.external import CALL_ID, Report
     engine, token = await setup(make_engine)
     for i in range(2):  # the first: connections opened, plans made
         doc, new = await engine.open_request(token, NewRequest(
@@ -397,7 +398,7 @@ async def test_an_auto_call_started_or_reported_twice_is_refused_as_before(
     """Without its approvals read, an auto request's start and report still refuse what
     they refused: a second start (already started), a report with other arguments, a
     second report with another result; the same report again is not new."""
-    from approvald.runtime.external import ExternalError, Report
+    from approvald.runtime.runs.external import ExternalError, Report
     engine, token = await setup(make_engine)
     doc, _ = await engine.open_request(token, NewRequest(
         tool="read_metrics", args={"n": 1}, requested_by="U_DANA"))
@@ -517,7 +518,7 @@ async def test_a_hook_switched_off_after_it_was_kept_on_allows_nothing(make_engi
     """The switch found on is kept, the write checks it: switched off elsewhere (another
     process: not through this engine), the next call is denied, saying who switched it
     off, and nothing is asked; switched on again, calls are allowed again."""
-    from approvald.runtime import switches
+    from approvald.runtime.record import switches
     engine, _ = await setup(make_engine)
     bearer = await _made_hook_token(engine)
     said = await _bash(engine, bearer, "ls /a", "toolu_1").pre_tool_use(wait=0)

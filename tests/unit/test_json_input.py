@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from approvald.runtime.intake import IntakeError, check_json
-from approvald.runtime.json_input import MAX_DEPTH, TooDeep, depth_over, loads
+from approvald.runtime.kernel.json_input import MAX_DEPTH, TooDeep, depth_over, loads
+from approvald.runtime.policies.intake import IntakeError, check_json
 
 
 def nested(depth: int, *, array: bool = False) -> str:

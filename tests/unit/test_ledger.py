@@ -6,13 +6,13 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from approvald.runtime import failpoints
-from approvald.runtime.agent import Agent
-from approvald.runtime.decide import Actor
-from approvald.runtime.errors import DecisionRefused
+from approvald.runtime.approvals.decide import Actor
+from approvald.runtime.kernel import failpoints
+from approvald.runtime.kernel.errors import DecisionRefused
+from approvald.runtime.kernel.outcomes import Cancelled, Completed, NeedsAttention
 from approvald.runtime.models.scripted import ScriptedModel, reply
-from approvald.runtime.outcomes import Cancelled, Completed, NeedsAttention
-from approvald.runtime.tools import Reconciled, ToolContext, tool
+from approvald.runtime.policies.tools import Reconciled, ToolContext, tool
+from approvald.runtime.runs.agent import Agent
 from approvald.store.models import ToolExecution
 from sqlalchemy import select
 

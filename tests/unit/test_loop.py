@@ -7,13 +7,13 @@ import json
 from typing import Any
 
 import pytest
-from approvald.runtime.agent import Agent
-from approvald.runtime.decide import Actor
+from approvald.runtime.approvals.decide import Actor
+from approvald.runtime.kernel.outcomes import Busy, Cancelled, Completed, Failed
 from approvald.runtime.models.scripted import ScriptedModel, reply
-from approvald.runtime.outcomes import Busy, Cancelled, Completed, Failed
-from approvald.runtime.policy import PolicyFile, ToolOverride
-from approvald.runtime.state import AssistantMessage, ToolMessage
-from approvald.runtime.tools import ToolContext, tool
+from approvald.runtime.policies.policy import PolicyFile, ToolOverride
+from approvald.runtime.policies.tools import ToolContext, tool
+from approvald.runtime.record.state import AssistantMessage, ToolMessage
+from approvald.runtime.runs.agent import Agent
 from approvald.store.db import Database
 from approvald.store.models import RunEvent, ToolExecution
 from sqlalchemy import func, select
@@ -41,7 +41,7 @@ async def test_demo_steps_completes_with_one_checkpoint_per_step(make_engine, db
 
 async def test_bytes_per_step_do_not_grow_with_the_transcript(make_engine, db, ledger_path):
     """Each step appends only its new events; tool results live once, in the ledger."""
-    from approvald.runtime.demo import DemoLedger, steps_agent
+    from approvald.runtime.runs.demo import DemoLedger, steps_agent
 
     engine = make_engine(agents=[steps_agent(DemoLedger(None), payload_bytes=1000)])
     outcome = await engine.run("demo-steps", "40", requested_by="U1")
@@ -148,7 +148,7 @@ async def test_cancel_of_an_idle_run_is_immediate_and_final(make_engine):
     assert await engine.cancel(outcome.run_id, actor=Actor("U_OPS", "cli")) == "cancelled"
     approvals = await Rows.of(engine).approvals(outcome.run_id)
     assert [a.status for a in approvals] == ["cancelled"]
-    from approvald.runtime.errors import ApprovaldError
+    from approvald.runtime.kernel.errors import ApprovaldError
 
     with pytest.raises(ApprovaldError, match="already cancelled"):
         await engine.cancel(outcome.run_id, actor=Actor("U_OPS", "cli"))
@@ -243,7 +243,7 @@ async def test_duplicate_or_missing_call_ids_from_the_model_are_made_unique(make
         return x
 
     from approvald.runtime.models.base import ModelReply
-    from approvald.runtime.state import ToolCall
+    from approvald.runtime.record.state import ToolCall
 
     same = ModelReply(None, (ToolCall(id="call_1", name="echo", arguments={"x": 1}),
                              ToolCall(id="call_1", name="echo", arguments={"x": 2}),
@@ -261,7 +261,7 @@ async def test_duplicate_or_missing_call_ids_from_the_model_are_made_unique(make
 
 
 async def test_task_over_the_payload_cap_is_refused_and_nothing_is_written(make_engine, db):
-    from approvald.runtime.errors import PayloadTooLarge
+    from approvald.runtime.kernel.errors import PayloadTooLarge
 
     engine = make_engine(max_payload_bytes=1024)
     with pytest.raises(PayloadTooLarge, match="the task is 2000 bytes"):
@@ -303,9 +303,9 @@ async def test_postgres_leases_follow_the_database_clock_not_a_replicas(db_url, 
     """A replica whose clock runs ten minutes ahead cannot take a live lease on PostgreSQL."""
     from datetime import UTC, datetime, timedelta
 
-    from approvald.runtime.agent import Registry
-    from approvald.runtime.clock import ManualClock
     from approvald.runtime.engine import EngineConfig, assemble
+    from approvald.runtime.kernel.clock import ManualClock
+    from approvald.runtime.runs.agent import Registry
 
     db = Database(db_url)  # the production default: server_time on PostgreSQL
     assert db.server_time
@@ -333,6 +333,6 @@ async def test_postgres_leases_follow_the_database_clock_not_a_replicas(db_url, 
 
 
 def steps_agent_for_test():  # type: ignore[no-untyped-def]
-    from approvald.runtime.demo import DemoLedger, steps_agent
+    from approvald.runtime.runs.demo import DemoLedger, steps_agent
 
     return steps_agent(DemoLedger(None))

@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 from approvald.bot.mcp.gateway import Gateway, Ran, Refused
-from approvald.runtime.clock import ManualClock
-from approvald.runtime.decide import Actor
+from approvald.runtime.approvals.decide import Actor
 from approvald.runtime.engine import Engine
-from approvald.runtime.errors import DecisionRefused
-from approvald.runtime.outbox_kinds import CARD_POST, REQUEST_MAIL, mail_group
-from approvald.runtime.policy import PolicyFile
+from approvald.runtime.kernel.clock import ManualClock
+from approvald.runtime.kernel.errors import DecisionRefused
+from approvald.runtime.policies.policy import PolicyFile
+from approvald.runtime.record.outbox_kinds import CARD_POST, REQUEST_MAIL, mail_group
 from approvald.store.models import Outbox
 from sqlalchemy import update
 

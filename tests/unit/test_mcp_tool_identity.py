@@ -13,10 +13,10 @@ import mcp_types as types
 import pytest
 from approvald.bot.mcp.gateway import Gateway, Ran, Refused
 from approvald.bot.mcp.upstream import identity
-from approvald.runtime import binding
-from approvald.runtime.audit import export_row
 from approvald.runtime.engine import Engine
-from approvald.runtime.tools import GONE, ToolIdentity
+from approvald.runtime.kernel import binding
+from approvald.runtime.policies.tools import GONE, ToolIdentity
+from approvald.runtime.record.audit import export_row
 
 from tests.helpers import Rows
 from tests.unit.test_mcp_gateway_core import ALICE, ARGS, Server, gateway, pending

@@ -13,14 +13,19 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from approvald.runtime.agent import Agent, Registry
 from approvald.runtime.engine import assemble
-from approvald.runtime.errors import ApprovaldError, ConfigError, ModelError, ModelUnavailable
+from approvald.runtime.kernel.errors import (
+    ApprovaldError,
+    ConfigError,
+    ModelError,
+    ModelUnavailable,
+)
+from approvald.runtime.kernel.outcomes import Completed
 from approvald.runtime.models import OpenAIChatModel, ToolSpec
 from approvald.runtime.models.openai import INVALID_JSON_KEY
-from approvald.runtime.outcomes import Completed
-from approvald.runtime.state import AssistantMessage, ToolCall, ToolMessage, UserMessage
-from approvald.runtime.tools import tool
+from approvald.runtime.policies.tools import tool
+from approvald.runtime.record.state import AssistantMessage, ToolCall, ToolMessage, UserMessage
+from approvald.runtime.runs.agent import Agent, Registry
 from approvald.store import migrate
 from approvald.store.db import Database
 

@@ -14,10 +14,10 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from approvald.runtime.clock import ManualClock
 from approvald.runtime.engine import Engine
-from approvald.runtime.outbox import DrainConfig, OutboxDrain
-from approvald.runtime.outbox_kinds import RetryLater, Undeliverable
+from approvald.runtime.kernel.clock import ManualClock
+from approvald.runtime.record.outbox import DrainConfig, OutboxDrain
+from approvald.runtime.record.outbox_kinds import RetryLater, Undeliverable
 from approvald.store.records import OutboxRecord
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
@@ -204,7 +204,7 @@ async def test_an_approval_card_gives_up_at_the_request_expiry(make_engine, cloc
 
 async def test_the_update_of_a_decided_request_keeps_trying_for_a_day(make_engine,
                                                                       clock) -> None:
-    from approvald.runtime.decide import Actor
+    from approvald.runtime.approvals.decide import Actor
 
     engine = make_engine()
     paused = await engine.run("demo-refund", "Refund order A-1001, double charged",
@@ -225,7 +225,7 @@ async def test_the_update_of_a_decided_request_keeps_trying_for_a_day(make_engin
 
 
 def test_deadlines_by_kind() -> None:
-    from approvald.runtime.outbox import give_up_time
+    from approvald.runtime.record.outbox import give_up_time
 
     clock = ManualClock()
     t0 = clock.now()

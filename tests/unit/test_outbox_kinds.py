@@ -1,5 +1,5 @@
 """One outbox contract (issue 47): the kinds, their typed payloads and the mail-thread
-helpers live in ``runtime/outbox_kinds.py``; every row is written through it; each row goes
+helpers live in ``runtime/record/outbox_kinds.py``; every row is written through it; each row goes
 to the face that declared its kind, and a build in which a kind has no face is refused."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from approvald.runtime import outbox_kinds
-from approvald.runtime.errors import ConfigError
-from approvald.runtime.outbox_kinds import (
+from approvald.runtime.kernel.errors import ConfigError
+from approvald.runtime.record import outbox_kinds
+from approvald.runtime.record.outbox_kinds import (
     CARD_POST,
     DEAD_REPORT,
     KINDS,
@@ -52,11 +52,11 @@ def test_every_kind_has_one_payload_and_the_kinds_are_the_fourteen_known() -> No
 
 def test_the_kinds_are_named_only_in_the_contract() -> None:
     """No module of bot/ or runtime/ spells a kind as a string or adds a row itself: each
-    goes through a payload of runtime/outbox_kinds.py and its ``queue``."""
+    goes through a payload of runtime/record/outbox_kinds.py and its ``queue``."""
     found = []
     for part in ("bot", "runtime"):
         for path in sorted((ROOT / part).rglob("*.py")):
-            if path == ROOT / "runtime" / "outbox_kinds.py":
+            if path == ROOT / "runtime" / "record" / "outbox_kinds.py":
                 continue
             tree = ast.parse(path.read_text(), str(path))
             for node in ast.walk(tree):
@@ -124,7 +124,7 @@ def test_a_kind_no_face_delivers_is_refused_in_one_line(monkeypatch: pytest.Monk
         routes.check()
     assert str(refused.value).splitlines() == [
         "outbox kind delivery.dead: no face delivers it; declare it in a deliverer's kinds "
-        "(runtime/outbox_kinds.py)"]
+        "(runtime/record/outbox_kinds.py)"]
     monkeypatch.setattr(outbox_kinds, "KINDS", KINDS | {"x.new"})
     with pytest.raises(ConfigError, match=re.escape("outbox kinds delivery.dead, x.new: no face")):
         routes.check()

@@ -16,12 +16,12 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from approvald.runtime.clock import ManualClock
-from approvald.runtime.demo import DemoLedger, refund_agent
 from approvald.runtime.engine import Engine
-from approvald.runtime.outcomes import Paused
-from approvald.runtime.policy import Rung
-from approvald.runtime.vocabulary import OutcomeName, outcome_of
+from approvald.runtime.kernel.clock import ManualClock
+from approvald.runtime.kernel.outcomes import Paused
+from approvald.runtime.kernel.vocabulary import OutcomeName, outcome_of
+from approvald.runtime.policies.policy import Rung
+from approvald.runtime.runs.demo import DemoLedger, refund_agent
 from approvald.store.db import Database
 
 from tests.unit.test_decisions import ALICE, BOB, engine_with

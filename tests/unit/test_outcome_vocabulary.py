@@ -1,4 +1,4 @@
-"""Every outcome (runtime.vocabulary) through every view that names one: each names it
+"""Every outcome (runtime.kernel.vocabulary) through every view that names one: each names it
 with the one definition's name, words, label and emoji, and no view has words of its own
 (issue 48 item 2, design invariant 24). The audit log's side is in
 tests/integration/test_outcome_audit.py."""
@@ -17,10 +17,10 @@ from approvald.bot.cli.approvals import list_line
 from approvald.bot.slack import cards, messages
 from approvald.bot.slack import texts as T
 from approvald.bot.web import pages
-from approvald.runtime import callers, decide, external, trace
-from approvald.runtime.errors import Refusal
-from approvald.runtime.shown import RunMasking
-from approvald.runtime.vocabulary import (
+from approvald.runtime import callers, trace
+from approvald.runtime.approvals import decide
+from approvald.runtime.kernel.errors import Refusal
+from approvald.runtime.kernel.vocabulary import (
     CALL,
     KINDS,
     QUESTIONS,
@@ -31,6 +31,8 @@ from approvald.runtime.vocabulary import (
     outcome_of,
     policy_outcome,
 )
+from approvald.runtime.record.shown import RunMasking
+from approvald.runtime.runs import external
 from approvald.store.records import ApprovalRecord, RunRecord
 from approvald.store.repos.external import ExternalRecord
 

@@ -70,7 +70,7 @@ def test_a_users_own_store_module_beside_their_agents_is_theirs(wheel: Path,
     (work / "myagents.py").write_text(textwrap.dedent('''
         import bot
         import store
-        from approvald.runtime.agent import Agent
+        from approvald.runtime.runs.agent import Agent
         from approvald.runtime.models.scripted import ScriptedModel
 
         assert store.WHOSE == bot.WHOSE == "the team", (store, bot)
@@ -88,7 +88,7 @@ def test_a_users_own_store_module_beside_their_agents_is_theirs(wheel: Path,
                 pass
             else:
                 raise SystemExit(f"{{name}} is importable")
-        from approvald.runtime.agent import Registry
+        from approvald.runtime.runs.agent import Registry
         r = Registry()
         r.load_modules("myagents")
         print(r.names())

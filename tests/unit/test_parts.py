@@ -8,18 +8,18 @@ import ast
 from datetime import timedelta
 from pathlib import Path
 
-from approvald.runtime.audit import AuditTrail
-from approvald.runtime.clock import ManualClock
-from approvald.runtime.decide import Actor, Decider
-from approvald.runtime.demo import REFUND_POLICY, DemoLedger, refund_agent
-from approvald.runtime.directory import StaticDirectory
-from approvald.runtime.expiry import Expiry
-from approvald.runtime.gate import Gate
-from approvald.runtime.limits import PayloadCap
-from approvald.runtime.metrics import Meter
-from approvald.runtime.policy import PolicyFile
-from approvald.runtime.signals import Signals
-from approvald.runtime.tools import Tool
+from approvald.runtime.approvals.decide import Actor, Decider
+from approvald.runtime.kernel.clock import ManualClock
+from approvald.runtime.kernel.limits import PayloadCap
+from approvald.runtime.kernel.metrics import Meter
+from approvald.runtime.kernel.signals import Signals
+from approvald.runtime.policies.directory import StaticDirectory
+from approvald.runtime.policies.policy import PolicyFile
+from approvald.runtime.policies.tools import Tool
+from approvald.runtime.record.audit import AuditTrail
+from approvald.runtime.requests.expiry import Expiry
+from approvald.runtime.requests.gate import Gate
+from approvald.runtime.runs.demo import REFUND_POLICY, DemoLedger, refund_agent
 from approvald.store.db import Database
 from approvald.store.records import ApprovalRecord
 

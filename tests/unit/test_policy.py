@@ -8,16 +8,16 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from approvald.runtime.agent import Registry
-from approvald.runtime.demo import demo_agents
-from approvald.runtime.errors import ConfigError
-from approvald.runtime.policy import (
+from approvald.runtime.kernel.errors import ConfigError
+from approvald.runtime.policies.policy import (
     ApprovalPolicy,
     Rung,
     format_duration,
     load_policy_file,
     parse_duration,
 )
+from approvald.runtime.runs.agent import Registry
+from approvald.runtime.runs.demo import demo_agents
 
 EXAMPLE = '''
 [tools.issue_refund]
@@ -245,8 +245,8 @@ def test_an_mcp_gateways_reads_are_let_through_unless_an_entry_names_them(
     """``mcp:NAME/resource:URI`` and ``mcp:NAME/prompt:NAME``: read at once when no entry
     names them; an entry that does is theirs, as for a call (its policy, its rules on
     ``args.uri``, else ``[default]``'s: ask). A tool of the gateway still asks."""
-    from approvald.runtime.directory import StaticDirectory
-    from approvald.runtime.intake import Intake, Source
+    from approvald.runtime.policies.directory import StaticDirectory
+    from approvald.runtime.policies.intake import Intake, Source
 
     path = tmp_path / "policy.toml"
     path.write_text('''

@@ -7,11 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from approvald.runtime.agent import Agent, Registry
-from approvald.runtime.demo import demo_agents
 from approvald.runtime.models import ScriptedModel
-from approvald.runtime.policy import ApprovalPolicy, PolicyFile, load_policy_file
-from approvald.runtime.tools import ToolContext, tool
+from approvald.runtime.policies.policy import ApprovalPolicy, PolicyFile, load_policy_file
+from approvald.runtime.policies.tools import ToolContext, tool
+from approvald.runtime.runs.agent import Agent, Registry
+from approvald.runtime.runs.demo import demo_agents
 
 
 def registry(tmp_path: Path, text: str) -> Registry:

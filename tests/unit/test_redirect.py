@@ -14,11 +14,11 @@ import json
 import pytest
 from approvald.bot.evals.journey import Journey
 from approvald.bot.evals.score import compliance
-from approvald.runtime import audit
-from approvald.runtime.decide import MAX_REASON, Actor
-from approvald.runtime.errors import DecisionRefused
-from approvald.runtime.outcomes import Completed, Paused
-from approvald.runtime.state import AssistantMessage, ToolMessage
+from approvald.runtime.approvals.decide import MAX_REASON, Actor
+from approvald.runtime.kernel.errors import DecisionRefused
+from approvald.runtime.kernel.outcomes import Completed, Paused
+from approvald.runtime.record import audit
+from approvald.runtime.record.state import AssistantMessage, ToolMessage
 from approvald.runtime.trace import load_trace
 
 from tests.unit.test_decisions import (

@@ -87,7 +87,7 @@ def test_the_redirect_modal(tool: str | None) -> None:
 
 def test_thread_and_list_lines_say_redirected_with_the_guidance() -> None:
     from approvald.bot.slack import story
-    from approvald.runtime.shown import RunMasking
+    from approvald.runtime.record.shown import RunMasking
     from approvald.store.records import AuditRecord
 
     a = redirected("Refund $20 <!channel>")

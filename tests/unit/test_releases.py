@@ -11,14 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from approvald.runtime.agent import Agent, Registry
-from approvald.runtime.decide import Actor
-from approvald.runtime.demo import DemoLedger, refund_agent, steps_agent
+from approvald.runtime.approvals.decide import Actor
 from approvald.runtime.engine import Engine
-from approvald.runtime.errors import ConfigError, DecisionRefused, NotFound
+from approvald.runtime.kernel.errors import ConfigError, DecisionRefused, NotFound
 from approvald.runtime.models.scripted import ScriptedModel, reply
-from approvald.runtime.policy import PolicyFile
-from approvald.runtime.tools import Tool
+from approvald.runtime.policies.policy import PolicyFile
+from approvald.runtime.policies.tools import Tool
+from approvald.runtime.runs.agent import Agent, Registry
+from approvald.runtime.runs.demo import DemoLedger, refund_agent, steps_agent
 from approvald.store.db import Database
 from approvald.store.models import AuditEntry
 from sqlalchemy import select

@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 from approvald.runtime import replay as replay_module
-from approvald.runtime.directory import StaticDirectory
-from approvald.runtime.history import History, Request
 from approvald.runtime.insights import insights
-from approvald.runtime.intake import Source
-from approvald.runtime.policy import ApprovalPolicy, CallPolicy, PolicyFile
+from approvald.runtime.policies.directory import StaticDirectory
+from approvald.runtime.policies.intake import Source
+from approvald.runtime.policies.policy import ApprovalPolicy, CallPolicy, PolicyFile
+from approvald.runtime.policies.rules import argument_fields
+from approvald.runtime.record.history import History, Request
 from approvald.runtime.replay import Decisions, Declaration, replay
-from approvald.runtime.rules import argument_fields
 
 T0 = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)
 AGENT = Source("agent", "demo-refund")

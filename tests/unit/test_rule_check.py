@@ -10,10 +10,10 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import pytest
-from approvald.runtime.errors import ConfigError
-from approvald.runtime.rule_check import check_rule, rule_problem
-from approvald.runtime.rules import RuleError, compile_condition, holds
-from approvald.runtime.tools import tool
+from approvald.runtime.kernel.errors import ConfigError
+from approvald.runtime.policies.rule_check import check_rule, rule_problem
+from approvald.runtime.policies.rules import RuleError, compile_condition, holds
+from approvald.runtime.policies.tools import tool
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -203,7 +203,7 @@ def test_check_rule_is_one_config_error_line() -> None:
 def test_a_rule_reads_a_servers_annotations_and_a_missing_one_fails_closed() -> None:
     """Issue 39: MCP tool annotations are visible to rules; a key the server did not send
     is a missing key (the rule cannot be evaluated: its call is forbidden), never true."""
-    from approvald.runtime.rules import RuleError, holds
+    from approvald.runtime.policies.rules import RuleError, holds
 
     read_only = "has(annotations.readOnlyHint) && annotations.readOnlyHint"
     assert holds(read_only, "lookup", {}, {"readOnlyHint": True})

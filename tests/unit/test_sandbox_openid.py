@@ -15,7 +15,7 @@ from aiohttp.test_utils import make_mocked_request
 from approvald.bot.sandbox.openid import OpenIdProvider
 from approvald.bot.sandbox.request import Params, SlackError
 from approvald.bot.sandbox.state import SandboxState, User, Workspace
-from approvald.runtime.clock import ManualClock
+from approvald.runtime.kernel.clock import ManualClock
 
 BACK = "https://approvals.example.com/review/sign-in/slack/callback"
 

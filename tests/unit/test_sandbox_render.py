@@ -9,7 +9,7 @@ from typing import Any
 
 from approvald.bot.sandbox import render
 from approvald.bot.slack import cards, messages, views
-from approvald.runtime.vocabulary import WORDS
+from approvald.runtime.kernel.vocabulary import WORDS
 
 from tests.unit.test_cards import HOSTILE, NOW, TOKEN, approval, decided, packet, question, run
 
@@ -126,7 +126,7 @@ def product_shortcodes() -> dict[str, str]:
                     for m in _SHORTCODE.finditer(node.value):
                         found.setdefault(m.group(1), str(path))
     for w in WORDS.values():  # an outcome's emoji is named without colons, drawn with them
-        found.setdefault(w.emoji, f"runtime/vocabulary.py ({w.name})")
+        found.setdefault(w.emoji, f"runtime/kernel/vocabulary.py ({w.name})")
     return found
 
 

@@ -24,7 +24,7 @@ async def test_rebuild_schedules_each_pending_approval_at_its_next_event(make_en
         expected = datetime.now(UTC) + (a.next_reminder_at - clock.now())
         assert abs((job.trigger.run_date - expected).total_seconds()) < 5
     # a decided request drops out at the next rebuild
-    from approvald.runtime.decide import Actor
+    from approvald.runtime.approvals.decide import Actor
 
     await engine.decide(first.approval_ids[0], actor=Actor("U_ALICE", "slack"),
                         verdict="approve")

@@ -1,4 +1,4 @@
-"""runtime/sealing.py: what is sealed, under which key, and what a missing key does."""
+"""runtime/record/sealing.py: what is sealed, under which key, and what a missing key does."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import logging
 from typing import Any
 
 import pytest
-from approvald.runtime.errors import ConfigError
-from approvald.runtime.sealing import (
+from approvald.runtime.kernel.errors import ConfigError
+from approvald.runtime.record.sealing import (
     DataKey,
     DataKeyError,
     Sealer,
@@ -252,7 +252,7 @@ def _record(exc: BaseException, msg: str = "polling for ready runs failed; retry
 
 
 def test_a_refusal_to_open_is_told_in_one_line_once_a_minute_per_key() -> None:
-    from approvald.runtime.sealing import OneLineRefusals
+    from approvald.runtime.record.sealing import OneLineRefusals
 
     ticks = Ticks()
     f = OneLineRefusals(every=60.0, monotonic=ticks)

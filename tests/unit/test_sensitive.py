@@ -1,4 +1,4 @@
-"""Detecting and masking sensitive argument values (runtime/sensitive.py)."""
+"""Detecting and masking sensitive argument values (runtime/policies/sensitive.py)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import re
 from pathlib import Path
 
 import pytest
-from approvald.runtime.errors import ConfigError
-from approvald.runtime.policy import ApprovalPolicy, PolicyFile, load_policy_file
-from approvald.runtime.sensitive import (
+from approvald.runtime.kernel.errors import ConfigError
+from approvald.runtime.policies.policy import ApprovalPolicy, PolicyFile, load_policy_file
+from approvald.runtime.policies.sensitive import (
     MASKED,
     Detectors,
     Masking,
@@ -21,7 +21,7 @@ from approvald.runtime.sensitive import (
     normalize_path,
     unmask_edit,
 )
-from approvald.runtime.tools import Tool
+from approvald.runtime.policies.tools import Tool
 
 CARD = "4242 4242 4242 4242"
 DIGITS = re.compile(r"4242[ -]?4242")  # 8 digits of the card, in any of its spellings
@@ -179,7 +179,7 @@ def test_a_sensitive_path_in_the_policy_file_is_checked_at_load(tmp_path: Path) 
 
 
 def test_an_error_recorded_on_an_opentelemetry_span_has_its_secrets_masked() -> None:
-    from approvald.runtime.tracing import OtelTracer
+    from approvald.runtime.record.tracing import OtelTracer
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -212,8 +212,8 @@ def test_masking_a_masked_value_again_changes_nothing() -> None:
 
 
 def test_an_audit_entry_records_the_masked_form_and_the_real_values_digest() -> None:
-    from approvald.runtime.audit import MASKED, recorded_details
-    from approvald.runtime.canonical import value_digest
+    from approvald.runtime.kernel.canonical import value_digest
+    from approvald.runtime.record.audit import MASKED, recorded_details
 
     args = {"order_id": "A-1", "card_number": CARD, "auth": {"code": "AUTH-ZQX-7731"}}
     details = {"tool": "refund_card", "args": args, "result": {"card": CARD},

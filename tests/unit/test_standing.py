@@ -8,14 +8,14 @@ from datetime import timedelta
 
 import pytest
 from approvald.bot.slack import story
-from approvald.runtime.decide import Actor
-from approvald.runtime.directory import StaticDirectory
-from approvald.runtime.outbox_kinds import CARD_POST
-from approvald.runtime.outcomes import Completed, Paused
-from approvald.runtime.policy import PolicyFile
-from approvald.runtime.scope import Scope, scope_for
-from approvald.runtime.shown import RunMasking
-from approvald.runtime.standing import StandingRefused
+from approvald.runtime.approvals.decide import Actor
+from approvald.runtime.approvals.standing import StandingRefused
+from approvald.runtime.kernel.outcomes import Completed, Paused
+from approvald.runtime.policies.directory import StaticDirectory
+from approvald.runtime.policies.policy import PolicyFile
+from approvald.runtime.policies.scope import Scope, scope_for
+from approvald.runtime.record.outbox_kinds import CARD_POST
+from approvald.runtime.record.shown import RunMasking
 
 from tests.helpers import parts
 from tests.unit.test_decisions import ALICE, BOB, CAROL, DANA, approval, engine_with, refunds
@@ -255,7 +255,7 @@ def test_scopes() -> None:
 
 async def test_audit_verify_proves_every_use_from_the_chain(make_engine, db, clock,
                                                             ledger_path) -> None:
-    from approvald.runtime.audit import verify
+    from approvald.runtime.record.audit import verify
 
     engine = engine_with(make_engine, ledger_path)
     paused, standing = await grant_on_first(engine, db)
@@ -282,7 +282,7 @@ async def test_audit_verify_proves_every_use_from_the_chain(make_engine, db, clo
 
 async def test_audit_verify_refutes_a_use_outside_the_granted_scope(make_engine, db, clock,
                                                                     ledger_path) -> None:
-    from approvald.runtime.audit import verify
+    from approvald.runtime.record.audit import verify
 
     engine = engine_with(make_engine, ledger_path)
     _, standing = await grant_on_first(engine, db)

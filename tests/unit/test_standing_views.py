@@ -15,7 +15,7 @@ from approvald.bot.sandbox.blocks import block_problems
 from approvald.bot.slack import cards, views
 from approvald.bot.slack import texts as T
 from approvald.bot.slack.mrkdwn import units
-from approvald.runtime.rules import holds
+from approvald.runtime.policies.rules import holds
 from approvald.store.repos.standing import StandingRecord
 
 from tests.unit.test_batch_views import pending

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from approvald.runtime.errors import StateVersionError
-from approvald.runtime.state import (
+from approvald.runtime.kernel.errors import StateVersionError
+from approvald.runtime.record.state import (
     SCHEMA_VERSION,
     AssistantMessage,
     RunState,

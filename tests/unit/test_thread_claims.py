@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from approvald.bot.slack import messages
 from approvald.bot.slack.mrkdwn import units
-from approvald.runtime.clock import ManualClock
+from approvald.runtime.kernel.clock import ManualClock
 
 
 async def _run(make_engine) -> str:

@@ -12,12 +12,12 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from approvald.runtime.agent import Agent
-from approvald.runtime.decide import Actor
+from approvald.runtime.approvals.decide import Actor
 from approvald.runtime.engine import Engine
-from approvald.runtime.errors import ConfigError
+from approvald.runtime.kernel.errors import ConfigError
 from approvald.runtime.models.scripted import ScriptedModel, reply
-from approvald.runtime.tools import Tool, ToolIdentity, code_version, tool
+from approvald.runtime.policies.tools import Tool, ToolIdentity, code_version, tool
+from approvald.runtime.runs.agent import Agent
 from approvald.store.db import Database
 
 ALICE = Actor("U_ALICE", "slack")

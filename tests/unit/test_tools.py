@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 import pytest
-from approvald.runtime.clock import ManualClock
-from approvald.runtime.errors import ConfigError, InvalidArguments
-from approvald.runtime.tools import ToolContext, tool
+from approvald.runtime.kernel.clock import ManualClock
+from approvald.runtime.kernel.errors import ConfigError, InvalidArguments
+from approvald.runtime.policies.tools import ToolContext, tool
 from pydantic import BaseModel, Field
 
 

@@ -8,16 +8,16 @@ from typing import Any
 
 import pytest
 from approvald.bot import trace_view
-from approvald.runtime.agent import Agent
-from approvald.runtime.clock import ManualClock
-from approvald.runtime.decide import Actor
-from approvald.runtime.demo import DemoLedger, refund_agent
+from approvald.runtime.approvals.decide import Actor
+from approvald.runtime.kernel.clock import ManualClock
+from approvald.runtime.kernel.outcomes import Completed, Paused
 from approvald.runtime.models.base import ModelReply, Usage
 from approvald.runtime.models.openai import OpenAIChatModel
 from approvald.runtime.models.scripted import ScriptedModel, reply
-from approvald.runtime.outcomes import Completed, Paused
-from approvald.runtime.state import AssistantMessage, ToolCall, UserMessage
-from approvald.runtime.tools import tool
+from approvald.runtime.policies.tools import tool
+from approvald.runtime.record.state import AssistantMessage, ToolCall, UserMessage
+from approvald.runtime.runs.agent import Agent
+from approvald.runtime.runs.demo import DemoLedger, refund_agent
 from approvald.runtime.trace import Trace, build_trace, load_trace
 from approvald.store.db import Database
 from approvald.store.records import RunRecord

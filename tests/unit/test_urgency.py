@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import asyncio
 
-from approvald.runtime.agent import Agent
-from approvald.runtime.decide import Actor
+from approvald.runtime.approvals.decide import Actor
+from approvald.runtime.kernel.urgency import Urgency
 from approvald.runtime.models.scripted import ScriptedModel, reply
-from approvald.runtime.outbox import DrainConfig
-from approvald.runtime.tools import ToolContext, tool
-from approvald.runtime.urgency import Urgency
+from approvald.runtime.policies.tools import ToolContext, tool
+from approvald.runtime.record.outbox import DrainConfig
+from approvald.runtime.runs.agent import Agent
 from approvald.store.db import Database, WriteLock
 from approvald.store.waiting import waiting
 
@@ -288,8 +288,8 @@ async def test_priority_is_the_contexts_and_no_decider_or_executor_passes_it() -
     set where a person waits is what the writer reads."""
     import inspect
 
-    from approvald.runtime.decide import Decider
-    from approvald.runtime.ledger import Ledger
+    from approvald.runtime.approvals.decide import Decider
+    from approvald.runtime.record.ledger import Ledger
     from approvald.store import waiting as ctx
 
     for fn in (Decider.decide, Ledger.execute, Database.write, Database.transact):

@@ -9,16 +9,16 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from approvald.runtime.agent import Agent, Registry
-from approvald.runtime.decide import Actor
-from approvald.runtime.demo import REFUND_POLICY, DemoLedger, refund_script
+from approvald.runtime.approvals.decide import Actor
 from approvald.runtime.engine import Engine, EngineConfig, assemble
-from approvald.runtime.errors import ModelUnavailable
+from approvald.runtime.kernel.errors import ModelUnavailable
+from approvald.runtime.kernel.outcomes import Completed, Failed, NeedsAttention, Paused, Waiting
 from approvald.runtime.models.base import ModelReply, ToolSpec, Transcript
 from approvald.runtime.models.scripted import ScriptedModel, reply
-from approvald.runtime.outcomes import Completed, Failed, NeedsAttention, Paused, Waiting
-from approvald.runtime.runner import MAX_FAILURES
-from approvald.runtime.tools import ToolContext, tool
+from approvald.runtime.policies.tools import ToolContext, tool
+from approvald.runtime.runs.agent import Agent, Registry
+from approvald.runtime.runs.demo import REFUND_POLICY, DemoLedger, refund_script
+from approvald.runtime.runs.runner import MAX_FAILURES
 from approvald.store.models import RunEvent
 from sqlalchemy import insert
 
@@ -45,7 +45,7 @@ class Flaky:
 
 
 def flaky_refunds(make_engine, ledger_path, **kw: Any) -> tuple[Engine, Flaky]:  # type: ignore[no-untyped-def]
-    from approvald.runtime.demo import refund_agent
+    from approvald.runtime.runs.demo import refund_agent
 
     agent = refund_agent(DemoLedger(str(ledger_path)), approval=REFUND_POLICY)
     model = Flaky(refund_script, **kw)

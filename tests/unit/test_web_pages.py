@@ -12,8 +12,8 @@ from approvald.bot.config import load_settings
 from approvald.bot.web import pages
 from approvald.bot.web.auth import WebKeys
 from approvald.bot.web.mail import SmtpTarget
-from approvald.runtime import binding
-from approvald.runtime.errors import ConfigError
+from approvald.runtime.kernel import binding
+from approvald.runtime.kernel.errors import ConfigError
 
 from tests.unit.test_cards import NOW, approval, packet
 
@@ -148,7 +148,7 @@ def test_the_mail_fallback_delay(monkeypatch: Any) -> None:
 
 
 def test_a_policy_mails_requests_only_beside_its_card() -> None:
-    from approvald.runtime.policy import ApprovalPolicy
+    from approvald.runtime.policies.policy import ApprovalPolicy
     from pydantic import ValidationError
 
     assert ApprovalPolicy().channels == ["slack"]
@@ -195,7 +195,7 @@ def test_the_queue_masks_sensitive_arguments_as_the_card_does() -> None:
 
 
 def test_an_edits_account_lists_changed_fields_masked_where_sensitive() -> None:
-    from approvald.runtime.packet import MAX_CHANGES, edit_changes
+    from approvald.runtime.requests.packet import MAX_CHANGES, edit_changes
 
     a = approval(policy={"approvers": ["U0BOB"], "sensitive": ["credentials.*"]})
     before = {"order": "1234", "amount": 42, "credentials": {"user": "u", "key": "k1"},

@@ -12,7 +12,7 @@ import pytest
 from approvald.bot.config import Settings
 from approvald.bot.web.service import slack_open_id
 from approvald.bot.web.slack_sign_in import id_token_claims
-from approvald.runtime.errors import ConfigError
+from approvald.runtime.kernel.errors import ConfigError
 
 URL = "https://approvals.example.com"
 

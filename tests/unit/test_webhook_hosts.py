@@ -5,8 +5,8 @@ a host named exactly, and never approvald's own listener."""
 from __future__ import annotations
 
 import pytest
-from approvald.runtime.errors import ApprovaldError, ConfigError
-from approvald.runtime.webhook_hosts import WebhookHosts, WebhookRefused
+from approvald.runtime.kernel.errors import ApprovaldError, ConfigError
+from approvald.runtime.kernel.webhook_hosts import WebhookHosts, WebhookRefused
 
 SETTING = "hooks.example.com, *.ci.example:8443, 127.0.0.1:8099, localhost, [::1]:9000, 10.1.2.3"
 

@@ -15,14 +15,15 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from approvald.runtime import api_tokens, failpoints
-from approvald.runtime.decide import Actor
+from approvald.runtime.approvals.decide import Actor
 from approvald.runtime.engine import Engine
-from approvald.runtime.external import ExternalRequests, NewRequest
-from approvald.runtime.outbox import DrainConfig
-from approvald.runtime.outbox_kinds import REQUEST_DECIDED, WEBHOOK
-from approvald.runtime.policy import PolicyFile
-from approvald.runtime.webhook_hosts import WebhookHosts
+from approvald.runtime.kernel import failpoints
+from approvald.runtime.kernel.webhook_hosts import WebhookHosts
+from approvald.runtime.policies.policy import PolicyFile
+from approvald.runtime.record.outbox import DrainConfig
+from approvald.runtime.record.outbox_kinds import REQUEST_DECIDED, WEBHOOK
+from approvald.runtime.requests import api_tokens
+from approvald.runtime.runs.external import ExternalRequests, NewRequest
 
 from tests.helpers import Crash, Rows, crash, create_token, follow_up, parts
 from tests.unit.test_intake_statements import Statements, statements  # noqa: F401

@@ -2,7 +2,7 @@
 
 * ``audit_checkpoint``: one row, the entry (seq, MAC) up to which a verify with the audit
   key last passed, MAC'd with that key: later reads of the record check only the entries
-  after it (see :mod:`runtime.audit_checkpoint`).
+  after it (see :mod:`runtime.record.audit_checkpoint`).
 
 Revision ID: 0022
 Revises: 0021

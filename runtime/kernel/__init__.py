@@ -1,0 +1,1 @@
+"""What every layer uses: errors, the clock, ids, canonical JSON, limits, failpoints, metrics."""

@@ -1,0 +1,1 @@
+"""What may be called and who approves it: policy files, rules, tools, intake, masking."""

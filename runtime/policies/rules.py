@@ -1,0 +1,129 @@
+"""Rules on a call's arguments: Common Expression Language conditions (the ``cel`` package,
+``common-expression-language`` on PyPI), compiled when the policy file is loaded.
+
+A condition sees ``args`` (the call's validated arguments, a map), ``tool`` (its name) and
+``annotations`` (what the tool's server says of it, a map: an MCP tool's ``readOnlyHint``,
+``destructiveHint``...; empty for every other tool) and must yield a boolean. Annotations
+come from the server, not the operator: they are something a rule may read, and choose
+nothing by themselves (a key a server did not send is a missing key: the rule fails
+closed; ``has(annotations.readOnlyHint)`` tests for one). It is compiled once per text;
+evaluating it is pure and takes microseconds. Anything that goes wrong while evaluating (a
+missing key, a type with no such operator, a result that is not a boolean) is a
+:class:`RuleError`: the caller fails closed.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from collections.abc import Mapping
+from typing import Any
+
+VARIABLES = frozenset({"args", "tool", "annotations"})
+MAX_EXPRESSION = 2000  # characters in one condition
+
+
+class RuleError(Exception):
+    """A condition that cannot be evaluated on these arguments."""
+
+
+@functools.lru_cache(maxsize=1024)
+def compile_condition(text: str) -> Any:
+    """The compiled program for ``text``; ValueError (one line) if it is not a condition
+    over ``args`` and ``tool``."""
+    if not text.strip():
+        raise ValueError("an empty condition")
+    if len(text) > MAX_EXPRESSION:
+        raise ValueError(f"a condition is at most {MAX_EXPRESSION} characters")
+    # imported on first use: the package's __init__ also loads its REPL (prompt_toolkit),
+    # a quarter of a second that every CLI command without rules would pay
+    cel: Any = importlib.import_module("cel")
+    try:
+        program = cel.compile(text)
+    except ValueError as exc:
+        raise ValueError(f"not a valid CEL expression: {_parse_error(str(exc))}") from None
+    unknown = sorted(set(program.variables()) - VARIABLES)
+    if unknown:
+        raise ValueError(f"unknown name{'s' if len(unknown) > 1 else ''} "
+                         f"{', '.join(unknown)} (a condition sees args, tool and "
+                         "annotations)")
+    return program
+
+
+def _parse_error(text: str) -> str:
+    """The parser's complaint without its echo of the input and its token list:
+    "at 1:20: Syntax error: extraneous input '>'"."""
+    first = text.split("\n", 1)[0]
+    _, found, rest = first.partition("ERROR: <input>:")
+    if not found:
+        return first
+    where, _, what = rest.partition(": ")
+    return f"at {where}: {what.split(' expecting ', 1)[0]}"
+
+
+def holds(text: str, tool: str, args: Mapping[str, Any],
+          annotations: Mapping[str, Any] | None = None) -> bool:
+    """Does condition ``text`` hold for a call of ``tool`` with ``args``?"""
+    try:
+        result = compile_condition(text).execute({"args": dict(args), "tool": tool,
+                                                  "annotations": dict(annotations or {})})
+    except ValueError as exc:
+        raise RuleError(str(exc)) from None
+    except Exception as exc:  # KeyError (no such key), TypeError (no such overload), ...
+        what = f"no argument {exc}" if isinstance(exc, KeyError) else str(exc).split(". ")[0]
+        raise RuleError(what) from None
+    if not isinstance(result, bool):
+        raise RuleError(f"it yields {type(result).__name__} {result!r}, not true or false")
+    return result
+
+
+@functools.lru_cache(maxsize=1024)
+def argument_fields(text: str) -> frozenset[str] | None:
+    """The top-level arguments condition ``text`` can read: every use of ``args`` in it is
+    ``args.NAME``, ``has(args.NAME)`` or ``args["NAME"]``, so it holds or not (or cannot be
+    evaluated) alike for any two calls whose arguments agree on these names (present or
+    absent, and equal in value). None when that cannot be told: ``args`` used otherwise
+    (whole, indexed by a computed key, bound by a macro), or text the syntax reader
+    (:mod:`runtime.policies.cel_syntax`) does not read."""
+    from approvald.runtime.policies import cel_syntax as cs  # (only a replay needs the tree)
+
+    try:
+        tree = cs.parse(text)
+    except cs.SyntaxUnknown:
+        return None
+    fields: set[str] = set()
+
+    def walk(node: cs.Node) -> bool:
+        if isinstance(node, cs.Ident):
+            return node.name != "args"  # bare: the whole map
+        if isinstance(node, cs.Select):
+            if isinstance(node.operand, cs.Ident) and node.operand.name == "args":
+                fields.add(node.field)
+                return True
+            return walk(node.operand)
+        if isinstance(node, cs.Index):
+            if isinstance(node.operand, cs.Ident) and node.operand.name == "args":
+                i = node.index
+                if isinstance(i, cs.Literal) and i.kind == "string" \
+                        and isinstance(i.value, str):
+                    fields.add(i.value)
+                    return True
+                return False
+            return walk(node.operand) and walk(node.index)
+        if isinstance(node, cs.Literal):
+            return True
+        if isinstance(node, cs.Call):
+            return (node.target is None or walk(node.target)) and all(map(walk, node.args))
+        if isinstance(node, cs.Unary):
+            return walk(node.operand)
+        if isinstance(node, cs.Binary):
+            return walk(node.left) and walk(node.right)
+        if isinstance(node, cs.Conditional):
+            return walk(node.condition) and walk(node.then) and walk(node.otherwise)
+        if isinstance(node, cs.ListExpr):
+            return all(map(walk, node.items))
+        if isinstance(node, cs.MapExpr):
+            return all(walk(k) and walk(v) for k, v in node.entries)
+        return False  # Opaque, or a node this does not know
+
+    return frozenset(fields) if walk(tree) else None

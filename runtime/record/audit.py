@@ -1,0 +1,766 @@
+"""The audit log: append-only, chained with a key kept outside the database.
+
+Each entry's MAC covers its own fields and the previous entry's MAC, so editing, deleting
+or reordering any entry breaks the chain at a point :func:`verify` names. With a key
+(``APPROVALD_AUDIT_KEY``, never stored in the database) the MAC is an HMAC: someone who
+can write the database but does not hold the key cannot recompute the chain after a
+change. A head (``seq:mac``) recorded outside the database (printed by every
+``audit verify``, optionally posted to Slack) proves that nothing up to it was changed,
+even by someone who does hold the key, and that nothing was cut off the end.
+
+Entries are recorded inside the caller's transaction and chained as its last
+statements (a ``before_commit`` hook), so the chain head's lock is held briefly and
+always last (see :mod:`store.db` for the lock order).
+
+No entry holds a secret (issue 34): its details are recorded masked, as the cards show
+them (the request's sensitive paths, and what the detectors find anywhere, results and
+errors too), and each value masking changed is named under ``masked`` with the SHA-256
+of its real value's canonical JSON. So the chain is verified, and exported masked,
+without the data key; ``audit export --reveal``, with it, shows the real arguments read
+from the sealed request they belong to, where their digest matches. Entries written
+before this (their details sealed at rest whole) still open, verify and export with
+the key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import hashlib
+import hmac
+import io
+import json
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+
+from approvald.runtime.kernel import binding, prefix
+from approvald.runtime.kernel.canonical import (
+    canonical_json,
+    compact_json,
+    sha256_hex,
+    value_digest,
+)
+from approvald.runtime.kernel.errors import ConfigError
+from approvald.runtime.policies.sensitive import ARGS_KEYS, masked_details, sensitive_of_snapshot
+from approvald.runtime.record.audit_check import ChainFacts, opened, table_disagreements
+from approvald.runtime.record.outbox_kinds import HEAD_POST, HeadPost, Payload, queue, queue_many
+from approvald.runtime.record.standing_chain import StandingState
+from approvald.store.db import Database
+from approvald.store.errors import KeyTaken
+from approvald.store.records import AuditRecord
+from approvald.store.repos import Tx
+from approvald.store.repos.audit import GENESIS
+from approvald.store.repos.external import Answered
+
+ACTIONS = frozenset({
+    "requested", "reminded", "voted", "approved", "denied", "redirected", "edited", "expired",
+    "escalated", "superseded", "executed", "outcome_unknown", "outcome_resolved", "cancelled",
+    "not_executed", "cannot_run_resolved",
+    "cancel_requested", "refused", "repeated", "failed", "needs_attention", "resumed",
+    # a call run again after an attempt cut off before its result (a crash): why it was
+    # safe to, and its attempt number
+    "retried",
+    "standing_granted", "standing_revoked", "token_created", "token_revoked", "policy_loaded",
+    # a face (a form of Claude Code's hook) switched off, and on again
+    "face_disabled", "face_enabled",
+    "revealed", "resealed",
+    # the web review queue: a sign-in link mailed, a sign-in, a refused sign-in or request
+    "web_link_sent", "web_signed_in", "web_signed_out", "web_refused",
+    # a request mailed to its approvers because Slack did not take its card
+    "mailed_instead",
+})
+_PENDING = "audit.pending"  # Tx.scratch key: entries recorded, not yet chained
+_RIDER = "audit.along"  # Tx.scratch key: a request answered at once, inserted with them
+# the key of recorded details that names what masking changed, with its real digest
+MASKED = "masked"
+# details keys under which a request's sensitive paths apply (see masked_details)
+_PATH_ROOTS = frozenset(k.split(".", 1)[0] for k in ARGS_KEYS)
+_PATHS_KEPT = 4096  # requests whose sensitive paths a trail remembers
+# characters of a call's result an ``executed`` entry quotes: the ledger keeps the whole
+# result; every call that runs has an entry, so this is paid once per call
+RESULT_EXCERPT = 500
+
+
+def result_excerpt(text: str | None) -> Any:
+    """What an ``executed`` entry records of a result (its JSON text): the value when it
+    is short, else its first :data:`RESULT_EXCERPT` characters and ``…``."""
+    if text is None:
+        return None
+    return json.loads(text) if len(text) <= RESULT_EXCERPT else text[:RESULT_EXCERPT] + "…"
+
+
+def recorded_details(details: Mapping[str, Any],
+                     sensitive: Sequence[str] = ()) -> dict[str, Any]:
+    """``details`` as the chain records them: masked like a card (``sensitive``: the
+    request's sensitive paths; the detectors everywhere), and each top-level value that
+    masking changed named under ``masked`` with the digest of its real value."""
+    masked = masked_details(details, sensitive)
+    changed = {k: value_digest(v) for k, v in details.items() if masked.get(k) != v}
+    if changed:
+        masked[MASKED] = changed
+    return masked
+
+
+class AuditKey:
+    """The chain's HMAC key. Its fingerprint (``id``) is stored with each entry so that
+    after a rotation :func:`verify` knows which key each entry needs."""
+
+    def __init__(self, secret: str | bytes) -> None:
+        raw = secret.encode() if isinstance(secret, str) else secret
+        if len(raw) < 16:
+            raise ConfigError("APPROVALD_AUDIT_KEY: a key needs at least 16 bytes")
+        self._key = hashlib.sha256(b"approvald-audit-v1\x00" + raw).digest()
+        self.id = hashlib.sha256(b"approvald-audit-key-id\x00" + raw).hexdigest()[:12]
+        # an export's rows are MACed under a key of their own (see export_mac)
+        self._export = hmac.new(self._key, EXPORT_LABEL, hashlib.sha256).digest()
+
+    def mac(self, text: str) -> str:
+        return hmac.new(self._key, text.encode("utf-8"), hashlib.sha256).hexdigest()
+
+    def export_mac(self, text: str) -> str:
+        return hmac.new(self._export, text.encode("utf-8"), hashlib.sha256).hexdigest()
+
+
+# An exported row's own MAC (recipe v1): what leaves the database shows keyed bindings, not
+# the plain digests each entry's chain MAC covers (invariant 20), so an export cannot be
+# checked against the chain MACs alone. Each row carries ``export_mac`` = "v1:" + hex of
+# HMAC-SHA-256 under K_export of the canonical JSON (sorted keys, no whitespace, UTF-8) of
+# the row without ``export_mac``: its fields as exported (bindings, masked details), and
+# the chain's ``hash`` and ``prev_hash``, so a row is tied to its place in the chain.
+# K_export = HMAC-SHA-256(K, "approvald-export-v1"), K = SHA-256("approvald-audit-v1\0" +
+# the audit key) (the key the entry names by ``key_id``); an unkeyed entry's is a plain
+# SHA-256 of "approvald-export-v1\n" + that JSON. Documented in docs/how-to/audit.md.
+EXPORT_MAC = "export_mac"
+EXPORT_RECIPE = "v1"
+EXPORT_LABEL = b"approvald-export-v1"
+
+
+def export_mac(key: AuditKey | None, row: Mapping[str, Any]) -> str:
+    """The export MAC of exported ``row`` (recipe :data:`EXPORT_RECIPE`) under ``key``, the
+    key its entry names (None: an unkeyed entry)."""
+    text = canonical_json({k: v for k, v in row.items() if k != EXPORT_MAC})
+    mac = key.export_mac(text) if key is not None else \
+        sha256_hex(EXPORT_LABEL.decode() + "\n" + text)
+    return f"{EXPORT_RECIPE}:{mac}"
+
+
+def entry_hash(key: AuditKey | None, prev_hash: str, *, seq: int, at: datetime, action: str,
+               actor: str, via: str, run_id: str | None, approval_id: str | None,
+               digest: str | None, details: str) -> str:
+    """The MAC of one entry: HMAC with ``key``, or plain SHA-256 for an unkeyed entry."""
+    fields: dict[str, Any] = {
+        "seq": seq, "at": at.isoformat(), "action": action, "actor": actor, "via": via,
+        "run_id": run_id, "approval_id": approval_id, "digest": digest,
+        "details": json.loads(details),
+    }
+    if key is not None:  # bound in, so an entry cannot be passed off as another key's
+        fields["kid"] = key.id
+    text = prev_hash + "\n" + canonical_json(fields)
+    return key.mac(text) if key is not None else sha256_hex(text)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One audit entry waiting to be chained."""
+
+    at: datetime
+    action: str
+    actor: str
+    via: str
+    run_id: str | None = None
+    approval_id: str | None = None
+    digest: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+    # the sensitive paths of the call its details hold; None: those of its request
+    # (``approval_id``'s stored policy), or none without one
+    sensitive: tuple[str, ...] | None = None
+
+
+# the outbox rows (payload, group) what a transaction audited calls for, worked out from
+# the entries alone: no statement, no read (see AuditTrail.follow)
+Follower = Callable[[Sequence[Entry]], Sequence[tuple[Payload, str]]]
+
+
+class AuditTrail:
+    """Records entries in the caller's transaction; they are chained when it commits."""
+
+    def __init__(self, key: AuditKey | None = None) -> None:
+        self.key = key
+        self._followers: list[Follower] = []
+        # approval id -> its sensitive paths (a request's stored policy never changes)
+        self._paths: OrderedDict[str, tuple[str, ...]] = OrderedDict()
+        # the head (seq, hash, time) as this process's last chaining left it, committed
+        # or about to be: the next chaining appends to it without reading the head first,
+        # and reads it (under its lock) only when it moved otherwise (another process, a
+        # transaction rolled back)
+        self._head: tuple[int, str, datetime | None] | None = None
+        self._turn: asyncio.Future[None] | None = None  # the last chaining's head statement
+
+    def follow(self, fn: Follower) -> None:
+        """Queue the outbox rows ``fn(entries)`` names with what each write transaction
+        audited, in that transaction. Every transition of a request is audited, so this is
+        where what must follow a transition, whichever path made it (a click, the CLI, the
+        expiry sweep, a cancel), is made durable with it: the decision webhook of a
+        caller's request (:mod:`runtime.runs.external`). ``fn`` reads nothing: the work the row
+        stands for is done by the drain, in a transaction of its own, so it never runs in,
+        slows or rolls back the transaction that decided."""
+        self._followers.append(fn)
+
+    def record(self, tx: Tx, *, at: datetime, action: str, actor: str, via: str,
+               run_id: str | None = None, approval_id: str | None = None,
+               digest: str | None = None, details: dict[str, Any] | None = None,
+               sensitive: Sequence[str] | None = None) -> None:
+        """Add one entry to ``tx`` (chained, in recording order, just before COMMIT).
+        ``sensitive``: the sensitive paths of the call ``details`` holds, when it has no
+        request (``approval_id``) whose stored policy says them."""
+        self.record_many(tx, [Entry(at=at, action=action, actor=actor, via=via, run_id=run_id,
+                                    approval_id=approval_id, digest=digest,
+                                    details=details or {},
+                                    sensitive=None if sensitive is None
+                                    else tuple(sensitive))])
+
+    def record_many(self, tx: Tx, entries: Sequence[Entry]) -> None:
+        for e in entries:
+            if e.action not in ACTIONS:
+                raise ValueError(f"unknown audit action {e.action!r}")
+        pending: list[Entry] | None = tx.scratch.get(_PENDING)
+        if pending is None:
+            pending = tx.scratch[_PENDING] = []
+            tx.before_commit(self._chain)
+        pending.extend(entries)
+
+    def ride(self, tx: Tx, rows: Answered) -> None:
+        """Have the statement that chains ``tx``'s entries insert ``rows`` too (a request
+        answered at once, on PostgreSQL: :meth:`~store.repos.external.ExternalRepo.
+        add_answered`): one statement records the decision and its audit entries."""
+        if _PENDING not in tx.scratch:
+            tx.scratch[_PENDING] = []
+            tx.before_commit(self._chain)
+        tx.scratch[_RIDER] = rows
+
+    async def _chain(self, tx: Tx) -> None:
+        entries: list[Entry] = tx.scratch.pop(_PENDING, [])
+        along: Answered | None = tx.scratch.pop(_RIDER, None)
+        if not entries:
+            if along is not None:
+                await tx.external.add_answered_now(along)
+            return
+        if follow := [row for fn in self._followers for row in fn(entries)]:
+            await queue_many(tx, follow, now=max(e.at for e in entries))
+        paths = await self._sensitive(tx, entries)
+        # this process's chainings send their head statements in the order they chain:
+        # each after the one before was answered (it holds the head's lock then), so it
+        # reaches the head after that one and, once that one commits, finds the head it
+        # guessed (the server would have made it wait for that lock all the same)
+        before, turn = self._turn, asyncio.get_running_loop().create_future()
+        self._turn = turn
+        try:
+            if before is not None and before.get_loop() is turn.get_loop():
+                await asyncio.shield(before)
+            guess = self._head
+            if guess is not None:  # the head as this process last chained it: not read
+                rows = self._rows(entries, paths, *guess)
+                # set before the statement is sent: the next chaining follows these rows
+                self._head = _after(rows)
+                try:
+                    if await tx.audit.append_if_head(rows, seq=guess[0], hash=guess[1],
+                                                     along=along):
+                        return
+                except KeyTaken:  # the transaction rolls back: the head is not that
+                    self._head = None
+                    raise
+                along = None  # inserted all the same
+                # the head moved otherwise: until it is read again, this process's
+                # chainings read it under its lock, not follow rows never appended
+                self._head = None
+            if along is not None:  # before the head's lock: it is held for less
+                await tx.external.add_answered_now(along)
+            rows = self._rows(entries, paths, *await tx.audit.lock_head())
+            self._head = _after(rows)
+            await tx.audit.append_rows(rows)
+        finally:
+            turn.set_result(None)
+
+    def _rows(self, entries: Sequence[Entry], paths: Mapping[str, tuple[str, ...]], seq: int,
+              prev: str, last: datetime | None) -> list[dict[str, Any]]:
+        """``entries`` as rows chained after entry ``seq`` (hash ``prev``, time ``last``)."""
+        kid = self.key.id if self.key is not None else ""
+        rows = []
+        # an entry's time is when it was recorded, never before the entry it follows (a
+        # clock read before another transaction chained its entries, a standing use whose
+        # request was stamped after its decision was worked out): times never run back
+        for e in entries:
+            if last is not None and e.at < last:
+                e = replace(e, at=last)
+            last = e.at
+            seq += 1
+            hidden = e.sensitive if e.sensitive is not None \
+                else paths.get(e.approval_id or "", ())
+            text = compact_json(recorded_details(e.details, hidden))
+            h = entry_hash(self.key, prev, seq=seq, at=e.at, action=e.action, actor=e.actor,
+                           via=e.via, run_id=e.run_id, approval_id=e.approval_id,
+                           digest=e.digest, details=text)
+            rows.append({"seq": seq, "at": e.at, "action": e.action, "actor": e.actor,
+                         "via": e.via, "run_id": e.run_id, "approval_id": e.approval_id,
+                         "digest": e.digest, "details": text, "key_id": kid,
+                         "prev_hash": prev, "hash": h})
+            prev = h
+        return rows
+
+    def knows(self, approval_id: str, policy: str | None) -> None:
+        """Note request ``approval_id``'s sensitive paths from its stored policy, which the
+        caller holds (a decision's locked row): its entries are chained without reading
+        them (issue 50: a process that decides a request another process made)."""
+        if approval_id not in self._paths:
+            self._remember(approval_id, policy)
+
+    def _remember(self, approval_id: str, policy: str | None) -> None:
+        self._paths[approval_id] = sensitive_of_snapshot(policy)
+        while len(self._paths) > _PATHS_KEPT:
+            self._paths.popitem(last=False)
+
+    async def _sensitive(self, tx: Tx, entries: Sequence[Entry]) -> dict[str, tuple[str, ...]]:
+        """The sensitive paths of the requests whose entries hold a call's arguments (read
+        once per request and process: one query for those a transaction first names)."""
+        wanted = {e.approval_id for e in entries if e.sensitive is None and e.approval_id
+                  and not _PATH_ROOTS.isdisjoint(e.details)}
+        missing = [a for a in wanted if a not in self._paths]
+        if missing:
+            found = await tx.approvals.policies(missing)
+            for aid, snapshot in found.items():  # (a request not found is asked again)
+                self._remember(aid, snapshot)
+        return {a: self._paths.get(a, ()) for a in wanted}
+
+
+def _after(rows: Sequence[Mapping[str, Any]]) -> tuple[int, str, datetime | None]:
+    last = rows[-1]
+    return int(last["seq"]), str(last["hash"]), last["at"]
+
+
+# -- a witness outside the database ----------------------------------------------------
+
+
+
+async def queue_head(db: Database, *, now: datetime) -> tuple[int, str] | None:
+    """Queue the chain head for posting (to the audit channel), unless the last one queued
+    is already this head; returns the head queued, or None."""
+    async with db.write() as tx:
+        seq, digest = await tx.audit.head()
+        last = await tx.outbox.latest(HEAD_POST)
+        if seq == 0 or (last is not None and last.payload_value().get("seq") == seq):
+            return None
+        await queue(tx, HeadPost(seq=seq, hash=digest, at=now.isoformat()),
+                    group_key=HEAD_POST, now=now)
+    return seq, digest
+
+
+# -- verification ----------------------------------------------------------------------
+
+@dataclass
+class VerifyReport:
+    entries: int = 0
+    head: tuple[int, str] = (0, GENESIS)
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    unkeyed: int = 0  # entries that only a recorded head protects against a writer
+    # why the chain could not be checked at all (its entries are keyed, and no key was
+    # given): nothing is known to be wrong, nor proven right
+    cannot: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems and self.cannot is None
+
+    @property
+    def head_text(self) -> str:
+        return f"{self.head[0]}:{self.head[1]}"
+
+
+def parse_head(text: str) -> tuple[int, str]:
+    """``"SEQ:HASH"`` as printed by ``audit verify``; ValueError when it is not one."""
+    seq, sep, digest = text.strip().partition(":")
+    if not sep or not seq.isdigit() or len(digest) != 64 or \
+            any(c not in "0123456789abcdef" for c in digest):
+        raise ValueError(f"not an audit head {text!r} (expected SEQ:HASH as printed by "
+                         "`approvald audit verify`)")
+    return int(seq), digest
+
+
+def no_key(e: AuditRecord) -> str:
+    """Why a keyed chain cannot be checked without its key (never that it is broken)."""
+    return (f"{_describe(e)} and those after it are signed with audit key {e.key_id}, and "
+            "no key was given: the chain cannot be verified here (nothing is known to be "
+            "wrong); set APPROVALD_AUDIT_KEY (and APPROVALD_AUDIT_OLD_KEYS for retired "
+            "keys) to verify it")
+
+
+def _describe(e: AuditRecord) -> str:
+    return f"entry {e.seq} ({e.action} by {e.actor} at {e.at.isoformat()})"
+
+
+def mac_matches(key: AuditKey | None, e: AuditRecord) -> bool:
+    """Whether ``e``'s MAC is the one its fields and the MAC before it make (``key``: the
+    key it names; None for an unkeyed entry)."""
+    recomputed = entry_hash(key, e.prev_hash, seq=e.seq, at=e.at, action=e.action,
+                            actor=e.actor, via=e.via, run_id=e.run_id,
+                            approval_id=e.approval_id, digest=e.digest, details=e.details)
+    return hmac.compare_digest(recomputed, e.hash)
+
+
+class EntryKeys:
+    """Which key each entry of a walk along the chain needs, one entry after another (the
+    database's chain, :func:`verify`, and an exported file's, ``runtime/record/audit_file.py``):
+    an entry names its key by fingerprint; with keys given, every entry after the first
+    ``unkeyed_until`` must be keyed, and none after a keyed one may be unkeyed."""
+
+    def __init__(self, keys: Sequence[AuditKey], unkeyed_until: int) -> None:
+        self.keys = keys
+        self.by_id = {k.id: k for k in keys}
+        self.unkeyed_until = unkeyed_until
+        self.seen_keyed = False
+
+    def key_for(self, e: AuditRecord, report: VerifyReport) -> tuple[bool, AuditKey | None]:
+        """``(True, its key)`` (None: it is unkeyed, and may be), or ``(False, None)``
+        with why it cannot be checked in ``report`` (the walk stops there)."""
+        if not e.key_id:
+            if self.seen_keyed or (self.keys and e.seq > self.unkeyed_until):
+                report.problems.append(
+                    f"{_describe(e)} is not keyed, but entries after {self.unkeyed_until} "
+                    "must be: it was rewritten by someone without the key (if it predates "
+                    "the key, set APPROVALD_AUDIT_UNKEYED_UNTIL to the last entry written "
+                    "before it)")
+                return False, None
+            report.unkeyed += 1
+            return True, None
+        key = self.by_id.get(e.key_id)
+        if key is None and not self.keys:
+            report.cannot = no_key(e)
+            return False, None
+        if key is None:
+            report.problems.append(
+                f"{_describe(e)} is signed with audit key {e.key_id}, which was not given: "
+                "set APPROVALD_AUDIT_KEY (or APPROVALD_AUDIT_OLD_KEYS for a retired key)")
+            return False, None
+        self.seen_keyed = True
+        return True, key
+
+
+class ChainWalk:
+    """The checks of each entry in a walk along the chain, in seq order: none missing,
+    each following the one before, keyed as it must be, and its MAC recomputed. A walk
+    may start after a point already verified (``start``: its seq and MAC)."""
+
+    def __init__(self, report: VerifyReport, keys: Sequence[AuditKey], unkeyed_until: int,
+                 start: tuple[int, str] = (0, GENESIS), *, keyed: bool = False) -> None:
+        self.report = report
+        self.keys = EntryKeys(keys, unkeyed_until)
+        self.keys.seen_keyed = keyed
+        self.prev_seq, self.prev_hash = start
+
+    @property
+    def seen_keyed(self) -> bool:
+        """Whether a keyed entry was walked (none after it may be unkeyed)."""
+        return self.keys.seen_keyed
+
+    @seen_keyed.setter
+    def seen_keyed(self, value: bool) -> None:
+        self.keys.seen_keyed = value
+
+    def check(self, e: AuditRecord) -> bool:
+        """Check ``e``, the next entry; False (and the report says why) if it fails."""
+        report = self.report
+        report.entries += 1
+        prev_seq = self.prev_seq
+        if e.seq != prev_seq + 1:
+            missing = (f"entry {prev_seq + 1}" if e.seq == prev_seq + 2
+                       else f"entries {prev_seq + 1}-{e.seq - 1}")
+            report.problems.append(
+                f"{missing} deleted: the log jumps from {prev_seq} to {e.seq}")
+            return False
+        if e.prev_hash != self.prev_hash:
+            report.problems.append(
+                f"{_describe(e)} does not follow entry {prev_seq}: reordered, or the "
+                "entry before it was rewritten")
+            return False
+        if not self.mac_matches(e):
+            return False
+        self.prev_seq, self.prev_hash = e.seq, e.hash
+        return True
+
+    def mac_matches(self, e: AuditRecord) -> bool:
+        """``e`` is keyed as it must be and its MAC is its content's (else the report
+        says why, and False)."""
+        usable, key = self.keys.key_for(e, self.report)
+        if not usable:
+            return False
+        if not mac_matches(key, e):
+            self.report.problems.append(
+                f"{_describe(e)} was edited: its content does not match its MAC")
+            return False
+        return True
+
+    def reached_head(self) -> bool:
+        """The walk ended at the head the walk read first (else the report says why)."""
+        seq, digest = self.report.head
+        if (seq, digest) == (self.prev_seq, self.prev_hash):
+            return True
+        if seq > self.prev_seq:
+            self.report.problems.append(
+                f"entries {self.prev_seq + 1}-{seq} deleted from the end of the log")
+        else:
+            self.report.problems.append(
+                f"the chain head (entry {seq}) does not match the last entry {self.prev_seq}")
+        return False
+
+
+async def verify(db: Database, *, keys: Sequence[AuditKey] = (),
+                 expect: tuple[int, str] | None = None,
+                 unkeyed_until: int = 0,
+                 visit: Callable[[AuditRecord], None] | None = None) -> VerifyReport:
+    """Walk the chain up to its head; report the first break and what kind it is.
+
+    ``keys``: the current key and any retired ones (entries name theirs by fingerprint).
+    With keys, every entry must be keyed except the first ``unkeyed_until`` (written
+    before the deployment had a key: a number the operator keeps outside the database,
+    so a writer cannot pass a rewritten chain off as old and unkeyed).
+    ``expect``: a head recorded earlier outside the database; the chain must still pass
+    through it, and must not end before it. ``visit``: called with each entry once its
+    MAC is checked (a reader of the record walks the chain once, not twice); trust what
+    it saw only when the report is ok.
+    """
+    report = VerifyReport()
+    standing = StandingState()
+    facts = ChainFacts()
+    # one snapshot, and the head read first: entries appended during the walk are not
+    # the walk's business, and cannot look like entries deleted from the end
+    async with db.read(snapshot=True) as tx:
+        head_seq, head_hash = await tx.audit.head()
+        report.head = (head_seq, head_hash)
+        walk = ChainWalk(report, keys, unkeyed_until)
+        expected_hash: str | None = None
+        async for e in tx.audit.iterate(upto=head_seq):
+            if not walk.check(e):
+                return report
+            if expect is not None and e.seq == expect[0]:
+                expected_hash = e.hash
+            _replay_standing(standing, e, report)
+            facts.apply(e)
+            if visit is not None:
+                visit(e)
+        # the rows the views show, against what the chain proves (issue 52)
+        tables = await table_disagreements(tx, facts)
+        tables += await _standing_rows(tx, standing)
+    if not walk.reached_head():
+        return report
+    if expect is not None:
+        seq, digest = expect
+        if seq > head_seq:
+            report.problems.append(
+                f"the log ends at entry {head_seq}, but a head at entry {seq} was recorded: "
+                f"entries {head_seq + 1}-{seq} were deleted")
+        elif seq > 0 and expected_hash != digest:
+            report.problems.append(
+                f"entry {seq} is not the one recorded ({digest[:16]}…): the history up to it "
+                "was rewritten")
+        else:
+            report.notes.append(f"the chain passes through the recorded head {seq}:{digest}")
+    report.problems += tables
+    if not tables:
+        report.notes.append("the approvals, votes and standing approvals tables agree with "
+                            "the chain")
+    if standing.uses:
+        report.notes.append(f"{standing.uses} calls that standing approvals let run were each "
+                            "covered by a grant recorded in the chain")
+    if report.unkeyed and keys:
+        report.notes.append(
+            f"{report.unkeyed} entries were written without an audit key: only a head "
+            "recorded outside the database protects them from someone who can write it")
+    elif report.unkeyed:
+        report.notes.append(
+            "no audit key is set (APPROVALD_AUDIT_KEY): the chain detects accidental damage, "
+            "but someone who can write the database can rewrite it; compare the head with "
+            "one recorded elsewhere (--expect)")
+    return report
+
+
+async def _standing_rows(tx: Tx, state: StandingState) -> list[str]:
+    """Each standing approval whose row says otherwise than its grants and revocation in
+    the chain (``state``: the whole chain replayed)."""
+    out: list[str] = []
+    after = ""
+    while True:
+        rows = await tx.standing.every(after=after)
+        if not rows:
+            return out
+        for s in rows:
+            scope, unreadable = opened(s.scope, "standing_approvals.scope")
+            if unreadable:
+                out.append(f"standing approval {s.id}: its scope {unreadable}")
+            why = state.disagrees(
+                replace(s, scope=compact_json(scope)) if scope is not None else s,
+                unread=() if scope is not None else ("scope_value",))
+            if why is not None:
+                out.append(f"standing approval {s.id}: {why}")
+        after = rows[-1].id
+
+
+def _replay_standing(state: StandingState, e: AuditRecord, report: VerifyReport) -> None:
+    """Follow standing approvals through the chain; a call one let run that its audited
+    grant did not cover (revoked, expired, out of scope, another subject or policy) is a
+    problem: the grant on record never allowed it, whatever the database's rows said."""
+    if e.action not in ("standing_granted", "standing_revoked") and \
+            not (e.action == "approved" and e.via == "standing"):
+        return
+    details: dict[str, Any] = json.loads(e.details)
+    if e.action != "approved":
+        state.apply(e.action, details, e.at)
+        return
+    if "subject" not in details:
+        return  # a use recorded before uses named their subject: nothing to compare
+    sid = str(details.get("standing_approval"))
+    why = state.covered(sid, at=e.at, subject=details.get("subject"),
+                        digest=details.get("policy_digest"), tool=str(details.get("tool")),
+                        args=details.get("args") or {},
+                        band=(details["approvers"], details.get("quorum"))
+                        if "approvers" in details else None, call=e.digest)
+    if why is None:
+        state.uses += 1
+    else:
+        report.problems.append(f"{_describe(e)} ran a call on standing approval {sid}, which "
+                               f"did not cover it: {why}")
+
+
+# -- export ------------------------------------------------------------------------------
+
+EXPORT_FIELDS = ("seq", "at", "action", "actor", "via", "run_id", "approval_id", "tool", "digest",
+                 "args", "reason", "details", "key_id", "prev_hash", "hash", EXPORT_MAC)
+# a cell a spreadsheet would read as a formula (OWASP's CSV injection guidance)
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def export_row(e: AuditRecord, sensitive: Sequence[str] | None = None, *,
+               details: dict[str, Any] | None = None,
+               keys: Mapping[str, AuditKey] | None = None) -> dict[str, Any]:
+    """One entry as exported (``details``: its details, if not as recorded);
+    ``sensitive`` (its request's sensitive paths) given: with those values, and every
+    secret the detectors find, masked (entries written before the chain recorded them
+    masked hold them in clear). The digests it recorded (the call's, and each masked
+    value's) are exported as their bindings (``runtime/kernel/binding.py``): an export names the
+    arguments it is about without giving a masked value back to whoever tries candidates.
+    ``keys`` (the audit keys by fingerprint) given: the row carries its export MAC
+    (:func:`export_mac`), when the key its entry names is among them, so that
+    ``audit verify --file`` proves the row, bindings included, with the key."""
+    if details is None:
+        details = json.loads(e.details)
+    if sensitive is not None:
+        details = masked_details(details, sensitive)
+    # what leaves the database binds with keyed bindings, never plain digests (invariant 20)
+    details = binding.shown_details(details)
+    row: dict[str, Any] = {
+        "seq": e.seq, "at": e.at.isoformat(), "action": e.action, "actor": e.actor,
+        "via": e.via, "run_id": e.run_id, "approval_id": e.approval_id,
+        "tool": details.get("tool"),
+        "digest": binding.shown_opt(e.digest),
+        "args": details.get("args"),
+        "reason": details.get("reason"), "details": details, "key_id": e.key_id,
+        "prev_hash": e.prev_hash, "hash": e.hash,
+    }
+    if keys is not None and (not e.key_id or e.key_id in keys):
+        row[EXPORT_MAC] = export_mac(keys.get(e.key_id) if e.key_id else None, row)
+    return row
+
+
+def csv_cell(value: Any) -> Any:
+    """A cell that a spreadsheet shows as text: a leading ``'`` before anything that
+    starts like a formula. The JSON lines export keeps every value exactly as recorded."""
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        return "'" + value
+    return value
+
+
+async def export(db: Database, *, run_id: str | None = None, since: datetime | None = None,
+                 fmt: str = "jsonl", batch: int = 500,
+                 reveal: bool = False, keys: Sequence[AuditKey] = ()) -> AsyncIterator[str]:
+    """Yield the matching entries as JSON lines or CSV text (header first), reading the
+    log in batches so an export of any size runs in constant memory.
+
+    Sensitive values (each request's declared paths, and what the detectors find) are
+    masked unless ``reveal``: then the arguments an entry recorded masked are shown as
+    they are held, sealed, in their request (where the digest recorded for them matches
+    its arguments or their edit; any other value stays masked), and entries written
+    before the chain was masked as recorded. Revealing reads the sealed requests, so it
+    needs the data key; the caller audits a revealing export before it starts.
+
+    ``run_id``: only that run's entries; a full id or an unambiguous prefix, as everywhere
+    (:func:`runtime.kernel.prefix.resolve`). A run that does not exist is :class:`NotFound`,
+    raised before anything is yielded: an export is never silently empty by mistake.
+
+    ``keys``: the audit keys (the current one and retired ones); each row whose entry's
+    key is among them (and each unkeyed one) carries its export MAC, which ``audit verify
+    --file`` checks with the key. A revealing export carries none: its values are not
+    the ones the chain recorded, and it is not to pass for them.
+    """
+    if fmt not in ("jsonl", "csv"):
+        raise ValueError(f"unknown export format {fmt!r} (jsonl or csv)")
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=EXPORT_FIELDS)
+    async with db.read(snapshot=True) as tx:
+        if run_id is not None:
+            run_id = (await prefix.resolve("run", run_id, tx.runs.get, tx.runs.find,
+                                           field="run_id")).id
+        if fmt == "csv":
+            writer.writeheader()
+            yield _take(buf)
+        hidden: dict[str, Sequence[str]] = {}
+        by_id = {k.id: k for k in keys}
+        held: dict[str, dict[str, Any]] = {}  # approval id -> {digest: real arguments}
+        async for e in tx.audit.iterate(run_id=run_id, since=since, batch=batch):
+            paths: Sequence[str] | None = None
+            details: dict[str, Any] = json.loads(e.details)
+            if reveal:
+                details = await _revealed(tx, e, details, held)
+            else:
+                key = e.approval_id or ""
+                if key not in hidden:  # (its policy alone: no sealed value is read)
+                    policy = (await tx.approvals.policies([key])).get(key) if key else None
+                    hidden[key] = sensitive_of_snapshot(policy)
+                    if len(hidden) > 4096:
+                        hidden.clear()
+                paths = hidden.get(key, ())
+            row = export_row(e, paths, details=details, keys=None if reveal else by_id)
+            if fmt == "jsonl":
+                yield json.dumps(row, ensure_ascii=False) + "\n"
+                continue
+            for key in ("args", "details"):
+                row[key] = "" if row[key] is None else canonical_json(row[key])
+            writer.writerow({k: csv_cell(v) for k, v in row.items()} | {
+                EXPORT_MAC: row.get(EXPORT_MAC, "")})
+            yield _take(buf)
+
+
+async def _revealed(tx: Tx, e: AuditRecord, details: dict[str, Any],
+                    held: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """``details`` with each value recorded masked that ``e``'s request holds (by digest)
+    in clear; ``held``: what requests were read already, kept for the next entries."""
+    digests = details.get(MASKED)
+    if not isinstance(digests, dict) or not e.approval_id:
+        return details
+    real = held.get(e.approval_id)
+    if real is None:
+        a = await tx.approvals.get(e.approval_id)
+        real = {} if a is None else {
+            value_digest(v): v for v in (a.args_value(), a.effective_args())}
+        if len(held) > 4096:
+            held.clear()
+        held[e.approval_id] = real
+    return {**details, **{k: real[d] for k, d in digests.items() if d in real}}
+
+
+def _take(buf: io.StringIO) -> str:
+    text = buf.getvalue()
+    buf.seek(0)
+    buf.truncate()
+    return text

@@ -1,0 +1,1 @@
+"""A gated call becomes a request: its packet, opened by the gate, expired by silence."""

@@ -1,0 +1,2 @@
+"""The runs that make and resume gated calls: agents, the runner, the worker, callers' external
+calls."""

@@ -1,0 +1,136 @@
+"""APScheduler jobs that make expiry and reminders prompt.
+
+The database is the source of truth, not a job store: at start the schedule is rebuilt
+from pending approvals (one job per approval, at its next reminder or its expiry), and a
+periodic sweep catches anything a job missed (a restart, another replica's request, a
+clock jump). Jobs and the sweep both go through :class:`runtime.requests.expiry.Expiry`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+
+from approvald.runtime.kernel.clock import Clock
+from approvald.runtime.kernel.signals import Signals
+from approvald.runtime.requests.expiry import Expiry
+from approvald.store.db import Database
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+log = logging.getLogger("approvald.scheduler")
+# the furthest ahead a job is set: a job only triggers a check against the database, so
+# one far off may as well look again tomorrow, and no stored time, however far, overflows
+# the wall-clock arithmetic of its run date
+LONGEST_WAIT = timedelta(days=1)
+
+
+def _job_id(approval_id: str) -> str:
+    return f"approval:{approval_id}"
+
+
+class ExpiryScheduler:
+    def __init__(self, db: Database, clock: Clock, expiry: Expiry, signals: Signals, *,
+                 sweep_interval: timedelta = timedelta(seconds=15)) -> None:
+        self.db = db
+        self.clock = clock
+        self.expiry = expiry
+        self.signals = signals
+        self.sweep_interval = sweep_interval
+        self.scheduler = AsyncIOScheduler(timezone=UTC)
+        self._known: set[str] = set()
+        self._unschedulable: set[str] = set()  # logged once each
+
+    async def rebuild(self) -> int:
+        """(Re)create one job per pending approval from the database; returns the count."""
+        async with self.db.read() as tx:
+            rows = await tx.approvals.pending_schedule()
+        live = set()
+        for approval_id, expires_at, next_reminder in rows:
+            live.add(approval_id)
+            try:
+                when = min(expires_at, next_reminder) if next_reminder else expires_at
+                self.schedule(approval_id, when)
+            except Exception:  # one row never costs the others their jobs
+                if approval_id not in self._unschedulable:
+                    log.exception("approval %s could not be scheduled; the periodic sweep "
+                                  "still settles it", approval_id)
+                self._unschedulable.add(approval_id)
+        self._unschedulable &= live
+        for job in self.scheduler.get_jobs():  # decided elsewhere: drop its job
+            if job.id.startswith("approval:") and job.id.removeprefix("approval:") not in live:
+                job.remove()
+        self._known = live
+        return len(rows)
+
+    def schedule(self, approval_id: str, when: datetime) -> None:
+        # run_date is wall-clock and ``when`` is engine time: wake up after the same span
+        # (an injected clock may run ahead of or behind the wall clock); the job only
+        # *triggers* a check against the engine's clock
+        delay = min(max(when - self.clock.now(), timedelta(0)), LONGEST_WAIT)
+        self.scheduler.add_job(
+            self._due, "date", run_date=datetime.now(UTC) + delay, args=[approval_id],
+            id=_job_id(approval_id), replace_existing=True, misfire_grace_time=None,
+            coalesce=True,
+        )
+        self._known.add(approval_id)
+
+    async def _due(self, approval_id: str) -> None:
+        try:
+            await self.expiry.sweep(only=[approval_id])
+            async with self.db.read() as tx:
+                a = await tx.approvals.get(approval_id)
+            if a is not None and a.status == "pending":
+                nxt = min(a.expires_at, a.next_reminder_at or a.expires_at)
+                self.schedule(approval_id, nxt)
+            else:
+                self._known.discard(approval_id)
+        except Exception:
+            log.exception("expiry job for approval %s failed; the sweep will retry", approval_id)
+
+    async def sweep(self) -> None:
+        try:
+            result = await self.expiry.sweep()
+            if result.expired or result.escalated or result.reminded:
+                log.info("sweep: %d expired, %d escalated, %d reminded", len(result.expired),
+                         len(result.escalated), len(result.reminded))
+        except Exception:
+            log.exception("expiry sweep failed; retrying at the next interval")
+        try:  # whatever became of the sweep: the jobs are what make the next one prompt
+            await self.rebuild()
+        except Exception:
+            log.exception("rebuilding the expiry schedule failed; retrying at the next interval")
+
+    async def start(self) -> int:
+        n = await self.rebuild()
+        self.scheduler.add_job(self.sweep, "interval",
+                               seconds=self.sweep_interval.total_seconds(), id="sweep",
+                               replace_existing=True, coalesce=True, max_instances=1)
+        self.scheduler.start()
+        self.signals.on_opened(self._opened)
+        return n
+
+    def every(self, name: str, work: Callable[[], Awaitable[object]], seconds: float) -> None:
+        """Run ``work`` every ``seconds`` (a failure is logged and retried next time)."""
+        async def job() -> None:
+            try:
+                await work()
+            except Exception:
+                log.exception("%s failed; retrying at the next interval", name)
+        self.scheduler.add_job(job, "interval", seconds=seconds, id=name,
+                               replace_existing=True, coalesce=True, max_instances=1)
+
+    def _opened(self, approval_id: str) -> None:
+        """A request opened in this process: schedule it without waiting for the sweep."""
+        self.scheduler.add_job(self._reschedule, args=[approval_id],
+                               id=f"open:{approval_id}", replace_existing=True)
+
+    async def _reschedule(self, approval_id: str) -> None:
+        async with self.db.read() as tx:
+            a = await tx.approvals.get(approval_id)
+        if a is not None and a.status == "pending":
+            self.schedule(approval_id, min(a.expires_at, a.next_reminder_at or a.expires_at))
+
+    def shutdown(self) -> None:
+        if self.scheduler.running:
+            self.scheduler.shutdown(wait=False)
