@@ -12,6 +12,11 @@ checkout, ``python .ci/architecture.py`` (``--json`` for one document).
   ``…db.transact(…)`` call, and every ``…db.connection()``: a face opening the database
   itself.
 * **face-to-face imports**: a module of one face package of ``bot/`` importing another.
+* **layers with an upward import** (issue 47 item 3): ``runtime/`` is in layers, bottom to
+  top ``LAYERS``; a module imports only from its own layer or one below (module-level and
+  function-level imports alike, ``TYPE_CHECKING`` ones too). The count is of the pairs
+  (layer, higher layer) some import connects; the listing names each import. Each module
+  of ``runtime/`` in no layer is listed too, and counts as one.
 
 The parts are read from ``runtime/engine.py``'s ``Parts`` dataclass, so a part added there is
 counted without touching this script.
@@ -32,6 +37,16 @@ FACES = ("api", "cli", "evals", "hooks", "mcp", "sandbox", "slack", "web")
 _ENGINE = re.compile(r"(^|\.)(engine|_engine|e)$")
 _DB = re.compile(r"(^|\.)(db|_db)$")
 TRANSACTIONS = {"read", "write", "transact", "connection"}
+
+RUNTIME = ROOT / "runtime"
+# runtime/'s layers, bottom to top: each a package of runtime/, except "top", which is
+# runtime/ itself (the engine and the read models the faces see; TOP_MODULES names them).
+# "facade" is runtime/__init__.py, the names the docs and the faces import: above all.
+LAYERS = ("kernel", "policies", "record", "requests", "approvals", "runs", "top", "facade")
+TOP_MODULES = frozenset({"callers", "documents", "engine", "insights", "insights_board",
+                         "replay", "threads", "trace", "views"})
+# packages of runtime/ that are not layers, and the layer they sit in
+KEPT = {"adapters": "runs", "models": "runs"}
 
 
 def parts() -> set[str]:
@@ -92,14 +107,84 @@ def face_imports() -> list[str]:
     return sorted(set(crossings))
 
 
+def layer_of(parts: list[str]) -> str | None:
+    """The layer of ``approvald.runtime.<parts>`` (None: in no layer)."""
+    if not parts:
+        return "facade"
+    head = parts[0]
+    if head in LAYERS[:-2]:
+        return head
+    if head in KEPT:
+        return KEPT[head]
+    return "top" if head in TOP_MODULES and len(parts) == 1 else None
+
+
+def _imported(path: Path, node: ast.AST) -> list[list[str]]:
+    """What one import statement of runtime/<path> names, as parts after approvald.runtime."""
+    prefix = "approvald.runtime"
+    if isinstance(node, ast.Import):
+        return [a.name.split(".")[2:] for a in node.names
+                if a.name == prefix or a.name.startswith(prefix + ".")]
+    if not isinstance(node, ast.ImportFrom):
+        return []
+    named = (node.module or "").split(".") if node.module else []
+    if node.level:
+        package = list(path.relative_to(RUNTIME).parts[:-1])
+        if node.level - 1 > len(package):
+            return []
+        module = package[:len(package) - node.level + 1] + named
+    elif named[:2] == ["approvald", "runtime"]:
+        module = named[2:]
+    else:
+        return []
+    out = []
+    for a in node.names:  # ``from <package> import <module>`` imports the module
+        target = [*module, a.name]
+        found = RUNTIME.joinpath(*target)
+        out.append(target if found.is_dir() or found.with_suffix(".py").is_file() else module)
+    return out
+
+
+def layer_crossings() -> tuple[list[tuple[str, str, str]], list[str]]:
+    """Each upward import between runtime's layers, as (its layer, the higher one, where),
+    and each module of runtime/ in no layer."""
+    upward, unplaced = set(), []
+    for path in _modules(RUNTIME):
+        rel = list(path.relative_to(RUNTIME).with_suffix("").parts)
+        if rel == ["__init__"]:
+            continue
+        own = layer_of(rel[:-1] if rel[-1] == "__init__" else rel)
+        if own is None:
+            unplaced.append(str(path.relative_to(ROOT)))
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            for target in _imported(path, node):
+                theirs = layer_of(target)
+                if theirs is not None and LAYERS.index(theirs) > LAYERS.index(own):
+                    name = ".".join(["approvald.runtime", *target])
+                    line = getattr(node, "lineno", 0)
+                    upward.add((own, theirs, f"{path.relative_to(ROOT)}:{line} ({own}) "
+                                             f"imports {name} ({theirs})"))
+    return sorted(upward), unplaced
+
+
+def layers_with_an_upward_import(upward: list[tuple[str, str, str]], unplaced: list[str]) -> int:
+    """The pairs (layer, higher layer) some import connects, plus the modules in no layer."""
+    return len({(own, theirs) for own, theirs, _ in upward}) + len(unplaced)
+
+
 def figures() -> dict[str, object]:
+    upward, unplaced = layer_crossings()
     reach = reach_throughs(parts())
     tx = transactions()
     return {"reach_throughs": sum(reach.values()), "reach_through_files": len(reach),
             "reach_throughs_by_file": dict(reach.most_common()),
             "transactions": sum(tx.values()), "transaction_files": len(tx),
             "transactions_by_file": dict(tx.most_common()),
-            "face_to_face_imports": face_imports()}
+            "face_to_face_imports": face_imports(),
+            "layers_with_an_upward_import": layers_with_an_upward_import(upward, unplaced),
+            "upward_imports": [where for _, _, where in upward],
+            "modules_in_no_layer": unplaced}
 
 
 def main(argv: list[str]) -> int:
@@ -118,6 +203,9 @@ def main(argv: list[str]) -> int:
     crossings = found["face_to_face_imports"]
     print(f"face-to-face imports: {len(crossings)}")  # type: ignore[arg-type]
     for line in crossings:  # type: ignore[attr-defined]
+        print(f"  {line}")
+    print(f"layers with an upward import: {found['layers_with_an_upward_import']}")
+    for line in [*found["upward_imports"], *found["modules_in_no_layer"]]:  # type: ignore[misc]
         print(f"  {line}")
     return 0
 

@@ -574,8 +574,8 @@ class Engine:
 
     async def prune(self, older_than: timedelta, *, dry_run: bool = False
                     ) -> retention.PruneReport:
-        """Delete what finished before ``older_than`` ago (see :func:`runtime.record.retention.prune`;
-        ``ValueError`` for a horizon too short)."""
+        """Delete what finished before ``older_than`` ago (see
+        :func:`runtime.record.retention.prune`; ``ValueError`` for a horizon too short)."""
         return await retention.prune(self._db, self._clock, older_than, dry_run=dry_run)
 
     async def prune_expired(self) -> dict[str, int]:

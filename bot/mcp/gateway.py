@@ -90,7 +90,8 @@ class Ran(Generic[T]):
 
 
 Forward = Callable[[dict[str, Any]], Awaitable[Ran[T]]]
-# the identity of the upstream tool as its server lists it now (runtime.policies.tools.GONE: no more)
+# the identity of the upstream tool as its server lists it now
+# (runtime.policies.tools.GONE: no more)
 Identify = Callable[[], Awaitable[ToolIdentity]]
 
 

@@ -2,12 +2,11 @@
 approve ID…``) without weakening any one decision.
 
 There is no batch transaction: each request is decided by its own call to
-:meth:`runtime.approvals.decisions.Decisions.decide`, so each gets its own authorisation check, its own
-compare-and-set on status, expiry and digest, and its own audit entry, exactly as a click
-on its card would. One refused request (decided elsewhere a moment before, expired, not
-this approver's, its arguments edited since the list was drawn) changes nothing else:
-the others are decided all the same, and the outcome says which and why.
-"""
+:meth:`runtime.approvals.decisions.Decisions.decide`, so each gets its own authorisation check,
+its own compare-and-set on status, expiry and digest, and its own audit entry, exactly as a
+click on its card would. One refused request (decided elsewhere a moment before, expired, not
+this approver's, its arguments edited since the list was drawn) changes nothing else: the others
+are decided all the same, and the outcome says which and why."""
 
 from __future__ import annotations
 

@@ -306,7 +306,8 @@ class StandingApprovals:
         await queue(tx, CardUpdate(approval_id), group_key=approval_id, now=now)
 
     async def get(self, standing_id: str) -> StandingRecord:
-        """A standing approval by id or unambiguous id prefix (:func:`runtime.kernel.prefix.resolve`)."""
+        """A standing approval by id or unambiguous id prefix
+        (:func:`runtime.kernel.prefix.resolve`)."""
         async with self.db.read() as tx:
             return await prefix.resolve("standing approval", standing_id, tx.standing.get,
                                         tx.standing.find)

@@ -1,15 +1,14 @@
 """What binds a decision to arguments, as shown outside the database (invariant 20).
 
-Inside the database a request binds its arguments by their digest: SHA-256 of the
-canonical JSON of ``{"tool": ..., "arguments": ...}`` (:func:`runtime.kernel.canonical.call_digest`).
-That digest is never shown. A plain hash of arguments gives a masked value back to
-whoever tries the candidates: a masked 4-digit PIN whose other arguments a card shows is
-found among 10,000 hashes in a few milliseconds. So everything that leaves the database
-and ties a decision to arguments (a button's value, a mail, a web form or page, an audit
-export, a trace, a ``--json`` document of the CLI or of the HTTP API, an error message)
-shows the digest's **binding** instead: HMAC-SHA-256 of the digest under the
-deployment's binding key, 64 hex characters, computed here and nowhere else
-(:func:`shown`).
+Inside the database a request binds its arguments by their digest: SHA-256 of the canonical JSON
+of ``{"tool": ..., "arguments": ...}`` (:func:`runtime.kernel.canonical.call_digest`). That
+digest is never shown. A plain hash of arguments gives a masked value back to whoever tries the
+candidates: a masked 4-digit PIN whose other arguments a card shows is found among 10,000 hashes
+in a few milliseconds. So everything that leaves the database and ties a decision to arguments
+(a button's value, a mail, a web form or page, an audit export, a trace, a ``--json`` document
+of the CLI or of the HTTP API, an error message) shows the digest's **binding** instead:
+HMAC-SHA-256 of the digest under the deployment's binding key, 64 hex characters, computed here
+and nowhere else (:func:`shown`).
 
 The binding key is the deployment's: derived (HMAC, label ``approvald-binding-v1``)
 from a 256-bit secret its database generates once, by the first process that opens it
@@ -139,7 +138,8 @@ DIGEST_KEYS = frozenset({"args_digest", "asked_digest", "edited_digest", "effect
                          # approved (runtime/runs/external.py: a caller's tool_changed)
                          "approved_identity", "current_identity"})
 _EDIT_KEY = "asked_digest"
-MASKED_KEY = "masked"  # an audit entry's {detail: digest of its real value} (runtime/record/audit.py)
+# an audit entry's {detail: digest of its real value} (runtime/record/audit.py)
+MASKED_KEY = "masked"
 
 
 def shown_details(value: Any) -> Any:

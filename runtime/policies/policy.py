@@ -619,8 +619,9 @@ class PolicyFile(BaseModel):
               schema: Mapping[str, Any] | None = None, *, closed: bool = False) -> None:
         """Refuse, at start-up, a tool whose policy or any of whose rules could never be
         applied, that waits longer than ``max_ttl``, or, given the JSON ``schema`` of its
-        arguments, whose condition fails on them (see :func:`runtime.policies.rule_check.check_rule`,
-        and ``closed`` there): a ConfigError naming the file, the tool and the rule."""
+        arguments, whose condition fails on them (see
+        :func:`runtime.policies.rule_check.check_rule`, and ``closed`` there): a ConfigError
+        naming the file, the tool and the rule."""
         found = self.entry(tool)
         rules = found[1].rules if found else []
         for i, (where, approval) in enumerate(self.approvals(tool, kind, base)):

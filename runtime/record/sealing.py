@@ -16,9 +16,9 @@ finding, and sealing (a few microseconds) costs less than looking for secrets wo
 
 Everything the runtime reads is opened first, so the digest still covers the real
 arguments and the run executes exactly the approved call. A sealed value that no key
-of this process opens (no key, a lost key) raises :class:`~approvald.runtime.kernel.errors.ConfigError`
-naming ``APPROVALD_DATA_KEY`` from inside the statement that read it: the transaction it
-was part of changes nothing.
+of this process opens (no key, a lost key) raises
+:class:`~approvald.runtime.kernel.errors.ConfigError` naming ``APPROVALD_DATA_KEY`` from
+inside the statement that read it: the transaction it was part of changes nothing.
 
 Without a key, values are stored as given (as before sealing existed), and the first
 secret a detector finds in a request's arguments is told once in a warning; unless the

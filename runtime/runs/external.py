@@ -4,18 +4,18 @@ An agent written in any language asks approvald about one exact call (a tool nam
 arguments), waits for the answer, runs the call itself if it was approved, and reports
 what came of it. approvald decides, remembers and audits; it never runs the call.
 
-Representation: each request is a run of agent ``external:<token name>`` in status
-``external`` (while it is open, and once approved until the caller reports), whose id
-starts with ``x`` (other run ids are hex). Nothing advances such a run: the worker claims
-only ``running`` runs, and a decision wakes only an ``awaiting_approval`` one. Its approval
-is an ordinary approval of an ordinary run, opened by :meth:`runtime.requests.gate.Gate.insert_approval`:
-the card goes through the outbox, reminders, expiry and escalation come from the sweep,
-a click or the CLI decides by the same compare-and-set, and the audit log chains it all.
-The ``external_requests`` row beside the run holds what is the caller's: its token, the
-idempotency key, the policy name the call was resolved under (by the intake, from the
-token's source: never named by the caller), the webhook URL, and its report. The report is a
-row of the execution ledger (``<id>:call``) and an ``executed`` audit entry, so the audit
-export shows requested, approved and executed with the exact arguments.
+Representation: each request is a run of agent ``external:<token name>`` in status ``external``
+(while it is open, and once approved until the caller reports), whose id starts with ``x``
+(other run ids are hex). Nothing advances such a run: the worker claims only ``running`` runs,
+and a decision wakes only an ``awaiting_approval`` one. Its approval is an ordinary approval of
+an ordinary run, opened by :meth:`runtime.requests.gate.Gate.insert_approval`: the card goes
+through the outbox, reminders, expiry and escalation come from the sweep, a click or the CLI
+decides by the same compare-and-set, and the audit log chains it all. The ``external_requests``
+row beside the run holds what is the caller's: its token, the idempotency key, the policy name
+the call was resolved under (by the intake, from the token's source: never named by the caller),
+the webhook URL, and its report. The report is a row of the execution ledger (``<id>:call``) and
+an ``executed`` audit entry, so the audit export shows requested, approved and executed with the
+exact arguments.
 
 Telling the caller: every transition of a request is audited, and the transaction that
 audited an entry that may have ended a request, whichever path made it, also queues a

@@ -9,6 +9,7 @@ list). A block that fails names its page and line, with its output. The fixture 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -192,3 +193,15 @@ def test_each_page_gets_the_two_waiting_requests_seeded_once(
     monkeypatch.setattr(examples, "SEED_FRESH_FOR", -1.0)  # the seed has gone stale
     examples.seed(homes[2].parent, examples.environment(homes[2]))
     assert len(made) == 2
+
+
+def test_the_docs_import_the_runtime_only_from_its_front_package() -> None:
+    """Issue 47 item 3: runtime/ is in layers a reader need not know; the docs and the README
+    import from ``approvald.runtime`` alone (its ``__init__`` names what they use), so a
+    module moving between layers breaks no page."""
+    deep = re.compile(r"^\s*(from approvald\.runtime\.\S+ import|import approvald\.runtime\b)")
+    found = [f"{page.relative_to(ROOT)}:{n}: {line.strip()}"
+             for page in [ROOT / "README.md", *PAGES]
+             for n, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1)
+             if deep.match(line)]
+    assert found == []

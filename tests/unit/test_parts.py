@@ -28,6 +28,9 @@ RUNTIME = Path(__file__).resolve().parents[2] / "runtime"
 # API's shared code, moved out of bot/ by issue 47) uses the engine's verbs like a face;
 # it is no part of the engine, and nothing below the engine imports it
 ABOVE = frozenset({"callers.py"})
+# and runtime/__init__.py, the names agent modules and docs import (issue 47 item 3), names
+# the engine among them (lazily: it imports nothing until a name is asked for)
+FACADE = RUNTIME / "__init__.py"
 
 
 def _imports(path: Path) -> list[str]:
@@ -40,7 +43,7 @@ def _imports(path: Path) -> list[str]:
 
 def test_no_module_of_the_runtime_imports_the_engine_module() -> None:
     found = [str(path.relative_to(RUNTIME)) for path in RUNTIME.rglob("*.py")
-             if path.name != "engine.py" and path.name not in ABOVE
+             if path.name != "engine.py" and path.name not in ABOVE and path != FACADE
              and any(n.endswith("runtime.engine") for n in _imports(path))]
     assert found == []
 
