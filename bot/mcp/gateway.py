@@ -143,12 +143,25 @@ class Gateway(CallerGate):
         the seconds it waits for a decision, after which it answers that the request is
         still waiting (the same call made again joins it); None, until decided.
         ``identify``: the tool's identity now, asked before an approved call is forwarded
-        (see the module docstring); None for what has no identity (a resource, a prompt)."""
+        (see the module docstring); None for what has no identity (a resource, a prompt).
+
+        The gateway's credential is taken from memory once found live: the request's
+        statements check it again, and when they find it revoked it is read again (and
+        the gateway is found switched off: nothing is executed)."""
         try:
-            token = await self.token()
+            token = await self.token(kept=True)
+            doc, _ = await self._request(token, tool, args)
         except CallerOff as exc:
             return Refused("off", f"approvald: {exc}. Nothing was executed.")
-        doc, _ = await self._request(token, tool, args)
+        except ExternalError as exc:
+            if exc.code != "unauthorized":
+                raise
+            self.e.forget_kept()
+            try:
+                token = await self.token()
+            except CallerOff as off:
+                return Refused("off", f"approvald: {off}. Nothing was executed.")
+            doc, _ = await self._request(token, tool, args)
         rid = str(doc["id"])
         loop = asyncio.get_running_loop()
         deadline = None if budget is None else loop.time() + max(0.0, budget)

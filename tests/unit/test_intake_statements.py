@@ -605,3 +605,77 @@ async def test_a_call_made_by_another_process_is_found_without_the_first_look_up
         engine.forget_calls()
     assert await _hook_runs(engine) == runs + 2  # each a request of its own
     assert (await verify(parts(engine).db)).ok
+
+
+# -- the MCP gateway's auto call: forwarded, its result recorded --------------------------
+
+MCP_POLICY = PolicyFile.model_validate({"tools": {"mcp:t/echo": {"policy": "auto"}}})
+
+
+async def _echo(args: dict[str, Any]) -> Any:
+    from approvald.bot.mcp.gateway import Ran
+    return Ran(f"echo {args}", "succeeded", {"echo": args})
+
+
+def _mcp_gateway(engine: Engine) -> Any:
+    from approvald.bot.mcp.gateway import Gateway
+    return Gateway(engine, name="t", requested_by="U_DANA", server="fake")
+
+
+async def _mcp_runs(engine: Engine) -> int:
+    async with parts(engine).db.read() as tx:
+        return len([r for r in await tx.runs.recent(limit=500)
+                    if r.agent.startswith("external:mcp")])
+
+
+async def test_an_mcp_auto_call_reads_no_credential(make_engine, statements) -> None:
+    """An MCP gateway's auto call, from its call to its result recorded: the gateway's
+    credential found live once is kept (the request's statement checks it). Today on
+    PostgreSQL: the request (BEGIN, WITH, COMMIT), the run's status, the start (BEGIN,
+    run and request locked, the intent, COMMIT), the report (nine): 18."""
+    from approvald.bot.mcp.gateway import Ran
+    engine = make_engine(policy=MCP_POLICY)
+    g = _mcp_gateway(engine)
+    for i in range(2):  # the first: the credential made, connections opened, plans made
+        window = statements.during()
+        out = await g.call("echo", {"n": i}, _echo)
+        assert isinstance(out, Ran) and out.status == "succeeded", out
+    kinds = window.kinds()
+    assert kinds["SELECT api_tokens"] == 0, window.sent
+    if parts(engine).db.dialect == "postgresql":
+        assert kinds == collections.Counter({
+            "BEGIN": 3, "COMMIT": 3, "WITH": 2, "SELECT runs": 3,
+            "SELECT external_requests": 2, "INSERT tool_executions": 1,
+            "SELECT tool_executions": 1, "UPDATE tool_executions": 1,
+            "UPDATE external_requests": 1, "UPDATE runs": 1}), window.sent
+        assert len(window.sent) == 18
+
+
+async def test_an_mcp_gateway_revoked_after_it_was_kept_executes_nothing(
+        make_engine) -> None:
+    """The gateway's credential found live is kept, the request's statement checks it:
+    revoked elsewhere (another process's ``approvald tokens revoke mcp.t``), the next
+    call, new or made before, is refused as switched off, nothing asked, nothing run."""
+    from approvald.bot.mcp.gateway import Ran, Refused
+    from approvald.store.repos.external import ExternalRepo
+    engine = make_engine(policy=MCP_POLICY)
+    g = _mcp_gateway(engine)
+    ran: list[dict[str, Any]] = []
+
+    async def server(args: dict[str, Any]) -> Any:
+        ran.append(args)
+        return await _echo(args)
+
+    assert isinstance(await g.call("echo", {"n": 0}, server), Ran)
+    async with parts(engine).db.write() as tx:  # not through this engine: nothing forgotten
+        assert isinstance(tx.external, ExternalRepo)
+        assert await tx.external.revoke_token("mcp.t", by="U_OPS",
+                                              now=engine.now()) is not None
+    runs = await _mcp_runs(engine)
+    for n in (0, 1):  # a call made before, and a new one
+        out = await g.call("echo", {"n": n}, server)
+        assert isinstance(out, Refused) and out.status == "off", out
+        assert "switched off" in out.message and "U_OPS" in out.message, out.message
+    assert ran == [{"n": 0}]
+    assert await _mcp_runs(engine) == runs
+    assert (await verify(parts(engine).db)).ok
