@@ -72,6 +72,8 @@ TOKEN_PREFIX = "mcp."
 ACTOR = "system:mcp-gateway"
 VIA = "mcp"  # the face the audit log names for the gateway's requests and reports
 KEEP_RAN = 256  # finished calls whose results late joiners in this process still get
+# what a start says of a request answered at once whose run is over (ran or cancelled)
+CLOSED = frozenset({"already_reported", "not_approved", "cancelled"})
 RESULT_SUMMARY = 4000  # characters of a result too large to record whole
 
 T = TypeVar("T")
@@ -189,7 +191,10 @@ class Gateway(CallerGate):
         rid = str(doc["id"])
         task = self._inflight.get(rid) or self._ran.get(rid)
         if task is None:
-            if await self._run_status(rid) in FINAL_STATUSES:
+            # a request answered at once (nothing asked, no tool to list first) is not
+            # read first: its start refuses it as closed, which is answered the same way
+            if doc["approval_id"] is not None \
+                    and await self._run_status(rid) in FINAL_STATUSES:
                 return await self._closed(token, tool, rid)
             # looked up again with no await before it is set: one task per request here
             task = self._inflight.get(rid) or self._ran.get(rid)
@@ -256,6 +261,8 @@ class Gateway(CallerGate):
             await self.e.start_request(token, rid, args_digest=doc["effective_digest"],
                                        owner=lease_id(self.owner), identity=now)
         except ExternalError as exc:
+            if doc["approval_id"] is None and exc.code in CLOSED:
+                return await self._closed(token, tool, rid)  # see collect()
             return self._not_started(tool, rid, exc)
         # an exception here (the server gone mid-call, a cancellation at shutdown) is left
         # unreported on purpose: the intent row stays "started", outcome unknown

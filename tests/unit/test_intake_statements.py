@@ -631,8 +631,9 @@ async def _mcp_runs(engine: Engine) -> int:
 async def test_an_mcp_auto_call_reads_no_credential(make_engine, statements) -> None:
     """An MCP gateway's auto call, from its call to its result recorded: the gateway's
     credential found live once is kept (the request's statement checks it). Today on
-    PostgreSQL: the request (BEGIN, WITH, COMMIT), the run's status, the start (BEGIN,
-    run and request locked, the intent, COMMIT), the report (nine): 18."""
+    PostgreSQL: the request (BEGIN, WITH, COMMIT), the start (BEGIN, run and request
+    locked, the intent, COMMIT), the report (nine): 17. The run's status is not read
+    before the start of a call answered at once (its start refuses a closed one)."""
     from approvald.bot.mcp.gateway import Ran
     engine = make_engine(policy=MCP_POLICY)
     g = _mcp_gateway(engine)
@@ -644,11 +645,11 @@ async def test_an_mcp_auto_call_reads_no_credential(make_engine, statements) -> 
     assert kinds["SELECT api_tokens"] == 0, window.sent
     if parts(engine).db.dialect == "postgresql":
         assert kinds == collections.Counter({
-            "BEGIN": 3, "COMMIT": 3, "WITH": 2, "SELECT runs": 3,
+            "BEGIN": 3, "COMMIT": 3, "WITH": 2, "SELECT runs": 2,
             "SELECT external_requests": 2, "INSERT tool_executions": 1,
             "SELECT tool_executions": 1, "UPDATE tool_executions": 1,
             "UPDATE external_requests": 1, "UPDATE runs": 1}), window.sent
-        assert len(window.sent) == 18
+        assert len(window.sent) == 17
 
 
 async def test_an_mcp_gateway_revoked_after_it_was_kept_executes_nothing(
@@ -678,4 +679,50 @@ async def test_an_mcp_gateway_revoked_after_it_was_kept_executes_nothing(
         assert "switched off" in out.message and "U_OPS" in out.message, out.message
     assert ran == [{"n": 0}]
     assert await _mcp_runs(engine) == runs
+    assert (await verify(parts(engine).db)).ok
+
+
+@pytest.mark.parametrize("how", ["cancelled", "ran"])
+async def test_an_mcp_auto_call_closed_before_its_start_is_not_run(
+        make_engine, how: str) -> None:
+    """Without the run's status read before the start, a call answered at once whose
+    request was closed meanwhile (cancelled by a person, or run and reported by another
+    process of the gateway) is refused by the start and answered as before: not run."""
+    from approvald.bot.mcp.gateway import Ran, Refused
+    from approvald.runtime.runs.external import Report
+    engine = make_engine(policy=MCP_POLICY)
+    g = _mcp_gateway(engine)
+    ran: list[dict[str, Any]] = []
+    made: list[str] = []
+
+    async def server(args: dict[str, Any]) -> Any:
+        ran.append(args)
+        return await _echo(args)
+
+    request = g._request
+
+    async def closed_meanwhile(token: Any, tool: str, args: dict[str, Any]) -> Any:
+        doc, started = await request(token, tool, args)
+        made.append(str(doc["id"]))
+        if how == "cancelled":
+            from approvald.runtime.approvals.decide import Actor
+            assert await engine.cancel(doc["id"], actor=Actor("U_OPS", "cli:ops"),
+                                       reason="drill") == "cancelled"
+        else:  # another process started and reported it
+            await engine.start_request(token, doc["id"], args_digest=doc["effective_digest"],
+                                       owner="elsewhere")
+            assert await engine.record_request_report(token, doc["id"], Report(
+                "succeeded", doc["effective_digest"], {"echo": args}, None))
+        return doc, started
+
+    g._request = closed_meanwhile
+    out = await g.call("echo", {"n": 1}, server)
+    assert isinstance(out, Refused), out
+    assert out.status == ("cancelled" if how == "cancelled" else "ran"), out
+    assert out.request_id == made[0]
+    said = "Nothing was executed" if how == "cancelled" else "It was not run again"
+    assert said in out.message, out.message
+    assert ran == []
+    g._request = request
+    assert isinstance(await g.call("echo", {"n": 2}, server), Ran)
     assert (await verify(parts(engine).db)).ok
