@@ -64,7 +64,7 @@ from approvald.runtime.policies.sensitive import mask_text
 from approvald.runtime.policies.tools import ToolIdentity
 from approvald.runtime.record.state import FINAL_STATUSES
 from approvald.runtime.runs.external import TOOL_CHANGED, ExternalError, NewRequest, Report
-from approvald.store.repos.external import TokenRecord
+from approvald.store.repos.external import Checks, TokenRecord
 
 log = logging.getLogger("approvald.mcp")
 
@@ -109,7 +109,8 @@ class Gateway(CallerGate):
     client = "MCP client"
 
     def __init__(self, engine: Engine, *, name: str, requested_by: str, server: str,
-                 heartbeat: float = HEARTBEAT, bearer: str | None = None) -> None:
+                 heartbeat: float = HEARTBEAT, bearer: str | None = None,
+                 bearer_token: TokenRecord | None = None) -> None:
         super().__init__(engine, Source("mcp", name), requested_by=requested_by,
                          heartbeat=heartbeat)
         self.what = f"MCP gateway {name}"
@@ -118,6 +119,9 @@ class Gateway(CallerGate):
         # the same call from another token's holder is another request (theirs, for the
         # person their token was made for), never a join of this one
         self.bearer = bearer
+        # that token as found live (kept in memory by serve): each request's statements
+        # check it is still live, and a call it can no longer make forgets it
+        self.bearer_token = bearer_token
         self.descriptions: dict[str, str] = {}  # tool -> its description, for cards
         # tool -> what its server says of it (readOnlyHint...): read by rules, never trusted
         self.annotations: dict[str, dict[str, Any]] = {}
@@ -161,9 +165,15 @@ class Gateway(CallerGate):
             self.e.forget_kept()
             try:
                 token = await self.token()
+                doc, _ = await self._request(token, tool, args)
             except CallerOff as off:
                 return Refused("off", f"approvald: {off}. Nothing was executed.")
-            doc, _ = await self._request(token, tool, args)
+            except ExternalError as again:
+                if again.code != "unauthorized" or self.bearer_token is None:
+                    raise
+                self.e.forget_caller(self.bearer_token)  # revoked since it was kept
+                return Refused("unauthorized", f"approvald: the bearer token {self.bearer} "
+                               "was revoked. Nothing was executed.")
         rid = str(doc["id"])
         loop = asyncio.get_running_loop()
         deadline = None if budget is None else loop.time() + max(0.0, budget)
@@ -306,7 +316,8 @@ class Gateway(CallerGate):
             "description": self.descriptions.get(tool) or f"{tool}, a tool of the MCP "
                                                           f"server {self.name}",
         }
+        live = (self.bearer_token.id,) if self.bearer_token is not None else ()
         return NewRequest(tool=tool, args=args, requested_by=self.requested_by,
                           packet=packet, idempotency_key=key,
                           annotations=self.annotations.get(tool),
-                          identity=self.identities.get(tool))
+                          identity=self.identities.get(tool), checks=Checks(live=live))

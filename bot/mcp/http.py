@@ -199,7 +199,7 @@ class HttpGateway:
             assert token.requested_by is not None  # a face token always has one
             found = self._gateways[token.id] = Gateway(
                 self.e, name=self.name, requested_by=token.requested_by,
-                server=self.config.server(), bearer=token.name)
+                server=self.config.server(), bearer=token.name, bearer_token=token)
         return found
 
     # -- the MCP side --------------------------------------------------------------------
@@ -295,11 +295,12 @@ class HttpGateways:
         g = self.gateways.get(request.match_info["name"])
         if g is None or g.manager is None:
             return _error(404, "unknown_gateway", f"no MCP gateway is served at {request.path}")
-        token = await self.e.caller(request.headers.get("Authorization", ""))
+        header = request.headers.get("Authorization", "")
+        # from memory once found live: a tools/call's request checks it is still live
+        # (the gateway's checks); every other message reads it again below
+        token = await self.e.caller(header, to_open=True)
         if token is None:
-            return _error(401, "unauthorized", "a valid bearer token is required "
-                          f"(`approvald tokens create NAME --face {g.face} --requested-by U…`)",
-                          {"WWW-Authenticate": 'Bearer realm="approvald"'})
+            return _unauthorized(g)
         refused = api_tokens.face_refusal(token, g.face)
         if refused is not None:
             return _error(403, "wrong_face", refused)
@@ -310,6 +311,11 @@ class HttpGateways:
             body = await _read(request)
             with contextlib.suppress(ValueError):
                 said = json.loads(body)
+        if not (isinstance(said, dict) and said.get("method") == "tools/call"):
+            token = await self.e.caller(header)  # not a call: read now
+            if token is None:
+                return _unauthorized(g)
+        if request.method == "POST" and body is not None:
             if self.back.deliver(token.id, said):  # a reply to a request relayed here
                 return web.Response(status=202)
             if isinstance(said, dict) and said.get("method") == "initialize":
@@ -336,6 +342,12 @@ async def _read(request: web.Request) -> bytes:
         chunks.append(chunk)
         size += len(chunk)
     return b"".join(chunks)
+
+
+def _unauthorized(g: HttpGateway) -> web.Response:
+    return _error(401, "unauthorized", "a valid bearer token is required "
+                  f"(`approvald tokens create NAME --face {g.face} --requested-by U…`)",
+                  {"WWW-Authenticate": 'Bearer realm="approvald"'})
 
 
 def _error(status: int, code: str, message: str,

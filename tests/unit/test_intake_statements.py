@@ -726,3 +726,36 @@ async def test_an_mcp_auto_call_closed_before_its_start_is_not_run(
     g._request = request
     assert isinstance(await g.call("echo", {"n": 2}, server), Ran)
     assert (await verify(parts(engine).db)).ok
+
+
+async def test_an_mcp_bearer_revoked_after_it_was_kept_executes_nothing(make_engine) -> None:
+    """Over HTTP, the bearer token a gateway's calls are made for, found live once, is
+    kept (serve's ``/mcp/NAME`` for ``tools/call``); each request's statements check it:
+    revoked, the next call, new or made before, is refused (``unauthorized``), nothing
+    asked or run, and the token is forgotten (the next message reads it: a 401)."""
+    from approvald.bot.mcp.gateway import Gateway, Ran, Refused
+    engine = make_engine(policy=MCP_POLICY)
+    made = await create_token(engine, KEYS, "dana-mcp", created_by="test", via="test",
+                              face="mcp:t", requested_by="U_DANA")
+    header = f"Bearer {made.token}"
+    kept = await engine.caller(header, to_open=True)
+    assert kept is not None
+    g = Gateway(engine, name="t", requested_by="U_DANA", server="fake", bearer=kept.name,
+                bearer_token=kept)
+    ran: list[dict[str, Any]] = []
+
+    async def server(args: dict[str, Any]) -> Any:
+        ran.append(args)
+        return await _echo(args)
+
+    assert isinstance(await g.call("echo", {"n": 0}, server), Ran)
+    await revoke_token(engine, "dana-mcp", by="test", via="test")
+    assert await engine.caller(header, to_open=True) == kept  # kept: not read again
+    runs = await _mcp_runs(engine)
+    for n in (0, 1):  # a call made before, and a new one
+        out = await g.call("echo", {"n": n}, server)
+        assert isinstance(out, Refused) and out.status == "unauthorized", out
+    assert ran == [{"n": 0}]
+    assert await _mcp_runs(engine) == runs
+    assert await engine.caller(header, to_open=True) is None  # forgotten, read again
+    assert (await verify(parts(engine).db)).ok
