@@ -448,3 +448,33 @@ async def test_a_completed_tasks_last_update_is_when_its_call_finished(
         assert done["lastUpdatedAt"] == doc["result"]["reported_at"], (done, doc)
         again = (await rpc(http, target, dana, "tasks/get", {"taskId": tid}))["result"]
         assert again["lastUpdatedAt"] == doc["result"]["reported_at"]
+
+
+async def test_a_bearer_revoked_after_it_was_kept_runs_nothing(
+        db_url: str, tmp_path: Path, ledger: Path) -> None:
+    """The bearer token of a ``tools/call`` is kept once found live (its request's
+    statement checks it); revoked, every other message is refused at once (read afresh:
+    a 401), a call is refused with nothing asked or run, and the token is forgotten (the
+    next call: a 401)."""
+    from tests.helpers import revoke_token
+    async with harness(db_url, tmp_path, background=False, **files(tmp_path)) as h, \
+            aiohttp.ClientSession() as http:
+        dana = await token(h, "dana-agent", face="mcp:bank", requested_by="U_DANA")
+        target = url(h.service, "bank")
+        echo = await rpc(http, target, dana, "tools/call",
+                         {"name": "echo", "arguments": {"text": "hi"}})
+        assert echo["result"]["content"][0]["text"] == "hi", echo
+        await revoke_token(h.engine, "dana-agent", by="test", via="test")
+        listed = await rpc(http, target, dana, "tools/list", {})
+        assert listed["error"]["code"] == "unauthorized", listed
+        async with parts(h.engine).db.read() as tx:
+            runs = len(await tx.runs.recent(limit=100))
+        called = await rpc(http, target, dana, "tools/call",
+                           {"name": "echo", "arguments": {"text": "again"}})
+        assert "again" not in json.dumps(called), called
+        assert "revoked" in json.dumps(called), called
+        again = await rpc(http, target, dana, "tools/call",
+                          {"name": "echo", "arguments": {"text": "again"}})
+        assert again["error"]["code"] == "unauthorized", again
+        async with parts(h.engine).db.read() as tx:
+            assert len(await tx.runs.recent(limit=100)) == runs
