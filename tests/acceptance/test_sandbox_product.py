@@ -78,6 +78,10 @@ def test_page_routes_refuse_bad_input_and_change_nothing(tmp_path: Path) -> None
     sb = Sandbox(tmp_path)
     try:
         sb.start()
+        # serve's start posts the audit log's head to the audit channel (a change to the
+        # workspace, which moves the page's version): taken as settled once it is there
+        wait_until(lambda: "Audit log head" in sb.state("U_DANA", pane="C_AUDIT")["main"],
+                   within=60, what="the audit head's post")
         before = sb.state("U_DANA")
         bad = [
             ("runs", {"user": "U_NOBODY", "agent": "demo-refund", "order": "A-1"}, 400),

@@ -13,12 +13,14 @@ thread are kept in ``test-artifacts/sandbox-thread-story/`` and
 
 from __future__ import annotations
 
+import inspect
 import re
 import signal
 from pathlib import Path
 from typing import Any
 
 import pytest
+from approvald.bot.slack.threads import ThreadFollower
 
 from tests.acceptance.browser_pages import sandbox_page
 
@@ -27,6 +29,10 @@ pytestmark = pytest.mark.slow
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "sandbox-thread-story"
 CRASH_ARTIFACTS = ARTIFACTS.with_name("sandbox-crash-story")
 WAIT_MS = 60_000
+# how long a run thread's claim lasts (the follower's default): one taken by a killed process
+# holds the thread until it lapses
+CLAIM_TTL_MS = int(inspect.signature(ThreadFollower).parameters["claim_ttl"].default
+                   .total_seconds() * 1000)
 CARDS = "#pane .msg:has(.b-header)"
 POLICY = """
 [tools.issue_refund]
@@ -210,7 +216,10 @@ def test_a_crash_and_its_retry_told_from_the_thread_alone(tmp_path: Path) -> Non
         page.goto(sb.url + "?user=U_DANA")
         expect(page.locator("body")).to_have_attribute("data-ready", "1")
         parent = page.locator("#pane .msg:not(:has(.b-header))", has_text="Refund order A-6,")
-        parent.locator("a.replies").click()
+        # the killed process may have held the run thread's claim (a turn telling the
+        # approval, under way when it died): nobody posts in the thread until that lease
+        # lapses, so the replies may come up to a claim's lease after the restart
+        parent.locator("a.replies").click(timeout=WAIT_MS + CLAIM_TTL_MS)
         thread = page.locator("#thread-body")
         expect(thread).to_contain_text("Refund order A-6,")
         # what happened: the call was cut off by the crash, retried, and ran once
