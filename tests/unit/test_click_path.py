@@ -179,6 +179,7 @@ async def test_a_decided_run_starts_from_the_row_its_decision_leased_while_it_is
     assert calls.count(run_id) == 1
 
 
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)  # SQLite locks the file
 async def test_the_decisions_one_locking_read_holds_the_run_and_then_the_request(
         db: Database) -> None:
     """The decision used to lock the run's row, then read and lock the request's: on
@@ -187,8 +188,6 @@ async def test_the_decisions_one_locking_read_holds_the_run_and_then_the_request
     decision) waits for it, so what the decision read is what it decides on. The rows
     are tried from another connection with NOWAIT while the decision's transaction is
     open."""
-    if db.dialect != "postgresql":
-        pytest.skip("SQLite's write transaction holds the whole database")
     paused = await _engine(db).run("payer", "pay for web", requested_by="U_DANA")
     import asyncpg  # type: ignore[import-untyped]
 
