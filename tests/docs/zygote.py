@@ -1,18 +1,19 @@
-"""A warm ``approvald`` for the docs examples: the console script's one import done once,
-then a fresh process forked from it for each command a page runs.
+"""A warm ``approvald`` for the docs examples: the command line's imports done once, then a
+fresh process forked from it for each command a page runs.
 
 Each ``approvald`` a docs page runs would import the same ~680 modules (0.7-1 s of CPU)
-before doing its own work (a few hundredths of a second); a page runs up to thirty. The examples test instead
-puts a small ``approvald`` (:data:`SHIM`) first on the page's ``PATH``: it hands its
-arguments, environment, working directory and its standard input, output and error (the
-file descriptors themselves) to this server, which forks a child that runs the console
-script's code (``sys.exit(main())``) in a process of its own, with that environment, in that
-directory, on those descriptors; the shim exits with the child's status (a child killed by
-a signal kills the shim with the same signal) and passes SIGTERM, SIGINT and SIGHUP on to
-it. What is shared is only the imports: ``approvald.bot.cli`` (the console script's own)
-and every command group's module (:func:`approvald.bot.cli.root.groups`, as the reference
-pages' parser imports them; a command imports its own group's as it starts). They read no
-environment, but for the failpoints, which are armed again in the child from its own.
+before doing its own work (a few hundredths of a second); a page runs up to thirty. The
+examples test instead puts a small ``approvald`` (:data:`SHIM`) first on the page's
+``PATH``: it hands its arguments, environment, working directory and its standard input,
+output and error (the file descriptors themselves) to this server, which forks a child that
+runs the console script's code (``sys.exit(main())``) in a process of its own, with that
+environment, in that directory, on those descriptors; the shim exits with the child's status
+(a child killed by a signal kills the shim with the same signal) and passes SIGTERM, SIGINT
+and SIGHUP on to it. What is shared is only the imports: ``approvald.bot.cli`` (the console
+script's own) and every command group's module (:func:`approvald.bot.cli.root.groups`, as
+the reference pages' parser imports them; a command imports its own group's as it starts).
+They read no environment, but for the failpoints, which are armed again in the child from
+its own.
 
 Run as ``python zygote.py SOCKET``; it serves until its standard input closes (its parent,
 the test process, ended) or it is killed.
@@ -53,9 +54,11 @@ for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
     signal.signal(signum, relay)
 line = stream.readline()
 status = int(line) if line.strip() else -signal.SIGKILL
-if status < 0:
-    signal.signal(-status, signal.SIG_DFL)
+if status < 0:  # killed by a signal: so is this, by the same one
+    if -status in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(-status, signal.SIG_DFL)
     os.kill(os.getpid(), -status)
+    sys.exit(128 - status)  # a signal this process ignores (as Python does SIGPIPE)
 sys.exit(status)
 """
 
