@@ -63,7 +63,11 @@ _FOLD = "approvald-audit-fold-v1"
 
 def row_mac(key: AuditKey, seq: int, folded: int, state: str) -> str:
     """The MAC of a kept request: its first entry, how many entries it folds, its fold."""
-    return key.mac(f"{_ROW}\n{seq}:{folded}\n{state}")
+    return key.mac(row_text(seq, folded, state))
+
+
+def row_text(seq: int, folded: int, state: str) -> str:
+    return f"{_ROW}\n{seq}:{folded}\n{state}"
 
 
 def fold_mac(key: AuditKey, through: int, folded: int, unkeyed_until: int) -> str:
@@ -134,10 +138,11 @@ async def kept(tx: Tx, keys: Sequence[AuditKey], unkeyed_until: int) -> Kept:
     total = 0
     bad: list[int] = []
     compare = hmac.compare_digest
+    macs = {k.id: k.macs() for k in keys}
     async for rows in tx.audit.folded():
         for seq, n, state, kid, row in rows:
-            k = key if kid == key_id else by_id.get(kid)
-            if k is None or not compare(row_mac(k, seq, n, state), row):
+            mac_of = macs.get(kid)
+            if mac_of is None or not compare(mac_of(row_text(seq, n, state)), row):
                 bad.append(seq)
                 continue
             total += n
