@@ -127,7 +127,12 @@ async def read_history(db: Database, *, since: datetime | None, keys: Sequence[A
     and the count before it) and the entries up to it are read in batches, only those the
     record is made of; ``full`` (or no usable checkpoint) walks and verifies the whole
     chain (:func:`runtime.record.audit.verify`) and reads the record in the same walk. Either
-    way the checkpoint then moves to the head verified."""
+    way the checkpoint then moves to the head verified.
+
+    With a key and not ``full``, the requests are kept folded: the kept ones are checked
+    and taken, and only the entries after them folded (:mod:`runtime.record.history_fold`);
+    what a check caught is in :attr:`History.problems`, and the entries were folded
+    instead."""
     if keys and not full:  # the requests kept folded, checked, and the entries after
         from approvald.runtime.record.history_fold import read_kept
         return await read_kept(db, since=since, keys=keys, unkeyed_until=unkeyed_until)
