@@ -139,3 +139,16 @@ async def test_an_existing_record_is_kept_on_its_first_read_and_a_window_is_cut_
     assert _refunds(window) == [("denied", "U_ALICE")]
     assert _refunds(await engine.history(since=None, keys=[KEY])) == [
         ("approved", "U_ALICE"), ("denied", "U_ALICE")]
+
+
+async def test_two_reads_keeping_at_once_leave_one_keep(make_engine, db):
+    from approvald.runtime.record.history import _Builder
+    from approvald.runtime.record.history_fold import Kept, keep
+
+    engine = make_engine(audit_key=KEY)
+    await _history(engine)
+    before = (await Rows(db).kept_requests(), await Rows(db).audit_fold())
+    # a read that found nothing kept (a moment ago) keeps its fold after this one did:
+    # the fold row is not where it found it, so nothing of it is written
+    assert not await keep(db, KEY, 0, _Builder(), Kept(was=None), before[1][0] + 1)
+    assert (await Rows(db).kept_requests(), await Rows(db).audit_fold()) == before
