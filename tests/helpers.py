@@ -235,6 +235,19 @@ async def _keep(box: list[asyncio.Task[None]], task: asyncio.Task[None]) -> None
         pass
 
 
+def ci_architecture() -> Any:
+    """``.ci/architecture.py`` loaded as a module (it is a script, not a package): the
+    counts the layout and layer tests hold to zero, and the names they point at."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "architecture", Path(__file__).resolve().parents[1] / ".ci" / "architecture.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def opened_by_faces(monkeypatch: Any, db: Any) -> list[str]:
     """The reads and writes opened on ``db`` from now on, each as ``kind:module`` of the
     code that opened it; the expiry scheduler's own timer (which may fire meanwhile) is
