@@ -102,8 +102,23 @@ def transfers(ledger: Path) -> list[dict[str, Any]]:
 
 
 
-@pytest.fixture
-def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def bank_gateway(tmp_path: Path, policy: str, *, command: list[str] | None = None,
+                 upstream: str | None = None) -> dict[str, str]:
+    """``serve``'s one gateway, ``bank``, in front of the fixture server: started by
+    ``command`` (by default the fixture server over stdio) or reached at ``upstream`` (a
+    URL), with ``policy`` as the operator's policy file; the environment naming both."""
+    where = f'url = "{upstream}"' if upstream else \
+        f"command = {json.dumps(command or [sys.executable, str(SERVER)])}"
+    (tmp_path / "policy.toml").write_text(policy)
+    (tmp_path / "gateways.toml").write_text(f"[gateways.bank]\n{where}\nwait = 30\n")
+    return {"APPROVALD_POLICY_FILE": str(tmp_path / "policy.toml"),
+            "APPROVALD_MCP_GATEWAYS_FILE": str(tmp_path / "gateways.toml")}
+
+
+@pytest.fixture(name="ledger")
+def wrapped_ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The fixture server's ledger of transfers (and reads), in the wrapped server's
+    environment: the ``ledger`` fixture of every MCP test module (import this)."""
     path = tmp_path / "transfers.jsonl"
     monkeypatch.setenv("MCP_FIXTURE_LEDGER", str(path))  # the wrapped server's environment
     return path

@@ -30,16 +30,15 @@ from tests.helpers import parts
 from tests.integration.adapter_helpers import approve_in_slack, pending_request
 from tests.integration.slack_harness import harness
 from tests.integration.test_mcp_conformance import BIN, REQUIRED, SUITE, _env
-from tests.integration.test_mcp_http import files, token, transfers, url
+from tests.integration.test_mcp_http import (
+    files,
+    token,
+    transfers,
+    url,
+    wrapped_ledger,  # noqa: F401  (a fixture)
+)
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "transfers.jsonl"
-    monkeypatch.setenv("MCP_FIXTURE_LEDGER", str(path))  # the wrapped server's environment
-    return path
 
 
 async def test_a_fastmcp_tasks_client_creates_polls_completes_and_cancels(
