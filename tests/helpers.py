@@ -342,9 +342,57 @@ class Rows:
         async with self.db.read() as tx:
             return await tx.executions.get(run_id, call_id)
 
-    async def outbox(self, kind: str) -> list[Any]:
+    async def requests(self, *, status: str | None = None, limit: int = 100) -> list[Any]:
+        """The latest requests (approvals) of every run, newest first; of one status."""
+        async with self.db.read() as tx:
+            return await tx.approvals.recent(status=status, limit=limit)
+
+    async def votes(self, approval_id: str) -> list[Any]:
+        """The votes cast on a request, each with its actor and the digest it was cast on."""
+        async with self.db.read() as tx:
+            return await tx.approvals.votes(approval_id)
+
+    async def runs(self, *, limit: int = 50) -> list[Any]:
+        """The latest runs, newest first."""
+        async with self.db.read() as tx:
+            return await tx.runs.recent(limit=limit)
+
+    async def thread(self, run_id: str) -> Any:
+        """A run's Slack thread: where it is posted and how far (None: not yet)."""
+        async with self.db.read() as tx:
+            return await tx.threads.get(run_id)
+
+    async def thread_and_run(self, run_id: str) -> tuple[Any, Any]:
+        """A run's thread and the run, read together (one snapshot: whether the thread has
+        caught up with the run, while the worker and the follower move both)."""
+        async with self.db.read() as tx:
+            return await tx.threads.get(run_id), await tx.runs.get(run_id)
+
+    async def request_state(self, approval_id: str) -> tuple[str, list[Any], tuple[int, str]]:
+        """A request's status, its votes and the audit chain's head, read together: what a
+        refused click must leave exactly as it was."""
+        async with self.db.read() as tx:
+            a = await tx.approvals.get(approval_id)
+            return a.status, await tx.approvals.votes(approval_id), await tx.audit.head()
+
+    async def executions(self, run_id: str) -> dict[str, Any]:
+        """The ledger's rows of a run, by call id."""
+        async with self.db.read() as tx:
+            return await tx.executions.for_run(run_id)
+
+    async def external(self, request_id: str) -> Any:
+        """A caller's request as the HTTP API, the MCP gateway or a hook opened it."""
+        async with self.db.read() as tx:
+            return await tx.external.get(request_id)
+
+    async def outbox(self, kind: str | None = None) -> list[Any]:
+        """The outbox's rows, oldest first (of one kind)."""
         async with self.db.read() as tx:
             return list(await tx.outbox.recent(kind=kind))
+
+    async def outbox_row(self, row_id: int) -> Any:
+        async with self.db.read() as tx:
+            return await tx.outbox.get(row_id)
 
     async def audit(self, *, approval_id: str | None = None,
                     run_id: str | None = None) -> list[Any]:

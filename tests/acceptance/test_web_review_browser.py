@@ -171,16 +171,14 @@ async def test_slack_down_the_request_is_mailed_and_approved_in_the_browser(
         assert len(h.refunds()) == 1
         a = await h.approval(aid)
         assert a.decided_by == "U_ALICE" and a.decided_via == "web"
-        async with parts(h.engine).db.read() as tx:
-            [approved] = [e for e in await tx.audit.query() if e.action == "approved"]
+        [approved] = [e for e in await Rows.of(h.engine).audit() if e.action == "approved"]
         assert approved.via == "web"
         await wait_for(lambda: len(inbox.to("approvals@example.com")) == 2,
                        what="the outcome mail")  # (sent before the clock jumps below)
 
         async def mails_sent() -> bool:
-            async with parts(h.engine).db.read() as tx:
-                return all(r.status != "pending" for r in await tx.outbox.recent()
-                           if r.kind.startswith("mail."))
+            return all(r.status != "pending" for r in await Rows.of(h.engine).outbox()
+                       if r.kind.startswith("mail."))
 
         await wait_for(mails_sent, what="the drain to mark its mails")
         await h.emulator.up()

@@ -34,7 +34,7 @@ from approvald.runtime.runs.external import NewRequest, Report
 from approvald.store import types
 from sqlalchemy import text
 
-from tests.helpers import create_token, parts
+from tests.helpers import Rows, create_token, parts
 from tests.integration.test_claude_code_hook import answer, event, pending
 
 # declared sensitive, and shaped like nothing a detector knows
@@ -102,14 +102,12 @@ async def audit_rows(engine: Engine) -> list[str]:
 
 
 async def executions(engine: Engine, run_id: str) -> dict[str, Any]:
-    async with parts(engine).db.read() as tx:
-        return await tx.executions.for_run(run_id)
+    return await Rows.of(engine).executions(run_id)
 
 
 async def executed_entries(engine: Engine, run_id: str) -> list[dict[str, Any]]:
-    async with parts(engine).db.read() as tx:
-        return [json.loads(e.details) for e in await tx.audit.query(run_id=run_id)
-                if e.action == "executed"]
+    return [json.loads(e.details) for e in await Rows.of(engine).audit(run_id=run_id)
+            if e.action == "executed"]
 
 
 async def exported(engine: Engine) -> str:
@@ -169,8 +167,7 @@ async def call_by_face(engine: Engine, face: str) -> str:
 
     ran = await gw.call("store_secret", args, forward, budget=0)
     assert isinstance(ran, Ran)
-    async with parts(engine).db.read() as tx:
-        [run] = [r for r in await tx.runs.recent() if r.agent == "external:mcp.vault"]
+    [run] = [r for r in await Rows.of(engine).runs() if r.agent == "external:mcp.vault"]
     return run.id
 
 

@@ -45,13 +45,11 @@ async def bearer(h: Harness, name: str) -> Token:
 
 
 async def requests_made(h: Harness) -> int:
-    async with parts(h.engine).db.read() as tx:
-        return len([r for r in await tx.runs.recent() if r.agent.startswith("external:")])
+    return len([r for r in await Rows.of(h.engine).runs() if r.agent.startswith("external:")])
 
 
 async def actions(h: Harness, run_id: str | None = None) -> list[str]:
-    async with parts(h.engine).db.read() as tx:
-        return [e.action for e in await tx.audit.query(run_id=run_id)]
+    return [e.action for e in await Rows.of(h.engine).audit(run_id=run_id)]
 
 
 async def test_a_caller_never_sets_policy_and_a_standing_approval_stays_with_its_source(
@@ -286,9 +284,8 @@ async def test_a_tampered_standing_approval_covers_nothing(db_url: str,
         await h.pause_refund(requested_by="U_DANA", task="Refund order A-2002, customer was "
                                                         "double charged")
         assert len(h.refunds()) == before  # it asked instead
-        async with parts(h.engine).db.read() as tx:
-            refused = [json.loads(e.details) for e in await tx.audit.query()
-                       if e.action == "refused"]
+        refused = [json.loads(e.details) for e in await Rows.of(h.engine).audit()
+                   if e.action == "refused"]
         assert any(d.get("reason") == "standing_tampered" for d in refused), refused
 
 

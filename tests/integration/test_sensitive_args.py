@@ -33,7 +33,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from sqlalchemy import text
 
-from tests.helpers import make_cli, parts
+from tests.helpers import Rows, make_cli, parts
 from tests.integration.slack_harness import CHANNEL, OPS, Harness, harness, wait_for
 
 CARD = "4242 4242 4242 4242"
@@ -99,9 +99,7 @@ async def ended(h: Harness, run_id: str) -> bool:
 
 
 async def _thread_ended(h: Harness, run_id: str) -> bool:
-    async with parts(h.engine).db.read() as tx:
-        t = await tx.threads.get(run_id)
-        run = await tx.runs.get(run_id)
+    t, run = await Rows.of(h.engine).thread_and_run(run_id)
     return bool(t and t.ts and t.posted_status == run.status)
 
 

@@ -14,7 +14,7 @@ from approvald.runtime.approvals.decide import Actor
 from approvald.runtime.record import audit
 from approvald.runtime.record.state import ToolMessage
 
-from tests.helpers import parts
+from tests.helpers import Rows, parts
 from tests.integration.slack_harness import CHANNEL, Harness, harness, wait_for
 from tests.integration.test_slack import assert_valid_blocks
 
@@ -107,12 +107,11 @@ async def test_approve_selected_from_the_home_some_decided_elsewhere_a_moment_be
                                                                 ("denied", "U_BOB")]
         assert (await h.approval(selected[7])).reason == "duplicate of an earlier refund"
         assert await statuses(h, ids[15:]) == [("pending", None)] * 5
-        async with parts(h.engine).db.read() as tx:
-            for i in ids[15:]:
-                assert await tx.approvals.votes(i) == []
-            for i in (selected[3], selected[7]):
-                assert "U_ALICE" not in [v.actor for v in await tx.approvals.votes(i)]
-            entries = [e async for e in tx.audit.iterate()]
+        for i in ids[15:]:
+            assert await Rows.of(h.engine).votes(i) == []
+        for i in (selected[3], selected[7]):
+            assert "U_ALICE" not in [v.actor for v in await Rows.of(h.engine).votes(i)]
+        entries = [e for e in await Rows.of(h.engine).audit()]
         by_alice = {(e.approval_id, e.action) for e in entries if e.actor == "U_ALICE"}
         assert by_alice == {(i, "approved") for i in mine} | {
             (selected[3], "refused"), (selected[7], "refused")}
@@ -171,8 +170,7 @@ async def test_a_request_edited_after_the_home_was_drawn_is_refused_as_stale(
         assert await statuses(h, [ids[0], ids[2]]) == [("approved", "U_ALICE")] * 2
         a = await h.approval(edited)
         assert a.status == "pending" and a.effective_args() == new_args
-        async with parts(h.engine).db.read() as tx:
-            assert "U_ALICE" not in [v.actor for v in await tx.approvals.votes(edited)]
+        assert "U_ALICE" not in [v.actor for v in await Rows.of(h.engine).votes(edited)]
         text = dump(redrawn["blocks"])
         assert f"Refused `issue_refund` `{edited[:8]}`" in text
         assert T.REFUSAL["stale_card"] in text

@@ -19,7 +19,7 @@ from approvald.runtime.kernel.clock import ManualClock
 from approvald.runtime.kernel.vocabulary import WORDS, OutcomeName
 from sqlalchemy import text
 
-from tests.helpers import parts
+from tests.helpers import Rows, parts
 from tests.integration.slack_harness import Harness, wait_for
 from tests.integration.web_helpers import (
     Browser,
@@ -32,8 +32,7 @@ from tests.integration.web_helpers import (
 
 
 async def audit(h: Harness, action: str) -> list[Any]:
-    async with parts(h.engine).db.read() as tx:
-        return [e for e in await tx.audit.query() if e.action == action]
+    return [e for e in await Rows.of(h.engine).audit() if e.action == action]
 
 
 async def refusals(h: Harness) -> list[dict[str, Any]]:

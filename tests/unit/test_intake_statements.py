@@ -284,9 +284,8 @@ async def test_a_fresh_key_taken_meanwhile_is_still_found(make_engine) -> None:
             tool="read_metrics", args={"n": 2}, requested_by="U_DANA",
             idempotency_key="k1"), fresh=True)
     assert exc.value.code == "idempotency_conflict"
-    async with parts(engine).db.read() as tx:
-        runs = [r for r in await tx.runs.recent(limit=50)
-                if r.agent == "external:bot"]
+    runs = [r for r in await Rows.of(engine).runs(limit=50)
+            if r.agent == "external:bot"]
     assert len(runs) == 1  # the losing inserts' runs were rolled back with them
 
 
@@ -316,8 +315,7 @@ async def test_a_hook_call_started_with_its_request_is_taken_once_and_audited(
         assert started is not None and started.status == "started"
         ids.append(rid)
     assert ids[0] != ids[1]  # the same call again: a request of its own
-    async with parts(engine).db.read() as tx:
-        entries = [e for e in await tx.audit.query() if e.run_id in ids]
+    entries = [e for e in await Rows.of(engine).audit() if e.run_id in ids]
     assert sorted((e.run_id, e.action) for e in entries) == sorted(
         (rid, action) for rid in ids for action in ("requested", "approved"))
     assert (await verify(parts(engine).db)).ok
@@ -381,8 +379,7 @@ async def test_the_start_and_report_of_an_auto_call_read_each_row_once(
         **_one_entry(parts(engine).db.dialect)}), reported
     after = await engine.request_document(token, doc["id"])
     assert after["status"] == "approved" and after["result"]["status"] == "succeeded"
-    async with parts(engine).db.read() as tx:
-        ran = await tx.executions.get(doc["id"], CALL_ID)
+    ran = await Rows.of(engine).execution(doc["id"], CALL_ID)
     assert ran is not None and ran.status == "succeeded" and ran.owner == "gw"
     assert (await verify(parts(engine).db)).ok
 
@@ -471,15 +468,13 @@ async def test_a_token_revoked_after_it_was_kept_makes_and_finds_nothing(
     await revoke_token(engine, "bot", by="test",
                        via="test")
     assert await engine.caller(header, to_open=True) == kept  # kept: not read again
-    async with parts(engine).db.read() as tx:
-        before = len(await tx.runs.recent(limit=100))
+    before = len(await Rows.of(engine).runs(limit=100))
     for key in ("k0", "k1", None):  # the key of a request it made, a new key, none
         with pytest.raises(external.ExternalError) as exc:
             await engine.open_request(kept, NewRequest(
                 tool=tool, args={"n": 0}, requested_by="U_DANA", idempotency_key=key))
         assert exc.value.code == "unauthorized"
-    async with parts(engine).db.read() as tx:
-        assert len(await tx.runs.recent(limit=100)) == before
+    assert len(await Rows.of(engine).runs(limit=100)) == before
     assert await engine.caller(header, to_open=True) is None  # forgotten, read again
     assert (await verify(parts(engine).db)).ok
 
@@ -509,9 +504,8 @@ def _bash(engine: Engine, bearer: Any, command: str, use: str) -> ClaudeCodeHook
 
 
 async def _hook_runs(engine: Engine) -> int:
-    async with parts(engine).db.read() as tx:
-        return len([r for r in await tx.runs.recent(limit=500)
-                    if r.agent.startswith("external:hook")])
+    return len([r for r in await Rows.of(engine).runs(limit=500)
+                if r.agent.startswith("external:hook")])
 
 
 async def test_a_hook_switched_off_after_it_was_kept_on_allows_nothing(make_engine) -> None:
@@ -623,9 +617,8 @@ def _mcp_gateway(engine: Engine) -> Any:
 
 
 async def _mcp_runs(engine: Engine) -> int:
-    async with parts(engine).db.read() as tx:
-        return len([r for r in await tx.runs.recent(limit=500)
-                    if r.agent.startswith("external:mcp")])
+    return len([r for r in await Rows.of(engine).runs(limit=500)
+                if r.agent.startswith("external:mcp")])
 
 
 async def test_an_mcp_auto_call_reads_no_credential(make_engine, statements) -> None:

@@ -16,7 +16,7 @@ from approvald.runtime.runs.agent import Agent
 from approvald.store.models import ToolExecution
 from sqlalchemy import select
 
-from tests.helpers import Crash, parts
+from tests.helpers import Crash, Rows, parts
 from tests.helpers import crash as _crash
 
 
@@ -146,8 +146,7 @@ async def test_a_crashed_step_replays_the_journaled_reply_not_a_new_model_call(m
 
 
 async def _question(engine, run_id: str) -> str:
-    async with parts(engine).db.read() as tx:
-        [q] = [a for a in await tx.approvals.for_run(run_id) if a.status == "pending"]
+    [q] = [a for a in await Rows.of(engine).approvals(run_id) if a.status == "pending"]
     return q.id
 
 

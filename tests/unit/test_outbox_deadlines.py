@@ -62,13 +62,11 @@ def errors(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
 
 
 async def rows(engine: Engine) -> list[OutboxRecord]:
-    async with parts(engine).db.read() as tx:
-        return await tx.outbox.recent()
+    return await Rows.of(engine).outbox()
 
 
 async def row(engine: Engine, outbox_id: int) -> OutboxRecord:
-    async with parts(engine).db.read() as tx:
-        found = await tx.outbox.get(outbox_id)
+    found = await Rows.of(engine).outbox_row(outbox_id)
     assert found is not None
     return found
 
