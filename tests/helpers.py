@@ -406,6 +406,107 @@ class Rows:
             return (await tx.approvals.oldest(match=match, limit=1000),
                     await tx.approvals.count(match=match))
 
+    @property
+    def dialect(self) -> str:
+        """``"sqlite"`` or ``"postgresql"``: what the statement counts depend on."""
+        return str(self.db.dialect)
+
+    async def started_by(self, owner: str) -> str | None:
+        """The run whose call ``owner`` (a ledger's owner) started, if any."""
+        async with self.db.read() as tx:
+            return await tx.executions.started_by(owner)
+
+    async def token(self, secret: str) -> Any:
+        """The live API token ``secret`` is (None: unknown, malformed or revoked), as
+        :func:`runtime.requests.api_tokens.authenticate` reads it."""
+        from approvald.runtime.requests import api_tokens
+
+        return await api_tokens.authenticate(self.db, secret)
+
+    async def token_from_header(self, authorization: str) -> Any:
+        """The live API token an ``Authorization: Bearer ...`` header carries, or None."""
+        from approvald.runtime.requests import api_tokens
+
+        return await api_tokens.from_header(self.db, authorization)
+
+    async def sign_in_link(self, link_hash: str) -> Any:
+        """A web review sign-in link's row, by its hash."""
+        async with self.db.read() as tx:
+            return await tx.web.link_by_hash(link_hash)
+
+    async def audit_and_refusal_counts(self) -> tuple[list[Any], list[Any]]:
+        """The audit entries and the web review queue's refusal counts not yet folded into
+        one, read together (one snapshot: a count folded meanwhile is in one of them)."""
+        async with self.db.read() as tx:
+            return list(await tx.audit.query()), list(await tx.web.refusal_counts())
+
+    async def verify_audit(self, **kw: Any) -> Any:
+        """The audit chain's verifier's report (:func:`runtime.record.audit.verify`;
+        keywords as that function's)."""
+        from approvald.runtime.record import audit
+
+        return await audit.verify(self.db, **kw)
+
+    async def audit_export(self, **kw: Any) -> str:
+        """The audit log as ``approvald audit export`` writes it (keywords as
+        :func:`runtime.record.audit.export`'s)."""
+        from approvald.runtime.record import audit
+
+        return "".join([line async for line in audit.export(self.db, **kw)])
+
+    async def select(self, sql: str, **params: Any) -> list[tuple[Any, ...]]:
+        """Rows as they are stored, by SQL (what no repository reads: a raw column)."""
+        from sqlalchemy import text
+
+        async with self.db.read() as tx:
+            return [tuple(r) for r in await tx.conn.execute(text(sql), params)]
+
+    async def count(self, table: str) -> int:
+        """How many rows ``table`` holds."""
+        [(n,)] = await self.select(f"SELECT count(*) FROM {table}")
+        return int(n)
+
+    async def execute(self, sql: str, **params: Any) -> None:
+        """Change rows behind the runtime's back, by SQL, in a transaction of its own."""
+        from sqlalchemy import text
+
+        async with self.db.write() as tx:
+            await tx.conn.execute(text(sql), params)
+
+    async def add_outbox(self, *, kind: str, group_key: str, payload: str, now: Any) -> int:
+        """A row queued in the outbox, as the runtime queues one; its id."""
+        async with self.db.write() as tx:
+            await tx.outbox.add(kind=kind, group_key=group_key, now=now, payload=payload)
+            return max(r.id for r in await tx.outbox.recent(kind=kind))
+
+    async def redrive(self, row_ids: list[int] | None, *, now: Any, give_up_at: Any
+                      ) -> list[Any]:
+        """Outbox rows tried again (None: every dead row), as ``approvald outbox retry``
+        does; the rows revived."""
+        async with self.db.write() as tx:
+            return list(await tx.outbox.redrive(row_ids, now=now, give_up_at=give_up_at))
+
+    async def card_posted(self, approval_id: str, *, channel: str, ts: str) -> None:
+        """A request's card recorded as posted at ``channel``/``ts`` (what serve records)."""
+        async with self.db.write() as tx:
+            await tx.approvals.set_message(approval_id, channel=channel, ts=ts)
+
+    async def add_token(self, **values: Any) -> bool:
+        """An API token's row put in by hand (as an older release made one)."""
+        async with self.db.write() as tx:
+            return bool(await tx.external.add_token(**values))
+
+    async def revoke_token(self, name: str, *, by: str, now: Any) -> Any:
+        """Token ``name`` revoked in its row alone (no audit entry, nothing forgotten by a
+        running engine), as an older release's ``tokens revoke`` did; the revoked row."""
+        async with self.db.write() as tx:
+            return await tx.external.revoke_token(name, by=by, now=now)
+
+    async def update_run(self, run_id: str, **values: Any) -> None:
+        """A run's row changed as the runtime changes it (another worker's lease...)."""
+        async with self.db.write() as tx:
+            await tx.runs.update(run_id, **values)
+
     async def insert(self, table: Any, rows: list[dict[str, Any]]) -> None:
         """Put rows in behind the runtime's back: ``INSERT INTO table`` (a state no path
         of this release makes, or one made faster than through the runtime)."""

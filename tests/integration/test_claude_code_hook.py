@@ -23,7 +23,7 @@ from approvald.runtime.kernel.errors import ApprovaldError
 from approvald.runtime.policies.policy import PolicyFile
 from approvald.runtime.record import switches
 
-from tests.helpers import Rows, parts, revoke_token
+from tests.helpers import Rows, revoke_token
 from tests.integration.slack_harness import wait_for
 from tests.unit.test_cards import check_blocks
 
@@ -65,9 +65,8 @@ async def pending(engine: Engine, n: int = 1) -> Any:
 
 
 async def actions(engine: Engine) -> list[tuple[str, dict[str, Any]]]:
-    async with parts(engine).db.read() as tx:
-        return [(e.action, json.loads(e.details) if isinstance(e.details, str) else e.details)
-                async for e in tx.audit.iterate()]
+    return [(e.action, json.loads(e.details) if isinstance(e.details, str) else e.details)
+            for e in await Rows.of(engine).audit()]
 
 
 @pytest.fixture
@@ -309,8 +308,7 @@ async def test_the_hook_says_where_the_request_can_be_decided_from_what_the_data
     why = await told()  # the card is queued: serve posts it
     assert "Its card waits to be posted to Slack by `approvald serve`" in why, why
     assert f"`approvald approvals deny {a.id} --as U… --reason …`" in why
-    async with parts(engine).db.write() as tx:  # serve posted it
-        await tx.approvals.set_message(a.id, channel="C_APPROVALS", ts="1.000001")
+    await Rows.of(engine).card_posted(a.id, channel="C_APPROVALS", ts="1.000001")  # serve did
     why = await told()
     assert "It can be decided on its card in Slack (channel C_APPROVALS); from a terminal" \
         in why, why
@@ -403,9 +401,8 @@ async def test_a_credential_revoked_before_the_switch_existed_is_switched_on_aga
         engine: Engine) -> None:
     read = event("Read", {"file_path": "README.md"})
     await hook(engine, read).pre_tool_use(wait=5)
-    async with parts(engine).db.write() as tx:  # as `tokens revoke hook.claude-code` left it
-        await tx.external.revoke_token("hook.claude-code", by="cli:ops",
-                                       now=engine.now())
+    # as `tokens revoke hook.claude-code` left it
+    await Rows.of(engine).revoke_token("hook.claude-code", by="cli:ops", now=engine.now())
     verdict, why, _ = answer(await hook(engine, event("Read", {}, use="t2"))
                              .pre_tool_use(wait=5))
     assert verdict == "deny" and "approvald hook enable claude-code" in why, why

@@ -22,12 +22,11 @@ from approvald.bot.api.service import webhook_keys
 from approvald.bot.config import Settings
 from approvald.bot.serve import Service
 from approvald.bot.wiring import open_database
-from approvald.runtime.requests import api_tokens
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult, TextContent
 
-from tests.helpers import Rows, create_token, parts
+from tests.helpers import Rows, create_token
 from tests.integration.adapter_helpers import (
     approve_in_slack,
     deny_in_slack,
@@ -450,7 +449,7 @@ async def test_a_completed_tasks_last_update_is_when_its_call_finished(
         done = (await rpc(http, target, dana, "tasks/get", {"taskId": tid}))["result"]
         assert done["status"] == "completed", done
         assert h.service.mcp is not None
-        record = await api_tokens.from_header(parts(h.engine).db, f"Bearer {dana}")
+        record = await Rows.of(h.engine).token_from_header(f"Bearer {dana}")
         assert record is not None
         gateway = h.service.mcp.gateways["bank"].gateway_for(record)
         doc = await h.engine.request_document(await gateway.token(), rid)

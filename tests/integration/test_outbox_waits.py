@@ -14,7 +14,7 @@ import pytest
 from approvald.runtime.kernel.clock import ManualClock
 from approvald.store.records import OutboxRecord
 
-from tests.helpers import Rows, parts
+from tests.helpers import Rows
 from tests.integration.slack_harness import BOT_TOKEN, CHANNEL, OPS, harness, wait_for
 from tests.integration.test_slack import text_of
 
@@ -161,9 +161,9 @@ async def test_an_undeliverable_card_is_reported_and_redriven_exactly_once(
         assert f"approvald approvals approve|deny {aid}" in text  # still open: decidable
 
         h.emulator.add_channel("C_NEW")  # the bot was invited
-        async with parts(h.engine).db.write() as tx:  # what `approvald outbox retry ID` does
-            [revived] = await tx.outbox.redrive([card.id], now=clock.now(),
-                                                give_up_at=clock.now() + timedelta(days=1))
+        # what `approvald outbox retry ID` does
+        [revived] = await Rows.of(h.engine).redrive([card.id], now=clock.now(),
+                                                    give_up_at=clock.now() + timedelta(days=1))
         assert revived.status == "pending"
         assert await h.service.drain.drain_once() == 1
         assert await h.service.drain.drain_once() == 0

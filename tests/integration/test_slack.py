@@ -351,7 +351,6 @@ async def test_a_run_that_starts_waiting_says_why_and_until_when_in_ops(sqlite_u
 
 
 async def test_the_audit_head_is_posted_to_the_audit_channel_as_a_witness(sqlite_url, tmp_path):
-    from approvald.runtime.record import audit
 
     async with harness(sqlite_url, tmp_path, APPROVALD_AUDIT_CHANNEL="C_AUDIT") as h:
 
@@ -366,7 +365,7 @@ async def test_the_audit_head_is_posted_to_the_audit_channel_as_a_witness(sqlite
         await h.service.post_audit_head()  # nothing new: not posted twice
         await wait_for(lambda: len(posted()) == 2, what="the head in the audit channel")
         message = posted()[-1]
-        report = await audit.verify(parts(h.engine).db)
+        report = await Rows.of(h.engine).verify_audit()
         assert report.head_text in message["text"]
         assert f"approvald audit verify --expect {report.head_text}" in message["text"]
         from approvald.runtime.approvals.decide import Actor

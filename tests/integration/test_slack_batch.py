@@ -11,10 +11,9 @@ from typing import Any
 from approvald.bot.slack import cards, views
 from approvald.bot.slack import texts as T
 from approvald.runtime.approvals.decide import Actor
-from approvald.runtime.record import audit
 from approvald.runtime.record.state import ToolMessage
 
-from tests.helpers import Rows, parts
+from tests.helpers import Rows
 from tests.integration.slack_harness import CHANNEL, Harness, harness, wait_for
 from tests.integration.test_slack import assert_valid_blocks
 
@@ -121,7 +120,7 @@ async def test_approve_selected_from_the_home_some_decided_elsewhere_a_moment_be
                  for d in [json.loads(e.details)]}
         [(batch, name)] = marks
         assert batch and name, marks
-        report = await audit.verify(parts(h.engine).db)
+        report = await Rows.of(h.engine).verify_audit()
         assert report.ok, report.problems
 
         # the redrawn Home: what happened on top, the 5 left below with their checkboxes
@@ -178,7 +177,7 @@ async def test_a_request_edited_after_the_home_was_drawn_is_refused_as_stale(
         again = checkbox_values(redrawn["blocks"])
         assert list(again) == [edited] and again[edited] != drawn[edited]
         assert again[edited] == h.value(a) and "9900" in text
-        assert (await audit.verify(parts(h.engine).db)).ok
+        assert (await Rows.of(h.engine).verify_audit()).ok
 
 
 async def test_deny_selected_asks_one_reason_in_a_modal(sqlite_url: str, tmp_path: Path) -> None:

@@ -80,10 +80,10 @@ async def test_crash_after_post_before_mark_does_not_post_twice(sqlite_url, tmp_
         finally:
             failpoints.arm("")
         assert len(card_messages(h)) == 1
-        async with parts(h.engine).db.write() as tx:  # what a restart sees: bookkeeping lost too
-            from approvald.store.models import Approval
-            from sqlalchemy import update
-            await tx.conn.execute(update(Approval).values(channel=None, message_ts=None))
+        from approvald.store.models import Approval
+
+        # what a restart sees: bookkeeping lost too
+        await Rows.of(h.engine).forge(Approval, channel=None, message_ts=None)
         clock.advance(timedelta(minutes=5))  # the dead worker's claim expires
         assert await h.service.drain.drain_once() == 1
         assert len(card_messages(h)) == 1  # found by its metadata, not posted again

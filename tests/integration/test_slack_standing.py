@@ -16,7 +16,6 @@ from approvald.bot.slack import texts as T
 from approvald.runtime.approvals.decide import Actor
 from approvald.runtime.kernel.clock import ManualClock
 from approvald.runtime.kernel.outcomes import Completed, Paused
-from approvald.runtime.record import audit
 
 from tests.helpers import Rows, opened_by_faces, parts
 from tests.integration.slack_harness import CHANNEL, Harness, harness, wait_for
@@ -248,7 +247,7 @@ async def test_the_issue_scenario_through_slack(db_url: str, tmp_path: Path) -> 
         for e in uses:
             assert json.loads(e.details)["granted_by_names"] == {
                 "U_ALICE": grant["actor_name"]}
-        report = await audit.verify(parts(h.engine).db)
+        report = await Rows.of(h.engine).verify_audit()
         assert report.ok, report.problems
 
 

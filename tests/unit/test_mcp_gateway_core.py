@@ -18,9 +18,8 @@ from approvald.runtime.kernel.errors import DecisionRefused
 from approvald.runtime.policies.policy import PolicyFile
 from approvald.runtime.record.outbox_kinds import CARD_POST, REQUEST_MAIL, mail_group
 from approvald.store.models import Outbox
-from sqlalchemy import update
 
-from tests.helpers import Rows, parts
+from tests.helpers import Rows
 from tests.integration.slack_harness import wait_for
 
 ALICE = Actor("U_ALICE", "cli:test")
@@ -155,10 +154,8 @@ async def test_progress_says_where_the_request_can_be_decided_now(make_engine) -
         return said[-1]
 
     async def card_row(status: str) -> None:
-        async with parts(g.e).db.write() as tx:
-            await tx.conn.execute(update(Outbox).where(Outbox.group_key == a.id,
-                                                       Outbox.kind == CARD_POST)
-                                  .values(status=status))
+        await Rows.of(g.e).forge(Outbox, Outbox.group_key == a.id, Outbox.kind == CARD_POST,
+                                 status=status)
 
     call = asyncio.ensure_future(g.call("pay", ARGS, server, waiting=waiting))
     a = await pending(g)
@@ -169,13 +166,12 @@ async def test_progress_says_where_the_request_can_be_decided_now(make_engine) -
     assert "It has no card in Slack" in await next_line()
     await card_row("dead")
     assert "could not be posted to Slack" in await next_line()
-    async with parts(g.e).db.write() as tx:  # now its card is posted
-        await tx.approvals.set_message(a.id, channel="C_APPROVALS", ts="1.000001")
+    await Rows.of(g.e).card_posted(a.id, channel="C_APPROVALS", ts="1.000001")  # now posted
     line = await next_line()
     assert "It can be decided on its card in Slack (channel C_APPROVALS); from a" in line
-    async with parts(g.e).db.write() as tx:  # mailed to its approvers: the web review queue
-        await tx.outbox.add(kind=REQUEST_MAIL, group_key=mail_group(a.id), payload="{}",
-                            now=g.e.now())
+    # mailed to its approvers: the web review queue
+    await Rows.of(g.e).add_outbox(kind=REQUEST_MAIL, group_key=mail_group(a.id), payload="{}",
+                                  now=g.e.now())
     assert "; in the web review queue (it was mailed to its approvers); " in await next_line()
     await g.e.decide(a.id, actor=ALICE, verdict="approve")
     assert isinstance(await call, Ran)
