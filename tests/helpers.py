@@ -502,6 +502,11 @@ class Rows:
         async with self.db.write() as tx:
             return await tx.external.revoke_token(name, by=by, now=now)
 
+    async def claim_runnable(self, **kw: Any) -> list[Any]:
+        """The runs a worker would claim now (keywords as ``tx.runs.claim_runnable``'s)."""
+        async with self.db.write() as tx:
+            return list(await tx.runs.claim_runnable(**kw))
+
     async def update_run(self, run_id: str, **values: Any) -> None:
         """A run's row changed as the runtime changes it (another worker's lease...)."""
         async with self.db.write() as tx:

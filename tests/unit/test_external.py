@@ -23,7 +23,7 @@ from approvald.runtime.requests import api_tokens
 from approvald.runtime.runs import external
 from approvald.runtime.runs.external import ExternalError, NewRequest, Report
 
-from tests.helpers import Rows, create_token, follow_up, parts
+from tests.helpers import Rows, create_token, follow_up
 
 KEYS = api_tokens.WebhookKeys("approvald-test-secret-0123456789")
 ALICE = Actor("U_ALICE", "cli:test")
@@ -61,10 +61,9 @@ async def test_a_request_is_a_run_no_worker_advances(make_engine, clock: ManualC
     doc, new = await engine.open_request(token, NewRequest(
         tool="deploy", args={"service": "api"}, requested_by="U_DANA"))
     assert new and doc["status"] == "pending" and doc["id"].startswith("x")
-    async with parts(engine).db.write() as tx:
-        run = await tx.runs.get(doc["id"])
-        claimed = await tx.runs.claim_runnable(owner="w", now=clock.now(), limit=10,
-                                               until=clock.now() + timedelta(seconds=30))
+    run = await Rows.of(engine).run(doc["id"])
+    claimed = await Rows.of(engine).claim_runnable(owner="w", now=clock.now(), limit=10,
+                                                   until=clock.now() + timedelta(seconds=30))
     assert (run.agent, run.status, claimed) == ("external:bot", "external", [])
     assert len(await rows(engine, CARD_POST)) == 1
     a = await approval(engine, doc["id"])
