@@ -152,3 +152,17 @@ async def test_two_reads_keeping_at_once_leave_one_keep(make_engine, db):
     # the fold row is not where it found it, so nothing of it is written
     assert not await keep(db, KEY, 0, _Builder(), Kept(was=None), before[1][0] + 1)
     assert (await Rows(db).kept_requests(), await Rows(db).audit_fold()) == before
+
+
+async def test_the_operators_board_logs_a_kept_request_edited_by_hand(make_engine, db, caplog):
+    engine = make_engine(audit_key=KEY, operators=("U_BOB",))
+    runs, first = await _history(engine)
+    seq, _, state, *_ = await _kept_of(db, first, runs[1].approval_ids[0])
+    await Rows(db).forge(AuditRequest, AuditRequest.seq == seq,
+                         state=state.replace('"denied"', '"approved"'))
+    with caplog.at_level("WARNING", logger="approvald.engine"):
+        shown = await engine.operator_insights("U_BOB")
+    assert shown is not None and shown.insights is not None
+    assert [r.getMessage() for r in caplog.records if "kept request" in r.getMessage()] == [
+        f"audit log: 1 kept request(s) do not match their MAC (first at entry {seq}): "
+        "edited outside approvald; the record was folded from the audit entries instead"]
