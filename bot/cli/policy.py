@@ -10,24 +10,29 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
 from approvald.bot.cli.common import JSON, Subparsers, UsageError, with_engine
 from approvald.bot.config import Settings
-from approvald.runtime.engine import Engine
-from approvald.runtime.insights import MIN_REQUESTS, Insights
-from approvald.runtime.kernel.errors import ConfigError
-from approvald.runtime.policies.policy import (
+from approvald.runtime import (
+    CHANGES,
+    MIN_REQUESTS,
+    ChainBroken,
+    Change,
+    ConfigError,
+    Engine,
+    History,
+    Insights,
     PolicyFile,
+    Registry,
+    Replay,
     format_duration,
     load_policy_file,
     parse_duration,
 )
-from approvald.runtime.record.history import ChainBroken, History
-from approvald.runtime.replay import CHANGES, Change, Replay
-from approvald.runtime.runs.agent import Registry
 
 ENV = "APPROVALD_POLICY_FILE"
 SHOWN = 50  # changed requests a summary lists (--json: all of them)
@@ -106,12 +111,15 @@ def load_new(s: Settings, engine: Engine, path: str) -> PolicyFile:
 async def _history(s: Settings, engine: Engine, since: timedelta | None,
                    full: bool) -> History | None:
     try:
-        return await engine.history(since=since, keys=s.audit_keys(),
-                                    unkeyed_until=s.audit_unkeyed_until, full=full)
+        history = await engine.history(since=since, keys=s.audit_keys(),
+                                       unkeyed_until=s.audit_unkeyed_until, full=full)
     except ChainBroken as exc:
         for p in exc.problems:
             print(f"audit log BROKEN: {p}")
         return None
+    for p in history.problems:  # caught, and not used: the figures come from the entries
+        print(f"audit log WARNING: {p}", file=sys.stderr)
+    return history
 
 
 async def cmd_replay(s: Settings, a: argparse.Namespace) -> int:
