@@ -622,34 +622,64 @@ def _mcp_gateway(engine: Engine) -> Any:
     return Gateway(engine, name="t", requested_by="U_DANA", server="fake")
 
 
+async def _last_mcp_run(engine: Engine) -> str:
+    async with parts(engine).db.read() as tx:
+        return str(next(r.id for r in await tx.runs.recent(limit=50)
+                        if r.agent.startswith("external:mcp")))
+
+
 async def _mcp_runs(engine: Engine) -> int:
     async with parts(engine).db.read() as tx:
         return len([r for r in await tx.runs.recent(limit=500)
                     if r.agent.startswith("external:mcp")])
 
 
-async def test_an_mcp_auto_call_reads_no_credential(make_engine, statements) -> None:
-    """An MCP gateway's auto call, from its call to its result recorded: the gateway's
-    credential found live once is kept (the request's statement checks it). Today on
-    PostgreSQL: the request (BEGIN, WITH, COMMIT), the start (BEGIN, run and request
-    locked, the intent, COMMIT), the report (nine): 17. The run's status is not read
-    before the start of a call answered at once (its start refuses a closed one)."""
+def reported_lines(dialect: str) -> collections.Counter[str]:
+    """A kept call's report: on PostgreSQL one statement ends the run, records the report
+    and the result and chains the ``executed`` entry (``WITH run AS (UPDATE runs ...), req
+    AS (UPDATE external_requests ... WHERE ... result_digest IS NULL), ex AS (UPDATE
+    tool_executions ... WHERE status = 'started' AND owner = ...), moved AS (UPDATE
+    audit_head ...), entries AS (INSERT INTO audit_log ...) SELECT ...``)."""
+    if dialect == "postgresql":
+        return collections.Counter({"WITH": 1})
+    return collections.Counter({"UPDATE runs": 1, "UPDATE external_requests": 1,
+                                "UPDATE tool_executions": 1}) \
+        + collections.Counter(_one_entry(dialect))
+
+
+async def test_an_mcp_auto_call_is_two_write_transactions(make_engine, statements) -> None:
     from approvald.bot.mcp.gateway import Ran
+    """An MCP gateway's auto call, from its call to its result recorded: its start is
+    recorded with its request (one write: BEGIN, WITH, COMMIT on PostgreSQL), the call
+    forwarded, and its report and ``executed`` entry written from what the request's
+    write left in memory (one write: BEGIN, WITH, COMMIT). The gateway's credential found
+    live once is kept (the request's statement checks it). 17 statements on main: the
+    start a transaction of its own (BEGIN, run and request locked, the intent, COMMIT),
+    the report nine (run and request locked, the intent read, three UPDATEs, the entry)."""
     engine = make_engine(policy=MCP_POLICY)
     g = _mcp_gateway(engine)
     for i in range(2):  # the first: the credential made, connections opened, plans made
         window = statements.during()
         out = await g.call("echo", {"n": i}, _echo)
         assert isinstance(out, Ran) and out.status == "succeeded", out
+    dialect = parts(engine).db.dialect
     kinds = window.kinds()
     assert kinds["SELECT api_tokens"] == 0, window.sent
-    if parts(engine).db.dialect == "postgresql":
-        assert kinds == collections.Counter({
-            "BEGIN": 3, "COMMIT": 3, "WITH": 2, "SELECT runs": 2,
-            "SELECT external_requests": 2, "INSERT tool_executions": 1,
-            "SELECT tool_executions": 1, "UPDATE tool_executions": 1,
-            "UPDATE external_requests": 1, "UPDATE runs": 1}), window.sent
-        assert len(window.sent) == 17
+    assert kinds == collections.Counter({"BEGIN": 2, "COMMIT": 2}) \
+        + answered_lines(dialect, started=True) + reported_lines(dialect), window.sent
+    if dialect == "postgresql":
+        assert len(window.sent) == 6
+        assert [q.split()[0].rstrip(";") for q in window.sent] == ["BEGIN", "WITH", "COMMIT"] * 2
+    rid = await _last_mcp_run(engine)
+    doc = await engine.request_document(await g.token(), rid)
+    assert doc["status"] == "approved" and doc["result"]["status"] == "succeeded", doc
+    assert doc["result"]["result"] == {"echo": {"n": 1}}
+    run = await Rows.of(engine).run(rid)
+    assert run is not None and run.status == "completed"
+    assert json.loads(run.result or "null") == {"echo": {"n": 1}}
+    entries = [e.action for e in await Rows.of(engine).audit() if e.run_id == rid]
+    assert entries == ["requested", "approved", "executed"]
+    assert (await verify(parts(engine).db)).ok
 
 
 async def test_an_mcp_gateway_revoked_after_it_was_kept_executes_nothing(
@@ -687,11 +717,17 @@ async def test_an_mcp_auto_call_closed_before_its_start_is_not_run(
         make_engine, how: str) -> None:
     """Without the run's status read before the start, a call answered at once whose
     request was closed meanwhile (cancelled by a person, or run and reported by another
-    process of the gateway) is refused by the start and answered as before: not run."""
+    process of the gateway) is refused by the start and answered as before: not run.
+    (A request made without its start, as earlier versions made them: one made now has
+    its start recorded with it, so nothing can close it before its start.)"""
+    from dataclasses import replace
+
     from approvald.bot.mcp.gateway import Ran, Refused
     from approvald.runtime.runs.external import Report
     engine = make_engine(policy=MCP_POLICY)
     g = _mcp_gateway(engine)
+    new_request = g._new_request
+    g._new_request = lambda *a: replace(new_request(*a), start_owner=None)
     ran: list[dict[str, Any]] = []
     made: list[str] = []
 
@@ -758,4 +794,103 @@ async def test_an_mcp_bearer_revoked_after_it_was_kept_executes_nothing(make_eng
     assert ran == [{"n": 0}]
     assert await _mcp_runs(engine) == runs
     assert await engine.caller(header, to_open=True) is None  # forgotten, read again
+    assert (await verify(parts(engine).db)).ok
+
+
+async def test_an_mcp_auto_call_is_started_before_it_is_forwarded_and_never_run_again(
+        make_engine) -> None:
+    """The start's own transaction (run and request locked, the intent inserted) is gone:
+    the intent row is committed by the request's write, before the call is forwarded
+    (``started``, owned by this gateway's lease). A process killed mid-call (here: the
+    forward broke off, its outcome unknown, and a new gateway object, with nothing in
+    memory, makes the same call) leaves it started: it is never run again, and another
+    process's start of it is refused (``already_started``)."""
+    from approvald.bot.mcp.gateway import Refused
+    from approvald.runtime.runs.external import CALL_ID, ExternalError
+    engine = make_engine(policy=MCP_POLICY)
+    first = _mcp_gateway(engine)
+    seen: list[Any] = []
+
+    async def dies(args: dict[str, Any]) -> Any:
+        rid = await _last_mcp_run(engine)
+        seen.append(await Rows.of(engine).execution(rid, CALL_ID))
+        raise ConnectionError("the process died mid-call")
+
+    with pytest.raises(ConnectionError):
+        await first.call("echo", {"n": 1}, dies)
+    [intent] = seen
+    assert intent is not None and intent.status == "started", intent
+    assert intent.owner.startswith(engine.process + "/"), intent.owner
+    again, ran = _mcp_gateway(engine), []
+
+    async def server(args: dict[str, Any]) -> Any:
+        ran.append(args)
+        return await _echo(args)
+
+    out = await again.call("echo", {"n": 1}, server)
+    assert isinstance(out, Refused) and out.status == "unknown", out
+    assert "never runs such a call again" in out.message and intent.run_id in out.message
+    assert ran == []
+    token = await again.token()
+    doc = await engine.request_document(token, intent.run_id)
+    with pytest.raises(ExternalError) as exc:
+        await engine.start_request(token, intent.run_id, args_digest=doc["effective_digest"],
+                                   owner="elsewhere")
+    assert exc.value.code == "already_started"
+    after = await Rows.of(engine).execution(intent.run_id, CALL_ID)
+    assert after.status == "started" and after.owner == intent.owner  # outcome unknown
+    assert (await verify(parts(engine).db)).ok
+
+
+async def test_the_same_mcp_auto_call_made_meanwhile_joins_the_one_started(
+        make_engine) -> None:
+    """The same call made again while the first, started with its request, is not yet
+    running here (its request's write committed, its task not yet registered) waits for
+    it, then joins it: the call is forwarded once and both get its result. Without that
+    wait the second finds the request started, by no task of this process, and is refused
+    as "outcome unknown" (``already_started``)."""
+    from approvald.bot.mcp.gateway import Ran
+    engine = make_engine(policy=MCP_POLICY)
+    g = _mcp_gateway(engine)
+    assert isinstance(await g.call("echo", {"warm": 1}, _echo), Ran)  # credential kept
+    opened, requested = engine.open_request, g._request
+    asked: list[Any] = []
+    second: list[asyncio.Future[Any]] = []
+    found = asyncio.Event()  # the second call has found its request
+
+    async def open_request(token: Any, req: Any, **kw: Any) -> Any:
+        asked.append(req)
+        if len(asked) > 1:
+            return await opened(token, req, **kw)
+        doc, new = await opened(token, req, **kw)
+        # the first call's request and start are committed: the second goes as far as
+        # it can before the first takes its call (all it does is in memory until then)
+        for _ in range(200):
+            if len(asked) > 1:
+                await asyncio.wait(second)
+                break
+            await asyncio.sleep(0)
+        return doc, new
+
+    async def request(token: Any, tool: str, args: dict[str, Any]) -> Any:
+        out = await requested(token, tool, args)
+        if len(asked) > 1:
+            found.set()
+        return out
+
+    engine.open_request = open_request  # type: ignore[method-assign]
+    g._request = request
+    ran: list[dict[str, Any]] = []
+
+    async def server(args: dict[str, Any]) -> Any:
+        ran.append(args)
+        await found.wait()  # still running when the second call looks
+        return await _echo(args)
+
+    first = asyncio.ensure_future(g.call("echo", {"n": 1}, server))
+    second.append(asyncio.ensure_future(g.call("echo", {"n": 1}, server)))
+    out_a, out_b = await asyncio.gather(first, second[0])
+    assert isinstance(out_a, Ran) and isinstance(out_b, Ran), (out_a, out_b)
+    assert out_a.value == out_b.value and ran == [{"n": 1}]
+    assert len({r.idempotency_key for r in asked}) == 1  # one request: joined
     assert (await verify(parts(engine).db)).ok
