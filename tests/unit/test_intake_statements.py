@@ -622,10 +622,16 @@ def _mcp_gateway(engine: Engine) -> Any:
     return Gateway(engine, name="t", requested_by="U_DANA", server="fake")
 
 
-async def _last_mcp_run(engine: Engine) -> str:
+async def _mcp_run_ids(engine: Engine) -> set[str]:
     async with parts(engine).db.read() as tx:
-        return str(next(r.id for r in await tx.runs.recent(limit=50)
-                        if r.agent.startswith("external:mcp")))
+        return {r.id for r in await tx.runs.recent(limit=500)
+                if r.agent.startswith("external:mcp")}
+
+
+async def _new_mcp_run(engine: Engine, known: set[str]) -> str:
+    """The one MCP gateway request made since ``known`` were."""
+    [made] = await _mcp_run_ids(engine) - known
+    return made
 
 
 async def _mcp_runs(engine: Engine) -> int:
@@ -659,6 +665,7 @@ async def test_an_mcp_auto_call_is_two_write_transactions(make_engine, statement
     engine = make_engine(policy=MCP_POLICY)
     g = _mcp_gateway(engine)
     for i in range(2):  # the first: the credential made, connections opened, plans made
+        known = await _mcp_run_ids(engine)
         window = statements.during()
         out = await g.call("echo", {"n": i}, _echo)
         assert isinstance(out, Ran) and out.status == "succeeded", out
@@ -670,7 +677,7 @@ async def test_an_mcp_auto_call_is_two_write_transactions(make_engine, statement
     if dialect == "postgresql":
         assert len(window.sent) == 6
         assert [q.split()[0].rstrip(";") for q in window.sent] == ["BEGIN", "WITH", "COMMIT"] * 2
-    rid = await _last_mcp_run(engine)
+    rid = await _new_mcp_run(engine, known)
     doc = await engine.request_document(await g.token(), rid)
     assert doc["status"] == "approved" and doc["result"]["status"] == "succeeded", doc
     assert doc["result"]["result"] == {"echo": {"n": 1}}
@@ -812,7 +819,7 @@ async def test_an_mcp_auto_call_is_started_before_it_is_forwarded_and_never_run_
     seen: list[Any] = []
 
     async def dies(args: dict[str, Any]) -> Any:
-        rid = await _last_mcp_run(engine)
+        rid = await _new_mcp_run(engine, set())
         seen.append(await Rows.of(engine).execution(rid, CALL_ID))
         raise ConnectionError("the process died mid-call")
 
@@ -894,3 +901,112 @@ async def test_the_same_mcp_auto_call_made_meanwhile_joins_the_one_started(
     assert out_a.value == out_b.value and ran == [{"n": 1}]
     assert len({r.idempotency_key for r in asked}) == 1  # one request: joined
     assert (await verify(parts(engine).db)).ok
+
+
+SECRET = "hunter2-correct-horse-battery"
+MASKED_POLICY = PolicyFile.model_validate({"tools": {
+    "mcp:t/echo": {"policy": "auto", "sensitive": ["args.secret"]}}})
+
+
+@pytest.mark.parametrize("how", ["succeeded", "failed", "cancelled_mid_call"])
+async def test_a_kept_report_writes_what_a_report_read_first_writes(
+        make_engine, how: str) -> None:
+    """The report's reads (run and request locked, the intent read) are gone: written from
+    what the request's write kept, it leaves the rows and the ``executed`` entry a report
+    that reads them leaves (a request made without its start, as earlier versions made
+    them: nothing kept). Succeeded, failed, and run after its run was cancelled mid-call
+    (a call started before a cancel did run: its report is taken, the run stays
+    cancelled). The masked arguments stay masked in every entry of the call."""
+    from dataclasses import replace
+
+    from approvald.bot.mcp.gateway import Ran
+    from approvald.runtime.approvals.decide import Actor
+    from approvald.runtime.runs.external import CALL_ID
+    engine = make_engine(policy=MASKED_POLICY)
+    g = _mcp_gateway(engine)
+    assert isinstance(await g.call("echo", {"warm": 1}, _echo), Ran)
+    seen = []
+    for kept in (True, False):
+        known = await _mcp_run_ids(engine)
+        if not kept:
+            new_request = g._new_request
+            g._new_request = lambda *a, new_request=new_request: replace(
+                new_request(*a), start_owner=None)
+
+        async def server(args: dict[str, Any]) -> Any:
+            if how == "cancelled_mid_call":
+                rid = await _new_mcp_run(engine, known)
+                assert await engine.cancel(rid, actor=Actor("U_OPS", "cli:ops"),
+                                           reason="drill") == "cancelled"
+            if how == "failed":
+                return Ran("no", "failed", {"error": "boom"}, "the server said no")
+            return Ran("yes", "succeeded", {"ok": True})
+
+        args = {"secret": SECRET, "kept": kept}
+        out = await g.call("echo", args, server)
+        assert isinstance(out, Ran) and out.status == ("failed" if how == "failed"
+                                                       else "succeeded"), out
+        rid = await _new_mcp_run(engine, known)
+        run = await Rows.of(engine).run(rid)
+        ran = await Rows.of(engine).execution(rid, CALL_ID)
+        entries = [e for e in await Rows.of(engine).audit() if e.run_id == rid]
+        assert SECRET not in repr([e.details for e in entries])
+        executed = [json.loads(e.details) for e in entries if e.action == "executed"]
+        assert len(executed) == 1, entries
+        [done] = executed
+        assert done["args"]["secret"] != SECRET and done["args"]["kept"] is kept
+        assert done.pop("idempotency_key") == f"{rid}:{CALL_ID}"
+        done["args"].pop("kept")
+        assert len(done.pop("masked")["args"]) == 64  # of the real values: theirs alone
+        doc = await engine.request_document(await g.token(), rid)
+        seen.append({
+            "run": (run.status, run.result, run.error),
+            "execution": (ran.status, ran.result, ran.error_class, ran.error,
+                          ran.latency_ms, ran.finished_at is not None),
+            "entries": [e.action for e in entries], "executed": done,
+            "doc": (doc["status"], doc["result"]["status"], doc["result"]["result"],
+                    doc["result"]["error"])})
+    kept_one, read_one = seen
+    assert kept_one == read_one
+    assert kept_one["run"][0] == {"succeeded": "completed", "failed": "failed",
+                                  "cancelled_mid_call": "cancelled"}[how]
+    assert (await verify(parts(engine).db)).ok
+
+
+async def test_a_kept_report_that_no_longer_holds_is_taken_as_any_report(
+        make_engine, db_url: str, clock) -> None:
+    """A report written from memory checks, in its statements, that what it kept still
+    holds (the request not reported yet, its intent still started): here another process
+    reported the call first. Nothing of it is written then (rolled back), and the report
+    is taken as a report that reads: the same report again is not new, another result is
+    refused (``already_reported``); one ``executed`` entry each."""
+    from approvald.runtime.runs.external import ExternalError, Report
+    engine, token = await setup(make_engine)
+    other_db = Database(db_url, server_time=False)
+    try:
+        other = assemble(other_db, Registry([], policy=POLICY), clock=clock)
+        docs = []
+        for n in range(2):
+            doc, new = await engine.open_request(token, NewRequest(
+                tool="read_metrics", args={"n": n}, requested_by="U_DANA",
+                start_owner="gw"))
+            assert new and doc["status"] == "approved"
+            first = Report("succeeded", doc["effective_digest"], {"rows": n}, None)
+            assert await other.record_request_report(token, doc["id"], first)
+            docs.append((doc, first))
+        (same_doc, same), (other_doc, _) = docs
+        assert not await engine.record_request_report(token, same_doc["id"], same)
+        with pytest.raises(ExternalError) as exc:
+            await engine.record_request_report(token, other_doc["id"], Report(
+                "succeeded", other_doc["effective_digest"], {"rows": 99}, None))
+        assert exc.value.code == "already_reported"
+        for doc, rep in docs:
+            after = await engine.request_document(token, doc["id"])
+            assert after["result"]["result"] == rep.result, after
+            actions = [e.action for e in await Rows.of(engine).audit()
+                       if e.run_id == doc["id"]]
+            assert actions == ["requested", "approved", "executed"], actions
+        report = await verify(parts(engine).db)
+        assert report.ok, report.problems
+    finally:
+        await other_db.close()
