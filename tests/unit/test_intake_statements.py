@@ -933,7 +933,7 @@ async def test_a_kept_report_writes_what_a_report_read_first_writes(
             g._new_request = lambda *a, new_request=new_request: replace(
                 new_request(*a), start_owner=None)
 
-        async def server(args: dict[str, Any]) -> Any:
+        async def server(args: dict[str, Any], known: set[str] = known) -> Any:
             if how == "cancelled_mid_call":
                 rid = await _new_mcp_run(engine, known)
                 assert await engine.cancel(rid, actor=Actor("U_OPS", "cli:ops"),
