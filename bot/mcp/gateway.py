@@ -22,6 +22,11 @@ again is a new request and is asked about again. An approved call is executed by
 task per process, shielded from the client's cancellation; callers that join it get its
 result. A call another process started and never reported is "outcome unknown": it is
 never re-run; a person cancels its request (``approvald runs cancel ID``) to ask afresh.
+A call the policy allows at once has its start recorded with its request, in one write
+(:attr:`runtime.runs.external.NewRequest.start_owner`), and is run here; its report is
+one write too, from what that write left in memory. The same call made meanwhile in this
+process waits until that request is made and its call taken (:meth:`Gateway._open`), then
+joins it: it is never refused as started elsewhere by a call running here.
 An approval nobody collected before its request's window closed is not used later: that
 request is cancelled (audited) and the call is asked about again.
 

@@ -352,8 +352,10 @@ async def test_answers_at_once_from_two_processes_keep_the_chain_linear(
 
 async def test_the_start_and_report_of_an_auto_call_read_each_row_once(
         make_engine, statements) -> None:
-    """An MCP gateway's auto call: its start and its report, each one write transaction
-    that reads the run (under its lock) and the request once. The run is not locked and
+    """An auto call whose caller starts and reports it itself (the HTTP API's
+    ``/start`` and ``/report``; the MCP gateway's now has its start recorded with its
+    request, and its report kept: see below): its start and its report, each one write
+    transaction that reads the run (under its lock) and the request once. The run is not locked and
     read again to see whether the request's window closed, and an auto request's
     approvals (it has none: nothing was asked) are not read; the report's document is
     not read back (the gateway tells its client what it ran)."""
@@ -979,33 +981,43 @@ async def test_a_kept_report_that_no_longer_holds_is_taken_as_any_report(
     holds (the request not reported yet, its intent still started): here another process
     reported the call first. Nothing of it is written then (rolled back), and the report
     is taken as a report that reads: the same report again is not new, another result is
-    refused (``already_reported``); one ``executed`` entry each."""
+    refused (``already_reported``); one ``executed`` entry each. Kept reports that hold
+    are recorded whether this process knows the chain's head (after a refused one, on
+    PostgreSQL: the rows in a statement of their own, then the entry) or guessed it wrong
+    (another process chained since: the rows ride, the entry waits for the head)."""
     from approvald.runtime.runs.external import ExternalError, Report
     engine, token = await setup(make_engine)
     other_db = Database(db_url, server_time=False)
     try:
         other = assemble(other_db, Registry([], policy=POLICY), clock=clock)
         docs = []
-        for n in range(2):
+        for n in range(4):
             doc, new = await engine.open_request(token, NewRequest(
                 tool="read_metrics", args={"n": n}, requested_by="U_DANA",
                 start_owner="gw"))
             assert new and doc["status"] == "approved"
-            first = Report("succeeded", doc["effective_digest"], {"rows": n}, None)
-            assert await other.record_request_report(token, doc["id"], first)
-            docs.append((doc, first))
-        (same_doc, same), (other_doc, _) = docs
-        assert not await engine.record_request_report(token, same_doc["id"], same)
+            docs.append((doc, Report("succeeded", doc["effective_digest"], {"rows": n}, None)))
+        (d0, r0), (d1, r1), (d2, r2), (d3, r3) = docs
+        assert await other.record_request_report(token, d0["id"], r0)
+        assert await other.record_request_report(token, d1["id"], r1)
+        assert not await engine.record_request_report(token, d0["id"], r0)
+        assert await engine.record_request_report(token, d2["id"], r2)  # head unknown
+        await other.open_request(token, NewRequest(  # the head moved elsewhere
+            tool="read_metrics", args={"n": 9}, requested_by="U_DANA"))
+        assert await engine.record_request_report(token, d3["id"], r3)  # guessed wrong
         with pytest.raises(ExternalError) as exc:
-            await engine.record_request_report(token, other_doc["id"], Report(
-                "succeeded", other_doc["effective_digest"], {"rows": 99}, None))
+            await engine.record_request_report(token, d1["id"], Report(
+                "succeeded", d1["effective_digest"], {"rows": 99}, None))
         assert exc.value.code == "already_reported"
         for doc, rep in docs:
             after = await engine.request_document(token, doc["id"])
             assert after["result"]["result"] == rep.result, after
+            assert after["result"]["status"] == "succeeded"
             actions = [e.action for e in await Rows.of(engine).audit()
                        if e.run_id == doc["id"]]
             assert actions == ["requested", "approved", "executed"], actions
+            run = await Rows.of(engine).run(doc["id"])
+            assert run.status == "completed" and json.loads(run.result) == rep.result
         report = await verify(parts(engine).db)
         assert report.ok, report.problems
     finally:
