@@ -25,7 +25,7 @@ never re-run; a person cancels its request (``approvald runs cancel ID``) to ask
 A call the policy allows at once has its start recorded with its request, in one write
 (:attr:`runtime.runs.external.NewRequest.start_owner`), and is run here; its report is
 one write too, from what that write left in memory. The same call made meanwhile in this
-process waits until that request is made and its call taken (:meth:`Gateway._open`), then
+process waits until that request is made and its call taken (:meth:`Gateway._turn`), then
 joins it: it is never refused as started elsewhere by a call running here.
 An approval nobody collected before its request's window closed is not used later: that
 request is cancelled (audited) and the call is asked about again.
@@ -43,10 +43,9 @@ the same call made again is asked afresh, about the tool as it is now.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
 
@@ -141,7 +140,7 @@ class Gateway(CallerGate):
         self._inflight: dict[str, asyncio.Task[Ran[Any] | Refused]] = {}
         # finished here, newest last: callers that join late get the same answer
         self._ran: OrderedDict[str, asyncio.Task[Ran[Any] | Refused]] = OrderedDict()
-        # call key -> a call of it making or finding its request here (see _one_call)
+        # call key -> a call of it making or finding its request here (see _turn)
         self._making: dict[str, asyncio.Future[None]] = {}
 
     def running_here(self, rid: str) -> bool:
@@ -168,9 +167,12 @@ class Gateway(CallerGate):
         statements check it again, and when they find it revoked it is read again (and
         the gateway is found switched off: nothing is executed). A call the policy allows
         at once has its start recorded with its request (one write) and is run here."""
-        # made shielded from the client's cancellation: a start recorded with the request
-        # is a call this process runs, never one left "started" by a client that gave up
-        opened = await asyncio.shield(self._open(tool, args, forward))
+        key = self.call_key(tool, args)
+        await self._turn(key)  # a client that gives up while it waits has asked nothing
+        # once its turn is taken the request is made shielded from the client's
+        # cancellation: a start recorded with it is a call this process runs, never one
+        # left "started" by a client that gave up (the task is made before any await)
+        opened = await asyncio.shield(self._open(key, tool, args, forward))
         if isinstance(opened, Refused):
             return opened
         token, doc, task = opened
@@ -195,13 +197,14 @@ class Gateway(CallerGate):
             await self.refused(token, tool, out)
         return out
 
-    async def _open(self, tool: str, args: dict[str, Any], forward: Forward[T]
+    async def _open(self, key: str, tool: str, args: dict[str, Any], forward: Forward[T]
                     ) -> tuple[TokenRecord, dict[str, Any], asyncio.Task[Any] | None] | Refused:
-        """The request this call joins or makes, and the task that runs it here when the
-        policy allowed it at once (its start recorded with the request); or why nothing
-        was asked. The same call made meanwhile in this process waits for this one to
-        have made its request and taken its call (:meth:`_one_call`), then joins it."""
-        async with self._one_call(self.call_key(tool, args)):
+        """The request call ``key`` joins or makes, and the task that runs it here when
+        the policy allowed it at once (its start recorded with the request); or why
+        nothing was asked. Called with the call's turn taken (:meth:`_turn`), which it
+        gives back once that task is registered: the same call made meanwhile in this
+        process then finds the request with the task running it, and joins it."""
+        try:
             try:
                 token = await self.token(kept=True)
                 doc, started = await self._request(token, tool, args)
@@ -225,22 +228,18 @@ class Gateway(CallerGate):
             # registered before another call of it looks: it joins this task
             task = self._run_here(token, tool, doc, forward, started=True) \
                 if started else None
+        finally:
+            self._making.pop(key).set_result(None)
         return token, doc, task
 
-    @contextlib.asynccontextmanager
-    async def _one_call(self, key: str) -> AsyncIterator[None]:
-        """While a call of ``key`` makes or finds its request here, and takes its call
-        when it was started with the request: the same call made meanwhile waits, then
-        finds that request with the task running it (and joins it), never racing it to
-        the request or taking a start it would have to refuse as already started."""
+    async def _turn(self, key: str) -> None:
+        """Take call ``key``'s turn to make or find its request here (:meth:`_open` gives
+        it back): the same call made meanwhile waits, then finds that request with the
+        task running it (and joins it), never racing it to the request or taking a start
+        it would have to refuse as already started."""
         while (busy := self._making.get(key)) is not None:
             await asyncio.wait([busy])  # (a waiter cancelled does not cancel it)
-        done = self._making[key] = asyncio.get_running_loop().create_future()
-        try:
-            yield
-        finally:
-            del self._making[key]
-            done.set_result(None)
+        self._making[key] = asyncio.get_running_loop().create_future()
 
     def _run_here(self, token: TokenRecord, tool: str, doc: dict[str, Any],
                   forward: Forward[T], identify: Identify | None = None, *,

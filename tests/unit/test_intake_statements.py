@@ -1007,3 +1007,54 @@ async def test_a_kept_report_that_no_longer_holds_is_taken_as_any_report(
         assert report.ok, report.problems
     finally:
         await other_db.close()
+
+
+async def test_an_mcp_auto_call_given_up_once_started_still_runs_and_is_recorded(
+        make_engine) -> None:
+    """A client that gives up (its call cancelled) once its request's write, which
+    records the call's start, is under way: the call still runs, once, and its result is
+    recorded (never a start left behind with nothing running it). A client of the same
+    call that gives up while it waits for its turn asks nothing."""
+    from approvald.bot.mcp.gateway import Ran
+    from approvald.runtime.runs.external import CALL_ID
+    engine = make_engine(policy=MCP_POLICY)
+    g = _mcp_gateway(engine)
+    assert isinstance(await g.call("echo", {"warm": 1}, _echo), Ran)
+    known = await _mcp_run_ids(engine)
+    opened, written, go = engine.open_request, asyncio.Event(), asyncio.Event()
+
+    async def open_request(token: Any, req: Any, **kw: Any) -> Any:
+        out = await opened(token, req, **kw)
+        written.set()
+        await go.wait()
+        return out
+
+    engine.open_request = open_request  # type: ignore[method-assign]
+    ran: list[dict[str, Any]] = []
+
+    async def server(args: dict[str, Any]) -> Any:
+        ran.append(args)
+        return await _echo(args)
+
+    first = asyncio.ensure_future(g.call("echo", {"n": 1}, server))
+    await written.wait()
+    waiting = asyncio.ensure_future(g.call("echo", {"n": 1}, server))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    waiting.cancel()
+    first.cancel()
+    await asyncio.gather(first, waiting, return_exceptions=True)
+    assert first.cancelled() and waiting.cancelled()
+    engine.open_request = opened  # type: ignore[method-assign]
+    go.set()
+    rid = await _new_mcp_run(engine, known)
+
+    async def recorded() -> Any:
+        done = await Rows.of(engine).execution(rid, CALL_ID)
+        return done if done is not None and done.status == "succeeded" else None
+
+    from tests.integration.slack_harness import wait_for
+    await wait_for(recorded, what="the given-up call's result")
+    assert ran == [{"n": 1}]
+    assert await _mcp_run_ids(engine) - known == {rid}  # the one waiting asked nothing
+    assert (await Rows.of(engine).verify_audit()).ok
