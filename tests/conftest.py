@@ -45,6 +45,7 @@ PG_ADMIN_URL = os.environ.get("APPROVALD_TEST_PG_URL",
 # that deletes). DELETE, not TRUNCATE: on tables of a few rows TRUNCATE costs ~100 ms (it
 # makes new files for fifteen tables and their indexes), DELETE under 1 ms.
 TABLES = ("approval_votes", "approvals", "audit_log", "audit_head", "audit_checkpoint",
+          "audit_requests", "audit_fold",
           "limits", "outbox", "external_requests", "api_tokens", "standing_approvals",
           "adapter_pauses",
           "run_threads", "run_events", "tool_executions", "runs", "policy_in_force",

@@ -9,11 +9,22 @@ from typing import Any, cast
 
 from approvald.store.errors import KeyTaken
 from approvald.store.fastsql import fast
-from approvald.store.models import AuditCheckpoint, AuditEntry, AuditHead
+from approvald.store.models import AuditCheckpoint, AuditEntry, AuditFold, AuditHead, AuditRequest
 from approvald.store.records import AuditRecord
 from approvald.store.repos.base import Repo
 from approvald.store.repos.external import ExternalRepo, Rider
-from sqlalchemy import Table, and_, bindparam, case, func, or_, select, union_all, update
+from sqlalchemy import (
+    Table,
+    and_,
+    bindparam,
+    case,
+    delete,
+    func,
+    or_,
+    select,
+    union_all,
+    update,
+)
 
 GENESIS = "0" * 64
 _T = cast(Table, AuditEntry.__table__)
@@ -25,6 +36,21 @@ _CHECKPOINT = fast(select(_C.c.seq, _C.c.hash, _C.c.key_id, _C.c.unkeyed_until, 
 _ADVANCE = fast(update(_C).where(_C.c.id == 1, _C.c.seq <= bindparam("seq")).values(
     seq=bindparam("seq"), hash=bindparam("hash"), key_id=bindparam("key_id"),
     unkeyed_until=bindparam("unkeyed_until"), mac=bindparam("mac")))
+_R = cast(Table, AuditRequest.__table__)
+_F = cast(Table, AuditFold.__table__)
+_FOLD = fast(select(_F.c.through, _F.c.folded, _F.c.unkeyed_until, _F.c.key_id, _F.c.mac)
+             .where(_F.c.id == 1))
+# the fold moves only from the state its writer read: two readers racing, one writes
+_MOVE_FOLD = fast(update(_F).where(_F.c.id == 1, _F.c.through == bindparam("was_through"),
+                                   _F.c.mac == bindparam("was_mac")).values(
+    through=bindparam("through"), folded=bindparam("folded"),
+    unkeyed_until=bindparam("unkeyed_until"), key_id=bindparam("key_id"),
+    mac=bindparam("mac")))
+_FOLDED = fast(select(_R.c.seq, _R.c.folded, _R.c.state, _R.c.key_id, _R.c.mac)
+               .where(_R.c.seq > bindparam("after")).order_by(_R.c.seq)
+               .limit(bindparam("n")))
+_ANY_FOLDED = fast(select(_R.c.seq).limit(1))
+_INSERT_FOLDED = fast(_R.insert())
 _COUNT_UPTO = fast(select(func.count()).select_from(_T).where(_T.c.seq <= bindparam("upto")))
 _ONE = fast(select(_T).where(_T.c.seq == bindparam("seq")))
 # what a reader of the record takes of an entry (not its chain fields)
@@ -252,6 +278,53 @@ class AuditRepo(Repo):
         if (await self.conn.execute(_ADVANCE, values)).rowcount:
             return
         await self.conn.execute(self.insert_ignore(AuditCheckpoint), {"id": 1, **values})
+
+    # -- the requests on the record, kept folded (issue 51: runtime.record.history_fold) --
+    async def fold(self) -> tuple[int, int, int, str, str] | None:
+        """How far the requests are kept folded: (through, folded, unkeyed_until, key_id,
+        mac), or None."""
+        row = (await self.conn.execute(_FOLD)).first()
+        return None if row is None else (int(row[0]), int(row[1]), int(row[2]),
+                                         str(row[3]), str(row[4]))
+
+    async def any_folded(self) -> bool:
+        return (await self.conn.execute(_ANY_FOLDED)).first() is not None
+
+    async def folded(self, *, batch: int = 5000) -> AsyncIterator[list[Any]]:
+        """Every folded request, in batches of rows (seq, folded, state, key_id, mac) in
+        seq order."""
+        after = 0
+        while True:
+            rows = list(await self.conn.execute(_FOLDED, {"after": after, "n": batch}))
+            if not rows:
+                return
+            yield rows
+            if len(rows) < batch:
+                return
+            after = int(rows[-1][0])
+
+    async def save_fold(self, *, was: tuple[int, str] | None, fold: dict[str, Any],
+                        rows: list[dict[str, Any]], replace_all: bool) -> bool:
+        """Move the fold from ``was`` (through, mac; None: none recorded) to ``fold`` and
+        write ``rows`` (all of them when ``replace_all``, else those that changed): False,
+        and nothing written, when another writer moved it first."""
+        await self.conn.execute(self.insert_ignore(AuditFold), {
+            "id": 1, "through": -1, "folded": 0, "unkeyed_until": 0, "key_id": "",
+            "mac": ""})
+        was_through, was_mac = was if was is not None else (-1, "")
+        moved = await self.conn.execute(_MOVE_FOLD, {**fold, "was_through": was_through,
+                                                     "was_mac": was_mac})
+        if moved.rowcount != 1:
+            return False
+        if replace_all:
+            await self.conn.execute(delete(_R))
+        else:
+            seqs = [r["seq"] for r in rows]
+            for i in range(0, len(seqs), 1000):
+                await self.conn.execute(delete(_R).where(_R.c.seq.in_(seqs[i:i + 1000])))
+        for i in range(0, len(rows), 5000):
+            await self.conn.execute(_INSERT_FOLDED, rows[i:i + 5000])
+        return True
 
     async def of_run(self, run_id: str, *, after: int, limit: int = 200) -> list[AuditRecord]:
         """The run's entries past seq ``after``, oldest first, at most ``limit`` of them."""
