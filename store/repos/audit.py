@@ -12,7 +12,7 @@ from approvald.store.fastsql import fast
 from approvald.store.models import AuditCheckpoint, AuditEntry, AuditFold, AuditHead, AuditRequest
 from approvald.store.records import AuditRecord
 from approvald.store.repos.base import Repo
-from approvald.store.repos.external import Answered, ExternalRepo, answered_ctes
+from approvald.store.repos.external import ExternalRepo, Rider
 from sqlalchemy import (
     Table,
     and_,
@@ -116,19 +116,23 @@ def _append_if(n: int) -> Any:
 
 
 @functools.cache
-def _append_answered(n: int, shape: Any) -> Any:
-    """:func:`_append_if` with a request answered at once (:class:`Answered`) in the same
-    statement: ``SELECT`` (the requests inserted, the entries inserted). The head moves
-    and the entries are inserted only if it is still the one guessed; the request (its
-    run, its start) whether or not: the caller appends the entries otherwise."""
-    moved = _MOVE_IF.cte("moved")
-    req, others = answered_ctes(shape)
+def _append_riding(n: int, kind: Any, shape: Any) -> Any:
+    """:func:`_append_if` with a :class:`~store.repos.external.Rider`'s rows (a request
+    answered at once, a kept call's report) in the same statement: ``SELECT`` (the rows
+    its first CTE returned, the entries inserted). The head moves and the entries are
+    inserted only if it is still the one guessed; the rider's rows whether or not (the
+    caller appends the entries otherwise). The head is locked only once the rider's
+    first CTE has returned its row (the head last, as in every write transaction: a
+    statement that locked it first could wait, holding it, for a row whose holder waits
+    for the head)."""
+    first, others = kind.ctes(shape)
+    moved = _MOVE_IF.where(select(first).exists()).cte("moved")
     rows = [select(*(bindparam(f"{c}_{i}", type_=_T.c[c].type).label(c) for c in _ROW))
             .where(select(moved.c.hash).where(moved.c.hash == bindparam("h")).exists())
             for i in range(n)]
     entries = (_T.insert().from_select(list(_ROW), rows[0] if n == 1 else union_all(*rows))
                .returning(_T.c.seq).cte("entries"))
-    stmt = select(select(func.count()).select_from(req).scalar_subquery(),
+    stmt = select(select(func.count()).select_from(first).scalar_subquery(),
                   select(func.count()).select_from(entries).scalar_subquery())
     for cte in others:
         stmt = stmt.add_cte(cte)
@@ -176,16 +180,18 @@ class AuditRepo(Repo):
         await self.conn.execute(_MOVE, head)
 
     async def append_if_head(self, rows: list[dict[str, Any]], *, seq: int, hash: str,
-                             along: Answered | None = None) -> bool:
+                             along: Rider | None = None) -> bool:
         """:meth:`append_rows` if the head is still entry ``seq`` with ``hash`` (the entries
         chained to it), without reading it first: whether they were appended (nothing
         was written if not). On PostgreSQL one statement; on SQLite, whose writer holds
         the database, the head's move and the rows. ``along``: a request answered at
         once (PostgreSQL), inserted in the same statement whether or not the head was
-        still that one; :class:`~store.errors.KeyTaken` if it was not inserted."""
+        still that one; :class:`~store.errors.KeyTaken` if it was not inserted (or, for
+        a kept call's report, what was kept no longer holds)."""
         head = {"s": rows[-1]["seq"], "h": rows[-1]["hash"], "es": seq, "eh": hash}
         if along is not None and len(rows) <= _MANY:
-            done = (await self.conn.execute(_append_answered(len(rows), along.shape), {
+            done = (await self.conn.execute(_append_riding(len(rows), type(along),
+                                                           along.shape), {
                 **{f"{c}_{i}": row[c] for i, row in enumerate(rows) for c in _ROW}, **head,
                 **along.params()})).one()
             if done[0] != 1:
