@@ -52,6 +52,8 @@ SEALED: Mapping[str, str] = {
 MASKED: Mapping[str, str] = {
     "audit_log.details": "the audit log: recorded masked (runtime/record/audit.py), so that the "
                          "chain verifies and exports without the data key",
+    "audit_requests.state": "a request folded from its audit entries (0024): the entries' "
+                            "masked values only, never the arguments opened with the data key",
 }
 
 CLEAR: Mapping[str, str] = {
