@@ -290,7 +290,7 @@ class AuditRequest(Base):
 
     seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     folded: Mapped[int] = mapped_column(Integer)
-    state: Mapped[str] = mapped_column(Text)
+    state: Mapped[str] = mapped_column(SealedText("audit_requests.state"))
     key_id: Mapped[str] = mapped_column(String(16))
     mac: Mapped[str] = mapped_column(String(64))
 
