@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from sqlalchemy.exc import IntegrityError
 from approvald.runtime.approvals.decide import Actor
 from approvald.runtime.engine import Engine, assemble
 from approvald.runtime.kernel.clock import ManualClock
@@ -121,6 +122,59 @@ async def test_the_intent_and_the_lease_renewal_are_one_write_that_holds_both_or
     assert run.lease_expires_at is not None and before is not None \
         and run.lease_expires_at > before
     assert await _intent(db, run_id, "worker-a/1") is False  # already there: not again
+
+
+async def _last_step(db: Database, run_id: str, owner: str, first_seq: int) -> Any:
+    now = datetime.now(UTC)
+    async with db.write_one() as tx:
+        return await tx.runs.checkpoint_with_events(
+            run_id, owner=owner, first_seq=first_seq, step=2,
+            events=[(1, '{"role": "assistant", "content": "done"}')], status="completed",
+            now=now, lease_until=None, release=True, result="done")
+
+
+async def test_the_last_step_is_one_write_of_its_events_and_the_run_under_the_lease(
+        db: Database, statements) -> None:  # noqa: F811
+    """A run's last step (the model's final reply) used to be a transaction of four
+    statements (BEGIN, its events, the run row completed, COMMIT); on PostgreSQL it is
+    one statement in autocommit, the events inserted from the row the fenced UPDATE
+    returned. What the transaction was for still holds: a worker whose lease was taken
+    over writes neither the events nor the run (the run is not completed by it), and
+    an event that cannot be written (its place in the transcript taken) leaves the run
+    as it was: both or neither."""
+    run_id = await _leased_run(db, "worker-a/1")
+    run = await Rows(db).run(run_id)
+    assert run is not None
+    seq = run.next_seq
+
+    async def transcript() -> int:
+        async with db.read() as tx:
+            return len(await tx.events.load(run_id))
+
+    events_before = await transcript()
+    assert await _last_step(db, run_id, "worker-b/1", seq) is None  # not b's lease
+    after = await Rows(db).run(run_id)
+    assert after.status == run.status and after.lease_owner == "worker-a/1" \
+        and after.next_seq == seq and after.result is None
+    assert await transcript() == events_before
+
+    async with db.write() as tx:  # the transcript's next place taken (a forked history)
+        await tx.events.append(run_id, seq, 2, [(1, '{"role": "user", "content": "x"}')])
+    with pytest.raises(IntegrityError):
+        await _last_step(db, run_id, "worker-a/1", seq)
+    after = await Rows(db).run(run_id)
+    assert after.status == run.status and after.lease_owner == "worker-a/1" \
+        and after.next_seq == seq, after
+
+    window = statements.during()
+    req = await _last_step(db, run_id, "worker-a/1", seq + 1)
+    assert req is not None and not req.requested
+    if db.dialect == "postgresql":
+        assert window.kinds() == collections.Counter({"WITH": 1}), window.sent
+    done = await Rows(db).run(run_id)
+    assert done.status == "completed" and done.result == "done" \
+        and done.lease_owner is None and done.next_seq == seq + 2 and done.step == 2
+    assert await transcript() == events_before + 2
 
 
 def _run_reads(sent: list[str]) -> list[str]:

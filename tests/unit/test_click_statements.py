@@ -64,8 +64,9 @@ def _lines(dialect: str) -> dict[str, int]:
     PostgreSQL locked by the decision's read of the approval (its resume reads it in the
     lease's ``UPDATE ... FROM``); on SQLite the resume's read of it."""
     if dialect == "postgresql":
-        return {"INSERT run_events": 3, "WITH": 3 + 2, "UPDATE runs": 5,
-                "BEGIN": 5, "COMMIT": 5}
+        # each checkpoint's events and run row: one statement (``WITH ck AS (UPDATE
+        # runs ...) INSERT INTO run_events ... FROM ck``); the last, in autocommit
+        return {"WITH": 3 + 2 + 3, "UPDATE runs": 2, "BEGIN": 4, "COMMIT": 4}
     return {"INSERT run_events": 4, "UPDATE audit_head": 3, "INSERT audit_log": 3,
             "INSERT tool_executions": 2, "UPDATE runs": 7, "BEGIN": 7, "COMMIT": 7,
             "SELECT runs": 1}
