@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any, cast
 
 from approvald.store.fastsql import fast
-from approvald.store.models import Approval, ApprovalVote, Run
+from approvald.store.models import Approval, ApprovalVote, Run, RunThread, StandingApproval
 from approvald.store.records import ApprovalRecord, VoteRecord
 from approvald.store.repos.base import Repo, to_record
 from sqlalchemy import (
@@ -19,6 +19,7 @@ from sqlalchemy import (
     Text,
     Update,
     bindparam,
+    exists,
     func,
     or_,
     select,
@@ -32,6 +33,27 @@ _V = cast(Table, ApprovalVote.__table__)
 _R = cast(Table, Run.__table__)
 # statements built once: SQLAlchemy then skips construction and cache-key work per call
 _GET = fast(select(_T).where(_T.c.id == bindparam("aid")))
+_TH = cast(Table, RunThread.__table__)
+_ST = cast(Table, StandingApproval.__table__)
+# a card's redraw: the request, where its run's thread is, and whether a standing approval
+# was proposed on it, in one statement (issue 50)
+_CARD_EXTRA = ("thread_channel", "thread_ts", "has_standing")
+_CARD = fast(select(_T, _TH.c.channel.label("thread_channel"), _TH.c.ts.label("thread_ts"),
+                    exists().where(_ST.c.tool == _T.c.tool, _ST.c.granted_on == _T.c.id)
+                    .label("has_standing"))
+             .select_from(_T.outerjoin(_TH, _TH.c.run_id == _T.c.run_id))
+             .where(_T.c.id == bindparam("aid")))
+
+
+@dataclass(frozen=True, slots=True)
+class CardRow:
+    """What a card is drawn from, read in one statement: the request, its run's thread
+    (``thread``: channel and ts, once the thread's parent is posted) and whether any
+    standing approval was proposed on it (then read on its own)."""
+
+    approval: ApprovalRecord
+    thread: tuple[str, str] | None
+    has_standing: bool
 # FOR NO KEY UPDATE on PostgreSQL (votes' foreign-key checks still pass), nothing on SQLite,
 # whose write transaction already holds the database lock
 _LOCK = fast(_GET.with_for_update(key_share=True))
@@ -87,6 +109,17 @@ class ApprovalsRepo(Repo):
     async def get(self, approval_id: str) -> ApprovalRecord | None:
         row = (await self.conn.execute(_GET, {"aid": approval_id})).first()
         return to_record(ApprovalRecord, row)
+
+    async def card(self, approval_id: str) -> CardRow | None:
+        """Request ``approval_id`` with what its card needs besides (:class:`CardRow`),
+        in one statement; None if there is no such request."""
+        row = (await self.conn.execute(_CARD, {"aid": approval_id})).first()
+        if row is None:
+            return None
+        m = dict(row._mapping)
+        channel, ts, standing = (m.pop(k) for k in _CARD_EXTRA)
+        return CardRow(ApprovalRecord(**m), (channel, ts) if channel and ts else None,
+                       bool(standing))
 
     async def lock(self, approval_id: str) -> ApprovalRecord | None:
         """Read the approval and hold its row until the transaction ends (lock the run

@@ -265,3 +265,51 @@ async def test_the_decisions_one_locking_read_holds_the_run_and_then_the_request
                                     "FOR UPDATE NOWAIT", key)
     finally:
         await other.close()
+
+
+async def test_a_cards_redraw_reads_its_request_thread_and_standing_grants_in_one_statement(
+        make_engine, db: Database, ledger_path, statements) -> None:  # noqa: F811
+    """A card's redraw (the outbox drain's, after a decision) used to read the request,
+    then its run's thread, then the standing approvals proposed on it: one statement now
+    (``ApprovalsRepo.card``), the standing approvals read only when one was proposed.
+    What the reads were for still shows: the thread where the run's replies go, as it
+    stands at each redraw (none before its parent is posted; moved when re-posted), and a
+    standing approval granted on the request, told on its card."""
+    from approvald.runtime.policies.scope import scope_for
+    from approvald.store.models import RunThread
+
+    from tests.unit.test_decisions import ALICE, engine_with
+    from tests.unit.test_standing import UP_TO_50, start
+
+    engine = engine_with(make_engine, ledger_path)
+    paused = await start(engine, "$30")
+    assert isinstance(paused, Paused)
+    aid = paused.approval_ids[0]
+    window = statements.during()
+    view = await engine.views.card(aid)
+    assert view is not None and view.approval.id == aid and view.thread is None
+    assert view.standing == ()
+    assert len(window.sent) == 1 and window.sent[0].startswith("SELECT approvals.id, ") \
+        and "JOIN run_threads" in window.sent[0], window.sent
+
+    threads = RunThread.__table__
+    async with db.write() as tx:
+        await tx.threads.open(paused.run_id, channel="C_OPS", owner="o",
+                              until=datetime.now(UTC) + timedelta(minutes=1))
+    view = await engine.views.card(aid)
+    assert view is not None and view.thread is None  # its parent not posted yet
+    await Rows(db).forge(threads, threads.c.run_id == paused.run_id, ts="111.1")
+    view = await engine.views.card(aid)
+    assert view is not None and view.thread == ("C_OPS", "111.1")
+    await Rows(db).forge(threads, threads.c.run_id == paused.run_id, ts="222.2")  # re-posted
+    view = await engine.views.card(aid)
+    assert view is not None and view.thread == ("C_OPS", "222.2")
+
+    a = await engine.views.approval(aid)
+    assert a is not None
+    standing, _ = await engine.grant_standing(
+        aid, actor=ALICE, window=timedelta(minutes=30),
+        scope=scope_for(a, "condition", when=UP_TO_50))
+    view = await engine.views.card(aid)
+    assert view is not None and [s.id for s in view.standing] == [standing.id]
+    assert view.approval.status == "approved" and view.thread == ("C_OPS", "222.2")
