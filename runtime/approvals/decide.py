@@ -510,6 +510,25 @@ class Decider:
                 and a.edited_by == actor.id and a.edited_digest == digest:
             raise _refuse(a, Refusal.OWN_EDIT,
                           f"{actor.id} proposed these arguments; someone else must approve them")
+        at_once = vote in FINAL_VERDICTS or (a.quorum == 1 and bool(counted(a, [actor.id],
+                                                                             digest)))
+        if at.edited is None and at_once:
+            # the vote and the decision it makes, one statement where the database can
+            # (issue 50): the request changes only if the vote was new
+            status = FINAL_VERDICTS.get(vote, "approved")
+            voted, done = await tx.approvals.vote_and_transition(
+                approval_id=a.id, actor=actor.id, vote=vote, digest=digest, via=actor.via,
+                at=now, to=status, decided_at=now, decided_by=actor.id,
+                decided_via=actor.via, verdict=verdict,
+                reason=at.reason, **({"approve_count": 1} if vote == "approve" else {}),
+                **at.traced())
+            if not voted:
+                raise _refuse(a, Refusal.ALREADY_VOTED,
+                              f"{actor.id} already voted on these arguments of approval {a.id}")
+            if done is None:
+                raise _refuse(a, Refusal.NOT_PENDING, not_pending_message(a))
+            return await self._decided(tx, a, at, done, status, digest, [actor.id],
+                                       discarded, now)
         if not await tx.approvals.add_vote(approval_id=a.id, actor=actor.id, verdict=vote,
                                            digest=digest, via=actor.via, at=now):
             if at.edited is None:
@@ -526,15 +545,7 @@ class Decider:
                 **at.traced())
             if done is None:
                 raise _refuse(a, Refusal.NOT_PENDING, not_pending_message(a))
-            said = "guidance" if vote == "redirect" else "reason"
-            self.audit.record(tx, at=now, action=status, actor=actor.id, via=actor.via,
-                                run_id=a.run_id, approval_id=a.id, digest=digest,
-                                details={"tool": a.tool, "args": done.effective_args(),
-                                         said: at.reason, **outcome_details(done),
-                                         **actor.marks(), **card_posted(done)})
-            ready, claim, run = await self._run_ready(tx, done)
-            return Decision(done, status, done.approve_count, done.quorum, ready, discarded,
-                            claim, run=run)
+            return await self._decided(tx, a, at, done, status, digest, [], discarded, now)
         voters = [actor.id] if a.quorum == 1 else await tx.approvals.approvers_on(a.id, digest)
         voters = counted(a, voters, digest)
         if len(voters) < a.quorum:
@@ -553,17 +564,36 @@ class Decider:
             approve_count=len(voters), **at.traced())
         if done is None:
             raise _refuse(a, Refusal.NOT_PENDING, not_pending_message(a))
-        self.audit.record(tx, at=now, action="approved", actor=actor.id, via=actor.via,
-                            run_id=a.run_id, approval_id=a.id, digest=digest,
-                            details={"tool": a.tool, "args": done.effective_args(),
-                                     "approvers": voters, "quorum": a.quorum,
-                                     "edited": done.edited_args is not None,
-                                     **({"reason": at.reason} if at.reason else {}),
-                                     **outcome_details(done),
-                                     **actor.marks(), **card_posted(done)})
+        return await self._decided(tx, a, at, done, "approved", digest, voters, discarded,
+                                   now)
+
+    async def _decided(self, tx: Tx, a: ApprovalRecord, at: _Attempt, done: ApprovalRecord,
+                       status: str, digest: str, voters: list[str],
+                       discarded: tuple[str, ...], now: datetime) -> Decision:
+        """A request decided (``done``, as the transition left it): its audit entry, its
+        card's update, its run woken."""
+        actor = at.actor
+        if status == "approved":
+            self.audit.record(tx, at=now, action="approved", actor=actor.id, via=actor.via,
+                              run_id=a.run_id, approval_id=a.id, digest=digest,
+                              details={"tool": a.tool, "args": done.effective_args(),
+                                       "approvers": voters, "quorum": a.quorum,
+                                       "edited": done.edited_args is not None,
+                                       **({"reason": at.reason} if at.reason else {}),
+                                       **outcome_details(done),
+                                       **actor.marks(), **card_posted(done)})
+            ready, claim, run = await self._run_ready(tx, done)
+            return Decision(done, "approved", len(voters), a.quorum, ready, discarded, claim,
+                            run=run)
+        said = "guidance" if status == "redirected" else "reason"
+        self.audit.record(tx, at=now, action=status, actor=actor.id, via=actor.via,
+                          run_id=a.run_id, approval_id=a.id, digest=digest,
+                          details={"tool": a.tool, "args": done.effective_args(),
+                                   said: at.reason, **outcome_details(done),
+                                   **actor.marks(), **card_posted(done)})
         ready, claim, run = await self._run_ready(tx, done)
-        return Decision(done, "approved", len(voters), a.quorum, ready, discarded, claim,
-                        run=run)
+        return Decision(done, status, done.approve_count, done.quorum, ready, discarded,
+                        claim, run=run)
 
     async def _answer_question(self, tx: Tx, a: ApprovalRecord, at: _Attempt,
                                now: datetime) -> Decision:

@@ -21,8 +21,10 @@ from sqlalchemy import (
     bindparam,
     exists,
     func,
+    literal,
     or_,
     select,
+    true,
     type_coerce,
     update,
 )
@@ -100,6 +102,31 @@ def _transition(to: str, from_: tuple[str, ...], keys: tuple[str, ...], on_diges
         stmt = stmt.where(_T.c.expires_at > bindparam("now"))
     return fast(stmt.values(status=to, **{k: bindparam(f"v_{k}") for k in keys})
                 .returning(_T))
+
+
+@functools.lru_cache(maxsize=64)
+def _vote_then(to: str, keys: tuple[str, ...]) -> Any:
+    """PostgreSQL, one statement: the vote inserted (unless this actor voted on these
+    arguments already), then, only if it was, the request's compare-and-set (pending,
+    these arguments, not expired); answers ``voted`` and the request as it now stands
+    (its columns NULL if it was not changed)."""
+    vote = (cast(Any, postgresql.insert(_V))
+            .values(approval_id=bindparam("aid", type_=_V.c.approval_id.type),
+                    actor=bindparam("actor", type_=_V.c.actor.type),
+                    digest=bindparam("d", type_=_V.c.digest.type),
+                    verdict=bindparam("vote", type_=_V.c.verdict.type),
+                    via=bindparam("via", type_=_V.c.via.type),
+                    at=bindparam("now", type_=_V.c.at.type))
+            .on_conflict_do_nothing().returning(_V.c.actor).cte("vote"))
+    upd = (_transition(to, ("pending",), keys, True, True)
+           .where(select(vote.c.actor).exists()).cte("upd"))
+    one = select(literal(1).label("one")).subquery("one")
+    return fast(select(select(func.count()).select_from(vote).scalar_subquery()
+                       .label(_VOTED), *upd.c)
+                .select_from(one.outerjoin(upd, true())))
+
+
+_VOTED = "vote_inserted"
 
 
 class ApprovalsRepo(Repo):
@@ -247,6 +274,28 @@ class ApprovalsRepo(Repo):
             _transition(to, tuple(from_), keys, digest is not None, before is not None), params,
         )).first()
         return to_record(ApprovalRecord, row)
+
+    async def vote_and_transition(self, *, approval_id: str, actor: str, vote: str,
+                                  digest: str, via: str, at: datetime, to: str,
+                                  **values: Any) -> tuple[bool, ApprovalRecord | None]:
+        """:meth:`add_vote` (its verdict: ``vote``), then, only if the vote was new, :meth:`transition` from
+        ``pending`` to ``to`` on ``digest`` before ``at`` (with ``values``): (whether the
+        vote was new, the request as the transition left it or None). On PostgreSQL one
+        statement (issue 50); on SQLite the two."""
+        if self.dialect != "postgresql":
+            if not await self.add_vote(approval_id=approval_id, actor=actor, verdict=vote,
+                                       digest=digest, via=via, at=at):
+                return False, None
+            return True, await self.transition(approval_id, to=to, digest=digest,
+                                               before=at, **values)
+        keys = tuple(sorted(values))
+        params: dict[str, Any] = {"aid": approval_id, "d": digest, "now": at,
+                                  "actor": actor, "vote": vote, "via": via,
+                                  **{f"v_{k}": values[k] for k in keys}}
+        row = (await self.conn.execute(_vote_then(to, keys), params)).one()
+        m = dict(row._mapping)
+        voted = bool(m.pop(_VOTED))
+        return voted, None if m["id"] is None else ApprovalRecord(**m)
 
     async def expire_batch(self, ids: Sequence[str], *, now: datetime) -> list[ApprovalRecord]:
         """Compare-and-set each still-pending, overdue approval in ``ids`` to expired."""

@@ -313,3 +313,42 @@ async def test_a_cards_redraw_reads_its_request_thread_and_standing_grants_in_on
     view = await engine.views.card(aid)
     assert view is not None and [s.id for s in view.standing] == [standing.id]
     assert view.approval.status == "approved" and view.thread == ("C_OPS", "222.2")
+
+
+async def test_the_vote_and_the_decision_it_makes_are_one_write_that_holds_both_or_neither(
+        db: Database, statements) -> None:  # noqa: F811
+    """A one-approver decision used to insert the vote, then compare-and-set the request:
+    on PostgreSQL one statement now (``ApprovalsRepo.vote_and_transition``), the request
+    changed only if the vote was new. What the two did still holds: a person whose vote
+    on these arguments is already recorded changes nothing (refused, the request still
+    pending, no second vote); a new vote decides, and is recorded with the decision."""
+    from approvald.runtime.kernel.errors import DecisionRefused
+
+    maker = _engine(db)
+    paused = await maker.run("payer", "pay for web", requested_by="U_DANA")
+    assert isinstance(paused, Paused)
+    a = await parts(maker).decider.get(paused.approval_ids[0])
+    async with db.write() as tx:  # a vote already there (left behind the runtime's back)
+        assert await tx.approvals.add_vote(approval_id=a.id, actor="U_ALICE",
+                                           verdict="approve", digest=a.effective_digest,
+                                           via="slack", at=datetime.now(UTC))
+    clicker = _engine(db)
+    with pytest.raises(DecisionRefused) as refused:
+        await clicker.decide(a.id, actor=Actor("U_ALICE", "slack"), verdict="approve",
+                             token=card_token(a))
+    assert refused.value.reason == "already_voted"
+    still = await parts(clicker).decider.get(a.id)
+    assert still.status == "pending" and still.decided_by is None
+    async with db.read() as tx:
+        assert [v.actor for v in await tx.approvals.votes(a.id)] == ["U_ALICE"]
+
+    window = statements.during()
+    decision = await clicker.decide(a.id, actor=Actor("U_BOB", "slack"), verdict="approve",
+                                    token=card_token(a))
+    assert decision.outcome == "approved" and decision.approval.decided_by == "U_BOB"
+    assert decision.approval.approve_count == 1
+    if db.dialect == "postgresql":
+        assert not [s for s in window.sent if s.startswith(("INSERT INTO approval_votes",
+                                                            "UPDATE approvals"))], window.sent
+    async with db.read() as tx:
+        assert sorted(v.actor for v in await tx.approvals.votes(a.id)) == ["U_ALICE", "U_BOB"]

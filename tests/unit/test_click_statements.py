@@ -44,7 +44,9 @@ async def test_an_approval_to_its_completed_run(db: Database, tmp_path: Path,
         # the vote, the transition, the card's update queued with its mail thread's
         # follow-up in one INSERT ... SELECT (no separate read of whether it was mailed),
         # the run woken, the audit entry
-        "INSERT approval_votes": 1, "UPDATE approvals": 1,
+        # (the vote and the transition: on PostgreSQL one statement, ``WITH vote AS
+        # (INSERT INTO approval_votes ...), upd AS (UPDATE approvals ... WHERE EXISTS
+        # (vote))``)
         # the run's resume: its events, executions and approvals read once each
         "SELECT run_events": 1, "SELECT tool_executions": 1,
         "SELECT approvals": 2 + 1,
@@ -66,7 +68,7 @@ def _lines(dialect: str) -> dict[str, int]:
     if dialect == "postgresql":
         # each checkpoint's events and run row: one statement (``WITH ck AS (UPDATE
         # runs ...) INSERT INTO run_events ... FROM ck``); the last, in autocommit
-        return {"WITH": 3 + 2 + 3, "UPDATE runs": 2, "BEGIN": 4, "COMMIT": 4}
-    return {"INSERT run_events": 4, "UPDATE audit_head": 3, "INSERT audit_log": 3,
+        return {"WITH": 3 + 2 + 3 + 1, "UPDATE runs": 2, "BEGIN": 4, "COMMIT": 4}
+    return {"INSERT approval_votes": 1, "UPDATE approvals": 1, "INSERT run_events": 4, "UPDATE audit_head": 3, "INSERT audit_log": 3,
             "INSERT tool_executions": 2, "UPDATE runs": 7, "BEGIN": 7, "COMMIT": 7,
             "SELECT runs": 1}
