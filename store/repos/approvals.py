@@ -278,9 +278,10 @@ class ApprovalsRepo(Repo):
     async def vote_and_transition(self, *, approval_id: str, actor: str, vote: str,
                                   digest: str, via: str, at: datetime, to: str,
                                   **values: Any) -> tuple[bool, ApprovalRecord | None]:
-        """:meth:`add_vote` (its verdict: ``vote``), then, only if the vote was new, :meth:`transition` from
-        ``pending`` to ``to`` on ``digest`` before ``at`` (with ``values``): (whether the
-        vote was new, the request as the transition left it or None). On PostgreSQL one
+        """:meth:`add_vote` (its verdict: ``vote``), then, only if the vote was new,
+        :meth:`transition` from ``pending`` to ``to`` on ``digest`` before ``at`` (with
+        ``values``): (whether the vote was new, the request as the transition left it or
+        None). On PostgreSQL one
         statement (issue 50); on SQLite the two."""
         if self.dialect != "postgresql":
             if not await self.add_vote(approval_id=approval_id, actor=actor, verdict=vote,

@@ -14,7 +14,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy.exc import IntegrityError
 from approvald.runtime.approvals.decide import Actor
 from approvald.runtime.engine import Engine, assemble
 from approvald.runtime.kernel.clock import ManualClock
@@ -25,6 +24,7 @@ from approvald.runtime.runs.agent import Agent, Registry
 from approvald.store.db import Database
 from approvald.store.models import Run
 from approvald.store.repos import Tx
+from sqlalchemy.exc import IntegrityError
 
 from tests.conftest import SIGNER
 from tests.helpers import Rows, parts

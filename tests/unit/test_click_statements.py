@@ -69,6 +69,7 @@ def _lines(dialect: str) -> dict[str, int]:
         # each checkpoint's events and run row: one statement (``WITH ck AS (UPDATE
         # runs ...) INSERT INTO run_events ... FROM ck``); the last, in autocommit
         return {"WITH": 3 + 2 + 3 + 1, "UPDATE runs": 2, "BEGIN": 4, "COMMIT": 4}
-    return {"INSERT approval_votes": 1, "UPDATE approvals": 1, "INSERT run_events": 4, "UPDATE audit_head": 3, "INSERT audit_log": 3,
+    return {"INSERT approval_votes": 1, "UPDATE approvals": 1, "INSERT run_events": 4,
+            "UPDATE audit_head": 3, "INSERT audit_log": 3,
             "INSERT tool_executions": 2, "UPDATE runs": 7, "BEGIN": 7, "COMMIT": 7,
             "SELECT runs": 1}
