@@ -68,6 +68,16 @@ _LOCK_IN_RUN = select(_T).where(
     _T.c.run_id == select(_R.c.id).where(_R.c.id == bindparam("rid"))
     .with_for_update(key_share=True).scalar_subquery(),
 ).with_for_update(key_share=True, of=_T)
+# the same with the run found from the request (its run never changes): a decision that
+# has not read the request before it locks it (issue 50)
+_OWN_RUN = _T.alias("own")
+_LOCK_BY_ID = select(_T).where(
+    _T.c.id == bindparam("aid"),
+    _T.c.run_id == select(_R.c.id).where(
+        _R.c.id == select(_OWN_RUN.c.run_id).where(_OWN_RUN.c.id == bindparam("aid"))
+        .scalar_subquery())
+    .with_for_update(key_share=True).scalar_subquery(),
+).with_for_update(key_share=True, of=_T)
 _VOTERS = fast(select(_V.c.actor).where(_V.c.approval_id == bindparam("aid"),
                                         _V.c.verdict == "approve",
                                         _V.c.digest == bindparam("d"))
@@ -154,14 +164,18 @@ class ApprovalsRepo(Repo):
         row = (await self.conn.execute(_LOCK, {"aid": approval_id})).first()
         return to_record(ApprovalRecord, row)
 
-    async def lock_in_run(self, approval_id: str, run_id: str) -> ApprovalRecord | None:
+    async def lock_in_run(self, approval_id: str, run_id: str | None) -> ApprovalRecord | None:
         """Lock run ``run_id``'s row, then read approval ``approval_id`` (of that run) and
         hold its row: ``RunsRepo.lock`` then :meth:`lock`, in one statement on
-        PostgreSQL (SQLite's write transaction holds both already)."""
+        PostgreSQL (SQLite's write transaction holds both already). ``run_id`` None: the
+        request's run, found from the request in the same statement."""
         if self.dialect != "postgresql":
             return await self.lock(approval_id)
-        row = (await self.conn.execute(_LOCK_IN_RUN, {"aid": approval_id, "rid": run_id})
-               ).first()
+        if run_id is None:
+            row = (await self.conn.execute(_LOCK_BY_ID, {"aid": approval_id})).first()
+        else:
+            row = (await self.conn.execute(_LOCK_IN_RUN, {"aid": approval_id,
+                                                          "rid": run_id})).first()
         return to_record(ApprovalRecord, row)
 
     async def run_ids(self, approval_ids: Sequence[str]) -> list[str]:

@@ -352,3 +352,50 @@ async def test_the_vote_and_the_decision_it_makes_are_one_write_that_holds_both_
                                                             "UPDATE approvals"))], window.sent
     async with db.read() as tx:
         assert sorted(v.actor for v in await tx.approvals.votes(a.id)) == ["U_ALICE", "U_BOB"]
+
+
+async def test_a_click_by_a_named_approver_locks_its_request_unread_and_a_group_is_looked_up_first(
+        make_engine, db: Database, ledger_path, statements) -> None:  # noqa: F811
+    """A decision used to read its request before its transaction (to look its approver
+    up, which may be slow, before any lock): it is read as it is locked now, when the
+    actor is one of its named approvers (nothing to look up). What the read was for still
+    holds: an actor who could be an approver only through a group is looked up with no
+    transaction open (the request read first, as before), and decides if a member; one
+    who is not is refused, and the refusal audited; a named approver's click sends no
+    statement before its transaction's."""
+    from approvald.runtime.kernel.errors import DecisionRefused
+    from approvald.runtime.policies.directory import StaticDirectory
+
+    from tests.unit.test_decisions import ALICE, BOB, STRANGER, engine_with, pause
+
+    open_when_asked: list[int] = []
+
+    class Watched(StaticDirectory):
+        async def members(self, group_id: str) -> frozenset[str]:
+            begun = sum(s.startswith("BEGIN") for s in statements.sent)
+            ended = sum(s.startswith(("COMMIT", "ROLLBACK")) for s in statements.sent)
+            open_when_asked.append(begun - ended)
+            return await super().members(group_id)
+
+    engine = engine_with(make_engine, ledger_path, approvers=["U_ALICE", "S_OPS"],
+                         directory=Watched({"S_OPS": ["U_BOB"]}))
+    paused = await pause(engine)
+    aid = paused.approval_ids[0]
+    a = await engine.views.approval(aid)
+    assert a is not None
+    with pytest.raises(DecisionRefused) as refused:
+        await engine.decide(aid, actor=STRANGER, verdict="approve", token=card_token(a))
+    assert refused.value.reason == "not_authorized" and open_when_asked == [0]
+    assert [e.actor for e in await Rows(db).audit(approval_id=aid)
+            if e.action == "refused"] == [STRANGER.id]
+    decision = await engine.decide(aid, actor=BOB, verdict="approve", token=card_token(a))
+    assert decision.outcome == "approved" and open_when_asked == [0, 0]
+
+    paused = await pause(engine)
+    aid = paused.approval_ids[0]
+    a = await engine.views.approval(aid)
+    assert a is not None
+    window = statements.during()
+    decision = await engine.decide(aid, actor=ALICE, verdict="approve", token=card_token(a))
+    assert decision.outcome == "approved" and open_when_asked == [0, 0]  # not asked
+    assert window.sent[0].startswith("BEGIN"), window.sent

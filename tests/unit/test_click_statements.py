@@ -38,9 +38,10 @@ async def test_an_approval_to_its_completed_run(db: Database, tmp_path: Path,
         assert isinstance(await engine.advance(approval.run_id), Completed)
         kinds = window.kinds()
     assert kinds == collections.Counter({
-        # the decision: the approval (read to find its run, then locked after the run,
-        # on PostgreSQL in one statement: ``SELECT approvals ... WHERE run_id = (SELECT
-        # runs.id ... FOR NO KEY UPDATE) FOR NO KEY UPDATE OF approvals``);
+        # the decision: the approval, locked after its run (on PostgreSQL in one
+        # statement: ``SELECT approvals ... WHERE run_id = (SELECT runs.id ... WHERE
+        # runs.id = (SELECT own.run_id ...) FOR NO KEY UPDATE) FOR NO KEY UPDATE OF
+        # approvals``), not read before (its approvers are named: no group to look up);
         # the vote, the transition, the card's update queued with its mail thread's
         # follow-up in one INSERT ... SELECT (no separate read of whether it was mailed),
         # the run woken, the audit entry
@@ -49,7 +50,7 @@ async def test_an_approval_to_its_completed_run(db: Database, tmp_path: Path,
         # (vote))``)
         # the run's resume: its events, executions and approvals read once each
         "SELECT run_events": 1, "SELECT tool_executions": 1,
-        "SELECT approvals": 2 + 1,
+        "SELECT approvals": 1 + 1,
         # the refund and its notice: two calls, each an intent and a result; the last step
         "UPDATE tool_executions": 2, "INSERT outbox": 2,
         **_lines(db.dialect)}), dict(kinds)
