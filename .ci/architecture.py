@@ -11,6 +11,11 @@ checkout, ``python .ci/architecture.py`` (``--json`` for one document).
 * **transactions**: in ``bot/``, every ``…db.read(…)``, ``…db.write(…)`` and
   ``…db.transact(…)`` call, and every ``…db.connection()``: a face opening the database
   itself.
+* **imports past the runtime's facade**: in ``bot/``, an import of a module inside
+  ``approvald.runtime`` (``from approvald.runtime.record.outbox import ...``, ``import
+  approvald.runtime.engine``, a relative ``from ..runtime.kernel import ...``, or ``from
+  approvald.runtime import <a name runtime/__init__.py's table does not export>``): the faces
+  import the runtime's names from ``approvald.runtime`` only, whose table says what is public.
 * **face-to-face imports**: a module of one face package of ``bot/`` importing another.
 * **layers with an upward import** (issue 47 item 3): ``runtime/`` is in layers, bottom to
   top ``LAYERS``; a module imports only from its own layer or one below (module-level and
@@ -88,6 +93,39 @@ def transactions() -> Counter[str]:
                     and node.func.attr in TRANSACTIONS \
                     and _DB.search(ast.unparse(node.func.value)):
                 found[str(path.relative_to(ROOT))] += 1
+    return found
+
+
+def _facade_names() -> set[str]:
+    """The names ``runtime/__init__.py`` exports (its ``_EXPORTS`` table's keys)."""
+    tree = ast.parse((RUNTIME / "__init__.py").read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) \
+                and node.target.id == "_EXPORTS" and isinstance(node.value, ast.Dict):
+            return {k.value for k in node.value.keys if isinstance(k, ast.Constant)}
+    raise SystemExit("runtime/__init__.py has no _EXPORTS table any more: update this script")
+
+
+def past_the_facade() -> Counter[str]:
+    """Each import in ``bot/`` of a module inside ``approvald.runtime``, by file."""
+    exported = _facade_names()
+    found: Counter[str] = Counter()
+    for path in _modules(BOT):
+        package = ["approvald", "bot", *path.relative_to(BOT).parts[:-1]]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                deep = [a.name for a in node.names if a.name.startswith("approvald.runtime.")]
+            elif isinstance(node, ast.ImportFrom):
+                base = package[:len(package) - node.level + 1] if node.level else []
+                module = ".".join([*base, *(node.module or "").split(".")]).strip(".")
+                if module == "approvald.runtime":
+                    deep = [a.name for a in node.names if a.name not in exported]
+                else:
+                    deep = [module] if module.startswith("approvald.runtime.") else []
+            else:
+                deep = []
+            if deep:
+                found[str(path.relative_to(ROOT))] += len(deep)
     return found
 
 
@@ -177,10 +215,13 @@ def figures() -> dict[str, object]:
     upward, unplaced = layer_crossings()
     reach = reach_throughs(parts())
     tx = transactions()
+    deep = past_the_facade()
     return {"reach_throughs": sum(reach.values()), "reach_through_files": len(reach),
             "reach_throughs_by_file": dict(reach.most_common()),
             "transactions": sum(tx.values()), "transaction_files": len(tx),
             "transactions_by_file": dict(tx.most_common()),
+            "imports_past_the_facade": sum(deep.values()),
+            "imports_past_the_facade_by_file": dict(deep.most_common()),
             "face_to_face_imports": face_imports(),
             "layers_with_an_upward_import": layers_with_an_upward_import(upward, unplaced),
             "upward_imports": [where for _, _, where in upward],
@@ -199,6 +240,9 @@ def main(argv: list[str]) -> int:
     print(f"transactions opened in bot/: {found['transactions']} in "
           f"{found['transaction_files']} files")
     for path, n in found["transactions_by_file"].items():  # type: ignore[attr-defined]
+        print(f"  {n:4d}  {path}")
+    print(f"imports past the runtime's facade in bot/: {found['imports_past_the_facade']}")
+    for path, n in found["imports_past_the_facade_by_file"].items():  # type: ignore[attr-defined]
         print(f"  {n:4d}  {path}")
     crossings = found["face_to_face_imports"]
     print(f"face-to-face imports: {len(crossings)}")  # type: ignore[arg-type]

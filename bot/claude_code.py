@@ -60,14 +60,23 @@ from approvald.bot.claude_code_contract import (  # the wire contract, importabl
     decision,
     fail_closed,
 )
-from approvald.runtime.callers import OPEN, CallerGate, CallerOff, Refused
-from approvald.runtime.engine import Engine
-from approvald.runtime.kernel import binding
-from approvald.runtime.kernel.canonical import call_digest, canonical_json, sha256_hex
-from approvald.runtime.kernel.errors import PayloadTooLarge
-from approvald.runtime.policies.intake import Source
-from approvald.runtime.record import switches
-from approvald.runtime.runs.external import ExternalError, NewRequest, Report
+from approvald.runtime import (
+    OPEN,
+    CallerGate,
+    CallerOff,
+    Engine,
+    ExternalError,
+    NewRequest,
+    PayloadTooLarge,
+    Refused,
+    Report,
+    Source,
+    binding,
+    call_digest,
+    canonical_json,
+    sha256_hex,
+    switches,
+)
 from approvald.store.repos.external import Checks, TokenRecord
 
 __all__ = ["DEFAULT_WAIT", "EVENTS", "HTTP_MARGIN", "MARGIN", "MAX_EVENT", "MAX_HTTP_WAIT",

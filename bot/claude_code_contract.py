@@ -22,8 +22,7 @@ from __future__ import annotations
 import math
 from typing import Any, NamedTuple
 
-from approvald.runtime.kernel.errors import ApprovaldError
-from approvald.runtime.kernel.json_input import MAX_DEPTH, TooDeep, loads
+from approvald.runtime import MAX_DEPTH, ApprovaldError, TooDeep, loads
 
 NAME = "claude-code"
 PRE, POST, POST_FAILED = "PreToolUse", "PostToolUse", "PostToolUseFailure"

@@ -13,11 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TypeVar
 
 import platformdirs
-from approvald.runtime.kernel.errors import ConfigError
-from approvald.runtime.kernel.webhook_hosts import WebhookHosts
-from approvald.runtime.policies.sensitive import Detectors
-from approvald.runtime.record.audit import AuditKey
-from approvald.runtime.record.sealing import DataKey, Sealer
+from approvald.runtime import AuditKey, ConfigError, DataKey, Detectors, Sealer, WebhookHosts
 from pydantic import (
     AliasChoices,
     Field,
@@ -376,7 +372,7 @@ class Settings(BaseSettings):
         return self._slack_users().get(local)
 
     def _slack_users(self) -> dict[str, str]:
-        from approvald.runtime.kernel.identity import normalize_user_id
+        from approvald.runtime import normalize_user_id
 
         pairs: dict[str, str] = {}
         for item in (self.slack_users or "").split(","):
@@ -388,7 +384,7 @@ class Settings(BaseSettings):
     @field_validator("slack_users")
     @classmethod
     def _slack_users_pairs(cls, v: str | None) -> str | None:
-        from approvald.runtime.kernel.identity import InvalidIdentity, normalize_user_id
+        from approvald.runtime import InvalidIdentity, normalize_user_id
 
         for item in (v or "").split(","):
             if not item.strip():
@@ -498,8 +494,7 @@ class Settings(BaseSettings):
     def _prune_horizon(cls, v: str | None) -> str | None:
         if v is None or not v.strip():
             return None
-        from approvald.runtime.policies.policy import parse_duration
-        from approvald.runtime.record.retention import MIN_HORIZON
+        from approvald.runtime import MIN_HORIZON, parse_duration
         if parse_duration(v) < MIN_HORIZON:
             raise ValueError("must be at least 1d")
         return v
@@ -509,13 +504,13 @@ class Settings(BaseSettings):
     def _mail_fallback_after(cls, v: str | None) -> str | None:
         if v is None or not v.strip():
             return None
-        from approvald.runtime.policies.policy import parse_duration
+        from approvald.runtime import parse_duration
         parse_duration(v)  # a ValueError for anything not a positive duration
         return v
 
     def mail_fallback_after_value(self) -> timedelta | None:
         """How long a card may stay unposted before its request is mailed (None: off)."""
-        from approvald.runtime.policies.policy import parse_duration
+        from approvald.runtime import parse_duration
         return parse_duration(self.mail_fallback_after) if self.mail_fallback_after else None
 
     @field_validator("secret_detectors_off")
@@ -531,12 +526,12 @@ class Settings(BaseSettings):
     @field_validator("max_ttl")
     @classmethod
     def _max_ttl(cls, v: str) -> str:
-        from approvald.runtime.policies.policy import parse_duration
+        from approvald.runtime import parse_duration
         parse_duration(v)
         return v
 
     def max_ttl_value(self) -> timedelta:
-        from approvald.runtime.policies.policy import parse_duration
+        from approvald.runtime import parse_duration
         return parse_duration(self.max_ttl)
 
     @field_validator("secret")
@@ -592,7 +587,7 @@ _EMAIL = re.compile(r"[^@\s,<>\"]{1,64}@[A-Za-z0-9.-]{1,253}\.[A-Za-z]{2,63}")
 
 def parse_emails(text: str | None) -> dict[str, str]:
     """``U1=a@x.com,U2=b@y.org`` as {user: address}; ValueError naming a bad pair."""
-    from approvald.runtime.kernel.identity import InvalidIdentity, normalize_user_id
+    from approvald.runtime import InvalidIdentity, normalize_user_id
 
     out: dict[str, str] = {}
     for item in (text or "").split(","):

@@ -4,14 +4,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from approvald.runtime.kernel import binding
-from approvald.runtime.kernel.vocabulary import deadline, outcome_of
-from approvald.runtime.policies.policy import ApprovalPolicy
-from approvald.runtime.policies.sensitive import Masking
-from approvald.runtime.record.shown import RunMasking
-from approvald.runtime.record.state import AssistantMessage, RunState, ToolMessage
-from approvald.runtime.requests.packet import shown_args, shown_packet, will_run
-from approvald.runtime.runs.agent import run_version
+from approvald.runtime import (
+    ApprovalPolicy,
+    AssistantMessage,
+    Masking,
+    RunMasking,
+    RunState,
+    ToolMessage,
+    binding,
+    deadline,
+    outcome_of,
+    run_version,
+    shown_args,
+    shown_packet,
+    will_run,
+)
 from approvald.store.records import ApprovalRecord, RunRecord
 
 

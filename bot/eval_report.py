@@ -17,7 +17,7 @@ from typing import Any
 from approvald.bot import trace_view
 from approvald.bot.evals.evaluate import Report, Row
 from approvald.bot.evals.score import SCORES
-from approvald.runtime.policies.sensitive import mask_text
+from approvald.runtime import mask_text
 
 WHAT = {  # what each score checks, for the bars' and the columns' tooltips
     "completion": "the run's final status and its final answer",

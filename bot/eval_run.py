@@ -8,8 +8,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from approvald.bot.evals.dataset import Dataset, load_dataset
 from approvald.bot.evals.evaluate import Report, evaluate, table
-from approvald.runtime.policies.policy import PolicyFile
-from approvald.runtime.runs.agent import Agent
+from approvald.runtime import Agent, PolicyFile
 from approvald.store.db import Database
 
 __all__ = ["load_dataset", "run_dataset", "table"]

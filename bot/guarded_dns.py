@@ -12,7 +12,7 @@ import logging
 import socket
 
 from aiohttp.abc import AbstractResolver, ResolveResult
-from approvald.runtime.kernel.webhook_hosts import WebhookHosts
+from approvald.runtime import WebhookHosts
 
 log = logging.getLogger("approvald.webhooks")
 

@@ -42,7 +42,7 @@ async def mcp_proxy(s: Settings, *, name: str, requested_by: str, command: list[
     over stdio, until its client goes away."""
     from approvald.bot.install import install_command
     from approvald.bot.wiring import build_engine, open_database
-    from approvald.runtime.kernel.errors import ConfigError
+    from approvald.runtime import ConfigError
     from approvald.store.wakeups import Wakeups
 
     try:

@@ -21,8 +21,7 @@ from typing import Any
 
 from aiohttp import web
 from approvald.bot.readiness import Readiness
-from approvald.runtime.engine import Engine
-from approvald.runtime.kernel.metrics import Meter
+from approvald.runtime import Engine, Meter
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
 

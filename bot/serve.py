@@ -40,14 +40,21 @@ from approvald.bot.readiness import Readiness
 from approvald.bot.slack.log_delivery import LogDeliverer
 from approvald.bot.tracing import from_environment as tracing_from_environment
 from approvald.bot.wiring import build_engine, build_registry, open_database, reload_keys
-from approvald.runtime.engine import Engine
-from approvald.runtime.kernel.clock import Clock
-from approvald.runtime.kernel.errors import ConfigError
-from approvald.runtime.policies.policy import load_policy_file, parse_duration
-from approvald.runtime.record import retention, sealing
-from approvald.runtime.record.outbox import DrainConfig
-from approvald.runtime.record.outbox_kinds import MAIL_KINDS, Route, Routes, Undeliverable
-from approvald.runtime.record.tracing import Tracer
+from approvald.runtime import (
+    MAIL_KINDS,
+    Clock,
+    ConfigError,
+    DrainConfig,
+    Engine,
+    Route,
+    Routes,
+    Tracer,
+    Undeliverable,
+    load_policy_file,
+    parse_duration,
+    retention,
+    sealing,
+)
 from approvald.store.db import Database
 from approvald.store.records import OutboxRecord
 from approvald.store.wakeups import Wakeups
@@ -55,7 +62,7 @@ from approvald.store.wakeups import Wakeups
 if TYPE_CHECKING:
     from approvald.bot.mcp.http import HttpGateways
     from approvald.bot.web.service import WebFace
-    from approvald.runtime.record.outbox_kinds import MailSender
+    from approvald.runtime import MailSender
 
 log = logging.getLogger("approvald.serve")
 PRUNE_EVERY = 86400.0  # s between scheduled prunes (APPROVALD_PRUNE_OLDER_THAN)

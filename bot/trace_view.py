@@ -13,7 +13,7 @@ from datetime import datetime
 from html import escape
 from typing import Any
 
-from approvald.runtime.trace import Entry, Totals, Trace, summarize
+from approvald.runtime import Entry, Totals, Trace, summarize
 
 LANES = (("model", "model"), ("tools", "tools"), ("humans", "humans"))
 BAR_H, ROW_GAP, LANE_PAD = 18, 4, 8

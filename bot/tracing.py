@@ -23,8 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from approvald.bot.install import install_command
-from approvald.runtime.kernel.errors import ConfigError
-from approvald.runtime.record.tracing import OtelTracer, Tracer
+from approvald.runtime import ConfigError, OtelTracer, Tracer
 
 if TYPE_CHECKING:  # imported when tracing is on, not before (see from_environment)
     from opentelemetry.sdk.trace import TracerProvider

@@ -11,19 +11,27 @@ from datetime import timedelta
 from pathlib import Path
 
 from approvald.bot.config import Settings, default_database_path
-from approvald.runtime.engine import Engine, EngineConfig, assemble
-from approvald.runtime.kernel import binding, failpoints
-from approvald.runtime.kernel.clock import Clock, FileClock, SystemClock
-from approvald.runtime.kernel.errors import ConfigError
-from approvald.runtime.kernel.ids import TokenSigner
-from approvald.runtime.kernel.metrics import Meter
-from approvald.runtime.policies import sensitive
-from approvald.runtime.policies.directory import Directory
-from approvald.runtime.policies.policy import PolicyFile, load_policy_file
-from approvald.runtime.record.audit import AuditKey
-from approvald.runtime.record.tracing import Tracer
-from approvald.runtime.runs.agent import Registry
-from approvald.runtime.runs.demo import demo_agents
+from approvald.runtime import (
+    AuditKey,
+    Clock,
+    ConfigError,
+    Directory,
+    Engine,
+    EngineConfig,
+    FileClock,
+    Meter,
+    PolicyFile,
+    Registry,
+    SystemClock,
+    TokenSigner,
+    Tracer,
+    assemble,
+    binding,
+    demo_agents,
+    failpoints,
+    load_policy_file,
+    sensitive,
+)
 from approvald.store import migrate, types
 from approvald.store.db import Database
 from sqlalchemy.exc import DBAPIError
@@ -87,7 +95,7 @@ def reload_keys(engine: Engine) -> str:
     seals, the retired ones open, the audit key chains. Returns what is in force, in a
     line; :class:`ConfigError` (nothing changed) for keys that cannot be used."""
     from approvald.bot.config import load_settings
-    from approvald.runtime.record.sealing import Sealer
+    from approvald.runtime import Sealer
 
     fresh = load_settings()
     sealer = types.codec()

@@ -20,15 +20,25 @@ from typing import Any, NoReturn, TypeVar
 from aiohttp import web
 from approvald.bot import claude_code
 from approvald.bot.api import schemas
-from approvald.runtime.engine import Engine
-from approvald.runtime.kernel.canonical import compact_json
-from approvald.runtime.kernel.errors import ApprovaldError, NotFound, PayloadTooLarge
-from approvald.runtime.kernel.json_input import MAX_DEPTH, TooDeep, loads
-from approvald.runtime.kernel.webhook_hosts import WebhookHosts, WebhookRefused
-from approvald.runtime.policies.intake import IntakeError, Tighten
-from approvald.runtime.requests import api_tokens
-from approvald.runtime.runs import external
-from approvald.runtime.runs.external import ExternalError, NewRequest, Report
+from approvald.runtime import (
+    MAX_DEPTH,
+    ApprovaldError,
+    Engine,
+    ExternalError,
+    IntakeError,
+    NewRequest,
+    NotFound,
+    PayloadTooLarge,
+    Report,
+    Tighten,
+    TooDeep,
+    WebhookHosts,
+    WebhookRefused,
+    api_tokens,
+    compact_json,
+    external,
+    loads,
+)
 from approvald.store.repos.external import TokenRecord
 from pydantic import BaseModel, ValidationError
 

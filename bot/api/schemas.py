@@ -6,11 +6,16 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from approvald.bot import claude_code as hook
-from approvald.runtime.kernel.errors import ApprovaldError
-from approvald.runtime.kernel.vocabulary import CALL, TOOL_CALL, WORDS
-from approvald.runtime.policies.policy import MAX_DURATION
-from approvald.runtime.requests.api_tokens import SIGNATURE_HEADER, check_webhook_url
-from approvald.runtime.runs import external
+from approvald.runtime import (
+    CALL,
+    MAX_DURATION,
+    SIGNATURE_HEADER,
+    TOOL_CALL,
+    WORDS,
+    ApprovaldError,
+    check_webhook_url,
+    external,
+)
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 MAX_SECONDS = int(MAX_DURATION.total_seconds())

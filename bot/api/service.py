@@ -8,9 +8,7 @@ from aiohttp import web
 from approvald.bot.api.routes import Routes
 from approvald.bot.api.webhooks import WebhookDeliverer
 from approvald.bot.config import Settings
-from approvald.runtime.engine import Engine
-from approvald.runtime.requests import api_tokens
-from approvald.runtime.requests.api_tokens import WebhookKeys
+from approvald.runtime import Engine, WebhookKeys, api_tokens
 
 
 def webhook_keys(settings: Settings) -> WebhookKeys | None:

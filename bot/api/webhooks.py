@@ -23,11 +23,18 @@ import aiohttp
 from aiohttp.abc import AbstractResolver
 from aiohttp.resolver import DefaultResolver
 from approvald.bot.guarded_dns import GuardedResolver
-from approvald.runtime.engine import Engine
-from approvald.runtime.kernel.canonical import compact_json
-from approvald.runtime.kernel.webhook_hosts import WebhookHosts, WebhookRefused
-from approvald.runtime.record.outbox_kinds import WEBHOOK, RetryLater, Undeliverable
-from approvald.runtime.requests.api_tokens import SIGNATURE_HEADER, WebhookKeys, signature
+from approvald.runtime import (
+    SIGNATURE_HEADER,
+    WEBHOOK,
+    Engine,
+    RetryLater,
+    Undeliverable,
+    WebhookHosts,
+    WebhookKeys,
+    WebhookRefused,
+    compact_json,
+    signature,
+)
 from approvald.store.records import OutboxRecord
 
 TIMEOUT = 10.0  # s for one try

@@ -28,19 +28,22 @@ from approvald.bot.cli.common import (
     with_engine,
 )
 from approvald.bot.config import Settings
-from approvald.runtime.approvals.decide import Decision, Verdict
-from approvald.runtime.engine import Engine
-from approvald.runtime.kernel import binding
-from approvald.runtime.kernel.json_input import MAX_DEPTH, TooDeep, loads
-from approvald.runtime.kernel.prefix import id_help
-from approvald.runtime.kernel.vocabulary import (
+from approvald.runtime import (
+    MAX_DEPTH,
     REQUEST_OUTCOMES,
+    Decision,
+    Engine,
     OutcomeName,
+    TooDeep,
+    Verdict,
+    binding,
     deadline,
+    id_help,
+    loads,
     outcome_of,
+    shown_args,
     word,
 )
-from approvald.runtime.requests.packet import shown_args
 from approvald.store.records import ApprovalRecord
 
 DECISIONS = (
@@ -303,7 +306,7 @@ async def decide_batch(engine: Engine, a: argparse.Namespace, as_user: str,
     """``approvals approve ID ID…``: each request decided on its own (its own checks and
     compare-and-set), a line for each, then the runs they made ready resumed. Exit 0 when
     every one was decided as asked, 4 when any was refused (the others stand)."""
-    from approvald.runtime.approvals.batch import Target
+    from approvald.runtime import Target
 
     try:
         outcomes = await engine.decide_each([Target(i) for i in a.id],

@@ -9,7 +9,7 @@ import argparse
 import math
 from typing import TypeAlias
 
-from approvald.runtime.kernel.errors import ApprovaldError
+from approvald.runtime import ApprovaldError
 
 # the ``sub`` a group's ``register`` adds its commands to
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -21,7 +21,7 @@ class UsageError(ApprovaldError):
 
 def slack_user(flag: str, value: str) -> str:
     """The Slack user id a flag names, upper-cased; anything else is a usage error (exit 2)."""
-    from approvald.runtime.kernel.identity import InvalidIdentity, normalize_user_id
+    from approvald.runtime import InvalidIdentity, normalize_user_id
 
     try:
         return normalize_user_id(value)

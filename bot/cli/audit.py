@@ -15,12 +15,15 @@ from approvald.bot.cli.common import (
 )
 from approvald.bot.config import Settings
 from approvald.bot.wiring import open_database
-from approvald.runtime.engine import Engine
-from approvald.runtime.kernel.errors import ConfigError
-from approvald.runtime.kernel.prefix import id_help
-from approvald.runtime.record import audit
-from approvald.runtime.record.audit_checkpoint import record_checkpoint
-from approvald.runtime.record.audit_file import ExportUnreadable, verify_export
+from approvald.runtime import (
+    ConfigError,
+    Engine,
+    ExportUnreadable,
+    audit,
+    id_help,
+    record_checkpoint,
+    verify_export,
+)
 from approvald.store.db import Database
 
 

@@ -22,11 +22,16 @@ from approvald.bot.cli.argtypes import seconds as seconds
 from approvald.bot.cli.argtypes import slack_user as slack_user
 from approvald.bot.config import Settings
 from approvald.bot.wiring import build_engine, open_database
-from approvald.runtime.approvals.decide import Actor
-from approvald.runtime.engine import Engine
-from approvald.runtime.kernel.outcomes import Busy, Outcome, Waiting, Yielded
-from approvald.runtime.kernel.prefix import id_help
-from approvald.runtime.runs.runner import status_outcome
+from approvald.runtime import (
+    Actor,
+    Busy,
+    Engine,
+    Outcome,
+    Waiting,
+    Yielded,
+    id_help,
+    status_outcome,
+)
 
 # what a command's parser stores as ``fn``: the handler ``main`` awaits
 Handler = Callable[[Settings, argparse.Namespace], Coroutine[Any, Any, int]]

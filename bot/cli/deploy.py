@@ -10,8 +10,7 @@ import json
 
 from approvald.bot.cli.common import JSON, Subparsers, with_engine
 from approvald.bot.config import Settings
-from approvald.runtime.engine import Engine
-from approvald.runtime.runs.deploy_check import DeployReport
+from approvald.runtime import DeployReport, Engine
 
 
 def register(sub: Subparsers) -> None:

@@ -20,7 +20,7 @@ from approvald.bot.cli.common import (
     write_out,
 )
 from approvald.bot.config import Settings
-from approvald.runtime.engine import Engine
+from approvald.runtime import Engine
 
 
 def register(sub: Subparsers) -> None:

@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING
 from approvald.bot import claude_code_contract as contract
 from approvald.bot import launch
 from approvald.bot.cli.argtypes import Subparsers, seconds
-from approvald.runtime.record import switches
+from approvald.runtime import switches
 
 DEFAULT_WAIT, MARGIN = contract.DEFAULT_WAIT, contract.MARGIN
 
 if TYPE_CHECKING:
     from approvald.bot.config import Settings
-    from approvald.runtime.engine import Engine
+    from approvald.runtime import Engine
     from approvald.store.repos.external import SwitchRecord
 
 

@@ -6,7 +6,7 @@ import argparse
 
 from approvald.bot.cli.common import Subparsers, UsageError, operator, with_engine
 from approvald.bot.config import Settings
-from approvald.runtime.engine import Engine
+from approvald.runtime import Engine
 from approvald.store.sealed import BATCH
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from approvald.bot.cli.common import JSON, Subparsers, UsageError, count, out, with_engine
 from approvald.bot.config import Settings
-from approvald.runtime.engine import Engine
+from approvald.runtime import Engine
 
 
 def register(sub: Subparsers) -> None:

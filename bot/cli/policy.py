@@ -16,18 +16,22 @@ from typing import Any
 
 from approvald.bot.cli.common import JSON, Subparsers, UsageError, with_engine
 from approvald.bot.config import Settings
-from approvald.runtime.engine import Engine
-from approvald.runtime.insights import MIN_REQUESTS, Insights
-from approvald.runtime.kernel.errors import ConfigError
-from approvald.runtime.policies.policy import (
+from approvald.runtime import (
+    CHANGES,
+    MIN_REQUESTS,
+    ChainBroken,
+    Change,
+    ConfigError,
+    Engine,
+    History,
+    Insights,
     PolicyFile,
+    Registry,
+    Replay,
     format_duration,
     load_policy_file,
     parse_duration,
 )
-from approvald.runtime.record.history import ChainBroken, History
-from approvald.runtime.replay import CHANGES, Change, Replay
-from approvald.runtime.runs.agent import Registry
 
 ENV = "APPROVALD_POLICY_FILE"
 SHOWN = 50  # changed requests a summary lists (--json: all of them)

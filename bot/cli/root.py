@@ -208,8 +208,7 @@ def _run(args: argparse.Namespace) -> int:
 
     from approvald.bot.config import load_settings
     from approvald.bot.wiring import check_environment
-    from approvald.runtime.approvals.standing import StandingRefused
-    from approvald.runtime.kernel.errors import ApprovaldError, DecisionRefused
+    from approvald.runtime import ApprovaldError, DecisionRefused, StandingRefused
 
     with ExitStack() as scope:  # the command's logging, kept for its errors' lines too
         try:
@@ -249,7 +248,7 @@ def _logging(cmd: str, log_level: str) -> Iterator[None]:
     import logging
 
     # (bot.config, which every such command has loaded, imports it already)
-    from approvald.runtime.record.sealing import OneLineRefusals
+    from approvald.runtime import OneLineRefusals
 
     level = log_level if cmd == "serve" or log_level == "DEBUG" else "WARNING"
     root = logging.getLogger()

@@ -25,9 +25,7 @@ from approvald.bot.cli.common import (
 )
 from approvald.bot.config import Settings
 from approvald.bot.wiring import open_database
-from approvald.runtime.approvals.decide import Actor
-from approvald.runtime.engine import Engine
-from approvald.runtime.policies.sensitive import mask_text
+from approvald.runtime import Actor, Engine, mask_text
 
 
 def register(sub: Subparsers) -> None:
@@ -200,7 +198,7 @@ async def cmd_recover(s: Settings, a: argparse.Namespace) -> int:
 
 
 async def cmd_prune(s: Settings, a: argparse.Namespace) -> int:
-    from approvald.runtime.policies.policy import parse_duration
+    from approvald.runtime import parse_duration
 
     try:
         horizon = parse_duration(a.older_than)

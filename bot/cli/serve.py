@@ -11,8 +11,7 @@ import argparse
 
 from approvald.bot.cli.common import Subparsers, UsageError, port
 from approvald.bot.config import Settings
-from approvald.runtime.kernel.errors import ApprovaldError
-from approvald.runtime.kernel.identity import InvalidIdentity, normalize_user_id
+from approvald.runtime import ApprovaldError, InvalidIdentity, normalize_user_id
 
 
 def register(sub: Subparsers) -> None:

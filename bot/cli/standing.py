@@ -20,12 +20,7 @@ from approvald.bot.cli.common import (
     with_engine,
 )
 from approvald.bot.config import Settings
-from approvald.runtime.approvals.decide import Actor
-from approvald.runtime.engine import Engine
-from approvald.runtime.kernel import binding
-from approvald.runtime.kernel.prefix import id_help
-from approvald.runtime.policies.policy import parse_duration
-from approvald.runtime.policies.scope import Scope, scope_for
+from approvald.runtime import Actor, Engine, Scope, binding, id_help, parse_duration, scope_for
 from approvald.store.repos.standing import StandingRecord
 
 STANDING_ID = id_help("its id")

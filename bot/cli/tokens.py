@@ -9,11 +9,16 @@ from typing import Any
 from approvald.bot.cli.common import JSON, Subparsers, operator
 from approvald.bot.config import Settings
 from approvald.bot.wiring import open_database
-from approvald.runtime.kernel.clock import Clock, FileClock, SystemClock
-from approvald.runtime.kernel.errors import ConfigError
-from approvald.runtime.record.audit import AuditKey, AuditTrail
-from approvald.runtime.requests import api_tokens
-from approvald.runtime.requests.api_tokens import webhook_keys
+from approvald.runtime import (
+    AuditKey,
+    AuditTrail,
+    Clock,
+    ConfigError,
+    FileClock,
+    SystemClock,
+    api_tokens,
+    webhook_keys,
+)
 from approvald.store.repos.external import TokenRecord
 
 

@@ -17,12 +17,7 @@ import json
 import sys
 from datetime import datetime
 
-from approvald.runtime.engine import assemble
-from approvald.runtime.kernel import failpoints
-from approvald.runtime.kernel.clock import ManualClock
-from approvald.runtime.policies.policy import PolicyFile
-from approvald.runtime.runs.agent import Registry
-from approvald.runtime.runs.demo import demo_agents
+from approvald.runtime import ManualClock, PolicyFile, Registry, assemble, demo_agents, failpoints
 from approvald.store.db import Database
 
 

@@ -9,8 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from approvald.runtime.kernel.errors import ConfigError
-from approvald.runtime.kernel.tomlfile import read_toml
+from approvald.runtime import ConfigError, read_toml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 Action = Literal["approve", "deny", "edit", "redirect", "expire"]

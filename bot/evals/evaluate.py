@@ -10,11 +10,7 @@ from typing import Any
 from approvald.bot.evals.dataset import Dataset, DatasetError
 from approvald.bot.evals.journey import Driver, Journey, crash_variants
 from approvald.bot.evals.score import SCORES, score
-from approvald.runtime.kernel.clock import ManualClock
-from approvald.runtime.kernel.errors import NotFound
-from approvald.runtime.policies.policy import PolicyFile
-from approvald.runtime.policies.sensitive import mask_text
-from approvald.runtime.runs.agent import Agent, Registry
+from approvald.runtime import Agent, ManualClock, NotFound, PolicyFile, Registry, mask_text
 from approvald.store.db import Database
 
 

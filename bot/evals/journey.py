@@ -19,16 +19,23 @@ from datetime import timedelta
 from typing import Any
 
 from approvald.bot.evals.dataset import Decision, Task
-from approvald.runtime.approvals.decide import Actor, Verdict
-from approvald.runtime.engine import Engine, assemble
-from approvald.runtime.kernel.clock import ManualClock
-from approvald.runtime.kernel.errors import DecisionRefused
-from approvald.runtime.kernel.outcomes import Waiting
-from approvald.runtime.policies.policy import PolicyFile, ToolOverride
-from approvald.runtime.record.state import AssistantMessage, ToolCall
-from approvald.runtime.runs.agent import Agent, Registry
-from approvald.runtime.runs.demo import DemoLedger
-from approvald.runtime.trace import Trace
+from approvald.runtime import (
+    Actor,
+    Agent,
+    AssistantMessage,
+    DecisionRefused,
+    DemoLedger,
+    Engine,
+    ManualClock,
+    PolicyFile,
+    Registry,
+    ToolCall,
+    ToolOverride,
+    Trace,
+    Verdict,
+    Waiting,
+    assemble,
+)
 from approvald.store.db import Database
 from approvald.store.records import ApprovalRecord, ExecutionRecord
 

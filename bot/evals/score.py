@@ -11,11 +11,14 @@ from typing import Any
 
 from approvald.bot.evals.dataset import CallExpectation, Task
 from approvald.bot.evals.journey import Journey, crash_point
-from approvald.runtime.kernel import binding
-from approvald.runtime.kernel.canonical import canonical_json
-from approvald.runtime.policies.sensitive import mask_args, mask_text
-from approvald.runtime.record.state import ToolCall
-from approvald.runtime.requests.packet import sensitive_paths
+from approvald.runtime import (
+    ToolCall,
+    binding,
+    canonical_json,
+    mask_args,
+    mask_text,
+    sensitive_paths,
+)
 from approvald.store.records import ApprovalRecord
 
 SCORES = ("completion", "tools", "arguments", "approvals", "recovery", "cost", "latency")

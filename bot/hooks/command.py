@@ -33,7 +33,7 @@ from approvald.bot.hooks.process import Answer, read_event
 
 if TYPE_CHECKING:
     from approvald.bot.config import Settings
-    from approvald.runtime.engine import Engine
+    from approvald.runtime import Engine
 
 __all__ = ["DEFAULT_WAIT", "MARGIN", "WithEngine", "check", "claude_code", "install"]
 
@@ -53,7 +53,7 @@ def install(*, scope: str | None, wait: float, requested_by: str | None,
     line on stderr, for what it cannot do)."""
     from approvald.bot.hooks import settings_file as sf
     from approvald.bot.hooks.handoff import HandoffFailed, Serve
-    from approvald.runtime.kernel.identity import InvalidIdentity, normalize_user_id
+    from approvald.runtime import InvalidIdentity, normalize_user_id
 
     path = {"user": sf.user_file(), "local": sf.project_files()[1]}.get(
         scope or "", sf.project_files()[0])
@@ -210,7 +210,7 @@ def requester(s: Settings, given: str | None) -> str:
     to; neither: refused (the hook then denies, saying so)."""
     import getpass
 
-    from approvald.runtime.kernel.identity import InvalidIdentity, normalize_user_id
+    from approvald.runtime import InvalidIdentity, normalize_user_id
 
     if given:
         try:

@@ -26,7 +26,7 @@ from typing import Any
 import mcp_types as types
 from approvald.bot.mcp.gateway import Forward, Gateway, Ran, Refused
 from approvald.bot.mcp.upstream import Upstream
-from approvald.runtime.runs.external import TOOL_LIMIT
+from approvald.runtime import TOOL_LIMIT
 from mcp import MCPError
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server

@@ -44,26 +44,31 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
 
-from approvald.runtime.callers import (
+from approvald.runtime import (
+    FINAL_STATUSES,
     HEARTBEAT,
     OPEN,
+    TOOL_CHANGED,
     CallerGate,
     CallerOff,
+    Engine,
+    ExternalError,
+    NewRequest,
+    PayloadTooLarge,
     Refused,
-    Waiting,
+    Report,
+    Source,
+    ToolIdentity,
+    canonical_json,
+    compact_json,
     describe,
+    lease_id,
+    mask_text,
     refusal,
+    sha256_hex,
     when,
 )
-from approvald.runtime.engine import Engine
-from approvald.runtime.kernel.canonical import canonical_json, compact_json, sha256_hex
-from approvald.runtime.kernel.errors import PayloadTooLarge
-from approvald.runtime.kernel.ids import lease_id
-from approvald.runtime.policies.intake import Source
-from approvald.runtime.policies.sensitive import mask_text
-from approvald.runtime.policies.tools import ToolIdentity
-from approvald.runtime.record.state import FINAL_STATUSES
-from approvald.runtime.runs.external import TOOL_CHANGED, ExternalError, NewRequest, Report
+from approvald.runtime import CallerWaiting as Waiting
 from approvald.store.repos.external import Checks, TokenRecord
 
 log = logging.getLogger("approvald.mcp")

@@ -47,10 +47,7 @@ from approvald.bot.mcp.tasks import (
     declared,
 )
 from approvald.bot.mcp.upstream import Upstream
-from approvald.runtime.engine import Engine
-from approvald.runtime.kernel.errors import ConfigError
-from approvald.runtime.policies.intake import Source
-from approvald.runtime.requests import api_tokens
+from approvald.runtime import ConfigError, Engine, Source, api_tokens
 from approvald.store.repos.external import TokenRecord
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.server.context import ServerRequestContext

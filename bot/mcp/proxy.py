@@ -19,7 +19,7 @@ from approvald.bot.mcp.front import Front
 from approvald.bot.mcp.gateway import Gateway
 from approvald.bot.mcp.inflight import InFlight
 from approvald.bot.mcp.upstream import Upstream
-from approvald.runtime.kernel.errors import ConfigError
+from approvald.runtime import ConfigError
 from mcp import Client, StdioServerParameters
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server

@@ -35,9 +35,7 @@ from typing import Any
 import mcp_types as types
 from approvald.bot.mcp.gateway import Gateway, Ran, Refused
 from approvald.bot.mcp.upstream import Upstream, error_result
-from approvald.runtime.approvals.decide import Actor
-from approvald.runtime.callers import OPEN
-from approvald.runtime.kernel.errors import ApprovaldError
+from approvald.runtime import OPEN, Actor, ApprovaldError
 from approvald.store.repos.external import TokenRecord
 from mcp import MCPError
 from mcp.server.context import ServerRequestContext

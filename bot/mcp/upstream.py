@@ -40,9 +40,7 @@ import mcp_types as types
 from approvald.bot.mcp.gateway import Forward, Gateway, Identify, Ran, Refused
 from approvald.bot.mcp.inflight import InFlight
 from approvald.bot.mcp.relay import Relay
-from approvald.runtime.kernel.canonical import canonical_json, sha256_hex
-from approvald.runtime.policies.intake import Source
-from approvald.runtime.policies.tools import GONE, ToolIdentity
+from approvald.runtime import GONE, Source, ToolIdentity, canonical_json, sha256_hex
 from jsonschema import SchemaError
 from jsonschema.validators import validator_for
 from mcp import Client, MCPError

@@ -20,7 +20,7 @@ import aiohttp
 from approvald.bot.sandbox import payloads
 from approvald.bot.sandbox.blocks import find_element
 from approvald.bot.sandbox.payloads import JSON, Actor
-from approvald.runtime.kernel.clock import Clock, SystemClock
+from approvald.runtime import Clock, SystemClock
 from slack_sdk.signature import SignatureVerifier
 
 if TYPE_CHECKING:

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from email.utils import make_msgid
 
 from approvald.bot.sandbox import render
-from approvald.runtime.record.outbox_kinds import Mail
+from approvald.runtime import Mail
 
 KEEP = 200
 _URL = re.compile(r"https?://[^\s<>\"']+")

@@ -26,7 +26,7 @@ from urllib.parse import urlencode, urlsplit
 from aiohttp import web
 from approvald.bot.sandbox.request import Params, SlackError
 from approvald.bot.sandbox.state import JSON, SandboxState
-from approvald.runtime.kernel.clock import Clock
+from approvald.runtime import Clock
 
 CODE_TTL = timedelta(minutes=10)
 METHODS = frozenset({"openid.connect.token", "openid.connect.userInfo"})

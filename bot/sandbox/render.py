@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from approvald.runtime.kernel.vocabulary import WORDS
+from approvald.runtime import WORDS
 
 JSON = dict[str, Any]
 

@@ -38,7 +38,7 @@ from approvald.bot.sandbox.state import (
     clone,
 )
 from approvald.bot.sandbox.webapi import METHODS, WebApi
-from approvald.runtime.kernel.clock import Clock, SystemClock
+from approvald.runtime import Clock, SystemClock
 
 if TYPE_CHECKING:
     from approvald.bot.sandbox.client import SlackClientSim

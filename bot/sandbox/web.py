@@ -38,12 +38,12 @@ from approvald.bot.sandbox.page import page_html
 from approvald.bot.sandbox.review import ReviewProxy
 from approvald.bot.sandbox.server import SlackEmulator
 from approvald.bot.sandbox.state import JSON
-from approvald.runtime.kernel.errors import ApprovaldError
+from approvald.runtime import ApprovaldError
 
 if TYPE_CHECKING:
     from approvald.bot.sandbox.mailbox import Mailbox
     from approvald.bot.sandbox.people import Person
-    from approvald.runtime.engine import Engine
+    from approvald.runtime import Engine
 
 MAX_BODY = 64 * 1024  # a click or a modal's few fields; Slack's own inputs stay far below
 HEARTBEAT = 15.0  # seconds between SSE comments, so proxies and browsers keep the stream

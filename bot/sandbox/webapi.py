@@ -16,7 +16,7 @@ from typing import Literal
 from approvald.bot.sandbox.blocks import MAX_VIEW_BLOCKS, block_problems
 from approvald.bot.sandbox.request import Params, SlackError
 from approvald.bot.sandbox.state import JSON, Channel, SandboxState, clone
-from approvald.runtime.kernel.clock import Clock
+from approvald.runtime import Clock
 
 MAX_TEXT = 40_000
 

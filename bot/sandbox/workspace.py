@@ -31,8 +31,7 @@ from approvald.bot.sandbox.server import SlackEmulator
 from approvald.bot.sandbox.web import SandboxWeb
 from approvald.bot.serve import Service, Signals, settle_heap
 from approvald.bot.wiring import open_database
-from approvald.runtime.engine import Engine
-from approvald.runtime.kernel.errors import ConfigError
+from approvald.runtime import ConfigError, Engine
 from pydantic import SecretStr
 from sqlalchemy.engine import make_url
 

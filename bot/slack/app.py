@@ -34,8 +34,7 @@ from approvald.bot.slack.directory import SlackDirectory
 from approvald.bot.slack.handlers import Handlers
 from approvald.bot.slack.threads import ThreadFollower
 from approvald.bot.slack.transport import RawBodyVerifier, events_handler
-from approvald.runtime.engine import Engine
-from approvald.runtime.kernel.errors import ConfigError
+from approvald.runtime import ConfigError, Engine
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient

@@ -15,8 +15,7 @@ from approvald.bot.slack import cards, messages, texts, views
 from approvald.bot.slack.home import Home
 from approvald.bot.slack.listeners import name_of
 from approvald.bot.slack.mrkdwn import REASON_MAX
-from approvald.runtime.approvals.batch import MAX_BATCH, BatchVerdict, Target
-from approvald.runtime.approvals.decide import Actor
+from approvald.runtime import MAX_BATCH, Actor, BatchVerdict, Target
 from approvald.store.records import ApprovalRecord
 from slack_bolt.async_app import AsyncAck, AsyncRespond
 from slack_sdk.web.async_client import AsyncWebClient

@@ -42,18 +42,23 @@ from approvald.bot.slack.mrkdwn import (
     units,
     who,
 )
-from approvald.runtime.approvals.decide import counted
-from approvald.runtime.approvals.standing import MAX_WINDOW, MIN_WINDOW
-from approvald.runtime.kernel.vocabulary import OutcomeName, outcome_of, word
-from approvald.runtime.policies.policy import ApprovalPolicy
-from approvald.runtime.policies.scope import Scope
-from approvald.runtime.policies.sensitive import mask_args, mask_text, masked_json
-from approvald.runtime.requests.packet import (
+from approvald.runtime import (
+    MAX_WINDOW,
+    MIN_WINDOW,
+    ApprovalPolicy,
+    OutcomeName,
+    Scope,
     WillRun,
     asker,
+    counted,
+    mask_args,
+    mask_text,
+    masked_json,
+    outcome_of,
     sensitive_paths,
     shown_packet,
     will_run,
+    word,
 )
 from approvald.store.records import ApprovalRecord, VoteRecord
 from approvald.store.repos.standing import StandingRecord

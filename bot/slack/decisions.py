@@ -12,8 +12,7 @@ from approvald.bot.slack import cards, messages, texts, views
 from approvald.bot.slack.home import Home
 from approvald.bot.slack.listeners import Listener, ModalBuilder, name_of
 from approvald.bot.slack.mrkdwn import approver
-from approvald.runtime.approvals.decide import Actor, Decision, Verdict
-from approvald.runtime.kernel.errors import ApprovaldError, InvalidArguments
+from approvald.runtime import Actor, ApprovaldError, Decision, InvalidArguments, Verdict
 from approvald.store.records import ApprovalRecord
 from slack_bolt.async_app import AsyncAck
 from slack_sdk.web.async_client import AsyncWebClient

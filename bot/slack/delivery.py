@@ -25,10 +25,7 @@ from approvald.bot.metrics import slack_method
 from approvald.bot.slack import cards, messages, texts
 from approvald.bot.slack.log_delivery import SLACK_KINDS
 from approvald.bot.slack.mrkdwn import clause, clip, code_span, safe_cut, slack_date
-from approvald.runtime.engine import Engine
-from approvald.runtime.policies.policy import ApprovalPolicy
-from approvald.runtime.policies.sensitive import Masking
-from approvald.runtime.record.outbox_kinds import (
+from approvald.runtime import (
     CARD_POST,
     CARD_UPDATE,
     DEAD_REPORT,
@@ -36,11 +33,14 @@ from approvald.runtime.record.outbox_kinds import (
     NOTICE,
     REMINDER,
     RUN_WAITING,
+    ApprovalPolicy,
+    CardView,
+    Engine,
+    Masking,
+    Place,
     RetryLater,
     Undeliverable,
 )
-from approvald.runtime.threads import Place
-from approvald.runtime.views import CardView
 from approvald.store.records import ApprovalRecord, OutboxRecord
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient

@@ -6,7 +6,7 @@ import asyncio
 import time
 
 from approvald.bot.slack.delivery import slack_error
-from approvald.runtime.policies.directory import DirectoryError
+from approvald.runtime import DirectoryError
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 

@@ -11,7 +11,7 @@ from approvald.bot.slack import cards, story
 from approvald.bot.slack.batch import Batch
 from approvald.bot.slack.listeners import log
 from approvald.bot.slack.standing import Standing
-from approvald.runtime.approvals.decide import Verdict
+from approvald.runtime import Verdict
 from slack_bolt.async_app import AsyncApp
 
 

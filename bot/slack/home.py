@@ -7,7 +7,7 @@ from typing import Any
 
 from approvald.bot.slack import views
 from approvald.bot.slack.listeners import Listeners
-from approvald.runtime.approvals.decide import Actor
+from approvald.runtime import Actor
 from approvald.store.records import ApprovalRecord
 from slack_bolt.async_app import AsyncAck, AsyncRespond
 from slack_sdk.web.async_client import AsyncWebClient

@@ -28,14 +28,14 @@ from typing import TYPE_CHECKING, Any
 
 from approvald.bot.slack import messages, texts
 from approvald.bot.slack.mrkdwn import cut_plain
-from approvald.runtime.kernel.errors import DecisionRefused, NotFound
+from approvald.runtime import DecisionRefused, NotFound
 from approvald.store.records import ApprovalRecord
 from pydantic import ValidationError
 from slack_bolt.async_app import AsyncAck
 from slack_sdk.web.async_client import AsyncWebClient
 
 if TYPE_CHECKING:
-    from approvald.runtime.engine import Engine
+    from approvald.runtime import Engine
 
 log = logging.getLogger("approvald.slack")
 # a bolt listener for a click or a modal's submission, as the factories build them

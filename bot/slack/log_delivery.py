@@ -10,8 +10,7 @@ import json
 import logging
 from typing import Any
 
-from approvald.runtime.policies.sensitive import Masking
-from approvald.runtime.record.outbox_kinds import (
+from approvald.runtime import (
     CARD_POST,
     CARD_UPDATE,
     DEAD_REPORT,
@@ -19,6 +18,7 @@ from approvald.runtime.record.outbox_kinds import (
     NOTICE,
     REMINDER,
     RUN_WAITING,
+    Masking,
 )
 from approvald.store.records import OutboxRecord
 

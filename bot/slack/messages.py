@@ -40,10 +40,7 @@ from approvald.bot.slack.mrkdwn import (
     who,
 )
 from approvald.bot.slack.story import person, waiting_lines
-from approvald.runtime.kernel.errors import DecisionRefused
-from approvald.runtime.kernel.vocabulary import ANSWERS, WORDS, OutcomeName
-from approvald.runtime.policies.sensitive import Masking
-from approvald.runtime.requests.packet import asker, will_run
+from approvald.runtime import ANSWERS, WORDS, DecisionRefused, Masking, OutcomeName, asker, will_run
 from approvald.store.records import ApprovalRecord, RunRecord
 from slack_sdk.models.blocks import Block
 

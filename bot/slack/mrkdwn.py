@@ -23,7 +23,7 @@ from typing import Any
 from urllib.parse import quote
 
 from approvald.bot.slack import texts as T
-from approvald.runtime.policies.sensitive import mask_args, mask_text
+from approvald.runtime import mask_args, mask_text
 from slack_sdk.models.blocks import (
     ContextBlock,
     HeaderBlock,

@@ -15,10 +15,7 @@ from approvald.bot.slack import cards, messages, texts, views
 from approvald.bot.slack.decisions import Decisions
 from approvald.bot.slack.listeners import Listener, name_of, why_of
 from approvald.bot.slack.mrkdwn import code_span
-from approvald.runtime.approvals.decide import Actor, Decision
-from approvald.runtime.approvals.standing import StandingRefused
-from approvald.runtime.kernel.errors import ApprovaldError, NotFound
-from approvald.runtime.policies.scope import scope_for
+from approvald.runtime import Actor, ApprovaldError, Decision, NotFound, StandingRefused, scope_for
 from approvald.store.repos.standing import StandingRecord
 from slack_bolt.async_app import AsyncAck
 from slack_sdk.web.async_client import AsyncWebClient

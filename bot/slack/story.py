@@ -35,9 +35,7 @@ from approvald.bot.slack.mrkdwn import (
     units,
     who,
 )
-from approvald.runtime.kernel.vocabulary import WORDS, OutcomeName, outcome_of
-from approvald.runtime.record.shown import RunMasking
-from approvald.runtime.requests.packet import will_run
+from approvald.runtime import WORDS, OutcomeName, RunMasking, outcome_of, will_run
 from approvald.store.records import ApprovalRecord, AuditRecord, ExecutionRecord
 from slack_sdk.models.blocks import ButtonElement
 

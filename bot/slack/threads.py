@@ -45,13 +45,17 @@ from typing import Any
 
 from approvald.bot.slack import messages, story
 from approvald.bot.slack.delivery import slack_error
-from approvald.runtime.engine import Engine
-from approvald.runtime.kernel.failpoints import failpoint
-from approvald.runtime.kernel.periodic import repeat
-from approvald.runtime.record.shown import RunMasking, of_run
-from approvald.runtime.record.state import AssistantMessage
-from approvald.runtime.record.transcript import decode
-from approvald.runtime.threads import MAX_REPOSTS, Claim
+from approvald.runtime import (
+    MAX_REPOSTS,
+    AssistantMessage,
+    Claim,
+    Engine,
+    RunMasking,
+    decode,
+    failpoint,
+    of_run,
+    repeat,
+)
 from approvald.store.records import (
     ApprovalRecord,
     AuditRecord,

@@ -86,13 +86,22 @@ from approvald.bot.slack.mrkdwn import (
     units,
     who,
 )
-from approvald.runtime.approvals.batch import MAX_BATCH, BatchVerdict, Outcome
-from approvald.runtime.engine import CallResult
-from approvald.runtime.insights_board import OperatorInsights
-from approvald.runtime.kernel.json_input import MAX_DEPTH, TooDeep, loads
-from approvald.runtime.policies.rules import MAX_EXPRESSION, RuleError, holds
-from approvald.runtime.policies.sensitive import mask_args
-from approvald.runtime.requests.packet import sensitive_paths, will_run
+from approvald.runtime import (
+    MAX_BATCH,
+    MAX_DEPTH,
+    MAX_EXPRESSION,
+    BatchVerdict,
+    CallResult,
+    OperatorInsights,
+    RuleError,
+    TooDeep,
+    holds,
+    loads,
+    mask_args,
+    sensitive_paths,
+    will_run,
+)
+from approvald.runtime import BatchOutcome as Outcome
 from approvald.store.records import ApprovalRecord
 from approvald.store.repos.standing import StandingRecord
 from slack_sdk.models.blocks import (

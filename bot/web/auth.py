@@ -47,8 +47,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from approvald.bot.web.refusals import ANONYMOUS, Refusals
-from approvald.runtime.kernel.ids import new_id
-from approvald.runtime.record.review_state import OTHER_APPROVER, ReviewState
+from approvald.runtime import OTHER_APPROVER, ReviewState, new_id
 from approvald.store.repos.web import LinkRecord, SessionRecord
 
 LINK_TTL = timedelta(minutes=15)

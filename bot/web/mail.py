@@ -31,13 +31,7 @@ from typing import Any, Literal
 from urllib.parse import unquote, urlsplit
 
 import aiosmtplib
-from approvald.runtime.record.outbox_kinds import (
-    MAIL_KINDS,
-    Mail,
-    MailSender,
-    RetryLater,
-    Undeliverable,
-)
+from approvald.runtime import MAIL_KINDS, Mail, MailSender, RetryLater, Undeliverable
 from approvald.store.records import OutboxRecord
 
 log = logging.getLogger("approvald.mail")

@@ -15,12 +15,18 @@ from datetime import datetime
 from html import escape
 from typing import Any
 
-from approvald.runtime.insights_board import OperatorInsights
-from approvald.runtime.kernel import binding
-from approvald.runtime.kernel.vocabulary import WORDS, OutcomeName, outcome_of
-from approvald.runtime.policies.policy import ApprovalPolicy
-from approvald.runtime.requests.packet import asker, shown_packet, will_run
-from approvald.runtime.requests.packet import shown_args as packet_shown_args
+from approvald.runtime import (
+    WORDS,
+    ApprovalPolicy,
+    OperatorInsights,
+    OutcomeName,
+    asker,
+    binding,
+    outcome_of,
+    shown_packet,
+    will_run,
+)
+from approvald.runtime import shown_args as packet_shown_args
 from approvald.store.records import ApprovalRecord
 
 STYLE = """

@@ -25,7 +25,7 @@ from __future__ import annotations
 import ipaddress
 from datetime import datetime, timedelta
 
-from approvald.runtime.record.review_state import ReviewState
+from approvald.runtime import ReviewState
 
 ANONYMOUS = "anonymous"  # the actor of a refusal before anyone is known
 MINUTE = timedelta(minutes=1)

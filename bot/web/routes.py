@@ -27,10 +27,16 @@ from approvald.bot.web import pages
 from approvald.bot.web.auth import STATE_TTL, Refused, Session, WebAuth
 from approvald.bot.web.refusals import ANONYMOUS
 from approvald.bot.web.slack_sign_in import CALLBACK, SlackOpenId
-from approvald.runtime.approvals.decide import Actor, Verdict
-from approvald.runtime.engine import Engine
-from approvald.runtime.kernel.errors import DecisionRefused, NotFound
-from approvald.runtime.kernel.json_input import MAX_DEPTH, TooDeep, loads
+from approvald.runtime import (
+    MAX_DEPTH,
+    Actor,
+    DecisionRefused,
+    Engine,
+    NotFound,
+    TooDeep,
+    Verdict,
+    loads,
+)
 from approvald.store.records import ApprovalRecord
 from multidict import MultiDictProxy
 

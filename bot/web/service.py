@@ -11,17 +11,19 @@ from approvald.bot.web.auth import WebAuth, WebKeys
 from approvald.bot.web.mail import MailDeliverer, Mailer, NoTls
 from approvald.bot.web.routes import WebRoutes
 from approvald.bot.web.slack_sign_in import SlackOpenId
-from approvald.runtime.approvals.decide import Actor
-from approvald.runtime.engine import Engine
-from approvald.runtime.kernel.errors import ConfigError, DecisionRefused, Refusal
-from approvald.runtime.record.outbox_kinds import (
+from approvald.runtime import (
     EDIT_MAIL,
     OUTCOME_MAIL,
     REMINDER_MAIL,
     REQUEST_MAIL,
     SIGN_IN_MAIL,
+    Actor,
+    ConfigError,
+    DecisionRefused,
+    Engine,
     Mail,
     MailSender,
+    Refusal,
     RetryLater,
     Undeliverable,
 )

@@ -19,7 +19,7 @@ import pytest
 from approvald.bot.web.auth import sha256
 
 from tests.acceptance.browser_pages import LAUNCH, playwright
-from tests.helpers import Rows, parts
+from tests.helpers import Rows
 from tests.integration.slack_harness import Harness, wait_for
 from tests.integration.web_helpers import smtp_server, web_harness
 
@@ -83,8 +83,8 @@ async def test_an_approver_signs_in_by_mail_and_approves_on_a_phone(
                 await page.goto(link)
                 await expect(page.get_by_text("as U_ALICE")).to_be_visible()
                 await shot(2, "link-opened")
-                async with parts(h.engine).db.read() as tx:  # opening it signed nobody in
-                    link_row = await tx.web.link_by_hash(sha256(link.rsplit("/", 1)[1]))
+                # opening it signed nobody in
+                link_row = await Rows.of(h.engine).sign_in_link(sha256(link.rsplit("/", 1)[1]))
                 assert link_row is not None and link_row.used_at is None
                 await page.get_by_role("button", name="Sign in").click()
                 card = page.locator(f"#r-{aid}")
@@ -171,16 +171,14 @@ async def test_slack_down_the_request_is_mailed_and_approved_in_the_browser(
         assert len(h.refunds()) == 1
         a = await h.approval(aid)
         assert a.decided_by == "U_ALICE" and a.decided_via == "web"
-        async with parts(h.engine).db.read() as tx:
-            [approved] = [e for e in await tx.audit.query() if e.action == "approved"]
+        [approved] = [e for e in await Rows.of(h.engine).audit() if e.action == "approved"]
         assert approved.via == "web"
         await wait_for(lambda: len(inbox.to("approvals@example.com")) == 2,
                        what="the outcome mail")  # (sent before the clock jumps below)
 
         async def mails_sent() -> bool:
-            async with parts(h.engine).db.read() as tx:
-                return all(r.status != "pending" for r in await tx.outbox.recent()
-                           if r.kind.startswith("mail."))
+            return all(r.status != "pending" for r in await Rows.of(h.engine).outbox()
+                       if r.kind.startswith("mail."))
 
         await wait_for(mails_sent, what="the drain to mark its mails")
         await h.emulator.up()

@@ -21,7 +21,7 @@ from approvald.bot.api.service import webhook_keys
 
 from tests.claude_code.claude import ClaudeCode, claude_code
 from tests.claude_code.fake_anthropic import FakeAnthropic
-from tests.helpers import create_token, parts
+from tests.helpers import Rows, create_token
 from tests.integration.slack_harness import Harness, harness, wait_for
 
 POLICY = """
@@ -124,8 +124,7 @@ async def request_for(h: Harness, needle: str, *, within: float = 60) -> str:
     """The run id of the pending request whose arguments mention ``needle`` (the tests of a
     module share one serve: each finds its own request by its unique marker path)."""
     async def found() -> str | None:
-        async with parts(h.engine).db.read() as tx:
-            rows = await tx.approvals.recent(status="pending")
+        rows = await Rows.of(h.engine).requests(status="pending")
         for a in rows:
             if needle in json.dumps(a.effective_args()):
                 return str(a.run_id)

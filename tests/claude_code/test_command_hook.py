@@ -16,7 +16,7 @@ from approvald.bot.slack import cards
 from tests.claude_code.claude import ClaudeCode
 from tests.claude_code.conftest import request_for
 from tests.claude_code.fake_anthropic import Turn, say, tool_use
-from tests.helpers import parts
+from tests.helpers import Rows
 from tests.integration.adapter_helpers import (
     approve_in_slack,
     audit_actions,
@@ -83,9 +83,8 @@ async def test_auto_calls_run_at_once_each_time_they_are_made(
     assert log.read_text().splitlines() == ["auto", "auto"]
     results = claude.fake.tool_results()
     assert len(results) == 2 and not any(r.get("is_error") for r in results), results
-    async with parts(serve.engine).db.read() as tx:
-        assert not [a for a in await tx.approvals.recent()
-                    if str(log) in json.dumps(a.effective_args())]
+    assert not [a for a in await Rows.of(serve.engine).requests()
+                if str(log) in json.dumps(a.effective_args())]
 
 
 async def test_forbidden_calls_are_denied_with_the_operators_reason(
@@ -120,9 +119,8 @@ async def test_the_wait_runs_out_the_same_call_joins_its_request_and_is_approved
     await approve_in_slack(serve, rid)
     (await run).check()
     assert marker.exists()
-    async with parts(serve.engine).db.read() as tx:
-        assert len([a for a in await tx.approvals.recent()
-                    if str(marker) in json.dumps(a.effective_args())]) == 1
+    assert len([a for a in await Rows.of(serve.engine).requests()
+                if str(marker) in json.dumps(a.effective_args())]) == 1
 
 
 async def test_an_edit_in_the_modal_runs_the_edited_input(
@@ -186,9 +184,8 @@ async def test_a_denial_after_the_wait_reaches_the_call_made_again(
     assert not marker.exists()
     # the call made again hears the denial and its reason, and nobody is asked again
     assert "we freeze deploys this week" in claude.fake.tool_result_text()
-    async with parts(serve.engine).db.read() as tx:
-        assert len([a for a in await tx.approvals.recent()
-                    if str(marker) in json.dumps(a.effective_args())]) == 1
+    assert len([a for a in await Rows.of(serve.engine).requests()
+                if str(marker) in json.dumps(a.effective_args())]) == 1
 
 
 async def post_everything(h: Harness) -> None:

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 from approvald.bot.slack import cards
 from approvald.runtime.adapters import Finished, Paused
 
-from tests.helpers import Rows, parts
+from tests.helpers import Rows
 from tests.integration.slack_harness import CHANNEL, Harness, harness, wait_for
 
 POLICY = """
@@ -139,8 +139,7 @@ async def audit_actions(h: Harness, request_id: str) -> list[dict[str, Any]]:
 async def pending_request(h: Harness, n: int = 1) -> str:
     """The newest pending request's id (its run's), once there are ``n`` pending."""
     async def found() -> str | None:
-        async with parts(h.engine).db.read() as tx:
-            rows = await tx.approvals.recent(status="pending")
+        rows = await Rows.of(h.engine).requests(status="pending")
         return rows[0].run_id if len(rows) >= n else None
     rid: str = await wait_for(found, within=60, what="a pending request")
     return rid

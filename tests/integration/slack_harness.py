@@ -20,7 +20,7 @@ from approvald.runtime.kernel.clock import Clock
 from approvald.runtime.kernel.outcomes import Paused
 from approvald.runtime.record.tracing import Tracer
 
-from tests.helpers import parts
+from tests.helpers import Rows
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 BOT_TOKEN = "xoxb-approvald-test"
@@ -69,19 +69,16 @@ class Harness:
         finally:
             failpoints.arm("")
         assert (await self.engine.advance(paused.run_id)).status == "needs_attention"
-        async with parts(self.engine).db.read() as tx:
-            [q] = [a for a in await tx.approvals.for_run(paused.run_id)
-                   if a.status == "pending"]
+        [q] = [a for a in await Rows.of(self.engine).approvals(paused.run_id)
+               if a.status == "pending"]
         assert q.kind == "outcome_unknown"
         return paused, q
 
     async def approval(self, approval_id: str):  # type: ignore[no-untyped-def]
-        async with parts(self.engine).db.read() as tx:
-            return await tx.approvals.get(approval_id)
+        return await Rows.of(self.engine).approval(approval_id)
 
     async def run(self, run_id: str):  # type: ignore[no-untyped-def]
-        async with parts(self.engine).db.read() as tx:
-            return await tx.runs.get(run_id)
+        return await Rows.of(self.engine).run(run_id)
 
     async def card(self, approval_id: str) -> dict[str, Any]:
         """The card as Slack holds it now (after waiting for it to be posted)."""

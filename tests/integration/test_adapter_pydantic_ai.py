@@ -27,7 +27,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.tools import DeferredToolResults, ToolApproved
 
-from tests.helpers import parts
+from tests.helpers import Rows
 from tests.integration.adapter_helpers import (
     SideEffects,
     adapter_harness,
@@ -143,8 +143,7 @@ async def test_a_call_cut_short_is_never_run_again_and_auto_runs_without_a_card(
         with pytest.raises(CallOutcomeUnknown, match=request_id):
             await pa.resume(paused.pause_id)
         assert effects.all() == [{"order": "A-5", "cents": 80}]
-        async with parts(h.engine).db.read() as tx:
-            started = await tx.executions.get(request_id, "call")
+        started = await Rows.of(h.engine).execution(request_id, "call")
         assert started is not None and started.status == "started"
 
 

@@ -20,7 +20,7 @@ from approvald.bot.slack import cards
 from approvald.runtime.approvals.decide import Actor
 from approvald.runtime.kernel import binding
 
-from tests.helpers import parts
+from tests.helpers import Rows
 from tests.integration.slack_harness import CHANNEL, Harness, harness, settings_for, wait_for
 
 SECRET = settings_for("http://x", "sqlite://", Path("x")).token_secret()
@@ -83,9 +83,8 @@ async def test_an_old_card_drawn_before_an_edit_is_stale(db_url: str, tmp_path: 
         said = await wait_for(lambda: h.emulator.ephemeral(CHANNEL, "U_ALICE"),
                               what="the stale card's reply")
         assert said and (await h.approval(aid)).status == "pending"
-        async with parts(h.engine).db.read() as tx:
-            refused = [e async for e in tx.audit.iterate(run_id=paused.run_id)
-                       if e.action == "refused"]
+        refused = [e for e in await Rows.of(h.engine).audit(run_id=paused.run_id)
+                   if e.action == "refused"]
         assert '"stale_card"' in refused[-1].details
         # and the card drawn now for the edited arguments approves them
         fresh = await h.approval(aid)

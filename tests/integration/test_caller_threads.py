@@ -16,7 +16,7 @@ from approvald.bot.claude_code import ClaudeCodeHook, HookEvent
 from approvald.bot.config import Settings
 from approvald.runtime.runs.external import NewRequest
 
-from tests.helpers import create_token, parts
+from tests.helpers import Rows, create_token
 from tests.integration.slack_harness import CHANNEL, OPS, Harness, harness
 
 POLICY = """
@@ -69,8 +69,7 @@ async def calls(h: Harness) -> str:
     assert doc["status"] == "approved"
     await ClaudeCodeHook(engine, event("Bash", {"command": "make release"}, "toolu_3"),
                          requested_by="U_DANA").pre_tool_use(wait=0)
-    async with parts(engine).db.read() as tx:
-        [a] = await tx.approvals.recent(status="pending")
+    [a] = await Rows.of(engine).requests(status="pending")
     await h.service.drain.drain_once()  # serve's outbox drain posts the card
     await h.card(a.id)
     return str(a.id)
@@ -100,8 +99,7 @@ async def test_the_operator_may_ask_for_the_threads_of_asked_requests(
         parent, asked = await posted(h, OPS)
         assert "Asked <@U_ALICE> to approve `Bash`" in asked and "|Open the request>" in asked
         assert "Claude Code" in parent, parent
-        async with parts(h.engine).db.read() as tx:
-            thread = await tx.threads.get(a.run_id)
+        thread = await Rows.of(h.engine).thread(a.run_id)
         assert thread is not None and thread.ts is not None
 
 

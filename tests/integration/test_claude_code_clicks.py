@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import APPROVALD, Cli, parts
+from tests.helpers import APPROVALD, Cli, Rows
 from tests.integration.adapter_helpers import (
     approve_in_slack,
     audit_actions,
@@ -123,8 +123,7 @@ async def test_the_hooks_calls_are_decided_in_slack(db_url: str, tmp_path: Path)
         asked = asyncio.create_task(claude.pre("Write", write, use="toolu_w2"))
         await approve_in_slack(h, waiting)
         assert (await asked)[0] == "allow"
-        async with parts(h.engine).db.read() as tx:
-            assert len([a for a in await tx.approvals.recent() if a.tool == "Write"]) == 1
+        assert len([a for a in await Rows.of(h.engine).requests() if a.tool == "Write"]) == 1
 
         # the audit log: each decision, with the session and the exact tool_input
         trail = await audit_actions(h, rid)

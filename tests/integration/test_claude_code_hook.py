@@ -23,7 +23,7 @@ from approvald.runtime.kernel.errors import ApprovaldError
 from approvald.runtime.policies.policy import PolicyFile
 from approvald.runtime.record import switches
 
-from tests.helpers import Rows, parts, revoke_token
+from tests.helpers import Rows, revoke_token
 from tests.integration.slack_harness import wait_for
 from tests.unit.test_cards import check_blocks
 
@@ -58,17 +58,15 @@ def answer(out: dict[str, Any]) -> tuple[str, str, dict[str, Any] | None]:
 
 async def pending(engine: Engine, n: int = 1) -> Any:
     async def found() -> Any:
-        async with parts(engine).db.read() as tx:
-            rows = await tx.approvals.recent(status="pending")
+        rows = await Rows.of(engine).requests(status="pending")
         return rows[0] if len(rows) >= n else None
 
     return await wait_for(found, what="a pending request")
 
 
 async def actions(engine: Engine) -> list[tuple[str, dict[str, Any]]]:
-    async with parts(engine).db.read() as tx:
-        return [(e.action, json.loads(e.details) if isinstance(e.details, str) else e.details)
-                async for e in tx.audit.iterate()]
+    return [(e.action, json.loads(e.details) if isinstance(e.details, str) else e.details)
+            for e in await Rows.of(engine).audit()]
 
 
 @pytest.fixture
@@ -94,8 +92,7 @@ async def test_a_forbidden_rule_denies_at_once_with_its_reason(engine: Engine) -
     push = {"command": "git push origin main"}
     verdict, why, _ = answer(await hook(engine, event("Bash", push)).pre_tool_use(wait=5))
     assert verdict == "deny" and "pushes go through CI" in why
-    async with parts(engine).db.read() as tx:
-        assert await tx.approvals.recent(status="pending") == []
+    assert await Rows.of(engine).requests(status="pending") == []
 
 
 async def test_an_approval_allows_the_call_once(engine: Engine) -> None:
@@ -141,12 +138,10 @@ async def test_still_pending_at_the_budget_denies_and_the_retry_joins_the_reques
     # Claude retries the same call: the same request, one card
     verdict, _, _ = answer(await hook(engine, event("Bash", cmd, use="toolu_09"))
                            .pre_tool_use(wait=0))
-    async with parts(engine).db.read() as tx:
-        assert [p.id for p in await tx.approvals.recent(status="pending")] == [a.id]
+    assert [p.id for p in await Rows.of(engine).requests(status="pending")] == [a.id]
     # another session's same call is its own request
     await hook(engine, event("Bash", cmd, session="another-session")).pre_tool_use(wait=0)
-    async with parts(engine).db.read() as tx:
-        assert len(await tx.approvals.recent(status="pending")) == 2
+    assert len(await Rows.of(engine).requests(status="pending")) == 2
     # approved meanwhile: the next retry is allowed
     await engine.decide(a.id, actor=ALICE, verdict="approve")
     verdict, _, _ = answer(await hook(engine, event("Bash", cmd, use="toolu_10"))
@@ -209,8 +204,7 @@ async def test_an_auto_call_is_allowed_each_time_and_recorded_once_each(engine: 
     both = await asyncio.gather(*(hook(engine, event("Read", read, use=f"toolu_p{n}"))
                                   .pre_tool_use(wait=5) for n in range(2)))
     assert [answer(out)[0] for out in both] == ["allow", "allow"], both
-    async with parts(engine).db.read() as tx:
-        started = [await tx.executions.get(rid, "call") for rid in ids]
+    started = [await Rows.of(engine).execution(rid, "call") for rid in ids]
     assert all(e is not None for e in started)
     trail = await actions(engine)
     assert [a for a, _ in trail].count("requested") == 5
@@ -247,8 +241,7 @@ async def test_a_decision_answers_the_call_that_waited_for_it_once(engine: Engin
                              .pre_tool_use(wait=0))
     assert verdict == "deny" and "denied by U_ALICE: not from a laptop" in why, why
     assert request_of(why) == a.run_id
-    async with parts(engine).db.read() as tx:
-        assert await tx.approvals.recent(status="pending") == []
+    assert await Rows.of(engine).requests(status="pending") == []
     # told once: a later call asks again
     verdict, why, _ = answer(await hook(engine, event("Bash", cmd, use="toolu_3"))
                              .pre_tool_use(wait=0))
@@ -315,8 +308,7 @@ async def test_the_hook_says_where_the_request_can_be_decided_from_what_the_data
     why = await told()  # the card is queued: serve posts it
     assert "Its card waits to be posted to Slack by `approvald serve`" in why, why
     assert f"`approvald approvals deny {a.id} --as U… --reason …`" in why
-    async with parts(engine).db.write() as tx:  # serve posted it
-        await tx.approvals.set_message(a.id, channel="C_APPROVALS", ts="1.000001")
+    await Rows.of(engine).card_posted(a.id, channel="C_APPROVALS", ts="1.000001")  # serve did
     why = await told()
     assert "It can be decided on its card in Slack (channel C_APPROVALS); from a terminal" \
         in why, why
@@ -409,9 +401,8 @@ async def test_a_credential_revoked_before_the_switch_existed_is_switched_on_aga
         engine: Engine) -> None:
     read = event("Read", {"file_path": "README.md"})
     await hook(engine, read).pre_tool_use(wait=5)
-    async with parts(engine).db.write() as tx:  # as `tokens revoke hook.claude-code` left it
-        await tx.external.revoke_token("hook.claude-code", by="cli:ops",
-                                       now=engine.now())
+    # as `tokens revoke hook.claude-code` left it
+    await Rows.of(engine).revoke_token("hook.claude-code", by="cli:ops", now=engine.now())
     verdict, why, _ = answer(await hook(engine, event("Read", {}, use="t2"))
                              .pre_tool_use(wait=5))
     assert verdict == "deny" and "approvald hook enable claude-code" in why, why

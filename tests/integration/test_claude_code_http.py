@@ -21,7 +21,7 @@ import pytest
 from approvald.bot import claude_code
 from approvald.bot.api.service import webhook_keys
 
-from tests.helpers import Rows, create_token, parts, revoke_token
+from tests.helpers import Rows, create_token, revoke_token
 from tests.integration.adapter_helpers import (
     approve_in_slack,
     audit_actions,
@@ -183,8 +183,7 @@ async def test_the_budget_denies_naming_the_request_and_the_retry_joins_it(
         again = asyncio.create_task(dana.pre("Bash", rm, use="toolu_09"))
         await approve_in_slack(h, rid)
         assert (await again)[0] == "allow"
-        async with parts(h.engine).db.read() as tx:
-            assert len(await tx.approvals.recent()) == 1
+        assert len(await Rows.of(h.engine).requests()) == 1
 
         # another token's holder who knows the session id makes its own request: it never
         # joins Dana's, so it cannot learn or use her decisions
@@ -192,8 +191,7 @@ async def test_the_budget_denies_naming_the_request_and_the_retry_joins_it(
         other = {"command": "rm -rf dist/"}
         await dana.pre("Bash", other, wait=0)
         await mallory.pre("Bash", other, wait=0)
-        async with parts(h.engine).db.read() as tx:
-            rows = await tx.approvals.recent(status="pending")
+        rows = await Rows.of(h.engine).requests(status="pending")
         assert sorted(a.requested_by for a in rows) == ["U_DANA", "U_MALLORY"]
 
 
@@ -225,8 +223,7 @@ async def test_a_token_calls_its_own_face_only_and_bad_input_is_refused(
                            by="test", via="test")
         assert (await hook.post(ev))[0] == 401
         # nothing was asked by any of these
-        async with parts(h.engine).db.read() as tx:
-            assert await tx.approvals.recent() == []
+        assert await Rows.of(h.engine).requests() == []
 
 
 async def test_the_requester_is_the_tokens_never_the_callers(
@@ -274,8 +271,7 @@ async def test_once_the_token_is_known_input_it_cannot_take_is_a_200_deny(
         why = deny_reason(*await hook.post(None, raw=io.BytesIO(too_big.encode())))
         assert "larger than" in why, why
         assert "not UTF-8" in deny_reason(*await hook.post(None, raw=b'{"a": "\xff"}'))
-        async with parts(h.engine).db.read() as tx:
-            assert await tx.approvals.recent() == []
+        assert await Rows.of(h.engine).requests() == []
 
 
 @contextlib.asynccontextmanager

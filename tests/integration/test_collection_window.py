@@ -27,7 +27,7 @@ from approvald.runtime.requests import api_tokens
 from approvald.runtime.runs.external import CALL_ID, ExternalError, NewRequest, Report, current
 
 from tests.conftest import ledger_lines
-from tests.helpers import Rows, create_token, parts
+from tests.helpers import Rows, create_token
 
 ALICE = Actor("U_ALICE", "cli:test")
 WINDOW = {"approvers": ["U_ALICE"], "ttl": "30m"}
@@ -60,8 +60,7 @@ class Server:
 
 
 async def approve_request(engine: Engine, rid: str) -> str:
-    async with parts(engine).db.read() as tx:
-        a = current(await tx.approvals.for_run(rid))
+    a = current(await Rows.of(engine).approvals(rid))
     assert a is not None and a.status == "pending"
     await engine.decide(a.id, actor=ALICE, verdict="approve")
     return a.id
@@ -69,10 +68,9 @@ async def approve_request(engine: Engine, rid: str) -> str:
 
 async def closed_by_the_window(engine: Engine, rid: str) -> None:
     """The request is cancelled, audited as the window's, and nothing started its call."""
-    async with parts(engine).db.read() as tx:
-        run = await tx.runs.get(rid)
-        execution = await tx.executions.get(rid, CALL_ID)
-        entries = await tx.audit.query(run_id=rid)
+    run = await Rows.of(engine).run(rid)
+    execution = await Rows.of(engine).execution(rid, CALL_ID)
+    entries = await Rows.of(engine).audit(run_id=rid)
     assert run is not None and run.status == "cancelled", run
     assert execution is None
     [closed] = [e for e in entries if e.action == "cancelled"]
@@ -119,8 +117,7 @@ async def hook_join(engine: Engine, clock: ManualClock) -> None:
     first = await ClaudeCodeHook(engine, event("u1"), requested_by="U_DANA") \
         .pre_tool_use(wait=0)
     assert first["hookSpecificOutput"]["permissionDecision"] == "deny"  # still waiting
-    async with parts(engine).db.read() as tx:
-        [a] = await tx.approvals.recent(status="pending")
+    [a] = await Rows.of(engine).requests(status="pending")
     await approve_request(engine, a.run_id)
     clock.advance(LATER)
     joined = await ClaudeCodeHook(engine, event("u1"), requested_by="U_DANA") \

@@ -26,15 +26,14 @@ from approvald.runtime.engine import Engine
 from approvald.runtime.models.scripted import ScriptedModel, reply
 from approvald.runtime.policies.policy import PolicyFile
 from approvald.runtime.policies.tools import ToolContext, tool
-from approvald.runtime.record import audit, sealing
+from approvald.runtime.record import sealing
 from approvald.runtime.requests import api_tokens
 from approvald.runtime.requests.packet import will_run
 from approvald.runtime.runs.agent import Agent
 from approvald.runtime.runs.external import NewRequest, Report
 from approvald.store import types
-from sqlalchemy import text
 
-from tests.helpers import create_token, parts
+from tests.helpers import Rows, create_token
 from tests.integration.test_claude_code_hook import answer, event, pending
 
 # declared sensitive, and shaped like nothing a detector knows
@@ -96,24 +95,21 @@ async def test_text_derived_from_a_hooks_input_masks_its_declared_values(
 
 async def audit_rows(engine: Engine) -> list[str]:
     """Every audit entry's details as the database holds them."""
-    async with parts(engine).db.connection() as conn:
-        return [str(r[0]) for r in await conn.execute(
-            text("SELECT details FROM audit_log ORDER BY seq"))]
+    return [str(r[0]) for r in await Rows.of(engine).select(
+        "SELECT details FROM audit_log ORDER BY seq")]
 
 
 async def executions(engine: Engine, run_id: str) -> dict[str, Any]:
-    async with parts(engine).db.read() as tx:
-        return await tx.executions.for_run(run_id)
+    return await Rows.of(engine).executions(run_id)
 
 
 async def executed_entries(engine: Engine, run_id: str) -> list[dict[str, Any]]:
-    async with parts(engine).db.read() as tx:
-        return [json.loads(e.details) for e in await tx.audit.query(run_id=run_id)
-                if e.action == "executed"]
+    return [json.loads(e.details) for e in await Rows.of(engine).audit(run_id=run_id)
+            if e.action == "executed"]
 
 
 async def exported(engine: Engine) -> str:
-    return "".join([line async for line in audit.export(parts(engine).db)])
+    return await Rows.of(engine).audit_export()
 
 
 async def shown_run(engine: Engine, run_id: str) -> dict[str, Any]:
@@ -169,8 +165,7 @@ async def call_by_face(engine: Engine, face: str) -> str:
 
     ran = await gw.call("store_secret", args, forward, budget=0)
     assert isinstance(ran, Ran)
-    async with parts(engine).db.read() as tx:
-        [run] = [r for r in await tx.runs.recent() if r.agent == "external:mcp.vault"]
+    [run] = [r for r in await Rows.of(engine).runs() if r.agent == "external:mcp.vault"]
     return run.id
 
 

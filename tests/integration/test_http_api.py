@@ -143,8 +143,7 @@ async def approval_of(h: Harness, request_id: str) -> Any:
 
 
 async def webhook_rows(h: Harness) -> list[OutboxRecord]:
-    async with parts(h.engine).db.read() as tx:
-        return await tx.outbox.recent(kind=WEBHOOK)
+    return await Rows.of(h.engine).outbox(kind=WEBHOOK)
 
 
 async def deliver_webhooks(h: Harness, clock: ManualClock, until: int) -> None:
@@ -185,8 +184,7 @@ async def test_a_stdlib_agent_asks_waits_runs_and_reports(db_url: str, tmp_path:
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
 
         async def opened() -> Any:
-            async with parts(h.engine).db.read() as tx:
-                runs = [r for r in await tx.runs.recent() if r.agent == "external:deploy-bot"]
+            runs = [r for r in await Rows.of(h.engine).runs() if r.agent == "external:deploy-bot"]
             return runs[0] if runs else None
 
         run = await wait_for(opened, what="the agent's request")
@@ -361,8 +359,7 @@ async def test_policy_answers_and_refusals(db_url: str, tmp_path: Path) -> None:
         url = f"{base(h)}/v1/requests"
 
         async def count_runs() -> int:
-            async with parts(h.engine).db.read() as tx:
-                return len(await tx.runs.recent(limit=1000))
+            return len(await Rows.of(h.engine).runs(limit=1000))
 
         # the rules on arguments answer at once: auto, forbidden; else a person decides
         small = await api(http, "POST", url, token.token,
@@ -470,8 +467,7 @@ async def test_arguments_nested_too_deep_are_refused_naming_the_limit(
         async with http.post(url, data=ok.encode(), headers={
                 "Authorization": f"Bearer {token.token}"}) as resp:
             assert resp.status == 201, await resp.text()
-        async with parts(h.engine).db.read() as tx:
-            assert len(await tx.approvals.recent()) == 1
+        assert len(await Rows.of(h.engine).requests()) == 1
 
 
 async def test_concurrent_creates_with_one_key_make_one_request(db_url: str,
@@ -485,8 +481,7 @@ async def test_concurrent_creates_with_one_key_make_one_request(db_url: str,
                                              token.token, body) for _ in range(8)))
         assert sorted(s for s, _ in answers) == [200] * 7 + [201]
         assert len({d["id"] for _, d in answers}) == 1
-        async with parts(h.engine).db.read() as tx:
-            assert len(await tx.approvals.recent()) == 1
+        assert len(await Rows.of(h.engine).requests()) == 1
 
 
 async def test_without_slack_the_api_is_on_the_health_listener(sqlite_url: str,
@@ -531,8 +526,7 @@ async def test_the_ops_thread_follows_an_external_request(sqlite_url: str,
         assert status == 201
 
         async def parent() -> Any:
-            async with parts(h.engine).db.read() as tx:
-                t = await tx.threads.get(doc["id"])
+            t = await Rows.of(h.engine).thread(doc["id"])
             return t and t.ts and h.emulator.message(t.channel, t.ts)
 
         msg = await wait_for(parent, what="the request's ops thread")
@@ -629,8 +623,7 @@ async def test_every_route_refuses_a_missing_token_and_another_tokens_request(
             return
 
         async def state() -> tuple[int, Any]:
-            async with parts(h.engine).db.read() as tx:
-                runs = len(await tx.runs.recent(limit=1000))
+            runs = len(await Rows.of(h.engine).runs(limit=1000))
             return runs, (await api(http, "GET", f"{base(h)}/v1/requests/{made['id']}",
                                     mine.token))[1]
 

@@ -16,9 +16,8 @@ import pytest
 from approvald.bot.web.mail import Mailer, SmtpTarget
 from approvald.runtime.kernel.clock import ManualClock
 from approvald.runtime.record.outbox_kinds import Mail, RetryLater
-from sqlalchemy import text
 
-from tests.helpers import parts
+from tests.helpers import Rows
 from tests.integration.slack_harness import wait_for
 from tests.integration.web_helpers import (
     Browser,
@@ -113,9 +112,8 @@ async def test_a_sign_in_mail_waits_rather_than_go_in_clear(db_url: str, tmp_pat
             assert await b.ask_link("alice@example.com") == 200
 
             async def row() -> Any:
-                async with parts(h.engine).db.read() as tx:
-                    rows = [tuple(r) for r in await tx.conn.execute(text(
-                        "SELECT status, last_error FROM outbox WHERE kind = 'mail.signin'"))]
+                rows = await Rows.of(h.engine).select(
+                    "SELECT status, last_error FROM outbox WHERE kind = 'mail.signin'")
                 return rows if rows and rows[0][1] else None
 
             [(status, error)] = await wait_for(row, what="a refused try")
@@ -132,9 +130,8 @@ async def test_a_sign_in_mail_waits_rather_than_go_in_clear(db_url: str, tmp_pat
 
 
 async def _dead(h: Any) -> bool:
-    async with parts(h.engine).db.read() as tx:
-        rows = [tuple(r) for r in await tx.conn.execute(text(
-            "SELECT status, result FROM outbox WHERE kind = 'mail.signin'"))]
+    rows = await Rows.of(h.engine).select(
+        "SELECT status, result FROM outbox WHERE kind = 'mail.signin'")
     return rows[0][0] == "dead" if rows else False
 
 

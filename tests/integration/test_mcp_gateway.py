@@ -22,7 +22,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp_types import CallToolResult, TextContent
 
-from tests.helpers import APPROVALD, Cli, InProcessCli, parts
+from tests.helpers import APPROVALD, Cli, InProcessCli, Rows
 from tests.integration.slack_harness import CHANNEL, Harness, harness, wait_for
 
 # each test here starts approvald (or a browser) as a process of its own
@@ -57,23 +57,21 @@ class Gated:
         return [json.loads(line) for line in self.ledger.read_text().splitlines()]
 
     async def requests(self, tool: str = "transfer_money") -> list[Any]:
-        async with parts(self.h.engine).db.read() as tx:
-            runs = [r for r in await tx.runs.recent() if r.agent == "external:mcp.test"]
-            found = []
-            for r in runs:
-                rec = await tx.external.get(r.id)
-                if rec is not None and rec.tool == tool:
-                    found.append(rec)
+        runs = [r for r in await Rows.of(self.h.engine).runs() if r.agent == "external:mcp.test"]
+        found = []
+        for r in runs:
+            rec = await Rows.of(self.h.engine).external(r.id)
+            if rec is not None and rec.tool == tool:
+                found.append(rec)
         return found
 
     async def pending(self, args: dict[str, Any]) -> Any:
         """The approval a gated call of transfer_money with ``args`` waits on, once its
         card is posted."""
         async def opened() -> Any:
-            async with parts(self.h.engine).db.read() as tx:
-                for a in await tx.approvals.recent(status="pending"):
-                    if a.tool == "transfer_money" and a.effective_args() == args:
-                        return a
+            for a in await Rows.of(self.h.engine).requests(status="pending"):
+                if a.tool == "transfer_money" and a.effective_args() == args:
+                    return a
             return None
 
         a = await wait_for(opened, within=30, what=f"a request for {args}")
@@ -191,8 +189,7 @@ async def test_deny_edit_forbid_and_expiry_reach_the_client(db_url: str,
             g.client.call_tool("transfer_money", {"to": "acct-9", "cents": 2_000_000}), 20)
         assert forbidden.is_error
         assert "Transfers over $10,000 go through the treasury desk." in text(forbidden)
-        async with parts(g.h.engine).db.read() as tx:
-            assert await tx.approvals.recent(status="pending") == []
+        assert await Rows.of(g.h.engine).requests(status="pending") == []
 
         # denied in Slack, with a reason: a tool error carrying it, nothing ran
         denied_args = {"to": "acct-2", "cents": 700}
@@ -274,9 +271,8 @@ async def test_a_tool_the_file_does_not_name_is_asked_about_whatever_agents_have
         call = asyncio.ensure_future(g.client.call_tool("lookup_order", {"order_id": "A-1"}))
 
         async def opened() -> Any:
-            async with parts(g.h.engine).db.read() as tx:
-                found = [a for a in await tx.approvals.recent(status="pending")
-                         if a.tool == "lookup_order"]
+            found = [a for a in await Rows.of(g.h.engine).requests(status="pending")
+                     if a.tool == "lookup_order"]
             return found[0] if found else None
 
         a = await wait_for(opened, within=30, what="a request for lookup_order")

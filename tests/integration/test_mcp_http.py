@@ -22,12 +22,11 @@ from approvald.bot.api.service import webhook_keys
 from approvald.bot.config import Settings
 from approvald.bot.serve import Service
 from approvald.bot.wiring import open_database
-from approvald.runtime.requests import api_tokens
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult, TextContent
 
-from tests.helpers import Rows, create_token, parts
+from tests.helpers import Rows, create_token
 from tests.integration.adapter_helpers import (
     approve_in_slack,
     deny_in_slack,
@@ -102,8 +101,23 @@ def transfers(ledger: Path) -> list[dict[str, Any]]:
 
 
 
-@pytest.fixture
-def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def bank_gateway(tmp_path: Path, policy: str, *, command: list[str] | None = None,
+                 upstream: str | None = None) -> dict[str, str]:
+    """``serve``'s one gateway, ``bank``, in front of the fixture server: started by
+    ``command`` (by default the fixture server over stdio) or reached at ``upstream`` (a
+    URL), with ``policy`` as the operator's policy file; the environment naming both."""
+    where = f'url = "{upstream}"' if upstream else \
+        f"command = {json.dumps(command or [sys.executable, str(SERVER)])}"
+    (tmp_path / "policy.toml").write_text(policy)
+    (tmp_path / "gateways.toml").write_text(f"[gateways.bank]\n{where}\nwait = 30\n")
+    return {"APPROVALD_POLICY_FILE": str(tmp_path / "policy.toml"),
+            "APPROVALD_MCP_GATEWAYS_FILE": str(tmp_path / "gateways.toml")}
+
+
+@pytest.fixture(name="ledger")
+def wrapped_ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The fixture server's ledger of transfers (and reads), in the wrapped server's
+    environment: the ``ledger`` fixture of every MCP test module (import this)."""
     path = tmp_path / "transfers.jsonl"
     monkeypatch.setenv("MCP_FIXTURE_LEDGER", str(path))  # the wrapped server's environment
     return path
@@ -156,16 +170,14 @@ async def test_past_its_wait_a_call_names_its_request_and_the_retry_joins_it(
             rid = await pending_request(h)
             assert first.is_error and rid in text(first) and "same call again" in text(first)
             assert (await c.call_tool("transfer_money", args)).is_error  # joins: no new card
-            async with parts(h.engine).db.read() as tx:
-                assert len(await tx.approvals.recent()) == 1
+            assert len(await Rows.of(h.engine).requests()) == 1
             await approve_in_slack(h, rid)
             ran = await c.call_tool("transfer_money", args)
             assert not ran.is_error and transfers(ledger) == [{**args, "memo": ""}]
         # someone else's token making the same call asks for itself, as its own person
         async with client(url(h.service, "quick"), mallory) as c:
             assert (await c.call_tool("transfer_money", args)).is_error
-        async with parts(h.engine).db.read() as tx:
-            pending = await tx.approvals.recent(status="pending")
+        pending = await Rows.of(h.engine).requests(status="pending")
         assert [a.requested_by for a in pending] == ["U_MALLORY"]
 
 
@@ -199,8 +211,7 @@ async def test_tokens_hosts_and_origins_are_checked_before_anything_is_asked(
         async with http.get(target.replace("/mcp/bank", "/v1/requests/x"),
                             headers={"Authorization": f"Bearer {bank}"}) as resp:
             assert resp.status == 403
-        async with parts(h.engine).db.read() as tx:
-            assert await tx.approvals.recent() == []
+        assert await Rows.of(h.engine).requests() == []
 
 
 @pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
@@ -401,8 +412,7 @@ async def test_tasks_methods_answer_only_clients_that_declared_the_extension(
             assert refused.get("error", {}).get("code") == -32021, (method, refused)
             assert refused["error"]["data"]["requiredCapabilities"] == {
                 "extensions": {TASKS: {}}}, refused
-        async with parts(h.engine).db.read() as tx:
-            assert [a.status for a in await tx.approvals.recent()] == ["pending"]
+        assert [a.status for a in await Rows.of(h.engine).requests()] == ["pending"]
         still = await rpc(http, target, dana, "tasks/get", {"taskId": tid})
         assert still["result"]["status"] == "working", still
 
@@ -422,8 +432,7 @@ async def test_a_tasks_mcp_name_header_must_name_the_task(
             wrong = await rpc(http, target, dana, method, {"taskId": tid},
                               name="another-task")
             assert wrong.get("error", {}).get("code") == -32020, (method, wrong)
-        async with parts(h.engine).db.read() as tx:
-            assert [a.status for a in await tx.approvals.recent()] == ["pending"]
+        assert [a.status for a in await Rows.of(h.engine).requests()] == ["pending"]
 
 
 async def test_a_completed_tasks_last_update_is_when_its_call_finished(
@@ -440,7 +449,7 @@ async def test_a_completed_tasks_last_update_is_when_its_call_finished(
         done = (await rpc(http, target, dana, "tasks/get", {"taskId": tid}))["result"]
         assert done["status"] == "completed", done
         assert h.service.mcp is not None
-        record = await api_tokens.from_header(parts(h.engine).db, f"Bearer {dana}")
+        record = await Rows.of(h.engine).token_from_header(f"Bearer {dana}")
         assert record is not None
         gateway = h.service.mcp.gateways["bank"].gateway_for(record)
         doc = await h.engine.request_document(await gateway.token(), rid)
@@ -467,8 +476,7 @@ async def test_a_bearer_revoked_after_it_was_kept_runs_nothing(
         await revoke_token(h.engine, "dana-agent", by="test", via="test")
         listed = await rpc(http, target, dana, "tools/list", {})
         assert listed["error"]["code"] == "unauthorized", listed
-        async with parts(h.engine).db.read() as tx:
-            runs = len(await tx.runs.recent(limit=100))
+        runs = len(await Rows.of(h.engine).runs(limit=100))
         called = await rpc(http, target, dana, "tools/call",
                            {"name": "echo", "arguments": {"text": "again"}})
         assert "again" not in json.dumps(called), called
@@ -476,5 +484,4 @@ async def test_a_bearer_revoked_after_it_was_kept_runs_nothing(
         again = await rpc(http, target, dana, "tools/call",
                           {"name": "echo", "arguments": {"text": "again"}})
         assert again["error"]["code"] == "unauthorized", again
-        async with parts(h.engine).db.read() as tx:
-            assert len(await tx.runs.recent(limit=100)) == runs
+        assert len(await Rows.of(h.engine).runs(limit=100)) == runs

@@ -27,7 +27,14 @@ from mcp.client.streamable_http import streamable_http_client
 from tests.helpers import Rows
 from tests.integration.adapter_helpers import approve_in_slack, deny_in_slack, pending_request
 from tests.integration.slack_harness import harness
-from tests.integration.test_mcp_http import SERVER, client, token, url
+from tests.integration.test_mcp_http import (
+    SERVER,
+    bank_gateway,
+    client,
+    token,
+    url,
+    wrapped_ledger,  # noqa: F401  (a fixture)
+)
 
 pytestmark = pytest.mark.slow
 
@@ -57,13 +64,6 @@ def reads(ledger: Path) -> list[str]:
     path = Path(f"{ledger}.reads")
     return [json.loads(x)["uri"] for x in path.read_text().splitlines()] \
         if path.exists() else []
-
-
-@pytest.fixture
-def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "transfers.jsonl"
-    monkeypatch.setenv("MCP_FIXTURE_LEDGER", str(path))  # the wrapped server's environment
-    return path
 
 
 def free_port() -> int:
@@ -96,12 +96,7 @@ async def http_server() -> AsyncIterator[str]:
 
 
 def gateways(tmp_path: Path, upstream: str | None = None) -> dict[str, str]:
-    (tmp_path / "policy.toml").write_text(POLICY)
-    where = f'url = "{upstream}"' if upstream else \
-        f"command = {json.dumps([sys.executable, str(SERVER)])}"
-    (tmp_path / "gateways.toml").write_text(f"[gateways.bank]\n{where}\nwait = 30\n")
-    return {"APPROVALD_POLICY_FILE": str(tmp_path / "policy.toml"),
-            "APPROVALD_MCP_GATEWAYS_FILE": str(tmp_path / "gateways.toml")}
+    return bank_gateway(tmp_path, POLICY, upstream=upstream)
 
 
 def text_of(result: types.ReadResourceResult) -> str:

@@ -19,16 +19,16 @@ from tests.helpers import Rows
 from tests.integration.adapter_helpers import approve_in_slack, pending_request
 from tests.integration.slack_harness import CHANNEL, harness
 from tests.integration.test_mcp_gateway import gated, text
-from tests.integration.test_mcp_http import files, rpc, token, transfers, url
+from tests.integration.test_mcp_http import (
+    files,
+    rpc,
+    token,
+    transfers,
+    url,
+    wrapped_ledger,  # noqa: F401  (a fixture)
+)
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "transfers.jsonl"
-    monkeypatch.setenv("MCP_FIXTURE_LEDGER", str(path))  # serve's wrapped server's
-    return path
 
 
 async def test_an_upstream_tool_changed_after_its_approval_does_not_run_and_is_asked_afresh(

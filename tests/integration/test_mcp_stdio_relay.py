@@ -9,7 +9,6 @@ client, and the server is told so at once instead of waiting."""
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -26,7 +25,14 @@ from mcp.client.streamable_http import streamable_http_client
 from tests.helpers import APPROVALD, Cli
 from tests.integration.adapter_helpers import approve_in_slack, pending_request
 from tests.integration.slack_harness import harness
-from tests.integration.test_mcp_http import SERVER, text, token, url
+from tests.integration.test_mcp_http import (
+    SERVER,
+    bank_gateway,
+    text,
+    token,
+    url,
+    wrapped_ledger,  # noqa: F401  (a fixture)
+)
 
 pytestmark = pytest.mark.slow
 
@@ -46,19 +52,8 @@ policy = "auto"
 LEGACY_SERVER = [sys.executable, str(SERVER), "--legacy"]
 
 
-@pytest.fixture
-def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "transfers.jsonl"
-    monkeypatch.setenv("MCP_FIXTURE_LEDGER", str(path))  # the wrapped server's environment
-    return path
-
-
 def gateways(tmp_path: Path) -> dict[str, str]:
-    (tmp_path / "policy.toml").write_text(POLICY)
-    (tmp_path / "gateways.toml").write_text(
-        f"[gateways.bank]\ncommand = {json.dumps(LEGACY_SERVER)}\nwait = 30\n")
-    return {"APPROVALD_POLICY_FILE": str(tmp_path / "policy.toml"),
-            "APPROVALD_MCP_GATEWAYS_FILE": str(tmp_path / "gateways.toml")}
+    return bank_gateway(tmp_path, POLICY, command=LEGACY_SERVER)
 
 
 class Asked:

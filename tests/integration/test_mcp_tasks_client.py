@@ -26,20 +26,19 @@ from fastmcp_tasks.client_models import (
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.helpers import parts
+from tests.helpers import Rows
 from tests.integration.adapter_helpers import approve_in_slack, pending_request
 from tests.integration.slack_harness import harness
 from tests.integration.test_mcp_conformance import BIN, REQUIRED, SUITE, _env
-from tests.integration.test_mcp_http import files, token, transfers, url
+from tests.integration.test_mcp_http import (
+    files,
+    token,
+    transfers,
+    url,
+    wrapped_ledger,  # noqa: F401  (a fixture)
+)
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "transfers.jsonl"
-    monkeypatch.setenv("MCP_FIXTURE_LEDGER", str(path))  # the wrapped server's environment
-    return path
 
 
 async def test_a_fastmcp_tasks_client_creates_polls_completes_and_cancels(
@@ -68,8 +67,7 @@ async def test_a_fastmcp_tasks_client_creates_polls_completes_and_cancels(
             await other.cancel()
             assert (await other.status()).status == "cancelled"
             assert len(transfers(ledger)) == 1
-            async with parts(h.engine).db.read() as tx:
-                assert next(a.status for a in await tx.approvals.recent()) == "cancelled"
+            assert next(a.status for a in await Rows.of(h.engine).requests()) == "cancelled"
 
             # a client without the extension: every tasks/* is -32021, and changes nothing
             third = await call_tool_task(client, "transfer_money", {"to": "ACME", "cents": 12})
@@ -84,8 +82,7 @@ async def test_a_fastmcp_tasks_client_creates_polls_completes_and_cancels(
                         await plain.session.send_request(request, ClientGetTaskResult)
                     assert refused.value.code == types.MISSING_REQUIRED_CLIENT_CAPABILITY
             assert (await third.status()).status == "working"
-            async with parts(h.engine).db.read() as tx:
-                assert next(a.status for a in await tx.approvals.recent()) == "pending"
+            assert next(a.status for a in await Rows.of(h.engine).requests()) == "pending"
 
 
 async def test_a_typescript_ext_tasks_client_creates_polls_completes_and_cancels(
@@ -131,8 +128,7 @@ async def test_a_typescript_ext_tasks_client_creates_polls_completes_and_cancels
                 await proc.wait()
         err = (await proc.stderr.read()).decode()
         assert proc.returncode == 0 and "done" in said, (said, err)
-        async with parts(h.engine).db.read() as tx:
-            statuses = [a.status for a in await tx.approvals.recent()]
+        statuses = [a.status for a in await Rows.of(h.engine).requests()]
     assert said["connected"]["era"] == "modern"
     assert said["session"]["capabilities"]["cancellation"] is True
     assert said["created"]["kind"] == "task"

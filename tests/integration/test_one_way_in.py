@@ -18,7 +18,6 @@ from approvald.runtime.kernel.errors import ApprovaldError, DecisionRefused
 from approvald.runtime.kernel.ids import new_id
 from approvald.runtime.policies.scope import Scope
 from approvald.runtime.requests import api_tokens
-from sqlalchemy import text
 
 from tests.helpers import Rows, create_token, parts, revoke_token
 from tests.integration.slack_harness import Harness, harness
@@ -37,21 +36,18 @@ class Token:
 async def bearer(h: Harness, name: str) -> Token:
     """A token as an operator made it before token scopes (any tool): its row, by hand."""
     token = api_tokens.TOKEN_PREFIX + secrets.token_urlsafe(32)
-    async with parts(h.engine).db.write() as tx:
-        assert await tx.external.add_token(
-            id=new_id(), name=name, token_hash=api_tokens.token_hash(token), webhook_url=None,
-            created_at=h.engine.now(), created_by="cli:ops")
+    assert await Rows.of(h.engine).add_token(
+        id=new_id(), name=name, token_hash=api_tokens.token_hash(token), webhook_url=None,
+        created_at=h.engine.now(), created_by="cli:ops")
     return Token(name, token)
 
 
 async def requests_made(h: Harness) -> int:
-    async with parts(h.engine).db.read() as tx:
-        return len([r for r in await tx.runs.recent() if r.agent.startswith("external:")])
+    return len([r for r in await Rows.of(h.engine).runs() if r.agent.startswith("external:")])
 
 
 async def actions(h: Harness, run_id: str | None = None) -> list[str]:
-    async with parts(h.engine).db.read() as tx:
-        return [e.action for e in await tx.audit.query(run_id=run_id)]
+    return [e.action for e in await Rows.of(h.engine).audit(run_id=run_id)]
 
 
 async def test_a_caller_never_sets_policy_and_a_standing_approval_stays_with_its_source(
@@ -222,7 +218,7 @@ async def test_an_adapter_or_gateway_never_shares_an_operators_token(
         gw = Gateway(h.engine, name="files", requested_by="U_DANA", server="files-server")
         with pytest.raises(ApprovaldError, match="never shares"):
             await gw.token()
-        assert await api_tokens.authenticate(parts(h.engine).db, legacy.token) is None
+        assert await Rows.of(h.engine).token(legacy.token) is None
 
 
 async def test_an_unknown_tools_token_scope_is_a_403(db_url: str, tmp_path: Path) -> None:
@@ -275,20 +271,16 @@ async def test_a_tampered_standing_approval_covers_nothing(db_url: str,
             scope=Scope(kind="fields", values={"order_id": "A-1001"}), token=h.token(a))
         await h.engine.revoke_standing(standing.id, actor=ALICE)
         # someone with write access to the database brings it back, and widens it
-        async with parts(h.engine).db.connection() as conn:
-            await conn.execute(text(
-                "UPDATE standing_approvals SET status = 'active', revoked_at = NULL, "
-                "revoked_by = NULL, scope = :scope WHERE id = :id"),
-                {"id": standing.id, "scope": json.dumps({"kind": "condition",
-                                                         "when": "true"})})
-            await conn.commit()
+        await Rows.of(h.engine).execute(
+            "UPDATE standing_approvals SET status = 'active', revoked_at = NULL, "
+            "revoked_by = NULL, scope = :scope WHERE id = :id",
+            id=standing.id, scope=json.dumps({"kind": "condition", "when": "true"}))
         before = len(h.refunds())
         await h.pause_refund(requested_by="U_DANA", task="Refund order A-2002, customer was "
                                                         "double charged")
         assert len(h.refunds()) == before  # it asked instead
-        async with parts(h.engine).db.read() as tx:
-            refused = [json.loads(e.details) for e in await tx.audit.query()
-                       if e.action == "refused"]
+        refused = [json.loads(e.details) for e in await Rows.of(h.engine).audit()
+                   if e.action == "refused"]
         assert any(d.get("reason") == "standing_tampered" for d in refused), refused
 
 

@@ -14,7 +14,7 @@ import pytest
 from approvald.runtime.kernel.clock import ManualClock
 from approvald.store.records import OutboxRecord
 
-from tests.helpers import parts
+from tests.helpers import Rows
 from tests.integration.slack_harness import BOT_TOKEN, CHANNEL, OPS, harness, wait_for
 from tests.integration.test_slack import text_of
 
@@ -33,8 +33,7 @@ def posts_to(h, channel: str) -> list:  # type: ignore[no-untyped-def]
 
 
 async def outbox(h, kind: str) -> list[OutboxRecord]:  # type: ignore[no-untyped-def]
-    async with parts(h.engine).db.read() as tx:
-        return await tx.outbox.recent(kind=kind)
+    return await Rows.of(h.engine).outbox(kind=kind)
 
 
 def errors(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -103,8 +102,7 @@ async def test_a_revoked_token_retries_until_expiry_then_reports_in_the_ops_thre
         [aid] = paused.approval_ids
         assert h.service.slack is not None
         await h.service.slack.threads.sync_once()  # the run's thread in the ops channel
-        async with parts(h.engine).db.read() as tx:
-            thread = await tx.threads.get(paused.run_id)
+        thread = await Rows.of(h.engine).thread(paused.run_id)
         assert thread is not None and thread.ts and thread.channel == OPS
         a = await h.approval(aid)
         h.emulator.bot_token = "xoxb-rotated"  # the app's token is revoked
@@ -163,9 +161,9 @@ async def test_an_undeliverable_card_is_reported_and_redriven_exactly_once(
         assert f"approvald approvals approve|deny {aid}" in text  # still open: decidable
 
         h.emulator.add_channel("C_NEW")  # the bot was invited
-        async with parts(h.engine).db.write() as tx:  # what `approvald outbox retry ID` does
-            [revived] = await tx.outbox.redrive([card.id], now=clock.now(),
-                                                give_up_at=clock.now() + timedelta(days=1))
+        # what `approvald outbox retry ID` does
+        [revived] = await Rows.of(h.engine).redrive([card.id], now=clock.now(),
+                                                    give_up_at=clock.now() + timedelta(days=1))
         assert revived.status == "pending"
         assert await h.service.drain.drain_once() == 1
         assert await h.service.drain.drain_once() == 0
@@ -188,8 +186,7 @@ async def test_a_report_that_cannot_be_delivered_does_not_cascade(
         with caplog.at_level(logging.ERROR, logger="approvald.outbox"):
             for _ in range(4):
                 await h.service.drain.drain_once()
-        async with parts(h.engine).db.read() as tx:
-            rows = await tx.outbox.recent()
+        rows = await Rows.of(h.engine).outbox()
         assert [(r.kind, r.status) for r in rows] == [(CARD_POST, "dead"),
                                                       (DEAD_REPORT, "dead")]
         assert len(errors(caplog)) == 2
@@ -204,8 +201,7 @@ async def test_after_a_day_long_outage_ops_hear_which_update_was_lost(
         assert await h.service.drain.drain_once() == 1  # the card is up
         assert h.service.slack is not None
         await h.service.slack.threads.sync_once()
-        async with parts(h.engine).db.read() as tx:
-            thread = await tx.threads.get(paused.run_id)
+        thread = await Rows.of(h.engine).thread(paused.run_id)
         assert thread is not None and thread.ts
         await h.emulator.down("503")
         from approvald.runtime.approvals.decide import Actor
@@ -218,8 +214,7 @@ async def test_after_a_day_long_outage_ops_hear_which_update_was_lost(
             """The thread cannot be told either (its turn comes once the per-channel pace,
             in real time, allows: the line above was posted moments ago)."""
             await threads.sync_once()
-            async with parts(h.engine).db.read() as tx:
-                row = await tx.threads.get(paused.run_id)
+            row = await Rows.of(h.engine).thread(paused.run_id)
             return row is not None and row.failures > 0
         await wait_for(thread_failed, what="the thread's post to fail")
         await h.service.drain.drain_once()

@@ -30,7 +30,7 @@ import pytest
 from approvald.bot.claude_code import ClaudeCodeHook
 from approvald.runtime.adapters.gate import Call
 
-from tests.helpers import parts
+from tests.helpers import Rows
 from tests.integration.adapter_helpers import approve_in_slack, pending_request
 from tests.integration.slack_harness import Harness, wait_for
 from tests.integration.test_claude_code_hook import answer, event
@@ -215,8 +215,7 @@ async def test_no_secret_is_in_clear_anywhere_after_every_face_was_used(
             await browser.close()
         seen += slack_saw(h)
         # every execution has its entry, and no entry quotes a secret
-        async with parts(h.engine).db.read() as tx:
-            entries = [e async for e in tx.audit.iterate()]
+        entries = [e for e in await Rows.of(h.engine).audit()]
         ran = [json.loads(e.details)["tool"] for e in entries if e.action == "executed"]
         assert {"refund_card", "lookup_account", "store_note", "mail_customer",
                 "refund_order", "echo", "transfer_money", "Write", "Bash"} <= set(ran), ran

@@ -27,13 +27,11 @@ from approvald.runtime.policies.tools import tool
 from approvald.runtime.record.state import ToolMessage
 from approvald.runtime.record.tracing import OtelTracer
 from approvald.runtime.runs.agent import Agent
-from approvald.runtime.trace import load_trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from sqlalchemy import text
 
-from tests.helpers import make_cli, parts
+from tests.helpers import Rows, make_cli, parts
 from tests.integration.slack_harness import CHANNEL, OPS, Harness, harness, wait_for
 
 CARD = "4242 4242 4242 4242"
@@ -99,9 +97,7 @@ async def ended(h: Harness, run_id: str) -> bool:
 
 
 async def _thread_ended(h: Harness, run_id: str) -> bool:
-    async with parts(h.engine).db.read() as tx:
-        t = await tx.threads.get(run_id)
-        run = await tx.runs.get(run_id)
+    t, run = await Rows.of(h.engine).thread_and_run(run_id)
     return bool(t and t.ts and t.posted_status == run.status)
 
 
@@ -222,7 +218,7 @@ async def test_a_card_number_never_reaches_slack_logs_traces_or_the_audit_export
 
         assert not leaks(slack_saw(h)), leaks(slack_saw(h))
         for run_id, _ in runs.values():
-            trace = await load_trace(parts(h.engine).db, run_id, now=h.engine.now())
+            trace = await h.engine.trace(run_id)
             for shown in (trace_view.text(trace), trace_view.html(trace),
                           trace.to_document()):
                 assert not leaks(shown), leaks(shown)
@@ -245,8 +241,7 @@ async def test_a_card_number_never_reaches_slack_logs_traces_or_the_audit_export
         # `approvald audit export`: masked, as the log records it (with no data key, the
         # real values are in the database only in the requests: --reveal is refused; it is
         # shown under a key in test_audit_masked)
-        async with parts(h.engine).db.connection() as conn:
-            recorded = [r[0] for r in await conn.execute(text("SELECT details FROM audit_log"))]
+        recorded = [r[0] for r in await Rows.of(h.engine).select("SELECT details FROM audit_log")]
         assert "refund_card" in "".join(recorded) and not leaks(recorded), leaks(recorded)
         exported = cli.ok("audit", "export")
         assert "requested" in exported and not leaks(exported), leaks(exported)

@@ -12,7 +12,7 @@ from approvald.runtime.kernel.clock import ManualClock
 from approvald.runtime.record.state import ToolMessage
 from slack_sdk.models.blocks import Block
 
-from tests.helpers import parts
+from tests.helpers import Rows, parts
 from tests.integration.slack_harness import CHANNEL, OPS, harness, wait_for
 
 
@@ -69,8 +69,7 @@ async def _updated_card(h, approval_id: str, word: str):
 
 
 async def _thread_has(h, run_id: str, text: str) -> bool:
-    async with parts(h.engine).db.read() as tx:
-        thread = await tx.threads.get(run_id)
+    thread = await Rows.of(h.engine).thread(run_id)
     if thread is None:
         return False
     replies = h.emulator.thread(thread.channel, thread.ts)
@@ -150,8 +149,7 @@ async def test_bad_signatures_get_401_and_change_nothing(sqlite_url, tmp_path, c
                                    channel_id=CHANNEL, **kwargs)
         assert resp.status == 401
         assert (await h.approval(aid)).status == "pending"
-        async with parts(h.engine).db.read() as tx:
-            assert await tx.approvals.votes(aid) == []
+        assert await Rows.of(h.engine).votes(aid) == []
 
 
 @pytest.mark.parametrize("case", ["unknown", "tampered", "stranger", "requester", "garbage"])
@@ -176,8 +174,7 @@ async def test_refused_clicks_get_an_ephemeral_reply_and_change_nothing(sqlite_u
                               what="an ephemeral reply")
         assert said[0]["text"]
         assert (await h.approval(aid)).status == "pending"
-        async with parts(h.engine).db.read() as tx:
-            assert await tx.approvals.votes(aid) == []
+        assert await Rows.of(h.engine).votes(aid) == []
 
 
 def _policy(tmp_path: Path) -> Path:
@@ -201,8 +198,7 @@ async def test_double_click_and_late_click(sqlite_url, tmp_path):
                               what="Bob's ephemeral")
         assert "already" in said[0]["text"].lower()
         assert len(h.refunds()) == 1
-        async with parts(h.engine).db.read() as tx:
-            votes = await tx.approvals.votes(aid)
+        votes = await Rows.of(h.engine).votes(aid)
         assert [v.actor for v in votes] == ["U_ALICE"]
 
 
@@ -301,8 +297,7 @@ async def test_thread_is_created_and_kept_current(sqlite_url, tmp_path):
         outcome = await h.engine.run("demo-steps", "12", requested_by="U_DANA")
         assert outcome.status == "completed"
         async def thread():
-            async with parts(h.engine).db.read() as tx:
-                t = await tx.threads.get(outcome.run_id)
+            t = await Rows.of(h.engine).thread(outcome.run_id)
             return t if t and t.posted_status == "completed" else None
         t = await wait_for(thread, what="the thread to catch up")
         parent = h.emulator.message(OPS, t.ts)
@@ -330,8 +325,7 @@ async def test_too_large_or_malformed_requests_are_refused_and_change_nothing(sq
         garbled = await h.slack.post("payload=%7Bnot-json", "application/x-www-form-urlencoded")
         assert garbled.status == 400 and "malformed" in garbled.body
         assert (await h.approval(aid)).status == "pending"
-        async with parts(h.engine).db.read() as tx:
-            assert await tx.approvals.votes(aid) == []
+        assert await Rows.of(h.engine).votes(aid) == []
 
 
 async def test_a_run_that_starts_waiting_says_why_and_until_when_in_ops(sqlite_url, tmp_path):
@@ -357,7 +351,6 @@ async def test_a_run_that_starts_waiting_says_why_and_until_when_in_ops(sqlite_u
 
 
 async def test_the_audit_head_is_posted_to_the_audit_channel_as_a_witness(sqlite_url, tmp_path):
-    from approvald.runtime.record import audit
 
     async with harness(sqlite_url, tmp_path, APPROVALD_AUDIT_CHANNEL="C_AUDIT") as h:
 
@@ -372,7 +365,7 @@ async def test_the_audit_head_is_posted_to_the_audit_channel_as_a_witness(sqlite
         await h.service.post_audit_head()  # nothing new: not posted twice
         await wait_for(lambda: len(posted()) == 2, what="the head in the audit channel")
         message = posted()[-1]
-        report = await audit.verify(parts(h.engine).db)
+        report = await Rows.of(h.engine).verify_audit()
         assert report.head_text in message["text"]
         assert f"approvald audit verify --expect {report.head_text}" in message["text"]
         from approvald.runtime.approvals.decide import Actor

@@ -11,10 +11,9 @@ from typing import Any
 from approvald.bot.slack import cards, views
 from approvald.bot.slack import texts as T
 from approvald.runtime.approvals.decide import Actor
-from approvald.runtime.record import audit
 from approvald.runtime.record.state import ToolMessage
 
-from tests.helpers import parts
+from tests.helpers import Rows
 from tests.integration.slack_harness import CHANNEL, Harness, harness, wait_for
 from tests.integration.test_slack import assert_valid_blocks
 
@@ -107,12 +106,11 @@ async def test_approve_selected_from_the_home_some_decided_elsewhere_a_moment_be
                                                                 ("denied", "U_BOB")]
         assert (await h.approval(selected[7])).reason == "duplicate of an earlier refund"
         assert await statuses(h, ids[15:]) == [("pending", None)] * 5
-        async with parts(h.engine).db.read() as tx:
-            for i in ids[15:]:
-                assert await tx.approvals.votes(i) == []
-            for i in (selected[3], selected[7]):
-                assert "U_ALICE" not in [v.actor for v in await tx.approvals.votes(i)]
-            entries = [e async for e in tx.audit.iterate()]
+        for i in ids[15:]:
+            assert await Rows.of(h.engine).votes(i) == []
+        for i in (selected[3], selected[7]):
+            assert "U_ALICE" not in [v.actor for v in await Rows.of(h.engine).votes(i)]
+        entries = [e for e in await Rows.of(h.engine).audit()]
         by_alice = {(e.approval_id, e.action) for e in entries if e.actor == "U_ALICE"}
         assert by_alice == {(i, "approved") for i in mine} | {
             (selected[3], "refused"), (selected[7], "refused")}
@@ -122,7 +120,7 @@ async def test_approve_selected_from_the_home_some_decided_elsewhere_a_moment_be
                  for d in [json.loads(e.details)]}
         [(batch, name)] = marks
         assert batch and name, marks
-        report = await audit.verify(parts(h.engine).db)
+        report = await Rows.of(h.engine).verify_audit()
         assert report.ok, report.problems
 
         # the redrawn Home: what happened on top, the 5 left below with their checkboxes
@@ -171,8 +169,7 @@ async def test_a_request_edited_after_the_home_was_drawn_is_refused_as_stale(
         assert await statuses(h, [ids[0], ids[2]]) == [("approved", "U_ALICE")] * 2
         a = await h.approval(edited)
         assert a.status == "pending" and a.effective_args() == new_args
-        async with parts(h.engine).db.read() as tx:
-            assert "U_ALICE" not in [v.actor for v in await tx.approvals.votes(edited)]
+        assert "U_ALICE" not in [v.actor for v in await Rows.of(h.engine).votes(edited)]
         text = dump(redrawn["blocks"])
         assert f"Refused `issue_refund` `{edited[:8]}`" in text
         assert T.REFUSAL["stale_card"] in text
@@ -180,7 +177,7 @@ async def test_a_request_edited_after_the_home_was_drawn_is_refused_as_stale(
         again = checkbox_values(redrawn["blocks"])
         assert list(again) == [edited] and again[edited] != drawn[edited]
         assert again[edited] == h.value(a) and "9900" in text
-        assert (await audit.verify(parts(h.engine).db)).ok
+        assert (await Rows.of(h.engine).verify_audit()).ok
 
 
 async def test_deny_selected_asks_one_reason_in_a_modal(sqlite_url: str, tmp_path: Path) -> None:

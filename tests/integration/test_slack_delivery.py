@@ -12,7 +12,7 @@ from approvald.runtime.approvals.decide import Actor
 from approvald.runtime.kernel import failpoints
 from approvald.runtime.kernel.clock import ManualClock
 
-from tests.helpers import Crash, opened_by_faces, parts
+from tests.helpers import Crash, Rows, opened_by_faces, parts
 from tests.helpers import crash as _crash
 from tests.integration.slack_harness import CHANNEL, harness, wait_for
 from tests.integration.test_slack import _status, assert_valid_blocks, text_of
@@ -47,8 +47,7 @@ async def test_slack_down_then_back_delivers_each_card_and_update_once_in_order(
                                                                      "chat.update"]
         [card] = card_messages(h)
         assert "Approved" in text_of(card)
-        async with parts(h.engine).db.read() as tx:
-            rows = await tx.outbox.recent()
+        rows = await Rows.of(h.engine).outbox()
         assert [(r.kind, r.status) for r in rows] == [("approval.requested", "delivered"),
                                                       ("approval.updated", "delivered")]
         assert rows[0].attempts >= 2
@@ -60,8 +59,7 @@ async def test_rate_limited_delivery_waits_for_retry_after(sqlite_url, tmp_path)
         h.emulator.rate_limit_next(1, retry_after=30)
         paused = await h.pause_refund()
         assert await h.service.drain.drain_once() == 0
-        async with parts(h.engine).db.read() as tx:
-            [row] = await tx.outbox.recent()
+        [row] = await Rows.of(h.engine).outbox()
         assert row.not_before - clock.now() == timedelta(seconds=30)
         clock.advance(timedelta(seconds=29))
         assert await h.service.drain.drain_once() == 0
@@ -82,15 +80,14 @@ async def test_crash_after_post_before_mark_does_not_post_twice(sqlite_url, tmp_
         finally:
             failpoints.arm("")
         assert len(card_messages(h)) == 1
-        async with parts(h.engine).db.write() as tx:  # what a restart sees: bookkeeping lost too
-            from approvald.store.models import Approval
-            from sqlalchemy import update
-            await tx.conn.execute(update(Approval).values(channel=None, message_ts=None))
+        from approvald.store.models import Approval
+
+        # what a restart sees: bookkeeping lost too
+        await Rows.of(h.engine).forge(Approval, channel=None, message_ts=None)
         clock.advance(timedelta(minutes=5))  # the dead worker's claim expires
         assert await h.service.drain.drain_once() == 1
         assert len(card_messages(h)) == 1  # found by its metadata, not posted again
-        async with parts(h.engine).db.read() as tx:
-            [row] = await tx.outbox.recent()
+        [row] = await Rows.of(h.engine).outbox()
         assert json.loads(row.result)["reused"] is True
 
 
@@ -231,8 +228,7 @@ async def test_a_card_update_is_drawn_from_its_view_in_one_read(sqlite_url, tmp_
         [aid] = paused.approval_ids
         assert await h.service.drain.drain_once() == 1
         await h.engine.decide(aid, actor=Actor("U_ALICE", "cli:ops"), verdict="approve")
-        async with parts(h.engine).db.read() as tx:
-            [row] = [r for r in await tx.outbox.recent() if r.kind == "approval.updated"]
+        [row] = [r for r in await Rows.of(h.engine).outbox() if r.kind == "approval.updated"]
         opened = opened_by_faces(monkeypatch, parts(h.engine).db)
         assert (await h.service.slack.deliverer.deliver(row))["ts"]
         assert opened == ["read:runtime/views"]

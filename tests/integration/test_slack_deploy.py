@@ -11,7 +11,7 @@ from pathlib import Path
 from approvald.bot.slack import cards
 from approvald.runtime.runs.agent import Registry
 
-from tests.helpers import parts
+from tests.helpers import Rows, parts
 from tests.integration.slack_harness import CHANNEL, harness, wait_for
 
 
@@ -42,9 +42,8 @@ async def test_replan_from_the_cannot_run_card(sqlite_url: str, tmp_path: Path) 
         assert resp.status == 200
 
         async def question():
-            async with parts(h.engine).db.read() as tx:
-                found = [x for x in await tx.approvals.for_run(paused.run_id)
-                         if x.kind == "cannot_run" and x.message_ts]
+            found = [x for x in await Rows.of(h.engine).approvals(paused.run_id)
+                     if x.kind == "cannot_run" and x.message_ts]
             return found[0] if found else None
         q = await wait_for(question, what="the cannot_run card")
         run = await h.run(paused.run_id)
@@ -60,8 +59,7 @@ async def test_replan_from_the_cannot_run_card(sqlite_url: str, tmp_path: Path) 
         await wait_for(approved_card_says_so, what="the approved card to say not executed")
 
         async def thread_says_so():
-            async with parts(h.engine).db.read() as tx:
-                t = await tx.threads.get(paused.run_id)
+            t = await Rows.of(h.engine).thread(paused.run_id)
             if t is None:
                 return None
             return any("not executed" in json.dumps(m) for m in h.emulator.thread(t.channel, t.ts))

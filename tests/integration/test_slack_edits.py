@@ -21,7 +21,7 @@ from approvald.bot.slack import cards
 from approvald.bot.slack import texts as T
 from slack_sdk.models.blocks import Block
 
-from tests.helpers import Rows, parts
+from tests.helpers import Rows
 from tests.integration.slack_harness import CHANNEL, OPS, Harness, harness, wait_for
 
 EDIT = {"order_id": "A-1001", "amount_cents": 2000, "reason": "partial refund"}
@@ -66,9 +66,7 @@ async def _card_when(h: Harness, approval_id: str, word: str) -> dict[str, Any] 
 
 async def _thread(h: Harness, run_id: str) -> list[dict[str, Any]] | None:
     """The run's thread replies once the thread has told the run's end."""
-    async with parts(h.engine).db.read() as tx:
-        t = await tx.threads.get(run_id)
-        run = await tx.runs.get(run_id)
+    t, run = await Rows.of(h.engine).thread_and_run(run_id)
     if t is None or t.ts is None or t.posted_status != run.status \
             or run.status != "completed":
         return None

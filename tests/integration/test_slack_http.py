@@ -21,7 +21,7 @@ from aiohttp import web
 from approvald.bot.slack import cards
 from approvald.bot.slack.app import MAX_REQUEST_BYTES
 
-from tests.helpers import parts
+from tests.helpers import Rows
 from tests.integration.slack_harness import CHANNEL, SECRET, Harness, harness, wait_for
 
 FORM = "application/x-www-form-urlencoded"
@@ -131,9 +131,7 @@ async def post(h: Harness, body: bytes, headers: dict[str, str]) -> tuple[int, s
 
 async def snapshot(h: Harness, approval_id: str) -> tuple[str, list[Any], tuple[int, str]]:
     await h.service.slack.handlers.drain()  # any work a listener handed off is done
-    async with parts(h.engine).db.read() as tx:
-        a = await tx.approvals.get(approval_id)
-        return a.status, await tx.approvals.votes(approval_id), await tx.audit.head()
+    return await Rows.of(h.engine).request_state(approval_id)
 
 
 def assert_no_traceback(caplog: pytest.LogCaptureFixture) -> None:

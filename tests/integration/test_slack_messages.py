@@ -8,13 +8,12 @@ from pathlib import Path
 
 from approvald.bot.slack import cards
 
-from tests.helpers import parts
+from tests.helpers import Rows
 from tests.integration.slack_harness import CHANNEL, harness, wait_for
 
 
 async def _audit(h, approval_id: str) -> list:  # type: ignore[no-untyped-def]
-    async with parts(h.engine).db.read() as tx:
-        return [e for e in await tx.audit.query() if e.approval_id == approval_id]
+    return [e for e in await Rows.of(h.engine).audit() if e.approval_id == approval_id]
 
 
 async def _status(h, run_id: str, status: str):  # type: ignore[no-untyped-def]
@@ -96,5 +95,4 @@ async def test_votes_an_edit_discarded_name_their_voters_as_mentions(
 
 
 async def _voted(h, approval_id: str) -> bool:  # type: ignore[no-untyped-def]
-    async with parts(h.engine).db.read() as tx:
-        return bool(await tx.approvals.votes(approval_id))
+    return bool(await Rows.of(h.engine).votes(approval_id))

@@ -12,7 +12,7 @@ from approvald.runtime.kernel.clock import ManualClock
 from approvald.runtime.record.state import ToolMessage
 from slack_sdk.models.blocks import Block
 
-from tests.helpers import Rows, parts
+from tests.helpers import Rows
 from tests.integration.slack_harness import CHANNEL, harness, wait_for
 
 GUIDANCE = "Refund only $20 <!channel>: the customer kept one item"
@@ -44,8 +44,7 @@ async def _pending_other_than(h, run_id: str, approval_id: str):
 
 
 async def _thread_has(h, run_id: str, text: str) -> bool:
-    async with parts(h.engine).db.read() as tx:
-        thread = await tx.threads.get(run_id)
+    thread = await Rows.of(h.engine).thread(run_id)
     if thread is None:
         return False
     return any(text in text_of(m) for m in h.emulator.thread(thread.channel, thread.ts))

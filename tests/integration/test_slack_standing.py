@@ -16,9 +16,8 @@ from approvald.bot.slack import texts as T
 from approvald.runtime.approvals.decide import Actor
 from approvald.runtime.kernel.clock import ManualClock
 from approvald.runtime.kernel.outcomes import Completed, Paused
-from approvald.runtime.record import audit
 
-from tests.helpers import opened_by_faces, parts
+from tests.helpers import Rows, opened_by_faces, parts
 from tests.integration.slack_harness import CHANNEL, Harness, harness, wait_for
 from tests.integration.test_slack import assert_valid_blocks
 
@@ -103,8 +102,7 @@ async def card_says(h: Harness, approval_id: str, *words: str) -> dict[str, Any]
 
 
 async def thread_has(h: Harness, run_id: str, text: str) -> bool:
-    async with parts(h.engine).db.read() as tx:
-        thread = await tx.threads.get(run_id)
+    thread = await Rows.of(h.engine).thread(run_id)
     if thread is None:
         return False
     return any(text in dump(m) for m in h.emulator.thread(thread.channel, thread.ts))
@@ -190,9 +188,8 @@ async def test_the_issue_scenario_through_slack(db_url: str, tmp_path: Path) -> 
         for amount in ("$20", "$45", "$50"):
             done = await ask(h, amount)
             assert isinstance(done, Completed), done
-            async with parts(h.engine).db.read() as tx:
-                [used] = [x for x in await tx.approvals.for_run(done.run_id)
-                          if x.tool == "issue_refund"]
+            [used] = [x for x in await Rows.of(h.engine).approvals(done.run_id)
+                      if x.tool == "issue_refund"]
             assert (used.decided_via, used.decided_by) == ("standing", f"standing:{s.id}")
             await wait_for(lambda run=done.run_id: thread_has(
                 h, run, f"approved by a standing approval: `{s.id}`, granted by "
@@ -236,8 +233,7 @@ async def test_the_issue_scenario_through_slack(db_url: str, tmp_path: Path) -> 
         await wait_for(lambda: card_says(h, a.id, "Revoked by <@U_BOB>"),
                        what="the granting card to tell the revocation")
 
-        async with parts(h.engine).db.read() as tx:
-            entries = [e async for e in tx.audit.iterate()]
+        entries = [e for e in await Rows.of(h.engine).audit()]
         assert [(e.action, e.actor) for e in entries if e.action.startswith("standing_")] == [
             ("standing_granted", "U_ALICE"), ("standing_revoked", "U_BOB")]
         uses = [e for e in entries if e.actor == f"standing:{s.id}"]
@@ -251,7 +247,7 @@ async def test_the_issue_scenario_through_slack(db_url: str, tmp_path: Path) -> 
         for e in uses:
             assert json.loads(e.details)["granted_by_names"] == {
                 "U_ALICE": grant["actor_name"]}
-        report = await audit.verify(parts(h.engine).db)
+        report = await Rows.of(h.engine).verify_audit()
         assert report.ok, report.problems
 
 

@@ -34,7 +34,7 @@ from approvald.runtime.runs.demo import REFUND_POLICY, DemoLedger, refund_agent
 from approvald.store.db import Database
 from slack_sdk.web.async_client import AsyncWebClient
 
-from tests.helpers import Crash, Rows, crash, parts
+from tests.helpers import Crash, Rows, crash
 
 BOT = "xoxb-thread-story"
 OPS = "C_OPS"
@@ -69,12 +69,10 @@ class Story:
                     break
 
     async def pending(self, run_id: str) -> list[Any]:
-        async with parts(self.engine).db.read() as tx:
-            return [a for a in await tx.approvals.for_run(run_id) if a.status == "pending"]
+        return [a for a in await Rows.of(self.engine).approvals(run_id) if a.status == "pending"]
 
     async def thread_ts(self, run_id: str) -> str:
-        async with parts(self.engine).db.read() as tx:
-            t = await tx.threads.get(run_id)
+        t = await Rows.of(self.engine).thread(run_id)
         assert t is not None and t.ts is not None
         return str(t.ts)
 
@@ -341,8 +339,7 @@ async def test_show_json_opens_the_result_masked_and_whole(sqlite_url, tmp_path)
                             channel_id=CHANNEL, message_ts=a.message_ts)
 
         async def button() -> dict[str, Any] | None:
-            async with parts(h.engine).db.read() as tx:
-                t = await tx.threads.get(paused.run_id)
+            t = await Rows.of(h.engine).thread(paused.run_id)
             if t is None or t.ts is None or t.posted_status != "completed":
                 return None
             for m in h.emulator.thread(HARNESS_OPS, t.ts):

@@ -64,17 +64,14 @@ class World:
         return outcome
 
     async def thread(self, run_id: str) -> Any:
-        async with parts(self.engine).db.read() as tx:
-            return await tx.threads.get(run_id)
+        return await Rows.of(self.engine).thread(run_id)
 
     async def caught_up(self, *run_ids: str) -> bool:
-        async with parts(self.engine).db.read() as tx:
-            for run_id in run_ids:
-                run = await tx.runs.get(run_id)
-                t = await tx.threads.get(run_id)
-                if run is None or t is None or t.ts is None or t.posted_seq < run.next_seq \
-                        or t.posted_status != run.status:
-                    return False
+        for run_id in run_ids:
+            t, run = await Rows.of(self.engine).thread_and_run(run_id)
+            if run is None or t is None or t.ts is None or t.posted_seq < run.next_seq \
+                    or t.posted_status != run.status:
+                return False
         return True
 
     def parents(self, run_id: str) -> list[dict[str, Any]]:
@@ -395,9 +392,7 @@ async def test_a_notice_comes_after_the_approval_it_followed(sqlite_url, tmp_pat
                             channel_id=CHANNEL, message_ts=a.message_ts)
 
         async def told() -> list[str] | None:
-            async with parts(h.engine).db.read() as tx:
-                t = await tx.threads.get(paused.run_id)
-                run = await tx.runs.get(paused.run_id)
+            t, run = await Rows.of(h.engine).thread_and_run(paused.run_id)
             if t is None or t.ts is None or run is None or run.status != "completed" \
                     or t.posted_status != "completed":
                 return None

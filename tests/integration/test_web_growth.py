@@ -12,22 +12,19 @@ from pathlib import Path
 from typing import Any
 
 from approvald.runtime.kernel.clock import ManualClock
-from sqlalchemy import text
 
-from tests.helpers import parts
+from tests.helpers import Rows
 from tests.integration.slack_harness import Harness
 from tests.integration.test_web_slack_sign_in import SLACK, begin, sign_in_with_slack
 from tests.integration.web_helpers import Browser, form_fields, smtp_server, web_harness
 
 
 async def rows(h: Harness, table: str) -> int:
-    async with parts(h.engine).db.read() as tx:
-        return int((await tx.conn.execute(text(f"SELECT count(*) FROM {table}"))).scalar_one())
+    return await Rows.of(h.engine).count(table)
 
 
 async def refused_entries(h: Harness) -> list[Any]:
-    async with parts(h.engine).db.read() as tx:
-        return [e for e in await tx.audit.query() if e.action == "web_refused"]
+    return [e for e in await Rows.of(h.engine).audit() if e.action == "web_refused"]
 
 
 def at_minute_start() -> ManualClock:

@@ -17,9 +17,8 @@ from approvald.runtime.approvals.decide import Actor
 from approvald.runtime.kernel import binding
 from approvald.runtime.kernel.clock import ManualClock
 from approvald.runtime.kernel.vocabulary import WORDS, OutcomeName
-from sqlalchemy import text
 
-from tests.helpers import parts
+from tests.helpers import Rows
 from tests.integration.slack_harness import Harness, wait_for
 from tests.integration.web_helpers import (
     Browser,
@@ -32,8 +31,7 @@ from tests.integration.web_helpers import (
 
 
 async def audit(h: Harness, action: str) -> list[Any]:
-    async with parts(h.engine).db.read() as tx:
-        return [e for e in await tx.audit.query() if e.action == action]
+    return [e for e in await Rows.of(h.engine).audit() if e.action == action]
 
 
 async def refusals(h: Harness) -> list[dict[str, Any]]:
@@ -41,8 +39,7 @@ async def refusals(h: Harness) -> list[dict[str, Any]]:
 
 
 async def sql(h: Harness, query: str) -> list[tuple[Any, ...]]:
-    async with parts(h.engine).db.read() as tx:
-        return [tuple(r) for r in await tx.conn.execute(text(query))]
+    return await Rows.of(h.engine).select(query)
 
 
 async def one_session(h: Harness, b: Browser, user: str) -> Any:

@@ -24,7 +24,7 @@ from aiosmtpd.controller import Controller
 from approvald.runtime.kernel.clock import Clock
 from approvald.runtime.kernel.errors import ConfigError
 
-from tests.helpers import parts
+from tests.helpers import Rows
 from tests.integration.slack_harness import Harness, harness, wait_for
 
 EMAILS = {"U_ALICE": "alice@example.com", "U_DANA": "dana@example.com",
@@ -268,16 +268,16 @@ async def refusal_tally(h: Harness) -> Counter[str]:
     """Every refusal of the review queue so far, by reason: audited one by one (someone
     known), folded into a minute's count (someone unknown), or still being counted."""
     tally: Counter[str] = Counter()
-    async with parts(h.engine).db.read() as tx:
-        for e in await tx.audit.query():
-            if e.action == "web_refused":
-                details = json.loads(e.details)
-                if "reasons" in details:
-                    tally.update(details["reasons"])
-                else:
-                    tally[details["reason"]] += 1
-        for _minute, _source, reason, n in await tx.web.refusal_counts():
-            tally[reason] += n
+    entries, counts = await Rows.of(h.engine).audit_and_refusal_counts()
+    for e in entries:
+        if e.action == "web_refused":
+            details = json.loads(e.details)
+            if "reasons" in details:
+                tally.update(details["reasons"])
+            else:
+                tally[details["reason"]] += 1
+    for _minute, _source, reason, n in counts:
+        tally[reason] += n
     return tally
 
 

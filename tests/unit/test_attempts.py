@@ -18,7 +18,7 @@ from approvald.runtime.runs.agent import Agent
 from approvald.store.repos.runs import RunsRepo
 from sqlalchemy.exc import OperationalError
 
-from tests.helpers import Crash, parts
+from tests.helpers import Crash, Rows
 from tests.helpers import crash as _crash
 
 OPS = Actor("U_OPS", "slack")
@@ -233,9 +233,8 @@ async def test_read_tools_are_idempotent_by_default_and_rerun_without_asking(mak
     # an idempotent call has no intent row (its result rides in the step's checkpoint):
     # the crashed attempt left nothing behind, so the call simply runs again, unasked
     assert runs == [1, 1]
-    async with parts(engine).db.read() as tx:
-        assert await tx.approvals.for_run(run_id) == []
-        [rec] = (await tx.executions.for_run(run_id)).values()
+    assert await Rows.of(engine).approvals(run_id) == []
+    [rec] = (await Rows.of(engine).executions(run_id)).values()
     assert rec.status == "succeeded" and rec.attempts == 1
 
 

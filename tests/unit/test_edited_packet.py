@@ -26,7 +26,7 @@ from approvald.runtime.runs.external import NewRequest
 from slack_sdk.models.blocks import Block
 
 from tests.conftest import SIGNER
-from tests.helpers import create_token, parts
+from tests.helpers import Rows, create_token
 
 ALICE = Actor("U_ALICE", "slack")
 TASK = "Refund order A-1001, customer was double charged"
@@ -72,8 +72,7 @@ def refund_engine(make_engine, ledger_path, **policy: Any):
 
 
 async def requests(engine, run_id: str) -> list[Any]:
-    async with parts(engine).db.read() as tx:
-        return list(await tx.approvals.for_run(run_id))
+    return list(await Rows.of(engine).approvals(run_id))
 
 
 async def test_a_proposed_edit_is_drawn_with_the_impact_of_the_edited_arguments(

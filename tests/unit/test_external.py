@@ -23,7 +23,7 @@ from approvald.runtime.requests import api_tokens
 from approvald.runtime.runs import external
 from approvald.runtime.runs.external import ExternalError, NewRequest, Report
 
-from tests.helpers import Rows, create_token, follow_up, parts
+from tests.helpers import Rows, create_token, follow_up
 
 KEYS = api_tokens.WebhookKeys("approvald-test-secret-0123456789")
 ALICE = Actor("U_ALICE", "cli:test")
@@ -61,10 +61,9 @@ async def test_a_request_is_a_run_no_worker_advances(make_engine, clock: ManualC
     doc, new = await engine.open_request(token, NewRequest(
         tool="deploy", args={"service": "api"}, requested_by="U_DANA"))
     assert new and doc["status"] == "pending" and doc["id"].startswith("x")
-    async with parts(engine).db.write() as tx:
-        run = await tx.runs.get(doc["id"])
-        claimed = await tx.runs.claim_runnable(owner="w", now=clock.now(), limit=10,
-                                               until=clock.now() + timedelta(seconds=30))
+    run = await Rows.of(engine).run(doc["id"])
+    claimed = await Rows.of(engine).claim_runnable(owner="w", now=clock.now(), limit=10,
+                                                   until=clock.now() + timedelta(seconds=30))
     assert (run.agent, run.status, claimed) == ("external:bot", "external", [])
     assert len(await rows(engine, CARD_POST)) == 1
     a = await approval(engine, doc["id"])
@@ -78,8 +77,7 @@ async def test_a_request_is_a_run_no_worker_advances(make_engine, clock: ManualC
         await engine.decide(a.id, actor=ALICE, verdict="deny", reason="too late")
     await follow_up(engine)
     assert len(await rows(engine, WEBHOOK)) == 1
-    async with parts(engine).db.read() as tx:
-        assert (await tx.runs.get(doc["id"])).status == "external"  # until its report
+    assert (await Rows.of(engine).run(doc["id"])).status == "external"  # until its report
 
 
 async def test_a_report_is_for_the_approved_digest_once(make_engine) -> None:
@@ -100,9 +98,8 @@ async def test_a_report_is_for_the_approved_digest_once(make_engine) -> None:
     again, repeated = await engine.report_request(token, doc["id"], rep)
     assert (new, repeated) == (True, False) and first == again
     assert first["result"]["result"] == {"ok": True}
-    async with parts(engine).db.read() as tx:
-        ledger = await tx.executions.get(doc["id"], external.CALL_ID)
-        run = await tx.runs.get(doc["id"])
+    ledger = await Rows.of(engine).execution(doc["id"], external.CALL_ID)
+    run = await Rows.of(engine).run(doc["id"])
     assert ledger.status == "succeeded"
     assert binding.shown(ledger.args_digest) == done["effective_digest"]  # shown keyed
     assert run.status == "completed"
@@ -127,8 +124,7 @@ async def test_escalation_keeps_it_open_and_silence_ends_it(make_engine,
     await follow_up(engine)
     [hook] = await rows(engine, WEBHOOK)
     assert hook.payload_value()["document"]["status"] == "expired"
-    async with parts(engine).db.read() as tx:
-        assert (await tx.runs.get(doc["id"])).status == "completed"
+    assert (await Rows.of(engine).run(doc["id"])).status == "completed"
 
 
 async def test_cancelling_its_run_cancels_it(make_engine) -> None:
@@ -191,8 +187,7 @@ async def test_an_answer_of_the_policy_is_told_too(make_engine) -> None:
     told = hook.payload_value()["document"]
     assert (told["id"], told["status"], told["decision"]["decided_by"]) == (
         auto["id"], "approved", "policy")
-    async with parts(engine).db.read() as tx:
-        entries = [e.action for e in await tx.audit.query(run_id=auto["id"])]
+    entries = [e.action for e in await Rows.of(engine).audit(run_id=auto["id"])]
     assert entries == ["requested", "approved"]
 
 
@@ -209,8 +204,7 @@ async def test_a_tightened_wait_never_hands_an_escalating_request_to_the_next_ru
             tighten=Tighten(ttl=timedelta(seconds=1))))
     assert refused.value.code == "looser_than_policy"
     assert refused.value.field == "tighten.ttl" and "next rung" in str(refused.value)
-    async with parts(engine).db.read() as tx:
-        assert await tx.approvals.recent() == []
+    assert await Rows.of(engine).requests() == []
     # the operator's own wait, restated, changes nothing and is taken
     doc, _ = await engine.open_request(token, NewRequest(
         tool="rotate_key", args={"key": "k2"}, requested_by="U_DANA",

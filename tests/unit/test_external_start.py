@@ -16,7 +16,7 @@ from approvald.runtime.policies.intake import Source
 from approvald.runtime.policies.policy import PolicyFile
 from approvald.runtime.runs.external import CALL_ID, ExternalError, NewRequest, Report, current
 
-from tests.helpers import parts
+from tests.helpers import Rows
 
 POLICY = PolicyFile.model_validate({"tools": {
     "mcp:test/deploy": {"approvers": ["U_ALICE"], "ttl": "30m"}}})
@@ -32,8 +32,7 @@ async def opened(make_engine: Callable[..., Engine]) -> tuple[Engine, Any, dict[
 
 
 async def approve(engine: Engine, request_id: str) -> None:
-    async with parts(engine).db.read() as tx:
-        a = current(await tx.approvals.for_run(request_id))
+    a = current(await Rows.of(engine).approvals(request_id))
     assert a is not None
     await engine.decide(a.id, actor=Actor("U_ALICE", "cli:test"), verdict="approve")
 
@@ -52,8 +51,7 @@ async def test_start_records_the_intent_and_the_report_completes_it(
     assert refused.value.code == "digest_mismatch"
 
     await engine.start_request(token, doc["id"], args_digest=digest, owner="w1")
-    async with parts(engine).db.read() as tx:
-        intent = await tx.executions.get(doc["id"], CALL_ID)
+    intent = await Rows.of(engine).execution(doc["id"], CALL_ID)
     assert intent is not None and (intent.status, intent.owner) == ("started", "w1")
     with pytest.raises(ExternalError) as refused:  # a second attempt is never started
         await engine.start_request(token, doc["id"], args_digest=digest, owner="w2")
@@ -64,9 +62,8 @@ async def test_start_records_the_intent_and_the_report_completes_it(
     reported, new = await engine.report_request(
         token, doc["id"], Report("succeeded", digest, {"ok": True}))
     assert new and reported["result"]["status"] == "succeeded"
-    async with parts(engine).db.read() as tx:
-        done = await tx.executions.get(doc["id"], CALL_ID)
-        entries = await tx.audit.query(run_id=doc["id"])
+    done = await Rows.of(engine).execution(doc["id"], CALL_ID)
+    entries = await Rows.of(engine).audit(run_id=doc["id"])
     assert done is not None and done.status == "succeeded" and done.latency_ms == 2000
     assert done.started_at == intent.started_at  # the one row, completed
     assert [(e.action, e.via) for e in entries][-1] == ("executed", "mcp")

@@ -89,8 +89,7 @@ async def test_every_planned_select_reads_what_sqlalchemy_reads(make_engine,
                         token=card_token(a))
     assert isinstance(await engine.advance(a.run_id), Completed)
     execs = None
-    async with parts(engine).db.read() as tx:
-        execs = await tx.executions.for_run(a.run_id)
+    execs = await Rows.of(engine).executions(a.run_id)
     call_id = next(iter(execs))
     params = {"aid": a.id, "rid": a.run_id, "cid": call_id, "since": 0, "d": a.digest,
               "sid": "none", "tool": a.tool, "xid": "none",

@@ -28,7 +28,6 @@ from approvald.bot.claude_code import ClaudeCodeHook, HookEvent
 from approvald.runtime.engine import Engine, assemble
 from approvald.runtime.kernel.webhook_hosts import WebhookHosts
 from approvald.runtime.policies.policy import PolicyFile
-from approvald.runtime.record.audit import verify
 from approvald.runtime.requests import api_tokens
 from approvald.runtime.runs import external
 from approvald.runtime.runs.agent import Registry
@@ -184,7 +183,7 @@ async def test_an_api_auto_answer_is_one_write_transaction(make_engine, statemen
         tool="read_metrics", args={"n": 1}, requested_by="U_DANA"))
     assert new and doc["status"] == "approved"
     assert window.kinds() == collections.Counter({"BEGIN": 1, "COMMIT": 1}) \
-        + answered_lines(parts(engine).db.dialect), window.sent
+        + answered_lines(Rows.of(engine).dialect), window.sent
 
 
 async def test_a_hook_auto_call_is_one_write_transaction(make_engine, statements) -> None:
@@ -210,8 +209,8 @@ async def test_a_hook_auto_call_is_one_write_transaction(make_engine, statements
     said = await hook(1).pre_tool_use(wait=0)
     assert said["hookSpecificOutput"]["permissionDecision"] == "allow", said
     assert window.kinds() == collections.Counter({"BEGIN": 1, "COMMIT": 1}) \
-        + answered_lines(parts(engine).db.dialect, started=True), window.sent
-    if parts(engine).db.dialect == "postgresql":
+        + answered_lines(Rows.of(engine).dialect, started=True), window.sent
+    if Rows.of(engine).dialect == "postgresql":
         assert len(window.sent) == 3
 
 
@@ -284,9 +283,8 @@ async def test_a_fresh_key_taken_meanwhile_is_still_found(make_engine) -> None:
             tool="read_metrics", args={"n": 2}, requested_by="U_DANA",
             idempotency_key="k1"), fresh=True)
     assert exc.value.code == "idempotency_conflict"
-    async with parts(engine).db.read() as tx:
-        runs = [r for r in await tx.runs.recent(limit=50)
-                if r.agent == "external:bot"]
+    runs = [r for r in await Rows.of(engine).runs(limit=50)
+            if r.agent == "external:bot"]
     assert len(runs) == 1  # the losing inserts' runs were rolled back with them
 
 
@@ -309,18 +307,16 @@ async def test_a_hook_call_started_with_its_request_is_taken_once_and_audited(
         h = hook(use)
         said = await h.pre_tool_use(wait=0)
         assert said["hookSpecificOutput"]["permissionDecision"] == "allow"
-        async with parts(engine).db.read() as tx:
-            rid = await tx.executions.started_by(h.ledger_owner)
-            assert rid is not None
-            started = await tx.executions.get(rid, external.CALL_ID)
+        rid = await Rows.of(engine).started_by(h.ledger_owner)
+        assert rid is not None
+        started = await Rows.of(engine).execution(rid, external.CALL_ID)
         assert started is not None and started.status == "started"
         ids.append(rid)
     assert ids[0] != ids[1]  # the same call again: a request of its own
-    async with parts(engine).db.read() as tx:
-        entries = [e for e in await tx.audit.query() if e.run_id in ids]
+    entries = [e for e in await Rows.of(engine).audit() if e.run_id in ids]
     assert sorted((e.run_id, e.action) for e in entries) == sorted(
         (rid, action) for rid in ids for action in ("requested", "approved"))
-    assert (await verify(parts(engine).db)).ok
+    assert (await Rows.of(engine).verify_audit()).ok
 
 
 async def test_answers_at_once_from_two_processes_keep_the_chain_linear(
@@ -337,7 +333,7 @@ async def test_answers_at_once_from_two_processes_keep_the_chain_linear(
             tool="read_metrics" if i % 3 else "drop_table", args={"i": i, "by": id(e)},
             requested_by="U_DANA")) for e, i in calls))
         assert all(new for _, new in docs)
-        report = await verify(parts(engine).db)
+        report = await Rows.of(engine).verify_audit()
         assert report.ok, report.problems
         entries = await Rows.of(engine).audit()
         assert [e.seq for e in entries] == list(range(1, len(entries) + 1))
@@ -378,13 +374,12 @@ async def test_the_start_and_report_of_an_auto_call_read_each_row_once(
     assert reported == collections.Counter({
         "BEGIN": 1, **lock, "SELECT tool_executions": 1, "UPDATE tool_executions": 1,
         "UPDATE external_requests": 1, "UPDATE runs": 1, "COMMIT": 1,
-        **_one_entry(parts(engine).db.dialect)}), reported
+        **_one_entry(Rows.of(engine).dialect)}), reported
     after = await engine.request_document(token, doc["id"])
     assert after["status"] == "approved" and after["result"]["status"] == "succeeded"
-    async with parts(engine).db.read() as tx:
-        ran = await tx.executions.get(doc["id"], CALL_ID)
+    ran = await Rows.of(engine).execution(doc["id"], CALL_ID)
     assert ran is not None and ran.status == "succeeded" and ran.owner == "gw"
-    assert (await verify(parts(engine).db)).ok
+    assert (await Rows.of(engine).verify_audit()).ok
 
 
 def _one_entry(dialect: str) -> dict[str, int]:
@@ -450,8 +445,8 @@ async def test_an_api_auto_decision_is_three_statements_with_its_token_kept(
             tool="read_metrics", args={"n": i}, requested_by="U_DANA"))
         assert new and doc["status"] == "approved"
     assert window.kinds() == collections.Counter({"BEGIN": 1, "COMMIT": 1}) \
-        + answered_lines(parts(engine).db.dialect), window.sent
-    if parts(engine).db.dialect == "postgresql":
+        + answered_lines(Rows.of(engine).dialect), window.sent
+    if Rows.of(engine).dialect == "postgresql":
         assert len(window.sent) == 3
 
 
@@ -471,17 +466,15 @@ async def test_a_token_revoked_after_it_was_kept_makes_and_finds_nothing(
     await revoke_token(engine, "bot", by="test",
                        via="test")
     assert await engine.caller(header, to_open=True) == kept  # kept: not read again
-    async with parts(engine).db.read() as tx:
-        before = len(await tx.runs.recent(limit=100))
+    before = len(await Rows.of(engine).runs(limit=100))
     for key in ("k0", "k1", None):  # the key of a request it made, a new key, none
         with pytest.raises(external.ExternalError) as exc:
             await engine.open_request(kept, NewRequest(
                 tool=tool, args={"n": 0}, requested_by="U_DANA", idempotency_key=key))
         assert exc.value.code == "unauthorized"
-    async with parts(engine).db.read() as tx:
-        assert len(await tx.runs.recent(limit=100)) == before
+    assert len(await Rows.of(engine).runs(limit=100)) == before
     assert await engine.caller(header, to_open=True) is None  # forgotten, read again
-    assert (await verify(parts(engine).db)).ok
+    assert (await Rows.of(engine).verify_audit()).ok
 
 
 async def test_a_forbidden_request_is_inserted_over(make_engine) -> None:
@@ -509,9 +502,8 @@ def _bash(engine: Engine, bearer: Any, command: str, use: str) -> ClaudeCodeHook
 
 
 async def _hook_runs(engine: Engine) -> int:
-    async with parts(engine).db.read() as tx:
-        return len([r for r in await tx.runs.recent(limit=500)
-                    if r.agent.startswith("external:hook")])
+    return len([r for r in await Rows.of(engine).runs(limit=500)
+                if r.agent.startswith("external:hook")])
 
 
 async def test_a_hook_switched_off_after_it_was_kept_on_allows_nothing(make_engine) -> None:
@@ -534,7 +526,7 @@ async def test_a_hook_switched_off_after_it_was_kept_on_allows_nothing(make_engi
     await elsewhere.enable(switches.HOOK, ["http"], by="U_OPS", via="cli")
     said = await _bash(engine, bearer, "ls /c", "toolu_3").pre_tool_use(wait=0)
     assert said["hookSpecificOutput"]["permissionDecision"] == "allow"
-    assert (await verify(parts(engine).db)).ok
+    assert (await Rows.of(engine).verify_audit()).ok
 
 
 async def test_a_hook_credential_revoked_after_it_was_kept_allows_nothing(
@@ -542,14 +534,12 @@ async def test_a_hook_credential_revoked_after_it_was_kept_allows_nothing(
     """The hook's own credential found live is kept, the write checks it: revoked
     elsewhere (the way the hook was switched off before switches existed), the next call
     is denied as switched off, nothing asked."""
-    from approvald.store.repos.external import ExternalRepo
     engine, _ = await setup(make_engine)
     bearer = await _made_hook_token(engine)
     said = await _bash(engine, bearer, "ls /a", "toolu_1").pre_tool_use(wait=0)
     assert said["hookSpecificOutput"]["permissionDecision"] == "allow"
-    async with parts(engine).db.write() as tx:  # as an older version's `tokens revoke` did
-        assert isinstance(tx.external, ExternalRepo)
-        assert await tx.external.revoke_token("hook.claude-code", by="U_OPS",
+    # as an older version's `tokens revoke` did
+    assert await Rows.of(engine).revoke_token("hook.claude-code", by="U_OPS",
                                               now=engine.now()) is not None
     runs = await _hook_runs(engine)
     said = await _bash(engine, bearer, "ls /b", "toolu_2").pre_tool_use(wait=0)
@@ -604,7 +594,7 @@ async def test_a_call_made_by_another_process_is_found_without_the_first_look_up
         assert said["hookSpecificOutput"]["permissionDecision"] == "allow"
         engine.forget_calls()
     assert await _hook_runs(engine) == runs + 2  # each a request of its own
-    assert (await verify(parts(engine).db)).ok
+    assert (await Rows.of(engine).verify_audit()).ok
 
 
 # -- the MCP gateway's auto call: forwarded, its result recorded --------------------------
@@ -623,9 +613,8 @@ def _mcp_gateway(engine: Engine) -> Any:
 
 
 async def _mcp_runs(engine: Engine) -> int:
-    async with parts(engine).db.read() as tx:
-        return len([r for r in await tx.runs.recent(limit=500)
-                    if r.agent.startswith("external:mcp")])
+    return len([r for r in await Rows.of(engine).runs(limit=500)
+                if r.agent.startswith("external:mcp")])
 
 
 async def test_an_mcp_auto_call_reads_no_credential(make_engine, statements) -> None:
@@ -643,7 +632,7 @@ async def test_an_mcp_auto_call_reads_no_credential(make_engine, statements) -> 
         assert isinstance(out, Ran) and out.status == "succeeded", out
     kinds = window.kinds()
     assert kinds["SELECT api_tokens"] == 0, window.sent
-    if parts(engine).db.dialect == "postgresql":
+    if Rows.of(engine).dialect == "postgresql":
         assert kinds == collections.Counter({
             "BEGIN": 3, "COMMIT": 3, "WITH": 2, "SELECT runs": 2,
             "SELECT external_requests": 2, "INSERT tool_executions": 1,
@@ -658,7 +647,6 @@ async def test_an_mcp_gateway_revoked_after_it_was_kept_executes_nothing(
     revoked elsewhere (another process's ``approvald tokens revoke mcp.t``), the next
     call, new or made before, is refused as switched off, nothing asked, nothing run."""
     from approvald.bot.mcp.gateway import Ran, Refused
-    from approvald.store.repos.external import ExternalRepo
     engine = make_engine(policy=MCP_POLICY)
     g = _mcp_gateway(engine)
     ran: list[dict[str, Any]] = []
@@ -668,10 +656,8 @@ async def test_an_mcp_gateway_revoked_after_it_was_kept_executes_nothing(
         return await _echo(args)
 
     assert isinstance(await g.call("echo", {"n": 0}, server), Ran)
-    async with parts(engine).db.write() as tx:  # not through this engine: nothing forgotten
-        assert isinstance(tx.external, ExternalRepo)
-        assert await tx.external.revoke_token("mcp.t", by="U_OPS",
-                                              now=engine.now()) is not None
+    # not through this engine: nothing forgotten
+    assert await Rows.of(engine).revoke_token("mcp.t", by="U_OPS", now=engine.now()) is not None
     runs = await _mcp_runs(engine)
     for n in (0, 1):  # a call made before, and a new one
         out = await g.call("echo", {"n": n}, server)
@@ -679,7 +665,7 @@ async def test_an_mcp_gateway_revoked_after_it_was_kept_executes_nothing(
         assert "switched off" in out.message and "U_OPS" in out.message, out.message
     assert ran == [{"n": 0}]
     assert await _mcp_runs(engine) == runs
-    assert (await verify(parts(engine).db)).ok
+    assert (await Rows.of(engine).verify_audit()).ok
 
 
 @pytest.mark.parametrize("how", ["cancelled", "ran"])
@@ -725,7 +711,7 @@ async def test_an_mcp_auto_call_closed_before_its_start_is_not_run(
     assert ran == []
     g._request = request
     assert isinstance(await g.call("echo", {"n": 2}, server), Ran)
-    assert (await verify(parts(engine).db)).ok
+    assert (await Rows.of(engine).verify_audit()).ok
 
 
 async def test_an_mcp_bearer_revoked_after_it_was_kept_executes_nothing(make_engine) -> None:
@@ -758,4 +744,4 @@ async def test_an_mcp_bearer_revoked_after_it_was_kept_executes_nothing(make_eng
     assert ran == [{"n": 0}]
     assert await _mcp_runs(engine) == runs
     assert await engine.caller(header, to_open=True) is None  # forgotten, read again
-    assert (await verify(parts(engine).db)).ok
+    assert (await Rows.of(engine).verify_audit()).ok

@@ -14,27 +14,21 @@ to 0 and show it can fail.
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
+import types
 from pathlib import Path
-from typing import Any
 
 import pytest
+
+from tests.helpers import ci_architecture
 
 ROOT = Path(__file__).resolve().parents[2]
 ORDER = ("kernel", "policies", "record", "requests", "approvals", "runs", "top", "facade")
 
 
-def _architecture() -> Any:
-    spec = importlib.util.spec_from_file_location("architecture",
-                                                  ROOT / ".ci" / "architecture.py")
-    assert spec is not None and spec.loader is not None
-    architecture = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(architecture)
-    return architecture
-
 
 def test_the_layers_are_in_this_order_and_each_is_a_package() -> None:
-    architecture = _architecture()
+    architecture = ci_architecture()
     assert architecture.LAYERS == ORDER
     for layer in ORDER[:-2]:
         assert (ROOT / "runtime" / layer / "__init__.py").is_file(), layer
@@ -43,7 +37,7 @@ def test_the_layers_are_in_this_order_and_each_is_a_package() -> None:
 
 
 def test_no_runtime_module_imports_a_higher_layer_and_each_is_in_a_layer() -> None:
-    upward, unplaced = _architecture().layer_crossings()
+    upward, unplaced = ci_architecture().layer_crossings()
     assert [where for _, _, where in upward] == []
     assert unplaced == [], ("add each to a layer (runtime/<layer>/, or TOP_MODULES in "
                             ".ci/architecture.py and /work/h53b_move.py's TABLE)")
@@ -74,7 +68,7 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
     {"engine.py": "from approvald.runtime import Agent\n"},
 ])
 def test_an_upward_import_is_counted(tmp_path: Path, files: dict[str, str]) -> None:
-    architecture = _architecture()
+    architecture = ci_architecture()
     architecture.RUNTIME, architecture.ROOT = _tree(tmp_path, files), tmp_path
     upward, unplaced = architecture.layer_crossings()
     assert len(upward) == 1 and unplaced == [], (upward, unplaced)
@@ -82,7 +76,7 @@ def test_an_upward_import_is_counted(tmp_path: Path, files: dict[str, str]) -> N
 
 
 def test_a_downward_or_sideways_import_is_not(tmp_path: Path) -> None:
-    architecture = _architecture()
+    architecture = ci_architecture()
     architecture.RUNTIME, architecture.ROOT = _tree(tmp_path, {
         "kernel/errors.py": "", "kernel/clock.py": "from . import errors\n",
         "record/audit.py": "from approvald.runtime.kernel import clock\n",
@@ -93,7 +87,7 @@ def test_a_downward_or_sideways_import_is_not(tmp_path: Path) -> None:
 
 
 def test_a_module_in_no_layer_is_counted(tmp_path: Path) -> None:
-    architecture = _architecture()
+    architecture = ci_architecture()
     architecture.RUNTIME, architecture.ROOT = _tree(tmp_path, {
         "newcomer.py": "", "stray/__init__.py": "", "stray/thing.py": ""}), tmp_path
     upward, unplaced = architecture.layer_crossings()
@@ -104,9 +98,18 @@ def test_a_module_in_no_layer_is_counted(tmp_path: Path) -> None:
 def test_the_facade_names_what_it_exports_and_each_name_resolves() -> None:
     import approvald.runtime as runtime
 
-    assert runtime.__all__ == sorted(runtime._EXPORTS)
+    assert sorted(runtime.__all__) == sorted(runtime._EXPORTS)  # in ruff's order (RUF022)
+    assert len(set(runtime.__all__)) == len(runtime.__all__)
     for name in runtime.__all__:
         value = getattr(runtime, name)
-        assert getattr(value, "__name__", name) == name, (name, value)
+        module, _, attribute = runtime._EXPORTS[name].partition(":")
+        if isinstance(value, types.ModuleType):  # a module the faces use whole (``binding``)
+            assert value.__name__ == f"approvald.runtime.{module}" \
+                and module.rsplit(".", 1)[-1] == name, (name, value)
+        else:
+            if isinstance(value, type | types.FunctionType):  # a class or function, no alias
+                assert value.__name__ == (attribute or name), (name, value)
+            assert getattr(importlib.import_module(f"approvald.runtime.{module}"),
+                           attribute or name) is value, name
     with pytest.raises(AttributeError):
         runtime.nothing_of_that_name  # noqa: B018

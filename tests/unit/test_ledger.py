@@ -16,7 +16,7 @@ from approvald.runtime.runs.agent import Agent
 from approvald.store.models import ToolExecution
 from sqlalchemy import select
 
-from tests.helpers import Crash, parts
+from tests.helpers import Crash, Rows
 from tests.helpers import crash as _crash
 
 
@@ -146,8 +146,7 @@ async def test_a_crashed_step_replays_the_journaled_reply_not_a_new_model_call(m
 
 
 async def _question(engine, run_id: str) -> str:
-    async with parts(engine).db.read() as tx:
-        [q] = [a for a in await tx.approvals.for_run(run_id) if a.status == "pending"]
+    [q] = [a for a in await Rows.of(engine).approvals(run_id) if a.status == "pending"]
     return q.id
 
 
@@ -209,9 +208,9 @@ async def test_a_lease_lost_at_the_checkpoint_still_records_what_ran(make_engine
     async def charge(ctx: ToolContext, cents: int) -> dict[str, Any]:
         """Charges a card, while another worker takes the run over."""
         calls.append(cents)
-        async with parts(box["engine"]).db.write() as tx:
-            await tx.runs.update(ctx.run_id, lease_owner="elsewhere/1",
-                                 lease_expires_at=clock.now() + timedelta(hours=1))
+        await Rows.of(box["engine"]).update_run(
+            ctx.run_id, lease_owner="elsewhere/1",
+            lease_expires_at=clock.now() + timedelta(hours=1))
         return {"charged": cents}
 
     agent = Agent(name="charger", instructions="", tools=[charge], model=ScriptedModel.sequence(

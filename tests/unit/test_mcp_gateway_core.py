@@ -18,9 +18,8 @@ from approvald.runtime.kernel.errors import DecisionRefused
 from approvald.runtime.policies.policy import PolicyFile
 from approvald.runtime.record.outbox_kinds import CARD_POST, REQUEST_MAIL, mail_group
 from approvald.store.models import Outbox
-from sqlalchemy import update
 
-from tests.helpers import parts
+from tests.helpers import Rows
 from tests.integration.slack_harness import wait_for
 
 ALICE = Actor("U_ALICE", "cli:test")
@@ -50,8 +49,7 @@ def gateway(make_engine: Callable[..., Engine], engine: Engine | None = None) ->
 
 async def pending(g: Gateway, *, n: int = 1) -> Any:
     async def found() -> Any:
-        async with parts(g.e).db.read() as tx:
-            rows = await tx.approvals.recent(status="pending")
+        rows = await Rows.of(g.e).requests(status="pending")
         return rows[0] if len(rows) >= n else None
 
     return await wait_for(found, what="a pending request")
@@ -87,8 +85,7 @@ async def test_a_call_started_elsewhere_and_never_reported_is_not_run_again(
     assert isinstance(out, Refused) and out.status == "unknown"
     assert "never runs such a call again" in out.message and a.run_id in out.message
     assert server.ran == []
-    async with parts(engine).db.read() as tx:
-        execution = await tx.executions.get(a.run_id, "call")
+    execution = await Rows.of(engine).execution(a.run_id, "call")
     assert execution is not None and execution.status == "started"  # outcome unknown
 
 
@@ -102,8 +99,7 @@ async def test_an_approval_is_collected_by_a_retry_within_its_window(make_engine
     out = await asyncio.wait_for(g.call("pay", ARGS, server), 10)  # its retry
     assert isinstance(out, Ran) and out.value == "paid 500"
     assert server.ran == [ARGS]
-    async with parts(g.e).db.read() as tx:
-        assert len(await tx.approvals.recent()) == 1  # no second request
+    assert len(await Rows.of(g.e).requests()) == 1  # no second request
 
 
 async def test_an_approval_nobody_collected_in_time_is_not_used_later(
@@ -118,9 +114,8 @@ async def test_an_approval_nobody_collected_in_time_is_not_used_later(
     later = asyncio.ensure_future(g.call("pay", ARGS, server))
     b = await pending(g)
     assert b.run_id != a.run_id and server.ran == []  # asked again
-    async with parts(g.e).db.read() as tx:
-        old = await tx.runs.get(a.run_id)
-        entries = await tx.audit.query(run_id=a.run_id)
+    old = await Rows.of(g.e).run(a.run_id)
+    entries = await Rows.of(g.e).audit(run_id=a.run_id)
     assert old is not None and old.status == "cancelled"
     assert (entries[-1].action, entries[-1].actor) == ("cancelled", "system:collection-window")
     await g.e.decide(b.id, actor=ALICE, verdict="deny", reason="not twice")
@@ -159,10 +154,8 @@ async def test_progress_says_where_the_request_can_be_decided_now(make_engine) -
         return said[-1]
 
     async def card_row(status: str) -> None:
-        async with parts(g.e).db.write() as tx:
-            await tx.conn.execute(update(Outbox).where(Outbox.group_key == a.id,
-                                                       Outbox.kind == CARD_POST)
-                                  .values(status=status))
+        await Rows.of(g.e).forge(Outbox, Outbox.group_key == a.id, Outbox.kind == CARD_POST,
+                                 status=status)
 
     call = asyncio.ensure_future(g.call("pay", ARGS, server, waiting=waiting))
     a = await pending(g)
@@ -173,13 +166,12 @@ async def test_progress_says_where_the_request_can_be_decided_now(make_engine) -
     assert "It has no card in Slack" in await next_line()
     await card_row("dead")
     assert "could not be posted to Slack" in await next_line()
-    async with parts(g.e).db.write() as tx:  # now its card is posted
-        await tx.approvals.set_message(a.id, channel="C_APPROVALS", ts="1.000001")
+    await Rows.of(g.e).card_posted(a.id, channel="C_APPROVALS", ts="1.000001")  # now posted
     line = await next_line()
     assert "It can be decided on its card in Slack (channel C_APPROVALS); from a" in line
-    async with parts(g.e).db.write() as tx:  # mailed to its approvers: the web review queue
-        await tx.outbox.add(kind=REQUEST_MAIL, group_key=mail_group(a.id), payload="{}",
-                            now=g.e.now())
+    # mailed to its approvers: the web review queue
+    await Rows.of(g.e).add_outbox(kind=REQUEST_MAIL, group_key=mail_group(a.id), payload="{}",
+                                  now=g.e.now())
     assert "; in the web review queue (it was mailed to its approvers); " in await next_line()
     await g.e.decide(a.id, actor=ALICE, verdict="approve")
     assert isinstance(await call, Ran)
@@ -199,6 +191,5 @@ async def test_a_denial_answers_the_call_that_waited_for_it_once(make_engine) ->
     out = await g.call("pay", ARGS, server, budget=0)
     assert isinstance(out, Refused) and out.status == "pending"
     assert out.request_id != a.run_id and server.ran == []
-    async with parts(g.e).db.read() as tx:
-        refused = [e for e in await tx.audit.query(run_id=a.run_id) if e.action == "refused"]
+    refused = [e for e in await Rows.of(g.e).audit(run_id=a.run_id) if e.action == "refused"]
     assert [json.loads(e.details)["reason"] for e in refused] == ["pending"]

@@ -22,7 +22,7 @@ from approvald.store.records import OutboxRecord
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
-from tests.helpers import Rows, parts
+from tests.helpers import Rows
 
 NOTICE = "tool.notice"
 DEAD_REPORT = "delivery.dead"
@@ -50,10 +50,9 @@ def drain_for(engine: Engine, deliverer: Scripted) -> OutboxDrain:
 
 
 async def add_notice(engine: Engine, clock: ManualClock, group: str = "run-1") -> int:
-    async with parts(engine).db.write() as tx:
-        await tx.outbox.add(kind=NOTICE, group_key=group, now=clock.now(),
-                            payload=json.dumps({"run_id": group, "call_id": "c1"}))
-        return max(r.id for r in await tx.outbox.recent(kind=NOTICE))
+    return await Rows.of(engine).add_outbox(
+        kind=NOTICE, group_key=group, now=clock.now(),
+        payload=json.dumps({"run_id": group, "call_id": "c1"}))
 
 
 def errors(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
@@ -62,13 +61,11 @@ def errors(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
 
 
 async def rows(engine: Engine) -> list[OutboxRecord]:
-    async with parts(engine).db.read() as tx:
-        return await tx.outbox.recent()
+    return await Rows.of(engine).outbox()
 
 
 async def row(engine: Engine, outbox_id: int) -> OutboxRecord:
-    async with parts(engine).db.read() as tx:
-        found = await tx.outbox.get(outbox_id)
+    found = await Rows.of(engine).outbox_row(outbox_id)
     assert found is not None
     return found
 
@@ -260,22 +257,21 @@ async def test_redrive_revives_dead_rows_and_leaves_delivered_ones(make_engine,
         lambda r: None if r.id == done_id else Undeliverable("gone")))
     await drain.drain_once()
     clock.advance(timedelta(hours=30))
-    async with parts(engine).db.write() as tx:
-        revived = await tx.outbox.redrive([dead_id, done_id], now=clock.now(),
-                                          give_up_at=clock.now() + timedelta(days=1))
+    revived = await Rows.of(engine).redrive([dead_id, done_id], now=clock.now(),
+                                            give_up_at=clock.now() + timedelta(days=1))
     assert [r.id for r in revived] == [dead_id]
     r = revived[0]
     assert (r.status, r.not_before, r.give_up_at) == ("pending", clock.now(),
                                                       clock.now() + timedelta(days=1))
     assert r.last_error == "gone"  # why it died stays visible until it is delivered
     assert (await row(engine, done_id)).status == "delivered"
-    async with parts(engine).db.write() as tx:  # --all: only dead rows (the report)
-        again = await tx.outbox.redrive(None, now=clock.now(), give_up_at=clock.now())
+    # --all: only dead rows (the report)
+    again = await Rows.of(engine).redrive(None, now=clock.now(), give_up_at=clock.now())
     assert [x.kind for x in again] == [DEAD_REPORT]
     clock.advance(timedelta(minutes=1))
-    async with parts(engine).db.write() as tx:  # a waiting row: only its next try moves
-        [nudged] = await tx.outbox.redrive([dead_id], now=clock.now(),
-                                           give_up_at=clock.now() + timedelta(days=9))
+    # a waiting row: only its next try moves
+    [nudged] = await Rows.of(engine).redrive([dead_id], now=clock.now(),
+                                             give_up_at=clock.now() + timedelta(days=9))
     assert (nudged.not_before, nudged.give_up_at) == (clock.now(),
                                                       r.give_up_at)
 
