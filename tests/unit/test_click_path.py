@@ -148,8 +148,7 @@ async def test_the_last_step_is_one_write_of_its_events_and_the_run_under_the_le
     seq = run.next_seq
 
     async def transcript() -> int:
-        async with db.read() as tx:
-            return len(await tx.events.load(run_id))
+        return len(await Rows(db).events(run_id))
 
     events_before = await transcript()
     assert await _last_step(db, run_id, "worker-b/1", seq) is None  # not b's lease
@@ -158,8 +157,11 @@ async def test_the_last_step_is_one_write_of_its_events_and_the_run_under_the_le
         and after.next_seq == seq and after.result is None
     assert await transcript() == events_before
 
-    async with db.write() as tx:  # the transcript's next place taken (a forked history)
-        await tx.events.append(run_id, seq, 2, [(1, '{"role": "user", "content": "x"}')])
+    from approvald.store.models import RunEvent
+
+    await Rows(db).insert(RunEvent.__table__, [  # the transcript's next place taken
+        {"run_id": run_id, "seq": seq, "step": 2, "v": 1,
+         "body": '{"role": "user", "content": "x"}'}])
     with pytest.raises(IntegrityError):
         await _last_step(db, run_id, "worker-a/1", seq)
     after = await Rows(db).run(run_id)
@@ -293,9 +295,8 @@ async def test_a_cards_redraw_reads_its_request_thread_and_standing_grants_in_on
         and "JOIN run_threads" in window.sent[0], window.sent
 
     threads = RunThread.__table__
-    async with db.write() as tx:
-        await tx.threads.open(paused.run_id, channel="C_OPS", owner="o",
-                              until=datetime.now(UTC) + timedelta(minutes=1))
+    await Rows(db).insert(threads, [{"run_id": paused.run_id, "channel": "C_OPS", "ts": None,
+                                     "posted_status": "running"}])
     view = await engine.views.card(aid)
     assert view is not None and view.thread is None  # its parent not posted yet
     await Rows(db).forge(threads, threads.c.run_id == paused.run_id, ts="111.1")
@@ -328,10 +329,11 @@ async def test_the_vote_and_the_decision_it_makes_are_one_write_that_holds_both_
     paused = await maker.run("payer", "pay for web", requested_by="U_DANA")
     assert isinstance(paused, Paused)
     a = await parts(maker).decider.get(paused.approval_ids[0])
-    async with db.write() as tx:  # a vote already there (left behind the runtime's back)
-        assert await tx.approvals.add_vote(approval_id=a.id, actor="U_ALICE",
-                                           verdict="approve", digest=a.effective_digest,
-                                           via="slack", at=datetime.now(UTC))
+    from approvald.store.models import ApprovalVote
+
+    await Rows(db).insert(ApprovalVote.__table__, [  # left behind the runtime's back
+        {"approval_id": a.id, "actor": "U_ALICE", "verdict": "approve",
+         "digest": a.effective_digest, "via": "slack", "at": datetime.now(UTC)}])
     clicker = _engine(db)
     with pytest.raises(DecisionRefused) as refused:
         await clicker.decide(a.id, actor=Actor("U_ALICE", "slack"), verdict="approve",
@@ -339,8 +341,7 @@ async def test_the_vote_and_the_decision_it_makes_are_one_write_that_holds_both_
     assert refused.value.reason == "already_voted"
     still = await parts(clicker).decider.get(a.id)
     assert still.status == "pending" and still.decided_by is None
-    async with db.read() as tx:
-        assert [v.actor for v in await tx.approvals.votes(a.id)] == ["U_ALICE"]
+    assert [v.actor for v in await Rows(db).votes(a.id)] == ["U_ALICE"]
 
     window = statements.during()
     decision = await clicker.decide(a.id, actor=Actor("U_BOB", "slack"), verdict="approve",
@@ -350,8 +351,7 @@ async def test_the_vote_and_the_decision_it_makes_are_one_write_that_holds_both_
     if db.dialect == "postgresql":
         assert not [s for s in window.sent if s.startswith(("INSERT INTO approval_votes",
                                                             "UPDATE approvals"))], window.sent
-    async with db.read() as tx:
-        assert sorted(v.actor for v in await tx.approvals.votes(a.id)) == ["U_ALICE", "U_BOB"]
+    assert sorted(v.actor for v in await Rows(db).votes(a.id)) == ["U_ALICE", "U_BOB"]
 
 
 async def test_a_click_by_a_named_approver_locks_its_request_unread_and_a_group_is_looked_up_first(
