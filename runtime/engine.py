@@ -193,8 +193,11 @@ def assemble(db: Database, registry: Registry, *, clock: Clock | None = None,
     keys = [*([audit_key] if audit_key is not None else []), *config.audit_old_keys]
 
     async def record(window: timedelta) -> History:
-        return await read_history(db, since=clock.now() - window, keys=keys,
-                                  unkeyed_until=config.audit_unkeyed_until)
+        history = await read_history(db, since=clock.now() - window, keys=keys,
+                                     unkeyed_until=config.audit_unkeyed_until)
+        for problem in history.problems:  # (the CLI prints them; the board logs them)
+            log.warning("audit log: %s", problem)
+        return history
 
     def figure(history: History, window: str) -> Insights:
         return insights(history, registry.policy, directory, declared_for(registry),

@@ -265,6 +265,36 @@ class AuditCheckpoint(Base):
     mac: Mapped[str] = mapped_column(String(64))
 
 
+class AuditFold(Base):
+    """How far the requests on the record are kept folded (``audit_requests``): through
+    entry ``through``, ``folded`` entries in all, MAC'd with the key ``key_id`` (``mac``),
+    so that a writer without the key cannot pass off a summary table cut short or rolled
+    back (see :mod:`runtime.record.history_fold`)."""
+
+    __tablename__ = "audit_fold"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    through: Mapped[int] = mapped_column(Integer)
+    folded: Mapped[int] = mapped_column(Integer)
+    unkeyed_until: Mapped[int] = mapped_column(Integer)
+    key_id: Mapped[str] = mapped_column(String(16))
+    mac: Mapped[str] = mapped_column(String(64))
+
+
+class AuditRequest(Base):
+    """One request on the record, folded from its audit entries (issue 51): ``seq`` its first
+    entry's, ``folded`` how many of its entries changed it, ``state`` the fold (as masked
+    as the entries it comes from), MAC'd with the audit key ``key_id`` (``mac``)."""
+
+    __tablename__ = "audit_requests"
+
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    folded: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(Text)
+    key_id: Mapped[str] = mapped_column(String(16))
+    mac: Mapped[str] = mapped_column(String(64))
+
+
 class RunThread(Base):
     """Where a run's ops thread lives in chat, and how far it has been told (bot-owned).
 

@@ -45,6 +45,7 @@ PG_ADMIN_URL = os.environ.get("APPROVALD_TEST_PG_URL",
 # that deletes). DELETE, not TRUNCATE: on tables of a few rows TRUNCATE costs ~100 ms (it
 # makes new files for fifteen tables and their indexes), DELETE under 1 ms.
 TABLES = ("approval_votes", "approvals", "audit_log", "audit_head", "audit_checkpoint",
+          "audit_requests", "audit_fold",
           "limits", "outbox", "external_requests", "api_tokens", "standing_approvals",
           "adapter_pauses",
           "run_threads", "run_events", "tool_executions", "runs", "policy_in_force",
@@ -232,7 +233,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # the long tests first: started last, a minute-long one kept a worker busy after the
     # other had run out of work (the longest-first rule of scheduling); a stable sort, so
     # every xdist worker collects the same order
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    items.sort(key=_longest_first)
+
+
+def _longest_first(item: pytest.Item) -> tuple[bool, float]:
+    """Slow tests first, and among them the ones given a longer timeout than the suite's
+    (the model-based test, the whole eval dataset: minutes each) before the rest."""
+    timeout = item.get_closest_marker("timeout")
+    limit = float(timeout.args[0]) if timeout is not None and timeout.args else 0.0
+    return item.get_closest_marker("slow") is None, -limit
 
 
 @pytest.fixture(scope="session")

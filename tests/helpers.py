@@ -551,3 +551,13 @@ class Rows:
     async def audit_checkpoint(self) -> Any:
         async with self.db.read() as tx:
             return await tx.audit.checkpoint()
+
+    async def kept_requests(self) -> list[tuple[int, int, str, str, str]]:
+        """The requests kept folded: (seq, folded, state, key_id, mac), in seq order."""
+        async with self.db.read(snapshot=True) as tx:
+            return [tuple(r) async for rows in tx.audit.folded()  # type: ignore[misc]
+                    for r in rows]
+
+    async def audit_fold(self) -> Any:
+        async with self.db.read() as tx:
+            return await tx.audit.fold()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
@@ -110,12 +111,15 @@ def load_new(s: Settings, engine: Engine, path: str) -> PolicyFile:
 async def _history(s: Settings, engine: Engine, since: timedelta | None,
                    full: bool) -> History | None:
     try:
-        return await engine.history(since=since, keys=s.audit_keys(),
-                                    unkeyed_until=s.audit_unkeyed_until, full=full)
+        history = await engine.history(since=since, keys=s.audit_keys(),
+                                       unkeyed_until=s.audit_unkeyed_until, full=full)
     except ChainBroken as exc:
         for p in exc.problems:
             print(f"audit log BROKEN: {p}")
         return None
+    for p in history.problems:  # caught, and not used: the figures come from the entries
+        print(f"audit log WARNING: {p}", file=sys.stderr)
+    return history
 
 
 async def cmd_replay(s: Settings, a: argparse.Namespace) -> int:

@@ -22,6 +22,11 @@ again is a new request and is asked about again. An approved call is executed by
 task per process, shielded from the client's cancellation; callers that join it get its
 result. A call another process started and never reported is "outcome unknown": it is
 never re-run; a person cancels its request (``approvald runs cancel ID``) to ask afresh.
+A call the policy allows at once has its start recorded with its request, in one write
+(:attr:`runtime.runs.external.NewRequest.start_owner`), and is run here; its report is
+one write too, from what that write left in memory. The same call made meanwhile in this
+process waits until that request is made and its call taken (:meth:`Gateway._turn`), then
+joins it: it is never refused as started elsewhere by a call running here.
 An approval nobody collected before its request's window closed is not used later: that
 request is cancelled (audited) and the call is asked about again.
 
@@ -135,6 +140,8 @@ class Gateway(CallerGate):
         self._inflight: dict[str, asyncio.Task[Ran[Any] | Refused]] = {}
         # finished here, newest last: callers that join late get the same answer
         self._ran: OrderedDict[str, asyncio.Task[Ran[Any] | Refused]] = OrderedDict()
+        # call key -> a call of it making or finding its request here (see _turn)
+        self._making: dict[str, asyncio.Future[None]] = {}
 
     def running_here(self, rid: str) -> bool:
         return rid in self._inflight
@@ -158,27 +165,20 @@ class Gateway(CallerGate):
 
         The gateway's credential is taken from memory once found live: the request's
         statements check it again, and when they find it revoked it is read again (and
-        the gateway is found switched off: nothing is executed)."""
-        try:
-            token = await self.token(kept=True)
-            doc, _ = await self._request(token, tool, args)
-        except CallerOff as exc:
-            return Refused("off", f"approvald: {exc}. Nothing was executed.")
-        except ExternalError as exc:
-            if exc.code != "unauthorized":
-                raise
-            self.e.forget_kept()
-            try:
-                token = await self.token()
-                doc, _ = await self._request(token, tool, args)
-            except CallerOff as off:
-                return Refused("off", f"approvald: {off}. Nothing was executed.")
-            except ExternalError as again:
-                if again.code != "unauthorized" or self.bearer_token is None:
-                    raise
-                self.e.forget_caller(self.bearer_token)  # revoked since it was kept
-                return Refused("unauthorized", f"approvald: the bearer token {self.bearer} "
-                               "was revoked. Nothing was executed.")
+        the gateway is found switched off: nothing is executed). A call the policy allows
+        at once has its start recorded with its request (one write) and is run here."""
+        key = self.call_key(tool, args)
+        await self._turn(key)  # a client that gives up while it waits has asked nothing
+        # once its turn is taken the request is made shielded from the client's
+        # cancellation: a start recorded with it is a call this process runs, never one
+        # left "started" by a client that gave up (the task is made before any await)
+        opened = await asyncio.shield(self._open(key, tool, args, forward))
+        if isinstance(opened, Refused):
+            return opened
+        token, doc, task = opened
+        if task is not None:  # allowed at once, started with its request: run here
+            ran: Ran[T] | Refused = await asyncio.shield(task)
+            return ran
         rid = str(doc["id"])
         loop = asyncio.get_running_loop()
         deadline = None if budget is None else loop.time() + max(0.0, budget)
@@ -197,6 +197,61 @@ class Gateway(CallerGate):
             await self.refused(token, tool, out)
         return out
 
+    async def _open(self, key: str, tool: str, args: dict[str, Any], forward: Forward[T]
+                    ) -> tuple[TokenRecord, dict[str, Any], asyncio.Task[Any] | None] | Refused:
+        """The request call ``key`` joins or makes, and the task that runs it here when
+        the policy allowed it at once (its start recorded with the request); or why
+        nothing was asked. Called with the call's turn taken (:meth:`_turn`), which it
+        gives back once that task is registered: the same call made meanwhile in this
+        process then finds the request with the task running it, and joins it."""
+        try:
+            try:
+                token = await self.token(kept=True)
+                doc, started = await self._request(token, tool, args)
+            except CallerOff as exc:
+                return Refused("off", f"approvald: {exc}. Nothing was executed.")
+            except ExternalError as exc:
+                if exc.code != "unauthorized":
+                    raise
+                self.e.forget_kept()
+                try:
+                    token = await self.token()
+                    doc, started = await self._request(token, tool, args)
+                except CallerOff as off:
+                    return Refused("off", f"approvald: {off}. Nothing was executed.")
+                except ExternalError as again:
+                    if again.code != "unauthorized" or self.bearer_token is None:
+                        raise
+                    self.e.forget_caller(self.bearer_token)  # revoked since it was kept
+                    return Refused("unauthorized", f"approvald: the bearer token "
+                                   f"{self.bearer} was revoked. Nothing was executed.")
+            # registered before another call of it looks: it joins this task
+            task = self._run_here(token, tool, doc, forward, started=True) \
+                if started else None
+        finally:
+            self._making.pop(key).set_result(None)
+        return token, doc, task
+
+    async def _turn(self, key: str) -> None:
+        """Take call ``key``'s turn to make or find its request here (:meth:`_open` gives
+        it back): the same call made meanwhile waits, then finds that request with the
+        task running it (and joins it), never racing it to the request or taking a start
+        it would have to refuse as already started."""
+        while (busy := self._making.get(key)) is not None:
+            await asyncio.wait([busy])  # (a waiter cancelled does not cancel it)
+        self._making[key] = asyncio.get_running_loop().create_future()
+
+    def _run_here(self, token: TokenRecord, tool: str, doc: dict[str, Any],
+                  forward: Forward[T], identify: Identify | None = None, *,
+                  started: bool = False) -> asyncio.Task[Any]:
+        """The task that runs request ``doc``'s call here, registered (with no await
+        before it) so that callers of the same call join it."""
+        task = asyncio.ensure_future(self._execute(token, tool, doc, forward, identify,
+                                                   started=started))
+        self._inflight[str(doc["id"])] = task
+        task.add_done_callback(self._done)
+        return task
+
     async def collect(self, token: TokenRecord, tool: str, doc: dict[str, Any],
                       forward: Forward[T],
                       identify: Identify | None = None) -> Ran[T] | Refused:
@@ -212,12 +267,8 @@ class Gateway(CallerGate):
                     and await self._run_status(rid) in FINAL_STATUSES:
                 return await self._closed(token, tool, rid)
             # looked up again with no await before it is set: one task per request here
-            task = self._inflight.get(rid) or self._ran.get(rid)
-            if task is None:
-                task = asyncio.ensure_future(self._execute(token, tool, doc, forward,
-                                                           identify))
-                self._inflight[rid] = task
-                task.add_done_callback(self._done)
+            task = self._inflight.get(rid) or self._ran.get(rid) \
+                or self._run_here(token, tool, doc, forward, identify)
         # the client may give up waiting; the call, once started, still finishes and is
         # recorded (a cancelled forward would leave its outcome unknown)
         out: Ran[T] | Refused = await asyncio.shield(task)
@@ -263,22 +314,24 @@ class Gateway(CallerGate):
                        "Nothing was executed.", rid)
 
     async def _execute(self, token: TokenRecord, tool: str, doc: dict[str, Any],
-                       forward: Forward[T],
-                       identify: Identify | None = None) -> Ran[T] | Refused:
+                       forward: Forward[T], identify: Identify | None = None, *,
+                       started: bool = False) -> Ran[T] | Refused:
         """Record the intent (on the tool as its server lists it now, when a person
         approved it), forward the approved call with its effective arguments, then report
-        what came of it."""
+        what came of it. ``started``: the intent was recorded with the request (the
+        policy allowed the call at once)."""
         rid = str(doc["id"])
-        # a policy's answer at once judged no tool definition: nothing to compare
-        now = await identify() if identify is not None and doc["approval_id"] is not None \
-            else None
-        try:
-            await self.e.start_request(token, rid, args_digest=doc["effective_digest"],
-                                       owner=lease_id(self.owner), identity=now)
-        except ExternalError as exc:
-            if doc["approval_id"] is None and exc.code in CLOSED:
-                return await self._closed(token, tool, rid)  # see collect()
-            return self._not_started(tool, rid, exc)
+        if not started:
+            # a policy's answer at once judged no tool definition: nothing to compare
+            now = await identify() \
+                if identify is not None and doc["approval_id"] is not None else None
+            try:
+                await self.e.start_request(token, rid, args_digest=doc["effective_digest"],
+                                           owner=lease_id(self.owner), identity=now)
+            except ExternalError as exc:
+                if doc["approval_id"] is None and exc.code in CLOSED:
+                    return await self._closed(token, tool, rid)  # see collect()
+                return self._not_started(tool, rid, exc)
         # an exception here (the server gone mid-call, a cancellation at shutdown) is left
         # unreported on purpose: the intent row stays "started", outcome unknown
         ran = await forward(dict(doc["effective_args"]))
@@ -322,7 +375,9 @@ class Gateway(CallerGate):
                                                           f"server {self.name}",
         }
         live = (self.bearer_token.id,) if self.bearer_token is not None else ()
+        # allowed at once, the call runs now, here: its start is recorded with its request
         return NewRequest(tool=tool, args=args, requested_by=self.requested_by,
                           packet=packet, idempotency_key=key,
                           annotations=self.annotations.get(tool),
-                          identity=self.identities.get(tool), checks=Checks(live=live))
+                          identity=self.identities.get(tool), checks=Checks(live=live),
+                          start_owner=lease_id(self.owner))

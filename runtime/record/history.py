@@ -26,10 +26,9 @@ from approvald.runtime.kernel.errors import ApprovaldError
 from approvald.runtime.policies.intake import EXTERNAL_AGENT, Source
 from approvald.runtime.policies.masking import Masking
 from approvald.runtime.record.audit import MASKED, AuditKey, verify
-from approvald.runtime.record.audit_checkpoint import record_checkpoint, verify_from_checkpoint
+from approvald.runtime.record.audit_checkpoint import record_checkpoint
 from approvald.store.db import Database
 from approvald.store.records import AuditRecord
-from approvald.store.repos import Tx
 
 # the actions a request's record is made of (the rest of the chain is verified, not read)
 ACTIONS = ("requested", "approved", "denied", "redirected", "edited", "expired",
@@ -80,6 +79,11 @@ class Request:
     shadow: list[dict[str, Any]] = field(default_factory=list)
     masked: bool = False  # some of its recorded values were masked
     opened: bool = True  # its real arguments were read (False: decided on the masked ones)
+    # how it is kept folded (runtime.record.history_fold): its first entry's seq, how many
+    # entries changed it, and the approvals of its later rungs
+    seq: int = field(default=0, compare=False, repr=False)
+    folded: int = field(default=0, compare=False, repr=False)
+    rungs: list[str] = field(default_factory=list, compare=False, repr=False)
 
     @property
     def waited(self) -> float | None:
@@ -108,6 +112,9 @@ class History:
     since: datetime | None
     head: tuple[int, str]
     entries: int  # entries verified (the whole chain)
+    # what the check of the kept fold caught (a summary edited, cut or rolled back): the
+    # record was then folded from its entries instead (runtime.record.history_fold)
+    problems: list[str] = field(default_factory=list)
 
 
 async def read_history(db: Database, *, since: datetime | None, keys: Sequence[AuditKey] = (),
@@ -120,29 +127,23 @@ async def read_history(db: Database, *, since: datetime | None, keys: Sequence[A
     and the count before it) and the entries up to it are read in batches, only those the
     record is made of; ``full`` (or no usable checkpoint) walks and verifies the whole
     chain (:func:`runtime.record.audit.verify`) and reads the record in the same walk. Either
-    way the checkpoint then moves to the head verified."""
+    way the checkpoint then moves to the head verified.
+
+    With a key and not ``full``, the requests are kept folded: the kept ones are checked
+    and taken, and only the entries after them folded (:mod:`runtime.record.history_fold`);
+    what a check caught is in :attr:`History.problems`, and the entries were folded
+    instead."""
+    if keys and not full:  # the requests kept folded, checked, and the entries after
+        from approvald.runtime.record.history_fold import read_kept
+        return await read_kept(db, since=since, keys=keys, unkeyed_until=unkeyed_until)
     builder = _Builder()
     wanted = frozenset(ACTIONS)
 
     def visit(e: AuditRecord) -> None:  # in the walk that verifies the chain
         if e.action in wanted and (since is None or e.at >= since):
-            builder.add(e.at, e.action, e.actor, e.run_id, e.approval_id, e.details)
+            builder.add(e.seq, e.at, e.action, e.actor, e.run_id, e.approval_id, e.details)
 
-    async def before(tx: Tx, seq: int) -> None:  # the entries up to the checkpoint, batched
-        async for rows in tx.audit.records(actions=_READ, unasked=_UNASKED, after=0,
-                                           upto=seq, since=since):
-            add = builder.add
-            for _, at, action, actor, run_id, approval_id, details in rows:
-                add(at, action, actor, run_id, approval_id, details)
-
-    report = None
-    if keys and not full:
-        async with db.read(snapshot=True) as tx:
-            report = await verify_from_checkpoint(tx, keys=keys, unkeyed_until=unkeyed_until,
-                                                  before=before, after=visit)
-    if report is None:
-        builder = _Builder()
-        report = await verify(db, keys=keys, unkeyed_until=unkeyed_until, visit=visit)
+    report = await verify(db, keys=keys, unkeyed_until=unkeyed_until, visit=visit)
     if not report.ok:
         raise ChainBroken(report.problems if report.problems else [str(report.cannot)])
     await record_checkpoint(db, report, keys, unkeyed_until)
@@ -176,30 +177,48 @@ class _Builder:
         self._by_approval: dict[str, Request] = {}
         # (subject, actor, tool) -> its source: one object for a source's requests
         self._sources: dict[tuple[str, str, str], Source] = {}
+        # the requests an entry changed, by their first entry's seq (what to keep folded)
+        self.changed: dict[int, Request] = {}
 
     def sealed(self) -> Iterable[Request]:
         return [r for r in self.requests if r.masked]
 
-    def add(self, at: datetime, action: str, actor: str, run_id: str | None,
+    def prime(self, requests: list[Request]) -> None:
+        """Start from ``requests``, folded from the entries before (in seq order)."""
+        self.requests = requests
+        for r in requests:
+            if r.asked:
+                self._by_approval[r.key] = r
+                for rung in r.rungs:
+                    self._by_approval[rung] = r
+
+    def add(self, seq: int, at: datetime, action: str, actor: str, run_id: str | None,
             approval_id: str | None, text: str) -> None:
+        r = self._fold(seq, at, action, actor, run_id, approval_id, text)
+        if r is not None:
+            r.folded += 1
+            self.changed[r.seq] = r
+
+    def _fold(self, seq: int, at: datetime, action: str, actor: str, run_id: str | None,
+              approval_id: str | None, text: str) -> Request | None:
+        """Fold one entry in: the request it changed, if any."""
         if action == "requested":
-            self._requested(at, actor, run_id, approval_id, json.loads(text))
-            return
+            return self._requested(seq, at, actor, run_id, approval_id, json.loads(text))
         if action == "executed":
             if approval_id is None and actor == "system:runtime":
-                self._ran(at, run_id, json.loads(text))
-            return
+                return self._ran(seq, at, run_id, json.loads(text))
+            return None
         r = self._by_approval.get(approval_id or "")
         if r is None:
-            return  # a question, or a request made before the window
+            return None  # a question, or a request made before the window
         if action == "escalated":
-            return
+            return None
         if action == "edited":
             r.edited = True
-            return
+            return r
         if action == "approved" and via_standing(actor):
             r.outcome, r.decided_at = "standing", at
-            return
+            return r
         if action in ("approved", "denied", "redirected"):
             details: dict[str, Any] = json.loads(text)  # (only what is read is decoded)
             r.outcome = "edited" if action == "approved" and (
@@ -207,25 +226,30 @@ class _Builder:
             r.decided_by, r.decided_at = actor, at
             said = details.get("guidance" if action == "redirected" else "reason")
             r.reason = said if isinstance(said, str) and said else None
-            return
+            return r
         if action == "expired":
             r.outcome = "expired"
         elif action == "cancelled":
             r.outcome = "cancelled"
+        else:
+            return None
+        return r
 
-    def _requested(self, at: datetime, actor: str, run_id: str | None,
-                   approval_id: str | None, d: dict[str, Any]) -> None:
+    def _requested(self, seq: int, at: datetime, actor: str, run_id: str | None,
+                   approval_id: str | None, d: dict[str, Any]) -> Request | None:
         if d.get("kind", "tool_call") != "tool_call":
-            return  # a question about a call (its outcome, or a release that cannot run it)
+            return None  # a question about a call (its outcome, or a release that cannot
+            # run it)
         approvers = [str(a) for a in d.get("approvers") or []]
         earlier = self._by_approval.get(str(d.get("supersedes") or ""))
         if earlier is not None and approval_id:  # the next rung of the same request
             self._by_approval[approval_id] = earlier
+            earlier.rungs.append(approval_id)
             earlier.outcome = "pending"
             earlier.asked_of += approvers
-            return
+            return earlier
         if d.get("supersedes"):
-            return  # the next rung of a request made before the window
+            return None  # the next rung of a request made before the window
         tool = str(d.get("tool", ""))
         known = (str(d.get("source") or ""), actor, tool)
         source = self._sources.get(known)
@@ -240,25 +264,30 @@ class _Builder:
             shown=shown, args=shown, answer=answer if not asked else "approve_before",
             asked=asked, approvers=approvers, quorum=int(d.get("quorum") or 1),
             rule=d.get("rule"), asked_of=list(approvers),
-            shadow=list(d.get("shadow") or []), masked=_masked(d))
+            shadow=list(d.get("shadow") or []), masked=_masked(d), seq=seq)
         if not asked:
             r.outcome = "forbidden" if answer == "forbidden" else "ran"
         else:
             self._by_approval[approval_id or ""] = r
         self.requests.append(r)
+        return r
 
-    def _ran(self, at: datetime, run_id: str | None, d: dict[str, Any]) -> None:
+    def _ran(self, seq: int, at: datetime, run_id: str | None,
+             d: dict[str, Any]) -> Request | None:
         answer = d.get("answer")
         if answer not in ("auto", "notify_after"):
-            return  # (an approved call's execution: its request is on the record)
+            return None  # (an approved call's execution: its request is on the record)
         tool = str(d.get("tool", ""))
         shown = _args(d)
         # an agent's call: its entry names the run, not the agent (found by the caller)
         key = str(d.get("idempotency_key") or run_id or "")
-        self.requests.append(Request(
+        r = Request(
             key=key, at=at, tool=tool, policy_name=tool, source=Source("agent", ""),
             shown=shown, args=shown, answer=str(answer), asked=False, outcome="ran",
-            shadow=list(d.get("shadow") or []), masked=_masked(d), opened=not _masked(d)))
+            shadow=list(d.get("shadow") or []), masked=_masked(d), opened=not _masked(d),
+            seq=seq)
+        self.requests.append(r)
+        return r
 
 
 def _args(d: dict[str, Any]) -> dict[str, Any]:

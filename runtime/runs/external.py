@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -93,6 +94,7 @@ from approvald.store.repos.external import (
     Answered,
     Checks,
     ExternalRecord,
+    Reported,
     TokenRecord,
 )
 from approvald.store.repos.runs import as_inserted, new_run
@@ -116,6 +118,7 @@ TOOL_CHANGED = "tool_changed"  # the stable code of a call refused for it
 # one: "requested", "voted", "edited", "refused", "reminded", "escalated"...); a cancel with
 # no approval is its run's, cancelled after its approval
 ENDING = frozenset({"approved", "denied", "redirected", "expired", "cancelled"})
+KEPT = 10_000  # requests whose call this process started as it made them, kept for the report
 
 
 class ExternalError(ApprovaldError):
@@ -230,15 +233,34 @@ def started_at_once(req: NewRequest, doc: Mapping[str, Any], new: bool) -> bool:
         and doc["approval_id"] is None
 
 
+@dataclass(frozen=True, slots=True)
+class _Kept:
+    """What this process wrote of a request whose call's start it recorded as it made it
+    (the policy allowed it at once, :func:`started_at_once`): all the call's report needs
+    to know of it, so that the report reads nothing (its statements check that it still
+    holds: :class:`~store.repos.external.Reported`)."""
+
+    token_id: str
+    tool: str
+    args: str  # as recorded (compact JSON)
+    digest: str
+    sensitive: str | None
+    started_at: datetime
+    owner: str
+    agent: str
+
+
 @dataclass(frozen=True)
 class _Opened:
     """What the transaction that made a request did: the approval it opened (None: none),
-    the document when the policy answered at once (as committed: no read needed), and
-    whether it queued outbox rows (a card, a webhook) that deliveries must hear of."""
+    the document when the policy answered at once (as committed: no read needed), whether
+    it queued outbox rows (a card, a webhook) that deliveries must hear of, and what a
+    call started with its request leaves for its report."""
 
     approval_id: str | None
     doc: dict[str, Any] | None
     queued: bool
+    kept: _Kept | None = None
 
 
 def current(approvals: Sequence[ApprovalRecord]) -> ApprovalRecord | None:
@@ -362,6 +384,8 @@ class ExternalRequests:
         self._waiters: dict[str, int] = {}
         self._decided: list[str] = []  # decided in this process, to announce after commit
         self._listeners: list[Callable[[str], None]] = []
+        # requests whose call this process started as it made them, until reported
+        self._kept: OrderedDict[str, _Kept] = OrderedDict()
 
     # -- create -------------------------------------------------------------------------
     async def create(self, token: TokenRecord, req: NewRequest, *,
@@ -402,6 +426,10 @@ class ExternalRequests:
                                     "off, meanwhile: nothing was asked",
                                     code="unauthorized") from None
             return found, False
+        if opened.kept is not None:
+            self._kept[request_id] = opened.kept
+            while len(self._kept) > KEPT:
+                self._kept.popitem(last=False)
         if opened.approval_id is not None:
             self.signals.notify_opened(opened.approval_id)
         if opened.queued:  # nothing to deliver, nobody waiting: an answer given at once
@@ -529,7 +557,7 @@ class ExternalRequests:
                      "answer": chosen.kind, "reason": chosen.reason, **rule,
                      "outcome": policy_outcome(chosen.kind).value},
             sensitive=chosen.approval.sensitive)
-        intent = None
+        intent = kept = None
         if kind == "forbidden":  # over as it is made: its run inserted completed
             result = compact_json({"status": "forbidden", "reason": chosen.reason})
             inserted = {**inserted, "status": "completed", "result": result}
@@ -539,6 +567,8 @@ class ExternalRequests:
                       "args_digest": digest, "status": "started", "attempts": 1,
                       "started_at": now, "owner": req.start_owner, "heard_at": now,
                       "sensitive": values["sensitive"]}
+            kept = _Kept(token.id, req.tool, values["args"], digest, values["sensitive"], now,
+                         req.start_owner, packet["agent"])
         # the request, its run and its start: inserted now (SQLite), or by the statement
         # that chains its two audit entries (PostgreSQL: one statement for all), only
         # while its token is live
@@ -553,7 +583,7 @@ class ExternalRequests:
                              reported_at=None)
         doc = document(rec, run, None, None)
         await self._queue_webhook(tx, rec, doc, now)
-        return _Opened(None, doc, queued=rec.webhook_url is not None)
+        return _Opened(None, doc, queued=rec.webhook_url is not None, kept=kept)
 
     # -- read and wait ------------------------------------------------------------------
     async def get(self, token: TokenRecord, request_id: str) -> dict[str, Any]:
@@ -813,6 +843,17 @@ class ExternalRequests:
         result_text = compact_json(rep.result)
         self.cap.check(result_text, what="the result")
         fingerprint = rep.fingerprint()
+        kept = self._kept.pop(request_id, None)
+        if kept is not None and kept.token_id == token.id \
+                and _reported(rep.args_digest, kept.digest) \
+                and (rep.ran is None or call_digest(kept.tool, rep.ran) == kept.digest):
+            try:
+                return await self.db.transact(
+                    lambda tx: self._report_kept(tx, request_id, kept, rep, result_text,
+                                                 fingerprint),
+                    what=f"report on request {request_id}")
+            except KeyTaken:
+                pass  # it changed since (reported, taken, gone): read, as any report is
 
         async def work(tx: Tx) -> bool | None:
             now = self.clock.now()
@@ -899,6 +940,46 @@ class ExternalRequests:
         if new is None:
             raise self._window_closed(request_id)
         return new
+
+    async def _report_kept(self, tx: Tx, request_id: str, kept: _Kept, rep: Report,
+                           result_text: str, fingerprint: str) -> bool:
+        """:meth:`record_report`'s work for a call this process started with its request
+        (``kept``), reading nothing: the request is an auto one (nothing asked, no
+        approval, no window), its call started by ``kept.owner`` at ``kept.started_at``
+        with the arguments ``kept.digest`` names (the caller's digest checked against
+        it). Its statements check what reads would have (:class:`~store.repos.external.
+        Reported`): unreported, still ``token``'s, its intent row still started and
+        ``kept.owner``'s, else :class:`~store.errors.KeyTaken` (rolled back, the report
+        read as any is); the run ends unless it was cancelled since (a call started
+        before a cancel did run: its report is taken, the run stays cancelled)."""
+        now = self.clock.now()
+        failed = rep.status == "failed"
+        rows = Reported(
+            request_id=request_id, token_id=kept.token_id, call_id=CALL_ID, owner=kept.owner,
+            open=STATUS, request={"result_digest": fingerprint, "reported_at": now},
+            execution={"status": rep.status, "result": result_text,
+                       "error_class": "ReportedByCaller" if failed else None,
+                       "error": rep.error, "finished_at": now,
+                       "latency_ms": (now - kept.started_at).total_seconds() * 1000},
+            run={"status": "failed" if failed else "completed",
+                 "result": None if failed else result_text,
+                 "error": (rep.error or "the caller reported a failure")[:4000]
+                 if failed else None, "updated_at": now})
+        done = await tx.external.report_kept(rows)
+        if done is False:
+            raise _Taken
+        if done is None:
+            self.audit.ride(tx, rows)
+        self.audit.record(
+            tx, at=now, action="executed", actor=f"agent:{kept.agent}",
+            via=Source.of_run(kept.agent).via, run_id=request_id, approval_id=None,
+            digest=kept.digest,
+            details={"tool": kept.tool, "args": json.loads(kept.args), "status": rep.status,
+                     "idempotency_key": f"{request_id}:{CALL_ID}",
+                     "result": result_excerpt(result_text), "error": rep.error,
+                     "reported_by": kept.agent},
+            sensitive=paths_of(kept.sensitive))
+        return True
 
     # -- decisions, whichever path made them --------------------------------------------
     kinds = frozenset({REQUEST_DECIDED})  # the outbox rows this part delivers itself

@@ -9,11 +9,22 @@ from typing import Any, cast
 
 from approvald.store.errors import KeyTaken
 from approvald.store.fastsql import fast
-from approvald.store.models import AuditCheckpoint, AuditEntry, AuditHead
+from approvald.store.models import AuditCheckpoint, AuditEntry, AuditFold, AuditHead, AuditRequest
 from approvald.store.records import AuditRecord
 from approvald.store.repos.base import Repo
-from approvald.store.repos.external import Answered, ExternalRepo, answered_ctes
-from sqlalchemy import Table, and_, bindparam, case, func, or_, select, union_all, update
+from approvald.store.repos.external import ExternalRepo, Rider
+from sqlalchemy import (
+    Table,
+    and_,
+    bindparam,
+    case,
+    delete,
+    func,
+    or_,
+    select,
+    union_all,
+    update,
+)
 
 GENESIS = "0" * 64
 _T = cast(Table, AuditEntry.__table__)
@@ -25,6 +36,21 @@ _CHECKPOINT = fast(select(_C.c.seq, _C.c.hash, _C.c.key_id, _C.c.unkeyed_until, 
 _ADVANCE = fast(update(_C).where(_C.c.id == 1, _C.c.seq <= bindparam("seq")).values(
     seq=bindparam("seq"), hash=bindparam("hash"), key_id=bindparam("key_id"),
     unkeyed_until=bindparam("unkeyed_until"), mac=bindparam("mac")))
+_R = cast(Table, AuditRequest.__table__)
+_F = cast(Table, AuditFold.__table__)
+_FOLD = fast(select(_F.c.through, _F.c.folded, _F.c.unkeyed_until, _F.c.key_id, _F.c.mac)
+             .where(_F.c.id == 1))
+# the fold moves only from the state its writer read: two readers racing, one writes
+_MOVE_FOLD = fast(update(_F).where(_F.c.id == 1, _F.c.through == bindparam("was_through"),
+                                   _F.c.mac == bindparam("was_mac")).values(
+    through=bindparam("through"), folded=bindparam("folded"),
+    unkeyed_until=bindparam("unkeyed_until"), key_id=bindparam("key_id"),
+    mac=bindparam("mac")))
+_FOLDED = fast(select(_R.c.seq, _R.c.folded, _R.c.state, _R.c.key_id, _R.c.mac)
+               .where(_R.c.seq > bindparam("after")).order_by(_R.c.seq)
+               .limit(bindparam("n")))
+_ANY_FOLDED = fast(select(_R.c.seq).limit(1))
+_INSERT_FOLDED = fast(_R.insert())
 _COUNT_UPTO = fast(select(func.count()).select_from(_T).where(_T.c.seq <= bindparam("upto")))
 _ONE = fast(select(_T).where(_T.c.seq == bindparam("seq")))
 # what a reader of the record takes of an entry (not its chain fields)
@@ -90,19 +116,23 @@ def _append_if(n: int) -> Any:
 
 
 @functools.cache
-def _append_answered(n: int, shape: Any) -> Any:
-    """:func:`_append_if` with a request answered at once (:class:`Answered`) in the same
-    statement: ``SELECT`` (the requests inserted, the entries inserted). The head moves
-    and the entries are inserted only if it is still the one guessed; the request (its
-    run, its start) whether or not: the caller appends the entries otherwise."""
-    moved = _MOVE_IF.cte("moved")
-    req, others = answered_ctes(shape)
+def _append_riding(n: int, kind: Any, shape: Any) -> Any:
+    """:func:`_append_if` with a :class:`~store.repos.external.Rider`'s rows (a request
+    answered at once, a kept call's report) in the same statement: ``SELECT`` (the rows
+    its first CTE returned, the entries inserted). The head moves and the entries are
+    inserted only if it is still the one guessed; the rider's rows whether or not (the
+    caller appends the entries otherwise). The head is locked only once the rider's
+    first CTE has returned its row (the head last, as in every write transaction: a
+    statement that locked it first could wait, holding it, for a row whose holder waits
+    for the head)."""
+    first, others = kind.ctes(shape)
+    moved = _MOVE_IF.where(select(first).exists()).cte("moved")
     rows = [select(*(bindparam(f"{c}_{i}", type_=_T.c[c].type).label(c) for c in _ROW))
             .where(select(moved.c.hash).where(moved.c.hash == bindparam("h")).exists())
             for i in range(n)]
     entries = (_T.insert().from_select(list(_ROW), rows[0] if n == 1 else union_all(*rows))
                .returning(_T.c.seq).cte("entries"))
-    stmt = select(select(func.count()).select_from(req).scalar_subquery(),
+    stmt = select(select(func.count()).select_from(first).scalar_subquery(),
                   select(func.count()).select_from(entries).scalar_subquery())
     for cte in others:
         stmt = stmt.add_cte(cte)
@@ -150,16 +180,18 @@ class AuditRepo(Repo):
         await self.conn.execute(_MOVE, head)
 
     async def append_if_head(self, rows: list[dict[str, Any]], *, seq: int, hash: str,
-                             along: Answered | None = None) -> bool:
+                             along: Rider | None = None) -> bool:
         """:meth:`append_rows` if the head is still entry ``seq`` with ``hash`` (the entries
         chained to it), without reading it first: whether they were appended (nothing
         was written if not). On PostgreSQL one statement; on SQLite, whose writer holds
         the database, the head's move and the rows. ``along``: a request answered at
         once (PostgreSQL), inserted in the same statement whether or not the head was
-        still that one; :class:`~store.errors.KeyTaken` if it was not inserted."""
+        still that one; :class:`~store.errors.KeyTaken` if it was not inserted (or, for
+        a kept call's report, what was kept no longer holds)."""
         head = {"s": rows[-1]["seq"], "h": rows[-1]["hash"], "es": seq, "eh": hash}
         if along is not None and len(rows) <= _MANY:
-            done = (await self.conn.execute(_append_answered(len(rows), along.shape), {
+            done = (await self.conn.execute(_append_riding(len(rows), type(along),
+                                                           along.shape), {
                 **{f"{c}_{i}": row[c] for i, row in enumerate(rows) for c in _ROW}, **head,
                 **along.params()})).one()
             if done[0] != 1:
@@ -246,6 +278,53 @@ class AuditRepo(Repo):
         if (await self.conn.execute(_ADVANCE, values)).rowcount:
             return
         await self.conn.execute(self.insert_ignore(AuditCheckpoint), {"id": 1, **values})
+
+    # -- the requests on the record, kept folded (issue 51: runtime.record.history_fold) --
+    async def fold(self) -> tuple[int, int, int, str, str] | None:
+        """How far the requests are kept folded: (through, folded, unkeyed_until, key_id,
+        mac), or None."""
+        row = (await self.conn.execute(_FOLD)).first()
+        return None if row is None else (int(row[0]), int(row[1]), int(row[2]),
+                                         str(row[3]), str(row[4]))
+
+    async def any_folded(self) -> bool:
+        return (await self.conn.execute(_ANY_FOLDED)).first() is not None
+
+    async def folded(self, *, batch: int = 5000) -> AsyncIterator[list[Any]]:
+        """Every folded request, in batches of rows (seq, folded, state, key_id, mac) in
+        seq order."""
+        after = 0
+        while True:
+            rows = list(await self.conn.execute(_FOLDED, {"after": after, "n": batch}))
+            if not rows:
+                return
+            yield rows
+            if len(rows) < batch:
+                return
+            after = int(rows[-1][0])
+
+    async def save_fold(self, *, was: tuple[int, str] | None, fold: dict[str, Any],
+                        rows: list[dict[str, Any]], replace_all: bool) -> bool:
+        """Move the fold from ``was`` (through, mac; None: none recorded) to ``fold`` and
+        write ``rows`` (all of them when ``replace_all``, else those that changed): False,
+        and nothing written, when another writer moved it first."""
+        await self.conn.execute(self.insert_ignore(AuditFold), {
+            "id": 1, "through": -1, "folded": 0, "unkeyed_until": 0, "key_id": "",
+            "mac": ""})
+        was_through, was_mac = was if was is not None else (-1, "")
+        moved = await self.conn.execute(_MOVE_FOLD, {**fold, "was_through": was_through,
+                                                     "was_mac": was_mac})
+        if moved.rowcount != 1:
+            return False
+        if replace_all:
+            await self.conn.execute(delete(_R))
+        else:
+            seqs = [r["seq"] for r in rows]
+            for i in range(0, len(seqs), 1000):
+                await self.conn.execute(delete(_R).where(_R.c.seq.in_(seqs[i:i + 1000])))
+        for i in range(0, len(rows), 5000):
+            await self.conn.execute(_INSERT_FOLDED, rows[i:i + 5000])
+        return True
 
     async def of_run(self, run_id: str, *, after: int, limit: int = 200) -> list[AuditRecord]:
         """The run's entries past seq ``after``, oldest first, at most ``limit`` of them."""

@@ -11,14 +11,14 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from approvald.store.errors import KeyTaken
 from approvald.store.fastsql import fast
 from approvald.store.models import ApiToken, ExternalRequest, FaceSwitch, Run, ToolExecution
 from approvald.store.records import paths_of
 from approvald.store.repos.base import Repo, to_record
-from sqlalchemy import Table, bindparam, delete, exists, func, insert, or_, select, update
+from sqlalchemy import Table, bindparam, case, delete, exists, func, insert, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql.selectable import CTE
 
@@ -151,6 +151,105 @@ class Answered:
                 **{f"e_{k}": v for k, v in (self.intent or {}).items()},
                 **self.checks.params()}
 
+    @staticmethod
+    def ctes(shape: Shape) -> tuple[CTE, list[CTE]]:
+        return answered_ctes(shape)
+
+
+@dataclass(frozen=True, slots=True)
+class Reported:
+    """The report on a call whose start was recorded with its request by this process
+    (:class:`Answered` with its intent), written from what that process kept in memory:
+    the request's result digest and time (``request``), the intent row's outcome
+    (``execution``: status, result, error_class, error, finished_at, latency_ms) and the
+    run's end (``run``: status, result, error, updated_at).
+
+    Written only while what memory says still holds, checked by the statements themselves:
+    the request is ``token_id``'s and not reported yet, and its call's intent row is
+    ``owner``'s and still started (else nothing is written: the caller rolls back and
+    reads). The run is ended only while its status is ``open`` (a run cancelled after its
+    call started stays cancelled, its report taken all the same). Rows are locked in the
+    one order: the run, the request, the execution (and the chain head last). On
+    PostgreSQL they ride on the statement that chains the report's audit entry."""
+
+    request_id: str
+    token_id: str
+    call_id: str
+    owner: str
+    open: str
+    request: dict[str, Any]
+    execution: dict[str, Any]
+    run: dict[str, Any]
+
+    @property
+    def shape(self) -> Any:
+        return tuple(self.request), tuple(self.execution), tuple(self.run)
+
+    def params(self) -> dict[str, Any]:
+        return {"u_rid": self.request_id, "u_tid": self.token_id, "u_cid": self.call_id,
+                "u_owner": self.owner, "u_open": self.open,
+                **{f"u_x_{k}": v for k, v in self.request.items()},
+                **{f"u_e_{k}": v for k, v in self.execution.items()},
+                **{f"u_r_{k}": v for k, v in self.run.items()}}
+
+    @staticmethod
+    def statements(shape: Any) -> tuple[Any, Any, Any]:
+        """The run's, the request's and the execution's UPDATEs (bound by
+        :meth:`params`), each alone, the request's and the execution's to be found
+        done once (SQLite)."""
+        return _reported_parts(shape)
+
+    @staticmethod
+    def ctes(shape: Any) -> tuple[CTE, list[CTE]]:
+        """PostgreSQL: the execution's UPDATE as a CTE returning its row (none: what was
+        kept no longer holds), and the run's and the request's, each the next one's
+        condition, so that their rows are locked in the one order."""
+        run_u, req_u, ex_u = _reported_updates(shape, chained=True)
+        run = run_u.returning(_R.c.id).cte("run")
+        req = req_u.where(_X.c.id == select(run.c.id).scalar_subquery()) \
+            .returning(_X.c.id).cte("req")
+        ex = ex_u.where(_E.c.run_id == select(req.c.id).scalar_subquery()) \
+            .returning(_E.c.run_id).cte("ex")
+        return ex, [run, req]
+
+
+def _reported_updates(shape: Any, *, chained: bool) -> tuple[Any, Any, Any]:
+    request, execution, run = shape
+    is_open = _R.c.status == bindparam("u_open", type_=_R.c.status.type)
+    run_u = update(_R).where(_R.c.id == bindparam("u_rid", type_=_R.c.id.type)).values({
+        c: case((is_open, b), else_=_R.c[c]) for c, b in _binds(_R, "u_r", run).items()})
+    req_u = update(_X).where(_X.c.token_id == bindparam("u_tid", type_=_X.c.token_id.type),
+                             _X.c.result_digest.is_(None)).values(_binds(_X, "u_x", request))
+    ex_u = update(_E).where(_E.c.call_id == bindparam("u_cid", type_=_E.c.call_id.type),
+                           _E.c.status == "started",
+                           _E.c.owner == bindparam("u_owner", type_=_E.c.owner.type)) \
+        .values(_binds(_E, "u_e", execution))
+    if not chained:
+        req_u = req_u.where(_X.c.id == bindparam("u_rid", type_=_X.c.id.type))
+        ex_u = ex_u.where(_E.c.run_id == bindparam("u_rid", type_=_E.c.run_id.type))
+    return run_u, req_u, ex_u
+
+
+@functools.cache
+def _reported_parts(shape: Any) -> tuple[Any, Any, Any]:
+    run, request, execution = _reported_updates(shape, chained=False)
+    return fast(run), fast(request), fast(execution)
+
+
+class Rider(Protocol):
+    """Rows a write transaction records with its audit entries, on PostgreSQL in the
+    statement that chains them (:class:`Answered`, :class:`Reported`): ``ctes(shape)``
+    gives the CTE that must return one row (else nothing of it holds: the caller rolls
+    back) and the others."""
+
+    @property
+    def shape(self) -> Any: ...
+
+    def params(self) -> dict[str, Any]: ...
+
+    @staticmethod
+    def ctes(shape: Any) -> tuple[CTE, list[CTE]]: ...
+
 
 def _binds(table: Table, prefix: str, cols: tuple[str, ...]) -> dict[str, Any]:
     return {c: bindparam(f"{prefix}_{c}", type_=table.c[c].type) for c in cols}
@@ -192,9 +291,11 @@ def answered_ctes(shape: Shape) -> tuple[CTE, list[CTE]]:
 
 
 @functools.cache
-def _answered_alone(shape: Shape) -> Any:
-    req, others = answered_ctes(shape)
-    stmt = select(func.count()).select_from(req)
+def _alone(kind: Any, shape: Any) -> Any:
+    """PostgreSQL: a :class:`Rider`'s rows in a statement of their own, answering how
+    many rows its first CTE returned."""
+    first, others = kind.ctes(shape)
+    stmt = select(func.count()).select_from(first)
     for cte in others:
         stmt = stmt.add_cte(cte)
     return fast(stmt)
@@ -260,7 +361,7 @@ class ExternalRepo(Repo):
         rows = Answered(run, values, checks=checks)
         if self.dialect != "postgresql":
             return bool(await self.add_answered(rows))
-        done = await self.conn.execute(_answered_alone(rows.shape), rows.params())
+        done = await self.conn.execute(_alone(Answered, rows.shape), rows.params())
         return bool(done.scalar_one() == 1)
 
     async def add_answered(self, rows: Answered) -> bool | None:
@@ -280,13 +381,28 @@ class ExternalRepo(Repo):
             await self.conn.execute(stmt, params)
         return True
 
-    async def add_answered_now(self, rows: Answered) -> None:
-        """PostgreSQL: :meth:`add_answered`'s rows in a statement of their own (when no
-        chaining statement takes them); raises :class:`~store.errors.KeyTaken` if the
-        request is not inserted."""
-        done = await self.conn.execute(_answered_alone(rows.shape), rows.params())
+    async def add_answered_now(self, rows: Rider) -> None:
+        """PostgreSQL: :meth:`add_answered`'s rows (or :meth:`report_kept`'s) in a
+        statement of their own (when no chaining statement takes them); raises
+        :class:`~store.errors.KeyTaken` if the request is not inserted (what was kept of
+        a reported call no longer holds)."""
+        done = await self.conn.execute(_alone(type(rows), rows.shape), rows.params())
         if done.scalar_one() != 1:
             raise KeyTaken
+
+    async def report_kept(self, rows: Reported) -> bool | None:
+        """Record :class:`Reported`: False when what was kept no longer holds (nothing of
+        it written that the caller's rollback does not undo). On PostgreSQL nothing is
+        sent now (None): the rows ride on the statement that chains the transaction's
+        audit entries, which raises :class:`~store.errors.KeyTaken` if they do not hold."""
+        if self.dialect == "postgresql":
+            return None
+        params = rows.params()
+        run, request, execution = Reported.statements(rows.shape)
+        await self.conn.execute(run, params)
+        if (await self.conn.execute(request, params)).rowcount != 1:
+            return False
+        return bool((await self.conn.execute(execution, params)).rowcount == 1)
 
     async def get(self, request_id: str) -> ExternalRecord | None:
         row = (await self.conn.execute(_GET, {"xid": request_id})).first()

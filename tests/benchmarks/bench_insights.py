@@ -12,10 +12,15 @@ spread over 30 days. Then times, each from a cold start of the command's work:
   verified-through checkpoint as the command does;
 * ``--tail`` more entries appended after that checkpoint (what the log gains between two
   verifies);
-* ``policy replay`` (verify from the checkpoint, read the window, decide every request
-  again with the intake under a looser file) and ``insights`` (the same read, figures and
-  suggestions, each suggestion replayed). Before the checkpoint, each read walked and
-  verified the whole chain first: ``audit verify``'s time, plus the same deciding.
+* the first read with the key, which folds every entry and keeps the requests folded
+  (``audit_requests``: :mod:`runtime.record.history_fold`), as the first read after
+  migration 0024 does;
+* ``policy replay`` (verify from the checkpoint, take the kept requests, fold the entries
+  after them, decide every request again with the intake under a looser file) and
+  ``insights`` (the same read, figures and suggestions, each suggestion replayed). Before
+  the checkpoint, each read walked and verified the whole chain first: ``audit verify``'s
+  time, plus the same deciding; before the kept requests, each folded every entry of its
+  window.
 
 A replay decides each distinct call once (:class:`runtime.replay.Decisions`: the values
 of the arguments the file's rules read), so the intake decides far fewer calls than there
@@ -206,8 +211,16 @@ async def bench(url: str | None, n: int, tail: int, target: float) -> int:
           f"audit verify "
           f"{verified:.1f} s ({verified / max(n - tail, 1) * 1e6:.0f} us/entry), "
           f"checkpoint at entry {report.head[0]:,}")
+    # the first read with the key folds every entry and keeps the requests folded
+    # (runtime.record.history_fold: what a database migrated to 0024 does on its first read)
+    t0, c0 = time.perf_counter(), time.process_time()
+    first = await engine.history(since=timedelta(days=DAYS), keys=[KEY])
+    kept, kept_cpu = time.perf_counter() - t0, time.process_time() - c0
+    assert not first.problems, first.problems
+    print(f"first read (every entry folded, {len(first.requests):,} requests kept): "
+          f"{kept:.1f} s (cpu {kept_cpu:.1f} s)")
     await fill(db, entries[n - tail:], n)
-    print(f"then {tail:,} entries appended after the checkpoint")
+    print(f"then {tail:,} entries appended after the checkpoint and the keep")
 
     try:
         replay_s, insights_s, replayed, found = await timed(engine)

@@ -47,6 +47,9 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from tests.docs.zygote import SHIM
 
 SHELL = ("bash", "sh", "shell", "console")
 PYTHON = ("python", "py")
@@ -174,7 +177,8 @@ def environment(home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("APPROVALD_", "SLACK_", "XDG_", "OPENAI_"))}
     env["HOME"] = str(home)
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    env["PATH"] = os.pathsep.join([str(_warm_bin()), str(Path(sys.executable).parent),
+                                   env.get("PATH", "")])
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["OPENAI_API_KEY"] = "sk-docs-examples-not-a-key"
     env["OPENAI_BASE_URL"] = "http://127.0.0.1:9/v1"  # the discard port: nothing answers
@@ -254,6 +258,7 @@ def seed(workdir: Path, env: dict[str, str]) -> None:
     """Put two unrelated waiting requests (an agent's refund, a Claude Code call) in the
     embedded database the page's commands use: a copy of one seeded by
     :func:`seed_database` at most :data:`SEED_FRESH_FOR` seconds ago."""
+    start_warm_approvald()
     if not _SEEDED or time.monotonic() - _SEEDED[0][0] > SEED_FRESH_FOR:
         made = Path(tempfile.mkdtemp(prefix="approvald-docs-seed-"))
         atexit.register(shutil.rmtree, made, ignore_errors=True)
@@ -268,7 +273,7 @@ def seed(workdir: Path, env: dict[str, str]) -> None:
 def seed_database(workdir: Path, env: dict[str, str]) -> None:
     """The two unrelated waiting requests, made by ``approvald`` as a reader's other work
     made them, in the embedded database under ``env``'s ``HOME``."""
-    approvald = str(Path(sys.executable).parent / "approvald")
+    approvald = str(_warm_bin() / "approvald")
     for argv, stdin in (
             ([approvald, "run", "demo-refund", "--task", UNRELATED_TASK,
               "--requested-by", "U_SEED"], None),
@@ -281,6 +286,54 @@ def seed_database(workdir: Path, env: dict[str, str]) -> None:
     # nothing else of the seed's is left for a page: no -wal or -journal beside it
     assert sorted(p.name for p in (Path(env["HOME"]) / EMBEDDED_DB).parent.iterdir()) == \
         ["approvald.db"]
+
+
+# ``approvald`` on a page's PATH: the warm one of tests/docs/zygote.py (a process forked per
+# command from one that has done the console script's import), not the console script,
+# whose ~670 imports cost about a second of CPU per command
+_WARM: list[Any] = []  # [the directory of the shim and socket, the server's Popen]
+
+
+def _warm_bin() -> Path:
+    """The directory holding the ``approvald`` shim (made on first use; the server that
+    answers it is started by :func:`start_warm_approvald`)."""
+    if not _WARM:
+        where = Path(tempfile.mkdtemp(prefix="apd-warm-"))  # short: a socket's path is
+        atexit.register(shutil.rmtree, where, ignore_errors=True)  # at most 107 bytes
+        shim = where / "approvald"
+        shim.write_text(SHIM.format(python=sys.executable,
+                                    socket_path=str(where / "zygote.sock")))
+        shim.chmod(0o755)
+        _WARM.append(where)
+    return Path(_WARM[0])
+
+
+def start_warm_approvald() -> None:
+    """Start this process's warm ``approvald`` server, once; it ends with this process."""
+    where = _warm_bin()
+    if len(_WARM) == 2 and _WARM[1].poll() is None:
+        return
+    (where / "zygote.sock").unlink(missing_ok=True)
+    env = environment(where / "home")
+    server = subprocess.Popen(
+        [sys.executable, str(Path(__file__).with_name("zygote.py")), str(where / "zygote.sock")],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
+        cwd=where)
+    assert server.stdout is not None
+    ready = server.stdout.readline()
+    assert ready == b"ready\n", f"the warm approvald did not start: {ready!r}"
+    atexit.register(_stop, server)
+    del _WARM[1:]
+    _WARM.append(server)
+
+
+def _stop(server: subprocess.Popen[bytes]) -> None:
+    assert server.stdin is not None
+    server.stdin.close()  # the server exits when its stdin closes
+    try:
+        server.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        server.kill()
 
 
 def run_page(page: Path, workdir: Path) -> tuple[list[Ran], list[Block]]:

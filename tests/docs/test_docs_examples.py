@@ -205,3 +205,47 @@ def test_the_docs_import_the_runtime_only_from_its_front_package() -> None:
              for n, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1)
              if deep.match(line)]
     assert found == []
+
+
+@pytest.mark.slow  # starts the warm approvald and the console script
+def test_the_warm_approvald_answers_as_the_console_script_does(tmp_path: Path) -> None:
+    """The ``approvald`` a page's commands run (tests/docs/zygote.py, forked from a warm
+    server) is the console script's command in a process of its own: the same exit status,
+    output and error; its own environment (the ``HOME`` whose embedded database it makes),
+    working directory and standard input; its failpoints armed from its own environment,
+    a SIGKILL seen as one."""
+    import subprocess
+    import sys
+
+    from tests.docs import examples
+
+    examples.start_warm_approvald()
+    warm = str(examples._warm_bin() / "approvald")
+    cold = str(Path(sys.executable).parent / "approvald")
+
+    def both(argv: list[str], *, stdin: str | None = None, **extra: str
+             ) -> list[subprocess.CompletedProcess[str]]:
+        done = []
+        for which, exe in (("warm", warm), ("cold", cold)):
+            where = tmp_path / which
+            where.mkdir(exist_ok=True)
+            env = {**examples.environment(where / "home"), **extra}
+            done.append(subprocess.run([exe, *argv], cwd=where, env=env, input=stdin,
+                                       capture_output=True, text=True, timeout=120,
+                                       check=False))
+        return done
+
+    for argv in (["runs", "list", "--limit", "0"], ["no-such-command"], ["audit", "verify"]):
+        w, c = both(argv)
+        assert (w.returncode, w.stdout, w.stderr.replace("/warm/", "/cold/")) == \
+            (c.returncode, c.stdout, c.stderr), argv
+    assert (tmp_path / "warm" / "home" / examples.EMBEDDED_DB).exists()  # its own HOME
+    w, c = both(["hook", "claude-code", "--requested-by", "U_SEED", "--wait", "0"],
+                stdin=examples.UNRELATED_HOOK_EVENT)
+    assert w.returncode == c.returncode == 0 and '"permissionDecision"' in w.stdout
+    assert w.stdout.split('"permissionDecision"')[1][:12] == \
+        c.stdout.split('"permissionDecision"')[1][:12]
+    w, c = both(["run", "demo-steps", "--task", "3"], APPROVALD_FAILPOINTS="after_intent")
+    assert w.returncode == c.returncode == -9, (w.stderr, c.stderr)
+    w, c = both(["run", "demo-steps", "--task", "3"])
+    assert w.returncode == c.returncode == 0 and "completed" in w.stdout + w.stderr

@@ -299,3 +299,74 @@ async def test_the_readers_verify_from_the_checkpoint_audit_verify_records_and_f
     replay = cli("policy", "replay", str(tmp_path / "new.toml"), "--full", **keyed)
     assert replay.returncode == 5 and "audit log BROKEN" in replay.stdout, replay.stdout
     assert cli("audit", "verify", **keyed).returncode == 5
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("db_url", ["sqlite", "postgres"], indirect=True)
+async def test_the_kept_requests_give_the_documents_a_fold_of_every_entry_gives(
+        db_url: str, tmp_path: Path) -> None:
+    """The same history, through the faces, with the audit key: a read keeps its requests
+    folded (``audit_requests``), a later one takes them and folds only the entries after
+    them; its replays and insights are those of a fold of every entry (``--full``), byte
+    for byte. What is kept is as masked as the entries; a kept request edited by hand is
+    reported and not used."""
+    from approvald.store.db import Database
+    from approvald.store.models import AuditRequest
+
+    (tmp_path / "policy.toml").write_text(POLICY)
+    env = {"APPROVALD_POLICY_FILE": str(tmp_path / "policy.toml"),
+           "APPROVALD_AUDIT_KEY": "audit-key-kept-in-a-vault-0123456789"}
+    cli = make_cli(db_url, tmp_path, in_process=True)
+    cli.env_extra.update(env)
+    async with harness(db_url, tmp_path, APPROVALD_DATA_KEY=KEY_1, **env) as h:
+        await make_history(h, cli, env)
+        first = ran(cli, "insights", "--since", "all", "--json")  # folds it all, keeps it
+        assert first.returncode == 0 and not first.stderr, first.stderr
+        # then more: a deploy asked and denied after the keep (folded from its entries)
+        token = await make_token(h, "cd")
+        async with aiohttp.ClientSession() as http:
+            status, doc = await api(http, "POST", f"{base(h)}/v1/requests", token.token,
+                                    {"tool": "deploy", "args": {"service": "web"},
+                                     "requested_by": "U_DANA"})
+        assert status == 201, doc
+        a = await approval_of(h, doc["id"])
+        assert ran(cli, "approvals", "deny", a.id, "--as", "U_ALICE", "--reason",
+                   "not on a Friday").returncode == 0
+    db = Database(db_url)
+    try:
+        kept = await Rows(db).kept_requests()
+    finally:
+        await db.close()
+    assert kept and not leaks([k[2] for k in kept])
+    assert AUTH not in json.dumps([k[2] for k in kept])
+
+    def both(*args: str) -> tuple[subprocess.CompletedProcess[str], ...]:
+        return ran(cli, *args), ran(cli, *args, "--full")
+
+    for name, text in (("looser", LOOSER), ("stricter", STRICTER), ("others", OTHERS)):
+        (tmp_path / f"{name}.toml").write_text(text)
+        fast, full = both("policy", "replay", str(tmp_path / f"{name}.toml"), "--since",
+                          "all", "--json")
+        assert (fast.returncode, fast.stdout) == (full.returncode, full.stdout), name
+        assert fast.stdout and not fast.stderr, fast.stderr
+    fast, full = both("insights", "--since", "all", "--json")
+    assert fast.returncode == full.returncode == 0 and fast.stdout == full.stdout
+    shown = json.loads(fast.stdout)
+    tools = {t["name"]: t for t in shown["tools"]}
+    assert {r["reason"] for r in tools["api:cd/deploy"]["top_denial_reasons"]} == {
+        "not on a Friday"}
+    assert {r["reason"] for r in tools["api:ci/deploy"]["top_denial_reasons"]} == {
+        "docs freeze this week"}
+
+    # a kept request edited by hand (a denial made an approval): caught, not used
+    db = Database(db_url)
+    try:
+        denied = next(k for k in await Rows(db).kept_requests() if '"not on a Friday"' in k[2])
+        await Rows(db).forge(AuditRequest, AuditRequest.seq == denied[0],
+                             state=denied[2].replace('"denied"', '"approved"'))
+    finally:
+        await db.close()
+    caught = ran(cli, "insights", "--since", "all", "--json")
+    assert caught.returncode == 0 and caught.stdout == full.stdout
+    assert f"audit log WARNING: 1 kept request(s) do not match their MAC (first at entry " \
+        f"{denied[0]})" in caught.stderr, caught.stderr

@@ -348,8 +348,10 @@ async def test_answers_at_once_from_two_processes_keep_the_chain_linear(
 
 async def test_the_start_and_report_of_an_auto_call_read_each_row_once(
         make_engine, statements) -> None:
-    """An MCP gateway's auto call: its start and its report, each one write transaction
-    that reads the run (under its lock) and the request once. The run is not locked and
+    """An auto call whose caller starts and reports it itself (the HTTP API's
+    ``/start`` and ``/report``; the MCP gateway's now has its start recorded with its
+    request, and its report kept: see below): its start and its report, each one write
+    transaction that reads the run (under its lock) and the request once. The run is not locked and
     read again to see whether the request's window closed, and an auto request's
     approvals (it has none: nothing was asked) are not read; the report's document is
     not read back (the gateway tells its client what it ran)."""
@@ -612,33 +614,69 @@ def _mcp_gateway(engine: Engine) -> Any:
     return Gateway(engine, name="t", requested_by="U_DANA", server="fake")
 
 
+async def _mcp_run_ids(engine: Engine) -> set[str]:
+    return {r.id for r in await Rows.of(engine).runs(limit=500)
+            if r.agent.startswith("external:mcp")}
+
+
+async def _new_mcp_run(engine: Engine, known: set[str]) -> str:
+    """The one MCP gateway request made since ``known`` were."""
+    [made] = await _mcp_run_ids(engine) - known
+    return made
+
+
 async def _mcp_runs(engine: Engine) -> int:
     return len([r for r in await Rows.of(engine).runs(limit=500)
                 if r.agent.startswith("external:mcp")])
 
 
-async def test_an_mcp_auto_call_reads_no_credential(make_engine, statements) -> None:
-    """An MCP gateway's auto call, from its call to its result recorded: the gateway's
-    credential found live once is kept (the request's statement checks it). Today on
-    PostgreSQL: the request (BEGIN, WITH, COMMIT), the start (BEGIN, run and request
-    locked, the intent, COMMIT), the report (nine): 17. The run's status is not read
-    before the start of a call answered at once (its start refuses a closed one)."""
+def reported_lines(dialect: str) -> collections.Counter[str]:
+    """A kept call's report: on PostgreSQL one statement ends the run, records the report
+    and the result and chains the ``executed`` entry (``WITH run AS (UPDATE runs ...), req
+    AS (UPDATE external_requests ... WHERE ... result_digest IS NULL), ex AS (UPDATE
+    tool_executions ... WHERE status = 'started' AND owner = ...), moved AS (UPDATE
+    audit_head ...), entries AS (INSERT INTO audit_log ...) SELECT ...``)."""
+    if dialect == "postgresql":
+        return collections.Counter({"WITH": 1})
+    return collections.Counter({"UPDATE runs": 1, "UPDATE external_requests": 1,
+                                "UPDATE tool_executions": 1}) \
+        + collections.Counter(_one_entry(dialect))
+
+
+async def test_an_mcp_auto_call_is_two_write_transactions(make_engine, statements) -> None:
     from approvald.bot.mcp.gateway import Ran
+    """An MCP gateway's auto call, from its call to its result recorded: its start is
+    recorded with its request (one write: BEGIN, WITH, COMMIT on PostgreSQL), the call
+    forwarded, and its report and ``executed`` entry written from what the request's
+    write left in memory (one write: BEGIN, WITH, COMMIT). The gateway's credential found
+    live once is kept (the request's statement checks it). 17 statements on main: the
+    start a transaction of its own (BEGIN, run and request locked, the intent, COMMIT),
+    the report nine (run and request locked, the intent read, three UPDATEs, the entry)."""
     engine = make_engine(policy=MCP_POLICY)
     g = _mcp_gateway(engine)
     for i in range(2):  # the first: the credential made, connections opened, plans made
+        known = await _mcp_run_ids(engine)
         window = statements.during()
         out = await g.call("echo", {"n": i}, _echo)
         assert isinstance(out, Ran) and out.status == "succeeded", out
+    dialect = Rows.of(engine).dialect
     kinds = window.kinds()
     assert kinds["SELECT api_tokens"] == 0, window.sent
-    if Rows.of(engine).dialect == "postgresql":
-        assert kinds == collections.Counter({
-            "BEGIN": 3, "COMMIT": 3, "WITH": 2, "SELECT runs": 2,
-            "SELECT external_requests": 2, "INSERT tool_executions": 1,
-            "SELECT tool_executions": 1, "UPDATE tool_executions": 1,
-            "UPDATE external_requests": 1, "UPDATE runs": 1}), window.sent
-        assert len(window.sent) == 17
+    assert kinds == collections.Counter({"BEGIN": 2, "COMMIT": 2}) \
+        + answered_lines(dialect, started=True) + reported_lines(dialect), window.sent
+    if dialect == "postgresql":
+        assert len(window.sent) == 6
+        assert [q.split()[0].rstrip(";") for q in window.sent] == ["BEGIN", "WITH", "COMMIT"] * 2
+    rid = await _new_mcp_run(engine, known)
+    doc = await engine.request_document(await g.token(), rid)
+    assert doc["status"] == "approved" and doc["result"]["status"] == "succeeded", doc
+    assert doc["result"]["result"] == {"echo": {"n": 1}}
+    run = await Rows.of(engine).run(rid)
+    assert run is not None and run.status == "completed"
+    assert json.loads(run.result or "null") == {"echo": {"n": 1}}
+    entries = [e.action for e in await Rows.of(engine).audit() if e.run_id == rid]
+    assert entries == ["requested", "approved", "executed"]
+    assert (await Rows.of(engine).verify_audit()).ok
 
 
 async def test_an_mcp_gateway_revoked_after_it_was_kept_executes_nothing(
@@ -673,11 +711,17 @@ async def test_an_mcp_auto_call_closed_before_its_start_is_not_run(
         make_engine, how: str) -> None:
     """Without the run's status read before the start, a call answered at once whose
     request was closed meanwhile (cancelled by a person, or run and reported by another
-    process of the gateway) is refused by the start and answered as before: not run."""
+    process of the gateway) is refused by the start and answered as before: not run.
+    (A request made without its start, as earlier versions made them: one made now has
+    its start recorded with it, so nothing can close it before its start.)"""
+    from dataclasses import replace
+
     from approvald.bot.mcp.gateway import Ran, Refused
     from approvald.runtime.runs.external import Report
     engine = make_engine(policy=MCP_POLICY)
     g = _mcp_gateway(engine)
+    new_request = g._new_request
+    g._new_request = lambda *a: replace(new_request(*a), start_owner=None)
     ran: list[dict[str, Any]] = []
     made: list[str] = []
 
@@ -744,4 +788,273 @@ async def test_an_mcp_bearer_revoked_after_it_was_kept_executes_nothing(make_eng
     assert ran == [{"n": 0}]
     assert await _mcp_runs(engine) == runs
     assert await engine.caller(header, to_open=True) is None  # forgotten, read again
+    assert (await Rows.of(engine).verify_audit()).ok
+
+
+async def test_an_mcp_auto_call_is_started_before_it_is_forwarded_and_never_run_again(
+        make_engine) -> None:
+    """The start's own transaction (run and request locked, the intent inserted) is gone:
+    the intent row is committed by the request's write, before the call is forwarded
+    (``started``, owned by this gateway's lease). A process killed mid-call (here: the
+    forward broke off, its outcome unknown, and a new gateway object, with nothing in
+    memory, makes the same call) leaves it started: it is never run again, and another
+    process's start of it is refused (``already_started``)."""
+    from approvald.bot.mcp.gateway import Refused
+    from approvald.runtime.runs.external import CALL_ID, ExternalError
+    engine = make_engine(policy=MCP_POLICY)
+    first = _mcp_gateway(engine)
+    seen: list[Any] = []
+
+    async def dies(args: dict[str, Any]) -> Any:
+        rid = await _new_mcp_run(engine, set())
+        seen.append(await Rows.of(engine).execution(rid, CALL_ID))
+        raise ConnectionError("the process died mid-call")
+
+    with pytest.raises(ConnectionError):
+        await first.call("echo", {"n": 1}, dies)
+    [intent] = seen
+    assert intent is not None and intent.status == "started", intent
+    assert intent.owner.startswith(engine.process + "/"), intent.owner
+    again, ran = _mcp_gateway(engine), []
+
+    async def server(args: dict[str, Any]) -> Any:
+        ran.append(args)
+        return await _echo(args)
+
+    out = await again.call("echo", {"n": 1}, server)
+    assert isinstance(out, Refused) and out.status == "unknown", out
+    assert "never runs such a call again" in out.message and intent.run_id in out.message
+    assert ran == []
+    token = await again.token()
+    doc = await engine.request_document(token, intent.run_id)
+    with pytest.raises(ExternalError) as exc:
+        await engine.start_request(token, intent.run_id, args_digest=doc["effective_digest"],
+                                   owner="elsewhere")
+    assert exc.value.code == "already_started"
+    after = await Rows.of(engine).execution(intent.run_id, CALL_ID)
+    assert after.status == "started" and after.owner == intent.owner  # outcome unknown
+    assert (await Rows.of(engine).verify_audit()).ok
+
+
+async def test_the_same_mcp_auto_call_made_meanwhile_joins_the_one_started(
+        make_engine) -> None:
+    """The same call made again while the first, started with its request, is not yet
+    running here (its request's write committed, its task not yet registered) waits for
+    it, then joins it: the call is forwarded once and both get its result. Without that
+    wait the second finds the request started, by no task of this process, and is refused
+    as "outcome unknown" (``already_started``)."""
+    from approvald.bot.mcp.gateway import Ran
+    engine = make_engine(policy=MCP_POLICY)
+    g = _mcp_gateway(engine)
+    assert isinstance(await g.call("echo", {"warm": 1}, _echo), Ran)  # credential kept
+    opened, requested = engine.open_request, g._request
+    asked: list[Any] = []
+    second: list[asyncio.Future[Any]] = []
+    found = asyncio.Event()  # the second call has found its request
+
+    async def open_request(token: Any, req: Any, **kw: Any) -> Any:
+        asked.append(req)
+        if len(asked) > 1:
+            return await opened(token, req, **kw)
+        doc, new = await opened(token, req, **kw)
+        # the first call's request and start are committed: the second goes as far as
+        # it can before the first takes its call (all it does is in memory until then)
+        for _ in range(200):
+            if len(asked) > 1:
+                await asyncio.wait(second)
+                break
+            await asyncio.sleep(0)
+        return doc, new
+
+    async def request(token: Any, tool: str, args: dict[str, Any]) -> Any:
+        out = await requested(token, tool, args)
+        if len(asked) > 1:
+            found.set()
+        return out
+
+    engine.open_request = open_request  # type: ignore[method-assign]
+    g._request = request
+    ran: list[dict[str, Any]] = []
+
+    async def server(args: dict[str, Any]) -> Any:
+        ran.append(args)
+        await found.wait()  # still running when the second call looks
+        return await _echo(args)
+
+    first = asyncio.ensure_future(g.call("echo", {"n": 1}, server))
+    second.append(asyncio.ensure_future(g.call("echo", {"n": 1}, server)))
+    out_a, out_b = await asyncio.gather(first, second[0])
+    assert isinstance(out_a, Ran) and isinstance(out_b, Ran), (out_a, out_b)
+    assert out_a.value == out_b.value and ran == [{"n": 1}]
+    assert len({r.idempotency_key for r in asked}) == 1  # one request: joined
+    assert (await Rows.of(engine).verify_audit()).ok
+
+
+SECRET = "hunter2-correct-horse-battery"
+MASKED_POLICY = PolicyFile.model_validate({"tools": {
+    "mcp:t/echo": {"policy": "auto", "sensitive": ["args.secret"]}}})
+
+
+@pytest.mark.parametrize("how", ["succeeded", "failed", "cancelled_mid_call"])
+async def test_a_kept_report_writes_what_a_report_read_first_writes(
+        make_engine, how: str) -> None:
+    """The report's reads (run and request locked, the intent read) are gone: written from
+    what the request's write kept, it leaves the rows and the ``executed`` entry a report
+    that reads them leaves (a request made without its start, as earlier versions made
+    them: nothing kept). Succeeded, failed, and run after its run was cancelled mid-call
+    (a call started before a cancel did run: its report is taken, the run stays
+    cancelled). The masked arguments stay masked in every entry of the call."""
+    from dataclasses import replace
+
+    from approvald.bot.mcp.gateway import Ran
+    from approvald.runtime.approvals.decide import Actor
+    from approvald.runtime.runs.external import CALL_ID
+    engine = make_engine(policy=MASKED_POLICY)
+    g = _mcp_gateway(engine)
+    assert isinstance(await g.call("echo", {"warm": 1}, _echo), Ran)
+    seen = []
+    for kept in (True, False):
+        known = await _mcp_run_ids(engine)
+        if not kept:
+            new_request = g._new_request
+            g._new_request = lambda *a, new_request=new_request: replace(
+                new_request(*a), start_owner=None)
+
+        async def server(args: dict[str, Any], known: set[str] = known) -> Any:
+            if how == "cancelled_mid_call":
+                rid = await _new_mcp_run(engine, known)
+                assert await engine.cancel(rid, actor=Actor("U_OPS", "cli:ops"),
+                                           reason="drill") == "cancelled"
+            if how == "failed":
+                return Ran("no", "failed", {"error": "boom"}, "the server said no")
+            return Ran("yes", "succeeded", {"ok": True})
+
+        args = {"secret": SECRET, "kept": kept}
+        out = await g.call("echo", args, server)
+        assert isinstance(out, Ran) and out.status == ("failed" if how == "failed"
+                                                       else "succeeded"), out
+        rid = await _new_mcp_run(engine, known)
+        run = await Rows.of(engine).run(rid)
+        ran = await Rows.of(engine).execution(rid, CALL_ID)
+        entries = [e for e in await Rows.of(engine).audit() if e.run_id == rid]
+        assert SECRET not in repr([e.details for e in entries])
+        executed = [json.loads(e.details) for e in entries if e.action == "executed"]
+        assert len(executed) == 1, entries
+        [done] = executed
+        assert done["args"]["secret"] != SECRET and done["args"]["kept"] is kept
+        assert done.pop("idempotency_key") == f"{rid}:{CALL_ID}"
+        done["args"].pop("kept")
+        assert len(done.pop("masked")["args"]) == 64  # of the real values: theirs alone
+        doc = await engine.request_document(await g.token(), rid)
+        seen.append({
+            "run": (run.status, run.result, run.error),
+            "execution": (ran.status, ran.result, ran.error_class, ran.error,
+                          ran.latency_ms, ran.finished_at is not None),
+            "entries": [e.action for e in entries], "executed": done,
+            "doc": (doc["status"], doc["result"]["status"], doc["result"]["result"],
+                    doc["result"]["error"])})
+    kept_one, read_one = seen
+    assert kept_one == read_one
+    assert kept_one["run"][0] == {"succeeded": "completed", "failed": "failed",
+                                  "cancelled_mid_call": "cancelled"}[how]
+    assert (await Rows.of(engine).verify_audit()).ok
+
+
+async def test_a_kept_report_that_no_longer_holds_is_taken_as_any_report(
+        make_engine, db_url: str, clock) -> None:
+    """A report written from memory checks, in its statements, that what it kept still
+    holds (the request not reported yet, its intent still started): here another process
+    reported the call first. Nothing of it is written then (rolled back), and the report
+    is taken as a report that reads: the same report again is not new, another result is
+    refused (``already_reported``); one ``executed`` entry each. Kept reports that hold
+    are recorded whether this process knows the chain's head (after a refused one, on
+    PostgreSQL: the rows in a statement of their own, then the entry) or guessed it wrong
+    (another process chained since: the rows ride, the entry waits for the head)."""
+    from approvald.runtime.runs.external import ExternalError, Report
+    engine, token = await setup(make_engine)
+    other_db = Database(db_url, server_time=False)
+    try:
+        other = assemble(other_db, Registry([], policy=POLICY), clock=clock)
+        docs = []
+        for n in range(4):
+            doc, new = await engine.open_request(token, NewRequest(
+                tool="read_metrics", args={"n": n}, requested_by="U_DANA",
+                start_owner="gw"))
+            assert new and doc["status"] == "approved"
+            docs.append((doc, Report("succeeded", doc["effective_digest"], {"rows": n}, None)))
+        (d0, r0), (d1, r1), (d2, r2), (d3, r3) = docs
+        assert await other.record_request_report(token, d0["id"], r0)
+        assert await other.record_request_report(token, d1["id"], r1)
+        assert not await engine.record_request_report(token, d0["id"], r0)
+        assert await engine.record_request_report(token, d2["id"], r2)  # head unknown
+        await other.open_request(token, NewRequest(  # the head moved elsewhere
+            tool="read_metrics", args={"n": 9}, requested_by="U_DANA"))
+        assert await engine.record_request_report(token, d3["id"], r3)  # guessed wrong
+        with pytest.raises(ExternalError) as exc:
+            await engine.record_request_report(token, d1["id"], Report(
+                "succeeded", d1["effective_digest"], {"rows": 99}, None))
+        assert exc.value.code == "already_reported"
+        for doc, rep in docs:
+            after = await engine.request_document(token, doc["id"])
+            assert after["result"]["result"] == rep.result, after
+            assert after["result"]["status"] == "succeeded"
+            actions = [e.action for e in await Rows.of(engine).audit()
+                       if e.run_id == doc["id"]]
+            assert actions == ["requested", "approved", "executed"], actions
+            run = await Rows.of(engine).run(doc["id"])
+            assert run.status == "completed" and json.loads(run.result) == rep.result
+        report = await Rows.of(engine).verify_audit()
+        assert report.ok, report.problems
+    finally:
+        await other_db.close()
+
+
+async def test_an_mcp_auto_call_given_up_once_started_still_runs_and_is_recorded(
+        make_engine) -> None:
+    """A client that gives up (its call cancelled) once its request's write, which
+    records the call's start, is under way: the call still runs, once, and its result is
+    recorded (never a start left behind with nothing running it). A client of the same
+    call that gives up while it waits for its turn asks nothing."""
+    from approvald.bot.mcp.gateway import Ran
+    from approvald.runtime.runs.external import CALL_ID
+    engine = make_engine(policy=MCP_POLICY)
+    g = _mcp_gateway(engine)
+    assert isinstance(await g.call("echo", {"warm": 1}, _echo), Ran)
+    known = await _mcp_run_ids(engine)
+    opened, written, go = engine.open_request, asyncio.Event(), asyncio.Event()
+
+    async def open_request(token: Any, req: Any, **kw: Any) -> Any:
+        out = await opened(token, req, **kw)
+        written.set()
+        await go.wait()
+        return out
+
+    engine.open_request = open_request  # type: ignore[method-assign]
+    ran: list[dict[str, Any]] = []
+
+    async def server(args: dict[str, Any]) -> Any:
+        ran.append(args)
+        return await _echo(args)
+
+    first = asyncio.ensure_future(g.call("echo", {"n": 1}, server))
+    await written.wait()
+    waiting = asyncio.ensure_future(g.call("echo", {"n": 1}, server))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    waiting.cancel()
+    first.cancel()
+    await asyncio.gather(first, waiting, return_exceptions=True)
+    assert first.cancelled() and waiting.cancelled()
+    engine.open_request = opened  # type: ignore[method-assign]
+    go.set()
+    rid = await _new_mcp_run(engine, known)
+
+    async def recorded() -> Any:
+        done = await Rows.of(engine).execution(rid, CALL_ID)
+        return done if done is not None and done.status == "succeeded" else None
+
+    from tests.integration.slack_harness import wait_for
+    await wait_for(recorded, what="the given-up call's result")
+    assert ran == [{"n": 1}]
+    assert await _mcp_run_ids(engine) - known == {rid}  # the one waiting asked nothing
     assert (await Rows.of(engine).verify_audit()).ok

@@ -1,0 +1,187 @@
+"""A warm ``approvald`` for the docs examples: the command line's imports done once, then a
+fresh process forked from it for each command a page runs.
+
+Each ``approvald`` a docs page runs would import the same ~680 modules (0.7-1 s of CPU)
+before doing its own work (a few hundredths of a second); a page runs up to thirty. The
+examples test instead puts a small ``approvald`` (:data:`SHIM`) first on the page's
+``PATH``: it hands its arguments, environment, working directory and its standard input,
+output and error (the file descriptors themselves) to this server, which forks a child that
+runs the console script's code (``sys.exit(main())``) in a process of its own, with that
+environment, in that directory, on those descriptors; the shim exits with the child's status
+(a child killed by a signal kills the shim with the same signal) and passes SIGTERM, SIGINT
+and SIGHUP on to it. What is shared is only the imports: ``approvald.bot.cli`` (the console
+script's own) and every command group's module (:func:`approvald.bot.cli.root.groups`, as
+the reference pages' parser imports them; a command imports its own group's as it starts).
+They read no environment, but for the failpoints, which are armed again in the child from
+its own.
+
+Run as ``python zygote.py SOCKET``; it serves until its standard input closes (its parent,
+the test process, ended) or it is killed.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import re
+import socket
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+MAX_MESSAGE = 1 << 20
+
+# what is started as the ``approvald`` a page runs: connects, sends, relays signals, exits
+# as the child did (``-S``: no site import, so it starts in milliseconds)
+SHIM = """\
+#!{python} -S
+import json, os, signal, socket, sys
+conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+conn.connect({socket_path!r})
+message = json.dumps({{"argv": sys.argv[1:], "env": dict(os.environ),
+                      "cwd": os.getcwd()}}).encode()
+socket.send_fds(conn, [len(message).to_bytes(4, "big") + message], [0, 1, 2])
+stream = conn.makefile("r")
+pid = int(stream.readline())
+def relay(signum, frame):
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass
+for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    signal.signal(signum, relay)
+line = stream.readline()
+status = int(line) if line.strip() else -signal.SIGKILL
+if status < 0:  # killed by a signal: so is this, by the same one
+    if -status in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(-status, signal.SIG_DFL)
+    os.kill(os.getpid(), -status)
+    sys.exit(128 - status)  # a signal this process ignores (as Python does SIGPIPE)
+sys.exit(status)
+"""
+
+
+def _recv_exactly(conn: socket.socket, size: int, fds: list[int]) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk, got, _flags, _addr = socket.recv_fds(conn, size - len(data), 3)
+        fds.extend(got)
+        if not chunk:
+            raise ConnectionError("the shim closed its connection")
+        data += chunk
+    return data
+
+
+_MAIN: list[Callable[[], int]] = []  # approvald.bot.cli.main, once imported
+
+
+def _child(request: dict[str, object], fds: list[int]) -> None:
+    """In the forked process: become the command, as the console script would run it."""
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    os.chdir(str(request["cwd"]))
+    env = request["env"]
+    assert isinstance(env, dict)
+    os.environ.clear()
+    os.environ.update(env)
+    sys.dont_write_bytecode = bool(env.get("PYTHONDONTWRITEBYTECODE"))
+    argv = request["argv"]
+    assert isinstance(argv, list)
+    # the console script's sys.path[0] is its own directory (the virtualenv's bin)
+    sys.path[0] = str(Path(sys.executable).parent)
+    sys.argv = [str(Path(sys.executable).parent / "approvald"), *map(str, argv)]
+    from approvald.runtime.kernel import failpoints
+
+    failpoints.arm(os.environ.get("APPROVALD_FAILPOINTS", ""))
+    status: object = 0
+    try:
+        sys.argv[0] = re.sub(r"(-script\.pyw|\.exe)?$", "", sys.argv[0])
+        sys.exit(_MAIN[0]())
+    except SystemExit as exc:
+        status = exc.code
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        status = 1
+    try:
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        code = status if isinstance(status, int) else (0 if status is None else 1)
+        if not isinstance(status, int) and status is not None:
+            print(status, file=sys.stderr)
+        os._exit(code & 0xFF)
+
+
+def _wait(conn: socket.socket, pid: int) -> None:
+    _, how = os.waitpid(pid, 0)
+    status = -os.WTERMSIG(how) if os.WIFSIGNALED(how) else os.WEXITSTATUS(how)
+    try:
+        conn.sendall(f"{status}\n".encode())
+    except OSError:
+        pass  # the shim is gone (killed): nobody to tell
+    finally:
+        conn.close()
+
+
+def _serve_one(conn: socket.socket) -> None:
+    fds: list[int] = []
+    try:
+        size = int.from_bytes(_recv_exactly(conn, 4, fds), "big")
+        if size > MAX_MESSAGE:
+            raise ValueError(f"a message of {size} bytes")
+        request = json.loads(_recv_exactly(conn, size, fds))
+        if len(fds) != 3:
+            raise ValueError(f"{len(fds)} descriptors, not 3")
+    except (OSError, ValueError) as exc:
+        print(f"zygote: refused a request: {exc}", file=sys.stderr)
+        for fd in fds:
+            os.close(fd)
+        conn.close()
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        conn.close()
+        _child(request, fds)
+    for fd in fds:
+        os.close(fd)
+    conn.sendall(f"{pid}\n".encode())
+    threading.Thread(target=_wait, args=(conn, pid), daemon=True).start()
+
+
+def _exit_when_orphaned() -> None:
+    while os.read(0, 4096):
+        pass
+    os._exit(0)
+
+
+def serve(path: str) -> None:
+    # the console script's own import (pip's entry-point template), and every command
+    # group's module (a command imports its group's as it starts: the ~670 modules of
+    # about a second of CPU), done once here
+    from approvald.bot.cli import main
+    from approvald.bot.cli.root import groups
+
+    groups()
+    _MAIN.append(main)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(64)
+    # the parent's end of our stdin closes when the parent dies: then so do we (read with
+    # os.read: a thread blocked in sys.stdin would hold its lock in every forked child)
+    threading.Thread(target=_exit_when_orphaned, daemon=True).start()
+    print("ready", flush=True)
+    while True:
+        conn, _ = server.accept()
+        _serve_one(conn)
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1])
