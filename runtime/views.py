@@ -135,12 +135,13 @@ class Views:
         """Request ``approval_id``'s card as the database holds it now (None: no such
         request)."""
         async with self._db.read() as tx:
-            a = await tx.approvals.get(approval_id)
-            if a is None:
+            # read each time: a thread still being started has no ts, a re-posted one
+            # moves; with the request, in one statement (issue 50)
+            row = await tx.approvals.card(approval_id)
+            if row is None:
                 return None
+            a = row.approval
             votes = await tx.approvals.votes(a.id) if a.quorum > 1 else []
-            # read each time: a thread still being started has no ts, a re-posted one moves
-            found = await tx.threads.get(a.run_id)
             newer = None
             if a.status == "superseded":
                 newer = next((x for x in await tx.approvals.for_run(a.run_id)
@@ -148,11 +149,11 @@ class Views:
             older = await tx.approvals.get(a.supersedes) if a.supersedes else None
             # a standing approval granted on this request is told on its card
             standing = (await tx.standing.granted_on(a.id, tool=a.tool)
-                        if a.kind == "tool_call" and a.decided_via != "standing" else [])
+                        if row.has_standing and a.kind == "tool_call"
+                        and a.decided_via != "standing" else [])
         return CardView(a, self._token(a) if a.status == "pending" else None,
-                        self._clock.now(), tuple(votes),
-                        (found.channel, found.ts) if found is not None and found.ts else None,
-                        newer, older, tuple(standing))
+                        self._clock.now(), tuple(votes), row.thread, newer, older,
+                        tuple(standing))
 
     # -- an approver's lists -------------------------------------------------------------
     async def _mine(self, pending: Sequence[ApprovalRecord],

@@ -357,6 +357,11 @@ class Rows:
         async with self.db.read() as tx:
             return await tx.runs.recent(limit=limit)
 
+    async def events(self, run_id: str) -> list[Any]:
+        """A run's transcript, in order."""
+        async with self.db.read() as tx:
+            return await tx.events.load(run_id)
+
     async def thread(self, run_id: str) -> Any:
         """A run's Slack thread: where it is posted and how far (None: not yet)."""
         async with self.db.read() as tx:

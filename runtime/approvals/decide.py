@@ -197,6 +197,21 @@ def _names(at: _Attempt, digest: str) -> bool:
                            plain=at.actor.via.startswith("cli"))
 
 
+class _LookUpFirst(Exception):
+    """A decision that locked its request first finds it must look the actor up in a
+    group (which may be slow) before any lock: it rolls back and starts over."""
+
+
+def _needs_lookup(a: ApprovalRecord, actor: Actor) -> bool:
+    """Whether deciding ``a`` as ``actor`` may ask the directory (a group's members):
+    the actor is not one of its named approvers, and a group is."""
+    from approvald.runtime.policies.policy import is_group
+
+    approvers = a.approvers_value()
+    return bool(approvers) and actor.id not in approvers \
+        and any(is_group(g) for g in approvers)
+
+
 def counted(a: ApprovalRecord, voters: Sequence[str], digest: str | None = None) -> list[str]:
     """Those of ``voters`` (approvers of ``digest``, by default the arguments that will
     run) who count towards ``a``'s quorum. Four eyes on a proposal: with
@@ -305,9 +320,37 @@ class Decider:
         token carries it; the CLI takes ``--digest``). The deciding span's W3C
         traceparent is stored with a request this decides.
         """
-        a0 = await self.get(approval_id)
         at = _Attempt(actor=actor, verdict=verdict, reason=(reason or "").strip() or None,
                       token=token, expect_digest=expect_digest, trace=self.traceparent())
+        locked: list[ApprovalRecord] = []
+        if verdict != "edit":  # (an edit's arguments are validated before any lock)
+
+            async def at_once(tx: Tx) -> Decision:
+                # the request read as it is locked, not before (issue 50): its checks need
+                # nothing slow unless the actor could only be an approver through a group
+                a = await tx.approvals.lock_in_run(approval_id, None)
+                if a is None or _needs_lookup(a, actor):
+                    raise _LookUpFirst
+                locked[:] = [a]
+                at.refusal = None
+                try:
+                    await self._precheck(a, at, args)
+                except DecisionRefused as exc:
+                    at.refusal = exc
+                return await self._decide_locked(tx, a, at)
+
+            try:
+                decision = await self.db.transact(at_once,
+                                                  what=f"decision on approval {approval_id}")
+            except _LookUpFirst:
+                pass  # rolled back: the request is read first, its approvers looked up
+            except DecisionRefused as refusal:
+                await self._record_refusal(locked[0], at, refusal)
+                raise
+            else:
+                return self._committed(decision)
+        a0 = await self.get(approval_id)
+        at.refusal = None
         try:
             await self._precheck(a0, at, args)
         except DecisionRefused as exc:
@@ -321,6 +364,9 @@ class Decider:
         except DecisionRefused as refusal:
             await self._record_refusal(a0, at, refusal)
             raise
+        return self._committed(decision)
+
+    def _committed(self, decision: Decision) -> Decision:
         if decision.claim is not None and decision.run is not None:  # committed: hand it on
             self.leased.put(decision.claim, decision.run)
         failpoint("after_decision")
@@ -406,10 +452,13 @@ class Decider:
 
     # -- the transaction ------------------------------------------------------------------
     async def _decide_in(self, tx: Tx, a0: ApprovalRecord, at: _Attempt) -> Decision:
-        now = self.clock.now()
         # the one lock order: run, approval, audit head (the first two in one statement)
         a = await tx.approvals.lock_in_run(a0.id, a0.run_id)
         assert a is not None  # approvals are never deleted
+        return await self._decide_locked(tx, a, at)
+
+    async def _decide_locked(self, tx: Tx, a: ApprovalRecord, at: _Attempt) -> Decision:
+        now = self.clock.now()
         self.audit.knows(a.id, a.policy)  # its entries mask its call unread (issue 50)
         self.check_token(a, at.token)  # a stale button outranks everything else
         if self._repeats(a, at):
@@ -510,6 +559,25 @@ class Decider:
                 and a.edited_by == actor.id and a.edited_digest == digest:
             raise _refuse(a, Refusal.OWN_EDIT,
                           f"{actor.id} proposed these arguments; someone else must approve them")
+        at_once = vote in FINAL_VERDICTS or (a.quorum == 1 and bool(counted(a, [actor.id],
+                                                                             digest)))
+        if at.edited is None and at_once:
+            # the vote and the decision it makes, one statement where the database can
+            # (issue 50): the request changes only if the vote was new
+            status = FINAL_VERDICTS.get(vote, "approved")
+            voted, done = await tx.approvals.vote_and_transition(
+                approval_id=a.id, actor=actor.id, vote=vote, digest=digest, via=actor.via,
+                at=now, to=status, decided_at=now, decided_by=actor.id,
+                decided_via=actor.via, verdict=verdict,
+                reason=at.reason, **({"approve_count": 1} if vote == "approve" else {}),
+                **at.traced())
+            if not voted:
+                raise _refuse(a, Refusal.ALREADY_VOTED,
+                              f"{actor.id} already voted on these arguments of approval {a.id}")
+            if done is None:
+                raise _refuse(a, Refusal.NOT_PENDING, not_pending_message(a))
+            return await self._decided(tx, a, at, done, status, digest, [actor.id],
+                                       discarded, now)
         if not await tx.approvals.add_vote(approval_id=a.id, actor=actor.id, verdict=vote,
                                            digest=digest, via=actor.via, at=now):
             if at.edited is None:
@@ -526,15 +594,7 @@ class Decider:
                 **at.traced())
             if done is None:
                 raise _refuse(a, Refusal.NOT_PENDING, not_pending_message(a))
-            said = "guidance" if vote == "redirect" else "reason"
-            self.audit.record(tx, at=now, action=status, actor=actor.id, via=actor.via,
-                                run_id=a.run_id, approval_id=a.id, digest=digest,
-                                details={"tool": a.tool, "args": done.effective_args(),
-                                         said: at.reason, **outcome_details(done),
-                                         **actor.marks(), **card_posted(done)})
-            ready, claim, run = await self._run_ready(tx, done)
-            return Decision(done, status, done.approve_count, done.quorum, ready, discarded,
-                            claim, run=run)
+            return await self._decided(tx, a, at, done, status, digest, [], discarded, now)
         voters = [actor.id] if a.quorum == 1 else await tx.approvals.approvers_on(a.id, digest)
         voters = counted(a, voters, digest)
         if len(voters) < a.quorum:
@@ -553,17 +613,36 @@ class Decider:
             approve_count=len(voters), **at.traced())
         if done is None:
             raise _refuse(a, Refusal.NOT_PENDING, not_pending_message(a))
-        self.audit.record(tx, at=now, action="approved", actor=actor.id, via=actor.via,
-                            run_id=a.run_id, approval_id=a.id, digest=digest,
-                            details={"tool": a.tool, "args": done.effective_args(),
-                                     "approvers": voters, "quorum": a.quorum,
-                                     "edited": done.edited_args is not None,
-                                     **({"reason": at.reason} if at.reason else {}),
-                                     **outcome_details(done),
-                                     **actor.marks(), **card_posted(done)})
+        return await self._decided(tx, a, at, done, "approved", digest, voters, discarded,
+                                   now)
+
+    async def _decided(self, tx: Tx, a: ApprovalRecord, at: _Attempt, done: ApprovalRecord,
+                       status: str, digest: str, voters: list[str],
+                       discarded: tuple[str, ...], now: datetime) -> Decision:
+        """A request decided (``done``, as the transition left it): its audit entry, its
+        card's update, its run woken."""
+        actor = at.actor
+        if status == "approved":
+            self.audit.record(tx, at=now, action="approved", actor=actor.id, via=actor.via,
+                              run_id=a.run_id, approval_id=a.id, digest=digest,
+                              details={"tool": a.tool, "args": done.effective_args(),
+                                       "approvers": voters, "quorum": a.quorum,
+                                       "edited": done.edited_args is not None,
+                                       **({"reason": at.reason} if at.reason else {}),
+                                       **outcome_details(done),
+                                       **actor.marks(), **card_posted(done)})
+            ready, claim, run = await self._run_ready(tx, done)
+            return Decision(done, "approved", len(voters), a.quorum, ready, discarded, claim,
+                            run=run)
+        said = "guidance" if status == "redirected" else "reason"
+        self.audit.record(tx, at=now, action=status, actor=actor.id, via=actor.via,
+                          run_id=a.run_id, approval_id=a.id, digest=digest,
+                          details={"tool": a.tool, "args": done.effective_args(),
+                                   said: at.reason, **outcome_details(done),
+                                   **actor.marks(), **card_posted(done)})
         ready, claim, run = await self._run_ready(tx, done)
-        return Decision(done, "approved", len(voters), a.quorum, ready, discarded, claim,
-                        run=run)
+        return Decision(done, status, done.approve_count, done.quorum, ready, discarded,
+                        claim, run=run)
 
     async def _answer_question(self, tx: Tx, a: ApprovalRecord, at: _Attempt,
                                now: datetime) -> Decision:

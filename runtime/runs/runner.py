@@ -834,14 +834,18 @@ class Runner:
         now = self.clock.now()
         events = [encode(m, ledger_ref=ref) for m, ref in pending.messages]
 
-        async def work(tx: Tx) -> CancelRequest:
-            await tx.events.append(live.run.id, live.seq, live.step, events)
-            req = await tx.runs.checkpoint(
-                live.run.id, owner=live.owner, step=live.step, next_seq=live.seq + len(events),
-                status=status, now=now, lease_until=now + self.lease_ttl, release=release,
-                result=result, error=error)
+        async def write(tx: Tx) -> CancelRequest:
+            # the events and the run row in one statement where the database can
+            req = await tx.runs.checkpoint_with_events(
+                live.run.id, owner=live.owner, first_seq=live.seq, step=live.step,
+                events=events, status=status, now=now, lease_until=now + self.lease_ttl,
+                release=release, result=result, error=error)
             if req is None:
                 raise LeaseLost(f"lost the lease on run {live.run.id}", run_id=live.run.id)
+            return req
+
+        async def work(tx: Tx) -> CancelRequest:
+            req = await write(tx)
             for settle in pending.settles:
                 await settle(tx)
             for call, a in pending.lapsed:
@@ -856,7 +860,15 @@ class Runner:
             return req
 
         try:
-            req = await self.db.transact(work, what=f"checkpoint of run {live.run.id}")
+            if (status in FINAL_STATUSES and extra is None and not pending.settles
+                    and not pending.lapsed):
+                # the run's last step: its events and its row are all it writes, and a
+                # cancel asked for now changes nothing (it has ended): one write, on
+                # PostgreSQL sent in autocommit (issue 50)
+                async with self.db.write_one() as tx:
+                    req = await write(tx)
+            else:
+                req = await self.db.transact(work, what=f"checkpoint of run {live.run.id}")
         except LeaseLost:
             await self._settle_alone(pending.settles)
             raise

@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any, cast
 
 from approvald.store.fastsql import fast
-from approvald.store.models import Approval, ApprovalVote, Run
+from approvald.store.models import Approval, ApprovalVote, Run, RunThread, StandingApproval
 from approvald.store.records import ApprovalRecord, VoteRecord
 from approvald.store.repos.base import Repo, to_record
 from sqlalchemy import (
@@ -19,9 +19,12 @@ from sqlalchemy import (
     Text,
     Update,
     bindparam,
+    exists,
     func,
+    literal,
     or_,
     select,
+    true,
     type_coerce,
     update,
 )
@@ -32,6 +35,27 @@ _V = cast(Table, ApprovalVote.__table__)
 _R = cast(Table, Run.__table__)
 # statements built once: SQLAlchemy then skips construction and cache-key work per call
 _GET = fast(select(_T).where(_T.c.id == bindparam("aid")))
+_TH = cast(Table, RunThread.__table__)
+_ST = cast(Table, StandingApproval.__table__)
+# a card's redraw: the request, where its run's thread is, and whether a standing approval
+# was proposed on it, in one statement (issue 50)
+_CARD_EXTRA = ("thread_channel", "thread_ts", "has_standing")
+_CARD = fast(select(_T, _TH.c.channel.label("thread_channel"), _TH.c.ts.label("thread_ts"),
+                    exists().where(_ST.c.tool == _T.c.tool, _ST.c.granted_on == _T.c.id)
+                    .label("has_standing"))
+             .select_from(_T.outerjoin(_TH, _TH.c.run_id == _T.c.run_id))
+             .where(_T.c.id == bindparam("aid")))
+
+
+@dataclass(frozen=True, slots=True)
+class CardRow:
+    """What a card is drawn from, read in one statement: the request, its run's thread
+    (``thread``: channel and ts, once the thread's parent is posted) and whether any
+    standing approval was proposed on it (then read on its own)."""
+
+    approval: ApprovalRecord
+    thread: tuple[str, str] | None
+    has_standing: bool
 # FOR NO KEY UPDATE on PostgreSQL (votes' foreign-key checks still pass), nothing on SQLite,
 # whose write transaction already holds the database lock
 _LOCK = fast(_GET.with_for_update(key_share=True))
@@ -42,6 +66,16 @@ _LOCK = fast(_GET.with_for_update(key_share=True))
 _LOCK_IN_RUN = select(_T).where(
     _T.c.id == bindparam("aid"),
     _T.c.run_id == select(_R.c.id).where(_R.c.id == bindparam("rid"))
+    .with_for_update(key_share=True).scalar_subquery(),
+).with_for_update(key_share=True, of=_T)
+# the same with the run found from the request (its run never changes): a decision that
+# has not read the request before it locks it (issue 50)
+_OWN_RUN = _T.alias("own")
+_LOCK_BY_ID = select(_T).where(
+    _T.c.id == bindparam("aid"),
+    _T.c.run_id == select(_R.c.id).where(
+        _R.c.id == select(_OWN_RUN.c.run_id).where(_OWN_RUN.c.id == bindparam("aid"))
+        .scalar_subquery())
     .with_for_update(key_share=True).scalar_subquery(),
 ).with_for_update(key_share=True, of=_T)
 _VOTERS = fast(select(_V.c.actor).where(_V.c.approval_id == bindparam("aid"),
@@ -80,6 +114,31 @@ def _transition(to: str, from_: tuple[str, ...], keys: tuple[str, ...], on_diges
                 .returning(_T))
 
 
+@functools.lru_cache(maxsize=64)
+def _vote_then(to: str, keys: tuple[str, ...]) -> Any:
+    """PostgreSQL, one statement: the vote inserted (unless this actor voted on these
+    arguments already), then, only if it was, the request's compare-and-set (pending,
+    these arguments, not expired); answers ``voted`` and the request as it now stands
+    (its columns NULL if it was not changed)."""
+    vote = (cast(Any, postgresql.insert(_V))
+            .values(approval_id=bindparam("aid", type_=_V.c.approval_id.type),
+                    actor=bindparam("actor", type_=_V.c.actor.type),
+                    digest=bindparam("d", type_=_V.c.digest.type),
+                    verdict=bindparam("vote", type_=_V.c.verdict.type),
+                    via=bindparam("via", type_=_V.c.via.type),
+                    at=bindparam("now", type_=_V.c.at.type))
+            .on_conflict_do_nothing().returning(_V.c.actor).cte("vote"))
+    upd = (_transition(to, ("pending",), keys, True, True)
+           .where(select(vote.c.actor).exists()).cte("upd"))
+    one = select(literal(1).label("one")).subquery("one")
+    return fast(select(select(func.count()).select_from(vote).scalar_subquery()
+                       .label(_VOTED), *upd.c)
+                .select_from(one.outerjoin(upd, true())))
+
+
+_VOTED = "vote_inserted"
+
+
 class ApprovalsRepo(Repo):
     async def insert(self, **values: Any) -> None:
         await self.conn.execute(_INSERT, values)
@@ -88,20 +147,35 @@ class ApprovalsRepo(Repo):
         row = (await self.conn.execute(_GET, {"aid": approval_id})).first()
         return to_record(ApprovalRecord, row)
 
+    async def card(self, approval_id: str) -> CardRow | None:
+        """Request ``approval_id`` with what its card needs besides (:class:`CardRow`),
+        in one statement; None if there is no such request."""
+        row = (await self.conn.execute(_CARD, {"aid": approval_id})).first()
+        if row is None:
+            return None
+        m = dict(row._mapping)
+        channel, ts, standing = (m.pop(k) for k in _CARD_EXTRA)
+        return CardRow(ApprovalRecord(**m), (channel, ts) if channel and ts else None,
+                       bool(standing))
+
     async def lock(self, approval_id: str) -> ApprovalRecord | None:
         """Read the approval and hold its row until the transaction ends (lock the run
         row first: see :mod:`store.db` for the one lock order)."""
         row = (await self.conn.execute(_LOCK, {"aid": approval_id})).first()
         return to_record(ApprovalRecord, row)
 
-    async def lock_in_run(self, approval_id: str, run_id: str) -> ApprovalRecord | None:
+    async def lock_in_run(self, approval_id: str, run_id: str | None) -> ApprovalRecord | None:
         """Lock run ``run_id``'s row, then read approval ``approval_id`` (of that run) and
         hold its row: ``RunsRepo.lock`` then :meth:`lock`, in one statement on
-        PostgreSQL (SQLite's write transaction holds both already)."""
+        PostgreSQL (SQLite's write transaction holds both already). ``run_id`` None: the
+        request's run, found from the request in the same statement."""
         if self.dialect != "postgresql":
             return await self.lock(approval_id)
-        row = (await self.conn.execute(_LOCK_IN_RUN, {"aid": approval_id, "rid": run_id})
-               ).first()
+        if run_id is None:
+            row = (await self.conn.execute(_LOCK_BY_ID, {"aid": approval_id})).first()
+        else:
+            row = (await self.conn.execute(_LOCK_IN_RUN, {"aid": approval_id,
+                                                          "rid": run_id})).first()
         return to_record(ApprovalRecord, row)
 
     async def run_ids(self, approval_ids: Sequence[str]) -> list[str]:
@@ -214,6 +288,29 @@ class ApprovalsRepo(Repo):
             _transition(to, tuple(from_), keys, digest is not None, before is not None), params,
         )).first()
         return to_record(ApprovalRecord, row)
+
+    async def vote_and_transition(self, *, approval_id: str, actor: str, vote: str,
+                                  digest: str, via: str, at: datetime, to: str,
+                                  **values: Any) -> tuple[bool, ApprovalRecord | None]:
+        """:meth:`add_vote` (its verdict: ``vote``), then, only if the vote was new,
+        :meth:`transition` from ``pending`` to ``to`` on ``digest`` before ``at`` (with
+        ``values``): (whether the vote was new, the request as the transition left it or
+        None). On PostgreSQL one
+        statement (issue 50); on SQLite the two."""
+        if self.dialect != "postgresql":
+            if not await self.add_vote(approval_id=approval_id, actor=actor, verdict=vote,
+                                       digest=digest, via=via, at=at):
+                return False, None
+            return True, await self.transition(approval_id, to=to, digest=digest,
+                                               before=at, **values)
+        keys = tuple(sorted(values))
+        params: dict[str, Any] = {"aid": approval_id, "d": digest, "now": at,
+                                  "actor": actor, "vote": vote, "via": via,
+                                  **{f"v_{k}": values[k] for k in keys}}
+        row = (await self.conn.execute(_vote_then(to, keys), params)).one()
+        m = dict(row._mapping)
+        voted = bool(m.pop(_VOTED))
+        return voted, None if m["id"] is None else ApprovalRecord(**m)
 
     async def expire_batch(self, ids: Sequence[str], *, now: datetime) -> list[ApprovalRecord]:
         """Compare-and-set each still-pending, overdue approval in ``ids`` to expired."""

@@ -9,10 +9,23 @@ from datetime import datetime
 from typing import Any, cast
 
 from approvald.store.fastsql import fast
-from approvald.store.models import Approval, Run
+from approvald.store.models import Approval, Run, RunEvent
 from approvald.store.records import RunRecord
 from approvald.store.repos.base import Repo, to_record
-from sqlalchemy import Interval, Table, and_, bindparam, case, func, insert, or_, select, update
+from approvald.store.repos.events import EventsRepo
+from sqlalchemy import (
+    Interval,
+    Table,
+    and_,
+    bindparam,
+    case,
+    func,
+    insert,
+    or_,
+    select,
+    union_all,
+    update,
+)
 from sqlalchemy.sql.functions import coalesce
 
 
@@ -38,6 +51,7 @@ class CancelRequest:
 
 # hot-path statements, built once: a step runs them thousands of times
 _T = cast(Table, Run.__table__)
+_E = cast(Table, RunEvent.__table__)
 _OWNED = and_(_T.c.id == bindparam("rid"), _T.c.lease_owner == bindparam("owner"))
 
 
@@ -175,8 +189,27 @@ def _checkpoint(server: bool, release: bool) -> Any:
                 result=coalesce(bindparam("result", type_=_T.c.result.type), _T.c.result),
                 error=coalesce(bindparam("error", type_=_T.c.error.type), _T.c.error),
                 wait_until=None, wait_reason=None, failures=0)  # a step went through
-        .returning(_T.c.cancel_requested, _T.c.cancel_requested_by, _T.c.cancel_reason)
+        .returning(_T.c.id, _T.c.cancel_requested, _T.c.cancel_requested_by,
+                   _T.c.cancel_reason)
     )
+
+
+@functools.lru_cache(maxsize=32)
+def _checkpoint_with_events(server: bool, release: bool, n: int) -> Any:
+    """PostgreSQL, one statement: the run row's checkpoint while ``owner`` holds the lease,
+    and the step's ``n`` events appended only then (a data-modifying CTE runs exactly
+    once, and the INSERT selects from the UPDATE's row: no row, no events); answers the
+    run's cancel request as the checkpoint saw it, no row if the lease was not ours."""
+    ck = _checkpoint(server, release).cte("ck")
+    rows = [select(ck.c.id.label("run_id"),
+                   *(bindparam(f"{c}_{i}", type_=_E.c[c].type).label(c)
+                     for c in ("seq", "step", "v", "body")))
+            for i in range(n)]
+    events = (insert(_E).from_select(["run_id", "seq", "step", "v", "body"],
+                                     rows[0] if n == 1 else union_all(*rows))
+              .cte("events"))
+    return fast(select(ck.c.cancel_requested, ck.c.cancel_requested_by, ck.c.cancel_reason)
+                .add_cte(events))
 
 
 @dataclass(frozen=True, slots=True)
@@ -421,6 +454,39 @@ class RunsRepo(Repo):
             assert lease_until is not None
             params.update(self._lease(now, lease_until))
         row = (await self.conn.execute(_checkpoint(self.server_time, release), params)).first()
+        return None if row is None else CancelRequest(bool(row[1]), row[2], row[3])
+
+    async def checkpoint_with_events(self, run_id: str, *, owner: str, first_seq: int,
+                                     step: int, events: Sequence[tuple[int, str]],
+                                     status: str, now: datetime,
+                                     lease_until: datetime | None, release: bool,
+                                     result: str | None = None,
+                                     error: str | None = None) -> CancelRequest | None:
+        """The step's ``(schema_version, body)`` events appended from ``first_seq`` and
+        the run row's :meth:`checkpoint`, only while ``owner`` holds the lease: None (and
+        nothing written) if it does not. On PostgreSQL one statement, which a caller may
+        send on its own in autocommit (issue 50); on SQLite the two."""
+        if self.dialect != "postgresql" or not events:
+            req = await self.checkpoint(run_id, owner=owner, step=step,
+                                        next_seq=first_seq + len(events), status=status,
+                                        now=now, lease_until=lease_until, release=release,
+                                        result=result, error=error)
+            if req is not None and events:  # (the caller's transaction holds both)
+                await EventsRepo(self.conn, self.dialect).append(run_id, first_seq, step,
+                                                                 events)
+            return req
+        params: dict[str, Any] = {
+            "rid": run_id, "owner": owner, "step": step,
+            "next_seq": first_seq + len(events), "status": status, "now": now,
+            "result": result, "error": error}
+        for i, (v, body) in enumerate(events):
+            params.update({f"seq_{i}": first_seq + i, f"step_{i}": step, f"v_{i}": v,
+                           f"body_{i}": body})
+        if not release:
+            assert lease_until is not None
+            params.update(self._lease(now, lease_until))
+        row = (await self.conn.execute(
+            _checkpoint_with_events(self.server_time, release, len(events)), params)).first()
         return None if row is None else CancelRequest(bool(row[0]), row[1], row[2])
 
     async def park(self, run_id: str, *, owner: str, until: datetime, reason: str,

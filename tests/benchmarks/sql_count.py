@@ -46,6 +46,9 @@ def install(directory: str, *, sqlite: bool = False) -> None:
     signal.signal(signal.SIGUSR1, dump)
 
 
+# not a statement: the count of writes sent outside a transaction, kept beside them
+AUTOCOMMIT = "#autocommit writes"
+_WRITE = re.compile(r"\b(INSERT INTO|UPDATE|DELETE FROM)\b")
 _LITERAL = re.compile(r"'(?:[^']|'')*'|\b\d+(?:\.\d+)?\b|X'[0-9A-Fa-f]*'")
 
 
@@ -74,20 +77,25 @@ def _install_asyncpg() -> None:
     import asyncpg.connection  # type: ignore[import-untyped]
     import asyncpg.prepared_stmt  # type: ignore[import-untyped]
 
-    def counted(cls: Any, name: str, sql_of: Any) -> None:
+    def counted(cls: Any, name: str, sql_of: Any, conn_of: Any) -> None:
         original = getattr(cls, name)
 
         async def call(self: Any, *args: Any, **kwargs: Any) -> Any:
-            _COUNTS[sql_of(self, args)] += 1
+            sql = sql_of(self, args)
+            _COUNTS[sql] += 1
+            if _WRITE.search(sql) and not conn_of(self).is_in_transaction():
+                _COUNTS[AUTOCOMMIT] += 1  # a transaction of its own, with no BEGIN
             return await original(self, *args, **kwargs)
 
         setattr(cls, name, call)
 
     statement = asyncpg.prepared_stmt.PreparedStatement
     for name in ("fetch", "fetchrow", "fetchval", "executemany"):
-        counted(statement, name, lambda self, args: self._query)
+        counted(statement, name, lambda self, args: self._query,
+                lambda self: self._connection)
     for name in ("execute", "executemany", "fetch", "fetchrow", "fetchval"):
-        counted(asyncpg.connection.Connection, name, lambda self, args: args[0])
+        counted(asyncpg.connection.Connection, name, lambda self, args: args[0],
+                lambda self: self)
 
 
 def snapshot(directory: Path, pids: Iterable[int]) -> dict[str, int]:
@@ -104,7 +112,8 @@ def by_statement(before: dict[str, int], after: dict[str, int]) -> list[tuple[in
     """What was sent between two snapshots, statement by statement, most sent first (the
     SQL on one line, a long column list shortened to ``*``): which statements a change
     should look at."""
-    sent = [(n - before.get(sql, 0), shape(sql)) for sql, n in after.items()]
+    sent = [(n - before.get(sql, 0), shape(sql)) for sql, n in after.items()
+            if sql != AUTOCOMMIT]
     return sorted(((n, sql) for n, sql in sent if n), key=lambda x: (-x[0], x[1]))
 
 
@@ -121,6 +130,8 @@ def per_kind(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
     ``SELECT``, ``WITH``...), and ``all``."""
     kinds: collections.Counter[str] = collections.Counter()
     for sql, n in after.items():
+        if sql == AUTOCOMMIT:
+            continue
         sent = n - before.get(sql, 0)
         if sent:
             words = sql.split()
@@ -129,12 +140,8 @@ def per_kind(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
     return dict(kinds)
 
 
-# the writes ``serve`` sends as ONE statement in autocommit (``Database.write_one``): each
-# a transaction of its own with no BEGIN, so counted beside the BEGINs as commits
-AUTOCOMMIT_WRITES = ("WITH fence AS (UPDATE runs",)
-
-
 def autocommit_writes(before: dict[str, int], after: dict[str, int]) -> int:
-    """How many :data:`AUTOCOMMIT_WRITES` were sent between two snapshots."""
-    return sum(n - before.get(sql, 0) for sql, n in after.items()
-               if " ".join(sql.split()).startswith(AUTOCOMMIT_WRITES))
+    """How many writes were sent between two snapshots as ONE statement in autocommit
+    (``Database.write_one``), on a connection in no transaction: each a transaction of
+    its own with no BEGIN, so counted beside the BEGINs as commits (PostgreSQL)."""
+    return after.get(AUTOCOMMIT, 0) - before.get(AUTOCOMMIT, 0)

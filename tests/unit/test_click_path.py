@@ -24,6 +24,7 @@ from approvald.runtime.runs.agent import Agent, Registry
 from approvald.store.db import Database
 from approvald.store.models import Run
 from approvald.store.repos import Tx
+from sqlalchemy.exc import IntegrityError
 
 from tests.conftest import SIGNER
 from tests.helpers import Rows, parts
@@ -123,6 +124,61 @@ async def test_the_intent_and_the_lease_renewal_are_one_write_that_holds_both_or
     assert await _intent(db, run_id, "worker-a/1") is False  # already there: not again
 
 
+async def _last_step(db: Database, run_id: str, owner: str, first_seq: int) -> Any:
+    now = datetime.now(UTC)
+    async with db.write_one() as tx:
+        return await tx.runs.checkpoint_with_events(
+            run_id, owner=owner, first_seq=first_seq, step=2,
+            events=[(1, '{"role": "assistant", "content": "done"}')], status="completed",
+            now=now, lease_until=None, release=True, result="done")
+
+
+async def test_the_last_step_is_one_write_of_its_events_and_the_run_under_the_lease(
+        db: Database, statements) -> None:  # noqa: F811
+    """A run's last step (the model's final reply) used to be a transaction of four
+    statements (BEGIN, its events, the run row completed, COMMIT); on PostgreSQL it is
+    one statement in autocommit, the events inserted from the row the fenced UPDATE
+    returned. What the transaction was for still holds: a worker whose lease was taken
+    over writes neither the events nor the run (the run is not completed by it), and
+    an event that cannot be written (its place in the transcript taken) leaves the run
+    as it was: both or neither."""
+    run_id = await _leased_run(db, "worker-a/1")
+    run = await Rows(db).run(run_id)
+    assert run is not None
+    seq = run.next_seq
+
+    async def transcript() -> int:
+        return len(await Rows(db).events(run_id))
+
+    events_before = await transcript()
+    assert await _last_step(db, run_id, "worker-b/1", seq) is None  # not b's lease
+    after = await Rows(db).run(run_id)
+    assert after.status == run.status and after.lease_owner == "worker-a/1" \
+        and after.next_seq == seq and after.result is None
+    assert await transcript() == events_before
+
+    from approvald.store.models import RunEvent
+
+    await Rows(db).insert(RunEvent.__table__, [  # the transcript's next place taken
+        {"run_id": run_id, "seq": seq, "step": 2, "v": 1,
+         "body": '{"role": "user", "content": "x"}'}])
+    with pytest.raises(IntegrityError):
+        await _last_step(db, run_id, "worker-a/1", seq)
+    after = await Rows(db).run(run_id)
+    assert after.status == run.status and after.lease_owner == "worker-a/1" \
+        and after.next_seq == seq, after
+
+    window = statements.during()
+    req = await _last_step(db, run_id, "worker-a/1", seq + 1)
+    assert req is not None and not req.requested
+    if db.dialect == "postgresql":
+        assert window.kinds() == collections.Counter({"WITH": 1}), window.sent
+    done = await Rows(db).run(run_id)
+    assert done.status == "completed" and done.result == "done" \
+        and done.lease_owner is None and done.next_seq == seq + 2 and done.step == 2
+    assert await transcript() == events_before + 2
+
+
 def _run_reads(sent: list[str]) -> list[str]:
     """Reads of a whole run row (``RunsRepo.get``), not the decision's lock of its id."""
     return [s for s in sent if s.startswith("SELECT runs.id, runs.agent")]
@@ -211,3 +267,135 @@ async def test_the_decisions_one_locking_read_holds_the_run_and_then_the_request
                                     "FOR UPDATE NOWAIT", key)
     finally:
         await other.close()
+
+
+async def test_a_cards_redraw_reads_its_request_thread_and_standing_grants_in_one_statement(
+        make_engine, db: Database, ledger_path, statements) -> None:  # noqa: F811
+    """A card's redraw (the outbox drain's, after a decision) used to read the request,
+    then its run's thread, then the standing approvals proposed on it: one statement now
+    (``ApprovalsRepo.card``), the standing approvals read only when one was proposed.
+    What the reads were for still shows: the thread where the run's replies go, as it
+    stands at each redraw (none before its parent is posted; moved when re-posted), and a
+    standing approval granted on the request, told on its card."""
+    from approvald.runtime.policies.scope import scope_for
+    from approvald.store.models import RunThread
+
+    from tests.unit.test_decisions import ALICE, engine_with
+    from tests.unit.test_standing import UP_TO_50, start
+
+    engine = engine_with(make_engine, ledger_path)
+    paused = await start(engine, "$30")
+    assert isinstance(paused, Paused)
+    aid = paused.approval_ids[0]
+    window = statements.during()
+    view = await engine.views.card(aid)
+    assert view is not None and view.approval.id == aid and view.thread is None
+    assert view.standing == ()
+    assert len(window.sent) == 1 and window.sent[0].startswith("SELECT approvals.id, ") \
+        and "JOIN run_threads" in window.sent[0], window.sent
+
+    threads = RunThread.__table__
+    await Rows(db).insert(threads, [{"run_id": paused.run_id, "channel": "C_OPS", "ts": None,
+                                     "posted_status": "running"}])
+    view = await engine.views.card(aid)
+    assert view is not None and view.thread is None  # its parent not posted yet
+    await Rows(db).forge(threads, threads.c.run_id == paused.run_id, ts="111.1")
+    view = await engine.views.card(aid)
+    assert view is not None and view.thread == ("C_OPS", "111.1")
+    await Rows(db).forge(threads, threads.c.run_id == paused.run_id, ts="222.2")  # re-posted
+    view = await engine.views.card(aid)
+    assert view is not None and view.thread == ("C_OPS", "222.2")
+
+    a = await engine.views.approval(aid)
+    assert a is not None
+    standing, _ = await engine.grant_standing(
+        aid, actor=ALICE, window=timedelta(minutes=30),
+        scope=scope_for(a, "condition", when=UP_TO_50))
+    view = await engine.views.card(aid)
+    assert view is not None and [s.id for s in view.standing] == [standing.id]
+    assert view.approval.status == "approved" and view.thread == ("C_OPS", "222.2")
+
+
+async def test_the_vote_and_the_decision_it_makes_are_one_write_that_holds_both_or_neither(
+        db: Database, statements) -> None:  # noqa: F811
+    """A one-approver decision used to insert the vote, then compare-and-set the request:
+    on PostgreSQL one statement now (``ApprovalsRepo.vote_and_transition``), the request
+    changed only if the vote was new. What the two did still holds: a person whose vote
+    on these arguments is already recorded changes nothing (refused, the request still
+    pending, no second vote); a new vote decides, and is recorded with the decision."""
+    from approvald.runtime.kernel.errors import DecisionRefused
+
+    maker = _engine(db)
+    paused = await maker.run("payer", "pay for web", requested_by="U_DANA")
+    assert isinstance(paused, Paused)
+    a = await parts(maker).decider.get(paused.approval_ids[0])
+    from approvald.store.models import ApprovalVote
+
+    await Rows(db).insert(ApprovalVote.__table__, [  # left behind the runtime's back
+        {"approval_id": a.id, "actor": "U_ALICE", "verdict": "approve",
+         "digest": a.effective_digest, "via": "slack", "at": datetime.now(UTC)}])
+    clicker = _engine(db)
+    with pytest.raises(DecisionRefused) as refused:
+        await clicker.decide(a.id, actor=Actor("U_ALICE", "slack"), verdict="approve",
+                             token=card_token(a))
+    assert refused.value.reason == "already_voted"
+    still = await parts(clicker).decider.get(a.id)
+    assert still.status == "pending" and still.decided_by is None
+    assert [v.actor for v in await Rows(db).votes(a.id)] == ["U_ALICE"]
+
+    window = statements.during()
+    decision = await clicker.decide(a.id, actor=Actor("U_BOB", "slack"), verdict="approve",
+                                    token=card_token(a))
+    assert decision.outcome == "approved" and decision.approval.decided_by == "U_BOB"
+    assert decision.approval.approve_count == 1
+    if db.dialect == "postgresql":
+        assert not [s for s in window.sent if s.startswith(("INSERT INTO approval_votes",
+                                                            "UPDATE approvals"))], window.sent
+    assert sorted(v.actor for v in await Rows(db).votes(a.id)) == ["U_ALICE", "U_BOB"]
+
+
+async def test_a_click_by_a_named_approver_locks_its_request_unread_and_a_group_is_looked_up_first(
+        make_engine, db: Database, ledger_path, statements) -> None:  # noqa: F811
+    """A decision used to read its request before its transaction (to look its approver
+    up, which may be slow, before any lock): it is read as it is locked now, when the
+    actor is one of its named approvers (nothing to look up). What the read was for still
+    holds: an actor who could be an approver only through a group is looked up with no
+    transaction open (the request read first, as before), and decides if a member; one
+    who is not is refused, and the refusal audited; a named approver's click sends no
+    statement before its transaction's."""
+    from approvald.runtime.kernel.errors import DecisionRefused
+    from approvald.runtime.policies.directory import StaticDirectory
+
+    from tests.unit.test_decisions import ALICE, BOB, STRANGER, engine_with, pause
+
+    open_when_asked: list[int] = []
+
+    class Watched(StaticDirectory):
+        async def members(self, group_id: str) -> frozenset[str]:
+            begun = sum(s.startswith("BEGIN") for s in statements.sent)
+            ended = sum(s.startswith(("COMMIT", "ROLLBACK")) for s in statements.sent)
+            open_when_asked.append(begun - ended)
+            return await super().members(group_id)
+
+    engine = engine_with(make_engine, ledger_path, approvers=["U_ALICE", "S_OPS"],
+                         directory=Watched({"S_OPS": ["U_BOB"]}))
+    paused = await pause(engine)
+    aid = paused.approval_ids[0]
+    a = await engine.views.approval(aid)
+    assert a is not None
+    with pytest.raises(DecisionRefused) as refused:
+        await engine.decide(aid, actor=STRANGER, verdict="approve", token=card_token(a))
+    assert refused.value.reason == "not_authorized" and open_when_asked == [0]
+    assert [e.actor for e in await Rows(db).audit(approval_id=aid)
+            if e.action == "refused"] == [STRANGER.id]
+    decision = await engine.decide(aid, actor=BOB, verdict="approve", token=card_token(a))
+    assert decision.outcome == "approved" and open_when_asked == [0, 0]
+
+    paused = await pause(engine)
+    aid = paused.approval_ids[0]
+    a = await engine.views.approval(aid)
+    assert a is not None
+    window = statements.during()
+    decision = await engine.decide(aid, actor=ALICE, verdict="approve", token=card_token(a))
+    assert decision.outcome == "approved" and open_when_asked == [0, 0]  # not asked
+    assert window.sent[0].startswith("BEGIN"), window.sent

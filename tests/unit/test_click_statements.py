@@ -38,16 +38,19 @@ async def test_an_approval_to_its_completed_run(db: Database, tmp_path: Path,
         assert isinstance(await engine.advance(approval.run_id), Completed)
         kinds = window.kinds()
     assert kinds == collections.Counter({
-        # the decision: the approval (read to find its run, then locked after the run,
-        # on PostgreSQL in one statement: ``SELECT approvals ... WHERE run_id = (SELECT
-        # runs.id ... FOR NO KEY UPDATE) FOR NO KEY UPDATE OF approvals``);
+        # the decision: the approval, locked after its run (on PostgreSQL in one
+        # statement: ``SELECT approvals ... WHERE run_id = (SELECT runs.id ... WHERE
+        # runs.id = (SELECT own.run_id ...) FOR NO KEY UPDATE) FOR NO KEY UPDATE OF
+        # approvals``), not read before (its approvers are named: no group to look up);
         # the vote, the transition, the card's update queued with its mail thread's
         # follow-up in one INSERT ... SELECT (no separate read of whether it was mailed),
         # the run woken, the audit entry
-        "INSERT approval_votes": 1, "UPDATE approvals": 1,
+        # (the vote and the transition: on PostgreSQL one statement, ``WITH vote AS
+        # (INSERT INTO approval_votes ...), upd AS (UPDATE approvals ... WHERE EXISTS
+        # (vote))``)
         # the run's resume: its events, executions and approvals read once each
         "SELECT run_events": 1, "SELECT tool_executions": 1,
-        "SELECT approvals": 2 + 1,
+        "SELECT approvals": 1 + 1,
         # the refund and its notice: two calls, each an intent and a result; the last step
         "UPDATE tool_executions": 2, "INSERT outbox": 2,
         **_lines(db.dialect)}), dict(kinds)
@@ -64,8 +67,10 @@ def _lines(dialect: str) -> dict[str, int]:
     PostgreSQL locked by the decision's read of the approval (its resume reads it in the
     lease's ``UPDATE ... FROM``); on SQLite the resume's read of it."""
     if dialect == "postgresql":
-        return {"INSERT run_events": 3, "WITH": 3 + 2, "UPDATE runs": 5,
-                "BEGIN": 5, "COMMIT": 5}
-    return {"INSERT run_events": 4, "UPDATE audit_head": 3, "INSERT audit_log": 3,
+        # each checkpoint's events and run row: one statement (``WITH ck AS (UPDATE
+        # runs ...) INSERT INTO run_events ... FROM ck``); the last, in autocommit
+        return {"WITH": 3 + 2 + 3 + 1, "UPDATE runs": 2, "BEGIN": 4, "COMMIT": 4}
+    return {"INSERT approval_votes": 1, "UPDATE approvals": 1, "INSERT run_events": 4,
+            "UPDATE audit_head": 3, "INSERT audit_log": 3,
             "INSERT tool_executions": 2, "UPDATE runs": 7, "BEGIN": 7, "COMMIT": 7,
             "SELECT runs": 1}
