@@ -311,6 +311,60 @@ async def revoke_token(engine: Any, name: str, **kw: Any) -> Any:
     return await api_tokens.revoke(p.db, p.clock, p.audit, name, **kw)
 
 
+def _runs_in(column: Any, ids: Any) -> Any:
+    return column.in_(sorted(set(ids)))
+
+
+async def approvals_of(tx: Any, run_ids: Any) -> list[Any]:
+    """What ``tx.approvals.for_run`` gives for each of ``run_ids`` in turn, in one
+    statement rather than one a run (the model-based test reads every request after every
+    step: on PostgreSQL each statement is a round trip to another process)."""
+    from approvald.store.models import Approval
+    from approvald.store.records import ApprovalRecord
+    from sqlalchemy import select
+
+    ids = list(run_ids)
+    if not ids:
+        return []
+    table = Approval.__table__
+    rows = await tx.approvals.conn.execute(
+        select(table).where(_runs_in(table.c.run_id, ids)).order_by(table.c.requested_at))
+    by_run: dict[str, list[Any]] = {}
+    for r in rows:
+        by_run.setdefault(r.run_id, []).append(ApprovalRecord(**r._mapping))
+    return [a for run_id in ids for a in by_run.get(run_id, [])]
+
+
+async def executions_of(tx: Any, run_ids: Any) -> dict[tuple[str, str], Any]:
+    """The ledger rows of ``run_ids``' calls by (run id, call id), in one statement (as
+    ``tx.executions.for_run`` gives them a run at a time)."""
+    from approvald.store.models import ToolExecution
+    from approvald.store.records import ExecutionRecord
+    from sqlalchemy import select
+
+    ids = list(run_ids)
+    if not ids:
+        return {}
+    table = ToolExecution.__table__
+    rows = await tx.executions.conn.execute(
+        select(table).where(_runs_in(table.c.run_id, ids)))
+    return {(r.run_id, r.call_id): ExecutionRecord(**r._mapping) for r in rows}
+
+
+async def runs_of(tx: Any, run_ids: Any) -> dict[str, Any]:
+    """The runs ``run_ids`` that exist, by id, in one statement (``tx.runs.get`` each)."""
+    from approvald.store.models import Run
+    from approvald.store.records import RunRecord
+    from sqlalchemy import select
+
+    ids = list(run_ids)
+    if not ids:
+        return {}
+    table = Run.__table__
+    rows = await tx.runs.conn.execute(select(table).where(_runs_in(table.c.id, ids)))
+    return {r.id: RunRecord(**r._mapping) for r in rows}
+
+
 class Rows:
     """The tests' one way into the database: the rows a test reads to assert on, and the
     rows a tampering test forges past the runtime (an attacker with write access and not
@@ -331,7 +385,7 @@ class Rows:
     async def approvals(self, *run_ids: str) -> list[Any]:
         """The approvals of ``run_ids``, run by run, each run's in the order made."""
         async with self.db.read() as tx:
-            return [a for run_id in run_ids for a in await tx.approvals.for_run(run_id)]
+            return await approvals_of(tx, run_ids)
 
     async def run(self, run_id: str) -> Any:
         async with self.db.read() as tx:

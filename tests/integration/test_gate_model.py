@@ -109,7 +109,7 @@ from hypothesis.stateful import (
 from sqlalchemy import Text, select, type_coerce
 
 from tests.conftest import SIGNER, reset_pg
-from tests.helpers import Crash, Rows, parts
+from tests.helpers import Crash, Rows, approvals_of, executions_of, parts, runs_of
 from tests.helpers import crash as _crash
 
 # processes, browsers or hundreds of schedules: out of the inner loop (-m 'not slow')
@@ -973,12 +973,10 @@ class GateMachine(RuleBasedStateMachine):
                                          if self.ledger_path.exists() else []) if x.strip()]
         async with self.committed.read() as tx:
             last = {}
-            for run_id in [*self.runs, *self.requests]:
-                for a in await tx.approvals.for_run(run_id):
-                    if a.kind == "tool_call":
-                        last[(a.run_id, a.call_id)] = a
-            records = [rec for run_id in self.runs
-                       for rec in (await tx.executions.for_run(run_id)).values()]
+            for a in await approvals_of(tx, [*self.runs, *self.requests]):
+                if a.kind == "tool_call":
+                    last[(a.run_id, a.call_id)] = a
+            records = list((await executions_of(tx, self.runs)).values())
         for rec in records:  # an agent's calls: its first attempt's intent in the window
             a = last.get((rec.run_id, rec.call_id))
             if a is None or rec.attempts != 1 or a.decided_via == "standing":
@@ -1007,10 +1005,11 @@ class GateMachine(RuleBasedStateMachine):
     async def _check_policies(self) -> None:
         agent_tool = self.engine.agent("demo-refund").tool("issue_refund")
         async with self.committed.read() as tx:
-            rows = [(a, await tx.runs.get(a.run_id)) for run_id in [*self.runs, *self.requests]
-                    for a in await tx.approvals.for_run(run_id)]
-            ran = {run_id for run_id in self.requests
-                   if await tx.executions.get(run_id, CALL_ID) is not None}
+            asked = await approvals_of(tx, [*self.runs, *self.requests])
+            runs = await runs_of(tx, {a.run_id for a in asked})
+            rows = [(a, runs.get(a.run_id)) for a in asked]
+            ran = {run_id for run_id, call_id in await executions_of(tx, self.requests)
+                   if call_id == CALL_ID}
         by_id = {a.id: a for a, _ in rows}
         for a, run in rows:
             if a.kind != "tool_call":
@@ -1074,36 +1073,38 @@ class GateMachine(RuleBasedStateMachine):
         for name in ("issue_refund", "send_customer_email"):
             keys = [e["idempotency_key"] for e in lines if e["tool"] == name]
             assert len(keys) == len(set(keys)), f"{name} ran twice: {keys}"
+        # each read below is one statement over every run, not one a run or a request (on
+        # PostgreSQL a statement is a round trip to the server: this check runs after
+        # every step of every schedule)
         async with self.committed.read() as tx:
+            asked = await approvals_of(tx, [*self.runs, *self.requests])
             by_call: dict[tuple[str, str], list[Any]] = {}
-            for run_id in [*self.runs, *self.requests]:
-                for a in await tx.approvals.for_run(run_id):
-                    if a.kind == "tool_call":
-                        by_call.setdefault((a.run_id, a.call_id), []).append(a)
-            votes = {a.id: await tx.approvals.votes(a.id)
-                     for rows in by_call.values() for a in rows if a.status == "approved"}
+            for a in asked:
+                if a.kind == "tool_call":
+                    by_call.setdefault((a.run_id, a.call_id), []).append(a)
+            approved = [a.id for rows in by_call.values() for a in rows
+                        if a.status == "approved"]
+            votes: dict[str, list[Any]] = {aid: [] for aid in approved}
+            for v in await tx.approvals.votes_of(approved):
+                votes[v.approval_id].append(v)
             standing = {f"standing:{x.id}": x for x in
                         await tx.standing.listing(live_only=False, now=self.clock.now())}
             # who had granted a standing approval when it approved a request (grants only
             # grow, so today's list may name someone who granted after that use)
+            by_standing = {a.id for rows in by_call.values() for a in rows
+                           if a.decided_via == "standing"}
+            entries = [e async for e in tx.audit.iterate()]
             granted_by = {e.approval_id: json.loads(e.details)["granted_by"]
-                          for rows in by_call.values() for a in rows
-                          if a.decided_via == "standing"
-                          for e in await tx.audit.query(approval_id=a.id)
-                          if e.action == "approved"}
-            records = {(run_id, call_id): rec
-                       for run_id in self.runs
-                       for call_id, rec in (await tx.executions.for_run(run_id)).items()}
+                          for e in entries
+                          if e.approval_id in by_standing and e.action == "approved"}
+            records = await executions_of(tx, self.runs)
             executions = set(records)
-            cannot = [a for run_id in self.runs for a in await tx.approvals.for_run(run_id)
-                      if a.kind == "cannot_run"]
-            not_executed = {e.approval_id for run_id in self.runs
-                            for e in await tx.audit.query(run_id=run_id)
-                            if e.action == "not_executed"}
-            for run_id in [*self.runs, *self.requests]:
-                run = await tx.runs.get(run_id)
-                if run is not None:
-                    self.agents[run_id] = run.agent
+            mine = set(self.runs)
+            cannot = [a for a in asked if a.run_id in mine and a.kind == "cannot_run"]
+            not_executed = {e.approval_id for e in entries
+                            if e.run_id in mine and e.action == "not_executed"}
+            for run_id, run in (await runs_of(tx, [*self.runs, *self.requests])).items():
+                self.agents[run_id] = run.agent
         for rows in by_call.values():
             for a in rows:
                 if a.status == "approved" and a.decided_via == "standing":
