@@ -1076,6 +1076,11 @@ class GateMachine(RuleBasedStateMachine):
         # each read below is one statement over every run, not one a run or a request (on
         # PostgreSQL a statement is a round trip to the server: this check runs after
         # every step of every schedule)
+        # the chain verifies, and its entries (each checked against its hash) serve the
+        # checks below: one walk of the log, not two
+        entries: list[Any] = []
+        report = await audit.verify(self.committed, visit=entries.append)
+        assert report.ok, report.problems
         async with self.committed.read() as tx:
             asked = await approvals_of(tx, [*self.runs, *self.requests])
             by_call: dict[tuple[str, str], list[Any]] = {}
@@ -1093,7 +1098,6 @@ class GateMachine(RuleBasedStateMachine):
             # grow, so today's list may name someone who granted after that use)
             by_standing = {a.id for rows in by_call.values() for a in rows
                            if a.decided_via == "standing"}
-            entries = [e async for e in tx.audit.iterate()]
             granted_by = {e.approval_id: json.loads(e.details)["granted_by"]
                           for e in entries
                           if e.approval_id in by_standing and e.action == "approved"}
@@ -1147,8 +1151,6 @@ class GateMachine(RuleBasedStateMachine):
             assert asked[-1].id in not_executed, f"{q.id}: no not_executed audit entry"
             if (q.run_id, q.call_id) not in executions:
                 assert (q.run_id, q.call_id) not in ran, f"{q.id}'s call ran"
-        report = await audit.verify(self.committed)
-        assert report.ok, report.problems
         if any(e["tool"] == "issue_refund" for e in lines):
             event("refund executed")
 
