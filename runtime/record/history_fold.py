@@ -32,9 +32,11 @@ entries appended since the last one, so what it returns is never behind the chai
 
 from __future__ import annotations
 
+import gc
 import hmac
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -102,6 +104,22 @@ def load(seq: int, folded: int, state: str, sources: dict[tuple[str, str], Sourc
         seq=seq, folded=folded, rungs=rungs)
 
 
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """No cyclic collection while a batch of kept requests is decoded (the collector on
+    again after it, if it was): each batch makes tens of thousands of objects, none of
+    them garbage, and the collections the allocations would otherwise trigger, again and
+    again over the requests already made, cost a kept read about half its time (issue 51;
+    docs/performance.md)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 @dataclass
 class Kept:
     """What a read found kept: the requests folded through ``through`` (none: fold anew)."""
@@ -140,13 +158,14 @@ async def kept(tx: Tx, keys: Sequence[AuditKey], unkeyed_until: int) -> Kept:
     compare = hmac.compare_digest
     macs = {k.id: k.macs() for k in keys}
     async for rows in tx.audit.folded():
-        for seq, n, state, kid, row in rows:
-            mac_of = macs.get(kid)
-            if mac_of is None or not compare(mac_of(row_text(seq, n, state)), row):
-                bad.append(seq)
-                continue
-            total += n
-            requests.append(load(seq, n, state, sources))
+        with collector_paused():  # (no await inside)
+            for seq, n, state, kid, row in rows:
+                mac_of = macs.get(kid)
+                if mac_of is None or not compare(mac_of(row_text(seq, n, state)), row):
+                    bad.append(seq)
+                    continue
+                total += n
+                requests.append(load(seq, n, state, sources))
     if bad:
         out.problems.append(
             f"{len(bad)} kept request(s) do not match their MAC (first at entry {bad[0]}): "
@@ -188,8 +207,9 @@ async def read_kept(db: Database, *, since: datetime | None, keys: Sequence[Audi
                 add(s, at, action, actor, run_id, approval_id, details)
 
     async with db.read(snapshot=True) as tx:
-        report = await verify_from_checkpoint(tx, keys=keys, unkeyed_until=unkeyed_until,
-                                              before=before, after=visit)
+        with collector_paused():
+            report = await verify_from_checkpoint(tx, keys=keys, unkeyed_until=unkeyed_until,
+                                                  before=before, after=visit)
     if report is None:  # no checkpoint to start from: the whole chain, folded anew
         async with db.read(snapshot=True) as tx:
             found = await kept(tx, keys, unkeyed_until)
