@@ -21,6 +21,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from approvald.runtime.kernel.collector import collector_paused
 from approvald.runtime.kernel.errors import NotFound
 from approvald.runtime.policies.directory import Directory
 from approvald.runtime.policies.intake import Intake, Source
@@ -91,7 +92,15 @@ def declared_for(registry: Registry) -> Callable[[Source, str], tuple[PolicyKind
 def replay(requests: Iterable[Request], policy: PolicyFile, directory: Directory,
            declared: Callable[[Source, str], tuple[PolicyKind, ApprovalPolicy] | None]
            ) -> Replay:
-    """Decide each request again under ``policy`` with the intake, and compare."""
+    """Decide each request again under ``policy`` with the intake, and compare (no cyclic
+    collection meanwhile: :mod:`runtime.kernel.collector`)."""
+    with collector_paused():
+        return _replay(requests, policy, directory, declared)
+
+
+def _replay(requests: Iterable[Request], policy: PolicyFile, directory: Directory,
+            declared: Callable[[Source, str], tuple[PolicyKind, ApprovalPolicy] | None]
+            ) -> Replay:
     decide = Decisions(Intake(lambda: policy, directory))
     out = Replay()
     # what each source's code declares for each tool (looked up once: the registry is

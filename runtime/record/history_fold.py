@@ -32,16 +32,15 @@ entries appended since the last one, so what it returns is never behind the chai
 
 from __future__ import annotations
 
-import gc
 import hmac
 import json
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from approvald.runtime.kernel.canonical import compact_json
+from approvald.runtime.kernel.collector import collector_paused
 from approvald.runtime.policies.intake import Source
 from approvald.runtime.record.audit import AuditKey, verify
 from approvald.runtime.record.audit_checkpoint import record_checkpoint, verify_from_checkpoint
@@ -102,22 +101,6 @@ def load(seq: int, folded: int, state: str, sources: dict[tuple[str, str], Sourc
         decided_at=datetime.fromisoformat(decided_at) if decided_at is not None else None,
         reason=reason, asked_of=asked_of, shadow=shadow, masked=masked, opened=opened,
         seq=seq, folded=folded, rungs=rungs)
-
-
-@contextmanager
-def collector_paused() -> Iterator[None]:
-    """No cyclic collection while a batch of kept requests is decoded (the collector on
-    again after it, if it was): each batch makes tens of thousands of objects, none of
-    them garbage, and the collections the allocations would otherwise trigger, again and
-    again over the requests already made, cost a kept read about half its time (issue 51;
-    docs/performance.md)."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 @dataclass

@@ -56,3 +56,47 @@ def test_calls_whose_rules_hold_alike_are_resolved_once() -> None:
     # but the intake resolved one per set of outcomes: far fewer
     assert intake.resolved <= 12, intake.resolved
     assert replay_module.Decisions is Decisions
+
+
+def test_no_collection_runs_while_a_replay_or_the_insights_work() -> None:
+    """(issue 51: at a million entries the collections cost the insights as much as their
+    own work; runtime.kernel.collector)"""
+    import gc
+    from datetime import UTC, datetime
+
+    from approvald.runtime.insights import insights
+    from approvald.runtime.record.history import History
+    from approvald.runtime.replay import replay
+
+    from tests.unit.test_replay_memo import NEW, declared, seeded_history
+
+    history = seeded_history(200)
+    collected: list[int] = []
+
+    def seen(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collected.append(info["generation"])
+
+    directory = StaticDirectory({})
+    window = History(history, datetime(2026, 11, 1, tzinfo=UTC), (1, "0" * 64), 1)
+    threshold = gc.get_threshold()
+    gc.collect()
+    gc.set_threshold(1)  # any allocation of a tracked object would collect
+    try:
+        gc.callbacks.append(seen)
+        done = replay(history, NEW, directory, declared)
+        gc.callbacks.remove(seen)
+        in_replay = list(collected)
+        gc.callbacks.append(seen)
+        found = insights(window, NEW, directory, declared, window="30 days", min_requests=3)
+        gc.callbacks.remove(seen)
+        in_insights = collected[len(in_replay):]
+    finally:
+        if seen in gc.callbacks:
+            gc.callbacks.remove(seen)
+        gc.set_threshold(*threshold)
+    assert gc.isenabled()
+    # (at most the few its own start and end allocate, outside the pause: thousands
+    # without it)
+    assert len(in_replay) <= 10 and len(in_insights) <= 10, (in_replay, in_insights)
+    assert done.requests == 200 and found.requests == 200
