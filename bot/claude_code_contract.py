@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from typing import Any, NamedTuple
 
-from approvald.runtime import MAX_DEPTH, ApprovaldError, TooDeep, loads
+from approvald.runtime import MAX_DEPTH, ApprovaldError, TooDeep, parse_caller_json
 
 NAME = "claude-code"
 PRE, POST, POST_FAILED = "PreToolUse", "PostToolUse", "PostToolUseFailure"
@@ -101,7 +101,7 @@ class HookEvent(NamedTuple):  # (not a dataclass: importing dataclasses costs th
         if len(text) > MAX_EVENT or len(text.encode("utf-8", "replace")) > MAX_EVENT:
             raise HookEventError(f"the event is larger than {MAX_EVENT} bytes")
         try:
-            doc = loads(text)
+            doc = parse_caller_json(text)
         except TooDeep as exc:
             raise HookEventError(f"the event is {exc} (a tool's input may nest "
                                  f"{MAX_DEPTH})") from None

@@ -37,7 +37,7 @@ from approvald.runtime import (
     api_tokens,
     compact_json,
     external,
-    loads,
+    parse_caller_json,
 )
 from approvald.store.repos.external import TokenRecord
 from pydantic import BaseModel, ValidationError
@@ -227,7 +227,8 @@ class Routes:
     async def _body(self, request: web.Request, model: type[_Model]) -> _Model:
         raw = await self._raw(request, self.body_limit)
         try:
-            value = loads(raw.decode("utf-8"), parse_constant=_not_json, parse_float=_finite)
+            value = parse_caller_json(raw.decode("utf-8"), parse_constant=_not_json,
+                                      parse_float=_finite)
         except TooDeep as exc:
             raise ApiError(422, "invalid_request", f"the body is {exc} (a value in it may "
                                                    f"nest {MAX_DEPTH})") from None

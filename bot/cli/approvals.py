@@ -39,10 +39,10 @@ from approvald.runtime import (
     binding,
     deadline,
     id_help,
-    loads,
     outcome_of,
+    outcome_words,
+    parse_caller_json,
     shown_args,
-    word,
 )
 from approvald.store.records import ApprovalRecord
 
@@ -240,7 +240,7 @@ def decide_command(verdict: str) -> Handler:
                 expect = expect or binding.shown(current.effective_digest)
             elif verdict == "edit":
                 try:
-                    args = loads(a.args, max_depth=MAX_DEPTH)
+                    args = parse_caller_json(a.args, max_depth=MAX_DEPTH)
                 except TooDeep as exc:
                     raise UsageError(f"--args is {exc}") from None
                 except ValueError as exc:
@@ -338,7 +338,7 @@ def decided_line(d: Decision, as_user: str) -> str:
     records it (a repeat, a vote, a proposal, an approval with edits)."""
     rec = d.approval
     if d.repeated:
-        return (f"approval {rec.id}: already {word(rec).words} by {rec.decided_by} at "
+        return (f"approval {rec.id}: already {outcome_words(rec).words} by {rec.decided_by} at "
                 f"{iso(rec.decided_at)}; the decision stands (recorded as repeated)")
     if d.outcome == "voted":
         return (f"approval {rec.id}: {d.approvals} of {d.quorum} approvals on arguments "
@@ -346,7 +346,7 @@ def decided_line(d: Decision, as_user: str) -> str:
     if d.outcome == "edited":
         return (f"approval {rec.id}: arguments replaced by {as_user} (now "
                 f"{binding.short(rec.effective_digest)}); someone else must approve them")
-    return f"approval {rec.id}: {word(rec).words} by {as_user}"
+    return f"approval {rec.id}: {outcome_words(rec).words} by {as_user}"
 
 
 async def cmd_sweep(s: Settings, a: argparse.Namespace) -> int:

@@ -66,12 +66,11 @@ from approvald.runtime import (
     ToolIdentity,
     canonical_json,
     compact_json,
-    describe,
     lease_id,
     mask_text,
     refusal,
     sha256_hex,
-    when,
+    time_or_unknown,
 )
 from approvald.runtime import CallerWaiting as Waiting
 from approvald.store.repos.external import Checks, TokenRecord
@@ -88,7 +87,7 @@ RESULT_SUMMARY = 4000  # characters of a result too large to record whole
 
 T = TypeVar("T")
 GatewayOff = CallerOff  # the gateway's token was revoked: it lets nothing through
-__all__ = ["Forward", "Gateway", "GatewayOff", "Ran", "Refused", "describe", "refusal"]
+__all__ = ["Forward", "Gateway", "GatewayOff", "Ran", "Refused", "refusal"]
 
 
 @dataclass(frozen=True)
@@ -299,7 +298,8 @@ class Gateway(CallerGate):
             return Refused(
                 "unknown",
                 f"approvald: request {rid} for {tool} was approved and its call started at "
-                f"{when(exc.fields.get('started_at'))} by {exc.fields.get('owner') or '?'}, "
+                f"{time_or_unknown(exc.fields.get('started_at'))} by "
+                f"{exc.fields.get('owner') or '?'}, "
                 "which has not recorded what came of it: the call may still be running, or "
                 "its process stopped mid-call. approvald never runs such a call again. If it "
                 f"did not happen, `approvald runs cancel {rid}` and call the tool again.", rid)

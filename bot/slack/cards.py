@@ -50,15 +50,15 @@ from approvald.runtime import (
     Scope,
     WillRun,
     asker,
-    counted,
     mask_args,
     mask_text,
     masked_json,
     outcome_of,
+    outcome_words,
+    quorum_voters,
     sensitive_paths,
     shown_packet,
     will_run,
-    word,
 )
 from approvald.store.records import ApprovalRecord, VoteRecord
 from approvald.store.repos.standing import StandingRecord
@@ -253,7 +253,7 @@ def _approvers(a: ApprovalRecord, limit: int = 10) -> str:
 def _voters(a: ApprovalRecord, votes: Sequence[VoteRecord]) -> list[str]:
     """Who approved the arguments that will run: a vote on a pre-edit digest does not
     count, nor a proposal's author's own (see :func:`runtime.approvals.decide.counted`)."""
-    return counted(a, [v.actor for v in votes
+    return quorum_voters(a, [v.actor for v in votes
                        if v.verdict == "approve" and v.digest == a.effective_digest])
 
 
@@ -466,7 +466,7 @@ def _headline(a: ApprovalRecord) -> str:
             return T.HEADER_QUESTION.format(tool=a.tool)
         return T.HEADER_PENDING.format(emoji=T.RISK_EMOJI[risk_of(a)], tool=a.tool, risk=risk_of(a))
     template = T.HEADER_CANNOT_RUN_DONE if a.kind == "cannot_run" else T.HEADER_DONE
-    return template.format(label=word(a).label, tool=a.tool)
+    return template.format(label=outcome_words(a).label, tool=a.tool)
 
 
 def _intro(a: ApprovalRecord, p: dict[str, Any], thread_url: str | None) -> str:
@@ -521,7 +521,8 @@ def _decision(a: ApprovalRecord, votes: Sequence[VoteRecord], superseded_by: str
     """What happened, by whom and when, for a card without buttons."""
     emoji = outcome_emoji(a)
     when = slack_date(a.decided_at or a.expires_at, T.DATE_AT)
-    fields = {"emoji": emoji, "who": who(a.decided_by), "date": when, "label": word(a).label,
+    fields = {"emoji": emoji, "who": who(a.decided_by), "date": when,
+              "label": outcome_words(a).label,
               "via": T.DECIDED_VIA_CLI if (a.decided_via or "").startswith("cli")
               else T.DECIDED_VIA_WEB if a.decided_via == "web" else ""}
     if a.status == "pending":
@@ -558,7 +559,7 @@ def _decision(a: ApprovalRecord, votes: Sequence[VoteRecord], superseded_by: str
         by = T.DECIDED_CANCELLED_BY.format(who=who(a.decided_by)) if a.decided_by else ""
         text = T.DECIDED_CANCELLED.format(emoji=emoji, label=fields["label"], by=by, date=when)
     else:
-        text = T.DECIDED_OTHER.format(emoji=emoji, status=word(a).label)
+        text = T.DECIDED_OTHER.format(emoji=emoji, status=outcome_words(a).label)
     if a.reason:
         text += "\n" + T.DECIDED_REASON.format(reason=clip(a.reason, 1000))
     return text
@@ -665,7 +666,7 @@ def approval_card(a: ApprovalRecord, *, token: str | None, now: datetime,
 def _fallback(a: ApprovalRecord, p: dict[str, Any]) -> str:
     agent, tool = clip(asker(p.get("agent")), 80), clip(a.tool, 80)
     if a.status != "pending":
-        text = T.FALLBACK_DONE.format(tool=tool, status=word(a).words)
+        text = T.FALLBACK_DONE.format(tool=tool, status=outcome_words(a).words)
     elif a.kind == "outcome_unknown":
         text = T.FALLBACK_QUESTION.format(agent=agent, tool=tool)
     elif a.kind == "cannot_run":
@@ -722,12 +723,12 @@ def compact_blocks(a: ApprovalRecord, token: str | None, *, now: datetime,
 
 def status_word(a: ApprovalRecord) -> str:
     """How a request ended, in its outcome's words ("approved with edits", "re-planned")."""
-    return word(a).words
+    return outcome_words(a).words
 
 
 def outcome_emoji(a: ApprovalRecord) -> str:
     """The emoji of ``a``'s outcome, as Slack draws it."""
-    return T.EMOJI.format(name=word(a).emoji)
+    return T.EMOJI.format(name=outcome_words(a).emoji)
 
 
 def recent_line(a: ApprovalRecord) -> str:

@@ -51,10 +51,10 @@ from approvald.runtime import (
     Claim,
     Engine,
     RunMasking,
-    decode,
+    decode_event,
     failpoint,
     of_run,
-    repeat,
+    repeat_every,
 )
 from approvald.store.records import (
     ApprovalRecord,
@@ -137,7 +137,7 @@ class ThreadFollower:
         self.card_wait = card_wait
 
     async def run(self, stop: asyncio.Event, *, poll: float = 0.5) -> None:
-        await repeat(self.sync_once, stop=stop, every=poll, what="run threads sync")
+        await repeat_every(self.sync_once, stop=stop, every=poll, what="run threads sync")
 
     def _ready(self, channel: str) -> bool:
         return time.monotonic() >= self._next_ok.get(channel, 0.0)
@@ -205,7 +205,7 @@ class ThreadFollower:
         approvals, events, entries = list(view.approvals), list(view.events), list(view.entries)
         if run is None:
             return
-        told = [decode(ev, executions) for ev in events if ev.seq >= turn.posted_seq]
+        told = [decode_event(ev, executions) for ev in events if ev.seq >= turn.posted_seq]
         turn.shown = of_run(told, approvals, executions, view.external)
         if turn.unsure:
             await self._reconcile(turn, run)
@@ -266,7 +266,7 @@ class ThreadFollower:
             items.append(story.Item("audit", e.seq,
                                     story.entry_lines(e, by_id, executions, links, shown)))
         for ev in events:
-            msg = decode(ev, executions)
+            msg = decode_event(ev, executions)
             lines = []
             if isinstance(msg, AssistantMessage) and not msg.tool_calls and msg.content:
                 lines.append(story.Line(messages.thread_final(shown.run.text(msg.content))))

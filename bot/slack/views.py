@@ -95,9 +95,9 @@ from approvald.runtime import (
     OperatorInsights,
     RuleError,
     TooDeep,
-    holds,
-    loads,
+    condition_holds,
     mask_args,
+    parse_caller_json,
     sensitive_paths,
     will_run,
 )
@@ -346,7 +346,7 @@ def parse_edit(text: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]
     """Read the edit box: ``(arguments, None)``, or ``(None, the error answer)`` to return
     from the ``view_submission`` (schema validation is the runtime's job, not this one's)."""
     try:
-        value = loads(text, max_depth=MAX_DEPTH)
+        value = parse_caller_json(text, max_depth=MAX_DEPTH)
     except TooDeep:
         return None, edit_errors([{"loc": [], "msg": T.EDIT_ERROR_DEEP.format(n=MAX_DEPTH)}])
     except ValueError as exc:
@@ -721,7 +721,7 @@ def example_condition(tool: str, args: Mapping[str, Any],
         else:
             continue
         try:  # a term CEL reads differently (a number beyond int64, …) is left out
-            if holds(term, tool, args):
+            if condition_holds(term, tool, args):
                 terms.append(term)
         except (RuleError, ValueError):
             continue

@@ -35,7 +35,7 @@ from approvald.runtime import (
     NotFound,
     TooDeep,
     Verdict,
-    loads,
+    parse_caller_json,
 )
 from approvald.store.records import ApprovalRecord
 from multidict import MultiDictProxy
@@ -403,7 +403,7 @@ class WebRoutes:
         args: Any = None
         if verdict == "edit":
             try:
-                args = loads(str(form.get("args", "")), max_depth=MAX_DEPTH)
+                args = parse_caller_json(str(form.get("args", "")), max_depth=MAX_DEPTH)
             except ValueError as exc:  # (TooDeep, nested past MAX_DEPTH, is one)
                 what = f"are {exc}" if isinstance(exc, TooDeep) else f"are not JSON: {exc}"
                 return html(pages.message("Not decided", f"The edited arguments {what}",
