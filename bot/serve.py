@@ -150,7 +150,7 @@ class Service:
         self.wakeups = Wakeups(db, origin=self.engine.process, on_signal=self._woken)
         self.engine.on_ready(lambda run_id: self.wakeups.publish("ready", run_id))
         self.engine.on_opened(lambda approval_id: self.wakeups.publish("opened", approval_id))
-        self.engine.on_outbox(lambda: self.wakeups.publish("outbox"))
+        self.engine.on_outbox(self._outbox_committed)
         self.engine.on_request_decided(lambda rid: self.wakeups.publish("decided", rid))
         self._tasks: list[asyncio.Task[None]] = []
         self._chores: list[asyncio.Task[None]] = []  # cancelled at stop, not waited for
@@ -317,6 +317,14 @@ class Service:
                         self.settings.metrics_addr, _why(exc))
             return
         self.api.webhook_hosts.add_own_port(self.metrics_port)
+
+    def _outbox_committed(self) -> None:
+        """Outbox rows were committed here. While this process's drain runs it was woken
+        (on_outbox) and delivers them: another replica woken would only race it for
+        the rows' claim, at the cost of a ``pg_notify`` per commit (issue 50). With no
+        drain running here (started without it, or stopped) the others are told."""
+        if not any(t.get_name() == "outbox" and not t.done() for t in self._tasks):
+            self.wakeups.publish("outbox")
 
     def _woken(self, kind: str, key: str) -> None:
         """Another replica committed something: wake what acts on it here (the database

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from approvald.runtime.kernel.collector import collector_paused
 from approvald.runtime.policies.directory import Directory
 from approvald.runtime.policies.intake import Source
 from approvald.runtime.policies.policy import (
@@ -157,7 +158,15 @@ class Insights:
 
 def insights(history: History, policy: PolicyFile, directory: Directory, declared: Declared,
              *, window: str, min_requests: int = MIN_REQUESTS) -> Insights:
-    """Figures per tool and per rule, shadow records and suggestions for ``history``."""
+    """Figures per tool and per rule, shadow records and suggestions for ``history`` (no
+    cyclic collection meanwhile: :mod:`runtime.kernel.collector`)."""
+    with collector_paused():
+        return _insights(history, policy, directory, declared, window=window,
+                         min_requests=min_requests)
+
+
+def _insights(history: History, policy: PolicyFile, directory: Directory,
+              declared: Declared, *, window: str, min_requests: int) -> Insights:
     tools: dict[str, Stats] = {}
     rules: dict[str, Stats] = {}
     shadows: dict[str, ShadowStats] = {}

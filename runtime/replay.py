@@ -21,11 +21,12 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from approvald.runtime.kernel.collector import collector_paused
 from approvald.runtime.kernel.errors import NotFound
 from approvald.runtime.policies.directory import Directory
 from approvald.runtime.policies.intake import Intake, Source
 from approvald.runtime.policies.policy import ApprovalPolicy, CallPolicy, PolicyFile, PolicyKind
-from approvald.runtime.policies.rules import argument_fields
+from approvald.runtime.policies.rules import RuleError, argument_fields, holds
 from approvald.runtime.policies.tools import Tool
 from approvald.runtime.record.history import Request
 from approvald.runtime.runs.agent import Registry
@@ -91,7 +92,15 @@ def declared_for(registry: Registry) -> Callable[[Source, str], tuple[PolicyKind
 def replay(requests: Iterable[Request], policy: PolicyFile, directory: Directory,
            declared: Callable[[Source, str], tuple[PolicyKind, ApprovalPolicy] | None]
            ) -> Replay:
-    """Decide each request again under ``policy`` with the intake, and compare."""
+    """Decide each request again under ``policy`` with the intake, and compare (no cyclic
+    collection meanwhile: :mod:`runtime.kernel.collector`)."""
+    with collector_paused():
+        return _replay(requests, policy, directory, declared)
+
+
+def _replay(requests: Iterable[Request], policy: PolicyFile, directory: Directory,
+            declared: Callable[[Source, str], tuple[PolicyKind, ApprovalPolicy] | None]
+            ) -> Replay:
     decide = Decisions(Intake(lambda: policy, directory))
     out = Replay()
     # what each source's code declares for each tool (looked up once: the registry is
@@ -149,8 +158,11 @@ class Decisions:
         # policy) -> (the arguments its rules read, its number, that policy: held, so that
         # its id stays its own)
         self._calls: dict[Hashable, tuple[tuple[str, ...] | None, int,
-                                          ApprovalPolicy | None]] = {}
-        self.decided = 0  # calls the intake decided (the rest were repeats)
+                                          ApprovalPolicy | None, tuple[str, ...], str]] = {}
+        # (its number, the outcome of each of its rules) -> the intake's decision
+        self._by_outcomes: dict[Hashable, CallPolicy] = {}
+        self.decided = 0  # distinct calls decided (the rest were repeats)
+        self.resolved = 0  # calls the intake resolved (one per set of rules' outcomes)
 
     def __call__(self, source: Source, tool: str, args: Mapping[str, Any],
                  declared: Declaration) -> CallPolicy:
@@ -158,9 +170,10 @@ class Decisions:
             (source.kind, source.name, tool, declared[0], id(declared[1]))
         call = self._calls.get(at)
         if call is None:
-            call = self._calls[at] = (self._fields(source.policy_name(tool)),
-                                      len(self._calls),
-                                      None if declared is None else declared[1])
+            name = source.policy_name(tool)
+            call = self._calls[at] = (self._fields(name), len(self._calls),
+                                      None if declared is None else declared[1],
+                                      self._conditions(name), name)
         reads = call[0]
         if reads is None:
             values: Hashable = _value(args)
@@ -169,10 +182,30 @@ class Decisions:
         key = (call[1], values)
         found = self._memo.get(key)
         if found is None:
-            found = self._memo[key] = self.intake.resolve(source, tool, args,
-                                                          declared=declared)
+            # a call not seen: what each of its rules says of it (the intake's own
+            # evaluation), and the intake's decision once per set of these
+            name = call[4]
+            outcomes = (call[1], tuple([_outcome(when, name, args) for when in call[3]]))
+            found = self._by_outcomes.get(outcomes)
+            if found is None:
+                found = self._by_outcomes[outcomes] = self.intake.resolve(
+                    source, tool, args, declared=declared)
+                self.resolved += 1
+            self._memo[key] = found
             self.decided += 1
         return found
+
+    def _conditions(self, name: str) -> tuple[str, ...]:
+        """The conditions of the rules of ``name``'s entries (in force, then shadow): the
+        intake's decision for a call of it is a function of what each says of the call
+        (holds, does not, or cannot be evaluated, and why), its source, its tool and what
+        its agent's code declares (:meth:`PolicyFile.for_call`; annotations are not
+        replayed)."""
+        out: list[str] = []
+        for shadow in (False, True):
+            found = self.intake.policy.entry(name, shadow=shadow)
+            out += [rule.when for rule in (found[1].rules if found is not None else ())]
+        return tuple(out)
 
     def _fields(self, name: str) -> tuple[str, ...] | None:
         """The arguments the rules of ``name``'s entries (in force and shadow) read."""
@@ -189,6 +222,16 @@ class Decisions:
 
 
 _ABSENT = ("absent",)
+
+
+def _outcome(when: str, tool: str, args: Mapping[str, Any]) -> Hashable:
+    """What condition ``when`` says of a call, as the intake evaluates it
+    (:func:`runtime.policies.rules.holds`): True, False, or why it cannot be evaluated
+    (the intake's reason names it)."""
+    try:
+        return holds(when, tool, args)
+    except RuleError as exc:
+        return "error", str(exc)
 _UNDECLARED: Declaration = ("approve_before", ApprovalPolicy())  # (not yet looked up)
 
 

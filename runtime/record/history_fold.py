@@ -40,6 +40,7 @@ from datetime import datetime
 from typing import Any
 
 from approvald.runtime.kernel.canonical import compact_json
+from approvald.runtime.kernel.collector import collector_paused
 from approvald.runtime.policies.intake import Source
 from approvald.runtime.record.audit import AuditKey, verify
 from approvald.runtime.record.audit_checkpoint import record_checkpoint, verify_from_checkpoint
@@ -140,13 +141,14 @@ async def kept(tx: Tx, keys: Sequence[AuditKey], unkeyed_until: int) -> Kept:
     compare = hmac.compare_digest
     macs = {k.id: k.macs() for k in keys}
     async for rows in tx.audit.folded():
-        for seq, n, state, kid, row in rows:
-            mac_of = macs.get(kid)
-            if mac_of is None or not compare(mac_of(row_text(seq, n, state)), row):
-                bad.append(seq)
-                continue
-            total += n
-            requests.append(load(seq, n, state, sources))
+        with collector_paused():  # (no await inside)
+            for seq, n, state, kid, row in rows:
+                mac_of = macs.get(kid)
+                if mac_of is None or not compare(mac_of(row_text(seq, n, state)), row):
+                    bad.append(seq)
+                    continue
+                total += n
+                requests.append(load(seq, n, state, sources))
     if bad:
         out.problems.append(
             f"{len(bad)} kept request(s) do not match their MAC (first at entry {bad[0]}): "
@@ -188,8 +190,9 @@ async def read_kept(db: Database, *, since: datetime | None, keys: Sequence[Audi
                 add(s, at, action, actor, run_id, approval_id, details)
 
     async with db.read(snapshot=True) as tx:
-        report = await verify_from_checkpoint(tx, keys=keys, unkeyed_until=unkeyed_until,
-                                              before=before, after=visit)
+        with collector_paused():
+            report = await verify_from_checkpoint(tx, keys=keys, unkeyed_until=unkeyed_until,
+                                                  before=before, after=visit)
     if report is None:  # no checkpoint to start from: the whole chain, folded anew
         async with db.read(snapshot=True) as tx:
             found = await kept(tx, keys, unkeyed_until)

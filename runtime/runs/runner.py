@@ -445,9 +445,7 @@ class Runner:
         # no snapshot needed: we hold the lease, so only we write this run's events and
         # ledger rows, and a ledger row is always committed before the event naming it
         async with self.db.read() as tx:
-            events = await tx.events.load(run.id)
-            executions = await tx.executions.for_run(run.id)
-            approvals = await tx.approvals.for_run(run.id)
+            events, executions, approvals = await tx.events.state(run.id)
         return _Live(run, build_state(run, events, executions), executions, approvals, owner)
 
     async def _drive(self, run: RunRecord, owner: str, stop: asyncio.Event,

@@ -60,8 +60,13 @@ async def test_a_decision_on_one_replica_wakes_another_at_once(pg_url, tmp_path)
         # completion by a moment
         await eventually(lambda: _true(a.wakeups.sent >= 2),  # opened, ready (and outbox)
                          "A to announce its commits")
-        # B's own commits while advancing (outbox rows)
-        await eventually(lambda: _true(b.wakeups.sent >= 1), "B to announce its commits")
+        # B's own commits while advancing (outbox rows): delivered by B's own drain, which
+        # its commits woke; no other replica is told of them (issue 50)
+        async def delivered() -> bool:
+            async with db_a.read() as tx:
+                return not await tx.outbox.recent(status="pending")
+        await eventually(delivered, "B to deliver the rows it committed")
+        assert b.wakeups.sent == 0
         lines = (tmp_path / "ledger.jsonl").read_text().splitlines()
         assert sum('"issue_refund"' in line for line in lines) == 1
     finally:
@@ -111,3 +116,65 @@ async def test_a_process_does_not_hear_itself_and_sqlite_needs_nothing(pg_url, s
         await one.close()
         await two.close()
         await db.close()
+
+
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+async def test_outbox_rows_a_process_delivers_itself_wake_no_other_and_are_delivered(
+        db_url: str, tmp_path: Path) -> None:
+    """Issue 50: a click's ``pg_notify`` was the outbox's wake-up (the card's update, the
+    run's thread), sent to replicas that could only race this process's own drain for
+    the rows. A process whose drain runs tells no one, and delivers them itself at once
+    (the others poll every 10 minutes here); a process with no drain running (busy
+    elsewhere, a CLI) still wakes the others, who deliver its rows."""
+    db_a, db_b = Database(db_url), Database(db_url)
+    a = Service(settings(db_url, tmp_path), db_a)
+    b = Service(settings(db_url, tmp_path), db_b)
+    said: dict[str, list[str]] = {"a": [], "b": []}
+    for name, service in (("a", a), ("b", b)):
+        publish = service.wakeups.publish
+
+        def told(kind: str, key: str = "", *, name: str = name, publish: Any = publish
+                 ) -> None:
+            said[name].append(kind)
+            publish(kind, key)
+        service.wakeups.publish = told  # type: ignore[method-assign]
+    try:
+        await a.start()  # worker, drain, scheduler
+        await b.scheduler.start()  # no worker, no drain: busy elsewhere
+        assert await b.wakeups.start()
+        async with asyncio.timeout(10):
+            await a.wakeups.listening()
+            await b.wakeups.listening()
+
+        async def pending() -> int:
+            async with db_a.read() as tx:
+                return len(await tx.outbox.recent(status="pending"))
+
+        # A opens a request, decides it, runs the call: its outbox rows, delivered by A
+        paused = await a.engine.run("demo-refund", "Refund order A-8", requested_by="U_DANA")
+        await a.engine.decide(paused.approval_ids[0], actor=Actor("U_ALICE", "cli"),
+                              verdict="approve")
+
+        async def settled() -> bool:
+            async with db_a.read() as tx:
+                run = await tx.runs.get(paused.run_id)
+            return run is not None and run.status == "completed" and await pending() == 0
+        await eventually(settled, "A to complete the run and deliver its rows")
+        assert "outbox" not in said["a"], said["a"]  # no replica woken to race A's drain
+        assert said["a"].count("opened") == 1  # the others schedule its expiry: told
+
+        # B, with no drain running, opens a request: its card is delivered by A, woken
+        received = a.wakeups.received
+        paused = await b.engine.run("demo-refund", "Refund order A-9", requested_by="U_DANA")
+        assert "outbox" in said["b"]
+        await eventually(lambda: _true(a.wakeups.received > received), "A to hear of B")
+        await eventually(lambda: pending_is(pending, 0), "A to deliver B's rows")
+    finally:
+        await a.stop(grace=5)
+        await b.stop(grace=5)
+        await db_a.close()
+        await db_b.close()
+
+
+async def pending_is(pending: Any, n: int) -> bool:
+    return bool(await pending() == n)

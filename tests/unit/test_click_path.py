@@ -399,3 +399,49 @@ async def test_a_click_by_a_named_approver_locks_its_request_unread_and_a_group_
     decision = await engine.decide(aid, actor=ALICE, verdict="approve", token=card_token(a))
     assert decision.outcome == "approved" and open_when_asked == [0, 0]  # not asked
     assert window.sent[0].startswith("BEGIN"), window.sent
+
+
+async def test_a_resume_reads_the_runs_events_ledger_and_requests_in_one_statement(
+        db: Database, statements) -> None:  # noqa: F811
+    """The run's state, rebuilt when a worker resumes it, was three reads (its events, its
+    execution ledger's rows, its requests); it is one statement (``tx.events.state``),
+    which returns what the three did, in their order, every column processed by its type
+    (sealed texts opened, times as times): a resume that lost an intent would run an
+    approved call again, one that lost a request would ask again, events out of order
+    would replay another transcript. Shown on a run with an intent and no result (the
+    outcome unknown: not run again), and on a completed run."""
+    engine = _engine(db)
+    paused = await engine.run("payer", "pay for web", requested_by="U_DANA")
+    a = await parts(engine).decider.get(paused.approval_ids[0])
+    await engine.decide(a.id, actor=Actor("U_ALICE", "slack"), verdict="approve",
+                        token=card_token(a))
+    async with db.write() as tx:  # the intent of a worker that died before the call
+        call_id = (await tx.approvals.get(a.id)).call_id  # type: ignore[union-attr]
+        assert await tx.executions.record_intent(
+            run_id=a.run_id, call_id=call_id, step=0, tool="pay", digest=a.digest,
+            now=datetime.now(UTC))
+
+    async def three(tx: Tx) -> Any:
+        return (await tx.events.load(a.run_id), await tx.executions.for_run(a.run_id),
+                await tx.approvals.for_run(a.run_id))
+
+    async def one() -> Any:
+        async with db.read() as tx:
+            window = statements.during()
+            state = await tx.events.state(a.run_id)
+            assert len(window.sent) == 1, window.sent
+            assert state == await three(tx)
+        return state
+
+    events, executions, approvals = await one()
+    assert [e.seq for e in events] == list(range(len(events))) and len(events) > 1
+    assert list(executions) == [call_id] and executions[call_id].status == "started"
+    assert [x.id for x in approvals] == [a.id] and approvals[0].status == "approved"
+    assert isinstance(approvals[0].requested_at, datetime)
+    async with db.write() as tx:
+        assert await tx.executions.record_result(
+            run_id=a.run_id, call_id=call_id, status="succeeded", result='"paid"',
+            error_class=None, error=None, now=datetime.now(UTC), latency_ms=1.0)
+    assert isinstance(await engine.advance(a.run_id), Completed)  # not run again
+    events, executions, approvals = await one()
+    assert executions[call_id].result == '"paid"' and len(events) > 3

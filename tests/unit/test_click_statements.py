@@ -48,9 +48,11 @@ async def test_an_approval_to_its_completed_run(db: Database, tmp_path: Path,
         # (the vote and the transition: on PostgreSQL one statement, ``WITH vote AS
         # (INSERT INTO approval_votes ...), upd AS (UPDATE approvals ... WHERE EXISTS
         # (vote))``)
-        # the run's resume: its events, executions and approvals read once each
-        "SELECT run_events": 1, "SELECT tool_executions": 1,
-        "SELECT approvals": 1 + 1,
+        # the run's resume: its events, executions and approvals read in one statement
+        # (``SELECT 0 AS part, run_events.* ... UNION ALL ... tool_executions ... UNION
+        # ALL ... approvals``: ``tx.events.state``)
+        "SELECT run_events": 1,
+        "SELECT approvals": 1,
         # the refund and its notice: two calls, each an intent and a result; the last step
         "UPDATE tool_executions": 2, "INSERT outbox": 2,
         **_lines(db.dialect)}), dict(kinds)
