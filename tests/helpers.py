@@ -532,6 +532,23 @@ class Rows:
         async with self.db.write() as tx:
             await tx.conn.execute(text(sql), params)
 
+    async def record_intent(self, **kw: Any) -> bool:
+        """A call's intent in the ledger, as a worker writes it before the call (one that
+        then dies leaves the outcome unknown)."""
+        async with self.db.write() as tx:
+            return bool(await tx.executions.record_intent(**kw))
+
+    async def record_result(self, **kw: Any) -> bool:
+        """A call's result in the ledger, as a worker writes it after the call."""
+        async with self.db.write() as tx:
+            return bool(await tx.executions.record_result(**kw))
+
+    async def in_one_read(self, reads: Any) -> Any:
+        """``reads(tx)`` inside one read transaction: for a test of what a repository's
+        statements return together (the same rows read two ways, side by side)."""
+        async with self.db.read() as tx:
+            return await reads(tx)
+
     async def add_outbox(self, *, kind: str, group_key: str, payload: str, now: Any) -> int:
         """A row queued in the outbox, as the runtime queues one; its id."""
         async with self.db.write() as tx:

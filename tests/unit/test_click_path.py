@@ -415,33 +415,34 @@ async def test_a_resume_reads_the_runs_events_ledger_and_requests_in_one_stateme
     a = await parts(engine).decider.get(paused.approval_ids[0])
     await engine.decide(a.id, actor=Actor("U_ALICE", "slack"), verdict="approve",
                         token=card_token(a))
-    async with db.write() as tx:  # the intent of a worker that died before the call
-        call_id = (await tx.approvals.get(a.id)).call_id  # type: ignore[union-attr]
-        assert await tx.executions.record_intent(
-            run_id=a.run_id, call_id=call_id, step=0, tool="pay", digest=a.digest,
-            now=datetime.now(UTC))
+    rows = Rows(db)
+    call_id = (await rows.approval(a.id)).call_id
+    assert await rows.record_intent(  # the intent of a worker that died before the call
+        run_id=a.run_id, call_id=call_id, step=0, tool="pay", digest=a.digest,
+        now=datetime.now(UTC))
 
     async def three(tx: Tx) -> Any:
         return (await tx.events.load(a.run_id), await tx.executions.for_run(a.run_id),
                 await tx.approvals.for_run(a.run_id))
 
-    async def one() -> Any:
-        async with db.read() as tx:
-            window = statements.during()
-            state = await tx.events.state(a.run_id)
-            assert len(window.sent) == 1, window.sent
-            assert state == await three(tx)
+    async def both(tx: Tx) -> Any:
+        window = statements.during()
+        state = await tx.events.state(a.run_id)
+        assert len(window.sent) == 1, window.sent
+        assert state == await three(tx)
         return state
+
+    async def one() -> Any:
+        return await rows.in_one_read(both)
 
     events, executions, approvals = await one()
     assert [e.seq for e in events] == list(range(len(events))) and len(events) > 1
     assert list(executions) == [call_id] and executions[call_id].status == "started"
     assert [x.id for x in approvals] == [a.id] and approvals[0].status == "approved"
     assert isinstance(approvals[0].requested_at, datetime)
-    async with db.write() as tx:
-        assert await tx.executions.record_result(
-            run_id=a.run_id, call_id=call_id, status="succeeded", result='"paid"',
-            error_class=None, error=None, now=datetime.now(UTC), latency_ms=1.0)
+    assert await rows.record_result(
+        run_id=a.run_id, call_id=call_id, status="succeeded", result='"paid"',
+        error_class=None, error=None, now=datetime.now(UTC), latency_ms=1.0)
     assert isinstance(await engine.advance(a.run_id), Completed)  # not run again
     events, executions, approvals = await one()
     assert executions[call_id].result == '"paid"' and len(events) > 3
