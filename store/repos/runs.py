@@ -158,23 +158,32 @@ def _update(keys: tuple[str, ...], with_status: bool) -> Any:
 
 
 _A = cast(Table, Approval.__table__)
-@functools.lru_cache(maxsize=4)
-def _wake_if_idle(lease: bool, server: bool) -> Any:
+def wake_update(lease: bool, server: bool, *, but: Any = None) -> Any:
+    """``UPDATE runs``: run ``rid`` set ``running`` from status ``from`` if no request of
+    ``kind`` of it is pending (other than ``but``, a request the same statement closes:
+    its own snapshot still sees it pending), leased to ``owner`` with ``lease`` unless
+    someone holds it (then keeping theirs)."""
     values: dict[str, Any] = {"status": "running", "updated_at": bindparam("now")}
     if lease:  # and take its lease, unless someone holds it (then keep theirs)
         free = or_(_T.c.lease_owner.is_(None), _T.c.lease_expires_at <= _lease_now(server))
         values.update(lease_owner=case((free, bindparam("owner")), else_=_T.c.lease_owner),
                       lease_expires_at=case((free, _lease_until(server)),
                                             else_=_T.c.lease_expires_at))
-    return fast(
-        update(_T)
-        .where(_T.c.id == bindparam("rid"), _T.c.status == bindparam("from"),
-               ~select(_A.c.id).where(_A.c.run_id == bindparam("rid"), _A.c.status == "pending",
-                                      _A.c.kind == bindparam("kind")).exists())
-        .values(values)
-        # leased: the whole row, the resumed run's start (runtime.kernel.handoff); else its holder
-        .returning(*(_T.c if lease else (_T.c.lease_owner,)))
-    )
+    pending = select(_A.c.id).where(_A.c.run_id == bindparam("rid"), _A.c.status == "pending",
+                                    _A.c.kind == bindparam("kind"))
+    if but is not None:
+        pending = pending.where(_A.c.id != but)
+    return (update(_T)
+            .where(_T.c.id == bindparam("rid"), _T.c.status == bindparam("from"),
+                   ~pending.exists())
+            .values(values))
+
+
+@functools.lru_cache(maxsize=4)
+def _wake_if_idle(lease: bool, server: bool) -> Any:
+    # leased: the whole row, the resumed run's start (runtime.kernel.handoff); else its holder
+    return fast(wake_update(lease, server)
+                .returning(*(_T.c if lease else (_T.c.lease_owner,))))
 
 
 @functools.lru_cache(maxsize=8)

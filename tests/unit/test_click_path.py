@@ -446,3 +446,81 @@ async def test_a_resume_reads_the_runs_events_ledger_and_requests_in_one_stateme
     assert isinstance(await engine.advance(a.run_id), Completed)  # not run again
     events, executions, approvals = await one()
     assert executions[call_id].result == '"paid"' and len(events) > 3
+
+
+def _pays_twice() -> Agent:
+    return Agent(name="payer2", instructions="", tools=[pay],
+                 model=ScriptedModel.sequence([
+                     reply("paying", ("pay", {"service": "web", "secret": VAULT}),
+                           ("pay", {"service": "db", "secret": VAULT})),
+                     reply("done", turn=1)]))
+
+
+async def test_a_close_queues_its_card_and_wakes_its_run_in_the_statement_that_decides(
+        db: Database, statements) -> None:  # noqa: F811
+    """A one-approver decision's statement (the vote and the transition) used to be
+    followed by two more: the card's update queued with its mail thread's follow-up
+    (``INSERT INTO outbox ... SELECT``) and the run woken and leased (``UPDATE runs ...
+    RETURNING``); on PostgreSQL they ride in it now (``ApprovalsRepo.vote_and_close``),
+    done only if the request was closed by it. What they did still holds: every closed
+    request's card is queued, the follow-up only in a mailed request's thread; the run is
+    woken only once no other request of its step is pending (the statement's own snapshot
+    still sees the request it closes pending: it is left out by id), and leased to this
+    process's worker only when nobody else holds its lease."""
+    from approvald.runtime.record.outbox_kinds import (
+        OUTCOME_MAIL,
+        REQUEST_MAIL,
+        CardUpdate,
+        mail_group,
+    )
+    from approvald.store.models import Outbox
+
+    engine = assemble(db, Registry([_pays_twice()]), signer=SIGNER)
+    taken: list[tuple[str, str]] = []
+    parts(engine).signals.take_decided(lambda run_id, claim: taken.append((run_id, claim)))
+    rows = Rows(db)
+    alice = Actor("U_ALICE", "slack")
+
+    async def two() -> tuple[str, str, str]:
+        paused = await engine.run("payer2", "pay twice", requested_by="U_DANA")
+        assert isinstance(paused, Paused) and len(paused.approval_ids) == 2
+        return paused.run_id, *paused.approval_ids
+
+    async def decide(aid: str, verdict: Any = "approve", reason: str | None = None) -> Any:
+        return await engine.decide(aid, actor=alice, verdict=verdict, reason=reason,
+                                   token=card_token(await rows.approval(aid)))
+
+    run_id, first, second = await two()
+    now = datetime.now(UTC)
+    await rows.insert(Outbox.__table__, [  # the second was mailed to its approvers
+        {"kind": REQUEST_MAIL, "group_key": mail_group(second), "payload": "{}",
+         "status": "delivered", "attempts": 1, "not_before": now, "created_at": now}])
+    window = statements.during()
+    d1 = await decide(first)
+    if db.dialect == "postgresql":
+        assert not [s for s in window.sent if s.startswith(("INSERT INTO outbox",
+                                                            "UPDATE runs"))], window.sent
+    assert not d1.run_ready and d1.claim is None  # the second still pending: it waits
+    run = await rows.run(run_id)
+    assert run.status == "awaiting_approval" and run.lease_owner is None
+    d2 = await decide(second)
+    assert d2.run_ready and d2.claim is not None and d2.run is not None
+    run = await rows.run(run_id)
+    assert run.status == "running" and run.lease_owner == d2.claim == d2.run.lease_owner
+    cards = [r.group_key for r in await rows.outbox(CardUpdate.kind)]
+    assert cards == [first, second], cards
+    assert [r.group_key for r in await rows.outbox(OUTCOME_MAIL)] == [mail_group(second)]
+
+    run_id, first, second = await two()  # a denial closes too; another worker's lease stays
+    runs = Run.__table__
+    await rows.forge(runs, runs.c.id == run_id, lease_owner="worker-b/1",
+                     lease_expires_at=datetime.now(UTC) + timedelta(minutes=1))
+    d1 = await decide(first, "deny", "not this one")
+    assert d1.outcome == "denied" and not d1.run_ready
+    assert (await rows.run(run_id)).status == "awaiting_approval"
+    d2 = await decide(second)
+    assert d2.run_ready and d2.claim is None and d2.run is None  # woken, not leased
+    run = await rows.run(run_id)
+    assert run.status == "running" and run.lease_owner == "worker-b/1"
+    assert [r.group_key for r in await rows.outbox(CardUpdate.kind)][2:] == [first, second]
+    assert len(await rows.outbox(OUTCOME_MAIL)) == 1
