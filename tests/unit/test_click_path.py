@@ -524,3 +524,87 @@ async def test_a_close_queues_its_card_and_wakes_its_run_in_the_statement_that_d
     assert run.status == "running" and run.lease_owner == "worker-b/1"
     assert [r.group_key for r in await rows.outbox(CardUpdate.kind)][2:] == [first, second]
     assert len(await rows.outbox(OUTCOME_MAIL)) == 1
+
+
+async def test_a_calls_result_rides_in_its_steps_checkpoint_statement_both_or_neither(
+        db: Database, statements) -> None:  # noqa: F811
+    """The approved call's result, left to its step's checkpoint, used to be a statement
+    of its own in the checkpoint's transaction (``UPDATE tool_executions``, after the
+    run's row and events); on PostgreSQL the checkpoint's statement writes it
+    (``RunsRepo.checkpoint_with_events(settled=...)``), the run's row locked first. What
+    the write did still holds: the result and its ``executed`` entry are recorded with
+    the step; a worker whose lease was taken writes no result; and an intent another
+    process settled while the call ran is not written over, nor is the step checkpointed
+    around it (the transaction rolls back, as when the result's own write found it so)."""
+    settle_meanwhile = [False]
+
+    @tool(permission="execute")
+    async def ship(ctx: ToolContext, service: str) -> str:
+        """Ship a service."""
+        if settle_meanwhile[0]:  # another process records this call's outcome meanwhile
+            assert await Rows(db).record_result(
+                run_id=ctx.run_id, call_id=ctx.call_id, status="failed", result=None,
+                error_class="Elsewhere", error="theirs", now=datetime.now(UTC),
+                latency_ms=1.0)
+        return f"shipped {service}"
+
+    engine = assemble(db, Registry([Agent(
+        name="shipper", instructions="", tools=[ship],
+        model=ScriptedModel.sequence([reply("shipping", ("ship", {"service": "web"})),
+                                      reply("done", turn=1)]))]), signer=SIGNER)
+    rows = Rows(db)
+
+    async def approved() -> tuple[str, str]:
+        paused = await engine.run("shipper", "ship web", requested_by="U_DANA")
+        assert isinstance(paused, Paused)
+        a = await rows.approval(paused.approval_ids[0])
+        await engine.decide(a.id, actor=Actor("U_ALICE", "slack"), verdict="approve",
+                            token=card_token(a))
+        return a.run_id, a.call_id
+
+    run_id, call_id = await approved()
+    window = statements.during()
+    assert isinstance(await engine.advance(run_id), Completed)
+    if db.dialect == "postgresql":
+        assert not [s for s in window.sent if s.startswith("UPDATE tool_executions")], \
+            window.sent
+    done = await rows.execution(run_id, call_id)
+    assert done.status == "succeeded" and done.result == '"shipped web"' \
+        and done.finished_at is not None and done.latency_ms is not None
+    [executed] = [e for e in await rows.audit(run_id=run_id) if e.action == "executed"]
+    assert json.loads(executed.details)["status"] == "succeeded"
+
+    run_id, call_id = await approved()  # settled by another process while it ran
+    settle_meanwhile[0] = True
+    before = await rows.run(run_id)
+    outcome = await engine.advance(run_id)
+    assert isinstance(outcome, Busy), outcome
+    theirs = await rows.execution(run_id, call_id)
+    assert theirs.status == "failed" and theirs.error == "theirs" and theirs.result is None
+    after = await rows.run(run_id)
+    assert after.next_seq == before.next_seq and after.step == before.step  # not checkpointed
+    assert not [e for e in await rows.audit(run_id=run_id) if e.action == "executed"]
+
+    run_id, call_id = await approved()  # a worker whose lease was taken writes nothing
+    runs = Run.__table__
+    await rows.forge(runs, runs.c.id == run_id, lease_owner="worker-a/1",
+                     lease_expires_at=datetime.now(UTC) + timedelta(minutes=1))
+    assert await rows.record_intent(run_id=run_id, call_id=call_id, step=1, tool="ship",
+                                    digest="d" * 64, now=datetime.now(UTC))
+    from approvald.store.repos.runs import Settled
+
+    now = datetime.now(UTC)
+    for owner in ("worker-b/1", "worker-a/1"):
+        async with db.write() as tx:
+            req = await tx.runs.checkpoint_with_events(
+                run_id, owner=owner, first_seq=before.next_seq + 10, step=2,
+                events=[(1, '{"role": "tool", "content": "x"}')], status="running",
+                now=now, lease_until=now + timedelta(minutes=1), release=False,
+                settled=Settled(call_id=call_id, status="succeeded", result='"x"',
+                                error_class=None, error=None, latency_ms=1.0))
+            if owner == "worker-b/1":
+                assert req is None
+                assert (await rows.execution(run_id, call_id)).status == "started"
+            else:
+                assert req is not None and req.settled is (
+                    True if db.dialect == "postgresql" else None)

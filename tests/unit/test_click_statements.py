@@ -55,8 +55,10 @@ async def test_an_approval_to_its_completed_run(db: Database, tmp_path: Path,
         "SELECT run_events": 1,
         "SELECT approvals": 1,
         # the refund and its notice: two calls, each an intent and a result (the notice
-        # queued); the last step
-        "UPDATE tool_executions": 2, "INSERT outbox": 1,
+        # queued; each result, on PostgreSQL, in its step's checkpoint statement: ``WITH
+        # ck AS (UPDATE runs ...), ex AS (UPDATE tool_executions ... WHERE run_id =
+        # (SELECT id FROM ck)) INSERT INTO run_events ...``); the last step
+        "INSERT outbox": 1,
         **_lines(db.dialect)}), dict(kinds)
     assert (await verify(db)).ok
 
@@ -75,6 +77,7 @@ def _lines(dialect: str) -> dict[str, int]:
         # runs ...) INSERT INTO run_events ... FROM ck``); the last, in autocommit
         return {"WITH": 3 + 2 + 3 + 1, "UPDATE runs": 1, "BEGIN": 4, "COMMIT": 4}
     return {"INSERT outbox": 2, "INSERT approval_votes": 1, "UPDATE approvals": 1,
+            "UPDATE tool_executions": 2,
             "INSERT run_events": 4,
             "UPDATE audit_head": 3, "INSERT audit_log": 3,
             "INSERT tool_executions": 2, "UPDATE runs": 7, "BEGIN": 7, "COMMIT": 7,
