@@ -595,7 +595,7 @@ async def test_a_calls_result_rides_in_its_steps_checkpoint_statement_both_or_ne
 
     now = datetime.now(UTC)
     for owner in ("worker-b/1", "worker-a/1"):
-        async with db.write() as tx:
+        async with db.write_one() as tx:  # (one statement: on PostgreSQL, autocommit)
             req = await tx.runs.checkpoint_with_events(
                 run_id, owner=owner, first_seq=before.next_seq + 10, step=2,
                 events=[(1, '{"role": "tool", "content": "x"}')], status="running",
