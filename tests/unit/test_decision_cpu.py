@@ -89,3 +89,29 @@ def test_the_walk_masks_plain_and_other_mappings_and_strings_alike() -> None:
     assert plain["args"]["note"] == "[masked]" and "4242 4242" not in json.dumps(plain)
     assert Masking().data(Text(CARD)) == Masking().data(CARD) == "\u2022\u2022\u2022\u2022 4242"
     assert recorded_details(details)["masked"].keys() == {"args", "list"}
+
+
+def _tool(schema: dict[str, Any], description: str = "adds") -> Any:
+    import mcp_types as types
+
+    return types.Tool(name="add", description=description, input_schema=schema)
+
+
+def test_a_tool_entry_is_checked_by_its_own_schema_once_and_a_new_listing_anew() -> None:
+    from approvald.bot.mcp.upstream import Checked, Upstream, identity
+
+    ints = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    strs = {"type": "object", "properties": {"n": {"type": "string"}}, "required": ["n"]}
+    checked = Checked()
+    first = _tool(ints)
+    made, validator = checked.of(first)
+    assert made == identity(first) and checked.of(first)[1] is validator  # once per entry
+    assert Upstream.invalid(first, {"n": "x"}, validator) == Upstream.invalid(first, {"n": "x"})
+    assert Upstream.invalid(first, {"n": 1}, validator) is None
+    again = _tool(strs, "adds, now of strings")  # the server listed it anew, changed
+    made, validator = checked.of(again)
+    assert made == identity(again) != identity(first)
+    assert Upstream.invalid(again, {"n": "x"}, validator) is None
+    assert Upstream.invalid(again, {"n": 1}, validator) == Upstream.invalid(again, {"n": 1})
+    checked.forget("add")  # no longer listed
+    assert checked.of(first)[0] == identity(first)
