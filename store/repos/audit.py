@@ -141,8 +141,16 @@ def _append_riding(n: int, kind: Any, shape: Any, alone: bool = False) -> Any:
     entry was inserted, it fails whole (a third column casts a text naming the counts,
     :data:`ABORTED`, to an integer: an error, so none of its CTEs' rows is written; the
     text depends on the CTEs, so the planner cannot work it out, and fail, beforehand).
-    Its rows are locked in the same order as the transaction's: the head still last."""
-    first, others = kind.ctes(shape)
+    Its rows are locked in the same order as the transaction's: the head still last.
+    Before any, the head guessed is looked for as the statement's snapshot has it
+    (``guessed``, no lock): when another process's chaining committed since (most stale
+    guesses), none of the rider's rows is written, the statement answers (0, 0) and
+    fails nothing; it fails whole only when what it was written under changed while it
+    ran, or its rider's rows do not hold (a key taken, a token revoked, a kept call
+    reported elsewhere)."""
+    guessed = select(literal(1, Integer).label("one")).where(
+        _H.c.id == 1, _STILL).cte("guessed") if alone else None
+    first, others = kind.ctes(shape, guessed)
     moved = _MOVE_IF.where(select(first).exists()).cte("moved")
     rows = [select(*(bindparam(f"{c}_{i}", type_=_T.c[c].type).label(c) for c in _ROW))
             .where(select(moved.c.hash).where(moved.c.hash == bindparam("h")).exists())
@@ -152,10 +160,11 @@ def _append_riding(n: int, kind: Any, shape: Any, alone: bool = False) -> Any:
     done = select(func.count()).select_from(first).scalar_subquery()
     chained = select(func.count()).select_from(entries).scalar_subquery()
     columns: list[Any] = [done, chained]
-    if alone:
+    if guessed is not None:
         said = literal(ABORTED + ": rows ", String) + sql_cast(done, String) \
             + literal(", entries ", String) + sql_cast(chained, String)
-        columns.append(case((and_(done == 1, chained == n), 0),
+        columns.append(case((or_(and_(done == 1, chained == n),
+                                 ~select(guessed).exists()), 0),
                             else_=sql_cast(said, Integer)))
     stmt = select(*columns)
     for cte in others:
@@ -260,6 +269,8 @@ class AuditRepo(Repo):
             if aborted(exc):
                 raise NothingWritten from None
             raise
+        if (done[0], done[1]) == (0, 0):  # the head moved before it began: not written
+            raise NothingWritten
         assert (done[0], done[1]) == (1, len(rows)), done
 
     async def head(self) -> tuple[int, str]:

@@ -407,6 +407,77 @@ async def test_a_stale_head_guess_writes_nothing_and_the_answer_is_chained_under
         assert _first_words(alone) == ["WITH"], alone
 
 
+@pytest.mark.parametrize("what", ["answer", "report"])
+async def test_a_head_moved_while_the_statement_waits_for_it_writes_nothing_of_it(
+        make_engine, db_url: str, clock, what: str) -> None:
+    """The head this process guessed is still the committed one when its statement
+    begins (its snapshot), but another process's transaction holds it, moved and not yet
+    committed: the statement's rows are written (a request and its run, or a kept call's
+    report), then it waits for the head, finds it moved and chains nothing. Alone, in
+    autocommit, nothing may stay of it: it fails whole, and the answer (the report) is
+    written again by a transaction that reads the head under its lock. Committed, the
+    request would stand without its entries (the transaction after it then finds its id
+    taken: "revoked meanwhile"), the report without its ``executed`` entry (then taken as
+    a report made before: not new)."""
+    from approvald.runtime.runs.external import Report
+    engine, token = await setup(make_engine)
+    other_db = Database(db_url, server_time=False)
+    try:
+        other = assemble(other_db, Registry([], policy=POLICY), clock=clock)
+        made, _ = await engine.open_request(token, NewRequest(  # this process's guess
+            tool="read_metrics", args={"n": 0}, requested_by="U_DANA", start_owner="gw"))
+        trail = parts(other).audit
+        chain, chained, go = trail._chain, asyncio.Event(), asyncio.Event()
+
+        async def held(tx: Any) -> None:  # the other's chaining, held before its COMMIT
+            await chain(tx)
+            chained.set()
+            await go.wait()
+
+        trail._chain = held
+        elsewhere = asyncio.ensure_future(other.open_request(token, NewRequest(
+            tool="read_metrics", args={"n": 1}, requested_by="U_DANA")))
+        await chained.wait()
+        if what == "answer":
+            mine = asyncio.ensure_future(engine.open_request(token, NewRequest(
+                tool="read_metrics", args={"n": 2}, requested_by="U_DANA")))
+        else:
+            mine = asyncio.ensure_future(engine.record_request_report(
+                token, made["id"], Report("succeeded", made["effective_digest"], {"n": 0},
+                                          None)))
+        if Rows.of(engine).dialect == "postgresql":
+            for _ in range(500):  # until it waits for the head's lock, its rows written
+                if await Rows.of(engine).select(
+                        "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                        "AND query LIKE 'WITH guessed%'"):
+                    break
+                await asyncio.sleep(0.01)
+            else:
+                raise AssertionError("the statement never waited for the head")
+        else:
+            await asyncio.sleep(0.2)  # (SQLite: it waits for the database's write lock)
+        go.set()
+        await elsewhere
+        done = await mine
+        trail._chain = chain
+    finally:
+        await other_db.close()
+    rid = done[0]["id"] if what == "answer" else made["id"]
+    if what == "report":
+        assert done is True
+        after = await engine.request_document(token, rid)
+        assert after["result"]["status"] == "succeeded", after
+    actions = [e.action for e in await Rows.of(engine).audit() if e.run_id == rid]
+    assert actions == (["requested", "approved"] if what == "answer"
+                       else ["requested", "approved", "executed"]), actions
+    entries = await Rows.of(engine).audit()
+    assert [e.seq for e in entries] == list(range(1, len(entries) + 1))
+    report = await Rows.of(engine).verify_audit()
+    assert report.ok, report.problems
+    runs = [r for r in await Rows.of(engine).runs(limit=50) if r.agent == "external:bot"]
+    assert len(runs) == (3 if what == "answer" else 2)
+
+
 async def test_answers_and_kept_reports_from_two_processes_at_once_are_written_whole(
         make_engine, db_url: str, clock) -> None:
     """Two processes (two connection pools on one database) making auto calls that they
