@@ -306,11 +306,18 @@ class AuditRepo(Repo):
         :data:`RECORD_COLUMNS` in seq order. For a reader of a long record: one statement
         per ``batch`` rows, and no object per entry beyond its row."""
         stmt = _records(tuple(actions), tuple(unasked), since is not None)
-        params: dict[str, Any] = {"upto": upto, "n": batch}
+        params: dict[str, Any] = {"upto": upto}
         if since is not None:
             params["since"] = since
+        async for rows in self._pages(stmt, params, after=after, batch=batch):
+            yield rows
+
+    async def _pages(self, stmt: Any, params: dict[str, Any], *, after: int,
+                     batch: int) -> AsyncIterator[list[Any]]:
+        """Keyset pages of ``stmt`` (its rows' first column the key, bound as ``after``,
+        at most ``n`` = ``batch`` rows a page), until a short or empty page."""
         while True:
-            rows = list(await self.conn.execute(stmt, {**params, "after": after}))
+            rows = list(await self.conn.execute(stmt, {**params, "after": after, "n": batch}))
             if not rows:
                 return
             yield rows
@@ -355,15 +362,8 @@ class AuditRepo(Repo):
     async def folded(self, *, batch: int = 5000) -> AsyncIterator[list[Any]]:
         """Every folded request, in batches of rows (seq, folded, state, key_id, mac) in
         seq order."""
-        after = 0
-        while True:
-            rows = list(await self.conn.execute(_FOLDED, {"after": after, "n": batch}))
-            if not rows:
-                return
+        async for rows in self._pages(_FOLDED, {}, after=0, batch=batch):
             yield rows
-            if len(rows) < batch:
-                return
-            after = int(rows[-1][0])
 
     async def save_fold(self, *, was: tuple[int, str] | None, fold: dict[str, Any],
                         rows: list[dict[str, Any]], replace_all: bool) -> bool:
