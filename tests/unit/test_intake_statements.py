@@ -4,10 +4,11 @@
 An auto or forbidden answer is one write: the request's run and row, the hook's start
 of the call where it runs the call at once, and the two audit entries chained (on
 PostgreSQL one statement, sent alone in autocommit, which writes all of it or nothing;
-a write transaction when it wrote nothing, and on SQLite). Its document is built from what that transaction wrote (the tests below show
-it is the one a read gives), the outbox is signalled only when something was queued,
-and a caller face that has just found its call's key free does not look it up again
-(a request made meanwhile is still found by the insert's conflict on the key).
+a write transaction when it wrote nothing, and on SQLite). Its document is built from
+what that write wrote (the tests below show it is the one a read gives), the outbox
+is signalled only when something was queued, and a caller face that has just found its
+call's key free does not look it up again (a request made meanwhile is still found by
+the insert's conflict on the key).
 
 The counts are exact: every statement the driver is given (sqlite3's trace callback;
 asyncpg's calls, less the liveness ping of a connection that idled).
