@@ -238,10 +238,15 @@ async def _keep(box: list[asyncio.Task[None]], task: asyncio.Task[None]) -> None
 def ci_architecture() -> Any:
     """``.ci/architecture.py`` loaded as a module (it is a script, not a package): the
     counts the layout and layer tests hold to zero, and the names they point at."""
+    return ci_script("architecture")
+
+
+def ci_script(name: str) -> Any:
+    """The script ``.ci/<name>.py`` loaded as a module."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(
-        "architecture", Path(__file__).resolve().parents[1] / ".ci" / "architecture.py")
+        name, Path(__file__).resolve().parents[1] / ".ci" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

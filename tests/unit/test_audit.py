@@ -390,3 +390,24 @@ async def test_chainings_of_one_process_at_once_follow_each_other(db, monkeypatc
     report = await audit.verify(db, keys=[KEY])
     assert report.ok, report.problems
     assert report.entries == 21
+
+
+async def test_a_long_record_is_read_in_keyset_pages_each_entry_once_in_order(make_engine, db):
+    """The record's readers (the replay's intake, the kept requests) page by seq: pages
+    of at most the batch, every entry once, in seq order, whether the last page is full
+    or short."""
+    await _history(make_engine())
+    await _history(make_engine())
+    async with db.read() as tx:
+        head, _ = await tx.audit.head()
+        every = [r async for r in tx.audit.iterate()]
+        actions = tuple(sorted({r.action for r in every}))
+        for batch in (1, 3, 4, len(every), len(every) + 5):
+            pages = [page async for page in tx.audit.records(actions=actions, after=0,
+                                                            upto=head, batch=batch)]
+            assert all(0 < len(p) <= batch for p in pages), (batch, [len(p) for p in pages])
+            assert [int(r[0]) for p in pages for r in p] == [r.seq for r in every]
+        after = every[2].seq
+        pages = [page async for page in tx.audit.records(actions=actions, after=after,
+                                                        upto=every[-2].seq, batch=2)]
+        assert [int(r[0]) for p in pages for r in p] == [r.seq for r in every[3:-1]]

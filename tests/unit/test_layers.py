@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ci_architecture
+from tests.helpers import ci_architecture, ci_script
 
 ROOT = Path(__file__).resolve().parents[2]
 ORDER = ("kernel", "policies", "record", "requests", "approvals", "runs", "top", "facade")
@@ -113,3 +113,24 @@ def test_the_facade_names_what_it_exports_and_each_name_resolves() -> None:
                            attribute or name) is value, name
     with pytest.raises(AttributeError):
         runtime.nothing_of_that_name  # noqa: B018
+
+
+def test_the_click_paths_calls_up_a_layer_are_told_apart_from_calls_down():
+    """``.ci/click_path.py`` names each call the click makes from a module into a higher
+    layer (the worker calling back up into the engine, a callback into a face): a call
+    down, or within one layer, is not one."""
+    click_path = ci_script("click_path")
+    calls = {
+        ("approvald.runtime.runs.worker", "approvald.runtime.engine"),        # up
+        ("approvald.runtime.engine", "approvald.runtime.runs.worker"),        # down
+        ("approvald.store.db", "approvald.runtime.kernel.clock"),             # up
+        ("approvald.runtime.kernel.signals", "approvald.bot.serve"),          # up
+        ("approvald.bot.slack.decisions", "approvald.runtime.engine"),        # down
+        ("approvald.runtime.record.audit", "approvald.runtime.record.outbox"),  # within
+        ("approvald.runtime.requests.packet", "approvald.store.repos.runs"),  # down
+    }
+    assert click_path.up_a_layer(calls) == [
+        ("approvald.runtime.kernel.signals", "approvald.bot.serve"),
+        ("approvald.runtime.runs.worker", "approvald.runtime.engine"),
+        ("approvald.store.db", "approvald.runtime.kernel.clock"),
+    ]
