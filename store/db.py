@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 import aiosqlite
 from approvald.store import fastsql, private_aiosqlite, private_sqlalchemy, waiting
-from approvald.store.errors import ConfigError
+from approvald.store.errors import ConfigError, NothingWritten
 from approvald.store.fastsql import Conn
 from approvald.store.liveness import Liveness, server_gone
 from approvald.store.repos import Tx
@@ -320,15 +320,48 @@ class Database:
         for it, such as ``ExecutionsRepo.intent_under_lease``): on PostgreSQL sent in
         autocommit, committed when it returns, with no BEGIN and COMMIT round trips
         (issue 50); on SQLite an ordinary write transaction (:meth:`write`), in which the
-        method may send more than one. Nothing may be recorded to run before commit."""
+        method may send more than one.
+
+        Or, with nothing sent in the block, its ``before_commit`` hook's one statement
+        (``Tx.alone``: the audit trail's chaining, which carries the rows the block handed
+        it, :meth:`~runtime.record.audit.AuditTrail.ride`): it writes all or nothing, and
+        raises :class:`~store.errors.NothingWritten` when it wrote nothing
+        (:meth:`transact_one` then writes it as a transaction)."""
         if self._autocommit is None:
             async with self.write() as tx:
                 yield tx
             return
         async with self._autocommit.connect() as conn:
-            tx = self._tx(Conn(self._plans, conn=conn))
+            tx = Tx(Conn(self._plans, conn=conn), self.dialect, server_time=self.server_time,
+                    alone=True)
             yield tx
-            assert not tx.has_before_commit(), "write_one: nothing runs before its commit"
+            if tx.has_before_commit():
+                # a statement sent before it is committed already: the hook's could not
+                # be undone with it
+                assert tx.conn.sent == 0, "write_one: a hook's statement must be the only one"
+                await tx.prepare_commit()
+                assert tx.conn.sent <= 1, "write_one: a hook sent more than one statement"
+
+    async def transact_one(self, work: Callable[[Tx], Awaitable[T]], *,
+                           what: str = "transaction") -> T:
+        """Run ``work(tx)`` as a write of one statement (:meth:`write_one`: on PostgreSQL
+        alone, in autocommit, no BEGIN and COMMIT), and as a write transaction
+        (:meth:`transact`) when that statement wrote nothing (what it was written under
+        no longer held: :class:`~store.errors.NothingWritten`) or was rolled back to break
+        a deadlock; on SQLite as :meth:`transact`. ``work`` is run again from the start
+        then, and must do nothing outside the write it is handed. A connection lost while
+        the statement ran is raised, not retried: in autocommit it may have committed."""
+        if self._autocommit is not None:
+            try:
+                async with self.write_one() as tx:
+                    return await work(tx)
+            except NothingWritten:
+                pass
+            except DBAPIError as exc:
+                code = getattr(exc.orig, "sqlstate", None) or getattr(exc.orig, "pgcode", None)
+                if code not in RETRYABLE_SQLSTATES:
+                    raise
+        return await self.transact(work, what=what)
 
     async def transact(self, work: Callable[[Tx], Awaitable[T]], *, attempts: int = 4,
                        what: str = "transaction") -> T:

@@ -41,3 +41,11 @@ class KeyTaken(Exception):
     """A request answered at once was not inserted, in the statement that chains its audit
     entries: its token has a request under its idempotency key, or the token was revoked
     meanwhile (the transaction rolls back; the caller tells which)."""
+
+
+class NothingWritten(Exception):
+    """A write sent alone (one statement, in autocommit: ``Database.write_one``) found that
+    what it was written under no longer holds (the chain's head it guessed moved, a key
+    taken, a token revoked, a kept call reported) and wrote nothing at all: the statement
+    failed whole, or was never sent. The caller writes it again as a transaction
+    (``Database.transact_one`` does)."""

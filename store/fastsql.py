@@ -288,7 +288,7 @@ class Conn:
     with the driver's connection alone and opens a SQLAlchemy connection only if a
     statement needs one (``open_conn``)."""
 
-    __slots__ = ("_conn", "_dialect", "_open", "_pg", "_raw")
+    __slots__ = ("_conn", "_dialect", "_open", "_pg", "_raw", "sent")
 
     def __init__(self, dialect: Dialect | None, *, conn: AsyncConnection | None = None,
                  raw: Any = None,
@@ -298,6 +298,7 @@ class Conn:
         self._conn = conn
         self._raw = raw
         self._open = open_conn
+        self.sent = 0  # statements given to execute() (a write sent alone checks it)
 
     async def connection(self) -> AsyncConnection:
         """The SQLAlchemy connection, opened now if this read had none yet."""
@@ -307,6 +308,7 @@ class Conn:
         return self._conn
 
     async def execute(self, stmt: Any, params: Params = None) -> Any:
+        self.sent += 1
         prepared = _PREPARED.get(id(stmt))
         if prepared is not None and prepared.stmt is stmt and self._dialect is not None \
                 and (params or not isinstance(params, list)):

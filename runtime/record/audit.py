@@ -49,7 +49,7 @@ from approvald.runtime.record.audit_check import ChainFacts, opened, table_disag
 from approvald.runtime.record.outbox_kinds import HEAD_POST, HeadPost, Payload, queue, queue_many
 from approvald.runtime.record.standing_chain import StandingState
 from approvald.store.db import Database
-from approvald.store.errors import KeyTaken
+from approvald.store.errors import KeyTaken, NothingWritten
 from approvald.store.records import AuditRecord
 from approvald.store.repos import Tx
 from approvald.store.repos.audit import GENESIS
@@ -257,12 +257,19 @@ class AuditTrail:
     async def _chain(self, tx: Tx) -> None:
         entries: list[Entry] = tx.scratch.pop(_PENDING, [])
         along: Rider | None = tx.scratch.pop(_RIDER, None)
+        if tx.alone and (not entries or along is None):
+            # a write sent alone is the rider's rows and its entries in one statement
+            raise NothingWritten
         if not entries:
             if along is not None:
                 await tx.external.add_answered_now(along)
             return
         if follow := [row for fn in self._followers for row in fn(entries)]:
+            if tx.alone:  # the outbox's rows would be a statement of their own
+                raise NothingWritten
             await queue_many(tx, follow, now=max(e.at for e in entries))
+        if tx.alone and self._unknown_paths(entries):  # a read first: not alone
+            raise NothingWritten
         paths = await self._sensitive(tx, entries)
         # this process's chainings send their head statements in the order they chain:
         # each after the one before was answered (it holds the head's lock then), so it
@@ -274,6 +281,22 @@ class AuditTrail:
             if before is not None and before.get_loop() is turn.get_loop():
                 await asyncio.shield(before)
             guess = self._head
+            if tx.alone:
+                # one statement, sent alone (PostgreSQL, autocommit): it writes the rider's
+                # rows and the entries chained to the head guessed, or nothing at all
+                # (NothingWritten: the caller writes them again as a transaction, which
+                # reads the head under its lock)
+                if guess is None or along is None:
+                    raise NothingWritten
+                rows = self._rows(entries, paths, *guess)
+                self._head = _after(rows)
+                try:
+                    await tx.audit.append_alone(rows, seq=guess[0], hash=guess[1],
+                                                along=along)
+                except BaseException:
+                    self._head = None  # not chained, or not known to be
+                    raise
+                return
             if guess is not None:  # the head as this process last chained it: not read
                 rows = self._rows(entries, paths, *guess)
                 # set before the statement is sent: the next chaining follows these rows
@@ -335,11 +358,19 @@ class AuditTrail:
         while len(self._paths) > _PATHS_KEPT:
             self._paths.popitem(last=False)
 
+    @staticmethod
+    def _wanted(entries: Sequence[Entry]) -> set[str]:
+        return {e.approval_id for e in entries if e.sensitive is None and e.approval_id
+                and not _PATH_ROOTS.isdisjoint(e.details)}
+
+    def _unknown_paths(self, entries: Sequence[Entry]) -> bool:
+        """Whether chaining ``entries`` reads a request's sensitive paths first."""
+        return any(a not in self._paths for a in self._wanted(entries))
+
     async def _sensitive(self, tx: Tx, entries: Sequence[Entry]) -> dict[str, tuple[str, ...]]:
         """The sensitive paths of the requests whose entries hold a call's arguments (read
         once per request and process: one query for those a transaction first names)."""
-        wanted = {e.approval_id for e in entries if e.sensitive is None and e.approval_id
-                  and not _PATH_ROOTS.isdisjoint(e.details)}
+        wanted = self._wanted(entries)
         missing = [a for a in wanted if a not in self._paths]
         if missing:
             found = await tx.approvals.policies(missing)

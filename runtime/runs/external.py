@@ -412,8 +412,12 @@ class ExternalRequests:
             source, req.requested_by, req.tool, req.args, chosen) \
             if chosen.kind == "approve_before" else None
         request_id = new_request_id()
+        # an answer at once with no webhook to queue is its rows and its two entries: on
+        # PostgreSQL one statement, sent alone (a transaction if it wrote nothing)
+        write = self.db.transact_one if chosen.kind != "approve_before" \
+            and (req.webhook_url or token.webhook_url) is None else self.db.transact
         try:
-            opened = await self.db.transact(
+            opened = await write(
                 lambda tx: self._open(tx, token, source, req, chosen, request_id,
                                       fingerprint, standing),
                 what="external request")
@@ -847,8 +851,8 @@ class ExternalRequests:
         if kept is not None and kept.token_id == token.id \
                 and _reported(rep.args_digest, kept.digest) \
                 and (rep.ran is None or call_digest(kept.tool, rep.ran) == kept.digest):
-            try:
-                return await self.db.transact(
+            try:  # on PostgreSQL one statement, sent alone (a transaction if it wrote nothing)
+                return await self.db.transact_one(
                     lambda tx: self._report_kept(tx, request_id, kept, rep, result_text,
                                                  fingerprint),
                     what=f"report on request {request_id}")

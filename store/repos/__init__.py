@@ -59,6 +59,11 @@ class Tx:
     transaction has recorded, say); ``before_commit`` hooks run, in order, as the last
     statements of a write transaction, so work that takes a global lock (chaining audit
     entries under the chain head) holds it for the shortest time and always last.
+
+    ``alone``: a write sent as ONE statement in autocommit (``Database.write_one`` on
+    PostgreSQL), with no transaction around it to roll back: a ``before_commit`` hook
+    then runs only when nothing else was sent, and sends its one statement, which writes
+    all or nothing, or raises :class:`~store.errors.NothingWritten` having written nothing.
     """
 
     runs = _Bound(RunsRepo)
@@ -78,10 +83,12 @@ class Tx:
     web = _Bound(WebRepo)
     keys = _Bound(KeysRepo)
 
-    def __init__(self, conn: Conn, dialect: str, *, server_time: bool = False) -> None:
+    def __init__(self, conn: Conn, dialect: str, *, server_time: bool = False,
+                 alone: bool = False) -> None:
         self.conn = conn
         self.dialect = dialect
         self.server_time = server_time
+        self.alone = alone
         self.scratch: dict[str, Any] = {}
         self._hooks: list[Callable[[Tx], Awaitable[None]]] = []
 

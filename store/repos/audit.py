@@ -7,24 +7,29 @@ from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
 from typing import Any, cast
 
-from approvald.store.errors import KeyTaken
+from approvald.store.errors import KeyTaken, NothingWritten
 from approvald.store.fastsql import fast
 from approvald.store.models import AuditCheckpoint, AuditEntry, AuditFold, AuditHead, AuditRequest
 from approvald.store.records import AuditRecord
 from approvald.store.repos.base import Repo
 from approvald.store.repos.external import ExternalRepo, Rider
 from sqlalchemy import (
+    Integer,
+    String,
     Table,
     and_,
     bindparam,
     case,
     delete,
     func,
+    literal,
     or_,
     select,
     union_all,
     update,
 )
+from sqlalchemy import cast as sql_cast
+from sqlalchemy.exc import DBAPIError
 
 GENESIS = "0" * 64
 _T = cast(Table, AuditEntry.__table__)
@@ -115,8 +120,13 @@ def _append_if(n: int) -> Any:
                 .returning(_T.c.seq))
 
 
+# the mark of a statement sent alone that found what it was written under gone: it fails
+# whole (see _append_riding), with this in its error's message
+ABORTED = "approvald: nothing written"
+
+
 @functools.cache
-def _append_riding(n: int, kind: Any, shape: Any) -> Any:
+def _append_riding(n: int, kind: Any, shape: Any, alone: bool = False) -> Any:
     """:func:`_append_if` with a :class:`~store.repos.external.Rider`'s rows (a request
     answered at once, a kept call's report) in the same statement: ``SELECT`` (the rows
     its first CTE returned, the entries inserted). The head moves and the entries are
@@ -124,19 +134,47 @@ def _append_riding(n: int, kind: Any, shape: Any) -> Any:
     caller appends the entries otherwise). The head is locked only once the rider's
     first CTE has returned its row (the head last, as in every write transaction: a
     statement that locked it first could wait, holding it, for a row whose holder waits
-    for the head)."""
-    first, others = kind.ctes(shape)
+    for the head).
+
+    ``alone``: the statement is sent on its own in autocommit, with no transaction to
+    roll back what it wrote: unless the rider's first CTE returned its row AND every
+    entry was inserted, it fails whole (a third column casts a text naming the counts,
+    :data:`ABORTED`, to an integer: an error, so none of its CTEs' rows is written; the
+    text depends on the CTEs, so the planner cannot work it out, and fail, beforehand).
+    Its rows are locked in the same order as the transaction's: the head still last.
+    Before any, the head guessed is looked for as the statement's snapshot has it
+    (``guessed``, no lock): when another process's chaining committed since (most stale
+    guesses), none of the rider's rows is written, the statement answers (0, 0) and
+    fails nothing; it fails whole only when what it was written under changed while it
+    ran, or its rider's rows do not hold (a key taken, a token revoked, a kept call
+    reported elsewhere)."""
+    guessed = select(literal(1, Integer).label("one")).where(
+        _H.c.id == 1, _STILL).cte("guessed") if alone else None
+    first, others = kind.ctes(shape, guessed)
     moved = _MOVE_IF.where(select(first).exists()).cte("moved")
     rows = [select(*(bindparam(f"{c}_{i}", type_=_T.c[c].type).label(c) for c in _ROW))
             .where(select(moved.c.hash).where(moved.c.hash == bindparam("h")).exists())
             for i in range(n)]
     entries = (_T.insert().from_select(list(_ROW), rows[0] if n == 1 else union_all(*rows))
                .returning(_T.c.seq).cte("entries"))
-    stmt = select(select(func.count()).select_from(first).scalar_subquery(),
-                  select(func.count()).select_from(entries).scalar_subquery())
+    done = select(func.count()).select_from(first).scalar_subquery()
+    chained = select(func.count()).select_from(entries).scalar_subquery()
+    columns: list[Any] = [done, chained]
+    if guessed is not None:
+        said = literal(ABORTED + ": rows ", String) + sql_cast(done, String) \
+            + literal(", entries ", String) + sql_cast(chained, String)
+        columns.append(case((or_(and_(done == 1, chained == n),
+                                 ~select(guessed).exists()), 0),
+                            else_=sql_cast(said, Integer)))
+    stmt = select(*columns)
     for cte in others:
         stmt = stmt.add_cte(cte)
     return fast(stmt)
+
+
+def aborted(exc: BaseException) -> bool:
+    """Whether ``exc`` is a statement sent alone failing whole (:func:`_append_riding`)."""
+    return isinstance(exc, DBAPIError) and ABORTED in str(exc.orig)
 
 
 @functools.cache
@@ -210,6 +248,30 @@ class AuditRepo(Repo):
             return False
         await self.conn.execute(_INSERT, rows)
         return True
+
+    async def append_alone(self, rows: list[dict[str, Any]], *, seq: int, hash: str,
+                           along: Rider) -> None:
+        """:meth:`append_if_head` with ``along``, as ONE statement that writes all or
+        nothing (PostgreSQL; the write it is sent in is that statement alone, in
+        autocommit): ``along``'s rows and the entries, chained to the head ``seq``,
+        ``hash``. :class:`~store.errors.NothingWritten` if it wrote nothing: the head was
+        not that one, or ``along``'s rows did not hold (a key taken, a token revoked, a
+        kept call reported), or they cannot be one statement (nothing sent then)."""
+        if self.dialect != "postgresql" or len(rows) > _MANY:
+            raise NothingWritten
+        head = {"s": rows[-1]["seq"], "h": rows[-1]["hash"], "es": seq, "eh": hash}
+        try:
+            done = (await self.conn.execute(
+                _append_riding(len(rows), type(along), along.shape, True), {
+                    **{f"{c}_{i}": row[c] for i, row in enumerate(rows) for c in _ROW},
+                    **head, **along.params()})).one()
+        except DBAPIError as exc:
+            if aborted(exc):
+                raise NothingWritten from None
+            raise
+        if (done[0], done[1]) == (0, 0):  # the head moved before it began: not written
+            raise NothingWritten
+        assert (done[0], done[1]) == (1, len(rows)), done
 
     async def head(self) -> tuple[int, str]:
         row = (await self.conn.execute(select(AuditHead.seq, AuditHead.hash))).first()

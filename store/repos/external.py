@@ -152,8 +152,8 @@ class Answered:
                 **self.checks.params()}
 
     @staticmethod
-    def ctes(shape: Shape) -> tuple[CTE, list[CTE]]:
-        return answered_ctes(shape)
+    def ctes(shape: Shape, guard: CTE | None = None) -> tuple[CTE, list[CTE]]:
+        return answered_ctes(shape, guard)
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,11 +200,14 @@ class Reported:
         return _reported_parts(shape)
 
     @staticmethod
-    def ctes(shape: Any) -> tuple[CTE, list[CTE]]:
+    def ctes(shape: Any, guard: CTE | None = None) -> tuple[CTE, list[CTE]]:
         """PostgreSQL: the execution's UPDATE as a CTE returning its row (none: what was
         kept no longer holds), and the run's and the request's, each the next one's
-        condition, so that their rows are locked in the one order."""
+        condition, so that their rows are locked in the one order. ``guard``: a CTE
+        without whose row the run's UPDATE, so every one, changes nothing."""
         run_u, req_u, ex_u = _reported_updates(shape, chained=True)
+        if guard is not None:
+            run_u = run_u.where(select(guard).exists())
         run = run_u.returning(_R.c.id).cte("run")
         req = req_u.where(_X.c.id == select(run.c.id).scalar_subquery()) \
             .returning(_X.c.id).cte("req")
@@ -240,7 +243,8 @@ class Rider(Protocol):
     """Rows a write transaction records with its audit entries, on PostgreSQL in the
     statement that chains them (:class:`Answered`, :class:`Reported`): ``ctes(shape)``
     gives the CTE that must return one row (else nothing of it holds: the caller rolls
-    back) and the others."""
+    back) and the others; ``ctes(shape, guard)``, CTEs that write nothing without a row
+    of the CTE ``guard``."""
 
     @property
     def shape(self) -> Any: ...
@@ -248,18 +252,19 @@ class Rider(Protocol):
     def params(self) -> dict[str, Any]: ...
 
     @staticmethod
-    def ctes(shape: Any) -> tuple[CTE, list[CTE]]: ...
+    def ctes(shape: Any, guard: CTE | None = None) -> tuple[CTE, list[CTE]]: ...
 
 
 def _binds(table: Table, prefix: str, cols: tuple[str, ...]) -> dict[str, Any]:
     return {c: bindparam(f"{prefix}_{c}", type_=table.c[c].type) for c in cols}
 
 
-def _live_request(dialect: str, cols: tuple[str, ...], checks: tuple[int, bool]) -> Any:
+def _live_request(dialect: str, cols: tuple[str, ...], checks: tuple[int, bool],
+                  *also: Any) -> Any:
     """``INSERT INTO external_requests ... SELECT <values> WHERE <its token is live, and
-    what else checks says> ON CONFLICT DO NOTHING``."""
+    what else checks says, and also> ON CONFLICT DO NOTHING``."""
     values = select(*(b.label(c) for c, b in _binds(_X, "x", cols).items())).where(
-        *_still(bindparam("x_token_id", type_=_K.c.id.type), checks))
+        *_still(bindparam("x_token_id", type_=_K.c.id.type), checks), *also)
     ins: Any = (postgresql.insert(_X) if dialect == "postgresql" else sqlite.insert(_X))
     return ins.from_select(list(cols), values).on_conflict_do_nothing()
 
@@ -276,18 +281,35 @@ def _answered_parts(dialect: str, shape: Shape) -> tuple[Any, ...]:
     return tuple(parts)
 
 
-def answered_ctes(shape: Shape) -> tuple[CTE, list[CTE]]:
+def answered_ctes(shape: Shape, guard: CTE | None = None) -> tuple[CTE, list[CTE]]:
     """PostgreSQL: the request's INSERT as a CTE returning its id (none: not inserted),
     and the others to add to the statement (data-modifying CTEs run exactly once; the
     request's and the intent's foreign keys are checked at the statement's end, the run
-    inserted by then)."""
+    inserted by then). ``guard``: a CTE without whose row the request is not inserted,
+    and then neither are its run and its intent (inserted only with the request)."""
     run, request, intent, checks = shape
-    req = _live_request("postgresql", request, checks).returning(_X.c.id).cte("req")
-    others = [insert(_R).values(_binds(_R, "r", run)).cte("run")]
+    if guard is None:
+        req = _live_request("postgresql", request, checks).returning(_X.c.id).cte("req")
+        others = [insert(_R).values(_binds(_R, "r", run)).cte("run")]
+        if intent is not None:
+            others.append(postgresql.insert(_E).values(_binds(_E, "e", intent))
+                          .on_conflict_do_nothing().cte("intent"))
+        return req, others
+    req = _live_request("postgresql", request, checks, select(guard).exists()) \
+        .returning(_X.c.id).cte("req")
+    made = select(req).exists()
+    others = [insert(_R).from_select(list(run), _values(_R, "r", run).where(made))
+              .cte("run")]
     if intent is not None:
-        others.append(postgresql.insert(_E).values(_binds(_E, "e", intent))
-                      .on_conflict_do_nothing().cte("intent"))
+        others.append(postgresql.insert(_E).from_select(
+            list(intent), _values(_E, "e", intent).where(made))
+            .on_conflict_do_nothing().cte("intent"))
     return req, others
+
+
+def _values(table: Table, prefix: str, cols: tuple[str, ...]) -> Any:
+    """``SELECT <the bound values of cols>``, to insert only WHERE something holds."""
+    return select(*(b.label(c) for c, b in _binds(table, prefix, cols).items()))
 
 
 @functools.cache

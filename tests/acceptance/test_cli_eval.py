@@ -21,7 +21,7 @@ def test_the_demo_dataset_passes_and_the_report_says_so(sqlite_url: str,
                                                          tmp_path: Path) -> None:
     """The CLI's table and --json, and exit 0, on one task of the demo dataset under each
     kind of interruption (the whole dataset, 46 journeys, runs in tests/unit/test_evals.py
-    and in the docs' how-to/evals.md example: a third run here cost 80 s of CI)."""
+    as the docs' how-to/evals.md example runs it: a second run here cost 80 s of CI)."""
     cli = make_cli(sqlite_url, tmp_path, in_process=True)
     one = tmp_path / "one.toml"
     first = Path(DEMO).read_text().split("[[tasks]]")[1]  # approve-duplicate-charge

@@ -13,16 +13,6 @@ from typing import Any
 import httpx2
 import mcp_types as types
 import pytest
-from fastmcp import Client as FastMCPClient
-from fastmcp.client.transports import StreamableHttpTransport
-from fastmcp_tasks.client import call_tool_task
-from fastmcp_tasks.client_models import (
-    CancelTaskRequest,
-    CancelTaskRequestParams,
-    ClientGetTaskResult,
-    GetTaskRequest,
-    GetTaskRequestParams,
-)
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 
@@ -43,6 +33,19 @@ pytestmark = pytest.mark.slow
 
 async def test_a_fastmcp_tasks_client_creates_polls_completes_and_cancels(
         db_url: str, tmp_path: Path, ledger: Path) -> None:
+    # fastmcp and its Tasks client (docket, redis: about half a second of imports) load in
+    # the test that uses them, not in every xdist worker's collection
+    from fastmcp import Client as FastMCPClient
+    from fastmcp.client.transports import StreamableHttpTransport
+    from fastmcp_tasks.client import call_tool_task
+    from fastmcp_tasks.client_models import (
+        CancelTaskRequest,
+        CancelTaskRequestParams,
+        ClientGetTaskResult,
+        GetTaskRequest,
+        GetTaskRequestParams,
+    )
+
     async with harness(db_url, tmp_path, background=False, **files(tmp_path)) as h:
         bearer = await token(h, "dana-agent", face="mcp:bank", requested_by="U_DANA")
         target = url(h.service, "bank")

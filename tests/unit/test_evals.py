@@ -1,20 +1,34 @@
 """Journey evals: the demo dataset passes under every interruption; broken agents and bad
-datasets fail with the precise reason."""
+datasets fail with the precise reason.
+
+The two demo datasets run as docs/how-to/evals.md's first example runs them (its block is
+``run-by`` this file): its ``approvald eval`` commands, read out of the page and run as
+written, so the page's commands and these checks of what they reported are one run, not two.
+"""
 
 from __future__ import annotations
 
+import itertools
+import os
+import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
+from approvald.bot import eval_run
 from approvald.bot.evals.dataset import INTERRUPTIONS, DatasetError, load_dataset
 from approvald.bot.evals.evaluate import Report, evaluate, table
 from approvald.bot.evals.score import subset
 from approvald.runtime.runs.demo import DemoLedger, demo_agents
 from approvald.store.scratch import ScratchDatabases
 
+from tests.docs.examples import blocks
 from tests.fixtures.eval_agents import broken_agents
+from tests.helpers import run_in_process
 
-DEMO = Path(__file__).parents[2] / "bot" / "evals" / "datasets" / "demo_refund.toml"
+ROOT = Path(__file__).parents[2]
+DEMO = ROOT / "bot" / "evals" / "datasets" / "demo_refund.toml"
+PAGE = ROOT / "docs" / "how-to" / "evals.md"
 
 
 NO_KILLS = [v for v in INTERRUPTIONS if not v.startswith("kill_")]
@@ -40,6 +54,44 @@ async def run_eval(tmp_path: Path, path: Path, agent: str | None = None, *,
                               ledger_path=ledger, agent_modules="tests.fixtures.eval_agents")
 
 
+def the_page_runs(tmp_path: Path, dataset: str, monkeypatch: pytest.MonkeyPatch
+                  ) -> tuple[subprocess.CompletedProcess[str], Report]:
+    """The ``approvald eval`` command of docs/how-to/evals.md's first example that evaluates
+    ``dataset``, run as the page's reader runs it (at the top of a checkout, no
+    ``APPROVALD_*`` variable set, so no database of theirs is named) by the console
+    script's ``main`` in this process: its exit, its output, and the report it scored (seen
+    on its way to the table, not made again)."""
+    [example] = [b for b in blocks(PAGE) if b.runnable][:1]
+    assert example.run_by == "tests/unit/test_evals.py", example.where(ROOT)
+    commands = [shlex.split(line) for line in example.code.splitlines() if line.strip()]
+    assert all(argv[:2] == ["approvald", "eval"] for argv in commands), commands
+    [argv] = [argv for argv in commands if Path(argv[2]).name == dataset]
+    reader = tmp_path / "reader"
+    reader.mkdir()
+    (reader / "bot").symlink_to(ROOT / "bot")
+    reported: list[Report] = []
+    scored = eval_run.run_dataset
+
+    async def seen(*args: object, **kwargs: object) -> Report:
+        report = await scored(*args, **kwargs)  # type: ignore[arg-type]
+        reported.append(report)
+        return report
+
+    monkeypatch.setattr(eval_run, "run_dataset", seen)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("APPROVALD_", "SLACK_"))}
+    env["HOME"] = str(tmp_path / "home")
+    done = run_in_process(argv[1:], env=env, cwd=reader)
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    [report] = reported
+    assert done.stdout.splitlines()[-1] == table(report).splitlines()[-1]
+    for flag, path in itertools.pairwise(argv):
+        if flag == "--report":  # written where the reader asked, and said so
+            assert (reader / path).read_text().startswith("<!DOCTYPE html>")
+            assert f"wrote the report to {reader / path}" in done.stderr
+    return done, report
+
+
 def reasons(report: Report, task: str, variant: str = "baseline") -> list[str]:
     row = next(r for r in report.rows if r.task == task and r.variant == variant)
     return row.reasons()
@@ -47,8 +99,9 @@ def reasons(report: Report, task: str, variant: str = "baseline") -> list[str]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)  # 46 journeys, 30 with child processes: minutes on a busy machine
-async def test_demo_dataset_passes_under_every_interruption(tmp_path: Path) -> None:
-    report = await run_eval(tmp_path, DEMO, crashes=True)
+def test_demo_dataset_passes_under_every_interruption(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    _, report = the_page_runs(tmp_path, DEMO.name, monkeypatch)
     assert [r.reasons() for r in report.rows if not r.ok] == []
     # SIGKILL before and after each tool invocation the uninterrupted run made: three
     # (lookup, refund, email) where the refund runs, one (the lookup) where it does not
@@ -329,8 +382,9 @@ async def test_restart_before_decision_decides_in_another_process(tmp_path: Path
 
 
 @pytest.mark.slow  # starts a process
-async def test_the_demo_steps_dataset_passes_killed_at_every_tick(tmp_path: Path) -> None:
-    report = await run_eval(tmp_path, DEMO.with_name("demo_steps.toml"), crashes=True)
+def test_the_demo_steps_dataset_passes_killed_at_every_tick(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _, report = the_page_runs(tmp_path, "demo_steps.toml", monkeypatch)
     assert [r.reasons() for r in report.rows if not r.ok] == []
     assert [(r.task, r.variant) for r in report.rows] == [
         ("three-ticks", "baseline"),

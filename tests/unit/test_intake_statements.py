@@ -1,12 +1,14 @@
 """What an intake decision answered at once sends the database, statement by statement
 (issue 50), and why each statement taken off that path was not needed.
 
-An auto or forbidden answer is one write transaction: the request's run and row, the
-hook's start of the call where it runs the call at once, and the two audit entries
-chained. Its document is built from what that transaction wrote (the tests below show
-it is the one a read gives), the outbox is signalled only when something was queued,
-and a caller face that has just found its call's key free does not look it up again
-(a request made meanwhile is still found by the insert's conflict on the key).
+An auto or forbidden answer is one write: the request's run and row, the hook's start
+of the call where it runs the call at once, and the two audit entries chained (on
+PostgreSQL one statement, sent alone in autocommit, which writes all of it or nothing;
+a write transaction when it wrote nothing, and on SQLite). Its document is built from
+what that write wrote (the tests below show it is the one a read gives), the outbox
+is signalled only when something was queued, and a caller face that has just found its
+call's key free does not look it up again (a request made meanwhile is still found by
+the insert's conflict on the key).
 
 The counts are exact: every statement the driver is given (sqlite3's trace callback;
 asyncpg's calls, less the liveness ping of a connection that idled).
@@ -174,6 +176,15 @@ def answered_lines(dialect: str, *, started: bool = False) -> collections.Counte
         + collections.Counter({"INSERT tool_executions": 1} if started else {})
 
 
+def written(dialect: str) -> collections.Counter[str]:
+    """How a write that is one statement is sent: on PostgreSQL alone, in autocommit (no
+    ``BEGIN``, no ``COMMIT``: one statement is atomic, all its CTEs or none); on SQLite
+    in a write transaction (``BEGIN IMMEDIATE`` ... ``COMMIT``)."""
+    if dialect == "postgresql":
+        return collections.Counter()
+    return collections.Counter({"BEGIN": 1, "COMMIT": 1})
+
+
 async def test_an_api_auto_answer_is_one_write_transaction(make_engine, statements) -> None:
     engine, token = await setup(make_engine)
     await engine.open_request(token, NewRequest(  # connections opened, plans made
@@ -182,16 +193,18 @@ async def test_an_api_auto_answer_is_one_write_transaction(make_engine, statemen
     doc, new = await engine.open_request(token, NewRequest(
         tool="read_metrics", args={"n": 1}, requested_by="U_DANA"))
     assert new and doc["status"] == "approved"
-    assert window.kinds() == collections.Counter({"BEGIN": 1, "COMMIT": 1}) \
-        + answered_lines(Rows.of(engine).dialect), window.sent
+    dialect = Rows.of(engine).dialect
+    assert window.kinds() == written(dialect) + answered_lines(dialect), window.sent
+    if dialect == "postgresql":
+        assert len(window.sent) == 1
 
 
 async def test_a_hook_auto_call_is_one_write_transaction(make_engine, statements) -> None:
     """A hook's auto call, from its event to its allow: its credential and its switch
     found before are kept (the write checks both, and the bearer token's life), a call
     this process has not seen is tried under its first generation's key without a look-up
-    (made before, the insert's conflict finds it): BEGIN, one statement, COMMIT on
-    PostgreSQL."""
+    (made before, the insert's conflict finds it): one statement on PostgreSQL, sent
+    alone in autocommit (``BEGIN`` and ``COMMIT`` before issue 50's round five)."""
     engine, _ = await setup(make_engine)
     bearer = await _made_hook_token(engine)
 
@@ -208,10 +221,11 @@ async def test_a_hook_auto_call_is_one_write_transaction(make_engine, statements
     window = statements.during()
     said = await hook(1).pre_tool_use(wait=0)
     assert said["hookSpecificOutput"]["permissionDecision"] == "allow", said
-    assert window.kinds() == collections.Counter({"BEGIN": 1, "COMMIT": 1}) \
-        + answered_lines(Rows.of(engine).dialect, started=True), window.sent
-    if Rows.of(engine).dialect == "postgresql":
-        assert len(window.sent) == 3
+    dialect = Rows.of(engine).dialect
+    assert window.kinds() == written(dialect) + answered_lines(dialect, started=True), \
+        window.sent
+    if dialect == "postgresql":
+        assert len(window.sent) == 1
 
 
 async def _made_hook_token(engine: Engine, name: str = "dana-hook") -> Any:
@@ -344,6 +358,173 @@ async def test_answers_at_once_from_two_processes_keep_the_chain_linear(
         await other_db.close()
 
 
+def _first_words(sent: list[str]) -> list[str]:
+    return [q.split()[0].rstrip(";") for q in sent]
+
+
+@pytest.mark.parametrize("tool", ["read_metrics", "drop_table"])
+async def test_a_stale_head_guess_writes_nothing_and_the_answer_is_chained_under_the_lock(
+        make_engine, db_url: str, clock, statements, tool: str) -> None:
+    """On PostgreSQL an answer at once is one statement sent alone (autocommit): its run,
+    its request and its two entries, chained to the head this process last left. Another
+    process moved the head since: that statement writes nothing at all (it fails whole:
+    committed, its request would stand without its entries), and the answer is written by
+    the transaction that reads the head under its lock, as before (the request inserted
+    once, under its id); the next answer is alone again. SQLite: one write transaction
+    each time (the head's compare-and-set, then the head read)."""
+    engine, token = await setup(make_engine)
+    other_db = Database(db_url, server_time=False)
+    try:
+        other = assemble(other_db, Registry([], policy=POLICY), clock=clock)
+        await engine.open_request(token, NewRequest(  # this process's guess of the head
+            tool=tool, args={"n": 0}, requested_by="U_DANA"))
+        await other.open_request(token, NewRequest(  # the head moved elsewhere
+            tool=tool, args={"n": 1}, requested_by="U_DANA"))
+        window = statements.during()
+        doc, new = await engine.open_request(token, NewRequest(
+            tool=tool, args={"n": 2}, requested_by="U_DANA"))
+        stale = window.sent
+        window = statements.during()
+        after, _ = await engine.open_request(token, NewRequest(
+            tool=tool, args={"n": 3}, requested_by="U_DANA"))
+        alone = window.sent
+    finally:
+        await other_db.close()
+    assert new and doc == await engine.request_document(token, doc["id"])
+    answer = "approved" if tool == "read_metrics" else "denied"
+    for d in (doc, after):
+        actions = [e.action for e in await Rows.of(engine).audit() if e.run_id == d["id"]]
+        assert actions == ["requested", answer], actions
+    entries = await Rows.of(engine).audit()
+    assert [e.seq for e in entries] == list(range(1, len(entries) + 1))
+    report = await Rows.of(engine).verify_audit()
+    assert report.ok, report.problems
+    runs = [r for r in await Rows.of(engine).runs(limit=50) if r.agent == "external:bot"]
+    assert len(runs) == 4  # no run without its request, none twice
+    if Rows.of(engine).dialect == "postgresql":
+        # the alone statement (failed whole), then the transaction: the request and its
+        # run, the head locked and read, the entries chained
+        assert _first_words(stale) == ["WITH", "BEGIN", "WITH", "UPDATE", "WITH",
+                                       "COMMIT"], stale
+        assert _first_words(alone) == ["WITH"], alone
+
+
+@pytest.mark.parametrize("what", ["answer", "report"])
+async def test_a_head_moved_while_the_statement_waits_for_it_writes_nothing_of_it(
+        make_engine, db_url: str, clock, what: str) -> None:
+    """The head this process guessed is still the committed one when its statement
+    begins (its snapshot), but another process's transaction holds it, moved and not yet
+    committed: the statement's rows are written (a request and its run, or a kept call's
+    report), then it waits for the head, finds it moved and chains nothing. Alone, in
+    autocommit, nothing may stay of it: it fails whole, and the answer (the report) is
+    written again by a transaction that reads the head under its lock. Committed, the
+    request would stand without its entries (the transaction after it then finds its id
+    taken: "revoked meanwhile"), the report without its ``executed`` entry (then taken as
+    a report made before: not new)."""
+    from approvald.runtime.runs.external import Report
+    engine, token = await setup(make_engine)
+    other_db = Database(db_url, server_time=False)
+    try:
+        other = assemble(other_db, Registry([], policy=POLICY), clock=clock)
+        made, _ = await engine.open_request(token, NewRequest(  # this process's guess
+            tool="read_metrics", args={"n": 0}, requested_by="U_DANA", start_owner="gw"))
+        trail = parts(other).audit
+        chain, chained, go = trail._chain, asyncio.Event(), asyncio.Event()
+
+        async def held(tx: Any) -> None:  # the other's chaining, held before its COMMIT
+            await chain(tx)
+            chained.set()
+            await go.wait()
+
+        trail._chain = held
+        elsewhere = asyncio.ensure_future(other.open_request(token, NewRequest(
+            tool="read_metrics", args={"n": 1}, requested_by="U_DANA")))
+        await chained.wait()
+        if what == "answer":
+            mine = asyncio.ensure_future(engine.open_request(token, NewRequest(
+                tool="read_metrics", args={"n": 2}, requested_by="U_DANA")))
+        else:
+            mine = asyncio.ensure_future(engine.record_request_report(
+                token, made["id"], Report("succeeded", made["effective_digest"], {"n": 0},
+                                          None)))
+        if Rows.of(engine).dialect == "postgresql":
+            for _ in range(500):  # until it waits for the head's lock, its rows written
+                if await Rows.of(engine).select(
+                        "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                        "AND query LIKE 'WITH guessed%'"):
+                    break
+                await asyncio.sleep(0.01)
+            else:
+                raise AssertionError("the statement never waited for the head")
+        else:
+            await asyncio.sleep(0.2)  # (SQLite: it waits for the database's write lock)
+        go.set()
+        await elsewhere
+        done = await mine
+        trail._chain = chain
+    finally:
+        await other_db.close()
+    rid = done[0]["id"] if what == "answer" else made["id"]
+    if what == "report":
+        assert done is True
+        after = await engine.request_document(token, rid)
+        assert after["result"]["status"] == "succeeded", after
+    actions = [e.action for e in await Rows.of(engine).audit() if e.run_id == rid]
+    assert actions == (["requested", "approved"] if what == "answer"
+                       else ["requested", "approved", "executed"]), actions
+    entries = await Rows.of(engine).audit()
+    assert [e.seq for e in entries] == list(range(1, len(entries) + 1))
+    report = await Rows.of(engine).verify_audit()
+    assert report.ok, report.problems
+    runs = [r for r in await Rows.of(engine).runs(limit=50) if r.agent == "external:bot"]
+    assert len(runs) == (3 if what == "answer" else 2)
+
+
+async def test_answers_and_kept_reports_from_two_processes_at_once_are_written_whole(
+        make_engine, db_url: str, clock) -> None:
+    """Two processes (two connection pools on one database) making auto calls that they
+    run and report themselves, all at once: each write (the request with its start and
+    entries; the kept report with its entry) is one statement alone on PostgreSQL, and
+    the other process's chainings make most head guesses stale. Every request has its
+    run, its start, its result and its three entries, once; no run, request or result
+    stands without its entries (a guess found stale wrote nothing and was written again
+    under the head's lock); one chain, in order."""
+    from approvald.runtime.runs.external import CALL_ID, Report
+    engine, token = await setup(make_engine)
+    other_db = Database(db_url, server_time=False)
+    try:
+        other = assemble(other_db, Registry([], policy=POLICY), clock=clock)
+
+        async def call(e: Engine, i: int) -> str:
+            doc, new = await e.open_request(token, NewRequest(
+                tool="read_metrics", args={"i": i, "by": id(e)}, requested_by="U_DANA",
+                start_owner=f"gw{id(e)}"))
+            assert new and doc["status"] == "approved"
+            assert await e.record_request_report(token, doc["id"], Report(
+                "succeeded", doc["effective_digest"], {"i": i}, None))
+            return str(doc["id"])
+
+        ids = await asyncio.gather(*(call(e, i) for i in range(15) for e in (engine, other)))
+    finally:
+        await other_db.close()
+    assert len(set(ids)) == 30
+    entries = await Rows.of(engine).audit()
+    assert [e.seq for e in entries] == list(range(1, len(entries) + 1))
+    report = await Rows.of(engine).verify_audit()
+    assert report.ok, report.problems
+    by_run: dict[str, list[str]] = collections.defaultdict(list)
+    for e in entries:
+        by_run[str(e.run_id)].append(e.action)
+    for rid in ids:
+        assert by_run[rid] == ["requested", "approved", "executed"], (rid, by_run[rid])
+        run = await Rows.of(engine).run(rid)
+        assert run.status == "completed" and json.loads(run.result)["i"] in range(15)
+        ran = await Rows.of(engine).execution(rid, CALL_ID)
+        assert ran is not None and ran.status == "succeeded", ran
+    runs = [r for r in await Rows.of(engine).runs(limit=100) if r.agent == "external:bot"]
+    assert len(runs) == 30
+
+
 # -- a caller face that runs the call itself: its start and its report ------------------
 
 async def test_the_start_and_report_of_an_auto_call_read_each_row_once(
@@ -431,11 +612,12 @@ async def _made_token(engine: Engine, name: str = "bot") -> api_tokens.NewToken:
                             created_by="test", via="test", tools="*")
 
 
-async def test_an_api_auto_decision_is_three_statements_with_its_token_kept(
+async def test_an_api_auto_decision_is_one_statement_with_its_token_kept(
         make_engine, statements) -> None:
     """``POST /v1/requests``'s whole work for an auto answer, its token's check included:
     the token found once is kept in memory (its liveness is checked by the write), so the
-    answer is BEGIN, the one statement, COMMIT on PostgreSQL."""
+    answer is the one statement on PostgreSQL, sent alone in autocommit (three before
+    round five: ``BEGIN``, it, ``COMMIT``)."""
     engine = make_engine(policy=POLICY)
     made = await _made_token(engine)
     header = f"Bearer {made.token}"
@@ -446,10 +628,10 @@ async def test_an_api_auto_decision_is_three_statements_with_its_token_kept(
         doc, new = await engine.open_request(token, NewRequest(
             tool="read_metrics", args={"n": i}, requested_by="U_DANA"))
         assert new and doc["status"] == "approved"
-    assert window.kinds() == collections.Counter({"BEGIN": 1, "COMMIT": 1}) \
-        + answered_lines(Rows.of(engine).dialect), window.sent
-    if Rows.of(engine).dialect == "postgresql":
-        assert len(window.sent) == 3
+    dialect = Rows.of(engine).dialect
+    assert window.kinds() == written(dialect) + answered_lines(dialect), window.sent
+    if dialect == "postgresql":
+        assert len(window.sent) == 1
 
 
 @pytest.mark.parametrize("tool", ["read_metrics", "drop_table", "deploy"])
@@ -646,12 +828,14 @@ def reported_lines(dialect: str) -> collections.Counter[str]:
 async def test_an_mcp_auto_call_is_two_write_transactions(make_engine, statements) -> None:
     from approvald.bot.mcp.gateway import Ran
     """An MCP gateway's auto call, from its call to its result recorded: its start is
-    recorded with its request (one write: BEGIN, WITH, COMMIT on PostgreSQL), the call
-    forwarded, and its report and ``executed`` entry written from what the request's
-    write left in memory (one write: BEGIN, WITH, COMMIT). The gateway's credential found
-    live once is kept (the request's statement checks it). 17 statements on main: the
-    start a transaction of its own (BEGIN, run and request locked, the intent, COMMIT),
-    the report nine (run and request locked, the intent read, three UPDATEs, the entry)."""
+    recorded with its request (one write: on PostgreSQL one statement, sent alone in
+    autocommit), the call forwarded, and its report and ``executed`` entry written from
+    what the request's write left in memory (one write: one statement alone). The
+    gateway's credential found live once is kept (the request's statement checks it).
+    17 statements before round four: the start a transaction of its own (BEGIN, run and
+    request locked, the intent, COMMIT), the report nine (run and request locked, the
+    intent read, three UPDATEs, the entry); 6 before round five (each write BEGIN, WITH,
+    COMMIT)."""
     engine = make_engine(policy=MCP_POLICY)
     g = _mcp_gateway(engine)
     for i in range(2):  # the first: the credential made, connections opened, plans made
@@ -662,11 +846,11 @@ async def test_an_mcp_auto_call_is_two_write_transactions(make_engine, statement
     dialect = Rows.of(engine).dialect
     kinds = window.kinds()
     assert kinds["SELECT api_tokens"] == 0, window.sent
-    assert kinds == collections.Counter({"BEGIN": 2, "COMMIT": 2}) \
+    assert kinds == written(dialect) + written(dialect) \
         + answered_lines(dialect, started=True) + reported_lines(dialect), window.sent
     if dialect == "postgresql":
-        assert len(window.sent) == 6
-        assert [q.split()[0].rstrip(";") for q in window.sent] == ["BEGIN", "WITH", "COMMIT"] * 2
+        assert len(window.sent) == 2
+        assert [q.split()[0].rstrip(";") for q in window.sent] == ["WITH", "WITH"]
     rid = await _new_mcp_run(engine, known)
     doc = await engine.request_document(await g.token(), rid)
     assert doc["status"] == "approved" and doc["result"]["status"] == "succeeded", doc
