@@ -42,7 +42,7 @@ class Slack:
 
 async def start_refund(cli: Cli, order: str = "A-1001") -> str:
     done = await cli.acall("run", "demo-refund", "--task", f"Refund order {order}, double charged",
-               "--requested-by", "U_DANA")
+                           "--requested-by", "U_DANA")
     assert done.returncode == 0, done.stderr
     listed = await cli.ajson("approvals", "list", "--json")
     [pending] = [p for p in listed if order in str(p["args"])]

@@ -40,7 +40,7 @@ async def ok(cli: Cli, *args: str, **env: str) -> str:
 
 async def pause_refund(cli: Cli, order: str) -> tuple[str, str]:
     run_id = (await ok(cli, "run", "demo-refund", "--task", f"Refund order {order}",
-                    "--requested-by", "U_DANA")).strip()
+                       "--requested-by", "U_DANA")).strip()
     listed = await cli.ajson("approvals", "list", "--json")
     [approval] = [a for a in listed if a["run_id"] == run_id]
     return run_id, approval["id"]
@@ -94,7 +94,7 @@ async def test_a_rotation_out_of_order_is_one_line_until_serve_has_the_key(
         # what the docs used to say: reseal under the new key, tell serve nothing
         await ok(cli, "keys", "reseal", APPROVALD_DATA_KEY=KEY_2, APPROVALD_DATA_OLD_KEYS=KEY_1)
         await ok(cli, "approvals", "approve", approval, "--as", "U_ALICE", "--no-resume",
-               APPROVALD_DATA_KEY=KEY_2)
+                 APPROVALD_DATA_KEY=KEY_2)
         # serve meets the run sealed under a key it lacks at each poll (every 0.1 s)...
         await wait_for(lambda: _at_least(serve, 20), within=60,
                        what="serve to meet the resealed run twenty times")

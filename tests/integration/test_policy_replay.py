@@ -102,8 +102,9 @@ async def make_history(h: Harness, cli: Cli, hook_env: dict[str, str]) -> dict[s
     paused = await h.pause_refund()
     await h.card(paused.approval_ids[0])
     made["refund_asked"] = (await h.approval(paused.approval_ids[0])).status
+    # serve (running on meanwhile) resumes it: the command only decides
     assert (await ran(cli, "approvals", "approve", paused.approval_ids[0],
-               "--as", "U_ALICE")).returncode == 0
+                      "--as", "U_ALICE", "--no-resume")).returncode == 0
     await wait_for(lambda: ended(h, paused.run_id), what="the refund to end")
     # the HTTP API: three deploys, decided from the command line
     token = await make_token(h, "ci")
@@ -137,7 +138,7 @@ async def make_history(h: Harness, cli: Cli, hook_env: dict[str, str]) -> dict[s
         verdict = "approve" if a["args"]["command"].startswith("make") else "deny"
         extra = ("--reason", "not on a shared box") if verdict == "deny" else ()
         assert (await ran(cli, "approvals", verdict, a["id"], "--as", "U_ALICE",
-                   *extra)).returncode == 0
+                          *extra)).returncode == 0
     return made
 
 
@@ -220,7 +221,7 @@ async def test_three_policies_replayed_over_a_history_made_through_the_faces(
 
     # policy check: the same verdict for CI, and the file alone when not asked more
     assert (await ran(cli, "policy", "check", str(tmp_path / "looser.toml"),
-               "--against-history", "--since", "all")).returncode == 8
+                      "--against-history", "--since", "all")).returncode == 8
     assert (await ran(cli, "policy", "check", str(tmp_path / "looser.toml"))).returncode == 0
 
     # the shadow rules' records, with how often people agreed
@@ -257,7 +258,7 @@ async def test_bad_input_is_refused_and_a_broken_chain_is_never_read(
     assert empty.returncode == 0 and "over 0 requests" in empty.stdout, empty.stdout
     # an entry on the record (a token made), then rewritten behind the chain's back
     made = await cli.acall("tokens", "create", "ci", "--tools", "deploy", "--json",
-               APPROVALD_SECRET="approvald-test-secret-0123456789")
+                           APPROVALD_SECRET="approvald-test-secret-0123456789")
     token = json.loads(made.stdout)
     assert token["name"] == "ci"
     db = Database(sqlite_url)
@@ -334,7 +335,7 @@ async def test_the_kept_requests_give_the_documents_a_fold_of_every_entry_gives(
         assert status == 201, doc
         a = await approval_of(h, doc["id"])
         assert (await ran(cli, "approvals", "deny", a.id, "--as", "U_ALICE", "--reason",
-                   "not on a Friday")).returncode == 0
+                          "not on a Friday")).returncode == 0
     db = Database(db_url)
     try:
         kept = await Rows(db).kept_requests()
@@ -349,7 +350,7 @@ async def test_the_kept_requests_give_the_documents_a_fold_of_every_entry_gives(
     for name, text in (("looser", LOOSER), ("stricter", STRICTER), ("others", OTHERS)):
         (tmp_path / f"{name}.toml").write_text(text)
         fast, full = await both("policy", "replay", str(tmp_path / f"{name}.toml"), "--since",
-                          "all", "--json")
+                                "all", "--json")
         assert (fast.returncode, fast.stdout) == (full.returncode, full.stdout), name
         assert fast.stdout and not fast.stderr, fast.stderr
     fast, full = await both("insights", "--since", "all", "--json")

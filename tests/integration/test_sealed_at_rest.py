@@ -112,7 +112,7 @@ async def test_a_card_number_is_sealed_at_rest_and_a_lost_key_changes_nothing(
             pass
     assert await stored(db_url) == rows
     done = await cli.acall("approvals", "approve", aid, "--as", "U_ALICE", "--no-resume",
-               APPROVALD_DATA_KEY=KEY_1)
+                           APPROVALD_DATA_KEY=KEY_1)
     assert done.returncode == 0, done.stderr
     rows = await stored(db_url)
     # the approved run cannot be resumed without the key: refused, and left as it was
