@@ -88,6 +88,12 @@ approvers = ["U_ALICE"]
 """
 
 
+# the command line on serve's clock (the system's): a request the hook makes on the
+# clock file's time would be past its expiry for serve's sweeper, which runs on while the
+# commands do
+SAME_CLOCK = {"APPROVALD_CLOCK_FILE": ""}
+
+
 async def ran(cli: Cli, *args: str) -> subprocess.CompletedProcess[str]:
     return await cli.acall(*args, APPROVALD_DATA_KEY=KEY_1)
 
@@ -161,6 +167,7 @@ async def test_three_policies_replayed_over_a_history_made_through_the_faces(
     policy = {"APPROVALD_POLICY_FILE": str(tmp_path / "policy.toml")}
     cli = make_cli(sqlite_url, tmp_path, in_process=True)
     cli.env_extra.update(policy)
+    cli.env_extra.update(SAME_CLOCK)
     async with harness(sqlite_url, tmp_path, APPROVALD_DATA_KEY=KEY_1, **policy) as h:
         made = await make_history(h, cli, policy)
     # shadow rules enforced nowhere: every face still asked
@@ -322,6 +329,7 @@ async def test_the_kept_requests_give_the_documents_a_fold_of_every_entry_gives(
            "APPROVALD_AUDIT_KEY": "audit-key-kept-in-a-vault-0123456789"}
     cli = make_cli(db_url, tmp_path, in_process=True)
     cli.env_extra.update(env)
+    cli.env_extra.update(SAME_CLOCK)
     async with harness(db_url, tmp_path, APPROVALD_DATA_KEY=KEY_1, **env) as h:
         await make_history(h, cli, env)
         first = await ran(cli, "insights", "--since", "all", "--json")  # folds it all, keeps it
