@@ -93,6 +93,32 @@ def hints(tool: types.Tool) -> str:
     return f" (the server calls it {', '.join(said)})" if said else ""
 
 
+class Checked:
+    """Each listed tool entry's identity and input-schema validator, worked out once per
+    entry (issue 50: every ``tools/call`` checked its arguments with a validator built for
+    it, and digested its tool's entry, anew). A listing that gives the tool again gives a
+    new entry, which is worked out again: what is kept is never another entry's."""
+
+    def __init__(self) -> None:
+        self._by_name: dict[str, tuple[types.Tool, ToolIdentity, Any]] = {}
+
+    def of(self, tool: types.Tool) -> tuple[ToolIdentity, Any]:
+        """(``tool``'s identity, its input schema's validator: None for a schema the
+        validator cannot even be made for)."""
+        kept = self._by_name.get(tool.name)
+        if kept is None or kept[0] is not tool:
+            schema = tool.input_schema
+            try:
+                validator: Any = validator_for(schema)(schema)
+            except SchemaError:
+                validator = None
+            kept = self._by_name[tool.name] = (tool, identity(tool), validator)
+        return kept[1], kept[2]
+
+    def forget(self, name: str) -> None:
+        self._by_name.pop(name, None)
+
+
 class Upstream:
     """One wrapped MCP server, reached through an entered :class:`mcp.Client`: its tools
     (listed as the client pages through them, refreshed when an unknown one is called),
@@ -119,6 +145,7 @@ class Upstream:
         self.descriptions: dict[str, str] = {}  # tool -> its description, for cards
         self.annotations: dict[str, dict[str, Any]] = {}  # tool -> its annotations
         self.identities: dict[str, ToolIdentity] = {}  # tool -> its identity, as listed
+        self.checked = Checked()  # each entry called: its identity and validator, once
 
     async def check_rules(self, gateway_source: Source, policy: Any) -> None:
         """Refuse to start on a policy rule that would fail on every call of its tool: each
@@ -230,16 +257,20 @@ class Upstream:
             if found is None:  # no longer listed: its cached entries go too
                 self.tools.pop(name, None)
                 self.identities.pop(name, None)
+                self.checked.forget(name)
                 return GONE
             return identity(found)
 
         return identify
 
     @staticmethod
-    def invalid(tool: types.Tool, args: dict[str, Any]) -> str | None:
+    def invalid(tool: types.Tool, args: dict[str, Any], validator: Any = None) -> str | None:
+        """What is wrong with ``args`` by ``tool``'s input schema (None: nothing);
+        ``validator``: the schema's, made before (:class:`Checked`)."""
         schema = tool.input_schema
         try:
-            validator = validator_for(schema)(schema)
+            if validator is None:
+                validator = validator_for(schema)(schema)
             error = next(iter(validator.iter_errors(args)), None)
         except SchemaError:
             return None  # the server's own schema is broken: let the server judge
@@ -286,14 +317,15 @@ class Upstream:
         tool = await self.tool(name, ctx)
         if tool is None:
             raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {name}")
-        problem = self.invalid(tool, args)
+        checked, validator = self.checked.of(tool)
+        problem = self.invalid(tool, args, validator)
         if problem is not None:  # the server would refuse them: nobody is asked
             return error_result(f"approvald: invalid arguments for {name}: {problem}. "
                                 "Nothing was asked or executed.")
         gateway.descriptions.update(self.descriptions)
         gateway.annotations.update(self.annotations)
         # the identity of the entry the arguments were checked against (and the card shows)
-        gateway.identities[name] = identity(tool)
+        gateway.identities[name] = checked
         started = time.monotonic()
 
         async def waiting(doc: dict[str, Any]) -> None:

@@ -8,6 +8,14 @@ from typing import Any
 
 JSONValue = Any  # JSON-shaped data: dict/list/str/int/float/bool/None
 
+# the two encoders, made once: json.dumps with any option builds a JSONEncoder per call,
+# and a decision serialises a dozen values (issue 50). encode() keeps no state between
+# calls, so one instance serves every caller; the text is json.dumps's with these options
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                              allow_nan=False).encode
+_COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False,
+                            allow_nan=False).encode
+
 
 def canonical_json(value: JSONValue) -> str:
     """Serialize ``value`` deterministically: sorted keys, no whitespace, UTF-8 kept as is.
@@ -15,13 +23,12 @@ def canonical_json(value: JSONValue) -> str:
     Floats that are integral stay distinct from ints (``1.0`` vs ``1``) because JSON
     producers differ there and an approver saw one of them.
     """
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False)
+    return _CANONICAL(value)
 
 
 def compact_json(value: JSONValue) -> str:
     """Compact JSON for storage (key order kept)."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return _COMPACT(value)
 
 
 def sha256_hex(text: str) -> str:

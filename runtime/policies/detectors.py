@@ -12,6 +12,7 @@ What a call declares sensitive, and the one funnel that masks both together, is
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -186,7 +187,21 @@ def mask_text(text: str, detectors: Detectors | None = None) -> str:
     """``text`` with every secret a detector recognises replaced by its masked form."""
     if not _HINT.search(text):
         return text
+    if len(text) <= _SHORT:
+        return _mask_short(text, detectors or _active)
     return spliced(text, _found(text, detectors or _active))
+
+
+# A short text's masked form is remembered, by the text and the detectors that ran (a
+# pure function of both): a decision's two audit entries, its document and its card say
+# the same names, ids and arguments again, and a fleet's calls repeat most of them
+# (issue 50). Bounded in entries and in length, so at most a few MB.
+_SHORT = 512
+
+
+@functools.lru_cache(maxsize=4096)
+def _mask_short(text: str, detectors: Detectors) -> str:
+    return spliced(text, _found(text, detectors))
 
 
 def spliced(text: str, spans: Sequence[tuple[int, int, str]]) -> str:

@@ -310,6 +310,13 @@ def _walk(value: Any, live: Sequence[tuple[str, ...]], text: Callable[[str], str
           number: Callable[[int | float], Any]) -> Any:
     """``value`` masked: under a path of ``live`` that ends, whole; every string by
     ``text``, every number by ``number``."""
+    # the exact types JSON gives first (a str, a dict): the same branch as below, without
+    # the ABC's isinstance check each value of each record would cost (issue 50)
+    kind = type(value)
+    if kind is str:
+        return text(value)
+    if kind is dict:
+        return {k: _child(v, live, str(k), text, number) for k, v in value.items()}
     if isinstance(value, Mapping):
         return {k: _child(v, live, str(k), text, number) for k, v in value.items()}
     if isinstance(value, list | tuple):

@@ -1,0 +1,294 @@
+"""``serve``'s CPU per auto decision, in one process, deterministically (issue 50).
+
+    python tests/benchmarks/bench_decision_cpu.py [--db URL] [--calls 2000] [--rounds 5]
+                                                  [--faces hook,api,mcp] [--profile FACE]
+
+Where ``bench_fleet.py`` floods a separate ``serve`` from many callers (rates and latency,
+which a shared machine makes meaningless), this runs the same ``serve`` (its
+:class:`~approvald.bot.serve.Service`, the fleet benchmark's policy, gateway and tokens)
+inside this process and makes its calls one at a time over a kept-alive loopback
+connection, with a client of a few lines (a request's bytes written, its answer read by
+``Content-Length`` or chunks): the CPU this process takes per call
+(``time.process_time()`` over ``--calls`` calls, ``--rounds`` times; the median and the
+spread printed) is ``serve``'s, plus that small client's, which the baseline carries too.
+The MCP gateway's server runs in its own process (not counted: what it costs is its own).
+
+Baselines in the same run: ``GET /healthz`` carrying the same bearer header (a bare
+request through the same HTTP app and client), and a bare ``SELECT 1`` write transaction
+(``Database.transact``, no HTTP). Then each face's auto decision (``--faces``):
+
+* ``hook``: ``POST /v1/hooks/claude-code?wait=0``, a ``PreToolUse`` of ``ls …``;
+* ``api``: ``POST /v1/requests``, ``read_metrics`` (auto);
+* ``mcp``: ``tools/call`` of ``echo`` on ``/mcp/bank`` (auto, forwarded to its server).
+
+Each call has its own arguments (none joins another's request). The figure per face is
+printed beside the baseline's, and as the difference (what the decision adds to a bare
+request). ``--profile FACE`` runs that face's calls once more under cProfile and prints
+the functions by own time and by cumulative time, with their call counts per decision.
+
+On PostgreSQL ``--db`` names a server (``postgresql+asyncpg://postgres@127.0.0.1:5432/test``):
+a database of the run's own is made there and dropped afterwards. Default: a temporary
+SQLite file. Figures before and after a change: run this on each checkout, one after the
+other (``gc.freeze`` after start-up, as ``serve`` does, so collections do not walk
+start-up's objects).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import io
+import json
+import os
+import pstats
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[1]))
+sys.path.insert(0, str(HERE))
+
+from bench_common import APPROVALD, free_port, setup_database
+from bench_fleet import MCP_SERVER, POLICY
+from sqlalchemy import text
+
+FACES = ("hook", "api", "mcp")
+
+
+class Client:
+    """HTTP/1.1 over one kept-alive connection, one request at a time: as little client
+    work as can be, so that the CPU measured is the server's."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def open(self) -> None:
+        self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
+
+    async def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+    async def call(self, method: str, path: str, headers: bytes, body: bytes = b""
+                   ) -> tuple[int, bytes]:
+        assert self.reader is not None and self.writer is not None
+        self.writer.write(b"%s %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n%sContent-Length: %d\r\n"
+                          b"\r\n%s" % (method.encode(), path.encode(), self.port, headers,
+                                       len(body), body))
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        lines = head.split(b"\r\n")
+        status = int(lines[0].split()[1])
+        fields = {k.strip().lower(): v.strip() for k, _, v in
+                  (line.partition(b":") for line in lines[1:] if line)}
+        if b"content-length" in fields:
+            return status, await self.reader.readexactly(int(fields[b"content-length"]))
+        out = bytearray()  # chunked
+        while True:
+            size = int((await self.reader.readuntil(b"\r\n")).strip(), 16)
+            out += await self.reader.readexactly(size + 2)
+            if size == 0:
+                return status, bytes(out)
+            del out[-2:]
+
+
+def auth(token: str, extra: str = "") -> bytes:
+    return f"Authorization: Bearer {token}\r\nContent-Type: application/json\r\n{extra}".encode()
+
+
+def calls(client: Client, tokens: dict[str, str]) -> dict[str, Callable[[int], Awaitable[None]]]:
+    """Each face's auto decision (and the bare request), checked for the answer it must get."""
+    hook_h, api_h = auth(tokens["hook"]), auth(tokens["api"])
+    mcp_h = auth(tokens["mcp"], "Accept: application/json, text/event-stream\r\n"
+                                "MCP-Protocol-Version: 2025-06-18\r\n")
+
+    async def health(i: int) -> None:
+        status, body = await client.call("GET", "/healthz", api_h)
+        assert status == 200, body
+
+    async def hook(i: int) -> None:
+        event = {"hook_event_name": "PreToolUse", "session_id": "cpu-1", "cwd": "/srv",
+                 "tool_name": "Bash", "tool_input": {"command": f"ls -la /srv/{i}"},
+                 "tool_use_id": f"toolu_{i}"}
+        status, body = await client.call("POST", "/v1/hooks/claude-code?wait=0", hook_h,
+                                         json.dumps(event).encode())
+        said = json.loads(body)["hookSpecificOutput"]["permissionDecision"]
+        assert status == 200 and said == "allow", body
+
+    async def api(i: int) -> None:
+        status, body = await client.call("POST", "/v1/requests", api_h, json.dumps(
+            {"tool": "read_metrics", "args": {"n": i}}).encode())
+        assert status == 201 and json.loads(body)["status"] == "approved", body
+
+    async def mcp(i: int) -> None:
+        msg = {"jsonrpc": "2.0", "id": i, "method": "tools/call",
+               "params": {"name": "echo", "arguments": {"text": f"hi {i}"}}}
+        status, body = await client.call("POST", "/mcp/bank", mcp_h, json.dumps(msg).encode())
+        assert status == 200 and b'"isError":false' in body.replace(b" ", b""), body
+
+    return {"healthz": health, "hook": hook, "api": api, "mcp": mcp}
+
+
+async def select_one(db: object) -> Callable[[int], Awaitable[None]]:
+    from approvald.store.db import Database
+
+    assert isinstance(db, Database)
+
+    async def one(i: int) -> None:
+        await db.transact(lambda tx: tx.conn.execute(text("SELECT 1")), what="baseline")
+    return one
+
+
+class Counter:
+    def __init__(self) -> None:
+        self.i = 0
+
+    def next(self) -> int:
+        self.i += 1
+        return self.i
+
+
+async def cpu_per_call(fns: list[Callable[[int], Awaitable[None]]], n: int, rounds: int,
+                       counter: Counter, *, warm: bool = True) -> list[float]:
+    """CPU milliseconds per call, one figure per round of ``n`` calls: ``fns``, one per
+    connection, each making its calls one after the other (one: sequential calls)."""
+    async def run(count: int) -> None:
+        async def one(fn: Callable[[int], Awaitable[None]], k: int) -> None:
+            for _ in range(k):
+                await fn(counter.next())
+        per = count // len(fns)
+        await asyncio.gather(*(one(fn, per) for fn in fns))
+
+    if warm:  # caches, connections
+        await run(min(n, 200))
+    out = []
+    for _ in range(rounds):
+        t, t0 = time.process_time(), os.times()
+        await run(n)
+        calls = n // len(fns) * len(fns)
+        out.append((time.process_time() - t) / calls * 1000)
+        t1 = os.times()
+        SYSTEM.append((t1.system - t0.system) / calls * 1000)
+    return out
+
+
+# the kernel's share of each round (its sockets: the client's, the server's, the database
+# connection's), in milliseconds per call: what fewer round trips save, not less Python
+SYSTEM: list[float] = []
+
+
+def figure(ms: list[float]) -> str:
+    system = statistics.median(SYSTEM[-len(ms):])
+    return (f"{statistics.median(ms):6.3f} ms  (rounds {min(ms):.3f}-{max(ms):.3f}; "
+            f"system {system:.3f})")
+
+
+async def bench(a: argparse.Namespace) -> int:
+    tmp = Path(tempfile.mkdtemp())
+    db_url, drop = await setup_database(a.db, tmp, "bench_decision_cpu")
+    (tmp / "policy.toml").write_text(POLICY)
+    (tmp / "gateways.toml").write_text(
+        f"[gateways.bank]\ncommand = {json.dumps([sys.executable, str(MCP_SERVER)])}\n"
+        "wait = 0\n")
+    port = free_port()
+    for k in [k for k in os.environ if k.startswith(("APPROVALD_", "SLACK_"))]:
+        del os.environ[k]
+    os.environ.update(
+        APPROVALD_DATABASE_URL=db_url, APPROVALD_POLICY_FILE=str(tmp / "policy.toml"),
+        APPROVALD_MCP_GATEWAYS_FILE=str(tmp / "gateways.toml"),
+        APPROVALD_SECRET="bench-secret-0123456789abcdef", APPROVALD_PORT=str(port),
+        APPROVALD_HOST="127.0.0.1", APPROVALD_LOG_LEVEL="ERROR",
+        APPROVALD_METRICS_ADDR="127.0.0.1:0", MCP_FIXTURE_LEDGER=str(tmp / "ledger.jsonl"))
+    tokens = {}
+    for face, extra in (("hook", ["hook", "--face", "hook:claude-code"]),
+                        ("api", ["fleet", "--tools", "*"]),
+                        ("mcp", ["fleet-mcp", "--face", "mcp:bank"])):
+        if face != "api":
+            extra += ["--requested-by", "U_DANA"]
+        made = await asyncio.to_thread(
+            subprocess.run, [APPROVALD, "tokens", "create", *extra, "--json"],
+            capture_output=True, text=True, check=True)
+        tokens[face] = json.loads(made.stdout)["token"]
+
+    import logging
+
+    from approvald.bot.config import Settings
+    from approvald.bot.serve import Service, settle_heap
+    from approvald.bot.wiring import open_database
+
+    logging.basicConfig(level=logging.ERROR)
+    settings = Settings()
+    db = await open_database(settings, quiet=True)
+    service = Service(settings, db)
+    clients = [Client(port) for _ in range(a.callers)]
+    try:
+        await service.start()
+        settle_heap()
+        for c in clients:
+            await c.open()
+        per_client = [calls(c, tokens) for c in clients]
+        one = await select_one(db)
+        fns = {k: [f[k] for f in per_client] for k in per_client[0]}
+        fns["select1"] = [one] * a.callers
+        counter = Counter()
+        faces = [f for f in a.faces.split(",") if f]
+        print(f"database: {db.display_url}; {os.cpu_count()} cores, load average "
+              f"{os.getloadavg()[0]:.1f}; serve in this process; {a.callers} "
+              f"connection(s), each one call at a time; CPU of this process per call, "
+              f"{a.rounds} rounds of {a.calls} calls (median)")
+        base = await cpu_per_call(fns["healthz"], a.calls, a.rounds, counter)
+        print(f"  {'baseline: GET /healthz (bearer header)':44} {figure(base)}")
+        sel = await cpu_per_call(fns["select1"], a.calls, a.rounds, counter)
+        print(f"  {'baseline: bare SELECT 1 write transaction':44} {figure(sel)}")
+        for face in faces:
+            ms = await cpu_per_call(fns[face], a.calls, a.rounds, counter)
+            print(f"  {face + ' auto decision':44} {figure(ms)}  (+"
+                  f"{statistics.median(ms) - statistics.median(base):.3f} ms over the bare "
+                  "request)")
+        if a.profile:
+            n = a.calls
+            prof = cProfile.Profile(time.process_time)  # CPU, not waits
+            prof.enable()
+            await cpu_per_call(fns[a.profile], n, 1, counter, warm=False)
+            prof.disable()
+            for order in ("tottime", "cumulative"):
+                out = io.StringIO()
+                pstats.Stats(prof, stream=out).sort_stats(order).print_stats(a.top)
+                print(f"--- {a.profile}, {n} calls, by {order} ---")
+                print(out.getvalue())
+            if a.dump:
+                prof.dump_stats(a.dump)
+        return 0
+    finally:
+        for c in clients:
+            await c.close()
+        service.stop_event.set()
+        await service.stop(grace=1.0)
+        await db.close()
+        await drop()
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--db", default=None, help="a PostgreSQL server's URL (a database is made "
+                                              "on it); default: a temp SQLite file")
+    p.add_argument("--calls", type=int, default=2000, help="calls per round")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--faces", default=",".join(FACES))
+    p.add_argument("--callers", type=int, default=1, help="connections at once, each making "
+                   "its calls one at a time (default 1: the CPU of a call alone)")
+    p.add_argument("--profile", choices=[*FACES, "healthz", "select1"], default=None)
+    p.add_argument("--top", type=int, default=45, help="functions printed per profile order")
+    p.add_argument("--dump", default=None, help="write the profile's stats to this file")
+    return asyncio.run(bench(p.parse_args()))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
