@@ -131,8 +131,20 @@ class MachineCpu:
 def serve_command() -> list[str]:
     """``approvald serve``, or ``$BENCH_SERVE_CMD serve`` (e.g. ``python -m cProfile -o
     serve.prof -m approvald.bot.cli``) to profile or trace the serve process."""
+    if PROFILE_TO:
+        return [sys.executable, str(HERE / "profile_serve.py"), PROFILE_TO, "serve"]
     return (os.environ.get("BENCH_SERVE_CMD", "").split()
             or [str(Path(sys.executable).parent / "approvald")]) + ["serve"]
+
+
+PROFILE_TO = ""  # --profile: profile_serve.py's output, SIGUSR2 around the clicks
+
+
+def profile_toggle(serves: list[Any]) -> None:
+    """With ``--profile``, turn serve's CPU profiler on (first call) or off and dump it."""
+    if PROFILE_TO:
+        for x in serves:
+            os.kill(x.pid, signal.SIGUSR2)
 
 
 async def wait_healthy(port: int, tries: int = 300) -> None:
@@ -335,6 +347,7 @@ async def bench(runs: int, concurrency: int, mode: str, db_url: str | None,
             t0 = time.perf_counter()
             cpu0 = sum(cpu_seconds(x.pid) for x in serves)
             machine = MachineCpu()
+            profile_toggle(serves)
             await asyncio.gather(*(click(i, aid) for i, aid in enumerate(approvals)))
             await asyncio.wait_for(
                 asyncio.gather(*(tool_log.event(values[a][0].run_id).wait()
@@ -348,6 +361,7 @@ async def bench(runs: int, concurrency: int, mode: str, db_url: str | None,
             # what the clicks cost in all: work deferred past the last tool start (card
             # updates, the rest of each run) is paid for too, only later
             whole_cpu = sum(cpu_seconds(x.pid) for x in serves) - cpu0
+            profile_toggle(serves)
             sent_sql: dict[str, int] = {}
             most_sent: list[tuple[int, str]] = []
             if sql0 is not None:
@@ -445,7 +459,12 @@ def main() -> int:
     p.add_argument("--sensitive", action="store_true",
                    help="run twice, plain calls then calls with sensitive arguments, and "
                         "print what masking and sealing add")
+    p.add_argument("--profile", default="", metavar="OUT.prof",
+                   help="run serve under cProfile by CPU time (profile_serve.py) from the "
+                        "first click until every run completed; read with pstats")
     a = p.parse_args()
+    global PROFILE_TO
+    PROFILE_TO = str(Path(a.profile).resolve()) if a.profile else ""
     if not a.sensitive:
         asyncio.run(bench(a.runs, a.concurrency, a.mode, a.db, statements=a.statements))
         return 0
