@@ -55,6 +55,8 @@ _ESCAPES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
 
 def units(text: str) -> int:
     """Length in UTF-16 code units: what a JavaScript ``length`` says, never below ``len``."""
+    if text.isascii():  # the usual case, without a Python step per character
+        return len(text)
     return len(text) + sum(1 for ch in text if ord(ch) > 0xFFFF)
 
 
@@ -90,10 +92,26 @@ def _piece(text: str, i: int, code: bool) -> str:
     return ch
 
 
+# characters _piece shows as something else, or wider than one unit (a backtick only after
+# another, astral characters two units): text without any is shown as itself
+_NOT_ITSELF = re.compile("[&<>`\u202a-\u202e\u2066-\u2069\ud800-\udfff"
+                         "\x00-\x08\x0b-\x1f\U00010000-\U0010ffff]")
+
+
 def _fit(text: str, start: int, budget: int, code: bool) -> tuple[str, int]:
     """Display form of ``text[start:end]`` within ``budget`` units, and ``end``."""
+    n = len(text)
+    if _NOT_ITSELF.search(text, start) is None:  # one unit a character, each as itself
+        i = min(n, start + max(budget, 0))
+        end = i
+        if i < n:  # as below
+            while end > start and i - end < 32 and _joins(text, end):
+                end -= 1
+            if end == start or _joins(text, end):
+                end = i
+        return text[start:end], end
     out: list[str] = []
-    used, i, n = 0, start, len(text)
+    used, i = 0, start
     while i < n:
         piece = _piece(text, i, code)
         size = units(piece)
