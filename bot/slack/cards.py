@@ -23,6 +23,7 @@ from approvald.bot.slack.mrkdwn import (
     INPUT_MAX,
     SECTION_MAX,
     approver,
+    block_dict,
     clause,
     clip,
     code_block,
@@ -654,7 +655,7 @@ def approval_card(a: ApprovalRecord, *, token: str | None, now: datetime,
     blocks.append(context(_context(a, votes, now, supersedes_url)))
     if live and token is not None:
         blocks.append(buttons(a, token, view_args=cut > 0))
-    out = [b.to_dict() for b in blocks]
+    out = [block_dict(b) for b in blocks]
     for extra in optional:  # never expected with the caps above; a guard, not a plan
         if text_length(out) <= CARD_TEXT_BUDGET:
             break

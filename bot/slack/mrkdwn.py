@@ -308,6 +308,51 @@ def context(parts: Sequence[str]) -> ContextBlock:
     return ContextBlock(elements=[md(safe_cut(p, SECTION_MAX)) for p in parts[:10]])
 
 
+def _text_dict(obj: object, limit: int) -> dict[str, Any] | None:
+    """``obj.to_dict()`` for a text object as :func:`md` and :func:`plain` make them, with
+    text of 1 to ``limit`` characters; else None (``to_dict`` then decides)."""
+    t = type(obj)
+    if t is MarkdownTextObject:
+        m: MarkdownTextObject = obj  # type: ignore[assignment]
+        if (m.verbatim is True and m.emoji is None and type(m.text) is str
+                and 0 < len(m.text) <= limit):
+            return {"text": m.text, "type": "mrkdwn", "verbatim": True}
+    elif t is PlainTextObject:
+        p: PlainTextObject = obj  # type: ignore[assignment]
+        if p.emoji is True and type(p.text) is str and 0 < len(p.text) <= limit:
+            return {"emoji": True, "text": p.text, "type": "plain_text"}
+    return None
+
+
+def block_dict(block: Any) -> dict[str, Any]:
+    """``block.to_dict()``, the same dict, for the section, header and context blocks
+    :func:`section`, :func:`header` and :func:`context` build, without slack_sdk's
+    generic walk and its validators: only for blocks within the limits those validators
+    check (text length, element count, ``block_id``); any other block, or one out of
+    bounds, goes through ``to_dict`` (which validates, and raises as before)."""
+    t = type(block)
+    bid = block.block_id if t in (SectionBlock, HeaderBlock, ContextBlock) else None
+    if bid is not None and not (type(bid) is str and 0 < len(bid) <= 255):
+        return block.to_dict()  # type: ignore[no-any-return]
+    head = {"block_id": bid} if bid else {}
+    if t is SectionBlock:
+        if block.fields is None and block.accessory is None and block.expand is None:
+            text = _text_dict(block.text, SectionBlock.text_max_length)
+            if text is not None:
+                return {**head, "text": text, "type": "section"}
+    elif t is HeaderBlock:
+        text = _text_dict(block.text, HeaderBlock.text_max_length)
+        if text is not None:
+            return {**head, "text": text, "type": "header"}
+    elif t is ContextBlock:
+        elements = block.elements
+        if type(elements) is list and 0 < len(elements) <= ContextBlock.elements_max_length:
+            out = [_text_dict(e, 1 << 62) for e in elements]
+            if all(x is not None for x in out):
+                return {**head, "elements": out, "type": "context"}
+    return block.to_dict()  # type: ignore[no-any-return]
+
+
 def cut_plain(text: str, limit: int) -> str:
     """Cut plain text (never parsed by Slack, so not escaped) to ``limit`` units."""
     if units(text) <= limit:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from approvald.bot.slack import mrkdwn
 from approvald.bot.slack.mrkdwn import _fit, _joins, _piece, units
 
@@ -68,3 +69,63 @@ def test_the_whole_string_path_is_taken_only_for_text_shown_as_itself() -> None:
         assert mrkdwn._NOT_ITSELF.search(text) is None or "`" in text
     # a combining mark at the cut is still not split from its letter
     assert _fit("abcde\u0301f", 0, 5, code=False) == ("abcd", 4)
+
+
+def test_block_dict_is_to_dict_and_raises_where_it_did() -> None:
+    from approvald.bot.slack.mrkdwn import block_dict, context, header, md, plain, section
+    from slack_sdk.errors import SlackObjectFormationError
+    from slack_sdk.models.blocks import (
+        ActionsBlock,
+        ButtonElement,
+        ContextBlock,
+        DividerBlock,
+        HeaderBlock,
+        ImageElement,
+        MarkdownTextObject,
+        SectionBlock,
+    )
+    same = [
+        section("hello *there*"), section("x", block_id="b1"), section("é" * 3000),
+        header("A header"), header("h" * 150), context(["a", "b `c`"]),
+        context([str(i) for i in range(10)]),
+        SectionBlock(text=md("with a button"), accessory=ButtonElement(text="Go", action_id="a")),
+        SectionBlock(fields=[md("f1"), md("f2")]),
+        SectionBlock(text=MarkdownTextObject(text="not verbatim")),
+        SectionBlock(text=plain("plain section")),
+        HeaderBlock(text=plain("h"), block_id="h1"),
+        ContextBlock(elements=[ImageElement(image_url="https://x/y.png", alt_text="y"),
+                               md("beside")]),
+        ActionsBlock(elements=[ButtonElement(text="Approve", action_id="approve")]),
+        DividerBlock(),
+    ]
+    for b in same:
+        assert block_dict(b) == b.to_dict(), b
+        assert list(block_dict(b)) == list(b.to_dict())  # the same keys, in the same order
+    # out of Slack's bounds: to_dict's validators still raise
+    for b in (SectionBlock(text=md("x" * 3001)), HeaderBlock(text=plain("h" * 151)),
+              ContextBlock(elements=[md(str(i)) for i in range(11)]),
+              SectionBlock(text=md("x"), block_id="b" * 256)):
+        with pytest.raises(SlackObjectFormationError):
+            b.to_dict()
+        with pytest.raises(SlackObjectFormationError):
+            block_dict(b)
+    # empty text is left to to_dict (which drops the key)
+    empty = SectionBlock(text=md(""))
+    assert block_dict(empty) == empty.to_dict()
+
+
+def test_approval_cards_are_the_dicts_to_dict_made(monkeypatch: pytest.MonkeyPatch) -> None:
+    from approvald.bot.slack import cards
+
+    from tests.unit.test_cards import NOW, TOKEN, approval, decided, vote
+    examples = [
+        (approval(), TOKEN, []),
+        (approval(args={"note": "a <b> & `c` ``d`` \u202e 😀 é\u0301"}), TOKEN, []),
+        (approval(edited_args={"order": "1234", "amount": 40}), TOKEN, []),
+        (decided("approved", reason="fine"), None, [vote("U0BOB")]),
+        (decided("denied", reason="x" * 3000), None, [vote("U0BOB", verdict="deny")]),
+    ]
+    fast = [cards.approval_card(a, token=t, now=NOW, votes=v) for a, t, v in examples]
+    monkeypatch.setattr(cards, "block_dict", lambda b: b.to_dict())
+    slow = [cards.approval_card(a, token=t, now=NOW, votes=v) for a, t, v in examples]
+    assert fast == slow
