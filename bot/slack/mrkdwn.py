@@ -336,7 +336,7 @@ def block_dict(block: Any) -> dict[str, Any]:
         return block.to_dict()  # type: ignore[no-any-return]
     head = {"block_id": bid} if bid else {}
     if t is SectionBlock:
-        if block.fields is None and block.accessory is None and block.expand is None:
+        if not block.fields and block.accessory is None and block.expand is None:
             text = _text_dict(block.text, SectionBlock.text_max_length)
             if text is not None:
                 return {**head, "text": text, "type": "section"}

@@ -112,6 +112,14 @@ def test_block_dict_is_to_dict_and_raises_where_it_did() -> None:
     # empty text is left to to_dict (which drops the key)
     empty = SectionBlock(text=md(""))
     assert block_dict(empty) == empty.to_dict()
+    # and the blocks section(), header() and context() make are not left to to_dict
+    for b in same[:7]:
+        monkeypatched = type(b).to_dict
+        try:
+            type(b).to_dict = None  # type: ignore[assignment,method-assign]
+            assert block_dict(b)["type"] in ("section", "header", "context")
+        finally:
+            type(b).to_dict = monkeypatched  # type: ignore[method-assign]
 
 
 def test_approval_cards_are_the_dicts_to_dict_made(monkeypatch: pytest.MonkeyPatch) -> None:
