@@ -1,5 +1,6 @@
-"""A warm ``approvald`` for the docs examples: the command line's imports done once, then a
-fresh process forked from it for each command a page runs.
+"""A warm ``approvald``: the command line's imports done once, then a fresh process forked
+from it for each command (the docs examples' commands, tests/docs/examples.py, and the
+tests' subprocess ``approvald``, :class:`tests.helpers.Cli`).
 
 Each ``approvald`` a docs page runs would import the same ~680 modules (0.7-1 s of CPU)
 before doing its own work (a few hundredths of a second); a page runs up to thirty. The
@@ -16,7 +17,8 @@ They read no environment, but for the failpoints, which are armed again in the c
 its own.
 
 Run as ``python zygote.py SOCKET``; it serves until its standard input closes (its parent,
-the test process, ended) or it is killed.
+the test process, ended) or it is killed. :class:`Warm` starts one (per test process) and
+makes its shim.
 """
 
 from __future__ import annotations
@@ -25,10 +27,13 @@ import atexit
 import json
 import os
 import re
+import shutil
 import socket
+import subprocess
 import sys
+import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 MAX_MESSAGE = 1 << 20
@@ -163,6 +168,9 @@ def _exit_when_orphaned() -> None:
 
 
 def serve(path: str) -> None:
+    # what the console script imports from is its own directory (the virtualenv's bin), not
+    # this file's (tests/, whose packages must not shadow anything the command imports)
+    sys.path[0] = str(Path(sys.executable).parent)
     # the console script's own import (pip's entry-point template), and every command
     # group's module (a command imports its group's as it starts: the ~670 modules of
     # about a second of CPU), done once here
@@ -181,6 +189,65 @@ def serve(path: str) -> None:
     while True:
         conn, _ = server.accept()
         _serve_one(conn)
+
+
+class Warm:
+    """This process's warm ``approvald``: the directory of its shim (:attr:`bin`, made on
+    first use) and the server that answers it (:meth:`start`, once; it ends with this
+    process, or when this process closes its standard input)."""
+
+    def __init__(self) -> None:
+        self._where: Path | None = None
+        self._server: subprocess.Popen[bytes] | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def bin(self) -> Path:
+        """The directory holding the ``approvald`` shim."""
+        with self._lock:
+            if self._where is None:
+                # short: a socket's path is at most 107 bytes
+                where = Path(tempfile.mkdtemp(prefix="apd-warm-"))
+                atexit.register(shutil.rmtree, where, ignore_errors=True)
+                shim = where / "approvald"
+                shim.write_text(SHIM.format(python=sys.executable,
+                                            socket_path=str(where / "zygote.sock")))
+                shim.chmod(0o755)
+                (where / "cwd").mkdir()
+                self._where = where
+            return self._where
+
+    @property
+    def approvald(self) -> str:
+        """The shim: an ``approvald`` to run as the console script would be run."""
+        return str(self.bin / "approvald")
+
+    def start(self, env: Mapping[str, str]) -> None:
+        """Start the server (unless it runs) with environment ``env``, in a directory of its
+        own (nothing a test's working directory holds is importable from it)."""
+        where = self.bin
+        with self._lock:
+            if self._server is not None and self._server.poll() is None:
+                return
+            (where / "zygote.sock").unlink(missing_ok=True)
+            server = subprocess.Popen(
+                [sys.executable, __file__, str(where / "zygote.sock")],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                env=dict(env), cwd=where / "cwd")
+            assert server.stdout is not None
+            ready = server.stdout.readline()
+            assert ready == b"ready\n", f"the warm approvald did not start: {ready!r}"
+            atexit.register(_stop, server)
+            self._server = server
+
+
+def _stop(server: subprocess.Popen[bytes]) -> None:
+    assert server.stdin is not None
+    server.stdin.close()  # the server exits when its stdin closes
+    try:
+        server.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        server.kill()
 
 
 if __name__ == "__main__":
