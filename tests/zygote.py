@@ -80,6 +80,17 @@ def _recv_exactly(conn: socket.socket, size: int, fds: list[int]) -> bytes:
 
 
 _MAIN: list[Callable[[], int]] = []  # approvald.bot.cli.main, once imported
+_BASE_PATH: list[str] = []  # the interpreter's sys.path: no script's directory, no PYTHONPATH
+
+
+def _pythonpath(env: Mapping[str, str]) -> list[str]:
+    """The entries ``PYTHONPATH`` puts on a process's ``sys.path`` (``site`` makes them
+    absolute, from the directory the process starts in)."""
+    seen: list[str] = []
+    for entry in env.get("PYTHONPATH", "").split(os.pathsep):
+        if entry and os.path.abspath(entry) not in seen:
+            seen.append(os.path.abspath(entry))
+    return seen
 
 
 def _child(request: dict[str, object], fds: list[int]) -> None:
@@ -95,8 +106,10 @@ def _child(request: dict[str, object], fds: list[int]) -> None:
     sys.dont_write_bytecode = bool(env.get("PYTHONDONTWRITEBYTECODE"))
     argv = request["argv"]
     assert isinstance(argv, list)
-    # the console script's sys.path[0] is its own directory (the virtualenv's bin)
-    sys.path[0] = str(Path(sys.executable).parent)
+    # the console script's sys.path: its own directory (the virtualenv's bin), then its
+    # environment's PYTHONPATH, then the interpreter's own (the server's, less its PYTHONPATH)
+    sys.path[:] = [str(Path(sys.executable).parent),
+                   *(p for p in _pythonpath(env) if p not in _BASE_PATH), *_BASE_PATH]
     sys.argv = [str(Path(sys.executable).parent / "approvald"), *map(str, argv)]
     from approvald.runtime.kernel import failpoints
 
@@ -171,6 +184,8 @@ def serve(path: str) -> None:
     # what the console script imports from is its own directory (the virtualenv's bin), not
     # this file's (tests/, whose packages must not shadow anything the command imports)
     sys.path[0] = str(Path(sys.executable).parent)
+    own = _pythonpath(os.environ)
+    _BASE_PATH.extend(p for p in sys.path[1:] if p not in own)
     # the console script's own import (pip's entry-point template), and every command
     # group's module (a command imports its group's as it starts: the ~670 modules of
     # about a second of CPU), done once here

@@ -81,3 +81,18 @@ def test_agents_imported_by_one_command_are_not_seen_by_the_next(sqlite_url: str
     assert "defines no Agent" in said[0].stderr, said[0].stderr
     assert "the second one" in said[1].stderr, said[1].stderr
     assert "defines no Agent" in said[2].stderr, said[2].stderr
+
+
+def test_the_warm_cli_finds_modules_on_its_own_pythonpath(sqlite_url: str,
+                                                          tmp_path: Path) -> None:
+    """A command's ``PYTHONPATH`` is on its ``sys.path`` (the server was started without
+    it), as on the console script's: its agents are found there, not in its directory."""
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "otheragents.py").write_text("X = 1\n")
+    cli = make_cli(sqlite_url, tmp_path)
+    for extra in ({}, {"PYTHONPATH": str(tmp_path / "elsewhere")}):
+        warm, cold = both(cli, "run", "demo-steps", "--task", "1",
+                          APPROVALD_AGENTS="otheragents", **extra)
+        assert (warm.returncode, warm.stderr) == (cold.returncode, cold.stderr), extra
+        said = "defines no Agent" if extra else "cannot import 'otheragents'"
+        assert said in warm.stderr, warm.stderr
