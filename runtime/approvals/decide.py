@@ -44,7 +44,13 @@ from approvald.runtime.policies.policy import ApprovalPolicy, CallPolicy, Policy
 from approvald.runtime.policies.sensitive import Masking, unmask_edit
 from approvald.runtime.policies.tools import Tool
 from approvald.runtime.record.audit import AuditTrail
-from approvald.runtime.record.outbox_kinds import CardUpdate, queue, queue_closed, tell_edited
+from approvald.runtime.record.outbox_kinds import (
+    CardUpdate,
+    closed_rows,
+    queue,
+    queue_closed,
+    tell_edited,
+)
 from approvald.runtime.record.shown import of_request
 from approvald.runtime.requests.expiry import Expiry, SweepResult
 from approvald.runtime.requests.gate import Gate
@@ -59,6 +65,8 @@ from approvald.runtime.requests.packet import (
 from approvald.store.db import Database, is_store_failure
 from approvald.store.records import ApprovalRecord, RunRecord
 from approvald.store.repos import Tx
+from approvald.store.repos.approvals import Closing
+from approvald.store.repos.runs import Woken
 
 log = logging.getLogger("approvald.decide")
 
@@ -222,6 +230,18 @@ def counted(a: ApprovalRecord, voters: Sequence[str], digest: str | None = None)
             and ApprovalPolicy.from_snapshot(a.policy).edits == "propose":
         return [v for v in voters if v != a.edited_by]
     return list(voters)
+
+
+_Woke = tuple[bool, str | None, RunRecord | None]
+
+
+def _woke(woken: Woken | None, owner: str | None) -> _Woke:
+    """(woken, the lease id it was leased under, the run's row as leased)."""
+    if woken is None:
+        return False, None, None
+    if not woken.leased:
+        return True, None, None
+    return True, owner, woken.run
 
 
 class Decider:
@@ -564,11 +584,18 @@ class Decider:
         if at.edited is None and at_once:
             # the vote and the decision it makes, one statement where the database can
             # (issue 50): the request changes only if the vote was new
+            # (issue 50) and, in the same statement, what a close sets off: the card's
+            # update, the mail thread's follow-up, the run woken and leased
             status = FINAL_VERDICTS.get(vote, "approved")
-            voted, done = await tx.approvals.vote_and_transition(
+            row, follow, having, statuses = closed_rows(CardUpdate(a.id), a.id)
+            owner = lease_id(self.owner) if self.signals.takes_decided else None
+            voted, done, woken = await tx.approvals.vote_and_close(
                 approval_id=a.id, actor=actor.id, vote=vote, digest=digest, via=actor.via,
-                at=now, to=status, decided_at=now, decided_by=actor.id,
-                decided_via=actor.via, verdict=verdict,
+                at=now, to=status, closing=Closing(
+                    run_id=a.run_id, card=row, follow=follow, having=having,
+                    statuses=statuses, kind="tool_call",
+                    lease=None if owner is None else (owner, now + self.lease_ttl)),
+                decided_at=now, decided_by=actor.id, decided_via=actor.via, verdict=verdict,
                 reason=at.reason, **({"approve_count": 1} if vote == "approve" else {}),
                 **at.traced())
             if not voted:
@@ -577,7 +604,7 @@ class Decider:
             if done is None:
                 raise _refuse(a, Refusal.NOT_PENDING, not_pending_message(a))
             return await self._decided(tx, a, at, done, status, digest, [actor.id],
-                                       discarded, now)
+                                       discarded, now, woken=_woke(woken, owner))
         if not await tx.approvals.add_vote(approval_id=a.id, actor=actor.id, verdict=vote,
                                            digest=digest, via=actor.via, at=now):
             if at.edited is None:
@@ -618,9 +645,11 @@ class Decider:
 
     async def _decided(self, tx: Tx, a: ApprovalRecord, at: _Attempt, done: ApprovalRecord,
                        status: str, digest: str, voters: list[str],
-                       discarded: tuple[str, ...], now: datetime) -> Decision:
+                       discarded: tuple[str, ...], now: datetime,
+                       woken: _Woke | None = None) -> Decision:
         """A request decided (``done``, as the transition left it): its audit entry, its
-        card's update, its run woken."""
+        card's update, its run woken (``woken``: both done already, by the statement that
+        decided it, and what its wake came to)."""
         actor = at.actor
         if status == "approved":
             self.audit.record(tx, at=now, action="approved", actor=actor.id, via=actor.via,
@@ -631,7 +660,7 @@ class Decider:
                                        **({"reason": at.reason} if at.reason else {}),
                                        **outcome_details(done),
                                        **actor.marks(), **card_posted(done)})
-            ready, claim, run = await self._run_ready(tx, done)
+            ready, claim, run = woken or await self._run_ready(tx, done)
             return Decision(done, "approved", len(voters), a.quorum, ready, discarded, claim,
                             run=run)
         said = "guidance" if status == "redirected" else "reason"
@@ -640,7 +669,7 @@ class Decider:
                           details={"tool": a.tool, "args": done.effective_args(),
                                    said: at.reason, **outcome_details(done),
                                    **actor.marks(), **card_posted(done)})
-        ready, claim, run = await self._run_ready(tx, done)
+        ready, claim, run = woken or await self._run_ready(tx, done)
         return Decision(done, status, done.approve_count, done.quorum, ready, discarded,
                         claim, run=run)
 
@@ -699,11 +728,7 @@ class Decider:
         woken = await tx.runs.wake_if_idle(
             run_id, kind=kind, now=now, from_status=from_status,
             lease=None if owner is None else (owner, now + self.lease_ttl))
-        if woken is None:
-            return False, None, None
-        if not woken.leased:
-            return True, None, None
-        return True, owner, woken.run
+        return _woke(woken, owner)
 
     async def _card(self, tx: Tx, approval_id: str) -> ApprovalRecord:
         """Queue a card update and return the row as it now stands."""

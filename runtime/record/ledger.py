@@ -42,6 +42,7 @@ from approvald.runtime.record.audit import AuditTrail, result_excerpt
 from approvald.store.db import Database
 from approvald.store.records import ExecutionRecord
 from approvald.store.repos import Tx
+from approvald.store.repos.runs import Settled
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,29 @@ class Recorded:
 AfterResult = Callable[[Tx, Recorded], Awaitable[None]]
 # a result's write, run inside a transaction the caller commits
 Settle = Callable[[Tx], Awaitable[None]]
+
+
+_FOLDED = "ledger.folded"  # tx.scratch: a deferred result its checkpoint's statement wrote
+
+
+@dataclass(frozen=True)
+class Deferred:
+    """A deferred result's write (a :data:`Settle`), and ``row``: the intent row's outcome
+    it records, which the step's checkpoint may write in its own statement instead
+    (:meth:`~store.repos.runs.RunsRepo.checkpoint_with_events`; None: the call had no
+    intent, its one row is inserted). After that, :meth:`folded` marks it written, and
+    the write then runs only what follows the result in its transaction (its audit
+    entry, a notice)."""
+
+    write: Settle
+    row: Settled | None
+
+    async def __call__(self, tx: Tx) -> None:
+        await self.write(tx)
+
+    def folded(self, tx: Tx) -> None:
+        assert self.row is not None
+        tx.scratch[f"{_FOLDED}:{self.row.call_id}"] = True
 
 
 @dataclass(frozen=True)
@@ -363,7 +387,9 @@ class Ledger:
 
         async def write(tx: Tx) -> None:
             now = self.clock.now()
-            if bare is not None:
+            if bare is None and tx.scratch.pop(f"{_FOLDED}:{ctx.call_id}", None) is not None:
+                recorded = True  # written by the checkpoint's statement (Deferred.row)
+            elif bare is not None:
                 recorded = await tx.executions.record_done(
                     run_id=ctx.run_id, call_id=ctx.call_id, step=bare.step, tool=bare.tool,
                     digest=bare.digest, started_at=bare.started_at, now=now,
@@ -383,10 +409,13 @@ class Ledger:
                     run_id=ctx.run_id, idempotency_key=ctx.idempotency_key, status=status,
                     result=text, error=err_text, latency_ms=latency_ms))
 
+        settle = Deferred(write, None if bare is not None else Settled(
+            call_id=ctx.call_id, status=status, result=text, error_class=err_class,
+            error=err_text, latency_ms=latency_ms))
         if status == "succeeded":
-            return write, Executed(None if text is None else json.loads(text), reused=False)
-        return write, Executed({"status": "error", "error_class": err_class,
-                                "error": err_text}, reused=False)
+            return settle, Executed(None if text is None else json.loads(text), reused=False)
+        return settle, Executed({"status": "error", "error_class": err_class,
+                                 "error": err_text}, reused=False)
 
     async def _check_lease(self, tx: Tx, run_id: str, owner: str,
                            journal: str | None = None) -> None:

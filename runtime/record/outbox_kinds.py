@@ -243,10 +243,19 @@ async def tell_mailed(tx: Tx, approval_ids: Sequence[str], now: datetime) -> Non
 async def queue_closed(tx: Tx, card: Payload, approval_id: str, now: datetime) -> None:
     """A request just closed: its card's update queued, and (as :func:`tell_mailed`) the
     follow-up in its mail's thread if it was mailed, in one statement."""
-    await tx.outbox.add_if_group(
-        (card.kind, approval_id, card.encode()),
-        (OUTCOME_MAIL, mail_group(approval_id), OutcomeMail(approval_id).encode()),
-        having=REQUEST_MAIL, statuses=("pending", "delivered"), now=now)
+    row, follow, having, statuses = closed_rows(card, approval_id)
+    await tx.outbox.add_if_group(row, follow, having=having, statuses=statuses, now=now)
+
+
+ClosedRows = tuple[tuple[str, str, str], tuple[str, str, str], str, tuple[str, ...]]
+
+
+def closed_rows(card: Payload, approval_id: str) -> ClosedRows:
+    """What :func:`queue_closed` queues: the card's row, the mail's follow-up, and the kind
+    and statuses of the row that says the request was mailed."""
+    return ((card.kind, approval_id, card.encode()),
+            (OUTCOME_MAIL, mail_group(approval_id), OutcomeMail(approval_id).encode()),
+            REQUEST_MAIL, ("pending", "delivered"))
 
 
 Changes = tuple[Sequence[tuple[str, str | None, str | None]], int]

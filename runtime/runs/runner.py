@@ -57,6 +57,7 @@ from approvald.runtime.policies.sensitive import mask_args
 from approvald.runtime.policies.tools import ToolContext, asked_identity
 from approvald.runtime.record.audit import AuditTrail
 from approvald.runtime.record.ledger import (
+    Deferred,
     Executed,
     Ledger,
     OutcomeUnknown,
@@ -832,18 +833,29 @@ class Runner:
         now = self.clock.now()
         events = [encode(m, ledger_ref=ref) for m, ref in pending.messages]
 
-        async def write(tx: Tx) -> CancelRequest:
+        # the step's first deferred result of a call with an intent row: written by the
+        # checkpoint's own statement where the database can (issue 50)
+        fold = next((s for s in pending.settles
+                     if isinstance(s, Deferred) and s.row is not None), None)
+
+        async def write(tx: Tx, fold: Deferred | None = None) -> CancelRequest:
             # the events and the run row in one statement where the database can
             req = await tx.runs.checkpoint_with_events(
                 live.run.id, owner=live.owner, first_seq=live.seq, step=live.step,
                 events=events, status=status, now=now, lease_until=now + self.lease_ttl,
-                release=release, result=result, error=error)
+                release=release, result=result, error=error,
+                settled=None if fold is None else fold.row)
             if req is None:
                 raise LeaseLost(f"lost the lease on run {live.run.id}", run_id=live.run.id)
+            if fold is not None and req.settled is not None:
+                if not req.settled:  # (as the result's own write would have found)
+                    raise LeaseLost(f"call {fold.row and fold.row.call_id} was settled by "
+                                    "someone else while it ran", run_id=live.run.id)
+                fold.folded(tx)  # its write now records only what follows it
             return req
 
         async def work(tx: Tx) -> CancelRequest:
-            req = await write(tx)
+            req = await write(tx, fold)
             for settle in pending.settles:
                 await settle(tx)
             for call, a in pending.lapsed:

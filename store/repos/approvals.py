@@ -10,8 +10,10 @@ from typing import Any, cast
 
 from approvald.store.fastsql import fast
 from approvald.store.models import Approval, ApprovalVote, Run, RunThread, StandingApproval
-from approvald.store.records import ApprovalRecord, VoteRecord
+from approvald.store.records import ApprovalRecord, RunRecord, VoteRecord
 from approvald.store.repos.base import Repo, to_record
+from approvald.store.repos.outbox import OutboxRepo, add_if_group_insert, add_if_group_params
+from approvald.store.repos.runs import RunsRepo, Woken, wake_update
 from sqlalchemy import (
     Insert,
     Select,
@@ -120,6 +122,15 @@ def _vote_then(to: str, keys: tuple[str, ...]) -> Any:
     arguments already), then, only if it was, the request's compare-and-set (pending,
     these arguments, not expired); answers ``voted`` and the request as it now stands
     (its columns NULL if it was not changed)."""
+    vote, upd = _vote_upd(to, keys)
+    one = select(literal(1).label("one")).subquery("one")
+    return fast(select(select(func.count()).select_from(vote).scalar_subquery()
+                       .label(_VOTED), *upd.c)
+                .select_from(one.outerjoin(upd, true())))
+
+
+def _vote_upd(to: str, keys: tuple[str, ...]) -> tuple[Any, Any]:
+    """The vote's INSERT and, only if it inserted, the request's compare-and-set: CTEs."""
     vote = (cast(Any, postgresql.insert(_V))
             .values(approval_id=bindparam("aid", type_=_V.c.approval_id.type),
                     actor=bindparam("actor", type_=_V.c.actor.type),
@@ -130,13 +141,50 @@ def _vote_then(to: str, keys: tuple[str, ...]) -> Any:
             .on_conflict_do_nothing().returning(_V.c.actor).cte("vote"))
     upd = (_transition(to, ("pending",), keys, True, True)
            .where(select(vote.c.actor).exists()).cte("upd"))
-    one = select(literal(1).label("one")).subquery("one")
-    return fast(select(select(func.count()).select_from(vote).scalar_subquery()
-                       .label(_VOTED), *upd.c)
-                .select_from(one.outerjoin(upd, true())))
+    return vote, upd
 
 
 _VOTED = "vote_inserted"
+_RUN = "r_"  # the woken run's columns, in the statement that closes its request
+
+
+@dataclass(frozen=True, slots=True)
+class Closing:
+    """What a request's close writes with it: its card's update (``card``: kind, group,
+    payload) and, when group ``follow[1]`` holds a row of kind ``having`` in one of
+    ``statuses`` (the request was mailed), ``follow`` (:meth:`OutboxRepo.add_if_group`);
+    and its run ``run_id`` woken once no request of ``kind`` of it is pending, leased to
+    ``lease`` (owner, until) unless another holds it (:meth:`RunsRepo.wake_if_idle`)."""
+
+    run_id: str
+    card: tuple[str, str, str]
+    follow: tuple[str, str, str]
+    having: str
+    statuses: tuple[str, ...]
+    kind: str
+    lease: tuple[str, datetime] | None
+
+
+@functools.lru_cache(maxsize=64)
+def _vote_then_close(to: str, keys: tuple[str, ...], having: str, statuses: tuple[str, ...],
+                     lease: bool, server: bool) -> Any:
+    """PostgreSQL, one statement (issue 50): :func:`_vote_then`, and only if the request
+    was closed by it, its card's update queued (:func:`add_if_group_insert`) and its run
+    woken (:func:`wake_update`; this request, which the statement's snapshot still sees
+    pending, left out by id), the run's row as it left it in ``r_<column>`` (NULL: not
+    woken). The run's row was locked by the decision's first statement, and every writer
+    of its requests locks it first: what the snapshot sees of them is what a statement of
+    its own would."""
+    vote, upd = _vote_upd(to, keys)
+    closed = select(upd.c.id).exists()
+    card = add_if_group_insert(having, statuses, closed).cte("card")
+    woke = (wake_update(lease, server, but=bindparam("aid"))
+            .where(closed).returning(*_R.c).cte("woke"))
+    one = select(literal(1).label("one")).subquery("one")
+    return fast(select(select(func.count()).select_from(vote).scalar_subquery()
+                       .label(_VOTED), *upd.c, *(c.label(_RUN + c.name) for c in woke.c))
+                .select_from(one.outerjoin(upd, true()).outerjoin(woke, true()))
+                .add_cte(card))
 
 
 class ApprovalsRepo(Repo):
@@ -311,6 +359,49 @@ class ApprovalsRepo(Repo):
         m = dict(row._mapping)
         voted = bool(m.pop(_VOTED))
         return voted, None if m["id"] is None else ApprovalRecord(**m)
+
+    async def vote_and_close(self, *, approval_id: str, actor: str, vote: str, digest: str,
+                             via: str, at: datetime, to: str, closing: Closing,
+                             **values: Any) -> tuple[bool, ApprovalRecord | None, Woken | None]:
+        """:meth:`vote_and_transition`, and once the request is closed by it, what
+        ``closing`` says: (whether the vote was new, the request as the transition left it
+        or None, the run as :meth:`RunsRepo.wake_if_idle` answers). On PostgreSQL one
+        statement (issue 50); on SQLite, whose writer is alone, the four."""
+        if self.dialect != "postgresql":
+            voted, done = await self.vote_and_transition(
+                approval_id=approval_id, actor=actor, vote=vote, digest=digest, via=via,
+                at=at, to=to, **values)
+            if done is None:
+                return voted, None, None
+            await OutboxRepo(self.conn, self.dialect).add_if_group(
+                closing.card, closing.follow, having=closing.having,
+                statuses=closing.statuses, now=at)
+            woken = await RunsRepo(self.conn, self.dialect, server_time=self.server_time) \
+                .wake_if_idle(closing.run_id, kind=closing.kind, now=at, lease=closing.lease)
+            return voted, done, woken
+        keys = tuple(sorted(values))
+        params: dict[str, Any] = {
+            "aid": approval_id, "d": digest, "now": at, "actor": actor, "vote": vote,
+            "via": via, **{f"v_{k}": values[k] for k in keys},
+            **add_if_group_params(closing.card, closing.follow, at),
+            "rid": closing.run_id, "kind": closing.kind, "from": "awaiting_approval"}
+        if closing.lease is not None:
+            params["owner"] = closing.lease[0]
+            params.update({"ttl": closing.lease[1] - at} if self.server_time
+                          else {"until": closing.lease[1]})
+        row = (await self.conn.execute(_vote_then_close(
+            to, keys, closing.having, tuple(closing.statuses), closing.lease is not None,
+            self.server_time), params)).one()
+        m = dict(row._mapping)
+        voted = bool(m.pop(_VOTED))
+        run = {k.removeprefix(_RUN): m.pop(k) for k in list(m) if k.startswith(_RUN)}
+        done = None if m["id"] is None else ApprovalRecord(**m)
+        if run["id"] is None:
+            return voted, done, None
+        if closing.lease is None:
+            return voted, done, Woken(leased=False)
+        woke = RunRecord(**run)
+        return voted, done, Woken(leased=woke.lease_owner == closing.lease[0], run=woke)
 
     async def expire_batch(self, ids: Sequence[str], *, now: datetime) -> list[ApprovalRecord]:
         """Compare-and-set each still-pending, overdue approval in ``ids`` to expired."""

@@ -7,6 +7,7 @@ the tries the far side answered with "not now" (a rate limit), which are not fai
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, cast
@@ -50,6 +51,45 @@ def _free(now: datetime, stale_owners: Sequence[str]) -> Any:
     if stale_owners:
         free = or_(free, Outbox.claimed_by.in_(list(stale_owners)))
     return free
+
+
+_ADDED = ("kind", "group_key", "payload", "status", "attempts", "not_before", "created_at",
+          "give_up_at", "waits")
+
+
+def add_if_group_insert(having: str, statuses: tuple[str, ...], when: Any = None) -> Any:
+    """``INSERT INTO outbox``: the row (``o_kind``, ``o_group``, ``o_payload``) and the
+    row (``f_kind``, ``f_group``, ``f_payload``) when group ``f_group`` holds a row of
+    kind ``having`` in one of ``statuses``, both queued at ``o_now``, and each only
+    ``when`` (a condition of the statement it is part of; :meth:`OutboxRepo.add_if_group`
+    in a statement of its own)."""
+    def values(prefix: str, *where: Any) -> Any:
+        given = {c: bindparam(f"{prefix}_{k}", type_=_T.c[c].type)
+                 for c, k in (("kind", "kind"), ("group_key", "group"), ("payload", "payload"))}
+        now = bindparam("o_now", type_=_T.c.not_before.type)
+        given.update(status=literal("pending", type_=_T.c.status.type),
+                     attempts=literal(0, type_=_T.c.attempts.type), not_before=now,
+                     created_at=now, give_up_at=literal(None, type_=_T.c.give_up_at.type),
+                     waits=literal(0, type_=_T.c.waits.type))
+        cond = [w for w in (*where, when) if w is not None]
+        return select(*(given[c].label(c) for c in _ADDED)).where(*cond)
+
+    holds = select(Outbox.id).where(Outbox.kind == having,
+                                    Outbox.group_key == bindparam("f_group"),
+                                    Outbox.status.in_(list(statuses))).exists()
+    return _T.insert().from_select(list(_ADDED), union_all(values("o"), values("f", holds)))
+
+
+def add_if_group_params(row: tuple[str, str, str], follow: tuple[str, str, str],
+                        now: datetime) -> dict[str, Any]:
+    """The parameters of :func:`add_if_group_insert`."""
+    return {"o_kind": row[0], "o_group": row[1], "o_payload": row[2], "f_kind": follow[0],
+            "f_group": follow[1], "f_payload": follow[2], "o_now": now}
+
+
+@functools.lru_cache(maxsize=8)
+def _add_if_group(having: str, statuses: tuple[str, ...]) -> Any:
+    return fast(add_if_group_insert(having, statuses))
 
 
 class OutboxRepo(Repo):
@@ -115,19 +155,8 @@ class OutboxRepo(Repo):
         """Queue ``row`` (kind, group, payload) and, in the same statement, ``follow``
         when ``follow``'s group holds a row of kind ``having`` in one of ``statuses``
         (what :meth:`groups_having` then :meth:`add` would do, in one round trip)."""
-        def values(kind: str, group_key: str, payload: str) -> Any:
-            given = {"kind": kind, "group_key": group_key, "payload": payload,
-                     "status": "pending", "attempts": 0, "not_before": now,
-                     "created_at": now, "give_up_at": None, "waits": 0}
-            return select(*(literal(v, type_=_T.c[c].type).label(c) for c, v in given.items()))
-
-        group_key = follow[1]
-        holds = select(Outbox.id).where(Outbox.kind == having, Outbox.group_key == group_key,
-                                        Outbox.status.in_(list(statuses))).exists()
-        both = union_all(values(*row), values(*follow).where(holds))
-        cols = ["kind", "group_key", "payload", "status", "attempts", "not_before",
-                "created_at", "give_up_at", "waits"]
-        await self.conn.execute(_T.insert().from_select(cols, both))
+        await self.conn.execute(_add_if_group(having, tuple(statuses)),
+                                add_if_group_params(row, follow, now))
 
     async def groups_having(self, kind: str, group_keys: Sequence[str], *,
                             statuses: Sequence[str] = STATUSES) -> set[str]:

@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any, cast
 
 from approvald.store.fastsql import fast
-from approvald.store.models import Approval, Run, RunEvent
+from approvald.store.models import Approval, Run, RunEvent, ToolExecution
 from approvald.store.records import RunRecord
 from approvald.store.repos.base import Repo, to_record
 from approvald.store.repos.events import EventsRepo
@@ -45,13 +45,37 @@ class CancelRequest:
     by: str | None = None
     reason: str | None = None
 
+    # whether the call's outcome given to the checkpoint (``Settled``) was written by its
+    # statement: None when it was not given, or it is left to the caller (SQLite)
+    settled: bool | None = None
+
     def __bool__(self) -> bool:
         return self.requested
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """A call's outcome recorded with its step's checkpoint (issue 50): the intent row of
+    ``call_id`` of the run, while it is ``started`` or ``unknown``, set to ``status``
+    with its result or error (what ``ExecutionsRepo.record_result`` writes)."""
+
+    call_id: str
+    status: str
+    result: str | None
+    error_class: str | None
+    error: str | None
+    latency_ms: float | None
+
+    def params(self) -> dict[str, Any]:
+        return {"x_cid": self.call_id, "x_status": self.status, "x_result": self.result,
+                "x_error_class": self.error_class, "x_error": self.error,
+                "x_latency_ms": self.latency_ms}
 
 
 # hot-path statements, built once: a step runs them thousands of times
 _T = cast(Table, Run.__table__)
 _E = cast(Table, RunEvent.__table__)
+_X = cast(Table, ToolExecution.__table__)
 _OWNED = and_(_T.c.id == bindparam("rid"), _T.c.lease_owner == bindparam("owner"))
 
 
@@ -158,23 +182,32 @@ def _update(keys: tuple[str, ...], with_status: bool) -> Any:
 
 
 _A = cast(Table, Approval.__table__)
-@functools.lru_cache(maxsize=4)
-def _wake_if_idle(lease: bool, server: bool) -> Any:
+def wake_update(lease: bool, server: bool, *, but: Any = None) -> Any:
+    """``UPDATE runs``: run ``rid`` set ``running`` from status ``from`` if no request of
+    ``kind`` of it is pending (other than ``but``, a request the same statement closes:
+    its own snapshot still sees it pending), leased to ``owner`` with ``lease`` unless
+    someone holds it (then keeping theirs)."""
     values: dict[str, Any] = {"status": "running", "updated_at": bindparam("now")}
     if lease:  # and take its lease, unless someone holds it (then keep theirs)
         free = or_(_T.c.lease_owner.is_(None), _T.c.lease_expires_at <= _lease_now(server))
         values.update(lease_owner=case((free, bindparam("owner")), else_=_T.c.lease_owner),
                       lease_expires_at=case((free, _lease_until(server)),
                                             else_=_T.c.lease_expires_at))
-    return fast(
-        update(_T)
-        .where(_T.c.id == bindparam("rid"), _T.c.status == bindparam("from"),
-               ~select(_A.c.id).where(_A.c.run_id == bindparam("rid"), _A.c.status == "pending",
-                                      _A.c.kind == bindparam("kind")).exists())
-        .values(values)
-        # leased: the whole row, the resumed run's start (runtime.kernel.handoff); else its holder
-        .returning(*(_T.c if lease else (_T.c.lease_owner,)))
-    )
+    pending = select(_A.c.id).where(_A.c.run_id == bindparam("rid"), _A.c.status == "pending",
+                                    _A.c.kind == bindparam("kind"))
+    if but is not None:
+        pending = pending.where(_A.c.id != but)
+    return (update(_T)
+            .where(_T.c.id == bindparam("rid"), _T.c.status == bindparam("from"),
+                   ~pending.exists())
+            .values(values))
+
+
+@functools.lru_cache(maxsize=4)
+def _wake_if_idle(lease: bool, server: bool) -> Any:
+    # leased: the whole row, the resumed run's start (runtime.kernel.handoff); else its holder
+    return fast(wake_update(lease, server)
+                .returning(*(_T.c if lease else (_T.c.lease_owner,))))
 
 
 @functools.lru_cache(maxsize=8)
@@ -195,12 +228,29 @@ def _checkpoint(server: bool, release: bool) -> Any:
 
 
 @functools.lru_cache(maxsize=32)
-def _checkpoint_with_events(server: bool, release: bool, n: int) -> Any:
+def _checkpoint_with_events(server: bool, release: bool, n: int,
+                            settled: bool = False) -> Any:
     """PostgreSQL, one statement: the run row's checkpoint while ``owner`` holds the lease,
     and the step's ``n`` events appended only then (a data-modifying CTE runs exactly
     once, and the INSERT selects from the UPDATE's row: no row, no events); answers the
-    run's cancel request as the checkpoint saw it, no row if the lease was not ours."""
+    run's cancel request as the checkpoint saw it, no row if the lease was not ours.
+    ``settled``: and a call's outcome (:class:`Settled`) written to its intent row, only
+    then too, the run's row locked before the execution's (the one order); answers also
+    whether it was (a row settled by someone else is not: the caller rolls back)."""
     ck = _checkpoint(server, release).cte("ck")
+    more: list[Any] = []
+    if settled:
+        ex = (update(_X).where(_X.c.run_id == select(ck.c.id).scalar_subquery(),
+                               _X.c.call_id == bindparam("x_cid", type_=_X.c.call_id.type),
+                               _X.c.status.in_(["started", "unknown"]))
+              .values(status=bindparam("x_status", type_=_X.c.status.type),
+                      result=bindparam("x_result", type_=_X.c.result.type),
+                      error_class=bindparam("x_error_class", type_=_X.c.error_class.type),
+                      error=bindparam("x_error", type_=_X.c.error.type),
+                      finished_at=bindparam("now", type_=_X.c.finished_at.type),
+                      latency_ms=bindparam("x_latency_ms", type_=_X.c.latency_ms.type))
+              .returning(_X.c.call_id).cte("ex"))
+        more.append(select(func.count()).select_from(ex).scalar_subquery().label("settled"))
     rows = [select(ck.c.id.label("run_id"),
                    *(bindparam(f"{c}_{i}", type_=_E.c[c].type).label(c)
                      for c in ("seq", "step", "v", "body")))
@@ -208,8 +258,8 @@ def _checkpoint_with_events(server: bool, release: bool, n: int) -> Any:
     events = (insert(_E).from_select(["run_id", "seq", "step", "v", "body"],
                                      rows[0] if n == 1 else union_all(*rows))
               .cte("events"))
-    return fast(select(ck.c.cancel_requested, ck.c.cancel_requested_by, ck.c.cancel_reason)
-                .add_cte(events))
+    return fast(select(ck.c.cancel_requested, ck.c.cancel_requested_by, ck.c.cancel_reason,
+                       *more).add_cte(events))
 
 
 @dataclass(frozen=True, slots=True)
@@ -461,11 +511,14 @@ class RunsRepo(Repo):
                                      status: str, now: datetime,
                                      lease_until: datetime | None, release: bool,
                                      result: str | None = None,
-                                     error: str | None = None) -> CancelRequest | None:
+                                     error: str | None = None,
+                                     settled: Settled | None = None) -> CancelRequest | None:
         """The step's ``(schema_version, body)`` events appended from ``first_seq`` and
         the run row's :meth:`checkpoint`, only while ``owner`` holds the lease: None (and
         nothing written) if it does not. On PostgreSQL one statement, which a caller may
-        send on its own in autocommit (issue 50); on SQLite the two."""
+        send on its own in autocommit (issue 50); on SQLite the two. ``settled``: a call's
+        outcome, on PostgreSQL written in the same statement (``CancelRequest.settled``
+        says whether it was); elsewhere left to the caller (``settled`` None)."""
         if self.dialect != "postgresql" or not events:
             req = await self.checkpoint(run_id, owner=owner, step=step,
                                         next_seq=first_seq + len(events), status=status,
@@ -485,9 +538,15 @@ class RunsRepo(Repo):
         if not release:
             assert lease_until is not None
             params.update(self._lease(now, lease_until))
+        if settled is not None:
+            params.update(settled.params())
         row = (await self.conn.execute(
-            _checkpoint_with_events(self.server_time, release, len(events)), params)).first()
-        return None if row is None else CancelRequest(bool(row[0]), row[1], row[2])
+            _checkpoint_with_events(self.server_time, release, len(events),
+                                    settled is not None), params)).first()
+        if row is None:
+            return None
+        return CancelRequest(bool(row[0]), row[1], row[2],
+                             None if settled is None else row[3] == 1)
 
     async def park(self, run_id: str, *, owner: str, until: datetime, reason: str,
                    failures: int, now: datetime) -> bool:

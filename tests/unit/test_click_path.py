@@ -446,3 +446,165 @@ async def test_a_resume_reads_the_runs_events_ledger_and_requests_in_one_stateme
     assert isinstance(await engine.advance(a.run_id), Completed)  # not run again
     events, executions, approvals = await one()
     assert executions[call_id].result == '"paid"' and len(events) > 3
+
+
+def _pays_twice() -> Agent:
+    return Agent(name="payer2", instructions="", tools=[pay],
+                 model=ScriptedModel.sequence([
+                     reply("paying", ("pay", {"service": "web", "secret": VAULT}),
+                           ("pay", {"service": "db", "secret": VAULT})),
+                     reply("done", turn=1)]))
+
+
+async def test_a_close_queues_its_card_and_wakes_its_run_in_the_statement_that_decides(
+        db: Database, statements) -> None:  # noqa: F811
+    """A one-approver decision's statement (the vote and the transition) used to be
+    followed by two more: the card's update queued with its mail thread's follow-up
+    (``INSERT INTO outbox ... SELECT``) and the run woken and leased (``UPDATE runs ...
+    RETURNING``); on PostgreSQL they ride in it now (``ApprovalsRepo.vote_and_close``),
+    done only if the request was closed by it. What they did still holds: every closed
+    request's card is queued, the follow-up only in a mailed request's thread; the run is
+    woken only once no other request of its step is pending (the statement's own snapshot
+    still sees the request it closes pending: it is left out by id), and leased to this
+    process's worker only when nobody else holds its lease."""
+    from approvald.runtime.record.outbox_kinds import (
+        OUTCOME_MAIL,
+        REQUEST_MAIL,
+        CardUpdate,
+        mail_group,
+    )
+    from approvald.store.models import Outbox
+
+    engine = assemble(db, Registry([_pays_twice()]), signer=SIGNER)
+    taken: list[tuple[str, str]] = []
+    parts(engine).signals.take_decided(lambda run_id, claim: taken.append((run_id, claim)))
+    rows = Rows(db)
+    alice = Actor("U_ALICE", "slack")
+
+    async def two() -> tuple[str, str, str]:
+        paused = await engine.run("payer2", "pay twice", requested_by="U_DANA")
+        assert isinstance(paused, Paused) and len(paused.approval_ids) == 2
+        return paused.run_id, *paused.approval_ids
+
+    async def decide(aid: str, verdict: Any = "approve", reason: str | None = None) -> Any:
+        return await engine.decide(aid, actor=alice, verdict=verdict, reason=reason,
+                                   token=card_token(await rows.approval(aid)))
+
+    run_id, first, second = await two()
+    now = datetime.now(UTC)
+    await rows.insert(Outbox.__table__, [  # the second was mailed to its approvers
+        {"kind": REQUEST_MAIL, "group_key": mail_group(second), "payload": "{}",
+         "status": "delivered", "attempts": 1, "not_before": now, "created_at": now}])
+    window = statements.during()
+    d1 = await decide(first)
+    if db.dialect == "postgresql":
+        assert not [s for s in window.sent if s.startswith(("INSERT INTO outbox",
+                                                            "UPDATE runs"))], window.sent
+    assert not d1.run_ready and d1.claim is None  # the second still pending: it waits
+    run = await rows.run(run_id)
+    assert run.status == "awaiting_approval" and run.lease_owner is None
+    d2 = await decide(second)
+    assert d2.run_ready and d2.claim is not None and d2.run is not None
+    run = await rows.run(run_id)
+    assert run.status == "running" and run.lease_owner == d2.claim == d2.run.lease_owner
+    cards = [r.group_key for r in await rows.outbox(CardUpdate.kind)]
+    assert cards == [first, second], cards
+    assert [r.group_key for r in await rows.outbox(OUTCOME_MAIL)] == [mail_group(second)]
+
+    run_id, first, second = await two()  # a denial closes too; another worker's lease stays
+    runs = Run.__table__
+    await rows.forge(runs, runs.c.id == run_id, lease_owner="worker-b/1",
+                     lease_expires_at=datetime.now(UTC) + timedelta(minutes=1))
+    d1 = await decide(first, "deny", "not this one")
+    assert d1.outcome == "denied" and not d1.run_ready
+    assert (await rows.run(run_id)).status == "awaiting_approval"
+    d2 = await decide(second)
+    assert d2.run_ready and d2.claim is None and d2.run is None  # woken, not leased
+    run = await rows.run(run_id)
+    assert run.status == "running" and run.lease_owner == "worker-b/1"
+    assert [r.group_key for r in await rows.outbox(CardUpdate.kind)][2:] == [first, second]
+    assert len(await rows.outbox(OUTCOME_MAIL)) == 1
+
+
+async def test_a_calls_result_rides_in_its_steps_checkpoint_statement_both_or_neither(
+        db: Database, statements) -> None:  # noqa: F811
+    """The approved call's result, left to its step's checkpoint, used to be a statement
+    of its own in the checkpoint's transaction (``UPDATE tool_executions``, after the
+    run's row and events); on PostgreSQL the checkpoint's statement writes it
+    (``RunsRepo.checkpoint_with_events(settled=...)``), the run's row locked first. What
+    the write did still holds: the result and its ``executed`` entry are recorded with
+    the step; a worker whose lease was taken writes no result; and an intent another
+    process settled while the call ran is not written over, nor is the step checkpointed
+    around it (the transaction rolls back, as when the result's own write found it so)."""
+    settle_meanwhile = [False]
+
+    @tool(permission="execute")
+    async def ship(ctx: ToolContext, service: str) -> str:
+        """Ship a service."""
+        if settle_meanwhile[0]:  # another process records this call's outcome meanwhile
+            assert await Rows(db).record_result(
+                run_id=ctx.run_id, call_id=ctx.call_id, status="failed", result=None,
+                error_class="Elsewhere", error="theirs", now=datetime.now(UTC),
+                latency_ms=1.0)
+        return f"shipped {service}"
+
+    engine = assemble(db, Registry([Agent(
+        name="shipper", instructions="", tools=[ship],
+        model=ScriptedModel.sequence([reply("shipping", ("ship", {"service": "web"})),
+                                      reply("done", turn=1)]))]), signer=SIGNER)
+    rows = Rows(db)
+
+    async def approved() -> tuple[str, str]:
+        paused = await engine.run("shipper", "ship web", requested_by="U_DANA")
+        assert isinstance(paused, Paused)
+        a = await rows.approval(paused.approval_ids[0])
+        await engine.decide(a.id, actor=Actor("U_ALICE", "slack"), verdict="approve",
+                            token=card_token(a))
+        return a.run_id, a.call_id
+
+    run_id, call_id = await approved()
+    window = statements.during()
+    assert isinstance(await engine.advance(run_id), Completed)
+    if db.dialect == "postgresql":
+        assert not [s for s in window.sent if s.startswith("UPDATE tool_executions")], \
+            window.sent
+    done = await rows.execution(run_id, call_id)
+    assert done.status == "succeeded" and done.result == '"shipped web"' \
+        and done.finished_at is not None and done.latency_ms is not None
+    [executed] = [e for e in await rows.audit(run_id=run_id) if e.action == "executed"]
+    assert json.loads(executed.details)["status"] == "succeeded"
+
+    run_id, call_id = await approved()  # settled by another process while it ran
+    settle_meanwhile[0] = True
+    before = await rows.run(run_id)
+    outcome = await engine.advance(run_id)
+    assert isinstance(outcome, Busy), outcome
+    theirs = await rows.execution(run_id, call_id)
+    assert theirs.status == "failed" and theirs.error == "theirs" and theirs.result is None
+    after = await rows.run(run_id)
+    assert after.next_seq == before.next_seq and after.step == before.step  # not checkpointed
+    assert not [e for e in await rows.audit(run_id=run_id) if e.action == "executed"]
+
+    run_id, call_id = await approved()  # a worker whose lease was taken writes nothing
+    runs = Run.__table__
+    await rows.forge(runs, runs.c.id == run_id, lease_owner="worker-a/1",
+                     lease_expires_at=datetime.now(UTC) + timedelta(minutes=1))
+    assert await rows.record_intent(run_id=run_id, call_id=call_id, step=1, tool="ship",
+                                    digest="d" * 64, now=datetime.now(UTC))
+    from approvald.store.repos.runs import Settled
+
+    now = datetime.now(UTC)
+    for owner in ("worker-b/1", "worker-a/1"):
+        async with db.write_one() as tx:  # (one statement: on PostgreSQL, autocommit)
+            req = await tx.runs.checkpoint_with_events(
+                run_id, owner=owner, first_seq=before.next_seq + 10, step=2,
+                events=[(1, '{"role": "tool", "content": "x"}')], status="running",
+                now=now, lease_until=now + timedelta(minutes=1), release=False,
+                settled=Settled(call_id=call_id, status="succeeded", result='"x"',
+                                error_class=None, error=None, latency_ms=1.0))
+            if owner == "worker-b/1":
+                assert req is None
+                assert (await rows.execution(run_id, call_id)).status == "started"
+            else:
+                assert req is not None and req.settled is (
+                    True if db.dialect == "postgresql" else None)

@@ -45,16 +45,20 @@ async def test_an_approval_to_its_completed_run(db: Database, tmp_path: Path,
         # the vote, the transition, the card's update queued with its mail thread's
         # follow-up in one INSERT ... SELECT (no separate read of whether it was mailed),
         # the run woken, the audit entry
-        # (the vote and the transition: on PostgreSQL one statement, ``WITH vote AS
-        # (INSERT INTO approval_votes ...), upd AS (UPDATE approvals ... WHERE EXISTS
-        # (vote))``)
+        # (the vote, the transition, the card's update and the run's wake: on PostgreSQL
+        # one statement, ``WITH vote AS (INSERT INTO approval_votes ...), upd AS (UPDATE
+        # approvals ... WHERE EXISTS (vote)), card AS (INSERT INTO outbox ... WHERE
+        # EXISTS (upd)), woke AS (UPDATE runs ... WHERE EXISTS (upd))``)
         # the run's resume: its events, executions and approvals read in one statement
         # (``SELECT 0 AS part, run_events.* ... UNION ALL ... tool_executions ... UNION
         # ALL ... approvals``: ``tx.events.state``)
         "SELECT run_events": 1,
         "SELECT approvals": 1,
-        # the refund and its notice: two calls, each an intent and a result; the last step
-        "UPDATE tool_executions": 2, "INSERT outbox": 2,
+        # the refund and its notice: two calls, each an intent and a result (the notice
+        # queued; each result, on PostgreSQL, in its step's checkpoint statement: ``WITH
+        # ck AS (UPDATE runs ...), ex AS (UPDATE tool_executions ... WHERE run_id =
+        # (SELECT id FROM ck)) INSERT INTO run_events ...``); the last step
+        "INSERT outbox": 1,
         **_lines(db.dialect)}), dict(kinds)
     assert (await verify(db)).ok
 
@@ -71,8 +75,10 @@ def _lines(dialect: str) -> dict[str, int]:
     if dialect == "postgresql":
         # each checkpoint's events and run row: one statement (``WITH ck AS (UPDATE
         # runs ...) INSERT INTO run_events ... FROM ck``); the last, in autocommit
-        return {"WITH": 3 + 2 + 3 + 1, "UPDATE runs": 2, "BEGIN": 4, "COMMIT": 4}
-    return {"INSERT approval_votes": 1, "UPDATE approvals": 1, "INSERT run_events": 4,
+        return {"WITH": 3 + 2 + 3 + 1, "UPDATE runs": 1, "BEGIN": 4, "COMMIT": 4}
+    return {"INSERT outbox": 2, "INSERT approval_votes": 1, "UPDATE approvals": 1,
+            "UPDATE tool_executions": 2,
+            "INSERT run_events": 4,
             "UPDATE audit_head": 3, "INSERT audit_log": 3,
             "INSERT tool_executions": 2, "UPDATE runs": 7, "BEGIN": 7, "COMMIT": 7,
             "SELECT runs": 1}
