@@ -10,8 +10,8 @@ output and error (the file descriptors themselves) to this server, which forks a
 runs the console script's code (``sys.exit(main())``) in a process of its own, with that
 environment, in that directory, on those descriptors; the shim exits with the child's status
 (a child killed by a signal kills the shim with the same signal) and passes SIGTERM, SIGINT
-and SIGHUP on to it. What is shared is only the imports: ``approvald.bot.cli`` (the console
-script's own) and every command group's module (:func:`approvald.bot.cli.root.groups`, as
+and SIGHUP on to it; a shim that dies first (SIGKILL) takes the child with it (SIGKILL).
+What is shared is only the imports: ``approvald.bot.cli`` (the console script's own) and every command group's module (:func:`approvald.bot.cli.root.groups`, as
 the reference pages' parser imports them; a command imports its own group's as it starts).
 They read no environment, but for the failpoints, which are armed again in the child from
 its own.
@@ -24,10 +24,12 @@ makes its shim.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -137,13 +139,34 @@ def _child(request: dict[str, object], fds: list[int]) -> None:
 
 
 def _wait(conn: socket.socket, pid: int) -> None:
-    _, how = os.waitpid(pid, 0)
+    reaped = [False]
+    lock = threading.Lock()
+
+    def watch() -> None:
+        # the shim sends nothing after its request: end of file is the shim gone (killed,
+        # SIGKILL by a test or a timeout); then so is its command, not left running
+        try:
+            while conn.recv(64):
+                pass
+        except OSError:
+            pass
+        with lock:
+            if not reaped[0]:  # dead or not, its pid is still its own until reaped
+                os.kill(pid, signal.SIGKILL)
+
+    threading.Thread(target=watch, daemon=True).start()
+    os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+    with lock:
+        reaped[0] = True
+        _, how = os.waitpid(pid, 0)
     status = -os.WTERMSIG(how) if os.WIFSIGNALED(how) else os.WEXITSTATUS(how)
     try:
         conn.sendall(f"{status}\n".encode())
     except OSError:
         pass  # the shim is gone (killed): nobody to tell
     finally:
+        with contextlib.suppress(OSError):
+            conn.shutdown(socket.SHUT_RDWR)  # wakes the watcher, if the shim is still there
         conn.close()
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -96,3 +98,31 @@ def test_the_warm_cli_finds_modules_on_its_own_pythonpath(sqlite_url: str,
         assert (warm.returncode, warm.stderr) == (cold.returncode, cold.stderr), extra
         said = "defines no Agent" if extra else "cannot import 'otheragents'"
         assert said in warm.stderr, warm.stderr
+
+
+def test_a_killed_warm_cli_takes_its_command_with_it(sqlite_url: str, tmp_path: Path) -> None:
+    """SIGKILL to the process a test started (``Popen.kill``, a ``subprocess.run`` past its
+    timeout) ends the command too, as it would the console script: the command holds the
+    output pipe, so its end of file says the command is gone."""
+    cli = make_cli(sqlite_url, tmp_path)
+    event = ('{"hook_event_name": "PreToolUse", "session_id": "s", "cwd": "/srv/other", '
+             '"tool_use_id": "toolu_1", "tool_name": "Bash", '
+             '"tool_input": {"command": "make release"}}')
+    with subprocess.Popen([cli.executable(("hook",)), "hook", "claude-code",
+                           "--requested-by", "U_SEED", "--wait", "120"],
+                          env=cli.env(), cwd=cli.workdir, stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                          text=True) as proc:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(event)
+        proc.stdin.close()
+        deadline = time.monotonic() + 60
+        while not cli.json("approvals", "list", "--json"):  # it waits for a decision
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.1)
+        proc.kill()
+        assert proc.wait(timeout=10) == -signal.SIGKILL
+        out = proc.stdout
+        done = threading.Event()
+        threading.Thread(target=lambda: (out.read(), done.set()), daemon=True).start()
+        assert done.wait(20), "the command outlived the process the test killed"
