@@ -11,10 +11,10 @@ runs the console script's code (``sys.exit(main())``) in a process of its own, w
 environment, in that directory, on those descriptors; the shim exits with the child's status
 (a child killed by a signal kills the shim with the same signal) and passes SIGTERM, SIGINT
 and SIGHUP on to it; a shim that dies first (SIGKILL) takes the child with it (SIGKILL).
-What is shared is only the imports: ``approvald.bot.cli`` (the console script's own) and every command group's module (:func:`approvald.bot.cli.root.groups`, as
-the reference pages' parser imports them; a command imports its own group's as it starts).
-They read no environment, but for the failpoints, which are armed again in the child from
-its own.
+What is shared is only the imports: ``approvald.bot.cli`` (the console script's own) and
+every command group's module (:func:`approvald.bot.cli.root.groups`, as the reference
+pages' parser imports them; a command imports its own group's as it starts). They read no
+environment, but for the failpoints, which are armed again in the child from its own.
 
 Run as ``python zygote.py SOCKET``; it serves until its standard input closes (its parent,
 the test process, ended) or it is killed. :class:`Warm` starts one (per test process) and
