@@ -1,7 +1,8 @@
 """Running the real ``approvald`` command: in this process (``InProcessCli``: the same
 ``main`` the console script calls, with the command's environment and working directory
 for the length of the call) or in a subprocess (``Cli``: for a process that must die, a
-failpoint's SIGKILL, or one that must outlive the call, ``serve``)."""
+failpoint's SIGKILL, or one that must outlive the call, ``serve``): a process forked from
+a warm server (tests/zygote.py), but for ``serve``, ``sandbox`` and ``mcp-proxy``."""
 
 from __future__ import annotations
 
