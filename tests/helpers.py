@@ -2,19 +2,24 @@
 ``main`` the console script calls, with the command's environment and working directory
 for the length of the call) or in a subprocess (``Cli``: for a process that must die, a
 failpoint's SIGKILL, or one that must outlive the call, ``serve``): a process forked from
-a warm server (tests/zygote.py), but for ``serve``, ``sandbox`` and ``mcp-proxy``."""
+a warm server (tests/zygote.py), but for ``serve``, ``sandbox`` and ``mcp-proxy``.
+
+From a coroutine, ``await cli.acall(...)``: the calling loop runs on while the command
+does (a ``serve`` on that loop may hold a lock the command waits for: blocking the loop
+would wait forever). ``cli(...)`` refuses to run in a thread whose event loop is running."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import io
 import json
 import os
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -68,11 +73,22 @@ class Cli:
 
     def __call__(self, *args: str, failpoints: str | None = None, timeout: float = 60,
                  **extra: str) -> subprocess.CompletedProcess[str]:
+        not_in_a_running_loop(args)
         env = self.env(**extra)
         if failpoints:
             env["APPROVALD_FAILPOINTS"] = failpoints
         return subprocess.run([self.executable(args), *args], env=env, cwd=self.workdir,
                               text=True, capture_output=True, timeout=timeout, check=False)
+
+    async def acall(self, *args: str, failpoints: str | None = None,
+                    timeout: float = 60,  # noqa: ASYNC109 (subprocess.run's, as __call__)
+                    **extra: str) -> subprocess.CompletedProcess[str]:
+        """``self(*args)`` awaited: the subprocess runs while this loop runs on."""
+        env = self.env(**extra)
+        if failpoints:
+            env["APPROVALD_FAILPOINTS"] = failpoints
+        return await run_subprocess([APPROVALD, *args], env=env, cwd=self.workdir,
+                                    timeout=timeout)
 
     def spawn(self, *args: str, **extra: str) -> subprocess.Popen[str]:
         return subprocess.Popen([self.executable(args), *args], env=self.env(**extra),
@@ -92,6 +108,16 @@ class Cli:
 
     def ok(self, *args: str, code: int = 0) -> str:
         done = self(*args)
+        assert done.returncode == code, (done.returncode, done.stdout, done.stderr)
+        return done.stdout
+
+    async def ajson(self, *args: str) -> Any:
+        done = await self.acall(*args)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    async def aok(self, *args: str, code: int = 0) -> str:
+        done = await self.acall(*args)
         assert done.returncode == code, (done.returncode, done.stdout, done.stderr)
         return done.stdout
 
@@ -122,10 +148,98 @@ class InProcessCli(Cli):
                  **extra: str) -> subprocess.CompletedProcess[str]:
         if failpoints or (args and args[0] in OWN_PROCESS):
             return super().__call__(*args, failpoints=failpoints, timeout=timeout, **extra)
+        not_in_a_running_loop(args)
         return run_in_process(list(args), env=self.env(**extra), cwd=self.workdir)
 
+    async def acall(self, *args: str, failpoints: str | None = None,
+                    timeout: float = 60,  # noqa: ASYNC109 (subprocess.run's, as __call__)
+                    **extra: str) -> subprocess.CompletedProcess[str]:
+        """``self(*args)`` awaited: the command runs in a thread while this loop runs on
+        (what the loop's tasks print meanwhile is not the command's output)."""
+        if failpoints or (args and args[0] in OWN_PROCESS):
+            return await super().acall(*args, failpoints=failpoints, timeout=timeout,
+                                       **extra)
+        return await asyncio.to_thread(run_in_process, list(args), env=self.env(**extra),
+                                       cwd=self.workdir)
 
-_ONE_AT_A_TIME = threading.Lock()  # stdout, stderr, the environment and cwd are global
+
+def not_in_a_running_loop(args: tuple[str, ...]) -> None:
+    """Refuse a blocking call from a thread whose event loop runs: the loop would stand
+    still for the whole command, and a task of it holding a lock the command needs (a
+    ``serve`` mid-transaction) would never let go of it."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise AssertionError(f"approvald {' '.join(args[:2])}: called from a running event loop, "
+                         "which it would block for the whole command; "
+                         "use `await cli.acall(...)`")
+
+
+async def run_subprocess(argv: list[str], *, env: Mapping[str, str], cwd: Path,
+                         timeout: float = 60,  # noqa: ASYNC109 (as subprocess.run's)
+                         input: str | None = None) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run(argv, capture_output=True, text=True, timeout=timeout)`` awaited:
+    the loop runs on meanwhile; past ``timeout`` the process is killed and
+    ``subprocess.TimeoutExpired`` raised, as ``subprocess.run`` does."""
+    proc = await asyncio.create_subprocess_exec(
+        *argv, env=dict(env), cwd=cwd, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        stdin=asyncio.subprocess.PIPE if input is not None else asyncio.subprocess.DEVNULL)
+    data = input.encode() if input is not None else None
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(data), timeout)
+    except TimeoutError:
+        proc.kill()
+        out, err = await proc.communicate()
+        raise subprocess.TimeoutExpired(argv, timeout, out, err) from None
+    return subprocess.CompletedProcess(argv, proc.returncode or 0, _text(out), _text(err))
+
+
+def _text(data: bytes) -> str:
+    # as text=True reads it: the locale's encoding, universal newlines
+    return io.TextIOWrapper(io.BytesIO(data)).read()
+
+
+_ONE_AT_A_TIME = threading.Lock()  # the environment and cwd are global: one command at once
+# whose stdout and stderr the code running in this context writes to: a command's own
+_CAPTURED: contextvars.ContextVar[tuple[io.StringIO, io.StringIO] | None] = \
+    contextvars.ContextVar("approvald_captured", default=None)
+
+
+class _OwnStream:
+    """``sys.stdout`` or ``sys.stderr`` while a command runs in process: what the command
+    (its thread, its loop's tasks and the threads they start with their context) writes
+    goes to its own buffer; what anything else writes meanwhile (the test's loop, running
+    on while the command does) goes where it went before."""
+
+    def __init__(self, index: int, before: Any) -> None:
+        self._index, self._before = index, before
+
+    def _target(self) -> Any:
+        captured = _CAPTURED.get()
+        return self._before if captured is None else captured[self._index]
+
+    def write(self, text: str) -> int:
+        return int(self._target().write(text))
+
+    def flush(self) -> None:
+        self._target().flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._target(), name)
+
+
+@contextlib.contextmanager
+def own_streams() -> Iterator[None]:
+    """``sys.stdout``/``sys.stderr`` dispatching by :data:`_CAPTURED` inside, and exactly
+    what they were again after."""
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _OwnStream(0, out), _OwnStream(1, err)  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = out, err
 
 
 def run_in_process(argv: list[str], *, env: Mapping[str, str], cwd: Path
@@ -133,11 +247,14 @@ def run_in_process(argv: list[str], *, env: Mapping[str, str], cwd: Path
     """``approvald ARGV`` run by :func:`approvald.bot.cli.main` in this process, as a
     subprocess with environment ``env`` in directory ``cwd`` would run it: (exit code,
     stdout, stderr) come back as a ``CompletedProcess``. The command runs in a thread of
-    its own (it runs its own event loop, so an async test can call it too); the
-    environment, the working directory, ``sys.path`` and the modules the command imported
-    from ``cwd`` (its ``APPROVALD_AGENTS``) are put back afterwards."""
+    its own (it runs its own event loop); the environment, the working directory,
+    ``sys.path`` and the modules the command imported from ``cwd`` (its
+    ``APPROVALD_AGENTS``) are put back afterwards. Its stdout and stderr are its own
+    (:class:`_OwnStream`): what other threads print meanwhile is not captured (a test's
+    loop keeps running while :meth:`InProcessCli.acall` waits)."""
     from approvald.bot.cli import main
 
+    not_in_a_running_loop(tuple(argv))
     out, err = io.StringIO(), io.StringIO()
     codes: list[int] = []
     failure: list[BaseException] = []
@@ -148,11 +265,12 @@ def run_in_process(argv: list[str], *, env: Mapping[str, str], cwd: Path
         except BaseException as exc:  # e.g. a failpoint's in-process Crash
             failure.append(exc)
 
+    context = contextvars.copy_context()
+    context.run(_CAPTURED.set, (out, err))
     with _ONE_AT_A_TIME, scoped_environ(env), contextlib.chdir(cwd), \
-            scoped_imports(cwd, env.get("APPROVALD_AGENTS", "")), \
-            contextlib.redirect_stdout(out), \
-            contextlib.redirect_stderr(err):
-        thread = threading.Thread(target=command, name=f"approvald {' '.join(argv[:2])}")
+            scoped_imports(cwd, env.get("APPROVALD_AGENTS", "")), own_streams():
+        thread = threading.Thread(target=context.run, args=(command,),
+                                  name=f"approvald {' '.join(argv[:2])}")
         thread.start()
         thread.join()
     if failure:
@@ -648,6 +766,14 @@ class Rows:
     async def audit_head(self) -> tuple[int, str]:
         async with self.db.read() as tx:
             return tuple(await tx.audit.head())  # type: ignore[return-value]
+
+    @contextlib.asynccontextmanager
+    async def audit_head_locked(self) -> AsyncIterator[None]:
+        """A write transaction that holds the audit head (as ``serve`` does between its
+        statements while it appends) until the body is done."""
+        async with self.db.write() as tx:
+            await tx.audit.lock_head()
+            yield
 
     async def audit_checkpoint(self) -> Any:
         async with self.db.read() as tx:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import APPROVALD, Cli
+from tests.helpers import APPROVALD, Cli, not_in_a_running_loop, run_subprocess
 
 # each test starts approvald hook as a process of its own, as Claude Code does
 pytestmark = pytest.mark.slow
@@ -36,14 +36,31 @@ def claude(cli: Cli, tool: str, tool_input: dict[str, Any], *, name: str = "PreT
            use: str = "toolu_01", response: Any = None, who: tuple[str, ...] = (
                "--requested-by", "U_DANA"), **env: str) -> tuple[int, Any, str]:
     """Run the hook as Claude Code does: (exit code, stdout's JSON or None, stderr)."""
-    ev = {"hook_event_name": name, "session_id": "s-1", "cwd": str(cli.workdir),
-          "transcript_path": "/tmp/t.jsonl", "tool_name": tool, "tool_input": tool_input,
-          "tool_use_id": use, "tool_response": response}
+    not_in_a_running_loop(("hook", "claude-code"))
+    ev = _event(cli, tool, tool_input, name=name, use=use, response=response)
     done = subprocess.run([APPROVALD, "hook", "claude-code", *who,
                            "--wait", "0"], input=json.dumps(ev), env=cli.env(**env),
                           cwd=cli.workdir, text=True, capture_output=True, timeout=60,
                           check=False)
     return done.returncode, json.loads(done.stdout) if done.stdout.strip() else None, done.stderr
+
+
+async def aclaude(cli: Cli, tool: str, tool_input: dict[str, Any], *,
+                  name: str = "PreToolUse", use: str = "toolu_01", response: Any = None,
+                  who: tuple[str, ...] = ("--requested-by", "U_DANA"),
+                  **env: str) -> tuple[int, Any, str]:
+    """:func:`claude` awaited: the calling loop (a ``serve`` on it) runs on meanwhile."""
+    ev = _event(cli, tool, tool_input, name=name, use=use, response=response)
+    done = await run_subprocess([APPROVALD, "hook", "claude-code", *who, "--wait", "0"],
+                                env=cli.env(**env), cwd=cli.workdir, input=json.dumps(ev))
+    return done.returncode, json.loads(done.stdout) if done.stdout.strip() else None, done.stderr
+
+
+def _event(cli: Cli, tool: str, tool_input: dict[str, Any], *, name: str, use: str,
+           response: Any) -> dict[str, Any]:
+    return {"hook_event_name": name, "session_id": "s-1", "cwd": str(cli.workdir),
+            "transcript_path": "/tmp/t.jsonl", "tool_name": tool, "tool_input": tool_input,
+            "tool_use_id": use, "tool_response": response}
 
 
 def decision(out: Any) -> tuple[str, str]:

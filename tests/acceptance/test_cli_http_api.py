@@ -114,7 +114,7 @@ async def test_a_token_made_for_the_claude_code_hook_calls_it_over_http(
     for bad in (["--face", "hook:claude-code"],  # no person
                 ["--face", "hook:claude-code", "--requested-by", "U_DANA", "--tools", "*"],
                 ["--tools", "*", "--requested-by", "U_DANA"]):
-        done = cli("tokens", "create", "x", *bad)
+        done = await cli.acall("tokens", "create", "x", *bad)
         assert done.returncode != 0 and "approvald:" in done.stderr, (bad, done.stderr)
     made = json.loads(await run_cli(cli, "tokens", "create", "dana-laptop", "--face",
                                     "hook:claude-code", "--requested-by", "u_dana", "--json"))

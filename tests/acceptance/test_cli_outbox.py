@@ -40,22 +40,23 @@ class Slack:
         return {"ok": True}
 
 
-def start_refund(cli: Cli, order: str = "A-1001") -> str:
-    done = cli("run", "demo-refund", "--task", f"Refund order {order}, double charged",
-               "--requested-by", "U_DANA")
+async def start_refund(cli: Cli, order: str = "A-1001") -> str:
+    done = await cli.acall("run", "demo-refund", "--task", f"Refund order {order}, double charged",
+                           "--requested-by", "U_DANA")
     assert done.returncode == 0, done.stderr
-    [pending] = [p for p in cli.json("approvals", "list", "--json") if order in str(p["args"])]
+    listed = await cli.ajson("approvals", "list", "--json")
+    [pending] = [p for p in listed if order in str(p["args"])]
     return str(pending["id"])
 
 
 async def test_list_dead_rows_and_retry_one_delivers_it_exactly_once(
         cli: Cli, make_engine, clock: ManualClock) -> None:
-    approval_id = start_refund(cli)
-    listed = cli.ok("outbox", "list")
+    approval_id = await start_refund(cli)
+    listed = await cli.aok("outbox", "list")
     assert "pending" in listed and "approval.requested" in listed
     assert f"approval {approval_id}" in listed and "next try" in listed
     assert "gives up 2026-06-01 09:30:00" in listed  # the card gives up when the request expires
-    assert cli.ok("outbox", "list", "--dead") == "no dead outbox rows\n"
+    assert await cli.aok("outbox", "list", "--dead") == "no dead outbox rows\n"
 
     clock.set(START)
     engine = make_engine()
@@ -64,13 +65,13 @@ async def test_list_dead_rows_and_retry_one_delivers_it_exactly_once(
     await drain.drain_once()
     await drain.drain_once()  # the report about the dead card is refused as well
 
-    dead = cli.ok("outbox", "list", "--dead")
+    dead = await cli.aok("outbox", "list", "--dead")
     lines = dead.splitlines()
     assert len(lines) == 2 and all(" dead " in x for x in lines)
     assert "approval.requested" in lines[0] and f"approval {approval_id}" in lines[0]
     assert "last error: Slack said channel_not_found" in lines[0]
     assert "delivery.dead" in lines[1]
-    docs = cli.json("outbox", "list", "--dead", "--json")
+    docs = await cli.ajson("outbox", "list", "--dead", "--json")
     card = docs[0]
     assert {k: card[k] for k in ("kind", "status", "attempts", "waits", "last_error")} == {
         "kind": "approval.requested", "status": "dead", "attempts": 1, "waits": 0,
@@ -78,54 +79,55 @@ async def test_list_dead_rows_and_retry_one_delivers_it_exactly_once(
     assert card["payload"] == {"approval_id": approval_id}
     assert card["died_at"] == START.isoformat() and card["next_try_at"] is None
     assert docs[1]["payload"]["outbox_id"] == card["id"]
-    assert len(cli.json("outbox", "list", "--dead", "--json", "--limit", "1")) == 1
+    assert len(await cli.ajson("outbox", "list", "--dead", "--json", "--limit", "1")) == 1
 
     slack.broken = False  # the bot was invited to the channel
-    out = cli.ok("outbox", "retry", str(card["id"]))
+    out = await cli.aok("outbox", "retry", str(card["id"]))
     assert out == (f"outbox {card['id']} (approval.requested, approval {approval_id}): "
                    "dead -> pending, next try now, gives up 2026-06-02 09:00:00\n")
-    [again] = [d for d in cli.json("outbox", "list", "--json") if d["id"] == card["id"]]
+    [again] = [d for d in await cli.ajson("outbox", "list", "--json") if d["id"] == card["id"]]
     assert again["status"] == "pending" and again["next_try_at"] == START.isoformat()
     assert again["last_error"] == "Slack said channel_not_found"  # kept until delivered
     assert await drain.drain_once() == 1
     assert await drain.drain_once() == 0
     assert slack.delivered == [(card["id"], "approval.requested")]  # exactly once
-    [done] = cli.json("outbox", "list", "--all", "--json", "--limit", "2")[:1]
+    [done] = (await cli.ajson("outbox", "list", "--all", "--json", "--limit", "2"))[:1]
     assert done["status"] == "delivered" and done["last_error"] is None
-    assert f"{card['id']}" in cli.ok("outbox", "list", "--all")
+    assert f"{card['id']}" in await cli.aok("outbox", "list", "--all")
 
-    refused = cli("outbox", "retry", str(card["id"]))
+    refused = await cli.acall("outbox", "retry", str(card["id"]))
     assert refused.returncode == 2 and "was delivered" in refused.stderr
     assert refused.stdout == ""
 
 
 async def test_retry_all_redrives_every_dead_row(cli: Cli, make_engine,
                                                  clock: ManualClock) -> None:
-    first, second = start_refund(cli, "A-1001"), start_refund(cli, "A-1002")
+    first, second = await start_refund(cli, "A-1001"), await start_refund(cli, "A-1002")
     clock.set(START)
     engine = make_engine()
     slack = Slack()
     drain = engine.drain(slack, DrainConfig(patience=0))
     for _ in range(3):
         await drain.drain_once()
-    assert len(cli.json("outbox", "list", "--dead", "--json")) == 4  # 2 cards, 2 reports
+    assert len(await cli.ajson("outbox", "list", "--dead", "--json")) == 4  # 2 cards, 2 reports
     slack.broken = False
-    out = cli.ok("outbox", "retry", "--all").splitlines()
+    out = (await cli.aok("outbox", "retry", "--all")).splitlines()
     assert len(out) == 4 and all("dead -> pending" in x for x in out)
     assert f"approval {first}" in out[0] and f"approval {second}" in out[1]
-    assert cli.ok("outbox", "retry", "--all") == "no dead outbox rows\n"
-    waiting = cli.json("outbox", "list", "--json")[0]
+    assert await cli.aok("outbox", "retry", "--all") == "no dead outbox rows\n"
+    waiting = (await cli.ajson("outbox", "list", "--json"))[0]
     cli.advance_time(timedelta(minutes=5))
-    assert cli.ok("outbox", "retry", str(waiting["id"])).endswith(  # a nudge keeps the deadline
+    said = await cli.aok("outbox", "retry", str(waiting["id"]))
+    assert said.endswith(  # a nudge keeps the deadline
         "): pending, next try now, gives up 2026-06-02 09:00:00\n")
-    [nudged] = [d for d in cli.json("outbox", "list", "--json") if d["id"] == waiting["id"]]
+    [nudged] = [d for d in await cli.ajson("outbox", "list", "--json") if d["id"] == waiting["id"]]
     assert nudged["next_try_at"] == (START + timedelta(minutes=5)).isoformat()
     clock.advance(timedelta(minutes=5))
     for _ in range(3):
         await drain.drain_once()
     assert sorted(k for _, k in slack.delivered) == ["approval.requested"] * 2 + \
         ["delivery.dead"] * 2
-    assert cli.ok("outbox", "list") == "nothing waiting in the outbox\n"
+    assert await cli.aok("outbox", "list") == "nothing waiting in the outbox\n"
 
 
 @pytest.mark.parametrize("args, says", [

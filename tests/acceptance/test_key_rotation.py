@@ -32,16 +32,17 @@ ID_1, ID_2, ID_3 = (DataKey(k).id for k in (KEY_1, KEY_2, KEY_3))
 METRIC = re.compile(r"^approvald_data_key_refusals_total (\S+)$", re.M)
 
 
-def ok(cli: Cli, *args: str, **env: str) -> str:
-    done = cli(*args, **env)
+async def ok(cli: Cli, *args: str, **env: str) -> str:
+    done = await cli.acall(*args, **env)
     assert done.returncode == 0, (args, done.stdout, done.stderr)
     return done.stdout
 
 
-def pause_refund(cli: Cli, order: str) -> tuple[str, str]:
-    run_id = ok(cli, "run", "demo-refund", "--task", f"Refund order {order}",
-                    "--requested-by", "U_DANA").strip()
-    [approval] = [a for a in cli.json("approvals", "list", "--json") if a["run_id"] == run_id]
+async def pause_refund(cli: Cli, order: str) -> tuple[str, str]:
+    run_id = (await ok(cli, "run", "demo-refund", "--task", f"Refund order {order}",
+                       "--requested-by", "U_DANA")).strip()
+    listed = await cli.ajson("approvals", "list", "--json")
+    [approval] = [a for a in listed if a["run_id"] == run_id]
     return run_id, approval["id"]
 
 
@@ -86,14 +87,14 @@ async def test_a_rotation_out_of_order_is_one_line_until_serve_has_the_key(
         db_url: str, tmp_path: Path) -> None:
     cli = make_cli(db_url, tmp_path, in_process=True)  # serve: a process of its own
     cli.env_extra["APPROVALD_DATA_KEY"] = KEY_1
-    run_id, approval = pause_refund(cli, "A-1001")
+    run_id, approval = await pause_refund(cli, "A-1001")
     serve = await Serve.spawn(cli, APPROVALD_LOG_LEVEL="INFO")
     try:
         await wait_for(lambda: started(serve), within=60, what="serve to start")
         # what the docs used to say: reseal under the new key, tell serve nothing
-        ok(cli, "keys", "reseal", APPROVALD_DATA_KEY=KEY_2, APPROVALD_DATA_OLD_KEYS=KEY_1)
-        ok(cli, "approvals", "approve", approval, "--as", "U_ALICE", "--no-resume",
-               APPROVALD_DATA_KEY=KEY_2)
+        await ok(cli, "keys", "reseal", APPROVALD_DATA_KEY=KEY_2, APPROVALD_DATA_OLD_KEYS=KEY_1)
+        await ok(cli, "approvals", "approve", approval, "--as", "U_ALICE", "--no-resume",
+                 APPROVALD_DATA_KEY=KEY_2)
         # serve meets the run sealed under a key it lacks at each poll (every 0.1 s)...
         await wait_for(lambda: _at_least(serve, 20), within=60,
                        what="serve to meet the resealed run twenty times")
@@ -137,8 +138,8 @@ async def test_serve_picks_up_a_rotation_from_its_secrets_directory(
     (secrets / "APPROVALD_DATA_KEY").write_text(KEY_1 + "\n")
     cli = make_cli(db_url, tmp_path, in_process=True)  # serve: a process of its own
     cli.env_extra["APPROVALD_SECRETS_DIR"] = str(secrets)
-    first, approval_1 = pause_refund(cli, "A-1001")
-    second, approval_2 = pause_refund(cli, "B-2002")
+    first, approval_1 = await pause_refund(cli, "A-1001")
+    second, approval_2 = await pause_refund(cli, "B-2002")
     serve = await Serve.spawn(cli, APPROVALD_LOG_LEVEL="INFO")
     try:
         await wait_for(lambda: started(serve), within=60, what="serve to start")
@@ -150,9 +151,9 @@ async def test_serve_picks_up_a_rotation_from_its_secrets_directory(
                                    for x in serve.lines), within=30,
                        what="serve to say it re-read the keys")
         # 3. reseal; a decision now is carried out by serve under the new key
-        ok(cli, "keys", "reseal")
+        await ok(cli, "keys", "reseal")
         assert await key_ids_stored(cli) == {ID_2}
-        ok(cli, "approvals", "approve", approval_1, "--as", "U_ALICE", "--no-resume")
+        await ok(cli, "approvals", "approve", approval_1, "--as", "U_ALICE", "--no-resume")
         await wait_for(lambda: _status_is(cli, first, "completed"), within=60,
                        what="the first run to complete")
         # 4. the old key dropped, serve told
@@ -166,9 +167,9 @@ async def test_serve_picks_up_a_rotation_from_its_secrets_directory(
         # meets the second run sealed under the third key
         (secrets / "APPROVALD_DATA_KEY").write_text(KEY_3 + "\n")
         (secrets / "APPROVALD_DATA_OLD_KEYS").write_text(KEY_2 + "\n")
-        ok(cli, "keys", "reseal")
+        await ok(cli, "keys", "reseal")
         assert await key_ids_stored(cli) == {ID_3}
-        ok(cli, "approvals", "approve", approval_2, "--as", "U_ALICE", "--no-resume")
+        await ok(cli, "approvals", "approve", approval_2, "--as", "U_ALICE", "--no-resume")
         await wait_for(lambda: _status_is(cli, second, "completed"), within=60,
                        what="the second run to complete without a signal")
         assert len([e for e in cli.ledger_lines() if e["tool"] == "issue_refund"]) == 2
@@ -185,7 +186,7 @@ async def test_an_empty_key_stops_serve_in_one_line(sqlite_url: str, tmp_path: P
     cli = make_cli(sqlite_url, tmp_path)
     for variable in ("APPROVALD_DATA_KEY", "APPROVALD_AUDIT_KEY"):
         for value in ("", "   ", " " * 20):
-            done = cli("serve", **{variable: value})
+            done = await cli.acall("serve", **{variable: value})
             assert done.returncode == 2, (variable, value, done.stderr)
             assert done.stderr == f"approvald: {variable}: is empty: set a key of at least " \
                                   "16 bytes, or unset the variable\n", done.stderr

@@ -71,20 +71,20 @@ async def test_the_audit_log_holds_no_secret_and_verifies_without_the_data_key(
     assert any(set(r.get("masked", {})) >= {"args"} for r in requested)
 
     cli = make_cli(db_url, tmp_path, in_process=True)
-    verified = cli("audit", "verify")  # no data key
+    verified = await cli.acall("audit", "verify")  # no data key
     assert verified.returncode == 0, verified.stdout + verified.stderr
     assert "chain intact" in verified.stdout
     assert "1 calls that standing approvals let run were each covered" in verified.stdout
-    exported = cli.ok("audit", "export")
+    exported = await cli.aok("audit", "export")
     assert "•••• 4242" in exported and not leaks(exported), leaks(exported)
 
     # revealing needs the key: without it one line, and nothing audited
-    refused = cli("audit", "export", "--reveal")
+    refused = await cli.acall("audit", "export", "--reveal")
     assert refused.returncode != 0 and refused.stderr.count("\n") == 1, refused.stderr
     assert "APPROVALD_DATA_KEY" in refused.stderr
-    assert not any(e["action"] == "revealed" for e in _lines(cli.ok("audit", "export")))
+    assert not any(e["action"] == "revealed" for e in _lines(await cli.aok("audit", "export")))
 
-    done = cli("audit", "export", "--reveal", APPROVALD_DATA_KEY=KEY_1)
+    done = await cli.acall("audit", "export", "--reveal", APPROVALD_DATA_KEY=KEY_1)
     assert done.returncode == 0, done.stderr
     shown = _lines(done.stdout)
     real = {"card_number": CARD, "auth": {"code": AUTH}}
@@ -103,9 +103,9 @@ async def test_the_audit_log_holds_no_secret_and_verifies_without_the_data_key(
     # a result is not a request's arguments: it stays masked
     [ran] = [e for e in by_run["standing"] if e["action"] == "executed"]
     assert ran["args"]["card_number"] == CARD and CARD not in json.dumps(ran["details"]["result"])
-    [entry] = [e for e in _lines(cli.ok("audit", "export")) if e["action"] == "revealed"]
+    [entry] = [e for e in _lines(await cli.aok("audit", "export")) if e["action"] == "revealed"]
     assert entry["actor"].startswith("cli:") and entry["details"]["what"] == "audit export"
-    assert cli("audit", "verify").returncode == 0
+    assert (await cli.acall("audit", "verify")).returncode == 0
 
 
 async def test_entries_sealed_before_the_masking_verify_and_reseal_with_the_key(
@@ -131,28 +131,29 @@ async def test_entries_sealed_before_the_masking_verify_and_reseal_with_the_key(
 
     cli = make_cli(db_url, tmp_path, in_process=True)
     for args in (("audit", "verify"), ("audit", "export")):
-        done = cli(*args)
+        done = await cli.acall(*args)
         assert done.returncode != 0 and done.stderr.count("\n") == 1, done.stderr
         assert "APPROVALD_DATA_KEY" in done.stderr
-        done = cli(*args, APPROVALD_DATA_KEY=KEY_1)
+        done = await cli.acall(*args, APPROVALD_DATA_KEY=KEY_1)
         assert done.returncode == 0, done.stdout + done.stderr
-    assert not leaks(cli("audit", "export", APPROVALD_DATA_KEY=KEY_1).stdout)
+    assert not leaks((await cli.acall("audit", "export", APPROVALD_DATA_KEY=KEY_1)).stdout)
 
     # rotation: the sealed entries move to the new key; the masked ones stay in clear
-    done = cli("keys", "reseal", APPROVALD_DATA_KEY=KEY_2, APPROVALD_DATA_OLD_KEYS=KEY_1)
+    done = await cli.acall("keys", "reseal", APPROVALD_DATA_KEY=KEY_2,
+                           APPROVALD_DATA_OLD_KEYS=KEY_1)
     assert done.returncode == 0, done.stderr
     after = await audit_rows(db_url)
     kid = sealing.DataKey(KEY_2).id
     assert [sealing.key_id(d) for _, d in after[:3]] == [kid] * 3
     assert after[3:len(rows)] == rows[3:]
-    assert cli("audit", "verify", APPROVALD_DATA_KEY=KEY_2).returncode == 0
+    assert (await cli.acall("audit", "verify", APPROVALD_DATA_KEY=KEY_2)).returncode == 0
     # the reseal is itself audited: by whom, under which key, how many values where
-    done = cli("audit", "export", APPROVALD_DATA_KEY=KEY_2)
+    done = await cli.acall("audit", "export", APPROVALD_DATA_KEY=KEY_2)
     [entry] = [e for e in _lines(done.stdout) if e["action"] == "resealed"]
     assert entry["actor"].startswith("cli:") and entry["via"] == "cli"
     assert entry["details"]["key"] == kid
     assert entry["details"]["retired"] == [sealing.DataKey(KEY_1).id]
     tables = entry["details"]["tables"]
     assert tables["audit_log"] == 3 and tables["approvals"] >= 1 and tables["runs"] >= 1
-    again = cli("keys", "reseal", "--batch", "2", APPROVALD_DATA_KEY=KEY_2)
+    again = await cli.acall("keys", "reseal", "--batch", "2", APPROVALD_DATA_KEY=KEY_2)
     assert again.stdout.startswith("resealed 0 values"), again.stderr

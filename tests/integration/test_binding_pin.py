@@ -192,13 +192,13 @@ async def test_no_pin_is_found_by_hashing_candidates_with_anything_shown(
     assert inbox.messages and any("withdraw" in m for m in mail_texts(inbox))
     cli = make_cli(db_url, tmp_path, in_process=True)
     for run in (run_id, request_id):
-        seen += [cli.ok("trace", run), cli.ok("trace", run, "--json"),
-                 cli.ok("runs", "show", run), cli.ok("runs", "show", run, "--json")]
+        seen += [await cli.aok("trace", run), await cli.aok("trace", run, "--json"),
+                 await cli.aok("runs", "show", run), await cli.aok("runs", "show", run, "--json")]
     for approval in (aid, api_request.id):
-        seen += [cli.ok("approvals", "show", approval),
-                 cli.ok("approvals", "show", approval, "--json")]
-    seen += [cli.ok("approvals", "list", "--json"), cli.ok("audit", "export"),
-             cli.ok("audit", "export", "--format", "csv")]
+        seen += [await cli.aok("approvals", "show", approval),
+                 await cli.aok("approvals", "show", approval, "--json")]
+    seen += [await cli.aok("approvals", "list", "--json"), await cli.aok("audit", "export"),
+             await cli.aok("audit", "export", "--format", "csv")]
     everything = "".join(_text(s) for s in seen)
     assert f'"{PIN}"' not in everything and f'"{API_PIN}"' not in everything  # masked
     seen += documents

@@ -22,7 +22,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.acceptance.test_cli_hook import claude
+from tests.acceptance.test_cli_hook import aclaude
 from tests.helpers import Cli, Rows, make_cli, parts
 from tests.integration.slack_harness import Harness, harness, wait_for
 from tests.integration.test_http_api import api, approval_of, base, make_token
@@ -88,8 +88,14 @@ approvers = ["U_ALICE"]
 """
 
 
-def ran(cli: Cli, *args: str) -> subprocess.CompletedProcess[str]:
-    return cli(*args, APPROVALD_DATA_KEY=KEY_1)
+# the command line on serve's clock (the system's): a request the hook makes on the
+# clock file's time would be past its expiry for serve's sweeper, which runs on while the
+# commands do
+SAME_CLOCK = {"APPROVALD_CLOCK_FILE": ""}
+
+
+async def ran(cli: Cli, *args: str) -> subprocess.CompletedProcess[str]:
+    return await cli.acall(*args, APPROVALD_DATA_KEY=KEY_1)
 
 
 async def make_history(h: Harness, cli: Cli, hook_env: dict[str, str]) -> dict[str, Any]:
@@ -102,8 +108,9 @@ async def make_history(h: Harness, cli: Cli, hook_env: dict[str, str]) -> dict[s
     paused = await h.pause_refund()
     await h.card(paused.approval_ids[0])
     made["refund_asked"] = (await h.approval(paused.approval_ids[0])).status
-    assert ran(cli, "approvals", "approve", paused.approval_ids[0],
-               "--as", "U_ALICE").returncode == 0
+    # serve (running on meanwhile) resumes it: the command only decides
+    assert (await ran(cli, "approvals", "approve", paused.approval_ids[0],
+                      "--as", "U_ALICE", "--no-resume")).returncode == 0
     await wait_for(lambda: ended(h, paused.run_id), what="the refund to end")
     # the HTTP API: three deploys, decided from the command line
     token = await make_token(h, "ci")
@@ -119,31 +126,31 @@ async def make_history(h: Harness, cli: Cli, hook_env: dict[str, str]) -> dict[s
     for doc, verdict in zip(docs, ("approve", "deny", "approve"), strict=True):
         a = await approval_of(h, doc["id"])
         extra = ("--reason", "docs freeze this week") if verdict == "deny" else ()
-        done = ran(cli, "approvals", verdict, a.id, "--as", "U_ALICE", *extra)
+        done = await ran(cli, "approvals", verdict, a.id, "--as", "U_ALICE", *extra)
         assert done.returncode == 0, done.stderr
     # Claude Code's hook: two commands, asked, decided from the command line
     hooked = []
     for use, command in (("toolu_01", "make release"), ("toolu_02", "rm -rf build")):
         for _ in range(3):  # a loaded machine can exceed the hook's budget: it denies, so
-            code, out, _ = claude(cli, "Bash", {"command": command}, use=use, **hook_env)
+            code, out, _ = await aclaude(cli, "Bash", {"command": command}, use=use, **hook_env)
             assert code == 0 and out["hookSpecificOutput"]["permissionDecision"] == "deny"
             said = out["hookSpecificOutput"]["permissionDecisionReason"]
             if "could not decide" not in said:  # ... and the same call again joins it
                 break
         hooked.append(said)
     made["hook_said"] = hooked
-    pending = json.loads(ran(cli, "approvals", "list", "--json").stdout)
+    pending = json.loads((await ran(cli, "approvals", "list", "--json")).stdout)
     for a in pending:
         verdict = "approve" if a["args"]["command"].startswith("make") else "deny"
         extra = ("--reason", "not on a shared box") if verdict == "deny" else ()
-        assert ran(cli, "approvals", verdict, a["id"], "--as", "U_ALICE",
-                   *extra).returncode == 0
+        assert (await ran(cli, "approvals", verdict, a["id"], "--as", "U_ALICE",
+                          *extra)).returncode == 0
     return made
 
 
-def replayed(cli: Cli, path: Path) -> tuple[int, str, list[dict[str, Any]]]:
-    text = ran(cli, "policy", "replay", str(path), "--since", "all")
-    docs = ran(cli, "policy", "replay", str(path), "--since", "all", "--json")
+async def replayed(cli: Cli, path: Path) -> tuple[int, str, list[dict[str, Any]]]:
+    text = await ran(cli, "policy", "replay", str(path), "--since", "all")
+    docs = await ran(cli, "policy", "replay", str(path), "--since", "all", "--json")
     assert docs.returncode == text.returncode, (docs.stderr, text.stderr)
     return text.returncode, text.stdout + text.stderr, \
         [json.loads(x) for x in docs.stdout.splitlines()]
@@ -160,6 +167,7 @@ async def test_three_policies_replayed_over_a_history_made_through_the_faces(
     policy = {"APPROVALD_POLICY_FILE": str(tmp_path / "policy.toml")}
     cli = make_cli(sqlite_url, tmp_path, in_process=True)
     cli.env_extra.update(policy)
+    cli.env_extra.update(SAME_CLOCK)
     async with harness(sqlite_url, tmp_path, APPROVALD_DATA_KEY=KEY_1, **policy) as h:
         made = await make_history(h, cli, policy)
     # shadow rules enforced nowhere: every face still asked
@@ -169,7 +177,7 @@ async def test_three_policies_replayed_over_a_history_made_through_the_faces(
 
     # looser: runs without asking what people denied and edited -> exit 8, listed
     (tmp_path / "looser.toml").write_text(LOOSER)
-    code, out, docs = replayed(cli, tmp_path / "looser.toml")
+    code, out, docs = await replayed(cli, tmp_path / "looser.toml")
     assert code == 8, out
     assert "DANGER: " in out
     found = by_policy(docs)
@@ -195,7 +203,7 @@ async def test_three_policies_replayed_over_a_history_made_through_the_faces(
 
     # stricter: approved card refunds would be forbidden; nothing runs unasked -> exit 0
     (tmp_path / "stricter.toml").write_text(STRICTER)
-    code, out, docs = replayed(cli, tmp_path / "stricter.toml")
+    code, out, docs = await replayed(cli, tmp_path / "stricter.toml")
     assert code == 0, out
     assert "OK: no call a person denied or edited would run without asking" in out
     changes = {(d["policy"], d["outcome"], d["change"]) for d in docs}
@@ -210,7 +218,7 @@ async def test_three_policies_replayed_over_a_history_made_through_the_faces(
 
     # other approvers: the card refunds go to Bob and Carol, two of them
     (tmp_path / "others.toml").write_text(OTHERS)
-    code, out, docs = replayed(cli, tmp_path / "others.toml")
+    code, out, docs = await replayed(cli, tmp_path / "others.toml")
     assert code == 0, out
     assert sorted((d["policy"], d["change"]) for d in docs) == [
         ("refund_card", "approvers")] * 3
@@ -219,12 +227,12 @@ async def test_three_policies_replayed_over_a_history_made_through_the_faces(
     assert not leaks(out) and not leaks(docs)
 
     # policy check: the same verdict for CI, and the file alone when not asked more
-    assert ran(cli, "policy", "check", str(tmp_path / "looser.toml"),
-               "--against-history", "--since", "all").returncode == 8
-    assert ran(cli, "policy", "check", str(tmp_path / "looser.toml")).returncode == 0
+    assert (await ran(cli, "policy", "check", str(tmp_path / "looser.toml"),
+                      "--against-history", "--since", "all")).returncode == 8
+    assert (await ran(cli, "policy", "check", str(tmp_path / "looser.toml"))).returncode == 0
 
     # the shadow rules' records, with how often people agreed
-    shown = json.loads(ran(cli, "insights", "--since", "all", "--json").stdout)
+    shown = json.loads((await ran(cli, "insights", "--since", "all", "--json")).stdout)
     shadow = {s["where"]: s for s in shown["shadow"]}
     assert (shadow["tools.api:*/deploy.rules[0]"]["matched"],
             shadow["tools.api:*/deploy.rules[0]"]["agreed"]) == (2, 1)
@@ -236,7 +244,7 @@ async def test_three_policies_replayed_over_a_history_made_through_the_faces(
         {"reason": "docs freeze this week", "count": 1}]
     assert tools["api:ci/deploy"]["asked_of"] == {"U_ALICE": 3}
     assert not leaks(shown)
-    text = ran(cli, "insights", "--since", "all")
+    text = await ran(cli, "insights", "--since", "all")
     assert text.returncode == 0 and "people agreed on 1 of 2 (50%)" in text.stdout
 
 
@@ -248,16 +256,16 @@ async def test_bad_input_is_refused_and_a_broken_chain_is_never_read(
     cli = make_cli(sqlite_url, tmp_path, in_process=True)
     (tmp_path / "bad.toml").write_text('[tools."api:*/deploy"]\nquorum = "two"\n')
     (tmp_path / "good.toml").write_text('[tools."api:*/deploy"]\npolicy = "auto"\n')
-    bad = cli("policy", "replay", str(tmp_path / "bad.toml"))
+    bad = await cli.acall("policy", "replay", str(tmp_path / "bad.toml"))
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
     assert "the new policy file: " in bad.stderr and "tools.api:*/deploy.quorum" in bad.stderr
-    since = cli("insights", "--since", "last week")
+    since = await cli.acall("insights", "--since", "last week")
     assert since.returncode == 2 and "--since: not a duration" in since.stderr
-    empty = cli("policy", "replay", str(tmp_path / "good.toml"), "--since", "all")
+    empty = await cli.acall("policy", "replay", str(tmp_path / "good.toml"), "--since", "all")
     assert empty.returncode == 0 and "over 0 requests" in empty.stdout, empty.stdout
     # an entry on the record (a token made), then rewritten behind the chain's back
-    made = cli("tokens", "create", "ci", "--tools", "deploy", "--json",
-               APPROVALD_SECRET="approvald-test-secret-0123456789")
+    made = await cli.acall("tokens", "create", "ci", "--tools", "deploy", "--json",
+                           APPROVALD_SECRET="approvald-test-secret-0123456789")
     token = json.loads(made.stdout)
     assert token["name"] == "ci"
     db = Database(sqlite_url)
@@ -265,9 +273,9 @@ async def test_bad_input_is_refused_and_a_broken_chain_is_never_read(
         await Rows(db).forge(AuditEntry, AuditEntry.seq == 1, actor="someone")
     finally:
         await db.close()
-    broken = cli("policy", "check", str(tmp_path / "good.toml"), "--against-history")
+    broken = await cli.acall("policy", "check", str(tmp_path / "good.toml"), "--against-history")
     assert broken.returncode == 5 and "audit log BROKEN" in broken.stdout, broken.stdout
-    assert cli("insights").returncode == 5
+    assert (await cli.acall("insights")).returncode == 5
 
 
 async def test_the_readers_verify_from_the_checkpoint_audit_verify_records_and_full_walks_it_all(
@@ -282,23 +290,26 @@ async def test_the_readers_verify_from_the_checkpoint_audit_verify_records_and_f
     keyed = {"APPROVALD_AUDIT_KEY": "audit-key-kept-in-a-vault-0123456789",
              "APPROVALD_SECRET": "approvald-test-secret-0123456789"}
     for name in ("ci", "ci-2"):
-        assert cli("tokens", "create", name, "--tools", "deploy", **keyed).returncode == 0
-    assert cli("audit", "verify", **keyed).returncode == 0  # records the checkpoint
-    assert cli("tokens", "create", "cd", "--tools", "deploy", **keyed).returncode == 0
+        made = await cli.acall("tokens", "create", name, "--tools", "deploy", **keyed)
+        assert made.returncode == 0
+    assert (await cli.acall("audit", "verify", **keyed)).returncode == 0  # records the checkpoint
+    made = await cli.acall("tokens", "create", "cd", "--tools", "deploy", **keyed)
+    assert made.returncode == 0
     db = Database(sqlite_url)
     try:
         await Rows(db).forge(AuditEntry, AuditEntry.seq == 1, actor="someone")
     finally:
         await db.close()
     # entry 1 is before the checkpoint: not rechecked by a reader that trusts it
-    assert cli("insights", **keyed).returncode == 0
-    full = cli("insights", "--full", **keyed)
+    assert (await cli.acall("insights", **keyed)).returncode == 0
+    full = await cli.acall("insights", "--full", **keyed)
     assert full.returncode == 5 and "entry 1 " in full.stdout, full.stdout
     (tmp_path / "new.toml").write_text('[tools."api:*/deploy"]\npolicy = "auto"\n')
-    assert cli("policy", "replay", str(tmp_path / "new.toml"), **keyed).returncode == 0
-    replay = cli("policy", "replay", str(tmp_path / "new.toml"), "--full", **keyed)
+    replay = await cli.acall("policy", "replay", str(tmp_path / "new.toml"), **keyed)
+    assert replay.returncode == 0
+    replay = await cli.acall("policy", "replay", str(tmp_path / "new.toml"), "--full", **keyed)
     assert replay.returncode == 5 and "audit log BROKEN" in replay.stdout, replay.stdout
-    assert cli("audit", "verify", **keyed).returncode == 5
+    assert (await cli.acall("audit", "verify", **keyed)).returncode == 5
 
 
 @pytest.mark.slow
@@ -318,9 +329,10 @@ async def test_the_kept_requests_give_the_documents_a_fold_of_every_entry_gives(
            "APPROVALD_AUDIT_KEY": "audit-key-kept-in-a-vault-0123456789"}
     cli = make_cli(db_url, tmp_path, in_process=True)
     cli.env_extra.update(env)
+    cli.env_extra.update(SAME_CLOCK)
     async with harness(db_url, tmp_path, APPROVALD_DATA_KEY=KEY_1, **env) as h:
         await make_history(h, cli, env)
-        first = ran(cli, "insights", "--since", "all", "--json")  # folds it all, keeps it
+        first = await ran(cli, "insights", "--since", "all", "--json")  # folds it all, keeps it
         assert first.returncode == 0 and not first.stderr, first.stderr
         # then more: a deploy asked and denied after the keep (folded from its entries)
         token = await make_token(h, "cd")
@@ -330,8 +342,8 @@ async def test_the_kept_requests_give_the_documents_a_fold_of_every_entry_gives(
                                      "requested_by": "U_DANA"})
         assert status == 201, doc
         a = await approval_of(h, doc["id"])
-        assert ran(cli, "approvals", "deny", a.id, "--as", "U_ALICE", "--reason",
-                   "not on a Friday").returncode == 0
+        assert (await ran(cli, "approvals", "deny", a.id, "--as", "U_ALICE", "--reason",
+                          "not on a Friday")).returncode == 0
     db = Database(db_url)
     try:
         kept = await Rows(db).kept_requests()
@@ -340,16 +352,16 @@ async def test_the_kept_requests_give_the_documents_a_fold_of_every_entry_gives(
     assert kept and not leaks([k[2] for k in kept])
     assert AUTH not in json.dumps([k[2] for k in kept])
 
-    def both(*args: str) -> tuple[subprocess.CompletedProcess[str], ...]:
-        return ran(cli, *args), ran(cli, *args, "--full")
+    async def both(*args: str) -> tuple[subprocess.CompletedProcess[str], ...]:
+        return await ran(cli, *args), await ran(cli, *args, "--full")
 
     for name, text in (("looser", LOOSER), ("stricter", STRICTER), ("others", OTHERS)):
         (tmp_path / f"{name}.toml").write_text(text)
-        fast, full = both("policy", "replay", str(tmp_path / f"{name}.toml"), "--since",
-                          "all", "--json")
+        fast, full = await both("policy", "replay", str(tmp_path / f"{name}.toml"), "--since",
+                                "all", "--json")
         assert (fast.returncode, fast.stdout) == (full.returncode, full.stdout), name
         assert fast.stdout and not fast.stderr, fast.stderr
-    fast, full = both("insights", "--since", "all", "--json")
+    fast, full = await both("insights", "--since", "all", "--json")
     assert fast.returncode == full.returncode == 0 and fast.stdout == full.stdout
     shown = json.loads(fast.stdout)
     tools = {t["name"]: t for t in shown["tools"]}
@@ -366,7 +378,7 @@ async def test_the_kept_requests_give_the_documents_a_fold_of_every_entry_gives(
                              state=denied[2].replace('"denied"', '"approved"'))
     finally:
         await db.close()
-    caught = ran(cli, "insights", "--since", "all", "--json")
+    caught = await ran(cli, "insights", "--since", "all", "--json")
     assert caught.returncode == 0 and caught.stdout == full.stdout
     assert f"audit log WARNING: 1 kept request(s) do not match their MAC (first at entry " \
         f"{denied[0]})" in caught.stderr, caught.stderr

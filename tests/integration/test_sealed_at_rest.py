@@ -93,7 +93,7 @@ async def test_a_card_number_is_sealed_at_rest_and_a_lost_key_changes_nothing(
     for env in ({}, {"APPROVALD_DATA_KEY": KEY_2}):
         for args in (("approvals", "approve", aid, "--as", "U_ALICE", "--no-resume"),
                      ("approvals", "show", aid)):
-            done = cli(*args, **env)
+            done = await cli.acall(*args, **env)
             assert done.returncode != 0
             assert done.stderr.count("\n") == 1 and "APPROVALD_DATA_KEY" in done.stderr, \
                 done.stderr
@@ -101,9 +101,9 @@ async def test_a_card_number_is_sealed_at_rest_and_a_lost_key_changes_nothing(
     # the audit chain records its details masked, in clear: verified and exported
     # without the key (see test_audit_masked)
     for args in (("audit", "verify"), ("audit", "export")):
-        done = cli(*args)
+        done = await cli.acall(*args)
         assert done.returncode == 0, done.stderr
-    exported = cli("audit", "export").stdout
+    exported = (await cli.acall("audit", "export")).stdout
     assert "•••• 4242" in exported and CARD not in exported
     rows = await stored(db_url)  # (and nothing else changed)
     # `serve` without the key refuses to start, before it writes anything
@@ -111,8 +111,8 @@ async def test_a_card_number_is_sealed_at_rest_and_a_lost_key_changes_nothing(
         async with harness(db_url, tmp_path):
             pass
     assert await stored(db_url) == rows
-    done = cli("approvals", "approve", aid, "--as", "U_ALICE", "--no-resume",
-               APPROVALD_DATA_KEY=KEY_1)
+    done = await cli.acall("approvals", "approve", aid, "--as", "U_ALICE", "--no-resume",
+                           APPROVALD_DATA_KEY=KEY_1)
     assert done.returncode == 0, done.stderr
     rows = await stored(db_url)
     # the approved run cannot be resumed without the key: refused, and left as it was
@@ -128,14 +128,15 @@ async def test_a_card_number_is_sealed_at_rest_and_a_lost_key_changes_nothing(
     assert await stored(db_url) == rows and len(received) == 2
 
     # rotation: everything sealed again under the new key, the old one retired
-    done = cli("keys", "reseal", APPROVALD_DATA_KEY=KEY_2, APPROVALD_DATA_OLD_KEYS=KEY_1)
+    done = await cli.acall("keys", "reseal", APPROVALD_DATA_KEY=KEY_2,
+                           APPROVALD_DATA_OLD_KEYS=KEY_1)
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert out.startswith("resealed ") and sealing.DataKey(KEY_2).id in out
     rows = await stored(db_url)
     assert sealed_under(rows) == {sealing.DataKey(KEY_2).id}
     assert not any(s.decode() in rows for s in SECRETS)
-    again = cli("keys", "reseal", APPROVALD_DATA_KEY=KEY_2)
+    again = await cli.acall("keys", "reseal", APPROVALD_DATA_KEY=KEY_2)
     assert again.stdout.startswith("resealed 0 values"), again.stderr
 
     # the run paused under the old key completes under the new one alone

@@ -231,11 +231,12 @@ async def test_a_card_number_never_reaches_slack_logs_traces_or_the_audit_export
         # what the command line shows of requests and runs: masked as on the cards
         cli = make_cli(sqlite_url, tmp_path, in_process=True)
         for run_id, aid in runs.values():
-            for shown in (cli.ok("approvals", "show", aid), cli.ok("runs", "show", run_id),
-                          cli.json("approvals", "show", aid, "--json"),
-                          cli.json("runs", "show", run_id, "--json")):
+            for shown in (await cli.aok("approvals", "show", aid),
+                          await cli.aok("runs", "show", run_id),
+                          await cli.ajson("approvals", "show", aid, "--json"),
+                          await cli.ajson("runs", "show", run_id, "--json")):
                 assert not leaks(shown), leaks(shown)
-        listed = cli.ok("approvals", "list", "--status", "approved")
+        listed = await cli.aok("approvals", "list", "--status", "approved")
         assert "•••• 4242" in listed and not leaks(listed)
 
         # `approvald audit export`: masked, as the log records it (with no data key, the
@@ -243,13 +244,13 @@ async def test_a_card_number_never_reaches_slack_logs_traces_or_the_audit_export
         # shown under a key in test_audit_masked)
         recorded = [r[0] for r in await Rows.of(h.engine).select("SELECT details FROM audit_log")]
         assert "refund_card" in "".join(recorded) and not leaks(recorded), leaks(recorded)
-        exported = cli.ok("audit", "export")
+        exported = await cli.aok("audit", "export")
         assert "requested" in exported and not leaks(exported), leaks(exported)
         assert "•••• 4242" in exported
-        assert not leaks(cli.ok("audit", "export", "--format", "csv"))
-        refused = cli("audit", "export", "--reveal")
+        assert not leaks(await cli.aok("audit", "export", "--format", "csv"))
+        refused = await cli.acall("audit", "export", "--reveal")
         assert refused.returncode != 0 and "APPROVALD_DATA_KEY" in refused.stderr
-        assert "revealed" not in cli.ok("audit", "export")
+        assert "revealed" not in await cli.aok("audit", "export")
     provider.shutdown()
     logged = "\n".join(r.getMessage() for r in caplog.records)
     assert len(caplog.records) > 10  # slack_sdk, aiohttp, approvald: logs were taken
