@@ -1,7 +1,8 @@
 """Running the real ``approvald`` command: in this process (``InProcessCli``: the same
 ``main`` the console script calls, with the command's environment and working directory
 for the length of the call) or in a subprocess (``Cli``: for a process that must die, a
-failpoint's SIGKILL, or one that must outlive the call, ``serve``).
+failpoint's SIGKILL, or one that must outlive the call, ``serve``): a process forked from
+a warm server (tests/zygote.py), but for ``serve``, ``sandbox`` and ``mcp-proxy``.
 
 From a coroutine, ``await cli.acall(...)``: the calling loop runs on while the command
 does (a ``serve`` on that loop may hold a lock the command waits for: blocking the loop
@@ -24,7 +25,24 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from tests.zygote import Warm
+
 APPROVALD = str(Path(sys.executable).parent / "approvald")
+
+# the subprocess ``approvald`` of a command that does not own its process
+# (:data:`OWN_PROCESS`): a process forked from this test process's warm server
+# (tests/zygote.py), which has done the console script's ~670 imports once, not a cold
+# interpreter that does them again (0.6-1 s of CPU each)
+WARM = Warm()
+
+
+def warm_approvald() -> str:
+    """The warm ``approvald`` (its shim), its server started on first use with the
+    environment a subprocess of this process gets, less ``APPROVALD_*`` and ``SLACK_*``
+    (the server's imports read none of it; each command gets its own)."""
+    WARM.start({k: v for k, v in os.environ.items()
+                if not k.startswith(("APPROVALD_", "SLACK_"))})
+    return WARM.approvald
 
 
 @dataclass
@@ -59,8 +77,8 @@ class Cli:
         env = self.env(**extra)
         if failpoints:
             env["APPROVALD_FAILPOINTS"] = failpoints
-        return subprocess.run([APPROVALD, *args], env=env, cwd=self.workdir, text=True,
-                              capture_output=True, timeout=timeout, check=False)
+        return subprocess.run([self.executable(args), *args], env=env, cwd=self.workdir,
+                              text=True, capture_output=True, timeout=timeout, check=False)
 
     async def acall(self, *args: str, failpoints: str | None = None,
                     timeout: float = 60,  # noqa: ASYNC109 (subprocess.run's, as __call__)
@@ -73,8 +91,15 @@ class Cli:
                                     timeout=timeout)
 
     def spawn(self, *args: str, **extra: str) -> subprocess.Popen[str]:
-        return subprocess.Popen([APPROVALD, *args], env=self.env(**extra), cwd=self.workdir,
-                                text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        return subprocess.Popen([self.executable(args), *args], env=self.env(**extra),
+                                cwd=self.workdir, text=True, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+
+    @staticmethod
+    def executable(args: tuple[str, ...]) -> str:
+        """The console script for a command that owns its process (:data:`OWN_PROCESS`: a
+        test signals it by its pid), else the warm one (:func:`warm_approvald`)."""
+        return APPROVALD if args and args[0] in OWN_PROCESS else warm_approvald()
 
     def json(self, *args: str) -> Any:
         done = self(*args)

@@ -47,9 +47,8 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from tests.docs.zygote import SHIM
+from tests.zygote import Warm
 
 SHELL = ("bash", "sh", "shell", "console")
 PYTHON = ("python", "py")
@@ -288,52 +287,21 @@ def seed_database(workdir: Path, env: dict[str, str]) -> None:
         ["approvald.db"]
 
 
-# ``approvald`` on a page's PATH: the warm one of tests/docs/zygote.py (a process forked per
+# ``approvald`` on a page's PATH: the warm one of tests/zygote.py (a process forked per
 # command from one that has done the console script's import), not the console script,
 # whose ~670 imports cost about a second of CPU per command
-_WARM: list[Any] = []  # [the directory of the shim and socket, the server's Popen]
+WARM = Warm()
 
 
 def _warm_bin() -> Path:
     """The directory holding the ``approvald`` shim (made on first use; the server that
     answers it is started by :func:`start_warm_approvald`)."""
-    if not _WARM:
-        where = Path(tempfile.mkdtemp(prefix="apd-warm-"))  # short: a socket's path is
-        atexit.register(shutil.rmtree, where, ignore_errors=True)  # at most 107 bytes
-        shim = where / "approvald"
-        shim.write_text(SHIM.format(python=sys.executable,
-                                    socket_path=str(where / "zygote.sock")))
-        shim.chmod(0o755)
-        _WARM.append(where)
-    return Path(_WARM[0])
+    return WARM.bin
 
 
 def start_warm_approvald() -> None:
     """Start this process's warm ``approvald`` server, once; it ends with this process."""
-    where = _warm_bin()
-    if len(_WARM) == 2 and _WARM[1].poll() is None:
-        return
-    (where / "zygote.sock").unlink(missing_ok=True)
-    env = environment(where / "home")
-    server = subprocess.Popen(
-        [sys.executable, str(Path(__file__).with_name("zygote.py")), str(where / "zygote.sock")],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
-        cwd=where)
-    assert server.stdout is not None
-    ready = server.stdout.readline()
-    assert ready == b"ready\n", f"the warm approvald did not start: {ready!r}"
-    atexit.register(_stop, server)
-    del _WARM[1:]
-    _WARM.append(server)
-
-
-def _stop(server: subprocess.Popen[bytes]) -> None:
-    assert server.stdin is not None
-    server.stdin.close()  # the server exits when its stdin closes
-    try:
-        server.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        server.kill()
+    WARM.start(environment(WARM.bin / "home"))
 
 
 def run_page(page: Path, workdir: Path) -> tuple[list[Ran], list[Block]]:

@@ -209,7 +209,7 @@ def test_the_docs_import_the_runtime_only_from_its_front_package() -> None:
 
 @pytest.mark.slow  # starts the warm approvald and the console script
 def test_the_warm_approvald_answers_as_the_console_script_does(tmp_path: Path) -> None:
-    """The ``approvald`` a page's commands run (tests/docs/zygote.py, forked from a warm
+    """The ``approvald`` a page's commands run (tests/zygote.py, forked from a warm
     server) is the console script's command in a process of its own: the same exit status,
     output and error; its own environment (the ``HOME`` whose embedded database it makes),
     working directory and standard input; its failpoints armed from its own environment,

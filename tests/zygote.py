@@ -1,5 +1,6 @@
-"""A warm ``approvald`` for the docs examples: the command line's imports done once, then a
-fresh process forked from it for each command a page runs.
+"""A warm ``approvald``: the command line's imports done once, then a fresh process forked
+from it for each command (the docs examples' commands, tests/docs/examples.py, and the
+tests' subprocess ``approvald``, :class:`tests.helpers.Cli`).
 
 Each ``approvald`` a docs page runs would import the same ~680 modules (0.7-1 s of CPU)
 before doing its own work (a few hundredths of a second); a page runs up to thirty. The
@@ -9,26 +10,32 @@ output and error (the file descriptors themselves) to this server, which forks a
 runs the console script's code (``sys.exit(main())``) in a process of its own, with that
 environment, in that directory, on those descriptors; the shim exits with the child's status
 (a child killed by a signal kills the shim with the same signal) and passes SIGTERM, SIGINT
-and SIGHUP on to it. What is shared is only the imports: ``approvald.bot.cli`` (the console
-script's own) and every command group's module (:func:`approvald.bot.cli.root.groups`, as
-the reference pages' parser imports them; a command imports its own group's as it starts).
-They read no environment, but for the failpoints, which are armed again in the child from
-its own.
+and SIGHUP on to it; a shim that dies first (SIGKILL) takes the child with it (SIGKILL).
+What is shared is only the imports: ``approvald.bot.cli`` (the console script's own) and
+every command group's module (:func:`approvald.bot.cli.root.groups`, as the reference
+pages' parser imports them; a command imports its own group's as it starts). They read no
+environment, but for the failpoints, which are armed again in the child from its own.
 
 Run as ``python zygote.py SOCKET``; it serves until its standard input closes (its parent,
-the test process, ended) or it is killed.
+the test process, ended) or it is killed. :class:`Warm` starts one (per test process) and
+makes its shim.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import re
+import shutil
+import signal
 import socket
+import subprocess
 import sys
+import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 MAX_MESSAGE = 1 << 20
@@ -75,6 +82,17 @@ def _recv_exactly(conn: socket.socket, size: int, fds: list[int]) -> bytes:
 
 
 _MAIN: list[Callable[[], int]] = []  # approvald.bot.cli.main, once imported
+_BASE_PATH: list[str] = []  # the interpreter's sys.path: no script's directory, no PYTHONPATH
+
+
+def _pythonpath(env: Mapping[str, str]) -> list[str]:
+    """The entries ``PYTHONPATH`` puts on a process's ``sys.path`` (``site`` makes them
+    absolute, from the directory the process starts in)."""
+    seen: list[str] = []
+    for entry in env.get("PYTHONPATH", "").split(os.pathsep):
+        if entry and os.path.abspath(entry) not in seen:
+            seen.append(os.path.abspath(entry))
+    return seen
 
 
 def _child(request: dict[str, object], fds: list[int]) -> None:
@@ -90,8 +108,10 @@ def _child(request: dict[str, object], fds: list[int]) -> None:
     sys.dont_write_bytecode = bool(env.get("PYTHONDONTWRITEBYTECODE"))
     argv = request["argv"]
     assert isinstance(argv, list)
-    # the console script's sys.path[0] is its own directory (the virtualenv's bin)
-    sys.path[0] = str(Path(sys.executable).parent)
+    # the console script's sys.path: its own directory (the virtualenv's bin), then its
+    # environment's PYTHONPATH, then the interpreter's own (the server's, less its PYTHONPATH)
+    sys.path[:] = [str(Path(sys.executable).parent),
+                   *(p for p in _pythonpath(env) if p not in _BASE_PATH), *_BASE_PATH]
     sys.argv = [str(Path(sys.executable).parent / "approvald"), *map(str, argv)]
     from approvald.runtime.kernel import failpoints
 
@@ -119,13 +139,34 @@ def _child(request: dict[str, object], fds: list[int]) -> None:
 
 
 def _wait(conn: socket.socket, pid: int) -> None:
-    _, how = os.waitpid(pid, 0)
+    reaped = [False]
+    lock = threading.Lock()
+
+    def watch() -> None:
+        # the shim sends nothing after its request: end of file is the shim gone (killed,
+        # SIGKILL by a test or a timeout); then so is its command, not left running
+        try:
+            while conn.recv(64):
+                pass
+        except OSError:
+            pass
+        with lock:
+            if not reaped[0]:  # dead or not, its pid is still its own until reaped
+                os.kill(pid, signal.SIGKILL)
+
+    threading.Thread(target=watch, daemon=True).start()
+    os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+    with lock:
+        reaped[0] = True
+        _, how = os.waitpid(pid, 0)
     status = -os.WTERMSIG(how) if os.WIFSIGNALED(how) else os.WEXITSTATUS(how)
     try:
         conn.sendall(f"{status}\n".encode())
     except OSError:
         pass  # the shim is gone (killed): nobody to tell
     finally:
+        with contextlib.suppress(OSError):
+            conn.shutdown(socket.SHUT_RDWR)  # wakes the watcher, if the shim is still there
         conn.close()
 
 
@@ -163,6 +204,11 @@ def _exit_when_orphaned() -> None:
 
 
 def serve(path: str) -> None:
+    # what the console script imports from is its own directory (the virtualenv's bin), not
+    # this file's (tests/, whose packages must not shadow anything the command imports)
+    sys.path[0] = str(Path(sys.executable).parent)
+    own = _pythonpath(os.environ)
+    _BASE_PATH.extend(p for p in sys.path[1:] if p not in own)
     # the console script's own import (pip's entry-point template), and every command
     # group's module (a command imports its group's as it starts: the ~670 modules of
     # about a second of CPU), done once here
@@ -181,6 +227,65 @@ def serve(path: str) -> None:
     while True:
         conn, _ = server.accept()
         _serve_one(conn)
+
+
+class Warm:
+    """This process's warm ``approvald``: the directory of its shim (:attr:`bin`, made on
+    first use) and the server that answers it (:meth:`start`, once; it ends with this
+    process, or when this process closes its standard input)."""
+
+    def __init__(self) -> None:
+        self._where: Path | None = None
+        self._server: subprocess.Popen[bytes] | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def bin(self) -> Path:
+        """The directory holding the ``approvald`` shim."""
+        with self._lock:
+            if self._where is None:
+                # short: a socket's path is at most 107 bytes
+                where = Path(tempfile.mkdtemp(prefix="apd-warm-"))
+                atexit.register(shutil.rmtree, where, ignore_errors=True)
+                shim = where / "approvald"
+                shim.write_text(SHIM.format(python=sys.executable,
+                                            socket_path=str(where / "zygote.sock")))
+                shim.chmod(0o755)
+                (where / "cwd").mkdir()
+                self._where = where
+            return self._where
+
+    @property
+    def approvald(self) -> str:
+        """The shim: an ``approvald`` to run as the console script would be run."""
+        return str(self.bin / "approvald")
+
+    def start(self, env: Mapping[str, str]) -> None:
+        """Start the server (unless it runs) with environment ``env``, in a directory of its
+        own (nothing a test's working directory holds is importable from it)."""
+        where = self.bin
+        with self._lock:
+            if self._server is not None and self._server.poll() is None:
+                return
+            (where / "zygote.sock").unlink(missing_ok=True)
+            server = subprocess.Popen(
+                [sys.executable, __file__, str(where / "zygote.sock")],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                env=dict(env), cwd=where / "cwd")
+            assert server.stdout is not None
+            ready = server.stdout.readline()
+            assert ready == b"ready\n", f"the warm approvald did not start: {ready!r}"
+            atexit.register(_stop, server)
+            self._server = server
+
+
+def _stop(server: subprocess.Popen[bytes]) -> None:
+    assert server.stdin is not None
+    server.stdin.close()  # the server exits when its stdin closes
+    try:
+        server.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        server.kill()
 
 
 if __name__ == "__main__":
