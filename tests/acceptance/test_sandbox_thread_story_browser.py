@@ -212,6 +212,10 @@ def test_a_crash_and_its_retry_told_from_the_thread_alone(tmp_path: Path) -> Non
         assert [e for e in sb.ledger_lines() if e["tool"] == "issue_refund"] == []
         del sb.extra_env["APPROVALD_FAILPOINTS"]
         sb.start()  # the same database and workspace file, a new process and token
+        # the open page finds the new token and reloads itself (once): a navigation of the
+        # test's own while that reload is under way would be cut off by it
+        expect(page.locator('meta[name="approvald-sandbox"]')).to_have_attribute(
+            "content", sb.token)
 
         page.goto(sb.url + "?user=U_DANA")
         expect(page.locator("body")).to_have_attribute("data-ready", "1")
