@@ -11,7 +11,7 @@ from typing import Any, cast
 from approvald.store.fastsql import fast
 from approvald.store.models import Approval, ApprovalVote, Run, RunThread, StandingApproval
 from approvald.store.records import ApprovalRecord, RunRecord, VoteRecord
-from approvald.store.repos.base import Repo, to_record
+from approvald.store.repos.base import Repo, pinned, to_record
 from approvald.store.repos.outbox import OutboxRepo, add_if_group_insert, add_if_group_params
 from approvald.store.repos.runs import RunsRepo, Woken, wake_update
 from sqlalchemy import (
@@ -112,7 +112,8 @@ def _transition(to: str, from_: tuple[str, ...], keys: tuple[str, ...], on_diges
         stmt = stmt.where(func.coalesce(_T.c.edited_digest, _T.c.digest) == bindparam("d"))
     if in_time:  # a decision after expires_at is no decision
         stmt = stmt.where(_T.c.expires_at > bindparam("now"))
-    return fast(stmt.values(status=to, **{k: bindparam(f"v_{k}") for k in keys})
+    return fast(stmt.values(pinned(_T, {"status": to,
+                                         **{k: bindparam(f"v_{k}") for k in keys}}))
                 .returning(_T))
 
 

@@ -11,7 +11,7 @@ from typing import Any, cast
 from approvald.store.fastsql import fast
 from approvald.store.models import Approval, Run, RunEvent, ToolExecution
 from approvald.store.records import RunRecord
-from approvald.store.repos.base import Repo, to_record
+from approvald.store.repos.base import Repo, pinned, to_record
 from approvald.store.repos.events import EventsRepo
 from sqlalchemy import (
     Interval,
@@ -200,7 +200,7 @@ def wake_update(lease: bool, server: bool, *, but: Any = None) -> Any:
     return (update(_T)
             .where(_T.c.id == bindparam("rid"), _T.c.status == bindparam("from"),
                    ~pending.exists())
-            .values(values))
+            .values(pinned(_T, values)))
 
 
 @functools.lru_cache(maxsize=4)
@@ -243,12 +243,13 @@ def _checkpoint_with_events(server: bool, release: bool, n: int,
         ex = (update(_X).where(_X.c.run_id == select(ck.c.id).scalar_subquery(),
                                _X.c.call_id == bindparam("x_cid", type_=_X.c.call_id.type),
                                _X.c.status.in_(["started", "unknown"]))
-              .values(status=bindparam("x_status", type_=_X.c.status.type),
-                      result=bindparam("x_result", type_=_X.c.result.type),
-                      error_class=bindparam("x_error_class", type_=_X.c.error_class.type),
-                      error=bindparam("x_error", type_=_X.c.error.type),
-                      finished_at=bindparam("now", type_=_X.c.finished_at.type),
-                      latency_ms=bindparam("x_latency_ms", type_=_X.c.latency_ms.type))
+              .values(pinned(_X, {
+                  "status": bindparam("x_status", type_=_X.c.status.type),
+                  "result": bindparam("x_result", type_=_X.c.result.type),
+                  "error_class": bindparam("x_error_class", type_=_X.c.error_class.type),
+                  "error": bindparam("x_error", type_=_X.c.error.type),
+                  "finished_at": bindparam("now", type_=_X.c.finished_at.type),
+                  "latency_ms": bindparam("x_latency_ms", type_=_X.c.latency_ms.type)}))
               .returning(_X.c.call_id).cte("ex"))
         more.append(select(func.count()).select_from(ex).scalar_subquery().label("settled"))
     rows = [select(ck.c.id.label("run_id"),
