@@ -43,7 +43,6 @@ import json
 import os
 import pstats
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -54,8 +53,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 sys.path.insert(0, str(HERE))
 
-from bench_common import APPROVALD, free_port, setup_database
-from bench_fleet import MCP_SERVER, POLICY
+from bench_common import free_port, setup_database
+from bench_fleet import MCP_SERVER, POLICY, make_tokens
 from sqlalchemy import text
 
 FACES = ("hook", "api", "mcp")
@@ -206,16 +205,7 @@ async def bench(a: argparse.Namespace) -> int:
         APPROVALD_SECRET="bench-secret-0123456789abcdef", APPROVALD_PORT=str(port),
         APPROVALD_HOST="127.0.0.1", APPROVALD_LOG_LEVEL="ERROR",
         APPROVALD_METRICS_ADDR="127.0.0.1:0", MCP_FIXTURE_LEDGER=str(tmp / "ledger.jsonl"))
-    tokens = {}
-    for face, extra in (("hook", ["hook", "--face", "hook:claude-code"]),
-                        ("api", ["fleet", "--tools", "*"]),
-                        ("mcp", ["fleet-mcp", "--face", "mcp:bank"])):
-        if face != "api":
-            extra += ["--requested-by", "U_DANA"]
-        made = await asyncio.to_thread(
-            subprocess.run, [APPROVALD, "tokens", "create", *extra, "--json"],
-            capture_output=True, text=True, check=True)
-        tokens[face] = json.loads(made.stdout)["token"]
+    tokens = await asyncio.to_thread(make_tokens, None)
 
     import logging
 

@@ -290,6 +290,21 @@ def show(row: Row, *, stmts: bool = True) -> None:
 
 
 
+def make_tokens(env: dict[str, str] | None) -> dict[str, str]:
+    """A bearer token for each face the benchmark calls (hook, api, mcp), made by the
+    command line with environment ``env`` (None: this process's)."""
+    tokens = {}
+    for face, extra in (("hook", ["hook", "--face", "hook:claude-code"]),
+                        ("api", ["fleet", "--tools", "*"]),
+                        ("mcp", ["fleet-mcp", "--face", "mcp:bank"])):
+        if face != "api":
+            extra += ["--requested-by", "U_DANA"]
+        made = subprocess.run([APPROVALD, "tokens", "create", *extra, "--json"], env=env,
+                              capture_output=True, text=True, check=True)
+        tokens[face] = json.loads(made.stdout)["token"]
+    return tokens
+
+
 def launch(tmp: Path, db_url: str) -> tuple[subprocess.Popen[bytes], dict[str, str], int]:
     """The policy and gateway files, a token for each face (``approvald tokens create``)
     and ``approvald serve`` started on them: (its process, the tokens, its port)."""
@@ -310,15 +325,7 @@ def launch(tmp: Path, db_url: str) -> tuple[subprocess.Popen[bytes], dict[str, s
                PYTHONPATH=os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")]))
     # a setting to measure, e.g. BENCH_SERVE_ENV="APPROVALD_DB_CONNECTIONS=8"
     env.update(item.split("=", 1) for item in os.environ.get("BENCH_SERVE_ENV", "").split())
-    tokens = {}
-    for face, extra in (("hook", ["hook", "--face", "hook:claude-code"]),
-                        ("api", ["fleet", "--tools", "*"]),
-                        ("mcp", ["fleet-mcp", "--face", "mcp:bank"])):
-        if face != "api":
-            extra += ["--requested-by", "U_DANA"]
-        made = subprocess.run([APPROVALD, "tokens", "create", *extra, "--json"], env=env,
-                              capture_output=True, text=True, check=True)
-        tokens[face] = json.loads(made.stdout)["token"]
+    tokens = make_tokens(env)
     with (tmp / "serve.log").open("wb") as log:
         proc = subprocess.Popen([APPROVALD, "serve"], env=env, stdout=subprocess.DEVNULL,
                                 stderr=log)
