@@ -2,7 +2,9 @@
 ``main`` the console script calls, with the command's environment and working directory
 for the length of the call) or in a subprocess (``Cli``: for a process that must die, a
 failpoint's SIGKILL, or one that must outlive the call, ``serve``): a process forked from
-a warm server (tests/zygote.py), but for ``serve``, ``sandbox`` and ``mcp-proxy``.
+a warm server (tests/zygote.py). A test that signals a ``serve``, ``sandbox`` or
+``mcp-proxy`` starts it with :func:`popen_approvald` or :func:`start_approvald`, whose
+``send_signal``, ``terminate`` and ``kill`` reach the command's own process.
 
 From a coroutine, ``await cli.acall(...)``: the calling loop runs on while the command
 does (a ``serve`` on that loop may hold a lock the command waits for: blocking the loop
@@ -25,12 +27,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from tests.zygote import Warm
+from tests.zygote import PID_FD, Warm
 
 APPROVALD = str(Path(sys.executable).parent / "approvald")
 
-# the subprocess ``approvald`` of a command that does not own its process
-# (:data:`OWN_PROCESS`): a process forked from this test process's warm server
+# the subprocess ``approvald``: a process forked from this test process's warm server
 # (tests/zygote.py), which has done the console script's ~670 imports once, not a cold
 # interpreter that does them again (0.6-1 s of CPU each)
 WARM = Warm()
@@ -43,6 +44,80 @@ def warm_approvald() -> str:
     WARM.start({k: v for k, v in os.environ.items()
                 if not k.startswith(("APPROVALD_", "SLACK_"))})
     return WARM.approvald
+
+
+def _read_pid(read: int, args: tuple[str, ...] | list[str]) -> int:
+    """The pid the shim wrote to descriptor ``read`` (its command's own), closing it."""
+    data = b""
+    try:
+        while not data.endswith(b"\n"):
+            chunk = os.read(read, 64)
+            if not chunk:
+                raise AssertionError(f"the warm approvald {' '.join(args[:2])} did not start")
+            data += chunk
+    finally:
+        os.close(read)
+    return int(data)
+
+
+class WarmPopen(subprocess.Popen[str]):
+    """A warm ``approvald`` (:func:`popen_approvald`): what ``wait`` and ``returncode`` tell
+    is the command's exit (its shim exits as it did, once the command is reaped), and a
+    signal sent goes to the command's own process (:attr:`child_pid`), as to a cold one."""
+
+    child_pid: int
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:  # the shim runs: its command is not yet reaped
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.child_pid, sig)
+
+
+def popen_approvald(args: list[str], **kwargs: Any) -> WarmPopen:
+    """``subprocess.Popen([approvald, *args], **kwargs)``, the warm ``approvald``."""
+    read, write = os.pipe()
+    env = {**(kwargs.pop("env", None) or os.environ), PID_FD: str(write)}
+    try:
+        proc = WarmPopen([warm_approvald(), *args], env=env, pass_fds=(write,), **kwargs)
+    finally:
+        os.close(write)
+    proc.child_pid = _read_pid(read, args)
+    return proc
+
+
+class WarmProcess(asyncio.subprocess.Process):
+    """:class:`WarmPopen`'s asyncio twin (:func:`start_approvald`)."""
+
+    child_pid: int
+
+    def send_signal(self, signal: int) -> None:
+        if self.returncode is None:  # the shim runs: its command is not yet reaped
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.child_pid, signal)
+
+    def terminate(self) -> None:
+        self.send_signal(15)  # SIGTERM
+
+    def kill(self) -> None:
+        self.send_signal(9)  # SIGKILL
+
+
+async def start_approvald(*args: str, env: Mapping[str, str], cwd: Path | str,
+                          **kwargs: Any) -> WarmProcess:
+    """``asyncio.create_subprocess_exec(approvald, *args, env=env, cwd=cwd, **kwargs)``, the
+    warm ``approvald``."""
+    loop = asyncio.get_running_loop()
+    read, write = os.pipe()
+    try:
+        transport, protocol = await loop.subprocess_exec(
+            lambda: asyncio.subprocess.SubprocessStreamProtocol(limit=2**16, loop=loop),
+            warm_approvald(), *args, env={**env, PID_FD: str(write)}, cwd=cwd,
+            pass_fds=(write,), **kwargs)
+    finally:
+        os.close(write)
+    proc = WarmProcess(transport, protocol, loop)
+    proc.child_pid = _read_pid(read, args)
+    return proc
 
 
 @dataclass
@@ -87,19 +162,19 @@ class Cli:
         env = self.env(**extra)
         if failpoints:
             env["APPROVALD_FAILPOINTS"] = failpoints
-        return await run_subprocess([APPROVALD, *args], env=env, cwd=self.workdir,
+        return await run_subprocess([warm_approvald(), *args], env=env, cwd=self.workdir,
                                     timeout=timeout)
 
-    def spawn(self, *args: str, **extra: str) -> subprocess.Popen[str]:
-        return subprocess.Popen([self.executable(args), *args], env=self.env(**extra),
-                                cwd=self.workdir, text=True, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE)
+    def spawn(self, *args: str, **extra: str) -> WarmPopen:
+        return popen_approvald(list(args), env=self.env(**extra), cwd=self.workdir, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
     @staticmethod
     def executable(args: tuple[str, ...]) -> str:
-        """The console script for a command that owns its process (:data:`OWN_PROCESS`: a
-        test signals it by its pid), else the warm one (:func:`warm_approvald`)."""
-        return APPROVALD if args and args[0] in OWN_PROCESS else warm_approvald()
+        """The warm ``approvald`` (:func:`warm_approvald`), for every command: one a test
+        signals is started by :func:`popen_approvald` (:meth:`spawn`), whose signals reach
+        the command itself."""
+        return warm_approvald()
 
     def json(self, *args: str) -> Any:
         done = self(*args)

@@ -39,6 +39,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 MAX_MESSAGE = 1 << 20
+# the environment variable naming a descriptor the shim writes its command's pid to (and
+# then closes): what :func:`child_pid` reads; the command's environment does not hold it
+PID_FD = "ZYGOTE_PID_FD"
 
 # what is started as the ``approvald`` a page runs: connects, sends, relays signals, exits
 # as the child did (``-S``: no site import, so it starts in milliseconds)
@@ -47,11 +50,15 @@ SHIM = """\
 import json, os, signal, socket, sys
 conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 conn.connect({socket_path!r})
+told = os.environ.pop({pid_fd!r}, None)  # where to write the command's own pid, if asked
 message = json.dumps({{"argv": sys.argv[1:], "env": dict(os.environ),
                       "cwd": os.getcwd()}}).encode()
 socket.send_fds(conn, [len(message).to_bytes(4, "big") + message], [0, 1, 2])
 stream = conn.makefile("r")
 pid = int(stream.readline())
+if told is not None:
+    os.write(int(told), str(pid).encode() + b"\\n")
+    os.close(int(told))
 def relay(signum, frame):
     try:
         os.kill(pid, signum)
@@ -248,7 +255,7 @@ class Warm:
                 where = Path(tempfile.mkdtemp(prefix="apd-warm-"))
                 atexit.register(shutil.rmtree, where, ignore_errors=True)
                 shim = where / "approvald"
-                shim.write_text(SHIM.format(python=sys.executable,
+                shim.write_text(SHIM.format(python=sys.executable, pid_fd=PID_FD,
                                             socket_path=str(where / "zygote.sock")))
                 shim.chmod(0o755)
                 (where / "cwd").mkdir()

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from tests.acceptance.conftest import wait_until
-from tests.helpers import APPROVALD
+from tests.helpers import popen_approvald
 
 T = TypeVar("T")
 START_WITHIN = 90.0  # a loaded CI machine migrates and starts slowly; a healthy one in ~2 s
@@ -74,9 +74,9 @@ class Sandbox:
         self.starts += 1
         self.token = None
         with open(self.dir / f"sandbox-{self.starts}.log", "wb") as log:
-            self.proc = subprocess.Popen([APPROVALD, "sandbox", "--port", str(self.port)],
-                                         env=self.env(), cwd=self.dir, stdout=log,
-                                         stderr=subprocess.STDOUT)
+            self.proc = popen_approvald(["sandbox", "--port", str(self.port)],
+                                        env=self.env(), cwd=self.dir, stdout=log,
+                                        stderr=subprocess.STDOUT)
         try:
             wait_until(self._ready, within=START_WITHIN, what="the sandbox to start")
         except AssertionError as exc:

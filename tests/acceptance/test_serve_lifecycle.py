@@ -32,7 +32,7 @@ from approvald.runtime.kernel.clock import FileClock
 from approvald.store.db import Database
 
 from tests.acceptance.test_slack_serve import card_messages, free_port, run_cli, setup
-from tests.helpers import APPROVALD, Cli, InProcessCli
+from tests.helpers import Cli, InProcessCli, start_approvald
 from tests.integration.slack_harness import APP_TOKEN, wait_for
 
 # every line serve writes is a log record or one of its own messages: a traceback's
@@ -55,9 +55,9 @@ class Serve:
     @classmethod
     async def spawn(cls, cli: Cli, **extra: str) -> Serve:
         env = cli.env(APPROVALD_HOST="127.0.0.1", APPROVALD_POLL_INTERVAL="0.1", **extra)
-        proc = await asyncio.create_subprocess_exec(
-            APPROVALD, "serve", env=env, cwd=cli.workdir, stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE)
+        proc = await start_approvald("serve", env=env, cwd=cli.workdir,
+                                     stdout=asyncio.subprocess.DEVNULL,
+                                     stderr=asyncio.subprocess.PIPE)
         lines: list[str] = []
 
         async def read() -> None:
@@ -302,9 +302,8 @@ async def hang_a_tool_call(cli: Cli, tmp_path: Path, emulator: SlackEmulator,
 
 async def assert_outcome_unknown(cli: Cli, run_id: str) -> None:
     """The next process does not re-run the cut-off call: it asks a person."""
-    proc = await asyncio.create_subprocess_exec(APPROVALD, "recover", env=cli.env(),
-                                                cwd=cli.workdir, stdout=asyncio.subprocess.PIPE,
-                                                stderr=asyncio.subprocess.PIPE)
+    proc = await start_approvald("recover", env=cli.env(), cwd=cli.workdir,
+                                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 3, (out, err)  # 3: a run needs attention
     assert await has_status(cli, run_id, "needs_attention")

@@ -17,7 +17,7 @@ from approvald.bot.slack import cards
 from approvald.runtime.kernel.ids import TokenSigner
 from approvald.store.db import Database
 
-from tests.helpers import APPROVALD, Cli, make_cli, run_in_process
+from tests.helpers import Cli, make_cli, run_in_process, start_approvald
 from tests.integration.slack_harness import APP_TOKEN, BOT_TOKEN, CHANNEL, OPS, SECRET, wait_for
 
 # each test here starts approvald (or a browser) as a process of its own
@@ -38,10 +38,8 @@ async def start_serve(cli: Cli, port: int, **extra: str) -> asyncio.subprocess.P
     # its log goes to a file: a pipe nobody reads fills (64 KiB) and blocks the replica
     log = open(Path(cli.workdir) / f"serve-{port}-{time.monotonic_ns()}.log", "wb")  # noqa: ASYNC230
     try:
-        proc = await asyncio.create_subprocess_exec(APPROVALD, "serve", env=env,
-                                                    cwd=cli.workdir,
-                                                    stdout=asyncio.subprocess.DEVNULL,
-                                                    stderr=log)
+        proc = await start_approvald("serve", env=env, cwd=cli.workdir,
+                                     stdout=asyncio.subprocess.DEVNULL, stderr=log)
     finally:
         log.close()  # the child holds its own descriptor
 
@@ -160,9 +158,8 @@ async def test_serve_killed_after_posting_before_marking_posts_once(sqlite_url: 
                       "--requested-by", "U_DANA")
         env = cli.env(APPROVALD_PORT=str(port), APPROVALD_HOST="127.0.0.1",
                       APPROVALD_FAILPOINTS="after_post_before_mark")
-        doomed = await asyncio.create_subprocess_exec(APPROVALD, "serve", env=env,
-                                                      cwd=cli.workdir,
-                                                      stderr=asyncio.subprocess.DEVNULL)
+        doomed = await start_approvald("serve", env=env, cwd=cli.workdir,
+                                       stderr=asyncio.subprocess.DEVNULL)
         assert await asyncio.wait_for(doomed.wait(), 30) == -signal.SIGKILL
         assert len(card_messages(emulator)) == 1
         cli.advance_time(timedelta(minutes=2))  # the dead process's claim on the row lapses

@@ -22,7 +22,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp_types import CallToolResult, TextContent
 
-from tests.helpers import APPROVALD, Cli, InProcessCli, Rows
+from tests.helpers import Cli, InProcessCli, Rows, warm_approvald
 from tests.integration.slack_harness import CHANNEL, Harness, harness, wait_for
 
 # each test here starts approvald (or a browser) as a process of its own
@@ -97,7 +97,7 @@ async def gated(db_url: str, tmp_path: Path) -> AsyncIterator[Gated]:
     cli = InProcessCli(db_url, tmp_path, {"APPROVALD_POLICY_FILE": str(policy)})
     ledger = tmp_path / "transfers.jsonl"
     params = StdioServerParameters(
-        command=APPROVALD,
+        command=warm_approvald(),
         args=["mcp-proxy", "--name", "test", "--requested-by", "U_DANA", "--",
               sys.executable, str(SERVER)],
         env=cli.env(MCP_FIXTURE_LEDGER=str(ledger)), cwd=str(tmp_path))

@@ -22,7 +22,7 @@ from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.helpers import APPROVALD, Cli
+from tests.helpers import Cli, warm_approvald
 from tests.integration.adapter_helpers import approve_in_slack, pending_request
 from tests.integration.slack_harness import harness
 from tests.integration.test_mcp_http import (
@@ -172,7 +172,7 @@ async def test_mcp_proxy_relays_a_stdio_servers_sampling_to_its_client(
                                                          'policy = "auto"'))
     cli = Cli(db_url, tmp_path, {"APPROVALD_POLICY_FILE": str(tmp_path / "policy.toml")})
     params = StdioServerParameters(
-        command=APPROVALD, args=["mcp-proxy", "--name", "test", "--requested-by", "U_DANA",
+        command=warm_approvald(), args=["mcp-proxy", "--name", "test", "--requested-by", "U_DANA",
                                  "--", *LEGACY_SERVER],
         env=cli.env(MCP_FIXTURE_LEDGER=str(ledger)), cwd=str(tmp_path))
     errlog = tmp_path / "mcp-proxy.stderr"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import APPROVALD, Cli, make_cli
+from tests.helpers import APPROVALD, Cli, make_cli, popen_approvald
 
 pytestmark = pytest.mark.slow  # starts the console script
 
@@ -28,12 +28,45 @@ def both(cli: Cli, *args: str, stdin: str | None = None, **extra: str
     return done[0], done[1]
 
 
-def test_cli_runs_the_warm_approvald_but_for_commands_that_own_their_process(
-        sqlite_url: str, tmp_path: Path) -> None:
+def test_cli_runs_the_warm_approvald_for_every_command(sqlite_url: str,
+                                                      tmp_path: Path) -> None:
     cli = make_cli(sqlite_url, tmp_path)
     assert cli.executable(("runs", "list")) != APPROVALD
     assert cli.executable(("serve",)) == cli.executable(("sandbox",)) == \
-        cli.executable(("mcp-proxy",)) == APPROVALD
+        cli.executable(("mcp-proxy",)) == cli.executable(("runs", "list"))
+
+
+def _state(pid: int) -> str:
+    """The scheduler's state letter of process ``pid`` (``T``: stopped)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def test_a_signal_to_a_spawned_warm_command_reaches_the_command_itself(
+        sqlite_url: str, tmp_path: Path) -> None:
+    """What a test sends a ``serve`` it spawned (SIGTERM, SIGHUP, SIGKILL) goes to the
+    command's own process, not to the shim between them: stopped, the command stands still
+    (not its shim); killed, it is gone (reaped) by the time ``wait`` returns, as a cold
+    one is; its exit status is the one ``wait`` tells."""
+    cli = make_cli(sqlite_url, tmp_path)
+    proc = popen_approvald(["hook", "claude-code", "--requested-by", "U_SEED"],
+                           env=cli.env(), cwd=cli.workdir, text=True,  # it reads its stdin
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert proc.child_pid != proc.pid
+        proc.send_signal(signal.SIGSTOP)
+        deadline = time.monotonic() + 20  # (a signal is delivered when the target next runs)
+        while _state(proc.child_pid) != "T":
+            assert time.monotonic() < deadline, "the command did not stop"
+            time.sleep(0.05)
+        assert _state(proc.pid) != "T"
+        proc.send_signal(signal.SIGCONT)
+        proc.kill()
+        assert proc.wait(timeout=30) == -signal.SIGKILL
+        assert not Path(f"/proc/{proc.child_pid}").exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=30)
 
 
 def test_the_warm_cli_answers_as_the_console_script_does(sqlite_url: str,
