@@ -61,7 +61,7 @@ import json
 import re
 import shutil
 from collections import Counter
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -208,6 +208,25 @@ def policies(draw: st.DrawFn) -> dict[str, Any]:
     return policy
 
 
+@dataclass(frozen=True)
+class Seen:
+    """What the record held after a step, read once for every invariant: the demo ledger's
+    lines, the audit chain's entries (verified), the requests of the runs and callers, the
+    votes on the approved ones, the runs, their calls' execution records (the agent's by
+    call, the callers' calls that ran), standing approvals, tokens and the policy in force."""
+
+    lines: list[dict[str, Any]]
+    entries: list[Any]
+    asked: list[Any]
+    votes: dict[str, list[Any]]
+    runs: dict[str, Any]
+    records: dict[tuple[str, str], Any]
+    request_calls: set[tuple[str, str]]
+    standing: list[Any]
+    tokens: list[Any]
+    in_force: str | None
+
+
 class GateMachine(RuleBasedStateMachine):
     """One database, one clock, one demo ledger; engines come and go like processes."""
 
@@ -252,6 +271,7 @@ class GateMachine(RuleBasedStateMachine):
         self.policy_at: dict[str, PolicyFile] = {}  # approval id -> the file in force
         self.agents: dict[str, str] = {}  # run id -> its agent (its source)
         self.credentials = self.run(self._credentials())
+        self._read_at: Seen | None = None  # what the invariants read after this step
 
     # -- plumbing ----------------------------------------------------------------------
     def run(self, coro: Any) -> Any:
@@ -913,26 +933,65 @@ class GateMachine(RuleBasedStateMachine):
         return await Rows(self.db).run(run_id)
 
     # -- invariants --------------------------------------------------------------------
+    # Each reads what one read of the record gave after this step (:meth:`_seen`): the audit
+    # chain walked and verified once, each table read once (after every step of every
+    # schedule, each of these invariants read its own copy of the same rows: on PostgreSQL
+    # a statement is a round trip, and the walks and reads were most of the test's CPU).
     @invariant()
     def nothing_runs_that_was_not_approved_exactly_in_time(self) -> None:
-        self.run(self._check())
+        self._check(self._seen())
 
     @invariant()
     def no_call_runs_outside_its_window_or_on_another_tool(self) -> None:
-        self.run(self._check_window_and_identity())
+        self._check_window_and_identity(self._seen())
 
     @invariant()
     def no_request_is_looser_than_the_operators_policy(self) -> None:
-        self.run(self._check_policies())
+        self._check_policies(self._seen())
 
     @invariant()
     def every_change_of_authority_is_audited(self) -> None:
-        self.run(self._check_authority())
+        self._check_authority(self._seen())
 
     @invariant()
     def no_sensitive_value_is_stored_in_clear(self) -> None:
         if self.data_key is not None:
             self.run(self._check_sealed(self.data_key))
+
+    def check_invariants(self, *args: Any, **kwargs: Any) -> None:
+        # after each step (hypothesis checks the invariants once a step): read again
+        self._read_at = None
+        super().check_invariants(*args, **kwargs)  # type: ignore[misc]
+
+    def _seen(self) -> Seen:
+        """What the record holds after this step, read once for the invariants."""
+        if self._read_at is None:
+            self._read_at = self.run(self._read())
+        return self._read_at
+
+    async def _read(self) -> Seen:
+        lines = [json.loads(x) for x in (self.ledger_path.read_text().splitlines()
+                                         if self.ledger_path.exists() else []) if x.strip()]
+        # the chain verifies, and its entries (each checked against its hash) serve the
+        # checks: one walk of the log, not two
+        entries: list[Any] = []
+        report = await audit.verify(self.committed, visit=entries.append)
+        assert report.ok, report.problems
+        # each read below is one statement over every run, not one a run or a request
+        async with self.committed.read() as tx:
+            asked = await approvals_of(tx, [*self.runs, *self.requests])
+            approved = [a.id for a in asked if a.kind == "tool_call" and a.status == "approved"]
+            votes: dict[str, list[Any]] = {aid: [] for aid in approved}
+            for v in await tx.approvals.votes_of(approved):
+                votes[v.approval_id].append(v)
+            return Seen(
+                lines=lines, entries=entries, asked=asked, votes=votes,
+                runs=await runs_of(tx, {*self.runs, *self.requests,
+                                        *(a.run_id for a in asked)}),
+                records=await executions_of(tx, self.runs),
+                request_calls=set(await executions_of(tx, self.requests)),
+                standing=await tx.standing.listing(live_only=False, now=self.clock.now()),
+                tokens=await tx.external.tokens(), in_force=await tx.policy.current())
 
     async def _check_sealed(self, key: DataKey) -> None:
         """Under a data key, every value of a sealed column is stored sealed under it, and
@@ -964,20 +1023,18 @@ class GateMachine(RuleBasedStateMachine):
                             f"audit entry {seq} holds {k} unmasked: {recorded[k]}"
                         event("audit entry with masked arguments")
 
-    async def _check_window_and_identity(self) -> None:
+    def _check_window_and_identity(self, seen: Seen) -> None:
         """Issue 46 items 5 and 7: every collected call (an agent's first attempt at it, a
         caller's start, an MCP task's forward, a hook's allow) was collected on an approval
         before its request's window closed; every refund ran on the tool identity its
         request was made for."""
-        lines = [json.loads(x) for x in (self.ledger_path.read_text().splitlines()
-                                         if self.ledger_path.exists() else []) if x.strip()]
-        async with self.committed.read() as tx:
-            last = {}
-            for a in await approvals_of(tx, [*self.runs, *self.requests]):
-                if a.kind == "tool_call":
-                    last[(a.run_id, a.call_id)] = a
-            records = list((await executions_of(tx, self.runs)).values())
-        for rec in records:  # an agent's calls: its first attempt's intent in the window
+        lines = seen.lines
+        last = {}
+        for a in seen.asked:
+            if a.kind == "tool_call":
+                last[(a.run_id, a.call_id)] = a
+        # an agent's calls: its first attempt's intent in the window
+        for rec in seen.records.values():
             a = last.get((rec.run_id, rec.call_id))
             if a is None or rec.attempts != 1 or a.decided_via == "standing":
                 continue
@@ -1002,14 +1059,10 @@ class GateMachine(RuleBasedStateMachine):
                 f"{key} approved for tool version {a.tool_version}, ran on {ran}"
             event("refund ran on the tool it was approved for")
 
-    async def _check_policies(self) -> None:
+    def _check_policies(self, seen: Seen) -> None:
         agent_tool = self.engine.agent("demo-refund").tool("issue_refund")
-        async with self.committed.read() as tx:
-            asked = await approvals_of(tx, [*self.runs, *self.requests])
-            runs = await runs_of(tx, {a.run_id for a in asked})
-            rows = [(a, runs.get(a.run_id)) for a in asked]
-            ran = {run_id for run_id, call_id in await executions_of(tx, self.requests)
-                   if call_id == CALL_ID}
+        rows = [(a, seen.runs.get(a.run_id)) for a in seen.asked]
+        ran = {run_id for run_id, call_id in seen.request_calls if call_id == CALL_ID}
         by_id = {a.id: a for a, _ in rows}
         for a, run in rows:
             if a.kind != "tool_call":
@@ -1034,14 +1087,10 @@ class GateMachine(RuleBasedStateMachine):
             assert not last or last[-1].status == "approved", \
                 f"{run_id} ran on a {last[-1].status} request"
 
-    async def _check_authority(self) -> None:
+    def _check_authority(self, seen: Seen) -> None:
         from approvald.runtime.record.standing_chain import StandingState
 
-        async with self.committed.read() as tx:
-            entries = [e async for e in tx.audit.iterate()]
-            rows = await tx.standing.listing(live_only=False, now=self.clock.now())
-            tokens = await tx.external.tokens()
-            in_force = await tx.policy.current()
+        entries, rows, tokens, in_force = seen.entries, seen.standing, seen.tokens, seen.in_force
         state = StandingState()
         for e in entries:
             state.apply(e.action, json.loads(e.details), e.at)
@@ -1067,48 +1116,32 @@ class GateMachine(RuleBasedStateMachine):
         async with self.committed.read() as tx:
             return [e async for e in tx.audit.iterate() if e.seq > seq]
 
-    async def _check(self) -> None:
-        lines = [json.loads(x) for x in (self.ledger_path.read_text().splitlines()
-                                         if self.ledger_path.exists() else []) if x.strip()]
+    def _check(self, seen: Seen) -> None:
+        lines, entries, asked = seen.lines, seen.entries, seen.asked
         for name in ("issue_refund", "send_customer_email"):
             keys = [e["idempotency_key"] for e in lines if e["tool"] == name]
             assert len(keys) == len(set(keys)), f"{name} ran twice: {keys}"
-        # each read below is one statement over every run, not one a run or a request (on
-        # PostgreSQL a statement is a round trip to the server: this check runs after
-        # every step of every schedule)
-        # the chain verifies, and its entries (each checked against its hash) serve the
-        # checks below: one walk of the log, not two
-        entries: list[Any] = []
-        report = await audit.verify(self.committed, visit=entries.append)
-        assert report.ok, report.problems
-        async with self.committed.read() as tx:
-            asked = await approvals_of(tx, [*self.runs, *self.requests])
-            by_call: dict[tuple[str, str], list[Any]] = {}
-            for a in asked:
-                if a.kind == "tool_call":
-                    by_call.setdefault((a.run_id, a.call_id), []).append(a)
-            approved = [a.id for rows in by_call.values() for a in rows
-                        if a.status == "approved"]
-            votes: dict[str, list[Any]] = {aid: [] for aid in approved}
-            for v in await tx.approvals.votes_of(approved):
-                votes[v.approval_id].append(v)
-            standing = {f"standing:{x.id}": x for x in
-                        await tx.standing.listing(live_only=False, now=self.clock.now())}
-            # who had granted a standing approval when it approved a request (grants only
-            # grow, so today's list may name someone who granted after that use)
-            by_standing = {a.id for rows in by_call.values() for a in rows
-                           if a.decided_via == "standing"}
-            granted_by = {e.approval_id: json.loads(e.details)["granted_by"]
-                          for e in entries
-                          if e.approval_id in by_standing and e.action == "approved"}
-            records = await executions_of(tx, self.runs)
-            executions = set(records)
-            mine = set(self.runs)
-            cannot = [a for a in asked if a.run_id in mine and a.kind == "cannot_run"]
-            not_executed = {e.approval_id for e in entries
-                            if e.run_id in mine and e.action == "not_executed"}
-            for run_id, run in (await runs_of(tx, [*self.runs, *self.requests])).items():
-                self.agents[run_id] = run.agent
+        by_call: dict[tuple[str, str], list[Any]] = {}
+        for a in asked:
+            if a.kind == "tool_call":
+                by_call.setdefault((a.run_id, a.call_id), []).append(a)
+        votes = seen.votes
+        standing = {f"standing:{x.id}": x for x in seen.standing}
+        # who had granted a standing approval when it approved a request (grants only
+        # grow, so today's list may name someone who granted after that use)
+        by_standing = {a.id for rows in by_call.values() for a in rows
+                       if a.decided_via == "standing"}
+        granted_by = {e.approval_id: json.loads(e.details)["granted_by"]
+                      for e in entries
+                      if e.approval_id in by_standing and e.action == "approved"}
+        records = seen.records
+        executions = set(records)
+        mine = set(self.runs)
+        cannot = [a for a in asked if a.run_id in mine and a.kind == "cannot_run"]
+        not_executed = {e.approval_id for e in entries
+                        if e.run_id in mine and e.action == "not_executed"}
+        for run_id, run in seen.runs.items():
+            self.agents[run_id] = run.agent
         for rows in by_call.values():
             for a in rows:
                 if a.status == "approved" and a.decided_via == "standing":
