@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import APPROVALD, Cli, not_in_a_running_loop, run_subprocess
+from tests.helpers import Cli, not_in_a_running_loop, run_subprocess, warm_approvald
 
-# each test starts approvald hook as a process of its own, as Claude Code does
+# each test starts approvald hook as a process of its own, as Claude Code does (forked from
+# the warm approvald, tests/zygote.py: the same command, its imports done once)
 pytestmark = pytest.mark.slow
 
 POLICY = """
@@ -38,7 +39,7 @@ def claude(cli: Cli, tool: str, tool_input: dict[str, Any], *, name: str = "PreT
     """Run the hook as Claude Code does: (exit code, stdout's JSON or None, stderr)."""
     not_in_a_running_loop(("hook", "claude-code"))
     ev = _event(cli, tool, tool_input, name=name, use=use, response=response)
-    done = subprocess.run([APPROVALD, "hook", "claude-code", *who,
+    done = subprocess.run([warm_approvald(), "hook", "claude-code", *who,
                            "--wait", "0"], input=json.dumps(ev), env=cli.env(**env),
                           cwd=cli.workdir, text=True, capture_output=True, timeout=60,
                           check=False)
@@ -51,7 +52,7 @@ async def aclaude(cli: Cli, tool: str, tool_input: dict[str, Any], *,
                   **env: str) -> tuple[int, Any, str]:
     """:func:`claude` awaited: the calling loop (a ``serve`` on it) runs on meanwhile."""
     ev = _event(cli, tool, tool_input, name=name, use=use, response=response)
-    done = await run_subprocess([APPROVALD, "hook", "claude-code", *who, "--wait", "0"],
+    done = await run_subprocess([warm_approvald(), "hook", "claude-code", *who, "--wait", "0"],
                                 env=cli.env(**env), cwd=cli.workdir, input=json.dumps(ev))
     return done.returncode, json.loads(done.stdout) if done.stdout.strip() else None, done.stderr
 
@@ -107,7 +108,7 @@ def test_it_fails_closed(cli: Cli, tmp_path: Path, policy: dict[str, str]) -> No
     code, out, _ = claude(cli, "Bash", {"command": "ls"}, **unreachable)
     verdict, why = decision(out)
     assert code == 0 and verdict == "deny" and "could not decide this call" in why
-    done = subprocess.run([APPROVALD, "hook", "claude-code", "--requested-by", "U_DANA"],
+    done = subprocess.run([warm_approvald(), "hook", "claude-code", "--requested-by", "U_DANA"],
                           input="{not json", env=cli.env(**policy), cwd=cli.workdir,
                           text=True, capture_output=True, timeout=60, check=False)
     assert done.returncode == 0

@@ -4,7 +4,8 @@ On a shared machine wall times say more about the neighbours than about the suit
 does not. Loaded into a run, this writes one JSON line per test to
 ``$SUITE_CPU_DIR/<xdist worker>.jsonl``: its wall time, the CPU of the test process
 (user+sys) and of the processes it started and waited for (their descendants included,
-so a docs page's forked ``approvald`` commands count once the warm server ends), and
+so a docs page's forked ``approvald`` commands count once the warm server ends; the
+tests' own warm server, :data:`tests.helpers.WARM`, counts as it goes), and
 the commands it started (the first words of each). Run as a script, it sums a directory
 of them: by file, by kind of process started, and the tests that start none.
 
@@ -45,7 +46,23 @@ def _popen_init(self: subprocess.Popen[Any], *args: Any, **kwargs: Any) -> None:
 def _cpu() -> tuple[float, float]:
     own = resource.getrusage(resource.RUSAGE_SELF)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime
+    return own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime + _warm_cpu()
+
+
+def _warm_cpu() -> float:
+    """The CPU of this process's warm ``approvald`` server (tests/zygote.py) and of the
+    commands it forked and reaped: they are its children, not this process's, so
+    ``RUSAGE_CHILDREN`` sees none of it until the server ends (after the last test)."""
+    helpers = sys.modules.get("tests.helpers")
+    server = getattr(getattr(helpers, "WARM", None), "_server", None)
+    if server is None:
+        return 0.0
+    try:
+        fields = Path(f"/proc/{server.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    # utime, stime, cutime, cstime: fields 14-17 of proc(5), 12-15 after the name
+    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
 class _Recorder:

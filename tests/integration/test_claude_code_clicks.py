@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import APPROVALD, Cli, Rows
+from tests.helpers import Cli, Rows, start_approvald
 from tests.integration.adapter_helpers import (
     approve_in_slack,
     audit_actions,
@@ -61,8 +61,8 @@ class Claude:
         ev = {"hook_event_name": name, "session_id": SESSION, "cwd": CWD,
               "transcript_path": "/tmp/t.jsonl", "permission_mode": "default",
               "tool_name": tool, "tool_input": tool_input, "tool_use_id": use, **extra}
-        proc = await asyncio.create_subprocess_exec(
-            APPROVALD, "hook", "claude-code", "--requested-by", "U_DANA", "--wait", str(wait),
+        proc = await start_approvald(
+            "hook", "claude-code", "--requested-by", "U_DANA", "--wait", str(wait),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE, env=self.env, cwd=self.workdir)
         out, err = await asyncio.wait_for(proc.communicate(json.dumps(ev).encode()), 90)

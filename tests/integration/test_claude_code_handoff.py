@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from approvald.bot.claude_code_contract import HTTP_MARGIN
 
-from tests.helpers import APPROVALD, Cli, silent_server
+from tests.helpers import Cli, silent_server, start_approvald
 from tests.integration.adapter_helpers import approve_in_slack, audit_actions, pending_request
 from tests.integration.slack_harness import Harness, harness
 from tests.integration.test_claude_code_http import POLICY, hook_token
@@ -37,8 +37,8 @@ class Claude:
                     ) -> tuple[int, Any, str]:
         ev = {"hook_event_name": name, "session_id": "s-handoff", "cwd": "/home/dana/shop",
               "tool_name": tool, "tool_input": tool_input, "tool_use_id": use, **extra}
-        proc = await asyncio.create_subprocess_exec(
-            APPROVALD, "hook", "claude-code", "--serve", self.url, "--wait", str(wait),
+        proc = await start_approvald(
+            "hook", "claude-code", "--serve", self.url, "--wait", str(wait),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE, env=self.env, cwd=self.workdir)
         out, err = await asyncio.wait_for(proc.communicate(json.dumps(ev).encode()), 90)
