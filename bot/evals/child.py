@@ -1,5 +1,6 @@
 """One advance of an eval run in a process of its own, armed to SIGKILL itself at a
-failpoint: the evaluator's crash interruptions (``python -m bot.evals.child``).
+failpoint: the evaluator's crash interruptions (:func:`in_child`, a process forked from a
+server that imported this module once, or ``python -m bot.evals.child``).
 
 The parent hands over everything the process needs: the database URL, the run, the
 instant its clock stands at, the policy file as JSON, the ``APPROVALD_AGENTS`` modules
@@ -14,14 +15,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from datetime import datetime
+from multiprocessing.connection import Connection
 
 from approvald.runtime import ManualClock, PolicyFile, Registry, assemble, demo_agents, failpoints
 from approvald.store.db import Database
 
 
-async def advance_once(argv: list[str]) -> int:
+async def advance_once(argv: list[str]) -> dict[str, object]:
     p = argparse.ArgumentParser(prog="python -m bot.evals.child")
     p.add_argument("--db", required=True)
     p.add_argument("--run", required=True)
@@ -42,9 +45,27 @@ async def advance_once(argv: list[str]) -> int:
     finally:
         await db.close()
     name = a.failpoint.partition("@")[0]
-    print(json.dumps({"status": outcome.status, "hits": failpoints.hits(name)}))
-    return 0
+    return {"status": outcome.status, "hits": failpoints.hits(name)}
+
+
+def in_child(argv: list[str], env: dict[str, str], answer: Connection) -> None:
+    """The advance in a process forked for it (:mod:`multiprocessing`'s forkserver, whose
+    server imported this module once: a process a crash interruption needs no longer
+    imports approvald itself), in the evaluator's environment as it is now; what it says
+    goes back on ``answer`` (``{"status", "hits"}``, or ``{"error"}`` and exit 1), and
+    nothing on the standard output or error it was forked with (the evaluator's)."""
+    os.environ.clear()
+    os.environ.update(env)
+    quiet = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(quiet, 1)
+    os.dup2(quiet, 2)
+    try:
+        said = asyncio.run(advance_once(argv))
+    except BaseException as exc:  # any failure is the evaluator's to report
+        answer.send({"error": f"{type(exc).__name__}: {exc}"})
+        sys.exit(1)
+    answer.send(said)
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(advance_once(sys.argv[1:])))
+    print(json.dumps(asyncio.run(advance_once(sys.argv[1:]))))

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import multiprocessing
+import os
 import signal
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from typing import Any
 
 from approvald.bot.evals.dataset import Decision, Task
@@ -49,6 +52,24 @@ KILL_POINTS = {"kill_before_call_": "before_call", "kill_after_call_": "before_r
 # the run resumed here, in another process, as after a redeploy
 RESTART_POINT = ("after_commit_before_post", 1)
 CHILD_TIMEOUT = 60.0  # s one advance in a child may take
+
+
+def _start_child(argv: list[str]) -> tuple[BaseProcess, Connection]:
+    """A process advancing a run (:func:`bot.evals.child.in_child`), forked from
+    multiprocessing's forkserver, which imported the child's module (and so approvald) once
+    for the whole evaluation: a cold ``python -m bot.evals.child`` spent most of its second
+    of CPU importing. The answer comes back on the connection returned."""
+    from approvald.bot.evals import child
+
+    context = multiprocessing.get_context("forkserver")
+    # (the main module too: a child would import it again, as its __mp_main__)
+    context.set_forkserver_preload(["__main__", "approvald.bot.evals.child"])
+    answer, send = context.Pipe(duplex=False)
+    proc = context.Process(target=child.in_child, args=(argv, dict(os.environ), send),
+                           daemon=True)
+    proc.start()
+    send.close()
+    return proc, answer
 REQUESTED_BY = "U0EVALRUN1"  # who starts eval runs (never one of the script's deciders)
 OPERATOR = "U0EVALOPS1"  # answers "did this call happen?" from the outside world's records
 MAX_ROUNDS = 200  # advance -> decide rounds before a journey is cut off (a looping agent)
@@ -238,29 +259,31 @@ class Driver:
         """Advance the run once in a child process armed to die at the ``nth`` pass of
         ``point``: 0 if it died there, else how many passes are still to go; None (and a
         problem noted) if the child could not do its advance."""
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "approvald.bot.evals.child", "--db",
-            self.db.url.render_as_string(hide_password=False), "--run", run_id,
-            "--now", self.clock.now().isoformat(), "--failpoint", f"{point}@{nth}",
-            "--policy", self.policy.model_dump_json(), "--agents", self.agent_modules,
-            *(("--ledger", self.ledger_path) if self.ledger_path else ()),
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        argv = ["--db", self.db.url.render_as_string(hide_password=False), "--run", run_id,
+                "--now", self.clock.now().isoformat(), "--failpoint", f"{point}@{nth}",
+                "--policy", self.policy.model_dump_json(), "--agents", self.agent_modules,
+                *(("--ledger", self.ledger_path) if self.ledger_path else ())]
+        proc, answer = _start_child(argv)
         try:
-            out, err = await asyncio.wait_for(proc.communicate(), CHILD_TIMEOUT)
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
-            journey.problems.append(f"an advance in a child process took over "
-                                    f"{CHILD_TIMEOUT:g} s")
-            return None
-        if proc.returncode == -signal.SIGKILL:
-            return 0
+            await asyncio.to_thread(proc.join, CHILD_TIMEOUT)
+            if proc.exitcode is None:
+                proc.kill()
+                await asyncio.to_thread(proc.join)
+                journey.problems.append(f"an advance in a child process took over "
+                                        f"{CHILD_TIMEOUT:g} s")
+                return None
+            if proc.exitcode == -signal.SIGKILL:
+                return 0
+            said = answer.recv() if answer.poll() else {"error": "no answer"}
+        finally:
+            answer.close()
+            proc.close()
         try:
-            hits = int(json.loads(out.decode().strip().splitlines()[-1])["hits"])
-        except (ValueError, KeyError, IndexError, TypeError):
-            why = (err.decode().strip().splitlines() or ["no output"])[-1]
+            hits = int(said["hits"])
+        except (ValueError, KeyError, TypeError):
+            why = str(said.get("error", said))
             journey.problems.append(f"an advance in a child process failed (exit "
-                                    f"{proc.returncode}): {why[:300]}")
+                                    f"{proc.exitcode}): {why[:300]}")
             return None
         return nth - hits  # it passed the point fewer than nth times, or it would be dead
 

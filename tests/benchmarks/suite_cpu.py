@@ -5,7 +5,8 @@ does not. Loaded into a run, this writes one JSON line per test to
 ``$SUITE_CPU_DIR/<xdist worker>.jsonl``: its wall time, the CPU of the test process
 (user+sys) and of the processes it started and waited for (their descendants included,
 so a docs page's forked ``approvald`` commands count once the warm server ends; the
-tests' own warm server, :data:`tests.helpers.WARM`, counts as it goes), and
+tests' warm server, :data:`tests.helpers.WARM`, and multiprocessing's forkserver count as
+they go), and
 the commands it started (the first words of each). Run as a script, it sums a directory
 of them: by file, by kind of process started, and the tests that start none.
 
@@ -50,19 +51,29 @@ def _cpu() -> tuple[float, float]:
 
 
 def _warm_cpu() -> float:
-    """The CPU of this process's warm ``approvald`` server (tests/zygote.py) and of the
-    commands it forked and reaped: they are its children, not this process's, so
-    ``RUSAGE_CHILDREN`` sees none of it until the server ends (after the last test)."""
+    """The CPU of this process's servers that fork processes for the tests, and of the
+    processes they forked and reaped: the warm ``approvald`` (tests/zygote.py) and
+    multiprocessing's forkserver (the evaluator's crash children). Those processes are the
+    servers' children, not this process's, so ``RUSAGE_CHILDREN`` sees none of it until the
+    servers end (after the last test)."""
+    pids = []
     helpers = sys.modules.get("tests.helpers")
     server = getattr(getattr(helpers, "WARM", None), "_server", None)
-    if server is None:
-        return 0.0
-    try:
-        fields = Path(f"/proc/{server.pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    # utime, stime, cutime, cstime: fields 14-17 of proc(5), 12-15 after the name
-    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    if server is not None:
+        pids.append(server.pid)
+    forkserver = sys.modules.get("multiprocessing.forkserver")
+    pid = getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None)
+    if pid is not None:
+        pids.append(pid)
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        # utime, stime, cutime, cstime: fields 14-17 of proc(5), 12-15 after the name
+        total += sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 class _Recorder:
