@@ -46,6 +46,19 @@ def warm_approvald() -> str:
     return WARM.approvald
 
 
+# the MCP gateway tests' fixture server (tests/fixtures/mcp_server.py), warm in the same
+# way: the MCP SDK's server imports (0.7 s of CPU) done once, the script run in each child
+MCP_SERVER = Path(__file__).resolve().parent / "fixtures" / "mcp_server.py"
+WARM_MCP_SERVER = Warm(MCP_SERVER)
+
+
+def warm_mcp_server() -> list[str]:
+    """The command that runs the fixture server as ``[sys.executable, MCP_SERVER]`` would."""
+    WARM_MCP_SERVER.start({k: v for k, v in os.environ.items()
+                           if not k.startswith(("APPROVALD_", "SLACK_", "MCP_FIXTURE"))})
+    return [WARM_MCP_SERVER.approvald]
+
+
 def _read_pid(read: int, args: tuple[str, ...] | list[str]) -> int:
     """The pid the shim wrote to descriptor ``read`` (its command's own), closing it."""
     data = b""

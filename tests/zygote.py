@@ -16,6 +16,10 @@ every command group's module (:func:`approvald.bot.cli.root.groups`, as the refe
 pages' parser imports them; a command imports its own group's as it starts). They read no
 environment, but for the failpoints, which are armed again in the child from its own.
 
+The same server runs a Python script instead (``python zygote.py SOCKET SCRIPT``: the
+modules the script imports at its top imported once, the script itself run in each
+child): the MCP gateway tests' fixture server, :func:`tests.helpers.warm_mcp_server`.
+
 Run as ``python zygote.py SOCKET``; it serves until its standard input closes (its parent,
 the test process, ended) or it is killed. :class:`Warm` starts one (per test process) and
 makes its shim.
@@ -89,6 +93,7 @@ def _recv_exactly(conn: socket.socket, size: int, fds: list[int]) -> bytes:
 
 
 _MAIN: list[Callable[[], int]] = []  # approvald.bot.cli.main, once imported
+_SCRIPT: list[str] = []  # or the Python script this server runs instead (see serve)
 _BASE_PATH: list[str] = []  # the interpreter's sys.path: no script's directory, no PYTHONPATH
 
 
@@ -115,6 +120,8 @@ def _child(request: dict[str, object], fds: list[int]) -> None:
     sys.dont_write_bytecode = bool(env.get("PYTHONDONTWRITEBYTECODE"))
     argv = request["argv"]
     assert isinstance(argv, list)
+    if _SCRIPT:
+        _run_script(_SCRIPT[0], env, argv)
     # the console script's sys.path: its own directory (the virtualenv's bin), then its
     # environment's PYTHONPATH, then the interpreter's own (the server's, less its PYTHONPATH)
     sys.path[:] = [str(Path(sys.executable).parent),
@@ -143,6 +150,33 @@ def _child(request: dict[str, object], fds: list[int]) -> None:
         if not isinstance(status, int) and status is not None:
             print(status, file=sys.stderr)
         os._exit(code & 0xFF)
+
+
+def _run_script(script: str, env: dict[str, str], argv: list[str]) -> None:
+    """In the forked process: run ``script`` as ``python SCRIPT ARGV`` would (its directory
+    first on ``sys.path``), and exit as it did."""
+    import runpy
+    import traceback
+
+    sys.path[:] = [str(Path(script).parent),
+                   *(p for p in _pythonpath(env) if p not in _BASE_PATH), *_BASE_PATH]
+    sys.argv = [script, *map(str, argv)]
+    status: object = 0
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as exc:
+        status = exc.code
+    except BaseException:
+        traceback.print_exc()
+        status = 1
+    try:
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        if not isinstance(status, int) and status is not None:
+            print(status, file=sys.stderr)
+        os._exit((status if isinstance(status, int) else 0 if status is None else 1) & 0xFF)
 
 
 def _wait(conn: socket.socket, pid: int) -> None:
@@ -210,20 +244,37 @@ def _exit_when_orphaned() -> None:
     os._exit(0)
 
 
-def serve(path: str) -> None:
+def serve(path: str, script: str | None = None) -> None:
     # what the console script imports from is its own directory (the virtualenv's bin), not
     # this file's (tests/, whose packages must not shadow anything the command imports)
     sys.path[0] = str(Path(sys.executable).parent)
     own = _pythonpath(os.environ)
     _BASE_PATH.extend(p for p in sys.path[1:] if p not in own)
-    # the console script's own import (pip's entry-point template), and every command
-    # group's module (a command imports its group's as it starts: the ~670 modules of
-    # about a second of CPU), done once here
-    from approvald.bot.cli import main
-    from approvald.bot.cli.root import groups
+    if script is not None:
+        # a script (the MCP fixture server): the modules it imports at its top, imported
+        # once here (from its directory, as ``python SCRIPT`` would); its own code runs in
+        # each child
+        import ast
+        import importlib
 
-    groups()
-    _MAIN.append(main)
+        sys.path[0] = str(Path(script).parent)
+        for node in ast.parse(Path(script).read_text()).body:
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    importlib.import_module(alias.name)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level \
+                    and node.module != "__future__":
+                importlib.import_module(node.module)
+        _SCRIPT.append(script)
+    else:
+        # the console script's own import (pip's entry-point template), and every command
+        # group's module (a command imports its group's as it starts: the ~670 modules of
+        # about a second of CPU), done once here
+        from approvald.bot.cli import main
+        from approvald.bot.cli.root import groups
+
+        groups()
+        _MAIN.append(main)
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(path)
     server.listen(64)
@@ -237,11 +288,14 @@ def serve(path: str) -> None:
 
 
 class Warm:
-    """This process's warm ``approvald``: the directory of its shim (:attr:`bin`, made on
-    first use) and the server that answers it (:meth:`start`, once; it ends with this
-    process, or when this process closes its standard input)."""
+    """This process's warm ``approvald`` (or, given ``script``, a warm ``python SCRIPT``):
+    the directory of its shim (:attr:`bin`, made on first use) and the server that answers
+    it (:meth:`start`, once; it ends with this process, or when this process closes its
+    standard input)."""
 
-    def __init__(self) -> None:
+    def __init__(self, script: Path | None = None) -> None:
+        self.script = script
+        self.name = "approvald" if script is None else script.stem
         self._where: Path | None = None
         self._server: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
@@ -254,7 +308,7 @@ class Warm:
                 # short: a socket's path is at most 107 bytes
                 where = Path(tempfile.mkdtemp(prefix="apd-warm-"))
                 atexit.register(shutil.rmtree, where, ignore_errors=True)
-                shim = where / "approvald"
+                shim = where / self.name
                 shim.write_text(SHIM.format(python=sys.executable, pid_fd=PID_FD,
                                             socket_path=str(where / "zygote.sock")))
                 shim.chmod(0o755)
@@ -265,7 +319,7 @@ class Warm:
     @property
     def approvald(self) -> str:
         """The shim: an ``approvald`` to run as the console script would be run."""
-        return str(self.bin / "approvald")
+        return str(self.bin / self.name)
 
     def start(self, env: Mapping[str, str]) -> None:
         """Start the server (unless it runs) with environment ``env``, in a directory of its
@@ -276,12 +330,13 @@ class Warm:
                 return
             (where / "zygote.sock").unlink(missing_ok=True)
             server = subprocess.Popen(
-                [sys.executable, __file__, str(where / "zygote.sock")],
+                [sys.executable, __file__, str(where / "zygote.sock"),
+                 *([str(self.script)] if self.script is not None else [])],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                 env=dict(env), cwd=where / "cwd")
             assert server.stdout is not None
             ready = server.stdout.readline()
-            assert ready == b"ready\n", f"the warm approvald did not start: {ready!r}"
+            assert ready == b"ready\n", f"the warm {self.name} did not start: {ready!r}"
             atexit.register(_stop, server)
             self._server = server
 
@@ -296,4 +351,4 @@ def _stop(server: subprocess.Popen[bytes]) -> None:
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1])
+    serve(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else None)

@@ -22,7 +22,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp_types import CallToolResult, TextContent
 
-from tests.helpers import Cli, InProcessCli, Rows, warm_approvald
+from tests.helpers import Cli, InProcessCli, Rows, warm_approvald, warm_mcp_server
 from tests.integration.slack_harness import CHANNEL, Harness, harness, wait_for
 
 # each test here starts approvald (or a browser) as a process of its own
@@ -99,7 +99,7 @@ async def gated(db_url: str, tmp_path: Path) -> AsyncIterator[Gated]:
     params = StdioServerParameters(
         command=warm_approvald(),
         args=["mcp-proxy", "--name", "test", "--requested-by", "U_DANA", "--",
-              sys.executable, str(SERVER)],
+              *warm_mcp_server()],
         env=cli.env(MCP_FIXTURE_LEDGER=str(ledger)), cwd=str(tmp_path))
     errlog = tmp_path / "mcp-proxy.stderr"
     # serve and the proxy read one clock file (wall-clock time until a test writes it)

@@ -26,7 +26,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult, TextContent
 
-from tests.helpers import Rows, create_token
+from tests.helpers import Rows, create_token, warm_mcp_server
 from tests.integration.adapter_helpers import (
     approve_in_slack,
     deny_in_slack,
@@ -61,7 +61,7 @@ policy = "auto"
 
 def files(tmp_path: Path) -> dict[str, str]:
     (tmp_path / "policy.toml").write_text(POLICY)
-    command = json.dumps([sys.executable, str(SERVER)])
+    command = json.dumps(warm_mcp_server())
     (tmp_path / "gateways.toml").write_text(
         f"[gateways.bank]\ncommand = {command}\nwait = 30\n"
         f"allowed_origins = [\"https://ops.example\"]\n\n"
@@ -107,7 +107,7 @@ def bank_gateway(tmp_path: Path, policy: str, *, command: list[str] | None = Non
     ``command`` (by default the fixture server over stdio) or reached at ``upstream`` (a
     URL), with ``policy`` as the operator's policy file; the environment naming both."""
     where = f'url = "{upstream}"' if upstream else \
-        f"command = {json.dumps(command or [sys.executable, str(SERVER)])}"
+        f"command = {json.dumps(command or warm_mcp_server())}"
     (tmp_path / "policy.toml").write_text(policy)
     (tmp_path / "gateways.toml").write_text(f"[gateways.bank]\n{where}\nwait = 30\n")
     return {"APPROVALD_POLICY_FILE": str(tmp_path / "policy.toml"),

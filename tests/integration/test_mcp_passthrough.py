@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -24,11 +23,10 @@ import pytest
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.helpers import Rows
+from tests.helpers import Rows, warm_mcp_server
 from tests.integration.adapter_helpers import approve_in_slack, deny_in_slack, pending_request
 from tests.integration.slack_harness import harness
 from tests.integration.test_mcp_http import (
-    SERVER,
     bank_gateway,
     client,
     token,
@@ -77,7 +75,7 @@ async def http_server() -> AsyncIterator[str]:
     """The fixture server over Streamable HTTP, as a gateway's ``url``."""
     port = free_port()
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, str(SERVER), "--http", str(port),
+        *warm_mcp_server(), "--http", str(port),
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
     try:
         for _ in range(200):

@@ -22,11 +22,10 @@ from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.helpers import Cli, warm_approvald
+from tests.helpers import Cli, warm_approvald, warm_mcp_server
 from tests.integration.adapter_helpers import approve_in_slack, pending_request
 from tests.integration.slack_harness import harness
 from tests.integration.test_mcp_http import (
-    SERVER,
     bank_gateway,
     text,
     token,
@@ -49,11 +48,13 @@ policy = "auto"
 [tools."mcp:*/my_roots"]
 policy = "auto"
 """
-LEGACY_SERVER = [sys.executable, str(SERVER), "--legacy"]
+def legacy_server() -> list[str]:
+    """The fixture server's command, in its --legacy mode."""
+    return [*warm_mcp_server(), "--legacy"]
 
 
 def gateways(tmp_path: Path) -> dict[str, str]:
-    return bank_gateway(tmp_path, POLICY, command=LEGACY_SERVER)
+    return bank_gateway(tmp_path, POLICY, command=legacy_server())
 
 
 class Asked:
@@ -173,7 +174,7 @@ async def test_mcp_proxy_relays_a_stdio_servers_sampling_to_its_client(
     cli = Cli(db_url, tmp_path, {"APPROVALD_POLICY_FILE": str(tmp_path / "policy.toml")})
     params = StdioServerParameters(
         command=warm_approvald(), args=["mcp-proxy", "--name", "test", "--requested-by", "U_DANA",
-                                 "--", *LEGACY_SERVER],
+                                 "--", *legacy_server()],
         env=cli.env(MCP_FIXTURE_LEDGER=str(ledger)), cwd=str(tmp_path))
     errlog = tmp_path / "mcp-proxy.stderr"
     async with harness(db_url, tmp_path, background=False,

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -30,12 +29,12 @@ import pytest
 from approvald.bot.claude_code import ClaudeCodeHook
 from approvald.runtime.adapters.gate import Call
 
-from tests.helpers import Rows
+from tests.helpers import Rows, warm_mcp_server
 from tests.integration.adapter_helpers import approve_in_slack, pending_request
 from tests.integration.slack_harness import Harness, wait_for
 from tests.integration.test_claude_code_hook import answer, event
 from tests.integration.test_declared_paths import SECRET, holds, vault_agent
-from tests.integration.test_mcp_http import SERVER, rpc, token, url
+from tests.integration.test_mcp_http import rpc, token, url
 from tests.integration.test_sealed_at_rest import KEY_1, files_hold_secrets, stored
 from tests.integration.test_sensitive_args import (
     AUTH,
@@ -191,7 +190,7 @@ async def test_no_secret_is_in_clear_anywhere_after_every_face_was_used(
     ledger = tmp_path / "transfers.jsonl"  # what the wrapped MCP server really did
     monkeypatch.setenv("MCP_FIXTURE_LEDGER", str(ledger))
     (tmp_path / "policy.toml").write_text(POLICY)
-    command = json.dumps([sys.executable, str(SERVER)])
+    command = json.dumps(warm_mcp_server())
     (tmp_path / "gateways.toml").write_text(f"[gateways.bank]\ncommand = {command}\nwait = 0\n")
     env = {"APPROVALD_POLICY_FILE": str(tmp_path / "policy.toml"),
            "APPROVALD_MCP_GATEWAYS_FILE": str(tmp_path / "gateways.toml"),
