@@ -221,8 +221,8 @@ class Row:
         or more, rounded (a decision sends each a whole number of times; what serve's
         sweeps and polls sent meanwhile, or a connection opened, is well under half a
         statement per decision one call at a time, and is left out)."""
-        return [(round(n / self.count), sql) for n, sql in self.most
-                if n / self.count >= 0.5]
+        return [(k, sql) for k, sql in ((round(n / self.count), sql) for n, sql in self.most)
+                if k >= 1]  # (half the calls' retries round to none, not to a "0" line)
 
     def exact(self, kind: str = "all") -> int:
         return sum(n for n, sql in self.path()
