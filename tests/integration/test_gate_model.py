@@ -271,7 +271,8 @@ class GateMachine(RuleBasedStateMachine):
         self.policy_at: dict[str, PolicyFile] = {}  # approval id -> the file in force
         self.agents: dict[str, str] = {}  # run id -> its agent (its source)
         self.credentials = self.run(self._credentials())
-        self._read_at: Seen | None = None  # what the invariants read after this step
+        self._step = 0  # steps checked so far (see check_invariants)
+        self._read_at: tuple[int, Seen] | None = None  # what the invariants read, at a step
 
     # -- plumbing ----------------------------------------------------------------------
     def run(self, coro: Any) -> Any:
@@ -960,14 +961,17 @@ class GateMachine(RuleBasedStateMachine):
 
     def check_invariants(self, *args: Any, **kwargs: Any) -> None:
         # after each step (hypothesis checks the invariants once a step): read again
-        self._read_at = None
+        self._step += 1
         super().check_invariants(*args, **kwargs)  # type: ignore[misc]
 
     def _seen(self) -> Seen:
         """What the record holds after this step, read once for the invariants."""
-        if self._read_at is None:
-            self._read_at = self.run(self._read())
-        return self._read_at
+        # (a hypothesis that no longer checked invariants through check_invariants would
+        # leave every step reading the first step's record: refused, not a weaker check)
+        assert self._step > 0, "hypothesis checked an invariant outside check_invariants"
+        if self._read_at is None or self._read_at[0] != self._step:
+            self._read_at = (self._step, self.run(self._read()))
+        return self._read_at[1]
 
     async def _read(self) -> Seen:
         lines = [json.loads(x) for x in (self.ledger_path.read_text().splitlines()
