@@ -11,6 +11,9 @@ runs the console script's code (``sys.exit(main())``) in a process of its own, w
 environment, in that directory, on those descriptors; the shim exits with the child's status
 (a child killed by a signal kills the shim with the same signal) and passes SIGTERM, SIGINT
 and SIGHUP on to it; a shim that dies first (SIGKILL) takes the child with it (SIGKILL).
+Started with :data:`PID_FD` naming a descriptor, the shim writes the child's pid to it: a
+test that signals the command (:func:`tests.helpers.popen_approvald`) signals the child
+itself, and the shim's exit, once the child is reaped, is the command's.
 What is shared is only the imports: ``approvald.bot.cli`` (the console script's own) and
 every command group's module (:func:`approvald.bot.cli.root.groups`, as the reference
 pages' parser imports them; a command imports its own group's as it starts). They read no
