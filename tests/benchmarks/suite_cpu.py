@@ -5,8 +5,8 @@ does not. Loaded into a run, this writes one JSON line per test to
 ``$SUITE_CPU_DIR/<xdist worker>.jsonl``: its wall time, the CPU of the test process
 (user+sys) and of the processes it started and waited for (their descendants included,
 so a docs page's forked ``approvald`` commands count once the warm server ends; the
-tests' warm server, :data:`tests.helpers.WARM`, and multiprocessing's forkserver count as
-they go), and
+tests' warm servers (:class:`tests.zygote.Warm`) and multiprocessing's forkserver count
+as they go), and
 the commands it started (the first words of each). Run as a script, it sums a directory
 of them: by file, by kind of process started, and the tests that start none.
 
@@ -52,15 +52,17 @@ def _cpu() -> tuple[float, float]:
 
 def _warm_cpu() -> float:
     """The CPU of this process's servers that fork processes for the tests, and of the
-    processes they forked and reaped: the warm ``approvald`` (tests/zygote.py) and
-    multiprocessing's forkserver (the evaluator's crash children). Those processes are the
-    servers' children, not this process's, so ``RUSAGE_CHILDREN`` sees none of it until the
-    servers end (after the last test)."""
+    processes they forked and reaped: the warm ``approvald`` and MCP fixture server
+    (tests/zygote.py) and multiprocessing's forkserver (the evaluator's crash children).
+    Those processes are the servers' children, not this process's, so ``RUSAGE_CHILDREN``
+    sees none of it until the servers end (after the last test)."""
     pids = []
+    zygote = sys.modules.get("tests.zygote")
     helpers = sys.modules.get("tests.helpers")
-    server = getattr(getattr(helpers, "WARM", None), "_server", None)
-    if server is not None:
-        pids.append(server.pid)
+    for warm in vars(helpers).values() if helpers is not None and zygote is not None else ():
+        server = getattr(warm, "_server", None) if isinstance(warm, zygote.Warm) else None
+        if server is not None:
+            pids.append(server.pid)
     forkserver = sys.modules.get("multiprocessing.forkserver")
     pid = getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None)
     if pid is not None:
