@@ -330,3 +330,58 @@ async def test_a_decisions_writes_queue_by_the_deciders_rank(make_engine, db,
     # its call started (its checkpoint, its card's redraw) nobody waits on its writes
     assert seen[:2] == [ticks.t, ticks.t] and set(seen[2:]) == {None}, seen
     assert parts(engine).urgency.pressing == 0
+
+
+class Delivered:
+    async def deliver(self, row):  # type: ignore[no-untyped-def]
+        return {"ok": True}
+
+
+async def test_the_drains_writes_queue_by_when_its_rows_were_announced(make_engine, db,
+                                                                       monkeypatch) -> None:
+    """In a burst of clicks the ordinary write line holds every run's later steps: a card
+    queued there trailed the burst by seconds (issue 50). The drain's claim and marks
+    queue ``lag`` after the wake-up that announced their rows, behind everyone who
+    clicked before that and ahead of the rest; a batch nobody announced ranks from now."""
+    ticks = Ticks()
+    engine = make_engine(urgency=Urgency(monotonic=ticks))
+    await engine.run("demo-refund", "Refund order A-1001", requested_by="U_DANA")
+    drain = engine.drain(Delivered(), DrainConfig(patience=0, lag=0.1))
+    seen: list[float | None] = []
+    real = WriteLock.acquire
+
+    async def acquire(self: WriteLock, *, since: float | None = None) -> None:
+        seen.append(since)
+        await real(self, since=since)
+
+    monkeypatch.setattr(WriteLock, "acquire", acquire)
+    announced = ticks.t
+    drain.wake()
+    drain.wake()  # a second announcement does not make the first one younger
+    ticks.t += 0.5  # the drain gets to the rows later
+    assert await drain.drain_once() == 1
+    if db.dialect != "sqlite":  # PostgreSQL has no in-process write queue
+        return
+    # the claim and the mark at the announcement's rank, and so the look for what the
+    # delivered rows freed in their groups (theirs too)
+    assert seen == [announced + 0.1] * 3, seen
+    seen.clear()
+    assert await drain.drain_once() == 0  # a look nobody announced: from now
+    assert seen == [ticks.t + 0.1], seen
+
+
+async def test_rows_announced_longer_ago_than_patience_go_while_a_decision_presses(
+        make_engine) -> None:
+    """Patience counts from the announcement, not from each batch: under a stream of
+    clicks something always presses, and a drain that waited its patience before every
+    batch kept cards back for the whole burst."""
+    ticks = Ticks()
+    engine = make_engine(urgency=Urgency(monotonic=ticks))
+    for i in range(3):
+        await engine.run("demo-refund", f"Refund order A-100{i}", requested_by="U_DANA")
+    parts(engine).urgency.begin("someone's run")
+    drain = engine.drain(Delivered(), DrainConfig(patience=0.2, busy_batch=2))
+    drain.wake()
+    ticks.t += 0.2  # as long as its patience since the rows were announced: no more waiting
+    assert await asyncio.wait_for(drain.drain_once(), 5) == 3
+    assert parts(engine).urgency.presses("someone's run")
