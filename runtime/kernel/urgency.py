@@ -108,7 +108,8 @@ class Urgency:
             if left <= 0:
                 return False
             try:
-                await asyncio.wait_for(self._answer_ended.wait(), timeout=left)
+                async with asyncio.timeout(left):  # no task of its own, unlike wait_for
+                    await self._answer_ended.wait()
             except TimeoutError:
                 return False
         return True
@@ -147,7 +148,8 @@ class Urgency:
                 return False
             wake = min(give_up, min(self._marks.values()))
             try:
-                await asyncio.wait_for(self._quiet.wait(), timeout=max(wake - now, 0.001))
+                async with asyncio.timeout(max(wake - now, 0.001)):
+                    await self._quiet.wait()
             except TimeoutError:
                 pass
         return True

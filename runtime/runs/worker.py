@@ -65,6 +65,7 @@ class ResumeWorker:
         self.concurrency = concurrency
         self.poll_interval = poll_interval
         self._queue: asyncio.Queue[str] = asyncio.Queue()
+        self._ready = asyncio.Event()  # a run was queued (or the worker is stopping)
         self._queued: set[str] = set()  # a run waits in the queue at most once
         self._active: dict[str, asyncio.Task[None]] = {}
         self._slots = asyncio.Semaphore(concurrency)
@@ -86,6 +87,7 @@ class ResumeWorker:
         if run_id not in self._queued and run_id not in self._active:
             self._queued.add(run_id)
             self._queue.put_nowait(run_id)
+            self._ready.set()
 
     def take(self, run_id: str, claim: str) -> None:
         """A decision in this process made ``run_id`` ready and leased it under ``claim``
@@ -165,21 +167,17 @@ class ResumeWorker:
         """Serve until ``stop`` is set, then let in-flight runs reach a step boundary.
         While it serves, runs decided in this process are leased to it by the decision."""
         poller = asyncio.create_task(self._poll(stop))
+        # one task for the whole loop says it is stopping: waiting for the next run then
+        # makes no tasks of its own (two per run it took, before: a getter and a stopper)
+        stopping = asyncio.create_task(self._stopping(stop))
         self.signals.take_decided(self.take)
         try:
             while not stop.is_set():
-                getter = asyncio.create_task(self._queue.get())
-                stopper = asyncio.create_task(stop.wait())
-                done, _ = await asyncio.wait({getter, stopper},
-                                             return_when=asyncio.FIRST_COMPLETED)
-                for t in (getter, stopper):
-                    if t not in done:
-                        t.cancel()
-                        with contextlib.suppress(asyncio.CancelledError):
-                            await t
-                if getter not in done:
-                    break
-                run_id = getter.result()
+                if self._queue.empty():
+                    self._ready.clear()
+                    await self._ready.wait()
+                    continue
+                run_id = self._queue.get_nowait()
                 # clicks being answered go first, unless this run's approver clicked
                 # before them (runtime/kernel/urgency.py); background runs wait for them all
                 await self.urgency.answered(ANSWER_PATIENCE, before=self.urgency.since(run_id))
@@ -196,9 +194,10 @@ class ResumeWorker:
         finally:
             self.signals.take_decided(None)
             self._stop.set()  # in-flight runs stop at their next step boundary
-            poller.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await poller
+            for task in (poller, stopping):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             # claimed but never started: other replicas need not wait for the leases to lapse
             unstarted, self._claims = self._claims, {}
             await self._give_back(unstarted)
@@ -210,6 +209,10 @@ class ResumeWorker:
                     log.warning("stopped mid-step: run(s) %s (a tool call cut off here is "
                                 "outcome unknown to the next process)", ", ".join(running))
                     raise
+
+    async def _stopping(self, stop: asyncio.Event) -> None:
+        await stop.wait()
+        self._ready.set()
 
     async def _poll(self, stop: asyncio.Event) -> None:
         await repeat(self.poll_once, stop=stop, every=self.poll_interval,

@@ -14,7 +14,7 @@ from approvald.runtime.runs.agent import Agent
 from approvald.store.db import Database, WriteLock
 from approvald.store.waiting import waiting
 
-from tests.helpers import parts
+from tests.helpers import Rows, parts
 
 ALICE = Actor("U_ALICE", "slack")
 
@@ -385,3 +385,46 @@ async def test_rows_announced_longer_ago_than_patience_go_while_a_decision_press
     ticks.t += 0.2  # as long as its patience since the rows were announced: no more waiting
     assert await asyncio.wait_for(drain.drain_once(), 5) == 3
     assert parts(engine).urgency.presses("someone's run")
+
+
+async def test_the_worker_waits_for_its_next_run_without_a_task_per_run(make_engine) -> None:
+    """Between runs the worker waits on one event that a queued run (or stopping) sets:
+    it makes a task per run only to advance it, not two more to wait for it (a getter
+    and a stopper, each cancelled after; issue 50: about 15 tasks were made per click)."""
+    import sys
+
+    engine = make_engine()
+    paused = [await engine.run("demo-refund", f"Refund order A-100{i}", requested_by="U_DANA")
+              for i in range(3)]
+    worker = engine.worker(poll_interval=3600)
+    loop = asyncio.get_running_loop()
+    real = loop.create_task
+    made: list[str] = []
+
+    def spy(coro, **kw):  # type: ignore[no-untyped-def]
+        f = sys._getframe(1)
+        while f is not None and "asyncio" in f.f_code.co_filename:
+            f = f.f_back  # type: ignore[assignment]
+        if f is not None and f.f_code.co_qualname == "ResumeWorker.run":
+            made.append(coro.__qualname__)
+        return real(coro, **kw)
+
+    stop = asyncio.Event()
+    loop.create_task = spy  # type: ignore[method-assign]
+    try:
+        serving = asyncio.create_task(worker.run(stop))
+        for p in paused:
+            await engine.decide(p.approval_ids[0], actor=ALICE, verdict="approve")
+        for _ in range(1000):
+            runs = [await Rows.of(engine).run(p.run_id) for p in paused]
+            if all(r is not None and r.status == "completed" for r in runs):
+                break
+            await asyncio.sleep(0.01)
+        else:
+            raise AssertionError("the runs did not complete")
+        stop.set()
+        await asyncio.wait_for(serving, 10)
+    finally:
+        del loop.create_task
+    assert sorted(made) == sorted(["ResumeWorker._poll", "ResumeWorker._stopping",
+                                   *["ResumeWorker._advance"] * 3]), made
