@@ -17,23 +17,35 @@ async def repeat(work: Callable[[], Awaitable[object]], *, stop: asyncio.Event, 
 
     A failure is logged and retried on the next round; it never ends the loop. A wake-up
     that arrives while ``work`` runs is kept, so nothing waits a whole period for it.
+    Waiting makes no task per round: one task for the loop's life rings ``wake`` when
+    ``stop`` is set, and each round waits on one event under a timeout (a round woken by
+    every click made three tasks, each cancelled after).
     """
-    while not stop.is_set():
-        if wake is not None:
-            wake.clear()
-        try:
-            await work()
-        except Exception:
-            log.exception("%s failed; retrying", what)
-        waiters = [asyncio.ensure_future(stop.wait())]
-        if wake is not None:
-            waiters.append(asyncio.ensure_future(wake.wait()))
-        try:
-            await asyncio.wait(waiters, timeout=every, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for w in waiters:
-                w.cancel()
-            await asyncio.gather(*waiters, return_exceptions=True)
-        if wake is not None and wake.is_set() and settle and not stop.is_set():
+    bell = wake if wake is not None else stop
+    ringer = asyncio.ensure_future(_ring(stop, wake)) if wake is not None else None
+    try:
+        while not stop.is_set():
+            if wake is not None:
+                wake.clear()
+            try:
+                await work()
+            except Exception:
+                log.exception("%s failed; retrying", what)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=settle)
+                async with asyncio.timeout(every):
+                    await bell.wait()
+            if wake is not None and wake.is_set() and settle and not stop.is_set():
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(settle):
+                        await stop.wait()
+    finally:
+        if ringer is not None:
+            ringer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await ringer
+
+
+async def _ring(stop: asyncio.Event, wake: asyncio.Event) -> None:
+    """Set ``wake`` once ``stop`` is set: a round waiting on ``wake`` then ends at once."""
+    await stop.wait()
+    wake.set()

@@ -124,15 +124,14 @@ class Clicks:
 
     async def pause(self, runs: int) -> list[Any]:
         """``runs`` runs paused on their gated call, each card posted by serve."""
-        from tests.helpers import parts
+        from tests.helpers import Rows
 
         approvals = []
         for _ in range(runs):
             outcome = await self.engine.run("bench-deploy", "deploy web", requested_by="U_DANA")
             approvals.append(outcome.approval_ids[0])  # type: ignore[attr-defined]
         while True:
-            async with parts(self.engine).db.read() as tx:
-                rows = [await tx.approvals.get(a) for a in approvals]
+            rows = [await Rows.of(self.engine).approval(a) for a in approvals]
             if all(r and r.message_ts for r in rows):
                 return rows
             await asyncio.sleep(0.05)
@@ -144,7 +143,7 @@ class Clicks:
         from approvald.runtime.kernel.ids import TokenSigner
         from bench_clicks import ToolLog
 
-        from tests.helpers import parts
+        from tests.helpers import Rows
 
         signer = TokenSigner(TOKEN_SECRET)
         updates0 = len(self.emulator.calls("chat.update"))
@@ -175,8 +174,7 @@ class Clicks:
         else:
             raise RuntimeError("cards not updated within 30 s")
         for _ in range(3000):
-            async with parts(self.engine).db.read() as tx:
-                runs = [await tx.runs.get(a.run_id) for a in rows]
+            runs = [await Rows.of(self.engine).run(a.run_id) for a in rows]
             if all(r is not None and r.status == "completed" for r in runs):
                 break
             await asyncio.sleep(0.01)
