@@ -307,9 +307,11 @@ class Runner:
                     await tx.executions.heard(run_id, owner=owner, now=now)
             return ok
 
+        began = time.monotonic()
+
         async def beat() -> None:
-            last_ok = time.monotonic()
-            wait = interval
+            last_ok = began
+            wait = 0.0  # started once the first renewal is due
             while True:
                 await asyncio.sleep(wait)
                 try:
@@ -332,13 +334,19 @@ class Runner:
                     return
                 last_ok, wait = time.monotonic(), interval
 
-        task = asyncio.create_task(beat())
+        # most steps end before a renewal is due: a timer starts the beating task then,
+        # rather than a task per step that mostly sleeps and is cancelled
+        loop = asyncio.get_running_loop()
+        beating: list[asyncio.Task[None]] = []
+        due = loop.call_later(interval, lambda: beating.append(loop.create_task(beat())))
         try:
             yield lost
         finally:
-            task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
+            due.cancel()
+            for task in beating:
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
 
     # -- limits, waits and poison ----------------------------------------------------------
     async def _over_limit(self, tx: Tx, run: RunRecord, owner: str,
