@@ -191,11 +191,16 @@ class OutboxDrain:
         delivered = 0
         stale = await self._stale_owners()
         config = self.config
-        left: float | None = None  # when rows a full batch left behind were announced
-        last: float | None = None  # the last batch's (rows it freed in their groups are its)
+        # when the last batch's rows were announced: the rows it left (a full batch) or
+        # freed in their groups are its work too, for one more batch; after that, rows
+        # nobody announced (a poll's, a backlog's) count from now, so a stream of them
+        # still defers to decided runs
+        last: float | None = None
         while True:
-            times = [t for t in (self._woken, left) if t is not None]
-            woken = min(times) if times else last if last is not None else self.urgency.now()
+            announced = self._woken is not None
+            woken = self._woken if announced else last
+            if woken is None:
+                woken = self.urgency.now()
             quiet = await self.urgency.settle(
                 max(0.0, woken + config.patience - self.urgency.now()))
             self._woken = None  # rows announced from here on are the next batch's
@@ -209,7 +214,7 @@ class OutboxDrain:
                         limit=limit, stale_owners=stale)
             if not mine:
                 return delivered
-            left, last = (woken if len(mine) >= limit else None), woken
+            last = woken if announced else None
             results = await asyncio.gather(*(self._one(row) for row in mine))
             done = [(row.id, res) for row, (ok, res) in zip(mine, results, strict=True) if ok]
             if done:

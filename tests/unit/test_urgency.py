@@ -379,12 +379,23 @@ async def test_rows_announced_longer_ago_than_patience_go_while_a_decision_press
     engine = make_engine(urgency=Urgency(monotonic=ticks))
     for i in range(3):
         await engine.run("demo-refund", f"Refund order A-100{i}", requested_by="U_DANA")
-    parts(engine).urgency.begin("someone's run")
-    drain = engine.drain(Delivered(), DrainConfig(patience=0.2, busy_batch=2))
+    urgency = parts(engine).urgency
+    urgency.begin("someone's run")
+    pressed: list[bool] = []
+
+    class Telling:
+        async def deliver(self, row):  # type: ignore[no-untyped-def]
+            pressed.append(urgency.presses("someone's run"))
+            if len(pressed) == 3:
+                urgency.end("someone's run")  # a look for more rows nobody announced waits
+            return {"ok": True}
+
+    drain = engine.drain(Telling(), DrainConfig(patience=0.2, busy_batch=2))
     drain.wake()
     ticks.t += 0.2  # as long as its patience since the rows were announced: no more waiting
+    # the batch, and the one after it that takes what the full batch left, both at once
     assert await asyncio.wait_for(drain.drain_once(), 5) == 3
-    assert parts(engine).urgency.presses("someone's run")
+    assert pressed == [True] * 3
 
 
 async def test_the_worker_waits_for_its_next_run_without_a_task_per_run(make_engine) -> None:
@@ -428,3 +439,29 @@ async def test_the_worker_waits_for_its_next_run_without_a_task_per_run(make_eng
         del loop.create_task
     assert sorted(made) == sorted(["ResumeWorker._poll", "ResumeWorker._stopping",
                                    *["ResumeWorker._advance"] * 3]), made
+
+
+async def test_rows_nobody_announced_defer_again_after_the_announced_batch(make_engine,
+                                                                          monkeypatch) -> None:
+    """What a batch leaves (a full batch) or frees in its groups is its work for one more
+    batch, at once; after that, rows nobody announced (a poll's, a backlog's) count from
+    now again, so a stream of them keeps deferring to decided runs rather than running
+    flat out past everyone's clicks."""
+    ticks = Ticks()
+    engine = make_engine(urgency=Urgency(monotonic=ticks))
+    for i in range(5):
+        await engine.run("demo-refund", f"Refund order A-100{i}", requested_by="U_DANA")
+    urgency = parts(engine).urgency
+    asked: list[float] = []
+
+    async def settle(patience: float) -> bool:
+        asked.append(round(patience, 6))
+        return False  # something presses throughout
+
+    monkeypatch.setattr(urgency, "settle", settle)
+    drain = engine.drain(Delivered(), DrainConfig(patience=0.2, busy_batch=2))
+    drain.wake()
+    ticks.t += 0.2
+    assert await drain.drain_once() == 5
+    # announced (2 rows), what it left (2), then from now: the last row, then a last look
+    assert asked == [0.0, 0.0, 0.2, 0.2], asked
