@@ -135,7 +135,7 @@ def per_kind(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
         sent = n - before.get(sql, 0)
         if sent:
             words = sql.split()
-            kinds[words[0].upper() if words else "?"] += sent
+            kinds[words[0].upper().rstrip(";") if words else "?"] += sent  # BEGIN;
             kinds["all"] += sent
     return dict(kinds)
 
