@@ -108,6 +108,17 @@ async def test_a_caller_waits_for_a_kept_connection_and_gives_up_with_the_pool(
         await holder
         assert await asyncio.wait_for(waiting, 10) == 2  # handed the connection
         assert await read() == 2
+        # handed the connection just as it is cancelled, a caller passes it on
+        write = db.write()
+        await write.__aenter__()
+        late = asyncio.create_task(read())
+        await asyncio.sleep(0)
+        assert len(db._leases._waiters) == 1
+        await write.__aexit__(None, None, None)  # its connection handed to the waiting one
+        late.cancel()  # before that one could run
+        with pytest.raises(asyncio.CancelledError):
+            await late
+        assert await read() == 2  # at once: the pool's timeout is 0.05 s here
         # one connection, held by the one object, checked out of the pool once
         assert (db._leases.held, db.engine.pool.checkedout()) == (1, 1)  # type: ignore[attr-defined]
     finally:
