@@ -63,4 +63,3 @@ async def _backends(url: str) -> int:
         return n
     finally:
         await conn.close()
-
