@@ -14,8 +14,11 @@ spread printed) is ``serve``'s, plus that small client's, which the baseline car
 The MCP gateway's server runs in its own process (not counted: what it costs is its own).
 
 Baselines in the same run: ``GET /healthz`` carrying the same bearer header (a bare
-request through the same HTTP app and client), and a bare ``SELECT 1`` write transaction
-(``Database.transact``, no HTTP). Then each face's auto decision (``--faces``):
+request through the same HTTP app and client, the token not checked), a signed one
+(``POST /v1/requests`` with the API face's token, checked from memory as an auto
+decision's is, and a body of ``{}``, refused with 422 before the runtime), and a bare
+``SELECT 1`` write transaction (``Database.transact``, no HTTP). Then each face's auto
+decision (``--faces``):
 
 * ``hook``: ``POST /v1/hooks/claude-code?wait=0``, a ``PreToolUse`` of ``ls …``;
 * ``api``: ``POST /v1/requests``, ``read_metrics`` (auto);
@@ -112,6 +115,12 @@ def calls(client: Client, tokens: dict[str, str]) -> dict[str, Callable[[int], A
         status, body = await client.call("GET", "/healthz", api_h)
         assert status == 200, body
 
+    async def signed(i: int) -> None:
+        # the token checked as an auto decision's is (from memory), the body parsed and
+        # refused before the runtime: what a decision pays before it is one
+        status, body = await client.call("POST", "/v1/requests", api_h, b"{}")
+        assert status == 422, body
+
     async def hook(i: int) -> None:
         event = {"hook_event_name": "PreToolUse", "session_id": "cpu-1", "cwd": "/srv",
                  "tool_name": "Bash", "tool_input": {"command": f"ls -la /srv/{i}"},
@@ -132,7 +141,7 @@ def calls(client: Client, tokens: dict[str, str]) -> dict[str, Callable[[int], A
         status, body = await client.call("POST", "/mcp/bank", mcp_h, json.dumps(msg).encode())
         assert status == 200 and b'"isError":false' in body.replace(b" ", b""), body
 
-    return {"healthz": health, "hook": hook, "api": api, "mcp": mcp}
+    return {"healthz": health, "signed": signed, "hook": hook, "api": api, "mcp": mcp}
 
 
 async def select_one(db: object) -> Callable[[int], Awaitable[None]]:
@@ -235,6 +244,8 @@ async def bench(a: argparse.Namespace) -> int:
               f"{a.rounds} rounds of {a.calls} calls (median)")
         base = await cpu_per_call(fns["healthz"], a.calls, a.rounds, counter)
         print(f"  {'baseline: GET /healthz (bearer header)':44} {figure(base)}")
+        signed = await cpu_per_call(fns["signed"], a.calls, a.rounds, counter)
+        print(f"  {'baseline: signed POST /v1/requests, 422':44} {figure(signed)}")
         sel = await cpu_per_call(fns["select1"], a.calls, a.rounds, counter)
         print(f"  {'baseline: bare SELECT 1 write transaction':44} {figure(sel)}")
         for face in faces:
@@ -274,7 +285,8 @@ def main() -> int:
     p.add_argument("--faces", default=",".join(FACES))
     p.add_argument("--callers", type=int, default=1, help="connections at once, each making "
                    "its calls one at a time (default 1: the CPU of a call alone)")
-    p.add_argument("--profile", choices=[*FACES, "healthz", "select1"], default=None)
+    p.add_argument("--profile", choices=[*FACES, "healthz", "signed", "select1"],
+                   default=None)
     p.add_argument("--top", type=int, default=45, help="functions printed per profile order")
     p.add_argument("--dump", default=None, help="write the profile's stats to this file")
     return asyncio.run(bench(p.parse_args()))
