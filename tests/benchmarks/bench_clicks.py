@@ -389,11 +389,11 @@ async def bench(runs: int, concurrency: int, mode: str, db_url: str | None,
         print(f"  the machine during the clicks: {elsewhere['busy']:.0%} of its "
               f"{os.cpu_count()} cores busy; {server}; this benchmark "
               f"{elsewhere['bench'] / runs * 1000:.1f} ms/approval")
-        commits = (sent_sql.get("BEGIN", 0) + sent_sql.get("autocommit", 0)) / runs
+        commits = (sql_count.begins(sent_sql) + sent_sql.get("autocommit", 0)) / runs
         if sent_sql:
             print(f"  statements the serve processes sent PostgreSQL, first click until every "
                   f"run completed: {sent_sql['all'] / runs:.1f} per approval "
-                  f"({sent_sql.get('BEGIN', 0) / runs:.1f} transactions BEGIN ... COMMIT, "
+                  f"({sql_count.begins(sent_sql) / runs:.1f} transactions BEGIN ... COMMIT, "
                   f"and {sent_sql.get('autocommit', 0) / runs:.1f} writes of one statement "
                   f"in autocommit: {commits:.1f} commits)")
         if most_sent:

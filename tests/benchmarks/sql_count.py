@@ -135,9 +135,17 @@ def per_kind(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
         sent = n - before.get(sql, 0)
         if sent:
             words = sql.split()
-            kinds[words[0].upper().rstrip(";") if words else "?"] += sent  # BEGIN;
+            kinds[words[0].upper() if words else "?"] += sent
             kinds["all"] += sent
     return dict(kinds)
+
+
+def begins(kinds: dict[str, int]) -> int:
+    """The BEGINs among :func:`per_kind`'s counts, however asyncpg spelled them:
+    ``BEGIN;`` on a connection at the server's default level (one kept checked out
+    between transactions, store/leases.py), ``BEGIN ISOLATION LEVEL ...`` on one that
+    SQLAlchemy set a level on."""
+    return kinds.get("BEGIN", 0) + kinds.get("BEGIN;", 0)
 
 
 def autocommit_writes(before: dict[str, int], after: dict[str, int]) -> int:
