@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -51,6 +52,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 T = TypeVar("T")
+log = logging.getLogger("approvald.store")
 
 
 class Lease:
@@ -202,6 +204,7 @@ class Leases:
             await self._to_pool(lease)
             return
         if Liveness.stranded(lease.driver):  # in a transaction nobody tracks
+            log.warning("a kept connection was left inside a transaction; closing it")
             await self._discard(lease)
             return
         lease.since = self.liveness.clock()
