@@ -17,23 +17,45 @@ async def repeat(work: Callable[[], Awaitable[object]], *, stop: asyncio.Event, 
 
     A failure is logged and retried on the next round; it never ends the loop. A wake-up
     that arrives while ``work`` runs is kept, so nothing waits a whole period for it.
+
+    Each round waits on one event under a timeout, no task of its own (issue 50: a round
+    per click's run and card): ``stop`` rings ``wake`` too, from one task for the loop.
     """
-    while not stop.is_set():
-        if wake is not None:
-            wake.clear()
-        try:
-            await work()
-        except Exception:
-            log.exception("%s failed; retrying", what)
-        waiters = [asyncio.ensure_future(stop.wait())]
-        if wake is not None:
-            waiters.append(asyncio.ensure_future(wake.wait()))
-        try:
-            await asyncio.wait(waiters, timeout=every, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for w in waiters:
-                w.cancel()
-            await asyncio.gather(*waiters, return_exceptions=True)
-        if wake is not None and wake.is_set() and settle and not stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=settle)
+    bell = stop if wake is None else wake
+    ringer = None if wake is None else asyncio.create_task(_ring(stop, wake))
+    try:
+        while not stop.is_set():
+            if wake is not None:
+                wake.clear()
+            try:
+                await work()
+            except Exception:
+                log.exception("%s failed; retrying", what)
+            if stop.is_set():
+                break
+            await waited(bell, every)
+            if wake is not None and wake.is_set() and settle and not stop.is_set():
+                await waited(stop, settle)
+    finally:
+        if ringer is not None:
+            ringer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await ringer
+
+
+async def waited(event: asyncio.Event, patience: float) -> bool:
+    """Wait until ``event`` is set, at most ``patience`` seconds; True if it was. No task
+    is made for it (``asyncio.wait_for`` makes one per wait on Python 3.11)."""
+    if event.is_set():
+        return True
+    try:
+        async with asyncio.timeout(patience):
+            await event.wait()
+    except TimeoutError:
+        return False
+    return True
+
+
+async def _ring(stop: asyncio.Event, wake: asyncio.Event) -> None:
+    await stop.wait()
+    wake.set()

@@ -37,6 +37,7 @@ import time
 from collections.abc import Callable, Hashable
 from contextlib import AbstractContextManager
 
+from approvald.runtime.kernel.periodic import waited
 from approvald.store import waiting
 
 ANSWER_LEAD = 0.04  # s: how much sooner than its age an answer is served
@@ -105,9 +106,7 @@ class Urgency:
             left = give_up - self._now()
             if left <= 0:
                 return False
-            try:
-                await asyncio.wait_for(self._answer_ended.wait(), timeout=left)
-            except TimeoutError:
+            if not await waited(self._answer_ended, left):
                 return False
         return True
 
@@ -144,8 +143,5 @@ class Urgency:
             if now >= give_up:
                 return False
             wake = min(give_up, min(self._marks.values()))
-            try:
-                await asyncio.wait_for(self._quiet.wait(), timeout=max(wake - now, 0.001))
-            except TimeoutError:
-                pass
+            await waited(self._quiet, max(wake - now, 0.001))
         return True

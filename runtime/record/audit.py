@@ -278,8 +278,8 @@ class AuditTrail:
         before, turn = self._turn, asyncio.get_running_loop().create_future()
         self._turn = turn
         try:
-            if before is not None and before.get_loop() is turn.get_loop():
-                await asyncio.shield(before)
+            if before is not None and not before.done() and before.get_loop() is turn.get_loop():
+                await asyncio.shield(before)  # (one done already: nothing to wait for)
             guess = self._head
             if tx.alone:
                 # one statement, sent alone (PostgreSQL, autocommit): it writes the rider's

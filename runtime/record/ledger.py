@@ -63,6 +63,8 @@ AfterResult = Callable[[Tx, Recorded], Awaitable[None]]
 Settle = Callable[[Tx], Awaitable[None]]
 
 
+# the results whose stored JSON text reads back as the very value (exactly these types)
+_SAME_AS_STORED = frozenset({str, int, float, bool, type(None)})
 _FOLDED = "ledger.folded"  # tx.scratch: a deferred result its checkpoint's statement wrote
 
 
@@ -274,8 +276,11 @@ class Ledger:
         result: Any = None
         _RUNNING.add(ctx.idempotency_key)
         try:
-            async with asyncio.timeout(tool.timeout):
+            if tool.timeout is None:  # (no Timeout to make and enter for it)
                 result = await tool.invoke(run_ctx, args)
+            else:
+                async with asyncio.timeout(tool.timeout):
+                    result = await tool.invoke(run_ctx, args)
         except TimeoutError as exc:
             error = exc
         except Exception as exc:  # a tool failure is an observation, not a crash
@@ -413,7 +418,11 @@ class Ledger:
             call_id=ctx.call_id, status=status, result=text, error_class=err_class,
             error=err_text, latency_ms=latency_ms))
         if status == "succeeded":
-            return settle, Executed(None if text is None else json.loads(text), reused=False)
+            # what the model reads is the result as stored; a string, a number or null
+            # reads back as itself (not decoded again: issue 50)
+            seen = result if type(result) in _SAME_AS_STORED else (
+                None if text is None else json.loads(text))
+            return settle, Executed(seen, reused=False)
         return settle, Executed({"status": "error", "error_class": err_class,
                                  "error": err_text}, reused=False)
 

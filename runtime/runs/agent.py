@@ -35,6 +35,8 @@ class Agent:
     retired: bool = False
     _by_name: dict[str, Tool] = field(init=False, repr=False)
     _specs: list[ToolSpec] | None = field(default=None, init=False, repr=False)
+    # (the instructions it was worked out for, the digest): a run's every step asks
+    _digest: tuple[str, str] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         for knob in ("max_concurrent_runs", "model_calls_per_minute"):
@@ -85,7 +87,12 @@ class Agent:
 
     @property
     def instructions_version(self) -> str:
-        """A short digest of the instructions and tool schemas, recorded with each run."""
+        """A short digest of the instructions and tool schemas, recorded with each run.
+        Worked out once per instructions text (the tool schemas are read once, as
+        :meth:`tool_specs` says), not at each step that compares it (issue 50)."""
+        known = self._digest
+        if known is not None and known[0] is self.instructions:
+            return known[1]
         doc = {
             "instructions": self.instructions,
             "tools": [
@@ -93,7 +100,9 @@ class Agent:
                 for s in self.tool_specs()
             ],
         }
-        return sha256_hex(canonical_json(doc))[:16]
+        digest = sha256_hex(canonical_json(doc))[:16]
+        self._digest = (self.instructions, digest)
+        return digest
 
 
 class Registry:

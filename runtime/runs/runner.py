@@ -307,11 +307,8 @@ class Runner:
                     await tx.executions.heard(run_id, owner=owner, now=now)
             return ok
 
-        async def beat() -> None:
-            last_ok = time.monotonic()
-            wait = interval
+        async def beat(last_ok: float) -> None:
             while True:
-                await asyncio.sleep(wait)
                 try:
                     ok = await renew()
                 except asyncio.CancelledError:
@@ -325,20 +322,28 @@ class Runner:
                         return
                     log.warning("run %s: lease renewal failed (%s: %s); retrying", run_id,
                                 type(exc).__name__, exc)
-                    wait = min(interval, 1.0)
+                    await asyncio.sleep(min(interval, 1.0))
                     continue
                 if not ok:
                     lost.set()
                     return
-                last_ok, wait = time.monotonic(), interval
+                last_ok = time.monotonic()
+                await asyncio.sleep(interval)
 
-        task = asyncio.create_task(beat())
+        # the first renewal is a timer, its task made only if it fires: most advances end
+        # well before it, and need no task of their own (issue 50)
+        loop = asyncio.get_running_loop()
+        began = time.monotonic()
+        started: list[asyncio.Task[None]] = []
+        timer = loop.call_later(interval, lambda: started.append(loop.create_task(beat(began))))
         try:
             yield lost
         finally:
-            task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
+            timer.cancel()
+            for task in started:
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
 
     # -- limits, waits and poison ----------------------------------------------------------
     async def _over_limit(self, tx: Tx, run: RunRecord, owner: str,

@@ -37,6 +37,7 @@ from approvald.store.db import Database
 log = logging.getLogger("approvald.worker")
 STALE_CHECK = 2.0  # s between lookups of dead processes' leases (a lapsed lease needs none)
 ANSWER_PATIENCE = 0.25  # s a woken run waits, at most, for clicks being answered
+_STOP = "\x00stop"  # what the queue yields once the worker is told to stop (no run id)
 
 
 class Advance(Protocol):
@@ -165,21 +166,17 @@ class ResumeWorker:
         """Serve until ``stop`` is set, then let in-flight runs reach a step boundary.
         While it serves, runs decided in this process are leased to it by the decision."""
         poller = asyncio.create_task(self._poll(stop))
+        # one task for the whole serve, not two per run (issue 50): ``stop`` puts
+        # :data:`_STOP` in the queue, so the loop waits on the queue alone
+        stopper = asyncio.create_task(self._stop_queue(stop))
         self.signals.take_decided(self.take)
         try:
             while not stop.is_set():
-                getter = asyncio.create_task(self._queue.get())
-                stopper = asyncio.create_task(stop.wait())
-                done, _ = await asyncio.wait({getter, stopper},
-                                             return_when=asyncio.FIRST_COMPLETED)
-                for t in (getter, stopper):
-                    if t not in done:
-                        t.cancel()
-                        with contextlib.suppress(asyncio.CancelledError):
-                            await t
-                if getter not in done:
-                    break
-                run_id = getter.result()
+                run_id = await self._queue.get()
+                if run_id is _STOP:  # (one left by an earlier serve of this worker: not ours)
+                    if stop.is_set():
+                        break
+                    continue
                 # clicks being answered go first, unless this run's approver clicked
                 # before them (runtime/kernel/urgency.py); background runs wait for them all
                 await self.urgency.answered(ANSWER_PATIENCE, before=self.urgency.since(run_id))
@@ -196,9 +193,10 @@ class ResumeWorker:
         finally:
             self.signals.take_decided(None)
             self._stop.set()  # in-flight runs stop at their next step boundary
-            poller.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await poller
+            for task in (poller, stopper):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             # claimed but never started: other replicas need not wait for the leases to lapse
             unstarted, self._claims = self._claims, {}
             await self._give_back(unstarted)
@@ -210,6 +208,11 @@ class ResumeWorker:
                     log.warning("stopped mid-step: run(s) %s (a tool call cut off here is "
                                 "outcome unknown to the next process)", ", ".join(running))
                     raise
+
+    async def _stop_queue(self, stop: asyncio.Event) -> None:
+        """Wake :meth:`run`'s wait on the queue once ``stop`` is set."""
+        await stop.wait()
+        self._queue.put_nowait(_STOP)
 
     async def _poll(self, stop: asyncio.Event) -> None:
         await repeat(self.poll_once, stop=stop, every=self.poll_interval,

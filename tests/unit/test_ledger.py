@@ -221,3 +221,35 @@ async def test_a_lease_lost_at_the_checkpoint_still_records_what_ran(make_engine
     assert outcome.status == "running" and calls == [500]  # it stopped: not its run now
     [rec] = (await _executions(db, run_id)).values()
     assert rec.status == "succeeded" and rec.result_value() == {"charged": 500}
+
+
+@pytest.mark.parametrize("result", ["deployed web", "", "caf\u00e9 \u2603", 7, 2.5, -0.0, True,
+                                    None, ("a", 1), {"n": (1, 2)}, [{"x": None}]])
+async def test_the_model_reads_a_result_as_stored(make_engine, result: Any) -> None:
+    """What the model reads of a fresh result is its stored JSON text read back: a string,
+    a number, a bool or None as itself without decoding it again (issue 50), a tuple as
+    the list it is stored as."""
+    import json
+
+    from approvald.runtime.record.state import ToolMessage
+
+    seen: list[Any] = []
+
+    @tool(permission="execute", policy="auto")
+    async def give(ctx: ToolContext) -> Any:
+        """Returns the value under test."""
+        return result
+
+    def script(messages: Any) -> Any:
+        told = [m.content for m in messages if isinstance(m, ToolMessage)]
+        if not told:
+            return reply(None, ("give", {}))
+        seen.extend(told)
+        return reply("ok", turn=1)
+
+    engine = make_engine(agents=[Agent(name="giver", instructions="", tools=[give],
+                                       model=ScriptedModel(script))])
+    run_id = await engine.start_run("giver", "give", requested_by="U_DANA")
+    assert isinstance(await engine.advance(run_id), Completed)
+    stored = json.loads(json.dumps(result, ensure_ascii=False))
+    assert seen == [stored] and type(seen[0]) is type(stored)

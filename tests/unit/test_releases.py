@@ -46,6 +46,26 @@ def test_the_default_version_is_the_digest_of_instructions_and_tools() -> None:
         agent(version="x" * 65)
 
 
+def test_the_digest_is_worked_out_once_and_follows_the_instructions() -> None:
+    """Remembered per instructions text (issue 50): the same as working it out anew, and
+    a changed text has its own digest."""
+    from approvald.runtime.kernel.canonical import canonical_json, sha256_hex
+
+    def fresh(a: Agent) -> str:
+        return sha256_hex(canonical_json({
+            "instructions": a.instructions,
+            "tools": [{"name": s.name, "description": s.description,
+                       "parameters": s.parameters} for s in a.tool_specs()]}))[:16]
+
+    a = replace(refund_agent(DemoLedger(None)), version="1")
+    first = a.instructions_version
+    assert first == fresh(a) and a.instructions_version == first
+    a.instructions = a.instructions + " Be brief."
+    assert a.instructions_version == fresh(a) != first
+    a.instructions = a.instructions[:-len(" Be brief.")]  # an equal text, another object
+    assert a.instructions_version == first
+
+
 def test_one_current_release_per_agent_and_retired_ones_beside_it() -> None:
     with pytest.raises(ConfigError, match="retired=True"):
         Registry([agent(version="1"), agent(version="2")])
