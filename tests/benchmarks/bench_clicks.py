@@ -406,11 +406,11 @@ async def bench(runs: int, concurrency: int, mode: str, db_url: str | None,
         print("  Slack Web API calls serve made, first click until every card was updated: "
               + (", ".join(f"{m} {n / runs:.2f}" for m, n in sorted(slack_calls.items()))
                  or "none") + " per approval")
-        commits = (sent_sql.get("BEGIN", 0) + sent_sql.get("autocommit", 0)) / runs
+        commits = (sql_count.begins(sent_sql) + sent_sql.get("autocommit", 0)) / runs
         if sent_sql:
             print(f"  statements the serve processes sent PostgreSQL, first click until every "
                   f"run completed: {sent_sql['all'] / runs:.1f} per approval "
-                  f"({sent_sql.get('BEGIN', 0) / runs:.1f} transactions BEGIN ... COMMIT, "
+                  f"({sql_count.begins(sent_sql) / runs:.1f} transactions BEGIN ... COMMIT, "
                   f"and {sent_sql.get('autocommit', 0) / runs:.1f} writes of one statement "
                   f"in autocommit: {commits:.1f} commits)")
         if most_sent:
