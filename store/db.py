@@ -22,13 +22,14 @@ import os
 import sqlite3
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from typing import Any, TypeVar
 
 import aiosqlite
 from approvald.store import fastsql, private_aiosqlite, private_sqlalchemy, waiting
 from approvald.store.errors import ConfigError, NothingWritten
 from approvald.store.fastsql import Conn
+from approvald.store.leases import Lease, Leases
 from approvald.store.liveness import Liveness, server_gone
 from approvald.store.repos import Tx
 from sqlalchemy import event
@@ -172,13 +173,15 @@ class Database:
         self.server_time = (self.dialect == "postgresql") if server_time is None \
             else server_time and self.dialect == "postgresql"
         kwargs: dict[str, Any] = {}
+        capacity = 0  # PostgreSQL: the pool's connections
         self._connect_reader: Callable[[], Awaitable[Any]] | None = None
         if self.dialect == "postgresql":
             # as many kept as may be open: past the pool's size a connection was closed on
             # check-in, so each burst opened it again and prepared its statements anew.
             # ``connections`` (APPROVALD_DB_CONNECTIONS) sets it exactly: N replicas hold
             # N times as many, which the server's max_connections must admit
-            kwargs.update(pool_size=connections or 2 * pool_size, max_overflow=0)
+            capacity = connections or 2 * pool_size
+            kwargs.update(pool_size=capacity, max_overflow=0)
         else:
             path = self.url.database
             assert path is not None
@@ -228,6 +231,12 @@ class Database:
         # the dialect hot statements are planned for (store/fastsql.py); None: no plans
         self._plans: Dialect | None = (fastsql.plans_for(self.engine.dialect)
                                        if self.fast_path else None)
+        # PostgreSQL with the fast path: connections kept checked out between transactions,
+        # begun and ended on the driver's adapter (store/leases.py)
+        self._leases: Leases | None = None
+        if self.liveness is not None and self._plans is not None:
+            self._leases = Leases(self.engine, self.liveness, capacity=capacity,
+                                  timeout=self.engine.pool.timeout())  # type: ignore[attr-defined]
         self._readers: list[Any] = []  # idle driver connections for plain SQLite reads
         self._writer: AsyncConnection | None = None  # SQLite: the one write connection
         self._reader_cap = 2 * pool_size
@@ -245,8 +254,7 @@ class Database:
     def display_url(self) -> str:
         return self.url.render_as_string(hide_password=True)
 
-    @asynccontextmanager
-    async def write(self) -> AsyncIterator[Tx]:
+    def write(self) -> AbstractAsyncContextManager[Tx]:
         """A read-write transaction, committed on exit, rolled back on error.
 
         A write someone waits on (:func:`store.waiting.since`: a click whose request is
@@ -254,6 +262,20 @@ class Database:
         process's SQLite write queue ahead of the others, whoever has waited longest
         first. The order of commits is all it changes.
         """
+        if self._leases is not None:  # PostgreSQL: on a kept connection (store/leases.py)
+            return self._leases.transaction(self._on_lease, Tx.prepare_commit)
+        return self._write()
+
+    def _on_lease(self, lease: Lease) -> Tx:
+        return Tx(Conn(self._plans, conn=lease.conn, adapted=lease.adapted), self.dialect,
+                  server_time=self.server_time)
+
+    def _alone_on_lease(self, lease: Lease) -> Tx:
+        return Tx(Conn(self._plans, conn=lease.conn, adapted=lease.adapted), self.dialect,
+                  server_time=self.server_time, alone=True)
+
+    @asynccontextmanager
+    async def _write(self) -> AsyncIterator[Tx]:
         if self._write_lock is None:
             async with self.engine.connect() as conn, conn.begin():
                 tx = self._tx(Conn(self._plans, conn=conn))
@@ -314,8 +336,7 @@ class Database:
                     await asyncio.shield(_discard(writer))
             self._write_lock.release()
 
-    @asynccontextmanager
-    async def write_one(self) -> AsyncIterator[Tx]:
+    def write_one(self) -> AbstractAsyncContextManager[Tx]:
         """A write of ONE statement that is atomic on its own (a repository method made
         for it, such as ``ExecutionsRepo.intent_under_lease``): on PostgreSQL sent in
         autocommit, committed when it returns, with no BEGIN and COMMIT round trips
@@ -327,20 +348,20 @@ class Database:
         it, :meth:`~runtime.record.audit.AuditTrail.ride`): it writes all or nothing, and
         raises :class:`~store.errors.NothingWritten` when it wrote nothing
         (:meth:`transact_one` then writes it as a transaction)."""
+        if self._leases is not None:
+            return self._leases.autocommit(self._alone_on_lease, _alone_hooks)
         if self._autocommit is None:
-            async with self.write() as tx:
-                yield tx
-            return
+            return self.write()
+        return self._write_one()
+
+    @asynccontextmanager
+    async def _write_one(self) -> AsyncIterator[Tx]:
+        assert self._autocommit is not None
         async with self._autocommit.connect() as conn:
             tx = Tx(Conn(self._plans, conn=conn), self.dialect, server_time=self.server_time,
                     alone=True)
             yield tx
-            if tx.has_before_commit():
-                # a statement sent before it is committed already: the hook's could not
-                # be undone with it
-                assert tx.conn.sent == 0, "write_one: a hook's statement must be the only one"
-                await tx.prepare_commit()
-                assert tx.conn.sent <= 1, "write_one: a hook sent more than one statement"
+            await _alone_hooks(tx)
 
     async def transact_one(self, work: Callable[[Tx], Awaitable[T]], *,
                            what: str = "transaction") -> T:
@@ -382,11 +403,18 @@ class Database:
                 await asyncio.sleep(0.005 * attempt)
         raise AssertionError("unreachable")
 
-    @asynccontextmanager
-    async def read(self, *, snapshot: bool = False) -> AsyncIterator[Tx]:
+    def read(self, *, snapshot: bool = False) -> AbstractAsyncContextManager[Tx]:
         """Reads. By default each statement sees the latest commit (no BEGIN/COMMIT round
         trips at all: autocommit on both databases); ``snapshot=True`` gives one consistent
         transaction across statements, for readers that compare rows with each other."""
+        if self._leases is not None and not snapshot:
+            # at READ COMMITTED every statement has a snapshot of its own, in a transaction
+            # or not: one around plain reads only added its BEGIN and COMMIT round trips
+            return self._leases.autocommit(self._on_lease)
+        return self._read(snapshot=snapshot)
+
+    @asynccontextmanager
+    async def _read(self, *, snapshot: bool) -> AsyncIterator[Tx]:
         if self._connect_reader is not None and not snapshot:
             async with self._plain_read() as tx:
                 yield tx
@@ -396,13 +424,11 @@ class Database:
                 await conn.execution_options(approvald_begin=None)
                 yield self._tx(Conn(None, conn=conn))
             return
-        if self._autocommit is not None and not snapshot:
-            # at READ COMMITTED every statement has a snapshot of its own, in a transaction
-            # or not: one around plain reads only added its BEGIN and COMMIT round trips
+        if self._autocommit is not None and not snapshot:  # no fast path: as with leases
             async with self._autocommit.connect() as conn:
                 yield self._tx(Conn(self._plans, conn=conn))
             return
-        async with self.engine.connect() as conn, AsyncExitStack() as guard:
+        async with self.connection() as conn, AsyncExitStack() as guard:
             if self.dialect == "sqlite" and self._plans is None:  # no fast path
                 await guard.enter_async_context(_never_reused_after_error(conn))
             if snapshot and self.dialect == "postgresql":
@@ -442,6 +468,11 @@ class Database:
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[AsyncConnection]:
+        """A connection for SQLAlchemy's own use, back to the pool afterwards."""
+        if self._leases is not None:  # counted among the pool's, with the kept ones
+            async with self._leases.borrowed() as conn:
+                yield conn
+            return
         async with self.engine.connect() as conn:
             yield conn
 
@@ -460,6 +491,8 @@ class Database:
         in_use = self._write_lock is not None and self._write_lock.held
         writer, self._writer = (None, self._writer) if in_use else (self._writer, None)
         readers, self._readers = self._readers, []
+        if self._leases is not None:  # to the pool, which closes them on check-in now
+            await self._leases.close()
         try:
             if writer is not None:  # not back to the pool: its busy timeout is 0
                 await _discard(writer)
@@ -474,6 +507,16 @@ class Database:
     def _on_checkin(self, dbapi_conn: Any, record: Any) -> None:
         if self._closed and dbapi_conn is not None:
             record.invalidate()  # closes it (the pool it returns to is gone)
+
+
+async def _alone_hooks(tx: Tx) -> None:
+    """The end of a write sent alone (:meth:`Database.write_one`)."""
+    if tx.has_before_commit():
+        # a statement sent before it is committed already: the hook's could not be undone
+        # with it
+        assert tx.conn.sent == 0, "write_one: a hook's statement must be the only one"
+        await tx.prepare_commit()
+        assert tx.conn.sent <= 1, "write_one: a hook sent more than one statement"
 
 
 @asynccontextmanager

@@ -288,15 +288,16 @@ class Conn:
     with the driver's connection alone and opens a SQLAlchemy connection only if a
     statement needs one (``open_conn``)."""
 
-    __slots__ = ("_conn", "_dialect", "_open", "_pg", "_raw", "sent")
+    __slots__ = ("_adapted", "_conn", "_dialect", "_open", "_pg", "_raw", "sent")
 
     def __init__(self, dialect: Dialect | None, *, conn: AsyncConnection | None = None,
-                 raw: Any = None,
+                 raw: Any = None, adapted: Any = None,
                  open_conn: Callable[[], Awaitable[AsyncConnection]] | None = None) -> None:
         self._dialect = dialect  # None: no plans
         self._pg = dialect is not None and dialect.name == "postgresql"
         self._conn = conn
         self._raw = raw
+        self._adapted = adapted  # PostgreSQL: conn's asyncpg adapter, when known already
         self._open = open_conn
         self.sent = 0  # statements given to execute() (a write sent alone checks it)
 
@@ -338,10 +339,12 @@ class Conn:
         cursor SQLAlchemy itself would use (the same prepared-statement cache; it begins
         the adapter's transaction first, as it does for SQLAlchemy), skipping the
         execution context and result machinery around it."""
-        conn, dialect = self._conn, self._dialect
-        assert conn is not None and conn.sync_connection is not None and dialect is not None
-        adapted = conn.sync_connection.connection.dbapi_connection
-        assert adapted is not None
+        conn, dialect, adapted = self._conn, self._dialect, self._adapted
+        assert conn is not None and dialect is not None
+        if adapted is None:
+            assert conn.sync_connection is not None
+            adapted = conn.sync_connection.connection.dbapi_connection
+            assert adapted is not None
         args = plan.parameters(params)
         cur = adapted.cursor()
         try:

@@ -37,6 +37,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 log = logging.getLogger("approvald.store")
 _IDLE_SINCE = "approvald_idle_since"
+# a kept connection (store/leases.py) handed back to the pool after idling: since when
+_KEPT_SINCE = "approvald_kept_since"
 # What asyncpg says when the server ended the connection under it (pg_terminate_backend, a
 # restart, a failover) and the socket's end has not been read yet: the protocol is left
 # mid-message, so the next use fails with a client-side "internal" error, not a disconnect
@@ -64,21 +66,40 @@ class Liveness:
         event.listen(engine.sync_engine, "checkin", self._checkin)
         event.listen(engine.sync_engine, "checkout", self._checkout)
 
+    def trusted(self, since: float) -> bool:
+        """Whether a connection last used at ``since`` (this clock's) needs no ping."""
+        return self.clock() - since < self.ping_after
+
+    @staticmethod
+    def stranded(driver: Any) -> bool:
+        """Whether the asyncpg connection ``driver`` is inside a transaction, asyncpg's or
+        the server's, that its user no longer tracks."""
+        return bool(driver.is_in_transaction()) or private_asyncpg.untracked_transaction(
+            driver)
+
+    @staticmethod
+    def idle_since(info: dict[str, Any], since: float) -> None:
+        """A connection kept out of the pool (``store/leases.py``) goes back to it having
+        idled since ``since``: its next checkout judges it by that, not by its check-in
+        (``info``: the connection's, ``AsyncConnection.info``)."""
+        info[_KEPT_SINCE] = since
+
     def _checkin(self, _dbapi_conn: Any, record: Any) -> None:
-        record.info[_IDLE_SINCE] = self.clock()
+        kept = record.info.pop(_KEPT_SINCE, None)
+        record.info[_IDLE_SINCE] = self.clock() if kept is None else kept
 
     def _checkout(self, dbapi_conn: Any, record: Any, _proxy: Any) -> None:
         since = record.info.pop(_IDLE_SINCE, None)  # None: a connection just made
         driver = dbapi_conn.driver_connection
         if driver.is_closed():
             raise DisconnectionError("the server closed this pooled connection")
-        if driver.is_in_transaction() or private_asyncpg.untracked_transaction(driver):
+        if self.stranded(driver):
             # a transaction nobody tracks (asyncpg's, which the pool's rollback on check-in
             # does not see): the next transaction would be a savepoint inside it, and
             # never commit. Replaced: closing it rolls the abandoned one back.
             log.warning("a pooled connection was left inside a transaction; replacing it")
             raise DisconnectionError("a pooled connection was left inside a transaction")
-        if since is None or self.clock() - since < self.ping_after:
+        if since is None or self.trusted(since):
             return
         try:
             dbapi_conn.ping()

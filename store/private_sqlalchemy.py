@@ -9,7 +9,11 @@ would do per call straight to the driver. Two things it needs have no public nam
 * on PostgreSQL, the asyncpg adapter's cursor coroutine
   (``AsyncAdapt_asyncpg_cursor._prepare_and_execute``): the call SQLAlchemy's own
   ``execute`` makes (its prepared-statement cache, its transaction begun first), awaited
-  directly instead of through SQLAlchemy's greenlet.
+  directly instead of through SQLAlchemy's greenlet;
+* on PostgreSQL, the end of the adapter's transaction (``store/leases.py``): what the
+  adapter's ``commit()`` and ``rollback()`` do (``_transaction``, ``_call_and_discard``,
+  its errors translated by ``_handle_exception``), awaited directly too, and its
+  ``autocommit`` switch, which the adapter reads before it would say BEGIN.
 
 The compiler attributes the plans read (``bind_names``, ``insert_prefetch``,
 ``positiontup`` ...) carry no underscore but are internals too; :data:`RELIES_ON` lists
@@ -40,6 +44,10 @@ RELIES_ON: tuple[tuple[str, str], ...] = (
     ("ResultColumnsEntry", "keyname"),
     ("ResultColumnsEntry", "type"),
     ("postgresql.asyncpg.AsyncAdapt_asyncpg_cursor", "_prepare_and_execute"),
+    ("postgresql.asyncpg.AsyncAdapt_asyncpg_connection", "_transaction"),
+    ("postgresql.asyncpg.AsyncAdapt_asyncpg_connection", "_call_and_discard"),
+    ("postgresql.asyncpg.AsyncAdapt_asyncpg_connection", "_handle_exception"),
+    ("postgresql.asyncpg.AsyncAdapt_asyncpg_connection", "autocommit"),
 )
 
 
@@ -56,6 +64,8 @@ def missing() -> list[str]:
     probes: dict[str, Any] = {
         "SQLCompiler": compiled,
         "postgresql.asyncpg.AsyncAdapt_asyncpg_cursor": pg_asyncpg.AsyncAdapt_asyncpg_cursor,
+        "postgresql.asyncpg.AsyncAdapt_asyncpg_connection":
+            pg_asyncpg.AsyncAdapt_asyncpg_connection,
     }
     try:
         probes["ExpandedState"] = compiled.construct_expanded_state({"x": None})
@@ -77,3 +87,22 @@ def result_columns(compiled: Any) -> Any:
 async def prepare_and_execute(cursor: Any, sql: str, args: tuple[Any, ...]) -> None:
     """Run ``sql`` on an asyncpg adapter cursor as its ``execute`` would, awaited here."""
     await cursor._prepare_and_execute(sql, args)
+
+
+async def end_transaction(adapted: Any, *, commit: bool) -> None:
+    """COMMIT (or ROLLBACK) the adapter's transaction, if it began one, as its own
+    ``commit()`` / ``rollback()`` would (the transaction is let go of whether or not it
+    ended well; asyncpg's error is raised as the adapter's), awaited here."""
+    tr = adapted._transaction
+    if tr is None:
+        return
+    try:
+        await adapted._call_and_discard(tr.commit if commit else tr.rollback)
+    except Exception as error:
+        adapted._handle_exception(error)
+
+
+def set_autocommit(adapted: Any, on: bool) -> None:
+    """Statements on ``adapted`` run each in its own implicit transaction (no BEGIN), or
+    again at its isolation level."""
+    adapted.autocommit = on

@@ -54,9 +54,21 @@ class Decisions(Home):
             span.set(outcome=decision.outcome)
         return decision, None
 
+    @staticmethod
+    def _nothing_after(channel: str | None, decision: Decision | None,
+                       refusal: str | None) -> bool:
+        """Whether :meth:`_after` has nothing to do: a decision made at once on a card in
+        a channel (the card itself tells it, through the outbox). Most clicks are that, and
+        a task for nothing cost each of them."""
+        return (refusal is None and decision is not None and channel is not None
+                and not decision.repeated and not decision.discarded
+                and decision.outcome not in ("voted", "edited"))
+
     async def _after(self, client: AsyncWebClient, user: str, channel: str | None,
                      decision: Decision | None, refusal: str | None) -> None:
         """After the ack: tell the clicker what happened, refresh their App Home."""
+        if self._nothing_after(channel, decision, refusal):
+            return
         if refusal is not None:
             await self._tell(client, user, channel, refusal)
             return
@@ -93,7 +105,8 @@ class Decisions(Home):
                                                    user=user, verdict=verdict,
                                                    name=name_of(body))
             await ack()  # only now: the decision is committed (or nothing changed)
-            self._later(self._after(client, user, channel, decision, refusal))
+            if not self._nothing_after(channel, decision, refusal):
+                self._later(self._after(client, user, channel, decision, refusal))
         return handler
 
     async def _open_for(self, body: dict[str, Any], client: AsyncWebClient,

@@ -20,7 +20,9 @@ the run is *pressing*, and this process serves it first:
 * the resume worker starts it without waiting for a concurrency slot;
 * loops that only tell people about things (the outbox drain, run threads) call
   :meth:`Urgency.settle` before each batch: it returns at once when nothing presses,
-  else when the pressing runs are through or ``patience`` has passed;
+  else when the pressing runs are through or ``patience`` has passed (the drain counts
+  it from when its rows were announced, and queues its writes a bounded ``lag`` behind
+  that: a card is for the person who clicked, too);
 * while a decision is being recorded for someone whose request is held open, the worker
   starts no run whose person began waiting later than that decision ranks
   (:meth:`Urgency.answered`); background runs wait for every such decision.

@@ -232,8 +232,8 @@ class OpenAIChatModel:
                 await self._sleep(self._delay(attempt, None))
                 continue
             if 200 <= status < 300:
-                try:
-                    return json.loads(raw)
+                try:  # as callers' JSON is read: a lone surrogate is no text to store
+                    return loads(raw)
                 except ValueError:
                     raise self._not_a_completion(raw) from None
             if status in RETRY_STATUSES:

@@ -376,13 +376,16 @@ class Ledger:
         elif error is None:
             try:
                 text = compact_json(result)
-            except (TypeError, ValueError) as exc:
-                error = exc
+                # UTF-8 is what the database stores: a lone surrogate (json.dumps takes
+                # "\ud800") cannot be encoded, so the result is not storable text
+                size = len(text.encode())
+            except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
+                error, text = exc, None
                 err_class, err_text = "UnserializableResult", f"tool result is not JSON: {exc}"
             else:
-                if len(text.encode()) > self.max_result_bytes:
+                if size > self.max_result_bytes:
                     err_class = "PayloadTooLarge"
-                    err_text = (f"tool result of {len(text.encode())} bytes exceeds the "
+                    err_text = (f"tool result of {size} bytes exceeds the "
                                 f"{self.max_result_bytes}-byte cap")
                     text = None
         elif err_class is None:

@@ -84,8 +84,16 @@ class DrainConfig:
     max_backoff: float = 300.0
     stale_check: float = 5.0  # seconds between looks for dead claimers
     gather: float = 0.02  # after a wake, let a burst of rows pile up, then send as a batch
-    patience: float = 0.2  # how long a batch defers to decided runs on their way to a tool
-    busy_batch: int = 10  # rows per batch while decided runs are still pressing
+    # how long rows queued here defer to decided runs on their way to a tool, counted from
+    # the wake-up that announced them (not from each batch: in a burst of clicks something
+    # always presses, and per-batch patience let the cards trail the burst by seconds)
+    patience: float = 0.1
+    # a batch's writes (its claim, its marks) queue in the store as if for someone who
+    # began waiting this long after its rows were announced: behind the decided runs of
+    # everyone who clicked before that, ahead of later ones and of ordinary writes (in a
+    # burst the ordinary line holds every run's later steps, which kept cards back)
+    lag: float = 0.1
+    busy_batch: int = 25  # rows per batch while decided runs are still pressing
     # a card that is given up while its request is open mails the request to its approvers
     # instead (serve sets it when it can send mail)
     mail_fallback: bool = False
@@ -148,6 +156,8 @@ class OutboxDrain:
         self.config = config or DrainConfig()
         self._wake = asyncio.Event()
         self._stale: tuple[float, tuple[str, ...]] = (-1e9, ())
+        # when rows not yet claimed were first announced (urgency's monotonic clock)
+        self._woken: float | None = None
 
     async def _stale_owners(self) -> tuple[str, ...]:
         """Dead claimers, looked up at most every few seconds (only takeovers need it)."""
@@ -158,6 +168,8 @@ class OutboxDrain:
 
     def wake(self) -> None:
         """Drain now rather than at the next poll (a local commit added rows)."""
+        if self._woken is None:
+            self._woken = self.urgency.now()
         self._wake.set()
 
     async def drain_once(self) -> int:
@@ -166,28 +178,51 @@ class OutboxDrain:
         Groups are independent, so their heads go out concurrently; within a group the
         next row becomes the head only after this one is delivered. Heads are selected
         and claimed in one transaction, passing over those another replica is claiming
-        (see ``OutboxRepo.claim_heads``), and marked delivered in one transaction. Each
-        batch first lets decided runs reach their tool calls (see :mod:`runtime.kernel.urgency`).
+        (see ``OutboxRepo.claim_heads``), and marked delivered in one transaction.
+
+        Decided runs on their way to a tool go first (see :mod:`runtime.kernel.urgency`),
+        within bounds counted from when the rows were announced (:meth:`wake`): a batch
+        waits for them at most ``patience`` after that, and its writes queue in the store
+        as if for someone who began waiting ``lag`` after it. So under a stream of clicks
+        a card trails its click by about ``patience`` plus its own delivery, where a
+        patience per batch, and writes in the ordinary line behind every run's later
+        steps, made the cards trail the whole burst.
         """
         delivered = 0
         stale = await self._stale_owners()
+        config = self.config
+        # when the last batch's rows were announced: the rows it left (a full batch) or
+        # freed in their groups are its work too, for one more batch; after that, rows
+        # nobody announced (a poll's, a backlog's) count from now, so a stream of them
+        # still defers to decided runs
+        last: float | None = None
         while True:
-            quiet = await self.urgency.settle(self.config.patience)
+            announced = self._woken is not None
+            woken = self._woken if announced else last
+            if woken is None:
+                woken = self.urgency.now()
+            quiet = await self.urgency.settle(
+                max(0.0, woken + config.patience - self.urgency.now()))
+            self._woken = None  # rows announced from here on are the next batch's
+            rank = woken + config.lag
             now = self.clock.now()
-            async with self.db.write() as tx:
-                mine = await tx.outbox.claim_heads(
-                    owner=self.owners.owner, now=now, until=now + self.config.claim_ttl,
-                    limit=self.config.batch if quiet else self.config.busy_batch,
-                    stale_owners=stale)
+            limit = config.batch if quiet else config.busy_batch
+            with self.urgency.waits(rank):
+                async with self.db.write() as tx:
+                    mine = await tx.outbox.claim_heads(
+                        owner=self.owners.owner, now=now, until=now + config.claim_ttl,
+                        limit=limit, stale_owners=stale)
             if not mine:
                 return delivered
+            last = woken if announced else None
             results = await asyncio.gather(*(self._one(row) for row in mine))
             done = [(row.id, res) for row, (ok, res) in zip(mine, results, strict=True) if ok]
             if done:
                 failpoint("after_post_before_mark")
-                async with self.db.write() as tx:
-                    await tx.outbox.delivered_many(done, owner=self.owners.owner,
-                                                   now=self.clock.now())
+                with self.urgency.waits(rank):
+                    async with self.db.write() as tx:
+                        await tx.outbox.delivered_many(done, owner=self.owners.owner,
+                                                       now=self.clock.now())
             delivered += len(done)
             if not done:
                 return delivered

@@ -65,21 +65,21 @@ _LOCK = fast(_GET.with_for_update(key_share=True))
 # locked: the one lock order, run then approval), then the approval's, read as it stands
 # once both are held (a row changed meanwhile is read again by the lock, at READ
 # COMMITTED), in one statement (issue 50)
-_LOCK_IN_RUN = select(_T).where(
+_LOCK_IN_RUN = fast(select(_T).where(
     _T.c.id == bindparam("aid"),
     _T.c.run_id == select(_R.c.id).where(_R.c.id == bindparam("rid"))
     .with_for_update(key_share=True).scalar_subquery(),
-).with_for_update(key_share=True, of=_T)
+).with_for_update(key_share=True, of=_T))
 # the same with the run found from the request (its run never changes): a decision that
 # has not read the request before it locks it (issue 50)
 _OWN_RUN = _T.alias("own")
-_LOCK_BY_ID = select(_T).where(
+_LOCK_BY_ID = fast(select(_T).where(
     _T.c.id == bindparam("aid"),
     _T.c.run_id == select(_R.c.id).where(
         _R.c.id == select(_OWN_RUN.c.run_id).where(_OWN_RUN.c.id == bindparam("aid"))
         .scalar_subquery())
     .with_for_update(key_share=True).scalar_subquery(),
-).with_for_update(key_share=True, of=_T)
+).with_for_update(key_share=True, of=_T))
 _VOTERS = fast(select(_V.c.actor).where(_V.c.approval_id == bindparam("aid"),
                                         _V.c.verdict == "approve",
                                         _V.c.digest == bindparam("d"))

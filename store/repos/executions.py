@@ -47,8 +47,8 @@ def _intent_under_lease(server: bool, journal: bool) -> Any:
     ins = (cast(Any, postgresql.insert(_COLS)).from_select(["run_id", *_INTENT_COLS], rows,
                                                                 include_defaults=False)
            .on_conflict_do_nothing().returning(_COLS.c.call_id).cte("ins"))
-    return select(select(func.count()).select_from(fence).scalar_subquery(),
-                  select(func.count()).select_from(ins).scalar_subquery())
+    return fast(select(select(func.count()).select_from(fence).scalar_subquery(),
+                       select(func.count()).select_from(ins).scalar_subquery()))
 
 
 class ExecutionsRepo(Repo):

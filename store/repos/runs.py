@@ -150,7 +150,7 @@ def _acquire(with_stale: bool, server: bool, dialect: str) -> Any:
     prev = (select(_T.c.id, _T.c.lease_owner.label(_PREV_OWNER))
             .where(_T.c.id == bindparam("rid")).with_for_update(key_share=True)
             .subquery("prev"))
-    return stmt.where(_T.c.id == prev.c.id).returning(*_T.c, prev.c[_PREV_OWNER])
+    return fast(stmt.where(_T.c.id == prev.c.id).returning(*_T.c, prev.c[_PREV_OWNER]))
 
 
 @functools.lru_cache(maxsize=8)

@@ -214,6 +214,8 @@ class Row:
         return self.count / self.wall
 
     def per(self, kind: str) -> float:
+        if kind == "BEGIN":
+            return sql_count.begins(self.statements) / self.count
         return self.statements.get(kind, 0) / self.count
 
     def path(self) -> list[tuple[int, str]]:

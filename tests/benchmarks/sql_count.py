@@ -140,6 +140,14 @@ def per_kind(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
     return dict(kinds)
 
 
+def begins(kinds: dict[str, int]) -> int:
+    """The BEGINs among :func:`per_kind`'s counts, however asyncpg spelled them:
+    ``BEGIN;`` on a connection at the server's default level (one kept checked out
+    between transactions, store/leases.py), ``BEGIN ISOLATION LEVEL ...`` on one that
+    SQLAlchemy set a level on."""
+    return kinds.get("BEGIN", 0) + kinds.get("BEGIN;", 0)
+
+
 def autocommit_writes(before: dict[str, int], after: dict[str, int]) -> int:
     """How many writes were sent between two snapshots as ONE statement in autocommit
     (``Database.write_one``), on a connection in no transaction: each a transaction of

@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from approvald.store.db import Database
+from approvald.store.db import Database, is_store_failure
 from approvald.store.repos import Tx
 from sqlalchemy import text
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from tests.helpers import START
 from tests.integration.test_db_reconnect import admin
@@ -194,3 +195,59 @@ async def test_a_cancelled_write_whose_traceback_lives_on_holds_no_lock(tmp_path
         kept.clear()
         await d.close()
 
+
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+async def test_a_caller_waits_for_a_kept_connection_and_gives_up_with_the_pool(
+        db_url: str) -> None:
+    """PostgreSQL's connections stay checked out between transactions (store/leases.py):
+    with all of them in use a caller waits for one to come back, handed over to the one
+    that waited longest; one that stops waiting (cancelled, or past the pool's timeout)
+    takes nothing with it."""
+    db = Database(db_url, connections=1, fast_path=True, server_time=False)
+    assert db._leases is not None
+    held, done = asyncio.Event(), asyncio.Event()
+
+    async def hold() -> None:
+        async with db.write() as tx:
+            await tx.conn.execute(text("SELECT 1"))
+            held.set()
+            await done.wait()
+
+    async def read() -> int:
+        async with db.read() as tx:
+            return int((await tx.conn.execute(text("SELECT 2"))).scalar_one())
+
+    try:
+        holder = asyncio.create_task(hold())
+        await held.wait()
+        gave_up = asyncio.create_task(read())
+        waiting = asyncio.create_task(read())
+        await asyncio.sleep(0)  # both are waiting: no connection is free
+        assert len(db._leases._waiters) == 2
+        gave_up.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await gave_up
+        db._leases.timeout = 0.05  # the pool's (30 s by default)
+        with pytest.raises(PoolTimeout) as timed_out:
+            await read()
+        assert is_store_failure(timed_out.value)
+        done.set()
+        await holder
+        assert await asyncio.wait_for(waiting, 10) == 2  # handed the connection
+        assert await read() == 2
+        # handed the connection just as it is cancelled, a caller passes it on
+        write = db.write()
+        await write.__aenter__()
+        late = asyncio.create_task(read())
+        await asyncio.sleep(0)
+        assert len(db._leases._waiters) == 1
+        await write.__aexit__(None, None, None)  # its connection handed to the waiting one
+        late.cancel()  # before that one could run
+        with pytest.raises(asyncio.CancelledError):
+            await late
+        assert await read() == 2  # at once: the pool's timeout is 0.05 s here
+        # one connection, held by the one object, checked out of the pool once
+        assert (db._leases.held, db.engine.pool.checkedout()) == (1, 1)  # type: ignore[attr-defined]
+    finally:
+        done.set()
+        await db.close()

@@ -10,6 +10,7 @@ round trip when asyncpg has read the connection's end, with a ping when it idled
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg  # type: ignore[import-untyped]
@@ -174,3 +175,57 @@ async def test_the_ping_replaces_a_connection_asyncpg_calls_busy(
     async with db.read() as tx:
         assert (await tx.conn.execute(text("SELECT 2"))).scalar_one() == 2
     assert pings.seen == [";"]  # the new connection, just made, needs no ping
+
+
+async def test_a_connection_lost_at_a_planned_commit_is_not_run_again(db: Database) -> None:
+    # the transaction's only statement went by its plan (store/fastsql.py), so its COMMIT
+    # is said on the driver's adapter (store/leases.py), not by SQLAlchemy
+    attempts = 0
+    killer = await admin(db)
+
+    async def work(tx: Tx) -> None:
+        nonlocal attempts
+        attempts += 1
+        await tx.runs.create(run_id=f"r-{attempts}", agent="a", task="t", requested_by="U",
+                             instructions_version="v", now=datetime(2026, 1, 1, tzinfo=UTC))
+        raw = await (await tx.conn.connection()).get_raw_connection()
+        await killer.execute("SELECT pg_terminate_backend($1)",
+                             raw.driver_connection.get_server_pid())
+        await asyncio.sleep(0.2)  # the connection is gone before COMMIT is sent
+
+    try:
+        with pytest.raises(DBAPIError) as lost:
+            await db.transact(work, what="a transaction that dies at COMMIT")
+    finally:
+        await killer.close()
+    assert attempts == 1
+    assert lost.value.connection_invalidated and lost.value.statement is None
+    async with db.read() as tx:
+        assert await tx.runs.get("r-1") is None
+
+
+async def _pids(db: Database, n: int) -> set[int]:
+    """The server processes of ``n`` connections in use at once."""
+    together = asyncio.Barrier(n)
+
+    async def pid() -> int:
+        async with db.read() as tx:
+            found = int((await tx.conn.execute(text("SELECT pg_backend_pid()"))).scalar_one())
+            await together.wait()
+            return found
+
+    return set(await asyncio.gather(*(pid() for _ in range(n))))
+
+
+async def test_a_disconnect_replaces_every_connection_from_before_it(db: Database) -> None:
+    # SQLAlchemy takes a statement's lost connection as the whole pool's: every connection
+    # checked out before it is replaced on its next checkout, and so is every connection
+    # kept checked out between transactions (store/leases.py) on its next use
+    before = await _pids(db, 3)
+    assert len(before) == 3
+    with pytest.raises(DBAPIError) as lost:
+        async with db.write() as tx:
+            await tx.conn.execute(text("SELECT pg_terminate_backend(pg_backend_pid())"))
+    assert lost.value.connection_invalidated
+    after = await _pids(db, 3)
+    assert len(after) == 3 and not after & before

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,9 @@ from approvald.runtime.kernel.outcomes import Completed, Paused
 from approvald.runtime.runs.agent import Registry
 from approvald.runtime.runs.demo import REFUND_POLICY, DemoLedger, refund_agent
 from approvald.store.db import Database
+from approvald.store.repos import Tx
 from sqlalchemy import event, text
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from tests.conftest import SIGNER
 from tests.unit.test_decisions import card_token
@@ -132,3 +135,104 @@ async def test_a_burst_keeps_the_connections_it_opened(db: Database) -> None:
     assert len(connects) == 20
     await asyncio.gather(*(hold() for _ in range(20)))
     assert len(connects) == 20  # the second burst opened none
+
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+async def _pid(tx: Tx) -> int:
+    """The server process of the connection ``tx`` runs on (asked of asyncpg: no
+    statement sent)."""
+    raw = await (await tx.conn.connection()).get_raw_connection()
+    return int(raw.driver_connection.get_server_pid())
+
+
+async def test_transactions_keep_their_connection_checked_out(
+        db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 50: every write, write of one statement and plain read checked a connection
+    # out of the pool and back in (events, a rollback on return), and each autocommit one
+    # set the connection's isolation level to AUTOCOMMIT and back: ~10 checkouts and ~11
+    # level sets per approval. A connection is now kept between them (store/leases.py).
+    d = Database(db_url, server_time=False, fast_path=True)
+    checkouts: list[int] = []
+    event.listen(d.engine.sync_engine, "checkout", lambda *_: checkouts.append(1))
+    levels: list[str] = []
+    set_level = d.engine.dialect.set_isolation_level
+
+    def counted(dbapi_conn: Any, level: str) -> None:
+        levels.append(level)
+        set_level(dbapi_conn, level)
+
+    monkeypatch.setattr(d.engine.dialect, "set_isolation_level", counted)
+    try:
+        async with d.read() as tx:  # the one checkout
+            await tx.runs.get("no-such-run")
+        assert len(checkouts) == 1
+        for _ in range(5):
+            async with d.write() as tx:
+                await tx.runs.renew_lease("no-such-run", owner="w", now=T0, until=T0)
+            async with d.write_one() as tx:
+                await tx.runs.renew_lease("no-such-run", owner="w", now=T0, until=T0)
+            async with d.read() as tx:
+                await tx.runs.get("no-such-run")
+                await tx.conn.execute(text("SELECT 1"))  # SQLAlchemy's own, on it too
+        assert (len(checkouts), levels) == (1, [])
+    finally:
+        await d.close()
+
+
+@pytest.mark.parametrize("through", ["plans", "sqlalchemy"])
+async def test_a_kept_connection_rolls_back_and_is_kept(db_url: str, through: str) -> None:
+    # A read and a write of one statement switch the connection to autocommit for their
+    # statements; the write after them is a transaction again (its error undoes its
+    # insert), and the rollback leaves the connection fit to keep.
+    d = Database(db_url, server_time=False, fast_path=True)
+    try:
+        async with d.read() as tx:
+            pid = await _pid(tx)
+        async with d.write_one() as tx:
+            await tx.runs.renew_lease("no-such-run", owner="w", now=T0, until=T0)
+        with pytest.raises(RuntimeError, match="undo"):
+            async with d.write() as tx:
+                if through == "sqlalchemy":  # SQLAlchemy begins the transaction
+                    await tx.conn.execute(text("SELECT 1"))
+                await tx.runs.create(run_id="r-undone", agent="a", task="t",
+                                     requested_by="U", instructions_version="v", now=T0)
+                assert await _pid(tx) == pid
+                raise RuntimeError("undo")
+        async with d.read() as tx:
+            assert await tx.runs.get("r-undone") is None
+            assert await _pid(tx) == pid  # kept, not replaced
+            assert not (await tx.conn.connection()).in_transaction()
+    finally:
+        await d.close()
+
+
+async def test_a_decision_sends_every_statement_by_its_plan(
+        db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A statement SQLAlchemy executes costs several times a planned one, and began its
+    # own transaction on the connection: the decision's locks, the lease taken to resume
+    # and the call's intent went that way, not registered for a plan (issue 50).
+    d = Database(db_url, server_time=False, fast_path=True)
+    try:
+        ledger = DemoLedger(str(tmp_path / "ledger.json"))
+        engine = assemble(d, Registry([refund_agent(ledger, approval=REFUND_POLICY)]),
+                          signer=SIGNER)
+        paused = await engine.run("demo-refund", "Refund order A-1001, customer was "
+                                  "double charged", requested_by="U_DANA")
+        assert isinstance(paused, Paused)
+        approval = await engine.approval(paused.approval_ids[0])
+        by_sqlalchemy: list[str] = []
+        execute = AsyncConnection.execute
+
+        async def counted(conn: Any, stmt: Any, *args: Any, **kwargs: Any) -> Any:
+            by_sqlalchemy.append(" ".join(str(stmt).split())[:80])
+            return await execute(conn, stmt, *args, **kwargs)
+
+        monkeypatch.setattr(AsyncConnection, "execute", counted)
+        await engine.decide(approval.id, actor=Actor("U_ALICE", "slack"), verdict="approve",
+                            token=card_token(approval))
+        assert isinstance(await engine.advance(approval.run_id), Completed)
+        assert by_sqlalchemy == []
+    finally:
+        await d.close()

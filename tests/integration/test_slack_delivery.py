@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from approvald.bot.slack import cards
@@ -112,6 +113,34 @@ async def test_quorum_card_shows_progress_and_keeps_its_buttons(sqlite_url, tmp_
         await h.slack.click(cards.APPROVE, h.value(a), user_id="U_BOB", channel_id=CHANNEL)
         await wait_for(lambda: _status(h, paused.run_id, "completed"), what="completion")
         assert len(h.refunds()) == 1
+
+
+async def test_a_click_decided_at_once_hands_nothing_off_after_its_ack(sqlite_url, tmp_path):
+    """A click that decides its request at once, on a card in a channel, has nothing to
+    tell the clicker (the card tells it, through the outbox): no task is made after its
+    ack for nothing (issue 50; most clicks are that). A vote short of its quorum is still
+    told (test_quorum_card_shows_progress_and_keeps_its_buttons)."""
+    async with harness(sqlite_url, tmp_path) as h:
+        paused = await h.pause_refund()
+        [aid] = paused.approval_ids
+        await h.card(aid)
+        a = await h.approval(aid)
+        handlers = h.service.slack.handlers
+        handed: list[Any] = []
+        real = handlers._later
+
+        def later(work: Any) -> None:
+            handed.append(work)
+            real(work)
+
+        handlers._later = later
+        r = await h.slack.click(cards.APPROVE, h.value(a), user_id="U_ALICE",
+                                channel_id=CHANNEL)
+        assert r.status == 200
+        assert (await h.approval(aid)).status == "approved"
+        assert handed == []
+        await wait_for(lambda: _status(h, paused.run_id, "completed"), what="completion")
+        assert h.emulator.ephemeral(CHANNEL, "U_ALICE") == []
 
 
 async def test_escalation_updates_the_old_card_and_posts_a_linked_new_one(sqlite_url,

@@ -146,6 +146,28 @@ async def test_a_failing_lease_renewal_never_replaces_the_outcome(make_engine, d
     assert len(provider.charges) == 1
 
 
+async def test_a_step_shorter_than_a_renewal_starts_no_heartbeat(make_engine,
+                                                                 monkeypatch) -> None:
+    """The lease is renewed from a task started once the first renewal is due, not from
+    a task per step that sleeps and is cancelled (issue 50: most steps end well before
+    ``lease_ttl / 3``); a long step still renews (the test above)."""
+    provider = Provider()
+    engine = make_engine(agents=[pay_agent(provider)], lease_ttl=timedelta(seconds=60))
+    run_id = await engine.start_run("payer", "pay", requested_by="U_DANA")
+    loop = asyncio.get_running_loop()
+    real = loop.create_task
+    made: list[str] = []
+
+    def spy(coro, **kw):  # type: ignore[no-untyped-def]
+        made.append(getattr(coro, "__qualname__", ""))
+        return real(coro, **kw)
+
+    monkeypatch.setattr(loop, "create_task", spy)
+    assert isinstance(await engine.advance(run_id), Completed)
+    assert provider.charges == [f"{run_id}:call_0_0"]
+    assert not [m for m in made if "_heartbeat" in m], made
+
+
 # -- 2. one "retry" answer sanctions exactly one attempt ----------------------------------
 
 async def test_a_retry_answer_sanctions_one_attempt_not_every_later_one(make_engine, db):

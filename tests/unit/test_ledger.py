@@ -253,3 +253,35 @@ async def test_the_model_reads_a_result_as_stored(make_engine, result: Any) -> N
     assert isinstance(await engine.advance(run_id), Completed)
     stored = json.loads(json.dumps(result, ensure_ascii=False))
     assert seen == [stored] and type(seen[0]) is type(stored)
+
+
+@pytest.mark.parametrize("result", [{"s": "\ud800"}, object()], ids=["lone-surrogate", "object"])
+async def test_a_result_that_cannot_be_stored_reaches_the_model_as_a_failed_call(
+        make_engine, db, result: Any) -> None:
+    """A result JSON cannot hold as UTF-8 text (a lone surrogate: json.dumps takes it, the
+    database cannot store it) is the call's recorded failure, ``UnserializableResult``,
+    like any result that is not JSON: the run goes on to the model's next turn, not into a
+    retry loop."""
+    from approvald.runtime.record.state import ToolMessage
+
+    told: list[Any] = []
+
+    @tool(permission="execute", policy="auto")
+    async def give(ctx: ToolContext) -> Any:
+        """Returns the value under test."""
+        return result
+
+    def script(messages: Any) -> Any:
+        seen = [m.content for m in messages if isinstance(m, ToolMessage)]
+        if not seen:
+            return reply(None, ("give", {}))
+        told.extend(seen)
+        return reply("ok", turn=1)
+
+    engine = make_engine(agents=[Agent(name="giver", instructions="", tools=[give],
+                                       model=ScriptedModel(script))])
+    run_id = await engine.start_run("giver", "give", requested_by="U_DANA")
+    assert isinstance(await engine.advance(run_id), Completed)
+    assert len(told) == 1 and "UnserializableResult" in str(told[0])
+    rows = (await Rows(db).executions(run_id)).values()
+    assert [(r.status, r.error_class) for r in rows] == [("failed", "UnserializableResult")]

@@ -284,6 +284,8 @@ async def test_bad_arguments_are_kept_and_flagged(provider: FakeProvider,
     (Answer(json={"choices": [{"index": 0}]}), '"index":0'),
     (Answer(json=completion(None, {"id": "c1", "type": "function",
                                    "function": {"arguments": "{}"}})), '"id":"c1"'),
+    # half a surrogate pair: JSON can escape it, no database can store it as text
+    (Answer(json=completion("half \ud800 a pair")), "half \\ud800 a pair"),
 ])
 async def test_not_a_chat_completion(provider: FakeProvider, make: Callable[..., Made],
                                      answer: Answer, snippet: str) -> None:

@@ -28,6 +28,12 @@ def test_statements_sent_between_snapshots_most_sent_first_and_on_one_line() -> 
         "SELECT": 6, "BEGIN;": 3, "COMMIT;": 3, "UPDATE": 1, "all": 13}
 
 
+def test_a_begin_is_counted_however_asyncpg_spells_it() -> None:
+    kinds = sql_count.per_kind({}, {"BEGIN;": 2, "BEGIN ISOLATION LEVEL READ COMMITTED;": 3,
+                                    "COMMIT;": 5})
+    assert sql_count.begins(kinds) == 5
+
+
 def test_a_short_or_computed_column_list_is_kept() -> None:
     assert sql_count.shape(LOCK) == LOCK
     two = "UPDATE h SET seq=h.seq WHERE h.id = $1 RETURNING h.seq, h.hash"

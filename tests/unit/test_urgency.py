@@ -14,7 +14,7 @@ from approvald.runtime.runs.agent import Agent
 from approvald.store.db import Database, WriteLock
 from approvald.store.waiting import waiting
 
-from tests.helpers import parts
+from tests.helpers import Rows, parts
 
 ALICE = Actor("U_ALICE", "slack")
 
@@ -330,3 +330,138 @@ async def test_a_decisions_writes_queue_by_the_deciders_rank(make_engine, db,
     # its call started (its checkpoint, its card's redraw) nobody waits on its writes
     assert seen[:2] == [ticks.t, ticks.t] and set(seen[2:]) == {None}, seen
     assert parts(engine).urgency.pressing == 0
+
+
+class Delivered:
+    async def deliver(self, row):  # type: ignore[no-untyped-def]
+        return {"ok": True}
+
+
+async def test_the_drains_writes_queue_by_when_its_rows_were_announced(make_engine, db,
+                                                                       monkeypatch) -> None:
+    """In a burst of clicks the ordinary write line holds every run's later steps: a card
+    queued there trailed the burst by seconds (issue 50). The drain's claim and marks
+    queue ``lag`` after the wake-up that announced their rows, behind everyone who
+    clicked before that and ahead of the rest; a batch nobody announced ranks from now."""
+    ticks = Ticks()
+    engine = make_engine(urgency=Urgency(monotonic=ticks))
+    await engine.run("demo-refund", "Refund order A-1001", requested_by="U_DANA")
+    drain = engine.drain(Delivered(), DrainConfig(patience=0, lag=0.1))
+    seen: list[float | None] = []
+    real = WriteLock.acquire
+
+    async def acquire(self: WriteLock, *, since: float | None = None) -> None:
+        seen.append(since)
+        await real(self, since=since)
+
+    monkeypatch.setattr(WriteLock, "acquire", acquire)
+    announced = ticks.t
+    drain.wake()
+    drain.wake()  # a second announcement does not make the first one younger
+    ticks.t += 0.5  # the drain gets to the rows later
+    assert await drain.drain_once() == 1
+    if db.dialect != "sqlite":  # PostgreSQL has no in-process write queue
+        return
+    # the claim and the mark at the announcement's rank, and so the look for what the
+    # delivered rows freed in their groups (theirs too)
+    assert seen == [announced + 0.1] * 3, seen
+    seen.clear()
+    assert await drain.drain_once() == 0  # a look nobody announced: from now
+    assert seen == [ticks.t + 0.1], seen
+
+
+async def test_rows_announced_longer_ago_than_patience_go_while_a_decision_presses(
+        make_engine) -> None:
+    """Patience counts from the announcement, not from each batch: under a stream of
+    clicks something always presses, and a drain that waited its patience before every
+    batch kept cards back for the whole burst."""
+    ticks = Ticks()
+    engine = make_engine(urgency=Urgency(monotonic=ticks))
+    for i in range(3):
+        await engine.run("demo-refund", f"Refund order A-100{i}", requested_by="U_DANA")
+    urgency = parts(engine).urgency
+    urgency.begin("someone's run")
+    pressed: list[bool] = []
+
+    class Telling:
+        async def deliver(self, row):  # type: ignore[no-untyped-def]
+            pressed.append(urgency.presses("someone's run"))
+            if len(pressed) == 3:
+                urgency.end("someone's run")  # a look for more rows nobody announced waits
+            return {"ok": True}
+
+    drain = engine.drain(Telling(), DrainConfig(patience=0.2, busy_batch=2))
+    drain.wake()
+    ticks.t += 0.2  # as long as its patience since the rows were announced: no more waiting
+    # the batch, and the one after it that takes what the full batch left, both at once
+    assert await asyncio.wait_for(drain.drain_once(), 5) == 3
+    assert pressed == [True] * 3
+
+
+async def test_the_worker_waits_for_its_next_run_without_a_task_per_run(make_engine) -> None:
+    """Between runs the worker waits on its queue, which stopping wakes with a sentinel:
+    it makes a task per run only to advance it, not two more to wait for it (a getter
+    and a stopper, each cancelled after; issue 50: about 15 tasks were made per click)."""
+    import sys
+
+    engine = make_engine()
+    paused = [await engine.run("demo-refund", f"Refund order A-100{i}", requested_by="U_DANA")
+              for i in range(3)]
+    worker = engine.worker(poll_interval=3600)
+    loop = asyncio.get_running_loop()
+    real = loop.create_task
+    made: list[str] = []
+
+    def spy(coro, **kw):  # type: ignore[no-untyped-def]
+        f = sys._getframe(1)
+        while f is not None and "asyncio" in f.f_code.co_filename:
+            f = f.f_back  # type: ignore[assignment]
+        if f is not None and f.f_code.co_qualname == "ResumeWorker.run":
+            made.append(coro.__qualname__)
+        return real(coro, **kw)
+
+    stop = asyncio.Event()
+    loop.create_task = spy  # type: ignore[method-assign]
+    try:
+        serving = asyncio.create_task(worker.run(stop))
+        for p in paused:
+            await engine.decide(p.approval_ids[0], actor=ALICE, verdict="approve")
+        for _ in range(1000):
+            runs = [await Rows.of(engine).run(p.run_id) for p in paused]
+            if all(r is not None and r.status == "completed" for r in runs):
+                break
+            await asyncio.sleep(0.01)
+        else:
+            raise AssertionError("the runs did not complete")
+        stop.set()
+        await asyncio.wait_for(serving, 10)
+    finally:
+        del loop.create_task
+    assert sorted(made) == sorted(["ResumeWorker._poll", "ResumeWorker._stop_queue",
+                                   *["ResumeWorker._advance"] * 3]), made
+
+
+async def test_rows_nobody_announced_defer_again_after_the_announced_batch(make_engine,
+                                                                          monkeypatch) -> None:
+    """What a batch leaves (a full batch) or frees in its groups is its work for one more
+    batch, at once; after that, rows nobody announced (a poll's, a backlog's) count from
+    now again, so a stream of them keeps deferring to decided runs rather than running
+    flat out past everyone's clicks."""
+    ticks = Ticks()
+    engine = make_engine(urgency=Urgency(monotonic=ticks))
+    for i in range(5):
+        await engine.run("demo-refund", f"Refund order A-100{i}", requested_by="U_DANA")
+    urgency = parts(engine).urgency
+    asked: list[float] = []
+
+    async def settle(patience: float) -> bool:
+        asked.append(round(patience, 6))
+        return False  # something presses throughout
+
+    monkeypatch.setattr(urgency, "settle", settle)
+    drain = engine.drain(Delivered(), DrainConfig(patience=0.2, busy_batch=2))
+    drain.wake()
+    ticks.t += 0.2
+    assert await drain.drain_once() == 5
+    # announced (2 rows), what it left (2), then from now: the last row, then a last look
+    assert asked == [0.0, 0.0, 0.2, 0.2], asked
