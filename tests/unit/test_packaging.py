@@ -7,6 +7,7 @@ agents is its own, never approvald's, and approvald's packages are never the use
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -32,11 +33,22 @@ def test_every_package_folder_is_listed_and_nothing_else() -> None:
     assert set(config["packages"]) == found, "list every package folder in pyproject.toml"
 
 
+# the tests that install the wheel run on one xdist worker, which builds it once
+pytestmark = pytest.mark.xdist_group("wheel")
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel, built from a copy of the checkout: setuptools writes ``build/`` and
+    ``approvald.egg-info`` into the tree it builds, so two builds of one tree at once (two
+    workers, or a developer's own ``pip install .``) broke each other ("No such file or
+    directory" while copying the egg-info)."""
     out = tmp_path_factory.mktemp("wheel")
+    src = tmp_path_factory.mktemp("source") / "approvald"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "node_modules", "build", "*.egg-info", "__pycache__", ".*cache"))
     done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w",
-                           str(out), str(ROOT)], capture_output=True, text=True, timeout=300)
+                           str(out), str(src)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     [built] = out.glob("approvald-*.whl")
     return built
