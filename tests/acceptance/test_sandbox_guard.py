@@ -41,6 +41,11 @@ def test_another_origins_post_starts_no_run(tmp_path: Path) -> None:
     try:
         sb.start()
         own = f"127.0.0.1:{sb.port}"
+        # serve's start posts the audit log's head to the audit channel (a change to the
+        # workspace, which moves the page's version): taken as settled once it is there,
+        # as test_sandbox_product does (read before it, the version moved under the test)
+        wait_until(lambda: "Audit log head" in sb.state("U_DANA", pane="C_AUDIT")["main"],
+                   within=60, what="the audit head's post")
         before = sb.state("U_DANA")["version"]
         # what a form or a fetch on another site sends: a "simple" request, no preflight
         error = refused(*sb.raw("POST", "/ui/runs", {
