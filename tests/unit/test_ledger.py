@@ -223,45 +223,9 @@ async def test_a_lease_lost_at_the_checkpoint_still_records_what_ran(make_engine
     assert rec.status == "succeeded" and rec.result_value() == {"charged": 500}
 
 
-@pytest.mark.parametrize("result", ["deployed web", "", "caf\u00e9 \u2603", 7, 2.5, -0.0, True,
-                                    None, ("a", 1), {"n": (1, 2)}, [{"x": None}]])
-async def test_the_model_reads_a_result_as_stored(make_engine, result: Any) -> None:
-    """What the model reads of a fresh result is its stored JSON text read back: a string,
-    a number, a bool or None as itself without decoding it again (issue 50), a tuple as
-    the list it is stored as."""
-    import json
-
-    from approvald.runtime.record.state import ToolMessage
-
-    seen: list[Any] = []
-
-    @tool(permission="execute", policy="auto")
-    async def give(ctx: ToolContext) -> Any:
-        """Returns the value under test."""
-        return result
-
-    def script(messages: Any) -> Any:
-        told = [m.content for m in messages if isinstance(m, ToolMessage)]
-        if not told:
-            return reply(None, ("give", {}))
-        seen.extend(told)
-        return reply("ok", turn=1)
-
-    engine = make_engine(agents=[Agent(name="giver", instructions="", tools=[give],
-                                       model=ScriptedModel(script))])
-    run_id = await engine.start_run("giver", "give", requested_by="U_DANA")
-    assert isinstance(await engine.advance(run_id), Completed)
-    stored = json.loads(json.dumps(result, ensure_ascii=False))
-    assert seen == [stored] and type(seen[0]) is type(stored)
-
-
-@pytest.mark.parametrize("result", [{"s": "\ud800"}, object()], ids=["lone-surrogate", "object"])
-async def test_a_result_that_cannot_be_stored_reaches_the_model_as_a_failed_call(
-        make_engine, db, result: Any) -> None:
-    """A result JSON cannot hold as UTF-8 text (a lone surrogate: json.dumps takes it, the
-    database cannot store it) is the call's recorded failure, ``UnserializableResult``,
-    like any result that is not JSON: the run goes on to the model's next turn, not into a
-    retry loop."""
+async def told_of(make_engine, result: Any) -> tuple[str, list[Any]]:
+    """Run an agent whose one auto tool returns ``result`` to completion; its run id and
+    what the model read of the call."""
     from approvald.runtime.record.state import ToolMessage
 
     told: list[Any] = []
@@ -282,6 +246,30 @@ async def test_a_result_that_cannot_be_stored_reaches_the_model_as_a_failed_call
                                        model=ScriptedModel(script))])
     run_id = await engine.start_run("giver", "give", requested_by="U_DANA")
     assert isinstance(await engine.advance(run_id), Completed)
+    return run_id, told
+
+
+@pytest.mark.parametrize("result", ["deployed web", "", "caf\u00e9 \u2603", 7, 2.5, -0.0, True,
+                                    None, ("a", 1), {"n": (1, 2)}, [{"x": None}]])
+async def test_the_model_reads_a_result_as_stored(make_engine, result: Any) -> None:
+    """What the model reads of a fresh result is its stored JSON text read back: a string,
+    a number, a bool or None as itself without decoding it again (issue 50), a tuple as
+    the list it is stored as."""
+    import json
+
+    _, seen = await told_of(make_engine, result)
+    stored = json.loads(json.dumps(result, ensure_ascii=False))
+    assert seen == [stored] and type(seen[0]) is type(stored)
+
+
+@pytest.mark.parametrize("result", [{"s": "\ud800"}, object()], ids=["lone-surrogate", "object"])
+async def test_a_result_that_cannot_be_stored_reaches_the_model_as_a_failed_call(
+        make_engine, db, result: Any) -> None:
+    """A result JSON cannot hold as UTF-8 text (a lone surrogate: json.dumps takes it, the
+    database cannot store it) is the call's recorded failure, ``UnserializableResult``,
+    like any result that is not JSON: the run goes on to the model's next turn, not into a
+    retry loop."""
+    run_id, told = await told_of(make_engine, result)
     assert len(told) == 1 and "UnserializableResult" in str(told[0])
     rows = (await Rows(db).executions(run_id)).values()
     assert [(r.status, r.error_class) for r in rows] == [("failed", "UnserializableResult")]
