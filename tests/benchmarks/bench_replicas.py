@@ -206,7 +206,7 @@ async def main_async(db: str, runs: int, rounds: int, statements: int = 0,
                      rows: int = 25, deep: bool = False) -> int:
     ones: list[dict[str, float]] = []
     threes: list[dict[str, float]] = []
-    profiles = Path(tempfile.mkdtemp(prefix="replicas-prof-"))
+    profiles = Path(tempfile.mkdtemp(prefix="replicas-prof-")) if deep else Path()
     if deep:
         os.environ["BENCH_SQL_WHERE"] = "1"  # serve counts statements by origin
     for n in range(rounds):

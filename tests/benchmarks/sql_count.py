@@ -65,16 +65,17 @@ def _write(target: Path, counts: collections.Counter[str]) -> None:
 
 
 def origin(depth: int = 2) -> str:
-    """Where the statement being sent comes from: ``store/<file>:<function>`` (the last
-    store frame, the one that sent it) ``< runtime/<file>:<function>`` (the first frame of
-    ``runtime`` or ``bot`` above it, the part that asked). Coroutine frames are linked
-    while they run, and SQLAlchemy's greenlet is entered from the awaiting coroutine, so
-    the walk reaches the caller either way."""
+    """Where the statement being sent comes from: ``store/<file>:<function>`` (the
+    outermost store frame: the repository method, or the transaction's BEGIN or COMMIT in
+    ``store/db.py``) ``< runtime/<file>:<function>`` (the first frame of ``runtime`` or
+    ``bot`` above it, the part that asked). Coroutine frames are linked while they run,
+    and SQLAlchemy's greenlet is entered from the awaiting coroutine, so the walk reaches
+    the caller whichever path (planned or SQLAlchemy's) sent the statement."""
     f: Any = sys._getframe(depth)
     store = own = ""
     while f is not None:
         name = f.f_code.co_filename
-        if name.startswith(_STORE) and not store:
+        if name.startswith(_STORE):
             store = f"{name[len(_ROOT):]}:{f.f_code.co_name}"
         elif name.startswith(_OWN):
             own = f"{name[len(_ROOT):]}:{f.f_code.co_name}"
