@@ -373,3 +373,22 @@ async def test_a_drain_claims_and_marks_in_one_statement_each_outside_any_transa
     assert {r.status for r in await Rows(db).outbox(kind="notice")} == {"delivered"}
     # the claim of three, their mark, the claim that found nothing left: nothing else
     assert [s.split()[0] for s in sent] == ["WITH", "UPDATE", "WITH"], sent
+
+
+async def test_a_dead_claimers_heads_are_claimed_again_before_their_claim_lapses(
+        db, clock) -> None:
+    # the claim's stale-owner path, in the one statement PostgreSQL now sends for it too
+    now = clock.now()
+    async with db.write() as tx:
+        await tx.outbox.add(kind="notice", group_key="g", payload="{}", now=now)
+    until = now + timedelta(seconds=60)
+    async with db.write() as tx:
+        [row] = await tx.outbox.claim_heads(owner="dead", now=now, until=until, limit=5)
+    async with db.write() as tx:  # a live claimer's claim holds until it lapses
+        assert await tx.outbox.claim_heads(owner="r2", now=now, until=until, limit=5) == []
+    async with db.write() as tx:
+        [again] = await tx.outbox.claim_heads(owner="r2", now=now, until=until, limit=5,
+                                              stale_owners=["dead"])
+    assert (again.id, again.attempts) == (row.id, 1)  # as it was before this claim
+    [after] = await Rows(db).outbox(kind="notice")
+    assert (after.claimed_by, after.attempts) == ("r2", 2)
