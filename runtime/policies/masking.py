@@ -238,8 +238,12 @@ class Masking:
         kept = plain._shown()
         if not self.paths:  # nothing declared: every value as data (issue 50: no paths walked)
             text = self._shown()
-            masked = {k: _data(v, kept, plain._number) if k in KEPT_KEYS
-                      else _data(v, text, self._number) for k, v in details.items()}
+            masked = {}
+            for k, v in details.items():  # (a string, most values here, masked at once)
+                if k in KEPT_KEYS:
+                    masked[k] = kept(v) if type(v) is str else _data(v, kept, plain._number)
+                else:
+                    masked[k] = text(v) if type(v) is str else _data(v, text, self._number)
             every = self
         else:
             paths = [f"{key}.{p}" for p in self.paths for key in ARGS_KEYS]

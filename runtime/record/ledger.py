@@ -443,6 +443,10 @@ class Ledger:
             raise LeaseLost(f"lost the lease on run {run_id}", run_id=run_id)
 
 
+# the outcome word of each policy that answers at once (the vocabulary's, looked up once)
+_OUTCOME_WORD = {kind: policy_outcome(kind).value for kind in ANSWERED_AT_ONCE}
+
+
 def audit_execution(trail: AuditTrail, tx: Tx, *, at: Any, approval_id: str | None,
                     rec: Recorded, tool: str, digest: str, args: dict[str, Any],
                     policy: str, sensitive: Sequence[str],
@@ -461,8 +465,8 @@ def audit_execution(trail: AuditTrail, tx: Tx, *, at: Any, approval_id: str | No
                  "error": rec.error, "latency_ms": rec.latency_ms,
                  # a call nobody was asked about: its outcome is the policy's answer (a
                  # request's outcome is on the entry that decided it)
-                 **({"outcome": policy_outcome(policy).value}
-                    if approval_id is None and policy in ANSWERED_AT_ONCE else {}),
+                 **({"outcome": _OUTCOME_WORD[policy]}
+                    if approval_id is None and policy in _OUTCOME_WORD else {}),
                  **(noted or {})},
         sensitive=sensitive,
     )

@@ -18,7 +18,7 @@ from approvald.runtime.models.base import AssistantMessage
 from approvald.runtime.policies.masking import Masking
 from approvald.runtime.record import outbox_kinds
 from approvald.runtime.record.audit import recorded_details, result_excerpt
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tests.unit.test_ledger import charge_agent, crash_then_resume
@@ -46,6 +46,8 @@ shaped = st.recursive(
 @settings(deadline=None)  # (a shared machine: no time limit per example)
 @given(st.dictionaries(st.sampled_from(["tool", "args", "result", "status", "note", "list"]),
                        shaped, max_size=6))
+@example({"tool": CARD, "note": CARD, "result": f"pay {CARD}", "args": {"n": 4242424242424242},
+          "list": (CARD, None, True, 1.5)})
 def test_details_with_nothing_declared_are_masked_as_by_the_walk_of_paths(
         details: dict[str, Any]) -> None:
     """The branch for no declared path gives what the walk of a path that never matches
@@ -56,6 +58,8 @@ def test_details_with_nothing_declared_are_masked_as_by_the_walk_of_paths(
 
 @settings(deadline=None)  # (a shared machine: no time limit per example)
 @given(shaped)
+@example(CARD)
+@example(OrderedDict(a=(CARD, Text(CARD), [4242424242424242, False])))
 def test_data_is_masked_as_by_the_walk_of_paths(value: Any) -> None:
     assert Masking().data(value) == Masking(["nowhere"]).args(value)
     declared = Masking(["a"], ["hunter2-secret"])
