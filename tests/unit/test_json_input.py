@@ -8,8 +8,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from approvald.runtime.kernel.canonical import compact_json
 from approvald.runtime.kernel.json_input import MAX_DEPTH, TooDeep, depth_over, loads
-from approvald.runtime.policies.intake import IntakeError, check_json
+from approvald.runtime.policies.intake import IntakeError, check_json, json_text
 
 
 def nested(depth: int, *, array: bool = False) -> str:
@@ -56,3 +57,19 @@ def test_the_reader_refuses_half_a_surrogate_pair() -> None:
         with pytest.raises(ValueError, match="half of a UTF-16 surrogate pair"):
             loads(text)
     assert loads('{"a": "\\ud83d\\ude00 \\u00e9"}') == {"a": "\U0001f600 \u00e9"}
+
+
+def test_the_intake_stores_what_it_checked_and_names_what_it_refuses() -> None:
+    """The intake encodes a call's arguments once (checked, capped and stored from one
+    text); what it refuses it still refuses naming the field: too deep, and a number JSON
+    cannot round-trip, found where the encoder stopped."""
+    value = {"b": [1, 2.5, "é", None], "a": {"z": True}}
+    assert json_text(value, "args") == compact_json(value) \
+        == '{"b":[1,2.5,"é",null],"a":{"z":true}}'
+    with pytest.raises(IntakeError, match=f"args: nested deeper than {MAX_DEPTH} levels"):
+        json_text(json.loads(nested(MAX_DEPTH + 1)), "args")
+    for bad, where in (({"a": [1, float("nan")]}, "args.a[1]"),
+                       ({"x": {"y": float("-inf")}}, "args.x.y")):
+        with pytest.raises(IntakeError, match="a number JSON cannot round-trip") as refused:
+            json_text(bad, "args")
+        assert (refused.value.code, refused.value.field) == ("invalid_request", where)
