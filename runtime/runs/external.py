@@ -313,11 +313,12 @@ def document(rec: ExternalRecord, run: RunRecord, a: ApprovalRecord | None,
     """
     if args is None:  # (given: the arguments ``rec.args`` was just encoded from)
         args = json.loads(rec.args)
+    shown = binding.shown(rec.digest)
     doc: dict[str, Any] = {
-        "id": rec.id, "tool": rec.tool, "args": args, "args_digest": binding.shown(rec.digest),
+        "id": rec.id, "tool": rec.tool, "args": args, "args_digest": shown,
         "policy": rec.policy_name, "requested_by": run.requested_by,
         "created_at": _iso(rec.created_at), "approval_id": None, "expires_at": None,
-        "effective_args": args, "effective_digest": binding.shown(rec.digest), "edited": False,
+        "effective_args": args, "effective_digest": shown, "edited": False,
         "edited_by": None, "decision": None, "result": None,
     }
     if a is None:  # the policy answered at once
