@@ -9,6 +9,9 @@ backtick runs, astral characters, combining marks at the cut).
 from __future__ import annotations
 
 import random
+import sys
+from collections import Counter
+from typing import Any
 
 import pytest
 from approvald.bot.slack import mrkdwn
@@ -137,3 +140,63 @@ def test_approval_cards_are_the_dicts_to_dict_made(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(cards, "block_dict", lambda b: b.to_dict())
     slow = [cards.approval_card(a, token=t, now=NOW, votes=v) for a, t, v in examples]
     assert fast == slow
+
+
+def _calls_during(fn: Any, *args: Any) -> Counter[str]:
+    """The Python functions ``fn(*args)`` called, by name, as ``module:function``."""
+    seen: Counter[str] = Counter()
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "call":
+            seen[f"{frame.f_globals.get('__name__')}:{frame.f_code.co_name}"] += 1
+
+    sys.setprofile(profile)
+    try:
+        fn(*args)
+    finally:
+        sys.setprofile(None)
+    return seen
+
+
+def test_a_click_becomes_bolt_s_request_in_one_pass() -> None:
+    """The body is parsed once (not by bolt's urllib loop), the headers normalized once,
+    bolt's context built once (bolt's constructor, given an empty body so as not to parse,
+    built one of nothing first)."""
+    from approvald.bot.slack.transport import parse
+
+    from tests.unit.test_slack_transport import BODIES
+    raw, content_type = BODIES["click"]
+    headers = {"Content-Type": content_type, "X-Slack-Request-Timestamp": "1700000000",
+               "X-Slack-Signature": "v0=" + "0" * 64, "Host": "x", "Accept": "*/*"}
+    seen = _calls_during(parse, raw.encode(), content_type, "", headers)
+    assert seen["slack_bolt.request.async_internals:build_async_context"] == 1
+    assert seen["slack_bolt.request.internals:build_normalized_headers"] == 0
+    assert seen["slack_bolt.request.internals:parse_body"] == 0
+    assert not any(name.startswith("urllib.parse:") for name in seen), seen
+
+
+def test_the_slack_loggers_carry_the_level_they_inherit() -> None:
+    """slack_sdk and bolt build a debug line when ``logger.level <= DEBUG``: a logger left
+    at NOTSET (0) made every Web API call format its whole request and answer for nobody.
+    The face's loggers take the level they inherit when it is built; built at DEBUG, the
+    face still logs everything."""
+    import logging
+
+    from approvald.bot.config import Settings
+    from approvald.bot.slack.app import SlackWeb, _bolt_logger, _socket_logger
+
+    settings = Settings(SLACK_BOT_TOKEN="xoxb-test", SLACK_SIGNING_SECRET="s" * 32,
+                        APPROVALD_CHANNEL="C1", APPROVALD_SECRET="k" * 32)
+    root = logging.getLogger()
+    before = root.level
+    try:
+        for level in (logging.WARNING, logging.DEBUG, logging.ERROR):
+            root.setLevel(level)
+            web = SlackWeb(settings)
+            assert web.client.logger.name == "approvald.slack.web"
+            for logger in (web.client.logger, _bolt_logger(), _socket_logger()):
+                assert logger.level == level, (logger.name, logger.level)
+    finally:
+        root.setLevel(before)
+        for name in ("approvald.slack.web", "approvald.slack.bolt", "approvald.slack.socket"):
+            logging.getLogger(name).setLevel(logging.NOTSET)
