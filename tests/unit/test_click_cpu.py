@@ -200,3 +200,80 @@ def test_the_slack_loggers_carry_the_level_they_inherit() -> None:
         root.setLevel(before)
         for name in ("approvald.slack.web", "approvald.slack.bolt", "approvald.slack.socket"):
             logging.getLogger(name).setLevel(logging.NOTSET)
+
+
+async def test_a_card_is_sent_as_chat_update_and_post_send_it_without_their_model_walk(
+        ) -> None:
+    """The delivery's card calls send the JSON body slack_sdk's chat_update and
+    chat_postMessage send, byte for byte, without their walk that turns block models into
+    dicts (a drawn card is dicts already)."""
+    import json
+    from collections.abc import Awaitable, Callable
+    from dataclasses import replace
+
+    from approvald.bot.slack import cards
+    from approvald.bot.slack.delivery import CARD_EVENT, SlackDeliverer
+    from approvald.runtime import CardView
+    from approvald.store.records import OutboxRecord
+    from slack_sdk.web.async_client import AsyncWebClient
+    from slack_sdk.web.async_slack_response import AsyncSlackResponse
+
+    from tests.unit.test_cards import NOW, TOKEN, approval, decided
+
+    class Recorder(AsyncWebClient):
+        sent: list[tuple[str, str]]
+
+        async def api_call(self, api_method: str, **kw: Any) -> AsyncSlackResponse:
+            self.sent.append((api_method, json.dumps(kw)))
+            return AsyncSlackResponse(client=self, http_verb="POST", api_url=api_method,
+                                      req_args=kw, data={"ok": True, "ts": "9.9"},
+                                      headers={}, status_code=200)
+
+    class Posted:
+        async def card_posted(self, approval_id: str, *, channel: str, ts: str) -> None:
+            pass
+
+    client = Recorder(token="xoxb-test")
+    client.sent = []
+    delivery = SlackDeliverer(Posted(), client, channel="C1",  # type: ignore[arg-type]
+                              ops_channel="C2")
+    row = OutboxRecord(id=7, kind="card.update", group_key="g", payload="{}", status="x",
+                       attempts=0, not_before=NOW, claimed_by=None, claimed_until=None,
+                       created_at=NOW, delivered_at=None, last_error=None, result=None,
+                       give_up_at=None, waits=0)
+
+    async def sent(call: Callable[[], Awaitable[Any]]) -> tuple[tuple[str, str], list[str]]:
+        """The one Web API call ``call`` makes; slack_sdk's model walk must not run."""
+        client.sent.clear()
+        walked: list[str] = []
+
+        def profile(frame: Any, event: str, arg: Any) -> None:
+            if event == "call" and frame.f_code.co_name == "_parse_web_class_objects":
+                walked.append(frame.f_code.co_name)
+
+        sys.setprofile(profile)
+        try:
+            await call()
+        finally:
+            sys.setprofile(None)
+        assert len(client.sent) == 1
+        return client.sent[0], walked
+
+    # an update: a decided card
+    a = replace(decided("approved"), channel="C1", message_ts="1.2")
+    card = cards.approval_card(a, token=None, now=NOW)
+    ours, walked = await sent(lambda: delivery._update(
+        row, CardView(a, None, NOW, (), None, None, None, ())))
+    theirs, _ = await sent(lambda: client.chat_update(
+        channel="C1", ts="1.2", text=card["text"], blocks=card["blocks"]))
+    assert ours == theirs and ours[0] == "chat.update" and not walked
+    # a post: a live card, its buttons too
+    b = approval(channel=None, message_ts=None)
+    card = cards.approval_card(b, token=TOKEN, now=NOW)
+    ours, walked = await sent(lambda: delivery._post(
+        row, CardView(b, TOKEN, NOW, (), None, None, None, ())))
+    theirs, _ = await sent(lambda: client.chat_postMessage(
+        channel="C1", text=card["text"], blocks=card["blocks"], unfurl_links=False,
+        unfurl_media=False, metadata={"event_type": CARD_EVENT, "event_payload": {
+            "approval_id": b.id, "outbox_id": 7}}))
+    assert ours == theirs and ours[0] == "chat.postMessage" and not walked
