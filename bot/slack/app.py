@@ -200,6 +200,13 @@ class SlackService:
             # listeners ack, then hand their work to tasks (see bot/slack/listeners.py): the
             # response goes out as soon as the listener returns, with no polling for it
             process_before_response=True,
+            # two of bolt's global middleware, run on every click, have nothing to act on
+            # here: its own bot's events are ignored for the listeners of events it can
+            # send (messages), and a workflow step's token attached for function
+            # listeners; the face has neither (app_home_opened is a person's event:
+            # tests/unit/test_click_cpu.py holds the listeners to that)
+            ignoring_self_events_enabled=False,
+            attaching_function_token_enabled=False,
         )
         self.handlers = Handlers(engine)
         self.handlers.register(self.app)

@@ -277,3 +277,26 @@ async def test_a_card_is_sent_as_chat_update_and_post_send_it_without_their_mode
         unfurl_media=False, metadata={"event_type": CARD_EVENT, "event_payload": {
             "approval_id": b.id, "outbox_id": 7}}))
     assert ours == theirs and ours[0] == "chat.postMessage" and not walked
+
+
+def test_the_face_listens_to_no_event_bolt_s_switched_off_middleware_would_act_on() -> None:
+    """The app runs without bolt's IgnoringSelfEvents and AttachingFunctionToken (every
+    click went through both for nothing): that holds while no listener hears an event its
+    own bot sends (a message) or a workflow step (a function). A listener for either needs
+    them back on in bot/slack/app.py."""
+    from approvald.bot.slack.handlers import Handlers
+
+    registered: list[tuple[str, Any]] = []
+
+    class Recorder:
+        def __getattr__(self, kind: str) -> Any:
+            def register(*args: Any, **kwargs: Any) -> Any:
+                registered.append((kind, args[0] if args else None))
+                return lambda listener: listener
+
+            return register
+
+    Handlers(None).register(Recorder())  # type: ignore[arg-type]
+    kinds = {kind for kind, _ in registered}
+    assert kinds <= {"action", "view", "command", "event", "error"}, kinds
+    assert [what for kind, what in registered if kind == "event"] == ["app_home_opened"]
