@@ -300,3 +300,15 @@ def test_the_face_listens_to_no_event_bolt_s_switched_off_middleware_would_act_o
     kinds = {kind for kind, _ in registered}
     assert kinds <= {"action", "view", "command", "event", "error"}, kinds
     assert [what for kind, what in registered if kind == "event"] == ["app_home_opened"]
+
+
+def test_a_button_value_s_characters_are_checked_as_before() -> None:
+    from approvald.bot.slack import cards
+
+    safe = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
+    rnd = random.Random(14)
+    pool = [*"aZ09_.-", "\n", " ", ":", "/", "é", "٣", "\u200b", "$", "\x00", "-"]
+    for _ in range(3000):
+        text = "".join(rnd.choice(pool) for _ in range(rnd.randint(0, 8)))
+        want = 0 < len(text) <= 6 and all(c in safe for c in text)
+        assert cards._safe_id(text, 6) is want, repr(text)
