@@ -218,8 +218,17 @@ def json_escapes(text: str) -> str:
     Only valid inside JSON strings, where they mean exactly the same value: the text still
     parses to the same data, but can neither reorder what is shown nor fail to encode.
     """
-    return "".join(f"\\u{ord(c):04x}" if c in _BIDI or "\ud800" <= c <= "\udfff" else c
-                   for c in text)
+    if text.isascii():  # the usual case: nothing to escape, and no Python step per character
+        return text
+    return _JSON_ESCAPED.sub(_json_escape, text)
+
+
+# what json_escapes escapes: the bidi controls of _BIDI and the surrogates
+_JSON_ESCAPED = re.compile("[\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def _json_escape(m: re.Match[str]) -> str:
+    return f"\\u{ord(m.group()):04x}"
 
 
 def pretty_json(value: Any) -> str:

@@ -312,3 +312,20 @@ def test_a_button_value_s_characters_are_checked_as_before() -> None:
         text = "".join(rnd.choice(pool) for _ in range(rnd.randint(0, 8)))
         want = 0 < len(text) <= 6 and all(c in safe for c in text)
         assert cards._safe_id(text, 6) is want, repr(text)
+
+
+def test_json_escapes_matches_the_per_character_walk() -> None:
+    """``json_escapes`` (a card's arguments, every card) escapes what the per-character
+    walk it replaced escaped: the bidi controls and lone surrogates, nothing else."""
+    bidi = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+
+    def reference(text: str) -> str:
+        return "".join(f"\\u{ord(c):04x}" if c in bidi or "\ud800" <= c <= "\udfff" else c
+                       for c in text)
+
+    near = ["\u2029", "\u202f", "\u2065", "\u206a", "\ud7ff", "\ue000", "\U0001f600"]
+    pool = [*ALPHABET, *bidi, "\udfff", "\udc00", "\udbff", *near]
+    rnd = random.Random(215)
+    for _ in range(4000):
+        text = "".join(rnd.choice(pool) for _ in range(rnd.randint(0, 30)))
+        assert mrkdwn.json_escapes(text) == reference(text), repr(text)
