@@ -40,9 +40,9 @@ from approvald.bot.slack.mrkdwn import (
     safe_url,
     section,
     slack_date,
-    text_length,
     units,
     who,
+    within_text_budget,
 )
 from approvald.runtime import (
     MAX_WINDOW,
@@ -658,7 +658,7 @@ def approval_card(a: ApprovalRecord, *, token: str | None, now: datetime,
         blocks.append(buttons(a, token, view_args=cut > 0))
     out = [block_dict(b) for b in blocks]
     for extra in optional:  # never expected with the caps above; a guard, not a plan
-        if text_length(out) <= CARD_TEXT_BUDGET:
+        if within_text_budget(out, CARD_TEXT_BUDGET):
             break
         out.pop(blocks.index(extra))
         blocks.remove(extra)

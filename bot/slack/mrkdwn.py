@@ -369,6 +369,15 @@ def cut_plain(text: str, limit: int) -> str:
     return _fit_raw(text, limit - 1)[0] + T.ELLIPSIS
 
 
+def within_text_budget(blocks: list[dict[str, Any]], budget: int) -> bool:
+    """``text_length(blocks) <= budget``, mostly without walking the blocks: their JSON in
+    ASCII is one C call and never counts fewer characters than their texts count units
+    (each character of a text is in it as itself, a two-character escape, a six-character
+    ``\\uXXXX``, or, outside the BMP, two of those for two units), so the walk is left
+    for blocks whose JSON is over ``budget``."""
+    return len(json.dumps(blocks)) <= budget or text_length(blocks) <= budget
+
+
 def text_length(value: Any) -> int:
     """Units of every ``text`` string in a block tree: what Slack's size limit counts."""
     if isinstance(value, Mapping):

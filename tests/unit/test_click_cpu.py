@@ -329,3 +329,29 @@ def test_json_escapes_matches_the_per_character_walk() -> None:
     for _ in range(4000):
         text = "".join(rnd.choice(pool) for _ in range(rnd.randint(0, 30)))
         assert mrkdwn.json_escapes(text) == reference(text), repr(text)
+
+
+def test_the_card_budget_check_is_the_walk_s_answer_mostly_without_the_walk() -> None:
+    import json
+
+    from approvald.bot.slack import cards
+    from approvald.bot.slack.mrkdwn import text_length, within_text_budget
+
+    from tests.unit.test_cards import NOW, TOKEN, approval
+    rnd = random.Random(661)
+    pool = [*ALPHABET, '"', "\\", "/", "\u2028", "\U0001f3fd"]
+    for _ in range(2000):
+        texts = ["".join(rnd.choice(pool) for _ in range(rnd.randint(0, 40)))
+                 for _ in range(rnd.randint(1, 4))]
+        if rnd.random() < 0.1:  # two units a character, outside the BMP
+            texts.append("\U0001f600" * rnd.randint(100, 300))
+        blocks = [{"type": "section", "text": {"type": "mrkdwn", "text": t}} for t in texts]
+        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": texts[0]}]})
+        size = text_length(blocks)
+        assert len(json.dumps(blocks)) >= size  # the bound the shortcut rests on
+        for budget in (size - 1, size, size + 1, rnd.randint(0, 400)):
+            assert within_text_budget(blocks, budget) is (size <= budget)
+    # a card with blocks it may drop (evidence, impact) that fits: drawn without the walk
+    seen = _calls_during(lambda: cards.approval_card(approval(), token=TOKEN, now=NOW))
+    assert seen["approvald.bot.slack.mrkdwn:within_text_budget"] == 1
+    assert seen["approvald.bot.slack.mrkdwn:text_length"] == 0
