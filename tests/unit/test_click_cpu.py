@@ -8,6 +8,7 @@ backtick runs, astral characters, combining marks at the cut).
 
 from __future__ import annotations
 
+import json
 import random
 import sys
 from collections import Counter
@@ -128,18 +129,48 @@ def test_block_dict_is_to_dict_and_raises_where_it_did() -> None:
 def test_approval_cards_are_the_dicts_to_dict_made(monkeypatch: pytest.MonkeyPatch) -> None:
     from approvald.bot.slack import cards
 
-    from tests.unit.test_cards import NOW, TOKEN, approval, decided, vote
+    from tests.unit.test_cards import (
+        NOW,
+        TOKEN,
+        approval,
+        cannot_run,
+        decided,
+        packet,
+        question,
+        vote,
+    )
+    high = packet(risk="high")
     examples = [
         (approval(), TOKEN, []),
         (approval(args={"note": "a <b> & `c` ``d`` \u202e 😀 é\u0301"}), TOKEN, []),
         (approval(edited_args={"order": "1234", "amount": 40}), TOKEN, []),
         (decided("approved", reason="fine"), None, [vote("U0BOB")]),
         (decided("denied", reason="x" * 3000), None, [vote("U0BOB", verdict="deny")]),
+        # each shape of buttons: high risk (a confirmation naming the tool), standing
+        # approvals offered, no Edit (arguments past the text box), View arguments
+        (approval(packet_=high), TOKEN, []),
+        (approval(packet_=high, tool="other_tool", id="b" * 32), "t" * 40, []),
+        (approval(policy={"approvers": ["U0BOB"], "quorum": 1, "ttl": "30m", "risk": "medium",
+                          "on_expire": "cancel", "escalate": [], "max_standing": "0"}),
+         TOKEN, []),
+        (approval(args={"blob": "y" * 6000}), TOKEN, []),
+        (question(), TOKEN, []), (cannot_run(), TOKEN, []),
     ]
     fast = [cards.approval_card(a, token=t, now=NOW, votes=v) for a, t, v in examples]
+    fast += [cards.compact_blocks(a, t, now=NOW) for a, t, _ in examples]
+    # the same again: the button blocks of a shape already made
+    fast += [cards.approval_card(a, token=t, now=NOW, votes=v) for a, t, v in examples]
     monkeypatch.setattr(cards, "block_dict", lambda b: b.to_dict())
+    monkeypatch.setattr(cards, "button_block", lambda a, t, view_args: cards.buttons(
+        a, t, view_args=view_args).to_dict())
     slow = [cards.approval_card(a, token=t, now=NOW, votes=v) for a, t, v in examples]
-    assert fast == slow
+    slow += [cards.compact_blocks(a, t, now=NOW) for a, t, _ in examples]
+    slow += slow[:len(examples)]
+    assert json.dumps(fast) == json.dumps(slow)  # the same keys in the same order too
+    assert sum(any(b["type"] == "actions" for b in c["blocks"]) for c in fast[:11]) == 9
+    shapes = {cards._shape(a, view_args=False) for a, t, _ in examples if t is not None}
+    assert len(shapes) == 7 and {s[2] for s in shapes} == {s[3] for s in shapes} == {
+        True, False}
 
 
 def _calls_during(fn: Any, *args: Any) -> Counter[str]:
@@ -355,3 +386,17 @@ def test_the_card_budget_check_is_the_walk_s_answer_mostly_without_the_walk() ->
     seen = _calls_during(lambda: cards.approval_card(approval(), token=TOKEN, now=NOW))
     assert seen["approvald.bot.slack.mrkdwn:within_text_budget"] == 1
     assert seen["approvald.bot.slack.mrkdwn:text_length"] == 0
+
+
+def test_a_live_card_s_buttons_are_made_and_checked_once_per_shape() -> None:
+    from approvald.bot.slack import cards
+
+    from tests.unit.test_cards import NOW, TOKEN, approval
+    cards.approval_card(approval(), token=TOKEN, now=NOW)
+    other = approval(id="c" * 32, requested_by="U0DANA")  # another request, the same shape
+    seen = _calls_during(lambda: cards.approval_card(other, token="t" * 20, now=NOW))
+    assert seen["slack_sdk.models.basic_objects:to_dict"] == 0
+    assert seen["slack_sdk.models.basic_objects:validate_json"] == 0
+    card = cards.approval_card(other, token="t" * 20, now=NOW)
+    assert {e["value"] for e in card["blocks"][-1]["elements"]} == {
+        cards.button_value(other.id, "t" * 20)}
