@@ -88,36 +88,41 @@ def _append_many(n: int) -> Any:
         .cte("moved")))
 
 
-# the head moved only if it is still (es, eh), in the statement that inserts the entries,
-# none of them if it is not: a writer that knows the head (it wrote it last) chains without
-# reading it first (SQLite, whose writer holds the database: then the rows)
-_CAS = fast(update(_H).where(_H.c.id == 1, _H.c.seq == bindparam("es"),
-                             _H.c.hash == bindparam("eh"))
-            .values(seq=bindparam("s"), hash=bindparam("h")))
-
-
 # PostgreSQL: the condition is in the SET, not the WHERE. A WHERE is first checked on the
 # row as the statement's snapshot sees it: while another transaction holds the head, moved
 # to the very head guessed but not committed yet, the old row would not match and the
 # statement would pass over it without waiting. Matched on id alone, the row is waited
 # for, and the SET's condition is worked out on the row as that transaction left it; the
-# head returned is the guess's last entry if it moved.
+# head returned is the guess's last entry if it moved. If it did not, the head returned is
+# the head as it stands, its lock held (SQLite: its writer holds the database): the caller
+# chains to it without reading it again, with the time of the entry it names (None when
+# the statement's snapshot does not see that entry yet: on PostgreSQL, when it waited for
+# the transaction that wrote it, see :meth:`AuditRepo.append_if_head`).
 _STILL = and_(_H.c.seq == bindparam("es"), _H.c.hash == bindparam("eh"))
 _MOVE_IF = (update(_H).where(_H.c.id == 1)
             .values(seq=case((_STILL, bindparam("s")), else_=_H.c.seq),
                     hash=case((_STILL, bindparam("h")), else_=_H.c.hash))
-            .returning(_H.c.hash))
-_CAS_PG = fast(_MOVE_IF)
+            .returning(_H.c.seq, _H.c.hash,
+                       select(_T.c.at).where(_T.c.seq == _H.c.seq).scalar_subquery()
+                       .label("at")))
+_MOVE_IF_ALONE = fast(_MOVE_IF)
+_AT = fast(select(_T.c.at).where(_T.c.seq == bindparam("seq")))
+# a head: (last seq, last hash, the last entry's time: None when there is none)
+Head = tuple[int, str, datetime | None]
 
 
 @functools.cache
 def _append_if(n: int) -> Any:
+    """The entries and the head's move if the head is still the one guessed, as one
+    statement: ``SELECT`` (entries inserted, and the head as the statement left it)."""
     moved = _MOVE_IF.cte("moved")
     rows = [select(*(bindparam(f"{c}_{i}", type_=_T.c[c].type).label(c) for c in _ROW))
             .where(select(moved.c.hash).where(moved.c.hash == bindparam("h")).exists())
             for i in range(n)]
-    return fast(_T.insert().from_select(list(_ROW), rows[0] if n == 1 else union_all(*rows))
-                .returning(_T.c.seq))
+    entries = (_T.insert().from_select(list(_ROW), rows[0] if n == 1 else union_all(*rows))
+               .returning(_T.c.seq).cte("entries"))
+    chained = select(func.count()).select_from(entries).scalar_subquery()
+    return fast(select(chained, moved.c.seq, moved.c.hash, moved.c.at))
 
 
 # the mark of a statement sent alone that found what it was written under gone: it fails
@@ -160,7 +165,9 @@ def _append_riding(n: int, kind: Any, shape: Any, alone: bool = False) -> Any:
     done = select(func.count()).select_from(first).scalar_subquery()
     chained = select(func.count()).select_from(entries).scalar_subquery()
     columns: list[Any] = [done, chained]
-    if guessed is not None:
+    if guessed is None:  # the head as the statement left it (see _MOVE_IF)
+        columns += [select(moved.c[c]).scalar_subquery() for c in ("seq", "hash", "at")]
+    else:
         said = literal(ABORTED + ": rows ", String) + sql_cast(done, String) \
             + literal(", entries ", String) + sql_cast(chained, String)
         columns.append(case((or_(and_(done == 1, chained == n),
@@ -218,36 +225,51 @@ class AuditRepo(Repo):
         await self.conn.execute(_MOVE, head)
 
     async def append_if_head(self, rows: list[dict[str, Any]], *, seq: int, hash: str,
-                             along: Rider | None = None) -> bool:
+                             along: Rider | None = None) -> Head | None:
         """:meth:`append_rows` if the head is still entry ``seq`` with ``hash`` (the entries
-        chained to it), without reading it first: whether they were appended (nothing
-        was written if not). On PostgreSQL one statement; on SQLite, whose writer holds
-        the database, the head's move and the rows. ``along``: a request answered at
-        once (PostgreSQL), inserted in the same statement whether or not the head was
-        still that one; :class:`~store.errors.KeyTaken` if it was not inserted (or, for
-        a kept call's report, what was kept no longer holds)."""
+        chained to it), without reading it first: None if they were appended; if not
+        (nothing was written), the head as it stands, locked as :meth:`lock_head` leaves
+        it, so the caller chains to it without reading it again. On PostgreSQL one
+        statement (and a read of the head entry's time when that statement waited for
+        the transaction that wrote it: its snapshot does not see that entry); on SQLite,
+        whose writer holds the database, the head's move and the rows. ``along``: a
+        request answered at once (PostgreSQL), inserted in the same statement whether or
+        not the head was still that one; :class:`~store.errors.KeyTaken` if it was not
+        inserted (or, for a kept call's report, what was kept no longer holds)."""
         head = {"s": rows[-1]["seq"], "h": rows[-1]["hash"], "es": seq, "eh": hash}
-        if along is not None and len(rows) <= _MANY:
-            done = (await self.conn.execute(_append_riding(len(rows), type(along),
-                                                           along.shape), {
-                **{f"{c}_{i}": row[c] for i, row in enumerate(rows) for c in _ROW}, **head,
-                **along.params()})).one()
+        n = len(rows)
+        numbered = ({f"{c}_{i}": row[c] for i, row in enumerate(rows) for c in _ROW}
+                    if self.dialect == "postgresql" and n <= _MANY else {})
+        if along is not None and n <= _MANY:
+            done = (await self.conn.execute(_append_riding(n, type(along), along.shape), {
+                **numbered, **head, **along.params()})).one()
             if done[0] != 1:
                 raise KeyTaken
-            return bool(done[1] == len(rows))
+            return None if done[1] == n else await self._stood(done[2:])
         if along is not None:
             await ExternalRepo(self.conn, self.dialect).add_answered_now(along)
-        if self.dialect == "postgresql" and len(rows) <= _MANY:
-            done = await self.conn.execute(_append_if(len(rows)), {
-                **{f"{c}_{i}": row[c] for i, row in enumerate(rows) for c in _ROW}, **head})
-            return len(list(done)) == len(rows)
-        if self.dialect == "postgresql":
-            if (await self.conn.execute(_CAS_PG, head)).scalar_one_or_none() != head["h"]:
-                return False
-        elif (await self.conn.execute(_CAS, head)).rowcount != 1:
-            return False
+        if numbered:
+            done = (await self.conn.execute(_append_if(n), {**numbered, **head})).first()
+            if done is not None and done[0] == n:
+                return None
+            return await self._stood(None if done is None else done[1:])
+        moved = (await self.conn.execute(_MOVE_IF_ALONE, head)).first()
+        if moved is None or moved[1] != head["h"]:
+            return await self._stood(moved)
         await self.conn.execute(_INSERT, rows)
-        return True
+        return None
+
+    async def _stood(self, head: Sequence[Any] | None) -> Head:
+        """The head a guessed statement that missed returned (seq, hash, time), locked by
+        it: its time read when that statement could not see it (PostgreSQL: it waited for
+        the entry's writer, which committed after the statement's snapshot was taken),
+        read under its lock when none was returned (no head row)."""
+        if head is None or head[0] is None:
+            return await self.lock_head()
+        seq, digest, at = int(head[0]), str(head[1]), cast("datetime | None", head[2])
+        if at is None and seq > 0:
+            at = (await self.conn.execute(_AT, {"seq": seq})).scalar_one_or_none()
+        return seq, digest, at
 
     async def append_alone(self, rows: list[dict[str, Any]], *, seq: int, hash: str,
                            along: Rider) -> None:
