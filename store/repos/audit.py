@@ -23,6 +23,7 @@ from sqlalchemy import (
     delete,
     func,
     literal,
+    literal_column,
     or_,
     select,
     union_all,
@@ -61,17 +62,24 @@ _ONE = fast(select(_T).where(_T.c.seq == bindparam("seq")))
 # what a reader of the record takes of an entry (not its chain fields)
 RECORD_COLUMNS = ("seq", "at", "action", "actor", "run_id", "approval_id", "details")
 _INSERT = fast(_T.insert())
+# the time of the entry the head names, in a statement that updates the head (RETURNING):
+# the head's own (migration 0025), else (a head moved before it) its entry's, the head's
+# seq named with its table, which SQLAlchemy leaves out of a RETURNING on SQLite (where
+# ``seq`` alone would be the entries' own: any entry's time)
+_HEAD_AT = func.coalesce(_H.c.at, select(_T.c.at).where(
+    _T.c.seq == literal_column(f"{_H.name}.seq", Integer)).scalar_subquery()).label("at")
 # the no-op SET takes the row lock on PostgreSQL; it returns the head and the time of the
 # entry it names (times never run backwards), in the one statement
 _LOCK = fast(update(_H).where(_H.c.id == 1).values(seq=_H.c.seq)
-             .returning(_H.c.seq, _H.c.hash,
-                        select(_T.c.at).where(_T.c.seq == _H.c.seq).scalar_subquery()))
-_MOVE = fast(update(_H).where(_H.c.id == 1).values(seq=bindparam("s"), hash=bindparam("h")))
+             .returning(_H.c.seq, _H.c.hash, _HEAD_AT))
+_MOVE = fast(update(_H).where(_H.c.id == 1).values(seq=bindparam("s"), hash=bindparam("h"),
+                                       at=bindparam("head_at", type_=_H.c.at.type)))
 # PostgreSQL: one entry and the head's move in one statement (a data-modifying CTE runs
 # exactly once): the head's lock, the queue every audited commit waits in, is held for a
 # round trip less. (SQLite allows no UPDATE in a WITH; its two statements cost no trip.)
 _APPEND_ONE = fast(_T.insert().add_cte(
-    update(_H).where(_H.c.id == 1).values(seq=bindparam("s"), hash=bindparam("h"))
+    update(_H).where(_H.c.id == 1).values(seq=bindparam("s"), hash=bindparam("h"),
+                                       at=bindparam("head_at", type_=_H.c.at.type))
     .cte("moved")))
 # several entries at once (a request answered at once: requested and its answer), the
 # same way: their rows as one multi-row INSERT, numbered parameters ``<column>_<i>``
@@ -84,7 +92,8 @@ _MANY = 4  # entries one statement takes (past that, the INSERT and the head's m
 def _append_many(n: int) -> Any:
     rows = [{c: bindparam(f"{c}_{i}", type_=_T.c[c].type) for c in _ROW} for i in range(n)]
     return fast(_T.insert().values(rows).add_cte(
-        update(_H).where(_H.c.id == 1).values(seq=bindparam("s"), hash=bindparam("h"))
+        update(_H).where(_H.c.id == 1).values(seq=bindparam("s"), hash=bindparam("h"),
+                                       at=bindparam("head_at", type_=_H.c.at.type))
         .cte("moved")))
 
 
@@ -95,18 +104,17 @@ def _append_many(n: int) -> Any:
 # for, and the SET's condition is worked out on the row as that transaction left it; the
 # head returned is the guess's last entry if it moved. If it did not, the head returned is
 # the head as it stands, its lock held (SQLite: its writer holds the database): the caller
-# chains to it without reading it again, with the time of the entry it names (None when
-# the statement's snapshot does not see that entry yet: on PostgreSQL, when it waited for
-# the transaction that wrote it, see :meth:`AuditRepo.append_if_head`).
+# chains to it without reading it again, with the time of the entry it names, the head
+# row's own: when the statement waited for the transaction that moved the head, its
+# snapshot does not see that transaction's entries, but the row is the one it left.
 _STILL = and_(_H.c.seq == bindparam("es"), _H.c.hash == bindparam("eh"))
 _MOVE_IF = (update(_H).where(_H.c.id == 1)
             .values(seq=case((_STILL, bindparam("s")), else_=_H.c.seq),
-                    hash=case((_STILL, bindparam("h")), else_=_H.c.hash))
-            .returning(_H.c.seq, _H.c.hash,
-                       select(_T.c.at).where(_T.c.seq == _H.c.seq).scalar_subquery()
-                       .label("at")))
+                    hash=case((_STILL, bindparam("h")), else_=_H.c.hash),
+                    at=case((_STILL, bindparam("head_at", type_=_H.c.at.type)),
+                            else_=_H.c.at))
+            .returning(_H.c.seq, _H.c.hash, _HEAD_AT))
 _MOVE_IF_ALONE = fast(_MOVE_IF)
-_AT = fast(select(_T.c.at).where(_T.c.seq == bindparam("seq")))
 # a head: (last seq, last hash, the last entry's time: None when there is none)
 Head = tuple[int, str, datetime | None]
 
@@ -213,7 +221,7 @@ class AuditRepo(Repo):
 
     async def append_rows(self, rows: list[dict[str, Any]]) -> None:
         """Insert consecutive entries and move the head to the last one."""
-        head = {"s": rows[-1]["seq"], "h": rows[-1]["hash"]}
+        head = {"s": rows[-1]["seq"], "h": rows[-1]["hash"], "head_at": rows[-1]["at"]}
         if len(rows) == 1 and self.dialect == "postgresql":
             await self.conn.execute(_APPEND_ONE, {**rows[0], **head})
             return
@@ -230,13 +238,13 @@ class AuditRepo(Repo):
         chained to it), without reading it first: None if they were appended; if not
         (nothing was written), the head as it stands, locked as :meth:`lock_head` leaves
         it, so the caller chains to it without reading it again. On PostgreSQL one
-        statement (and a read of the head entry's time when that statement waited for
-        the transaction that wrote it: its snapshot does not see that entry); on SQLite,
+        statement; on SQLite,
         whose writer holds the database, the head's move and the rows. ``along``: a
         request answered at once (PostgreSQL), inserted in the same statement whether or
         not the head was still that one; :class:`~store.errors.KeyTaken` if it was not
         inserted (or, for a kept call's report, what was kept no longer holds)."""
-        head = {"s": rows[-1]["seq"], "h": rows[-1]["hash"], "es": seq, "eh": hash}
+        head = {"s": rows[-1]["seq"], "h": rows[-1]["hash"], "head_at": rows[-1]["at"],
+                "es": seq, "eh": hash}
         n = len(rows)
         numbered = ({f"{c}_{i}": row[c] for i, row in enumerate(rows) for c in _ROW}
                     if self.dialect == "postgresql" and n <= _MANY else {})
@@ -261,15 +269,10 @@ class AuditRepo(Repo):
 
     async def _stood(self, head: Sequence[Any] | None) -> Head:
         """The head a guessed statement that missed returned (seq, hash, time), locked by
-        it: its time read when that statement could not see it (PostgreSQL: it waited for
-        the entry's writer, which committed after the statement's snapshot was taken),
-        read under its lock when none was returned (no head row)."""
+        it; read under its lock when none was returned (no head row)."""
         if head is None or head[0] is None:
             return await self.lock_head()
-        seq, digest, at = int(head[0]), str(head[1]), cast("datetime | None", head[2])
-        if at is None and seq > 0:
-            at = (await self.conn.execute(_AT, {"seq": seq})).scalar_one_or_none()
-        return seq, digest, at
+        return int(head[0]), str(head[1]), cast("datetime | None", head[2])
 
     async def append_alone(self, rows: list[dict[str, Any]], *, seq: int, hash: str,
                            along: Rider) -> None:
@@ -281,7 +284,8 @@ class AuditRepo(Repo):
         kept call reported), or they cannot be one statement (nothing sent then)."""
         if self.dialect != "postgresql" or len(rows) > _MANY:
             raise NothingWritten
-        head = {"s": rows[-1]["seq"], "h": rows[-1]["hash"], "es": seq, "eh": hash}
+        head = {"s": rows[-1]["seq"], "h": rows[-1]["hash"], "head_at": rows[-1]["at"],
+                "es": seq, "eh": hash}
         try:
             done = (await self.conn.execute(
                 _append_riding(len(rows), type(along), along.shape, True), {
