@@ -491,6 +491,27 @@ async def test_a_guess_that_waited_for_the_head_answers_with_its_entry_time(db, 
     assert entries[-1].at == t0 + timedelta(minutes=5)  # not t0: clamped to b2's
 
 
+async def test_a_head_moved_before_it_carried_its_time_is_timed_by_its_entry(db):
+    """A head moved before migration 0025 carries no time of its own: the head's reads
+    take the time of the entry it names (on SQLite too, whose RETURNING names the head's
+    seq with its table: not any entry's time), so the entries chained after it are never
+    stamped before it."""
+    t0 = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
+    async with db.write() as tx:
+        audit.AuditTrail(KEY).record_many(tx, [
+            audit.Entry(at=t0 + timedelta(minutes=i), action="requested", actor="U_DANA",
+                        via="cli", run_id=f"r{i}") for i in range(3)])
+    await Rows(db).execute("UPDATE audit_head SET at = NULL")
+    async with db.write() as tx:  # a new process: the head read under its lock
+        audit.AuditTrail(KEY).record(tx, at=t0, action="requested", actor="U_DANA",
+                                     via="cli", run_id="late")
+    report = await audit.verify(db, keys=[KEY])
+    assert report.ok, report.problems
+    async with db.read() as tx:
+        entries = await tx.audit.query()
+    assert [e.at for e in entries][-2:] == [t0 + timedelta(minutes=2)] * 2
+
+
 async def _boom(tx: Any) -> None:
     raise RuntimeError("the commit fails after the entries were chained")
 
