@@ -267,12 +267,13 @@ class Database:
         return self._write()
 
     def _on_lease(self, lease: Lease) -> Tx:
-        return Tx(Conn(self._plans, conn=lease.conn, adapted=lease.adapted), self.dialect,
-                  server_time=self.server_time)
+        return Tx(self._leased(lease), self.dialect, server_time=self.server_time)
 
     def _alone_on_lease(self, lease: Lease) -> Tx:
-        return Tx(Conn(self._plans, conn=lease.conn, adapted=lease.adapted), self.dialect,
-                  server_time=self.server_time, alone=True)
+        return Tx(self._leased(lease), self.dialect, server_time=self.server_time, alone=True)
+
+    def _leased(self, lease: Lease) -> Conn:
+        return Conn(self._plans, conn=lease.conn, adapted=lease.adapted, kept=lease.kept)
 
     @asynccontextmanager
     async def _write(self) -> AsyncIterator[Tx]:

@@ -59,7 +59,7 @@ class Lease:
     """A connection checked out of the pool and kept: SQLAlchemy's, the asyncpg
     adapter under it, and asyncpg's own."""
 
-    __slots__ = ("adapted", "conn", "driver", "epoch", "since")
+    __slots__ = ("adapted", "conn", "driver", "epoch", "kept", "since")
 
     def __init__(self, conn: AsyncConnection, epoch: int) -> None:
         self.conn = conn
@@ -69,6 +69,9 @@ class Lease:
         self.driver: Any = self.adapted.driver_connection  # asyncpg's connection
         self.epoch = epoch  # the pool's invalidations seen when it was checked out
         self.since = 0.0  # when it was last given back (the liveness clock's)
+        # its prepared statements by SQL (store/private_sqlalchemy.py: execute): one dict
+        # look-up a statement; they go with the connection
+        self.kept: dict[str, Any] = {}
 
 
 class Leases:
