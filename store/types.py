@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 from operator import methodcaller
 from typing import Any, Protocol, cast
 
@@ -18,7 +18,7 @@ _SQLITE_FORMAT = "%04d-%02d-%02d %02d:%02d:%02d.%06d"
 # probes a planned processor must answer as SQLAlchemy's own does (see ``planned``)
 _PROBES = (datetime(2026, 3, 29, 1, 30, 5, 120, tzinfo=UTC),
            datetime(1999, 12, 31, 23, 59, 59, tzinfo=UTC),
-           datetime(2026, 10, 25, 2, 15, tzinfo=UTC).astimezone())
+           datetime(2026, 10, 25, 2, 15, tzinfo=timezone(timedelta(hours=5, minutes=30))))
 
 
 def _refuse(value: Any) -> None:
