@@ -11,7 +11,8 @@ would do per call straight to the driver. Two things it needs have no public nam
   a cursor (:func:`execute`): its ``_execute_mutex`` held, its transaction begun first
   (``_transaction``, ``_start_transaction``, unless ``isolation_level`` is autocommit),
   the statement prepared by its ``_prepare`` (then kept by the connection's lease), its
-  errors translated by ``_handle_exception``; awaited directly instead of through
+  errors translated by ``_handle_exception``, a statement asyncpg closed dropped from its
+  ``_prepared_statement_cache``; awaited directly instead of through
   SQLAlchemy's greenlet;
 * on PostgreSQL, the end of the adapter's transaction (``store/leases.py``): what the
   adapter's ``commit()`` and ``rollback()`` do (``_transaction``, ``_call_and_discard``,
@@ -51,6 +52,7 @@ RELIES_ON: tuple[tuple[str, str], ...] = (
     ("postgresql.asyncpg.AsyncAdapt_asyncpg_connection", "_start_transaction"),
     ("postgresql.asyncpg.AsyncAdapt_asyncpg_connection", "_prepare"),
     ("postgresql.asyncpg.AsyncAdapt_asyncpg_connection", "isolation_level"),
+    ("postgresql.asyncpg.AsyncAdapt_asyncpg_connection", "_prepared_statement_cache"),
     ("postgresql.asyncpg.AsyncAdapt_asyncpg_connection", "_transaction"),
     ("postgresql.asyncpg.AsyncAdapt_asyncpg_connection", "_call_and_discard"),
     ("postgresql.asyncpg.AsyncAdapt_asyncpg_connection", "_handle_exception"),
@@ -101,9 +103,9 @@ async def execute(adapted: Any, sql: str, args: tuple[Any, ...],
     mutex held; its transaction begun first unless it is in autocommit; the statement
     prepared through its cache), without a cursor, awaited here: ``(rows, the columns'
     attributes, rowcount)``. ``kept``: the connection's prepared statements by SQL (a
-    lease's), read before the adapter's cache, which costs several calls per look-up;
-    a statement that failed is dropped from it (a plan the server invalidated is
-    prepared again next time)."""
+    lease's), read before the adapter's cache, which costs several calls per look-up.
+    A statement asyncpg can no longer use is dropped from both (the adapter's own cursor
+    would keep it until its cache evicted it): prepared again on its next use."""
     mutex = adapted._execute_mutex
     await mutex.acquire()
     try:
@@ -121,13 +123,25 @@ async def execute(adapted: Any, sql: str, args: tuple[Any, ...],
             rows = await stmt.fetch(*args)
             status = stmt.get_statusmsg()
         except Exception as error:
-            if kept is not None:
-                kept.pop(sql, None)
+            if _stale(error):  # asyncpg closed it: prepared again next time
+                if kept is not None:
+                    kept.pop(sql, None)
+                adapted._prepared_statement_cache.pop(sql, None)
             adapted._handle_exception(error)
     finally:
         mutex.release()
     reg = _STATUS.match(status or "")
     return rows, attributes, int(reg.group(1)) if reg else -1
+
+
+def _stale(error: Exception) -> bool:
+    """Whether asyncpg can no longer use the statement that raised ``error`` (the server
+    invalidated its plan: a column's type changed; or it was closed). asyncpg is the
+    ``postgres`` extra: imported here, where only a PostgreSQL statement's error leads."""
+    from asyncpg import exceptions as e  # type: ignore[import-untyped]
+
+    return isinstance(error, e.InvalidCachedStatementError | e.OutdatedSchemaCacheError
+                      | e.InterfaceError)
 
 
 async def end_transaction(adapted: Any, *, commit: bool) -> None:

@@ -360,3 +360,55 @@ async def test_a_write_cancelled_midway_leaves_nothing_and_the_next_one_works(
     async with sdb.read() as tx:
         run = await tx.runs.get("r7")
         assert run is not None and (run.step, run.next_seq) == (0, 9)
+
+
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+async def test_a_lease_prepares_a_statement_once_and_again_after_the_server_changed_it(
+        db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kept connection keeps its prepared statements (one look-up a statement, not the
+    adapter's cache); one the server invalidated (a column's type changed under it) fails
+    once, as through SQLAlchemy, and is prepared again on its next use instead of being
+    handed back closed."""
+    from sqlalchemy import Integer, bindparam, column, table
+    from sqlalchemy.dialects.postgresql.asyncpg import AsyncAdapt_asyncpg_connection
+    from sqlalchemy.exc import DBAPIError
+
+    probe = table("plan_probe", column("id", sa_types.Text), column("n", Integer))
+    stmt = fastsql.fast(select(probe.c.id, probe.c.n).where(probe.c.id == bindparam("id")))
+    prepared: list[str] = []
+    real = AsyncAdapt_asyncpg_connection._prepare
+
+    async def counting(self: Any, sql: str, ts: Any) -> Any:
+        prepared.append(sql)
+        return await real(self, sql, ts)
+
+    monkeypatch.setattr(AsyncAdapt_asyncpg_connection, "_prepare", counting)
+
+    async def ddl(sql: str) -> None:
+        async with db.connection() as c:
+            await c.execute(text(sql))
+            await c.commit()
+
+    async def read() -> Any:
+        async with db.read() as tx:
+            res = await tx.conn.execute(stmt, {"id": "a"})
+            assert isinstance(res, fastsql.Rows)
+            return res.one()
+
+    await ddl("CREATE TABLE plan_probe (id text PRIMARY KEY, n integer)")
+    try:
+        await ddl("INSERT INTO plan_probe VALUES ('a', 1)")
+        for _ in range(3):
+            assert await read() == ("a", 1)
+        # once, on the connection kept for reads
+        assert len([q for q in prepared if "FROM plan_probe" in q]) == 1
+        await ddl("ALTER TABLE plan_probe ALTER COLUMN n TYPE bigint")
+        failed = []
+        for _ in range(4):
+            try:
+                assert await read() == ("a", 1)
+            except DBAPIError as exc:
+                failed.append(str(exc.orig))
+        assert len(failed) == 1 and "cached statement plan is invalid" in failed[0], failed
+    finally:
+        await ddl("DROP TABLE plan_probe")
