@@ -59,12 +59,13 @@ class Lease:
     """A connection checked out of the pool and kept: SQLAlchemy's, the asyncpg
     adapter under it, and asyncpg's own."""
 
-    __slots__ = ("adapted", "conn", "driver", "epoch", "kept", "since")
+    __slots__ = ("adapted", "conn", "driver", "epoch", "kept", "since", "sync")
 
     def __init__(self, conn: AsyncConnection, epoch: int) -> None:
         self.conn = conn
         sync = conn.sync_connection
         assert sync is not None
+        self.sync = sync  # what conn's in_transaction() and invalidated read, one call nearer
         self.adapted: Any = cast(Any, sync.connection.dbapi_connection)  # asyncpg adapter
         self.driver: Any = self.adapted.driver_connection  # asyncpg's connection
         self.epoch = epoch  # the pool's invalidations seen when it was checked out
@@ -142,7 +143,7 @@ class Leases:
                 connection_invalidated=gone) from err
 
     async def _commit(self, lease: Lease) -> None:
-        if lease.conn.in_transaction():  # a statement through SQLAlchemy began it
+        if lease.sync.in_transaction():  # a statement through SQLAlchemy began it
             await lease.conn.commit()
         else:
             await self._end(lease, commit=True)
@@ -203,7 +204,7 @@ class Leases:
     async def give_back(self, lease: Lease) -> None:
         """Keep a connection whose work ended cleanly for the next use (or hand it to one
         waiting)."""
-        if self.closed or lease.conn.invalidated:
+        if self.closed or lease.sync.invalidated:
             await self._to_pool(lease)
             return
         if Liveness.stranded(lease.driver):  # in a transaction nobody tracks
@@ -211,7 +212,7 @@ class Leases:
             await self._discard(lease)
             return
         lease.since = self.liveness.clock()
-        if not self._hand(lease):
+        if not (self._waiters and self._hand(lease)):
             self.idle.append(lease)
 
     async def _wait(self) -> Lease | None:
@@ -312,7 +313,7 @@ class Leased(Generic[T]):
             if self._before is not None:
                 await self._before(self._value)
             if self._autocommit:
-                if lease.conn.in_transaction():  # SQLAlchemy's record of one: no round trip
+                if lease.sync.in_transaction():  # SQLAlchemy's record of one: no round trip
                     await lease.conn.commit()
                 private_sqlalchemy.set_autocommit(lease.adapted, False)
             else:

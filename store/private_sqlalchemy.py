@@ -17,7 +17,8 @@ would do per call straight to the driver. Two things it needs have no public nam
 * on PostgreSQL, the end of the adapter's transaction (``store/leases.py``): what the
   adapter's ``commit()`` and ``rollback()`` do (``_transaction``, ``_call_and_discard``,
   its errors translated by ``_handle_exception``), awaited directly too, and its
-  ``autocommit`` switch, which the adapter reads before it would say BEGIN.
+  ``autocommit`` switch, which the adapter reads before it would say BEGIN (set as the
+  property does: ``isolation_level``, or back to ``_isolation_setting``).
 
 The compiler attributes the plans read (``bind_names``, ``insert_prefetch``,
 ``positiontup`` ...) carry no underscore but are internals too; :data:`RELIES_ON` lists
@@ -57,6 +58,7 @@ RELIES_ON: tuple[tuple[str, str], ...] = (
     ("postgresql.asyncpg.AsyncAdapt_asyncpg_connection", "_call_and_discard"),
     ("postgresql.asyncpg.AsyncAdapt_asyncpg_connection", "_handle_exception"),
     ("postgresql.asyncpg.AsyncAdapt_asyncpg_connection", "autocommit"),
+    ("postgresql.asyncpg.AsyncAdapt_asyncpg_connection", "_isolation_setting"),
 )
 
 
@@ -159,5 +161,6 @@ async def end_transaction(adapted: Any, *, commit: bool) -> None:
 
 def set_autocommit(adapted: Any, on: bool) -> None:
     """Statements on ``adapted`` run each in its own implicit transaction (no BEGIN), or
-    again at its isolation level."""
-    adapted.autocommit = on
+    again at its isolation level (what the adapter's ``autocommit`` property sets, set
+    here without its call)."""
+    adapted.isolation_level = "autocommit" if on else adapted._isolation_setting
