@@ -133,40 +133,19 @@ def _child(request: dict[str, object], fds: list[int]) -> None:
     from approvald.runtime.kernel import failpoints
 
     failpoints.arm(os.environ.get("APPROVALD_FAILPOINTS", ""))
-    status: object = 0
-    try:
-        sys.argv[0] = re.sub(r"(-script\.pyw|\.exe)?$", "", sys.argv[0])
-        sys.exit(_MAIN[0]())
-    except SystemExit as exc:
-        status = exc.code
-    except BaseException:
-        import traceback
-
-        traceback.print_exc()
-        status = 1
-    try:
-        atexit._run_exitfuncs()
-        sys.stdout.flush()
-        sys.stderr.flush()
-    finally:
-        code = status if isinstance(status, int) else (0 if status is None else 1)
-        if not isinstance(status, int) and status is not None:
-            print(status, file=sys.stderr)
-        os._exit(code & 0xFF)
+    sys.argv[0] = re.sub(r"(-script\.pyw|\.exe)?$", "", sys.argv[0])
+    _run_and_exit(lambda: sys.exit(_MAIN[0]()))
 
 
-def _run_script(script: str, env: dict[str, str], argv: list[str]) -> None:
-    """In the forked process: run ``script`` as ``python SCRIPT ARGV`` would (its directory
-    first on ``sys.path``), and exit as it did."""
-    import runpy
+def _run_and_exit(body: Callable[[], object]) -> None:
+    """In the forked process: run ``body`` as the interpreter runs a program, its
+    ``SystemExit`` or uncaught exception giving the status, then the exit functions, and
+    leave with that status (never returning to the server's code)."""
     import traceback
 
-    sys.path[:] = [str(Path(script).parent),
-                   *(p for p in _pythonpath(env) if p not in _BASE_PATH), *_BASE_PATH]
-    sys.argv = [script, *map(str, argv)]
     status: object = 0
     try:
-        runpy.run_path(script, run_name="__main__")
+        body()
     except SystemExit as exc:
         status = exc.code
     except BaseException:
@@ -180,6 +159,17 @@ def _run_script(script: str, env: dict[str, str], argv: list[str]) -> None:
         if not isinstance(status, int) and status is not None:
             print(status, file=sys.stderr)
         os._exit((status if isinstance(status, int) else 0 if status is None else 1) & 0xFF)
+
+
+def _run_script(script: str, env: dict[str, str], argv: list[str]) -> None:
+    """In the forked process: run ``script`` as ``python SCRIPT ARGV`` would (its directory
+    first on ``sys.path``), and exit as it did."""
+    import runpy
+
+    sys.path[:] = [str(Path(script).parent),
+                   *(p for p in _pythonpath(env) if p not in _BASE_PATH), *_BASE_PATH]
+    sys.argv = [script, *map(str, argv)]
+    _run_and_exit(lambda: runpy.run_path(script, run_name="__main__"))
 
 
 def _wait(conn: socket.socket, pid: int) -> None:
