@@ -239,6 +239,7 @@ class Database:
                                   timeout=self.engine.pool.timeout())  # type: ignore[attr-defined]
         self._readers: list[Any] = []  # idle driver connections for plain SQLite reads
         self._writer: AsyncConnection | None = None  # SQLite: the one write connection
+        self._writer_parts: tuple[AsyncConnection, Any, Any] | None = None  # (its sync, driver)
         self._reader_cap = 2 * pool_size
         self._busy_timeout_ms = busy_timeout_ms
         if self.dialect == "sqlite":
@@ -307,8 +308,14 @@ class Database:
                 writer = await self.engine.connect()
                 await writer.execution_options(approvald_begin=None)
                 self._writer = writer
-            assert writer.sync_connection is not None and self._plans is not None
-            raw = writer.sync_connection.connection.driver_connection
+            assert self._plans is not None
+            if fresh or self._writer_parts is None or self._writer_parts[0] is not writer:
+                # its SQLAlchemy and driver connections, read once (the writer is never
+                # reconnected: a failure discards it)
+                sync = writer.sync_connection
+                assert sync is not None
+                self._writer_parts = (writer, sync, sync.connection.driver_connection)
+            _, sync, raw = self._writer_parts
             try:
                 if fresh:  # it never waits for SQLite's lock on the loop: begin_immediate
                     await fastsql.on_driver_thread(raw, "PRAGMA busy_timeout=0", self._plans)
@@ -318,7 +325,7 @@ class Database:
                 tx = self._tx(Conn(self._plans, conn=writer, raw=raw))
                 yield tx
                 await tx.prepare_commit()
-                if writer.in_transaction():
+                if sync.in_transaction():
                     await writer.commit()
                 else:
                     await fastsql.on_driver_thread(raw, "COMMIT", self._plans)

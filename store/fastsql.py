@@ -389,7 +389,20 @@ class Conn:
                     db = private_aiosqlite.inline_connection(self._raw or self._driver(),
                                                              plan.sql)
                     if db is not None:
-                        return self._run(db, plan, params, many)
+                        if many:
+                            return self._run_many(db, plan, params)
+                        # one statement, here rather than in a method: one call fewer
+                        args = plan.parameters(first)
+                        try:
+                            cur = db.execute(plan.sql, args)
+                            try:
+                                fetched = cur.fetchall() if cur.description else []
+                                rowcount = cur.rowcount
+                            finally:
+                                cur.close()
+                        except sqlite3.Error as err:
+                            raise _sqlite_error(plan, args, err, dialect) from err
+                        return Rows(plan.rows(fetched) if fetched else [], rowcount)
         return await (self._conn or await self.connection()).execute(stmt, params)
 
     def _driver(self) -> Any:
@@ -436,11 +449,10 @@ class Conn:
             raise
         return Rows(plan.rows(fetched) if fetched else [], rowcount)
 
-    def _run(self, db: sqlite3.Connection, plan: _Plan, params: Any, many: bool) -> Rows:
-        args: Any = [plan.parameters(p) for p in params] if many \
-            else plan.parameters(params or _NONE)
+    def _run_many(self, db: sqlite3.Connection, plan: _Plan, params: Any) -> Rows:
+        args = [plan.parameters(p) for p in params]
         try:
-            cur = db.executemany(plan.sql, args) if many else db.execute(plan.sql, args)
+            cur = db.executemany(plan.sql, args)
             try:
                 fetched = cur.fetchall() if cur.description else []
                 rowcount = cur.rowcount
@@ -448,6 +460,11 @@ class Conn:
                 cur.close()
         except sqlite3.Error as err:
             assert self._dialect is not None
-            raise sa_exc.DBAPIError.instance(
-                plan.sql, args, err, sqlite3.Error, dialect=self._dialect) from err
+            raise _sqlite_error(plan, args, err, self._dialect) from err
         return Rows(plan.rows(fetched) if fetched else [], rowcount)
+
+
+def _sqlite_error(plan: _Plan, args: Any, err: sqlite3.Error, dialect: Dialect) -> Exception:
+    """A sqlite3 error as SQLAlchemy raises it (its exception class)."""
+    return cast(Exception, sa_exc.DBAPIError.instance(plan.sql, args, err, sqlite3.Error,
+                                                      dialect=dialect))
