@@ -258,7 +258,7 @@ async def test_waiting_callers_share_one_timer_set_again_for_the_next(db_url: st
     """With every connection in use a caller waits for one given back, and gives up with
     SQLAlchemy's ``TimeoutError`` after the pool's timeout; one timer serves all the
     waiters (store/leases.py), set again for the next one when the first is served."""
-    db = Database(db_url, connections=2, server_time=False)
+    db = Database(db_url, connections=2, fast_path=True, server_time=False)
     leases = db._leases
     assert leases is not None
 
