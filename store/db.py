@@ -419,14 +419,12 @@ class Database:
             # at READ COMMITTED every statement has a snapshot of its own, in a transaction
             # or not: one around plain reads only added its BEGIN and COMMIT round trips
             return self._leases.autocommit(self._on_lease)
+        if self._connect_reader is not None and not snapshot:
+            return _PlainRead(self)
         return self._read(snapshot=snapshot)
 
     @asynccontextmanager
     async def _read(self, *, snapshot: bool) -> AsyncIterator[Tx]:
-        if self._connect_reader is not None and not snapshot:
-            async with self._plain_read() as tx:
-                yield tx
-            return
         if self.dialect == "sqlite" and not snapshot:  # no fast path: autocommit, no BEGIN
             async with self.engine.connect() as conn, _never_reused_after_error(conn):
                 await conn.execution_options(approvald_begin=None)
@@ -445,31 +443,6 @@ class Database:
                 await conn.execution_options(isolation_level="REPEATABLE READ")
             async with conn.begin():
                 yield self._tx(Conn(self._plans, conn=conn))
-
-    @asynccontextmanager
-    async def _plain_read(self) -> AsyncIterator[Tx]:
-        """A SQLite read in autocommit (each statement sees the latest commit) on one of
-        this process's idle driver connections: planned statements run on it directly, and
-        a SQLAlchemy connection is checked out only if a statement needs one (checking
-        one out and in costs more than a planned statement)."""
-        assert self._connect_reader is not None
-        raw = self._readers.pop() if self._readers else await self._connect_reader()
-        stack = AsyncExitStack()
-
-        async def open_conn() -> AsyncConnection:
-            conn = await stack.enter_async_context(self.engine.connect())
-            await conn.execution_options(approvald_begin=None)
-            return conn
-
-        try:
-            async with stack:
-                yield self._tx(Conn(self._plans, raw=raw, open_conn=open_conn))
-        finally:
-            if not self._closed and len(self._readers) < self._reader_cap \
-                    and not raw.in_transaction:
-                self._readers.append(raw)
-            else:  # kept after close(), it would never be closed
-                await raw.close()
 
     def _tx(self, conn: Conn) -> Tx:
         return Tx(conn, self.dialect, server_time=self.server_time)
@@ -515,6 +488,47 @@ class Database:
     def _on_checkin(self, dbapi_conn: Any, record: Any) -> None:
         if self._closed and dbapi_conn is not None:
             record.invalidate()  # closes it (the pool it returns to is gone)
+
+
+class _PlainRead:
+    """``async with``: a SQLite read in autocommit (each statement sees the latest commit)
+    on one of the database's idle driver connections: planned statements run on it
+    directly, and a SQLAlchemy connection is checked out only if a statement needs one
+    (checking one out and in costs more than a planned statement). A class, not a
+    generator: it is entered around every plain read, and two nested generators' context
+    managers and an exit stack cost more calls than the read's statement."""
+
+    __slots__ = ("_conn", "_db", "_raw")
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self._raw: Any = None
+        self._conn: AsyncConnection | None = None
+
+    async def __aenter__(self) -> Tx:
+        db = self._db
+        assert db._connect_reader is not None
+        raw = self._raw = db._readers.pop() if db._readers else await db._connect_reader()
+        return db._tx(Conn(db._plans, raw=raw, open_conn=self._open))
+
+    async def _open(self) -> AsyncConnection:
+        conn = self._db.engine.connect()
+        await conn.start()
+        self._conn = conn  # closed on exit, whatever happens next
+        await conn.execution_options(approvald_begin=None)
+        return conn
+
+    async def __aexit__(self, *_exc: object) -> None:
+        db, raw, conn = self._db, self._raw, self._conn
+        try:
+            if conn is not None:  # as its own ``async with`` would close it
+                await asyncio.shield(conn.close())
+        finally:
+            if not db._closed and len(db._readers) < db._reader_cap \
+                    and not raw.in_transaction:
+                db._readers.append(raw)
+            else:  # kept after close(), it would never be closed
+                await raw.close()
 
 
 async def _alone_hooks(tx: Tx) -> None:
