@@ -265,6 +265,8 @@ class Database:
         """
         if self._leases is not None:  # PostgreSQL: on a kept connection (store/leases.py)
             return self._leases.transaction(self._on_lease, Tx.prepare_commit)
+        if self._write_lock is not None and self._plans is not None:
+            return _SQLiteWrite(self)  # SQLite with the fast path
         return self._write()
 
     def _on_lease(self, lease: Lease) -> Tx:
@@ -284,64 +286,18 @@ class Database:
                 yield tx
                 await tx.prepare_commit()
             return
+        # SQLite without the fast path (with it: _SQLiteWrite): a pooled connection, begun
+        # by SQLAlchemy
+        assert self._plans is None
         await self._write_lock.acquire(since=waiting.since())
-        if self._plans is None:  # no fast path: a pooled connection, begun by SQLAlchemy
-            try:
-                async with self.engine.connect() as conn, _never_reused_after_error(conn):
-                    await conn.execution_options(approvald_begin="IMMEDIATE")
-                    async with conn.begin():
-                        tx = self._tx(Conn(None, conn=conn))
-                        yield tx
-                        await tx.prepare_commit()
-            finally:
-                self._write_lock.release()
-            return
         try:
-            # the lock admits one writer at a time, so one connection serves them all (no
-            # pool checkout per transaction), and BEGIN IMMEDIATE and COMMIT are said on
-            # its driver connection directly: SQLAlchemy's transaction machinery cost more
-            # than the statements in between (it begins nothing itself on this connection,
-            # and commits what a statement it ran opened on its side)
-            writer = self._writer
-            fresh = writer is None
-            if writer is None:
-                writer = await self.engine.connect()
-                await writer.execution_options(approvald_begin=None)
-                self._writer = writer
-            assert self._plans is not None
-            if fresh or self._writer_parts is None or self._writer_parts[0] is not writer:
-                # its SQLAlchemy and driver connections, read once (the writer is never
-                # reconnected: a failure discards it)
-                sync = writer.sync_connection
-                assert sync is not None
-                self._writer_parts = (writer, sync, sync.connection.driver_connection)
-            _, sync, raw = self._writer_parts
-            try:
-                if fresh:  # it never waits for SQLite's lock on the loop: begin_immediate
-                    await fastsql.on_driver_thread(raw, "PRAGMA busy_timeout=0", self._plans)
-                # inside: a BEGIN cancelled while it waited may still start a transaction
-                # on the driver's thread, and the connection must not be trusted again
-                await fastsql.begin_immediate(raw, self._plans, self._busy_timeout_ms)
-                tx = self._tx(Conn(self._plans, conn=writer, raw=raw))
-                yield tx
-                await tx.prepare_commit()
-                if sync.in_transaction():
-                    await writer.commit()
-                else:
-                    await fastsql.on_driver_thread(raw, "COMMIT", self._plans)
-            except BaseException:
-                # closing the driver's connection rolls the transaction back; the next
-                # writer starts on a fresh one rather than trust this one (a cancellation
-                # mid-COMMIT, a broken file)
-                self._writer = None
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(_discard(writer))
-                raise
+            async with self.engine.connect() as conn, _never_reused_after_error(conn):
+                await conn.execution_options(approvald_begin="IMMEDIATE")
+                async with conn.begin():
+                    tx = self._tx(Conn(None, conn=conn))
+                    yield tx
+                    await tx.prepare_commit()
         finally:
-            if self._closed and self._writer is not None:  # closed while this one wrote
-                writer, self._writer = self._writer, None
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(_discard(writer))
             self._write_lock.release()
 
     def write_one(self) -> AbstractAsyncContextManager[Tx]:
@@ -488,6 +444,97 @@ class Database:
     def _on_checkin(self, dbapi_conn: Any, record: Any) -> None:
         if self._closed and dbapi_conn is not None:
             record.invalidate()  # closes it (the pool it returns to is gone)
+
+
+class _SQLiteWrite:
+    """``async with``: a write transaction on SQLite with the fast path. The write lock
+    admits one writer at a time, so one connection serves them all (no pool checkout per
+    transaction), and BEGIN IMMEDIATE and COMMIT are said on its driver connection
+    directly: SQLAlchemy's transaction machinery cost more than the statements in between
+    (it begins nothing itself on this connection, and commits what a statement it ran
+    opened on its side). A class, not a generator, as :class:`_PlainRead`."""
+
+    __slots__ = ("_db", "_parts", "_tx")
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def __aenter__(self) -> Tx:
+        db = self._db
+        lock, plans = db._write_lock, db._plans
+        assert lock is not None and plans is not None
+        await lock.acquire(since=waiting.since())
+        try:
+            writer = db._writer
+            fresh = writer is None
+            if writer is None:
+                writer = await db.engine.connect()
+                await writer.execution_options(approvald_begin=None)
+                db._writer = writer
+            parts = db._writer_parts
+            if fresh or parts is None or parts[0] is not writer:
+                # its SQLAlchemy and driver connections, read once (the writer is never
+                # reconnected: a failure discards it)
+                sync = writer.sync_connection
+                assert sync is not None
+                parts = db._writer_parts = (writer, sync, sync.connection.driver_connection)
+            self._parts = parts
+            raw = parts[2]
+            try:
+                if fresh:  # it never waits for SQLite's lock on the loop: begin_immediate
+                    await fastsql.on_driver_thread(raw, "PRAGMA busy_timeout=0", plans)
+                # inside: a BEGIN cancelled while it waited may still start a transaction
+                # on the driver's thread, and the connection must not be trusted again
+                await fastsql.begin_immediate(raw, plans, db._busy_timeout_ms)
+                tx = self._tx = db._tx(Conn(plans, conn=writer, raw=raw))
+            except BaseException:
+                await self._drop()
+                raise
+        except BaseException:
+            await self._end()
+            raise
+        return tx
+
+    async def __aexit__(self, _type: type[BaseException] | None,
+                        exc: BaseException | None, _tb: Any) -> None:
+        try:
+            if exc is not None:
+                await self._drop()
+                return  # raised again by the caller's ``async with``
+            writer, sync, raw = self._parts
+            try:
+                await self._tx.prepare_commit()
+                if sync.in_transaction():
+                    await writer.commit()
+                else:
+                    assert self._db._plans is not None
+                    await fastsql.on_driver_thread(raw, "COMMIT", self._db._plans)
+            except BaseException:
+                await self._drop()
+                raise
+        finally:
+            await self._end()
+
+    async def _drop(self) -> None:
+        """Closing the driver's connection rolls the transaction back; the next writer
+        starts on a fresh one rather than trust this one (a cancellation mid-COMMIT, a
+        broken file)."""
+        db = self._db
+        writer, db._writer = db._writer, None
+        if writer is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(_discard(writer))
+
+    async def _end(self) -> None:
+        db = self._db
+        assert db._write_lock is not None
+        try:
+            if db._closed and db._writer is not None:  # closed while this one wrote
+                writer, db._writer = db._writer, None
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(_discard(writer))
+        finally:
+            db._write_lock.release()
 
 
 class _PlainRead:

@@ -337,6 +337,44 @@ async def test_a_write_waits_off_the_loop_for_another_process_lock(sqlite_url: s
 
 
 @pytest.mark.sqlite
+async def test_a_write_cancelled_while_its_begin_waits_leaves_no_transaction_behind(
+        sqlite_url: str) -> None:
+    """A write cancelled while its BEGIN IMMEDIATE waits on the driver's thread for
+    another process's lock: that BEGIN may still start a transaction there once the lock
+    is free, so its connection is never written on again (the next write opens another,
+    and is not refused as a transaction within a transaction)."""
+    import asyncio
+    import sqlite3
+
+    d = Database(sqlite_url, busy_timeout_ms=10_000, fast_path=True)
+    other = sqlite3.connect(d.url.database, isolation_level=None)
+    try:
+        await insert_run(d, "r10")
+        other.execute("BEGIN IMMEDIATE")  # another process's writer
+
+        async def write() -> None:
+            async with d.write() as tx:
+                await tx.runs.update("r10", step=4)
+
+        task = asyncio.create_task(write())
+        for _ in range(20):  # its BEGIN is waiting on the driver's thread
+            await asyncio.sleep(0)
+        assert not task.done()
+        task.cancel()
+        other.execute("ROLLBACK")  # the lock is free: that BEGIN goes through
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(task, 10)
+        async with d.write() as tx:
+            assert await tx.runs.update("r10", step=5)
+        async with d.read() as tx:
+            run = await tx.runs.get("r10")
+            assert run is not None and run.step == 5
+    finally:
+        other.close()
+        await d.close()
+
+
+@pytest.mark.sqlite
 async def test_a_write_cancelled_midway_leaves_nothing_and_the_next_one_works(
         sdb: Database) -> None:
     import asyncio
