@@ -36,12 +36,19 @@ def _same(a: Any, b: Any) -> bool:
 @DIALECTS
 def test_a_time_is_bound_and_read_as_sqlalchemy_does(dialect: Any) -> None:
     t = UTCDateTime()
-    bind, result = fastsql.bind_processor(t, dialect), fastsql.result_processor(t, dialect, None)
+    coltype = 1184 if dialect.name == "postgresql" else None  # timestamptz, as described
+    bind, result = fastsql.bind_processor(t, dialect), fastsql.result_processor(t, dialect,
+                                                                               coltype)
     their_bind, their_result = _theirs(t, dialect)
     # the plan's own, not SQLAlchemy's (which would make this test compare nothing)
     assert bind is (types._bind_sqlite if dialect.name == "sqlite" else types._bind_aware)
     assert result is types._result_sqlite if dialect.name == "sqlite" else \
         isinstance(result, methodcaller)
+    if dialect.name == "postgresql":  # timestamptz above; a time without a zone is tagged
+        tagged = fastsql.result_processor(t, dialect, 1114)
+        assert tagged is types._result_tagged
+        naive = datetime(2026, 1, 2, 3, 4, 5, 6)
+        assert _same(tagged(naive), their_result(naive)) and tagged(naive).tzinfo is UTC
     assert bind(None) is None
     for value in TIMES:
         stored = bind(value)
