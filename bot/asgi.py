@@ -23,19 +23,7 @@ async def answer(app: Asgi, request: web.Request, *, body: bytes | None = None,
     """Run ``app`` on ``request`` (``scope_extra``: keys added to the ASGI scope) and
     return the response it wrote; ``body``: the request's body, read already by the
     caller; ``headers``: added to the response."""
-    peer = request.transport.get_extra_info("peername") if request.transport else None
-    sock = request.transport.get_extra_info("sockname") if request.transport else None
-    scope: dict[str, Any] = {
-        "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"},
-        "http_version": f"{request.version.major}.{request.version.minor}",
-        "method": request.method, "scheme": request.scheme, "path": request.path,
-        "raw_path": request.raw_path.split("?", 1)[0].encode(),
-        "query_string": request.query_string.encode(), "root_path": "",
-        "headers": [(k.lower(), v) for k, v in request.raw_headers],
-        "client": tuple(peer[:2]) if peer else None,
-        "server": tuple(sock[:2]) if sock else None,
-        **scope_extra,
-    }
+    scope = scope_of(request, **scope_extra)
     finished = asyncio.Event()
     body_read = False
     response: web.StreamResponse | None = None
@@ -84,3 +72,20 @@ async def answer(app: Asgi, request: web.Request, *, body: bytes | None = None,
     if response is None:  # the app answered nothing: a bug in it, said as one
         return web.Response(status=500, text="no response")
     return response
+
+
+def scope_of(request: web.Request, **scope_extra: Any) -> dict[str, Any]:
+    """The ASGI scope of ``request`` (``scope_extra``: keys added to it)."""
+    peer = request.transport.get_extra_info("peername") if request.transport else None
+    sock = request.transport.get_extra_info("sockname") if request.transport else None
+    return {
+        "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": f"{request.version.major}.{request.version.minor}",
+        "method": request.method, "scheme": request.scheme, "path": request.path,
+        "raw_path": request.raw_path.split("?", 1)[0].encode(),
+        "query_string": request.query_string.encode(), "root_path": "",
+        "headers": [(k.lower(), v) for k, v in request.raw_headers],
+        "client": tuple(peer[:2]) if peer else None,
+        "server": tuple(sock[:2]) if sock else None,
+        **scope_extra,
+    }

@@ -216,6 +216,11 @@ class Settings(BaseSettings):
         description="a TOML file of MCP gateways serve mounts at /mcp/NAME over Streamable "
                     "HTTP, each in front of an MCP server it starts (command) or reaches "
                     "(url); see the MCP gateway guide")
+    mcp_fast_path: bool = Field(
+        True, validation_alias=_env("APPROVALD_MCP_FAST_PATH"),
+        description="a 2025-era client's tools/call is answered by serve's handler, with the MCP "
+                    "SDK's kernel but without its per-request transport machinery (the same "
+                    "answer on the wire); 0: every request through the SDK's transport")
     policy_file: Path | None = Field(
         None, validation_alias=_env("APPROVALD_POLICY_FILE"),
         description="the TOML policy file: per-tool overrides of the policies declared in code, "

@@ -497,7 +497,7 @@ def _mcp_gateways(settings: Settings, engine: Engine) -> HttpGateways | None:
         raise ConfigError(f"APPROVALD_MCP_GATEWAYS_FILE needs the MCP SDK: "
                           f"{install_command('mcp')} ({exc})") from None
     return HttpGateways(engine, load(settings.mcp_gateways_file),
-                        secret=settings.token_secret())
+                        secret=settings.token_secret(), fast_path=settings.mcp_fast_path)
 
 
 def _web_face(settings: Settings, engine: Engine,

@@ -205,6 +205,9 @@ class Routes:
         """The body, up to ``limit`` bytes (413 past it, before more is read)."""
         if request.content_length is not None and request.content_length > limit:
             raise ApiError(413, "payload_too_large", f"the body is over the {limit}-byte cap")
+        content = request.content
+        if request.content_length is not None and content.is_eof():
+            return content.read_nowait()  # all of it arrived with the request: no wait
         raw = bytearray()
         async for chunk in request.content.iter_chunked(64 * 1024):
             raw += chunk

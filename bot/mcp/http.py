@@ -33,6 +33,8 @@ from typing import Annotated, Any
 import mcp_types as types
 from aiohttp import web
 from approvald.bot.asgi import answer
+from approvald.bot.mcp import fastcall
+from approvald.bot.mcp.fastcall import FastCall
 from approvald.bot.mcp.front import Front
 from approvald.bot.mcp.gateway import Gateway, Refused
 from approvald.bot.mcp.inflight import InFlight
@@ -125,7 +127,7 @@ class HttpGateway:
     bearer token (each token's calls are its own, for its person)."""
 
     def __init__(self, engine: Engine, name: str, config: GatewayConfig, *,
-                 secret: str | None = None) -> None:
+                 secret: str | None = None, fast_path: bool = True) -> None:
         self.e = engine
         self.name = name
         self.config = config
@@ -134,6 +136,9 @@ class HttpGateway:
         self.face = f"mcp:{name}"
         self.upstream: Upstream | None = None
         self.manager: StreamableHTTPSessionManager | None = None
+        self.fast_path = fast_path
+        self.fast: FastCall | None = None  # a 2025-era tools/call, answered without the
+        # SDK's per-request transport (bot.mcp.fastcall)
         self._gateways: dict[str, Gateway] = {}
         self.hosts: list[str] = list(config.allowed_hosts)
 
@@ -176,12 +181,19 @@ class HttpGateway:
                 server.add_request_handler(method, TaskParams, handler)
             server.add_request_handler("tasks/list", types.PaginatedRequestParams,
                                        self._task_list)
+        security = TransportSecuritySettings(
+            enable_dns_rebinding_protection=True, allowed_hosts=self.hosts,
+            allowed_origins=list(c.allowed_origins))
         self.manager = StreamableHTTPSessionManager(
             server, stateless=True, max_request_body_size=MAX_BODY,
-            security_settings=TransportSecuritySettings(
-                enable_dns_rebinding_protection=True, allowed_hosts=self.hosts,
-                allowed_origins=list(c.allowed_origins)))
+            security_settings=security)
         await stack.enter_async_context(self.manager.run())
+        gaps = fastcall.missing() if self.fast_path else []
+        if gaps:  # a release of the SDK without them: every request through it
+            log.warning("MCP gateway %s: the fast path is off: the mcp SDK lacks %s",
+                        self.name, ", ".join(gaps))
+        elif self.fast_path:
+            self.fast = FastCall(server, self.manager, security, MAX_BODY)
         log.info("MCP gateway %s: serving the tools of %s at /mcp/%s", self.name,
                  c.server(), self.name)
 
@@ -263,9 +275,10 @@ class HttpGateways:
     """What ``serve`` mounts: ``/mcp/<name>`` for each configured gateway."""
 
     def __init__(self, engine: Engine, configs: dict[str, GatewayConfig], *,
-                 secret: str | None = None) -> None:
+                 secret: str | None = None, fast_path: bool = True) -> None:
         self.e = engine
-        self.gateways = {name: HttpGateway(engine, name, c, secret=secret)
+        self.gateways = {name: HttpGateway(engine, name, c, secret=secret,
+                                           fast_path=fast_path)
                          for name, c in configs.items()}
         self._stack = contextlib.AsyncExitStack()
         # server-to-client requests written on this process's streams, awaiting replies
@@ -324,8 +337,13 @@ class HttpGateways:
                     if made is not None:
                         headers["Mcp-Session-Id"] = made
         session = Session.decode(request.headers.get("Mcp-Session-Id"))
+        scope = {TOKEN_KEY: token, SESSION_KEY: session, BACK_KEY: self.back}
+        if g.fast is not None and body is not None:
+            fast = await g.fast.answer(request, body, said, **scope)
+            if fast is not None:
+                return fast
         return await answer(g.manager.handle_request, request, body=body, headers=headers,
-                            **{TOKEN_KEY: token, SESSION_KEY: session, BACK_KEY: self.back})
+                            **scope)
 
 
 async def _read(request: web.Request) -> bytes:

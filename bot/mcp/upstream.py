@@ -32,10 +32,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
+import httpx2
 import mcp_types as types
 from approvald.bot.mcp.gateway import Forward, Gateway, Identify, Ran, Refused
 from approvald.bot.mcp.inflight import InFlight
@@ -44,6 +46,7 @@ from approvald.runtime import GONE, Source, ToolIdentity, canonical_json, sha256
 from jsonschema import SchemaError
 from jsonschema.validators import validator_for
 from mcp import Client, MCPError
+from mcp.client.streamable_http import streamable_http_client
 from mcp.server.context import ServerRequestContext
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
@@ -79,6 +82,13 @@ def identity(tool: types.Tool) -> ToolIdentity:
     said = {k: entry[k] for k in IDENTITY_FIELDS if k in entry}
     return ToolIdentity("mcp:" + sha256_hex(canonical_json(said))[:60],
                         sha256_hex(canonical_json(tool.input_schema)))
+
+
+def http_client(tls: ssl.SSLContext) -> httpx2.AsyncClient:
+    """The HTTP client of one session with a Streamable HTTP server: the SDK transport's
+    own when given none (its timeouts: 30 s, 5 min for a stream's reads;
+    ``tests/unit/test_mcp_sdk_reliance.py`` checks it), with ``tls``."""
+    return httpx2.AsyncClient(timeout=httpx2.Timeout(30.0, read=300.0), verify=tls)
 
 
 def hints(tool: types.Tool) -> str:
@@ -146,6 +156,7 @@ class Upstream:
         self.annotations: dict[str, dict[str, Any]] = {}  # tool -> its annotations
         self.identities: dict[str, ToolIdentity] = {}  # tool -> its identity, as listed
         self.checked = Checked()  # each entry called: its identity and validator, once
+        self._tls: ssl.SSLContext | None = None  # see tls()
 
     async def check_rules(self, gateway_source: Source, policy: Any) -> None:
         """Refuse to start on a policy rule that would fail on every call of its tool: each
@@ -197,11 +208,20 @@ class Upstream:
         # the server hears the client's own revision where it speaks it: a 2025-11-25
         # client's request goes upstream as 2025-11-25 (an initialize, then the request)
         modern = relay.modern and self.discover is not None
-        async with Client(self.url, cache=None,
-                          mode=ctx.protocol_version if modern else "legacy",
-                          prior_discover=self.discover if modern else None,
-                          **relay.client_options()) as client:
+        async with http_client(self.tls()) as http, \
+                Client(streamable_http_client(self.url, http_client=http), cache=None,
+                       mode=ctx.protocol_version if modern else "legacy",
+                       prior_discover=self.discover if modern else None,
+                       **relay.client_options()) as client:
             yield client
+
+    def tls(self) -> ssl.SSLContext:
+        """The TLS context of the HTTP client each session makes, made once: made per
+        session (as the SDK's transport does when given no client), its CA bundle was
+        loaded on every call forwarded, about 19 ms of CPU each (issue 50)."""
+        if self._tls is None:
+            self._tls = httpx2.create_ssl_context()
+        return self._tls
 
     @contextlib.asynccontextmanager
     async def forwarding(self, ctx: ServerRequestContext[Any] | None,

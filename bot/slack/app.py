@@ -105,8 +105,24 @@ class _DropTokenNotice(logging.Filter):
         return "`token` will be unused" not in record.getMessage()
 
 
+def leveled(name: str) -> logging.Logger:
+    """The logger ``name`` with its level set to the one it inherits now.
+
+    slack_sdk and bolt test ``logger.level <= DEBUG`` (not ``isEnabledFor``) before they
+    build a debug line, and a logger left at NOTSET (0) passes that test whatever the
+    configuration: every Web API call formatted its whole request (a card's blocks
+    included) and its answer into a line no handler took, and bolt named each middleware
+    a click went through. Set when the face is built, after logging is configured, so a
+    face built at DEBUG still logs all of it.
+    """
+    logger = logging.getLogger(name)
+    logger.setLevel(logging.NOTSET)
+    logger.setLevel(logger.getEffectiveLevel())
+    return logger
+
+
 def _bolt_logger() -> logging.Logger:
-    logger = logging.getLogger("approvald.slack.bolt")
+    logger = leveled("approvald.slack.bolt")
     if not any(isinstance(f, _DropTokenNotice) for f in logger.filters):
         logger.addFilter(_DropTokenNotice())
     return logger
@@ -125,7 +141,7 @@ class _NoTraceback(logging.Filter):
 
 
 def _socket_logger() -> logging.Logger:
-    logger = logging.getLogger("approvald.slack.socket")
+    logger = leveled("approvald.slack.socket")
     if not any(isinstance(f, _NoTraceback) for f in logger.filters):
         logger.addFilter(_NoTraceback())
     return logger
@@ -141,7 +157,8 @@ class SlackWeb:
         check_slack_settings(settings)
         assert settings.slack_bot_token is not None
         self.client = AsyncWebClient(token=settings.slack_bot_token.get_secret_value(),
-                                     base_url=settings.slack_api_url)
+                                     base_url=settings.slack_api_url,
+                                     logger=leveled("approvald.slack.web"))
         self.directory = SlackDirectory(self.client)
         self.http: aiohttp.ClientSession | None = None
 
@@ -183,6 +200,13 @@ class SlackService:
             # listeners ack, then hand their work to tasks (see bot/slack/listeners.py): the
             # response goes out as soon as the listener returns, with no polling for it
             process_before_response=True,
+            # two of bolt's global middleware, run on every click, have nothing to act on
+            # here: its own bot's events are ignored for the listeners of events it can
+            # send (messages), and a workflow step's token attached for function
+            # listeners; the face has neither (app_home_opened is a person's event:
+            # tests/unit/test_click_cpu.py holds the listeners to that)
+            ignoring_self_events_enabled=False,
+            attaching_function_token_enabled=False,
         )
         self.handlers = Handlers(engine)
         self.handlers.register(self.app)

@@ -11,7 +11,9 @@ approves are the ones stored with the approval, never something the payload brin
 
 from __future__ import annotations
 
+import functools
 import json
+import re
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -39,9 +41,9 @@ from approvald.bot.slack.mrkdwn import (
     safe_url,
     section,
     slack_date,
-    text_length,
     units,
     who,
+    within_text_budget,
 )
 from approvald.runtime import (
     MAX_WINDOW,
@@ -75,15 +77,14 @@ from slack_sdk.models.blocks import (
 __all__ = [
     "ABORT", "ACTION_IDS", "APPROVE", "APPROVE_SELECTED", "ARGS_BLOCK", "ARGS_INPUT",
     "BATCH_BLOCK", "DENY", "DENY_MODAL", "DENY_SELECTED", "DENY_SELECTED_MODAL", "EDIT",
-    "EDIT_MODAL", "FIELDS_BLOCK", "FIELDS_INPUT", "GUIDANCE_BLOCK", "GUIDANCE_INPUT",
-    "MARK_DONE", "REASON_BLOCK", "REASON_INPUT", "REDIRECT", "REDIRECT_MODAL", "REPLAN",
-    "RESOLVE_MODAL", "RETRY", "SCOPE_BLOCK", "SCOPE_INPUT", "SELECT", "SELECT_BLOCK", "STANDING",
-    "STANDING_GRANT", "STANDING_MODAL", "STANDING_REVOKE", "VIEW_ARGS", "WHEN_BLOCK",
-    "WHEN_INPUT", "WINDOW_BLOCK", "WINDOW_INPUT", "approval_card", "approver_ids", "args_text",
-    "as_text", "batch_buttons", "button_value", "buttons", "compact_blocks", "doing_text",
-    "editable_text", "escape_mrkdwn", "impact_line", "impact_text", "json_object", "masked",
-    "parse_value", "recent_line", "risk_of", "scope_text", "select_value", "standing_cap",
-    "standing_lines",
+    "EDIT_MODAL", "FIELDS_BLOCK", "FIELDS_INPUT", "GUIDANCE_BLOCK", "GUIDANCE_INPUT", "MARK_DONE",
+    "REASON_BLOCK", "REASON_INPUT", "REDIRECT", "REDIRECT_MODAL", "REPLAN", "RESOLVE_MODAL",
+    "RETRY", "SCOPE_BLOCK", "SCOPE_INPUT", "SELECT", "SELECT_BLOCK", "STANDING", "STANDING_GRANT",
+    "STANDING_MODAL", "STANDING_REVOKE", "VIEW_ARGS", "WHEN_BLOCK", "WHEN_INPUT", "WINDOW_BLOCK",
+    "WINDOW_INPUT", "approval_card", "approver_ids", "args_text", "as_text", "batch_buttons",
+    "button_block", "button_value", "buttons", "compact_blocks", "doing_text", "editable_text",
+    "escape_mrkdwn", "impact_line", "impact_text", "json_object", "masked", "parse_value",
+    "recent_line", "risk_of", "scope_text", "select_value", "standing_cap", "standing_lines",
 ]
 
 # action ids, callback ids and input ids the handlers dispatch on
@@ -126,11 +127,11 @@ REASON_BLOCK, REASON_INPUT = "reason", "reason_input"
 GUIDANCE_BLOCK, GUIDANCE_INPUT = "guidance", "guidance_input"
 ARGS_BLOCK, ARGS_INPUT = "args", "args_input"
 
-_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
+_SAFE = re.compile(r"[A-Za-z0-9_.\-]+")  # one C call, not a Python step per character
 
 
 def _safe_id(text: str, limit: int) -> bool:
-    return 0 < len(text) <= limit and all(c in _SAFE for c in text)
+    return 0 < len(text) <= limit and _SAFE.fullmatch(text) is not None
 
 
 VALUE_VERSION = "v2:"  # a value whose token shows the arguments' binding, not their digest
@@ -294,11 +295,49 @@ def _button(label: str, action_id: str, value: str | None, style: str | None = N
 def buttons(a: ApprovalRecord, token: str, *, view_args: bool) -> ActionsBlock:
     """Live buttons: Approve/Deny/Edit/Redirect for a call, Retry/Mark done/Abort for a
     question about an outcome, Re-plan/Abort for an approved call that cannot run."""
+    return _actions(_shape(a, view_args=view_args), button_value(a.id, token))
+
+
+def button_block(a: ApprovalRecord, token: str, *, view_args: bool) -> dict[str, Any]:
+    """``buttons(a, token, view_args=...).to_dict()``, the same dict, key for key.
+
+    Which buttons a card has, and what they say, depend on a handful of things (its
+    :func:`_shape`); only their value differs from card to card. slack_sdk's models build
+    and check (``to_dict``'s validators) each shape once, and each card puts its value in
+    a copy: validating five buttons field by field took ~1,500 calls a card. The value
+    is :func:`button_value`'s, which checks it (at most 644 characters, Slack takes 2,000).
+    """
     value = button_value(a.id, token)
-    if a.kind == "cannot_run":
+    block = _actions_dict(_shape(a, view_args=view_args))
+    return {**block, "elements": [{**e, "value": value} for e in block["elements"]]}
+
+
+# what decides a card's buttons: its kind, the tool a high-risk Approve's confirmation
+# names, whether it offers a standing approval and Edit, and View arguments
+_Shape = tuple[str, str | None, bool, bool, bool]
+
+
+def _shape(a: ApprovalRecord, *, view_args: bool) -> _Shape:
+    if a.kind in ("cannot_run", "outcome_unknown"):
+        return a.kind, None, False, False, view_args
+    return ("call", a.tool if risk_of(a) == "high" else None,
+            standing_cap(a) >= MIN_WINDOW,  # max_standing = "0" (or under 15 min): none
+            editable_text(a) is not None,  # longer than Slack's text box: CLI only
+            view_args)
+
+
+@functools.lru_cache(maxsize=256)
+def _actions_dict(shape: _Shape) -> dict[str, Any]:
+    block: dict[str, Any] = _actions(shape, button_value("x", "x")).to_dict()
+    return block
+
+
+def _actions(shape: _Shape, value: str) -> ActionsBlock:
+    kind, high_risk_tool, standing, editable, view_args = shape
+    if kind == "cannot_run":
         elements = [_button(T.BUTTON_REPLAN, REPLAN, value, "primary"),
                     _button(T.BUTTON_ABORT, ABORT, value, "danger")]
-    elif a.kind == "outcome_unknown":
+    elif kind == "outcome_unknown":
         retry = ConfirmObject(title=T.CONFIRM_RETRY_TITLE, text=md(T.CONFIRM_RETRY_TEXT),
                               confirm=T.CONFIRM_RETRY_YES, deny=T.CONFIRM_NO)
         elements = [_button(T.BUTTON_RETRY, RETRY, value, confirm=retry),
@@ -306,16 +345,16 @@ def buttons(a: ApprovalRecord, token: str, *, view_args: bool) -> ActionsBlock:
                     _button(T.BUTTON_ABORT, ABORT, value, "danger")]
     else:
         confirm = None
-        if risk_of(a) == "high":  # one more deliberate click for what cannot be undone
+        if high_risk_tool is not None:  # one more deliberate click for what cannot be undone
             confirm = ConfirmObject(
                 title=T.CONFIRM_APPROVE_TITLE,
-                text=md(T.CONFIRM_APPROVE_TEXT.format(tool=code_span(a.tool, 80))),
+                text=md(T.CONFIRM_APPROVE_TEXT.format(tool=code_span(high_risk_tool, 80))),
                 confirm=T.CONFIRM_APPROVE_YES, deny=T.CONFIRM_NO, style="primary")
         elements = [_button(T.BUTTON_APPROVE, APPROVE, value, "primary", confirm)]
-        if standing_cap(a) >= MIN_WINDOW:  # max_standing = "0" (or under 15 min): none
+        if standing:
             elements.append(_button(T.BUTTON_STANDING, STANDING, value))
         elements.append(_button(T.BUTTON_DENY, DENY, value, "danger"))
-        if editable_text(a) is not None:  # longer than Slack's text box: CLI only
+        if editable:
             elements.append(_button(T.BUTTON_EDIT, EDIT, value))
         elements.append(_button(T.BUTTON_REDIRECT, REDIRECT, value))
     if view_args:
@@ -653,11 +692,11 @@ def approval_card(a: ApprovalRecord, *, token: str | None, now: datetime,
                            for x in standing[:3])
         blocks.append(section(lines))
     blocks.append(context(_context(a, votes, now, supersedes_url)))
-    if live and token is not None:
-        blocks.append(buttons(a, token, view_args=cut > 0))
     out = [block_dict(b) for b in blocks]
+    if live and token is not None:
+        out.append(button_block(a, token, view_args=cut > 0))
     for extra in optional:  # never expected with the caps above; a guard, not a plan
-        if text_length(out) <= CARD_TEXT_BUDGET:
+        if within_text_budget(out, CARD_TEXT_BUDGET):
             break
         out.pop(blocks.index(extra))
         blocks.remove(extra)
@@ -716,10 +755,10 @@ def compact_blocks(a: ApprovalRecord, token: str | None, *, now: datetime,
         summary.block_id = f"{SELECT_BLOCK}.{a.id}"
         summary.accessory = CheckboxesElement(action_id=SELECT, options=[
             Option(text=plain(T.SELECT_OPTION), value=value)])
-    blocks: list[Block] = [summary]
+    out: list[dict[str, Any]] = [summary.to_dict()]
     if live and token is not None:
-        blocks.append(buttons(a, token, view_args=cut > 0))
-    return [b.to_dict() for b in blocks]
+        out.append(button_block(a, token, view_args=cut > 0))
+    return out
 
 
 def status_word(a: ApprovalRecord) -> str:

@@ -218,8 +218,17 @@ def json_escapes(text: str) -> str:
     Only valid inside JSON strings, where they mean exactly the same value: the text still
     parses to the same data, but can neither reorder what is shown nor fail to encode.
     """
-    return "".join(f"\\u{ord(c):04x}" if c in _BIDI or "\ud800" <= c <= "\udfff" else c
-                   for c in text)
+    if text.isascii():  # the usual case: nothing to escape, and no Python step per character
+        return text
+    return _JSON_ESCAPED.sub(_json_escape, text)
+
+
+# what json_escapes escapes: the bidi controls of _BIDI and the surrogates
+_JSON_ESCAPED = re.compile("[\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def _json_escape(m: re.Match[str]) -> str:
+    return f"\\u{ord(m.group()):04x}"
 
 
 def pretty_json(value: Any) -> str:
@@ -358,6 +367,15 @@ def cut_plain(text: str, limit: int) -> str:
     if units(text) <= limit:
         return text
     return _fit_raw(text, limit - 1)[0] + T.ELLIPSIS
+
+
+def within_text_budget(blocks: list[dict[str, Any]], budget: int) -> bool:
+    """``text_length(blocks) <= budget``, mostly without walking the blocks: their JSON in
+    ASCII is one C call and never counts fewer characters than their texts count units
+    (each character of a text is in it as itself, a two-character escape, a six-character
+    ``\\uXXXX``, or, outside the BMP, two of those for two units), so the walk is left
+    for blocks whose JSON is over ``budget``."""
+    return len(json.dumps(blocks)) <= budget or text_length(blocks) <= budget
 
 
 def text_length(value: Any) -> int:

@@ -30,6 +30,7 @@ from slack_bolt.async_app import AsyncApp
 from slack_bolt.context.async_context import AsyncBoltContext
 from slack_bolt.request.async_internals import build_async_context
 from slack_bolt.request.async_request import AsyncBoltRequest
+from slack_bolt.request.internals import extract_content_type, parse_query
 from slack_sdk.signature import SignatureVerifier
 
 log = logging.getLogger("approvald.slack")
@@ -82,19 +83,30 @@ def authentic(verifier: SignatureVerifier | None, body: bytes,
 
 class SignedRequest(AsyncBoltRequest):
     """An HTTP-mode bolt request for an authenticated body: what bolt itself builds from
-    ``raw`` (the same ``raw_body``, ``body`` and ``context``), but with the body parsed
-    once, by :func:`approvald.bot.slack.body.parse_body` (bolt's parse with the
-    percent-decoding done in C) rather than again by bolt's urllib loop.
+    ``raw`` (the same attributes: ``raw_body``, ``body``, ``context``, ``headers``...), made
+    once. Bolt's constructor would parse ``raw`` again with its urllib loop (or, handed an
+    empty body to skip that, build a context of nothing first and another after); here the
+    body is parsed once, by :func:`approvald.bot.slack.body.parse_body` (bolt's parse with
+    the percent-decoding done in C), the headers arrive normalized (names lowercased, each
+    value a list, as bolt's ``build_normalized_headers`` makes them) and the context is
+    built once, by bolt's own ``build_async_context``.
 
-    ``tests/unit/test_slack_transport.py`` checks it against bolt's own construction.
+    ``tests/unit/test_slack_transport.py`` checks every attribute against bolt's own
+    construction.
     """
 
     def __init__(self, *, raw: str, body: dict[str, Any], query: str,
-                 headers: dict[str, str | Sequence[str]]) -> None:
-        super().__init__(body="", query=query, headers=headers, mode="http")
+                 headers: dict[str, Sequence[str]]) -> None:
+        # bolt's __init__ is not called: it would parse or build what is set here
         self.raw_body = raw
+        self.query = parse_query(query) if query else {}
+        self.headers = headers
+        self.content_type = extract_content_type(headers)
         self.body = body
         self.context = build_async_context(AsyncBoltContext({}), body)
+        self.lazy_only = bool(headers.get("x-slack-bolt-lazy-only", [False])[0])
+        self.lazy_function_name = headers.get("x-slack-bolt-lazy-function-name", [None])[0]
+        self.mode = "http"
 
 
 def parse(raw: bytes, content_type: str | None, query: str,
@@ -105,10 +117,9 @@ def parse(raw: bytes, content_type: str | None, query: str,
     body = parse_body(text, content_type)
     if not isinstance(body, dict):
         raise TypeError("not a JSON object or a form")
-    # a plain dict: names lowercased, a repeated header's last value (what bolt makes of a
-    # multidict itself)
-    plain: dict[str, str | Sequence[str]] = {name.lower(): value
-                                            for name, value in headers.items()}
+    # names lowercased, each value a list, a repeated header's last value: what bolt makes
+    # of a multidict itself
+    plain: dict[str, Sequence[str]] = {name.lower(): [value] for name, value in headers.items()}
     return SignedRequest(raw=text, body=body, query=query, headers=plain)
 
 

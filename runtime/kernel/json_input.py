@@ -23,16 +23,24 @@ class TooDeep(ValueError):
 
 def depth_over(value: Any, limit: int) -> bool:
     """Whether ``value`` nests more than ``limit`` levels (an object or array is one level
-    more than what it holds; a scalar is none). Iterative, and it stops at the limit."""
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:
-        item, level = stack.pop()
-        if isinstance(item, dict | list | tuple):
-            if level >= limit:
-                return True
-            stack.extend((v, level + 1) for v in (item.values() if isinstance(item, dict)
-                                                  else item))
-    return False
+    more than what it holds; a scalar is none). Iterative, a level at a time (what a
+    level holds gathered by one ``extend`` per object or array), and it stops at the
+    limit."""
+    level = [value]
+    depth = 0
+    while True:
+        nested = [item for item in level if isinstance(item, _NESTS)]
+        if not nested:
+            return False
+        if depth >= limit:
+            return True
+        depth += 1
+        level = []
+        for item in nested:
+            level.extend(item.values() if isinstance(item, dict) else item)
+
+
+_NESTS = (dict, list, tuple)
 
 
 def loads(text: str | bytes, *, max_depth: int = MAX_DEPTH + 2, **kw: Any) -> Any:

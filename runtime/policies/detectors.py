@@ -69,6 +69,7 @@ class Detectors:
 
 
 _active = Detectors()
+_ALL = Detectors()  # every detector (what a declared value is masked with)
 
 
 def configure(detectors: Detectors) -> None:
@@ -149,16 +150,21 @@ def _ibans(text: str) -> Iterable[tuple[int, int, str]]:
 
 
 def _found(text: str, detectors: Detectors) -> list[tuple[int, int, str]]:
+    return _spans(text, detectors.on)
+
+
+def _spans(text: str, on: frozenset[str]) -> list[tuple[int, int, str]]:
+    """(start, end, mask) of each secret the detectors named ``on`` find in ``text``."""
     if not _ANY.search(text):
         return []
     spans: list[tuple[int, int, str]] = []
-    if "private_key" in detectors.on and "PRIVATE KEY-----" in text:
+    if "private_key" in on and "PRIVATE KEY-----" in text:
         spans += [(m.start(), m.end(), _pem_mask(m.group(0))) for m in _PEM.finditer(text)]
-    if "api_key" in detectors.on:
+    if "api_key" in on:
         spans += [(m.start(), m.end(), _key_mask(m)) for m in _KEYS.finditer(text)]
-    if "iban" in detectors.on:
+    if "iban" in on:
         spans += list(_ibans(text))
-    if "card" in detectors.on:
+    if "card" in on:
         spans += list(_cards(text))
     spans.sort(key=lambda s: (s[0], -s[1]))
     kept: list[tuple[int, int, str]] = []
@@ -187,21 +193,23 @@ def mask_text(text: str, detectors: Detectors | None = None) -> str:
     """``text`` with every secret a detector recognises replaced by its masked form."""
     if not _HINT.search(text):
         return text
+    on = (detectors or _active).on
     if len(text) <= _SHORT:
-        return _mask_short(text, detectors or _active)
-    return spliced(text, _found(text, detectors or _active))
+        return _mask_short(text, on)
+    return spliced(text, _spans(text, on))
 
 
 # A short text's masked form is remembered, by the text and the detectors that ran (a
 # pure function of both): a decision's two audit entries, its document and its card say
 # the same names, ids and arguments again, and a fleet's calls repeat most of them
-# (issue 50). Bounded in entries and in length, so at most a few MB.
+# (issue 50). Bounded in entries and in length, so at most a few MB. Keyed by the names
+# of the detectors (a frozenset hashes in C, a dataclass in Python).
 _SHORT = 512
 
 
 @functools.lru_cache(maxsize=4096)
-def _mask_short(text: str, detectors: Detectors) -> str:
-    return spliced(text, _found(text, detectors))
+def _mask_short(text: str, on: frozenset[str]) -> str:
+    return spliced(text, _spans(text, on))
 
 
 def spliced(text: str, spans: Sequence[tuple[int, int, str]]) -> str:
@@ -226,8 +234,8 @@ def mask_value(value: Any) -> Any:
     if isinstance(value, str):
         if is_mask(value):
             return value  # masked already (a record masked when written, masked again)
-        shown = mask_text(value, Detectors())
-        if shown != value and _found(value, Detectors())[0][:2] == (0, len(value)):
+        shown = mask_text(value, _ALL)
+        if shown != value and _spans(value, _ALL.on)[0][:2] == (0, len(value)):
             return shown
         digits = "".join(ch for ch in value if ch.isdigit())
         if len(digits) >= 8 and len(digits) >= len(value.replace(" ", "").replace("-", "")):

@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
-from approvald.runtime.kernel.canonical import canonical_json, sha256_hex
+from approvald.runtime.kernel.canonical import canonical_json, compact_json, sha256_hex
 from approvald.runtime.kernel.errors import ApprovaldError
 from approvald.runtime.kernel.identity import InvalidIdentity, normalize_user_id
 from approvald.runtime.kernel.json_input import MAX_DEPTH, depth_over
@@ -237,6 +237,20 @@ def check_json(value: Any, where: str) -> None:
     if bad is not None:
         raise IntakeError(f"{bad}: a number JSON cannot round-trip (NaN, Infinity, or out "
                           "of range)", code="invalid_request", field=bad)
+
+
+def json_text(value: Any, where: str) -> str:
+    """``value`` checked as :func:`check_json` checks it, and its compact JSON (what is
+    stored, and what the payload cap measures): the encoder refuses a number JSON cannot
+    round-trip, so ``value`` is walked for one only when it did, to name where."""
+    if depth_over(value, MAX_DEPTH):
+        raise IntakeError(f"{where}: nested deeper than {MAX_DEPTH} levels",
+                          code="invalid_request", field=where)
+    try:
+        return compact_json(value)
+    except ValueError:
+        check_json(value, where)  # names the number
+        raise
 
 
 class Intake:

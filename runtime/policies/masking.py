@@ -207,32 +207,55 @@ class Masking:
         """``text`` with every declared value in it masked, then what the detectors find."""
         if self._forms and text:
             text = self._replace(text)
-        return mask_text(text, self._detectors())
+        return mask_text(text, self.detectors)  # (None: this process's, as _detectors says)
+
+    def _shown(self) -> Callable[[str], str]:
+        """:meth:`text`, as the walks call it for each string: with nothing declared, the
+        detectors' :func:`mask_text` itself (one call per string, not two)."""
+        if self._forms:
+            return self.text
+        if self.detectors is None:
+            return mask_text
+        return functools.partial(mask_text, detectors=self.detectors)
 
     def args(self, value: Any) -> Any:
         """A call's arguments: the values under the declared paths masked whole, every
         other string and number as :meth:`text` and :meth:`data` say."""
-        return _walk(value, self._patterns, self.text, self._number)
+        return _walk(value, self._patterns, self._shown(), self._number)
 
     def data(self, value: Any) -> Any:
         """Any JSON-like value derived from the call (a result, an error, a packet):
         every string in it as :meth:`text` says."""
-        return _walk(value, [], self.text, self._number)
+        return _data(value, self._shown(), self._number)
 
     def details(self, details: Mapping[str, Any]) -> dict[str, Any]:
         """A record about the call (an audit entry's details): the declared paths under
         each of :data:`ARGS_KEYS` (and the values found there masked everywhere else in
         it), what the detectors find anywhere; :data:`KEPT_KEYS` are the runtime's own
         words and only go through the detectors."""
-        paths = [f"{key}.{p}" for p in self.paths for key in ARGS_KEYS]
-        found = declared_values(details, paths)
-        every = Masking(self.paths, (*self.values, *found), self.detectors) if found else self
-        patterns = _compile(paths)
         plain = _PLAIN if self.detectors is None else Masking(detectors=self.detectors)
-        masked: dict[str, Any] = {
-            k: _child(v, patterns, k, plain.text, plain._number) if k in KEPT_KEYS
-            else _child(v, patterns, k, every.text, every._number)
-            for k, v in details.items()}
+        masked: dict[str, Any]
+        kept = plain._shown()
+        if not self.paths:  # nothing declared: every value as data (issue 50: no paths walked)
+            text = self._shown()
+            masked = {}
+            for k, v in details.items():  # (a string, most values here, masked at once)
+                if k in KEPT_KEYS:
+                    masked[k] = kept(v) if type(v) is str else _data(v, kept, plain._number)
+                else:
+                    masked[k] = text(v) if type(v) is str else _data(v, text, self._number)
+            every = self
+        else:
+            paths = [f"{key}.{p}" for p in self.paths for key in ARGS_KEYS]
+            found = declared_values(details, paths)
+            every = Masking(self.paths, (*self.values, *found), self.detectors) \
+                if found else self
+            patterns = _compile(paths)
+            text = every._shown()
+            masked = {
+                k: _child(v, patterns, k, kept, plain._number) if k in KEPT_KEYS
+                else _child(v, patterns, k, text, every._number)
+                for k, v in details.items()}
         scope = masked.get("scope_value")
         if isinstance(masked.get("scope"), str) and scope != details.get("scope_value"):
             # a standing approval's scope in words quotes its values: told again, masked
@@ -247,8 +270,8 @@ class Masking:
     def _number(self, value: int | float) -> Any:
         if value in self._numbers:
             return mask_value(value)
-        if isinstance(value, int) and "card" in self._detectors().on \
-                and 13 <= len(str(value)) <= 19:
+        if isinstance(value, int) and 13 <= len(str(value)) <= 19 \
+                and "card" in self._detectors().on:
             shown = mask_text(str(value), self._detectors())
             return value if shown == str(value) else shown
         return value
@@ -328,10 +351,27 @@ def _walk(value: Any, live: Sequence[tuple[str, ...]], text: Callable[[str], str
     return value
 
 
+def _data(value: Any, text: Callable[[str], str], number: Callable[[int | float], Any]) -> Any:
+    """:func:`_walk` where no path is live (most of what is masked: results, packets, the
+    details of a call that declared none), one call per value instead of two."""
+    kind = type(value)
+    if kind is str:
+        return text(value)
+    if kind is dict:
+        return {k: _data(v, text, number) for k, v in value.items()}
+    if kind is list:
+        return [_data(v, text, number) for v in value]
+    if kind is int or kind is float:
+        return number(value)
+    if value is None or kind is bool:
+        return value
+    return _walk(value, (), text, number)  # (another Mapping, a tuple, a subclass)
+
+
 def _child(value: Any, live: Sequence[tuple[str, ...]], key: str,
            text: Callable[[str], str], number: Callable[[int | float], Any]) -> Any:
     if not live:
-        return _walk(value, live, text, number)
+        return _data(value, text, number)
     below, hit = _step(live, key)
     return _whole(value) if hit else _walk(value, below, text, number)
 

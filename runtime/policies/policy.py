@@ -512,6 +512,29 @@ class Shadow:
                 "approvers": list(self.approvers), "quorum": self.quorum}
 
 
+class _Memo:
+    """What a :class:`PolicyFile`'s reads worked out once: applied policies by (fields,
+    base) identity (a gated call re-derives the same frozen policy each time, and
+    validating one is the cost of choosing it: bench_rules.py), the entry governing each
+    name, the file's text and digest, and whether it has shadows. A copy starts empty."""
+
+    __slots__ = ("applied", "digest", "entries", "shadows", "text")
+
+    def __init__(self) -> None:
+        self.applied: dict[tuple[int, int, str | None],
+                           tuple[Any, ApprovalPolicy, ApprovalPolicy]] = {}
+        self.entries: dict[tuple[str, bool], tuple[str, ToolOverride] | None] = {}
+        self.text: str | None = None  # the file's text, as read
+        self.digest: str | None = None
+        self.shadows: bool | None = None
+
+
+def _memo(policy: PolicyFile) -> _Memo:
+    """``policy``'s memo, read from its private values directly (not through pydantic's
+    ``__getattr__``, which each read of a private attribute goes through)."""
+    return policy.__pydantic_private__["_memo"]  # type: ignore[no-any-return,index]
+
+
 class PolicyFile(BaseModel):
     """The parsed ``APPROVALD_POLICY_FILE``: per-tool overrides, the default for tools it
     does not name, and static group membership.
@@ -530,15 +553,9 @@ class PolicyFile(BaseModel):
     default: DefaultPolicy = Field(default_factory=DefaultPolicy)
     groups: dict[GroupId, list[UserId]] = Field(default_factory=dict)
     source: str = Field(default="", exclude=True)
-    # applied policies by (fields, base) identity: a gated call re-derives the same frozen
-    # policy each time, and validating one is the cost of choosing it (bench_rules.py)
-    _applied: dict[tuple[int, int, str | None], tuple[Any, ApprovalPolicy, ApprovalPolicy]] = \
-        PrivateAttr(default_factory=dict)
-    _entries: dict[tuple[str, bool], tuple[str, ToolOverride] | None] = \
-        PrivateAttr(default_factory=dict)
-    _digest: str | None = PrivateAttr(default=None)
-    _text: str | None = PrivateAttr(default=None)  # the file's text, as read
-    _shadows: bool | None = PrivateAttr(default=None)
+    # what this file's reads worked out once (a plain object: a pydantic private attribute
+    # costs a __getattr__ and a caught AttributeError per read, and a decision read five)
+    _memo: _Memo = PrivateAttr(default_factory=lambda: _Memo())
     # the longest a request (or any rung of its ladder) may wait: APPROVALD_MAX_TTL
     _max_ttl: timedelta = PrivateAttr(default=DEFAULT_MAX_TTL)
 
@@ -555,9 +572,7 @@ class PolicyFile(BaseModel):
         """A copy (with ``update``) whose caches start empty: an entry, a digest or an
         applied policy found for this file says nothing of the copy's."""
         copied = super().model_copy(update=update, deep=deep)
-        copied._applied, copied._entries, copied._digest = {}, {}, None
-        copied._text = None
-        copied._shadows = None
+        copied._memo = _Memo()
         return copied
 
     @property
@@ -565,25 +580,28 @@ class PolicyFile(BaseModel):
         """What the policy says, as an auditor reads it: the policy file's text exactly as
         read; for a policy not read from a file (the built-in defaults, one built in code),
         the canonical JSON of its fields (keys sorted, no whitespace, UTF-8)."""
-        if self._text is None:
-            self._text = canonical_json(self.model_dump(mode="json"))
-        return self._text
+        memo = _memo(self)
+        if memo.text is None:
+            memo.text = canonical_json(self.model_dump(mode="json"))
+        return memo.text
 
     @property
     def digest(self) -> str:
         """Which policy was in force: the SHA-256 of :attr:`text` (UTF-8), so of a policy
         file's bytes, as ``sha256sum FILE`` prints it."""
-        if self._digest is None:
-            self._digest = sha256_hex(self.text)
-        return self._digest
+        memo = _memo(self)
+        if memo.digest is None:
+            memo.digest = sha256_hex(self.text)
+        return memo.digest
 
     def entry(self, name: str, *, shadow: bool = False) -> tuple[str, ToolOverride] | None:
         """The ``[tools]`` entry (key, fields) that governs policy name ``name`` (with
         ``shadow``: the shadow entry that would, were it in force; an entry in shadow
         mode governs nothing)."""
         cached = (name, shadow)
-        if cached in self._entries:
-            return self._entries[cached]
+        entries = _memo(self).entries
+        if cached in entries:
+            return entries[cached]
         found: tuple[str, ToolOverride] | None = None
         exact = self.tools.get(name)
         if exact is not None and (exact.mode == "shadow") == shadow:
@@ -594,9 +612,9 @@ class PolicyFile(BaseModel):
                         and fnmatch.fnmatchcase(name, key):
                     found = (key, override)
                     break
-        if len(self._entries) >= 4096:
-            self._entries.clear()
-        self._entries[cached] = found
+        if len(entries) >= 4096:
+            entries.clear()
+        entries[cached] = found
         return found
 
     def default_policy(self) -> tuple[PolicyKind, ApprovalPolicy]:
@@ -705,10 +723,11 @@ class PolicyFile(BaseModel):
     @property
     def has_shadows(self) -> bool:
         """Whether any entry or rule of the file is a shadow (else none is looked for)."""
-        if self._shadows is None:
-            self._shadows = any(o.mode == "shadow" or any(r.mode == "shadow" for r in o.rules)
-                                for o in self.tools.values())
-        return self._shadows
+        memo = _memo(self)
+        if memo.shadows is None:
+            memo.shadows = any(o.mode == "shadow" or any(r.mode == "shadow" for r in o.rules)
+                               for o in self.tools.values())
+        return memo.shadows
 
     def _decide(self, tool: str, kind: PolicyKind, base: ApprovalPolicy,
                 found: tuple[str, ToolOverride] | None, args: Mapping[str, Any],
@@ -758,7 +777,8 @@ class PolicyFile(BaseModel):
         pair of objects: both are frozen, and the cache holds them, so their ids stay
         theirs while the entry lives."""
         key = (id(fields), id(base), label)
-        hit = self._applied.get(key)
+        cache = _memo(self).applied
+        hit = cache.get(key)
         if hit is not None and hit[0] is fields and hit[1] is base:
             return hit[2]
         try:
@@ -770,9 +790,9 @@ class PolicyFile(BaseModel):
             ) from None
         if label is not None:
             applied = applied.model_copy(update={"rule": label})
-        if len(self._applied) >= 1024:
-            self._applied.clear()
-        self._applied[key] = (fields, base, applied)
+        if len(cache) >= 1024:
+            cache.clear()
+        cache[key] = (fields, base, applied)
         return applied
 
 
@@ -793,7 +813,7 @@ def load_policy_file(path: str | Path, *, max_ttl: timedelta = DEFAULT_MAX_TTL) 
     except ValidationError as exc:
         raise ConfigError(f"APPROVALD_POLICY_FILE: {p}: {_first_error(exc)}") from None
     parsed.source = str(p)
-    parsed._text = text  # its digest is the file's SHA-256
+    parsed._memo.text = text  # its digest is the file's SHA-256
     parsed.max_ttl = max_ttl
     parsed.default_policy()  # a [default] that could never apply fails here, at start-up
     return parsed

@@ -133,7 +133,16 @@ def masked_details(details: Mapping[str, Any], sensitive_paths: Iterable[str] = 
                    detectors: Detectors | None = None) -> dict[str, Any]:
     """A record about a call (audit details, say) masked: :meth:`Masking.details` of the
     call's ``sensitive_paths``."""
+    if detectors is None:
+        return _masking_of(tuple(sensitive_paths)).details(details)
     return Masking(sensitive_paths, detectors=detectors).details(details)
+
+
+@functools.lru_cache(maxsize=256)
+def _masking_of(paths: tuple[str, ...]) -> Masking:
+    # a call's paths hold no values (those found are the record's own, each time): one
+    # Masking per paths serves every record of a tool (issue 50: not made per entry)
+    return Masking(paths)
 
 
 def paths_text(paths: Iterable[str]) -> str | None:

@@ -84,12 +84,18 @@ _PATHS_KEPT = 4096  # requests whose sensitive paths a trail remembers
 RESULT_EXCERPT = 500
 
 
-def result_excerpt(text: str | None) -> Any:
+_UNREAD: Any = object()
+
+
+def result_excerpt(text: str | None, value: Any = _UNREAD) -> Any:
     """What an ``executed`` entry records of a result (its JSON text): the value when it
-    is short, else its first :data:`RESULT_EXCERPT` characters and ``…``."""
+    is short, else its first :data:`RESULT_EXCERPT` characters and ``…``. ``value``:
+    ``text`` decoded already, when the caller holds it (not decoded again)."""
     if text is None:
         return None
-    return json.loads(text) if len(text) <= RESULT_EXCERPT else text[:RESULT_EXCERPT] + "…"
+    if len(text) > RESULT_EXCERPT:
+        return text[:RESULT_EXCERPT] + "…"
+    return json.loads(text) if value is _UNREAD else value
 
 
 def recorded_details(details: Mapping[str, Any],
@@ -98,7 +104,9 @@ def recorded_details(details: Mapping[str, Any],
     request's sensitive paths; the detectors everywhere), and each top-level value that
     masking changed named under ``masked`` with the digest of its real value."""
     masked = masked_details(details, sensitive)
-    changed = {k: value_digest(v) for k, v in details.items() if masked.get(k) != v}
+    # (masking keeps the keys in their order: each value beside its masked form)
+    changed = {k: value_digest(v) for (k, v), shown in zip(details.items(), masked.values(),
+                                                           strict=True) if shown != v}
     if changed:
         masked[MASKED] = changed
     return masked
@@ -118,7 +126,8 @@ class AuditKey:
         self._export = hmac.new(self._key, EXPORT_LABEL, hashlib.sha256).digest()
 
     def mac(self, text: str) -> str:
-        return hmac.new(self._key, text.encode("utf-8"), hashlib.sha256).hexdigest()
+        # (hmac.digest: the same MAC in one call into OpenSSL, no HMAC object made)
+        return hmac.digest(self._key, text.encode("utf-8"), "sha256").hex()
 
     def macs(self) -> Callable[[str], str]:
         """:meth:`mac`, for a reader checking many texts: the keyed state is made once and

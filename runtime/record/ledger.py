@@ -25,7 +25,7 @@ import os
 import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -55,6 +55,8 @@ class Recorded:
     result: str | None
     error: str | None
     latency_ms: float | None
+    # the result as the model reads it (``result`` decoded), for an entry that quotes it
+    value: Any = None
 
 
 # extra writes that must land in the same transaction as the result (outbox notices, audit)
@@ -298,7 +300,7 @@ class Ledger:
             insert = _Bare(step=step, tool=tool.name, digest=digest, started_at=started_at,
                            owner=owner, sensitive=paths_text(sensitive))
         write, executed = self._result(ctx, tool, result, error, latency, after_result, insert)
-        return replace(executed, settle=write)
+        return Executed(executed.observation, executed.reused, write)
 
     async def _reconcile(self, tool: Tool, ctx: ToolContext,
                          args: dict[str, Any]) -> tuple[Reconciled | None, str]:
@@ -393,6 +395,13 @@ class Ledger:
         if err_class is not None:
             status = "failed"
 
+        # what the model reads is the result as stored; a string, a number or null reads
+        # back as itself (not decoded again: issue 50), and is what its audit entry quotes
+        seen = None
+        if status == "succeeded":
+            seen = result if type(result) in _SAME_AS_STORED else (
+                None if text is None else json.loads(text))
+
         async def write(tx: Tx) -> None:
             now = self.clock.now()
             if bare is None and tx.scratch.pop(f"{_FOLDED}:{ctx.call_id}", None) is not None:
@@ -415,16 +424,12 @@ class Ledger:
             if after_result is not None:
                 await after_result(tx, Recorded(
                     run_id=ctx.run_id, idempotency_key=ctx.idempotency_key, status=status,
-                    result=text, error=err_text, latency_ms=latency_ms))
+                    result=text, error=err_text, latency_ms=latency_ms, value=seen))
 
         settle = Deferred(write, None if bare is not None else Settled(
             call_id=ctx.call_id, status=status, result=text, error_class=err_class,
             error=err_text, latency_ms=latency_ms))
         if status == "succeeded":
-            # what the model reads is the result as stored; a string, a number or null
-            # reads back as itself (not decoded again: issue 50)
-            seen = result if type(result) in _SAME_AS_STORED else (
-                None if text is None else json.loads(text))
             return settle, Executed(seen, reused=False)
         return settle, Executed({"status": "error", "error_class": err_class,
                                  "error": err_text}, reused=False)
@@ -436,6 +441,10 @@ class Ledger:
         if not await tx.runs.renew_lease(run_id, owner=owner, now=now,
                                          until=now + self.lease_ttl, journal=journal):
             raise LeaseLost(f"lost the lease on run {run_id}", run_id=run_id)
+
+
+# the outcome word of each policy that answers at once (the vocabulary's, looked up once)
+_OUTCOME_WORD = {kind: policy_outcome(kind).value for kind in ANSWERED_AT_ONCE}
 
 
 def audit_execution(trail: AuditTrail, tx: Tx, *, at: Any, approval_id: str | None,
@@ -451,12 +460,13 @@ def audit_execution(trail: AuditTrail, tx: Tx, *, at: Any, approval_id: str | No
         tx, at=at, action="executed", actor="system:runtime", via="runtime",
         run_id=rec.run_id, approval_id=approval_id, digest=digest,
         details={"tool": tool, "args": args, "status": rec.status, "answer": policy,
-                 "idempotency_key": rec.idempotency_key, "result": result_excerpt(rec.result),
+                 "idempotency_key": rec.idempotency_key,
+                 "result": result_excerpt(rec.result, rec.value),
                  "error": rec.error, "latency_ms": rec.latency_ms,
                  # a call nobody was asked about: its outcome is the policy's answer (a
                  # request's outcome is on the entry that decided it)
-                 **({"outcome": policy_outcome(policy).value}
-                    if approval_id is None and policy in ANSWERED_AT_ONCE else {}),
+                 **({"outcome": _OUTCOME_WORD[policy]}
+                    if approval_id is None and policy in _OUTCOME_WORD else {}),
                  **(noted or {})},
         sensitive=sensitive,
     )

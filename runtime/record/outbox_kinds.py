@@ -60,7 +60,9 @@ class Payload:
     kind: ClassVar[str]
 
     def encode(self) -> str:
-        return compact_json({k: v for k, v in asdict(self).items() if v is not None})
+        # the instance's fields as __init__ set them, in declared order (JSON values all:
+        # no nested dataclass for asdict to convert, nor its deep copy to pay for)
+        return compact_json({k: v for k, v in self.__dict__.items() if v is not None})
 
 
 @dataclass(frozen=True)

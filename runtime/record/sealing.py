@@ -205,8 +205,8 @@ class Sealer:
         return PREFIX + key.seal(text, column.encode()) + SUFFIX
 
     def open(self, text: str, column: str) -> str:
-        if not is_sealed(text):
-            return text
+        if not (text.startswith(PREFIX) and text.endswith(SUFFIX)):  # (is_sealed, inline:
+            return text  # every sealed column of every row read comes through here)
         kid, _, token = text[len(PREFIX):-len(SUFFIX)].partition(":")
         key = self._by_id.get(kid) or self._reread_for(kid)
         if key is None:

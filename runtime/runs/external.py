@@ -62,6 +62,7 @@ from approvald.runtime.policies.intake import (
     Source,
     Tighten,
     check_json,
+    json_text,
     requester,
 )
 from approvald.runtime.policies.policy import ApprovalPolicy, CallPolicy, PolicyFile, PolicyKind
@@ -302,19 +303,22 @@ def _iso(t: datetime | None) -> str | None:
 
 
 def document(rec: ExternalRecord, run: RunRecord, a: ApprovalRecord | None,
-             execution: ExecutionRecord | None) -> dict[str, Any]:
+             execution: ExecutionRecord | None, *,
+             args: dict[str, Any] | None = None) -> dict[str, Any]:
     """The request and its decision, as the caller reads it and as webhooks send it.
 
     ``effective_args`` are what an approval covers (an approver's edit, if any): the caller
     must run exactly those, and report ``effective_digest``. Digests are shown as bindings
     (``runtime/kernel/binding.py``), never as plain hashes of the arguments.
     """
-    args = json.loads(rec.args)
+    if args is None:  # (given: the arguments ``rec.args`` was just encoded from)
+        args = json.loads(rec.args)
+    shown = binding.shown(rec.digest)
     doc: dict[str, Any] = {
-        "id": rec.id, "tool": rec.tool, "args": args, "args_digest": binding.shown(rec.digest),
+        "id": rec.id, "tool": rec.tool, "args": args, "args_digest": shown,
         "policy": rec.policy_name, "requested_by": run.requested_by,
         "created_at": _iso(rec.created_at), "approval_id": None, "expires_at": None,
-        "effective_args": args, "effective_digest": binding.shown(rec.digest), "edited": False,
+        "effective_args": args, "effective_digest": shown, "edited": False,
         "edited_by": None, "decision": None, "result": None,
     }
     if a is None:  # the policy answered at once
@@ -398,7 +402,7 @@ class ExternalRequests:
         looked up again first; one made meanwhile is still found, by the insert's
         conflict on the key."""
         source = Source.of_credential(token.name)
-        req = self._check(token, source, req)
+        req, args_text = self._check(token, source, req)
         fingerprint = req.fingerprint()
         if req.idempotency_key is not None and not fresh:
             found = await self._made(token, req.idempotency_key, fingerprint, req.checks)
@@ -418,8 +422,8 @@ class ExternalRequests:
             and (req.webhook_url or token.webhook_url) is None else self.db.transact
         try:
             opened = await write(
-                lambda tx: self._open(tx, token, source, req, chosen, request_id,
-                                      fingerprint, standing),
+                lambda tx: self._open(tx, token, source, req, args_text, chosen,
+                                      request_id, fingerprint, standing),
                 what="external request")
         except KeyTaken:
             # its key taken meanwhile, or the token revoked or the face switched off
@@ -442,9 +446,11 @@ class ExternalRequests:
             return opened.doc, True
         return await self.get(token, request_id), True
 
-    def _check(self, token: TokenRecord, source: Source, req: NewRequest) -> NewRequest:
+    def _check(self, token: TokenRecord, source: Source,
+               req: NewRequest) -> tuple[NewRequest, str]:
         """Bound what the caller gave, before anything is read or written; the request
-        with its requester in the one form identities are compared in."""
+        with its requester in the one form identities are compared in, and its arguments'
+        compact JSON (as stored)."""
         if not req.tool or len(req.tool.encode()) > TOOL_LIMIT:
             raise ExternalError(f"tool is 1 to {TOOL_LIMIT} bytes (UTF-8)",
                                 code="invalid_request")
@@ -455,16 +461,15 @@ class ExternalRequests:
                 f"token {token.name} may not ask about {req.tool} (it may ask about: "
                 f"{', '.join(token_tools(token) or ['nothing'])}; the operator grants tools "
                 "with `approvald tokens create NAME --tools ...`)", code="tool_not_allowed")
-        check_json(req.args, "args")
-        check_json(dict(req.packet), "packet")
-        self.cap.check(compact_json(req.args), what="the arguments")
-        self.cap.check(compact_json(dict(req.packet)), what="the packet")
+        args = json_text(req.args, "args")  # stored as it is checked: encoded once
+        self.cap.check(args, what="the arguments")
+        self.cap.check(json_text(dict(req.packet), "packet"), what="the packet")
         # a caller's claim of who asked must be a Slack user, to be compared with who
         # approves; without one, the request is the source's own (``api:<token>``)
         own = req.requested_by == f"{source.kind}:{source.name}"
         who = req.requested_by if own else requester(req.requested_by,
                                                      strict=source.kind == "api")
-        return req if who == req.requested_by else replace(req, requested_by=who)
+        return (req if who == req.requested_by else replace(req, requested_by=who)), args
 
     async def _made(self, token: TokenRecord, key: str, fingerprint: str,
                     checks: Checks = NO_CHECKS) -> dict[str, Any] | None:
@@ -515,7 +520,7 @@ class ExternalRequests:
         }
 
     async def _open(self, tx: Tx, token: TokenRecord, source: Source, req: NewRequest,
-                    chosen: CallPolicy, request_id: str, fingerprint: str,
+                    args_text: str, chosen: CallPolicy, request_id: str, fingerprint: str,
                     standing: StandingRecord | None) -> _Opened:
         now = self.clock.now()
         name = source.policy_name(req.tool)
@@ -528,7 +533,7 @@ class ExternalRequests:
         kind = "auto" if chosen.kind == "notify_after" else chosen.kind
         values: dict[str, Any] = dict(
             id=request_id, token_id=token.id, idempotency_key=req.idempotency_key,
-            fingerprint=fingerprint, tool=req.tool, args=compact_json(req.args),
+            fingerprint=fingerprint, tool=req.tool, args=args_text,
             digest=digest, policy_name=name, kind=kind, reason=chosen.reason,
             webhook_url=req.webhook_url or token.webhook_url, created_at=now,
             sensitive=paths_text(chosen.approval.sensitive))
@@ -585,7 +590,7 @@ class ExternalRequests:
         # the request as inserted (its other columns start empty), not read back
         rec = ExternalRecord(**values, decided_approval=None, result_digest=None,
                              reported_at=None)
-        doc = document(rec, run, None, None)
+        doc = document(rec, run, None, None, args=req.args)
         await self._queue_webhook(tx, rec, doc, now)
         return _Opened(None, doc, queued=rec.webhook_url is not None, kept=kept)
 

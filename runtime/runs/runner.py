@@ -126,8 +126,17 @@ class _Pending:
     # approved calls this release cannot run: (call, its approval, why), asked about
     cannot: list[tuple[ToolCall, ApprovalRecord, str]] = field(default_factory=list)
     wait: WaitForAttempt | None = None  # an earlier attempt may still be running
-    # the step's fresh model reply, journaled with the step's first side effect (then None)
-    journal: str | None = None
+    # the step's fresh model reply (and its step), journaled with the step's first side
+    # effect (then None); its text is made only then (issue 50: a step whose calls write
+    # no intent, a final answer, journals nothing)
+    reply: tuple[int, AssistantMessage] | None = None
+
+    def journal(self) -> str | None:
+        """The journal text of the step's reply, if it is not journaled yet."""
+        if self.reply is None:
+            return None
+        step, fresh = self.reply
+        return compact_json({"step": step, "reply": fresh.model_dump(mode="json")})
     # results the ledger left to this step's checkpoint (``Ledger.execute(defer=True)``)
     settles: list[Settle] = field(default_factory=list)
     notify: bool = False  # the checkpoint adds outbox rows: wake the drain after it
@@ -505,8 +514,7 @@ class Runner:
                 live.step += 1
                 pending.messages.append((fresh, False))
                 if live.inflight is None:  # else it is the journaled reply already
-                    pending.journal = compact_json(
-                        {"step": live.step, "reply": fresh.model_dump(mode="json")})
+                    pending.reply = (live.step, fresh)
                 if not fresh.tool_calls:
                     await self._checkpoint(live, pending, status="completed",
                                            result=fresh.content or "", release=True)
@@ -573,7 +581,7 @@ class Runner:
             now = self.clock.now()
             if not await tx.runs.renew_lease(live.run.id, owner=live.owner, now=now,
                                              until=now + self.lease_ttl,
-                                             journal=pending.journal):
+                                             journal=pending.journal()):
                 raise LeaseLost(f"lost the lease on run {live.run.id}", run_id=live.run.id)
             done = await self.standing.use(tx, found, run=live.run, call_id=call.id,
                                         tool=tool.name, args=args, policy=chosen.approval,
@@ -583,7 +591,7 @@ class Runner:
         await self.db.transact(use, what=f"standing approval use for {call.id}")
         if not approved:
             return None  # revoked, expired or granted again since it was read: it asks
-        pending.journal = None  # journaled with the use
+        pending.reply = None  # journaled with the use
         live.by_call[call.id] = approved[0]
         return approved[0]
 
@@ -705,19 +713,21 @@ class Runner:
         if since is not None:
             self.meter.tool_started(since)
         defer = last or tool.idempotent
+        intent = needs_intent(tool, existing, defer=defer)  # (else the journal goes unused)
         with self.tracer.span("tool.call", run_id=live.run.id, tool=tool.name, call_id=call.id,
                            idempotency_key=ctx.idempotency_key, policy=kind,
                            approval_id=approval.id if approval else None) as span, \
                 self.urgency.waits(waiting):
             result = await self.ledger.execute(
                 tool=tool, ctx=ctx, step=live.step, args=args, digest=digest,
-                existing=existing, owner=live.owner, journal=pending.journal,
+                existing=existing, owner=live.owner,
+                journal=pending.journal() if intent else None,
                 after_result=after_result, retry_sanctioned=sanctioned,
                 defer=defer, sensitive=paths,
             )
             span.set(status=_call_status(result))
-        if needs_intent(tool, existing, defer=defer):
-            pending.journal = None  # journaled (or the step's calls were recorded before)
+        if intent:
+            pending.reply = None  # journaled (or the step's calls were recorded before)
         if isinstance(result, Executed) and result.settle is not None:
             pending.settles.append(result.settle)
             pending.notify = pending.notify or kind == "notify_after"
@@ -901,8 +911,10 @@ class Runner:
             if isinstance(m, AssistantMessage):
                 live.call_ids.update(c.id for c in m.tool_calls)
         live.state.messages.extend(m for m, _ in pending.messages)
-        live.run = replace(live.run, cancel_requested=bool(req),
-                           status="cancelled" if cancelled else status)
+        now_status = "cancelled" if cancelled else status
+        if live.run.cancel_requested != bool(req) or live.run.status != now_status:
+            # (most steps change neither: no copy of the run's record for them)
+            live.run = replace(live.run, cancel_requested=bool(req), status=now_status)
         return cancelled
 
     async def _settle_alone(self, settles: list[Settle]) -> None:

@@ -46,6 +46,24 @@ _CLAIM_HEADS = {k: v.with_for_update(skip_locked=True, key_share=True, of=_T)
                 for k, v in _HEADS.items()}
 
 
+def _claim_in_one(with_stale: bool) -> Any:
+    """PostgreSQL: :data:`_CLAIM_HEADS` and :meth:`OutboxRepo.claim_many`'s compare-and-set
+    as ONE statement (the heads locked in a CTE, claimed by the UPDATE that joins them),
+    returning the heads as they were before the claim: atomic on its own, so a drain sends
+    it in autocommit, with no BEGIN and COMMIT around it (issue 50)."""
+    heads = _CLAIM_HEADS[with_stale].cte("heads")
+    free = or_(_T.c.claimed_until.is_(None), _T.c.claimed_until < bindparam("now"))
+    if with_stale:
+        free = or_(free, _T.c.claimed_by.in_(bindparam("stale", expanding=True)))
+    return fast(update(_T).where(_T.c.id == heads.c.id, _T.c.status == "pending", free)
+                .values(claimed_by=bindparam("owner"), claimed_until=bindparam("until"),
+                        attempts=_T.c.attempts + 1)
+                .returning(*(heads.c[c.name] for c in _T.c)))
+
+
+_CLAIM_IN_ONE = {k: _claim_in_one(k) for k in (False, True)}
+
+
 def _free(now: datetime, stale_owners: Sequence[str]) -> Any:
     free = or_(Outbox.claimed_until.is_(None), Outbox.claimed_until < now)
     if stale_owners:
@@ -198,10 +216,16 @@ class OutboxRepo(Repo):
         (not waited for), so replicas claiming at once get disjoint rows and each still
         gets up to ``limit``. The compare-and-set of :meth:`claim_many` follows in the same
         transaction and stays the guarantee; skipping locked rows only removes the waiting.
+        On PostgreSQL both are one statement, atomic on its own: a drain sends it alone
+        (``Database.write_one``), in autocommit.
         """
         params: dict[str, Any] = {"now": now, "lim": limit}
         if stale_owners:
             params["stale"] = list(stale_owners)
+        if self.dialect == "postgresql":
+            params.update(owner=owner, until=until)
+            got = await self.conn.execute(_CLAIM_IN_ONE[bool(stale_owners)], params)
+            return sorted((OutboxRecord(**r._mapping) for r in got), key=lambda r: r.id)
         rows = [OutboxRecord(**r._mapping) for r in
                 await self.conn.execute(_CLAIM_HEADS[bool(stale_owners)], params)]
         claimed = await self.claim_many([r.id for r in rows], owner=owner, now=now,
@@ -223,7 +247,8 @@ class OutboxRepo(Repo):
 
     async def delivered_many(self, results: Sequence[tuple[int, str | None]], *, owner: str,
                              now: datetime) -> None:
-        """Mark ``(id, result)`` rows delivered (only those this owner still claims)."""
+        """Mark ``(id, result)`` rows delivered (only those this owner still claims): one
+        statement, each row's mark on its own, so it may be sent alone (autocommit)."""
         if results:
             await self.conn.execute(
                 update(_T)

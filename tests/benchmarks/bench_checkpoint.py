@@ -6,6 +6,7 @@ early and late in the run, their ratio, and the bytes the database holds per ste
 
     python tests/benchmarks/bench_checkpoint.py [--steps 1000] [--payload 1000]
     python tests/benchmarks/bench_checkpoint.py --data-key [--rounds 3]
+    python tests/benchmarks/bench_checkpoint.py --calls [--steps 200]
 
 The LangGraph comparison runs when the ``bench`` extra is installed
 (``pip install -e '.[bench]'``); the raw-sqlite floor always runs, as the in-run baseline.
@@ -19,6 +20,11 @@ before the call, then the checkpoint with its result: two commits).
 1.10): the side-effect workload without a data key, then with one (every transcript,
 result and ledger value sealed), one after the other, ``--rounds`` times; prints each
 pair and the ratio of the medians.
+
+``--calls`` prints what a step costs exactly, whatever the machine's load: the Python calls
+of steps 51-150 of each workload per step (counted as ``bench_click_cpu.py`` counts them: a
+coroutine resumed is not called again; calls into C included), the functions that make
+most of them, and the bytes per step each table's values hold.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from approvald.runtime.engine import assemble
 from approvald.runtime.record.sealing import DataKey, Sealer
@@ -68,12 +75,18 @@ def db_bytes(path: str) -> tuple[int, int]:
     return main, main + (os.path.getsize(wal) if os.path.exists(wal) else 0)
 
 
-async def bench_approvald(steps: int, payload: int, *, idempotent: bool) -> dict[str, Any]:
+async def bench_approvald(steps: int, payload: int, *, idempotent: bool,
+                          calls: Any = None) -> dict[str, Any]:
     """``idempotent``: each step's call is a read that may run twice (one commit per
-    step: the checkpoint); else a side effect that runs once (an intent commit first)."""
+    step: the checkpoint); else a side effect that runs once (an intent commit first).
+    ``calls``: a profile function (``bench_click_cpu.Calls``) set for steps 51-150."""
     path = os.path.join(tempfile.mkdtemp(), "approvald.db")
     db = Database(f"sqlite+aiosqlite:///{path}")
     await migrate.upgrade(db)
+    # the schema out of the WAL first: else the bytes "per step" hold the schema's pages
+    # (the tables' count grows with the product, not with a step)
+    async with db.connection() as conn:
+        await conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
     base_main, _ = db_bytes(path)
     engine = assemble(db, Registry([steps_agent(DemoLedger(None), payload_bytes=payload,
                                               idempotent=idempotent)]))
@@ -88,6 +101,8 @@ async def bench_approvald(steps: int, payload: int, *, idempotent: bool) -> dict
         t1 = time.perf_counter()
         checkpoint_times.append(t1 - t0)
         step_stamps.append(t1)
+        if calls is not None and len(step_stamps) in (WINDOW, WINDOW + CALL_STEPS):
+            sys.setprofile(calls if len(step_stamps) == WINDOW else None)
         return result
 
     Runner._checkpoint = timed  # type: ignore[method-assign]
@@ -103,6 +118,7 @@ async def bench_approvald(steps: int, payload: int, *, idempotent: bool) -> dict
         await conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
     await db.close()
     main, _ = db_bytes(path)
+    held = values_held(path)
     step_times = [b - a for a, b in pairwise(step_stamps)]
     return {
         "total_s": total,
@@ -112,7 +128,49 @@ async def bench_approvald(steps: int, payload: int, *, idempotent: bool) -> dict
         "step_late": median_ms(step_times[steps - WINDOW - 1:steps - 1]),
         "db_bytes": main - base_main,
         "db_wal_bytes": with_wal,
+        "held": held,
     }
+
+
+def values_held(path: str) -> dict[str, int]:
+    """The bytes each table's values hold (the sum of their lengths), tables with rows."""
+    conn = sqlite3.connect(path)
+    held: dict[str, int] = {}
+    tables = [t for (t,) in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
+              if not t.startswith(("sqlite_", "alembic"))]
+    for t in tables:
+        cols = [c[1] for c in conn.execute(f'PRAGMA table_info("{t}")')]
+        summed = " + ".join(f'coalesce(sum(length("{c}")), 0)' for c in cols)
+        total = conn.execute(f'SELECT {summed} FROM "{t}"').fetchone()[0]
+        if total:
+            held[t] = total
+    conn.close()
+    return held
+
+
+CALL_STEPS = 100  # steps counted by --calls (after the first WINDOW)
+
+
+async def count_calls(steps: int, payload: int) -> int:
+    """``--calls``: each workload's Python calls per step, and the bytes its values hold."""
+    from bench_click_cpu import Calls
+
+    print(f"workload: {steps} steps, {payload}-byte tool result per step; calls of steps "
+          f"{WINDOW + 1}-{WINDOW + CALL_STEPS} (exact, whatever the load)")
+    for label, idempotent in (("read step", True), ("side-effect step", False)):
+        calls = Calls()
+        r = await bench_approvald(steps, payload, idempotent=idempotent, calls=calls)
+        python = sum(calls.by_code.values())
+        print(f"{label}: {(python + calls.c_calls) / CALL_STEPS:.1f} calls per step "
+              f"({python / CALL_STEPS:.1f} Python, {calls.c_calls / CALL_STEPS:.1f} into C); "
+              f"{r['db_bytes'] / steps:,.0f} bytes/step in the file, values "
+              f"{sum(r['held'].values()) / steps:,.0f} bytes/step: " + ", ".join(
+                  f"{t} {n / steps:,.0f}" for t, n in sorted(r["held"].items(),
+                                                             key=lambda kv: -kv[1])))
+        top = sorted(calls.by_code.items(), key=lambda kv: -kv[1])[:12]
+        print("  most called: " + ", ".join(
+            f"{code.co_qualname} {n / CALL_STEPS:g}" for code, n in top))
+    return 0
 
 
 def bench_floor(steps: int, payload: int) -> dict[str, Any]:
@@ -215,8 +273,12 @@ async def main() -> int:
     parser.add_argument("--data-key", action="store_true",
                         help="compare steps without and with a data key (sealing at rest)")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--calls", action="store_true",
+                        help="count each workload's Python calls and stored bytes per step")
     a = parser.parse_args()
     steps, payload = a.steps, a.payload
+    if a.calls:
+        return await count_calls(steps, payload)
     if a.data_key:
         return await compare_sealing(steps, payload, a.rounds)
 

@@ -68,8 +68,10 @@ AREAS = [("slack_bolt", "slack_bolt/"), ("slack_sdk", "slack_sdk/"), ("aiohttp",
 # what tells the shape of an approval: (label, file:function pattern)
 SHAPE = [("tasks created", r"base_events\.py:create_task$"),
          ("Slack Web API calls", r"async_base_client\.py:api_call$"),
-         ("  chat.update", r"async_client\.py:chat_update$"),
-         ("  chat.postMessage", r"async_client\.py:chat_postMessage$"),
+         # a card goes out by api_call (bot/slack/delivery.py: _card_update, _card_post)
+         ("  chat.update", r"(async_client\.py:chat_update|/bot/slack/delivery\.py:_card_update)$"),
+         ("  chat.postMessage",
+          r"(async_client\.py:chat_postMessage|/bot/slack/delivery\.py:_card_post)$"),
          ("card views read", r"/runtime/views\.py:card$"),
          ("cards drawn", r"/bot/slack/cards\.py:approval_card$"),
          ("outbox rows delivered (face)", r"/bot/slack/delivery\.py:deliver$"),

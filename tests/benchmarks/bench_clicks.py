@@ -267,12 +267,16 @@ async def follow_up(engine: Engine, emulator: SlackEmulator,
 async def bench(runs: int, concurrency: int, mode: str, db_url: str | None,
                 replicas: int = 1, targets: bool = True,
                 statements: int = 0, agent: str = "bench-deploy",
-                data_key: str | None = None) -> dict[str, float]:
+                data_key: str | None = None,
+                detail: dict[str, Any] | None = None) -> dict[str, float]:
     """Run the benchmark (``replicas`` serve processes, clicks spread over them in turn)
     and print its figures (and, with ``targets``, this benchmark's own targets, which
     are SQLite's: a caller judging by others leaves them out; on PostgreSQL, the
     ``statements`` most sent, per approval); returns the main ones. ``data_key``: seal
-    at rest under it, in ``serve`` and in the benchmark's own writes."""
+    at rest under it, in ``serve`` and in the benchmark's own writes. ``detail``: filled
+    with what the serve processes sent PostgreSQL from the first click until every run
+    completed, statement by statement (``sent``: SQL -> count) and, when serve counts them
+    (``BENCH_SQL_WHERE=1``), by where each came from (``where``: origin TAB SQL -> count)."""
     tmp = Path(tempfile.mkdtemp())
     db_url = db_url or f"sqlite+aiosqlite:///{tmp / 'clicks.db'}"
     log = tmp / "tool-starts.log"
@@ -354,6 +358,7 @@ async def bench(runs: int, concurrency: int, mode: str, db_url: str | None,
                         await tool_log.event(a.run_id).wait()
 
             sql0 = await count_statements(serves, tmp) if db.dialect == "postgresql" else None
+            where_at = [sql_count.snapshot_where(tmp, [x.pid for x in serves])]
             slack0 = len(emulator.calls())
             t0 = time.perf_counter()
             cpu0 = sum(cpu_seconds(x.pid) for x in serves)
@@ -383,6 +388,14 @@ async def bench(runs: int, concurrency: int, mode: str, db_url: str | None,
                 sent_sql = sql_count.per_kind(sql0, sql1)
                 sent_sql["autocommit"] = sql_count.autocommit_writes(sql0, sql1)
                 most_sent = sql_count.by_statement(sql0, sql1)[:statements]
+                if detail is not None:
+                    detail["sent"] = {sql: n - sql0.get(sql, 0) for sql, n in sql1.items()
+                                      if n != sql0.get(sql, 0)}
+                    where0 = sql_count.snapshot_where(tmp, [x.pid for x in serves])
+                    if where0:
+                        detail["where"] = {k: n - where_at[0].get(k, 0)
+                                           for k, n in where0.items()
+                                           if n != where_at[0].get(k, 0)}
             for c in extra:
                 await c.__aexit__(None, None, None)
         started = tool_log.started

@@ -1,7 +1,7 @@
 """Replicas on PostgreSQL: does a second and third ``serve`` add capacity?
 
     python tests/benchmarks/bench_replicas.py [--db postgresql+asyncpg://…] [--runs 200]
-                                              [--rounds 3]
+                                              [--rounds 3] [--breakdown]
 
 Runs ``bench_clicks`` (200 signed Approve clicks, 20 at a time, each in flight until its
 tool starts) twice: against one ``serve`` process (the in-run baseline), then against
@@ -17,31 +17,48 @@ three replicas at least 2x the decisions per second of one, and p99 click -> too
 <= 300 ms with three. On a machine with fewer cores than replicas the machine is the
 limit: the CPU per decision then says whether the replicas share the work or fight over
 it.
+
+Each round also prints where three replicas' statements differ from one's: the statements
+per decision each sent, the extra ones first (exact counts, whatever the machine's load).
+``--breakdown`` says where they come from and what else the replicas do: each statement
+is counted by the store function that sent it and the part of ``runtime`` or ``bot`` that
+asked (:func:`sql_count.origin`), and each ``serve`` runs under cProfile
+(``profile_serve.py``), its Python calls counted by area (a package of ``runtime``,
+``store`` or ``bot``, or a library), one replica's beside three's, per decision. The
+walk per statement and the profiler slow ``serve`` down: its CPU figures are then not
+comparable with a run without ``--breakdown``; the counts are.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import os
+import pstats
 import secrets
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import make_url
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 
+import bench_clicks
+import sql_count
 from bench_clicks import bench
 
 DEFAULT_DB = "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
 
 
 async def on_fresh_database(server: str, runs: int, replicas: int,
-                            statements: int = 0) -> dict[str, float]:
+                            statements: int = 0,
+                            detail: dict[str, Any] | None = None) -> dict[str, float]:
     """``bench`` on a database created for it on ``server``, dropped afterwards."""
     import asyncpg  # type: ignore[import-untyped]
 
@@ -60,7 +77,8 @@ async def on_fresh_database(server: str, runs: int, replicas: int,
     try:
         return await bench(runs, 20, "effect",
                            url.set(database=name).render_as_string(hide_password=False),
-                           replicas=replicas, targets=False, statements=statements)
+                           replicas=replicas, targets=False, statements=statements,
+                           detail=detail)
     finally:
         await say(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
@@ -78,6 +96,103 @@ def machine_speed() -> float:
     return statistics.median(times)
 
 
+def area(path: str, func: str) -> str:
+    """The part of the code a profiled function belongs to: a package of approvald
+    (``runtime/record``, ``store/repos``, ``bot/slack``...), a library (``sqlalchemy``,
+    ``asyncpg``...), or the standard library's module (``asyncio``, ``json``...)."""
+    root = str(HERE.parents[1]) + os.sep
+    if "site-packages" + os.sep in path:  # (a virtualenv may sit in the checkout)
+        return path.split("site-packages" + os.sep, 1)[1].split(os.sep, 1)[0]
+    if path.startswith(root):
+        parts = path[len(root):].split(os.sep)
+        return "/".join(parts[:2]) if len(parts) > 2 else parts[0]
+    if path == "~":  # a built-in: its name says where (``<method 'get' of 'dict'...>``)
+        return "builtins"
+    stem = Path(path).parent.name if Path(path).name == "__init__.py" else Path(path).stem
+    parent = Path(path).parent.name
+    return parent if parent in ("asyncio", "json", "logging", "email", "http") else stem
+
+
+def profiled(directory: Path, pattern: str) -> list[Path]:
+    """The profiles the replicas wrote (``profile_serve.py``, one per process)."""
+    return sorted(directory.glob(pattern))
+
+
+def calls_by_area(files: list[Path]) -> list[collections.Counter[str]]:
+    """Each profile's function calls (all of them, recursive ones included) by area."""
+    out = []
+    for f in files:
+        counts: collections.Counter[str] = collections.Counter()
+        for (path, _line, func), (_cc, nc, *_rest) in pstats.Stats(str(f)).stats.items():  # type: ignore[attr-defined]
+            counts[area(path, func)] += nc
+        out.append(counts)
+    return out
+
+
+def diff_table(one: dict[str, float], three: dict[str, float], runs: int, rows: int,
+               label: str) -> None:
+    """Per decision, what three replicas did beside one: the largest excess first."""
+    keys = sorted(set(one) | set(three),
+                  key=lambda k: (-(three.get(k, 0) - one.get(k, 0)), k))
+    total1, total3 = sum(one.values()) / runs, sum(three.values()) / runs
+    print(f"    {'1 replica':>9} {'3 replicas':>10} {'extra':>7}  {label} "
+          f"(all: {total1:.2f} -> {total3:.2f}, {total3 - total1:+.2f})")
+    for k in keys[:rows]:
+        a, b = one.get(k, 0) / runs, three.get(k, 0) / runs
+        if abs(b - a) < 0.005:
+            continue
+        text = k if len(k) <= 120 else k[:117] + "..."
+        print(f"    {a:9.2f} {b:10.2f} {b - a:+7.2f}  {text}")
+
+
+def breakdown(one: dict[str, Any], three: dict[str, Any], runs: int, rows: int) -> None:
+    """Print where three replicas' statements (and, with ``--breakdown``, their origins
+    and Python calls) differ from one's, per decision."""
+    def by_shape(sent: dict[str, int]) -> dict[str, float]:
+        out: collections.Counter[str] = collections.Counter()
+        for sql, n in sent.items():
+            if sql != sql_count.AUTOCOMMIT:
+                out[sql_count.shape(sql)] += n
+        return dict(out)
+
+    print("  statements per decision, by statement (the extra ones first):")
+    diff_table(by_shape(one.get("sent", {})), by_shape(three.get("sent", {})), runs, rows,
+               "statement")
+    if "where" in one and "where" in three:
+        def by_origin(where: dict[str, int], kind: bool) -> dict[str, float]:
+            out: collections.Counter[str] = collections.Counter()
+            for key, n in where.items():
+                place, _, sql = key.partition("\t")
+                first = sql.split()[0].rstrip(";").upper() if sql.split() else "?"
+                out[f"{place} [{first}]" if kind else place] += n
+            return dict(out)
+
+        print("  statements per decision, by where they were sent from (store < the part "
+              "that asked):")
+        diff_table(by_origin(one["where"], False), by_origin(three["where"], False), runs,
+                   rows, "origin")
+        print("  ... and by statement kind:")
+        diff_table(by_origin(one["where"], True), by_origin(three["where"], True), runs,
+                   rows, "origin [kind]")
+    if one.get("profiles") and three.get("profiles"):
+        ones, threes = calls_by_area(one["profiles"]), calls_by_area(three["profiles"])
+        total3: collections.Counter[str] = collections.Counter()
+        for c in threes:
+            total3.update(c)
+        print("  Python calls per decision by area (cProfile; three replicas summed; each "
+              "replica's share after it):")
+        keys = sorted(set(ones[0]) | set(total3),
+                      key=lambda k: (-(total3[k] - ones[0][k]), k))
+        print(f"    {'1 replica':>9} {'3 replicas':>10} {'extra':>7}  area  (per replica) "
+              f"(all: {sum(ones[0].values()) / runs:.0f} -> {sum(total3.values()) / runs:.0f})")
+        for k in keys[:rows]:
+            a, b = ones[0][k] / runs, total3[k] / runs
+            if abs(b - a) < 0.5:
+                continue
+            each = " ".join(f"{c[k] / runs:.0f}" for c in threes)
+            print(f"    {a:9.0f} {b:10.0f} {b - a:+7.0f}  {k}  ({each})")
+
+
 def spread(rounds: list[dict[str, float]], key: str, fmt: str = ".0f") -> str:
     """``median (min-max)`` of one figure over the rounds."""
     values = [r[key] for r in rounds]
@@ -87,10 +202,15 @@ def spread(rounds: list[dict[str, float]], key: str, fmt: str = ".0f") -> str:
     return f"{mid:{fmt}} ({min(values):{fmt}}-{max(values):{fmt}})"
 
 
-async def main_async(db: str, runs: int, rounds: int, statements: int = 0) -> int:
+async def main_async(db: str, runs: int, rounds: int, statements: int = 0,
+                     rows: int = 25, deep: bool = False) -> int:
     ones: list[dict[str, float]] = []
     threes: list[dict[str, float]] = []
+    profiles = Path(tempfile.mkdtemp(prefix="replicas-prof-")) if deep else Path()
+    if deep:
+        os.environ["BENCH_SQL_WHERE"] = "1"  # serve counts statements by origin
     for n in range(rounds):
+        details: dict[int, dict[str, Any]] = {}
         speed = machine_speed()
         # one, three; then three, one: a machine that drifts during the rounds favours neither
         order = (1, 3) if n % 2 == 0 else (3, 1)
@@ -98,13 +218,20 @@ async def main_async(db: str, runs: int, rounds: int, statements: int = 0) -> in
             what = ("one serve process (baseline)" if replicas == 1
                     else "three serve replicas, clicks spread over them")
             print(f"\n== round {n + 1} of {rounds}: {what} (a fixed loop took {speed:.0f} ms)")
-            got = await on_fresh_database(db, runs, replicas, statements)
+            details[replicas] = detail = {}
+            if deep:
+                bench_clicks.PROFILE_TO = str(profiles / f"r{n}-{replicas}-{{pid}}.prof")
+            got = await on_fresh_database(db, runs, replicas, statements, detail)
+            if deep:
+                bench_clicks.PROFILE_TO = ""
+                detail["profiles"] = profiled(profiles, f"r{n}-{replicas}-*.prof")
             got["speed"] = speed
             (ones if replicas == 1 else threes).append(got)
         one, three = ones[-1], threes[-1]
         print(f"\n-- round {n + 1}: 1 replica {one['per_second']:.0f}/s, p99 "
               f"{one['start_p99']:.0f} ms; 3 replicas {three['per_second']:.0f}/s, p99 "
               f"{three['start_p99']:.0f} ms ({three['per_second'] / one['per_second']:.2f}x)")
+        breakdown(details[1], details[3], runs, rows)
     for one, three in zip(ones, threes, strict=True):
         one["ratio"] = three["ratio"] = three["per_second"] / one["per_second"]
         three["per_replica_ms"] = three["cpu_ms"] / 3
@@ -157,10 +284,16 @@ def main() -> int:
     p.add_argument("--statements", type=int, default=0, metavar="N",
                    help="also print, each round, the N statements the replicas sent most, "
                         "per decision")
+    p.add_argument("--rows", type=int, default=25,
+                   help="lines of each breakdown table (largest excess first)")
+    p.add_argument("--breakdown", action="store_true",
+                   help="also count statements by where they came from and each replica's "
+                        "Python calls by area (cProfile): slower, CPU figures not comparable")
     a = p.parse_args()
     if a.rounds < 1:
         p.error("--rounds must be at least 1")
-    return asyncio.run(main_async(a.db, a.runs, a.rounds, a.statements))
+    return asyncio.run(main_async(a.db, a.runs, a.rounds, a.statements, a.rows,
+                                  a.breakdown))
 
 
 if __name__ == "__main__":

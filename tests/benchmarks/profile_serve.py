@@ -4,7 +4,8 @@
 
 Runs the CLI with a profiler timed by ``time.process_time`` (the machine is shared: wall
 time means little) that the first ``SIGUSR2`` turns on and the second turns off, writing
-``OUT.prof`` (pstats) and ``OUT.prof.cpu`` (the process CPU seconds between the two).
+``OUT.prof`` (pstats) and ``OUT.prof.cpu`` (the process CPU seconds between the two);
+``{pid}`` in ``OUT`` is replaced by the process id (several replicas, one file each).
 ``bench_clicks.py --profile OUT.prof`` sends them around its clicks. Only the main
 thread is profiled (the event loop, where ``serve``'s work runs).
 """
@@ -12,13 +13,14 @@ thread is profiled (the event loop, where ``serve``'s work runs).
 from __future__ import annotations
 
 import cProfile
+import os
 import signal
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-OUT = Path(sys.argv.pop(1))
+OUT = Path(sys.argv.pop(1).replace("{pid}", str(os.getpid())))
 PROFILER = cProfile.Profile(time.process_time)
 STARTED: list[float] = []
 

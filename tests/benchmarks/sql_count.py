@@ -15,6 +15,12 @@ run is counted through sqlite3's own trace callback (``BEGIN`` and ``COMMIT``
 included), whichever path sent it (SQLAlchemy, or the fast path straight on the
 connection); the literal values the trace shows are replaced by ``?`` so that one
 statement is counted under one text.
+
+With ``BENCH_SQL_WHERE=1`` each statement is also counted by where it came from
+(:func:`origin`: the store function that sent it and the first function of ``runtime``
+or ``bot`` above it), written to ``<dir>/<pid>.where.json`` beside the counts and read
+with :func:`snapshot_where`: which part of ``serve`` a statement more is owed to (a walk
+up the stack per statement: for a breakdown, not for timings).
 """
 
 from __future__ import annotations
@@ -24,26 +30,58 @@ import json
 import os
 import re
 import signal
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 _COUNTS: collections.Counter[str] = collections.Counter()
+_WHERE: collections.Counter[str] = collections.Counter()  # "origin\tsql" (BENCH_SQL_WHERE)
+_ROOT = str(Path(__file__).resolve().parents[2]) + os.sep  # the checkout approvald runs from
+_OWN = tuple(_ROOT + part + os.sep for part in ("runtime", "bot"))
+_STORE = _ROOT + "store" + os.sep
 
 
 def install(directory: str, *, sqlite: bool = False) -> None:
+    where = os.environ.get("BENCH_SQL_WHERE") == "1"
     if sqlite:
         _install_sqlite()
     else:
-        _install_asyncpg()
+        _install_asyncpg(where)
     target = Path(directory) / f"{os.getpid()}.json"
 
     def dump(signum: int, frame: Any) -> None:
-        tmp = target.with_suffix(".tmp")
-        tmp.write_text(json.dumps(_COUNTS))
-        tmp.replace(target)  # the reader never sees half a file
+        if where:  # first: once the counts are there, so is this
+            _write(target.with_suffix(".where.json"), _WHERE)
+        _write(target, _COUNTS)
 
     signal.signal(signal.SIGUSR1, dump)
+
+
+def _write(target: Path, counts: collections.Counter[str]) -> None:
+    tmp = target.with_suffix(".tmp")
+    tmp.write_text(json.dumps(counts))
+    tmp.replace(target)  # the reader never sees half a file
+
+
+def origin(depth: int = 2) -> str:
+    """Where the statement being sent comes from: ``store/<file>:<function>`` (the
+    outermost store frame: the repository method, or the transaction's BEGIN or COMMIT in
+    ``store/db.py``) ``< runtime/<file>:<function>`` (the first frame of ``runtime`` or
+    ``bot`` above it, the part that asked). Coroutine frames are linked while they run,
+    and SQLAlchemy's greenlet is entered from the awaiting coroutine, so the walk reaches
+    the caller whichever path (planned or SQLAlchemy's) sent the statement."""
+    f: Any = sys._getframe(depth)
+    store = own = ""
+    while f is not None:
+        name = f.f_code.co_filename
+        if name.startswith(_STORE):
+            store = f"{name[len(_ROOT):]}:{f.f_code.co_name}"
+        elif name.startswith(_OWN):
+            own = f"{name[len(_ROOT):]}:{f.f_code.co_name}"
+            break
+        f = f.f_back
+    return f"{store or '?'} < {own or '?'}"
 
 
 # not a statement: the count of writes sent outside a transaction, kept beside them
@@ -73,7 +111,7 @@ def _install_sqlite() -> None:
     sqlite3.connect = connected  # type: ignore[assignment]
 
 
-def _install_asyncpg() -> None:
+def _install_asyncpg(where: bool = False) -> None:
     import asyncpg.connection  # type: ignore[import-untyped]
     import asyncpg.prepared_stmt  # type: ignore[import-untyped]
 
@@ -83,6 +121,8 @@ def _install_asyncpg() -> None:
         async def call(self: Any, *args: Any, **kwargs: Any) -> Any:
             sql = sql_of(self, args)
             _COUNTS[sql] += 1
+            if where:
+                _WHERE[f"{origin()}\t{sql}"] += 1
             if _WRITE.search(sql) and not conn_of(self).is_in_transaction():
                 _COUNTS[AUTOCOMMIT] += 1  # a transaction of its own, with no BEGIN
             return await original(self, *args, **kwargs)
@@ -103,6 +143,16 @@ def snapshot(directory: Path, pids: Iterable[int]) -> dict[str, int]:
     total: collections.Counter[str] = collections.Counter()
     for pid in pids:
         path = directory / f"{pid}.json"
+        if path.exists():
+            total.update(json.loads(path.read_text()))
+    return dict(total)
+
+
+def snapshot_where(directory: Path, pids: Iterable[int]) -> dict[str, int]:
+    """:func:`snapshot` of the counts by origin (``BENCH_SQL_WHERE=1``): ``origin\tsql``."""
+    total: collections.Counter[str] = collections.Counter()
+    for pid in pids:
+        path = directory / f"{pid}.where.json"
         if path.exists():
             total.update(json.loads(path.read_text()))
     return dict(total)

@@ -13,7 +13,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from typing import Any
 
+import asyncpg  # type: ignore[import-untyped]
 import pytest
 from approvald.runtime.approvals.decide import Actor
 from approvald.runtime.engine import Engine, assemble
@@ -23,7 +25,7 @@ from approvald.runtime.runs.demo import DemoLedger, refund_agent, steps_agent
 from approvald.store.db import Database
 
 from tests.conftest import SIGNER
-from tests.helpers import parts
+from tests.helpers import Rows, parts
 
 PROMPTLY = 5.0  # s: far more than a claim takes, far less than waiting on a lock would
 
@@ -328,3 +330,65 @@ async def test_a_decision_leases_the_run_to_its_running_worker_in_the_same_trans
         run = await tx.runs.get(paused[1].run_id)
     assert run.status == "running" and run.lease_owner is None
     assert (await b.advance(paused[1].run_id)).status == "completed"
+
+
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+async def test_a_drain_claims_and_marks_in_one_statement_each_outside_any_transaction(
+        db, make_engine, clock, monkeypatch) -> None:
+    # issue 50: with three replicas each drain claims what is due when it wakes, so the
+    # same rows go out in more, smaller batches than with one. A batch was BEGIN, SELECT,
+    # UPDATE, COMMIT to claim and BEGIN, UPDATE, COMMIT to mark (a claim that found
+    # nothing BEGIN, SELECT, COMMIT): each is one statement now, atomic on its own and
+    # sent alone; the claim stays disjoint (test_outbox_claims_are_disjoint...).
+    delivered: list[int] = []
+
+    class Deliverer:
+        async def deliver(self, row: Any) -> None:
+            delivered.append(row.id)
+
+    drain = make_engine().drain(Deliverer())
+    assert await drain.drain_once() == 0  # (its first looks up dead claimers: not counted)
+    now = clock.now()
+    async with db.write() as tx:
+        for i in range(3):
+            await tx.outbox.add(kind="notice", group_key=f"g{i}", payload="{}", now=now)
+    sent: list[str] = []
+
+    def counting(cls: Any, name: str, sql_of: Any) -> None:
+        real = getattr(cls, name)
+
+        async def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+            sent.append(" ".join(sql_of(self, args).split()))
+            return await real(self, *args, **kwargs)
+
+        monkeypatch.setattr(cls, name, call)
+
+    for name in ("fetch", "fetchrow", "fetchval", "executemany"):
+        counting(asyncpg.prepared_stmt.PreparedStatement, name, lambda s, a: s._query)
+    for name in ("execute", "executemany", "fetch", "fetchrow", "fetchval"):
+        counting(asyncpg.connection.Connection, name, lambda s, a: a[0])
+    assert await drain.drain_once() == 3
+    monkeypatch.undo()
+    assert sorted(delivered) == [r.id for r in await Rows(db).outbox(kind="notice")]
+    assert {r.status for r in await Rows(db).outbox(kind="notice")} == {"delivered"}
+    # the claim of three, their mark, the claim that found nothing left: nothing else
+    assert [s.split()[0] for s in sent] == ["WITH", "UPDATE", "WITH"], sent
+
+
+async def test_a_dead_claimers_heads_are_claimed_again_before_their_claim_lapses(
+        db, clock) -> None:
+    # the claim's stale-owner path, in the one statement PostgreSQL now sends for it too
+    now = clock.now()
+    async with db.write() as tx:
+        await tx.outbox.add(kind="notice", group_key="g", payload="{}", now=now)
+    until = now + timedelta(seconds=60)
+    async with db.write() as tx:
+        [row] = await tx.outbox.claim_heads(owner="dead", now=now, until=until, limit=5)
+    async with db.write() as tx:  # a live claimer's claim holds until it lapses
+        assert await tx.outbox.claim_heads(owner="r2", now=now, until=until, limit=5) == []
+    async with db.write() as tx:
+        [again] = await tx.outbox.claim_heads(owner="r2", now=now, until=until, limit=5,
+                                              stale_owners=["dead"])
+    assert (again.id, again.attempts) == (row.id, 1)  # as it was before this claim
+    [after] = await Rows(db).outbox(kind="notice")
+    assert (after.claimed_by, after.attempts) == ("r2", 2)

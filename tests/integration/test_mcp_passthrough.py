@@ -249,3 +249,28 @@ async def test_a_2025_11_25_clients_sampling_is_relayed_back_to_it_over_its_sess
         assert asked == ["what is six times seven?"]
         assert said == [{"sampling": True, "elicitation": False},
                         {"sampling": False, "elicitation": False}]
+
+
+async def test_the_sessions_with_a_url_server_load_its_tls_context_once(
+        db_url: str, tmp_path: Path, ledger: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each client request has a session of its own with a Streamable HTTP server, and an
+    HTTP client of its own; their TLS context (its CA bundle read, about 19 ms of CPU) is
+    made once, not per session (issue 50)."""
+    import httpcore2
+
+    async with http_server() as upstream, \
+            harness(db_url, tmp_path, background=False, **gateways(tmp_path, upstream)) as h:
+        bearer = await token(h, "dana-agent", face="mcp:bank", requested_by="U_DANA")
+        made: list[bool] = []
+        real = httpcore2.default_ssl_context
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            made.append(True)
+            return real(*args, **kwargs)
+
+        async with client(url(h.service, "bank"), bearer) as c:  # its own context made
+            monkeypatch.setattr(httpcore2, "default_ssl_context", counted)
+            for _ in range(3):  # each call: a listing's session and the call's
+                said = await c.call_tool("capabilities", {})
+                assert not said.is_error
+        assert len(made) == 1, made

@@ -10,6 +10,7 @@ for the constructions that did.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import re
 from pathlib import Path
 
@@ -59,6 +60,15 @@ def test_a_binding_is_keyed_and_never_the_plain_digest() -> None:
     assert binding.short(DIGEST) == shown[:12] and binding.short("") == ""
     # the label separates it from every other use of the same secret
     assert one.key != hashlib.sha256(b"k" * 32).digest()
+
+
+def test_a_binding_is_hmac_sha256_of_the_digest_as_every_version_showed_it() -> None:
+    """What a caller was shown (and sends back, or a button token carries) stays the same
+    value whichever process, of whichever version, works it out again."""
+    one = binding.BindingKey.derive(b"k" * 32, source="one")
+    for digest in (DIGEST, "0" * 64, hashlib.sha256(b"x").hexdigest()):
+        assert one.binding(digest) == hmac.new(one.key, digest.encode("ascii"),
+                                               hashlib.sha256).hexdigest()
 
 
 def test_what_comes_back_names_the_arguments_by_binding_and_plain_only_where_allowed() -> None:

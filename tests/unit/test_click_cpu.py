@@ -8,7 +8,11 @@ backtick runs, astral characters, combining marks at the cut).
 
 from __future__ import annotations
 
+import json
 import random
+import sys
+from collections import Counter
+from typing import Any
 
 import pytest
 from approvald.bot.slack import mrkdwn
@@ -125,15 +129,274 @@ def test_block_dict_is_to_dict_and_raises_where_it_did() -> None:
 def test_approval_cards_are_the_dicts_to_dict_made(monkeypatch: pytest.MonkeyPatch) -> None:
     from approvald.bot.slack import cards
 
-    from tests.unit.test_cards import NOW, TOKEN, approval, decided, vote
+    from tests.unit.test_cards import (
+        NOW,
+        TOKEN,
+        approval,
+        cannot_run,
+        decided,
+        packet,
+        question,
+        vote,
+    )
+    high = packet(risk="high")
     examples = [
         (approval(), TOKEN, []),
         (approval(args={"note": "a <b> & `c` ``d`` \u202e 😀 é\u0301"}), TOKEN, []),
         (approval(edited_args={"order": "1234", "amount": 40}), TOKEN, []),
         (decided("approved", reason="fine"), None, [vote("U0BOB")]),
         (decided("denied", reason="x" * 3000), None, [vote("U0BOB", verdict="deny")]),
+        # each shape of buttons: high risk (a confirmation naming the tool), standing
+        # approvals offered, no Edit (arguments past the text box), View arguments
+        (approval(packet_=high), TOKEN, []),
+        (approval(packet_=high, tool="other_tool", id="b" * 32), "t" * 40, []),
+        (approval(policy={"approvers": ["U0BOB"], "quorum": 1, "ttl": "30m", "risk": "medium",
+                          "on_expire": "cancel", "escalate": [], "max_standing": "0"}),
+         TOKEN, []),
+        (approval(args={"blob": "y" * 6000}), TOKEN, []),
+        (question(), TOKEN, []), (cannot_run(), TOKEN, []),
     ]
     fast = [cards.approval_card(a, token=t, now=NOW, votes=v) for a, t, v in examples]
+    fast += [cards.compact_blocks(a, t, now=NOW) for a, t, _ in examples]
+    # the same again: the button blocks of a shape already made
+    fast += [cards.approval_card(a, token=t, now=NOW, votes=v) for a, t, v in examples]
     monkeypatch.setattr(cards, "block_dict", lambda b: b.to_dict())
+    monkeypatch.setattr(cards, "button_block", lambda a, t, view_args: cards.buttons(
+        a, t, view_args=view_args).to_dict())
     slow = [cards.approval_card(a, token=t, now=NOW, votes=v) for a, t, v in examples]
-    assert fast == slow
+    slow += [cards.compact_blocks(a, t, now=NOW) for a, t, _ in examples]
+    slow += slow[:len(examples)]
+    assert json.dumps(fast) == json.dumps(slow)  # the same keys in the same order too
+    assert sum(any(b["type"] == "actions" for b in c["blocks"]) for c in fast[:11]) == 9
+    shapes = {cards._shape(a, view_args=False) for a, t, _ in examples if t is not None}
+    assert len(shapes) == 7 and {s[2] for s in shapes} == {s[3] for s in shapes} == {
+        True, False}
+
+
+def _calls_during(fn: Any, *args: Any) -> Counter[str]:
+    """The Python functions ``fn(*args)`` called, by name, as ``module:function``."""
+    seen: Counter[str] = Counter()
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "call":
+            seen[f"{frame.f_globals.get('__name__')}:{frame.f_code.co_name}"] += 1
+
+    sys.setprofile(profile)
+    try:
+        fn(*args)
+    finally:
+        sys.setprofile(None)
+    return seen
+
+
+def test_a_click_becomes_bolt_s_request_in_one_pass() -> None:
+    """The body is parsed once (not by bolt's urllib loop), the headers normalized once,
+    bolt's context built once (bolt's constructor, given an empty body so as not to parse,
+    built one of nothing first)."""
+    from approvald.bot.slack.transport import parse
+
+    from tests.unit.test_slack_transport import BODIES
+    raw, content_type = BODIES["click"]
+    headers = {"Content-Type": content_type, "X-Slack-Request-Timestamp": "1700000000",
+               "X-Slack-Signature": "v0=" + "0" * 64, "Host": "x", "Accept": "*/*"}
+    seen = _calls_during(parse, raw.encode(), content_type, "", headers)
+    assert seen["slack_bolt.request.async_internals:build_async_context"] == 1
+    assert seen["slack_bolt.request.internals:build_normalized_headers"] == 0
+    assert seen["slack_bolt.request.internals:parse_body"] == 0
+    assert not any(name.startswith("urllib.parse:") for name in seen), seen
+
+
+def test_the_slack_loggers_carry_the_level_they_inherit() -> None:
+    """slack_sdk and bolt build a debug line when ``logger.level <= DEBUG``: a logger left
+    at NOTSET (0) made every Web API call format its whole request and answer for nobody.
+    The face's loggers take the level they inherit when it is built; built at DEBUG, the
+    face still logs everything."""
+    import logging
+
+    from approvald.bot.config import Settings
+    from approvald.bot.slack.app import SlackWeb, _bolt_logger, _socket_logger
+
+    settings = Settings(SLACK_BOT_TOKEN="xoxb-test", SLACK_SIGNING_SECRET="s" * 32,
+                        APPROVALD_CHANNEL="C1", APPROVALD_SECRET="k" * 32)
+    root = logging.getLogger()
+    before = root.level
+    try:
+        for level in (logging.WARNING, logging.DEBUG, logging.ERROR):
+            root.setLevel(level)
+            web = SlackWeb(settings)
+            assert web.client.logger.name == "approvald.slack.web"
+            for logger in (web.client.logger, _bolt_logger(), _socket_logger()):
+                assert logger.level == level, (logger.name, logger.level)
+    finally:
+        root.setLevel(before)
+        for name in ("approvald.slack.web", "approvald.slack.bolt", "approvald.slack.socket"):
+            logging.getLogger(name).setLevel(logging.NOTSET)
+
+
+async def test_a_card_is_sent_as_chat_update_and_post_send_it_without_their_model_walk(
+        ) -> None:
+    """The delivery's card calls send the JSON body slack_sdk's chat_update and
+    chat_postMessage send, byte for byte, without their walk that turns block models into
+    dicts (a drawn card is dicts already)."""
+    import json
+    from collections.abc import Awaitable, Callable
+    from dataclasses import replace
+
+    from approvald.bot.slack import cards
+    from approvald.bot.slack.delivery import CARD_EVENT, SlackDeliverer
+    from approvald.runtime import CardView
+    from approvald.store.records import OutboxRecord
+    from slack_sdk.web.async_client import AsyncWebClient
+    from slack_sdk.web.async_slack_response import AsyncSlackResponse
+
+    from tests.unit.test_cards import NOW, TOKEN, approval, decided
+
+    class Recorder(AsyncWebClient):
+        sent: list[tuple[str, str]]
+
+        async def api_call(self, api_method: str, **kw: Any) -> AsyncSlackResponse:
+            self.sent.append((api_method, json.dumps(kw)))
+            return AsyncSlackResponse(client=self, http_verb="POST", api_url=api_method,
+                                      req_args=kw, data={"ok": True, "ts": "9.9"},
+                                      headers={}, status_code=200)
+
+    class Posted:
+        async def card_posted(self, approval_id: str, *, channel: str, ts: str) -> None:
+            pass
+
+    client = Recorder(token="xoxb-test")
+    client.sent = []
+    delivery = SlackDeliverer(Posted(), client, channel="C1",  # type: ignore[arg-type]
+                              ops_channel="C2")
+    row = OutboxRecord(id=7, kind="card.update", group_key="g", payload="{}", status="x",
+                       attempts=0, not_before=NOW, claimed_by=None, claimed_until=None,
+                       created_at=NOW, delivered_at=None, last_error=None, result=None,
+                       give_up_at=None, waits=0)
+
+    async def sent(call: Callable[[], Awaitable[Any]]) -> tuple[tuple[str, str], list[str]]:
+        """The one Web API call ``call`` makes; slack_sdk's model walk must not run."""
+        client.sent.clear()
+        walked: list[str] = []
+
+        def profile(frame: Any, event: str, arg: Any) -> None:
+            if event == "call" and frame.f_code.co_name == "_parse_web_class_objects":
+                walked.append(frame.f_code.co_name)
+
+        sys.setprofile(profile)
+        try:
+            await call()
+        finally:
+            sys.setprofile(None)
+        assert len(client.sent) == 1
+        return client.sent[0], walked
+
+    # an update: a decided card
+    a = replace(decided("approved"), channel="C1", message_ts="1.2")
+    card = cards.approval_card(a, token=None, now=NOW)
+    ours, walked = await sent(lambda: delivery._update(
+        row, CardView(a, None, NOW, (), None, None, None, ())))
+    theirs, _ = await sent(lambda: client.chat_update(
+        channel="C1", ts="1.2", text=card["text"], blocks=card["blocks"]))
+    assert ours == theirs and ours[0] == "chat.update" and not walked
+    # a post: a live card, its buttons too
+    b = approval(channel=None, message_ts=None)
+    card = cards.approval_card(b, token=TOKEN, now=NOW)
+    ours, walked = await sent(lambda: delivery._post(
+        row, CardView(b, TOKEN, NOW, (), None, None, None, ())))
+    theirs, _ = await sent(lambda: client.chat_postMessage(
+        channel="C1", text=card["text"], blocks=card["blocks"], unfurl_links=False,
+        unfurl_media=False, metadata={"event_type": CARD_EVENT, "event_payload": {
+            "approval_id": b.id, "outbox_id": 7}}))
+    assert ours == theirs and ours[0] == "chat.postMessage" and not walked
+
+
+def test_the_face_listens_to_no_event_bolt_s_switched_off_middleware_would_act_on() -> None:
+    """The app runs without bolt's IgnoringSelfEvents and AttachingFunctionToken (every
+    click went through both for nothing): that holds while no listener hears an event its
+    own bot sends (a message) or a workflow step (a function). A listener for either needs
+    them back on in bot/slack/app.py."""
+    from approvald.bot.slack.handlers import Handlers
+
+    registered: list[tuple[str, Any]] = []
+
+    class Recorder:
+        def __getattr__(self, kind: str) -> Any:
+            def register(*args: Any, **kwargs: Any) -> Any:
+                registered.append((kind, args[0] if args else None))
+                return lambda listener: listener
+
+            return register
+
+    Handlers(None).register(Recorder())  # type: ignore[arg-type]
+    kinds = {kind for kind, _ in registered}
+    assert kinds <= {"action", "view", "command", "event", "error"}, kinds
+    assert [what for kind, what in registered if kind == "event"] == ["app_home_opened"]
+
+
+def test_a_button_value_s_characters_are_checked_as_before() -> None:
+    from approvald.bot.slack import cards
+
+    safe = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
+    rnd = random.Random(14)
+    pool = [*"aZ09_.-", "\n", " ", ":", "/", "é", "٣", "\u200b", "$", "\x00", "-"]
+    for _ in range(3000):
+        text = "".join(rnd.choice(pool) for _ in range(rnd.randint(0, 8)))
+        want = 0 < len(text) <= 6 and all(c in safe for c in text)
+        assert cards._safe_id(text, 6) is want, repr(text)
+
+
+def test_json_escapes_matches_the_per_character_walk() -> None:
+    """``json_escapes`` (a card's arguments, every card) escapes what the per-character
+    walk it replaced escaped: the bidi controls and lone surrogates, nothing else."""
+    bidi = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+
+    def reference(text: str) -> str:
+        return "".join(f"\\u{ord(c):04x}" if c in bidi or "\ud800" <= c <= "\udfff" else c
+                       for c in text)
+
+    near = ["\u2029", "\u202f", "\u2065", "\u206a", "\ud7ff", "\ue000", "\U0001f600"]
+    pool = [*ALPHABET, *bidi, "\udfff", "\udc00", "\udbff", *near]
+    rnd = random.Random(215)
+    for _ in range(4000):
+        text = "".join(rnd.choice(pool) for _ in range(rnd.randint(0, 30)))
+        assert mrkdwn.json_escapes(text) == reference(text), repr(text)
+
+
+def test_the_card_budget_check_is_the_walk_s_answer_mostly_without_the_walk() -> None:
+    import json
+
+    from approvald.bot.slack import cards
+    from approvald.bot.slack.mrkdwn import text_length, within_text_budget
+
+    from tests.unit.test_cards import NOW, TOKEN, approval
+    rnd = random.Random(661)
+    pool = [*ALPHABET, '"', "\\", "/", "\u2028", "\U0001f3fd"]
+    for _ in range(2000):
+        texts = ["".join(rnd.choice(pool) for _ in range(rnd.randint(0, 40)))
+                 for _ in range(rnd.randint(1, 4))]
+        if rnd.random() < 0.1:  # two units a character, outside the BMP
+            texts.append("\U0001f600" * rnd.randint(100, 300))
+        blocks = [{"type": "section", "text": {"type": "mrkdwn", "text": t}} for t in texts]
+        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": texts[0]}]})
+        size = text_length(blocks)
+        assert len(json.dumps(blocks)) >= size  # the bound the shortcut rests on
+        for budget in (size - 1, size, size + 1, rnd.randint(0, 400)):
+            assert within_text_budget(blocks, budget) is (size <= budget)
+    # a card with blocks it may drop (evidence, impact) that fits: drawn without the walk
+    seen = _calls_during(lambda: cards.approval_card(approval(), token=TOKEN, now=NOW))
+    assert seen["approvald.bot.slack.mrkdwn:within_text_budget"] == 1
+    assert seen["approvald.bot.slack.mrkdwn:text_length"] == 0
+
+
+def test_a_live_card_s_buttons_are_made_and_checked_once_per_shape() -> None:
+    from approvald.bot.slack import cards
+
+    from tests.unit.test_cards import NOW, TOKEN, approval
+    cards.approval_card(approval(), token=TOKEN, now=NOW)
+    other = approval(id="c" * 32, requested_by="U0DANA")  # another request, the same shape
+    seen = _calls_during(lambda: cards.approval_card(other, token="t" * 20, now=NOW))
+    assert seen["slack_sdk.models.basic_objects:to_dict"] == 0
+    assert seen["slack_sdk.models.basic_objects:validate_json"] == 0
+    card = cards.approval_card(other, token="t" * 20, now=NOW)
+    assert {e["value"] for e in card["blocks"][-1]["elements"]} == {
+        cards.button_value(other.id, "t" * 20)}

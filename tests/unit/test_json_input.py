@@ -6,10 +6,14 @@ the intake refuses a value nested past :data:`MAX_DEPTH`, for every way in."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
+from approvald.runtime.kernel.canonical import compact_json
 from approvald.runtime.kernel.json_input import MAX_DEPTH, TooDeep, depth_over, loads
-from approvald.runtime.policies.intake import IntakeError, check_json
+from approvald.runtime.policies.intake import IntakeError, check_json, json_text
+from hypothesis import given
+from hypothesis import strategies as st
 
 
 def nested(depth: int, *, array: bool = False) -> str:
@@ -56,3 +60,36 @@ def test_the_reader_refuses_half_a_surrogate_pair() -> None:
         with pytest.raises(ValueError, match="half of a UTF-16 surrogate pair"):
             loads(text)
     assert loads('{"a": "\\ud83d\\ude00 \\u00e9"}') == {"a": "\U0001f600 \u00e9"}
+
+
+def test_the_intake_stores_what_it_checked_and_names_what_it_refuses() -> None:
+    """The intake encodes a call's arguments once (checked, capped and stored from one
+    text); what it refuses it still refuses naming the field: too deep, and a number JSON
+    cannot round-trip, found where the encoder stopped."""
+    value = {"b": [1, 2.5, "é", None], "a": {"z": True}}
+    assert json_text(value, "args") == compact_json(value) \
+        == '{"b":[1,2.5,"é",null],"a":{"z":true}}'
+    with pytest.raises(IntakeError, match=f"args: nested deeper than {MAX_DEPTH} levels"):
+        json_text(json.loads(nested(MAX_DEPTH + 1)), "args")
+    for bad, where in (({"a": [1, float("nan")]}, "args.a[1]"),
+                       ({"x": {"y": float("-inf")}}, "args.x.y")):
+        with pytest.raises(IntakeError, match="a number JSON cannot round-trip") as refused:
+            json_text(bad, "args")
+        assert (refused.value.code, refused.value.field) == ("invalid_request", where)
+
+
+def _depth(value: Any) -> int:
+    """How deep ``value`` nests, as the definition says (recursive: small values only)."""
+    if isinstance(value, dict):
+        return 1 + max(map(_depth, value.values()), default=0)
+    if isinstance(value, list | tuple):
+        return 1 + max(map(_depth, value), default=0)
+    return 0
+
+
+@given(st.recursive(st.none() | st.integers() | st.text(max_size=3),
+                    lambda inner: st.lists(inner, max_size=3)
+                    | st.dictionaries(st.text(max_size=2), inner, max_size=3), max_leaves=12),
+       st.integers(0, 6))
+def test_depth_over_is_the_depth_past_the_limit(value: Any, limit: int) -> None:
+    assert depth_over(value, limit) == (_depth(value) > limit)

@@ -274,3 +274,23 @@ reason = "Nothing reads under /etc."
     refused = intake.resolve(files, "resource:file:///etc/passwd", {"uri": "file:///etc/passwd"})
     assert (refused.kind, refused.reason) == ("forbidden", "Nothing reads under /etc.")
     assert kind(files, "resource:file:///tmp/x", {"uri": "file:///tmp/x"}) == "auto"
+
+
+def test_a_copy_of_a_policy_file_answers_from_its_own_entries(tmp_path: Path) -> None:
+    """What a file's reads worked out (entries, applied policies, its digest, its shadows)
+    is its own: a copy with other entries (a policy tried out, ``runtime.insights``)
+    answers from those, and the original still from its own."""
+    path = tmp_path / "policy.toml"
+    path.write_text('[tools."api:ci/deploy"]\npolicy = "auto"\n')
+    policy = load_policy_file(path)
+    kind, base = policy.default_policy()
+    assert policy.for_call("api:ci/deploy", kind, base, {}).kind == "auto"
+    digest = policy.digest
+    tools = {"api:ci/deploy": policy.tools["api:ci/deploy"].model_copy(
+        update={"policy": "forbidden", "mode": "shadow"})}
+    copy = policy.model_copy(update={"tools": tools})
+    assert copy.for_call("api:ci/deploy", kind, base, {}).kind == "approve_before"
+    assert copy.has_shadows and not policy.has_shadows
+    assert copy.digest != digest
+    assert policy.for_call("api:ci/deploy", kind, base, {}).kind == "auto"
+    assert policy.digest == digest

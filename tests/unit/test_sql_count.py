@@ -41,3 +41,21 @@ def test_a_short_or_computed_column_list_is_kept() -> None:
     notify = "SELECT pg_notify('approvald', p) FROM unnest($1::text[]) AS p"
     assert sql_count.shape(notify) == notify
     assert sql_count.shape("SELECT DISTINCT r.a, r.b, r.c FROM r") == "SELECT DISTINCT * FROM r"
+
+
+def test_a_statement_is_told_by_the_store_method_that_sent_it_and_who_asked() -> None:
+    # bench_replicas --breakdown: the outermost store frame (the repository's method,
+    # not the driver call under it) and the first runtime frame above it
+    root = Path(sql_count.__file__).resolve().parents[2]
+    ns: dict[str, object] = {"origin": sql_count.origin}
+
+    def define(path: str, src: str) -> None:
+        exec(compile(src, str(root / path), "exec"), ns)
+
+    define("store/fastsql.py", "def execute():\n    return origin(1)\n")
+    define("store/repos/outbox.py", "def claim_heads():\n    return execute()\n")
+    define("runtime/record/outbox.py", "def drain_once():\n    return claim_heads()\n")
+    define("bot/serve.py", "def start():\n    return drain_once()\n")
+    said = ns["start"]()  # type: ignore[operator]
+    assert said == "store/repos/outbox.py:claim_heads < runtime/record/outbox.py:drain_once"
+    assert ns["execute"]() == "store/fastsql.py:execute < ?"  # type: ignore[operator]
