@@ -239,6 +239,7 @@ class Database:
                                   timeout=self.engine.pool.timeout())  # type: ignore[attr-defined]
         self._readers: list[Any] = []  # idle driver connections for plain SQLite reads
         self._writer: AsyncConnection | None = None  # SQLite: the one write connection
+        self._writer_parts: tuple[AsyncConnection, Any, Any] | None = None  # (its sync, driver)
         self._reader_cap = 2 * pool_size
         self._busy_timeout_ms = busy_timeout_ms
         if self.dialect == "sqlite":
@@ -264,15 +265,18 @@ class Database:
         """
         if self._leases is not None:  # PostgreSQL: on a kept connection (store/leases.py)
             return self._leases.transaction(self._on_lease, Tx.prepare_commit)
+        if self._write_lock is not None and self._plans is not None:
+            return _SQLiteWrite(self)  # SQLite with the fast path
         return self._write()
 
     def _on_lease(self, lease: Lease) -> Tx:
-        return Tx(Conn(self._plans, conn=lease.conn, adapted=lease.adapted), self.dialect,
-                  server_time=self.server_time)
+        return Tx(self._leased(lease), self.dialect, server_time=self.server_time)
 
     def _alone_on_lease(self, lease: Lease) -> Tx:
-        return Tx(Conn(self._plans, conn=lease.conn, adapted=lease.adapted), self.dialect,
-                  server_time=self.server_time, alone=True)
+        return Tx(self._leased(lease), self.dialect, server_time=self.server_time, alone=True)
+
+    def _leased(self, lease: Lease) -> Conn:
+        return Conn(self._plans, conn=lease.conn, adapted=lease.adapted, kept=lease.kept)
 
     @asynccontextmanager
     async def _write(self) -> AsyncIterator[Tx]:
@@ -282,58 +286,18 @@ class Database:
                 yield tx
                 await tx.prepare_commit()
             return
+        # SQLite without the fast path (with it: _SQLiteWrite): a pooled connection, begun
+        # by SQLAlchemy
+        assert self._plans is None
         await self._write_lock.acquire(since=waiting.since())
-        if self._plans is None:  # no fast path: a pooled connection, begun by SQLAlchemy
-            try:
-                async with self.engine.connect() as conn, _never_reused_after_error(conn):
-                    await conn.execution_options(approvald_begin="IMMEDIATE")
-                    async with conn.begin():
-                        tx = self._tx(Conn(None, conn=conn))
-                        yield tx
-                        await tx.prepare_commit()
-            finally:
-                self._write_lock.release()
-            return
         try:
-            # the lock admits one writer at a time, so one connection serves them all (no
-            # pool checkout per transaction), and BEGIN IMMEDIATE and COMMIT are said on
-            # its driver connection directly: SQLAlchemy's transaction machinery cost more
-            # than the statements in between (it begins nothing itself on this connection,
-            # and commits what a statement it ran opened on its side)
-            writer = self._writer
-            fresh = writer is None
-            if writer is None:
-                writer = await self.engine.connect()
-                await writer.execution_options(approvald_begin=None)
-                self._writer = writer
-            assert writer.sync_connection is not None and self._plans is not None
-            raw = writer.sync_connection.connection.driver_connection
-            try:
-                if fresh:  # it never waits for SQLite's lock on the loop: begin_immediate
-                    await fastsql.on_driver_thread(raw, "PRAGMA busy_timeout=0", self._plans)
-                # inside: a BEGIN cancelled while it waited may still start a transaction
-                # on the driver's thread, and the connection must not be trusted again
-                await fastsql.begin_immediate(raw, self._plans, self._busy_timeout_ms)
-                tx = self._tx(Conn(self._plans, conn=writer, raw=raw))
-                yield tx
-                await tx.prepare_commit()
-                if writer.in_transaction():
-                    await writer.commit()
-                else:
-                    await fastsql.on_driver_thread(raw, "COMMIT", self._plans)
-            except BaseException:
-                # closing the driver's connection rolls the transaction back; the next
-                # writer starts on a fresh one rather than trust this one (a cancellation
-                # mid-COMMIT, a broken file)
-                self._writer = None
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(_discard(writer))
-                raise
+            async with self.engine.connect() as conn, _never_reused_after_error(conn):
+                await conn.execution_options(approvald_begin="IMMEDIATE")
+                async with conn.begin():
+                    tx = self._tx(Conn(None, conn=conn))
+                    yield tx
+                    await tx.prepare_commit()
         finally:
-            if self._closed and self._writer is not None:  # closed while this one wrote
-                writer, self._writer = self._writer, None
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(_discard(writer))
             self._write_lock.release()
 
     def write_one(self) -> AbstractAsyncContextManager[Tx]:
@@ -411,14 +375,12 @@ class Database:
             # at READ COMMITTED every statement has a snapshot of its own, in a transaction
             # or not: one around plain reads only added its BEGIN and COMMIT round trips
             return self._leases.autocommit(self._on_lease)
+        if self._connect_reader is not None and not snapshot:
+            return _PlainRead(self)
         return self._read(snapshot=snapshot)
 
     @asynccontextmanager
     async def _read(self, *, snapshot: bool) -> AsyncIterator[Tx]:
-        if self._connect_reader is not None and not snapshot:
-            async with self._plain_read() as tx:
-                yield tx
-            return
         if self.dialect == "sqlite" and not snapshot:  # no fast path: autocommit, no BEGIN
             async with self.engine.connect() as conn, _never_reused_after_error(conn):
                 await conn.execution_options(approvald_begin=None)
@@ -437,31 +399,6 @@ class Database:
                 await conn.execution_options(isolation_level="REPEATABLE READ")
             async with conn.begin():
                 yield self._tx(Conn(self._plans, conn=conn))
-
-    @asynccontextmanager
-    async def _plain_read(self) -> AsyncIterator[Tx]:
-        """A SQLite read in autocommit (each statement sees the latest commit) on one of
-        this process's idle driver connections: planned statements run on it directly, and
-        a SQLAlchemy connection is checked out only if a statement needs one (checking
-        one out and in costs more than a planned statement)."""
-        assert self._connect_reader is not None
-        raw = self._readers.pop() if self._readers else await self._connect_reader()
-        stack = AsyncExitStack()
-
-        async def open_conn() -> AsyncConnection:
-            conn = await stack.enter_async_context(self.engine.connect())
-            await conn.execution_options(approvald_begin=None)
-            return conn
-
-        try:
-            async with stack:
-                yield self._tx(Conn(self._plans, raw=raw, open_conn=open_conn))
-        finally:
-            if not self._closed and len(self._readers) < self._reader_cap \
-                    and not raw.in_transaction:
-                self._readers.append(raw)
-            else:  # kept after close(), it would never be closed
-                await raw.close()
 
     def _tx(self, conn: Conn) -> Tx:
         return Tx(conn, self.dialect, server_time=self.server_time)
@@ -507,6 +444,138 @@ class Database:
     def _on_checkin(self, dbapi_conn: Any, record: Any) -> None:
         if self._closed and dbapi_conn is not None:
             record.invalidate()  # closes it (the pool it returns to is gone)
+
+
+class _SQLiteWrite:
+    """``async with``: a write transaction on SQLite with the fast path. The write lock
+    admits one writer at a time, so one connection serves them all (no pool checkout per
+    transaction), and BEGIN IMMEDIATE and COMMIT are said on its driver connection
+    directly: SQLAlchemy's transaction machinery cost more than the statements in between
+    (it begins nothing itself on this connection, and commits what a statement it ran
+    opened on its side). A class, not a generator, as :class:`_PlainRead`."""
+
+    __slots__ = ("_db", "_parts", "_tx")
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def __aenter__(self) -> Tx:
+        db = self._db
+        lock, plans = db._write_lock, db._plans
+        assert lock is not None and plans is not None
+        await lock.acquire(since=waiting.since())
+        try:
+            writer = db._writer
+            fresh = writer is None
+            if writer is None:
+                writer = await db.engine.connect()
+                await writer.execution_options(approvald_begin=None)
+                db._writer = writer
+            parts = db._writer_parts
+            if fresh or parts is None or parts[0] is not writer:
+                # its SQLAlchemy and driver connections, read once (the writer is never
+                # reconnected: a failure discards it)
+                sync = writer.sync_connection
+                assert sync is not None
+                parts = db._writer_parts = (writer, sync, sync.connection.driver_connection)
+            self._parts = parts
+            raw = parts[2]
+            try:
+                if fresh:  # it never waits for SQLite's lock on the loop: begin_immediate
+                    await fastsql.on_driver_thread(raw, "PRAGMA busy_timeout=0", plans)
+                # inside: a BEGIN cancelled while it waited may still start a transaction
+                # on the driver's thread, and the connection must not be trusted again
+                await fastsql.begin_immediate(raw, plans, db._busy_timeout_ms)
+                tx = self._tx = db._tx(Conn(plans, conn=writer, raw=raw))
+            except BaseException:
+                await self._drop()
+                raise
+        except BaseException:
+            await self._end()
+            raise
+        return tx
+
+    async def __aexit__(self, _type: type[BaseException] | None,
+                        exc: BaseException | None, _tb: Any) -> None:
+        try:
+            if exc is not None:
+                await self._drop()
+                return  # raised again by the caller's ``async with``
+            writer, sync, raw = self._parts
+            try:
+                await self._tx.prepare_commit()
+                if sync.in_transaction():
+                    await writer.commit()
+                else:
+                    assert self._db._plans is not None
+                    await fastsql.on_driver_thread(raw, "COMMIT", self._db._plans)
+            except BaseException:
+                await self._drop()
+                raise
+        finally:
+            await self._end()
+
+    async def _drop(self) -> None:
+        """Closing the driver's connection rolls the transaction back; the next writer
+        starts on a fresh one rather than trust this one (a cancellation mid-COMMIT, a
+        broken file)."""
+        db = self._db
+        writer, db._writer = db._writer, None
+        if writer is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(_discard(writer))
+
+    async def _end(self) -> None:
+        db = self._db
+        assert db._write_lock is not None
+        try:
+            if db._closed and db._writer is not None:  # closed while this one wrote
+                writer, db._writer = db._writer, None
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(_discard(writer))
+        finally:
+            db._write_lock.release()
+
+
+class _PlainRead:
+    """``async with``: a SQLite read in autocommit (each statement sees the latest commit)
+    on one of the database's idle driver connections: planned statements run on it
+    directly, and a SQLAlchemy connection is checked out only if a statement needs one
+    (checking one out and in costs more than a planned statement). A class, not a
+    generator: it is entered around every plain read, and two nested generators' context
+    managers and an exit stack cost more calls than the read's statement."""
+
+    __slots__ = ("_conn", "_db", "_raw")
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self._raw: Any = None
+        self._conn: AsyncConnection | None = None
+
+    async def __aenter__(self) -> Tx:
+        db = self._db
+        assert db._connect_reader is not None
+        raw = self._raw = db._readers.pop() if db._readers else await db._connect_reader()
+        return db._tx(Conn(db._plans, raw=raw, open_conn=self._open))
+
+    async def _open(self) -> AsyncConnection:
+        conn = self._db.engine.connect()
+        await conn.start()
+        self._conn = conn  # closed on exit, whatever happens next
+        await conn.execution_options(approvald_begin=None)
+        return conn
+
+    async def __aexit__(self, *_exc: object) -> None:
+        db, raw, conn = self._db, self._raw, self._conn
+        try:
+            if conn is not None:  # as its own ``async with`` would close it
+                await asyncio.shield(conn.close())
+        finally:
+            if not db._closed and len(db._readers) < db._reader_cap \
+                    and not raw.in_transaction:
+                db._readers.append(raw)
+            else:  # kept after close(), it would never be closed
+                await raw.close()
 
 
 async def _alone_hooks(tx: Tx) -> None:

@@ -15,9 +15,10 @@ return a small result with the parts of SQLAlchemy's ``Result`` the repositories
 * SQLite: on the sqlite3 connection, on the event loop's thread, where
   :func:`store.private_aiosqlite.inline` allows (a statement that may wait for a lock goes
   through SQLAlchemy, which waits on the driver's thread);
-* PostgreSQL: on the asyncpg adapter's cursor call that SQLAlchemy itself makes (its
-  prepared-statement cache, its transaction begun the same way), with result processors
-  picked by the types the server described on the first execution.
+* PostgreSQL: on the asyncpg adapter, as its cursor would say it for SQLAlchemy (its
+  prepared statements, kept by the connection's lease; its transaction begun the same
+  way), with result processors picked by the types the server described on the first
+  execution.
 
 Same SQL, same types in and out, same exceptions (driver errors are wrapped as
 SQLAlchemy's; a connection the server ended is invalidated, as SQLAlchemy would), same
@@ -33,7 +34,7 @@ import asyncio
 import contextlib
 import sqlite3
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from approvald.store import private_aiosqlite, private_sqlalchemy
 from approvald.store.liveness import server_gone
@@ -46,57 +47,110 @@ from sqlalchemy.sql.dml import ValuesBase
 Processor = Callable[[Any], Any] | None
 Params = Mapping[str, Any] | list[dict[str, Any]] | None
 _CALLER = object()  # a plan's parameter slot filled from the caller's parameters
+_NONE: Mapping[str, Any] = {}  # no parameters (never changed)
 
 
 class _Plan:
-    __slots__ = ("procs", "resolved", "row", "slots", "sql", "types")
+    __slots__ = ("parameters", "procs", "resolved", "row", "rows", "slots", "sql", "types")
 
     def __init__(self, sql: str, slots: list[tuple[str, Any, Processor]],
                  keys: tuple[str, ...], types: tuple[Any, ...]) -> None:
         self.sql = sql
         self.slots = slots  # (parameter name, _CALLER or the processed constant, processor)
+        # the caller's parameters in the driver's order, processed: one call (built once)
+        self.parameters: Callable[[Mapping[str, Any]], tuple[Any, ...]] = _parameters(slots)
         # result columns, keyed as SQLAlchemy names them in a Row's _mapping
         self.row = type("Row", (Row,), {"__slots__": (), "_keys": keys})
         self.types = types  # their SQLAlchemy types
         self.procs: tuple[Processor, ...] | None = None
+        self.rows: Callable[[Sequence[Any]], list[Row]] = self._unresolved
         self.resolved = False
 
     def resolve(self, dialect: Dialect, coltypes: list[Any] | None = None) -> None:
         """Each result column's processor, as SQLAlchemy picks it: on PostgreSQL by the
         type the server described (known after a first execution), on SQLite without."""
-        procs = tuple(t.dialect_impl(dialect).result_processor(dialect, c) for t, c in
+        procs = tuple(result_processor(t, dialect, c) for t, c in
                       zip(self.types, coltypes or [None] * len(self.types), strict=True))
         self.procs = procs if any(p is not None for p in procs) else None
+        self.rows = _rows(self.row, self.procs)
         self.resolved = True
 
-    def rows(self, fetched: Sequence[Any]) -> list[Row]:
-        row, procs = self.row, self.procs
-        if procs is None:
-            return [row(r) for r in fetched]
-        # only the columns that have a processor are touched (a long read's rows: issue 51)
-        todo = [(i, p) for i, p in enumerate(procs) if p is not None]
-        width = len(procs)
-        out = []
-        for r in fetched:
-            v = list(r)
-            if len(v) != width:
-                raise ValueError(f"a row of {len(v)} columns, not {width}")
-            for i, p in todo:
-                x = v[i]
-                if x is not None:
-                    v[i] = p(x)
-            out.append(row(v))
-        return out
+    def _unresolved(self, fetched: Sequence[Any]) -> list[Row]:
+        raise AssertionError("a plan's rows read before its result types were resolved")
 
-    def parameters(self, params: Mapping[str, Any]) -> tuple[Any, ...]:
-        out = []
-        for name, const, proc in self.slots:
-            if const is _CALLER:
-                value = params[name]
-                out.append(proc(value) if proc is not None else value)
-            else:
-                out.append(const)
-        return tuple(out)
+
+def _parameters(slots: list[tuple[str, Any, Processor]]
+                ) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
+    """``params -> tuple`` for a plan's slots, built once as one expression: the caller's
+    values through their processors, constants as they are (no loop, no list per call)."""
+    env: dict[str, Any] = {}
+    items = []
+    for i, (name, const, proc) in enumerate(slots):
+        if const is not _CALLER:
+            env[f"c{i}"] = const
+            items.append(f"c{i}")
+        elif proc is not None:
+            env[f"p{i}"] = proc
+            items.append(f"p{i}(params[{name!r}])")
+        else:
+            items.append(f"params[{name!r}]")
+    comma = "," if len(items) == 1 else ""
+    return cast(Callable[[Mapping[str, Any]], tuple[Any, ...]],
+                _build(env, "params", f"return ({', '.join(items)}{comma})"))
+
+
+def _rows(row: type[Row], procs: tuple[Processor, ...] | None
+          ) -> Callable[[Sequence[Any]], list[Row]]:
+    """``fetched -> rows`` for a plan's result columns, built once: only the columns
+    that have a processor are touched (a long read's rows: issue 51), None left as is."""
+    if procs is None:
+        return lambda fetched: list(map(row, fetched))
+    env: dict[str, Any] = {"row": row, "_width": _checked_width}
+    names = [f"v{i}" for i in range(len(procs))]
+    values = []
+    for i, p in enumerate(procs):
+        if p is None:
+            values.append(f"v{i}")
+        else:
+            env[f"p{i}"] = p
+            values.append(f"(None if v{i} is None else p{i}(v{i}))")
+    # unpacking checks each row's width; the message says what was wrong
+    body = (f"try:\n        return [row(({', '.join(values)},)) for {', '.join(names)}, in "
+            f"fetched]\n    except ValueError:\n        for r in fetched:\n"
+            f"            _width(r, {len(procs)})\n        raise")
+    return cast(Callable[[Sequence[Any]], list[Row]], _build(env, "fetched", body))
+
+
+def _checked_width(r: Any, width: int) -> Any:
+    if len(r) != width:
+        raise ValueError(f"a row of {len(r)} columns, not {width}")
+    return r
+
+
+def _build(env: dict[str, Any], arg: str, body: str) -> Callable[[Any], Any]:
+    """A function of ``arg`` running ``body`` with ``env``'s names bound, compiled once.
+    ``body`` is made by this module from slot indices and ``repr`` of parameter names
+    (never a caller's text)."""
+    code = f"def _f({arg}, {', '.join(f'{k}={k}' for k in env)}):\n    {body}\n"
+    scope: dict[str, Any] = {}
+    exec(compile(code, f"{__file__} (a plan)", "exec"), dict(env), scope)
+    return cast(Callable[[Any], Any], scope["_f"])
+
+
+def bind_processor(type_: Any, dialect: Dialect) -> Processor:
+    """``type_``'s bind processor on ``dialect``: its plan-path one where it has one
+    (``store/types.py``: the same values, fewer calls), else SQLAlchemy's."""
+    impl = type_.dialect_impl(dialect)
+    mine = getattr(impl, "planned_bind", None)
+    return cast(Processor, mine(dialect) if mine is not None else impl.bind_processor(dialect))
+
+
+def result_processor(type_: Any, dialect: Dialect, coltype: Any) -> Processor:
+    """The same for a result column (``coltype``: what the driver described, if known)."""
+    impl = type_.dialect_impl(dialect)
+    mine = getattr(impl, "planned_result", None)
+    return cast(Processor, mine(dialect, coltype) if mine is not None
+                else impl.result_processor(dialect, coltype))
 
 
 def _plan(stmt: ClauseElement, dialect: Dialect, keys: frozenset[str]) -> _Plan | None:
@@ -124,7 +178,7 @@ def _plan(stmt: ClauseElement, dialect: Dialect, keys: frozenset[str]) -> _Plan 
             bp = by_name.get(name.rsplit("_", 1)[0])
         if bp is None:
             return None
-        proc = bp.type.dialect_impl(dialect).bind_processor(dialect)
+        proc = bind_processor(bp.type, dialect)
         if name in by_name and (bp.key in keys or name in keys):
             slots.append((bp.key if bp.key in keys else name, _CALLER, proc))
             continue
@@ -150,18 +204,19 @@ class Prepared:
     """A statement registered with :func:`fast`; its plans are compiled on first use, one
     per dialect and set of parameter names (at most a handful)."""
 
-    __slots__ = ("_plans", "stmt")
+    __slots__ = ("plans", "stmt")
 
     def __init__(self, stmt: Any) -> None:
         self.stmt = stmt
-        self._plans: dict[tuple[str, frozenset[str]], _Plan | None] = {}
+        # by (dialect name, parameter names); read directly by Conn.execute
+        self.plans: dict[tuple[str, frozenset[str]], _Plan | None] = {}
 
     def plan(self, dialect: Dialect, keys: frozenset[str]) -> _Plan | None:
         key = (dialect.name, keys)
         try:
-            return self._plans[key]
+            return self.plans[key]
         except KeyError:
-            plan = self._plans[key] = _plan(self.stmt, dialect, keys)
+            plan = self.plans[key] = _plan(self.stmt, dialect, keys)
             return plan
 
 
@@ -288,16 +343,17 @@ class Conn:
     with the driver's connection alone and opens a SQLAlchemy connection only if a
     statement needs one (``open_conn``)."""
 
-    __slots__ = ("_adapted", "_conn", "_dialect", "_open", "_pg", "_raw", "sent")
+    __slots__ = ("_adapted", "_conn", "_dialect", "_kept", "_open", "_pg", "_raw", "sent")
 
     def __init__(self, dialect: Dialect | None, *, conn: AsyncConnection | None = None,
-                 raw: Any = None, adapted: Any = None,
+                 raw: Any = None, adapted: Any = None, kept: dict[str, Any] | None = None,
                  open_conn: Callable[[], Awaitable[AsyncConnection]] | None = None) -> None:
         self._dialect = dialect  # None: no plans
         self._pg = dialect is not None and dialect.name == "postgresql"
         self._conn = conn
         self._raw = raw
         self._adapted = adapted  # PostgreSQL: conn's asyncpg adapter, when known already
+        self._kept = kept  # PostgreSQL: its prepared statements, kept by its lease
         self._open = open_conn
         self.sent = 0  # statements given to execute() (a write sent alone checks it)
 
@@ -310,21 +366,43 @@ class Conn:
 
     async def execute(self, stmt: Any, params: Params = None) -> Any:
         self.sent += 1
-        prepared = _PREPARED.get(id(stmt))
-        if prepared is not None and prepared.stmt is stmt and self._dialect is not None \
-                and (params or not isinstance(params, list)):
-            first = params[0] if isinstance(params, list) else params or {}
-            plan = prepared.plan(self._dialect, frozenset(first))
-            if plan is not None and self._pg:
-                if not isinstance(params, list):
-                    return await self._run_pg(plan, first)
-            elif plan is not None:
-                db = private_aiosqlite.inline_connection(self._raw or self._driver(),
-                                                         plan.sql)
-                if db is not None:
-                    if isinstance(params, list):
-                        return self._run(db, plan, params, True)
-                    return self._run(db, plan, [first], False)
+        dialect = self._dialect
+        prepared = _PREPARED.get(id(stmt)) if dialect is not None else None
+        if prepared is not None and prepared.stmt is stmt:
+            assert dialect is not None
+            # one parameter set (a dict, as nearly always: no call to tell), or several
+            many = params.__class__ is not dict and isinstance(params, list)
+            first: Any = (cast(list[Any], params)[0] if params else None) if many \
+                else params or _NONE
+            if first is not None:
+                key = (dialect.name, frozenset(first))
+                try:
+                    plan = prepared.plans[key]
+                except KeyError:
+                    plan = prepared.plan(dialect, key[1])
+                if plan is None:
+                    pass
+                elif self._pg:
+                    if not many:
+                        return await self._run_pg(plan, first)
+                else:
+                    db = private_aiosqlite.inline_connection(self._raw or self._driver(),
+                                                             plan.sql)
+                    if db is not None:
+                        if many:
+                            return self._run_many(db, plan, params)
+                        # one statement, here rather than in a method: one call fewer
+                        args = plan.parameters(first)
+                        try:
+                            cur = db.execute(plan.sql, args)
+                            try:
+                                fetched = cur.fetchall() if cur.description else []
+                                rowcount = cur.rowcount
+                            finally:
+                                cur.close()
+                        except sqlite3.Error as err:
+                            raise _sqlite_error(plan, args, err, dialect) from err
+                        return Rows(plan.rows(fetched) if fetched else [], rowcount)
         return await (self._conn or await self.connection()).execute(stmt, params)
 
     def _driver(self) -> Any:
@@ -335,10 +413,10 @@ class Conn:
         return self._raw
 
     async def _run_pg(self, plan: _Plan, params: Mapping[str, Any]) -> Rows:
-        """One statement by its plan on PostgreSQL: straight to the asyncpg adapter's
-        cursor SQLAlchemy itself would use (the same prepared-statement cache; it begins
-        the adapter's transaction first, as it does for SQLAlchemy), skipping the
-        execution context and result machinery around it."""
+        """One statement by its plan on PostgreSQL: said on the asyncpg adapter as its
+        cursor would (the same prepared statements; it begins the adapter's transaction
+        first, as it does for SQLAlchemy: :func:`store.private_sqlalchemy.execute`),
+        skipping the cursor, the execution context and the result machinery around it."""
         conn, dialect, adapted = self._conn, self._dialect, self._adapted
         assert conn is not None and dialect is not None
         if adapted is None:
@@ -346,13 +424,11 @@ class Conn:
             adapted = conn.sync_connection.connection.dbapi_connection
             assert adapted is not None
         args = plan.parameters(params)
-        cur = adapted.cursor()
         try:
-            await private_sqlalchemy.prepare_and_execute(cur, plan.sql, args)
+            fetched, attributes, rowcount = await private_sqlalchemy.execute(
+                adapted, plan.sql, args, self._kept)
             if not plan.resolved:
-                plan.resolve(dialect, [d[1] for d in cur.description or ()] or None)
-            fetched = cur.fetchall() if cur.description else []
-            rowcount = cur.rowcount
+                plan.resolve(dialect, [a.type.oid for a in attributes or ()] or None)
         except dialect.loaded_dbapi.Error as err:
             # as SQLAlchemy would: its exception class, and a connection the server ended
             # invalidated (the pool replaces it; a transaction that never reached COMMIT
@@ -371,15 +447,12 @@ class Conn:
             with contextlib.suppress(Exception):  # what is raised is the cancellation
                 await asyncio.shield(conn.invalidate())
             raise
-        finally:
-            cur.close()
         return Rows(plan.rows(fetched) if fetched else [], rowcount)
 
-    def _run(self, db: sqlite3.Connection, plan: _Plan, params: Any, many: bool) -> Rows:
-        args: Any = [plan.parameters(p) for p in params] if many \
-            else plan.parameters(params[0])
+    def _run_many(self, db: sqlite3.Connection, plan: _Plan, params: Any) -> Rows:
+        args = [plan.parameters(p) for p in params]
         try:
-            cur = db.executemany(plan.sql, args) if many else db.execute(plan.sql, args)
+            cur = db.executemany(plan.sql, args)
             try:
                 fetched = cur.fetchall() if cur.description else []
                 rowcount = cur.rowcount
@@ -387,6 +460,11 @@ class Conn:
                 cur.close()
         except sqlite3.Error as err:
             assert self._dialect is not None
-            raise sa_exc.DBAPIError.instance(
-                plan.sql, args, err, sqlite3.Error, dialect=self._dialect) from err
+            raise _sqlite_error(plan, args, err, self._dialect) from err
         return Rows(plan.rows(fetched) if fetched else [], rowcount)
+
+
+def _sqlite_error(plan: _Plan, args: Any, err: sqlite3.Error, dialect: Dialect) -> Exception:
+    """A sqlite3 error as SQLAlchemy raises it (its exception class)."""
+    return cast(Exception, sa_exc.DBAPIError.instance(plan.sql, args, err, sqlite3.Error,
+                                                      dialect=dialect))

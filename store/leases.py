@@ -59,16 +59,20 @@ class Lease:
     """A connection checked out of the pool and kept: SQLAlchemy's, the asyncpg
     adapter under it, and asyncpg's own."""
 
-    __slots__ = ("adapted", "conn", "driver", "epoch", "since")
+    __slots__ = ("adapted", "conn", "driver", "epoch", "kept", "since", "sync")
 
     def __init__(self, conn: AsyncConnection, epoch: int) -> None:
         self.conn = conn
         sync = conn.sync_connection
         assert sync is not None
+        self.sync = sync  # what conn's in_transaction() and invalidated read, one call nearer
         self.adapted: Any = cast(Any, sync.connection.dbapi_connection)  # asyncpg adapter
         self.driver: Any = self.adapted.driver_connection  # asyncpg's connection
         self.epoch = epoch  # the pool's invalidations seen when it was checked out
         self.since = 0.0  # when it was last given back (the liveness clock's)
+        # its prepared statements by SQL (store/private_sqlalchemy.py: execute): one dict
+        # look-up a statement; they go with the connection
+        self.kept: dict[str, Any] = {}
 
 
 class Leases:
@@ -85,7 +89,10 @@ class Leases:
         self.idle: list[Lease] = []
         self.closed = False
         self._epoch = 0
-        self._waiters: deque[asyncio.Future[Lease | None]] = deque()
+        # callers waiting for a connection, in order, each with its deadline (loop time)
+        self._waiters: deque[tuple[asyncio.Future[Lease | None], float]] = deque()
+        self._timer: asyncio.TimerHandle | None = None  # at the earliest deadline
+        self._timer_at = 0.0  # when it is set for
         self._dbapi_error: Any = engine.dialect.loaded_dbapi.Error
         # registered after store.db's own handler, which may set is_disconnect
         event.listen(engine.sync_engine, "handle_error", self._on_error)
@@ -139,7 +146,7 @@ class Leases:
                 connection_invalidated=gone) from err
 
     async def _commit(self, lease: Lease) -> None:
-        if lease.conn.in_transaction():  # a statement through SQLAlchemy began it
+        if lease.sync.in_transaction():  # a statement through SQLAlchemy began it
             await lease.conn.commit()
         else:
             await self._end(lease, commit=True)
@@ -200,7 +207,7 @@ class Leases:
     async def give_back(self, lease: Lease) -> None:
         """Keep a connection whose work ended cleanly for the next use (or hand it to one
         waiting)."""
-        if self.closed or lease.conn.invalidated:
+        if self.closed or lease.sync.invalidated:
             await self._to_pool(lease)
             return
         if Liveness.stranded(lease.driver):  # in a transaction nobody tracks
@@ -208,33 +215,64 @@ class Leases:
             await self._discard(lease)
             return
         lease.since = self.liveness.clock()
-        if not self._hand(lease):
+        if not (self._waiters and self._hand(lease)):
             self.idle.append(lease)
 
     async def _wait(self) -> Lease | None:
-        fut: asyncio.Future[Lease | None] = asyncio.get_running_loop().create_future()
-        self._waiters.append(fut)
+        """The next connection given back (None: a place in the pool, reserved), or
+        SQLAlchemy's ``TimeoutError`` after the pool's timeout. One timer, at the earliest
+        waiter's deadline, serves them all: waiters are served in order and wait as long,
+        so it is set when the first one comes and again when it fires (a timer of its
+        own per waiter, as ``asyncio.timeout`` makes, cost more calls than the wait's
+        other work when every click of a burst waits for a connection)."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Lease | None] = loop.create_future()
+        deadline = loop.time() + self.timeout
+        self._waiters.append((fut, deadline))
+        if self._timer is None or deadline < self._timer_at:  # (a shorter timeout)
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer, self._timer_at = loop.call_at(deadline, self._expire), deadline
         try:
-            async with asyncio.timeout(self.timeout):
-                return await fut
-        except BaseException as exc:
-            if fut.done() and not fut.cancelled():  # handed over as it gave up: pass it on
+            return await fut
+        except _TimedOut:
+            raise sa_exc.TimeoutError(
+                f"all {self.capacity} connections of the pool are in use; none came "
+                f"back within {self.timeout:.0f} s (APPROVALD_DB_CONNECTIONS)") from None
+        except BaseException:
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                # handed over as it gave up: pass it on
                 got = fut.result()
                 if got is None:
                     self._release()
                 elif not self._hand(got):
                     self.idle.append(got)
-            if isinstance(exc, TimeoutError):
-                raise sa_exc.TimeoutError(
-                    f"all {self.capacity} connections of the pool are in use; none came "
-                    f"back within {self.timeout:.0f} s (APPROVALD_DB_CONNECTIONS)") from None
             raise
+
+    def _expire(self) -> None:
+        """The earliest deadline: every waiter past its own gives up; the timer is set
+        again for the earliest of those still waiting."""
+        self._timer = None
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        waiting: deque[tuple[asyncio.Future[Lease | None], float]] = deque()
+        for fut, deadline in self._waiters:
+            if fut.done():
+                continue
+            if deadline <= now:
+                fut.set_exception(_TimedOut())
+            else:
+                waiting.append((fut, deadline))
+        self._waiters = waiting
+        if waiting:
+            at = min(d for _, d in waiting)
+            self._timer, self._timer_at = loop.call_at(at, self._expire), at
 
     def _hand(self, item: Lease | None) -> bool:
         """Give ``item`` (a connection, or None: a place in the pool) to the longest
         waiting caller, if any."""
         while self._waiters:
-            fut = self._waiters.popleft()
+            fut = self._waiters.popleft()[0]
             if not fut.done():
                 fut.set_result(item)
                 return True
@@ -268,6 +306,10 @@ class Leases:
         for lease in idle:
             with contextlib.suppress(Exception):
                 await self._to_pool(lease)
+
+
+class _TimedOut(Exception):
+    """A waiter's deadline passed (:meth:`Leases._wait` raises SQLAlchemy's error)."""
 
 
 class Leased(Generic[T]):
@@ -309,7 +351,7 @@ class Leased(Generic[T]):
             if self._before is not None:
                 await self._before(self._value)
             if self._autocommit:
-                if lease.conn.in_transaction():  # SQLAlchemy's record of one: no round trip
+                if lease.sync.in_transaction():  # SQLAlchemy's record of one: no round trip
                     await lease.conn.commit()
                 private_sqlalchemy.set_autocommit(lease.adapted, False)
             else:

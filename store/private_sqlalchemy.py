@@ -6,14 +6,19 @@ would do per call straight to the driver. Two things it needs have no public nam
 
 * the compiled statement's result columns (``SQLCompiler._result_columns``): each column's
   key, as a ``Row``'s ``_mapping`` names it, and its type; read once per plan;
-* on PostgreSQL, the asyncpg adapter's cursor coroutine
-  (``AsyncAdapt_asyncpg_cursor._prepare_and_execute``): the call SQLAlchemy's own
-  ``execute`` makes (its prepared-statement cache, its transaction begun first), awaited
-  directly instead of through SQLAlchemy's greenlet;
+* on PostgreSQL, what the asyncpg adapter's cursor does for a statement
+  (``AsyncAdapt_asyncpg_cursor._prepare_and_execute``), said here on the adapter without
+  a cursor (:func:`execute`): its ``_execute_mutex`` held, its transaction begun first
+  (``_transaction``, ``_start_transaction``, unless ``isolation_level`` is autocommit),
+  the statement prepared by its ``_prepare`` (then kept by the connection's lease), its
+  errors translated by ``_handle_exception``, a statement asyncpg closed dropped from its
+  ``_prepared_statement_cache``; awaited directly instead of through
+  SQLAlchemy's greenlet;
 * on PostgreSQL, the end of the adapter's transaction (``store/leases.py``): what the
   adapter's ``commit()`` and ``rollback()`` do (``_transaction``, ``_call_and_discard``,
   its errors translated by ``_handle_exception``), awaited directly too, and its
-  ``autocommit`` switch, which the adapter reads before it would say BEGIN.
+  ``autocommit`` switch, which the adapter reads before it would say BEGIN (set as the
+  property does: ``isolation_level``, or back to ``_isolation_setting``).
 
 The compiler attributes the plans read (``bind_names``, ``insert_prefetch``,
 ``positiontup`` ...) carry no underscore but are internals too; :data:`RELIES_ON` lists
@@ -24,6 +29,7 @@ warning) when one is gone. Versions: see pyproject.toml.
 
 from __future__ import annotations
 
+import re
 from importlib.metadata import version
 from typing import Any
 
@@ -43,11 +49,16 @@ RELIES_ON: tuple[tuple[str, str], ...] = (
     ("ExpandedState", "positiontup"),
     ("ResultColumnsEntry", "keyname"),
     ("ResultColumnsEntry", "type"),
-    ("postgresql.asyncpg.AsyncAdapt_asyncpg_cursor", "_prepare_and_execute"),
+    ("postgresql.asyncpg.AsyncAdapt_asyncpg_connection", "_execute_mutex"),
+    ("postgresql.asyncpg.AsyncAdapt_asyncpg_connection", "_start_transaction"),
+    ("postgresql.asyncpg.AsyncAdapt_asyncpg_connection", "_prepare"),
+    ("postgresql.asyncpg.AsyncAdapt_asyncpg_connection", "isolation_level"),
+    ("postgresql.asyncpg.AsyncAdapt_asyncpg_connection", "_prepared_statement_cache"),
     ("postgresql.asyncpg.AsyncAdapt_asyncpg_connection", "_transaction"),
     ("postgresql.asyncpg.AsyncAdapt_asyncpg_connection", "_call_and_discard"),
     ("postgresql.asyncpg.AsyncAdapt_asyncpg_connection", "_handle_exception"),
     ("postgresql.asyncpg.AsyncAdapt_asyncpg_connection", "autocommit"),
+    ("postgresql.asyncpg.AsyncAdapt_asyncpg_connection", "_isolation_setting"),
 )
 
 
@@ -63,7 +74,6 @@ def missing() -> list[str]:
         dialect=sqlite_dialect(paramstyle="qmark"))
     probes: dict[str, Any] = {
         "SQLCompiler": compiled,
-        "postgresql.asyncpg.AsyncAdapt_asyncpg_cursor": pg_asyncpg.AsyncAdapt_asyncpg_cursor,
         "postgresql.asyncpg.AsyncAdapt_asyncpg_connection":
             pg_asyncpg.AsyncAdapt_asyncpg_connection,
     }
@@ -84,9 +94,56 @@ def result_columns(compiled: Any) -> Any:
     return compiled._result_columns
 
 
-async def prepare_and_execute(cursor: Any, sql: str, args: tuple[Any, ...]) -> None:
-    """Run ``sql`` on an asyncpg adapter cursor as its ``execute`` would, awaited here."""
-    await cursor._prepare_and_execute(sql, args)
+# the adapter's reading of a command's status: the rows it touched (else -1)
+_STATUS = re.compile(r"(?:SELECT|UPDATE|DELETE|INSERT \d+) (\d+)")
+KEPT_STATEMENTS = 512  # a lease's prepared statements: more than the planned SQL there is
+
+
+async def execute(adapted: Any, sql: str, args: tuple[Any, ...],
+                  kept: dict[str, Any] | None) -> tuple[list[Any], Any, int]:
+    """Run ``sql`` on an asyncpg adapter as its cursor's ``execute`` would (the adapter's
+    mutex held; its transaction begun first unless it is in autocommit; the statement
+    prepared through its cache), without a cursor, awaited here: ``(rows, the columns'
+    attributes, rowcount)``. ``kept``: the connection's prepared statements by SQL (a
+    lease's), read before the adapter's cache, which costs several calls per look-up.
+    A statement asyncpg can no longer use is dropped from both (the adapter's own cursor
+    would keep it until its cache evicted it): prepared again on its next use."""
+    mutex = adapted._execute_mutex
+    await mutex.acquire()
+    try:
+        if adapted._transaction is None and adapted.isolation_level != "autocommit":
+            await adapted._start_transaction()
+        try:
+            got = kept.get(sql) if kept is not None else None
+            if got is None:
+                got = await adapted._prepare(sql, 0)  # 0: as a cursor of its own asks
+                if kept is not None:
+                    if len(kept) >= KEPT_STATEMENTS:
+                        kept.clear()
+                    kept[sql] = got
+            stmt, attributes = got
+            rows = await stmt.fetch(*args)
+            status = stmt.get_statusmsg()
+        except Exception as error:
+            if _stale(error):  # asyncpg closed it: prepared again next time
+                if kept is not None:
+                    kept.pop(sql, None)
+                adapted._prepared_statement_cache.pop(sql, None)
+            adapted._handle_exception(error)
+    finally:
+        mutex.release()
+    reg = _STATUS.match(status or "")
+    return rows, attributes, int(reg.group(1)) if reg else -1
+
+
+def _stale(error: Exception) -> bool:
+    """Whether asyncpg can no longer use the statement that raised ``error`` (the server
+    invalidated its plan: a column's type changed; or it was closed). asyncpg is the
+    ``postgres`` extra: imported here, where only a PostgreSQL statement's error leads."""
+    from asyncpg import exceptions as e  # type: ignore[import-untyped]
+
+    return isinstance(error, e.InvalidCachedStatementError | e.OutdatedSchemaCacheError
+                      | e.InterfaceError)
 
 
 async def end_transaction(adapted: Any, *, commit: bool) -> None:
@@ -104,5 +161,6 @@ async def end_transaction(adapted: Any, *, commit: bool) -> None:
 
 def set_autocommit(adapted: Any, on: bool) -> None:
     """Statements on ``adapted`` run each in its own implicit transaction (no BEGIN), or
-    again at its isolation level."""
-    adapted.autocommit = on
+    again at its isolation level (what the adapter's ``autocommit`` property sets, set
+    here without its call)."""
+    adapted.isolation_level = "autocommit" if on else adapted._isolation_setting

@@ -251,3 +251,54 @@ async def test_a_caller_waits_for_a_kept_connection_and_gives_up_with_the_pool(
     finally:
         done.set()
         await db.close()
+
+
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+async def test_waiting_callers_share_one_timer_set_again_for_the_next(db_url: str) -> None:
+    """With every connection in use a caller waits for one given back, and gives up with
+    SQLAlchemy's ``TimeoutError`` after the pool's timeout; one timer serves all the
+    waiters (store/leases.py), set again for the next one when the first is served."""
+    db = Database(db_url, connections=2, fast_path=True, server_time=False)
+    leases = db._leases
+    assert leases is not None
+
+    async def read() -> int:
+        async with db.read() as tx:
+            return int((await tx.conn.execute(text("SELECT 1"))).scalar_one())
+
+    async def hold(until: asyncio.Event, entered: asyncio.Event | None = None) -> int:
+        async with db.read():
+            if entered is not None:
+                entered.set()
+            await until.wait()
+            return 1
+
+    try:
+        async with db.read(), db.read():  # both connections in use
+            leases.timeout = 0.0
+            with pytest.raises(PoolTimeout, match="all 2 connections of the pool are in use"):
+                await asyncio.wait_for(read(), 10)  # (a mutant that never gives up)
+        gates = [asyncio.Event() for _ in range(3)]
+        entered = [asyncio.Event() for _ in range(2)]
+        holders = [asyncio.create_task(hold(g, e)) for g, e in zip(gates[:2], entered, strict=True)]
+        for e in entered:
+            await e.wait()
+        # two waiters: the first is served before its deadline, the second waits
+        # longer and gives up at its own, on the timer set again for it
+        leases.timeout = 0.05
+        first = asyncio.create_task(hold(gates[2]))
+        await asyncio.sleep(0)
+        leases.timeout = 0.1
+        second = asyncio.create_task(read())
+        await asyncio.sleep(0)
+        gates[0].set()  # its connection goes to the first waiter
+        with pytest.raises(PoolTimeout):
+            await asyncio.wait_for(second, 10)
+        for g in gates:
+            g.set()
+        assert await asyncio.gather(first, *holders) == [1, 1, 1]
+        assert not [f for f, _ in leases._waiters if not f.done()]
+        leases.timeout = 30.0
+        assert await asyncio.gather(read(), read(), read()) == [1, 1, 1]
+    finally:
+        await db.close()

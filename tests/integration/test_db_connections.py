@@ -63,3 +63,4 @@ async def _backends(url: str) -> int:
         return n
     finally:
         await conn.close()
+

@@ -337,6 +337,44 @@ async def test_a_write_waits_off_the_loop_for_another_process_lock(sqlite_url: s
 
 
 @pytest.mark.sqlite
+async def test_a_write_cancelled_while_its_begin_waits_leaves_no_transaction_behind(
+        sqlite_url: str) -> None:
+    """A write cancelled while its BEGIN IMMEDIATE waits on the driver's thread for
+    another process's lock: that BEGIN may still start a transaction there once the lock
+    is free, so its connection is never written on again (the next write opens another,
+    and is not refused as a transaction within a transaction)."""
+    import asyncio
+    import sqlite3
+
+    d = Database(sqlite_url, busy_timeout_ms=10_000, fast_path=True)
+    other = sqlite3.connect(d.url.database, isolation_level=None)
+    try:
+        await insert_run(d, "r10")
+        other.execute("BEGIN IMMEDIATE")  # another process's writer
+
+        async def write() -> None:
+            async with d.write() as tx:
+                await tx.runs.update("r10", step=4)
+
+        task = asyncio.create_task(write())
+        for _ in range(20):  # its BEGIN is waiting on the driver's thread
+            await asyncio.sleep(0)
+        assert not task.done()
+        task.cancel()
+        other.execute("ROLLBACK")  # the lock is free: that BEGIN goes through
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(task, 10)
+        async with d.write() as tx:
+            assert await tx.runs.update("r10", step=5)
+        async with d.read() as tx:
+            run = await tx.runs.get("r10")
+            assert run is not None and run.step == 5
+    finally:
+        other.close()
+        await d.close()
+
+
+@pytest.mark.sqlite
 async def test_a_write_cancelled_midway_leaves_nothing_and_the_next_one_works(
         sdb: Database) -> None:
     import asyncio
@@ -360,3 +398,55 @@ async def test_a_write_cancelled_midway_leaves_nothing_and_the_next_one_works(
     async with sdb.read() as tx:
         run = await tx.runs.get("r7")
         assert run is not None and (run.step, run.next_seq) == (0, 9)
+
+
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+async def test_a_lease_prepares_a_statement_once_and_again_after_the_server_changed_it(
+        db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kept connection keeps its prepared statements (one look-up a statement, not the
+    adapter's cache); one the server invalidated (a column's type changed under it) fails
+    once, as through SQLAlchemy, and is prepared again on its next use instead of being
+    handed back closed."""
+    from sqlalchemy import Integer, bindparam, column, table
+    from sqlalchemy.dialects.postgresql.asyncpg import AsyncAdapt_asyncpg_connection
+    from sqlalchemy.exc import DBAPIError
+
+    probe = table("plan_probe", column("id", sa_types.Text), column("n", Integer))
+    stmt = fastsql.fast(select(probe.c.id, probe.c.n).where(probe.c.id == bindparam("id")))
+    prepared: list[str] = []
+    real = AsyncAdapt_asyncpg_connection._prepare
+
+    async def counting(self: Any, sql: str, ts: Any) -> Any:
+        prepared.append(sql)
+        return await real(self, sql, ts)
+
+    monkeypatch.setattr(AsyncAdapt_asyncpg_connection, "_prepare", counting)
+
+    async def ddl(sql: str) -> None:
+        async with db.connection() as c:
+            await c.execute(text(sql))
+            await c.commit()
+
+    async def read() -> Any:
+        async with db.read() as tx:
+            res = await tx.conn.execute(stmt, {"id": "a"})
+            assert isinstance(res, fastsql.Rows)
+            return res.one()
+
+    await ddl("CREATE TABLE plan_probe (id text PRIMARY KEY, n integer)")
+    try:
+        await ddl("INSERT INTO plan_probe VALUES ('a', 1)")
+        for _ in range(3):
+            assert await read() == ("a", 1)
+        # once, on the connection kept for reads
+        assert len([q for q in prepared if "FROM plan_probe" in q]) == 1
+        await ddl("ALTER TABLE plan_probe ALTER COLUMN n TYPE bigint")
+        failed = []
+        for _ in range(4):
+            try:
+                assert await read() == ("a", 1)
+            except DBAPIError as exc:
+                failed.append(str(exc.orig))
+        assert len(failed) == 1 and "cached statement plan is invalid" in failed[0], failed
+    finally:
+        await ddl("DROP TABLE plan_probe")

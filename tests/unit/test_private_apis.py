@@ -86,7 +86,7 @@ async def test_with_the_fast_path_off_nothing_private_is_touched(
 
     for module in (private_aiosqlite, private_sqlalchemy):
         for name in ("connect", "inline", "inline_connection", "sqlite3_connection",
-                     "on_thread", "result_columns", "prepare_and_execute",
+                     "on_thread", "result_columns", "execute",
                      "end_transaction", "set_autocommit"):
             if hasattr(module, name):
                 monkeypatch.setattr(module, name, refuse)
