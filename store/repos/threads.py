@@ -41,6 +41,31 @@ _FINAL = ("completed", "failed", "cancelled")
 _UNTOLD = exists().where(_L.c.run_id == _R.c.id, _L.c.seq > _T.c.told_audit)
 
 
+
+def _behind(callers: bool) -> Any:
+    """:meth:`ThreadsRepo.behind`'s read, built once per ``callers`` (a plan: it is polled
+    by every replica's follower), everything the caller gives a parameter."""
+    j = _R.outerjoin(_T, _T.c.run_id == _R.c.id)
+    # approvald's own agents' runs; with ``callers``, callers' requests that asked
+    ours = _R.c.agent.not_like(f"{EXTERNAL}%")
+    wanted = or_(ours, exists().where(_A.c.run_id == _R.c.id)) if callers else ours
+    return fast(
+        select(_R, *(_T.c[name].label(f"t_{name}") for name in _THREAD_COLS))
+        .select_from(j)
+        .where(wanted, or_(
+            and_(_T.c.run_id.is_(None), _R.c.updated_at >= bindparam("since")),
+            and_(_T.c.run_id.is_not(None), _FREE, _DUE,
+                 _T.c.reposts <= bindparam("max_reposts"),
+                 or_(_T.c.ts.is_(None), _T.c.posted_seq < _R.c.next_seq,
+                     _T.c.posted_status != _R.c.status,
+                     and_(_R.c.status.not_in(_FINAL), _UNTOLD))),
+        ))
+        .order_by(func.coalesce(_T.c.next_attempt_at, _R.c.created_at), _R.c.id)
+        .limit(bindparam("lim")))
+
+
+_BEHIND = {k: _behind(k) for k in (False, True)}
+
 @dataclass(frozen=True, slots=True)
 class ThreadRecord:
     """A run's thread: ``ts`` is None until its parent message is known to be posted."""
@@ -137,24 +162,8 @@ class ThreadsRepo(Repo):
         A run still going whose audit log has entries past ``told_audit`` (a reminder, a
         vote, an escalation: the run itself did not move) is behind too.
         """
-        j = _R.outerjoin(_T, _T.c.run_id == _R.c.id)
-        # approvald's own agents' runs; with ``callers``, callers' requests that asked
-        asked = exists().where(_A.c.run_id == _R.c.id)
-        wanted = or_(_R.c.agent.not_like(f"{EXTERNAL}%"), asked) if callers \
-            else _R.c.agent.not_like(f"{EXTERNAL}%")
-        rows = await self.conn.execute(
-            select(_R, *(_T.c[name].label(f"t_{name}") for name in _THREAD_COLS))
-            .select_from(j)
-            .where(wanted, or_(
-                and_(_T.c.run_id.is_(None), _R.c.updated_at >= since),
-                and_(_T.c.run_id.is_not(None), _FREE, _DUE,
-                     _T.c.reposts <= max_reposts,
-                     or_(_T.c.ts.is_(None), _T.c.posted_seq < _R.c.next_seq,
-                         _T.c.posted_status != _R.c.status,
-                         and_(_R.c.status.not_in(_FINAL), _UNTOLD))),
-            ))
-            .order_by(func.coalesce(_T.c.next_attempt_at, _R.c.created_at), _R.c.id)
-            .limit(limit), {"now": now})
+        rows = await self.conn.execute(_BEHIND[callers], {
+            "now": now, "since": since, "lim": limit, "max_reposts": max_reposts})
         out: list[tuple[RunRecord, ThreadRecord | None]] = []
         for r in rows:
             m = dict(r._mapping)

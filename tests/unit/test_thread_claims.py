@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
 from approvald.bot.slack import messages
 from approvald.bot.slack.mrkdwn import units
 from approvald.runtime.kernel.clock import ManualClock
+from approvald.store import fastsql
+from approvald.store.repos import threads as threads_repo
 
 
 async def _run(make_engine) -> str:
@@ -110,6 +113,43 @@ async def test_a_failing_thread_waits_its_backoff_then_goes_behind_the_others(ma
         assert await tx.threads.finish(ids[2], owner="me", now=clock.now(), reposts=2)
     assert ids[2] not in await order(clock.now())
 
+
+
+@pytest.mark.parametrize("callers", [False, True])
+async def test_the_followers_poll_goes_by_plan_and_reads_what_sqlalchemy_reads(
+        make_engine, db, clock: ManualClock, callers: bool):
+    """Every replica's follower polls ``behind``: it is a plan (no statement built, no
+    SQLAlchemy execution per poll), and reads the same rows, with the same types, as
+    SQLAlchemy itself: a run without a thread, one behind, one claimed, one told."""
+    engine = make_engine()
+    ids = [(await engine.run("demo-steps", "1", requested_by="U_DANA")).run_id
+           for _ in range(4)]
+    now = clock.now()
+    async with db.write() as tx:
+        for rid in ids[1:]:
+            assert await tx.threads.open(rid, channel="C", owner="me",
+                                         until=now + timedelta(seconds=90))
+        assert await tx.threads.finish(ids[1], owner="me", now=now, ts="1.000100")
+        assert await tx.threads.fail(ids[3], owner="me", now=now, retry_at=now,
+                                     unsure=True, ts="1.000300", posted_seq=2)
+    clock.advance(1)
+    params = {"now": clock.now(), "since": now - timedelta(hours=1), "lim": 10,
+              "max_reposts": 1}
+    stmt = threads_repo._BEHIND[callers]
+    async with db.write() as tx:  # inside a transaction: every plan applies
+        conn = tx.threads.conn
+        mine = await conn.execute(stmt, params)
+        if db.fast_path:
+            assert isinstance(mine, fastsql.Rows)
+        theirs = await (await conn.connection()).execute(stmt, params)
+        got = [dict(r._mapping) for r in mine]
+        assert got == [dict(r._mapping) for r in theirs]
+        assert len(got) == 3 and ids[2] not in {r["id"] for r in got}  # claimed: skipped
+        behind = await tx.threads.behind(now=clock.now(), since=now - timedelta(hours=1),
+                                         limit=10, max_reposts=1, callers=callers)
+    assert [(run.id, t and t.ts) for run, t in behind] == [
+        (r["id"], r["t_ts"]) for r in got]
+    assert [run.id for run, t in behind if t is None] == [ids[0]]
 
 def test_a_reply_holds_whole_events_and_says_how_far_it_goes() -> None:
     from approvald.bot.slack.story import Item, Line, story_reply
