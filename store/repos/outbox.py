@@ -42,8 +42,26 @@ def _heads(with_stale: bool) -> Any:
 _HEADS = {False: _heads(False), True: _heads(True)}
 # the same heads as a claim: rows another transaction holds are passed over, never waited
 # for (PostgreSQL; SQLAlchemy leaves FOR UPDATE out on SQLite, whose writer is alone)
-_CLAIM_HEADS = {k: v.with_for_update(skip_locked=True, key_share=True, of=_T)
+_CLAIM_HEADS = {k: fast(v.with_for_update(skip_locked=True, key_share=True, of=_T))
                 for k, v in _HEADS.items()}
+
+
+def _claim_read(with_stale: bool) -> Any:
+    """SQLite: :meth:`OutboxRepo.claim_many`'s compare-and-set on the heads
+    :data:`_CLAIM_HEADS` has just read in the same write transaction (the heads read again
+    by the same parameters: the same rows, as SQLite's writer is alone), built once where
+    the ids read would make an ``IN`` list of their own each call."""
+    free = or_(_T.c.claimed_until.is_(None), _T.c.claimed_until < bindparam("now"))
+    if with_stale:
+        free = or_(free, _T.c.claimed_by.in_(bindparam("stale", expanding=True)))
+    heads = _heads(with_stale).with_only_columns(_T.c.id).scalar_subquery()
+    return fast(update(_T).where(_T.c.id.in_(heads), _T.c.status == "pending", free)
+                .values(claimed_by=bindparam("owner"), claimed_until=bindparam("until"),
+                        attempts=_T.c.attempts + 1)
+                .returning(_T.c.id))
+
+
+_CLAIM_READ = {k: _claim_read(k) for k in (False, True)}
 
 
 def _claim_in_one(with_stale: bool) -> Any:
@@ -228,8 +246,11 @@ class OutboxRepo(Repo):
             return sorted((OutboxRecord(**r._mapping) for r in got), key=lambda r: r.id)
         rows = [OutboxRecord(**r._mapping) for r in
                 await self.conn.execute(_CLAIM_HEADS[bool(stale_owners)], params)]
-        claimed = await self.claim_many([r.id for r in rows], owner=owner, now=now,
-                                        until=until, stale_owners=stale_owners)
+        if not rows:
+            return []
+        params.update(owner=owner, until=until)
+        claimed = {int(r[0]) for r in
+                   await self.conn.execute(_CLAIM_READ[bool(stale_owners)], params)}
         return [r for r in rows if r.id in claimed]
 
     async def claim_many(self, ids: Sequence[int], *, owner: str, now: datetime,

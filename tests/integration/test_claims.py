@@ -23,6 +23,7 @@ from approvald.runtime.kernel.outcomes import Paused
 from approvald.runtime.runs.agent import Registry
 from approvald.runtime.runs.demo import DemoLedger, refund_agent, steps_agent
 from approvald.store.db import Database
+from sqlalchemy import event
 
 from tests.conftest import SIGNER
 from tests.helpers import Rows, parts
@@ -331,6 +332,38 @@ async def test_a_decision_leases_the_run_to_its_running_worker_in_the_same_trans
     assert run.status == "running" and run.lease_owner is None
     assert (await b.advance(paused[1].run_id)).status == "completed"
 
+
+async def test_a_claim_of_the_heads_goes_by_plan(db, clock) -> None:
+    # every drain round of every replica claims: by plan on both dialects, no statement
+    # built or run through SQLAlchemy (on SQLite its compare-and-set took the ids read as
+    # an IN list of their own, built per call). Disjoint and exact: the test above
+    now = clock.now()
+    async with db.write() as tx:
+        for i in range(3):
+            await tx.outbox.add(kind="notice", group_key=f"g{i}", payload="{}", now=now)
+        await tx.outbox.add(kind="notice", group_key="g0", payload="{}", now=now)
+    through: list[str] = []
+
+    def seen(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        through.append(statement)
+
+    until = now + timedelta(seconds=60)
+    event.listen(db.engine.sync_engine, "before_cursor_execute", seen)
+    try:
+        async with db.write() as tx:
+            first = await tx.outbox.claim_heads(owner="r1", now=now, until=until, limit=2)
+            second = await tx.outbox.claim_heads(owner="r2", now=now, until=until, limit=5)
+            assert await tx.outbox.claim_heads(owner="r3", now=now, until=until,
+                                               limit=5) == []
+    finally:
+        event.remove(db.engine.sync_engine, "before_cursor_execute", seen)
+    if db.fast_path:
+        assert [s for s in through if "outbox" in s] == []
+    heads = [r.id for r in await Rows(db).outbox(kind="notice")][:3]
+    assert [r.id for r in first + second] == heads  # the 4th waits behind its group's head
+    assert all(r.attempts == 0 and r.claimed_by is None for r in first + second)
+    claimed = {r.id: (r.claimed_by, r.attempts) for r in await Rows(db).outbox(kind="notice")}
+    assert [claimed[i] for i in heads] == [("r1", 1), ("r1", 1), ("r2", 1)]
 
 @pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
 async def test_a_drain_claims_and_marks_in_one_statement_each_outside_any_transaction(
