@@ -8,6 +8,7 @@ failure, a crash): the next claimer then knows to look in chat before posting ag
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
@@ -17,6 +18,7 @@ from approvald.store.models import Approval, AuditEntry, Run, RunThread
 from approvald.store.records import RunRecord
 from approvald.store.repos.base import Repo
 from sqlalchemy import Table, and_, bindparam, exists, func, or_, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 
 _T = cast(Table, RunThread.__table__)
 _R = cast(Table, Run.__table__)
@@ -29,11 +31,11 @@ _DUE = or_(_T.c.next_attempt_at.is_(None), _T.c.next_attempt_at <= bindparam("no
 # claim fails at once instead of waiting to fail (PostgreSQL; SQLite has one writer)
 _UNLOCKED = (select(_T.c.run_id).where(_T.c.run_id == bindparam("rid"))
              .with_for_update(skip_locked=True, key_share=True))
-_CLAIM = (update(_T)
-          .where(_T.c.run_id.in_(_UNLOCKED),
-                 _T.c.claimed_by.is_not_distinct_from(bindparam("seen")), _FREE, _DUE)
-          .values(claimed_by=bindparam("owner"), claimed_until=bindparam("until"))
-          .returning(*_T.c))
+_CLAIM = fast(update(_T)
+              .where(_T.c.run_id.in_(_UNLOCKED),
+                     _T.c.claimed_by.is_not_distinct_from(bindparam("seen")), _FREE, _DUE)
+              .values(claimed_by=bindparam("owner"), claimed_until=bindparam("until"))
+              .returning(*_T.c))
 _THREAD_COLS = [c.name for c in _T.c if c.name != "run_id"]
 _L = cast(Table, AuditEntry.__table__)
 _FINAL = ("completed", "failed", "cancelled")
@@ -65,6 +67,24 @@ def _behind(callers: bool) -> Any:
 
 
 _BEHIND = {k: _behind(k) for k in (False, True)}
+# a thread's row inserted already claimed (by dialect: ON CONFLICT DO NOTHING)
+_OPEN = {name: fast(d.insert(RunThread).on_conflict_do_nothing().returning(*_T.c))
+         for name, d in (("postgresql", postgresql), ("sqlite", sqlite))}
+_MINE = (_T.c.run_id == bindparam("rid"), _T.c.claimed_by == bindparam("owner"))
+
+
+@functools.lru_cache(maxsize=32)
+def _release(progress: frozenset[str], clean: bool, failed: bool) -> Any:
+    """The UPDATE releasing ``owner``'s claim with what its turn told (``progress``: the
+    columns given, as parameters ``v_<column>``): :meth:`ThreadsRepo.finish` (``clean``,
+    served ``now``), or :meth:`ThreadsRepo.fail` (its turn again at ``retry_at``;
+    ``claimed_by`` kept unless ``clean``, one more failure if ``failed``)."""
+    values: dict[str, Any] = {k: bindparam(f"v_{k}") for k in sorted(progress)}
+    if clean:
+        values["claimed_by"] = None
+    if failed:
+        values["failures"] = _T.c.failures + 1
+    return fast(update(_T).where(*_MINE).values(**values))
 
 @dataclass(frozen=True, slots=True)
 class ThreadRecord:
@@ -92,8 +112,7 @@ class ThreadsRepo(Repo):
                    until: datetime) -> ThreadRecord | None:
         """Create the run's thread row already claimed by ``owner``, before its parent is
         posted; None when another replica created it first."""
-        stmt = self.insert_ignore(RunThread).returning(*_T.c)
-        row = (await self.conn.execute(stmt, {
+        row = (await self.conn.execute(_OPEN[self.dialect], {
             "run_id": run_id, "channel": channel, "ts": None, "posted_seq": 1,
             "posted_status": "", "claimed_by": owner, "claimed_until": until,
             "next_attempt_at": None, "failures": 0, "reposts": 0,
@@ -119,11 +138,8 @@ class ThreadsRepo(Repo):
         """Record what ``owner`` posted (``ts``, ``posted_seq``, ``posted_status``,
         ``reposts``, ``told_audit``) and release its claim cleanly; False if the claim is
         no longer its."""
-        res = await self.conn.execute(
-            update(_T).where(_T.c.run_id == run_id, _T.c.claimed_by == owner)
-            .values(claimed_by=None, claimed_until=None, failures=0, next_attempt_at=now,
-                    **progress))
-        return bool(res.rowcount == 1)
+        values = {"claimed_until": None, "failures": 0, "next_attempt_at": now, **progress}
+        return await self._release(run_id, owner, values, clean=True, failed=False)
 
     async def fail(self, run_id: str, *, owner: str, now: datetime, retry_at: datetime,
                    unsure: bool, failed: bool = True, **progress: Any) -> bool:
@@ -133,14 +149,14 @@ class ThreadsRepo(Repo):
         set for the next claimer to see. ``failed=False`` (a rate limit) is waiting, not
         failing: the failure count is left alone.
         """
-        values: dict[str, Any] = {"claimed_until": now, "next_attempt_at": retry_at,
-                                  **progress}
-        if not unsure:
-            values["claimed_by"] = None
-        if failed:
-            values["failures"] = _T.c.failures + 1
-        res = await self.conn.execute(
-            update(_T).where(_T.c.run_id == run_id, _T.c.claimed_by == owner).values(values))
+        values = {"claimed_until": now, "next_attempt_at": retry_at, **progress}
+        return await self._release(run_id, owner, values, clean=not unsure, failed=failed)
+
+    async def _release(self, run_id: str, owner: str, values: dict[str, Any], *,
+                       clean: bool, failed: bool) -> bool:
+        params = {f"v_{k}": v for k, v in values.items()}
+        params.update(rid=run_id, owner=owner)
+        res = await self.conn.execute(_release(frozenset(values), clean, failed), params)
         return bool(res.rowcount == 1)
 
     async def behind(self, *, now: datetime, since: datetime, limit: int, max_reposts: int,

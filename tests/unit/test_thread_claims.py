@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from approvald.bot.slack import messages
@@ -10,6 +11,7 @@ from approvald.bot.slack.mrkdwn import units
 from approvald.runtime.kernel.clock import ManualClock
 from approvald.store import fastsql
 from approvald.store.repos import threads as threads_repo
+from sqlalchemy import event
 
 
 async def _run(make_engine) -> str:
@@ -150,6 +152,37 @@ async def test_the_followers_poll_goes_by_plan_and_reads_what_sqlalchemy_reads(
     assert [(run.id, t and t.ts) for run, t in behind] == [
         (r["id"], r["t_ts"]) for r in got]
     assert [run.id for run, t in behind if t is None] == [ids[0]]
+
+
+async def test_a_followers_turns_go_by_plan(make_engine, db, clock: ManualClock):
+    """A follower's poll, its claims (a new thread's, an existing one's) and their release
+    (clean or failed) send no statement through SQLAlchemy: each is a plan."""
+    run_id = await _run(make_engine)
+    a = make_engine(owner="a")
+    ttl = timedelta(seconds=90)
+    through: list[str] = []
+
+    def seen(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        through.append(statement)
+
+    event.listen(db.engine.sync_engine, "before_cursor_execute", seen)
+    try:
+        [(_, none)] = await a.threads.behind(since=clock.now() - ttl, limit=10)
+        first = await a.threads.claim(run_id, none, channel="C_OPS", ttl=ttl)
+        assert first is not None and await a.threads.finish(run_id, {"ts": "1.000100"})
+        [(_, row)] = await a.threads.behind(since=clock.now() - ttl, limit=10)
+        again = await a.threads.claim(run_id, row, channel="C_OPS", ttl=ttl)
+        assert again is not None and again.thread.ts == "1.000100"
+        await a.threads.fail(run_id, retry_in=ttl, unsure=True, failed=True,
+                             progress={"posted_seq": 2})
+    finally:
+        event.remove(db.engine.sync_engine, "before_cursor_execute", seen)
+    if db.fast_path:
+        assert [s for s in through if "run_threads" in s] == []
+    async with db.read() as tx:
+        left = await tx.threads.get(run_id)
+    assert left is not None and (left.ts, left.posted_seq, left.failures) == ("1.000100", 2, 1)
+    assert left.claimed_by == "a" and left.next_attempt_at == clock.now() + ttl
 
 def test_a_reply_holds_whole_events_and_says_how_far_it_goes() -> None:
     from approvald.bot.slack.story import Item, Line, story_reply
