@@ -81,6 +81,14 @@ def _claim_in_one(with_stale: bool) -> Any:
 
 _CLAIM_IN_ONE = {k: _claim_in_one(k) for k in (False, True)}
 
+# a drain's mark of what it delivered (of rows its owner still claims), several at once
+_DELIVERED = fast(update(_T)
+                  .where(_T.c.id == bindparam("oid"), _T.c.claimed_by == bindparam("owner"),
+                         _T.c.status == "pending")
+                  .values(status="delivered", delivered_at=bindparam("now"),
+                          result=bindparam("res"), claimed_until=None, last_error=None))
+_CLAIMERS = fast(select(_T.c.claimed_by).where(_T.c.status == "pending",
+                                               _T.c.claimed_by.is_not(None)).distinct())
 
 def _free(now: datetime, stale_owners: Sequence[str]) -> Any:
     free = or_(Outbox.claimed_until.is_(None), Outbox.claimed_until < now)
@@ -131,10 +139,7 @@ def _add_if_group(having: str, statuses: tuple[str, ...]) -> Any:
 class OutboxRepo(Repo):
     async def claimers(self) -> list[str]:
         """Workers holding a claim on a pending row (to spot dead ones)."""
-        rows = await self.conn.execute(
-            select(Outbox.claimed_by).where(Outbox.status == "pending",
-                                            Outbox.claimed_by.is_not(None)).distinct())
-        return [str(r[0]) for r in rows]
+        return [str(r[0]) for r in await self.conn.execute(_CLAIMERS)]
 
     async def add(self, *, kind: str, group_key: str, payload: str, now: datetime,
                   give_up_at: datetime | None = None) -> None:
@@ -271,13 +276,8 @@ class OutboxRepo(Repo):
         """Mark ``(id, result)`` rows delivered (only those this owner still claims): one
         statement, each row's mark on its own, so it may be sent alone (autocommit)."""
         if results:
-            await self.conn.execute(
-                update(_T)
-                .where(Outbox.id == bindparam("oid"), Outbox.claimed_by == owner,
-                       Outbox.status == "pending")
-                .values(status="delivered", delivered_at=now, result=bindparam("res"),
-                        claimed_until=None, last_error=None),
-                [{"oid": oid, "res": res} for oid, res in results])
+            await self.conn.execute(_DELIVERED, [{"oid": oid, "res": res, "owner": owner,
+                                                  "now": now} for oid, res in results])
 
     async def failed(self, outbox_id: int, *, owner: str, error: str, retry_at: datetime,
                      give_up_at: datetime, dead: bool, waited: bool = False) -> bool:

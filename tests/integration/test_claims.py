@@ -355,15 +355,21 @@ async def test_a_claim_of_the_heads_goes_by_plan(db, clock) -> None:
             second = await tx.outbox.claim_heads(owner="r2", now=now, until=until, limit=5)
             assert await tx.outbox.claim_heads(owner="r3", now=now, until=until,
                                                limit=5) == []
+            assert sorted(await tx.outbox.claimers()) == ["r1", "r2"]
+            await tx.outbox.delivered_many([(second[0].id, "ok")], owner="r2", now=now)
     finally:
         event.remove(db.engine.sync_engine, "before_cursor_execute", seen)
-    if db.fast_path:
-        assert [s for s in through if "outbox" in s] == []
+    if db.fast_path:  # (several parameter sets at once go through SQLAlchemy on PostgreSQL)
+        assert [s for s in through if "outbox" in s and not (
+            db.dialect == "postgresql" and s.startswith("UPDATE outbox SET status"))] == []
     heads = [r.id for r in await Rows(db).outbox(kind="notice")][:3]
     assert [r.id for r in first + second] == heads  # the 4th waits behind its group's head
     assert all(r.attempts == 0 and r.claimed_by is None for r in first + second)
     claimed = {r.id: (r.claimed_by, r.attempts) for r in await Rows(db).outbox(kind="notice")}
     assert [claimed[i] for i in heads] == [("r1", 1), ("r1", 1), ("r2", 1)]
+    [done] = [r for r in await Rows(db).outbox(kind="notice") if r.status == "delivered"]
+    assert (done.id, done.result, done.delivered_at, done.claimed_until) == (
+        second[0].id, "ok", now, None)
 
 @pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
 async def test_a_drain_claims_and_marks_in_one_statement_each_outside_any_transaction(
