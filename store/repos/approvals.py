@@ -98,6 +98,9 @@ _CLAIM_OVERDUE = (
     .order_by(_T.c.expires_at, _T.c.id).limit(bindparam("lim"))
     .with_for_update(skip_locked=True, key_share=True, of=[_R, _T]))
 _INSERT = fast(_T.insert())
+# where a request's card was posted (once per request, by the face that posted it)
+_SET_MESSAGE = fast(update(_T).where(_T.c.id == bindparam("aid"))
+                    .values(channel=bindparam("ch"), message_ts=bindparam("ts")))
 _VOTE: dict[str, Insert] = {
     "sqlite": fast(cast(Any, sqlite.insert(_V)).on_conflict_do_nothing()),
     "postgresql": cast(Any, postgresql.insert(_V)).on_conflict_do_nothing(),
@@ -508,9 +511,7 @@ class ApprovalsRepo(Repo):
             update(_T).where(_T.c.id == approval_id).values(packet=packet))
 
     async def set_message(self, approval_id: str, *, channel: str, ts: str) -> None:
-        await self.conn.execute(
-            update(_T).where(Approval.id == approval_id).values(channel=channel, message_ts=ts)
-        )
+        await self.conn.execute(_SET_MESSAGE, {"aid": approval_id, "ch": channel, "ts": ts})
 
     async def cancel_pending_for_run(self, run_id: str, *, now: datetime, by: str,
                                      reason: str | None = None) -> list[ApprovalRecord]:

@@ -16,6 +16,7 @@ from approvald.runtime.record.audit import verify
 from approvald.runtime.runs.agent import Registry
 from approvald.runtime.runs.demo import REFUND_POLICY, DemoLedger, refund_agent
 from approvald.store.db import Database
+from sqlalchemy import event
 
 from tests.conftest import SIGNER
 from tests.unit.test_decisions import card_token
@@ -82,3 +83,28 @@ def _lines(dialect: str) -> dict[str, int]:
             "UPDATE audit_head": 3, "INSERT audit_log": 3,
             "INSERT tool_executions": 2, "UPDATE runs": 7, "BEGIN": 7, "COMMIT": 7,
             "SELECT runs": 1}
+
+
+async def test_a_posted_card_is_recorded_by_plan(db: Database, tmp_path: Path) -> None:
+    # once per request, by serve's drain: where its card is (the clicks' updates go there)
+    ledger = DemoLedger(str(tmp_path / "ledger.json"))
+    engine = assemble(db, Registry([refund_agent(ledger, approval=REFUND_POLICY)]),
+                      signer=SIGNER)
+    paused = await engine.run("demo-refund", "Refund order A-1001, customer was double "
+                              "charged", requested_by="U_DANA")
+    assert isinstance(paused, Paused)
+    through: list[str] = []
+
+    def seen(conn: object, cursor: object, statement: str, *args: object) -> None:
+        through.append(statement)
+
+    event.listen(db.engine.sync_engine, "before_cursor_execute", seen)
+    try:
+        await engine.card_posted(paused.approval_ids[0], channel="C_APPROVALS",
+                                 ts="1.000001")
+    finally:
+        event.remove(db.engine.sync_engine, "before_cursor_execute", seen)
+    if db.fast_path:
+        assert [s for s in through if "approvals" in s] == []
+    approval = await engine.approval(paused.approval_ids[0])
+    assert (approval.channel, approval.message_ts) == ("C_APPROVALS", "1.000001")
