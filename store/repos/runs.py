@@ -110,6 +110,8 @@ def _renew(server: bool, journal: bool) -> Any:
 
 
 _GET = fast(select(_T).where(_T.c.id == bindparam("rid")))
+# who holds a lease (every replica looks for dead ones now and then)
+_LEASE_OWNERS = fast(select(_T.c.lease_owner).where(_T.c.lease_owner.is_not(None)).distinct())
 _INSERT = fast(insert(_T))
 # the lease holder, read just before the compare-and-set that takes it (SQLite)
 _OWNER = fast(select(_T.c.lease_owner).where(_T.c.id == bindparam("rid")))
@@ -483,10 +485,7 @@ class RunsRepo(Repo):
         return [RunRecord(**r._mapping) for r in rows]
 
     async def lease_owners(self) -> list[str]:
-        rows = await self.conn.execute(
-            select(Run.lease_owner).where(Run.lease_owner.is_not(None)).distinct()
-        )
-        return [str(r[0]) for r in rows if r[0] is not None]
+        return [str(r[0]) for r in await self.conn.execute(_LEASE_OWNERS)]
 
     async def checkpoint(self, run_id: str, *, owner: str, step: int, next_seq: int,
                          status: str, now: datetime, lease_until: datetime | None,
