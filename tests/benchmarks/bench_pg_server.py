@@ -32,6 +32,11 @@ planning, the executor's start, run, finish and end, index maintenance, commit a
 WAL flush, the answer sent): planning against execution against commit, exactly where
 the CPU went.
 
+    python tests/benchmarks/bench_pg_server.py --db URL --watch DATABASE [--seconds 10] [--perf]
+
+samples instead the backends of another run's database while it runs (``bench_click_cpu.py``
+makes ``bench_click_cpu_<its pid>``): their CPU per committed transaction, and by phase.
+
 ``--mode`` sets ``plan_cache_mode`` on the run's database (``ALTER DATABASE``, before serve
 connects; a setting the connection's startup packet names overrides it): the default,
 ``keep``, leaves whatever the code under test sets. Timings on a shared machine are noisy:
@@ -158,7 +163,7 @@ PHASES = (
 )
 
 
-def phases(data: str, per_call: float) -> None:
+def phases(data: str, per_call: float, unit: str = "call") -> None:
     """Each phase's share of the backends' samples (perf report, callers included), and
     that share of the server CPU per call (``per_call`` ms)."""
     out = subprocess.run(["perf", "report", "-i", data, "--children", "--sort", "symbol",
@@ -170,7 +175,7 @@ def phases(data: str, per_call: float) -> None:
             share.setdefault(f[3], float(f[0].rstrip("%")))
     for name, symbol in PHASES:
         got = share.get(symbol, 0.0)
-        print(f"      {name:38} {got:5.1f} %  {got / 100 * per_call:6.3f} ms per call")
+        print(f"      {name:38} {got:5.1f} %  {got / 100 * per_call:6.3f} ms per {unit}")
 
 
 async def explain(conn: Any, sent: list[tuple[str, tuple[Any, ...]]], times: int,
@@ -239,6 +244,50 @@ def literal(v: Any) -> str:
         return f"'\\x{v.hex()}'"
     text_ = v.isoformat() if hasattr(v, "isoformat") else str(v)
     return "'" + text_.replace("'", "''") + "'"
+
+
+async def watch(a: argparse.Namespace) -> int:
+    """``--watch``: another run's database (say ``bench_click_cpu.py``'s), sampled for
+    ``--seconds``: its backends' CPU per committed transaction, and by phase."""
+    import asyncpg
+    from sqlalchemy.engine import make_url
+
+    plain = make_url(a.db).set(drivername="postgresql", database=a.watch).render_as_string(
+        hide_password=False)
+    conn = await asyncpg.connect(plain)
+    try:
+        monitor = Monitor(conn)
+        count = ("SELECT xact_commit + xact_rollback FROM pg_stat_database "
+                 "WHERE datname = current_database()")
+        pids = await monitor.pids()
+        x0 = await conn.fetchval(count)
+        ns0, u0, s0 = backend_cpu(pids)
+        data = str(Path(tempfile.mkdtemp()) / "perf.data") if a.perf else None
+        recorder = None
+        if data:
+            recorder = await asyncio.create_subprocess_exec(
+                "perf", "record", "-q", "-g", "-o", data, "-p", ",".join(map(str, pids)),
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        await asyncio.sleep(a.seconds)
+        if recorder is not None:
+            recorder.send_signal(signal.SIGINT)
+            await recorder.wait()
+        after = await monitor.pids()
+        ns1, u1, s1 = backend_cpu([p for p in after if p in pids])
+        x1 = await conn.fetchval(count)
+        xacts = max(x1 - x0 - 3, 1)  # this connection's own statements left out
+        print(f"database {a.watch}: {len(pids)} backends, {xacts} transactions in "
+              f"{a.seconds:.0f} s; server CPU {(ns1 - ns0) / 1e6 / xacts:.3f} ms per "
+              f"transaction (schedstat), {(u1 - u0 + s1 - s0) / TICK * 1000 / xacts:.3f} ms "
+              f"(stat; system {(s1 - s0) / TICK * 1000 / xacts:.3f})")
+        if set(after) != set(pids):
+            print(f"    (backends changed: {pids} -> {after}; only those throughout counted)")
+        if data:
+            print("    the backends' samples (perf), by phase:")
+            phases(data, (ns1 - ns0) / 1e6 / xacts, "transaction")
+        return 0
+    finally:
+        await conn.close()
 
 
 def figure(ms: list[float]) -> str:
@@ -352,7 +401,11 @@ def main() -> int:
                    "(needs perf, and root or perf_event_paranoid <= 1)")
     p.add_argument("--texts", action="store_true", help="print each statement text a "
                    "round sent, with how many times")
-    return asyncio.run(bench(p.parse_args()))
+    p.add_argument("--watch", default=None, help="instead: sample the backends of this "
+                   "database on the server --db names (another benchmark's, running)")
+    p.add_argument("--seconds", type=float, default=10.0, help="--watch: for how long")
+    a = p.parse_args()
+    return asyncio.run(watch(a) if a.watch else bench(a))
 
 
 if __name__ == "__main__":
