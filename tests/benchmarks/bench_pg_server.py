@@ -98,7 +98,7 @@ class Monitor:
         return sorted(r["pid"] for r in rows)
 
 
-async def server_cpu(fn: Callable[[int], Awaitable[None]], n: int, rounds: int,
+async def server_cpu(fns: list[Callable[[int], Awaitable[None]]], n: int, rounds: int,
                      counter: Counter, monitor: Monitor, captured: Captured,
                      perf: str | None = None
                      ) -> tuple[list[float], list[float], list[float], float]:
@@ -106,9 +106,15 @@ async def server_cpu(fn: Callable[[int], Awaitable[None]], n: int, rounds: int,
     each round of ``n`` calls, and the statements asyncpg was given per call (counted
     over the last round). A backend that appears during a round is counted from its
     start; with ``perf``, the last round's backends are sampled by ``perf record`` into
-    that file."""
-    for _ in range(min(n, 200)):  # connections opened, statements prepared
-        await fn(counter.next())
+    that file. ``fns``: one per caller, the callers at once, each one call at a time."""
+    async def run(count: int) -> None:
+        async def one(fn: Callable[[int], Awaitable[None]], k: int) -> None:
+            for _ in range(k):
+                await fn(counter.next())
+        await asyncio.gather(*(one(fn, count // len(fns)) for fn in fns))
+
+    n = n // len(fns) * len(fns)
+    await run(min(n, 200 * len(fns)))  # connections opened, statements prepared
     sched, stat, system = [], [], []
     sent = 0.0
     for r in range(rounds):
@@ -123,8 +129,7 @@ async def server_cpu(fn: Callable[[int], Awaitable[None]], n: int, rounds: int,
             await asyncio.sleep(0.5)  # attached
         captured.sent.clear()
         captured.on = last
-        for _ in range(n):
-            await fn(counter.next())
+        await run(n)
         captured.on = False
         if recorder is not None:
             recorder.send_signal(signal.SIGINT)
@@ -333,20 +338,22 @@ async def bench(a: argparse.Namespace) -> int:
     settings = Settings()
     db = await open_database(settings, quiet=True)
     service = Service(settings, db)
-    client = Client(port)
+    clients = [Client(port) for _ in range(a.callers)]
     try:
         await service.start()
-        await client.open()
-        fns: dict[str, Callable[[int], Awaitable[None]]] = dict(calls(client, tokens))
-        fns["select1"] = await select_one(db)
+        for c in clients:
+            await c.open()
+        per_client = [calls(c, tokens) for c in clients]
+        fns = {k: [f[k] for f in per_client] for k in per_client[0]}
+        fns["select1"] = [await select_one(db)] * a.callers
         counter = Counter()
         got = await db.transact(lambda tx: tx.conn.execute(text("SHOW plan_cache_mode")),
                                 what="bench")
         mode = got.scalar_one()
         print(f"database: {db.display_url}; {os.cpu_count()} cores, load average "
               f"{os.getloadavg()[0]:.1f}; --mode {a.mode} (serve's connections' plan_cache_mode: "
-              f"{mode}); server CPU per call, {a.rounds} rounds of {a.calls} calls, one at "
-              "a time (median, range)")
+              f"{mode}); server CPU per call, {a.rounds} rounds of {a.calls} calls, "
+              f"{a.callers} caller(s) at once, each one call at a time (median, range)")
         shapes = ["select1", *[f for f in a.faces.split(",") if f]]
         results: dict[str, tuple[list[float], list[float], list[float], float]] = {}
         last: dict[str, list[tuple[str, tuple[Any, ...]]]] = {}
@@ -378,7 +385,8 @@ async def bench(a: argparse.Namespace) -> int:
                 await explain(mon_conn, last[shape][-20:], a.explain, a.texts)
         return 0
     finally:
-        await client.close()
+        for c in clients:
+            await c.close()
         service.stop_event.set()
         await service.stop(grace=1.0)
         await db.close()
@@ -393,6 +401,8 @@ def main() -> int:
     p.add_argument("--calls", type=int, default=1000, help="calls per round")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--faces", default="hook,api")
+    p.add_argument("--callers", type=int, default=1, help="callers at once, each one call "
+                   "at a time (concurrent commits may share a WAL flush)")
     p.add_argument("--mode", default="keep", help="plan_cache_mode set on the run's "
                    "database (keep: leave it to the code)")
     p.add_argument("--explain", type=int, default=20)
