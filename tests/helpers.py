@@ -415,6 +415,25 @@ def make_cli(db_url: str, tmp_path: Path, *, in_process: bool = False) -> Cli:
     return cli
 
 
+
+@contextlib.contextmanager
+def through_sqlalchemy(db: Any, *tables: str) -> Iterator[list[str]]:
+    """The statements naming one of ``tables`` that SQLAlchemy itself executes on ``db``
+    meanwhile (a plan's, ``store/fastsql.py``, never show here)."""
+    from sqlalchemy import event
+
+    through: list[str] = []
+
+    def seen(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if any(f" {t} " in f"{statement} ".replace("\n", " ") for t in tables):
+            through.append(statement)
+
+    event.listen(db.engine.sync_engine, "before_cursor_execute", seen)
+    try:
+        yield through
+    finally:
+        event.remove(db.engine.sync_engine, "before_cursor_execute", seen)
+
 class Crash(BaseException):
     """The process dies at a failpoint (in-process tests cannot SIGKILL themselves); a
     BaseException, so nothing on the way swallows it."""

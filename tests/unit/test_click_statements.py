@@ -16,9 +16,9 @@ from approvald.runtime.record.audit import verify
 from approvald.runtime.runs.agent import Registry
 from approvald.runtime.runs.demo import REFUND_POLICY, DemoLedger, refund_agent
 from approvald.store.db import Database
-from sqlalchemy import event
 
 from tests.conftest import SIGNER
+from tests.helpers import through_sqlalchemy
 from tests.unit.test_decisions import card_token
 from tests.unit.test_intake_statements import statements  # noqa: F401  (a fixture)
 
@@ -93,18 +93,10 @@ async def test_a_posted_card_is_recorded_by_plan(db: Database, tmp_path: Path) -
     paused = await engine.run("demo-refund", "Refund order A-1001, customer was double "
                               "charged", requested_by="U_DANA")
     assert isinstance(paused, Paused)
-    through: list[str] = []
-
-    def seen(conn: object, cursor: object, statement: str, *args: object) -> None:
-        through.append(statement)
-
-    event.listen(db.engine.sync_engine, "before_cursor_execute", seen)
-    try:
+    with through_sqlalchemy(db, "approvals") as through:
         await engine.card_posted(paused.approval_ids[0], channel="C_APPROVALS",
                                  ts="1.000001")
-    finally:
-        event.remove(db.engine.sync_engine, "before_cursor_execute", seen)
     if db.fast_path:
-        assert [s for s in through if "approvals" in s] == []
+        assert through == []
     approval = await engine.approval(paused.approval_ids[0])
     assert (approval.channel, approval.message_ts) == ("C_APPROVALS", "1.000001")

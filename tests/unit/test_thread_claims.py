@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
 
 import pytest
 from approvald.bot.slack import messages
@@ -11,7 +10,8 @@ from approvald.bot.slack.mrkdwn import units
 from approvald.runtime.kernel.clock import ManualClock
 from approvald.store import fastsql
 from approvald.store.repos import threads as threads_repo
-from sqlalchemy import event
+
+from tests.helpers import through_sqlalchemy
 
 
 async def _run(make_engine) -> str:
@@ -160,13 +160,7 @@ async def test_a_followers_turns_go_by_plan(make_engine, db, clock: ManualClock)
     run_id = await _run(make_engine)
     a = make_engine(owner="a")
     ttl = timedelta(seconds=90)
-    through: list[str] = []
-
-    def seen(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        through.append(statement)
-
-    event.listen(db.engine.sync_engine, "before_cursor_execute", seen)
-    try:
+    with through_sqlalchemy(db, "run_threads") as through:
         [(_, none)] = await a.threads.behind(since=clock.now() - ttl, limit=10)
         first = await a.threads.claim(run_id, none, channel="C_OPS", ttl=ttl)
         assert first is not None and await a.threads.finish(run_id, {"ts": "1.000100"})
@@ -175,10 +169,8 @@ async def test_a_followers_turns_go_by_plan(make_engine, db, clock: ManualClock)
         assert again is not None and again.thread.ts == "1.000100"
         await a.threads.fail(run_id, retry_in=ttl, unsure=True, failed=True,
                              progress={"posted_seq": 2})
-    finally:
-        event.remove(db.engine.sync_engine, "before_cursor_execute", seen)
     if db.fast_path:
-        assert [s for s in through if "run_threads" in s] == []
+        assert through == []
     async with db.read() as tx:
         left = await tx.threads.get(run_id)
     assert left is not None and (left.ts, left.posted_seq, left.failures) == ("1.000100", 2, 1)
