@@ -124,6 +124,28 @@ def _forget(tasks: set[asyncio.Future[Any]]) -> Callable[[asyncio.Future[Any]], 
     return done
 
 
+async def within(work: asyncio.Future[Any], budget: float) -> bool:
+    """Whether ``work`` ended within ``budget`` seconds; at the budget, False whatever it
+    is doing, even stuck where its cancellation does not reach (``work`` is left running:
+    the caller cancels it). ``asyncio.wait`` for one future, without its sets, its second
+    coroutine and its callbacks per future (a hook's every decision waits so: issue 50)."""
+    loop = asyncio.get_running_loop()
+    woken = loop.create_future()
+
+    def wake(_: object = None) -> None:
+        if not woken.done():
+            woken.set_result(None)
+
+    timer = loop.call_later(budget, wake)
+    work.add_done_callback(wake)
+    try:
+        await woken
+    finally:
+        timer.cancel()
+        work.remove_done_callback(wake)
+    return work.done()
+
+
 class _Undecided(Exception):
     """The hook's event cannot be decided (the message says why): a deny."""
 
@@ -307,7 +329,7 @@ class Routes:
         seen = _Seen()
         work = asyncio.ensure_future(self._claude_code(request, wait, bad_wait, seen))
         try:
-            done, _ = await asyncio.wait({work}, timeout=budget)
+            done = await within(work, budget)
         except asyncio.CancelledError:  # the caller went away
             work.cancel()
             raise
