@@ -11,6 +11,12 @@ import pytest
 from approvald.bot.api.routes import within
 
 
+def _running() -> list[asyncio.Task[object]]:
+    """The decisions ``within`` is running."""
+    return [t for t in asyncio.all_tasks()
+            if getattr(t.get_coro(), "__qualname__", "") == "within.<locals>.run"]
+
+
 async def _turns(n: int = 5) -> None:
     for _ in range(n):  # the loop runs what is ready (the test stays ready: no blocking)
         await asyncio.sleep(0)
@@ -31,16 +37,16 @@ async def test_a_decision_stuck_past_its_cancellation_is_answered_at_the_budget(
             except asyncio.CancelledError:
                 continue
 
-    work = asyncio.ensure_future(stuck())
-    waiting = asyncio.ensure_future(within(work, 2.0))
+    waiting = asyncio.ensure_future(within(stuck(), 2.0))
+    await _turns()
+    [work] = _running()
     try:
-        await _turns()
         now[0] += 1.9
         await _turns()
         assert not waiting.done()  # before the budget: still waiting for the decision
         now[0] += 0.1
         await _turns()
-        assert waiting.done() and waiting.result() is False  # at the budget: answered
+        assert waiting.done() and waiting.result() is work  # at the budget: answered
         work.cancel()  # (the route's straggler, cancelled: it ignores it and runs on)
         await _turns()
         assert not work.done()
@@ -55,8 +61,23 @@ async def test_a_decision_that_ends_first_is_answered_then() -> None:
         await asyncio.sleep(0)
         return "allow"
 
-    work = asyncio.ensure_future(decided())
-    assert await within(work, 3600.0) is True and work.result() == "allow"
-    done = asyncio.get_running_loop().create_future()
-    done.set_result(None)
-    assert await within(done, 0.0) is True  # ended before it was waited for
+    work = await within(decided(), 3600.0)
+    assert work.done() and work.result() == "allow"
+
+
+async def test_a_caller_that_goes_away_cancels_the_decision() -> None:
+    started = asyncio.Event()
+
+    async def deciding() -> str:
+        started.set()
+        await asyncio.Event().wait()
+        return "never"
+
+    waiting = asyncio.ensure_future(within(deciding(), 3600.0))
+    await started.wait()
+    [work] = _running()
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    with pytest.raises(asyncio.CancelledError):
+        await work
