@@ -248,6 +248,8 @@ class AuditHead(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     seq: Mapped[int] = mapped_column(Integer)
     hash: Mapped[str] = mapped_column(String(64))
+    # the time of the entry it names (None: no entry yet), moved with it
+    at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
 
 class AuditCheckpoint(Base):

@@ -280,6 +280,9 @@ class AuditTrail:
         if tx.alone and self._unknown_paths(entries):  # a read first: not alone
             raise NothingWritten
         paths = await self._sensitive(tx, entries)
+        # each entry's recorded details, masked and in JSON once: a chaining that finds
+        # the head moved chains them again (seq, time, MAC) without redoing them
+        texts = [self._text(e, paths) for e in entries]
         # this process's chainings send their head statements in the order they chain:
         # each after the one before was answered (it holds the head's lock then), so it
         # reaches the head after that one and, once that one commits, finds the head it
@@ -297,7 +300,7 @@ class AuditTrail:
                 # reads the head under its lock)
                 if guess is None or along is None:
                     raise NothingWritten
-                rows = self._rows(entries, paths, *guess)
+                rows = self._rows(entries, texts, *guess)
                 self._head = _after(rows)
                 try:
                     await tx.audit.append_alone(rows, seq=guess[0], hash=guess[1],
@@ -306,49 +309,56 @@ class AuditTrail:
                     self._head = None  # not chained, or not known to be
                     raise
                 return
+            head = None
             if guess is not None:  # the head as this process last chained it: not read
-                rows = self._rows(entries, paths, *guess)
+                rows = self._rows(entries, texts, *guess)
                 # set before the statement is sent: the next chaining follows these rows
                 self._head = _after(rows)
                 try:
-                    if await tx.audit.append_if_head(rows, seq=guess[0], hash=guess[1],
-                                                     along=along):
-                        return
+                    head = await tx.audit.append_if_head(rows, seq=guess[0], hash=guess[1],
+                                                         along=along)
                 except KeyTaken:  # the transaction rolls back: the head is not that
                     self._head = None
                     raise
+                if head is None:
+                    return
                 along = None  # inserted all the same
-                # the head moved otherwise: until it is read again, this process's
-                # chainings read it under its lock, not follow rows never appended
+                # the head moved otherwise: the statement returned it as it stands, its
+                # lock held, and the entries are chained to it
                 self._head = None
             if along is not None:  # before the head's lock: it is held for less
                 await tx.external.add_answered_now(along)
-            rows = self._rows(entries, paths, *await tx.audit.lock_head())
+            rows = self._rows(entries, texts, *(head or await tx.audit.lock_head()))
             self._head = _after(rows)
             await tx.audit.append_rows(rows)
         finally:
             turn.set_result(None)
 
-    def _rows(self, entries: Sequence[Entry], paths: Mapping[str, tuple[str, ...]], seq: int,
+    @staticmethod
+    def _text(e: Entry, paths: Mapping[str, tuple[str, ...]]) -> str:
+        """``e``'s details as the chain records them (masked, compact JSON): nothing in
+        them depends on where the entry is chained (its seq, time, the MAC before it)."""
+        hidden = e.sensitive if e.sensitive is not None \
+            else paths.get(e.approval_id or "", ())
+        return compact_json(recorded_details(e.details, hidden))
+
+    def _rows(self, entries: Sequence[Entry], texts: Sequence[str], seq: int,
               prev: str, last: datetime | None) -> list[dict[str, Any]]:
-        """``entries`` as rows chained after entry ``seq`` (hash ``prev``, time ``last``)."""
+        """``entries`` (their recorded details ``texts``) as rows chained after entry
+        ``seq`` (hash ``prev``, time ``last``)."""
         kid = self.key.id if self.key is not None else ""
         rows = []
         # an entry's time is when it was recorded, never before the entry it follows (a
         # clock read before another transaction chained its entries, a standing use whose
         # request was stamped after its decision was worked out): times never run back
-        for e in entries:
-            if last is not None and e.at < last:
-                e = replace(e, at=last)
-            last = e.at
+        for e, text in zip(entries, texts, strict=True):
+            at = e.at if last is None or e.at >= last else last
+            last = at
             seq += 1
-            hidden = e.sensitive if e.sensitive is not None \
-                else paths.get(e.approval_id or "", ())
-            text = compact_json(recorded_details(e.details, hidden))
-            h = entry_hash(self.key, prev, seq=seq, at=e.at, action=e.action, actor=e.actor,
+            h = entry_hash(self.key, prev, seq=seq, at=at, action=e.action, actor=e.actor,
                            via=e.via, run_id=e.run_id, approval_id=e.approval_id,
                            digest=e.digest, details=text)
-            rows.append({"seq": seq, "at": e.at, "action": e.action, "actor": e.actor,
+            rows.append({"seq": seq, "at": at, "action": e.action, "actor": e.actor,
                          "via": e.via, "run_id": e.run_id, "approval_id": e.approval_id,
                          "digest": e.digest, "details": text, "key_id": kid,
                          "prev_hash": prev, "hash": h})

@@ -23,6 +23,7 @@ from sqlalchemy import (
     delete,
     func,
     literal,
+    literal_column,
     or_,
     select,
     union_all,
@@ -61,17 +62,24 @@ _ONE = fast(select(_T).where(_T.c.seq == bindparam("seq")))
 # what a reader of the record takes of an entry (not its chain fields)
 RECORD_COLUMNS = ("seq", "at", "action", "actor", "run_id", "approval_id", "details")
 _INSERT = fast(_T.insert())
+# the time of the entry the head names, in a statement that updates the head (RETURNING):
+# the head's own (migration 0025), else (a head moved before it) its entry's, the head's
+# seq named with its table, which SQLAlchemy leaves out of a RETURNING on SQLite (where
+# ``seq`` alone would be the entries' own: any entry's time)
+_HEAD_AT = func.coalesce(_H.c.at, select(_T.c.at).where(
+    _T.c.seq == literal_column(f"{_H.name}.seq", Integer)).scalar_subquery()).label("at")
 # the no-op SET takes the row lock on PostgreSQL; it returns the head and the time of the
 # entry it names (times never run backwards), in the one statement
 _LOCK = fast(update(_H).where(_H.c.id == 1).values(seq=_H.c.seq)
-             .returning(_H.c.seq, _H.c.hash,
-                        select(_T.c.at).where(_T.c.seq == _H.c.seq).scalar_subquery()))
-_MOVE = fast(update(_H).where(_H.c.id == 1).values(seq=bindparam("s"), hash=bindparam("h")))
+             .returning(_H.c.seq, _H.c.hash, _HEAD_AT))
+_MOVE = fast(update(_H).where(_H.c.id == 1).values(seq=bindparam("s"), hash=bindparam("h"),
+                                       at=bindparam("head_at", type_=_H.c.at.type)))
 # PostgreSQL: one entry and the head's move in one statement (a data-modifying CTE runs
 # exactly once): the head's lock, the queue every audited commit waits in, is held for a
 # round trip less. (SQLite allows no UPDATE in a WITH; its two statements cost no trip.)
 _APPEND_ONE = fast(_T.insert().add_cte(
-    update(_H).where(_H.c.id == 1).values(seq=bindparam("s"), hash=bindparam("h"))
+    update(_H).where(_H.c.id == 1).values(seq=bindparam("s"), hash=bindparam("h"),
+                                       at=bindparam("head_at", type_=_H.c.at.type))
     .cte("moved")))
 # several entries at once (a request answered at once: requested and its answer), the
 # same way: their rows as one multi-row INSERT, numbered parameters ``<column>_<i>``
@@ -84,16 +92,9 @@ _MANY = 4  # entries one statement takes (past that, the INSERT and the head's m
 def _append_many(n: int) -> Any:
     rows = [{c: bindparam(f"{c}_{i}", type_=_T.c[c].type) for c in _ROW} for i in range(n)]
     return fast(_T.insert().values(rows).add_cte(
-        update(_H).where(_H.c.id == 1).values(seq=bindparam("s"), hash=bindparam("h"))
+        update(_H).where(_H.c.id == 1).values(seq=bindparam("s"), hash=bindparam("h"),
+                                       at=bindparam("head_at", type_=_H.c.at.type))
         .cte("moved")))
-
-
-# the head moved only if it is still (es, eh), in the statement that inserts the entries,
-# none of them if it is not: a writer that knows the head (it wrote it last) chains without
-# reading it first (SQLite, whose writer holds the database: then the rows)
-_CAS = fast(update(_H).where(_H.c.id == 1, _H.c.seq == bindparam("es"),
-                             _H.c.hash == bindparam("eh"))
-            .values(seq=bindparam("s"), hash=bindparam("h")))
 
 
 # PostgreSQL: the condition is in the SET, not the WHERE. A WHERE is first checked on the
@@ -101,23 +102,35 @@ _CAS = fast(update(_H).where(_H.c.id == 1, _H.c.seq == bindparam("es"),
 # to the very head guessed but not committed yet, the old row would not match and the
 # statement would pass over it without waiting. Matched on id alone, the row is waited
 # for, and the SET's condition is worked out on the row as that transaction left it; the
-# head returned is the guess's last entry if it moved.
+# head returned is the guess's last entry if it moved. If it did not, the head returned is
+# the head as it stands, its lock held (SQLite: its writer holds the database): the caller
+# chains to it without reading it again, with the time of the entry it names, the head
+# row's own: when the statement waited for the transaction that moved the head, its
+# snapshot does not see that transaction's entries, but the row is the one it left.
 _STILL = and_(_H.c.seq == bindparam("es"), _H.c.hash == bindparam("eh"))
 _MOVE_IF = (update(_H).where(_H.c.id == 1)
             .values(seq=case((_STILL, bindparam("s")), else_=_H.c.seq),
-                    hash=case((_STILL, bindparam("h")), else_=_H.c.hash))
-            .returning(_H.c.hash))
-_CAS_PG = fast(_MOVE_IF)
+                    hash=case((_STILL, bindparam("h")), else_=_H.c.hash),
+                    at=case((_STILL, bindparam("head_at", type_=_H.c.at.type)),
+                            else_=_H.c.at))
+            .returning(_H.c.seq, _H.c.hash, _HEAD_AT))
+_MOVE_IF_ALONE = fast(_MOVE_IF)
+# a head: (last seq, last hash, the last entry's time: None when there is none)
+Head = tuple[int, str, datetime | None]
 
 
 @functools.cache
 def _append_if(n: int) -> Any:
+    """The entries and the head's move if the head is still the one guessed, as one
+    statement: ``SELECT`` (entries inserted, and the head as the statement left it)."""
     moved = _MOVE_IF.cte("moved")
     rows = [select(*(bindparam(f"{c}_{i}", type_=_T.c[c].type).label(c) for c in _ROW))
             .where(select(moved.c.hash).where(moved.c.hash == bindparam("h")).exists())
             for i in range(n)]
-    return fast(_T.insert().from_select(list(_ROW), rows[0] if n == 1 else union_all(*rows))
-                .returning(_T.c.seq))
+    entries = (_T.insert().from_select(list(_ROW), rows[0] if n == 1 else union_all(*rows))
+               .returning(_T.c.seq).cte("entries"))
+    chained = select(func.count()).select_from(entries).scalar_subquery()
+    return fast(select(chained, moved.c.seq, moved.c.hash, moved.c.at))
 
 
 # the mark of a statement sent alone that found what it was written under gone: it fails
@@ -160,7 +173,9 @@ def _append_riding(n: int, kind: Any, shape: Any, alone: bool = False) -> Any:
     done = select(func.count()).select_from(first).scalar_subquery()
     chained = select(func.count()).select_from(entries).scalar_subquery()
     columns: list[Any] = [done, chained]
-    if guessed is not None:
+    if guessed is None:  # the head as the statement left it (see _MOVE_IF)
+        columns += [select(moved.c[c]).scalar_subquery() for c in ("seq", "hash", "at")]
+    else:
         said = literal(ABORTED + ": rows ", String) + sql_cast(done, String) \
             + literal(", entries ", String) + sql_cast(chained, String)
         columns.append(case((or_(and_(done == 1, chained == n),
@@ -206,7 +221,7 @@ class AuditRepo(Repo):
 
     async def append_rows(self, rows: list[dict[str, Any]]) -> None:
         """Insert consecutive entries and move the head to the last one."""
-        head = {"s": rows[-1]["seq"], "h": rows[-1]["hash"]}
+        head = {"s": rows[-1]["seq"], "h": rows[-1]["hash"], "head_at": rows[-1]["at"]}
         if len(rows) == 1 and self.dialect == "postgresql":
             await self.conn.execute(_APPEND_ONE, {**rows[0], **head})
             return
@@ -218,36 +233,46 @@ class AuditRepo(Repo):
         await self.conn.execute(_MOVE, head)
 
     async def append_if_head(self, rows: list[dict[str, Any]], *, seq: int, hash: str,
-                             along: Rider | None = None) -> bool:
+                             along: Rider | None = None) -> Head | None:
         """:meth:`append_rows` if the head is still entry ``seq`` with ``hash`` (the entries
-        chained to it), without reading it first: whether they were appended (nothing
-        was written if not). On PostgreSQL one statement; on SQLite, whose writer holds
-        the database, the head's move and the rows. ``along``: a request answered at
-        once (PostgreSQL), inserted in the same statement whether or not the head was
-        still that one; :class:`~store.errors.KeyTaken` if it was not inserted (or, for
-        a kept call's report, what was kept no longer holds)."""
-        head = {"s": rows[-1]["seq"], "h": rows[-1]["hash"], "es": seq, "eh": hash}
-        if along is not None and len(rows) <= _MANY:
-            done = (await self.conn.execute(_append_riding(len(rows), type(along),
-                                                           along.shape), {
-                **{f"{c}_{i}": row[c] for i, row in enumerate(rows) for c in _ROW}, **head,
-                **along.params()})).one()
+        chained to it), without reading it first: None if they were appended; if not
+        (nothing was written), the head as it stands, locked as :meth:`lock_head` leaves
+        it, so the caller chains to it without reading it again. On PostgreSQL one
+        statement; on SQLite,
+        whose writer holds the database, the head's move and the rows. ``along``: a
+        request answered at once (PostgreSQL), inserted in the same statement whether or
+        not the head was still that one; :class:`~store.errors.KeyTaken` if it was not
+        inserted (or, for a kept call's report, what was kept no longer holds)."""
+        head = {"s": rows[-1]["seq"], "h": rows[-1]["hash"], "head_at": rows[-1]["at"],
+                "es": seq, "eh": hash}
+        n = len(rows)
+        numbered = ({f"{c}_{i}": row[c] for i, row in enumerate(rows) for c in _ROW}
+                    if self.dialect == "postgresql" and n <= _MANY else {})
+        if along is not None and n <= _MANY:
+            done = (await self.conn.execute(_append_riding(n, type(along), along.shape), {
+                **numbered, **head, **along.params()})).one()
             if done[0] != 1:
                 raise KeyTaken
-            return bool(done[1] == len(rows))
+            return None if done[1] == n else await self._stood(done[2:])
         if along is not None:
             await ExternalRepo(self.conn, self.dialect).add_answered_now(along)
-        if self.dialect == "postgresql" and len(rows) <= _MANY:
-            done = await self.conn.execute(_append_if(len(rows)), {
-                **{f"{c}_{i}": row[c] for i, row in enumerate(rows) for c in _ROW}, **head})
-            return len(list(done)) == len(rows)
-        if self.dialect == "postgresql":
-            if (await self.conn.execute(_CAS_PG, head)).scalar_one_or_none() != head["h"]:
-                return False
-        elif (await self.conn.execute(_CAS, head)).rowcount != 1:
-            return False
+        if numbered:
+            done = (await self.conn.execute(_append_if(n), {**numbered, **head})).first()
+            if done is not None and done[0] == n:
+                return None
+            return await self._stood(None if done is None else done[1:])
+        moved = (await self.conn.execute(_MOVE_IF_ALONE, head)).first()
+        if moved is None or moved[1] != head["h"]:
+            return await self._stood(moved)
         await self.conn.execute(_INSERT, rows)
-        return True
+        return None
+
+    async def _stood(self, head: Sequence[Any] | None) -> Head:
+        """The head a guessed statement that missed returned (seq, hash, time), locked by
+        it; read under its lock when none was returned (no head row)."""
+        if head is None or head[0] is None:
+            return await self.lock_head()
+        return int(head[0]), str(head[1]), cast("datetime | None", head[2])
 
     async def append_alone(self, rows: list[dict[str, Any]], *, seq: int, hash: str,
                            along: Rider) -> None:
@@ -259,7 +284,8 @@ class AuditRepo(Repo):
         kept call reported), or they cannot be one statement (nothing sent then)."""
         if self.dialect != "postgresql" or len(rows) > _MANY:
             raise NothingWritten
-        head = {"s": rows[-1]["seq"], "h": rows[-1]["hash"], "es": seq, "eh": hash}
+        head = {"s": rows[-1]["seq"], "h": rows[-1]["hash"], "head_at": rows[-1]["at"],
+                "es": seq, "eh": hash}
         try:
             done = (await self.conn.execute(
                 _append_riding(len(rows), type(along), along.shape, True), {

@@ -7,7 +7,8 @@ import asyncio
 import csv
 import io
 import json
-from datetime import UTC, datetime
+from contextvars import ContextVar
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -18,6 +19,8 @@ from approvald.store.fastsql import Conn
 from approvald.store.models import AuditEntry, AuditHead
 from approvald.store.repos.audit import AuditRepo
 from sqlalchemy import delete, select, update
+
+from tests.helpers import Rows
 
 KEY = AuditKey("audit-key-kept-in-a-vault-0123456789")
 
@@ -355,6 +358,158 @@ async def test_a_head_moved_by_another_writer_is_read_before_chaining(db):
     assert [e.seq for e in entries] == list(range(1, 14))
     assert [e.run_id for e in entries] == ["a1"] * 2 + ["b1"] * 2 + ["a2"] * 2 \
         + ["b2"] * 6 + ["a3"]
+
+
+def _chain_statements(monkeypatch) -> list[str]:
+    """The first word of each statement the chain's head statements send (appends and
+    the head's reads), in order; ``lock_head`` noted as ``lock_head``."""
+    statements: list[str] = []
+    inside: ContextVar[bool] = ContextVar("inside", default=False)  # (per task)
+    execute = Conn.execute
+
+    async def counted(self, stmt, params=None):
+        if inside.get():
+            statements.append(str(stmt).split()[0])
+        return await execute(self, stmt, params)
+
+    def counting(real, name=None):
+        async def call(self, *args, **kwargs):
+            if name:
+                statements.append(name)
+            token = inside.set(True)
+            try:
+                return await real(self, *args, **kwargs)
+            finally:
+                inside.reset(token)
+        return call
+
+    monkeypatch.setattr(Conn, "execute", counted)
+    monkeypatch.setattr(AuditRepo, "append_rows", counting(AuditRepo.append_rows))
+    monkeypatch.setattr(AuditRepo, "append_if_head", counting(AuditRepo.append_if_head))
+    monkeypatch.setattr(AuditRepo, "lock_head", counting(AuditRepo.lock_head, "lock_head"))
+    return statements
+
+
+async def test_a_guess_that_misses_is_answered_with_the_head_and_chains_once_more(
+        db, monkeypatch):
+    """Two processes (trails) on one database, chaining in turn: each one's guess of the
+    head is stale every time (the other moved it). The guessed statement, which holds the
+    head's lock once it has matched its row, answers with the head as it stands (seq,
+    MAC, time): the entries are chained to it without reading it again (no lock_head),
+    in one statement more on PostgreSQL (up to four entries; past that, and on SQLite,
+    the rows and the head's move), and their details are masked and put in JSON once,
+    not again for the second chaining. One chain, every entry once, in order, its times
+    never running back (the other's entries are later than the ones chained after)."""
+    trails = audit.AuditTrail(KEY), audit.AuditTrail(KEY)
+    built = []
+    recorded = audit.recorded_details
+
+    def spy(details, sensitive=()):
+        built.append(details.get("n"))
+        return recorded(details, sensitive)
+
+    monkeypatch.setattr(audit, "recorded_details", spy)
+    statements = _chain_statements(monkeypatch)
+    t0 = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
+    sizes = (2, 2, 1, 6, 4, 1, 2, 1)
+    run_ids = []
+    for k, n in enumerate(sizes):
+        statements.clear()
+        built.clear()
+        # the second trail's entries are stamped earlier than the first's before them
+        at = t0 + timedelta(minutes=0 if k % 2 else k)
+        async with db.write() as tx:
+            trails[k % 2].record_many(tx, [
+                audit.Entry(at=at + timedelta(seconds=i), action="requested",
+                            actor="U_DANA", via="cli", run_id=f"r{k}", details={"n": i})
+                for i in range(n)])
+        run_ids += [f"r{k}"] * n
+        assert built == list(range(n)), (k, built)  # each entry's text built once
+        if k < 2:  # each trail's first chaining reads the head under its lock
+            assert statements[0] == "lock_head", (k, statements)
+            continue
+        one = n <= 4 and db.dialect == "postgresql"
+        # the guessed statement missed and answered with the head; then the entries
+        assert statements == (["WITH", "WITH"] if one
+                              else ["UPDATE", "INSERT", "UPDATE"]), (k, n, statements)
+    report = await audit.verify(db, keys=[KEY])
+    assert report.ok, report.problems
+    async with db.read() as tx:
+        entries = await tx.audit.query()
+    assert [e.seq for e in entries] == list(range(1, len(run_ids) + 1))
+    assert [e.run_id for e in entries] == run_ids
+    times = [e.at for e in entries]
+    assert times == sorted(times), (db.dialect, times)  # clamped to the head returned
+
+
+async def test_a_guess_that_waited_for_the_head_answers_with_its_entry_time(db, monkeypatch):
+    """PostgreSQL: a guessed statement that waited for another transaction holding the
+    head answers with the head that transaction left, time included, though its snapshot
+    (taken before that transaction committed) does not see that transaction's entry: the
+    head row carries its entry's time. The entries chained after it are clamped to it
+    (times never run back) with no statement more, and the chain verifies."""
+    if db.dialect != "postgresql":
+        pytest.skip("SQLite's one writer never waits inside a statement for the head")
+    a, b = audit.AuditTrail(KEY), audit.AuditTrail(KEY)
+    t0 = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
+
+    async def append(trail: audit.AuditTrail, run_id: str, at: datetime, hold=None) -> None:
+        async with db.write() as tx:
+            trail.record(tx, at=at, action="requested", actor="U_DANA", via="cli",
+                         run_id=run_id)
+            if hold is not None:
+                tx.before_commit(hold)  # after the chaining: the head's lock held
+
+    await append(a, "a1", t0)
+    await append(b, "b1", t0)  # a's guess (entry 1) is stale from now on
+    statements = _chain_statements(monkeypatch)
+    waiting = asyncio.Event()
+    behind: list[asyncio.Task[None]] = []
+
+    async def hold(tx: Any) -> None:  # a chains while b holds the head it moved
+        behind.append(asyncio.ensure_future(append(a, "a2", t0)))
+        for _ in range(500):
+            if await Rows(db).select("SELECT 1 FROM pg_stat_activity WHERE wait_event_type"
+                                     " = 'Lock' AND query LIKE 'WITH moved%'"):
+                waiting.set()
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError("the guessed statement never waited for the head")
+
+    await append(b, "b2", t0 + timedelta(minutes=5), hold)
+    await behind[0]
+    assert waiting.is_set()
+    # a's: the guessed statement (missed, waited), then the entry
+    assert statements[-2:] == ["WITH", "WITH"], statements
+    assert statements.count("SELECT") == 0, statements
+    assert "lock_head" not in statements
+    report = await audit.verify(db, keys=[KEY])
+    assert report.ok, report.problems
+    async with db.read() as tx:
+        entries = await tx.audit.query()
+    assert [e.run_id for e in entries] == ["a1", "b1", "b2", "a2"]
+    assert entries[-1].at == t0 + timedelta(minutes=5)  # not t0: clamped to b2's
+
+
+async def test_a_head_moved_before_it_carried_its_time_is_timed_by_its_entry(db):
+    """A head moved before migration 0025 carries no time of its own: the head's reads
+    take the time of the entry it names (on SQLite too, whose RETURNING names the head's
+    seq with its table: not any entry's time), so the entries chained after it are never
+    stamped before it."""
+    t0 = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
+    async with db.write() as tx:
+        audit.AuditTrail(KEY).record_many(tx, [
+            audit.Entry(at=t0 + timedelta(minutes=i), action="requested", actor="U_DANA",
+                        via="cli", run_id=f"r{i}") for i in range(3)])
+    await Rows(db).execute("UPDATE audit_head SET at = NULL")
+    async with db.write() as tx:  # a new process: the head read under its lock
+        audit.AuditTrail(KEY).record(tx, at=t0, action="requested", actor="U_DANA",
+                                     via="cli", run_id="late")
+    report = await audit.verify(db, keys=[KEY])
+    assert report.ok, report.problems
+    async with db.read() as tx:
+        entries = await tx.audit.query()
+    assert [e.at for e in entries][-2:] == [t0 + timedelta(minutes=2)] * 2
 
 
 async def _boom(tx: Any) -> None:
