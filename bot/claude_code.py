@@ -138,6 +138,7 @@ class ClaudeCodeHook(CallerGate):
         self.bearer_id = bearer_id
         # the calls this process made, whoever's event asked (one hook per event)
         self._cursor = engine.call_cursor(SOURCE.credential)
+        self._call: tuple[str, dict[str, Any], str] | None = None  # (tool, args, digest)
 
     @property
     def ledger_owner(self) -> str:
@@ -151,10 +152,17 @@ class ClaudeCodeHook(CallerGate):
         """The same tool with the same input in the same session (from the same bearer
         token, over HTTP) is one call."""
         key: dict[str, Any] = {"session": self.event.session_id,
-                               "call": call_digest(tool, args)}
+                               "call": self._digest(tool, args)}
         if self.bearer is not None:
             key["bearer"] = self.bearer
         return binding.shown(sha256_hex(canonical_json(key)))  # keyed: traces show it
+
+    def _digest(self, tool: str, args: dict[str, Any]) -> str:
+        """The call's digest, computed once for this event's call (its join key and its
+        request are both made of it)."""
+        if self._call is None or self._call[0] != tool or self._call[1] is not args:
+            self._call = (tool, args, call_digest(tool, args))
+        return self._call[2]
 
     def _new_request(self, tool: str, args: dict[str, Any], key: str) -> NewRequest:
         ev = self.event
@@ -171,6 +179,7 @@ class ClaudeCodeHook(CallerGate):
         # allowed at once (auto), the call runs now: its start is recorded with its request
         return NewRequest(tool=tool, args=args, requested_by=self.requested_by,
                           packet=packet, idempotency_key=key, start_owner=self.ledger_owner,
+                          digest=self._digest(tool, args),
                           checks=Checks(live=(self.bearer_id,) if self.bearer_id else (),
                                         on=(switches.HOOK, self.form)))
 

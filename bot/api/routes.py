@@ -13,7 +13,7 @@ import asyncio
 import logging
 import math
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar
 
@@ -61,6 +61,7 @@ _KNOWN = ((re.compile(r"/v1/requests"), "POST"),
 
 Handler = Callable[[web.Request, TokenRecord], Awaitable[web.StreamResponse]]
 _Model = TypeVar("_Model", bound=BaseModel)  # what a request's body is validated into
+_T = TypeVar("_T")
 
 
 def _not_json(token: str) -> NoReturn:
@@ -122,6 +123,38 @@ def _forget(tasks: set[asyncio.Future[Any]]) -> Callable[[asyncio.Future[Any]], 
         if not task.cancelled() and task.exception() is not None:
             log.warning("claude-code hook over HTTP: late failure: %s", task.exception())
     return done
+
+
+async def within(work: Coroutine[Any, Any, _T], budget: float) -> asyncio.Task[_T]:
+    """``work`` run in a task of its own, handed back once it has ended or at ``budget``
+    seconds, whichever comes first: at the budget whatever it is doing, even stuck where
+    its cancellation does not reach (it is left running: the caller cancels it). Cancelled
+    itself (the caller went away), it cancels ``work``. What ``asyncio.wait`` does for one
+    future, without its sets, its second coroutine, and the turn of the event loop that
+    a done callback takes: the work wakes its waiter as it ends (issue 50)."""
+    loop = asyncio.get_running_loop()
+    woken = loop.create_future()
+
+    def wake() -> None:
+        if not woken.done():
+            woken.set_result(None)
+
+    async def run() -> _T:
+        try:
+            return await work
+        finally:  # the task is done once this returns, before its waiter runs
+            wake()
+
+    task = loop.create_task(run())
+    timer = loop.call_later(budget, wake)
+    try:
+        await woken
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    finally:
+        timer.cancel()
+    return task
 
 
 class _Undecided(Exception):
@@ -305,13 +338,8 @@ class Routes:
             wait, bad_wait = claude_code.DEFAULT_WAIT, str(exc)
         budget = wait + claude_code.HTTP_MARGIN
         seen = _Seen()
-        work = asyncio.ensure_future(self._claude_code(request, wait, bad_wait, seen))
-        try:
-            done, _ = await asyncio.wait({work}, timeout=budget)
-        except asyncio.CancelledError:  # the caller went away
-            work.cancel()
-            raise
-        if done:
+        work = await within(self._claude_code(request, wait, bad_wait, seen), budget)
+        if work.done():
             return work.result()
         # stuck where a cancellation does not reach at once (a statement waiting in the
         # database driver's thread, a rollback behind it): answer now; the work is

@@ -272,18 +272,20 @@ class Intake:
         its own tool (only an agent's is ever taken; every other source starts from the
         file's ``[default]``). ``annotations``: what the tool's server says of it, which
         the file's rules may read (and which choose nothing by themselves)."""
-        kind, base = self.base(source, declared)
+        policy = self.policy  # read once: one file decides the call
+        kind, base = self.base(source, declared, policy)
         name = source.policy_name(tool)
-        if source.reads_by_default(tool) and self.policy.entry(name) is None:
+        if source.reads_by_default(tool) and policy.entry(name) is None:
             kind = "auto"  # a read no entry names; one that does is that entry's, as a call
-        return self.policy.for_call(name, kind, base, args, annotations)
+        return policy.for_call(name, kind, base, args, annotations)
 
-    def base(self, source: Source, declared: tuple[PolicyKind, ApprovalPolicy] | None = None
-             ) -> tuple[PolicyKind, ApprovalPolicy]:
-        """What the file's entries for ``source``'s tools are applied over."""
+    def base(self, source: Source, declared: tuple[PolicyKind, ApprovalPolicy] | None = None,
+             policy: PolicyFile | None = None) -> tuple[PolicyKind, ApprovalPolicy]:
+        """What the file's entries for ``source``'s tools are applied over (``policy``: the
+        file in force, when the caller has read it)."""
         if source.kind == "agent" and declared is not None:
             return declared
-        return self.policy.default_policy()
+        return (self.policy if policy is None else policy).default_policy()
 
     async def tighten(self, chosen: CallPolicy, tighten: Tighten | None) -> CallPolicy:
         """``chosen`` made stricter by a caller; :class:`IntakeError` (``looser_than_policy``,

@@ -162,6 +162,10 @@ class NewRequest:
     # that inserts or looks it up (the caller read it from memory): another token live (a
     # person's bearer token), the face's form not switched off. Not part of the fingerprint
     checks: Checks = NO_CHECKS
+    # the call's digest (:func:`~runtime.kernel.canonical.call_digest` of ``tool`` and
+    # ``args``) when the caller computed it already (a hook's join key is made of it): not
+    # computed again. None: computed from them. Not part of the fingerprint
+    digest: str | None = None
 
     def fingerprint(self) -> str:
         """What a retry must repeat exactly to be the same request."""
@@ -484,9 +488,15 @@ class ExternalRequests:
                 code="idempotency_conflict", run_id=rec.id)
         return await self.get(token, rec.id)
 
+    @staticmethod
+    def _task(source: Source, req: NewRequest) -> str:
+        """The request's task (its run's, its packet's, its ``requested`` entry's)."""
+        return _text(req.packet.get("task"), 500) or f"{req.tool}, asked by {source.label}"
+
     def _packet(self, token: TokenRecord, source: Source, req: NewRequest,
                 chosen: CallPolicy, name: str) -> dict[str, Any]:
-        """The decision packet the card shows; everything in it is the caller's text (cards
+        """The decision packet the card shows (a request the policy answers at once shows
+        none: only its task is recorded); everything in it is the caller's text (cards
         escape it), except ``why`` when the caller gave none."""
         p = req.packet
         evidence = []
@@ -499,7 +509,7 @@ class ExternalRequests:
                              "result": _text(detail, 400) or ""})
         return {
             "agent": source.agent,
-            "task": _text(p.get("task"), 500) or f"{req.tool}, asked by {source.label}",
+            "task": self._task(source, req),
             "requested_by": req.requested_by,
             "doing": _text(p.get("doing"), 3000)
             or f"{source.label} wants to run {req.tool} (it runs the call itself once "
@@ -524,20 +534,24 @@ class ExternalRequests:
                     standing: StandingRecord | None) -> _Opened:
         now = self.clock.now()
         name = source.policy_name(req.tool)
-        packet = self._packet(token, source, req, chosen, name)
-        inserted = new_run(run_id=request_id, agent=packet["agent"], task=packet["task"],
+        kind = "auto" if chosen.kind == "notify_after" else chosen.kind
+        # the card's packet, for a request that asks; one answered at once records its task
+        packet = self._packet(token, source, req, chosen, name) \
+            if kind == "approve_before" else None
+        agent = source.agent
+        task = self._task(source, req) if packet is None else packet["task"]
+        inserted = new_run(run_id=request_id, agent=agent, task=task,
                            requested_by=req.requested_by, instructions_version=source.via,
                            now=now, status=STATUS)
         run = as_inserted(inserted)
-        digest = call_digest(req.tool, req.args)
-        kind = "auto" if chosen.kind == "notify_after" else chosen.kind
+        digest = req.digest or call_digest(req.tool, req.args)
         values: dict[str, Any] = dict(
             id=request_id, token_id=token.id, idempotency_key=req.idempotency_key,
             fingerprint=fingerprint, tool=req.tool, args=args_text,
             digest=digest, policy_name=name, kind=kind, reason=chosen.reason,
             webhook_url=req.webhook_url or token.webhook_url, created_at=now,
             sensitive=paths_text(chosen.approval.sensitive))
-        if kind == "approve_before":
+        if packet is not None:
             if not await tx.external.add_with_run(inserted, req.checks, **values):
                 raise _Taken
             if standing is not None and await self.standing.use(
@@ -552,10 +566,10 @@ class ExternalRequests:
         # the policy answers at once: audited as a request and its answer by the policy
         rule = {"rule": chosen.approval.rule} if chosen.approval.rule else {}
         self.audit.record(
-            tx, at=now, action="requested", actor=f"agent:{packet['agent']}", via=source.via,
+            tx, at=now, action="requested", actor=f"agent:{agent}", via=source.via,
             run_id=request_id, digest=digest,
             details={"kind": "tool_call", "tool": req.tool, "args": req.args, "call_id": CALL_ID,
-                     "requested_by": req.requested_by, "task": packet["task"], "policy": name,
+                     "requested_by": req.requested_by, "task": task, "policy": name,
                      "policy_file": self.policy().digest,
                      "answer": chosen.kind, **rule, **shadow_details(chosen.shadow)},
             sensitive=chosen.approval.sensitive)
@@ -577,7 +591,7 @@ class ExternalRequests:
                       "started_at": now, "owner": req.start_owner, "heard_at": now,
                       "sensitive": values["sensitive"]}
             kept = _Kept(token.id, req.tool, values["args"], digest, values["sensitive"], now,
-                         req.start_owner, packet["agent"])
+                         req.start_owner, agent)
         # the request, its run and its start: inserted now (SQLite), or by the statement
         # that chains its two audit entries (PostgreSQL: one statement for all), only
         # while its token is live

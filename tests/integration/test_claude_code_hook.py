@@ -88,6 +88,24 @@ async def test_auto_allows_at_once_and_the_result_is_the_calls_execution(
     assert done[0]["result"] == {"content": "# shop"}
 
 
+async def test_an_allowed_call_binds_its_arguments_and_records_its_task(
+        engine: Engine) -> None:
+    """The digest the hook's join key is made of is the one its request binds (computed
+    once), and a request the policy answers at once records the task a card would show."""
+    read = {"file_path": "/home/dana/shop/README.md", "limit": 20}
+    verdict, why, _ = answer(await hook(engine, event("Read", read)).pre_tool_use(wait=5))
+    assert verdict == "allow"
+    rid = re.search(r"request (x[0-9a-z]+)", why)
+    assert rid is not None
+    rows = Rows.of(engine)
+    rec, run = await rows.external(rid[1]), await rows.run(rid[1])
+    assert rec.digest == call_digest("Read", read)
+    assert (await rows.execution(rid[1], "call")).args_digest == rec.digest
+    assert {e.digest for e in await rows.audit() if e.run_id == rid[1]} == {rec.digest}
+    assert run.task == f"working in `/home/dana/shop` (session `{SESSION}`)"
+    assert run.agent == "external:hook.claude-code"
+
+
 async def test_a_forbidden_rule_denies_at_once_with_its_reason(engine: Engine) -> None:
     push = {"command": "git push origin main"}
     verdict, why, _ = answer(await hook(engine, event("Bash", push)).pre_tool_use(wait=5))
