@@ -442,14 +442,14 @@ async def test_a_guess_that_misses_is_answered_with_the_head_and_chains_once_mor
     assert times == sorted(times), (db.dialect, times)  # clamped to the head returned
 
 
+# PostgreSQL only: SQLite's one writer never waits inside a statement for the head
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
 async def test_a_guess_that_waited_for_the_head_answers_with_its_entry_time(db, monkeypatch):
     """PostgreSQL: a guessed statement that waited for another transaction holding the
     head answers with the head that transaction left, time included, though its snapshot
     (taken before that transaction committed) does not see that transaction's entry: the
     head row carries its entry's time. The entries chained after it are clamped to it
     (times never run back) with no statement more, and the chain verifies."""
-    if db.dialect != "postgresql":
-        pytest.skip("SQLite's one writer never waits inside a statement for the head")
     a, b = audit.AuditTrail(KEY), audit.AuditTrail(KEY)
     t0 = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
 
