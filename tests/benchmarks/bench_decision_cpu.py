@@ -198,9 +198,11 @@ def figure(ms: list[float]) -> str:
             f"system {system:.3f})")
 
 
-async def bench(a: argparse.Namespace) -> int:
-    tmp = Path(tempfile.mkdtemp())
-    db_url, drop = await setup_database(a.db, tmp, "bench_decision_cpu")
+
+async def serve_environment(tmp: Path, db_url: str) -> tuple[int, dict[str, str]]:
+    """The environment ``serve`` reads here (``bench_fleet``'s policy, an MCP gateway in
+    front of the fixture server, this run's database and a free port), set in this
+    process; its port and the callers' tokens."""
     (tmp / "policy.toml").write_text(POLICY)
     (tmp / "gateways.toml").write_text(
         f"[gateways.bank]\ncommand = {json.dumps([sys.executable, str(MCP_SERVER)])}\n"
@@ -214,7 +216,13 @@ async def bench(a: argparse.Namespace) -> int:
         APPROVALD_SECRET="bench-secret-0123456789abcdef", APPROVALD_PORT=str(port),
         APPROVALD_HOST="127.0.0.1", APPROVALD_LOG_LEVEL="ERROR",
         APPROVALD_METRICS_ADDR="127.0.0.1:0", MCP_FIXTURE_LEDGER=str(tmp / "ledger.jsonl"))
-    tokens = await asyncio.to_thread(make_tokens, None)
+    return port, await asyncio.to_thread(make_tokens, None)
+
+
+async def bench(a: argparse.Namespace) -> int:
+    tmp = Path(tempfile.mkdtemp())
+    db_url, drop = await setup_database(a.db, tmp, "bench_decision_cpu")
+    port, tokens = await serve_environment(tmp, db_url)
 
     import logging
 

@@ -62,9 +62,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 sys.path.insert(0, str(HERE))
 
-from bench_common import free_port, setup_database
-from bench_decision_cpu import Client, Counter, calls, select_one
-from bench_fleet import MCP_SERVER, POLICY, make_tokens
+from bench_common import setup_database
+from bench_decision_cpu import Client, Counter, calls, select_one, serve_environment
 from bench_history import Captured
 from sqlalchemy import text
 
@@ -311,20 +310,7 @@ async def bench(a: argparse.Namespace) -> int:
         await mon_conn.execute(
             f"ALTER DATABASE \"{make_url(db_url).database}\" SET plan_cache_mode = '{a.mode}'")
     monitor = Monitor(mon_conn)
-    (tmp / "policy.toml").write_text(POLICY)
-    (tmp / "gateways.toml").write_text(
-        f"[gateways.bank]\ncommand = {json.dumps([sys.executable, str(MCP_SERVER)])}\n"
-        "wait = 0\n")
-    port = free_port()
-    for k in [k for k in os.environ if k.startswith(("APPROVALD_", "SLACK_"))]:
-        del os.environ[k]
-    os.environ.update(
-        APPROVALD_DATABASE_URL=db_url, APPROVALD_POLICY_FILE=str(tmp / "policy.toml"),
-        APPROVALD_MCP_GATEWAYS_FILE=str(tmp / "gateways.toml"),
-        APPROVALD_SECRET="bench-secret-0123456789abcdef", APPROVALD_PORT=str(port),
-        APPROVALD_HOST="127.0.0.1", APPROVALD_LOG_LEVEL="ERROR",
-        APPROVALD_METRICS_ADDR="127.0.0.1:0", MCP_FIXTURE_LEDGER=str(tmp / "ledger.jsonl"))
-    tokens = await asyncio.to_thread(make_tokens, None)
+    port, tokens = await serve_environment(tmp, db_url)
 
     import logging
 
