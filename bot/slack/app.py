@@ -191,6 +191,11 @@ class SlackService:
         self.mode = "Socket Mode" if socket else f"HTTP on port {settings.port}"
         secret = settings.slack_signing_secret
         self.app = AsyncApp(
+            # the name bolt gives itself otherwise (its caller's file name: its loggers are
+            # "app.py" and "app.py:<listener>"), without the inspect.stack() that finds it:
+            # that reads every frame's source line and looks each frame's module up among
+            # all loaded ones, ~3 ms of CPU an app under pytest's deep stacks
+            name="app.py",
             client=self.client,
             logger=_bolt_logger(),
             signing_secret=None if secret is None else secret.get_secret_value(),
