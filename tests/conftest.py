@@ -12,6 +12,7 @@ import asyncio
 import os
 import shutil
 import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -152,6 +153,55 @@ def pytest_configure(config: pytest.Config) -> None:
     if (os.environ.get("APPROVALD_SKIP_ALLOWLIST_ENFORCE") == "1"
             and not hasattr(config, "workerinput")):  # an xdist worker: its controller judges
         config.pluginmanager.register(SkipAudit(), "approvald-skip-audit")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's, which starts the workers
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The xdist controller compiles what the workers will import, once, before it starts
+    them (tests/__init__.py keeps the compiled modules): with nothing compiled yet (a fresh
+    clone, a changed module) each worker compiled all of it, about 10 s of CPU a worker;
+    with everything compiled this reads the headers, a fraction of a second."""
+    config = session.config
+    if (hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None)
+            or sys.dont_write_bytecode):
+        return
+    import compileall
+
+    root = Path(__file__).resolve().parents[1]
+    tests = root / "tests"
+    asked = {tests if tests.is_relative_to(path) else path
+             for arg in config.args
+             if (path := (config.invocation_params.dir / arg.split("::")[0]).resolve())
+             .is_relative_to(root)}  # the tests asked for, under tests/
+    rewritten: list[Path] = []
+    for where in [root / "bot", root / "runtime", root / "store",
+                  *sorted(p for p in asked if p.is_relative_to(tests))]:
+        for path in sorted(where.rglob("*.py")) if where.is_dir() else [where]:
+            if "node_modules" in path.parts or path.suffix != ".py" or not path.exists():
+                continue
+            if path.name == "conftest.py" or path.name.startswith("test_"):
+                rewritten.append(path)  # pytest's assertion rewriting compiles these
+            else:
+                compileall.compile_file(str(path), quiet=2)
+    if config.getoption("assertmode") == "rewrite":
+        _rewrite_once(config, rewritten)
+
+
+def _rewrite_once(config: pytest.Config, paths: list[Path]) -> None:
+    """What pytest's import hook does with a test module, without running it: rewrite its
+    asserts and keep the result where the hook looks first. Its helpers are not public:
+    changed in a later pytest, the workers do it themselves as before."""
+    try:
+        from _pytest.assertion import rewrite
+
+        state = config.stash[rewrite.assertstate_key]
+        for path in paths:
+            pyc = rewrite.get_cache_dir(path) / (path.name[:-3] + rewrite.PYC_TAIL)
+            if rewrite._read_pyc(path, pyc) is None and rewrite.try_makedirs(pyc.parent):
+                source_hash, code = rewrite._rewrite_test(path, config)
+                rewrite._write_pyc(state, code, source_hash, pyc)
+    except (ImportError, AttributeError, KeyError, TypeError):
+        return
 
 
 # -- the inner loop runs in this process -------------------------------------------------

@@ -8,11 +8,17 @@ The SDK comes with the dev extra: missing, this module fails to import (no skip)
 
 The tests are in ``adapter_openai_agents_case.py``, imported by each test here rather than at
 collection: the framework's SDK costs seconds to import, and a pytest-xdist worker that
-runs none of these tests no longer pays for it (issue 47 item 6)."""
+runs none of these tests no longer pays for it (issue 47 item 6); and they run on one worker (an
+``xdist_group``, --dist loadgroup), which imports it once, not each worker that drew one
+of them."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.xdist_group("adapter_openai_agents")
 
 
 async def test_approve_deny_and_edit_in_slack_resume_the_run_once(
