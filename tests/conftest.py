@@ -198,7 +198,10 @@ def _rewrite_once(config: pytest.Config, paths: list[Path]) -> None:
         for path in paths:
             pyc = rewrite.get_cache_dir(path) / (path.name[:-3] + rewrite.PYC_TAIL)
             if rewrite._read_pyc(path, pyc) is None and rewrite.try_makedirs(pyc.parent):
-                source_hash, code = rewrite._rewrite_test(path, config)
+                try:
+                    source_hash, code = rewrite._rewrite_test(path, config)
+                except (SyntaxError, ValueError, OSError):
+                    continue  # its worker's collection reports it
                 rewrite._write_pyc(state, code, source_hash, pyc)
     except (ImportError, AttributeError, KeyError, TypeError):
         return
