@@ -16,8 +16,10 @@ The MCP gateway's server runs in its own process (not counted: what it costs is 
 Baselines in the same run: ``GET /healthz`` carrying the same bearer header (a bare
 request through the same HTTP app and client, the token not checked), a signed one
 (``POST /v1/requests`` with the API face's token, checked from memory as an auto
-decision's is, and a body of ``{}``, refused with 422 before the runtime), and a bare
-``SELECT 1`` write transaction (``Database.transact``, no HTTP). Then each face's auto
+decision's is, and a body of ``{}``, refused with 422 before the runtime), a bare
+``SELECT 1`` write transaction (``Database.transact``, no HTTP: BEGIN, the statement
+through SQLAlchemy, COMMIT), and the same ``SELECT 1`` sent as an auto decision's one
+statement is (planned, alone: ``Database.write_one``). Then each face's auto
 decision (``--faces``):
 
 * ``hook``: ``POST /v1/hooks/claude-code?wait=0``, a ``PreToolUse`` of ``ls …``;
@@ -154,6 +156,23 @@ async def select_one(db: object) -> Callable[[int], Awaitable[None]]:
     return one
 
 
+async def select_one_alone(db: object) -> Callable[[int], Awaitable[None]]:
+    """``SELECT 1`` as an auto decision's statement is sent: registered for the plan path
+    (``store/fastsql.py``) and written alone (``Database.write_one``: on PostgreSQL one
+    statement in autocommit on a kept connection, no BEGIN or COMMIT)."""
+    import sqlalchemy as sa
+    from approvald.store.db import Database
+    from approvald.store.fastsql import fast
+
+    assert isinstance(db, Database)
+    stmt = fast(sa.select(sa.literal_column("1")))
+
+    async def one(i: int) -> None:
+        async with db.write_one() as tx:
+            await tx.conn.execute(stmt, {})
+    return one
+
+
 class Counter:
     def __init__(self) -> None:
         self.i = 0
@@ -244,6 +263,7 @@ async def bench(a: argparse.Namespace) -> int:
         one = await select_one(db)
         fns = {k: [f[k] for f in per_client] for k in per_client[0]}
         fns["select1"] = [one] * a.callers
+        fns["select1_alone"] = [await select_one_alone(db)] * a.callers
         counter = Counter()
         faces = [f for f in a.faces.split(",") if f]
         print(f"database: {db.display_url}; {os.cpu_count()} cores, load average "
@@ -256,6 +276,8 @@ async def bench(a: argparse.Namespace) -> int:
         print(f"  {'baseline: signed POST /v1/requests, 422':44} {figure(signed)}")
         sel = await cpu_per_call(fns["select1"], a.calls, a.rounds, counter)
         print(f"  {'baseline: bare SELECT 1 write transaction':44} {figure(sel)}")
+        alone = await cpu_per_call(fns["select1_alone"], a.calls, a.rounds, counter)
+        print(f"  {'baseline: SELECT 1 planned, sent alone':44} {figure(alone)}")
         for face in faces:
             ms = await cpu_per_call(fns[face], a.calls, a.rounds, counter)
             print(f"  {face + ' auto decision':44} {figure(ms)}  (+"
@@ -293,7 +315,8 @@ def main() -> int:
     p.add_argument("--faces", default=",".join(FACES))
     p.add_argument("--callers", type=int, default=1, help="connections at once, each making "
                    "its calls one at a time (default 1: the CPU of a call alone)")
-    p.add_argument("--profile", choices=[*FACES, "healthz", "signed", "select1"],
+    p.add_argument("--profile", choices=[*FACES, "healthz", "signed", "select1",
+                                             "select1_alone"],
                    default=None)
     p.add_argument("--top", type=int, default=45, help="functions printed per profile order")
     p.add_argument("--dump", default=None, help="write the profile's stats to this file")
