@@ -301,7 +301,7 @@ class AuditTrail:
         waits = before is not None and not before.done() and before.get_loop() is loop
         guess = self._head
         rows = self._rows(entries, texts, *guess) if guess is not None else None
-        self._head = None if rows is None else _after(rows)
+        after = self._head = None if rows is None else _after(rows)
         left: Head | None = None  # the head this chaining leaves: the next one's guess
         try:
             if waits:
@@ -312,6 +312,7 @@ class AuditTrail:
                 if stood != guess:  # that chaining left another head: chained to it
                     guess = stood
                     rows = self._rows(entries, texts, *guess) if guess is not None else None
+                    after = None if rows is None else _after(rows)
             if tx.alone:
                 # one statement, sent alone (PostgreSQL, autocommit): it writes the rider's
                 # rows and the entries chained to the head guessed, or nothing at all
@@ -320,7 +321,7 @@ class AuditTrail:
                 if guess is None or rows is None or along is None:
                     raise NothingWritten
                 await tx.audit.append_alone(rows, seq=guess[0], hash=guess[1], along=along)
-                left = _after(rows)
+                left = after
                 return
             head = None
             if guess is not None and rows is not None:  # the head guessed: not read
@@ -328,7 +329,7 @@ class AuditTrail:
                 head = await tx.audit.append_if_head(rows, seq=guess[0], hash=guess[1],
                                                      along=along)
                 if head is None:
-                    left = _after(rows)
+                    left = after
                     return
                 along = None  # inserted all the same
                 # the head moved otherwise: the statement returned it as it stands, its
