@@ -104,6 +104,10 @@ async def test_reading_waits_while_the_session_has_not_taken_what_was_read() -> 
         list(range(stdio.READ_AHEAD + 20))
 
 
+async def _all(inbox: Inbox) -> list[Any]:
+    return [item async for item in inbox]
+
+
 class BrokenPipe:
     async def send(self, data: bytes) -> None:
         raise anyio.BrokenResourceError
@@ -115,7 +119,7 @@ async def test_a_broken_pipe_ends_the_sessions_reading() -> None:
     with pytest.raises(anyio.BrokenResourceError):
         await outbox.send(SessionMessage(JSONRPCRequest(jsonrpc="2.0", id=1, method="ping")))
     # the session's read loop ends (its waiters told the connection closed)
-    assert [item async for item in inbox] == []
+    assert await asyncio.wait_for(_all(inbox), 5) == []
     with pytest.raises(anyio.ClosedResourceError):
         await outbox.send(SessionMessage(JSONRPCRequest(jsonrpc="2.0", id=2, method="ping")))
 
