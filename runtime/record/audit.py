@@ -49,10 +49,10 @@ from approvald.runtime.record.audit_check import ChainFacts, opened, table_disag
 from approvald.runtime.record.outbox_kinds import HEAD_POST, HeadPost, Payload, queue, queue_many
 from approvald.runtime.record.standing_chain import StandingState
 from approvald.store.db import Database
-from approvald.store.errors import KeyTaken, NothingWritten
+from approvald.store.errors import NothingWritten
 from approvald.store.records import AuditRecord
 from approvald.store.repos import Tx
-from approvald.store.repos.audit import GENESIS
+from approvald.store.repos.audit import GENESIS, Head
 from approvald.store.repos.external import Rider
 
 ACTIONS = frozenset({
@@ -213,11 +213,13 @@ class AuditTrail:
         # approval id -> its sensitive paths (a request's stored policy never changes)
         self._paths: OrderedDict[str, tuple[str, ...]] = OrderedDict()
         # the head (seq, hash, time) as this process's last chaining left it, committed
-        # or about to be: the next chaining appends to it without reading the head first,
-        # and reads it (under its lock) only when it moved otherwise (another process, a
-        # transaction rolled back)
-        self._head: tuple[int, str, datetime | None] | None = None
-        self._turn: asyncio.Future[None] | None = None  # the last chaining's head statement
+        # or about to be (or, while it runs, will leave it: worked out as it arrived): the
+        # next chaining appends to it without reading the head first, and reads it (under
+        # its lock) only when it moved otherwise (another process, a transaction rolled
+        # back)
+        self._head: Head | None = None
+        # the last chaining's head statement: its result, the head it left (None: unknown)
+        self._turn: asyncio.Future[Head | None] | None = None
 
     def follow(self, fn: Follower) -> None:
         """Queue the outbox rows ``fn(entries)`` names with what each write transaction
@@ -286,53 +288,65 @@ class AuditTrail:
         # this process's chainings send their head statements in the order they chain:
         # each after the one before was answered (it holds the head's lock then), so it
         # reaches the head after that one and, once that one commits, finds the head it
-        # guessed (the server would have made it wait for that lock all the same)
-        before, turn = self._turn, asyncio.get_running_loop().create_future()
+        # guessed (the server would have made it wait for that lock all the same). Its
+        # rows are worked out as it arrives, chained to the head the chaining before it
+        # is about to leave (``self._head``), so that the turn, which the next chaining
+        # waits for, is held for the statement's round trip alone (issue 50: the turn is
+        # what one process's auto decisions queue in); they are worked out again only if
+        # that chaining left another head. Each statement still checks the head it
+        # guessed: a wrong guess writes nothing (or is chained again under the lock).
+        loop = asyncio.get_running_loop()
+        before, turn = self._turn, loop.create_future()
         self._turn = turn
+        waits = before is not None and not before.done() and before.get_loop() is loop
+        guess = self._head
+        rows = self._rows(entries, texts, *guess) if guess is not None else None
+        after = self._head = None if rows is None else _after(rows)
+        left: Head | None = None  # the head this chaining leaves: the next one's guess
         try:
-            if before is not None and not before.done() and before.get_loop() is turn.get_loop():
-                await asyncio.shield(before)  # (one done already: nothing to wait for)
-            guess = self._head
+            if waits:
+                assert before is not None
+                # (awaited directly: the turn's future is this chaining's alone, and its
+                # result wakes it in one turn of the event loop)
+                stood = await before
+                if stood != guess:  # that chaining left another head: chained to it
+                    guess = stood
+                    rows = self._rows(entries, texts, *guess) if guess is not None else None
+                    after = None if rows is None else _after(rows)
             if tx.alone:
                 # one statement, sent alone (PostgreSQL, autocommit): it writes the rider's
                 # rows and the entries chained to the head guessed, or nothing at all
                 # (NothingWritten: the caller writes them again as a transaction, which
                 # reads the head under its lock)
-                if guess is None or along is None:
+                if guess is None or rows is None or along is None:
                     raise NothingWritten
-                rows = self._rows(entries, texts, *guess)
-                self._head = _after(rows)
-                try:
-                    await tx.audit.append_alone(rows, seq=guess[0], hash=guess[1],
-                                                along=along)
-                except BaseException:
-                    self._head = None  # not chained, or not known to be
-                    raise
+                await tx.audit.append_alone(rows, seq=guess[0], hash=guess[1], along=along)
+                left = after
                 return
             head = None
-            if guess is not None:  # the head as this process last chained it: not read
-                rows = self._rows(entries, texts, *guess)
-                # set before the statement is sent: the next chaining follows these rows
-                self._head = _after(rows)
-                try:
-                    head = await tx.audit.append_if_head(rows, seq=guess[0], hash=guess[1],
-                                                         along=along)
-                except KeyTaken:  # the transaction rolls back: the head is not that
-                    self._head = None
-                    raise
+            if guess is not None and rows is not None:  # the head guessed: not read
+                # (KeyTaken: the transaction rolls back, the head is not that one)
+                head = await tx.audit.append_if_head(rows, seq=guess[0], hash=guess[1],
+                                                     along=along)
                 if head is None:
+                    left = after
                     return
                 along = None  # inserted all the same
                 # the head moved otherwise: the statement returned it as it stands, its
                 # lock held, and the entries are chained to it
-                self._head = None
             if along is not None:  # before the head's lock: it is held for less
                 await tx.external.add_answered_now(along)
             rows = self._rows(entries, texts, *(head or await tx.audit.lock_head()))
-            self._head = _after(rows)
+            left = _after(rows)  # (written unless the transaction rolls back)
             await tx.audit.append_rows(rows)
+        except BaseException:
+            left = None  # not chained, or not known to be
+            raise
         finally:
-            turn.set_result(None)
+            if self._turn is turn:  # no chaining came after this one: the head it left
+                self._head = left
+            if not turn.done():  # (cancelled: by the next chaining's own cancellation)
+                turn.set_result(left)
 
     @staticmethod
     def _text(e: Entry, paths: Mapping[str, tuple[str, ...]]) -> str:

@@ -17,7 +17,10 @@ completed and its card has been updated in Slack:
   the work happened to batch), grouped by area (bolt, slack_sdk,
   aiohttp, the Slack face, the runtime, the store, SQLAlchemy, asyncio, ...), and the
   counts that tell the shape of an approval: tasks created, Slack Web API calls, card
-  views read and drawn, outbox deliveries and drain rounds.
+  views read and drawn, outbox deliveries and drain rounds, and the transactions opened:
+  write transactions (``BEGIN ... COMMIT``), writes sent alone (on PostgreSQL a commit of
+  their own with no BEGIN; on SQLite one of the write transactions) and plain reads
+  (autocommit, no BEGIN on either), each counted once where it is opened.
 
 The CPU figure is taken without a profiler (``--rounds`` passes of ``--runs`` clicks),
 the calls in one more pass, counted with ``sys.setprofile``; ``--profile OUT.prof`` adds a
@@ -77,8 +80,13 @@ SHAPE = [("tasks created", r"base_events\.py:create_task$"),
          ("outbox rows delivered (face)", r"/bot/slack/delivery\.py:deliver$"),
          ("drain rounds", r"/runtime/record/outbox\.py:drain_once$"),
          ("thread follower rounds", r"/bot/slack/threads\.py:sync_once$"),
-         ("transactions (Database.transact/read/write)",
-          r"/store/db\.py:(read|write|transact)$")]
+         # each transaction counted once, where it is opened: transact() and, on
+         # SQLite, transact_one() and write_one() open theirs through write(). A write
+         # sent alone is PostgreSQL's autocommit write (a commit with no BEGIN); on
+         # SQLite a write_one() is a BEGIN ... COMMIT, counted in the line above too
+         ("write transactions (BEGIN ... COMMIT)", r"/store/db\.py:write$"),
+         ("writes sent alone (SQLite: counted above)", r"/store/db\.py:write_one$"),
+         ("reads (autocommit)", r"/store/db\.py:read$")]
 
 
 class World:

@@ -26,7 +26,9 @@ On PostgreSQL it also counts the statements the ``serve`` processes sent from th
 click until every run completed and its card was updated (:mod:`sql_count`), and the
 transactions: every BEGIN, and every write sent as one statement in autocommit (a commit
 all the same); issue 50's targets there: <= 15 statements and <= 3 transactions per
-approval, serve CPU <= 3 ms per approval.
+approval, serve CPU <= 3 ms per approval. On SQLite it counts them when ``--statements``
+asks (sqlite3's trace callback, a call per statement, in ``serve``'s CPU): every write
+there is a ``BEGIN IMMEDIATE ... COMMIT``.
 
 ``--sensitive`` measures what masking and sealing add to the click path: the same
 benchmark twice, one after the other on this machine, first on plain calls without a data
@@ -297,6 +299,10 @@ async def bench(runs: int, concurrency: int, mode: str, db_url: str | None,
                PYTHONPATH=os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")]))
     # a setting to measure, e.g. BENCH_SERVE_ENV="APPROVALD_DB_CONNECTIONS=8"
     env.update(item.split("=", 1) for item in os.environ.get("BENCH_SERVE_ENV", "").split())
+    sqlite = db_url.startswith("sqlite")
+    if sqlite and statements:  # SQLite's statements too: sqlite3's trace callback
+        env["BENCH_SQL_COUNT_SQLITE"] = "1"
+    count_sql = not sqlite or bool(statements)
     if data_key:
         env["APPROVALD_DATA_KEY"] = data_key
     set_codec(Sealer([DataKey(data_key)]) if data_key else None)
@@ -357,7 +363,7 @@ async def bench(runs: int, concurrency: int, mode: str, db_url: str | None,
                     if mode == "effect":
                         await tool_log.event(a.run_id).wait()
 
-            sql0 = await count_statements(serves, tmp) if db.dialect == "postgresql" else None
+            sql0 = await count_statements(serves, tmp) if count_sql else None
             where_at = [sql_count.snapshot_where(tmp, [x.pid for x in serves])]
             slack0 = len(emulator.calls())
             t0 = time.perf_counter()
@@ -386,7 +392,8 @@ async def bench(runs: int, concurrency: int, mode: str, db_url: str | None,
             if sql0 is not None:
                 sql1 = await count_statements(serves, tmp)
                 sent_sql = sql_count.per_kind(sql0, sql1)
-                sent_sql["autocommit"] = sql_count.autocommit_writes(sql0, sql1)
+                if not sqlite:  # on SQLite every write is in a BEGIN IMMEDIATE ... COMMIT
+                    sent_sql["autocommit"] = sql_count.autocommit_writes(sql0, sql1)
                 most_sent = sql_count.by_statement(sql0, sql1)[:statements]
                 if detail is not None:
                     detail["sent"] = {sql: n - sql0.get(sql, 0) for sql, n in sql1.items()
@@ -421,11 +428,13 @@ async def bench(runs: int, concurrency: int, mode: str, db_url: str | None,
                  or "none") + " per approval")
         commits = (sql_count.begins(sent_sql) + sent_sql.get("autocommit", 0)) / runs
         if sent_sql:
-            print(f"  statements the serve processes sent PostgreSQL, first click until every "
+            print(f"  statements the serve processes sent {'SQLite' if sqlite else 'PostgreSQL'}, "
+                  "first click until every "
                   f"run completed: {sent_sql['all'] / runs:.1f} per approval "
-                  f"({sql_count.begins(sent_sql) / runs:.1f} transactions BEGIN ... COMMIT, "
-                  f"and {sent_sql.get('autocommit', 0) / runs:.1f} writes of one statement "
-                  f"in autocommit: {commits:.1f} commits)")
+                  f"({sql_count.begins(sent_sql) / runs:.1f} transactions BEGIN ... COMMIT"
+                  + ("" if sqlite else
+                     f", and {sent_sql.get('autocommit', 0) / runs:.1f} writes of one "
+                     f"statement in autocommit: {commits:.1f} commits") + ")")
         if most_sent:
             print(f"  the {len(most_sent)} statements sent most, per approval:")
             for n, sql in most_sent:
@@ -464,7 +473,7 @@ async def bench(runs: int, concurrency: int, mode: str, db_url: str | None,
             print(f"  p99 click -> tool start <= 50 ms: {pct(starts, .99):.1f}  "
                   f"{'PASS' if pct(starts, .99) <= 50 else 'FAIL'}")
             print(f"  serve CPU per approval <= 2 ms: {cpu:.1f}  {'PASS' if cpu <= 2 else 'FAIL'}")
-        if targets and sent_sql:
+        if targets and sent_sql and not sqlite:
             print("targets on PostgreSQL (issue 50; times and CPU only on a quiet machine)")
             per = sent_sql["all"] / runs
             print(f"  statements per approval <= 15: {per:.1f}  {'PASS' if per <= 15 else 'FAIL'}")
@@ -494,8 +503,9 @@ def main() -> int:
     p.add_argument("--mode", choices=["effect", "ack"], default="effect")
     p.add_argument("--db", default=None, help="database URL (default: a temp SQLite file)")
     p.add_argument("--statements", type=int, default=0, metavar="N",
-                   help="on PostgreSQL, also print the N statements the serve process sent "
-                        "most, per approval (where a cheaper decision path would start)")
+                   help="also print the N statements the serve process sent most, per "
+                        "approval (where a cheaper decision path would start); on SQLite "
+                        "this also counts them (a trace callback per statement)")
     p.add_argument("--sensitive", action="store_true",
                    help="run twice, plain calls then calls with sensitive arguments, and "
                         "print what masking and sealing add")

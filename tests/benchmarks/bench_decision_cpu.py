@@ -16,8 +16,10 @@ The MCP gateway's server runs in its own process (not counted: what it costs is 
 Baselines in the same run: ``GET /healthz`` carrying the same bearer header (a bare
 request through the same HTTP app and client, the token not checked), a signed one
 (``POST /v1/requests`` with the API face's token, checked from memory as an auto
-decision's is, and a body of ``{}``, refused with 422 before the runtime), and a bare
-``SELECT 1`` write transaction (``Database.transact``, no HTTP). Then each face's auto
+decision's is, and a body of ``{}``, refused with 422 before the runtime), a bare
+``SELECT 1`` write transaction (``Database.transact``, no HTTP: BEGIN, the statement
+through SQLAlchemy, COMMIT), and the same ``SELECT 1`` sent as an auto decision's one
+statement is (planned, alone: ``Database.write_one``). Then each face's auto
 decision (``--faces``):
 
 * ``hook``: ``POST /v1/hooks/claude-code?wait=0``, a ``PreToolUse`` of ``ls …``;
@@ -28,6 +30,11 @@ Each call has its own arguments (none joins another's request). The figure per f
 printed beside the baseline's, and as the difference (what the decision adds to a bare
 request). ``--profile FACE`` runs that face's calls once more under cProfile and prints
 the functions by own time and by cumulative time, with their call counts per decision.
+``--callers N`` (N > 1) makes the calls from N connections at once and prints, per round,
+the rate and the audit chain's turn: one process's chainings send their statements one
+at a time, each after the one before was answered; the share of the wall time with one
+in flight and the time from one's answer to the next one's sending show whether that
+turn is what the decisions queue in.
 
 On PostgreSQL ``--db`` names a server (``postgresql+asyncpg://postgres@127.0.0.1:5432/test``):
 a database of the run's own is made there and dropped afterwards. Default: a temporary
@@ -42,6 +49,7 @@ import argparse
 import asyncio
 import cProfile
 import io
+import itertools
 import json
 import os
 import pstats
@@ -154,6 +162,23 @@ async def select_one(db: object) -> Callable[[int], Awaitable[None]]:
     return one
 
 
+async def select_one_alone(db: object) -> Callable[[int], Awaitable[None]]:
+    """``SELECT 1`` as an auto decision's statement is sent: registered for the plan path
+    (``store/fastsql.py``) and written alone (``Database.write_one``: on PostgreSQL one
+    statement in autocommit on a kept connection, no BEGIN or COMMIT)."""
+    import sqlalchemy as sa
+    from approvald.store.db import Database
+    from approvald.store.fastsql import fast
+
+    assert isinstance(db, Database)
+    stmt = fast(sa.select(sa.literal_column("1")))
+
+    async def one(i: int) -> None:
+        async with db.write_one() as tx:
+            await tx.conn.execute(stmt, {})
+    return one
+
+
 class Counter:
     def __init__(self) -> None:
         self.i = 0
@@ -178,14 +203,55 @@ async def cpu_per_call(fns: list[Callable[[int], Awaitable[None]]], n: int, roun
         await run(min(n, 200))
     out = []
     for _ in range(rounds):
-        t, t0 = time.process_time(), os.times()
+        if TURNS is not None:
+            TURNS.spans.clear()
+        t, t0, w = time.process_time(), os.times(), time.perf_counter()
         await run(n)
         calls = n // len(fns) * len(fns)
         out.append((time.process_time() - t) / calls * 1000)
         t1 = os.times()
         SYSTEM.append((t1.system - t0.system) / calls * 1000)
+        if TURNS is not None and (line := TURNS.said(time.perf_counter() - w, calls)):
+            print(line)
     return out
 
+
+class Turns:
+    """With several callers: the audit chain's statements (each auto decision's one,
+    ``AuditRepo.append_alone``), timed from their sending to their answer. One process's
+    chainings send them one at a time (each after the one before was answered): the
+    share of the wall time with one in flight, and the time from one's answer to the
+    next one's sending, say whether that turn is what the decisions queue in."""
+
+    def __init__(self) -> None:
+        from approvald.store.repos.audit import AuditRepo
+
+        self.spans: list[tuple[float, float]] = []
+        original = AuditRepo.append_alone
+        spans = self.spans
+
+        async def timed(repo: AuditRepo, *a: object, **kw: object) -> None:
+            t = time.perf_counter()
+            try:
+                await original(repo, *a, **kw)  # type: ignore[arg-type]
+            finally:
+                spans.append((t, time.perf_counter()))
+        AuditRepo.append_alone = timed  # type: ignore[method-assign]
+
+    def said(self, wall: float, calls: int) -> str:
+        spans = sorted(self.spans)
+        self.spans.clear()
+        if len(spans) < 2:
+            return ""
+        gaps = [b[0] - a[1] for a, b in itertools.pairwise(spans) if b[0] > a[1]]
+        flight = statistics.median(e - t for t, e in spans)
+        return (f"    {calls / wall:.0f} a second; the chain's statement in flight "
+                f"{sum(e - t for t, e in spans) / wall:.0%} of the wall (median "
+                f"{flight * 1000:.2f} ms), from one's answer to the next one's sending "
+                f"median {statistics.median(gaps or [0.0]) * 1e6:.0f} us")
+
+
+TURNS: Turns | None = None
 
 # the kernel's share of each round (its sockets: the client's, the server's, the database
 # connection's), in milliseconds per call: what fewer round trips save, not less Python
@@ -231,6 +297,9 @@ async def bench(a: argparse.Namespace) -> int:
     from approvald.bot.wiring import open_database
 
     logging.basicConfig(level=logging.ERROR)
+    global TURNS
+    if a.callers > 1:
+        TURNS = Turns()
     settings = Settings()
     db = await open_database(settings, quiet=True)
     service = Service(settings, db)
@@ -244,6 +313,7 @@ async def bench(a: argparse.Namespace) -> int:
         one = await select_one(db)
         fns = {k: [f[k] for f in per_client] for k in per_client[0]}
         fns["select1"] = [one] * a.callers
+        fns["select1_alone"] = [await select_one_alone(db)] * a.callers
         counter = Counter()
         faces = [f for f in a.faces.split(",") if f]
         print(f"database: {db.display_url}; {os.cpu_count()} cores, load average "
@@ -256,6 +326,8 @@ async def bench(a: argparse.Namespace) -> int:
         print(f"  {'baseline: signed POST /v1/requests, 422':44} {figure(signed)}")
         sel = await cpu_per_call(fns["select1"], a.calls, a.rounds, counter)
         print(f"  {'baseline: bare SELECT 1 write transaction':44} {figure(sel)}")
+        alone = await cpu_per_call(fns["select1_alone"], a.calls, a.rounds, counter)
+        print(f"  {'baseline: SELECT 1 planned, sent alone':44} {figure(alone)}")
         for face in faces:
             ms = await cpu_per_call(fns[face], a.calls, a.rounds, counter)
             print(f"  {face + ' auto decision':44} {figure(ms)}  (+"
@@ -292,8 +364,12 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--faces", default=",".join(FACES))
     p.add_argument("--callers", type=int, default=1, help="connections at once, each making "
-                   "its calls one at a time (default 1: the CPU of a call alone)")
-    p.add_argument("--profile", choices=[*FACES, "healthz", "signed", "select1"],
+                   "its calls one at a time (default 1: the CPU of a call alone); with more "
+                   "than one, each round also prints its rate and the audit chain's turn "
+                   "(its statements' share of the wall time, and the time from one's answer "
+                   "to the next one's sending)")
+    p.add_argument("--profile", choices=[*FACES, "healthz", "signed", "select1",
+                                             "select1_alone"],
                    default=None)
     p.add_argument("--top", type=int, default=45, help="functions printed per profile order")
     p.add_argument("--dump", default=None, help="write the profile's stats to this file")
