@@ -220,7 +220,9 @@ class Settings(BaseSettings):
         True, validation_alias=_env("APPROVALD_MCP_FAST_PATH"),
         description="a 2025-era client's tools/call is answered by serve's handler, with the MCP "
                     "SDK's kernel but without its per-request transport machinery (the same "
-                    "answer on the wire); 0: every request through the SDK's transport")
+                    "answer on the wire), and a gateway's stdio server is spoken to by the "
+                    "SDK's session without its stdio transport's relay tasks (the same bytes "
+                    "on the pipes); 0: the SDK's transports for both")
     policy_file: Path | None = Field(
         None, validation_alias=_env("APPROVALD_POLICY_FILE"),
         description="the TOML policy file: per-tool overrides of the policies declared in code, "

@@ -33,7 +33,7 @@ from typing import Annotated, Any
 import mcp_types as types
 from aiohttp import web
 from approvald.bot.asgi import answer
-from approvald.bot.mcp import fastcall
+from approvald.bot.mcp import fastcall, stdio
 from approvald.bot.mcp.fastcall import FastCall
 from approvald.bot.mcp.front import Front
 from approvald.bot.mcp.gateway import Gateway, Refused
@@ -52,6 +52,7 @@ from approvald.bot.mcp.upstream import Upstream
 from approvald.runtime import ConfigError, Engine, Source, api_tokens
 from approvald.store.repos.external import TokenRecord
 from mcp import Client, MCPError, StdioServerParameters
+from mcp.client import Transport
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
@@ -146,9 +147,15 @@ class HttpGateway:
         """Reach the upstream (checking the policy's rules against its tools) and start the
         transport; both end with ``stack``."""
         c = self.config
-        target: StdioServerParameters | str = (
+        target: StdioServerParameters | str | Transport = (
             StdioServerParameters(command=c.command[0], args=c.command[1:],
                                   env=server_environment()) if c.command else str(c.url))
+        if isinstance(target, StdioServerParameters) and self.fast_path:
+            if gaps := stdio.missing():  # a release of the SDK without them: its transport
+                log.warning("MCP gateway %s: its stdio transport is the SDK's: the mcp SDK "
+                            "lacks %s", self.name, ", ".join(gaps))
+            else:  # the same process and bytes, without the SDK's relay tasks
+                target = stdio.stdio_transport(target)
         # a stdio server's one session: what it sends back goes to the client in flight
         inflight = InFlight() if c.command else None
         try:

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx2
 import pytest
 from approvald.bot.config import Settings
-from approvald.bot.mcp import fastcall
+from approvald.bot.mcp import fastcall, stdio
 from approvald.bot.mcp.upstream import http_client
 from approvald.bot.serve import _mcp_gateways
 
@@ -44,3 +44,11 @@ async def test_a_sessions_http_client_is_the_sdks_default_with_a_kept_tls_contex
         assert ours.follow_redirects == sdk.follow_redirects
         assert dict(ours.headers) == dict(sdk.headers)
         assert ours.trust_env == sdk.trust_env
+
+
+def test_every_private_name_the_stdio_transport_calls_is_there() -> None:
+    assert stdio.RELIES_ON
+    gone = stdio.missing()
+    assert not gone, (f"mcp {version('mcp')} lacks {', '.join(gone)}, which "
+                      "bot/mcp/stdio.py relies on: adapt it to this release (or bound mcp "
+                      "below it in pyproject.toml); APPROVALD_MCP_FAST_PATH=0 runs without it")
