@@ -208,7 +208,7 @@ def _rewrite_once(config: pytest.Config, paths: list[Path]) -> None:
 
 
 # -- the inner loop runs in this process -------------------------------------------------
-# `pytest -m "not slow"` answers in about two minutes because none of its tests starts a
+# `pytest -m "not slow"` answers in two to three minutes because none of its tests starts a
 # process: an approvald, a browser or a shell costs a second or more of two shared cores.
 # A test that must (a SIGKILL, a server's lifecycle, a closed pipe, a real browser) carries
 # the ``slow`` mark; one that starts a process without it fails, saying so.
