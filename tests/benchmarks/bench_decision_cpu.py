@@ -59,6 +59,7 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
@@ -348,12 +349,21 @@ async def bench(a: argparse.Namespace) -> int:
                 prof.dump_stats(a.dump)
         return 0
     finally:
-        for c in clients:
-            await c.close()
-        service.stop_event.set()
-        await service.stop(grace=1.0)
-        await db.close()
-        await drop()
+        await shut_down(clients, service, db, drop)
+
+
+async def shut_down(clients: list[Client], service: Any, db: Any,
+                    drop: Callable[[], Awaitable[None]], *more: Any) -> None:
+    """The benchmark's clients closed, ``serve`` stopped, its database closed and dropped
+    (``more``: other connections to close before the drop)."""
+    for c in clients:
+        await c.close()
+    service.stop_event.set()
+    await service.stop(grace=1.0)
+    await db.close()
+    for conn in more:
+        await conn.close()
+    await drop()
 
 
 def main() -> int:

@@ -184,12 +184,7 @@ async def waits(a: argparse.Namespace) -> None:
             print(f"  {what:44} {count[what] / done:4.1f} a decision, "
                   f"{spent[what] / count[what] * 1000:8.2f} ms each")
     finally:
-        for c in clients:
-            await c.close()
-        service.stop_event.set()
-        await service.stop(grace=1.0)
-        await db.close()
-        await drop()
+        await cpu.shut_down(clients, service, db, drop)
 
 
 def main() -> int:

@@ -63,7 +63,7 @@ sys.path.insert(0, str(HERE.parents[1]))
 sys.path.insert(0, str(HERE))
 
 from bench_common import setup_database
-from bench_decision_cpu import Client, Counter, calls, select_one, serve_environment
+from bench_decision_cpu import Client, Counter, calls, select_one, serve_environment, shut_down
 from bench_history import Captured
 from sqlalchemy import text
 
@@ -371,13 +371,7 @@ async def bench(a: argparse.Namespace) -> int:
                 await explain(mon_conn, last[shape][-20:], a.explain, a.texts)
         return 0
     finally:
-        for c in clients:
-            await c.close()
-        service.stop_event.set()
-        await service.stop(grace=1.0)
-        await db.close()
-        await mon_conn.close()
-        await drop()
+        await shut_down(clients, service, db, drop, mon_conn)
 
 
 def main() -> int:
