@@ -16,28 +16,45 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class Selected:
-    """A plugin that keeps the node ids of the items left after ``-m``'s deselection."""
+    """A plugin that keeps what ``-m`` made of the suite: the node ids of the items it left,
+    and the names of the marks each item carried when it judged them (``pytest_deselected``
+    is called with the items it leaves out as it leaves them out)."""
 
     def __init__(self) -> None:
         self.ids: list[str] = []
+        self.marks: dict[str, set[str]] = {}
+
+    def pytest_deselected(self, items: list[pytest.Item]) -> None:
+        self.marks.update((item.nodeid, {m.name for m in item.iter_markers()})
+                          for item in items)
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.ids = [item.nodeid for item in session.items]
+        self.marks.update((item.nodeid, {m.name for m in item.iter_markers()})
+                          for item in session.items)
+
+    def marked(self, name: str) -> list[str]:
+        """The items ``-m NAME`` selects: those that carry the mark ``name``."""
+        return [node for node, marks in self.marks.items() if name in marks]
 
 
-def collected(marker: str) -> list[str]:
+def collected(marker: str) -> Selected:
     selected = Selected()
     code = pytest.main(
         ["--collect-only", "-q", "-p", "no:cacheprovider", "-o", "addopts=", "-n", "0",
          "--rootdir", str(ROOT), "-c", str(ROOT / "pyproject.toml"), "-m", marker,
          str(ROOT / "tests")], plugins=[selected])
     assert code == pytest.ExitCode.OK, code
-    return selected.ids  # relative to the root: tests/unit/test_gate.py::...
+    return selected  # node ids relative to the root: tests/unit/test_gate.py::...
 
 
 def test_pytest_m_postgres_selects_the_postgresql_tests() -> None:
-    tests = collected("postgres")
+    """One collection of the suite (about 3 s of CPU, once): what ``-m postgres`` selects,
+    and what ``-m sqlite`` would, read from the marks the items carried as ``-m`` judged
+    them."""
+    run = collected("postgres")
+    tests = run.ids
     assert tests and all("[sqlite" not in t for t in tests)
     # the db_url fixture's postgres param, a test that picks it (indirect), one that asks
     # for pg_url itself, and one marked by hand
@@ -46,7 +63,8 @@ def test_pytest_m_postgres_selects_the_postgresql_tests() -> None:
                      "tests/integration/test_migrations.py::test_empty_database_upgrades",
                      "tests/acceptance/test_dead_ends.py::test_a_missing_postgresql_database"):
         assert any(expected in t for t in tests), expected
-    sqlite = collected("sqlite")
+    assert sorted(tests) == sorted(run.marked("postgres"))  # -m judged by the marks read
+    sqlite = run.marked("sqlite")
     assert sqlite and all("[postgres" not in t for t in sqlite)
     assert not set(tests) & set(sqlite)
 
