@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import importlib
 import inspect
 import io
@@ -385,10 +386,23 @@ def bounds(field: Any) -> str:
     return ", ".join(out)
 
 
+@functools.cache
+def _source(obj: Any) -> str:
+    """The dedented source of a class or function, read once a process: finding it
+    (``inspect.getsource`` tokenizes the module) was most of a render's time, and a test run
+    renders the pages several times."""
+    return textwrap.dedent(inspect.getsource(obj))
+
+
 def field_comments(cls: type) -> dict[str, str]:
     """The comments written on or just above each field of a class (``# ...``)."""
+    return dict(_field_comments(cls))  # a copy: callers add to it
+
+
+@functools.cache
+def _field_comments(cls: type) -> dict[str, str]:
     try:
-        source = textwrap.dedent(inspect.getsource(cls))
+        source = _source(cls)
     except (OSError, TypeError):
         return {}
     comments: dict[int, str] = {}
@@ -420,7 +434,7 @@ def validator_messages(model: type[Any], field: str) -> list[str]:
     for dec in model.__pydantic_decorators__.field_validators.values():
         if field not in dec.info.fields:
             continue
-        tree = ast.parse(textwrap.dedent(inspect.getsource(dec.func)))
+        tree = ast.parse(_source(dec.func))
         for node in ast.walk(tree):
             if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) and \
                     node.exc.args and isinstance(node.exc.args[0], ast.Constant):
@@ -692,7 +706,7 @@ def _resolve(name: str, where: dict[str, Any]) -> Callable[..., Any] | None:
 
 
 def _source_tree(fn: Callable[..., Any]) -> ast.AST:
-    return ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    return ast.parse(_source(fn))
 
 
 def _is_document(node: ast.AST) -> bool:

@@ -5,6 +5,10 @@ builders, the policy models and the exit codes, and compared with the committed 
 Beyond the byte comparison, the three lists a reader relies on most are checked both ways
 by name: every CLI option, setting and metric in the code is in its page, and every one a
 page lists still exists. Each failure says to run ``python docs/gen_reference.py``.
+
+The module's tests run on one xdist worker (``xdist_group``, --dist loadgroup): four of them
+render every page, and the generator reads the code's source once a process (about 1 s of
+CPU), so the renders after the first cost a tenth of it, not a second each on other workers.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from tests.docs.reference_pages import (
     documented_settings,
     generator,
 )
+
+pytestmark = pytest.mark.xdist_group("docs_reference")
 
 gen = generator()
 
