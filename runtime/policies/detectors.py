@@ -40,9 +40,10 @@ _KEY_FORMS: tuple[tuple[str, str], ...] = (
 )
 _KEYS = re.compile("|".join(rf"\b(?P<k{i}>{pre}){rest}"
                             for i, (pre, rest) in enumerate(_KEY_FORMS)))
-# one search that every text with a secret in it matches (most texts have none)
-_ANY = re.compile("|".join([_CARD.pattern, _IBAN.pattern, "PRIVATE KEY-----",
-                            *(rf"\b(?:{pre}){rest}" for pre, rest in _KEY_FORMS)]))
+# what every text with a secret in it matches (most texts have none): one search a
+# detector, not one of their alternation, which tried every detector at every character,
+# about 2.5 times the CPU on a long text without a secret
+_ANY = (re.compile("PRIVATE KEY-----"), _IBAN, _CARD, _KEYS)
 
 
 @dataclass(frozen=True)
@@ -155,7 +156,7 @@ def _found(text: str, detectors: Detectors) -> list[tuple[int, int, str]]:
 
 def _spans(text: str, on: frozenset[str]) -> list[tuple[int, int, str]]:
     """(start, end, mask) of each secret the detectors named ``on`` find in ``text``."""
-    if not _ANY.search(text):
+    if not any(p.search(text) for p in _ANY):
         return []
     spans: list[tuple[int, int, str]] = []
     if "private_key" in on and "PRIVATE KEY-----" in text:
