@@ -111,8 +111,13 @@ class _Recorder:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    global _spawn
     directory = os.environ.get("SUITE_CPU_DIR")
     if directory:
+        # what starts a process now, not when this module was imported: tests/conftest.py's
+        # refusal of a process to a test not marked slow (loaded after ``-p suite_cpu``,
+        # before this hook) stays in force, and its own test passes
+        _spawn = subprocess.Popen.__init__
         subprocess.Popen.__init__ = _popen_init  # type: ignore[method-assign]
         config.pluginmanager.register(_Recorder(Path(directory)), "suite-cpu")
 
