@@ -9,8 +9,9 @@ it, line by line, to the session's dispatcher, each hand-over a turn of the even
 anyio's stream machinery (about a third of the SDK client's Python calls per forwarded
 call). Here a message the session sends is written on the server's stdin as it is sent (on
 the asyncio writer under anyio's wrapper, :data:`WRITER`, without the wrapper's checkpoint:
-a turn of the event loop), and what the server writes on its stdout is parsed as it arrives and queued for the session's
-dispatcher, which takes it without waiting when it is there. The same bytes go over the
+a turn of the event loop), and what the server writes on its stdout is parsed as it
+arrives and queued for the session's dispatcher, which takes it without waiting when it is
+there. The same bytes go over the
 pipes (one JSON-RPC message a line, as the SDK writes it); requests are sent as they come
 and answered in any order (their JSON-RPC ids), as before.
 
