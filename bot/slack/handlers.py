@@ -37,7 +37,7 @@ class DirectClicks(AsyncMiddleware):
     one raises where bolt's matcher did, the same 500); every other request, and the
     legacy shapes bolt also routes by these ids (attachment actions, dialogs), goes on to
     the listeners, which are registered as before. The signature was checked before bolt
-    saw the request (:mod:`.transport`). ``tests/unit/test_click_cpu.py`` pins it.
+    saw the request (:mod:`.transport`). ``tests/integration/test_direct_clicks.py`` pins it.
     """
 
     def __init__(self, listeners: Mapping[str, Listener]) -> None:
