@@ -40,13 +40,15 @@ CHAINED = "WITH guessed"  # how a statement sent alone with its rows and entries
 
 class Held:
     """The ``nth`` chained statement sent alone (counted from 1, as this test sends them)
-    held before the driver sends it, until ``release`` is set: ``sent`` is set then."""
+    held before the driver sends it, until ``release`` is set: ``sent`` is set then, and
+    ``pid`` is its connection's server process."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, nth: int) -> None:
         import asyncpg.prepared_stmt  # type: ignore[import-untyped]
 
         self.sent, self.release = asyncio.Event(), asyncio.Event()
         self.seen = 0
+        self.pid = 0
         fetch = asyncpg.prepared_stmt.PreparedStatement.fetch
         held = self
 
@@ -54,6 +56,7 @@ class Held:
             if stmt._query.startswith(CHAINED):
                 held.seen += 1
                 if held.seen == nth:
+                    held.pid = stmt._connection.get_server_pid()
                     held.sent.set()
                     await held.release.wait()
             return await fetch(stmt, *args, **kwargs)
@@ -224,3 +227,38 @@ async def test_a_cancelled_leader_loses_none_of_the_others(
     # the leader's too once its statement was in flight; never a run without its request
     assert len(runs) == 1 + len(ids) + (when == "in_flight")
     await _chained_whole(engine, {r.id for r in runs})
+
+
+@PG
+async def test_a_connection_lost_under_the_batch_is_raised_to_each_member(
+        make_engine, statements: Statements, monkeypatch) -> None:  # noqa: F811
+    """The batch's connection dies under its statement (the server ended its backend):
+    its outcome is unknown (in autocommit it may have committed), so each member is told
+    the error, as one decision sent alone would be, and none is written again; the next
+    decision finds the head unknown and is chained under its lock, the chain whole."""
+    from sqlalchemy.exc import DBAPIError
+
+    engine, token = await _engine(make_engine)
+    held = Held(monkeypatch, 1)
+    batch = Held(monkeypatch, 2)
+    until = joined(monkeypatch, engine)
+    window = statements.during()
+    first = _ask(engine, token, 0)
+    await held.sent.wait()
+    rest = [_ask(engine, token, i) for i in range(1, 4)]
+    await until(4)
+    held.release.set()
+    await batch.sent.wait()
+    # (ended before the statement is sent: the call waits until the backend is gone)
+    await Rows.of(engine).select(f"SELECT pg_terminate_backend({batch.pid}, 10000)")
+    batch.release.set()
+    await first
+    outcomes = await asyncio.gather(*rest, return_exceptions=True)
+    assert all(isinstance(o, DBAPIError) for o in outcomes), outcomes
+    assert "BEGIN;" not in window.sent, window.sent  # none written again
+    doc, new = await engine.open_request(token, NewRequest(
+        tool="read_metrics", args={"n": 9}, requested_by="U_DANA"))
+    assert new
+    await _chained_whole(engine, {doc["id"]})
+    runs = [r for r in await Rows.of(engine).runs(limit=50) if r.agent == "external:bot"]
+    assert len(runs) == 3  # the one before, the first, the last: nothing of the batch
