@@ -273,7 +273,10 @@ class Database:
         return Tx(self._leased(lease), self.dialect, server_time=self.server_time)
 
     def _alone_on_lease(self, lease: Lease) -> Tx:
-        return Tx(self._leased(lease), self.dialect, server_time=self.server_time, alone=True)
+        leases = self._leases
+        assert leases is not None
+        return Tx(self._leased(lease), self.dialect, server_time=self.server_time, alone=True,
+                  lend=lambda: leases.lend(lease))
 
     def _leased(self, lease: Lease) -> Conn:
         return Conn(self._plans, conn=lease.conn, adapted=lease.adapted, kept=lease.kept)
@@ -321,11 +324,23 @@ class Database:
     @asynccontextmanager
     async def _write_one(self) -> AsyncIterator[Tx]:
         assert self._autocommit is not None
-        async with self._autocommit.connect() as conn:
+        conn = self._autocommit.connect()
+        await conn.start()
+        lent = False
+
+        def lend() -> Callable[[BaseException | None], Awaitable[None]]:
+            nonlocal lent
+            lent = True
+            return lambda _exc: asyncio.shield(conn.close())
+
+        try:
             tx = Tx(Conn(self._plans, conn=conn), self.dialect, server_time=self.server_time,
-                    alone=True)
+                    alone=True, lend=lend)
             yield tx
             await _alone_hooks(tx)
+        finally:
+            if not lent:  # (as its own ``async with`` would close it)
+                await asyncio.shield(conn.close())
 
     async def transact_one(self, work: Callable[[Tx], Awaitable[T]], *,
                            what: str = "transaction") -> T:

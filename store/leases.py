@@ -52,6 +52,8 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 T = TypeVar("T")
+# the end of a connection lent out (Leases.lend): awaited with the error it ended with, or None
+End = Callable[[BaseException | None], Awaitable[None]]
 log = logging.getLogger("approvald.store")
 
 
@@ -59,7 +61,7 @@ class Lease:
     """A connection checked out of the pool and kept: SQLAlchemy's, the asyncpg
     adapter under it, and asyncpg's own."""
 
-    __slots__ = ("adapted", "conn", "driver", "epoch", "kept", "since", "sync")
+    __slots__ = ("adapted", "conn", "driver", "epoch", "kept", "owner", "since", "sync")
 
     def __init__(self, conn: AsyncConnection, epoch: int) -> None:
         self.conn = conn
@@ -73,6 +75,8 @@ class Lease:
         # its prepared statements by SQL (store/private_sqlalchemy.py: execute): one dict
         # look-up a statement; they go with the connection
         self.kept: dict[str, Any] = {}
+        # the block (Leased) it is in use by; another once that block lent it out
+        self.owner: Any = None
 
 
 class Leases:
@@ -118,6 +122,31 @@ class Leases:
                    ) -> Leased[T]:
         """The same for statements each committed on its own (no BEGIN)."""
         return Leased(self, open_, before_commit, autocommit=True)
+
+    def lend(self, lease: Lease) -> End:
+        """Hand ``lease``, in use in autocommit by a block (:meth:`autocommit`), over to
+        work that may outlive that block (its holder cancelled): the block leaves it
+        alone from now on, and the work ends it by awaiting the function returned, with
+        None (given back to be kept) or the error it ended with (rolled back, or closed
+        when its state is unknown: a cancellation)."""
+        lease.owner = None
+
+        async def end(exc: BaseException | None) -> None:
+            await asyncio.shield(self._finish(lease, exc))
+        return end
+
+    async def _finish(self, lease: Lease, exc: BaseException | None) -> None:
+        """End the use in autocommit of ``lease``, which ended with ``exc`` (None: none)."""
+        try:
+            if exc is None and lease.sync.in_transaction():  # (SQLAlchemy's record of one)
+                await lease.conn.commit()
+        except BaseException as err:
+            exc = err
+        private_sqlalchemy.set_autocommit(lease.adapted, False)
+        if exc is not None:
+            await self._abandon(lease, exc)
+        else:
+            await self.give_back(lease)
 
     @asynccontextmanager
     async def borrowed(self) -> AsyncIterator[AsyncConnection]:
@@ -330,6 +359,7 @@ class Leased(Generic[T]):
 
     async def __aenter__(self) -> T:
         lease = self._lease = await self._leases.take()
+        lease.owner = self
         if self._autocommit:
             private_sqlalchemy.set_autocommit(lease.adapted, True)
         try:
@@ -350,6 +380,8 @@ class Leased(Generic[T]):
         try:
             if self._before is not None:
                 await self._before(self._value)
+                if lease.owner is not self:  # lent out (Leases.lend): its borrower ends it
+                    return
             if self._autocommit:
                 if lease.sync.in_transaction():  # SQLAlchemy's record of one: no round trip
                     await lease.conn.commit()
@@ -362,6 +394,8 @@ class Leased(Generic[T]):
         await self._leases.give_back(lease)
 
     async def _failed(self, lease: Lease, exc: BaseException) -> None:
+        if lease.owner is not self:  # lent out: its borrower ends it
+            return
         if self._autocommit:
             private_sqlalchemy.set_autocommit(lease.adapted, False)
         await self._leases._abandon(lease, exc)

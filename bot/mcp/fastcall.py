@@ -31,12 +31,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 import anyio
-import pydantic_core
 from aiohttp import web
 from approvald.bot.asgi import GONE_POLL, answer, scope_of
 from mcp.server.connection import Connection
 from mcp.server.lowlevel import Server
-from mcp.server.runner import serve_one
+from mcp.server.runner import ServerRunner, aclose_shielded
 from mcp.server.streamable_http import CONTENT_TYPE_JSON, CONTENT_TYPE_SSE, check_accept_headers
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
@@ -80,6 +79,7 @@ def missing() -> list[str]:
     return [f"{what}.{name}" for what, name in RELIES_ON if not hasattr(made, name)]
 
 
+KEEP_PASSED = 64  # header values kept as passing the SDK's checks (then forgotten, all)
 SEP = EventSourceResponse.DEFAULT_SEPARATOR
 PING = EventSourceResponse.DEFAULT_PING_INTERVAL
 # the headers the SDK's stateless transport gives its SSE response (no session id)
@@ -174,40 +174,67 @@ class Exchange:
 class _Watch:
     """While one request is answered: a keep-alive ping every :data:`PING` seconds, as
     the SDK's SSE response sends, and a look every :data:`GONE_POLL` seconds at whether
-    the client went away (the call is then cancelled, as the SDK cancels it). Timers,
-    not tasks: a call answered at once costs two scheduled callbacks."""
+    the client went away (the call is then cancelled, as the SDK cancels it). Kept in a
+    :class:`_Watches`, whose one timer looks at every request answered meanwhile."""
 
-    def __init__(self, request: web.Request, response: web.StreamResponse) -> None:
+    def __init__(self, request: web.Request, response: web.StreamResponse,
+                 ping_at: float) -> None:
         self.request = request
         self.response = response
         self.task = asyncio.current_task()
-        self.loop = asyncio.get_running_loop()
+        self.ping_at = ping_at
         self.gone = False
-        self._pinging: asyncio.Task[None] | None = None
-        self._ping = self.loop.call_later(PING, self._pinged)
-        self._look = self.loop.call_later(GONE_POLL, self._looked)
 
-    def _looked(self) -> None:
-        transport = self.request.transport
-        if transport is None or transport.is_closing():
-            self.gone = True
-            if self.task is not None:
-                self.task.cancel()
+
+class _Watches:
+    """The requests being answered here, looked at by one timer every :data:`GONE_POLL`
+    seconds while there are any (issue 50: two timers per request, set and cancelled,
+    were about 45 of an auto decision's Python calls; a call answered at once now costs
+    a set's add and discard)."""
+
+    def __init__(self) -> None:
+        self._on: set[_Watch] = set()
+        self._timer: asyncio.TimerHandle | None = None
+        self._pinging: set[asyncio.Task[None]] = set()
+
+    def add(self, request: web.Request, response: web.StreamResponse) -> _Watch:
+        loop = asyncio.get_running_loop()
+        watch = _Watch(request, response, loop.time() + PING)
+        self._on.add(watch)
+        if self._timer is None:
+            self._timer = loop.call_later(GONE_POLL, self._look)
+        return watch
+
+    def discard(self, watch: _Watch) -> None:
+        self._on.discard(watch)
+
+    def _look(self) -> None:
+        self._timer = None
+        if not self._on:
             return
-        self._look = self.loop.call_later(GONE_POLL, self._looked)
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        for watch in list(self._on):
+            transport = watch.request.transport
+            if transport is None or transport.is_closing():
+                watch.gone = True
+                self._on.discard(watch)
+                if watch.task is not None:
+                    watch.task.cancel()
+            elif now >= watch.ping_at:
+                watch.ping_at = now + PING
+                said = ensure_bytes(ServerSentEvent(comment=f"ping - {datetime.now(UTC)}",
+                                                    sep=SEP), SEP)
+                task = loop.create_task(_send(watch.response, said))
+                self._pinging.add(task)
+                task.add_done_callback(self._pinging.discard)
+        if self._on:
+            self._timer = loop.call_later(GONE_POLL, self._look)
 
-    def _pinged(self) -> None:
-        said = ensure_bytes(ServerSentEvent(comment=f"ping - {datetime.now(UTC)}", sep=SEP), SEP)
-        self._pinging = self.loop.create_task(self._send(said))
-        self._ping = self.loop.call_later(PING, self._pinged)
 
-    async def _send(self, said: bytes) -> None:
-        with contextlib.suppress(*GONE):
-            await self.response.write(said)
-
-    def stop(self) -> None:
-        self._ping.cancel()
-        self._look.cancel()
+async def _send(response: web.StreamResponse, said: bytes) -> None:
+    with contextlib.suppress(*GONE):
+        await response.write(said)
 
 
 async def _nothing() -> AsyncIterator[bytes]:
@@ -226,6 +253,10 @@ class FastCall:
         self.security = TransportSecurityMiddleware(security)
         self.max_body = max_body
         self._headers: list[tuple[str, str]] | None = None
+        self.watches = _Watches()
+        # (Content-Type, Host, Origin, Accept) the SDK's checks let through: its checks
+        # read nothing else, so a request with the same values passes them again
+        self._passed: set[tuple[str | None, ...]] = set()
 
     def headers(self) -> list[tuple[str, str]]:
         """The SDK's SSE response's headers, as its response makes them (worked out once)."""
@@ -237,7 +268,8 @@ class FastCall:
 
     async def answer(self, request: web.Request, body: bytes, said: Any,
                      **scope_extra: Any) -> web.StreamResponse | None:
-        """The response to ``request`` (``body``, already read; ``said``, its JSON), or
+        """The response to ``request`` (``body``, already read; ``said``, its JSON as
+        :func:`pydantic_core.from_json` parses it, the SDK's transport's parser), or
         None when it is not one answered here: the SDK answers it. A request for the
         SDK's stateless transport with a Host or Origin its security check refuses gets
         that check's response, which the SDK's transport gives first."""
@@ -248,16 +280,21 @@ class FastCall:
         if version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS:
             return None  # a 2026-07-28 request: the SDK's single-exchange entry
         asgi = Request(scope_of(request, **scope_extra))
-        refused = await self.security.validate_request(asgi, is_post=True)
-        if refused is not None:  # the SDK's refusal, as its transport answers it first
-            return await answer(refused, request, body=body, **scope_extra)
-        has_json, has_sse = check_accept_headers(asgi)
-        if not (has_json and has_sse) or not _json_content(asgi):
-            return None
-        try:
-            message = jsonrpc_message_adapter.validate_python(pydantic_core.from_json(body),
-                                                              by_name=False)
-        except ValueError:  # not JSON, or not JSON-RPC (a ValidationError is one too)
+        h = request.headers
+        seen = (h.get("Content-Type"), h.get("Host"), h.get("Origin"), h.get("Accept"))
+        if seen not in self._passed:
+            refused = await self.security.validate_request(asgi, is_post=True)
+            if refused is not None:  # the SDK's refusal, as its transport answers it first
+                return await answer(refused, request, body=body, **scope_extra)
+            has_json, has_sse = check_accept_headers(asgi)
+            if not (has_json and has_sse) or not _json_content(asgi):
+                return None
+            if len(self._passed) >= KEEP_PASSED:
+                self._passed.clear()
+            self._passed.add(seen)
+        try:  # ``said`` is the body's JSON: parsed once, by serve's handler
+            message = jsonrpc_message_adapter.validate_python(said, by_name=False)
+        except ValueError:  # not JSON-RPC (a ValidationError is a ValueError)
             return None
         if not isinstance(message, JSONRPCRequest) or message.method != "tools/call":
             return None
@@ -267,7 +304,7 @@ class FastCall:
         await response.prepare(request)
         exchange = Exchange(response, message.id, progress_token_from_params(message.params),
                             ServerMessageMetadata(request_context=asgi, can_send_request=True))
-        watch = _Watch(request, response)
+        watch = self.watches.add(request, response)
         try:
             reply = await self._reply(message, exchange, version)
         except asyncio.CancelledError:
@@ -277,7 +314,7 @@ class FastCall:
             task.uncancel()  # the client went away: nothing is written for it
             return response
         finally:
-            watch.stop()
+            self.watches.discard(watch)
         with contextlib.suppress(*GONE):
             await exchange._write(reply)
             await response.write_eof()
@@ -289,10 +326,13 @@ class FastCall:
         connection = Connection.from_envelope(
             version if version is not None else DEFAULT_NEGOTIATED_VERSION, None, None)
         try:
-            try:
-                result = await serve_one(self.server, exchange, message.method, message.params,
-                                         connection=connection,
-                                         lifespan_state=self.manager._lifespan_state)
+            try:  # the SDK's serve_one: its kernel, once, under this dispatch context
+                runner = ServerRunner(self.server, connection, self.manager._lifespan_state)
+                try:
+                    result = await runner.on_request(exchange, message.method, message.params)
+                finally:
+                    if _holds(connection):  # what a handler entered on it, unwound shielded
+                        await aclose_shielded(connection)
             finally:
                 exchange.close()
         except Exception as exc:
@@ -302,6 +342,14 @@ class FastCall:
                 error = ErrorData(code=0, message=str(exc))  # the SDK's own (v1 compat)
             return JSONRPCError(jsonrpc="2.0", id=message.id, error=error)
         return JSONRPCResponse(jsonrpc="2.0", id=message.id, result=result)
+
+
+def _holds(connection: Connection) -> bool:
+    """Whether ``connection``'s exit stack holds anything to unwind (issue 50: the SDK's
+    shielded, bounded unwind of an empty one was about 65 of an auto decision's Python
+    calls). A stack whose contents cannot be seen is taken to hold something."""
+    held = getattr(connection.exit_stack, "_exit_callbacks", None)
+    return held is None or len(held) > 0
 
 
 def _json_content(request: Request) -> bool:

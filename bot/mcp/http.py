@@ -23,7 +23,6 @@ undecided, it is a tool error naming the request, and the same call made again j
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import shlex
 import tomllib
@@ -31,6 +30,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import mcp_types as types
+import pydantic_core
 from aiohttp import web
 from approvald.bot.asgi import answer
 from approvald.bot.mcp import fastcall, stdio
@@ -326,8 +326,8 @@ class HttpGateways:
         headers: dict[str, str] = {}
         if request.method == "POST" and (request.content_length or 0) <= MAX_BODY:
             body = await _read(request)
-            with contextlib.suppress(ValueError):
-                said = json.loads(body)
+            with contextlib.suppress(ValueError):  # parsed once, as the SDK parses it
+                said = pydantic_core.from_json(body)
         if not (isinstance(said, dict) and said.get("method") == "tools/call"):
             token = await self.e.caller(header)  # not a call: read now
             if token is None:

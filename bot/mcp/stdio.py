@@ -7,9 +7,11 @@ through a task and an unbuffered memory stream each way: a forwarded call's requ
 handed to a writer task that writes it, and its reply is read by a reader task that hands
 it, line by line, to the session's dispatcher, each hand-over a turn of the event loop and
 anyio's stream machinery (about a third of the SDK client's Python calls per forwarded
-call). Here a message the session sends is written on the server's stdin as it is sent, and
-what the server writes on its stdout is parsed as it arrives and queued for the session's
-dispatcher, which takes it without waiting when it is there. The same bytes go over the
+call). Here a message the session sends is written on the server's stdin as it is sent (on
+the asyncio writer under anyio's wrapper, :data:`WRITER`, without the wrapper's checkpoint:
+a turn of the event loop), and what the server writes on its stdout is parsed as it
+arrives and queued for the session's dispatcher, which takes it without waiting when it is
+there. The same bytes go over the
 pipes (one JSON-RPC message a line, as the SDK writes it); requests are sent as they come
 and answered in any order (their JSON-RPC ids), as before.
 
@@ -18,8 +20,8 @@ resolution, its environment, its stderr, its shutdown: stdin closed, then termin
 killed, with its tree); a line that is not a JSON-RPC message reaches the session as the
 SDK's reader gives it (the exception); once the session is gone, what the server still
 writes is read and dropped, so that it can exit. The SDK's private names it relies on are
-listed in :data:`RELIES_ON` (a test names them); ``APPROVALD_MCP_FAST_PATH=0`` uses the
-SDK's transport.
+listed in :data:`RELIES_ON`, anyio's in :data:`WRITER` (a test names them);
+``APPROVALD_MCP_FAST_PATH=0`` uses the SDK's transport.
 """
 
 from __future__ import annotations
@@ -44,6 +46,10 @@ RELIES_ON = (
     ("mcp.client.stdio", "_create_platform_compatible_process"),
     ("mcp.client.stdio", "_stop_server_process"),
 )
+# anyio's: the asyncio writer its process's stdin wraps, written to directly (its wrapper's
+# send ends with a checkpoint: a turn of the event loop and about 40 Python calls per
+# message, issue 50); without it, the wrapper's send
+WRITER = ("anyio._backends._asyncio.StreamWriterWrapper", "_stream")
 READ_AHEAD = 64  # messages parsed and not yet taken by the session, before reading waits
 CHUNK = 65536
 
@@ -51,6 +57,21 @@ CHUNK = 65536
 def missing() -> list[str]:
     """The names of :data:`RELIES_ON` the installed SDK lacks (none: all there)."""
     return [f"{where}.{name}" for where, name in RELIES_ON if not hasattr(sdk_stdio, name)]
+
+
+def writer_missing() -> bool:
+    """Whether anyio's stdin wrapper lacks :data:`WRITER` (then its own send is used)."""
+    try:
+        from anyio._backends._asyncio import StreamWriterWrapper
+    except ImportError:
+        return True
+    return WRITER[1] not in getattr(StreamWriterWrapper, "__dataclass_fields__", {})
+
+
+def _writer(stdin: Any) -> asyncio.StreamWriter | None:
+    """The asyncio writer under anyio's ``stdin`` (:data:`WRITER`), or None."""
+    found = getattr(stdin, WRITER[1], None)
+    return found if isinstance(found, asyncio.StreamWriter) else None
 
 
 class Inbox:
@@ -139,6 +160,7 @@ class Outbox:
 
     def __init__(self, stdin: Any, inbox: Inbox, encoding: str, errors: str) -> None:
         self._stdin = stdin
+        self._writer = _writer(stdin)
         self._inbox = inbox
         self._encoding = encoding
         self._errors = errors
@@ -150,7 +172,11 @@ class Outbox:
         data = (item.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
                 ).encode(self._encoding, self._errors)
         try:
-            await self._stdin.send(data)
+            if self._writer is None:
+                await self._stdin.send(data)
+            else:  # written now; waits only while the pipe is full
+                self._writer.write(data)
+                await self._writer.drain()
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
             # the server may still be alive: the session sees its connection end (as the
             # SDK's writer has it) instead of a request waiting for ever

@@ -215,6 +215,9 @@ class SlackService:
         )
         self.handlers = Handlers(engine)
         self.handlers.register(self.app)
+        # the direct buttons (Approve...) reach their listeners without bolt's building of
+        # every argument for each matcher and listener (bot/slack/handlers.py)
+        self.app.use(self.handlers.direct_clicks())
         ops = settings.ops_channel or settings.channel
         self.deliverer = SlackDeliverer(engine, self.client, channel=settings.channel,
                                         ops_channel=ops, audit_channel=settings.audit_channel)

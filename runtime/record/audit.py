@@ -51,8 +51,8 @@ from approvald.runtime.record.standing_chain import StandingState
 from approvald.store.db import Database
 from approvald.store.errors import NothingWritten
 from approvald.store.records import AuditRecord
-from approvald.store.repos import Tx
-from approvald.store.repos.audit import GENESIS, Head
+from approvald.store.repos import End, Tx
+from approvald.store.repos.audit import GENESIS, TOGETHER, Head
 from approvald.store.repos.external import Rider
 
 ACTIONS = frozenset({
@@ -220,6 +220,9 @@ class AuditTrail:
         self._head: Head | None = None
         # the last chaining's head statement: its result, the head it left (None: unknown)
         self._turn: asyncio.Future[Head | None] | None = None
+        # group commit: the batches still taking members, by what they write (see _together)
+        self._open: dict[Any, _Batch] = {}
+        self._leading: set[asyncio.Task[None]] = set()  # their statements' tasks
 
     def follow(self, fn: Follower) -> None:
         """Queue the outbox rows ``fn(entries)`` names with what each write transaction
@@ -296,9 +299,15 @@ class AuditTrail:
         # that chaining left another head. Each statement still checks the head it
         # guessed: a wrong guess writes nothing (or is chained again under the lock).
         loop = asyncio.get_running_loop()
-        before, turn = self._turn, loop.create_future()
-        self._turn = turn
+        before = self._turn
         waits = before is not None and not before.done() and before.get_loop() is loop
+        if waits and tx.alone and along is not None:
+            end = tx.lend()
+            if end is not None:  # a statement in flight: written with the others meanwhile
+                await self._together(tx, end, entries, texts, along)
+                return
+        turn = loop.create_future()
+        self._turn = turn
         guess = self._head
         rows = self._rows(entries, texts, *guess) if guess is not None else None
         after = self._head = None if rows is None else _after(rows)
@@ -347,6 +356,96 @@ class AuditTrail:
                 self._head = left
             if not turn.done():  # (cancelled: by the next chaining's own cancellation)
                 turn.set_result(left)
+
+    # -- group commit: the writes sent alone while one is in flight, sent together ----------
+
+    async def _together(self, tx: Tx, end: End, entries: list[Entry], texts: list[str],
+                        along: Rider) -> None:
+        """Write ``tx``'s rider and entries (a write sent alone, :meth:`ride`) with the
+        others of its kind and shape that arrive while this process's statement before
+        is in flight: one batch, one statement, in the next turn. The first to come opens
+        the batch, which takes the turn after the last one taken, and hands it its
+        connection (``end`` ends it); the next ones join it, and their connections go
+        back at once (none waits holding one). Given the turn, the batch's task sends
+        ONE statement, every member's rows and entries chained one after the other from
+        the head the statement before left (``AuditRepo.append_together``): written
+        whole, or :class:`~store.errors.NothingWritten` to each (each then writes alone,
+        as a transaction, where a member whose key was taken or token revoked is refused
+        and the others are written), or its error (a connection lost: outcome unknown)
+        to each. A member cancelled before the batch is sent is left out of it; once it
+        is sent, the statement goes on (it runs in a task of its own, on the connection
+        handed over, so the first member's cancellation, a hook's budget, does not cut
+        it under the others). At most :data:`~store.repos.audit.TOGETHER` members a batch:
+        the next one opens another, in the turn after."""
+        key = (type(along), along.shape, len(entries))
+        batch = self._open.get(key)
+        lead = batch is None
+        if batch is None:
+            batch = self._open[key] = self._lead(tx, end, key)
+        member = batch.join(self, entries, texts, along)
+        if len(batch.members) >= TOGETHER:
+            del self._open[key]  # full: the next one opens another
+        if self._turn is batch.turn:  # the head it will leave, as it stands
+            self._head = batch.tail
+        try:
+            if not lead:  # the batch has a connection: this one's is not needed
+                await end(None)
+            await member.done
+        except BaseException:
+            member.done.cancel()  # (left out, unless the batch was sent already)
+            raise
+
+    def _lead(self, tx: Tx, end: End, key: Any) -> _Batch:
+        """A batch, in the turn after the last one taken, sent by a task of its own on
+        ``tx``'s connection (ended by ``end``)."""
+        loop = asyncio.get_running_loop()
+        before, turn = self._turn, loop.create_future()
+        assert before is not None
+        self._turn = turn
+        batch = _Batch(key, turn, self._head)
+        task = loop.create_task(self._send(batch, before, tx, end))
+        self._leading.add(task)
+        task.add_done_callback(self._leading.discard)
+        return batch
+
+    async def _send(self, batch: _Batch, before: asyncio.Future[Head | None], tx: Tx,
+                    end: End) -> None:
+        """Batch ``batch``'s turn: after the chaining ``before`` is answered, its members
+        (those still waiting) in one statement; its result to each of them."""
+        left: Head | None = None  # the head it leaves: the next chaining's guess
+        failed: BaseException | None = None
+        try:
+            stood = await before
+            if self._open.get(batch.key) is batch:
+                del self._open[batch.key]  # closed: the next one opens another
+            members = [m for m in batch.members if not m.done.done()]
+            if members:
+                if stood is None:  # the head unknown (the chaining before failed)
+                    raise NothingWritten
+                head = stood
+                written: list[tuple[list[dict[str, Any]], Rider]] = []
+                for m in members:  # chained again only from where the guess went wrong
+                    rows = m.rows
+                    if m.start != head or rows is None:
+                        m.start, m.rows = head, (rows := self._rows(m.entries, m.texts, *head))
+                    written.append((rows, m.along))
+                    head = _after(rows)
+                if self._turn is batch.turn:
+                    self._head = head
+                await tx.audit.append_together(written, seq=stood[0], hash=stood[1])
+                left = head
+            else:  # every member left: the head as the one before left it
+                left = stood
+        except BaseException as exc:
+            failed, left = exc, None
+        finally:
+            if self._turn is batch.turn:
+                self._head = left
+            if not batch.turn.done():
+                batch.turn.set_result(left)
+            for m in batch.members:
+                m.settle(failed)
+            await end(failed)
 
     @staticmethod
     def _text(e: Entry, paths: Mapping[str, tuple[str, ...]]) -> str:
@@ -415,6 +514,57 @@ class AuditTrail:
 def _after(rows: Sequence[Mapping[str, Any]]) -> tuple[int, str, datetime | None]:
     last = rows[-1]
     return int(last["seq"]), str(last["hash"]), last["at"]
+
+
+class _Member:
+    """A write sent alone, waiting in a batch (:meth:`AuditTrail._together`): its rider,
+    its entries, and its rows as chained after ``start`` (None: not yet)."""
+
+    __slots__ = ("along", "done", "entries", "rows", "start", "texts")
+
+    def __init__(self, entries: list[Entry], texts: list[str], along: Rider,
+                 done: asyncio.Future[None]) -> None:
+        self.entries, self.texts, self.along, self.done = entries, texts, along, done
+        self.start: Head | None = None
+        self.rows: list[dict[str, Any]] | None = None
+
+    def settle(self, failed: BaseException | None) -> None:
+        """Tell the member (unless it left) what its batch's statement did."""
+        if self.done.done():
+            return
+        if failed is None:
+            self.done.set_result(None)
+        elif isinstance(failed, NothingWritten):
+            self.done.set_exception(NothingWritten())  # (one each: each is raised)
+        elif isinstance(failed, asyncio.CancelledError):
+            self.done.cancel()
+        else:
+            self.done.set_exception(failed)
+
+
+class _Batch:
+    """The writes sent alone that one statement will carry, in the turn ``turn``."""
+
+    __slots__ = ("key", "members", "tail", "turn")
+
+    def __init__(self, key: Any, turn: asyncio.Future[Head | None],
+                 tail: Head | None) -> None:
+        self.key = key
+        self.turn = turn
+        self.members: list[_Member] = []
+        # the head its last member's rows leave, as guessed (None: not known yet)
+        self.tail = tail
+
+    def join(self, trail: AuditTrail, entries: list[Entry], texts: list[str],
+             along: Rider) -> _Member:
+        """Add a member, its rows worked out now, chained after the member before's."""
+        member = _Member(entries, texts, along, asyncio.get_running_loop().create_future())
+        if self.tail is not None:
+            member.start = self.tail
+            member.rows = trail._rows(entries, texts, *self.tail)
+            self.tail = _after(member.rows)
+        self.members.append(member)
+        return member
 
 
 # -- a witness outside the database ----------------------------------------------------

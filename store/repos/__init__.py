@@ -25,6 +25,9 @@ from approvald.store.repos.threads import ThreadsRepo
 from approvald.store.repos.web import WebRepo
 
 RepoT = TypeVar("RepoT", bound=Repo)
+# the end of a write's connection handed over (Tx.lend): awaited with the error the work
+# on it ended with, or None
+End = Callable[[BaseException | None], Awaitable[None]]
 
 
 class _Bound(Generic[RepoT]):
@@ -64,6 +67,7 @@ class Tx:
     PostgreSQL), with no transaction around it to roll back: a ``before_commit`` hook
     then runs only when nothing else was sent, and sends its one statement, which writes
     all or nothing, or raises :class:`~store.errors.NothingWritten` having written nothing.
+    Its connection may be handed over (:meth:`lend`) to work that outlives the write.
     """
 
     runs = _Bound(RunsRepo)
@@ -84,17 +88,28 @@ class Tx:
     keys = _Bound(KeysRepo)
 
     def __init__(self, conn: Conn, dialect: str, *, server_time: bool = False,
-                 alone: bool = False) -> None:
+                 alone: bool = False, lend: Callable[[], End] | None = None) -> None:
         self.conn = conn
         self.dialect = dialect
         self.server_time = server_time
         self.alone = alone
+        self._lend = lend
         self.scratch: dict[str, Any] = {}
         self._hooks: list[Callable[[Tx], Awaitable[None]]] = []
 
     def before_commit(self, hook: Callable[[Tx], Awaitable[None]]) -> None:
         """Run ``hook(tx)`` at the end of this write transaction, just before COMMIT."""
         self._hooks.append(hook)
+
+    def lend(self) -> End | None:
+        """A write sent alone: its connection, and this transaction's repositories on it,
+        handed over to work that may outlive the write's block (a statement sent for
+        others too, which the block's cancellation must not cut): the block leaves the
+        connection alone from now on, and the work ends it by awaiting the function
+        returned (with None, or the error it ended with). None: this write's connection
+        cannot be handed over (not sent alone), and nothing changed."""
+        lend, self._lend = self._lend, None
+        return None if lend is None else lend()
 
     def has_before_commit(self) -> bool:
         return bool(self._hooks)

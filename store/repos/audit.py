@@ -86,6 +86,8 @@ _APPEND_ONE = fast(_T.insert().add_cte(
 _ROW = ("seq", "at", "action", "actor", "via", "run_id", "approval_id", "digest", "details",
         "key_id", "prev_hash", "hash")
 _MANY = 4  # entries one statement takes (past that, the INSERT and the head's move)
+# writes one statement sent alone takes together (group commit: about 70 parameters each)
+TOGETHER = 8
 
 
 @functools.cache
@@ -119,27 +121,33 @@ _MOVE_IF_ALONE = fast(_MOVE_IF)
 Head = tuple[int, str, datetime | None]
 
 
-@functools.cache
-def _append_if(n: int) -> Any:
-    """The entries and the head's move if the head is still the one guessed, as one
-    statement: ``SELECT`` (entries inserted, and the head as the statement left it)."""
-    moved = _MOVE_IF.cte("moved")
+def _chained_entries(moved: Any, n: int) -> tuple[Any, Any]:
+    """The CTE inserting ``n`` entries (parameters ``<column>_<i>``) only if the head's
+    move ``moved`` moved it to the last of them, and the count of those it inserted."""
     rows = [select(*(bindparam(f"{c}_{i}", type_=_T.c[c].type).label(c) for c in _ROW))
             .where(select(moved.c.hash).where(moved.c.hash == bindparam("h")).exists())
             for i in range(n)]
     entries = (_T.insert().from_select(list(_ROW), rows[0] if n == 1 else union_all(*rows))
                .returning(_T.c.seq).cte("entries"))
-    chained = select(func.count()).select_from(entries).scalar_subquery()
+    return entries, select(func.count()).select_from(entries).scalar_subquery()
+
+
+@functools.cache
+def _append_if(n: int) -> Any:
+    """The entries and the head's move if the head is still the one guessed, as one
+    statement: ``SELECT`` (entries inserted, and the head as the statement left it)."""
+    moved = _MOVE_IF.cte("moved")
+    _, chained = _chained_entries(moved, n)
     return fast(select(chained, moved.c.seq, moved.c.hash, moved.c.at))
 
 
 # the mark of a statement sent alone that found what it was written under gone: it fails
-# whole (see _append_riding), with this in its error's message
+# whole (see _append_alone), with this in its error's message
 ABORTED = "approvald: nothing written"
 
 
 @functools.cache
-def _append_riding(n: int, kind: Any, shape: Any, alone: bool = False) -> Any:
+def _append_riding(n: int, kind: Any, shape: Any) -> Any:
     """:func:`_append_if` with a :class:`~store.repos.external.Rider`'s rows (a request
     answered at once, a kept call's report) in the same statement: ``SELECT`` (the rows
     its first CTE returned, the entries inserted). The head moves and the entries are
@@ -147,48 +155,67 @@ def _append_riding(n: int, kind: Any, shape: Any, alone: bool = False) -> Any:
     caller appends the entries otherwise). The head is locked only once the rider's
     first CTE has returned its row (the head last, as in every write transaction: a
     statement that locked it first could wait, holding it, for a row whose holder waits
-    for the head).
-
-    ``alone``: the statement is sent on its own in autocommit, with no transaction to
-    roll back what it wrote: unless the rider's first CTE returned its row AND every
-    entry was inserted, it fails whole (a third column casts a text naming the counts,
-    :data:`ABORTED`, to an integer: an error, so none of its CTEs' rows is written; the
-    text depends on the CTEs, so the planner cannot work it out, and fail, beforehand).
-    Its rows are locked in the same order as the transaction's: the head still last.
-    Before any, the head guessed is looked for as the statement's snapshot has it
-    (``guessed``, no lock): when another process's chaining committed since (most stale
-    guesses), none of the rider's rows is written, the statement answers (0, 0) and
-    fails nothing; it fails whole only when what it was written under changed while it
-    ran, or its rider's rows do not hold (a key taken, a token revoked, a kept call
-    reported elsewhere)."""
-    guessed = select(literal(1, Integer).label("one")).where(
-        _H.c.id == 1, _STILL).cte("guessed") if alone else None
-    first, others = kind.ctes(shape, guessed)
+    for the head)."""
+    first, others = kind.ctes(shape)
     moved = _MOVE_IF.where(select(first).exists()).cte("moved")
-    rows = [select(*(bindparam(f"{c}_{i}", type_=_T.c[c].type).label(c) for c in _ROW))
-            .where(select(moved.c.hash).where(moved.c.hash == bindparam("h")).exists())
-            for i in range(n)]
-    entries = (_T.insert().from_select(list(_ROW), rows[0] if n == 1 else union_all(*rows))
-               .returning(_T.c.seq).cte("entries"))
+    _, chained = _chained_entries(moved, n)
     done = select(func.count()).select_from(first).scalar_subquery()
-    chained = select(func.count()).select_from(entries).scalar_subquery()
-    columns: list[Any] = [done, chained]
-    if guessed is None:  # the head as the statement left it (see _MOVE_IF)
-        columns += [select(moved.c[c]).scalar_subquery() for c in ("seq", "hash", "at")]
-    else:
-        said = literal(ABORTED + ": rows ", String) + sql_cast(done, String) \
-            + literal(", entries ", String) + sql_cast(chained, String)
-        columns.append(case((or_(and_(done == 1, chained == n),
-                                 ~select(guessed).exists()), 0),
-                            else_=sql_cast(said, Integer)))
-    stmt = select(*columns)
+    stmt = select(done, chained,
+                  *(select(moved.c[c]).scalar_subquery() for c in ("seq", "hash", "at")))
+    for cte in others:
+        stmt = stmt.add_cte(cte)
+    return fast(stmt)
+
+
+def _tag(m: int, j: int) -> str:
+    """The suffix of the names of the ``j``th of ``m`` riders' CTEs and parameters in one
+    statement (none for one alone: its statement as it was before group commit)."""
+    return "" if m == 1 else f"_m{j}"
+
+
+@functools.cache
+def _append_alone(m: int, n: int, kind: Any, shape: Any) -> Any:
+    """The rows of ``m`` :class:`~store.repos.external.Rider` of one kind and shape (their
+    CTEs and parameters named by :func:`_tag`) and their ``n`` entries each, chained one
+    after the other to the head guessed, in ONE statement sent on its own in autocommit,
+    with no transaction to roll back what it wrote: ``SELECT`` (the entries inserted, 0).
+
+    Unless every rider's first CTE returned its row AND every entry was inserted, it
+    fails whole (its last column casts a text naming the counts, :data:`ABORTED`, to an
+    integer: an error, so none of its CTEs' rows is written; the text depends on the
+    CTEs, so the planner cannot work it out, and fail, beforehand). Its rows are locked
+    in the same order as a transaction's: the head last, moved only once every rider's
+    first CTE has returned its row. Before any, the head guessed is looked for as the
+    statement's snapshot has it (``guessed``, no lock): when another process's chaining
+    committed since (most stale guesses), none of the riders' rows is written, the
+    statement answers (0, 0) and fails nothing; it fails whole only when what it was
+    written under changed while it ran, or a rider's rows do not hold (a key taken, a
+    token revoked, a kept call reported elsewhere)."""
+    guessed = select(literal(1, Integer).label("one")).where(
+        _H.c.id == 1, _STILL).cte("guessed")
+    firsts: list[Any] = []
+    others: list[Any] = []
+    for j in range(m):
+        first, more = kind.ctes(shape, guessed, _tag(m, j))
+        firsts.append(first)
+        others += more
+    moved = _MOVE_IF.where(*(select(f).exists() for f in firsts)).cte("moved")
+    _, chained = _chained_entries(moved, m * n)
+    dones = [select(func.count()).select_from(f).scalar_subquery() for f in firsts]
+    said: Any = literal(ABORTED + ": rows ", String)
+    for j, done in enumerate(dones):
+        said = (said + literal(", ", String) if j else said) + sql_cast(done, String)
+    said = said + literal(", entries ", String) + sql_cast(chained, String)
+    stmt = select(chained, case((or_(and_(*(d == 1 for d in dones), chained == m * n),
+                                     ~select(guessed).exists()), 0),
+                                else_=sql_cast(said, Integer)))
     for cte in others:
         stmt = stmt.add_cte(cte)
     return fast(stmt)
 
 
 def aborted(exc: BaseException) -> bool:
-    """Whether ``exc`` is a statement sent alone failing whole (:func:`_append_riding`)."""
+    """Whether ``exc`` is a statement sent alone failing whole (:func:`_append_alone`)."""
     return isinstance(exc, DBAPIError) and ABORTED in str(exc.orig)
 
 
@@ -282,22 +309,43 @@ class AuditRepo(Repo):
         ``hash``. :class:`~store.errors.NothingWritten` if it wrote nothing: the head was
         not that one, or ``along``'s rows did not hold (a key taken, a token revoked, a
         kept call reported), or they cannot be one statement (nothing sent then)."""
-        if self.dialect != "postgresql" or len(rows) > _MANY:
+        await self.append_together([(rows, along)], seq=seq, hash=hash)
+
+    async def append_together(self, members: Sequence[tuple[list[dict[str, Any]], Rider]],
+                              *, seq: int, hash: str) -> None:
+        """:meth:`append_alone` for several writes at once (group commit: the answers of
+        one process that arrived while its statement before was in flight), ONE statement
+        that writes all of them or nothing: each member's rider's rows, and its entries
+        chained after the member's before it, the first's to the head ``seq``, ``hash``.
+        Members of one rider kind and shape, with as many entries each, at most
+        :data:`TOGETHER` of them. :class:`~store.errors.NothingWritten` if it wrote
+        nothing (the head was not that one, or one member's rows did not hold: the caller
+        writes each again on its own, where only that one is refused)."""
+        n, along = len(members[0][0]), members[0][1]
+        m = len(members)
+        if self.dialect != "postgresql" or n > _MANY or m > TOGETHER:
             raise NothingWritten
-        head = {"s": rows[-1]["seq"], "h": rows[-1]["hash"], "head_at": rows[-1]["at"],
-                "es": seq, "eh": hash}
+        last = members[-1][0][-1]
+        params: dict[str, Any] = {"s": last["seq"], "h": last["hash"], "head_at": last["at"],
+                                  "es": seq, "eh": hash}
+        i = 0
+        for j, (rows, rider) in enumerate(members):
+            assert len(rows) == n and rider.shape == along.shape, "one shape a statement"
+            for row in rows:
+                for c in _ROW:
+                    params[f"{c}_{i}"] = row[c]
+                i += 1
+            params.update(rider.params(_tag(m, j)))
         try:
-            done = (await self.conn.execute(
-                _append_riding(len(rows), type(along), along.shape, True), {
-                    **{f"{c}_{i}": row[c] for i, row in enumerate(rows) for c in _ROW},
-                    **head, **along.params()})).one()
+            done = (await self.conn.execute(_append_alone(m, n, type(along), along.shape),
+                                            params)).one()
         except DBAPIError as exc:
             if aborted(exc):
                 raise NothingWritten from None
             raise
-        if (done[0], done[1]) == (0, 0):  # the head moved before it began: not written
+        if done[0] == 0:  # the head moved before it began: nothing written
             raise NothingWritten
-        assert (done[0], done[1]) == (1, len(rows)), done
+        assert done[0] == m * n, done
 
     async def head(self) -> tuple[int, str]:
         row = (await self.conn.execute(select(AuditHead.seq, AuditHead.hash))).first()

@@ -96,24 +96,27 @@ class Checks:
     def shape(self) -> tuple[int, bool]:
         return len(self.live), self.on is not None
 
-    def params(self) -> dict[str, Any]:
-        out: dict[str, Any] = {f"l_{i}": t for i, t in enumerate(self.live)}
+    def params(self, tag: str = "") -> dict[str, Any]:
+        out: dict[str, Any] = {f"l_{i}{tag}": t for i, t in enumerate(self.live)}
         if self.on is not None:
-            out["sw_face"], out["sw_form"] = self.on
+            out[f"sw_face{tag}"], out[f"sw_form{tag}"] = self.on
         return out
 
 
 NO_CHECKS = Checks()
 
 
-def _still(token: Any, shape: tuple[int, bool]) -> list[Any]:
-    """The conditions :class:`Checks` of ``shape`` make, for the request's ``token``."""
+def _still(token: Any, shape: tuple[int, bool], tag: str = "") -> list[Any]:
+    """The conditions :class:`Checks` of ``shape`` make, for the request's ``token``
+    (``tag``: the suffix of their parameters' names)."""
     n, switch = shape
     conds: list[Any] = [exists().where(_K.c.id == t, _K.c.revoked_at.is_(None))
-             for t in (token, *(bindparam(f"l_{i}", type_=_K.c.id.type) for i in range(n)))]
+             for t in (token, *(bindparam(f"l_{i}{tag}", type_=_K.c.id.type)
+                                for i in range(n)))]
     if switch:
-        conds.append(~exists().where(_S.c.face == bindparam("sw_face", type_=_S.c.face.type),
-                                     _S.c.form == bindparam("sw_form", type_=_S.c.form.type)))
+        conds.append(~exists().where(
+            _S.c.face == bindparam(f"sw_face{tag}", type_=_S.c.face.type),
+            _S.c.form == bindparam(f"sw_form{tag}", type_=_S.c.form.type)))
     return conds
 
 
@@ -145,15 +148,15 @@ class Answered:
         return (tuple({**_RUN_DEFAULTS, **self.run}), tuple(self.request),
                 None if self.intent is None else tuple(self.intent), self.checks.shape)
 
-    def params(self) -> dict[str, Any]:
-        return {**{f"r_{k}": v for k, v in {**_RUN_DEFAULTS, **self.run}.items()},
-                **{f"x_{k}": v for k, v in self.request.items()},
-                **{f"e_{k}": v for k, v in (self.intent or {}).items()},
-                **self.checks.params()}
+    def params(self, tag: str = "") -> dict[str, Any]:
+        return {**{f"r_{k}{tag}": v for k, v in {**_RUN_DEFAULTS, **self.run}.items()},
+                **{f"x_{k}{tag}": v for k, v in self.request.items()},
+                **{f"e_{k}{tag}": v for k, v in (self.intent or {}).items()},
+                **self.checks.params(tag)}
 
     @staticmethod
-    def ctes(shape: Shape, guard: CTE | None = None) -> tuple[CTE, list[CTE]]:
-        return answered_ctes(shape, guard)
+    def ctes(shape: Shape, guard: CTE | None = None, tag: str = "") -> tuple[CTE, list[CTE]]:
+        return answered_ctes(shape, guard, tag)
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,12 +188,13 @@ class Reported:
     def shape(self) -> Any:
         return tuple(self.request), tuple(self.execution), tuple(self.run)
 
-    def params(self) -> dict[str, Any]:
-        return {"u_rid": self.request_id, "u_tid": self.token_id, "u_cid": self.call_id,
-                "u_owner": self.owner, "u_open": self.open,
-                **{f"u_x_{k}": v for k, v in self.request.items()},
-                **{f"u_e_{k}": v for k, v in self.execution.items()},
-                **{f"u_r_{k}": v for k, v in self.run.items()}}
+    def params(self, tag: str = "") -> dict[str, Any]:
+        return {f"u_rid{tag}": self.request_id, f"u_tid{tag}": self.token_id,
+                f"u_cid{tag}": self.call_id, f"u_owner{tag}": self.owner,
+                f"u_open{tag}": self.open,
+                **{f"u_x_{k}{tag}": v for k, v in self.request.items()},
+                **{f"u_e_{k}{tag}": v for k, v in self.execution.items()},
+                **{f"u_r_{k}{tag}": v for k, v in self.run.items()}}
 
     @staticmethod
     def statements(shape: Any) -> tuple[Any, Any, Any]:
@@ -200,33 +204,37 @@ class Reported:
         return _reported_parts(shape)
 
     @staticmethod
-    def ctes(shape: Any, guard: CTE | None = None) -> tuple[CTE, list[CTE]]:
+    def ctes(shape: Any, guard: CTE | None = None, tag: str = "") -> tuple[CTE, list[CTE]]:
         """PostgreSQL: the execution's UPDATE as a CTE returning its row (none: what was
         kept no longer holds), and the run's and the request's, each the next one's
         condition, so that their rows are locked in the one order. ``guard``: a CTE
-        without whose row the run's UPDATE, so every one, changes nothing."""
-        run_u, req_u, ex_u = _reported_updates(shape, chained=True)
+        without whose row the run's UPDATE, so every one, changes nothing. ``tag``: the
+        suffix of their names and their parameters' (:meth:`params` with it), so that
+        several reports ride on one statement."""
+        run_u, req_u, ex_u = _reported_updates(shape, chained=True, tag=tag)
         if guard is not None:
             run_u = run_u.where(select(guard).exists())
-        run = run_u.returning(_R.c.id).cte("run")
+        run = run_u.returning(_R.c.id).cte(f"run{tag}")
         req = req_u.where(_X.c.id == select(run.c.id).scalar_subquery()) \
-            .returning(_X.c.id).cte("req")
+            .returning(_X.c.id).cte(f"req{tag}")
         ex = ex_u.where(_E.c.run_id == select(req.c.id).scalar_subquery()) \
-            .returning(_E.c.run_id).cte("ex")
+            .returning(_E.c.run_id).cte(f"ex{tag}")
         return ex, [run, req]
 
 
-def _reported_updates(shape: Any, *, chained: bool) -> tuple[Any, Any, Any]:
+def _reported_updates(shape: Any, *, chained: bool, tag: str = "") -> tuple[Any, Any, Any]:
     request, execution, run = shape
-    is_open = _R.c.status == bindparam("u_open", type_=_R.c.status.type)
-    run_u = update(_R).where(_R.c.id == bindparam("u_rid", type_=_R.c.id.type)).values({
-        c: case((is_open, b), else_=_R.c[c]) for c, b in _binds(_R, "u_r", run).items()})
-    req_u = update(_X).where(_X.c.token_id == bindparam("u_tid", type_=_X.c.token_id.type),
-                             _X.c.result_digest.is_(None)).values(_binds(_X, "u_x", request))
-    ex_u = update(_E).where(_E.c.call_id == bindparam("u_cid", type_=_E.c.call_id.type),
+    is_open = _R.c.status == bindparam(f"u_open{tag}", type_=_R.c.status.type)
+    run_u = update(_R).where(_R.c.id == bindparam(f"u_rid{tag}", type_=_R.c.id.type)).values({
+        c: case((is_open, b), else_=_R.c[c])
+        for c, b in _binds(_R, "u_r", run, tag).items()})
+    req_u = update(_X).where(
+        _X.c.token_id == bindparam(f"u_tid{tag}", type_=_X.c.token_id.type),
+        _X.c.result_digest.is_(None)).values(_binds(_X, "u_x", request, tag))
+    ex_u = update(_E).where(_E.c.call_id == bindparam(f"u_cid{tag}", type_=_E.c.call_id.type),
                            _E.c.status == "started",
-                           _E.c.owner == bindparam("u_owner", type_=_E.c.owner.type)) \
-        .values(_binds(_E, "u_e", execution))
+                           _E.c.owner == bindparam(f"u_owner{tag}", type_=_E.c.owner.type)) \
+        .values(_binds(_E, "u_e", execution, tag))
     if not chained:
         req_u = req_u.where(_X.c.id == bindparam("u_rid", type_=_X.c.id.type))
         ex_u = ex_u.where(_E.c.run_id == bindparam("u_rid", type_=_E.c.run_id.type))
@@ -244,27 +252,29 @@ class Rider(Protocol):
     statement that chains them (:class:`Answered`, :class:`Reported`): ``ctes(shape)``
     gives the CTE that must return one row (else nothing of it holds: the caller rolls
     back) and the others; ``ctes(shape, guard)``, CTEs that write nothing without a row
-    of the CTE ``guard``."""
+    of the CTE ``guard``; ``ctes(shape, guard, tag)`` and ``params(tag)``, the same with
+    ``tag`` ending every CTE's and parameter's name, so that several riders of one shape
+    ride on one statement (group commit: ``store/repos/audit.py``)."""
 
     @property
     def shape(self) -> Any: ...
 
-    def params(self) -> dict[str, Any]: ...
+    def params(self, tag: str = "") -> dict[str, Any]: ...
 
     @staticmethod
-    def ctes(shape: Any, guard: CTE | None = None) -> tuple[CTE, list[CTE]]: ...
+    def ctes(shape: Any, guard: CTE | None = None, tag: str = "") -> tuple[CTE, list[CTE]]: ...
 
 
-def _binds(table: Table, prefix: str, cols: tuple[str, ...]) -> dict[str, Any]:
-    return {c: bindparam(f"{prefix}_{c}", type_=table.c[c].type) for c in cols}
+def _binds(table: Table, prefix: str, cols: tuple[str, ...], tag: str = "") -> dict[str, Any]:
+    return {c: bindparam(f"{prefix}_{c}{tag}", type_=table.c[c].type) for c in cols}
 
 
 def _live_request(dialect: str, cols: tuple[str, ...], checks: tuple[int, bool],
-                  *also: Any) -> Any:
+                  *also: Any, tag: str = "") -> Any:
     """``INSERT INTO external_requests ... SELECT <values> WHERE <its token is live, and
     what else checks says, and also> ON CONFLICT DO NOTHING``."""
-    values = select(*(b.label(c) for c, b in _binds(_X, "x", cols).items())).where(
-        *_still(bindparam("x_token_id", type_=_K.c.id.type), checks), *also)
+    values = select(*(b.label(c) for c, b in _binds(_X, "x", cols, tag).items())).where(
+        *_still(bindparam(f"x_token_id{tag}", type_=_K.c.id.type), checks, tag), *also)
     ins: Any = (postgresql.insert(_X) if dialect == "postgresql" else sqlite.insert(_X))
     return ins.from_select(list(cols), values).on_conflict_do_nothing()
 
@@ -281,35 +291,39 @@ def _answered_parts(dialect: str, shape: Shape) -> tuple[Any, ...]:
     return tuple(parts)
 
 
-def answered_ctes(shape: Shape, guard: CTE | None = None) -> tuple[CTE, list[CTE]]:
+def answered_ctes(shape: Shape, guard: CTE | None = None, tag: str = ""
+                  ) -> tuple[CTE, list[CTE]]:
     """PostgreSQL: the request's INSERT as a CTE returning its id (none: not inserted),
     and the others to add to the statement (data-modifying CTEs run exactly once; the
     request's and the intent's foreign keys are checked at the statement's end, the run
     inserted by then). ``guard``: a CTE without whose row the request is not inserted,
-    and then neither are its run and its intent (inserted only with the request)."""
+    and then neither are its run and its intent (inserted only with the request).
+    ``tag``: the suffix of the CTEs' names and their parameters' (``Answered.params(tag)``),
+    so that several answers ride on one statement."""
     run, request, intent, checks = shape
     if guard is None:
-        req = _live_request("postgresql", request, checks).returning(_X.c.id).cte("req")
-        others = [insert(_R).values(_binds(_R, "r", run)).cte("run")]
+        req = _live_request("postgresql", request, checks, tag=tag) \
+            .returning(_X.c.id).cte(f"req{tag}")
+        others = [insert(_R).values(_binds(_R, "r", run, tag)).cte(f"run{tag}")]
         if intent is not None:
-            others.append(postgresql.insert(_E).values(_binds(_E, "e", intent))
-                          .on_conflict_do_nothing().cte("intent"))
+            others.append(postgresql.insert(_E).values(_binds(_E, "e", intent, tag))
+                          .on_conflict_do_nothing().cte(f"intent{tag}"))
         return req, others
-    req = _live_request("postgresql", request, checks, select(guard).exists()) \
-        .returning(_X.c.id).cte("req")
+    req = _live_request("postgresql", request, checks, select(guard).exists(), tag=tag) \
+        .returning(_X.c.id).cte(f"req{tag}")
     made = select(req).exists()
-    others = [insert(_R).from_select(list(run), _values(_R, "r", run).where(made))
-              .cte("run")]
+    others = [insert(_R).from_select(list(run), _values(_R, "r", run, tag).where(made))
+              .cte(f"run{tag}")]
     if intent is not None:
         others.append(postgresql.insert(_E).from_select(
-            list(intent), _values(_E, "e", intent).where(made))
-            .on_conflict_do_nothing().cte("intent"))
+            list(intent), _values(_E, "e", intent, tag).where(made))
+            .on_conflict_do_nothing().cte(f"intent{tag}"))
     return req, others
 
 
-def _values(table: Table, prefix: str, cols: tuple[str, ...]) -> Any:
+def _values(table: Table, prefix: str, cols: tuple[str, ...], tag: str = "") -> Any:
     """``SELECT <the bound values of cols>``, to insert only WHERE something holds."""
-    return select(*(b.label(c) for c, b in _binds(table, prefix, cols).items()))
+    return select(*(b.label(c) for c, b in _binds(table, prefix, cols, tag).items()))
 
 
 @functools.cache

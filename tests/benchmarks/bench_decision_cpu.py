@@ -218,30 +218,36 @@ async def cpu_per_call(fns: list[Callable[[int], Awaitable[None]]], n: int, roun
 
 
 class Turns:
-    """With several callers: the audit chain's statements (each auto decision's one,
-    ``AuditRepo.append_alone``), timed from their sending to their answer. One process's
-    chainings send them one at a time (each after the one before was answered): the
-    share of the wall time with one in flight, and the time from one's answer to the
-    next one's sending, say whether that turn is what the decisions queue in."""
+    """With several callers: the audit chain's statements (an auto decision's one, or the
+    one of the decisions that arrived while the one before was in flight: group commit,
+    ``AuditRepo.append_together``), timed from their sending to their answer. One
+    process's chainings send them one at a time (each after the one before was
+    answered): the share of the wall time with one in flight, the time from one's answer
+    to the next one's sending and the decisions a statement carried say whether that
+    turn is what the decisions queue in."""
 
     def __init__(self) -> None:
         from approvald.store.repos.audit import AuditRepo
 
         self.spans: list[tuple[float, float]] = []
-        original = AuditRepo.append_alone
-        spans = self.spans
+        self.members: list[int] = []
+        original = AuditRepo.append_together
+        spans, members = self.spans, self.members
 
-        async def timed(repo: AuditRepo, *a: object, **kw: object) -> None:
+        async def timed(repo: AuditRepo, batch: Any, **kw: Any) -> None:
             t = time.perf_counter()
+            members.append(len(batch))
             try:
-                await original(repo, *a, **kw)  # type: ignore[arg-type]
+                await original(repo, batch, **kw)
             finally:
                 spans.append((t, time.perf_counter()))
-        AuditRepo.append_alone = timed  # type: ignore[method-assign]
+        AuditRepo.append_together = timed  # type: ignore[method-assign]
 
     def said(self, wall: float, calls: int) -> str:
         spans = sorted(self.spans)
         self.spans.clear()
+        carried = sum(self.members) / max(len(self.members), 1)
+        self.members.clear()
         if len(spans) < 2:
             return ""
         gaps = [b[0] - a[1] for a, b in itertools.pairwise(spans) if b[0] > a[1]]
@@ -249,7 +255,8 @@ class Turns:
         return (f"    {calls / wall:.0f} a second; the chain's statement in flight "
                 f"{sum(e - t for t, e in spans) / wall:.0%} of the wall (median "
                 f"{flight * 1000:.2f} ms), from one's answer to the next one's sending "
-                f"median {statistics.median(gaps or [0.0]) * 1e6:.0f} us")
+                f"median {statistics.median(gaps or [0.0]) * 1e6:.0f} us; "
+                f"{carried:.1f} decisions a statement")
 
 
 TURNS: Turns | None = None

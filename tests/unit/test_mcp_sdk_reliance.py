@@ -48,6 +48,10 @@ async def test_a_sessions_http_client_is_the_sdks_default_with_a_kept_tls_contex
 
 def test_every_private_name_the_stdio_transport_calls_is_there() -> None:
     assert stdio.RELIES_ON
+    assert not stdio.writer_missing(), (
+        f"anyio {version('anyio')}'s process stdin no longer wraps its asyncio writer as "
+        f"{'.'.join(stdio.WRITER)}: bot/mcp/stdio.py writes through the wrapper's send "
+        "(a turn of the event loop more per message); adapt it to this release")
     gone = stdio.missing()
     assert not gone, (f"mcp {version('mcp')} lacks {', '.join(gone)}, which "
                       "bot/mcp/stdio.py relies on: adapt it to this release (or bound mcp "

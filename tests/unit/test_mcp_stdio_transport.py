@@ -136,3 +136,33 @@ async def test_a_message_is_written_as_the_sdks_transport_writes_it() -> None:
     await Outbox(Pipe(), Inbox(), "utf-8", "strict").send(SessionMessage(message))
     assert written == [(message.model_dump_json(by_alias=True, exclude_unset=True)
                         + "\n").encode()]
+
+
+async def test_a_message_is_written_on_the_servers_stdin_without_a_turn_of_the_event_loop(
+        ) -> None:
+    """anyio's stdin wrapper ends its send with a checkpoint (a turn of the event loop, and
+    about 40 Python calls, per message); written on the asyncio writer under it, a message
+    is written at once, and a broken pipe still ends the session's reading."""
+    from anyio._backends._asyncio import StreamWriterWrapper
+
+    loop = asyncio.get_running_loop()
+    r, w = os.pipe()
+    reading = os.fdopen(r, "rb", buffering=0)
+    transport, protocol = await loop.connect_write_pipe(
+        lambda: asyncio.streams.FlowControlMixin(loop=loop), os.fdopen(w, "wb", buffering=0))
+    stdin = StreamWriterWrapper(asyncio.StreamWriter(transport, protocol, None, loop))
+    inbox = Inbox()
+    outbox = Outbox(stdin, inbox, "utf-8", "strict")
+    message = JSONRPCRequest(jsonrpc="2.0", id=1, method="ping")
+    sending = outbox.send(SessionMessage(message))
+    with pytest.raises(StopIteration):  # done at its first step: it never waited
+        sending.send(None)
+    assert reading.read(4096) == (message.model_dump_json(by_alias=True, exclude_unset=True)
+                                  + "\n").encode()
+    reading.close()  # the server gone: its pipe broke
+    with pytest.raises(anyio.BrokenResourceError):
+        for i in range(2, 100):
+            await outbox.send(SessionMessage(JSONRPCRequest(jsonrpc="2.0", id=i,
+                                                            method="ping")))
+    assert await asyncio.wait_for(_all(inbox), 5) == []
+    transport.close()
