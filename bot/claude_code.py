@@ -84,6 +84,7 @@ __all__ = ["DEFAULT_WAIT", "EVENTS", "HTTP_MARGIN", "MARGIN", "MAX_EVENT", "MAX_
            "HookEventError", "decision", "doing", "fail_closed"]
 
 SOURCE = Source("hook", NAME)
+CREDENTIAL = SOURCE.credential  # (a property of the source: read once, not per event)
 RESULT_SUMMARY = 4000  # characters of a tool's response too large to record whole
 EXCERPT = 1200  # characters of a file's new content or an edit shown on the card
 # requests of one call a PreToolUse tries to take before it gives up: each that another
@@ -137,7 +138,10 @@ class ClaudeCodeHook(CallerGate):
         # it is still live (as they check the hook's credential and its switch)
         self.bearer_id = bearer_id
         # the calls this process made, whoever's event asked (one hook per event)
-        self._cursor = engine.call_cursor(SOURCE.credential)
+        self._cursor = engine.call_cursor(CREDENTIAL)
+        # which form of the hook this is: ``command``, or ``http`` over serve's listener
+        # (each can be switched off alone: :mod:`runtime.record.switches`)
+        self.form = "command" if bearer is None else "http"
         self._call: tuple[str, dict[str, Any], str] | None = None  # (tool, args, digest)
 
     @property
@@ -182,12 +186,6 @@ class ClaudeCodeHook(CallerGate):
                           digest=self._digest(tool, args),
                           checks=Checks(live=(self.bearer_id,) if self.bearer_id else (),
                                         on=(switches.HOOK, self.form)))
-
-    @property
-    def form(self) -> str:
-        """Which form of the hook this is: ``command``, or ``http`` over serve's listener
-        (each can be switched off alone: :mod:`runtime.record.switches`)."""
-        return "command" if self.bearer is None else "http"
 
     async def switched_off(self, found: TokenRecord, *, kept: bool = False) -> str | None:
         off = await self.e.switched_off(switches.HOOK, self.form, credential=found,

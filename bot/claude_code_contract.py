@@ -93,13 +93,18 @@ class HookEvent(NamedTuple):  # (not a dataclass: importing dataclasses costs th
         except UnicodeDecodeError as exc:
             raise HookEventError(f"the event is not UTF-8 ({exc.reason} at byte "
                                  f"{exc.start})") from None
-        return cls.parse(text)
+        return cls._of_text(text)  # its size in bytes checked above: not encoded again
 
     @classmethod
     def parse(cls, text: str) -> HookEvent:
         """The event from its text (see :meth:`read`)."""
         if len(text) > MAX_EVENT or len(text.encode("utf-8", "replace")) > MAX_EVENT:
             raise HookEventError(f"the event is larger than {MAX_EVENT} bytes")
+        return cls._of_text(text)
+
+    @classmethod
+    def _of_text(cls, text: str) -> HookEvent:
+        """The event from its text, whose size is checked."""
         try:
             doc = parse_caller_json(text)
         except TooDeep as exc:
