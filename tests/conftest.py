@@ -134,18 +134,16 @@ class SkipAudit:
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """``-n auto``: two workers a core, up to two more than the cores; the fast tier
-    (``-m "not slow"``, which starts no process) three a core, up to four more. A worker
-    spends about half its time waiting (PostgreSQL round trips, a served process's answer,
-    an injected clock's poll), so on two cores more workers than cores keep them busy: the
-    fast tier took 153 s with two workers, 129 s with four and 119 s with six on this
-    project's 2-core machine. The whole suite stays at two a core: its tests start
-    processes that want the cores, and some answer within a time budget. Bounded, so a
-    machine with many cores does not open a test database per worker beyond what
-    PostgreSQL admits."""
+    """``-n auto``: two workers a core, up to two more than the cores, for the fast tier
+    (``-m "not slow"``) and the whole suite alike. A worker spends about half its time
+    waiting (PostgreSQL round trips, a served process's answer, an injected clock's poll),
+    so on two cores more workers than cores keep them busy; but each worker also pays its
+    own start, collection and cold caches (about 5 s of CPU), so more than two a core
+    costs more than it gains: on this project's 2-core machine, quiet, the fast tier took
+    107-115 s with four workers and 118-119 s with six, one run after the other
+    (2026-12-07; 171-186 s of CPU against 201-206 s). Bounded, so a machine with many
+    cores does not open a test database per worker beyond what PostgreSQL admits."""
     cores = os.cpu_count() or 1
-    if "not slow" in (config.getoption("markexpr", None) or ""):
-        return max(1, min(3 * cores, cores + 4))
     return max(1, min(2 * cores, cores + 2))
 
 
