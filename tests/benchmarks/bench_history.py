@@ -62,6 +62,7 @@ from approvald.runtime.engine import Engine, assemble
 from approvald.runtime.kernel.canonical import call_digest
 from approvald.runtime.kernel.clock import ManualClock
 from approvald.runtime.kernel.ids import new_id, new_nonce
+from approvald.runtime.kernel.vocabulary import OutcomeName
 from approvald.runtime.record.outbox_kinds import CARD_POST, CARD_UPDATE
 from approvald.runtime.runs.agent import Registry
 from approvald.runtime.runs.demo import REFUND_POLICY, demo_agents
@@ -240,7 +241,7 @@ def operations(engine: Engine, clock: ManualClock) -> dict[str, Callable[[], Awa
         pages.queue(await web.actionable(APPROVER), user=APPROVER, csrf="x", now=clock.now())
 
     async def listed() -> None:
-        rows, total = await engine.oldest_approvals(status="pending", limit=100)
+        rows, total = await engine.oldest_approvals(outcome=OutcomeName.PENDING, limit=100)
         assert rows and total >= len(rows)
 
     async def sweep() -> None:
