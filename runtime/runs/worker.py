@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
+import math
 import time
 from collections.abc import Awaitable
 from datetime import timedelta
@@ -65,7 +67,10 @@ class ResumeWorker:
         self.lease_ttl = lease_ttl
         self.concurrency = concurrency
         self.poll_interval = poll_interval
-        self._queue: asyncio.Queue[str] = asyncio.Queue()
+        # runs to advance, the pressing first (runtime/kernel/urgency.py): by when their
+        # person began waiting, oldest first; then the others, in the order they came
+        self._queue: asyncio.PriorityQueue[tuple[float, int, str]] = asyncio.PriorityQueue()
+        self._order = itertools.count()  # ties keep their arrival order
         self._queued: set[str] = set()  # a run waits in the queue at most once
         self._active: dict[str, asyncio.Task[None]] = {}
         self._slots = asyncio.Semaphore(concurrency)
@@ -86,7 +91,9 @@ class ResumeWorker:
     def wake(self, run_id: str) -> None:
         if run_id not in self._queued and run_id not in self._active:
             self._queued.add(run_id)
-            self._queue.put_nowait(run_id)
+            since = self.urgency.since(run_id)
+            self._queue.put_nowait((math.inf if since is None else since, next(self._order),
+                                    run_id))
 
     def take(self, run_id: str, claim: str) -> None:
         """A decision in this process made ``run_id`` ready and leased it under ``claim``
@@ -172,7 +179,7 @@ class ResumeWorker:
         self.signals.take_decided(self.take)
         try:
             while not stop.is_set():
-                run_id = await self._queue.get()
+                _, _, run_id = await self._queue.get()
                 if run_id is _STOP:  # (one left by an earlier serve of this worker: not ours)
                     if stop.is_set():
                         break
@@ -212,7 +219,7 @@ class ResumeWorker:
     async def _stop_queue(self, stop: asyncio.Event) -> None:
         """Wake :meth:`run`'s wait on the queue once ``stop`` is set."""
         await stop.wait()
-        self._queue.put_nowait(_STOP)
+        self._queue.put_nowait((-math.inf, next(self._order), _STOP))
 
     async def _poll(self, stop: asyncio.Event) -> None:
         await repeat(self.poll_once, stop=stop, every=self.poll_interval,

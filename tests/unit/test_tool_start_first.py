@@ -1,0 +1,140 @@
+"""A waiting click's tool start goes ahead of what earlier clicks set off and nobody waits
+on (issue 50): the steps of a run after the call its approver waited for."""
+
+from __future__ import annotations
+
+import asyncio
+
+from approvald.runtime.approvals.decide import Actor
+from approvald.runtime.kernel.urgency import Urgency
+from approvald.runtime.models.scripted import ScriptedModel, reply
+from approvald.runtime.policies.tools import ToolContext, tool
+from approvald.runtime.runs.agent import Agent
+
+from tests.helpers import Rows, parts
+
+ALICE = Actor("U_ALICE", "slack")
+
+
+class Frozen:
+    """An injected monotonic clock that does not move: only an end, never patience
+    running out, lets a wait go on."""
+
+    def __call__(self) -> float:
+        return 100.0
+
+
+async def test_a_runs_next_model_step_waits_for_a_later_clicks_call_to_start(
+        make_engine) -> None:
+    """Two approvals clicked one after the other: the first run's call starts, and its
+    step is committed; its next model step (the reply that completes it) waits until the
+    second approver's call has started, instead of running ahead of it."""
+    order: list[str] = []
+
+    @tool(permission="execute")
+    async def deploy(ctx: ToolContext, service: str) -> str:
+        """Deploy (gated)."""
+        order.append(f"deploy {service}")
+        return "deployed"
+
+    def agent(name: str, service: str) -> Agent:
+        return Agent(name=name, instructions="", tools=[deploy], model=ScriptedModel.sequence(
+            [reply("deploying", ("deploy", {"service": service})), reply("done", turn=1)]))
+
+    engine = make_engine(agents=[agent("first", "web"), agent("second", "api")],
+                         urgency=Urgency(monotonic=Frozen()))
+    one = await engine.run("first", "deploy web", requested_by="U_DANA")
+    two = await engine.run("second", "deploy api", requested_by="U_DANA")
+    await engine.decide(one.approval_ids[0], actor=ALICE, verdict="approve")
+    await engine.decide(two.approval_ids[0], actor=ALICE, verdict="approve")
+    urgency = parts(engine).urgency
+    assert urgency.presses(one.run_id) and urgency.presses(two.run_id)
+
+    first = asyncio.create_task(engine.advance(one.run_id))
+    # its call starts and its step commits; then it waits (the clock is frozen: only the
+    # second call's start can end that wait). Before, it ran on to its end meanwhile
+    done, _ = await asyncio.wait({first}, timeout=0.5)
+    assert order == ["deploy web"]
+    assert not done
+    run = await Rows.of(engine).run(one.run_id)
+    assert run is not None and run.status == "running" and run.next_seq > 1
+
+    await engine.advance(two.run_id)  # the second call starts (and its run goes on: nothing
+    assert order == ["deploy web", "deploy api"]  # presses any more)
+    await asyncio.wait_for(first, 10)
+    for run_id in (one.run_id, two.run_id):
+        run = await Rows.of(engine).run(run_id)
+        assert run is not None and run.status == "completed"
+    assert urgency.pressing == 0
+
+
+class Ticks:
+    """An injected monotonic clock, moved by hand."""
+
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+async def test_a_decided_run_is_taken_ahead_of_background_runs_queued_before_it(
+        make_engine) -> None:
+    """The worker's queue reads the priority: a run someone's click decided is advanced
+    before background runs queued ahead of it, so it never waits behind one of them held
+    back for clicks still being answered (a background run waits for every answer; this
+    click came before the one being answered, so its run waits for none)."""
+    started: list[str] = []
+
+    @tool(permission="read")
+    async def crawl(ctx: ToolContext, site: str) -> str:
+        """A background call."""
+        started.append(f"crawl {site}")
+        return "crawled"
+
+    @tool(permission="execute")
+    async def deploy(ctx: ToolContext, service: str) -> str:
+        """Deploy (gated)."""
+        started.append(f"deploy {service}")
+        return "deployed"
+
+    crawler = Agent(name="crawler", instructions="", tools=[crawl], model=ScriptedModel.sequence(
+        [reply("crawling", ("crawl", {"site": "a"})), reply("done", turn=1)]))
+    deployer = Agent(name="deployer", instructions="", tools=[deploy],
+                     model=ScriptedModel.sequence(
+                         [reply("deploying", ("deploy", {"service": "web"})),
+                          reply("done", turn=1)]))
+    ticks = Ticks()
+    engine = make_engine(agents=[crawler, deployer], urgency=Urgency(monotonic=ticks))
+    paused = await engine.run("deployer", "deploy web", requested_by="U_DANA")
+    worker = engine.worker(poll_interval=3600)
+    background = await engine.start_run("crawler", "crawl a", requested_by="U_DANA")
+    worker.wake(background)  # queued first
+    await engine.decide(paused.approval_ids[0], actor=ALICE, verdict="approve")
+    worker.wake(paused.run_id)  # (the decision's own hand-over is the serving worker's)
+    ticks.t += 0.1
+    urgency = parts(engine).urgency
+    urgency.begin_answer("a later click")  # being answered, and never done here
+    taken: list[str] = []
+    advance = worker.advance
+
+    def recording(run_id: str, **kw):  # type: ignore[no-untyped-def]
+        taken.append(run_id)
+        return advance(run_id, **kw)
+
+    worker.advance = recording
+    stop = asyncio.Event()
+    serving = asyncio.create_task(worker.run(stop))
+    try:
+        for _ in range(500):
+            if started:
+                break
+            await asyncio.sleep(0.001)
+        # before, the background run at the queue's head was taken first, once it had
+        # waited its patience for the answer, and the decided run behind it with it
+        assert taken[0] == paused.run_id
+        assert started[0] == "deploy web"
+    finally:
+        urgency.end("a later click")
+        stop.set()
+        await asyncio.wait_for(serving, 10)
