@@ -2,6 +2,7 @@
 
     python tests/benchmarks/bench_click_cpu.py [--db URL] [--runs 200] [--concurrency 20]
                                                [--rounds 1] [--profile OUT.prof]
+                                               [--lease-ttl S]
 
 Where ``bench_clicks.py`` runs ``serve`` as a separate process (latencies, which a shared
 machine makes meaningless), this runs the same ``serve`` (its
@@ -257,6 +258,8 @@ async def bench(a: argparse.Namespace) -> int:
         APPROVALD_PORT=str(port), APPROVALD_HOST="127.0.0.1", APPROVALD_SECRET=TOKEN_SECRET,
         APPROVALD_AGENTS="bench_agent", APPROVALD_LOG_LEVEL="ERROR",
         APPROVALD_METRICS_ADDR="127.0.0.1:0", BENCH_TOOL_LOG=str(tool_log))
+    if a.lease_ttl:  # long enough that no renewal fires (under load the runs last longer)
+        os.environ["APPROVALD_LEASE_TTL"] = str(a.lease_ttl)
     import logging
 
     from approvald.bot.config import Settings
@@ -342,6 +345,8 @@ def main() -> int:
     p.add_argument("--concurrency", type=int, default=20)
     p.add_argument("--rounds", type=int, default=1, help="rounds of CPU measurement")
     p.add_argument("--profile", default=None, metavar="OUT.prof")
+    p.add_argument("--lease-ttl", type=float, default=None, metavar="S",
+                   help="serve's APPROVALD_LEASE_TTL (default: serve's own)")
     return asyncio.run(bench(p.parse_args()))
 
 
