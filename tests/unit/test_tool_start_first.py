@@ -16,6 +16,33 @@ from tests.helpers import Rows, parts
 ALICE = Actor("U_ALICE", "slack")
 
 
+def agents(log: list[str], *names: str) -> list[Agent]:
+    """One agent per name: a gated ``deploy`` of the service it is named after, then its
+    final reply; and ``crawler``, a read (auto) call. Each call is logged as it starts."""
+
+    @tool(permission="execute")
+    async def deploy(ctx: ToolContext, service: str) -> str:
+        """Deploy (gated)."""
+        log.append(f"deploy {service}")
+        return "deployed"
+
+    @tool(permission="read")
+    async def crawl(ctx: ToolContext, site: str) -> str:
+        """A background call."""
+        log.append(f"crawl {site}")
+        return "crawled"
+
+    made = [Agent(name="crawler", instructions="", tools=[crawl],
+                  model=ScriptedModel.sequence([reply("crawling", ("crawl", {"site": "a"})),
+                                                reply("done", turn=1)]))]
+    for name in names:
+        made.append(Agent(name=name, instructions="", tools=[deploy],
+                          model=ScriptedModel.sequence(
+                              [reply("deploying", ("deploy", {"service": name})),
+                               reply("done", turn=1)])))
+    return made
+
+
 class Frozen:
     """An injected monotonic clock that does not move: only an end, never patience
     running out, lets a wait go on."""
@@ -30,21 +57,10 @@ async def test_a_runs_next_model_step_waits_for_a_later_clicks_call_to_start(
     step is committed; its next model step (the reply that completes it) waits until the
     second approver's call has started, instead of running ahead of it."""
     order: list[str] = []
-
-    @tool(permission="execute")
-    async def deploy(ctx: ToolContext, service: str) -> str:
-        """Deploy (gated)."""
-        order.append(f"deploy {service}")
-        return "deployed"
-
-    def agent(name: str, service: str) -> Agent:
-        return Agent(name=name, instructions="", tools=[deploy], model=ScriptedModel.sequence(
-            [reply("deploying", ("deploy", {"service": service})), reply("done", turn=1)]))
-
-    engine = make_engine(agents=[agent("first", "web"), agent("second", "api")],
+    engine = make_engine(agents=agents(order, "web", "api"),
                          urgency=Urgency(monotonic=Frozen()))
-    one = await engine.run("first", "deploy web", requested_by="U_DANA")
-    two = await engine.run("second", "deploy api", requested_by="U_DANA")
+    one = await engine.run("web", "deploy web", requested_by="U_DANA")
+    two = await engine.run("api", "deploy api", requested_by="U_DANA")
     await engine.decide(one.approval_ids[0], actor=ALICE, verdict="approve")
     await engine.decide(two.approval_ids[0], actor=ALICE, verdict="approve")
     urgency = parts(engine).urgency
@@ -85,28 +101,9 @@ async def test_a_decided_run_is_taken_ahead_of_background_runs_queued_before_it(
     back for clicks still being answered (a background run waits for every answer; this
     click came before the one being answered, so its run waits for none)."""
     started: list[str] = []
-
-    @tool(permission="read")
-    async def crawl(ctx: ToolContext, site: str) -> str:
-        """A background call."""
-        started.append(f"crawl {site}")
-        return "crawled"
-
-    @tool(permission="execute")
-    async def deploy(ctx: ToolContext, service: str) -> str:
-        """Deploy (gated)."""
-        started.append(f"deploy {service}")
-        return "deployed"
-
-    crawler = Agent(name="crawler", instructions="", tools=[crawl], model=ScriptedModel.sequence(
-        [reply("crawling", ("crawl", {"site": "a"})), reply("done", turn=1)]))
-    deployer = Agent(name="deployer", instructions="", tools=[deploy],
-                     model=ScriptedModel.sequence(
-                         [reply("deploying", ("deploy", {"service": "web"})),
-                          reply("done", turn=1)]))
     ticks = Ticks()
-    engine = make_engine(agents=[crawler, deployer], urgency=Urgency(monotonic=ticks))
-    paused = await engine.run("deployer", "deploy web", requested_by="U_DANA")
+    engine = make_engine(agents=agents(started, "web"), urgency=Urgency(monotonic=ticks))
+    paused = await engine.run("web", "deploy web", requested_by="U_DANA")
     worker = engine.worker(poll_interval=3600)
     background = await engine.start_run("crawler", "crawl a", requested_by="U_DANA")
     worker.wake(background)  # queued first
