@@ -456,6 +456,8 @@ class Service:
                          f"{g.config.server()})" for name, g in self.mcp.gateways.items())
         lines.append(f"metrics: {self.metrics_url}" if self.metrics_url
                      else "metrics: off (APPROVALD_METRICS_ADDR)")
+        lines.append(f"event loop: {running_loop_name()} "
+                     f"(APPROVALD_EVENT_LOOP={self.settings.event_loop})")
         return "\n".join(lines)
 
     def where_decided(self) -> str:
@@ -643,6 +645,35 @@ async def serve(settings: Settings) -> int:
         raise fatal
     print("approvald: stopped", file=sys.stderr, flush=True)
     return 0
+
+
+EventLoopFactory = Callable[[], asyncio.AbstractEventLoop]
+
+
+def event_loop(choice: str) -> tuple[str, EventLoopFactory | None]:
+    """The event loop ``APPROVALD_EVENT_LOOP`` picks for ``serve``: its name, and what makes
+    it (None: asyncio's own, made as :func:`asyncio.run` makes it).
+
+    ``auto`` is uvloop wherever it is installed (a dependency where it builds: CPython on
+    Linux and macOS), asyncio's own loop elsewhere; ``uvloop`` without uvloop installed is
+    a configuration error, not a quiet fallback."""
+    if choice == "asyncio":
+        return "asyncio", None
+    try:
+        import uvloop
+    except ImportError:
+        if choice == "uvloop":
+            raise ConfigError("APPROVALD_EVENT_LOOP: uvloop is not installed for this Python "
+                              "(pip install uvloop; it builds on Linux and macOS), or set "
+                              "APPROVALD_EVENT_LOOP=asyncio") from None
+        return "asyncio", None
+    return "uvloop", uvloop.new_event_loop
+
+
+def running_loop_name() -> str:
+    """The event loop this code runs on: ``uvloop`` or ``asyncio``."""
+    module = type(asyncio.get_running_loop()).__module__
+    return "uvloop" if module.partition(".")[0] == "uvloop" else "asyncio"
 
 
 def settle_heap() -> None:
