@@ -86,7 +86,8 @@ EVENTS = ("PreToolUse", "PostToolUse", "PostToolUseFailure")
 
 
 # what ``approvald hook install`` wrote, by what it was given: (its arguments, the settings
-# file before it, the environment) -> the settings file after it (see install_hook)
+# file before it, the environment but pytest's name of the running test) -> the settings
+# file after it (see install_hook)
 _INSTALLED: dict[tuple[tuple[str, ...], str | None, tuple[tuple[str, str], ...]], str] = {}
 
 
@@ -114,7 +115,8 @@ def install_hook(project: Path, *, requested_by: str | None = "U_DANA", wait: fl
     project.mkdir(parents=True, exist_ok=True)
     settings_file = project / ".claude" / "settings.json"
     before = settings_file.read_text() if settings_file.exists() else None
-    key = (tuple(args), before, tuple(sorted(os.environ.items())))
+    key = (tuple(args), before, tuple(sorted((k, v) for k, v in os.environ.items()
+                                             if k != "PYTEST_CURRENT_TEST")))
     if key in _INSTALLED:
         settings_file.parent.mkdir(exist_ok=True)
         settings_file.write_text(_INSTALLED[key])
