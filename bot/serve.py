@@ -147,7 +147,9 @@ class Service:
             sweep_interval=timedelta(seconds=settings.sweep_interval))
         self.engine.on_outbox(self.drain.wake)
         # other replicas on the same PostgreSQL database hear of what this one commits
-        self.wakeups = Wakeups(db, origin=self.engine.process, on_signal=self._woken)
+        # ... and one of them leads the polling every replica does (the others poll slower)
+        self.wakeups = Wakeups(db, origin=self.engine.process, on_signal=self._woken,
+                               on_lead=self.engine.pace.lead)
         self.engine.on_ready(lambda run_id: self.wakeups.publish("ready", run_id))
         self.engine.on_opened(lambda approval_id: self.wakeups.publish("opened", approval_id))
         self.engine.on_outbox(self._outbox_committed)
