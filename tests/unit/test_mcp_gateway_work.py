@@ -81,28 +81,28 @@ async def test_an_mcp_auto_call_runs_in_the_task_that_made_its_request(make_engi
     assert isinstance(await g.call("echo", {"warm": 1}, _echo), Ran)
     opened = engine.open_request
     made: list[tuple[asyncio.Task[Any] | None, str]] = []
+    found = asyncio.Event()  # the second call has found the request, its call running
 
     async def open_request(token: Any, req: Any, **kw: Any) -> Any:
         doc, new = await opened(token, req, **kw)
         made.append((asyncio.current_task(), str(doc["id"])))
+        if len(made) > 1:
+            found.set()
         return doc, new
 
     engine.open_request = open_request  # type: ignore[method-assign]
     ran: list[tuple[asyncio.Task[Any] | None, bool]] = []
-    go = asyncio.Event()
+    running = asyncio.Event()
 
     async def server(args: dict[str, Any]) -> Ran[Any]:
         ran.append((asyncio.current_task(), g.running_here(made[0][1])))
-        await go.wait()
+        running.set()
+        await found.wait()
         return await _echo(args)
 
     first = asyncio.ensure_future(g.call("echo", {"n": 1}, server))
-    while not ran:
-        await asyncio.sleep(0)
+    await running.wait()
     second = asyncio.ensure_future(g.call("echo", {"n": 1}, server))
-    while len(made) < 2:  # the second call has found the request, its call running
-        await asyncio.sleep(0)
-    go.set()
     out_a, out_b = await asyncio.gather(first, second)
     assert isinstance(out_a, Ran) and isinstance(out_b, Ran)
     assert out_a.value == out_b.value
