@@ -2,6 +2,7 @@
 
     python tests/benchmarks/bench_decision_cpu.py [--db URL] [--calls 2000] [--rounds 5]
                                                   [--faces hook,api,mcp] [--profile FACE]
+                                                  [--loop auto|uvloop|asyncio]
 
 Where ``bench_fleet.py`` floods a separate ``serve`` from many callers (rates and latency,
 which a shared machine makes meaningless), this runs the same ``serve`` (its
@@ -348,7 +349,7 @@ async def bench(a: argparse.Namespace) -> int:
     import logging
 
     from approvald.bot.config import Settings
-    from approvald.bot.serve import Service, settle_heap
+    from approvald.bot.serve import Service, running_loop_name, settle_heap
     from approvald.bot.wiring import open_database
 
     logging.basicConfig(level=logging.ERROR)
@@ -372,7 +373,8 @@ async def bench(a: argparse.Namespace) -> int:
         counter = Counter()
         faces = [f for f in a.faces.split(",") if f]
         print(f"database: {db.display_url}; {os.cpu_count()} cores, load average "
-              f"{os.getloadavg()[0]:.1f}; serve in this process; {a.callers} "
+              f"{os.getloadavg()[0]:.1f}; serve in this process, on {running_loop_name()}; "
+              f"{a.callers} "
               f"connection(s), each one call at a time; CPU of this process per call, "
               f"{a.rounds} rounds of {a.calls} calls (median)")
         base = await cpu_per_call(fns["healthz"], a.calls, a.rounds, counter)
@@ -452,7 +454,15 @@ def main() -> int:
                         "over --calls calls made once more")
     p.add_argument("--top", type=int, default=45, help="functions printed per profile order")
     p.add_argument("--dump", default=None, help="write the profile's stats to this file")
-    return asyncio.run(bench(p.parse_args()))
+    p.add_argument("--loop", choices=["auto", "uvloop", "asyncio"],
+                   default=os.environ.get("APPROVALD_EVENT_LOOP", "auto"),
+                   help="the event loop serve (and this process) runs on, as "
+                        "APPROVALD_EVENT_LOOP picks serve's (default: that variable, or auto)")
+    a = p.parse_args()
+    from approvald.bot.serve import event_loop
+
+    with asyncio.Runner(loop_factory=event_loop(a.loop)[1]) as runner:
+        return runner.run(bench(a))
 
 
 if __name__ == "__main__":
