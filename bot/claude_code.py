@@ -152,11 +152,11 @@ class ClaudeCodeHook(CallerGate):
             return ev.owner
         return f"{NAME}:{self.bearer}:{ev.session_id}:{ev.tool_use_id}"[:200]
 
-    def call_key(self, tool: str, args: dict[str, Any]) -> str:
+    def call_key(self, tool: str, args: dict[str, Any], call: str | None = None) -> str:
         """The same tool with the same input in the same session (from the same bearer
         token, over HTTP) is one call."""
         key: dict[str, Any] = {"session": self.event.session_id,
-                               "call": self._digest(tool, args)}
+                               "call": call or self._digest(tool, args)}
         if self.bearer is not None:
             key["bearer"] = self.bearer
         return binding.shown(sha256_hex(canonical_json(key)))  # keyed: traces show it
@@ -168,7 +168,8 @@ class ClaudeCodeHook(CallerGate):
             self._call = (tool, args, call_digest(tool, args))
         return self._call[2]
 
-    def _new_request(self, tool: str, args: dict[str, Any], key: str) -> NewRequest:
+    def _new_request(self, tool: str, args: dict[str, Any], key: str,
+                     digest: str | None = None) -> NewRequest:
         ev = self.event
         what, code = doing(tool, args)
         packet: dict[str, Any] = {

@@ -315,6 +315,13 @@ class Settings(BaseSettings):
         "INFO", validation_alias=_env("APPROVALD_LOG_LEVEL"),
         description="DEBUG, INFO, WARNING or ERROR; commands other than serve log only warnings "
                     "unless it is DEBUG, which also prints an internal error's traceback")
+    # serve's event loop: uvloop (a dependency wherever it builds: not on Windows, nor
+    # outside CPython) takes less of serve's one core per request than asyncio's own loop
+    event_loop: Literal["auto", "uvloop", "asyncio"] = Field(
+        "auto", validation_alias=_env("APPROVALD_EVENT_LOOP"),
+        description="the event loop serve runs on: auto, uvloop where it is installed (it is "
+                    "a dependency on Linux and macOS) and asyncio's own otherwise; uvloop, "
+                    "uvloop or a configuration error; asyncio, asyncio's own loop")
     # how long `serve` lets in-flight runs reach a step boundary after SIGTERM/SIGINT;
     # a tool call still running then is cut off (the ledger makes it outcome-unknown)
     shutdown_grace: float = Field(

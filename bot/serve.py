@@ -147,7 +147,9 @@ class Service:
             sweep_interval=timedelta(seconds=settings.sweep_interval))
         self.engine.on_outbox(self.drain.wake)
         # other replicas on the same PostgreSQL database hear of what this one commits
-        self.wakeups = Wakeups(db, origin=self.engine.process, on_signal=self._woken)
+        # ... and one of them leads the polling every replica does (the others poll slower)
+        self.wakeups = Wakeups(db, origin=self.engine.process, on_signal=self._woken,
+                               on_lead=self.engine.pace.lead)
         self.engine.on_ready(lambda run_id: self.wakeups.publish("ready", run_id))
         self.engine.on_opened(lambda approval_id: self.wakeups.publish("opened", approval_id))
         self.engine.on_outbox(self._outbox_committed)
@@ -456,6 +458,8 @@ class Service:
                          f"{g.config.server()})" for name, g in self.mcp.gateways.items())
         lines.append(f"metrics: {self.metrics_url}" if self.metrics_url
                      else "metrics: off (APPROVALD_METRICS_ADDR)")
+        lines.append(f"event loop: {running_loop_name()} "
+                     f"(APPROVALD_EVENT_LOOP={self.settings.event_loop})")
         return "\n".join(lines)
 
     def where_decided(self) -> str:
@@ -645,6 +649,35 @@ async def serve(settings: Settings) -> int:
     return 0
 
 
+EventLoopFactory = Callable[[], asyncio.AbstractEventLoop]
+
+
+def event_loop(choice: str) -> tuple[str, EventLoopFactory | None]:
+    """The event loop ``APPROVALD_EVENT_LOOP`` picks for ``serve``: its name, and what makes
+    it (None: asyncio's own, made as :func:`asyncio.run` makes it).
+
+    ``auto`` is uvloop wherever it is installed (a dependency where it builds: CPython on
+    Linux and macOS), asyncio's own loop elsewhere; ``uvloop`` without uvloop installed is
+    a configuration error, not a quiet fallback."""
+    if choice == "asyncio":
+        return "asyncio", None
+    try:
+        import uvloop
+    except ImportError:
+        if choice == "uvloop":
+            raise ConfigError("APPROVALD_EVENT_LOOP: uvloop is not installed for this Python "
+                              "(pip install uvloop; it builds on Linux and macOS), or set "
+                              "APPROVALD_EVENT_LOOP=asyncio") from None
+        return "asyncio", None
+    return "uvloop", uvloop.new_event_loop
+
+
+def running_loop_name() -> str:
+    """The event loop this code runs on: ``uvloop`` or ``asyncio``."""
+    module = type(asyncio.get_running_loop()).__module__
+    return "uvloop" if module.partition(".")[0] == "uvloop" else "asyncio"
+
+
 def settle_heap() -> None:
     """Move everything start-up built (modules, SQLAlchemy's tables and compiled plans,
     pydantic's validators, the Slack app) out of the cyclic garbage collector's sight.
@@ -658,11 +691,51 @@ def settle_heap() -> None:
     gc.freeze()
 
 
+# full collections after start-up that freeze what they leave alive (the first requests'
+# statements, plans and prepared statements), then none: see Settling
+SETTLE_AGAIN = 3
+
+
+class Settling:
+    """The first ``times`` full collections after start-up each freeze what they left
+    alive, as :func:`settle_heap` froze start-up's heap.
+
+    The first requests build what lives as long as the process too, lazily: each statement
+    shape's SQLAlchemy constructs and compiled plan, asyncpg's prepared statement on each
+    pooled connection, a group commit's statement for each batch size. In bench_fleet's
+    ``serve`` on PostgreSQL that was 55,000-67,000 objects 20 s after start-up, about 100,000
+    a minute later, against 66 right after :func:`settle_heap`; every full collection
+    walked them all again, 40-150 ms of the event loop's CPU each on the loaded 2-core VM,
+    about six in two minutes at 1,000 decisions a second: each a stall that every request
+    arriving meanwhile waited out, the open loop's p99 (issue 50). What survived a full
+    collection is what lives long; freezing it a bounded number of times keeps the cost
+    bounded too: a cycle alive at one of those moments and dropped later is never
+    collected (a request in flight then), so it is not done for ever."""
+
+    def __init__(self, times: int = SETTLE_AGAIN) -> None:
+        self.left = times
+
+    def install(self) -> None:
+        gc.callbacks.append(self._collected)
+
+    def remove(self) -> None:
+        with contextlib.suppress(ValueError):
+            gc.callbacks.remove(self._collected)
+
+    def _collected(self, phase: str, info: dict[str, int]) -> None:
+        # (left in gc.callbacks once done, not removed while the collector walks that list)
+        if phase == "stop" and info["generation"] == 2 and self.left > 0:
+            self.left -= 1
+            gc.freeze()  # what the collection left: all of it in the oldest generation
+
+
 async def _run(service: Service) -> ConfigError | None:
+    settling = Settling()
     try:
         if not service.stop_event.is_set():  # a signal during migrations: do not start
             await service.start()  # a refused token ends it, before the banner
             settle_heap()
+            settling.install()
         if not service.stop_event.is_set():
             first, *rest = service.describe().splitlines()
             print("\n".join([f"approvald: {first}; SIGTERM stops",
@@ -673,6 +746,7 @@ async def _run(service: Service) -> ConfigError | None:
             log.info("stopping: letting runs reach a step boundary (at most %g s)",
                      service.settings.shutdown_grace)
     finally:
+        settling.remove()
         await service.stop()
     return service.fatal
 

@@ -165,15 +165,23 @@ class CallerGate:
         """Whether this process is running request ``rid``'s call now."""
         return False
 
-    def _new_request(self, tool: str, args: dict[str, Any], key: str) -> NewRequest:
+    def _new_request(self, tool: str, args: dict[str, Any], key: str,
+                     digest: str | None = None) -> NewRequest:
+        """The request for one call under idempotency key ``key``; ``digest``: the
+        call's :func:`~runtime.kernel.canonical.call_digest`, when the caller worked it out
+        already (its request then carries it: not worked out again)."""
         raise NotImplementedError
 
     # -- the request a call joins or makes ----------------------------------------------
-    async def _request(self, token: TokenRecord, tool: str,
-                       args: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    async def _request(self, token: TokenRecord, tool: str, args: dict[str, Any], *,
+                       key: str | None = None,
+                       call: str | None = None) -> tuple[dict[str, Any], bool]:
         """The request this call joins or makes: (its document, whether the call's start
-        was recorded with it: :func:`~runtime.runs.external.started_at_once`)."""
-        digest = self.call_key(tool, args)
+        was recorded with it: :func:`~runtime.runs.external.started_at_once`). ``key``:
+        the call's :meth:`call_key` and ``call`` its digest, when the caller worked them
+        out already (issue 50: the gateway did, and its arguments were canonicalised and
+        digested three times a call)."""
+        digest = key if key is not None else self.call_key(tool, args)
         n = self._cursor.get(digest)
         fresh = False  # whether generation n was just seen not to exist
         # a call this process has not seen: most likely never made, so its first
@@ -184,7 +192,8 @@ class CallerGate:
         if n is None:
             n, fresh = 0, True
         while True:
-            req = self._new_request(tool, args, idempotency_key(self.key_prefix, digest, n))
+            req = self._new_request(tool, args, idempotency_key(self.key_prefix, digest, n),
+                                    call)
             try:
                 doc, new = await self.e.open_request(token, req, fresh=fresh)
             except ExternalError as exc:
@@ -206,11 +215,12 @@ class CallerGate:
                     continue
             n, fresh = n + 1, False
 
-    def call_key(self, tool: str, args: dict[str, Any]) -> str:
+    def call_key(self, tool: str, args: dict[str, Any], call: str | None = None) -> str:
         """What makes two calls the same call (their requests one): here the tool and its
         arguments, whichever client of the gateway makes it. Keyed (a binding: it is
-        part of an idempotency key, which traces and questions show)."""
-        return binding.shown(call_digest(tool, args))
+        part of an idempotency key, which traces and questions show). ``call``: their
+        :func:`~runtime.kernel.canonical.call_digest`, when worked out already."""
+        return binding.shown(call if call is not None else call_digest(tool, args))
 
     async def _first_open(self, token: TokenRecord, digest: str) -> tuple[int, bool]:
         """The first generation of this call that may still be open: requests are made in

@@ -34,6 +34,7 @@ from approvald.runtime.kernel.limits import DEFAULT_MAX_PAYLOAD, PayloadCap
 from approvald.runtime.kernel.metrics import DecidedRuns, Meter
 from approvald.runtime.kernel.outcomes import Outcome
 from approvald.runtime.kernel.owners import Owners
+from approvald.runtime.kernel.periodic import Pace
 from approvald.runtime.kernel.signals import Signals
 from approvald.runtime.kernel.urgency import Urgency
 from approvald.runtime.kernel.vocabulary import OutcomeName, match_of
@@ -269,6 +270,12 @@ class Engine:
         return OutboxDrain(p.db, p.clock, p.owners, p.urgency, deliverer, config,
                            audit=p.audit, own=p.external)  # the runtime's own rows
 
+    @property
+    def pace(self) -> Pace:
+        """How often this process polls: slower while another replica leads (a face's
+        own periodic work, such as a thread follower's, goes at it too)."""
+        return self._owners.pace
+
     def expiry_scheduler(self, *, sweep_interval: timedelta = timedelta(seconds=15)
                          ) -> ExpiryScheduler:
         """The APScheduler jobs that settle each request at its reminder and expiry."""
@@ -481,7 +488,7 @@ class Engine:
 
     async def stale_owners(self) -> list[str]:
         """Lease and claim holders that ran on this host and whose process is gone."""
-        return await self._owners.stale()
+        return list(await self._owners.stale())
 
     async def recover(self, *, limit: int = 1000) -> list[Outcome]:
         """Advance every run left ``running`` without a live worker (expired or dead lease)."""

@@ -9,6 +9,14 @@ replica acts within milliseconds. Nothing rests on it: a lost notification (a dr
 listener connection, a restart) costs one poll interval, never a missed or repeated
 effect, because every piece of work is still claimed by compare-and-set in the database.
 
+The listening connection, held open anyway, also settles which replica leads the
+periodic work every replica does (polls for ready runs, due outbox rows, run threads
+behind): with ``on_lead``, the listener takes a session lock (``pg_try_advisory_lock``) on
+it, and the one replica that holds it leads; the others try again every ``lead_retry``
+seconds. The lock goes with its connection, so a replica that dies or loses its
+connection hands the lead on within ``lead_retry``; a replica that cannot tell (not
+connected) leads, as every replica did before (issue 50).
+
 A notification is sent after the commit that made the work visible (callers publish from
 their after-commit hooks), carries ``origin|kind|key``, and is ignored by the process that
 sent it. On SQLite there is nothing to do: :meth:`Wakeups.start` returns False.
@@ -27,16 +35,25 @@ from approvald.store.db import Database
 log = logging.getLogger("approvald.wakeups")
 
 CHANNEL = "approvald"
+LEAD_LOCK = 0x61707072_6C656164  # the advisory lock's key: "apprlead"
+LEAD_RETRY = 5.0  # seconds between a follower's tries to take the lead
 BATCH = 200  # notifications sent in one round trip
 RETRY = (1.0, 30.0)  # first and longest pause before reconnecting
 
 
 class Wakeups:
     def __init__(self, db: Database, *, origin: str,
-                 on_signal: Callable[[str, str], None]) -> None:
+                 on_signal: Callable[[str, str], None],
+                 on_lead: Callable[[bool], None] | None = None,
+                 lead_retry: float = LEAD_RETRY) -> None:
         self.db = db
         self.origin = origin.replace("|", "/")
         self.on_signal = on_signal
+        # told True when this process leads (or cannot tell), False while another does;
+        # None: this process does no periodic work, and never takes the lead (a CLI's)
+        self.on_lead = on_lead
+        self.lead_retry = lead_retry
+        self.leading = True
         self.received = 0  # notifications from other processes, handed to ``on_signal``
         self.sent = 0
         self._queue: asyncio.Queue[str] = asyncio.Queue()
@@ -75,7 +92,8 @@ class Wakeups:
         return True
 
     async def listening(self) -> None:
-        """Wait until the listener is connected (wrap it in ``asyncio.timeout``)."""
+        """Wait until the listener is connected and knows whether this process leads
+        (wrap it in ``asyncio.timeout``)."""
         await self._listening.wait()
 
     async def close(self) -> None:
@@ -99,10 +117,16 @@ class Wakeups:
             try:
                 conn = await self._connect()
                 await conn.add_listener(CHANNEL, self._received)
-                self._listening.set()
-                pause = RETRY[0]
                 closed = asyncio.Event()
                 conn.add_termination_listener(lambda _c, done=closed: done.set())
+                held = await self._try_lead(conn)
+                self._listening.set()  # (and the lead settled, for now)
+                pause = RETRY[0]
+                while not held and not closed.is_set():
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(self.lead_retry):
+                            await closed.wait()
+                    held = closed.is_set() or await self._try_lead(conn)
                 await closed.wait()
                 log.warning("wakeups: the listening connection closed; reconnecting "
                             "(polling covers the gap)")
@@ -113,11 +137,28 @@ class Wakeups:
                             type(exc).__name__, exc, pause)
             finally:
                 self._listening.clear()
+                self._lead(True)  # cannot tell: poll at the given rate
                 if conn is not None:
                     with contextlib.suppress(Exception):
                         await conn.close(timeout=2)
             await asyncio.sleep(pause)
             pause = min(pause * 2, RETRY[1])
+
+    async def _try_lead(self, conn: Any) -> bool:
+        """Take the lead on ``conn`` if nobody holds it (held, it stays held as long as
+        ``conn``); whether this process leads. True at once without ``on_lead``."""
+        if self.on_lead is None:
+            return True
+        held = bool(await conn.fetchval("SELECT pg_try_advisory_lock($1)", LEAD_LOCK))
+        self._lead(held)
+        return held
+
+    def _lead(self, leading: bool) -> None:
+        if self.on_lead is not None and leading != self.leading:
+            log.info("wakeups: this process %s the periodic work",
+                     "leads" if leading else "follows another replica in")
+            self.leading = leading
+            self.on_lead(leading)
 
     async def _send(self) -> None:
         pause = RETRY[0]

@@ -301,6 +301,27 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # other had run out of work (the longest-first rule of scheduling); a stable sort, so
     # every xdist worker collects the same order
     items.sort(key=_longest_first)
+    config = getattr(items[0], "config", None) if items else None
+    group_ids(items, loadgroup=bool(getattr(getattr(config, "option", None), "loadgroup", False)))
+
+
+def group_ids(items: list[pytest.Item], *, loadgroup: bool) -> None:
+    """``--dist loadgroup`` in an xdist worker: each test marked ``xdist_group`` gets its
+    group's name after an ``@`` in its node id, which is how the controller sends the
+    group's tests to one worker. pytest-xdist (3.8) does it itself by setting
+    ``item._nodeid``, which pytest 9 no longer reads (the id is ``item._id``): the ids
+    stayed plain and every group's tests were spread over the workers, each importing
+    the framework an adapter's tests import, or building the wheel, again. Done here as
+    xdist would, once (an id that has its ``@`` is left alone)."""
+    if not loadgroup:
+        return
+    from _pytest.nodeid import coerce_node_id
+
+    for item in items:
+        names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                        for m in item.iter_markers("xdist_group")})
+        if names and item.nodeid.rfind("@") <= item.nodeid.rfind("]"):
+            item._id = coerce_node_id(f"{item.nodeid}@{'_'.join(names)}")
 
 
 def _longest_first(item: pytest.Item) -> tuple[bool, float]:

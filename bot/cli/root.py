@@ -215,7 +215,10 @@ def _run(args: argparse.Namespace) -> int:
             settings = load_settings()
             check_environment(settings)
             scope.enter_context(_logging(args.cmd, settings.log_level))
-            code: int = asyncio.run(args.fn(settings, args))
+            # a command's own event loop (serve's: APPROVALD_EVENT_LOOP), else asyncio's
+            choose = getattr(args, "loop_factory", None)
+            with asyncio.Runner(loop_factory=choose(settings) if choose else None) as runner:
+                code: int = runner.run(args.fn(settings, args))
         except UsageError as exc:
             print(str(exc), file=sys.stderr)
             return 2

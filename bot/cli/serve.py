@@ -8,10 +8,15 @@ The ``mcp`` SDK is imported only when ``mcp-proxy`` runs, so ``approvald`` witho
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from approvald.bot.cli.common import Subparsers, UsageError, port
 from approvald.bot.config import Settings
 from approvald.runtime import ApprovaldError, InvalidIdentity, normalize_user_id
+
+if TYPE_CHECKING:
+    import asyncio
+    from collections.abc import Callable
 
 
 def register(sub: Subparsers) -> None:
@@ -23,7 +28,8 @@ def register(sub: Subparsers) -> None:
         "stops it: in-flight runs get APPROVALD_SHUTDOWN_GRACE seconds to reach a step "
         "boundary, then what is left is cut off (exit 0); a second signal exits at once "
         "(130 after SIGINT, 143 after SIGTERM). Exit 2: a missing setting, or a token Slack "
-        "refuses.").set_defaults(fn=cmd_serve)
+        "refuses. It runs on uvloop where it is installed (APPROVALD_EVENT_LOOP)."
+    ).set_defaults(fn=cmd_serve, loop_factory=serve_loop)
 
     sb = sub.add_parser(
         "sandbox", help="the whole product locally: Slack in your browser, serve, the demos",
@@ -64,6 +70,13 @@ def register(sub: Subparsers) -> None:
     mp.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ARGS",
                     help="the MCP server to launch (stdio), after --")
     mp.set_defaults(fn=cmd_mcp_proxy)
+
+
+def serve_loop(s: Settings) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """What makes ``serve``'s event loop (None: asyncio's own): APPROVALD_EVENT_LOOP."""
+    from approvald.bot.serve import event_loop
+
+    return event_loop(s.event_loop)[1]
 
 
 async def cmd_serve(s: Settings, a: argparse.Namespace) -> int:

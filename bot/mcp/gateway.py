@@ -64,6 +64,7 @@ from approvald.runtime import (
     Report,
     Source,
     ToolIdentity,
+    call_digest,
     canonical_json,
     compact_json,
     lease_id,
@@ -146,9 +147,9 @@ class Gateway(CallerGate):
         return rid in self._inflight
 
     # -- one call -----------------------------------------------------------------------
-    def call_key(self, tool: str, args: dict[str, Any]) -> str:
+    def call_key(self, tool: str, args: dict[str, Any], call: str | None = None) -> str:
         """The tool and its arguments (and over HTTP, the bearer token) make one call."""
-        digest = super().call_key(tool, args)
+        digest = super().call_key(tool, args, call)
         if self.bearer is None:
             return digest
         return sha256_hex(canonical_json({"bearer": self.bearer, "call": digest}))
@@ -166,18 +167,18 @@ class Gateway(CallerGate):
         statements check it again, and when they find it revoked it is read again (and
         the gateway is found switched off: nothing is executed). A call the policy allows
         at once has its start recorded with its request (one write) and is run here."""
-        key = self.call_key(tool, args)
+        # the call's digest and key, worked out once: its request carries both
+        call = call_digest(tool, args)
+        key = self.call_key(tool, args, call)
         await self._turn(key)  # a client that gives up while it waits has asked nothing
         # once its turn is taken the request is made shielded from the client's
         # cancellation: a start recorded with it is a call this process runs, never one
         # left "started" by a client that gave up (the task is made before any await)
-        opened = await asyncio.shield(self._open(key, tool, args, forward))
-        if isinstance(opened, Refused):
+        # (allowed at once, its start recorded with its request: run in that same task)
+        opened = await asyncio.shield(self._open(key, call, tool, args, forward))
+        if not isinstance(opened, tuple):  # refused, or run here
             return opened
-        token, doc, task = opened
-        if task is not None:  # allowed at once, started with its request: run here
-            ran: Ran[T] | Refused = await asyncio.shield(task)
-            return ran
+        token, doc = opened
         rid = str(doc["id"])
         loop = asyncio.get_running_loop()
         deadline = None if budget is None else loop.time() + max(0.0, budget)
@@ -196,17 +197,21 @@ class Gateway(CallerGate):
             await self.refused(token, tool, out)
         return out
 
-    async def _open(self, key: str, tool: str, args: dict[str, Any], forward: Forward[T]
-                    ) -> tuple[TokenRecord, dict[str, Any], asyncio.Task[Any] | None] | Refused:
-        """The request call ``key`` joins or makes, and the task that runs it here when
-        the policy allowed it at once (its start recorded with the request); or why
-        nothing was asked. Called with the call's turn taken (:meth:`_turn`), which it
-        gives back once that task is registered: the same call made meanwhile in this
-        process then finds the request with the task running it, and joins it."""
+    async def _open(self, key: str, call: str, tool: str, args: dict[str, Any],
+                    forward: Forward[T]
+                    ) -> tuple[TokenRecord, dict[str, Any]] | Ran[T] | Refused:
+        """The request call ``key`` (digest ``call``) joins or makes; or why nothing was
+        asked; or, when the policy allowed it at once (its start recorded with the
+        request), what came of running it here, in this same task (the caller's shield's:
+        issue 50, a second task and its hand-over were a turn of the event loop and about
+        60 Python calls a call). Called with the call's turn taken (:meth:`_turn`), which
+        it gives back once this task is registered as running it: the same call made
+        meanwhile in this process then finds the request with the task running it, and
+        joins it."""
         try:
             try:
                 token = await self.token(kept=True)
-                doc, started = await self._request(token, tool, args)
+                doc, started = await self._request(token, tool, args, key=key, call=call)
             except CallerOff as exc:
                 return Refused("off", f"approvald: {exc}. Nothing was executed.")
             except ExternalError as exc:
@@ -215,7 +220,7 @@ class Gateway(CallerGate):
                 self.e.forget_kept()
                 try:
                     token = await self.token()
-                    doc, started = await self._request(token, tool, args)
+                    doc, started = await self._request(token, tool, args, key=key, call=call)
                 except CallerOff as off:
                     return Refused("off", f"approvald: {off}. Nothing was executed.")
                 except ExternalError as again:
@@ -224,12 +229,13 @@ class Gateway(CallerGate):
                     self.e.forget_caller(self.bearer_token)  # revoked since it was kept
                     return Refused("unauthorized", f"approvald: the bearer token "
                                    f"{self.bearer} was revoked. Nothing was executed.")
-            # registered before another call of it looks: it joins this task
-            task = self._run_here(token, tool, doc, forward, started=True) \
-                if started else None
+            if started:  # registered before another call of it looks: it joins this task
+                self._running(str(doc["id"]), asyncio.current_task())
         finally:
             self._making.pop(key).set_result(None)
-        return token, doc, task
+        if started:
+            return await self._execute(token, tool, doc, forward, started=True)
+        return token, doc
 
     async def _turn(self, key: str) -> None:
         """Take call ``key``'s turn to make or find its request here (:meth:`_open` gives
@@ -241,15 +247,18 @@ class Gateway(CallerGate):
         self._making[key] = asyncio.get_running_loop().create_future()
 
     def _run_here(self, token: TokenRecord, tool: str, doc: dict[str, Any],
-                  forward: Forward[T], identify: Identify | None = None, *,
-                  started: bool = False) -> asyncio.Task[Any]:
+                  forward: Forward[T], identify: Identify | None = None) -> asyncio.Task[Any]:
         """The task that runs request ``doc``'s call here, registered (with no await
         before it) so that callers of the same call join it."""
-        task = asyncio.ensure_future(self._execute(token, tool, doc, forward, identify,
-                                                   started=started))
-        self._inflight[str(doc["id"])] = task
-        task.add_done_callback(self._done)
+        task = asyncio.ensure_future(self._execute(token, tool, doc, forward, identify))
+        self._running(str(doc["id"]), task)
         return task
+
+    def _running(self, rid: str, task: asyncio.Task[Any] | None) -> None:
+        """``task`` runs request ``rid``'s call here: callers of the same call join it."""
+        assert task is not None  # (a coroutine of a task: _open runs in the caller's shield)
+        self._inflight[rid] = task
+        task.add_done_callback(self._done)
 
     async def collect(self, token: TokenRecord, tool: str, doc: dict[str, Any],
                       forward: Forward[T],
@@ -357,7 +366,8 @@ class Gateway(CallerGate):
                           "'started' (outcome unknown)", rid)
 
     # -- the request ---------------------------------------------------------------------
-    def _new_request(self, tool: str, args: dict[str, Any], key: str) -> NewRequest:
+    def _new_request(self, tool: str, args: dict[str, Any], key: str,
+                     digest: str | None = None) -> NewRequest:
         """The request for one call; everything in it is the same for every retry of it
         (the idempotency key's fingerprint). Its policy is the operator's for
         ``mcp:<gateway>/<tool>`` (the intake resolves it), never an agent's tool's."""
@@ -380,4 +390,4 @@ class Gateway(CallerGate):
                           packet=packet, idempotency_key=key,
                           annotations=self.annotations.get(tool),
                           identity=self.identities.get(tool), checks=Checks(live=live),
-                          start_owner=lease_id(self.owner))
+                          start_owner=lease_id(self.owner), digest=digest)

@@ -137,7 +137,8 @@ class ThreadFollower:
         self.card_wait = card_wait
 
     async def run(self, stop: asyncio.Event, *, poll: float = 0.5) -> None:
-        await repeat_every(self.sync_once, stop=stop, every=poll, what="run threads sync")
+        await repeat_every(self.sync_once, stop=stop, every=poll, what="run threads sync",
+                           pace=self.e.pace)
 
     def _ready(self, channel: str) -> bool:
         return time.monotonic() >= self._next_ok.get(channel, 0.0)

@@ -3,18 +3,37 @@ owners on this host are gone (their leases and claims may be taken over at once)
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 from approvald.runtime.kernel.ids import owner_is_dead, worker_id
+from approvald.runtime.kernel.periodic import Pace
 from approvald.store.db import Database
 
 
 class Owners:
-    def __init__(self, db: Database, owner: str | None = None) -> None:
+    def __init__(self, db: Database, owner: str | None = None, *,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self.db = db
         self.owner = owner or worker_id()
+        # this process's pace of periodic work: led or following (runtime.kernel.periodic)
+        self.pace = Pace()
+        self._monotonic = monotonic
+        self._seen: tuple[float, tuple[str, ...]] | None = None  # the last look-up, when
 
-    async def stale(self) -> list[str]:
-        """Lease and claim holders that ran on this host and whose process is gone."""
+    async def stale(self, *, within: float = 0.0) -> tuple[str, ...]:
+        """Lease and claim holders that ran on this host and whose process is gone.
+
+        ``within``: the answer of a look-up made at most that many seconds ago will do.
+        The worker's poll and the outbox drain both want them (only takeovers need them,
+        so not afresh each round): one look-up serves both (issue 50: each did its own,
+        two reads of every lease and claim holder per look-up, in every replica)."""
+        now = self._monotonic()
+        if self._seen is not None and within > 0 and now - self._seen[0] <= within:
+            return self._seen[1]
         async with self.db.read() as tx:
             owners = set(await tx.runs.lease_owners()) | set(await tx.outbox.claimers())
-        return sorted(o for o in owners
-                      if not o.startswith(self.owner) and owner_is_dead(o))
+        found = tuple(sorted(o for o in owners
+                             if not o.startswith(self.owner) and owner_is_dead(o)))
+        self._seen = (now, found)
+        return found

@@ -8,12 +8,39 @@ import logging
 from collections.abc import Awaitable, Callable
 
 log = logging.getLogger("approvald")
+# how many times slower a replica polls while another one leads (issue 50)
+FOLLOWING = 5.0
+
+
+class Pace:
+    """How often this process does the periodic work every replica on one database also
+    does (polls for ready runs, for due outbox rows, for run threads behind): at the
+    rate it was given while it leads, :data:`FOLLOWING` times slower while another
+    replica is known to lead (``store.wakeups``: it holds the database's lock on the
+    lead). Three replicas then poll about as often as 1.4 would, not as three (issue 50),
+    and a replica that follows still polls: should the leader stall without losing its
+    lock, nothing waits for more than its slower period. Wake-ups are not paced: a
+    replica acts on those at once, leading or not. Leads until told otherwise (one
+    process alone, SQLite, a lost connection to the lock: the rate it was given)."""
+
+    __slots__ = ("leading",)
+
+    def __init__(self) -> None:
+        self.leading = True
+
+    def lead(self, leading: bool) -> None:
+        self.leading = leading
+
+    def every(self, seconds: float) -> float:
+        return seconds if self.leading else seconds * FOLLOWING
 
 
 async def repeat(work: Callable[[], Awaitable[object]], *, stop: asyncio.Event, every: float,
-                 what: str, wake: asyncio.Event | None = None, settle: float = 0.0) -> None:
-    """Call ``work`` until ``stop`` is set: every ``every`` seconds, and at once when
-    ``wake`` is set (after ``settle`` seconds, so a burst is handled as one batch).
+                 what: str, wake: asyncio.Event | None = None, settle: float = 0.0,
+                 pace: Pace | None = None) -> None:
+    """Call ``work`` until ``stop`` is set: every ``every`` seconds (slower while another
+    replica leads, with ``pace``), and at once when ``wake`` is set (after ``settle``
+    seconds, so a burst is handled as one batch).
 
     A failure is logged and retried on the next round; it never ends the loop. A wake-up
     that arrives while ``work`` runs is kept, so nothing waits a whole period for it.
@@ -33,7 +60,7 @@ async def repeat(work: Callable[[], Awaitable[object]], *, stop: asyncio.Event, 
                 log.exception("%s failed; retrying", what)
             if stop.is_set():
                 break
-            await waited(bell, every)
+            await waited(bell, every if pace is None else pace.every(every))
             if wake is not None and wake.is_set() and settle and not stop.is_set():
                 await waited(stop, settle)
     finally:

@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -155,16 +154,8 @@ class OutboxDrain:
         self.deliverer = deliverer
         self.config = config or DrainConfig()
         self._wake = asyncio.Event()
-        self._stale: tuple[float, tuple[str, ...]] = (-1e9, ())
         # when rows not yet claimed were first announced (urgency's monotonic clock)
         self._woken: float | None = None
-
-    async def _stale_owners(self) -> tuple[str, ...]:
-        """Dead claimers, looked up at most every few seconds (only takeovers need it)."""
-        now = time.monotonic()
-        if now - self._stale[0] > self.config.stale_check:
-            self._stale = (now, tuple(await self.owners.stale()))
-        return self._stale[1]
 
     def wake(self) -> None:
         """Drain now rather than at the next poll (a local commit added rows)."""
@@ -193,7 +184,8 @@ class OutboxDrain:
         steps, made the cards trail the whole burst.
         """
         delivered = 0
-        stale = await self._stale_owners()
+        # dead claimers, looked up at most every few seconds (only takeovers need them)
+        stale = await self.owners.stale(within=self.config.stale_check)
         config = self.config
         # when the last batch's rows were announced: the rows it left (a full batch) or
         # freed in their groups are its work too, for one more batch; after that, rows
@@ -353,7 +345,7 @@ class OutboxDrain:
     async def run(self, stop: asyncio.Event, *, interval: float = 1.0) -> None:
         """Drain until ``stop`` is set: at every wake-up, and every ``interval`` seconds."""
         await repeat(self.drain_once, stop=stop, every=interval, what="outbox drain",
-                     wake=self._wake, settle=self.config.gather)
+                     wake=self._wake, settle=self.config.gather, pace=self.owners.pace)
 
 
 def _subject(row: OutboxRecord) -> str:

@@ -21,7 +21,6 @@ import contextlib
 import itertools
 import logging
 import math
-import time
 from collections.abc import Awaitable
 from datetime import timedelta
 from typing import Protocol
@@ -75,8 +74,7 @@ class ResumeWorker:
         self._active: dict[str, asyncio.Task[None]] = {}
         self._slots = asyncio.Semaphore(concurrency)
         self._stop = asyncio.Event()
-        self._stale: tuple[str, ...] = ()
-        self._stale_at = -1e9  # when ``_stale`` was looked up (monotonic)
+        self._stale: tuple[str, ...] = ()  # dead owners as of the last poll
         self._claims: dict[str, str] = {}  # queued run -> the lease id a poll claimed it with
         self._more = asyncio.Event()  # poll again: a run ended after a poll that filled up
         self._full = False  # the last poll had no room for every ready run, maybe
@@ -119,10 +117,8 @@ class ResumeWorker:
         self._full = room <= 0
         if room <= 0 or self._stop.is_set():
             return 0  # (no query: a busy worker is polled again each time a run ends)
-        now_m = time.monotonic()
-        if now_m - self._stale_at > STALE_CHECK:  # only takeovers need them: not each poll
-            self._stale, self._stale_at = tuple(await self.owners.stale()), now_m
-        stale = self._stale
+        # only takeovers need them: not afresh each poll (one look-up serves the drain too)
+        stale = self._stale = await self.owners.stale(within=STALE_CHECK)
         owner = lease_id(self.owners.owner)  # this claim's
         now = self.clock.now()
         mine = [*self._active, *self._queued]  # being advanced here, or about to be
@@ -223,7 +219,7 @@ class ResumeWorker:
 
     async def _poll(self, stop: asyncio.Event) -> None:
         await repeat(self.poll_once, stop=stop, every=self.poll_interval,
-                     what="polling for ready runs", wake=self._more)
+                     what="polling for ready runs", wake=self._more, pace=self.owners.pace)
 
 
 def _pop(claims: dict[str, str], run_id: str) -> dict[str, str]:

@@ -3,8 +3,9 @@
 A real ``serve`` process works through refund runs (decided by clicks on its cards) and
 tick runs, while every backend of the database is killed with ``pg_terminate_backend``,
 again and again, in the middle of it. It must carry on: every run completes, each side
-effect happens exactly once (the demo ledger), every request is decided once, each card is
-posted once and shows the decision, and the audit chain is intact.
+effect happens exactly once (the demo ledger; the one idempotent read may run again),
+every request is decided once, each card is posted once and shows the decision, and the
+audit chain is intact.
 
 The tools here can all tell whether a call happened (a ``reconcile`` hook asking the demo
 ledger, the stand-in for the outside world): a call whose result write died with its
@@ -244,9 +245,13 @@ async def test_serve_carries_on_when_postgres_drops_its_connections(
         assert serve.proc.returncode is None, serve.text
         assert killed and max(killed) > 0  # the drops did hit serve's connections
 
-        # each side effect happened exactly once
+        # each side effect happened exactly once. ``lookup_order`` is a read, idempotent by
+        # default: a fresh call of it writes no intent, so one whose result write died with
+        # its connection is simply run again under its key (invariant 5 allows it; under
+        # load the drops hit that window). Every other tool here changes something.
         keys = Counter((e["tool"], e["idempotency_key"]) for e in cli.ledger_lines())
-        assert all(n == 1 for n in keys.values()), [k for k, n in keys.items() if n > 1]
+        assert all(n == 1 for (t, _), n in keys.items() if t != "lookup_order"), \
+            [k for k, n in keys.items() if n > 1]
         tools = Counter(tool for tool, _ in keys)
         assert tools == {"lookup_order": REFUNDS, "issue_refund": REFUNDS,
                          "send_customer_email": REFUNDS, "tick": TICKERS * TICKS}
@@ -259,7 +264,8 @@ async def test_serve_carries_on_when_postgres_drops_its_connections(
             ungated = per.pop(None, 0)
             assert per == dict.fromkeys((a.id for a in approvals), 1), action
             # every ungated call (auto and notify_after) is audited as it executes, once each
-            assert ungated == (sum(n for (t, _), n in keys.items() if t != "issue_refund")
+            # (a read run again is audited once: with the result that was recorded)
+            assert ungated == (sum(1 for t, _ in keys if t != "issue_refund")
                                if action == "executed" else 0), (action, ungated)
 
         # one card per request, each showing its decision, once the outbox has drained

@@ -2,6 +2,7 @@
 
     python tests/benchmarks/bench_decision_cpu.py [--db URL] [--calls 2000] [--rounds 5]
                                                   [--faces hook,api,mcp] [--profile FACE]
+                                                  [--loop auto|uvloop|asyncio]
 
 Where ``bench_fleet.py`` floods a separate ``serve`` from many callers (rates and latency,
 which a shared machine makes meaningless), this runs the same ``serve`` (its
@@ -29,7 +30,9 @@ decision (``--faces``):
 Each call has its own arguments (none joins another's request). The figure per face is
 printed beside the baseline's, and as the difference (what the decision adds to a bare
 request). ``--profile FACE`` runs that face's calls once more under cProfile and prints
-the functions by own time and by cumulative time, with their call counts per decision.
+the functions by own time and by cumulative time, with their call counts per decision;
+``--phases FACE`` counts its Python calls per decision by phase (the request's write, the
+result's, the call forwarded, the inbound request: :class:`Phases`).
 ``--callers N`` (N > 1) makes the calls from N connections at once and prints, per round,
 the rate and the audit chain's turn: one process's chainings send their statements one
 at a time, each after the one before was answered; the share of the wall time with one
@@ -180,6 +183,51 @@ async def select_one_alone(db: object) -> Callable[[int], Awaitable[None]]:
     return one
 
 
+class Phases:
+    """Python calls (and calls of builtins, as cProfile counts them) by the phase of a
+    decision they are made in: the innermost function of :data:`MARKS` on the stack of
+    frames each call is made from (a coroutine's awaiting chain included; a task's stack
+    starts at its coroutine, so what a task of its own runs is in no phase but its
+    own)."""
+
+    MARKS = (  # (file, qualified name): phase
+        (("runtime/runs/external.py", "ExternalRequests.create"), "the request's write"),
+        (("runtime/callers.py", "CallerGate._request"), "the request's write"),
+        (("runtime/runs/external.py", "ExternalRequests.record_report"), "the result's write"),
+        (("bot/mcp/upstream.py", "Upstream.forward.<locals>.forward"), "the call forwarded"),
+        (("bot/mcp/http.py", "HttpGateways.handle"), "the inbound request"),
+        (("bot/api/routes.py", ""), "the HTTP API's (and the hook's) handler"),
+    )
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self._of: dict[Any, str | None] = {}
+
+    def _phase(self, code: Any) -> str | None:
+        found = self._of.get(code, 0)
+        if found != 0:
+            return found  # type: ignore[return-value]
+        phase = next((label for (file, name), label in self.MARKS
+                      if code.co_filename.endswith(file)
+                      and (not name or code.co_qualname == name)), None)
+        self._of[code] = phase
+        return phase
+
+    def count(self, frame: Any, event: str, arg: Any) -> None:
+        if event not in ("call", "c_call"):
+            return
+        f, phase = frame, None
+        while f is not None and phase is None:
+            phase = self._phase(f.f_code)
+            f = f.f_back
+        label = phase or "the rest (event loop, tasks of their own, the client, serve's timers)"
+        self.counts[label] = self.counts.get(label, 0) + 1
+
+    def said(self, n: int) -> list[tuple[str, float]]:
+        out = sorted(((k, v / n) for k, v in self.counts.items()), key=lambda kv: -kv[1])
+        return [*out, ("in all", sum(self.counts.values()) / n)]
+
+
 class Counter:
     def __init__(self) -> None:
         self.i = 0
@@ -301,7 +349,7 @@ async def bench(a: argparse.Namespace) -> int:
     import logging
 
     from approvald.bot.config import Settings
-    from approvald.bot.serve import Service, settle_heap
+    from approvald.bot.serve import Service, running_loop_name, settle_heap
     from approvald.bot.wiring import open_database
 
     logging.basicConfig(level=logging.ERROR)
@@ -325,7 +373,8 @@ async def bench(a: argparse.Namespace) -> int:
         counter = Counter()
         faces = [f for f in a.faces.split(",") if f]
         print(f"database: {db.display_url}; {os.cpu_count()} cores, load average "
-              f"{os.getloadavg()[0]:.1f}; serve in this process; {a.callers} "
+              f"{os.getloadavg()[0]:.1f}; serve in this process, on {running_loop_name()}; "
+              f"{a.callers} "
               f"connection(s), each one call at a time; CPU of this process per call, "
               f"{a.rounds} rounds of {a.calls} calls (median)")
         base = await cpu_per_call(fns["healthz"], a.calls, a.rounds, counter)
@@ -341,6 +390,17 @@ async def bench(a: argparse.Namespace) -> int:
             print(f"  {face + ' auto decision':44} {figure(ms)}  (+"
                   f"{statistics.median(ms) - statistics.median(base):.3f} ms over the bare "
                   "request)")
+        if a.phases:
+            n = a.calls
+            phases = Phases()
+            sys.setprofile(phases.count)
+            try:
+                await cpu_per_call(fns[a.phases], n, 1, counter, warm=False)
+            finally:
+                sys.setprofile(None)
+            print(f"--- {a.phases}, {n} calls: Python calls per decision, by phase ---")
+            for label, count in phases.said(n):
+                print(f"  {count:8.1f}  {label}")
         if a.profile:
             n = a.calls
             prof = cProfile.Profile(time.process_time)  # CPU, not waits
@@ -388,9 +448,21 @@ def main() -> int:
     p.add_argument("--profile", choices=[*FACES, "healthz", "signed", "select1",
                                              "select1_alone"],
                    default=None)
+    p.add_argument("--phases", choices=[*FACES], default=None,
+                   help="count that face's Python calls per decision by phase (the request's "
+                        "write, the result's, the call forwarded, the inbound request), "
+                        "over --calls calls made once more")
     p.add_argument("--top", type=int, default=45, help="functions printed per profile order")
     p.add_argument("--dump", default=None, help="write the profile's stats to this file")
-    return asyncio.run(bench(p.parse_args()))
+    p.add_argument("--loop", choices=["auto", "uvloop", "asyncio"],
+                   default=os.environ.get("APPROVALD_EVENT_LOOP", "auto"),
+                   help="the event loop serve (and this process) runs on, as "
+                        "APPROVALD_EVENT_LOOP picks serve's (default: that variable, or auto)")
+    a = p.parse_args()
+    from approvald.bot.serve import event_loop
+
+    with asyncio.Runner(loop_factory=event_loop(a.loop)[1]) as runner:
+        return runner.run(bench(a))
 
 
 if __name__ == "__main__":

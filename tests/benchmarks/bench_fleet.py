@@ -341,7 +341,8 @@ def make_tokens(env: dict[str, str] | None) -> dict[str, str]:
     return tokens
 
 
-def launch(tmp: Path, db_url: str) -> tuple[subprocess.Popen[bytes], dict[str, str], int]:
+def launch(tmp: Path, db_url: str, loop: str | None = None
+           ) -> tuple[subprocess.Popen[bytes], dict[str, str], int]:
     """The policy and gateway files, a token for each face (``approvald tokens create``)
     and ``approvald serve`` started on them: (its process, the tokens, its port)."""
     (tmp / "policy.toml").write_text(POLICY)
@@ -361,6 +362,8 @@ def launch(tmp: Path, db_url: str) -> tuple[subprocess.Popen[bytes], dict[str, s
                PYTHONPATH=os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")]))
     # a setting to measure, e.g. BENCH_SERVE_ENV="APPROVALD_DB_CONNECTIONS=8"
     env.update(item.split("=", 1) for item in os.environ.get("BENCH_SERVE_ENV", "").split())
+    if loop is not None:  # --loop: serve's event loop (APPROVALD_EVENT_LOOP)
+        env["APPROVALD_EVENT_LOOP"] = loop
     tokens = make_tokens(env)
     with (tmp / "serve.log").open("wb") as log:
         proc = subprocess.Popen([APPROVALD, "serve"], env=env, stdout=subprocess.DEVNULL,
@@ -530,7 +533,7 @@ def summarize(runs: list[Summary]) -> None:
 async def bench(a: argparse.Namespace, where: str | None) -> Summary:
     tmp = Path(tempfile.mkdtemp())
     db_url, drop = await setup_database(where, tmp, "bench_fleet")
-    proc, tokens, port = launch(tmp, db_url)
+    proc, tokens, port = launch(tmp, db_url, a.loop)
     serve = Serve(proc, tmp)
     db = Database(db_url)
     base = f"http://127.0.0.1:{port}"
@@ -558,7 +561,8 @@ async def bench(a: argparse.Namespace, where: str | None) -> Summary:
             idle = sql_count.per_kind(idle0, await serve.statements())
             idle_rate = idle.get("all", 0) / (time.perf_counter() - t)
             print(f"database: {db.display_url}; {os.cpu_count()} cores, load average "
-                  f"{os.getloadavg()[0]:.1f}; one serve (pid {proc.pid}); {a.callers} "
+                  f"{os.getloadavg()[0]:.1f}; one serve (pid {proc.pid}, "
+                  f"{serve_loop(tmp / 'serve.log')}); {a.callers} "
                   f"callers at a time")
             print(f"serve while idle: {idle_rate:.1f} statements/s (sweeps and polls; "
                   "counted in the figures below, not subtracted)")
@@ -658,6 +662,12 @@ async def open_and_closed(a: argparse.Namespace, serve: Serve, port: int,
     return opened, most
 
 
+def serve_loop(log: Path) -> str:
+    """The event loop serve's banner names (in its log)."""
+    said = [line for line in log.read_text().splitlines() if "event loop: " in line]
+    return said[-1].split("event loop: ", 1)[1] if said else "event loop not said"
+
+
 async def wait_healthy(base: str) -> None:
     """Until serve answers, its MCP gateway too (at most two minutes)."""
     async with aiohttp.ClientSession() as http:
@@ -696,6 +706,9 @@ def main() -> int:
                         "closed (empty: none)")
     p.add_argument("--statements", action=argparse.BooleanOptionalAction, default=True,
                    help="print the statements of each face's auto decision")
+    p.add_argument("--loop", choices=["auto", "uvloop", "asyncio"], default=None,
+                   help="serve's event loop (APPROVALD_EVENT_LOOP; default: serve's own, "
+                        "auto)")
     a = p.parse_args()
     runs = []
     for where in a.db or ["sqlite"]:

@@ -83,6 +83,79 @@ async def on_fresh_database(server: str, runs: int, replicas: int,
         await say(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+async def idle(server: str, replicas: int, seconds: float) -> dict[str, Any]:
+    """``replicas`` serve processes on a fresh database of ``server``, with nothing to do:
+    what each spends over ``seconds`` (after a few to settle) on its periodic work alone
+    (polls, sweeps, lease and claim look-ups): CPU seconds and statements, per replica."""
+    import asyncpg
+
+    url = make_url(server)
+    name = f"approvald_bench_{secrets.token_hex(4)}"
+    admin = url.set(drivername="postgresql").render_as_string(hide_password=False)
+    db_url = url.set(database=name).render_as_string(hide_password=False)
+    conn = await asyncpg.connect(admin)
+    await conn.execute(f'CREATE DATABASE "{name}"')
+    tmp = Path(tempfile.mkdtemp())
+    emulator = bench_clicks.SlackEmulator(bot_token="xoxb-bench",
+                                          signing_secret=bench_clicks.SECRET)
+    for ch in (bench_clicks.CHANNEL, bench_clicks.OPS):
+        emulator.add_channel(ch)
+    serves: list[Any] = []
+    try:
+        db = bench_clicks.Database(db_url)
+        await bench_clicks.migrate.upgrade(db)
+        await db.close()
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("APPROVALD_", "SLACK_"))}
+        env.update(SLACK_BOT_TOKEN="xoxb-bench", SLACK_SIGNING_SECRET=bench_clicks.SECRET,
+                   SLACK_API_URL=await emulator.start(), APPROVALD_DATABASE_URL=db_url,
+                   APPROVALD_CHANNEL=bench_clicks.CHANNEL, APPROVALD_OPS_CHANNEL=bench_clicks.OPS,
+                   APPROVALD_HOST="127.0.0.1", APPROVALD_SECRET=bench_clicks.TOKEN_SECRET,
+                   APPROVALD_AGENTS="bench_agent", APPROVALD_LOG_LEVEL="WARNING",
+                   BENCH_SQL_COUNT=str(tmp),
+                   PYTHONPATH=os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")]))
+        ports = [bench_clicks.free_port() for _ in range(replicas)]
+        serves = [await asyncio.create_subprocess_exec(
+            *bench_clicks.serve_command(), env={**env, "APPROVALD_PORT": str(p)},
+            stderr=bench_clicks.serve_log()) for p in ports]
+        for p in ports:
+            await bench_clicks.wait_healthy(p)
+        await asyncio.sleep(3)  # start-up's own work done
+        before = [await bench_clicks.count_statements([x], tmp) for x in serves]
+        cpu0 = [bench_clicks.cpu_seconds(x.pid) for x in serves]
+        await asyncio.sleep(seconds)
+        cpu = [bench_clicks.cpu_seconds(x.pid) - c for x, c in zip(serves, cpu0, strict=True)]
+        after = [await bench_clicks.count_statements([x], tmp) for x in serves]
+        sent: collections.Counter[str] = collections.Counter()
+        for b, a in zip(before, after, strict=True):
+            for n, sql in sql_count.by_statement(b, a):
+                sent[sql] += n
+        return {"cpu": cpu, "statements": [sql_count.per_kind(b, a).get("all", 0)
+                                           for b, a in zip(before, after, strict=True)],
+                "sent": dict(sent)}
+    finally:
+        for x in serves:
+            x.terminate()
+        for x in serves:
+            await x.wait()
+        await emulator.stop()
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await conn.close()
+
+
+async def idle_main(db: str, seconds: float, rows: int) -> int:
+    """``--idle``: one replica, then three, with no traffic (see :func:`idle`)."""
+    for replicas in (1, 3):
+        got = await idle(db, replicas, seconds)
+        cpu = ", ".join(f"{c / seconds * 1000:.1f}" for c in got["cpu"])
+        n = ", ".join(f"{s / seconds:.1f}" for s in got["statements"])
+        print(f"\n{replicas} replica(s), idle for {seconds:.0f} s: CPU per replica {cpu} "
+              f"ms a second; statements per replica {n} a second")
+        for sql, count in sorted(got["sent"].items(), key=lambda kv: -kv[1])[:rows]:
+            text = sql if len(sql) <= 110 else sql[:107] + "..."
+            print(f"    {count / seconds:6.2f}/s  {text}")
+    return 0
+
+
 def machine_speed() -> float:
     """Milliseconds a fixed pure-Python loop takes now (the median of five). The same loop
     each round: on a shared host the cores' speed drifts during a session, and rounds are
@@ -289,7 +362,12 @@ def main() -> int:
     p.add_argument("--breakdown", action="store_true",
                    help="also count statements by where they came from and each replica's "
                         "Python calls by area (cProfile): slower, CPU figures not comparable")
+    p.add_argument("--idle", type=float, default=0, metavar="SECONDS",
+                   help="instead: one replica, then three, with no traffic for SECONDS: "
+                        "each one's CPU and statements a second on periodic work alone")
     a = p.parse_args()
+    if a.idle:
+        return asyncio.run(idle_main(a.db, a.idle, a.rows))
     if a.rounds < 1:
         p.error("--rounds must be at least 1")
     return asyncio.run(main_async(a.db, a.runs, a.rounds, a.statements, a.rows,

@@ -85,6 +85,12 @@ def claude_code() -> str:
 EVENTS = ("PreToolUse", "PostToolUse", "PostToolUseFailure")
 
 
+# what ``approvald hook install`` wrote, by what it was given: (its arguments, the settings
+# file before it, the environment but pytest's name of the running test) -> the settings
+# file after it (see install_hook)
+_INSTALLED: dict[tuple[tuple[str, ...], str | None, tuple[tuple[str, str], ...]], str] = {}
+
+
 def install_hook(project: Path, *, requested_by: str | None = "U_DANA", wait: float = 30,
                  http: str | None = None, serve: str | None = None) -> dict[str, Any]:
     """approvald's hook in ``project/.claude/settings.json``, installed the way a user
@@ -95,7 +101,10 @@ def install_hook(project: Path, *, requested_by: str | None = "U_DANA", wait: fl
     ``APPROVALD_HOOK_TOKEN``; with ``serve``, the command hook handing each event to that
     serve (``--serve``, the same token). Merged into the file's other settings; returns them.
 
-    The one place the tests install the hook."""
+    The one place the tests install the hook. What the command writes depends on its
+    arguments, the file it merges into and its environment, not on the project's
+    directory: given the same three again in this process, the file it wrote is written
+    again rather than the command (a cold ``approvald``, about a second of CPU) run again."""
     args = [APPROVALD, "hook", "install", "claude-code", "--project", "--wait", f"{wait:g}"]
     if http is not None:
         args += ["--http", http]
@@ -104,11 +113,20 @@ def install_hook(project: Path, *, requested_by: str | None = "U_DANA", wait: fl
     elif requested_by:
         args += ["--requested-by", requested_by]
     project.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(args, cwd=project, capture_output=True, text=True, timeout=60,
-                          check=False)
-    assert done.returncode == 0, (done.stdout, done.stderr)
-    settings: dict[str, Any] = json.loads(
-        (project / ".claude" / "settings.json").read_text())
+    settings_file = project / ".claude" / "settings.json"
+    before = settings_file.read_text() if settings_file.exists() else None
+    key = (tuple(args), before, tuple(sorted((k, v) for k, v in os.environ.items()
+                                             if k != "PYTEST_CURRENT_TEST")))
+    if key in _INSTALLED:
+        settings_file.parent.mkdir(exist_ok=True)
+        settings_file.write_text(_INSTALLED[key])
+    else:
+        done = subprocess.run(args, cwd=project, capture_output=True, text=True, timeout=60,
+                              check=False)
+        assert done.returncode == 0, (done.stdout, done.stderr)
+        if [p.name for p in settings_file.parent.iterdir()] == [settings_file.name]:
+            _INSTALLED[key] = settings_file.read_text()  # (nothing else written: kept)
+    settings: dict[str, Any] = json.loads(settings_file.read_text())
     return settings
 
 

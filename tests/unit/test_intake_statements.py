@@ -915,8 +915,9 @@ async def test_an_mcp_auto_call_closed_before_its_start_is_not_run(
 
     request = g._request
 
-    async def closed_meanwhile(token: Any, tool: str, args: dict[str, Any]) -> Any:
-        doc, started = await request(token, tool, args)
+    async def closed_meanwhile(token: Any, tool: str, args: dict[str, Any],
+                               **worked_out: Any) -> Any:
+        doc, started = await request(token, tool, args, **worked_out)
         made.append(str(doc["id"]))
         if how == "cancelled":
             from approvald.runtime.approvals.decide import Actor
@@ -1050,8 +1051,8 @@ async def test_the_same_mcp_auto_call_made_meanwhile_joins_the_one_started(
             await asyncio.sleep(0)
         return doc, new
 
-    async def request(token: Any, tool: str, args: dict[str, Any]) -> Any:
-        out = await requested(token, tool, args)
+    async def request(token: Any, tool: str, args: dict[str, Any], **worked_out: Any) -> Any:
+        out = await requested(token, tool, args, **worked_out)
         if len(asked) > 1:
             found.set()
         return out

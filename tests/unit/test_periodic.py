@@ -7,6 +7,7 @@ import asyncio
 import sys
 
 import pytest
+from approvald.runtime.kernel import periodic
 from approvald.runtime.kernel.periodic import repeat
 
 
@@ -89,3 +90,24 @@ async def test_waiting_makes_no_task_per_round() -> None:
         del loop.create_task
     assert rounds >= 20
     assert made == ["_ring"], made
+
+
+async def test_a_replica_that_follows_waits_longer_between_rounds(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 50: every replica polled at the one rate; while another replica leads, the
+    period is :data:`FOLLOWING` times longer, and back to the rate given once it leads."""
+    stop, pace = asyncio.Event(), periodic.Pace()
+    asked: list[float] = []
+
+    async def waited(event: asyncio.Event, patience: float) -> bool:
+        asked.append(patience)  # (no waiting: the next round at once)
+        return False
+
+    async def work() -> None:
+        pace.lead(len(asked) != 1)  # leads, follows in the second round, leads again
+        if len(asked) == 3:
+            stop.set()
+
+    monkeypatch.setattr(periodic, "waited", waited)
+    await asyncio.wait_for(repeat(work, stop=stop, every=2.0, what="test", pace=pace), 5)
+    assert asked == [2.0, 2.0 * periodic.FOLLOWING, 2.0]

@@ -1,0 +1,84 @@
+"""What ``serve``'s first requests build to keep (statements, compiled plans, prepared
+statements) leaves the cyclic collector's sight too (issue 50): the first full collections
+after start-up each freeze what they left alive, a bounded number of times. Every full
+collection walked those objects again, a stall of the event loop each, the open loop's
+p99. The collector is switched off around each step, so only the test's own
+``gc.collect()`` runs (each a full collection)."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from approvald.bot.config import Settings
+from approvald.bot.serve import SETTLE_AGAIN, Service, Settling, _run
+from approvald.store.db import Database
+
+
+@pytest.fixture
+def quiet_collector() -> Iterator[None]:
+    """No automatic collection meanwhile, nothing frozen before or after."""
+    assert gc.get_freeze_count() == 0
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+        gc.unfreeze()
+
+
+def tracked(obj: object) -> bool:
+    """Whether the collector walks ``obj`` (frozen objects are not among its generations)."""
+    return any(o is obj for o in gc.get_objects())
+
+
+def test_the_first_full_collections_freeze_what_they_left_then_no_more(
+        quiet_collector: None) -> None:
+    settling = Settling(times=2)
+    settling.install()
+    try:
+        cache = [[n] for n in range(100)]  # what a first request built, to keep
+        gc.collect(0)  # not a full collection: nothing frozen
+        assert tracked(cache) and settling.left == 2
+        gc.collect()
+        assert not tracked(cache) and not any(tracked(x) for x in cache[:3])
+        assert settling.left == 1
+        second = [[1]]
+        gc.collect()
+        assert not tracked(second) and settling.left == 0
+        later = [[2]]  # after the bound: collected as before, never frozen
+        gc.collect()
+        assert tracked(later)
+    finally:
+        settling.remove()
+    assert settling._collected not in gc.callbacks
+
+
+async def test_serve_settles_its_heap_again_while_it_runs_and_stops_after(
+        sqlite_url: str, tmp_path: Path, quiet_collector: None) -> None:
+    db = Database(sqlite_url)
+    settings = Settings(APPROVALD_DATABASE_URL=sqlite_url, APPROVALD_POLL_INTERVAL="600",
+                        APPROVALD_DEMO_LEDGER=str(tmp_path / "ledger.jsonl"))
+    service = Service(settings, db)
+    before = list(gc.callbacks)
+    running = asyncio.create_task(_run(service))
+    try:
+        for _ in range(3000):  # until start-up is over (its heap frozen)
+            if gc.get_freeze_count() or running.done():
+                break
+            await asyncio.sleep(0.01)
+        [settling] = [cb.__self__ for cb in gc.callbacks
+                      if isinstance(getattr(cb, "__self__", None), Settling)]
+        assert settling.left == SETTLE_AGAIN
+        built = [[n] for n in range(100)]  # the first requests' statements and plans
+        gc.collect()
+        assert not tracked(built)
+        service.stop_event.set()
+        assert await asyncio.wait_for(running, 30) is None
+        assert gc.callbacks == before  # stopped: nothing left behind
+    finally:
+        service.stop_event.set()
+        await db.close()

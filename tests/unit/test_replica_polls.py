@@ -1,0 +1,65 @@
+"""What each replica does on its own schedule (issue 50): its polls go at the process's
+pace (slower while another replica leads, runtime/kernel/periodic.py), and the look-up
+of dead lease and claim holders that the worker's poll and the outbox drain both need is
+made once for the two."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from approvald.bot.slack.log_delivery import LogDeliverer
+from approvald.bot.slack.threads import ThreadFollower
+from approvald.runtime.kernel import periodic
+from approvald.store.repos.outbox import OutboxRepo
+from approvald.store.repos.runs import RunsRepo
+from slack_sdk.web.async_client import AsyncWebClient
+
+
+@pytest.mark.parametrize("loop", ["worker", "drain", "threads"])
+async def test_a_following_replica_polls_at_its_pace(make_engine: Any, loop: str,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = make_engine()
+    engine.pace.lead(False)  # another replica leads
+    stop = asyncio.Event()
+    asked: list[float] = []
+
+    async def waited(event: asyncio.Event, patience: float) -> bool:
+        asked.append(patience)
+        stop.set()  # one round is enough
+        return True
+
+    monkeypatch.setattr(periodic, "waited", waited)
+    if loop == "worker":
+        run = engine.worker(poll_interval=2.0).run(stop)
+    elif loop == "drain":
+        run = engine.drain(LogDeliverer()).run(stop, interval=2.0)
+    else:
+        follower = ThreadFollower(engine, AsyncWebClient(token="xoxb-test"), channel="C1")
+        run = follower.run(stop, poll=2.0)
+    await asyncio.wait_for(run, 10)
+    assert asked == [2.0 * periodic.FOLLOWING]
+
+
+async def test_the_worker_and_the_drain_look_dead_owners_up_once_between_them(
+        make_engine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = make_engine()
+    looked: list[str] = []
+    lease_owners, claimers = RunsRepo.lease_owners, OutboxRepo.claimers
+
+    async def runs(self: RunsRepo) -> list[str]:
+        looked.append("runs")
+        return await lease_owners(self)
+
+    async def outbox(self: OutboxRepo) -> list[str]:
+        looked.append("outbox")
+        return await claimers(self)
+
+    monkeypatch.setattr(RunsRepo, "lease_owners", runs)
+    monkeypatch.setattr(OutboxRepo, "claimers", outbox)
+    worker, drain = engine.worker(), engine.drain(LogDeliverer())
+    await worker.poll_once()
+    await drain.drain_once()
+    await worker.poll_once()
+    assert looked == ["runs", "outbox"]
