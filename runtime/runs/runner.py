@@ -97,9 +97,6 @@ MAX_FAILURES = 5  # consecutive errors before a run is ended instead of retried 
 BACKOFF = timedelta(seconds=2)  # after the first error; doubles, jittered
 MAX_BACKOFF = timedelta(minutes=5)
 SLOT_WAIT = (0.5, 2.0)  # seconds a run over its agent's max_concurrent_runs waits for a slot
-# s a run's next model step waits, at most, while decided runs press toward their tool
-# (runtime/kernel/urgency.py): the steps after a call people waited for are background work
-STEP_PATIENCE = 0.25
 
 
 def backoff(failures: int, *, base: timedelta = BACKOFF, cap: timedelta = MAX_BACKOFF,
@@ -155,9 +152,6 @@ class _Live:
                  approvals: list[ApprovalRecord], owner: str) -> None:
         self.owner = owner  # this attempt's lease id
         self.released = [False]  # set once a checkpoint gave the lease back
-        # someone's click decided a call this attempt started: what the run does after
-        # it is background work (the model's next step waits for decided runs: _drive)
-        self.after_click = False
         self.run = run
         self.state = state
         self.seq = run.next_seq
@@ -495,11 +489,6 @@ class Runner:
                 if live.step >= agent.max_steps:
                     return await self._fail(
                         live, f"stopped after {agent.max_steps} steps without a final answer")
-                if live.after_click:
-                    # its approver's call started and its step is committed: the model
-                    # step and what follows it wait while other people's approved calls
-                    # are on their way to start (runtime/kernel/urgency.py)
-                    await self.urgency.settle(STEP_PATIENCE)
                 try:
                     fresh = await self._next_reply(live, agent)
                 except ModelUnavailable as exc:  # waiting is not failing (invariant 14)
@@ -720,7 +709,6 @@ class Runner:
         # its person still waits on the call's start (its intent write, in the ledger)
         waiting = self.urgency.since(live.run.id)
         self.urgency.end(live.run.id)
-        live.after_click = live.after_click or waiting is not None
         since = self.decided_runs.reached(live.run.id)
         if since is not None:
             self.meter.tool_started(since)

@@ -1,5 +1,5 @@
-"""A waiting click's tool start goes ahead of what earlier clicks set off and nobody waits
-on (issue 50): the steps of a run after the call its approver waited for."""
+"""A run someone's click decided goes ahead of background runs in the resume worker's
+queue (issue 50)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from approvald.runtime.models.scripted import ScriptedModel, reply
 from approvald.runtime.policies.tools import ToolContext, tool
 from approvald.runtime.runs.agent import Agent
 
-from tests.helpers import Rows, parts
+from tests.helpers import parts
 
 ALICE = Actor("U_ALICE", "slack")
 
@@ -41,47 +41,6 @@ def agents(log: list[str], *names: str) -> list[Agent]:
                               [reply("deploying", ("deploy", {"service": name})),
                                reply("done", turn=1)])))
     return made
-
-
-class Frozen:
-    """An injected monotonic clock that does not move: only an end, never patience
-    running out, lets a wait go on."""
-
-    def __call__(self) -> float:
-        return 100.0
-
-
-async def test_a_runs_next_model_step_waits_for_a_later_clicks_call_to_start(
-        make_engine) -> None:
-    """Two approvals clicked one after the other: the first run's call starts, and its
-    step is committed; its next model step (the reply that completes it) waits until the
-    second approver's call has started, instead of running ahead of it."""
-    order: list[str] = []
-    engine = make_engine(agents=agents(order, "web", "api"),
-                         urgency=Urgency(monotonic=Frozen()))
-    one = await engine.run("web", "deploy web", requested_by="U_DANA")
-    two = await engine.run("api", "deploy api", requested_by="U_DANA")
-    await engine.decide(one.approval_ids[0], actor=ALICE, verdict="approve")
-    await engine.decide(two.approval_ids[0], actor=ALICE, verdict="approve")
-    urgency = parts(engine).urgency
-    assert urgency.presses(one.run_id) and urgency.presses(two.run_id)
-
-    first = asyncio.create_task(engine.advance(one.run_id))
-    # its call starts and its step commits; then it waits (the clock is frozen: only the
-    # second call's start can end that wait). Before, it ran on to its end meanwhile
-    done, _ = await asyncio.wait({first}, timeout=0.5)
-    assert order == ["deploy web"]
-    assert not done
-    run = await Rows.of(engine).run(one.run_id)
-    assert run is not None and run.status == "running" and run.next_seq > 1
-
-    await engine.advance(two.run_id)  # the second call starts (and its run goes on: nothing
-    assert order == ["deploy web", "deploy api"]  # presses any more)
-    await asyncio.wait_for(first, 10)
-    for run_id in (one.run_id, two.run_id):
-        run = await Rows.of(engine).run(run_id)
-        assert run is not None and run.status == "completed"
-    assert urgency.pressing == 0
 
 
 class Ticks:
