@@ -307,7 +307,9 @@ class Settings(BaseSettings):
         description="the byte cap on a task, on tool arguments and on a tool result")
     poll_interval: float = Field(
         2.0, gt=0, le=600, validation_alias=_env("APPROVALD_POLL_INTERVAL"),
-        description="seconds between two polls for runs ready to advance")
+        description="seconds between two polls for runs ready to advance; on PostgreSQL "
+                    "with several replicas, the one leading polls at this rate and the "
+                    "others five times slower (wake-ups reach every replica at once)")
     sweep_interval: float = Field(
         15.0, gt=0, le=3600, validation_alias=_env("APPROVALD_SWEEP_INTERVAL"),
         description="seconds between two expiry sweeps (expire, escalate, remind)")
@@ -316,7 +318,8 @@ class Settings(BaseSettings):
         description="DEBUG, INFO, WARNING or ERROR; commands other than serve log only warnings "
                     "unless it is DEBUG, which also prints an internal error's traceback")
     # serve's event loop: uvloop (a dependency wherever it builds: not on Windows, nor
-    # outside CPython) takes less of serve's one core per request than asyncio's own loop
+    # outside CPython) runs about a fifth fewer Python calls per request than asyncio's
+    # own loop (a time saving is not shown on the benchmark VM: docs/performance.md)
     event_loop: Literal["auto", "uvloop", "asyncio"] = Field(
         "auto", validation_alias=_env("APPROVALD_EVENT_LOOP"),
         description="the event loop serve runs on: auto, uvloop where it is installed (it is "
