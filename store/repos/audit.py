@@ -355,7 +355,8 @@ class AuditRepo(Repo):
                       run_id: str | None = None, since: datetime | None = None,
                       after: int = 0) -> AsyncIterator[AuditRecord]:
         """Entries in seq order (after seq ``after``, up to seq ``upto``, of one run, from a
-        time), in batches."""
+        time), in batches: a short batch, or one that reached ``upto``, is the last (no
+        statement asks for a page past the end)."""
         last = after
         while True:
             stmt = select(_T).where(AuditEntry.seq > last)
@@ -371,6 +372,8 @@ class AuditRepo(Repo):
             for r in rows:
                 yield AuditRecord(**r._mapping)
             last = rows[-1].seq
+            if len(rows) < batch or (upto is not None and last >= upto):
+                return
 
     async def records(self, *, actions: Sequence[str], unasked: Sequence[str] = (),
                       after: int, upto: int, since: datetime | None = None,

@@ -568,6 +568,26 @@ async def test_a_long_record_is_read_in_keyset_pages_each_entry_once_in_order(ma
         assert [int(r[0]) for p in pages for r in p] == [r.seq for r in every[3:-1]]
 
 
+async def test_a_walk_of_the_log_asks_for_no_page_past_its_end(make_engine, db):
+    """``iterate`` stops at a short page or at ``upto``: a verification (the model test's
+    check after every step, ``approvald audit verify``) reads a log shorter than its batch
+    in one statement, not two (the second found nothing), and a log up to a seq no
+    further than that seq."""
+    from tests.helpers import through_sqlalchemy
+
+    await _history(make_engine())
+    async with db.read() as tx:
+        with through_sqlalchemy(db, "audit_log") as seen:
+            every = [r async for r in tx.audit.iterate()]
+        assert len(every) == 8 and len(seen) == 1, seen
+        for batch, upto, pages in ((3, None, 3), (4, None, 3), (4, every[3].seq, 1),
+                                   (8, every[-1].seq, 1), (2, every[4].seq, 3)):
+            with through_sqlalchemy(db, "audit_log") as seen:
+                got = [r.seq async for r in tx.audit.iterate(batch=batch, upto=upto)]
+            assert got == [r.seq for r in every if upto is None or r.seq <= upto]
+            assert len(seen) == pages, (batch, upto, len(seen))
+
+
 # One process's chainings at once (issue 50): each works out its rows as it arrives, chained
 # to the head the chaining before it is about to leave, so the turn the next one waits for
 # is held for the statement's round trip alone; when that chaining leaves another head, the
