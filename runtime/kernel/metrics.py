@@ -64,3 +64,11 @@ class DecidedRuns:
         """Seconds since the run was decided here, once; None if it was not."""
         at = self._at.pop(run_id, None)
         return None if at is None else time.monotonic() - at
+
+    def forget(self, run_id: str) -> None:
+        """The run went on without reaching a decided call (a denial, say): its mark goes,
+        or every such run would stay until ``keep`` pushed it out."""
+        self._at.pop(run_id, None)
+
+    def __len__(self) -> int:
+        return len(self._at)

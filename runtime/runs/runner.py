@@ -209,6 +209,9 @@ class Runner:
                                           claim=claim)
         finally:
             self.urgency.end(run_id)
+            # a decision's mark goes when its call starts; a run that went on without
+            # starting one (a denial) gives it back here, not at ``keep`` entries later
+            self.decided_runs.forget(run_id)
         if outcome.status == "awaiting_approval":
             for approval_id in getattr(outcome, "approval_ids", ()):
                 self.signals.notify_opened(approval_id)
