@@ -20,6 +20,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -71,7 +72,9 @@ class Run(Base):
     # releases were recorded, whose release is its instructions_version
     agent_version: Mapped[str | None] = mapped_column(String(64))
 
-    __table_args__ = (Index(None, "status", "updated_at"),)
+    # runs by when they last changed: the run-thread follower's poll reads those updated
+    # since it began, not the whole history (0026)
+    __table_args__ = (Index(None, "status", "updated_at"), Index(None, "updated_at", "agent"))
 
 
 class RunEvent(Base):
@@ -297,6 +300,11 @@ class AuditRequest(Base):
     mac: Mapped[str] = mapped_column(String(64))
 
 
+FINAL_STATUSES = ("completed", "failed", "cancelled")  # a run in one never moves again
+THREAD_UNSETTLED = ("ts IS NULL OR posted_status NOT IN ("
+                    + ", ".join(f"'{s}'" for s in FINAL_STATUSES) + ")")
+
+
 class RunThread(Base):
     """Where a run's ops thread lives in chat, and how far it has been told (bot-owned).
 
@@ -318,6 +326,13 @@ class RunThread(Base):
     reposts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # audit entries of the run up to this seq are told in the thread (0020)
     told_audit: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+
+    # the threads that may still be behind: unposted, or not yet told a final status. A
+    # thread told its run's final status was told every event and that status; a final
+    # run never moves again (store.repos.threads), so its thread is settled for good (0026)
+    __table_args__ = (Index("ix_run_threads_unsettled", "run_id",
+                            sqlite_where=text(THREAD_UNSETTLED),
+                            postgresql_where=text(THREAD_UNSETTLED)),)
 
 
 class Limit(Base):

@@ -14,10 +14,21 @@ from datetime import datetime
 from typing import Any, cast
 
 from approvald.store.fastsql import fast
-from approvald.store.models import Approval, AuditEntry, Run, RunThread
+from approvald.store.models import FINAL_STATUSES, Approval, AuditEntry, Run, RunThread
 from approvald.store.records import RunRecord
 from approvald.store.repos.base import Repo
-from sqlalchemy import Table, and_, bindparam, exists, func, or_, select, update
+from sqlalchemy import (
+    Table,
+    and_,
+    bindparam,
+    exists,
+    func,
+    literal_column,
+    or_,
+    select,
+    union_all,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 
 _T = cast(Table, RunThread.__table__)
@@ -38,32 +49,46 @@ _CLAIM = fast(update(_T)
               .returning(*_T.c))
 _THREAD_COLS = [c.name for c in _T.c if c.name != "run_id"]
 _L = cast(Table, AuditEntry.__table__)
-_FINAL = ("completed", "failed", "cancelled")
+_FINAL = FINAL_STATUSES
 # the run has audit entries its thread has not told (by the index on audit_log.run_id)
 _UNTOLD = exists().where(_L.c.run_id == _R.c.id, _L.c.seq > _T.c.told_audit)
-
+# the threads that can still be behind, as the partial index ix_run_threads_unsettled says
+# (its literals, so that both databases see the index serves the read)
+_UNSETTLED = or_(_T.c.ts.is_(None),
+                 _T.c.posted_status.not_in([literal_column(f"'{s}'") for s in _FINAL]))
+_ORDER = "t__order"
 
 
 def _behind(callers: bool) -> Any:
     """:meth:`ThreadsRepo.behind`'s read, built once per ``callers`` (a plan: it is polled
-    by every replica's follower), everything the caller gives a parameter."""
-    j = _R.outerjoin(_T, _T.c.run_id == _R.c.id)
+    by every replica's follower), everything the caller gives a parameter.
+
+    Two reads, each by an index, so that a poll costs what can be behind and not the
+    history: the runs updated since ``since`` without a thread (``runs`` by
+    ``updated_at``), and the threads not yet settled (``ix_run_threads_unsettled``). A
+    thread told a final status is settled: the follower tells the status only once it has
+    told every event (``posted_seq`` reached ``next_seq``) and every audit entry, and a
+    run in a final status never moves again (no step, no event, no other status: every
+    write to a run is guarded by its lease or a status that is not final), so such a
+    thread could never again be found behind its events, its status or (only for a run
+    still going) its audit log.
+    """
     # approvald's own agents' runs; with ``callers``, callers' requests that asked
     ours = _R.c.agent.not_like(f"{EXTERNAL}%")
     wanted = or_(ours, exists().where(_A.c.run_id == _R.c.id)) if callers else ours
-    return fast(
-        select(_R, *(_T.c[name].label(f"t_{name}") for name in _THREAD_COLS))
-        .select_from(j)
-        .where(wanted, or_(
-            and_(_T.c.run_id.is_(None), _R.c.updated_at >= bindparam("since")),
-            and_(_T.c.run_id.is_not(None), _FREE, _DUE,
-                 _T.c.reposts <= bindparam("max_reposts"),
-                 or_(_T.c.ts.is_(None), _T.c.posted_seq < _R.c.next_seq,
-                     _T.c.posted_status != _R.c.status,
-                     and_(_R.c.status.not_in(_FINAL), _UNTOLD))),
-        ))
-        .order_by(func.coalesce(_T.c.next_attempt_at, _R.c.created_at), _R.c.id)
-        .limit(bindparam("lim")))
+    cols: list[Any] = [_R, *(_T.c[name].label(f"t_{name}") for name in _THREAD_COLS),
+                       func.coalesce(_T.c.next_attempt_at, _R.c.created_at).label(_ORDER)]
+    new = (select(*cols).select_from(_R.outerjoin(_T, _T.c.run_id == _R.c.id))
+           .where(_R.c.updated_at >= bindparam("since"), wanted, _T.c.run_id.is_(None)))
+    lagging = (select(*cols).select_from(_T.join(_R, _R.c.id == _T.c.run_id))
+               .where(_UNSETTLED, wanted, _FREE, _DUE,
+                      _T.c.reposts <= bindparam("max_reposts"),
+                      or_(_T.c.ts.is_(None), _T.c.posted_seq < _R.c.next_seq,
+                          _T.c.posted_status != _R.c.status,
+                          and_(_R.c.status.not_in(_FINAL), _UNTOLD))))
+    both = union_all(lagging, new)
+    return fast(both.order_by(both.selected_columns[_ORDER], both.selected_columns.id)
+                .limit(bindparam("lim")))
 
 
 _BEHIND = {k: _behind(k) for k in (False, True)}
@@ -183,6 +208,7 @@ class ThreadsRepo(Repo):
         out: list[tuple[RunRecord, ThreadRecord | None]] = []
         for r in rows:
             m = dict(r._mapping)
+            del m[_ORDER]
             fields = {name: m.pop(f"t_{name}") for name in _THREAD_COLS}
             run = RunRecord(**m)
             thread = None if fields["channel"] is None else ThreadRecord(run_id=run.id,

@@ -1,0 +1,93 @@
+"""The run-thread follower's poll reads only what can be behind (issue 50).
+
+``ThreadsRepo.behind`` is polled every half second by every replica's follower. It read
+every run in history (``SCAN runs``, a thread and an audit probe per run): milliseconds per
+poll at a few thousand runs, and each reader connection's page cache filled with the whole
+table. Its plan must reach runs and threads through indexes only: the runs updated since
+``since`` (by ``updated_at``) and the threads not yet settled (a partial index).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from approvald.store.db import Database
+from approvald.store.repos import threads
+
+# PostgreSQL plans a table of a few rows as it likes: these leave it the index-driven plan,
+# if there is one (a whole table or index read is then what no index could avoid)
+_KNOBS = ("enable_seqscan", "enable_mergejoin", "enable_hashjoin")
+_SCANS = ("Seq Scan", "Index Scan", "Index Only Scan", "Bitmap Index Scan")
+
+
+async def _plan(db: Database, callers: bool) -> list[str]:
+    """What the database says it does for the poll: SQLite's ``EXPLAIN QUERY PLAN``
+    details, or PostgreSQL's plan nodes."""
+    async with db.read() as tx:
+        conn = await tx.conn.connection()
+        at: Any = datetime(2026, 1, 2, tzinfo=UTC)  # a day after the history
+        if db.dialect == "sqlite":
+            at = at.isoformat()  # (a plan's values do not matter: SQLite's, as text)
+        compiled = threads._BEHIND[callers].compile(dialect=conn.dialect)
+        state = compiled.construct_expanded_state(
+            {"now": at, "since": at, "lim": 100, "max_reposts": 1})
+        sql, args = state.statement, tuple(state.positional_parameters)
+        if db.dialect == "sqlite":
+            res = await conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {sql}", args)
+            return [str(r[-1]) for r in res]
+        for knob in _KNOBS:
+            await conn.exec_driver_sql(f"SET {knob} = off")
+        res = await conn.exec_driver_sql(f"EXPLAIN (FORMAT JSON) {sql}", args)
+        plan = res.scalar_one()
+        for knob in _KNOBS:
+            await conn.exec_driver_sql(f"RESET {knob}")
+        nodes, out = [json.loads(plan)[0]["Plan"] if isinstance(plan, str)
+                      else plan[0]["Plan"]], []
+        while nodes:
+            n = nodes.pop()
+            # a scan of runs or threads with no condition on its index reads it whole (the
+            # approvals of an empty table are read as PostgreSQL likes)
+            whole = n["Node Type"] in _SCANS and "Index Cond" not in n \
+                and n.get("Relation Name") in ("runs", "run_threads") \
+                and n.get("Index Name") != "ix_run_threads_unsettled"
+            out.append(" ".join(filter(None, (
+                n["Node Type"], n.get("Relation Name"), n.get("Index Name"),
+                "(whole)" if whole else ""))))
+            nodes.extend(n.get("Plans", []))
+        return out
+
+
+async def _history(db: Database, n: int) -> None:
+    """``n`` finished runs, each thread told its every event and final status, as a
+    follower leaves them; then the planner's statistics (PostgreSQL)."""
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    async with db.write() as tx:
+        for i in range(n):
+            rid = f"run-{i:04d}"
+            await tx.runs.create(run_id=rid, agent="demo-steps", task="t", requested_by="U",
+                                 instructions_version="v", now=now)
+            await tx.runs.update(rid, status=("completed", "failed", "cancelled")[i % 3],
+                                 next_seq=4)
+            await tx.threads.open(rid, channel="C", owner="o", until=now)
+            await tx.threads.finish(rid, owner="o", now=now, ts=f"{i}.0", posted_seq=4,
+                                    posted_status=("completed", "failed", "cancelled")[i % 3])
+    if db.dialect == "postgresql":
+        async with db.write() as tx:
+            await (await tx.conn.connection()).exec_driver_sql("ANALYZE")
+
+
+@pytest.mark.parametrize("callers", [False, True])
+async def test_the_poll_reads_runs_and_threads_by_index(db: Database, callers: bool) -> None:
+    await _history(db, 200)
+    plan = await _plan(db, callers)
+    whole = [line for line in plan
+             if (line.startswith("SCAN") and "INDEX" not in line)  # SQLite: a table read whole
+             or line.startswith("Seq Scan") or line.endswith("(whole)")]  # PostgreSQL
+    assert not whole, plan
+    # and not every run's index entry either: runs by updated_at, threads by the partial index
+    every = [line for line in plan if line.startswith(("SCAN runs", "SCAN run_threads"))
+             and "ix_run_threads_unsettled" not in line]
+    assert not every, plan
