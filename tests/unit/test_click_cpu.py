@@ -408,21 +408,12 @@ async def test_a_decision_reads_its_request_s_approvers_once(
     a group must be looked up first and whether the actor may decide read the same list
     (issue 50). Who may decide, and every refusal, as before (tests/unit/test_decisions)."""
     from approvald.runtime.approvals.decide import Actor
-    from approvald.runtime.engine import assemble
-    from approvald.runtime.kernel.outcomes import Paused
-    from approvald.runtime.runs.agent import Registry
-    from approvald.runtime.runs.demo import REFUND_POLICY, DemoLedger, refund_agent
     from approvald.store.records import ApprovalRecord
 
-    from tests.conftest import SIGNER
+    from tests.unit.test_click_statements import paused_refund
     from tests.unit.test_decisions import card_token
 
-    ledger = DemoLedger(str(tmp_path / "ledger.json"))
-    engine = assemble(db, Registry([refund_agent(ledger, approval=REFUND_POLICY)]),
-                      signer=SIGNER)
-    paused = await engine.run("demo-refund", "Refund order A-1001, customer was double "
-                              "charged", requested_by="U_DANA")
-    assert isinstance(paused, Paused)
+    engine, paused = await paused_refund(db, tmp_path)
     approval = await engine.approval(paused.approval_ids[0])
     parsed = []
     plain = ApprovalRecord.approvers_value
