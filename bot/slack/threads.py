@@ -148,7 +148,9 @@ class ThreadFollower:
         on its own told the runs lagging a burst about as many times as fast as there are
         replicas, in more, smaller turns (issue 50). A replica that takes the lead takes
         the turns at its next round; the claims below still keep two leads (a moment
-        while the lead changes hands) from telling a thread twice."""
+        while the lead changes hands) from telling a thread twice. Replicas are meant
+        to be configured alike: a replica running ``serve`` without the Slack app can
+        lead too, and while it does no replica tells the run threads."""
         return await self.sync_once() if self.e.pace.leading else 0
 
     def _ready(self, channel: str) -> bool:
