@@ -146,10 +146,11 @@ class Service:
         self.scheduler = self.engine.expiry_scheduler(
             sweep_interval=timedelta(seconds=settings.sweep_interval))
         self.engine.on_outbox(self.drain.wake)
-        # other replicas on the same PostgreSQL database hear of what this one commits
-        # ... and one of them leads the polling every replica does (the others poll slower)
-        self.wakeups = Wakeups(db, origin=self.engine.process, on_signal=self._woken,
-                               on_lead=self.engine.pace.lead)
+        # other replicas on the same PostgreSQL database hear of what this one commits;
+        # one of those running the loops (start) leads the polling every replica does (the
+        # others poll slower) and the fleet's work: a channel's run threads, paced by it
+        # alone
+        self.wakeups = Wakeups(db, origin=self.engine.process, on_signal=self._woken)
         self.engine.on_ready(lambda run_id: self.wakeups.publish("ready", run_id))
         self.engine.on_opened(lambda approval_id: self.wakeups.publish("opened", approval_id))
         self.engine.on_outbox(self._outbox_committed)
@@ -188,6 +189,8 @@ class Service:
                 self.api.webhook_hosts.add_own_port(self.slack.port)
         self._check_web()
         self.pending_scheduled = await self.scheduler.start()
+        if background:  # only a process whose loops run may lead them
+            self.wakeups.on_lead = self.engine.pace.lead
         await self.wakeups.start()
         if self.slack is not None and self.settings.audit_channel:
             # a witness of the chain as this process found it, then one every interval

@@ -119,12 +119,20 @@ class Codec(Protocol):
 
 
 _codec: Codec | None = None
+# the codec, and how every value it would not give back as it is starts (its
+# ``sealed_prefix``, if it names one: "" otherwise), read together by a column's plan
+_opening: tuple[Codec | None, str] = (None, "")
 
 
 def set_codec(codec: Codec | None) -> None:
-    """Set how this process seals and opens sensitive columns (None: stored as given)."""
-    global _codec
+    """Set how this process seals and opens sensitive columns (None: stored as given).
+    A codec whose ``open`` gives back as it is every text not starting with its
+    ``sealed_prefix`` (a str attribute) is asked to open only those that do (issue 50:
+    a call per value read)."""
+    global _codec, _opening
     _codec = codec
+    prefix = getattr(codec, "sealed_prefix", "")
+    _opening = (codec, prefix if isinstance(prefix, str) else "")
 
 
 def codec() -> Codec | None:
@@ -187,8 +195,9 @@ class SealedText(TypeDecorator[str]):
         column = self.column
 
         def open_(value: Any) -> Any:  # never None: a plan skips None values
-            c = _codec
-            return value if c is None else c.open(value, column)
+            c, prefix = _opening
+            return value if c is None or not value.startswith(prefix) \
+                else c.open(value, column)
         return open_
 
 

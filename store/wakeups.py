@@ -11,11 +11,12 @@ effect, because every piece of work is still claimed by compare-and-set in the d
 
 The listening connection, held open anyway, also settles which replica leads the
 periodic work every replica does (polls for ready runs, due outbox rows, run threads
-behind): with ``on_lead``, the listener takes a session lock (``pg_try_advisory_lock``) on
-it, and the one replica that holds it leads; the others try again every ``lead_retry``
-seconds. The lock goes with its connection, so a replica that dies or loses its
-connection hands the lead on within ``lead_retry``; a replica that cannot tell (not
-connected) leads, as every replica did before (issue 50).
+behind) and the fleet's work (the run threads): with ``on_lead`` (``serve`` sets it when
+its loops run: only such a process may lead them), the listener takes a session lock
+(``pg_try_advisory_lock``) on it, and the one replica that holds it leads; the others try
+again every ``lead_retry`` seconds. The lock goes with its connection, so a replica that
+dies or loses its connection hands the lead on within ``lead_retry``; a replica that
+cannot tell (not connected) leads, as every replica did before (issue 50).
 
 A notification is sent after the commit that made the work visible (callers publish from
 their after-commit hooks), carries ``origin|kind|key``, and is ignored by the process that
@@ -170,6 +171,9 @@ class Wakeups:
                 try:
                     if conn is None or conn.is_closed():
                         conn = await self._connect()
+                        # a lost wake-up costs a poll, never an effect: its commit need
+                        # not wait for the disk
+                        await conn.execute("SET synchronous_commit TO off")
                     await conn.execute(f"SELECT pg_notify('{CHANNEL}', p) "
                                        "FROM unnest($1::text[]) AS p", batch)
                     self.sent += len(batch)

@@ -13,7 +13,9 @@ execution, a retry after a crash: :mod:`story`), then the agent's final words. T
 says how the run stands, on whom and until when it waits. A request's line waits for its
 card to be posted (``card_wait`` at most), so that it links to it.
 
-Several replicas may follow the same runs, so each thread's work is claimed first: a
+With several replicas on one database the lead replica tells the runs
+(:meth:`ThreadFollower.run`), so each channel is paced once for the fleet. While the lead
+changes hands two may follow the same runs, so each thread's work is claimed first: a
 compare-and-set on its row (inserted already claimed, before the parent exists) gives one
 replica a lease, and only the holder posts for that run until the lease ends (the engine
 keeps the claims, :mod:`runtime.threads`; a turn reads what it tells from the engine's
@@ -137,8 +139,19 @@ class ThreadFollower:
         self.card_wait = card_wait
 
     async def run(self, stop: asyncio.Event, *, poll: float = 0.5) -> None:
-        await repeat_every(self.sync_once, stop=stop, every=poll, what="run threads sync",
+        await repeat_every(self._round, stop=stop, every=poll, what="run threads sync",
                            pace=self.e.pace)
+
+    async def _round(self) -> int:
+        """A round of :meth:`run`: the lead replica's alone (``Engine.pace``). A channel's
+        pacing is the fleet's budget, kept in one process: each replica pacing a channel
+        on its own told the runs lagging a burst about as many times as fast as there are
+        replicas, in more, smaller turns (issue 50). A replica that takes the lead takes
+        the turns at its next round; the claims below still keep two leads (a moment
+        while the lead changes hands) from telling a thread twice. Replicas are meant
+        to be configured alike: a replica running ``serve`` without the Slack app can
+        lead too, and while it does no replica tells the run threads."""
+        return await self.sync_once() if self.e.pace.leading else 0
 
     def _ready(self, channel: str) -> bool:
         return time.monotonic() >= self._next_ok.get(channel, 0.0)

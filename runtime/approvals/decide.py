@@ -210,12 +210,11 @@ class _LookUpFirst(Exception):
     group (which may be slow) before any lock: it rolls back and starts over."""
 
 
-def _needs_lookup(a: ApprovalRecord, actor: Actor) -> bool:
-    """Whether deciding ``a`` as ``actor`` may ask the directory (a group's members):
-    the actor is not one of its named approvers, and a group is."""
+def _needs_lookup(approvers: Sequence[str], actor: Actor) -> bool:
+    """Whether deciding a request with these ``approvers`` as ``actor`` may ask the
+    directory (a group's members): the actor is not one of them, and a group is."""
     from approvald.runtime.policies.policy import is_group
 
-    approvers = a.approvers_value()
     return bool(approvers) and actor.id not in approvers \
         and any(is_group(g) for g in approvers)
 
@@ -282,13 +281,16 @@ class Decider:
             return await prefix.resolve("approval", approval_id, tx.approvals.get,
                                         tx.approvals.find, field="approval_id")
 
-    async def authorize(self, a: ApprovalRecord, actor: Actor) -> None:
-        """Raise :class:`DecisionRefused` unless ``actor`` may decide ``a`` under its snapshot."""
+    async def authorize(self, a: ApprovalRecord, actor: Actor,
+                        approvers: list[str] | None = None) -> None:
+        """Raise :class:`DecisionRefused` unless ``actor`` may decide ``a`` under its snapshot.
+        ``approvers``: ``a``'s, when the caller has parsed them already."""
         policy = ApprovalPolicy.from_snapshot(a.policy)
         if actor.id == a.requested_by and not policy.allow_self_approval:
             raise _refuse(a, Refusal.SELF_APPROVAL,
                           f"{actor.id} started this run and may not approve its calls")
-        approvers = a.approvers_value()
+        if approvers is None:
+            approvers = a.approvers_value()
         try:
             if await is_approver(self.directory, approvers, actor.id):
                 return
@@ -349,12 +351,14 @@ class Decider:
                 # the request read as it is locked, not before (issue 50): its checks need
                 # nothing slow unless the actor could only be an approver through a group
                 a = await tx.approvals.lock_in_run(approval_id, None)
-                if a is None or _needs_lookup(a, actor):
+                # parsed once: the lookup's question and the authorization read them
+                approvers = None if a is None else a.approvers_value()
+                if a is None or approvers is None or _needs_lookup(approvers, actor):
                     raise _LookUpFirst
                 locked[:] = [a]
                 at.refusal = None
                 try:
-                    await self._precheck(a, at, args)
+                    await self._precheck(a, at, args, approvers)
                 except DecisionRefused as exc:
                     at.refusal = exc
                 return await self._decide_locked(tx, a, at)
@@ -393,7 +397,8 @@ class Decider:
         return decision
 
     # -- before the transaction: nothing here reads state that can change ---------------
-    async def _precheck(self, a: ApprovalRecord, at: _Attempt, args: Any) -> None:
+    async def _precheck(self, a: ApprovalRecord, at: _Attempt, args: Any,
+                        approvers: list[str] | None = None) -> None:
         allowed = VERDICTS_OF.get(a.kind, QUESTION_VERDICTS)
         if at.verdict not in allowed:
             raise _refuse(a, Refusal.WRONG_KIND,
@@ -415,7 +420,7 @@ class Decider:
             at.edited, at.edited_impact = await self._validate_edit(a, args)
         # who may decide is fixed per request (an escalation is a new request), so the
         # directory lookup, which may be slow, happens before any lock is taken
-        await self.authorize(a, at.actor)
+        await self.authorize(a, at.actor, approvers)
 
     async def read_edit(self, a: ApprovalRecord, args: Any) -> dict[str, Any]:
         """An approver's edit of ``a`` as it will run: every face shows sensitive values

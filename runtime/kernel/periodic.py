@@ -21,7 +21,12 @@ class Pace:
     and a replica that follows still polls: should the leader stall without losing its
     lock, nothing waits for more than its slower period. Wake-ups are not paced: a
     replica acts on those at once, leading or not. Leads until told otherwise (one
-    process alone, SQLite, a lost connection to the lock: the rate it was given)."""
+    process alone, SQLite, a lost connection to the lock: the rate it was given).
+
+    Some work is the fleet's, not a process's: a channel's run threads, paced at a post
+    a second. It is the lead's alone (``ThreadFollower.run``); each replica pacing a
+    channel on its own told the runs lagging a burst once per replica, in more, smaller
+    turns (issue 50)."""
 
     __slots__ = ("leading",)
 

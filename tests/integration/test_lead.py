@@ -54,14 +54,17 @@ async def test_a_serve_replica_follows_while_another_leads(db_url: str, tmp_path
     db_a, db_b = Database(db_url), Database(db_url)
     a = Service(settings(db_url, tmp_path), db_a)
     b = Service(settings(db_url, tmp_path), db_b)
+    idle = Service(settings(db_url, tmp_path), db_a)  # its loops do not run: never leads
     try:
-        for s in (a, b):
-            assert await s.wakeups.start()
+        assert await idle.wakeups.start()
+        for s in (a, b):  # (the loops run: they may lead)
+            await s.start()
             async with asyncio.timeout(10):
                 await s.wakeups.listening()
         assert (a.engine.pace.leading, b.engine.pace.leading) == (True, False)
     finally:
-        await a.wakeups.close()
-        await b.wakeups.close()
+        await a.stop(grace=5)
+        await b.stop(grace=5)
+        await idle.wakeups.close()
         await db_a.close()
         await db_b.close()

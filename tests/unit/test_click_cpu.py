@@ -400,3 +400,30 @@ def test_a_live_card_s_buttons_are_made_and_checked_once_per_shape() -> None:
     card = cards.approval_card(other, token="t" * 20, now=NOW)
     assert {e["value"] for e in card["blocks"][-1]["elements"]} == {
         cards.button_value(other.id, "t" * 20)}
+
+
+async def test_a_decision_reads_its_request_s_approvers_once(
+        db: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The request's approvers (JSON text in its row) are parsed once a decision: whether
+    a group must be looked up first and whether the actor may decide read the same list
+    (issue 50). Who may decide, and every refusal, as before (tests/unit/test_decisions)."""
+    from approvald.runtime.approvals.decide import Actor
+    from approvald.store.records import ApprovalRecord
+
+    from tests.unit.test_click_statements import paused_refund
+    from tests.unit.test_decisions import card_token
+
+    engine, paused = await paused_refund(db, tmp_path)
+    approval = await engine.approval(paused.approval_ids[0])
+    parsed = []
+    plain = ApprovalRecord.approvers_value
+
+    def approvers_value(self: ApprovalRecord) -> list[str]:
+        parsed.append(self.id)
+        return plain(self)
+
+    monkeypatch.setattr(ApprovalRecord, "approvers_value", approvers_value)
+    decision = await engine.decide(approval.id, actor=Actor("U_ALICE", "slack"),
+                                   verdict="approve", token=card_token(approval))
+    assert decision.outcome == "approved"
+    assert parsed == [approval.id]

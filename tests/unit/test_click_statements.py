@@ -10,7 +10,7 @@ import collections
 from pathlib import Path
 
 from approvald.runtime.approvals.decide import Actor
-from approvald.runtime.engine import assemble
+from approvald.runtime.engine import Engine, assemble
 from approvald.runtime.kernel.outcomes import Completed, Paused
 from approvald.runtime.record.audit import verify
 from approvald.runtime.runs.agent import Registry
@@ -85,14 +85,20 @@ def _lines(dialect: str) -> dict[str, int]:
             "SELECT runs": 1}
 
 
-async def test_a_posted_card_is_recorded_by_plan(db: Database, tmp_path: Path) -> None:
-    # once per request, by serve's drain: where its card is (the clicks' updates go there)
+async def paused_refund(db: Database, tmp_path: Path) -> tuple[Engine, Paused]:
+    """An engine with the demo refund agent, and a run of it paused on its refund."""
     ledger = DemoLedger(str(tmp_path / "ledger.json"))
     engine = assemble(db, Registry([refund_agent(ledger, approval=REFUND_POLICY)]),
                       signer=SIGNER)
     paused = await engine.run("demo-refund", "Refund order A-1001, customer was double "
                               "charged", requested_by="U_DANA")
     assert isinstance(paused, Paused)
+    return engine, paused
+
+
+async def test_a_posted_card_is_recorded_by_plan(db: Database, tmp_path: Path) -> None:
+    # once per request, by serve's drain: where its card is (the clicks' updates go there)
+    engine, paused = await paused_refund(db, tmp_path)
     with through_sqlalchemy(db, "approvals") as through:
         await engine.card_posted(paused.approval_ids[0], channel="C_APPROVALS",
                                  ts="1.000001")

@@ -346,3 +346,53 @@ def test_settings_made_in_code_have_nowhere_to_read_keys_again() -> None:
     from approvald.bot.config import Settings
 
     assert Settings(APPROVALD_DATA_KEY="old-data-key-0123456789").sealer().reread is None
+
+
+def test_a_value_in_clear_is_read_and_written_without_the_sealers_helpers() -> None:
+    """Every sealed column of every row read goes through the codec (issue 50): a value
+    in clear is given back by the column's own processor, with no call of the sealer
+    (its opening starts with the sealed prefix the sealer names), and a seal without a
+    key asks no helper; sealed values still open, and refuse, as before."""
+    import sys
+    from collections import Counter
+
+    from approvald.store.types import SealedText
+    from sqlalchemy.dialects import sqlite
+
+    def calls(fn: Any) -> tuple[Any, Counter[str]]:
+        seen: Counter[str] = Counter()
+
+        def profile(frame: Any, event: str, arg: Any) -> None:
+            if event == "call" and frame.f_globals.get("__name__", "").endswith(".sealing"):
+                seen[frame.f_code.co_name] += 1
+
+        sys.setprofile(profile)
+        try:
+            return fn(), seen
+        finally:
+            sys.setprofile(None)
+
+    column = SealedText("approvals.args")
+    result = column.planned_result(sqlite.dialect(), None)
+    bind = column.planned_bind(sqlite.dialect())
+    assert result is not None and bind is not None
+    try:
+        for sealer in (Sealer(), Sealer([OLD])):
+            types.set_codec(sealer)
+            got, seen = calls(lambda: result(DECLARED_ONLY))
+            assert got == DECLARED_ONLY and seen == Counter(), seen
+            sealed = Sealer([OLD]).seal(ARGS, "approvals.args")
+            if sealer.keys:
+                assert result(sealed) == ARGS
+            else:
+                with pytest.raises(DataKeyError):
+                    result(sealed)
+        types.set_codec(Sealer())
+        got, seen = calls(lambda: bind(DECLARED_ONLY))
+        assert got == DECLARED_ONLY and seen == Counter({"seal": 1}), seen
+        with pytest.raises(ConfigError, match="shaped like a sealed one"):
+            bind(Sealer([OLD]).seal(ARGS, "approvals.args"))
+        types.set_codec(Sealer([NEW]))
+        assert Sealer([NEW]).open(bind(ARGS), "approvals.args") == ARGS
+    finally:
+        types.set_codec(None)
