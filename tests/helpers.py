@@ -804,6 +804,12 @@ class Rows:
         async with self.db.read() as tx:
             return await reads(tx)
 
+    async def in_one_write(self, writes: Any) -> Any:
+        """``writes(tx)`` inside one write transaction: a history forged through the
+        repositories in one commit (many rows, as the runtime would have left them)."""
+        async with self.db.write() as tx:
+            return await writes(tx)
+
     async def add_outbox(self, *, kind: str, group_key: str, payload: str, now: Any) -> int:
         """A row queued in the outbox, as the runtime queues one; its id."""
         async with self.db.write() as tx:

@@ -17,6 +17,8 @@ import pytest
 from approvald.store.db import Database
 from approvald.store.repos import threads
 
+from tests.helpers import Rows
+
 # PostgreSQL plans a table of a few rows as it likes: these leave it the index-driven plan,
 # if there is one (a whole table or index read is then what no index could avoid)
 _KNOBS = ("enable_seqscan", "enable_mergejoin", "enable_hashjoin")
@@ -26,45 +28,49 @@ _SCANS = ("Seq Scan", "Index Scan", "Index Only Scan", "Bitmap Index Scan")
 async def _plan(db: Database, callers: bool) -> list[str]:
     """What the database says it does for the poll: SQLite's ``EXPLAIN QUERY PLAN``
     details, or PostgreSQL's plan nodes."""
-    async with db.read() as tx:
-        conn = await tx.conn.connection()
-        at: Any = datetime(2026, 1, 2, tzinfo=UTC)  # a day after the history
-        if db.dialect == "sqlite":
-            at = at.isoformat()  # (a plan's values do not matter: SQLite's, as text)
-        compiled = threads._BEHIND[callers].compile(dialect=conn.dialect)
-        state = compiled.construct_expanded_state(
-            {"now": at, "since": at, "lim": 100, "max_reposts": 1})
-        sql, args = state.statement, tuple(state.positional_parameters)
-        if db.dialect == "sqlite":
-            res = await conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {sql}", args)
-            return [str(r[-1]) for r in res]
-        for knob in _KNOBS:
-            await conn.exec_driver_sql(f"SET {knob} = off")
-        res = await conn.exec_driver_sql(f"EXPLAIN (FORMAT JSON) {sql}", args)
-        plan = res.scalar_one()
-        for knob in _KNOBS:
-            await conn.exec_driver_sql(f"RESET {knob}")
-        nodes, out = [json.loads(plan)[0]["Plan"] if isinstance(plan, str)
-                      else plan[0]["Plan"]], []
-        while nodes:
-            n = nodes.pop()
-            # a scan of runs or threads with no condition on its index reads it whole (the
-            # approvals of an empty table are read as PostgreSQL likes)
-            whole = n["Node Type"] in _SCANS and "Index Cond" not in n \
-                and n.get("Relation Name") in ("runs", "run_threads") \
-                and n.get("Index Name") != "ix_run_threads_unsettled"
-            out.append(" ".join(filter(None, (
-                n["Node Type"], n.get("Relation Name"), n.get("Index Name"),
-                "(whole)" if whole else ""))))
-            nodes.extend(n.get("Plans", []))
-        return out
+    return list(await Rows(db).in_one_read(lambda tx: _explain(db, tx, callers)))
+
+
+async def _explain(db: Database, tx: Any, callers: bool) -> list[str]:
+    conn = await tx.conn.connection()
+    at: Any = datetime(2026, 1, 2, tzinfo=UTC)  # a day after the history
+    if db.dialect == "sqlite":
+        at = at.isoformat()  # (a plan's values do not matter: SQLite's, as text)
+    compiled = threads._BEHIND[callers].compile(dialect=conn.dialect)
+    state = compiled.construct_expanded_state(
+        {"now": at, "since": at, "lim": 100, "max_reposts": 1})
+    sql, args = state.statement, tuple(state.positional_parameters)
+    if db.dialect == "sqlite":
+        res = await conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {sql}", args)
+        return [str(r[-1]) for r in res]
+    for knob in _KNOBS:
+        await conn.exec_driver_sql(f"SET {knob} = off")
+    res = await conn.exec_driver_sql(f"EXPLAIN (FORMAT JSON) {sql}", args)
+    plan = res.scalar_one()
+    for knob in _KNOBS:
+        await conn.exec_driver_sql(f"RESET {knob}")
+    nodes, out = [json.loads(plan)[0]["Plan"] if isinstance(plan, str)
+                  else plan[0]["Plan"]], []
+    while nodes:
+        n = nodes.pop()
+        # a scan of runs or threads with no condition on its index reads it whole (the
+        # approvals of an empty table are read as PostgreSQL likes)
+        whole = n["Node Type"] in _SCANS and "Index Cond" not in n \
+            and n.get("Relation Name") in ("runs", "run_threads") \
+            and n.get("Index Name") != "ix_run_threads_unsettled"
+        out.append(" ".join(filter(None, (
+            n["Node Type"], n.get("Relation Name"), n.get("Index Name"),
+            "(whole)" if whole else ""))))
+        nodes.extend(n.get("Plans", []))
+    return out
 
 
 async def _history(db: Database, n: int) -> None:
     """``n`` finished runs, each thread told its every event and final status, as a
     follower leaves them; then the planner's statistics (PostgreSQL)."""
     now = datetime(2026, 1, 1, tzinfo=UTC)
-    async with db.write() as tx:
+
+    async def forged(tx: Any) -> None:
         for i in range(n):
             rid = f"run-{i:04d}"
             await tx.runs.create(run_id=rid, agent="demo-steps", task="t", requested_by="U",
@@ -74,9 +80,11 @@ async def _history(db: Database, n: int) -> None:
             await tx.threads.open(rid, channel="C", owner="o", until=now)
             await tx.threads.finish(rid, owner="o", now=now, ts=f"{i}.0", posted_seq=4,
                                     posted_status=("completed", "failed", "cancelled")[i % 3])
+
+    rows = Rows(db)
+    await rows.in_one_write(forged)
     if db.dialect == "postgresql":
-        async with db.write() as tx:
-            await (await tx.conn.connection()).exec_driver_sql("ANALYZE")
+        await rows.execute("ANALYZE")
 
 
 @pytest.mark.parametrize("callers", [False, True])
