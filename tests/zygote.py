@@ -14,9 +14,10 @@ and SIGHUP on to it; a shim that dies first (SIGKILL) takes the child with it (S
 Started with :data:`PID_FD` naming a descriptor, the shim writes the child's pid to it: a
 test that signals the command (:func:`tests.helpers.popen_approvald`) signals the child
 itself, and the shim's exit, once the child is reaped, is the command's.
-What is shared is only the imports: ``approvald.bot.cli`` (the console script's own) and
+What is shared is only the imports: ``approvald.bot.cli`` (the console script's own),
 every command group's module (:func:`approvald.bot.cli.root.groups`, as the reference
-pages' parser imports them; a command imports its own group's as it starts). They read no
+pages' parser imports them; a command imports its own group's as it starts) and what the
+commands that serve import as they start (:data:`SERVED`). They read no
 environment, but for the failpoints, which are armed again in the child from its own.
 
 The same server runs a Python script instead (``python zygote.py SOCKET SCRIPT``: the
@@ -95,6 +96,14 @@ def _recv_exactly(conn: socket.socket, size: int, fds: list[int]) -> bytes:
     return data
 
 
+# what the commands that serve until stopped (``serve``, ``sandbox``, ``mcp-proxy``: the
+# suite starts about a hundred) import as they start, past their group's module: the HTTP
+# API, Slack (bolt), the web face, the MCP SDK (the gateways). About 1 s of CPU a start,
+# 700 modules, done once in the server instead (they read no environment as they import)
+SERVED = ("approvald.bot.serve", "approvald.bot.mcp.http", "approvald.bot.web.service",
+          "approvald.bot.slack.app", "approvald.bot.sandbox.server",
+          "approvald.bot.sandbox.workspace", "approvald.bot.mcp.gateway",
+          "approvald.bot.mcp.proxy", "approvald.bot.hooks.command")
 _MAIN: list[Callable[[], int]] = []  # approvald.bot.cli.main, once imported
 _SCRIPT: list[str] = []  # or the Python script this server runs instead (see serve)
 _BASE_PATH: list[str] = []  # the interpreter's sys.path: no script's directory, no PYTHONPATH
@@ -263,10 +272,14 @@ def serve(path: str, script: str | None = None) -> None:
         # the console script's own import (pip's entry-point template), and every command
         # group's module (a command imports its group's as it starts: the ~670 modules of
         # about a second of CPU), done once here
+        import importlib
+
         from approvald.bot.cli import main
         from approvald.bot.cli.root import groups
 
         groups()
+        for name in SERVED:
+            importlib.import_module(name)
         _MAIN.append(main)
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(path)

@@ -3,10 +3,9 @@
 On a shared machine wall times say more about the neighbours than about the suite; CPU
 does not. Loaded into a run, this writes one JSON line per test to
 ``$SUITE_CPU_DIR/<xdist worker>.jsonl``: its wall time, the CPU of the test process
-(user+sys) and of the processes it started and waited for (their descendants included,
-so a docs page's forked ``approvald`` commands count once the warm server ends; the
-tests' warm servers (:class:`tests.zygote.Warm`) and multiprocessing's forkserver count
-as they go), and
+(user+sys) and of the processes it started and waited for (their descendants included;
+the tests' warm servers (:class:`tests.zygote.Warm`, the docs pages' ``approvald`` among
+them) and multiprocessing's forkserver count as they go), and
 the commands it started (the first words of each). Run as a script, it sums a directory
 of them: by file, by kind of process started, and the tests that start none.
 

@@ -48,7 +48,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.zygote import Warm
+from tests import helpers
 
 SHELL = ("bash", "sh", "shell", "console")
 PYTHON = ("python", "py")
@@ -289,8 +289,10 @@ def seed_database(workdir: Path, env: dict[str, str]) -> None:
 
 # ``approvald`` on a page's PATH: the warm one of tests/zygote.py (a process forked per
 # command from one that has done the console script's import), not the console script,
-# whose ~670 imports cost about a second of CPU per command
-WARM = Warm()
+# whose ~670 imports cost about a second of CPU per command. The same server as the tests'
+# subprocess ``approvald`` (tests/helpers.py): a command's environment is its own, not the
+# server's, so one server a test process serves both (a second cost its ~2 s of imports)
+WARM = helpers.WARM
 
 
 def _warm_bin() -> Path:
