@@ -790,6 +790,26 @@ async def verify(db: Database, *, keys: Sequence[AuditKey] = (),
     return report
 
 
+def still_verified(e: AuditRecord | None, head: tuple[int, str], report: VerifyReport,
+                   what: str, unedited: Callable[[AuditRecord, VerifyReport], bool]) -> bool:
+    """``e``, read again, is entry ``head`` (seq and MAC) as verified before: still there,
+    its MAC recomputed from its content (``unedited``), and the one verified (an edit, or
+    a rewrite that re-chained the history up to it, is caught); else the report says why.
+    ``what``: how the entry was verified, for the report."""
+    seq, digest = head
+    if e is None or e.seq != seq:
+        report.problems.append(f"entry {seq}, {what}, was deleted")
+        return False
+    if not unedited(e, report):
+        return False
+    if not hmac.compare_digest(e.hash, digest):
+        report.problems.append(
+            f"entry {seq} is not the one verified ({digest[:16]}…): the history up to it "
+            "was rewritten")
+        return False
+    return True
+
+
 class ChainVerifier:
     """:func:`verify` that can be resumed: each :meth:`check` walks only the entries
     appended since the head it verified last, and compares the tables with the whole
@@ -873,20 +893,14 @@ class ChainVerifier:
     def _still_there(self, e: AuditRecord | None, report: VerifyReport) -> bool:
         """``e`` (read again) is the entry verified last, unchanged (else the report says
         why)."""
-        seq, digest = self.head
-        if e is None or e.seq != seq:
-            report.problems.append(f"entry {seq}, verified earlier, was deleted")
-            return False
+        return still_verified(e, self.head, report, "verified earlier", self._unedited)
+
+    def _unedited(self, e: AuditRecord, report: VerifyReport) -> bool:
         key = next((k for k in self.keys if k.id == e.key_id), None)
         if (e.key_id and key is None) or not mac_matches(key, e):
             report.problems.append(
                 f"{_describe(e)} was edited since it was verified: its content does not "
                 "match its MAC")
-            return False
-        if not hmac.compare_digest(e.hash, digest):
-            report.problems.append(
-                f"entry {seq} is not the one verified ({digest[:16]}…): the history up to it "
-                "was rewritten")
             return False
         return True
 
