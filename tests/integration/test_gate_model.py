@@ -949,9 +949,10 @@ class GateMachine(RuleBasedStateMachine):
 
     # -- invariants --------------------------------------------------------------------
     # Each reads what one read of the record gave after this step (:meth:`_seen`): the audit
-    # chain walked and verified once, each table read once (after every step of every
-    # schedule, each of these invariants read its own copy of the same rows: on PostgreSQL
-    # a statement is a round trip, and the walks and reads were most of the test's CPU).
+    # chain verified once (its new entries walked, see _read_in), each table read once
+    # (after every step of every schedule, each of these invariants read its own copy of the
+    # same rows: on PostgreSQL a statement is a round trip, and the walks and reads were
+    # most of the test's CPU).
     @invariant()
     def nothing_runs_that_was_not_approved_exactly_in_time(self) -> None:
         self._check(self._seen())
