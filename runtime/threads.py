@@ -65,8 +65,8 @@ class RunThreads:
         self._db = db
         self._clock = clock
         self._owner = owner
-        # per poll (its ``since`` and ``callers``): how far ``since`` has moved on
-        self._marks: dict[tuple[datetime, bool], datetime] = {}
+        # per poll (``callers``): the ``since`` it was given and how far that has moved on
+        self._marks: dict[bool, tuple[datetime, datetime]] = {}
 
     async def behind(self, *, since: datetime, limit: int, callers: bool = False
                      ) -> list[tuple[RunRecord, ThreadRecord | None]]:
@@ -84,8 +84,9 @@ class RunThreads:
         less :data:`COMMIT_MARGIN` (a write whose time is older than that, still
         uncommitted as this read began, is the one case it could pass over).
         """
-        key = (since, callers)
-        mark = max(since, self._marks.get(key, since))
+        given, mark = self._marks.get(callers, (since, since))
+        if given != since:  # (a mark holds for the ``since`` it started from)
+            mark = since
         now = self._clock.now()
         async with self._db.read() as tx:
             rows = await tx.threads.behind(now=now, since=mark, limit=limit,
@@ -95,7 +96,7 @@ class RunThreads:
             # further while it waits for its thread)
             held = [mark if run.agent.startswith(EXTERNAL) else run.updated_at
                     for run, seen in rows if seen is None]
-            self._marks[key] = max(mark, min([now - COMMIT_MARGIN, *held]))
+            self._marks[callers] = since, max(mark, min([now - COMMIT_MARGIN, *held]))
         return rows
 
     async def claim(self, run_id: str, seen: ThreadRecord | None, *, channel: str,

@@ -2,32 +2,42 @@
 
     python tests/benchmarks/trace_serve.py DIR serve
 
-Traces allocations from the start (``$TRACE_FRAMES`` frames each, default 10) and writes
-``DIR/snap-<n>.pickle`` (a :class:`tracemalloc.Snapshot`, numbered from 1) on every
-``SIGUSR1``; ``bench_soak.py --trace DIR`` sends one at each sample (runs 1,000, 2,000, …),
-and ``--diff`` compares two of them. The process's resident memory then counts the
-tracer's own bookkeeping: measure memory without it.
+Traces allocations from the start (``$TRACE_FRAMES`` frames each, default 10; 0: no
+tracing) and writes ``DIR/snap-<n>.pickle`` (a :class:`tracemalloc.Snapshot`, numbered
+from 1) and ``DIR/snap-<n>.json`` (live objects by type, exactly; SQLite's own heap, which
+tracemalloc does not see; the database files open) on every ``SIGUSR1``;
+``bench_soak.py --trace DIR`` sends one at each sample (runs 1,000, 2,000, …), and
+``--diff`` compares two of them. The process's resident memory then counts the tracer's
+own bookkeeping: measure memory without it (or with ``TRACE_FRAMES=0``).
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import gc
+import json
 import os
 import signal
 import sys
+import threading
 import tracemalloc
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 OUT = Path(sys.argv.pop(1))
 OUT.mkdir(parents=True, exist_ok=True)
 if sys.argv[1:2] == ["--diff"]:  # trace_serve.py DIR --diff A B [N]: the top N growths
-    old, new = (tracemalloc.Snapshot.load(str(OUT / f"snap-{n}.pickle"))
-                for n in sys.argv[2:4])
+    traced = all((OUT / f"snap-{n}.pickle").exists() for n in sys.argv[2:4])
     filters = [tracemalloc.Filter(False, tracemalloc.__file__)]
+    old, new = ([tracemalloc.Snapshot.load(str(OUT / f"snap-{n}.pickle"))
+                 .filter_traces(filters) for n in sys.argv[2:4]] if traced else [None, None])
     top = int(sys.argv[4]) if len(sys.argv) > 4 else 25
     for key in ("lineno", "traceback"):
-        stats = new.filter_traces(filters).compare_to(old.filter_traces(filters), key)
+        if old is None or new is None:
+            break
+        stats = new.compare_to(old, key)
         print(f"-- by {key}: top {top} growths, snap {sys.argv[2]} -> {sys.argv[3]}")
         for s in stats[:top]:
             print(f"{s.size_diff / 1024:+9.1f} KiB {s.count_diff:+7d} blocks  "
@@ -35,17 +45,52 @@ if sys.argv[1:2] == ["--diff"]:  # trace_serve.py DIR --diff A B [N]: the top N 
             if key == "traceback":
                 for line in s.traceback.format(limit=8):
                     print("      " + line)
+    if not all((OUT / f"snap-{n}.json").exists() for n in sys.argv[2:4]):
+        sys.exit(0)
+    a, b = (json.loads((OUT / f"snap-{n}.json").read_text()) for n in sys.argv[2:4])
+    print(f"-- SQLite's heap {a['sqlite_memory_used'] / 1024:.0f} -> "
+          f"{b['sqlite_memory_used'] / 1024:.0f} KiB; database files open "
+          f"{a['db_files_open']} -> {b['db_files_open']}; threads {a['threads']} -> "
+          f"{b['threads']}")
+    grown = Counter(b["objects"])
+    grown.subtract(a["objects"])
+    print("-- live objects by type (gc), the most grown: " + ", ".join(
+        f"{k} {v:+d}" for k, v in grown.most_common(top) if v))
     sys.exit(0)
 
-tracemalloc.start(int(os.environ.get("TRACE_FRAMES", "10")))
+FRAMES = int(os.environ.get("TRACE_FRAMES", "10"))  # 0: no tracing, the counts alone
+if FRAMES:
+    tracemalloc.start(FRAMES)
 TAKEN: list[int] = []
+
+
+def _sqlite_memory() -> tuple[int, int]:
+    """SQLite's own heap in this process (every connection's page cache, schema and
+    statements: what tracemalloc does not see), now and at its highest."""
+    try:
+        lib = ctypes.CDLL(ctypes.util.find_library("sqlite3") or "libsqlite3.so.0")
+    except OSError:
+        return -1, -1
+    lib.sqlite3_memory_used.restype = lib.sqlite3_memory_highwater.restype = ctypes.c_int64
+    return int(lib.sqlite3_memory_used()), int(lib.sqlite3_memory_highwater(0))
 
 
 def snapshot(*_: Any) -> None:
     gc.collect()
-    TAKEN.append(len(TAKEN) + 1)
-    tracemalloc.take_snapshot().dump(str(OUT / f"snap-{TAKEN[-1]}.pickle"))
-    (OUT / f"snap-{TAKEN[-1]}.done").touch()
+    TAKEN.append(n := len(TAKEN) + 1)
+    if FRAMES:
+        tracemalloc.take_snapshot().dump(str(OUT / f"snap-{n}.pickle"))
+    # exact counts of live objects by type, SQLite's heap, and the database files open
+    types = Counter(f"{type(o).__module__}.{type(o).__qualname__}" for o in gc.get_objects())
+    used, high = _sqlite_memory()
+    fds = Path("/proc/self/fd")
+    files = Counter(str(os.readlink(fds / fd)) for fd in os.listdir(fds)
+                    if (fds / fd).is_symlink())
+    (OUT / f"snap-{n}.json").write_text(json.dumps({
+        "objects": dict(types), "sqlite_memory_used": used, "sqlite_memory_highwater": high,
+        "db_files_open": {k: v for k, v in files.items() if ".db" in k},
+        "threads": threading.active_count()}))
+    (OUT / f"snap-{n}.done").touch()
 
 
 signal.signal(signal.SIGUSR1, snapshot)
