@@ -66,14 +66,15 @@ def _behind(callers: bool) -> Any:
     Reads by index, so that a poll costs what can be behind and not the history: the
     runs of our agents updated since ``since`` without a thread (``runs`` by
     ``updated_at``), with ``callers`` the callers' requests without one that asked since
-    ``since`` (``approvals`` by ``requested_at``: whether a request asked was a probe of
-    every approval, hashed whole by PostgreSQL), and the threads not yet settled
-    (``ix_run_threads_unsettled``). A thread told a final status is settled: the follower
-    tells the status only once it has told every event (``posted_seq`` reached
-    ``next_seq``) and every audit entry, and a run in a final status never moves again
-    (no step, no event, no other status: every write to a run is guarded by its lease or
-    a status that is not final), so such a thread could never again be found behind its
-    events, its status or (only for a run still going) its audit log.
+    ``since`` (``approvals`` by ``requested_at``: whether a run had asked was a probe of
+    approvals per run, which PostgreSQL may plan as a hash of them all), and the threads
+    not yet settled (``ix_run_threads_unsettled``). A thread told a final status is
+    settled: the follower tells the status only once it has told every event
+    (``posted_seq`` reached ``next_seq``) and every audit entry, and a run in a final
+    status never moves again (no step, no event, no other status: every write to a run is
+    guarded by its lease or a status that is not final), so such a thread could never
+    again be found behind its events, its status or (only for a run still going) its
+    audit log.
     """
     # approvald's own agents' runs; with ``callers``, callers' requests that asked too
     ours = _R.c.agent.not_like(f"{EXTERNAL}%")

@@ -22,6 +22,7 @@ import signal
 import sys
 import threading
 import tracemalloc
+import weakref
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -81,7 +82,15 @@ def snapshot(*_: Any) -> None:
     if FRAMES:
         tracemalloc.take_snapshot().dump(str(OUT / f"snap-{n}.pickle"))
     # exact counts of live objects by type, SQLite's heap, and the database files open
-    types = Counter(f"{type(o).__module__}.{type(o).__qualname__}" for o in gc.get_objects())
+    live = gc.get_objects()
+    types = Counter(f"{type(o).__module__}.{type(o).__qualname__}" for o in live)
+    # what the commonest containers hold: tuples by their items' types, weak references
+    # by their referents' (what a count of "tuple" alone cannot say)
+    types.update(f"tuple({', '.join(type(x).__qualname__ for x in o[:4])})"
+                 for o in live if type(o) is tuple)
+    types.update(f"weakref->{type(o()).__qualname__}" for o in live
+                 if type(o) is weakref.ReferenceType)
+    del live
     used, high = _sqlite_memory()
     fds = Path("/proc/self/fd")
     files = Counter(str(os.readlink(fds / fd)) for fd in os.listdir(fds)
