@@ -9,10 +9,13 @@ tracemalloc does not see; the database files open) on every ``SIGUSR1``;
 ``bench_soak.py --trace DIR`` sends one at each sample (runs 1,000, 2,000, …), and
 ``--diff`` compares two of them. The process's resident memory then counts the tracer's
 own bookkeeping: measure memory without it (or with ``TRACE_FRAMES=0``).
+``TRACE_TRIM=1`` also gives malloc back what it keeps free (``malloc_trim``) at each
+snapshot, and records the resident size before and after.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import gc
@@ -52,7 +55,8 @@ if sys.argv[1:2] == ["--diff"]:  # trace_serve.py DIR --diff A B [N]: the top N 
     print(f"-- SQLite's heap {a['sqlite_memory_used'] / 1024:.0f} -> "
           f"{b['sqlite_memory_used'] / 1024:.0f} KiB; database files open "
           f"{a['db_files_open']} -> {b['db_files_open']}; threads {a['threads']} -> "
-          f"{b['threads']}")
+          f"{b['threads']}; VmRSS (KiB; after malloc_trim with TRACE_TRIM=1) "
+          f"{a.get('rss_kb')} -> {b.get('rss_kb')}")
     grown = Counter(b["objects"])
     grown.subtract(a["objects"])
     print("-- live objects by type (gc), the most grown: " + ", ".join(
@@ -76,6 +80,13 @@ def _sqlite_memory() -> tuple[int, int]:
     return int(lib.sqlite3_memory_used()), int(lib.sqlite3_memory_highwater(0))
 
 
+def _rss_kb() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return -1
+
+
 def snapshot(*_: Any) -> None:
     gc.collect()
     TAKEN.append(n := len(TAKEN) + 1)
@@ -90,15 +101,23 @@ def snapshot(*_: Any) -> None:
                  for o in live if type(o) is tuple)
     types.update(f"weakref->{type(o()).__qualname__}" for o in live
                  if type(o) is weakref.ReferenceType)
+    # weak references whose referent is gone and that nothing has pruned
+    types["dead weakrefs"] = sum(1 for o in live
+                                 if type(o) is weakref.ReferenceType and o() is None)
     del live
     used, high = _sqlite_memory()
+    rss = [_rss_kb()]
+    if os.environ.get("TRACE_TRIM") == "1":  # how much of it is free memory malloc keeps
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        rss.append(_rss_kb())
     fds = Path("/proc/self/fd")
     files = Counter(str(os.readlink(fds / fd)) for fd in os.listdir(fds)
                     if (fds / fd).is_symlink())
     (OUT / f"snap-{n}.json").write_text(json.dumps({
         "objects": dict(types), "sqlite_memory_used": used, "sqlite_memory_highwater": high,
         "db_files_open": {k: v for k, v in files.items() if ".db" in k},
-        "threads": threading.active_count()}))
+        "threads": threading.active_count(), "rss_kb": rss}))
     (OUT / f"snap-{n}.done").touch()
 
 
