@@ -59,6 +59,7 @@ KEYS = ["tool", "args", "edited_args", "result", "status", "note", "scope_value"
 @example({"result": "DE89 3704 0044 0532 0130 00\n"}, ())
 @example({"args": {"card": "hunter2-secret"}, "note": "hunter2-secret"}, ("card",))
 @example({"tool": "pay", "latency_ms": 0.4242424242424242}, ())
+@example({"approvers": ("U_ALICE",), "args": {"to": ("a", "b")}}, ())  # copied, not masked
 def test_details_are_recorded_as_masking_them_would_record_them(
         details: dict[str, Any], sensitive: tuple[str, ...]) -> None:
     """Details recorded as they are (nothing declared applies, the detectors find nothing
