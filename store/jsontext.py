@@ -12,11 +12,13 @@ alone, and leaves anything else (whitespace, trailing text, not JSON, not a str)
 from __future__ import annotations
 
 import json
-from typing import Any
+import json.scanner
+from typing import Any, cast
 
-# the decoder json.loads uses by default (no hooks): its scanner, the C one where the
-# interpreter has it, holds no state between calls (its memo is cleared after each)
-_SCAN = json.JSONDecoder().scan_once
+# the scanner of the decoder json.loads uses by default (no hooks), made as JSONDecoder
+# makes its own: the C one where the interpreter has it. It holds no state between calls
+# (its memo is cleared after each)
+_SCAN = json.scanner.make_scanner(cast(Any, json.JSONDecoder()))  # (typeshed: its own type)
 
 
 def loads(text: str) -> Any:
