@@ -154,3 +154,19 @@ async def test_an_approval_reads_writes_and_masks_in_one_go(
         assert texts["approvald.runtime.record.audit"] == 3 and not walks  # decided, 2 runs
         latencies = [e.latency_ms for e in (await Rows(db).executions(approval.run_id)).values()]
         assert latencies and all(ms == round(ms, 3) for ms in latencies), latencies
+
+
+def test_a_click_body_and_a_card_column_are_read_in_one_call(monkeypatch) -> None:
+    from urllib.parse import quote_plus
+
+    from approvald.bot.slack.body import parse_body
+    from approvald.bot.slack.cards import json_object
+
+    payload = {"type": "block_actions", "actions": [{"value": "v2:a:t"}], "n": 1.5}
+    form = "payload=" + quote_plus(compact_json(payload))
+    loads = _spy(monkeypatch, json, "loads")
+    assert parse_body(form, "application/x-www-form-urlencoded") == payload
+    assert parse_body(compact_json(payload), "application/json") == payload
+    assert json_object('{"risk":"high"}') == {"risk": "high"}
+    assert json_object("[1]") == json_object("not json") == json_object(None) == {}
+    assert sum(loads.values()) == 1  # ("not json": json.loads says why)
