@@ -170,3 +170,35 @@ def test_a_click_body_and_a_card_column_are_read_in_one_call(monkeypatch) -> Non
     assert json_object('{"risk":"high"}') == {"risk": "high"}
     assert json_object("[1]") == json_object("not json") == json_object(None) == {}
     assert sum(loads.values()) == 1  # ("not json": json.loads says why)
+
+
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+async def test_a_decisions_one_statement_is_read_by_position(
+        db: Database, tmp_path: Path, monkeypatch) -> None:
+    """PostgreSQL: the row of the statement that votes, closes the request and wakes its
+    run (about 80 columns) is split by position into the request and the run, not by
+    looking at each column's name; both read back as they are stored."""
+    from approvald.store import fastsql
+
+    readers: collections.Counter[str] = collections.Counter()
+    mapping = fastsql.Row._mapping
+
+    def spied(row: Any) -> dict[str, Any]:
+        readers[sys._getframe(1).f_code.co_name] += 1
+        return mapping.fget(row)  # type: ignore[no-any-return,misc]
+    monkeypatch.setattr(fastsql.Row, "_mapping", property(spied))
+    engine = assemble(db, Registry([refund_agent(DemoLedger(str(tmp_path / "l.json")),
+                                                 approval=REFUND_POLICY)]), signer=SIGNER)
+    paused = await engine.run("demo-refund", "Refund order A-1000, customer was double "
+                              "charged", requested_by="U_DANA")
+    assert isinstance(paused, Paused)
+    approval = await engine.approval(paused.approval_ids[0])
+    readers.clear()
+    await engine.decide(approval.id, actor=Actor("U_ALICE", "slack"), verdict="approve",
+                        token=card_token(approval))
+    assert "vote_and_close" not in readers, readers
+    rows = Rows(db)
+    decided, run = await rows.approval(approval.id), await rows.run(approval.run_id)
+    assert decided.status == "approved" and decided.decided_by == "U_ALICE"
+    assert run.status == "running"  # woken (it was awaiting approval)
+    assert isinstance(await engine.advance(approval.run_id), Completed)
