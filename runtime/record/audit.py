@@ -44,12 +44,14 @@ from approvald.runtime.kernel.canonical import (
     value_digest,
 )
 from approvald.runtime.kernel.errors import ConfigError
+from approvald.runtime.policies.detectors import none_in_json
 from approvald.runtime.policies.sensitive import ARGS_KEYS, masked_details, sensitive_of_snapshot
 from approvald.runtime.record.audit_check import ChainFacts, opened, table_disagreements
 from approvald.runtime.record.outbox_kinds import HEAD_POST, HeadPost, Payload, queue, queue_many
 from approvald.runtime.record.standing_chain import StandingState
 from approvald.store.db import Database
 from approvald.store.errors import NothingWritten
+from approvald.store.jsontext import loads
 from approvald.store.records import AuditRecord
 from approvald.store.repos import End, Tx
 from approvald.store.repos.audit import GENESIS, TOGETHER, Head
@@ -104,12 +106,26 @@ def recorded_details(details: Mapping[str, Any],
     request's sensitive paths; the detectors everywhere), and each top-level value that
     masking changed named under ``masked`` with the digest of its real value."""
     masked = masked_details(details, sensitive)
-    # (masking keeps the keys in their order: each value beside its masked form)
+    # (masking keeps the keys in their order: each value beside its masked form; one the
+    # walk only copied, a tuple as a list, is recorded as it was: not named)
     changed = {k: value_digest(v) for (k, v), shown in zip(details.items(), masked.values(),
-                                                           strict=True) if shown != v}
+                                                           strict=True)
+               if shown != v and compact_json(shown) != compact_json(v)}
     if changed:
         masked[MASKED] = changed
     return masked
+
+
+def recorded_text(details: Mapping[str, Any], sensitive: Sequence[str] = ()) -> str:
+    """The compact JSON of :func:`recorded_details`: where no sensitive path applies (none
+    declared, or no key the paths are under) and no detector finds anything in the
+    details' JSON, they are recorded as they are (masking would change nothing), without
+    walking them value by value (issue 50: most entries)."""
+    if not sensitive or _PATH_ROOTS.isdisjoint(details):
+        text = compact_json(details)
+        if none_in_json(text):
+            return text
+    return compact_json(recorded_details(details, sensitive))
 
 
 class AuditKey:
@@ -174,7 +190,7 @@ def entry_hash(key: AuditKey | None, prev_hash: str, *, seq: int, at: datetime, 
     fields: dict[str, Any] = {
         "seq": seq, "at": at.isoformat(), "action": action, "actor": actor, "via": via,
         "run_id": run_id, "approval_id": approval_id, "digest": digest,
-        "details": json.loads(details),
+        "details": loads(details),
     }
     if key is not None:  # bound in, so an entry cannot be passed off as another key's
         fields["kid"] = key.id
@@ -453,7 +469,7 @@ class AuditTrail:
         them depends on where the entry is chained (its seq, time, the MAC before it)."""
         hidden = e.sensitive if e.sensitive is not None \
             else paths.get(e.approval_id or "", ())
-        return compact_json(recorded_details(e.details, hidden))
+        return recorded_text(e.details, hidden)
 
     def _rows(self, entries: Sequence[Entry], texts: Sequence[str], seq: int,
               prev: str, last: datetime | None) -> list[dict[str, Any]]:
