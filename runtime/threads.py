@@ -24,9 +24,13 @@ from approvald.runtime.kernel.clock import Clock
 from approvald.store.db import Database
 from approvald.store.records import RunRecord
 from approvald.store.repos import Tx
-from approvald.store.repos.threads import ThreadRecord
+from approvald.store.repos.threads import EXTERNAL, ThreadRecord
 
 MAX_REPOSTS = 1  # a deleted thread parent is posted again once; then the thread is let go
+# how far behind the clock a run's write may commit: a transaction that read the time, then
+# waited (for SQLite's write lock, at most its busy timeout of 10 s; for a row lock on
+# PostgreSQL), then committed, shows a time older than its commit by that much
+COMMIT_MARGIN = timedelta(minutes=5)
 
 
 @dataclass(frozen=True)
@@ -61,14 +65,39 @@ class RunThreads:
         self._db = db
         self._clock = clock
         self._owner = owner
+        # per poll (``callers``): the ``since`` it was given and how far that has moved on
+        self._marks: dict[bool, tuple[datetime, datetime]] = {}
 
     async def behind(self, *, since: datetime, limit: int, callers: bool = False
                      ) -> list[tuple[RunRecord, ThreadRecord | None]]:
         """Runs whose thread has something untold, least recently served first (see
-        :meth:`store.repos.threads.ThreadsRepo.behind`)."""
+        :meth:`store.repos.threads.ThreadsRepo.behind`); runs without a thread only from
+        ``since`` on, a mark this poll moves forward as it finds them threaded.
+
+        A run needs a thread from the commit that made it (or, a caller's request, the
+        commit that asked a person) until one is opened for it: a condition on two tables,
+        which no index of either can hold, so the read of such runs goes by time. It read
+        every run updated since the follower began, a read that grew with the process's
+        uptime; now it starts at a mark, moved after each read that was not cut short by
+        ``limit`` to the earlier of: the oldest run it found still without a thread (one
+        skipped, paced or whose claim failed is read again), and the time before the read
+        less :data:`COMMIT_MARGIN` (a write whose time is older than that, still
+        uncommitted as this read began, is the one case it could pass over).
+        """
+        given, mark = self._marks.get(callers, (since, since))
+        if given != since:  # (a mark holds for the ``since`` it started from)
+            mark = since
+        now = self._clock.now()
         async with self._db.read() as tx:
-            return await tx.threads.behind(now=self._clock.now(), since=since, limit=limit,
+            rows = await tx.threads.behind(now=now, since=mark, limit=limit,
                                            max_reposts=MAX_REPOSTS, callers=callers)
+        if len(rows) < limit:  # every run without a thread from ``mark`` on is in ``rows``
+            # (a caller's request, found by its requests' time and not its run's: no
+            # further while it waits for its thread)
+            held = [mark if run.agent.startswith(EXTERNAL) else run.updated_at
+                    for run, seen in rows if seen is None]
+            self._marks[callers] = since, max(mark, min([now - COMMIT_MARGIN, *held]))
+        return rows
 
     async def claim(self, run_id: str, seen: ThreadRecord | None, *, channel: str,
                     ttl: timedelta) -> Claim | None:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
+from approvald.store.jsontext import loads
 
 
 def paths_of(text: str | None) -> tuple[str, ...]:
@@ -13,7 +14,7 @@ def paths_of(text: str | None) -> tuple[str, ...]:
     if not text:
         return ()
     try:
-        value = json.loads(text)
+        value = loads(text)
     except ValueError:
         return ()
     return tuple(p for p in value if isinstance(p, str)) if isinstance(value, list) else ()
@@ -82,7 +83,7 @@ class ExecutionRecord:
         return paths_of(self.sensitive)
 
     def result_value(self) -> Any:
-        return None if self.result is None else json.loads(self.result)
+        return None if self.result is None else loads(self.result)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,12 +125,12 @@ class ApprovalRecord:
     tool_schema: str | None = None
 
     def args_value(self) -> dict[str, Any]:
-        value: dict[str, Any] = json.loads(self.args)
+        value: dict[str, Any] = loads(self.args)
         return value
 
     def effective_args(self) -> dict[str, Any]:
         """The arguments that will run if approved: the edit if there is one."""
-        value: dict[str, Any] = json.loads(self.edited_args or self.args)
+        value: dict[str, Any] = loads(self.edited_args or self.args)
         return value
 
     @property
@@ -137,7 +138,7 @@ class ApprovalRecord:
         return self.edited_digest or self.digest
 
     def approvers_value(self) -> list[str]:
-        value: list[str] = json.loads(self.approvers)
+        value: list[str] = loads(self.approvers)
         return value
 
 
@@ -170,7 +171,7 @@ class OutboxRecord:
     waits: int
 
     def payload_value(self) -> dict[str, Any]:
-        value: dict[str, Any] = json.loads(self.payload)
+        value: dict[str, Any] = loads(self.payload)
         return value
 
 

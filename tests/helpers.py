@@ -566,8 +566,21 @@ async def revoke_token(engine: Any, name: str, **kw: Any) -> Any:
     return await api_tokens.revoke(p.db, p.clock, p.audit, name, **kw)
 
 
+def padded(ids: Any, least: int = 16) -> list[Any]:
+    """``ids`` sorted, each once, the last repeated up to ``least`` or the next power of
+    two: a list for an ``IN`` that makes one statement text of lists of like lengths
+    (PostgreSQL prepares each new text, a round trip of its own; the model-based test's
+    reads after every step met a new length at almost every step). The rows are those of
+    ``ids``."""
+    unique = sorted(set(ids))
+    if not unique:
+        return []
+    size = max(least, 1 << (len(unique) - 1).bit_length())
+    return unique + unique[-1:] * (size - len(unique))
+
+
 def _runs_in(column: Any, ids: Any) -> Any:
-    return column.in_(sorted(set(ids)))
+    return column.in_(padded(ids))
 
 
 async def approvals_of(tx: Any, run_ids: Any) -> list[Any]:
@@ -798,10 +811,12 @@ class Rows:
         async with self.db.write() as tx:
             return bool(await tx.executions.record_result(**kw))
 
-    async def in_one_read(self, reads: Any) -> Any:
+    async def in_one_read(self, reads: Any, *, snapshot: bool = False) -> Any:
         """``reads(tx)`` inside one read transaction: for a test of what a repository's
-        statements return together (the same rows read two ways, side by side)."""
-        async with self.db.read() as tx:
+        statements return together (the same rows read two ways, side by side);
+        ``snapshot``: every statement sees the same committed state (as ``audit verify``
+        reads the chain and the tables it checks against it)."""
+        async with self.db.read(snapshot=snapshot) as tx:
             return await reads(tx)
 
     async def in_one_write(self, writes: Any) -> Any:

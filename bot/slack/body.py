@@ -11,9 +11,10 @@ a well-formed escape falls back to urllib, which keeps it as it is.
 from __future__ import annotations
 
 import codecs
-import json
 from typing import Any
 from urllib.parse import unquote_plus
+
+from approvald.store.jsontext import loads
 
 
 def unquote_form(value: str) -> str:
@@ -43,8 +44,8 @@ def parse_body(body: str, content_type: str | None) -> Any:
     if not body:
         return {}
     if content_type == "application/json" or body.startswith("{"):
-        return json.loads(body)
+        return loads(body)
     if "payload" in body:
         payload = parse_form(body).get("payload")
-        return {} if payload is None else json.loads(payload)
+        return {} if payload is None else loads(payload)
     return parse_form(body)

@@ -63,6 +63,7 @@ from approvald.runtime import (
     shown_packet,
     will_run,
 )
+from approvald.store.jsontext import loads
 from approvald.store.records import ApprovalRecord, VoteRecord
 from approvald.store.repos.standing import StandingRecord
 from slack_sdk.models.blocks import (
@@ -170,7 +171,7 @@ def select_value(approval_id: str, token: str) -> str | None:
 def json_object(raw: str | None) -> dict[str, Any]:
     """A JSON-object column as a dict; {} when it is missing or malformed."""
     try:
-        value = json.loads(raw or "{}")
+        value = loads(raw or "{}")
     except (TypeError, ValueError):
         return {}
     return value if isinstance(value, dict) else {}

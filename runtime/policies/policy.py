@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import fnmatch
 import functools
-import json
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -45,6 +44,7 @@ from approvald.runtime.kernel.tomlfile import read_toml_text
 from approvald.runtime.policies.rule_check import check_rule
 from approvald.runtime.policies.rules import RuleError, compile_condition, holds
 from approvald.runtime.policies.sensitive import normalize_path
+from approvald.store.jsontext import loads
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -835,4 +835,4 @@ def _first_error(exc: ValidationError, prefix: str = "") -> str:
 @functools.lru_cache(maxsize=256)
 def _from_snapshot_text(text: str) -> ApprovalPolicy:
     # approvals of one tool share one snapshot text; parse it once (the model is frozen)
-    return ApprovalPolicy.model_validate(json.loads(text), context={_STORED: True})
+    return ApprovalPolicy.model_validate(loads(text), context={_STORED: True})

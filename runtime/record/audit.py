@@ -44,12 +44,14 @@ from approvald.runtime.kernel.canonical import (
     value_digest,
 )
 from approvald.runtime.kernel.errors import ConfigError
+from approvald.runtime.policies.detectors import none_in_json
 from approvald.runtime.policies.sensitive import ARGS_KEYS, masked_details, sensitive_of_snapshot
 from approvald.runtime.record.audit_check import ChainFacts, opened, table_disagreements
 from approvald.runtime.record.outbox_kinds import HEAD_POST, HeadPost, Payload, queue, queue_many
 from approvald.runtime.record.standing_chain import StandingState
 from approvald.store.db import Database
 from approvald.store.errors import NothingWritten
+from approvald.store.jsontext import loads
 from approvald.store.records import AuditRecord
 from approvald.store.repos import End, Tx
 from approvald.store.repos.audit import GENESIS, TOGETHER, Head
@@ -104,12 +106,26 @@ def recorded_details(details: Mapping[str, Any],
     request's sensitive paths; the detectors everywhere), and each top-level value that
     masking changed named under ``masked`` with the digest of its real value."""
     masked = masked_details(details, sensitive)
-    # (masking keeps the keys in their order: each value beside its masked form)
+    # (masking keeps the keys in their order: each value beside its masked form; one the
+    # walk only copied, a tuple as a list, is recorded as it was: not named)
     changed = {k: value_digest(v) for (k, v), shown in zip(details.items(), masked.values(),
-                                                           strict=True) if shown != v}
+                                                           strict=True)
+               if shown != v and compact_json(shown) != compact_json(v)}
     if changed:
         masked[MASKED] = changed
     return masked
+
+
+def recorded_text(details: Mapping[str, Any], sensitive: Sequence[str] = ()) -> str:
+    """The compact JSON of :func:`recorded_details`: where no sensitive path applies (none
+    declared, or no key the paths are under) and no detector finds anything in the
+    details' JSON, they are recorded as they are (masking would change nothing), without
+    walking them value by value (issue 50: most entries)."""
+    if not sensitive or _PATH_ROOTS.isdisjoint(details):
+        text = compact_json(details)
+        if none_in_json(text):
+            return text
+    return compact_json(recorded_details(details, sensitive))
 
 
 class AuditKey:
@@ -174,7 +190,7 @@ def entry_hash(key: AuditKey | None, prev_hash: str, *, seq: int, at: datetime, 
     fields: dict[str, Any] = {
         "seq": seq, "at": at.isoformat(), "action": action, "actor": actor, "via": via,
         "run_id": run_id, "approval_id": approval_id, "digest": digest,
-        "details": json.loads(details),
+        "details": loads(details),
     }
     if key is not None:  # bound in, so an entry cannot be passed off as another key's
         fields["kid"] = key.id
@@ -453,7 +469,7 @@ class AuditTrail:
         them depends on where the entry is chained (its seq, time, the MAC before it)."""
         hidden = e.sensitive if e.sensitive is not None \
             else paths.get(e.approval_id or "", ())
-        return compact_json(recorded_details(e.details, hidden))
+        return recorded_text(e.details, hidden)
 
     def _rows(self, entries: Sequence[Entry], texts: Sequence[str], seq: int,
               prev: str, last: datetime | None) -> list[dict[str, Any]]:
@@ -758,70 +774,179 @@ async def verify(db: Database, *, keys: Sequence[AuditKey] = (),
     MAC is checked (a reader of the record walks the chain once, not twice); trust what
     it saw only when the report is ok.
     """
-    report = VerifyReport()
-    standing = StandingState()
-    facts = ChainFacts()
+    expected: list[str] = []
+
+    def seen(e: AuditRecord) -> None:
+        if expect is not None and e.seq == expect[0]:
+            expected.append(e.hash)
+        if visit is not None:
+            visit(e)
+
+    verifier = ChainVerifier(keys=keys, unkeyed_until=unkeyed_until, visit=seen)
     # one snapshot, and the head read first: entries appended during the walk are not
     # the walk's business, and cannot look like entries deleted from the end
     async with db.read(snapshot=True) as tx:
-        head_seq, head_hash = await tx.audit.head()
-        report.head = (head_seq, head_hash)
-        walk = ChainWalk(report, keys, unkeyed_until)
-        expected_hash: str | None = None
-        async for e in tx.audit.iterate(upto=head_seq):
-            if not walk.check(e):
-                return report
-            if expect is not None and e.seq == expect[0]:
-                expected_hash = e.hash
-            _replay_standing(standing, e, report)
-            facts.apply(e)
-            if visit is not None:
-                visit(e)
-        # the rows the views show, against what the chain proves (issue 52)
-        tables = await table_disagreements(tx, facts)
-        tables += await _standing_rows(tx, standing)
-    if not walk.reached_head():
+        report, tables = await verifier.walk(tx)
+    if tables is None:
         return report
     if expect is not None:
         seq, digest = expect
+        head_seq = report.head[0]
         if seq > head_seq:
             report.problems.append(
                 f"the log ends at entry {head_seq}, but a head at entry {seq} was recorded: "
                 f"entries {head_seq + 1}-{seq} were deleted")
-        elif seq > 0 and expected_hash != digest:
+        elif seq > 0 and expected[-1:] != [digest]:
             report.problems.append(
                 f"entry {seq} is not the one recorded ({digest[:16]}…): the history up to it "
                 "was rewritten")
         else:
             report.notes.append(f"the chain passes through the recorded head {seq}:{digest}")
-    report.problems += tables
-    if not tables:
-        report.notes.append("the approvals, votes and standing approvals tables agree with "
-                            "the chain")
-    if standing.uses:
-        report.notes.append(f"{standing.uses} calls that standing approvals let run were each "
-                            "covered by a grant recorded in the chain")
-    if report.unkeyed and keys:
-        report.notes.append(
-            f"{report.unkeyed} entries were written without an audit key: only a head "
-            "recorded outside the database protects them from someone who can write it")
-    elif report.unkeyed:
-        report.notes.append(
-            "no audit key is set (APPROVALD_AUDIT_KEY): the chain detects accidental damage, "
-            "but someone who can write the database can rewrite it; compare the head with "
-            "one recorded elsewhere (--expect)")
+    verifier.conclude(report, tables)
     return report
+
+
+def still_verified(e: AuditRecord | None, head: tuple[int, str], report: VerifyReport,
+                   what: str, unedited: Callable[[AuditRecord, VerifyReport], bool]) -> bool:
+    """``e``, read again, is entry ``head`` (seq and MAC) as verified before: still there,
+    its MAC recomputed from its content (``unedited``), and the one verified (an edit, or
+    a rewrite that re-chained the history up to it, is caught); else the report says why.
+    ``what``: how the entry was verified, for the report."""
+    seq, digest = head
+    if e is None or e.seq != seq:
+        report.problems.append(f"entry {seq}, {what}, was deleted")
+        return False
+    if not unedited(e, report):
+        return False
+    if not hmac.compare_digest(e.hash, digest):
+        report.problems.append(
+            f"entry {seq} is not the one verified ({digest[:16]}…): the history up to it "
+            "was rewritten")
+        return False
+    return True
+
+
+class ChainVerifier:
+    """:func:`verify` that can be resumed: each :meth:`check` walks only the entries
+    appended since the head it verified last, and compares the tables with the whole
+    chain as :func:`verify` does (a watcher that verifies a growing chain again and again
+    pays for each entry's MAC once, not once a pass).
+
+    The head it verified last is held here, outside the database, as a head passed to
+    ``expect`` is: the chain must still end at or after it (a log cut back and its head
+    moved back is caught), and that entry must still be there with the same MAC,
+    recomputed from its content (an edit to it, or a rewrite of the history before it
+    that re-chained up to it, is caught). What a resumed check does not recheck is the
+    content of the entries before that one: an entry edited there, the chain left broken
+    after it, is caught by a full :func:`verify` (or a new verifier's first check), not
+    by a resumed check. Problems the replay of walked entries found (a use of a standing
+    approval its grant did not cover) stay in every later report."""
+
+    def __init__(self, *, keys: Sequence[AuditKey] = (), unkeyed_until: int = 0,
+                 visit: Callable[[AuditRecord], None] | None = None) -> None:
+        self.keys = keys
+        self.unkeyed_until = unkeyed_until
+        self.visit = visit
+        self._start()
+
+    def _start(self) -> None:
+        """From the beginning of the chain (as new, or after a check found it broken)."""
+        self.head: tuple[int, str] = (0, GENESIS)  # verified through (seq, MAC)
+        self._keyed = False  # a keyed entry was walked (none after it may be unkeyed)
+        self._unkeyed = 0
+        self._found: list[str] = []  # problems the replay of walked entries found
+        self._standing = StandingState()
+        self._facts = ChainFacts()
+
+    async def check(self, tx: Tx) -> VerifyReport:
+        """Verify the chain in ``tx`` (a snapshot), from the head verified last; the report
+        is a full :func:`verify`'s (without ``expect``), its counts over the whole chain."""
+        report, tables = await self.walk(tx)
+        if tables is not None:
+            self.conclude(report, tables)
+        return report
+
+    async def walk(self, tx: Tx) -> tuple[VerifyReport, list[str] | None]:
+        """The walk from the head verified last to the chain's head, and the tables'
+        disagreements with the whole chain (None: the walk broke, the report says where,
+        and the next check starts from the beginning of the chain again)."""
+        report = VerifyReport(entries=self.head[0], unkeyed=self._unkeyed,
+                              problems=list(self._found))
+        report.head = await tx.audit.head()
+        if not await self._walk(tx, report):
+            self._start()
+            return report, None
+        # the rows the views show, against what the chain proves (issue 52)
+        tables = await table_disagreements(tx, self._facts)
+        return report, tables + await _standing_rows(tx, self._standing)
+
+    async def _walk(self, tx: Tx, report: VerifyReport) -> bool:
+        head_seq = report.head[0]
+        start_seq = self.head[0]
+        if head_seq < start_seq:
+            report.problems.append(
+                f"the log ends at entry {head_seq}, but it was verified through entry "
+                f"{start_seq}: entries {head_seq + 1}-{start_seq} were deleted")
+            return False
+        walk = ChainWalk(report, self.keys, self.unkeyed_until, self.head, keyed=self._keyed)
+        # from the entry verified last (read again, in the statement that reads the new)
+        entries = tx.audit.iterate(after=max(start_seq - 1, 0), upto=head_seq)
+        if start_seq and not self._still_there(await anext(entries, None), report):
+            return False
+        async for e in entries:
+            if not walk.check(e):
+                return False
+            found = len(report.problems)
+            _replay_standing(self._standing, e, report)
+            self._found += report.problems[found:]
+            self._facts.apply(e)
+            self.head, self._keyed, self._unkeyed = \
+                (e.seq, e.hash), walk.seen_keyed, report.unkeyed
+            if self.visit is not None:
+                self.visit(e)
+        return walk.reached_head()
+
+    def _still_there(self, e: AuditRecord | None, report: VerifyReport) -> bool:
+        """``e`` (read again) is the entry verified last, unchanged (else the report says
+        why)."""
+        return still_verified(e, self.head, report, "verified earlier", self._unedited)
+
+    def _unedited(self, e: AuditRecord, report: VerifyReport) -> bool:
+        key = next((k for k in self.keys if k.id == e.key_id), None)
+        if (e.key_id and key is None) or not mac_matches(key, e):
+            report.problems.append(
+                f"{_describe(e)} was edited since it was verified: its content does not "
+                "match its MAC")
+            return False
+        return True
+
+    def conclude(self, report: VerifyReport, tables: list[str]) -> None:
+        """Add the tables' disagreements and what the walk proved to ``report``."""
+        report.problems += tables
+        if not tables:
+            report.notes.append("the approvals, votes and standing approvals tables agree "
+                                "with the chain")
+        if self._standing.uses:
+            report.notes.append(f"{self._standing.uses} calls that standing approvals let run "
+                                "were each covered by a grant recorded in the chain")
+        if report.unkeyed and self.keys:
+            report.notes.append(
+                f"{report.unkeyed} entries were written without an audit key: only a head "
+                "recorded outside the database protects them from someone who can write it")
+        elif report.unkeyed:
+            report.notes.append(
+                "no audit key is set (APPROVALD_AUDIT_KEY): the chain detects accidental "
+                "damage, but someone who can write the database can rewrite it; compare the "
+                "head with one recorded elsewhere (--expect)")
 
 
 async def _standing_rows(tx: Tx, state: StandingState) -> list[str]:
     """Each standing approval whose row says otherwise than its grants and revocation in
     the chain (``state``: the whole chain replayed)."""
     out: list[str] = []
-    after = ""
+    after, batch = "", 500
     while True:
-        rows = await tx.standing.every(after=after)
-        if not rows:
-            return out
+        rows = await tx.standing.every(after=after, batch=batch)
         for s in rows:
             scope, unreadable = opened(s.scope, "standing_approvals.scope")
             if unreadable:
@@ -831,6 +956,8 @@ async def _standing_rows(tx: Tx, state: StandingState) -> list[str]:
                 unread=() if scope is not None else ("scope_value",))
             if why is not None:
                 out.append(f"standing approval {s.id}: {why}")
+        if len(rows) < batch:  # the last page (no statement asks for one past the end)
+            return out
         after = rows[-1].id
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import hmac
 from collections.abc import Awaitable, Callable, Sequence
 
-from approvald.runtime.record.audit import AuditKey, ChainWalk, VerifyReport
+from approvald.runtime.record.audit import AuditKey, ChainWalk, VerifyReport, still_verified
 from approvald.store.db import Database
 from approvald.store.records import AuditRecord
 from approvald.store.repos import Tx
@@ -91,16 +91,10 @@ async def verify_from_checkpoint(
         return report
     walk = ChainWalk(report, keys, unkeyed_until, (seq, digest))
     entry = await tx.audit.entry(seq)
-    if entry is None:
-        report.problems.append(f"entry {seq}, the verified-through checkpoint, was deleted")
+    if not still_verified(entry, (seq, digest), report, "the verified-through checkpoint",
+                          lambda e, _: walk.mac_matches(e)):
         return report
-    if not walk.mac_matches(entry):
-        return report
-    if not hmac.compare_digest(entry.hash, digest):
-        report.problems.append(
-            f"entry {seq} is not the one verified ({digest[:16]}…): the history up to it "
-            "was rewritten")
-        return report
+    assert entry is not None
     walk.seen_keyed = bool(entry.key_id)
     if (count := await tx.audit.count_upto(seq)) != seq:
         report.problems.append(

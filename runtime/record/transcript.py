@@ -6,7 +6,6 @@ second copy: the bytes a step writes stay at one copy of its payload.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -20,6 +19,7 @@ from approvald.runtime.record.state import (
     UserMessage,
     upgrade_part,
 )
+from approvald.store.jsontext import loads
 from approvald.store.records import EventRecord, ExecutionRecord, RunRecord
 
 Message = UserMessage | AssistantMessage | ToolMessage
@@ -46,7 +46,7 @@ def encode(msg: Message, *, ledger_ref: bool = False) -> tuple[int, str]:
 
 
 def decode(ev: EventRecord, executions: Mapping[str, ExecutionRecord]) -> Message:
-    body: dict[str, Any] = json.loads(ev.body)
+    body: dict[str, Any] = loads(ev.body)
     if body.pop("content_ref", None) == LEDGER_REF:
         rec = executions.get(body["call_id"])
         body["content"] = (observation_of(rec) if rec is not None

@@ -28,6 +28,7 @@ from approvald.runtime.policies.intake import Source
 from approvald.runtime.policies.sensitive import Masking, sensitive_of_snapshot
 from approvald.runtime.policies.tools import Tool
 from approvald.runtime.record.shown import of_request
+from approvald.store.jsontext import loads
 from approvald.store.records import ApprovalRecord
 
 EDITED_IMPACT = "edited_impact"  # the packet key: {"digest", "impact", "asked_digest"}
@@ -111,7 +112,7 @@ def shown_args(a: ApprovalRecord, raw: str | None = None) -> Any:
     """``raw`` (``a``'s arguments that run, by default) as a person may see them: the
     request's sensitive paths and whatever the detectors find, masked."""
     try:
-        value = json.loads(raw if raw is not None else a.edited_args or a.args)
+        value = loads(raw if raw is not None else a.edited_args or a.args)
     except (TypeError, ValueError):
         return of_request(a).text(str(raw))
     return of_request(a).args(value)
@@ -151,7 +152,7 @@ def asker(agent: Any) -> str:
 
 def _packet(a: ApprovalRecord) -> dict[str, Any]:
     try:
-        value = json.loads(a.packet or "{}")
+        value = loads(a.packet or "{}")
     except (TypeError, ValueError):
         return {}
     return value if isinstance(value, dict) else {}

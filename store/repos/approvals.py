@@ -171,24 +171,26 @@ class Closing:
 
 @functools.lru_cache(maxsize=64)
 def _vote_then_close(to: str, keys: tuple[str, ...], having: str, statuses: tuple[str, ...],
-                     lease: bool, server: bool) -> Any:
+                     lease: bool, server: bool) -> tuple[Any, tuple[str, ...], tuple[str, ...]]:
     """PostgreSQL, one statement (issue 50): :func:`_vote_then`, and only if the request
     was closed by it, its card's update queued (:func:`add_if_group_insert`) and its run
     woken (:func:`wake_update`; this request, which the statement's snapshot still sees
     pending, left out by id), the run's row as it left it in ``r_<column>`` (NULL: not
     woken). The run's row was locked by the decision's first statement, and every writer
     of its requests locks it first: what the snapshot sees of them is what a statement of
-    its own would."""
+    its own would. With it, the names of its row's columns after the first (whether the
+    vote was new): the request's, then the run's (unprefixed), in the row's order."""
     vote, upd = _vote_upd(to, keys)
     closed = select(upd.c.id).exists()
     card = add_if_group_insert(having, statuses, closed).cte("card")
     woke = (wake_update(lease, server, but=bindparam("aid"))
             .where(closed).returning(*_R.c).cte("woke"))
     one = select(literal(1).label("one")).subquery("one")
-    return fast(select(select(func.count()).select_from(vote).scalar_subquery()
+    stmt = fast(select(select(func.count()).select_from(vote).scalar_subquery()
                        .label(_VOTED), *upd.c, *(c.label(_RUN + c.name) for c in woke.c))
                 .select_from(one.outerjoin(upd, true()).outerjoin(woke, true()))
                 .add_cte(card))
+    return stmt, tuple(c.name for c in upd.c), tuple(c.name for c in woke.c)
 
 
 class ApprovalsRepo(Repo):
@@ -393,12 +395,15 @@ class ApprovalsRepo(Repo):
             params["owner"] = closing.lease[0]
             params.update({"ttl": closing.lease[1] - at} if self.server_time
                           else {"until": closing.lease[1]})
-        row = (await self.conn.execute(_vote_then_close(
+        stmt, asked, its_run = _vote_then_close(
             to, keys, closing.having, tuple(closing.statuses), closing.lease is not None,
-            self.server_time), params)).one()
-        m = dict(row._mapping)
-        voted = bool(m.pop(_VOTED))
-        run = {k.removeprefix(_RUN): m.pop(k) for k in list(m) if k.startswith(_RUN)}
+            self.server_time)
+        row = (await self.conn.execute(stmt, params)).one()
+        # split by position, the statement's own order (not by each of its ~80 names)
+        n = 1 + len(asked)
+        voted = bool(row[0])
+        m = dict(zip(asked, row[1:n], strict=True))
+        run = dict(zip(its_run, row[n:], strict=True))
         done = None if m["id"] is None else ApprovalRecord(**m)
         if run["id"] is None:
             return voted, done, None

@@ -63,32 +63,48 @@ def _behind(callers: bool) -> Any:
     """:meth:`ThreadsRepo.behind`'s read, built once per ``callers`` (a plan: it is polled
     by every replica's follower), everything the caller gives a parameter.
 
-    Two reads, each by an index, so that a poll costs what can be behind and not the
-    history: the runs updated since ``since`` without a thread (``runs`` by
-    ``updated_at``), and the threads not yet settled (``ix_run_threads_unsettled``). A
-    thread told a final status is settled: the follower tells the status only once it has
-    told every event (``posted_seq`` reached ``next_seq``) and every audit entry, and a
-    run in a final status never moves again (no step, no event, no other status: every
-    write to a run is guarded by its lease or a status that is not final), so such a
-    thread could never again be found behind its events, its status or (only for a run
-    still going) its audit log.
+    Reads by index, so that a poll costs what can be behind and not the history: the
+    runs of our agents updated since ``since`` without a thread (``runs`` by
+    ``updated_at``), with ``callers`` the callers' requests without one that asked since
+    ``since`` (``approvals`` by ``requested_at``: whether a run had asked was a probe of
+    approvals per run, which PostgreSQL may plan as a hash of them all), and the threads
+    not yet settled (``ix_run_threads_unsettled``). A thread told a final status is
+    settled: the follower tells the status only once it has told every event
+    (``posted_seq`` reached ``next_seq``) and every audit entry, and a run in a final
+    status never moves again (no step, no event, no other status: every write to a run is
+    guarded by its lease or a status that is not final), so such a thread could never
+    again be found behind its events, its status or (only for a run still going) its
+    audit log.
     """
-    # approvald's own agents' runs; with ``callers``, callers' requests that asked
+    # approvald's own agents' runs; with ``callers``, callers' requests that asked too
     ours = _R.c.agent.not_like(f"{EXTERNAL}%")
-    wanted = or_(ours, exists().where(_A.c.run_id == _R.c.id)) if callers else ours
     cols: list[Any] = [_R, *(_T.c[name].label(f"t_{name}") for name in _THREAD_COLS),
                        func.coalesce(_T.c.next_attempt_at, _R.c.created_at).label(_ORDER)]
-    new = (select(*cols).select_from(_R.outerjoin(_T, _T.c.run_id == _R.c.id))
-           .where(_R.c.updated_at >= bindparam("since"), wanted, _T.c.run_id.is_(None)))
-    lagging = (select(*cols).select_from(_T.join(_R, _R.c.id == _T.c.run_id))
-               .where(_UNSETTLED, wanted, _FREE, _DUE,
-                      _T.c.reposts <= bindparam("max_reposts"),
-                      or_(_T.c.ts.is_(None), _T.c.posted_seq < _R.c.next_seq,
-                          _T.c.posted_status != _R.c.status,
-                          and_(_R.c.status.not_in(_FINAL), _UNTOLD))))
-    both = union_all(lagging, new)
+    threadless = _R.outerjoin(_T, _T.c.run_id == _R.c.id)
+    new = (select(*cols).select_from(threadless)
+           .where(_R.c.updated_at >= bindparam("since"), ours, _T.c.run_id.is_(None)))
+    # a thread is opened for a caller's request only once it asked (its approvals are
+    # never deleted but with it), so with ``callers`` every thread is wanted
+    parts = [_lagging(cols, None if callers else ours), new]
+    if callers:
+        # a caller's request that asked since ``since``: by its requests' time, not its
+        # run's (one may ask after its run last changed)
+        parts.append(select(*cols).select_from(threadless).where(
+            _R.c.id.in_(select(_A.c.run_id).where(_A.c.requested_at >= bindparam("since"))),
+            _R.c.agent.like(f"{EXTERNAL}%"), _T.c.run_id.is_(None)))
+    both = union_all(*parts)
     return fast(both.order_by(both.selected_columns[_ORDER], both.selected_columns.id)
                 .limit(bindparam("lim")))
+
+
+def _lagging(cols: list[Any], wanted: Any | None) -> Any:
+    """The threads not yet settled and behind their run (``ix_run_threads_unsettled``)."""
+    return (select(*cols).select_from(_T.join(_R, _R.c.id == _T.c.run_id))
+            .where(_UNSETTLED, *([] if wanted is None else [wanted]), _FREE, _DUE,
+                   _T.c.reposts <= bindparam("max_reposts"),
+                   or_(_T.c.ts.is_(None), _T.c.posted_seq < _R.c.next_seq,
+                       _T.c.posted_status != _R.c.status,
+                       and_(_R.c.status.not_in(_FINAL), _UNTOLD))))
 
 
 _BEHIND = {k: _behind(k) for k in (False, True)}
@@ -189,12 +205,14 @@ class ThreadsRepo(Repo):
         """Runs whose thread is missing, unposted or behind their events or status, and
         whose turn is due and not claimed by someone else; the longest waiting first.
 
-        Only runs updated since ``since`` are considered for a missing thread, so turning
-        the Slack face on does not post a thread for every run in history. A thread whose
-        parent was lost more than ``max_reposts`` times is left alone. The order is by
-        when a thread was last served (``next_attempt_at``; a new one by when its run
-        began), so a thread that keeps failing waits its backoff and then its turn behind
-        the others instead of sorting first every round.
+        Only runs updated since ``since`` (or, with ``callers``, that asked a person since)
+        are considered for a missing thread, so turning the Slack face on does not post a
+        thread for every run in history, and a follower that moves ``since`` forward
+        (:class:`runtime.threads.RunThreads`) reads what is new, not all it ever saw. A
+        thread whose parent was lost more than ``max_reposts`` times is left alone. The
+        order is by when a thread was last served (``next_attempt_at``; a new one by when
+        its run began), so a thread that keeps failing waits its backoff and then its turn
+        behind the others instead of sorting first every round.
 
         A caller's request (a run of agent ``external:…``) gets a thread only with
         ``callers``, and only once it asked a person (it has an approval): an answer of the

@@ -19,9 +19,10 @@ at run 1,000 and every 1,000 runs after; the target (issue 9, item 12) is growth
 +50 MB from run 1,000 to the last sample. Every run must have ended as it was meant to
 (counts by outcome are printed), so the benchmark cannot pass by doing nothing.
 
-To trace the serve process, set ``BENCH_SERVE_CMD`` to a command that runs
-``approvald.bot.cli`` (e.g. ``python -X tracemalloc=10 -m approvald.bot.cli``); ``serve``
-is appended.
+``--trace DIR`` runs serve under tracemalloc and writes a snapshot at each sample (see
+``trace_serve.py``). To trace the serve process otherwise, set ``BENCH_SERVE_CMD`` to a
+command that runs ``approvald.bot.cli`` (e.g. ``python -X tracemalloc=10 -m
+approvald.bot.cli``); ``serve`` is appended.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import socket
 import sys
 import tempfile
@@ -92,6 +94,10 @@ def rss_kb(pid: int) -> int:
     raise RuntimeError(f"no VmRSS for pid {pid}")
 
 
+def exists(path: Path) -> bool:
+    return path.exists()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -136,7 +142,8 @@ async def wait_until(check: Any, what: str, within: float = 300.0) -> Any:
         await asyncio.sleep(0.05)
 
 
-async def bench(runs: int, batch: int, concurrency: int, db_url: str | None) -> int:
+async def bench(runs: int, batch: int, concurrency: int, db_url: str | None,
+                trace: str | None = None) -> int:
     from approvald.bot.sandbox import SlackEmulator
     from approvald.bot.slack import cards
     from approvald.runtime.engine import assemble
@@ -173,7 +180,9 @@ async def bench(runs: int, batch: int, concurrency: int, db_url: str | None) -> 
     stop = asyncio.Event()
     ticking = asyncio.create_task(clock.run(stop))
     log = (tmp / "serve.log").open("wb")
-    serve = await asyncio.create_subprocess_exec(*serve_command(), env=env, stderr=log)
+    cmd = ([sys.executable, str(HERE / "trace_serve.py"), trace, "serve"] if trace
+           else serve_command())
+    serve = await asyncio.create_subprocess_exec(*cmd, env=env, stderr=log)
     intended: dict[str, str] = {}  # approval id -> outcome
     run_of: dict[str, str] = {}  # approval id -> run id
     samples: list[tuple[int, int]] = []
@@ -312,6 +321,13 @@ async def bench(runs: int, batch: int, concurrency: int, db_url: str | None) -> 
                 while done >= next_sample:
                     kb = rss_kb(serve.pid)
                     samples.append((done, kb))
+                    if trace:  # a tracemalloc snapshot (trace_serve.py), once written
+                        serve.send_signal(signal.SIGUSR1)
+                        flag = Path(trace) / f"snap-{len(samples)}.done"
+
+                        async def written(flag: Path = flag) -> bool:
+                            return exists(flag)
+                        await wait_until(written, "the tracemalloc snapshot", 600)
                     print(f"  run {done:>6,}: VmRSS {kb / 1024:7.1f} MB   "
                           f"({time.perf_counter() - t0:6.0f} s)", flush=True)
                     next_sample += 1000
@@ -387,8 +403,12 @@ def main() -> int:
                    "expired together (default 250; a divisor of 1,000 samples exactly)")
     p.add_argument("--concurrency", type=int, default=20, help="clicks in flight at once")
     p.add_argument("--db", default=None, help="database URL (default: a temp SQLite file)")
+    p.add_argument("--trace", default=None, metavar="DIR", help="run serve under "
+                   "tracemalloc (trace_serve.py) and write a snapshot to DIR at each sample; "
+                   "compare two with: python tests/benchmarks/trace_serve.py DIR --diff 1 3 "
+                   "(its memory figures then include the tracer's)")
     a = p.parse_args()
-    return asyncio.run(bench(a.runs, a.batch, a.concurrency, a.db))
+    return asyncio.run(bench(a.runs, a.batch, a.concurrency, a.db, a.trace))
 
 
 if __name__ == "__main__":

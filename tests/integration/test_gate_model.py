@@ -60,6 +60,7 @@ import asyncio
 import json
 import re
 import shutil
+import sys
 from collections import Counter
 from dataclasses import dataclass, replace
 from datetime import timedelta
@@ -86,6 +87,7 @@ from approvald.runtime.policies.sensitive import MASKED, mask_args, sensitive_of
 from approvald.runtime.policies.tools import Tool, ToolContext, ToolIdentity
 from approvald.runtime.record import audit
 from approvald.runtime.record.sealing import DataKey, Sealer, is_sealed, key_id
+from approvald.runtime.record.standing_chain import StandingState
 from approvald.runtime.requests import api_tokens
 from approvald.runtime.requests.packet import shown_args
 from approvald.runtime.runs.agent import Agent, Registry
@@ -107,9 +109,10 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 from sqlalchemy import Text, select, type_coerce
+from sqlalchemy import event as sa_event
 
 from tests.conftest import SIGNER, reset_pg
-from tests.helpers import Crash, Rows, approvals_of, executions_of, parts, runs_of
+from tests.helpers import Crash, Rows, approvals_of, executions_of, padded, parts, runs_of
 from tests.helpers import crash as _crash
 
 # processes, browsers or hundreds of schedules: out of the inner loop (-m 'not slow')
@@ -247,6 +250,8 @@ class GateMachine(RuleBasedStateMachine):
         # the invariants read what is committed, through connections of their own: what
         # the engine's connections see may include a transaction they never committed
         self.committed = Database(url, server_time=False)
+        if url.startswith("sqlite"):
+            _commits_without_fsync(self.db)
         self.policy = PolicyFile()
         self.release = "1"  # what the next process loads (see RELEASES)
         self.relaxed = False  # the policy file lets refunds run without asking
@@ -273,6 +278,11 @@ class GateMachine(RuleBasedStateMachine):
         self.credentials = self.run(self._credentials())
         self._step = 0  # steps checked so far (see check_invariants)
         self._read_at: tuple[int, Seen] | None = None  # what the invariants read, at a step
+        # the chain verified after each step from where the step before verified it (see
+        # _read), every entry walked kept, and the authority they granted replayed
+        self.entries: list[Any] = []
+        self.verifier = audit.ChainVerifier(visit=self.entries.append)
+        self.authority = Authority()
 
     # -- plumbing ----------------------------------------------------------------------
     def run(self, coro: Any) -> Any:
@@ -313,6 +323,8 @@ class GateMachine(RuleBasedStateMachine):
         try:
             if pending:
                 self.run(_settle(pending))
+            if sys.exc_info()[1] is None:  # (a schedule that failed already says why)
+                self.run(self._verify_whole_chain())
             self.run(self.db.close())
         finally:
             try:
@@ -937,9 +949,10 @@ class GateMachine(RuleBasedStateMachine):
 
     # -- invariants --------------------------------------------------------------------
     # Each reads what one read of the record gave after this step (:meth:`_seen`): the audit
-    # chain walked and verified once, each table read once (after every step of every
-    # schedule, each of these invariants read its own copy of the same rows: on PostgreSQL
-    # a statement is a round trip, and the walks and reads were most of the test's CPU).
+    # chain verified once (its new entries walked, see _read_in), each table read once
+    # (after every step of every schedule, each of these invariants read its own copy of the
+    # same rows: on PostgreSQL a statement is a round trip, and the walks and reads were
+    # most of the test's CPU).
     @invariant()
     def nothing_runs_that_was_not_approved_exactly_in_time(self) -> None:
         self._check(self._seen())
@@ -978,26 +991,49 @@ class GateMachine(RuleBasedStateMachine):
     async def _read(self) -> Seen:
         lines = [json.loads(x) for x in (self.ledger_path.read_text().splitlines()
                                          if self.ledger_path.exists() else []) if x.strip()]
-        # the chain verifies, and its entries (each checked against its hash) serve the
-        # checks: one walk of the log, not two
-        entries: list[Any] = []
-        report = await audit.verify(self.committed, visit=entries.append)
+        return await Rows(self.committed).in_one_read(
+            lambda tx: self._read_in(tx, lines), snapshot=True)
+
+    async def _read_in(self, tx: Any, lines: list[dict[str, Any]]) -> Seen:
+        """The record after this step, in one snapshot: the chain and the tables it is
+        checked against, then the rows the invariants read (each one statement over every
+        run, not one a run or a request).
+
+        The chain verifies, and its entries (each checked against its MAC) serve the
+        checks. Each step's check walks only the entries appended since the step before
+        verified it (``audit.ChainVerifier``), and is no weaker for it: the model's
+        engines only ever append to the chain; the head verified last is held here, so an
+        entry cut off the end, or a history rewritten and re-chained up to it, is caught
+        at once (that entry is read again and its MAC recomputed); the approvals, votes and
+        standing approvals tables are compared with the whole chain after every step, as
+        ``audit verify`` does; and an entry edited before the last head, the chain left
+        broken after it, is caught at the schedule's end, where teardown verifies the
+        whole chain from its first entry (``_verify_whole_chain``)."""
+        report = await self.verifier.check(tx)
         assert report.ok, report.problems
-        # each read below is one statement over every run, not one a run or a request
-        async with self.committed.read() as tx:
-            asked = await approvals_of(tx, [*self.runs, *self.requests])
-            approved = [a.id for a in asked if a.kind == "tool_call" and a.status == "approved"]
-            votes: dict[str, list[Any]] = {aid: [] for aid in approved}
-            for v in await tx.approvals.votes_of(approved):
-                votes[v.approval_id].append(v)
-            return Seen(
-                lines=lines, entries=entries, asked=asked, votes=votes,
-                runs=await runs_of(tx, {*self.runs, *self.requests,
-                                        *(a.run_id for a in asked)}),
-                records=await executions_of(tx, self.runs),
-                request_calls=set(await executions_of(tx, self.requests)),
-                standing=await tx.standing.listing(live_only=False, now=self.clock.now()),
-                tokens=await tx.external.tokens(), in_force=await tx.policy.current())
+        asked = await approvals_of(tx, [*self.runs, *self.requests])
+        approved = [a.id for a in asked if a.kind == "tool_call" and a.status == "approved"]
+        votes: dict[str, list[Any]] = {aid: [] for aid in approved}
+        for v in await tx.approvals.votes_of(padded(approved)):
+            votes[v.approval_id].append(v)
+        calls = await executions_of(tx, [*self.runs, *self.requests])  # (one statement)
+        mine = set(self.runs)
+        return Seen(
+            lines=lines, entries=self.entries, asked=asked, votes=votes,
+            runs=await runs_of(tx, {*self.runs, *self.requests, *(a.run_id for a in asked)}),
+            records={k: rec for k, rec in calls.items() if k[0] in mine},
+            request_calls={k for k in calls if k[0] not in mine},
+            standing=await tx.standing.listing(live_only=False, now=self.clock.now()),
+            tokens=await tx.external.tokens(), in_force=await tx.policy.current())
+
+    async def _verify_whole_chain(self) -> None:
+        """The whole chain verifies from its first entry, as after every step it verified
+        from the step before's head, and it holds what the steps' checks walked."""
+        whole: list[Any] = []
+        report = await audit.verify(self.committed, visit=whole.append)
+        assert report.ok, report.problems
+        assert report.head[0] >= self.verifier.head[0], (report.head, self.verifier.head)
+        assert [e.hash for e in whole[:len(self.entries)]] == [e.hash for e in self.entries]
 
     async def _check_sealed(self, key: DataKey) -> None:
         """Under a data key, every value of a sealed column is stored sealed under it, and
@@ -1095,18 +1131,13 @@ class GateMachine(RuleBasedStateMachine):
                 f"{run_id} ran on a {last[-1].status} request"
 
     def _check_authority(self, seen: Seen) -> None:
-        from approvald.runtime.record.standing_chain import StandingState
-
-        entries, rows, tokens, in_force = seen.entries, seen.standing, seen.tokens, seen.in_force
-        state = StandingState()
-        for e in entries:
-            state.apply(e.action, json.loads(e.details), e.at)
+        rows, tokens, in_force = seen.standing, seen.tokens, seen.in_force
+        told = self.authority.replay(seen.entries)
         for s in rows:
-            assert state.disagrees(s) is None, f"{s.id}: {state.disagrees(s)}"
-        made = {json.loads(e.details)["token"] for e in entries if e.action == "token_created"}
+            assert told.state.disagrees(s) is None, f"{s.id}: {told.state.disagrees(s)}"
+        made = told.tokens
         assert {t.name for t in tokens} <= made, f"tokens made unaudited: {tokens}"
-        loaded = [json.loads(e.details)["digest"] for e in entries
-                  if e.action == "policy_loaded"]
+        loaded = told.policies
         assert in_force is None or (loaded and loaded[-1] == in_force), (loaded, in_force)
         if in_force is not None:
             assert in_force == self.policy.digest
@@ -1253,6 +1284,42 @@ class GateMachine(RuleBasedStateMachine):
         if approvers:
             allowed = set(approvers) | {m for g in approvers for m in GROUPS.get(g, [])}
             assert voters <= allowed, f"{a.id}: {voters - allowed} are not approvers"
+
+
+def _commits_without_fsync(db: Database) -> None:
+    """``db``'s SQLite commits wait for no fsync (``synchronous=NORMAL``, in WAL mode: a
+    commit survives the process dying, as every crash this test makes is, and only a
+    power loss could undo it), as the session's PostgreSQL database commits without
+    waiting for its WAL flush (tests/conftest.py). Under load a commit waited about
+    2.7 ms for the disk, not 0.03, and a schedule commits about 40 times."""
+
+    @sa_event.listens_for(db.engine.sync_engine, "connect")
+    def _no_fsync(dbapi_conn: Any, _record: Any) -> None:  # after the runtime's own pragmas
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.close()
+
+
+class Authority:
+    """What the audit chain says of authority, replayed entry by entry: standing approvals
+    granted and revoked, tokens made, policy files loaded (in order). The chain only
+    grows, so each step replays only the entries after those replayed before."""
+
+    def __init__(self) -> None:
+        self.state = StandingState()
+        self.tokens: set[str] = set()
+        self.policies: list[str] = []
+        self.replayed = 0
+
+    def replay(self, entries: list[Any]) -> Authority:
+        for e in entries[self.replayed:]:
+            self.state.apply(e.action, json.loads(e.details), e.at)
+            if e.action == "token_created":
+                self.tokens.add(json.loads(e.details)["token"])
+            elif e.action == "policy_loaded":
+                self.policies.append(json.loads(e.details)["digest"])
+        self.replayed = len(entries)
+        return self
 
 
 class _Upstream:

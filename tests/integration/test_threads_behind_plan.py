@@ -53,28 +53,34 @@ async def _explain(db: Database, tx: Any, callers: bool) -> list[str]:
                   else plan[0]["Plan"]], []
     while nodes:
         n = nodes.pop()
-        # a scan of runs or threads with no condition on its index reads it whole (the
-        # approvals of an empty table are read as PostgreSQL likes)
+        # a scan of runs, threads or requests with no condition on its index reads it
+        # whole (a bitmap index scan names its index, not its table)
+        read = n.get("Relation Name") or n.get("Index Name") or ""
         whole = n["Node Type"] in _SCANS and "Index Cond" not in n \
-            and n.get("Relation Name") in ("runs", "run_threads") \
+            and any(t in read for t in ("runs", "run_threads", "approvals")) \
             and n.get("Index Name") != "ix_run_threads_unsettled"
         out.append(" ".join(filter(None, (
             n["Node Type"], n.get("Relation Name"), n.get("Index Name"),
-            "(whole)" if whole else ""))))
+            n.get("Index Cond"), "(whole)" if whole else ""))))
         nodes.extend(n.get("Plans", []))
     return out
 
 
 async def _history(db: Database, n: int) -> None:
     """``n`` finished runs, each thread told its every event and final status, as a
-    follower leaves them; then the planner's statistics (PostgreSQL)."""
+    follower leaves them, one in two a caller's request that asked a person; then the
+    planner's statistics (PostgreSQL)."""
     now = datetime(2026, 1, 1, tzinfo=UTC)
 
     async def forged(tx: Any) -> None:
         for i in range(n):
             rid = f"run-{i:04d}"
-            await tx.runs.create(run_id=rid, agent="demo-steps", task="t", requested_by="U",
+            asked = i % 2 == 1
+            await tx.runs.create(run_id=rid, task="t", requested_by="U",
+                                 agent="external:ci" if asked else "demo-steps",
                                  instructions_version="v", now=now)
+            if asked:
+                await tx.approvals.insert(**_approval(rid, now))
             await tx.runs.update(rid, status=("completed", "failed", "cancelled")[i % 3],
                                  next_seq=4)
             await tx.threads.open(rid, channel="C", owner="o", until=now)
@@ -87,6 +93,17 @@ async def _history(db: Database, n: int) -> None:
         await rows.execute("ANALYZE")
 
 
+def _approval(run_id: str, at: datetime) -> dict[str, Any]:
+    """A decided request of run ``run_id``, made at ``at``."""
+    return {"id": f"a-{run_id}", "run_id": run_id, "call_id": "call", "kind": "tool_call",
+            "tool": "deploy", "args": "{}", "digest": "0" * 64, "status": "approved",
+            "rung": 0, "supersedes": None, "approvers": "[]", "quorum": 1,
+            "approve_count": 1, "policy": "{}", "packet": "{}", "requested_by": "U",
+            "token_nonce": "n", "requested_at": at, "expires_at": at,
+            "reminders_sent": 0, "next_reminder_at": None, "tool_version": None,
+            "tool_schema": None}
+
+
 @pytest.mark.parametrize("callers", [False, True])
 async def test_the_poll_reads_runs_and_threads_by_index(db: Database, callers: bool) -> None:
     await _history(db, 200)
@@ -95,7 +112,11 @@ async def test_the_poll_reads_runs_and_threads_by_index(db: Database, callers: b
              if (line.startswith("SCAN") and "INDEX" not in line)  # SQLite: a table read whole
              or line.startswith("Seq Scan") or line.endswith("(whole)")]  # PostgreSQL
     assert not whole, plan
-    # and not every run's index entry either: runs by updated_at, threads by the partial index
-    every = [line for line in plan if line.startswith(("SCAN runs", "SCAN run_threads"))
+    # and not every run's index entry either: runs by updated_at, threads by the partial
+    # index, callers' requests by when they asked
+    every = [line for line in plan
+             if line.startswith(("SCAN runs", "SCAN run_threads", "SCAN approvals"))
              and "ix_run_threads_unsettled" not in line]
     assert not every, plan
+    asked = [line for line in plan if "approvals" in line and "requested_at" in line]
+    assert bool(asked) == callers, plan

@@ -402,13 +402,13 @@ async def test_a_guess_that_misses_is_answered_with_the_head_and_chains_once_mor
     never running back (the other's entries are later than the ones chained after)."""
     trails = audit.AuditTrail(KEY), audit.AuditTrail(KEY)
     built = []
-    recorded = audit.recorded_details
+    recorded = audit.recorded_text
 
     def spy(details, sensitive=()):
         built.append(details.get("n"))
         return recorded(details, sensitive)
 
-    monkeypatch.setattr(audit, "recorded_details", spy)
+    monkeypatch.setattr(audit, "recorded_text", spy)
     statements = _chain_statements(monkeypatch)
     t0 = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
     sizes = (2, 2, 1, 6, 4, 1, 2, 1)

@@ -1,0 +1,204 @@
+"""Issue 50: what an approval's CPU cuts keep exactly as it was. The JSON read back by one
+call into the C scanner (``store.jsontext.loads``) and written by one into the C encoder
+(``canonical_json``, ``compact_json``); an audit entry's details with nothing to mask put
+in JSON once and recorded as they are, not walked value by value
+(``audit.recorded_text``); a call's latency kept to the microsecond."""
+
+from __future__ import annotations
+
+import collections
+import json
+import sys
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+import pytest
+from approvald.runtime.approvals.decide import Actor
+from approvald.runtime.engine import assemble
+from approvald.runtime.kernel.canonical import canonical_json, compact_json
+from approvald.runtime.kernel.outcomes import Completed, Paused
+from approvald.runtime.policies.masking import Masking
+from approvald.runtime.record import audit
+from approvald.runtime.record.audit import recorded_details, recorded_text
+from approvald.runtime.runs.agent import Registry
+from approvald.runtime.runs.demo import REFUND_POLICY, DemoLedger, refund_agent
+from approvald.store import jsontext
+from approvald.store.db import Database
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import SIGNER
+from tests.helpers import Rows
+from tests.unit.test_decisions import card_token
+
+CARD = "4242 4242 4242 4242"
+SECRETS = [CARD, f"pay {CARD}", "sk_live_abcdefgh12", "DE89 3704 0044 0532 0130 00",
+           4242424242424242, f"line\n{CARD}", f"tab\t{CARD}", f'"{CARD}"', f"\\{CARD}",
+           "-----BEGIN RSA PRIVATE KEY-----\nabc\n-----END RSA PRIVATE KEY-----",
+           "AKIA0123456789ABCDEF", "0.4242424242424242"]
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text() | st.sampled_from(SECRETS),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=20)
+# what details meet besides JSON's own types: tuples and other mappings
+shaped = st.recursive(
+    json_values,
+    lambda inner: st.lists(inner, max_size=3).map(tuple)
+    | st.dictionaries(st.text(max_size=3), inner, max_size=3).map(OrderedDict),
+    max_leaves=12)
+KEYS = ["tool", "args", "edited_args", "result", "status", "note", "scope_value", "policy"]
+
+
+@settings(deadline=None)  # (a shared machine: no time limit per example)
+@given(st.dictionaries(st.sampled_from(KEYS), shaped, max_size=6),
+       st.sampled_from([(), ("card",), ("*",), ("a.*",)]))
+@example({"note": f"line\n{CARD}"}, ())  # a control character escaped before a secret
+@example({"note": f"\x07{CARD}"}, ())
+@example({"result": "DE89 3704 0044 0532 0130 00\n"}, ())
+@example({"args": {"card": "hunter2-secret"}, "note": "hunter2-secret"}, ("card",))
+@example({"tool": "pay", "latency_ms": 0.4242424242424242}, ())
+@example({"approvers": ("U_ALICE",), "args": {"to": ("a", "b")}}, ())  # copied, not masked
+def test_details_are_recorded_as_masking_them_would_record_them(
+        details: dict[str, Any], sensitive: tuple[str, ...]) -> None:
+    """Details recorded as they are (nothing declared applies, the detectors find nothing
+    in their JSON) are exactly what the masking walk records."""
+    assert recorded_text(details, sensitive) == compact_json(recorded_details(details, sensitive))
+
+
+def _spy(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> collections.Counter[str]:
+    """Count ``owner.name``'s calls by the module that made them (past ``json``'s own)."""
+    calls: collections.Counter[str] = collections.Counter()
+    real = getattr(owner, name)
+
+    def counted(*args: Any, **kw: Any) -> Any:
+        f = sys._getframe(1)
+        while f.f_back is not None and f.f_globals.get("__name__", "").startswith("json"):
+            f = f.f_back
+        calls[f.f_globals.get("__name__", "?")] += 1
+        return real(*args, **kw)
+    monkeypatch.setattr(owner, name, counted)
+    return calls
+
+
+def test_plain_details_are_recorded_without_the_walk(monkeypatch) -> None:
+    walks = _spy(monkeypatch, Masking, "details")
+    plain = {"tool": "deploy", "args": {"service": "web"}, "approvers": ["U_ALICE"],
+             "quorum": 1, "edited": False, "outcome": "approved", "latency_ms": 0.119,
+             "card_posted": {"channel": "C1", "ts": "1796629070.391717",
+                             "at": "2026-12-07T07:37:50.391717+00:00"}}
+    assert recorded_text(plain) == compact_json(plain)
+    no_args = {k: v for k, v in plain.items() if k != "args"}  # the paths are under none
+    assert recorded_text(no_args, ["card"]) == compact_json(no_args)
+    assert not walks
+    # walked: a text with an escape in it, and one a detector finds something in
+    assert recorded_text({"note": "a\nb"}) == '{"note":"a\\nb"}'
+    assert json.loads(recorded_text({"tool": CARD}))["tool"] == "\u2022\u2022\u2022\u2022 4242"
+    assert walks["approvald.runtime.policies.sensitive"] == 2
+
+
+@settings(deadline=None)
+@given(json_values, st.sampled_from([{}, {"indent": 1}, {"separators": (", ", ": ")}]),
+       st.sampled_from(["", " ", "\n", "x", "]", "\ufeff"]), st.sampled_from(["", " ", "\t"]))
+def test_json_is_read_as_json_loads_reads_it(value: Any, style: dict[str, Any], after: str,
+                                             before: str) -> None:
+    text = before + json.dumps(value, ensure_ascii=False, **style) + after
+    try:
+        want: Any = json.loads(text)
+    except ValueError as exc:
+        with pytest.raises(type(exc), match=__import__("re").escape(str(exc))):
+            jsontext.loads(text)
+    else:
+        assert jsontext.loads(text) == want
+    for bad in (None, 5):
+        with pytest.raises(TypeError):
+            jsontext.loads(bad)  # type: ignore[arg-type]
+
+
+def test_compact_json_is_read_and_written_in_one_call_each(monkeypatch) -> None:
+    loads = _spy(monkeypatch, json, "loads")
+    encodes = _spy(monkeypatch, json.JSONEncoder, "encode")
+    value = {"b": [1, 2.5, None, True, "é\n"], "a": {"z": "x"}}
+    assert jsontext.loads(compact_json(value)) == value
+    assert jsontext.loads(canonical_json(value)) == value
+    assert canonical_json(value) == '{"a":{"z":"x"},"b":[1,2.5,null,true,"é\\n"]}'
+    assert not loads and not encodes
+    assert jsontext.loads(" [1]") == [1] and loads["approvald.store.jsontext"] == 1
+
+
+async def test_an_approval_reads_writes_and_masks_in_one_go(
+        db: Database, tmp_path: Path, monkeypatch) -> None:
+    """From the click to the completed run: no stored JSON read by ``json.loads``, none
+    written by ``JSONEncoder.encode``, no audit entry's details walked to be masked (none
+    has anything to mask), each call's latency to the microsecond."""
+    ledger = DemoLedger(str(tmp_path / "ledger.json"))
+    engine = assemble(db, Registry([refund_agent(ledger, approval=REFUND_POLICY)]),
+                      signer=SIGNER)
+    loads = _spy(monkeypatch, json, "loads")
+    encodes = _spy(monkeypatch, json.JSONEncoder, "encode")
+    walks = _spy(monkeypatch, Masking, "details")
+    texts = _spy(monkeypatch, audit, "recorded_text")
+    for i in range(2):
+        paused = await engine.run("demo-refund", f"Refund order A-100{i}, customer was "
+                                  "double charged", requested_by="U_DANA")
+        assert isinstance(paused, Paused)
+        approval = await engine.approval(paused.approval_ids[0])
+        for c in (loads, encodes, walks, texts):
+            c.clear()
+        await engine.decide(approval.id, actor=Actor("U_ALICE", "slack"), verdict="approve",
+                            token=card_token(approval))
+        assert isinstance(await engine.advance(approval.run_id), Completed)
+        demo = "approvald.runtime.runs.demo"  # the demo tool's own file of refunds
+        assert set(loads) <= {demo} and set(encodes) <= {demo}, (loads, encodes)
+        assert texts["approvald.runtime.record.audit"] == 3 and not walks  # decided, 2 runs
+        latencies = [e.latency_ms for e in (await Rows(db).executions(approval.run_id)).values()]
+        assert latencies and all(ms == round(ms, 3) for ms in latencies), latencies
+
+
+def test_a_click_body_and_a_card_column_are_read_in_one_call(monkeypatch) -> None:
+    from urllib.parse import quote_plus
+
+    from approvald.bot.slack.body import parse_body
+    from approvald.bot.slack.cards import json_object
+
+    payload = {"type": "block_actions", "actions": [{"value": "v2:a:t"}], "n": 1.5}
+    form = "payload=" + quote_plus(compact_json(payload))
+    loads = _spy(monkeypatch, json, "loads")
+    assert parse_body(form, "application/x-www-form-urlencoded") == payload
+    assert parse_body(compact_json(payload), "application/json") == payload
+    assert json_object('{"risk":"high"}') == {"risk": "high"}
+    assert json_object("[1]") == json_object("not json") == json_object(None) == {}
+    assert sum(loads.values()) == 1  # ("not json": json.loads says why)
+
+
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+async def test_a_decisions_one_statement_is_read_by_position(
+        db: Database, tmp_path: Path, monkeypatch) -> None:
+    """PostgreSQL: the row of the statement that votes, closes the request and wakes its
+    run (about 80 columns) is split by position into the request and the run, not by
+    looking at each column's name; both read back as they are stored."""
+    from approvald.store import fastsql
+
+    readers: collections.Counter[str] = collections.Counter()
+    mapping = fastsql.Row._mapping
+
+    def spied(row: Any) -> dict[str, Any]:
+        readers[sys._getframe(1).f_code.co_name] += 1
+        return mapping.fget(row)  # type: ignore[no-any-return,misc]
+    monkeypatch.setattr(fastsql.Row, "_mapping", property(spied))
+    engine = assemble(db, Registry([refund_agent(DemoLedger(str(tmp_path / "l.json")),
+                                                 approval=REFUND_POLICY)]), signer=SIGNER)
+    paused = await engine.run("demo-refund", "Refund order A-1000, customer was double "
+                              "charged", requested_by="U_DANA")
+    assert isinstance(paused, Paused)
+    approval = await engine.approval(paused.approval_ids[0])
+    readers.clear()
+    await engine.decide(approval.id, actor=Actor("U_ALICE", "slack"), verdict="approve",
+                        token=card_token(approval))
+    assert "vote_and_close" not in readers, readers
+    rows = Rows(db)
+    decided, run = await rows.approval(approval.id), await rows.run(approval.run_id)
+    assert decided.status == "approved" and decided.decided_by == "U_ALICE"
+    assert run.status == "running"  # woken (it was awaiting approval)
+    assert isinstance(await engine.advance(approval.run_id), Completed)
