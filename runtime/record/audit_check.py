@@ -196,6 +196,8 @@ async def table_disagreements(tx: Tx, facts: ChainFacts, *, batch: int = 500) ->
         for r in rows:
             seen.add(r["id"])
             out += row_disagreements(r, votes.get(r["id"], ()), facts.requests.get(r["id"]))
+        if len(rows) < batch:  # a short page is the last: no page past the end is asked
+            break
         after = rows[-1]["id"]
     for aid in sorted(set(facts.requests) - seen):
         if facts.requests[aid].digest is not None:

@@ -588,6 +588,25 @@ async def test_a_walk_of_the_log_asks_for_no_page_past_its_end(make_engine, db):
             assert len(seen) == pages, (batch, upto, len(seen))
 
 
+
+async def test_the_tables_check_asks_for_no_page_past_the_last_request(make_engine, db):
+    """``table_disagreements`` (every verification's comparison of the approvals table with
+    the chain) stops at a short page: two requests read in one page when its batch holds
+    them, not a second page that finds nothing; a full page is still followed."""
+    from approvald.runtime.record.audit_check import ChainFacts, table_disagreements
+
+    from tests.helpers import through_sqlalchemy
+
+    await _history(make_engine())
+    async with db.read() as tx:
+        facts = ChainFacts()
+        async for e in tx.audit.iterate():
+            facts.apply(e)
+        for batch, pages in ((500, 1), (3, 1), (2, 2), (1, 3)):
+            with through_sqlalchemy(db, "approvals") as seen:
+                assert await table_disagreements(tx, facts, batch=batch) == []
+            assert len(seen) == pages, (batch, seen)
+
 # One process's chainings at once (issue 50): each works out its rows as it arrives, chained
 # to the head the chaining before it is about to leave, so the turn the next one waits for
 # is held for the statement's round trip alone; when that chaining leaves another head, the
