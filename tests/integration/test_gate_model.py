@@ -86,7 +86,14 @@ from approvald.runtime.policies.scope import Scope, scope_for
 from approvald.runtime.policies.sensitive import MASKED, mask_args, sensitive_of_snapshot
 from approvald.runtime.policies.tools import Tool, ToolContext, ToolIdentity
 from approvald.runtime.record import audit
-from approvald.runtime.record.sealing import DataKey, Sealer, is_sealed, key_id
+from approvald.runtime.record.sealing import (
+    PREFIX,
+    SUFFIX,
+    DataKey,
+    Sealer,
+    is_sealed,
+    key_id,
+)
 from approvald.runtime.record.standing_chain import StandingState
 from approvald.runtime.requests import api_tokens
 from approvald.runtime.requests.packet import shown_args
@@ -108,7 +115,7 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
-from sqlalchemy import Text, select, type_coerce
+from sqlalchemy import Text, and_, func, not_, or_, select, type_coerce
 from sqlalchemy import event as sa_event
 
 from tests.conftest import SIGNER, reset_pg
@@ -283,6 +290,9 @@ class GateMachine(RuleBasedStateMachine):
         self.entries: list[Any] = []
         self.verifier = audit.ChainVerifier(visit=self.entries.append)
         self.authority = Authority()
+        # the audit entries _check_sealed checked: up to this seq, but those waiting
+        self._sealed_seq = 0
+        self._sealed_waiting: list[Any] = []
 
     # -- plumbing ----------------------------------------------------------------------
     def run(self, coro: Any) -> Any:
@@ -1041,22 +1051,51 @@ class GateMachine(RuleBasedStateMachine):
         sensitive paths: masking them again changes nothing."""
         async with self.committed.connection() as conn:
             # one statement a table, not one a column (after every step: on PostgreSQL
-            # each is a round trip); a column written in clear has nothing to check here
+            # each is a round trip); a column written in clear has nothing to check here.
+            # Every row is still read, by the database: which rows a step changed is not
+            # known cheaply (no column records it), so no row is left out. What comes back
+            # is only the rows with a value that is not sealed under the key (the
+            # statement's test is exactly the one below, see _SEALED_UNDER), not every
+            # sealed value of every row (ciphertexts, most of the bytes and of the loop).
             for cols in _SEALED_BY_TABLE:
-                rows = await conn.execute(select(*(type_coerce(c, Text) for c in cols)))
+                raw = [type_coerce(c, Text) for c in cols]
+                rows = await conn.execute(select(*raw).where(or_(*(
+                    and_(r.is_not(None), not_(_sealed_under(r, key))) for r in raw))))
                 for row in rows:
                     for col, value in zip(cols, row, strict=True):
                         if value is None:
                             continue
                         assert is_sealed(value) and key_id(value) == key.id, \
                             f"{col.type.column} holds a value in clear: {value[:80]}"
-            paths = {r[0]: sensitive_of_snapshot(r[1]) for r in await conn.execute(
-                select(_APPROVALS.c.id, _APPROVALS.c.policy))}
-            entries = await conn.execute(select(_AUDIT.c.seq, _AUDIT.c.approval_id,
-                                                type_coerce(_AUDIT.c.details, Text)))
-            for seq, approval_id, details in entries:
+            # The audit log: the entries past the last one checked in this schedule, each
+            # with its request's policy (one statement). Not weaker than reading the whole
+            # log again every step: entries are only appended (never rewritten) by the
+            # model's engines, and an entry checked once and edited after it would break the
+            # chain, which is verified after every step (_read_in, every new entry and the
+            # head held) and from its first entry at teardown (_verify_whole_chain).
+            # An entry naming an approval this read does not find is checked again each
+            # step until it does (an id that is no request's, a standing approval's, stays
+            # there: its entry had nothing to mask before either).
+            entries = [*self._sealed_waiting, *await conn.execute(
+                select(_AUDIT.c.seq, _AUDIT.c.approval_id,
+                       type_coerce(_AUDIT.c.details, Text), _APPROVALS.c.policy)
+                .select_from(_AUDIT.outerjoin(_APPROVALS,
+                                              _APPROVALS.c.id == _AUDIT.c.approval_id))
+                .where(_AUDIT.c.seq > self._sealed_seq))]
+            missing = sorted({e[1] for e in entries if e[1] is not None and e[3] is None})
+            found = {r[0]: r[1] for r in await conn.execute(
+                select(_APPROVALS.c.id, _APPROVALS.c.policy)
+                .where(_APPROVALS.c.id.in_(missing)))} if missing else {}
+            self._sealed_waiting = []
+            for seq, approval_id, details, policy in entries:
+                self._sealed_seq = max(self._sealed_seq, seq)
                 assert not is_sealed(details), f"audit entry {seq} is sealed"
-                hidden = paths.get(approval_id or "", ())
+                if approval_id is not None and policy is None:
+                    policy = found.get(approval_id)
+                    if policy is None:
+                        self._sealed_waiting.append((seq, approval_id, details, None))
+                        continue
+                hidden = sensitive_of_snapshot(policy) if policy is not None else ()
                 if not hidden:
                     continue
                 recorded = json.loads(details)
@@ -1415,6 +1454,21 @@ for _table, _col in sealed_columns():
             _SEALED_BY_TABLE[-1].append(_col)
         else:
             _SEALED_BY_TABLE.append([_col])
+
+def _sealed_under(value: Any, key: DataKey) -> Any:
+    """SQL: ``value`` is sealed under ``key``, exactly as ``is_sealed(value) and
+    key_id(value) == key.id`` says in Python: it starts with the prefix and the key's id
+    and a colon (a key id is hex: no colon in it, and the prefix's remainder up to the
+    first colon is the id) and ends with the suffix (no overlap: the prefix and id end
+    in a colon, the suffix starts with a quote). The start is compared by ``=`` (exact
+    in both dialects; SQLite's LIKE ignores case), the end by LIKE (no letter in it, no
+    wildcard in the pattern)."""
+    start = f"{PREFIX}{key.id}:"
+    assert "%" not in start + SUFFIX and "_" not in start + SUFFIX
+    return and_(func.substr(value, 1, len(start)) == start,
+                value.like(f"{start}%{SUFFIX}"))
+
+
 SEALED_SHARE = 4  # the sealed run takes one schedule in this many: its own question only
 
 
