@@ -57,6 +57,7 @@ schedules per dialect (docs/performance.md records how many ran with zero violat
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import re
 import shutil
@@ -115,7 +116,17 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
-from sqlalchemy import Text, and_, func, not_, or_, select, type_coerce
+from sqlalchemy import (
+    Text,
+    and_,
+    bindparam,
+    func,
+    literal,
+    not_,
+    select,
+    type_coerce,
+    union_all,
+)
 from sqlalchemy import event as sa_event
 
 from tests.conftest import SIGNER, reset_pg
@@ -1050,23 +1061,17 @@ class GateMachine(RuleBasedStateMachine):
         the audit log (written in clear) holds each request's arguments masked by its
         sensitive paths: masking them again changes nothing."""
         async with self.committed.connection() as conn:
-            # one statement a table, not one a column (after every step: on PostgreSQL
-            # each is a round trip); a column written in clear has nothing to check here.
-            # Every row is still read, by the database: which rows a step changed is not
-            # known cheaply (no column records it), so no row is left out. What comes back
-            # is only the rows with a value that is not sealed under the key (the
-            # statement's test is exactly the one below, see _SEALED_UNDER), not every
-            # sealed value of every row (ciphertexts, most of the bytes and of the loop).
-            for cols in _SEALED_BY_TABLE:
-                raw = [type_coerce(c, Text) for c in cols]
-                rows = await conn.execute(select(*raw).where(or_(*(
-                    and_(r.is_not(None), not_(_sealed_under(r, key))) for r in raw))))
-                for row in rows:
-                    for col, value in zip(cols, row, strict=True):
-                        if value is None:
-                            continue
-                        assert is_sealed(value) and key_id(value) == key.id, \
-                            f"{col.type.column} holds a value in clear: {value[:80]}"
+            # one statement for every sealed column of every table (after every step: on
+            # PostgreSQL each statement is a round trip; one a table was nine a step), and
+            # a column written in clear has nothing to check here. Every row is still read,
+            # by the database: which rows a step changed is not known cheaply (no column
+            # records it), so none is left out. What comes back is only the values not
+            # sealed under the key (the statement's test is exactly the one below, see
+            # _sealed_under), not every sealed value of every row (the ciphertexts were
+            # most of the bytes read and of the loop).
+            for column, value in await conn.execute(_not_sealed_under(key)):
+                assert is_sealed(value) and key_id(value) == key.id, \
+                    f"{column} holds a value in clear: {value[:80]}"
             # The audit log: the entries past the last one checked in this schedule, each
             # with its request's policy (one statement). Not weaker than reading the whole
             # log again every step: entries are only appended (never rewritten) by the
@@ -1076,12 +1081,8 @@ class GateMachine(RuleBasedStateMachine):
             # An entry naming an approval this read does not find is checked again each
             # step until it does (an id that is no request's, a standing approval's, stays
             # there: its entry had nothing to mask before either).
-            entries = [*self._sealed_waiting, *await conn.execute(
-                select(_AUDIT.c.seq, _AUDIT.c.approval_id,
-                       type_coerce(_AUDIT.c.details, Text), _APPROVALS.c.policy)
-                .select_from(_AUDIT.outerjoin(_APPROVALS,
-                                              _APPROVALS.c.id == _AUDIT.c.approval_id))
-                .where(_AUDIT.c.seq > self._sealed_seq))]
+            entries = [*self._sealed_waiting,
+                       *await conn.execute(_AUDIT_AFTER, {"seq": self._sealed_seq})]
             missing = sorted({e[1] for e in entries if e[1] is not None and e[3] is None})
             found = {r[0]: r[1] for r in await conn.execute(
                 select(_APPROVALS.c.id, _APPROVALS.c.policy)
@@ -1467,6 +1468,27 @@ def _sealed_under(value: Any, key: DataKey) -> Any:
     assert "%" not in start + SUFFIX and "_" not in start + SUFFIX
     return and_(func.substr(value, 1, len(start)) == start,
                 value.like(f"{start}%{SUFFIX}"))
+
+
+@functools.cache
+def _not_sealed_under(key: DataKey) -> Any:
+    """One statement: each value of a sealed column not sealed under ``key``, with its
+    column's name (built once: built after every step, it was most of the check's time)."""
+    parts = []
+    for cols in _SEALED_BY_TABLE:
+        for c in cols:
+            raw = type_coerce(c, Text)
+            parts.append(select(literal(c.type.column, Text).label("col"), raw.label("value"))
+                         .where(raw.is_not(None), not_(_sealed_under(raw, key))))
+    return union_all(*parts)
+
+
+# the audit entries past a seq, each with its request's policy (see _check_sealed)
+_AUDIT_AFTER = (select(_AUDIT.c.seq, _AUDIT.c.approval_id,
+                       type_coerce(_AUDIT.c.details, Text), _APPROVALS.c.policy)
+                .select_from(_AUDIT.outerjoin(_APPROVALS,
+                                              _APPROVALS.c.id == _AUDIT.c.approval_id))
+                .where(_AUDIT.c.seq > bindparam("seq")))
 
 
 SEALED_SHARE = 4  # the sealed run takes one schedule in this many: its own question only
