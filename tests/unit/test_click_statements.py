@@ -116,6 +116,7 @@ async def test_a_run_s_last_step_makes_no_copy_of_its_record(db: Database,
     per approval, for nobody)."""
     import dataclasses
     import sys
+    from types import FrameType
 
     from approvald.store.records import RunRecord
     engine, paused = await paused_refund(db, tmp_path)
@@ -124,10 +125,9 @@ async def test_a_run_s_last_step_makes_no_copy_of_its_record(db: Database,
                         token=card_token(approval))
     copies: list[str] = []
 
-    def profile(frame: object, event: str, arg: object) -> None:
-        code = getattr(frame, "f_code")
-        if event == "call" and code is dataclasses.replace.__code__:
-            obj = getattr(frame, "f_locals").get("obj")
+    def profile(frame: FrameType, event: str, arg: object) -> None:
+        if event == "call" and frame.f_code is dataclasses.replace.__code__:
+            obj = frame.f_locals.get("obj")
             if isinstance(obj, RunRecord):
                 copies.append(obj.status)
 

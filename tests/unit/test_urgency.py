@@ -474,6 +474,7 @@ async def test_a_woken_run_reads_the_earliest_answer_not_each_one() -> None:
     with the burst)."""
     import sys
     from collections import Counter
+    from types import FrameType
 
     ticks = Ticks()
     u = Urgency(answer_lead=0.04, monotonic=ticks)
@@ -486,9 +487,9 @@ async def test_a_woken_run_reads_the_earliest_answer_not_each_one() -> None:
     earliest = ranks[0]
     seen: Counter[str] = Counter()
 
-    def profile(frame: object, event: str, arg: object) -> None:
+    def profile(frame: FrameType, event: str, arg: object) -> None:
         if event == "call":
-            seen[getattr(frame, "f_code").co_name] += 1
+            seen[frame.f_code.co_name] += 1
 
     sys.setprofile(profile)
     try:
