@@ -104,7 +104,9 @@ class Urgency:
         A run decided by an earlier click does not wait for later clicks' answers: the
         person who has waited longest goes first."""
         give_up = self._now() + patience
-        while any(before is None or s < before for s in self._answers.values()):
+        # the earliest answer alone decides (one C call, not a generator over every
+        # answer in progress: a burst of clicks has ~concurrency of them; issue 50)
+        while self._answers and (before is None or min(self._answers.values()) < before):
             left = give_up - self._now()
             if left <= 0:
                 return False

@@ -915,6 +915,11 @@ class Runner:
                 live.call_ids.update(c.id for c in m.tool_calls)
         live.state.messages.extend(m for m, _ in pending.messages)
         now_status = "cancelled" if cancelled else status
+        if live.released[0]:
+            # the run is no longer this worker's: its caller returns at once and reads
+            # nothing of the record again but its id (no copy of it for its last step,
+            # where the status always changes; issue 50)
+            return cancelled
         if live.run.cancel_requested != bool(req) or live.run.status != now_status:
             # (most steps change neither: no copy of the run's record for them)
             live.run = replace(live.run, cancel_requested=bool(req), status=now_status)

@@ -18,7 +18,7 @@ from approvald.bot.slack import cards, views
 from approvald.bot.wiring import build_engine, open_database
 
 from tests.acceptance.test_slack_serve import free_port, setup, start_serve, stop_all
-from tests.helpers import parts
+from tests.helpers import Rows, parts
 from tests.integration.slack_harness import CHANNEL, harness, wait_for
 
 POLICY = """
@@ -36,8 +36,7 @@ async def _pause_refunds(settings: Settings, n: int) -> list[tuple[str, str]]:
         for i in range(n):
             paused = await engine.run("demo-refund", f"Refund order A-{2000 + i}",
                                       requested_by="U_DANA")
-            async with db.read() as tx:
-                a = await tx.approvals.get(paused.approval_ids[0])
+            a = await Rows(db).approval(paused.approval_ids[0])
             out.append((a.id, cards.button_value(a.id, _token(engine, a))))
         return out
     finally:
@@ -53,8 +52,10 @@ def _token(engine, a) -> str | None:  # type: ignore[no-untyped-def]
 async def _statuses(settings: Settings, ids: list[str]) -> dict[str, str]:
     db = await open_database(settings, quiet=True)
     try:
-        async with db.read() as tx:
+        async def statuses(tx):  # type: ignore[no-untyped-def]
             return {aid: (await tx.approvals.get(aid)).status for aid in ids}
+
+        return dict(await Rows(db).in_one_read(statuses))
     finally:
         await db.close()
 
@@ -101,9 +102,11 @@ async def test_every_acknowledged_click_survives_a_sigkill(db_url: str, tmp_path
         async def resumed() -> bool:
             db = await open_database(settings, quiet=True)
             try:
-                async with db.read() as tx:
-                    runs = [await tx.runs.get((await tx.approvals.get(aid)).run_id)
+                async def acked_runs(tx):  # type: ignore[no-untyped-def]
+                    return [await tx.runs.get((await tx.approvals.get(aid)).run_id)
                             for aid in acked]
+
+                runs = await Rows(db).in_one_read(acked_runs)
             finally:
                 await db.close()
             return all(r.status == "completed" for r in runs)

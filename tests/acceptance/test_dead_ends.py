@@ -21,7 +21,7 @@ from approvald.runtime.runs.demo import DemoLedger, refund_agent
 from approvald.store.db import Database
 
 from tests.conftest import SIGNER
-from tests.helpers import APPROVALD, START, Cli, run_in_process
+from tests.helpers import APPROVALD, START, Cli, Rows, run_in_process
 
 
 def env_of(**extra: str) -> dict[str, str]:
@@ -140,8 +140,7 @@ def pending_template(tmp_path_factory: pytest.TempPathFactory,
                 run_id = await engine.start_run("demo-refund", f"Refund order A-{n}",
                                                 requested_by="U_DANA")
                 await engine.advance(run_id)
-                async with db.read() as tx:
-                    [approval] = await tx.approvals.for_run(run_id)
+                [approval] = await Rows(db).approvals(run_id)
                 ids.append(approval.id)
                 clock.advance(timedelta(seconds=1))
         finally:

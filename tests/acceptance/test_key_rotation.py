@@ -17,10 +17,9 @@ import aiohttp
 import pytest
 from approvald.runtime.record.sealing import DataKey
 from approvald.store.db import Database
-from sqlalchemy import text
 
 from tests.acceptance.test_serve_lifecycle import Serve
-from tests.helpers import Cli, make_cli
+from tests.helpers import Cli, Rows, make_cli
 from tests.integration.slack_harness import wait_for
 
 pytestmark = pytest.mark.slow
@@ -50,8 +49,7 @@ async def stored(cli: Cli, query: str, **params: str) -> list[tuple[object, ...]
     """Rows as stored (raw SQL: nothing is opened, this process needs no key)."""
     db = Database(cli.db_url)
     try:
-        async with db.read() as tx:
-            return [tuple(r) for r in await tx.conn.execute(text(query), params)]
+        return await Rows(db).select(query, **params)
     finally:
         await db.close()
 

@@ -19,7 +19,7 @@ from approvald.runtime.kernel.vocabulary import WORDS, OutcomeName
 from approvald.store.db import Database
 from approvald.store.records import ApprovalRecord
 
-from tests.helpers import Cli
+from tests.helpers import Cli, Rows
 
 PAYER = '''
 from approvald.runtime.runs.agent import Agent
@@ -76,8 +76,7 @@ def record(cli: Cli, approval_id: str) -> ApprovalRecord:
     async def read() -> ApprovalRecord:
         db = Database(cli.db_url)
         try:
-            async with db.read() as tx:
-                a = await tx.approvals.get(approval_id)
+            a = await Rows(db).approval(approval_id)
         finally:
             await db.close()
         assert a is not None

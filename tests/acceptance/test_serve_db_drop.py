@@ -48,7 +48,7 @@ from tests.acceptance.test_slack_serve import (
     setup,
 )
 from tests.conftest import PG_ADMIN_URL
-from tests.helpers import Cli
+from tests.helpers import Cli, Rows
 from tests.integration.slack_harness import CHANNEL, wait_for
 
 # processes, browsers or hundreds of schedules: out of the inner loop (-m 'not slow')
@@ -81,8 +81,7 @@ async def look(db_url: str, read: Callable[[Any], Awaitable[T]]) -> T:
     for attempt in range(20):
         db = Database(db_url)
         try:
-            async with db.read() as tx:
-                return await read(tx)
+            return await Rows(db).in_one_read(read)
         except Exception:
             if attempt == 19:
                 raise

@@ -32,7 +32,7 @@ from approvald.runtime.kernel.clock import FileClock
 from approvald.store.db import Database
 
 from tests.acceptance.test_slack_serve import card_messages, free_port, run_cli, setup
-from tests.helpers import Cli, InProcessCli, start_approvald
+from tests.helpers import Cli, InProcessCli, Rows, start_approvald
 from tests.integration.slack_harness import APP_TOKEN, wait_for
 
 # every line serve writes is a log record or one of its own messages: a traceback's
@@ -103,8 +103,8 @@ async def pending(cli: Cli, run_id: str) -> str:
     """The pending request of ``run_id``."""
     db = Database(cli.db_url)
     try:
-        async with db.read() as tx:
-            [a] = await tx.approvals.recent(status="pending", run_id=run_id)
+        [a] = await Rows(db).in_one_read(
+            lambda tx: tx.approvals.recent(status="pending", run_id=run_id))
     finally:
         await db.close()
     return a.id
@@ -113,8 +113,7 @@ async def pending(cli: Cli, run_id: str) -> str:
 async def has_status(cli: Cli, run_id: str, status: str) -> bool:
     db = Database(cli.db_url)
     try:
-        async with db.read() as tx:
-            run = await tx.runs.get(run_id)
+        run = await Rows(db).run(run_id)
     finally:
         await db.close()
     return run is not None and run.status == status

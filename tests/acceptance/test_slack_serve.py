@@ -17,7 +17,7 @@ from approvald.bot.slack import cards
 from approvald.runtime.kernel.ids import TokenSigner
 from approvald.store.db import Database
 
-from tests.helpers import Cli, make_cli, run_in_process, start_approvald
+from tests.helpers import Cli, Rows, make_cli, run_in_process, start_approvald
 from tests.integration.slack_harness import APP_TOKEN, BOT_TOKEN, CHANNEL, OPS, SECRET, wait_for
 
 # each test here starts approvald (or a browser) as a process of its own
@@ -103,10 +103,11 @@ def card_messages(emulator: SlackEmulator) -> list[dict]:
 async def approval_row(db_url: str) -> dict:
     db = Database(db_url)
     try:
-        async with db.read() as tx:
+        async def both(tx):  # type: ignore[no-untyped-def]
             [a] = await tx.approvals.recent()
-            run = await tx.runs.get(a.run_id)
-        return {"a": a, "run": run}
+            return {"a": a, "run": await tx.runs.get(a.run_id)}
+
+        return dict(await Rows(db).in_one_read(both))
     finally:
         await db.close()
 
@@ -168,8 +169,7 @@ async def test_serve_killed_after_posting_before_marking_posts_once(sqlite_url: 
         async def delivered() -> bool:
             db = Database(sqlite_url)
             try:
-                async with db.read() as tx:
-                    rows = await tx.outbox.recent()
+                rows = await Rows(db).outbox()
             finally:
                 await db.close()
             return all(r.status == "delivered" for r in rows)

@@ -20,7 +20,7 @@ from approvald.runtime.record import sealing
 from approvald.store.db import Database
 from sqlalchemy import text
 
-from tests.helpers import make_cli, parts
+from tests.helpers import Rows, make_cli, parts
 from tests.integration.slack_harness import harness, wait_for
 from tests.integration.test_sealed_at_rest import KEY_1, KEY_2, sealed_under
 from tests.integration.test_sensitive_args import (
@@ -37,9 +37,8 @@ async def audit_rows(db_url: str) -> list[tuple[int, str]]:
     """(seq, details) of every audit entry as the database holds it."""
     db = Database(db_url)
     try:
-        async with db.connection() as conn:
-            rows = await conn.execute(text("SELECT seq, details FROM audit_log ORDER BY seq"))
-            return [(int(r[0]), str(r[1])) for r in rows]
+        rows = await Rows(db).select("SELECT seq, details FROM audit_log ORDER BY seq")
+        return [(int(r[0]), str(r[1])) for r in rows]
     finally:
         await db.close()
 
@@ -121,11 +120,12 @@ async def test_entries_sealed_before_the_masking_verify_and_reseal_with_the_key(
     legacy = rows[:3]
     db = Database(db_url)
     try:
-        async with db.connection() as conn:
+        async def sealed_whole(tx):  # type: ignore[no-untyped-def]
             for seq, details in legacy:
-                await conn.execute(text("UPDATE audit_log SET details = :d WHERE seq = :s"),
-                                   {"d": old.seal(details, "audit_log.details"), "s": seq})
-            await conn.commit()
+                await tx.conn.execute(text("UPDATE audit_log SET details = :d WHERE seq = :s"),
+                                      {"d": old.seal(details, "audit_log.details"), "s": seq})
+
+        await Rows(db).in_one_write(sealed_whole)
     finally:
         await db.close()
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import Cli, make_cli
+from tests.helpers import Cli, Rows, make_cli
 
 # processes, browsers or hundreds of schedules: out of the inner loop (-m 'not slow')
 pytestmark = pytest.mark.slow
@@ -171,8 +171,7 @@ def test_crash_between_request_commit_and_delivery_delivers_once(cli: Cli, db_ur
         drain = assemble(db, Registry()).drain(rec)
         await drain.drain_once()
         await drain.drain_once()
-        async with db.read() as tx:
-            rows = await tx.outbox.recent()
+        rows = await Rows(db).outbox()
         await db.close()
         assert [(r.kind, r.status, r.attempts) for r in rows] == [
             ("approval.requested", "delivered", 1)]

@@ -16,6 +16,7 @@ from approvald.runtime.approvals.decide import Actor
 from approvald.runtime.kernel.outcomes import Paused
 
 from tests.conftest import PG_ADMIN_URL
+from tests.helpers import Rows
 
 
 async def _waiting_on_locks(admin, dbname: str) -> int:  # type: ignore[no-untyped-def]
@@ -66,8 +67,7 @@ async def test_a_cancel_racing_a_click_on_the_same_run_both_get_answers(db_url, 
     decision, cancelled = results
     assert decision.outcome == "approved"
     assert cancelled == "cancelled"
-    async with db.read() as tx2:
-        run = await tx2.runs.get(paused.run_id)
+    run = await Rows(db).run(paused.run_id)
     assert run.status == "cancelled"
 
 

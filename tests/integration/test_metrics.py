@@ -20,6 +20,8 @@ from approvald.store import migrate
 from approvald.store.db import Database
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.helpers import Rows
+
 
 def scrape(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     out = {}
@@ -118,10 +120,13 @@ async def test_lease_takeovers_are_counted(db_url: str, tmp_path: Path) -> None:
         runs = [await engine.start_run("demo-steps", "2", requested_by="U_DANA")
                 for _ in range(3)]
         now = clock.now()
-        async with db.write() as tx:  # a worker on another host took two, then vanished
+        async def vanished(tx):  # type: ignore[no-untyped-def]
             for run_id in runs[:2]:
                 assert await tx.runs.acquire_lease(run_id, owner="host-gone:1:aa", now=now,
                                                    until=now + timedelta(seconds=30))
+
+        # a worker on another host took two, then vanished
+        await Rows(db).in_one_write(vanished)
         # the third was free: advancing it takes no lease over
         assert (await engine.advance(runs[2])).status == "completed"
         assert scrape((await get(metrics, "/metrics"))[1])[

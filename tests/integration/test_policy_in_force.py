@@ -16,6 +16,8 @@ from approvald.runtime.policies.policy import PolicyFile, load_policy_file
 from approvald.runtime.record import audit
 from approvald.store.db import Database
 
+from tests.helpers import Rows
+
 POLICY = '[tools.issue_refund]\r\npolicy = "approve_before"\r\nwhy = "money moves"\r\n'
 
 
@@ -39,9 +41,8 @@ def _settings(url: str, tmp_path: Path, policy: Path) -> Settings:
 
 
 async def _loads(db: Database) -> list[dict]:
-    async with db.read() as tx:
-        return [{"actor": e.actor, **json.loads(e.details)}
-                for e in await tx.audit.query() if e.action == "policy_loaded"]
+    return [{"actor": e.actor, **json.loads(e.details)}
+            for e in await Rows(db).audit() if e.action == "policy_loaded"]
 
 
 async def test_each_process_picks_up_a_changed_policy_and_audits_its_load(

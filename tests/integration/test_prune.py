@@ -15,15 +15,17 @@ from approvald.runtime.record.retention import prune
 from approvald.store.models import Approval, AuditEntry, Outbox, Run, RunEvent, ToolExecution
 from sqlalchemy import func, select
 
-from tests.helpers import make_cli
+from tests.helpers import Rows, make_cli
 
 # processes, browsers or hundreds of schedules: out of the inner loop (-m 'not slow')
 pytestmark = pytest.mark.slow
 
 async def _count(db, model, *where) -> int:
-    async with db.read() as tx:
-        return int((await tx.conn.execute(
-            select(func.count()).select_from(model).where(*where))).scalar_one())
+    async def count(tx):  # type: ignore[no-untyped-def]
+        return (await tx.conn.execute(
+            select(func.count()).select_from(model).where(*where))).scalar_one()
+
+    return int(await Rows(db).in_one_read(count))
 
 
 async def test_prune_keeps_what_must_stay_and_the_audit_log_verifies(db, make_engine,

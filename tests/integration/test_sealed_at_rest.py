@@ -25,7 +25,7 @@ from approvald.store.db import Database
 from approvald.store.models import Base
 from sqlalchemy import text
 
-from tests.helpers import make_cli, parts
+from tests.helpers import Rows, make_cli, parts
 from tests.integration.slack_harness import harness, settings_for, wait_for
 from tests.integration.test_sensitive_args import AUTH, CARD, card_agent, ended, walk
 
@@ -38,12 +38,14 @@ async def stored(db_url: str) -> str:
     """Every row of every table as the database holds it (no column type applied)."""
     db = Database(db_url)
     try:
-        async with db.connection() as conn:
+        async def every_row(tx):  # type: ignore[no-untyped-def]
             out = []
             for table in Base.metadata.sorted_tables:
-                rows = await conn.execute(text(f'SELECT * FROM "{table.name}"'))
+                rows = await tx.conn.execute(text(f'SELECT * FROM "{table.name}"'))
                 out += [f"{table.name}: {json.dumps([str(v) for v in row])}" for row in rows]
             return "\n".join(out)
+
+        return str(await Rows(db).in_one_read(every_row))
     finally:
         await db.close()
 

@@ -21,7 +21,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from tests.helpers import Crash, crash, parts
+from tests.helpers import Crash, Rows, crash, parts
 from tests.integration.slack_harness import CHANNEL, TASK, harness, wait_for
 from tests.unit.test_attempts import Provider, pay_agent
 
@@ -184,9 +184,8 @@ async def test_an_answer_about_an_unknown_outcome_is_linked_by_the_resuming_proc
     finally:
         failpoints.arm("")
     assert isinstance(await answering.advance(run_id), NeedsAttention)
-    async with db.read() as tx:
-        [question] = [a for a in await tx.approvals.for_run(run_id)
-                      if a.kind == "outcome_unknown" and a.status == "pending"]
+    [question] = [a for a in await Rows(db).approvals(run_id)
+                  if a.kind == "outcome_unknown" and a.status == "pending"]
     with provider.get_tracer("test").start_as_current_span("slack.click"):
         decision = await answering.decide(question.id, actor=Actor("U_OPS", "slack"),
                                           verdict=verdict, reason="checked the provider")
@@ -196,8 +195,7 @@ async def test_an_answer_about_an_unknown_outcome_is_linked_by_the_resuming_proc
     spans = exporter.get_finished_spans()
     [resumed] = [s for s in named(spans, "run.step", run_id=run_id)
                  if s.attributes[A + "resumed"]]
-    async with db.read() as tx:
-        answered = await tx.approvals.get(question.id)
+    answered = await Rows(db).approval(question.id)
     assert answered is not None and answered.decision_trace is not None
     assert [(format(lk.context.trace_id, "032x"), format(lk.context.span_id, "016x"),
              dict(lk.attributes or {})) for lk in resumed.links] \

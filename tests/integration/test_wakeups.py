@@ -15,6 +15,8 @@ from approvald.runtime.approvals.decide import Actor
 from approvald.store.db import Database
 from approvald.store.wakeups import Wakeups
 
+from tests.helpers import Rows
+
 
 async def eventually(check: Any, what: str, within: float = 20.0) -> None:
     deadline = time.monotonic() + within
@@ -51,8 +53,7 @@ async def test_a_decision_on_one_replica_wakes_another_at_once(pg_url, tmp_path)
                               verdict="approve")
 
         async def completed() -> bool:
-            async with db_a.read() as tx:
-                run = await tx.runs.get(paused.run_id)
+            run = await Rows(db_a).run(paused.run_id)
             return run is not None and run.status == "completed"
         await eventually(completed, "replica B to advance the run A's decision woke")
         # a wake-up is sent after its commit, in the background (publishing never
@@ -63,8 +64,8 @@ async def test_a_decision_on_one_replica_wakes_another_at_once(pg_url, tmp_path)
         # B's own commits while advancing (outbox rows): delivered by B's own drain, which
         # its commits woke; no other replica is told of them (issue 50)
         async def delivered() -> bool:
-            async with db_a.read() as tx:
-                return not await tx.outbox.recent(status="pending")
+            return not await Rows(db_a).in_one_read(
+                lambda tx: tx.outbox.recent(status="pending"))
         await eventually(delivered, "B to deliver the rows it committed")
         assert b.wakeups.sent == 0
         lines = (tmp_path / "ledger.jsonl").read_text().splitlines()
@@ -147,8 +148,8 @@ async def test_outbox_rows_a_process_delivers_itself_wake_no_other_and_are_deliv
             await b.wakeups.listening()
 
         async def pending() -> int:
-            async with db_a.read() as tx:
-                return len(await tx.outbox.recent(status="pending"))
+            return len(await Rows(db_a).in_one_read(
+                lambda tx: tx.outbox.recent(status="pending")))
 
         # A opens a request, decides it, runs the call: its outbox rows, delivered by A
         paused = await a.engine.run("demo-refund", "Refund order A-8", requested_by="U_DANA")
@@ -156,8 +157,7 @@ async def test_outbox_rows_a_process_delivers_itself_wake_no_other_and_are_deliv
                               verdict="approve")
 
         async def settled() -> bool:
-            async with db_a.read() as tx:
-                run = await tx.runs.get(paused.run_id)
+            run = await Rows(db_a).run(paused.run_id)
             return run is not None and run.status == "completed" and await pending() == 0
         await eventually(settled, "A to complete the run and deliver its rows")
         assert "outbox" not in said["a"], said["a"]  # no replica woken to race A's drain

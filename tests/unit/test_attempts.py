@@ -84,9 +84,8 @@ async def test_a_second_worker_does_not_repeat_a_call_whose_attempt_may_still_ru
     provider.release.set()
     await stuck
     assert provider.charges == [f"{run_id}:call_0_0"]  # once, not twice
-    async with db.read() as tx:
-        [question] = [a for a in await tx.approvals.for_run(run_id)
-                      if a.kind == "outcome_unknown"]
+    [question] = [a for a in await Rows(db).approvals(run_id)
+                  if a.kind == "outcome_unknown"]
     packet = json.loads(question.packet)
     assert "may still be running" in packet["reconcile"]
 
@@ -139,8 +138,7 @@ async def test_a_failing_lease_renewal_never_replaces_the_outcome(make_engine, d
     outcome = await advancing  # an outcome, not the heartbeat's OperationalError
     assert outcome.status == "running"  # it stopped before any further side effect
     assert provider.charges == [f"{run_id}:call_0_0"]
-    async with db.read() as tx:
-        rec = await tx.executions.get(run_id, "call_0_0")
+    rec = await Rows(db).execution(run_id, "call_0_0")
     assert rec.status == "succeeded"  # the result of the call that ran is kept
     assert isinstance(await engine.advance(run_id), Completed)
     assert len(provider.charges) == 1
@@ -226,9 +224,8 @@ async def test_the_outcome_question_says_which_attempt_when_and_what_reconcile_s
     assert packet["idempotency_key"] == f"{run_id}:call_0_0"
     assert "raised ConnectionError: provider API down" in packet["reconcile"]
     assert q.args_value() == {"cents": 700}
-    async with db.read() as tx:
-        [entry] = [e for e in await tx.audit.query(run_id=run_id)
-                   if e.action == "outcome_unknown"]
+    [entry] = [e for e in await Rows(db).audit(run_id=run_id)
+               if e.action == "outcome_unknown"]
     details = json.loads(entry.details)
     assert details["args"] == {"cents": 700} and details["attempts"] == 1
 
@@ -261,7 +258,6 @@ async def test_read_tools_are_idempotent_by_default_and_rerun_without_asking(mak
 
 
 async def _open_question(db, run_id: str):  # type: ignore[no-untyped-def]
-    async with db.read() as tx:
-        [q] = [a for a in await tx.approvals.for_run(run_id)
-               if a.kind == "outcome_unknown" and a.status == "pending"]
+    [q] = [a for a in await Rows(db).approvals(run_id)
+           if a.kind == "outcome_unknown" and a.status == "pending"]
     return q

@@ -54,8 +54,7 @@ async def test_a_forged_decider_is_named(make_engine, ledger_path, db):
     assert not report.ok
     line = next(p for p in report.problems if aid in p)
     assert "decided_by" in line and "U_MALLORY" in line and "U_BOB" in line
-    async with db.read() as tx:
-        said = await disagreements_of(tx, aid)
+    said = await Rows(db).in_one_read(lambda tx: disagreements_of(tx, aid))
     assert any("U_MALLORY" in s for s in said)
 
 

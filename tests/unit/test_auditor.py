@@ -19,7 +19,7 @@ from approvald.runtime.record import audit
 from approvald.runtime.record.audit import AuditKey
 from approvald.runtime.record.audit_file import verify_export
 
-from tests.helpers import parts
+from tests.helpers import Rows, parts
 from tests.unit.test_decisions import ALICE, DANA, approval, engine_with
 
 SECRET = "audit-key-kept-in-a-vault-0123456789"
@@ -152,7 +152,6 @@ async def test_a_standing_use_is_never_recorded_before_its_request(make_engine, 
         await engine.advance(again.run_id)
     finally:
         parts(engine).clock.now = original  # type: ignore[method-assign]
-    async with db.read() as tx:
-        entries = await tx.audit.query()
+    entries = await Rows(db).audit()
     times = [e.at for e in entries]
     assert times == sorted(times)

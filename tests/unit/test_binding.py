@@ -21,6 +21,8 @@ from approvald.runtime.kernel.clock import ManualClock
 from approvald.runtime.kernel.ids import TokenSigner
 from approvald.store.db import Database
 
+from tests.helpers import Rows
+
 ROOT = Path(__file__).resolve().parents[2]
 DIGEST = call_digest("withdraw", {"account": "AC-77", "pin": "4821"})
 
@@ -41,8 +43,8 @@ async def test_the_key_is_made_once_per_database_and_read_the_same_by_every_proc
     finally:
         await other.close()
     assert first.key == again.key and len(first.key) == 32
-    async with db.read() as tx:
-        stored = await tx.keys.get_or_add(binding.KEY_NAME, secret="ignored", now=clock.now())
+    stored = await Rows(db).in_one_read(
+        lambda tx: tx.keys.get_or_add(binding.KEY_NAME, secret="ignored", now=clock.now()))
     # what is stored is the secret the key is derived from, never the key itself
     assert bytes.fromhex(stored) != first.key
     assert binding.BindingKey.derive(bytes.fromhex(stored), source="x").key == first.key

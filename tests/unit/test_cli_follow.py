@@ -7,6 +7,7 @@ import asyncio
 from approvald.bot.cli.common import ELSEWHERE, describe, exit_code, follow
 from approvald.runtime.kernel.outcomes import Busy, Completed
 
+from tests.helpers import Rows
 from tests.unit.test_waiting import sleepy_agent
 
 
@@ -50,8 +51,7 @@ async def test_out_of_patience_it_says_so(make_engine, db):
 async def _held(db, run_id: str) -> None:  # type: ignore[no-untyped-def]
     """Until the other process holds the run's lease."""
     for _ in range(500):
-        async with db.read() as tx:
-            run = await tx.runs.get(run_id)
+        run = await Rows(db).run(run_id)
         if run.lease_owner and run.lease_owner.startswith("otherhost"):
             return
         await asyncio.sleep(0.01)

@@ -106,3 +106,35 @@ async def test_a_posted_card_is_recorded_by_plan(db: Database, tmp_path: Path) -
         assert through == []
     approval = await engine.approval(paused.approval_ids[0])
     assert (approval.channel, approval.message_ts) == ("C_APPROVALS", "1.000001")
+
+
+async def test_a_run_s_last_step_makes_no_copy_of_its_record(db: Database,
+                                                              tmp_path: Path) -> None:
+    """Issue 50: the checkpoint that gives the lease back (a run completed, failed, paused
+    or cancelled) leaves the in-memory record of the run as it was: its caller returns at
+    once and reads nothing of it but its id (a ``dataclasses.replace`` of ~30 fields
+    per approval, for nobody)."""
+    import dataclasses
+    import sys
+    from types import FrameType
+
+    from approvald.store.records import RunRecord
+    engine, paused = await paused_refund(db, tmp_path)
+    approval = await engine.approval(paused.approval_ids[0])
+    await engine.decide(approval.id, actor=Actor("U_ALICE", "slack"), verdict="approve",
+                        token=card_token(approval))
+    copies: list[str] = []
+
+    def profile(frame: FrameType, event: str, arg: object) -> None:
+        if event == "call" and frame.f_code is dataclasses.replace.__code__:
+            obj = frame.f_locals.get("obj")
+            if isinstance(obj, RunRecord):
+                copies.append(obj.status)
+
+    sys.setprofile(profile)
+    try:
+        outcome = await engine.advance(approval.run_id)
+    finally:
+        sys.setprofile(None)
+    assert isinstance(outcome, Completed)
+    assert copies == [], copies

@@ -119,8 +119,7 @@ async def test_a_late_decision_escalates_when_the_policy_says_so(make_engine, db
     clock.advance(3)
     with pytest.raises(DecisionRefused):
         await engine.decide(aid, actor=ALICE, verdict="approve")
-    async with db.read() as tx:
-        rows = await tx.approvals.for_run(paused.run_id)
+    rows = await Rows(db).approvals(paused.run_id)
     assert [(r.status, r.rung) for r in rows] == [("superseded", 0), ("pending", 1)]
     assert rows[1].approvers_value() == ["U_CFO"]
     assert refunds(ledger_path) == []
@@ -278,8 +277,7 @@ async def test_an_edit_under_quorum_resets_votes_and_the_earlier_voter_can_vote_
     assert again.outcome == "approved" and again.approvals == 2
     await engine.advance(paused.run_id)
     assert [r["args"]["amount_cents"] for r in refunds(ledger_path)] == [30_00]
-    async with db.read() as tx:
-        votes = await tx.approvals.votes(aid)
+    votes = await Rows(db).votes(aid)
     assert sorted((v.actor, v.digest == a.digest) for v in votes) == [
         ("U_ALICE", False), ("U_ALICE", True), ("U_BOB", False)]
 
@@ -394,10 +392,11 @@ async def test_a_cancel_that_arrives_while_a_step_parks_asks_nobody(make_engine,
     go.set()
     outcome = await advancing
     assert isinstance(outcome, Cancelled), outcome
-    async with db.read() as tx:
-        run = await tx.runs.get(run_id)
-        approvals = await tx.approvals.for_run(run_id)
-        posts = await tx.outbox.recent(kind="approval.requested")
+    async def run_and_rows(tx):  # type: ignore[no-untyped-def]
+        return (await tx.runs.get(run_id), await tx.approvals.for_run(run_id),
+                await tx.outbox.recent(kind="approval.requested"))
+
+    run, approvals, posts = await Rows(db).in_one_read(run_and_rows)
     assert run.status == "cancelled" and "U_OPS" in run.error and "wrong warehouse" in run.error
     assert approvals == [] and posts == []  # no approver is asked about a cancelled run
     assert [e["tool"] for e in ledger_lines(ledger_path)] == ["check_inventory"]
@@ -443,8 +442,7 @@ async def test_every_refused_attempt_is_audited_with_its_reason(make_engine, db,
     assert refused == [("U_MALLORY", "not_authorized"), (DANA, "self_approval"),
                        ("U_ALICE", "bad_token"), ("U_ALICE", "already_voted"),
                        ("U_BOB", "expired")]
-    async with db.read() as tx:
-        votes = await tx.approvals.votes(aid)
+    votes = await Rows(db).votes(aid)
     assert [v.actor for v in votes] == ["U_ALICE"]  # refusals changed nothing else
 
 

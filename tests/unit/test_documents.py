@@ -11,6 +11,7 @@ import pytest
 from approvald.runtime.kernel.outcomes import Paused
 from approvald.runtime.record.outbox_kinds import REQUEST_MAIL, RequestMail, mail_group, queue
 
+from tests.helpers import Rows
 from tests.unit.test_decisions import ALICE, DANA, TASK, engine_with
 
 
@@ -30,12 +31,15 @@ async def test_a_request_its_mail_thread_and_the_run_file(make_engine, db, ledge
     sent = {"to": ["alice@example.com"], "message_id": "<m@x>", "subject": "Approval"}
     # the request mail, delivered (as the drain marks it): what a thread mail replies to
     now = engine.now()
-    async with db.write() as tx:
+
+    async def delivered(tx):  # type: ignore[no-untyped-def]
         await queue(tx, RequestMail(approval_id=aid), group_key=mail_group(aid), now=now)
         [row] = await tx.outbox.in_group(mail_group(aid), kind=REQUEST_MAIL)
         assert await tx.outbox.claim_many([row.id], owner="test", now=now,
                                           until=now + timedelta(minutes=1)) == {row.id}
         await tx.outbox.delivered_many([(row.id, json.dumps(sent))], owner="test", now=now)
+
+    await Rows(db).in_one_write(delivered)
     thread = await engine.documents.request_thread(aid)
     assert dict(thread.sent) == sent
     with pytest.raises(TypeError):

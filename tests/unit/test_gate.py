@@ -19,12 +19,20 @@ from approvald.store.models import Outbox
 from sqlalchemy import select
 
 from tests.conftest import SIGNER, ledger_lines
+from tests.helpers import Rows
 
 ALICE = Actor("U_ALICE", "slack")
 BOB = Actor("U_BOB", "slack")
 CAROL = Actor("U_CAROL", "slack")
 DANA = "U_DANA"  # the requester
 TASK = "Refund order A-1001, customer was double charged"
+
+
+def request_and_trail(aid: str):  # type: ignore[no-untyped-def]
+    """A request and its audit trail, read together."""
+    async def read(tx):  # type: ignore[no-untyped-def]
+        return await tx.approvals.get(aid), await tx.audit.query(approval_id=aid)
+    return read
 
 
 def refunds(engine_factory, ledger_path, directory=None, **policy):
@@ -49,11 +57,12 @@ async def test_request_is_committed_with_exact_args_before_anything_is_delivered
     engine = make_engine()
     outcome = await pause(engine)
     [approval_id] = outcome.approval_ids
-    async with db.read() as tx:
-        a = await tx.approvals.get(approval_id)
-        run = await tx.runs.get(outcome.run_id)
-        posts = await tx.outbox.recent(kind="approval.requested")
-        trail = await tx.audit.query(approval_id=approval_id)
+    async def rows(tx):  # type: ignore[no-untyped-def]
+        return (await tx.approvals.get(approval_id), await tx.runs.get(outcome.run_id),
+                await tx.outbox.recent(kind="approval.requested"),
+                await tx.audit.query(approval_id=approval_id))
+
+    a, run, posts, trail = await Rows(db).in_one_read(rows)
     assert run.status == "awaiting_approval" and run.lease_owner is None
     assert a.status == "pending" and a.tool == "issue_refund"
     assert a.args_value() == {"order_id": "A-1001", "amount_cents": 4200,
@@ -133,9 +142,11 @@ async def test_requester_and_strangers_are_refused_and_change_nothing(
     with pytest.raises(DecisionRefused) as err:
         await engine.decide(outcome.approval_ids[0], actor=actor, verdict="approve")
     assert err.value.reason == code
-    async with db.read() as tx:
+    async def request_and_votes(tx):  # type: ignore[no-untyped-def]
         a = await tx.approvals.get(outcome.approval_ids[0])
-        votes = await tx.approvals.votes(a.id)
+        return a, await tx.approvals.votes(a.id)
+
+    a, votes = await Rows(db).in_one_read(request_and_votes)
     assert a.status == "pending" and votes == []
 
 
@@ -152,8 +163,7 @@ async def test_group_members_may_approve(make_engine, ledger_path):
 async def test_tokens_bind_a_click_to_one_live_request(make_engine, db):
     engine = make_engine()
     outcome = await pause(engine)
-    async with db.read() as tx:
-        a = await tx.approvals.get(outcome.approval_ids[0])
+    a = await Rows(db).approval(outcome.approval_ids[0])
     token = SIGNER.token(a.id, a.token_nonce, a.digest)
     legacy = SIGNER._mac(f"{a.id}|{a.token_nonce}")  # a card drawn before digests were bound
     for bad in ("", "x" * 32, token[:-1] + ("A" if token[-1] != "A" else "B"), legacy[:-1]):
@@ -163,8 +173,7 @@ async def test_tokens_bind_a_click_to_one_live_request(make_engine, db):
     decision = await engine.decide(a.id, actor=ALICE, verdict="approve", token=token)
     assert decision.outcome == "approved"
     other = await pause(engine)  # an unedited request still takes a pre-upgrade card's click
-    async with db.read() as tx:
-        b = await tx.approvals.get(other.approval_ids[0])
+    b = await Rows(db).approval(other.approval_ids[0])
     assert (await engine.decide(b.id, actor=ALICE, verdict="approve",
                                 token=SIGNER._mac(f"{b.id}|{b.token_nonce}"))).final
 
@@ -210,9 +219,7 @@ async def test_edit_with_invalid_arguments_is_refused_and_changes_nothing(make_e
         with pytest.raises(DecisionRefused) as err:
             await engine.decide(aid, actor=ALICE, verdict="edit", args=bad)
         assert err.value.reason == "invalid_arguments"
-    async with db.read() as tx:
-        a = await tx.approvals.get(aid)
-        trail = await tx.audit.query(approval_id=aid)
+    a, trail = await Rows(db).in_one_read(request_and_trail(aid))
     assert a.status == "pending" and a.edited_args is None
     # nothing changed but the record of four refused attempts
     assert [t.action for t in trail] == ["requested"] + ["refused"] * 4
@@ -229,9 +236,7 @@ async def test_valid_edit_executes_the_edited_arguments_and_audit_shows_both(
     assert decision.outcome == "approved"
     await engine.advance(outcome.run_id)
     assert [e["args"] for e in refund_lines(ledger_path)] == [edited]
-    async with db.read() as tx:
-        a = await tx.approvals.get(aid)
-        trail = await tx.audit.query(approval_id=aid)
+    a, trail = await Rows(db).in_one_read(request_and_trail(aid))
     from approvald.runtime.kernel.canonical import call_digest
 
     assert a.edited_digest == call_digest("issue_refund", edited) != a.digest
@@ -252,11 +257,10 @@ async def test_executor_refuses_an_approval_whose_arguments_were_tampered_with(
     aid = outcome.approval_ids[0]
     await engine.decide(aid, actor=ALICE, verdict="approve")
     from approvald.store.models import Approval
-    from sqlalchemy import update
 
-    async with db.write() as tx:  # somebody rewrites the approved arguments in the database
-        await tx.conn.execute(update(Approval).where(Approval.id == aid).values(
-            args=json.dumps({"order_id": "A-1001", "amount_cents": 999999, "reason": "x"})))
+    # somebody rewrites the approved arguments in the database
+    await Rows(db).forge(Approval, Approval.id == aid, args=json.dumps(
+        {"order_id": "A-1001", "amount_cents": 999999, "reason": "x"}))
     done = await engine.advance(outcome.run_id)
     assert done.status == "failed" and "does not match" in done.error  # type: ignore[attr-defined]
     assert refund_lines(ledger_path) == []
@@ -289,9 +293,7 @@ async def test_fifty_concurrent_decisions_racing_expiry_have_one_outcome(
     others = [r for r in results[:-1] if isinstance(r, BaseException)
               and not isinstance(r, DecisionRefused)]
     assert others == []
-    async with db.read() as tx:
-        a = await tx.approvals.get(aid)
-        trail = await tx.audit.query(approval_id=aid)
+    a, trail = await Rows(db).in_one_read(request_and_trail(aid))
     decided = [t.action for t in trail if t.action in ("approved", "denied", "expired")]
     assert len(decided) == 1 and a.status in ("approved", "denied", "expired")
     assert len(decisions) == (1 if left else 0) and (a.status == "expired") == (not left)
@@ -313,8 +315,7 @@ async def test_escalation_ladder_reminds_escalates_then_cancels(make_engine, db,
                      escalate=[Rung(approvers=["U_CFO"], ttl="1h")])
     outcome = await pause(engine)
     first = outcome.approval_ids[0]
-    async with db.read() as tx:
-        a = await tx.approvals.get(first)
+    a = await Rows(db).approval(first)
     old_token = SIGNER.token(a.id, a.token_nonce, a.digest)
 
     clock.advance(timedelta(minutes=15))
@@ -327,10 +328,11 @@ async def test_escalation_ladder_reminds_escalates_then_cancels(make_engine, db,
     assert swept.expired == [] and len(swept.escalated) == 1
     old, new = swept.escalated[0]
     assert old == first
-    async with db.read() as tx:
-        a_old = await tx.approvals.get(first)
-        a_new = await tx.approvals.get(new)
-        run = await tx.runs.get(outcome.run_id)
+    async def both_and_run(tx):  # type: ignore[no-untyped-def]
+        return (await tx.approvals.get(first), await tx.approvals.get(new),
+                await tx.runs.get(outcome.run_id))
+
+    a_old, a_new, run = await Rows(db).in_one_read(both_and_run)
     assert a_old.status == "superseded" and a_new.status == "pending"
     assert a_new.approvers_value() == ["U_CFO"] and a_new.rung == 1 and a_new.supersedes == first
     assert a_new.token_nonce != a_old.token_nonce
@@ -353,8 +355,7 @@ async def test_escalation_ladder_reminds_escalates_then_cancels(make_engine, db,
     assert final.expired == [new] and final.escalated == []  # end of the ladder: cancel
     done = await engine.advance(outcome.run_id)
     assert "expired" in (done.result or "") and refund_lines(ledger_path) == []
-    async with db.read() as tx:
-        actions = [t.action for t in await tx.audit.query(run_id=outcome.run_id)]
+    actions = [t.action for t in await Rows(db).audit(run_id=outcome.run_id)]
     assert actions == ["executed", "requested", "reminded", "reminded", "requested",
                        "superseded", "escalated", "refused", "refused", "refused", "reminded",
                        "expired"]
@@ -371,8 +372,7 @@ async def test_silence_never_approves(make_engine, db, clock, ledger_path):
         await engine.sweep()
     done = await engine.advance(outcome.run_id)
     assert done.status == "completed" and refund_lines(ledger_path) == []
-    async with db.read() as tx:
-        statuses = [a.status for a in await tx.approvals.for_run(outcome.run_id)]
+    statuses = [a.status for a in await Rows(db).approvals(outcome.run_id)]
     assert statuses == ["superseded", "superseded", "expired"]
 
 
@@ -412,8 +412,10 @@ async def test_outbox_rows_per_transition(make_engine, db):
     engine = make_engine()
     outcome = await pause(engine)
     await engine.decide(outcome.approval_ids[0], actor=ALICE, verdict="approve")
-    async with db.read() as tx:
-        rows = (await tx.conn.execute(select(Outbox.kind, Outbox.group_key)
+    async def kinds(tx):  # type: ignore[no-untyped-def]
+        return (await tx.conn.execute(select(Outbox.kind, Outbox.group_key)
                                       .order_by(Outbox.id))).all()
+
+    rows = await Rows(db).in_one_read(kinds)
     aid = outcome.approval_ids[0]
     assert rows == [("approval.requested", aid), ("approval.updated", aid)]

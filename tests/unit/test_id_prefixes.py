@@ -19,6 +19,8 @@ from approvald.runtime.approvals.decide import Actor
 from approvald.runtime.kernel.ids import new_id
 from approvald.runtime.policies.scope import scope_for
 
+from tests.helpers import Rows
+
 RUN_A, RUN_B = "abc123" + "a" * 26, "abc123" + "b" * 26
 REQ_A, REQ_B = "def456" + "a" * 26, "def456" + "b" * 26
 STAND_A, STAND_B = "fed789" + "a" * 26, "fed789" + "b" * 26
@@ -112,8 +114,7 @@ async def test_an_ambiguous_request_or_standing_prefix_says_so(make_engine, monk
     engine = await two_runs(make_engine, monkeypatch)
     monkeypatch.setattr("approvald.runtime.approvals.standing.new_id", ids(STAND_A, STAND_B))
     for request_id in (REQ_A, REQ_B):
-        async with db.read() as tx:
-            a = await tx.approvals.get(request_id)
+        a = await Rows(db).approval(request_id)
         await engine.grant_standing(a.id, actor=ALICE, window=timedelta(minutes=30),
                                     scope=scope_for(a, "exact"))
 
@@ -137,8 +138,7 @@ async def test_a_prefix_too_short_says_so_and_not_that_nothing_exists(make_engin
 
     engine = await two_runs(make_engine, monkeypatch)
     monkeypatch.setattr("approvald.runtime.approvals.standing.new_id", ids(STAND_A))
-    async with db.read() as tx:
-        a = await tx.approvals.get(REQ_A)
+    a = await Rows(db).approval(REQ_A)
     await engine.grant_standing(a.id, actor=ALICE, window=timedelta(minutes=30),
                                 scope=scope_for(a, "exact"))
     short = {"run": RUN_A[:4], "approval": REQ_A[:4], "standing approval": STAND_A[:4]}

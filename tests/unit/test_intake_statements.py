@@ -256,13 +256,12 @@ async def test_an_answer_at_once_is_the_document_a_read_gives(
 async def test_a_run_as_inserted_is_the_run_a_read_gives(db, clock) -> None:
     """The run's row was read back after its insert; the record the insert returns is
     the same, every column (those it does not name take their defaults)."""
-    async with db.write() as tx:
-        made = await tx.runs.create(run_id="x" + "1" * 31, agent="external:bot",
-                                    task="a task", requested_by="U_DANA",
-                                    instructions_version="http_api", now=clock.now(),
-                                    status="external")
-    async with db.read() as tx:
-        assert made == await tx.runs.get(made.id)
+    made = await Rows(db).in_one_write(
+        lambda tx: tx.runs.create(run_id="x" + "1" * 31, agent="external:bot",
+                                  task="a task", requested_by="U_DANA",
+                                  instructions_version="http_api", now=clock.now(),
+                                  status="external"))
+    assert made == await Rows(db).run(made.id)
 
 
 async def test_an_answer_at_once_signals_the_outbox_only_when_it_queued(make_engine) -> None:

@@ -58,9 +58,12 @@ async def test_unknown_outcome_asks_a_human_and_retry_reruns_under_the_same_key(
     assert len(calls) == 1
     again = await engine.advance(run_id)
     assert again.status == "needs_attention" and len(calls) == 1
-    async with db.read() as tx:
-        [question] = [a for a in await tx.approvals.for_run(run_id) if a.status == "pending"]
-        status = (await tx.conn.execute(select(ToolExecution.status))).scalar()
+    async def question_and_status(tx):  # type: ignore[no-untyped-def]
+        return (await tx.approvals.for_run(run_id),
+                (await tx.conn.execute(select(ToolExecution.status))).scalar())
+
+    approvals, status = await Rows(db).in_one_read(question_and_status)
+    [question] = [a for a in approvals if a.status == "pending"]
     assert question.kind == "outcome_unknown" and status == "unknown"
     with pytest.raises(DecisionRefused) as err:
         await engine.decide(question.id, actor=Actor("U_OPS", "slack"), verdict="approve")
@@ -153,8 +156,7 @@ async def _question(engine, run_id: str) -> str:
 # -- results that ride in the step's checkpoint (issue 14: a cheaper step) ---------------
 
 async def _executions(db, run_id: str) -> dict[str, Any]:  # type: ignore[no-untyped-def]
-    async with db.read() as tx:
-        return await tx.executions.for_run(run_id)
+    return await Rows(db).executions(run_id)  # type: ignore[no-any-return]
 
 
 async def test_an_idempotent_call_has_no_intent_row_and_reruns_after_a_crash(make_engine, db):

@@ -15,7 +15,7 @@ from approvald.runtime.policies.tools import ToolContext, tool
 from approvald.runtime.record.state import AssistantMessage, ToolMessage
 from approvald.runtime.runs.agent import Agent
 from approvald.store.db import Database
-from approvald.store.models import RunEvent, ToolExecution
+from approvald.store.models import ToolExecution
 from sqlalchemy import func, select
 
 from tests.conftest import ledger_lines
@@ -32,8 +32,7 @@ async def test_demo_steps_completes_with_one_checkpoint_per_step(make_engine, db
     ticks = [m for m in state.messages if isinstance(m, ToolMessage)]
     assert [t.content["i"] for t in ticks] == [0, 1, 2, 3, 4]
     assert [e["args"]["i"] for e in ledger_lines(ledger_path)] == [0, 1, 2, 3, 4]
-    async with db.read() as tx:
-        events = await tx.events.load(outcome.run_id)
+    events = await Rows(db).events(outcome.run_id)
     # the task, then (assistant, tool result) per tick step, then the final answer
     assert [e.step for e in events] == [0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6]
     assert [e.seq for e in events] == list(range(12))
@@ -46,11 +45,12 @@ async def test_bytes_per_step_do_not_grow_with_the_transcript(make_engine, db, l
     engine = make_engine(agents=[steps_agent(DemoLedger(None), payload_bytes=1000)])
     outcome = await engine.run("demo-steps", "40", requested_by="U1")
     assert outcome.status == "completed"
-    async with db.read() as tx:
-        events = await tx.events.load(outcome.run_id)
-        results = (await tx.conn.execute(
+    async def events_and_results(tx):  # type: ignore[no-untyped-def]
+        return await tx.events.load(outcome.run_id), (await tx.conn.execute(
             select(func.length(ToolExecution.result)).where(
                 ToolExecution.run_id == outcome.run_id))).scalars().all()
+
+    events, results = await Rows(db).in_one_read(events_and_results)
     per_step: dict[int, int] = {}
     for e in events:
         per_step[e.step] = per_step.get(e.step, 0) + len(e.body)
@@ -83,8 +83,7 @@ async def test_two_workers_race_for_one_run_one_advances_other_backs_off(make_en
     gate.set()
     done = await first
     assert isinstance(done, Completed) and done.result == "finished"
-    async with db.read() as tx:
-        n = (await tx.conn.execute(select(func.count()).select_from(ToolExecution))).scalar()
+    n = await Rows(db).count("tool_executions")
     assert n == 1
 
 
@@ -103,10 +102,10 @@ async def test_expired_lease_lets_another_worker_take_over(make_engine, db, cloc
     a = make_engine(owner="host-a:1:aa", lease_ttl=__import__("datetime").timedelta(seconds=30))
     b = make_engine(owner="host-b:2:bb")
     run_id = await a.start_run("demo-steps", "2", requested_by="U1")
-    async with db.write() as tx:  # worker a took the lease, then vanished
-        now = clock.now()
-        assert await tx.runs.acquire_lease(run_id, owner="host-a:1:aa", now=now,
-                                           until=now + a.lease_ttl)
+    now = clock.now()
+    # worker a took the lease, then vanished
+    assert await Rows(db).in_one_write(lambda tx: tx.runs.acquire_lease(
+        run_id, owner="host-a:1:aa", now=now, until=now + a.lease_ttl))
     assert isinstance(await b.advance(run_id), Busy)
     clock.advance(31)
     outcome = await b.advance(run_id)
@@ -190,8 +189,10 @@ async def test_tool_exception_is_an_error_observation_recorded_once(make_engine,
     engine = make_engine(agents=[_agent_calling("explode", explode)])
     obs = await _observation(engine, engine.agent("probe"))
     assert obs == {"status": "error", "error_class": "RuntimeError", "error": "kaboom"}
-    async with db.read() as tx:
-        rows = (await tx.conn.execute(select(ToolExecution.status))).scalars().all()
+    async def statuses(tx):  # type: ignore[no-untyped-def]
+        return (await tx.conn.execute(select(ToolExecution.status))).scalars().all()
+
+    rows = await Rows(db).in_one_read(statuses)
     assert rows == ["failed"]
 
 
@@ -266,8 +267,7 @@ async def test_task_over_the_payload_cap_is_refused_and_nothing_is_written(make_
     engine = make_engine(max_payload_bytes=1024)
     with pytest.raises(PayloadTooLarge, match="the task is 2000 bytes"):
         await engine.start_run("demo-steps", "1" * 2000, requested_by="U1")
-    async with db.read() as tx:
-        assert await tx.runs.recent() == []
+    assert await Rows(db).runs() == []
 
 
 async def test_notify_after_writes_an_outbox_notice_with_the_result(make_engine, db):
@@ -277,8 +277,7 @@ async def test_notify_after_writes_an_outbox_notice_with_the_result(make_engine,
     await engine.decide(approval_id, actor=Actor("U_ALICE", "slack"), verdict="approve")
     done = await engine.advance(outcome.run_id)
     assert done.status == "completed"
-    async with db.read() as tx:
-        notices = await tx.outbox.recent(kind="tool.notice")
+    notices = await Rows(db).outbox("tool.notice")
     assert len(notices) == 1
     assert json.loads(notices[0].payload)["run_id"] == outcome.run_id
 
@@ -290,10 +289,9 @@ async def test_events_table_rejects_a_forked_history(db: Database, make_engine):
     from sqlalchemy.exc import IntegrityError
 
     with pytest.raises(IntegrityError):
-        async with db.write() as tx:
-            await tx.events.append(run_id, 0, 0, [(2, '{"role":"user","content":"fork"}')])
-    async with db.read() as tx:
-        n = (await tx.conn.execute(select(func.count()).select_from(RunEvent))).scalar()
+        await Rows(db).in_one_write(lambda tx: tx.events.append(
+            run_id, 0, 0, [(2, '{"role":"user","content":"fork"}')]))
+    n = await Rows(db).count("run_events")
     assert n == 1
 
 
@@ -319,13 +317,13 @@ async def test_postgres_leases_follow_the_database_clock_not_a_replicas(db_url, 
         b = assemble(db, Registry([steps]), clock=ahead, config=EngineConfig(lease_ttl=ttl),
                    owner="host-b:2:bb")
         run_id = await a.start_run("demo-steps", "2", requested_by="U1")
-        async with db.write() as tx:  # replica a holds the lease, by the database's clock
-            now = honest.now()
-            assert await tx.runs.acquire_lease(run_id, owner="host-a:1:aa", now=now,
-                                               until=now + ttl)
+        now = honest.now()
+        # replica a holds the lease, by the database's clock
+        assert await Rows(db).in_one_write(lambda tx: tx.runs.acquire_lease(
+            run_id, owner="host-a:1:aa", now=now, until=now + ttl))
         assert isinstance(await b.advance(run_id), Busy)  # b's fast clock does not matter
-        async with db.read() as tx:
-            assert [r.id for r in await tx.runs.runnable(now=ahead.now())] == []
+        assert [r.id for r in await Rows(db).in_one_read(
+            lambda tx: tx.runs.runnable(now=ahead.now()))] == []
         await asyncio.sleep(1.2)  # the lease lapses by the database's clock
         assert isinstance(await b.advance(run_id), Completed)
     finally:

@@ -24,6 +24,7 @@ from approvald.runtime.policies.policy import Rung
 from approvald.runtime.runs.demo import DemoLedger, refund_agent
 from approvald.store.db import Database
 
+from tests.helpers import Rows
 from tests.unit.test_decisions import ALICE, BOB, engine_with
 from tests.unit.test_releases import without
 from tests.unit.test_standing import grant_on_first, start
@@ -63,8 +64,7 @@ async def test_every_closed_request_and_every_execution_has_its_outcome_in_the_a
     expect[first.approval_ids[0]] = N.APPROVED
     covered = await start(engine, "$20")
     assert not isinstance(covered, Paused), covered
-    async with db.read() as tx:
-        [used] = await tx.approvals.for_run(covered.run_id)
+    [used] = await Rows(db).approvals(covered.run_id)
     expect[used.id] = N.APPROVED_STANDING
 
     # a deploy the approved call cannot run on: re-planned, and aborted
@@ -74,8 +74,7 @@ async def test_every_closed_request_and_every_execution_has_its_outcome_in_the_a
         new = make_engine(agents=[without(old, "issue_refund", "2")])
         await new.decide(aid, actor=ALICE, verdict="approve")
         await new.advance(run_id)
-        async with db.read() as tx:
-            [q] = [a for a in await tx.approvals.for_run(run_id) if a.kind == "cannot_run"]
+        [q] = [a for a in await Rows(db).approvals(run_id) if a.kind == "cannot_run"]
         await new.decide(q.id, actor=ALICE, verdict=answer,  # type: ignore[arg-type]
                          reason="paid by hand" if answer == "abort" else None)
         expect[aid], expect[q.id] = N.APPROVED, name
@@ -90,12 +89,15 @@ async def test_every_closed_request_and_every_execution_has_its_outcome_in_the_a
     await ladder.sweep()
     expect[expired], expect[escalated] = N.EXPIRED, N.ESCALATED
 
-    async with db.read() as tx:
+    async def entries_and_rows(tx):  # type: ignore[no-untyped-def]
         entries = await tx.audit.query()
         approvals = {a.id: a for run in {e.run_id for e in entries if e.run_id}
                      for a in await tx.approvals.for_run(run)}
         ledger = {(run, call): rec for run in {e.run_id for e in entries if e.run_id}
                   for call, rec in (await tx.executions.for_run(run)).items()}
+        return entries, approvals, ledger
+
+    entries, approvals, ledger = await Rows(db).in_one_read(entries_and_rows)
     details = [(e, json.loads(e.details)) for e in entries]
     named: dict[str, list[str]] = {}
     for e, d in details:

@@ -23,6 +23,8 @@ from approvald.runtime.runs.demo import REFUND_POLICY, DemoLedger, refund_agent
 from approvald.store.db import Database
 from approvald.store.records import ApprovalRecord
 
+from tests.helpers import Rows
+
 RUNTIME = Path(__file__).resolve().parents[2] / "runtime"
 # above the front door: the callers' client (the MCP gateway's, the hooks' and the HTTP
 # API's shared code, moved out of bot/ by issue 47) uses the engine's verbs like a face;
@@ -80,14 +82,17 @@ async def test_a_decider_is_built_from_the_collaborators_it_names(db: Database,
                       PayloadCap(), gate, expiry, signals, owner="test",
                       lease_ttl=timedelta(seconds=30))
     args = {"order_id": "A-1", "amount_cents": 500, "reason": "test"}
-    async with db.write() as tx:
+
+    async def waiting(tx):  # type: ignore[no-untyped-def]
         await tx.runs.create(run_id="r1", agent="demo-refund", task="t", requested_by="U_DANA",
                              instructions_version="v", now=clock.now(),
                              status="awaiting_approval")
         run = await tx.runs.get("r1")
-        approval_id = await gate.insert_approval(
+        return await gate.insert_approval(
             tx, run=run, call_id="c1", kind="tool_call", tool="issue_refund", args=args,
             policy=REFUND_POLICY, rung=0, packet={"agent": "demo-refund"})
+
+    approval_id = await Rows(db).in_one_write(waiting)
     decision = await decider.decide(approval_id, actor=Actor("U_ALICE", "cli:test"),
                                     verdict="approve")
     assert decision.outcome == "approved" and decision.run_ready
@@ -190,8 +195,8 @@ def test_the_one_door_check_sees_a_reach_past_it() -> None:
     """The check above cannot pass by finding nothing."""
     found = _private_reads(
         "async def peek(engine, h):\n"
-        "    async with engine._db.read() as tx:\n"
-        "        return h.engine._parts.decider, getattr(engine, '_clock'), tx\n"
+        "    async with engine._db.read() as snap:\n"
+        "        return h.engine._parts.decider, getattr(engine, '_clock'), snap\n"
         "class Fake:\n"
         "    def go(self):\n"
         "        return self._runner\n")

@@ -21,6 +21,7 @@ from approvald.runtime.record import audit
 from approvald.runtime.record.state import AssistantMessage, ToolMessage
 from approvald.runtime.trace import load_trace
 
+from tests.helpers import Rows
 from tests.unit.test_decisions import (
     ALICE,
     BOB,
@@ -187,8 +188,7 @@ async def test_a_redirect_is_authorised_like_a_denial(make_engine, db, ledger_pa
     assert decision.outcome == "redirected"
     a = await approval(db, aid)
     assert a.status == "redirected" and a.decided_by == "U_BOB"
-    async with db.read() as tx:
-        votes = await tx.approvals.votes(aid)
+    votes = await Rows(db).votes(aid)
     assert [(v.actor, v.verdict) for v in votes] == [("U_ALICE", "approve"),
                                                      ("U_BOB", "redirect")]
 
@@ -209,9 +209,11 @@ async def test_a_redirected_call_is_not_run_in_the_trace_and_in_compliance(make_
                 and e.call_id == redirected.call_id)
     assert call.status == "redirected" and call.latency_ms is None
 
-    async with db.read() as tx:
-        approvals = await tx.approvals.for_run(paused.run_id)
-        executions = list((await tx.executions.for_run(paused.run_id)).values())
+    async def both(tx):  # type: ignore[no-untyped-def]
+        return (await tx.approvals.for_run(paused.run_id),
+                list((await tx.executions.for_run(paused.run_id)).values()))
+
+    approvals, executions = await Rows(db).in_one_read(both)
     journey = Journey(task="t", variant="v", run_id=paused.run_id, approvals=approvals,
                       executions=executions)
     assert compliance(journey, gated={"issue_refund"}) == []

@@ -24,6 +24,7 @@ from approvald.store.models import AuditEntry
 from sqlalchemy import select
 
 from tests.conftest import ledger_lines
+from tests.helpers import Rows
 
 ALICE = Actor("U_ALICE", "slack")
 TASK = "Refund order A-1001, customer was double charged"
@@ -98,10 +99,12 @@ async def paused_run(engine: Engine) -> tuple[str, str]:
 
 
 async def audit_actions(db: Database, run_id: str) -> list[tuple[str, dict[str, Any]]]:
-    async with db.read() as tx:
+    async def actions(tx):  # type: ignore[no-untyped-def]
         rows = await tx.conn.execute(select(AuditEntry.action, AuditEntry.details)
                                      .where(AuditEntry.run_id == run_id).order_by(AuditEntry.seq))
         return [(r[0], json.loads(r[1]) if isinstance(r[1], str) else r[1]) for r in rows]
+
+    return list(await Rows(db).in_one_read(actions))
 
 
 async def test_a_removed_tool_asks_and_replan_hands_the_model_the_error(
@@ -118,8 +121,7 @@ async def test_a_removed_tool_asks_and_replan_hands_the_model_the_error(
     assert outcome.status == "needs_attention"
     assert "demo-refund v2: no such tool" in outcome.reason  # type: ignore[attr-defined]
     assert [e["tool"] for e in ledger_lines(ledger_path)] == ["lookup_order"]
-    async with db.read() as tx:
-        [q] = [a for a in await tx.approvals.for_run(run_id) if a.kind == "cannot_run"]
+    [q] = [a for a in await Rows(db).approvals(run_id) if a.kind == "cannot_run"]
     # a question takes only its own answers, and a call request not this one
     with pytest.raises(DecisionRefused, match="replan"):
         await engine.decide(q.id, actor=ALICE, verdict="approve")
@@ -145,11 +147,9 @@ async def test_abort_cancels_the_run(make_engine: Callable[..., Engine], db: Dat
     engine = make_engine(agents=[without(old, "issue_refund", "2")])
     await engine.decide(aid, actor=ALICE, verdict="approve")
     await engine.advance(run_id)
-    async with db.read() as tx:
-        [q] = [a for a in await tx.approvals.for_run(run_id) if a.kind == "cannot_run"]
+    [q] = [a for a in await Rows(db).approvals(run_id) if a.kind == "cannot_run"]
     await engine.decide(q.id, actor=ALICE, verdict="abort", reason="paid by hand")
-    async with db.read() as tx:
-        run = await tx.runs.get(run_id)
+    run = await Rows(db).run(run_id)
     assert run is not None and run.status == "cancelled"
 
 
@@ -165,8 +165,7 @@ async def test_the_retired_release_finishes_its_run_and_a_new_run_uses_the_new_o
     assert (await engine.advance(run_id)).status == "completed"
     assert "issue_refund" in [e["tool"] for e in ledger_lines(ledger_path)]
     fresh = await engine.start_run("demo-refund", TASK, requested_by="U_DANA")
-    async with db.read() as tx:
-        started = await tx.runs.get(fresh)
+    started = await Rows(db).run(fresh)
     assert started is not None and started.agent_version == "2"
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from tests.helpers import Rows
+
 
 async def test_rebuild_schedules_each_pending_approval_at_its_next_event(make_engine, db, clock):
     engine = make_engine()
@@ -14,8 +16,7 @@ async def test_rebuild_schedules_each_pending_approval_at_its_next_event(make_en
     jobs = {j.id: j for j in scheduler.scheduler.get_jobs()}
     for outcome in (first, second):
         [aid] = outcome.approval_ids
-        async with db.read() as tx:
-            a = await tx.approvals.get(aid)
+        a = await Rows(db).approval(aid)
         job = jobs[f"approval:{aid}"]
         # the first reminder (50% of 30m) comes before the expiry
         assert a.next_reminder_at == a.requested_at + timedelta(minutes=15)
@@ -41,15 +42,13 @@ async def test_a_due_job_settles_through_the_same_sweep_and_reschedules(make_eng
     await scheduler.rebuild()
     clock.advance(timedelta(minutes=15))
     await scheduler._due(aid)  # what APScheduler calls at the job's time
-    async with db.read() as tx:
-        a = await tx.approvals.get(aid)
+    a = await Rows(db).approval(aid)
     assert a.reminders_sent == 1 and a.status == "pending"
     job = scheduler.scheduler.get_job(f"approval:{aid}")
     assert job is not None  # the next event (the 90% reminder) is scheduled
     clock.advance(timedelta(minutes=20))
     await scheduler._due(aid)
-    async with db.read() as tx:
-        a = await tx.approvals.get(aid)
+    a = await Rows(db).approval(aid)
     assert a.status == "expired"
     assert await scheduler.rebuild() == 0
     assert scheduler.scheduler.get_job(f"approval:{aid}") is None
@@ -63,6 +62,5 @@ async def test_a_job_that_fires_early_changes_nothing(make_engine, db, clock):
     [aid] = outcome.approval_ids
     scheduler = engine.expiry_scheduler()
     await scheduler._due(aid)
-    async with db.read() as tx:
-        a = await tx.approvals.get(aid)
+    a = await Rows(db).approval(aid)
     assert a.status == "pending" and a.reminders_sent == 0

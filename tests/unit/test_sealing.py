@@ -18,9 +18,8 @@ from approvald.runtime.record.sealing import (
 )
 from approvald.store import types
 from approvald.store.db import Database
-from sqlalchemy import text
 
-from tests.helpers import START
+from tests.helpers import START, Rows
 
 OLD, NEW = DataKey("old-data-key-0123456789"), DataKey("new-data-key-0123456789")
 ARGS = '{"card_number": "4242 4242 4242 4242", "auth": {"code": "AUTH-ZQX-7731"}}'
@@ -96,32 +95,36 @@ def test_a_short_key_is_refused() -> None:
 async def test_required_key_refuses_a_secret_in_clear_and_writes_nothing(
         db: Database) -> None:
     types.set_codec(Sealer(require=True))
+    async def two_runs(tx):  # type: ignore[no-untyped-def]
+        await tx.runs.create(run_id="r1", agent="a", task="Refund A-1 please",
+                             requested_by="U_DANA", instructions_version="v", now=START)
+        await tx.runs.create(run_id="r2", agent="a", task="to 4242 4242 4242 4242",
+                             requested_by="U_DANA", instructions_version="v", now=START)
+
     with pytest.raises(ConfigError) as e:
-        async with db.write() as tx:
-            await tx.runs.create(run_id="r1", agent="a", task="Refund A-1 please",
-                                 requested_by="U_DANA", instructions_version="v", now=START)
-            await tx.runs.create(run_id="r2", agent="a", task="to 4242 4242 4242 4242",
-                                 requested_by="U_DANA", instructions_version="v", now=START)
+        await Rows(db).in_one_write(two_runs)
     assert "APPROVALD_REQUIRE_DATA_KEY" in str(e.value)
-    async with db.connection() as conn:
-        assert (await conn.execute(text("SELECT count(*) FROM runs"))).scalar_one() == 0
+    assert await Rows(db).count("runs") == 0
 
 
 async def test_sealed_columns_are_sealed_in_the_database_and_read_back_clear(
         db: Database) -> None:
     types.set_codec(Sealer([NEW]))
-    async with db.write() as tx:
+
+    async def run_and_notice(tx):  # type: ignore[no-untyped-def]
         await tx.runs.create(run_id="r1", agent="a", task="to 4242 4242 4242 4242",
                              requested_by="U_DANA", instructions_version="v", now=START)
         await tx.outbox.add(kind="tool.notice", group_key="r1", payload=ARGS, now=START)
-    async with db.connection() as conn:
-        raw = (await conn.execute(text("SELECT task FROM runs"))).scalar_one()
-        payload = (await conn.execute(text("SELECT payload FROM outbox"))).scalar_one()
+
+    await Rows(db).in_one_write(run_and_notice)
+    [(raw,)] = await Rows(db).select("SELECT task FROM runs")
+    [(payload,)] = await Rows(db).select("SELECT payload FROM outbox")
     assert is_sealed(raw) and "4242" not in raw
     assert is_sealed(payload) and "4242" not in payload
-    async with db.read() as tx:
-        run = await tx.runs.get("r1")
-        row = await tx.outbox.latest("tool.notice")
+    async def run_and_row(tx):  # type: ignore[no-untyped-def]
+        return await tx.runs.get("r1"), await tx.outbox.latest("tool.notice")
+
+    run, row = await Rows(db).in_one_read(run_and_row)
     assert run is not None and run.task == "to 4242 4242 4242 4242"
     assert row is not None and row.payload == ARGS
 
@@ -135,15 +138,16 @@ def test_a_value_shaped_like_a_sealed_one_is_sealed_or_refused_never_stored_as_i
 
 
 async def _runs(db: Database, ids: list[str]) -> None:
-    async with db.write() as tx:
+    async def runs(tx):  # type: ignore[no-untyped-def]
         for rid in ids:
             await tx.runs.create(run_id=rid, agent="a", task="to 4242 4242 4242 4242",
                                  requested_by="U_DANA", instructions_version="v", now=START)
 
+    await Rows(db).in_one_write(runs)
+
 
 async def _stored_tasks(db: Database) -> list[str]:
-    async with db.connection() as conn:
-        return [r[0] for r in await conn.execute(text("SELECT task FROM runs ORDER BY id"))]
+    return [r[0] for r in await Rows(db).select("SELECT task FROM runs ORDER BY id")]
 
 
 async def test_reseal_rewrites_more_rows_than_a_batch_and_a_rerun_has_nothing_left(
@@ -157,8 +161,7 @@ async def test_reseal_rewrites_more_rows_than_a_batch_and_a_rerun_has_nothing_le
     assert await reseal(db, rotated, batch=3) == {"runs": 9}
     assert {key_id(t) for t in await _stored_tasks(db)} == {NEW.id}
     assert await reseal(db, rotated, batch=3) == {}  # safe to rerun: nothing to do
-    async with db.read() as tx:
-        run = await tx.runs.get("r07")
+    run = await Rows(db).run("r07")
     assert run is not None and run.task == "to 4242 4242 4242 4242"
 
 

@@ -17,7 +17,7 @@ from approvald.runtime.policies.scope import Scope, scope_for
 from approvald.runtime.record.outbox_kinds import CARD_POST
 from approvald.runtime.record.shown import RunMasking
 
-from tests.helpers import parts
+from tests.helpers import Rows, parts
 from tests.unit.test_decisions import ALICE, BOB, CAROL, DANA, approval, engine_with, refunds
 
 
@@ -71,8 +71,7 @@ def between_check_and_use(engine, act) -> None:
 
 
 async def card_posts(db, approval_id: str) -> int:
-    async with db.read() as tx:
-        rows = await tx.outbox.recent(kind=CARD_POST, limit=500)
+    rows = await Rows(db).in_one_read(lambda tx: tx.outbox.recent(kind=CARD_POST, limit=500))
     return sum(json.loads(r.payload).get("approval_id") == approval_id for r in rows)
 
 
@@ -85,9 +84,12 @@ async def test_the_issue_scenario(make_engine, db, clock, ledger_path) -> None:
     for amount in ("$20", "$45", "$50"):
         done = await start(engine, amount)
         assert isinstance(done, Completed), done
-        async with db.read() as tx:
-            [a] = [x for x in await tx.approvals.for_run(done.run_id) if x.kind == "tool_call"]
-            entries = await tx.audit.query(approval_id=a.id)
+
+        async def request_and_entries(tx, run_id=done.run_id):  # type: ignore[no-untyped-def]
+            [a] = [x for x in await tx.approvals.for_run(run_id) if x.kind == "tool_call"]
+            return a, await tx.audit.query(approval_id=a.id)
+
+        a, entries = await Rows(db).in_one_read(request_and_entries)
         assert (a.status, a.decided_via, a.decided_by) == (
             "approved", "standing", f"standing:{standing.id}")
         assert await card_posts(db, a.id) == 0
@@ -122,9 +124,8 @@ async def test_revoke_stops_the_next_match_at_once(make_engine, db, clock, ledge
     assert isinstance(await start(engine, "$20"), Paused)
     with pytest.raises(StandingRefused, match="already revoked"):
         await engine.revoke_standing(standing.id, actor=ALICE)
-    async with db.read() as tx:
-        entries = [e for e in await tx.audit.query() if e.action.startswith("standing_")
-                   or (e.action == "refused" and "standing" in e.details)]
+    entries = [e for e in await Rows(db).audit() if e.action.startswith("standing_")
+               or (e.action == "refused" and "standing" in e.details)]
     assert [e.action for e in entries] == ["standing_granted", "standing_revoked", "refused"]
     refused = json.loads(entries[-1].details)
     assert (entries[-1].actor, refused["verdict"], refused["reason"]) == (
@@ -175,8 +176,8 @@ async def test_a_quorum_2_tool_needs_two_grants(make_engine, db, clock, ledger_p
         await engine.add_standing_grant(standing.id, actor=ALICE)
     with pytest.raises(StandingRefused, match="not an approver"):
         await engine.add_standing_grant(standing.id, actor=Actor("U_MALLORY", "slack"))
-    async with db.read() as tx:  # a stranger's attempt leaves its trace, and changed nothing
-        [tried] = [e for e in await tx.audit.query() if e.actor == "U_MALLORY"]
+    # a stranger's attempt leaves its trace, and changed nothing
+    [tried] = [e for e in await Rows(db).audit() if e.actor == "U_MALLORY"]
     assert tried.action == "refused" and json.loads(tried.details)["reason"] == "not_authorized"
     assert (await engine.standing_grant(standing.id)).grants_value() == ["U_ALICE"]
     active = await engine.add_standing_grant(standing.id, actor=CAROL)
@@ -271,11 +272,14 @@ async def test_audit_verify_proves_every_use_from_the_chain(make_engine, db, clo
     use = {"tool": "issue_refund", "standing_approval": standing.id,
            "subject": "agent:demo-refund/issue_refund",
            "policy_digest": standing.policy_digest, "granted_by": [ALICE.id]}
-    async with db.write() as tx:
+
+    async def used_after_revoked(tx):  # type: ignore[no-untyped-def]
         parts(engine).audit.record(tx, at=clock.now(), action="approved",
                                    actor=f"standing:{standing.id}", via="standing",
                                    details={**use, "args": {"order_id": "A-1001",
                                                             "amount_cents": 2000, "reason": "r"}})
+
+    await Rows(db).in_one_write(used_after_revoked)
     report = await verify(db)
     assert not report.ok and "was revoked at" in report.problems[0], report.problems
 
@@ -286,7 +290,8 @@ async def test_audit_verify_refutes_a_use_outside_the_granted_scope(make_engine,
 
     engine = engine_with(make_engine, ledger_path)
     _, standing = await grant_on_first(engine, db)
-    async with db.write() as tx:
+
+    async def used_outside_scope(tx):  # type: ignore[no-untyped-def]
         parts(engine).audit.record(
             tx, at=clock.now(), action="approved", actor=f"standing:{standing.id}",
             via="standing", details={
@@ -294,6 +299,8 @@ async def test_audit_verify_refutes_a_use_outside_the_granted_scope(make_engine,
                 "subject": "agent:demo-refund/issue_refund",
                 "policy_digest": standing.policy_digest,
                 "args": {"order_id": "A-1001", "amount_cents": 900_000, "reason": "r"}})
+
+    await Rows(db).in_one_write(used_outside_scope)
     report = await verify(db)
     assert not report.ok and "outside its scope" in report.problems[0], report.problems
 
@@ -309,8 +316,7 @@ async def test_a_standing_approval_with_all_its_grants_takes_no_more(make_engine
     assert active.status == "active"
     with pytest.raises(StandingRefused, match="already has the 2 grants it needs"):
         await engine.add_standing_grant(standing.id, actor=BOB)
-    async with db.read() as tx:
-        [tried] = [e for e in await tx.audit.query() if e.actor == "U_BOB"]
+    [tried] = [e for e in await Rows(db).audit() if e.actor == "U_BOB"]
     assert tried.action == "refused" and json.loads(tried.details)["reason"] == "fully_granted"
     got = await engine.standing_grant(standing.id)
     assert got.grants_value() == ["U_ALICE", "U_CAROL"] and got.status == "active"

@@ -18,6 +18,8 @@ from approvald.store.db import Database
 from approvald.store.models import RunEvent
 from sqlalchemy import insert, select
 
+from tests.helpers import Rows
+
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "state_v1.json"
 
 
@@ -64,29 +66,33 @@ async def test_v1_events_in_the_database_load_through_the_engine(make_engine, db
     engine = make_engine()
     run_id = await engine.start_run("demo-refund", "Refund order A-1001", requested_by="U_DANA")
     doc = json.loads(FIXTURE.read_text())
-    async with db.write() as tx:
+
+    async def written(tx):  # type: ignore[no-untyped-def]
         await tx.conn.execute(insert(RunEvent), [
             {"run_id": run_id, "seq": i + 1, "step": 1, "v": 1, "body": json.dumps(m)}
             for i, m in enumerate(doc["messages"][1:3])
         ])
         await tx.runs.update(run_id, next_seq=3, step=1)
+
+    await Rows(db).in_one_write(written)
     state = await engine.state(run_id)
     assert isinstance(state.messages[1], AssistantMessage)
     assert state.messages[1].tool_calls[0].arguments == {"order_id": "A-1001"}
     assert state.messages[2].content["duplicate_charge_cents"] == 4200  # type: ignore[union-attr]
-    async with db.read() as tx:
-        versions = [v for (v,) in await tx.conn.execute(
+    async def stored_versions(tx):  # type: ignore[no-untyped-def]
+        return [v for (v,) in await tx.conn.execute(
             select(RunEvent.v).where(RunEvent.run_id == run_id).order_by(RunEvent.seq))]
+
+    versions = await Rows(db).in_one_read(stored_versions)
     assert versions == [SCHEMA_VERSION, 1, 1]  # stored bytes are never rewritten
 
 
 async def test_future_event_version_refuses_to_load(make_engine, db: Database):
     engine = make_engine()
     run_id = await engine.start_run("demo-steps", "3", requested_by="U1")
-    async with db.write() as tx:
-        await tx.conn.execute(insert(RunEvent), [
-            {"run_id": run_id, "seq": 1, "step": 1, "v": 99,
-             "body": json.dumps({"role": "user", "content": "from the future"})}])
+    await Rows(db).insert(RunEvent.__table__, [
+        {"run_id": run_id, "seq": 1, "step": 1, "v": 99,
+         "body": json.dumps({"role": "user", "content": "from the future"})}])
     with pytest.raises(StateVersionError, match="99"):
         await engine.state(run_id)
     # a worker does not spin on it: it backs off, then hands the run to a person

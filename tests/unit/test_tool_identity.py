@@ -20,6 +20,8 @@ from approvald.runtime.policies.tools import Tool, ToolIdentity, code_version, t
 from approvald.runtime.runs.agent import Agent
 from approvald.store.db import Database
 
+from tests.helpers import Rows
+
 ALICE = Actor("U_ALICE", "slack")
 PAID: list[int] = []  # cents that left the account
 
@@ -70,8 +72,7 @@ async def test_a_changed_tool_does_not_run_an_old_approval(
     await v2.decide(aid, actor=ALICE, verdict="approve")
     outcome = await v2.advance(run_id)
     assert outcome.status == "needs_attention" and PAID == []
-    async with db.read() as tx:
-        [q] = [a for a in await tx.approvals.for_run(run_id) if a.kind == "cannot_run"]
+    [q] = [a for a in await Rows(db).approvals(run_id) if a.kind == "cannot_run"]
     assert "changed since it was asked about" in json.loads(q.packet)["reason"]
     await v2.decide(q.id, actor=ALICE, verdict="replan")
     assert (await v2.advance(run_id)).status == "completed" and PAID == []

@@ -22,6 +22,8 @@ from approvald.runtime.trace import Trace, build_trace, load_trace
 from approvald.store.db import Database
 from approvald.store.records import RunRecord
 
+from tests.helpers import Rows
+
 ALICE = Actor("U_ALICE", "slack")
 TASK = "Refund order A-1001, customer was double charged"
 
@@ -165,8 +167,7 @@ async def test_token_counts_and_cost_are_recorded_where_the_model_reports_them(
     assert trace.totals.cost_usd == 0.0012
     assert "tokens 120 in / 15 out, $0.0012" in trace_view.text(trace)
     # the stored event leaves out what was not reported
-    async with db.read() as tx:
-        events = await tx.events.load(done.run_id)
+    events = await Rows(db).events(done.run_id)
     last = json.loads(events[-1].body)
     assert last["meta"]["input_tokens"] == 150 and "cost_usd" not in last["meta"]
 
@@ -245,8 +246,7 @@ async def test_a_step_names_its_instructions_only_where_a_redeploy_changed_them(
     assert old.instructions_version != new.instructions_version
     run_id = await make_engine(agents=[old]).start_run("writer", "hi", requested_by="U1")
     assert isinstance(await make_engine(agents=[new]).advance(run_id), Completed)
-    async with db.read() as tx:
-        [event] = [e for e in await tx.events.load(run_id) if '"assistant"' in e.body]
+    [event] = [e for e in await Rows(db).events(run_id) if '"assistant"' in e.body]
     # the run row keeps the version it started with; the step says it ran on another
     assert json.loads(event.body)["meta"]["instructions_version"] == new.instructions_version
     [step] = [e for e in (await load_trace(db, run_id, now=clock.now())).entries

@@ -465,3 +465,38 @@ async def test_rows_nobody_announced_defer_again_after_the_announced_batch(make_
     assert await drain.drain_once() == 5
     # announced (2 rows), what it left (2), then from now: the last row, then a last look
     assert asked == [0.0, 0.0, 0.2, 0.2], asked
+
+
+async def test_a_woken_run_reads_the_earliest_answer_not_each_one() -> None:
+    """Issue 50: a burst of clicks has about its concurrency of answers in progress; the
+    worker asks ``answered`` before every run it starts, and the earliest answer alone
+    decides (no generator stepped over every answer: its Python calls per approval grew
+    with the burst)."""
+    import sys
+    from collections import Counter
+    from types import FrameType
+
+    ticks = Ticks()
+    u = Urgency(answer_lead=0.04, monotonic=ticks)
+    u.begin("run-1", since=ticks.t)
+    ticks.t += 0.1
+    ranks = []
+    for i in range(20):
+        ranks.append(u.begin_answer(f"click-{i}")[1])  # from t + 60 ms on
+        ticks.t += 0.001
+    earliest = ranks[0]
+    seen: Counter[str] = Counter()
+
+    def profile(frame: FrameType, event: str, arg: object) -> None:
+        if event == "call":
+            seen[frame.f_code.co_name] += 1
+
+    sys.setprofile(profile)
+    try:
+        run_first = await u.answered(60, before=u.since("run-1"))
+        at_the_rank = await u.answered(60, before=earliest)  # not earlier than it: no wait
+    finally:
+        sys.setprofile(None)
+    assert run_first is True and at_the_rank is True
+    assert seen["answered"] == 2 and seen["<genexpr>"] == 0, seen
+    assert await u.answered(0.0, before=earliest + 1e-6) is False  # one ranks earlier

@@ -23,6 +23,7 @@ from approvald.store.models import RunEvent
 from sqlalchemy import insert
 
 from tests.conftest import SIGNER
+from tests.helpers import Rows
 
 
 class Flaky:
@@ -61,17 +62,17 @@ async def test_a_rate_limited_model_parks_the_run_until_retry_after(make_engine,
     outcome = await engine.advance(run_id)
     assert isinstance(outcome, Waiting), outcome  # not Failed
     assert outcome.until == clock.now() + timedelta(seconds=30)
-    async with db.read() as tx:
-        run = await tx.runs.get(run_id)
-        ready = await tx.runs.runnable(now=clock.now())
+    async def run_and_ready(tx):  # type: ignore[no-untyped-def]
+        return await tx.runs.get(run_id), await tx.runs.runnable(now=clock.now())
+
+    run, ready = await Rows(db).in_one_read(run_and_ready)
     assert run.status == "running" and run.lease_owner is None  # the lease is given back
     assert "429" in run.wait_reason and run_id not in [r.id for r in ready]
     assert isinstance(await engine.advance(run_id), Waiting)  # nobody touches it early
     clock.advance(31)
     [resumed] = await engine.recover()  # any process picks it up once it is due
     assert isinstance(resumed, Paused)
-    async with db.read() as tx:
-        run = await tx.runs.get(run_id)
+    run = await Rows(db).run(run_id)
     assert run.wait_until is None and run.failures == 0  # a step went through
 
 
@@ -167,10 +168,11 @@ async def test_a_run_whose_agent_is_gone_backs_off_then_needs_attention(make_eng
     assert all(isinstance(o, Waiting) for o in outcomes[:-1])
     last = outcomes[-1]
     assert isinstance(last, NeedsAttention) and "gave up after 5 attempts" in last.reason
-    async with db.read() as tx:
-        run = await tx.runs.get(run_id)
-        [entry] = [e for e in await tx.audit.query(run_id=run_id)
-                   if e.action == "needs_attention"]
+    async def run_and_entries(tx):  # type: ignore[no-untyped-def]
+        return await tx.runs.get(run_id), await tx.audit.query(run_id=run_id)
+
+    run, entries = await Rows(db).in_one_read(run_and_entries)
+    [entry] = [e for e in entries if e.action == "needs_attention"]
     assert run.status == "needs_attention" and "unknown agent" in run.error
     assert json.loads(entry.details)["attempts"] == 5
     # nothing picks it up any more: no hot loop
@@ -180,10 +182,13 @@ async def test_a_run_whose_agent_is_gone_backs_off_then_needs_attention(make_eng
 async def test_an_undecodable_event_ends_a_run_instead_of_spinning(make_engine, db, clock):
     engine = make_engine()
     run_id = await engine.start_run("demo-steps", "3", requested_by="U1")
-    async with db.write() as tx:
+
+    async def torn(tx):  # type: ignore[no-untyped-def]
         await tx.conn.execute(insert(RunEvent), [
             {"run_id": run_id, "seq": 1, "step": 1, "v": 2, "body": "{not json"}])
         await tx.runs.update(run_id, next_seq=2)
+
+    await Rows(db).in_one_write(torn)
     for _ in range(MAX_FAILURES - 1):
         waiting = await engine.advance(run_id)
         assert isinstance(waiting, Waiting)
