@@ -254,6 +254,18 @@ class _Kept:
     owner: str
     agent: str
 
+    def row(self) -> _KeptRow:
+        """Its fields as a plain tuple, as :class:`ExternalRequests` keeps it: strings and
+        a datetime only, so the cyclic collector stops tracking the tuple the first time
+        it looks at it. Kept as this instance, each of the up to :data:`KEPT` requests kept
+        was one more object every full collection walked, as long as it was kept: a
+        stall of ``serve``'s one event loop that grew with them (issue 50)."""
+        return (self.token_id, self.tool, self.args, self.digest, self.sensitive,
+                self.started_at, self.owner, self.agent)
+
+
+_KeptRow = tuple[str, str, str, str, str | None, datetime, str, str]
+
 
 @dataclass(frozen=True)
 class _Opened:
@@ -392,8 +404,9 @@ class ExternalRequests:
         self._waiters: dict[str, int] = {}
         self._decided: list[str] = []  # decided in this process, to announce after commit
         self._listeners: list[Callable[[str], None]] = []
-        # requests whose call this process started as it made them, until reported
-        self._kept: OrderedDict[str, _Kept] = OrderedDict()
+        # requests whose call this process started as it made them, until reported (each
+        # as its plain tuple, which the cyclic collector leaves alone: _Kept.row)
+        self._kept: OrderedDict[str, _KeptRow] = OrderedDict()
 
     # -- create -------------------------------------------------------------------------
     async def create(self, token: TokenRecord, req: NewRequest, *,
@@ -439,7 +452,7 @@ class ExternalRequests:
                                     code="unauthorized") from None
             return found, False
         if opened.kept is not None:
-            self._kept[request_id] = opened.kept
+            self._kept[request_id] = opened.kept.row()
             while len(self._kept) > KEPT:
                 self._kept.popitem(last=False)
         if opened.approval_id is not None:
@@ -866,7 +879,8 @@ class ExternalRequests:
         result_text = compact_json(rep.result)
         self.cap.check(result_text, what="the result")
         fingerprint = rep.fingerprint()
-        kept = self._kept.pop(request_id, None)
+        row = self._kept.pop(request_id, None)
+        kept = None if row is None else _Kept(*row)
         if kept is not None and kept.token_id == token.id \
                 and _reported(rep.args_digest, kept.digest) \
                 and (rep.ran is None or call_digest(kept.tool, rep.ran) == kept.digest):
