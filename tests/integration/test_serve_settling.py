@@ -57,6 +57,32 @@ def test_the_first_full_collections_freeze_what_they_left_then_no_more(
     assert settling._collected not in gc.callbacks
 
 
+def test_after_them_a_full_collection_that_left_many_freezes_them_a_bounded_number_of_times(
+        quiet_collector: None) -> None:
+    """What lives long built again after the first freezes (a statement shape met later,
+    a larger batch's statement): a full collection that leaves at least ``least`` objects
+    in the oldest generation freezes them too, ``more`` times at most; one that leaves
+    fewer (what is in flight) does not."""
+    settling = Settling(times=0, more=2, least=1000)
+    settling.install()
+    try:
+        gc.freeze()  # start-up's heap, as settle_heap leaves it
+        few = [[n] for n in range(100)]
+        gc.collect()
+        assert tracked(few) and settling.more == 2  # fewer than least: collected as before
+        many = [[n] for n in range(1000)]  # with the few, at least 1,000
+        gc.collect()
+        assert not tracked(many) and not tracked(few) and settling.more == 1
+        again = [[n] for n in range(1200)]
+        gc.collect()
+        assert not tracked(again) and settling.more == 0
+        later = [[n] for n in range(1200)]  # after the bound: never frozen
+        gc.collect()
+        assert tracked(later) and settling.more == 0
+    finally:
+        settling.remove()
+
+
 async def test_serve_settles_its_heap_again_while_it_runs_and_stops_after(
         sqlite_url: str, tmp_path: Path, quiet_collector: None) -> None:
     db = Database(sqlite_url)
