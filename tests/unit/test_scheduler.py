@@ -64,3 +64,36 @@ async def test_a_job_that_fires_early_changes_nothing(make_engine, db, clock):
     await scheduler._due(aid)
     a = await Rows(db).approval(aid)
     assert a.status == "pending" and a.reminders_sent == 0
+
+
+async def test_a_rebuild_leaves_a_job_already_set_for_its_time_alone(make_engine, db, clock):
+    """The sweep rebuilds the schedule every 15 s: a job already set for its approval's
+    next event is left as it is (no job made again for each pending approval, each sweep,
+    in one step of the event loop); one whose event moved, or that is gone, is set again."""
+    engine = make_engine()
+    outcomes = [await engine.run("demo-refund", f"Refund order A-{i}", requested_by="U_DANA")
+                for i in range(3)]
+    first, second, _ = (o.approval_ids[0] for o in outcomes)
+    scheduler = engine.expiry_scheduler()
+    assert await scheduler.rebuild() == 3
+    before = {j.id: j for j in scheduler.scheduler.get_jobs()}
+    added: list[str] = []
+    add_job = scheduler.scheduler.add_job
+
+    def counted(*args, **kwargs):
+        added.append(kwargs["id"])
+        return add_job(*args, **kwargs)
+
+    scheduler.scheduler.add_job = counted
+    assert await scheduler.rebuild() == 3
+    assert added == []
+    assert {j.id: j for j in scheduler.scheduler.get_jobs()} == before  # the same jobs
+    # its next event moved (the first reminder sent): set again, for the next one
+    clock.advance(timedelta(minutes=15))
+    await scheduler._due(first)
+    assert added == [f"approval:{first}"]
+    # its job gone (fired, and its check failed): the next rebuild sets it again
+    scheduler.scheduler.get_job(f"approval:{second}").remove()
+    assert await scheduler.rebuild() == 3
+    assert added == [f"approval:{first}", f"approval:{second}"]
+    assert {j.id for j in scheduler.scheduler.get_jobs()} == set(before)
