@@ -37,6 +37,7 @@ from approvald.bot.slack.mrkdwn import (
     json_escapes,
     md,
     plain,
+    pretty_dumps,
     safe_cut,
     safe_url,
     section,
@@ -202,6 +203,8 @@ def args_text(raw: str | None, *, indent: int | None = 2,
         value, _ = masked_json(raw or "{}", sensitive)
     except ValueError:
         return mask_text(raw or "")
+    if indent == 2:  # json.dumps's text, by its C encoder (see mrkdwn.pretty_dumps)
+        return json_escapes(pretty_dumps(value))
     separators = None if indent else (",", ":")
     return json_escapes(json.dumps(value, indent=indent, separators=separators,
                                    ensure_ascii=False, default=str))

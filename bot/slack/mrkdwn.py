@@ -15,10 +15,12 @@ whichever way Slack counts. Everything here is pure.
 from __future__ import annotations
 
 import json
+import json.encoder
 import re
 import unicodedata
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
+from itertools import repeat
 from typing import Any
 from urllib.parse import quote
 
@@ -234,7 +236,66 @@ def _json_escape(m: re.Match[str]) -> str:
 def pretty_json(value: Any) -> str:
     """Indented JSON as approvers read it, non-ASCII kept (see :func:`json_escapes`), what
     the detectors recognise masked."""
-    return json_escapes(json.dumps(mask_args(value), indent=2, ensure_ascii=False, default=str))
+    return json_escapes(pretty_dumps(mask_args(value)))
+
+
+# json's encoder in C, which CPython's json.dumps uses only without ``indent``: with it,
+# json.dumps runs its pure-Python encoder, a generator resumed for every piece of every
+# container (most of a card's JSON cost). None where there is no C encoder.
+_C_ENCODER: Any = getattr(json.encoder, "c_make_encoder", None)
+_CONTAINERS = (list, tuple, dict)
+_LEVELS: list[Callable[[Any, int], list[str]]] = []  # the C encoder of each depth
+
+
+class _NotPlain(Exception):
+    """A container :func:`pretty_dumps` leaves to json.dumps (a subclass, a non-str key)."""
+
+
+def pretty_dumps(value: Any) -> str:
+    """``json.dumps(value, indent=2, ensure_ascii=False, default=str)``, the same text (and
+    the same exception, raised by json.dumps itself), through json's C encoder: only the
+    containers that hold containers are walked here; any other (a scalar, or a container
+    of scalars) is one C call, its items separated by a comma, a newline and its depth's
+    indentation, which is what the indented encoder writes between them."""
+    if _C_ENCODER is not None:
+        try:
+            return _pretty(value, 0)
+        except (_NotPlain, TypeError, ValueError, RecursionError):
+            pass
+    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+
+
+def _level(depth: int) -> Callable[[Any, int], list[str]]:
+    while len(_LEVELS) <= depth:  # (markers None: a cycle recurses, json.dumps says so)
+        _LEVELS.append(_C_ENCODER(None, str, json.encoder.encode_basestring, None, ": ",
+                                  ",\n" + "  " * (len(_LEVELS) + 1), False, False, True))
+    return _LEVELS[depth]
+
+
+def _pretty(value: Any, depth: int) -> str:
+    t = type(value)
+    if t is dict:
+        items = value.values()
+    elif t is list or t is tuple:
+        items = value
+    elif isinstance(value, _CONTAINERS):
+        raise _NotPlain
+    else:  # a scalar, or what default=str makes one of
+        return "".join(_level(0)(value, 0))
+    if not value:
+        return "{}" if t is dict else "[]"
+    inner = "\n" + "  " * (depth + 1)
+    if not any(map(isinstance, items, repeat(_CONTAINERS))):
+        text = "".join(_level(depth)(value, 0))
+        return f"{text[0]}{inner}{text[1:-1]}\n{'  ' * depth}{text[-1]}"
+    if t is dict:
+        if not all(map(isinstance, value, repeat(str))):
+            raise _NotPlain  # a key json.dumps writes as text (a number, true, null)
+        parts = [f"{json.encoder.encode_basestring(k)}: {_pretty(v, depth + 1)}"
+                 for k, v in value.items()]
+        return f"{{{inner}{(',' + inner).join(parts)}\n{'  ' * depth}}}"
+    parts = [_pretty(v, depth + 1) for v in value]
+    return f"[{inner}{(',' + inner).join(parts)}\n{'  ' * depth}]"
 
 
 def who(actor: str | None) -> str:
