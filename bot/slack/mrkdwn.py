@@ -248,7 +248,7 @@ _LEVELS: list[Callable[[Any, int], list[str]]] = []  # the C encoder of each dep
 
 
 class _NotPlain(Exception):
-    """A container :func:`pretty_dumps` leaves to json.dumps (a subclass, a non-str key)."""
+    """A container :func:`pretty_dumps` leaves to json.dumps: a subclass of one of json's."""
 
 
 def pretty_dumps(value: Any) -> str:
@@ -288,9 +288,7 @@ def _pretty(value: Any, depth: int) -> str:
     if not any(map(isinstance, items, repeat(_CONTAINERS))):
         text = "".join(_level(depth)(value, 0))
         return f"{text[0]}{inner}{text[1:-1]}\n{'  ' * depth}{text[-1]}"
-    if t is dict:
-        if not all(map(isinstance, value, repeat(str))):
-            raise _NotPlain  # a key json.dumps writes as text (a number, true, null)
+    if t is dict:  # (a key that is not text: encode_basestring raises, json.dumps writes)
         parts = [f"{json.encoder.encode_basestring(k)}: {_pretty(v, depth + 1)}"
                  for k, v in value.items()]
         return f"{{{inner}{(',' + inner).join(parts)}\n{'  ' * depth}}}"
