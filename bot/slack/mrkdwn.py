@@ -376,6 +376,32 @@ def context(parts: Sequence[str]) -> ContextBlock:
     return ContextBlock(elements=[md(safe_cut(p, SECTION_MAX)) for p in parts[:10]])
 
 
+def section_dict(text: str) -> dict[str, Any]:
+    """``block_dict(section(text))``, the same dict, without making slack_sdk's models
+    first (eight Python calls a block, of which to_dict would have used none)."""
+    text = safe_cut(text, SECTION_MAX)
+    if 0 < len(text) <= SectionBlock.text_max_length:
+        return {"text": {"text": text, "type": "mrkdwn", "verbatim": True}, "type": "section"}
+    return block_dict(SectionBlock(text=md(text)))  # (empty: to_dict decides)
+
+
+def header_dict(text: str) -> dict[str, Any]:
+    """``block_dict(header(text))``, the same dict, without the models."""
+    text = cut_plain(text, HEADER_MAX)
+    if 0 < len(text) <= HeaderBlock.text_max_length:
+        return {"text": {"emoji": True, "text": text, "type": "plain_text"}, "type": "header"}
+    return block_dict(HeaderBlock(text=plain(text)))
+
+
+def context_dict(parts: Sequence[str]) -> dict[str, Any]:
+    """``block_dict(context(parts))``, the same dict, without the models."""
+    texts = [safe_cut(p, SECTION_MAX) for p in parts[:10]]
+    if texts and all(texts):
+        return {"elements": [{"text": t, "type": "mrkdwn", "verbatim": True} for t in texts],
+                "type": "context"}
+    return block_dict(ContextBlock(elements=[md(t) for t in texts]))
+
+
 def _text_dict(obj: object, limit: int) -> dict[str, Any] | None:
     """``obj.to_dict()`` for a text object as :func:`md` and :func:`plain` make them, with
     text of 1 to ``limit`` characters; else None (``to_dict`` then decides)."""

@@ -111,3 +111,75 @@ def test_a_card_s_arguments_are_written_by_json_s_c_encoder() -> None:
     live = approval(args=args)
     seen = _calls_during(cards.approval_card, live, token=TOKEN, now=NOW)
     assert not set(seen) & PURE_PYTHON_ENCODER, seen
+
+
+SLACK_TEXT = st.text(st.one_of(st.characters(), st.sampled_from(
+    ["&", "<", ">", "`", "*", "😀", "\u202e", "\ud800", "\u0301", "\n"])), max_size=40)
+
+
+@settings(max_examples=400, deadline=None)
+@given(SLACK_TEXT, st.integers(0, 3), st.lists(SLACK_TEXT, max_size=12))
+def test_the_card_s_block_dicts_are_the_models_to_dict(text: str, times: int,
+                                                        parts: list[str]) -> None:
+    """``section_dict`` and the others make the dict that the model's ``to_dict`` made (or
+    raise where it raised), short, empty or past Slack's limits."""
+    from approvald.bot.slack.mrkdwn import (
+        context,
+        context_dict,
+        header,
+        header_dict,
+        section,
+        section_dict,
+    )
+    from slack_sdk.errors import SlackObjectFormationError
+
+    long = text * (times * 800)  # past a section's 3,000 units, and a header's 150
+    for fast, slow, arg in ((section_dict, section, text), (section_dict, section, long),
+                            (header_dict, header, text), (header_dict, header, long),
+                            (context_dict, context, parts), (context_dict, context,
+                                                             [long, *parts])):
+        try:
+            want: Any = json.dumps(slow(arg).to_dict())  # type: ignore[operator]
+        except SlackObjectFormationError as exc:
+            want = type(exc)
+        try:
+            got: Any = json.dumps(fast(arg))  # type: ignore[operator]
+        except SlackObjectFormationError as exc:
+            got = type(exc)
+        assert got == want, (fast.__name__, arg)
+
+
+def test_cards_are_the_cards_the_models_made(monkeypatch: Any) -> None:
+    """Every example card of test_approval_cards_are_the_dicts_to_dict_made, drawn with its
+    blocks made as models and turned into dicts by ``to_dict``: the same JSON, key for
+    key; and drawing a card makes no model at all (a live card's buttons are made once
+    per shape)."""
+    from approvald.bot.slack import mrkdwn
+
+    from tests.unit.test_cards import cannot_run, packet, question, vote
+    high = packet(risk="high")
+    examples = [
+        (approval(), TOKEN, []),
+        (approval(args={"note": "a <b> & `c` ``d`` \u202e 😀 é\u0301"}), TOKEN, []),
+        (approval(edited_args={"order": "1234", "amount": 40}), TOKEN, []),
+        (decided("approved", reason="fine"), None, [vote("U0BOB")]),
+        (decided("denied", reason="x" * 3000), None, [vote("U0BOB", verdict="deny")]),
+        (approval(packet_=high), TOKEN, []),
+        (approval(args={"blob": "y" * 6000}), TOKEN, []),
+        (approval(packet_=packet(evidence=[{"tool": "t", "result": "r" * 400}] * 5,
+                                 impact="i" * 600)), None, []),
+        (question(), TOKEN, []), (cannot_run(), TOKEN, []),
+        (question(status="approved"), None, []), (cannot_run(status="denied"), None, []),
+    ]
+    fast = [cards.approval_card(a, token=t, now=NOW, votes=v) for a, t, v in examples]
+    made: Counter[str] = Counter()
+    for a, t, v in examples:
+        made += _calls_during(cards.approval_card, a, token=t, now=NOW, votes=v)
+    models = {name: n for name, n in made.items()
+              if name.startswith("slack_sdk.models.") and name.endswith(":__init__")}
+    assert models == {}, models
+    monkeypatch.setattr(cards, "section_dict", lambda t: mrkdwn.section(t).to_dict())
+    monkeypatch.setattr(cards, "header_dict", lambda t: mrkdwn.header(t).to_dict())
+    monkeypatch.setattr(cards, "context_dict", lambda p: mrkdwn.context(p).to_dict())
+    slow = [cards.approval_card(a, token=t, now=NOW, votes=v) for a, t, v in examples]
+    assert json.dumps(fast) == json.dumps(slow)
