@@ -136,6 +136,8 @@ def clip(text: str, limit: int) -> str:
     """Escape prose for mrkdwn and cut it to ``limit`` units, ending in "…" when cut;
     secrets the detectors recognise are masked first (no Slack text ever carries one)."""
     text = mask_text(text)
+    if len(text) <= limit and _NOT_ITSELF.search(text) is None:
+        return text  # _fit's answer for text within the limit, shown as itself
     shown, end = _fit(text, 0, limit, code=False)
     if end == len(text):
         return shown
@@ -194,7 +196,7 @@ def duration(delta: timedelta) -> str:
 
 def safe_cut(text: str, limit: int) -> str:
     """Cut already-built mrkdwn to ``limit`` units without leaving half an entity or tag."""
-    if units(text) <= limit:
+    if 2 * len(text) <= limit or units(text) <= limit:  # (never more units than 2 * len)
         return text
     head, _ = _fit_raw(text, limit - 1)
     amp, lt = head.rfind("&"), head.rfind("<")
@@ -460,7 +462,24 @@ def within_text_budget(blocks: list[dict[str, Any]], budget: int) -> bool:
     (each character of a text is in it as itself, a two-character escape, a six-character
     ``\\uXXXX``, or, outside the BMP, two of those for two units), so the walk is left
     for blocks whose JSON is over ``budget``."""
-    return len(json.dumps(blocks)) <= budget or text_length(blocks) <= budget
+    return _json_length(blocks) <= budget or text_length(blocks) <= budget
+
+
+# json.dumps(value)'s encoder, made once (json.dumps makes one a call, in three Python
+# calls); without the check for cycles: a cycle recurses, and json.dumps then says so
+_ASCII = None if _C_ENCODER is None else _C_ENCODER(
+    None, json.JSONEncoder().default, json.encoder.encode_basestring_ascii, None, ": ", ", ",
+    False, False, True)
+
+
+def _json_length(blocks: list[dict[str, Any]]) -> int:
+    """``len(json.dumps(blocks))``, or what json.dumps raises."""
+    if _ASCII is not None:
+        try:
+            return len("".join(_ASCII(blocks, 0)))
+        except (TypeError, ValueError, RecursionError):
+            pass
+    return len(json.dumps(blocks))
 
 
 def text_length(value: Any) -> int:

@@ -183,3 +183,56 @@ def test_cards_are_the_cards_the_models_made(monkeypatch: Any) -> None:
     monkeypatch.setattr(cards, "context_dict", lambda p: mrkdwn.context(p).to_dict())
     slow = [cards.approval_card(a, token=t, now=NOW, votes=v) for a, t, v in examples]
     assert json.dumps(fast) == json.dumps(slow)
+
+
+@settings(max_examples=600, deadline=None)
+@given(SLACK_TEXT, st.integers(-1, 60), st.integers(0, 3))
+def test_clip_and_safe_cut_are_the_walk_s_answer(text: str, limit: int, times: int) -> None:
+    """``clip`` and ``safe_cut`` answer short text without the walk: what it gave."""
+    from approvald.bot.slack import texts
+    from approvald.bot.slack.mrkdwn import _fit, _fit_raw, clip, mask_text, safe_cut, units
+
+    def reference_clip(text: str, limit: int) -> str:
+        text = mask_text(text)
+        shown, end = _fit(text, 0, limit, code=False)
+        if end == len(text):
+            return shown
+        return _fit(text, 0, limit - 1, code=False)[0] + texts.ELLIPSIS
+
+    def reference_safe_cut(text: str, limit: int) -> str:
+        if units(text) <= limit:
+            return text
+        head, _ = _fit_raw(text, limit - 1)
+        amp, lt = head.rfind("&"), head.rfind("<")
+        if amp > head.rfind(";"):
+            head = head[:amp]
+        if lt > head.rfind(">"):
+            head = head[:lt]
+        return head + texts.ELLIPSIS
+
+    text = text * times
+    assert clip(text, limit) == reference_clip(text, limit)
+    for n in (limit, 2 * len(text), 2 * len(text) - 1, units(text), units(text) - 1):
+        if n > 0:
+            assert safe_cut(text, n) == reference_safe_cut(text, n), n
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.dictionaries(TEXT, st.one_of(TEXT, st.booleans(), st.integers(),
+                                                st.lists(st.dictionaries(TEXT, TEXT))))))
+def test_the_budget_s_json_length_is_json_dumps_length(blocks: list[dict[str, Any]]) -> None:
+    from approvald.bot.slack.mrkdwn import _json_length
+    assert _json_length(blocks) == len(json.dumps(blocks))
+
+
+def test_a_card_s_short_texts_are_shown_without_the_walk() -> None:
+    """A decided card (its texts short and plain) is drawn without ``_fit`` for each text
+    ``clip`` shows, a ``units`` count per text or json.dumps: the card, counted."""
+    a = decided("approved")
+    cards.approval_card(a, token=None, now=NOW)
+    seen = _calls_during(cards.approval_card, a, token=None, now=NOW)
+    assert seen["approvald.bot.slack.mrkdwn:_fit"] == 1  # the arguments' code block
+    assert seen["approvald.bot.slack.mrkdwn:units"] == 2  # the arguments' title, the header
+    assert seen["approvald.bot.slack.mrkdwn:safe_cut"] == 10
+    assert seen["json:dumps"] == 0, seen
+    assert seen["approvald.bot.slack.mrkdwn:within_text_budget"] == 1
