@@ -462,7 +462,7 @@ def within_text_budget(blocks: list[dict[str, Any]], budget: int) -> bool:
     (each character of a text is in it as itself, a two-character escape, a six-character
     ``\\uXXXX``, or, outside the BMP, two of those for two units), so the walk is left
     for blocks whose JSON is over ``budget``."""
-    return _json_length(blocks) <= budget or text_length(blocks) <= budget
+    return len(json_dumps(blocks)) <= budget or text_length(blocks) <= budget
 
 
 # json.dumps(value)'s encoder, made once (json.dumps makes one a call, in three Python
@@ -472,14 +472,15 @@ _ASCII = None if _C_ENCODER is None else _C_ENCODER(
     False, False, True)
 
 
-def _json_length(blocks: list[dict[str, Any]]) -> int:
-    """``len(json.dumps(blocks))``, or what json.dumps raises."""
+def json_dumps(value: Any) -> str:
+    """``json.dumps(value)``, the same text (or what json.dumps raises), in one C call: the
+    length of a card's JSON, and the bodies the Slack session sends (``json_serialize``)."""
     if _ASCII is not None:
         try:
-            return len("".join(_ASCII(blocks, 0)))
+            return "".join(_ASCII(value, 0))
         except (TypeError, ValueError, RecursionError):
             pass
-    return len(json.dumps(blocks))
+    return json.dumps(value)
 
 
 def text_length(value: Any) -> int:

@@ -220,9 +220,9 @@ def test_clip_and_safe_cut_are_the_walk_s_answer(text: str, limit: int, times: i
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.dictionaries(TEXT, st.one_of(TEXT, st.booleans(), st.integers(),
                                                 st.lists(st.dictionaries(TEXT, TEXT))))))
-def test_the_budget_s_json_length_is_json_dumps_length(blocks: list[dict[str, Any]]) -> None:
-    from approvald.bot.slack.mrkdwn import _json_length
-    assert _json_length(blocks) == len(json.dumps(blocks))
+def test_json_dumps_is_json_dumps(blocks: list[dict[str, Any]]) -> None:
+    from approvald.bot.slack.mrkdwn import json_dumps
+    assert json_dumps(blocks) == json.dumps(blocks)
 
 
 def test_a_card_s_short_texts_are_shown_without_the_walk() -> None:
@@ -236,3 +236,23 @@ def test_a_card_s_short_texts_are_shown_without_the_walk() -> None:
     assert seen["approvald.bot.slack.mrkdwn:safe_cut"] == 10
     assert seen["json:dumps"] == 0, seen
     assert seen["approvald.bot.slack.mrkdwn:within_text_budget"] == 1
+
+
+async def test_the_slack_session_sends_json_dumps_text_in_one_c_call() -> None:
+    """The face's Web API session serializes a ``json=`` body (every card) as json.dumps
+    does, without json.dumps' three Python calls."""
+    from approvald.bot.config import Settings
+    from approvald.bot.slack.app import SlackWeb
+
+    web = SlackWeb(Settings(SLACK_BOT_TOKEN="xoxb-test", SLACK_SIGNING_SECRET="s" * 32,
+                            APPROVALD_CHANNEL="C1", APPROVALD_SECRET="k" * 32))
+    web.open()
+    try:
+        assert web.http is not None
+        serialize = web.http._json_serialize
+        card = cards.approval_card(approval(), token=TOKEN, now=NOW)
+        assert serialize(card) == json.dumps(card)
+        seen = _calls_during(serialize, card)
+        assert not [name for name in seen if name.startswith("json")], seen
+    finally:
+        await web.close()
