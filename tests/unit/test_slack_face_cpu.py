@@ -256,3 +256,21 @@ async def test_the_slack_session_sends_json_dumps_text_in_one_c_call() -> None:
         assert not [name for name in seen if name.startswith("json")], seen
     finally:
         await web.close()
+
+
+def test_a_decision_is_counted_without_looking_its_label_up_again() -> None:
+    """The meter's decision counter finds each outcome's child once; the exposition shows
+    every decision counted, by outcome, as before."""
+    from approvald.bot.metrics import PrometheusMeter
+    from prometheus_client.exposition import generate_latest
+
+    meter = PrometheusMeter()
+    for outcome in ("approved", "denied", "approved", "refused:stale", "approved"):
+        meter.decision(outcome, 0.01)
+    seen = _calls_during(meter.decision, "approved", 0.02)
+    assert seen["prometheus_client.metrics:labels"] == 0
+    text = generate_latest(meter.registry).decode()
+    assert 'approvald_decisions_total{outcome="approved"} 4.0' in text
+    assert 'approvald_decisions_total{outcome="denied"} 1.0' in text
+    assert 'approvald_decisions_total{outcome="refused:stale"} 1.0' in text
+    assert "approvald_decision_seconds_count 6.0" in text
