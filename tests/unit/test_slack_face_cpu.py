@@ -274,3 +274,46 @@ def test_a_decision_is_counted_without_looking_its_label_up_again() -> None:
     assert 'approvald_decisions_total{outcome="denied"} 1.0' in text
     assert 'approvald_decisions_total{outcome="refused:stale"} 1.0' in text
     assert "approvald_decision_seconds_count 6.0" in text
+
+
+async def test_bolt_s_response_becomes_the_aiohttp_response_bolt_s_adapter_makes() -> None:
+    """``transport.response`` is slack_bolt's ``to_aiohttp_response``: the same status,
+    body, headers and cookies, for an ack and every other shape; an ack's without the
+    adapter's cookie walk."""
+    from approvald.bot.slack.transport import response
+    from slack_bolt.adapter.aiohttp import to_aiohttp_response
+    from slack_bolt.response import BoltResponse
+
+    def shapes() -> list[BoltResponse]:
+        return [
+            BoltResponse(status=200, body=""),
+            BoltResponse(status=200, body={"response_action": "errors", "errors": {"a": "b"}}),
+            BoltResponse(status=404, body={"error": "unhandled request"}),
+            BoltResponse(status=401, body="nope", headers={"X-A": "1", "x-b": ["2", "3"]}),
+            BoltResponse(status=200, body="{}",
+                         headers={"Content-Type": "text/html; charset=utf-8"}),
+            BoltResponse(status=200, body="x", headers={
+                "content-type": "a/b;charset=utf-8", "set-cookie": ["k=v; Max-Age=60; Path=/"]}),
+        ]
+
+    for ours, theirs in zip([await response(b) for b in shapes()],
+                            [await to_aiohttp_response(b) for b in shapes()], strict=True):
+        assert (ours.status, ours.text, ours.content_type, ours.charset) == (
+            theirs.status, theirs.text, theirs.content_type, theirs.charset)
+        assert list(ours.headers.items()) == list(theirs.headers.items())
+        assert str(ours.cookies) == str(theirs.cookies)
+    ack = BoltResponse(status=200, body="")
+    seen: Counter[str] = Counter()
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "call":
+            seen[f"{frame.f_globals.get('__name__')}:{frame.f_code.co_name}"] += 1
+
+    sys.setprofile(profile)
+    try:
+        await response(ack)
+    finally:
+        sys.setprofile(None)
+    assert seen["slack_bolt.response.response:cookies"] == 0
+    assert seen["slack_bolt.adapter.aiohttp:to_aiohttp_response"] == 0
+    assert seen["re:sub"] == 0
