@@ -317,3 +317,52 @@ async def test_bolt_s_response_becomes_the_aiohttp_response_bolt_s_adapter_makes
     assert seen["slack_bolt.response.response:cookies"] == 0
     assert seen["slack_bolt.adapter.aiohttp:to_aiohttp_response"] == 0
     assert seen["re:sub"] == 0
+
+
+async def test_a_signed_click_s_ack_goes_out_without_bolt_s_adapter() -> None:
+    import time
+
+    from approvald.bot.slack.transport import RawBodyVerifier, events_handler
+    from multidict import CIMultiDict, CIMultiDictProxy
+    from slack_bolt.response import BoltResponse
+
+    from tests.unit.test_slack_transport import BODIES
+
+    secret = "s" * 32
+    raw, content_type = BODIES["click"]
+    body = raw.encode()
+    stamp = str(int(time.time()))
+    verifier = RawBodyVerifier(secret)
+    signature = verifier.generate_signature(timestamp=stamp, body=body)
+
+    class App:
+        async def async_dispatch(self, req: Any) -> BoltResponse:
+            return BoltResponse(status=200, body="")
+
+    class Request:
+        headers = CIMultiDictProxy(CIMultiDict({
+            "Content-Type": content_type, "X-Slack-Request-Timestamp": stamp,
+            "X-Slack-Signature": signature or ""}))
+        query_string = ""
+
+        def __init__(self) -> None:
+            self.content_type = content_type.split(";")[0]
+
+        async def read(self) -> bytes:
+            return body
+
+    events = events_handler(App(), verifier)  # type: ignore[arg-type]
+    seen: Counter[str] = Counter()
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "call":
+            seen[f"{frame.f_globals.get('__name__')}:{frame.f_code.co_name}"] += 1
+
+    sys.setprofile(profile)
+    try:
+        answer = await events(Request())  # type: ignore[arg-type]
+    finally:
+        sys.setprofile(None)
+    assert answer.status == 200
+    assert seen["approvald.bot.slack.transport:response"] == 1
+    assert seen["slack_bolt.adapter.aiohttp:to_aiohttp_response"] == 0
