@@ -2,7 +2,9 @@
 
 No I/O, no database, no clock: the caller passes ``now``. Blocks are built with
 slack_sdk's models and returned as ``.to_dict()``, so a shape or length Slack would reject
-fails here, in tests, and not in production. All wording comes from :mod:`bot.texts`;
+fails here, in tests, and not in production; the approval card's text blocks are made as
+those dicts directly (:func:`mrkdwn.section_dict`: within Slack's limits, else the models).
+All wording comes from :mod:`bot.texts`;
 all agent-written text goes through :mod:`bot.mrkdwn` (invariant 9).
 
 A button carries ``"v2:{approval_id}:{token}"`` and nothing else: the arguments a click

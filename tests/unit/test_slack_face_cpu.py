@@ -53,7 +53,7 @@ JSON = st.recursive(SCALARS, lambda inner: st.one_of(
     st.lists(inner, max_size=5), st.dictionaries(TEXT, inner, max_size=5)), max_leaves=40)
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(JSON)
 def test_pretty_dumps_is_json_dumps_indented_for_every_json_value(value: Any) -> None:
     assert pretty_dumps(value) == _dumps(value)
@@ -117,7 +117,7 @@ SLACK_TEXT = st.text(st.one_of(st.characters(), st.sampled_from(
     ["&", "<", ">", "`", "*", "😀", "\u202e", "\ud800", "\u0301", "\n"])), max_size=40)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(SLACK_TEXT, st.integers(0, 3), st.lists(SLACK_TEXT, max_size=12))
 def test_the_card_s_block_dicts_are_the_models_to_dict(text: str, times: int,
                                                         parts: list[str]) -> None:
@@ -185,7 +185,7 @@ def test_cards_are_the_cards_the_models_made(monkeypatch: Any) -> None:
     assert json.dumps(fast) == json.dumps(slow)
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(SLACK_TEXT, st.integers(-1, 60), st.integers(0, 3))
 def test_clip_and_safe_cut_are_the_walk_s_answer(text: str, limit: int, times: int) -> None:
     """``clip`` and ``safe_cut`` answer short text without the walk: what it gave."""
