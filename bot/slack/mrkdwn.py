@@ -14,6 +14,7 @@ whichever way Slack counts. Everything here is pure.
 
 from __future__ import annotations
 
+import functools
 import json
 import json.encoder
 import re
@@ -337,13 +338,39 @@ def slack_date(when: datetime, tokens: str) -> str:
     same words with UTC in place of each token (``expires 2026-12-05 at 18:39 UTC``), so
     the sentence around it reads the same either way."""
     when = (when if when.tzinfo else when.replace(tzinfo=UTC)).astimezone(UTC)
-    if _DATE_TOKENS.search(tokens):
-        fallback = _DATE_TOKENS.sub(
-            lambda m: when.strftime(_DATE_FORMATS.get(m.group(1), "%Y-%m-%d")), tokens)
-    else:
-        fallback = when.strftime(T.DATE_FALLBACK)
+    template = _fallback_template(tokens)
+    if template is None or when.year < 1000:  # (strftime's %Y is the platform's there)
+        fallback = _strftime_fallback(when, tokens)
+    else:  # what strftime writes for each token, without its per-call format parsing
+        fallback = template.format(
+            date=f"{when.year}-{when.month:02d}-{when.day:02d}",
+            time=f"{when.hour:02d}:{when.minute:02d} UTC",
+            time_secs=f"{when.hour:02d}:{when.minute:02d}:{when.second:02d} UTC")
     fallback = fallback.replace("|", "/").replace(">", "")
     return f"<!date^{int(when.timestamp())}^{tokens}|{fallback}>"
+
+
+def _strftime_fallback(when: datetime, tokens: str) -> str:
+    if _DATE_TOKENS.search(tokens):
+        return _DATE_TOKENS.sub(
+            lambda m: when.strftime(_DATE_FORMATS.get(m.group(1), "%Y-%m-%d")), tokens)
+    return when.strftime(T.DATE_FALLBACK)
+
+
+@functools.lru_cache(maxsize=64)
+def _fallback_template(tokens: str) -> str | None:
+    """``tokens`` as a ``str.format`` template of ``date``, ``time`` and ``time_secs`` (the
+    three things :data:`_DATE_FORMATS` writes); None when it has no token."""
+    if not _DATE_TOKENS.search(tokens):
+        return None
+    parts, last = [], 0
+    for m in _DATE_TOKENS.finditer(tokens):
+        parts.append(tokens[last:m.start()].replace("{", "{{").replace("}", "}}"))
+        name = m.group(1)
+        parts.append("{" + (name if name in _DATE_FORMATS else "date") + "}")
+        last = m.end()
+    parts.append(tokens[last:].replace("{", "{{").replace("}", "}}"))
+    return "".join(parts)
 
 
 def safe_url(url: str | None) -> str | None:

@@ -366,3 +366,66 @@ async def test_a_signed_click_s_ack_goes_out_without_bolt_s_adapter() -> None:
     assert answer.status == 200
     assert seen["approvald.bot.slack.transport:response"] == 1
     assert seen["slack_bolt.adapter.aiohttp:to_aiohttp_response"] == 0
+
+
+def _reference_slack_date(when: Any, tokens: str) -> str:
+    """``mrkdwn.slack_date`` as it was: ``strftime`` for each token, by ``re.sub``."""
+    import re
+    from datetime import UTC
+
+    from approvald.bot.slack import texts
+
+    pattern = re.compile(r"\{(date_num|date|date_short|date_long|date_pretty|"
+                         r"date_short_pretty|date_long_pretty|time|time_secs)\}")
+    formats = {"time": "%H:%M UTC", "time_secs": "%H:%M:%S UTC"}
+    when = (when if when.tzinfo else when.replace(tzinfo=UTC)).astimezone(UTC)
+    if pattern.search(tokens):
+        fallback = pattern.sub(
+            lambda m: when.strftime(formats.get(m.group(1), "%Y-%m-%d")), tokens)
+    else:
+        fallback = when.strftime(texts.DATE_FALLBACK)
+    fallback = fallback.replace("|", "/").replace(">", "")
+    return f"<!date^{int(when.timestamp())}^{tokens}|{fallback}>"
+
+
+DATE_TOKENS = ["{date_num}", "{date}", "{date_short}", "{date_long}", "{date_pretty}",
+               "{date_short_pretty}", "{date_long_pretty}", "{time}", "{time_secs}"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.datetimes(min_value=__import__("datetime").datetime(2, 1, 2),
+                    timezones=st.one_of(st.none(), st.timezones())),
+       st.lists(st.one_of(st.sampled_from(DATE_TOKENS), st.sampled_from(
+           ["expires ", " at ", "{", "}", "{x}", "|", ">", "{time", "%Y", "{{date}}"]),
+           st.text(max_size=4)), max_size=6))
+def test_slack_date_is_strftime_s_answer(when: Any, parts: list[str]) -> None:
+    from approvald.bot.slack import texts
+    from approvald.bot.slack.mrkdwn import slack_date
+
+    for tokens in ("".join(parts), texts.DATE_AT, texts.DATE_EXPIRES, texts.DATE_EXPIRED):
+        assert slack_date(when, tokens) == _reference_slack_date(when, tokens), tokens
+
+
+def test_a_card_s_dates_are_written_without_strftime() -> None:
+    """A date's fallback words are written in slack_date itself: no Python call per token
+    and no ``strftime`` (which parses its format again on every call)."""
+    from approvald.bot.slack import texts
+    from approvald.bot.slack.mrkdwn import slack_date
+
+    slack_date(NOW, texts.DATE_AT)
+    seen: Counter[str] = Counter()
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "call":
+            seen[frame.f_code.co_name] += 1
+        elif event == "c_call":
+            seen[f"C:{getattr(arg, '__name__', arg)}"] += 1
+
+    sys.setprofile(profile)
+    try:
+        slack_date(NOW, texts.DATE_AT)
+        slack_date(NOW, texts.DATE_EXPIRES)
+    finally:
+        sys.setprofile(None)
+    assert seen["slack_date"] == 2 and seen["C:strftime"] == 0, seen
+    assert [name for name in seen if not name.startswith("C:")] == ["slack_date"], seen
