@@ -402,7 +402,9 @@ def test_slack_date_is_strftime_s_answer(when: Any, parts: list[str]) -> None:
     from approvald.bot.slack import texts
     from approvald.bot.slack.mrkdwn import slack_date
 
-    for tokens in ("".join(parts), texts.DATE_AT, texts.DATE_EXPIRES, texts.DATE_EXPIRED):
+    for tokens in ("".join(parts), texts.DATE_AT, texts.DATE_EXPIRES, texts.DATE_EXPIRED,
+                   "{date}{x}", "{x} {time} }", "a { {date_num} }}|>", "{time_secs}{",
+                   "no token {}", "%Y-%m-%d {date_long_pretty}"):
         assert slack_date(when, tokens) == _reference_slack_date(when, tokens), tokens
 
 
