@@ -431,3 +431,57 @@ def test_a_card_s_dates_are_written_without_strftime() -> None:
         sys.setprofile(None)
     assert seen["slack_date"] == 2 and seen["C:strftime"] == 0, seen
     assert [name for name in seen if not name.startswith("C:")] == ["slack_date"], seen
+
+
+def test_a_request_s_context_is_the_one_bolt_makes(monkeypatch: Any) -> None:
+    """``FaceApp._init_context`` makes the context bolt's ``AsyncApp._init_context`` makes:
+    the same keys and values, and a Web API client of the request's own with the same
+    attributes (shared where bolt's shares them: the app's headers, session and logger;
+    its own default parameters and retry handlers), without building a client."""
+    from approvald.bot.slack.app import FaceApp
+    from approvald.bot.slack.transport import parse
+    from slack_bolt.async_app import AsyncApp
+    from slack_sdk.web.async_client import AsyncWebClient
+
+    from tests.unit.test_slack_transport import BODIES
+
+    monkeypatch.delenv("HTTPS_PROXY", raising=False)  # the app's client read it at start
+    monkeypatch.delenv("https_proxy", raising=False)
+    monkeypatch.delenv("HTTP_PROXY", raising=False)
+    monkeypatch.delenv("http_proxy", raising=False)
+    app_client = AsyncWebClient(token=" xoxb-test ", base_url="http://127.0.0.1:9/api")
+    app = FaceApp(name="app.py", client=app_client, signing_secret="s" * 32,
+                  request_verification_enabled=False, process_before_response=True)
+    raw, content_type = BODIES["click"]
+
+    def request() -> Any:
+        return parse(raw.encode(), content_type, "", {"Content-Type": content_type})
+
+    for team in (None, "T0TEAM"):
+        theirs, ours = request(), request()
+        for r in (theirs, ours):
+            if team is None:
+                r.context.pop("team_id", None)
+            else:
+                r.context["team_id"] = team
+        AsyncApp._init_context(app, theirs)
+        seen = _calls_during(app._init_context, ours)
+        assert seen["slack_sdk.web.async_base_client:__init__"] == 0
+        assert seen["slack_sdk.web.internal_utils:get_user_agent"] == 0
+        assert seen["slack_sdk.proxy_env_variable_loader:load_http_proxy_from_env"] == 0
+        a, b = theirs.context, ours.context
+        assert a.keys() == b.keys()
+        assert {k: v for k, v in a.items() if k != "client"} == {
+            k: v for k, v in b.items() if k != "client"}
+        c, d = a["client"], b["client"]
+        assert type(c) is type(d) and c is not d and d is not app_client
+        assert vars(c).keys() == vars(d).keys()
+        for name, value in vars(c).items():
+            mine = vars(d)[name]
+            assert mine == value, name
+            if name in ("headers", "session", "_logger", "ssl"):
+                assert mine is value, name
+            if name in ("default_params", "retry_handlers"):
+                assert mine is not value and mine is not getattr(app_client, name), name
+        assert d.default_params == ({} if team is None else {"team_id": team})
+        assert d.token == "xoxb-test"
