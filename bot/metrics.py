@@ -39,6 +39,7 @@ class PrometheusMeter(Meter):
         self.decisions = Counter("approvald_decisions", "Decision attempts by outcome "
                                  "(approved, denied, redirected, voted, edited, "
                                  "refused:<reason>, ...)", ["outcome"], registry=r)
+        self._decided: dict[str, Counter] = {}
         self.decision_seconds = Histogram("approvald_decision_seconds", "Time to record a "
                                           "decision (the click's answer waits for it)",
                                           buckets=LATENCY_BUCKETS, registry=r)
@@ -74,7 +75,11 @@ class PrometheusMeter(Meter):
 
     # -- the runtime's events ------------------------------------------------------------
     def decision(self, outcome: str, seconds: float) -> None:
-        self.decisions.labels(outcome=outcome).inc()
+        # each outcome's child counter, looked up once (labels() is three Python calls)
+        counter = self._decided.get(outcome)
+        if counter is None:
+            counter = self._decided[outcome] = self.decisions.labels(outcome=outcome)
+        counter.inc()
         self.decision_seconds.observe(seconds)
 
     def tool_started(self, seconds: float) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import inspect
 import io
 import json
 import os
@@ -819,11 +820,23 @@ class Rows:
         async with self.db.read(snapshot=snapshot) as tx:
             return await reads(tx)
 
+    async def on_a_connection(self, reads: Any) -> Any:
+        """``reads(conn)`` on a SQLAlchemy connection of its own, in the one transaction
+        SQLAlchemy begins on it (on PostgreSQL at READ COMMITTED: each statement sees the
+        latest commit; on SQLite one snapshot), rolled back after: statements of the test's
+        own, read as they are stored, at the cost of a plain connection (no snapshot
+        isolation set up on PostgreSQL, as ``in_one_read(snapshot=True)`` does)."""
+        async with self.db.connection() as conn:
+            return await reads(conn)
+
     async def in_one_write(self, writes: Any) -> Any:
         """``writes(tx)`` inside one write transaction: a history forged through the
-        repositories in one commit (many rows, as the runtime would have left them)."""
+        repositories in one commit (many rows, as the runtime would have left them), or
+        what a plain function hands the transaction (the audit trail's entries, chained
+        as it commits: ``writes`` need not be a coroutine function)."""
         async with self.db.write() as tx:
-            return await writes(tx)
+            done = writes(tx)
+            return await done if inspect.isawaitable(done) else done
 
     async def add_outbox(self, *, kind: str, group_key: str, payload: str, now: Any) -> int:
         """A row queued in the outbox, as the runtime queues one; its id."""

@@ -246,6 +246,23 @@ def _exit_when_orphaned() -> None:
     os._exit(0)
 
 
+def preload() -> Callable[[], int]:
+    """What the server imports before it forks a command: the console script's own import
+    (pip's entry-point template), every command group's module (a command imports its
+    group's as it starts: the ~670 modules of about a second of CPU) and :data:`SERVED`;
+    the console script's ``main``. (tests/unit/test_zygote_preload.py checks that this
+    holds everything the commands that serve import as they start.)"""
+    import importlib
+
+    from approvald.bot.cli import main
+    from approvald.bot.cli.root import groups
+
+    groups()
+    for name in SERVED:
+        importlib.import_module(name)
+    return main
+
+
 def serve(path: str, script: str | None = None) -> None:
     # what the console script imports from is its own directory (the virtualenv's bin), not
     # this file's (tests/, whose packages must not shadow anything the command imports)
@@ -269,18 +286,7 @@ def serve(path: str, script: str | None = None) -> None:
                 importlib.import_module(node.module)
         _SCRIPT.append(script)
     else:
-        # the console script's own import (pip's entry-point template), and every command
-        # group's module (a command imports its group's as it starts: the ~670 modules of
-        # about a second of CPU), done once here
-        import importlib
-
-        from approvald.bot.cli import main
-        from approvald.bot.cli.root import groups
-
-        groups()
-        for name in SERVED:
-            importlib.import_module(name)
-        _MAIN.append(main)
+        _MAIN.append(preload())
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(path)
     server.listen(64)

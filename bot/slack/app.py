@@ -32,12 +32,17 @@ from approvald.bot.http_log import quiet_malformed_requests
 from approvald.bot.slack.delivery import SlackDeliverer
 from approvald.bot.slack.directory import SlackDirectory
 from approvald.bot.slack.handlers import Handlers
+from approvald.bot.slack.mrkdwn import json_dumps
 from approvald.bot.slack.threads import ThreadFollower
 from approvald.bot.slack.transport import RawBodyVerifier, events_handler
 from approvald.runtime import ConfigError, Engine
 from slack_bolt.async_app import AsyncApp
+from slack_bolt.logger import get_bolt_app_logger
+from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_sdk.errors import SlackApiError
+from slack_sdk.http_retry.builtin_async_handlers import async_default_handlers
 from slack_sdk.web.async_client import AsyncWebClient
+from slack_sdk.web.internal_utils import get_user_agent
 
 if TYPE_CHECKING:  # imported where it is used: only Socket Mode needs it
     from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
@@ -147,6 +152,45 @@ def _socket_logger() -> logging.Logger:
     return logger
 
 
+# slack_sdk's User-Agent: the package, Python's and the system's versions, none of which
+# changes while the process runs (each client bolt built read the platform again)
+_USER_AGENT = get_user_agent()
+
+
+class FaceApp(AsyncApp):
+    """bolt's ``AsyncApp``, each request's context made as its ``_init_context`` makes it,
+    but for the request's own Web API client: a copy of the app's client, not one built
+    (bolt builds one for every request, reading the platform's versions and the proxy
+    variables of the environment again, ~30 Python calls a click). The copy holds what
+    the constructor would put there: the app's client's settings, its session and
+    logger, a team id of the request's own, a list of retry handlers of its own; the
+    proxy the app's client read from the environment when it was made.
+    ``tests/unit/test_slack_face_cpu.py`` holds the two to the same context."""
+
+    def _init_context(self, req: AsyncBoltRequest) -> None:
+        req.context["logger"] = get_bolt_app_logger(app_name=self.name,
+                                                    base_logger=self._base_logger)
+        req.context["token"] = self._token
+        req.context["client"] = request_client(self._async_client, self._token,
+                                               req.context.team_id)
+        req.context["listener_runner"] = self.listener_runner
+
+
+def request_client(app_client: AsyncWebClient, token: str | None,
+                   team_id: str | None) -> AsyncWebClient:
+    """What ``AsyncWebClient(token=token, <app_client's settings>, team_id=team_id)``
+    makes, as bolt's ``_init_context`` calls it, without the constructor."""
+    client: AsyncWebClient = AsyncWebClient.__new__(AsyncWebClient)
+    client.__dict__.update(vars(app_client))
+    client.token = None if token is None else token.strip()
+    client.headers["User-Agent"] = _USER_AGENT  # (the app's headers: bolt shares them too)
+    client.default_params = {} if team_id is None else {"team_id": team_id}
+    handlers = app_client.retry_handlers
+    client.retry_handlers = (handlers.copy() if handlers is not None
+                             else async_default_handlers())
+    return client
+
+
 class SlackWeb:
     """The Slack Web API as one process uses it: its client, the directory of user groups
     read through it (made before the engine, which takes the directory), and one pooled
@@ -164,7 +208,9 @@ class SlackWeb:
 
     def open(self) -> None:
         if self.http is None:
-            self.http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
+            # json_serialize: json.dumps's text, in one C call (slack_sdk sends json=)
+            self.http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30),
+                                              json_serialize=json_dumps)
             self.client.session = self.http
 
     async def close(self) -> None:
@@ -190,7 +236,7 @@ class SlackService:
         socket = settings.slack_app_token is not None
         self.mode = "Socket Mode" if socket else f"HTTP on port {settings.port}"
         secret = settings.slack_signing_secret
-        self.app = AsyncApp(
+        self.app = FaceApp(
             # the name bolt gives itself otherwise (its caller's file name: its loggers are
             # "app.py" and "app.py:<listener>"), without the inspect.stack() that finds it:
             # that reads every frame's source line and looks each frame's module up among

@@ -2,7 +2,9 @@
 
 No I/O, no database, no clock: the caller passes ``now``. Blocks are built with
 slack_sdk's models and returned as ``.to_dict()``, so a shape or length Slack would reject
-fails here, in tests, and not in production. All wording comes from :mod:`bot.texts`;
+fails here, in tests, and not in production; the approval card's text blocks are made as
+those dicts directly (:func:`mrkdwn.section_dict`: within Slack's limits, else the models).
+All wording comes from :mod:`bot.texts`;
 all agent-written text goes through :mod:`bot.mrkdwn` (invariant 9).
 
 A button carries ``"v2:{approval_id}:{token}"`` and nothing else: the arguments a click
@@ -30,16 +32,18 @@ from approvald.bot.slack.mrkdwn import (
     clip,
     code_block,
     code_span,
-    context,
+    context_dict,
     duration,
     escape_mrkdwn,
-    header,
+    header_dict,
     json_escapes,
     md,
     plain,
+    pretty_dumps,
     safe_cut,
     safe_url,
     section,
+    section_dict,
     slack_date,
     units,
     who,
@@ -68,7 +72,6 @@ from approvald.store.records import ApprovalRecord, VoteRecord
 from approvald.store.repos.standing import StandingRecord
 from slack_sdk.models.blocks import (
     ActionsBlock,
-    Block,
     ButtonElement,
     CheckboxesElement,
     ConfirmObject,
@@ -202,6 +205,8 @@ def args_text(raw: str | None, *, indent: int | None = 2,
         value, _ = masked_json(raw or "{}", sensitive)
     except ValueError:
         return mask_text(raw or "")
+    if indent == 2:  # json.dumps's text, by its C encoder (see mrkdwn.pretty_dumps)
+        return json_escapes(pretty_dumps(value))
     separators = None if indent else (",", ":")
     return json_escapes(json.dumps(value, indent=indent, separators=separators,
                                    ensure_ascii=False, default=str))
@@ -651,29 +656,30 @@ def approval_card(a: ApprovalRecord, *, token: str | None, now: datetime,
     p = shown_packet(a)
     w = will_run(a)
     live = token is not None and a.status == "pending"
-    blocks: list[Block] = [header(_headline(a)), section(_intro(a, p, thread_url))]
-    optional: list[Block] = []  # dropped, in this order, if the card is still too long
+    # the blocks as dicts, made directly: block_dict(section(...)), the same dicts
+    out = [header_dict(_headline(a)), section_dict(_intro(a, p, thread_url))]
+    optional: list[dict[str, Any]] = []  # dropped, in this order, if still too long
     doing = doing_text(w, 800)
     if doing:
-        blocks.append(section(doing))
+        out.append(section_dict(doing))
     if a.kind == "cannot_run":
-        blocks.append(section(T.CANNOT_RUN_ASK.format(
+        out.append(section_dict(T.CANNOT_RUN_ASK.format(
             reason=clip(as_text(p.get("reason")), 600))))
     if a.kind == "outcome_unknown":
-        blocks.append(section(T.QUESTION_ASK + (
+        out.append(section_dict(T.QUESTION_ASK + (
             "\n" + T.SECTION_QUESTION.format(key=code_span(as_text(p["idempotency_key"]), 200))
             if p.get("idempotency_key") else "") + _attempt(p)))
     evidence = _evidence(p)
     if evidence:
-        optional.append(section(evidence))
-        blocks.append(optional[-1])
+        optional.append(section_dict(evidence))
+        out.append(optional[-1])
     impact = impact_text(w, 500)
     if impact:
-        optional.append(section(impact))
-        blocks.append(optional[-1])
+        optional.append(section_dict(impact))
+        out.append(optional[-1])
     if p.get("why"):
         why = T.SECTION_WHY if a.kind == "tool_call" else T.SECTION_WHY_QUESTION
-        blocks.append(section(why.format(text=clip(as_text(p["why"]), 500))))
+        out.append(section_dict(why.format(text=clip(as_text(p["why"]), 500))))
     edited = a.edited_args is not None
     title = T.SECTION_ARGS_ORIGINAL if edited else T.SECTION_ARGS
     if masked(a):
@@ -681,26 +687,24 @@ def approval_card(a: ApprovalRecord, *, token: str | None, now: datetime,
     # with an edit, the original yields room to the arguments that will actually run
     budget = (1500 if edited else SECTION_MAX) - units(title) - 1
     code, cut = code_block(args_text(a.args, sensitive=w.sensitive), budget)
-    blocks.append(section(f"{title}\n{code}"))
+    out.append(section_dict(f"{title}\n{code}"))
     if edited:
         code, more = code_block(args_text(a.edited_args, sensitive=w.sensitive), 2400)
-        blocks.append(section(f"{T.SECTION_EDITED}\n{code}"))
+        out.append(section_dict(f"{T.SECTION_EDITED}\n{code}"))
         cut += more
     if not live:
-        blocks.append(section(_decision(a, votes, superseded_by)))
+        out.append(section_dict(_decision(a, votes, superseded_by)))
     if standing and a.kind == "tool_call":
         lines = "\n".join(standing_lines(x, now=now, sensitive=w.sensitive)
                            for x in standing[:3])
-        blocks.append(section(lines))
-    blocks.append(context(_context(a, votes, now, supersedes_url)))
-    out = [block_dict(b) for b in blocks]
+        out.append(section_dict(lines))
+    out.append(context_dict(_context(a, votes, now, supersedes_url)))
     if live and token is not None:
         out.append(button_block(a, token, view_args=cut > 0))
     for extra in optional:  # never expected with the caps above; a guard, not a plan
         if within_text_budget(out, CARD_TEXT_BUDGET):
             break
-        out.pop(blocks.index(extra))
-        blocks.remove(extra)
+        out.remove(extra)  # the first block equal to it, as the models' == found it
     return {"text": _fallback(a, p), "blocks": out}
 
 
@@ -756,7 +760,7 @@ def compact_blocks(a: ApprovalRecord, token: str | None, *, now: datetime,
         summary.block_id = f"{SELECT_BLOCK}.{a.id}"
         summary.accessory = CheckboxesElement(action_id=SELECT, options=[
             Option(text=plain(T.SELECT_OPTION), value=value)])
-    out: list[dict[str, Any]] = [summary.to_dict()]
+    out: list[dict[str, Any]] = [block_dict(summary)]  # (a checkbox: to_dict makes it)
     if live and token is not None:
         out.append(button_block(a, token, view_args=cut > 0))
     return out

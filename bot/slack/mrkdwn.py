@@ -14,11 +14,14 @@ whichever way Slack counts. Everything here is pure.
 
 from __future__ import annotations
 
+import functools
 import json
+import json.encoder
 import re
 import unicodedata
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
+from itertools import repeat
 from typing import Any
 from urllib.parse import quote
 
@@ -134,6 +137,8 @@ def clip(text: str, limit: int) -> str:
     """Escape prose for mrkdwn and cut it to ``limit`` units, ending in "…" when cut;
     secrets the detectors recognise are masked first (no Slack text ever carries one)."""
     text = mask_text(text)
+    if len(text) <= limit and _NOT_ITSELF.search(text) is None:
+        return text  # _fit's answer for text within the limit, shown as itself
     shown, end = _fit(text, 0, limit, code=False)
     if end == len(text):
         return shown
@@ -192,7 +197,7 @@ def duration(delta: timedelta) -> str:
 
 def safe_cut(text: str, limit: int) -> str:
     """Cut already-built mrkdwn to ``limit`` units without leaving half an entity or tag."""
-    if units(text) <= limit:
+    if 2 * len(text) <= limit or units(text) <= limit:  # (never more units than 2 * len)
         return text
     head, _ = _fit_raw(text, limit - 1)
     amp, lt = head.rfind("&"), head.rfind("<")
@@ -234,7 +239,64 @@ def _json_escape(m: re.Match[str]) -> str:
 def pretty_json(value: Any) -> str:
     """Indented JSON as approvers read it, non-ASCII kept (see :func:`json_escapes`), what
     the detectors recognise masked."""
-    return json_escapes(json.dumps(mask_args(value), indent=2, ensure_ascii=False, default=str))
+    return json_escapes(pretty_dumps(mask_args(value)))
+
+
+# json's encoder in C, which CPython's json.dumps uses only without ``indent``: with it,
+# json.dumps runs its pure-Python encoder, a generator resumed for every piece of every
+# container (most of a card's JSON cost). None where there is no C encoder.
+_C_ENCODER: Any = getattr(json.encoder, "c_make_encoder", None)
+_CONTAINERS = (list, tuple, dict)
+_LEVELS: list[Callable[[Any, int], list[str]]] = []  # the C encoder of each depth
+
+
+class _NotPlain(Exception):
+    """A container :func:`pretty_dumps` leaves to json.dumps: a subclass of one of json's."""
+
+
+def pretty_dumps(value: Any) -> str:
+    """``json.dumps(value, indent=2, ensure_ascii=False, default=str)``, the same text (and
+    the same exception, raised by json.dumps itself), through json's C encoder: only the
+    containers that hold containers are walked here; any other (a scalar, or a container
+    of scalars) is one C call, its items separated by a comma, a newline and its depth's
+    indentation, which is what the indented encoder writes between them."""
+    if _C_ENCODER is not None:
+        try:
+            return _pretty(value, 0)
+        except (_NotPlain, TypeError, ValueError, RecursionError):
+            pass
+    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+
+
+def _level(depth: int) -> Callable[[Any, int], list[str]]:
+    while len(_LEVELS) <= depth:  # (markers None: a cycle recurses, json.dumps says so)
+        _LEVELS.append(_C_ENCODER(None, str, json.encoder.encode_basestring, None, ": ",
+                                  ",\n" + "  " * (len(_LEVELS) + 1), False, False, True))
+    return _LEVELS[depth]
+
+
+def _pretty(value: Any, depth: int) -> str:
+    t = type(value)
+    if t is dict:
+        items = value.values()
+    elif t is list or t is tuple:
+        items = value
+    elif isinstance(value, _CONTAINERS):
+        raise _NotPlain
+    else:  # a scalar, or what default=str makes one of
+        return "".join(_level(0)(value, 0))
+    if not value:
+        return "{}" if t is dict else "[]"
+    inner = "\n" + "  " * (depth + 1)
+    if not any(map(isinstance, items, repeat(_CONTAINERS))):
+        text = "".join(_level(depth)(value, 0))
+        return f"{text[0]}{inner}{text[1:-1]}\n{'  ' * depth}{text[-1]}"
+    if t is dict:  # (a key that is not text: encode_basestring raises, json.dumps writes)
+        parts = [f"{json.encoder.encode_basestring(k)}: {_pretty(v, depth + 1)}"
+                 for k, v in value.items()]
+        return f"{{{inner}{(',' + inner).join(parts)}\n{'  ' * depth}}}"
+    parts = [_pretty(v, depth + 1) for v in value]
+    return f"[{inner}{(',' + inner).join(parts)}\n{'  ' * depth}]"
 
 
 def who(actor: str | None) -> str:
@@ -276,13 +338,39 @@ def slack_date(when: datetime, tokens: str) -> str:
     same words with UTC in place of each token (``expires 2026-12-05 at 18:39 UTC``), so
     the sentence around it reads the same either way."""
     when = (when if when.tzinfo else when.replace(tzinfo=UTC)).astimezone(UTC)
-    if _DATE_TOKENS.search(tokens):
-        fallback = _DATE_TOKENS.sub(
-            lambda m: when.strftime(_DATE_FORMATS.get(m.group(1), "%Y-%m-%d")), tokens)
-    else:
-        fallback = when.strftime(T.DATE_FALLBACK)
+    template = _fallback_template(tokens)
+    if template is None or when.year < 1000:  # (strftime's %Y is the platform's there)
+        fallback = _strftime_fallback(when, tokens)
+    else:  # what strftime writes for each token, without its per-call format parsing
+        fallback = template.format(
+            date=f"{when.year}-{when.month:02d}-{when.day:02d}",
+            time=f"{when.hour:02d}:{when.minute:02d} UTC",
+            time_secs=f"{when.hour:02d}:{when.minute:02d}:{when.second:02d} UTC")
     fallback = fallback.replace("|", "/").replace(">", "")
     return f"<!date^{int(when.timestamp())}^{tokens}|{fallback}>"
+
+
+def _strftime_fallback(when: datetime, tokens: str) -> str:
+    if _DATE_TOKENS.search(tokens):
+        return _DATE_TOKENS.sub(
+            lambda m: when.strftime(_DATE_FORMATS.get(m.group(1), "%Y-%m-%d")), tokens)
+    return when.strftime(T.DATE_FALLBACK)
+
+
+@functools.lru_cache(maxsize=64)
+def _fallback_template(tokens: str) -> str | None:
+    """``tokens`` as a ``str.format`` template of ``date``, ``time`` and ``time_secs`` (the
+    three things :data:`_DATE_FORMATS` writes); None when it has no token."""
+    if not _DATE_TOKENS.search(tokens):
+        return None
+    parts, last = [], 0
+    for m in _DATE_TOKENS.finditer(tokens):
+        parts.append(tokens[last:m.start()].replace("{", "{{").replace("}", "}}"))
+        name = m.group(1)
+        parts.append("{" + (name if name in _DATE_FORMATS else "date") + "}")
+        last = m.end()
+    parts.append(tokens[last:].replace("{", "{{").replace("}", "}}"))
+    return "".join(parts)
 
 
 def safe_url(url: str | None) -> str | None:
@@ -315,6 +403,32 @@ def header(text: str) -> HeaderBlock:
 
 def context(parts: Sequence[str]) -> ContextBlock:
     return ContextBlock(elements=[md(safe_cut(p, SECTION_MAX)) for p in parts[:10]])
+
+
+def section_dict(text: str) -> dict[str, Any]:
+    """``block_dict(section(text))``, the same dict, without making slack_sdk's models
+    first (eight Python calls a block, of which to_dict would have used none)."""
+    text = safe_cut(text, SECTION_MAX)
+    if 0 < len(text) <= SectionBlock.text_max_length:
+        return {"text": {"text": text, "type": "mrkdwn", "verbatim": True}, "type": "section"}
+    return block_dict(SectionBlock(text=md(text)))  # (empty: to_dict decides)
+
+
+def header_dict(text: str) -> dict[str, Any]:
+    """``block_dict(header(text))``, the same dict, without the models."""
+    text = cut_plain(text, HEADER_MAX)
+    if 0 < len(text) <= HeaderBlock.text_max_length:
+        return {"text": {"emoji": True, "text": text, "type": "plain_text"}, "type": "header"}
+    return block_dict(HeaderBlock(text=plain(text)))
+
+
+def context_dict(parts: Sequence[str]) -> dict[str, Any]:
+    """``block_dict(context(parts))``, the same dict, without the models."""
+    texts = [safe_cut(p, SECTION_MAX) for p in parts[:10]]
+    if texts and all(texts):
+        return {"elements": [{"text": t, "type": "mrkdwn", "verbatim": True} for t in texts],
+                "type": "context"}
+    return block_dict(ContextBlock(elements=[md(t) for t in texts]))
 
 
 def _text_dict(obj: object, limit: int) -> dict[str, Any] | None:
@@ -375,7 +489,25 @@ def within_text_budget(blocks: list[dict[str, Any]], budget: int) -> bool:
     (each character of a text is in it as itself, a two-character escape, a six-character
     ``\\uXXXX``, or, outside the BMP, two of those for two units), so the walk is left
     for blocks whose JSON is over ``budget``."""
-    return len(json.dumps(blocks)) <= budget or text_length(blocks) <= budget
+    return len(json_dumps(blocks)) <= budget or text_length(blocks) <= budget
+
+
+# json.dumps(value)'s encoder, made once (json.dumps makes one a call, in three Python
+# calls); without the check for cycles: a cycle recurses, and json.dumps then says so
+_ASCII = None if _C_ENCODER is None else _C_ENCODER(
+    None, json.JSONEncoder().default, json.encoder.encode_basestring_ascii, None, ": ", ", ",
+    False, False, True)
+
+
+def json_dumps(value: Any) -> str:
+    """``json.dumps(value)``, the same text (or what json.dumps raises), in one C call: the
+    length of a card's JSON, and the bodies the Slack session sends (``json_serialize``)."""
+    if _ASCII is not None:
+        try:
+            return "".join(_ASCII(value, 0))
+        except (TypeError, ValueError, RecursionError):
+            pass
+    return json.dumps(value)
 
 
 def text_length(value: Any) -> int:

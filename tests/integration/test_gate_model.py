@@ -1060,51 +1060,53 @@ class GateMachine(RuleBasedStateMachine):
         """Under a data key, every value of a sealed column is stored sealed under it, and
         the audit log (written in clear) holds each request's arguments masked by its
         sensitive paths: masking them again changes nothing."""
-        async with self.committed.connection() as conn:
-            # one statement for every sealed column of every table (after every step: on
-            # PostgreSQL each statement is a round trip; one a table was nine a step), and
-            # a column written in clear has nothing to check here. Every row is still read,
-            # by the database: which rows a step changed is not known cheaply (no column
-            # records it), so none is left out. What comes back is only the values not
-            # sealed under the key (the statement's test is exactly the one below, see
-            # _sealed_under), not every sealed value of every row (the ciphertexts were
-            # most of the bytes read and of the loop).
-            for column, value in await conn.execute(_not_sealed_under(key)):
-                assert is_sealed(value) and key_id(value) == key.id, \
-                    f"{column} holds a value in clear: {value[:80]}"
-            # The audit log: the entries past the last one checked in this schedule, each
-            # with its request's policy (one statement). Not weaker than reading the whole
-            # log again every step: entries are only appended (never rewritten) by the
-            # model's engines, and an entry checked once and edited after it would break the
-            # chain, which is verified after every step (_read_in, every new entry and the
-            # head held) and from its first entry at teardown (_verify_whole_chain).
-            # An entry naming an approval this read does not find is checked again each
-            # step until it does (an id that is no request's, a standing approval's, stays
-            # there: its entry had nothing to mask before either).
-            entries = [*self._sealed_waiting,
-                       *await conn.execute(_AUDIT_AFTER, {"seq": self._sealed_seq})]
-            missing = sorted({e[1] for e in entries if e[1] is not None and e[3] is None})
-            found = {r[0]: r[1] for r in await conn.execute(
-                select(_APPROVALS.c.id, _APPROVALS.c.policy)
-                .where(_APPROVALS.c.id.in_(missing)))} if missing else {}
-            self._sealed_waiting = []
-            for seq, approval_id, details, policy in entries:
-                self._sealed_seq = max(self._sealed_seq, seq)
-                assert not is_sealed(details), f"audit entry {seq} is sealed"
-                if approval_id is not None and policy is None:
-                    policy = found.get(approval_id)
-                    if policy is None:
-                        self._sealed_waiting.append((seq, approval_id, details, None))
-                        continue
-                hidden = sensitive_of_snapshot(policy) if policy is not None else ()
-                if not hidden:
+        await Rows(self.committed).on_a_connection(lambda conn: self._check_sealed_in(conn, key))
+
+    async def _check_sealed_in(self, conn: Any, key: DataKey) -> None:
+        # one statement for every sealed column of every table (after every step: on
+        # PostgreSQL each statement is a round trip; one a table was nine a step), and
+        # a column written in clear has nothing to check here. Every row is still read,
+        # by the database: which rows a step changed is not known cheaply (no column
+        # records it), so none is left out. What comes back is only the values not
+        # sealed under the key (the statement's test is exactly the one below, see
+        # _sealed_under), not every sealed value of every row (the ciphertexts were
+        # most of the bytes read and of the loop).
+        for column, value in await conn.execute(_not_sealed_under(key)):
+            assert is_sealed(value) and key_id(value) == key.id, \
+                f"{column} holds a value in clear: {value[:80]}"
+        # The audit log: the entries past the last one checked in this schedule, each
+        # with its request's policy (one statement). Not weaker than reading the whole
+        # log again every step: entries are only appended (never rewritten) by the
+        # model's engines, and an entry checked once and edited after it would break the
+        # chain, which is verified after every step (_read_in, every new entry and the
+        # head held) and from its first entry at teardown (_verify_whole_chain).
+        # An entry naming an approval this read does not find is checked again each
+        # step until it does (an id that is no request's, a standing approval's, stays
+        # there: its entry had nothing to mask before either).
+        entries = [*self._sealed_waiting,
+                   *await conn.execute(_AUDIT_AFTER, {"seq": self._sealed_seq})]
+        missing = sorted({e[1] for e in entries if e[1] is not None and e[3] is None})
+        found = {r[0]: r[1] for r in await conn.execute(
+            select(_APPROVALS.c.id, _APPROVALS.c.policy)
+            .where(_APPROVALS.c.id.in_(missing)))} if missing else {}
+        self._sealed_waiting = []
+        for seq, approval_id, details, policy in entries:
+            self._sealed_seq = max(self._sealed_seq, seq)
+            assert not is_sealed(details), f"audit entry {seq} is sealed"
+            if approval_id is not None and policy is None:
+                policy = found.get(approval_id)
+                if policy is None:
+                    self._sealed_waiting.append((seq, approval_id, details, None))
                     continue
-                recorded = json.loads(details)
-                for k in ("args", "edited_args", "previous_args", "original_args"):
-                    if k in recorded:
-                        assert mask_args(recorded[k], hidden) == recorded[k], \
-                            f"audit entry {seq} holds {k} unmasked: {recorded[k]}"
-                        event("audit entry with masked arguments")
+            hidden = sensitive_of_snapshot(policy) if policy is not None else ()
+            if not hidden:
+                continue
+            recorded = json.loads(details)
+            for k in ("args", "edited_args", "previous_args", "original_args"):
+                if k in recorded:
+                    assert mask_args(recorded[k], hidden) == recorded[k], \
+                        f"audit entry {seq} holds {k} unmasked: {recorded[k]}"
+                    event("audit entry with masked arguments")
 
     def _check_window_and_identity(self, seen: Seen) -> None:
         """Issue 46 items 5 and 7: every collected call (an agent's first attempt at it, a
@@ -1187,12 +1189,12 @@ class GateMachine(RuleBasedStateMachine):
         return self.ledger_path.exists() and key in self.ledger_path.read_text()
 
     async def _head(self) -> int:
-        async with self.committed.read() as tx:
-            return (await tx.audit.head())[0]
+        return (await Rows(self.committed).audit_head())[0]
 
     async def _entries_after(self, seq: int) -> list[Any]:
-        async with self.committed.read() as tx:
+        async def after(tx: Any) -> list[Any]:
             return [e async for e in tx.audit.iterate() if e.seq > seq]
+        return await Rows(self.committed).in_one_read(after)
 
     def _check(self, seen: Seen) -> None:
         lines, entries, asked = seen.lines, seen.entries, seen.asked

@@ -13,10 +13,9 @@ from approvald.runtime.runs.agent import Registry
 from approvald.runtime.runs.demo import DemoLedger, refund_agent
 from approvald.store.db import Database
 from approvald.store.models import Base
-from sqlalchemy import text
 
 from tests.conftest import SIGNER, TABLES, reset_pg
-from tests.helpers import START
+from tests.helpers import START, Rows
 
 
 async def test_the_reset_names_every_table_and_empties_them(pg_url: str | None,
@@ -26,16 +25,13 @@ async def test_the_reset_names_every_table_and_empties_them(pg_url: str | None,
 
         pytest.skip("PostgreSQL is not reachable (set APPROVALD_TEST_PG_URL)")
     db = Database(pg_url)
+    rows = Rows(db)
     try:
-        async with db.connection() as conn:
-            rows = await conn.execute(text(
-                "SELECT tablename FROM pg_tables WHERE schemaname = 'public'"))
-            # (a test may add a probe table of its own; the reset leaves it be)
-            assert set(TABLES) == set(Base.metadata.tables) <= {r[0] for r in rows}
-            await conn.execute(text(
-                "INSERT INTO policy_in_force (id, digest, source, loaded_at) "
-                "VALUES (1, 'd', 's', now())"))
-            await conn.commit()
+        names = await rows.select("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+        # (a test may add a probe table of its own; the reset leaves it be)
+        assert set(TABLES) == set(Base.metadata.tables) <= {r[0] for r in names}
+        await rows.execute("INSERT INTO policy_in_force (id, digest, source, loaded_at) "
+                           "VALUES (1, 'd', 's', now())")
         # rows that refer to others: a run waiting on an approval with a vote, its events,
         # thread, audit entries and outbox rows
         engine = assemble(db, Registry([refund_agent(DemoLedger(str(tmp_path / "l.jsonl")))]),
@@ -43,19 +39,15 @@ async def test_the_reset_names_every_table_and_empties_them(pg_url: str | None,
         run_id = await engine.start_run("demo-refund", "Refund order A-1",
                                         requested_by="U_DANA")
         await engine.advance(run_id)
-        async with db.read() as tx:
-            [approval] = await tx.approvals.for_run(run_id)
+        [approval] = await rows.in_one_read(lambda tx: tx.approvals.for_run(run_id))
         await engine.decide(approval.id, actor=Actor("U_ALICE", "slack"), verdict="approve")
-        async with db.connection() as conn:
-            filled = {t for t in TABLES if (await conn.execute(
-                text(f"SELECT count(*) FROM {t}"))).scalar()}
+        filled = {t for t in TABLES if await rows.count(t)}
         assert {"runs", "approvals", "approval_votes", "audit_log", "outbox"} <= filled
         await reset_pg(pg_url)
-        async with db.connection() as conn:
-            for table in TABLES:
-                count = (await conn.execute(text(f"SELECT count(*) FROM {table}"))).scalar()
-                assert count == 0, table
-            restarted = (await conn.execute(text("SELECT nextval('outbox_id_seq')"))).scalar()
-            assert restarted == 1
+        for table in TABLES:
+            count = await rows.count(table)
+            assert count == 0, table
+        [(restarted,)] = await rows.select("SELECT nextval('outbox_id_seq')")
+        assert restarted == 1
     finally:
         await db.close()

@@ -47,8 +47,7 @@ async def test_a_real_log_verifies(make_engine, db):
 
 
 async def _tamper_and_verify(db, change) -> str:
-    async with db.write() as tx:
-        await change(tx.conn)
+    await Rows(db).in_one_write(lambda tx: change(tx.conn))
     report = await audit.verify(db)
     assert not report.ok
     return report.problems[0]
@@ -154,14 +153,14 @@ async def _rewrite_everything(conn, *, actor: str, key: AuditKey | None) -> None
 async def test_without_the_key_a_rewritten_chain_does_not_verify(make_engine, db):
     await _history(make_engine(audit_key=KEY))
     assert (await audit.verify(db, keys=[KEY])).ok
-    async with db.write() as tx:  # the forger has the database, not the key
-        await _rewrite_everything(tx.conn, actor="U_MALLORY", key=None)
+    await Rows(db).in_one_write(  # the forger has the database, not the key
+        lambda tx: _rewrite_everything(tx.conn, actor="U_MALLORY", key=None))
     report = await audit.verify(db, keys=[KEY])
     assert not report.ok and report.problems[0].startswith("entry 1 ")
     assert "not keyed" in report.problems[0]
-    async with db.write() as tx:  # nor does a guessed key help
-        await _rewrite_everything(tx.conn, actor="U_MALLORY",
-                                  key=AuditKey("a-guessed-key-0123456789abcdef"))
+    await Rows(db).in_one_write(  # nor does a guessed key help
+        lambda tx: _rewrite_everything(tx.conn, actor="U_MALLORY",
+                                       key=AuditKey("a-guessed-key-0123456789abcdef")))
     report = await audit.verify(db, keys=[KEY])
     assert not report.ok and "was not given" in report.problems[0]
 
@@ -169,9 +168,7 @@ async def test_without_the_key_a_rewritten_chain_does_not_verify(make_engine, db
 async def test_a_keyed_entry_edited_with_its_own_mac_recomputed_is_caught(make_engine, db):
     await _history(make_engine(audit_key=KEY))
 
-    async with db.write() as tx:
-        await tx.conn.execute(update(AuditEntry).where(AuditEntry.seq == 3)
-                              .values(actor="U_MALLORY"))
+    await Rows(db).forge(AuditEntry, AuditEntry.seq == 3, actor="U_MALLORY")
     report = await audit.verify(db, keys=[KEY])
     assert len(report.problems) == 1
     assert report.problems[0].startswith("entry 3 (approved by U_MALLORY")
@@ -200,11 +197,13 @@ async def test_a_recorded_head_proves_nothing_was_cut_off_the_end(make_engine, d
     await _history(make_engine(audit_key=KEY))
     recorded = (await audit.verify(db, keys=[KEY])).head
     assert recorded[0] == 8 and len(recorded[1]) == 64
-    async with db.write() as tx:  # drop the denial and "fix" the head, as a forger would
+
+    async def cut_off(tx):  # drop the denial and "fix" the head, as a forger would
         third = (await tx.conn.execute(select(AuditEntry.hash).where(AuditEntry.seq == 3))
                  ).scalar_one()
         await tx.conn.execute(delete(AuditEntry).where(AuditEntry.seq >= 4))
         await tx.conn.execute(update(AuditHead).values(seq=3, hash=third))
+    await Rows(db).in_one_write(cut_off)
     # the chain alone cannot tell; the tables can: they hold a request it no longer does
     cut = await audit.verify(db, keys=[KEY])
     assert cut.problems and all(p.startswith("approval ") for p in cut.problems)
@@ -217,8 +216,8 @@ async def test_a_recorded_head_proves_nothing_was_cut_off_the_end(make_engine, d
 async def test_a_recorded_head_proves_the_history_before_it(make_engine, db):
     await _history(make_engine())  # unkeyed: anyone can recompute the chain...
     recorded = (await audit.verify(db)).head
-    async with db.write() as tx:
-        await _rewrite_everything(tx.conn, actor="U_MALLORY", key=None)
+    await Rows(db).in_one_write(
+        lambda tx: _rewrite_everything(tx.conn, actor="U_MALLORY", key=None))
     # ...and without a key the chain verifies: only the tables (which name the real
     # deciders) say otherwise, and a forger can rewrite those too
     forged = await audit.verify(db)
@@ -305,10 +304,9 @@ async def test_appends_of_one_entry_and_of_several_chain_alike(db, monkeypatch):
     now = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
     for k, n in enumerate((1, 3, 6, 1)):
         statements.clear()
-        async with db.write() as tx:
-            trail.record_many(tx, [audit.Entry(at=now, action="requested", actor="U_DANA",
-                                               via="cli", run_id=f"r{n}-{i}")
-                                   for i in range(n)])
+        await Rows(db).in_one_write(lambda tx, n=n: trail.record_many(tx, [
+            audit.Entry(at=now, action="requested", actor="U_DANA", via="cli",
+                        run_id=f"r{n}-{i}") for i in range(n)]))
         one = n <= 4 and db.dialect == "postgresql"
         if k == 0:  # the head read under its lock (made first: a new database), then
             # the rows and the head's move
@@ -319,9 +317,10 @@ async def test_appends_of_one_entry_and_of_several_chain_alike(db, monkeypatch):
     report = await audit.verify(db, keys=[KEY])
     assert report.ok, report.problems
     assert report.entries == 11
-    async with db.read() as tx:
-        seq, digest = await tx.audit.head()
-        last = [e async for e in tx.audit.iterate()][-1]
+
+    async def head_and_last(tx):
+        return await tx.audit.head(), [e async for e in tx.audit.iterate()][-1]
+    (seq, digest), last = await Rows(db).in_one_read(head_and_last)
     assert (seq, digest) == (11, last.hash)
 
 
@@ -335,13 +334,14 @@ async def test_a_head_moved_by_another_writer_is_read_before_chaining(db):
 
     async def append(trail: audit.AuditTrail, run_id: str, n: int = 2,
                      fail: bool = False) -> None:
+        def chain(tx):
+            trail.record_many(tx, [audit.Entry(at=now, action="requested",
+                                               actor="U_DANA", via="cli", run_id=run_id)
+                                   for _ in range(n)])
+            if fail:
+                tx.before_commit(_boom)
         try:
-            async with db.write() as tx:
-                trail.record_many(tx, [audit.Entry(at=now, action="requested",
-                                                   actor="U_DANA", via="cli", run_id=run_id)
-                                       for _ in range(n)])
-                if fail:
-                    tx.before_commit(_boom)
+            await Rows(db).in_one_write(chain)
         except RuntimeError:
             pass
 
@@ -353,8 +353,7 @@ async def test_a_head_moved_by_another_writer_is_read_before_chaining(db):
     await append(a, "a3", n=1)
     report = await audit.verify(db, keys=[KEY])
     assert report.ok, report.problems
-    async with db.read() as tx:
-        entries = await tx.audit.query()
+    entries = await Rows(db).audit()
     assert [e.seq for e in entries] == list(range(1, 14))
     assert [e.run_id for e in entries] == ["a1"] * 2 + ["b1"] * 2 + ["a2"] * 2 \
         + ["b2"] * 6 + ["a3"]
@@ -418,11 +417,10 @@ async def test_a_guess_that_misses_is_answered_with_the_head_and_chains_once_mor
         built.clear()
         # the second trail's entries are stamped earlier than the first's before them
         at = t0 + timedelta(minutes=0 if k % 2 else k)
-        async with db.write() as tx:
-            trails[k % 2].record_many(tx, [
-                audit.Entry(at=at + timedelta(seconds=i), action="requested",
-                            actor="U_DANA", via="cli", run_id=f"r{k}", details={"n": i})
-                for i in range(n)])
+        await Rows(db).in_one_write(lambda tx, k=k, n=n, at=at: trails[k % 2].record_many(tx, [
+            audit.Entry(at=at + timedelta(seconds=i), action="requested",
+                        actor="U_DANA", via="cli", run_id=f"r{k}", details={"n": i})
+            for i in range(n)]))
         run_ids += [f"r{k}"] * n
         assert built == list(range(n)), (k, built)  # each entry's text built once
         if k < 2:  # each trail's first chaining reads the head under its lock
@@ -434,8 +432,7 @@ async def test_a_guess_that_misses_is_answered_with_the_head_and_chains_once_mor
                               else ["UPDATE", "INSERT", "UPDATE"]), (k, n, statements)
     report = await audit.verify(db, keys=[KEY])
     assert report.ok, report.problems
-    async with db.read() as tx:
-        entries = await tx.audit.query()
+    entries = await Rows(db).audit()
     assert [e.seq for e in entries] == list(range(1, len(run_ids) + 1))
     assert [e.run_id for e in entries] == run_ids
     times = [e.at for e in entries]
@@ -454,11 +451,12 @@ async def test_a_guess_that_waited_for_the_head_answers_with_its_entry_time(db, 
     t0 = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
 
     async def append(trail: audit.AuditTrail, run_id: str, at: datetime, hold=None) -> None:
-        async with db.write() as tx:
+        def chain(tx):
             trail.record(tx, at=at, action="requested", actor="U_DANA", via="cli",
                          run_id=run_id)
             if hold is not None:
                 tx.before_commit(hold)  # after the chaining: the head's lock held
+        await Rows(db).in_one_write(chain)
 
     await append(a, "a1", t0)
     await append(b, "b1", t0)  # a's guess (entry 1) is stale from now on
@@ -485,8 +483,7 @@ async def test_a_guess_that_waited_for_the_head_answers_with_its_entry_time(db, 
     assert "lock_head" not in statements
     report = await audit.verify(db, keys=[KEY])
     assert report.ok, report.problems
-    async with db.read() as tx:
-        entries = await tx.audit.query()
+    entries = await Rows(db).audit()
     assert [e.run_id for e in entries] == ["a1", "b1", "b2", "a2"]
     assert entries[-1].at == t0 + timedelta(minutes=5)  # not t0: clamped to b2's
 
@@ -497,18 +494,16 @@ async def test_a_head_moved_before_it_carried_its_time_is_timed_by_its_entry(db)
     seq with its table: not any entry's time), so the entries chained after it are never
     stamped before it."""
     t0 = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
-    async with db.write() as tx:
-        audit.AuditTrail(KEY).record_many(tx, [
-            audit.Entry(at=t0 + timedelta(minutes=i), action="requested", actor="U_DANA",
-                        via="cli", run_id=f"r{i}") for i in range(3)])
+    await Rows(db).in_one_write(lambda tx: audit.AuditTrail(KEY).record_many(tx, [
+        audit.Entry(at=t0 + timedelta(minutes=i), action="requested", actor="U_DANA",
+                    via="cli", run_id=f"r{i}") for i in range(3)]))
     await Rows(db).execute("UPDATE audit_head SET at = NULL")
-    async with db.write() as tx:  # a new process: the head read under its lock
-        audit.AuditTrail(KEY).record(tx, at=t0, action="requested", actor="U_DANA",
-                                     via="cli", run_id="late")
+    await Rows(db).in_one_write(  # a new process: the head read under its lock
+        lambda tx: audit.AuditTrail(KEY).record(tx, at=t0, action="requested",
+                                                actor="U_DANA", via="cli", run_id="late"))
     report = await audit.verify(db, keys=[KEY])
     assert report.ok, report.problems
-    async with db.read() as tx:
-        entries = await tx.audit.query()
+    entries = await Rows(db).audit()
     assert [e.at for e in entries][-2:] == [t0 + timedelta(minutes=2)] * 2
 
 
@@ -533,9 +528,8 @@ async def test_chainings_of_one_process_at_once_follow_each_other(db, monkeypatc
     monkeypatch.setattr(AuditRepo, "lock_head", counted)
 
     async def append(run_id: str) -> None:
-        async with db.write() as tx:
-            trail.record(tx, at=now, action="requested", actor="U_DANA", via="cli",
-                         run_id=run_id)
+        await Rows(db).in_one_write(lambda tx: trail.record(
+            tx, at=now, action="requested", actor="U_DANA", via="cli", run_id=run_id))
 
     await append("first")  # the head read under its lock (made first: a new database)
     assert reads
@@ -553,7 +547,8 @@ async def test_a_long_record_is_read_in_keyset_pages_each_entry_once_in_order(ma
     or short."""
     await _history(make_engine())
     await _history(make_engine())
-    async with db.read() as tx:
+
+    async def paged(tx):
         head, _ = await tx.audit.head()
         every = [r async for r in tx.audit.iterate()]
         actions = tuple(sorted({r.action for r in every}))
@@ -566,6 +561,7 @@ async def test_a_long_record_is_read_in_keyset_pages_each_entry_once_in_order(ma
         pages = [page async for page in tx.audit.records(actions=actions, after=after,
                                                         upto=every[-2].seq, batch=2)]
         assert [int(r[0]) for p in pages for r in p] == [r.seq for r in every[3:-1]]
+    await Rows(db).in_one_read(paged)
 
 
 async def test_a_walk_of_the_log_asks_for_no_page_past_its_end(make_engine, db):
@@ -576,7 +572,8 @@ async def test_a_walk_of_the_log_asks_for_no_page_past_its_end(make_engine, db):
     from tests.helpers import through_sqlalchemy
 
     await _history(make_engine())
-    async with db.read() as tx:
+
+    async def walked(tx):
         with through_sqlalchemy(db, "audit_log") as seen:
             every = [r async for r in tx.audit.iterate()]
         assert len(every) == 8 and len(seen) == 1, seen
@@ -586,6 +583,7 @@ async def test_a_walk_of_the_log_asks_for_no_page_past_its_end(make_engine, db):
                 got = [r.seq async for r in tx.audit.iterate(batch=batch, upto=upto)]
             assert got == [r.seq for r in every if upto is None or r.seq <= upto]
             assert len(seen) == pages, (batch, upto, len(seen))
+    await Rows(db).in_one_read(walked)
 
 
 
@@ -598,7 +596,8 @@ async def test_the_tables_check_asks_for_no_page_past_the_last_request(make_engi
     from tests.helpers import through_sqlalchemy
 
     await _history(make_engine())
-    async with db.read() as tx:
+
+    async def compared(tx):
         facts = ChainFacts()
         async for e in tx.audit.iterate():
             facts.apply(e)
@@ -606,6 +605,7 @@ async def test_the_tables_check_asks_for_no_page_past_the_last_request(make_engi
             with through_sqlalchemy(db, "approvals") as seen:
                 assert await table_disagreements(tx, facts, batch=batch) == []
             assert len(seen) == pages, (batch, seen)
+    await Rows(db).in_one_read(compared)
 
 # One process's chainings at once (issue 50): each works out its rows as it arrives, chained
 # to the head the chaining before it is about to leave, so the turn the next one waits for
@@ -616,9 +616,8 @@ TURN_AT = datetime(2026, 12, 6, 9, 0, tzinfo=UTC)
 
 
 async def _append_one(db: Any, trail: audit.AuditTrail, run_id: str) -> None:
-    async with db.write() as tx:
-        trail.record(tx, at=TURN_AT, action="requested", actor="U_DANA", via="cli",
-                     run_id=run_id)
+    await Rows(db).in_one_write(lambda tx: trail.record(
+        tx, at=TURN_AT, action="requested", actor="U_DANA", via="cli", run_id=run_id))
 
 
 async def _until_true(check: Any, what: str) -> None:
@@ -707,5 +706,7 @@ async def test_a_chaining_after_one_that_failed_is_chained_to_the_head_it_left(
     report = await audit.verify(db, keys=[KEY])
     assert report.ok, report.problems
     assert report.entries == 2
-    async with db.read() as tx:
-        assert [r.run_id async for r in tx.audit.iterate()] == ["first", "b"]
+
+    async def run_ids(tx):
+        return [r.run_id async for r in tx.audit.iterate()]
+    assert await Rows(db).in_one_read(run_ids) == ["first", "b"]

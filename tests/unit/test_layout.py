@@ -172,10 +172,11 @@ def test_the_callers_module_lives_in_the_runtime() -> None:
 # the test modules that still open a transaction of their own (issue 47, item 6): the rest
 # read and forge rows through ``tests.helpers.Rows``; a new test does too, so this only
 # goes down as modules move over (92 before the reads through ``parts(E).db`` moved too,
-# 54 before the one-off reads and forged histories moved); those left test a transaction
-# itself (claims, locks, snapshots, cancelling, reconnecting, closing, migrating, the fast
-# path against SQLAlchemy) or are yet to move
-OWN_TRANSACTIONS = 14
+# 54 before the one-off reads and forged histories moved, 14 before the audit chain's
+# tests, the PostgreSQL reset's and the model-based test's moved); those left test a
+# transaction itself (claims, locks, snapshots, cancelling, reconnecting, round trips,
+# closing, migrating, isolation, the fast path against SQLAlchemy, the write lock's order)
+OWN_TRANSACTIONS = 11
 # the places outside tests/helpers.py that still take the database from the engine's parts
 # (``parts(E).db``): a part to spy on (opened_by_faces, crash_recording_after), a
 # collaborator built from it (Switches, a token made with its own audit trail), the fast
