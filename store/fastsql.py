@@ -82,13 +82,18 @@ class _Plan:
 def _parameters(slots: list[tuple[str, Any, Processor]]
                 ) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
     """``params -> tuple`` for a plan's slots, built once as one expression: the caller's
-    values through their processors, constants as they are (no loop, no list per call)."""
+    values through their processors (a processor's inline expression where it has one:
+    no call per value), constants as they are (no loop, no list per call)."""
     env: dict[str, Any] = {}
     items = []
     for i, (name, const, proc) in enumerate(slots):
         if const is not _CALLER:
             env[f"c{i}"] = const
             items.append(f"c{i}")
+            continue
+        inline = _inline(proc, i, f"x{i}", f"(x{i} := params[{name!r}])", env, bind=True)
+        if inline is not None:
+            items.append(inline)
         elif proc is not None:
             env[f"p{i}"] = proc
             items.append(f"p{i}(params[{name!r}])")
@@ -99,18 +104,22 @@ def _parameters(slots: list[tuple[str, Any, Processor]]
                 _build(env, "params", f"return ({', '.join(items)}{comma})"))
 
 
-def _rows(row: type[Row], procs: tuple[Processor, ...] | None
+def _rows(row: type[Row], procs: tuple[Processor, ...] | None, *, inline: bool = True
           ) -> Callable[[Sequence[Any]], list[Row]]:
     """``fetched -> rows`` for a plan's result columns, built once: only the columns
-    that have a processor are touched (a long read's rows: issue 51), None left as is."""
+    that have a processor are touched (a long read's rows: issue 51), None left as is,
+    each by its processor's inline expression where it has one (no call per value)."""
     if procs is None:
         return lambda fetched: list(map(row, fetched))
     env: dict[str, Any] = {"row": row, "_width": _checked_width}
     names = [f"v{i}" for i in range(len(procs))]
     values = []
     for i, p in enumerate(procs):
+        expr = _inline(p, i, f"v{i}", f"v{i}", env, bind=False) if inline else None
         if p is None:
             values.append(f"v{i}")
+        elif expr is not None:
+            values.append(f"(None if v{i} is None else {expr})")
         else:
             env[f"p{i}"] = p
             values.append(f"(None if v{i} is None else p{i}(v{i}))")
@@ -119,6 +128,40 @@ def _rows(row: type[Row], procs: tuple[Processor, ...] | None
             f"fetched]\n    except ValueError:\n        for r in fetched:\n"
             f"            _width(r, {len(procs)})\n        raise")
     return cast(Callable[[Sequence[Any]], list[Row]], _build(env, "fetched", body))
+
+
+def _inline(proc: Processor, i: int, var: str, first: str, env: dict[str, Any], *,
+            bind: bool) -> str | None:
+    """``proc``'s inline expression (``store/types.py``: :func:`~store.types.inlined`)
+    for slot or column ``i``, its value in ``var`` (``first``: where it is read first),
+    its names added to ``env``; None if it has none, or if the expression does not
+    answer its probes (and None, for a bound value) as ``proc`` itself does."""
+    spec = getattr(proc, "inline", None)
+    if spec is None:
+        return None
+    template: str = spec[0]
+    names, probes = spec[1], spec[2]
+    own = {k: f"_{k}_{i}" for k in names}
+    expr = template.format(v=var, p=f"p{i}", t=f"t{i}", first="\x00", **own)
+    scope = {f"p{i}": proc, **{own[k]: v for k, v in names.items()}}
+    # read as the plan reads it: a bound value where it is read first, a result's before
+    body = f"return {expr.replace(chr(0), f'({var} := arg)')}" if bind else \
+        f"{var} = arg\n    return {expr.replace(chr(0), var)}"
+    check = _build(dict(scope), "arg", body)
+    for probe in (*probes, None) if bind else probes:
+        try:
+            if not same(check(probe), cast(Callable[[Any], Any], proc)(probe)):
+                return None
+        except Exception:
+            return None
+    env.update(scope)
+    return expr.replace("\x00", first)
+
+
+def same(a: Any, b: Any) -> bool:
+    """The same value, of the same type, in the same time zone."""
+    return type(a) is type(b) and a == b and getattr(a, "tzinfo", None) == getattr(
+        b, "tzinfo", None)
 
 
 def _checked_width(r: Any, width: int) -> Any:
