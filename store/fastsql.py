@@ -34,6 +34,7 @@ import asyncio
 import contextlib
 import sqlite3
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from operator import itemgetter
 from typing import Any, TypeVar, cast
 
 from approvald.store import private_aiosqlite, private_sqlalchemy
@@ -303,37 +304,38 @@ class Row(tuple[Any, ...]):
             raise AttributeError(name) from None
 
 
-class Rows:
-    """The parts of SQLAlchemy's ``CursorResult`` the repositories use."""
+class Rows(tuple[list[Row], int]):
+    """The parts of SQLAlchemy's ``CursorResult`` the repositories use. A pair (its rows,
+    its rowcount), so that making one, once a statement, calls no Python (issue 50)."""
 
-    __slots__ = ("_rows", "rowcount")
+    __slots__ = ()
+    rowcount: int = cast(int, property(itemgetter(1)))  # read in C: no Python call
 
-    def __init__(self, rows: list[Row], rowcount: int) -> None:
-        self._rows = rows
-        self.rowcount = rowcount
-
-    def __iter__(self) -> Iterator[Row]:
-        return iter(self._rows)
+    def __iter__(self) -> Iterator[Row]:  # type: ignore[override]
+        return iter(self[0])
 
     def all(self) -> list[Row]:
-        return list(self._rows)
+        return list(self[0])
 
     def first(self) -> Row | None:
-        return self._rows[0] if self._rows else None
+        rows = self[0]
+        return rows[0] if rows else None
 
     def one(self) -> Row:
-        if len(self._rows) != 1:
+        rows = self[0]
+        if len(rows) != 1:
             raise sa_exc.NoResultFound("No row was found when one was required") \
-                if not self._rows else sa_exc.MultipleResultsFound("Multiple rows were found")
-        return self._rows[0]
+                if not rows else sa_exc.MultipleResultsFound("Multiple rows were found")
+        return rows[0]
 
     def scalar_one(self) -> Any:
         return self.one()[0]
 
     def scalar_one_or_none(self) -> Any:
-        if len(self._rows) > 1:
+        rows = self[0]
+        if len(rows) > 1:
             raise sa_exc.MultipleResultsFound("Multiple rows were found")
-        return self._rows[0][0] if self._rows else None
+        return rows[0][0] if rows else None
 
 
 SQLITE_BUSY = 5
@@ -374,7 +376,7 @@ async def on_driver_thread(raw: Any, sql: str, dialect: Dialect) -> None:
     lock or for the disk) on the driver connection's own thread, as SQLAlchemy would, with
     a driver error raised as SQLAlchemy's (``database is locked`` is then retryable)."""
     try:
-        await raw.execute(sql)  # aiosqlite's own call: one round trip to its thread
+        await private_aiosqlite.say(raw, sql)  # one round trip to its thread
     except sqlite3.Error as err:
         raise sa_exc.DBAPIError.instance(sql, (), err, sqlite3.Error,
                                          dialect=dialect) from err
@@ -386,7 +388,8 @@ class Conn:
     with the driver's connection alone and opens a SQLAlchemy connection only if a
     statement needs one (``open_conn``)."""
 
-    __slots__ = ("_adapted", "_conn", "_dialect", "_kept", "_open", "_pg", "_raw", "sent")
+    __slots__ = ("_adapted", "_conn", "_dialect", "_kept", "_open", "_pg", "_raw", "sent",
+                 "through")
 
     def __init__(self, dialect: Dialect | None, *, conn: AsyncConnection | None = None,
                  raw: Any = None, adapted: Any = None, kept: dict[str, Any] | None = None,
@@ -399,9 +402,13 @@ class Conn:
         self._kept = kept  # PostgreSQL: its prepared statements, kept by its lease
         self._open = open_conn
         self.sent = 0  # statements given to execute() (a write sent alone checks it)
+        # the SQLAlchemy connection was asked for (a statement went through it, maybe):
+        # else it cannot be in a transaction of its own (SQLite's write asks it only then)
+        self.through = False
 
     async def connection(self) -> AsyncConnection:
         """The SQLAlchemy connection, opened now if this read had none yet."""
+        self.through = True
         if self._conn is None:
             assert self._open is not None
             self._conn = await self._open()
@@ -415,8 +422,8 @@ class Conn:
             assert dialect is not None
             # one parameter set (a dict, as nearly always: no call to tell), or several
             many = params.__class__ is not dict and isinstance(params, list)
-            first: Any = (cast(list[Any], params)[0] if params else None) if many \
-                else params or _NONE
+            given: Any = params  # (a list when ``many``: no cast to call)
+            first: Any = (given[0] if given else None) if many else given or _NONE
             if first is not None:
                 key = (dialect.name, frozenset(first))
                 try:
@@ -445,7 +452,8 @@ class Conn:
                                 cur.close()
                         except sqlite3.Error as err:
                             raise _sqlite_error(plan, args, err, dialect) from err
-                        return Rows(plan.rows(fetched) if fetched else [], rowcount)
+                        return Rows((plan.rows(fetched) if fetched else [], rowcount))
+        self.through = True
         return await (self._conn or await self.connection()).execute(stmt, params)
 
     def _driver(self) -> Any:
@@ -490,7 +498,7 @@ class Conn:
             with contextlib.suppress(Exception):  # what is raised is the cancellation
                 await asyncio.shield(conn.invalidate())
             raise
-        return Rows(plan.rows(fetched) if fetched else [], rowcount)
+        return Rows((plan.rows(fetched) if fetched else [], rowcount))
 
     def _run_many(self, db: sqlite3.Connection, plan: _Plan, params: Any) -> Rows:
         args = [plan.parameters(p) for p in params]
@@ -504,7 +512,7 @@ class Conn:
         except sqlite3.Error as err:
             assert self._dialect is not None
             raise _sqlite_error(plan, args, err, self._dialect) from err
-        return Rows(plan.rows(fetched) if fetched else [], rowcount)
+        return Rows((plan.rows(fetched) if fetched else [], rowcount))
 
 
 def _sqlite_error(plan: _Plan, args: Any, err: sqlite3.Error, dialect: Dialect) -> Exception:

@@ -73,6 +73,17 @@ async def on_thread(conn: aiosqlite.Connection, fn: Callable[..., Any], *args: A
     return await cast(Any, conn)._execute(fn, *args)
 
 
+async def say(conn: Any, sql: str) -> None:
+    """``sql`` said on ``conn``'s own thread, its cursor closed there: one round trip, as
+    ``conn.execute(sql)`` makes, without the aiosqlite cursor and the awaitable context
+    made around it for a caller that reads nothing back (issue 50: every COMMIT)."""
+    await conn._execute(_say, sql, conn)  # (the statement first, as aiosqlite's execute)
+
+
+def _say(sql: str, conn: aiosqlite.Connection) -> None:  # (on the connection's thread)
+    conn._conn.execute(sql).close()
+
+
 def inline(conn: aiosqlite.Connection, sql: str) -> bool:
     """May this statement run on the event loop's thread, with no hop at all?
 
