@@ -52,11 +52,14 @@ _NONE: Mapping[str, Any] = {}  # no parameters (never changed)
 
 
 class _Plan:
-    __slots__ = ("parameters", "procs", "resolved", "row", "rows", "slots", "sql", "types")
+    __slots__ = ("parameters", "procs", "reads", "resolved", "row", "rows", "slots", "sql",
+                 "types")
 
     def __init__(self, sql: str, slots: list[tuple[str, Any, Processor]],
                  keys: tuple[str, ...], types: tuple[Any, ...]) -> None:
         self.sql = sql
+        # SQLite: runs on the loop's thread outside a transaction too (a WAL read)
+        self.reads = private_aiosqlite.reads(sql)
         self.slots = slots  # (parameter name, _CALLER or the processed constant, processor)
         # the caller's parameters in the driver's order, processed: one call (built once)
         self.parameters: Callable[[Mapping[str, Any]], tuple[Any, ...]] = _parameters(slots)
@@ -436,9 +439,10 @@ class Conn:
                     if not many:
                         return await self._run_pg(plan, first)
                 else:
-                    db = private_aiosqlite.inline_connection(self._raw or self._driver(),
-                                                             plan.sql)
-                    if db is not None:
+                    # may it run right here (private_aiosqlite.inline_connection, read
+                    # with what the plan knows of its SQL: no call)
+                    db = private_aiosqlite.connection_of(self._raw or self._driver())
+                    if db is not None and (db.in_transaction or plan.reads):
                         if many:
                             return self._run_many(db, plan, params)
                         # one statement, here rather than in a method: one call fewer

@@ -62,8 +62,8 @@ async def test_a_write_transaction_s_python_calls(db: Database) -> None:
     """One planned INSERT in a write transaction: what the store, its driver and
     SQLAlchemy call around it, exactly. On SQLite its COMMIT goes to the driver's thread
     as one function (no aiosqlite cursor, no awaitable context around it), SQLAlchemy is
-    not asked whether it holds a transaction it never began, and the statement's result
-    is made with no Python call."""
+    not asked whether it holds a transaction it never began, whether the statement may run
+    on the loop is read with no call, and its result is made with no Python call."""
     await _create(db, "r0")  # connections opened, plans made
     # (on PostgreSQL the store's own: asyncpg's protocol calls vary with the server's
     # replies)
@@ -76,14 +76,13 @@ async def test_a_write_transaction_s_python_calls(db: Database) -> None:
               "fastsql.py:Conn.execute": 1, "runs.py:RunsRepo.create": 1,
               "runs.py:as_inserted": 1, "runs.py:new_run": 1}
     if db.dialect == "sqlite":
-        want = {**common, "waiting.py:since": 1, "db.py:Database._tx": 1,
+        want = {**common, "db.py:Database._tx": 1,
                 "core.py:Connection._conn": 1, "core.py:Connection._execute": 1,
                 "core.py:set_result": 1, "db.py:WriteLock.acquire": 1,
                 "db.py:WriteLock.release": 1, "db.py:_SQLiteWrite.__aenter__": 1,
                 "db.py:_SQLiteWrite.__aexit__": 1, "db.py:_SQLiteWrite.__init__": 1,
                 "db.py:_SQLiteWrite._end": 1, "fastsql.py:begin_immediate": 1,
-                "fastsql.py:on_driver_thread": 1, "private_aiosqlite.py:inline_connection": 1,
-                "private_aiosqlite.py:say": 1, "private_aiosqlite.py:sqlite3_connection": 1,
+                "fastsql.py:on_driver_thread": 1, "private_aiosqlite.py:say": 1, "private_aiosqlite.py:sqlite3_connection": 1,
                 # (the run's Boolean column: SQLAlchemy's processor)
                 "sqltypes.py:Boolean._strict_as_bool": 1,
                 "sqltypes.py:Boolean.bind_processor.<locals>.process": 1}
@@ -166,6 +165,5 @@ async def test_a_resume_s_read_of_a_run_s_state_makes_its_records_only(db: Datab
                             "fastsql.py:Rows.__iter__": 1,
                             **({"fastsql.py:Conn._run_pg": 1,
                                 "private_sqlalchemy.py:execute": 1}
-                               if db.dialect == "postgresql" else
-                               {"private_aiosqlite.py:inline_connection": 1})}), \
+                               if db.dialect == "postgresql" else {})}), \
         repr(sorted(seen.items()))
