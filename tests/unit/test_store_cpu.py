@@ -167,3 +167,29 @@ async def test_a_resume_s_read_of_a_run_s_state_makes_its_records_only(db: Datab
                                 "private_sqlalchemy.py:execute": 1}
                                if db.dialect == "postgresql" else {})}), \
         repr(sorted(seen.items()))
+
+
+def test_who_waits_on_a_write_is_read_with_no_python_call() -> None:
+    """Every write asks :func:`store.waiting.since` (the context's own ``get``, called from
+    C); a block for someone who waits costs three calls, not a generator's five."""
+    from approvald.store import waiting
+
+    calls = Counter[str]()
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "call":
+            calls[frame.f_code.co_qualname] += 1
+
+    sys.setprofile(profile)
+    try:
+        outside = waiting.since()
+        with waiting.waiting(3.0):
+            inside = waiting.since()
+    finally:
+        sys.setprofile(None)
+    assert (outside, inside, waiting.since()) == (None, 3.0, None)
+    assert calls == Counter({"waiting.__init__": 1, "waiting.__enter__": 1,
+                             "waiting.__exit__": 1}), calls
+    with pytest.raises(KeyError), waiting.waiting(5.0):  # left as it was, whatever happens
+        raise KeyError
+    assert waiting.since() is None
