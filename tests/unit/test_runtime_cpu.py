@@ -56,17 +56,18 @@ async def test_a_resumed_run_reads_its_cancel_flag_and_passes_its_failpoints_in_
     """From the decision to the completed run: no failpoint function called (none is
     armed), and the checkpoints read the cancel flag they get back, not its ``__bool__``."""
     engine, _ = await paused_refund(db, tmp_path)
+    seen: Counter[str] = Counter()
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "call" and frame.f_code.co_name in ("failpoint", "__missing__",
+                                                          "__bool__"):
+            _calls(frame, seen)
+
     for i in range(2):  # the first: connections opened, statements built, plans made
         paused = await engine.run("demo-refund", f"Refund order A-100{i}, customer was "
                                   "double charged", requested_by="U_DANA")
         approval = await engine.approval(paused.approval_ids[0])  # type: ignore[attr-defined]
-        seen: Counter[str] = Counter()
-
-        def profile(frame: Any, event: str, arg: Any) -> None:
-            if event == "call" and frame.f_code.co_name in ("failpoint", "__missing__",
-                                                              "__bool__"):
-                _calls(frame, seen)
-
+        seen.clear()
         sys.setprofile(profile)
         try:
             await engine.decide(approval.id, actor=Actor("U_ALICE", "slack"),

@@ -82,7 +82,8 @@ async def test_a_write_transaction_s_python_calls(db: Database) -> None:
                 "db.py:WriteLock.release": 1, "db.py:_SQLiteWrite.__aenter__": 1,
                 "db.py:_SQLiteWrite.__aexit__": 1, "db.py:_SQLiteWrite.__init__": 1,
                 "db.py:_SQLiteWrite._end": 1, "fastsql.py:begin_immediate": 1,
-                "fastsql.py:on_driver_thread": 1, "private_aiosqlite.py:say": 1, "private_aiosqlite.py:sqlite3_connection": 1,
+                "fastsql.py:on_driver_thread": 1, "private_aiosqlite.py:say": 1,
+                "private_aiosqlite.py:sqlite3_connection": 1,
                 # (the run's Boolean column: SQLAlchemy's processor)
                 "sqltypes.py:Boolean._strict_as_bool": 1,
                 "sqltypes.py:Boolean.bind_processor.<locals>.process": 1}
