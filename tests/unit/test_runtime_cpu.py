@@ -77,3 +77,50 @@ async def test_a_resumed_run_reads_its_cancel_flag_and_passes_its_failpoints_in_
             sys.setprofile(None)
         assert isinstance(outcome, Completed)
     assert seen == Counter(), seen
+
+
+def _counted(work: Any) -> Counter[str]:
+    seen: Counter[str] = Counter()
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "call":
+            _calls(frame, seen)
+
+    sys.setprofile(profile)
+    try:
+        work()
+    finally:
+        sys.setprofile(None)
+    return seen
+
+
+def test_the_blocks_around_a_decision_and_a_run_s_steps_cost_a_call_each_way() -> None:
+    """The tracer that records nothing (``serve`` without OTEL_*) opens a span and a run's
+    steps with a shared block; a write's wait is the store's block itself: entered and
+    left with a call each way, not a generator's five calls."""
+    import pytest
+    from approvald.runtime.kernel.urgency import Urgency
+    from approvald.runtime.record.tracing import Span, Steps, Tracer
+    from approvald.store import waiting
+
+    tracer, urgency, got = Tracer(), Urgency(), []
+
+    def blocks() -> None:
+        with tracer.span("approval.decision", approval_id="a") as span:
+            got.append(span)
+        with tracer.steps("r") as steps:
+            got.append(steps)
+        with urgency.waits(2.0):
+            got.append(waiting.since())
+
+    assert _counted(blocks) - Counter({
+        "test_runtime_cpu.py:test_the_blocks_around_a_decision_and_a_run_s_steps_cost_a_call_"
+        "each_way.<locals>.blocks": 1}) == Counter({
+        "tracing.py:Tracer.span": 1, "tracing.py:Tracer.steps": 1,
+        "tracing.py:_Holding.__enter__": 2, "tracing.py:_Holding.__exit__": 2,
+        "waiting.py:waiting.__init__": 1, "waiting.py:waiting.__enter__": 1,
+        "waiting.py:waiting.__exit__": 1})
+    assert type(got[0]) is Span and type(got[1]) is Steps and got[2] == 2.0
+    with pytest.raises(KeyError), tracer.span("x"), tracer.steps("r"):  # let through
+        raise KeyError
+    assert waiting.since() is None
