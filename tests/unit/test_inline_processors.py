@@ -6,7 +6,6 @@ dialects; an expression that does not answer as its processor does is not used."
 from __future__ import annotations
 
 import random
-import sys
 from collections import Counter
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
@@ -17,6 +16,9 @@ from approvald.store.types import SealedText, UTCDateTime
 from sqlalchemy import Column, MetaData, Table, Text, insert, select
 from sqlalchemy.dialects.postgresql.asyncpg import dialect as pg_dialect
 from sqlalchemy.dialects.sqlite.aiosqlite import dialect as sqlite_dialect
+
+from tests.unit import test_planned_types as planned_types
+from tests.unit.test_store_cpu import called
 
 DIALECTS = pytest.mark.parametrize("dialect", [sqlite_dialect(), pg_dialect()],
                                    ids=["sqlite", "postgres"])
@@ -39,15 +41,11 @@ ODD_TEXTS = ["2026-01-02 03:04:05+05:30", "2026-01-02T03:04:05Z", "2026-01-02", 
              17, b"2026-01-02 03:04:05"]
 
 
-class Codec:
-    def seal(self, text: str, column: str) -> str:
-        return f"sealed:{column}:{text[::-1]}"
+class Codec(planned_types.Codec):
+    sealed_prefix = "sealed:"  # it gives back as it is every other text
 
-    def open(self, text: str, column: str) -> str:
-        head = f"sealed:{column}:"
-        return text[len(head):][::-1] if text.startswith(head) else text
 
-    sealed_prefix = "sealed:"
+PLAN = "fastsql.py (a plan):_f"
 
 
 @pytest.fixture(params=[None, Codec()], ids=["no codec", "codec"])
@@ -109,36 +107,22 @@ def test_a_plan_binds_and_reads_what_the_processors_make(dialect: Any, codec: An
             get.rows([("a", None, None)])
 
 
-def _calls_during(fn: Any, *args: Any) -> Counter[str]:
-    seen: Counter[str] = Counter()
-
-    def profile(frame: Any, event: str, arg: Any) -> None:
-        if event == "call":
-            seen[frame.f_code.co_name] += 1
-
-    sys.setprofile(profile)
-    try:
-        fn(*args)
-    finally:
-        sys.setprofile(None)
-    return seen
-
-
 @DIALECTS
 def test_a_plan_makes_no_python_call_per_value(dialect: Any, codec: Any) -> None:
     put, get = _plans(dialect)
     params = {"id": "r", "at": TIMES[0], "args": "{}", "details": "{}"}
-    calls = _calls_during(put.parameters, params)
+    calls = called(lambda: put.parameters(params))
     # the codec's own seal of the sealed column, if there is a codec: nothing else
-    assert calls == Counter({"_f": 1, **({"seal": 1} if codec is not None else {})}), calls
+    assert calls == Counter({
+        PLAN: 1, **({"test_planned_types.py:Codec.seal": 1} if codec is not None else {})}), calls
     stored = put.parameters(params)
     if dialect.name == "postgresql":  # asyncpg hands back a time, not its text
         stored = (stored[0], TIMES[0], *stored[2:])
     rows = [stored] * 5
-    calls = _calls_during(get.rows, rows)
+    calls = called(lambda: get.rows(rows))
     # the rows made: the codec opens what it sealed, nothing else is called
-    opened = {"open": 5} if codec is not None else {}
-    assert calls == Counter({"_f": 1, "<listcomp>": 1, **opened}), calls
+    opened = {"test_planned_types.py:Codec.open": 5} if codec is not None else {}
+    assert calls == Counter({PLAN: 1, f"{PLAN}.<locals>.<listcomp>": 1, **opened}), calls
 
 
 def test_a_time_s_text_is_read_as_the_processor_reads_it() -> None:

@@ -16,6 +16,7 @@ from approvald.store.db import Database
 
 from tests.unit.test_click_statements import paused_refund
 from tests.unit.test_decisions import card_token
+from tests.unit.test_store_cpu import called
 
 
 def _calls(frame: Any, seen: Counter[str]) -> None:  # (as ``file:function``)
@@ -24,18 +25,11 @@ def _calls(frame: Any, seen: Counter[str]) -> None:  # (as ``file:function``)
 
 
 def test_a_point_not_armed_is_passed_with_no_python_call() -> None:
-    seen: Counter[str] = Counter()
-
-    def profile(frame: Any, event: str, arg: Any) -> None:
-        if event == "call":
-            _calls(frame, seen)
-
-    sys.setprofile(profile)
-    try:
+    def passes() -> None:
         for name in failpoints.KNOWN:
             failpoints.failpoint(name)
-    finally:
-        sys.setprofile(None)
+
+    seen = called(passes)
     assert seen == Counter(), seen
     hit: list[str] = []
     try:  # armed: counted, and acted on at the armed hit, as before
@@ -79,21 +73,6 @@ async def test_a_resumed_run_reads_its_cancel_flag_and_passes_its_failpoints_in_
     assert seen == Counter(), seen
 
 
-def _counted(work: Any) -> Counter[str]:
-    seen: Counter[str] = Counter()
-
-    def profile(frame: Any, event: str, arg: Any) -> None:
-        if event == "call":
-            _calls(frame, seen)
-
-    sys.setprofile(profile)
-    try:
-        work()
-    finally:
-        sys.setprofile(None)
-    return seen
-
-
 def test_the_blocks_around_a_decision_and_a_run_s_steps_cost_a_call_each_way() -> None:
     """The tracer that records nothing (``serve`` without OTEL_*) opens a span and a run's
     steps with a shared block; a write's wait is the store's block itself: entered and
@@ -113,9 +92,7 @@ def test_the_blocks_around_a_decision_and_a_run_s_steps_cost_a_call_each_way() -
         with urgency.waits(2.0):
             got.append(waiting.since())
 
-    assert _counted(blocks) - Counter({
-        "test_runtime_cpu.py:test_the_blocks_around_a_decision_and_a_run_s_steps_cost_a_call_"
-        "each_way.<locals>.blocks": 1}) == Counter({
+    assert called(blocks) == Counter({
         "tracing.py:Tracer.span": 1, "tracing.py:Tracer.steps": 1,
         "tracing.py:_Holding.__enter__": 2, "tracing.py:_Holding.__exit__": 2,
         "waiting.py:waiting.__init__": 1, "waiting.py:waiting.__enter__": 1,

@@ -52,6 +52,25 @@ class Calls:
         return self.seen
 
 
+def called(work: Callable[[], Any]) -> Counter[str]:
+    """The Python functions ``work()`` calls on this thread, as ``file:qualified name``
+    (``work`` itself left out)."""
+    seen: Counter[str] = Counter()
+    own = getattr(work, "__code__", None)
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "call" and frame.f_code is not own:
+            code = frame.f_code
+            seen[f"{code.co_filename.rsplit('/', 1)[-1]}:{code.co_qualname}"] += 1
+
+    sys.setprofile(profile)
+    try:
+        work()
+    finally:
+        sys.setprofile(None)
+    return seen
+
+
 async def _create(db: Database, run_id: str) -> None:
     await Rows(db).in_one_write(lambda tx: tx.runs.create(
         run_id=run_id, agent="a", task="t", requested_by="U", instructions_version="v",
@@ -118,36 +137,16 @@ def test_a_planned_result_answers_as_before() -> None:
                          (two.scalar_one_or_none, sa_exc.MultipleResultsFound)):
         with pytest.raises(error):
             fails()
-    seen: list[str] = []
-
-    def profile(frame: Any, event: str, arg: Any) -> None:
-        if event == "call":
-            seen.append(frame.f_code.co_qualname)
-
-    sys.setprofile(profile)
-    try:
-        made = fastsql.Rows(([], 3))
-        count = made.rowcount
-    finally:
-        sys.setprofile(None)
-    assert (seen, count) == ([], 3)
+    made: list[Any] = []
+    assert called(lambda: made.append(fastsql.Rows(([], 3)).rowcount)) == Counter()
+    assert made == [3]
 
 
 def test_the_system_clock_is_read_with_no_python_call() -> None:
     clock = SystemClock()
-    seen: list[str] = []
-
-    def profile(frame: Any, event: str, arg: Any) -> None:
-        if event == "call":
-            seen.append(frame.f_code.co_qualname)
-
-    before = datetime.now(UTC)
-    sys.setprofile(profile)
-    try:
-        now = clock.now()
-    finally:
-        sys.setprofile(None)
-    assert seen == [] and now.tzinfo is UTC and before <= now <= datetime.now(UTC)
+    before, got = datetime.now(UTC), []
+    assert called(lambda: got.append(clock.now())) == Counter()
+    assert got[0].tzinfo is UTC and before <= got[0] <= datetime.now(UTC)
 
 
 async def test_a_resume_s_read_of_a_run_s_state_makes_its_records_only(db: Database) -> None:
@@ -175,22 +174,17 @@ def test_who_waits_on_a_write_is_read_with_no_python_call() -> None:
     C); a block for someone who waits costs three calls, not a generator's five."""
     from approvald.store import waiting
 
-    calls = Counter[str]()
+    got: list[float | None] = []
 
-    def profile(frame: Any, event: str, arg: Any) -> None:
-        if event == "call":
-            calls[frame.f_code.co_qualname] += 1
-
-    sys.setprofile(profile)
-    try:
-        outside = waiting.since()
+    def block() -> None:
+        got.append(waiting.since())
         with waiting.waiting(3.0):
-            inside = waiting.since()
-    finally:
-        sys.setprofile(None)
-    assert (outside, inside, waiting.since()) == (None, 3.0, None)
-    assert calls == Counter({"waiting.__init__": 1, "waiting.__enter__": 1,
-                             "waiting.__exit__": 1}), calls
+            got.append(waiting.since())
+
+    calls = called(block)
+    assert [*got, waiting.since()] == [None, 3.0, None]
+    assert calls == Counter({"waiting.py:waiting.__init__": 1, "waiting.py:waiting.__enter__": 1,
+                             "waiting.py:waiting.__exit__": 1}), calls
     with pytest.raises(KeyError), waiting.waiting(5.0):  # left as it was, whatever happens
         raise KeyError
     assert waiting.since() is None
