@@ -236,6 +236,8 @@ def breakdown(one: dict[str, Any], three: dict[str, Any], runs: int, rows: int) 
             out: collections.Counter[str] = collections.Counter()
             for key, n in where.items():
                 place, _, sql = key.partition("\t")
+                if sql == sql_count.AUTOCOMMIT:  # a mark beside a write, not a statement
+                    continue
                 first = sql.split()[0].rstrip(";").upper() if sql.split() else "?"
                 out[f"{place} [{first}]" if kind else place] += n
             return dict(out)

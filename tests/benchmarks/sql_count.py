@@ -20,7 +20,9 @@ With ``BENCH_SQL_WHERE=1`` each statement is also counted by where it came from
 (:func:`origin`: the store function that sent it and the first function of ``runtime``
 or ``bot`` above it), written to ``<dir>/<pid>.where.json`` beside the counts and read
 with :func:`snapshot_where`: which part of ``serve`` a statement more is owed to (a walk
-up the stack per statement: for a breakdown, not for timings).
+up the stack per statement: for a breakdown, not for timings); a statement sent under
+a run's step checkpoint is marked so (:data:`STEP`, :func:`of_steps`), and a write sent
+alone in autocommit is counted by origin too, under :data:`AUTOCOMMIT`.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ _WHERE: collections.Counter[str] = collections.Counter()  # "origin\tsql" (BENCH
 _ROOT = str(Path(__file__).resolve().parents[2]) + os.sep  # the checkout approvald runs from
 _OWN = tuple(_ROOT + part + os.sep for part in ("runtime", "bot"))
 _STORE = _ROOT + "store" + os.sep
+_RUNNER = _ROOT + os.path.join("runtime", "runs", "runner.py")
+STEP = "[a run's step]"  # the mark :func:`origin` adds under a step's checkpoint
 
 
 def install(directory: str, *, sqlite: bool = False) -> None:
@@ -81,7 +85,18 @@ def origin(depth: int = 2) -> str:
             own = f"{name[len(_ROOT):]}:{f.f_code.co_name}"
             break
         f = f.f_back
+    while f is not None:  # sent by a run's step checkpoint, further up?
+        if f.f_code.co_name == "_checkpoint" and f.f_code.co_filename == _RUNNER:
+            return f"{store or '?'} < {own or '?'} {STEP}"
+        f = f.f_back
     return f"{store or '?'} < {own or '?'}"
+
+
+def of_steps(origin_and_sql: str) -> bool:
+    """Whether a :func:`snapshot_where` key was sent by a run's step checkpoint (the
+    runner's ``_checkpoint``: a step's events, the results in it, their audit entries),
+    as opposed to the decision, the resume, the call's intent and the card's redraw."""
+    return origin_and_sql.split("\t", 1)[0].endswith(STEP)
 
 
 # not a statement: the count of writes sent outside a transaction, kept beside them
@@ -121,10 +136,13 @@ def _install_asyncpg(where: bool = False) -> None:
         async def call(self: Any, *args: Any, **kwargs: Any) -> Any:
             sql = sql_of(self, args)
             _COUNTS[sql] += 1
+            here = origin() if where else ""
             if where:
-                _WHERE[f"{origin()}\t{sql}"] += 1
+                _WHERE[f"{here}\t{sql}"] += 1
             if _WRITE.search(sql) and not conn_of(self).is_in_transaction():
                 _COUNTS[AUTOCOMMIT] += 1  # a transaction of its own, with no BEGIN
+                if where:
+                    _WHERE[f"{here}\t{AUTOCOMMIT}"] += 1
             return await original(self, *args, **kwargs)
 
         setattr(cls, name, call)

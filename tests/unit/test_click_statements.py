@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 from pathlib import Path
+from typing import Any
 
 from approvald.runtime.approvals.decide import Actor
 from approvald.runtime.engine import Engine, assemble
@@ -18,9 +19,9 @@ from approvald.runtime.runs.demo import REFUND_POLICY, DemoLedger, refund_agent
 from approvald.store.db import Database
 
 from tests.conftest import SIGNER
-from tests.helpers import through_sqlalchemy
+from tests.helpers import parts, through_sqlalchemy
 from tests.unit.test_decisions import card_token
-from tests.unit.test_intake_statements import statements  # noqa: F401  (a fixture)
+from tests.unit.test_intake_statements import Statements, statements  # noqa: F401  (a fixture)
 
 
 async def test_an_approval_to_its_completed_run(db: Database, tmp_path: Path,
@@ -62,6 +63,65 @@ async def test_an_approval_to_its_completed_run(db: Database, tmp_path: Path,
         "INSERT outbox": 1,
         **_lines(db.dialect)}), dict(kinds)
     assert (await verify(db)).ok
+
+
+class _WatchedLedger(DemoLedger):
+    """The demo's ledger, noting the statements sent so far when the refund starts (it
+    asks for the order's update first thing)."""
+
+    def __init__(self, path: str, sent: Statements) -> None:
+        super().__init__(path)
+        self.statements = sent
+        self.at_start: list[int] = []
+
+    def order_update(self, order_id: str, run_id: str) -> dict[str, Any] | None:
+        self.at_start.append(len(self.statements.sent))
+        return super().order_update(order_id, run_id)
+
+
+async def test_an_approvals_own_path_is_two_commits_to_its_tool_start_and_one_read_for_its_card(
+        db: Database, tmp_path: Path, statements: Statements) -> None:  # noqa: F811
+    """Issue 50's targets are set on "click to tool start to card updated": the decision
+    (one commit), the run's resume (one read), the call's intent (one commit) before the
+    tool starts, then the card's redraw (one read). What the run does after its call (the
+    result's step, the model's last reply) is the agent's, counted by the test above."""
+    ledger = _WatchedLedger(str(tmp_path / "ledger.json"), statements)
+    engine = assemble(db, Registry([refund_agent(ledger, approval=REFUND_POLICY)]),
+                      signer=SIGNER)
+    taken: list[tuple[str, str]] = []  # the decided runs, leased to this process's worker
+    parts(engine).signals.take_decided(lambda run_id, claim: taken.append((run_id, claim)))
+    for i in range(2):  # the first: connections opened, plans made
+        paused = await engine.run("demo-refund", f"Refund order A-100{i}, customer was "
+                                  "double charged", requested_by="U_DANA")
+        assert isinstance(paused, Paused)
+        approval = await engine.approval(paused.approval_ids[0])
+        first = len(statements.sent)
+        await engine.decide(approval.id, actor=Actor("U_ALICE", "slack"), verdict="approve",
+                            token=card_token(approval))
+        run_id, claim = taken.pop()  # as serve's worker takes it: no lease of its own
+        assert isinstance(await parts(engine).runner.advance(run_id, claim=claim), Completed)
+        to_start = statements.sent[first:ledger.at_start[-1]]
+        redraw = len(statements.sent)
+        assert await engine.views.card(approval.id) is not None
+        card = statements.sent[redraw:]
+    commits = [sql for sql in to_start if sql.split()[0].rstrip(";") == "COMMIT"]
+    if db.dialect == "postgresql":
+        # the decision: BEGIN, the locking read, the vote and its consequences, the
+        # audit entry, COMMIT; the resume's read; the intent, alone in autocommit
+        assert len(to_start) == 7, to_start
+        assert len(commits) == 1 and _first_words(to_start)[-1] == "WITH", to_start
+    else:
+        # SQLite: no data-modifying CTE, so more, smaller statements; each write a
+        # BEGIN IMMEDIATE ... COMMIT: the decision's nine (the locking read, the vote,
+        # the transition, the card's row, the run woken, the audit head and entry), the
+        # resume's read, the intent's four (the lease renewed, the intent row)
+        assert len(commits) == 2, to_start
+        assert len(to_start) == 9 + 1 + 4, to_start
+    assert len(card) == 1 and card[0].startswith("SELECT"), card
+
+
+def _first_words(sent: list[str]) -> list[str]:
+    return [sql.split()[0].rstrip(";").upper() for sql in sent]
 
 
 def _lines(dialect: str) -> dict[str, int]:
