@@ -519,7 +519,7 @@ class _SQLiteWrite:
             writer, sync, raw = self._parts
             try:
                 await self._tx.prepare_commit()
-                if sync.in_transaction():
+                if self._tx.conn.through and sync.in_transaction():
                     await writer.commit()
                 else:
                     assert self._db._plans is not None

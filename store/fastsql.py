@@ -34,6 +34,7 @@ import asyncio
 import contextlib
 import sqlite3
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from operator import itemgetter
 from typing import Any, TypeVar, cast
 
 from approvald.store import private_aiosqlite, private_sqlalchemy
@@ -51,11 +52,14 @@ _NONE: Mapping[str, Any] = {}  # no parameters (never changed)
 
 
 class _Plan:
-    __slots__ = ("parameters", "procs", "resolved", "row", "rows", "slots", "sql", "types")
+    __slots__ = ("parameters", "procs", "reads", "resolved", "row", "rows", "slots", "sql",
+                 "types")
 
     def __init__(self, sql: str, slots: list[tuple[str, Any, Processor]],
                  keys: tuple[str, ...], types: tuple[Any, ...]) -> None:
         self.sql = sql
+        # SQLite: runs on the loop's thread outside a transaction too (a WAL read)
+        self.reads = private_aiosqlite.reads(sql)
         self.slots = slots  # (parameter name, _CALLER or the processed constant, processor)
         # the caller's parameters in the driver's order, processed: one call (built once)
         self.parameters: Callable[[Mapping[str, Any]], tuple[Any, ...]] = _parameters(slots)
@@ -82,13 +86,18 @@ class _Plan:
 def _parameters(slots: list[tuple[str, Any, Processor]]
                 ) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
     """``params -> tuple`` for a plan's slots, built once as one expression: the caller's
-    values through their processors, constants as they are (no loop, no list per call)."""
+    values through their processors (a processor's inline expression where it has one:
+    no call per value), constants as they are (no loop, no list per call)."""
     env: dict[str, Any] = {}
     items = []
     for i, (name, const, proc) in enumerate(slots):
         if const is not _CALLER:
             env[f"c{i}"] = const
             items.append(f"c{i}")
+            continue
+        inline = _inline(proc, i, f"x{i}", f"(x{i} := params[{name!r}])", env, bind=True)
+        if inline is not None:
+            items.append(inline)
         elif proc is not None:
             env[f"p{i}"] = proc
             items.append(f"p{i}(params[{name!r}])")
@@ -99,18 +108,22 @@ def _parameters(slots: list[tuple[str, Any, Processor]]
                 _build(env, "params", f"return ({', '.join(items)}{comma})"))
 
 
-def _rows(row: type[Row], procs: tuple[Processor, ...] | None
+def _rows(row: type[Row], procs: tuple[Processor, ...] | None, *, inline: bool = True
           ) -> Callable[[Sequence[Any]], list[Row]]:
     """``fetched -> rows`` for a plan's result columns, built once: only the columns
-    that have a processor are touched (a long read's rows: issue 51), None left as is."""
+    that have a processor are touched (a long read's rows: issue 51), None left as is,
+    each by its processor's inline expression where it has one (no call per value)."""
     if procs is None:
         return lambda fetched: list(map(row, fetched))
     env: dict[str, Any] = {"row": row, "_width": _checked_width}
     names = [f"v{i}" for i in range(len(procs))]
     values = []
     for i, p in enumerate(procs):
+        expr = _inline(p, i, f"v{i}", f"v{i}", env, bind=False) if inline else None
         if p is None:
             values.append(f"v{i}")
+        elif expr is not None:
+            values.append(f"(None if v{i} is None else {expr})")
         else:
             env[f"p{i}"] = p
             values.append(f"(None if v{i} is None else p{i}(v{i}))")
@@ -119,6 +132,40 @@ def _rows(row: type[Row], procs: tuple[Processor, ...] | None
             f"fetched]\n    except ValueError:\n        for r in fetched:\n"
             f"            _width(r, {len(procs)})\n        raise")
     return cast(Callable[[Sequence[Any]], list[Row]], _build(env, "fetched", body))
+
+
+def _inline(proc: Processor, i: int, var: str, first: str, env: dict[str, Any], *,
+            bind: bool) -> str | None:
+    """``proc``'s inline expression (``store/types.py``: :func:`~store.types.inlined`)
+    for slot or column ``i``, its value in ``var`` (``first``: where it is read first),
+    its names added to ``env``; None if it has none, or if the expression does not
+    answer its probes (and None, for a bound value) as ``proc`` itself does."""
+    spec = getattr(proc, "inline", None)
+    if spec is None:
+        return None
+    template: str = spec[0]
+    names, probes = spec[1], spec[2]
+    own = {k: f"_{k}_{i}" for k in names}
+    expr = template.format(v=var, p=f"p{i}", t=f"t{i}", first="\x00", **own)
+    scope = {f"p{i}": proc, **{own[k]: v for k, v in names.items()}}
+    # read as the plan reads it: a bound value where it is read first, a result's before
+    body = f"return {expr.replace(chr(0), f'({var} := arg)')}" if bind else \
+        f"{var} = arg\n    return {expr.replace(chr(0), var)}"
+    check = _build(dict(scope), "arg", body)
+    for probe in (*probes, None) if bind else probes:
+        try:
+            if not same(check(probe), cast(Callable[[Any], Any], proc)(probe)):
+                return None
+        except Exception:
+            return None
+    env.update(scope)
+    return expr.replace("\x00", first)
+
+
+def same(a: Any, b: Any) -> bool:
+    """The same value, of the same type, in the same time zone."""
+    return type(a) is type(b) and a == b and getattr(a, "tzinfo", None) == getattr(
+        b, "tzinfo", None)
 
 
 def _checked_width(r: Any, width: int) -> Any:
@@ -260,37 +307,38 @@ class Row(tuple[Any, ...]):
             raise AttributeError(name) from None
 
 
-class Rows:
-    """The parts of SQLAlchemy's ``CursorResult`` the repositories use."""
+class Rows(tuple[list[Row], int]):
+    """The parts of SQLAlchemy's ``CursorResult`` the repositories use. A pair (its rows,
+    its rowcount), so that making one, once a statement, calls no Python (issue 50)."""
 
-    __slots__ = ("_rows", "rowcount")
+    __slots__ = ()
+    rowcount: int = cast(int, property(itemgetter(1)))  # read in C: no Python call
 
-    def __init__(self, rows: list[Row], rowcount: int) -> None:
-        self._rows = rows
-        self.rowcount = rowcount
-
-    def __iter__(self) -> Iterator[Row]:
-        return iter(self._rows)
+    def __iter__(self) -> Iterator[Row]:  # type: ignore[override]
+        return iter(self[0])
 
     def all(self) -> list[Row]:
-        return list(self._rows)
+        return list(self[0])
 
     def first(self) -> Row | None:
-        return self._rows[0] if self._rows else None
+        rows = self[0]
+        return rows[0] if rows else None
 
     def one(self) -> Row:
-        if len(self._rows) != 1:
+        rows = self[0]
+        if len(rows) != 1:
             raise sa_exc.NoResultFound("No row was found when one was required") \
-                if not self._rows else sa_exc.MultipleResultsFound("Multiple rows were found")
-        return self._rows[0]
+                if not rows else sa_exc.MultipleResultsFound("Multiple rows were found")
+        return rows[0]
 
     def scalar_one(self) -> Any:
         return self.one()[0]
 
     def scalar_one_or_none(self) -> Any:
-        if len(self._rows) > 1:
+        rows = self[0]
+        if len(rows) > 1:
             raise sa_exc.MultipleResultsFound("Multiple rows were found")
-        return self._rows[0][0] if self._rows else None
+        return rows[0][0] if rows else None
 
 
 SQLITE_BUSY = 5
@@ -331,7 +379,7 @@ async def on_driver_thread(raw: Any, sql: str, dialect: Dialect) -> None:
     lock or for the disk) on the driver connection's own thread, as SQLAlchemy would, with
     a driver error raised as SQLAlchemy's (``database is locked`` is then retryable)."""
     try:
-        await raw.execute(sql)  # aiosqlite's own call: one round trip to its thread
+        await private_aiosqlite.say(raw, sql)  # one round trip to its thread
     except sqlite3.Error as err:
         raise sa_exc.DBAPIError.instance(sql, (), err, sqlite3.Error,
                                          dialect=dialect) from err
@@ -343,7 +391,8 @@ class Conn:
     with the driver's connection alone and opens a SQLAlchemy connection only if a
     statement needs one (``open_conn``)."""
 
-    __slots__ = ("_adapted", "_conn", "_dialect", "_kept", "_open", "_pg", "_raw", "sent")
+    __slots__ = ("_adapted", "_conn", "_dialect", "_kept", "_open", "_pg", "_raw", "sent",
+                 "through")
 
     def __init__(self, dialect: Dialect | None, *, conn: AsyncConnection | None = None,
                  raw: Any = None, adapted: Any = None, kept: dict[str, Any] | None = None,
@@ -356,9 +405,13 @@ class Conn:
         self._kept = kept  # PostgreSQL: its prepared statements, kept by its lease
         self._open = open_conn
         self.sent = 0  # statements given to execute() (a write sent alone checks it)
+        # the SQLAlchemy connection was asked for (a statement went through it, maybe):
+        # else it cannot be in a transaction of its own (SQLite's write asks it only then)
+        self.through = False
 
     async def connection(self) -> AsyncConnection:
         """The SQLAlchemy connection, opened now if this read had none yet."""
+        self.through = True
         if self._conn is None:
             assert self._open is not None
             self._conn = await self._open()
@@ -372,8 +425,8 @@ class Conn:
             assert dialect is not None
             # one parameter set (a dict, as nearly always: no call to tell), or several
             many = params.__class__ is not dict and isinstance(params, list)
-            first: Any = (cast(list[Any], params)[0] if params else None) if many \
-                else params or _NONE
+            given: Any = params  # (a list when ``many``: no cast to call)
+            first: Any = (given[0] if given else None) if many else given or _NONE
             if first is not None:
                 key = (dialect.name, frozenset(first))
                 try:
@@ -386,9 +439,10 @@ class Conn:
                     if not many:
                         return await self._run_pg(plan, first)
                 else:
-                    db = private_aiosqlite.inline_connection(self._raw or self._driver(),
-                                                             plan.sql)
-                    if db is not None:
+                    # may it run right here (private_aiosqlite.inline_connection, read
+                    # with what the plan knows of its SQL: no call)
+                    db = private_aiosqlite.connection_of(self._raw or self._driver())
+                    if db is not None and (db.in_transaction or plan.reads):
                         if many:
                             return self._run_many(db, plan, params)
                         # one statement, here rather than in a method: one call fewer
@@ -402,7 +456,8 @@ class Conn:
                                 cur.close()
                         except sqlite3.Error as err:
                             raise _sqlite_error(plan, args, err, dialect) from err
-                        return Rows(plan.rows(fetched) if fetched else [], rowcount)
+                        return Rows((plan.rows(fetched) if fetched else [], rowcount))
+        self.through = True
         return await (self._conn or await self.connection()).execute(stmt, params)
 
     def _driver(self) -> Any:
@@ -447,7 +502,7 @@ class Conn:
             with contextlib.suppress(Exception):  # what is raised is the cancellation
                 await asyncio.shield(conn.invalidate())
             raise
-        return Rows(plan.rows(fetched) if fetched else [], rowcount)
+        return Rows((plan.rows(fetched) if fetched else [], rowcount))
 
     def _run_many(self, db: sqlite3.Connection, plan: _Plan, params: Any) -> Rows:
         args = [plan.parameters(p) for p in params]
@@ -461,7 +516,7 @@ class Conn:
         except sqlite3.Error as err:
             assert self._dialect is not None
             raise _sqlite_error(plan, args, err, self._dialect) from err
-        return Rows(plan.rows(fetched) if fetched else [], rowcount)
+        return Rows((plan.rows(fetched) if fetched else [], rowcount))
 
 
 def _sqlite_error(plan: _Plan, args: Any, err: sqlite3.Error, dialect: Dialect) -> Exception:

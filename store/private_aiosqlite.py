@@ -31,6 +31,7 @@ import asyncio
 import sqlite3
 from collections.abc import Callable, Generator, Iterable, Sequence
 from importlib.metadata import version
+from operator import attrgetter
 from typing import Any, cast
 
 import aiosqlite
@@ -73,6 +74,17 @@ async def on_thread(conn: aiosqlite.Connection, fn: Callable[..., Any], *args: A
     return await cast(Any, conn)._execute(fn, *args)
 
 
+async def say(conn: Any, sql: str) -> None:
+    """``sql`` said on ``conn``'s own thread, its cursor closed there: one round trip, as
+    ``conn.execute(sql)`` makes, without the aiosqlite cursor and the awaitable context
+    made around it for a caller that reads nothing back (issue 50: every COMMIT)."""
+    await conn._execute(_say, sql, conn)  # (the statement first, as aiosqlite's execute)
+
+
+def _say(sql: str, conn: aiosqlite.Connection) -> None:  # (on the connection's thread)
+    conn._conn.execute(sql).close()
+
+
 def inline(conn: aiosqlite.Connection, sql: str) -> bool:
     """May this statement run on the event loop's thread, with no hop at all?
 
@@ -86,13 +98,26 @@ def inline(conn: aiosqlite.Connection, sql: str) -> bool:
     return inline_connection(conn, sql) is not None
 
 
+# ``connection_of(conn)``: the sqlite3 connection under ``conn``, or None once closed; read
+# in C (no Python call: a planned statement asks it each time, :mod:`store.fastsql`)
+connection_of: Callable[[aiosqlite.Connection], sqlite3.Connection | None] = \
+    attrgetter("_connection")
+
+
 def inline_connection(conn: aiosqlite.Connection, sql: str) -> sqlite3.Connection | None:
     """The sqlite3 connection to run ``sql`` on right here if it may (see :func:`inline`),
-    else None."""
-    raw = conn._connection
-    if raw is not None and (raw.in_transaction or sql.startswith("SELECT")):
+    else None. (A planned statement asks the same of :func:`connection_of`'s answer with
+    what its plan knows of ``sql``: ``store.fastsql.Conn.execute``.)"""
+    raw = connection_of(conn)
+    if raw is not None and (raw.in_transaction or reads(sql)):
         return raw
     return None
+
+
+def reads(sql: str) -> bool:
+    """Whether ``sql`` is a ``SELECT``: outside a transaction, a WAL reader that never
+    waits on writers (see :func:`inline`)."""
+    return sql.startswith("SELECT")
 
 
 class OneHopCursor:

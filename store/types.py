@@ -8,6 +8,7 @@ from operator import methodcaller
 from typing import Any, Protocol, cast
 
 from approvald.store import caller_data
+from approvald.store.fastsql import same
 from sqlalchemy import DateTime, Text
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
@@ -40,10 +41,36 @@ def _result_sqlite(value: str) -> datetime:  # never None: a plan skips None val
     return v.replace(tzinfo=UTC) if v.tzinfo is None else v.astimezone(UTC)
 
 
+def inlined(fn: Callable[[Any], Any], template: str, probes: tuple[Any, ...],
+            **names: Any) -> Callable[[Any], Any]:
+    """``fn``, carrying an expression that does exactly what it does (the same value, the
+    same error) with no Python call of its own: a plan (store/fastsql.py) writes it in
+    place of a call to ``fn`` per value. ``{v}`` is the value (``{first}`` where it is read
+    first, if that is elsewhere: in ``a if b else c``, in ``b``), ``{p}`` is ``fn``, ``{t}``
+    a name of its own to assign, and each of ``names`` is itself. A bound value's
+    expression takes None too; a result value's never sees None. The plan checks it
+    against ``fn`` on ``probes`` (and None, for a bound value) first."""
+    vars(fn)["inline"] = (template, names, probes)
+    return fn
+
+
+# a time as SQLite's DATETIME stores it: ``isoformat``'s, less its "+00:00" (C calls only;
+# another class, or a naive time, goes to the function: it refuses it or reads it as it does)
+inlined(_bind_sqlite, "(None if {first} is None else {v}.astimezone({utc}).isoformat("
+        "' ', 'microseconds')[:-6] if {v}.__class__ is {dt} and {v}.tzinfo is not None "
+        "else {p}({v}))", _PROBES, utc=UTC, dt=datetime)
+# read back: _result_sqlite's own expression (the same C calls, no Python call)
+inlined(_result_sqlite, "({t}.replace(tzinfo={utc}) if ({t} := {fromiso}({v})).tzinfo is None "
+        "else {t}.astimezone({utc}))", tuple(_bind_sqlite(p) for p in _PROBES),
+        fromiso=datetime.fromisoformat, utc=UTC)
+
+
 def _result_tagged(v: datetime) -> datetime:
     return v.replace(tzinfo=UTC) if v.tzinfo is None else v.astimezone(UTC)
 
 
+_TEXTS = ("{}", "")  # what an opening expression is checked on (sealing: None only, since
+# a codec's seal may warn, refuse, or seal each time differently)
 _TIMESTAMPTZ = 1184  # PostgreSQL's type oid for timestamptz, as asyncpg describes it
 
 
@@ -53,6 +80,10 @@ def _bind_aware(value: Any) -> datetime | None:
     if not isinstance(value, datetime) or value.tzinfo is None:
         _refuse(value)
     return value.astimezone(UTC)  # type: ignore[no-any-return]
+
+
+inlined(_bind_aware, "(None if {first} is None else {v}.astimezone({utc}) if {v}.__class__ "
+        "is {dt} and {v}.tzinfo is not None else {p}({v}))", _PROBES, utc=UTC, dt=datetime)
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -121,7 +152,8 @@ class Codec(Protocol):
 _codec: Codec | None = None
 # the codec, and how every value it would not give back as it is starts (its
 # ``sealed_prefix``, if it names one: "" otherwise), read together by a column's plan
-_opening: tuple[Codec | None, str] = (None, "")
+# (changed in place: the plans' inline expressions hold this list)
+_opening: list[Any] = [None, ""]
 
 
 def set_codec(codec: Codec | None) -> None:
@@ -129,10 +161,10 @@ def set_codec(codec: Codec | None) -> None:
     A codec whose ``open`` gives back as it is every text not starting with its
     ``sealed_prefix`` (a str attribute) is asked to open only those that do (issue 50:
     a call per value read)."""
-    global _codec, _opening
+    global _codec
     _codec = codec
     prefix = getattr(codec, "sealed_prefix", "")
-    _opening = (codec, prefix if isinstance(prefix, str) else "")
+    _opening[:] = [codec, prefix if isinstance(prefix, str) else ""]
 
 
 def codec() -> Codec | None:
@@ -187,7 +219,9 @@ class SealedText(TypeDecorator[str]):
         def seal(value: Any) -> Any:
             c = _codec
             return value if value is None or c is None else c.seal(value, column)
-        return seal
+        # no call of its own: the codec's, if there is one and a value to seal
+        return inlined(seal, "({v} if {first} is None or {o}[0] is None else "
+                       "{o}[0].seal({v}, {column}))", (), o=_opening, column=column)
 
     def planned_result(self, dialect: Dialect, coltype: Any) -> Processor:
         if self.impl_instance.result_processor(dialect, coltype) is not None:
@@ -198,7 +232,9 @@ class SealedText(TypeDecorator[str]):
             c, prefix = _opening
             return value if c is None or not value.startswith(prefix) \
                 else c.open(value, column)
-        return open_
+        # no call at all for a text the codec gives back as it is; else the codec's own
+        return inlined(open_, "({v} if {o}[0] is None or not {v}.startswith({o}[1]) else "
+                       "{o}[0].open({v}, {column}))", _TEXTS, o=_opening, column=column)
 
 
 def planned(mine: Processor, theirs: Processor, probes: tuple[Any, ...]) -> Processor:
@@ -207,12 +243,9 @@ def planned(mine: Processor, theirs: Processor, probes: tuple[Any, ...]) -> Proc
     if mine is None or theirs is None:
         return theirs
     try:
-        same = all(_same(mine(p), theirs(p)) for p in probes)
+        agree = all(same(mine(p), theirs(p)) for p in probes)
     except Exception:
-        same = False
-    return mine if same and probes else theirs
+        agree = False
+    return mine if agree and probes else theirs
 
 
-def _same(a: Any, b: Any) -> bool:
-    return type(a) is type(b) and a == b and getattr(a, "tzinfo", None) == getattr(
-        b, "tzinfo", None)

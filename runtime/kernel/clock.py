@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Protocol
 
 from approvald.runtime.kernel.errors import ConfigError
@@ -18,8 +20,9 @@ class Clock(Protocol):
 class SystemClock:
     """Wall-clock UTC time."""
 
-    def now(self) -> datetime:
-        return datetime.now(UTC)
+    # ``datetime.now(UTC)`` itself, called from C: no Python call each time it is asked
+    # (about a dozen times an approval: issue 50)
+    now: Callable[[], datetime] = staticmethod(partial(datetime.now, UTC))
 
 
 class ManualClock:

@@ -2,7 +2,7 @@
 
 ``APPROVALD_FAILPOINTS=after_intent`` makes the process SIGKILL itself the first time it
 reaches ``after_intent``; ``after_intent@3`` on the third time. Several points are
-comma-separated. With the variable unset, :func:`failpoint` is one falsy check.
+comma-separated. With the variable unset, :func:`failpoint` is one dict lookup, in C.
 
 Known points, in the order a gated call meets them: ``mid_model_call`` (the reply came
 back, nothing recorded yet), ``after_intent``, ``before_call`` (every tool invocation, an
@@ -77,17 +77,29 @@ def hits(name: str) -> int:
     return _hits.get(name, 0)
 
 
-def failpoint(name: str) -> None:
-    """SIGKILL this process if ``name`` is armed and this is the armed hit."""
-    if not _armed:
-        return
-    target = _armed.get(name)
-    if target is None:
-        return
-    hit = _hits.get(name, 0) + 1
-    _hits[name] = hit
-    if hit == target:
-        _action(name)
+class _Passed(dict[str, None]):
+    """Each known point not armed, passed with a lookup in C (no Python call: an approval
+    passes a dozen; issue 50). An armed point, or a name not known, is missing here: the
+    lookup calls :meth:`__missing__`, which counts the hit."""
+
+    def __missing__(self, name: str) -> None:
+        target = _armed.get(name)
+        if target is None:
+            return
+        hit = _hits.get(name, 0) + 1
+        _hits[name] = hit
+        if hit == target:
+            _action(name)
+
+    def rearmed(self) -> None:
+        self.clear()
+        self.update(dict.fromkeys(n for n in KNOWN if n not in _armed))
+
+
+_passed = _Passed()
+_passed.rearmed()
+# ``failpoint(name)``: SIGKILL this process if ``name`` is armed and this is the armed hit
+failpoint: Callable[[str], None] = _passed.__getitem__
 
 
 def arm(spec: str, action: Callable[[str], None] | None = None) -> None:
@@ -100,3 +112,4 @@ def arm(spec: str, action: Callable[[str], None] | None = None) -> None:
     _armed = _parse(spec)
     _action = action or _kill
     _hits.clear()
+    _passed.rearmed()

@@ -63,10 +63,11 @@ class Urgency:
         waits on from now passes as ``since``)."""
         return self._now()
 
-    def waits(self, since: float | None) -> AbstractContextManager[None]:
-        """Inside: the writes this task makes are for someone who has waited since
-        ``since`` (None: nobody); the store queues them by it (:mod:`store.waiting`)."""
-        return waiting.waiting(since)
+    # ``with urgency.waits(since)``: inside, the writes this task makes are for someone who
+    # has waited since ``since`` (None: nobody); the store queues them by it
+    # (:mod:`store.waiting`; its block itself, no call of this class's in between)
+    waits: Callable[[float | None], AbstractContextManager[None]] = \
+        staticmethod(waiting.waiting)
 
     def begin(self, key: Hashable, *, since: float | None = None) -> float:
         """``key`` (a run id, or a token for a decision in progress) is pressing for

@@ -32,9 +32,10 @@ import contextlib
 import traceback
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager
 from contextvars import Token
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from approvald.runtime.policies.sensitive import mask_text
 
@@ -64,6 +65,28 @@ class Steps:
 
 _NOOP_SPAN = Span()
 _NOOP_STEPS = Steps()
+H = TypeVar("H")
+
+
+class _Holding(AbstractContextManager[H]):
+    """``with``: ``held``, and nothing else done. What the tracer that records nothing
+    opens around a decision, a model call, a run's steps: entered and left with two
+    calls, not a generator's five (issue 50). Shared: it keeps nothing of a use."""
+
+    __slots__ = ("_held",)
+
+    def __init__(self, held: H) -> None:
+        self._held = held
+
+    def __enter__(self) -> H:
+        return self._held
+
+    def __exit__(self, *_exc: object) -> None:
+        return None
+
+
+_NOOP_SPAN_BLOCK = _Holding(_NOOP_SPAN)
+_NOOP_STEPS_BLOCK = _Holding(_NOOP_STEPS)
 
 
 class Tracer:
@@ -71,11 +94,10 @@ class Tracer:
 
     enabled = False
 
-    @contextlib.contextmanager
-    def span(self, name: str, **attributes: Value | None) -> Iterator[Span]:
+    def span(self, name: str, **attributes: Value | None) -> AbstractContextManager[Span]:
         """A span around the block, a child of the current one (an escaping exception is
         recorded on it)."""
-        yield _NOOP_SPAN
+        return _NOOP_SPAN_BLOCK
 
     def interval(self, name: str, *, start: datetime, end: datetime,
                  **attributes: Value | None) -> None:
@@ -93,11 +115,10 @@ class Tracer:
         """Link the current span to the stored span ``traceparent`` names, unless that
         span is in the current trace already (its parent, say)."""
 
-    @contextlib.contextmanager
-    def steps(self, run_id: str) -> Iterator[Steps]:
+    def steps(self, run_id: str) -> AbstractContextManager[Steps]:
         """The step spans of one advance of ``run_id``: children of the span remembered
         for it (then forgotten), else of the current one."""
-        yield _NOOP_STEPS
+        return _NOOP_STEPS_BLOCK
 
 
 def _attributes(attributes: Mapping[str, Value | None]) -> dict[str, Value]:

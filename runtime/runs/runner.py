@@ -881,7 +881,7 @@ class Runner:
                                   via="runtime", run_id=live.run.id, approval_id=a.id,
                                   details={"tool": a.tool, "call_id": call.id,
                                            "reason": WINDOW_CLOSED, "message": why_not(a)})
-            if req and status not in FINAL_STATUSES:
+            if req.requested and status not in FINAL_STATUSES:
                 await self._cancel_in(tx, live, req.by, req.reason, was=status)
             elif extra is not None:
                 await extra(tx)
@@ -900,7 +900,8 @@ class Runner:
         except LeaseLost:
             await self._settle_alone(pending.settles)
             raise
-        cancelled = bool(req) and status not in FINAL_STATUSES
+        asked = req.requested  # (its flag read, not its __bool__: no call)
+        cancelled = asked and status not in FINAL_STATUSES
         if pending.settles:
             failpoint("after_result")
         if pending.notify:
@@ -920,9 +921,9 @@ class Runner:
             # nothing of the record again but its id (no copy of it for its last step,
             # where the status always changes; issue 50)
             return cancelled
-        if live.run.cancel_requested != bool(req) or live.run.status != now_status:
+        if live.run.cancel_requested != asked or live.run.status != now_status:
             # (most steps change neither: no copy of the run's record for them)
-            live.run = replace(live.run, cancel_requested=bool(req), status=now_status)
+            live.run = replace(live.run, cancel_requested=asked, status=now_status)
         return cancelled
 
     async def _settle_alone(self, settles: list[Settle]) -> None:

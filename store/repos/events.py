@@ -36,6 +36,7 @@ def _part(n: int) -> Any:
 _STATE = fast(union_all(*(_part(n) for n in range(len(_PARTS))))
               .order_by("part", f"{_E.name}_seq", f"{_A.name}_requested_at"))
 _SLICES = tuple(sum(len(t.c) for t in _PARTS[:n]) + 1 for n in range(len(_PARTS) + 1))
+_KEYS = tuple(tuple(c.key for c in t.c) for t in _PARTS)  # each part's record fields
 
 
 class EventsRepo(Repo):
@@ -64,7 +65,7 @@ class EventsRepo(Repo):
         events: list[EventRecord] = []
         executions: dict[str, ExecutionRecord] = {}
         approvals: list[ApprovalRecord] = []
-        keys = [[c.key for c in t.c] for t in _PARTS]
+        keys = _KEYS
         for row in await self.conn.execute(_STATE, {"rid": run_id}):
             n = row[0]
             values = dict(zip(keys[n], row[_SLICES[n]:_SLICES[n + 1]], strict=True))
