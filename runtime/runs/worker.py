@@ -183,14 +183,17 @@ class ResumeWorker:
                 # clicks being answered go first, unless this run's approver clicked
                 # before them (runtime/kernel/urgency.py); background runs wait for them all
                 await self.urgency.answered(ANSWER_PATIENCE, before=self.urgency.since(run_id))
-                self._queued.discard(run_id)
                 if run_id in self._active:
+                    self._queued.discard(run_id)
                     await self._give_back(_pop(self._claims, run_id))
                     continue
                 # a run a human just decided does not queue behind background runs
                 slot = not self.urgency.presses(run_id)
                 if slot:
                     await self._slots.acquire()
+                # queued until now: a poll meanwhile leaves it alone (it would claim it and
+                # queue it again, to be advanced twice), a wake is not queued twice
+                self._queued.discard(run_id)
                 claim = self._claims.pop(run_id, None)
                 self._active[run_id] = asyncio.create_task(self._advance(run_id, slot, claim))
         finally:

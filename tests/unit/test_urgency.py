@@ -424,6 +424,14 @@ async def test_the_worker_waits_for_its_next_run_without_a_task_per_run(make_eng
     loop.create_task = spy  # type: ignore[method-assign]
     try:
         serving = asyncio.create_task(worker.run(stop))
+        # the worker serving (it takes decided runs) before the clicks: a click before it
+        # is announced instead, and under load the worker's first poll could claim that
+        # run too, an extra attempt that finds it leased (test_worker_handover.py)
+        for _ in range(100):
+            if parts(engine).signals.takes_decided:
+                break
+            await asyncio.sleep(0)
+        assert parts(engine).signals.takes_decided
         for p in paused:
             await engine.decide(p.approval_ids[0], actor=ALICE, verdict="approve")
         for _ in range(1000):
