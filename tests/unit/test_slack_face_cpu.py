@@ -214,7 +214,10 @@ def test_clip_and_safe_cut_are_the_walk_s_answer(text: str, limit: int, times: i
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.dictionaries(TEXT, st.one_of(TEXT, st.booleans(), st.integers(),
-                                                st.lists(st.dictionaries(TEXT, TEXT))))))
+                                                st.lists(st.dictionaries(TEXT, TEXT,
+                                                                         max_size=4),
+                                                         max_size=4)),
+                                max_size=6), max_size=6))
 def test_json_dumps_is_json_dumps(blocks: list[dict[str, Any]]) -> None:
     from approvald.bot.slack.mrkdwn import json_dumps
     assert json_dumps(blocks) == json.dumps(blocks)
