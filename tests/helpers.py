@@ -216,7 +216,12 @@ class Cli:
         return [json.loads(x) for x in self.ledger.read_text().splitlines() if x.strip()]
 
     def set_time(self, when: datetime) -> None:
-        self.clock_file.write_text(when.isoformat())
+        """Move the processes' clock: the file replaced whole, never truncated and then
+        written (a process reading between the two found it empty: a ConfigError that
+        failed its run's step, whose backoff then waited on a clock no longer moving)."""
+        tmp = self.clock_file.with_name(self.clock_file.name + ".tmp")
+        tmp.write_text(when.isoformat())
+        os.replace(tmp, self.clock_file)
 
     def advance_time(self, delta: timedelta) -> datetime:
         now = datetime.fromisoformat(self.clock_file.read_text().strip())

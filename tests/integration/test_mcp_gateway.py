@@ -235,7 +235,7 @@ async def test_deny_edit_forbid_and_expiry_reach_the_client(db_url: str,
         a = await g.pending(quiet)
         assert a.expires_at is not None
         later = max(a.expires_at, datetime.now(UTC)) + timedelta(minutes=1)
-        g.cli.clock_file.write_text(later.isoformat())
+        g.cli.set_time(later)
         await g.h.engine.sweep()
         expired = await asyncio.wait_for(call, 30)
         assert expired.is_error and "expired unanswered" in text(expired)
