@@ -8,10 +8,12 @@ backtick runs, astral characters, combining marks at the cut).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import sys
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -173,8 +175,9 @@ def test_approval_cards_are_the_dicts_to_dict_made(monkeypatch: pytest.MonkeyPat
         True, False}
 
 
-def _calls_during(fn: Any, *args: Any) -> Counter[str]:
-    """The Python functions ``fn(*args)`` called, by name, as ``module:function``."""
+@contextlib.contextmanager
+def counting_calls() -> Iterator[Counter[str]]:
+    """The Python functions called inside the block, by name, as ``module:function``."""
     seen: Counter[str] = Counter()
 
     def profile(frame: Any, event: str, arg: Any) -> None:
@@ -183,9 +186,15 @@ def _calls_during(fn: Any, *args: Any) -> Counter[str]:
 
     sys.setprofile(profile)
     try:
-        fn(*args)
+        yield seen
     finally:
         sys.setprofile(None)
+
+
+def _calls_during(fn: Any, *args: Any) -> Counter[str]:
+    """The Python functions ``fn(*args)`` called, by name, as ``module:function``."""
+    with counting_calls() as seen:
+        fn(*args)
     return seen
 
 

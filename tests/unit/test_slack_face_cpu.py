@@ -20,22 +20,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.unit.test_cards import NOW, TOKEN, approval, decided
-from tests.unit.test_click_cpu import _calls_during
+from tests.unit.test_click_cpu import _calls_during, counting_calls
 
 
 async def _calls_awaiting(work: Any) -> Counter[str]:
     """The Python functions awaiting ``work()`` called (``_calls_during``'s, awaited)."""
-    seen: Counter[str] = Counter()
-
-    def profile(frame: Any, event: str, arg: Any) -> None:
-        if event == "call":
-            seen[f"{frame.f_globals.get('__name__')}:{frame.f_code.co_name}"] += 1
-
-    sys.setprofile(profile)
-    try:
+    with counting_calls() as seen:
         await work()
-    finally:
-        sys.setprofile(None)
     return seen
 
 
