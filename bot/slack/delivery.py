@@ -23,9 +23,10 @@ from typing import Any
 
 import aiohttp
 from approvald.bot.metrics import slack_method
-from approvald.bot.slack import cards, messages, texts
+from approvald.bot.slack import cards, messages, private_slack_sdk, texts
 from approvald.bot.slack.log_delivery import SLACK_KINDS
 from approvald.bot.slack.mrkdwn import clause, clip, code_span, safe_cut, slack_date
+from approvald.bot.slack.private_slack_sdk import JsonCalls
 from approvald.runtime import (
     CARD_POST,
     CARD_UPDATE,
@@ -111,9 +112,12 @@ class SlackDeliverer:
     kinds = SLACK_KINDS
 
     def __init__(self, engine: Engine, client: AsyncWebClient, *, channel: str,
-                 ops_channel: str, audit_channel: str | None = None) -> None:
+                 ops_channel: str, audit_channel: str | None = None,
+                 fast_path: bool = True) -> None:
         self.e = engine
         self.client = client
+        # a card's call with its request built once (private_slack_sdk), else api_call's
+        self._json_calls = json_calls(client) if fast_path else None
         self.channel = channel
         self.ops_channel = ops_channel
         self.audit_channel = audit_channel
@@ -281,10 +285,16 @@ class SlackDeliverer:
     # dicts (six isinstance checks against abstract classes per block, ~150 calls a card),
     # drops arguments left None and warns when text is missing: a drawn card has none of
     # those. tests/unit/test_click_cpu.py compares the bodies.
+    # The request itself is built once, not per card, where slack_sdk's internals allow
+    # (private_slack_sdk.JsonCalls: the same bytes, the same retries and errors).
     async def _card_post(self, **args: Any) -> AsyncSlackResponse:
+        if self._json_calls is not None:
+            return await self._json_calls.call("chat.postMessage", args)
         return await self.client.api_call("chat.postMessage", json=args)
 
     async def _card_update(self, **args: Any) -> AsyncSlackResponse:
+        if self._json_calls is not None:
+            return await self._json_calls.call("chat.update", args)
         return await self.client.api_call("chat.update", json=args)
 
     async def _remind(self, a: ApprovalRecord) -> dict[str, Any]:
@@ -383,6 +393,18 @@ class SlackDeliverer:
         while len(self._permalinks) > PERMALINKS_KEPT:
             self._permalinks.popitem(last=False)
         return link
+
+
+def json_calls(client: AsyncWebClient) -> JsonCalls | None:
+    """The card calls' sender built once (None, with a warning, where the installed
+    slack_sdk lacks a name it relies on: api_call then sends every card)."""
+    gone = private_slack_sdk.missing()
+    if gone:
+        log.warning("%s lacks %s: card calls go through api_call (set "
+                    "APPROVALD_SLACK_FAST_PATH=0 to silence this)",
+                    private_slack_sdk.dependency(), ", ".join(gone))
+        return None
+    return JsonCalls(client)
 
 
 def _told_first(run_id: str) -> RetryLater:
