@@ -270,8 +270,7 @@ async def test_a_drain_batch_s_cards_are_drawn_from_one_read(db_url, tmp_path, m
     per card), each card as its own read drew it; the posts' batch too."""
     async with harness(db_url, tmp_path, clock=ManualClock(), background=False) as h:
         ids = [(await h.pause_refund()).approval_ids[0] for _ in range(3)]
-        db = parts(h.engine).db
-        opened = opened_by_faces(monkeypatch, db)
+        opened = opened_by_faces(monkeypatch, h.service.db)  # serve's database
         assert await h.service.drain.drain_once() == 3
         assert opened.count("read:runtime/views") == 1
         for aid in ids:
