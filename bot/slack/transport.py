@@ -20,7 +20,7 @@ import hmac
 import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from approvald.bot.slack.body import parse_body
@@ -32,6 +32,9 @@ from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.request.internals import extract_content_type, parse_query
 from slack_bolt.response import BoltResponse
 from slack_sdk.signature import SignatureVerifier
+
+if TYPE_CHECKING:
+    from approvald.bot.slack.direct import DirectFront
 
 log = logging.getLogger("approvald.slack")
 
@@ -109,26 +112,48 @@ class SignedRequest(AsyncBoltRequest):
         self.mode = "http"
 
 
-def parse(raw: bytes, content_type: str | None, query: str,
-          headers: Mapping[str, str]) -> SignedRequest:
-    """The bolt request for an authenticated ``raw`` body; raises one of ``_UNPARSEABLE``
-    when it is not a JSON object or a form."""
+def signed_body(raw: bytes, content_type: str | None) -> tuple[str, dict[str, Any]]:
+    """The text and the parsed body of an authenticated ``raw`` body; raises one of
+    ``_UNPARSEABLE`` when it is not a JSON object or a form."""
     text = raw.decode("utf-8")
     body = parse_body(text, content_type)
     if not isinstance(body, dict):
         raise TypeError("not a JSON object or a form")
+    return text, body
+
+
+def signed_request(text: str, body: dict[str, Any], query: str,
+                   headers: Mapping[str, str]) -> SignedRequest:
+    """The bolt request of a body :func:`signed_body` parsed; raises one of
+    ``_UNPARSEABLE`` when bolt cannot read its context out of it."""
     # names lowercased, each value a list, a repeated header's last value: what bolt makes
     # of a multidict itself
     plain: dict[str, Sequence[str]] = {name.lower(): [value] for name, value in headers.items()}
     return SignedRequest(raw=text, body=body, query=query, headers=plain)
 
 
-def events_handler(app: AsyncApp, verifier: SignatureVerifier | None
+def parse(raw: bytes, content_type: str | None, query: str,
+          headers: Mapping[str, str]) -> SignedRequest:
+    """The bolt request for an authenticated ``raw`` body; raises one of ``_UNPARSEABLE``
+    when it is not a JSON object or a form."""
+    text, body = signed_body(raw, content_type)
+    return signed_request(text, body, query, headers)
+
+
+def _malformed(exc: BaseException) -> web.Response:
+    # no traceback: the body is the sender's fault
+    log.warning("a signed Slack request did not parse: %s", type(exc).__name__)
+    return web.json_response({"ok": False, "error": "malformed request"}, status=400)
+
+
+def events_handler(app: AsyncApp, verifier: SignatureVerifier | None,
+                   front: DirectFront | None = None
                    ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     """The aiohttp handler of ``POST /slack/events`` for ``app`` (built with
     ``request_verification_enabled=False``). Without a verifier (no signing secret: Socket
     Mode alone) nothing sent here can be authenticated: every request gets the 401 a forged
-    one gets."""
+    one gets. ``front``: the direct buttons answered before bolt's dispatch, with bolt's
+    answer (:class:`~approvald.bot.slack.direct.DirectFront`)."""
 
     async def events(request: web.Request) -> web.StreamResponse:
         raw = await request.read()  # past client_max_size aiohttp answers 413 itself
@@ -137,12 +162,19 @@ def events_handler(app: AsyncApp, verifier: SignatureVerifier | None
             return web.json_response({"ok": False, "error": "invalid signature"},
                                      status=401)
         try:  # authentic from here on: only now is the body decoded and parsed
-            bolt_request = parse(raw, request.content_type, request.query_string,
-                                 request.headers)
-        except _UNPARSEABLE as exc:  # no traceback: the body is the sender's fault
-            log.warning("a signed Slack request did not parse: %s", type(exc).__name__)
-            return web.json_response({"ok": False, "error": "malformed request"},
-                                     status=400)
+            text, body = signed_body(raw, request.content_type)
+        except _UNPARSEABLE as exc:
+            return _malformed(exc)
+        query = request.query_string
+        if front is not None:
+            answer = await front.answer(
+                body, lambda: signed_request(text, body, query, request.headers))
+            if answer is not None:
+                return await response(answer)
+        try:
+            bolt_request = signed_request(text, body, query, request.headers)
+        except _UNPARSEABLE as exc:
+            return _malformed(exc)
         return await response(await app.async_dispatch(bolt_request))
 
     return events
