@@ -27,12 +27,10 @@ its tests name each, and :attr:`DirectFront.enabled` is its switch.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from types import SimpleNamespace
 from typing import Any, cast
 
 from approvald.bot.slack.listeners import Listener
-from slack_bolt.async_app import AsyncApp
-from slack_bolt.context.async_context import AsyncBoltContext
+from slack_bolt.async_app import AsyncAck, AsyncApp
 from slack_bolt.middleware.async_middleware import AsyncMiddleware
 from slack_bolt.middleware.authorization.async_single_team_authorization import (
     AsyncSingleTeamAuthorization,
@@ -125,6 +123,10 @@ class DirectFront:
                         and not app._raise_error_for_unhandled_request)
         self.authorization = cast(AsyncSingleTeamAuthorization, middleware[1]) \
             if self.enabled else None
+        # FaceApp's own (bot/slack/app.py imports this module: taken once it is loaded)
+        from approvald.bot.slack.app import request_client
+
+        self._client = request_client
 
     def _ready(self) -> bool:
         """The middleware are still bolt's three and the clicks, and bolt's authorization
@@ -142,16 +144,14 @@ class DirectFront:
         listener = self.clicks.listener_for(body)
         if listener is None or not plain_context(body) or not self._ready():
             return None
-        team_id = extract_team_id(body)
-        # what the app's _init_context reads and writes of a request: its context (the
-        # team's id, as bolt's would hold it), given the client, logger... bolt's would get
-        bare = SimpleNamespace(context=AsyncBoltContext({"team_id": team_id} if team_id else {}))
+        # the request's client as the app's _init_context makes it (the team's id as bolt's
+        # context would hold it), and an ack: all the listener takes of a context (the
+        # logger, token and runner _init_context also puts there are not read)
+        ack = AsyncAck()  # type: ignore[no-untyped-call]
+        client = self._client(self.app.client, self.app._token, extract_team_id(body) or None)
         app = self.app
-        app._init_context(cast(AsyncBoltRequest, bare))
-        context: AsyncBoltContext = bare.context
-        ack = context.ack
         try:
-            await listener(ack, body, context.client)
+            await listener(ack, body, client)
         except Exception as error:  # what bolt's dispatch does with a middleware's error
             req = request()
             app._init_context(req)

@@ -58,6 +58,10 @@ async def test_an_approve_click_skips_bolt_s_context_and_middleware_once_it_has_
         assert after["approvald.bot.slack.direct:answer"] > 0, after
         assert after["approvald.bot.slack.direct:plain_context"] == 1, after
         assert after["approvald.bot.slack.app:request_client"] == 1, after
+        # the client, without the context bolt's _init_context also fills (a logger looked
+        # up, the token, the runner) for a listener that reads none of it
+        assert after["approvald.bot.slack.app:_init_context"] == 0, after
+        assert after["slack_bolt.logger:get_bolt_app_logger"] == 0, after
         # the clicks middleware taken off the app: the front stands aside, bolt's own
         # listeners answer (their arguments built by bolt)
         app = h.service.slack.app
