@@ -48,6 +48,15 @@ IN_FRONT = (AsyncSslCheck, AsyncSingleTeamAuthorization, AsyncUrlVerification)
 _IDS = (dict, str, type(None))
 # what bolt's thread_ts lookup descends into, from the body and from its message
 _NESTED = ("event", "assistant_thread", "message", "previous_message")
+# bolt's private names the front reads, on the app (and its single-team authorization's
+# ``auth_test_result``): one gone, the front stays off (tests/unit/test_direct_shape.py)
+RELIES_ON = ("_async_middleware_list", "_raise_error_for_unhandled_request", "_token",
+             "_init_context", "_async_middleware_error_handler")
+
+
+def missing(app: AsyncApp) -> list[str]:
+    """The names of :data:`RELIES_ON` that ``app`` lacks."""
+    return [name for name in RELIES_ON if not hasattr(app, name)]
 
 
 class DirectClicks(AsyncMiddleware):
@@ -114,12 +123,13 @@ class DirectFront:
     def __init__(self, app: AsyncApp, clicks: DirectClicks) -> None:
         self.app = app
         self.clicks = clicks
-        middleware = app._async_middleware_list
+        middleware = [] if missing(app) else app._async_middleware_list
         # the app as the face builds it: bolt's three, then the clicks. ``enabled`` is the
         # switch (tests turn it off to hear bolt's own answers): off, or the app built
-        # otherwise, bolt's dispatch answers everything
+        # otherwise, or a bolt without a name relied on, bolt's dispatch answers everything
         self.enabled = (len(middleware) == len(IN_FRONT) + 1
                         and all(type(m) is t for m, t in zip(middleware, IN_FRONT, strict=False))
+                        and hasattr(middleware[1], "auth_test_result")
                         and not app._raise_error_for_unhandled_request)
         self.authorization = cast(AsyncSingleTeamAuthorization, middleware[1]) \
             if self.enabled else None

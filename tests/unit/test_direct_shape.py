@@ -100,3 +100,23 @@ def test_the_actions_the_front_leaves_to_bolt(actions: Any) -> None:
     assert clicks.listener_for(CLICK) is _listener
     assert clicks.listener_for({**CLICK, "actions": actions}) is None
     assert clicks.listener_for({**CLICK, "type": "interactive_message"}) is None
+
+
+def test_the_front_stands_aside_on_a_bolt_without_a_name_it_relies_on(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The private names of bolt's app the front reads are there (slack-bolt is bounded
+    below 2 in pyproject.toml); on a release without one, the front stays off and bolt's
+    dispatch answers every click."""
+    from approvald.bot.slack import direct
+    from slack_bolt.async_app import AsyncApp
+
+    clicks = DirectClicks({"approve": _listener})
+    ours = AsyncApp(name="t", token="xoxb-t", signing_secret="s" * 32,
+                    request_verification_enabled=False, ignoring_self_events_enabled=False,
+                    attaching_function_token_enabled=False)
+    ours.use(clicks)
+    assert direct.missing(ours) == []
+    assert direct.DirectFront(ours, clicks).enabled
+    monkeypatch.setattr(direct, "RELIES_ON", (*direct.RELIES_ON, "_gone"))
+    assert direct.missing(ours) == ["_gone"]
+    assert not direct.DirectFront(ours, clicks).enabled
