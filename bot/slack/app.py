@@ -39,6 +39,9 @@ from approvald.bot.slack.transport import RawBodyVerifier, events_handler
 from approvald.runtime import ConfigError, Engine
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.logger import get_bolt_app_logger
+from slack_bolt.middleware.authorization.async_single_team_authorization import (
+    AsyncSingleTeamAuthorization,
+)
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import async_default_handlers
@@ -378,7 +381,19 @@ class SlackService:
             if refused is not None:
                 raise refused from None
             raise
+        self._share_identity(resp)
         return dict(resp.data) if isinstance(resp.data, dict) else {}
+
+    def _share_identity(self, resp: Any) -> None:
+        """Hand bolt's single-team authorization the ``auth.test`` answer the face just
+        got for the same token. Bolt asks ``auth.test`` itself on a request until one
+        answer came, so after a start every request of a first burst (Slack's retries of
+        clicks made while serve was down) waited on a Web API round trip of its own, and
+        all of them went bolt's whole way (bot/slack/direct.py waits for that answer)."""
+        for middleware in getattr(self.app, "_async_middleware_list", ()):
+            if (isinstance(middleware, AsyncSingleTeamAuthorization)
+                    and middleware.auth_test_result is None):
+                middleware.auth_test_result = resp
 
     async def _open_socket(self) -> None:
         assert self.settings.slack_app_token is not None and self._socket is not None

@@ -21,9 +21,11 @@ from tests.unit.test_slack_face_cpu import _calls_awaiting
 FORM = "application/x-www-form-urlencoded"
 
 
-async def test_an_approve_click_skips_bolt_s_context_and_middleware_once_it_has_authorized(
+async def test_an_approve_click_skips_bolt_s_context_and_middleware_from_the_first(
         sqlite_url: str, tmp_path: Path) -> None:
     async with harness(sqlite_url, tmp_path) as h:
+        await wait_for(lambda: h.service.slack.connected, what="the face to connect")
+        asked = len(h.emulator.calls("auth.test"))  # serve's own check of its token
         first, second = [await h.pause_refund() for _ in range(2)]
         clicks = []
         for paused in (first, second):
@@ -39,29 +41,11 @@ async def test_an_approve_click_skips_bolt_s_context_and_middleware_once_it_has_
             clicks.append(await _calls_awaiting(click))
             assert resp is not None and resp.status == 200 and resp.body == ""
             assert (await h.approval(a.id)).status == "approved"
-        before, after = clicks
-        # the first: bolt's authorization asks auth.test, so bolt's dispatch answers it
-        # (counted on entry and on each resumption: a coroutine's count is not its calls)
-        assert before["slack_bolt.app.async_app:async_dispatch"] > 0, before
-        assert before["slack_bolt.request.async_internals:build_async_context"] == 1, before
-        # then: no context built out of the body, no middleware, one request client
-        for name in ("slack_bolt.app.async_app:async_dispatch",
-                     "slack_bolt.request.async_internals:build_async_context",
-                     "slack_bolt.middleware.authorization.async_single_team_authorization:"
-                     "async_process",
-                     "slack_bolt.middleware.ssl_check.async_ssl_check:async_process",
-                     "slack_bolt.middleware.url_verification.async_url_verification:"
-                     "async_process",
-                     "approvald.bot.slack.direct:async_process",
-                     "approvald.bot.slack.transport:signed_request"):
-            assert after[name] == 0, (name, after)
-        assert after["approvald.bot.slack.direct:answer"] > 0, after
-        assert after["approvald.bot.slack.direct:plain_context"] == 1, after
-        assert after["approvald.bot.slack.app:request_client"] == 1, after
-        # the client, without the context bolt's _init_context also fills (a logger looked
-        # up, the token, the runner) for a listener that reads none of it
-        assert after["approvald.bot.slack.app:_init_context"] == 0, after
-        assert after["slack_bolt.logger:get_bolt_app_logger"] == 0, after
+        # bolt's authorization holds the answer serve's own auth.test got as it connected:
+        # no click asks it again, and the first goes in front of bolt's dispatch already
+        assert len(h.emulator.calls("auth.test")) == asked == 1
+        for after in clicks:
+            _direct(after)
         # the clicks middleware taken off the app: the front stands aside, bolt's own
         # listeners answer (their arguments built by bolt)
         app = h.service.slack.app
@@ -74,7 +58,31 @@ async def test_an_approve_click_skips_bolt_s_context_and_middleware_once_it_has_
             message_ts=a.message_ts))
         assert seen["slack_bolt.kwargs_injection.async_utils:build_async_required_kwargs"] > 0
         assert seen["slack_bolt.app.async_app:async_dispatch"] > 0, seen
+        assert seen["slack_bolt.request.async_internals:build_async_context"] == 1, seen
         await wait_for(lambda: _status(h, a.id, "approved"), what="the approval")
+        assert len(h.emulator.calls("auth.test")) == 1
+
+
+def _direct(after: dict[str, int]) -> None:
+    """A click answered in front of bolt's dispatch: no context built out of the body, no
+    middleware, one request client (counted on entry and on each resumption)."""
+    for name in ("slack_bolt.app.async_app:async_dispatch",
+                 "slack_bolt.request.async_internals:build_async_context",
+                 "slack_bolt.middleware.authorization.async_single_team_authorization:"
+                 "async_process",
+                 "slack_bolt.middleware.ssl_check.async_ssl_check:async_process",
+                 "slack_bolt.middleware.url_verification.async_url_verification:"
+                 "async_process",
+                 "approvald.bot.slack.direct:async_process",
+                 "approvald.bot.slack.transport:signed_request"):
+        assert after[name] == 0, (name, after)
+    assert after["approvald.bot.slack.direct:answer"] > 0, after
+    assert after["approvald.bot.slack.direct:plain_context"] == 1, after
+    assert after["approvald.bot.slack.app:request_client"] == 1, after
+    # the client, without the context bolt's _init_context also fills (a logger looked
+    # up, the token, the runner) for a listener that reads none of it
+    assert after["approvald.bot.slack.app:_init_context"] == 0, after
+    assert after["slack_bolt.logger:get_bolt_app_logger"] == 0, after
 
 
 async def _status(h: Harness, approval_id: str, status: str) -> bool:
