@@ -294,6 +294,26 @@ async def count_calls(fns: dict[str, list[Callable[[int], Awaitable[None]]]], fa
             print(f"  {d:+7.1f}  {k}")
 
 
+async def paired(fns: dict[str, list[Callable[[int], Awaitable[None]]]], faces: list[str],
+                 n: int, block: int, counter: Counter) -> None:
+    """Two faces' CPU per call in blocks of ``block`` calls, alternating ABBA over ``n``
+    calls of each: what the machine's other work does to one block it does about as much
+    to its neighbour, so the difference between neighbouring blocks is the faces' own."""
+    one, two = faces[:2]
+    for face in (one, two):
+        await cpu_per_call(fns[face], block, 0, counter)  # warm
+    got: dict[str, list[float]] = {one: [], two: []}
+    for k in range(n // block):
+        for face in ((one, two) if k % 2 == 0 else (two, one)):
+            got[face] += await cpu_per_call(fns[face], block, 1, counter, warm=False)
+    diffs = [b - a for a, b in zip(got[one], got[two], strict=True)]
+    print(f"--- paired, {len(diffs)} blocks of {block} calls each, ABBA: CPU per call "
+          f"(median of blocks): {one} {statistics.median(got[one]):.3f} ms, {two} "
+          f"{statistics.median(got[two]):.3f} ms; {two} minus {one}, neighbouring blocks: "
+          f"median {statistics.median(diffs):+.3f} ms, {sum(d < 0 for d in diffs)} of "
+          f"{len(diffs)} lower")
+
+
 class Counter:
     def __init__(self) -> None:
         self.i = 0
@@ -456,6 +476,8 @@ async def bench(a: argparse.Namespace) -> int:
             print(f"  {face + ' auto decision':44} {figure(ms)}  (+"
                   f"{statistics.median(ms) - statistics.median(base):.3f} ms over the bare "
                   "request)")
+        if a.paired:
+            await paired(fns, a.paired.split(","), a.calls, a.block, counter)
         if a.count:
             await count_calls(fns, a.count.split(","), a.calls, counter, a.top,
                               a.dump if not a.profile else None)
@@ -521,6 +543,10 @@ def main() -> int:
                    help="count that face's Python calls per decision by phase (the request's "
                         "write, the result's, the call forwarded, the inbound request), "
                         "over --calls calls made once more")
+    p.add_argument("--paired", default=None, metavar="A,B",
+                   help="two faces' CPU per call in alternating blocks (ABBA) of --block "
+                        "calls, --calls of each: the difference of neighbouring blocks")
+    p.add_argument("--block", type=int, default=50)
     p.add_argument("--count", default=None, metavar="FACES",
                    help="count these faces' (comma-separated) Python calls per decision "
                         "exactly, by area, and the functions whose counts differ most "
