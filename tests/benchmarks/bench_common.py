@@ -57,11 +57,16 @@ class Calls:
     once per call: a coroutine or generator resumed is not called again (cProfile counts
     every resumption as a call). Calls into C (builtins, methods of C types) count too,
     by name. ``areas``: (label, pattern of the file name), first match wins; ``shape``:
-    (label, pattern of ``file:function``), the counts that tell the shape of the work."""
+    (label, pattern of ``file:function``), the counts that tell the shape of the work;
+    ``only``: a call is counted only while it says so (e.g. in one task's context);
+    ``top``: the report lists the functions called most (their files from ``root`` on)."""
 
     def __init__(self, areas: Sequence[tuple[str, str]],
-                 shape: Sequence[tuple[str, str]] = ()) -> None:
+                 shape: Sequence[tuple[str, str]] = (), *,
+                 only: Callable[[], bool] | None = None, top: int = 0,
+                 root: Path | None = None) -> None:
         self.areas, self.shape = areas, shape
+        self.only, self.top, self.root = only, top, root
         self.by_code: dict[Any, int] = defaultdict(int)
         self.by_c: dict[str, int] = defaultdict(int)
         self._first: dict[Any, int] = {}
@@ -79,6 +84,8 @@ class Calls:
         return at
 
     def __call__(self, frame: Any, event: str, arg: Any) -> None:
+        if self.only is not None and not self.only():
+            return
         if event == "call":
             code = frame.f_code
             if frame.f_lasti <= self._start(code):
@@ -119,6 +126,13 @@ class Calls:
             n = sum(c for code, c in self.by_code.items()
                     if re.search(pat, f"{code.co_filename}:{code.co_name}"))
             print(f"    {label:44} {n / runs:6.2f}")
+        if self.top:
+            print(f"  the {self.top} functions called most, per {unit}:")
+            for code, n in sorted(self.by_code.items(), key=lambda kv: -kv[1])[:self.top]:
+                where = re.sub(r".*(site-packages|python3\.\d+)/", "", code.co_filename)
+                if self.root is not None:
+                    where = where.removeprefix(f"{self.root}/")
+                print(f"    {n / runs:8.2f}  {where}:{code.co_firstlineno}:{code.co_qualname}")
 
 
 async def _nothing() -> None:
