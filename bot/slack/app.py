@@ -30,6 +30,7 @@ from aiohttp import web
 from approvald.bot.config import Settings
 from approvald.bot.http_log import quiet_malformed_requests
 from approvald.bot.slack.delivery import SlackDeliverer
+from approvald.bot.slack.direct import DirectFront
 from approvald.bot.slack.directory import SlackDirectory
 from approvald.bot.slack.handlers import Handlers
 from approvald.bot.slack.mrkdwn import json_dumps
@@ -262,8 +263,11 @@ class SlackService:
         self.handlers = Handlers(engine)
         self.handlers.register(self.app)
         # the direct buttons (Approve...) reach their listeners without bolt's building of
-        # every argument for each matcher and listener (bot/slack/handlers.py)
-        self.app.use(self.handlers.direct_clicks())
+        # every argument for each matcher and listener (bot/slack/direct.py)
+        direct = self.handlers.direct_clicks()
+        self.app.use(direct)
+        # and, over HTTP, in front of bolt's dispatch where it would do nothing else
+        self.front = DirectFront(self.app, direct)
         ops = settings.ops_channel or settings.channel
         self.deliverer = SlackDeliverer(engine, self.client, channel=settings.channel,
                                         ops_channel=ops, audit_channel=settings.audit_channel,
@@ -287,7 +291,7 @@ class SlackService:
         # HTTP events work. Socket Mode does not serve this route in the first place.
         secret = self.settings.slack_signing_secret
         verifier = None if secret is None else RawBodyVerifier(secret.get_secret_value())
-        events = events_handler(self.app, verifier)
+        events = events_handler(self.app, verifier, self.front)
 
         async def health(_request: web.Request) -> web.StreamResponse:
             # the durable parts run whether or not Slack is reachable: this stays ok
