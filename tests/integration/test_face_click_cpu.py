@@ -21,6 +21,9 @@ WATCHED = {("async_base_client.py", "__init__"), ("aiohttp/__init__.py", "to_aio
 async def test_an_approve_click_builds_no_client_and_skips_bolt_s_adapter(
         sqlite_url: str, tmp_path: Path) -> None:
     async with harness(sqlite_url, tmp_path) as h:
+        # bolt's path, the one a click takes when the direct buttons' front stands aside
+        # (bot/slack/direct.py; its own path: tests/integration/test_direct_front.py)
+        h.service.slack.front.enabled = False
         paused = await h.pause_refund()
         await h.card(paused.approval_ids[0])
         a = await h.approval(paused.approval_ids[0])
