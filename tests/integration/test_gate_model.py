@@ -1633,6 +1633,68 @@ def test_the_gate_holds_under_random_interleavings(db_url: str, tmp_path: Path,
     assert STATS["cannot_run: the tool changed"] > 0
 
 
+def test_a_schedule_builds_no_release_and_makes_no_credential_the_first_made(
+        db_url: str, tmp_path: Path, sqlite_template: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """What every schedule would make alike is made once a test (``Releases``, ``Start``):
+    over five schedules, each deploying releases and restarting "processes", the refund
+    agent is built once and the faces' credentials made once, and each later schedule's
+    requests are made under them (its database began as the first one's)."""
+    built: list[Any] = []
+    made: list[Any] = []
+
+    def counted_agent(ledger: DemoLedger) -> Agent:
+        built.append(ledger)
+        return build(ledger)
+
+    async def counted_credentials(self: GateMachine) -> dict[str, Any]:
+        made.append(self)
+        return await credentials(self)
+
+    def counted_tool(*args: Any, **kwargs: Any) -> Tool:
+        tools.append(args[0])
+        return make_tool(*args, **kwargs)
+
+    def counted_engine(self: GateMachine) -> Engine:
+        engines.append(self.release)
+        return engine(self)
+
+    engines: list[str] = []
+    tools: list[Any] = []  # the tools a release other than 1 wraps
+    build, make_tool = refund_agent, Tool
+    credentials, engine = GateMachine._credentials, GateMachine._engine
+    monkeypatch.setattr(sys.modules[__name__], "Tool", counted_tool)
+    monkeypatch.setattr(sys.modules[__name__], "refund_agent", counted_agent)
+    monkeypatch.setattr(GateMachine, "_credentials", counted_credentials)
+    monkeypatch.setattr(GateMachine, "_engine", counted_engine)
+    counter = iter(range(10**9))
+    start = Start(sqlite_template, tmp_path)
+
+    def fresh_url() -> str:
+        if db_url.startswith("sqlite"):
+            path = tmp_path / f"pin-{next(counter)}.db"
+            shutil.copy(start.sqlite, path)
+            return f"sqlite+aiosqlite:///{path}"
+        asyncio.run(_truncate(db_url, start.pg))
+        return db_url
+
+    class Pinned(GateMachine):
+        make_url = staticmethod(fresh_url)
+        workdir = tmp_path
+
+    Pinned.start = start
+    STATS.clear()
+    run_state_machine_as_test(Pinned, settings=settings(_profile("ci"), max_examples=5))
+    assert STATS["schedules"] == 5
+    assert len(built) == 1 and len(made) == 1, (len(built), len(made))
+    # processes came and went, releases other than 1 loaded again, and each of them
+    # wrapped its refund tool once
+    others = [r for r in engines if r != "1"]
+    assert len(engines) > 5 and len(others) > len(set(others)), engines
+    assert len(tools) == len(set(others)), (len(tools), engines)
+    assert any(k.startswith("caller asked") for k in STATS), STATS  # (under the credentials)
+
+
 async def _settle(tasks: list[asyncio.Task[Any]]) -> None:
     await asyncio.gather(*tasks, return_exceptions=True)
 
