@@ -216,6 +216,12 @@ class Settings(BaseSettings):
         description="a TOML file of MCP gateways serve mounts at /mcp/NAME over Streamable "
                     "HTTP, each in front of an MCP server it starts (command) or reaches "
                     "(url); see the MCP gateway guide")
+    slack_fast_path: bool = Field(
+        True, validation_alias=_env("APPROVALD_SLACK_FAST_PATH"),
+        description="a card's chat.update or chat.postMessage goes out with its request built "
+                    "once (the URL, the headers) through slack_sdk's private internals "
+                    "(bot/slack/private_slack_sdk.py), the same bytes, retries and errors as "
+                    "api_call's; 0: api_call builds every one")
     mcp_fast_path: bool = Field(
         True, validation_alias=_env("APPROVALD_MCP_FAST_PATH"),
         description="a 2025-era client's tools/call is answered by serve's handler, with the MCP "

@@ -266,7 +266,8 @@ class SlackService:
         self.app.use(self.handlers.direct_clicks())
         ops = settings.ops_channel or settings.channel
         self.deliverer = SlackDeliverer(engine, self.client, channel=settings.channel,
-                                        ops_channel=ops, audit_channel=settings.audit_channel)
+                                        ops_channel=ops, audit_channel=settings.audit_channel,
+                                        fast_path=settings.slack_fast_path)
         self.threads = ThreadFollower(engine, self.client, channel=ops,
                                       permalink=self.deliverer._permalink,
                                       callers=settings.caller_threads == "asked")

@@ -17,14 +17,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 import aiohttp
 from approvald.bot.metrics import slack_method
-from approvald.bot.slack import cards, messages, texts
+from approvald.bot.slack import cards, messages, private_slack_sdk, texts
 from approvald.bot.slack.log_delivery import SLACK_KINDS
 from approvald.bot.slack.mrkdwn import clause, clip, code_span, safe_cut, slack_date
+from approvald.bot.slack.private_slack_sdk import JsonCalls
 from approvald.runtime import (
     CARD_POST,
     CARD_UPDATE,
@@ -49,6 +51,8 @@ from slack_sdk.web.async_slack_response import AsyncSlackResponse
 log = logging.getLogger("approvald.slack")
 
 CARD_EVENT = "approvald_card"
+CARD_KINDS = frozenset({CARD_POST, CARD_UPDATE})  # rows that draw a request's card
+_UNREAD: Any = object()  # no view was read ahead for a row
 PERMALINKS_KEPT = 4096  # cached message permalinks (one chat.getPermalink each, else)
 THREAD_WAIT = 0.5  # seconds a run's line waits, at a time, for its thread to tell what came first
 DEAD_REPORT_MAX = 3000  # characters of a dead-delivery report (the error is clipped first)
@@ -108,16 +112,41 @@ class SlackDeliverer:
     kinds = SLACK_KINDS
 
     def __init__(self, engine: Engine, client: AsyncWebClient, *, channel: str,
-                 ops_channel: str, audit_channel: str | None = None) -> None:
+                 ops_channel: str, audit_channel: str | None = None,
+                 fast_path: bool = True) -> None:
         self.e = engine
         self.client = client
+        # a card's call with its request built once (private_slack_sdk), else api_call's
+        self._json_calls = json_calls(client) if fast_path else None
         self.channel = channel
         self.ops_channel = ops_channel
         self.audit_channel = audit_channel
         # a message's permalink never changes; the cache is bounded (serve runs for months)
         self._permalinks: OrderedDict[tuple[str, str], str] = OrderedDict()
+        # the card views :meth:`prepare` read for the rows of the batch being delivered
+        self._ready: dict[int, CardView | None] = {}
+
+    async def prepare(self, rows: Sequence[OutboxRecord]) -> None:
+        """Read the card views a batch of rows about to be delivered will draw, in one
+        read (issue 50: one read a card was most of a card's store work); :meth:`deliver`
+        takes each row's view from here, or reads it itself when none was read for it (a
+        failed read here fails nothing: each row then reads its own)."""
+        self._ready = {}
+        try:
+            wanted = {row.id: str(row.payload_value()["approval_id"]) for row in rows
+                      if row.kind in CARD_KINDS}
+            if not wanted:
+                return
+            views = await self.e.views.cards(list(wanted.values()))
+        except Exception:
+            log.warning("reading a batch's card views failed; each card reads its own",
+                        exc_info=True)
+            return
+        self._ready = {row_id: views[approval_id] for row_id, approval_id in wanted.items()}
 
     async def deliver(self, row: OutboxRecord) -> dict[str, Any] | None:
+        if row.kind in CARD_KINDS:
+            return await self._card(row)
         payload = row.payload_value()
         try:
             if row.kind == NOTICE:
@@ -128,14 +157,6 @@ class SlackDeliverer:
                 return await self._run_waiting(payload)
             if row.kind == DEAD_REPORT:
                 return await self._dead_report(payload)
-            if row.kind in (CARD_POST, CARD_UPDATE):
-                # the card's view: the request and what its card shows, in one read
-                view = await self.e.views.card(payload["approval_id"])
-                if view is None:
-                    raise Undeliverable(f"approval {payload['approval_id']} does not exist")
-                if row.kind == CARD_POST:
-                    return await self._post(row, view)
-                return await self._update(row, view)
             if row.kind == REMINDER:
                 a = await self.e.views.approval(payload["approval_id"])
                 if a is None:
@@ -144,10 +165,32 @@ class SlackDeliverer:
         except (RetryLater, Undeliverable):
             raise
         except Exception as exc:
-            if isinstance(exc, SlackApiError):
-                self.e.note_face_error("slack", *slack_method(exc))
-            raise classify(exc) from exc
+            raise self._failure(exc) from exc
         raise Undeliverable(f"unknown outbox kind {row.kind!r}")
+
+    async def _card(self, row: OutboxRecord) -> dict[str, Any]:
+        """A card's post or update, from the view :meth:`prepare` read for its row (or
+        one read now): the request and what its card shows."""
+        try:
+            view = self._ready.pop(row.id, _UNREAD)
+            if view is _UNREAD:
+                view = await self.e.views.card(str(row.payload_value()["approval_id"]))
+            if view is None:
+                raise Undeliverable(
+                    f"approval {row.payload_value()['approval_id']} does not exist")
+            if row.kind == CARD_POST:
+                return await self._post(row, view)
+            return await self._update(row, view)
+        except (RetryLater, Undeliverable):
+            raise
+        except Exception as exc:
+            raise self._failure(exc) from exc
+
+    def _failure(self, exc: Exception) -> Exception:
+        """What the drain is told of a failed delivery (Slack's errors counted)."""
+        if isinstance(exc, SlackApiError):
+            self.e.note_face_error("slack", *slack_method(exc))
+        return classify(exc)
 
     # -- cards -----------------------------------------------------------------------
     async def render(self, a: ApprovalRecord) -> dict[str, Any]:
@@ -242,10 +285,16 @@ class SlackDeliverer:
     # dicts (six isinstance checks against abstract classes per block, ~150 calls a card),
     # drops arguments left None and warns when text is missing: a drawn card has none of
     # those. tests/unit/test_click_cpu.py compares the bodies.
+    # The request itself is built once, not per card, where slack_sdk's internals allow
+    # (private_slack_sdk.JsonCalls: the same bytes, the same retries and errors).
     async def _card_post(self, **args: Any) -> AsyncSlackResponse:
+        if self._json_calls is not None:
+            return await self._json_calls.call("chat.postMessage", args)
         return await self.client.api_call("chat.postMessage", json=args)
 
     async def _card_update(self, **args: Any) -> AsyncSlackResponse:
+        if self._json_calls is not None:
+            return await self._json_calls.call("chat.update", args)
         return await self.client.api_call("chat.update", json=args)
 
     async def _remind(self, a: ApprovalRecord) -> dict[str, Any]:
@@ -344,6 +393,18 @@ class SlackDeliverer:
         while len(self._permalinks) > PERMALINKS_KEPT:
             self._permalinks.popitem(last=False)
         return link
+
+
+def json_calls(client: AsyncWebClient) -> JsonCalls | None:
+    """The card calls' sender built once (None, with a warning, where the installed
+    slack_sdk lacks a name it relies on: api_call then sends every card)."""
+    gone = private_slack_sdk.missing()
+    if gone:
+        log.warning("%s lacks %s: card calls go through api_call (set "
+                    "APPROVALD_SLACK_FAST_PATH=0 to silence this)",
+                    private_slack_sdk.dependency(), ", ".join(gone))
+        return None
+    return JsonCalls(client)
 
 
 def _told_first(run_id: str) -> RetryLater:

@@ -29,9 +29,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from approvald.runtime.kernel.canonical import compact_json
 from approvald.runtime.kernel.clock import Clock
@@ -72,6 +73,14 @@ class Deliverer(Protocol):
     """Turns one outbox row into an effect in the outside world; returns what to remember."""
 
     async def deliver(self, row: OutboxRecord) -> dict[str, Any] | None: ...
+
+
+@runtime_checkable
+class ReadsAhead(Protocol):
+    """A deliverer that reads what a batch of rows needs once, before they are delivered
+    one by one (``prepare``: the Slack face's card views, one read a batch, not a row)."""
+
+    async def prepare(self, rows: Sequence[OutboxRecord]) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -152,6 +161,8 @@ class OutboxDrain:
         self.owners = owners
         self.urgency = urgency
         self.deliverer = deliverer
+        # what the deliverer reads ahead for a batch (see ReadsAhead), when it does
+        self._prepare = deliverer.prepare if isinstance(deliverer, ReadsAhead) else None
         self.config = config or DrainConfig()
         self._wake = asyncio.Event()
         # when rows not yet claimed were first announced (urgency's monotonic clock)
@@ -211,6 +222,12 @@ class OutboxDrain:
             if not mine:
                 return delivered
             last = woken if announced else None
+            if self._prepare is not None:
+                try:
+                    await self._prepare(mine)
+                except Exception:  # each row is then delivered as if nothing was read ahead
+                    log.warning("outbox: reading ahead for %d row(s) failed", len(mine),
+                                exc_info=True)
             results = await asyncio.gather(*(self._one(row) for row in mine))
             done = [(row.id, res) for row, (ok, res) in zip(mine, results, strict=True) if ok]
             if done:

@@ -368,5 +368,17 @@ class Routes:
                               f"{'them' if len(missing) > 1 else 'it'} in a deliverer's "
                               "kinds (runtime/record/outbox_kinds.py)")
 
+    async def prepare(self, rows: Sequence[OutboxRecord]) -> None:
+        """Let each face that reads ahead (a ``prepare`` of its own) read what the rows of
+        its kinds in a batch need, once for them all, before they are delivered."""
+        ahead: dict[int, tuple[Any, list[OutboxRecord]]] = {}
+        for row in rows:
+            route = self._by_kind.get(row.kind)
+            prepare = getattr(route, "prepare", None)
+            if prepare is not None:
+                ahead.setdefault(id(route), (prepare, []))[1].append(row)
+        for prepare, mine in ahead.values():
+            await prepare(mine)
+
     async def deliver(self, row: OutboxRecord) -> dict[str, Any] | None:
         return await self.route(row.kind).deliver(row)

@@ -2,7 +2,7 @@
 
     python tests/benchmarks/bench_click_cpu.py [--db URL] [--runs 200] [--concurrency 20]
                                                [--rounds 1] [--profile OUT.prof]
-                                               [--lease-ttl S]
+                                               [--lease-ttl S] [--drain-only] [--top N]
 
 Where ``bench_clicks.py`` runs ``serve`` as a separate process (latencies, which a shared
 machine makes meaningless), this runs the same ``serve`` (its
@@ -23,6 +23,10 @@ completed and its card has been updated in Slack:
   their own with no BEGIN; on SQLite one of the write transactions) and plain reads
   (autocommit, no BEGIN on either), each counted once where it is opened.
 
+``--drain-only`` counts only what runs in the outbox drain's context (from a batch's
+claim to its mark: the cards' views read, drawn, sent and marked delivered), ``--top N``
+lists the functions called most.
+
 The CPU figure is taken without a profiler (``--rounds`` passes of ``--runs`` clicks),
 the calls in one more pass, counted with ``sys.setprofile``; ``--profile OUT.prof`` adds a
 pass under cProfile by this thread's CPU time and writes its stats (read with pstats).
@@ -36,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextvars
 import cProfile
 import dis
 import os
@@ -71,7 +76,10 @@ AREAS = [("slack_bolt", "slack_bolt/"), ("slack_sdk", "slack_sdk/"), ("aiohttp",
          ("json", "json/"), ("pydantic", "pydantic")]
 # what tells the shape of an approval: (label, file:function pattern)
 SHAPE = [("tasks created", r"base_events\.py:create_task$"),
-         ("Slack Web API calls", r"async_base_client\.py:api_call$"),
+         # a card's call goes out by private_slack_sdk's JsonCalls, not api_call (which it
+         # calls itself only where it cannot: counted twice then)
+         ("Slack Web API calls",
+          r"(async_base_client\.py:api_call|/bot/slack/private_slack_sdk\.py:call)$"),
          # a card goes out by api_call (bot/slack/delivery.py: _card_update, _card_post)
          ("  chat.update", r"(async_client\.py:chat_update|/bot/slack/delivery\.py:_card_update)$"),
          ("  chat.postMessage",
@@ -198,15 +206,41 @@ class Clicks:
         await self.emulator.stop()
 
 
+# --drain-only: set in the outbox drain's task (and so in the tasks it starts: a row's
+# delivery, its HTTP request's body writer) while a round runs, from a batch's claim to
+# its mark; callbacks run in another context (a database connection's reads, opened
+# elsewhere) are not counted, those of a connection the drain opened are
+IN_DRAIN: contextvars.ContextVar[bool] = contextvars.ContextVar("in_drain", default=False)
+
+
+def count_the_drain_only() -> None:
+    """Count only what runs in the outbox drain's context: the card updates' share."""
+    from approvald.runtime.record.outbox import OutboxDrain
+
+    plain = OutboxDrain.drain_once
+
+    async def drain_once(self: OutboxDrain) -> int:
+        token = IN_DRAIN.set(True)
+        try:
+            return await plain(self)
+        finally:
+            IN_DRAIN.reset(token)
+
+    OutboxDrain.drain_once = drain_once  # type: ignore[method-assign]
+
+
 class Calls:
     """Counts the Python calls made on this thread (``sys.setprofile``), each function
     once per call: a coroutine or generator resumed is not called again (cProfile counts
-    every resumption as a call). Calls into C (builtins, methods of C types) count too."""
+    every resumption as a call). Calls into C (builtins, methods of C types) count too.
+    ``drain_only``: those made in the outbox drain's context alone."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, drain_only: bool = False, top: int = 0) -> None:
         self.by_code: dict[Any, int] = defaultdict(int)
         self.c_calls = 0
         self._first: dict[Any, int] = {}
+        self.drain_only = drain_only
+        self.top = top
 
     def _start(self, code: Any) -> int:
         """The offset of ``code``'s first RESUME: where a fresh frame stands when called."""
@@ -217,6 +251,8 @@ class Calls:
         return at
 
     def __call__(self, frame: Any, event: str, arg: Any) -> None:
+        if self.drain_only and not IN_DRAIN.get():
+            return
         if event == "call":
             code = frame.f_code
             if frame.f_lasti <= self._start(code):
@@ -240,6 +276,12 @@ class Calls:
             n = sum(c for code, c in self.by_code.items()
                     if re.search(pat, f"{code.co_filename}:{code.co_name}"))
             print(f"    {label:44} {n / runs:6.2f}")
+        if self.top:
+            print(f"  the {self.top} functions called most, per approval:")
+            for code, n in sorted(self.by_code.items(), key=lambda kv: -kv[1])[:self.top]:
+                where = re.sub(r".*(site-packages|python3\.\d+)/", "", code.co_filename
+                               ).removeprefix(f"{HERE.parents[1]}/")
+                print(f"    {n / runs:8.2f}  {where}:{code.co_firstlineno}:{code.co_qualname}")
 
 
 async def bench(a: argparse.Namespace) -> int:
@@ -258,6 +300,8 @@ async def bench(a: argparse.Namespace) -> int:
         APPROVALD_PORT=str(port), APPROVALD_HOST="127.0.0.1", APPROVALD_SECRET=TOKEN_SECRET,
         APPROVALD_AGENTS="bench_agent", APPROVALD_LOG_LEVEL="ERROR",
         APPROVALD_METRICS_ADDR="127.0.0.1:0", BENCH_TOOL_LOG=str(tool_log))
+    if a.drain_only:
+        count_the_drain_only()
     if a.lease_ttl:  # long enough that no renewal fires (under load the runs last longer)
         os.environ["APPROVALD_LEASE_TTL"] = str(a.lease_ttl)
     import logging
@@ -291,7 +335,7 @@ async def bench(a: argparse.Namespace) -> int:
               f"card was updated: {' '.join(f'{c:.2f}' for c in cpu)} ms "
               "(indicative only on a busy machine)")
         rows = await world.call(clicks.pause(a.runs))
-        counter = Calls()
+        counter = Calls(drain_only=a.drain_only, top=a.top)
         loop = asyncio.get_running_loop()
         tasks: dict[str, int] = defaultdict(int)
         plain = loop.create_task
@@ -345,6 +389,11 @@ def main() -> int:
     p.add_argument("--concurrency", type=int, default=20)
     p.add_argument("--rounds", type=int, default=1, help="rounds of CPU measurement")
     p.add_argument("--profile", default=None, metavar="OUT.prof")
+    p.add_argument("--drain-only", action="store_true",
+                   help="count only the calls made in the outbox drain's context, from a "
+                        "batch's claim to its mark (the card updates' share)")
+    p.add_argument("--top", type=int, default=0, metavar="N",
+                   help="print the N functions called most, per approval")
     p.add_argument("--lease-ttl", type=float, default=None, metavar="S",
                    help="serve's APPROVALD_LEASE_TTL (default: serve's own)")
     return asyncio.run(bench(p.parse_args()))

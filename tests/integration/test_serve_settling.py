@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from approvald.bot.config import Settings
-from approvald.bot.serve import SETTLE_AGAIN, Service, Settling, _run
+from approvald.bot.serve import GC_YOUNG, SETTLE_AGAIN, Service, Settling, _run, settle_heap
 from approvald.store.db import Database
 
 
@@ -108,3 +108,16 @@ async def test_serve_settles_its_heap_again_while_it_runs_and_stops_after(
     finally:
         service.stop_event.set()
         await db.close()
+
+
+def test_settling_the_heap_sets_the_young_generation_s_threshold_alone() -> None:
+    """The young generation is collected every GC_YOUNG allocations from start-up on;
+    the older generations keep their thresholds."""
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 11, 12)
+        settle_heap()
+        assert gc.get_threshold() == (GC_YOUNG, 11, 12) and GC_YOUNG > 700
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)

@@ -263,3 +263,31 @@ async def test_a_card_update_is_drawn_from_its_view_in_one_read(sqlite_url, tmp_
         assert opened == ["read:runtime/views"]
         [card] = card_messages(h)
         assert "Approved" in text_of(card)
+
+
+async def test_a_drain_batch_s_cards_are_drawn_from_one_read(db_url, tmp_path, monkeypatch):
+    """The cards of one drain batch are drawn from views read together (issue 50: a read
+    per card), each card as its own read drew it; the posts' batch too."""
+    async with harness(db_url, tmp_path, clock=ManualClock(), background=False) as h:
+        ids = [(await h.pause_refund()).approval_ids[0] for _ in range(3)]
+        opened = opened_by_faces(monkeypatch, h.service.db)  # serve's database
+        assert await h.service.drain.drain_once() == 3
+        assert opened.count("read:runtime/views") == 1
+        for aid in ids:
+            await h.engine.decide(aid, actor=Actor("U_ALICE", "cli:ops"), verdict="approve")
+        later = (await h.pause_refund()).approval_ids[0]  # a post in the updates' batch
+        opened.clear()
+        assert await h.service.drain.drain_once() == 4
+        assert opened.count("read:runtime/views") == 1
+        assert (await h.approval(later)).message_ts and len(card_messages(h)) == 4
+        updates = [c for c in h.emulator.calls("chat.update") if c.ok]
+        assert sorted(c.params["ts"] for c in updates) == sorted(
+            [(await h.approval(aid)).message_ts for aid in ids])
+        # each card as a read of its own draws it
+        sent = {c.params["ts"]: c for c in updates}
+        for aid in ids:
+            call = sent[(await h.approval(aid)).message_ts]
+            view = await h.engine.views.card(aid)
+            assert view is not None
+            card = await h.service.slack.deliverer.draw(view)
+            assert call.params["blocks"] == card["blocks"] and call.params["text"] == card["text"]
