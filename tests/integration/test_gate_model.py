@@ -1566,20 +1566,11 @@ _AUDIT_AFTER = (select(_AUDIT.c.seq, _AUDIT.c.approval_id,
 SEALED_SHARE = 4  # the sealed run takes one schedule in this many: its own question only
 
 
-# the sealed case runs a quarter of the schedules: a shorter limit than the module's, which
-# also orders it after both clear cases (tests/conftest.py runs the longest limits first), so
-# the two xdist workers start the two longest cases, SQLite's and PostgreSQL's, at once
-@pytest.mark.parametrize("sealed", [False, pytest.param(True, marks=pytest.mark.timeout(600))],
-                         ids=["clear", "sealed"])
-def test_the_gate_holds_under_random_interleavings(db_url: str, tmp_path: Path,
-                                                   sqlite_template: Path, sealed: bool,
-                                                   request: pytest.FixtureRequest) -> None:
-    """``sealed``: under a data key (fewer schedules: what it adds is the invariant that
-    nothing sensitive is stored in clear; the rest is the clear run's to cover)."""
+def _machine(db_url: str, tmp_path: Path, sqlite_template: Path) -> type[GateMachine]:
+    """The machine a test runs: each schedule on a database of its own, begun as the
+    first schedule's (``Start``). Its class body's source, as it is written here, seeds
+    the fixed schedules: a change to it (its indentation included) moves them."""
     counter = iter(range(10**9))
-    key = DataKey("model-data-key-0123456789") if sealed else None
-    types.set_codec(Sealer([key]) if key is not None else None)
-
     start = Start(sqlite_template, tmp_path)
 
     def fresh_url() -> str:
@@ -1594,8 +1585,24 @@ def test_the_gate_holds_under_random_interleavings(db_url: str, tmp_path: Path,
         make_url = staticmethod(fresh_url)
         workdir = tmp_path
 
-    Machine.data_key = key  # (not in the class body: its source seeds the fixed schedules)
     Machine.start = start
+    return Machine
+
+
+# the sealed case runs a quarter of the schedules: a shorter limit than the module's, which
+# also orders it after both clear cases (tests/conftest.py runs the longest limits first), so
+# the two xdist workers start the two longest cases, SQLite's and PostgreSQL's, at once
+@pytest.mark.parametrize("sealed", [False, pytest.param(True, marks=pytest.mark.timeout(600))],
+                         ids=["clear", "sealed"])
+def test_the_gate_holds_under_random_interleavings(db_url: str, tmp_path: Path,
+                                                   sqlite_template: Path, sealed: bool,
+                                                   request: pytest.FixtureRequest) -> None:
+    """``sealed``: under a data key (fewer schedules: what it adds is the invariant that
+    nothing sensitive is stored in clear; the rest is the clear run's to cover)."""
+    key = DataKey("model-data-key-0123456789") if sealed else None
+    types.set_codec(Sealer([key]) if key is not None else None)
+    Machine = _machine(db_url, tmp_path, sqlite_template)
+    Machine.data_key = key  # (not in the class body: its source seeds the fixed schedules)
 
     profile = request.config.getoption("hypothesis_profile", None) or "ci"
     STATS.clear()
@@ -1667,22 +1674,7 @@ def test_a_schedule_builds_no_release_and_makes_no_credential_the_first_made(
     monkeypatch.setattr(sys.modules[__name__], "refund_agent", counted_agent)
     monkeypatch.setattr(GateMachine, "_credentials", counted_credentials)
     monkeypatch.setattr(GateMachine, "_engine", counted_engine)
-    counter = iter(range(10**9))
-    start = Start(sqlite_template, tmp_path)
-
-    def fresh_url() -> str:
-        if db_url.startswith("sqlite"):
-            path = tmp_path / f"pin-{next(counter)}.db"
-            shutil.copy(start.sqlite, path)
-            return f"sqlite+aiosqlite:///{path}"
-        asyncio.run(_truncate(db_url, start.pg))
-        return db_url
-
-    class Pinned(GateMachine):
-        make_url = staticmethod(fresh_url)
-        workdir = tmp_path
-
-    Pinned.start = start
+    Pinned = _machine(db_url, tmp_path, sqlite_template)
     STATS.clear()
     run_state_machine_as_test(Pinned, settings=settings(_profile("ci"), max_examples=5))
     assert STATS["schedules"] == 5
