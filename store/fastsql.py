@@ -409,6 +409,17 @@ class Conn:
         # else it cannot be in a transaction of its own (SQLite's write asks it only then)
         self.through = False
 
+    def prime(self, stmt: Any, keys: frozenset[str]) -> None:
+        """Make ``stmt``'s plan for parameters named ``keys`` now (where plans run here
+        and ``stmt`` is registered with :func:`fast`), as its first execution would:
+        callable from a worker thread (no event loop, no connection), so that a statement
+        whose compilation takes tens of milliseconds does not stall the event loop's
+        thread meanwhile (issue 50: a group commit's statement for each batch size)."""
+        prepared = _PREPARED.get(id(stmt)) if self._dialect is not None else None
+        if prepared is not None and prepared.stmt is stmt:
+            assert self._dialect is not None
+            prepared.plan(self._dialect, keys)
+
     async def connection(self) -> AsyncConnection:
         """The SQLAlchemy connection, opened now if this read had none yet."""
         self.through = True

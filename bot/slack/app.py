@@ -30,6 +30,7 @@ from aiohttp import web
 from approvald.bot.config import Settings
 from approvald.bot.http_log import quiet_malformed_requests
 from approvald.bot.slack.delivery import SlackDeliverer
+from approvald.bot.slack.direct import DirectFront
 from approvald.bot.slack.directory import SlackDirectory
 from approvald.bot.slack.handlers import Handlers
 from approvald.bot.slack.mrkdwn import json_dumps
@@ -38,6 +39,9 @@ from approvald.bot.slack.transport import RawBodyVerifier, events_handler
 from approvald.runtime import ConfigError, Engine
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.logger import get_bolt_app_logger
+from slack_bolt.middleware.authorization.async_single_team_authorization import (
+    AsyncSingleTeamAuthorization,
+)
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import async_default_handlers
@@ -262,8 +266,11 @@ class SlackService:
         self.handlers = Handlers(engine)
         self.handlers.register(self.app)
         # the direct buttons (Approve...) reach their listeners without bolt's building of
-        # every argument for each matcher and listener (bot/slack/handlers.py)
-        self.app.use(self.handlers.direct_clicks())
+        # every argument for each matcher and listener (bot/slack/direct.py)
+        direct = self.handlers.direct_clicks()
+        self.app.use(direct)
+        # and, over HTTP, in front of bolt's dispatch where it would do nothing else
+        self.front = DirectFront(self.app, direct)
         ops = settings.ops_channel or settings.channel
         self.deliverer = SlackDeliverer(engine, self.client, channel=settings.channel,
                                         ops_channel=ops, audit_channel=settings.audit_channel,
@@ -287,7 +294,7 @@ class SlackService:
         # HTTP events work. Socket Mode does not serve this route in the first place.
         secret = self.settings.slack_signing_secret
         verifier = None if secret is None else RawBodyVerifier(secret.get_secret_value())
-        events = events_handler(self.app, verifier)
+        events = events_handler(self.app, verifier, self.front)
 
         async def health(_request: web.Request) -> web.StreamResponse:
             # the durable parts run whether or not Slack is reachable: this stays ok
@@ -374,7 +381,19 @@ class SlackService:
             if refused is not None:
                 raise refused from None
             raise
+        self._share_identity(resp)
         return dict(resp.data) if isinstance(resp.data, dict) else {}
+
+    def _share_identity(self, resp: Any) -> None:
+        """Hand bolt's single-team authorization the ``auth.test`` answer the face just
+        got for the same token. Bolt asks ``auth.test`` itself on a request until one
+        answer came, so after a start every request of a first burst (Slack's retries of
+        clicks made while serve was down) waited on a Web API round trip of its own, and
+        all of them went bolt's whole way (bot/slack/direct.py waits for that answer)."""
+        for middleware in getattr(self.app, "_async_middleware_list", ()):
+            if (isinstance(middleware, AsyncSingleTeamAuthorization)
+                    and middleware.auth_test_result is None):
+                middleware.auth_test_result = resp
 
     async def _open_socket(self) -> None:
         assert self.settings.slack_app_token is not None and self._socket is not None

@@ -16,12 +16,11 @@ websocket bolt's own handler opened with the app token, and bolt never checks th
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from approvald.bot.slack.body import parse_body
@@ -33,6 +32,9 @@ from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.request.internals import extract_content_type, parse_query
 from slack_bolt.response import BoltResponse
 from slack_sdk.signature import SignatureVerifier
+
+if TYPE_CHECKING:
+    from approvald.bot.slack.direct import DirectFront
 
 log = logging.getLogger("approvald.slack")
 
@@ -50,19 +52,19 @@ class RawBodyVerifier(SignatureVerifier):
     """slack_sdk's verifier (timestamp window, constant-time compare) over the raw bytes.
 
     slack_sdk decodes a bytes body as UTF-8 before hashing and raises on one that is not;
-    Slack signs the bytes, so those are hashed as they are, and an authentic body that is
-    not UTF-8 is told apart from a forged one (400, not 401).
+    Slack signs the bytes, so those are hashed as they are (for a UTF-8 body, the bytes
+    slack_sdk encodes back), and an authentic body that is not UTF-8 is told apart from a
+    forged one (400, not 401). The digest is one call into ``hmac.digest`` (C), not an
+    ``hmac.HMAC`` object's five Python calls, each request.
     """
 
     def generate_signature(self, *, timestamp: str, body: str | bytes) -> str | None:
-        if isinstance(body, bytes):
-            try:
-                body.decode("utf-8")
-            except UnicodeDecodeError:
-                base = b"v0:" + timestamp.encode("ascii") + b":" + body
-                digest = hmac.new(self.signing_secret.encode(), base, hashlib.sha256)
-                return f"v0={digest.hexdigest()}"
-        return super().generate_signature(timestamp=timestamp, body=body)
+        if timestamp is None:
+            return None
+        if not isinstance(body, bytes):
+            body = (body or "").encode()
+        base = f"v0:{timestamp}:".encode() + body
+        return "v0=" + hmac.digest(self.signing_secret.encode(), base, "sha256").hex()
 
 
 def authentic(verifier: SignatureVerifier | None, body: bytes,
@@ -110,26 +112,48 @@ class SignedRequest(AsyncBoltRequest):
         self.mode = "http"
 
 
-def parse(raw: bytes, content_type: str | None, query: str,
-          headers: Mapping[str, str]) -> SignedRequest:
-    """The bolt request for an authenticated ``raw`` body; raises one of ``_UNPARSEABLE``
-    when it is not a JSON object or a form."""
+def signed_body(raw: bytes, content_type: str | None) -> tuple[str, dict[str, Any]]:
+    """The text and the parsed body of an authenticated ``raw`` body; raises one of
+    ``_UNPARSEABLE`` when it is not a JSON object or a form."""
     text = raw.decode("utf-8")
     body = parse_body(text, content_type)
     if not isinstance(body, dict):
         raise TypeError("not a JSON object or a form")
+    return text, body
+
+
+def signed_request(text: str, body: dict[str, Any], query: str,
+                   headers: Mapping[str, str]) -> SignedRequest:
+    """The bolt request of a body :func:`signed_body` parsed; raises one of
+    ``_UNPARSEABLE`` when bolt cannot read its context out of it."""
     # names lowercased, each value a list, a repeated header's last value: what bolt makes
     # of a multidict itself
     plain: dict[str, Sequence[str]] = {name.lower(): [value] for name, value in headers.items()}
     return SignedRequest(raw=text, body=body, query=query, headers=plain)
 
 
-def events_handler(app: AsyncApp, verifier: SignatureVerifier | None
+def parse(raw: bytes, content_type: str | None, query: str,
+          headers: Mapping[str, str]) -> SignedRequest:
+    """The bolt request for an authenticated ``raw`` body; raises one of ``_UNPARSEABLE``
+    when it is not a JSON object or a form."""
+    text, body = signed_body(raw, content_type)
+    return signed_request(text, body, query, headers)
+
+
+def _malformed(exc: BaseException) -> web.Response:
+    # no traceback: the body is the sender's fault
+    log.warning("a signed Slack request did not parse: %s", type(exc).__name__)
+    return web.json_response({"ok": False, "error": "malformed request"}, status=400)
+
+
+def events_handler(app: AsyncApp, verifier: SignatureVerifier | None,
+                   front: DirectFront | None = None
                    ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     """The aiohttp handler of ``POST /slack/events`` for ``app`` (built with
     ``request_verification_enabled=False``). Without a verifier (no signing secret: Socket
     Mode alone) nothing sent here can be authenticated: every request gets the 401 a forged
-    one gets."""
+    one gets. ``front``: the direct buttons answered before bolt's dispatch, with bolt's
+    answer (:class:`~approvald.bot.slack.direct.DirectFront`)."""
 
     async def events(request: web.Request) -> web.StreamResponse:
         raw = await request.read()  # past client_max_size aiohttp answers 413 itself
@@ -138,12 +162,19 @@ def events_handler(app: AsyncApp, verifier: SignatureVerifier | None
             return web.json_response({"ok": False, "error": "invalid signature"},
                                      status=401)
         try:  # authentic from here on: only now is the body decoded and parsed
-            bolt_request = parse(raw, request.content_type, request.query_string,
-                                 request.headers)
-        except _UNPARSEABLE as exc:  # no traceback: the body is the sender's fault
-            log.warning("a signed Slack request did not parse: %s", type(exc).__name__)
-            return web.json_response({"ok": False, "error": "malformed request"},
-                                     status=400)
+            text, body = signed_body(raw, request.content_type)
+        except _UNPARSEABLE as exc:
+            return _malformed(exc)
+        query = request.query_string
+        if front is not None:
+            answer = await front.answer(
+                body, lambda: signed_request(text, body, query, request.headers))
+            if answer is not None:
+                return await response(answer)
+        try:
+            bolt_request = signed_request(text, body, query, request.headers)
+        except _UNPARSEABLE as exc:
+            return _malformed(exc)
         return await response(await app.async_dispatch(bolt_request))
 
     return events
@@ -162,6 +193,8 @@ async def response(bolt_resp: BoltResponse) -> web.Response:
     content_type = headers.pop(
         "content-type", ["application/json" if bolt_resp.body.startswith("{") else "text/plain"]
     )[0]
-    return web.Response(status=bolt_resp.status, body=bolt_resp.body,
+    # the text as the bytes aiohttp's StringPayload would make of it (UTF-8), given as
+    # bytes: the same response without a payload object's six Python calls
+    return web.Response(status=bolt_resp.status, body=bolt_resp.body.encode(),
                         headers={k: list(v)[0] for k, v in headers.items()},  # noqa: RUF015
                         content_type=_CHARSET.sub("", content_type))

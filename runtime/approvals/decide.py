@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
@@ -154,7 +154,6 @@ class _Attempt:
     # the tool's impact hook on ``edited``, worked out here where the tool is known
     edited_impact: str | None = None
     refusal: DecisionRefused | None = None  # found before the transaction (kept for order)
-    side: SweepResult = field(default_factory=SweepResult)  # an expiry applied on the way
     trace: str | None = None  # the deciding span's traceparent (Tracer.traceparent)
 
     def traced(self) -> dict[str, str]:
@@ -771,7 +770,8 @@ class Decider:
             return settled
 
         try:
-            at.side = await self.db.transact(record, what=f"refusal on approval {a0.id}")
+            # an expiry applied on the way (a refusal alone: a decision made none)
+            side = await self.db.transact(record, what=f"refusal on approval {a0.id}")
         except Exception as exc:
             if is_store_failure(exc):
                 raise
@@ -781,6 +781,6 @@ class Decider:
             log.error("approval %s: its expiry could not be applied with the refusal (%s); "
                       "the sweep settles it", a0.id, exc)
             settle = False
-            at.side = await self.db.transact(record, what=f"refusal on approval {a0.id}")
+            side = await self.db.transact(record, what=f"refusal on approval {a0.id}")
             await self.expiry.sweep(only=[a0.id])  # (it tells what it settled)
-        self.expiry.announce(at.side)
+        self.expiry.announce(side)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, cast
 
@@ -165,6 +166,27 @@ def _append_riding(n: int, kind: Any, shape: Any) -> Any:
     for cte in others:
         stmt = stmt.add_cte(cte)
     return fast(stmt)
+
+
+# the statements of _append_alone built and planned, by (m, n, kind, shape): at most
+# TOGETHER sizes of each rider kind and shape (its parameters' names follow from these)
+_BUILT: set[tuple[Any, ...]] = set()
+
+
+async def _built(conn: Any, m: int, n: int, kind: Any, shape: Any,
+                 params: Mapping[str, Any]) -> Any:
+    """:func:`_append_alone`'s statement, built and planned (for ``params``' names) on a
+    worker thread the first time: the statement of many CTEs costs 25-135 ms of CPU to
+    build and compile, which on the event loop's thread is a stall every call meanwhile
+    waits out, met the first time each batch size is (issue 50: under an open loop of
+    1,000 decisions a second, one such step of 59 ms). On the worker thread the loop
+    still runs, between the interpreter's switches."""
+    key = (m, n, kind, shape)
+    if key not in _BUILT:
+        keys = frozenset(params)
+        await asyncio.to_thread(lambda: conn.prime(_append_alone(m, n, kind, shape), keys))
+        _BUILT.add(key)
+    return _append_alone(m, n, kind, shape)
 
 
 def _tag(m: int, j: int) -> str:
@@ -337,8 +359,8 @@ class AuditRepo(Repo):
                 i += 1
             params.update(rider.params(_tag(m, j)))
         try:
-            done = (await self.conn.execute(_append_alone(m, n, type(along), along.shape),
-                                            params)).one()
+            stmt = await _built(self.conn, m, n, type(along), along.shape, params)
+            done = (await self.conn.execute(stmt, params)).one()
         except DBAPIError as exc:
             if aborted(exc):
                 raise NothingWritten from None

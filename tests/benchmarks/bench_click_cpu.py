@@ -42,9 +42,7 @@ import argparse
 import asyncio
 import contextvars
 import cProfile
-import dis
 import os
-import re
 import sys
 import tempfile
 import threading
@@ -59,7 +57,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 sys.path.insert(0, str(HERE))
 
-from bench_common import free_port, setup_database
+from bench_common import Calls, free_port, setup_database
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 TOKEN_SECRET = "bench-token-secret-0123456789abcd"
@@ -229,61 +227,6 @@ def count_the_drain_only() -> None:
     OutboxDrain.drain_once = drain_once  # type: ignore[method-assign]
 
 
-class Calls:
-    """Counts the Python calls made on this thread (``sys.setprofile``), each function
-    once per call: a coroutine or generator resumed is not called again (cProfile counts
-    every resumption as a call). Calls into C (builtins, methods of C types) count too.
-    ``drain_only``: those made in the outbox drain's context alone."""
-
-    def __init__(self, *, drain_only: bool = False, top: int = 0) -> None:
-        self.by_code: dict[Any, int] = defaultdict(int)
-        self.c_calls = 0
-        self._first: dict[Any, int] = {}
-        self.drain_only = drain_only
-        self.top = top
-
-    def _start(self, code: Any) -> int:
-        """The offset of ``code``'s first RESUME: where a fresh frame stands when called."""
-        at = self._first.get(code)
-        if at is None:
-            at = next((i.offset for i in dis.get_instructions(code) if i.opname == "RESUME"), 0)
-            self._first[code] = at
-        return at
-
-    def __call__(self, frame: Any, event: str, arg: Any) -> None:
-        if self.drain_only and not IN_DRAIN.get():
-            return
-        if event == "call":
-            code = frame.f_code
-            if frame.f_lasti <= self._start(code):
-                self.by_code[code] += 1
-        elif event == "c_call":
-            self.c_calls += 1
-
-    def report(self, runs: int) -> None:
-        calls: dict[str, int] = defaultdict(int)
-        for code, n in self.by_code.items():
-            area = next((a for a, pat in AREAS if re.search(pat, code.co_filename)),
-                        "other Python")
-            calls[area] += n
-        calls["calls into C"] = self.c_calls
-        total = sum(calls.values())
-        print(f"  Python calls per approval: {total / runs:.0f}")
-        for area in sorted(calls, key=lambda a: -calls[a]):
-            print(f"    {area:18} {calls[area] / runs:7.1f}")
-        print("  per approval:")
-        for label, pat in SHAPE:
-            n = sum(c for code, c in self.by_code.items()
-                    if re.search(pat, f"{code.co_filename}:{code.co_name}"))
-            print(f"    {label:44} {n / runs:6.2f}")
-        if self.top:
-            print(f"  the {self.top} functions called most, per approval:")
-            for code, n in sorted(self.by_code.items(), key=lambda kv: -kv[1])[:self.top]:
-                where = re.sub(r".*(site-packages|python3\.\d+)/", "", code.co_filename
-                               ).removeprefix(f"{HERE.parents[1]}/")
-                print(f"    {n / runs:8.2f}  {where}:{code.co_firstlineno}:{code.co_qualname}")
-
-
 async def bench(a: argparse.Namespace) -> int:
     tmp = Path(tempfile.mkdtemp())
     db_url, drop = await setup_database(a.db, tmp, "bench_click_cpu")
@@ -335,7 +278,8 @@ async def bench(a: argparse.Namespace) -> int:
               f"card was updated: {' '.join(f'{c:.2f}' for c in cpu)} ms "
               "(indicative only on a busy machine)")
         rows = await world.call(clicks.pause(a.runs))
-        counter = Calls(drain_only=a.drain_only, top=a.top)
+        counter = Calls(AREAS, SHAPE, only=IN_DRAIN.get if a.drain_only else None,
+                        top=a.top, root=HERE.parents[1])
         loop = asyncio.get_running_loop()
         tasks: dict[str, int] = defaultdict(int)
         plain = loop.create_task
@@ -359,7 +303,7 @@ async def bench(a: argparse.Namespace) -> int:
         finally:
             sys.setprofile(None)
             del loop.create_task
-        counter.report(a.runs)
+        counter.report(a.runs, "approval")
         print(f"  tasks created per approval: {sum(tasks.values()) / a.runs:.2f}, by coroutine:")
         for name, n in sorted(tasks.items(), key=lambda kv: -kv[1]):
             if n / a.runs >= 0.05:

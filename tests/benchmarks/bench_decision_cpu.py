@@ -32,7 +32,11 @@ printed beside the baseline's, and as the difference (what the decision adds to 
 request). ``--profile FACE`` runs that face's calls once more under cProfile and prints
 the functions by own time and by cumulative time, with their call counts per decision;
 ``--phases FACE`` counts its Python calls per decision by phase (the request's write, the
-result's, the call forwarded, the inbound request: :class:`Phases`).
+result's, the call forwarded, the inbound request: :class:`Phases`). ``--count FACES``
+counts each face's calls per decision exactly (each function once per call, a coroutine
+resumed not counted again; calls into C by name) by area of the code (:data:`AREAS`),
+side by side, then the functions whose counts differ most between the first two faces:
+where one face's decision does more than another's.
 ``--callers N`` (N > 1) makes the calls from N connections at once and prints, per round,
 the rate and the audit chain's turn: one process's chainings send their statements one
 at a time, each after the one before was answered; the share of the wall time with one
@@ -56,6 +60,7 @@ import itertools
 import json
 import os
 import pstats
+import re
 import statistics
 import sys
 import tempfile
@@ -68,7 +73,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 sys.path.insert(0, str(HERE))
 
-from bench_common import free_port, setup_database
+from bench_common import Calls, free_port, setup_database
 from bench_fleet import MCP_SERVER, POLICY, make_tokens
 from sqlalchemy import text
 
@@ -226,6 +231,87 @@ class Phases:
     def said(self, n: int) -> list[tuple[str, float]]:
         out = sorted(((k, v / n) for k, v in self.counts.items()), key=lambda kv: -kv[1])
         return [*out, ("in all", sum(self.counts.values()) / n)]
+
+
+# areas of the code a decision's calls are counted in (first match wins, by file name)
+AREAS = [("bot: the hook (claude_code*)", "/bot/claude_code"), ("bot: the API", "/bot/api/"),
+         ("bot (other)", "/bot/"), ("runtime: intake", "/runtime/(requests/|callers|runs/ex)"),
+         ("runtime: masking", "/runtime/policies/(masking|detectors|sensitive)"),
+         ("runtime: policy", "/runtime/policies/"), ("runtime: audit", "/runtime/record/audit"),
+         ("runtime (other)", "/runtime/"), ("store", "/store/"), ("sqlalchemy", "sqlalchemy/"),
+         ("drivers", "asyncpg/|aiosqlite/|sqlite3"), ("aiohttp", "aiohttp/|multidict|yarl"),
+         ("the benchmark's client", "/tests/benchmarks/"),
+         ("asyncio", "asyncio/|selectors|_weakrefset|contextvars|contextlib|uvloop"),
+         ("json", "json/"), ("pydantic", "pydantic")]
+# what tells a decision's shape (per decision; patterns of Calls.by_function's names)
+SHAPE = [("tasks created (a Task registered in a WeakSet)", r"\(WeakSet\.add\)$"),
+         ("texts searched for secrets (mask_text)", r"detectors\.py:\d+\(mask_text\)$"),
+         ("audit details recorded (recorded_text)", r"audit\.py:\d+\(recorded_text\)$"),
+         ("  walked value by value (recorded_details)",
+          r"audit\.py:\d+\(recorded_details\)$"),
+         ("statements sent alone (write_one)", r"store/db\.py:\d+\(Database\.write_one\)$"),
+         ("write transactions (write)", r"store/db\.py:\d+\(Database\.write\)$")]
+
+
+async def count_calls(fns: dict[str, list[Callable[[int], Awaitable[None]]]], faces: list[str],
+                      n: int, counter: Counter, top: int, dump: str | None) -> None:
+    """Each of ``faces``' Python calls per decision, exactly (:class:`Calls` over ``n``
+    calls after the warm-up), by area, side by side; then the functions whose counts per
+    decision differ most between the first two (``dump``: every function's count per
+    decision, each face's, written there as JSON)."""
+    counted: dict[str, Calls] = {}
+    for face in faces:
+        await cpu_per_call(fns[face], n, 0, counter)  # warm: caches, plans, kept tokens
+        calls = counted[face] = Calls(AREAS, SHAPE)
+        sys.setprofile(calls)
+        try:
+            await cpu_per_call(fns[face], n, 1, counter, warm=False)
+        finally:
+            sys.setprofile(None)
+    areas = {f: c.by_area() for f, c in counted.items()}
+    names = sorted({a for by in areas.values() for a in by},
+                   key=lambda a: -max(by.get(a, 0) for by in areas.values()))
+    print(f"--- Python calls per decision ({n} calls each, exact), by area ---")
+    print(f"  {'':40}" + "".join(f"{f:>10}" for f in faces))
+    print(f"  {'in all':40}" + "".join(f"{sum(areas[f].values()) / n:10.1f}" for f in faces))
+    for a in names:
+        print(f"  {a:40}" + "".join(f"{areas[f].get(a, 0) / n:10.1f}" for f in faces))
+    by_function = {f: c.by_function() for f, c in counted.items()}
+    for label, pat in SHAPE:
+        per = [sum(k for name, k in by_function[f].items() if re.search(pat, name)) / n
+               for f in faces]
+        print(f"  {label:40}" + "".join(f"{k:10.2f}" for k in per))
+    if dump:
+        text = json.dumps({f: {k: v / n for k, v in by.items()}
+                           for f, by in by_function.items()}, indent=0)
+        await asyncio.to_thread(Path(dump).write_text, text)
+    if len(faces) > 1:
+        one, two = (by_function[f] for f in faces[:2])
+        diff = sorted(((one.get(k, 0) - two.get(k, 0)) / n, k) for k in {*one, *two})
+        diff = [d for d in diff if abs(d[0]) >= 0.5]
+        print(f"--- {faces[0]} minus {faces[1]}, calls per decision, the largest {top} ---")
+        for d, k in sorted(diff, key=lambda d: -abs(d[0]))[:top]:
+            print(f"  {d:+7.1f}  {k}")
+
+
+async def paired(fns: dict[str, list[Callable[[int], Awaitable[None]]]], faces: list[str],
+                 n: int, block: int, counter: Counter) -> None:
+    """Two faces' CPU per call in blocks of ``block`` calls, alternating ABBA over ``n``
+    calls of each: what the machine's other work does to one block it does about as much
+    to its neighbour, so the difference between neighbouring blocks is the faces' own."""
+    one, two = faces[:2]
+    for face in (one, two):
+        await cpu_per_call(fns[face], block, 0, counter)  # warm
+    got: dict[str, list[float]] = {one: [], two: []}
+    for k in range(n // block):
+        for face in ((one, two) if k % 2 == 0 else (two, one)):
+            got[face] += await cpu_per_call(fns[face], block, 1, counter, warm=False)
+    diffs = [b - a for a, b in zip(got[one], got[two], strict=True)]
+    print(f"--- paired, {len(diffs)} blocks of {block} calls each, ABBA: CPU per call "
+          f"(median of blocks): {one} {statistics.median(got[one]):.3f} ms, {two} "
+          f"{statistics.median(got[two]):.3f} ms; {two} minus {one}, neighbouring blocks: "
+          f"median {statistics.median(diffs):+.3f} ms, {sum(d < 0 for d in diffs)} of "
+          f"{len(diffs)} lower")
 
 
 class Counter:
@@ -390,6 +476,11 @@ async def bench(a: argparse.Namespace) -> int:
             print(f"  {face + ' auto decision':44} {figure(ms)}  (+"
                   f"{statistics.median(ms) - statistics.median(base):.3f} ms over the bare "
                   "request)")
+        if a.paired:
+            await paired(fns, a.paired.split(","), a.calls, a.block, counter)
+        if a.count:
+            await count_calls(fns, a.count.split(","), a.calls, counter, a.top,
+                              a.dump if not a.profile else None)
         if a.phases:
             n = a.calls
             phases = Phases()
@@ -452,8 +543,17 @@ def main() -> int:
                    help="count that face's Python calls per decision by phase (the request's "
                         "write, the result's, the call forwarded, the inbound request), "
                         "over --calls calls made once more")
+    p.add_argument("--paired", default=None, metavar="A,B",
+                   help="two faces' CPU per call in alternating blocks (ABBA) of --block "
+                        "calls, --calls of each: the difference of neighbouring blocks")
+    p.add_argument("--block", type=int, default=50)
+    p.add_argument("--count", default=None, metavar="FACES",
+                   help="count these faces' (comma-separated) Python calls per decision "
+                        "exactly, by area, and the functions whose counts differ most "
+                        "between the first two, over --calls calls of each made once more")
     p.add_argument("--top", type=int, default=45, help="functions printed per profile order")
-    p.add_argument("--dump", default=None, help="write the profile's stats to this file")
+    p.add_argument("--dump", default=None, help="write the profile's stats to this file (with "
+                   "--count and no --profile: each face's calls per decision by function, JSON)")
     p.add_argument("--loop", choices=["auto", "uvloop", "asyncio"],
                    default=os.environ.get("APPROVALD_EVENT_LOOP", "auto"),
                    help="the event loop serve (and this process) runs on, as "

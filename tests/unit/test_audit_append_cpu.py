@@ -18,6 +18,8 @@ from approvald.runtime.approvals.decide import Actor
 from approvald.runtime.engine import assemble
 from approvald.runtime.kernel.canonical import canonical_json, compact_json
 from approvald.runtime.kernel.outcomes import Completed, Paused
+from approvald.runtime.policies import detectors
+from approvald.runtime.policies.detectors import mask_text, none_in_json
 from approvald.runtime.policies.masking import Masking
 from approvald.runtime.record import audit
 from approvald.runtime.record.audit import recorded_details, recorded_text
@@ -92,10 +94,104 @@ def test_plain_details_are_recorded_without_the_walk(monkeypatch) -> None:
     no_args = {k: v for k, v in plain.items() if k != "args"}  # the paths are under none
     assert recorded_text(no_args, ["card"]) == compact_json(no_args)
     assert not walks
-    # walked: a text with an escape in it, and one a detector finds something in
-    assert recorded_text({"note": "a\nb"}) == '{"note":"a\\nb"}'
+    # nor a text with escapes in it: a rule's quotes, a command's, a file's line breaks
+    # (issue 50: a hook's auto decision on a rule walked both its entries for the quotes)
+    rule = {"tool": "Bash", "args": {"command": 'grep -n "todo" a\\b.py'},
+            "rule": 'tools.hook:claude-code/Bash.rules[0]: args.command.startsWith("ls")',
+            "note": "a\nb\tc\x07"}
+    assert recorded_text(rule) == compact_json(rule)
+    assert not walks
+    # walked: a text a detector finds something in, escaped or not
     assert json.loads(recorded_text({"tool": CARD}))["tool"] == "\u2022\u2022\u2022\u2022 4242"
+    assert json.loads(recorded_text({"note": f'a\n"{CARD}"'}))["note"] == \
+        'a\n"\u2022\u2022\u2022\u2022 4242"'
     assert walks["approvald.runtime.policies.sensitive"] == 2
+
+
+# what a string holds around a secret: the characters JSON escapes, and those a detector's
+# find may hold or stand next to
+PIECES = ["\"", "\\", "\n", "\t", "\x07", "\x1f", "/", " ", "-", "_", "a", "Z", "7", "é",
+          "u0041", "PRIVATE", " KEY-----"]
+
+
+@settings(deadline=None)
+@given(st.lists(st.sampled_from(PIECES) | st.sampled_from(SECRETS).map(str), max_size=8)
+       .map("".join))
+@example('x"4242 4242 4242 4242"')
+@example("\\sk_live_abcdefgh12\n")
+@example("\x07DE89 3704 0044 0532 0130 00\x07")
+def test_a_secret_in_an_escaped_text_is_never_vouched_for(text: str) -> None:
+    """The JSON of a string a detector finds something in is not vouched for, whatever
+    escapes stand beside or around the find (none_in_json reads each as a space)."""
+    if mask_text(text) != text:
+        assert not none_in_json(compact_json({"note": text, "n": [text]})), text
+
+
+# an auto decision's two audit entries, as a hook's (its rule's text quoted) and the API's
+HOOK_ENTRY = {"kind": "tool_call", "tool": "Bash", "args": {"command": "ls -la /srv/29"},
+              "call_id": "call", "requested_by": "U_DANA",
+              "task": "working in `/srv` (session `cpu-1`, HTTP hook token `hook`)",
+              "policy": "hook:claude-code/Bash", "policy_file": "a67ba96b1d492b754c17fa8f"
+              "ec49aec09ef1a8477ce4450e075e05acb5e8e986", "answer": "auto",
+              "rule": 'tools.hook:claude-code/Bash.rules[0]: args.command.startsWith("ls")'}
+API_ENTRY = {"tool": "read_metrics", "args": {"n": 10000029}, "policy": "api:fleet/read_metrics",
+             "answer": "auto", "reason": None, "outcome": "auto"}
+
+
+def _searches(fn: Any, *args: Any) -> tuple[Any, collections.Counter[str]]:
+    """``fn(*args)``, and the searches it made with the detectors' own patterns (by
+    pattern), not their hints' (the private key's, a literal, is its own hint)."""
+    own = {id(p): p.pattern[:24] for p in detectors._ANY[1:]}
+    seen: collections.Counter[str] = collections.Counter()
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "c_call" and getattr(arg, "__name__", "") == "search" \
+                and id(getattr(arg, "__self__", None)) in own:
+            seen[own[id(arg.__self__)]] += 1
+
+    sys.setprofile(profile)
+    try:
+        out = fn(*args)
+    finally:
+        sys.setprofile(None)
+    return out, seen
+
+
+def test_details_without_a_secret_are_searched_with_the_detectors_hints_alone() -> None:
+    """Issue 50: the detectors' own patterns (a lookaround or ``\\b`` first: tried whole at
+    each character) search an entry's JSON only where a hint, searched in C a character
+    at a time, matched: an auto decision's entries, none."""
+    for details in (HOOK_ENTRY, API_ENTRY):
+        text, seen = _searches(recorded_text, details)
+        assert text == compact_json(details)
+        assert not seen, seen
+    text, seen = _searches(recorded_text, {"note": f"pay {CARD}"})
+    assert json.loads(text)["note"] == "pay \u2022\u2022\u2022\u2022 4242"
+    assert set(seen) == {detectors._CARD.pattern[:24]}, seen  # the card's hint alone matched
+
+
+# what a detector's find is made of, and what stands next to one
+HINTED = ["4", "2", "0", " ", "-", "DE", "NO", "X", "a", "_", ".", "\n",
+          "PRIVATE KEY-----", *(pre.replace("[bpas]", "b") for pre, _ in detectors._KEY_FORMS)]
+
+
+@settings(deadline=None)
+@given(st.lists(st.sampled_from(HINTED) | st.sampled_from(SECRETS).map(str), max_size=30)
+       .map("".join))
+@example("4" * 13)  # the shortest card
+@example("NO9386011117947")  # the shortest IBAN
+@example("x 4242-4242 4242 4242 x")
+@example("-----BEGIN PRIVATE KEY-----")
+@example("AKIA0123456789ABCDEF")
+@example("apd_" + "a" * 32)
+@example("xoxs-" + "a" * 10)
+@example("AIza" + "a" * 35)
+@example("github_pat_" + "a" * 20)
+@example("rk_test_" + "a" * 8)
+def test_the_hints_find_what_the_detectors_find(text: str) -> None:
+    """Each hint matches every text its detector finds something in (so a text none of
+    them matches holds no find, and is not searched further)."""
+    assert detectors.any_find(text) == any(p.search(text) for p in detectors._ANY), text
 
 
 @settings(deadline=None)

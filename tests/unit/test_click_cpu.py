@@ -436,3 +436,21 @@ async def test_a_decision_reads_its_request_s_approvers_once(
                                    verdict="approve", token=card_token(approval))
     assert decision.outcome == "approved"
     assert parsed == [approval.id]
+
+
+async def test_a_decision_builds_no_sweep_result(db: Any, tmp_path: Any) -> None:
+    """A decision made no expiry on its way: the result of one (a refusal's, which may
+    settle an overdue request) is not built for it (issue 50); a refusal still announces
+    the expiry it applied (tests/unit/test_decisions)."""
+    from approvald.runtime.approvals.decide import Actor
+
+    from tests.unit.test_click_statements import paused_refund
+    from tests.unit.test_decisions import card_token
+
+    engine, paused = await paused_refund(db, tmp_path)
+    approval = await engine.approval(paused.approval_ids[0])
+    with counting_calls() as seen:
+        decision = await engine.decide(approval.id, actor=Actor("U_ALICE", "slack"),
+                                       verdict="approve", token=card_token(approval))
+    assert decision.outcome == "approved"
+    assert seen["approvald.runtime.requests.expiry:__init__"] == 0, seen

@@ -115,3 +115,36 @@ def test_a_tool_entry_is_checked_by_its_own_schema_once_and_a_new_listing_anew()
     assert Upstream.invalid(again, {"n": 1}, validator) == Upstream.invalid(again, {"n": 1})
     checked.forget("add")  # no longer listed
     assert checked.of(first)[0] == identity(first)
+
+
+@pytest.mark.parametrize(("text", "reads"), [
+    ('args.command.startsWith("ls")', {"args"}), ('tool == "Bash"', {"tool"}),
+    ("has(annotations.readOnlyHint)", {"annotations"}), ("true", set()),
+    ('annotations["x"] == true ? tool == "a" : args.n > 1', {"annotations", "args", "tool"})])
+def test_a_rule_is_handed_only_what_it_reads(monkeypatch: pytest.MonkeyPatch, text: str,
+                                             reads: set[str]) -> None:
+    """Issue 50: a condition's variables are converted to CEL's values on every call; one
+    it never reads (a hook's rule on ``args`` handed ``tool`` and ``annotations``) is
+    not handed to it, and what it yields is what it yields handed all three."""
+    from approvald.runtime.policies import rules
+
+    handed: list[set[str]] = []
+    real = rules.compile_condition(text)
+
+    class Seen:
+        def execute(self, env: dict[str, Any]) -> Any:
+            handed.append(set(env))
+            return real.execute(env)
+
+        def variables(self) -> list[str]:
+            return list(real.variables())
+
+    monkeypatch.setattr(rules, "compile_condition", lambda t: Seen())
+    rules._reads.cache_clear()
+    try:
+        args, annotations = {"command": "ls -la", "n": 2}, {"x": True}
+        got = rules.holds(text, "Bash", args, annotations)
+    finally:
+        rules._reads.cache_clear()
+    assert handed == [reads]
+    assert got == real.execute({"args": args, "tool": "Bash", "annotations": annotations})

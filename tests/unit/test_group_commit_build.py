@@ -1,0 +1,75 @@
+"""Issue 50: a group commit's statement for a batch size met the first time (one
+statement of many CTEs: 25-135 ms of CPU to build and compile) is built and planned on a
+worker thread, not on the event loop's, where it stalled every call meanwhile (under an
+open loop of 1,000 hook decisions a second, one step of 59 ms CPU, measured); met again,
+nothing is built. PostgreSQL only, as group commit is."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+from approvald.store import fastsql
+from approvald.store.db import fast_path_setting
+from approvald.store.repos import audit as audit_repo
+
+from tests.unit.test_group_commit import PG, Held, _ask, _chained_whole, _engine, joined
+from tests.unit.test_intake_statements import (  # noqa: F401  (a fixture)
+    Statements,
+    statements,
+)
+
+
+async def _batch(monkeypatch: pytest.MonkeyPatch, engine: Any, token: Any, first: int,
+                 size: int) -> list[Any]:
+    """One decision in flight, then ``size`` arriving meanwhile: written as one batch."""
+    held = Held(monkeypatch, 1)
+    until = joined(monkeypatch, engine)
+    lead = _ask(engine, token, first)
+    await held.sent.wait()
+    rest = [_ask(engine, token, first + i) for i in range(1, size + 1)]
+    await until(size + 1)
+    held.release.set()
+    return list(await asyncio.gather(lead, *rest))
+
+
+@PG
+async def test_a_batch_statement_met_first_is_built_off_the_event_loop(
+        make_engine, statements: Statements, monkeypatch) -> None:  # noqa: F811
+    engine, token = await _engine(make_engine)
+    audit_repo._append_alone.cache_clear()  # (built by another test in this process)
+    monkeypatch.setattr(audit_repo, "_BUILT", set(), raising=False)
+    loop = threading.get_ident()
+    planned: list[tuple[int, bool]] = []  # (the thread, a batch's statement)
+    plan = fastsql._plan
+
+    def spied(stmt: Any, dialect: Any, keys: frozenset[str]) -> Any:
+        planned.append((threading.get_ident(), any(k.endswith("_m0") for k in keys)))
+        return plan(stmt, dialect, keys)
+
+    monkeypatch.setattr(fastsql, "_plan", spied)
+    primed: list[int] = []  # the threads statements were handed to (a thread each)
+    prime = fastsql.Conn.prime
+
+    def primes(conn: Any, stmt: Any, keys: frozenset[str]) -> None:
+        primed.append(threading.get_ident())
+        prime(conn, stmt, keys)
+
+    monkeypatch.setattr(fastsql.Conn, "prime", primes)
+    window = statements.during()
+    docs = await _batch(monkeypatch, engine, token, 0, 5)
+    assert [s.split()[:2] for s in window.sent] == [["WITH", "guessed"]] * 2, window.sent
+    batches = [thread for thread, batch in planned if batch]
+    # (APPROVALD_DB_FAST_PATH=0: no plans, the statement alone built on the thread)
+    assert len(batches) == fast_path_setting() and loop not in batches, planned
+    # the statement sent alone, its cache cleared too, likewise
+    assert all(thread != loop for thread, _ in planned), planned
+    assert primed and loop not in primed, primed
+    planned.clear()
+    primed.clear()
+    docs += await _batch(monkeypatch, engine, token, 10, 5)  # met again: nothing built,
+    assert planned == [] and primed == [], (planned, primed)  # nor handed to a thread
+    assert all(new and doc["status"] == "approved" for doc, new in docs)
+    await _chained_whole(engine, {doc["id"] for doc, _ in docs})
