@@ -15,6 +15,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -68,15 +69,51 @@ async def _pg_admin(sql: str) -> None:
         await conn.close()
 
 
-async def reset_pg(url: str) -> None:
-    """Empty a migrated test database and restart its sequences (``RESET``)."""
+async def reset_pg(url: str, kept: Kept | None = None) -> None:
+    """Empty a migrated test database and restart its sequences (``RESET``); with ``kept``
+    (:func:`keep_pg`), then put back the rows and sequences it holds."""
     import asyncpg
 
     conn = await asyncpg.connect(url.replace("+asyncpg", ""), timeout=5)
     try:
         await conn.execute(RESET)
+        for table, rows in kept.rows if kept is not None else ():
+            await conn.execute(f"INSERT INTO {table} SELECT * FROM "
+                               f"json_populate_recordset(NULL::{table}, $1::json)", rows)
+        for sequence, value in kept.sequences if kept is not None else ():
+            await conn.execute("SELECT setval($1::regclass, $2)", sequence, value)
     finally:
         await conn.close()
+
+
+@dataclass(frozen=True)
+class Kept:
+    """A test database's rows (each non-empty table's as JSON, the tables in an order that
+    inserts them: ``TABLES`` reversed) and the sequences' last values, as :func:`keep_pg`
+    read them in one snapshot."""
+
+    rows: tuple[tuple[str, str], ...]
+    sequences: tuple[tuple[str, int], ...]
+
+
+async def keep_pg(url: str) -> Kept:
+    """What ``reset_pg(url, kept)`` puts back: every row of every table and where every
+    sequence is (a state many tests start from, made once: restoring it is one round trip
+    a table, making it again was several transactions of the runtime's)."""
+    import asyncpg
+
+    conn = await asyncpg.connect(url.replace("+asyncpg", ""), timeout=5)
+    try:
+        async with conn.transaction(isolation="repeatable_read", readonly=True):
+            rows = [(table, await conn.fetchval(f"SELECT json_agg(t) FROM {table} t"))
+                    for table in reversed(TABLES)]
+            sequences = await conn.fetch(
+                "SELECT format('%I.%I', schemaname, sequencename), last_value "
+                "FROM pg_sequences WHERE last_value IS NOT NULL")
+    finally:
+        await conn.close()
+    return Kept(tuple((t, r) for t, r in rows if r is not None),
+                tuple((str(n), int(v)) for n, v in sequences))
 
 
 # -- no silent skips ---------------------------------------------------------------------

@@ -57,10 +57,12 @@ schedules per dialect (docs/performance.md records how many ran with zero violat
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import re
 import shutil
+import sqlite3
 import sys
 from collections import Counter
 from dataclasses import dataclass, replace
@@ -129,7 +131,7 @@ from sqlalchemy import (
 )
 from sqlalchemy import event as sa_event
 
-from tests.conftest import SIGNER, reset_pg
+from tests.conftest import SIGNER, Kept, keep_pg, reset_pg
 from tests.helpers import Crash, Rows, approvals_of, executions_of, padded, parts, runs_of
 from tests.helpers import crash as _crash
 
@@ -189,6 +191,73 @@ def release_1b(v1: Agent, ran_on: dict[str, str]) -> Agent:
                    reconcile=orig.reconcile, impact=orig.impact, timeout=orig.timeout)
     return replace(v1, version="1b",
                    tools=[changed if t.name == "issue_refund" else t for t in v1.tools])
+
+
+class Releases:
+    """The agent's releases a test's schedules load (see RELEASES), each built once a test
+    over one ledger and one ``ran_on`` record, which each schedule starts anew (its own
+    ledger file, an empty record). A release is its code and its argument schemas, the
+    same in every "process" that loads it: built at each start of a "process" (about three
+    a schedule), each of its tools read its source again for its version and made its
+    argument model again, about 5% of the test's CPU. What a start makes anew (the engine,
+    its owner, its registry, the policy it loads) is made anew still (``_engine``)."""
+
+    def __init__(self) -> None:
+        self.ledger = DemoLedger(None)
+        self.ran_on: dict[str, str] = {}  # idempotency key -> the release whose tool ran it
+        self.built: dict[str, list[Agent]] = {}
+
+    @classmethod
+    def of(cls, machine: type, ledger_path: str) -> Releases:
+        """The releases of ``machine``'s test, for a new schedule writing ``ledger_path``."""
+        releases = machine.__dict__.get("_releases")
+        if releases is None:
+            releases = cls()
+            machine._releases = releases  # type: ignore[attr-defined]
+        releases.ledger.path = ledger_path
+        releases.ran_on.clear()
+        return releases
+
+    def load(self, release: str) -> list[Agent]:
+        """The agents a process loading ``release`` serves."""
+        if release not in self.built:
+            v1 = self.built["1"][0] if "1" in self.built else \
+                replace(refund_agent(self.ledger), version="1")
+            self.built["1"] = [v1]
+            self.built[release] = {
+                "1": lambda: [v1], "2": lambda: [release_2(v1, self.ran_on)],
+                "2+1": lambda: [release_2(v1, self.ran_on), replace(v1, retired=True)],
+                "1b": lambda: [release_1b(v1, self.ran_on)]}[release]()
+        return self.built[release]
+
+
+class Start:
+    """What each of a test's schedules starts from: a migrated database holding the
+    credentials its faces' requests are made under (``GateMachine._credentials``: an
+    operator's API token and approvald's own for the MCP gateway, the adapter and the hook,
+    each made and audited as a real deployment makes it), made by the first schedule and
+    kept: each later one starts from a copy (SQLite's file; PostgreSQL's rows put back
+    after the reset), with the same credentials. Made again by each schedule, in a clock
+    that starts at the same instant in every schedule, they were four audited write
+    transactions a schedule (about 4% of the test's CPU), and the same rows but for their
+    random ids and secrets."""
+
+    def __init__(self, sqlite_template: Path, workdir: Path) -> None:
+        self.credentials: dict[str, Any] | None = None
+        self.sqlite = sqlite_template  # what a schedule's SQLite file is a copy of
+        self.workdir = workdir
+        self.pg: Kept | None = None  # PostgreSQL: the rows a reset puts back
+
+    async def keep(self, url: str) -> None:
+        """Keep the database at ``url`` as each later schedule's start."""
+        if url.startswith("sqlite"):
+            kept = self.workdir / "start.db"
+            with contextlib.closing(sqlite3.connect(url.split("///", 1)[1])) as src, \
+                    contextlib.closing(sqlite3.connect(kept)) as dst:
+                src.backup(dst)  # (a snapshot of what is committed, the WAL's included)
+            self.sqlite = kept
+        else:
+            self.pg = await keep_pg(url)
 
 
 STATS: Counter[str] = Counter()  # what the schedules reached (a blind model proves nothing)
@@ -254,6 +323,7 @@ class GateMachine(RuleBasedStateMachine):
     make_url: Any = None  # set by the test: returns a fresh database URL per example
     workdir: Path = Path(".")
     data_key: DataKey | None = None  # set by the test: the key values are sealed under
+    start: Start  # set by the test: what each schedule's database starts from
 
     def __init__(self) -> None:
         super().__init__()
@@ -276,7 +346,8 @@ class GateMachine(RuleBasedStateMachine):
         self.ever_relaxed = False  # ... or did at some point of this schedule
         # which release's refund tool ran each refund (idempotency key -> release; release
         # 1's own tool records nothing), and each release's tool version
-        self.ran_on: dict[str, str] = {}
+        self.releases = Releases.of(type(self), str(self.ledger_path))
+        self.ran_on: dict[str, str] = self.releases.ran_on
         self.crossed = False  # a request approved across a changed tool was steered to
         self.versions: dict[str, str] = {}
         # calls a caller face collected: (request id, when), an MCP task's or a hook's
@@ -293,7 +364,12 @@ class GateMachine(RuleBasedStateMachine):
         self.requests: list[str] = []
         self.policy_at: dict[str, PolicyFile] = {}  # approval id -> the file in force
         self.agents: dict[str, str] = {}  # run id -> its agent (its source)
-        self.credentials = self.run(self._credentials())
+        if self.start.credentials is None:  # the test's first schedule: made, then kept
+            self.credentials = self.run(self._credentials())
+            self.run(self.start.keep(url))
+            self.start.credentials = self.credentials
+        else:  # the database began as the first schedule's, these made in it
+            self.credentials = self.start.credentials
         self._step = 0  # steps checked so far (see check_invariants)
         self._read_at: tuple[int, Seen] | None = None  # what the invariants read, at a step
         # the chain verified after each step from where the step before verified it (see
@@ -311,13 +387,7 @@ class GateMachine(RuleBasedStateMachine):
 
     def _engine(self) -> Engine:
         """A new "process": its own owner id, the same database, clock and outside world."""
-        ledger = DemoLedger(str(self.ledger_path))
-        v1 = replace(refund_agent(ledger), version="1")
-        # only the release loaded is built (each build wraps its tools again: every start of
-        # a "process" built three releases to keep one)
-        agents = {"1": lambda: [v1], "2": lambda: [release_2(v1, self.ran_on)],
-                  "2+1": lambda: [release_2(v1, self.ran_on), replace(v1, retired=True)],
-                  "1b": lambda: [release_1b(v1, self.ran_on)]}[self.release]()
+        agents = self.releases.load(self.release)
         for a in agents:  # the identity of each release's refund tool
             found = a.tool("issue_refund")
             assert found is not None
@@ -1192,8 +1262,8 @@ class GateMachine(RuleBasedStateMachine):
         return (await Rows(self.committed).audit_head())[0]
 
     async def _entries_after(self, seq: int) -> list[Any]:
-        async def after(tx: Any) -> list[Any]:
-            return [e async for e in tx.audit.iterate() if e.seq > seq]
+        async def after(tx: Any) -> list[Any]:  # (the new entries alone, not the whole log)
+            return [e async for e in tx.audit.iterate(after=seq)]
         return await Rows(self.committed).in_one_read(after)
 
     def _check(self, seen: Seen) -> None:
@@ -1496,6 +1566,29 @@ _AUDIT_AFTER = (select(_AUDIT.c.seq, _AUDIT.c.approval_id,
 SEALED_SHARE = 4  # the sealed run takes one schedule in this many: its own question only
 
 
+def _machine(db_url: str, tmp_path: Path, sqlite_template: Path) -> type[GateMachine]:
+    """The machine a test runs: each schedule on a database of its own, begun as the
+    first schedule's (``Start``). Its class body's source, as it is written here, seeds
+    the fixed schedules: a change to it (its indentation included) moves them."""
+    counter = iter(range(10**9))
+    start = Start(sqlite_template, tmp_path)
+
+    def fresh_url() -> str:
+        if db_url.startswith("sqlite"):
+            path = tmp_path / f"model-{next(counter)}.db"
+            shutil.copy(start.sqlite, path)
+            return f"sqlite+aiosqlite:///{path}"
+        asyncio.run(_truncate(db_url, start.pg))
+        return db_url
+
+    class Machine(GateMachine):
+        make_url = staticmethod(fresh_url)
+        workdir = tmp_path
+
+    Machine.start = start
+    return Machine
+
+
 # the sealed case runs a quarter of the schedules: a shorter limit than the module's, which
 # also orders it after both clear cases (tests/conftest.py runs the longest limits first), so
 # the two xdist workers start the two longest cases, SQLite's and PostgreSQL's, at once
@@ -1506,22 +1599,9 @@ def test_the_gate_holds_under_random_interleavings(db_url: str, tmp_path: Path,
                                                    request: pytest.FixtureRequest) -> None:
     """``sealed``: under a data key (fewer schedules: what it adds is the invariant that
     nothing sensitive is stored in clear; the rest is the clear run's to cover)."""
-    counter = iter(range(10**9))
     key = DataKey("model-data-key-0123456789") if sealed else None
     types.set_codec(Sealer([key]) if key is not None else None)
-
-    def fresh_url() -> str:
-        if db_url.startswith("sqlite"):
-            path = tmp_path / f"model-{next(counter)}.db"
-            shutil.copy(sqlite_template, path)
-            return f"sqlite+aiosqlite:///{path}"
-        asyncio.run(_truncate(db_url))
-        return db_url
-
-    class Machine(GateMachine):
-        make_url = staticmethod(fresh_url)
-        workdir = tmp_path
-
+    Machine = _machine(db_url, tmp_path, sqlite_template)
     Machine.data_key = key  # (not in the class body: its source seeds the fixed schedules)
 
     profile = request.config.getoption("hypothesis_profile", None) or "ci"
@@ -1560,9 +1640,56 @@ def test_the_gate_holds_under_random_interleavings(db_url: str, tmp_path: Path,
     assert STATS["cannot_run: the tool changed"] > 0
 
 
+def test_a_schedule_builds_no_release_and_makes_no_credential_the_first_made(
+        db_url: str, tmp_path: Path, sqlite_template: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """What every schedule would make alike is made once a test (``Releases``, ``Start``):
+    over five schedules, each deploying releases and restarting "processes", the refund
+    agent is built once and the faces' credentials made once, and each later schedule's
+    requests are made under them (its database began as the first one's)."""
+    built: list[Any] = []
+    made: list[Any] = []
+
+    def counted_agent(ledger: DemoLedger) -> Agent:
+        built.append(ledger)
+        return build(ledger)
+
+    async def counted_credentials(self: GateMachine) -> dict[str, Any]:
+        made.append(self)
+        return await credentials(self)
+
+    def counted_tool(*args: Any, **kwargs: Any) -> Tool:
+        tools.append(args[0])
+        return make_tool(*args, **kwargs)
+
+    def counted_engine(self: GateMachine) -> Engine:
+        engines.append(self.release)
+        return engine(self)
+
+    engines: list[str] = []
+    tools: list[Any] = []  # the tools a release other than 1 wraps
+    build, make_tool = refund_agent, Tool
+    credentials, engine = GateMachine._credentials, GateMachine._engine
+    monkeypatch.setattr(sys.modules[__name__], "Tool", counted_tool)
+    monkeypatch.setattr(sys.modules[__name__], "refund_agent", counted_agent)
+    monkeypatch.setattr(GateMachine, "_credentials", counted_credentials)
+    monkeypatch.setattr(GateMachine, "_engine", counted_engine)
+    Pinned = _machine(db_url, tmp_path, sqlite_template)
+    STATS.clear()
+    run_state_machine_as_test(Pinned, settings=settings(_profile("ci"), max_examples=5))
+    assert STATS["schedules"] == 5
+    assert len(built) == 1 and len(made) == 1, (len(built), len(made))
+    # processes came and went, releases other than 1 loaded again, and each of them
+    # wrapped its refund tool once
+    others = [r for r in engines if r != "1"]
+    assert len(engines) > 5 and len(others) > len(set(others)), engines
+    assert len(tools) == len(set(others)), (len(tools), engines)
+    assert any(k.startswith("caller asked") for k in STATS), STATS  # (under the credentials)
+
+
 async def _settle(tasks: list[asyncio.Task[Any]]) -> None:
     await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def _truncate(url: str) -> None:
-    await reset_pg(url)
+async def _truncate(url: str, kept: Kept | None) -> None:
+    await reset_pg(url, kept)
