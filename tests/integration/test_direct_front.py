@@ -140,7 +140,7 @@ async def test_the_front_answers_what_bolt_s_dispatch_answers(
     async with harness(sqlite_url, tmp_path,
                        APPROVALD_POLICY_FILE=str(_policy(tmp_path))) as h:  # named approvers
         await wait_for(lambda: h.service.slack.connected, what="the face to connect")
-        warm = await h.pause_refund()  # bolt's authorization asks auth.test once
+        warm = await h.pause_refund()  # one click made before those compared
         await h.card(warm.approval_ids[0])
         a = await h.approval(warm.approval_ids[0])
         await h.slack.click(cards.APPROVE, h.value(a), user_id="U_ALICE", channel_id=CHANNEL,
