@@ -1,0 +1,107 @@
+"""Issue 50: the calls into C a planned statement makes, counted exactly: a time this
+process made (in UTC already) bound with no ``astimezone``, which would give it back as
+it is; a registered statement's plan found with one look-up (no ``id`` taken first)."""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from approvald.store import db as db_module
+from approvald.store import fastsql, private_asyncpg
+from approvald.store.db import Database
+from approvald.store.repos import runs as runs_repo
+from sqlalchemy.dialects.postgresql.asyncpg import dialect as pg_dialect
+from sqlalchemy.dialects.sqlite.aiosqlite import dialect as sqlite_dialect
+
+from tests.helpers import Rows
+from tests.unit.test_inline_processors import _plans
+from tests.unit.test_store_cpu import T0
+
+DIALECTS = pytest.mark.parametrize("dialect", [sqlite_dialect(), pg_dialect()],
+                                   ids=["sqlite", "postgres"])
+
+
+def c_calls(work: Callable[[], Any]) -> Counter[str]:
+    """The calls into C ``work()`` makes on this thread, by qualified name."""
+    seen: Counter[str] = Counter()
+
+    def profile(_frame: Any, event: str, arg: Any) -> None:
+        if event == "c_call" and arg is not sys.setprofile:
+            seen[getattr(arg, "__qualname__", None) or repr(arg)] += 1
+
+    sys.setprofile(profile)
+    try:
+        work()
+    finally:
+        sys.setprofile(None)
+    return seen
+
+
+@DIALECTS
+def test_a_time_in_utc_is_bound_without_astimezone(dialect: Any) -> None:
+    put, _get = _plans(dialect)
+    base = {"id": "r", "args": None, "details": None}
+    utc = {**base, "at": datetime(2026, 12, 7, 16, 30, 5, 120, tzinfo=UTC)}
+    # SQLite: its text alone (isoformat); PostgreSQL: the time as it is
+    want = Counter({"datetime.isoformat": 1}) if dialect.name == "sqlite" else Counter()
+    assert c_calls(lambda: put.parameters(utc)) == want
+    # another zone: turned to UTC first, as before
+    other = {**base, "at": datetime(2026, 12, 7, 22, 0, tzinfo=timezone(timedelta(hours=5)))}
+    assert c_calls(lambda: put.parameters(other))["datetime.astimezone"] == 1
+    bound = put.parameters(other)[1]
+    assert bound == ("2026-12-07 17:00:00.000000" if dialect.name == "sqlite"
+                     else datetime(2026, 12, 7, 17, tzinfo=UTC))
+
+
+async def test_a_planned_statement_s_plan_is_found_with_one_call(db: Database) -> None:
+    """On SQLite, one planned read: the registry's look-up, the driver's statement, its
+    rows and its cursor closed; nothing else in C (the plan's own expressions aside)."""
+    await Rows(db).in_one_write(lambda tx: tx.runs.create(
+        run_id="r1", agent="a", task="t", requested_by="U", instructions_version="v",
+        now=T0))
+    async def read(tx: Any) -> Counter[str]:
+        await tx.conn.execute(runs_repo._GET, {"rid": "r1"})  # its plan made
+        seen: Counter[str] = Counter()
+
+        def profile(frame: Any, event: str, arg: Any) -> None:
+            if event == "c_call" and frame.f_code is fastsql.Conn.execute.__code__ \
+                    and arg is not sys.setprofile:
+                seen[getattr(arg, "__qualname__", None) or repr(arg)] += 1
+
+        sys.setprofile(profile)
+        try:
+            await tx.conn.execute(runs_repo._GET, {"rid": "r1"})
+        finally:
+            sys.setprofile(None)
+        return seen
+    seen = await Rows(db).in_one_read(read)
+    want = {"dict.get": 1}
+    if db.dialect == "sqlite":
+        want |= {"Connection.execute": 1, "Cursor.fetchall": 1, "Cursor.close": 1}
+    assert seen == Counter(want), seen
+
+
+def test_a_statement_hashed_otherwise_than_by_identity_is_not_registered() -> None:
+    from sqlalchemy import Select, column, select
+
+    class Hashed(Select[Any]):
+        def __hash__(self) -> int:
+            return 1
+
+    with pytest.raises(TypeError, match="not hashed by identity"):
+        fastsql.fast(Hashed(column("a")))
+    assert type(select(column("a"))).__hash__ is object.__hash__  # what is registered
+
+
+def test_a_missing_asyncpg_name_turns_postgresql_s_fast_path_off(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(private_asyncpg, "RELIES_ON", (
+        *private_asyncpg.RELIES_ON, ("asyncpg.prepared_stmt.PreparedStatement", "_gone")))
+    assert db_module.fast_path_gaps("postgresql") == [
+        f"asyncpg.prepared_stmt.PreparedStatement._gone ({private_asyncpg.dependency()})"]
+    assert db_module.fast_path_gaps("sqlite") == []
