@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import heapq
+import importlib.util
 import logging
 import os
 import sqlite3
@@ -26,7 +27,7 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontext
 from typing import Any, TypeVar
 
 import aiosqlite
-from approvald.store import fastsql, private_aiosqlite, private_sqlalchemy, waiting
+from approvald.store import fastsql, private_aiosqlite, private_asyncpg, private_sqlalchemy, waiting
 from approvald.store.errors import ConfigError, NothingWritten
 from approvald.store.fastsql import Conn
 from approvald.store.leases import Lease, Leases
@@ -146,6 +147,8 @@ def fast_path_gaps(dialect: str) -> list[str]:
     modules: list[Any] = [private_sqlalchemy]
     if dialect == "sqlite":
         modules.append(private_aiosqlite)
+    elif dialect == "postgresql" and importlib.util.find_spec("asyncpg") is not None:
+        modules.append(private_asyncpg)
     return [f"{name} ({m.dependency()})" for m in modules for name in m.missing()]
 
 

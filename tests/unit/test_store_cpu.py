@@ -114,7 +114,7 @@ async def test_a_write_transaction_s_python_calls(db: Database) -> None:
                 "leases.py:Leases.give_back": 1, "leases.py:Leases.take": 1,
                 "leases.py:Leases.transaction": 1, "liveness.py:Liveness.stranded": 1,
                 "liveness.py:Liveness.trusted": 1,
-                "private_asyncpg.py:untracked_transaction": 1,
+                "private_asyncpg.py:fetch": 1, "private_asyncpg.py:untracked_transaction": 1,
                 "private_sqlalchemy.py:end_transaction": 1, "private_sqlalchemy.py:execute": 1}
     assert seen == Counter(want), repr(sorted(seen.items()))
 
@@ -163,7 +163,7 @@ async def test_a_resume_s_read_of_a_run_s_state_makes_its_records_only(db: Datab
                             "fastsql.py (a plan):_f": 2,  # its parameters, its rows
                             "fastsql.py (a plan):_f.<locals>.<listcomp>": 1,
                             "fastsql.py:Rows.__iter__": 1,
-                            **({"fastsql.py:Conn._run_pg": 1,
+                            **({"fastsql.py:Conn._run_pg": 1, "private_asyncpg.py:fetch": 1,
                                 "private_sqlalchemy.py:execute": 1}
                                if db.dialect == "postgresql" else {})}), \
         repr(sorted(seen.items()))
