@@ -105,3 +105,39 @@ def test_a_missing_asyncpg_name_turns_postgresql_s_fast_path_off(
     assert db_module.fast_path_gaps("postgresql") == [
         f"asyncpg.prepared_stmt.PreparedStatement._gone ({private_asyncpg.dependency()})"]
     assert db_module.fast_path_gaps("sqlite") == []
+
+
+async def test_a_renewal_hears_only_its_owner_s_started_attempt_by_its_plan(
+        db: Database) -> None:
+    """A lease renewal's ``heard``: the attempt its owner is running is heard from, no
+    other (another owner's, a finished one, another run's); by its plan, with nothing of
+    SQLAlchemy's per statement (it was built and compiled per renewal before)."""
+    from tests.unit.test_store_cpu import Calls
+
+    for rid in ("r1", "r2"):
+        await Rows(db).in_one_write(lambda tx, rid=rid: tx.runs.create(
+            run_id=rid, agent="a", task="t", requested_by="U", instructions_version="v",
+            now=T0))
+
+    async def intents(tx: Any) -> None:
+        for rid, cid, owner in (("r1", "mine", "w1"), ("r1", "theirs", "w2"),
+                                ("r1", "done", "w1"), ("r2", "other", "w1")):
+            await tx.executions.record_intent(run_id=rid, call_id=cid, step=1, tool="t",
+                                              digest="d", now=T0, owner=owner)
+        await tx.executions.record_result(run_id="r1", call_id="done", status="succeeded",
+                                          result="{}", error_class=None, error=None, now=T0,
+                                          latency_ms=1.0)
+    await Rows(db).in_one_write(intents)
+    later = T0 + timedelta(minutes=5)
+
+    async def heard(tx: Any) -> Counter[str]:
+        await tx.executions.heard("r1", owner="w1", now=T0)  # its plan made
+        return await Calls(("sqlalchemy/",)).during(
+            lambda: tx.executions.heard("r1", owner="w1", now=later))
+    assert await Rows(db).in_one_write(heard) == Counter()
+
+    async def read(tx: Any) -> dict[tuple[str, str], datetime]:
+        return {(rid, cid): x.heard_at for rid in ("r1", "r2")
+                for cid, x in (await tx.executions.for_run(rid)).items()}
+    assert await Rows(db).in_one_read(read) == {
+        ("r1", "mine"): later, ("r1", "theirs"): T0, ("r1", "done"): T0, ("r2", "other"): T0}
