@@ -272,17 +272,18 @@ class Database:
             return _SQLiteWrite(self)  # SQLite with the fast path
         return self._write()
 
+    # (a transaction's Tx and Conn made in place, here and in _SQLiteWrite and _PlainRead:
+    # a helper's call more per transaction otherwise)
     def _on_lease(self, lease: Lease) -> Tx:
-        return Tx(self._leased(lease), self.dialect, server_time=self.server_time)
+        return Tx(Conn(self._plans, conn=lease.conn, adapted=lease.adapted, kept=lease.kept),
+                  self.dialect, server_time=self.server_time)
 
     def _alone_on_lease(self, lease: Lease) -> Tx:
         leases = self._leases
         assert leases is not None
-        return Tx(self._leased(lease), self.dialect, server_time=self.server_time, alone=True,
+        return Tx(Conn(self._plans, conn=lease.conn, adapted=lease.adapted, kept=lease.kept),
+                  self.dialect, server_time=self.server_time, alone=True,
                   lend=lambda: leases.lend(lease))
-
-    def _leased(self, lease: Lease) -> Conn:
-        return Conn(self._plans, conn=lease.conn, adapted=lease.adapted, kept=lease.kept)
 
     @asynccontextmanager
     async def _write(self) -> AsyncIterator[Tx]:
@@ -504,7 +505,8 @@ class _SQLiteWrite:
                 # inside: a BEGIN cancelled while it waited may still start a transaction
                 # on the driver's thread, and the connection must not be trusted again
                 await fastsql.begin_immediate(raw, plans, db._busy_timeout_ms)
-                tx = self._tx = db._tx(Conn(plans, conn=writer, raw=raw))
+                tx = self._tx = Tx(Conn(plans, conn=writer, raw=raw), db.dialect,
+                                   server_time=db.server_time)
             except BaseException:
                 await self._drop()
                 raise
@@ -574,7 +576,8 @@ class _PlainRead:
         db = self._db
         assert db._connect_reader is not None
         raw = self._raw = db._readers.pop() if db._readers else await db._connect_reader()
-        return db._tx(Conn(db._plans, raw=raw, open_conn=self._open))
+        return Tx(Conn(db._plans, raw=raw, open_conn=self._open), db.dialect,
+                  server_time=db.server_time)
 
     async def _open(self) -> AsyncConnection:
         conn = self._db.engine.connect()
