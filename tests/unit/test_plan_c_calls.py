@@ -20,7 +20,7 @@ from sqlalchemy.dialects.sqlite.aiosqlite import dialect as sqlite_dialect
 
 from tests.helpers import Rows
 from tests.unit.test_inline_processors import _plans
-from tests.unit.test_store_cpu import T0
+from tests.unit.test_store_cpu import T0, called
 
 DIALECTS = pytest.mark.parametrize("dialect", [sqlite_dialect(), pg_dialect()],
                                    ids=["sqlite", "postgres"])
@@ -28,18 +28,7 @@ DIALECTS = pytest.mark.parametrize("dialect", [sqlite_dialect(), pg_dialect()],
 
 def c_calls(work: Callable[[], Any]) -> Counter[str]:
     """The calls into C ``work()`` makes on this thread, by qualified name."""
-    seen: Counter[str] = Counter()
-
-    def profile(_frame: Any, event: str, arg: Any) -> None:
-        if event == "c_call" and arg is not sys.setprofile:
-            seen[getattr(arg, "__qualname__", None) or repr(arg)] += 1
-
-    sys.setprofile(profile)
-    try:
-        work()
-    finally:
-        sys.setprofile(None)
-    return seen
+    return called(work, into_c=True)
 
 
 @DIALECTS

@@ -52,14 +52,17 @@ class Calls:
         return self.seen
 
 
-def called(work: Callable[[], Any]) -> Counter[str]:
+def called(work: Callable[[], Any], *, into_c: bool = False) -> Counter[str]:
     """The Python functions ``work()`` calls on this thread, as ``file:qualified name``
-    (``work`` itself left out)."""
+    (``work`` itself left out); ``into_c``: its calls into C instead, by qualified name."""
     seen: Counter[str] = Counter()
     own = getattr(work, "__code__", None)
 
     def profile(frame: Any, event: str, arg: Any) -> None:
-        if event == "call" and frame.f_code is not own:
+        if into_c:
+            if event == "c_call" and arg is not sys.setprofile:
+                seen[getattr(arg, "__qualname__", None) or repr(arg)] += 1
+        elif event == "call" and frame.f_code is not own:
             code = frame.f_code
             seen[f"{code.co_filename.rsplit('/', 1)[-1]}:{code.co_qualname}"] += 1
 
