@@ -358,8 +358,13 @@ async def begin_immediate(raw: Any, dialect: Dialect, busy_timeout_ms: int) -> N
     process holds it, the BEGIN is said again on the driver's thread, waiting up to
     ``busy_timeout_ms`` as any other connection would, and ends as that would: in
     SQLAlchemy's ``OperationalError`` (retryable) if the lock stays taken."""
+    # the sqlite3 connection read in C (aiosqlite's ``_conn`` property and a helper were
+    # two Python calls a write), refused as that property refuses it once closed
+    db = private_aiosqlite.connection_of(raw)
+    if db is None:
+        raise ValueError("no active connection")
     try:
-        private_aiosqlite.sqlite3_connection(raw).execute("BEGIN IMMEDIATE")
+        db.execute("BEGIN IMMEDIATE")
         return
     except sqlite3.OperationalError as err:
         if err.sqlite_errorcode & 0xFF != SQLITE_BUSY:

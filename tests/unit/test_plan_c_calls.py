@@ -130,3 +130,18 @@ async def test_a_renewal_hears_only_its_owner_s_started_attempt_by_its_plan(
                 for cid, x in (await tx.executions.for_run(rid)).items()}
     assert await Rows(db).in_one_read(read) == {
         ("r1", "mine"): later, ("r1", "theirs"): T0, ("r1", "done"): T0, ("r2", "other"): T0}
+
+
+async def test_a_write_s_begin_on_a_closed_connection_is_refused_as_aiosqlite_refuses_it(
+        tmp_path: Any) -> None:
+    """``BEGIN IMMEDIATE`` on the loop reads the sqlite3 connection in C; once aiosqlite's
+    connection is closed, the same ``ValueError`` its ``_conn`` gives, nothing said."""
+    import aiosqlite
+
+    raw = await aiosqlite.connect(tmp_path / "closed.db")
+    await raw.close()
+    with pytest.raises(ValueError, match=r"^no active connection$") as theirs:
+        raw._conn  # noqa: B018  (aiosqlite's own refusal, to compare)
+    with pytest.raises(ValueError) as mine:
+        await fastsql.begin_immediate(raw, sqlite_dialect(), 0)
+    assert str(mine.value) == str(theirs.value)

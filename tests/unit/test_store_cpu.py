@@ -99,13 +99,12 @@ async def test_a_write_transaction_s_python_calls(db: Database) -> None:
               "runs.py:as_inserted": 1, "runs.py:new_run": 1}
     if db.dialect == "sqlite":
         want = {**common,
-                "core.py:Connection._conn": 1, "core.py:Connection._execute": 1,
+                "core.py:Connection._execute": 1,
                 "core.py:set_result": 1, "db.py:WriteLock.acquire": 1,
                 "db.py:WriteLock.release": 1, "db.py:_SQLiteWrite.__aenter__": 1,
                 "db.py:_SQLiteWrite.__aexit__": 1, "db.py:_SQLiteWrite.__init__": 1,
                 "db.py:_SQLiteWrite._end": 1, "fastsql.py:begin_immediate": 1,
                 "fastsql.py:on_driver_thread": 1, "private_aiosqlite.py:say": 1,
-                "private_aiosqlite.py:sqlite3_connection": 1,
                 # (the run's Boolean column: SQLAlchemy's processor)
                 "sqltypes.py:Boolean._strict_as_bool": 1,
                 "sqltypes.py:Boolean.bind_processor.<locals>.process": 1}
