@@ -27,12 +27,14 @@ from typing import Any
 RELIES_ON: tuple[tuple[str, str], ...] = (
     ("asyncpg.connection.Connection", "_top_xact"),
     ("asyncpg.connection.Connection", "_protocol"),
+    ("asyncpg.connection.Connection", "_aborted"),
     ("asyncpg.connection.Connection", "_pool_release_ctr"),
     ("asyncpg.connection.Connection", "reload_schema_state"),
     ("asyncpg.prepared_stmt.PreparedStatement", "_state"),
     ("asyncpg.prepared_stmt.PreparedStatement", "_connection"),
     ("asyncpg.prepared_stmt.PreparedStatement", "_con_release_ctr"),
     ("asyncpg.protocol.protocol.Protocol", "bind_execute"),
+    ("asyncpg.protocol.protocol.Protocol", "is_connected"),
     ("asyncpg.protocol.protocol.PreparedStatementState", "closed"),
     ("asyncpg.protocol.protocol.PreparedStatementState", "mark_closed"),
 )
@@ -88,11 +90,12 @@ async def fetch(stmt: Any, args: tuple[Any, ...]) -> tuple[list[Any], str | None
     if stmt._con_release_ctr != conn._pool_release_ctr:
         raise _error("interface")("cannot call PreparedStatement.fetch(): the underlying "
                                   "connection has been released back to the pool")
-    if conn.is_closed():
+    protocol = conn._protocol
+    if conn._aborted or not protocol.is_connected():  # (its is_closed(), said in place)
         raise _error("interface")("cannot call PreparedStatement.fetch(): the underlying "
                                   "connection is closed")
     try:
-        rows, status, _ = await conn._protocol.bind_execute(state, args, "", 0, True, None)
+        rows, status, _ = await protocol.bind_execute(state, args, "", 0, True, None)
     except Exception as error:
         if isinstance(error, _error("outdated")):
             await conn.reload_schema_state()
