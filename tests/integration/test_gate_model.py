@@ -1094,7 +1094,11 @@ class GateMachine(RuleBasedStateMachine):
     async def _read_in(self, tx: Any, lines: list[dict[str, Any]]) -> Seen:
         """The record after this step, in one snapshot: the chain and the tables it is
         checked against, then the rows the invariants read (each one statement over every
-        run, not one a run or a request).
+        run, not one a run or a request; the votes and the standing approvals are the ones
+        the chain's check compared with it, ``ChainVerifier.compared``; under a data key,
+        the sealed columns and the new audit entries too, :meth:`_sealed_in`): at most 11
+        statements a step (13 under a data key), BEGIN and COMMIT included, where reading
+        them again, the sealed columns in a transaction of their own, was 14 (18).
 
         The chain verifies, and its entries (each checked against its MAC) serve the
         checks. Each step's check walks only the entries appended since the step before
@@ -1719,6 +1723,54 @@ def test_a_schedule_builds_no_release_and_makes_no_credential_the_first_made(
     assert len(engines) > 5 and len(others) > len(set(others)), engines
     assert len(tools) == len(set(others)), (len(tools), engines)
     assert any(k.startswith("caller asked") for k in STATS), STATS  # (under the credentials)
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("sealed", [False, True], ids=["clear", "sealed"])
+def test_a_steps_invariants_read_the_record_in_one_snapshot_of_at_most_11_statements(
+        db_url: str, tmp_path: Path, sqlite_template: Path, sealed: bool,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """After every step the invariants read the record once (``_read_in``): one
+    transaction of at most 11 statements, BEGIN and COMMIT included (the votes and the
+    standing approvals are the ones the chain's check compared; the tokens and the policy
+    in force one statement); under a data key 13, the sealed columns and the new audit
+    entries read in the same transaction. Every statement SQLite runs is counted (its
+    trace), whichever path sent it; a connection's opening PRAGMAs are not the read's."""
+    key = DataKey("model-data-key-0123456789") if sealed else None
+    types.set_codec(Sealer([key]) if key is not None else None)
+    reads: list[list[str]] = []
+    checking = [False]
+    connect = sqlite3.connect
+
+    def traced(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        conn = connect(*args, **kwargs)
+        conn.set_trace_callback(
+            lambda sql: reads[-1].append(sql) if checking[0] and not sql.startswith("PRAGMA")
+            else None)
+        return conn
+
+    def counted(self: GateMachine, *args: Any, **kwargs: Any) -> None:
+        reads.append([])
+        checking[0] = True
+        try:
+            check(self, *args, **kwargs)
+        finally:
+            checking[0] = False
+
+    check = GateMachine.check_invariants
+    monkeypatch.setattr(sqlite3, "connect", traced)
+    monkeypatch.setattr(GateMachine, "check_invariants", counted)
+    Pinned = _machine(db_url, tmp_path, sqlite_template)
+    Pinned.data_key = key
+    STATS.clear()
+    run_state_machine_as_test(Pinned, settings=settings(_profile("ci"), max_examples=3))
+    assert STATS["schedules"] == 3
+    read = [r for r in reads if r]
+    assert len(read) > 20, len(read)
+    for statements in read:
+        assert statements[0].startswith("BEGIN") and statements[-1] == "COMMIT", statements
+        assert sum(s.startswith(("BEGIN", "COMMIT")) for s in statements) == 2, statements
+    assert max(len(r) for r in read) == (13 if sealed else 11), Counter(len(r) for r in read)
 
 
 async def _settle(tasks: list[asyncio.Task[Any]]) -> None:
