@@ -99,12 +99,26 @@ class Probe:
             self.beat, self.beat_cpu = now, cpu
 
     def _frames(self) -> list[str]:
-        frame = sys._current_frames().get(self.main)
-        out = []
-        while frame is not None and len(out) < 12:
+        """The main thread's innermost frames, then each other thread's innermost (but
+        this one's), marked ``[thread]``: a worker thread holding the interpreter holds
+        the event loop back too."""
+        frames = sys._current_frames()
+        out = self._stack(frames.get(self.main), 12)
+        for ident, frame in frames.items():
+            if ident not in (self.main, threading.get_ident()):
+                inner = self._stack(frame, 1)
+                if inner and not inner[0].startswith(("threading.py", "concurrent/")):
+                    out.append(f"[thread] {inner[0]}")
+        return out
+
+    @staticmethod
+    def _stack(frame: Any, depth: int) -> list[str]:
+        out: list[str] = []
+        while frame is not None and len(out) < depth:
             code = frame.f_code
-            out.append(f"{code.co_filename.rsplit('site-packages/', 1)[-1]}:"
-                       f"{frame.f_lineno} {code.co_name}")
+            name = code.co_filename.rsplit("site-packages/", 1)[-1]
+            out.append(f"{name.rsplit('/lib/python3.11/', 1)[-1]}:{frame.f_lineno} "
+                       f"{code.co_name}")
             frame = frame.f_back
         return out
 
@@ -124,9 +138,21 @@ class Probe:
                 written = now
                 data = {"collections": self.collections, "late": self.late,
                         "stacks": self.stacks[-20000:], "census": self.census,
-                        "threshold": gc.get_threshold()}
+                        "threshold": gc.get_threshold(),
+                        "settling": _settling()}
                 self.out.with_suffix(".tmp").write_text(json.dumps(data))
                 self.out.with_suffix(".tmp").replace(self.out)
+
+
+def _settling() -> list[list[int]]:
+    """``serve``'s :class:`~bot.serve.Settling` freezes left: [after full collections, after
+    any]."""
+    out = []
+    for cb in list(gc.callbacks):
+        owner: Any = getattr(cb, "__self__", None)
+        if type(owner).__name__ == "Settling":
+            out.append([owner.left, owner.more])
+    return out
 
 
 def _chain(obj: Any, depth: int, seen: set[int]) -> list[Any]:
@@ -188,7 +214,8 @@ def summary(path: Path, t0: float, t1: float, top: int = 8) -> list[str]:
     cols = [c for c in data["collections"] if t0 <= c[0] <= t1]
     late = [x for x in data["late"] if t0 <= x[0] <= t1]
     stacks = [s for s in data["stacks"] if t0 <= s[0] <= t1]
-    out = [f"collector thresholds {data.get('threshold')}"]
+    out = [f"collector thresholds {data.get('threshold')}; Settling's freezes left (after "
+           f"full collections, then after any): {data.get('settling')}"]
     for gen in (0, 1, 2):
         mine = [c for c in cols if c[1] == gen]
         if mine:
@@ -197,6 +224,9 @@ def summary(path: Path, t0: float, t1: float, top: int = 8) -> list[str]:
                        f"each {walls[len(walls) // 2]:.2f} ms (median) / {walls[-1]:.1f} ms "
                        f"(max), CPU {sum(c[3] for c in mine) * 1000:.1f} ms, "
                        f"{sum(c[4] for c in mine)} objects collected")
+    threads = Counter(f for _, frames in stacks for f in frames if f.startswith("[thread]"))
+    for where, n in threads.most_common(3):
+        out.append(f"  {n:5d} samples of another thread in any stall  {where}")
     if late:
         worst = sorted(late, key=lambda x: -x[1])[:10]
         own = [x for x in late if x[2] >= x[1] / 2]
@@ -220,6 +250,7 @@ def summary(path: Path, t0: float, t1: float, top: int = 8) -> list[str]:
                    + ", ".join(f"{k} {n}" for k, n in kinds[:8]))
     counts: Counter[str] = Counter()
     for _, frames in stacks:
+        frames = [f for f in frames if not f.startswith("[thread]")]
         own = [f for f in frames if "/approvald/" in f or "/work/" in f]
         counts[" < ".join((own or frames)[:3])] += 1
     for where, n in counts.most_common(top):
