@@ -18,6 +18,12 @@ from approvald.runtime.models.scripted import ScriptedModel, reply
 from approvald.runtime.policies.tools import ToolContext, tool
 from approvald.runtime.runs.agent import Agent
 
+# bench_fleet.py --probe: what stalls the event loop; and the collector's knobs to compare
+if any(os.environ.get(k) for k in ("BENCH_PROBE", "BENCH_GC_YOUNG", "BENCH_SETTLE_FULL_ONLY")):
+    import bench_probe
+
+    bench_probe.install()
+
 if os.environ.get("BENCH_SQL_COUNT"):
     import sql_count
 

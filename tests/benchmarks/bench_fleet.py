@@ -88,6 +88,7 @@ sys.path.insert(0, str(HERE.parents[1]))
 sys.path.insert(0, str(HERE))
 
 import aiohttp
+import bench_probe
 import sql_count
 from approvald.store.db import Database
 from bench_common import APPROVALD, HOOK_POLICY, cpu_seconds, free_port, pct, setup_database
@@ -341,7 +342,7 @@ def make_tokens(env: dict[str, str] | None) -> dict[str, str]:
     return tokens
 
 
-def launch(tmp: Path, db_url: str, loop: str | None = None
+def launch(tmp: Path, db_url: str, loop: str | None = None, probe: bool = False
            ) -> tuple[subprocess.Popen[bytes], dict[str, str], int]:
     """The policy and gateway files, a token for each face (``approvald tokens create``)
     and ``approvald serve`` started on them: (its process, the tokens, its port)."""
@@ -364,6 +365,8 @@ def launch(tmp: Path, db_url: str, loop: str | None = None
     env.update(item.split("=", 1) for item in os.environ.get("BENCH_SERVE_ENV", "").split())
     if loop is not None:  # --loop: serve's event loop (APPROVALD_EVENT_LOOP)
         env["APPROVALD_EVENT_LOOP"] = loop
+    if probe:  # --probe: what stalls serve's event loop (bench_probe)
+        env["BENCH_PROBE"] = str(tmp / "probe.json")
     tokens = make_tokens(env)
     with (tmp / "serve.log").open("wb") as log:
         proc = subprocess.Popen([APPROVALD, "serve"], env=env, stdout=subprocess.DEVNULL,
@@ -533,7 +536,7 @@ def summarize(runs: list[Summary]) -> None:
 async def bench(a: argparse.Namespace, where: str | None) -> Summary:
     tmp = Path(tempfile.mkdtemp())
     db_url, drop = await setup_database(where, tmp, "bench_fleet")
-    proc, tokens, port = launch(tmp, db_url, a.loop)
+    proc, tokens, port = launch(tmp, db_url, a.loop, a.probe)
     serve = Serve(proc, tmp)
     db = Database(db_url)
     base = f"http://127.0.0.1:{port}"
@@ -644,13 +647,19 @@ async def open_and_closed(a: argparse.Namespace, serve: Serve, port: int,
         await load(serve, port, spec, face, mode="closed", count=4 * a.callers, first=first,
                    connections=a.callers)  # serve's and the gateway's connections warm
         first += 4 * a.callers
+        t0 = time.time()
         opened[face] = row = await load(serve, port, spec, face, mode="open", count=n,
                                         first=first, connections=a.callers, rate=a.rate)
+        t1 = time.time()
         first += n
         rate_ok, p99_ok = row.verdict()
         print(row.line() if face == "signed" else
               f"{row.line()}  [>= {TARGET_RATE:,.0f}/s: {mark(rate_ok)}, p99 <= "
               f"{TARGET_P99:g} ms: {mark(p99_ok)}]")
+        if a.probe:  # what the probe in serve saw during that window
+            await asyncio.sleep(1.5)  # its next write
+            for said in bench_probe.summary(serve.counts / "probe.json", t0, t1):
+                print(f"    probe: {said}")
     print(f"max rate: closed loop from the same client, {a.callers} connections, each "
           f"sending its next call as soon as the one before is answered ({n} calls)")
     for face in ["signed", *faces]:
@@ -709,6 +718,10 @@ def main() -> int:
     p.add_argument("--loop", choices=["auto", "uvloop", "asyncio"], default=None,
                    help="serve's event loop (APPROVALD_EVENT_LOOP; default: serve's own, "
                         "auto)")
+    p.add_argument("--probe", action="store_true",
+                   help="load a probe into serve (bench_probe.py) and print, for each open "
+                        "loop, its collections, the event loop's late wake-ups and the "
+                        "stacks sampled meanwhile")
     a = p.parse_args()
     runs = []
     for where in a.db or ["sqlite"]:

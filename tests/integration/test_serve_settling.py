@@ -83,6 +83,54 @@ def test_after_them_a_full_collection_that_left_many_freezes_them_a_bounded_numb
         settling.remove()
 
 
+def test_a_young_collection_that_left_many_in_the_middle_generation_freezes_them(
+        quiet_collector: None) -> None:
+    """At GC_YOUNG = 10,000 the middle generation is collected every ~100,000 allocations:
+    what the first minutes of traffic built to keep (the group commit's statements of each
+    batch size met) piled up there, and the first middle collection walked it all, 40-52
+    ms of the event loop in one step (the hook's open-loop p99 in bench_fleet, issue 50).
+    A young collection that leaves at least ``least`` objects in the middle generation
+    freezes them, as a full one does in the oldest; a middle one, what it left in the
+    oldest; within the same bound ``more``."""
+    settling = Settling(times=3, more=2, least=1000)
+    settling.install()
+    try:
+        gc.freeze()  # start-up's heap, as settle_heap leaves it
+        few = [[n] for n in range(100)]  # what is in flight
+        gc.collect(0)
+        assert tracked(few) and settling.more == 2
+        many = [[n] for n in range(1000)]  # with the few, at least 1,000
+        gc.collect(0)
+        assert not tracked(many) and not tracked(few) and settling.more == 1
+        assert settling.left == 3  # the full collections' own freezes still to come
+        again = [[n] for n in range(1200)]
+        gc.collect(0)  # 1,200 left in the middle generation: frozen
+        assert not tracked(again) and settling.more == 0
+        later = [[n] for n in range(1200)]  # after the bound: never frozen by a young one
+        gc.collect(0)
+        gc.collect(1)
+        assert tracked(later) and settling.more == 0
+    finally:
+        settling.remove()
+
+
+def test_a_middle_collection_that_left_many_in_the_oldest_generation_freezes_them(
+        quiet_collector: None) -> None:
+    settling = Settling(times=3, more=1, least=1000)
+    settling.install()
+    try:
+        gc.freeze()
+        settling.least = 10**9  # the young collection freezes nothing
+        built = [[n] for n in range(1000)]
+        gc.collect(0)
+        assert tracked(built) and settling.more == 1
+        settling.least = 1000
+        gc.collect(1)  # into the oldest generation: at least 1,000 there
+        assert not tracked(built) and settling.more == 0 and settling.left == 3
+    finally:
+        settling.remove()
+
+
 async def test_serve_settles_its_heap_again_while_it_runs_and_stops_after(
         sqlite_url: str, tmp_path: Path, quiet_collector: None) -> None:
     db = Database(sqlite_url)
