@@ -293,7 +293,7 @@ async def bench(runs: int, concurrency: int, mode: str, db_url: str | None,
                 replicas: int = 1, targets: bool = True,
                 statements: int = 0, agent: str = "bench-deploy",
                 data_key: str | None = None,
-                detail: dict[str, Any] | None = None) -> dict[str, float]:
+                detail: dict[str, Any] | None = None, warm: int = 0) -> dict[str, float]:
     """Run the benchmark (``replicas`` serve processes, clicks spread over them in turn)
     and print its figures (and, with ``targets``, this benchmark's own targets, which
     are SQLite's: a caller judging by others leaves them out; on PostgreSQL, the
@@ -301,7 +301,12 @@ async def bench(runs: int, concurrency: int, mode: str, db_url: str | None,
     at rest under it, in ``serve`` and in the benchmark's own writes. ``detail``: filled
     with what the serve processes sent PostgreSQL from the first click until every run
     completed, statement by statement (``sent``: SQL -> count) and, when serve counts them
-    (``BENCH_SQL_WHERE=1``), by where each came from (``where``: origin TAB SQL -> count)."""
+    (``BENCH_SQL_WHERE=1``), by where each came from (``where``: origin TAB SQL -> count).
+    ``warm``: that many more runs paused and approved first, spread over the replicas the
+    same way, each run completed and its card updated before the measured clicks begin, and
+    none of it measured: what every ``serve`` process pays once (the statements' compiled
+    forms, the first collections' freezes, the connections' prepared statements) is paid
+    before, as in a deployment that has been up for a while."""
     tmp = Path(tempfile.mkdtemp())
     db_url = db_url or f"sqlite+aiosqlite:///{tmp / 'clicks.db'}"
     log = tmp / "tool-starts.log"
@@ -342,10 +347,10 @@ async def bench(runs: int, concurrency: int, mode: str, db_url: str | None,
               f"{', '.join(str(x.pid) for x in serves)}")
         t0 = time.perf_counter()
         approvals = []
-        for _ in range(runs):
+        for _ in range(runs + warm):
             outcome = await engine.run(agent, "deploy web", requested_by="U_DANA")
             approvals.append(outcome.approval_ids[0])  # type: ignore[attr-defined]
-        print(f"paused {runs} runs in {time.perf_counter() - t0:.2f} s")
+        print(f"paused {runs + warm} runs in {time.perf_counter() - t0:.2f} s")
         signer = TokenSigner(TOKEN_SECRET)
         while True:  # every card posted by serve first, as in real life
             async with parts(engine).db.read() as tx:
@@ -353,7 +358,7 @@ async def bench(runs: int, concurrency: int, mode: str, db_url: str | None,
             if all(r and r.message_ts for r in rows):
                 break
             await asyncio.sleep(0.05)
-        print(f"all {runs} cards posted in {time.perf_counter() - t0:.2f} s; clicking",
+        print(f"all {runs + warm} cards posted in {time.perf_counter() - t0:.2f} s; clicking",
               flush=True)
         values = {r.id: (r, f"{r.id}:{signer.token(r.id, r.token_nonce, r.effective_digest)}")
                   for r in rows if r}
@@ -386,6 +391,19 @@ async def bench(runs: int, concurrency: int, mode: str, db_url: str | None,
                     if mode == "effect":
                         await tool_log.event(a.run_id).wait()
 
+            if warm:  # paid once per process, before the measured clicks
+                warming, approvals = approvals[:warm], approvals[warm:]
+                t = time.perf_counter()
+                await asyncio.gather(*(click(i, aid) for i, aid in enumerate(warming)))
+                await asyncio.wait_for(
+                    asyncio.gather(*(tool_log.event(values[a][0].run_id).wait()
+                                     for a in warming)), 300)
+                await follow_up(engine, emulator, {a: values[a] for a in warming})
+                print(f"warmed up: {warm} approvals first, each run completed and its card "
+                      f"updated, in {time.perf_counter() - t:.2f} s (not measured)", flush=True)
+                values = {a: values[a] for a in approvals}
+                sent.clear()
+                acked.clear()
             sql0 = await count_statements(serves, tmp) if count_sql else None
             where_at = [sql_count.snapshot_where(tmp, [x.pid for x in serves])]
             slack0 = len(emulator.calls())
@@ -548,6 +566,10 @@ def main() -> int:
     p.add_argument("--sensitive", action="store_true",
                    help="run twice, plain calls then calls with sensitive arguments, and "
                         "print what masking and sealing add")
+    p.add_argument("--warm", type=int, default=0, metavar="N",
+                   help="N approvals first, not measured: serve's once-only costs (compiled "
+                        "statements, the first collections' freezes) paid before the "
+                        "measured clicks, as in a deployment up for a while")
     p.add_argument("--profile", default="", metavar="OUT.prof",
                    help="run serve under cProfile by CPU time (profile_serve.py) from the "
                         "first click until every run completed; read with pstats")
@@ -557,7 +579,8 @@ def main() -> int:
     global PROFILE_TO
     PROFILE_TO = str(Path(a.profile).resolve()) if a.profile else ""
     if not a.sensitive:
-        asyncio.run(bench(a.runs, a.concurrency, a.mode, a.db, statements=a.statements))
+        asyncio.run(bench(a.runs, a.concurrency, a.mode, a.db, statements=a.statements,
+                          warm=a.warm))
         return 0
     print("== plain calls, no data key")
     plain = asyncio.run(bench(a.runs, a.concurrency, a.mode, a.db, targets=False))

@@ -1,7 +1,7 @@
 """Replicas on PostgreSQL: does a second and third ``serve`` add capacity?
 
     python tests/benchmarks/bench_replicas.py [--db postgresql+asyncpg://…] [--runs 200]
-                                              [--rounds 3] [--breakdown]
+                                              [--rounds 3] [--breakdown] [--warm N]
 
 Runs ``bench_clicks`` (200 signed Approve clicks, 20 at a time, each in flight until its
 tool starts) twice: against one ``serve`` process (the in-run baseline), then against
@@ -27,6 +27,12 @@ asked (:func:`sql_count.origin`), and each ``serve`` runs under cProfile
 ``store`` or ``bot``, or a library), one replica's beside three's, per decision. The
 walk per statement and the profiler slow ``serve`` down: its CPU figures are then not
 comparable with a run without ``--breakdown``; the counts are.
+
+``--warm N`` makes N approvals first in each measurement, spread over the replicas and
+left out of every figure: each ``serve`` process pays some costs once (its statements'
+compiled forms, the first collections' freezes, its connections' prepared statements), and
+in a 200-click run three processes pay them three times, which a deployment up for a while
+does not.
 """
 
 from __future__ import annotations
@@ -58,7 +64,8 @@ DEFAULT_DB = "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
 
 async def on_fresh_database(server: str, runs: int, replicas: int,
                             statements: int = 0,
-                            detail: dict[str, Any] | None = None) -> dict[str, float]:
+                            detail: dict[str, Any] | None = None,
+                            warm: int = 0) -> dict[str, float]:
     """``bench`` on a database created for it on ``server``, dropped afterwards."""
     import asyncpg  # type: ignore[import-untyped]
 
@@ -78,7 +85,7 @@ async def on_fresh_database(server: str, runs: int, replicas: int,
         return await bench(runs, 20, "effect",
                            url.set(database=name).render_as_string(hide_password=False),
                            replicas=replicas, targets=False, statements=statements,
-                           detail=detail)
+                           detail=detail, warm=warm)
     finally:
         await say(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
@@ -278,7 +285,7 @@ def spread(rounds: list[dict[str, float]], key: str, fmt: str = ".0f") -> str:
 
 
 async def main_async(db: str, runs: int, rounds: int, statements: int = 0,
-                     rows: int = 25, deep: bool = False) -> int:
+                     rows: int = 25, deep: bool = False, warm: int = 0) -> int:
     ones: list[dict[str, float]] = []
     threes: list[dict[str, float]] = []
     profiles = Path(tempfile.mkdtemp(prefix="replicas-prof-")) if deep else Path()
@@ -296,7 +303,7 @@ async def main_async(db: str, runs: int, rounds: int, statements: int = 0,
             details[replicas] = detail = {}
             if deep:
                 bench_clicks.PROFILE_TO = str(profiles / f"r{n}-{replicas}-{{pid}}.prof")
-            got = await on_fresh_database(db, runs, replicas, statements, detail)
+            got = await on_fresh_database(db, runs, replicas, statements, detail, warm)
             if deep:
                 bench_clicks.PROFILE_TO = ""
                 detail["profiles"] = profiled(profiles, f"r{n}-{replicas}-*.prof")
@@ -367,13 +374,17 @@ def main() -> int:
     p.add_argument("--idle", type=float, default=0, metavar="SECONDS",
                    help="instead: one replica, then three, with no traffic for SECONDS: "
                         "each one's CPU and statements a second on periodic work alone")
+    p.add_argument("--warm", type=int, default=0, metavar="N",
+                   help="N approvals first, spread over the replicas and not measured: each "
+                        "process's once-only costs (compiled statements, the first "
+                        "collections' freezes) paid before, as in a deployment up for a while")
     a = p.parse_args()
     if a.idle:
         return asyncio.run(idle_main(a.db, a.idle, a.rows))
     if a.rounds < 1:
         p.error("--rounds must be at least 1")
     return asyncio.run(main_async(a.db, a.runs, a.rounds, a.statements, a.rows,
-                                  a.breakdown))
+                                  a.breakdown, a.warm))
 
 
 if __name__ == "__main__":
