@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import heapq
+import importlib.util
 import logging
 import os
 import sqlite3
@@ -26,7 +27,7 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontext
 from typing import Any, TypeVar
 
 import aiosqlite
-from approvald.store import fastsql, private_aiosqlite, private_sqlalchemy, waiting
+from approvald.store import fastsql, private_aiosqlite, private_asyncpg, private_sqlalchemy, waiting
 from approvald.store.errors import ConfigError, NothingWritten
 from approvald.store.fastsql import Conn
 from approvald.store.leases import Lease, Leases
@@ -146,6 +147,8 @@ def fast_path_gaps(dialect: str) -> list[str]:
     modules: list[Any] = [private_sqlalchemy]
     if dialect == "sqlite":
         modules.append(private_aiosqlite)
+    elif dialect == "postgresql" and importlib.util.find_spec("asyncpg") is not None:
+        modules.append(private_asyncpg)
     return [f"{name} ({m.dependency()})" for m in modules for name in m.missing()]
 
 
@@ -269,17 +272,18 @@ class Database:
             return _SQLiteWrite(self)  # SQLite with the fast path
         return self._write()
 
+    # (a transaction's Tx and Conn made in place, here and in _SQLiteWrite and _PlainRead:
+    # a helper's call more per transaction otherwise)
     def _on_lease(self, lease: Lease) -> Tx:
-        return Tx(self._leased(lease), self.dialect, server_time=self.server_time)
+        return Tx(Conn(self._plans, conn=lease.conn, adapted=lease.adapted, kept=lease.kept),
+                  self.dialect, server_time=self.server_time)
 
     def _alone_on_lease(self, lease: Lease) -> Tx:
         leases = self._leases
         assert leases is not None
-        return Tx(self._leased(lease), self.dialect, server_time=self.server_time, alone=True,
+        return Tx(Conn(self._plans, conn=lease.conn, adapted=lease.adapted, kept=lease.kept),
+                  self.dialect, server_time=self.server_time, alone=True,
                   lend=lambda: leases.lend(lease))
-
-    def _leased(self, lease: Lease) -> Conn:
-        return Conn(self._plans, conn=lease.conn, adapted=lease.adapted, kept=lease.kept)
 
     @asynccontextmanager
     async def _write(self) -> AsyncIterator[Tx]:
@@ -501,7 +505,8 @@ class _SQLiteWrite:
                 # inside: a BEGIN cancelled while it waited may still start a transaction
                 # on the driver's thread, and the connection must not be trusted again
                 await fastsql.begin_immediate(raw, plans, db._busy_timeout_ms)
-                tx = self._tx = db._tx(Conn(plans, conn=writer, raw=raw))
+                tx = self._tx = Tx(Conn(plans, conn=writer, raw=raw), db.dialect,
+                                   server_time=db.server_time)
             except BaseException:
                 await self._drop()
                 raise
@@ -571,7 +576,8 @@ class _PlainRead:
         db = self._db
         assert db._connect_reader is not None
         raw = self._raw = db._readers.pop() if db._readers else await db._connect_reader()
-        return db._tx(Conn(db._plans, raw=raw, open_conn=self._open))
+        return Tx(Conn(db._plans, raw=raw, open_conn=self._open), db.dialect,
+                  server_time=db.server_time)
 
     async def _open(self) -> AsyncConnection:
         conn = self._db.engine.connect()

@@ -278,14 +278,19 @@ def plans_for(dialect: Dialect) -> Dialect | None:
     return None
 
 
-_PREPARED: dict[int, Prepared] = {}
+# by the statement itself, hashed by identity (object's own hash, in C: looked up with
+# one call per statement, none to take its id first)
+_PREPARED: dict[ClauseElement, Prepared] = {}
 S = TypeVar("S", bound=ClauseElement)
 
 
 def fast(stmt: S) -> S:
     """Register a statement built once (at import, or by a cached builder) for the plan
-    path; returns it unchanged. The registry keeps it alive, so its id stays its own."""
-    _PREPARED.setdefault(id(stmt), Prepared(stmt))
+    path; returns it unchanged. The registry keeps it alive. A statement hashed otherwise
+    than by identity (a column expression, whose ``==`` makes SQL) is refused."""
+    if type(stmt).__hash__ is not object.__hash__:
+        raise TypeError(f"{type(stmt).__name__} is not hashed by identity: not registered")
+    _PREPARED.setdefault(stmt, Prepared(stmt))
     return stmt
 
 
@@ -353,8 +358,13 @@ async def begin_immediate(raw: Any, dialect: Dialect, busy_timeout_ms: int) -> N
     process holds it, the BEGIN is said again on the driver's thread, waiting up to
     ``busy_timeout_ms`` as any other connection would, and ends as that would: in
     SQLAlchemy's ``OperationalError`` (retryable) if the lock stays taken."""
+    # the sqlite3 connection read in C (aiosqlite's ``_conn`` property and a helper were
+    # two Python calls a write), refused as that property refuses it once closed
+    db = private_aiosqlite.connection_of(raw)
+    if db is None:
+        raise ValueError("no active connection")
     try:
-        private_aiosqlite.sqlite3_connection(raw).execute("BEGIN IMMEDIATE")
+        db.execute("BEGIN IMMEDIATE")
         return
     except sqlite3.OperationalError as err:
         if err.sqlite_errorcode & 0xFF != SQLITE_BUSY:
@@ -415,7 +425,7 @@ class Conn:
         callable from a worker thread (no event loop, no connection), so that a statement
         whose compilation takes tens of milliseconds does not stall the event loop's
         thread meanwhile (issue 50: a group commit's statement for each batch size)."""
-        prepared = _PREPARED.get(id(stmt)) if self._dialect is not None else None
+        prepared = _PREPARED.get(stmt) if self._dialect is not None else None
         if prepared is not None and prepared.stmt is stmt:
             assert self._dialect is not None
             prepared.plan(self._dialect, keys)
@@ -431,7 +441,7 @@ class Conn:
     async def execute(self, stmt: Any, params: Params = None) -> Any:
         self.sent += 1
         dialect = self._dialect
-        prepared = _PREPARED.get(id(stmt)) if dialect is not None else None
+        prepared = _PREPARED.get(stmt) if dialect is not None else None
         if prepared is not None and prepared.stmt is stmt:
             assert dialect is not None
             # one parameter set (a dict, as nearly always: no call to tell), or several

@@ -34,6 +34,7 @@ from importlib.metadata import version
 from typing import Any
 
 import sqlalchemy as sa
+from approvald.store import private_asyncpg
 from sqlalchemy.dialects.postgresql import asyncpg as pg_asyncpg
 from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
 
@@ -122,8 +123,7 @@ async def execute(adapted: Any, sql: str, args: tuple[Any, ...],
                         kept.clear()
                     kept[sql] = got
             stmt, attributes = got
-            rows = await stmt.fetch(*args)
-            status = stmt.get_statusmsg()
+            rows, status = await private_asyncpg.fetch(stmt, args)
         except Exception as error:
             if _stale(error):  # asyncpg closed it: prepared again next time
                 if kept is not None:

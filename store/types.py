@@ -55,10 +55,13 @@ def inlined(fn: Callable[[Any], Any], template: str, probes: tuple[Any, ...],
 
 
 # a time as SQLite's DATETIME stores it: ``isoformat``'s, less its "+00:00" (C calls only;
-# another class, or a naive time, goes to the function: it refuses it or reads it as it does)
-inlined(_bind_sqlite, "(None if {first} is None else {v}.astimezone({utc}).isoformat("
-        "' ', 'microseconds')[:-6] if {v}.__class__ is {dt} and {v}.tzinfo is not None "
-        "else {p}({v}))", _PROBES, utc=UTC, dt=datetime)
+# one call for a time in UTC already, as this process makes them: ``astimezone(UTC)`` gives
+# such a time back as it is; another class, or a naive time, goes to the function: it
+# refuses it or reads it as it does)
+inlined(_bind_sqlite, "(None if {first} is None else {v}.isoformat(' ', 'microseconds')[:-6] "
+        "if {v}.__class__ is {dt} and {v}.tzinfo is {utc} else {v}.astimezone({utc})"
+        ".isoformat(' ', 'microseconds')[:-6] if {v}.__class__ is {dt} and {v}.tzinfo is "
+        "not None else {p}({v}))", _PROBES, utc=UTC, dt=datetime)
 # read back: _result_sqlite's own expression (the same C calls, no Python call)
 inlined(_result_sqlite, "({t}.replace(tzinfo={utc}) if ({t} := {fromiso}({v})).tzinfo is None "
         "else {t}.astimezone({utc}))", tuple(_bind_sqlite(p) for p in _PROBES),
@@ -82,8 +85,11 @@ def _bind_aware(value: Any) -> datetime | None:
     return value.astimezone(UTC)  # type: ignore[no-any-return]
 
 
-inlined(_bind_aware, "(None if {first} is None else {v}.astimezone({utc}) if {v}.__class__ "
-        "is {dt} and {v}.tzinfo is not None else {p}({v}))", _PROBES, utc=UTC, dt=datetime)
+# (a time in UTC already, as this process makes them, bound as it is: what ``astimezone``
+# would give back, with no call)
+inlined(_bind_aware, "(None if {first} is None else {v} if {v}.__class__ is {dt} and "
+        "{v}.tzinfo is {utc} else {v}.astimezone({utc}) if {v}.__class__ is {dt} and "
+        "{v}.tzinfo is not None else {p}({v}))", _PROBES, utc=UTC, dt=datetime)
 
 
 class UTCDateTime(TypeDecorator[datetime]):

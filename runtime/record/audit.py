@@ -52,10 +52,11 @@ from approvald.runtime.record.standing_chain import StandingState
 from approvald.store.db import Database
 from approvald.store.errors import NothingWritten
 from approvald.store.jsontext import loads
-from approvald.store.records import AuditRecord
+from approvald.store.records import AuditRecord, VoteRecord
 from approvald.store.repos import End, Tx
 from approvald.store.repos.audit import GENESIS, TOGETHER, Head
 from approvald.store.repos.external import Rider
+from approvald.store.repos.standing import StandingRecord
 
 ACTIONS = frozenset({
     "requested", "reminded", "voted", "approved", "denied", "redirected", "edited", "expired",
@@ -826,6 +827,17 @@ def still_verified(e: AuditRecord | None, head: tuple[int, str], report: VerifyR
     return True
 
 
+@dataclass
+class Compared:
+    """The rows a check compared with the chain, in its snapshot: every vote, and every
+    standing approval (its scope opened where a data key opens it). A caller that checks
+    these rows too (the model-based test, after every step) takes them from here rather
+    than reading them again."""
+
+    votes: list[VoteRecord] = field(default_factory=list)
+    standing: list[StandingRecord] = field(default_factory=list)
+
+
 class ChainVerifier:
     """:func:`verify` that can be resumed: each :meth:`check` walks only the entries
     appended since the head it verified last, and compares the tables with the whole
@@ -851,6 +863,7 @@ class ChainVerifier:
 
     def _start(self) -> None:
         """From the beginning of the chain (as new, or after a check found it broken)."""
+        self.compared = Compared()  # the rows the last check compared with the chain
         self.head: tuple[int, str] = (0, GENESIS)  # verified through (seq, MAC)
         self._keyed = False  # a keyed entry was walked (none after it may be unkeyed)
         self._unkeyed = 0
@@ -872,13 +885,15 @@ class ChainVerifier:
         and the next check starts from the beginning of the chain again)."""
         report = VerifyReport(entries=self.head[0], unkeyed=self._unkeyed,
                               problems=list(self._found))
+        self.compared = Compared()
         report.head = await tx.audit.head()
         if not await self._walk(tx, report):
             self._start()
             return report, None
         # the rows the views show, against what the chain proves (issue 52)
-        tables = await table_disagreements(tx, self._facts)
-        return report, tables + await _standing_rows(tx, self._standing)
+        tables = await table_disagreements(tx, self._facts, votes_read=self.compared.votes)
+        return report, tables + await _standing_rows(tx, self._standing,
+                                                     self.compared.standing)
 
     async def _walk(self, tx: Tx, report: VerifyReport) -> bool:
         head_seq = report.head[0]
@@ -940,9 +955,11 @@ class ChainVerifier:
                 "head with one recorded elsewhere (--expect)")
 
 
-async def _standing_rows(tx: Tx, state: StandingState) -> list[str]:
+async def _standing_rows(tx: Tx, state: StandingState,
+                         read: list[StandingRecord]) -> list[str]:
     """Each standing approval whose row says otherwise than its grants and revocation in
-    the chain (``state``: the whole chain replayed)."""
+    the chain (``state``: the whole chain replayed); each row compared is appended to
+    ``read`` (its scope opened where it can be)."""
     out: list[str] = []
     after, batch = "", 500
     while True:
@@ -951,9 +968,9 @@ async def _standing_rows(tx: Tx, state: StandingState) -> list[str]:
             scope, unreadable = opened(s.scope, "standing_approvals.scope")
             if unreadable:
                 out.append(f"standing approval {s.id}: its scope {unreadable}")
-            why = state.disagrees(
-                replace(s, scope=compact_json(scope)) if scope is not None else s,
-                unread=() if scope is not None else ("scope_value",))
+            row = replace(s, scope=compact_json(scope)) if scope is not None else s
+            read.append(row)
+            why = state.disagrees(row, unread=() if scope is not None else ("scope_value",))
             if why is not None:
                 out.append(f"standing approval {s.id}: {why}")
         if len(rows) < batch:  # the last page (no statement asks for one past the end)

@@ -180,9 +180,11 @@ def row_disagreements(row: Mapping[str, Any], votes: Iterable[VoteRecord],
     return out
 
 
-async def table_disagreements(tx: Tx, facts: ChainFacts, *, batch: int = 500) -> list[str]:
+async def table_disagreements(tx: Tx, facts: ChainFacts, *, batch: int = 500,
+                              votes_read: list[VoteRecord] | None = None) -> list[str]:
     """Every row of the approvals, votes and standing approvals tables that says otherwise
-    than the chain (``facts``: replayed from all of it)."""
+    than the chain (``facts``: replayed from all of it). ``votes_read``: every vote
+    compared is appended to it (a caller that checks the votes itself reads them once)."""
     out: list[str] = []
     seen: set[str] = set()
     after = ""
@@ -193,6 +195,8 @@ async def table_disagreements(tx: Tx, facts: ChainFacts, *, batch: int = 500) ->
         votes: dict[str, list[VoteRecord]] = {}
         for v in await tx.approvals.votes_of([r["id"] for r in rows]):
             votes.setdefault(v.approval_id, []).append(v)
+            if votes_read is not None:
+                votes_read.append(v)
         for r in rows:
             seen.add(r["id"])
             out += row_disagreements(r, votes.get(r["id"], ()), facts.requests.get(r["id"]))

@@ -23,6 +23,11 @@ _RESULT = fast(
             finished_at=bindparam("now"), latency_ms=bindparam("latency_ms"))
 )
 _GET = fast(select(_COLS).where(_KEY))
+# a lease renewal's: the attempt its owner is running heard from
+_HEARD = fast(update(_COLS).where(_COLS.c.run_id == bindparam("rid"),
+                                  _COLS.c.owner == bindparam("lease"),
+                                  _COLS.c.status == "started")
+              .values(heard_at=bindparam("now")))
 _FOR_RUN = fast(select(_COLS).where(_COLS.c.run_id == bindparam("rid")))
 _INTENT: dict[str, Insert] = {
     "sqlite": fast(cast(Any, sqlite.insert(_COLS)).on_conflict_do_nothing()),
@@ -152,11 +157,7 @@ class ExecutionsRepo(Repo):
 
     async def heard(self, run_id: str, *, owner: str, now: datetime) -> None:
         """The attempt ``owner`` is running is still alive (its lease was renewed)."""
-        await self.conn.execute(
-            update(ToolExecution)
-            .where(ToolExecution.run_id == run_id, ToolExecution.owner == owner,
-                   ToolExecution.status == "started")
-            .values(heard_at=now))
+        await self.conn.execute(_HEARD, {"rid": run_id, "lease": owner, "now": now})
 
     async def record_result(self, *, run_id: str, call_id: str, status: str,
                             result: str | None, error_class: str | None, error: str | None,

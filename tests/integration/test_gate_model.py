@@ -103,9 +103,10 @@ from approvald.runtime.requests.packet import shown_args
 from approvald.runtime.runs.agent import Agent, Registry
 from approvald.runtime.runs.demo import DemoLedger, refund_agent
 from approvald.runtime.runs.external import CALL_ID, NewRequest, Report
-from approvald.store import types
+from approvald.store import fastsql, types
 from approvald.store.db import Database
-from approvald.store.models import Approval, AuditEntry
+from approvald.store.models import ApiToken, Approval, AuditEntry, AuditHead, PolicyInForce
+from approvald.store.records import AuditRecord
 from approvald.store.sealed import sealed_columns
 from approvald.store.types import SealedText
 from hypothesis import HealthCheck, settings
@@ -132,7 +133,7 @@ from sqlalchemy import (
 from sqlalchemy import event as sa_event
 
 from tests.conftest import SIGNER, Kept, keep_pg, reset_pg
-from tests.helpers import Crash, Rows, approvals_of, executions_of, padded, parts, runs_of
+from tests.helpers import Crash, Rows, approvals_of, executions_of, parts, runs_of
 from tests.helpers import crash as _crash
 
 # processes, browsers or hundreds of schedules: out of the inner loop (-m 'not slow')
@@ -313,8 +314,13 @@ class Seen:
     records: dict[tuple[str, str], Any]
     request_calls: set[tuple[str, str]]
     standing: list[Any]
-    tokens: list[Any]
+    tokens: list[str]  # the API tokens' names
     in_force: str | None
+    # under a data key (see _sealed_in): each value of a sealed column not sealed under it
+    # (column, value), and the audit entries past the last checked (seq, approval id,
+    # details, its request's policy)
+    not_sealed: list[Any]
+    audited: list[Any]
 
 
 class GateMachine(RuleBasedStateMachine):
@@ -1063,7 +1069,7 @@ class GateMachine(RuleBasedStateMachine):
     @invariant()
     def no_sensitive_value_is_stored_in_clear(self) -> None:
         if self.data_key is not None:
-            self.run(self._check_sealed(self.data_key))
+            self._check_sealed(self._seen(), self.data_key)
 
     def check_invariants(self, *args: Any, **kwargs: Any) -> None:
         # after each step (hypothesis checks the invariants once a step): read again
@@ -1088,7 +1094,11 @@ class GateMachine(RuleBasedStateMachine):
     async def _read_in(self, tx: Any, lines: list[dict[str, Any]]) -> Seen:
         """The record after this step, in one snapshot: the chain and the tables it is
         checked against, then the rows the invariants read (each one statement over every
-        run, not one a run or a request).
+        run, not one a run or a request; the votes and the standing approvals are the ones
+        the chain's check compared with it, ``ChainVerifier.compared``; under a data key,
+        the sealed columns and the new audit entries too, :meth:`_sealed_in`): at most 11
+        statements a step (13 under a data key), BEGIN and COMMIT included, where reading
+        them again, the sealed columns in a transaction of their own, was 14 (18).
 
         The chain verifies, and its entries (each checked against its MAC) serve the
         checks. Each step's check walks only the entries appended since the step before
@@ -1105,17 +1115,25 @@ class GateMachine(RuleBasedStateMachine):
         asked = await approvals_of(tx, [*self.runs, *self.requests])
         approved = [a.id for a in asked if a.kind == "tool_call" and a.status == "approved"]
         votes: dict[str, list[Any]] = {aid: [] for aid in approved}
-        for v in await tx.approvals.votes_of(padded(approved)):
-            votes[v.approval_id].append(v)
+        # the votes and standing approvals the chain's check compared with it (every one
+        # in this snapshot), not read again: two statements fewer a step
+        for v in self.verifier.compared.votes:
+            if v.approval_id in votes:
+                votes[v.approval_id].append(v)
         calls = await executions_of(tx, [*self.runs, *self.requests])  # (one statement)
         mine = set(self.runs)
+        not_sealed, audited = await self._sealed_in(tx.approvals.conn, self.data_key) \
+            if self.data_key is not None else ([], [])
+        authority = list(await tx.approvals.conn.execute(_AUTHORITY))  # (one statement)
         return Seen(
             lines=lines, entries=self.entries, asked=asked, votes=votes,
             runs=await runs_of(tx, {*self.runs, *self.requests, *(a.run_id for a in asked)}),
             records={k: rec for k, rec in calls.items() if k[0] in mine},
             request_calls={k for k in calls if k[0] not in mine},
-            standing=await tx.standing.listing(live_only=False, now=self.clock.now()),
-            tokens=await tx.external.tokens(), in_force=await tx.policy.current())
+            standing=list(self.verifier.compared.standing),
+            tokens=[v for k, v in authority if k == "token"],
+            in_force=next((v for k, v in authority if k == "policy"), None),
+            not_sealed=not_sealed, audited=audited)
 
     async def _verify_whole_chain(self) -> None:
         """The whole chain verifies from its first entry, as after every step it verified
@@ -1126,24 +1144,18 @@ class GateMachine(RuleBasedStateMachine):
         assert report.head[0] >= self.verifier.head[0], (report.head, self.verifier.head)
         assert [e.hash for e in whole[:len(self.entries)]] == [e.hash for e in self.entries]
 
-    async def _check_sealed(self, key: DataKey) -> None:
-        """Under a data key, every value of a sealed column is stored sealed under it, and
-        the audit log (written in clear) holds each request's arguments masked by its
-        sensitive paths: masking them again changes nothing."""
-        await Rows(self.committed).on_a_connection(lambda conn: self._check_sealed_in(conn, key))
-
-    async def _check_sealed_in(self, conn: Any, key: DataKey) -> None:
+    async def _sealed_in(self, conn: Any, key: DataKey) -> tuple[list[Any], list[Any]]:
+        """What :meth:`_check_sealed` checks, read in the snapshot the chain and the tables
+        are read in (one transaction a step, not two)."""
         # one statement for every sealed column of every table (after every step: on
         # PostgreSQL each statement is a round trip; one a table was nine a step), and
         # a column written in clear has nothing to check here. Every row is still read,
         # by the database: which rows a step changed is not known cheaply (no column
         # records it), so none is left out. What comes back is only the values not
-        # sealed under the key (the statement's test is exactly the one below, see
-        # _sealed_under), not every sealed value of every row (the ciphertexts were
+        # sealed under the key (the statement's test is exactly the one in _check_sealed,
+        # see _sealed_under), not every sealed value of every row (the ciphertexts were
         # most of the bytes read and of the loop).
-        for column, value in await conn.execute(_not_sealed_under(key)):
-            assert is_sealed(value) and key_id(value) == key.id, \
-                f"{column} holds a value in clear: {value[:80]}"
+        not_sealed = list(await conn.execute(_not_sealed_under(key)))
         # The audit log: the entries past the last one checked in this schedule, each
         # with its request's policy (one statement). Not weaker than reading the whole
         # log again every step: entries are only appended (never rewritten) by the
@@ -1159,15 +1171,24 @@ class GateMachine(RuleBasedStateMachine):
         found = {r[0]: r[1] for r in await conn.execute(
             select(_APPROVALS.c.id, _APPROVALS.c.policy)
             .where(_APPROVALS.c.id.in_(missing)))} if missing else {}
+        return not_sealed, [(seq, approval_id, details,
+                             found.get(approval_id) if policy is None else policy)
+                            for seq, approval_id, details, policy in entries]
+
+    def _check_sealed(self, seen: Seen, key: DataKey) -> None:
+        """Under a data key, every value of a sealed column is stored sealed under it, and
+        the audit log (written in clear) holds each request's arguments masked by its
+        sensitive paths: masking them again changes nothing."""
+        for column, value in seen.not_sealed:
+            assert is_sealed(value) and key_id(value) == key.id, \
+                f"{column} holds a value in clear: {value[:80]}"
         self._sealed_waiting = []
-        for seq, approval_id, details, policy in entries:
+        for seq, approval_id, details, policy in seen.audited:
             self._sealed_seq = max(self._sealed_seq, seq)
             assert not is_sealed(details), f"audit entry {seq} is sealed"
             if approval_id is not None and policy is None:
-                policy = found.get(approval_id)
-                if policy is None:
-                    self._sealed_waiting.append((seq, approval_id, details, None))
-                    continue
+                self._sealed_waiting.append((seq, approval_id, details, None))
+                continue
             hidden = sensitive_of_snapshot(policy) if policy is not None else ()
             if not hidden:
                 continue
@@ -1248,7 +1269,7 @@ class GateMachine(RuleBasedStateMachine):
         for s in rows:
             assert told.state.disagrees(s) is None, f"{s.id}: {told.state.disagrees(s)}"
         made = told.tokens
-        assert {t.name for t in tokens} <= made, f"tokens made unaudited: {tokens}"
+        assert set(tokens) <= made, f"tokens made unaudited: {tokens}"
         loaded = told.policies
         assert in_force is None or (loaded and loaded[-1] == in_force), (loaded, in_force)
         if in_force is not None:
@@ -1259,12 +1280,16 @@ class GateMachine(RuleBasedStateMachine):
         return self.ledger_path.exists() and key in self.ledger_path.read_text()
 
     async def _head(self) -> int:
-        return (await Rows(self.committed).audit_head())[0]
+        async def head(tx: Any) -> int:
+            row = (await tx.audit.conn.execute(_HEAD_SEQ)).first()
+            return 0 if row is None else int(row[0])
+        return int(await Rows(self.committed).in_one_read(head))
 
     async def _entries_after(self, seq: int) -> list[Any]:
         async def after(tx: Any) -> list[Any]:  # (the new entries alone, not the whole log)
-            return [e async for e in tx.audit.iterate(after=seq)]
-        return await Rows(self.committed).in_one_read(after)
+            return [AuditRecord(**r._mapping)
+                    for r in await tx.audit.conn.execute(_ENTRIES_AFTER, {"seq": seq})]
+        return list(await Rows(self.committed).in_one_read(after))
 
     def _check(self, seen: Seen) -> None:
         lines, entries, asked = seen.lines, seen.entries, seen.asked
@@ -1545,22 +1570,35 @@ def _sealed_under(value: Any, key: DataKey) -> Any:
 @functools.cache
 def _not_sealed_under(key: DataKey) -> Any:
     """One statement: each value of a sealed column not sealed under ``key``, with its
-    column's name (built once: built after every step, it was most of the check's time)."""
+    column's name (built once: built after every step, it was most of the check's time;
+    run by its plan, ``store/fastsql.py``)."""
     parts = []
     for cols in _SEALED_BY_TABLE:
         for c in cols:
             raw = type_coerce(c, Text)
             parts.append(select(literal(c.type.column, Text).label("col"), raw.label("value"))
                          .where(raw.is_not(None), not_(_sealed_under(raw, key))))
-    return union_all(*parts)
+    return fastsql.fast(union_all(*parts))
 
 
-# the audit entries past a seq, each with its request's policy (see _check_sealed)
-_AUDIT_AFTER = (select(_AUDIT.c.seq, _AUDIT.c.approval_id,
-                       type_coerce(_AUDIT.c.details, Text), _APPROVALS.c.policy)
-                .select_from(_AUDIT.outerjoin(_APPROVALS,
-                                              _APPROVALS.c.id == _AUDIT.c.approval_id))
-                .where(_AUDIT.c.seq > bindparam("seq")))
+# the audit entries past a seq, each with its request's policy (see _sealed_in), run by
+# its plan
+_AUDIT_AFTER = fastsql.fast(
+    select(_AUDIT.c.seq, _AUDIT.c.approval_id, type_coerce(_AUDIT.c.details, Text),
+           _APPROVALS.c.policy)
+    .select_from(_AUDIT.outerjoin(_APPROVALS, _APPROVALS.c.id == _AUDIT.c.approval_id))
+    .where(_AUDIT.c.seq > bindparam("seq")))
+
+
+# the API tokens' names and the digest of the policy in force, in one statement; the
+# chain's head; the entries past a seq (a decision's): each run by its plan
+_TOKENS, _IN_FORCE = ApiToken.__table__, PolicyInForce.__table__
+_AUTHORITY = fastsql.fast(union_all(
+    select(literal("token", Text).label("kind"), _TOKENS.c.name.label("value")),
+    select(literal("policy", Text), _IN_FORCE.c.digest).where(_IN_FORCE.c.id == 1)))
+_HEAD_SEQ = fastsql.fast(select(AuditHead.__table__.c.seq))
+_ENTRIES_AFTER = fastsql.fast(select(_AUDIT).where(_AUDIT.c.seq > bindparam("seq"))
+                              .order_by(_AUDIT.c.seq))
 
 
 SEALED_SHARE = 4  # the sealed run takes one schedule in this many: its own question only
@@ -1685,6 +1723,54 @@ def test_a_schedule_builds_no_release_and_makes_no_credential_the_first_made(
     assert len(engines) > 5 and len(others) > len(set(others)), engines
     assert len(tools) == len(set(others)), (len(tools), engines)
     assert any(k.startswith("caller asked") for k in STATS), STATS  # (under the credentials)
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("sealed", [False, True], ids=["clear", "sealed"])
+def test_a_steps_invariants_read_the_record_in_one_snapshot_of_at_most_11_statements(
+        db_url: str, tmp_path: Path, sqlite_template: Path, sealed: bool,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """After every step the invariants read the record once (``_read_in``): one
+    transaction of at most 11 statements, BEGIN and COMMIT included (the votes and the
+    standing approvals are the ones the chain's check compared; the tokens and the policy
+    in force one statement); under a data key 13, the sealed columns and the new audit
+    entries read in the same transaction. Every statement SQLite runs is counted (its
+    trace), whichever path sent it; a connection's opening PRAGMAs are not the read's."""
+    key = DataKey("model-data-key-0123456789") if sealed else None
+    types.set_codec(Sealer([key]) if key is not None else None)
+    reads: list[list[str]] = []
+    checking = [False]
+    connect = sqlite3.connect
+
+    def traced(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        conn = connect(*args, **kwargs)
+        conn.set_trace_callback(
+            lambda sql: reads[-1].append(sql) if checking[0] and not sql.startswith("PRAGMA")
+            else None)
+        return conn
+
+    def counted(self: GateMachine, *args: Any, **kwargs: Any) -> None:
+        reads.append([])
+        checking[0] = True
+        try:
+            check(self, *args, **kwargs)
+        finally:
+            checking[0] = False
+
+    check = GateMachine.check_invariants
+    monkeypatch.setattr(sqlite3, "connect", traced)
+    monkeypatch.setattr(GateMachine, "check_invariants", counted)
+    Pinned = _machine(db_url, tmp_path, sqlite_template)
+    Pinned.data_key = key
+    STATS.clear()
+    run_state_machine_as_test(Pinned, settings=settings(_profile("ci"), max_examples=3))
+    assert STATS["schedules"] == 3
+    read = [r for r in reads if r]
+    assert len(read) > 20, len(read)
+    for statements in read:
+        assert statements[0].startswith("BEGIN") and statements[-1] == "COMMIT", statements
+        assert sum(s.startswith(("BEGIN", "COMMIT")) for s in statements) == 2, statements
+    assert max(len(r) for r in read) == (13 if sealed else 11), Counter(len(r) for r in read)
 
 
 async def _settle(tasks: list[asyncio.Task[Any]]) -> None:

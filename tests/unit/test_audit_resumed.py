@@ -4,11 +4,16 @@ verified last, held outside the database, catches a log cut back or re-chained u
 
 from __future__ import annotations
 
+import json
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from approvald.runtime.approvals.decide import Actor
+from approvald.runtime.policies.scope import scope_for
 from approvald.runtime.record import audit
+from approvald.runtime.record.sealing import DataKey, Sealer, is_sealed
+from approvald.store import types
 from approvald.store.models import Approval, AuditEntry, AuditHead
 
 from tests.helpers import Rows, through_sqlalchemy
@@ -135,3 +140,33 @@ async def test_an_entry_edited_before_the_head_verified_last_is_left_to_a_whole_
     whole = await audit.verify(db)
     assert not whole.ok and whole.problems[0].startswith("entry 2 ")
     assert (await _check(db, audit.ChainVerifier())).problems == whole.problems
+
+
+async def test_a_check_hands_over_every_vote_and_standing_approval_it_compared(make_engine, db):
+    """``compared``: the votes and the standing approvals (each scope opened under the data
+    key) a check compared with the chain, in its snapshot, for a caller that checks them
+    too (the model-based test, after every step) without reading them again."""
+    types.set_codec(Sealer([DataKey("resumed-data-key-0123456789")]))
+    engine = make_engine()
+    await _refund(engine, "U_ALICE")
+    await _refund(engine, "U_BOB")
+    out = await engine.run("demo-refund", "Refund order A-1002", requested_by="U_DANA")
+    a = await Rows(db).approval(out.approval_ids[0])
+    s, _ = await engine.grant_standing(
+        a.id, actor=Actor("U_CAROL", "slack"), window=timedelta(minutes=30),
+        scope=scope_for(a, "condition", when="args.amount_cents <= 5000"))
+    verifier = audit.ChainVerifier()
+    assert (await _check(db, verifier)).ok
+    assert (await _check(db, verifier)).ok  # (each check's rows, not every check's)
+    rows = Rows(db)
+    votes = [v for r in await rows.requests() for v in await rows.votes(r.id)]
+    assert len(votes) >= 2
+    assert sorted(verifier.compared.votes, key=repr) == sorted(votes, key=repr)
+    [(stored,)] = await rows.select("SELECT scope FROM standing_approvals")
+    assert is_sealed(stored)
+    [held] = verifier.compared.standing
+    assert held.id == s.id and json.loads(held.scope) == json.loads(s.scope)
+    # a check that breaks hands over nothing (none of the rows was compared)
+    await rows.forge(AuditEntry.__table__, AuditEntry.seq == verifier.head[0], actor="U_X")
+    assert not (await _check(db, verifier)).ok
+    assert verifier.compared == audit.Compared()

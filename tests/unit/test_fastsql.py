@@ -55,7 +55,7 @@ async def test_an_insert_by_plan_stores_what_sqlalchemy_stores(db: Database) -> 
         await tx.approvals.insert(**approval_values("a-plan", "r1"))  # planned
         sa = await tx.conn.connection()  # SQLAlchemy itself
         await sa.execute(Approval.__table__.insert(), approval_values("a-sa", "r1"))
-    assert fastsql._PREPARED[id(approvals_repo._INSERT)].plan(
+    assert fastsql._PREPARED[approvals_repo._INSERT].plan(
         db.engine.dialect, frozenset(approval_values("x", "r1"))) is not None
     async with db.read() as tx:
         rows = {r.id: dict(r._mapping) for r in await tx.conn.execute(
@@ -167,14 +167,14 @@ async def test_what_a_plan_cannot_cover_goes_through_sqlalchemy(sdb: Database) -
     dialect = sdb.engine.dialect
     # an IN list the caller passes: its SQL depends on its length
     expecting = runs_repo._update(("status",), True)
-    assert fastsql._PREPARED[id(expecting)].plan(
+    assert fastsql._PREPARED[expecting].plan(
         dialect, frozenset({"rid", "expect", "v_status"})) is None
     async with sdb.write() as tx:
         assert await tx.runs.update("r4", expect_status=["running", "waiting"],
                                     status="cancelled")
     # a constant IN list is rendered once, as SQLAlchemy renders it per call
-    assert "IN (?, ?)" in fastsql._PREPARED[id(approvals_repo._transition(
-        "approved", ("pending", "proposed"), (), False, False))].plan(
+    assert "IN (?, ?)" in fastsql._PREPARED[approvals_repo._transition(
+        "approved", ("pending", "proposed"), (), False, False)].plan(
         dialect, frozenset({"aid"})).sql
     # a write outside a transaction could wait for the lock: never on the loop's thread
     async with sdb.read() as tx:
