@@ -34,6 +34,8 @@ from approvald.runtime.runs.demo import DemoLedger, refund_agent, steps_agent
 from approvald.store import migrate, types
 from approvald.store.db import Database
 from hypothesis import settings as hypothesis_settings
+from slack_sdk.http_retry.handler import default_interval_calculator
+from slack_sdk.http_retry.jitter import Jitter
 
 # model-based tests: a few hundred schedules in CI; `--hypothesis-profile=long` for 10,000
 hypothesis_settings.register_profile("ci", max_examples=150)
@@ -319,6 +321,23 @@ def metrics_on_any_port() -> Iterator[None]:
     choosing, not the default one tests (and other checkouts) would fight over."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("APPROVALD_METRICS_ADDR", "127.0.0.1:0")
+        yield
+
+
+class _NoJitter(Jitter):
+    def recalculate(self, duration: float) -> float:
+        return duration
+
+
+@pytest.fixture(scope="session", autouse=True)
+def slack_retries_at_once() -> Iterator[None]:
+    """A Slack client the product makes (slack_sdk's default retry handlers) retries a
+    refused connection at once, not after slack_sdk's 0.5-1.5 s of real backoff: a test
+    that takes the emulator down waited that out on every try of a card (10 s of one
+    test's 11). The retry itself is still made; the handlers a test builds are its own."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(default_interval_calculator, "backoff_factor", 0.0)
+        mp.setattr(default_interval_calculator, "jitter", _NoJitter())
         yield
 
 

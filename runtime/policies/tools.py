@@ -8,6 +8,7 @@ arguments the model proposes and arguments an approver edits.
 from __future__ import annotations
 
 import inspect
+import json
 import textwrap
 import types
 from collections.abc import Awaitable, Callable, Sequence
@@ -104,11 +105,43 @@ def asked_identity(a: ApprovalRecord) -> ToolIdentity | None:
     return ToolIdentity(a.tool_version, a.tool_schema)
 
 
+# What a tool's definition determines, worked out once per definition: a process that
+# defines the same tools again (an agent built per request, per test: the suite's engines
+# build the demo agents ~700 times) read each tool's source, made its pydantic model and
+# its JSON schema each time, ~3 ms an agent of three tools. Keyed by the very objects that
+# determine them (held, so no key's id is reused), bounded.
+_KNOWN_MAX = 512
+_VERSIONS: dict[int, tuple[types.CodeType, str | None, str]] = {}
+_MODELS: dict[tuple[Any, ...], tuple[tuple[Any, ...], type[BaseModel]]] = {}
+_SCHEMAS: dict[int, tuple[type[BaseModel], str]] = {}
+
+
+def _keep(known: dict[Any, Any], key: Any, value: Any) -> None:
+    if len(known) >= _KNOWN_MAX:
+        known.clear()
+    known[key] = value
+
+
 def code_version(fn: Callable[..., Any]) -> str:
     """A tool's default version: a digest of its code, ``code:<12 hex>``. Its source where
     Python can read it (so the same file gives the same version in every process and on
     every Python), else its compiled code (a tool defined where there is no source file,
-    such as a REPL or a zipped app without sources: stable for one Python version)."""
+    such as a REPL or a zipped app without sources: stable for one Python version).
+
+    A plain function's is read once per code object (its source is found from it)."""
+    plain = type(fn) is types.FunctionType and not hasattr(fn, "__wrapped__")
+    if plain:
+        code, module = fn.__code__, fn.__module__
+        known = _VERSIONS.get(id(code))
+        if known is not None and known[0] is code and known[1] == module:
+            return known[2]
+    version = _code_version(fn)
+    if plain:
+        _keep(_VERSIONS, id(code), (code, module, version))
+    return version
+
+
+def _code_version(fn: Callable[..., Any]) -> str:
     try:
         text = textwrap.dedent(inspect.getsource(fn))
     except (OSError, TypeError):
@@ -218,10 +251,17 @@ class Tool:
                 f"{asked.version!r} compatible")
 
     def json_schema(self) -> dict[str, Any]:
-        """JSON schema of the arguments, as handed to the model."""
-        schema = self.args_model.model_json_schema()
-        schema.pop("title", None)
-        return schema
+        """JSON schema of the arguments, as handed to the model (a copy of its own: worked
+        out once per argument model)."""
+        model = self.args_model
+        known = _SCHEMAS.get(id(model))
+        if known is None or known[0] is not model:
+            schema = model.model_json_schema()
+            schema.pop("title", None)
+            known = (model, json.dumps(schema))
+            _keep(_SCHEMAS, id(model), known)
+        loaded: dict[str, Any] = json.loads(known[1])
+        return loaded
 
     def rule_schema(self) -> dict[str, Any] | None:
         """JSON schema of the arguments as rules on arguments see them: validated, then
@@ -291,9 +331,16 @@ def _build_args_model(fn: ToolFn, name: str) -> tuple[bool, str | None, type[Bas
             raise ConfigError(f"tool {name!r}: parameter {p.name!r} needs a type hint")
         default = ... if p.default is inspect.Parameter.empty else p.default
         fields[p.name] = (hints[p.name], default)
+    # the same name and the very same types and defaults make the same model
+    held = tuple(x for pair in fields.values() for x in pair)
+    key = (name, *fields, *map(id, held))
+    known = _MODELS.get(key)
+    if known is not None and all(a is b for a, b in zip(known[0], held, strict=True)):
+        return wants_ctx, None, known[1]
     model: type[BaseModel] = create_model(
         f"{name}_arguments", __config__=ConfigDict(extra="forbid"), **fields
     )
+    _keep(_MODELS, key, (held, model))
     return wants_ctx, None, model
 
 

@@ -291,11 +291,15 @@ class OutboxDrain:
                 await queue(tx, self._report(row, error, waited),
                             group_key=f"{DEAD_REPORT}:{row.id}", now=now,
                             give_up_at=now + config.window)
+            mailing = False
             if dead and row.kind == CARD_POST and config.mail_fallback:
-                await self._mail_instead(tx, row, now, because="card_dead", error=error)
+                mailing = await self._mail_instead(tx, row, now, because="card_dead",
+                                                   error=error)
             elif fallback is not None and now >= fallback:
-                await self._mail_instead(tx, row, now, because="slack_unreachable",
-                                         error=error)
+                mailing = await self._mail_instead(tx, row, now, because="slack_unreachable",
+                                                   error=error)
+        if mailing:
+            self.wake()  # the mail goes now, not at the next poll
         attempts, waits = row.attempts + 1, row.waits + waited
         if dead:
             log.error("outbox %d (%s%s) is dead after %d attempt(s) and %d wait(s)%s: %s; "
@@ -322,17 +326,17 @@ class OutboxDrain:
         return row.created_at + after  # the card is queued with its request
 
     async def _mail_instead(self, tx: Tx, row: OutboxRecord, now: datetime, *,
-                            because: str, error: str) -> None:
+                            because: str, error: str) -> bool:
         """A card nobody sees: mail its request to the approvers while it is open, once
         (unless its policy had it mailed already), in the transaction that records the
-        card's failed try, and audit it."""
+        card's failed try, and audit it. True if the mail was queued."""
         approval_id = row.payload_value().get("approval_id")
         a = await tx.approvals.get(str(approval_id)) if approval_id else None
         if a is None or a.status != "pending" or now >= a.expires_at \
                 or "email" in ApprovalPolicy.from_snapshot(a.policy).channels:
-            return
+            return False
         if await mailed(tx, [a.id]):
-            return  # mailed already (or on its way)
+            return False  # mailed already (or on its way)
         await queue(tx, RequestMail(a.id, fallback=True), group_key=mail_group(a.id), now=now,
                     give_up_at=a.expires_at)
         if self.audit is not None:
@@ -350,6 +354,7 @@ class OutboxDrain:
             log.warning("approval %s: Slack has not taken its card since %s (%s); mailing "
                         "the request to its approvers", a.id, row.created_at.isoformat(),
                         error[:200])
+        return True
 
     @staticmethod
     def _report(row: OutboxRecord, error: str, waited: bool) -> DeadReport:

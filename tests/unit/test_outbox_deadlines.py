@@ -7,6 +7,7 @@ behaviour, not at collection.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Callable
@@ -220,6 +221,40 @@ async def test_the_update_of_a_decided_request_keeps_trying_for_a_day(make_engin
     assert update.status == "pending"
     assert update.give_up_at == decided_at + timedelta(hours=24)
 
+
+
+async def test_a_card_slack_does_not_take_mails_its_request_at_once(make_engine,
+                                                                    clock) -> None:
+    """Past ``mail_fallback_after`` the card's failed try queues its request's mail: it goes
+    out at once, not at the drain's next poll (a second in serve, an hour here)."""
+    engine = make_engine()
+    await engine.run("demo-refund", "Refund order A-1001, double charged",
+                     requested_by="U_DANA")
+    deliverer = Scripted(lambda r: RetryLater("Slack unreachable")
+                         if r.kind == "approval.requested" else None)
+    drain = engine.drain(deliverer, DrainConfig(patience=0, mail_fallback=True,
+                                                mail_fallback_after=timedelta(minutes=5)))
+    stop = asyncio.Event()
+    running = asyncio.create_task(drain.run(stop, interval=3600))
+    try:
+        await until(lambda: deliverer.tries)  # the card's first try, at start
+        clock.advance(timedelta(minutes=5, seconds=1))
+        drain.wake()  # its next try mails the request
+        await until(lambda: [kind for _, kind in deliverer.tries if kind == "mail.request"])
+        assert [kind for _, kind in deliverer.tries] == [
+            "approval.requested", "approval.requested", "mail.request"]
+    finally:
+        stop.set()
+        await running
+
+
+async def until(predicate: Callable[[], object]) -> None:
+    """Let the drain's task run until ``predicate`` holds: within 10 s, not a poll's hour."""
+    for _ in range(2000):
+        if predicate():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError("the drain did not get there without its next poll")
 
 def test_deadlines_by_kind() -> None:
     from approvald.runtime.record.outbox import give_up_time

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from pathlib import Path
+from typing import Annotated, Any, Literal
 
 import pytest
 from approvald.runtime.kernel.clock import ManualClock
@@ -90,3 +91,49 @@ def test_constraints_written_with_annotated_are_kept() -> None:
                 {"invoice": "7", "cents": 100}):
         with pytest.raises(InvalidArguments):
             pay.validate(bad)
+
+
+def test_a_tool_defined_again_reuses_what_its_definition_determines(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """An agent built again (per request, per test's engine) makes no pydantic model, reads
+    no source and works out no JSON schema again: its tools' are those of the first."""
+    import inspect
+
+    from approvald.runtime.policies import tools
+    from approvald.runtime.runs.demo import DemoLedger, refund_agent
+
+    made: list[str] = []
+    read: list[object] = []
+    create, source = tools.create_model, inspect.getsource
+    monkeypatch.setattr(tools, "create_model", lambda *a, **k: made.append(a[0])
+                        or create(*a, **k))
+    monkeypatch.setattr(inspect, "getsource", lambda fn: read.append(fn) or source(fn))
+    ledger = DemoLedger(str(tmp_path / "ledger.jsonl"))
+    first = refund_agent(ledger)
+    made.clear()
+    read.clear()
+    again = refund_agent(ledger)
+    assert (made, read) == ([], [])
+    for old, new in zip(first.tools, again.tools, strict=True):
+        assert new is not old and new.args_model is old.args_model
+        assert new.identity() == old.identity() and new.version == old.version
+        assert new.json_schema() == old.json_schema()
+        assert new.json_schema() is not new.json_schema()  # each caller's own copy
+    assert again.version == first.version
+
+
+def test_the_same_code_with_other_types_or_defaults_is_another_tool() -> None:
+    def made(kind: type, default: object) -> Any:
+        async def count(n: Any = default) -> Any:
+            return n
+        count.__annotations__ = {"n": kind}
+        return tool(count)
+
+    ints, strs, other = made(int, 1), made(str, "1"), made(int, 2)
+    assert (ints.validate({}), strs.validate({}), other.validate({})) == (
+        {"n": 1}, {"n": "1"}, {"n": 2})
+    assert strs.validate({"n": "x"}) == {"n": "x"}
+    with pytest.raises(InvalidArguments):
+        ints.validate({"n": "x"})
+    assert len({id(t.args_model) for t in (ints, strs, other)}) == 3
+    assert made(int, 1).args_model is ints.args_model
