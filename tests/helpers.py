@@ -948,3 +948,18 @@ class Rows:
     async def audit_fold(self) -> Any:
         async with self.db.read() as tx:
             return await tx.audit.fold()
+
+
+@contextlib.asynccontextmanager
+async def served(app: Any) -> AsyncIterator[int]:
+    """An aiohttp ``app`` served on 127.0.0.1 at a free port (yielded), no access log,
+    stopped on leaving."""
+    from aiohttp import web
+
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        yield runner.addresses[0][1]
+    finally:
+        await runner.cleanup()

@@ -19,6 +19,7 @@ from approvald.bot.slack.mrkdwn import pretty_dumps
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.helpers import served
 from tests.unit.test_cards import NOW, TOKEN, approval, decided
 from tests.unit.test_click_cpu import _calls_during, counting_calls
 
@@ -528,13 +529,8 @@ async def test_an_ack_goes_out_as_bolt_s_adapter_sends_it_with_no_payload_object
 
     app = web.Application()
     app.router.add_get("/{who}/{i}", handle)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
 
-    async def wire(path: str) -> bytes:
+    async def wire(port: int, path: str) -> bytes:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
         got = await reader.read()
@@ -542,10 +538,8 @@ async def test_an_ack_goes_out_as_bolt_s_adapter_sends_it_with_no_payload_object
         return b"\r\n".join(line for line in got.split(b"\r\n")
                             if not line.startswith(b"Date: "))
 
-    try:
+    async with served(app) as port:
         for i in range(len(shapes)):
-            assert await wire(f"/ours/{i}") == await wire(f"/theirs/{i}"), i
-    finally:
-        await runner.cleanup()
+            assert await wire(port, f"/ours/{i}") == await wire(port, f"/theirs/{i}"), i
     seen = await _calls_awaiting(lambda: response(BoltResponse(status=200, body="")))
     assert seen["aiohttp.payload:get"] == seen["aiohttp.payload:__init__"] == 0, seen

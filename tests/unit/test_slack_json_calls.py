@@ -25,6 +25,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.async_handler import AsyncRetryHandler
 from slack_sdk.http_retry.builtin_interval_calculators import FixedValueRetryIntervalCalculator
 
+from tests.helpers import served
 from tests.unit.test_cards import NOW, TOKEN, approval, decided
 from tests.unit.test_click_cpu import counting_calls
 
@@ -48,21 +49,16 @@ async def slack(answers: list[Answer]) -> AsyncIterator[tuple[SlackWeb, list[See
 
     app = web.Application()
     app.router.add_post("/api/{method}", answer)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    settings = Settings(SLACK_BOT_TOKEN="xoxb-test", SLACK_SIGNING_SECRET="s" * 32,
-                        APPROVALD_CHANNEL="C1", APPROVALD_SECRET="k" * 32,
-                        SLACK_API_URL=f"http://127.0.0.1:{port}/api/")
-    face = SlackWeb(settings)
-    face.open()
-    try:
-        yield face, seen
-    finally:
-        await face.close()
-        await runner.cleanup()
+    async with served(app) as port:
+        settings = Settings(SLACK_BOT_TOKEN="xoxb-test", SLACK_SIGNING_SECRET="s" * 32,
+                            APPROVALD_CHANNEL="C1", APPROVALD_SECRET="k" * 32,
+                            SLACK_API_URL=f"http://127.0.0.1:{port}/api/")
+        face = SlackWeb(settings)
+        face.open()
+        try:
+            yield face, seen
+        finally:
+            await face.close()
 
 
 def card_args() -> list[tuple[str, dict[str, Any]]]:
