@@ -324,17 +324,19 @@ def processes(one: dict[str, Any], three: dict[str, Any], runs: int,
             print(f"    {'':14} (the runs took {wall:.2f} s)")
 
 
+def by_shape(sent: dict[str, int]) -> dict[str, float]:
+    """Statement counts by :func:`sql_count.shape` (the autocommit mark left out)."""
+    out: collections.Counter[str] = collections.Counter()
+    for sql, n in sent.items():
+        if sql != sql_count.AUTOCOMMIT:
+            out[sql_count.shape(sql)] += n
+    return dict(out)
+
+
 def breakdown(one: dict[str, Any], three: dict[str, Any], runs: int, rows: int) -> None:
     """Print where three replicas' statements (and, with ``--breakdown``, their origins
     and Python calls) differ from one's, per decision."""
     processes(one, three, runs)
-    def by_shape(sent: dict[str, int]) -> dict[str, float]:
-        out: collections.Counter[str] = collections.Counter()
-        for sql, n in sent.items():
-            if sql != sql_count.AUTOCOMMIT:
-                out[sql_count.shape(sql)] += n
-        return dict(out)
-
     print("  statements per decision, by statement (the extra ones first):")
     diff_table(by_shape(one.get("sent", {})), by_shape(three.get("sent", {})), runs, rows,
                "statement")
@@ -446,13 +448,8 @@ async def main_async(db: str, runs: int, rounds: int, statements: int = 0,
             processes(details[1], details[-3], runs, "apart")
             print("  statements per decision, three deployments side by side against three "
                   "replicas on one database:")
-            def shapes(sent: dict[str, int]) -> dict[str, float]:
-                out: collections.Counter[str] = collections.Counter()
-                for sql, k in sent.items():
-                    if sql != sql_count.AUTOCOMMIT:
-                        out[sql_count.shape(sql)] += k
-                return dict(out)
-            diff_table(shapes(details[-3].get("sent", {})), shapes(details[3].get("sent", {})),
+            diff_table(by_shape(details[-3].get("sent", {})),
+                       by_shape(details[3].get("sent", {})),
                        runs, rows, "statement")
     for one, three in zip(ones, threes, strict=True):
         one["ratio"] = three["ratio"] = three["per_second"] / one["per_second"]
