@@ -302,6 +302,8 @@ def processes(one: dict[str, Any], three: dict[str, Any], runs: int,
     """Each replica's CPU from the first click until every run completed, per decision of
     the whole stream: user and system time, the collector's share, context switches and
     the wake-ups it heard from the others and sent them (exact counts)."""
+    if not (one.get("replicas") or three.get("replicas")):
+        return
     hz = os.sysconf("SC_CLK_TCK")
     print("  each process, first click until every run completed, per decision of the "
           "whole stream (CPU ms; switches, wake-ups: counts):")
