@@ -55,7 +55,7 @@ from approvald.runtime import (
     retention,
     sealing,
 )
-from approvald.store.db import Database
+from approvald.store.db import Database, is_store_failure
 from approvald.store.records import OutboxRecord
 from approvald.store.wakeups import Wakeups
 
@@ -158,7 +158,7 @@ class Service:
         self._tasks: list[asyncio.Task[None]] = []
         self._chores: list[asyncio.Task[None]] = []  # cancelled at stop, not waited for
         self._connector: asyncio.Task[None] | None = None
-        self.pending_scheduled = 0
+        self.pending_scheduled: int | None = 0  # None: the database did not answer then
         self._policy_seen: tuple[int, int] | None = None  # the policy file's stamp, read
         self.fatal: ConfigError | None = None  # why the service stopped itself
 
@@ -194,7 +194,7 @@ class Service:
         await self.wakeups.start()
         if self.slack is not None and self.settings.audit_channel:
             # a witness of the chain as this process found it, then one every interval
-            await self.post_audit_head()
+            await self._first_audit_head()
             self.scheduler.every("audit-head", self.post_audit_head,
                                  self.settings.audit_head_interval)
         if self.settings.policy_file is not None:  # a changed file is picked up, audited
@@ -250,6 +250,18 @@ class Service:
         database that ``audit verify --expect`` can be checked against later."""
         if await self.engine.queue_audit_head():
             self.engine.notify_outbox()
+
+    async def _first_audit_head(self) -> None:
+        """The head as this process found it; a database failing now (``/healthz`` answers
+        already) leaves it to the next interval instead of stopping ``serve``."""
+        try:
+            await self.post_audit_head()
+        except Exception as exc:
+            if not is_store_failure(exc):
+                raise
+            log.warning("the audit chain's head cannot be read yet (%s: %s); it is posted in "
+                        "%g s", type(exc).__name__, str(exc).partition("\n")[0],
+                        self.settings.audit_head_interval)
 
     def _ops_routes(self, app: web.Application) -> None:
         def describe() -> dict[str, Any]:
@@ -432,8 +444,10 @@ class Service:
         """What ``serve`` says once started, a line each: the database; the mode (Slack
         over HTTP, in Socket Mode, or not configured) and where requests can be decided;
         each listener's address with what it serves there; metrics."""
-        lines = [f"serving on {self.db.display_url} "
-                 f"({self.pending_scheduled} pending approvals scheduled)"]
+        scheduled = ("pending approvals not scheduled yet: the database did not answer"
+                     if self.pending_scheduled is None
+                     else f"{self.pending_scheduled} pending approvals scheduled")
+        lines = [f"serving on {self.db.display_url} ({scheduled})"]
         http = self.http_url
         if self.slack is None:
             lines.append("mode: Slack is not configured (no SLACK_BOT_TOKEN): approval "

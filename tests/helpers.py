@@ -104,6 +104,7 @@ class WarmProcess(asyncio.subprocess.Process):
     """:class:`WarmPopen`'s asyncio twin (:func:`start_approvald`)."""
 
     child_pid: int
+    log: Path | None = None  # where its standard error goes, when a file (start_serve)
 
     def send_signal(self, signal: int) -> None:
         if self.returncode is None:  # the shim runs: its command is not yet reaped
@@ -986,3 +987,44 @@ async def served(app: Any) -> AsyncIterator[int]:
         yield runner.addresses[0][1]
     finally:
         await runner.cleanup()
+
+
+class Proxy:
+    """A TCP forwarder to PostgreSQL that the test can cut, as a network partition or a
+    stopped server would: the listener closes and every connection through it drops.
+    Started again (:meth:`start`), it listens on the same port: the database is back."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.target = (host, port)
+        self.server: asyncio.Server | None = None
+        self.writers: set[asyncio.StreamWriter] = set()
+        self.port = 0
+
+    async def start(self) -> None:
+        self.server = await asyncio.start_server(self._client, "127.0.0.1", self.port)
+        self.port = self.server.sockets[0].getsockname()[1]
+
+    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self.target)
+        except OSError:
+            writer.close()
+            return
+        self.writers |= {writer, up_writer}
+
+        async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(OSError, asyncio.CancelledError):
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            dst.close()
+
+        await asyncio.gather(pump(reader, up_writer), pump(up_reader, writer))
+
+    async def cut(self) -> None:
+        assert self.server is not None
+        self.server.close()
+        for w in self.writers:
+            w.close()
+        self.writers.clear()
+        await self.server.wait_closed()

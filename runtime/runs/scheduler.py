@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from approvald.runtime.kernel.clock import Clock
 from approvald.runtime.kernel.signals import Signals
 from approvald.runtime.requests.expiry import Expiry
-from approvald.store.db import Database
+from approvald.store.db import Database, is_store_failure
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 log = logging.getLogger("approvald.scheduler")
@@ -117,8 +117,21 @@ class ExpiryScheduler:
         except Exception:
             log.exception("rebuilding the expiry schedule failed; retrying at the next interval")
 
-    async def start(self) -> int:
-        n = await self.rebuild()
+    async def start(self) -> int | None:
+        """Schedule every pending approval and start the sweep; how many were scheduled,
+        or None when the database did not answer. ``serve`` already answers ``/healthz``
+        when this runs: a database that fails now (it refused the credentials, it closed
+        the connection) must not stop it, so the schedule is then left to the sweep, which
+        rebuilds it every ``sweep_interval``. Any other error is raised."""
+        try:
+            n: int | None = await self.rebuild()
+        except Exception as exc:
+            if not is_store_failure(exc):
+                raise
+            log.warning("the expiry schedule cannot be read yet (%s: %s); the sweep reads it "
+                        "every %g s", type(exc).__name__, str(exc).partition("\n")[0],
+                        self.sweep_interval.total_seconds())
+            n = None
         self.scheduler.add_job(self.sweep, "interval",
                                seconds=self.sweep_interval.total_seconds(), id="sweep",
                                replace_existing=True, coalesce=True, max_instances=1)

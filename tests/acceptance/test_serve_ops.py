@@ -14,9 +14,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.acceptance.test_slack_serve import free_port, setup, start_serve, stop_all
+from tests.acceptance.test_slack_serve import free_port, setup, start_serve, stop_all, telling
 from tests.conftest import PG_ADMIN_URL, _pg_admin
-from tests.helpers import make_cli
+from tests.helpers import Proxy, make_cli
 from tests.integration.slack_harness import wait_for
 
 # each test here starts approvald (or a browser) as a process of its own
@@ -68,45 +68,6 @@ async def test_a_metrics_address_in_use_stops_serve_naming_the_variable(
         await taken.wait_closed()
 
 
-class Proxy:
-    """A TCP forwarder to PostgreSQL that the test can cut, as a network partition or a
-    stopped server would: the listener closes and every connection through it drops."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self.target = (host, port)
-        self.server: asyncio.Server | None = None
-        self.writers: set[asyncio.StreamWriter] = set()
-        self.port = 0
-
-    async def start(self) -> None:
-        self.server = await asyncio.start_server(self._client, "127.0.0.1", 0)
-        self.port = self.server.sockets[0].getsockname()[1]
-
-    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            up_reader, up_writer = await asyncio.open_connection(*self.target)
-        except OSError:
-            writer.close()
-            return
-        self.writers |= {writer, up_writer}
-
-        async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-            with contextlib.suppress(OSError, asyncio.CancelledError):
-                while data := await src.read(65536):
-                    dst.write(data)
-                    await dst.drain()
-            dst.close()
-
-        await asyncio.gather(pump(reader, up_writer), pump(up_reader, writer))
-
-    async def cut(self) -> None:
-        assert self.server is not None
-        self.server.close()
-        for w in self.writers:
-            w.close()
-        await self.server.wait_closed()
-
-
 async def test_readyz_says_what_failed_without_the_database_details(
         pg_url: str | None, tmp_path: Path) -> None:
     if pg_url is None:
@@ -138,27 +99,29 @@ async def test_readyz_says_what_failed_without_the_database_details(
         return status == 503 and body["database"] == words
 
     try:
-        assert (await readyz())[0] == 200
-        # the credentials stop working (a rotated password, a disabled user)
-        await _pg_admin(f'ALTER ROLE "{role}" NOLOGIN')
-        await _pg_admin("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                        f"WHERE usename = '{role}'")
-        await wait_for(lambda: says("database rejected the credentials (the user may not "
-                                    "log in, or pg_hba.conf refuses this host)"),
-                       within=20, what="/readyz to say the credentials were rejected")
-        await _pg_admin(f'ALTER ROLE "{role}" LOGIN')
+        # a failure says what became of serve: its exit status and its log
+        async with telling(serve):
+            assert (await readyz())[0] == 200
+            # the credentials stop working (a rotated password, a disabled user)
+            await _pg_admin(f'ALTER ROLE "{role}" NOLOGIN')
+            await _pg_admin("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                            f"WHERE usename = '{role}'")
+            await wait_for(lambda: says("database rejected the credentials (the user may not "
+                                        "log in, or pg_hba.conf refuses this host)"),
+                           within=20, what="/readyz to say the credentials were rejected")
+            await _pg_admin(f'ALTER ROLE "{role}" LOGIN')
 
-        async def ready() -> bool:
-            return (await readyz())[0] == 200
-        await wait_for(ready, within=20, what="/readyz to be ready again")
-        # the database stops answering
-        await proxy.cut()
-        await wait_for(lambda: says("database unreachable: connection refused"), within=20,
-                       what="/readyz to say the database is unreachable")
-        # the details are for the operator, in the log
-        logged = serve_log(tmp_path)
-        assert "not ready: database rejected the credentials" in logged and role in logged
-        assert "not ready: database unreachable: connection refused" in logged
+            async def ready() -> bool:
+                return (await readyz())[0] == 200
+            await wait_for(ready, within=20, what="/readyz to be ready again")
+            # the database stops answering
+            await proxy.cut()
+            await wait_for(lambda: says("database unreachable: connection refused"), within=20,
+                           what="/readyz to say the database is unreachable")
+            # the details are for the operator, in the log
+            logged = serve_log(tmp_path)
+            assert "not ready: database rejected the credentials" in logged and role in logged
+            assert "not ready: database unreachable: connection refused" in logged
     finally:
         serve.terminate()
         await serve.wait()

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal
 import socket
 import time
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -17,7 +19,7 @@ from approvald.bot.slack import cards
 from approvald.runtime.kernel.ids import TokenSigner
 from approvald.store.db import Database
 
-from tests.helpers import Cli, Rows, make_cli, run_in_process, start_approvald
+from tests.helpers import Cli, Rows, WarmProcess, make_cli, run_in_process, start_approvald
 from tests.integration.slack_harness import APP_TOKEN, BOT_TOKEN, CHANNEL, OPS, SECRET, wait_for
 
 # each test here starts approvald (or a browser) as a process of its own
@@ -32,16 +34,18 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def start_serve(cli: Cli, port: int, **extra: str) -> asyncio.subprocess.Process:
+async def start_serve(cli: Cli, port: int, **extra: str) -> WarmProcess:
     env = cli.env(APPROVALD_PORT=str(port), APPROVALD_HOST="127.0.0.1",
                   APPROVALD_POLL_INTERVAL="0.1", APPROVALD_LOG_LEVEL="INFO", **extra)
     # its log goes to a file: a pipe nobody reads fills (64 KiB) and blocks the replica
-    log = open(Path(cli.workdir) / f"serve-{port}-{time.monotonic_ns()}.log", "wb")  # noqa: ASYNC230
+    path = Path(cli.workdir) / f"serve-{port}-{time.monotonic_ns()}.log"
+    log = open(path, "wb")  # noqa: ASYNC230
     try:
         proc = await start_approvald("serve", env=env, cwd=cli.workdir,
                                      stdout=asyncio.subprocess.DEVNULL, stderr=log)
     finally:
         log.close()  # the child holds its own descriptor
+    proc.log = path
 
     async def healthy() -> bool:
         if proc.returncode is not None:
@@ -52,8 +56,39 @@ async def start_serve(cli: Cli, port: int, **extra: str) -> asyncio.subprocess.P
                 return r.status == 200
         except aiohttp.ClientError:
             return False
-    await wait_for(healthy, within=30, what="serve to listen")
+    async with telling(proc):
+        await wait_for(healthy, within=30, what="serve to listen")
     return proc
+
+
+async def serve_story(proc: WarmProcess, most: int = 60) -> str:
+    """What a failed test shows of a ``serve`` (:func:`start_serve`): whether it still
+    runs or how it exited, and the last ``most`` records of its log (a record's first
+    line: its tracebacks, hundreds of lines while a database is out, are left in the
+    file, which is named)."""
+    with contextlib.suppress(TimeoutError):  # an exit just now: give the loop time to reap it
+        async with asyncio.timeout(1):
+            await proc.wait()
+    code = proc.returncode
+    status = ("still running" if code is None
+              else f"exited by signal {signal.Signals(-code).name}" if code < 0
+              else f"exited with {code}")
+    text = proc.log.read_text(errors="replace") if proc.log else ""
+    records = [line for line in text.splitlines()
+               if line[:4].isdigit() or line.startswith("approvald:")]
+    return "\n".join([f"serve (pid {proc.child_pid}) {status}; the last {min(most, len(records))}"
+                      f" of its {len(records)} log records ({proc.log}):", *records[-most:]])
+
+
+@contextlib.asynccontextmanager
+async def telling(proc: WarmProcess) -> AsyncIterator[None]:
+    """A failure inside says what became of ``serve`` (:func:`serve_story`): a wait that
+    times out, or a request refused because serve is gone, names why."""
+    try:
+        yield
+    except Exception as exc:
+        exc.add_note(await serve_story(proc))
+        raise
 
 
 async def run_cli(cli: Cli, *args: str) -> str:

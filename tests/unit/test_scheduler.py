@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from tests.helpers import Rows
 
 
@@ -97,3 +99,29 @@ async def test_a_rebuild_leaves_a_job_already_set_for_its_time_alone(make_engine
     assert await scheduler.rebuild() == 3
     assert added == [f"approval:{first}", f"approval:{second}"]
     assert {j.id for j in scheduler.scheduler.get_jobs()} == set(before)
+
+
+async def test_a_schedule_unread_at_start_is_left_to_the_sweep_and_a_bug_is_raised(
+        make_engine, monkeypatch):
+    """``serve`` answers /healthz before the schedule is read: a database failing then
+    leaves the schedule to the sweep (tests/integration/test_serve_outage.py); a bug in
+    reading it still stops start-up."""
+    from sqlalchemy.exc import OperationalError
+
+    engine = make_engine()
+    for failure, raised in ((OperationalError("SELECT", {}, Exception("gone")), None),
+                            (TypeError("a bug"), TypeError)):
+        scheduler = engine.expiry_scheduler()
+
+        async def rebuild(failure: Exception = failure) -> int:
+            raise failure
+        monkeypatch.setattr(scheduler, "rebuild", rebuild)
+        try:
+            if raised is None:
+                assert await scheduler.start() is None  # not scheduled yet: not "0 pending"
+                assert scheduler.scheduler.get_job("sweep") is not None
+            else:
+                with pytest.raises(raised):
+                    await scheduler.start()
+        finally:
+            scheduler.shutdown()
