@@ -91,6 +91,7 @@ async def _edit(h: Harness, user: str, approval_id: str) -> dict[str, Any]:
 async def test_a_card_approved_with_edits_tells_the_edited_call_and_its_impact(
         sqlite_url: str, tmp_path: Path) -> None:
     async with harness(sqlite_url, tmp_path) as h:
+        h.engine.pace.lead(False)  # the thread is told from the edit on (see the next test)
         paused = await h.pause_refund()
         [aid] = paused.approval_ids
         card = await h.card(aid)
@@ -99,6 +100,8 @@ async def test_a_card_approved_with_edits_tells_the_edited_call_and_its_impact(
         assert T.SECTION_DOING.format(text="").strip() in json.dumps(card)
 
         await _edit(h, "U_ALICE", aid)  # edits = "approve": the edit is Alice's approval
+        await wait_for(lambda: _edited(h, aid), what="the edit")
+        h.engine.pace.lead(True)
         done = await wait_for(lambda: _thread(h, paused.run_id), what="the thread to end")
         assert [r["args"]["amount_cents"] for r in h.refunds()] == [2000]
 
