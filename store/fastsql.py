@@ -424,7 +424,7 @@ class Conn:
         and ``stmt`` is registered with :func:`fast`), as its first execution would:
         callable from a worker thread (no event loop, no connection), so that a statement
         whose compilation takes tens of milliseconds does not stall the event loop's
-        thread meanwhile (issue 50: a group commit's statement for each batch size)."""
+        thread meanwhile (issue 50: a group commit's statement, for each rider shape)."""
         prepared = _PREPARED.get(stmt) if self._dialect is not None else None
         if prepared is not None and prepared.stmt is stmt:
             assert self._dialect is not None

@@ -441,6 +441,29 @@ def through_sqlalchemy(db: Any, *tables: str) -> Iterator[list[str]]:
     finally:
         event.remove(db.engine.sync_engine, "before_cursor_execute", seen)
 
+@contextlib.contextmanager
+def executed_on(*tables: str) -> Iterator[list[str]]:
+    """The statements naming one of ``tables`` that the store's repositories execute
+    meanwhile, whichever way each runs: by its plan (``store/fastsql.py``) or through
+    SQLAlchemy (where :func:`through_sqlalchemy` sees only the second)."""
+    from approvald.store import fastsql
+
+    executed: list[str] = []
+    real = fastsql.Conn.execute
+
+    async def execute(self: Any, stmt: Any, params: Any = None) -> Any:
+        statement = str(stmt)
+        if any(f" {t} " in f"{statement} ".replace("\n", " ") for t in tables):
+            executed.append(statement)
+        return await real(self, stmt, params)
+
+    fastsql.Conn.execute = execute  # type: ignore[method-assign]
+    try:
+        yield executed
+    finally:
+        fastsql.Conn.execute = real  # type: ignore[method-assign]
+
+
 class Crash(BaseException):
     """The process dies at a failpoint (in-process tests cannot SIGKILL themselves); a
     BaseException, so nothing on the way swallows it."""

@@ -109,7 +109,7 @@ def asked_identity(a: ApprovalRecord) -> ToolIdentity | None:
 # defines the same tools again (an agent built per request, per test: the suite's engines
 # build the demo agents ~700 times) read each tool's source, made its pydantic model and
 # its JSON schema each time, ~3 ms an agent of three tools. Keyed by the very objects that
-# determine them (held, so no key's id is reused), bounded.
+# determine them (held, so no key's id is reused), bounded: once full, the oldest is let go.
 _KNOWN_MAX = 512
 _VERSIONS: dict[int, tuple[types.CodeType, str | None, str]] = {}
 _MODELS: dict[tuple[Any, ...], tuple[tuple[Any, ...], type[BaseModel]]] = {}
@@ -118,7 +118,7 @@ _SCHEMAS: dict[int, tuple[type[BaseModel], str]] = {}
 
 def _keep(known: dict[Any, Any], key: Any, value: Any) -> None:
     if len(known) >= _KNOWN_MAX:
-        known.clear()
+        del known[next(iter(known))]  # (a dict keeps its keys in the order they came)
     known[key] = value
 
 

@@ -87,6 +87,18 @@ _VOTERS = fast(select(_V.c.actor).where(_V.c.approval_id == bindparam("aid"),
 _FOR_RUN = fast(select(_T).where(_T.c.run_id == bindparam("rid"))
                 .order_by(_T.c.requested_at))
 _VOTES = fast(select(_V).where(_V.c.approval_id == bindparam("aid")).order_by(_V.c.at))
+# the votes on a batch of requests (an IN list of the caller's: its SQL changes with its
+# length, so SQLAlchemy runs it, but the statement is built once)
+_VOTES_OF = (select(_V).where(_V.c.approval_id.in_(bindparam("aids", expanding=True)))
+             .order_by(_V.c.approval_id, _V.c.at))
+# the requests as `audit verify` compares them with the chain, a batch in id order, or one
+_DECIDED = select(_T.c.id, _T.c.run_id, _T.c.kind, _T.c.tool, _T.c.digest, _T.c.edited_digest,
+                  _T.c.edited_by, _T.c.status, _T.c.decided_by, _T.c.decided_via,
+                  type_coerce(_T.c.args, Text).label("args"),
+                  type_coerce(_T.c.edited_args, Text).label("edited_args"))
+_DECIDED_AFTER = fast(_DECIDED.where(_T.c.id > bindparam("after")).order_by(_T.c.id)
+                      .limit(bindparam("batch")))
+_DECIDED_ONE = fast(_DECIDED.where(_T.c.id == bindparam("only")))
 # the request's row unless another transaction holds it (then nothing, at once)
 _UNLOCKED = (select(_T.c.id).where(_T.c.id == bindparam("aid"))
              .with_for_update(skip_locked=True, key_share=True))
@@ -449,21 +461,16 @@ class ApprovalsRepo(Repo):
                            only: str | None = None) -> list[dict[str, Any]]:
         """A batch of requests in id order after ``after`` (``only``: that one): what
         ``audit verify`` compares with the chain (the arguments as stored, sealed or not)."""
-        cols = [_T.c.id, _T.c.run_id, _T.c.kind, _T.c.tool, _T.c.digest, _T.c.edited_digest,
-                _T.c.edited_by, _T.c.status, _T.c.decided_by, _T.c.decided_via,
-                type_coerce(_T.c.args, Text).label("args"),
-                type_coerce(_T.c.edited_args, Text).label("edited_args")]
-        where = _T.c.id == only if only is not None else _T.c.id > after
-        rows = await self.conn.execute(select(*cols).where(where)
-                                       .order_by(_T.c.id).limit(batch))
+        rows = await self.conn.execute(
+            _DECIDED_AFTER if only is None else _DECIDED_ONE,
+            {"after": after, "batch": batch} if only is None else {"only": only})
         return [dict(r._mapping) for r in rows]
 
     async def votes_of(self, approval_ids: Sequence[str]) -> list[VoteRecord]:
         """Every vote on the requests ``approval_ids``."""
         if not approval_ids:
             return []
-        rows = await self.conn.execute(select(_V).where(_V.c.approval_id.in_(list(approval_ids)))
-                                       .order_by(_V.c.approval_id, _V.c.at))
+        rows = await self.conn.execute(_VOTES_OF, {"aids": list(approval_ids)})
         return [VoteRecord(**r._mapping) for r in rows]
 
     async def votes(self, approval_id: str) -> list[VoteRecord]:

@@ -13,7 +13,7 @@ from approvald.store.fastsql import fast
 from approvald.store.models import AuditCheckpoint, AuditEntry, AuditFold, AuditHead, AuditRequest
 from approvald.store.records import AuditRecord
 from approvald.store.repos.base import Repo
-from approvald.store.repos.external import ExternalRepo, Rider
+from approvald.store.repos.external import ExternalRepo, Rider, batched_params
 from sqlalchemy import (
     Integer,
     String,
@@ -31,6 +31,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy import cast as sql_cast
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.exc import DBAPIError
 
 GENESIS = "0" * 64
@@ -168,69 +169,65 @@ def _append_riding(n: int, kind: Any, shape: Any) -> Any:
     return fast(stmt)
 
 
-# the statements of _append_alone built and planned, by (m, n, kind, shape): at most
-# TOGETHER sizes of each rider kind and shape (its parameters' names follow from these)
+# the statements of _append_alone built and planned, by rider kind and shape
 _BUILT: set[tuple[Any, ...]] = set()
 
 
-async def _built(conn: Any, m: int, n: int, kind: Any, shape: Any,
-                 params: Mapping[str, Any]) -> Any:
+async def _built(conn: Any, kind: Any, shape: Any, params: Mapping[str, Any]) -> Any:
     """:func:`_append_alone`'s statement, built and planned (for ``params``' names) on a
-    worker thread the first time: the statement of many CTEs costs 25-135 ms of CPU to
-    build and compile, which on the event loop's thread is a stall every call meanwhile
-    waits out, met the first time each batch size is (issue 50: under an open loop of
-    1,000 decisions a second, one such step of 59 ms). On the worker thread the loop
-    still runs, between the interpreter's switches."""
-    key = (m, n, kind, shape)
+    worker thread the first time: a statement of many CTEs costs 10-20 ms of CPU to build
+    and compile, met the first time each rider kind and shape is (a handful in a serve's
+    life: one statement serves every batch size, issue 50)."""
+    key = (kind, shape)
     if key not in _BUILT:
         keys = frozenset(params)
-        await asyncio.to_thread(lambda: conn.prime(_append_alone(m, n, kind, shape), keys))
+        await asyncio.to_thread(lambda: conn.prime(_append_alone(kind, shape), keys))
         _BUILT.add(key)
-    return _append_alone(m, n, kind, shape)
-
-
-def _tag(m: int, j: int) -> str:
-    """The suffix of the names of the ``j``th of ``m`` riders' CTEs and parameters in one
-    statement (none for one alone: its statement as it was before group commit)."""
-    return "" if m == 1 else f"_m{j}"
+    return _append_alone(kind, shape)
 
 
 @functools.cache
-def _append_alone(m: int, n: int, kind: Any, shape: Any) -> Any:
-    """The rows of ``m`` :class:`~store.repos.external.Rider` of one kind and shape (their
-    CTEs and parameters named by :func:`_tag`) and their ``n`` entries each, chained one
-    after the other to the head guessed, in ONE statement sent on its own in autocommit,
-    with no transaction to roll back what it wrote: ``SELECT`` (the entries inserted, 0).
+def _append_alone(kind: Any, shape: Any) -> Any:
+    """The rows of any number ``m`` of :class:`~store.repos.external.Rider` of one kind
+    and shape and their entries (``n`` each), chained one after the other to the head
+    guessed, in ONE statement sent on its own in autocommit, with no transaction to roll
+    back what it wrote: ``SELECT`` (the entries inserted, 0). Its values are bound as
+    arrays, an element for each rider (:meth:`~store.repos.external.Rider.batched`,
+    :func:`~store.repos.external.batched_params`) and for each entry (``entry_<column>``,
+    in the chain's order), with their counts (``riders`` = ``m``, ``entries`` =
+    ``m * n``): one statement, so one plan and one prepared statement a connection, for
+    every ``m`` and ``n`` (issue 50: a statement for each ``m`` and ``n``, built, planned
+    and prepared the first time each was met, stalled a serve's first minutes).
 
-    Unless every rider's first CTE returned its row AND every entry was inserted, it
-    fails whole (its last column casts a text naming the counts, :data:`ABORTED`, to an
-    integer: an error, so none of its CTEs' rows is written; the text depends on the
-    CTEs, so the planner cannot work it out, and fail, beforehand). Its rows are locked
-    in the same order as a transaction's: the head last, moved only once every rider's
-    first CTE has returned its row. Before any, the head guessed is looked for as the
-    statement's snapshot has it (``guessed``, no lock): when another process's chaining
-    committed since (most stale guesses), none of the riders' rows is written, the
-    statement answers (0, 0) and fails nothing; it fails whole only when what it was
-    written under changed while it ran, or a rider's rows do not hold (a key taken, a
-    token revoked, a kept call reported elsewhere)."""
+    Unless every rider's first CTE returned its row (as many rows as ``riders``) AND
+    every entry was inserted, it fails whole (its last column casts a text naming the
+    counts, :data:`ABORTED`, to an integer: an error, so none of its CTEs' rows is
+    written; the text depends on the CTEs, so the planner cannot work it out, and fail,
+    beforehand). Its rows are locked in the same order as a transaction's: the head
+    last, moved only once every rider's first CTE has returned its row. Before any, the
+    head guessed is looked for as the statement's snapshot has it (``guessed``, no lock):
+    when another process's chaining committed since (most stale guesses), none of the
+    riders' rows is written, the statement answers (0, 0) and fails nothing; it fails
+    whole only when what it was written under changed while it ran, or a rider's rows do
+    not hold (a key taken, a token revoked, a kept call reported elsewhere)."""
     guessed = select(literal(1, Integer).label("one")).where(
         _H.c.id == 1, _STILL).cte("guessed")
-    firsts: list[Any] = []
-    others: list[Any] = []
-    for j in range(m):
-        first, more = kind.ctes(shape, guessed, _tag(m, j))
-        firsts.append(first)
-        others += more
-    moved = _MOVE_IF.where(*(select(f).exists() for f in firsts)).cte("moved")
-    _, chained = _chained_entries(moved, m * n)
-    dones = [select(func.count()).select_from(f).scalar_subquery() for f in firsts]
-    said: Any = literal(ABORTED + ": rows ", String)
-    for j, done in enumerate(dones):
-        said = (said + literal(", ", String) if j else said) + sql_cast(done, String)
-    said = said + literal(", entries ", String) + sql_cast(chained, String)
-    stmt = select(chained, case((or_(and_(*(d == 1 for d in dones), chained == m * n),
+    first, others = kind.batched(shape, guessed)
+    riders = bindparam("riders", type_=Integer)
+    expected = bindparam("entries", type_=Integer)
+    done = select(func.count()).select_from(first).scalar_subquery()
+    moved = _MOVE_IF.where(done == riders).cte("moved")
+    values = select(*(func.unnest(bindparam(f"entry_{c}", type_=ARRAY(_T.c[c].type)),
+                                  type_=_T.c[c].type).label(c) for c in _ROW)).where(
+        select(moved.c.hash).where(moved.c.hash == bindparam("h")).exists())
+    entries = _T.insert().from_select(list(_ROW), values).returning(_T.c.seq).cte("entries")
+    chained = select(func.count()).select_from(entries).scalar_subquery()
+    said = (literal(ABORTED + ": rows ", String) + sql_cast(done, String)
+            + literal(" of ", String) + sql_cast(riders, String)
+            + literal(", entries ", String) + sql_cast(chained, String))
+    stmt = select(chained, case((or_(and_(done == riders, chained == expected),
                                      ~select(guessed).exists()), 0),
-                                else_=sql_cast(said, Integer)))
+                                else_=sql_cast(said, Integer))).add_cte(guessed)
     for cte in others:
         stmt = stmt.add_cte(cte)
     return fast(stmt)
@@ -347,19 +344,18 @@ class AuditRepo(Repo):
         m = len(members)
         if self.dialect != "postgresql" or n > _MANY or m > TOGETHER:
             raise NothingWritten
-        last = members[-1][0][-1]
-        params: dict[str, Any] = {"s": last["seq"], "h": last["hash"], "head_at": last["at"],
-                                  "es": seq, "eh": hash}
-        i = 0
-        for j, (rows, rider) in enumerate(members):
-            assert len(rows) == n and rider.shape == along.shape, "one shape a statement"
-            for row in rows:
-                for c in _ROW:
-                    params[f"{c}_{i}"] = row[c]
-                i += 1
-            params.update(rider.params(_tag(m, j)))
+        for rows, rider in members:
+            assert len(rows) == n and type(rider) is type(along) \
+                and rider.shape == along.shape, "one kind and shape a statement"
+        chain = [row for rows, _ in members for row in rows]
+        last = chain[-1]
+        params: dict[str, Any] = {
+            "s": last["seq"], "h": last["hash"], "head_at": last["at"], "es": seq, "eh": hash,
+            "riders": m, "entries": m * n,
+            **{f"entry_{c}": [row[c] for row in chain] for c in _ROW},
+            **batched_params([rider for _, rider in members])}
         try:
-            stmt = await _built(self.conn, m, n, type(along), along.shape, params)
+            stmt = await _built(self.conn, type(along), along.shape, params)
             done = (await self.conn.execute(stmt, params)).one()
         except DBAPIError as exc:
             if aborted(exc):

@@ -9,6 +9,7 @@ the loser reads the winner's row. Reporting a result is a compare-and-set on
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, cast
@@ -96,27 +97,33 @@ class Checks:
     def shape(self) -> tuple[int, bool]:
         return len(self.live), self.on is not None
 
-    def params(self, tag: str = "") -> dict[str, Any]:
-        out: dict[str, Any] = {f"l_{i}{tag}": t for i, t in enumerate(self.live)}
+    def params(self) -> dict[str, Any]:
+        out: dict[str, Any] = {f"l_{i}": t for i, t in enumerate(self.live)}
         if self.on is not None:
-            out[f"sw_face{tag}"], out[f"sw_form{tag}"] = self.on
+            out["sw_face"], out["sw_form"] = self.on
         return out
 
 
 NO_CHECKS = Checks()
 
 
-def _still(token: Any, shape: tuple[int, bool], tag: str = "") -> list[Any]:
-    """The conditions :class:`Checks` of ``shape`` make, for the request's ``token``
-    (``tag``: the suffix of their parameters' names)."""
+# where a statement's values come from, by name and type: bound one by one (a rider's
+# statement), or the columns of a batch's rows (:func:`_batched`)
+Source = Callable[[str, Any], Any]
+
+
+def _bound(name: str, type_: Any) -> Any:
+    return bindparam(name, type_=type_)
+
+
+def _still(token: Any, shape: tuple[int, bool], value: Source = _bound) -> list[Any]:
+    """The conditions :class:`Checks` of ``shape`` make, for the request's ``token``."""
     n, switch = shape
     conds: list[Any] = [exists().where(_K.c.id == t, _K.c.revoked_at.is_(None))
-             for t in (token, *(bindparam(f"l_{i}{tag}", type_=_K.c.id.type)
-                                for i in range(n)))]
+             for t in (token, *(value(f"l_{i}", _K.c.id.type) for i in range(n)))]
     if switch:
-        conds.append(~exists().where(
-            _S.c.face == bindparam(f"sw_face{tag}", type_=_S.c.face.type),
-            _S.c.form == bindparam(f"sw_form{tag}", type_=_S.c.form.type)))
+        conds.append(~exists().where(_S.c.face == value("sw_face", _S.c.face.type),
+                                     _S.c.form == value("sw_form", _S.c.form.type)))
     return conds
 
 
@@ -148,15 +155,19 @@ class Answered:
         return (tuple({**_RUN_DEFAULTS, **self.run}), tuple(self.request),
                 None if self.intent is None else tuple(self.intent), self.checks.shape)
 
-    def params(self, tag: str = "") -> dict[str, Any]:
-        return {**{f"r_{k}{tag}": v for k, v in {**_RUN_DEFAULTS, **self.run}.items()},
-                **{f"x_{k}{tag}": v for k, v in self.request.items()},
-                **{f"e_{k}{tag}": v for k, v in (self.intent or {}).items()},
-                **self.checks.params(tag)}
+    def params(self) -> dict[str, Any]:
+        return {**{f"r_{k}": v for k, v in {**_RUN_DEFAULTS, **self.run}.items()},
+                **{f"x_{k}": v for k, v in self.request.items()},
+                **{f"e_{k}": v for k, v in (self.intent or {}).items()},
+                **self.checks.params()}
 
     @staticmethod
-    def ctes(shape: Shape, guard: CTE | None = None, tag: str = "") -> tuple[CTE, list[CTE]]:
-        return answered_ctes(shape, guard, tag)
+    def ctes(shape: Shape) -> tuple[CTE, list[CTE]]:
+        return answered_ctes(shape)
+
+    @staticmethod
+    def batched(shape: Shape, guard: CTE) -> tuple[CTE, list[CTE]]:
+        return _batched(lambda value: _answered_batch(shape, guard, value))
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,13 +199,12 @@ class Reported:
     def shape(self) -> Any:
         return tuple(self.request), tuple(self.execution), tuple(self.run)
 
-    def params(self, tag: str = "") -> dict[str, Any]:
-        return {f"u_rid{tag}": self.request_id, f"u_tid{tag}": self.token_id,
-                f"u_cid{tag}": self.call_id, f"u_owner{tag}": self.owner,
-                f"u_open{tag}": self.open,
-                **{f"u_x_{k}{tag}": v for k, v in self.request.items()},
-                **{f"u_e_{k}{tag}": v for k, v in self.execution.items()},
-                **{f"u_r_{k}{tag}": v for k, v in self.run.items()}}
+    def params(self) -> dict[str, Any]:
+        return {"u_rid": self.request_id, "u_tid": self.token_id, "u_cid": self.call_id,
+                "u_owner": self.owner, "u_open": self.open,
+                **{f"u_x_{k}": v for k, v in self.request.items()},
+                **{f"u_e_{k}": v for k, v in self.execution.items()},
+                **{f"u_r_{k}": v for k, v in self.run.items()}}
 
     @staticmethod
     def statements(shape: Any) -> tuple[Any, Any, Any]:
@@ -204,41 +214,53 @@ class Reported:
         return _reported_parts(shape)
 
     @staticmethod
-    def ctes(shape: Any, guard: CTE | None = None, tag: str = "") -> tuple[CTE, list[CTE]]:
+    def ctes(shape: Any) -> tuple[CTE, list[CTE]]:
         """PostgreSQL: the execution's UPDATE as a CTE returning its row (none: what was
         kept no longer holds), and the run's and the request's, each the next one's
-        condition, so that their rows are locked in the one order. ``guard``: a CTE
-        without whose row the run's UPDATE, so every one, changes nothing. ``tag``: the
-        suffix of their names and their parameters' (:meth:`params` with it), so that
-        several reports ride on one statement."""
-        run_u, req_u, ex_u = _reported_updates(shape, chained=True, tag=tag)
-        if guard is not None:
-            run_u = run_u.where(select(guard).exists())
-        run = run_u.returning(_R.c.id).cte(f"run{tag}")
+        condition, so that their rows are locked in the one order."""
+        run_u, req_u, ex_u = _reported_updates(shape, chained=True)
+        run = run_u.returning(_R.c.id).cte("run")
         req = req_u.where(_X.c.id == select(run.c.id).scalar_subquery()) \
-            .returning(_X.c.id).cte(f"req{tag}")
+            .returning(_X.c.id).cte("req")
         ex = ex_u.where(_E.c.run_id == select(req.c.id).scalar_subquery()) \
-            .returning(_E.c.run_id).cte(f"ex{tag}")
+            .returning(_E.c.run_id).cte("ex")
         return ex, [run, req]
 
+    @staticmethod
+    def batched(shape: Any, guard: CTE) -> tuple[CTE, list[CTE]]:
+        return _batched(lambda value: _reported_batch(shape, guard, value))
 
-def _reported_updates(shape: Any, *, chained: bool, tag: str = "") -> tuple[Any, Any, Any]:
+
+def _reported_updates(shape: Any, *, chained: bool, value: Source = _bound
+                      ) -> tuple[Any, Any, Any]:
     request, execution, run = shape
-    is_open = _R.c.status == bindparam(f"u_open{tag}", type_=_R.c.status.type)
-    run_u = update(_R).where(_R.c.id == bindparam(f"u_rid{tag}", type_=_R.c.id.type)).values({
+    is_open = _R.c.status == value("u_open", _R.c.status.type)
+    run_u = update(_R).where(_R.c.id == value("u_rid", _R.c.id.type)).values({
         c: case((is_open, b), else_=_R.c[c])
-        for c, b in _binds(_R, "u_r", run, tag).items()})
-    req_u = update(_X).where(
-        _X.c.token_id == bindparam(f"u_tid{tag}", type_=_X.c.token_id.type),
-        _X.c.result_digest.is_(None)).values(_binds(_X, "u_x", request, tag))
-    ex_u = update(_E).where(_E.c.call_id == bindparam(f"u_cid{tag}", type_=_E.c.call_id.type),
+        for c, b in _binds(_R, "u_r", run, value).items()})
+    req_u = update(_X).where(_X.c.token_id == value("u_tid", _X.c.token_id.type),
+                             _X.c.result_digest.is_(None)) \
+        .values(_binds(_X, "u_x", request, value))
+    ex_u = update(_E).where(_E.c.call_id == value("u_cid", _E.c.call_id.type),
                            _E.c.status == "started",
-                           _E.c.owner == bindparam(f"u_owner{tag}", type_=_E.c.owner.type)) \
-        .values(_binds(_E, "u_e", execution, tag))
+                           _E.c.owner == value("u_owner", _E.c.owner.type)) \
+        .values(_binds(_E, "u_e", execution, value))
     if not chained:
-        req_u = req_u.where(_X.c.id == bindparam("u_rid", type_=_X.c.id.type))
-        ex_u = ex_u.where(_E.c.run_id == bindparam("u_rid", type_=_E.c.run_id.type))
+        req_u = req_u.where(_X.c.id == value("u_rid", _X.c.id.type))
+        ex_u = ex_u.where(_E.c.run_id == value("u_rid", _E.c.run_id.type))
     return run_u, req_u, ex_u
+
+
+def _reported_batch(shape: Any, guard: CTE, value: Source) -> tuple[CTE, list[CTE]]:
+    """:meth:`Reported.ctes` for every report of a batch (``value``: its rows' columns):
+    each UPDATE matches a report's rows by its run, among those the one before it
+    returned (the runs, then the requests, then the executions locked), and writes
+    nothing without a row of ``guard``."""
+    run_u, req_u, ex_u = _reported_updates(shape, chained=False, value=value)
+    run = run_u.where(select(guard).exists()).returning(_R.c.id).cte("run")
+    req = req_u.where(_X.c.id.in_(select(run.c.id))).returning(_X.c.id).cte("req")
+    ex = ex_u.where(_E.c.run_id.in_(select(req.c.id))).returning(_E.c.run_id).cte("ex")
+    return ex, [run, req]
 
 
 @functools.cache
@@ -251,30 +273,65 @@ class Rider(Protocol):
     """Rows a write transaction records with its audit entries, on PostgreSQL in the
     statement that chains them (:class:`Answered`, :class:`Reported`): ``ctes(shape)``
     gives the CTE that must return one row (else nothing of it holds: the caller rolls
-    back) and the others; ``ctes(shape, guard)``, CTEs that write nothing without a row
-    of the CTE ``guard``; ``ctes(shape, guard, tag)`` and ``params(tag)``, the same with
-    ``tag`` ending every CTE's and parameter's name, so that several riders of one shape
-    ride on one statement (group commit: ``store/repos/audit.py``)."""
+    back) and the others, bound by ``params()``; ``batched(shape, guard)``, the same
+    for any number of riders of one shape at once (group commit: one statement
+    whatever their number, ``store/repos/audit.py``), bound by :func:`batched_params`:
+    its first CTE returns one row for each rider whose rows hold, and none of its CTEs
+    writes anything without a row of the CTE ``guard``."""
 
     @property
     def shape(self) -> Any: ...
 
-    def params(self, tag: str = "") -> dict[str, Any]: ...
+    def params(self) -> dict[str, Any]: ...
 
     @staticmethod
-    def ctes(shape: Any, guard: CTE | None = None, tag: str = "") -> tuple[CTE, list[CTE]]: ...
+    def ctes(shape: Any) -> tuple[CTE, list[CTE]]: ...
+
+    @staticmethod
+    def batched(shape: Any, guard: CTE) -> tuple[CTE, list[CTE]]: ...
 
 
-def _binds(table: Table, prefix: str, cols: tuple[str, ...], tag: str = "") -> dict[str, Any]:
-    return {c: bindparam(f"{prefix}_{c}{tag}", type_=table.c[c].type) for c in cols}
+# the rows of a batch of riders: one CTE, a column for each of their parameters
+RIDERS = "riders"
+
+
+def _batched(build: Callable[[Source], tuple[CTE, list[CTE]]]) -> tuple[CTE, list[CTE]]:
+    """The CTEs ``build`` makes for one rider, made for a batch of riders of one shape:
+    their values are the columns of the CTE :data:`RIDERS`, a row per rider, which
+    unnests an array bound under each parameter's name (``ARRAY[...]``: its element for
+    each rider, in the batch's order), so that the statement, its SQL and its plan are
+    the same whatever the number of riders. (``build`` is called twice: first on
+    parameters bound one by one, to learn their names and types.)"""
+    fields: dict[str, Any] = {}
+
+    def learn(name: str, type_: Any) -> Any:
+        fields.setdefault(name, type_)
+        return bindparam(name, type_=type_)
+
+    build(learn)
+    rows = select(*(func.unnest(bindparam(name, type_=postgresql.ARRAY(type_)), type_=type_)
+                    .label(name) for name, type_ in fields.items())).cte(RIDERS)
+    return build(lambda name, _: rows.c[name])
+
+
+def batched_params(riders: Sequence[Rider]) -> dict[str, list[Any]]:
+    """The parameters of :meth:`Rider.batched`'s CTEs for ``riders`` (of one kind and
+    shape): each of their parameters as a list, its value for each, in order."""
+    each = [r.params() for r in riders]
+    return {k: [p[k] for p in each] for k in each[0]}
+
+
+def _binds(table: Table, prefix: str, cols: tuple[str, ...], value: Source = _bound
+           ) -> dict[str, Any]:
+    return {c: value(f"{prefix}_{c}", table.c[c].type) for c in cols}
 
 
 def _live_request(dialect: str, cols: tuple[str, ...], checks: tuple[int, bool],
-                  *also: Any, tag: str = "") -> Any:
+                  *also: Any, value: Source = _bound) -> Any:
     """``INSERT INTO external_requests ... SELECT <values> WHERE <its token is live, and
     what else checks says, and also> ON CONFLICT DO NOTHING``."""
-    values = select(*(b.label(c) for c, b in _binds(_X, "x", cols, tag).items())).where(
-        *_still(bindparam(f"x_token_id{tag}", type_=_K.c.id.type), checks, tag), *also)
+    values = select(*(b.label(c) for c, b in _binds(_X, "x", cols, value).items())).where(
+        *_still(value("x_token_id", _K.c.id.type), checks, value), *also)
     ins: Any = (postgresql.insert(_X) if dialect == "postgresql" else sqlite.insert(_X))
     return ins.from_select(list(cols), values).on_conflict_do_nothing()
 
@@ -291,39 +348,41 @@ def _answered_parts(dialect: str, shape: Shape) -> tuple[Any, ...]:
     return tuple(parts)
 
 
-def answered_ctes(shape: Shape, guard: CTE | None = None, tag: str = ""
-                  ) -> tuple[CTE, list[CTE]]:
+def answered_ctes(shape: Shape) -> tuple[CTE, list[CTE]]:
     """PostgreSQL: the request's INSERT as a CTE returning its id (none: not inserted),
     and the others to add to the statement (data-modifying CTEs run exactly once; the
     request's and the intent's foreign keys are checked at the statement's end, the run
-    inserted by then). ``guard``: a CTE without whose row the request is not inserted,
-    and then neither are its run and its intent (inserted only with the request).
-    ``tag``: the suffix of the CTEs' names and their parameters' (``Answered.params(tag)``),
-    so that several answers ride on one statement."""
+    inserted by then)."""
     run, request, intent, checks = shape
-    if guard is None:
-        req = _live_request("postgresql", request, checks, tag=tag) \
-            .returning(_X.c.id).cte(f"req{tag}")
-        others = [insert(_R).values(_binds(_R, "r", run, tag)).cte(f"run{tag}")]
-        if intent is not None:
-            others.append(postgresql.insert(_E).values(_binds(_E, "e", intent, tag))
-                          .on_conflict_do_nothing().cte(f"intent{tag}"))
-        return req, others
-    req = _live_request("postgresql", request, checks, select(guard).exists(), tag=tag) \
-        .returning(_X.c.id).cte(f"req{tag}")
-    made = select(req).exists()
-    others = [insert(_R).from_select(list(run), _values(_R, "r", run, tag).where(made))
-              .cte(f"run{tag}")]
+    req = _live_request("postgresql", request, checks).returning(_X.c.id).cte("req")
+    others = [insert(_R).values(_binds(_R, "r", run)).cte("run")]
     if intent is not None:
-        others.append(postgresql.insert(_E).from_select(
-            list(intent), _values(_E, "e", intent, tag).where(made))
-            .on_conflict_do_nothing().cte(f"intent{tag}"))
+        others.append(postgresql.insert(_E).values(_binds(_E, "e", intent))
+                      .on_conflict_do_nothing().cte("intent"))
     return req, others
 
 
-def _values(table: Table, prefix: str, cols: tuple[str, ...], tag: str = "") -> Any:
-    """``SELECT <the bound values of cols>``, to insert only WHERE something holds."""
-    return select(*(b.label(c) for c, b in _binds(table, prefix, cols, tag).items()))
+def _answered_batch(shape: Shape, guard: CTE, value: Source) -> tuple[CTE, list[CTE]]:
+    """:func:`answered_ctes` for every answer of a batch (``value``: its rows' columns):
+    a request is inserted only with a row of ``guard``, and its run and its intent only
+    with the request (matched by its id, which its columns hold)."""
+    run, request, intent, checks = shape
+    assert "id" in request, "a batch's requests are matched by their ids"
+    req = _live_request("postgresql", request, checks, select(guard).exists(), value=value) \
+        .returning(_X.c.id).cte("req")
+    made = value("x_id", _X.c.id.type).in_(select(req.c.id))
+    others = [insert(_R).from_select(list(run), _values(_R, "r", run, value).where(made))
+              .cte("run")]
+    if intent is not None:
+        others.append(postgresql.insert(_E).from_select(
+            list(intent), _values(_E, "e", intent, value).where(made))
+            .on_conflict_do_nothing().cte("intent"))
+    return req, others
+
+
+def _values(table: Table, prefix: str, cols: tuple[str, ...], value: Source) -> Any:
+    """``SELECT <the values of cols>``, to insert only WHERE something holds."""
+    return select(*(b.label(c) for c, b in _binds(table, prefix, cols, value).items()))
 
 
 @functools.cache

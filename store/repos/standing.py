@@ -27,6 +27,11 @@ _GET = fast(select(_S).where(_S.c.id == bindparam("sid")))
 _GRANTED_ON = fast(select(_S).where(_S.c.tool == bindparam("tool"),
                                     _S.c.granted_on == bindparam("aid"))
                    .order_by(_S.c.created_at, _S.c.id))
+# every standing approval, a batch in id order, its scope as stored (what `audit verify` reads)
+_EVERY = fast(select(*(type_coerce(c, Text).label("scope") if c.name == "scope" else c
+                       for c in _S.c))
+              .where(_S.c.id > bindparam("after")).order_by(_S.c.id)
+              .limit(bindparam("batch")))
 _LIVE = ("proposed", "active")
 
 
@@ -100,10 +105,7 @@ class StandingRepo(Repo):
     async def every(self, *, after: str = "", batch: int = 500) -> list[StandingRecord]:
         """A batch of every standing approval in id order after ``after``, its scope as
         stored (sealed or not: see :func:`runtime.record.audit_check.opened`)."""
-        cols = [type_coerce(c, Text).label("scope") if c.name == "scope" else c
-                for c in _S.c]
-        rows = (await self.conn.execute(select(*cols).where(_S.c.id > after)
-                                        .order_by(_S.c.id).limit(batch))).all()
+        rows = (await self.conn.execute(_EVERY, {"after": after, "batch": batch})).all()
         return [StandingRecord(**r._mapping) for r in rows]
 
     async def listing(self, *, live_only: bool, now: datetime,

@@ -91,6 +91,37 @@ def cpu_seconds(pid: int | None) -> float:
         return float("nan")
 
 
+def process_stats(pid: int) -> dict[str, int]:
+    """A process's CPU (user and system, clock ticks) and context switches so far (Linux
+    /proc): voluntary ones (it waited: a socket, the event loop's select) and involuntary
+    ones (the scheduler took its core: more busy processes than cores)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        out = {"utime": int(fields[11]), "stime": int(fields[12])}
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.endswith("ctxt_switches"):
+                out[key] = int(value)
+        return out
+    except (OSError, IndexError, ValueError):
+        return {}
+
+
+def per_replica(serves: list[Any], before: list[dict[str, int]],
+                after: list[dict[str, int]], directory: Path,
+                inside: list[dict[str, int]]) -> list[dict[str, int]]:
+    """Each serve's :func:`process_stats` from ``before`` to ``after``, and what it counted
+    itself (:func:`sql_count.snapshot_process`: collections, their CPU, wake-ups) since
+    ``inside``."""
+    out = []
+    for x, b, a, i in zip(serves, before, after, inside, strict=True):
+        row = {k: v - b.get(k, 0) for k, v in a.items()}
+        counted = sql_count.snapshot_process(directory, x.pid)
+        row.update({k: v - i.get(k, 0) for k, v in counted.items() if v != i.get(k, 0)})
+        out.append(row)
+    return out
+
+
 class MachineCpu:
     """The whole machine's CPU over an interval (Linux ``/proc``): how busy its cores
     were, and how much of it the database server's processes (named ``postgres``) and
@@ -293,7 +324,8 @@ async def bench(runs: int, concurrency: int, mode: str, db_url: str | None,
                 replicas: int = 1, targets: bool = True,
                 statements: int = 0, agent: str = "bench-deploy",
                 data_key: str | None = None,
-                detail: dict[str, Any] | None = None, warm: int = 0) -> dict[str, float]:
+                detail: dict[str, Any] | None = None, warm: int = 0,
+                together: asyncio.Barrier | None = None) -> dict[str, float]:
     """Run the benchmark (``replicas`` serve processes, clicks spread over them in turn)
     and print its figures (and, with ``targets``, this benchmark's own targets, which
     are SQLite's: a caller judging by others leaves them out; on PostgreSQL, the
@@ -306,7 +338,8 @@ async def bench(runs: int, concurrency: int, mode: str, db_url: str | None,
     same way, each run completed and its card updated before the measured clicks begin, and
     none of it measured: what every ``serve`` process pays once (the statements' compiled
     forms, the first collections' freezes, the connections' prepared statements) is paid
-    before, as in a deployment that has been up for a while."""
+    before, as in a deployment that has been up for a while. ``together``: waited for
+    just before the measured clicks (benchmarks run side by side start them at once)."""
     tmp = Path(tempfile.mkdtemp())
     db_url = db_url or f"sqlite+aiosqlite:///{tmp / 'clicks.db'}"
     log = tmp / "tool-starts.log"
@@ -404,11 +437,15 @@ async def bench(runs: int, concurrency: int, mode: str, db_url: str | None,
                 values = {a: values[a] for a in approvals}
                 sent.clear()
                 acked.clear()
+            if together is not None:
+                await together.wait()
             sql0 = await count_statements(serves, tmp) if count_sql else None
+            inside0 = [sql_count.snapshot_process(tmp, x.pid) for x in serves]
             where_at = [sql_count.snapshot_where(tmp, [x.pid for x in serves])]
             slack0 = len(emulator.calls())
             t0 = time.perf_counter()
             cpu0 = sum(cpu_seconds(x.pid) for x in serves)
+            stats0 = [process_stats(x.pid) for x in serves]
             machine = MachineCpu()
             profile_toggle(serves)
             await asyncio.gather(*(click(i, aid) for i, aid in enumerate(approvals)))
@@ -427,6 +464,8 @@ async def bench(runs: int, concurrency: int, mode: str, db_url: str | None,
             # what the clicks cost in all: work deferred past the last tool start (card
             # updates, the rest of each run) is paid for too, only later
             whole_cpu = sum(cpu_seconds(x.pid) for x in serves) - cpu0
+            whole_wall = time.perf_counter() - t0
+            stats1 = [process_stats(x.pid) for x in serves]
             profile_toggle(serves)
             sent_sql: dict[str, int] = {}
             most_sent: list[tuple[int, str]] = []
@@ -441,6 +480,8 @@ async def bench(runs: int, concurrency: int, mode: str, db_url: str | None,
                 by_origin = {k: n - where_at[0].get(k, 0) for k, n in where0.items()
                              if n != where_at[0].get(k, 0)}
                 if detail is not None:
+                    detail["replicas"] = per_replica(serves, stats0, stats1, tmp, inside0)
+                    detail["wall"] = {"clicks": wall, "whole": whole_wall}
                     detail["sent"] = {sql: n - sql0.get(sql, 0) for sql, n in sql1.items()
                                       if n != sql0.get(sql, 0)}
                     if by_origin:

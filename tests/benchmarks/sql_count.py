@@ -54,12 +54,63 @@ def install(directory: str, *, sqlite: bool = False) -> None:
         _install_asyncpg(where)
     target = Path(directory) / f"{os.getpid()}.json"
 
+    _install_process()
+
     def dump(signum: int, frame: Any) -> None:
+        _PROCESS["gc cpu us"] = round(_GC_CPU[0] * 1e6)
+        _write(target.with_suffix(".proc.json"), _PROCESS)  # first, like the next
         if where:  # first: once the counts are there, so is this
             _write(target.with_suffix(".where.json"), _WHERE)
         _write(target, _COUNTS)
 
     signal.signal(signal.SIGUSR1, dump)
+
+
+# what else the process did (:func:`snapshot_process`): its collections by generation
+# and the CPU they took, the wake-ups it heard from other replicas and sent them, by kind
+_PROCESS: collections.Counter[str] = collections.Counter()
+_GC_CPU = [0.0]
+
+
+def _install_process() -> None:
+    import gc
+    import time
+
+    started = [0.0]
+
+    def collected(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            started[0] = time.process_time()
+        else:
+            _GC_CPU[0] += time.process_time() - started[0]
+            _PROCESS[f"gc gen{info['generation']}"] += 1
+
+    gc.callbacks.append(collected)
+    try:
+        from approvald.store import wakeups
+    except ImportError:
+        return
+    received, publish = wakeups.Wakeups._received, wakeups.Wakeups.publish
+
+    def heard(self: Any, conn: Any, pid: int, channel: str, payload: str) -> None:
+        origin, _, rest = payload.partition("|")
+        mine = origin == self.origin
+        _PROCESS[f"notified {'own' if mine else 'heard'} {rest.partition('|')[0]}"] += 1
+        received(self, conn, pid, channel, payload)
+
+    def told(self: Any, kind: str, key: str = "") -> None:
+        if not self._relaying and self._tasks:
+            _PROCESS[f"notified sent {kind}"] += 1
+        publish(self, kind, key)
+
+    wakeups.Wakeups._received = heard  # type: ignore[method-assign]
+    wakeups.Wakeups.publish = told  # type: ignore[method-assign]
+
+
+def snapshot_process(directory: Path, pid: int) -> dict[str, int]:
+    """What :func:`_install_process` counted in ``pid`` as it last wrote it."""
+    path = directory / f"{pid}.proc.json"
+    return dict(json.loads(path.read_text())) if path.exists() else {}
 
 
 def _write(target: Path, counts: collections.Counter[str]) -> None:

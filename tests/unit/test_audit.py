@@ -593,7 +593,7 @@ async def test_the_tables_check_asks_for_no_page_past_the_last_request(make_engi
     them, not a second page that finds nothing; a full page is still followed."""
     from approvald.runtime.record.audit_check import ChainFacts, table_disagreements
 
-    from tests.helpers import through_sqlalchemy
+    from tests.helpers import executed_on
 
     await _history(make_engine())
 
@@ -602,7 +602,7 @@ async def test_the_tables_check_asks_for_no_page_past_the_last_request(make_engi
         async for e in tx.audit.iterate():
             facts.apply(e)
         for batch, pages in ((500, 1), (3, 1), (2, 2), (1, 3)):
-            with through_sqlalchemy(db, "approvals") as seen:
+            with executed_on("approvals") as seen:
                 assert await table_disagreements(tx, facts, batch=batch) == []
             assert len(seen) == pages, (batch, seen)
     await Rows(db).in_one_read(compared)

@@ -190,3 +190,25 @@ def test_who_waits_on_a_write_is_read_with_no_python_call() -> None:
     with pytest.raises(KeyError), waiting.waiting(5.0):  # left as it was, whatever happens
         raise KeyError
     assert waiting.since() is None
+
+
+async def test_the_chain_verifier_s_batch_reads_are_planned_statements(db: Database) -> None:
+    """What ``audit verify`` (and the model-based test's check after every step) reads in
+    batches, the requests decided and the standing approvals: statements built once and
+    run by their plans, none built or compiled through SQLAlchemy per read."""
+    await _create(db, "r1")
+
+    async def read(tx: Any) -> list[Counter[str]]:
+        reads = (lambda: tx.approvals.decided_rows(after="", batch=50),
+                 lambda: tx.approvals.decided_rows(only="a1"),
+                 lambda: tx.standing.every(after="", batch=50))
+        for r in reads:
+            await r()  # the plans made
+        return [await Calls(("/store/", "sqlalchemy/")).during(r) for r in reads]
+    seens = await Rows(db).in_one_read(read)
+    for seen in seens:
+        outside = {k: n for k, n in seen.items() if not k.startswith(
+            ("approvals.py:", "standing.py:", "fastsql.py", "private_asyncpg.py:",
+             "private_sqlalchemy.py:execute"))}
+        assert outside == {}, repr(sorted(seen.items()))
+        assert seen["fastsql.py:Conn.execute"] == 1, repr(sorted(seen.items()))

@@ -137,3 +137,27 @@ def test_the_same_code_with_other_types_or_defaults_is_another_tool() -> None:
         ints.validate({"n": "x"})
     assert len({id(t.args_model) for t in (ints, strs, other)}) == 3
     assert made(int, 1).args_model is ints.args_model
+
+
+def test_a_full_cache_of_definitions_drops_its_oldest_only(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cache of what definitions determine is bounded; once full, a new definition
+    drops the oldest one, not everything kept (which would make a process that defines
+    more tools than the bound work every one out again, in turn)."""
+    from approvald.runtime.policies import tools
+
+    monkeypatch.setattr(tools, "_KNOWN_MAX", 4)
+    monkeypatch.setattr(tools, "_MODELS", {})
+
+    def made(default: int) -> Any:
+        async def count(n: int = default) -> int:
+            return n
+        return tool(count)
+
+    first = [made(k) for k in range(1, 6)]  # one more than the bound
+    assert len(tools._MODELS) == 4
+    assert made(1).args_model is not first[0].args_model  # the oldest, dropped
+    # the others stay (the first made again is now the newest: the second is dropped)
+    assert [made(k).args_model is first[k - 1].args_model for k in (3, 4, 5)] == [
+        True, True, True]
+    assert len(tools._MODELS) == 4
