@@ -118,7 +118,8 @@ class ThreadFollower:
                  permalink: Permalink | None = None, patience: float = 0.5,
                  claim_ttl: timedelta = timedelta(seconds=90), batch: int = 100,
                  backoff: float = 2.0, max_backoff: float = 600.0,
-                 callers: bool = False, card_wait: timedelta = timedelta(seconds=30)) -> None:
+                 callers: bool = False, card_wait: timedelta = timedelta(seconds=30),
+                 poll: float = 0.5) -> None:
         self.e = engine
         self.client = client
         self.channel = channel
@@ -137,10 +138,12 @@ class ThreadFollower:
         # a request is told with a link to its card: how long its line waits for the card
         # to be posted before it is told without one
         self.card_wait = card_wait
+        # how often :meth:`run` looks for runs behind (while this replica leads)
+        self.poll = poll
 
-    async def run(self, stop: asyncio.Event, *, poll: float = 0.5) -> None:
-        await repeat_every(self._round, stop=stop, every=poll, what="run threads sync",
-                           pace=self.e.pace)
+    async def run(self, stop: asyncio.Event, *, poll: float | None = None) -> None:
+        await repeat_every(self._round, stop=stop, every=self.poll if poll is None else poll,
+                           what="run threads sync", pace=self.e.pace)
 
     async def _round(self) -> int:
         """A round of :meth:`run`: the lead replica's alone (``Engine.pace``). A channel's

@@ -159,6 +159,9 @@ async def harness(db_url: str, tmp_path: Path, *, clock: Clock | None = None,
             service = Service(settings, db, clock=clock, tracer=tracer)
             if service.slack is not None:
                 service.slack.threads.interval = 0.02
+                # and polls as the worker does (APPROVALD_POLL_INTERVAL), not every 0.5 s:
+                # a run's thread is told a message a turn, a turn a round
+                service.slack.threads.poll = 0.05
             try:
                 await service.start(background=background)
                 port = service.slack.port if service.slack else None

@@ -15,6 +15,7 @@ the PIN back.
 from __future__ import annotations
 
 import email
+import functools
 import hashlib
 import json
 import re
@@ -113,9 +114,21 @@ def recovered(seen: list[Any], versions: list[tuple[str, dict[str, Any], str]]) 
     """The PINs whose unkeyed digests (of any version of the arguments) show up in
     ``seen``: what someone holding it finds by trying the 10,000."""
     shown = windows(seen)
-    return sorted({pin for pin in (f"{n:04d}" for n in range(10_000))
-                   for tool_name, args, key in versions
-                   for d in unkeyed(tool_name, args, key, pin) if d[:12] in shown})
+    return sorted({pin for start, pins in _tried(canonical_json(versions)).items()
+                   if start in shown for pin in pins})
+
+
+@functools.cache
+def _tried(versions: str) -> dict[str, frozenset[str]]:
+    """The first 12 characters of every unkeyed digest of each of the 10,000 PINs in each
+    version (``versions`` as canonical JSON), and the PINs whose digests start so: 150,000
+    digests, worked out once for the test's two look-ups (and its other dialect's)."""
+    tried: dict[str, set[str]] = {}
+    for tool_name, args, key in json.loads(versions):
+        for pin in (f"{n:04d}" for n in range(10_000)):
+            for d in unkeyed(tool_name, args, key, pin):
+                tried.setdefault(d[:12], set()).add(pin)
+    return {start: frozenset(pins) for start, pins in tried.items()}
 
 
 async def through_the_agent(h: Harness, browser: Browser, inbox: Any) -> tuple[str, str]:

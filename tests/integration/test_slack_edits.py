@@ -91,6 +91,7 @@ async def _edit(h: Harness, user: str, approval_id: str) -> dict[str, Any]:
 async def test_a_card_approved_with_edits_tells_the_edited_call_and_its_impact(
         sqlite_url: str, tmp_path: Path) -> None:
     async with harness(sqlite_url, tmp_path) as h:
+        h.engine.pace.lead(False)  # the thread is told from the edit on (see the next test)
         paused = await h.pause_refund()
         [aid] = paused.approval_ids
         card = await h.card(aid)
@@ -99,6 +100,8 @@ async def test_a_card_approved_with_edits_tells_the_edited_call_and_its_impact(
         assert T.SECTION_DOING.format(text="").strip() in json.dumps(card)
 
         await _edit(h, "U_ALICE", aid)  # edits = "approve": the edit is Alice's approval
+        await wait_for(lambda: _edited(h, aid), what="the edit")
+        h.engine.pace.lead(True)
         done = await wait_for(lambda: _thread(h, paused.run_id), what="the thread to end")
         assert [r["args"]["amount_cents"] for r in h.refunds()] == [2000]
 
@@ -125,12 +128,18 @@ async def test_a_proposed_edit_is_told_everywhere_as_the_call_that_will_run(
     policy = tmp_path / "policy.toml"
     policy.write_text('[tools.issue_refund]\nedits = "propose"\n')
     async with harness(sqlite_url, tmp_path, APPROVALD_POLICY_FILE=str(policy)) as h:
+        # the run's thread is told from the proposal on (a line told before it rightly
+        # quotes the call as it then was): until then another replica leads, as far as
+        # this one knows, and tells no thread (ThreadFollower.run). With a follower polling
+        # every 0.5 s that was left to timing; the harness's polls every 0.05 s
+        h.engine.pace.lead(False)
         paused = await h.pause_refund()
         [aid] = paused.approval_ids
         await h.card(aid)
         await _edit(h, "U_ALICE", aid)
         a = await wait_for(lambda: _edited(h, aid), what="the proposal")
         assert a.status == "pending"
+        h.engine.pace.lead(True)
 
         # the proposer's ephemeral reply
         [reply] = await wait_for(lambda: h.emulator.ephemeral(CHANNEL, "U_ALICE"),

@@ -174,7 +174,8 @@ def _private_reads(source: str, where: str = "<test>") -> list[str]:
                 node.attr == "_parts" or (node.attr in private
                                           and ast.unparse(node.value) not in ("self", "cls"))):
             found.append(f"{where}:{node.lineno} {ast.unparse(node)}")
-        elif isinstance(node, ast.Call) and ast.unparse(node.func) == "getattr" \
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                and node.func.id == "getattr" \
                 and len(node.args) > 1 and isinstance(node.args[1], ast.Constant) \
                 and node.args[1].value in private:
             found.append(f"{where}:{node.lineno} {ast.unparse(node)}")

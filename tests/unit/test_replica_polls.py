@@ -70,6 +70,30 @@ async def test_the_worker_and_the_drain_look_dead_owners_up_once_between_them(
     assert looked == ["runs", "outbox"]
 
 
+async def test_a_run_thread_follower_polls_at_the_interval_it_holds(
+        make_engine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its poll is the follower's own, 0.5 s unless given (a harness serving Slack sets it
+    as it sets the channel's pacing, on the follower serve made), or one ``run`` asks."""
+    engine = make_engine()
+    asked: list[float] = []
+
+    async def waited(event: asyncio.Event, patience: float) -> bool:
+        asked.append(patience)
+        event.set()  # (``stop``) one round is enough
+        return True
+
+    monkeypatch.setattr(periodic, "waited", waited)
+    client = AsyncWebClient(token="xoxb-test")
+    follower = ThreadFollower(engine, client, channel="C1")
+    await asyncio.wait_for(follower.run(asyncio.Event()), 10)
+    follower.poll = 0.05
+    await asyncio.wait_for(follower.run(asyncio.Event()), 10)
+    await asyncio.wait_for(ThreadFollower(engine, client, channel="C1", poll=0.2)
+                           .run(asyncio.Event()), 10)
+    await asyncio.wait_for(follower.run(asyncio.Event(), poll=2.0), 10)
+    assert asked == [0.5, 0.05, 0.2, 2.0]
+
+
 @pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
 async def test_a_poll_for_ready_runs_is_one_statement_sent_alone(
         make_engine: Any, statements: Statements) -> None:  # noqa: F811
