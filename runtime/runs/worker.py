@@ -122,7 +122,7 @@ class ResumeWorker:
         owner = lease_id(self.owners.owner)  # this claim's
         now = self.clock.now()
         mine = [*self._active, *self._queued]  # being advanced here, or about to be
-        async with self.db.write_one() as tx:  # (PostgreSQL: one statement, sent alone)
+        async with self.db.write() as tx:
             claimed = await tx.runs.claim_runnable(owner=owner, now=now, limit=room,
                                                    until=now + self.lease_ttl,
                                                    stale_owners=stale, exclude=mine)

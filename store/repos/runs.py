@@ -175,19 +175,6 @@ def _claim(with_stale: bool, server: bool) -> Any:
             .returning(_T))
 
 
-@functools.lru_cache(maxsize=16)
-def _claim_in_one(with_stale: bool, server: bool, excluding: bool) -> Any:
-    """PostgreSQL: :func:`_ready` and :func:`_claim` as ONE statement (the candidates locked
-    in a CTE, claimed by the UPDATE that joins them, who held each lease before returned
-    from the CTE's row): atomic on its own, so a worker's poll sends it in autocommit, with
-    no BEGIN and COMMIT around it (issue 50: every replica polls, found runs or none)."""
-    ready = _ready(with_stale, server, excluding).add_columns(
-        _T.c.lease_owner.label(_PREV_OWNER)).cte("ready")
-    return fast(update(_T).where(_T.c.id == ready.c.id, *_takeable(with_stale, server))
-                .values(lease_owner=bindparam("owner"), lease_expires_at=_lease_until(server))
-                .returning(*_T.c, ready.c[_PREV_OWNER]))
-
-
 @functools.lru_cache(maxsize=64)
 def _update(keys: tuple[str, ...], with_status: bool) -> Any:
     stmt = update(_T).where(_T.c.id == bindparam("rid"))
@@ -413,9 +400,7 @@ class RunsRepo(Repo):
         compare-and-set as :meth:`acquire_lease` then takes them in this transaction and
         stays the guarantee. The claimer advances a run under the same ``owner``, whose
         :meth:`acquire_lease` then only renews the claim. ``exclude``: runs the claimer is
-        advancing (or about to) already, under lease ids of their own. On PostgreSQL both
-        are one statement, atomic on its own: a worker's poll sends it alone
-        (``Database.write_one``), in autocommit.
+        advancing (or about to) already, under lease ids of their own.
         """
         params: dict[str, Any] = {"now": now, "lim": limit}
         if stale_owners:
@@ -423,13 +408,6 @@ class RunsRepo(Repo):
         if exclude:
             params["exclude"] = list(exclude)
         stale = bool(stale_owners)
-        if self.dialect == "postgresql":
-            params.update(owner=owner, **self._lease(now, until))
-            got = await self.conn.execute(_claim_in_one(stale, self.server_time,
-                                                        bool(exclude)), params)
-            # oldest first, as the candidates were chosen (RETURNING keeps no order)
-            return [_lease(r, owner, r._mapping[_PREV_OWNER])
-                    for r in sorted(got, key=lambda r: (r.updated_at, r.id))]
         stmt = _ready(stale, self.server_time, bool(exclude))
         candidates = {r[0]: r[1] for r in await self.conn.execute(stmt, params)}
         if not candidates:

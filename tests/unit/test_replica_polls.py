@@ -1,7 +1,7 @@
 """What each replica does on its own schedule (issue 50): its polls go at the process's
-pace (slower while another replica leads, runtime/kernel/periodic.py), the look-up
+pace (slower while another replica leads, runtime/kernel/periodic.py), and the look-up
 of dead lease and claim holders that the worker's poll and the outbox drain both need is
-made once for the two, and a poll for ready runs is one statement on PostgreSQL."""
+made once for the two."""
 
 from __future__ import annotations
 
@@ -11,15 +11,10 @@ from typing import Any
 import pytest
 from approvald.bot.slack.log_delivery import LogDeliverer
 from approvald.bot.slack.threads import ThreadFollower
-from approvald.runtime.approvals.decide import Actor
 from approvald.runtime.kernel import periodic
-from approvald.runtime.kernel.outcomes import Paused
 from approvald.store.repos.outbox import OutboxRepo
 from approvald.store.repos.runs import RunsRepo
 from slack_sdk.web.async_client import AsyncWebClient
-
-from tests.helpers import parts
-from tests.unit.test_intake_statements import Statements, statements  # noqa: F401  (a fixture)
 
 
 @pytest.mark.parametrize("loop", ["worker", "drain", "threads"])
@@ -92,36 +87,3 @@ async def test_a_run_thread_follower_polls_at_the_interval_it_holds(
                            .run(asyncio.Event()), 10)
     await asyncio.wait_for(follower.run(asyncio.Event(), poll=2.0), 10)
     assert asked == [0.5, 0.05, 0.2, 2.0]
-
-
-@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
-async def test_a_poll_for_ready_runs_is_one_statement_sent_alone(
-        make_engine: Any, statements: Statements) -> None:  # noqa: F811
-    """Every replica polls for ready runs, every period, most of them finding none: on
-    PostgreSQL the runs are selected (those another replica is claiming passed over) and
-    claimed by ONE statement, sent alone in autocommit: no BEGIN and COMMIT around it,
-    whether it claims a run or none (it was BEGIN, the candidates, COMMIT: three round
-    trips for nothing, four for a run)."""
-    engine = make_engine()
-
-    async def no_dead_owners(**_: Any) -> tuple[str, ...]:  # (looked up apart, above)
-        return ()
-
-    parts(engine).owners.stale = no_dead_owners
-    worker = engine.worker(poll_interval=3600)
-    assert await worker.poll_once() == 0  # connections opened, plans made
-    window = statements.during()
-    assert await worker.poll_once() == 0
-    nothing = window.sent
-    paused = await engine.run("demo-refund", "Refund order A-1001", requested_by="U_DANA")
-    assert isinstance(paused, Paused)
-    # decided with no worker taking decided runs: ready, under no lease
-    await engine.decide(paused.approval_ids[0], actor=Actor("U_ALICE", "slack"),
-                        verdict="approve")
-    other = engine.worker(poll_interval=3600)  # a replica's: it did not hear of the decision
-    window = statements.during()
-    assert await other.poll_once() == 1
-    found = window.sent
-    assert [s.split()[0] for s in nothing] == ["WITH"], nothing
-    assert [s.split()[0] for s in found] == ["WITH"], found
-    assert other.queued == {paused.run_id}
