@@ -465,6 +465,30 @@ def executed_on(*tables: str) -> Iterator[list[str]]:
         fastsql.Conn.execute = real  # type: ignore[method-assign]
 
 
+def free_port() -> int:
+    """A port on 127.0.0.1 free now, for a server a test starts as a process of its own,
+    chosen outside the kernel's ephemeral range: a port ``bind(0)`` hands out is one the
+    next outgoing connection (to PostgreSQL, to the emulator, another worker's) may take in
+    the seconds before that process binds it (CI: a replica's serve exited with "Address
+    already in use"). Below that range nothing is handed out unasked."""
+    import random
+    import socket
+
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 0
+    ports = random.sample(range(10_000, low), min(200, low - 10_000)) if low > 11_000 else []
+    for port in [*ports, 0]:  # (0: no range below the ephemeral one to pick from)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return int(s.getsockname()[1])
+    raise AssertionError("no free port")  # (bind(0) failed too)
+
+
 class Crash(BaseException):
     """The process dies at a failpoint (in-process tests cannot SIGKILL themselves); a
     BaseException, so nothing on the way swallows it."""

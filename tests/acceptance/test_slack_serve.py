@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import json
 import signal
-import socket
 import time
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -19,19 +18,21 @@ from approvald.bot.slack import cards
 from approvald.runtime.kernel.ids import TokenSigner
 from approvald.store.db import Database
 
-from tests.helpers import Cli, Rows, WarmProcess, make_cli, run_in_process, start_approvald
+from tests.helpers import (
+    Cli,
+    Rows,
+    WarmProcess,
+    free_port,
+    make_cli,
+    run_in_process,
+    start_approvald,
+)
 from tests.integration.slack_harness import APP_TOKEN, BOT_TOKEN, CHANNEL, OPS, SECRET, wait_for
 
 # each test here starts approvald (or a browser) as a process of its own
 pytestmark = pytest.mark.slow
 
 TOKEN_SECRET = "approvald-test-secret-0123456789"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def start_serve(cli: Cli, port: int, **extra: str) -> WarmProcess:
