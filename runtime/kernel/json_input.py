@@ -89,7 +89,7 @@ _SCANNERS: dict[tuple[tuple[str, Any], ...], _Scan] = {}
 def _read(text: str | bytes, kw: dict[str, Any]) -> Any:
     """``json.loads(text, **kw)``: the same value, or the same error (anything the scanner
     alone does not read whole, whitespace around it or not JSON, is ``json.loads``'s)."""
-    if not isinstance(text, str):
+    if not isinstance(text, str) or "cls" in kw:  # (bytes, a decoder of the caller's)
         return json.loads(text, **kw)
     key = tuple(kw.items())
     scan = _SCANNERS.get(key)
