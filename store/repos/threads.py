@@ -126,7 +126,8 @@ def _lagging(cols: list[Any], wanted: Any | None, stale: bool) -> Any:
                        and_(_R.c.status.not_in(_FINAL), _UNTOLD))))
 
 
-_BEHIND = {(k, s): _behind(k, s) for k in (False, True) for s in (False, True)}
+_BEHIND = {k: _behind(k, False) for k in (False, True)}
+_BEHIND_STALE = {k: _behind(k, True) for k in (False, True)}  # with dead owners' claims
 # a thread's row inserted already claimed (by dialect: ON CONFLICT DO NOTHING)
 _OPEN = {name: fast(d.insert(RunThread).on_conflict_do_nothing().returning(*_T.c))
          for name, d in (("postgresql", postgresql), ("sqlite", sqlite))}
@@ -255,7 +256,8 @@ class ThreadsRepo(Repo):
                                   "max_reposts": max_reposts}
         if stale_owners:
             params["stale"] = list(stale_owners)
-        rows = await self.conn.execute(_BEHIND[callers, bool(stale_owners)], params)
+        rows = await self.conn.execute((_BEHIND_STALE if stale_owners else _BEHIND)[callers],
+                                       params)
         out: list[tuple[RunRecord, ThreadRecord | None]] = []
         for r in rows:
             m = dict(r._mapping)
