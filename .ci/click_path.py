@@ -16,6 +16,8 @@ calls it sees (a call from a frame of one ``approvald`` module into another):
 * **the chain**: the modules the click passes through, each calling on into another;
 * **helpers**: modules it only calls and returns from (the clock, ids, metrics, a row's
   type), calling no other ``approvald`` module on the way;
+* **layers crossed**: the layers those modules sit in (``store``, ``runtime``'s layers as
+  ``.ci/architecture.py`` names them, a ``bot`` face's package), in the order entered;
 * **calls up a layer** at run time: a call from a module into one of a higher layer (bottom
   to top: ``store``, ``runtime``'s layers as ``.ci/architecture.py`` orders them, then the
   faces of ``bot``): a callback, or the worker calling back up into the engine. The import
@@ -90,6 +92,16 @@ def rank(module: str) -> int:
     return 2 + len(LAYERS)
 
 
+def layer(module: str) -> str:
+    """The layer ``module`` belongs to: ``store``, ``runtime/<layer>``, or its face in ``bot``."""
+    parts = module.split(".")[1:]
+    if parts[0] == "runtime":
+        return f"runtime/{layer_of(parts[1:]) or 'top'}"
+    if parts[0] == "bot" and len(parts) > 2:
+        return f"bot/{parts[1]}"
+    return parts[0]
+
+
 def up_a_layer(calls: set[tuple[str, str]]) -> list[tuple[str, str]]:
     return sorted((a, b) for a, b in calls if rank(b) > rank(a))
 
@@ -130,6 +142,8 @@ def main(argv: list[str]) -> int:
           f"(bot {by_part['bot']}, runtime {by_part['runtime']}, store {by_part['store']})")
     print(f"  the chain, each calling on into another: {len(chain)}; helpers only called: "
           f"{len(helpers)}")
+    layers = list(dict.fromkeys(layer(m) for m in modules))
+    print(f"  layers crossed: {len(layers)} ({', '.join(layers)})")
     print(f"  calls up a layer at run time: {len(upward)}")
     for a, b in upward:
         print(f"    {a} -> {b}")

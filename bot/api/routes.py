@@ -296,7 +296,7 @@ class Routes:
             tool=body.tool, args=body.args,
             requested_by=body.requested_by or f"api:{token.name}",
             packet=body.packet.model_dump(exclude_none=True) if body.packet else {},
-            tighten=_tighten(body.tighten),
+            tighten=None if body.tighten is None else _tighten(body.tighten),
             idempotency_key=body.idempotency_key, webhook_url=body.webhook_url))
         if doc["status"] == "forbidden":
             reason = (doc["decision"] or {}).get("reason") or "the policy forbids this call"

@@ -5,8 +5,10 @@ Claude Code hook's process reads its event with it before it imports anything el
 from __future__ import annotations
 
 import json
+import json.scanner
 import re
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 # half of a UTF-16 pair, which JSON's \u escapes can write and no UTF-8 text can hold
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -50,7 +52,7 @@ def loads(text: str | bytes, *, max_depth: int = MAX_DEPTH + 2, **kw: Any) -> An
     string escaping half of a surrogate pair (``"\\ud800"``), which no digest or
     database can take as text, is a ``ValueError``."""
     try:
-        value = json.loads(text, **kw)
+        value = _read(text, kw)
     except RecursionError:
         raise TooDeep(f"nested deeper than {max_depth} levels") from None
     if depth_over(value, max_depth):
@@ -74,3 +76,31 @@ def _surrogate_in(value: Any) -> bool:
         elif isinstance(item, list):
             stack.extend(item)
     return False
+
+
+# the reader of each set of options a face parses with (a parse_float, a parse_constant),
+# made once: ``json.loads`` with options makes a decoder and its scanner for each text, and
+# goes through three Python layers around the C scanner either way (issue 50: every
+# request's body, every hook's event)
+_Scan = Callable[[str, int], tuple[Any, int]]
+_SCANNERS: dict[tuple[tuple[str, Any], ...], _Scan] = {}
+
+
+def _read(text: str | bytes, kw: dict[str, Any]) -> Any:
+    """``json.loads(text, **kw)``: the same value, or the same error (anything the scanner
+    alone does not read whole, whitespace around it or not JSON, is ``json.loads``'s)."""
+    if not isinstance(text, str) or "cls" in kw:  # (bytes, a decoder of the caller's)
+        return json.loads(text, **kw)
+    key = tuple(kw.items())
+    scan = _SCANNERS.get(key)
+    if scan is None:  # (a caller's own hooks made for each text are not kept)
+        scan = json.scanner.make_scanner(cast(Any, json.JSONDecoder(**kw)))
+        if len(_SCANNERS) < 16:
+            _SCANNERS[key] = scan
+    try:
+        value, end = scan(text, 0)
+    except (StopIteration, ValueError):  # empty, whitespace first, not JSON
+        return json.loads(text, **kw)
+    if end != len(text):  # whitespace after it (allowed), or anything else (an error)
+        return json.loads(text, **kw)
+    return value

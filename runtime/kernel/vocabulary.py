@@ -147,9 +147,24 @@ def outcome_of(a: ApprovalRecord) -> OutcomeName:
 def policy_outcome(kind: str) -> OutcomeName:
     """What became of a call the policy answered without asking (``auto``,
     ``notify_after``, ``forbidden``)."""
-    if kind not in ANSWERED_AT_ONCE:
+    found = _AT_ONCE.get(kind)
+    if found is None:
         raise ValueError(f"{kind!r} is not a policy that answers without asking")
-    return OutcomeName(kind)
+    return found
+
+
+def policy_outcome_value(kind: str) -> str:
+    """:func:`policy_outcome`'s name, as documents and audit entries carry it (a plain
+    string, looked up: the enum's call and its ``value`` are four Python calls each, twice
+    an auto answer; issue 50)."""
+    found = _AT_ONCE_NAMES.get(kind)
+    if found is None:
+        raise ValueError(f"{kind!r} is not a policy that answers without asking")
+    return found
+
+
+_AT_ONCE = {kind: OutcomeName(kind) for kind in ANSWERED_AT_ONCE}
+_AT_ONCE_NAMES = {kind: name.value for kind, name in _AT_ONCE.items()}
 
 
 def word(a: ApprovalRecord) -> Word:

@@ -26,6 +26,7 @@ records the source and the policy's digest in its audit entry.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Callable, Mapping
@@ -99,12 +100,12 @@ class Source:
         """What a standing approval covers: this source's ``tool``, never another's."""
         return f"{self.kind}:{self.name}/{tool}"
 
-    @property
+    @functools.cached_property
     def via(self) -> str:
         """The face, as audit entries name it."""
         return _VIA[self.kind]
 
-    @property
+    @functools.cached_property
     def credential(self) -> str:
         """The token record a caller's requests are made under (agents have none)."""
         if self.kind == "mcp":
@@ -115,12 +116,12 @@ class Source:
             return HOOK_CREDENTIAL + self.name
         return self.name
 
-    @property
+    @functools.cached_property
     def agent(self) -> str:
         """The ``agent`` of this source's runs (``external:<credential>`` for callers)."""
         return self.name if self.kind == "agent" else EXTERNAL_AGENT + self.credential
 
-    @property
+    @functools.cached_property
     def label(self) -> str:
         """Who asked, as a person reads it on a card: an agent's name, ``Claude Code``,
         ``MCP gateway bank``, ``deploy-bot (HTTP API)``."""
@@ -135,7 +136,11 @@ class Source:
         return f"{self.name} (HTTP API)"
 
     @classmethod
+    @functools.lru_cache(maxsize=1024)
     def of_credential(cls, name: str) -> Source:
+        """The source of a credential's requests: one instance for each credential name,
+        whose properties are worked out once (issue 50: a request's via, agent and label
+        were worked out again for each)."""
         if name.startswith(MCP_CREDENTIAL):
             return cls("mcp", name[len(MCP_CREDENTIAL):])
         if name.startswith(ADAPTER_CREDENTIAL):

@@ -518,9 +518,14 @@ class _Memo:
     validating one is the cost of choosing it: bench_rules.py), the entry governing each
     name, the file's text and digest, and whether it has shadows. A copy starts empty."""
 
-    __slots__ = ("applied", "digest", "entries", "shadows", "text")
+    __slots__ = ("applied", "calls", "default", "digest", "entries", "shadows", "text")
 
     def __init__(self) -> None:
+        # for_call's by (policy name, kind, base's id): (base, the policy for any call of
+        # it, or None when its rules read the call's arguments, the entry that governs it)
+        self.calls: dict[tuple[str, str, int], tuple[ApprovalPolicy, CallPolicy | None,
+                                                     tuple[str, ToolOverride] | None]] = {}
+        self.default: tuple[PolicyKind, ApprovalPolicy] | None = None
         self.applied: dict[tuple[int, int, str | None],
                            tuple[Any, ApprovalPolicy, ApprovalPolicy]] = {}
         self.entries: dict[tuple[str, bool], tuple[str, ToolOverride] | None] = {}
@@ -619,8 +624,11 @@ class PolicyFile(BaseModel):
 
     def default_policy(self) -> tuple[PolicyKind, ApprovalPolicy]:
         """The operator's policy for a tool nobody declared: ``[default]`` over asking."""
-        return self.default.policy or "approve_before", \
-            self._apply(self.default, _BLANK, "default")
+        memo = _memo(self)
+        if memo.default is None:
+            memo.default = (self.default.policy or "approve_before",
+                            self._apply(self.default, _BLANK, "default"))
+        return memo.default
 
     def effective(
         self, tool: str, kind: PolicyKind, base: ApprovalPolicy
@@ -701,9 +709,23 @@ class PolicyFile(BaseModel):
         cannot be evaluated on these arguments fails closed: the call is forbidden.
         Shadow rules and entries decide nothing: what each that holds would have decided
         is in ``shadow``."""
-        found = self.entry(tool)
+        calls = _memo(self).calls
+        key = (tool, kind, id(base))
+        hit = calls.get(key)
+        if hit is not None and hit[0] is base:
+            if hit[1] is not None:  # the same for every call of it (issue 50)
+                return hit[1]
+            found = hit[2]
+        else:
+            found = self.entry(tool)
         chosen, seen = self._decide(tool, kind, base, found, args, annotations)
         if not self.has_shadows:
+            if hit is None or hit[0] is not base:
+                # an entry without rules (or none) decides alike whatever the arguments
+                same = chosen if found is None or not found[1].rules else None
+                if len(calls) >= 4096:
+                    calls.clear()
+                calls[key] = (base, same, found)
             return chosen
         shadows = list(seen)
         other = self.entry(tool, shadow=True)

@@ -299,9 +299,12 @@ class AuditTrail:
             if tx.alone:  # the outbox's rows would be a statement of their own
                 raise NothingWritten
             await queue_many(tx, follow, now=max(e.at for e in entries))
-        if tx.alone and self._unknown_paths(entries):  # a read first: not alone
-            raise NothingWritten
-        paths = await self._sensitive(tx, entries)
+        wanted = self._wanted(entries)
+        paths: Mapping[str, tuple[str, ...]] = {}
+        if wanted:  # (none: no entry holds the arguments of a request, most answers)
+            if tx.alone and self._unknown_paths(wanted):  # a read first: not alone
+                raise NothingWritten
+            paths = await self._sensitive(tx, wanted)
         # each entry's recorded details, masked and in JSON once: a chaining that finds
         # the head moved chains them again (seq, time, MAC) without redoing them
         texts = [self._text(e, paths) for e in entries]
@@ -512,14 +515,15 @@ class AuditTrail:
         return {e.approval_id for e in entries if e.sensitive is None and e.approval_id
                 and not _PATH_ROOTS.isdisjoint(e.details)}
 
-    def _unknown_paths(self, entries: Sequence[Entry]) -> bool:
-        """Whether chaining ``entries`` reads a request's sensitive paths first."""
-        return any(a not in self._paths for a in self._wanted(entries))
+    def _unknown_paths(self, wanted: set[str]) -> bool:
+        """Whether chaining the entries that want ``wanted`` (:meth:`_wanted`) reads a
+        request's sensitive paths first."""
+        return any(a not in self._paths for a in wanted)
 
-    async def _sensitive(self, tx: Tx, entries: Sequence[Entry]) -> dict[str, tuple[str, ...]]:
-        """The sensitive paths of the requests whose entries hold a call's arguments (read
-        once per request and process: one query for those a transaction first names)."""
-        wanted = self._wanted(entries)
+    async def _sensitive(self, tx: Tx, wanted: set[str]) -> dict[str, tuple[str, ...]]:
+        """The sensitive paths of the requests ``wanted`` (:meth:`_wanted`: those whose
+        entries hold a call's arguments), read once per request and process: one query for
+        those a transaction first names."""
         missing = [a for a in wanted if a not in self._paths]
         if missing:
             found = await tx.approvals.policies(missing)

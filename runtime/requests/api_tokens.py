@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import fnmatch
+import functools
 import hashlib
 import hmac
 import json
@@ -93,6 +94,7 @@ def signature(secret: str, body: bytes, t: int) -> str:
     return f"t={t},v1={mac}"
 
 
+@functools.lru_cache(maxsize=1024)  # (a face's credential's, checked for each event it gets)
 def check_name(name: str) -> str:
     if not NAME.fullmatch(name):
         raise ApprovaldError(f"a token name is 1-60 characters of a-z, 0-9, '.', '_' and '-', "
@@ -137,8 +139,15 @@ def token_tools(token: TokenRecord) -> list[str] | None:
 
 def allows(token: TokenRecord, tool: str) -> bool:
     """May ``token`` ask about ``tool``?"""
-    tools = token_tools(token)
-    return tools is None or any(fnmatch.fnmatchcase(tool, t) for t in tools)
+    return token.tools is None or _allows(token.tools, tool)
+
+
+@functools.lru_cache(maxsize=4096)
+def _allows(tools: str, tool: str) -> bool:
+    """:func:`allows` for a token's recorded tools (their JSON text): worked out once for
+    each, not the text parsed and each pattern matched again for every request (issue 50:
+    a token's tools never change once it is made)."""
+    return any(fnmatch.fnmatchcase(tool, str(t)) for t in json.loads(tools))
 
 
 def audit_token(audit: AuditTrail, tx: Tx, record: TokenRecord, *, action: str, actor: str,

@@ -54,7 +54,7 @@ from approvald.runtime.kernel.errors import ApprovaldError, InvalidArguments, No
 from approvald.runtime.kernel.ids import is_external, new_request_id
 from approvald.runtime.kernel.limits import PayloadCap
 from approvald.runtime.kernel.signals import Signals
-from approvald.runtime.kernel.vocabulary import OutcomeName, outcome_of, policy_outcome
+from approvald.runtime.kernel.vocabulary import OutcomeName, outcome_of, policy_outcome_value
 from approvald.runtime.policies.intake import (
     EXTERNAL_AGENT,
     Intake,
@@ -339,7 +339,7 @@ def document(rec: ExternalRecord, run: RunRecord, a: ApprovalRecord | None,
     }
     if a is None:  # the policy answered at once
         doc["status"] = "forbidden" if rec.kind == "forbidden" else "approved"
-        doc["outcome"] = policy_outcome(rec.kind).value
+        doc["outcome"] = policy_outcome_value(rec.kind)
         doc["decision"] = {"verdict": rec.kind, "decided_by": "policy", "decided_via": "policy",
                            "decided_at": _iso(rec.created_at), "reason": rec.reason}
     else:
@@ -425,9 +425,9 @@ class ExternalRequests:
             found = await self._made(token, req.idempotency_key, fingerprint, req.checks)
             if found is not None:
                 return found, False
-        chosen = await self.intake.tighten(
-            self.intake.resolve(source, req.tool, req.args, annotations=req.annotations),
-            req.tighten)
+        chosen = self.intake.resolve(source, req.tool, req.args, annotations=req.annotations)
+        if req.tighten is not None:
+            chosen = await self.intake.tighten(chosen, req.tighten)
         # a live standing approval for this source's tool, in this band, may answer it
         standing = await self.standing.candidate(
             source, req.requested_by, req.tool, req.args, chosen) \
@@ -480,7 +480,8 @@ class ExternalRequests:
                 "with `approvald tokens create NAME --tools ...`)", code="tool_not_allowed")
         args = json_text(req.args, "args")  # stored as it is checked: encoded once
         self.cap.check(args, what="the arguments")
-        self.cap.check(json_text(dict(req.packet), "packet"), what="the packet")
+        if req.packet:  # (none: "{}", within every cap and depth)
+            self.cap.check(json_text(dict(req.packet), "packet"), what="the packet")
         # a caller's claim of who asked must be a Slack user, to be compared with who
         # approves; without one, the request is the source's own (``api:<token>``)
         own = req.requested_by == f"{source.kind}:{source.name}"
@@ -591,7 +592,7 @@ class ExternalRequests:
             actor="system:policy", via="policy", run_id=request_id, digest=digest,
             details={"tool": req.tool, "args": req.args, "policy": name,
                      "answer": chosen.kind, "reason": chosen.reason, **rule,
-                     "outcome": policy_outcome(chosen.kind).value},
+                     "outcome": policy_outcome_value(chosen.kind)},
             sensitive=chosen.approval.sensitive)
         intent = kept = None
         if kind == "forbidden":  # over as it is made: its run inserted completed
@@ -618,7 +619,8 @@ class ExternalRequests:
         rec = ExternalRecord(**values, decided_approval=None, result_digest=None,
                              reported_at=None)
         doc = document(rec, run, None, None, args=req.args)
-        await self._queue_webhook(tx, rec, doc, now)
+        if rec.webhook_url is not None:
+            await self._queue_webhook(tx, rec, doc, now)
         return _Opened(None, doc, queued=rec.webhook_url is not None, kept=kept)
 
     # -- read and wait ------------------------------------------------------------------
@@ -1029,9 +1031,10 @@ class ExternalRequests:
         seen: set[tuple[str, str | None]] = set()
         for entry in entries:
             run_id, approval_id = entry.run_id, entry.approval_id
-            if not run_id or not is_external(run_id) or entry.action not in ENDING \
+            # (an answer at once, no approval behind it, is told by its two fields alone)
+            if not run_id or entry.action not in ENDING \
                     or (approval_id is None and entry.action != "cancelled") \
-                    or (run_id, approval_id) in seen:
+                    or not is_external(run_id) or (run_id, approval_id) in seen:
                 continue
             seen.add((run_id, approval_id))
             # the webhook's group: it follows this row, after those told before it

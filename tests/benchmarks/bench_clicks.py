@@ -50,7 +50,6 @@ import asyncio
 import os
 import secrets
 import signal
-import socket
 import statistics
 import sys
 import tempfile
@@ -75,7 +74,7 @@ from approvald.store.db import Database
 from approvald.store.types import set_codec
 from bench_agent import AGENTS
 
-from tests.helpers import parts
+from tests.helpers import free_port, parts
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 TOKEN_SECRET = "bench-token-secret-0123456789abcd"
@@ -254,11 +253,6 @@ def dump_latencies(path: Path, sent: dict[str, float], started: dict[str, float]
     path.write_text("".join(f"{sent[r]:.4f} {started[r] - sent[r]:.4f} {acked[r]:.4f}\n"
                             for r in sent))
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class ToolLog:

@@ -9,12 +9,15 @@ from __future__ import annotations
 import dis
 import os
 import re
-import socket
 import sys
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo, for tests.helpers
+
+from tests.helpers import free_port as free_port  # a port below the ephemeral range, re-exported
 
 APPROVALD = str(Path(sys.executable).parent / "approvald")
 
@@ -39,11 +42,6 @@ def pct(samples: list[float], q: float) -> float:
     ordered = sorted(samples)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] * 1000
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def cpu_seconds(pid: int) -> float:

@@ -32,7 +32,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import sys
 import tempfile
 import time
@@ -50,7 +49,7 @@ from approvald.runtime.policies.tools import ToolContext, tool
 from approvald.runtime.runs.agent import Agent
 from bench_clicks import serve_command, wait_healthy
 
-from tests.helpers import Rows
+from tests.helpers import Rows, free_port
 
 TTL = timedelta(minutes=30)
 EDITED = {"service": "web", "version": "2.0.1"}
@@ -97,11 +96,6 @@ def rss_kb(pid: int) -> int:
 def exists(path: Path) -> bool:
     return path.exists()
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class MovingClock:

@@ -20,7 +20,6 @@ import asyncio
 import json
 import os
 import re
-import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -31,7 +30,7 @@ import pytest
 from aiohttp import web
 from approvald.bot.api.service import webhook_keys
 
-from tests.helpers import create_token
+from tests.helpers import create_token, free_port
 from tests.integration.slack_harness import harness
 
 pytestmark = pytest.mark.slow
@@ -64,11 +63,6 @@ CANNOT = {
         "as invalid JSON (-32700); the suite's own client reads past it",
 }
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _installed() -> None:

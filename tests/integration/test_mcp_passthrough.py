@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -23,7 +22,7 @@ import pytest
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.helpers import Rows, warm_mcp_server
+from tests.helpers import Rows, free_port, warm_mcp_server
 from tests.integration.adapter_helpers import approve_in_slack, deny_in_slack, pending_request
 from tests.integration.slack_harness import harness
 from tests.integration.test_mcp_http import (
@@ -63,11 +62,6 @@ def reads(ledger: Path) -> list[str]:
     return [json.loads(x)["uri"] for x in path.read_text().splitlines()] \
         if path.exists() else []
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @asynccontextmanager

@@ -354,8 +354,9 @@ async def test_a_sign_in_mail_is_retried_then_reported_dead(sqlite_url: str,
     from aiosmtpd.controller import Controller
     from approvald.runtime.record.outbox_kinds import DEAD_REPORT
 
+    from tests.helpers import free_port
     from tests.integration.slack_harness import OPS
-    from tests.integration.web_helpers import Inbox, free_port
+    from tests.integration.web_helpers import Inbox
 
     clock = ManualClock(datetime.now(UTC))
     smtp_port = free_port()  # nothing listens there yet

@@ -9,7 +9,6 @@ import email
 import email.policy
 import json
 import re
-import socket
 import ssl
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -24,18 +23,13 @@ from aiosmtpd.controller import Controller
 from approvald.runtime.kernel.clock import Clock
 from approvald.runtime.kernel.errors import ConfigError
 
-from tests.helpers import Rows
+from tests.helpers import Rows, free_port
 from tests.integration.slack_harness import Harness, harness, wait_for
 
 EMAILS = {"U_ALICE": "alice@example.com", "U_DANA": "dana@example.com",
           "U_BOB": "bob@example.com"}
 LINK = re.compile(r"(https?://\S+/review/sign-in/[A-Za-z0-9_-]+)")
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def over_tls(server: Any, session: Any) -> bool:
