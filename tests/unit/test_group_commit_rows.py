@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 from approvald.runtime.runs.external import NewRequest
+from approvald.store.rowsets import encoder, rowset
+from approvald.store.types import UTCDateTime
+from sqlalchemy import Boolean, Float, Integer, String, Text, select
 
-from tests.helpers import Rows
+from tests.helpers import Rows, parts
 from tests.unit.test_group_commit import CHAINED, PG, Held, _chained_whole, _engine, joined
 
 # what the chained statement may bind: the heads (guessed, moved), the counts, two texts,
@@ -64,3 +68,25 @@ async def test_a_batch_is_bound_as_a_few_texts_not_an_array_per_column(
                                         "none": None}, row
         assert row.reason is None or isinstance(row.reason, str), row
     await _chained_whole(engine, {doc["id"] for doc, _ in docs})
+
+
+@PG
+async def test_rows_bound_as_json_are_read_back_as_they_were_given(make_engine) -> None:
+    """Every kind of value a batch's rows hold comes back from the JSON text as it was
+    given (as a parameter bound alone would): texts of any character, NULLs, integers at
+    their bounds, floats exactly, booleans, times to the microsecond in any zone."""
+    engine, _ = await _engine(make_engine)
+    fields = {"t": Text(), "v": String(40), "i": Integer(), "f": Float(), "b": Boolean(),
+              "at": UTCDateTime(timezone=True)}
+    at = datetime(2026, 12, 7, 23, 15, 9, 123456, tzinfo=UTC)
+    rows = [{"t": t, "v": t[:40], "i": (-2**31, 2**31 - 1, 0)[k % 3],
+             "f": (0.1 + 0.2, 1e-300, -2.5)[k % 3], "b": k % 2 == 0,
+             "at": (at + timedelta(microseconds=k)).astimezone(
+                 timezone(timedelta(hours=k - 3)))} for k, t in enumerate(_TEXTS)]
+    rows.append({f: None for f in fields})
+    rows.append({**rows[0], "at": at.replace(microsecond=0)})
+    table = rowset("rows", "r", fields)
+    async with parts(engine).db.read() as tx:
+        got = [tuple(r) for r in await tx.audit.conn.execute(
+            select(*(table.c[f] for f in fields)), {"rows": encoder(fields)(rows)})]
+    assert got == [tuple(r[f] for f in fields) for r in rows]
