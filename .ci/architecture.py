@@ -30,6 +30,7 @@ counted without touching this script.
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import re
 import sys
@@ -69,6 +70,18 @@ def _modules(where: Path) -> list[Path]:
     return sorted(p for p in where.rglob("*.py") if "__pycache__" not in p.parts)
 
 
+def _nodes(path: Path) -> tuple[ast.AST, ...]:
+    """Every node of ``path``'s syntax tree (``ast.walk``'s order), parsed once a process
+    for all the counts (again if the file changed)."""
+    stat = path.stat()
+    return _walked(path, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.cache
+def _walked(path: Path, mtime: int, size: int) -> tuple[ast.AST, ...]:
+    return tuple(ast.walk(ast.parse(path.read_text(), str(path))))
+
+
 def _private_or_part(attr: str, names: set[str]) -> bool:
     return attr in names or (attr.startswith("_") and not attr.startswith("__"))
 
@@ -76,8 +89,7 @@ def _private_or_part(attr: str, names: set[str]) -> bool:
 def reach_throughs(names: set[str]) -> Counter[str]:
     found: Counter[str] = Counter()
     for path in _modules(BOT):
-        tree = ast.parse(path.read_text(), str(path))
-        for node in ast.walk(tree):
+        for node in _nodes(path):
             if isinstance(node, ast.Attribute) and _private_or_part(node.attr, names) \
                     and _ENGINE.search(ast.unparse(node.value)):
                 found[str(path.relative_to(ROOT))] += 1
@@ -87,8 +99,7 @@ def reach_throughs(names: set[str]) -> Counter[str]:
 def transactions() -> Counter[str]:
     found: Counter[str] = Counter()
     for path in _modules(BOT):
-        tree = ast.parse(path.read_text(), str(path))
-        for node in ast.walk(tree):
+        for node in _nodes(path):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
                     and node.func.attr in TRANSACTIONS \
                     and _DB.search(ast.unparse(node.func.value)):
@@ -112,7 +123,7 @@ def past_the_facade() -> Counter[str]:
     found: Counter[str] = Counter()
     for path in _modules(BOT):
         package = ["approvald", "bot", *path.relative_to(BOT).parts[:-1]]
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in _nodes(path):
             if isinstance(node, ast.Import):
                 deep = [a.name for a in node.names if a.name.startswith("approvald.runtime.")]
             elif isinstance(node, ast.ImportFrom):
@@ -134,7 +145,7 @@ def face_imports() -> list[str]:
     for face in FACES:
         others = tuple(f"approvald.bot.{o}" for o in FACES if o != face)
         for path in _modules(BOT / face):
-            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            for node in _nodes(path):
                 names: list[str] = []
                 if isinstance(node, ast.ImportFrom) and node.module:
                     names = [node.module]
@@ -195,7 +206,7 @@ def layer_crossings() -> tuple[list[tuple[str, str, str]], list[str]]:
         if own is None:
             unplaced.append(str(path.relative_to(ROOT)))
             continue
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in _nodes(path):
             for target in _imported(path, node):
                 theirs = layer_of(target)
                 if theirs is not None and LAYERS.index(theirs) > LAYERS.index(own):

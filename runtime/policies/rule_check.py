@@ -40,7 +40,6 @@ the evaluator may skip one, as CEL's own type checker does.
 from __future__ import annotations
 
 import functools
-import importlib
 import itertools
 import math
 from collections.abc import Mapping, Sequence
@@ -64,6 +63,7 @@ from approvald.runtime.policies.cel_syntax import (
     Unary,
     parse,
 )
+from approvald.runtime.policies.rules import cel_engine
 
 
 @dataclass(frozen=True, eq=False)
@@ -443,9 +443,8 @@ def _never_equal(a: Type, b: Type) -> bool:
 def _outcome(expression: str) -> str | None:
     """The type name of ``expression``'s value, _TYPE_ERROR, or None if it failed some
     other way (a value error: it may work on other values)."""
-    cel: Any = importlib.import_module("cel")
     try:
-        name = cel.evaluate(f"type({expression})")
+        name = cel_engine().evaluate(f"type({expression})")
     except TypeError:
         return _TYPE_ERROR
     except RuntimeError as exc:  # no overload of a function is "Undefined ... function"

@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.machinery
+import importlib.util
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,6 +30,27 @@ class RuleError(Exception):
     """A condition that cannot be evaluated on these arguments."""
 
 
+@functools.cache
+def cel_engine() -> Any:
+    """The CEL engine: the compiled module of the ``common-expression-language`` package
+    (``cel.cel``, whose names the package re-exports), loaded on first use and without the
+    package's ``__init__``, which imports its command-line REPL too (typer, rich,
+    prompt_toolkit: about 240 modules, a third of a second of CPU that every command whose
+    policy file has a rule paid, the Claude Code hook once a tool call). The same module
+    the package itself uses: where ``cel`` is imported already, or laid out otherwise, the
+    package's."""
+    if "cel" not in sys.modules:
+        package = importlib.util.find_spec("cel")
+        spec = None if package is None else importlib.machinery.PathFinder.find_spec(
+            "cel.cel", package.submodule_search_locations)
+        if spec is not None and spec.loader is not None:
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = module  # (``import cel`` later finds it: one module)
+            spec.loader.exec_module(module)
+            return module
+    return importlib.import_module("cel")
+
+
 @functools.lru_cache(maxsize=1024)
 def compile_condition(text: str) -> Any:
     """The compiled program for ``text``; ValueError (one line) if it is not a condition
@@ -35,11 +59,8 @@ def compile_condition(text: str) -> Any:
         raise ValueError("an empty condition")
     if len(text) > MAX_EXPRESSION:
         raise ValueError(f"a condition is at most {MAX_EXPRESSION} characters")
-    # imported on first use: the package's __init__ also loads its REPL (prompt_toolkit),
-    # a quarter of a second that every CLI command without rules would pay
-    cel: Any = importlib.import_module("cel")
     try:
-        program = cel.compile(text)
+        program = cel_engine().compile(text)
     except ValueError as exc:
         raise ValueError(f"not a valid CEL expression: {_parse_error(str(exc))}") from None
     unknown = sorted(set(program.variables()) - VARIABLES)

@@ -53,8 +53,6 @@ from approvald.runtime.policies.sensitive import mask_text
 from approvald.runtime.record.state import FINAL_STATUSES
 from approvald.store import sealed
 from approvald.store.db import Database
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +88,9 @@ class DataKey:
         raw = secret.encode() if isinstance(secret, str) else secret
         if len(raw) < 16:
             raise ConfigError("APPROVALD_DATA_KEY: a key needs at least 16 bytes")
+        # the cipher's package loaded where a key is (a deployment without one never seals)
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
         self._aead = AESGCM(hashlib.sha256(b"approvald-data-v1\x00" + raw).digest())
         self.id = hashlib.sha256(b"approvald-data-key-id\x00" + raw).hexdigest()[:KEY_ID_LENGTH]
 
@@ -99,8 +100,15 @@ class DataKey:
         return f"{self.id}:{base64.b64encode(nonce + box).decode('ascii')}"
 
     def open(self, token: str, aad: bytes) -> str:
+        """The value ``token`` seals; ValueError if it does not open under this key (altered,
+        moved, or not a token)."""
+        from cryptography.exceptions import InvalidTag  # (loaded with the cipher already)
+
         raw = base64.b64decode(token)
-        return self._aead.decrypt(raw[:NONCE], raw[NONCE:], aad).decode("utf-8")
+        try:
+            return self._aead.decrypt(raw[:NONCE], raw[NONCE:], aad).decode("utf-8")
+        except InvalidTag:
+            raise ValueError("it does not open under this key") from None
 
 
 def is_sealed(text: str) -> bool:
@@ -221,7 +229,7 @@ class Sealer:
                 "retired key in APPROVALD_DATA_OLD_KEYS)", key_id=kid, failure="missing"))
         try:
             return key.open(token, column.encode())
-        except (InvalidTag, ValueError):
+        except ValueError:
             raise self._refused(DataKeyError(
                 f"APPROVALD_DATA_KEY: a sealed value ({column}) does not open under the "
                 f"data key {kid}: it was altered or moved", key_id=kid,

@@ -16,7 +16,6 @@ from approvald.runtime.kernel.clock import Clock
 from approvald.runtime.kernel.signals import Signals
 from approvald.runtime.requests.expiry import Expiry
 from approvald.store.db import Database, is_store_failure
-from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 log = logging.getLogger("approvald.scheduler")
 # the furthest ahead a job is set: a job only triggers a check against the database, so
@@ -37,6 +36,10 @@ class ExpiryScheduler:
         self.expiry = expiry
         self.signals = signals
         self.sweep_interval = sweep_interval
+        # APScheduler (and its time zone modules) loaded by the process that schedules
+        # (serve), not by each command that builds an engine
+        from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
         self.scheduler = AsyncIOScheduler(timezone=UTC)
         self._known: set[str] = set()
         # the engine time each approval's job is set for: the sweep's rebuild leaves alone a

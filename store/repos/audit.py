@@ -258,6 +258,24 @@ def _records(actions: tuple[str, ...], unasked: tuple[str, ...], since: bool) ->
     return fast(stmt.order_by(_T.c.seq).limit(bindparam("n")))
 
 
+
+_HEAD = fast(select(_H.c.seq, _H.c.hash))
+
+
+@functools.cache
+def _entries(upto: bool, run: bool, since: bool) -> Any:
+    """Whole entries past seq ``after`` in seq order, at most ``n`` (up to seq ``upto``,
+    of run ``rid``, from time ``since``): one planned statement per shape, every value a
+    parameter (:meth:`AuditRepo.iterate` is walked after each step by a chain watcher)."""
+    stmt = select(_T).where(_T.c.seq > bindparam("after"))
+    if upto:
+        stmt = stmt.where(_T.c.seq <= bindparam("upto"))
+    if run:
+        stmt = stmt.where(_T.c.run_id == bindparam("rid"))
+    if since:
+        stmt = stmt.where(_T.c.at >= bindparam("since"))
+    return fast(stmt.order_by(_T.c.seq).limit(bindparam("n")))
+
 class AuditRepo(Repo):
     async def lock_head(self) -> tuple[int, str, datetime | None]:
         """Lock the chain head row and return (last seq, last hash, the last entry's time:
@@ -374,7 +392,7 @@ class AuditRepo(Repo):
         assert done[0] == m * n, done
 
     async def head(self) -> tuple[int, str]:
-        row = (await self.conn.execute(select(AuditHead.seq, AuditHead.hash))).first()
+        row = (await self.conn.execute(_HEAD)).first()
         return (0, GENESIS) if row is None else (int(row[0]), str(row[1]))
 
     async def iterate(self, *, batch: int = 1000, upto: int | None = None,
@@ -383,16 +401,17 @@ class AuditRepo(Repo):
         """Entries in seq order (after seq ``after``, up to seq ``upto``, of one run, from a
         time), in batches: a short batch, or one that reached ``upto``, is the last (no
         statement asks for a page past the end)."""
+        stmt = _entries(upto is not None, bool(run_id), bool(since))
+        params: dict[str, Any] = {"n": batch}
+        if upto is not None:
+            params["upto"] = upto
+        if run_id:
+            params["rid"] = run_id
+        if since:
+            params["since"] = since
         last = after
         while True:
-            stmt = select(_T).where(AuditEntry.seq > last)
-            if upto is not None:
-                stmt = stmt.where(AuditEntry.seq <= upto)
-            if run_id:
-                stmt = stmt.where(AuditEntry.run_id == run_id)
-            if since:
-                stmt = stmt.where(AuditEntry.at >= since)
-            rows = list(await self.conn.execute(stmt.order_by(AuditEntry.seq).limit(batch)))
+            rows = list(await self.conn.execute(stmt, {**params, "after": last}))
             if not rows:
                 return
             for r in rows:
@@ -493,9 +512,9 @@ class AuditRepo(Repo):
 
     async def of_run(self, run_id: str, *, after: int, limit: int = 200) -> list[AuditRecord]:
         """The run's entries past seq ``after``, oldest first, at most ``limit`` of them."""
-        stmt = (select(_T).where(AuditEntry.run_id == run_id, AuditEntry.seq > after)
-                .order_by(AuditEntry.seq).limit(limit))
-        return [AuditRecord(**r._mapping) for r in await self.conn.execute(stmt)]
+        rows = await self.conn.execute(_entries(False, True, False),
+                                       {"rid": run_id, "after": after, "n": limit})
+        return [AuditRecord(**r._mapping) for r in rows]
 
     async def query(self, *, run_id: str | None = None, since: datetime | None = None,
                     approval_id: str | None = None) -> list[AuditRecord]:

@@ -9,7 +9,8 @@ The tests are in ``adapter_langgraph_case.py``, imported by each test here rathe
 collection: the framework's SDK costs seconds to import, and a pytest-xdist worker that
 runs none of these tests no longer pays for it (issue 47 item 6); and they run on one worker (an
 ``xdist_group``, --dist loadgroup), which imports it once, not each worker that drew one
-of them."""
+of them: one group for the three frameworks' tests and the facade's check that each
+adapter's name resolves (``tests/unit/test_layers.py``), which imports all three."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.xdist_group("adapter_langgraph")
+pytestmark = pytest.mark.xdist_group("adapters")
 
 
 async def test_approve_deny_and_edit_in_slack_resume_the_graph_once(

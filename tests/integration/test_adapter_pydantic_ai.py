@@ -10,7 +10,8 @@ The tests are in ``adapter_pydantic_ai_case.py``, imported by each test here rat
 collection: the framework's SDK costs seconds to import, and a pytest-xdist worker that
 runs none of these tests no longer pays for it (issue 47 item 6); and they run on one worker (an
 ``xdist_group``, --dist loadgroup), which imports it once, not each worker that drew one
-of them."""
+of them: one group for the three frameworks' tests and the facade's check that each
+adapter's name resolves (``tests/unit/test_layers.py``), which imports all three."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.xdist_group("adapter_pydantic_ai")
+pytestmark = pytest.mark.xdist_group("adapters")
 
 
 async def test_approve_deny_and_edit_in_slack_resume_the_agent_once(

@@ -568,23 +568,54 @@ async def test_a_walk_of_the_log_asks_for_no_page_past_its_end(make_engine, db):
     """``iterate`` stops at a short page or at ``upto``: a verification (the model test's
     check after every step, ``approvald audit verify``) reads a log shorter than its batch
     in one statement, not two (the second found nothing), and a log up to a seq no
-    further than that seq."""
-    from tests.helpers import through_sqlalchemy
+    further than that seq (each statement counted, by plan or through SQLAlchemy)."""
+    from tests.helpers import executed_on
 
     await _history(make_engine())
 
     async def walked(tx):
-        with through_sqlalchemy(db, "audit_log") as seen:
+        with executed_on("audit_log") as seen:
             every = [r async for r in tx.audit.iterate()]
         assert len(every) == 8 and len(seen) == 1, seen
         for batch, upto, pages in ((3, None, 3), (4, None, 3), (4, every[3].seq, 1),
                                    (8, every[-1].seq, 1), (2, every[4].seq, 3)):
-            with through_sqlalchemy(db, "audit_log") as seen:
+            with executed_on("audit_log") as seen:
                 got = [r.seq async for r in tx.audit.iterate(batch=batch, upto=upto)]
             assert got == [r.seq for r in every if upto is None or r.seq <= upto]
             assert len(seen) == pages, (batch, upto, len(seen))
     await Rows(db).in_one_read(walked)
 
+
+
+async def test_the_chain_s_walks_run_by_plan(make_engine, db):
+    """The chain's head, a walk of its entries (whole, up to a seq, of one run, from a
+    time, in pages) and a run's entries are planned statements (``store/fastsql.py``): a
+    chain watcher (the model test's check after every step, ``audit verify``, a run
+    thread's turn) pays no SQLAlchemy execution for them; they read what SQLAlchemy reads."""
+    from tests.helpers import executed_on, through_sqlalchemy
+
+    run_id = await _history(make_engine())
+    every = await Rows(db).audit()
+    ran = [e for e in every if e.run_id == run_id]
+
+    async def walked(tx):
+        with through_sqlalchemy(db, "audit_log", "audit_head") as through, \
+                executed_on("audit_log", "audit_head") as asked:
+            head = await tx.audit.head()
+            walks = [[r async for r in tx.audit.iterate(**kw)] for kw in (
+                {}, {"batch": 3}, {"upto": every[4].seq}, {"run_id": run_id, "batch": 2},
+                {"since": every[3].at, "after": every[1].seq})]
+            of_run = await tx.audit.of_run(run_id, after=every[0].seq, limit=3)
+        # the head; the walks' pages (8 entries in 3s: 3; the run's in 2s: a page past a
+        # full last one); the run's entries
+        assert len(asked) == 1 + 1 + 3 + 1 + (len(ran) // 2 + 1) + 1 + 1, asked
+        if db.fast_path:  # (APPROVALD_DB_FAST_PATH=0: no plans, all through SQLAlchemy)
+            assert through == []
+        assert head == (every[-1].seq, every[-1].hash)
+        assert walks == [every, every, every[:5], ran,
+                         [e for e in every[2:] if e.at >= every[3].at]]
+        assert of_run == [e for e in ran if e.seq > every[0].seq][:3]
+    await Rows(db).in_one_read(walked)
 
 
 async def test_the_tables_check_asks_for_no_page_past_the_last_request(make_engine, db):

@@ -95,6 +95,9 @@ def test_a_module_in_no_layer_is_counted(tmp_path: Path) -> None:
                                        "runtime/stray/thing.py"])
 
 
+# the adapters' names resolve by importing their frameworks (seconds): on the worker that
+# runs the adapters' tests, which imports them anyway (tests/integration/test_adapter_*.py)
+@pytest.mark.xdist_group("adapters")
 def test_the_facade_names_what_it_exports_and_each_name_resolves() -> None:
     import approvald.runtime as runtime
 
