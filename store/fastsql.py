@@ -108,6 +108,14 @@ def _parameters(slots: list[tuple[str, Any, Processor]]
                 _build(env, "params", f"return ({', '.join(items)}{comma})"))
 
 
+def processed(fields: Mapping[str, Any], dialect: Dialect
+              ) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
+    """``values -> tuple``: the values named ``fields``' keys, each through its type's
+    bind processor on ``dialect``, as a plan binds them (one call, built once)."""
+    return _parameters([(name, _CALLER, bind_processor(type_, dialect))
+                        for name, type_ in fields.items()])
+
+
 def _rows(row: type[Row], procs: tuple[Processor, ...] | None, *, inline: bool = True
           ) -> Callable[[Sequence[Any]], list[Row]]:
     """``fetched -> rows`` for a plan's result columns, built once: only the columns

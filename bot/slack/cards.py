@@ -18,7 +18,7 @@ import json
 import re
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from approvald.bot.slack import texts as T
 from approvald.bot.slack.mrkdwn import (
@@ -131,6 +131,19 @@ REASON_BLOCK, REASON_INPUT = "reason", "reason_input"
 GUIDANCE_BLOCK, GUIDANCE_INPUT = "guidance", "guidance_input"
 ARGS_BLOCK, ARGS_INPUT = "args", "args_input"
 
+class _Said(Protocol):
+    """How an outcome is said (``outcome_words``' answer): read once for a card."""
+
+    @property
+    def label(self) -> str: ...
+
+    @property
+    def words(self) -> str: ...
+
+    @property
+    def emoji(self) -> str: ...
+
+
 _SAFE = re.compile(r"[A-Za-z0-9_.\-]+")  # one C call, not a Python step per character
 
 
@@ -210,6 +223,19 @@ def args_text(raw: str | None, *, indent: int | None = 2,
     separators = None if indent else (",", ":")
     return json_escapes(json.dumps(value, indent=indent, separators=separators,
                                    ensure_ascii=False, default=str))
+
+
+def _args_shown(raw: str | None, sensitive: Sequence[str]) -> tuple[str, bool]:
+    """``(args_text(raw, sensitive=sensitive), raw is not None and shows_masked(raw,
+    sensitive))``, the stored JSON read and masked once for both (a card's arguments)."""
+    if not raw:  # "" reads as "{}" for its text, as itself for whether it is masked
+        return args_text(raw, sensitive=sensitive), raw is not None and shows_masked(
+            raw, sensitive)
+    try:
+        value, changed = masked_json(raw, sensitive)
+    except ValueError:
+        return mask_text(raw), False
+    return json_escapes(pretty_dumps(value)), changed and isinstance(value, dict)
 
 
 def masked(a: ApprovalRecord) -> bool:
@@ -504,7 +530,7 @@ def _doing_line(w: WillRun, limit: int) -> str | None:
 
 # -- the card ---------------------------------------------------------------------------------
 
-def _headline(a: ApprovalRecord) -> str:
+def _headline(a: ApprovalRecord, words: _Said | None = None) -> str:
     if a.status == "pending":
         if a.kind == "cannot_run":
             return T.HEADER_CANNOT_RUN.format(tool=a.tool)
@@ -512,7 +538,7 @@ def _headline(a: ApprovalRecord) -> str:
             return T.HEADER_QUESTION.format(tool=a.tool)
         return T.HEADER_PENDING.format(emoji=T.RISK_EMOJI[risk_of(a)], tool=a.tool, risk=risk_of(a))
     template = T.HEADER_CANNOT_RUN_DONE if a.kind == "cannot_run" else T.HEADER_DONE
-    return template.format(label=outcome_words(a).label, tool=a.tool)
+    return template.format(label=(words or outcome_words(a)).label, tool=a.tool)
 
 
 def _intro(a: ApprovalRecord, p: dict[str, Any], thread_url: str | None) -> str:
@@ -563,12 +589,14 @@ def _evidence(p: dict[str, Any]) -> str | None:
     return "\n".join(lines)
 
 
-def _decision(a: ApprovalRecord, votes: Sequence[VoteRecord], superseded_by: str | None) -> str:
+def _decision(a: ApprovalRecord, votes: Sequence[VoteRecord], superseded_by: str | None,
+              words: _Said | None = None) -> str:
     """What happened, by whom and when, for a card without buttons."""
-    emoji = outcome_emoji(a)
+    words = words or outcome_words(a)
+    emoji = outcome_emoji(a, words)
     when = slack_date(a.decided_at or a.expires_at, T.DATE_AT)
     fields = {"emoji": emoji, "who": who(a.decided_by), "date": when,
-              "label": outcome_words(a).label,
+              "label": words.label,
               "via": T.DECIDED_VIA_CLI if (a.decided_via or "").startswith("cli")
               else T.DECIDED_VIA_WEB if a.decided_via == "web" else ""}
     if a.status == "pending":
@@ -605,7 +633,7 @@ def _decision(a: ApprovalRecord, votes: Sequence[VoteRecord], superseded_by: str
         by = T.DECIDED_CANCELLED_BY.format(who=who(a.decided_by)) if a.decided_by else ""
         text = T.DECIDED_CANCELLED.format(emoji=emoji, label=fields["label"], by=by, date=when)
     else:
-        text = T.DECIDED_OTHER.format(emoji=emoji, status=outcome_words(a).label)
+        text = T.DECIDED_OTHER.format(emoji=emoji, status=words.label)
     if a.reason:
         text += "\n" + T.DECIDED_REASON.format(reason=clip(a.reason, 1000))
     return text
@@ -656,8 +684,10 @@ def approval_card(a: ApprovalRecord, *, token: str | None, now: datetime,
     p = shown_packet(a)
     w = will_run(a)
     live = token is not None and a.status == "pending"
+    # what became of it, read once for the headline, the decision and the fallback
+    words = None if a.status == "pending" else outcome_words(a)
     # the blocks as dicts, made directly: block_dict(section(...)), the same dicts
-    out = [header_dict(_headline(a)), section_dict(_intro(a, p, thread_url))]
+    out = [header_dict(_headline(a, words)), section_dict(_intro(a, p, thread_url))]
     optional: list[dict[str, Any]] = []  # dropped, in this order, if still too long
     doing = doing_text(w, 800)
     if doing:
@@ -682,18 +712,24 @@ def approval_card(a: ApprovalRecord, *, token: str | None, now: datetime,
         out.append(section_dict(why.format(text=clip(as_text(p["why"]), 500))))
     edited = a.edited_args is not None
     title = T.SECTION_ARGS_ORIGINAL if edited else T.SECTION_ARGS
-    if masked(a):
+    # each stored JSON masked once, for its text and for masked(a) (w.sensitive is
+    # sensitive_paths(a), which masked(a) reads)
+    asked, hidden = _args_shown(a.args, w.sensitive)
+    if edited:
+        will, hidden_edit = _args_shown(a.edited_args, w.sensitive)
+        hidden = hidden or hidden_edit
+    if hidden:
         title += "\n" + T.ARGS_MASKED
     # with an edit, the original yields room to the arguments that will actually run
     budget = (1500 if edited else SECTION_MAX) - units(title) - 1
-    code, cut = code_block(args_text(a.args, sensitive=w.sensitive), budget)
+    code, cut = code_block(asked, budget)
     out.append(section_dict(f"{title}\n{code}"))
     if edited:
-        code, more = code_block(args_text(a.edited_args, sensitive=w.sensitive), 2400)
+        code, more = code_block(will, 2400)
         out.append(section_dict(f"{T.SECTION_EDITED}\n{code}"))
         cut += more
     if not live:
-        out.append(section_dict(_decision(a, votes, superseded_by)))
+        out.append(section_dict(_decision(a, votes, superseded_by, words)))
     if standing and a.kind == "tool_call":
         lines = "\n".join(standing_lines(x, now=now, sensitive=w.sensitive)
                            for x in standing[:3])
@@ -705,14 +741,16 @@ def approval_card(a: ApprovalRecord, *, token: str | None, now: datetime,
         if within_text_budget(out, CARD_TEXT_BUDGET):
             break
         out.remove(extra)  # the first block equal to it, as the models' == found it
-    return {"text": _fallback(a, p), "blocks": out}
+    return {"text": _fallback(a, p, words), "blocks": out}
 
 
-def _fallback(a: ApprovalRecord, p: dict[str, Any]) -> str:
-    agent, tool = clip(asker(p.get("agent")), 80), clip(a.tool, 80)
-    if a.status != "pending":
-        text = T.FALLBACK_DONE.format(tool=tool, status=outcome_words(a).words)
-    elif a.kind == "outcome_unknown":
+def _fallback(a: ApprovalRecord, p: dict[str, Any], words: _Said | None = None) -> str:
+    tool = clip(a.tool, 80)
+    if a.status != "pending":  # (no agent named: its name is read only where it is said)
+        return safe_cut(T.FALLBACK_DONE.format(tool=tool, status=(
+            words or outcome_words(a)).words), FALLBACK_MAX)
+    agent = clip(asker(p.get("agent")), 80)
+    if a.kind == "outcome_unknown":
         text = T.FALLBACK_QUESTION.format(agent=agent, tool=tool)
     elif a.kind == "cannot_run":
         text = T.FALLBACK_CANNOT_RUN.format(agent=agent, tool=tool)
@@ -771,9 +809,10 @@ def status_word(a: ApprovalRecord) -> str:
     return outcome_words(a).words
 
 
-def outcome_emoji(a: ApprovalRecord) -> str:
-    """The emoji of ``a``'s outcome, as Slack draws it."""
-    return T.EMOJI.format(name=outcome_words(a).emoji)
+def outcome_emoji(a: ApprovalRecord, words: _Said | None = None) -> str:
+    """The emoji of ``a``'s outcome (``words``: its words, read already), as Slack draws
+    it."""
+    return T.EMOJI.format(name=(words or outcome_words(a)).emoji)
 
 
 def recent_line(a: ApprovalRecord) -> str:

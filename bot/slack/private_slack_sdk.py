@@ -23,6 +23,7 @@ or that adds default parameters (a team id), gets ``api_call`` itself. Off with
 
 from __future__ import annotations
 
+import logging
 from importlib import import_module
 from importlib.metadata import version
 from typing import Any
@@ -37,6 +38,24 @@ RELIES_ON: tuple[tuple[str, str], ...] = (
     ("slack_sdk.web.internal_utils", "_get_headers"),
     ("slack_sdk.web.async_internal_utils", "_request_with_session"),
 )
+
+
+# the logger AsyncSlackResponse's constructor looks up by name for every response (its
+# module's: logging.getLogger takes the logging lock each time), looked up once
+_RESPONSE_LOGGER = logging.getLogger(AsyncSlackResponse.__module__)
+
+
+def response(*, client: AsyncWebClient, http_verb: str, api_url: str,
+             req_args: dict[str, Any], data: dict[str, Any] | bytes,
+             headers: Any, status_code: int) -> AsyncSlackResponse:
+    """``AsyncSlackResponse(client=..., ...)``: the same object, its attributes as that
+    constructor sets them, without the logger's look-up by name
+    (``tests/unit/test_slack_json_calls.py`` compares the two)."""
+    made: AsyncSlackResponse = AsyncSlackResponse.__new__(AsyncSlackResponse)
+    made.__dict__.update(http_verb=http_verb, api_url=api_url, req_args=req_args, data=data,
+                         headers=headers, status_code=status_code, _initial_data=data,
+                         _iteration=None, _client=client, _logger=_RESPONSE_LOGGER)
+    return made
 
 
 def dependency() -> str:
@@ -90,7 +109,7 @@ class JsonCalls:
         res = await self._request(current_session=client.session, timeout=client.timeout,
                                   logger=client.logger, http_verb="POST", api_url=url,
                                   req_args=req_args, retry_handlers=client.retry_handlers)
-        response = AsyncSlackResponse(client=client, http_verb="POST", api_url=url,
-                                      req_args=req_args, **res)
-        response.validate()  # type: ignore[no-untyped-call]  # raises SlackApiError
-        return response
+        made = response(client=client, http_verb="POST", api_url=url, req_args=req_args,
+                        **res)
+        made.validate()  # type: ignore[no-untyped-call]  # raises SlackApiError
+        return made

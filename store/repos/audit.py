@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
 from typing import Any, cast
 
@@ -13,7 +13,8 @@ from approvald.store.fastsql import fast
 from approvald.store.models import AuditCheckpoint, AuditEntry, AuditFold, AuditHead, AuditRequest
 from approvald.store.records import AuditRecord
 from approvald.store.repos.base import Repo
-from approvald.store.repos.external import ExternalRepo, Rider, batched_params
+from approvald.store.repos.external import RIDER_ROWS, Encode, ExternalRepo, Rider
+from approvald.store.rowsets import encoder, rowset
 from sqlalchemy import (
     Integer,
     String,
@@ -31,7 +32,6 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy import cast as sql_cast
-from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.exc import DBAPIError
 
 GENESIS = "0" * 64
@@ -169,35 +169,44 @@ def _append_riding(n: int, kind: Any, shape: Any) -> Any:
     return fast(stmt)
 
 
+# a group commit's entries, bound as one JSON text (store/rowsets.py), and the
+# parameters its statement is planned for
+ENTRY_ROWS = "entry_rows"
+_ENTRY_FIELDS = {c: _T.c[c].type for c in _ROW}
+_ENTRIES = encoder(_ENTRY_FIELDS)
+_KEYS = frozenset(("s", "h", "head_at", "es", "eh", "riders", "entries", RIDER_ROWS,
+                   ENTRY_ROWS))
 # the statements of _append_alone built and planned, by rider kind and shape
 _BUILT: set[tuple[Any, ...]] = set()
 
 
-async def _built(conn: Any, kind: Any, shape: Any, params: Mapping[str, Any]) -> Any:
+async def _built(conn: Any, kind: Any, shape: Any) -> tuple[Any, Encode]:
     """:func:`_append_alone`'s statement, built and planned (for ``params``' names) on a
     worker thread the first time: a statement of many CTEs costs 10-20 ms of CPU to build
     and compile, met the first time each rider kind and shape is (a handful in a serve's
-    life: one statement serves every batch size, issue 50)."""
+    life: one statement serves every batch size, issue 50); with the function making
+    the text its riders' rows are bound as."""
     key = (kind, shape)
     if key not in _BUILT:
-        keys = frozenset(params)
-        await asyncio.to_thread(lambda: conn.prime(_append_alone(kind, shape), keys))
+        await asyncio.to_thread(lambda: conn.prime(_append_alone(kind, shape)[0], _KEYS))
         _BUILT.add(key)
     return _append_alone(kind, shape)
 
 
 @functools.cache
-def _append_alone(kind: Any, shape: Any) -> Any:
+def _append_alone(kind: Any, shape: Any) -> tuple[Any, Encode]:
     """The rows of any number ``m`` of :class:`~store.repos.external.Rider` of one kind
     and shape and their entries (``n`` each), chained one after the other to the head
     guessed, in ONE statement sent on its own in autocommit, with no transaction to roll
-    back what it wrote: ``SELECT`` (the entries inserted, 0). Its values are bound as
-    arrays, an element for each rider (:meth:`~store.repos.external.Rider.batched`,
-    :func:`~store.repos.external.batched_params`) and for each entry (``entry_<column>``,
-    in the chain's order), with their counts (``riders`` = ``m``, ``entries`` =
-    ``m * n``): one statement, so one plan and one prepared statement a connection, for
-    every ``m`` and ``n`` (issue 50: a statement for each ``m`` and ``n``, built, planned
-    and prepared the first time each was met, stalled a serve's first minutes).
+    back what it wrote: ``SELECT`` (the entries inserted, 0); and the function making
+    the text its riders' rows are bound as. Its values are bound as two JSON texts, a
+    row for each rider (``rider_rows``: :meth:`~store.repos.external.Rider.batched`) and
+    for each entry (``entry_rows``, :data:`_ENTRIES`; :mod:`store.rowsets`), with their
+    counts (``riders`` = ``m``, ``entries`` = ``m * n``): one statement, so one plan and
+    one prepared statement a connection, for every ``m`` and ``n`` (bound as arrays, a
+    column each, their encoding was half of an auto decision's Python calls; issue 50:
+    a statement for each ``m`` and ``n``, built, planned and prepared the first time
+    each was met, stalled a serve's first minutes).
 
     Unless every rider's first CTE returned its row (as many rows as ``riders``) AND
     every entry was inserted, it fails whole (its last column casts a text naming the
@@ -212,13 +221,13 @@ def _append_alone(kind: Any, shape: Any) -> Any:
     not hold (a key taken, a token revoked, a kept call reported elsewhere)."""
     guessed = select(literal(1, Integer).label("one")).where(
         _H.c.id == 1, _STILL).cte("guessed")
-    first, others = kind.batched(shape, guessed)
+    first, others, encode = kind.batched(shape, guessed)
     riders = bindparam("riders", type_=Integer)
     expected = bindparam("entries", type_=Integer)
     done = select(func.count()).select_from(first).scalar_subquery()
     moved = _MOVE_IF.where(done == riders).cte("moved")
-    values = select(*(func.unnest(bindparam(f"entry_{c}", type_=ARRAY(_T.c[c].type)),
-                                  type_=_T.c[c].type).label(c) for c in _ROW)).where(
+    rows = rowset(ENTRY_ROWS, "e", _ENTRY_FIELDS)
+    values = select(*(rows.c[c] for c in _ROW)).where(
         select(moved.c.hash).where(moved.c.hash == bindparam("h")).exists())
     entries = _T.insert().from_select(list(_ROW), values).returning(_T.c.seq).cte("entries")
     chained = select(func.count()).select_from(entries).scalar_subquery()
@@ -230,7 +239,7 @@ def _append_alone(kind: Any, shape: Any) -> Any:
                                 else_=sql_cast(said, Integer))).add_cte(guessed)
     for cte in others:
         stmt = stmt.add_cte(cte)
-    return fast(stmt)
+    return fast(stmt), encode
 
 
 def aborted(exc: BaseException) -> bool:
@@ -369,11 +378,10 @@ class AuditRepo(Repo):
         last = chain[-1]
         params: dict[str, Any] = {
             "s": last["seq"], "h": last["hash"], "head_at": last["at"], "es": seq, "eh": hash,
-            "riders": m, "entries": m * n,
-            **{f"entry_{c}": [row[c] for row in chain] for c in _ROW},
-            **batched_params([rider for _, rider in members])}
+            "riders": m, "entries": m * n, ENTRY_ROWS: _ENTRIES(chain)}
         try:
-            stmt = await _built(self.conn, type(along), along.shape, params)
+            stmt, encode = await _built(self.conn, type(along), along.shape)
+            params[RIDER_ROWS] = encode([rider for _, rider in members])
             done = (await self.conn.execute(stmt, params)).one()
         except DBAPIError as exc:
             if aborted(exc):

@@ -19,6 +19,7 @@ from approvald.store.fastsql import fast
 from approvald.store.models import ApiToken, ExternalRequest, FaceSwitch, Run, ToolExecution
 from approvald.store.records import paths_of
 from approvald.store.repos.base import Repo, to_record
+from approvald.store.rowsets import encoder, rowset
 from sqlalchemy import Table, bindparam, case, delete, exists, func, insert, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql.selectable import CTE
@@ -166,7 +167,7 @@ class Answered:
         return answered_ctes(shape)
 
     @staticmethod
-    def batched(shape: Shape, guard: CTE) -> tuple[CTE, list[CTE]]:
+    def batched(shape: Shape, guard: CTE) -> tuple[CTE, list[CTE], Encode]:
         return _batched(lambda value: _answered_batch(shape, guard, value))
 
 
@@ -227,7 +228,7 @@ class Reported:
         return ex, [run, req]
 
     @staticmethod
-    def batched(shape: Any, guard: CTE) -> tuple[CTE, list[CTE]]:
+    def batched(shape: Any, guard: CTE) -> tuple[CTE, list[CTE], Encode]:
         return _batched(lambda value: _reported_batch(shape, guard, value))
 
 
@@ -275,9 +276,10 @@ class Rider(Protocol):
     gives the CTE that must return one row (else nothing of it holds: the caller rolls
     back) and the others, bound by ``params()``; ``batched(shape, guard)``, the same
     for any number of riders of one shape at once (group commit: one statement
-    whatever their number, ``store/repos/audit.py``), bound by :func:`batched_params`:
-    its first CTE returns one row for each rider whose rows hold, and none of its CTEs
-    writes anything without a row of the CTE ``guard``."""
+    whatever their number, ``store/repos/audit.py``), bound by the text its third
+    part makes of the riders (:func:`_batched`): its first CTE returns one row for each
+    rider whose rows hold, and none of its CTEs writes anything without a row of the
+    CTE ``guard``."""
 
     @property
     def shape(self) -> Any: ...
@@ -288,20 +290,26 @@ class Rider(Protocol):
     def ctes(shape: Any) -> tuple[CTE, list[CTE]]: ...
 
     @staticmethod
-    def batched(shape: Any, guard: CTE) -> tuple[CTE, list[CTE]]: ...
+    def batched(shape: Any, guard: CTE) -> tuple[CTE, list[CTE], Encode]: ...
 
 
 # the rows of a batch of riders: one CTE, a column for each of their parameters
 RIDERS = "riders"
+# a batch's riders' rows, bound as one JSON text (store/rowsets.py)
+RIDER_ROWS = "rider_rows"
+# ``riders -> the text bound as RIDER_ROWS``, for a batch of one kind and shape
+Encode = Callable[[Sequence["Rider"]], str]
 
 
-def _batched(build: Callable[[Source], tuple[CTE, list[CTE]]]) -> tuple[CTE, list[CTE]]:
+def _batched(build: Callable[[Source], tuple[CTE, list[CTE]]]
+             ) -> tuple[CTE, list[CTE], Encode]:
     """The CTEs ``build`` makes for one rider, made for a batch of riders of one shape:
-    their values are the columns of the CTE :data:`RIDERS`, a row per rider, which
-    unnests an array bound under each parameter's name (``ARRAY[...]``: its element for
-    each rider, in the batch's order), so that the statement, its SQL and its plan are
-    the same whatever the number of riders. (``build`` is called twice: first on
-    parameters bound one by one, to learn their names and types.)"""
+    their values are the columns of the CTE :data:`RIDERS`, a row per rider, decoded from
+    ONE JSON text bound as :data:`RIDER_ROWS` (``json_to_recordset``, each column of its
+    parameter's type: :mod:`store.rowsets`), so that the statement, its SQL and its plan
+    are the same whatever the number of riders; and the function making that text of
+    the riders' :meth:`Rider.params`. (``build`` is called twice: first on parameters
+    bound one by one, to learn their names and types.)"""
     fields: dict[str, Any] = {}
 
     def learn(name: str, type_: Any) -> Any:
@@ -309,16 +317,11 @@ def _batched(build: Callable[[Source], tuple[CTE, list[CTE]]]) -> tuple[CTE, lis
         return bindparam(name, type_=type_)
 
     build(learn)
-    rows = select(*(func.unnest(bindparam(name, type_=postgresql.ARRAY(type_)), type_=type_)
-                    .label(name) for name, type_ in fields.items())).cte(RIDERS)
-    return build(lambda name, _: rows.c[name])
-
-
-def batched_params(riders: Sequence[Rider]) -> dict[str, list[Any]]:
-    """The parameters of :meth:`Rider.batched`'s CTEs for ``riders`` (of one kind and
-    shape): each of their parameters as a list, its value for each, in order."""
-    each = [r.params() for r in riders]
-    return {k: [p[k] for p in each] for k in each[0]}
+    table = rowset(RIDER_ROWS, "r", fields)
+    rows = select(*(table.c[name] for name in fields)).cte(RIDERS)
+    encode = encoder(fields)
+    first, others = build(lambda name, _: rows.c[name])
+    return first, others, lambda riders: encode([r.params() for r in riders])
 
 
 def _binds(table: Table, prefix: str, cols: tuple[str, ...], value: Source = _bound

@@ -14,6 +14,7 @@ from collections import Counter
 from functools import partial
 from typing import Any
 
+import pytest
 from approvald.bot.slack import cards
 from approvald.bot.slack.mrkdwn import pretty_dumps
 from hypothesis import given, settings
@@ -543,3 +544,48 @@ async def test_an_ack_goes_out_as_bolt_s_adapter_sends_it_with_no_payload_object
             assert await wire(port, f"/ours/{i}") == await wire(port, f"/theirs/{i}"), i
     seen = await _calls_awaiting(lambda: response(BoltResponse(status=200, body="")))
     assert seen["aiohttp.payload:get"] == seen["aiohttp.payload:__init__"] == 0, seen
+
+
+# the stored arguments a card shows, as every edge reads them: none, empty, not JSON, not
+# an object, plain, a declared path, what the detectors find, nested
+STORED_ARGS = [None, "", "{}", "[1, 2]", "not json", '"text"', '{"order": "1234", "n": 42}',
+               '{"card": "4242 4242 4242 4242", "service": "web"}',
+               '{"note": "key sk_live_4eC39HqLyjWDarjtT1zdp7dc9f2a here"}',
+               '{"a": {"card": "4242 4242 4242 4242", "b": [1, "x"]}}',
+               '"sk_live_4eC39HqLyjWDarjtT1zdp7dc9f2a"', '["sk_live_4eC39HqLyjWDarjtT1zdp7dc9f2a"]']
+
+
+@pytest.mark.parametrize("raw", STORED_ARGS)
+@pytest.mark.parametrize("sensitive", [(), ("card",), ("a.card",)])
+def test_a_card_s_arguments_are_read_once_for_their_text_and_their_mask(
+        raw: str | None, sensitive: tuple[str, ...]) -> None:
+    """Issue 50: ``_args_shown`` is ``args_text`` and ``shows_masked`` of the same stored
+    JSON, which it reads and masks once."""
+    assert cards._args_shown(raw, sensitive) == (
+        cards.args_text(raw, sensitive=sensitive),
+        raw is not None and cards.shows_masked(raw, sensitive))
+
+
+def test_a_decided_card_reads_its_arguments_and_its_outcome_once() -> None:
+    """Exact, for the card an approval's update draws (and one approved with edits): each
+    stored JSON of arguments is masked once (for its text and for the "masked" note, twice
+    before), the outcome's words are read once (four times before), and the agent's name
+    only where the card says it (the fallback of a decided card does not)."""
+    from dataclasses import replace
+
+    a = decided("approved", args={"service": "web"})
+    edited = decided("approved", args={"card": "4242 4242 4242 4242"},
+                     edited_args={"card": "5555 5555 5555 4444"},
+                     policy={"approvers": ["U0BOB"], "sensitive": ["card"]})
+    for record, stored in ((a, 1), (edited, 2), (replace(a, status="denied"), 1)):
+        seen = _calls_during(lambda r=record: cards.approval_card(r, token=None, now=NOW))
+        assert seen["approvald.runtime.policies.sensitive:masked_json"] == stored, seen
+        assert seen["approvald.runtime.kernel.vocabulary:word"] == 1, seen
+        assert seen["approvald.runtime.requests.packet:asker"] == 1, seen
+        # the note that arguments are shown masked stands where masked() says
+        card = cards.approval_card(record, token=None, now=NOW)
+        shown = [b["text"]["text"] for b in card["blocks"] if b["type"] == "section"
+                 and b["text"]["text"].startswith((cards.T.SECTION_ARGS,
+                                                   cards.T.SECTION_ARGS_ORIGINAL))]
+        noted = cards.T.ARGS_MASKED in shown[0]
+        assert noted == cards.masked(record) == (record is edited), card["blocks"]

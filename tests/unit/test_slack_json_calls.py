@@ -192,3 +192,25 @@ def test_the_switch_is_read_from_the_environment(monkeypatch: pytest.MonkeyPatch
     assert Settings(**base).slack_fast_path is True
     monkeypatch.setenv("APPROVALD_SLACK_FAST_PATH", "0")
     assert Settings(**base).slack_fast_path is False
+
+
+async def test_a_card_call_s_response_is_slack_sdk_s_without_its_logger_looked_up() -> None:
+    """Exact: the response of a card's call is the AsyncSlackResponse its constructor makes
+    (every attribute, the logger its module's), made without the constructor, whose
+    ``logging.getLogger`` took the logging lock for every card (issue 50)."""
+    from slack_sdk.web.async_slack_response import AsyncSlackResponse
+
+    async with slack([]) as (face, _seen):
+        calls = JsonCalls(face.client)
+        await calls.call("chat.update", {"channel": "C1"})
+        with counting_calls() as counted:
+            ours = await calls.call("chat.update", {"channel": "C1"})
+        assert counted["logging:getLogger"] == 0, counted
+        assert counted["slack_sdk.web.async_slack_response:__init__"] == 0, counted
+        made = AsyncSlackResponse(client=face.client, http_verb="POST", api_url=ours.api_url,
+                                  req_args=ours.req_args, data=ours.data,
+                                  headers=ours.headers, status_code=ours.status_code)
+        assert type(ours) is AsyncSlackResponse and vars(ours) == vars(made)
+        theirs = await face.client.api_call("chat.update", json={"channel": "C1"})
+        assert set(vars(theirs)) == set(vars(ours)) and theirs._logger is ours._logger
+        assert (ours.data, ours.status_code) == (theirs.data, theirs.status_code)
