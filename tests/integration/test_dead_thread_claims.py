@@ -8,10 +8,7 @@ import os
 import socket
 from datetime import timedelta
 
-import pytest
 from approvald.runtime.kernel.clock import ManualClock
-from approvald.store.repos.runs import RunsRepo
-from approvald.store.repos.threads import ThreadsRepo
 
 TTL = timedelta(seconds=90)
 
@@ -61,26 +58,3 @@ async def test_a_thread_claimed_by_a_dead_process_here_is_taken_at_once(
         late = await taker.threads.claim(runs[name], row, channel="C_OPS", ttl=TTL)
         assert late is not None and late.unsure, name
 
-
-async def test_the_threads_and_the_worker_look_dead_owners_up_once_between_them(
-        make_engine, clock: ManualClock, monkeypatch: pytest.MonkeyPatch) -> None:
-    """One look-up (every kind of holder, in one read) serves the worker's poll and the
-    run threads' (issue 50: not a read of every holder per poll and per loop)."""
-    engine = make_engine()
-    looked: list[str] = []
-    lease_owners, claimers = RunsRepo.lease_owners, ThreadsRepo.claimers
-
-    async def runs(self: RunsRepo) -> list[str]:
-        looked.append("runs")
-        return await lease_owners(self)
-
-    async def threads(self: ThreadsRepo) -> list[str]:
-        looked.append("threads")
-        return await claimers(self)
-
-    monkeypatch.setattr(RunsRepo, "lease_owners", runs)
-    monkeypatch.setattr(ThreadsRepo, "claimers", threads)
-    await engine.worker().poll_once()
-    for _ in range(2):
-        await engine.threads.behind(since=clock.now() - TTL, limit=10)
-    assert looked == ["runs", "threads"]
