@@ -253,7 +253,7 @@ class Engine:
         self._documents = Documents(parts.db)
         self._views = Views(parts.db, parts.clock, parts.registry, parts.decider,
                             parts.standing, parts.signer)
-        self._threads = RunThreads(parts.db, parts.clock, parts.owners.owner)
+        self._threads = RunThreads(parts.db, parts.clock, parts.owners)
 
     # -- the services around the runs, built from the same parts ------------------------
     def worker(self, *, concurrency: int = 8, poll_interval: float = 2.0) -> ResumeWorker:

@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from approvald.runtime.kernel.clock import Clock
+from approvald.runtime.kernel.owners import Owners
 from approvald.store.db import Database
 from approvald.store.records import RunRecord
 from approvald.store.repos import Tx
@@ -31,6 +32,7 @@ MAX_REPOSTS = 1  # a deleted thread parent is posted again once; then the thread
 # waited (for SQLite's write lock, at most its busy timeout of 10 s; for a row lock on
 # PostgreSQL), then committed, shows a time older than its commit by that much
 COMMIT_MARGIN = timedelta(minutes=5)
+STALE_CHECK = 2.0  # s between look-ups of dead owners, whose claims are taken at once
 
 
 @dataclass(frozen=True)
@@ -61,10 +63,12 @@ WAIT = Place(wait=True)
 class RunThreads:
     """The run threads' rows, for the face that tells them (its narrow part of the store)."""
 
-    def __init__(self, db: Database, clock: Clock, owner: str) -> None:
+    def __init__(self, db: Database, clock: Clock, owners: Owners) -> None:
         self._db = db
         self._clock = clock
-        self._owner = owner
+        self._owners = owners  # a dead process's claims are taken over at once
+        self._owner = owners.owner
+        self._stale: tuple[str, ...] = ()  # dead owners, as the last :meth:`behind` found
         # per poll (``callers``): the ``since`` it was given and how far that has moved on
         self._marks: dict[bool, tuple[datetime, datetime]] = {}
 
@@ -83,14 +87,19 @@ class RunThreads:
         skipped, paced or whose claim failed is read again), and the time before the read
         less :data:`COMMIT_MARGIN` (a write whose time is older than that, still
         uncommitted as this read began, is the one case it could pass over).
+
+        A thread claimed by a process on this host that is gone is behind at once, not
+        only when its claim lapses (:meth:`runtime.kernel.owners.Owners.stale`).
         """
         given, mark = self._marks.get(callers, (since, since))
         if given != since:  # (a mark holds for the ``since`` it started from)
             mark = since
+        stale = self._stale = await self._owners.stale(within=STALE_CHECK)
         now = self._clock.now()
         async with self._db.read() as tx:
             rows = await tx.threads.behind(now=now, since=mark, limit=limit,
-                                           max_reposts=MAX_REPOSTS, callers=callers)
+                                           max_reposts=MAX_REPOSTS, callers=callers,
+                                           stale_owners=stale)
         if len(rows) < limit:  # every run without a thread from ``mark`` on is in ``rows``
             # (a caller's request, found by its requests' time and not its run's: no
             # further while it waits for its thread)
@@ -103,7 +112,8 @@ class RunThreads:
                     ttl: timedelta) -> Claim | None:
         """Take run ``run_id``'s thread for a turn of at most ``ttl`` (None: another
         replica has it). ``seen``: the row as :meth:`behind` found it (None: no thread yet,
-        opened in ``channel`` already claimed, before its parent exists)."""
+        opened in ``channel`` already claimed, before its parent exists). A claim of a
+        process found gone (as :meth:`behind` last looked) is taken at once, unsure."""
         now = self._clock.now()
         until = now + ttl
         async with self._db.write() as tx:
@@ -112,7 +122,8 @@ class RunThreads:
                                                 until=until)
             else:
                 claimed = await tx.threads.claim(run_id, owner=self._owner, now=now,
-                                                 until=until, seen_by=seen.claimed_by)
+                                                 until=until, seen_by=seen.claimed_by,
+                                                 stale_owners=self._stale)
         if claimed is None:
             return None
         # claimed_by left set: the last holder may have posted more than it recorded

@@ -22,17 +22,20 @@ class Owners:
         self._seen: tuple[float, tuple[str, ...]] | None = None  # the last look-up, when
 
     async def stale(self, *, within: float = 0.0) -> tuple[str, ...]:
-        """Lease and claim holders that ran on this host and whose process is gone.
+        """Lease and claim holders (runs' leases, outbox and run-thread claims) that ran on
+        this host and whose process is gone.
 
         ``within``: the answer of a look-up made at most that many seconds ago will do.
-        The worker's poll and the outbox drain both want them (only takeovers need them,
-        so not afresh each round): one look-up serves both (issue 50: each did its own,
-        two reads of every lease and claim holder per look-up, in every replica)."""
+        The worker's poll, the outbox drain and the run threads' follower all want them
+        (only takeovers need them, so not afresh each round): one look-up serves them all
+        (issue 50: each did its own, two reads of every lease and claim holder per
+        look-up, in every replica)."""
         now = self._monotonic()
         if self._seen is not None and within > 0 and now - self._seen[0] <= within:
             return self._seen[1]
         async with self.db.read() as tx:
-            owners = set(await tx.runs.lease_owners()) | set(await tx.outbox.claimers())
+            owners = {*await tx.runs.lease_owners(), *await tx.outbox.claimers(),
+                      *await tx.threads.claimers()}
         found = tuple(sorted(o for o in owners
                              if not o.startswith(self.owner) and owner_is_dead(o)))
         self._seen = (now, found)

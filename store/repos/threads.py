@@ -9,6 +9,7 @@ failure, a crash): the next claimer then knows to look in chat before posting ag
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
@@ -36,17 +37,30 @@ _R = cast(Table, Run.__table__)
 _A = cast(Table, Approval.__table__)
 EXTERNAL = "external:"  # the agent of a caller's request's run (runtime.policies.intake)
 _GET = fast(select(_T).where(_T.c.run_id == bindparam("rid")))
-_FREE = or_(_T.c.claimed_until.is_(None), _T.c.claimed_until <= bindparam("now"))
+
+
+def _free(with_stale: bool) -> Any:
+    """The claim is free: none, lapsed, or (``with_stale``) held by an owner known to be
+    dead (parameter ``stale``: :meth:`runtime.kernel.owners.Owners.stale`); taken over
+    with ``claimed_by`` still set, so the next claimer knows to look in chat first."""
+    free = [_T.c.claimed_until.is_(None), _T.c.claimed_until <= bindparam("now")]
+    if with_stale:
+        free.append(_T.c.claimed_by.in_(bindparam("stale", expanding=True)))
+    return or_(*free)
+
+
 _DUE = or_(_T.c.next_attempt_at.is_(None), _T.c.next_attempt_at <= bindparam("now"))
 # the row, unless another transaction holds it (a replica claiming it right now): then the
 # claim fails at once instead of waiting to fail (PostgreSQL; SQLite has one writer)
 _UNLOCKED = (select(_T.c.run_id).where(_T.c.run_id == bindparam("rid"))
              .with_for_update(skip_locked=True, key_share=True))
-_CLAIM = fast(update(_T)
-              .where(_T.c.run_id.in_(_UNLOCKED),
-                     _T.c.claimed_by.is_not_distinct_from(bindparam("seen")), _FREE, _DUE)
-              .values(claimed_by=bindparam("owner"), claimed_until=bindparam("until"))
-              .returning(*_T.c))
+_CLAIM = {stale: fast(update(_T)
+                      .where(_T.c.run_id.in_(_UNLOCKED),
+                             _T.c.claimed_by.is_not_distinct_from(bindparam("seen")),
+                             _free(stale), _DUE)
+                      .values(claimed_by=bindparam("owner"), claimed_until=bindparam("until"))
+                      .returning(*_T.c))
+          for stale in (False, True)}
 _THREAD_COLS = [c.name for c in _T.c if c.name != "run_id"]
 _L = cast(Table, AuditEntry.__table__)
 _FINAL = FINAL_STATUSES
@@ -57,11 +71,15 @@ _UNTOLD = exists().where(_L.c.run_id == _R.c.id, _L.c.seq > _T.c.told_audit)
 _UNSETTLED = or_(_T.c.ts.is_(None),
                  _T.c.posted_status.not_in([literal_column(f"'{s}'") for s in _FINAL]))
 _ORDER = "t__order"
+# who holds or left a claim on a thread (one not settled: a claim is taken only on such a
+# thread, and released cleanly when it settles it), by ``ix_run_threads_unsettled``
+_CLAIMERS = fast(select(_T.c.claimed_by)
+                 .where(_UNSETTLED, _T.c.claimed_by.is_not(None)).distinct())
 
 
-def _behind(callers: bool) -> Any:
-    """:meth:`ThreadsRepo.behind`'s read, built once per ``callers`` (a plan: it is polled
-    by every replica's follower), everything the caller gives a parameter.
+def _behind(callers: bool, stale: bool) -> Any:
+    """:meth:`ThreadsRepo.behind`'s read, built once per ``callers`` and ``stale`` (a plan:
+    it is polled by every replica's follower), everything the caller gives a parameter.
 
     Reads by index, so that a poll costs what can be behind and not the history: the
     runs of our agents updated since ``since`` without a thread (``runs`` by
@@ -85,7 +103,7 @@ def _behind(callers: bool) -> Any:
            .where(_R.c.updated_at >= bindparam("since"), ours, _T.c.run_id.is_(None)))
     # a thread is opened for a caller's request only once it asked (its approvals are
     # never deleted but with it), so with ``callers`` every thread is wanted
-    parts = [_lagging(cols, None if callers else ours), new]
+    parts = [_lagging(cols, None if callers else ours, stale), new]
     if callers:
         # a caller's request that asked since ``since``: by its requests' time, not its
         # run's (one may ask after its run last changed)
@@ -97,17 +115,19 @@ def _behind(callers: bool) -> Any:
                 .limit(bindparam("lim")))
 
 
-def _lagging(cols: list[Any], wanted: Any | None) -> Any:
-    """The threads not yet settled and behind their run (``ix_run_threads_unsettled``)."""
+def _lagging(cols: list[Any], wanted: Any | None, stale: bool) -> Any:
+    """The threads not yet settled and behind their run (``ix_run_threads_unsettled``),
+    whose claim is free (:func:`_free`)."""
     return (select(*cols).select_from(_T.join(_R, _R.c.id == _T.c.run_id))
-            .where(_UNSETTLED, *([] if wanted is None else [wanted]), _FREE, _DUE,
+            .where(_UNSETTLED, *([] if wanted is None else [wanted]), _free(stale), _DUE,
                    _T.c.reposts <= bindparam("max_reposts"),
                    or_(_T.c.ts.is_(None), _T.c.posted_seq < _R.c.next_seq,
                        _T.c.posted_status != _R.c.status,
                        and_(_R.c.status.not_in(_FINAL), _UNTOLD))))
 
 
-_BEHIND = {k: _behind(k) for k in (False, True)}
+_BEHIND = {k: _behind(k, False) for k in (False, True)}
+_BEHIND_STALE = {k: _behind(k, True) for k in (False, True)}  # with dead owners' claims
 # a thread's row inserted already claimed (by dialect: ON CONFLICT DO NOTHING)
 _OPEN = {name: fast(d.insert(RunThread).on_conflict_do_nothing().returning(*_T.c))
          for name, d in (("postgresql", postgresql), ("sqlite", sqlite))}
@@ -145,6 +165,11 @@ class ThreadRecord:
 
 
 class ThreadsRepo(Repo):
+    async def claimers(self) -> list[str]:
+        """Owners holding (or who left) a claim on a thread not yet settled (to spot dead
+        ones)."""
+        return [str(r[0]) for r in await self.conn.execute(_CLAIMERS)]
+
     async def get(self, run_id: str) -> ThreadRecord | None:
         row = (await self.conn.execute(_GET, {"rid": run_id})).first()
         return None if row is None else ThreadRecord(**row._mapping)
@@ -161,17 +186,21 @@ class ThreadsRepo(Repo):
         return None if row is None else ThreadRecord(**row._mapping)
 
     async def claim(self, run_id: str, *, owner: str, seen_by: str | None, now: datetime,
-                    until: datetime) -> ThreadRecord | None:
+                    until: datetime, stale_owners: Sequence[str] = ()) -> ThreadRecord | None:
         """Compare-and-set: take the thread until ``until`` if its claim is free, its turn
         is due and ``claimed_by`` is still ``seen_by``; returns the row as now claimed.
 
         Matching ``seen_by`` tells the caller whether the claim it takes over was left
         unclean (``seen_by`` set), which a plain "is it free" test could not. A row another
         transaction holds (on PostgreSQL) is not waited for: the claim returns None at once,
-        as it would once that replica's claim committed.
+        as it would once that replica's claim committed. A claim held by an owner known to
+        be dead (``stale_owners``) is free at once.
         """
-        row = (await self.conn.execute(_CLAIM, {"rid": run_id, "seen": seen_by, "now": now,
-                                                "owner": owner, "until": until})).first()
+        params: dict[str, Any] = {"rid": run_id, "seen": seen_by, "now": now,
+                                  "owner": owner, "until": until}
+        if stale_owners:
+            params["stale"] = list(stale_owners)
+        row = (await self.conn.execute(_CLAIM[bool(stale_owners)], params)).first()
         return None if row is None else ThreadRecord(**row._mapping)
 
     async def finish(self, run_id: str, *, owner: str, now: datetime,
@@ -201,7 +230,8 @@ class ThreadsRepo(Repo):
         return bool(res.rowcount == 1)
 
     async def behind(self, *, now: datetime, since: datetime, limit: int, max_reposts: int,
-                     callers: bool = False) -> list[tuple[RunRecord, ThreadRecord | None]]:
+                     callers: bool = False, stale_owners: Sequence[str] = ()
+                     ) -> list[tuple[RunRecord, ThreadRecord | None]]:
         """Runs whose thread is missing, unposted or behind their events or status, and
         whose turn is due and not claimed by someone else; the longest waiting first.
 
@@ -219,10 +249,15 @@ class ThreadsRepo(Repo):
         policy never does.
 
         A run still going whose audit log has entries past ``told_audit`` (a reminder, a
-        vote, an escalation: the run itself did not move) is behind too.
+        vote, an escalation: the run itself did not move) is behind too. A thread claimed
+        by an owner known to be dead (``stale_owners``) counts as not claimed.
         """
-        rows = await self.conn.execute(_BEHIND[callers], {
-            "now": now, "since": since, "lim": limit, "max_reposts": max_reposts})
+        params: dict[str, Any] = {"now": now, "since": since, "lim": limit,
+                                  "max_reposts": max_reposts}
+        if stale_owners:
+            params["stale"] = list(stale_owners)
+        rows = await self.conn.execute((_BEHIND_STALE if stale_owners else _BEHIND)[callers],
+                                       params)
         out: list[tuple[RunRecord, ThreadRecord | None]] = []
         for r in rows:
             m = dict(r._mapping)

@@ -14,6 +14,7 @@ from approvald.bot.slack.threads import ThreadFollower
 from approvald.runtime.kernel import periodic
 from approvald.store.repos.outbox import OutboxRepo
 from approvald.store.repos.runs import RunsRepo
+from approvald.store.repos.threads import ThreadsRepo
 from slack_sdk.web.async_client import AsyncWebClient
 
 
@@ -43,10 +44,13 @@ async def test_a_following_replica_polls_at_its_pace(make_engine: Any, loop: str
 
 
 async def test_the_worker_and_the_drain_look_dead_owners_up_once_between_them(
-        make_engine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        make_engine: Any, clock: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """And the run threads' poll (a dead process's thread claims are taken at once): one
+    look-up, in one read, finds every kind of holder."""
     engine = make_engine()
     looked: list[str] = []
     lease_owners, claimers = RunsRepo.lease_owners, OutboxRepo.claimers
+    thread_claimers = ThreadsRepo.claimers
 
     async def runs(self: RunsRepo) -> list[str]:
         looked.append("runs")
@@ -56,13 +60,19 @@ async def test_the_worker_and_the_drain_look_dead_owners_up_once_between_them(
         looked.append("outbox")
         return await claimers(self)
 
+    async def threads(self: ThreadsRepo) -> list[str]:
+        looked.append("threads")
+        return await thread_claimers(self)
+
     monkeypatch.setattr(RunsRepo, "lease_owners", runs)
     monkeypatch.setattr(OutboxRepo, "claimers", outbox)
+    monkeypatch.setattr(ThreadsRepo, "claimers", threads)
     worker, drain = engine.worker(), engine.drain(LogDeliverer())
     await worker.poll_once()
     await drain.drain_once()
     await worker.poll_once()
-    assert looked == ["runs", "outbox"]
+    await engine.threads.behind(since=clock.now(), limit=10)
+    assert looked == ["runs", "outbox", "threads"]
 
 
 async def test_a_run_thread_follower_polls_at_the_interval_it_holds(
