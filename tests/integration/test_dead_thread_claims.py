@@ -7,8 +7,11 @@ from __future__ import annotations
 import os
 import socket
 from datetime import timedelta
+from typing import Any
 
 from approvald.runtime.kernel.clock import ManualClock
+
+from tests.helpers import Rows
 
 TTL = timedelta(seconds=90)
 
@@ -33,10 +36,12 @@ async def test_a_thread_claimed_by_a_dead_process_here_is_taken_at_once(
     runs = {name: str((await engine.run("demo-steps", "2", requested_by="U_DANA")).run_id)
             for name in holders}
     now = clock.now()
-    async with db.write() as tx:  # each claimed (a turn under way) by its holder
+
+    async def claimed(tx: Any) -> None:  # each claimed (a turn under way) by its holder
         for name, owner in holders.items():
             assert await tx.threads.open(runs[name], channel="C_OPS", owner=owner,
                                          until=now + TTL) is not None
+    await Rows(db).in_one_write(claimed)
     taker = make_engine()  # another process of this host, its own owner id
     behind = {run.id: seen for run, seen in
               await taker.threads.behind(since=now - TTL, limit=10)}
@@ -49,8 +54,7 @@ async def test_a_thread_claimed_by_a_dead_process_here_is_taken_at_once(
     assert taken.thread.claimed_by not in holders.values()
     rows = {}
     for name in ("live", "elsewhere"):  # their claims hold until they lapse
-        async with db.read() as tx:
-            rows[name] = row = await tx.threads.get(runs[name])
+        rows[name] = row = await Rows(db).thread(runs[name])
         assert row is not None and row.claimed_by == holders[name]
         assert await taker.threads.claim(runs[name], row, channel="C_OPS", ttl=TTL) is None
     clock.advance(TTL.total_seconds() + 1)  # lapsed: then anyone's, unsure

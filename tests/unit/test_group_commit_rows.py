@@ -18,7 +18,7 @@ from approvald.store.rowsets import encoder, rowset
 from approvald.store.types import UTCDateTime
 from sqlalchemy import Boolean, Float, Integer, String, Text, select
 
-from tests.helpers import Rows, parts
+from tests.helpers import Rows
 from tests.unit.test_group_commit import CHAINED, PG, Held, _chained_whole, _engine, joined
 
 # what the chained statement may bind: the heads (guessed, moved), the counts, two texts,
@@ -86,7 +86,9 @@ async def test_rows_bound_as_json_are_read_back_as_they_were_given(make_engine) 
     rows.append({f: None for f in fields})
     rows.append({**rows[0], "at": at.replace(microsecond=0)})
     table = rowset("rows", "r", fields)
-    async with parts(engine).db.read() as tx:
-        got = [tuple(r) for r in await tx.audit.conn.execute(
+
+    async def read(tx: Any) -> list[tuple[Any, ...]]:
+        return [tuple(r) for r in await tx.audit.conn.execute(
             select(*(table.c[f] for f in fields)), {"rows": encoder(fields)(rows)})]
+    got = await Rows.of(engine).in_one_read(read)
     assert got == [tuple(r[f] for f in fields) for r in rows]
