@@ -25,20 +25,23 @@ _KNOBS = ("enable_seqscan", "enable_mergejoin", "enable_hashjoin")
 _SCANS = ("Seq Scan", "Index Scan", "Index Only Scan", "Bitmap Index Scan")
 
 
-async def _plan(db: Database, callers: bool) -> list[str]:
+async def _plan(db: Database, callers: bool, stale: bool = False) -> list[str]:
     """What the database says it does for the poll: SQLite's ``EXPLAIN QUERY PLAN``
     details, or PostgreSQL's plan nodes."""
-    return list(await Rows(db).in_one_read(lambda tx: _explain(db, tx, callers)))
+    return list(await Rows(db).in_one_read(lambda tx: _explain(db, tx, callers, stale)))
 
 
-async def _explain(db: Database, tx: Any, callers: bool) -> list[str]:
+async def _explain(db: Database, tx: Any, callers: bool, stale: bool) -> list[str]:
     conn = await tx.conn.connection()
     at: Any = datetime(2026, 1, 2, tzinfo=UTC)  # a day after the history
     if db.dialect == "sqlite":
         at = at.isoformat()  # (a plan's values do not matter: SQLite's, as text)
-    compiled = threads._BEHIND[callers].compile(dialect=conn.dialect)
-    state = compiled.construct_expanded_state(
-        {"now": at, "since": at, "lim": 100, "max_reposts": 1})
+    # (stale: the poll that also takes a dead process's claims, ``Owners.stale``)
+    stmt = (threads._BEHIND_STALE if stale else threads._BEHIND)[callers]
+    params = {"now": at, "since": at, "lim": 100, "max_reposts": 1}
+    if stale:
+        params["stale"] = ["host:4194305:dead00"]
+    state = stmt.compile(dialect=conn.dialect).construct_expanded_state(params)
     sql, args = state.statement, tuple(state.positional_parameters)
     if db.dialect == "sqlite":
         res = await conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {sql}", args)
@@ -104,10 +107,12 @@ def _approval(run_id: str, at: datetime) -> dict[str, Any]:
             "tool_schema": None}
 
 
+@pytest.mark.parametrize("stale", [False, True])
 @pytest.mark.parametrize("callers", [False, True])
-async def test_the_poll_reads_runs_and_threads_by_index(db: Database, callers: bool) -> None:
+async def test_the_poll_reads_runs_and_threads_by_index(db: Database, callers: bool,
+                                                        stale: bool) -> None:
     await _history(db, 200)
-    plan = await _plan(db, callers)
+    plan = await _plan(db, callers, stale)
     whole = [line for line in plan
              if (line.startswith("SCAN") and "INDEX" not in line)  # SQLite: a table read whole
              or line.startswith("Seq Scan") or line.endswith("(whole)")]  # PostgreSQL
